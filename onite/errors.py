@@ -1,0 +1,95 @@
+"""Errors that onite reports to its users.
+
+Every error builds its own one-line message from data and carries the exit
+code of the command-line contract (docs/exit-codes.md):
+
+    0 success, 1 not found, 2 invalid input or usage, 3 refused by policy,
+    4 anything else (I/O, a broken spool, ...).
+
+The CLI is the only place that turns an OniteError into text and an exit
+code: ``onite: <what is wrong> — <what to do>``.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_FAILURE = 4
+
+
+class OniteError(Exception):
+    """Base class: ``what`` is wrong, ``hint`` says what to do about it."""
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, what: str, hint: str = "") -> None:
+        super().__init__(what)
+        self.what = what
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.what} — {self.hint}" if self.hint else self.what
+
+
+class NotFound(OniteError):
+    """The named thing (a job, a spool, a template) does not exist."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
+class InvalidInput(OniteError):
+    """The user gave a bad name, priority, time, duration, option or file."""
+
+    exit_code = EXIT_USAGE
+
+
+class Refused(OniteError):
+    """Policy says no: cutoff passed, a driver is running, duplicate name, not your job."""
+
+    exit_code = EXIT_REFUSED
+
+
+class SpoolError(OniteError):
+    """The spool is missing, unreadable, or not laid out as onite expects."""
+
+    exit_code = EXIT_FAILURE
+
+
+class ConfigError(OniteError):
+    """onite.toml cannot be read or holds a bad value."""
+
+    exit_code = EXIT_USAGE
+
+
+class JobFormatError(OniteError):
+    """A job file cannot be decoded (corrupt, or written by a newer onite)."""
+
+    exit_code = EXIT_FAILURE
+
+
+class SpoolIOError(OniteError):
+    """An operating-system error while acting on a path in the spool."""
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, path: object, action: str, cause: OSError) -> None:
+        reason = cause.strerror or str(cause)
+        super().__init__(
+            f"{action} {path}: {reason}",
+            _IO_HINTS.get(cause.errno or 0, "check the spool's permissions and free space"),
+        )
+        self.path = path
+        self.cause = cause
+
+
+# errno → what the user can do about it
+_IO_HINTS = {
+    1: "you lack the permission; ask the spool's administrator",  # EPERM
+    13: "you lack the permission; ask the spool's administrator",  # EACCES
+    27: "the job is larger than your file-size limit (ulimit -f)",  # EFBIG
+    28: "the spool's file system is full; free some space and try again",  # ENOSPC
+    30: "the spool's file system is read-only",  # EROFS
+    122: "your disk quota is exceeded; free some space and try again",  # EDQUOT
+}

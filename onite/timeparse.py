@@ -1,0 +1,111 @@
+"""Durations, clock times and dates as users type them (pure: the clock is an argument).
+
+    parse_duration("1h30m") -> timedelta(hours=1, minutes=30)
+    parse_clock("07:00")    -> time(7, 0)
+    parse_when("02:00", now) -> the next 02:00 after ``now`` (aware datetime)
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, time, timedelta
+
+from onite.errors import InvalidInput
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+
+
+def parse_duration(text: str, *, what: str = "duration") -> timedelta:
+    """Parse ``90s``, ``2h``, ``1h30m``, ``1d`` or a bare number of seconds.
+
+    Raises:
+        InvalidInput: the text is not a positive duration.
+    """
+    raw = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
+        seconds = float(raw)
+    else:
+        pos, seconds = 0, 0.0
+        for match in _DURATION.finditer(raw):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _UNITS[match.group(2)]
+            pos = match.end()
+        if pos != len(raw) or not raw:
+            raise InvalidInput(
+                f"bad {what} {text!r}",
+                "write it like 90s, 45m, 2h, 1h30m or 1d",
+            )
+    if seconds <= 0:
+        raise InvalidInput(f"bad {what} {text!r}: it must be longer than zero", "write it like 90s or 2h")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    """The shortest exact spelling parse_duration accepts: ``1h30m``, ``90s`` -> ``1m30s``."""
+    total = delta.total_seconds()
+    if total != int(total):
+        return f"{total:g}s"
+    rest, parts = int(total), []
+    for unit, size in _UNITS.items():
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts) or "0s"
+
+
+def parse_clock(text: str, *, what: str = "time") -> time:
+    """Parse a wall-clock time ``HH:MM`` (24-hour).
+
+    Raises:
+        InvalidInput: not a valid HH:MM.
+    """
+    match = re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())
+    if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59:
+        raise InvalidInput(f"bad {what} {text!r}", "write it as HH:MM, e.g. 07:00")
+    return time(int(match.group(1)), int(match.group(2)))
+
+
+def parse_when(text: str, now: datetime) -> datetime:
+    """A not-before time: ``HH:MM`` (the next such time after ``now``), an ISO date-time
+    (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h``
+    (a duration from now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
+
+    Raises:
+        InvalidInput: none of those forms.
+    """
+    raw = text.strip()
+    if raw.startswith("+"):
+        return now + parse_duration(raw[1:], what="delay")
+    if raw.lower().startswith("tomorrow"):
+        clock = parse_clock(raw[len("tomorrow"):].strip() or "00:00")
+        day = (now + timedelta(days=1)).date()
+        return _local(datetime.combine(day, clock), now)
+    if re.fullmatch(r"\d{1,2}:\d{2}", raw):
+        clock = parse_clock(raw)
+        candidate = _local(datetime.combine(now.date(), clock), now)
+        if candidate <= now:
+            candidate = _local(datetime.combine(now.date() + timedelta(days=1), clock), now)
+        return candidate
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidInput(
+            f"bad time {text!r}",
+            "write HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
+        ) from None
+    return parsed if parsed.tzinfo else _local(parsed, now)
+
+
+def _local(naive: datetime, now: datetime) -> datetime:
+    """A naive wall-clock time in the machine's zone (TZ), with that date's own UTC offset."""
+    return naive.astimezone() if now.tzinfo is not None else naive
+
+
+def next_clock(clock: time, after: datetime) -> datetime:
+    """The first instant strictly after ``after`` whose local wall clock reads ``clock``."""
+    candidate = _local(datetime.combine(after.date(), clock), after)
+    if candidate <= after:
+        candidate = _local(datetime.combine(after.date() + timedelta(days=1), clock), after)
+    return candidate
