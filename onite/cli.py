@@ -1,0 +1,409 @@
+"""onite's command line: parse, call one library function, render. No logic lives here.
+
+Every command takes ``--spool DIR`` (or ONITE_SPOOL). Errors are raised as
+OniteError by the library and printed by ``onite.__main__`` as one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from onite.errors import InvalidInput, NotFound
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
+)
+
+SpoolOpt = Annotated[Optional[str], typer.Option("--spool", help="Spool directory (default: $ONITE_SPOOL, "
+                                                 "/var/spool/onite for root, else ~/.local/state/onite).",
+                                                 show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
+
+
+def now() -> datetime:
+    return datetime.now().astimezone()
+
+
+def open_spool(spool: str | None, *, create: bool = True):
+    """The spool a command works on; a personal default spool is created on first use."""
+    from onite import spool as sp
+
+    where = sp.locate(spool, os.environ, os.geteuid())
+    if where.personal_default and create and not (where.path / "jobs").is_dir():
+        sp.init_spool(where.path, None, system=False)
+    return sp.Spool(where.path)
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+# ---- init ------------------------------------------------------------------------------
+
+
+@app.command()
+def init(
+    priorities: Annotated[Optional[int], typer.Option("--priorities", min=1, max=99, help="Number of priority folders P1..Pn.")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Create the spool (idempotent; never overwrites a changed onite.toml)."""
+    from onite import spool as sp
+
+    where = sp.locate(spool, os.environ, os.geteuid())
+    report = sp.init_spool(where.path, priorities, system=os.geteuid() == 0)
+    kind = "system spool (multi-user modes)" if os.geteuid() == 0 else "personal spool"
+    made = ", ".join(report.created) if report.created else "nothing new"
+    print(f"{report.root}: {kind}; created {made}")
+    if report.config_kept:
+        print(f"{report.root / 'onite.toml'}: kept as you changed it")
+
+
+# ---- submit ----------------------------------------------------------------------------
+
+
+@app.command()
+def submit(
+    name: Annotated[str, typer.Argument(help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
+    priority: Annotated[Optional[int], typer.Option("-p", "--priority", help="1 runs first; default from onite.toml.")] = None,
+    urgent: Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")] = False,
+    after: Annotated[Optional[list[str]], typer.Option("--after", help="Wait until this job has finished successfully (repeatable).")] = None,
+    at: Annotated[Optional[str], typer.Option("--at", help="Not before this time: HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
+    retries: Annotated[int, typer.Option("--retries", min=0, max=100, help="Retry a failed job this many times, with back-off.")] = 0,
+    host: Annotated[Optional[str], typer.Option("--host", help="Run only on this host (when several share the spool).")] = None,
+    hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
+    unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Spool the job text on stdin, with your environment, directory and umask."""
+    from onite.submit import SubmitRequest
+
+    request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
+                            timeout=timeout, retries=retries, host=host, hold=hold, unique=unique)
+    final = do_submit(request, spool)
+    if unique:
+        print(final)
+
+
+def do_submit(request, spool: str | None) -> str:
+    """Shared by the typer command and the fast path in onite.__main__."""
+    from dataclasses import replace
+
+    from onite import identity
+    from onite.submit import capture, submit as submit_job
+
+    target = open_spool(spool)
+    body = read_stdin(target.config.max_job_size)
+    captured = capture(now())
+    return submit_job(target, replace(request, body=body), captured, identity.current())
+
+
+def read_stdin(limit: int) -> bytes:
+    """The job text. A terminal on stdin is a mistake, not an invitation to type.
+
+    Raises:
+        InvalidInput: stdin is a terminal, closed, or larger than ``limit``.
+    """
+    try:
+        fd = sys.stdin.fileno() if sys.stdin is not None else 0
+        if os.isatty(fd):
+            raise InvalidInput("the job text is read from stdin, which is a terminal",
+                               "redirect a script: onite submit NAME < job.sh")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise InvalidInput(f"the job text is larger than max_job_size ({limit} bytes)",
+                                   "spool a short script that runs the big one instead")
+    except (OSError, ValueError) as err:
+        raise InvalidInput(f"cannot read the job text from stdin: {getattr(err, 'strerror', None) or err}",
+                           "redirect a script: onite submit NAME < job.sh") from None
+    return b"".join(chunks)
+
+
+# ---- looking at the queue -------------------------------------------------------------
+
+
+@app.command("list")
+def list_(
+    all_: Annotated[bool, typer.Option("--all", "-a", help="Also running and finished jobs.")] = False,
+    as_json: JsonOpt = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Queued jobs in run order (with --all: running and finished ones too)."""
+    from onite.listing import jobs_json, list_jobs
+
+    target = open_spool(spool)
+    target.check()
+    views = list_jobs(target, include_all=all_)
+    if as_json:
+        print(jobs_json(target, views))
+        return
+    if not views:
+        print("no jobs queued" if not all_ else "no jobs")
+        return
+    from onite.render import jobs_table
+
+    console().print(jobs_table(views, now(), detailed=all_))
+
+
+@app.command()
+def find(name: str, spool: SpoolOpt = None) -> None:
+    """Exit 0 if a job NAME is queued or running, 1 if not."""
+    from onite.control import find as find_job
+
+    target = open_spool(spool)
+    target.check()
+    if not find_job(target, name):
+        raise typer.Exit(1)
+
+
+@app.command()
+def uniqname(base: str, spool: SpoolOpt = None) -> None:
+    """Print an unused job name starting with BASE."""
+    from onite import spool as sp
+    from onite.names import unique_name
+
+    target = open_spool(spool)
+    print(unique_name(base, lambda n: sp.name_taken(target, n)))
+
+
+# ---- changing jobs -----------------------------------------------------------------------
+
+
+@app.command()
+def cancel(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Jobs to cancel; none: pick from a list.")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
+    from onite.control import cancel as cancel_job
+
+    target = open_spool(spool)
+    target.check()
+    if not names:
+        names = pick_interactively(target)
+        if not names:
+            return
+    for name in names:
+        report = cancel_job(target, name, os.geteuid(), now())
+        if report.action == "requested":
+            report = wait_for_cancel(target, name, report)
+        print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
+
+
+def wait_for_cancel(target, name: str, report):
+    """A running job is stopped by its driver: wait a few seconds to say how it ended."""
+    import time
+
+    from onite import spool as sp
+    from onite.control import CancelReport
+
+    if not sp.find_running(target, name):
+        return report
+    deadline = time.monotonic() + 5 + target.config.kill_grace.total_seconds()
+    while time.monotonic() < deadline:
+        if not sp.find_running(target, name):
+            result = sp.read_result(target, name)
+            return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
+        time.sleep(0.1)
+    return report
+
+
+def pick_interactively(target) -> list[str]:
+    """The seed's numbered pick list: only on a terminal."""
+    from onite.listing import list_jobs
+
+    if not sys.stdin.isatty():
+        raise InvalidInput("no job name given", "name the job(s): onite cancel NAME…")
+    views = [v for v in list_jobs(target, include_all=False) if v.uid == os.geteuid() or os.geteuid() == 0]
+    from onite.listing import running_views
+
+    views = [v for v in running_views(target) if v.uid == os.geteuid() or os.geteuid() == 0] + views
+    if not views:
+        print("you have no queued or running jobs")
+        return []
+    for number, view in enumerate(views, 1):
+        print(f"{number:3d}  {view.name}  ({view.state}, {view.user})")
+    answer = input("cancel which job? number, or Enter for none: ").strip()
+    if not answer:
+        return []
+    if not answer.isdigit() or not 1 <= int(answer) <= len(views):
+        raise InvalidInput(f"no job numbered {answer!r}", f"answer a number from 1 to {len(views)}")
+    return [views[int(answer) - 1].name]
+
+
+@app.command()
+def hold(names: list[str], spool: SpoolOpt = None) -> None:
+    """Hold queued jobs: they stay queued and are skipped until released."""
+    from onite.control import set_hold
+
+    target = open_spool(spool)
+    for name in names:
+        set_hold(target, name, os.geteuid(), True)
+        print(f"{name}: held")
+
+
+@app.command()
+def release(names: list[str], spool: SpoolOpt = None) -> None:
+    """Release held jobs (they go to the back of their priority)."""
+    from onite.control import set_hold
+
+    target = open_spool(spool)
+    for name in names:
+        set_hold(target, name, os.geteuid(), False)
+        print(f"{name}: released")
+
+
+# ---- the driver -------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    detach: Annotated[bool, typer.Option("--detach", help="Run in the background, immune to hang-up, logging to onite.log.")] = False,
+    slots: Annotated[Optional[int], typer.Option("--slots", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM).")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print log lines on stderr.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Drain the queue now: lock, recover, run jobs in order, record results."""
+    from onite.names import check_name
+    from onite.timeparse import parse_clock
+
+    target = open_spool(spool)
+    target.check()
+    until_time = parse_clock(until, what="--until time") if until else None
+    if host:
+        check_name(host, what="host name")
+    if detach:
+        pid = detach_driver(target, slots, until, host)
+        print(f"driver started in the background (pid {pid}); it logs to {target.log_path}")
+        return
+    from onite.driver import Driver
+
+    code = Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if verbose else None).run()
+    raise typer.Exit(code)
+
+
+def detach_driver(target, slots, until, host) -> int:
+    import subprocess
+
+    argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
+    argv += ["--slots", str(slots)] if slots else []
+    argv += ["--until", until] if until else []
+    argv += ["--host", host] if host else []
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True, close_fds=True)
+    return child.pid
+
+
+# ---- results -----------------------------------------------------------------------------
+
+
+@app.command()
+def output(name: str, spool: SpoolOpt = None) -> None:
+    """Print the captured stdout+stderr of your job NAME (its latest run)."""
+    from onite.control import open_output
+
+    target = open_spool(spool)
+    with open_output(target, name, os.geteuid()) as handle:
+        out = sys.stdout.buffer
+        while chunk := handle.read(1 << 16):
+            out.write(chunk)
+        out.flush()
+
+
+@app.command()
+def log(
+    lines: Annotated[int, typer.Option("-n", "--lines", min=0, help="How many of the last lines.")] = 20,
+    spool: SpoolOpt = None,
+) -> None:
+    """Print the last lines of the activity log."""
+    from onite.log import tail
+
+    target = open_spool(spool)
+    target.check()
+    for line in tail(target.log_path, lines):
+        print(line)
+
+
+@app.command()
+def cron(spool: SpoolOpt = None) -> None:
+    """Print root crontab lines that start the driver at the times in `schedule`."""
+    from onite.schedule_lines import crontab_lines
+
+    target = open_spool(spool)
+    print(crontab_lines(target.root, target.config.schedule, command_prefix()), end="")
+
+
+def command_prefix() -> str:
+    """How this onite was started, as a command a crontab can run."""
+    import shlex
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "onite"
+    if argv0.endswith("__main__.py") or argv0 == "-m" or argv0 == "-c":
+        return f"{shlex.quote(sys.executable)} -m onite"
+    import shutil
+
+    found = shutil.which(argv0) if os.sep not in argv0 else os.path.abspath(argv0)
+    return shlex.quote(found or argv0)
+
+
+@app.command()
+def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
+    """Drivers running, queue sizes, running jobs, the next scheduled drain."""
+    from onite.status import gather, status_json
+
+    target = open_spool(spool)
+    target.check()
+    info = gather(target, now())
+    if as_json:
+        print(status_json(info))
+        return
+    from onite.status import render_status
+
+    render_status(console(), info)
+
+
+@app.command()
+def report(
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as a self-contained HTML page.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Report jobs finished since this time (default: the last night).")] = None,
+    as_json: JsonOpt = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """The morning report: what ran, when, how long, how it ended, on a timeline."""
+    from onite import report as rep
+
+    target = open_spool(spool)
+    target.check()
+    data = rep.build(target, now(), since)
+    if as_json:
+        print(rep.to_json(data))
+    else:
+        rep.render(console(), data)
+    if html:
+        try:
+            html.write_text(rep.to_html(data), encoding="utf-8")
+        except OSError as err:
+            raise InvalidInput(f"cannot write {html}: {err.strerror}", "choose a writable path") from None
+        if not as_json:
+            print(f"HTML report written to {html}")
+
+
+def not_found(what: str) -> NotFound:
+    return NotFound(what, "see onite list --all")

@@ -1,0 +1,262 @@
+"""onite.toml → a frozen, validated Config. ``parse_config`` is pure; ``load_config`` is the only read.
+
+Every key and its default is documented in spool-skel/onite.toml and
+docs/configuration.md. A bad value or an unknown key is an error that names
+the file, the key and what to write instead: a typo must never silently fall
+back to a default on a machine that runs other people's jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import time, timedelta
+from pathlib import Path
+from typing import Any
+
+from onite.errors import ConfigError, InvalidInput
+
+DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmConfig:
+    """The ``[slurm]`` table: how the slurm executor hands jobs to the cluster."""
+
+    partition: str | None = None
+    account: str | None = None
+    sbatch_args: tuple[str, ...] = ()
+    max_jobs: int = 100
+    poll: timedelta = timedelta(seconds=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """A spool's settings (see docs/configuration.md for each key)."""
+
+    priorities: int = 7
+    default_priority: int = 4
+    cutoff: time | None = None
+    check_lock: bool = False
+    keep: int = 50
+    own_only: bool = True
+    shell: str = "/bin/sh"
+    slots: int = 1
+    schedule: tuple[str, ...] = DEFAULT_SCHEDULE
+    until: time | None = None
+    admins: tuple[str, ...] = ()
+    timeout: timedelta | None = None
+    kill_grace: timedelta = timedelta(seconds=10)
+    retry_delay: timedelta = timedelta(seconds=30)
+    on_interrupt: str = "requeue"
+    host: str | None = None
+    max_job_size: int = 16 * 1024 * 1024
+    executor: str = "local"
+    hosts: dict[str, int] = field(default_factory=dict)  # host name → slots there
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+    def slots_for(self, host: str) -> int:
+        """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
+        return self.hosts.get(host, self.slots)
+
+
+# ---- parsing ----------------------------------------------------------------
+
+
+def parse_config(text: str, source: str = "onite.toml") -> Config:
+    """Parse and validate the text of an onite.toml.
+
+    Raises:
+        ConfigError: bad TOML, an unknown key, or a bad value.
+    """
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names") from None
+    reader = _Reader(data, source)
+    priorities = reader.integer("priorities", 7, low=1, high=99)
+    config = Config(
+        priorities=priorities,
+        default_priority=reader.integer("default_priority", 4, low=1, high=priorities),
+        cutoff=reader.clock("cutoff"),
+        check_lock=reader.boolean("check_lock", False),
+        keep=reader.integer("keep", 50, low=0, high=10_000_000),
+        own_only=reader.boolean("own_only", True),
+        shell=reader.path("shell", "/bin/sh"),
+        slots=reader.integer("slots", 1, low=1, high=4096),
+        schedule=reader.schedule("schedule", DEFAULT_SCHEDULE),
+        until=reader.clock("until"),
+        admins=reader.strings("admins", ()),
+        timeout=reader.duration("timeout", None),
+        kill_grace=reader.duration("kill_grace", timedelta(seconds=10)),
+        retry_delay=reader.duration("retry_delay", timedelta(seconds=30)),
+        on_interrupt=reader.choice("on_interrupt", "requeue", ("requeue", "fail")),
+        host=reader.host("host"),
+        max_job_size=reader.size("max_job_size", 16 * 1024 * 1024),
+        executor=reader.choice("executor", "local", ("local", "slurm")),
+        hosts=reader.hosts("hosts"),
+        slurm=reader.slurm("slurm"),
+    )
+    reader.no_unknown_keys()
+    return config
+
+
+def load_config(path: Path) -> Config:
+    """Read ``path``; a spool without onite.toml uses the defaults.
+
+    Raises:
+        ConfigError: unreadable or invalid.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}", "check its permissions") from None
+    return parse_config(text, str(path))
+
+
+_SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
+_TOP_KEYS = frozenset(
+    "priorities default_priority cutoff check_lock keep own_only shell slots schedule until admins "
+    "timeout kill_grace retry_delay on_interrupt host max_job_size executor hosts slurm".split()
+)
+
+
+class _Reader:
+    """Typed access to the parsed TOML that turns every bad value into a ConfigError."""
+
+    def __init__(self, data: dict[str, Any], source: str) -> None:
+        self.data = data
+        self.source = source
+
+    def _bad(self, key: str, value: Any, want: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}")
+
+    def integer(self, key: str, default: int, *, low: int, high: int) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self._bad(key, value, f"a whole number from {low} to {high}")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self._bad(key, value, "true or false")
+        return value
+
+    def clock(self, key: str) -> time | None:
+        value = self.data.get(key)
+        if value is None or value == "":
+            return None
+        if isinstance(value, time):
+            return value.replace(second=0, microsecond=0)
+        from onite.timeparse import parse_clock
+
+        try:
+            return parse_clock(str(value), what=key)
+        except InvalidInput:
+            raise self._bad(key, value, '"HH:MM", e.g. "07:00", or leave it out') from None
+
+    def duration(self, key: str, default: timedelta | None) -> timedelta | None:
+        value = self.data.get(key)
+        if value is None or value == "":
+            return default
+        from onite.timeparse import parse_duration
+
+        try:
+            return parse_duration(str(value), what=key)
+        except InvalidInput:
+            raise self._bad(key, value, 'a duration such as "90s", "30m" or "2h"') from None
+
+    def path(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or not value.startswith("/"):
+            raise self._bad(key, value, 'an absolute path such as "/bin/sh"')
+        return value
+
+    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.data.get(key, list(default))
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self._bad(key, value, 'a list of strings, e.g. ["alice", "%wheel"]')
+        return tuple(value)
+
+    def schedule(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        exprs = self.strings(key, default)
+        for expr in exprs:
+            if len(expr.split()) != 5:
+                raise self._bad(key, expr, 'cron expressions of five fields, e.g. ["0 20 * * *"]')
+        return exprs
+
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.data.get(key, default)
+        if value not in choices:
+            raise self._bad(key, value, " or ".join(f'"{c}"' for c in choices))
+        return value
+
+    def host(self, key: str) -> str | None:
+        value = self.data.get(key)
+        if value is None or value == "":
+            return None
+        from onite.names import is_valid_name
+
+        if not isinstance(value, str) or not is_valid_name(value):
+            raise self._bad(key, value, "a host name of letters, digits, '.', '_' and '-'")
+        return value
+
+    def size(self, key: str, default: int) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        match = _SIZE.fullmatch(str(value).strip())
+        if not match:
+            raise self._bad(key, value, 'a size in bytes or like "16M" or "1G"')
+        return int(match.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[match.group(2).upper()]
+
+    def hosts(self, key: str) -> dict[str, int]:
+        table = self.data.get(key, {})
+        if not isinstance(table, dict):
+            raise self._bad(key, table, "tables like [hosts.node1] with slots = 4")
+        result = {}
+        for name, entry in table.items():
+            if not isinstance(entry, dict) or set(entry) - {"slots"}:
+                raise self._bad(f"hosts.{name}", entry, "a table holding only slots = N")
+            result[name] = _Reader(entry, self.source).integer("slots", 1, low=1, high=4096)
+        return result
+
+    def slurm(self, key: str) -> SlurmConfig:
+        table = self.data.get(key, {})
+        if not isinstance(table, dict):
+            raise self._bad(key, table, "a [slurm] table")
+        unknown = set(table) - {"partition", "account", "sbatch_args", "max_jobs", "poll"}
+        if unknown:
+            raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
+                              "the [slurm] keys are partition, account, sbatch_args, max_jobs and poll")
+        sub = _Reader(table, self.source)
+        for optional in ("partition", "account"):
+            if optional in table and not isinstance(table[optional], str):
+                raise self._bad(f"slurm.{optional}", table[optional], "a string")
+        return SlurmConfig(
+            partition=table.get("partition") or None,
+            account=table.get("account") or None,
+            sbatch_args=sub.strings("sbatch_args", ()),
+            max_jobs=sub.integer("max_jobs", 100, low=1, high=1_000_000),
+            poll=sub.duration("poll", timedelta(seconds=1)) or timedelta(seconds=1),
+        )
+
+    def no_unknown_keys(self) -> None:
+        unknown = sorted(set(self.data) - _TOP_KEYS)
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], sorted(_TOP_KEYS), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see docs/configuration.md for the keys"
+            raise ConfigError(f"{self.source}: unknown key {unknown[0]!r}", hint)
+
+
+def default_host(config: Config) -> str:
+    """This machine's identity as a driver: ``host`` in onite.toml, else the short hostname."""
+    return config.host or os.uname().nodename.split(".")[0]

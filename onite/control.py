@@ -1,0 +1,218 @@
+"""What users do to jobs already spooled: cancel, hold, release, find, read output.
+
+A user can rename, chmod or remove only their own files in the sticky queue
+folders, and cannot touch running/ or jobsdone/ at all. So:
+
+- cancelling your own queued job moves it into cancel/ at once (one rename:
+  it can never run after that); a driver files it into jobsdone/ later;
+- everything else (a running job, or someone else's job where own_only =
+  false allows it) is a request: an empty file cancel/NAME@TOKEN owned by
+  the requester, which the driver honours only if the rules allow that
+  requester to cancel that job (docs/security.md).
+
+Root, and the owner of a personal spool, file a cancellation at once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from onite import spool as sp
+from onite.errors import InvalidInput, NotFound, Refused, SpoolIOError
+from onite.names import SIDE, check_name
+from onite.policy import may_touch
+from onite.state import JobState, Result
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    name: str
+    action: str  # "cancelled", "requested"
+    detail: str = ""
+
+
+def can_file(spool: sp.Spool) -> bool:
+    """Can this process write jobsdone/ (root, or the owner of a personal spool)?"""
+    return os.access(spool.done_dir, os.W_OK)
+
+
+def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> CancelReport:
+    """Cancel the queued or running job ``name``.
+
+    Raises:
+        InvalidInput: a bad name.
+        NotFound: no such job is queued or running.
+        Refused: it belongs to someone else and own_only forbids it.
+    """
+    check_name(name)
+    own_only = spool.config.own_only
+    running = sp.find_running(spool, name)
+    queued = sp.find_queued(spool, name)
+    if not running and not queued:
+        raise NotFound(f"no job {name!r} is queued or running", "see onite list")
+    for entry in running + queued:
+        if not may_touch(caller_uid, entry.uid, own_only):
+            raise Refused(f"job {name!r} belongs to {sp.user_name(entry.uid)}",
+                          "you may cancel only your own jobs (own_only = true)")
+    if running:
+        request_cancel(spool, name)
+        host = running[0].host
+        return CancelReport(name, "requested", f"running on {host}; its driver stops it within a second")
+    for entry in queued:
+        if entry.uid == caller_uid or caller_uid == 0:
+            pending = withdraw(spool, entry)
+            if can_file(spool):
+                file_cancelled(spool, pending, by=sp.user_name(caller_uid), now=now, rank=entry.rank)
+        else:
+            request_cancel(spool, name)
+            return CancelReport(name, "requested", "a driver cancels it the next time it runs")
+    return CancelReport(name, "cancelled")
+
+
+def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
+    """Move a queued job into cancel/ (it can no longer run). Returns its new path.
+
+    Raises:
+        NotFound: a driver claimed it first.
+    """
+    target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
+    try:
+        sp.move(entry.path, target, "cancelling")
+    except NotFound:
+        raise NotFound(f"job {entry.name!r} started running as you cancelled it",
+                       f"run onite cancel {entry.name} again to stop it") from None
+    return target
+
+
+def request_cancel(spool: sp.Spool, name: str) -> Path:
+    """Leave an empty request file cancel/NAME@TOKEN for the drivers."""
+    path = spool.cancel_dir / f"{name}{SIDE}{_token()}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        os.close(fd)
+    except OSError as err:
+        raise SpoolIOError(path, "asking the driver to cancel", err) from None
+    return path
+
+
+def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> None:
+    """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result."""
+    from onite.jobfile import decode
+
+    name = pending.name.partition(SIDE)[0]
+    try:
+        fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return
+    try:
+        st = os.fstat(fd)
+        data = _read_all(fd) if stat.S_ISREG(st.st_mode) else b""
+    finally:
+        os.close(fd)
+    try:
+        job = decode(data)
+        priority, urgent, submitted = job.priority, job.urgent, job.submitted
+    except Exception:  # a damaged file is still filed: the cancel must not fail on it
+        priority, urgent, submitted = rank or 0, rank == 0, now
+    result = Result(
+        name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), priority=priority, urgent=urgent,
+        state=JobState.CANCELLED, reason=f"cancelled by {by}", exit_code=None, signal=None, host="",
+        submitted=submitted, queued=None, started=None, finished=now, attempt=1,
+    )
+    sp.write_result(spool, result)
+    sp.move(pending, spool.done_dir / name, "filing the cancelled job")
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _token() -> str:
+    return f"{os.getpid()}.{os.urandom(4).hex()}"
+
+
+def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entry:
+    """Hold (or release) a queued job: its file's owner-write bit is the flag.
+
+    Raises:
+        NotFound: not queued. Refused: not the caller's job (and not root).
+    """
+    check_name(name)
+    entries = sp.find_queued(spool, name)
+    if not entries:
+        if sp.find_running(spool, name):
+            raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
+        raise NotFound(f"no job {name!r} is queued", "see onite list")
+    for entry in entries:
+        if caller_uid not in (0, entry.uid):
+            raise Refused(f"job {name!r} belongs to {sp.user_name(entry.uid)}",
+                          "only its owner or root may hold or release it")
+        _chmod_job(entry, 0o400 if held else 0o600, "holding" if held else "releasing")
+    return entries[0]
+
+
+def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:
+    # Through an O_NOFOLLOW descriptor: root must never chmod what a planted symlink points at.
+    try:
+        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFound(f"job {entry.name!r} left the queue", "see onite list") from None
+    except OSError as err:
+        raise SpoolIOError(entry.path, action, err) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(f"{entry.path} is not a job file", "the driver will move it aside")
+        os.fchmod(fd, mode)
+    except OSError as err:
+        raise SpoolIOError(entry.path, action, err) from None
+    finally:
+        os.close(fd)
+
+
+def find(spool: sp.Spool, name: str) -> bool:
+    """Is a job of this name queued or running (any host)?
+
+    Raises:
+        InvalidInput: a bad name.
+    """
+    check_name(name)
+    return sp.is_live(spool, name)
+
+
+def open_output(spool: sp.Spool, name: str, caller_uid: int):
+    """Open the captured output of the latest (or running) run of ``name`` for reading.
+
+    Raises:
+        NotFound: no output kept for that name.
+        Refused: it belongs to another user.
+    """
+    check_name(name)
+    path = spool.output_path(name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFound(f"no output kept for job {name!r}", "it has not run yet, or retention removed it (see onite list --all)") from None
+    except PermissionError:
+        raise Refused(f"the output of {name!r} belongs to {sp.user_name(os.lstat(path).st_uid)}",
+                      "only its owner and root may read it") from None
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
+    st = os.fstat(fd)
+    if caller_uid not in (0, st.st_uid):
+        os.close(fd)  # readable by mode, but output is private to its owner
+        raise Refused(f"the output of {name!r} belongs to {sp.user_name(st.st_uid)}", "only its owner and root may read it")
+    return os.fdopen(fd, "rb")
+
+
+def check_names(names: list[str]) -> None:
+    if not names:
+        raise InvalidInput("no job name given", "name the job(s), e.g. onite cancel nightly-report")
+    for name in names:
+        check_name(name)

@@ -1,0 +1,815 @@
+"""The driver (``onite run``): lock, recover, then drain the queue in order, up to ``slots`` at once.
+
+One driver per host holds ``driver.HOST.lock`` (flock) for its whole life; a
+second one logs that and exits 0. At start it recovers what a dead driver of
+the same host left in running/HOST/. Then it loops:
+
+    reap finished jobs → record them (or requeue a retry) → honour cancel
+    requests → start the first eligible jobs in order while a slot is free →
+    sleep until a job ends, a signal arrives, a deadline passes or the queue
+    may have changed.
+
+The queue is re-read after every job, so a job spooled at a higher priority
+during the night runs next. The driver starts no job at or after the window
+end (``until``) and stops when nothing can run any more.
+
+Signals: INT or TERM → start nothing new, let running jobs finish, exit 0; a
+second INT/TERM, or QUIT → kill the running jobs' process groups, put the
+jobs back in their queues, exit 0; USR1 → a status line in the log; HUP →
+re-read onite.toml.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import stat
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, time as dtime, timedelta
+from pathlib import Path
+
+from onite import spool as sp
+from onite.config import Config, default_host
+from onite.errors import JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.executor import LocalRunner, Run, SpawnError
+from onite.identity import Identity, resolve
+from onite.index import Candidate, QueueIndex, is_settling
+from onite.jobfile import Attempt, Job, decode, encode
+from onite.log import ActivityLog
+from onite.names import SIDE, is_valid_name
+from onite.policy import is_admin, may_touch, window_end
+from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay
+from onite.state import JobState, Outcome, Result
+
+POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
+IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
+
+
+@dataclass
+class _Inspected:
+    kind: str  # "ok", "bad", "gone", "moved", "settling", "foreign"
+    st: os.stat_result | None = None
+    meta: Meta | None = None
+    reason: str = ""
+
+
+class Driver:
+    """Drains one spool on one host. ``run()`` returns the process exit code."""
+
+    def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
+                 until: dtime | None = None, echo=None, runner=None) -> None:
+        self.spool = spool
+        self.config: Config = spool.config
+        self.host = host or default_host(self.config)
+        self._slots_override = slots
+        self._until_override = until
+        self.euid = os.geteuid()
+        self.log = ActivityLog(spool.log_path, self.host, echo=echo)
+        self.runner = runner or self._make_runner()
+        self.index = QueueIndex(spool.queue_folders())
+        self.running: dict[str, Run] = {}
+        self._meta: dict[str, tuple[tuple[int, int, int], Meta]] = {}
+        self._parsed: dict[str, tuple[tuple[int, int, int], Job]] = {}
+        self._signals: list[int] = []
+        self._stopping = False
+        self._hard_stop = False
+        self._window_closed = False
+        self._reported_foreign: set[str] = set()
+        self._cancel_mtime = -1
+        self._seq = 0
+        self._since_prune = 0
+        self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
+        self._wake_at: datetime | None = None
+        self.started_at = self.now()
+        self.window_end = window_end(self.started_at, self.until)
+
+    # ---- settings ------------------------------------------------------------------
+
+    @property
+    def slots(self) -> int:
+        return self._slots_override or self.config.slots_for(self.host)
+
+    @property
+    def until(self) -> dtime | None:
+        return self._until_override or self.config.until
+
+    def _make_runner(self):
+        if self.config.executor == "slurm":
+            from onite.slurm import SlurmRunner
+
+            return SlurmRunner(self.spool, self.config, switch_user=self.euid == 0)
+        return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
+                           switch_user=self.euid == 0)
+
+    @staticmethod
+    def now() -> datetime:
+        return datetime.now().astimezone()
+
+    # ---- the whole run -----------------------------------------------------------
+
+    def run(self) -> int:
+        self.spool.check()
+        running_dir = self.spool.running_dir(self.host)
+        if not os.access(self.spool.running_root, os.W_OK):
+            raise Refused(f"cannot write {self.spool.running_root}: this spool is drained by its owner",
+                          "run the driver as root (sudo onite run), or use your own spool")
+        lock = self._take_lock()
+        if lock is None:
+            return 0
+        try:
+            os.makedirs(running_dir, mode=0o755, exist_ok=True)
+            self.log.event("driver-start", host=self.host, slots=self.slots,
+                           until=self.until.strftime("%H:%M") if self.until else None,
+                           executor=self.runner.executor)
+            with _SignalCatcher(self._signals) as wakeup_fd:
+                self.recover()
+                self._loop(wakeup_fd)
+            self._prune()
+            left = len(self.index)
+            self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
+                           cancelled=self.counts["cancelled"], left=left,
+                           reason="stopped" if self._stopping else "window closed" if self._window_closed
+                           else "drained")
+        finally:
+            lock.release()
+            self.log.close()
+        return 0
+
+    def _take_lock(self):
+        from filelock import Timeout, UnixFileLock
+
+        path = self.spool.lock_path(self.host)
+        # A brief timeout, not zero: `onite submit` probes the lock with a shared flock
+        # for a microsecond, and a driver starting at that instant must not give up.
+        lock = UnixFileLock(str(path), timeout=0.5, mode=0o644)
+        try:
+            lock.acquire()
+        except Timeout:
+            from onite.locks import lock_owner
+
+            self.log.event("driver-busy", host=self.host, holder=lock_owner(path) or "?",
+                           note="another driver is draining this spool on this host; exiting")
+            return None
+        try:  # say who holds it, for `onite status` and a second driver's log line
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+            os.write(fd, f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()}\n".encode())
+            os.close(fd)
+        except OSError:
+            pass
+        return lock
+
+    def _loop(self, wakeup_fd: int) -> None:
+        poller = select.poll()
+        poller.register(wakeup_fd, select.POLLIN)
+        registered: set[int] = set()
+        while True:
+            self._handle_signals()
+            if self._hard_stop:
+                self._kill_all()
+            self._reap()
+            self.runner.tick(time.monotonic())
+            self._process_cancels()
+            if not self._stopping and not self._hard_stop:
+                self._start_jobs()
+            if not self.runner.runs and not self.running:
+                if self._stopping or self._hard_stop or self._window_closed:
+                    return
+                if self._wake_at is None:
+                    # nothing runnable: one full listing to be sure before we leave
+                    self.index.refresh(force=True)
+                    self._start_jobs()
+                    if not self.running and self._wake_at is None:
+                        return
+            timeout = self._timeout()
+            fds = set(self.runner.wait_fds())
+            for fd in registered - fds:
+                poller.unregister(fd)
+            for fd in fds - registered:
+                poller.register(fd, select.POLLIN)
+            registered = fds
+            for fd, _ in poller.poll(timeout * 1000):
+                if fd == wakeup_fd:
+                    try:
+                        os.read(wakeup_fd, 512)
+                    except BlockingIOError:
+                        pass
+
+    def _timeout(self) -> float:
+        now_mono = time.monotonic()
+        timeout = POLL if self.running else IDLE_POLL
+        if getattr(self.runner, "needs_polling", lambda: False)():
+            timeout = min(timeout, 0.05)
+        deadline = self.runner.next_deadline()
+        if deadline is not None:
+            timeout = min(timeout, max(deadline - now_mono, 0.0))
+        if self._wake_at is not None:
+            timeout = min(timeout, max((self._wake_at - self.now()).total_seconds(), 0.0))
+        return max(timeout, 0.0)
+
+    # ---- signals -----------------------------------------------------------------
+
+    def _handle_signals(self) -> None:
+        while self._signals:
+            sig = self._signals.pop(0)
+            if sig in (signal.SIGINT, signal.SIGTERM):
+                if self._stopping:
+                    self._hard_stop = True
+                    self.log.event("signal", sig=signal.Signals(sig).name, action="kill running jobs and requeue them")
+                else:
+                    self._stopping = True
+                    self.log.event("signal", sig=signal.Signals(sig).name,
+                                   action="finish running jobs, start none", running=len(self.running))
+            elif sig == signal.SIGQUIT:
+                self._hard_stop = self._stopping = True
+                self.log.event("signal", sig="SIGQUIT", action="kill running jobs and requeue them")
+            elif sig == signal.SIGUSR1:
+                self._status_line()
+            elif sig == signal.SIGHUP:
+                self._reload()
+
+    def _status_line(self) -> None:
+        queued = self.index.counts()
+        self.log.event("status", running=",".join(sorted(self.running)) or "-", slots=self.slots,
+                       queued=sum(queued.values()), done=self.counts["done"], failed=self.counts["failed"],
+                       cancelled=self.counts["cancelled"], stopping="yes" if self._stopping else None)
+
+    def _reload(self) -> None:
+        try:
+            config = self.spool.reload_config()
+        except OniteError as err:
+            self.log.event("reload-failed", error=str(err), note="keeping the previous settings")
+            return
+        self.config = config
+        self.index.set_folders(self.spool.queue_folders())
+        if isinstance(self.runner, LocalRunner):
+            self.runner.shell = config.shell
+            self.runner.kill_grace = config.kill_grace.total_seconds()
+        self.window_end = window_end(self.started_at, self.until)
+        self.log.event("reloaded", slots=self.slots, priorities=config.priorities)
+
+    def _kill_all(self) -> None:
+        for run in list(self.running.values()):
+            if run.stopping != "shutdown":
+                self.runner.kill(run, "shutdown")
+
+    # ---- picking and starting ------------------------------------------------------
+
+    def _start_jobs(self) -> None:
+        self._wake_at = None
+        while len(self.running) < self.slots:
+            if self.window_end is not None and self.now() >= self.window_end:
+                if not self._window_closed:
+                    self._window_closed = True
+                    self.index.refresh(force=True)
+                    self.log.event("window-closed", until=self.until.strftime("%H:%M"), left=len(self.index),
+                                   note="jobs left stay queued for the next night")
+                return
+            picked = self._pick()
+            if picked is None:
+                return
+            self._start(*picked)
+
+    def _pick(self) -> tuple[Candidate, os.stat_result] | None:
+        now = self.now()
+        self.index.refresh()
+        for _ in range(3):  # a file that moved in the order makes us look again, from the top
+            moved = False
+            for cand in self.index.candidates():
+                if cand.name in self.running:
+                    continue  # a job of that name runs here; a second one waits its turn
+                seen = self._inspect(cand)
+                if seen.kind == "ok":
+                    held = not seen.st.st_mode & stat.S_IWUSR
+                    verdict = evaluate(seen.meta, held=held, now=now, host=self.host, dependency=self._dep_state)
+                    if verdict is READY:
+                        return cand, seen.st
+                    if isinstance(verdict, Fail):
+                        self._fail_unstarted(cand, seen.st, verdict.reason)
+                    elif isinstance(verdict, Wait) and verdict.until is not None:
+                        self._note_wake(verdict.until)
+                elif seen.kind == "bad":
+                    self._refuse(cand, seen.st, seen.reason)
+                elif seen.kind == "gone":
+                    self.index.forget(cand)
+                elif seen.kind == "moved":
+                    moved = True
+                elif seen.kind == "settling":
+                    self._note_wake(now + timedelta(seconds=0.2))
+            if not moved:
+                return None
+        return None
+
+    def _note_wake(self, when: datetime) -> None:
+        if self.window_end is not None and when >= self.window_end:
+            return  # not tonight
+        if self._wake_at is None or when < self._wake_at:
+            self._wake_at = when
+
+    def _inspect(self, cand: Candidate) -> _Inspected:
+        try:
+            st = os.lstat(cand.path)
+        except FileNotFoundError:
+            return _Inspected("gone")
+        if st.st_ctime_ns != cand.ctime_ns:
+            self.index.reorder(cand, st.st_ctime_ns)
+            return _Inspected("moved")
+        problem = self._file_problem(st)
+        if problem == "settling":
+            return _Inspected("settling", st)
+        if problem:
+            return _Inspected("bad", st, reason=problem)
+        if self.euid != 0 and st.st_uid != self.euid:
+            if cand.name not in self._reported_foreign:
+                self._reported_foreign.add(cand.name)
+                self.log.event("skip", cand.name, owner=sp.user_name(st.st_uid),
+                               reason=f"this driver runs as {sp.user_name(self.euid)} and runs only its own jobs")
+            return _Inspected("foreign", st)
+        if cand.rank == 0 and not self._may_be_urgent(st.st_uid):
+            return _Inspected("bad", st, reason=f"urgent jobs need an admin; {sp.user_name(st.st_uid)} is not one")
+        key = (st.st_ino, st.st_ctime_ns, st.st_size)
+        cached = self._meta.get(cand.name)
+        if cached and cached[0] == key:
+            return _Inspected("ok", st, cached[1])
+        try:
+            job, st2 = self._read_job(cand.path)
+        except FileNotFoundError:
+            return _Inspected("gone")
+        except (JobFormatError, _BadFile) as err:
+            return _Inspected("bad", st, reason=str(err))
+        if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key:
+            return _Inspected("moved")
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin)
+        self._meta[cand.name] = (key, meta)
+        self._parsed[cand.name] = (key, job)
+        if len(self._parsed) > 64:  # keep full jobs only for the few near the head of the queue
+            self._parsed.pop(next(iter(self._parsed)))
+        return _Inspected("ok", st, meta)
+
+    def _file_problem(self, st: os.stat_result) -> str:
+        """Why a queued file must never run, or "" if it may (docs/security.md)."""
+        if stat.S_ISLNK(st.st_mode):
+            return "a symbolic link, not a job file"
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file (a fifo, device or folder)"
+        if st.st_nlink != 1:
+            return "settling" if is_settling(st, time.time_ns()) else f"has {st.st_nlink} hard links"
+        if st.st_mode & 0o022:
+            return "writable by users other than its owner"
+        if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            return "has the setuid or setgid bit"
+        try:
+            resolve(st.st_uid)
+        except Refused:
+            return f"its owner uid {st.st_uid} has no account on this machine"
+        if st.st_size > self.config.max_job_size + (8 << 20):
+            return f"larger than max_job_size ({st.st_size} bytes)"
+        return ""
+
+    def _may_be_urgent(self, uid: int) -> bool:
+        try:
+            ident = resolve(uid)
+        except Refused:
+            return False
+        return is_admin(uid, ident.name, ident.group_names(), self.config.admins)
+
+    def _read_job(self, path: Path) -> tuple[Job, os.stat_result]:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _BadFile("not a regular file")
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+                if sum(map(len, chunks)) > self.config.max_job_size + (8 << 20):
+                    raise _BadFile("larger than max_job_size")
+        except OSError as err:
+            if err.errno == 40:  # ELOOP: a symlink swapped in since we looked
+                raise _BadFile("a symbolic link, not a job file") from None
+            raise
+        finally:
+            os.close(fd)
+        return decode(b"".join(chunks)), st
+
+    def _dep_state(self, name: str) -> DepState:
+        if name in self.running or self.index.contains(name) or sp.find_queued(self.spool, name) \
+                or sp.find_running(self.spool, name):
+            return DepState.PENDING
+        result = sp.read_result(self.spool, name)
+        if result is not None:
+            return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
+        if any(e.name == name for e in sp.cancelled_pending(self.spool)):
+            return DepState.CANCELLED
+        return DepState.MISSING
+
+    def _start(self, cand: Candidate, st_seen: os.stat_result) -> None:
+        target = self.spool.running_dir(self.host) / cand.name
+        try:
+            sp.move(cand.path, target, "claiming")
+        except NotFound:
+            self.index.forget(cand)  # another host, or a cancel, got there first: not an error
+            return
+        self.index.forget(cand)
+        now = self.now()
+        try:
+            job, st = self._claimed_job(cand.name, target, st_seen)
+        except (JobFormatError, _BadFile, OSError) as err:
+            self._refuse_claimed(cand.name, target, st_seen, str(err))
+            return
+        problem = self._file_problem(st)
+        if problem:
+            self._refuse_claimed(cand.name, target, st, problem.replace("settling", "has 2 hard links"))
+            return
+        owner = resolve(st.st_uid)
+        self._seq += 1
+        run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank,
+                  run_id=f"{now:%Y%m%dT%H%M%S}-{self.host}-{os.getpid()}-{self._seq}",
+                  started=now, started_mono=time.monotonic())
+        run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
+        self._write_runinfo(run, {})
+        try:
+            self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1)
+        except SpawnError as err:
+            self.log.event("start-failed", cand.name, user=owner.name, reason=str(err))
+            self._record(run, Outcome(reason=str(err)), self.now())
+            return
+        self.running[cand.name] = run
+        self._write_runinfo(run, self.runner.runinfo(run))
+        self.log.event("start", cand.name, user=owner.name, priority="urgent" if cand.rank == 0 else cand.rank,
+                       attempt=job.attempt, pid=run.process.pid if run.process else None,
+                       slurm=run.external_id)
+
+    def _claimed_job(self, name: str, path: Path, st_seen: os.stat_result) -> tuple[Job, os.stat_result]:
+        cached = self._parsed.pop(name, None)
+        job, st = None, None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if cached and cached[0][0] == st.st_ino and cached[0][2] == st.st_size and st.st_ino == st_seen.st_ino \
+                and st.st_mtime_ns == st_seen.st_mtime_ns:
+            job = cached[1]
+        else:
+            job, st = self._read_job(path)
+        return job, st
+
+    def _write_runinfo(self, run: Run, extra: dict) -> None:
+        import json
+
+        info = {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
+                "started": run.started.isoformat(), "queued": run.queued_at.isoformat(),
+                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": os.getpid(), **extra}
+        path = self.spool.running_dir(self.host) / f"{run.name}{sp.RUNINFO}"
+        try:
+            sp.replace_file(path, json.dumps(info).encode())
+        except OniteError as err:
+            self.log.event("warning", run.name, error=str(err))
+
+    # ---- finishing -----------------------------------------------------------------
+
+    def _reap(self) -> None:
+        for run, outcome in self.runner.reap():
+            self.running.pop(run.name, None)
+            if run.stopping == "shutdown" and outcome.cancelled_by is None:
+                self._requeue_interrupted(run)
+            else:
+                self._record(run, outcome, self.now())
+
+    def _record(self, run: Run, outcome: Outcome, now: datetime) -> None:
+        job = run.job
+        attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=self.host,
+                          exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
+        retryable = outcome.state is JobState.FAILED and not outcome.reason and job.attempt <= job.retries
+        if retryable and self._requeue_retry(run, attempt, now):
+            return
+        result = Result(
+            name=run.name, uid=run.owner.uid, user=run.owner.name, priority=job.priority, urgent=run.rank == 0,
+            state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code, signal=outcome.signal,
+            host=self.host, submitted=job.submitted, queued=getattr(run, "queued_at", None), started=run.started,
+            finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
+            executor=self.runner.executor, external_id=run.external_id, recur=job.recur,
+        )
+        running_dir = self.spool.running_dir(self.host)
+        try:
+            sp.write_result(self.spool, result)
+            sp.move(running_dir / run.name, self.spool.done_dir / run.name, "filing the finished job")
+        except OniteError as err:
+            self.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
+            return
+        sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
+        self.counts[str(result.state)] += 1
+        self.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
+                       exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
+                       attempt=job.attempt)
+        self._since_prune += 1
+        if self._since_prune >= max(50, self.config.keep // 10):
+            self._prune()
+
+    def _requeue_retry(self, run: Run, attempt: Attempt, now: datetime) -> bool:
+        delay = retry_delay(self.config.retry_delay.total_seconds(), run.job.attempt)
+        job = replace(run.job, attempt=run.job.attempt + 1, not_before=now + timedelta(seconds=delay),
+                      tried=run.job.tried + (attempt,))
+        folder = self.spool.folder_for(job.priority, run.rank == 0)
+        try:
+            sp.create_file(folder, run.name, encode(job), owner=(run.owner.uid, run.owner.gid), durable=False)
+        except Refused:
+            self.log.event("retry-skipped", run.name, note="a new job of that name is queued")
+            return False
+        except OniteError as err:
+            self.log.event("retry-failed", run.name, error=str(err))
+            return False
+        running_dir = self.spool.running_dir(self.host)
+        sp.remove(running_dir / run.name)
+        sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
+        self.counts["retried"] += 1
+        self.log.event("retry", run.name, user=run.owner.name, attempt=job.attempt, of=run.job.retries + 1,
+                       after=f"{delay:g}s", reason=attempt.reason)
+        return True
+
+    def _requeue_interrupted(self, run: Run) -> None:
+        running_dir = self.spool.running_dir(self.host)
+        try:
+            self._requeue_file(running_dir / run.name, run.name, run.rank)
+        except OniteError as err:
+            self.log.event("error", run.name, error=str(err))
+            return
+        sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
+        self.counts["requeued"] += 1
+        self.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
+
+    def _requeue_file(self, path: Path, name: str, rank: int) -> None:
+        folder = self.spool.urgent_dir if rank == 0 else self.spool.queue_dir(min(rank, self.config.priorities))
+        target = folder / name
+        if os.path.lexists(target):
+            raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
+        sp.move(path, target, "requeueing")
+
+    def _fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
+        """A queued job that can never run (its dependency failed): file it as failed."""
+        now = self.now()
+        job = self._parsed.get(cand.name, (None, None))[1]
+        result = Result(
+            name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid),
+            priority=job.priority if job else cand.rank, urgent=cand.rank == 0, state=JobState.FAILED,
+            reason=reason, exit_code=None, signal=None, host=self.host,
+            submitted=job.submitted if job else now, queued=None, started=None, finished=now,
+            attempt=job.attempt if job else 1, attempts=job.tried if job else (), recur=job.recur if job else None,
+        )
+        try:
+            sp.write_result(self.spool, result)
+            sp.move(cand.path, self.spool.done_dir / cand.name, "failing")
+        except NotFound:
+            pass
+        except OniteError as err:
+            self.log.event("error", cand.name, error=str(err))
+            return
+        self.index.forget(cand)
+        self.counts["failed"] += 1
+        self.log.event("failed", cand.name, user=result.user, reason=reason)
+
+    def _refuse(self, cand: Candidate, st: os.stat_result | None, reason: str) -> None:
+        self.index.forget(cand)
+        self._move_aside(cand.path, cand.name, st, reason)
+
+    def _refuse_claimed(self, name: str, path: Path, st: os.stat_result | None, reason: str) -> None:
+        self._move_aside(path, name, st, reason)
+
+    def _move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str) -> None:
+        """Never run it, never delete it: move it to refused/ and say why, in the log and a result."""
+        target = self.spool.refused_dir / f"{name}{SIDE}{self.now():%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
+        try:
+            sp.move(path, target, "moving aside")
+        except NotFound:
+            return
+        except OniteError as err:
+            self.log.event("error", name, error=str(err))
+            return
+        owner = sp.user_name(st.st_uid) if st else "?"
+        self.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(self.spool.root)))
+        if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode):
+            now = self.now()
+            result = Result(name=name, uid=st.st_uid, user=owner, priority=0, urgent=False, state=JobState.FAILED,
+                            reason=f"refused: {reason}", exit_code=None, signal=None, host=self.host,
+                            submitted=now, queued=None, started=None, finished=now, attempt=1)
+            try:
+                sp.write_result(self.spool, result)
+            except OniteError:
+                pass
+
+    # ---- cancel requests -------------------------------------------------------------
+
+    def _process_cancels(self) -> None:
+        try:
+            mtime = os.stat(self.spool.cancel_dir).st_mtime_ns
+        except FileNotFoundError:
+            return
+        if mtime == self._cancel_mtime and time.time_ns() - mtime > 50_000_000:
+            return
+        self._cancel_mtime = mtime
+        from onite.control import file_cancelled, withdraw
+
+        try:
+            entries = list(os.scandir(self.spool.cancel_dir))
+        except OSError:
+            return
+        for entry in entries:
+            name, sep, _ = entry.name.partition(SIDE)
+            if not sep or not is_valid_name(name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            path = Path(entry.path)
+            if not stat.S_ISREG(st.st_mode):
+                sp.remove(path)
+                continue
+            requester = sp.user_name(st.st_uid)
+            if st.st_size:  # a job its owner withdrew from the queue: file it
+                try:
+                    file_cancelled(self.spool, path, by=requester, now=self.now())
+                except OniteError as err:
+                    self.log.event("error", name, error=str(err))
+                    continue
+                self.counts["cancelled"] += 1
+                self.log.event("cancelled", name, by=requester, was="queued")
+                continue
+            self._honour_request(name, path, st, requester, withdraw, file_cancelled)
+
+    def _honour_request(self, name, path, st, requester, withdraw, file_cancelled) -> None:
+        own_only = self.config.own_only
+        run = self.running.get(name)
+        if run is not None:
+            if may_touch(st.st_uid, run.owner.uid, own_only):
+                self.runner.stop(run, "cancel", by=requester)
+                self.log.event("cancel", name, by=requester, was="running")
+            else:
+                self.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
+            sp.remove(path)
+            return
+        for entry in sp.find_queued(self.spool, name):
+            if not may_touch(st.st_uid, entry.uid, own_only):
+                self.log.event("cancel-refused", name, by=requester, owner=sp.user_name(entry.uid))
+                continue
+            try:
+                pending = withdraw(self.spool, entry)
+                file_cancelled(self.spool, pending, by=requester, now=self.now())
+            except OniteError:
+                continue
+            self.counts["cancelled"] += 1
+            self.log.event("cancelled", name, by=requester, was="queued")
+        if sp.find_running(self.spool, name) and time.time() - st.st_mtime < 86400:
+            return  # running on another host: its driver will honour the request
+        sp.remove(path)
+
+    # ---- recovery --------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Deal with what a dead driver of this host left in running/HOST/."""
+        import json
+
+        running_dir = self.spool.running_dir(self.host)
+        try:
+            names = os.listdir(running_dir)
+        except FileNotFoundError:
+            return
+        jobs = [n for n in names if is_valid_name(n)]
+        for name in jobs:
+            path = running_dir / name
+            info_path = running_dir / f"{name}{sp.RUNINFO}"
+            try:
+                info = json.loads(info_path.read_bytes())
+            except (OSError, ValueError):
+                info = {}
+            reattached = self._reattach(name, path, info)
+            if reattached:
+                continue
+            previous = sp.read_result(self.spool, name)
+            if previous is not None and info.get("run_id") and previous.run_id == info.get("run_id"):
+                try:
+                    sp.move(path, self.spool.done_dir / name, "completing a finished job")
+                except OniteError as err:
+                    self.log.event("error", name, error=str(err))
+                    continue
+                sp.remove(info_path)
+                self.log.event("recovered", name, action="its result was recorded; filed it")
+                continue
+            what = self.runner.recover(info, self.config.kill_grace.total_seconds()) if info else "no run record"
+            rank = info.get("rank")
+            if rank is None:
+                try:
+                    job, _ = self._read_job(path)
+                    rank = 0 if job.urgent else job.priority
+                except (OSError, JobFormatError, _BadFile):
+                    rank = self.config.default_priority
+            if self.config.on_interrupt == "fail":
+                self._fail_recovered(name, path, info, what)
+            else:
+                if sp.find_queued(self.spool, name):
+                    sp.remove(path)  # a retry was already queued before the crash
+                    action = "dropped (its retry is already queued)"
+                else:
+                    try:
+                        self._requeue_file(path, name, int(rank))
+                        action = "requeued"
+                    except OniteError as err:
+                        self.log.event("error", name, error=str(err))
+                        continue
+                self.counts["requeued"] += 1
+                self.log.event("recovered", name, action=action, processes=what,
+                               driver=info.get("driver_pid"))
+            sp.remove(info_path)
+        for name in names:  # run records whose job is gone
+            if name.endswith(sp.RUNINFO) and name[: -len(sp.RUNINFO)] not in jobs:
+                sp.remove(running_dir / name)
+
+    def _reattach(self, name: str, path: Path, info: dict) -> bool:
+        """Executors whose jobs outlive the driver (Slurm) take their runs back."""
+        reattach = getattr(self.runner, "reattach", None)
+        if reattach is None or not info.get("external_id"):
+            return False
+        try:
+            job, st = self._read_job(path)
+            owner = resolve(st.st_uid)
+        except (OSError, OniteError, _BadFile):
+            return False
+        run = Run(name=name, job=job, owner=owner, rank=int(info.get("rank", job.priority)),
+                  run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
+                  started_mono=time.monotonic(), external_id=info["external_id"])
+        run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
+        if not reattach(run):
+            return False
+        self.running[name] = run
+        self.log.event("recovered", name, action="re-attached", slurm=run.external_id)
+        return True
+
+    def _fail_recovered(self, name: str, path: Path, info: dict, what: str) -> None:
+        now = self.now()
+        try:
+            job, st = self._read_job(path)
+        except (OSError, JobFormatError, _BadFile):
+            job, st = None, os.lstat(path)
+        started = datetime.fromisoformat(info["started"]) if info.get("started") else None
+        reason = "interrupted: the driver died (recovered)"
+        result = Result(
+            name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), priority=job.priority if job else 0,
+            urgent=bool(job and job.urgent), state=JobState.FAILED, reason=reason, exit_code=None, signal=None,
+            host=self.host, submitted=job.submitted if job else now, queued=None, started=started, finished=now,
+            attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=info.get("run_id", ""),
+        )
+        try:
+            sp.write_result(self.spool, result)
+            sp.move(path, self.spool.done_dir / name, "failing an interrupted job")
+        except OniteError as err:
+            self.log.event("error", name, error=str(err))
+            return
+        self.counts["failed"] += 1
+        self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
+
+    # ---- retention -------------------------------------------------------------------
+
+    def _prune(self) -> None:
+        from onite.retention import prune
+
+        self._since_prune = 0
+        try:
+            removed = prune(self.spool, self.config.keep, protect=set(self.running))
+        except OniteError as err:
+            self.log.event("error", error=str(err), note="retention")
+            return
+        if removed:
+            self.log.event("pruned", removed=removed, keep=self.config.keep)
+
+
+class _BadFile(Exception):
+    """A queued file that is not a job the driver may run."""
+
+
+class _SignalCatcher:
+    """Route INT, TERM, QUIT, HUP and USR1 into a list, and wake the driver's poll()."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1)
+
+    def __init__(self, sink: list[int]) -> None:
+        self.sink = sink
+        self.saved: dict[int, object] = {}
+
+    def __enter__(self) -> int:
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        for sig in self.SIGNALS:
+            self.saved[sig] = signal.signal(sig, self._handle)
+        return self.read_fd
+
+    def _handle(self, signum, frame) -> None:
+        self.sink.append(signum)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(self.old_wakeup)
+        os.close(self.read_fd)
+        os.close(self.write_fd)

@@ -1,0 +1,387 @@
+"""Running one job on this machine: as its owner, in its own session, output captured.
+
+``plan`` (pure) decides the command line and environment; ``spawn`` starts it:
+
+- the job text is handed over in an anonymous memory file (memfd) that the
+  interpreter reads as /dev/fd/N: nothing is written to disk, bytes are
+  exact, and the job's stdin stays /dev/null;
+- text that starts with ``#!`` runs under that interpreter (Linux rules:
+  the path, then at most one argument); anything else under ``shell``;
+- when the driver is root the child drops to the owner with the standard
+  library's own support, applied in this order by the kernel calls
+  setgroups, setgid, setuid (``extra_groups``, ``group``, ``user``): real,
+  effective and saved ids all change, so the job can never regain root;
+- a new session (setsid): the job leads its own process group, which is
+  what timeouts and cancels signal, and it has no controlling terminal;
+- stdout and stderr go to stdout/NAME, created by the driver, owned by the
+  job's user, mode 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from onite.identity import Identity
+from onite.jobfile import Job
+
+
+class SpawnError(Exception):
+    """The job could not be started; the message is the reason recorded for it."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[bytes, ...]  # the last element is replaced by the script's /dev/fd path
+    env: dict[bytes, bytes]
+    cwd: bytes
+    umask: int
+    identity: Identity | None  # None: run with the driver's own credentials
+
+
+SCRIPT = b"\0script\0"  # placeholder in argv for /dev/fd/N
+
+
+def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
+    """The command that runs ``body``, with SCRIPT where its path goes."""
+    if body.startswith(b"#!"):
+        line = body[2:].split(b"\n", 1)[0].strip(b" \t\r")
+        if line:
+            parts = line.replace(b"\t", b" ").split(b" ", 1)
+            arg = parts[1].strip(b" ") if len(parts) > 1 else b""
+            return (parts[0],) + ((arg,) if arg else ()) + (SCRIPT,)
+    return (os.fsencode(shell), SCRIPT)
+
+
+def plan(job: Job, owner: Identity, *, shell: str, switch_user: bool) -> Launch:
+    """What to execute for ``job`` (pure). ``switch_user``: the driver is root."""
+    env = dict(job.env)
+    if switch_user:
+        env.update(owner.login_env())
+    return Launch(
+        argv=interpreter(job.body, shell),
+        env=env,
+        cwd=job.cwd,
+        umask=job.umask,
+        identity=owner if switch_user else None,
+    )
+
+
+class LocalProcess:
+    """A started job: its leader process, whose pid is also its process group id."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.pgid = popen.pid  # setsid made it the leader of a new session and group
+        try:
+            self.pidfd: int | None = os.pidfd_open(self.pid)
+        except (OSError, AttributeError):
+            self.pidfd = None  # old kernel: the driver falls back to polling
+
+    def poll(self) -> int | None:
+        """The wait status once the leader has exited, else None (reaps it)."""
+        if self.popen.returncode is not None:
+            return self._status
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.pid, 0
+        if pid == 0:
+            return None
+        self.popen.returncode = os.waitstatus_to_exitcode(status)
+        self._status = status
+        self.close()
+        return status
+
+    def signal_group(self, sig: int) -> bool:
+        """Signal every process of the job's group; False if none is left."""
+        try:
+            os.killpg(self.pgid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False
+
+    def group_alive(self) -> bool:
+        return self.signal_group(0)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def spawn(launch: Launch, body: bytes, output_fd: int, name: str) -> LocalProcess:
+    """Start the job. Raises SpawnError with a reason fit for the result record."""
+    cwd = launch.cwd
+    check_directory(cwd)
+    script_fd = os.memfd_create(f"onite:{name}", 0)
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[os.write(script_fd, view):]
+        os.lseek(script_fd, 0, os.SEEK_SET)
+        script = os.fsencode(f"/dev/fd/{script_fd}")
+        argv = [script if part == SCRIPT else part for part in launch.argv]
+        ident = launch.identity
+        try:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=output_fd,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=launch.env,
+                start_new_session=True,
+                umask=launch.umask,
+                pass_fds=(script_fd,),
+                close_fds=True,
+                restore_signals=True,
+                **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
+            )
+        except FileNotFoundError as err:
+            missing = err.filename or argv[0]
+            if missing == cwd or (isinstance(missing, str) and os.fsencode(missing) == cwd):
+                raise SpawnError(f"its directory {os.fsdecode(cwd)} no longer exists") from None
+            raise SpawnError(f"cannot start {os.fsdecode(argv[0])}: no such file") from None
+        except PermissionError as err:
+            target = err.filename if err.filename is not None else argv[0]
+            raise SpawnError(f"cannot start {os.fsdecode(target)}: permission denied") from None
+        except OSError as err:
+            raise SpawnError(f"cannot start {os.fsdecode(argv[0])}: {err.strerror or err}") from None
+    finally:
+        os.close(script_fd)
+    return LocalProcess(popen)
+
+
+def check_directory(cwd: bytes) -> None:
+    """Raises SpawnError when the job's directory is gone (a clear reason beats chdir's errno)."""
+    import stat
+
+    try:
+        st = os.stat(cwd)
+    except (FileNotFoundError, NotADirectoryError):
+        raise SpawnError(f"its directory {os.fsdecode(cwd)} no longer exists") from None
+    except OSError:
+        return  # e.g. root cannot look into a root-squashed NFS home: let the start itself decide
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpawnError(f"its directory {os.fsdecode(cwd)} is not a directory")
+
+
+def open_output(path: Path, identity: Identity | None, *, append: bool) -> int:
+    """Create (or, for a retry, reopen) the job's output file, owned by its user, mode 0600.
+
+    A fresh run replaces an older output of the same name: the old file is
+    unlinked first, so a file planted in its place is never written through.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    if append:
+        try:
+            fd = os.open(path, flags)
+            st = os.fstat(fd)
+            if identity is None or st.st_uid == identity.uid:
+                return fd
+            os.close(fd)
+        except FileNotFoundError:
+            pass
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    if identity is not None:
+        os.fchown(fd, identity.uid, identity.gid)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    try:
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+# ---- the local runner: every job the driver started on this machine -------------
+
+import time as _time
+from datetime import datetime
+
+from onite.state import Outcome, outcome_from_status
+
+
+@dataclass(eq=False)
+class Run:
+    """One attempt of one job, as the driver tracks it until it is recorded."""
+
+    name: str
+    job: Job
+    owner: Identity
+    rank: int
+    run_id: str
+    started: datetime
+    started_mono: float
+    process: "LocalProcess | None" = None
+    external_id: str | None = None  # e.g. a Slurm job id
+    timeout_at: float | None = None  # monotonic
+    kill_at: float | None = None  # monotonic: SIGKILL if still alive then
+    stopping: str | None = None  # "timeout", "cancel", "shutdown"
+    cancelled_by: str | None = None
+    queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+
+class LocalRunner:
+    """Starts jobs as local process groups, enforces time limits, reports how they ended.
+
+    Time limits and stops: SIGTERM to the whole group, then SIGKILL after
+    ``kill_grace``. When a job's leader exits, whatever it left running in
+    its group is killed too, so no stray process outlives its job and the
+    slot bound means what it says.
+    """
+
+    executor = "local"
+
+    def __init__(self, *, shell: str, kill_grace: float, switch_user: bool) -> None:
+        self.shell = shell
+        self.kill_grace = kill_grace
+        self.switch_user = switch_user
+        self.runs: list[Run] = []
+        self._orphans: list[tuple[int, float]] = []  # (pgid, kill_at) of groups whose leader exited
+
+    def start(self, run: Run, output_path: Path, *, append: bool) -> None:
+        """Start ``run``. Raises SpawnError (the job is then recorded as failed)."""
+        launch = plan(run.job, run.owner, shell=self.shell, switch_user=self.switch_user)
+        try:
+            out = open_output(output_path, launch.identity, append=append)
+        except OSError as err:
+            raise SpawnError(f"cannot create its output file {output_path}: {err.strerror}") from None
+        try:
+            if append:
+                os.write(out, f"\n[onite] attempt {run.attempt} of {run.name}, {run.started:%Y-%m-%d %H:%M:%S}\n".encode())
+            run.process = spawn(launch, run.job.body, out, run.name)
+        finally:
+            os.close(out)
+        if run.job.timeout is not None:
+            run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
+        self.runs.append(run)
+
+    def stop(self, run: Run, why: str, *, by: str | None = None) -> None:
+        """Begin stopping ``run``: SIGTERM to its group now, SIGKILL after the grace period."""
+        if run.stopping is None:
+            run.stopping = why
+            run.cancelled_by = by
+        if run.process is not None and run.kill_at is None:
+            run.process.signal_group(signal.SIGTERM)
+            run.kill_at = _time.monotonic() + self.kill_grace
+
+    def kill(self, run: Run, why: str) -> None:
+        """Kill ``run``'s group at once (a hard stop)."""
+        if run.stopping is None:
+            run.stopping = why
+        if run.process is not None:
+            run.process.signal_group(signal.SIGKILL)
+
+    def tick(self, now_mono: float) -> None:
+        """Enforce time limits and kill deadlines."""
+        for run in self.runs:
+            if run.stopping is None and run.timeout_at is not None and now_mono >= run.timeout_at:
+                self.stop(run, "timeout")
+            elif run.kill_at is not None and now_mono >= run.kill_at and run.process is not None:
+                run.process.signal_group(signal.SIGKILL)
+                run.kill_at = None
+        if self._orphans:
+            keep = []
+            for pgid, kill_at in self._orphans:
+                if now_mono >= kill_at:
+                    kill_group(pgid, signal.SIGKILL)
+                elif kill_group(pgid, 0):
+                    keep.append((pgid, kill_at))
+            self._orphans = keep
+
+    def reap(self) -> list[tuple[Run, Outcome]]:
+        """Runs whose leader has exited, with their outcomes."""
+        finished = []
+        for run in self.runs:
+            status = run.process.poll() if run.process is not None else 0
+            if status is None:
+                continue
+            if run.process is not None and kill_group(run.process.pgid, signal.SIGTERM):
+                # the leader left children behind: they get the grace period, then SIGKILL
+                self._orphans.append((run.process.pgid, _time.monotonic() + self.kill_grace))
+            outcome = outcome_from_status(status)
+            if run.stopping == "timeout":
+                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal, timed_out=True)
+            elif run.stopping == "cancel":
+                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal,
+                                  cancelled_by=run.cancelled_by or "?")
+            elif run.stopping == "shutdown":
+                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal,
+                                  reason="interrupted: the driver was stopped")
+            finished.append((run, outcome))
+        if finished:
+            done = {id(run) for run, _ in finished}
+            self.runs = [run for run in self.runs if id(run) not in done]
+        return finished
+
+    def next_deadline(self) -> float | None:
+        deadlines = [t for run in self.runs for t in (run.timeout_at if run.stopping is None else None, run.kill_at)
+                     if t is not None]
+        deadlines.extend(kill_at for _, kill_at in self._orphans)
+        return min(deadlines) if deadlines else None
+
+    def wait_fds(self) -> list[int]:
+        return [run.process.pidfd for run in self.runs if run.process is not None and run.process.pidfd is not None]
+
+    def needs_polling(self) -> bool:
+        """True when some run has no pidfd to wake the driver (very old kernels)."""
+        return any(run.process is not None and run.process.pidfd is None for run in self.runs)
+
+    def runinfo(self, run: Run) -> dict:
+        """What recovery needs to find this run's processes after a driver crash."""
+        proc = run.process
+        return {
+            "pid": proc.pid if proc else None,
+            "pgid": proc.pgid if proc else None,
+            "start_ticks": process_start_ticks(proc.pid) if proc else None,
+        }
+
+    def recover(self, info: dict, grace: float) -> str:
+        """A run left by a dead driver: make sure its processes are gone. Returns what was done."""
+        pgid = info.get("pgid")
+        if not pgid:
+            return "no process"
+        pid, ticks = info.get("pid"), info.get("start_ticks")
+        now_ticks = process_start_ticks(pid) if pid else None
+        if now_ticks is not None and ticks is not None and now_ticks != ticks:
+            return "its processes were gone (the pid is someone else's now)"
+        if now_ticks is None and not kill_group(pgid, 0):
+            return "its processes were gone"
+        kill_group(pgid, signal.SIGTERM)
+        deadline = _time.monotonic() + grace
+        while _time.monotonic() < deadline and kill_group(pgid, 0):
+            _time.sleep(0.05)
+        kill_group(pgid, signal.SIGKILL)
+        return "its processes were killed"

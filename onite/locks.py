@@ -1,0 +1,61 @@
+"""Driver locks: one ``driver.HOST.lock`` per host, held with flock(2) while a driver runs.
+
+The kernel drops a flock when its holder dies, so a crashed driver never
+leaves a stale lock behind (the seed's lock file outlived crashes). The
+driver takes its lock through filelock; everyone else only probes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+def is_held(path: Path) -> bool:
+    """Does a live process hold the lock at ``path``?
+
+    Probes with a shared, non-blocking flock that it drops at once. A driver
+    starting in that instant retries its own lock for a moment, so a probe
+    never makes a driver give up.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops our shared lock, if we got it
+    return False
+
+
+def lock_files(root: Path) -> list[tuple[str, Path]]:
+    """(host, path) of every driver lock file in the spool."""
+    found = []
+    try:
+        with os.scandir(root) as it:
+            for entry in it:
+                name = entry.name
+                if name.startswith("driver.") and name.endswith(".lock") and len(name) > len("driver..lock"):
+                    found.append((name[len("driver."):-len(".lock")], Path(entry.path)))
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def active_hosts(root: Path) -> list[str]:
+    """Hosts whose driver is running now."""
+    return [host for host, path in lock_files(root) if is_held(path)]
+
+
+def lock_owner(path: Path) -> str:
+    """What the holder wrote into its lock file: ``pid host started``, for messages."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""

@@ -1,0 +1,89 @@
+"""Ordering and eligibility: pure functions over what the driver knows of queued jobs.
+
+Order (``order_key``): urgent before every priority, then P1 … Pn, then
+first-in-first-out by the ctime the kernel stamped when the job entered its
+folder, then by name (jobs spooled within one clock tick). The folder and
+the ctime are the only inputs: nothing a user writes inside a job file can
+move it ahead.
+
+Eligibility (``evaluate``): a queued job waits while it is held, its
+not-before time has not come, it is pinned to another host, or a job it
+depends on is queued or running. It fails without running when a
+dependency failed, was cancelled, or no longer exists. Otherwise it is ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+
+class DepState(Enum):
+    PENDING = "pending"  #: queued or running: wait for it
+    OK = "ok"  #: its latest run finished with exit status 0
+    FAILED = "failed"  #: its latest run failed
+    CANCELLED = "cancelled"  #: it was cancelled
+    MISSING = "missing"  #: neither queued, running nor finished (removed, or retention forgot it)
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """The part of a job file the scheduler needs (kept in memory for every queued job)."""
+
+    after: tuple[str, ...] = ()
+    not_before: datetime | None = None
+    pin: str | None = None
+
+
+@dataclass(frozen=True)
+class Ready:
+    pass
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str
+    until: datetime | None = None  # when it may become ready by itself (a not-before time)
+
+
+@dataclass(frozen=True)
+class Fail:
+    reason: str
+
+
+Verdict = Ready | Wait | Fail
+READY = Ready()
+
+
+def order_key(rank: int, ctime_ns: int, name: str) -> tuple[int, int, str]:
+    """Sort key of a queued job: folder rank (0 urgent, k for Pk), kernel ctime, name."""
+    return (rank, ctime_ns, name)
+
+
+def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
+             dependency: Callable[[str], DepState]) -> Verdict:
+    """May this queued job start now on ``host``?"""
+    if held:
+        return Wait("held")
+    if meta.pin and meta.pin != host:
+        return Wait(f"pinned to host {meta.pin}")
+    if meta.not_before is not None and meta.not_before > now:
+        return Wait(f"not before {meta.not_before:%Y-%m-%d %H:%M}", meta.not_before)
+    for dep in meta.after:
+        state = dependency(dep)
+        if state is DepState.PENDING:
+            return Wait(f"after {dep}")
+        if state is DepState.FAILED:
+            return Fail(f"dependency {dep} failed")
+        if state is DepState.CANCELLED:
+            return Fail(f"dependency {dep} was cancelled")
+        if state is DepState.MISSING:
+            return Fail(f"dependency {dep} no longer exists (cancelled or removed)")
+    return READY
+
+
+def retry_delay(base_seconds: float, attempt: int, cap_seconds: float = 3600.0) -> float:
+    """Back-off before attempt ``attempt + 1``: base, 2×base, 4×base … capped at an hour."""
+    return min(base_seconds * (2 ** max(attempt - 1, 0)), cap_seconds)

@@ -1,0 +1,119 @@
+"""Rich renderables for people (tables, a timeline); pure apart from the Console passed in.
+
+Only commands that print for people import this module (rich costs ~60 ms
+to import); ``--json`` output never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from rich.table import Table
+from rich.text import Text
+
+from onite.listing import JobView
+
+STATE_STYLE = {
+    "queued": "cyan",
+    "held": "yellow",
+    "running": "bold blue",
+    "done": "green",
+    "failed": "bold red",
+    "cancelled": "magenta",
+}
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(seconds, 0.0)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    total = int(round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def short_time(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return ""
+    local = when.astimezone()
+    return local.strftime("%H:%M:%S") if local.date() == now.date() else local.strftime("%Y-%m-%d %H:%M")
+
+
+def priority_label(view: JobView) -> str:
+    return "urgent" if view.urgent else f"P{view.priority}" if view.priority else ""
+
+
+def status_text(view: JobView) -> Text:
+    return Text(view.state, style=STATE_STYLE.get(view.state, ""))
+
+
+def outcome_text(view: JobView) -> str:
+    if view.state in ("queued", "held", "running"):
+        return view.reason
+    if view.reason:
+        return view.reason
+    return f"exit {view.exit_code}" if view.exit_code is not None else ""
+
+
+def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Table:
+    """``onite list``: position, name, user, priority, age, state (and, detailed, where/when/how it ran)."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("NAME", overflow="fold")
+    table.add_column("USER")
+    table.add_column("PRI")
+    table.add_column("AGE", justify="right")
+    table.add_column("STATE")
+    if detailed:
+        table.add_column("HOST")
+        table.add_column("STARTED")
+        table.add_column("TOOK", justify="right")
+        table.add_column("RESULT", overflow="fold")
+    for view in views:
+        row = [
+            str(view.position or ""),
+            view.name,
+            view.user,
+            priority_label(view),
+            human_duration((now - view.submitted).total_seconds()),
+            status_text(view),
+        ]
+        if detailed:
+            took = view.duration if view.finished else (now - view.started).total_seconds() if view.started else None
+            row += [view.host or "", short_time(view.started, now), human_duration(took), outcome_text(view)]
+        table.add_row(*row)
+    return table
+
+
+def timeline(views: Sequence[JobView], start: datetime, end: datetime, width: int = 48) -> Table:
+    """One bar per job over the night: where in [start, end] it ran."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("NAME", overflow="fold")
+    table.add_column("USER")
+    table.add_column("HOST")
+    table.add_column(f"{start.astimezone():%H:%M} … {end.astimezone():%H:%M}", no_wrap=True)
+    table.add_column("TOOK", justify="right")
+    table.add_column("RESULT", overflow="fold")
+    span = max((end - start).total_seconds(), 1.0)
+    for view in views:
+        if view.started is None or view.finished is None:
+            bar = Text(" " * width)
+        else:
+            a = int((view.started - start).total_seconds() / span * width)
+            b = max(int((view.finished - start).total_seconds() / span * width), a + 1)
+            a, b = max(0, min(a, width - 1)), max(1, min(b, width))
+            bar = Text(" " * a + "█" * (b - a) + " " * (width - b), style=STATE_STYLE.get(view.state, ""))
+        table.add_row(view.name, view.user, view.host or "", bar, human_duration(view.duration),
+                      Text(outcome_text(view) or view.state, style=STATE_STYLE.get(view.state, "")))
+    return table

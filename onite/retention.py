@@ -1,0 +1,61 @@
+"""Retention: keep the last ``keep`` finished jobs (result, job file, output); remove older ones.
+
+"Last" is by the time the result record was written (its mtime, set by the
+driver). Output of a job that is queued or running is never removed, nor
+anything newer than the oldest kept result.
+"""
+
+from __future__ import annotations
+
+import os
+
+from onite import spool as sp
+
+
+def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset()) -> int:
+    """Remove finished jobs beyond the newest ``keep``; returns how many were removed."""
+    records: list[tuple[int, str]] = []
+    try:
+        with os.scandir(spool.done_dir) as it:
+            for entry in it:
+                if entry.name.endswith(sp.RESULT) and entry.name[0] != ".":
+                    try:
+                        records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name[: -len(sp.RESULT)]))
+                    except FileNotFoundError:
+                        continue
+    except FileNotFoundError:
+        return 0
+    if len(records) <= keep:
+        return 0
+    records.sort(reverse=True)
+    removed = 0
+    for _, name in records[keep:]:
+        sp.remove(spool.result_path(name))
+        sp.remove(spool.done_dir / name)
+        if name not in protect and not sp.is_live(spool, name):
+            sp.remove(spool.output_path(name))
+        removed += 1
+    oldest_kept = records[keep - 1][0] if keep else None
+    _remove_strays(spool, {n for _, n in records[:keep]} | protect, oldest_kept)
+    return removed
+
+
+def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) -> None:
+    """Outputs and job files in jobsdone/ that no kept result explains and that are older than every kept one."""
+    for folder in (spool.stdout_dir, spool.done_dir):
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if name[0] == "." or sp.SIDE in name or name in kept:
+                continue
+            try:
+                mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+            except FileNotFoundError:
+                continue
+            if oldest_kept_ns is not None and mtime >= oldest_kept_ns:
+                continue
+            if not spool.result_path(name).exists() and not sp.is_live(spool, name):
+                sp.remove(folder / name)

@@ -1,0 +1,580 @@
+"""The spool on disk: paths, init, atomic writes and moves, listing, retention.
+
+This is the only module that changes files in a spool. Its guarantees:
+
+- A job's state is the folder its file is in, and every change of state is
+  one rename(2) within the spool's file system, so a crash at any instant
+  leaves each job in exactly one state.
+- A new file is written under a dot-name in its target folder, fsync'ed,
+  then given its real name with link(2), which never replaces an existing
+  file, then the dot-name is removed: nobody ever sees half a job, and two
+  jobs of one name can never overwrite each other. Listings skip dot-names.
+- Order within a folder comes from the kernel: the inode change time
+  (ctime) that the final rename or link stamped. A user owns (and may edit)
+  their own job file, so nothing written inside it decides order, owner or
+  rights; editing a job can only move it to the back of its queue.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from onite.config import Config, load_config
+from onite.errors import NotFound, Refused, SpoolError, SpoolIOError
+from onite.names import SIDE, is_valid_name
+
+SYSTEM_SPOOL = Path("/var/spool/onite")
+URGENT = "urgent"
+RESULT = f"{SIDE}result"  # jobsdone/NAME@result
+RUNINFO = f"{SIDE}run"  # running/HOST/NAME@run
+STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
+
+
+# ---- locating the spool -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Location:
+    """Which spool a command uses and why (so errors can say where it came from)."""
+
+    path: Path
+    source: str  # "--spool", "ONITE_SPOOL", "system", "personal"
+
+    @property
+    def personal_default(self) -> bool:
+        return self.source == "personal"
+
+
+def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
+    """--spool, then ONITE_SPOOL, then /var/spool/onite for root, else $XDG_STATE_HOME/onite."""
+    if explicit:
+        return Location(Path(explicit).absolute(), "--spool")
+    if environ.get("ONITE_SPOOL"):
+        return Location(Path(environ["ONITE_SPOOL"]).absolute(), "ONITE_SPOOL")
+    if euid == 0:
+        return Location(SYSTEM_SPOOL, "system")
+    state_home = environ.get("XDG_STATE_HOME") or ""
+    if not state_home.startswith("/"):  # the XDG spec says relative values are ignored
+        state_home = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return Location(Path(state_home) / "onite", "personal")
+
+
+# ---- the spool object ------------------------------------------------------
+
+
+class Spool:
+    """Paths of one spool and the file operations on it."""
+
+    def __init__(self, root: Path, config: Config | None = None) -> None:
+        self.root = Path(root)
+        self._config = config
+
+    # paths -------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.root / "onite.toml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "onite.log"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def running_root(self) -> Path:
+        return self.root / "running"
+
+    @property
+    def done_dir(self) -> Path:
+        return self.root / "jobsdone"
+
+    @property
+    def stdout_dir(self) -> Path:
+        return self.root / "stdout"
+
+    @property
+    def cancel_dir(self) -> Path:
+        return self.root / "cancel"
+
+    @property
+    def refused_dir(self) -> Path:
+        return self.root / "refused"
+
+    @property
+    def recur_dir(self) -> Path:
+        return self.root / "recur"
+
+    def queue_dir(self, priority: int) -> Path:
+        return self.jobs_dir / f"P{priority}"
+
+    @property
+    def urgent_dir(self) -> Path:
+        return self.jobs_dir / URGENT
+
+    def running_dir(self, host: str) -> Path:
+        return self.running_root / host
+
+    def lock_path(self, host: str) -> Path:
+        return self.root / f"driver.{host}.lock"
+
+    def output_path(self, name: str) -> Path:
+        return self.stdout_dir / name
+
+    def result_path(self, name: str) -> Path:
+        return self.done_dir / f"{name}{RESULT}"
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+    def reload_config(self) -> Config:
+        self._config = load_config(self.config_path)
+        return self._config
+
+    def queue_folders(self) -> list[tuple[int, Path]]:
+        """(rank, folder) in run order: urgent first (rank 0), then P1 … Pn."""
+        return [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, self.config.priorities + 1)]
+
+    def folder_for(self, priority: int, urgent: bool) -> Path:
+        return self.urgent_dir if urgent else self.queue_dir(priority)
+
+    def hosts(self) -> list[str]:
+        """Hosts that have a running/ folder (that have ever claimed a job)."""
+        try:
+            return sorted(e.name for e in os.scandir(self.running_root) if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def exists(self) -> bool:
+        return self.jobs_dir.is_dir()
+
+    def check(self) -> None:
+        """Raises:
+            SpoolError: the spool is missing or not an onite spool.
+        """
+        if not self.root.exists():
+            raise SpoolError(f"no spool at {self.root}", "create it with: onite init")
+        if not os.access(self.root, os.X_OK):
+            raise SpoolError(f"cannot enter the spool {self.root}: permission denied", "ask its administrator, or use --spool")
+        if not self.jobs_dir.is_dir():
+            raise SpoolError(f"{self.root} is not an onite spool (no jobs/ folder)", "create it with: onite init")
+
+
+# ---- init -------------------------------------------------------------------
+
+
+def skeleton_config() -> str:
+    """The commented default onite.toml shipped in spool-skel/."""
+    from importlib import resources
+
+    return resources.files("onite.skel").joinpath("onite.toml").read_text(encoding="utf-8")
+
+
+def with_priorities(text: str, priorities: int) -> str:
+    """The skeleton text with its ``priorities = N`` line set."""
+    import re
+
+    return re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
+
+
+@dataclass(frozen=True)
+class InitReport:
+    root: Path
+    created: tuple[str, ...]
+    config_written: bool
+    config_kept: bool  # an existing, changed onite.toml was left alone
+
+
+def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitReport:
+    """Create (or complete) a spool. Idempotent; never overwrites a changed onite.toml.
+
+    ``system`` (root installing a shared spool) sets the multi-user modes of
+    docs/security.md; otherwise the spool is private to the caller (0700).
+
+    Raises:
+        Refused: onite.toml exists, was changed, and disagrees with ``priorities``.
+        SpoolIOError: a folder or file cannot be created.
+    """
+    from onite.config import parse_config
+
+    created: list[str] = []
+    skel = skeleton_config()
+    _make_dir(root, 0o755 if system else 0o700, created, root)
+    config_path = root / "onite.toml"
+    config_written = config_kept = False
+    if config_path.exists():
+        current = _read_text(config_path)
+        existing = parse_config(current, str(config_path))
+        pristine = any(current == with_priorities(skel, n) for n in (existing.priorities,))
+        if priorities is not None and existing.priorities != priorities:
+            if not pristine:
+                raise Refused(
+                    f"{config_path} says priorities = {existing.priorities}, not {priorities}, and was changed by hand",
+                    "edit its priorities line, then run onite init again",
+                )
+            _write_file(config_path, with_priorities(skel, priorities).encode(), 0o644)
+            config_written = True
+        else:
+            config_kept = not pristine
+        priorities = parse_config(_read_text(config_path), str(config_path)).priorities
+    else:
+        priorities = priorities or parse_config(skel).priorities
+        _write_file(config_path, with_priorities(skel, priorities).encode(), 0o644)
+        config_written = True
+        created.append("onite.toml")
+    queue_mode = STICKY_DIR if system else 0o755
+    _make_dir(root / "jobs", 0o755, created, root)
+    for folder in [URGENT] + [f"P{p}" for p in range(1, priorities + 1)]:
+        _make_dir(root / "jobs" / folder, queue_mode, created, root)
+    for folder in ("running", "jobsdone", "stdout"):
+        _make_dir(root / folder, 0o755, created, root)
+    _make_dir(root / "cancel", queue_mode, created, root)
+    _make_dir(root / "recur", queue_mode, created, root)
+    _make_dir(root / "refused", 0o700, created, root)
+    log = root / "onite.log"
+    if not log.exists():
+        _write_file(log, b"", 0o644)
+        created.append("onite.log")
+    return InitReport(root, tuple(created), config_written, config_kept)
+
+
+def _make_dir(path: Path, mode: int, created: list[str], root: Path) -> None:
+    try:
+        os.mkdir(path, mode)
+        created.append(str(path.relative_to(root)) + "/" if path != root else str(path) + "/")
+    except FileExistsError:
+        if not path.is_dir() or path.is_symlink():
+            raise SpoolError(f"{path} exists and is not a folder", "move it away and run onite init again") from None
+    except OSError as err:
+        raise SpoolIOError(path, "creating", err) from None
+    try:
+        os.chmod(path, mode)  # mkdir's mode is masked by the umask; the spool's modes are not negotiable
+    except OSError as err:
+        raise SpoolIOError(path, "setting the mode of", err) from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """Replace ``path`` atomically (dot-name, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            os.write(fd, data)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as err:
+        _unlink_quietly(tmp)
+        raise SpoolIOError(path, "writing", err) from None
+
+
+def _unlink_quietly(path: Path | str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# ---- writing jobs ------------------------------------------------------------
+
+
+def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
+                owner: tuple[int, int] | None = None, durable: bool = True) -> Path:
+    """Create ``folder/name`` holding ``data``, all or nothing, never replacing a file.
+
+    The file is written as ``.name.PID.tmp``, flushed, then linked to its
+    name and the dot-name removed. On any failure nothing is left behind.
+
+    Raises:
+        Refused: ``folder/name`` already exists.
+        SpoolIOError: the write failed (full disk, file-size limit, permissions, …).
+    """
+    final = folder / name
+    tmp = folder / f".{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        raise SpoolError(f"no folder {folder}", "run onite init to create the spool's folders") from None
+    except OSError as err:
+        raise SpoolIOError(folder, "creating a job in", err) from None
+    try:
+        try:
+            if owner is not None:
+                os.fchown(fd, *owner)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            raise Refused(f"{final} already exists", "pick another name (or use --unique)") from None
+    except OSError as err:
+        raise SpoolIOError(final, "writing", err) from None
+    finally:
+        _unlink_quietly(tmp)
+    if durable:
+        fsync_dir(folder)
+    return final
+
+
+def fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+    """Write ``path`` atomically, replacing it if it exists (records the driver owns).
+
+    Raises:
+        SpoolIOError: the write failed.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if owner is not None:
+                os.fchown(fd, *owner)
+            os.write(fd, data)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as err:
+        _unlink_quietly(tmp)
+        raise SpoolIOError(path, "writing", err) from None
+
+
+# ---- finding jobs ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A job file as the file system shows it, without reading it."""
+
+    name: str
+    path: Path
+    uid: int
+    mode: int
+    ctime_ns: int
+    rank: int | None = None  # queued: 0 urgent, k for Pk
+    host: str | None = None  # running: the claiming host
+
+    @property
+    def held(self) -> bool:
+        return not self.mode & stat.S_IWUSR
+
+    @property
+    def priority(self) -> int | None:
+        return self.rank or None
+
+
+def _entries(folder: Path, **extra) -> Iterator[Entry]:
+    try:
+        it = os.scandir(folder)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise SpoolIOError(folder, "listing", err) from None
+    with it:
+        for entry in it:
+            name = entry.name
+            if name[0] == "." or SIDE in name:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # claimed or cancelled while we looked
+            yield Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
+
+
+def queued(spool: Spool) -> list[Entry]:
+    """Every queued job, in run order (urgent, P1 … Pn; FIFO by ctime, then name)."""
+    result: list[Entry] = []
+    for rank, folder in spool.queue_folders():
+        result.extend(sorted(_entries(folder, rank=rank), key=lambda e: (e.ctime_ns, e.name)))
+    return result
+
+
+def running(spool: Spool, host: str | None = None) -> list[Entry]:
+    """Jobs claimed by a driver: on ``host``, or on every host."""
+    hosts = [host] if host else spool.hosts()
+    result: list[Entry] = []
+    for h in hosts:
+        result.extend(sorted(_entries(spool.running_dir(h), host=h), key=lambda e: (e.ctime_ns, e.name)))
+    return result
+
+
+def cancelled_pending(spool: Spool) -> list[Entry]:
+    """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
+    result = []
+    try:
+        it = os.scandir(spool.cancel_dir)
+    except FileNotFoundError:
+        return []
+    with it:
+        for entry in it:
+            name, sep, _ = entry.name.partition(SIDE)
+            if not sep or not is_valid_name(name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if st.st_size:  # an empty file is a request to stop a running job, not a job
+                result.append(Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns))
+    return result
+
+
+def find_queued(spool: Spool, name: str) -> list[Entry]:
+    """Queued jobs called ``name`` (normally one; two only after a race)."""
+    found = []
+    for rank, folder in spool.queue_folders():
+        entry = _stat_entry(folder / name, rank=rank)
+        if entry:
+            found.append(entry)
+    return found
+
+
+def find_running(spool: Spool, name: str) -> list[Entry]:
+    found = []
+    for host in spool.hosts():
+        entry = _stat_entry(spool.running_dir(host) / name, host=host)
+        if entry:
+            found.append(entry)
+    return found
+
+
+def _stat_entry(path: Path, **extra) -> Entry | None:
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        raise SpoolIOError(path, "looking at", err) from None
+    return Entry(path.name, path, st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
+
+
+def is_live(spool: Spool, name: str) -> bool:
+    """Is a job of this name queued or running (on any host)?"""
+    return bool(find_queued(spool, name) or find_running(spool, name))
+
+
+def name_taken(spool: Spool, name: str) -> bool:
+    """Used by a live job, a filed cancellation or a kept result (so --unique never reuses output)."""
+    return is_live(spool, name) or spool.result_path(name).exists() or spool.output_path(name).exists()
+
+
+# ---- results -------------------------------------------------------------------
+
+
+def read_result(spool: Spool, name: str):
+    """The result record of the latest finished run of ``name``, or None."""
+    import json
+
+    from onite.state import Result
+
+    try:
+        data = spool.result_path(name).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise SpoolIOError(spool.result_path(name), "reading", err) from None
+    try:
+        return Result.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError):
+        return None  # a record torn by a power cut: treated as unknown
+
+
+def results(spool: Spool) -> list:
+    """Every kept result record, oldest finish first."""
+    names = []
+    try:
+        with os.scandir(spool.done_dir) as it:
+            for entry in it:
+                if entry.name.endswith(RESULT) and entry.name[0] != ".":
+                    names.append(entry.name[: -len(RESULT)])
+    except FileNotFoundError:
+        return []
+    records = [r for r in (read_result(spool, n) for n in names) if r is not None]
+    records.sort(key=lambda r: (r.finished, r.name))
+    return records
+
+
+def write_result(spool: Spool, result) -> None:
+    import json
+
+    replace_file(spool.result_path(result.name), (json.dumps(result.to_json(), indent=1) + "\n").encode(), mode=0o644)
+
+
+# ---- moves ---------------------------------------------------------------------
+
+
+def move(src: Path, dst: Path, action: str) -> None:
+    """One atomic rename within the spool.
+
+    Raises:
+        NotFound: ``src`` is gone (another driver or a cancel got there first).
+        SpoolIOError: any other failure.
+    """
+    try:
+        os.rename(src, dst)
+    except FileNotFoundError:
+        if not src.parent.exists() or not dst.parent.exists():
+            raise SpoolError(f"{action}: a folder of the spool is missing ({src.parent} or {dst.parent})",
+                             "run onite init to repair the spool") from None
+        raise NotFound(f"{src.name} is no longer in {src.parent}", "another driver or a cancel moved it") from None
+    except OSError as err:
+        raise SpoolIOError(src, action, err) from None
+
+
+def user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def remove(path: Path) -> bool:
+    """Unlink ``path``; False if it was already gone."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        if err.errno == errno.EISDIR:
+            return False
+        raise SpoolIOError(path, "removing", err) from None

@@ -1,0 +1,197 @@
+"""The job state machine and the result record (pure).
+
+A job's state is where its file is (docs/spool-format.md):
+
+    jobs/Pn/NAME, jobs/urgent/NAME   queued   (held when the file's owner-write bit is off)
+    running/HOST/NAME                 running  (claimed by the driver of HOST)
+    cancel/NAME@...                   cancelled, not yet filed by a driver
+    jobsdone/NAME + NAME@result       done, failed or cancelled: the result says which
+
+Every change of state is one rename(2) in the spool, checked here first:
+
+    queued  → held, running, cancelled, failed (a dependency failed)
+    held    → queued, cancelled
+    running → done, failed, cancelled, queued (retry, recovery, hard stop)
+    done, failed, cancelled: final (spooling the same name again starts a new job)
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+
+from onite.jobfile import Attempt
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"  #: waiting in its priority folder
+    HELD = "held"  #: queued but skipped until released
+    RUNNING = "running"  #: claimed by a driver, its process (or Slurm job) alive
+    DONE = "done"  #: finished with exit status 0
+    FAILED = "failed"  #: finished otherwise: exit status, signal, timeout, could not start, dependency failed, interrupted
+    CANCELLED = "cancelled"  #: removed by a user or an admin before it finished
+
+
+FINAL = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+
+_ALLOWED = {
+    JobState.QUEUED: {JobState.HELD, JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},
+    JobState.HELD: {JobState.QUEUED, JobState.CANCELLED},
+    JobState.RUNNING: {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.QUEUED},
+}
+
+
+class InvalidTransition(Exception):
+    """A bug: code tried to move a job along an edge the state machine does not have."""
+
+    def __init__(self, name: str, old: JobState, new: JobState) -> None:
+        super().__init__(f"job {name!r} cannot go from {old} to {new}")
+
+
+def check_transition(name: str, old: JobState, new: JobState) -> None:
+    """Raises:
+        InvalidTransition: ``old → new`` is not an edge of the state machine.
+    """
+    if new not in _ALLOWED.get(old, ()):
+        raise InvalidTransition(name, old, new)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """How one attempt ended. Exactly one cause: exit_code, signal, or a reason."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    cancelled_by: str | None = None
+    reason: str = ""  # set when the job never ran or was stopped by onite
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and self.cancelled_by is None and not self.reason
+
+    @property
+    def state(self) -> JobState:
+        if self.cancelled_by is not None:
+            return JobState.CANCELLED
+        return JobState.DONE if self.ok else JobState.FAILED
+
+    def describe(self) -> str:
+        """The reason shown in lists and reports: ``exit 3``, ``timeout``, ``signal 9 (SIGKILL)``."""
+        if self.cancelled_by is not None:
+            return f"cancelled by {self.cancelled_by}"
+        if self.timed_out:
+            return "timeout"
+        if self.reason:
+            return self.reason
+        if self.signal is not None:
+            return f"signal {self.signal} ({signal_name(self.signal)})"
+        return "" if self.exit_code == 0 else f"exit {self.exit_code}"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+def outcome_from_status(status: int) -> Outcome:
+    """A waitpid() status → Outcome."""
+    import os
+
+    if os.WIFSIGNALED(status):
+        return Outcome(signal=os.WTERMSIG(status))
+    return Outcome(exit_code=os.waitstatus_to_exitcode(status))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """The result record of a finished job: ``jobsdone/NAME@result`` (JSON, world-readable)."""
+
+    name: str
+    uid: int
+    user: str
+    priority: int
+    urgent: bool
+    state: JobState
+    reason: str
+    exit_code: int | None
+    signal: int | None
+    host: str
+    submitted: datetime
+    queued: datetime | None
+    started: datetime | None
+    finished: datetime
+    attempt: int
+    attempts: tuple[Attempt, ...] = ()
+    run_id: str = ""
+    executor: str = "local"
+    external_id: str | None = None  # e.g. the Slurm job id
+    recur: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float | None:
+        return (self.finished - self.started).total_seconds() if self.started else None
+
+    def to_json(self) -> dict:
+        return {
+            "format": 1,
+            "name": self.name,
+            "uid": self.uid,
+            "user": self.user,
+            "priority": self.priority,
+            "urgent": self.urgent,
+            "state": str(self.state),
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "host": self.host,
+            "submitted": self.submitted.isoformat(),
+            "queued": self.queued.isoformat() if self.queued else None,
+            "started": self.started.isoformat() if self.started else None,
+            "finished": self.finished.isoformat(),
+            "duration": self.duration,
+            "attempt": self.attempt,
+            "attempts": [a.to_json() for a in self.attempts],
+            "run_id": self.run_id,
+            "executor": self.executor,
+            "external_id": self.external_id,
+            "recur": self.recur,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Result":
+        def when(key: str) -> datetime | None:
+            return datetime.fromisoformat(data[key]) if data.get(key) else None
+
+        return cls(
+            name=data["name"],
+            uid=int(data["uid"]),
+            user=data.get("user", ""),
+            priority=int(data.get("priority", 0)),
+            urgent=bool(data.get("urgent", False)),
+            state=JobState(data["state"]),
+            reason=data.get("reason", ""),
+            exit_code=data.get("exit_code"),
+            signal=data.get("signal"),
+            host=data.get("host", ""),
+            submitted=when("submitted") or datetime.fromisoformat(data["finished"]),
+            queued=when("queued"),
+            started=when("started"),
+            finished=datetime.fromisoformat(data["finished"]),
+            attempt=int(data.get("attempt", 1)),
+            attempts=tuple(Attempt.from_json(a) for a in data.get("attempts", ())),
+            run_id=data.get("run_id", ""),
+            executor=data.get("executor", "local"),
+            external_id=data.get("external_id"),
+            recur=data.get("recur"),
+            extra=data.get("extra", {}),
+        )
+
+    def with_state(self, state: JobState, reason: str) -> "Result":
+        return replace(self, state=state, reason=reason)
