@@ -272,7 +272,8 @@ def _compile(expr: str) -> _Cron:
             _FIVE_FIELDS_HINT,
         )
     if len(fields) != 5:
-        raise InvalidInput(f"cron expression {expr!r} has {len(fields)} fields, not 5", _FIVE_FIELDS_HINT)
+        count = f"{len(fields)} field" + ("" if len(fields) == 1 else "s")
+        raise InvalidInput(f"cron expression {expr!r} has {count}, not 5", _FIVE_FIELDS_HINT)
     if re.search(_RANDOM, text, re.IGNORECASE):
         raise InvalidInput(
             f"cron expression {expr!r} uses R (a random value)",
@@ -362,8 +363,9 @@ class _Zone:
     def instant(self, wall: datetime, fold: int) -> datetime:
         """The instant (UTC) of a naive wall-clock reading. ``fold`` follows PEP 495."""
         if self.tz is None:
-            # A naive datetime's astimezone() interprets it in the machine's zone and honours fold.
-            return wall.replace(fold=fold).astimezone(timezone.utc)
+            # Naive timestamp() reads the wall clock in the machine's zone and follows PEP 495
+            # for fold. Naive astimezone() does not: it swaps the folds in a gap (CPython 3.11).
+            return datetime.fromtimestamp(wall.replace(fold=fold).timestamp(), timezone.utc)
         return wall.replace(tzinfo=self.tz, fold=fold).astimezone(timezone.utc)
 
     def present(self, at: datetime) -> datetime:
