@@ -578,7 +578,10 @@ def test_last_fire_matches_fire_times():
     # The latest fire at or before each fire time is that fire itself.
     for rule in (CronRule("0 20-23/2 * * 1-5"), parse_rule(every="100m"), CronRule("30 2 * * *")):
         start = datetime(2026, 3, 20, tzinfo=BERLIN)
-        fires = fire_times(rule, start, 40)
-        for fire in fires:
+        fires = fire_times(rule, start, 40)  # across the 2026-03-29 spring forward
+        for previous, fire in zip([None, *fires], fires):
             assert last_fire(rule, fire, since=start) == fire
-            assert last_fire(rule, fire - timedelta(seconds=1), since=start) in [None, *fires]
+            # One real second earlier (aware arithmetic in a ZoneInfo zone is wall-clock
+            # arithmetic, and 03:00 - 1s would land in the spring-forward gap).
+            just_before = (fire.astimezone(timezone.utc) - timedelta(seconds=1)).astimezone(BERLIN)
+            assert last_fire(rule, just_before, since=start) == previous
