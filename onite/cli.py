@@ -344,7 +344,7 @@ def log(
 @app.command()
 def cron(spool: SpoolOpt = None) -> None:
     """Print root crontab lines that start the driver at the times in `schedule`."""
-    from onite.schedule_lines import crontab_lines
+    from onite.schedule import crontab_lines
 
     target = open_spool(spool)
     print(crontab_lines(target.root, target.config.schedule, command_prefix()), end="")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 
-def format_line(when: datetime, host: str, pid: int, event: str, name: str = "", **fields: object) -> str:
+def format_line(when: datetime, host: str, pid: int, event: str, name: str = "", /, **fields: object) -> str:
     parts = [when.isoformat(timespec="seconds"), f"{host}[{pid}]", event]
     if name:
         parts.append(name)
@@ -51,7 +51,7 @@ class ActivityLog:
                 return None
         return self._fd
 
-    def event(self, event: str, name: str = "", **fields: object) -> None:
+    def event(self, event: str, name: str = "", /, **fields: object) -> None:
         line = format_line(self.clock(), self.host, self.pid, event, name, **fields)
         fd = self._open()
         if fd is not None:

@@ -566,3 +566,21 @@ def _schedule(schedule: Sequence[str]) -> Sequence[str]:
         raise TypeError(f"a schedule is a list of cron expressions, not the string {schedule!r}")
     return schedule
 
+
+
+def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> str:
+    """Root crontab lines that start ``onite run`` at each time of ``schedule``.
+
+    Raises:
+        InvalidInput: an expression in the schedule is not valid cron.
+    """
+    import shlex
+
+    for expr in schedule:
+        validate_cron(expr)
+    lines = [
+        f"# onite: drain the spool {spool_root} at the times of `schedule` in its onite.toml",
+        "# install (keeping root's other entries): (crontab -l 2>/dev/null; onite cron) | crontab -",
+    ]
+    lines += [f"{' '.join(expr.split())} {command} run --spool {shlex.quote(str(spool_root))}" for expr in schedule]
+    return "\n".join(lines) + "\n"

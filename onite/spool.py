@@ -176,7 +176,7 @@ def skeleton_config() -> str:
     """The commented default onite.toml shipped in spool-skel/."""
     from importlib import resources
 
-    return resources.files("onite.skel").joinpath("onite.toml").read_text(encoding="utf-8")
+    return resources.files("onite").joinpath("skel", "onite.toml").read_text(encoding="utf-8")
 
 
 def with_priorities(text: str, priorities: int) -> str:

@@ -1,0 +1,74 @@
+"""Entry point: ``onite`` and ``python -m onite``.
+
+This is the one place where errors become text and exit codes: an
+OniteError is printed as ``onite: <what is wrong> — <what to do>`` on
+stderr, never as a traceback. Anything else that escapes is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    from onite.errors import EXIT_USAGE, OniteError
+
+    try:
+        return _dispatch(args)
+    except OniteError as err:
+        _say(f"onite: {err}")
+        return err.exit_code
+    except KeyboardInterrupt:
+        _say("onite: interrupted")
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    except SystemExit as exit_:
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+
+
+def _dispatch(args: list[str]) -> int:
+    import typer
+
+    from onite.cli import app
+
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="onite", standalone_mode=False)
+    except typer.Exit as exit_:
+        return exit_.exit_code
+    except typer.Abort:
+        _say("onite: aborted")
+        return 1
+    except typer.TyperException as err:  # usage errors from the parser
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        sub = args[0] if args and not args[0].startswith("-") else ""
+        _say(f"onite: {message} — see: onite {sub + ' ' if sub else ''}--help")
+        return getattr(err, "exit_code", 2)
+    return result if isinstance(result, int) else 0
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line.replace("\n", " ") + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    try:  # stdout's reader went away (onite list | head): no traceback, no second error at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
