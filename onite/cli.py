@@ -30,15 +30,30 @@ SpoolOpt = Annotated[Optional[str], typer.Option("--spool", help="Spool director
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
 
 
+_GLOBAL: dict[str, str | None] = {"spool": None}
+
+
+@app.callback()
+def _options(spool: SpoolOpt = None) -> None:
+    """onite: spool batch jobs by day, run them at night in priority order, as their owners."""
+    _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
+
+
 def now() -> datetime:
     return datetime.now().astimezone()
+
+
+def locate(spool: str | None):
+    from onite import spool as sp
+
+    return sp.locate(spool or _GLOBAL["spool"], os.environ, os.geteuid())
 
 
 def open_spool(spool: str | None, *, create: bool = True):
     """The spool a command works on; a personal default spool is created on first use."""
     from onite import spool as sp
 
-    where = sp.locate(spool, os.environ, os.geteuid())
+    where = locate(spool)
     if where.personal_default and create and not (where.path / "jobs").is_dir():
         sp.init_spool(where.path, None, system=False)
     return sp.Spool(where.path)
@@ -61,7 +76,7 @@ def init(
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
     from onite import spool as sp
 
-    where = sp.locate(spool, os.environ, os.geteuid())
+    where = locate(spool)
     report = sp.init_spool(where.path, priorities, system=os.geteuid() == 0)
     kind = "system spool (multi-user modes)" if os.geteuid() == 0 else "personal spool"
     made = ", ".join(report.created) if report.created else "nothing new"

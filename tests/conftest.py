@@ -1,0 +1,221 @@
+"""Test fixtures: real spools in real temporary folders, real processes, real users.
+
+- ``spool``: a fresh spool made by ``onite init`` (multi-user modes when the
+  tests run as root, as in CI), in a folder every user may traverse, so
+  that jobs of ``nobody`` can reach it.
+- ``cli(args, stdin=..., user=...)``: runs onite's real command line in a
+  forked child, optionally after dropping to another user with
+  setgroups/setgid/setuid, and returns (code, stdout, stderr). Forking
+  (rather than exec'ing the onite script) lets ``nobody`` run it even where
+  the Python installation sits under root's private home.
+- ``driver(...)``: starts ``python -m onite run`` as a real process that
+  tests can signal and kill.
+- ``wait_for(predicate)``: polls with a deadline, never a bare sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = os.geteuid() == 0
+REPO = Path(__file__).resolve().parent.parent
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root: acts as a second user (nobody) and drops privileges")
+
+
+def nobody():
+    return pwd.getpwnam("nobody")
+
+
+@pytest.fixture
+def world_tmp():
+    """A temporary folder that every user can enter (pytest's own tmp_path is 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="onite-test-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def spool(world_tmp, monkeypatch):
+    from onite.__main__ import main
+
+    path = world_tmp / "spool"
+    monkeypatch.setenv("ONITE_SPOOL", str(path))
+    with open(os.devnull, "w") as devnull:
+        saved = sys.stdout
+        sys.stdout = devnull
+        try:
+            assert main(["init"]) == 0
+        finally:
+            sys.stdout = saved
+    return path
+
+
+@pytest.fixture
+def workdir(world_tmp):
+    """A directory every user may write: jobs run there and leave their traces."""
+    path = world_tmp / "work"
+    path.mkdir()
+    os.chmod(path, 0o777)
+    return path
+
+
+class CliResult:
+    def __init__(self, code: int, out: bytes, err: bytes) -> None:
+        self.code, self.out_bytes, self.err_bytes = code, out, err
+
+    @property
+    def out(self) -> str:
+        return self.out_bytes.decode("utf-8", "replace")
+
+    @property
+    def err(self) -> str:
+        return self.err_bytes.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.out)
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, out={self.out[:300]!r}, err={self.err[:300]!r})"
+
+
+def run_cli(args, *, stdin: bytes | None = b"", user: str | None = None, env: dict | None = None,
+            cwd: str | os.PathLike | None = None, umask: int | None = None, rlimit_fsize: int | None = None,
+            timeout: float = 60) -> CliResult:
+    """onite's command line in a forked child (as ``user`` if given)."""
+    import resource
+    import select
+
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.dup2(in_r, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            if stdin is None:
+                os.close(0)
+            if env is not None:
+                os.environ.clear()
+                os.environ.update(env)
+            if cwd is not None:
+                os.chdir(cwd)
+            if user is not None:
+                entry = pwd.getpwnam(user)
+                os.setgroups(os.getgrouplist(entry.pw_name, entry.pw_gid))
+                os.setgid(entry.pw_gid)
+                os.setuid(entry.pw_uid)
+                if env is None:
+                    os.environ["HOME"] = entry.pw_dir
+                    os.environ["USER"] = os.environ["LOGNAME"] = entry.pw_name
+            if cwd is not None:
+                os.chdir(cwd)
+            if umask is not None:
+                os.umask(umask)
+            if rlimit_fsize is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (rlimit_fsize, rlimit_fsize))
+            sys.stdin = open(0, "r", closefd=False) if stdin is not None else None
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
+            from onite.__main__ import main
+
+            code = main(list(args))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        except BaseException:  # noqa: BLE001 - report anything, never return into pytest
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(99)
+    os.close(in_r)
+    os.close(out_w)
+    os.close(err_w)
+    if stdin:
+        try:
+            view = memoryview(stdin)
+            while view:
+                view = view[os.write(in_w, view):]
+        except BrokenPipeError:
+            pass
+    os.close(in_w)
+    chunks = {out_r: [], err_r: []}
+    deadline = time.monotonic() + timeout
+    open_fds = [out_r, err_r]
+    while open_fds:
+        ready, _, _ = select.select(open_fds, [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            os.kill(pid, 9)
+            raise TimeoutError(f"onite {' '.join(args)} did not finish in {timeout}s")
+        for fd in ready:
+            data = os.read(fd, 65536)
+            if data:
+                chunks[fd].append(data)
+            else:
+                open_fds.remove(fd)
+                os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return CliResult(os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r]))
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def start_driver(spool: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """`onite run` as a real process (its own session, so signals reach only it)."""
+    full_env = dict(os.environ if env is None else env)
+    full_env["ONITE_SPOOL"] = str(spool)
+    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.Popen([sys.executable, "-m", "onite", "run", *args], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def drain(spool: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = start_driver(spool, *args)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def result(spool: Path, name: str) -> dict:
+    return json.loads((spool / "jobsdone" / f"{name}@result").read_text())
+
+
+def log_lines(spool: Path) -> list[str]:
+    return (spool / "onite.log").read_text().splitlines()
+
+
+def set_config(spool: Path, **values) -> None:
+    """Append settings to onite.toml (later keys would be duplicates: replace existing lines)."""
+    path = spool / "onite.toml"
+    lines = [ln for ln in path.read_text().splitlines() if ln.split("=")[0].strip() not in values]
+    for key, value in values.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    path.write_text("\n".join(lines) + "\n")

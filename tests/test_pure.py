@@ -1,0 +1,170 @@
+"""Pure modules: names, durations, config, policy, eligibility (no files, no processes)."""
+
+from datetime import datetime, time, timedelta, timezone
+
+import pytest
+
+from onite.config import Config, parse_config
+from onite.errors import ConfigError, InvalidInput
+from onite.names import check_name, unique_name
+from onite.policy import cutoff_state, is_admin, may_touch
+from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
+from onite.spool import skeleton_config
+from onite.timeparse import format_duration, parse_clock, parse_duration, parse_when
+
+UTC = timezone.utc
+NOW = datetime(2026, 11, 22, 21, 0, tzinfo=UTC)
+
+
+# ---- names -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["a", "nightly-report", "backup.2026-11-22", "A_b.c-9", "x" * 100, "9lives"])
+def test_valid_names(name):
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("name, why", [
+    ("", "it is empty"), ("../x", "must start with a letter or a digit"), ("a/b", "only letters"),
+    ("has space", "only letters"), ("x" * 101, "101 characters long"), ("line\nbreak", "only letters"),
+    (".hidden", "must start with"), ("-opt", "must start with"), ("a@b", "only letters"), ("ümlaut", "must start"),
+    ("tab\t", "only letters"),
+])
+def test_hostile_names_are_refused_with_a_reason(name, why):
+    with pytest.raises(InvalidInput, match=why):
+        check_name(name)
+
+
+def test_unique_name_skips_taken_ones():
+    taken = set()
+    names = [unique_name("report", lambda n: n in taken or taken.add(n) or False) for _ in range(20)]
+    assert len(set(names)) == 20 and all(n.startswith("report-") and len(n) == len("report-") + 6 for n in names)
+    assert len(unique_name("x" * 100, lambda n: False)) == 100
+
+
+# ---- durations and times ------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("2h", 7200), ("1h30m", 5400), ("45", 45), ("1d", 86400),
+                                           ("1.5h", 5400), (" 10m ", 600)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "x", "1x", "-5", "0", "h1", "1h 30m", "1m1h2x"])
+def test_bad_durations(text):
+    with pytest.raises(InvalidInput, match="bad duration"):
+        parse_duration(text)
+
+
+def test_format_duration_round_trips():
+    for text in ("1h30m", "90s", "1d2h", "45m"):
+        assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+def test_clock_and_when():
+    assert parse_clock("07:00") == time(7, 0)
+    with pytest.raises(InvalidInput):
+        parse_clock("24:00")
+    assert parse_when("+2h", NOW) == NOW + timedelta(hours=2)
+    assert parse_when("2026-11-23T02:00+00:00", NOW) == datetime(2026, 11, 23, 2, 0, tzinfo=UTC)
+    with pytest.raises(InvalidInput, match="bad time"):
+        parse_when("whenever", NOW)
+
+
+# ---- config -----------------------------------------------------------------------------------
+
+def test_skeleton_holds_every_default():
+    assert parse_config(skeleton_config()) == Config()
+    text = skeleton_config()
+    for key in ("priorities", "default_priority", "cutoff", "check_lock", "keep", "own_only", "shell", "slots",
+                "schedule", "until", "admins", "timeout", "kill_grace", "retry_delay", "on_interrupt", "host",
+                "max_job_size", "executor"):
+        assert f"\n# {key} = " in text or f"\n{key} = " in text, key
+
+
+def test_seed_defaults():
+    config = Config()
+    assert (config.priorities, config.default_priority, config.keep, config.slots) == (7, 4, 50, 1)
+    assert config.schedule == ("0 20 * * *", "0 23 * * *") and config.own_only and not config.check_lock
+
+
+@pytest.mark.parametrize("text, message", [
+    ("slots = 0", "slots = 0 is not valid — write a whole number from 1 to 4096"),
+    ("slot = 2", "unknown key 'slot' — did you mean 'slots'?"),
+    ('cutoff = "25:00"', "cutoff = '25:00' is not valid"),
+    ("default_priority = 9", "default_priority = 9 is not valid — write a whole number from 1 to 7"),
+    ('schedule = ["0 20 * *"]', "cron expressions of five fields"),
+    ('on_interrupt = "retry"', 'write "requeue" or "fail"'),
+    ("priorities = [", "not valid TOML"),
+    ("check_lock = 1", "write true or false"),
+])
+def test_config_errors_name_key_and_fix(text, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("*", r"\*").replace("?", r"\?")):
+        parse_config(text)
+
+
+def test_host_tables_override_slots():
+    config = parse_config("slots = 2\n[hosts.big]\nslots = 8\n")
+    assert config.slots_for("big") == 8 and config.slots_for("small") == 2
+
+
+# ---- policy ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("clock, closed, reopen_day", [
+    ("18:00", False, None), ("19:30", True, 23), ("23:59", True, 23), ("03:00", True, 22), ("07:00", False, None),
+])
+def test_cutoff_until_morning(clock, closed, reopen_day):
+    hour, minute = map(int, clock.split(":"))
+    now = datetime(2026, 11, 22, hour, minute, tzinfo=UTC)
+    state = cutoff_state(now, time(19, 30), time(7, 0))
+    assert state.closed is closed
+    if closed:
+        assert state.reopens.hour == 7 and state.reopens.day == reopen_day
+
+
+def test_cutoff_without_until_reopens_at_midnight():
+    state = cutoff_state(datetime(2026, 11, 22, 20, 0, tzinfo=UTC), time(19, 0), None)
+    assert state.closed and state.reopens.day == 23 and state.reopens.hour == 0
+    assert not cutoff_state(NOW, None, None).closed
+
+
+def test_admins_and_touching():
+    assert is_admin(0, "root", [], [])
+    assert is_admin(1000, "alice", [], ["alice"]) and not is_admin(1001, "bob", [], ["alice"])
+    assert is_admin(1001, "bob", ["wheel"], ["%wheel"]) and not is_admin(1001, "bob", ["users"], ["%wheel"])
+    assert may_touch(5, 5, True) and may_touch(0, 5, True) and not may_touch(6, 5, True) and may_touch(6, 5, False)
+
+
+# ---- ordering and eligibility ---------------------------------------------------------------------------
+
+def test_order_is_urgent_then_priority_then_fifo_then_name():
+    jobs = [(3, 10, "c"), (1, 50, "b"), (0, 99, "u"), (1, 20, "a"), (3, 10, "a2")]
+    assert [j[2] for j in sorted(jobs, key=lambda j: order_key(*j))] == ["u", "a", "b", "a2", "c"]
+
+
+def deps(states):
+    return lambda name: states.get(name, DepState.MISSING)
+
+
+def test_eligibility():
+    later = NOW + timedelta(hours=1)
+    assert evaluate(Meta(), held=False, now=NOW, host="h", dependency=deps({})) is READY
+    assert evaluate(Meta(), held=True, now=NOW, host="h", dependency=deps({})) == Wait("held")
+    assert evaluate(Meta(pin="other"), held=False, now=NOW, host="h", dependency=deps({})) == Wait("pinned to host other")
+    assert evaluate(Meta(pin="h"), held=False, now=NOW, host="h", dependency=deps({})) is READY
+    waiting = evaluate(Meta(not_before=later), held=False, now=NOW, host="h", dependency=deps({}))
+    assert isinstance(waiting, Wait) and waiting.until == later
+    assert evaluate(Meta(after=("a",)), held=False, now=NOW, host="h",
+                    dependency=deps({"a": DepState.PENDING})) == Wait("after a")
+    assert evaluate(Meta(after=("a", "b")), held=False, now=NOW, host="h",
+                    dependency=deps({"a": DepState.OK, "b": DepState.OK})) is READY
+    assert evaluate(Meta(after=("a", "b")), held=False, now=NOW, host="h",
+                    dependency=deps({"a": DepState.OK, "b": DepState.FAILED})) == Fail("dependency b failed")
+    assert evaluate(Meta(after=("a",)), held=False, now=NOW, host="h",
+                    dependency=deps({"a": DepState.CANCELLED})) == Fail("dependency a was cancelled")
+    assert "no longer exists" in evaluate(Meta(after=("gone",)), held=False, now=NOW, host="h",
+                                          dependency=deps({})).reason
+
+
+def test_retry_backoff_doubles_and_caps():
+    assert [retry_delay(30, a) for a in (1, 2, 3, 4)] == [30, 60, 120, 240]
+    assert retry_delay(30, 20) == 3600

@@ -1,0 +1,180 @@
+"""onite submit: capture, validation, policy, atomicity (real CLI in a forked child, real files)."""
+
+import os
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from conftest import drain, result, run_cli, set_config
+from onite.jobfile import decode
+
+ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/tmp",
+    "PS1": "\\u@\\h\n\\$ ",
+    "MULTI": "one\ntwo\n",
+    "QUOTES": "it's \"q\" `x` $HOME ${Y} \\n",
+}
+
+
+def queued_files(spool: Path) -> list[Path]:
+    return sorted(p for p in (spool / "jobs").rglob("*") if p.is_file())
+
+
+def all_files(spool: Path) -> list[Path]:
+    return sorted(p for p in spool.rglob("*") if p.is_file() and p.name not in ("onite.toml", "onite.log"))
+
+
+def test_submit_captures_env_cwd_umask_exactly(spool, workdir):
+    env = dict(ENV, ONITE_SPOOL=str(spool))
+    r = run_cli(["submit", "capture", "-p", "2"], stdin=b"echo hi\n", env=env, cwd=workdir, umask=0o027)
+    assert r.code == 0, r
+    job = decode((spool / "jobs" / "P2" / "capture").read_bytes())
+    assert job.cwd == os.fsencode(workdir) and job.umask == 0o027 and job.priority == 2
+    assert {k.decode(): v.decode() for k, v in job.env.items()} == env
+    assert job.body == b"echo hi\n"
+
+
+def test_non_utf8_environment_and_odd_names_round_trip(spool, workdir):
+    # A job that writes its own environment, as bytes, proves the round trip end to end.
+    env = {b"PATH": b"/usr/bin:/bin", b"BIN": b"\xff\xfe\x80 x", b"BASH_FUNC_f%%": b"() { echo f\n}",
+           b"ONITE_SPOOL": os.fsencode(spool), b"\xe9": b"latin"}
+    script = (b"#!/usr/bin/python3\nimport os\nopen(%r, 'wb').write(b'\\0'.join(k + b'=' + v for k, v in "
+              b"sorted(os.environb.items())))\n" % os.fsencode(workdir / "env.out"))
+    pid = os.fork()
+    if pid == 0:
+        os.environb.clear()
+        os.environb.update(env)
+        os._exit(run_cli(["submit", "envdump"], stdin=script).code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert drain(spool).returncode == 0
+    assert result(spool, "envdump")["state"] == "done", (spool / "stdout" / "envdump").read_text()
+    got = dict(item.split(b"=", 1) for item in (workdir / "env.out").read_bytes().split(b"\0"))
+    login = {b"HOME", b"USER", b"LOGNAME", b"SHELL"} if os.geteuid() == 0 else set()
+    for key, value in env.items():
+        if key not in login:
+            assert got[key] == value, key
+
+
+def test_job_text_bytes_and_shebang(spool, workdir, cli):
+    body = b"#!/usr/bin/python3\n# -*- coding: latin-1 -*-\nimport sys\nsys.stdout.buffer.write(bytes(range(256)))\n# \xff\xfe trailing bytes\n"
+    assert cli(["submit", "bytes"], stdin=body).code == 0
+    assert cli(["submit", "sh"], stdin=b"printf '%s\\n' \"$0\" | grep -q /dev/fd/ && echo shell-ok\n").code == 0
+    assert decode((spool / "jobs" / "P4" / "bytes").read_bytes()).body == body
+    drain(spool)
+    assert (spool / "stdout" / "bytes").read_bytes() == bytes(range(256))
+    assert (spool / "stdout" / "sh").read_text() == "shell-ok\n"
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", "has space", "x" * 300, "new\nline", ".hidden", "-p"])
+def test_hostile_names_write_nothing(spool, cli, name):
+    r = cli(["submit", name], stdin=b"true\n")
+    assert r.code == 2, r
+    assert r.err.startswith("onite: ") and r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert all_files(spool) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-p", "0"], "invalid priority 0"), (["-p", "8"], "invalid priority 8"), (["-p", "x"], "Invalid value for '-p'"),
+    (["--timeout", "soon"], "bad timeout"), (["--at", "whenever"], "bad time"), (["--retries", "-1"], ""),
+    (["--after", "nosuchjob"], "no job 'nosuchjob' is queued, running or finished"), (["--bogus"], "No such option"),
+])
+def test_bad_options_exit_2_with_one_line(spool, cli, args, message):
+    r = cli(["submit", "job", *args], stdin=b"true\n")
+    assert r.code == 2, r
+    assert message in r.err and r.err.count("\n") == 1 and r.err.startswith("onite: ")
+    assert all_files(spool) == []
+
+
+def test_empty_or_missing_stdin(spool, cli):
+    r = cli(["submit", "empty"], stdin=b"")
+    assert r.code == 2 and "the job text on stdin is empty" in r.err
+    r = cli(["submit", "closed"], stdin=None)
+    assert r.code == 2 and "stdin" in r.err
+    assert all_files(spool) == []
+
+
+def test_too_large_job_is_refused(spool, cli):
+    set_config(spool, max_job_size="1K")
+    r = cli(["submit", "big"], stdin=b"x" * 5000)
+    assert r.code == 2 and "larger than max_job_size" in r.err
+    assert all_files(spool) == []
+
+
+def test_huge_input_within_limit_is_kept_exactly(spool, cli):
+    body = b"#!/bin/sh\nexit 0\n" + os.urandom(3 * 1024 * 1024)
+    assert cli(["submit", "huge"], stdin=body).code == 0
+    assert decode((spool / "jobs" / "P4" / "huge").read_bytes()).body == body
+
+
+def test_file_size_limit_leaves_nothing_behind(spool, cli):
+    r = cli(["submit", "capped"], stdin=b"echo x\n" * 20000, rlimit_fsize=4096)
+    assert r.code == 4, r
+    assert "file-size limit" in r.err and r.err.count("\n") == 1
+    assert list((spool / "jobs").rglob("*capped*")) == [] and list((spool / "jobs").rglob(".*")) == []
+
+
+def test_duplicates_are_refused_and_unique_makes_names(spool, cli):
+    assert cli(["submit", "dup"], stdin=b"true\n").code == 0
+    r = cli(["submit", "dup", "-p", "1"], stdin=b"true\n")
+    assert r.code == 3 and "a job named 'dup' is already queued (P4, " in r.err
+    r1, r2 = (cli(["submit", "dup", "--unique"], stdin=b"true\n") for _ in range(2))
+    assert r1.code == r2.code == 0
+    names = {r1.out.strip(), r2.out.strip()}
+    assert len(names) == 2 and all(n.startswith("dup-") for n in names)
+    assert sorted(p.name for p in queued_files(spool)) == sorted(["dup", *names])
+
+
+def test_concurrent_submits_of_one_name_leave_exactly_one(spool, cli):
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(cli(["submit", "race"], stdin=b"echo %d\n" % i)))
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.code for r in results).count(0) == 1, results
+    assert all(r.code in (0, 3) for r in results)
+    assert [p.name for p in queued_files(spool)] == ["race"]
+
+
+def test_cutoff_refuses_and_says_when(spool, cli):
+    now = datetime.now()
+    cutoff = (now - timedelta(minutes=1)).strftime("%H:%M")
+    until = (now + timedelta(minutes=30)).strftime("%H:%M")
+    if cutoff > until:  # too close to midnight for this window shape; skip the clock edge
+        pytest.skip("the test window crosses midnight")
+    set_config(spool, cutoff=cutoff, until=until)
+    r = cli(["submit", "late"], stdin=b"true\n")
+    assert r.code == 3 and f"spooling closed at the cutoff ({cutoff})" in r.err and f"open again at {until}" in r.err
+    assert queued_files(spool) == []
+
+
+def test_check_lock_refuses_while_a_driver_runs(spool, cli, workdir):
+    from conftest import start_driver, wait_for
+
+    set_config(spool, check_lock=True)
+    gate = workdir / "gate"
+    gate.touch()
+    assert cli(["submit", "blocker"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode()).code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: (spool / "running" / os.uname().nodename.split(".")[0] / "blocker").exists(), what="claim")
+        r = cli(["submit", "during"], stdin=b"true\n")
+        assert r.code == 3 and "a driver is draining the spool" in r.err
+    finally:
+        gate.unlink()
+        driver.wait(30)
+    assert cli(["submit", "after"], stdin=b"true\n").code == 0
+
+
+def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
+    assert cli(["submit", "held", "--hold", "--host", "node7", "--timeout", "1h30m", "--retries", "2",
+                "--at", "23:59"], stdin=b"true\n").code == 0
+    path = spool / "jobs" / "P4" / "held"
+    assert path.stat().st_mode & 0o777 == 0o400
+    job = decode(path.read_bytes())
+    assert job.pin == "node7" and job.timeout == timedelta(hours=1, minutes=30) and job.retries == 2
+    assert job.not_before is not None
