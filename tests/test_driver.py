@@ -1,0 +1,171 @@
+"""The driver: order, late arrivals, the lock, retention, failures, recovery (real processes)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+
+HOST = os.uname().nodename.split(".")[0]
+
+
+def submit(name, body, *args):
+    r = run_cli(["submit", name, *args], stdin=body.encode() if isinstance(body, str) else body)
+    assert r.code == 0, r
+    return r
+
+
+def order_of(path: Path) -> list[str]:
+    return path.read_text().split()
+
+
+def test_priority_then_fifo(spool, workdir):
+    trace = workdir / "trace"
+    for name, prio in [("a", 4), ("b", 2), ("c", 4), ("d", 1), ("e", 2), ("f", 7)]:
+        submit(name, f"echo {name} >> {trace}\n", "-p", str(prio))
+    proc = drain(spool)
+    assert proc.returncode == 0, proc.stderr
+    assert order_of(trace) == ["d", "b", "e", "a", "c", "f"]
+    assert not list((spool / "jobs").rglob("*")) or all(p.is_dir() for p in (spool / "jobs").rglob("*"))
+
+
+def test_late_high_priority_job_runs_next(spool, workdir):
+    trace, gate = workdir / "trace", workdir / "gate"
+    gate.touch()
+    submit("first", f"echo first >> {trace}; while [ -e {gate} ]; do sleep 0.02; done\n", "-p", "5")
+    submit("second", f"echo second >> {trace}\n", "-p", "5")
+    submit("third", f"echo third >> {trace}\n", "-p", "6")
+    driver = start_driver(spool)
+    wait_for(lambda: trace.exists() and "first" in trace.read_text(), what="first job to start")
+    submit("late", f"echo late >> {trace}\n", "-p", "1")
+    gate.unlink()
+    assert driver.wait(60) == 0
+    assert order_of(trace) == ["first", "late", "second", "third"]
+
+
+def test_second_driver_logs_and_exits_at_once(spool, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    submit("hold-the-lock", f"while [ -e {gate} ]; do sleep 0.02; done\n")
+    first = start_driver(spool)
+    wait_for(lambda: (spool / "running" / HOST / "hold-the-lock").exists(), what="claim")
+    started = time.monotonic()
+    second = drain(spool)
+    assert second.returncode == 0 and time.monotonic() - started < 20
+    assert any("driver-busy" in line for line in log_lines(spool))
+    gate.unlink()
+    assert first.wait(30) == 0
+
+
+def test_failed_job_does_not_stop_the_night(spool, workdir):
+    submit("fails", "echo boom >&2; exit 3\n", "-p", "1")
+    submit("killed", "kill -9 $$\n", "-p", "2")
+    submit("works", f"echo fine > {workdir}/ok\n", "-p", "3")
+    assert drain(spool).returncode == 0
+    assert result(spool, "fails")["state"] == "failed" and result(spool, "fails")["exit_code"] == 3
+    assert result(spool, "fails")["reason"] == "exit 3"
+    assert result(spool, "killed")["signal"] == 9 and result(spool, "killed")["reason"] == "signal 9 (SIGKILL)"
+    assert result(spool, "works")["state"] == "done" and (workdir / "ok").read_text() == "fine\n"
+    assert (spool / "stdout" / "fails").read_text() == "boom\n"
+
+
+def test_output_and_records_of_a_finished_job(spool, cli):
+    submit("report", "echo out; echo err >&2\n", "-p", "3")
+    drain(spool)
+    r = cli(["output", "report"])
+    assert r.code == 0 and r.out == "out\nerr\n"
+    assert oct((spool / "stdout" / "report").stat().st_mode & 0o777) == "0o600"
+    rec = result(spool, "report")
+    for key in ("name", "user", "uid", "priority", "state", "submitted", "host", "started", "finished", "exit_code",
+                "signal", "reason", "attempt", "attempts", "run_id"):
+        assert key in rec
+    assert rec["host"] == HOST and rec["priority"] == 3 and rec["exit_code"] == 0
+    assert (spool / "jobsdone" / "report").exists() and not list((spool / "running").rglob("report*"))
+    listed = cli(["list", "--all", "--json"]).json()
+    job = next(j for j in listed["jobs"] if j["name"] == "report")
+    assert job["state"] == "done" and job["host"] == HOST and job["exit_code"] == 0 and job["duration"] is not None
+
+
+def test_a_finished_name_can_be_spooled_again(spool, cli):
+    submit("again", "echo first\n")
+    drain(spool)
+    submit("again", "echo second\n")
+    drain(spool)
+    assert cli(["output", "again"]).out == "second\n"
+
+
+def test_retention_keeps_the_last_n(spool, cli):
+    set_config(spool, keep=3)
+    for i in range(6):
+        submit(f"job{i}", f"echo {i}\n", "-p", "4")
+    drain(spool)
+    kept = sorted(p.name for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result"))
+    assert kept == ["job3@result", "job4@result", "job5@result"]
+    assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["job3", "job4", "job5"]
+    assert sorted(p.name for p in (spool / "jobsdone").iterdir() if "@" not in p.name) == ["job3", "job4", "job5"]
+
+
+def test_vanished_directory_fails_with_a_clear_reason(spool, world_tmp):
+    gone = world_tmp / "gone"
+    gone.mkdir()
+    r = run_cli(["submit", "orphan"], stdin=b"true\n", cwd=gone)
+    assert r.code == 0
+    gone.rmdir()
+    drain(spool)
+    rec = result(spool, "orphan")
+    assert rec["state"] == "failed" and rec["reason"] == f"its directory {gone} no longer exists"
+
+
+def test_missing_interpreter_fails_clearly(spool):
+    submit("nointerp", "#!/no/such/interpreter\necho\n")
+    drain(spool)
+    assert result(spool, "nointerp")["reason"] == "cannot start /no/such/interpreter: no such file"
+
+
+def test_detach_runs_in_the_background(spool, workdir, cli):
+    submit("bg", f"echo ran > {workdir}/bg\n")
+    r = cli(["run", "--detach"])
+    assert r.code == 0 and "driver started in the background" in r.out
+    wait_for(lambda: (spool / "jobsdone" / "bg@result").exists(), what="the detached driver to run the job")
+    assert (workdir / "bg").read_text() == "ran\n"
+
+
+def test_kill_9_mid_job_then_recovery(spool, workdir):
+    pids, rerun = workdir / "pids", workdir / "rerun"
+    submit("victim", f"[ -e {rerun} ] && exit 0; echo $$ >> {pids}; sleep 60 & echo $! >> {pids}; wait\n")
+    driver = start_driver(spool)
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="the job and its child")
+    job_pids = [int(p) for p in pids.read_text().split()]
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert (spool / "running" / HOST / "victim").exists()
+    assert all(os.path.exists(f"/proc/{p}") for p in job_pids)  # a killed driver leaves its job running
+    rerun.touch()
+    drain(spool)
+    # the next driver killed the orphaned processes, requeued the job and ran it again
+    for pid in job_pids:
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+                 what=f"pid {pid} to die")
+    assert not list((spool / "running" / HOST).iterdir())
+    recovered = [line for line in log_lines(spool) if " recovered victim " in line]
+    assert recovered and "requeued" in recovered[0] and "killed" in recovered[0]
+    assert result(spool, "victim")["state"] == "done"
+
+
+def test_recovery_with_on_interrupt_fail(spool, workdir):
+    set_config(spool, on_interrupt="fail")
+    marker = workdir / "started"
+    submit("doomed", f"touch {marker}; sleep 60\n")
+    driver = start_driver(spool)
+    wait_for(marker.exists, what="the job to start")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    drain(spool)
+    rec = result(spool, "doomed")
+    assert rec["state"] == "failed" and "interrupted" in rec["reason"]
