@@ -110,8 +110,8 @@ class Driver:
     # ---- the whole run -----------------------------------------------------------
 
     def run(self) -> int:
+        """Take this host's lock and drain; exit code 0 also when another driver holds the lock."""
         self.spool.check()
-        running_dir = self.spool.running_dir(self.host)
         if not os.access(self.spool.running_root, os.W_OK):
             raise Refused(f"cannot write {self.spool.running_root}: this spool is drained by its owner",
                           "run the driver as root (sudo onite run), or use your own spool")
@@ -119,23 +119,24 @@ class Driver:
         if lock is None:
             return 0
         try:
-            os.makedirs(running_dir, mode=0o755, exist_ok=True)
-            self.log.event("driver-start", host=self.host, slots=self.slots,
-                           until=self.until.strftime("%H:%M") if self.until else None,
-                           executor=self.runner.executor)
-            with _SignalCatcher(self._signals) as wakeup_fd:
-                self.recover()
-                self._loop(wakeup_fd)
-            self._prune()
-            left = len(self.index)
-            self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
-                           cancelled=self.counts["cancelled"], left=left,
-                           reason="stopped" if self._stopping else "window closed" if self._window_closed
-                           else "drained")
+            self.drain()
         finally:
             lock.release()
             self.log.close()
         return 0
+
+    def drain(self) -> None:
+        """Recover, run jobs until nothing can start, prune. The caller holds this host's lock."""
+        os.makedirs(self.spool.running_dir(self.host), mode=0o755, exist_ok=True)
+        self.log.event("driver-start", host=self.host, slots=self.slots,
+                       until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor)
+        with _SignalCatcher(self._signals) as wakeup_fd:
+            self.recover()
+            self._loop(wakeup_fd)
+        self._prune()
+        self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
+                       cancelled=self.counts["cancelled"], left=len(self.index),
+                       reason="stopped" if self._stopping else "window closed" if self._window_closed else "drained")
 
     def _take_lock(self):
         from filelock import Timeout, UnixFileLock

@@ -253,7 +253,25 @@ class Run:
         return self.job.attempt
 
 
-class LocalRunner:
+class Runner:
+    """What the driver needs from an executor (LocalRunner here, SlurmRunner in onite.slurm).
+
+    ``executor``        "local" or "slurm", recorded in results
+    ``runs``            the runs it is responsible for now
+    ``start(run, output_path, append)``   start it, or raise SpawnError with the reason
+    ``stop(run, why, by)``  begin a graceful stop ("timeout", "cancel", "shutdown")
+    ``kill(run, why)``      stop at once (the driver's hard stop)
+    ``tick(now_mono)``      enforce deadlines
+    ``reap()``              [(run, Outcome)] for runs that ended since the last call
+    ``next_deadline()``     monotonic time the driver must wake for, or None
+    ``wait_fds()``          descriptors that become readable when a run may have ended
+    ``runinfo(run)``        JSON-able facts recovery needs after a driver crash
+    ``recover(info, grace)``  make sure a dead driver's run is gone; returns what was done
+    ``reattach(run)``       optional: take back a run that outlived its driver; True if it did
+    """
+
+
+class LocalRunner(Runner):
     """Starts jobs as local process groups, enforces time limits, reports how they ended.
 
     Time limits and stops: SIGTERM to the whole group, then SIGKILL after
