@@ -174,7 +174,7 @@ class Driver:
             self._process_cancels()
             if not self._stopping and not self._hard_stop:
                 self._start_jobs()
-            if not self.runner.runs and not self.running:
+            if not self.running and not self.runner.busy():
                 if self._stopping or self._hard_stop or self._window_closed:
                     return
                 if self._wake_at is None:
@@ -264,7 +264,7 @@ class Driver:
                 if not self._window_closed:
                     self._window_closed = True
                     self.index.refresh(force=True)
-                    self.log.event("window-closed", until=self.until.strftime("%H:%M"), left=len(self.index),
+                    self.log.event("window-closed", until=self.until.isoformat(timespec="auto"), left=len(self.index),
                                    note="jobs left stay queued for the next night")
                 return
             picked = self._pick()
