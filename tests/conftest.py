@@ -29,6 +29,28 @@ import pytest
 
 ROOT = os.geteuid() == 0
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _preload() -> None:
+    """Import everything onite may import lazily, before any fork drops to ``nobody``.
+
+    The test interpreter may live under root's private home (pyenv in /root),
+    where ``nobody`` cannot read a module that was not loaded before the fork.
+    """
+    import importlib
+    import pkgutil
+
+    import onite
+
+    for info in pkgutil.iter_modules(onite.__path__, "onite."):
+        importlib.import_module(info.name)
+    for name in ("typer", "rich.console", "rich.table", "rich.text", "filelock", "tomllib", "croniter", "difflib",
+                 "importlib.resources", "json", "shlex", "shutil", "subprocess", "resource", "select", "signal",
+                 "zoneinfo", "html", "grp", "pwd", "fcntl", "selectors", "traceback"):
+        importlib.import_module(name)
+
+
+_preload()
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: acts as a second user (nobody) and drops privileges")
 
 
