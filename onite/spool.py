@@ -180,10 +180,11 @@ def skeleton_config() -> str:
 
 
 def with_priorities(text: str, priorities: int) -> str:
-    """The skeleton text with its ``priorities = N`` line set."""
+    """The skeleton text for ``priorities`` folders; the default priority is the middle one."""
     import re
 
-    return re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
+    text = re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
+    return re.sub(r"(?m)^default_priority = \d+$", f"default_priority = {(priorities + 1) // 2}", text, count=1)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,11 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
 
     created: list[str] = []
     skel = skeleton_config()
+    if not root.parent.exists():  # e.g. ~/.local/state on a fresh account
+        try:
+            os.makedirs(root.parent, mode=0o755 if system else 0o700, exist_ok=True)
+        except OSError as err:
+            raise SpoolIOError(root.parent, "creating", err) from None
     _make_dir(root, 0o755 if system else 0o700, created, root)
     config_path = root / "onite.toml"
     config_written = config_kept = False

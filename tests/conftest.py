@@ -46,8 +46,19 @@ def _preload() -> None:
         importlib.import_module(info.name)
     for name in ("typer", "rich.console", "rich.table", "rich.text", "filelock", "tomllib", "croniter", "difflib",
                  "importlib.resources", "json", "shlex", "shutil", "subprocess", "resource", "select", "signal",
-                 "zoneinfo", "html", "grp", "pwd", "fcntl", "selectors", "traceback"):
+                 "zoneinfo", "html", "grp", "pwd", "fcntl", "selectors", "traceback", "contextvars"):
         importlib.import_module(name)
+    # typer imports its parameter machinery (pydantic) lazily, on the first parse: parse once now
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from onite.__main__ import main
+    from onite.spool import skeleton_config
+
+    skeleton_config()  # importlib.resources loads its readers on first use
+    with open(os.devnull, "w") as devnull, redirect_stdout(devnull), redirect_stderr(devnull):
+        for argv in (["log", "-n", "1", "--spool", "/nonexistent"], ["submit", "--help"], ["nosuchcommand"],
+                     ["run", "--slots", "x"], ["init", "--priorities", "0"]):
+            main(argv)
 
 
 _preload()

@@ -3,13 +3,14 @@ signals, cancel, crash recovery (real processes, real signals; nothing waits on 
 
 import os
 import signal
-import threading
+import subprocess
+import sys
 import time
 from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
 
@@ -263,23 +264,30 @@ def test_cancel_queued_job_and_not_found(spool, cli):
     assert r.code == 2 and "no job name given" in r.err
 
 
+SUBMITTER = """
+import os, sys
+from onite.__main__ import main
+k, n, ran = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+failed = 0
+for i in range(n):
+    r, w = os.pipe()
+    os.write(w, f"touch {ran}/s{k}-{i}\\n".encode())
+    os.close(w)
+    os.dup2(r, 0)
+    os.close(r)
+    failed += main(["submit", f"s{k}-{i}", "-p", str(1 + i % 7)]) != 0
+sys.exit(failed)
+"""
+
+
 def test_six_concurrent_submitters_then_two_slots(spool, workdir):
     ran = workdir / "ran"
     ran.mkdir()
-    errors = []
-
-    def submitter(k):
-        for i in range(40):
-            r = run_cli(["submit", f"s{k}-{i}", "-p", str(1 + (i % 7))], stdin=f"touch {ran}/s{k}-{i}\n".encode())
-            if r.code != 0:
-                errors.append(r)
-
-    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    submitters = [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(k), "40", str(ran)], env=env)
+                  for k in range(6)]
+    assert [p.wait(120) for p in submitters] == [0] * 6
+    assert len([p for p in (spool / "jobs").rglob("*") if p.is_file()]) == 240
     assert drain(spool, "--slots", "2", timeout=300).returncode == 0
     assert len(os.listdir(ran)) == 240
     assert len([p for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result")]) == 50  # keep = 50
