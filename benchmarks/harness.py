@@ -226,7 +226,7 @@ def _fmt(value: float | None) -> str:
 
 def format_table(results: Sequence[Result]) -> str:
     """Results as an aligned text table, one figure a line, notes after."""
-    headers = ("figure", "median", "min–max", "unit", "ratio", "baseline")
+    headers = ("figure", "median", "min–max", "unit", "ratio", "ratio to")
     rows = [
         (
             r.name,
@@ -234,7 +234,7 @@ def format_table(results: Sequence[Result]) -> str:
             f"{_fmt(r.min)}–{_fmt(r.max)}" if r.min is not None else "",
             r.unit,
             f"{r.ratio:.2f}×" if r.ratio is not None else "",
-            r.baseline_name or "",
+            r.baseline_name if r.ratio is not None else "",
         )
         for r in results
     ]
