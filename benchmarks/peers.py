@@ -73,6 +73,8 @@ def run_quiet(argv: Sequence[str], **kwargs) -> None:
 
 def package_version(package: str) -> str:
     """Installed Debian version of a package, for the environment lines."""
+    if shutil.which("dpkg-query") is None:
+        return "unknown (not a Debian system)"
     proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package],
                           capture_output=True, text=True, check=False)
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "not installed"
@@ -248,7 +250,13 @@ def tsp_fill_and_drain(n: int, repeats: int) -> dict[str, h.Stats]:
 def tsp_submit_latency(repeats: int) -> h.Stats:
     q = TspQueue(1)
     try:
-        return h.time_cmd(["tsp", "true"], repeats, env=q.env)
+        stats = h.time_cmd(["tsp", "true"], repeats, env=q.env)
+        # Let the submitted jobs end before the server is killed: a job's
+        # client that outlives the server writes an error file next to the
+        # socket after the directory is gone.
+        q.submit_sentinel()
+        q.wait_last()
+        return stats
     finally:
         q.close()
 
