@@ -462,7 +462,8 @@ class Driver:
 
         info = {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
                 "started": run.started.isoformat(), "queued": run.queued_at.isoformat(),
-                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": os.getpid(), **extra}
+                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": os.getpid(),
+                "machine": os.uname().nodename, **extra}
         path = self.spool.running_dir(self.host) / f"{run.name}{sp.RUNINFO}"
         try:
             sp.replace_file(path, json.dumps(info).encode())
@@ -698,7 +699,7 @@ class Driver:
                 sp.remove(info_path)
                 self.log.event("recovered", name, action="its result was recorded; filed it")
                 continue
-            what = self.runner.recover(info, self.config.kill_grace.total_seconds()) if info else "no run record"
+            what = self._stop_leftovers(info)
             rank = info.get("rank")
             if rank is None:
                 try:
@@ -726,6 +727,39 @@ class Driver:
         for name in names:  # run records whose job is gone
             if name.endswith(sp.RUNINFO) and name[: -len(sp.RUNINFO)] not in jobs:
                 sp.remove(running_dir / name)
+
+    def _stop_leftovers(self, info: dict) -> str:
+        """Make sure a dead driver's job is not still running before it is requeued."""
+        if not info:
+            return "no run record"
+        machine = info.get("machine")
+        if machine and machine != os.uname().nodename:
+            # process ids mean nothing on another machine: the admin vouched that it is down
+            return f"it ran on {machine}, which cannot be checked from here"
+        return self.runner.recover(info, self.config.kill_grace.total_seconds())
+
+    def recover_host(self) -> list[str]:
+        """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go.
+
+        Raises:
+            Refused: a driver of that host holds its lock (it is alive).
+        """
+        from filelock import Timeout, UnixFileLock
+
+        lock = UnixFileLock(str(self.spool.lock_path(self.host)), timeout=0.5, mode=0o644)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise Refused(f"a driver for host {self.host} is running (it holds {self.spool.lock_path(self.host).name})",
+                          "stop it there, or let it recover its own jobs") from None
+        try:
+            before = set(os.listdir(self.spool.running_dir(self.host))) if self.spool.running_dir(self.host).is_dir() else set()
+            self.log.event("recover-host", host=self.host, by=f"uid {os.geteuid()}", claims=len([n for n in before if is_valid_name(n)]))
+            self.recover()
+            return sorted(n for n in before if is_valid_name(n))
+        finally:
+            lock.release()
+            self.log.close()
 
     def _reattach(self, name: str, path: Path, info: dict) -> bool:
         """Executors whose jobs outlive the driver (Slurm) take their runs back."""
