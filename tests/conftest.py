@@ -211,7 +211,7 @@ def cli():
     return run_cli
 
 
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
