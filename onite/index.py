@@ -2,14 +2,18 @@
 100,000 queued jobs as at 100.
 
 Each queue folder is listed again only when its mtime says its entries
-changed: at once (rate-limited to ``fresh_every``) when someone else added
-or removed a file, and at most every ``rescan_every`` seconds when the
-driver's own claims are what changed it (a claim from a folder of 100,000
-files must not cost a listing of 100,000 names). A file added within one
-clock tick of a listing may leave the mtime unchanged, so such a listing is
-marked racy and repeated. Before a driver decides there is nothing left to
-do it lists every folder again (``refresh(force=True)``): no job is ever
-missed, at worst noticed a second late.
+changed: at once when someone else added or removed a file (a big folder,
+whose listing is costly, at most every ``fresh_every`` seconds), and at
+most every ``rescan_every`` seconds, or every RESCAN_COST_SHARE times as
+long as its last listing took if that is longer, when the driver's own
+claims are what changed it (a claim from a folder of 100,000 files must
+not cost a listing of 100,000 names). A file that enters a folder gets a
+new ctime, so it sorts after every job already there: noticing it late
+never changes which job runs next while earlier ones wait. A file added
+within one clock tick of a listing may leave the mtime unchanged, so such
+a listing is marked racy and repeated. Before a driver decides there is
+nothing left to do it lists every folder again (``refresh(force=True)``):
+no job is ever missed, at worst noticed a second late.
 
 Only names and kernel ctimes are kept for every queued job; the few
 fields of a job file that eligibility needs are read lazily, once per file
@@ -28,6 +32,9 @@ from pathlib import Path
 from onite.names import SIDE
 
 RACY_NS = 20_000_000  # a listing this close to the folder's mtime may have missed a same-tick add
+# A folder the driver itself changed is listed again at most once per this many times
+# its last listing took, so that listing a big queue costs a bounded share of the drain.
+RESCAN_COST_SHARE = 20
 
 
 @dataclass(slots=True)
@@ -39,19 +46,22 @@ class Candidate:
 
 
 class _Folder:
-    __slots__ = ("rank", "path", "names", "order", "gone", "mtime_ns", "scanned_at", "touched", "racy", "sorted")
+    __slots__ = ("rank", "path", "names", "order", "head", "gone", "mtime_ns", "scanned_at", "touched", "racy",
+                 "sorted", "scan_seconds")
 
     def __init__(self, rank: int, path: Path) -> None:
         self.rank = rank
         self.path = path
         self.names: dict[str, int] = {}  # name → ctime_ns
         self.order: list[tuple[int, str]] = []
+        self.head = 0  # order[:head] are gone: where a look for the next job starts
         self.gone: set[str] = set()
         self.mtime_ns = -1
         self.scanned_at = float("-inf")
         self.touched = False
         self.racy = False
         self.sorted = True
+        self.scan_seconds = 0.0  # how long its last listing took
 
 
 class QueueIndex:
@@ -85,12 +95,18 @@ class QueueIndex:
             changed = mtime != folder.mtime_ns or folder.racy
             if not (changed or force):
                 continue
-            limit = 0.0 if force else self.rescan_every if folder.touched else self.fresh_every
+            if force:
+                limit = 0.0
+            elif folder.touched:
+                limit = max(self.rescan_every, RESCAN_COST_SHARE * folder.scan_seconds)
+            else:  # someone else's change: at once, unless listing this folder is costly
+                limit = min(self.fresh_every, RESCAN_COST_SHARE * folder.scan_seconds)
             if now - folder.scanned_at >= limit:
                 self._scan(folder, mtime)
 
     def _scan(self, folder: _Folder, mtime_ns: int) -> None:
         started_ns = time.time_ns()
+        started = time.perf_counter()
         present: set[str] = set()
         try:
             with os.scandir(folder.path) as it:
@@ -116,6 +132,7 @@ class QueueIndex:
             folder.sorted = False
         folder.mtime_ns = mtime_ns
         folder.scanned_at = self.clock()
+        folder.scan_seconds = time.perf_counter() - started
         folder.touched = False
         folder.racy = started_ns - mtime_ns < RACY_NS
         if len(folder.gone) > 64 and len(folder.gone) > len(folder.order) // 2:
@@ -124,6 +141,7 @@ class QueueIndex:
     @staticmethod
     def _compact(folder: _Folder) -> None:
         folder.order = [(c, n) for c, n in folder.order if folder.names.get(n) == c]
+        folder.head = 0
         folder.gone.clear()
 
     # ---- reading --------------------------------------------------------------
@@ -134,8 +152,16 @@ class QueueIndex:
             if not folder.sorted:
                 folder.order.sort()
                 folder.sorted = True
-            names = folder.names
-            for ctime_ns, name in folder.order:
+                folder.head = 0
+            order, names = folder.order, folder.names
+            # Jobs leave a queue from its front: skip what has left once and for all,
+            # so that the next look does not walk past every job drained so far.
+            head, end = folder.head, len(order)
+            while head < end and names.get(order[head][1]) != order[head][0]:
+                head += 1
+            folder.head = head
+            for i in range(head, end):
+                ctime_ns, name = order[i]
                 if names.get(name) == ctime_ns:
                     yield Candidate(folder.rank, name, folder.path / name, ctime_ns)
 
