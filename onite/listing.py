@@ -124,7 +124,9 @@ def list_jobs(spool: sp.Spool, *, include_all: bool = False) -> list[JobView]:
 
 
 def jobs_json(spool: sp.Spool, views: list[JobView]) -> str:
-    return json.dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]}, indent=1)
+    from onite.jsontext import dumps
+
+    return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
 
 
 def _runinfo(spool: sp.Spool, host: str | None, name: str) -> dict:

@@ -10,10 +10,14 @@ the spool's owner) write it; users read it with ``onite log``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
+
+
+_NEEDS_QUOTES = re.compile(r'[\s"]')
 
 
 def format_line(when: datetime, host: str, pid: int, event: str, name: str = "", /, **fields: object) -> str:
@@ -24,7 +28,7 @@ def format_line(when: datetime, host: str, pid: int, event: str, name: str = "",
         if value is None or value == "":
             continue
         text = str(value)
-        if any(c.isspace() for c in text) or '"' in text or not text:
+        if not text or _NEEDS_QUOTES.search(text):
             text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
         parts.append(f"{key}={text}")
     return " ".join(parts) + "\n"

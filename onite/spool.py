@@ -538,9 +538,9 @@ def results(spool: Spool) -> list:
 
 
 def write_result(spool: Spool, result) -> None:
-    import json
+    from onite.jsontext import dumps
 
-    replace_file(spool.result_path(result.name), (json.dumps(result.to_json(), indent=1) + "\n").encode(), mode=0o644)
+    replace_file(spool.result_path(result.name), (dumps(result.to_json()) + "\n").encode(), mode=0o644)
 
 
 # ---- moves ---------------------------------------------------------------------
