@@ -45,6 +45,7 @@ from onite.state import JobState, Outcome, Result
 
 POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
+IDENTITY_TTL = 1.0  # seconds an owner's account, as read from the system, is trusted
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Driver:
         self.spool = spool
         self.config: Config = spool.config
         self.host = host or default_host(self.config)
+        self._running_dir = spool.running_dir(self.host)
         self._slots_override = slots
         self._until_override = until
         self.euid = os.geteuid()
@@ -70,6 +72,7 @@ class Driver:
         self.runner = runner or self._make_runner()
         self.index = QueueIndex(spool.queue_folders())
         self.running: dict[str, Run] = {}
+        self._unrecorded: dict[str, tuple[Run, Outcome, datetime]] = {}  # ended, not yet filed
         self._meta: dict[str, tuple[tuple[int, int, int], Meta]] = {}
         self._parsed: dict[str, tuple[tuple[int, int, int], Job]] = {}
         self._signals: list[int] = []
@@ -77,6 +80,7 @@ class Driver:
         self._hard_stop = False
         self._window_closed = False
         self._reported_foreign: set[str] = set()
+        self._identities: dict[int, tuple[float, Identity | Refused]] = {}
         self._cancel_mtime = -1
         self._seq = 0
         self._since_prune = 0
@@ -127,12 +131,15 @@ class Driver:
 
     def drain(self) -> None:
         """Recover, run jobs until nothing can start, prune. The caller holds this host's lock."""
-        os.makedirs(self.spool.running_dir(self.host), mode=0o755, exist_ok=True)
+        os.makedirs(self._running_dir, mode=0o755, exist_ok=True)
         self.log.event("driver-start", host=self.host, slots=self.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor)
         with _SignalCatcher(self._signals) as wakeup_fd:
             self.recover()
-            self._loop(wakeup_fd)
+            try:
+                self._loop(wakeup_fd)
+            finally:
+                self._flush_records()
         self._prune()
         self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
                        cancelled=self.counts["cancelled"], left=len(self.index),
@@ -174,6 +181,7 @@ class Driver:
             self._process_cancels()
             if not self._stopping and not self._hard_stop:
                 self._start_jobs()
+            self._flush_records()
             if not self.running and not self.runner.busy():
                 if self._stopping or self._hard_stop or self._window_closed:
                     return
@@ -278,6 +286,8 @@ class Driver:
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             for cand in self.index.candidates():
+                if cand.name in self._unrecorded:
+                    self._flush_records()  # its namesake's files must leave running/ first
                 if cand.name in self.running:
                     continue  # a job of that name runs here; a second one waits its turn
                 seen = self._inspect(cand)
@@ -361,16 +371,38 @@ class Driver:
         if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
             return "has the setuid or setgid bit"
         try:
-            resolve(st.st_uid)
+            self._resolve(st.st_uid)
         except Refused:
             return f"its owner uid {st.st_uid} has no account on this machine"
         if st.st_size > self.config.max_job_size + (8 << 20):
             return f"larger than max_job_size ({st.st_size} bytes)"
         return ""
 
+    def _resolve(self, uid: int) -> Identity:
+        """``resolve(uid)``, remembered for IDENTITY_TTL seconds.
+
+        Each job needs its owner's account three times (checking the queued
+        file, the claimed file, starting it); reading the account database
+        once per job instead keeps its cost out of the drain.
+
+        Raises:
+            Refused: no such account.
+        """
+        now = time.monotonic()
+        known = self._identities.get(uid)
+        if known is None or now - known[0] > IDENTITY_TTL:
+            try:
+                known = (now, resolve(uid))
+            except Refused as err:
+                known = (now, err)
+            self._identities[uid] = known
+        if isinstance(known[1], Refused):
+            raise known[1]
+        return known[1]
+
     def _may_be_urgent(self, uid: int) -> bool:
         try:
-            ident = resolve(uid)
+            ident = self._resolve(uid)
         except Refused:
             return False
         return is_admin(uid, ident.name, ident.group_names(), self.config.admins)
@@ -395,6 +427,8 @@ class Driver:
         return decode(b"".join(chunks)), st
 
     def _dep_state(self, name: str) -> DepState:
+        if name in self._unrecorded:
+            self._flush_records()
         if name in self.running or self.index.contains(name) or sp.find_queued(self.spool, name) \
                 or sp.find_running(self.spool, name):
             return DepState.PENDING
@@ -406,7 +440,7 @@ class Driver:
         return DepState.MISSING
 
     def _start(self, cand: Candidate, st_seen: os.stat_result) -> None:
-        target = self.spool.running_dir(self.host) / cand.name
+        target = self._running_dir / cand.name
         try:
             sp.move(cand.path, target, "claiming")
         except NotFound:
@@ -423,13 +457,14 @@ class Driver:
         if problem:
             self._refuse_claimed(cand.name, target, st, problem.replace("settling", "has 2 hard links"))
             return
-        owner = resolve(st.st_uid)
+        owner = self._resolve(st.st_uid)
         self._seq += 1
         run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank,
                   run_id=f"{now:%Y%m%dT%H%M%S}-{self.host}-{os.getpid()}-{self._seq}",
                   started=now, started_mono=time.monotonic())
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
-        self._write_runinfo(run, {})
+        # The run record is written once, when the job has started: before that it could
+        # say nothing that recovery needs (no process to stop), and every new file costs.
         try:
             self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1)
         except SpawnError as err:
@@ -464,7 +499,7 @@ class Driver:
                 "started": run.started.isoformat(), "queued": run.queued_at.isoformat(),
                 "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": os.getpid(),
                 "machine": os.uname().nodename, **extra}
-        path = self.spool.running_dir(self.host) / f"{run.name}{sp.RUNINFO}"
+        path = self._running_dir / f"{run.name}{sp.RUNINFO}"
         try:
             sp.replace_file(path, json.dumps(info).encode())
         except OniteError as err:
@@ -477,15 +512,29 @@ class Driver:
             self.running.pop(run.name, None)
             if run.stopping == "shutdown" and outcome.cancelled_by is None:
                 self._requeue_interrupted(run)
+            elif self._retryable(run, outcome):
+                self._record(run, outcome, self.now())  # its retry may be next in the queue: requeue it now
             else:
-                self._record(run, outcome, self.now())
+                # Filed once the next job has started (_flush_records), so that writing this
+                # one's records overlaps that job's run instead of delaying its start. Anything
+                # that needs them sooner (a dependency, a job of the same name) files them first.
+                self._unrecorded[run.name] = (run, outcome, self.now())
+
+    def _flush_records(self) -> None:
+        """File the finished runs that _reap left for later."""
+        while self._unrecorded:
+            name = next(iter(self._unrecorded))
+            self._record(*self._unrecorded.pop(name))
+
+    @staticmethod
+    def _retryable(run: Run, outcome: Outcome) -> bool:
+        return outcome.state is JobState.FAILED and not outcome.reason and run.job.attempt <= run.job.retries
 
     def _record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         job = run.job
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=self.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
-        retryable = outcome.state is JobState.FAILED and not outcome.reason and job.attempt <= job.retries
-        if retryable and self._requeue_retry(run, attempt, now):
+        if self._retryable(run, outcome) and self._requeue_retry(run, attempt, now):
             return
         result = Result(
             name=run.name, uid=run.owner.uid, user=run.owner.name, priority=job.priority, urgent=run.rank == 0,
@@ -494,7 +543,7 @@ class Driver:
             finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
             executor=self.runner.executor, external_id=run.external_id, recur=job.recur,
         )
-        running_dir = self.spool.running_dir(self.host)
+        running_dir = self._running_dir
         try:
             sp.write_result(self.spool, result)
             sp.move(running_dir / run.name, self.spool.done_dir / run.name, "filing the finished job")
@@ -508,7 +557,7 @@ class Driver:
                        attempt=job.attempt)
         self._since_prune += 1
         if self._since_prune >= max(50, self.config.keep // 10):
-            self._prune()
+            self._prune(strays=False)
 
     def _requeue_retry(self, run: Run, attempt: Attempt, now: datetime) -> bool:
         delay = retry_delay(self.config.retry_delay.total_seconds(), run.job.attempt)
@@ -523,7 +572,7 @@ class Driver:
         except OniteError as err:
             self.log.event("retry-failed", run.name, error=str(err))
             return False
-        running_dir = self.spool.running_dir(self.host)
+        running_dir = self._running_dir
         sp.remove(running_dir / run.name)
         sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
         self.counts["retried"] += 1
@@ -532,7 +581,7 @@ class Driver:
         return True
 
     def _requeue_interrupted(self, run: Run) -> None:
-        running_dir = self.spool.running_dir(self.host)
+        running_dir = self._running_dir
         try:
             self._requeue_file(running_dir / run.name, run.name, run.rank)
         except OniteError as err:
@@ -673,7 +722,7 @@ class Driver:
         """Deal with what a dead driver of this host left in running/HOST/."""
         import json
 
-        running_dir = self.spool.running_dir(self.host)
+        running_dir = self._running_dir
         try:
             names = os.listdir(running_dir)
         except FileNotFoundError:
@@ -753,7 +802,7 @@ class Driver:
             raise Refused(f"a driver for host {self.host} is running (it holds {self.spool.lock_path(self.host).name})",
                           "stop it there, or let it recover its own jobs") from None
         try:
-            before = set(os.listdir(self.spool.running_dir(self.host))) if self.spool.running_dir(self.host).is_dir() else set()
+            before = set(os.listdir(self._running_dir)) if self._running_dir.is_dir() else set()
             self.log.event("recover-host", host=self.host, by=f"uid {os.geteuid()}", claims=len([n for n in before if is_valid_name(n)]))
             self.recover()
             return sorted(n for n in before if is_valid_name(n))
@@ -806,12 +855,12 @@ class Driver:
 
     # ---- retention -------------------------------------------------------------------
 
-    def _prune(self) -> None:
+    def _prune(self, *, strays: bool = True) -> None:
         from onite.retention import prune
 
         self._since_prune = 0
         try:
-            removed = prune(self.spool, self.config.keep, protect=set(self.running))
+            removed = prune(self.spool, self.config.keep, protect=set(self.running), strays=strays)
         except OniteError as err:
             self.log.event("error", error=str(err), note="retention")
             return

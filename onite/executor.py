@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from onite.identity import Identity
@@ -190,14 +190,33 @@ def open_output(path: Path, identity: Identity | None, *, append: bool) -> int:
         except FileNotFoundError:
             pass
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # an older output (or something planted): never write through it
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
     if identity is not None:
         os.fchown(fd, identity.uid, identity.gid)
     os.fchmod(fd, 0o600)
     return fd
+
+
+def own_credentials() -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
+    """This process's real, effective and saved uids and gids, and the groups it has the rights of.
+
+    The kernel grants a group's rights for the effective gid as for a
+    supplementary group, so the set counts both (root often has no
+    supplementary groups, where its account's group list is just its gid).
+    """
+    resgid = os.getresgid()
+    return os.getresuid(), resgid, frozenset(os.getgroups()) | {resgid[1]}
+
+
+def credentials_of(identity: Identity) -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
+    """What ``own_credentials`` reads in a process that runs as ``identity``."""
+    return (identity.uid,) * 3, (identity.gid,) * 3, frozenset(identity.groups) | {identity.gid}
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
@@ -211,10 +230,15 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
 def process_start_ticks(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     try:
         return int(data[data.rindex(b")") + 2:].split()[19])
     except (ValueError, IndexError):
@@ -294,10 +318,15 @@ class LocalRunner(Runner):
         self.switch_user = switch_user
         self.runs: list[Run] = []
         self._orphans: list[tuple[int, float]] = []  # (pgid, kill_at) of groups whose leader exited
+        self._credentials = own_credentials()
 
     def start(self, run: Run, output_path: Path, *, append: bool) -> None:
         """Start ``run``. Raises SpawnError (the job is then recorded as failed)."""
         launch = plan(run.job, run.owner, shell=self.shell, switch_user=self.switch_user)
+        if launch.identity is not None and credentials_of(launch.identity) == self._credentials:
+            # Switching to the ids we already have changes nothing, and asking for it
+            # costs a full fork() instead of vfork() (CPython will not vfork to setuid).
+            launch = replace(launch, identity=None)
         try:
             out = open_output(output_path, launch.identity, append=append)
         except OSError as err:

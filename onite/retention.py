@@ -12,8 +12,13 @@ import os
 from onite import spool as sp
 
 
-def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset()) -> int:
-    """Remove finished jobs beyond the newest ``keep``; returns how many were removed."""
+def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
+    """Remove finished jobs beyond the newest ``keep``; returns how many were removed.
+
+    ``strays=False`` skips the look for files no kept result explains (left by
+    a crash or a cancel): a driver prunes that way as it goes, and looks for
+    strays once, when it ends.
+    """
     records: list[tuple[int, str]] = []
     try:
         with os.scandir(spool.done_dir) as it:
@@ -35,8 +40,9 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset()) -> int
         if name not in protect and not sp.is_live(spool, name):
             sp.remove(spool.output_path(name))
         removed += 1
-    oldest_kept = records[keep - 1][0] if keep else None
-    _remove_strays(spool, {n for _, n in records[:keep]} | protect, oldest_kept)
+    if strays:
+        oldest_kept = records[keep - 1][0] if keep else None
+        _remove_strays(spool, {n for _, n in records[:keep]} | protect, oldest_kept)
     return removed
 
 

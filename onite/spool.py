@@ -71,55 +71,36 @@ class Spool:
     """Paths of one spool and the file operations on it."""
 
     def __init__(self, root: Path, config: Config | None = None) -> None:
-        self.root = Path(root)
+        # The paths are made once: a driver asks for them several times per job,
+        # and building a Path costs more than the system call it is used for.
+        self.root = root = Path(root)
         self._config = config
+        self.config_path = root / "onite.toml"
+        self.log_path = root / "onite.log"
+        self.jobs_dir = root / "jobs"
+        self.running_root = root / "running"
+        self.done_dir = root / "jobsdone"
+        self.stdout_dir = root / "stdout"
+        self.cancel_dir = root / "cancel"
+        self.refused_dir = root / "refused"
+        self.recur_dir = root / "recur"
+        self.urgent_dir = self.jobs_dir / URGENT
+        self._queue_dirs: dict[int, Path] = {}
+        self._running_dirs: dict[str, Path] = {}
+        self._folders: tuple[int, list[tuple[int, Path]]] | None = None
 
     # paths -------------------------------------------------------------
-    @property
-    def config_path(self) -> Path:
-        return self.root / "onite.toml"
-
-    @property
-    def log_path(self) -> Path:
-        return self.root / "onite.log"
-
-    @property
-    def jobs_dir(self) -> Path:
-        return self.root / "jobs"
-
-    @property
-    def running_root(self) -> Path:
-        return self.root / "running"
-
-    @property
-    def done_dir(self) -> Path:
-        return self.root / "jobsdone"
-
-    @property
-    def stdout_dir(self) -> Path:
-        return self.root / "stdout"
-
-    @property
-    def cancel_dir(self) -> Path:
-        return self.root / "cancel"
-
-    @property
-    def refused_dir(self) -> Path:
-        return self.root / "refused"
-
-    @property
-    def recur_dir(self) -> Path:
-        return self.root / "recur"
-
     def queue_dir(self, priority: int) -> Path:
-        return self.jobs_dir / f"P{priority}"
-
-    @property
-    def urgent_dir(self) -> Path:
-        return self.jobs_dir / URGENT
+        path = self._queue_dirs.get(priority)
+        if path is None:
+            path = self._queue_dirs[priority] = self.jobs_dir / f"P{priority}"
+        return path
 
     def running_dir(self, host: str) -> Path:
-        return self.running_root / host
+        path = self._running_dirs.get(host)
+        if path is None:
+            path = self._running_dirs[host] = self.running_root / host
+        return path
 
     def lock_path(self, host: str) -> Path:
         return self.root / f"driver.{host}.lock"
@@ -142,7 +123,10 @@ class Spool:
 
     def queue_folders(self) -> list[tuple[int, Path]]:
         """(rank, folder) in run order: urgent first (rank 0), then P1 … Pn."""
-        return [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, self.config.priorities + 1)]
+        priorities = self.config.priorities
+        if self._folders is None or self._folders[0] != priorities:
+            self._folders = (priorities, [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, priorities + 1)])
+        return list(self._folders[1])
 
     def folder_for(self, priority: int, urgent: bool) -> Path:
         return self.urgent_dir if urgent else self.queue_dir(priority)
@@ -466,7 +450,7 @@ def find_queued(spool: Spool, name: str) -> list[Entry]:
     """Queued jobs called ``name`` (normally one; two only after a race)."""
     found = []
     for rank, folder in spool.queue_folders():
-        entry = _stat_entry(folder / name, rank=rank)
+        entry = _stat_entry(folder, name, rank=rank)
         if entry:
             found.append(entry)
     return found
@@ -475,20 +459,20 @@ def find_queued(spool: Spool, name: str) -> list[Entry]:
 def find_running(spool: Spool, name: str) -> list[Entry]:
     found = []
     for host in spool.hosts():
-        entry = _stat_entry(spool.running_dir(host) / name, host=host)
+        entry = _stat_entry(spool.running_dir(host), name, host=host)
         if entry:
             found.append(entry)
     return found
 
 
-def _stat_entry(path: Path, **extra) -> Entry | None:
+def _stat_entry(folder: Path, name: str, **extra) -> Entry | None:
     try:
-        st = os.lstat(path)
+        st = os.lstat(f"{folder}/{name}")  # a Path is made only for what is found
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as err:
-        raise SpoolIOError(path, "looking at", err) from None
-    return Entry(path.name, path, st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
+        raise SpoolIOError(folder / name, "looking at", err) from None
+    return Entry(name, folder / name, st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
 
 
 def is_live(spool: Spool, name: str) -> bool:
