@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from onite import commands
+from onite.commands import now
 from onite.errors import InvalidInput, NotFound
 
 app = typer.Typer(
@@ -39,10 +40,6 @@ def _options(spool: SpoolOpt = None) -> None:
     _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
 
 
-def now() -> datetime:
-    return datetime.now().astimezone()
-
-
 def locate(spool: str | None):
     from onite import spool as sp
 
@@ -51,12 +48,7 @@ def locate(spool: str | None):
 
 def open_spool(spool: str | None, *, create: bool = True):
     """The spool a command works on; a personal default spool is created on first use."""
-    from onite import spool as sp
-
-    where = locate(spool)
-    if where.personal_default and create and not (where.path / "jobs").is_dir():
-        sp.init_spool(where.path, None, system=False)
-    return sp.Spool(where.path)
+    return commands.open_spool(spool or _GLOBAL["spool"], create=create)
 
 
 def console(stderr: bool = False):
@@ -100,53 +92,26 @@ def submit(
     host: Annotated[Optional[str], typer.Option("--host", help="Run only on this host (when several share the spool).")] = None,
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
+    lines: Annotated[bool, typer.Option("--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask."""
+    # onite.fastcli runs well-formed submits without typer: keep the two in step (tests/test_fastcli.py)
     from onite.submit import SubmitRequest
 
     request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
                             timeout=timeout, retries=retries, host=host, hold=hold, unique=unique)
+    if lines:
+        print(commands.describe_batch(commands.submit_lines(request, spool or _GLOBAL["spool"])))
+        return
     final = do_submit(request, spool)
     if unique:
         print(final)
 
 
 def do_submit(request, spool: str | None) -> str:
-    """Shared by the typer command and the fast path in onite.__main__."""
-    from dataclasses import replace
-
-    from onite import identity
-    from onite.submit import capture, submit as submit_job
-
-    target = open_spool(spool)
-    body = read_stdin(target.config.max_job_size)
-    captured = capture(now())
-    return submit_job(target, replace(request, body=body), captured, identity.current())
-
-
-def read_stdin(limit: int) -> bytes:
-    """The job text. A terminal on stdin is a mistake, not an invitation to type.
-
-    Raises:
-        InvalidInput: stdin is a terminal, closed, or larger than ``limit``.
-    """
-    try:
-        fd = sys.stdin.fileno() if sys.stdin is not None else 0
-        if os.isatty(fd):
-            raise InvalidInput("the job text is read from stdin, which is a terminal",
-                               "redirect a script: onite submit NAME < job.sh")
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise InvalidInput(f"the job text is larger than max_job_size ({limit} bytes)",
-                                   "spool a short script that runs the big one instead")
-    except (OSError, ValueError) as err:
-        raise InvalidInput(f"cannot read the job text from stdin: {getattr(err, 'strerror', None) or err}",
-                           "redirect a script: onite submit NAME < job.sh") from None
-    return b"".join(chunks)
+    """Shared by the typer command and the fast path (onite.fastcli)."""
+    return commands.submit_stdin(request, spool or _GLOBAL["spool"])
 
 
 # ---- looking at the queue -------------------------------------------------------------
@@ -185,11 +150,7 @@ def list_(
 @app.command()
 def find(name: str, spool: SpoolOpt = None) -> None:
     """Exit 0 if a job NAME is queued or running, 1 if not."""
-    from onite.control import find as find_job
-
-    target = open_spool(spool)
-    target.check()
-    if not find_job(target, name):
+    if not commands.find(name, spool or _GLOBAL["spool"]):
         raise typer.Exit(1)
 
 

@@ -164,8 +164,13 @@ def unescape(text: str) -> bytes:
 # ---- encode -----------------------------------------------------------------
 
 
-def encode(job: Job) -> bytes:
-    """The job file's bytes."""
+def env_text(env: dict[bytes, bytes]) -> str:
+    """The ``env:`` lines of a job file (a batch of jobs with one environment encodes it once)."""
+    return "".join(f"env: {escape(name)}={escape(value)}\n" for name, value in env.items())
+
+
+def encode(job: Job, *, env_lines: str | None = None) -> bytes:
+    """The job file's bytes. ``env_lines``: ``env_text(job.env)``, if the caller has it already."""
     lines = [
         f"onite-job: {FORMAT}",
         f"name: {job.name}",
@@ -195,8 +200,8 @@ def encode(job: Job) -> bytes:
 
         lines.extend(f"tried: {json.dumps(t.to_json(), sort_keys=True)}" for t in job.tried)
     lines.extend(f"{key}: {escape(value.encode())}" for key, value in job.extra)
-    lines.extend(f"env: {escape(name)}={escape(value)}" for name, value in job.env.items())
-    return ("\n".join(lines) + "\n\n").encode("utf-8", "surrogateescape") + job.body
+    lines.append(env_text(job.env) if env_lines is None else env_lines)
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape") + job.body
 
 
 # ---- decode -----------------------------------------------------------------

@@ -9,11 +9,12 @@ file atomically. Nothing is written unless every check passes.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from onite import spool as sp
-from onite.errors import InvalidInput, Refused
+from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
 from onite.jobfile import Job, encode
 from onite.names import check_name, unique_name
@@ -67,8 +68,6 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
     Raises:
         InvalidInput: a bad priority, time, duration, retry count, host or dependency name.
     """
-    from onite.timeparse import parse_duration, parse_when
-
     priority = default_priority if request.priority is None else request.priority
     if not 1 <= priority <= priorities:
         raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
@@ -80,6 +79,12 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
         check_name(request.host, what="host name")
     if not request.body:
         raise InvalidInput("the job text on stdin is empty", "pipe or redirect a script: onite submit NAME < job.sh")
+    timeout, not_before = default_timeout, None
+    if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
+        from onite.timeparse import parse_duration, parse_when
+
+        timeout = parse_duration(request.timeout, what="timeout") if request.timeout else default_timeout
+        not_before = parse_when(request.at, captured.now) if request.at else None
     return Job(
         name=name or request.name,
         priority=priority,
@@ -89,10 +94,10 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
         cwd=captured.cwd,
         env=captured.env,
         body=request.body,
-        timeout=parse_duration(request.timeout, what="timeout") if request.timeout else default_timeout,
+        timeout=timeout,
         retries=request.retries,
         after=tuple(dict.fromkeys(request.after)),
-        not_before=parse_when(request.at, captured.now) if request.at else None,
+        not_before=not_before,
         urgent=request.urgent,
         pin=request.host,
         extra=captured.extra,
@@ -134,6 +139,110 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
     folder = spool.folder_for(job.priority, job.urgent)
     sp.create_file(folder, name, encode(job), mode=0o400 if request.hold else 0o600)
     return name
+
+
+def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
+    """Spool several jobs, in the order given, as one batch; return their names.
+
+    Every job is checked before any is written: names (each valid, none twice
+    in the batch, none queued or running), options, the spool's policy,
+    dependencies (a job may wait for one earlier in the batch). Then they are
+    written in order (``spool.create_batch``): each job is all or nothing,
+    and they enter their queues in the batch's order, which is their run
+    order within a priority (ties of the kernel's ctime are broken by name,
+    so names that sort in batch order keep it exact). ``unique`` is not
+    supported here: name the jobs.
+
+    Raises:
+        InvalidInput: a bad or repeated name, a bad option, an unknown dependency (nothing written).
+        Refused: policy, or a name already queued or running (nothing written); a name taken
+            while writing (the jobs before it stay spooled: the message says how many).
+        SpoolError, SpoolIOError: the spool is missing, or a write failed (likewise).
+    """
+    from dataclasses import replace
+
+    from onite.jobfile import env_text
+
+    if not requests:
+        return []
+    config = spool.config
+    names: dict[str, None] = {}
+    jobs: list[Job] = []
+    templates: dict[tuple, Job] = {}  # jobs that differ only in name and text share their parsed options
+    for request in requests:
+        if request.unique:
+            raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
+        check_name(request.name)
+        if request.name in names:
+            raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
+        names[request.name] = None
+        key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
+               request.host, request.hold)
+        template = templates.get(key)
+        if template is None:
+            template = templates[key] = build_job(request, captured, default_priority=config.default_priority,
+                                                  priorities=config.priorities, default_timeout=config.timeout)
+        if not request.body:
+            raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
+        jobs.append(replace(template, name=request.name, body=request.body))
+    spool.check()
+    for request in {r.urgent: r for r in requests}.values():
+        check_policy(spool, request, captured.now, caller)
+    position = {name: i for i, name in enumerate(names)}
+    known: set[str] = set()
+    for i, job in enumerate(jobs):
+        for dep in job.after:
+            if dep == job.name:
+                raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
+            if dep in position:
+                if position[dep] > i:
+                    raise InvalidInput(f"job {job.name!r} waits for {dep!r}, which comes later in the batch",
+                                       "put the jobs in the order they depend on each other")
+            elif dep not in known:
+                if not dependency_known(spool, dep):
+                    raise InvalidInput(f"no job {dep!r} is queued, running or finished",
+                                       "check the name with onite list --all")
+                known.add(dep)
+    refuse_duplicates(spool, list(names))
+    env_lines = env_text(captured.env)
+    files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines),
+              0o400 if request.hold else 0o600) for job, request in zip(jobs, requests))
+    try:
+        sp.create_batch(files)
+    except OniteError as err:
+        created = getattr(err, "created", 0)
+        if created:
+            err.what += f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to {jobs[created - 1].name})"
+        else:
+            err.what += f" (none of the {len(jobs)} jobs was spooled)"
+        raise
+    return list(names)
+
+
+def refuse_duplicates(spool: sp.Spool, names: list[str]) -> None:
+    """``refuse_duplicate`` for many names: a big batch lists the queue once instead of looking 8 times a name.
+
+    Raises:
+        Refused: one of the names is queued or running.
+    """
+    if len(names) < 64:
+        for name in names:
+            refuse_duplicate(spool, name)
+        return
+    wanted = set(names)
+    for rank, folder in spool.queue_folders():
+        try:
+            with os.scandir(folder) as it:
+                taken = wanted.intersection(entry.name for entry in it)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise SpoolIOError(folder, "listing", err) from None
+        if taken:
+            refuse_duplicate(spool, min(taken))
+    for entry in sp.running(spool):
+        if entry.name in wanted:
+            refuse_duplicate(spool, entry.name)
 
 
 def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller: Identity) -> None:

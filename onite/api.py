@@ -1,0 +1,108 @@
+"""onite from Python: spool jobs from a program, many at a time, without a process per job.
+
+    from onite.api import Spool
+
+    spool = Spool()  # --spool's rules: ONITE_SPOOL, else /var/spool/onite for root, else ~/.local/state/onite
+    spool.submit("nightly-report", "make report\\n", priority=3)
+    names = spool.submit_many((f"convert-{i:05d}", f"convert {path}\\n") for i, path in enumerate(paths, 1))
+
+A job is what ``onite submit`` makes: its text runs under /bin/sh (or its
+``#!`` interpreter) with the environment, current directory and umask of
+the calling process at the time of the call, unless ``env`` or ``cwd`` say
+otherwise. ``submit_many`` checks every job before it writes any, then
+writes them in order with one flush to disk for many files (docs/performance.md):
+within a priority they run in the order given, each job is all or nothing,
+and if writing stops part way the error says how many were spooled.
+
+Errors are onite.errors.OniteError subclasses; each has a one-line message
+(``str(err)``) and the ``exit_code`` the command line would use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+__all__ = ["Spool"]
+
+
+class Spool:
+    """A spool to submit jobs to (created on first use if it is your personal default one)."""
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        from onite.commands import open_spool
+
+        self._spool = open_spool(os.fspath(path) if path is not None else None)
+
+    @property
+    def path(self) -> str:
+        return str(self._spool.root)
+
+    def submit(self, name: str, text: str | bytes, *, unique: bool = False, env: Mapping | None = None,
+               cwd: str | bytes | None = None, **options) -> str:
+        """Spool one job; return its name (with ``unique``, NAME plus a unique suffix).
+
+        ``options``: priority, urgent, after (names), at, timeout, retries, host, hold -- as for
+        ``onite submit``.
+
+        Raises:
+            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
+        """
+        from onite import identity
+        from onite.submit import submit
+
+        request = _request(name, text, options, unique=unique)
+        return submit(self._spool, request, _captured(env, cwd), identity.current())
+
+    def submit_many(self, jobs: Iterable[tuple[str, str | bytes]], *, env: Mapping | None = None,
+                    cwd: str | bytes | None = None, **options) -> list[str]:
+        """Spool ``(name, text)`` pairs in order, as one batch; return the names.
+
+        The options apply to every job. A job may wait (``after``) for a job
+        earlier in the same batch. Nothing is written unless every job passes
+        the checks; see the module's docstring for what happens if writing fails.
+
+        Raises:
+            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
+        """
+        from onite import identity
+        from onite.submit import submit_many
+
+        requests = [_request(name, text, options) for name, text in jobs]
+        return submit_many(self._spool, requests, _captured(env, cwd), identity.current())
+
+    def find(self, name: str) -> bool:
+        """Is a job of this name queued or running?"""
+        from onite.control import find
+
+        self._spool.check()
+        return find(self._spool, name)
+
+
+def _request(name: str, text: str | bytes, options: dict, *, unique: bool = False):
+    from onite.submit import SubmitRequest
+
+    known = {"priority", "urgent", "after", "at", "timeout", "retries", "host", "hold"}
+    unknown = set(options) - known
+    if unknown:
+        raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(known))}")
+    body = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
+    after = options.get("after", ())
+    return SubmitRequest(name=name, body=body, priority=options.get("priority"), urgent=bool(options.get("urgent")),
+                         after=(after,) if isinstance(after, str) else tuple(after), at=options.get("at"),
+                         timeout=options.get("timeout"), retries=options.get("retries", 0), host=options.get("host"),
+                         hold=bool(options.get("hold")), unique=unique)
+
+
+def _captured(env: Mapping | None, cwd: str | bytes | None):
+    from dataclasses import replace
+
+    from onite.commands import now
+    from onite.submit import capture
+
+    captured = capture(now())
+    if env is not None:
+        captured = replace(captured, env={os.fsencode(k): os.fsencode(v) for k, v in env.items()})
+    if cwd is not None:
+        captured = replace(captured, cwd=os.fsencode(os.path.abspath(cwd)))
+    return captured

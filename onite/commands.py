@@ -1,0 +1,119 @@
+"""What ``onite submit`` and ``onite find`` do once their arguments are parsed.
+
+Shared by the typer command line (onite.cli) and its fast path
+(onite.fastcli), so that both paths do exactly the same thing. Nothing
+here imports typer, rich or pydantic: a script that spools jobs in a loop
+pays for the work, not for the command-line machinery (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+
+from onite.errors import InvalidInput
+
+
+def now() -> datetime:
+    return datetime.now().astimezone()
+
+
+def open_spool(spool: str | None, *, create: bool = True):
+    """The spool a command works on (``--spool``, else ONITE_SPOOL, else the default); a personal
+    default spool is created on first use."""
+    from onite import spool as sp
+
+    where = sp.locate(spool, os.environ, os.geteuid())
+    if where.personal_default and create and not (where.path / "jobs").is_dir():
+        sp.init_spool(where.path, None, system=False)
+    return sp.Spool(where.path)
+
+
+def read_stdin(limit: int) -> bytes:
+    """The job text. A terminal on stdin is a mistake, not an invitation to type.
+
+    Raises:
+        InvalidInput: stdin is a terminal, closed, or larger than ``limit``.
+    """
+    try:
+        fd = sys.stdin.fileno() if sys.stdin is not None else 0
+        if os.isatty(fd):
+            raise InvalidInput("the job text is read from stdin, which is a terminal",
+                               "redirect a script: onite submit NAME < job.sh")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise InvalidInput(f"the job text is larger than max_job_size ({limit} bytes)",
+                                   "spool a short script that runs the big one instead")
+    except (OSError, ValueError) as err:
+        raise InvalidInput(f"cannot read the job text from stdin: {getattr(err, 'strerror', None) or err}",
+                           "redirect a script: onite submit NAME < job.sh") from None
+    return b"".join(chunks)
+
+
+def submit_stdin(request, spool: str | None) -> str:
+    """``onite submit NAME``: spool the text on stdin as one job; return its final name."""
+    from dataclasses import replace
+
+    from onite import identity
+    from onite.submit import capture, submit
+
+    target = open_spool(spool)
+    body = read_stdin(target.config.max_job_size)
+    captured = capture(now())
+    return submit(target, replace(request, body=body), captured, identity.current())
+
+
+def submit_lines(request, spool: str | None) -> list[str]:
+    """``onite submit NAME --lines``: each non-empty line of stdin is a job, NAME-00001, NAME-00002, …
+
+    The numbers have five digits, more if there are more lines, so that the
+    names sort in the order of the lines; a job's text is its line and a
+    newline. With ``unique`` NAME first gets a unique suffix. The options of
+    ``request`` apply to every job; the whole input is at most max_job_size.
+
+    Raises:
+        InvalidInput: no job lines, or NAME too long to be numbered; and whatever ``submit_many`` raises.
+    """
+    from dataclasses import replace
+
+    from onite import identity
+    from onite import spool as sp
+    from onite.names import MAX_NAME, check_name, unique_name
+    from onite.submit import capture, submit_many
+
+    target = open_spool(spool)
+    lines = [line for line in read_stdin(target.config.max_job_size).split(b"\n") if line.strip()]
+    if not lines:
+        raise InvalidInput("no job on stdin: every line is empty", "one command a line: onite submit NAME --lines < jobs.txt")
+    width = max(5, len(str(len(lines))))
+    room = MAX_NAME - 1 - width
+    base = request.name
+    check_name(base[:room] if len(base) > room else base, what="name base")
+    if len(base) > room:
+        raise InvalidInput(f"the name base {base[:20]!r}… is too long to be numbered",
+                           f"use at most {room} characters before -{'0' * width}")
+    if request.unique:
+        base = unique_name(base, lambda n: sp.name_taken(target, n))[:room]
+    requests = [replace(request, name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
+                for i, line in enumerate(lines, 1)]
+    return submit_many(target, requests, capture(now()), identity.current())
+
+
+def describe_batch(names: list[str]) -> str:
+    """One line saying what ``submit_lines`` spooled."""
+    if len(names) == 1:
+        return f"spooled 1 job: {names[0]}"
+    return f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
+
+
+def find(name: str, spool: str | None) -> bool:
+    """``onite find NAME``: is a job of that name queued or running?"""
+    from onite.control import find as find_job
+
+    target = open_spool(spool)
+    target.check()
+    return find_job(target, name)

@@ -1,0 +1,169 @@
+"""Many jobs at once: ``onite submit NAME --lines`` and onite.api.Spool.submit_many.
+
+Order (a batch runs in the order of its lines, also where the kernel gave
+many of its files the same ctime), all-or-nothing checks, each job all or
+nothing while writing, and no temporary file left behind, whatever happens.
+"""
+
+import json
+import os
+
+import pytest
+
+from conftest import drain, run_cli
+from onite import spool as sp
+from onite.api import Spool
+from onite.errors import InvalidInput, Refused, SpoolIOError
+from onite.jobfile import decode
+
+
+def files_in(spool):
+    """Every file under jobs/, dot-files (temporary files) included."""
+    return sorted(str(p.relative_to(spool)) for p in (spool / "jobs").rglob("*") if p.is_file())
+
+
+def test_lines_become_jobs_that_run_in_order(spool, workdir, cli):
+    trace = workdir / "trace"
+    count = 300
+    lines = "".join(f"echo {i} >> {trace}\n" + ("\n" if i % 7 == 0 else "") for i in range(1, count + 1))
+    r = cli(["submit", "batch", "--lines", "-p", "2"], stdin=lines.encode())
+    assert r.code == 0, r
+    assert r.out == f"spooled {count} jobs: batch-00001 to batch-00{count}\n"
+    names = [f"batch-{i:05d}" for i in range(1, count + 1)]
+    assert files_in(spool) == [f"jobs/P2/{n}" for n in names]
+    job = decode((spool / "jobs" / "P2" / "batch-00042").read_bytes())
+    assert job.body == f"echo 42 >> {trace}\n".encode() and job.priority == 2
+    ctimes = [os.stat(spool / "jobs" / "P2" / n).st_ctime_ns for n in names]
+    assert ctimes == sorted(ctimes)  # they entered the queue in order (many within one tick)
+    listed = cli(["list", "--json"]).json()["jobs"]
+    assert [j["name"] for j in listed] == names
+    assert drain(spool).returncode == 0
+    assert trace.read_text().split() == [str(i) for i in range(1, count + 1)]
+
+
+def test_batch_options_apply_to_every_job(spool, cli):
+    assert cli(["submit", "dep"], stdin=b"true\n").code == 0
+    r = cli(["submit", "h", "--lines", "--hold", "--after", "dep", "--timeout", "5m", "--retries", "2"],
+            stdin=b"true\nfalse\n")
+    assert r.code == 0, r
+    for name in ("h-00001", "h-00002"):
+        path = spool / "jobs" / "P4" / name
+        job = decode(path.read_bytes())
+        assert (path.stat().st_mode & 0o777, job.after, job.timeout.total_seconds(), job.retries) == \
+            (0o400, ("dep",), 300, 2)
+
+
+def test_a_taken_name_refuses_the_whole_batch(spool, cli):
+    assert cli(["submit", "c-00003", "-p", "6"], stdin=b"true\n").code == 0
+    before = files_in(spool)
+    r = cli(["submit", "c", "--lines"], stdin=b"true\n" * 5)
+    assert r.code == 3 and "'c-00003' is already queued" in r.err and r.err.count("\n") == 1, r
+    assert files_in(spool) == before
+
+
+@pytest.mark.parametrize("args, stdin, message", [
+    (["submit", "d", "--lines"], b"\n \n\t\n", "no job on stdin"),
+    (["submit", "d", "--lines", "-p", "0"], b"true\n", "invalid priority 0"),
+    (["submit", "d", "--lines", "--after", "nosuch"], b"true\n", "no job 'nosuch'"),
+    (["submit", "d" * 95, "--lines"], b"true\n", "too long to be numbered"),
+    (["submit", "../d", "--lines"], b"true\n", "invalid name base"),
+])
+def test_bad_batches_write_nothing(spool, cli, args, stdin, message):
+    r = cli(args, stdin=stdin)
+    assert r.code == 2 and message in r.err and r.err.count("\n") == 1, r
+    assert files_in(spool) == []
+
+
+def test_api_submit_many_in_order_with_dependencies_inside_the_batch(spool, workdir):
+    trace = workdir / "trace"
+    api = Spool(spool)
+    jobs = [(f"step-{i}", f"echo {i} >> {trace}\n") for i in range(1, 6)]
+    names = api.submit_many(jobs[:1], priority=3) + api.submit_many(jobs[1:], priority=3, after=["step-1"],
+                                                                    env={"PATH": "/usr/bin:/bin", "X": "y"})
+    assert names == [n for n, _ in jobs]
+    assert decode((spool / "jobs" / "P3" / "step-2").read_bytes()).env == {b"PATH": b"/usr/bin:/bin", b"X": b"y"}
+    assert api.find("step-5") and not api.find("step-6")
+    assert drain(spool).returncode == 0
+    assert trace.read_text().split() == ["1", "2", "3", "4", "5"]
+
+
+def test_api_checks_everything_first(spool):
+    api = Spool(spool)
+    with pytest.raises(InvalidInput, match="appears twice"):
+        api.submit_many([("x", "true"), ("y", "true"), ("x", "true")])
+    with pytest.raises(InvalidInput, match="comes later in the batch"):
+        api.submit_many([("x", "true"), ("y", "true")], after="y")
+    with pytest.raises(InvalidInput, match="text of job 'y' is empty"):
+        api.submit_many([("x", "true"), ("y", b"")])
+    with pytest.raises(TypeError, match="unknown option 'priorty'"):
+        api.submit_many([("x", "true")], priorty=2)
+    assert files_in(spool) == []
+    assert api.submit("x", "true\n", unique=True).startswith("x-")
+
+
+def failing_writer(monkeypatch, at, error):
+    """Make the ``at``-th file of a batch fail while it is written."""
+    real = sp._write_unnamed
+    calls = []
+
+    def write(folder, name, data, mode, owner):
+        calls.append(name)
+        if len(calls) == at:
+            raise error
+        return real(folder, name, data, mode, owner)
+
+    monkeypatch.setattr(sp, "_write_unnamed", write)
+
+
+def test_a_failed_write_keeps_what_was_spooled_and_leaves_no_temporary_file(spool, monkeypatch):
+    monkeypatch.setattr(sp, "BATCH_CHUNK", 2)
+    failing_writer(monkeypatch, 4, SpoolIOError(spool / "jobs" / "P4" / "w-4", "writing", OSError(28, "No space left")))
+    with pytest.raises(SpoolIOError) as caught:
+        Spool(spool).submit_many([(f"w-{i}", "true\n") for i in range(1, 7)])
+    assert "the first 2 of the 6 jobs were spooled: w-1 to w-2" in str(caught.value)
+    assert "free some space" in str(caught.value)
+    assert files_in(spool) == ["jobs/P4/w-1", "jobs/P4/w-2"]  # w-3 was written, never named, and removed
+
+
+def test_an_interrupted_batch_leaves_no_temporary_file(spool, monkeypatch):
+    monkeypatch.setattr(sp, "BATCH_CHUNK", 3)
+    failing_writer(monkeypatch, 5, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        Spool(spool).submit_many([(f"k-{i}", "true\n") for i in range(1, 9)])
+    assert files_in(spool) == ["jobs/P4/k-1", "jobs/P4/k-2", "jobs/P4/k-3"]
+
+
+def test_a_name_taken_while_writing_stops_the_batch_there(spool, monkeypatch):
+    """Another submit takes a name after the checks: the jobs before it stay, nothing is replaced."""
+    real = sp._link_name
+
+    def link(tmp, folder, name):
+        if name == "r-3":
+            (folder / name).write_bytes(b"someone else's job")
+        return real(tmp, folder, name)
+
+    monkeypatch.setattr(sp, "_link_name", link)
+    with pytest.raises(Refused) as caught:
+        Spool(spool).submit_many([(f"r-{i}", "true\n") for i in range(1, 5)])
+    assert "the first 2 of the 4 jobs were spooled" in str(caught.value)
+    assert files_in(spool) == ["jobs/P4/r-1", "jobs/P4/r-2", "jobs/P4/r-3"]
+    assert (spool / "jobs" / "P4" / "r-3").read_bytes() == b"someone else's job"
+
+
+def test_each_file_is_durable_before_it_is_named(spool, monkeypatch):
+    """The flush to disk (syncfs, or an fsync each) happens before any file of the chunk gets its name."""
+    events = []
+    real_durable, real_link = sp._make_durable, sp._link_name
+    monkeypatch.setattr(sp, "BATCH_CHUNK", 3)
+    monkeypatch.setattr(sp, "_make_durable", lambda paths: (events.append(("sync", len(paths))), real_durable(paths)))
+    monkeypatch.setattr(sp, "_link_name", lambda tmp, folder, name: (events.append(("link", name)),
+                                                                     real_link(tmp, folder, name)))
+    Spool(spool).submit_many([(f"s-{i}", "true\n") for i in range(1, 6)])
+    assert events == [("sync", 3), ("link", "s-1"), ("link", "s-2"), ("link", "s-3"),
+                      ("sync", 2), ("link", "s-4"), ("link", "s-5")]
+
+
+def test_list_json_is_still_the_same_document(spool, cli):
+    assert cli(["submit", "j", "--lines"], stdin=b"true\ntrue\n").code == 0
+    doc = cli(["list", "--json"])
+    assert doc.out == json.dumps(doc.json(), indent=1) + "\n"
