@@ -16,6 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     from onite.errors import EXIT_USAGE, OniteError
 
     try:
+        from onite.fastcli import run
+
+        code = run(args)  # submit and find without typer's start-up, when well-formed (onite.fastcli)
+        if code is not None:
+            return code
         return _dispatch(args)
     except OniteError as err:
         _say(f"onite: {err}")

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from datetime import time, timedelta
 from pathlib import Path
-from typing import Any
 
 from onite.errors import ConfigError, InvalidInput
 
@@ -129,11 +128,11 @@ _TOP_KEYS = frozenset(
 class _Reader:
     """Typed access to the parsed TOML that turns every bad value into a ConfigError."""
 
-    def __init__(self, data: dict[str, Any], source: str) -> None:
+    def __init__(self, data: dict[str, object], source: str) -> None:
         self.data = data
         self.source = source
 
-    def _bad(self, key: str, value: Any, want: str) -> ConfigError:
+    def _bad(self, key: str, value: object, want: str) -> ConfigError:
         return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}")
 
     def integer(self, key: str, default: int, *, low: int, high: int) -> int:

@@ -1,0 +1,122 @@
+"""The command line's fast path: ``onite submit`` and ``onite find`` without typer.
+
+Scripts run these two in loops, and typer's start-up (it imports pydantic
+to parse options) costs several times what the command itself does. So
+``onite.__main__`` first offers the arguments to ``run``, which parses
+exactly the documented spellings of these two commands and calls the same
+functions as the typer commands (onite.commands). Anything it does not
+fully understand -- ``--help``, an unknown or misspelt option, ``-p3``,
+``--``, a missing value, a value typer would reject, a repeated option --
+makes it return None, and typer parses the arguments as always: typer
+stays the one source of help and of usage errors. tests/test_fastcli.py
+checks that both paths spool the same jobs and fail the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = re.compile(r"[0-9]{1,9}")
+_SUBMIT_VALUES = {"-p": "priority", "--priority": "priority", "--after": "after", "--at": "at",
+                  "--timeout": "timeout", "--retries": "retries", "--host": "host", "--spool": "spool"}
+_SUBMIT_FLAGS = {"--urgent": "urgent", "--hold": "hold", "--unique": "unique", "--lines": "lines"}
+
+
+def run(args: list[str]) -> int | None:
+    """Run ``args`` (without the program name) if this module understands all of it; else None.
+
+    Raises:
+        OniteError: as the command does (the caller prints it, as for typer's path).
+    """
+    spool, rest = _global_spool(args)
+    if not rest or rest is None:
+        return None
+    command, rest = rest[0], rest[1:]
+    if command == "submit":
+        return _submit(rest, spool)
+    if command == "find":
+        return _find(rest, spool)
+    return None
+
+
+def _global_spool(args: list[str]) -> tuple[str | None, list[str] | None]:
+    """``onite --spool DIR COMMAND …``: the spool given before the command, and the rest."""
+    if args and args[0] == "--spool":
+        return (args[1], args[2:]) if len(args) > 1 and not args[1].startswith("-") else (None, None)
+    if args and args[0].startswith("--spool="):
+        return args[0][len("--spool="):], args[1:]
+    return None, args
+
+
+def _parse(args: list[str], values: dict[str, str], flags: dict[str, str]) -> tuple[list[str], dict] | None:
+    """Positional arguments and options as click would see them, or None for anything unusual."""
+    positional: list[str] = []
+    options: dict = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not arg.startswith("-") or arg == "-":
+            if arg == "-":
+                return None
+            positional.append(arg)
+            continue
+        name, eq, value = arg.partition("=")
+        if name in flags and not eq:
+            options[flags[name]] = True
+            continue
+        if name not in values or (eq and not name.startswith("--")):
+            return None  # --help, -h, -p3, --no-hold, --, a typo: typer's to explain
+        if not eq:
+            if i >= len(args) or args[i].startswith("-"):
+                return None  # a missing value, or one click might read as an option
+            value = args[i]
+            i += 1
+        key = values[name]
+        if key == "after":
+            options.setdefault("after", []).append(value)
+        elif key in options:
+            return None  # click keeps the last of a repeated option; leave that to it
+        else:
+            options[key] = value
+    return positional, options
+
+
+def _submit(args: list[str], global_spool: str | None) -> int | None:
+    parsed = _parse(args, _SUBMIT_VALUES, _SUBMIT_FLAGS)
+    if parsed is None:
+        return None
+    positional, options = parsed
+    if len(positional) != 1:
+        return None
+    priority = options.get("priority")
+    retries = options.get("retries", "0")
+    if priority is not None and not _NUMBER.fullmatch(priority):
+        return None
+    if not _NUMBER.fullmatch(retries) or int(retries) > 100:
+        return None  # typer's range check words the error
+    from onite import commands
+    from onite.submit import SubmitRequest
+
+    request = SubmitRequest(name=positional[0], body=b"", priority=int(priority) if priority is not None else None,
+                            urgent=options.get("urgent", False), after=tuple(options.get("after", ())),
+                            at=options.get("at"), timeout=options.get("timeout"), retries=int(retries),
+                            host=options.get("host"), hold=options.get("hold", False),
+                            unique=options.get("unique", False))
+    spool = options.get("spool") or global_spool
+    if options.get("lines"):
+        print(commands.describe_batch(commands.submit_lines(request, spool)))
+        return 0
+    final = commands.submit_stdin(request, spool)
+    if request.unique:
+        print(final)
+    return 0
+
+
+def _find(args: list[str], global_spool: str | None) -> int | None:
+    parsed = _parse(args, {"--spool": "spool"}, {})
+    if parsed is None or len(parsed[0]) != 1:
+        return None
+    from onite import commands
+
+    return 0 if commands.find(parsed[0][0], parsed[1].get("spool") or global_spool) else 1

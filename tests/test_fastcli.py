@@ -1,0 +1,148 @@
+"""The fast path (onite.fastcli) and typer's command line do the same thing.
+
+Each argv runs twice through the real CLI, in a forked child, on a fresh
+spool at the same path: once where typer is out of reach (the fast path
+must take it), once where the fast path is switched off. Both must exit
+with the same code, print the same, fail with the same one-line error and
+leave the same job files (same folder, mode and content, but for the
+submit time). Anything unusual must be left to typer.
+"""
+
+import os
+import re
+import shutil
+import sys
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pytest
+
+import onite.__main__
+import onite.fastcli
+from conftest import run_cli
+from onite.jobfile import decode
+
+FAST_ONLY = 77  # exit code of a child where the fast path declined and typer was called
+STDIN = b"echo hello\n"
+LINES = b"echo one\n\n   \necho two\necho 'three'\n"
+
+# (argv, stdin, jobs queued first); SPOOL is replaced by the spool's path
+ACCEPTED = [
+    (["submit", "a"], STDIN, []),
+    (["submit", "a", "-p", "2"], STDIN, []),
+    (["submit", "-p", "7", "a"], STDIN, []),
+    (["submit", "a", "--priority", "1", "--hold"], STDIN, []),
+    (["submit", "a", "--priority=3", "--retries", "4", "--timeout", "1h30m"], STDIN, []),
+    (["submit", "a", "--at", "2099-01-02T03:04", "--host", "node-1"], STDIN, []),
+    (["submit", "a", "--after", "dep1", "--after=dep2", "--after", "dep1"], STDIN, ["dep1", "dep2"]),
+    (["submit", "a", "--urgent"], STDIN, []),
+    (["submit", "a", "--unique"], STDIN, []),
+    (["submit", "a", "--spool", "SPOOL"], STDIN, []),
+    (["submit", "a", "--spool=SPOOL", "--hold", "--hold"], STDIN, []),
+    (["--spool", "SPOOL", "submit", "a"], STDIN, []),
+    (["--spool=SPOOL", "submit", "a", "-p", "5"], STDIN, []),
+    (["submit", "b", "--lines"], LINES, []),
+    (["submit", "b", "--lines", "-p", "1", "--hold", "--after", "dep1"], LINES, ["dep1"]),
+    (["submit", "b", "--lines", "--unique"], LINES, []),
+    # errors: the same exit code and the same line on stderr
+    (["submit", "a"], b"", []),
+    (["submit", "bad name"], STDIN, []),
+    (["submit", "x" * 101], STDIN, []),
+    (["submit", "a", "-p", "0"], STDIN, []),
+    (["submit", "a", "-p", "99"], STDIN, []),
+    (["submit", "a", "--timeout", "soon"], STDIN, []),
+    (["submit", "a", "--at", "25:00"], STDIN, []),
+    (["submit", "a", "--after", "nosuch"], STDIN, []),
+    (["submit", "a", "--after", "a"], STDIN, ["a"]),
+    (["submit", "a", "--host", "../x"], STDIN, []),
+    (["submit", "dup"], STDIN, ["dup"]),
+    (["submit", "a", "--spool", "/nonexistent/spool"], STDIN, []),
+    (["submit", "b", "--lines"], b"\n  \n", []),
+    (["submit", "b", "--lines"], LINES, ["b-00002"]),
+    (["submit", "b" * 95, "--lines"], LINES, []),
+    (["find", "dep1"], b"", ["dep1"]),
+    (["find", "nosuch"], b"", []),
+    (["find", "bad name"], b"", []),
+    (["--spool", "SPOOL", "find", "dep1"], b"", ["dep1"]),
+    (["find", "dep1", "--spool", "/nonexistent/spool"], b"", []),
+]
+
+DECLINED = [
+    [], ["--help"], ["--spool"], ["list"], ["run"], ["submit"], ["submit", "--help"], ["submit", "a", "-h"],
+    ["submit", "a", "-p3"], ["submit", "a", "-p=3"], ["submit", "a", "--prio", "3"], ["submit", "a", "b"],
+    ["submit", "a", "--", "x"], ["submit", "a", "-p"], ["submit", "a", "-p", "x"], ["submit", "a", "-p", "-1"],
+    ["submit", "a", "--retries", "101"], ["submit", "a", "--retries", "-1"], ["submit", "a", "-p", "1", "-p", "2"],
+    ["submit", "a", "--no-hold"], ["submit", "-"], ["submit", "a", "--after", "-x"], ["submit", "a", "--hold=yes"],
+    ["submit", "-p", "2"], ["find"], ["find", "a", "b"], ["find", "--help"], ["find", "a", "-p", "1"],
+    ["--spool", "--help", "submit", "a"], ["--version"],
+]
+
+
+def fresh_spool(path):
+    from contextlib import redirect_stdout
+
+    shutil.rmtree(path, ignore_errors=True)
+    with open(os.devnull, "w") as devnull, redirect_stdout(devnull):
+        assert onite.__main__.main(["init", "--spool", str(path)]) == 0
+
+
+def snapshot(spool):
+    """Every job file: (folder, name) → (mode, the decoded job but for its submit time)."""
+    epoch = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    files = {}
+    for path in sorted((spool / "jobs").rglob("*")):
+        if path.is_file():
+            job = decode(path.read_bytes())
+            key = (path.parent.name, unique_free(path.name))
+            files[key] = (oct(path.stat().st_mode & 0o7777), replace(job, submitted=epoch, name=unique_free(job.name)))
+    return files
+
+
+def unique_free(text):
+    return re.sub(r"-[a-z2-9]{6}(?=\b|-)", "-UNIQUE", text)
+
+
+def run_once(spool, monkeypatch, argv, stdin, queued, *, fast):
+    fresh_spool(spool)
+    for name in queued:
+        assert run_cli(["submit", name], stdin=b"true\n").code == 0
+    with monkeypatch.context() as patch:
+        if fast:
+            patch.setattr(onite.__main__, "_dispatch", lambda args: os._exit(FAST_ONLY))
+        else:
+            patch.setattr(onite.fastcli, "run", lambda args: None)
+        result = run_cli(argv, stdin=stdin)
+    return result, snapshot(spool)
+
+
+@pytest.mark.parametrize("argv, stdin, queued", ACCEPTED, ids=[" ".join(a[0])[:60] for a in ACCEPTED])
+def test_fast_path_and_typer_agree(spool, monkeypatch, argv, stdin, queued):
+    argv = [a.replace("SPOOL", str(spool)) for a in argv]
+    fast, fast_files = run_once(spool, monkeypatch, argv, stdin, queued, fast=True)
+    assert fast.code != FAST_ONLY, f"the fast path declined {argv}"
+    slow, slow_files = run_once(spool, monkeypatch, argv, stdin, queued, fast=False)
+    assert (fast.code, unique_free(fast.out), fast.err) == (slow.code, unique_free(slow.out), slow.err)
+    assert fast_files == slow_files
+    if fast.code and not (argv[-1] == "nosuch" and fast.code == 1):  # find's "not found" is silent
+        assert fast.err.startswith("onite: ") and fast.err.count("\n") == 1
+    elif "submit" in argv:
+        assert len(fast_files) > len(queued)
+
+
+@pytest.mark.parametrize("argv", DECLINED, ids=[" ".join(a) or "(none)" for a in DECLINED])
+def test_anything_unusual_is_left_to_typer(argv):
+    assert onite.fastcli.run(list(argv)) is None
+
+
+def test_the_fast_path_does_not_import_typer(spool, tmp_path):
+    """A plain submit loads neither typer, nor pydantic, nor rich (a fresh interpreter, not a fork)."""
+    import subprocess
+
+    probe = ("import sys; from onite.__main__ import main; code = main(sys.argv[1:]);"
+             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'pydantic', 'rich', 'click'));"
+             "print(code, heavy)")
+    env = dict(os.environ, ONITE_SPOOL=str(spool))
+    for argv in (["submit", "p1"], ["submit", "p2", "--lines", "-p", "2"], ["find", "p1"]):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,
+                             check=True).stdout.decode()
+        assert out.splitlines()[-1] == "0 []", (argv, out)
