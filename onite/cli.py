@@ -125,14 +125,14 @@ def list_(
     spool: SpoolOpt = None,
 ) -> None:
     """Queued jobs in run order (with --all: running and finished ones too)."""
-    from onite.listing import jobs_json, list_jobs
+    from onite.listing import list_jobs
 
+    if as_json:  # onite.fastcli does the same without typer
+        print(commands.list_json(spool or _GLOBAL["spool"], include_all=all_))
+        return
     target = open_spool(spool)
     target.check()
     views = list_jobs(target, include_all=all_)
-    if as_json:
-        print(jobs_json(target, views))
-        return
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return

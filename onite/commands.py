@@ -1,4 +1,4 @@
-"""What ``onite submit`` and ``onite find`` do once their arguments are parsed.
+"""What ``onite submit``, ``onite find`` and ``onite list --json`` do once their arguments are parsed.
 
 Shared by the typer command line (onite.cli) and its fast path
 (onite.fastcli), so that both paths do exactly the same thing. Nothing
@@ -117,3 +117,12 @@ def find(name: str, spool: str | None) -> bool:
     target = open_spool(spool)
     target.check()
     return find_job(target, name)
+
+
+def list_json(spool: str | None, *, include_all: bool = False) -> str:
+    """``onite list --json [--all]``: the document (docs/json.md)."""
+    from onite.listing import list_json as document
+
+    target = open_spool(spool)
+    target.check()
+    return document(target, include_all=include_all)

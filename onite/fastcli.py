@@ -1,9 +1,9 @@
-"""The command line's fast path: ``onite submit`` and ``onite find`` without typer.
+"""The command line's fast path: ``onite submit``, ``onite find`` and ``onite list --json`` without typer.
 
-Scripts run these two in loops, and typer's start-up (it imports pydantic
+Scripts run these in loops, and typer's start-up (it imports pydantic
 to parse options) costs several times what the command itself does. So
 ``onite.__main__`` first offers the arguments to ``run``, which parses
-exactly the documented spellings of these two commands and calls the same
+exactly the documented spellings of these commands and calls the same
 functions as the typer commands (onite.commands). Anything it does not
 fully understand -- ``--help``, an unknown or misspelt option, ``-p3``,
 ``--``, a missing value, a value typer would reject, a repeated option --
@@ -36,6 +36,8 @@ def run(args: list[str]) -> int | None:
         return _submit(rest, spool)
     if command == "find":
         return _find(rest, spool)
+    if command == "list":
+        return _list(rest, spool)
     return None
 
 
@@ -120,3 +122,14 @@ def _find(args: list[str], global_spool: str | None) -> int | None:
     from onite import commands
 
     return 0 if commands.find(parsed[0][0], parsed[1].get("spool") or global_spool) else 1
+
+
+def _list(args: list[str], global_spool: str | None) -> int | None:
+    """``onite list --json [--all]``: the table needs rich, and is typer's."""
+    parsed = _parse(args, {"--spool": "spool"}, {"--json": "json", "--all": "all", "-a": "all"})
+    if parsed is None or parsed[0] or not parsed[1].get("json"):
+        return None
+    from onite import commands
+
+    print(commands.list_json(parsed[1].get("spool") or global_spool, include_all=parsed[1].get("all", False)))
+    return 0

@@ -22,6 +22,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 from onite.config import Config, load_config
@@ -534,6 +535,39 @@ def queued(spool: Spool) -> list[Entry]:
     for rank, folder in spool.queue_folders():
         result.extend(sorted(_entries(folder, rank=rank), key=lambda e: (e.ctime_ns, e.name)))
     return result
+
+
+def queued_stats(spool: Spool) -> list[tuple[int, int, str, int, int]]:
+    """Every queued job as ``(rank, ctime_ns, name, uid, mode)``, in run order: ``queued`` without its
+    objects, for listings of 100,000 jobs (one lstat a job, and little else)."""
+    return [(rank, *row) for rank, rows in queued_folder_stats(spool) for row in rows]
+
+
+def queued_folder_stats(spool: Spool) -> Iterator[tuple[int, list[tuple[int, str, int, int]]]]:
+    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, mode)``."""
+    for rank, folder in spool.queue_folders():
+        rows = []
+        try:
+            it = os.scandir(folder)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise SpoolIOError(folder, "listing", err) from None
+        with it:
+            for entry in it:
+                name = entry.name
+                if name[0] == "." or SIDE in name:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # claimed or cancelled while we looked
+                rows.append((st.st_ctime_ns, name, st.st_uid, st.st_mode))
+        # by (ctime, name), unique within a folder: two sorts on one key each take a third of the time
+        # of one on the pair, as many jobs share a kernel tick and pairs of str compare slowly
+        rows.sort(key=itemgetter(1))
+        rows.sort(key=itemgetter(0))
+        yield rank, rows
 
 
 def running(spool: Spool, host: str | None = None) -> list[Entry]:

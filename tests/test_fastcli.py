@@ -1,4 +1,4 @@
-"""The fast path (onite.fastcli) and typer's command line do the same thing.
+"""The fast path (onite.fastcli) and typer's command line do the same thing (submit, find, list --json).
 
 Each argv runs twice through the real CLI, in a forked child, on a fresh
 spool at the same path: once where typer is out of reach (the fast path
@@ -65,6 +65,10 @@ ACCEPTED = [
     (["find", "bad name"], b"", []),
     (["--spool", "SPOOL", "find", "dep1"], b"", ["dep1"]),
     (["find", "dep1", "--spool", "/nonexistent/spool"], b"", []),
+    (["list", "--json"], b"", ["dep1", "dep2"]),
+    (["list", "--json", "--all"], b"", ["dep1"]),
+    (["--spool", "SPOOL", "list", "-a", "--json"], b"", []),
+    (["list", "--json", "--spool", "/nonexistent/spool"], b"", []),
 ]
 
 DECLINED = [
@@ -74,7 +78,8 @@ DECLINED = [
     ["submit", "a", "--retries", "101"], ["submit", "a", "--retries", "-1"], ["submit", "a", "-p", "1", "-p", "2"],
     ["submit", "a", "--no-hold"], ["submit", "-"], ["submit", "a", "--after", "-x"], ["submit", "a", "--hold=yes"],
     ["submit", "-p", "2"], ["find"], ["find", "a", "b"], ["find", "--help"], ["find", "a", "-p", "1"],
-    ["--spool", "--help", "submit", "a"], ["--version"],
+    ["--spool", "--help", "submit", "a"], ["--version"], ["list"], ["list", "-a"], ["list", "--json", "--by-host"],
+    ["list", "--json", "x"], ["list", "--json", "--help"],
 ]
 
 
@@ -99,6 +104,8 @@ def snapshot(spool):
 
 
 def unique_free(text):
+    """Without what differs from one run to the next: unique suffixes, submit times."""
+    text = re.sub(r'"submitted": "[^"]*"', '"submitted": "TIME"', text)
     return re.sub(r"-[a-z2-9]{6}(?=\b|-)", "-UNIQUE", text)
 
 
@@ -142,7 +149,7 @@ def test_the_fast_path_does_not_import_typer(spool, tmp_path):
              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'pydantic', 'rich', 'click'));"
              "print(code, heavy)")
     env = dict(os.environ, ONITE_SPOOL=str(spool))
-    for argv in (["submit", "p1"], ["submit", "p2", "--lines", "-p", "2"], ["find", "p1"]):
+    for argv in (["submit", "p1"], ["submit", "p2", "--lines", "-p", "2"], ["find", "p1"], ["list", "--json"]):
         out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,
                              check=True).stdout.decode()
         assert out.splitlines()[-1] == "0 []", (argv, out)

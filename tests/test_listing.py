@@ -1,0 +1,60 @@
+"""onite list --json at scale: the fast document is the JobView document, byte for byte."""
+
+import os
+import time
+from datetime import datetime
+
+import pytest
+
+from conftest import ROOT, drain, run_cli
+from onite import listing
+from onite import spool as sp
+from onite.api import Spool
+
+
+def test_list_json_is_jobs_json_of_list_jobs(spool, cli):
+    """Every kind of job: urgent, each priority, held, another user's, running, finished, cancelled."""
+    api = Spool(spool)
+    api.submit_many([(f"u{i}", "true\n") for i in range(3)], urgent=True)
+    api.submit_many([(f"p{i}", "true\n") for i in range(20)], priority=2)
+    api.submit_many([(f"h{i}", "true\n") for i in range(5)], priority=7, hold=True)
+    assert cli(["submit", "done1"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0  # runs u*, p* and done1; the held h* stay
+    api.submit_many([(f"q{i}", "exit 3\n") for i in range(4)], priority=4)
+    assert cli(["cancel", "q1"]).code == 0
+    if ROOT:
+        assert run_cli(["submit", "theirs", "-p", "3"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    target = sp.Spool(spool)
+    for include_all in (False, True):
+        fast = listing.list_json(target, include_all=include_all)
+        assert fast == listing.jobs_json(target, listing.list_jobs(target, include_all=include_all))
+    assert listing.list_json(target) == cli(["list", "--json"]).out.rstrip("\n")
+
+
+def test_an_empty_queue(spool):
+    target = sp.Spool(spool)
+    assert listing.list_json(target) == listing.jobs_json(target, []) == listing.jobs_json(target, listing.list_jobs(target))
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/St_Johns", "Australia/Lord_Howe"])
+def test_local_times_match_astimezone_across_offset_changes(zone, monkeypatch):
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        clock = listing._Clock()
+        # around the 2026 changes of offset in each of those zones, and plain days
+        starts = [datetime(2026, month, day).timestamp() for month, day in
+                  [(3, 29), (10, 25), (3, 8), (11, 1), (4, 5), (10, 4), (6, 1)]]
+        for start in starts:
+            for step in range(0, 2 * 86400, 599):
+                ns = int((start + step) * 1e9) + 123_456_789
+                assert clock(ns) == listing._when(ns)
+                assert clock(ns).isoformat() == listing._when(ns).isoformat()
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_the_template_follows_to_json():
+    pieces = listing._queued_template()
+    assert len(pieces) == len(listing._FIELDS) + 1 and pieces[0].startswith("{\n   ")
