@@ -107,29 +107,33 @@ class QueueIndex:
     def _scan(self, folder: _Folder, mtime_ns: int) -> None:
         started_ns = time.time_ns()
         started = time.perf_counter()
+        names, order, gone = folder.names, folder.order, folder.gone
         present: set[str] = set()
         try:
             with os.scandir(folder.path) as it:
                 for entry in it:
                     name = entry.name
-                    if name[0] != "." and SIDE not in name:
-                        present.add(name)
+                    if name[0] == "." or SIDE in name:
+                        continue
+                    present.add(name)
+                    if name in names:
+                        continue
+                    try:  # only a new name costs a stat (from the listing's own folder handle)
+                        ctime_ns = entry.stat(follow_symlinks=False).st_ctime_ns
+                    except FileNotFoundError:
+                        present.discard(name)
+                        continue
+                    names[name] = ctime_ns
+                    order.append((ctime_ns, name))
+                    gone.discard(name)
+                    folder.sorted = False
         except FileNotFoundError:
             pass
         self.listings += 1
-        names = folder.names
-        for name in [n for n in names if n not in present]:
-            del names[name]
-            folder.gone.add(name)
-        new = present.difference(names)
-        for name in new:
-            try:
-                names[name] = os.lstat(folder.path / name).st_ctime_ns
-            except FileNotFoundError:
-                continue
-            folder.gone.discard(name)
-            folder.order.append((names[name], name))
-            folder.sorted = False
+        if len(present) < len(names):  # present holds only names in names: some left
+            for name in [n for n in names if n not in present]:
+                del names[name]
+                gone.add(name)
         folder.mtime_ns = mtime_ns
         folder.scanned_at = self.clock()
         folder.scan_seconds = time.perf_counter() - started
