@@ -1,4 +1,4 @@
-"""What ``onite submit``, ``onite find`` and ``onite list --json`` do once their arguments are parsed.
+"""What ``onite submit``, ``find``, ``list --json`` and ``run`` do once their arguments are parsed.
 
 Shared by the typer command line (onite.cli) and its fast path
 (onite.fastcli), so that both paths do exactly the same thing. Nothing
@@ -126,3 +126,35 @@ def list_json(spool: str | None, *, include_all: bool = False) -> str:
     target = open_spool(spool)
     target.check()
     return document(target, include_all=include_all)
+
+
+def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = None, until: str | None = None,
+               host: str | None = None, verbose: bool = False) -> int:
+    """``onite run``: drain the queue now (or start a driver in the background); the exit code."""
+    from onite.names import check_name
+    from onite.timeparse import parse_clock
+
+    target = open_spool(spool)
+    target.check()
+    until_time = parse_clock(until, what="--until time") if until else None
+    if host:
+        check_name(host, what="host name")
+    if detach:
+        pid = detach_driver(target, slots, until, host)
+        print(f"driver started in the background (pid {pid}); it logs to {target.log_path}")
+        return 0
+    from onite.driver import Driver
+
+    return Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if verbose else None).run()
+
+
+def detach_driver(target, slots, until, host) -> int:
+    import subprocess
+
+    argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
+    argv += ["--slots", str(slots)] if slots else []
+    argv += ["--until", until] if until else []
+    argv += ["--host", host] if host else []
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True, close_fds=True)
+    return child.pid

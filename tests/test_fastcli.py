@@ -1,13 +1,14 @@
-"""The fast path (onite.fastcli) and typer's command line do the same thing (submit, find, list --json).
+"""The fast path (onite.fastcli) and typer's command line do the same thing (submit, find, list --json, run).
 
 Each argv runs twice through the real CLI, in a forked child, on a fresh
 spool at the same path: once where typer is out of reach (the fast path
 must take it), once where the fast path is switched off. Both must exit
 with the same code, print the same, fail with the same one-line error and
 leave the same job files (same folder, mode and content, but for the
-submit time). Anything unusual must be left to typer.
+submit time) and results. Anything unusual must be left to typer.
 """
 
+import json
 import os
 import re
 import shutil
@@ -69,17 +70,24 @@ ACCEPTED = [
     (["list", "--json", "--all"], b"", ["dep1"]),
     (["--spool", "SPOOL", "list", "-a", "--json"], b"", []),
     (["list", "--json", "--spool", "/nonexistent/spool"], b"", []),
+    (["run"], b"", ["r1", "r2"]),
+    (["run", "--slots", "2", "--until", "23:59", "--host", "elsewhere"], b"", ["r1", "r2", "r3"]),
+    (["--spool", "SPOOL", "run", "--spool=SPOOL"], b"", ["r1"]),
+    (["run", "--until", "25:00"], b"", ["r1"]),
+    (["run", "--host", "../x"], b"", ["r1"]),
+    (["run", "--spool", "/nonexistent/spool"], b"", []),
 ]
 
 DECLINED = [
-    [], ["--help"], ["--spool"], ["list"], ["run"], ["submit"], ["submit", "--help"], ["submit", "a", "-h"],
+    [], ["--help"], ["--spool"], ["list"], ["submit"], ["submit", "--help"], ["submit", "a", "-h"],
     ["submit", "a", "-p3"], ["submit", "a", "-p=3"], ["submit", "a", "--prio", "3"], ["submit", "a", "b"],
     ["submit", "a", "--", "x"], ["submit", "a", "-p"], ["submit", "a", "-p", "x"], ["submit", "a", "-p", "-1"],
     ["submit", "a", "--retries", "101"], ["submit", "a", "--retries", "-1"], ["submit", "a", "-p", "1", "-p", "2"],
     ["submit", "a", "--no-hold"], ["submit", "-"], ["submit", "a", "--after", "-x"], ["submit", "a", "--hold=yes"],
     ["submit", "-p", "2"], ["find"], ["find", "a", "b"], ["find", "--help"], ["find", "a", "-p", "1"],
     ["--spool", "--help", "submit", "a"], ["--version"], ["list"], ["list", "-a"], ["list", "--json", "--by-host"],
-    ["list", "--json", "x"], ["list", "--json", "--help"],
+    ["list", "--json", "x"], ["list", "--json", "--help"], ["run", "--slots", "0"], ["run", "--slots", "x"],
+    ["run", "--slots", "5000"], ["run", "now"], ["run", "--help"], ["run", "-vv"],
 ]
 
 
@@ -95,6 +103,9 @@ def snapshot(spool):
     """Every job file: (folder, name) → (mode, the decoded job but for its submit time)."""
     epoch = datetime(2000, 1, 1, tzinfo=timezone.utc)
     files = {}
+    for path in sorted((spool / "jobsdone").glob("*@result")):
+        result = json.loads(path.read_text())
+        files[("jobsdone", path.name)] = (result["state"], result["exit_code"], result["host"])
     for path in sorted((spool / "jobs").rglob("*")):
         if path.is_file():
             job = decode(path.read_bytes())
