@@ -13,6 +13,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    _defer_import("inspect")
     from onite.errors import EXIT_USAGE, OniteError
 
     try:
@@ -55,6 +56,37 @@ def _dispatch(args: list[str]) -> int:
         _say(f"onite: {message} — see: onite {sub + ' ' if sub else ''}--help")
         return getattr(err, "exit_code", 2)
     return result if isinstance(result, int) else 0
+
+
+def _defer_import(name: str) -> None:
+    """Put a stand-in for the standard module ``name`` in sys.modules that imports it when first used.
+
+    ``dataclasses`` imports ``inspect`` (and with it ast, dis, tokenize …) but
+    uses it only for a class without a docstring: that import is a sixth of
+    what ``onite submit`` costs beyond Python's own start-up. importlib's
+    LazyLoader cannot help: in Python 3.11 a second ``import inspect``
+    already loads it. The stand-in is a plain module whose ``__getattr__``
+    (called only for a name it lacks) imports the real one, puts it in
+    sys.modules and takes its names, so whoever imported the stand-in goes on
+    working; typer, which uses inspect, loads it at once.
+    """
+    if name in sys.modules:
+        return
+    import types
+
+    stand_in = types.ModuleType(name, f"stand-in for {name}, imported when first used (onite.__main__)")
+
+    def load(attribute: str):
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        import importlib
+
+        real = importlib.import_module(name)
+        stand_in.__dict__.update(real.__dict__)
+        return getattr(real, attribute)
+
+    stand_in.__getattr__ = load
+    sys.modules[name] = stand_in
 
 
 def _say(line: str) -> None:

@@ -30,6 +30,8 @@ from onite.state import JobState, Result
 
 @dataclass(frozen=True)
 class CancelReport:
+    """What ``cancel`` did to a job: "cancelled", or "requested" of its driver."""
+
     name: str
     action: str  # "cancelled", "requested"
     detail: str = ""

@@ -19,6 +19,8 @@ from onite.errors import Refused
 
 @dataclass(frozen=True, kw_only=True)
 class Identity:
+    """A user account: the credentials a job of theirs runs with."""
+
     uid: int
     gid: int
     name: str

@@ -22,6 +22,8 @@ from onite.state import Result
 
 @dataclass(frozen=True, kw_only=True)
 class JobView:
+    """One job as ``onite list`` and ``onite status`` show it."""
+
     name: str
     uid: int
     user: str

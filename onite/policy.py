@@ -17,6 +17,8 @@ from datetime import datetime, time, timedelta
 
 @dataclass(frozen=True)
 class CutoffState:
+    """Whether spooling is closed now, and when it opens again."""
+
     closed: bool
     reopens: datetime | None = None
 

@@ -174,6 +174,8 @@ def with_priorities(text: str, priorities: int) -> str:
 
 @dataclass(frozen=True)
 class InitReport:
+    """What ``init_spool`` did."""
+
     root: Path
     created: tuple[str, ...]
     config_written: bool

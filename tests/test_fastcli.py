@@ -153,11 +153,13 @@ def test_anything_unusual_is_left_to_typer(argv):
 
 
 def test_the_fast_path_does_not_import_typer(spool, tmp_path):
-    """A plain submit loads neither typer, nor pydantic, nor rich (a fresh interpreter, not a fork)."""
+    """A plain submit loads neither typer, nor pydantic, nor rich, nor inspect's ast (a fresh interpreter,
+    not a fork); inspect, deferred by onite.__main__, still works when something uses it."""
     import subprocess
 
     probe = ("import sys; from onite.__main__ import main; code = main(sys.argv[1:]);"
-             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'pydantic', 'rich', 'click'));"
+             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'pydantic', 'rich', 'click', 'ast'));"
+             "import inspect, dataclasses; assert inspect.signature(main) and dataclasses.inspect.isclass(int);"
              "print(code, heavy)")
     env = dict(os.environ, ONITE_SPOOL=str(spool))
     for argv in (["submit", "p1"], ["submit", "p2", "--lines", "-p", "2"], ["find", "p1"], ["list", "--json"]):
