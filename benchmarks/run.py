@@ -1,0 +1,412 @@
+"""onite's figures, each beside a baseline measured in the same run, and the same workloads through its peers.
+
+    python benchmarks/run.py [--quick] [--json] [--dir DIR] [--peers LIST] [--only LIST]
+
+Run it with the interpreter onite is installed in (``.venv/bin/python
+benchmarks/run.py``): onite's commands are run as that installation's
+``onite`` script, and ``python -c pass`` is timed with the same interpreter.
+
+Workloads (docs/performance.md says what each figure means):
+
+  drain       (a) N trivial jobs (``true``) drained by one ``onite run``, 1 slot,
+              against a bare subprocess loop of the same N; end to end with
+              ``onite submit --lines``; (b) the same with 2 slots
+  cli         (c) one ``onite submit`` and one ``onite find``, median wall time
+  bulk        (d) ``onite submit NAME --lines``: jobs per second through one process
+  list        (e) ``onite list --json`` with 1k, 10k and 100k queued
+  scale       (f) cost per job while draining the front of a queue of 1k and of
+              100k; (g) the driver's peak RSS with each
+  peers       the baseline and task-spooler, nq and GNU parallel (peers.py)
+
+Every spool, queue and file is made in a fresh folder under ``--dir`` (default:
+the temporary directory), removed afterwards; the peers' queues too. Figures
+are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import harness as h  # this script is run from its own folder: sys.path[0]
+import peers
+
+BASE_RATE = peers.BASE_RATE
+BASE_CLI = peers.BASE_CLI
+BASE_RSS = "python -c pass peak RSS"
+DRAIN_1 = "onite: drain, 1 slot"
+PER_JOB_SMALL = "onite: per-job drain cost, {} queued"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    n: int  # jobs per drain (a, b)
+    repeats: int  # runs of each drain and bulk submit
+    latency_repeats: int  # invocations per single-command latency
+    one_by_one: int  # jobs submitted one `onite submit` each, end to end
+    bulk: int  # jobs per bulk-submit figure (d)
+    sizes: tuple[int, int, int]  # queue sizes for `list --json` (e); the first and last for (f, g)
+    warm: int  # jobs drained before the per-job clock starts (f)
+    stride: int  # jobs per per-job sample (f)
+    windows: int  # samples per drain (f)
+    peer: peers.Config
+
+
+DEFAULT = Plan(n=2000, repeats=3, latency_repeats=20, one_by_one=200, bulk=10_000,
+               sizes=(1_000, 10_000, 100_000), warm=50, stride=250, windows=3, peer=peers.DEFAULT)
+QUICK = Plan(n=100, repeats=1, latency_repeats=5, one_by_one=20, bulk=1_000,
+             sizes=(300, 1_000, 3_000), warm=20, stride=50, windows=2, peer=peers.QUICK)
+
+SECTIONS = ("drain", "cli", "bulk", "list", "scale")
+PEERS = ("baseline", "task-spooler", "nq", "parallel")
+
+
+# --------------------------------------------------------------------------
+# Running onite
+
+
+def onite_argv() -> list[str]:
+    """The ``onite`` script of this interpreter's installation (what users type), else ``-m onite``."""
+    script = Path(sys.executable).with_name("onite")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "onite"]
+
+
+ONITE = onite_argv()
+
+
+class OniteSpool:
+    """A private spool made by ``onite init`` in a fresh folder; ``close()`` removes it."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="bench-onite-")
+        self.root = os.path.join(self.dir, "spool")
+        self.env = dict(os.environ, ONITE_SPOOL=self.root)
+        self.job = os.path.join(self.dir, "job.sh")
+        Path(self.job).write_text("true\n")
+        self.run("init")
+        self.batches = 0
+
+    def run(self, *args: str, stdin_path: str | None = None) -> None:
+        stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
+        try:
+            subprocess.run([*ONITE, *args], stdin=stdin, stdout=subprocess.DEVNULL, env=self.env, cwd=self.dir,
+                           check=True)
+        finally:
+            if stdin_path:
+                stdin.close()
+
+    def submit_lines(self, lines: Sequence[str]) -> float:
+        """Seconds for one ``onite submit NAME --lines`` of these job texts (start-up included)."""
+        self.batches += 1
+        path = os.path.join(self.dir, f"lines-{self.batches}")
+        Path(path).write_text("".join(line + "\n" for line in lines))
+        started = time.perf_counter()
+        self.run("submit", f"b{self.batches}", "--lines", stdin_path=path)
+        elapsed = time.perf_counter() - started
+        os.unlink(path)
+        return elapsed
+
+    def drain(self, *args: str) -> float:
+        """Seconds for one ``onite run`` (start-up and exit included)."""
+        started = time.perf_counter()
+        self.run("run", *args)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def with_spool(fn: Callable[[OniteSpool], float]) -> Callable[[], float]:
+    def run() -> float:
+        spool = OniteSpool()
+        try:
+            return fn(spool)
+        finally:
+            spool.close()
+    return run
+
+
+# --------------------------------------------------------------------------
+# (a, b) draining N trivial jobs
+
+
+def bench_drain(plan: Plan) -> list[h.Result]:
+    n = plan.n
+
+    def drain(slots: int) -> Callable[[], dict[str, float]]:
+        def run() -> dict[str, float]:
+            spool = OniteSpool()
+            try:
+                submit = spool.submit_lines(["true"] * n)
+                drained = spool.drain("--slots", str(slots))
+                return {"submit": submit, "drain": drained, "both": submit + drained}
+            finally:
+                spool.close()
+        return run
+
+    one = h.measure_phases(drain(1), plan.repeats)
+    two = h.measure_phases(drain(2), plan.repeats)
+
+    def one_by_one(spool: OniteSpool) -> float:
+        started = time.perf_counter()
+        for i in range(plan.one_by_one):
+            spool.run("submit", f"j{i}", stdin_path=spool.job)
+        spool.drain()
+        return time.perf_counter() - started
+
+    singles = h.Stats.of(with_spool(one_by_one)() for _ in range(1))
+    return [
+        h.Result.from_stats(DRAIN_1, one["drain"].rate(n), "jobs/s", BASE_RATE,
+                            note=f"N={n} queued `true`, one `onite run` (its start-up included), sequential"),
+        h.Result.from_stats("onite: drain, 2 slots", two["drain"].rate(n), "jobs/s", DRAIN_1,
+                            note=f"N={n}, `onite run --slots 2`; ratio to 1 slot"),
+        h.Result.from_stats("onite: end to end (submit --lines, run)", one["both"].rate(n), "jobs/s", BASE_RATE,
+                            note=f"N={n}: one `onite submit --lines`, then one `onite run`; compare tsp -S 1"),
+        h.Result.from_stats("onite: end to end, one submit per job", singles.rate(plan.one_by_one), "jobs/s",
+                            BASE_RATE, note=f"N={plan.one_by_one}: one `onite submit` process per job, then `onite run`"),
+    ]
+
+
+# --------------------------------------------------------------------------
+# (c) single commands
+
+
+def bench_cli(plan: Plan) -> list[h.Result]:
+    spool = OniteSpool()
+    try:
+        count = iter(range(1_000_000))
+        submit = h.measure(lambda _: spool.run("submit", f"one-{next(count)}", stdin_path=spool.job),
+                           plan.latency_repeats, warmup=2)
+        find = h.measure(lambda _: spool.run("find", "one-0"), plan.latency_repeats, warmup=2)
+        help_ = h.measure(lambda _: spool.run("--help"), max(3, plan.latency_repeats // 4), warmup=1)
+    finally:
+        spool.close()
+    return [
+        h.Result.from_stats("onite submit: one job", submit.scaled(1000), "ms", BASE_CLI,
+                            note=f"`{' '.join(ONITE)} submit NAME < job.sh`, median of {plan.latency_repeats}"),
+        h.Result.from_stats("onite find", find.scaled(1000), "ms", BASE_CLI, note="a queued job: exit 0"),
+        h.Result.from_stats("onite --help", help_.scaled(1000), "ms", BASE_CLI,
+                            note="typer's full command line (what the fast path avoids)"),
+    ]
+
+
+# --------------------------------------------------------------------------
+# (d) bulk submit
+
+
+def bench_bulk(plan: Plan) -> list[h.Result]:
+    stats = h.measure(lambda spool: spool.submit_lines(["true"] * plan.bulk), plan.repeats,
+                      setup=OniteSpool, teardown=OniteSpool.close)
+    return [h.Result.from_stats("onite submit --lines: bulk rate", stats.rate(plan.bulk), "jobs/s", BASE_RATE,
+                                note=f"{plan.bulk} lines, one process, start-up included, each job fsync'ed")]
+
+
+# --------------------------------------------------------------------------
+# (e) listing, (f) per-job cost at scale, (g) the driver's memory
+
+
+def marker_lines(total: int, plan: Plan, stamps: str) -> list[str]:
+    """``total`` jobs of ``true``; jobs at the window edges record the time; then one stops the driver.
+
+    The job that stops it sends SIGTERM to its parent, the driver: it lets
+    the running job end, starts nothing more and exits, leaving the rest queued.
+    """
+    lines = ["true"] * total
+    for k in range(plan.windows + 1):
+        lines[plan.warm + k * plan.stride - 1] = f"date +%s%N >> {stamps}"
+    lines[plan.warm + plan.windows * plan.stride] = "kill -TERM $PPID"
+    return lines
+
+
+def drain_front(spool: OniteSpool, stamps: str, timeout: float = 600) -> tuple[list[float], int]:
+    """Drain until the stop job; return seconds per job of each window and the driver's peak RSS (KiB)."""
+    proc = subprocess.Popen([*ONITE, "run"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            env=spool.env, cwd=spool.dir)
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.send_signal(signal.SIGTERM)  # the stop job never ran: do not drain a whole big queue
+            deadline = float("inf")
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args)
+    stamps_ns = [int(x) for x in Path(stamps).read_text().split()]
+    return [(b - a) / 1e9 for a, b in zip(stamps_ns, stamps_ns[1:])], usage.ru_maxrss
+
+
+def bench_scale(plan: Plan, sections: set[str]) -> list[h.Result]:
+    small, middle, large = plan.sizes
+    results: list[h.Result] = []
+    per_job: dict[int, h.Stats] = {}
+    rss: dict[int, int] = {}
+
+    def list_ms(spool: OniteSpool, size: int) -> None:
+        if "list" in sections:
+            stats = h.time_cmd([*ONITE, "list", "--json"], plan.repeats, warmup=1, env=spool.env)
+            results.append(h.Result.from_stats(f"onite list --json, {size:,} queued", stats.scaled(1000), "ms",
+                                               BASE_CLI, note="stat-only listing, one JSON document"))
+
+    def measure_front(spool: OniteSpool, size: int) -> None:
+        if "scale" in sections:
+            samples, peak = drain_front(spool, os.path.join(spool.dir, "stamps"))
+            per_job[size] = h.Stats.of(s / plan.stride for s in samples)
+            rss[size] = peak
+
+    spool = OniteSpool()  # the small queue
+    try:
+        spool.submit_lines(marker_lines(small, plan, os.path.join(spool.dir, "stamps")))
+        list_ms(spool, small)
+        measure_front(spool, small)
+    finally:
+        spool.close()
+    spool = OniteSpool()  # the middle queue, grown into the large one
+    try:
+        fill = [spool.submit_lines(marker_lines(middle, plan, os.path.join(spool.dir, "stamps")))]
+        list_ms(spool, middle)
+        fill.append(spool.submit_lines(["true"] * (large - middle)))
+        list_ms(spool, large)
+        results.append(h.Result("onite submit --lines: filling a big queue", large / sum(fill), "jobs/s", BASE_RATE,
+                                note=f"{middle:,} then {large - middle:,} lines into the same folder"))
+        measure_front(spool, large)
+    finally:
+        spool.close()
+    if per_job:
+        small_name = PER_JOB_SMALL.format(f"{small:,}")
+        note = (f"{plan.windows} windows of {plan.stride} jobs after {plan.warm} drained, timed by jobs that run"
+                f" `date +%s%N`; ms per job")
+        results.append(h.Result.from_stats(small_name, per_job[small].scaled(1000), "ms/job", note=note))
+        results.append(h.Result.from_stats(PER_JOB_SMALL.format(f"{large:,}"), per_job[large].scaled(1000), "ms/job",
+                                           small_name, note="the same, the rest of the big queue staying queued"))
+        results.append(h.Result(f"onite run: peak RSS, {small:,} queued", rss[small] / 1024, "MiB", BASE_RSS,
+                                note="the driver process (its jobs are smaller), from wait4 rusage"))
+        results.append(h.Result(f"onite run: peak RSS, {large:,} queued", rss[large] / 1024, "MiB", BASE_RSS,
+                                note="the same with the big queue"))
+    return results
+
+
+# --------------------------------------------------------------------------
+# Command line
+
+
+def creation_cost_us(directory: str, count: int = 200) -> float:
+    """Median microseconds to create an empty file in a fresh folder under ``directory``.
+
+    New files (inodes) are what a spooler makes per job; their cost varies by
+    orders of magnitude between file systems and even between folders of one
+    (ext4 looks for a free inode near the parent folder's).
+    """
+    folder = tempfile.mkdtemp(prefix="bench-create-", dir=directory)
+    try:
+        samples = []
+        for i in range(count):
+            started = time.perf_counter()
+            os.close(os.open(os.path.join(folder, str(i)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            samples.append(time.perf_counter() - started)
+        return h.Stats.of(samples).median * 1e6
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def prepare_bytecode() -> str:
+    """Compile onite's modules as an installation does, and let every command use the .pyc files.
+
+    With PYTHONDONTWRITEBYTECODE set (some sandboxes set it) an editable
+    install compiles every module from source at every start: tens of
+    milliseconds that no installed onite pays.
+    """
+    import compileall
+    import importlib.util
+
+    dropped = os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None
+    spec = importlib.util.find_spec("onite")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("run.py: onite is not importable here; run me with the interpreter onite is installed in")
+    folder = list(spec.submodule_search_locations)[0]
+    compileall.compile_dir(folder, quiet=1)
+    return f"modules in {folder}, compiled" + (" (PYTHONDONTWRITEBYTECODE unset for the run)" if dropped else "")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, single runs: a smoke test, not figures")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument("--dir", help="where spools and peer queues are made (default: the temporary directory)")
+    parser.add_argument("--only", help=f"comma-separated subset of onite's workloads: {', '.join(SECTIONS)}")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help=f"comma-separated peers to run (default {','.join(PEERS)}; '' for none)")
+    return parser.parse_args(argv)
+
+
+def subset(value: str | None, known: Sequence[str], what: str) -> list[str]:
+    if value is None:
+        return list(known)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in names if v not in known]
+    if unknown:
+        raise SystemExit(f"run.py: unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = QUICK if args.quick else DEFAULT
+    sections = set(subset(args.only, SECTIONS, "workload"))
+    peer_names = subset(args.peers, PEERS, "peer")
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+        tempfile.tempdir = os.path.abspath(args.dir)  # peers.py's queues (mkdtemp) go there too
+    work = tempfile.gettempdir()
+    bytecode = prepare_bytecode()
+    env = h.describe_environment()
+    env["onite"] = f"{' '.join(ONITE)}; {bytecode}"
+    env["work dir"] = f"{work} ({h.filesystem_type(work)}); creating a file there: {creation_cost_us(work):.0f} µs"
+    env.update({f"{pkg} version": peers.package_version(pkg) for pkg in peers.PACKAGES if pkg != "at"})
+    workloads: list[tuple[str, Callable[[], list[h.Result]]]] = []
+    workloads += [(f"peer {name}", lambda name=name: peers.PEERS[name](plan.peer)) for name in peer_names]
+    if "drain" in sections:
+        workloads.append(("drain", lambda: bench_drain(plan)))
+    if "cli" in sections:
+        workloads.append(("cli", lambda: bench_cli(plan)))
+    if "bulk" in sections:
+        workloads.append(("bulk", lambda: bench_bulk(plan)))
+    if sections & {"list", "scale"}:
+        workloads.append(("list and scale", lambda: bench_scale(plan, sections)))
+    results: list[h.Result] = []
+    skipped: list[str] = []
+    began = time.perf_counter()
+    for name, workload in workloads:
+        print(f"run.py: measuring {name}…", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        try:
+            results += workload()
+        except peers.Skip as e:
+            skipped.append(f"{name}: {e}")
+            print(f"run.py: skipped {name}: {e}", file=sys.stderr)
+            continue
+        print(f"run.py: {name} took {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    extra = {
+        "load average at end": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "run time": f"{time.perf_counter() - began:.0f} s",
+        "plan": {k: v for k, v in dataclasses.asdict(plan).items() if k != "peer"},
+        "peer plan": dataclasses.asdict(plan.peer),
+        "skipped": skipped,
+    }
+    h.print_report(results, env, as_json=args.json, extra=extra)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
