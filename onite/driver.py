@@ -65,6 +65,7 @@ class Driver:
         self.config: Config = spool.config
         self.host = host or default_host(self.config)
         self._running_dir = spool.running_dir(self.host)
+        self._pid, self._machine = os.getpid(), os.uname().nodename
         self._slots_override = slots
         self._until_override = until
         self.euid = os.geteuid()
@@ -182,6 +183,8 @@ class Driver:
             if not self._stopping and not self._hard_stop:
                 self._start_jobs()
             self._flush_records()
+            if self.running and len(self.running) >= self.slots:
+                self._read_ahead()
             if not self.running and not self.runner.busy():
                 if self._stopping or self._hard_stop or self._window_closed:
                     return
@@ -311,6 +314,19 @@ class Driver:
             if not moved:
                 return None
         return None
+
+    def _read_ahead(self) -> None:
+        """While every slot is busy, read the job file that will most likely be picked next.
+
+        Its parse is kept as _inspect keeps every parse (by inode, ctime and
+        size), so the pick that follows the next job's end does not wait for
+        the read; the pick still checks everything as usual.
+        """
+        for cand in self.index.candidates():
+            if cand.name not in self.running and cand.name not in self._unrecorded:
+                if cand.name not in self._parsed:
+                    self._inspect(cand)
+                return
 
     def _note_wake(self, when: datetime) -> None:
         if self.window_end is not None and when >= self.window_end:
@@ -460,7 +476,7 @@ class Driver:
         owner = self._resolve(st.st_uid)
         self._seq += 1
         run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank,
-                  run_id=f"{now:%Y%m%dT%H%M%S}-{self.host}-{os.getpid()}-{self._seq}",
+                  run_id=f"{now:%Y%m%dT%H%M%S}-{self.host}-{self._pid}-{self._seq}",
                   started=now, started_mono=time.monotonic())
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
         # The run record is written once, when the job has started: before that it could
@@ -479,12 +495,8 @@ class Driver:
 
     def _claimed_job(self, name: str, path: Path, st_seen: os.stat_result) -> tuple[Job, os.stat_result]:
         cached = self._parsed.pop(name, None)
-        job, st = None, None
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
+        job = None
+        st = os.lstat(path)  # a symlink or anything but a regular file is refused by _file_problem
         if cached and cached[0][0] == st.st_ino and cached[0][2] == st.st_size and st.st_ino == st_seen.st_ino \
                 and st.st_mtime_ns == st_seen.st_mtime_ns:
             job = cached[1]
@@ -497,9 +509,9 @@ class Driver:
 
         info = {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
                 "started": run.started.isoformat(), "queued": run.queued_at.isoformat(),
-                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": os.getpid(),
-                "machine": os.uname().nodename, **extra}
-        path = self._running_dir / f"{run.name}{sp.RUNINFO}"
+                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": self._pid,
+                "machine": self._machine, **extra}
+        path = f"{self._running_dir}/{run.name}{sp.RUNINFO}"
         try:
             sp.replace_file(path, json.dumps(info).encode())
         except OniteError as err:

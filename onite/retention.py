@@ -34,11 +34,12 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
         return 0
     records.sort(reverse=True)
     removed = 0
+    done, stdout = str(spool.done_dir), str(spool.stdout_dir)  # strings: a Path a file costs more than its unlink
     for _, name in records[keep:]:
-        sp.remove(spool.result_path(name))
-        sp.remove(spool.done_dir / name)
+        sp.remove(f"{done}/{name}{sp.RESULT}")
+        sp.remove(f"{done}/{name}")
         if name not in protect and not sp.is_live(spool, name):
-            sp.remove(spool.output_path(name))
+            sp.remove(f"{stdout}/{name}")
         removed += 1
     if strays:
         oldest_kept = records[keep - 1][0] if keep else None

@@ -472,7 +472,8 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int
     Raises:
         SpoolIOError: the write failed.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    folder, _, name = str(path).rpartition("/")
+    tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -633,7 +634,17 @@ def _stat_entry(folder: Path, name: str, **extra) -> Entry | None:
 
 def is_live(spool: Spool, name: str) -> bool:
     """Is a job of this name queued or running (on any host)?"""
-    return bool(find_queued(spool, name) or find_running(spool, name))
+    # find_queued and find_running, without their Entry objects: retention asks this of every job it removes
+    folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in spool.hosts()]
+    for folder in folders:
+        try:
+            os.lstat(f"{folder}/{name}")
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as err:
+            raise SpoolIOError(folder / name, "looking at", err) from None
+    return False
 
 
 def name_taken(spool: Spool, name: str) -> bool:
