@@ -58,13 +58,16 @@ class Plan:
     warm: int  # jobs drained before the per-job clock starts (f)
     stride: int  # jobs per per-job sample (f)
     windows: int  # samples per drain (f)
+    warm_spool: int  # jobs drained through the spool before the first sample (f)
     peer: peers.Config
 
 
 DEFAULT = Plan(n=2000, repeats=3, latency_repeats=20, one_by_one=200, bulk=10_000,
-               sizes=(1_000, 10_000, 100_000), warm=50, stride=250, windows=3, peer=peers.DEFAULT)
+               sizes=(1_000, 10_000, 100_000), warm=50, stride=250, windows=3, warm_spool=500,
+               peer=peers.DEFAULT)
 QUICK = Plan(n=100, repeats=1, latency_repeats=5, one_by_one=20, bulk=1_000,
-             sizes=(300, 1_000, 3_000), warm=20, stride=50, windows=2, peer=peers.QUICK)
+             sizes=(300, 1_000, 3_000), warm=20, stride=50, windows=2, warm_spool=100,
+             peer=peers.QUICK)
 
 SECTIONS = ("drain", "cli", "bulk", "list", "scale")
 PEERS = ("baseline", "task-spooler", "nq", "parallel")
@@ -125,51 +128,44 @@ class OniteSpool:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def with_spool(fn: Callable[[OniteSpool], float]) -> Callable[[], float]:
-    def run() -> float:
-        spool = OniteSpool()
-        try:
-            return fn(spool)
-        finally:
-            spool.close()
-    return run
-
-
 # --------------------------------------------------------------------------
 # (a, b) draining N trivial jobs
 
 
 def bench_drain(plan: Plan) -> list[h.Result]:
-    n = plan.n
-
-    def drain(slots: int) -> Callable[[], dict[str, float]]:
-        def run() -> dict[str, float]:
-            spool = OniteSpool()
-            try:
-                submit = spool.submit_lines(["true"] * n)
-                drained = spool.drain("--slots", str(slots))
-                return {"submit": submit, "drain": drained, "both": submit + drained}
-            finally:
-                spool.close()
-        return run
-
-    one = h.measure_phases(drain(1), plan.repeats)
-    two = h.measure_phases(drain(2), plan.repeats)
-
-    def one_by_one(spool: OniteSpool) -> float:
+    """One spool for every run, 1 and 2 slots taking turns: a new file costs very differently from
+    one folder to another on some file systems, and the ratios should not depend on which folders
+    a spool was given."""
+    n, sleepers = plan.n, max(20, plan.n // 8)
+    runs: dict[str, list[float]] = {key: [] for key in ("submit", "1", "2", "sleepy 1", "sleepy 2")}
+    spool = OniteSpool()
+    try:
+        for _ in range(plan.repeats):
+            for slots in ("1", "2"):
+                runs["submit"].append(spool.submit_lines(["true"] * n))
+                runs[slots].append(spool.drain("--slots", slots))
+                spool.submit_lines(["sleep 0.01"] * sleepers)
+                runs[f"sleepy {slots}"].append(spool.drain("--slots", slots))
         started = time.perf_counter()
         for i in range(plan.one_by_one):
             spool.run("submit", f"j{i}", stdin_path=spool.job)
         spool.drain()
-        return time.perf_counter() - started
-
-    singles = h.Stats.of(with_spool(one_by_one)() for _ in range(1))
+        singles = h.Stats.of([time.perf_counter() - started])
+    finally:
+        spool.close()
+    one, two = h.Stats.of(runs["1"]), h.Stats.of(runs["2"])
+    both = h.Stats.of(a + b for a, b in zip(runs["submit"][::2], runs["1"]))
+    sleepy_one, sleepy_two = h.Stats.of(runs["sleepy 1"]), h.Stats.of(runs["sleepy 2"])
     return [
-        h.Result.from_stats(DRAIN_1, one["drain"].rate(n), "jobs/s", BASE_RATE,
+        h.Result.from_stats(DRAIN_1, one.rate(n), "jobs/s", BASE_RATE,
                             note=f"N={n} queued `true`, one `onite run` (its start-up included), sequential"),
-        h.Result.from_stats("onite: drain, 2 slots", two["drain"].rate(n), "jobs/s", DRAIN_1,
+        h.Result.from_stats("onite: drain, 2 slots", two.rate(n), "jobs/s", DRAIN_1,
                             note=f"N={n}, `onite run --slots 2`; ratio to 1 slot"),
-        h.Result.from_stats("onite: end to end (submit --lines, run)", one["both"].rate(n), "jobs/s", BASE_RATE,
+        h.Result.from_stats("onite: drain of 10 ms jobs, 1 slot", sleepy_one.rate(sleepers), "jobs/s",
+                            note=f"N={sleepers} jobs `sleep 0.01`: jobs that leave the driver time to keep up"),
+        h.Result.from_stats("onite: drain of 10 ms jobs, 2 slots", sleepy_two.rate(sleepers), "jobs/s",
+                            "onite: drain of 10 ms jobs, 1 slot", note="the same, `--slots 2`; ratio to 1 slot"),
+        h.Result.from_stats("onite: end to end (submit --lines, run)", both.rate(n), "jobs/s", BASE_RATE,
                             note=f"N={n}: one `onite submit --lines`, then one `onite run`; compare tsp -S 1"),
         h.Result.from_stats("onite: end to end, one submit per job", singles.rate(plan.one_by_one), "jobs/s",
                             BASE_RATE, note=f"N={plan.one_by_one}: one `onite submit` process per job, then `onite run`"),
@@ -248,6 +244,8 @@ def drain_front(spool: OniteSpool, stamps: str, timeout: float = 600) -> tuple[l
 
 
 def bench_scale(plan: Plan, sections: set[str]) -> list[h.Result]:
+    """One spool, grown from the small size to the big one, so that both per-job figures come from
+    the same folders (see bench_drain); the front of the queue is drained at each end."""
     small, middle, large = plan.sizes
     results: list[h.Result] = []
     per_job: dict[int, h.Stats] = {}
@@ -261,35 +259,36 @@ def bench_scale(plan: Plan, sections: set[str]) -> list[h.Result]:
 
     def measure_front(spool: OniteSpool, size: int) -> None:
         if "scale" in sections:
-            samples, peak = drain_front(spool, os.path.join(spool.dir, "stamps"))
+            samples, peak = drain_front(spool, os.path.join(spool.dir, f"stamps-{size}"))
             per_job[size] = h.Stats.of(s / plan.stride for s in samples)
             rss[size] = peak
 
-    spool = OniteSpool()  # the small queue
+    spool = OniteSpool()
     try:
-        spool.submit_lines(marker_lines(small, plan, os.path.join(spool.dir, "stamps")))
+        if "scale" in sections:  # the first jobs of a spool cost more (new folders, no retention yet)
+            spool.submit_lines(["true"] * plan.warm_spool)
+            spool.drain()
+        spool.submit_lines(marker_lines(small, plan, os.path.join(spool.dir, f"stamps-{small}")))
         list_ms(spool, small)
         measure_front(spool, small)
-    finally:
-        spool.close()
-    spool = OniteSpool()  # the middle queue, grown into the large one
-    try:
-        fill = [spool.submit_lines(marker_lines(middle, plan, os.path.join(spool.dir, "stamps")))]
+        # what the first drain left stays at the front, before the next batch's markers
+        left = small - (plan.warm + plan.windows * plan.stride + 1) if "scale" in sections else small
+        fill = [spool.submit_lines(marker_lines(middle - left, plan, os.path.join(spool.dir, f"stamps-{large}")))]
         list_ms(spool, middle)
         fill.append(spool.submit_lines(["true"] * (large - middle)))
         list_ms(spool, large)
-        results.append(h.Result("onite submit --lines: filling a big queue", large / sum(fill), "jobs/s", BASE_RATE,
-                                note=f"{middle:,} then {large - middle:,} lines into the same folder"))
+        results.append(h.Result("onite submit --lines: filling a big queue", (large - left) / sum(fill), "jobs/s",
+                                BASE_RATE, note=f"{middle - left:,} then {large - middle:,} lines into one folder"))
         measure_front(spool, large)
     finally:
         spool.close()
     if per_job:
         small_name = PER_JOB_SMALL.format(f"{small:,}")
-        note = (f"{plan.windows} windows of {plan.stride} jobs after {plan.warm} drained, timed by jobs that run"
-                f" `date +%s%N`; ms per job")
+        note = (f"{plan.windows} windows of {plan.stride} jobs after {plan.warm} or more drained (and"
+                f" {plan.warm_spool} through the spool before), timed by jobs that run `date +%s%N`")
         results.append(h.Result.from_stats(small_name, per_job[small].scaled(1000), "ms/job", note=note))
         results.append(h.Result.from_stats(PER_JOB_SMALL.format(f"{large:,}"), per_job[large].scaled(1000), "ms/job",
-                                           small_name, note="the same, the rest of the big queue staying queued"))
+                                           small_name, note="the same spool grown to the big queue, the rest staying queued"))
         results.append(h.Result(f"onite run: peak RSS, {small:,} queued", rss[small] / 1024, "MiB", BASE_RSS,
                                 note="the driver process (its jobs are smaller), from wait4 rusage"))
         results.append(h.Result(f"onite run: peak RSS, {large:,} queued", rss[large] / 1024, "MiB", BASE_RSS,
