@@ -230,6 +230,11 @@ def decode(data: bytes) -> Job:
     after: list[str] = []
     tried: list[Attempt] = []
     extra: list[tuple[str, str]] = []
+    start = text.find("\nenv: ")
+    if start >= 0:  # the env lines close the header (encode writes them last): parse them once per batch
+        block = _env_block(text[start + 1:])
+        if block is not None:
+            env, text = block, text[:start]
     for line in text.split("\n"):
         key, sep, value = line.partition(": ")
         if not sep:
@@ -281,6 +286,29 @@ def decode(data: bytes) -> Job:
         )
     except (ValueError, KeyError, TypeError) as err:
         raise JobFormatError(f"damaged job file: {err}", "spool the job again") from None
+
+
+_ENV_BLOCK: list = [None, None]  # the last env block decoded, and its environment
+
+
+def _env_block(block: str) -> dict[bytes, bytes] | None:
+    """The environment the ``env:`` lines ``block`` hold (a copy), or None if other lines are among them.
+
+    The jobs of a batch share their environment, and a driver decodes them
+    one after another: the last block's environment is kept.
+    """
+    if block == _ENV_BLOCK[0]:
+        return dict(_ENV_BLOCK[1])
+    env: dict[bytes, bytes] = {}
+    for line in block.split("\n"):
+        if not line.startswith("env: "):
+            return None
+        name, eq, val = line[5:].partition("=")
+        if not eq:
+            raise JobFormatError(f"damaged env line {line[5:45]!r}", "spool the job again")
+        env[unescape(name)] = unescape(val)
+    _ENV_BLOCK[:] = [block, env]
+    return dict(env)
 
 
 _KNOWN = frozenset(

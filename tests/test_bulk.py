@@ -167,3 +167,20 @@ def test_list_json_is_still_the_same_document(spool, cli):
     assert cli(["submit", "j", "--lines"], stdin=b"true\ntrue\n").code == 0
     doc = cli(["list", "--json"])
     assert doc.out == json.dumps(doc.json(), indent=1) + "\n"
+
+
+def test_a_batch_shares_one_decoded_environment_but_every_job_has_its_own_copy():
+    from datetime import datetime, timezone
+
+    from onite.jobfile import Job, decode, encode
+
+    env = {b"PATH": b"/bin", b"ODD\xff": b"two\nlines", b"Q": b"'\"$x\\"}
+    jobs = [Job(name=f"e{i}", priority=4, submitted=datetime.now(timezone.utc), host="h", umask=0o22, cwd=b"/",
+                env=dict(env), body=b"true\n", after=("x",) * (i % 2)) for i in range(3)]
+    decoded = [decode(encode(job)) for job in jobs]
+    assert decoded == jobs
+    decoded[0].env[b"CHANGED"] = b"1"
+    assert decode(encode(jobs[1])).env == env
+    # a header whose env lines are not all at its end (edited by hand) is read line by line
+    raw = encode(jobs[1]).replace(b"after: x\n", b"").replace(b"\nenv: PATH=/bin\n", b"\nenv: PATH=/bin\nafter: x\n")
+    assert decode(raw).env == env and decode(raw).after == ("x",)
