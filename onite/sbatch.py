@@ -33,7 +33,6 @@ MAX_ENV_STRING = 128 * 1024
 CD_FAILED = 121  # the wrapper's exit status when the owner cannot enter the job's directory
 _CD_WRAPPER = 'cd -- "$1" 2>/dev/null || exit %d; shift; exec "$@"' % CD_FAILED
 
-NICE_STEP = 1_000_000  # far above priority/basic's one-per-submission steps, so P1 always outranks P2
 
 
 def script_text(body: bytes, shell: str) -> bytes:
@@ -51,9 +50,16 @@ def time_limit_minutes(timeout: timedelta) -> int:
     return max(1, math.ceil(timeout.total_seconds() / 60))
 
 
-def nice_for(priority: int, urgent: bool) -> int:
-    """``--nice`` for an onite priority: users may not go below 0, so P1 and urgent get 0."""
-    return 0 if urgent else (priority - 1) * NICE_STEP
+def nice_for(priority: int, urgent: bool, step: int) -> int:
+    """``--nice`` for an onite priority: users may not go below 0, so P1 and urgent get 0.
+
+    Slurm subtracts nice from a job's priority and clamps the result at 1, so
+    the step must exceed the spread of priorities Slurm itself gives jobs of
+    one onite priority (priority/basic: one less per job submitted), yet stay
+    well below the priorities themselves: a million, tried first, clamped
+    every job but P1 to 1 on the test cluster, which made them plain FIFO.
+    """
+    return 0 if urgent else (priority - 1) * step
 
 
 def export_file(env: dict[bytes, bytes]) -> bytes:
@@ -150,7 +156,7 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
         b"--output=" + output_pattern(output),
         b"--open-mode=append",  # onite created the file for its owner; a retry adds to it
         f"--export-file={env_fd}".encode(),
-        f"--nice={nice_for(priority, urgent)}".encode(),
+        f"--nice={nice_for(priority, urgent, slurm.nice_step)}".encode(),
     ]
     return argv
 

@@ -20,7 +20,7 @@ def argv(**overrides):
 def test_argv_carries_every_promise():
     assert argv() == [
         b"/usr/bin/sbatch", b"--parsable", b"--no-requeue", b"--job-name=onite:nightly", b"--chdir=/home/al\xffice",
-        b"--output=/var/spool/onite/stdout/nightly", b"--open-mode=append", b"--export-file=7", b"--nice=2000000",
+        b"--output=/var/spool/onite/stdout/nightly", b"--open-mode=append", b"--export-file=7", b"--nice=20000",
     ]
 
 
@@ -36,11 +36,15 @@ def test_time_limit_is_whole_minutes_rounded_up(seconds, minutes):
     assert time_limit_minutes(timedelta(seconds=seconds)) == minutes
 
 
-@pytest.mark.parametrize("priority, urgent, nice", [(1, False, 0), (2, False, 1_000_000), (7, False, 6_000_000),
+@pytest.mark.parametrize("priority, urgent, nice", [(1, False, 0), (2, False, 10_000), (7, False, 60_000),
                                                     (5, True, 0)])
 def test_priority_becomes_a_nice_value_users_may_set(priority, urgent, nice):
-    assert nice_for(priority, urgent) == nice
+    assert nice_for(priority, urgent, 10_000) == nice
     assert f"--nice={nice}".encode() in argv(priority=priority, urgent=urgent)
+
+
+def test_nice_step_comes_from_the_config():
+    assert b"--nice=6" in argv(priority=4, slurm=SlurmConfig(nice_step=2))
 
 
 def test_output_path_is_escaped_for_slurms_patterns():
