@@ -89,17 +89,26 @@ class Driver:
 
     @property
     def slots(self) -> int:
-        return self._slots_override or self.config.slots_for(self.host)
+        """Jobs at once: --slots, else [slurm] max_jobs for the slurm executor, else this host's slots.
+
+        With Slurm the cluster, not this host, runs the jobs: ``slots`` describes
+        this machine, ``max_jobs`` how many onite jobs may be in Slurm at once.
+        """
+        if self._slots_override:
+            return self._slots_override
+        if self.runner.executor == "slurm":
+            return self.config.slurm.max_jobs
+        return self.config.slots_for(self.host)
 
     @property
     def until(self) -> dtime | None:
         return self._until_override or self.config.until
 
-    def _make_runner(self):
-        if self.config.executor == "slurm":
+    def _make_runner(self, executor: str | None = None):
+        if (executor or self.config.executor) == "slurm":
             from onite.slurm import SlurmRunner
 
-            return SlurmRunner(self.spool, self.config, switch_user=self.euid == 0)
+            return SlurmRunner(self.spool, self.config, switch_user=self.euid == 0, log=self.log)
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
                            switch_user=self.euid == 0)
 
@@ -247,6 +256,8 @@ class Driver:
         if isinstance(self.runner, LocalRunner):
             self.runner.shell = config.shell
             self.runner.kill_grace = config.kill_grace.total_seconds()
+        elif hasattr(self.runner, "reload"):
+            self.runner.reload(config)
         self.window_end = window_end(self.started_at, self.until)
         self.log.event("reloaded", slots=self.slots, priorities=config.priorities)
 
@@ -698,7 +709,8 @@ class Driver:
                 sp.remove(info_path)
                 self.log.event("recovered", name, action="its result was recorded; filed it")
                 continue
-            what = self.runner.recover(info, self.config.kill_grace.total_seconds()) if info else "no run record"
+            what = self._recovering_runner(info).recover(info, self.config.kill_grace.total_seconds()) \
+                if info else "no run record"
             rank = info.get("rank")
             if rank is None:
                 try:
@@ -726,6 +738,16 @@ class Driver:
         for name in names:  # run records whose job is gone
             if name.endswith(sp.RUNINFO) and name[: -len(sp.RUNINFO)] not in jobs:
                 sp.remove(running_dir / name)
+
+    def _recovering_runner(self, info: dict):
+        """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""
+        executor = info.get("executor") or self.runner.executor
+        if executor == self.runner.executor:
+            return self.runner
+        try:
+            return self._make_runner(executor)
+        except OniteError:
+            return self.runner
 
     def _reattach(self, name: str, path: Path, info: dict) -> bool:
         """Executors whose jobs outlive the driver (Slurm) take their runs back."""
