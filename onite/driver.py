@@ -494,7 +494,8 @@ class Driver:
         job = run.job
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=self.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
-        retryable = outcome.state is JobState.FAILED and not outcome.reason and job.attempt <= job.retries
+        retryable = outcome.state is JobState.FAILED and (not outcome.reason or outcome.retryable) \
+            and job.attempt <= job.retries
         if retryable and self._requeue_retry(run, attempt, now):
             return
         result = Result(

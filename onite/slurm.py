@@ -72,8 +72,6 @@ class SlurmRunner(Runner):
         self._next_poll: float | None = None
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
-        self.polls = 0  # squeue calls made, and the seconds they took (for status lines and benchmarks)
-        self.poll_seconds = 0.0
 
     @property
     def poll_interval(self) -> float:
@@ -222,17 +220,17 @@ class SlurmRunner(Runner):
         if waited >= 0:
             run.started = status.start
         if run.job.timeout is not None:
-            elapsed = max(0.0, time.time() - status.start.timestamp())
+            # StartTime is cut to the second: the job began in [StartTime, StartTime + 1 s), and
+            # not after now. Counting from the latest possible start never cuts its time short.
+            now_wall = time.time()
+            elapsed = now_wall - min(status.start.timestamp() + 1.0, now_wall)
             run.timeout_at = time.monotonic() - elapsed + run.job.timeout.total_seconds()
         if self.log is not None:
             self.log.event("slurm-start", run.name, slurm=run.external_id, waited=f"{max(waited, 0):.1f}s")
 
     def _query(self, job_ids: list[str]) -> dict[str, squeue.JobStatus] | None:
         """squeue's answer, or None while the controller cannot be asked (the runs stay as they are)."""
-        began = time.monotonic()
         done = self._run_tool(squeue.query_argv(self.squeue, job_ids))
-        self.polls += 1
-        self.poll_seconds += time.monotonic() - began
         if done is not None and done.returncode == 0:
             answer = squeue.parse(done.stdout.decode("utf-8", "replace"))
         elif done is not None and squeue.is_unknown_ids(done.returncode, done.stderr.decode("utf-8", "replace")):

@@ -30,6 +30,9 @@ FINAL = frozenset({
 #: States whose StartTime is a real start, not the scheduler's estimate.
 STARTED = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}) | FINAL
 
+#: Endings caused by the cluster, not the job: a job spooled with --retries is tried again.
+RETRYABLE = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
+
 # Signals above this are real-time signals; Slurm reports a launch failure
 # (e.g. the output file cannot be opened on the node) as FAILED "0:53".
 _LAST_ORDINARY_SIGNAL = 31
@@ -127,7 +130,8 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
             return Outcome(exit_code=exit_code, signal=signal, reason="interrupted: the driver was stopped")
         return Outcome(exit_code=exit_code, signal=signal, cancelled_by="scancel, outside onite")
     detail = f" ({job.reason})" if job.reason and job.reason != "None" else ""
-    return Outcome(exit_code=exit_code, signal=signal, reason=f"ended by Slurm: {state}{detail}")
+    return Outcome(exit_code=exit_code, signal=signal, reason=f"ended by Slurm: {state}{detail}",
+                   retryable=state in RETRYABLE)
 
 
 def lost(job_id: str) -> Outcome:

@@ -166,7 +166,7 @@ def test_exit_codes_and_signals_are_recorded(slurm_spool):
 # ---- order ---------------------------------------------------------------------------
 
 
-def test_priority_order_when_the_cluster_is_full(slurm_spool, workdir, cluster_cpus):
+def test_priority_order_when_the_cluster_is_full(slurm_spool, workdir):
     """Jobs wait in Slurm behind a blocker; Slurm then starts them in onite's order (--nice)."""
     trace, gate, blocked = workdir / "trace", workdir / "gate", workdir / "blocked"
     gate.touch()
@@ -284,6 +284,29 @@ def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool
     assert (slurm_spool / "jobs" / "P2" / "interrupted").exists()  # back in its queue for the next night
     assert slurm_state(job_id) == "CANCELLED"
     assert any(" requeued interrupted " in line for line in log_lines(slurm_spool))
+
+
+@needs_root
+def test_node_failure_is_recorded_and_retried(slurm_spool, workdir):
+    """--no-requeue: Slurm does not rerun the job behind onite's back; onite's own --retries does."""
+    configure(slurm_spool, retry_delay="1s")
+    runs, marker = workdir / "runs", workdir / "started"
+    submit("fragile", f"echo run >> {runs}; [ $(wc -l < {runs}) -ge 2 ] && exit 0; touch {marker}; sleep 300\n",
+           "--retries", "1")
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run")
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=onite-test"], check=True)
+        assert driver.wait(60) == 0
+    finally:
+        stop(driver)
+        if _cluster_problem():  # ReturnToService=2 brings it back on its own; make sure
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    rec = result(slurm_spool, "fragile")
+    assert rec["state"] == "done" and rec["attempt"] == 2, rec
+    assert rec["attempts"][0]["reason"] == "ended by Slurm: NODE_FAIL (NodeDown)"
+    assert runs.read_text() == "run\nrun\n"
 
 
 # ---- a driver that dies --------------------------------------------------------------------

@@ -79,6 +79,7 @@ def test_slurms_own_time_limit_is_a_timeout():
 def test_cluster_failures_name_the_slurm_state(state):
     got = outcome(status(state, 9, "NodeDown"), stopping=None, cancelled_by=None)
     assert got.describe() == f"ended by Slurm: {state} (NodeDown)" and got.state.value == "failed"
+    assert got.retryable is (state in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED"))  # the cluster failed, not the job
 
 
 def test_a_job_that_ended_on_its_own_is_recorded_as_it_ended_even_if_cancel_raced():
