@@ -175,8 +175,19 @@ def parse_job_id(stdout: bytes) -> str | None:
     return job_id if job_id.isdigit() else None
 
 
-def refusal(stderr: bytes) -> str:
-    """sbatch's complaint as one line for a result record."""
+SCRIPT_LIMIT = 4 * 1024 * 1024  # slurmctld's default max_script_size
+
+
+def refusal(stderr: bytes, script_size: int = 0) -> str:
+    """sbatch's complaint as one line for a result record (with the likely cause of a cryptic one)."""
+    text = _one_line(stderr)
+    if script_size > SCRIPT_LIMIT:
+        text += (f" (the job text is {script_size} bytes; Slurm takes 4 MiB unless "
+                 "SchedulerParameters=max_script_size allows more)")
+    return text
+
+
+def _one_line(stderr: bytes) -> str:
     lines = []
     for line in stderr.decode("utf-8", "replace").splitlines():
         line = line.strip()

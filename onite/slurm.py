@@ -144,7 +144,7 @@ class SlurmRunner(Runner):
             raise SpawnError(f"its directory {os.fsdecode(job.cwd)} is not accessible to {run.owner.name}")
         job_id = sbatch.parse_job_id(done.stdout) if done.returncode == 0 else None
         if job_id is None:
-            raise SpawnError(f"sbatch did not accept it: {sbatch.refusal(done.stderr)}")
+            raise SpawnError(f"sbatch did not accept it: {sbatch.refusal(done.stderr, len(script))}")
         return job_id
 
     def _cancel_by_name(self, run: Run) -> None:

@@ -105,3 +105,9 @@ def test_refusal_is_one_line_without_sbatch_prefixes():
     err = b"sbatch: error: Batch script contains DOS line breaks (\\r\\n)\nsbatch: error: instead of expected UNIX line breaks (\\n).\n"
     assert refusal(err) == "Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n)."
     assert refusal(b"") == "no message"
+
+
+def test_refusal_of_a_big_script_says_why():
+    err = b"sbatch: error: Batch job submission failed: Pathname of a file, directory or other parameter too long\n"
+    assert refusal(err, 5 << 20).endswith(f"(the job text is {5 << 20} bytes; Slurm takes 4 MiB unless "
+                                          "SchedulerParameters=max_script_size allows more)")

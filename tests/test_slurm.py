@@ -359,11 +359,15 @@ def test_refusals_become_clear_failed_results(slurm_spool, workdir):
     submit("crlf", b"#!/bin/sh\r\necho hi\r\n")
     submit("nul", b"echo \0\n")
     submit("array", "#!/bin/sh\n#SBATCH --array=1-3\necho\n")
+    huge = "#!/bin/sh\n" + ("# " + "x" * 98 + "\n") * 50_000  # over slurmctld's 4 MiB script limit
+    submit("huge", huge)
     assert drain(slurm_spool).returncode == 0
     assert result(slurm_spool, "no-way-in")["reason"] == f"its directory {private} is not accessible to nobody"
     assert result(slurm_spool, "crlf")["reason"].startswith("sbatch did not accept it: Batch script contains DOS")
     assert result(slurm_spool, "nul")["reason"].startswith("sbatch did not accept it: The Slurm controller does not")
     assert result(slurm_spool, "array")["reason"].startswith("'#SBATCH --array=1-3' is not supported")
+    assert result(slurm_spool, "huge")["reason"].startswith("sbatch did not accept it:")
+    assert f"the job text is {len(huge)} bytes" in result(slurm_spool, "huge")["reason"]
 
 
 def test_controller_down_fails_the_job_with_slurms_reason(slurm_spool, world_tmp):
