@@ -106,10 +106,16 @@ def runinfo(spool: Path, name: str) -> dict:
         return {}
 
 
+def finish(driver: subprocess.Popen, timeout: float = 30) -> int:
+    """Wait for the driver to exit by itself; its exit code (reading its pipes to the end)."""
+    driver.communicate(timeout=timeout)
+    return driver.returncode
+
+
 def stop(driver: subprocess.Popen) -> None:
     if driver.poll() is None:
         os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
+    driver.communicate()
 
 
 # ---- identity, environment, directory, output ------------------------------------
@@ -182,7 +188,7 @@ def test_priority_order_when_the_cluster_is_full(slurm_spool, workdir):
                  what="all three in Slurm")
         assert all(slurm_state(runinfo(slurm_spool, n)["external_id"]) == "PENDING" for n in ("p1", "p2", "p3"))
         gate.unlink()
-        assert driver.wait(60) == 0
+        assert finish(driver, 60) == 0
     finally:
         stop(driver)
     assert trace.read_text().split() == ["p1", "p2", "p3"]
@@ -225,7 +231,7 @@ def test_cancel_of_a_running_job_scancels_it(slurm_spool, workdir):
         assert slurm_state(job_id) == "RUNNING"
         r = run_cli(["cancel", "long"], user="nobody")
         assert r.code == 0, r
-        assert driver.wait(30) == 0
+        assert finish(driver, 30) == 0
     finally:
         stop(driver)
     rec = result(slurm_spool, "long")
@@ -242,7 +248,7 @@ def test_timeout_is_enforced_at_the_exact_deadline(slurm_spool, workdir):
         job_id = runinfo(slurm_spool, "slow")["external_id"]
         limit = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
         assert "TimeLimit=00:01:00" in limit  # Slurm gets whole minutes; onite keeps the exact 3 s
-        assert driver.wait(30) == 0
+        assert finish(driver, 30) == 0
     finally:
         stop(driver)
     rec = result(slurm_spool, "slow")
@@ -261,7 +267,7 @@ def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool
         driver.send_signal(signal.SIGTERM)
         wait_for(lambda: any("finish running jobs" in line for line in log_lines(slurm_spool)), what="the stop")
         gate.unlink()
-        assert driver.wait(30) == 0
+        assert finish(driver, 30) == 0
     finally:
         stop(driver)
     assert result(slurm_spool, "finishes")["state"] == "done"
@@ -278,7 +284,7 @@ def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool
         wait_for(lambda: sum("finish running jobs" in line for line in log_lines(slurm_spool)) > stops,
                  what="the stop")
         driver.send_signal(signal.SIGTERM)
-        assert driver.wait(30) == 0
+        assert finish(driver, 30) == 0
     finally:
         stop(driver)
     assert (slurm_spool / "jobs" / "P2" / "interrupted").exists()  # back in its queue for the next night
@@ -298,7 +304,7 @@ def test_node_failure_is_recorded_and_retried(slurm_spool, workdir):
     try:
         wait_for(marker.exists, timeout=30, what="the job to run")
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=onite-test"], check=True)
-        assert driver.wait(60) == 0
+        assert finish(driver, 60) == 0
     finally:
         stop(driver)
         if _cluster_problem():  # ReturnToService=2 brings it back on its own; make sure
@@ -322,7 +328,7 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     try:
         wait_for(lambda: starts.exists() and Path(f"{starts}.2").exists(), timeout=30, what="both jobs to run")
         os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
+        driver.communicate()
     finally:
         stop(driver)
     job_id = runinfo(slurm_spool, "survivor")["external_id"]
@@ -336,7 +342,7 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
         wait_for(lambda: any("re-attached" in line and "survivor" in line for line in log_lines(slurm_spool)),
                  timeout=30, what="the new driver to re-attach")
         gate.unlink()
-        assert driver.wait(30) == 0
+        assert finish(driver, 30) == 0
     finally:
         stop(driver)
     assert starts.read_text() == "start\n" and Path(f"{starts}.2").read_text() == "start\n"  # each started once
@@ -375,8 +381,7 @@ def test_controller_down_fails_the_job_with_slurms_reason(slurm_spool, world_tmp
     text = Path("/etc/slurm/slurm.conf").read_text()
     conf.write_text(text + "\nSlurmctldPort=9\nMessageTimeout=2\n")
     submit("unlucky", "echo\n")
-    proc = start_driver(slurm_spool, env={**os.environ, "SLURM_CONF": str(conf)})
-    proc.communicate(timeout=60)
+    assert finish(start_driver(slurm_spool, env={**os.environ, "SLURM_CONF": str(conf)}), 60) == 0
     assert result(slurm_spool, "unlucky")["reason"] == ("sbatch did not accept it: Batch job submission failed: "
                                                          "Unable to contact slurm controller (connect failure)")
 
