@@ -253,7 +253,7 @@ def test_timeout_is_enforced_at_the_exact_deadline(slurm_spool, workdir):
         stop(driver)
     rec = result(slurm_spool, "slow")
     assert rec["state"] == "failed" and rec["reason"] == "timeout"
-    assert 2.5 <= rec["duration"] <= 6.0, rec["duration"]
+    assert 3.0 <= rec["duration"] <= 10.0, rec["duration"]  # never early; late only by Slurm's second and load
     assert slurm_state(job_id) == "CANCELLED"
 
 
