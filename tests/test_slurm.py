@@ -351,6 +351,37 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
 
 
+def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool, workdir):
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit("moved", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(starts.exists, timeout=30, what="the job to run in Slurm")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    finally:
+        stop(driver)
+    job_id = runinfo(slurm_spool, "moved")["external_id"]
+    set_config(slurm_spool, executor="local")
+    path = slurm_spool / "onite.toml"
+    path.write_text(path.read_text().split("\n[slurm]\n")[0] + "\n")
+    local = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: any(" recovered moved " in line for line in log_lines(slurm_spool)), timeout=30,
+                 what="recovery by the local driver")
+        gate.unlink()
+        assert finish(local, 60) == 0
+    finally:
+        stop(local)
+    assert slurm_state(job_id) == "CANCELLED"
+    recovered = [line for line in log_lines(slurm_spool) if " recovered moved " in line]
+    assert recovered and f"Slurm job {job_id} was cancelled" in recovered[0], recovered
+    rec = result(slurm_spool, "moved")
+    assert rec["state"] == "done" and rec["executor"] == "local"
+    assert starts.read_text() == f"{job_id}\n\n"  # once in Slurm (cancelled), then locally (no SLURM_JOB_ID)
+
+
 # ---- refusals --------------------------------------------------------------------------------
 
 
