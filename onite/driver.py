@@ -289,7 +289,10 @@ class Driver:
                     if isinstance(verdict, Fail):
                         self._fail_unstarted(cand, seen.st, verdict.reason)
                     elif isinstance(verdict, Wait) and verdict.until is not None:
-                        self._note_wake(verdict.until)
+                        # a retry's back-off is part of tonight's work; any other not-before time
+                        # is waited for only inside the night's window (`until`)
+                        if seen.meta.retrying or self.window_end is not None:
+                            self._note_wake(verdict.until)
                 elif seen.kind == "bad":
                     self._refuse(cand, seen.st, seen.reason)
                 elif seen.kind == "gone":
@@ -341,7 +344,7 @@ class Driver:
             return _Inspected("bad", st, reason=str(err))
         if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key:
             return _Inspected("moved")
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin)
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         self._meta[cand.name] = (key, meta)
         self._parsed[cand.name] = (key, job)
         if len(self._parsed) > 64:  # keep full jobs only for the few near the head of the queue
