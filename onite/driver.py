@@ -300,7 +300,10 @@ class Driver:
                 elif seen.kind == "moved":
                     moved = True
                 elif seen.kind == "settling":
-                    self._note_wake(now + timedelta(seconds=0.2))
+                    # a submit between its link and its unlink: it may be first in line, so
+                    # start nothing behind it until it has settled (a moment)
+                    self._note_wake(now + timedelta(seconds=0.02))
+                    return None
             if not moved:
                 return None
         return None
