@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.errors import InvalidInput, NotFound
+from onite.errors import InvalidInput
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -455,7 +455,3 @@ def report(
             raise InvalidInput(f"cannot write {html}: {err.strerror}", "choose a writable path") from None
         if not as_json:
             print(f"HTML report written to {html}")
-
-
-def not_found(what: str) -> NotFound:
-    return NotFound(what, "see onite list --all")
