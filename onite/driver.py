@@ -620,46 +620,39 @@ class Driver:
         from onite.control import file_cancelled, withdraw
 
         try:
-            entries = list(os.scandir(self.spool.cancel_dir))
-        except OSError:
+            entries = sp.cancel_inbox(self.spool)
+        except OniteError:
             return
         for entry in entries:
-            name, sep, _ = entry.name.partition(SIDE)
-            if not sep or not is_valid_name(name):
+            if not stat.S_ISREG(entry.mode):
+                sp.remove(entry.path)
                 continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            path = Path(entry.path)
-            if not stat.S_ISREG(st.st_mode):
-                sp.remove(path)
-                continue
-            requester = sp.user_name(st.st_uid)
-            if st.st_size:  # a job its owner withdrew from the queue: file it
+            requester = sp.user_name(entry.uid)
+            if entry.size:  # a job its owner withdrew from the queue: file it
                 try:
-                    file_cancelled(self.spool, path, by=requester, now=self.now())
+                    file_cancelled(self.spool, entry.path, by=requester, now=self.now())
                 except OniteError as err:
-                    self.log.event("error", name, error=str(err))
+                    self.log.event("error", entry.name, error=str(err))
                     continue
                 self.counts["cancelled"] += 1
-                self.log.event("cancelled", name, by=requester, was="queued")
+                self.log.event("cancelled", entry.name, by=requester, was="queued")
                 continue
-            self._honour_request(name, path, st, requester, withdraw, file_cancelled)
+            self._honour_request(entry, requester, withdraw, file_cancelled)
 
-    def _honour_request(self, name, path, st, requester, withdraw, file_cancelled) -> None:
-        own_only = self.config.own_only
+    def _honour_request(self, request: sp.Entry, requester: str, withdraw, file_cancelled) -> None:
+        """An empty cancel/NAME@TOKEN: cancel NAME if its owner may (docs/security.md)."""
+        name, own_only = request.name, self.config.own_only
         run = self.running.get(name)
         if run is not None:
-            if may_touch(st.st_uid, run.owner.uid, own_only):
+            if may_touch(request.uid, run.owner.uid, own_only):
                 self.runner.stop(run, "cancel", by=requester)
                 self.log.event("cancel", name, by=requester, was="running")
             else:
                 self.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
-            sp.remove(path)
+            sp.remove(request.path)
             return
         for entry in sp.find_queued(self.spool, name):
-            if not may_touch(st.st_uid, entry.uid, own_only):
+            if not may_touch(request.uid, entry.uid, own_only):
                 self.log.event("cancel-refused", name, by=requester, owner=sp.user_name(entry.uid))
                 continue
             try:
@@ -669,9 +662,9 @@ class Driver:
                 continue
             self.counts["cancelled"] += 1
             self.log.event("cancelled", name, by=requester, was="queued")
-        if sp.find_running(self.spool, name) and time.time() - st.st_mtime < 86400:
+        if sp.find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
             return  # running on another host: its driver will honour the request
-        sp.remove(path)
+        sp.remove(request.path)
 
     # ---- recovery --------------------------------------------------------------------
 
