@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.errors import InvalidInput, NotFound
+from onite.errors import InvalidInput
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -155,6 +155,7 @@ def read_stdin(limit: int) -> bytes:
 @app.command("list")
 def list_(
     all_: Annotated[bool, typer.Option("--all", "-a", help="Also running and finished jobs.")] = False,
+    by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that ran them.")] = False,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -172,7 +173,13 @@ def list_(
         return
     from onite.render import jobs_table
 
-    console().print(jobs_table(views, now(), detailed=all_))
+    out = console()
+    if not by_host:
+        out.print(jobs_table(views, now(), detailed=all_))
+        return
+    for host in sorted({v.host or "" for v in views}):
+        out.print(f"[bold]{host or 'queued (no host yet)'}[/]")
+        out.print(jobs_table([v for v in views if (v.host or "") == host], now(), detailed=True))
 
 
 @app.command()
@@ -326,6 +333,36 @@ def detach_driver(target, slots, until, host) -> int:
     return child.pid
 
 
+@app.command()
+def recover(
+    host: Annotated[str, typer.Option("--host", help="The host whose driver died and will not come back.")],
+    force: Annotated[bool, typer.Option("--force", help="Do not ask for confirmation.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
+    from onite import spool as sp
+    from onite.driver import Driver
+    from onite.names import check_name
+
+    check_name(host, what="host name")
+    target = open_spool(spool)
+    target.check()
+    claims = [e.name for e in sp.running(target, host)]
+    if not claims:
+        print(f"host {host} has no claimed jobs")
+        return
+    if not force:
+        if not sys.stdin.isatty():
+            raise InvalidInput("recover needs a confirmation", "run it on a terminal, or add --force")
+        print(f"host {host} claimed: {', '.join(claims)}")
+        print("Only go on if that host is down and will not come back with these jobs still running there.")
+        if input("requeue them? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing changed")
+            return
+    done = Driver(target, host=host).recover_host()
+    print(f"recovered {len(done)} job(s) of host {host}: {', '.join(done)}")
+
+
 # ---- results -----------------------------------------------------------------------------
 
 
@@ -418,7 +455,3 @@ def report(
             raise InvalidInput(f"cannot write {html}: {err.strerror}", "choose a writable path") from None
         if not as_json:
             print(f"HTML report written to {html}")
-
-
-def not_found(what: str) -> NotFound:
-    return NotFound(what, "see onite list --all")

@@ -110,7 +110,8 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
         return
     try:
         st = os.fstat(fd)
-        data = _read_all(fd) if stat.S_ISREG(st.st_mode) else b""
+        # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
+        data = _read_all(fd, spool.config.max_job_size + (8 << 20)) if stat.S_ISREG(st.st_mode) else b""
     finally:
         os.close(fd)
     try:
@@ -127,10 +128,11 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     sp.move(pending, spool.done_dir / name, "filing the cancelled job")
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size <= limit and (chunk := os.read(fd, 1 << 20)):
         chunks.append(chunk)
+        size += len(chunk)
     return b"".join(chunks)
 
 

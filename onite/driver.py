@@ -77,6 +77,7 @@ class Driver:
         self._hard_stop = False
         self._window_closed = False
         self._reported_foreign: set[str] = set()
+        self._may_reattach = True  # recovery may take back runs that outlived their driver (Slurm)
         self._cancel_mtime = -1
         self._seq = 0
         self._since_prune = 0
@@ -183,7 +184,7 @@ class Driver:
             self._process_cancels()
             if not self._stopping and not self._hard_stop:
                 self._start_jobs()
-            if not self.runner.runs and not self.running:
+            if not self.running and not self.runner.busy():
                 if self._stopping or self._hard_stop or self._window_closed:
                     return
                 if self._wake_at is None:
@@ -275,7 +276,7 @@ class Driver:
                 if not self._window_closed:
                     self._window_closed = True
                     self.index.refresh(force=True)
-                    self.log.event("window-closed", until=self.until.strftime("%H:%M"), left=len(self.index),
+                    self.log.event("window-closed", until=self.until.isoformat(timespec="auto"), left=len(self.index),
                                    note="jobs left stay queued for the next night")
                 return
             picked = self._pick()
@@ -300,7 +301,10 @@ class Driver:
                     if isinstance(verdict, Fail):
                         self._fail_unstarted(cand, seen.st, verdict.reason)
                     elif isinstance(verdict, Wait) and verdict.until is not None:
-                        self._note_wake(verdict.until)
+                        # a retry's back-off is part of tonight's work; any other not-before time
+                        # is waited for only inside the night's window (`until`)
+                        if seen.meta.retrying or self.window_end is not None:
+                            self._note_wake(verdict.until)
                 elif seen.kind == "bad":
                     self._refuse(cand, seen.st, seen.reason)
                 elif seen.kind == "gone":
@@ -308,7 +312,10 @@ class Driver:
                 elif seen.kind == "moved":
                     moved = True
                 elif seen.kind == "settling":
-                    self._note_wake(now + timedelta(seconds=0.2))
+                    # a submit between its link and its unlink: it may be first in line, so
+                    # start nothing behind it until it has settled (a moment)
+                    self._note_wake(now + timedelta(seconds=0.02))
+                    return None
             if not moved:
                 return None
         return None
@@ -352,7 +359,7 @@ class Driver:
             return _Inspected("bad", st, reason=str(err))
         if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key:
             return _Inspected("moved")
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin)
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         self._meta[cand.name] = (key, meta)
         self._parsed[cand.name] = (key, job)
         if len(self._parsed) > 64:  # keep full jobs only for the few near the head of the queue
@@ -473,7 +480,8 @@ class Driver:
 
         info = {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
                 "started": run.started.isoformat(), "queued": run.queued_at.isoformat(),
-                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": os.getpid(), **extra}
+                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": os.getpid(),
+                "machine": os.uname().nodename, **extra}
         path = self.spool.running_dir(self.host) / f"{run.name}{sp.RUNINFO}"
         try:
             sp.replace_file(path, json.dumps(info).encode())
@@ -625,46 +633,39 @@ class Driver:
         from onite.control import file_cancelled, withdraw
 
         try:
-            entries = list(os.scandir(self.spool.cancel_dir))
-        except OSError:
+            entries = sp.cancel_inbox(self.spool)
+        except OniteError:
             return
         for entry in entries:
-            name, sep, _ = entry.name.partition(SIDE)
-            if not sep or not is_valid_name(name):
+            if not stat.S_ISREG(entry.mode):
+                sp.remove(entry.path)
                 continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            path = Path(entry.path)
-            if not stat.S_ISREG(st.st_mode):
-                sp.remove(path)
-                continue
-            requester = sp.user_name(st.st_uid)
-            if st.st_size:  # a job its owner withdrew from the queue: file it
+            requester = sp.user_name(entry.uid)
+            if entry.size:  # a job its owner withdrew from the queue: file it
                 try:
-                    file_cancelled(self.spool, path, by=requester, now=self.now())
+                    file_cancelled(self.spool, entry.path, by=requester, now=self.now())
                 except OniteError as err:
-                    self.log.event("error", name, error=str(err))
+                    self.log.event("error", entry.name, error=str(err))
                     continue
                 self.counts["cancelled"] += 1
-                self.log.event("cancelled", name, by=requester, was="queued")
+                self.log.event("cancelled", entry.name, by=requester, was="queued")
                 continue
-            self._honour_request(name, path, st, requester, withdraw, file_cancelled)
+            self._honour_request(entry, requester, withdraw, file_cancelled)
 
-    def _honour_request(self, name, path, st, requester, withdraw, file_cancelled) -> None:
-        own_only = self.config.own_only
+    def _honour_request(self, request: sp.Entry, requester: str, withdraw, file_cancelled) -> None:
+        """An empty cancel/NAME@TOKEN: cancel NAME if its owner may (docs/security.md)."""
+        name, own_only = request.name, self.config.own_only
         run = self.running.get(name)
         if run is not None:
-            if may_touch(st.st_uid, run.owner.uid, own_only):
+            if may_touch(request.uid, run.owner.uid, own_only):
                 self.runner.stop(run, "cancel", by=requester)
                 self.log.event("cancel", name, by=requester, was="running")
             else:
                 self.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
-            sp.remove(path)
+            sp.remove(request.path)
             return
         for entry in sp.find_queued(self.spool, name):
-            if not may_touch(st.st_uid, entry.uid, own_only):
+            if not may_touch(request.uid, entry.uid, own_only):
                 self.log.event("cancel-refused", name, by=requester, owner=sp.user_name(entry.uid))
                 continue
             try:
@@ -674,9 +675,9 @@ class Driver:
                 continue
             self.counts["cancelled"] += 1
             self.log.event("cancelled", name, by=requester, was="queued")
-        if sp.find_running(self.spool, name) and time.time() - st.st_mtime < 86400:
+        if sp.find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
             return  # running on another host: its driver will honour the request
-        sp.remove(path)
+        sp.remove(request.path)
 
     # ---- recovery --------------------------------------------------------------------
 
@@ -710,8 +711,7 @@ class Driver:
                 sp.remove(info_path)
                 self.log.event("recovered", name, action="its result was recorded; filed it")
                 continue
-            what = self._recovering_runner(info).recover(info, self.config.kill_grace.total_seconds()) \
-                if info else "no run record"
+            what = self._stop_leftovers(info)
             rank = info.get("rank")
             if rank is None:
                 try:
@@ -740,6 +740,18 @@ class Driver:
             if name.endswith(sp.RUNINFO) and name[: -len(sp.RUNINFO)] not in jobs:
                 sp.remove(running_dir / name)
 
+    def _stop_leftovers(self, info: dict) -> str:
+        """Make sure a dead driver's job is not still running before it is requeued."""
+        if not info:
+            return "no run record"
+        runner = self._recovering_runner(info)
+        machine = info.get("machine")
+        if runner.executor == "local" and machine and machine != os.uname().nodename:
+            # process ids mean nothing on another machine: the admin vouched that it is down
+            # (a Slurm job, by contrast, can be checked and cancelled from any submit host)
+            return f"it ran on {machine}, which cannot be checked from here"
+        return runner.recover(info, self.config.kill_grace.total_seconds())
+
     def _recovering_runner(self, info: dict):
         """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""
         executor = info.get("executor") or self.runner.executor
@@ -750,10 +762,35 @@ class Driver:
         except OniteError:
             return self.runner
 
+    def recover_host(self) -> list[str]:
+        """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go.
+
+        Raises:
+            Refused: a driver of that host holds its lock (it is alive).
+        """
+        from filelock import Timeout, UnixFileLock
+
+        lock = UnixFileLock(str(self.spool.lock_path(self.host)), timeout=0.5, mode=0o644)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise Refused(f"a driver for host {self.host} is running (it holds {self.spool.lock_path(self.host).name})",
+                          "stop it there, or let it recover its own jobs") from None
+        try:
+            before = set(os.listdir(self.spool.running_dir(self.host))) if self.spool.running_dir(self.host).is_dir() else set()
+            self.log.event("recover-host", host=self.host, by=f"uid {os.geteuid()}", claims=len([n for n in before if is_valid_name(n)]))
+            # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
+            self._may_reattach = False
+            self.recover()
+            return sorted(n for n in before if is_valid_name(n))
+        finally:
+            lock.release()
+            self.log.close()
+
     def _reattach(self, name: str, path: Path, info: dict) -> bool:
         """Executors whose jobs outlive the driver (Slurm) take their runs back."""
         reattach = getattr(self.runner, "reattach", None)
-        if reattach is None or not info.get("external_id"):
+        if reattach is None or not self._may_reattach or not info.get("external_id"):
             return False
         try:
             job, st = self._read_job(path)

@@ -268,7 +268,13 @@ class Runner:
     ``runinfo(run)``        JSON-able facts recovery needs after a driver crash
     ``recover(info, grace)``  make sure a dead driver's run is gone; returns what was done
     ``reattach(run)``       optional: take back a run that outlived its driver; True if it did
+    ``busy()``              True while it still has work in flight (the driver waits before exiting)
     """
+
+    runs: list
+
+    def busy(self) -> bool:
+        return bool(self.runs)
 
 
 class LocalRunner(Runner):
@@ -363,6 +369,10 @@ class LocalRunner(Runner):
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]
         return finished
+
+    def busy(self) -> bool:
+        """Runs, or groups whose leader exited but whose stragglers still have their grace period."""
+        return bool(self.runs or self._orphans)
 
     def next_deadline(self) -> float | None:
         deadlines = [t for run in self.runs for t in (run.timeout_at if run.stopping is None else None, run.kill_at)

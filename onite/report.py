@@ -33,6 +33,21 @@ class ReportData:
         return counts
 
     @property
+    def hosts(self) -> dict[str, dict]:
+        """Per host: how many jobs it ran, how they ended, its busy time and its share of the jobs."""
+        table: dict[str, dict] = {}
+        ran = [j for j in self.jobs if j.started is not None]
+        for job in ran:
+            row = table.setdefault(job.host or "?", {"jobs": 0, "done": 0, "failed": 0, "cancelled": 0,
+                                                      "busy_seconds": 0.0})
+            row["jobs"] += 1
+            row[job.state] = row.get(job.state, 0) + 1
+            row["busy_seconds"] += job.duration or 0.0
+        for row in table.values():
+            row["share"] = row["jobs"] / len(ran)
+        return dict(sorted(table.items()))
+
+    @property
     def span(self) -> tuple[datetime, datetime]:
         starts = [j.started for j in self.jobs if j.started]
         ends = [j.finished for j in self.jobs if j.finished]
@@ -66,7 +81,8 @@ def build(spool: sp.Spool, now: datetime, since: str | None) -> ReportData:
 
 def to_json(data: ReportData) -> str:
     return json.dumps({"version": 1, "spool": data.spool, "since": data.since.isoformat(), "now": data.now.isoformat(),
-                       "counts": data.counts, "jobs": [j.to_json() for j in data.jobs]}, indent=1)
+                       "counts": data.counts, "hosts": data.hosts, "jobs": [j.to_json() for j in data.jobs]},
+                      indent=1)
 
 
 def render(console, data: ReportData) -> None:
@@ -80,6 +96,14 @@ def render(console, data: ReportData) -> None:
         return
     start, end = data.span
     console.print(timeline(data.jobs, start, end))
+    hosts = data.hosts
+    if len(hosts) > 1:
+        from onite.render import human_duration
+
+        console.print("\nby host")
+        for host, row in hosts.items():
+            console.print(f"  {host}: {row['jobs']} jobs ({row['share']:.0%}), {row['failed']} failed, "
+                          f"busy {human_duration(row['busy_seconds'])}")
     failures = [j for j in data.jobs if j.state == "failed"]
     if failures:
         console.print("\n[bold red]failed[/]")

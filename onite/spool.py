@@ -180,10 +180,11 @@ def skeleton_config() -> str:
 
 
 def with_priorities(text: str, priorities: int) -> str:
-    """The skeleton text with its ``priorities = N`` line set."""
+    """The skeleton text for ``priorities`` folders; the default priority is the middle one."""
     import re
 
-    return re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
+    text = re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
+    return re.sub(r"(?m)^default_priority = \d+$", f"default_priority = {(priorities + 1) // 2}", text, count=1)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,11 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
 
     created: list[str] = []
     skel = skeleton_config()
+    if not root.parent.exists():  # e.g. ~/.local/state on a fresh account
+        try:
+            os.makedirs(root.parent, mode=0o755 if system else 0o700, exist_ok=True)
+        except OSError as err:
+            raise SpoolIOError(root.parent, "creating", err) from None
     _make_dir(root, 0o755 if system else 0o700, created, root)
     config_path = root / "onite.toml"
     config_written = config_kept = False
@@ -389,6 +395,7 @@ class Entry:
     ctime_ns: int
     rank: int | None = None  # queued: 0 urgent, k for Pk
     host: str | None = None  # running: the claiming host
+    size: int = 0
 
     @property
     def held(self) -> bool:
@@ -435,13 +442,15 @@ def running(spool: Spool, host: str | None = None) -> list[Entry]:
     return result
 
 
-def cancelled_pending(spool: Spool) -> list[Entry]:
-    """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
+def cancel_inbox(spool: Spool) -> list[Entry]:
+    """Everything in cancel/: withdrawn jobs (non-empty files) and cancel requests (empty ones)."""
     result = []
     try:
         it = os.scandir(spool.cancel_dir)
     except FileNotFoundError:
         return []
+    except OSError as err:
+        raise SpoolIOError(spool.cancel_dir, "listing", err) from None
     with it:
         for entry in it:
             name, sep, _ = entry.name.partition(SIDE)
@@ -451,9 +460,13 @@ def cancelled_pending(spool: Spool) -> list[Entry]:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if st.st_size:  # an empty file is a request to stop a running job, not a job
-                result.append(Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns))
+            result.append(Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size))
     return result
+
+
+def cancelled_pending(spool: Spool) -> list[Entry]:
+    """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
+    return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode)]
 
 
 def find_queued(spool: Spool, name: str) -> list[Entry]:

@@ -56,15 +56,15 @@ def format_duration(delta: timedelta) -> str:
 
 
 def parse_clock(text: str, *, what: str = "time") -> time:
-    """Parse a wall-clock time ``HH:MM`` (24-hour).
+    """Parse a wall-clock time ``HH:MM`` (24-hour), or ``HH:MM:SS``.
 
     Raises:
-        InvalidInput: not a valid HH:MM.
+        InvalidInput: not a valid time of day.
     """
-    match = re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())
-    if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59:
+    match = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", text.strip())
+    if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59 or int(match.group(3) or 0) > 59:
         raise InvalidInput(f"bad {what} {text!r}", "write it as HH:MM, e.g. 07:00")
-    return time(int(match.group(1)), int(match.group(2)))
+    return time(int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
 
 
 def parse_when(text: str, now: datetime) -> datetime:

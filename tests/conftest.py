@@ -29,6 +29,39 @@ import pytest
 
 ROOT = os.geteuid() == 0
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _preload() -> None:
+    """Import everything onite may import lazily, before any fork drops to ``nobody``.
+
+    The test interpreter may live under root's private home (pyenv in /root),
+    where ``nobody`` cannot read a module that was not loaded before the fork.
+    """
+    import importlib
+    import pkgutil
+
+    import onite
+
+    for info in pkgutil.iter_modules(onite.__path__, "onite."):
+        importlib.import_module(info.name)
+    for name in ("typer", "rich.console", "rich.table", "rich.text", "filelock", "tomllib", "croniter", "difflib",
+                 "importlib.resources", "json", "shlex", "shutil", "subprocess", "resource", "select", "signal",
+                 "zoneinfo", "html", "grp", "pwd", "fcntl", "selectors", "traceback", "contextvars"):
+        importlib.import_module(name)
+    # typer imports its parameter machinery (pydantic) lazily, on the first parse: parse once now
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from onite.__main__ import main
+    from onite.spool import skeleton_config
+
+    skeleton_config()  # importlib.resources loads its readers on first use
+    with open(os.devnull, "w") as devnull, redirect_stdout(devnull), redirect_stderr(devnull):
+        for argv in (["log", "-n", "1", "--spool", "/nonexistent"], ["submit", "--help"], ["nosuchcommand"],
+                     ["run", "--slots", "x"], ["init", "--priorities", "0"]):
+            main(argv)
+
+
+_preload()
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: acts as a second user (nobody) and drops privileges")
 
 
@@ -178,7 +211,7 @@ def cli():
     return run_cli
 
 
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

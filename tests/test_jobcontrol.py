@@ -1,0 +1,305 @@
+"""Job control on a real night: slots, timeouts, retries, dependencies, urgent, hold, windows,
+signals, cancel, crash recovery (real processes, real signals; nothing waits on a bare sleep)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+from conftest import REPO, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+
+HOST = os.uname().nodename.split(".")[0]
+
+
+def submit(name, body, *args, **kw):
+    r = run_cli(["submit", name, *args], stdin=body.encode() if isinstance(body, str) else body, **kw)
+    assert r.code == 0, r
+    return r
+
+
+def probe_job(workdir, name, hold=0.3):
+    """A job that records the number of jobs running at once, using a lock-free counter dir."""
+    live = workdir / "live"
+    return (f"touch {live}/{name}; ls {live} | wc -l >> {workdir}/peaks; sleep {hold}; rm {live}/{name}\n")
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_slots_bound_holds_and_is_reached(spool, workdir, slots):
+    (workdir / "live").mkdir()
+    for i in range(9):
+        submit(f"p{i}", probe_job(workdir, f"p{i}", hold=0.4 + (i % 3) * 0.2))
+    assert drain(spool, "--slots", str(slots)).returncode == 0
+    peaks = [int(x) for x in (workdir / "peaks").read_text().split()]
+    assert len(peaks) == 9
+    assert max(peaks) == slots  # never more than N, and N was reached
+
+
+def test_slots_from_config(spool, workdir):
+    set_config(spool, slots=2)
+    (workdir / "live").mkdir()
+    for i in range(6):
+        submit(f"c{i}", probe_job(workdir, f"c{i}", hold=0.5))
+    drain(spool)
+    assert max(int(x) for x in (workdir / "peaks").read_text().split()) == 2
+
+
+def test_slots_keep_priority_order(spool, workdir):
+    trace = workdir / "trace"
+    for name, prio in [("low", 7), ("mid", 4), ("top", 1), ("mid2", 4)]:
+        submit(name, f"echo {name} >> {trace}; sleep 0.2\n", "-p", str(prio))
+    drain(spool, "--slots", "2")
+    assert trace.read_text().split()[:2] == ["top", "mid"]
+
+
+def test_timeout_kills_the_whole_group_including_grandchildren(spool, workdir):
+    set_config(spool, kill_grace="1s")
+    pids = workdir / "pids"
+    # the job ignores TERM in a grandchild to prove the KILL after the grace period reaches it
+    submit("slow", f"echo $$ >> {pids}; (trap '' TERM; sleep 120 & echo $! >> {pids}; wait) & wait\n",
+           "--timeout", "1s")
+    proc = drain(spool)
+    assert proc.returncode == 0
+    rec = result(spool, "slow")
+    assert rec["state"] == "failed" and rec["reason"] == "timeout"
+    for pid in map(int, pids.read_text().split()):
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read(),
+                 what=f"process {pid} to be gone")
+
+
+def test_default_timeout_from_config(spool):
+    set_config(spool, timeout="1s", kill_grace="1s")
+    submit("sleepy", "sleep 30\n")
+    drain(spool)
+    assert result(spool, "sleepy")["reason"] == "timeout"
+
+
+def test_leftover_background_processes_die_with_their_job(spool, workdir):
+    set_config(spool, kill_grace="1s")
+    pidfile = workdir / "bgpid"
+    submit("leaver", f"sleep 120 & echo $! > {pidfile}; exit 0\n")
+    drain(spool)
+    pid = int(pidfile.read_text())
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read(),
+             what="the job's background process to be killed")
+
+
+def test_retries_with_backoff_record_every_attempt(spool, workdir):
+    set_config(spool, retry_delay="1s")
+    count = workdir / "count"
+    submit("flaky", f"echo x >> {count}; [ $(wc -l < {count}) -ge 3 ]\n", "--retries", "3")
+    drain(spool)
+    rec = result(spool, "flaky")
+    assert rec["state"] == "done" and rec["attempt"] == 3
+    assert [a["exit_code"] for a in rec["attempts"]] == [1, 1, 0]
+    starts = [datetime.fromisoformat(a["started"]) for a in rec["attempts"]]
+    assert starts[1] - starts[0] >= timedelta(seconds=1) and starts[2] - starts[1] >= timedelta(seconds=2)
+    assert sum(" retry flaky " in line for line in log_lines(spool)) == 2
+
+
+def test_retries_give_up_after_n(spool):
+    set_config(spool, retry_delay="1s")
+    submit("hopeless", "exit 7\n", "--retries", "1")
+    drain(spool)
+    rec = result(spool, "hopeless")
+    assert rec["state"] == "failed" and rec["exit_code"] == 7 and len(rec["attempts"]) == 2
+
+
+def test_dependency_chain_with_a_failing_base(spool, workdir):
+    trace = workdir / "trace"
+    submit("base-ok", f"echo base-ok >> {trace}\n", "-p", "5")
+    submit("base-bad", f"echo base-bad >> {trace}; exit 1\n", "-p", "5")
+    submit("child-ok", f"echo child-ok >> {trace}\n", "-p", "1", "--after", "base-ok")
+    submit("child-bad", f"echo child-bad >> {trace}\n", "-p", "1", "--after", "base-bad")
+    submit("grandchild", f"echo grandchild >> {trace}\n", "-p", "1", "--after", "child-bad")
+    submit("both", f"echo both >> {trace}\n", "--after", "base-ok", "--after", "child-ok")
+    drain(spool)
+    # after every job the queue is looked at again: the P1 child overtakes the P5 base
+    assert trace.read_text().split() == ["base-ok", "child-ok", "both", "base-bad"]
+    assert result(spool, "child-bad")["reason"] == "dependency base-bad failed"
+    assert result(spool, "grandchild")["reason"] == "dependency child-bad failed"
+    assert result(spool, "child-bad")["started"] is None
+    assert result(spool, "both")["state"] == "done"
+
+
+def test_dependency_on_cancelled_job_fails(spool, cli):
+    submit("parent", "true\n")
+    submit("kid", "true\n", "--after", "parent")
+    assert cli(["cancel", "parent"]).code == 0
+    drain(spool)
+    assert result(spool, "kid")["reason"] == "dependency parent was cancelled"
+
+
+def test_urgent_runs_before_p1(spool, workdir, cli):
+    trace = workdir / "trace"
+    submit("p1", f"echo p1 >> {trace}\n", "-p", "1")
+    submit("urgent", f"echo urgent >> {trace}\n", "-p", "5", "--urgent")
+    drain(spool)
+    assert trace.read_text().split() == ["urgent", "p1"]
+    listed = [j for j in cli(["list", "--all", "--json"]).json()["jobs"] if j["name"] == "urgent"]
+    assert listed[0]["urgent"] is True
+
+
+def test_hold_and_release(spool, workdir, cli):
+    trace = workdir / "trace"
+    submit("held", f"echo held >> {trace}\n", "--hold")
+    submit("later", f"echo later >> {trace}\n", "-p", "7")
+    assert cli(["list", "--json"]).json()["jobs"][0]["state"] == "held"
+    drain(spool)
+    assert trace.read_text().split() == ["later"]
+    assert cli(["find", "held"]).code == 0
+    assert cli(["release", "held"]).code == 0
+    assert cli(["hold", "held"]).code == 0 and cli(["release", "held"]).code == 0
+    drain(spool)
+    assert trace.read_text().split() == ["later", "held"]
+    r = cli(["hold", "nosuch"])
+    assert r.code == 1 and "no job 'nosuch' is queued" in r.err
+
+
+def test_not_before_time_waits_inside_the_window(spool, workdir):
+    trace = workdir / "trace"
+    at = (datetime.now().astimezone() + timedelta(seconds=2)).isoformat()
+    submit("timed", f"date +%s.%N >> {trace}\n", "--at", at)
+    submit("now", f"echo now >> {trace}\n", "-p", "7")
+    started = time.time()
+    until = (datetime.now() + timedelta(hours=1)).strftime("%H:%M:%S")
+    drain(spool, "--until", until)
+    lines = trace.read_text().split()
+    assert lines[0] == "now" and float(lines[1]) >= started + 1.0
+
+
+def test_without_a_window_future_jobs_wait_for_a_later_drain(spool, workdir, cli):
+    trace = workdir / "trace"
+    submit("tomorrow", f"echo tomorrow >> {trace}\n", "--at", "+12h")
+    submit("tonight", f"echo tonight >> {trace}\n")
+    assert drain(spool).returncode == 0  # returns instead of sleeping for twelve hours
+    assert trace.read_text().split() == ["tonight"]
+    assert [j["name"] for j in cli(["list", "--json"]).json()["jobs"]] == ["tomorrow"]
+
+
+def test_until_window_leaves_the_rest_queued(spool, workdir, cli):
+    trace = workdir / "trace"
+    submit("first", f"echo first >> {trace}; sleep 3\n", "-p", "1")
+    submit("second", f"echo second >> {trace}\n", "-p", "2")
+    submit("third", f"echo third >> {trace}\n", "-p", "3")
+    until = (datetime.now() + timedelta(seconds=1.5)).strftime("%H:%M:%S")
+    assert drain(spool, "--until", until).returncode == 0
+    assert trace.read_text().split() == ["first"]
+    assert [j["name"] for j in cli(["list", "--json"]).json()["jobs"]] == ["second", "third"]
+    assert any("window-closed" in line and "left=2" in line for line in log_lines(spool))
+    drain(spool)
+    assert trace.read_text().split() == ["first", "second", "third"]
+
+
+def test_sigint_finishes_running_and_starts_nothing(spool, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    submit("running", f"while [ -e {gate} ]; do sleep 0.02; done; echo finished > {workdir}/out\n", "-p", "1")
+    submit("waiting", "true\n", "-p", "2")
+    driver = start_driver(spool)
+    wait_for(lambda: (spool / "running" / HOST / "running").exists(), what="the first job")
+    driver.send_signal(signal.SIGINT)
+    wait_for(lambda: any("action=\"finish running jobs" in ln for ln in log_lines(spool)), what="the signal")
+    gate.unlink()
+    assert driver.wait(30) == 0
+    assert result(spool, "running")["state"] == "done" and (workdir / "out").read_text() == "finished\n"
+    assert (spool / "jobs" / "P2" / "waiting").exists()
+
+
+def test_double_sigterm_requeues_running_jobs(spool, workdir):
+    pidfile = workdir / "pid"
+    submit("long", f"echo $$ > {pidfile}; sleep 120\n", "-p", "3")
+    driver = start_driver(spool)
+    wait_for(pidfile.exists, what="the job to start")
+    pid = int(pidfile.read_text())
+    driver.send_signal(signal.SIGTERM)
+    wait_for(lambda: any("finish running jobs" in ln for ln in log_lines(spool)), what="first TERM")
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(30) == 0
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read(),
+             what="the job to be killed")
+    assert (spool / "jobs" / "P3" / "long").exists()
+    assert not (spool / "jobsdone" / "long@result").exists()
+    assert any(" requeued long " in line for line in log_lines(spool))
+
+
+def test_sigquit_kills_and_requeues(spool, workdir):
+    pidfile = workdir / "pid"
+    submit("q", f"echo $$ > {pidfile}; sleep 120\n")
+    driver = start_driver(spool)
+    wait_for(pidfile.exists, what="the job to start")
+    driver.send_signal(signal.SIGQUIT)
+    assert driver.wait(30) == 0
+    assert (spool / "jobs" / "P4" / "q").exists()
+
+
+def test_usr1_logs_status_and_hup_reloads(spool, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    submit("busy", f"while [ -e {gate} ]; do sleep 0.02; done\n")
+    driver = start_driver(spool)
+    wait_for(lambda: (spool / "running" / HOST / "busy").exists(), what="the job to start")
+    driver.send_signal(signal.SIGUSR1)
+    wait_for(lambda: any(" status " in ln and "running=busy" in ln for ln in log_lines(spool)), what="status line")
+    set_config(spool, slots=3)
+    driver.send_signal(signal.SIGHUP)
+    wait_for(lambda: any(" reloaded " in ln and "slots=3" in ln for ln in log_lines(spool)), what="reload")
+    gate.unlink()
+    assert driver.wait(30) == 0
+
+
+def test_cancel_a_running_job(spool, workdir, cli):
+    pidfile = workdir / "pid"
+    submit("victim", f"echo $$ > {pidfile}; sleep 120\n")
+    driver = start_driver(spool)
+    wait_for(pidfile.exists, what="the job to start")
+    r = cli(["cancel", "victim"])
+    assert r.code == 0 and "cancelled" in r.out, r
+    assert driver.wait(30) == 0
+    rec = result(spool, "victim")
+    assert rec["state"] == "cancelled" and rec["reason"].startswith("cancelled by ")
+
+
+def test_cancel_queued_job_and_not_found(spool, cli):
+    submit("gone", "true\n")
+    r = cli(["cancel", "gone"])
+    assert r.code == 0 and r.out == "gone: cancelled\n"
+    assert result(spool, "gone")["state"] == "cancelled"
+    r = cli(["cancel", "gone"])
+    assert r.code == 1 and "no job 'gone' is queued or running" in r.err
+    r = cli(["cancel"], stdin=b"")
+    assert r.code == 2 and "no job name given" in r.err
+
+
+SUBMITTER = """
+import os, sys
+from onite.__main__ import main
+k, n, ran = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+failed = 0
+for i in range(n):
+    r, w = os.pipe()
+    os.write(w, f"touch {ran}/s{k}-{i}\\n".encode())
+    os.close(w)
+    os.dup2(r, 0)
+    os.close(r)
+    failed += main(["submit", f"s{k}-{i}", "-p", str(1 + i % 7)]) != 0
+sys.exit(failed)
+"""
+
+
+def test_six_concurrent_submitters_then_two_slots(spool, workdir):
+    ran = workdir / "ran"
+    ran.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    submitters = [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(k), "40", str(ran)], env=env)
+                  for k in range(6)]
+    assert [p.wait(120) for p in submitters] == [0] * 6
+    assert len([p for p in (spool / "jobs").rglob("*") if p.is_file()]) == 240
+    assert drain(spool, "--slots", "2", timeout=300).returncode == 0
+    assert len(os.listdir(ran)) == 240
+    assert len([p for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result")]) == 50  # keep = 50
+    assert sum(" done s" in line for line in log_lines(spool)) == 240
+    assert not [p for p in (spool / "jobs").rglob("*") if p.is_file()]

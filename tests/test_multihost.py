@@ -1,0 +1,123 @@
+"""Several drivers (hosts) drain one spool: exactly-once claims, fair shares, pins, per-host recovery.
+
+Three drivers with different --host names on one machine stand in for three
+machines sharing a spool: each has its own lock and its own running/HOST/.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+
+from conftest import REPO, log_lines, result, run_cli, start_driver, wait_for
+
+HOSTS = ["alpha", "beta", "gamma"]
+
+BULK = """
+import os, sys
+from onite.__main__ import main
+ran, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(first, first + count):
+    r, w = os.pipe()
+    # each job appends its own name to a file named after itself: exactly-once is checked from these
+    os.write(w, f"echo $$ >> {ran}/j{i:03d}; sleep 0.05\\n".encode())
+    os.close(w)
+    os.dup2(r, 0)
+    os.close(r)
+    if main(["submit", f"j{i:03d}"]) != 0:
+        sys.exit(1)
+"""
+
+
+def spool_jobs(ran, count):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    per = count // 4
+    procs = [subprocess.Popen([sys.executable, "-c", BULK, str(ran), str(k * per), str(per)], env=env)
+             for k in range(4)]
+    assert [p.wait(120) for p in procs] == [0] * 4
+
+
+def test_three_hosts_share_240_jobs_exactly_once(spool, workdir, cli):
+    ran = workdir / "ran"
+    ran.mkdir()
+    spool_jobs(ran, 240)
+    drivers = [start_driver(spool, "--host", host) for host in HOSTS]
+    assert [d.wait(180) for d in drivers] == [0, 0, 0]
+    # what the jobs themselves wrote: every job ran, and ran once
+    runs = {path.name: len(path.read_text().split()) for path in ran.iterdir()}
+    assert len(runs) == 240 and set(runs.values()) == {1}
+    # onite's own view: the hosts in the log's finish lines, one per job
+    done = [line.split()[1].split("[")[0] for line in log_lines(spool) if " done j" in line]
+    assert len(done) == 240
+    hosts_in_log = Counter(line.split()[1].split("[")[0] for line in log_lines(spool) if " done j" in line)
+    assert set(hosts_in_log) == set(HOSTS)
+    for host, jobs in hosts_in_log.items():
+        assert 0.15 <= jobs / 240 <= 0.55, hosts_in_log  # nobody starves
+    report = cli(["report", "--json"]).json()  # the report shows each host's share (of the kept results)
+    assert set(report["hosts"]) <= set(HOSTS) and abs(sum(h["share"] for h in report["hosts"].values()) - 1) < 1e-9
+
+
+def test_a_pinned_job_waits_for_its_host(spool, workdir, cli):
+    r = cli(["submit", "pinned", "--host", "beta"], stdin=f"echo pinned > {workdir}/pinned\n".encode())
+    assert r.code == 0
+    cli(["submit", "free"], stdin=b"true\n")
+    for host in ("alpha", "gamma"):
+        proc = start_driver(spool, "--host", host)
+        assert proc.wait(60) == 0
+    assert (spool / "jobs" / "P4" / "pinned").exists() and not (workdir / "pinned").exists()
+    assert result(spool, "free")["host"] in ("alpha", "gamma")
+    assert start_driver(spool, "--host", "beta").wait(60) == 0
+    assert result(spool, "pinned")["host"] == "beta" and (workdir / "pinned").read_text() == "pinned\n"
+
+
+def test_killed_host_recovers_only_its_own_claim(spool, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    for name in ("a-long", "b-long"):
+        run_cli(["submit", name], stdin=f"echo {name} >> {workdir}/starts; while [ -e {gate} ]; do sleep 0.05; done\n"
+                .encode())
+    alpha = start_driver(spool, "--host", "alpha")
+    wait_for(lambda: len(list((spool / "running" / "alpha").glob("*-long"))) == 1, what="alpha's claim")
+    beta = start_driver(spool, "--host", "beta")
+    wait_for(lambda: len(list((spool / "running" / "beta").glob("*-long"))) == 1, what="beta's claim")
+    alphas = [p.name for p in (spool / "running" / "alpha").glob("*-long")]
+    os.kill(alpha.pid, signal.SIGKILL)
+    alpha.wait()
+    gate.unlink()
+    assert beta.wait(60) == 0
+    # beta finished its own job and left alpha's claim alone
+    assert [p.name for p in (spool / "running" / "alpha").glob("*-long")] == alphas
+    gate.touch()
+    gate.unlink()
+    assert start_driver(spool, "--host", "alpha").wait(60) == 0
+    assert result(spool, alphas[0])["host"] == "alpha" and result(spool, alphas[0])["state"] == "done"
+    assert any(" recovered " + alphas[0] in line and line.split()[1].startswith("alpha[") for line in log_lines(spool))
+
+
+def test_recover_a_host_that_never_comes_back(spool, workdir, cli):
+    pidfile = workdir / "pid"
+    cli(["submit", "stranded"], stdin=f"echo $$ > {pidfile}; sleep 120\n".encode())
+    dead = start_driver(spool, "--host", "deadhost")
+    wait_for(pidfile.exists, what="the job to start")
+    os.kill(dead.pid, signal.SIGKILL)
+    dead.wait()
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the machine "died" with its processes
+    r = cli(["recover", "--host", "deadhost"], stdin=b"")
+    assert r.code == 2 and "--force" in r.err
+    r = cli(["recover", "--host", "deadhost", "--force"])
+    assert r.code == 0 and "recovered 1 job(s) of host deadhost: stranded" in r.out, r
+    assert (spool / "jobs" / "P4" / "stranded").exists()
+    assert cli(["recover", "--host", "deadhost", "--force"]).out.startswith("host deadhost has no claimed jobs")
+
+
+def test_recover_refuses_while_that_hosts_driver_lives(spool, workdir, cli):
+    gate = workdir / "gate"
+    gate.touch()
+    cli(["submit", "busy"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode())
+    live = start_driver(spool, "--host", "livehost")
+    wait_for(lambda: (spool / "running" / "livehost" / "busy").exists(), what="the claim")
+    r = cli(["recover", "--host", "livehost", "--force"])
+    assert r.code == 3 and "is running" in r.err
+    gate.unlink()
+    assert live.wait(60) == 0
