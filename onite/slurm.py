@@ -309,4 +309,14 @@ class SlurmRunner(Runner):
         if status.is_final:
             return f"Slurm job {job_id} had ended ({status.state})"
         self._scancel(job_id, name)
-        return f"Slurm job {job_id} was cancelled"
+        # as the local runner does for process groups: wait (up to the grace period) until it is
+        # really gone, so the requeued job cannot overlap with its dying predecessor
+        deadline = time.monotonic() + grace
+        while True:
+            answer = self._query([job_id])
+            status = answer.get(job_id) if answer else None
+            if answer is not None and (status is None or status.is_final):
+                return f"Slurm job {job_id} was cancelled"
+            if time.monotonic() >= deadline:
+                return f"Slurm job {job_id} was sent a cancel (still {status.state if status else 'unknown'})"
+            time.sleep(0.2)

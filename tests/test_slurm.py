@@ -382,6 +382,23 @@ def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool
     assert starts.read_text() == f"{job_id}\n\n"  # once in Slurm (cancelled), then locally (no SLURM_JOB_ID)
 
 
+def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_spool, workdir):
+    marker = workdir / "started"
+    submit("orphan", f"touch {marker}; sleep 300\n", "-p", "3")
+    driver = start_driver(slurm_spool, "--host", "gone")
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run in Slurm")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    finally:
+        stop(driver)
+    job_id = json.loads((slurm_spool / "running" / "gone" / "orphan@run").read_text())["external_id"]
+    r = run_cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0, r
+    assert slurm_state(job_id) == "CANCELLED"  # nothing would watch it: it is cancelled, not re-attached
+    assert (slurm_spool / "jobs" / "P3" / "orphan").exists()
+
+
 # ---- refusals --------------------------------------------------------------------------------
 
 
