@@ -34,9 +34,10 @@ from onite import spool as sp
 from onite.config import Config, default_host
 from onite.errors import JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
 from onite.executor import LocalRunner, Run, SpawnError
+from onite.filecheck import BadFile, file_problem, read_job_file
 from onite.identity import Identity, resolve
-from onite.index import Candidate, QueueIndex, is_settling
-from onite.jobfile import Attempt, Job, decode, encode
+from onite.index import Candidate, QueueIndex
+from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
 from onite.names import SIDE, is_valid_name
 from onite.policy import is_admin, may_touch, window_end
@@ -350,23 +351,7 @@ class Driver:
 
     def _file_problem(self, st: os.stat_result) -> str:
         """Why a queued file must never run, or "" if it may (docs/security.md)."""
-        if stat.S_ISLNK(st.st_mode):
-            return "a symbolic link, not a job file"
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file (a fifo, device or folder)"
-        if st.st_nlink != 1:
-            return "settling" if is_settling(st, time.time_ns()) else f"has {st.st_nlink} hard links"
-        if st.st_mode & 0o022:
-            return "writable by users other than its owner"
-        if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-            return "has the setuid or setgid bit"
-        try:
-            resolve(st.st_uid)
-        except Refused:
-            return f"its owner uid {st.st_uid} has no account on this machine"
-        if st.st_size > self.config.max_job_size + (8 << 20):
-            return f"larger than max_job_size ({st.st_size} bytes)"
-        return ""
+        return file_problem(st, max_size=self.config.max_job_size, now_ns=time.time_ns())
 
     def _may_be_urgent(self, uid: int) -> bool:
         try:
@@ -376,23 +361,7 @@ class Driver:
         return is_admin(uid, ident.name, ident.group_names(), self.config.admins)
 
     def _read_job(self, path: Path) -> tuple[Job, os.stat_result]:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _BadFile("not a regular file")
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-                if sum(map(len, chunks)) > self.config.max_job_size + (8 << 20):
-                    raise _BadFile("larger than max_job_size")
-        except OSError as err:
-            if err.errno == 40:  # ELOOP: a symlink swapped in since we looked
-                raise _BadFile("a symbolic link, not a job file") from None
-            raise
-        finally:
-            os.close(fd)
-        return decode(b"".join(chunks)), st
+        return read_job_file(path, self.config.max_job_size)
 
     def _dep_state(self, name: str) -> DepState:
         if name in self.running or self.index.contains(name) or sp.find_queued(self.spool, name) \
@@ -785,8 +754,7 @@ class Driver:
             self.log.event("pruned", removed=removed, keep=self.config.keep)
 
 
-class _BadFile(Exception):
-    """A queued file that is not a job the driver may run."""
+_BadFile = BadFile  # a queued file that is not a job the driver may run
 
 
 class _SignalCatcher:
