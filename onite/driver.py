@@ -111,7 +111,9 @@ class Driver:
     # ---- the whole run -----------------------------------------------------------
 
     def run(self) -> int:
-        """Take this host's lock and drain; exit code 0 also when another driver holds the lock."""
+        """Take this host's lock, spool due recurring jobs, and drain; exit code 0 also when
+        another driver holds the lock.
+        """
         self.spool.check()
         if not os.access(self.spool.running_root, os.W_OK):
             raise Refused(f"cannot write {self.spool.running_root}: this spool is drained by its owner",
@@ -120,11 +122,24 @@ class Driver:
         if lock is None:
             return 0
         try:
+            self.spool_recurring()
             self.drain()
         finally:
             lock.release()
             self.log.close()
         return 0
+
+    def spool_recurring(self) -> list[str]:
+        """Spool the instances of recurring jobs that are due (at most one per template)."""
+        if not self.spool.recur_dir.is_dir():
+            return []
+        from onite.recur import RecurScheduler
+
+        try:
+            return RecurScheduler(self.spool, self.log).spool_due(self.now())
+        except OniteError as err:
+            self.log.event("recur-error", error=str(err), note="recurring jobs were not spooled")
+            return []
 
     def drain(self) -> None:
         """Recover, run jobs until nothing can start, prune. The caller holds this host's lock."""
