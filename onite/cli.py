@@ -293,9 +293,11 @@ def run(
     until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM).")] = None,
     host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print log lines on stderr.")] = False,
+    scheduled: Annotated[bool, typer.Option("--scheduled", help="Drain only inside a night window opened by a time "
+                                            "of `schedule` (for timers that may start late); else log and exit 0.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """Drain the queue now: lock, recover, run jobs in order, record results."""
+    """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
     from onite.names import check_name
     from onite.timeparse import parse_clock
 
@@ -305,25 +307,50 @@ def run(
     if host:
         check_name(host, what="host name")
     if detach:
-        pid = detach_driver(target, slots, until, host)
+        pid = detach_driver(target, slots, until, host, scheduled)
         print(f"driver started in the background (pid {pid}); it logs to {target.log_path}")
         return
     from onite.driver import Driver
 
-    code = Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if verbose else None).run()
-    raise typer.Exit(code)
+    driver = Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if verbose else None)
+    raise typer.Exit(driver.run(scheduled=scheduled))
 
 
-def detach_driver(target, slots, until, host) -> int:
+def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
     import subprocess
 
     argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
     argv += ["--slots", str(slots)] if slots else []
     argv += ["--until", until] if until else []
     argv += ["--host", host] if host else []
+    argv += ["--scheduled"] if scheduled else []
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
     return child.pid
+
+
+@app.command()
+def daemon(
+    drain_now: Annotated[bool, typer.Option("--drain-now", help="Drain once at start (e.g. after maintenance), "
+                                            "then follow the schedule.")] = False,
+    slots: Annotated[Optional[int], typer.Option("--slots", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM; default: until in onite.toml).")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
+    from onite.names import check_name
+    from onite.timeparse import parse_clock
+
+    target = open_spool(spool)
+    target.check()
+    until_time = parse_clock(until, what="--until time") if until else None
+    if host:
+        check_name(host, what="host name")
+    from onite.daemon import Daemon
+
+    raise typer.Exit(Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now,
+                            echo=sys.stderr).run())
 
 
 # ---- recurring jobs ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, wait_for
+from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, set_config, wait_for
 from onite.jobfile import Job, decode, encode
 from onite.recur import instance_job, instance_name, rule_fields, rule_of
 from onite.schedule import describe, fire_times, parse_rule
@@ -351,3 +351,13 @@ def test_untrusted_templates_are_refused_and_logged(spool, workdir, how, reason)
     assert not (workdir / "ran").exists() and instances(spool, "bad") == []
     refused = [line for line in log_lines(spool) if " recur-refused bad " in line]
     assert refused and reason in refused[0], log_lines(spool)
+
+
+def test_run_scheduled_spools_recurring_jobs_even_outside_the_window(spool, workdir):
+    now = datetime.now().astimezone()
+    fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)
+    set_config(spool, schedule=[f"{fire.minute} {fire.hour} * * *"], until=until.strftime("%H:%M"))
+    plant(spool, "tick", old_template(b"true\n", parse_rule(every="1h")))
+    assert drain(spool, "--scheduled").returncode == 0
+    queued = [p.name for p in (spool / "jobs" / "P3").iterdir()]
+    assert len(queued) == 1 and queued[0].startswith("tick-")  # spooled, waiting for the night
