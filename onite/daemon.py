@@ -36,7 +36,7 @@ import json
 import os
 import select
 import signal
-from datetime import datetime, time as dtime
+from datetime import datetime, time as dtime, timedelta
 
 from onite import spool as sp
 from onite.config import default_host
@@ -49,6 +49,7 @@ POLL = 2.0  # seconds between looks at the queue, recur/ and the clock while sle
 LOCK_RETRY = 5.0  # seconds between tries while another driver holds this host's lock
 STATE_FORMAT = 1
 LATE = 60.0  # a scheduled drain starting this many seconds after its time is logged as a catch-up
+RECUR_PAUSE = timedelta(minutes=1)  # after an error spooling recurring jobs, try again this much later
 
 
 class Daemon:
@@ -75,6 +76,7 @@ class Daemon:
         self.next_scheduled: datetime | None = None
         self.timed_mark: datetime | None = None  # when the last drain started (onite.watch)
         self._pending_fire: datetime | None = None  # a schedule time a widened timed drain is handling
+        self._recur_pause: datetime | None = None  # after an error spooling recurring jobs
         self._wakeup_fd = -1
         self.started_at = self.now()
 
@@ -163,13 +165,13 @@ class Daemon:
             now = self.now()
             if self._scheduled(now):
                 continue
-            self.recur.spool_due(now)
+            self._spool_recurring(now)
             self.watch.refresh()
             due = self.watch.next_due(self.timed_mark)
             if due is not None and due <= now:
                 self._drain(only_timed=True, reason="timed")
                 continue
-            wake = min((t for t in (self.next_scheduled, self.recur.next_fire(), due) if t is not None),
+            wake = min((t for t in (self.next_scheduled, self._next_recurring(), due) if t is not None),
                        default=None)
             timeout = POLL if wake is None else min(POLL, max((wake - now).total_seconds(), 0.0))
             self._sleep(timeout)
@@ -223,7 +225,7 @@ class Daemon:
         driver = Driver(self.spool, host=self.host, slots=self.slots, until=self._until_override, echo=self.echo,
                         only_timed=only_timed, linger=False, tick=self._tick, signals=self.signals)
         try:
-            self.recur.spool_due(self.timed_mark)
+            self._spool_recurring(self.timed_mark)
             driver.drain()
         finally:
             driver.log.close()
@@ -240,7 +242,7 @@ class Daemon:
         """Called by the driver on every turn: spool recurring jobs; widen a timed drain when
         a schedule time comes. Returns when it next has something to do.
         """
-        self.recur.spool_due(now)
+        self._spool_recurring(now)
         if driver.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
             self._sync_schedule()
             step = plan(self.schedule, self.until, self.last, now)
@@ -254,8 +256,24 @@ class Daemon:
                 self._handled(step.handled)
             else:
                 self._plan_next()
-        nxt = [t for t in (self.recur.next_fire(), self.next_scheduled if driver.only_timed else None) if t]
+        nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.only_timed else None) if t]
         return min(nxt, default=None)
+
+    # ---- recurring jobs --------------------------------------------------------------
+
+    def _spool_recurring(self, now: datetime) -> None:
+        """Spool due recurring instances; after an error, log it and leave them for a while."""
+        if self._recur_pause is not None and now < self._recur_pause:
+            return
+        try:
+            self.recur.spool_due(now)
+            self._recur_pause = None
+        except (OniteError, OSError) as err:
+            self._recur_pause = now + RECUR_PAUSE
+            self.log.event("recur-error", error=str(err), note=f"trying again at {self._recur_pause:%H:%M:%S}")
+
+    def _next_recurring(self) -> datetime | None:
+        return self._recur_pause or self.recur.next_fire()
 
     # ---- signals, sleep, reload ------------------------------------------------------
 

@@ -40,7 +40,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from onite import spool as sp
-from onite.errors import InvalidInput, JobFormatError, NotFound, OniteError, Refused, SpoolError
+from onite.errors import InvalidInput, JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
 from onite.filecheck import BadFile, file_problem, read_job_file
 from onite.identity import Identity, resolve
 from onite.jobfile import Job, encode
@@ -318,6 +318,8 @@ def _template_files(spool: sp.Spool) -> Iterator[tuple[str, Path, os.stat_result
         it = os.scandir(spool.recur_dir)
     except FileNotFoundError:
         return
+    except OSError as err:
+        raise SpoolIOError(spool.recur_dir, "listing", err) from None
     with it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
@@ -362,7 +364,11 @@ def save_state(spool: sp.Spool, state: dict[str, dict]) -> None:
 @contextmanager
 def _state_lock(spool: sp.Spool):
     """Drivers of several hosts may share a spool: one read-modify-write of recur.state at a time."""
-    fd = os.open(spool.root / "recur.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    path = spool.root / "recur.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise SpoolIOError(path, "opening", err) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
