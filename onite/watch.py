@@ -8,8 +8,8 @@ the few header fields that matter (``at:``, ``pin:``), and:
 - lists a queue folder again only when its mtime changed (onite.index);
 - reads the header of a job only when its name is new to it, and only up to
   the first ``env:`` line (the header's options come before the environment);
-- re-stats only the jobs that carry a not-before time (a ``release`` changes a
-  file's ctime but not its folder), never every queued file.
+- re-stats only the held jobs that carry a not-before time (``release`` changes
+  a file's ctime and mode but not its folder), never every queued file.
 
 A job is *due* at max(not-before, ctime): a job spooled with a not-before
 time already past is due when it appears. ``next_due(mark)`` ignores jobs due
@@ -74,7 +74,7 @@ class TimedWatch:
             for key in [k for k in self.jobs if k not in present]:
                 del self.jobs[key]
         for key, seen in list(self.jobs.items()):
-            if seen.not_before is not None:
+            if seen.held and seen.not_before is not None:
                 self._look(key, self._path(key), seen)
 
     def _path(self, key: tuple[int, str]) -> Path:

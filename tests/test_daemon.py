@@ -394,6 +394,11 @@ def test_timed_watch_reads_only_new_headers(spool):
     wait_for(lambda: (watch.refresh(), watch.timed() == 2)[1], what="the new timed job to be seen")
     assert watch.header_reads == 32 and watch.next_due(None) == first
     assert watch.next_due(first) > first  # a drain at `first` dealt with that one
-    run_cli(["hold", "timed"])
-    watch.refresh()
-    assert watch.next_due(None) > first  # held jobs do not wake the daemon
+    for name in ("timed", "another"):  # held jobs do not wake the daemon
+        assert run_cli(["hold", name]).code == 0
+    fresh = TimedWatch(Spool(spool).queue_folders(), HOST)
+    fresh.refresh()
+    assert fresh.timed() == 2 and fresh.next_due(None) is None
+    assert run_cli(["release", "another"]).code == 0  # a release changes no folder: held jobs are re-stat'ed
+    fresh.refresh()
+    assert fresh.next_due(None) is not None and fresh.header_reads == 33
