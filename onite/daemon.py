@@ -15,7 +15,7 @@ cron ``onite run`` meanwhile logs "busy" and exits 0. It sleeps, and wakes:
 Every drain is the Driver's own (Driver.drain(): recovery, order, slots,
 retries, cancel requests, retention); the daemon only decides when, and
 which kind. Between drains it polls every POLL seconds: the queue folders'
-mtimes (onite.watch reads only new job headers), recur/ (onite.recur), and
+mtimes (onite.watch reads only new job headers), recur/ (onite.instances), and
 the clock, so a suspend or a clock change costs at most one poll.
 
 Missed nights: SPOOL/daemon.HOST.state remembers the last schedule time
@@ -57,7 +57,7 @@ class Daemon:
 
     def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, drain_now: bool = False, echo=None) -> None:
-        from onite.recur import RecurScheduler
+        from onite.instances import RecurScheduler
         from onite.watch import TimedWatch
 
         self.spool = spool

@@ -18,7 +18,7 @@ second INT/TERM, or QUIT → kill the running jobs' process groups, put the
 jobs back in their queues, exit 0; USR1 → a status line in the log; HUP →
 re-read onite.toml.
 
-``run()`` also spools the recurring jobs that are due (onite.recur) once it
+``run()`` also spools the recurring jobs that are due (onite.instances) once it
 holds the lock, and with ``scheduled=True`` drains only inside a night
 window (onite.window). ``onite daemon`` calls ``drain()`` under its own lock,
 with the hooks ``only_timed`` (start only jobs whose not-before time has
@@ -156,7 +156,7 @@ class Driver:
         """Spool the instances of recurring jobs that are due (at most one per template)."""
         if not self.spool.recur_dir.is_dir():
             return []
-        from onite.recur import RecurScheduler
+        from onite.instances import RecurScheduler
 
         try:
             return RecurScheduler(self.spool, self.log).spool_due(self.now())

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, set_config, wait_for
 from onite.jobfile import Job, decode, encode
-from onite.recur import instance_job, instance_name, rule_fields, rule_of
+from onite.instances import instance_job, instance_name
+from onite.recur import rule_fields, rule_of
 from onite.schedule import describe, fire_times, parse_rule
 
 BERLIN = ZoneInfo("Europe/Berlin")
