@@ -157,7 +157,8 @@ class Daemon:
                        pid=os.getpid())
         drained = self._scheduled(now)
         if self.drain_now and not drained and not self.stopping:
-            self._drain(only_timed=False, reason="--drain-now")
+            self.log.event("drain-now", note="draining once at start, then following the schedule")
+            self._drain(only_timed=False)
         while not self.stopping:
             self._handle_signals()
             if self.stopping:
@@ -169,7 +170,7 @@ class Daemon:
             self.watch.refresh()
             due = self.watch.next_due(self.timed_mark)
             if due is not None and due <= now:
-                self._drain(only_timed=True, reason="timed")
+                self._drain(only_timed=True)
                 continue
             wake = min((t for t in (self.next_scheduled, self._next_recurring(), due) if t is not None),
                        default=None)
@@ -201,7 +202,7 @@ class Daemon:
         late = (now - step.drain).total_seconds() > LATE
         self.log.event("catch-up" if late else "scheduled", fire=step.drain.isoformat(timespec="minutes"),
                        note="missed while the daemon was not running; draining once" if late else None)
-        if self._drain(only_timed=False, reason="schedule"):
+        if self._drain(only_timed=False):
             self._handled(step.drain)
         return True
 
@@ -218,7 +219,7 @@ class Daemon:
 
     # ---- draining ----------------------------------------------------------------------
 
-    def _drain(self, *, only_timed: bool, reason: str) -> bool:
+    def _drain(self, *, only_timed: bool) -> bool:
         """One Driver.drain(); False if it was stopped by a signal (then the daemon exits)."""
         self.timed_mark = self.now()
         self._pending_fire = None
