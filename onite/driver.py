@@ -17,6 +17,13 @@ Signals: INT or TERM → start nothing new, let running jobs finish, exit 0; a
 second INT/TERM, or QUIT → kill the running jobs' process groups, put the
 jobs back in their queues, exit 0; USR1 → a status line in the log; HUP →
 re-read onite.toml.
+
+``run()`` also spools the recurring jobs that are due (onite.instances) once it
+holds the lock, and with ``scheduled=True`` drains only inside a night
+window (onite.window). ``onite daemon`` calls ``drain()`` under its own lock,
+with the hooks ``only_timed`` (start only jobs whose not-before time has
+come), ``linger=False`` (return instead of waiting for a not-before time),
+``tick`` (called every turn) and ``open_window()`` (docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ from onite import spool as sp
 from onite.config import Config, default_host
 from onite.errors import JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
 from onite.executor import LocalRunner, Run, SpawnError
+from onite.filecheck import BadFile, file_problem, read_job_file
 from onite.identity import Identity, resolve
-from onite.index import Candidate, QueueIndex, is_settling
-from onite.jobfile import Attempt, Job, decode, encode
+from onite.index import Candidate, QueueIndex
+from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
 from onite.names import SIDE, is_valid_name
 from onite.policy import is_admin, may_touch, window_end
@@ -45,6 +53,7 @@ from onite.state import JobState, Outcome, Result
 
 POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
+SETTLE_WAIT = timedelta(seconds=2)  # a driver that does not linger still waits this long for a settling job
 
 
 @dataclass
@@ -59,7 +68,15 @@ class Driver:
     """Drains one spool on one host. ``run()`` returns the process exit code."""
 
     def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
-                 until: dtime | None = None, echo=None, runner=None) -> None:
+                 until: dtime | None = None, echo=None, runner=None, only_timed: bool = False,
+                 linger: bool = True, tick=None, signals: list[int] | None = None) -> None:
+        """``only_timed``: start only jobs that carry a not-before time that has come (the
+        daemon's wakes for ``--at`` times and recurring instances). ``linger=False``: when
+        nothing runs and nothing can start, return instead of waiting for a not-before
+        time (the daemon does its own waiting). ``tick(driver, now)``: called on every
+        turn of the loop; returns when it wants to be called next (or None). ``signals``:
+        the list caught signals go to (the daemon shares its own, so none is lost in between).
+        """
         self.spool = spool
         self.config: Config = spool.config
         self.host = host or default_host(self.config)
@@ -72,7 +89,7 @@ class Driver:
         self.running: dict[str, Run] = {}
         self._meta: dict[str, tuple[tuple[int, int, int], Meta]] = {}
         self._parsed: dict[str, tuple[tuple[int, int, int], Job]] = {}
-        self._signals: list[int] = []
+        self._signals: list[int] = [] if signals is None else signals
         self._stopping = False
         self._hard_stop = False
         self._window_closed = False
@@ -83,6 +100,10 @@ class Driver:
         self._since_prune = 0
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
         self._wake_at: datetime | None = None
+        self.only_timed = only_timed
+        self.linger = linger
+        self.tick = tick
+        self._tick_at: datetime | None = None
         self.started_at = self.now()
         self.window_end = window_end(self.started_at, self.until)
 
@@ -119,8 +140,11 @@ class Driver:
 
     # ---- the whole run -----------------------------------------------------------
 
-    def run(self) -> int:
-        """Take this host's lock and drain; exit code 0 also when another driver holds the lock."""
+    def run(self, *, scheduled: bool = False) -> int:
+        """Take this host's lock, spool due recurring jobs, and drain; exit code 0 also when
+        another driver holds the lock. ``scheduled``: drain only inside a night window that
+        a time of ``schedule`` opened (onite.window), else log that and return.
+        """
         self.spool.check()
         if not os.access(self.spool.running_root, os.W_OK):
             raise Refused(f"cannot write {self.spool.running_root}: this spool is drained by its owner",
@@ -129,18 +153,47 @@ class Driver:
         if lock is None:
             return 0
         try:
+            self.spool_recurring()
+            if scheduled and not self._inside_scheduled_window():
+                return 0
             self.drain()
         finally:
             lock.release()
             self.log.close()
         return 0
 
+    def spool_recurring(self) -> list[str]:
+        """Spool the instances of recurring jobs that are due (at most one per template)."""
+        if not self.spool.recur_dir.is_dir():
+            return []
+        from onite.instances import RecurScheduler
+
+        try:
+            return RecurScheduler(self.spool, self.log).spool_due(self.now())
+        except OniteError as err:
+            self.log.event("recur-error", error=str(err), note="recurring jobs were not spooled")
+            return []
+
+    def _inside_scheduled_window(self) -> bool:
+        from onite.window import scheduled_window
+
+        now = self.now()
+        window = scheduled_window(self.config.schedule, self.until, now)
+        if window is None or not window.is_open(now):
+            self.log.event("outside-window", host=self.host,
+                           last=window.opened.isoformat(timespec="minutes") if window else None,
+                           closed=window.closes.isoformat(timespec="minutes") if window and window.closes else None,
+                           note="outside the night window; nothing drained (onite run without --scheduled drains now)")
+            return False
+        return True
+
     def drain(self) -> None:
         """Recover, run jobs until nothing can start, prune. The caller holds this host's lock."""
         os.makedirs(self.spool.running_dir(self.host), mode=0o755, exist_ok=True)
         self.log.event("driver-start", host=self.host, slots=self.slots,
-                       until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor)
-        with _SignalCatcher(self._signals) as wakeup_fd:
+                       until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
+                       only="timed jobs" if self.only_timed else None)
+        with SignalCatcher(self._signals) as wakeup_fd:
             self.recover()
             self._loop(wakeup_fd)
         self._prune()
@@ -149,27 +202,29 @@ class Driver:
                        reason="stopped" if self._stopping else "window closed" if self._window_closed else "drained")
 
     def _take_lock(self):
-        from filelock import Timeout, UnixFileLock
-
         path = self.spool.lock_path(self.host)
-        # A brief timeout, not zero: `onite submit` probes the lock with a shared flock
-        # for a microsecond, and a driver starting at that instant must not give up.
-        lock = UnixFileLock(str(path), timeout=0.5, mode=0o644)
-        try:
-            lock.acquire()
-        except Timeout:
+        lock = take_host_lock(path, f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()}")
+        if lock is None:
             from onite.locks import lock_owner
 
             self.log.event("driver-busy", host=self.host, holder=lock_owner(path) or "?",
                            note="another driver is draining this spool on this host; exiting")
-            return None
-        try:  # say who holds it, for `onite status` and a second driver's log line
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
-            os.write(fd, f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()}\n".encode())
-            os.close(fd)
-        except OSError:
-            pass
         return lock
+
+    # ---- hooks for onite daemon ------------------------------------------------------
+
+    @property
+    def stop_requested(self) -> bool:
+        """INT, TERM or QUIT arrived while draining: the caller should exit too."""
+        return self._stopping or self._hard_stop
+
+    def open_window(self, now: datetime) -> None:
+        """A scheduled drain time came during a timed-only drain: from now on run every job."""
+        self.only_timed = False
+        self._window_closed = False
+        self.window_end = window_end(now, self.until)
+        self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
+                       note="a scheduled drain time came; every queued job may run now")
 
     def _loop(self, wakeup_fd: int) -> None:
         poller = select.poll()
@@ -179,6 +234,8 @@ class Driver:
             self._handle_signals()
             if self._hard_stop:
                 self._kill_all()
+            if self.tick is not None and not self._stopping:
+                self._tick_at = self.tick(self, self.now())
             self._reap()
             self.runner.tick(time.monotonic())
             self._process_cancels()
@@ -187,11 +244,11 @@ class Driver:
             if not self.running and not self.runner.busy():
                 if self._stopping or self._hard_stop or self._window_closed:
                     return
-                if self._wake_at is None:
+                if self._wake_at is None or not self._lingers():
                     # nothing runnable: one full listing to be sure before we leave
                     self.index.refresh(force=True)
                     self._start_jobs()
-                    if not self.running and self._wake_at is None:
+                    if not self.running and (self._wake_at is None or not self._lingers()):
                         return
             timeout = self._timeout()
             fds = set(self.runner.wait_fds())
@@ -217,7 +274,15 @@ class Driver:
             timeout = min(timeout, max(deadline - now_mono, 0.0))
         if self._wake_at is not None:
             timeout = min(timeout, max((self._wake_at - self.now()).total_seconds(), 0.0))
+        if self._tick_at is not None:
+            timeout = min(timeout, max((self._tick_at - self.now()).total_seconds(), 0.0))
         return max(timeout, 0.0)
+
+    def _lingers(self) -> bool:
+        """With nothing running, wait for the next not-before time? A driver that does not
+        linger still waits a moment for a job that is settling (being spooled right now).
+        """
+        return self.linger or (self._wake_at is not None and self._wake_at - self.now() <= SETTLE_WAIT)
 
     # ---- signals -----------------------------------------------------------------
 
@@ -294,6 +359,8 @@ class Driver:
                     continue  # a job of that name runs here; a second one waits its turn
                 seen = self._inspect(cand)
                 if seen.kind == "ok":
+                    if self.only_timed and seen.meta.not_before is None:
+                        continue  # untimed jobs wait for the scheduled drain
                     held = not seen.st.st_mode & stat.S_IWUSR
                     verdict = evaluate(seen.meta, held=held, now=now, host=self.host, dependency=self._dep_state)
                     if verdict is READY:
@@ -368,23 +435,7 @@ class Driver:
 
     def _file_problem(self, st: os.stat_result) -> str:
         """Why a queued file must never run, or "" if it may (docs/security.md)."""
-        if stat.S_ISLNK(st.st_mode):
-            return "a symbolic link, not a job file"
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file (a fifo, device or folder)"
-        if st.st_nlink != 1:
-            return "settling" if is_settling(st, time.time_ns()) else f"has {st.st_nlink} hard links"
-        if st.st_mode & 0o022:
-            return "writable by users other than its owner"
-        if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-            return "has the setuid or setgid bit"
-        try:
-            resolve(st.st_uid)
-        except Refused:
-            return f"its owner uid {st.st_uid} has no account on this machine"
-        if st.st_size > self.config.max_job_size + (8 << 20):
-            return f"larger than max_job_size ({st.st_size} bytes)"
-        return ""
+        return file_problem(st, max_size=self.config.max_job_size, now_ns=time.time_ns())
 
     def _may_be_urgent(self, uid: int) -> bool:
         try:
@@ -394,23 +445,7 @@ class Driver:
         return is_admin(uid, ident.name, ident.group_names(), self.config.admins)
 
     def _read_job(self, path: Path) -> tuple[Job, os.stat_result]:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _BadFile("not a regular file")
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-                if sum(map(len, chunks)) > self.config.max_job_size + (8 << 20):
-                    raise _BadFile("larger than max_job_size")
-        except OSError as err:
-            if err.errno == 40:  # ELOOP: a symlink swapped in since we looked
-                raise _BadFile("a symbolic link, not a job file") from None
-            raise
-        finally:
-            os.close(fd)
-        return decode(b"".join(chunks)), st
+        return read_job_file(path, self.config.max_job_size)
 
     def _dep_state(self, name: str) -> DepState:
         if name in self.running or self.index.contains(name) or sp.find_queued(self.spool, name) \
@@ -845,11 +880,30 @@ class Driver:
             self.log.event("pruned", removed=removed, keep=self.config.keep)
 
 
-class _BadFile(Exception):
-    """A queued file that is not a job the driver may run."""
+_BadFile = BadFile  # a queued file that is not a job the driver may run
 
 
-class _SignalCatcher:
+def take_host_lock(path: Path, holder: str, timeout: float = 0.5):
+    """flock this host's driver lock and write ``holder`` into it; None if another process holds it."""
+    from filelock import Timeout, UnixFileLock
+
+    # A brief timeout, not zero: `onite submit` probes the lock with a shared flock
+    # for a microsecond, and a driver starting at that instant must not give up.
+    lock = UnixFileLock(str(path), timeout=timeout, mode=0o644)
+    try:
+        lock.acquire()
+    except Timeout:
+        return None
+    try:  # say who holds it, for `onite status` and a second driver's log line
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        os.write(fd, f"{holder}\n".encode())
+        os.close(fd)
+    except OSError:
+        pass
+    return lock
+
+
+class SignalCatcher:
     """Route INT, TERM, QUIT, HUP and USR1 into a list, and wake the driver's poll()."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1)
