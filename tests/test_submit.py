@@ -184,7 +184,9 @@ def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
 def test_full_disk_leaves_nothing_behind(world_tmp, cli):
     mnt = world_tmp / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         spool = mnt / "spool"
         assert cli(["init", "--spool", str(spool)]).code == 0
