@@ -15,7 +15,7 @@ import typer
 
 from onite import commands
 from onite.commands import now
-from onite.errors import InvalidInput, NotFound
+from onite.errors import InvalidInput
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -261,12 +261,14 @@ def run(
     until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM).")] = None,
     host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print log lines on stderr.")] = False,
+    scheduled: Annotated[bool, typer.Option("--scheduled", help="Drain only inside a night window opened by a time "
+                                            "of `schedule` (for timers that may start late); else log and exit 0.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """Drain the queue now: lock, recover, run jobs in order, record results."""
+    """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
     # onite.fastcli runs well-formed `onite run`s without typer: a driver of 100,000 jobs is smaller without it
     code = commands.run_driver(spool or _GLOBAL["spool"], detach=detach, slots=slots, until=until, host=host,
-                               verbose=verbose)
+                               verbose=verbose, scheduled=scheduled)
     raise typer.Exit(code)
 
 
@@ -298,6 +300,129 @@ def recover(
             return
     done = Driver(target, host=host).recover_host()
     print(f"recovered {len(done)} job(s) of host {host}: {', '.join(done)}")
+
+
+@app.command()
+def daemon(
+    drain_now: Annotated[bool, typer.Option("--drain-now", help="Drain once at start (e.g. after maintenance), "
+                                            "then follow the schedule.")] = False,
+    slots: Annotated[Optional[int], typer.Option("--slots", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM; default: until in onite.toml).")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
+    from onite.names import check_name
+    from onite.timeparse import parse_clock
+
+    target = open_spool(spool)
+    target.check()
+    until_time = parse_clock(until, what="--until time") if until else None
+    if host:
+        check_name(host, what="host name")
+    from onite.daemon import Daemon
+
+    raise typer.Exit(Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now,
+                            echo=sys.stderr).run())
+
+
+# ---- recurring jobs ------------------------------------------------------------------------
+
+recur_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                        pretty_exceptions_enable=False,
+                        help="Recurring jobs: templates spooled as a job each time their rule fires.")
+app.add_typer(recur_app, name="recur")
+
+
+@recur_app.command("add")
+def recur_add(
+    name: Annotated[str, typer.Argument(help="Template name (instances are NAME-YYYYMMDDTHHMM).")],
+    cron_expr: Annotated[Optional[str], typer.Option("--cron", help="Five-field cron expression, e.g. '0 20 * * 1-5'.")] = None,
+    every: Annotated[Optional[str], typer.Option("--every", help="Interval from local midnight: 25m, 2h, 1d.")] = None,
+    offset: Annotated[Optional[str], typer.Option("--offset", help="With --every: shift every fire by this much (2m).")] = None,
+    priority: Annotated[Optional[int], typer.Option("-p", "--priority", help="1 runs first; default from onite.toml.")] = None,
+    urgent: Annotated[bool, typer.Option("--urgent", help="Instances run before every priority (root and admins only).")] = False,
+    after: Annotated[Optional[list[str]], typer.Option("--after", help="Each instance waits for this job (repeatable).")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
+    retries: Annotated[int, typer.Option("--retries", min=0, max=100, help="Retry a failed instance this many times.")] = 0,
+    host: Annotated[Optional[str], typer.Option("--host", help="Instances run only on this host.")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
+    from onite import identity
+    from onite.recur import RecurRequest, add
+    from onite.submit import capture
+
+    target = open_spool(spool)
+    request = RecurRequest(name=name, body=commands.read_stdin(target.config.max_job_size), cron=cron_expr, every=every,
+                           offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
+                           timeout=timeout, retries=retries, host=host)
+    when = now()
+    _, rule = add(target, request, capture(when), identity.current())
+    from onite.schedule import describe, next_fire
+
+    print(f"{name}: {describe(rule)}; next at {next_fire(rule, when).isoformat(timespec='seconds')}")
+
+
+@recur_app.command("list")
+def recur_list(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
+    """Recurring jobs: name, owner, rule, next fire, priority."""
+    from onite.recur import templates
+
+    target = open_spool(spool)
+    target.check()
+    when = now()
+    views = templates(target, when)
+    if as_json:
+        import json
+
+        print(json.dumps({"version": 1, "now": when.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1))
+        return
+    if not views:
+        print("no recurring jobs")
+        return
+    from onite.render import recur_table
+
+    console().print(recur_table(views, when))
+
+
+@recur_app.command("remove")
+def recur_remove(names: list[str], spool: SpoolOpt = None) -> None:
+    """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
+    from onite.recur import remove
+
+    target = open_spool(spool)
+    target.check()
+    for name in names:
+        remove(target, name, os.geteuid())
+        print(f"{name}: removed")
+
+
+@recur_app.command("next")
+def recur_next(
+    name: Annotated[Optional[str], typer.Argument(help="A recurring job; or give a rule with --cron/--every.")] = None,
+    count: Annotated[int, typer.Option("-n", "--count", min=1, max=10000, help="How many fire times.")] = 5,
+    start: Annotated[Optional[str], typer.Option("--from", help="Start after this time (default: now): "
+                                                 "2026-01-05T00:00, HH:MM, +2h.")] = None,
+    cron_expr: Annotated[Optional[str], typer.Option("--cron", help="Preview this cron expression instead.")] = None,
+    every: Annotated[Optional[str], typer.Option("--every", help="Preview this interval instead.")] = None,
+    offset: Annotated[Optional[str], typer.Option("--offset", help="With --every.")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Print the next fire times, one per line, in ISO 8601 (local time)."""
+    from onite.recur import preview
+    from onite.schedule import parse_rule
+    from onite.timeparse import parse_when
+
+    if (name is not None) == any(v is not None for v in (cron_expr, every, offset)):
+        raise InvalidInput("give a recurring job's NAME or a rule (--cron EXPR, or --every DUR [--offset DUR])",
+                           "e.g. onite recur next nightly, or onite recur next --every 25m --offset 2m")
+    rule = parse_rule(cron=cron_expr, every=every, offset=offset) if name is None else None
+    when = now()
+    start_at = parse_when(start, when) if start else when
+    target = open_spool(spool) if name is not None else None
+    for fire in preview(target, name, rule, start_at, count):
+        print(fire.isoformat(timespec="seconds"))
 
 
 # ---- results -----------------------------------------------------------------------------
@@ -392,7 +517,3 @@ def report(
             raise InvalidInput(f"cannot write {html}: {err.strerror}", "choose a writable path") from None
         if not as_json:
             print(f"HTML report written to {html}")
-
-
-def not_found(what: str) -> NotFound:
-    return NotFound(what, "see onite list --all")

@@ -129,7 +129,7 @@ def list_json(spool: str | None, *, include_all: bool = False) -> str:
 
 
 def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = None, until: str | None = None,
-               host: str | None = None, verbose: bool = False) -> int:
+               host: str | None = None, verbose: bool = False, scheduled: bool = False) -> int:
     """``onite run``: drain the queue now (or start a driver in the background); the exit code."""
     from onite.names import check_name
     from onite.timeparse import parse_clock
@@ -140,21 +140,23 @@ def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = N
     if host:
         check_name(host, what="host name")
     if detach:
-        pid = detach_driver(target, slots, until, host)
+        pid = detach_driver(target, slots, until, host, scheduled)
         print(f"driver started in the background (pid {pid}); it logs to {target.log_path}")
         return 0
     from onite.driver import Driver
 
-    return Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if verbose else None).run()
+    driver = Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if verbose else None)
+    return driver.run(scheduled=scheduled)
 
 
-def detach_driver(target, slots, until, host) -> int:
+def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
     import subprocess
 
     argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
     argv += ["--slots", str(slots)] if slots else []
     argv += ["--until", until] if until else []
     argv += ["--host", host] if host else []
+    argv += ["--scheduled"] if scheduled else []
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
     return child.pid

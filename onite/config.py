@@ -28,6 +28,7 @@ class SlurmConfig:
     sbatch_args: tuple[str, ...] = ()
     max_jobs: int = 100
     poll: timedelta = timedelta(seconds=1)
+    nice_step: int = 10_000  # --nice added per onite priority level (P1 and urgent: 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,10 +231,10 @@ class _Reader:
         table = self.data.get(key, {})
         if not isinstance(table, dict):
             raise self._bad(key, table, "a [slurm] table")
-        unknown = set(table) - {"partition", "account", "sbatch_args", "max_jobs", "poll"}
+        unknown = set(table) - {"partition", "account", "sbatch_args", "max_jobs", "poll", "nice_step"}
         if unknown:
             raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
-                              "the [slurm] keys are partition, account, sbatch_args, max_jobs and poll")
+                              "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step")
         sub = _Reader(table, self.source)
         for optional in ("partition", "account"):
             if optional in table and not isinstance(table[optional], str):
@@ -244,6 +245,8 @@ class _Reader:
             sbatch_args=sub.strings("sbatch_args", ()),
             max_jobs=sub.integer("max_jobs", 100, low=1, high=1_000_000),
             poll=sub.duration("poll", timedelta(seconds=1)) or timedelta(seconds=1),
+            # 98 steps (P99) must stay below Slurm's largest nice, 2147483645
+            nice_step=sub.integer("nice_step", 10_000, low=0, high=20_000_000),
         )
 
     def no_unknown_keys(self) -> None:

@@ -17,6 +17,13 @@ Signals: INT or TERM → start nothing new, let running jobs finish, exit 0; a
 second INT/TERM, or QUIT → kill the running jobs' process groups, put the
 jobs back in their queues, exit 0; USR1 → a status line in the log; HUP →
 re-read onite.toml.
+
+``run()`` also spools the recurring jobs that are due (onite.instances) once it
+holds the lock, and with ``scheduled=True`` drains only inside a night
+window (onite.window). ``onite daemon`` calls ``drain()`` under its own lock,
+with the hooks ``only_timed`` (start only jobs whose not-before time has
+come), ``linger=False`` (return instead of waiting for a not-before time),
+``tick`` (called every turn) and ``open_window()`` (docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -32,11 +39,12 @@ from pathlib import Path
 
 from onite import spool as sp
 from onite.config import Config, default_host
-from onite.errors import JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.errors import JobFormatError, NotFound, OniteError, Refused
 from onite.executor import LocalRunner, Run, SpawnError
+from onite.filecheck import BadFile, file_problem, read_job_file
 from onite.identity import Identity, resolve
-from onite.index import Candidate, QueueIndex, is_settling
-from onite.jobfile import Attempt, Job, decode, encode
+from onite.index import Candidate, QueueIndex
+from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
 from onite.names import SIDE, is_valid_name
 from onite.policy import is_admin, may_touch, window_end
@@ -46,6 +54,7 @@ from onite.state import JobState, Outcome, Result
 POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
 IDENTITY_TTL = 1.0  # seconds an owner's account, as read from the system, is trusted
+SETTLE_WAIT = timedelta(seconds=2)  # a driver that does not linger still waits this long for a settling job
 
 
 @dataclass
@@ -60,7 +69,15 @@ class Driver:
     """Drains one spool on one host. ``run()`` returns the process exit code."""
 
     def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
-                 until: dtime | None = None, echo=None, runner=None) -> None:
+                 until: dtime | None = None, echo=None, runner=None, only_timed: bool = False,
+                 linger: bool = True, tick=None, signals: list[int] | None = None) -> None:
+        """``only_timed``: start only jobs that carry a not-before time that has come (the
+        daemon's wakes for ``--at`` times and recurring instances). ``linger=False``: when
+        nothing runs and nothing can start, return instead of waiting for a not-before
+        time (the daemon does its own waiting). ``tick(driver, now)``: called on every
+        turn of the loop; returns when it wants to be called next (or None). ``signals``:
+        the list caught signals go to (the daemon shares its own, so none is lost in between).
+        """
         self.spool = spool
         self.config: Config = spool.config
         self.host = host or default_host(self.config)
@@ -76,17 +93,22 @@ class Driver:
         self._unrecorded: dict[str, tuple[Run, Outcome, datetime]] = {}  # ended, not yet filed
         self._meta: dict[str, tuple[tuple[int, int, int], Meta]] = {}
         self._parsed: dict[str, tuple[tuple[int, int, int], Job]] = {}
-        self._signals: list[int] = []
+        self._signals: list[int] = [] if signals is None else signals
         self._stopping = False
         self._hard_stop = False
         self._window_closed = False
         self._reported_foreign: set[str] = set()
         self._identities: dict[int, tuple[float, Identity | Refused]] = {}
+        self._may_reattach = True  # recovery may take back runs that outlived their driver (Slurm)
         self._cancel_mtime = -1
         self._seq = 0
         self._since_prune = 0
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
         self._wake_at: datetime | None = None
+        self.only_timed = only_timed
+        self.linger = linger
+        self.tick = tick
+        self._tick_at: datetime | None = None
         self.started_at = self.now()
         self.window_end = window_end(self.started_at, self.until)
 
@@ -94,17 +116,26 @@ class Driver:
 
     @property
     def slots(self) -> int:
-        return self._slots_override or self.config.slots_for(self.host)
+        """Jobs at once: --slots, else [slurm] max_jobs for the slurm executor, else this host's slots.
+
+        With Slurm the cluster, not this host, runs the jobs: ``slots`` describes
+        this machine, ``max_jobs`` how many onite jobs may be in Slurm at once.
+        """
+        if self._slots_override:
+            return self._slots_override
+        if self.runner.executor == "slurm":
+            return self.config.slurm.max_jobs
+        return self.config.slots_for(self.host)
 
     @property
     def until(self) -> dtime | None:
         return self._until_override or self.config.until
 
-    def _make_runner(self):
-        if self.config.executor == "slurm":
+    def _make_runner(self, executor: str | None = None):
+        if (executor or self.config.executor) == "slurm":
             from onite.slurm import SlurmRunner
 
-            return SlurmRunner(self.spool, self.config, switch_user=self.euid == 0)
+            return SlurmRunner(self.spool, self.config, switch_user=self.euid == 0, log=self.log)
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
                            switch_user=self.euid == 0)
 
@@ -114,8 +145,11 @@ class Driver:
 
     # ---- the whole run -----------------------------------------------------------
 
-    def run(self) -> int:
-        """Take this host's lock and drain; exit code 0 also when another driver holds the lock."""
+    def run(self, *, scheduled: bool = False) -> int:
+        """Take this host's lock, spool due recurring jobs, and drain; exit code 0 also when
+        another driver holds the lock. ``scheduled``: drain only inside a night window that
+        a time of ``schedule`` opened (onite.window), else log that and return.
+        """
         self.spool.check()
         if not os.access(self.spool.running_root, os.W_OK):
             raise Refused(f"cannot write {self.spool.running_root}: this spool is drained by its owner",
@@ -124,18 +158,47 @@ class Driver:
         if lock is None:
             return 0
         try:
+            self.spool_recurring()
+            if scheduled and not self._inside_scheduled_window():
+                return 0
             self.drain()
         finally:
             lock.release()
             self.log.close()
         return 0
 
+    def spool_recurring(self) -> list[str]:
+        """Spool the instances of recurring jobs that are due (at most one per template)."""
+        if not self.spool.recur_dir.is_dir():
+            return []
+        from onite.instances import RecurScheduler
+
+        try:
+            return RecurScheduler(self.spool, self.log).spool_due(self.now())
+        except OniteError as err:
+            self.log.event("recur-error", error=str(err), note="recurring jobs were not spooled")
+            return []
+
+    def _inside_scheduled_window(self) -> bool:
+        from onite.window import scheduled_window
+
+        now = self.now()
+        window = scheduled_window(self.config.schedule, self.until, now)
+        if window is None or not window.is_open(now):
+            self.log.event("outside-window", host=self.host,
+                           last=window.opened.isoformat(timespec="minutes") if window else None,
+                           closed=window.closes.isoformat(timespec="minutes") if window and window.closes else None,
+                           note="outside the night window; nothing drained (onite run without --scheduled drains now)")
+            return False
+        return True
+
     def drain(self) -> None:
         """Recover, run jobs until nothing can start, prune. The caller holds this host's lock."""
         os.makedirs(self._running_dir, mode=0o755, exist_ok=True)
         self.log.event("driver-start", host=self.host, slots=self.slots,
-                       until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor)
-        with _SignalCatcher(self._signals) as wakeup_fd:
+                       until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
+                       only="timed jobs" if self.only_timed else None)
+        with SignalCatcher(self._signals) as wakeup_fd:
             self.recover()
             try:
                 self._loop(wakeup_fd)
@@ -147,27 +210,29 @@ class Driver:
                        reason="stopped" if self._stopping else "window closed" if self._window_closed else "drained")
 
     def _take_lock(self):
-        from filelock import Timeout, UnixFileLock
-
         path = self.spool.lock_path(self.host)
-        # A brief timeout, not zero: `onite submit` probes the lock with a shared flock
-        # for a microsecond, and a driver starting at that instant must not give up.
-        lock = UnixFileLock(str(path), timeout=0.5, mode=0o644)
-        try:
-            lock.acquire()
-        except Timeout:
+        lock = take_host_lock(path, f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()}")
+        if lock is None:
             from onite.locks import lock_owner
 
             self.log.event("driver-busy", host=self.host, holder=lock_owner(path) or "?",
                            note="another driver is draining this spool on this host; exiting")
-            return None
-        try:  # say who holds it, for `onite status` and a second driver's log line
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
-            os.write(fd, f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()}\n".encode())
-            os.close(fd)
-        except OSError:
-            pass
         return lock
+
+    # ---- hooks for onite daemon ------------------------------------------------------
+
+    @property
+    def stop_requested(self) -> bool:
+        """INT, TERM or QUIT arrived while draining: the caller should exit too."""
+        return self._stopping or self._hard_stop
+
+    def open_window(self, now: datetime) -> None:
+        """A scheduled drain time came during a timed-only drain: from now on run every job."""
+        self.only_timed = False
+        self._window_closed = False
+        self.window_end = window_end(now, self.until)
+        self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
+                       note="a scheduled drain time came; every queued job may run now")
 
     def _loop(self, wakeup_fd: int) -> None:
         poller = select.poll()
@@ -177,6 +242,8 @@ class Driver:
             self._handle_signals()
             if self._hard_stop:
                 self._kill_all()
+            if self.tick is not None and not self._stopping:
+                self._tick_at = self.tick(self, self.now())
             self._reap()
             self.runner.tick(time.monotonic())
             self._process_cancels()
@@ -188,11 +255,11 @@ class Driver:
             if not self.running and not self.runner.busy():
                 if self._stopping or self._hard_stop or self._window_closed:
                     return
-                if self._wake_at is None:
+                if self._wake_at is None or not self._lingers():
                     # nothing runnable: one full listing to be sure before we leave
                     self.index.refresh(force=True)
                     self._start_jobs()
-                    if not self.running and self._wake_at is None:
+                    if not self.running and (self._wake_at is None or not self._lingers()):
                         return
             timeout = self._timeout()
             fds = set(self.runner.wait_fds())
@@ -218,7 +285,15 @@ class Driver:
             timeout = min(timeout, max(deadline - now_mono, 0.0))
         if self._wake_at is not None:
             timeout = min(timeout, max((self._wake_at - self.now()).total_seconds(), 0.0))
+        if self._tick_at is not None:
+            timeout = min(timeout, max((self._tick_at - self.now()).total_seconds(), 0.0))
         return max(timeout, 0.0)
+
+    def _lingers(self) -> bool:
+        """With nothing running, wait for the next not-before time? A driver that does not
+        linger still waits a moment for a job that is settling (being spooled right now).
+        """
+        return self.linger or (self._wake_at is not None and self._wake_at - self.now() <= SETTLE_WAIT)
 
     # ---- signals -----------------------------------------------------------------
 
@@ -258,6 +333,8 @@ class Driver:
         if isinstance(self.runner, LocalRunner):
             self.runner.shell = config.shell
             self.runner.kill_grace = config.kill_grace.total_seconds()
+        elif hasattr(self.runner, "reload"):
+            self.runner.reload(config)
         self.window_end = window_end(self.started_at, self.until)
         self.log.event("reloaded", slots=self.slots, priorities=config.priorities)
 
@@ -295,6 +372,8 @@ class Driver:
                     continue  # a job of that name runs here; a second one waits its turn
                 seen = self._inspect(cand)
                 if seen.kind == "ok":
+                    if self.only_timed and seen.meta.not_before is None:
+                        continue  # untimed jobs wait for the scheduled drain
                     held = not seen.st.st_mode & stat.S_IWUSR
                     verdict = evaluate(seen.meta, held=held, now=now, host=self.host, dependency=self._dep_state)
                     if verdict is READY:
@@ -302,7 +381,10 @@ class Driver:
                     if isinstance(verdict, Fail):
                         self._fail_unstarted(cand, seen.st, verdict.reason)
                     elif isinstance(verdict, Wait) and verdict.until is not None:
-                        self._note_wake(verdict.until)
+                        # a retry's back-off is part of tonight's work; any other not-before time
+                        # is waited for only inside the night's window (`until`)
+                        if seen.meta.retrying or self.window_end is not None:
+                            self._note_wake(verdict.until)
                 elif seen.kind == "bad":
                     self._refuse(cand, seen.st, seen.reason)
                 elif seen.kind == "gone":
@@ -310,7 +392,10 @@ class Driver:
                 elif seen.kind == "moved":
                     moved = True
                 elif seen.kind == "settling":
-                    self._note_wake(now + timedelta(seconds=0.2))
+                    # a submit between its link and its unlink: it may be first in line, so
+                    # start nothing behind it until it has settled (a moment)
+                    self._note_wake(now + timedelta(seconds=0.02))
+                    return None
             if not moved:
                 return None
         return None
@@ -363,11 +448,11 @@ class Driver:
             job, st2 = self._read_job(cand.path)
         except FileNotFoundError:
             return _Inspected("gone")
-        except (JobFormatError, _BadFile) as err:
+        except (JobFormatError, BadFile) as err:
             return _Inspected("bad", st, reason=str(err))
         if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key:
             return _Inspected("moved")
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin)
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         self._meta[cand.name] = (key, meta)
         self._parsed[cand.name] = (key, job)
         if len(self._parsed) > 64:  # keep full jobs only for the few near the head of the queue
@@ -376,23 +461,7 @@ class Driver:
 
     def _file_problem(self, st: os.stat_result) -> str:
         """Why a queued file must never run, or "" if it may (docs/security.md)."""
-        if stat.S_ISLNK(st.st_mode):
-            return "a symbolic link, not a job file"
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file (a fifo, device or folder)"
-        if st.st_nlink != 1:
-            return "settling" if is_settling(st, time.time_ns()) else f"has {st.st_nlink} hard links"
-        if st.st_mode & 0o022:
-            return "writable by users other than its owner"
-        if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-            return "has the setuid or setgid bit"
-        try:
-            self._resolve(st.st_uid)
-        except Refused:
-            return f"its owner uid {st.st_uid} has no account on this machine"
-        if st.st_size > self.config.max_job_size + (8 << 20):
-            return f"larger than max_job_size ({st.st_size} bytes)"
-        return ""
+        return file_problem(st, max_size=self.config.max_job_size, now_ns=time.time_ns(), resolve_uid=self._resolve)
 
     def _resolve(self, uid: int) -> Identity:
         """``resolve(uid)``, remembered for IDENTITY_TTL seconds.
@@ -424,23 +493,7 @@ class Driver:
         return is_admin(uid, ident.name, ident.group_names(), self.config.admins)
 
     def _read_job(self, path: Path) -> tuple[Job, os.stat_result]:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _BadFile("not a regular file")
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-                if sum(map(len, chunks)) > self.config.max_job_size + (8 << 20):
-                    raise _BadFile("larger than max_job_size")
-        except OSError as err:
-            if err.errno == 40:  # ELOOP: a symlink swapped in since we looked
-                raise _BadFile("a symbolic link, not a job file") from None
-            raise
-        finally:
-            os.close(fd)
-        return decode(b"".join(chunks)), st
+        return read_job_file(path, self.config.max_job_size)
 
     def _dep_state(self, name: str) -> DepState:
         if name in self._unrecorded:
@@ -466,7 +519,7 @@ class Driver:
         now = self.now()
         try:
             job, st = self._claimed_job(cand.name, target, st_seen)
-        except (JobFormatError, _BadFile, OSError) as err:
+        except (JobFormatError, BadFile, OSError) as err:
             self._refuse_claimed(cand.name, target, st_seen, str(err))
             return
         problem = self._file_problem(st)
@@ -540,7 +593,8 @@ class Driver:
 
     @staticmethod
     def _retryable(run: Run, outcome: Outcome) -> bool:
-        return outcome.state is JobState.FAILED and not outcome.reason and run.job.attempt <= run.job.retries
+        return (outcome.state is JobState.FAILED and (not outcome.reason or outcome.retryable)
+                and run.job.attempt <= run.job.retries)
 
     def _record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         job = run.job
@@ -675,46 +729,39 @@ class Driver:
         from onite.control import file_cancelled, withdraw
 
         try:
-            entries = list(os.scandir(self.spool.cancel_dir))
-        except OSError:
+            entries = sp.cancel_inbox(self.spool)
+        except OniteError:
             return
         for entry in entries:
-            name, sep, _ = entry.name.partition(SIDE)
-            if not sep or not is_valid_name(name):
+            if not stat.S_ISREG(entry.mode):
+                sp.remove(entry.path)
                 continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            path = Path(entry.path)
-            if not stat.S_ISREG(st.st_mode):
-                sp.remove(path)
-                continue
-            requester = sp.user_name(st.st_uid)
-            if st.st_size:  # a job its owner withdrew from the queue: file it
+            requester = sp.user_name(entry.uid)
+            if entry.size:  # a job its owner withdrew from the queue: file it
                 try:
-                    file_cancelled(self.spool, path, by=requester, now=self.now())
+                    file_cancelled(self.spool, entry.path, by=requester, now=self.now())
                 except OniteError as err:
-                    self.log.event("error", name, error=str(err))
+                    self.log.event("error", entry.name, error=str(err))
                     continue
                 self.counts["cancelled"] += 1
-                self.log.event("cancelled", name, by=requester, was="queued")
+                self.log.event("cancelled", entry.name, by=requester, was="queued")
                 continue
-            self._honour_request(name, path, st, requester, withdraw, file_cancelled)
+            self._honour_request(entry, requester, withdraw, file_cancelled)
 
-    def _honour_request(self, name, path, st, requester, withdraw, file_cancelled) -> None:
-        own_only = self.config.own_only
+    def _honour_request(self, request: sp.Entry, requester: str, withdraw, file_cancelled) -> None:
+        """An empty cancel/NAME@TOKEN: cancel NAME if its owner may (docs/security.md)."""
+        name, own_only = request.name, self.config.own_only
         run = self.running.get(name)
         if run is not None:
-            if may_touch(st.st_uid, run.owner.uid, own_only):
+            if may_touch(request.uid, run.owner.uid, own_only):
                 self.runner.stop(run, "cancel", by=requester)
                 self.log.event("cancel", name, by=requester, was="running")
             else:
                 self.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
-            sp.remove(path)
+            sp.remove(request.path)
             return
         for entry in sp.find_queued(self.spool, name):
-            if not may_touch(st.st_uid, entry.uid, own_only):
+            if not may_touch(request.uid, entry.uid, own_only):
                 self.log.event("cancel-refused", name, by=requester, owner=sp.user_name(entry.uid))
                 continue
             try:
@@ -724,9 +771,9 @@ class Driver:
                 continue
             self.counts["cancelled"] += 1
             self.log.event("cancelled", name, by=requester, was="queued")
-        if sp.find_running(self.spool, name) and time.time() - st.st_mtime < 86400:
+        if sp.find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
             return  # running on another host: its driver will honour the request
-        sp.remove(path)
+        sp.remove(request.path)
 
     # ---- recovery --------------------------------------------------------------------
 
@@ -766,7 +813,7 @@ class Driver:
                 try:
                     job, _ = self._read_job(path)
                     rank = 0 if job.urgent else job.priority
-                except (OSError, JobFormatError, _BadFile):
+                except (OSError, JobFormatError, BadFile):
                     rank = self.config.default_priority
             if self.config.on_interrupt == "fail":
                 self._fail_recovered(name, path, info, what)
@@ -793,11 +840,23 @@ class Driver:
         """Make sure a dead driver's job is not still running before it is requeued."""
         if not info:
             return "no run record"
+        runner = self._recovering_runner(info)
         machine = info.get("machine")
-        if machine and machine != os.uname().nodename:
+        if runner.executor == "local" and machine and machine != os.uname().nodename:
             # process ids mean nothing on another machine: the admin vouched that it is down
+            # (a Slurm job, by contrast, can be checked and cancelled from any submit host)
             return f"it ran on {machine}, which cannot be checked from here"
-        return self.runner.recover(info, self.config.kill_grace.total_seconds())
+        return runner.recover(info, self.config.kill_grace.total_seconds())
+
+    def _recovering_runner(self, info: dict):
+        """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""
+        executor = info.get("executor") or self.runner.executor
+        if executor == self.runner.executor:
+            return self.runner
+        try:
+            return self._make_runner(executor)
+        except OniteError:
+            return self.runner
 
     def recover_host(self) -> list[str]:
         """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go.
@@ -816,6 +875,8 @@ class Driver:
         try:
             before = set(os.listdir(self._running_dir)) if self._running_dir.is_dir() else set()
             self.log.event("recover-host", host=self.host, by=f"uid {os.geteuid()}", claims=len([n for n in before if is_valid_name(n)]))
+            # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
+            self._may_reattach = False
             self.recover()
             return sorted(n for n in before if is_valid_name(n))
         finally:
@@ -825,12 +886,12 @@ class Driver:
     def _reattach(self, name: str, path: Path, info: dict) -> bool:
         """Executors whose jobs outlive the driver (Slurm) take their runs back."""
         reattach = getattr(self.runner, "reattach", None)
-        if reattach is None or not info.get("external_id"):
+        if reattach is None or not self._may_reattach or not info.get("external_id"):
             return False
         try:
             job, st = self._read_job(path)
             owner = resolve(st.st_uid)
-        except (OSError, OniteError, _BadFile):
+        except (OSError, OniteError, BadFile):
             return False
         run = Run(name=name, job=job, owner=owner, rank=int(info.get("rank", job.priority)),
                   run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
@@ -846,7 +907,7 @@ class Driver:
         now = self.now()
         try:
             job, st = self._read_job(path)
-        except (OSError, JobFormatError, _BadFile):
+        except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
         started = datetime.fromisoformat(info["started"]) if info.get("started") else None
         reason = "interrupted: the driver died (recovered)"
@@ -880,11 +941,29 @@ class Driver:
             self.log.event("pruned", removed=removed, keep=self.config.keep)
 
 
-class _BadFile(Exception):
-    """A queued file that is not a job the driver may run."""
 
 
-class _SignalCatcher:
+def take_host_lock(path: Path, holder: str, timeout: float = 0.5):
+    """flock this host's driver lock and write ``holder`` into it; None if another process holds it."""
+    from filelock import Timeout, UnixFileLock
+
+    # A brief timeout, not zero: `onite submit` probes the lock with a shared flock
+    # for a microsecond, and a driver starting at that instant must not give up.
+    lock = UnixFileLock(str(path), timeout=timeout, mode=0o644)
+    try:
+        lock.acquire()
+    except Timeout:
+        return None
+    try:  # say who holds it, for `onite status` and a second driver's log line
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        os.write(fd, f"{holder}\n".encode())
+        os.close(fd)
+    except OSError:
+        pass
+    return lock
+
+
+class SignalCatcher:
     """Route INT, TERM, QUIT, HUP and USR1 into a list, and wake the driver's poll()."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1)

@@ -293,6 +293,9 @@ class Runner:
     ``recover(info, grace)``  make sure a dead driver's run is gone; returns what was done
     ``reattach(run)``       optional: take back a run that outlived its driver; True if it did
     ``busy()``              True while it still has work in flight (the driver waits before exiting)
+    ``needs_polling()``     optional: True when runs have no descriptor to wait on (the driver then
+                            polls every 50 ms; a runner that polls at its own pace uses next_deadline)
+    ``reload(config)``      optional: take new settings after SIGHUP
     """
 
     runs: list

@@ -44,15 +44,26 @@ def check_name(name: str, *, what: str = "job name") -> str:
     raise InvalidInput(f"invalid {what} {shown!r}: {why}", "use e.g. nightly-report or backup.2026-11-22")
 
 
+SUFFIX_LEN = 7  # "-" and six characters
+
+
+def check_base(base: str) -> str:
+    """A prefix for unique names: valid as a name once cut to leave room for the suffix.
+
+    Raises:
+        InvalidInput: with the reason it is not.
+    """
+    check_name(base[: MAX_NAME - SUFFIX_LEN], what="name base")
+    return base[: MAX_NAME - SUFFIX_LEN]
+
+
 def unique_name(base: str, taken: Callable[[str], bool], *, tries: int = 100) -> str:
     """``base`` plus a random suffix (``base-k3x9qa``) for which ``taken`` is false.
 
     Raises:
-        InvalidInput: ``base`` is not a valid name prefix.
+        InvalidInput: ``base`` is not a valid name prefix, or no free name was found.
     """
-    suffix_len = 7  # "-" and six characters
-    check_name(base[: MAX_NAME - suffix_len] if len(base) > MAX_NAME - suffix_len else base, what="name base")
-    stem = base[: MAX_NAME - suffix_len]
+    stem = check_base(base)
     for _ in range(tries):
         candidate = f"{stem}-{_random_suffix()}"
         if not taken(candidate):

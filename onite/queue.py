@@ -35,6 +35,7 @@ class Meta:
     after: tuple[str, ...] = ()
     not_before: datetime | None = None
     pin: str | None = None
+    retrying: bool = False  # a failed attempt waiting for its back-off
 
 
 @dataclass(frozen=True)

@@ -117,3 +117,21 @@ def timeline(views: Sequence[JobView], start: datetime, end: datetime, width: in
         table.add_row(view.name, view.user, view.host or "", bar, human_duration(view.duration),
                       Text(outcome_text(view) or view.state, style=STATE_STYLE.get(view.state, "")))
     return table
+
+
+def recur_table(views: Sequence, now: datetime) -> Table:
+    """``onite recur list``: name, owner, rule, next fire, priority (and what is wrong, if anything)."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("NAME", overflow="fold")
+    table.add_column("USER")
+    table.add_column("RULE")
+    table.add_column("NEXT")
+    table.add_column("IN", justify="right")
+    table.add_column("PRI")
+    table.add_column("NOTE", overflow="fold")
+    for view in views:
+        pri = "urgent" if view.urgent else f"P{view.priority}" if view.priority else "?"
+        wait = human_duration((view.next - now).total_seconds()) if view.next else ""
+        note = Text(view.problem, style="bold red") if view.problem else ""
+        table.add_row(view.name, view.user, view.rule, short_time(view.next, now), wait, pri, note)
+    return table

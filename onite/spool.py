@@ -503,6 +503,7 @@ class Entry:
     ctime_ns: int
     rank: int | None = None  # queued: 0 urgent, k for Pk
     host: str | None = None  # running: the claiming host
+    size: int = 0
 
     @property
     def held(self) -> bool:
@@ -582,13 +583,15 @@ def running(spool: Spool, host: str | None = None) -> list[Entry]:
     return result
 
 
-def cancelled_pending(spool: Spool) -> list[Entry]:
-    """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
+def cancel_inbox(spool: Spool) -> list[Entry]:
+    """Everything in cancel/: withdrawn jobs (non-empty files) and cancel requests (empty ones)."""
     result = []
     try:
         it = os.scandir(spool.cancel_dir)
     except FileNotFoundError:
         return []
+    except OSError as err:
+        raise SpoolIOError(spool.cancel_dir, "listing", err) from None
     with it:
         for entry in it:
             name, sep, _ = entry.name.partition(SIDE)
@@ -598,9 +601,13 @@ def cancelled_pending(spool: Spool) -> list[Entry]:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if st.st_size:  # an empty file is a request to stop a running job, not a job
-                result.append(Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns))
+            result.append(Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size))
     return result
+
+
+def cancelled_pending(spool: Spool) -> list[Entry]:
+    """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
+    return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode)]
 
 
 def find_queued(spool: Spool, name: str) -> list[Entry]:

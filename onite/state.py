@@ -67,6 +67,7 @@ class Outcome:
     timed_out: bool = False
     cancelled_by: str | None = None
     reason: str = ""  # set when the job never ran or was stopped by onite
+    retryable: bool = False  # with a reason: the machinery failed, not the job (e.g. a Slurm node died)
 
     @property
     def ok(self) -> bool:

@@ -94,4 +94,7 @@ def render_status(console, info: StatusInfo) -> None:
         console.print(f"running   {len(info.running)}")
         console.print(jobs_table(info.running, info.now, detailed=True))
     for rec in info.recurring:
-        console.print(f"recurring {rec['name']} next at {rec['next']} ({rec['rule']})")
+        when = datetime.fromisoformat(rec["next"])
+        wait = human_duration((when - info.now).total_seconds())
+        pri = "urgent" if rec.get("urgent") else f"P{rec['priority']}" if rec.get("priority") else "?"
+        console.print(f"recurring {rec['name']} ({rec['user']}, {pri}, {rec['rule']}) next {when:%Y-%m-%d %H:%M} (in {wait})")

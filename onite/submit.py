@@ -17,7 +17,7 @@ from onite import spool as sp
 from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
 from onite.jobfile import Job, encode
-from onite.names import check_name, unique_name
+from onite.names import check_base, check_name, unique_name
 from onite.policy import cutoff_state, is_admin
 
 
@@ -114,10 +114,7 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
         SpoolError, SpoolIOError: the spool is missing, or the write failed (exit 4).
     """
     config = spool.config
-    if request.unique:
-        check_name(request.name[:93], what="name base")
-    else:
-        check_name(request.name)
+    (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, default_priority=config.default_priority,
                     priorities=config.priorities, default_timeout=config.timeout)
     spool.check()

@@ -164,3 +164,31 @@ def test_broken_pipe_is_quiet(spool):
 def test_version_of_help(cli):
     r = cli(["--help"])
     assert r.code == 0 and "submit" in r.out and "run" in r.out
+
+
+def test_cancel_without_a_name_offers_a_numbered_list_on_a_terminal(spool):
+    import pty
+    import select as _select
+
+    submit("first")
+    submit("second")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "onite", "cancel"], stdin=slave, stdout=slave, stderr=slave,
+                            env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)), close_fds=True)
+    os.close(slave)
+    seen = b""
+    while b"cancel which job?" not in seen:
+        ready, _, _ = _select.select([master], [], [], 30)
+        assert ready, seen
+        seen += os.read(master, 4096)
+    assert b"1  first" in seen and b"2  second" in seen
+    os.write(master, b"2\n")
+    assert proc.wait(30) == 0
+    try:
+        while chunk := os.read(master, 4096):
+            seen += chunk
+    except OSError:
+        pass
+    os.close(master)
+    assert b"second: cancelled" in seen
+    assert run_cli(["find", "first"]).code == 0 and run_cli(["find", "second"]).code == 1

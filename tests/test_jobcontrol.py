@@ -159,15 +159,25 @@ def test_hold_and_release(spool, workdir, cli):
     assert r.code == 1 and "no job 'nosuch' is queued" in r.err
 
 
-def test_not_before_time_waits_then_runs(spool, workdir):
+def test_not_before_time_waits_inside_the_window(spool, workdir):
     trace = workdir / "trace"
     at = (datetime.now().astimezone() + timedelta(seconds=2)).isoformat()
     submit("timed", f"date +%s.%N >> {trace}\n", "--at", at)
     submit("now", f"echo now >> {trace}\n", "-p", "7")
     started = time.time()
-    drain(spool)
+    until = (datetime.now() + timedelta(hours=1)).strftime("%H:%M:%S")
+    drain(spool, "--until", until)
     lines = trace.read_text().split()
     assert lines[0] == "now" and float(lines[1]) >= started + 1.0
+
+
+def test_without_a_window_future_jobs_wait_for_a_later_drain(spool, workdir, cli):
+    trace = workdir / "trace"
+    submit("tomorrow", f"echo tomorrow >> {trace}\n", "--at", "+12h")
+    submit("tonight", f"echo tonight >> {trace}\n")
+    assert drain(spool).returncode == 0  # returns instead of sleeping for twelve hours
+    assert trace.read_text().split() == ["tonight"]
+    assert [j["name"] for j in cli(["list", "--json"]).json()["jobs"]] == ["tomorrow"]
 
 
 def test_until_window_leaves_the_rest_queued(spool, workdir, cli):

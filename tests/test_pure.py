@@ -168,3 +168,21 @@ def test_eligibility():
 def test_retry_backoff_doubles_and_caps():
     assert [retry_delay(30, a) for a in (1, 2, 3, 4)] == [30, 60, 120, 240]
     assert retry_delay(30, 20) == 3600
+
+
+def test_slurm_table():
+    config = parse_config('executor = "slurm"\n[slurm]\npartition = "night"\nsbatch_args = ["--mem=1G"]\n'
+                          'max_jobs = 8\npoll = "0.5s"\nnice_step = 500\n')
+    slurm = config.slurm
+    assert (slurm.partition, slurm.sbatch_args, slurm.max_jobs, slurm.nice_step) == ("night", ("--mem=1G",), 8, 500)
+    assert slurm.poll.total_seconds() == 0.5 and parse_config("").slurm.nice_step == 10_000
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[slurm]\nnice = 5", "unknown key slurm.nice"),
+    ("[slurm]\nnice_step = -1", "nice_step = -1 is not valid"),
+    ("[slurm]\nmax_jobs = 0", "max_jobs = 0 is not valid"),
+])
+def test_slurm_table_errors(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)

@@ -178,3 +178,31 @@ def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
     job = decode(path.read_bytes())
     assert job.pin == "node7" and job.timeout == timedelta(hours=1, minutes=30) and job.retries == 2
     assert job.not_before is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs as a full disk")
+def test_full_disk_leaves_nothing_behind(world_tmp, cli):
+    mnt = world_tmp / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        spool = mnt / "spool"
+        assert cli(["init", "--spool", str(spool)]).code == 0
+        r = cli(["submit", "big", "--spool", str(spool)], stdin=b"#!/bin/sh\n" + b"x" * (1024 * 1024))
+        assert r.code == 4 and "file system is full" in r.err and r.err.count("\n") == 1, r
+        assert [p for p in (spool / "jobs").rglob("*") if p.is_file()] == []
+        assert cli(["submit", "small", "--spool", str(spool)], stdin=b"true\n").code == 0
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_empty_environment_is_fine(spool, workdir):
+    out = workdir / "env"
+    r = run_cli(["submit", "bare"], stdin=f"env > {out}\n".encode(), env={"ONITE_SPOOL": str(spool)}, cwd=workdir)
+    assert r.code == 0, r
+    drain(spool)
+    assert result(spool, "bare")["state"] == "done"
+    lines = set(out.read_text().splitlines())
+    assert f"ONITE_SPOOL={spool}" in lines

@@ -1,0 +1,404 @@
+"""`onite daemon` and `onite run --scheduled`: real processes, a real spool, polling (never sleeping) for effects."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime, time, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from conftest import REPO, drain, log_lines, result, run_cli, set_config, wait_for
+from onite.window import plan, scheduled_window, window_of
+
+HOST = os.uname().nodename.split(".")[0]
+BERLIN = ZoneInfo("Europe/Berlin")
+FAR = "0 3 29 2 *"  # a schedule that does not fire during a test (3 a.m. on 29 February)
+
+
+class Daemon:
+    """`python -m onite daemon` in its own session; stderr goes to a file (a pipe nobody reads would fill)."""
+
+    def __init__(self, spool: Path, *args: str, env: dict | None = None) -> None:
+        self.spool = spool
+        self.err_path = spool.parent / f"daemon-{os.urandom(3).hex()}.err"
+        full_env = dict(os.environ if env is None else env)
+        full_env["ONITE_SPOOL"] = str(spool)
+        full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+        with open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "onite", "daemon", *args], env=full_env,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                         start_new_session=True)
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def logged(self, event: str, *, mine: bool = False) -> list[str]:
+        """Log lines of ``event`` (``mine``: written by this daemon process only)."""
+        tag = f"[{self.proc.pid}] "
+        return [line for line in log_lines(self.spool) if (f" {event} " in line or line.endswith(f" {event}"))
+                and (not mine or tag in line)]
+
+    def started(self) -> None:
+        wait_for(lambda: self.logged("daemon-start", mine=True) or self.proc.poll() is not None,
+                 what="the daemon to start")
+        assert self.proc.poll() is None, self.stderr
+
+    def round_trip(self) -> None:
+        """Prove the daemon went round its loop since now: ask for a status line and wait for it."""
+        before = len(self.logged("status"))
+        self.proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: len(self.logged("status")) > before, what="the daemon's status line")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(60)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def daemons():
+    started: list[Daemon] = []
+
+    def start(spool: Path, *args: str) -> Daemon:
+        d = Daemon(spool, *args)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.kill()
+
+
+def submit(name: str, body: str, *args: str):
+    r = run_cli(["submit", name, *args], stdin=body.encode())
+    assert r.code == 0, r
+    return r
+
+
+def queued(spool: Path) -> list[str]:
+    return sorted(p.name for p in (spool / "jobs").rglob("*") if p.is_file())
+
+
+def state_file(spool: Path) -> Path:
+    return spool / f"daemon.{HOST}.state"
+
+
+def daily_at(moment: datetime) -> str:
+    return f"{moment.minute} {moment.hour} * * *"
+
+
+# ---- the daemon drains, and stops cleanly --------------------------------------------------------
+
+
+def test_drain_now_then_term_exits_cleanly(spool, workdir, daemons):
+    set_config(spool, schedule=[FAR])
+    submit("first", f"echo first >> {workdir}/trace\n", "-p", "2")
+    submit("second", f"echo second >> {workdir}/trace\n", "-p", "1")
+    d = daemons(spool, "--drain-now")
+    wait_for(lambda: (spool / "jobsdone" / "first@result").exists(), what="the drain")
+    assert (workdir / "trace").read_text() == "second\nfirst\n"
+    assert d.proc.poll() is None  # it stays, waiting for the schedule
+    assert d.stop() == 0
+    assert d.logged("daemon-exit")
+    # logs go to onite.log and to stderr (journald)
+    assert "driver-start" in d.stderr and "done first" in d.stderr and "daemon-exit" in d.stderr
+    assert not _lock_held(spool)
+
+
+def _lock_held(spool: Path) -> bool:
+    from onite.locks import is_held
+
+    return is_held(spool / f"driver.{HOST}.lock")
+
+
+def test_term_while_a_job_runs_finishes_it_first(spool, workdir, daemons):
+    set_config(spool, schedule=[FAR])
+    gate, started = workdir / "gate", workdir / "started"
+    gate.touch()
+    submit("long", f"touch {started}; while [ -e {gate} ]; do sleep 0.02; done; echo finished\n")
+    submit("never", "echo should-not-start\n")
+    d = daemons(spool, "--drain-now")
+    wait_for(started.exists, what="the job to start")
+    d.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: any("finish running jobs" in line for line in log_lines(spool)), what="the TERM to be seen")
+    assert d.proc.poll() is None  # still waiting for its job
+    gate.unlink()
+    assert d.proc.wait(60) == 0
+    assert result(spool, "long")["state"] == "done" and queued(spool) == ["never"]
+
+
+def test_the_daemon_holds_the_lock_so_cron_runs_are_busy(spool, daemons):
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    assert "role=daemon" in (spool / f"driver.{HOST}.lock").read_text()
+    submit("waits", "true\n")
+    proc = drain(spool)
+    assert proc.returncode == 0 and any(" driver-busy " in line for line in log_lines(spool))
+    assert queued(spool) == ["waits"]
+    second = daemons(spool)
+    assert second.proc.wait(60) == 3
+    assert "an onite daemon already runs" in second.stderr and second.stderr.count("\n") == 1
+    status = run_cli(["status", "--json"]).json()
+    assert status["drivers"] and "role=daemon" in status["drivers"][0]["holder"]
+    assert d.stop() == 0
+
+
+def test_invalid_schedule_is_refused_at_start(spool, daemons):
+    set_config(spool, schedule=["0 25 * * *"])
+    d = daemons(spool)
+    assert d.proc.wait(60) == 2
+    assert d.stderr.startswith("onite: onite.toml: schedule: bad cron expression '0 25 * * *'")
+
+
+# ---- timed jobs and recurring jobs wake the daemon ------------------------------------------------
+
+
+def test_a_timed_job_runs_when_due_while_untimed_jobs_wait(spool, workdir, daemons):
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    submit("untimed", "echo untimed\n", "-p", "1")
+    submit("timed", f"date +%s.%N > {workdir}/ran\n", "--at", "+3s", "-p", "4")
+    wait_for(lambda: (spool / "jobsdone" / "timed@result").exists(), what="the timed job")
+    rec = result(spool, "timed")
+    from onite.jobfile import decode
+
+    not_before = decode((spool / "jobsdone" / "timed").read_bytes()).not_before
+    assert rec["state"] == "done" and datetime.fromisoformat(rec["started"]) >= not_before
+    assert queued(spool) == ["untimed"]  # a wake for a not-before time runs only timed jobs
+    starts = d.logged("driver-start")
+    assert starts and all('only="timed jobs"' in line for line in starts)
+    d.round_trip()
+    assert queued(spool) == ["untimed"]
+    assert d.stop() == 0
+
+
+def test_a_timed_job_spooled_late_still_runs(spool, workdir, daemons):
+    """A not-before time already past when the job is spooled: due at once."""
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    past = (datetime.now().astimezone() - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
+    submit("late", "true\n", "--at", past)
+    wait_for(lambda: (spool / "jobsdone" / "late@result").exists(), what="the late timed job")
+    assert d.stop() == 0
+
+
+@pytest.mark.slow
+def test_a_recurring_job_is_spooled_and_run_by_the_daemon(spool, workdir, daemons):
+    set_config(spool, schedule=[FAR])
+    r = run_cli(["recur", "add", "minutely", "--every", "1m", "-p", "2"], stdin=f"date >> {workdir}/ran\n".encode())
+    assert r.code == 0, r
+    submit("untimed", "true\n")
+    d = daemons(spool)
+    d.started()
+    wait_for(lambda: any(p.name.startswith("minutely-") and p.name.endswith("@result")
+                         for p in (spool / "jobsdone").iterdir()), timeout=90, what="an instance to run")
+    (inst,) = [p.name[:-len("@result")] for p in (spool / "jobsdone").iterdir()
+               if p.name.startswith("minutely-") and p.name.endswith("@result")]
+    rec = result(spool, inst)
+    assert rec["state"] == "done" and rec["recur"] == "minutely" and rec["priority"] == 2
+    fire = datetime.strptime(inst[len("minutely-"):], "%Y%m%dT%H%M").astimezone()
+    assert datetime.fromisoformat(rec["started"]) >= fire
+    assert "untimed" in queued(spool)  # the instance's wake ran only timed jobs
+    assert d.logged("recur-spooled")
+    assert d.stop() == 0
+
+
+# ---- missed nights -----------------------------------------------------------------------------
+
+
+def write_state(spool: Path, last: datetime) -> None:
+    state_file(spool).write_text(json.dumps({"version": 1, "host": HOST, "last": last.isoformat()}))
+
+
+def test_a_missed_night_is_caught_up_once(spool, workdir, daemons):
+    now = datetime.now().astimezone()
+    fire = (now - timedelta(minutes=5)).replace(second=0, microsecond=0)
+    set_config(spool, schedule=[daily_at(fire)])  # no `until`: the window is still open
+    write_state(spool, now - timedelta(days=2, hours=1))  # the last drain handled was two nights ago
+    submit("waiting", f"echo ran >> {workdir}/trace\n")
+    d = daemons(spool)
+    wait_for(lambda: (spool / "jobsdone" / "waiting@result").exists(), what="the catch-up drain")
+    d.round_trip()
+    catch_up = d.logged("catch-up")
+    assert len(catch_up) == 1 and f"fire={fire.isoformat(timespec='minutes')}" in catch_up[0]
+    assert len(d.logged("driver-start")) == 1  # two missed nights, one drain
+    last = datetime.fromisoformat(json.loads(state_file(spool).read_text())["last"])
+    assert last == fire
+    assert d.stop() == 0
+    # restarted: nothing is missed any more
+    again = daemons(spool)
+    again.started()
+    again.round_trip()
+    assert len(d.logged("catch-up")) == 1 and len(d.logged("driver-start")) == 1
+    assert again.stop() == 0
+
+
+def test_a_missed_night_whose_window_closed_is_skipped(spool, workdir, daemons):
+    now = datetime.now().astimezone()
+    fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)
+    set_config(spool, schedule=[daily_at(fire)], until=until.strftime("%H:%M"))
+    write_state(spool, now - timedelta(days=2))
+    submit("waiting", "true\n")
+    d = daemons(spool)
+    wait_for(lambda: d.logged("missed-night"), what="the missed night to be logged")
+    d.round_trip()
+    assert queued(spool) == ["waiting"] and not d.logged("driver-start")
+    assert datetime.fromisoformat(json.loads(state_file(spool).read_text())["last"]) == \
+        fire.replace(second=0, microsecond=0)
+    assert d.stop() == 0
+
+
+def test_first_start_catches_nothing_up(spool, daemons):
+    now = datetime.now().astimezone()
+    set_config(spool, schedule=[daily_at(now - timedelta(minutes=5))])
+    submit("waiting", "true\n")
+    d = daemons(spool)
+    d.started()
+    d.round_trip()
+    assert queued(spool) == ["waiting"] and not d.logged("driver-start")
+    assert state_file(spool).exists()
+    assert d.stop() == 0
+
+
+def test_hup_reloads_the_schedule(spool, daemons):
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    set_config(spool, schedule=["0 4 * * *"])
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.logged("reloaded"), what="the reload")
+    assert 'schedule="0 4 * * *"' in d.logged("reloaded")[0] and "T04:00" in d.logged("reloaded")[0]
+    set_config(spool, schedule=["0 99 * * *"])
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.logged("reload-failed"), what="the bad schedule to be refused")
+    d.round_trip()
+    assert d.proc.poll() is None
+    assert d.stop() == 0
+
+
+# ---- onite run --scheduled ---------------------------------------------------------------------
+
+
+def test_run_scheduled_outside_the_window_drains_nothing(spool):
+    now = datetime.now().astimezone()
+    fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)
+    set_config(spool, schedule=[daily_at(fire)], until=until.strftime("%H:%M"))
+    submit("waiting", "true\n")
+    proc = drain(spool, "--scheduled")
+    assert proc.returncode == 0
+    outside = [line for line in log_lines(spool) if " outside-window " in line]
+    assert outside and "outside the night window" in outside[0] and queued(spool) == ["waiting"]
+
+
+def test_run_scheduled_inside_the_window_drains(spool):
+    now = datetime.now().astimezone()
+    set_config(spool, schedule=[daily_at(now - timedelta(minutes=10))], until=(now + timedelta(hours=1)).strftime("%H:%M"))
+    submit("runs", "true\n")
+    assert drain(spool, "--scheduled").returncode == 0
+    assert result(spool, "runs")["state"] == "done"
+
+
+# ---- the pure policy (onite.window) ---------------------------------------------------------------
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=BERLIN)
+
+
+NIGHTLY = ["0 20 * * *", "0 23 * * *"]
+
+
+def test_plan_nothing_due():
+    step = plan(NIGHTLY, time(7), last=at("2026-01-05T20:00"), now=at("2026-01-05T21:00"))
+    assert step.drain is None and step.skipped is None and step.next == at("2026-01-05T23:00")
+
+
+def test_plan_due_now():
+    step = plan(NIGHTLY, time(7), last=at("2026-01-05T20:00"), now=at("2026-01-05T23:00:01"))
+    assert step.drain == at("2026-01-05T23:00") and step.handled == at("2026-01-05T23:00")
+    assert step.next == at("2026-01-06T20:00")
+
+
+def test_plan_coalesces_missed_nights_into_the_latest():
+    step = plan(NIGHTLY, time(7), last=at("2026-01-02T23:00"), now=at("2026-01-06T02:00"))
+    assert step.drain == at("2026-01-05T23:00") and step.next == at("2026-01-06T20:00")
+
+
+def test_plan_skips_a_night_whose_window_closed():
+    step = plan(NIGHTLY, time(7), last=at("2026-01-04T23:00"), now=at("2026-01-06T10:00"))
+    assert step.drain is None and step.skipped == window_of(at("2026-01-05T23:00"), time(7))
+    assert step.skipped.closes == at("2026-01-06T07:00") and step.handled == at("2026-01-05T23:00")
+
+
+def test_plan_without_until_always_catches_up():
+    step = plan(NIGHTLY, None, last=at("2026-01-04T23:00"), now=at("2026-01-06T10:00"))
+    assert step.drain == at("2026-01-05T23:00")
+
+
+def test_plan_empty_schedule():
+    assert plan([], time(7), last=at("2026-01-04T23:00"), now=at("2026-01-06T10:00")).next is None
+
+
+@pytest.mark.parametrize(("now", "inside"), [
+    ("2026-01-05T20:00:30", True), ("2026-01-06T06:59", True), ("2026-01-06T07:00", False),
+    ("2026-01-06T10:00", False), ("2026-01-05T19:59", False),
+])
+def test_scheduled_window_for_a_late_timer(now, inside):
+    window = scheduled_window(["0 20 * * *"], time(7), at(now))
+    assert (window is not None and window.is_open(at(now))) is inside
+
+
+def test_scheduled_window_across_the_spring_forward_night():
+    # 02:30 does not exist on 2026-03-29 in Berlin: the drain time is 03:00, and its window runs to 07:00
+    window = scheduled_window(["30 2 * * *"], time(7), at("2026-03-29T03:10").replace(fold=0))
+    assert window.opened == datetime(2026, 3, 29, 3, 0, tzinfo=BERLIN) and window.is_open(at("2026-03-29T06:00"))
+    # and on the fall-back night it opens once, at the first 02:30
+    step = plan(["30 2 * * *"], time(7), last=at("2026-10-24T12:00"), now=at("2026-10-25T02:45").replace(fold=1))
+    assert step.drain == datetime(2026, 10, 25, 2, 30, tzinfo=BERLIN)
+    assert step.next.isoformat() == "2026-10-26T02:30:00+01:00"
+
+
+# ---- the watch: new job headers only --------------------------------------------------------------
+
+
+def test_timed_watch_reads_only_new_headers(spool):
+    from onite.spool import Spool
+    from onite.watch import TimedWatch
+
+    for i in range(30):
+        submit(f"plain{i}", "true\n")
+    submit("timed", "true\n", "--at", "+1h")
+    watch = TimedWatch(Spool(spool).queue_folders(), HOST)
+    watch.refresh()
+    assert watch.header_reads == 31 and watch.timed() == 1
+    first = watch.next_due(None)
+    watch.refresh()
+    watch.refresh()
+    assert watch.header_reads == 31  # nothing changed: no job file is read again
+    submit("another", "true\n", "--at", "+2h")
+    wait_for(lambda: (watch.refresh(), watch.timed() == 2)[1], what="the new timed job to be seen")
+    assert watch.header_reads == 32 and watch.next_due(None) == first
+    assert watch.next_due(first) > first  # a drain at `first` dealt with that one
+    for name in ("timed", "another"):  # held jobs do not wake the daemon
+        assert run_cli(["hold", name]).code == 0
+    fresh = TimedWatch(Spool(spool).queue_folders(), HOST)
+    fresh.refresh()
+    assert fresh.timed() == 2 and fresh.next_due(None) is None
+    assert run_cli(["release", "another"]).code == 0  # a release changes no folder: held jobs are re-stat'ed
+    fresh.refresh()
+    assert fresh.next_due(None) is not None and fresh.header_reads == 33

@@ -1,0 +1,364 @@
+"""Recurring jobs: templates, `onite recur`, instances spooled by `onite run` (real CLI, real files, real users)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, set_config, wait_for
+from onite.jobfile import Job, decode, encode
+from onite.instances import instance_job, instance_name
+from onite.recur import rule_fields, rule_of
+from onite.schedule import describe, fire_times, parse_rule
+
+BERLIN = ZoneInfo("Europe/Berlin")
+WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
+
+
+def onite(*args: str, tz: str, stdin: bytes = b"", spool: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m onite` in a fresh process with its own TZ (a forked child would keep ours)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TZ": tz, "PYTHONPATH": str(REPO)}
+    if spool is not None:
+        env["ONITE_SPOOL"] = str(spool)
+    return subprocess.run([sys.executable, "-m", "onite", *args], input=stdin, env=env, capture_output=True,
+                          timeout=60)
+
+
+def template(**overrides) -> Job:
+    rule = overrides.pop("rule", parse_rule(every="25m", offset="2m"))
+    fields = dict(name="backup", priority=7, submitted=WHEN, host="vm", umask=0o022, cwd=b"/srv",
+                  env={b"PATH": b"/usr/bin:/bin", b"ODD": b"a\nb\xff"}, body=b"#!/bin/sh\necho backup\n",
+                  extra=rule_fields(rule))
+    fields.update(overrides)
+    return Job(**fields)
+
+
+# ---- the template format (pure) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", [parse_rule(cron="0 20 * * 1-5"), parse_rule(every="25m", offset="2m"),
+                                  parse_rule(every="1h"), parse_rule(every="90s")], ids=describe)
+def test_template_round_trip_is_exact(rule):
+    job = template(rule=rule, timeout=timedelta(hours=2), retries=1, after=("build",), pin="node2")
+    data = encode(job)
+    assert decode(data) == job and encode(decode(data)) == data
+    assert rule_of(decode(data)) == rule
+    assert b"\nrecur-" in data.split(b"\n\n")[0]
+
+
+def test_template_header_reads_as_the_docs_say():
+    head = encode(template()).split(b"\n\n")[0].decode()
+    assert "recur-every: 25m\nrecur-offset: 2m\n" in head
+    assert "recur-cron: 0 3 * * *" in encode(template(rule=parse_rule(cron="0  3 * * *"))).decode()
+
+
+def test_a_job_is_not_a_template():
+    with pytest.raises(Exception, match="not a recurring-job template"):
+        rule_of(template(extra=()))
+
+
+def test_instance_is_the_template_at_its_fire_time():
+    fire = datetime(2026, 11, 22, 20, 0, tzinfo=BERLIN)
+    now = fire + timedelta(seconds=3)
+    inst = instance_job(template(extra=(("x-note", "kept"),) + rule_fields(parse_rule(every="1h"))), "backup", fire,
+                        now, priorities=7)
+    assert inst.name == "backup-20261122T2000" and inst.recur == "backup"
+    assert inst.not_before == fire and inst.submitted == now
+    assert inst.extra == (("x-note", "kept"),) and inst.body == b"#!/bin/sh\necho backup\n"
+    assert inst.env == template().env and inst.cwd == b"/srv" and inst.priority == 7
+    assert decode(encode(inst)) == inst
+    assert instance_job(template(), "backup", fire, now, priorities=4).priority == 4  # the spool has fewer now
+
+
+def test_instance_names_are_one_per_fire():
+    assert instance_name("t", datetime(2026, 1, 5, 0, 27, tzinfo=BERLIN)) == "t-20260105T0027"
+    assert instance_name("t", datetime(2026, 1, 5, 0, 1, 30, tzinfo=BERLIN)) == "t-20260105T000130"
+    # the hour the clocks repeat: a periodic rule fires at both 02:17s, and gets two names
+    fires = fire_times(parse_rule(cron="17 * * * *"), datetime(2026, 10, 25, 1, 30, tzinfo=BERLIN), 3)
+    names = [instance_name("t", f) for f in fires]
+    assert names == ["t-20261025T0217", "t-20261025T0217.2", "t-20261025T0317"]
+
+
+# ---- onite recur next: seed 002's table, exactly -------------------------------------------
+
+
+SEED_002 = [
+    (["--cron", "17 * * * *"], ["00:17", "01:17", "02:17"]),
+    (["--every", "4m"], ["00:04", "00:08", "00:12", "00:16"]),
+    (["--every", "6m", "--offset", "1m"], ["00:07", "00:13", "00:19"]),
+    (["--every", "25m", "--offset", "2m"], ["00:27", "00:52", "01:17", "01:42"]),
+    (["--every", "100m"], ["01:40", "03:20", "05:00"]),  # the seed's "5:40" is a slip: 3 × 100m is 05:00
+]
+
+
+@pytest.mark.parametrize(("rule", "expected"), SEED_002, ids=lambda v: " ".join(v) if "--" in v[0] else None)
+def test_recur_next_seed_002(cli, rule, expected):
+    r = cli(["recur", "next", *rule, "--from", "2026-01-05T00:00", "-n", str(len(expected))])
+    assert r.code == 0, r
+    times = [datetime.fromisoformat(line) for line in r.out.splitlines()]
+    assert [t.strftime("%Y-%m-%d %H:%M") for t in times] == [f"2026-01-05 {e}" for e in expected]
+    assert all(t.tzinfo is not None for t in times)
+
+
+def test_recur_next_prints_iso_8601_exactly():
+    r = onite("recur", "next", "--from", "2026-01-05T00:00", "--every", "25m", "--offset", "2m", "-n", "4",
+              tz="Europe/Berlin")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == ["2026-01-05T00:27:00+01:00", "2026-01-05T00:52:00+01:00",
+                                              "2026-01-05T01:17:00+01:00", "2026-01-05T01:42:00+01:00"]
+    r = onite("recur", "next", "--from", "2026-01-05T00:00", "--every", "100m", "-n", "3", tz="UTC")
+    assert r.stdout.decode().splitlines() == ["2026-01-05T01:40:00+00:00", "2026-01-05T03:20:00+00:00",
+                                              "2026-01-05T05:00:00+00:00"]
+
+
+@pytest.mark.parametrize(("start", "expected"), [
+    # spring forward: 02:30 does not exist on 29 March; it fires once, at 03:00 (the first instant after the jump)
+    ("2026-03-28T12:00", ["2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00"]),
+    # fall back: 02:30 happens twice on 25 October; it fires once, at the first
+    ("2026-10-24T12:00", ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]),
+])
+def test_recur_next_dst_02_30_fires_once_in_berlin(start, expected):
+    r = onite("recur", "next", "--cron", "30 2 * * *", "--from", start, "-n", "2", tz="Europe/Berlin")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == expected
+
+
+def test_recur_next_of_a_template_and_usage_errors(spool, cli):
+    assert cli(["recur", "add", "t", "--every", "100m"], stdin=b"true\n").code == 0
+    r = cli(["recur", "next", "t", "--from", "2026-01-05T00:00", "-n", "2"])
+    assert r.code == 0 and [line[11:16] for line in r.out.splitlines()] == ["01:40", "03:20"]
+    assert cli(["recur", "next", "nosuch"]).code == 1
+    for args in (["recur", "next"], ["recur", "next", "t", "--every", "5m"], ["recur", "next", "--offset", "2m"],
+                 ["recur", "next", "--cron", "0 25 * * *"], ["recur", "next", "--every", "1m", "--from", "soon"]):
+        r = cli(args)
+        assert r.code == 2 and r.err.startswith("onite: ") and r.err.count("\n") == 1, (args, r)
+
+
+# ---- onite recur add -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--cron", "61 * * * *"], "'61' is not a valid minute field"),
+    (["--cron", "0 20 * *"], "has 4 fields, not 5"),
+    (["--cron", "@daily"], "cron shorthand '@daily' is not supported"),
+    (["--every", "30s"], "interval 30s is too short"),
+    (["--every", "2d"], "longer than a day"),
+    (["--every", "5m", "--offset", "5m"], "offset 5m is not shorter than the interval 5m"),
+    (["--every", "soon"], "bad interval 'soon'"),
+    (["--cron", "0 20 * * *", "--every", "1h"], "both --cron"),
+    (["--cron", "0 20 * * *", "--offset", "2m"], "goes with --every"),
+    ([], "a recurring job needs a rule"),
+    (["--every", "1h", "-p", "9"], "invalid priority 9"),
+])
+def test_invalid_rules_are_refused_at_add_time(spool, cli, args, message):
+    r = cli(["recur", "add", "nightly", *args], stdin=b"true\n")
+    assert r.code == 2, r
+    assert r.err.startswith("onite: ") and message in r.err and r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert list((spool / "recur").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", "has space", ".hidden", "x" * 77])
+def test_bad_template_names_write_nothing(spool, cli, name):
+    r = cli(["recur", "add", name, "--every", "1h"], stdin=b"true\n")
+    assert r.code == 2 and r.err.startswith("onite: "), r
+    assert list((spool / "recur").iterdir()) == []
+
+
+def test_add_stores_a_private_template_and_refuses_a_duplicate(spool, cli, workdir):
+    env = {"PATH": "/usr/bin:/bin", "ONITE_SPOOL": str(spool), "MULTI": "one\ntwo"}
+    r = run_cli(["recur", "add", "report", "--cron", "0 20 * * 1-5", "-p", "2", "--after", "build", "--timeout",
+                 "1h", "--retries", "2", "--host", "node2"], stdin=b"echo report\n", env=env, cwd=workdir, umask=0o027)
+    assert r.code == 0, r
+    assert r.out.startswith("report: cron '0 20 * * 1-5'; next at ")
+    path = spool / "recur" / "report"
+    st = path.stat()
+    assert oct(st.st_mode & 0o777) == "0o600" and st.st_uid == os.geteuid()
+    job = decode(path.read_bytes())
+    assert job.name == "report" and job.priority == 2 and job.after == ("build",) and job.retries == 2
+    assert job.timeout == timedelta(hours=1) and job.pin == "node2" and job.umask == 0o027
+    assert job.cwd == os.fsencode(workdir) and job.env == {k.encode(): v.encode() for k, v in env.items()}
+    assert job.body == b"echo report\n" and job.not_before is None and job.recur is None
+    assert rule_of(job) == parse_rule(cron="0 20 * * 1-5")
+    again = cli(["recur", "add", "report", "--every", "1h"], stdin=b"true\n")
+    assert again.code == 3 and "a recurring job named 'report' already exists" in again.err
+    assert decode(path.read_bytes()) == job
+
+
+def test_urgent_templates_need_an_admin(spool):
+    if os.geteuid() != 0:
+        r = run_cli(["recur", "add", "u", "--every", "1h", "--urgent"], stdin=b"true\n")
+        assert r.code == 3 and "admins" in r.err
+    else:
+        r = run_cli(["recur", "add", "u", "--every", "1h", "--urgent"], stdin=b"true\n", user="nobody")
+        assert r.code == 3 and "admins" in r.err, r
+        assert run_cli(["recur", "add", "u", "--every", "1h", "--urgent"], stdin=b"true\n").code == 0
+
+
+# ---- list, remove, ownership ----------------------------------------------------------------------
+
+
+def test_list_json_and_status(spool, cli):
+    assert cli(["recur", "add", "hourly", "--cron", "17 * * * *", "-p", "3"], stdin=b"true\n").code == 0
+    assert cli(["recur", "add", "often", "--every", "25m", "--offset", "2m"], stdin=b"true\n").code == 0
+    listed = cli(["recur", "list", "--json"]).json()
+    assert listed["version"] == 1
+    by_name = {t["name"]: t for t in listed["recurring"]}
+    assert sorted(by_name) == ["hourly", "often"]
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    assert by_name["hourly"]["rule"] == "cron '17 * * * *'" and by_name["hourly"]["priority"] == 3
+    assert by_name["often"]["rule"] == "every 25m offset 2m" and by_name["often"]["priority"] == 4
+    assert all(t["user"] == user and t["problem"] is None for t in listed["recurring"])
+    now = datetime.fromisoformat(listed["now"])
+    nxt = datetime.fromisoformat(by_name["hourly"]["next"])
+    assert nxt.minute == 17 and timedelta(0) < nxt - now <= timedelta(hours=1)
+    table = cli(["recur", "list"])
+    assert table.code == 0 and "hourly" in table.out and "every 25m offset 2m" in table.out
+    status = cli(["status", "--json"]).json()
+    assert [r["name"] for r in status["recurring"]] == sorted(by_name, key=lambda n: by_name[n]["next"])
+    assert set(status["recurring"][0]) >= {"name", "user", "rule", "next", "priority"}
+    assert status["next_drain"] is not None
+    human = cli(["status"])
+    assert human.code == 0 and "recurring hourly" in human.out and "next run" in human.out
+
+
+def test_empty_list(spool, cli):
+    assert cli(["recur", "list"]).out == "no recurring jobs\n"
+    assert cli(["recur", "list", "--json"]).json()["recurring"] == []
+
+
+@needs_root
+@pytest.mark.root
+def test_ownership_rules(spool, cli):
+    r = run_cli(["recur", "add", "theirs", "--every", "1h", "-p", "5"], stdin=b"true\n", user="nobody")
+    assert r.code == 0, r
+    assert (spool / "recur" / "theirs").stat().st_uid == nobody().pw_uid
+    assert cli(["recur", "add", "mine", "--every", "2h"], stdin=b"true\n").code == 0
+    # root sees everything
+    listed = {t["name"]: t for t in cli(["recur", "list", "--json"]).json()["recurring"]}
+    assert listed["theirs"]["user"] == "nobody" and listed["theirs"]["rule"] == "every 1h"
+    # nobody cannot read root's template: name and owner, but not its rule (until a driver recorded it)
+    seen = {t["name"]: t for t in run_cli(["recur", "list", "--json"], user="nobody").json()["recurring"]}
+    assert seen["mine"]["user"] == "root" and seen["mine"]["rule"] == "?" and seen["theirs"]["rule"] == "every 1h"
+    # nobody may not remove root's template, nor add one of the same name
+    r = run_cli(["recur", "remove", "mine"], user="nobody")
+    assert r.code == 3 and "belongs to root" in r.err and (spool / "recur" / "mine").exists()
+    assert run_cli(["recur", "add", "mine", "--every", "1h"], stdin=b"true\n", user="nobody").code == 3
+    assert run_cli(["recur", "remove", "nosuch"], user="nobody").code == 1
+    # own templates: yes; root: any
+    assert run_cli(["recur", "remove", "theirs"], user="nobody").code == 0
+    assert cli(["recur", "add", "theirs2", "--every", "1h"], stdin=b"true\n").code == 0
+    assert cli(["recur", "remove", "mine", "theirs2"]).code == 0
+    assert list((spool / "recur").iterdir()) == []
+
+
+# ---- instances spooled by `onite run` -----------------------------------------------------------
+
+
+def plant(spool: Path, name: str, job: Job, *, owner: tuple[int, int] | None = None, mode: int = 0o600) -> Path:
+    """A template as `recur add` would have written it, but created long ago (its `submitted`)."""
+    from onite.spool import create_file
+
+    return create_file(spool / "recur", name, encode(job), mode=mode, owner=owner)
+
+
+def old_template(body: bytes, rule, *, days: int = 3) -> Job:
+    return Job(name="x", priority=3, submitted=datetime.now().astimezone() - timedelta(days=days),
+               host="vm", umask=0o022, cwd=b"/", env={b"PATH": b"/usr/bin:/bin"}, body=body, extra=rule_fields(rule))
+
+
+def instances(spool: Path, template_name: str) -> list[str]:
+    return sorted(p.name for p in (spool / "jobsdone").iterdir()
+                  if p.name.startswith(template_name + "-") and "@" not in p.name)
+
+
+def test_run_spools_one_instance_for_many_missed_fires(spool, workdir):
+    trace = workdir / "trace"
+    # daily, two hours ago: three days of fires were missed, and none comes during the test
+    expected = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
+    rule = parse_rule(cron=f"{expected.minute} {expected.hour} * * *")
+    plant(spool, "tick", old_template(f"date >> {trace}\n".encode(), rule))
+    proc = drain(spool)
+    assert proc.returncode == 0, proc.stderr
+    done = instances(spool, "tick")
+    assert done == [f"tick-{expected:%Y%m%dT%H%M}"]  # the missed fires coalesce into the latest one
+    rec = result(spool, done[0])
+    assert rec["state"] == "done" and rec["recur"] == "tick"
+    fire = expected
+    job = decode((spool / "jobsdone" / done[0]).read_bytes())
+    assert job.not_before == fire and job.recur == "tick" and not any(k.startswith("recur-") for k, _ in job.extra)
+    spooled = [line for line in log_lines(spool) if " recur-spooled " in line]
+    assert len(spooled) == 1 and "earlier fire(s) not spooled" in spooled[0]
+    state = json.loads((spool / "recur.state").read_text())["templates"]["tick"]
+    assert datetime.fromisoformat(state["last"]) == fire and state["rule"] == describe(rule)
+    # the next run spools nothing: that fire is done, the next one has not come
+    drain(spool)
+    assert instances(spool, "tick") == done
+    assert len([line for line in log_lines(spool) if " recur-spooled " in line]) == 1
+    # even without recur.state, a fire whose instance ran is never spooled again
+    (spool / "recur.state").unlink()
+    drain(spool)
+    assert instances(spool, "tick") == done
+    assert any(" recur-skip " in line and "spooled already" in line for line in log_lines(spool))
+
+
+@needs_root
+@pytest.mark.root
+def test_instances_belong_to_the_templates_owner(spool, workdir, cli):
+    who = nobody()
+    plant(spool, "theirs", old_template(b"id -un; umask\n", parse_rule(every="1h")),
+          owner=(who.pw_uid, who.pw_gid))
+    drain(spool)
+    (name,) = instances(spool, "theirs")
+    assert (spool / "jobsdone" / name).stat().st_uid == who.pw_uid
+    rec = result(spool, name)
+    assert rec["state"] == "done" and rec["user"] == "nobody"
+    assert (spool / "stdout" / name).read_text() == "nobody\n0022\n"
+    # the owner sees the rule of their template; others see it from recur.state now
+    seen = {t["name"]: t for t in run_cli(["recur", "list", "--json"], user="nobody").json()["recurring"]}
+    assert seen["theirs"]["rule"] == "every 1h" and seen["theirs"]["last"] is not None
+
+
+@pytest.mark.parametrize(("how", "reason"), [
+    ("group-writable", "writable by users other than its owner"),
+    ("symlink", "a symbolic link"),
+    ("hardlink", "has 2 hard links"),
+    ("not-a-template", "not a recurring-job template"),
+])
+def test_untrusted_templates_are_refused_and_logged(spool, workdir, how, reason):
+    job = old_template(f"touch {workdir}/ran\n".encode(), parse_rule(every="1h"))
+    if how == "group-writable":
+        plant(spool, "bad", job, mode=0o620)
+    elif how == "symlink":
+        target = plant(spool, "real", job)
+        os.rename(target, workdir / "elsewhere")
+        os.symlink(workdir / "elsewhere", spool / "recur" / "bad")
+    elif how == "hardlink":
+        plant(spool, "bad", job)
+        os.link(spool / "recur" / "bad", workdir / "second-link")
+    else:
+        plant(spool, "bad", Job(**{**job.__dict__, "extra": ()}))
+    drain(spool)
+    if how == "hardlink":  # a second link younger than 2 s may be a submit's link-then-unlink: look again
+        wait_for(lambda: drain(spool) and any(" recur-refused bad " in line for line in log_lines(spool)),
+                 what="the hard-linked template to be refused")
+    assert not (workdir / "ran").exists() and instances(spool, "bad") == []
+    refused = [line for line in log_lines(spool) if " recur-refused bad " in line]
+    assert refused and reason in refused[0], log_lines(spool)
+
+
+def test_run_scheduled_spools_recurring_jobs_even_outside_the_window(spool, workdir):
+    now = datetime.now().astimezone()
+    fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)
+    set_config(spool, schedule=[f"{fire.minute} {fire.hour} * * *"], until=until.strftime("%H:%M"))
+    plant(spool, "tick", old_template(b"true\n", parse_rule(every="1h")))
+    assert drain(spool, "--scheduled").returncode == 0
+    queued = [p.name for p in (spool / "jobs" / "P3").iterdir()]
+    assert len(queued) == 1 and queued[0].startswith("tick-")  # spooled, waiting for the night

@@ -1,0 +1,454 @@
+"""The slurm executor against the real single-node test cluster (tests/slurm/cluster.sh).
+
+Without a usable cluster these tests skip, with the reason; with
+ONITE_SLURM_TESTS=required (as .ci/run sets it) they fail instead, so CI
+never passes by skipping them. Jobs start on Slurm's 1-second scheduler tick,
+so each test takes a few seconds; time limits are tested through onite's own
+cancel at the exact deadline, never by waiting for Slurm's minute limits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+# Loaded before run_cli forks: as nobody the child may not be able to read a Python installed under /root.
+import onite.cli  # noqa: F401
+import onite.control  # noqa: F401
+import onite.submit  # noqa: F401
+from conftest import REPO, ROOT, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
+
+pytestmark = pytest.mark.slurm
+HOST = os.uname().nodename.split(".")[0]
+SQUEUE_TIMEOUT = 30
+
+
+def _cluster_problem() -> str | None:
+    """Why the test cluster cannot be used, or None."""
+    if shutil.which("scontrol") is None or shutil.which("sbatch") is None:
+        return "the Slurm client commands are not installed (bash tests/slurm/cluster.sh start)"
+    if ROOT:
+        status = subprocess.run(["bash", str(REPO / "tests/slurm/cluster.sh"), "status"], capture_output=True,
+                                text=True, timeout=60)
+        if status.returncode != 0:
+            return f"tests/slurm/cluster.sh status says the cluster is not usable: {status.stdout.strip()!r}"
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=60)
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        return f"scontrol ping: {(ping.stdout + ping.stderr).strip()!r}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster_cpus() -> int:
+    problem = _cluster_problem()
+    if problem:
+        if os.environ.get("ONITE_SLURM_TESTS") == "required":
+            pytest.fail(f"ONITE_SLURM_TESTS=required but {problem}")
+        pytest.skip(problem)
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+@pytest.fixture
+def slurm_spool(spool, cluster_cpus):
+    """A spool whose driver hands its jobs to Slurm; any Slurm job a test leaves is cancelled afterwards."""
+    configure(spool)
+    yield spool
+    ids = set()
+    for path in list(spool.rglob(f"*@run")) + list(spool.rglob("*@result")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("external_id"):
+            ids.add(data["external_id"])
+    if ids:
+        subprocess.run(["scancel", "--quiet", *sorted(ids)], capture_output=True)
+
+
+def configure(spool: Path, *, slurm: dict | None = None, **top) -> None:
+    """executor = "slurm", ``top`` settings, and a [slurm] table (replacing one written before)."""
+    path = spool / "onite.toml"
+    path.write_text(path.read_text().split("\n[slurm]\n")[0])
+    set_config(spool, executor="slurm", **top)
+    table = {"poll": "0.25s", **(slurm or {})}
+    with open(path, "a") as handle:
+        handle.write("\n[slurm]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()))
+
+
+def submit(name, body, *args, user=None, env=None, cwd=None):
+    r = run_cli(["submit", name, *args], stdin=body.encode() if isinstance(body, str) else body, user=user, env=env,
+                cwd=cwd)
+    assert r.code == 0, r
+    return r
+
+
+def slurm_state(job_id: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", "State"], capture_output=True, text=True,
+                         timeout=SQUEUE_TIMEOUT).stdout
+    return out.strip()
+
+
+def runinfo(spool: Path, name: str) -> dict:
+    path = spool / "running" / HOST / f"{name}@run"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def finish(driver: subprocess.Popen, timeout: float = 30) -> int:
+    """Wait for the driver to exit by itself; its exit code (reading its pipes to the end)."""
+    driver.communicate(timeout=timeout)
+    return driver.returncode
+
+
+def stop(driver: subprocess.Popen) -> None:
+    if driver.poll() is None:
+        os.killpg(driver.pid, signal.SIGKILL)
+    driver.communicate()
+
+
+# ---- identity, environment, directory, output ------------------------------------
+
+
+@needs_root
+def test_jobs_run_in_slurm_as_their_owners_with_exact_env_and_cwd(slurm_spool, workdir):
+    who = pwd.getpwnam("nobody")
+    env = {"PATH": "/usr/bin:/bin", "MULTI": "line one\nline 'two' $HOME \\ \"q\"", "HOME": "/wrong", "USER": "wrong"}
+    raw = {k.encode(): v.encode() for k, v in env.items()}
+    raw[b"RAW"] = b"\xff\xfe not utf-8"
+    body = ('id -u > id.out; pwd > pwd.out; printenv MULTI > multi.out; printenv RAW > raw.out;'
+            'printf "%s|%s|%s" "$HOME" "$USER" "$LOGNAME" > login.out; echo "to stdout"; echo "to stderr" >&2\n')
+    for name, user in (("as-root", None), ("as-nobody", "nobody")):
+        here = workdir / name
+        here.mkdir()
+        if user:
+            os.chown(here, who.pw_uid, who.pw_gid)
+        text_env = {os.fsdecode(k): os.fsdecode(v) for k, v in raw.items()}  # surrogates carry the raw bytes
+        r = run_cli(["submit", name], stdin=body.encode(), user=user, cwd=here,
+                    env={**text_env, "ONITE_SPOOL": str(slurm_spool)})
+        assert r.code == 0, r
+    proc = drain(slurm_spool)
+    assert proc.returncode == 0, proc.stderr
+    for name, uid, home, user in (("as-root", 0, "/root", "root"),
+                                  ("as-nobody", who.pw_uid, who.pw_dir, "nobody")):
+        here = workdir / name
+        rec = result(slurm_spool, name)
+        assert rec["state"] == "done" and rec["executor"] == "slurm" and rec["external_id"].isdigit(), rec
+        assert (here / "id.out").read_text() == f"{uid}\n"
+        assert (here / "pwd.out").read_text() == f"{here}\n"
+        assert (here / "multi.out").read_bytes() == raw[b"MULTI"] + b"\n"
+        assert (here / "raw.out").read_bytes() == b"\xff\xfe not utf-8\n"
+        assert (here / "login.out").read_text() == f"{home}|{user}|{user}"  # from passwd, as a login sets them
+        out = slurm_spool / "stdout" / name
+        st = out.stat()
+        assert st.st_uid == uid and stat.S_IMODE(st.st_mode) == 0o600
+        assert out.read_text() == "to stdout\nto stderr\n"
+
+
+def test_exit_codes_and_signals_are_recorded(slurm_spool):
+    submit("ok", "exit 0\n")
+    submit("three", "exit 3\n")
+    submit("killed", "kill -9 $$\n")
+    submit("py", "#!/usr/bin/env python3\nimport sys; sys.exit(7)\n")
+    assert drain(slurm_spool).returncode == 0
+    assert result(slurm_spool, "ok")["state"] == "done"
+    assert (result(slurm_spool, "three")["exit_code"], result(slurm_spool, "three")["reason"]) == (3, "exit 3")
+    assert result(slurm_spool, "killed")["signal"] == 9
+    assert result(slurm_spool, "killed")["reason"] == "signal 9 (SIGKILL)"
+    assert result(slurm_spool, "py")["exit_code"] == 7
+
+
+# ---- order ---------------------------------------------------------------------------
+
+
+def test_priority_order_when_the_cluster_is_full(slurm_spool, workdir):
+    """Jobs wait in Slurm behind a blocker; Slurm then starts them in onite's order (--nice)."""
+    trace, gate, blocked = workdir / "trace", workdir / "gate", workdir / "blocked"
+    gate.touch()
+    # --exclusive (the user's own #SBATCH line) makes each job take the whole node: one at a time
+    exclusive = "#!/bin/sh\n#SBATCH --exclusive\n"
+    submit("blocker", f"{exclusive}touch {blocked}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(blocked.exists, timeout=30, what="the blocker to run")
+        for name, prio in (("p3", 3), ("p1", 1), ("p2", 2)):
+            submit(name, f"{exclusive}echo {name} >> {trace}\n", "-p", str(prio))
+        wait_for(lambda: all(runinfo(slurm_spool, n).get("external_id") for n in ("p1", "p2", "p3")), timeout=30,
+                 what="all three in Slurm")
+        assert all(slurm_state(runinfo(slurm_spool, n)["external_id"]) == "PENDING" for n in ("p1", "p2", "p3"))
+        gate.unlink()
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+    assert trace.read_text().split() == ["p1", "p2", "p3"]
+
+
+def test_max_jobs_is_the_slot_count_and_order_holds(slurm_spool, workdir):
+    configure(slurm_spool, slurm={"max_jobs": 1})
+    trace = workdir / "trace"
+    for name, prio in (("c", 3), ("a", 1), ("b", 2)):
+        submit(name, f"echo start {name} >> {trace}; sleep 0.3; echo end {name} >> {trace}\n", "-p", str(prio))
+    proc = drain(slurm_spool)
+    assert proc.returncode == 0
+    assert trace.read_text().split("\n")[:-1] == ["start a", "end a", "start b", "end b", "start c", "end c"]
+    assert "slots=1" in next(line for line in log_lines(slurm_spool) if "driver-start" in line)
+
+
+def test_dependency_chain_runs_in_order_and_a_failure_stops_it(slurm_spool, workdir):
+    trace = workdir / "trace"
+    submit("first", f"echo first >> {trace}\n", "-p", "7")
+    submit("second", f"echo second >> {trace}\n", "--after", "first", "-p", "1")
+    submit("third", f"echo third >> {trace}\n", "--after", "second", "-p", "1")
+    submit("broken", "exit 1\n", "-p", "7")
+    submit("never", f"echo never >> {trace}\n", "--after", "broken")
+    assert drain(slurm_spool).returncode == 0
+    assert trace.read_text().split() == ["first", "second", "third"]
+    assert result(slurm_spool, "never")["state"] == "failed" and "broken" in result(slurm_spool, "never")["reason"]
+
+
+# ---- stopping ----------------------------------------------------------------------------
+
+
+@needs_root
+def test_cancel_of_a_running_job_scancels_it(slurm_spool, workdir):
+    marker = workdir / "started"
+    submit("long", f"touch {marker}; sleep 300\n", user="nobody", cwd=workdir)
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run in Slurm")
+        job_id = runinfo(slurm_spool, "long")["external_id"]
+        assert slurm_state(job_id) == "RUNNING"
+        r = run_cli(["cancel", "long"], user="nobody")
+        assert r.code == 0, r
+        assert finish(driver, 30) == 0
+    finally:
+        stop(driver)
+    rec = result(slurm_spool, "long")
+    assert rec["state"] == "cancelled" and rec["reason"] == "cancelled by nobody"
+    assert slurm_state(job_id) == "CANCELLED"
+
+
+def test_timeout_is_enforced_at_the_exact_deadline(slurm_spool, workdir):
+    marker = workdir / "started"
+    submit("slow", f"touch {marker}; sleep 300\n", "--timeout", "3s")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run")
+        job_id = runinfo(slurm_spool, "slow")["external_id"]
+        limit = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+        assert "TimeLimit=00:01:00" in limit  # Slurm gets whole minutes; onite keeps the exact 3 s
+        assert finish(driver, 30) == 0
+    finally:
+        stop(driver)
+    rec = result(slurm_spool, "slow")
+    assert rec["state"] == "failed" and rec["reason"] == "timeout"
+    assert 3.0 <= rec["duration"] <= 10.0, rec["duration"]  # never early; late only by Slurm's second and load
+    assert slurm_state(job_id) == "CANCELLED"
+
+
+def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool, workdir):
+    marker, gate = workdir / "started", workdir / "gate"
+    gate.touch()
+    submit("finishes", f"touch {marker}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run")
+        driver.send_signal(signal.SIGTERM)
+        wait_for(lambda: any("finish running jobs" in line for line in log_lines(slurm_spool)), what="the stop")
+        gate.unlink()
+        assert finish(driver, 30) == 0
+    finally:
+        stop(driver)
+    assert result(slurm_spool, "finishes")["state"] == "done"
+
+    marker.unlink()
+    submit("interrupted", f"touch {marker}; sleep 300\n", "-p", "2")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(marker.exists, timeout=30, what="the second job to run")
+        job_id = runinfo(slurm_spool, "interrupted")["external_id"]
+        stops = sum("finish running jobs" in line for line in log_lines(slurm_spool))
+        driver.send_signal(signal.SIGTERM)
+        # one signal at a time: two pending SIGTERMs would merge into one
+        wait_for(lambda: sum("finish running jobs" in line for line in log_lines(slurm_spool)) > stops,
+                 what="the stop")
+        driver.send_signal(signal.SIGTERM)
+        assert finish(driver, 30) == 0
+    finally:
+        stop(driver)
+    assert (slurm_spool / "jobs" / "P2" / "interrupted").exists()  # back in its queue for the next night
+    assert slurm_state(job_id) == "CANCELLED"
+    assert any(" requeued interrupted " in line for line in log_lines(slurm_spool))
+
+
+@needs_root
+def test_node_failure_is_recorded_and_retried(slurm_spool, workdir):
+    """--no-requeue: Slurm does not rerun the job behind onite's back; onite's own --retries does."""
+    configure(slurm_spool, retry_delay="1s")
+    runs, marker = workdir / "runs", workdir / "started"
+    submit("fragile", f"echo run >> {runs}; [ $(wc -l < {runs}) -ge 2 ] && exit 0; touch {marker}; sleep 300\n",
+           "--retries", "1")
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run")
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=onite-test"], check=True)
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+        if _cluster_problem():  # ReturnToService=2 brings it back on its own; make sure
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    rec = result(slurm_spool, "fragile")
+    assert rec["state"] == "done" and rec["attempt"] == 2, rec
+    assert rec["attempts"][0]["reason"] == "ended by Slurm: NODE_FAIL (NodeDown)"
+    assert runs.read_text() == "run\nrun\n"
+
+
+# ---- a driver that dies --------------------------------------------------------------------
+
+
+def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workdir):
+    starts, gate, done_gate = workdir / "starts", workdir / "gate", workdir / "done-gate"
+    gate.touch()
+    done_gate.touch()
+    submit("survivor", f"echo start >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    submit("ends-meanwhile", f"echo start >> {starts}.2; while [ -e {done_gate} ]; do sleep 0.05; done; exit 5\n")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: starts.exists() and Path(f"{starts}.2").exists(), timeout=30, what="both jobs to run")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    finally:
+        stop(driver)
+    job_id = runinfo(slurm_spool, "survivor")["external_id"]
+    assert slurm_state(job_id) == "RUNNING"  # Slurm jobs outlive their driver
+    ended_id = runinfo(slurm_spool, "ends-meanwhile")["external_id"]
+    done_gate.unlink()
+    wait_for(lambda: slurm_state(ended_id) == "FAILED", timeout=30, what="the second job to end while no driver runs")
+
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: any("re-attached" in line and "survivor" in line for line in log_lines(slurm_spool)),
+                 timeout=30, what="the new driver to re-attach")
+        gate.unlink()
+        assert finish(driver, 30) == 0
+    finally:
+        stop(driver)
+    assert starts.read_text() == "start\n" and Path(f"{starts}.2").read_text() == "start\n"  # each started once
+    assert result(slurm_spool, "survivor")["state"] == "done"
+    assert result(slurm_spool, "survivor")["external_id"] == job_id
+    assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
+
+
+def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool, workdir):
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit("moved", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(starts.exists, timeout=30, what="the job to run in Slurm")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    finally:
+        stop(driver)
+    job_id = runinfo(slurm_spool, "moved")["external_id"]
+    set_config(slurm_spool, executor="local")
+    path = slurm_spool / "onite.toml"
+    path.write_text(path.read_text().split("\n[slurm]\n")[0] + "\n")
+    local = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: any(" recovered moved " in line for line in log_lines(slurm_spool)), timeout=30,
+                 what="recovery by the local driver")
+        gate.unlink()
+        assert finish(local, 60) == 0
+    finally:
+        stop(local)
+    assert slurm_state(job_id) == "CANCELLED"
+    recovered = [line for line in log_lines(slurm_spool) if " recovered moved " in line]
+    assert recovered and f"Slurm job {job_id} was cancelled" in recovered[0], recovered
+    rec = result(slurm_spool, "moved")
+    assert rec["state"] == "done" and rec["executor"] == "local"
+    assert starts.read_text() == f"{job_id}\n\n"  # once in Slurm (cancelled), then locally (no SLURM_JOB_ID)
+
+
+def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_spool, workdir):
+    marker = workdir / "started"
+    submit("orphan", f"touch {marker}; sleep 300\n", "-p", "3")
+    driver = start_driver(slurm_spool, "--host", "gone")
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run in Slurm")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    finally:
+        stop(driver)
+    job_id = json.loads((slurm_spool / "running" / "gone" / "orphan@run").read_text())["external_id"]
+    r = run_cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0, r
+    assert slurm_state(job_id) == "CANCELLED"  # nothing would watch it: it is cancelled, not re-attached
+    assert (slurm_spool / "jobs" / "P3" / "orphan").exists()
+
+
+# ---- refusals --------------------------------------------------------------------------------
+
+
+@needs_root
+def test_refusals_become_clear_failed_results(slurm_spool, workdir):
+    private = workdir / "private"
+    private.mkdir()
+    os.chown(private, pwd.getpwnam("nobody").pw_uid, -1)
+    submit("no-way-in", "echo hi\n", user="nobody", cwd=private)
+    os.chown(private, 0, -1)
+    os.chmod(private, 0o700)
+    submit("crlf", b"#!/bin/sh\r\necho hi\r\n")
+    submit("nul", b"echo \0\n")
+    submit("array", "#!/bin/sh\n#SBATCH --array=1-3\necho\n")
+    huge = "#!/bin/sh\n" + ("# " + "x" * 98 + "\n") * 50_000  # over slurmctld's 4 MiB script limit
+    submit("huge", huge)
+    assert drain(slurm_spool).returncode == 0
+    assert result(slurm_spool, "no-way-in")["reason"] == f"its directory {private} is not accessible to nobody"
+    assert result(slurm_spool, "crlf")["reason"].startswith("sbatch did not accept it: Batch script contains DOS")
+    assert result(slurm_spool, "nul")["reason"].startswith("sbatch did not accept it: The Slurm controller does not")
+    assert result(slurm_spool, "array")["reason"].startswith("'#SBATCH --array=1-3' is not supported")
+    assert result(slurm_spool, "huge")["reason"].startswith("sbatch did not accept it:")
+    assert f"the job text is {len(huge)} bytes" in result(slurm_spool, "huge")["reason"]
+
+
+def test_controller_down_fails_the_job_with_slurms_reason(slurm_spool, world_tmp):
+    conf = world_tmp / "slurm.conf"  # the real config, but pointing at a port nobody listens on
+    text = Path("/etc/slurm/slurm.conf").read_text()
+    conf.write_text(text + "\nSlurmctldPort=9\nMessageTimeout=2\n")
+    submit("unlucky", "echo\n")
+    assert finish(start_driver(slurm_spool, env={**os.environ, "SLURM_CONF": str(conf)}), 60) == 0
+    assert result(slurm_spool, "unlucky")["reason"] == ("sbatch did not accept it: Batch job submission failed: "
+                                                         "Unable to contact slurm controller (connect failure)")
+
+
+def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
+    from datetime import datetime
+
+    from onite.config import load_config
+    from onite.executor import Run
+    from onite.identity import current
+    from onite.jobfile import Job
+    from onite.slurm import SlurmRunner
+
+    now = datetime.now().astimezone()
+    job = Job(name="ghost", priority=1, submitted=now, host=HOST, umask=0o22, cwd=b"/", env={}, body=b"")
+    runner = SlurmRunner(None, load_config(slurm_spool / "onite.toml"), switch_user=False)
+    run = Run(name="ghost", job=job, owner=current(), rank=1, run_id="x", started=now, started_mono=0.0,
+              external_id="987654321")
+    assert runner.reattach(run) is False
+    runner.runs.append(run)
+    [(_, outcome)] = runner.reap()
+    assert outcome.describe() == "lost: Slurm forgot job 987654321"

@@ -1,0 +1,91 @@
+"""Reading squeue's answers and mapping Slurm's endings to outcomes (pure: no cluster needed)."""
+
+from datetime import datetime
+
+import pytest
+
+from onite.squeue import JobStatus, decode_status, is_unknown_ids, lost, outcome, parse, query_argv
+
+
+def status(state, raw=0, reason="None", start=None):
+    return JobStatus(job_id="42", state=state, status=raw, reason=reason, name="onite:j", start=start)
+
+
+def test_query_asks_once_for_all_ids_including_finished_ones():
+    argv = query_argv("/usr/bin/squeue", ["1", "22", "333"])
+    assert argv[:6] == ["/usr/bin/squeue", "-h", "-t", "all", "-j", "1,22,333"]
+    assert argv[6] == "-O" and argv[7].startswith("JobID:|,State:|,exit_code:|")
+
+
+def test_parse_lines_as_squeue_prints_them():
+    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|onite:exit3|\n"
+            "29|PENDING|0|Priority|2026-11-22T09:00:00|onite:later|\n"
+            "30|RUNNING|0|None|2026-11-22T04:50:01|onite:a|b|\n"
+            "garbage\n\n")
+    got = parse(text)
+    assert set(got) == {"28", "29", "30"}
+    assert got["28"].state == "FAILED" and got["28"].status == 768 and got["28"].reason == "NonZeroExitCode"
+    assert got["28"].name == "onite:exit3" and got["28"].is_final
+    assert got["28"].start == datetime(2026, 11, 22, 4, 49, 19).astimezone()
+    assert got["29"].start is None  # a pending job's StartTime is only the scheduler's guess
+    assert got["30"].name == "onite:a|b" and not got["30"].is_final
+
+
+def test_unparsable_start_time_is_none():
+    assert parse("5|FAILED|4021|JobLaunchFailure||onite:x|\n")["5"].start is None
+    assert parse("5|COMPLETED|0|None|N/A|onite:x|\n")["5"].start is None
+
+
+def test_unknown_ids_are_told_apart_from_an_unreachable_controller():
+    assert is_unknown_ids(1, "slurm_load_jobs error: Invalid job id specified\n")
+    assert not is_unknown_ids(1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
+    assert not is_unknown_ids(0, "")
+
+
+@pytest.mark.parametrize("raw, decoded", [(0, (0, None)), (768, (3, None)), (9, (None, 9)), (15, (None, 15)),
+                                          (143 << 8, (143, None)), (None, (None, None))])
+def test_decode_raw_wait_status(raw, decoded):
+    assert decode_status(raw) == decoded
+
+
+def test_completed_and_failed_carry_exit_code_or_signal():
+    assert outcome(status("COMPLETED"), stopping=None, cancelled_by=None).ok
+    failed = outcome(status("FAILED", 768, "NonZeroExitCode"), stopping=None, cancelled_by=None)
+    assert failed.exit_code == 3 and failed.describe() == "exit 3"
+    killed = outcome(status("FAILED", 9, "JobLaunchFailure"), stopping=None, cancelled_by=None)
+    assert killed.signal == 9 and killed.describe() == "signal 9 (SIGKILL)"
+
+
+def test_launch_failure_is_explained():
+    got = outcome(status("FAILED", 4021, "JobLaunchFailure"), stopping=None, cancelled_by=None)
+    assert got.describe().startswith("Slurm could not launch it (JobLaunchFailure")
+    assert not got.ok
+
+
+@pytest.mark.parametrize("stopping, described", [
+    ("cancel", "cancelled by alice"), ("timeout", "timeout"), ("shutdown", "interrupted: the driver was stopped"),
+    (None, "cancelled by scancel, outside onite"),
+])
+def test_cancelled_says_who_or_why(stopping, described):
+    got = outcome(status("CANCELLED", 15), stopping=stopping, cancelled_by="alice")
+    assert got.describe() == described
+
+
+def test_slurms_own_time_limit_is_a_timeout():
+    assert outcome(status("TIMEOUT", 15, "TimeLimit"), stopping=None, cancelled_by=None).describe() == "timeout"
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE"])
+def test_cluster_failures_name_the_slurm_state(state):
+    got = outcome(status(state, 9, "NodeDown"), stopping=None, cancelled_by=None)
+    assert got.describe() == f"ended by Slurm: {state} (NodeDown)" and got.state.value == "failed"
+    assert got.retryable is (state in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED"))  # the cluster failed, not the job
+
+
+def test_a_job_that_ended_on_its_own_is_recorded_as_it_ended_even_if_cancel_raced():
+    assert outcome(status("COMPLETED"), stopping="cancel", cancelled_by="bob").describe() == ""
+    assert outcome(status("FAILED", 256), stopping="timeout", cancelled_by=None).describe() == "exit 1"
+
+
+def test_lost_names_the_job():
+    assert lost("77").describe() == "lost: Slurm forgot job 77"
