@@ -40,7 +40,7 @@ from pathlib import Path
 from onite import spool as sp
 from onite.config import Config, default_host
 from onite.errors import JobFormatError, NotFound, OniteError, Refused
-from onite.executor import LocalRunner, Run, SpawnError
+from onite.executor import LocalRunner, Run, SpawnError, Unavailable
 from onite.filecheck import BadFile, file_problem, read_job_file
 from onite.identity import Identity, resolve
 from onite.index import Candidate, QueueIndex
@@ -55,6 +55,7 @@ POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
 IDENTITY_TTL = 1.0  # seconds an owner's account, as read from the system, is trusted
 SETTLE_WAIT = timedelta(seconds=2)  # a driver that does not linger still waits this long for a settling job
+PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
 
 
 @dataclass
@@ -100,6 +101,8 @@ class Driver:
         self._reported_foreign: set[str] = set()
         self._identities: dict[int, tuple[float, Identity | Refused]] = {}
         self._may_reattach = True  # recovery may take back runs that outlived their driver (Slurm)
+        self._paused_until: float | None = None  # monotonic: the executor was unavailable; start nothing before
+        self._pause = 0.0
         self._cancel_mtime = -1
         self._seq = 0
         self._since_prune = 0
@@ -355,6 +358,12 @@ class Driver:
                     self.log.event("window-closed", until=self.until.isoformat(timespec="auto"), left=len(self.index),
                                    note="jobs left stay queued for the next night")
                 return
+            if self._paused_until is not None:
+                left = self._paused_until - time.monotonic()
+                if left > 0:
+                    self._note_wake(self.now() + timedelta(seconds=left))
+                    return
+                self._paused_until = None
             picked = self._pick()
             if picked is None:
                 return
@@ -536,15 +545,35 @@ class Driver:
         # say nothing that recovery needs (no process to stop), and every new file costs.
         try:
             self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1)
+        except Unavailable as err:
+            self._pause_starts(run, target, err)
+            return
         except SpawnError as err:
             self.log.event("start-failed", cand.name, user=owner.name, reason=str(err))
             self._record(run, Outcome(reason=str(err)), self.now())
             return
+        self._pause = 0.0
         self.running[cand.name] = run
         self._write_runinfo(run, self.runner.runinfo(run))
         self.log.event("start", cand.name, user=owner.name, priority="urgent" if cand.rank == 0 else cand.rank,
                        attempt=job.attempt, pid=run.process.pid if run.process else None,
                        slurm=run.external_id)
+
+    def _pause_starts(self, run: Run, claimed: Path, err: Unavailable) -> None:
+        """The executor cannot take jobs now: put this one back in its queue (it keeps its attempt
+        count, but goes behind the jobs of its priority) and start nothing for a while, longer
+        each time in a row (PAUSE_FIRST doubling up to PAUSE_MAX). A job never fails for this."""
+        self._pause = min(max(self._pause * 2, PAUSE_FIRST), PAUSE_MAX)
+        self._paused_until = time.monotonic() + self._pause
+        try:
+            self._requeue_file(claimed, run.name, run.rank)
+        except OniteError as move_err:
+            self.log.event("start-failed", run.name, user=run.owner.name, reason=str(err))
+            self._record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}"), self.now())
+            return
+        self.counts["requeued"] += 1
+        self.log.event("executor-unavailable", run.name, reason=str(err), retry_in=f"{self._pause:g}s",
+                       note="the job is back in its queue; no job starts before then")
 
     def _claimed_job(self, name: str, path: Path, st_seen: os.stat_result) -> tuple[Job, os.stat_result]:
         cached = self._parsed.pop(name, None)

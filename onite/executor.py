@@ -33,6 +33,11 @@ class SpawnError(Exception):
     """The job could not be started; the message is the reason recorded for it."""
 
 
+class Unavailable(SpawnError):
+    """The executor cannot take any job just now (the Slurm controller does not answer), and
+    nothing of this job was started: it goes back to its queue and the driver waits."""
+
+
 @dataclass(frozen=True)
 class Launch:
     argv: tuple[bytes, ...]  # the last element is replaced by the script's /dev/fd path

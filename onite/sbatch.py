@@ -178,6 +178,18 @@ def parse_job_id(stdout: bytes) -> str | None:
 SCRIPT_LIMIT = 4 * 1024 * 1024  # slurmctld's default max_script_size
 
 
+# What sbatch says when it never reached the controller, so nothing was submitted
+# (Slurm's own error strings: slurm_strerror of the connection and protocol errors).
+_UNREACHED = ("unable to contact slurm controller", "connection refused", "communication connection failure",
+              "zero bytes were transmitted or received", "slurmctld is not responding")
+
+
+def controller_unreached(stderr: bytes) -> bool:
+    """Did sbatch fail before the controller could take the job (retrying later is safe)?"""
+    text = stderr.decode("utf-8", "replace").lower()
+    return any(phrase in text for phrase in _UNREACHED)
+
+
 def refusal(stderr: bytes, script_size: int = 0) -> str:
     """sbatch's complaint as one line for a result record (with the likely cause of a cryptic one)."""
     text = _one_line(stderr)

@@ -31,7 +31,7 @@ from pathlib import Path
 from onite import sbatch, squeue
 from onite.config import Config
 from onite.errors import ConfigError
-from onite.executor import Run, Runner, SpawnError, check_directory, open_output
+from onite.executor import Run, Runner, SpawnError, Unavailable, check_directory, open_output
 from onite.state import Outcome
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
@@ -143,6 +143,8 @@ class SlurmRunner(Runner):
         if done.returncode == sbatch.CD_FAILED:
             raise SpawnError(f"its directory {os.fsdecode(job.cwd)} is not accessible to {run.owner.name}")
         job_id = sbatch.parse_job_id(done.stdout) if done.returncode == 0 else None
+        if job_id is None and sbatch.controller_unreached(done.stderr):
+            raise Unavailable(f"the Slurm controller does not answer: {sbatch.refusal(done.stderr)}")
         if job_id is None:
             raise SpawnError(f"sbatch did not accept it: {sbatch.refusal(done.stderr, len(script))}")
         return job_id

@@ -274,6 +274,36 @@ def test_cancel_queued_job_and_not_found(spool, cli):
     assert r.code == 2 and "no job name given" in r.err
 
 
+def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workdir, monkeypatch):
+    """A Slurm controller that does not answer is not the job's fault: it goes back, the driver waits."""
+    from onite import driver as drv
+    from onite.executor import LocalRunner, Unavailable
+    from onite.spool import Spool
+
+    class UnavailableTwice(LocalRunner):
+        refusals = 2
+
+        def start(self, run, output_path, *, append):
+            if self.refusals:
+                self.refusals -= 1
+                raise Unavailable("the controller does not answer (test)")
+            super().start(run, output_path, append=append)
+
+    monkeypatch.setattr(drv, "PAUSE_FIRST", 0.2)
+    trace = workdir / "trace"
+    submit("a", f"echo a >> {trace}\n")
+    submit("b", f"echo b >> {trace}\n")
+    runner = UnavailableTwice(shell="/bin/sh", kill_grace=1.0, switch_user=False)
+    assert drv.Driver(Spool(spool), runner=runner).run() == 0
+    assert sorted(trace.read_text().split()) == ["a", "b"]
+    for name in "ab":
+        assert result(spool, name)["state"] == "done" and result(spool, name)["attempt"] == 1
+    pauses = [line for line in log_lines(spool) if " executor-unavailable " in line]
+    assert len(pauses) == 2
+    assert "retry_in=0.2s" in pauses[0] and "retry_in=0.4s" in pauses[1]
+    assert "the controller does not answer (test)" in pauses[0]
+
+
 SUBMITTER = """
 import os, sys
 from onite.__main__ import main

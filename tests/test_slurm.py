@@ -424,14 +424,26 @@ def test_refusals_become_clear_failed_results(slurm_spool, workdir):
     assert f"the job text is {len(huge)} bytes" in result(slurm_spool, "huge")["reason"]
 
 
-def test_controller_down_fails_the_job_with_slurms_reason(slurm_spool, world_tmp):
+def test_controller_down_requeues_the_job_untouched(slurm_spool, world_tmp):
     conf = world_tmp / "slurm.conf"  # the real config, but pointing at a port nobody listens on
     text = Path("/etc/slurm/slurm.conf").read_text()
     conf.write_text(text + "\nSlurmctldPort=9\nMessageTimeout=2\n")
-    submit("unlucky", "echo\n")
-    assert finish(start_driver(slurm_spool, env={**os.environ, "SLURM_CONF": str(conf)}), 60) == 0
-    assert result(slurm_spool, "unlucky")["reason"] == ("sbatch did not accept it: Batch job submission failed: "
-                                                         "Unable to contact slurm controller (connect failure)")
+    submit("unlucky", "echo lucky after all\n")
+    driver = start_driver(slurm_spool, env={**os.environ, "SLURM_CONF": str(conf)})
+    try:
+        wait_for(lambda: any(" executor-unavailable " in line for line in log_lines(slurm_spool)),
+                 what="the driver to find the controller unreachable")
+        os.killpg(driver.pid, signal.SIGTERM)  # it waits out a pause; a stop request ends that
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+    [line] = [line for line in log_lines(slurm_spool) if " executor-unavailable " in line]
+    assert "Unable to contact slurm controller (connect failure)" in line and "retry_in=15s" in line
+    assert (slurm_spool / "jobs" / "P4" / "unlucky").is_file()
+    assert not (slurm_spool / "jobsdone" / "unlucky@result").exists()
+    assert drain(slurm_spool).returncode == 0  # the controller answers again
+    assert result(slurm_spool, "unlucky")["state"] == "done" and result(slurm_spool, "unlucky")["attempt"] == 1
+    assert (slurm_spool / "stdout" / "unlucky").read_text() == "lucky after all\n"
 
 
 def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
