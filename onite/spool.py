@@ -514,7 +514,12 @@ class Entry:
         return self.rank or None
 
 
-def _entries(folder: Path, **extra) -> Iterator[Entry]:
+def _job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
+    """The job files of ``folder`` (no dot-names, no side files) with their lstat; nothing if it is gone.
+
+    Raises:
+        SpoolIOError: the folder cannot be listed.
+    """
     try:
         it = os.scandir(folder)
     except FileNotFoundError:
@@ -530,7 +535,12 @@ def _entries(folder: Path, **extra) -> Iterator[Entry]:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # claimed or cancelled while we looked
-            yield Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
+            yield entry, st
+
+
+def _entries(folder: Path, **extra) -> Iterator[Entry]:
+    for entry, st in _job_stats(folder):
+        yield Entry(entry.name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
 
 
 def queued(spool: Spool) -> list[Entry]:
@@ -550,23 +560,7 @@ def queued_stats(spool: Spool) -> list[tuple[int, int, str, int, int]]:
 def queued_folder_stats(spool: Spool) -> Iterator[tuple[int, list[tuple[int, str, int, int]]]]:
     """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, mode)``."""
     for rank, folder in spool.queue_folders():
-        rows = []
-        try:
-            it = os.scandir(folder)
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            raise SpoolIOError(folder, "listing", err) from None
-        with it:
-            for entry in it:
-                name = entry.name
-                if name[0] == "." or SIDE in name:
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # claimed or cancelled while we looked
-                rows.append((st.st_ctime_ns, name, st.st_uid, st.st_mode))
+        rows = [(st.st_ctime_ns, entry.name, st.st_uid, st.st_mode) for entry, st in _job_stats(folder)]
         # by (ctime, name), unique within a folder: two sorts on one key each take a third of the time
         # of one on the pair, as many jobs share a kernel tick and pairs of str compare slowly
         rows.sort(key=itemgetter(1))
