@@ -294,9 +294,12 @@ class Driver:
 
     def _lingers(self) -> bool:
         """With nothing running, wait for the next not-before time? A driver that does not
-        linger still waits a moment for a job that is settling (being spooled right now).
+        linger still waits a moment for a job that is settling (being spooled right now), and
+        out a pause of an unavailable executor (the jobs it put back are tonight's work).
         """
-        return self.linger or (self._wake_at is not None and self._wake_at - self.now() <= SETTLE_WAIT)
+        if self.linger or self._paused_until is not None:
+            return True
+        return self._wake_at is not None and self._wake_at - self.now() <= SETTLE_WAIT
 
     # ---- signals -----------------------------------------------------------------
 

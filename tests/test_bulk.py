@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import drain, run_cli
+from conftest import drain
 from onite import spool as sp
 from onite.api import Spool
 from onite.errors import InvalidInput, Refused, SpoolIOError

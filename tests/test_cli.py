@@ -1,13 +1,10 @@
 """The command-line contract: exit codes, one-line errors, --json documents, small commands."""
 
-import json
 import os
 import stat
 import subprocess
 import sys
-from datetime import datetime, timedelta
-
-import pytest
+from datetime import datetime
 
 from conftest import REPO, ROOT, drain, run_cli, set_config
 

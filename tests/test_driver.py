@@ -1,16 +1,11 @@
 """The driver: order, late arrivals, the lock, retention, failures, recovery (real processes)."""
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from conftest import REPO, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+from conftest import drain, log_lines, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
 

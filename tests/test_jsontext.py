@@ -12,7 +12,7 @@ CASES = [
     {"a": []}, {"a": {}}, [[]], [{}], [[], {}], {"a": [[], {}]},
     {"x": 1, "a": [{"q": 1}], "y": 2, "z": [], "w": {"k": [1, (2, 3)]}, "v": 3},
     {"quote\"d": "new\nline\ttab \\ é ☃ \x00", "n": float("inf"), "m": -0.0},
-    {1: "int key", True: "bool key", None: "null key", 2.5: [1]},
+    {1: "int key", False: "bool key", None: "null key", 2.5: [1]},
     {"version": 1, "jobs": [{"name": "a", "position": 1, "host": None}, {"name": "b", "position": 2}]},
     ({"t": (1, 2)},),
 ]

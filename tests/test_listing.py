@@ -1,6 +1,5 @@
 """onite list --json at scale: the fast document is the JobView document, byte for byte."""
 
-import os
 import time
 from datetime import datetime
 

@@ -11,8 +11,6 @@ import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
-
 from conftest import drain, log_lines, needs_root, nobody, result, run_cli, set_config, start_driver, wait_for
 from onite.jobfile import Job, encode
 

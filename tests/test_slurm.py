@@ -16,7 +16,7 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,7 +64,7 @@ def slurm_spool(spool, cluster_cpus):
     configure(spool)
     yield spool
     ids = set()
-    for path in list(spool.rglob(f"*@run")) + list(spool.rglob("*@result")):
+    for path in list(spool.rglob("*@run")) + list(spool.rglob("*@result")):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -424,24 +424,32 @@ def test_refusals_become_clear_failed_results(slurm_spool, workdir):
     assert f"the job text is {len(huge)} bytes" in result(slurm_spool, "huge")["reason"]
 
 
-def test_controller_down_requeues_the_job_untouched(slurm_spool, world_tmp):
+@pytest.mark.parametrize("command", [["run"], ["daemon", "--drain-now"]])
+def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spool, world_tmp, command):
     conf = world_tmp / "slurm.conf"  # the real config, but pointing at a port nobody listens on
-    text = Path("/etc/slurm/slurm.conf").read_text()
-    conf.write_text(text + "\nSlurmctldPort=9\nMessageTimeout=2\n")
+    real = Path("/etc/slurm/slurm.conf").read_text()
+    conf.write_text(real + "\nSlurmctldPort=9\nMessageTimeout=2\n")
     submit("unlucky", "echo lucky after all\n")
-    driver = start_driver(slurm_spool, env={**os.environ, "SLURM_CONF": str(conf)})
+    env = {**os.environ, "SLURM_CONF": str(conf), "ONITE_SPOOL": str(slurm_spool),
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    driver = subprocess.Popen([sys.executable, "-m", "onite", *command], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
     try:
         wait_for(lambda: any(" executor-unavailable " in line for line in log_lines(slurm_spool)),
                  what="the driver to find the controller unreachable")
-        os.killpg(driver.pid, signal.SIGTERM)  # it waits out a pause; a stop request ends that
-        assert finish(driver, 60) == 0
+        [line] = [line for line in log_lines(slurm_spool) if " executor-unavailable " in line]
+        assert "Unable to contact slurm controller (connect failure)" in line and "retry_in=15s" in line
+        assert (slurm_spool / "jobs" / "P4" / "unlucky").is_file()  # back in its queue, not failed
+        assert not (slurm_spool / "jobsdone" / "unlucky@result").exists()
+        conf.write_text(real)  # the controller answers again; sbatch reads its config at every call
+        wait_for(lambda: (slurm_spool / "jobsdone" / "unlucky@result").exists(), timeout=90,
+                 what="the driver to try again after its pause")
+        if command[0] == "run":
+            assert finish(driver, 60) == 0
     finally:
-        stop(driver)
-    [line] = [line for line in log_lines(slurm_spool) if " executor-unavailable " in line]
-    assert "Unable to contact slurm controller (connect failure)" in line and "retry_in=15s" in line
-    assert (slurm_spool / "jobs" / "P4" / "unlucky").is_file()
-    assert not (slurm_spool / "jobsdone" / "unlucky@result").exists()
-    assert drain(slurm_spool).returncode == 0  # the controller answers again
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGTERM)
+        finish(driver, 60)
     assert result(slurm_spool, "unlucky")["state"] == "done" and result(slurm_spool, "unlucky")["attempt"] == 1
     assert (slurm_spool / "stdout" / "unlucky").read_text() == "lucky after all\n"
 
