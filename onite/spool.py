@@ -300,37 +300,11 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
         Refused: ``folder/name`` already exists.
         SpoolIOError: the write failed (full disk, file-size limit, permissions, …).
     """
-    final = folder / name
-    tmp = folder / f".{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileNotFoundError:
-        raise SpoolError(f"no folder {folder}", "run onite init to create the spool's folders") from None
-    except OSError as err:
-        raise SpoolIOError(folder, "creating a job in", err) from None
-    try:
-        try:
-            if owner is not None:
-                os.fchown(fd, *owner)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, final)
-        except FileExistsError:
-            raise Refused(f"{final} already exists", "pick another name (or use --unique)") from None
-    except OSError as err:
-        raise SpoolIOError(final, "writing", err) from None
-    finally:
-        _unlink_quietly(tmp)
+    tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
+    _link_name(tmp, folder, name)
     if durable:
         fsync_dir(folder)
-    return final
+    return folder / name
 
 
 BATCH_CHUNK = 512  # files made durable together by one syncfs(2) before they are given their names
@@ -382,8 +356,10 @@ def create_batch(files: Iterable[tuple[Path, str, bytes, int]], *, owner: tuple[
     return created
 
 
-def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None) -> str:
-    """Write ``data`` under a dot-name in ``folder``, not yet durable; return that path."""
+def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,
+                   durable: bool = False) -> str:
+    """Write ``data`` under a dot-name in ``folder`` (flushed to disk if ``durable``); return that path.
+    On any failure, an interrupt included, the dot-name is removed."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -391,6 +367,7 @@ def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple
         raise SpoolError(f"no folder {folder}", "run onite init to create the spool's folders") from None
     except OSError as err:
         raise SpoolIOError(folder, "creating a job in", err) from None
+    written = False
     try:
         if owner is not None:
             os.fchown(fd, *owner)
@@ -398,11 +375,15 @@ def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple
         while view:
             view = view[os.write(fd, view):]
         os.fchmod(fd, mode)
+        if durable:
+            os.fsync(fd)
+        written = True
     except OSError as err:
-        os.close(fd)
-        _unlink_quietly(tmp)
         raise SpoolIOError(folder / name, "writing", err) from None
-    os.close(fd)
+    finally:
+        os.close(fd)
+        if not written:
+            _unlink_quietly(tmp)
     return tmp
 
 
