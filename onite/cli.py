@@ -136,15 +136,9 @@ def list_(
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return
-    from onite.render import jobs_table
+    from onite.render import print_job_list
 
-    out = console()
-    if not by_host:
-        out.print(jobs_table(views, now(), detailed=all_))
-        return
-    for host in sorted({v.host or "" for v in views}):
-        out.print(f"[bold]{host or 'queued (no host yet)'}[/]")
-        out.print(jobs_table([v for v in views if (v.host or "") == host], now(), detailed=True))
+    print_job_list(views, now(), detailed=all_, by_host=by_host, out=console())
 
 
 @app.command()

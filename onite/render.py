@@ -6,7 +6,7 @@ to import); ``--json`` output never does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 
 from rich.table import Table
@@ -66,34 +66,67 @@ def outcome_text(view: JobView) -> str:
     return f"exit {view.exit_code}" if view.exit_code is not None else ""
 
 
-def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Table:
-    """``onite list``: position, name, user, priority, age, state (and, detailed, where/when/how it ran)."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("#", justify="right")
-    table.add_column("NAME", overflow="fold")
-    table.add_column("USER")
-    table.add_column("PRI")
-    table.add_column("AGE", justify="right")
-    table.add_column("STATE")
-    if detailed:
-        table.add_column("HOST")
-        table.add_column("STARTED")
-        table.add_column("TOOK", justify="right")
-        table.add_column("RESULT", overflow="fold")
+# A table of more rows than this is written as plain text: rich takes about a minute for 100,000 rows.
+LARGE_TABLE = 2000
+
+# (title, right-justified) of ``onite list``'s columns; DETAIL_COLUMNS follow with --all
+JOB_COLUMNS = (("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False))
+DETAIL_COLUMNS = (("HOST", False), ("STARTED", False), ("TOOK", True), ("RESULT", False))
+FOLDED = {"NAME", "RESULT"}  # long names and reasons wrap within their column on a narrow terminal
+
+
+def job_columns(detailed: bool) -> tuple[tuple[str, bool], ...]:
+    return JOB_COLUMNS + DETAIL_COLUMNS if detailed else JOB_COLUMNS
+
+
+def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Iterator[list[str]]:
+    """``onite list``'s cells, as text: position, name, user, priority, age, state (and, detailed,
+    where, when and how it ran)."""
     for view in views:
-        row = [
-            str(view.position or ""),
-            view.name,
-            view.user,
-            priority_label(view),
-            human_duration((now - view.submitted).total_seconds()),
-            status_text(view),
-        ]
+        row = [str(view.position or ""), view.name, view.user, priority_label(view),
+               human_duration((now - view.submitted).total_seconds()), view.state]
         if detailed:
             took = view.duration if view.finished else (now - view.started).total_seconds() if view.started else None
             row += [view.host or "", short_time(view.started, now), human_duration(took), outcome_text(view)]
+        yield row
+
+
+def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Table:
+    """``onite list`` for a terminal: the rows of ``job_rows``, states in colour."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for title, right in job_columns(detailed):
+        table.add_column(title, justify="right" if right else "left", overflow="fold" if title in FOLDED else "ellipsis")
+    for row in job_rows(views, now, detailed=detailed):
+        row[5] = Text(row[5], style=STATE_STYLE.get(row[5], ""))
         table.add_row(*row)
     return table
+
+
+def plain_table(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
+    """The lines of a table laid out as ``jobs_table`` is (columns two spaces apart), without rich."""
+    rows = list(rows)
+    widths = [max([len(title)] + [len(row[i]) for row in rows]) for i, (title, _) in enumerate(columns)]
+    for row in [[title for title, _ in columns], *rows]:
+        cells = [cell.rjust(width) if right else cell.ljust(width)
+                 for cell, width, (_, right) in zip(row, widths, columns)]
+        yield "  ".join(cells).rstrip()
+
+
+def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out) -> None:
+    """``onite list`` on ``out`` (a rich Console): one table, or one per host with ``by_host``
+    (always detailed). More than LARGE_TABLE rows are written as plain text, laid out the same."""
+    groups = [(None, views)] if not by_host else \
+        [(host, [v for v in views if (v.host or "") == host]) for host in sorted({v.host or "" for v in views})]
+    detailed = detailed or by_host
+    plain = len(views) > LARGE_TABLE
+    for host, some in groups:
+        if host is not None:
+            out.print(f"[bold]{host or 'queued (no host yet)'}[/]")
+        if plain:
+            lines = plain_table(job_columns(detailed), job_rows(some, now, detailed=detailed))
+            out.file.write("".join(line + "\n" for line in lines))
+        else:
+            out.print(jobs_table(some, now, detailed=detailed))
 
 
 def timeline(views: Sequence[JobView], start: datetime, end: datetime, width: int = 48) -> Table:

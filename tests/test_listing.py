@@ -57,3 +57,32 @@ def test_local_times_match_astimezone_across_offset_changes(zone, monkeypatch):
 def test_the_template_follows_to_json():
     pieces = listing._queued_template()
     assert len(pieces) == len(listing._FIELDS) + 1 and pieces[0].startswith("{\n   ")
+
+
+def test_a_big_list_is_plain_text_laid_out_as_the_table(spool, cli):
+    """Past LARGE_TABLE rows `onite list` skips rich (a minute for 100,000 rows); the layout is the same."""
+    import io
+
+    from rich.console import Console
+
+    from onite import render
+
+    api = Spool(spool)
+    api.submit_many([(f"a-much-longer-name-{i}", "exit 1\n" if i == 1 else "true\n") for i in range(3)], urgent=True)
+    assert drain(spool).returncode == 0
+    api.submit_many([(f"q{i}", "true\n") for i in range(4)], priority=2)
+    api.submit("held", "true\n", priority=7, hold=True)
+    target = sp.Spool(spool)
+    now = datetime.now().astimezone()
+    for detailed in (False, True):
+        views = listing.list_jobs(target, include_all=detailed)
+        out = io.StringIO()
+        Console(file=out, width=300, color_system=None).print(render.jobs_table(views, now, detailed=detailed))
+        rich_lines = [line.rstrip() for line in out.getvalue().splitlines()]
+        plain = list(render.plain_table(render.job_columns(detailed), render.job_rows(views, now, detailed=detailed)))
+        assert plain == rich_lines and len(plain) == len(views) + 1
+    big = [(f"j{i:05d}", "true\n") for i in range(render.LARGE_TABLE + 1 - 5)]
+    api.submit_many(big, priority=5)
+    r = cli(["list"])
+    assert r.code == 0 and r.out.splitlines()[0].split() == ["#", "NAME", "USER", "PRI", "AGE", "STATE"]
+    assert len(r.out.splitlines()) == render.LARGE_TABLE + 2 and "\x1b" not in r.out
