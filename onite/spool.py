@@ -322,6 +322,8 @@ def create_batch(files: Iterable[tuple[Path, str, bytes, int]], *, owner: tuple[
     their names, one by one; each folder is fsync'ed once at the end. On any
     error or interruption the dot-names of files not yet named are removed:
     the files before the failure stay created, the others were never seen.
+    A file that cannot be written (a full disk) is such a failure: the files
+    of its chunk written before it are still made durable and named.
 
     Raises:
         Refused: a name already exists (``created`` on the error: how many were made before it).
@@ -333,18 +335,26 @@ def create_batch(files: Iterable[tuple[Path, str, bytes, int]], *, owner: tuple[
     chunk = iter(files)
     try:
         while True:
+            failed = None
             for folder, name, data, mode in chunk:
                 folders.setdefault(folder)
-                pending.append((_write_unnamed(folder, name, data, mode, owner), folder, name))
+                try:
+                    pending.append((_write_unnamed(folder, name, data, mode, owner), folder, name))
+                except SpoolIOError as err:
+                    failed = err  # a full disk: the files written before it still get their names
+                    break
                 if len(pending) >= BATCH_CHUNK:
                     break
-            if not pending:
+            if pending:
+                _make_durable([tmp for tmp, _, _ in pending])
+                for tmp, folder, name in pending:
+                    _link_name(tmp, folder, name)
+                    created += 1
+                pending.clear()
+            elif failed is None:
                 break
-            _make_durable([tmp for tmp, _, _ in pending])
-            for tmp, folder, name in pending:
-                _link_name(tmp, folder, name)
-                created += 1
-            pending.clear()
+            if failed is not None:
+                raise failed
     except OniteError as err:
         err.created = created
         raise
