@@ -52,7 +52,12 @@ def _dispatch(args: list[str]) -> int:
         return 1
     except typer.TyperException as err:  # usage errors from the parser
         message = err.format_message() if hasattr(err, "format_message") else str(err)
-        sub = args[0] if args and not args[0].startswith("-") else ""
+        sub, group = [], command  # the (sub)command the mistake is in: its --help explains it
+        for arg in args:
+            if arg in getattr(group, "commands", {}):
+                sub.append(arg)
+                group = group.commands[arg]
+        sub = " ".join(sub)
         _say(f"onite: {message} — see: onite {sub + ' ' if sub else ''}--help")
         return getattr(err, "exit_code", 2)
     return result if isinstance(result, int) else 0

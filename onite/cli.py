@@ -34,8 +34,20 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdo
 _GLOBAL: dict[str, str | None] = {"spool": None}
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from onite import __version__
+
+        print(f"onite {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _options(spool: SpoolOpt = None) -> None:
+def _options(
+    spool: SpoolOpt = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print onite's version and exit.")] = False,
+) -> None:
     """onite: spool batch jobs by day, run them at night in priority order, as their owners."""
     _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
 

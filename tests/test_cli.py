@@ -6,6 +6,8 @@ import subprocess
 import sys
 from datetime import datetime
 
+import pytest
+
 from conftest import REPO, ROOT, drain, run_cli, set_config
 
 
@@ -158,9 +160,23 @@ def test_broken_pipe_is_quiet(spool):
     assert proc.stderr == b""
 
 
-def test_version_of_help(cli):
+def test_version_and_help(cli):
+    from onite import __version__
+
     r = cli(["--help"])
     assert r.code == 0 and "submit" in r.out and "run" in r.out
+    assert cli(["--version"]).out == f"onite {__version__}\n"
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["lst"], "see: onite --help"),
+    (["list", "--bogus"], "see: onite list --help"),
+    (["--spool", "/nonexistent", "list", "--bogus"], "see: onite list --help"),
+    (["recur", "add", "x", "--bogus"], "see: onite recur add --help"),
+])
+def test_a_usage_error_points_at_the_help_that_explains_it(cli, argv, hint):
+    r = cli(argv)
+    assert r.code == 2 and r.err.count("\n") == 1 and r.err.rstrip().endswith(hint), r
 
 
 def test_cancel_without_a_name_offers_a_numbered_list_on_a_terminal(spool):
