@@ -214,14 +214,14 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
                     f"{config_path} says priorities = {existing.priorities}, not {priorities}, and was changed by hand",
                     "edit its priorities line, then run onite init again",
                 )
-            _write_file(config_path, with_priorities(skel, priorities).encode(), 0o644)
+            replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
             config_written = True
         else:
             config_kept = not pristine
         priorities = parse_config(_read_text(config_path), str(config_path)).priorities
     else:
         priorities = priorities or parse_config(skel).priorities
-        _write_file(config_path, with_priorities(skel, priorities).encode(), 0o644)
+        replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
         config_written = True
         created.append("onite.toml")
     queue_mode = STICKY_DIR if system else 0o755
@@ -235,7 +235,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     _make_dir(root / "refused", 0o700, created, root)
     log = root / "onite.log"
     if not log.exists():
-        _write_file(log, b"", 0o644)
+        replace_file(log, b"", mode=0o644, durable=True)
         created.append("onite.log")
     return InitReport(root, tuple(created), config_written, config_kept)
 
@@ -260,23 +260,6 @@ def _read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
-
-
-def _write_file(path: Path, data: bytes, mode: int) -> None:
-    """Replace ``path`` atomically (dot-name, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        try:
-            os.write(fd, data)
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except OSError as err:
-        _unlink_quietly(tmp)
-        raise SpoolIOError(path, "writing", err) from None
 
 
 def _unlink_quietly(path: Path | str) -> None:
@@ -457,8 +440,10 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
-    """Write ``path`` atomically, replacing it if it exists (records the driver owns).
+def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,
+                 durable: bool = False) -> None:
+    """Write ``path`` atomically (dot-name, then rename), replacing it if it exists: records the
+    driver owns, and with ``durable`` (flushed before the rename) the spool's own files.
 
     Raises:
         SpoolIOError: the write failed.
@@ -470,8 +455,12 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int
         try:
             if owner is not None:
                 os.fchown(fd, *owner)
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             os.fchmod(fd, mode)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
