@@ -180,22 +180,29 @@ def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
     assert job.not_before is not None
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs as a full disk")
-def test_full_disk_leaves_nothing_behind(world_tmp, cli):
+@pytest.fixture
+def small_disk(world_tmp):
+    """A 256 KiB tmpfs: a disk that fills up (needs root; skips, saying why, where it cannot be mounted)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs as a full disk")
     mnt = world_tmp / "small"
     mnt.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
-        spool = mnt / "spool"
-        assert cli(["init", "--spool", str(spool)]).code == 0
-        r = cli(["submit", "big", "--spool", str(spool)], stdin=b"#!/bin/sh\n" + b"x" * (1024 * 1024))
-        assert r.code == 4 and "file system is full" in r.err and r.err.count("\n") == 1, r
-        assert [p for p in (spool / "jobs").rglob("*") if p.is_file()] == []
-        assert cli(["submit", "small", "--spool", str(spool)], stdin=b"true\n").code == 0
+        yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_full_disk_leaves_nothing_behind(small_disk, cli):
+    spool = small_disk / "spool"
+    assert cli(["init", "--spool", str(spool)]).code == 0
+    r = cli(["submit", "big", "--spool", str(spool)], stdin=b"#!/bin/sh\n" + b"x" * (1024 * 1024))
+    assert r.code == 4 and "file system is full" in r.err and r.err.count("\n") == 1, r
+    assert [p for p in (spool / "jobs").rglob("*") if p.is_file()] == []
+    assert cli(["submit", "small", "--spool", str(spool)], stdin=b"true\n").code == 0
 
 
 def test_empty_environment_is_fine(spool, workdir):
@@ -208,28 +215,19 @@ def test_empty_environment_is_fine(spool, workdir):
     assert f"ONITE_SPOOL={spool}" in lines
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs as a full disk")
-def test_a_batch_that_fills_the_disk_keeps_whole_jobs_and_says_how_many(world_tmp, cli):
-    mnt = world_tmp / "small"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        spool = mnt / "spool"
-        assert cli(["init", "--spool", str(spool)]).code == 0
-        lines = b"".join(b"echo %d %s\n" % (i, b"y" * 2000) for i in range(1, 201))  # ~400 KB of jobs
-        r = cli(["submit", "fill", "--lines", "--spool", str(spool)], stdin=lines)
-        assert r.code == 4 and "file system is full" in r.err and r.err.count("\n") == 1, r
-        spooled = sorted(p.name for p in (spool / "jobs" / "P4").iterdir())
-        assert not [name for name in spooled if name.startswith(".")]  # no temporary file left
-        assert 0 < len(spooled) < 200 and spooled == [f"fill-{i:05d}" for i in range(1, len(spooled) + 1)]
-        n = len(spooled)
-        assert f"(the first {n} of the 200 jobs were spooled: fill-00001 to fill-{n:05d})" in r.err
-        from onite.jobfile import decode
+def test_a_batch_that_fills_the_disk_keeps_whole_jobs_and_says_how_many(small_disk, cli):
+    spool = small_disk / "spool"
+    assert cli(["init", "--spool", str(spool)]).code == 0
+    lines = b"".join(b"echo %d %s\n" % (i, b"y" * 2000) for i in range(1, 201))  # ~400 KB of jobs
+    r = cli(["submit", "fill", "--lines", "--spool", str(spool)], stdin=lines)
+    assert r.code == 4 and "file system is full" in r.err and r.err.count("\n") == 1, r
+    spooled = sorted(p.name for p in (spool / "jobs" / "P4").iterdir())
+    assert not [name for name in spooled if name.startswith(".")]  # no temporary file left
+    assert 0 < len(spooled) < 200 and spooled == [f"fill-{i:05d}" for i in range(1, len(spooled) + 1)]
+    n = len(spooled)
+    assert f"(the first {n} of the 200 jobs were spooled: fill-00001 to fill-{n:05d})" in r.err
+    from onite.jobfile import decode
 
-        for name in spooled:  # every job that is there is whole
-            job = decode((spool / "jobs" / "P4" / name).read_bytes())
-            assert job.body == b"echo %d %s\n" % (int(name[5:]), b"y" * 2000)
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+    for name in spooled:  # every job that is there is whole
+        job = decode((spool / "jobs" / "P4" / name).read_bytes())
+        assert job.body == b"echo %d %s\n" % (int(name[5:]), b"y" * 2000)
