@@ -82,7 +82,7 @@ def submit_lines(request, spool: str | None) -> list[str]:
 
     from onite import identity
     from onite import spool as sp
-    from onite.names import MAX_NAME, check_name, unique_name
+    from onite.names import MAX_NAME, SUFFIX_LEN, check_name, unique_name
     from onite.submit import capture, submit_many
 
     target = open_spool(spool)
@@ -92,12 +92,12 @@ def submit_lines(request, spool: str | None) -> list[str]:
     width = max(5, len(str(len(lines))))
     room = MAX_NAME - 1 - width
     base = request.name
-    check_name(base[:room] if len(base) > room else base, what="name base")
-    if len(base) > room:
+    check_name(base[:room], what="name base")
+    if request.unique:  # the base is cut, as for one --unique job, so that the whole suffix fits
+        base = unique_name(base[:room - SUFFIX_LEN], lambda n: sp.name_taken(target, f"{n}-{1:0{width}d}"))
+    elif len(base) > room:
         raise InvalidInput(f"the name base {base[:20]!r}… is too long to be numbered",
                            f"use at most {room} characters before -{'0' * width}")
-    if request.unique:
-        base = unique_name(base, lambda n: sp.name_taken(target, n))[:room]
     requests = [replace(request, name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
                 for i, line in enumerate(lines, 1)]
     return submit_many(target, requests, capture(now()), identity.current())

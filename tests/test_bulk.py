@@ -53,6 +53,18 @@ def test_batch_options_apply_to_every_job(spool, cli):
             (0o400, ("dep",), 300, 2)
 
 
+
+@pytest.mark.parametrize("base", ["night", "b" * 90])
+def test_unique_lines_keep_the_whole_suffix_even_for_a_long_base(spool, cli, base):
+    import re
+
+    r = cli(["submit", base, "--lines", "--unique"], stdin=b"true\ntrue\n")
+    assert r.code == 0, r
+    names = sorted(p.name for p in (spool / "jobs" / "P4").iterdir())
+    stem = re.escape(base[:100 - 1 - 5 - 7])
+    assert len(names) == 2 and all(re.fullmatch(stem + r"-[a-z2-9]{6}-0000[12]", n) for n in names), names
+    assert names[0][:-6] == names[1][:-6] and all(len(n) <= 100 for n in names)
+
 def test_a_taken_name_refuses_the_whole_batch(spool, cli):
     assert cli(["submit", "c-00003", "-p", "6"], stdin=b"true\n").code == 0
     before = files_in(spool)
