@@ -276,7 +276,7 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
                 owner: tuple[int, int] | None = None, durable: bool = True) -> Path:
     """Create ``folder/name`` holding ``data``, all or nothing, never replacing a file.
 
-    The file is written as ``.name.PID.tmp``, flushed, then linked to its
+    The file is written under a dot-name (``.name.PID.RANDOM.tmp``), flushed, then linked to its
     name and the dot-name removed. On any failure nothing is left behind.
 
     Raises:
@@ -362,14 +362,7 @@ def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple
         raise SpoolIOError(folder, "creating a job in", err) from None
     written = False
     try:
-        if owner is not None:
-            os.fchown(fd, *owner)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fchmod(fd, mode)
-        if durable:
-            os.fsync(fd)
+        _fill(fd, data, mode, owner, durable)
         written = True
     except OSError as err:
         raise SpoolIOError(folder / name, "writing", err) from None
@@ -378,6 +371,19 @@ def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple
         if not written:
             _unlink_quietly(tmp)
     return tmp
+
+
+def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool) -> None:
+    """Give a fresh file its owner, all of ``data`` and its mode (last: a held job is 0400),
+    and flush it if ``durable``. Raises OSError."""
+    if owner is not None:
+        os.fchown(fd, *owner)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fchmod(fd, mode)
+    if durable:
+        os.fsync(fd)
 
 
 def _make_durable(paths: list[str]) -> None:
@@ -453,14 +459,7 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            if owner is not None:
-                os.fchown(fd, *owner)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)
-            if durable:
-                os.fsync(fd)
+            _fill(fd, data, mode, owner, durable)
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -484,14 +483,6 @@ class Entry:
     rank: int | None = None  # queued: 0 urgent, k for Pk
     host: str | None = None  # running: the claiming host
     size: int = 0
-
-    @property
-    def held(self) -> bool:
-        return not self.mode & stat.S_IWUSR
-
-    @property
-    def priority(self) -> int | None:
-        return self.rank or None
 
 
 def _job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
@@ -521,14 +512,6 @@ def _job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
 def _entries(folder: Path, **extra) -> Iterator[Entry]:
     for entry, st in _job_stats(folder):
         yield Entry(entry.name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
-
-
-def queued(spool: Spool) -> list[Entry]:
-    """Every queued job, in run order (urgent, P1 … Pn; FIFO by ctime, then name)."""
-    result: list[Entry] = []
-    for rank, folder in spool.queue_folders():
-        result.extend(sorted(_entries(folder, rank=rank), key=lambda e: (e.ctime_ns, e.name)))
-    return result
 
 
 def queued_stats(spool: Spool) -> list[tuple[int, int, str, int, int]]:
