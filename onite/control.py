@@ -22,10 +22,8 @@ from datetime import datetime
 from pathlib import Path
 
 from onite import spool as sp
-from onite.errors import InvalidInput, NotFound, Refused, SpoolIOError
+from onite.errors import NotFound, Refused, SpoolIOError
 from onite.names import SIDE, check_name
-from onite.policy import may_touch
-from onite.state import JobState, Result
 
 
 @dataclass(frozen=True)
@@ -50,6 +48,8 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
         NotFound: no such job is queued or running.
         Refused: it belongs to someone else and own_only forbids it.
     """
+    from onite.policy import may_touch
+
     check_name(name)
     own_only = spool.config.own_only
     running = sp.find_running(spool, name)
@@ -103,7 +103,9 @@ def request_cancel(spool: sp.Spool, name: str) -> Path:
 
 def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> None:
     """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result."""
+    from onite.filecheck import SLACK
     from onite.jobfile import decode
+    from onite.state import JobState, Result
 
     name = pending.name.partition(SIDE)[0]
     try:
@@ -113,7 +115,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     try:
         st = os.fstat(fd)
         # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
-        data = _read_all(fd, spool.config.max_job_size + (8 << 20)) if stat.S_ISREG(st.st_mode) else b""
+        data = _read_all(fd, spool.config.max_job_size + SLACK) if stat.S_ISREG(st.st_mode) else b""
     finally:
         os.close(fd)
     try:
@@ -213,10 +215,3 @@ def open_output(spool: sp.Spool, name: str, caller_uid: int):
         os.close(fd)  # readable by mode, but output is private to its owner
         raise Refused(f"the output of {name!r} belongs to {sp.user_name(st.st_uid)}", "only its owner and root may read it")
     return os.fdopen(fd, "rb")
-
-
-def check_names(names: list[str]) -> None:
-    if not names:
-        raise InvalidInput("no job name given", "name the job(s), e.g. onite cancel nightly-report")
-    for name in names:
-        check_name(name)
