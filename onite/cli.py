@@ -58,9 +58,9 @@ def locate(spool: str | None):
     return sp.locate(spool or _GLOBAL["spool"], os.environ, os.geteuid())
 
 
-def open_spool(spool: str | None, *, create: bool = True):
+def open_spool(spool: str | None):
     """The spool a command works on; a personal default spool is created on first use."""
-    return commands.open_spool(spool or _GLOBAL["spool"], create=create)
+    return commands.open_spool(spool or _GLOBAL["spool"])
 
 
 def console(stderr: bool = False):

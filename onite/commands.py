@@ -19,15 +19,16 @@ def now() -> datetime:
     return datetime.now().astimezone()
 
 
-def open_spool(spool: str | None, *, create: bool = True):
+def open_spool(spool: str | None):
     """The spool a command works on (``--spool``, else ONITE_SPOOL, else the default); a personal
     default spool is created on first use."""
     from onite import spool as sp
 
     where = sp.locate(spool, os.environ, os.geteuid())
-    if where.personal_default and create and not (where.path / "jobs").is_dir():
+    target = sp.Spool(where.path)
+    if where.personal_default and not target.exists():
         sp.init_spool(where.path, None, system=False)
-    return sp.Spool(where.path)
+    return target
 
 
 def read_stdin(limit: int) -> bytes:
