@@ -360,7 +360,7 @@ def recur_add(
     from onite.submit import capture
 
     target = open_spool(spool)
-    request = RecurRequest(name=name, body=commands.read_stdin(target.config.max_job_size), cron=cron_expr, every=every,
+    request = RecurRequest(name=name, body=commands.read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
                            offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
                            timeout=timeout, retries=retries, host=host)
     when = now()

@@ -55,6 +55,18 @@ def read_stdin(limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def read_job_text(limit: int) -> bytes:
+    """``read_stdin`` for one job's text, which may not be empty.
+
+    Raises:
+        InvalidInput: as read_stdin, or stdin held nothing.
+    """
+    body = read_stdin(limit)
+    if not body:
+        raise InvalidInput("the job text on stdin is empty", "pipe or redirect a script: onite submit NAME < job.sh")
+    return body
+
+
 def submit_stdin(request, spool: str | None) -> str:
     """``onite submit NAME``: spool the text on stdin as one job; return its final name."""
     from dataclasses import replace
@@ -63,7 +75,7 @@ def submit_stdin(request, spool: str | None) -> str:
     from onite.submit import capture, submit
 
     target = open_spool(spool)
-    body = read_stdin(target.config.max_job_size)
+    body = read_job_text(target.config.max_job_size)
     captured = capture(now())
     return submit(target, replace(request, body=body), captured, identity.current())
 

@@ -78,7 +78,7 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
-        raise InvalidInput("the job text on stdin is empty", "pipe or redirect a script: onite submit NAME < job.sh")
+        raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
     timeout, not_before = default_timeout, None
     if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
         from onite.timeparse import parse_duration, parse_when
@@ -175,12 +175,12 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
         names[request.name] = None
         key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
                request.host, request.hold)
+        if not request.body:
+            raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
         if template is None:
             template = templates[key] = build_job(request, captured, default_priority=config.default_priority,
                                                   priorities=config.priorities, default_timeout=config.timeout)
-        if not request.body:
-            raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         jobs.append(replace(template, name=request.name, body=request.body))
     spool.check()
     for request in {r.urgent: r for r in requests}.values():

@@ -107,6 +107,10 @@ def test_api_checks_everything_first(spool):
         api.submit_many([("x", "true"), ("y", "true")], after="y")
     with pytest.raises(InvalidInput, match="text of job 'y' is empty"):
         api.submit_many([("x", "true"), ("y", b"")])
+    with pytest.raises(InvalidInput, match="^the text of job 'z' is empty — give the job a command$"):  # no stdin to speak of here
+        api.submit("z", "")
+    with pytest.raises(InvalidInput, match="text of job 'w' is empty"):  # first of its options, too
+        api.submit_many([("w", b""), ("x", "true")])
     with pytest.raises(TypeError, match="unknown option 'priorty'"):
         api.submit_many([("x", "true")], priorty=2)
     assert files_in(spool) == []
