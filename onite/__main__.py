@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from onite.fastcli import run
 
-        code = run(args)  # submit and find without typer's start-up, when well-formed (onite.fastcli)
+        code = run(args)  # submit, find, list --json and run without typer's start-up, when well-formed (onite.fastcli)
         if code is not None:
             return code
         return _dispatch(args)

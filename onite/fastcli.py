@@ -30,7 +30,7 @@ def run(args: list[str]) -> int | None:
         OniteError: as the command does (the caller prints it, as for typer's path).
     """
     spool, rest = _global_spool(args)
-    if not rest or rest is None:
+    if not rest:
         return None
     command, rest = rest[0], rest[1:]
     if command == "submit":

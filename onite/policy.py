@@ -4,8 +4,8 @@
   closes (``until``), or until midnight when there is no ``until``.
 - urgent: only root and the ``admins`` of onite.toml (user names, or
   ``%group`` for every member of a group).
-- touching a job (cancel, hold, release, output): its owner, root, and with
-  ``own_only = false`` anyone.
+- cancelling a job: its owner, root, and with ``own_only = false`` anyone
+  (hold, release and output are its owner's and root's only: onite.control).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def is_admin(uid: int, user: str, groups: Iterable[str], admins: Iterable[str]) 
 
 
 def may_touch(caller_uid: int, owner_uid: int, own_only: bool) -> bool:
-    """May ``caller_uid`` cancel, hold or release a job owned by ``owner_uid``?"""
+    """May ``caller_uid`` cancel a job owned by ``owner_uid``?"""
     return caller_uid == 0 or caller_uid == owner_uid or not own_only
 
 

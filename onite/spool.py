@@ -207,7 +207,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     if config_path.exists():
         current = _read_text(config_path)
         existing = parse_config(current, str(config_path))
-        pristine = any(current == with_priorities(skel, n) for n in (existing.priorities,))
+        pristine = current == with_priorities(skel, existing.priorities)
         if priorities is not None and existing.priorities != priorities:
             if not pristine:
                 raise Refused(
@@ -218,7 +218,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
             config_written = True
         else:
             config_kept = not pristine
-        priorities = parse_config(_read_text(config_path), str(config_path)).priorities
+            priorities = existing.priorities
     else:
         priorities = priorities or parse_config(skel).priorities
         replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
