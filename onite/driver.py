@@ -60,6 +60,8 @@ PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the execu
 
 @dataclass
 class _Inspected:
+    """What a look at a queued file found, and what the driver needs to act on it."""
+
     kind: str  # "ok", "bad", "gone", "moved", "settling", "foreign"
     st: os.stat_result | None = None
     meta: Meta | None = None

@@ -40,6 +40,8 @@ class Unavailable(SpawnError):
 
 @dataclass(frozen=True)
 class Launch:
+    """How to start one job: its command line, environment, directory, umask and identity."""
+
     argv: tuple[bytes, ...]  # the last element is replaced by the script's /dev/fd path
     env: dict[bytes, bytes]
     cwd: bytes

@@ -39,6 +39,8 @@ RESCAN_COST_SHARE = 20
 
 @dataclass(slots=True)
 class Candidate:
+    """A queued job as the index last saw it (its file may be gone by the time it is opened)."""
+
     rank: int
     name: str
     path: Path

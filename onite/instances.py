@@ -143,6 +143,8 @@ def rule_from_state(known: dict):
 
 @dataclass
 class _Template:
+    """A recurring-job template as last read, with its rule and next fire time."""
+
     key: tuple[int, int, int]  # inode, ctime, size: a changed file is read again
     uid: int
     gid: int

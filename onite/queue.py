@@ -40,17 +40,21 @@ class Meta:
 
 @dataclass(frozen=True)
 class Ready:
-    pass
+    """The job may start now."""
 
 
 @dataclass(frozen=True)
 class Wait:
+    """The job may not start yet: why, and (if known) until when."""
+
     reason: str
     until: datetime | None = None  # when it may become ready by itself (a not-before time)
 
 
 @dataclass(frozen=True)
 class Fail:
+    """The job can never run (a dependency failed or was cancelled): the reason it fails with."""
+
     reason: str
 
 

@@ -20,6 +20,8 @@ from onite.listing import JobView, result_view
 
 @dataclass
 class ReportData:
+    """The jobs of one morning report and the period it covers."""
+
     spool: str
     since: datetime
     now: datetime

@@ -14,6 +14,8 @@ from onite.locks import is_held, lock_files, lock_owner
 
 @dataclass
 class StatusInfo:
+    """What ``onite status`` shows: drivers, queue sizes, running jobs, what comes next."""
+
     spool: str
     now: datetime
     drivers: list[dict]

@@ -35,6 +35,8 @@ HEADER_LIMIT = 1 << 20  # a header longer than this before its first env: line i
 
 @dataclass(slots=True)
 class _Seen:
+    """The few fields of a queued file that decide when the daemon must wake for it."""
+
     ctime_ns: int
     not_before: datetime | None = None
     pin: str | None = None
