@@ -160,7 +160,7 @@ def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entr
         if caller_uid not in (0, entry.uid):
             raise Refused(f"job {name!r} belongs to {sp.user_name(entry.uid)}",
                           "only its owner or root may hold or release it")
-        _chmod_job(entry, 0o400 if held else 0o600, "holding" if held else "releasing")
+        _chmod_job(entry, sp.job_mode(held), "holding" if held else "releasing")
     return entries[0]
 
 

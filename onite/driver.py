@@ -388,7 +388,7 @@ class Driver:
                 if seen.kind == "ok":
                     if self.only_timed and seen.meta.not_before is None:
                         continue  # untimed jobs wait for the scheduled drain
-                    held = not seen.st.st_mode & stat.S_IWUSR
+                    held = sp.is_held(seen.st.st_mode)
                     verdict = evaluate(seen.meta, held=held, now=now, host=self.host, dependency=self._dep_state)
                     if verdict is READY:
                         return cand, seen.st

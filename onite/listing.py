@@ -11,7 +11,6 @@ must not open 100,000 files. Finished jobs come from their result records.
 from __future__ import annotations
 
 import json
-import stat
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -104,7 +103,7 @@ class _Users:
 
 def queued_views(spool: sp.Spool) -> list[JobView]:
     users, clock = _Users(), _Clock()
-    return [JobView(name=name, uid=uid, user=users(uid), state="queued" if mode & stat.S_IWUSR else "held",
+    return [JobView(name=name, uid=uid, user=users(uid), state="held" if sp.is_held(mode) else "queued",
                     priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position)
             for position, (rank, ctime_ns, name, uid, mode) in enumerate(sp.queued_stats(spool), 1)]
 
@@ -195,7 +194,7 @@ def _queued_elements(spool: sp.Spool) -> list[str]:
     for rank, rows in sp.queued_folder_stats(spool):
         for ctime_ns, name, uid, mode in rows:
             position += 1
-            queued = bool(mode & stat.S_IWUSR)
+            queued = not sp.is_held(mode)
             middle = middles.get((uid, queued, rank))
             if middle is None:
                 user = users.get(uid)

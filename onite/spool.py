@@ -34,6 +34,16 @@ URGENT = "urgent"
 RESULT = f"{SIDE}result"  # jobsdone/NAME@result
 RUNINFO = f"{SIDE}run"  # running/HOST/NAME@run
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
+# A queued job is held when its owner cannot write it: the mode is the flag, no field inside the file.
+QUEUED_MODE, HELD_MODE = 0o600, 0o400
+
+
+def is_held(mode: int) -> bool:
+    return not mode & stat.S_IWUSR
+
+
+def job_mode(held: bool) -> int:
+    return HELD_MODE if held else QUEUED_MODE
 
 
 # ---- locating the spool -----------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import stat
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -38,7 +37,7 @@ def gather(spool: sp.Spool, now: datetime) -> StatusInfo:
     held = 0
     for rank, rows in sp.queued_folder_stats(spool):  # counts need no JobView (100,000 queued)
         queue["urgent" if rank == 0 else f"P{rank}"] += len(rows)
-        held += sum(not mode & stat.S_IWUSR for _, _, _, mode in rows)
+        held += sum(sp.is_held(mode) for _, _, _, mode in rows)
     next_drain = None
     if config.schedule:
         from onite.schedule import next_drain as next_fire

@@ -134,7 +134,7 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
 
         job = replace(job, name=name)
     folder = spool.folder_for(job.priority, job.urgent)
-    sp.create_file(folder, name, encode(job), mode=0o400 if request.hold else 0o600)
+    sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold))
     return name
 
 
@@ -203,7 +203,7 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
     refuse_duplicates(spool, list(names))
     env_lines = env_text(captured.env)
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines),
-              0o400 if request.hold else 0o600) for job, request in zip(jobs, requests))
+              sp.job_mode(request.hold)) for job, request in zip(jobs, requests))
     try:
         sp.create_batch(files)
     except OniteError as err:

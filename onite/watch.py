@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from onite.index import QueueIndex
+from onite.spool import is_held
 
 HEADER_LIMIT = 1 << 20  # a header longer than this before its first env: line is not a job's
 
@@ -108,7 +109,7 @@ class TimedWatch:
             not_before = None
         if not_before is not None and not_before.tzinfo is None:
             not_before = not_before.astimezone()
-        self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), not st.st_mode & stat.S_IWUSR)
+        self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), is_held(st.st_mode))
 
     def next_due(self, mark: datetime | None) -> datetime | None:
         """The earliest due time after ``mark`` of a timed job this host may run."""
