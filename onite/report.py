@@ -68,10 +68,21 @@ def parse_since(text: str | None, now: datetime) -> datetime:
         return now - parse_duration(text, what="--since")
     except InvalidInput:
         pass
-    when = parse_when(text, now)
+    raw = text.strip().lower()
+    if raw.startswith(("+", "tomorrow")):  # forms of a time to come: no report covers the future
+        raise _bad_since(text)
+    try:
+        when = parse_when(text, now)
+    except InvalidInput:
+        raise _bad_since(text) from None
     if when > now:  # "19:00" means the last 19:00, not the next one
         when -= timedelta(days=1)
     return when
+
+
+def _bad_since(text: str) -> InvalidInput:
+    return InvalidInput(f"bad --since {text!r}",
+                        "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
 
 
 def build(spool: sp.Spool, now: datetime, since: str | None) -> ReportData:

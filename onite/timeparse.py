@@ -83,11 +83,7 @@ def parse_when(text: str, now: datetime) -> datetime:
         day = (now + timedelta(days=1)).date()
         return _local(datetime.combine(day, clock), now)
     if re.fullmatch(r"\d{1,2}:\d{2}", raw):
-        clock = parse_clock(raw)
-        candidate = _local(datetime.combine(now.date(), clock), now)
-        if candidate <= now:
-            candidate = _local(datetime.combine(now.date() + timedelta(days=1), clock), now)
-        return candidate
+        return next_clock(parse_clock(raw), now)
     try:
         parsed = datetime.fromisoformat(raw)
     except ValueError:

@@ -186,3 +186,29 @@ def test_slurm_table():
 def test_slurm_table_errors(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(text)
+
+
+# ---- report --since ------------------------------------------------------------------
+
+EVENING = datetime(2026, 11, 22, 21, 0).astimezone()  # local: HH:MM times are the machine's wall clock
+
+
+@pytest.mark.parametrize("text, since", [
+    (None, EVENING - timedelta(hours=24)),
+    ("12h", EVENING - timedelta(hours=12)),
+    ("19:00", datetime(2026, 11, 22, 19, 0).astimezone()),  # this evening
+    ("22:00", datetime(2026, 11, 21, 22, 0).astimezone()),  # not yet today: yesterday's
+    ("2026-11-20T08:00+00:00", datetime(2026, 11, 20, 8, 0, tzinfo=UTC)),
+])
+def test_report_since(text, since):
+    from onite.report import parse_since
+
+    assert parse_since(text, EVENING) == since
+
+
+@pytest.mark.parametrize("text", ["+2h", "tomorrow 08:00", "xyz"])
+def test_report_since_refuses_the_future_and_nonsense(text):
+    from onite.report import parse_since
+
+    with pytest.raises(InvalidInput, match=r"^bad --since .* — write a duration such as 12h"):
+        parse_since(text, EVENING)
