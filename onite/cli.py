@@ -59,7 +59,7 @@ def locate(spool: str | None):
 
 
 def open_spool(spool: str | None):
-    """The spool a command works on; a personal default spool is created on first use."""
+    """The spool a command works on, checked; a personal default spool is created on first use."""
     return commands.open_spool(spool or _GLOBAL["spool"])
 
 
@@ -113,17 +113,9 @@ def submit(
 
     request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
                             timeout=timeout, retries=retries, host=host, hold=hold, unique=unique)
-    if lines:
-        print(commands.describe_batch(commands.submit_lines(request, spool or _GLOBAL["spool"])))
-        return
-    final = do_submit(request, spool)
-    if unique:
-        print(final)
-
-
-def do_submit(request, spool: str | None) -> str:
-    """Shared by the typer command and the fast path (onite.fastcli)."""
-    return commands.submit_stdin(request, spool or _GLOBAL["spool"])
+    said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines)
+    if said is not None:
+        print(said)
 
 
 # ---- looking at the queue -------------------------------------------------------------
@@ -143,7 +135,6 @@ def list_(
         print(commands.list_json(spool or _GLOBAL["spool"], include_all=all_))
         return
     target = open_spool(spool)
-    target.check()
     views = list_jobs(target, include_all=all_)
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
@@ -182,7 +173,6 @@ def cancel(
     from onite.control import cancel as cancel_job
 
     target = open_spool(spool)
-    target.check()
     if not names:
         names = pick_interactively(target)
         if not names:
@@ -238,23 +228,22 @@ def pick_interactively(target) -> list[str]:
 @app.command()
 def hold(names: list[str], spool: SpoolOpt = None) -> None:
     """Hold queued jobs: they stay queued and are skipped until released."""
-    from onite.control import set_hold
-
-    target = open_spool(spool)
-    for name in names:
-        set_hold(target, name, os.geteuid(), True)
-        print(f"{name}: held")
+    _set_hold(names, spool, held=True)
 
 
 @app.command()
 def release(names: list[str], spool: SpoolOpt = None) -> None:
     """Release held jobs (they go to the back of their priority)."""
+    _set_hold(names, spool, held=False)
+
+
+def _set_hold(names: list[str], spool: str | None, *, held: bool) -> None:
     from onite.control import set_hold
 
     target = open_spool(spool)
     for name in names:
-        set_hold(target, name, os.geteuid(), False)
-        print(f"{name}: released")
+        set_hold(target, name, os.geteuid(), held)
+        print(f"{name}: {'held' if held else 'released'}")
 
 
 # ---- the driver -------------------------------------------------------------------------
@@ -291,7 +280,6 @@ def recover(
 
     check_name(host, what="host name")
     target = open_spool(spool)
-    target.check()
     claims = [e.name for e in sp.running(target, host)]
     if not claims:
         print(f"host {host} has no claimed jobs")
@@ -318,18 +306,8 @@ def daemon(
     spool: SpoolOpt = None,
 ) -> None:
     """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
-    from onite.names import check_name
-    from onite.timeparse import parse_clock
-
-    target = open_spool(spool)
-    target.check()
-    until_time = parse_clock(until, what="--until time") if until else None
-    if host:
-        check_name(host, what="host name")
-    from onite.daemon import Daemon
-
-    raise typer.Exit(Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now,
-                            echo=sys.stderr).run())
+    raise typer.Exit(commands.run_daemon(spool or _GLOBAL["spool"], drain_now=drain_now, slots=slots, until=until,
+                                         host=host))
 
 
 # ---- recurring jobs ------------------------------------------------------------------------
@@ -376,7 +354,6 @@ def recur_list(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
     from onite.recur import templates
 
     target = open_spool(spool)
-    target.check()
     when = now()
     views = templates(target, when)
     if as_json:
@@ -398,7 +375,6 @@ def recur_remove(names: list[str], spool: SpoolOpt = None) -> None:
     from onite.recur import remove
 
     target = open_spool(spool)
-    target.check()
     for name in names:
         remove(target, name, os.geteuid())
         print(f"{name}: removed")
@@ -456,7 +432,6 @@ def log(
     from onite.log import tail
 
     target = open_spool(spool)
-    target.check()
     for line in tail(target.log_path, lines):
         print(line)
 
@@ -489,7 +464,6 @@ def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
     from onite.status import gather, status_json
 
     target = open_spool(spool)
-    target.check()
     info = gather(target, now())
     if as_json:
         print(status_json(info))
@@ -502,7 +476,7 @@ def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
 @app.command()
 def report(
     html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as a self-contained HTML page.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Report jobs finished since this time (default: the last night).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Report jobs finished since this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last 24 hours).")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -510,7 +484,6 @@ def report(
     from onite import report as rep
 
     target = open_spool(spool)
-    target.check()
     data = rep.build(target, now(), since)
     if as_json:
         print(rep.to_json(data))

@@ -21,13 +21,18 @@ def now() -> datetime:
 
 def open_spool(spool: str | None):
     """The spool a command works on (``--spool``, else ONITE_SPOOL, else the default); a personal
-    default spool is created on first use."""
+    default spool is created on first use.
+
+    Raises:
+        SpoolError: there is no spool there (or it cannot be entered).
+    """
     from onite import spool as sp
 
     where = sp.locate(spool, os.environ, os.geteuid())
     target = sp.Spool(where.path)
     if where.personal_default and not target.exists():
         sp.init_spool(where.path, None, system=False)
+    target.check()
     return target
 
 
@@ -116,19 +121,21 @@ def submit_lines(request, spool: str | None) -> list[str]:
     return submit_many(target, requests, capture(now()), identity.current())
 
 
-def describe_batch(names: list[str]) -> str:
-    """One line saying what ``submit_lines`` spooled."""
-    if len(names) == 1:
-        return f"spooled 1 job: {names[0]}"
-    return f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
-
+def submit_command(request, spool: str | None, *, lines: bool) -> str | None:
+    """``onite submit`` once parsed, by either path (onite.cli, onite.fastcli): spool the job (or,
+    with ``lines``, the jobs) and return the line to print, if any."""
+    if lines:
+        names = submit_lines(request, spool)
+        return f"spooled 1 job: {names[0]}" if len(names) == 1 else \
+            f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
+    final = submit_stdin(request, spool)
+    return final if request.unique else None
 
 def find(name: str, spool: str | None) -> bool:
     """``onite find NAME``: is a job of that name queued or running?"""
     from onite.control import find as find_job
 
     target = open_spool(spool)
-    target.check()
     return find_job(target, name)
 
 
@@ -137,21 +144,38 @@ def list_json(spool: str | None, *, include_all: bool = False) -> str:
     from onite.listing import list_json as document
 
     target = open_spool(spool)
-    target.check()
     return document(target, include_all=include_all)
+
+
+def driver_target(spool: str | None, until: str | None, host: str | None):
+    """``onite run``'s and ``onite daemon``'s common options, checked: the spool and the --until time.
+
+    Raises:
+        SpoolError, InvalidInput: no spool there; a bad --until time or host name.
+    """
+    from onite.names import check_name
+    from onite.timeparse import parse_clock
+
+    target = open_spool(spool)
+    until_time = parse_clock(until, what="--until time") if until else None
+    if host:
+        check_name(host, what="host name")
+    return target, until_time
+
+
+def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None = None, until: str | None = None,
+               host: str | None = None) -> int:
+    """``onite daemon``: wake at the schedule's times and drain, until stopped; the exit code."""
+    target, until_time = driver_target(spool, until, host)
+    from onite.daemon import Daemon
+
+    return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=sys.stderr).run()
 
 
 def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = None, until: str | None = None,
                host: str | None = None, verbose: bool = False, scheduled: bool = False) -> int:
     """``onite run``: drain the queue now (or start a driver in the background); the exit code."""
-    from onite.names import check_name
-    from onite.timeparse import parse_clock
-
-    target = open_spool(spool)
-    target.check()
-    until_time = parse_clock(until, what="--until time") if until else None
-    if host:
-        check_name(host, what="host name")
+    target, until_time = driver_target(spool, until, host)
     if detach:
         pid = detach_driver(target, slots, until, host, scheduled)
         print(f"driver started in the background (pid {pid}); it logs to {target.log_path}")

@@ -108,13 +108,9 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
                             at=options.get("at"), timeout=options.get("timeout"), retries=int(retries),
                             host=options.get("host"), hold=options.get("hold", False),
                             unique=options.get("unique", False))
-    spool = options.get("spool") or global_spool
-    if options.get("lines"):
-        print(commands.describe_batch(commands.submit_lines(request, spool)))
-        return 0
-    final = commands.submit_stdin(request, spool)
-    if request.unique:
-        print(final)
+    said = commands.submit_command(request, options.get("spool") or global_spool, lines=options.get("lines", False))
+    if said is not None:
+        print(said)
     return 0
 
 

@@ -63,6 +63,9 @@ def test_errors_are_one_line_with_exit_codes(spool, cli, world_tmp):
         (["release", "nosuch"], 1, "no job 'nosuch' is queued"),
         (["submit", "bad name"], 2, "invalid job name 'bad name'"),
         (["list", "--spool", str(world_tmp / "missing")], 4, "no spool at"),
+        *[([*cmd, "--spool", str(world_tmp / "missing")], 4, "no spool at")  # every command, not only list
+          for cmd in (["hold", "x"], ["release", "x"], ["output", "x"], ["uniqname", "x"], ["cron"], ["status"],
+                      ["find", "x"], ["cancel", "x"], ["report"], ["recur", "list"], ["daemon"])],
         (["frobnicate"], 2, "No such command"),
         (["run", "--until", "25:00"], 2, "bad --until time"),
         (["run", "--host", "../x"], 2, "invalid host name"),
