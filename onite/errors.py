@@ -1,7 +1,7 @@
 """Errors that onite reports to its users.
 
 Every error builds its own one-line message from data and carries the exit
-code of the command-line contract (docs/exit-codes.md):
+code of the command-line contract (docs/cli.md, EXIT STATUS):
 
     0 success, 1 not found, 2 invalid input or usage, 3 refused by policy,
     4 anything else (I/O, a broken spool, ...).
@@ -11,6 +11,8 @@ code: ``onite: <what is wrong> — <what to do>``.
 """
 
 from __future__ import annotations
+
+import errno
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
@@ -86,10 +88,10 @@ class SpoolIOError(OniteError):
 
 # errno → what the user can do about it
 _IO_HINTS = {
-    1: "you lack the permission; ask the spool's administrator",  # EPERM
-    13: "you lack the permission; ask the spool's administrator",  # EACCES
-    27: "the job is larger than your file-size limit (ulimit -f)",  # EFBIG
-    28: "the spool's file system is full; free some space and try again",  # ENOSPC
-    30: "the spool's file system is read-only",  # EROFS
-    122: "your disk quota is exceeded; free some space and try again",  # EDQUOT
+    errno.EPERM: "you lack the permission; ask the spool's administrator",
+    errno.EACCES: "you lack the permission; ask the spool's administrator",
+    errno.EFBIG: "the job is larger than your file-size limit (ulimit -f)",
+    errno.ENOSPC: "the spool's file system is full; free some space and try again",
+    errno.EROFS: "the spool's file system is read-only",
+    errno.EDQUOT: "your disk quota is exceeded; free some space and try again",
 }

@@ -54,16 +54,9 @@ def priority_label(view: JobView) -> str:
     return "urgent" if view.urgent else f"P{view.priority}" if view.priority else ""
 
 
-def status_text(view: JobView) -> Text:
-    return Text(view.state, style=STATE_STYLE.get(view.state, ""))
-
-
 def outcome_text(view: JobView) -> str:
-    if view.state in ("queued", "held", "running"):
-        return view.reason
-    if view.reason:
-        return view.reason
-    return f"exit {view.exit_code}" if view.exit_code is not None else ""
+    """Why it ended (or waits), else its exit status."""
+    return view.reason or (f"exit {view.exit_code}" if view.exit_code is not None else "")
 
 
 # A table of more rows than this is written as plain text: rich takes about a minute for 100,000 rows.

@@ -43,13 +43,9 @@ def gather(spool: sp.Spool, now: datetime) -> StatusInfo:
         from onite.schedule import next_drain as next_fire
 
         next_drain = next_fire(config.schedule, now)
-    recurring = []
-    try:
-        from onite.recur import upcoming
-    except ImportError:
-        upcoming = None
-    if upcoming is not None:
-        recurring = upcoming(spool, now, limit=10)
+    from onite.recur import upcoming
+
+    recurring = upcoming(spool, now, limit=10)
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running_views(spool),
         next_drain=next_drain, schedule=config.schedule,
