@@ -48,7 +48,7 @@ def _dispatch(args: list[str]) -> int:
     except typer.Exit as exit_:
         return exit_.exit_code
     except typer.Abort:
-        _say("onite: aborted")
+        _say("onite: aborted — nothing was changed")
         return 1
     except typer.TyperException as err:  # usage errors from the parser
         message = err.format_message() if hasattr(err, "format_message") else str(err)

@@ -124,7 +124,7 @@ def submit(
 @app.command("list")
 def list_(
     all_: Annotated[bool, typer.Option("--all", "-a", help="Also running and finished jobs.")] = False,
-    by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that ran them.")] = False,
+    by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that ran them (implies --all).")] = False,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -135,7 +135,7 @@ def list_(
         print(commands.list_json(spool or _GLOBAL["spool"], include_all=all_))
         return
     target = open_spool(spool)
-    views = list_jobs(target, include_all=all_)
+    views = list_jobs(target, include_all=all_ or by_host)  # hosts are those of running and finished jobs
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return

@@ -208,3 +208,12 @@ def test_cancel_without_a_name_offers_a_numbered_list_on_a_terminal(spool):
     os.close(master)
     assert b"second: cancelled" in seen
     assert run_cli(["find", "first"]).code == 0 and run_cli(["find", "second"]).code == 1
+
+
+def test_list_by_host_shows_the_jobs_each_host_ran(spool, cli):
+    submit("ran")
+    assert drain(spool).returncode == 0
+    submit("waits")
+    out = cli(["list", "--by-host"]).out
+    host = os.uname().nodename.split(".")[0]
+    assert host in out.splitlines() and "ran" in out and "queued (no host yet)" in out and "waits" in out
