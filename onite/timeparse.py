@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, time, timedelta
 
@@ -95,8 +96,26 @@ def parse_when(text: str, now: datetime) -> datetime:
 
 
 def _local(naive: datetime, now: datetime) -> datetime:
-    """A naive wall-clock time in the machine's zone (TZ), with that date's own UTC offset."""
-    return naive.astimezone() if now.tzinfo is not None else naive
+    """A naive wall-clock time in the machine's zone (TZ), with that date's own UTC offset, under
+    schedule.py's DST policy: a time the clocks repeat is its first pass, and a time they skip is
+    the instant they jump (naive ``astimezone()`` would put it an hour early, before the jump).
+    """
+    if now.tzinfo is None:
+        return naive
+    # PEP 495: fold=0 reads a repeated time with the earlier offset (its first pass), and a
+    # skipped time with the offset before the jump, which lands after the jump
+    first = datetime.fromtimestamp(naive.replace(fold=0).timestamp()).astimezone()
+    if first.replace(tzinfo=None) == naive:
+        return first
+    before = math.floor(naive.replace(fold=1).timestamp())  # the skipped time read as if already jumped
+    after = math.ceil(first.timestamp())
+    while after - before > 1:  # the jump: the first second whose wall clock is past ``naive``
+        middle = (before + after) // 2
+        if datetime.fromtimestamp(middle) >= naive:
+            after = middle
+        else:
+            before = middle
+    return datetime.fromtimestamp(after).astimezone()
 
 
 def next_clock(clock: time, after: datetime) -> datetime:

@@ -212,3 +212,41 @@ def test_report_since_refuses_the_future_and_nonsense(text):
 
     with pytest.raises(InvalidInput, match=r"^bad --since .* — write a duration such as 12h"):
         parse_since(text, EVENING)
+
+
+# ---- wall-clock times across DST, in the machine's zone --------------------------------
+
+
+@pytest.fixture
+def berlin(monkeypatch):
+    import time as time_module
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time_module.tzset()
+    yield
+    monkeypatch.undo()
+    time_module.tzset()
+
+
+@pytest.mark.parametrize("start, until, closes", [
+    # 2026-03-29 02:00 CET -> 03:00 CEST: a skipped time is the jump, never an hour before it
+    ("2026-03-28T22:00", time(2, 30), "2026-03-29T03:00:00+02:00"),
+    ("2026-03-28T22:00", time(2, 0, 30), "2026-03-29T03:00:00+02:00"),
+    ("2026-03-28T22:00", time(3, 30), "2026-03-29T03:30:00+02:00"),
+    # 2026-10-25 03:00 CEST -> 02:00 CET: a repeated time is its first pass
+    ("2026-10-24T22:00", time(2, 30), "2026-10-25T02:30:00+02:00"),
+])
+def test_the_drivers_window_end_follows_the_dst_policy_of_the_schedule(berlin, start, until, closes):
+    from onite.policy import window_end
+    from onite.window import window_of
+
+    begin = datetime.fromisoformat(start).astimezone()
+    assert window_end(begin, until).isoformat() == closes
+    if not until.second:
+        assert window_of(begin, until).closes == window_end(begin, until)  # the daemon's window agrees
+
+
+def test_an_at_time_the_clocks_skip_is_the_jump(berlin):
+    before = datetime(2026, 3, 29, 0, 0).astimezone()
+    assert parse_when("02:30", before).isoformat() == "2026-03-29T03:00:00+02:00"
+    assert parse_when("2026-03-29T02:30", before).isoformat() == "2026-03-29T03:00:00+02:00"
