@@ -402,7 +402,7 @@ class Driver:
                 elif seen.kind == "bad":
                     self._refuse(cand, seen.st, seen.reason)
                 elif seen.kind == "gone":
-                    self.index.forget(cand)
+                    self._forget(cand)
                 elif seen.kind == "moved":
                     moved = True
                 elif seen.kind == "settling":
@@ -414,6 +414,12 @@ class Driver:
                 return None
         return None
 
+    def _forget(self, cand: Candidate) -> None:
+        """The job left its queue folder (claimed, failed, refused, gone): drop all that is kept of it."""
+        self.index.forget(cand)
+        self._meta.pop(cand.name, None)
+        self._parsed.pop(cand.name, None)
+
     def _read_ahead(self) -> None:
         """While every slot is busy, read the job file that will most likely be picked next.
 
@@ -424,6 +430,7 @@ class Driver:
         for cand in self.index.candidates():
             if cand.name not in self.running and cand.name not in self._unrecorded:
                 if cand.name not in self._parsed:
+                    self._meta.pop(cand.name, None)  # a verdict kept without its job: read the job again
                     self._inspect(cand)
                 return
 
@@ -527,9 +534,10 @@ class Driver:
         try:
             sp.move(cand.path, target, "claiming")
         except NotFound:
-            self.index.forget(cand)  # another host, or a cancel, got there first: not an error
+            self._forget(cand)  # another host, or a cancel, got there first: not an error
             return
         self.index.forget(cand)
+        self._meta.pop(cand.name, None)  # its parse, if kept, is taken by _claimed_job
         now = self.now()
         try:
             job, st = self._claimed_job(cand.name, target, st_seen)
@@ -702,6 +710,11 @@ class Driver:
         """A queued job that can never run (its dependency failed): file it as failed."""
         now = self.now()
         job = self._parsed.get(cand.name, (None, None))[1]
+        if job is None:  # only the few near the head of the queue are kept parsed
+            try:
+                job, _ = self._read_job(cand.path)
+            except (OSError, JobFormatError, BadFile):
+                job = None
         result = Result(
             name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid),
             priority=job.priority if job else cand.rank, urgent=cand.rank == 0, state=JobState.FAILED,
@@ -717,12 +730,12 @@ class Driver:
         except OniteError as err:
             self.log.event("error", cand.name, error=str(err))
             return
-        self.index.forget(cand)
+        self._forget(cand)
         self.counts["failed"] += 1
         self.log.event("failed", cand.name, user=result.user, reason=reason)
 
     def _refuse(self, cand: Candidate, st: os.stat_result | None, reason: str) -> None:
-        self.index.forget(cand)
+        self._forget(cand)
         self._move_aside(cand.path, cand.name, st, reason)
 
     def _refuse_claimed(self, name: str, path: Path, st: os.stat_result | None, reason: str) -> None:

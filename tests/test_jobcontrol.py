@@ -304,6 +304,26 @@ def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workd
     assert "the controller does not answer (test)" in pauses[0]
 
 
+def test_a_dependent_failed_late_keeps_its_own_submit_time(spool, workdir):
+    """Its failure is filed after 70 held jobs behind it were looked at (and its parse no longer kept)."""
+    from onite.api import Spool
+
+    gate = workdir / "gate"
+    gate.touch()
+    submit("base", f"touch {workdir}/started; while [ -e {gate} ]; do sleep 0.02; done; exit 1\n", "-p", "1")
+    submit("dependent", "true\n", "-p", "1", "--after", "base")
+    spooled = datetime.now().astimezone()
+    Spool(spool).submit_many([(f"held-{i:03d}", "true\n") for i in range(70)], priority=1, hold=True)
+    driver = start_driver(spool, "--slots", "2")
+    wait_for((workdir / "started").exists, what="the base job to start")
+    time.sleep(0.5)  # the free slot's picks look at the dependent and the held jobs meanwhile (no assertion on time)
+    gate.unlink()
+    assert driver.wait(60) == 0
+    record = result(spool, "dependent")
+    assert record["state"] == "failed" and "base" in record["reason"]
+    assert datetime.fromisoformat(record["submitted"]) <= spooled
+
+
 SUBMITTER = """
 import os, sys
 from onite.__main__ import main
