@@ -101,10 +101,7 @@ class Daemon:
             Refused: the spool is not writable by this user, or another daemon runs for this host.
             InvalidInput: the schedule in onite.toml is not valid.
         """
-        self.spool.check()
-        if not os.access(self.spool.running_root, os.W_OK):
-            raise Refused(f"cannot write {self.spool.running_root}: this spool is drained by its owner",
-                          "run the daemon as root, or use your own spool")
+        self.spool.check_drainable("onite daemon")
         self.schedule = _validated(self.spool.config.schedule)
         with SignalCatcher(self.signals) as wakeup_fd:
             self._wakeup_fd = wakeup_fd

@@ -155,10 +155,7 @@ class Driver:
         another driver holds the lock. ``scheduled``: drain only inside a night window that
         a time of ``schedule`` opened (onite.window), else log that and return.
         """
-        self.spool.check()
-        if not os.access(self.spool.running_root, os.W_OK):
-            raise Refused(f"cannot write {self.spool.running_root}: this spool is drained by its owner",
-                          "run the driver as root (sudo onite run), or use your own spool")
+        self.spool.check_drainable("onite run")
         lock = self._take_lock()
         if lock is None:
             return 0

@@ -152,6 +152,20 @@ class Spool:
     def exists(self) -> bool:
         return self.jobs_dir.is_dir()
 
+    def check_drainable(self, command: str) -> None:
+        """May this process drain the spool (``command``: what to run as root, for the hint)?
+
+        Raises:
+            SpoolError: as check(), or its running/ folder is missing.
+            Refused: running/ belongs to someone else (the spool's owner drains it).
+        """
+        self.check()
+        if not self.running_root.is_dir():
+            raise SpoolError(f"no running/ folder in {self.root}", "run onite init to repair the spool")
+        if not os.access(self.running_root, os.W_OK):
+            raise Refused(f"cannot write {self.running_root}: this spool is drained by its owner",
+                          f"run it as root (sudo {command}), or use your own spool")
+
     def check(self) -> None:
         """Raises:
             SpoolError: the spool is missing or not an onite spool.

@@ -217,3 +217,11 @@ def test_list_by_host_shows_the_jobs_each_host_ran(spool, cli):
     out = cli(["list", "--by-host"]).out
     host = os.uname().nodename.split(".")[0]
     assert host in out.splitlines() and "ran" in out and "queued (no host yet)" in out and "waits" in out
+
+
+def test_a_spool_without_running_is_to_repair_not_to_run_as_root(spool, cli):
+    (spool / "running").rmdir()
+    for command in (["run"], ["daemon"]):
+        r = cli(command)
+        assert r.code == 4 and r.err == f"onite: no running/ folder in {spool} — run onite init to repair the spool\n"
+    assert cli(["init", "--spool", str(spool)]).code == 0 and cli(["run"]).code == 0
