@@ -280,7 +280,7 @@ class Driver:
     def _timeout(self) -> float:
         now_mono = time.monotonic()
         timeout = POLL if self.running else IDLE_POLL
-        if getattr(self.runner, "needs_polling", lambda: False)():
+        if self.runner.needs_polling():
             timeout = min(timeout, 0.05)
         deadline = self.runner.next_deadline()
         if deadline is not None:
@@ -335,11 +335,7 @@ class Driver:
             return
         self.config = config
         self.index.set_folders(self.spool.queue_folders())
-        if isinstance(self.runner, LocalRunner):
-            self.runner.shell = config.shell
-            self.runner.kill_grace = config.kill_grace.total_seconds()
-        elif hasattr(self.runner, "reload"):
-            self.runner.reload(config)
+        self.runner.reload(config)
         self.window_end = window_end(self.started_at, self.until)
         self.log.event("reloaded", slots=self.slots, priorities=config.priorities)
 
@@ -929,8 +925,7 @@ class Driver:
 
     def _reattach(self, name: str, path: Path, info: dict) -> bool:
         """Executors whose jobs outlive the driver (Slurm) take their runs back."""
-        reattach = getattr(self.runner, "reattach", None)
-        if reattach is None or not self._may_reattach or not info.get("external_id"):
+        if not self._may_reattach or not info.get("external_id"):
             return False
         try:
             job, st = self._read_job(path)
@@ -941,7 +936,7 @@ class Driver:
                   run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
                   started_mono=time.monotonic(), external_id=info["external_id"])
         run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
-        if not reattach(run):
+        if not self.runner.reattach(run):
             return False
         self.running[name] = run
         self.log.event("recovered", name, action="re-attached", slurm=run.external_id)

@@ -298,17 +298,26 @@ class Runner:
     ``wait_fds()``          descriptors that become readable when a run may have ended
     ``runinfo(run)``        JSON-able facts recovery needs after a driver crash
     ``recover(info, grace)``  make sure a dead driver's run is gone; returns what was done
-    ``reattach(run)``       optional: take back a run that outlived its driver; True if it did
+    ``reattach(run)``       take back a run that outlived its driver; True if it did (default: never)
     ``busy()``              True while it still has work in flight (the driver waits before exiting)
-    ``needs_polling()``     optional: True when runs have no descriptor to wait on (the driver then
-                            polls every 50 ms; a runner that polls at its own pace uses next_deadline)
-    ``reload(config)``      optional: take new settings after SIGHUP
+    ``needs_polling()``     True when runs have no descriptor to wait on (the driver then polls
+                            every 50 ms; a runner that polls at its own pace uses next_deadline)
+    ``reload(config)``      take new settings after SIGHUP
     """
 
     runs: list
 
     def busy(self) -> bool:
         return bool(self.runs)
+
+    def needs_polling(self) -> bool:
+        return False
+
+    def reattach(self, run: Run) -> bool:
+        return False
+
+    def reload(self, config) -> None:
+        pass
 
 
 class LocalRunner(Runner):
@@ -329,6 +338,10 @@ class LocalRunner(Runner):
         self.runs: list[Run] = []
         self._orphans: list[tuple[int, float]] = []  # (pgid, kill_at) of groups whose leader exited
         self._credentials = own_credentials()
+
+    def reload(self, config) -> None:
+        self.shell = config.shell
+        self.kill_grace = config.kill_grace.total_seconds()
 
     def start(self, run: Run, output_path: Path, *, append: bool) -> None:
         """Start ``run``. Raises SpawnError (the job is then recorded as failed)."""
