@@ -512,8 +512,7 @@ class Driver:
     def _dep_state(self, name: str) -> DepState:
         if name in self._unrecorded:
             self._flush_records()
-        if name in self.running or self.index.contains(name) or sp.find_queued(self.spool, name) \
-                or sp.find_running(self.spool, name):
+        if name in self.running or self.index.contains(name) or sp.is_live(self.spool, name):
             return DepState.PENDING
         result = sp.read_result(self.spool, name)
         if result is not None:
@@ -904,14 +903,11 @@ class Driver:
         Raises:
             Refused: a driver of that host holds its lock (it is alive).
         """
-        from filelock import Timeout, UnixFileLock
-
-        lock = UnixFileLock(str(self.spool.lock_path(self.host)), timeout=0.5, mode=0o644)
-        try:
-            lock.acquire()
-        except Timeout:
+        lock = take_host_lock(self.spool.lock_path(self.host),
+                              f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=recover")
+        if lock is None:
             raise Refused(f"a driver for host {self.host} is running (it holds {self.spool.lock_path(self.host).name})",
-                          "stop it there, or let it recover its own jobs") from None
+                          "stop it there, or let it recover its own jobs")
         try:
             before = set(os.listdir(self._running_dir)) if self._running_dir.is_dir() else set()
             self.log.event("recover-host", host=self.host, by=f"uid {os.geteuid()}", claims=len([n for n in before if is_valid_name(n)]))

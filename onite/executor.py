@@ -106,16 +106,7 @@ class LocalProcess:
 
     def signal_group(self, sig: int) -> bool:
         """Signal every process of the job's group; False if none is left."""
-        try:
-            os.killpg(self.pgid, sig)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return False
-
-    def group_alive(self) -> bool:
-        return self.signal_group(0)
+        return kill_group(self.pgid, sig)
 
     def close(self) -> None:
         if self.pidfd is not None:
