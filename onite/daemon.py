@@ -43,6 +43,7 @@ from onite.config import default_host
 from onite.driver import Driver, SignalCatcher, take_host_lock
 from onite.errors import InvalidInput, OniteError, Refused
 from onite.log import ActivityLog
+from onite.schedule import validate_schedule
 from onite.window import plan
 
 POLL = 2.0  # seconds between looks at the queue, recur/ and the clock while sleeping
@@ -102,7 +103,7 @@ class Daemon:
             InvalidInput: the schedule in onite.toml is not valid.
         """
         self.spool.check_drainable("onite daemon")
-        self.schedule = _validated(self.spool.config.schedule)
+        self.schedule = validate_schedule(tuple(self.spool.config.schedule))
         with SignalCatcher(self.signals) as wakeup_fd:
             self._wakeup_fd = wakeup_fd
             lock = self._lock()
@@ -321,7 +322,7 @@ class Daemon:
         if wanted == self.schedule:
             return
         try:
-            self.schedule = _validated(wanted)
+            self.schedule = validate_schedule(tuple(wanted))
         except InvalidInput as err:
             self.log.event("reload-failed", error=str(err), note="keeping the previous schedule")
             return
@@ -352,17 +353,3 @@ class Daemon:
             sp.replace_file(self.state_path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
         except OniteError as err:
             self.log.event("warning", error=str(err), note="the daemon state was not saved")
-
-
-def _validated(schedule: tuple[str, ...]) -> tuple[str, ...]:
-    """Raises:
-        InvalidInput: an expression is not valid cron (named in the message).
-    """
-    from onite.schedule import validate_cron
-
-    for expr in schedule:
-        try:
-            validate_cron(expr)
-        except InvalidInput as err:
-            raise InvalidInput(f"onite.toml: schedule: {err.what}", err.hint) from None
-    return tuple(schedule)

@@ -564,8 +564,22 @@ def _schedule(schedule: Sequence[str]) -> Sequence[str]:
     if isinstance(schedule, str):
         # A bare string is a sequence of characters: refuse it rather than parse "0", " ", ...
         raise TypeError(f"a schedule is a list of cron expressions, not the string {schedule!r}")
-    return schedule
+    return validate_schedule(tuple(schedule))
 
+
+@lru_cache(maxsize=8)
+def validate_schedule(schedule: tuple[str, ...]) -> tuple[str, ...]:
+    """``schedule`` of onite.toml, every expression checked (once per distinct schedule).
+
+    Raises:
+        InvalidInput: an expression is not valid cron; the message names onite.toml's key.
+    """
+    for expr in schedule:
+        try:
+            validate_cron(expr)
+        except InvalidInput as err:
+            raise InvalidInput(f"onite.toml: schedule: {err.what}", err.hint) from None
+    return schedule
 
 
 def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> str:
@@ -576,8 +590,7 @@ def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> 
     """
     import shlex
 
-    for expr in schedule:
-        validate_cron(expr)
+    _schedule(schedule)
     lines = [
         f"# onite: drain the spool {spool_root} at the times of `schedule` in its onite.toml",
         "# install (keeping root's other entries): (crontab -l 2>/dev/null; onite cron) | crontab -",

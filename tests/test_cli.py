@@ -225,3 +225,11 @@ def test_a_spool_without_running_is_to_repair_not_to_run_as_root(spool, cli):
         r = cli(command)
         assert r.code == 4 and r.err == f"onite: no running/ folder in {spool} — run onite init to repair the spool\n"
     assert cli(["init", "--spool", str(spool)]).code == 0 and cli(["run"]).code == 0
+
+
+def test_a_bad_schedule_is_named_as_onite_toml_by_every_command_that_reads_it(spool, cli):
+    set_config(spool, schedule=["0 25 * * *"])
+    for command in (["cron"], ["status"], ["run", "--scheduled"], ["daemon"]):
+        r = cli(command)
+        assert r.code == 2 and r.err.startswith("onite: onite.toml: schedule: bad cron expression '0 25 * * *'"), r
+        assert r.err.count("\n") == 1
