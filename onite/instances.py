@@ -252,7 +252,7 @@ class RecurScheduler:
         """Spool one instance for each template whose latest fire in (last spooled, now] is
         not spooled yet; return the instances' names.
         """
-        self.refresh(force=not self.templates)
+        self.refresh()
         due = [name for name, t in self.templates.items() if t.next is not None and t.next <= now]
         if not due:
             return []
