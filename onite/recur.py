@@ -64,7 +64,7 @@ def rule_of(job: Job):
     fields = {k: v for k, v in job.extra if k in RULE_KEYS}
     if "recur-cron" not in fields and "recur-every" not in fields:
         raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",
-                             "add it again with onite recur add")
+                             "remove it (onite recur remove NAME), then add it again")
     return parse_rule(cron=fields.get("recur-cron"), every=fields.get("recur-every"),
                       offset=fields.get("recur-offset"))
 
@@ -223,7 +223,7 @@ def preview(spool: sp.Spool | None, name: str | None, rule, start: datetime, cou
     from onite.schedule import fire_times
 
     if count < 0:
-        raise InvalidInput(f"invalid count {count}", "use -n 1 or more")
+        raise InvalidInput(f"invalid count {count}", "use -n 0 or more")
     if name is not None:
         rule = _rule_of_template(spool, name)
     return fire_times(rule, start, count)
@@ -259,7 +259,8 @@ def _rule_of_template(spool: sp.Spool, name: str):
                           "only its owner and root can see its rule until a driver has read it") from None
         return rule
     except (OSError, BadFile) as err:
-        raise NotFound(f"cannot read recurring job {name!r}: {err}", "see onite recur list") from None
+        raise SpoolError(f"cannot read recurring job {name!r}: {err}",
+                         f"fix or remove it: onite recur remove {name}") from None
 
 
 def template_files(spool: sp.Spool) -> Iterator[tuple[str, Path, os.stat_result]]:
