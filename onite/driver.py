@@ -692,7 +692,7 @@ class Driver:
         self.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
     def _requeue_file(self, path: Path, name: str, rank: int) -> None:
-        folder = self.spool.urgent_dir if rank == 0 else self.spool.queue_dir(min(rank, self.config.priorities))
+        folder = self.spool.folder_for(rank, rank == 0)
         target = folder / name
         if os.path.lexists(target):
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")

@@ -140,7 +140,8 @@ class Spool:
         return list(self._folders[1])
 
     def folder_for(self, priority: int, urgent: bool) -> Path:
-        return self.urgent_dir if urgent else self.queue_dir(priority)
+        """The queue folder of a job; a priority beyond ``priorities`` (lowered since) is the last."""
+        return self.urgent_dir if urgent else self.queue_dir(min(priority, self.config.priorities))
 
     def hosts(self) -> list[str]:
         """Hosts that have a running/ folder (that have ever claimed a job)."""
