@@ -252,3 +252,15 @@ def set_config(spool: Path, **values) -> None:
     for key, value in values.items():
         lines.append(f"{key} = {json.dumps(value)}")
     path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def berlin_tz(monkeypatch):
+    """The machine's zone (TZ) set to Europe/Berlin for one test."""
+    import time as time_module
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time_module.tzset()
+    yield
+    monkeypatch.undo()
+    time_module.tzset()

@@ -217,17 +217,6 @@ def test_report_since_refuses_the_future_and_nonsense(text):
 # ---- wall-clock times across DST, in the machine's zone --------------------------------
 
 
-@pytest.fixture
-def berlin(monkeypatch):
-    import time as time_module
-
-    monkeypatch.setenv("TZ", "Europe/Berlin")
-    time_module.tzset()
-    yield
-    monkeypatch.undo()
-    time_module.tzset()
-
-
 @pytest.mark.parametrize("start, until, closes", [
     # 2026-03-29 02:00 CET -> 03:00 CEST: a skipped time is the jump, never an hour before it
     ("2026-03-28T22:00", time(2, 30), "2026-03-29T03:00:00+02:00"),
@@ -236,7 +225,7 @@ def berlin(monkeypatch):
     # 2026-10-25 03:00 CEST -> 02:00 CET: a repeated time is its first pass
     ("2026-10-24T22:00", time(2, 30), "2026-10-25T02:30:00+02:00"),
 ])
-def test_the_drivers_window_end_follows_the_dst_policy_of_the_schedule(berlin, start, until, closes):
+def test_the_drivers_window_end_follows_the_dst_policy_of_the_schedule(berlin_tz, start, until, closes):
     from onite.policy import window_end
     from onite.window import window_of
 
@@ -246,7 +235,7 @@ def test_the_drivers_window_end_follows_the_dst_policy_of_the_schedule(berlin, s
         assert window_of(begin, until).closes == window_end(begin, until)  # the daemon's window agrees
 
 
-def test_an_at_time_the_clocks_skip_is_the_jump(berlin):
+def test_an_at_time_the_clocks_skip_is_the_jump(berlin_tz):
     before = datetime(2026, 3, 29, 0, 0).astimezone()
     assert parse_when("02:30", before).isoformat() == "2026-03-29T03:00:00+02:00"
     assert parse_when("2026-03-29T02:30", before).isoformat() == "2026-03-29T03:00:00+02:00"

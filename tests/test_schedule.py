@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -424,16 +423,6 @@ def test_hourly_fires_once_per_real_hour_all_year(zone):
 
 
 # ------------------------------------------------------------------ zones
-
-
-@pytest.fixture
-def berlin_tz(monkeypatch):
-    """The machine's zone (TZ) set to Europe/Berlin for one test."""
-    monkeypatch.setenv("TZ", "Europe/Berlin")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_machine_zone_from_tz_follows_dst(berlin_tz):
