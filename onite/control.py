@@ -81,9 +81,12 @@ def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
     Raises:
         NotFound: a driver claimed it first.
     """
+    from onite.state import JobState
+
     target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
     try:
-        sp.move(entry.path, target, "cancelling")
+        sp.change_state(entry.name, JobState.HELD if sp.is_held(entry.mode) else JobState.QUEUED, JobState.CANCELLED,
+                        entry.path, target, "cancelling")
     except NotFound:
         raise NotFound(f"job {entry.name!r} started running as you cancelled it",
                        f"run onite cancel {entry.name} again to stop it") from None

@@ -524,7 +524,7 @@ class Driver:
     def _start(self, cand: Candidate, st_seen: os.stat_result) -> None:
         target = self._running_dir / cand.name
         try:
-            sp.move(cand.path, target, "claiming")
+            sp.change_state(cand.name, JobState.QUEUED, JobState.RUNNING, cand.path, target, "claiming")
         except NotFound:
             self._forget(cand)  # another host, or a cancel, got there first: not an error
             return
@@ -646,7 +646,8 @@ class Driver:
         running_dir = self._running_dir
         try:
             sp.write_result(self.spool, result)
-            sp.move(running_dir / run.name, self.spool.done_dir / run.name, "filing the finished job")
+            sp.change_state(run.name, JobState.RUNNING, result.state, running_dir / run.name,
+                            self.spool.done_dir / run.name, "filing the finished job")
         except OniteError as err:
             self.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
             return
@@ -696,7 +697,7 @@ class Driver:
         target = folder / name
         if os.path.lexists(target):
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
-        sp.move(path, target, "requeueing")
+        sp.change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
 
     def _fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
         """A queued job that can never run (its dependency failed): file it as failed."""
@@ -716,7 +717,8 @@ class Driver:
         )
         try:
             sp.write_result(self.spool, result)
-            sp.move(cand.path, self.spool.done_dir / cand.name, "failing")
+            sp.change_state(cand.name, JobState.QUEUED, JobState.FAILED, cand.path, self.spool.done_dir / cand.name,
+                            "failing")
         except NotFound:
             pass
         except OniteError as err:
@@ -839,7 +841,8 @@ class Driver:
             previous = sp.read_result(self.spool, name)
             if previous is not None and info.get("run_id") and previous.run_id == info.get("run_id"):
                 try:
-                    sp.move(path, self.spool.done_dir / name, "completing a finished job")
+                    sp.change_state(name, JobState.RUNNING, previous.state, path, self.spool.done_dir / name,
+                                    "completing a finished job")
                 except OniteError as err:
                     self.log.event("error", name, error=str(err))
                     continue
@@ -954,7 +957,8 @@ class Driver:
         )
         try:
             sp.write_result(self.spool, result)
-            sp.move(path, self.spool.done_dir / name, "failing an interrupted job")
+            sp.change_state(name, JobState.RUNNING, JobState.FAILED, path, self.spool.done_dir / name,
+                            "failing an interrupted job")
         except OniteError as err:
             self.log.event("error", name, error=str(err))
             return

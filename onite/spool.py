@@ -704,6 +704,20 @@ def move(src: Path, dst: Path, action: str) -> None:
         raise SpoolIOError(src, action, err) from None
 
 
+def change_state(name: str, old, new, src: Path, dst: Path, action: str) -> None:
+    """The one rename that moves job ``name`` from state ``old`` to ``new``, along an edge of the
+    state machine (onite.state): every change of a job's state goes through here.
+
+    Raises:
+        InvalidTransition: ``old → new`` is no edge (a bug in the caller; nothing was moved).
+        NotFound, SpoolError, SpoolIOError: as move().
+    """
+    from onite.state import check_transition
+
+    check_transition(name, old, new)
+    move(src, dst, action)
+
+
 def user_name(uid: int) -> str:
     import pwd
 

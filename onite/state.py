@@ -7,7 +7,7 @@ A job's state is where its file is (docs/spool-format.md):
     cancel/NAME@...                   cancelled, not yet filed by a driver
     jobsdone/NAME + NAME@result       done, failed or cancelled: the result says which
 
-Every change of state is one rename(2) in the spool, checked here first:
+Every change of state is one rename(2) in the spool (spool.change_state), checked here first:
 
     queued  → held, running, cancelled, failed (a dependency failed)
     held    → queued, cancelled

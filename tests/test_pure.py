@@ -239,3 +239,16 @@ def test_an_at_time_the_clocks_skip_is_the_jump(berlin_tz):
     before = datetime(2026, 3, 29, 0, 0).astimezone()
     assert parse_when("02:30", before).isoformat() == "2026-03-29T03:00:00+02:00"
     assert parse_when("2026-03-29T02:30", before).isoformat() == "2026-03-29T03:00:00+02:00"
+
+
+def test_a_change_of_state_off_the_machine_is_refused_before_anything_moves(tmp_path):
+    from onite import spool as sp
+    from onite.state import InvalidTransition, JobState
+
+    src, dst = tmp_path / "a", tmp_path / "b"
+    src.write_text("x")
+    with pytest.raises(InvalidTransition, match="cannot go from done to running"):
+        sp.change_state("a", JobState.DONE, JobState.RUNNING, src, dst, "claiming")
+    assert src.exists() and not dst.exists()
+    sp.change_state("a", JobState.QUEUED, JobState.RUNNING, src, dst, "claiming")
+    assert dst.exists() and not src.exists()
