@@ -183,6 +183,10 @@ def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:
         raise SpoolIOError(entry.path, action, err) from None
     finally:
         os.close(fd)
+    try:  # a chmod leaves the folder's mtime alone: touch it, so that a driver looks at the job again
+        os.utime(entry.path.parent)
+    except OSError:
+        pass  # a driver still looks at it before it decides it has nothing left to do
 
 
 def find(spool: sp.Spool, name: str) -> bool:

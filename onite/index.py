@@ -15,6 +15,12 @@ a listing is marked racy and repeated. Before a driver decides there is
 nothing left to do it lists every folder again (``refresh(force=True)``):
 no job is ever missed, at worst noticed a second late.
 
+A job the driver cannot start for a reason that lasts (held, pinned to
+another host, another user's under a non-root driver) is *parked*: left out
+of the order until its file's ctime changes, which the next listing of its
+folder sees (``onite release`` touches the folder for that), or until a
+forced refresh. Ten thousand held jobs then cost nothing per pick.
+
 Only names and kernel ctimes are kept for every queued job; the few
 fields of a job file that eligibility needs are read lazily, once per file
 version (inode and ctime), and only for jobs that come up for a decision.
@@ -49,7 +55,7 @@ class Candidate:
 
 class _Folder:
     __slots__ = ("rank", "path", "names", "order", "head", "gone", "mtime_ns", "scanned_at", "touched", "racy",
-                 "sorted", "scan_seconds")
+                 "sorted", "scan_seconds", "parked")
 
     def __init__(self, rank: int, path: Path) -> None:
         self.rank = rank
@@ -64,6 +70,7 @@ class _Folder:
         self.racy = False
         self.sorted = True
         self.scan_seconds = 0.0  # how long its last listing took
+        self.parked: dict[str, int] = {}  # name → ctime: out of the order until its file changes (park())
 
 
 class QueueIndex:
@@ -93,11 +100,13 @@ class QueueIndex:
                 folder.names.clear()
                 folder.order.clear()
                 folder.gone.clear()
+                folder.parked.clear()
                 continue
             changed = mtime != folder.mtime_ns or folder.racy
             if not (changed or force):
                 continue
             if force:
+                self._unpark(folder)  # before a driver decides there is nothing to do, everything is looked at
                 limit = 0.0
             elif folder.touched:
                 limit = max(self.rescan_every, RESCAN_COST_SHARE * folder.scan_seconds)
@@ -109,22 +118,26 @@ class QueueIndex:
     def _scan(self, folder: _Folder, mtime_ns: int) -> None:
         started_ns = time.time_ns()
         started = time.perf_counter()
-        names, order, gone = folder.names, folder.order, folder.gone
+        names, order, gone, parked = folder.names, folder.order, folder.gone, folder.parked
         present: set[str] = set()
+        still_parked: dict[str, int] = {}
         try:
             with os.scandir(folder.path) as it:
                 for entry in it:
                     name = entry.name
                     if name[0] == "." or SIDE in name:
                         continue
-                    present.add(name)
                     if name in names:
+                        present.add(name)
                         continue
-                    try:  # only a new name costs a stat (from the listing's own folder handle)
+                    try:  # only a new (or parked) name costs a stat (from the listing's own folder handle)
                         ctime_ns = entry.stat(follow_symlinks=False).st_ctime_ns
                     except FileNotFoundError:
-                        present.discard(name)
                         continue
+                    if parked.get(name) == ctime_ns:
+                        still_parked[name] = ctime_ns  # unchanged since it was parked: it stays out
+                        continue
+                    present.add(name)
                     names[name] = ctime_ns
                     order.append((ctime_ns, name))
                     gone.discard(name)
@@ -132,6 +145,7 @@ class QueueIndex:
         except FileNotFoundError:
             pass
         self.listings += 1
+        folder.parked = still_parked
         if len(present) < len(names):  # present holds only names in names: some left
             for name in [n for n in names if n not in present]:
                 del names[name]
@@ -172,13 +186,13 @@ class QueueIndex:
                     yield Candidate(folder.rank, name, folder.path / name, ctime_ns)
 
     def contains(self, name: str) -> bool:
-        return any(name in folder.names for folder in self.folders)
+        return any(name in folder.names or name in folder.parked for folder in self.folders)
 
     def __len__(self) -> int:
-        return sum(len(folder.names) for folder in self.folders)
+        return sum(len(folder.names) + len(folder.parked) for folder in self.folders)
 
     def counts(self) -> dict[int, int]:
-        return {folder.rank: len(folder.names) for folder in self.folders}
+        return {folder.rank: len(folder.names) + len(folder.parked) for folder in self.folders}
 
     # ---- the driver's own changes ----------------------------------------------
 
@@ -193,6 +207,26 @@ class QueueIndex:
                 if len(folder.gone) > 64 and len(folder.gone) > len(folder.order) // 2:
                     self._compact(folder)
                 return
+
+    def park(self, candidate: Candidate) -> None:
+        """Leave this job out of ``candidates()`` until its file changes (a release is a chmod, which
+        ``onite release`` makes visible by touching the folder) or a forced refresh: a held job,
+        or one pinned to another host, then costs nothing per pick, however many there are."""
+        for folder in self.folders:
+            if folder.rank == candidate.rank:
+                if folder.names.get(candidate.name) == candidate.ctime_ns:
+                    del folder.names[candidate.name]
+                    folder.parked[candidate.name] = candidate.ctime_ns
+                return
+
+    @staticmethod
+    def _unpark(folder: _Folder) -> None:
+        for name, ctime_ns in folder.parked.items():
+            if name not in folder.names:
+                folder.names[name] = ctime_ns
+                folder.order.append((ctime_ns, name))
+                folder.sorted = False
+        folder.parked = {}
 
     def reorder(self, candidate: Candidate, ctime_ns: int) -> None:
         """The file at this name changed (replaced, or hold/release): move it to its new place."""

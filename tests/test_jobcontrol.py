@@ -159,6 +159,21 @@ def test_hold_and_release(spool, workdir, cli):
     assert r.code == 1 and "no job 'nosuch' is queued" in r.err
 
 
+
+def test_a_job_released_while_the_driver_runs_is_run_by_it(spool, workdir, cli):
+    """The driver leaves held jobs out of its picks; a release makes it look again."""
+    trace, gate = workdir / "trace", workdir / "gate"
+    gate.touch()
+    submit("held", f"echo held >> {trace}\n", "--hold", "-p", "1")
+    submit("blocker", f"echo blocker >> {trace}; while [ -e {gate} ]; do sleep 0.02; done\n", "-p", "5")
+    submit("last", f"echo last >> {trace}\n", "-p", "6")
+    driver = start_driver(spool)
+    wait_for(lambda: trace.exists() and "blocker" in trace.read_text(), what="the blocker to start")
+    assert cli(["release", "held"]).code == 0
+    gate.unlink()
+    assert driver.wait(60) == 0
+    assert trace.read_text().split() == ["blocker", "held", "last"]
+
 def test_not_before_time_waits_inside_the_window(spool, workdir):
     trace = workdir / "trace"
     at = (datetime.now().astimezone() + timedelta(seconds=2)).isoformat()
