@@ -121,7 +121,7 @@ class OniteSpool:
     def drain(self, *args: str) -> float:
         """Seconds for one ``onite run`` (start-up and exit included)."""
         started = time.perf_counter()
-        self.run("run", *args)
+        self.run("run", "-q", *args)
         return time.perf_counter() - started
 
     def close(self) -> None:
@@ -225,7 +225,7 @@ def marker_lines(total: int, plan: Plan, stamps: str) -> list[str]:
 
 def drain_front(spool: OniteSpool, stamps: str, timeout: float = 600) -> tuple[list[float], int]:
     """Drain until the stop job; return seconds per job of each window and the driver's peak RSS (KiB)."""
-    proc = subprocess.Popen([*ONITE, "run"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*ONITE, "run", "-q"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             env=spool.env, cwd=spool.dir)
     deadline = time.monotonic() + timeout
     while True:

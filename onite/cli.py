@@ -19,7 +19,7 @@ from onite.errors import InvalidInput
 
 app = typer.Typer(
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
@@ -32,6 +32,28 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdo
 
 
 _GLOBAL: dict[str, str | None] = {"spool": None}
+
+
+def complete_live(incomplete: str) -> list[str]:
+    """Shell completion of a queued or running job's name (cancel, hold, release)."""
+    return _complete(incomplete, finished=False)
+
+
+def complete_any(incomplete: str) -> list[str]:
+    """Shell completion of any job's name, finished ones included (output)."""
+    return _complete(incomplete, finished=True)
+
+
+def _complete(incomplete: str, *, finished: bool) -> list[str]:
+    from onite.listing import completion_names
+
+    try:
+        target = locate(None)
+        from onite import spool as sp
+
+        return completion_names(sp.Spool(target.path), incomplete, finished=finished)
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
+        return []
 
 
 def _print_version(wanted: bool) -> None:
@@ -166,7 +188,8 @@ def uniqname(base: str, spool: SpoolOpt = None) -> None:
 
 @app.command()
 def cancel(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Jobs to cancel; none: pick from a list.")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(help="Jobs to cancel; none: pick from a list.",
+                                                         autocompletion=complete_live)] = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
@@ -226,13 +249,13 @@ def pick_interactively(target) -> list[str]:
 
 
 @app.command()
-def hold(names: list[str], spool: SpoolOpt = None) -> None:
+def hold(names: Annotated[list[str], typer.Argument(autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
     """Hold queued jobs: they stay queued and are skipped until released."""
     _set_hold(names, spool, held=True)
 
 
 @app.command()
-def release(names: list[str], spool: SpoolOpt = None) -> None:
+def release(names: Annotated[list[str], typer.Argument(autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
     """Release held jobs (they go to the back of their priority)."""
     _set_hold(names, spool, held=False)
 
@@ -255,7 +278,9 @@ def run(
     slots: Annotated[Optional[int], typer.Option("--slots", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM).")] = None,
     host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print log lines on stderr.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print the log lines on stderr, also on a terminal "
+                                          "(which otherwise gets a live view of the drain).")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing (onite.log has every event); for cron.")] = False,
     scheduled: Annotated[bool, typer.Option("--scheduled", help="Drain only inside a night window opened by a time "
                                             "of `schedule` (for timers that may start late); else log and exit 0.")] = False,
     spool: SpoolOpt = None,
@@ -263,7 +288,7 @@ def run(
     """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
     # onite.fastcli runs well-formed `onite run`s without typer: a driver of 100,000 jobs is smaller without it
     code = commands.run_driver(spool or _GLOBAL["spool"], detach=detach, slots=slots, until=until, host=host,
-                               verbose=verbose, scheduled=scheduled)
+                               verbose=verbose, quiet=quiet, scheduled=scheduled)
     raise typer.Exit(code)
 
 
@@ -411,7 +436,7 @@ def recur_next(
 
 
 @app.command()
-def output(name: str, spool: SpoolOpt = None) -> None:
+def output(name: Annotated[str, typer.Argument(autocompletion=complete_any)], spool: SpoolOpt = None) -> None:
     """Print the captured stdout+stderr of your job NAME (its latest run)."""
     from onite.control import open_output
 

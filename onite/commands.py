@@ -173,17 +173,40 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
 
 
 def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = None, until: str | None = None,
-               host: str | None = None, verbose: bool = False, scheduled: bool = False) -> int:
-    """``onite run``: drain the queue now (or start a driver in the background); the exit code."""
+               host: str | None = None, verbose: bool = False, quiet: bool = False, scheduled: bool = False) -> int:
+    """``onite run``: drain the queue now (or start a driver in the background); the exit code.
+
+    On a terminal it shows a live view of the drain; elsewhere (cron, a pipe,
+    systemd) the log lines on stderr; with ``quiet`` nothing (onite.progress).
+    """
     target, until_time = driver_target(spool, until, host)
     if detach:
         pid = detach_driver(target, slots, until, host, scheduled)
         print(f"driver started in the background (pid {pid}); it logs to {target.log_path}")
         return 0
     from onite.driver import Driver
+    from onite.progress import LINES, LIVE, choose_mode
 
-    driver = Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if verbose else None)
-    return driver.run(scheduled=scheduled)
+    mode = choose_mode(quiet=quiet, verbose=verbose, is_terminal=_is_terminal(sys.stderr),
+                       dumb=os.environ.get("TERM", "") in ("dumb", "unknown"))
+    if mode != LIVE:
+        driver = Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if mode == LINES else None)
+        return driver.run(scheduled=scheduled)
+    from rich.console import Console
+
+    from onite.progress import DrainView
+
+    view = DrainView(Console(stderr=True, highlight=False))
+    driver = Driver(target, host=host, slots=slots, until=until_time, listener=view.listener, tick=view.tick)
+    with view:
+        return driver.run(scheduled=scheduled)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream is not None and os.isatty(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
@@ -194,6 +217,7 @@ def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
     argv += ["--until", until] if until else []
     argv += ["--host", host] if host else []
     argv += ["--scheduled"] if scheduled else []
+    argv += ["--quiet"]  # it logs to onite.log; its stderr is /dev/null
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
     return child.pid

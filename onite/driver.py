@@ -73,13 +73,14 @@ class Driver:
 
     def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, echo=None, runner=None, only_timed: bool = False,
-                 linger: bool = True, tick=None, signals: list[int] | None = None) -> None:
+                 linger: bool = True, tick=None, signals: list[int] | None = None, listener=None) -> None:
         """``only_timed``: start only jobs that carry a not-before time that has come (the
         daemon's wakes for ``--at`` times and recurring instances). ``linger=False``: when
         nothing runs and nothing can start, return instead of waiting for a not-before
         time (the daemon does its own waiting). ``tick(driver, now)``: called on every
         turn of the loop; returns when it wants to be called next (or None). ``signals``:
         the list caught signals go to (the daemon shares its own, so none is lost in between).
+        ``listener``: told of every logged event as data (onite.log.ActivityLog; the live progress).
         """
         self.spool = spool
         self.config: Config = spool.config
@@ -89,7 +90,7 @@ class Driver:
         self._slots_override = slots
         self._until_override = until
         self.euid = os.geteuid()
-        self.log = ActivityLog(spool.log_path, self.host, echo=echo)
+        self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener)
         self.runner = runner or self._make_runner()
         self.index = QueueIndex(spool.queue_folders())
         self.running: dict[str, Run] = {}

@@ -137,7 +137,8 @@ def _list(args: list[str], global_spool: str | None) -> int | None:
 def _run(args: list[str], global_spool: str | None) -> int | None:
     """``onite run``: a driver without typer is smaller, which matters with 100,000 jobs queued."""
     parsed = _parse(args, {"--slots": "slots", "--until": "until", "--host": "host", "--spool": "spool"},
-                    {"--detach": "detach", "-v": "verbose", "--verbose": "verbose", "--scheduled": "scheduled"})
+                    {"--detach": "detach", "-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "quiet",
+                     "--scheduled": "scheduled"})
     if parsed is None or parsed[0]:
         return None
     options = parsed[1]
@@ -149,4 +150,5 @@ def _run(args: list[str], global_spool: str | None) -> int | None:
     return commands.run_driver(options.get("spool") or global_spool, detach=options.get("detach", False),
                                slots=int(slots) if slots else None, until=options.get("until"),
                                host=options.get("host"), verbose=options.get("verbose", False),
+                               quiet=options.get("quiet", False),
                                scheduled=options.get("scheduled", False))

@@ -250,3 +250,12 @@ def _runinfo(spool: sp.Spool, host: str | None, name: str) -> dict:
         return json.loads((spool.running_dir(host) / f"{name}{sp.RUNINFO}").read_bytes())
     except (OSError, ValueError):
         return {}
+
+
+def completion_names(spool: sp.Spool, prefix: str, *, finished: bool) -> list[str]:
+    """Names of queued and running jobs (and, with ``finished``, kept results) that start with
+    ``prefix``, sorted: what a shell completes after ``onite cancel`` or ``onite output``."""
+    names = {name for _, _, name, _, _ in sp.queued_stats(spool)} | {e.name for e in sp.running(spool)}
+    if finished:
+        names |= {r.name for r in sp.results(spool)}
+    return sorted(n for n in names if n.startswith(prefix))

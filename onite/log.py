@@ -35,14 +35,19 @@ def format_line(when: datetime, host: str, pid: int, event: str, name: str = "",
 
 
 class ActivityLog:
-    """Appends events to onite.log (and mirrors them to ``echo``, e.g. stderr under systemd)."""
+    """Appends events to onite.log (and mirrors them to ``echo``, e.g. stderr under systemd).
+
+    ``listener(when, event, name, fields)`` is told of every event as data, after
+    it is logged: ``onite run``'s live progress on a terminal is drawn from it.
+    """
 
     def __init__(self, path: Path, host: str, *, echo: TextIO | None = None,
-                 clock=lambda: datetime.now().astimezone()) -> None:
+                 clock=lambda: datetime.now().astimezone(), listener=None) -> None:
         self.path = path
         self.host = host
         self.echo = echo
         self.clock = clock
+        self.listener = listener
         self._fd: int | None = None
         self.pid = os.getpid()
 
@@ -56,7 +61,8 @@ class ActivityLog:
         return self._fd
 
     def event(self, event: str, name: str = "", /, **fields: object) -> None:
-        line = format_line(self.clock(), self.host, self.pid, event, name, **fields)
+        when = self.clock()
+        line = format_line(when, self.host, self.pid, event, name, **fields)
         fd = self._open()
         if fd is not None:
             try:
@@ -69,6 +75,8 @@ class ActivityLog:
                 self.echo.flush()
             except (OSError, ValueError):
                 pass
+        if self.listener is not None:
+            self.listener(when, event, name, fields)
 
     def close(self) -> None:
         if self._fd is not None:

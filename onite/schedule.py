@@ -595,5 +595,7 @@ def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> 
         f"# onite: drain the spool {spool_root} at the times of `schedule` in its onite.toml",
         "# install (keeping root's other entries): (crontab -l 2>/dev/null; onite cron) | crontab -",
     ]
-    lines += [f"{' '.join(expr.split())} {command} run --spool {shlex.quote(str(spool_root))}" for expr in schedule]
+    # --quiet: cron would mail every night's log lines; onite.log keeps them, and failures notify
+    lines += [f"{' '.join(expr.split())} {command} run --quiet --spool {shlex.quote(str(spool_root))}"
+              for expr in schedule]
     return "\n".join(lines) + "\n"

@@ -125,7 +125,7 @@ def test_cron_lines(spool, cli):
     out = cli(["cron"]).out.splitlines()
     entries = [line for line in out if not line.startswith("#")]
     assert len(entries) == 2
-    assert entries[0].startswith("0 20 * * * ") and entries[0].endswith(f"run --spool {spool}")
+    assert entries[0].startswith("0 20 * * * ") and entries[0].endswith(f"run --quiet --spool {spool}")
     assert entries[1].startswith("30 23 * * 1-5 ")
     set_config(spool, schedule=["61 20 * * *"])
     assert cli(["cron"]).code == 2
@@ -233,3 +233,25 @@ def test_a_bad_schedule_is_named_as_onite_toml_by_every_command_that_reads_it(sp
         r = cli(command)
         assert r.code == 2 and r.err.startswith("onite: onite.toml: schedule: bad cron expression '0 25 * * *'"), r
         assert r.err.count("\n") == 1
+
+
+def test_shell_completion(spool, cli):
+    """`onite --show-completion bash` prints a script; the shell's completion requests get commands,
+    options and job names (docs/cli.md, SHELL COMPLETION)."""
+    assert "_ONITE_COMPLETE=complete_bash" in cli(["--show-completion", "bash"]).out
+    submit("zeta-one")
+    submit("zeta-two")
+    submit("alpha")
+
+    def complete(line: str) -> list[str]:
+        words = line.split(" ")
+        env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), _ONITE_COMPLETE="complete_bash",
+                   COMP_WORDS=line, COMP_CWORD=str(len(words) - 1))
+        proc = subprocess.run([sys.executable, "-m", "onite"], env=env, capture_output=True, timeout=60)
+        assert proc.returncode == 0 and proc.stderr == b"", proc
+        return proc.stdout.decode().split()
+
+    assert complete("onite su") == ["submit"]
+    assert "--slots" in complete("onite run --sl")
+    assert complete("onite cancel zeta") == ["zeta-one", "zeta-two"]
+    assert complete("onite hold al") == ["alpha"]
