@@ -451,12 +451,16 @@ def output(name: Annotated[str, typer.Argument(autocompletion=complete_any)], sp
 @app.command()
 def log(
     lines: Annotated[int, typer.Option("-n", "--lines", min=0, help="How many of the last lines.")] = 20,
+    as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print the last lines of the activity log."""
-    from onite.log import tail
+    from onite.log import log_json, tail
 
     target = open_spool(spool)
+    if as_json:
+        print(log_json(tail(target.log_path, lines)))
+        return
     for line in tail(target.log_path, lines):
         print(line)
 

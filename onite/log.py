@@ -103,3 +103,42 @@ def tail(path: Path, lines: int) -> list[str]:
         return []
     text = data.decode("utf-8", "replace").splitlines()
     return text[-lines:]
+
+
+_TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=("(?:[^"\\]|\\.)*"|\S*)|(\S+)')
+_UNQUOTE = {"n": "\n", "\\": "\\", '"': '"'}
+
+
+def parse_line(line: str) -> dict | None:
+    """A line of onite.log as data (``format_line`` read back); None for a line it did not write.
+
+    ``{"time": ISO, "host": str, "pid": int, "event": str, "name": str | None, "fields": {key: text}}``
+    """
+    head = line.rstrip("\n").split(" ", 3)
+    if len(head) < 3 or not head[1].endswith("]") or "[" not in head[1]:
+        return None
+    host, _, pid = head[1][:-1].rpartition("[")
+    try:
+        datetime.fromisoformat(head[0])
+        pid_number = int(pid)
+    except ValueError:
+        return None
+    name, fields = None, {}
+    for match in _TOKEN.finditer(head[3] if len(head) > 3 else ""):
+        key, value, bare = match.groups()
+        if bare is not None:
+            if name is None and not fields:
+                name = bare
+            continue
+        if value.startswith('"') and value.endswith('"') and len(value) >= 2:
+            value = re.sub(r"\\(.)", lambda m: _UNQUOTE.get(m.group(1), m.group(1)), value[1:-1])
+        fields[key] = value
+    return {"time": head[0], "host": host, "pid": pid_number, "event": head[2], "name": name, "fields": fields}
+
+
+def log_json(lines: list[str]) -> str:
+    """``onite log --json``: the lines as events (docs/json.md); a line onite did not write is kept as text."""
+    import json
+
+    events = [parse_line(line) or {"text": line} for line in lines]
+    return json.dumps({"version": 1, "events": events}, indent=1, ensure_ascii=False)

@@ -255,3 +255,21 @@ def test_shell_completion(spool, cli):
     assert "--slots" in complete("onite run --sl")
     assert complete("onite cancel zeta") == ["zeta-one", "zeta-two"]
     assert complete("onite hold al") == ["alpha"]
+
+
+def test_log_json_reads_the_lines_back(spool, cli):
+    submit("fails", "echo 'a \"quoted\" word'; exit 3\n")
+    drain(spool)
+    events = cli(["log", "-n", "3", "--json"]).json()["events"]
+    assert [e["event"] for e in events] == ["start", "failed", "driver-exit"]
+    failed = events[1]
+    assert failed["name"] == "fails" and failed["fields"]["reason"] == "exit 3" and failed["fields"]["exit"] == "3"
+    assert events[2]["name"] is None and events[2]["fields"]["failed"] == "1"
+    from datetime import timezone
+
+    from onite.log import format_line, parse_line
+
+    line = format_line(datetime(2026, 11, 22, 20, 0, tzinfo=timezone.utc), "vm", 7, "error", "x",
+                       error='cannot "write" a\\b\nc', note="k=v")
+    assert parse_line(line)["fields"] == {"error": 'cannot "write" a\\b\nc', "note": "k=v"}
+    assert parse_line("not a log line") is None
