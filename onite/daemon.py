@@ -184,18 +184,8 @@ class Daemon:
 
     def _scheduled(self, now: datetime) -> bool:
         """Handle a schedule time that has come: drain (True), or log a missed night."""
-        if self.next_scheduled is None or now < self.next_scheduled:
-            return False
-        step = plan(self.schedule, self.until, self.last, now)
-        if step.skipped is not None:
-            self.log.event("missed-night", fire=step.skipped.opened.isoformat(timespec="minutes"),
-                           closed=step.skipped.closes.isoformat(timespec="minutes") if step.skipped.closes else None,
-                           next=step.next.isoformat(timespec="minutes") if step.next else None,
-                           note="its window closed before the daemon could drain; the queue waits for the next night")
-            self._handled(step.handled)
-            return False
-        if step.drain is None:
-            self._plan_next()
+        step = self._due(now)
+        if step is None:
             return False
         late = (now - step.drain).total_seconds() > LATE
         self.log.event("catch-up" if late else "scheduled", fire=step.drain.isoformat(timespec="minutes"),
@@ -203,6 +193,24 @@ class Daemon:
         if self._drain(only_timed=False):
             self._handled(step.drain)
         return True
+
+    def _due(self, now: datetime):
+        """The plan (onite.window) of a schedule time that has come and whose window is open, or None:
+        none has come, or the night's window closed first (logged as a missed night, and handled)."""
+        if self.next_scheduled is None or now < self.next_scheduled:
+            return None
+        step = plan(self.schedule, self.until, self.last, now)
+        if step.skipped is not None:
+            self.log.event("missed-night", fire=step.skipped.opened.isoformat(timespec="minutes"),
+                           closed=step.skipped.closes.isoformat(timespec="minutes") if step.skipped.closes else None,
+                           next=step.next.isoformat(timespec="minutes") if step.next else None,
+                           note="its window closed before the daemon could drain; the queue waits for the next night")
+            self._handled(step.handled)
+            return None
+        if step.drain is None:
+            self._plan_next()
+            return None
+        return step
 
     def _handled(self, fire: datetime | None) -> None:
         """Every schedule time up to ``fire`` (and any that passed during a drain) is done."""
@@ -244,17 +252,13 @@ class Daemon:
         self._spool_recurring(now)
         if driver.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
             self._sync_schedule()
-            step = plan(self.schedule, self.until, self.last, now)
-            if step.drain is not None:
+            step = self._due(now)
+            if step is not None:
                 self.log.event("scheduled", fire=step.drain.isoformat(timespec="minutes"),
                                note="during a drain of timed jobs")
                 driver.open_window(now)
                 self._pending_fire = step.drain
                 self.next_scheduled = step.next
-            elif step.skipped is not None:
-                self._handled(step.handled)
-            else:
-                self._plan_next()
         nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.only_timed else None) if t]
         return min(nxt, default=None)
 
