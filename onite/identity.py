@@ -68,4 +68,16 @@ def resolve(uid: int) -> Identity:
 
 
 def current() -> Identity:
-    return resolve(os.geteuid())
+    """The calling process's own account, with the groups it holds now (os.getgroups: no walk of
+    the group database, which ``getgrouplist`` costs on every submit).
+
+    Raises:
+        Refused: the effective uid has no passwd entry.
+    """
+    uid = os.geteuid()
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        raise Refused(f"uid {uid} has no account on this machine", "jobs run only as real users") from None
+    return Identity(uid=uid, gid=entry.pw_gid, name=entry.pw_name, home=entry.pw_dir, shell=entry.pw_shell or "/bin/sh",
+                    groups=tuple(dict.fromkeys((os.getegid(), *os.getgroups()))))
