@@ -240,12 +240,22 @@ def pick_interactively(target) -> list[str]:
         return []
     for number, view in enumerate(views, 1):
         print(f"{number:3d}  {view.name}  ({view.state}, {view.user})")
-    answer = input("cancel which job? number, or Enter for none: ").strip()
+    answer = ask("cancel which job? number, or Enter for none: ")
     if not answer:
+        print("nothing cancelled")
         return []
     if not answer.isdigit() or not 1 <= int(answer) <= len(views):
         raise InvalidInput(f"no job numbered {answer!r}", f"answer a number from 1 to {len(views)}")
     return [views[int(answer) - 1].name]
+
+
+def ask(prompt: str) -> str:
+    """A line typed at the terminal; end of input (Ctrl-D) is an empty answer, as Enter is."""
+    try:
+        return input(prompt).strip()
+    except EOFError:
+        print()
+        return ""
 
 
 @app.command()
@@ -314,7 +324,7 @@ def recover(
             raise InvalidInput("recover needs a confirmation", "run it on a terminal, or add --force")
         print(f"host {host} claimed: {', '.join(claims)}")
         print("Only go on if that host is down and will not come back with these jobs still running there.")
-        if input("requeue them? [y/N] ").strip().lower() not in ("y", "yes"):
+        if ask("requeue them? [y/N] ").lower() not in ("y", "yes"):
             print("nothing changed")
             return
     done = Driver(target, host=host).recover_host()
