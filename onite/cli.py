@@ -486,10 +486,13 @@ def wait(
 
     limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
     target = open_spool(spool)
+    def announce(text: str) -> None:  # on stderr, so that stdout holds only the outcome
+        print(f"onite: {text}…", file=sys.stderr, flush=True)
+
     if names:
-        waited = waiting.wait_jobs(target, names, timeout=limit)
+        waited = waiting.wait_jobs(target, names, timeout=limit, announce=announce)
     else:
-        waited = waiting.wait_drains(target, timeout=limit, now=now)
+        waited = waiting.wait_drains(target, timeout=limit, now=now, announce=announce)
     print(waiting.wait_json(target, waited) if as_json
           else "\n".join(waited.lines() if names else [waited.summary()]))
     raise typer.Exit(waited.exit_code)

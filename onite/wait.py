@@ -219,8 +219,10 @@ def start(spool: sp.Spool, names: list[str]) -> dict[str, Watch]:
 
 
 def wait_jobs(spool: sp.Spool, names: list[str], *, timeout: float | None = None,
-              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> JobsWaited:
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+              announce: Callable[[str], None] | None = None) -> JobsWaited:
     """Look at each job until none is queued, held or running (or ``timeout`` seconds passed).
+    ``announce`` is told once, before the first pause, what is waited for.
 
     Raises:
         InvalidInput: a bad name.
@@ -245,6 +247,9 @@ def wait_jobs(spool: sp.Spool, names: list[str], *, timeout: float | None = None
         if deadline is not None and clock() >= deadline:
             still = {n: watches[n].live or "gone" for n in order if n not in finals}
             return JobsWaited(order, finals, still, timed_out=True)
+        if announce is not None and delay == POLL_FIRST:
+            announce("waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})"
+                                                for n in order if n not in finals))
         pause = delay if deadline is None else min(delay, max(deadline - clock(), 0.0))
         sleep(pause)
         delay = min(delay * POLL_GROWTH, POLL_MAX)
@@ -343,9 +348,10 @@ class DrainsWaited:
 
 
 def wait_drains(spool: sp.Spool, *, timeout: float | None = None, now: Callable[[], datetime],
-                clock: Callable[[], float] = time.monotonic,
-                sleep: Callable[[float], None] = time.sleep) -> DrainsWaited:
+                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                announce: Callable[[str], None] | None = None) -> DrainsWaited:
     """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since.
+    ``announce`` is told once, before the first pause, what is waited for.
 
     Raises:
         SpoolIOError: the spool cannot be read.
@@ -358,6 +364,8 @@ def wait_drains(spool: sp.Spool, *, timeout: float | None = None, now: Callable[
     hosts = sorted({d.host for d in busy})
     deadline = None if timeout is None else clock() + timeout
     delay = POLL_FIRST
+    if announce is not None:
+        announce(f"waiting for the drain on {', '.join(hosts)} (since {since:%Y-%m-%d %H:%M:%S})")
     while True:
         if deadline is not None and clock() >= deadline:
             return DrainsWaited(hosts, since, [], sorted({d.host for d in busy}), timed_out=True)
