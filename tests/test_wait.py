@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import REPO, drain, run_cli, start_driver, wait_for
+from conftest import REPO, drain, needs_root, run_cli, start_driver, wait_for
 from onite import spool as sp
 from onite import wait as w
 from onite.state import JobState, Result
@@ -267,3 +267,17 @@ def test_drain_since_is_the_earliest_drain():
     b = w.DriverSeen("b", 2, NOW - timedelta(days=3), True, True, NOW - timedelta(minutes=5))
     idle = w.DriverSeen("c", 3, NOW - timedelta(days=9), True, False)
     assert w.drain_since([a, b, idle], NOW) == NOW - timedelta(minutes=5)  # a daemon's: its first running job
+
+
+def test_missing_spool_is_one_line(world_tmp):
+    r = run_cli(["wait", "x", "--spool", str(world_tmp / "missing")])
+    assert r.code == 4 and r.err.startswith("onite: no spool at") and r.err.count("\n") == 1
+
+
+@needs_root
+def test_any_user_may_wait_for_anyone_s_job(spool, workdir):
+    submit("roots", "true\n")
+    submit("nobodys", "exit 1\n", user="nobody", cwd=workdir)
+    assert drain(spool).returncode == 0
+    r = run_cli(["wait", "roots", "nobodys"], user="nobody", cwd=workdir)
+    assert (r.code, r.out.splitlines()) == (5, ["roots: done", "nobodys: failed (exit 1)"]), r
