@@ -180,7 +180,7 @@ class JobsWaited:
 
     names: list[str]
     finals: dict[str, Final]
-    still: dict[str, str]  # name → "queued", "held", "running" (or "gone") at the timeout
+    still: dict[str, str]  # name → "queued", "held", "running" (or "finishing": left, no record yet) at the timeout
     timed_out: bool = False
 
     @property
@@ -245,7 +245,7 @@ def wait_jobs(spool: sp.Spool, names: list[str], *, timeout: float | None = None
         if len(finals) == len(order):
             return JobsWaited(order, finals, {})
         if deadline is not None and clock() >= deadline:
-            still = {n: watches[n].live or "gone" for n in order if n not in finals}
+            still = {n: watches[n].live or "finishing" for n in order if n not in finals}
             return JobsWaited(order, finals, still, timed_out=True)
         if announce is not None and delay == POLL_FIRST:
             announce("waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})"

@@ -4,8 +4,6 @@
 import os
 from datetime import datetime
 
-import pytest
-
 from conftest import drain, needs_root, run_cli, start_driver, wait_for
 from onite import status as st
 
