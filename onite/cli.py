@@ -513,6 +513,31 @@ def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
 
 
 @app.command()
+def wait(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Jobs to wait for; none: the drains running now.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Give up after this long (exit 6): 90s, 45m, 2h.")] = None,
+    as_json: JsonOpt = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Block until the named jobs (or the current drains) have finished; exit 0 if all were done, 5 if not."""
+    from onite import wait as waiting
+    from onite.timeparse import parse_duration
+
+    limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
+    target = open_spool(spool)
+    def announce(text: str) -> None:  # on stderr, so that stdout holds only the outcome
+        print(f"onite: {text}…", file=sys.stderr, flush=True)
+
+    if names:
+        waited = waiting.wait_jobs(target, names, timeout=limit, announce=announce)
+    else:
+        waited = waiting.wait_drains(target, timeout=limit, now=now, announce=announce)
+    print(waiting.wait_json(target, waited) if as_json
+          else "\n".join(waited.lines() if names else [waited.summary()]))
+    raise typer.Exit(waited.exit_code)
+
+
+@app.command()
 def report(
     html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as a self-contained HTML page.")] = None,
     since: Annotated[Optional[str], typer.Option("--since", help="Report jobs finished since this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last 24 hours).")] = None,

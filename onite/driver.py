@@ -39,6 +39,7 @@ from pathlib import Path
 
 from onite import spool as sp
 from onite.config import Config, default_host
+from onite.deps import dependency_state
 from onite.errors import JobFormatError, NotFound, OniteError, Refused
 from onite.executor import LocalRunner, Run, SpawnError, Unavailable
 from onite.filecheck import BadFile, file_problem, read_job_file
@@ -517,14 +518,9 @@ class Driver:
     def _dep_state(self, name: str) -> DepState:
         if name in self._unrecorded:
             self._flush_records()
-        if name in self.running or self.index.contains(name) or sp.is_live(self.spool, name):
+        if name in self.running or self.index.contains(name):
             return DepState.PENDING
-        result = sp.read_result(self.spool, name)
-        if result is not None:
-            return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
-        if any(e.name == name for e in sp.cancelled_pending(self.spool)):
-            return DepState.CANCELLED
-        return DepState.MISSING
+        return dependency_state(self.spool, name)
 
     def _start(self, cand: Candidate, st_seen: os.stat_result) -> None:
         target = self._running_dir / cand.name

@@ -59,3 +59,13 @@ def lock_owner(path: Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return ""
+
+
+def holder_fields(line: str) -> dict[str, str]:
+    """The ``key=value`` words of a lock's holder line (``pid=4711 host=vm since=ISO [role=daemon]``)."""
+    fields = {}
+    for word in line.split():
+        key, sep, value = word.partition("=")
+        if sep and key:
+            fields[key] = value
+    return fields

@@ -1,4 +1,18 @@
-"""``onite status``: which drivers run, what is queued and running, when the next drain is."""
+"""``onite status``: which drivers run and since when, what runs for how long, what is queued, what
+waits and why, when the next drain is, and how the last 24 hours went.
+
+Everything comes from what every user may see (folders, owners, modes,
+locks, the driver's run records and the world-readable result records),
+except why a queued job waits: that needs its job file, which is private to
+its owner. So the reasons are read only for jobs the caller owns (every job
+for root), only among the first EXAMINE queued jobs in run order (a queue of
+100,000 costs 200 reads, not 100,000), and decided by queue.evaluate with
+the driver's own dependency rule (onite.deps), so that status never tells a
+different story from the driver. A held job is held for everyone to see
+(the mode says so); another user's job that is not held is only counted.
+
+``status_json`` imports no rich; ``render_status`` draws the text.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +22,15 @@ from datetime import datetime
 
 from onite import spool as sp
 from onite.listing import JobView, running_views
-from onite.locks import is_held, lock_files, lock_owner
+from onite.locks import holder_fields, is_held, lock_files, lock_owner
+
+EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
+SHOWN_FAILED = 10  # names of failed jobs in the last 24 hours' summary
 
 
 @dataclass
 class StatusInfo:
-    """What ``onite status`` shows: drivers, queue sizes, running jobs, what comes next."""
+    """What ``onite status`` shows: drivers, queue sizes, running and waiting jobs, what comes next."""
 
     spool: str
     now: datetime
@@ -25,19 +42,43 @@ class StatusInfo:
     schedule: tuple[str, ...]
     until: str | None
     recurring: list[dict] = field(default_factory=list)
+    waiting: list[dict] = field(default_factory=list)
+    not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
+    last_24h: dict = field(default_factory=dict)
 
 
-def gather(spool: sp.Spool, now: datetime) -> StatusInfo:
+def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
+    """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host).
+
+    Raises:
+        SpoolIOError: a folder cannot be listed.
+    """
+    import os
+
+    from onite.config import default_host
+
     config = spool.config
+    euid = os.geteuid() if euid is None else euid
+    running = running_views(spool)
     drivers = []
-    for host, path in lock_files(spool.root):
+    for lock_host, path in lock_files(spool.root):
         if is_held(path):
-            drivers.append({"host": host, "running": True, "holder": lock_owner(path)})
+            holder = lock_owner(path)
+            fields = holder_fields(holder)
+            pid = fields.get("pid", "")
+            drivers.append({"host": lock_host, "running": True, "holder": holder,
+                            "pid": int(pid) if pid.isdigit() else None, "since": fields.get("since"),
+                            "role": fields.get("role", "driver"),
+                            "jobs": [v.name for v in running if v.host == lock_host]})
     queue: dict[str, int] = {"urgent": 0, **{f"P{p}": 0 for p in range(1, config.priorities + 1)}}
     held = 0
+    head: list[tuple[int, int, str, int, int]] = []  # (rank, ctime_ns, name, uid, mode) of the first EXAMINE
     for rank, rows in sp.queued_folder_stats(spool):  # counts need no JobView (100,000 queued)
         queue["urgent" if rank == 0 else f"P{rank}"] += len(rows)
         held += sum(sp.is_held(mode) for _, _, _, mode in rows)
+        if len(head) < EXAMINE:
+            head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
+    waiting = waiting_jobs(spool, head, now, euid=euid, host=host or default_host(config))
     next_drain = None
     if config.schedule:
         from onite.schedule import next_drain as next_fire
@@ -47,13 +88,93 @@ def gather(spool: sp.Spool, now: datetime) -> StatusInfo:
 
     recurring = upcoming(spool, now, limit=10)
     return StatusInfo(
-        spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running_views(spool),
+        spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         next_drain=next_drain, schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=recurring,
+        waiting=waiting, not_examined=sum(queue.values()) - len(head), last_24h=last_day(spool, now),
     )
 
 
+def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
+                 host: str) -> list[dict]:
+    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, mode)``, in run order) cannot start now.
+
+    Jobs that may start are left out, as are other users' jobs that are not held.
+    """
+    from onite.deps import dependency_state
+    from onite.errors import JobFormatError
+    from onite.filecheck import BadFile, read_job_file
+    from onite.queue import READY, DepState, Fail, Meta, evaluate
+
+    users: dict[int, str] = {}
+    found = []
+    for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
+        held = sp.is_held(mode)
+        user = users.get(uid) or users.setdefault(uid, sp.user_name(uid))
+        row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
+               "position": position, "state": "held" if held else "queued", "kind": "", "reason": "",
+               "until": None, "dependency": None, "private": False}
+        if euid != 0 and uid != euid:
+            if held:  # the mode is public; what else the file says is not
+                found.append({**row, "kind": "held", "reason": "held", "private": True})
+            continue
+        try:
+            job, _ = read_job_file(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size)
+        except FileNotFoundError:
+            continue  # claimed or cancelled while we looked
+        except (OSError, BadFile, JobFormatError) as err:
+            found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
+            continue
+        asked: list[tuple[str, DepState]] = []
+
+        def dependency(dep: str) -> DepState:
+            state = dependency_state(spool, dep)
+            asked.append((dep, state))
+            return state
+
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
+        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
+        if verdict is READY:
+            continue
+        row["reason"] = verdict.reason
+        if isinstance(verdict, Fail):
+            row["kind"] = "will_fail"
+            row["reason"] = f"will fail: {verdict.reason}"
+        elif verdict.reason == "held":
+            row["kind"] = "held"
+        elif verdict.until is not None:
+            row["until"] = verdict.until.isoformat()
+            row["kind"] = "retry" if meta.retrying else "not_before"
+            if meta.retrying:
+                row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
+        elif asked and asked[-1][1] is DepState.PENDING:
+            from onite.wait import look
+
+            dep = asked[-1][0]
+            dep_state = look(spool, dep).live or "finishing"
+            row.update(kind="after", dependency={"name": dep, "state": dep_state},
+                       reason=f"{verdict.reason} ({dep_state})")
+        else:
+            row["kind"] = "pinned"
+        found.append(row)
+    return found
+
+
+def last_day(spool: sp.Spool, now: datetime) -> dict:
+    """How the jobs that finished in the last 24 hours ended (onite.report's default period)."""
+    from onite.report import build
+
+    data = build(spool, now, None)
+    failed = [j.name for j in data.jobs if j.state == "failed"]
+    return {"since": data.since.isoformat(), "counts": data.counts, "failed": failed[:SHOWN_FAILED],
+            "failed_total": len(failed)}
+
+
 def status_json(info: StatusInfo) -> str:
+    def running(view: JobView) -> dict:
+        elapsed = (info.now - view.started).total_seconds() if view.started else None
+        return {**view.to_json(), "elapsed": elapsed}
+
     return json.dumps({
         "version": 1,
         "spool": info.spool,
@@ -62,21 +183,31 @@ def status_json(info: StatusInfo) -> str:
         "queue": info.queue,
         "queued": sum(info.queue.values()),
         "held": info.held,
-        "running": [v.to_json() for v in info.running],
+        "running": [running(v) for v in info.running],
+        "waiting": info.waiting,
+        "not_examined": info.not_examined,
         "schedule": list(info.schedule),
         "until": info.until,
         "next_drain": info.next_drain.isoformat() if info.next_drain else None,
         "recurring": info.recurring,
+        "last_24h": info.last_24h,
     }, indent=1)
 
 
 def render_status(console, info: StatusInfo) -> None:
+    from rich.markup import escape
+
     from onite.render import human_duration, jobs_table
 
-    console.print(f"spool     {info.spool}")
+    console.print(f"spool     {escape(info.spool)}")
     if info.drivers:
         for d in info.drivers:
-            console.print(f"driver    running on {d['host']} ({d['holder'] or 'pid unknown'})")
+            since = _time(d.get("since"))
+            what = "daemon" if d.get("role") == "daemon" else "driver"
+            detail = ", ".join(x for x in (f"pid {d['pid']}" if d.get("pid") else "",
+                                           f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)"
+                                           if since else "") if x) or escape(d["holder"] or "pid unknown")
+            console.print(f"driver    [green]running[/] on {escape(d['host'])} ({what}, {detail})")
     else:
         console.print("driver    not running")
     if info.next_drain:
@@ -87,6 +218,24 @@ def render_status(console, info: StatusInfo) -> None:
         console.print("next run  none scheduled (schedule is empty)")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
     console.print(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
+    label = "waiting  "
+    for row in info.waiting:
+        pri = "urgent" if row["urgent"] else f"P{row['priority']}"
+        reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
+        colour = "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"
+        console.print(f"{label} {escape(row['name'])} ({escape(row['user'])}, {pri}): [{colour}]{escape(reason)}[/]")
+        label = "         "
+    if info.not_examined:
+        console.print(f"{label} …and {info.not_examined} more not examined")
+    day = info.last_24h
+    if day:
+        c = day["counts"]
+        failed = ""
+        if day["failed"]:
+            more = day["failed_total"] - len(day["failed"])
+            failed = " (" + ", ".join(escape(n) for n in day["failed"]) + (f", … {more} more" if more else "") + ")"
+        console.print(f"last 24h  [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
+                      f"{c['cancelled']} cancelled")
     if info.running:
         console.print(f"running   {len(info.running)}")
         console.print(jobs_table(info.running, info.now, detailed=True))
@@ -94,4 +243,12 @@ def render_status(console, info: StatusInfo) -> None:
         when = datetime.fromisoformat(rec["next"])
         wait = human_duration((when - info.now).total_seconds())
         pri = "urgent" if rec.get("urgent") else f"P{rec['priority']}" if rec.get("priority") else "?"
-        console.print(f"recurring {rec['name']} ({rec['user']}, {pri}, {rec['rule']}) next {when:%Y-%m-%d %H:%M} (in {wait})")
+        console.print(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
+                      f"next {when:%Y-%m-%d %H:%M} (in {wait})")
+
+
+def _time(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None

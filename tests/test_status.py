@@ -1,0 +1,111 @@
+"""``onite status``: drivers and their running jobs, why queued jobs wait, the last 24 hours
+(real spools, a real driver, jobs gated on a file the test removes)."""
+
+import os
+from datetime import datetime
+
+from conftest import drain, needs_root, run_cli, start_driver, wait_for
+from onite import status as st
+
+HOST = os.uname().nodename.split(".")[0]
+
+
+def submit(name, body, *args, **kw):
+    r = run_cli(["submit", name, *args], stdin=body.encode(), **kw)
+    assert r.code == 0, r
+    return r
+
+
+def by_name(doc):
+    return {row["name"]: row for row in doc["waiting"]}
+
+
+def test_running_driver_and_waiting_jobs(spool, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    submit("base", f"while [ -e {gate} ]; do sleep 0.02; done\n", "-p", "1")
+    submit("child", "true\n", "--after", "base")
+    submit("later", "true\n", "--at", "tomorrow 05:00")
+    submit("elsewhere", "true\n", "--host", "not-this-host")
+    submit("parked", "true\n", "--hold")
+    submit("free", "true\n", "--hold")
+    assert run_cli(["release", "free"]).code == 0  # queued, runnable: not listed as waiting
+    driver = start_driver(spool, "--slots", "1")
+    try:
+        wait_for(lambda: (spool / "running" / HOST / "base").exists(), what="base to start")
+        doc = run_cli(["status", "--json"]).json()
+        [drv] = doc["drivers"]
+        assert drv["host"] == HOST and drv["pid"] == driver.pid and drv["role"] == "driver"
+        assert datetime.fromisoformat(drv["since"]) <= datetime.fromisoformat(doc["now"])
+        assert drv["jobs"] == ["base"] and drv["running"] is True and f"pid={driver.pid}" in drv["holder"]
+        [job] = doc["running"]
+        assert (job["name"], job["host"], job["user"], job["priority"]) == ("base", HOST, "root" if os.geteuid() == 0
+                                                                           else job["user"], 1)
+        assert job["elapsed"] >= 0
+        waiting = by_name(doc)
+        assert "free" not in waiting and "base" not in waiting
+        assert (waiting["child"]["kind"], waiting["child"]["reason"]) == ("after", "after base (running)")
+        assert waiting["child"]["dependency"] == {"name": "base", "state": "running"}
+        assert waiting["later"]["kind"] == "not_before" and waiting["later"]["reason"].startswith("not before ")
+        assert datetime.fromisoformat(waiting["later"]["until"]) > datetime.fromisoformat(doc["now"])
+        assert (waiting["elsewhere"]["kind"], waiting["elsewhere"]["reason"]) == ("pinned", "pinned to host not-this-host")
+        assert (waiting["parked"]["kind"], waiting["parked"]["state"]) == ("held", "held")
+        assert doc["not_examined"] == 0 and doc["held"] == 1
+        text = run_cli(["status"]).out
+        assert f"driver    running on {HOST} (driver, pid {driver.pid}, since " in text
+        for line in ("child (", "after base (running)", "later (", "not before ", "pinned to host not-this-host",
+                     "parked (", "): held"):
+            assert line in text, text
+        assert "base" in text.split("running   1")[1]  # the running table, with its elapsed time
+    finally:
+        gate.unlink()
+        driver.wait(timeout=60)
+
+
+def test_a_dependency_that_failed_says_the_job_will_fail(spool):
+    submit("broke", "exit 1\n")
+    assert drain(spool).returncode == 0
+    submit("after-broke", "true\n", "--after", "broke")
+    row = by_name(run_cli(["status", "--json"]).json())["after-broke"]
+    assert (row["kind"], row["reason"]) == ("will_fail", "will fail: dependency broke failed")
+
+
+def test_last_24_hours(spool):
+    for name in ("ok1", "ok2"):
+        submit(name, "true\n")
+    submit("bad", "exit 3\n")
+    submit("gone", "true\n")
+    assert run_cli(["cancel", "gone"]).code == 0
+    assert drain(spool).returncode == 0
+    doc = run_cli(["status", "--json"]).json()
+    day = doc["last_24h"]
+    assert day["counts"] == {"done": 2, "failed": 1, "cancelled": 1}
+    assert day["failed"] == ["bad"] and day["failed_total"] == 1
+    assert "last 24h  2 done, 1 failed (bad), 1 cancelled" in run_cli(["status"]).out
+
+
+def test_only_the_head_of_a_long_queue_is_examined(spool):
+    r = run_cli(["submit", "many", "--lines", "--at", "tomorrow 05:00"],
+                stdin=b"".join(b"true\n" for _ in range(st.EXAMINE + 5)))
+    assert r.code == 0, r
+    doc = run_cli(["status", "--json"]).json()
+    assert len(doc["waiting"]) == st.EXAMINE and doc["not_examined"] == 5
+    assert [row["position"] for row in doc["waiting"][:3]] == [1, 2, 3]
+    assert "…and 5 more not examined" in run_cli(["status"]).out
+
+
+@needs_root
+def test_other_users_see_reasons_only_for_their_own_jobs(spool, workdir):
+    submit("root-held", "true\n", "--hold")
+    submit("root-later", "true\n", "--at", "tomorrow 05:00")
+    submit("nb-later", "true\n", "--at", "tomorrow 06:00", user="nobody", cwd=workdir)
+    seen = run_cli(["status", "--json"], user="nobody")
+    assert seen.code == 0, seen
+    waiting = by_name(seen.json())
+    assert set(waiting) == {"root-held", "nb-later"}  # root-later: queued, its reason is root's business
+    assert waiting["root-held"]["private"] and waiting["root-held"]["reason"] == "held"
+    assert waiting["nb-later"]["kind"] == "not_before" and not waiting["nb-later"]["private"]
+    text = run_cli(["status"], user="nobody").out
+    assert "root-held (root, P4): held (another user's job: other details private)" in text
+    assert "root-later" not in text.split("waiting")[1]
+    assert set(by_name(run_cli(["status", "--json"]).json())) == {"root-held", "root-later", "nb-later"}

@@ -1,0 +1,283 @@
+"""``onite wait``: real spools, real drivers, `onite wait` in a real child process; jobs gated on a
+file the test removes. Exit statuses: 0 done, 1 unknown, 2 usage, 5 failed/cancelled/unknown outcome,
+6 timeout. Nothing asserts a timing."""
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import REPO, drain, needs_root, run_cli, start_driver, wait_for
+from onite import spool as sp
+from onite import wait as w
+from onite.state import JobState, Result
+
+
+def submit(name, body, *args, **kw):
+    r = run_cli(["submit", name, *args], stdin=body.encode(), **kw)
+    assert r.code == 0, r
+    return r
+
+
+def gated(gate, code=0):
+    return f"while [ -e {gate} ]; do sleep 0.02; done\nexit {code}\n"
+
+
+def start_wait(spool, *args):
+    """`onite wait …` as a real process, as start_driver starts `onite run`."""
+    env = dict(os.environ, ONITE_SPOOL=str(spool))
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen([sys.executable, "-m", "onite", "wait", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def finish(proc, timeout=60):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def running(spool, name):
+    return any((spool / "running" / h / name).exists() for h in os.listdir(spool / "running"))
+
+
+@pytest.fixture
+def gate(workdir):
+    path = workdir / "gate"
+    path.touch()
+    yield path
+    path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ---- named jobs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code, expected_exit, line", [(0, 0, "build: done"), (3, 5, "build: failed (exit 3)")])
+def test_wait_blocks_until_the_job_ends_and_reports_it(spool, gate, procs, code, expected_exit, line):
+    submit("build", gated(gate, code))
+    procs.append(driver := start_driver(spool))
+    wait_for(lambda: running(spool, "build"), what="build to start")
+    procs.append(waiter := start_wait(spool, "build"))
+    assert waiter.stderr.readline() == "onite: waiting for build (running)…\n"  # it looked, and blocks
+    gate.unlink()
+    rc, out, err = finish(waiter)
+    assert (rc, out.splitlines()) == (expected_exit, [line]), err
+    driver.wait(timeout=60)
+
+
+def test_wait_for_a_queued_job_that_is_cancelled(spool, gate, procs):
+    submit("c1", gated(gate))
+    procs.append(waiter := start_wait(spool, "c1"))
+    r = run_cli(["cancel", "c1"])
+    assert r.code == 0, r
+    rc, out, _ = finish(waiter)
+    assert (rc, out.strip()) == (5, f"c1: cancelled by {sp.user_name(os.geteuid())}")
+
+
+def test_wait_for_a_running_job_that_is_cancelled(spool, gate, procs):
+    submit("c2", gated(gate))
+    procs.append(driver := start_driver(spool))
+    wait_for(lambda: running(spool, "c2"), what="c2 to start")
+    procs.append(waiter := start_wait(spool, "c2", "--json"))
+    assert run_cli(["cancel", "c2"]).code == 0
+    rc, out, _ = finish(waiter)
+    doc = json.loads(out)
+    assert rc == 5 and doc["exit_code"] == 5 and doc["waited"] == "jobs" and not doc["timed_out"]
+    assert [(j["name"], j["state"]) for j in doc["jobs"]] == [("c2", "cancelled")]
+    assert doc["jobs"][0]["reason"].startswith("cancelled by")
+    driver.wait(timeout=60)
+
+
+def test_unknown_name_exits_1_at_once_without_waiting(spool, gate):
+    submit("known", gated(gate))  # queued, no driver: waiting for it would never end
+    r = run_cli(["wait", "known", "ghost", "phantom"], timeout=30)
+    assert r.code == 1 and r.out == ""
+    assert "'ghost', 'phantom'" in r.err and "known" not in r.err
+
+
+def test_usage_errors_exit_2(spool):
+    assert run_cli(["wait", "../x"]).code == 2
+    bad = run_cli(["wait", "x", "--timeout", "soon"])
+    assert bad.code == 2 and "--timeout" in bad.err
+
+
+def test_timeout_passes_first(spool, gate, procs):
+    submit("slow", gated(gate))
+    submit("never", "true\n", "--hold")
+    procs.append(start_driver(spool))
+    wait_for(lambda: running(spool, "slow"), what="slow to start")
+    r = run_cli(["wait", "slow", "never", "--timeout", "1s"])
+    assert r.code == 6, r
+    assert r.out.splitlines() == ["slow: still running", "never: still held"]
+
+
+def test_several_names_mixed(spool):
+    submit("ok1", "true\n")
+    submit("bad1", "exit 4\n")
+    submit("ok2", "true\n")
+    assert drain(spool).returncode == 0
+    r = run_cli(["wait", "ok1", "bad1", "ok2", "ok1"])
+    assert (r.code, r.out.splitlines()) == (5, ["ok1: done", "bad1: failed (exit 4)", "ok2: done"])
+    r = run_cli(["wait", "ok2", "ok1"])
+    assert (r.code, r.out.splitlines()) == (0, ["ok2: done", "ok1: done"])
+
+
+def test_a_job_spooled_again_is_waited_for_not_its_earlier_run(spool, gate, procs):
+    submit("again", "exit 2\n")
+    assert drain(spool).returncode == 0
+    submit("again", gated(gate))
+    procs.append(waiter := start_wait(spool, "again"))
+    procs.append(start_driver(spool))
+    wait_for(lambda: running(spool, "again"), what="the new run to start")
+    assert waiter.stderr.readline().startswith("onite: waiting for again (")
+    assert waiter.poll() is None  # the failed record of the first run does not end the wait
+    gate.unlink()
+    assert finish(waiter)[:2] == (0, "again: done\n")
+
+
+# ---- the current drain ---------------------------------------------------------------------
+
+
+def test_no_driver_running_exits_0_at_once(spool):
+    r = run_cli(["wait"], timeout=30)
+    assert (r.code, r.out.strip()) == (0, "no driver is running")
+    doc = run_cli(["wait", "--json"]).json()
+    assert doc["exit_code"] == 0 and doc["drivers"] == [] and doc["jobs"] == []
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_wait_for_the_drain(spool, gate, procs, fail):
+    if fail:
+        submit("broken", "exit 7\n", "-p", "1")
+    submit("long", gated(gate), "-p", "2")
+    procs.append(driver := start_driver(spool))
+    wait_for(lambda: running(spool, "long"), what="long to start")
+    procs.append(waiter := start_wait(spool))
+    assert waiter.stderr.readline().startswith("onite: waiting for the drain on ")  # it looked, and blocks
+    gate.unlink()
+    rc, out, err = finish(waiter)
+    driver.wait(timeout=60)
+    if fail:
+        assert (rc, out.strip()) == (5, "drain finished: 1 done, 1 failed (broken)"), err
+    else:
+        assert (rc, out.strip()) == (0, "drain finished: 1 done"), err
+
+
+def test_wait_for_the_drain_times_out(spool, gate, procs):
+    submit("long", gated(gate))
+    procs.append(start_driver(spool))
+    wait_for(lambda: running(spool, "long"), what="long to start")
+    doc = run_cli(["wait", "--timeout", "1s", "--json"]).json()
+    assert doc["exit_code"] == 6 and doc["timed_out"] and doc["still"] == doc["drivers"] and len(doc["still"]) == 1
+
+
+# ---- the decisions and the poll loop, without processes ------------------------------------
+
+
+NOW = datetime(2026, 11, 23, 7, 0, tzinfo=timezone.utc)
+
+
+def record(name, state="done", run_id="r1", minutes=0, exit_code=0):
+    return Result(name=name, uid=0, user="root", priority=4, urgent=False, state=JobState(state),
+                  reason="" if state == "done" else f"exit {exit_code}", exit_code=exit_code, signal=None,
+                  host="vm", submitted=NOW, queued=None, started=NOW, finished=NOW + timedelta(minutes=minutes),
+                  attempt=1, run_id=run_id)
+
+
+def test_judge_ignores_the_record_of_an_earlier_run():
+    watch, verdict = w.judge(w.Watch("j"), w.Seen("j", "queued", record("j", "failed", "old", exit_code=1)))
+    assert verdict is w.PENDING and watch.seen_live
+    watch, verdict = w.judge(watch, w.Seen("j", None, record("j", "failed", "old", exit_code=1)))
+    assert verdict is w.PENDING  # in between two looks, or gone: not the old outcome
+    watch, verdict = w.judge(watch, w.Seen("j", None, record("j", "done", "new", minutes=5)))
+    assert verdict.state == "done" and w.job_line(verdict) == "j: done"
+
+
+def test_judge_a_job_gone_without_a_record_is_unknown_after_a_few_looks():
+    watch, _ = w.judge(w.Watch("j"), w.Seen("j", "running"))
+    verdicts = []
+    for _ in range(w.GONE_LOOKS):
+        watch, verdict = w.judge(watch, w.Seen("j", None))
+        verdicts.append(verdict)
+    assert verdicts[:-1] == [w.PENDING] * (w.GONE_LOOKS - 1)
+    assert verdicts[-1].state == "unknown" and w.exit_status([verdicts[-1]]) == 5
+    assert w.job_line(verdicts[-1]).startswith("j: unknown (it left the queue")
+
+
+def test_judge_a_withdrawal_newer_than_the_record_wins():
+    from onite.listing import JobView
+
+    later = NOW + timedelta(hours=1)
+    withdrawn = JobView(name="j", uid=0, user="alice", state="cancelled", priority=None, urgent=False,
+                        submitted=later, finished=later, reason="cancelled by alice")
+    _, verdict = w.judge(w.Watch("j"), w.Seen("j", None, record("j"), withdrawn))
+    assert w.job_line(verdict) == "j: cancelled by alice"
+    _, verdict = w.judge(w.Watch("j"), w.Seen("j", None, record("j", minutes=120), withdrawn))
+    assert w.job_line(verdict) == "j: done"
+
+
+def test_exit_status():
+    done, failed = w.Final("a", "done"), w.Final("b", "failed")
+    assert w.exit_status([done, done]) == 0
+    assert w.exit_status([done, failed]) == 5
+    assert w.exit_status([done], timed_out=True) == 6
+
+
+def test_poll_loop_backs_off_and_stops_at_the_timeout(spool, gate):
+    submit("stuck", gated(gate))
+    clock = [0.0]
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        clock[0] += seconds
+
+    waited = w.wait_jobs(sp.Spool(spool), ["stuck"], timeout=10, clock=lambda: clock[0], sleep=sleep)
+    assert waited.timed_out and waited.exit_code == 6 and waited.still == {"stuck": "queued"}
+    assert sleeps[0] == w.POLL_FIRST and max(sleeps) == w.POLL_MAX
+    assert sleeps == sorted(sleeps[:-1]) + sleeps[-1:]  # growing, but for the last, cut at the deadline
+    assert sum(sleeps) == pytest.approx(10)
+
+
+def test_drain_summary_names_failed_and_cancelled():
+    from onite.listing import result_view
+
+    jobs = [result_view(record("a")), result_view(record("b", "failed", exit_code=2)),
+            result_view(record("c", "cancelled"))]
+    waited = w.DrainsWaited(["vm"], NOW, jobs, [])
+    assert waited.summary() == "drain finished: 1 done, 1 failed (b), 1 cancelled (c)"
+    assert waited.exit_code == 5
+    assert w.DrainsWaited([], None, [], []).summary() == "no driver is running"
+
+
+def test_drain_since_is_the_earliest_drain():
+    a = w.DriverSeen("a", 1, NOW, False, True)
+    b = w.DriverSeen("b", 2, NOW - timedelta(days=3), True, True, NOW - timedelta(minutes=5))
+    idle = w.DriverSeen("c", 3, NOW - timedelta(days=9), True, False)
+    assert w.drain_since([a, b, idle], NOW) == NOW - timedelta(minutes=5)  # a daemon's: its first running job
+
+
+def test_missing_spool_is_one_line(world_tmp):
+    r = run_cli(["wait", "x", "--spool", str(world_tmp / "missing")])
+    assert r.code == 4 and r.err.startswith("onite: no spool at") and r.err.count("\n") == 1
+
+
+@needs_root
+def test_any_user_may_wait_for_anyone_s_job(spool, workdir):
+    submit("roots", "true\n")
+    submit("nobodys", "exit 1\n", user="nobody", cwd=workdir)
+    assert drain(spool).returncode == 0
+    r = run_cli(["wait", "roots", "nobodys"], user="nobody", cwd=workdir)
+    assert (r.code, r.out.splitlines()) == (5, ["roots: done", "nobodys: failed (exit 1)"]), r
