@@ -417,12 +417,17 @@ def recur_next(
 
 
 @app.command()
-def output(name: str, spool: SpoolOpt = None) -> None:
-    """Print the captured stdout+stderr of your job NAME (its latest run)."""
+def output(
+    name: str,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
+                                         "--stderr-separate.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.control import open_output
 
     target = open_spool(spool)
-    with open_output(target, name, os.geteuid()) as handle:
+    with open_output(target, name, os.geteuid(), stderr=stderr) as handle:
         out = sys.stdout.buffer
         while chunk := handle.read(1 << 16):
             out.write(chunk)
