@@ -48,8 +48,9 @@ def test_separate_streams_are_kept_exactly(spool):
         assert (out.code, out.out_bytes, out.err_bytes) == (0, OUT_BYTES, b"")
         err = run_cli(["output", name, "--stderr"])
         assert (err.code, err.out_bytes, err.err_bytes) == (0, ERR_BYTES, b"")
-    listed = run_cli(["list", "--all", "--json"]).json()
-    assert "both@stderr" not in repr(listed)  # a side file is never taken for a job
+    listed = run_cli(["list", "--all", "--json"]).json()["jobs"]
+    assert sorted(job["name"] for job in listed) == sorted(["both", longest])  # a side file is never a job
+    assert {job["stderr"] for job in listed} == {"separate"}
     unique = run_cli(["uniqname", "both"])
     assert unique.code == 0 and "@" not in unique.out
 
