@@ -120,6 +120,17 @@ def test_retention_removes_both_files_and_strays(spool):
     assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["second", "second@stderr"]
 
 
+def test_the_python_api_takes_the_option_too(spool):
+    from onite.api import Spool
+
+    api = Spool(spool)
+    api.submit("api-separate", "true\n", stderr_separate=True)
+    api.submit_many([("api-a", "true\n"), ("api-b", "true\n")], stderr_separate=True)
+    api.submit("api-default", "true\n")
+    assert [queued_job(spool, n).stderr_separate for n in ("api-separate", "api-a", "api-b", "api-default")] == \
+        [True, True, True, False]
+
+
 def test_recur_add_records_the_choice_in_the_template(spool):
     r = run_cli(["recur", "add", "nightly", "--every", "1d", "--stderr-separate"], stdin=b"true\n")
     assert r.code == 0, r
