@@ -29,6 +29,9 @@ SpoolOpt = Annotated[Optional[str], typer.Option("--spool", help="Spool director
                                                  "/var/spool/onite for root, else ~/.local/state/onite).",
                                                  show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
+StderrOpt = Annotated[Optional[bool], typer.Option("--stderr-separate/--stderr-merged", show_default=False,
+                                                   help="Keep stderr apart from stdout (read it with onite output "
+                                                   "NAME --stderr), or with it; default: stderr_separate in onite.toml.")]
 
 
 _GLOBAL: dict[str, str | None] = {"spool": None}
@@ -127,6 +130,7 @@ def submit(
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
     lines: Annotated[bool, typer.Option("--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
+    stderr_separate: StderrOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask."""
@@ -134,7 +138,8 @@ def submit(
     from onite.submit import SubmitRequest
 
     request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
-                            timeout=timeout, retries=retries, host=host, hold=hold, unique=unique)
+                            timeout=timeout, retries=retries, host=host, hold=hold, unique=unique,
+                            stderr_separate=stderr_separate)
     said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines)
     if said is not None:
         print(said)
@@ -365,6 +370,7 @@ def recur_add(
     timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
     retries: Annotated[int, typer.Option("--retries", min=0, max=100, help="Retry a failed instance this many times.")] = 0,
     host: Annotated[Optional[str], typer.Option("--host", help="Instances run only on this host.")] = None,
+    stderr_separate: StderrOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
@@ -375,7 +381,7 @@ def recur_add(
     target = open_spool(spool)
     request = RecurRequest(name=name, body=commands.read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
                            offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
-                           timeout=timeout, retries=retries, host=host)
+                           timeout=timeout, retries=retries, host=host, stderr_separate=stderr_separate)
     when = now()
     _, rule = add(target, request, capture(when), identity.current())
     from onite.schedule import describe, next_fire
@@ -446,12 +452,17 @@ def recur_next(
 
 
 @app.command()
-def output(name: Annotated[str, typer.Argument(autocompletion=complete_any)], spool: SpoolOpt = None) -> None:
-    """Print the captured stdout+stderr of your job NAME (its latest run)."""
+def output(
+    name: Annotated[str, typer.Argument(autocompletion=complete_any)],
+    stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
+                                         "--stderr-separate.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.control import open_output
 
     target = open_spool(spool)
-    with open_output(target, name, os.geteuid()) as handle:
+    with open_output(target, name, os.geteuid(), stderr=stderr) as handle:
         out = sys.stdout.buffer
         while chunk := handle.read(1 << 16):
             out.write(chunk)

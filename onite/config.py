@@ -53,6 +53,7 @@ class Config:
     host: str | None = None
     max_job_size: int = 16 * 1024 * 1024
     executor: str = "local"
+    stderr_separate: bool = False  # default of submit --stderr-separate
     hosts: dict[str, int] = field(default_factory=dict)  # host name → slots there
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
@@ -97,6 +98,7 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         host=reader.host("host"),
         max_job_size=reader.size("max_job_size", 16 * 1024 * 1024),
         executor=reader.choice("executor", "local", ("local", "slurm")),
+        stderr_separate=reader.boolean("stderr_separate", False),
         hosts=reader.hosts("hosts"),
         slurm=reader.slurm("slurm"),
     )
@@ -122,7 +124,8 @@ def load_config(path: Path) -> Config:
 _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
 _TOP_KEYS = frozenset(
     "priorities default_priority cutoff check_lock keep own_only shell slots schedule until admins "
-    "timeout kill_grace retry_delay on_interrupt host max_job_size executor hosts slurm".split()
+    "timeout kill_grace retry_delay on_interrupt host max_job_size executor hosts slurm "
+    "stderr_separate".split()
 )
 
 

@@ -189,6 +189,26 @@ def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:
         pass  # a driver still looks at it before it decides it has nothing left to do
 
 
+def _no_stderr(spool: sp.Spool, name: str, caller_uid: int) -> None:
+    """No stdout/NAME@stderr: if NAME's output is there, its stderr is in it (the driver removes a
+    stale NAME@stderr when a job of that name starts with its stderr merged).
+
+    Raises:
+        Refused: the output belongs to another user.
+        NotFound: its stderr went with its stdout.
+    """
+    try:
+        owner = os.lstat(spool.output_path(name)).st_uid
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise SpoolIOError(spool.output_path(name), "looking at", err) from None
+    if caller_uid not in (0, owner):
+        raise Refused(f"the output of {name!r} belongs to {sp.user_name(owner)}", "only its owner and root may read it")
+    raise NotFound(f"job {name!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
+                   f"read it with: onite output {name}")
+
+
 def find(spool: sp.Spool, name: str) -> bool:
     """Is a job of this name queued or running (any host)?
 
@@ -199,18 +219,21 @@ def find(spool: sp.Spool, name: str) -> bool:
     return sp.is_live(spool, name)
 
 
-def open_output(spool: sp.Spool, name: str, caller_uid: int):
-    """Open the captured output of the latest (or running) run of ``name`` for reading.
+def open_output(spool: sp.Spool, name: str, caller_uid: int, *, stderr: bool = False):
+    """Open the captured output of the latest (or running) run of ``name`` for reading: its stdout
+    (with its stderr, unless it was kept apart), or with ``stderr`` its kept-apart stderr.
 
     Raises:
-        NotFound: no output kept for that name.
+        NotFound: no output kept for that name; with ``stderr``, also: its stderr was not kept apart.
         Refused: it belongs to another user.
     """
     check_name(name)
-    path = spool.output_path(name)
+    path = spool.stderr_path(name) if stderr else spool.output_path(name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
+        if stderr:
+            _no_stderr(spool, name, caller_uid)
         raise NotFound(f"no output kept for job {name!r}", "it has not run yet, or retention removed it (see onite list --all)") from None
     except PermissionError:
         raise Refused(f"the output of {name!r} belongs to {sp.user_name(os.lstat(path).st_uid)}",

@@ -549,8 +549,15 @@ class Driver:
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
         # The run record is written once, when the job has started: before that it could
         # say nothing that recovery needs (no process to stop), and every new file costs.
+        stderr_path = self.spool.stderr_path(cand.name)
+        if not job.stderr_separate:
+            try:  # a kept-apart stderr of an earlier job of this name must not pass for this one's
+                sp.remove(stderr_path)
+            except OniteError as err:
+                self.log.event("warning", cand.name, error=str(err))
         try:
-            self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1)
+            self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1,
+                              stderr_path=stderr_path if job.stderr_separate else None)
         except Unavailable as err:
             self._pause_starts(run, target, err)
             return
@@ -643,6 +650,7 @@ class Driver:
             host=self.host, submitted=job.submitted, queued=getattr(run, "queued_at", None), started=run.started,
             finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
             executor=self.runner.executor, external_id=run.external_id, recur=job.recur,
+            stderr="separate" if job.stderr_separate else "merged",
         )
         running_dir = self._running_dir
         try:
@@ -715,6 +723,7 @@ class Driver:
             reason=reason, exit_code=None, signal=None, host=self.host,
             submitted=job.submitted if job else now, queued=None, started=None, finished=now,
             attempt=job.attempt if job else 1, attempts=job.tried if job else (), recur=job.recur if job else None,
+            stderr="separate" if job and job.stderr_separate else "merged",
         )
         try:
             sp.write_result(self.spool, result)

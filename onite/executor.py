@@ -14,7 +14,8 @@
 - a new session (setsid): the job leads its own process group, which is
   what timeouts and cancels signal, and it has no controlling terminal;
 - stdout and stderr go to stdout/NAME, created by the driver, owned by the
-  job's user, mode 0600.
+  job's user, mode 0600; a job spooled with --stderr-separate has its stderr
+  in stdout/NAME@stderr instead, created the same way.
 """
 
 from __future__ import annotations
@@ -114,8 +115,9 @@ class LocalProcess:
             self.pidfd = None
 
 
-def spawn(launch: Launch, body: bytes, output_fd: int, name: str) -> LocalProcess:
-    """Start the job. Raises SpawnError with a reason fit for the result record."""
+def spawn(launch: Launch, body: bytes, output_fd: int, name: str, stderr_fd: int | None = None) -> LocalProcess:
+    """Start the job (stderr to ``stderr_fd``, else with stdout). Raises SpawnError with a reason
+    fit for the result record."""
     cwd = launch.cwd
     check_directory(cwd)
     script_fd = os.memfd_create(f"onite:{name}", 0)
@@ -132,7 +134,7 @@ def spawn(launch: Launch, body: bytes, output_fd: int, name: str) -> LocalProces
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=output_fd,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT if stderr_fd is None else stderr_fd,
                 cwd=cwd,
                 env=launch.env,
                 start_new_session=True,
@@ -199,6 +201,37 @@ def open_output(path: Path, identity: Identity | None, *, append: bool) -> int:
         os.fchown(fd, identity.uid, identity.gid)
     os.fchmod(fd, 0o600)
     return fd
+
+
+def open_outputs(stdout_path: Path, stderr_path: Path | None, identity: Identity | None, *, append: bool,
+                 marker: str | None = None) -> tuple[int, int | None]:
+    """``open_output`` for the job's stdout file and, when kept apart, its stderr file.
+
+    A retry (``append``) adds to both, each after ``marker`` (a line saying
+    which attempt follows), so either file read alone shows where each attempt starts.
+
+    Raises:
+        SpawnError: a file cannot be created or written (nothing is left open).
+    """
+    fds: list[int] = []
+    try:
+        for path in (stdout_path, stderr_path):
+            if path is None:
+                continue
+            try:
+                fds.append(open_output(path, identity, append=append))
+            except OSError as err:
+                raise SpawnError(f"cannot create its output file {path}: {err.strerror}") from None
+            if marker is not None:
+                try:
+                    os.write(fds[-1], marker.encode())
+                except OSError as err:
+                    raise SpawnError(f"cannot write its output file {path}: {err.strerror}") from None
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds[0], fds[1] if len(fds) > 1 else None
 
 
 def own_credentials() -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
@@ -275,12 +308,18 @@ class Run:
         return self.job.attempt
 
 
+def attempt_marker(run: Run) -> str:
+    """The line a retry's output starts with, in each output file of the job."""
+    return f"\n[onite] attempt {run.attempt} of {run.name}, {run.started:%Y-%m-%d %H:%M:%S}\n"
+
+
 class Runner:
     """What the driver needs from an executor (LocalRunner here, SlurmRunner in onite.slurm).
 
     ``executor``        "local" or "slurm", recorded in results
     ``runs``            the runs it is responsible for now
-    ``start(run, output_path, append)``   start it, or raise SpawnError with the reason
+    ``start(run, output_path, append, stderr_path)``   start it, or raise SpawnError with the reason
+                        (``stderr_path``: where its stderr goes when kept apart, else None)
     ``stop(run, why, by)``  begin a graceful stop ("timeout", "cancel", "shutdown")
     ``kill(run, why)``      stop at once (the driver's hard stop)
     ``tick(now_mono)``      enforce deadlines
@@ -334,23 +373,21 @@ class LocalRunner(Runner):
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
 
-    def start(self, run: Run, output_path: Path, *, append: bool) -> None:
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None) -> None:
         """Start ``run``. Raises SpawnError (the job is then recorded as failed)."""
         launch = plan(run.job, run.owner, shell=self.shell, switch_user=self.switch_user)
         if launch.identity is not None and credentials_of(launch.identity) == self._credentials:
             # Switching to the ids we already have changes nothing, and asking for it
             # costs a full fork() instead of vfork() (CPython will not vfork to setuid).
             launch = replace(launch, identity=None)
+        out, err = open_outputs(output_path, stderr_path, launch.identity, append=append,
+                                marker=attempt_marker(run) if append else None)
         try:
-            out = open_output(output_path, launch.identity, append=append)
-        except OSError as err:
-            raise SpawnError(f"cannot create its output file {output_path}: {err.strerror}") from None
-        try:
-            if append:
-                os.write(out, f"\n[onite] attempt {run.attempt} of {run.name}, {run.started:%Y-%m-%d %H:%M:%S}\n".encode())
-            run.process = spawn(launch, run.job.body, out, run.name)
+            run.process = spawn(launch, run.job.body, out, run.name, err)
         finally:
             os.close(out)
+            if err is not None:
+                os.close(err)
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         self.runs.append(run)

@@ -20,7 +20,8 @@ import re
 _NUMBER = re.compile(r"[0-9]{1,9}")
 _SUBMIT_VALUES = {"-p": "priority", "--priority": "priority", "--after": "after", "--at": "at",
                   "--timeout": "timeout", "--retries": "retries", "--host": "host", "--spool": "spool"}
-_SUBMIT_FLAGS = {"--urgent": "urgent", "--hold": "hold", "--unique": "unique", "--lines": "lines"}
+_SUBMIT_FLAGS = {"--urgent": "urgent", "--hold": "hold", "--unique": "unique", "--lines": "lines",
+                 "--stderr-separate": "stderr_separate", "--stderr-merged": "stderr_merged"}
 
 
 def run(args: list[str]) -> int | None:
@@ -100,6 +101,9 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
         return None
     if not _NUMBER.fullmatch(retries) or int(retries) > 100:
         return None  # typer's range check words the error
+    separate, merged = options.get("stderr_separate", False), options.get("stderr_merged", False)
+    if separate and merged:
+        return None  # click keeps the last of the two; leave that to it
     from onite import commands
     from onite.submit import SubmitRequest
 
@@ -107,7 +111,8 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
                             urgent=options.get("urgent", False), after=tuple(options.get("after", ())),
                             at=options.get("at"), timeout=options.get("timeout"), retries=int(retries),
                             host=options.get("host"), hold=options.get("hold", False),
-                            unique=options.get("unique", False))
+                            unique=options.get("unique", False),
+                            stderr_separate=True if separate else False if merged else None)
     said = commands.submit_command(request, options.get("spool") or global_spool, lines=options.get("lines", False))
     if said is not None:
         print(said)

@@ -12,6 +12,7 @@ line, then the job text, byte for byte::
     cwd: /home/alice/reports
     timeout: 7200
     after: backup
+    stderr: separate
     env: HOME=/home/alice
     env: PS1=\\e[1m\\u \\$ \\n> 
 
@@ -98,6 +99,7 @@ class Job:
     attempt: int = 1
     tried: tuple[Attempt, ...] = ()
     recur: str | None = None
+    stderr_separate: bool = False  # stderr to stdout/NAME@stderr instead of with stdout
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -193,6 +195,8 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
         lines.append(f"pin: {job.pin}")
     if job.recur:
         lines.append(f"recur: {job.recur}")
+    if job.stderr_separate:
+        lines.append("stderr: separate")
     if job.attempt != 1:
         lines.append(f"attempt: {job.attempt}")
     if job.tried:
@@ -282,10 +286,18 @@ def decode(data: bytes) -> Job:
             attempt=int(fields.get("attempt", "1")),
             tried=tuple(tried),
             recur=fields.get("recur") or None,
+            stderr_separate=_stderr_separate(fields.get("stderr", "merged")),
             extra=tuple(extra),
         )
     except (ValueError, KeyError, TypeError) as err:
         raise JobFormatError(f"damaged job file: {err}", "spool the job again") from None
+
+
+def _stderr_separate(value: str) -> bool:
+    """The ``stderr:`` header value: "separate" or "merged" (the default when the key is absent)."""
+    if value not in ("separate", "merged"):
+        raise ValueError(f"stderr: {value!r} (write separate or merged)")
+    return value == "separate"
 
 
 _ENV_BLOCK: list = [None, None]  # the last env block decoded, and its environment
@@ -313,5 +325,6 @@ def _env_block(block: str) -> dict[bytes, bytes] | None:
 
 _KNOWN = frozenset(
     ("onite-job", "name", "priority", "submitted", "host", "umask", "cwd", "urgent",
-     "timeout", "retries", "at", "pin", "recur", "attempt")
+     "timeout", "retries", "at", "pin", "recur", "attempt",
+     "stderr")
 )

@@ -39,6 +39,7 @@ class JobView:
     reason: str = ""
     attempt: int | None = None
     external_id: str | None = None
+    stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
 
     @property
     def duration(self) -> float | None:
@@ -65,6 +66,7 @@ class JobView:
             "reason": self.reason,
             "attempt": self.attempt,
             "external_id": self.external_id,
+            "stderr": self.stderr,
         }
 
 
@@ -139,7 +141,7 @@ def result_view(result: Result) -> JobView:
         priority=result.priority or None, urgent=result.urgent, submitted=result.submitted,
         host=result.host or None, started=result.started, finished=result.finished,
         exit_code=result.exit_code, signal=result.signal, reason=result.reason, attempt=result.attempt,
-        external_id=result.external_id,
+        external_id=result.external_id, stderr=result.stderr,
     )
 
 

@@ -98,6 +98,7 @@ class RecurRequest:
     timeout: str | None = None
     retries: int = 0
     host: str | None = None
+    stderr_separate: bool | None = None  # None: the spool's stderr_separate, when the template is added
 
 
 def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
@@ -116,9 +117,10 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
     config = spool.config
     job = build_job(SubmitRequest(name=request.name, body=request.body, priority=request.priority,
                                   urgent=request.urgent, after=request.after, timeout=request.timeout,
-                                  retries=request.retries, host=request.host),
+                                  retries=request.retries, host=request.host,
+                                  stderr_separate=request.stderr_separate),
                     captured, default_priority=config.default_priority, priorities=config.priorities,
-                    default_timeout=config.timeout)
+                    default_timeout=config.timeout, default_stderr_separate=config.stderr_separate)
     job = replace(job, extra=job.extra + rule_fields(rule))
     spool.check()
     if request.urgent and not is_admin(caller.uid, caller.name, caller.group_names(), config.admins):

@@ -2,7 +2,8 @@
 
 "Last" is by the time the result record was written (its mtime, set by the
 driver). Output of a job that is queued or running is never removed, nor
-anything newer than the oldest kept result.
+anything newer than the oldest kept result. A job's output is stdout/NAME and,
+when its stderr was kept apart, stdout/NAME@stderr: the two go together.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
         sp.remove(f"{done}/{name}")
         if name not in protect and not sp.is_live(spool, name):
             sp.remove(f"{stdout}/{name}")
+            sp.remove(f"{stdout}/{name}{sp.STDERR}")
         removed += 1
     if strays:
         oldest_kept = records[keep - 1][0] if keep else None
@@ -56,7 +58,9 @@ def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) 
             continue
         for entry in entries:
             name = entry.name
-            if name[0] == "." or sp.SIDE in name or name in kept:
+            if folder == spool.stdout_dir and name.endswith(sp.STDERR):
+                name = name[: -len(sp.STDERR)]  # NAME@stderr goes with NAME's output
+            if not name or name[0] == "." or sp.SIDE in name or name in kept:
                 continue
             try:
                 mtime = entry.stat(follow_symlinks=False).st_mtime_ns
@@ -65,4 +69,4 @@ def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) 
             if oldest_kept_ns is not None and mtime >= oldest_kept_ns:
                 continue
             if not spool.result_path(name).exists() and not sp.is_live(spool, name):
-                sp.remove(folder / name)
+                sp.remove(folder / entry.name)

@@ -76,7 +76,7 @@ def oversized_variable(env: dict[bytes, bytes]) -> str | None:
 
 
 def output_pattern(path: bytes) -> bytes:
-    """``path`` as an sbatch --output pattern that names exactly that file.
+    """``path`` as an sbatch --output (or --error) pattern that names exactly that file.
 
     sbatch expands %j and friends; %% is a literal %. A path holding a backslash
     is taken literally by sbatch already, so it must not be escaped.
@@ -138,8 +138,10 @@ def _refused_word(word: str) -> str:
 
 
 def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: int,
-                timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig) -> list[bytes]:
-    """The sbatch command line for one job (the script goes to its stdin)."""
+                timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig,
+                error: bytes | None = None) -> list[bytes]:
+    """The sbatch command line for one job (the script goes to its stdin). ``error``: the file for
+    its stderr when kept apart; None sends stderr to ``output`` (sbatch's default without --error)."""
     argv = [os.fsencode(sbatch)]
     argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
     if slurm.partition:
@@ -154,6 +156,7 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
         f"--job-name=onite:{name}".encode(),
         b"--chdir=" + cwd,
         b"--output=" + output_pattern(output),
+        *([b"--error=" + output_pattern(error)] if error is not None else []),
         b"--open-mode=append",  # onite created the file for its owner; a retry adds to it
         f"--export-file={env_fd}".encode(),
         f"--nice={nice_for(priority, urgent, slurm.nice_step)}".encode(),

@@ -31,7 +31,7 @@ from pathlib import Path
 from onite import sbatch, squeue
 from onite.config import Config
 from onite.errors import ConfigError
-from onite.executor import Run, Runner, SpawnError, Unavailable, check_directory, open_output
+from onite.executor import Run, Runner, SpawnError, Unavailable, attempt_marker, check_directory, open_outputs
 from onite.state import Outcome
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
@@ -83,7 +83,7 @@ class SlurmRunner(Runner):
 
     # ---- starting --------------------------------------------------------------
 
-    def start(self, run: Run, output_path: Path, *, append: bool) -> None:
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None) -> None:
         """Submit ``run`` to Slurm as its owner. Raises SpawnError with the reason."""
         job = run.job
         identity = run.owner if self.switch_user else None
@@ -99,22 +99,18 @@ class SlurmRunner(Runner):
             raise SpawnError(f"its environment variable {too_big} exceeds the kernel's 128 KiB limit for one variable")
         check_directory(job.cwd)
         output = Path(os.path.abspath(output_path))
-        try:
-            out = open_output(output, identity, append=append)
-        except OSError as err:
-            raise SpawnError(f"cannot create its output file {output}: {err.strerror}") from None
-        try:
-            if append:
-                os.write(out, f"\n[onite] attempt {run.attempt} of {run.name}, {run.started:%Y-%m-%d %H:%M:%S}\n".encode())
-        finally:
-            os.close(out)
-        run.external_id = self._submit(run, script, env, output)
+        error = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
+        # Created here, for the owner, so that Slurm (which opens them as the owner) only appends.
+        for fd in open_outputs(output, error, identity, append=append, marker=attempt_marker(run) if append else None):
+            if fd is not None:
+                os.close(fd)
+        run.external_id = self._submit(run, script, env, output, error)
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
         if self._next_poll is None:
             self._next_poll = time.monotonic() + self.poll_interval
 
-    def _submit(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path) -> str:
+    def _submit(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None) -> str:
         job = run.job
         env_fd = os.memfd_create(f"onite-env:{run.name}", 0)
         try:
@@ -123,6 +119,7 @@ class SlurmRunner(Runner):
                 data = data[os.write(env_fd, data):]
             os.lseek(env_fd, 0, os.SEEK_SET)
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
+                                      error=os.fsencode(error) if error is not None else None,
                                       env_fd=env_fd, timeout=job.timeout, priority=job.priority,
                                       urgent=run.rank == 0, slurm=self.config.slurm)
             ident = run.owner if self.switch_user else None

@@ -33,6 +33,7 @@ SYSTEM_SPOOL = Path("/var/spool/onite")
 URGENT = "urgent"
 RESULT = f"{SIDE}result"  # jobsdone/NAME@result
 RUNINFO = f"{SIDE}run"  # running/HOST/NAME@run
+STDERR = f"{SIDE}stderr"  # stdout/NAME@stderr: a job's stderr, when kept apart from its stdout
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
 # A queued job is held when its owner cannot write it: the mode is the flag, no field inside the file.
 QUEUED_MODE, HELD_MODE = 0o600, 0o400
@@ -118,6 +119,9 @@ class Spool:
 
     def output_path(self, name: str) -> Path:
         return self.stdout_dir / name
+
+    def stderr_path(self, name: str) -> Path:
+        return self.stdout_dir / f"{name}{STDERR}"
 
     def result_path(self, name: str) -> Path:
         return self.done_dir / f"{name}{RESULT}"

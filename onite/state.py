@@ -132,6 +132,7 @@ class Result:
     executor: str = "local"
     external_id: str | None = None  # e.g. the Slurm job id
     recur: str | None = None
+    stderr: str = "merged"  # "separate": its stderr is in stdout/NAME@stderr; "merged": with its stdout
     extra: dict = field(default_factory=dict)
 
     @property
@@ -162,6 +163,7 @@ class Result:
             "executor": self.executor,
             "external_id": self.external_id,
             "recur": self.recur,
+            "stderr": self.stderr,
             **({"extra": self.extra} if self.extra else {}),
         }
 
@@ -191,6 +193,7 @@ class Result:
             executor=data.get("executor", "local"),
             external_id=data.get("external_id"),
             recur=data.get("recur"),
+            stderr=data.get("stderr", "merged"),  # records written before onite kept stderr apart
             extra=data.get("extra", {}),
         )
 

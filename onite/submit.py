@@ -36,6 +36,7 @@ class SubmitRequest:
     host: str | None = None
     hold: bool = False
     unique: bool = False
+    stderr_separate: bool | None = None  # None: the spool's stderr_separate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +63,12 @@ def capture(now: datetime) -> Captured:
 
 
 def build_job(request: SubmitRequest, captured: Captured, *, default_priority: int, priorities: int,
-              default_timeout=None, name: str | None = None) -> Job:
+              default_timeout=None, name: str | None = None, default_stderr_separate: bool = False) -> Job:
     """The Job a request describes (pure).
+
+    Where stderr goes is decided now and written into the job file (the
+    spool's default applies when the request does not say), so a later change
+    of onite.toml does not change jobs already spooled.
 
     Raises:
         InvalidInput: a bad priority, time, duration, retry count, host or dependency name.
@@ -100,6 +105,7 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
         not_before=not_before,
         urgent=request.urgent,
         pin=request.host,
+        stderr_separate=default_stderr_separate if request.stderr_separate is None else request.stderr_separate,
         extra=captured.extra,
     )
 
@@ -116,7 +122,8 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, default_priority=config.default_priority,
-                    priorities=config.priorities, default_timeout=config.timeout)
+                    priorities=config.priorities, default_timeout=config.timeout,
+                    default_stderr_separate=config.stderr_separate)
     spool.check()
     check_policy(spool, request, captured.now, caller)
     for dep in job.after:
@@ -174,13 +181,14 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
         names[request.name] = None
         key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
-               request.host, request.hold)
+               request.host, request.hold, request.stderr_separate)
         if not request.body:
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
         if template is None:
             template = templates[key] = build_job(request, captured, default_priority=config.default_priority,
-                                                  priorities=config.priorities, default_timeout=config.timeout)
+                                                  priorities=config.priorities, default_timeout=config.timeout,
+                                                  default_stderr_separate=config.stderr_separate)
         jobs.append(replace(template, name=request.name, body=request.body))
     spool.check()
     for request in {r.urgent: r for r in requests}.values():

@@ -45,6 +45,9 @@ ACCEPTED = [
     (["submit", "b", "--lines"], LINES, []),
     (["submit", "b", "--lines", "-p", "1", "--hold", "--after", "dep1"], LINES, ["dep1"]),
     (["submit", "b", "--lines", "--unique"], LINES, []),
+    (["submit", "a", "--stderr-separate"], STDIN, []),
+    (["submit", "a", "--stderr-merged", "--hold"], STDIN, []),
+    (["submit", "b", "--lines", "--stderr-separate"], LINES, []),
     # errors: the same exit code and the same line on stderr
     (["submit", "a"], b"", []),
     (["submit", "bad name"], STDIN, []),
@@ -89,6 +92,7 @@ DECLINED = [
     ["--spool", "--help", "submit", "a"], ["--version"], ["list"], ["list", "-a"], ["list", "--json", "--by-host"],
     ["list", "--json", "x"], ["list", "--json", "--help"], ["run", "--slots", "0"], ["run", "--slots", "x"],
     ["run", "--slots", "5000"], ["run", "now"], ["run", "--help"], ["run", "-vv"],
+    ["submit", "a", "--stderr-separate", "--stderr-merged"], ["submit", "a", "--stderr-separate=yes"],
 ]
 
 

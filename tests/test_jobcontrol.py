@@ -298,11 +298,11 @@ def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workd
     class UnavailableTwice(LocalRunner):
         refusals = 2
 
-        def start(self, run, output_path, *, append):
+        def start(self, run, output_path, **options):
             if self.refusals:
                 self.refusals -= 1
                 raise Unavailable("the controller does not answer (test)")
-            super().start(run, output_path, append=append)
+            super().start(run, output_path, **options)
 
     monkeypatch.setattr(drv, "PAUSE_FIRST", 0.2)
     trace = workdir / "trace"

@@ -97,3 +97,14 @@ def test_damaged_files_raise(data, message):
 def test_unknown_header_keys_are_kept():
     data = encode(make_job()).replace(b"\nenv: ", b"\nfuture-key: some value\nenv: ", 1)
     assert ("future-key", "some value") in decode(data).extra
+
+
+def test_stderr_separate_is_a_header_line_only_when_set():
+    assert b"\nstderr: separate\n" in encode(make_job(stderr_separate=True))
+    assert b"stderr:" not in encode(make_job())
+    assert decode(encode(make_job(stderr_separate=True))).stderr_separate
+    assert not decode(encode(make_job())).stderr_separate
+    data = encode(make_job())
+    assert decode(data.replace(b"\numask:", b"\nstderr: merged\numask:", 1)).stderr_separate is False
+    with pytest.raises(JobFormatError, match="stderr: 'apart'"):
+        decode(data.replace(b"\numask:", b"\nstderr: apart\numask:", 1))

@@ -77,7 +77,7 @@ def test_skeleton_holds_every_default():
     text = skeleton_config()
     for key in ("priorities", "default_priority", "cutoff", "check_lock", "keep", "own_only", "shell", "slots",
                 "schedule", "until", "admins", "timeout", "kill_grace", "retry_delay", "on_interrupt", "host",
-                "max_job_size", "executor"):
+                "max_job_size", "executor", "stderr_separate"):
         assert f"\n# {key} = " in text or f"\n{key} = " in text, key
 
 
@@ -96,6 +96,7 @@ def test_seed_defaults():
     ('on_interrupt = "retry"', 'write "requeue" or "fail"'),
     ("priorities = [", "not valid TOML"),
     ("check_lock = 1", "write true or false"),
+    ('stderr_separate = "yes"', "write true or false"),
 ])
 def test_config_errors_name_key_and_fix(text, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("*", r"\*").replace("?", r"\?")):

@@ -24,6 +24,12 @@ def test_argv_carries_every_promise():
     ]
 
 
+def test_a_kept_apart_stderr_gets_its_own_escaped_pattern():
+    got = argv(output=b"/spool/100%/stdout/j", error=b"/spool/100%/stdout/j@stderr")
+    assert got[got.index(b"--output=/spool/100%%/stdout/j") + 1] == b"--error=/spool/100%%/stdout/j@stderr"
+    assert not any(arg.startswith(b"--error") for arg in argv())  # without it stderr goes with stdout
+
+
 def test_config_comes_first_so_onites_own_options_win():
     slurm = SlurmConfig(partition="night", account="ops", sbatch_args=("--mem=4G", "--output=/elsewhere"))
     got = argv(slurm=slurm, timeout=timedelta(seconds=90))

@@ -156,6 +156,39 @@ def test_jobs_run_in_slurm_as_their_owners_with_exact_env_and_cwd(slurm_spool, w
         assert out.read_text() == "to stdout\nto stderr\n"
 
 
+def test_stderr_kept_apart_goes_to_its_own_file_through_sbatch_error(slurm_spool, workdir):
+    """--stderr-separate: sbatch --error=stdout/NAME@stderr; both files its owner's, 0600; a retry appends to both."""
+    configure(slurm_spool, retry_delay="1s")
+    both = "printf 'out \\377\\n'; printf 'err \\376\\n' >&2\n"  # bytes that are not UTF-8, exact
+    flag = workdir / "failed-once"
+    owners = [("sep-root", None, 0)] if ROOT else [("sep-mine", None, os.getuid())]
+    if ROOT:
+        owners.append(("sep-nobody", "nobody", pwd.getpwnam("nobody").pw_uid))
+    for name, user, _ in owners:
+        submit(name, both, "--stderr-separate", user=user, cwd="/tmp")
+    submit("sep-retried", both + f"[ -e {flag} ] || {{ touch {flag}; exit 1; }}\n", "--stderr-separate",
+           "--retries", "1", cwd="/tmp")
+    submit("merged", "echo out; echo err >&2\n", cwd="/tmp")
+    assert drain(slurm_spool).returncode == 0
+    for name, user, uid in owners:
+        rec = result(slurm_spool, name)
+        assert (rec["state"], rec["executor"], rec["stderr"]) == ("done", "slurm", "separate"), rec
+        for path, data in ((slurm_spool / "stdout" / name, b"out \xff\n"),
+                           (slurm_spool / "stdout" / f"{name}@stderr", b"err \xfe\n")):
+            st = path.stat()
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, 0o600)
+            assert path.read_bytes() == data
+        assert run_cli(["output", name, "--stderr"], user=user).out_bytes == b"err \xfe\n"
+    rec = result(slurm_spool, "sep-retried")
+    assert (rec["state"], rec["attempt"]) == ("done", 2), rec
+    for path, data in ((slurm_spool / "stdout" / "sep-retried", b"out \xff\n"),
+                       (slurm_spool / "stdout" / "sep-retried@stderr", b"err \xfe\n")):
+        first, marker, second = path.read_bytes().partition(b"\n[onite] attempt 2 of sep-retried, ")
+        assert (first, second.split(b"\n", 1)[1]) == (data, data) and marker, path.read_bytes()
+    assert (slurm_spool / "stdout" / "merged").read_text() == "out\nerr\n"
+    assert not (slurm_spool / "stdout" / "merged@stderr").exists()
+
+
 def test_exit_codes_and_signals_are_recorded(slurm_spool):
     submit("ok", "exit 0\n")
     submit("three", "exit 3\n")

@@ -1,0 +1,155 @@
+"""A job's output: stdout/NAME, and its stderr apart in stdout/NAME@stderr when it asks (issue 9).
+
+Real spools, real drains, real processes; the bytes each stream wrote are
+compared exactly, including bytes that are not UTF-8.
+"""
+
+import os
+import re
+import stat
+import time
+
+from conftest import drain, needs_root, nobody, result, run_cli, set_config
+from onite.jobfile import decode
+
+# octal escapes: dash's printf writes the exact bytes (\377 and \376 are not UTF-8, \000 a NUL)
+BOTH = b"printf 'out one\\n'; printf 'err \\376\\000 one\\n' >&2; printf 'out \\377 two\\n'; echo 'err two' >&2\n"
+OUT_BYTES = b"out one\nout \xff two\n"
+ERR_BYTES = b"err \xfe\x00 one\nerr two\n"
+
+
+def submit(name, body, *args, user=None):
+    r = run_cli(["submit", name, *args], stdin=body, user=user, cwd="/tmp")
+    assert r.code == 0, r
+    return r
+
+
+def queued_job(spool, name):
+    return decode(next((spool / "jobs").rglob(name)).read_bytes())
+
+
+def merged_message(name):
+    return (f"onite: job '{name}' kept stderr with its stdout (it was spooled without --stderr-separate)"
+            f" — read it with: onite output {name}\n")
+
+
+def test_separate_streams_are_kept_exactly(spool):
+    longest = "l" * 100  # NAME@stderr is 107 characters: still a fine file name
+    submit("both", BOTH, "--stderr-separate")
+    submit(longest, BOTH, "--stderr-separate")
+    assert queued_job(spool, "both").stderr_separate
+    assert b"\nstderr: separate\n" in next((spool / "jobs").rglob("both")).read_bytes()
+    assert drain(spool).returncode == 0
+    for name in ("both", longest):
+        assert result(spool, name)["state"] == "done" and result(spool, name)["stderr"] == "separate"
+        assert (spool / "stdout" / name).read_bytes() == OUT_BYTES
+        assert (spool / "stdout" / f"{name}@stderr").read_bytes() == ERR_BYTES
+        out = run_cli(["output", name])
+        assert (out.code, out.out_bytes, out.err_bytes) == (0, OUT_BYTES, b"")
+        err = run_cli(["output", name, "--stderr"])
+        assert (err.code, err.out_bytes, err.err_bytes) == (0, ERR_BYTES, b"")
+    listed = run_cli(["list", "--all", "--json"]).json()["jobs"]
+    assert sorted(job["name"] for job in listed) == sorted(["both", longest])  # a side file is never a job
+    assert {job["stderr"] for job in listed} == {"separate"}
+    unique = run_cli(["uniqname", "both"])
+    assert unique.code == 0 and "@" not in unique.out
+
+
+def test_merged_is_the_default_and_stderr_then_says_where_it_is(spool):
+    submit("merged", b"echo out; echo err >&2\n")
+    assert not queued_job(spool, "merged").stderr_separate
+    assert b"stderr:" not in next((spool / "jobs").rglob("merged")).read_bytes()
+    drain(spool)
+    assert result(spool, "merged")["stderr"] == "merged"
+    assert not (spool / "stdout" / "merged@stderr").exists()
+    assert run_cli(["output", "merged"]).out == "out\nerr\n"
+    r = run_cli(["output", "merged", "--stderr"])
+    assert (r.code, r.out, r.err) == (1, "", merged_message("merged"))
+    r = run_cli(["output", "nosuch", "--stderr"])
+    assert r.code == 1 and r.err.startswith("onite: no output kept for job 'nosuch'")
+
+
+def test_the_spool_default_is_decided_at_submit_time(spool):
+    set_config(spool, stderr_separate=True)
+    submit("by-default", BOTH)
+    submit("opted-out", b"echo out; echo err >&2\n", "--stderr-merged")
+    set_config(spool, stderr_separate=False)  # a later change does not change jobs already spooled
+    submit("after-change", b"echo out; echo err >&2\n")
+    drain(spool)
+    assert result(spool, "by-default")["stderr"] == "separate"
+    assert run_cli(["output", "by-default", "--stderr"]).out_bytes == ERR_BYTES
+    for name in ("opted-out", "after-change"):
+        assert result(spool, name)["stderr"] == "merged"
+        assert run_cli(["output", name]).out == "out\nerr\n"
+        assert run_cli(["output", name, "--stderr"]).code == 1
+
+
+def test_a_merged_run_drops_the_stderr_of_an_earlier_job_of_that_name(spool):
+    submit("again", b"echo old-err >&2\n", "--stderr-separate")
+    drain(spool)
+    assert run_cli(["output", "again", "--stderr"]).out == "old-err\n"
+    submit("again", b"echo new-err >&2\n")
+    drain(spool)
+    assert not (spool / "stdout" / "again@stderr").exists()
+    assert run_cli(["output", "again"]).out == "new-err\n"
+    assert run_cli(["output", "again", "--stderr"]).err == merged_message("again")
+
+
+def test_a_retry_appends_to_both_files_after_its_marker(spool, workdir):
+    set_config(spool, retry_delay="1s")
+    flag = workdir / "failed-once"
+    body = f"echo out-$$; echo err-$$ >&2; [ -e {flag} ] || {{ touch {flag}; exit 1; }}\n".encode()
+    submit("flaky", body, "--stderr-separate", "--retries", "1")
+    drain(spool)
+    rec = result(spool, "flaky")
+    assert (rec["state"], rec["attempt"], rec["stderr"]) == ("done", 2, "separate")
+    marker = r"\n\[onite\] attempt 2 of flaky, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n"
+    for path, word in ((spool / "stdout" / "flaky", "out"), (spool / "stdout" / "flaky@stderr", "err")):
+        assert re.fullmatch(rf"{word}-\d+\n{marker}{word}-\d+\n", path.read_text()), path.read_text()
+
+
+def test_retention_removes_both_files_and_strays(spool):
+    set_config(spool, keep=1)
+    old = time.time() - 3600
+    for stray in ("gone", "gone@stderr"):  # left by a crash: no result explains them
+        (spool / "stdout" / stray).write_bytes(b"stale\n")
+        os.utime(spool / "stdout" / stray, (old, old))
+    submit("first", BOTH, "--stderr-separate")
+    submit("second", BOTH, "--stderr-separate")
+    drain(spool)
+    assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["second", "second@stderr"]
+
+
+def test_the_python_api_takes_the_option_too(spool):
+    from onite.api import Spool
+
+    api = Spool(spool)
+    api.submit("api-separate", "true\n", stderr_separate=True)
+    api.submit_many([("api-a", "true\n"), ("api-b", "true\n")], stderr_separate=True)
+    api.submit("api-default", "true\n")
+    assert [queued_job(spool, n).stderr_separate for n in ("api-separate", "api-a", "api-b", "api-default")] == \
+        [True, True, True, False]
+
+
+def test_recur_add_records_the_choice_in_the_template(spool):
+    r = run_cli(["recur", "add", "nightly", "--every", "1d", "--stderr-separate"], stdin=b"true\n")
+    assert r.code == 0, r
+    assert decode((spool / "recur" / "nightly").read_bytes()).stderr_separate
+
+
+@needs_root
+def test_separate_stderr_is_private_to_its_owner(spool):
+    who = nobody()
+    submit("theirs", BOTH, "--stderr-separate", user="nobody")
+    submit("mine", b"echo root-out; echo root-secret >&2\n", "--stderr-separate")
+    submit("mine-merged", b"echo root-secret >&2\n")
+    drain(spool)
+    for name in ("theirs", "theirs@stderr"):
+        st = os.stat(spool / "stdout" / name)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (who.pw_uid, who.pw_gid, 0o600)
+    assert run_cli(["output", "theirs", "--stderr"], user="nobody").out_bytes == ERR_BYTES
+    assert run_cli(["output", "theirs", "--stderr"]).out_bytes == ERR_BYTES  # root reads any
+    for name in ("mine", "mine-merged"):
+        r = run_cli(["output", name, "--stderr"], user="nobody")
+        assert (r.code, r.out) == (3, "") and "belongs to root" in r.err and "root-secret" not in r.err
+    assert stat.S_IMODE(os.stat(spool / "stdout" / "mine@stderr").st_mode) == 0o600
