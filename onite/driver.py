@@ -884,9 +884,11 @@ class Driver:
                 self.log.event("recovered", name, action=action, processes=what,
                                driver=info.get("driver_pid"))
             sp.remove(info_path)
-        for name in names:  # run records whose job is gone
+        for name in names:
             if name.endswith(sp.RUNINFO) and name[: -len(sp.RUNINFO)] not in jobs:
-                sp.remove(running_dir / name)
+                sp.remove(running_dir / name)  # a run record whose job is gone
+            elif name.startswith(".") and name.endswith(".tmp"):
+                sp.remove(running_dir / name)  # a run record the dead driver was writing (we hold the lock)
 
     def _stop_leftovers(self, info: dict) -> str:
         """Make sure a dead driver's job is not still running before it is requeued."""

@@ -136,7 +136,10 @@ def test_kill_9_mid_job_then_recovery(spool, workdir):
     submit("victim", f"[ -e {rerun} ] && exit 0; echo $$ >> {pids}; sleep 60 & echo $! >> {pids}; wait\n")
     driver = start_driver(spool)
     wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="the job and its child")
+    # the run record (how recovery finds the job's processes) is written just after the job starts
+    wait_for((spool / "running" / HOST / "victim@run").exists, what="the run record")
     job_pids = [int(p) for p in pids.read_text().split()]
+    (spool / "running" / HOST / ".victim@run.999.tmp").write_text("{")  # as if killed while writing one
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     assert (spool / "running" / HOST / "victim").exists()
