@@ -42,7 +42,7 @@ class Spool:
                cwd: str | bytes | None = None, **options) -> str:
         """Spool one job; return its name (with ``unique``, NAME plus a unique suffix).
 
-        ``options``: priority, urgent, after (names), at, timeout, retries, host, hold -- as for
+        ``options``: priority, urgent, after (names), at, timeout, retries, host, hold, notify, notify_on -- as for
         ``onite submit``.
 
         Raises:
@@ -82,7 +82,7 @@ class Spool:
 def _request(name: str, text: str | bytes, options: dict, *, unique: bool = False):
     from onite.submit import SubmitRequest
 
-    known = {"priority", "urgent", "after", "at", "timeout", "retries", "host", "hold"}
+    known = {"priority", "urgent", "after", "at", "timeout", "retries", "host", "hold", "notify", "notify_on"}
     unknown = set(options) - known
     if unknown:
         raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(known))}")
@@ -91,7 +91,8 @@ def _request(name: str, text: str | bytes, options: dict, *, unique: bool = Fals
     return SubmitRequest(name=name, body=body, priority=options.get("priority"), urgent=bool(options.get("urgent")),
                          after=(after,) if isinstance(after, str) else tuple(after), at=options.get("at"),
                          timeout=options.get("timeout"), retries=options.get("retries", 0), host=options.get("host"),
-                         hold=bool(options.get("hold")), unique=unique)
+                         hold=bool(options.get("hold")), unique=unique, notify=options.get("notify"),
+                         notify_on=options.get("notify_on"))
 
 
 def _captured(env: Mapping | None, cwd: str | bytes | None):

@@ -29,6 +29,10 @@ SpoolOpt = Annotated[Optional[str], typer.Option("--spool", help="Spool director
                                                  "/var/spool/onite for root, else ~/.local/state/onite).",
                                                  show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
+NotifyOpt = Annotated[Optional[str], typer.Option(
+    "--notify", metavar="mail|command|none", help="How to tell you it finished; default: notify in onite.toml.")]
+NotifyOnOpt = Annotated[Optional[str], typer.Option(
+    "--notify-on", metavar="failure|always", help="When to tell you; default: notify_on in onite.toml.")]
 
 
 _GLOBAL: dict[str, str | None] = {"spool": None}
@@ -105,6 +109,8 @@ def submit(
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
     lines: Annotated[bool, typer.Option("--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask."""
@@ -112,7 +118,8 @@ def submit(
     from onite.submit import SubmitRequest
 
     request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
-                            timeout=timeout, retries=retries, host=host, hold=hold, unique=unique)
+                            timeout=timeout, retries=retries, host=host, hold=hold, unique=unique,
+                            notify=notify, notify_on=notify_on)
     said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines)
     if said is not None:
         print(said)
@@ -330,6 +337,8 @@ def recur_add(
     timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
     retries: Annotated[int, typer.Option("--retries", min=0, max=100, help="Retry a failed instance this many times.")] = 0,
     host: Annotated[Optional[str], typer.Option("--host", help="Instances run only on this host.")] = None,
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
@@ -340,7 +349,7 @@ def recur_add(
     target = open_spool(spool)
     request = RecurRequest(name=name, body=commands.read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
                            offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
-                           timeout=timeout, retries=retries, host=host)
+                           timeout=timeout, retries=retries, host=host, notify=notify, notify_on=notify_on)
     when = now()
     _, rule = add(target, request, capture(when), identity.current())
     from onite.schedule import describe, next_fire
