@@ -176,7 +176,7 @@ class Notifier:
             if not self._told_no_sendmail:  # once a drain: every later mail would say the same
                 self._told_no_sendmail = True
                 self.log.event("notify-failed", result.name, how="mail", reason=missing,
-                               note="said once a drain; no job is mailed until then")
+                               note="no job is mailed this drain; said once")
             return
         import pwd
 
