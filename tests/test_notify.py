@@ -135,6 +135,17 @@ def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):
     assert "interrupted" in json.loads((notices.dir / "doomed.json").read_text())["reason"]
 
 
+def test_a_refused_job_file_is_told(spool, notices):
+    set_config(spool, notify="command", notify_command=notices.hook)
+    junk = spool / "jobs" / "P4" / "junk"
+    junk.write_bytes(b"not a job\n")
+    junk.chmod(0o600)
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["junk"]
+    told = json.loads((notices.dir / "junk.json").read_text())
+    assert told["state"] == "failed" and told["reason"].startswith("refused: ")
+
+
 # ---- a broken notifier never breaks the night ------------------------------------------------
 
 
