@@ -46,8 +46,8 @@ from onite.identity import Identity, resolve
 from onite.index import Candidate, QueueIndex
 from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
-from onite.notify import Notifier
 from onite.names import SIDE, is_valid_name
+from onite.notify import Notifier
 from onite.policy import is_admin, may_touch, window_end
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay
 from onite.state import JobState, Outcome, Result
@@ -253,7 +253,7 @@ class Driver:
                 self._tick_at = self.tick(self, self.now())
             self._reap()
             self.runner.tick(time.monotonic())
-            if self.notifier.pending:
+            if self.notifier.busy:
                 self.notifier.reap()
             self._process_cancels()
             if not self._stopping and not self._hard_stop:

@@ -13,6 +13,9 @@ bytes) are pure. ``Notifier`` is the effect, and holds these invariants:
 - the driver reaps notifiers on each turn of its loop (``reap``), kills the
   process group of any still running after notify_timeout, and waits for the
   rest when it ends (``finish``), so a short ``onite run`` still delivers;
+- at most MAX_RUNNING notifiers run at once; later notices wait their turn
+  in memory (at most MAX_WAITING), so a burst of failing jobs cannot become
+  a burst of processes;
 - every failure -- no sendmail, a hook that cannot start, exits non-zero or
   hangs -- is one ``notify-failed`` line in the activity log, nothing more.
 
@@ -28,6 +31,7 @@ import signal
 import stat
 import subprocess
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +42,8 @@ NO_SENDMAIL = "no sendmail (install an MTA or set sendmail in onite.toml)"
 TAIL_LINES = 100
 TAIL_BYTES = 64 * 1024
 STDERR_KEEP = 2048  # bytes of a notifier's stderr kept for the log line
+MAX_RUNNING = 8  # notifiers at once: a burst of failures must not become a burst of processes
+MAX_WAITING = 1000  # notices waiting for one of those; beyond that they are logged and dropped
 KILL_WAIT = 5.0  # seconds to wait for a killed notifier to be reaped before giving up on it
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
@@ -151,18 +157,38 @@ class Notifier:
         self.spool = spool
         self.log = log
         self.pending: list[_Pending] = []
+        self.waiting: deque[tuple[Result, str, object]] = deque()
         self._told_no_sendmail = False
+
+    @property
+    def busy(self) -> bool:
+        """Notifiers running or waiting to start: the driver must call ``reap``."""
+        return bool(self.pending or self.waiting)
 
     def notify(self, result: Result, job, config) -> None:
         """Start the notice ``result`` calls for (``job``: the job file, or None if it is unreadable)."""
         how = None
         try:
             how = wants_notice(result, getattr(job, "notify", None), getattr(job, "notify_on", None), config)
+            if how is None:
+                return
+            if len(self.pending) < MAX_RUNNING:
+                self._send(result, how, config)
+            elif len(self.waiting) < MAX_WAITING:
+                self.waiting.append((result, how, config))
+            else:
+                self.log.event("notify-failed", result.name, how=how,
+                               reason=f"too many notices at once ({MAX_RUNNING} running, {MAX_WAITING} waiting)")
+        except Exception as err:  # noqa: BLE001 - a broken notifier never breaks the night: log it, go on
+            self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
+
+    def _send(self, result: Result, how: str, config) -> None:
+        try:
             if how == "mail":
                 self._mail(result, config)
-            elif how == "command":
+            else:
                 self._command(result, config)
-        except Exception as err:  # noqa: BLE001 - a broken notifier never breaks the night: log it, go on
+        except Exception as err:  # noqa: BLE001 - see notify()
             self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
 
     def _mail(self, result: Result, config) -> None:
@@ -251,6 +277,8 @@ class Notifier:
                 self._close(pending)
                 self.log.event("notify-failed", pending.name, how=pending.how, reason=f"{type(err).__name__}: {err}")
         self.pending = keep
+        while self.waiting and len(self.pending) < MAX_RUNNING:
+            self._send(*self.waiting.popleft())
 
     def _check(self, pending: _Pending, now_mono: float) -> bool:
         """True once ``pending`` is over (and logged)."""
@@ -312,19 +340,23 @@ class Notifier:
         return min((p.given_up_at or p.deadline for p in self.pending), default=None)
 
     def finish(self, stop=lambda: False) -> None:
-        """Wait for the notifiers still running, each at most until its time is up (the driver is ending).
+        """Start the notices still waiting and wait for every notifier, each at most until its time is up
+        (the driver is ending).
 
         ``stop()``: True when the driver must exit now (a second INT or TERM, or QUIT): the
         notifiers left are killed and logged as such.
         """
-        while self.pending:
+        while self.busy:
             now_mono = time.monotonic()
             if stop():
+                while self.waiting:
+                    result, how, _ = self.waiting.popleft()
+                    self.log.event("notify-failed", result.name, how=how, reason="driver stopped")
                 for pending in self.pending:
                     if pending.killed is None:
                         self._kill(pending, "driver stopped", now_mono)
             self.reap(now_mono)
-            if self.pending:
+            if self.busy:
                 time.sleep(0.02)
         self._told_no_sendmail = False
 

@@ -192,6 +192,29 @@ def live_in_group(pgid):
     return found
 
 
+def test_a_burst_of_failures_runs_a_few_hooks_at_a_time_and_the_jobs_go_on(spool, notices, workdir):
+    from onite.notify import MAX_RUNNING
+
+    d, gate = notices.dir, workdir / "gate"
+    gate.touch()
+    hook = script(workdir / "slow-hook", f'touch {d}/run.$ONITE_JOB; ls {d} | grep -c "^run" >> {d}/counts\n'
+                                         f'while [ -e {gate} ]; do sleep 0.05; done\nrm {d}/run.$ONITE_JOB\n')
+    set_config(spool, notify="command", notify_command=str(hook), notify_timeout="5m")
+    jobs = [f"j{i:02d}" for i in range(MAX_RUNNING + 4)]
+    r = run_cli(["submit", "j", "--lines"], stdin=b"exit 1\n" * len(jobs))
+    assert r.code == 0, r
+    driver = start_driver(spool)
+    # every job is filed while the first hooks hang: notices never hold up the night
+    wait_for(lambda: len(list((spool / "jobsdone").glob("*@result"))) == len(jobs), what="every job to be filed")
+    wait_for(lambda: (d / "counts").exists() and len((d / "counts").read_text().split()) == MAX_RUNNING,
+             what="the first hooks")
+    gate.unlink()
+    assert driver.wait(120) == 0
+    counts = [int(n) for n in (d / "counts").read_text().split()]
+    assert len(counts) == len(jobs) and max(counts) <= MAX_RUNNING
+    assert len(events(spool, "notified")) == len(jobs)
+
+
 def test_a_hook_that_does_not_exist(spool, workdir):
     set_config(spool, notify="command", notify_command=f"{workdir}/no-such-hook --flag")
     submit("one", "exit 1\n")
