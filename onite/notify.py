@@ -202,7 +202,7 @@ class Notifier:
             if not self._told_no_sendmail:  # once a drain: every later mail would say the same
                 self._told_no_sendmail = True
                 self.log.event("notify-failed", result.name, how="mail", reason=missing,
-                               note="no job is mailed this drain; said once")
+                               note="said once a drain")
             return
         import pwd
 
