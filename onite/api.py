@@ -43,7 +43,7 @@ class Spool:
         """Spool one job; return its name (with ``unique``, NAME plus a unique suffix).
 
         ``options``: priority, urgent, after (names), at, timeout, retries, host, hold,
-        stderr_separate (True, False, or None for the spool's default) -- as for ``onite submit``.
+        stderr_separate (True, False, or None for the spool's default), notify, notify_on -- as for ``onite submit``.
 
         Raises:
             InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
@@ -82,7 +82,8 @@ class Spool:
 def _request(name: str, text: str | bytes, options: dict, *, unique: bool = False):
     from onite.submit import SubmitRequest
 
-    known = {"priority", "urgent", "after", "at", "timeout", "retries", "host", "hold", "stderr_separate"}
+    known = {"priority", "urgent", "after", "at", "timeout", "retries", "host", "hold", "stderr_separate", "notify",
+             "notify_on"}
     unknown = set(options) - known
     if unknown:
         raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(known))}")
@@ -92,7 +93,8 @@ def _request(name: str, text: str | bytes, options: dict, *, unique: bool = Fals
                          after=(after,) if isinstance(after, str) else tuple(after), at=options.get("at"),
                          timeout=options.get("timeout"), retries=options.get("retries", 0), host=options.get("host"),
                          hold=bool(options.get("hold")), unique=unique,
-                         stderr_separate=options.get("stderr_separate"))
+                         stderr_separate=options.get("stderr_separate"), notify=options.get("notify"),
+                         notify_on=options.get("notify_on"))
 
 
 def _captured(env: Mapping | None, cwd: str | bytes | None):

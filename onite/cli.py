@@ -32,6 +32,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdo
 StderrOpt = Annotated[Optional[bool], typer.Option("--stderr-separate/--stderr-merged", show_default=False,
                                                    help="Keep stderr apart from stdout (read it with onite output "
                                                    "NAME --stderr), or with it; default: stderr_separate in onite.toml.")]
+NotifyOpt = Annotated[Optional[str], typer.Option(
+    "--notify", metavar="mail|command|none", help="How to tell you it finished; default: notify in onite.toml.")]
+NotifyOnOpt = Annotated[Optional[str], typer.Option(
+    "--notify-on", metavar="failure|always", help="When to tell you; default: notify_on in onite.toml.")]
 
 
 _GLOBAL: dict[str, str | None] = {"spool": None}
@@ -131,6 +135,8 @@ def submit(
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
     lines: Annotated[bool, typer.Option("--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
     stderr_separate: StderrOpt = None,
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask."""
@@ -139,7 +145,7 @@ def submit(
 
     request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
                             timeout=timeout, retries=retries, host=host, hold=hold, unique=unique,
-                            stderr_separate=stderr_separate)
+                            stderr_separate=stderr_separate, notify=notify, notify_on=notify_on)
     said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines)
     if said is not None:
         print(said)
@@ -371,6 +377,8 @@ def recur_add(
     retries: Annotated[int, typer.Option("--retries", min=0, max=100, help="Retry a failed instance this many times.")] = 0,
     host: Annotated[Optional[str], typer.Option("--host", help="Instances run only on this host.")] = None,
     stderr_separate: StderrOpt = None,
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
@@ -381,7 +389,8 @@ def recur_add(
     target = open_spool(spool)
     request = RecurRequest(name=name, body=commands.read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
                            offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
-                           timeout=timeout, retries=retries, host=host, stderr_separate=stderr_separate)
+                           timeout=timeout, retries=retries, host=host, stderr_separate=stderr_separate,
+                           notify=notify, notify_on=notify_on)
     when = now()
     _, rule = add(target, request, capture(when), identity.current())
     from onite.schedule import describe, next_fire

@@ -17,6 +17,8 @@ from pathlib import Path
 from onite.errors import ConfigError, InvalidInput
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
+NOTIFY_HOW = ("none", "mail", "command")
+NOTIFY_ON = ("failure", "always")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +58,11 @@ class Config:
     stderr_separate: bool = False  # default of submit --stderr-separate
     hosts: dict[str, int] = field(default_factory=dict)  # host name → slots there
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    notify: str = "none"  # how a job's owner is told it finished: "none", "mail", "command"
+    notify_on: str = "failure"  # "failure" or "always" (also done and cancelled)
+    notify_command: tuple[str, ...] = ()  # the admin's hook: an absolute path and its arguments
+    sendmail: str | None = None  # None: the first of SENDMAIL_PATHS that exists
+    notify_timeout: timedelta = timedelta(seconds=30)
 
     def slots_for(self, host: str) -> int:
         """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
@@ -101,6 +108,7 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         stderr_separate=reader.boolean("stderr_separate", False),
         hosts=reader.hosts("hosts"),
         slurm=reader.slurm("slurm"),
+        **reader.notify(),
     )
     reader.no_unknown_keys()
     return config
@@ -125,7 +133,7 @@ _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
 _TOP_KEYS = frozenset(
     "priorities default_priority cutoff check_lock keep own_only shell slots schedule until admins "
     "timeout kill_grace retry_delay on_interrupt host max_job_size executor hosts slurm "
-    "stderr_separate".split()
+    "stderr_separate notify notify_on notify_command sendmail notify_timeout".split()
 )
 
 
@@ -175,10 +183,10 @@ class _Reader:
         except InvalidInput:
             raise self._bad(key, value, 'a duration such as "90s", "30m" or "2h"') from None
 
-    def path(self, key: str, default: str) -> str:
+    def path(self, key: str, default: str, example: str = "/bin/sh") -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str) or not value.startswith("/"):
-            raise self._bad(key, value, 'an absolute path such as "/bin/sh"')
+            raise self._bad(key, value, f'an absolute path such as "{example}"')
         return value
 
     def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -251,6 +259,30 @@ class _Reader:
             # 98 steps (P99) must stay below Slurm's largest nice, 2147483645
             nice_step=sub.integer("nice_step", 10_000, low=0, high=20_000_000),
         )
+
+    def notify(self) -> dict:
+        """The notification keys (docs/configuration.md), checked together: "command" needs a command."""
+        import shlex
+
+        how = self.choice("notify", "none", NOTIFY_HOW)
+        command = self.data.get("notify_command", "")
+        if not isinstance(command, str):
+            raise self._bad("notify_command", command, 'a command line such as "/usr/local/bin/onite-hook --chat"')
+        try:
+            argv = tuple(shlex.split(command))
+        except ValueError as err:
+            raise self._bad("notify_command", command, f"a command line with balanced quotes ({err})") from None
+        if argv and not argv[0].startswith("/"):
+            raise self._bad("notify_command", command, 'an absolute path first, e.g. "/usr/local/bin/onite-hook"')
+        if how == "command" and not argv:
+            raise ConfigError(f'{self.source}: notify = "command" needs notify_command',
+                              'set notify_command = "/path/to/hook", or use notify = "mail"')
+        sendmail = self.data.get("sendmail", "")
+        if sendmail != "":
+            sendmail = self.path("sendmail", "", "/usr/sbin/sendmail")
+        timeout = self.duration("notify_timeout", timedelta(seconds=30))
+        return {"notify": how, "notify_on": self.choice("notify_on", "failure", NOTIFY_ON), "notify_command": argv,
+                "sendmail": sendmail or None, "notify_timeout": timeout}
 
     def no_unknown_keys(self) -> None:
         unknown = sorted(set(self.data) - _TOP_KEYS)

@@ -104,8 +104,12 @@ def request_cancel(spool: sp.Spool, name: str) -> Path:
     return path
 
 
-def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> None:
-    """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result."""
+def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None):
+    """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result.
+
+    Returns the result and the job (None if its file is damaged), or None if
+    the request was gone; the driver uses them to notify the job's owner.
+    """
     from onite.filecheck import SLACK
     from onite.jobfile import decode
     from onite.state import JobState, Result
@@ -114,7 +118,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     try:
         fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
-        return
+        return None
     try:
         st = os.fstat(fd)
         # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
@@ -125,7 +129,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
         job = decode(data)
         priority, urgent, submitted = job.priority, job.urgent, job.submitted
     except Exception:  # a damaged file is still filed: the cancel must not fail on it
-        priority, urgent, submitted = rank or 0, rank == 0, now
+        job, priority, urgent, submitted = None, rank or 0, rank == 0, now
     result = Result(
         name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), priority=priority, urgent=urgent,
         state=JobState.CANCELLED, reason=f"cancelled by {by}", exit_code=None, signal=None, host="",
@@ -133,6 +137,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     )
     sp.write_result(spool, result)
     sp.move(pending, spool.done_dir / name, "filing the cancelled job")
+    return result, job
 
 
 def _read_all(fd: int, limit: int) -> bytes:

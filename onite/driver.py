@@ -48,6 +48,7 @@ from onite.index import Candidate, QueueIndex
 from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
 from onite.names import SIDE, is_valid_name
+from onite.notify import Notifier
 from onite.policy import is_admin, may_touch, window_end
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay
 from onite.state import JobState, Outcome, Result
@@ -93,6 +94,7 @@ class Driver:
         self.euid = os.geteuid()
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener)
         self.runner = runner or self._make_runner()
+        self.notifier = Notifier(spool, self.log)
         self.index = QueueIndex(spool.queue_folders())
         self.running: dict[str, Run] = {}
         self._unrecorded: dict[str, tuple[Run, Outcome, datetime]] = {}  # ended, not yet filed
@@ -207,7 +209,10 @@ class Driver:
             try:
                 self._loop(wakeup_fd)
             finally:
-                self._flush_records()
+                try:
+                    self._flush_records()
+                finally:
+                    self.notifier.finish(stop=self._must_stop_now)
         self._prune()
         self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
                        cancelled=self.counts["cancelled"], left=len(self.index),
@@ -250,6 +255,8 @@ class Driver:
                 self._tick_at = self.tick(self, self.now())
             self._reap()
             self.runner.tick(time.monotonic())
+            if self.notifier.busy:
+                self.notifier.reap()
             self._process_cancels()
             if not self._stopping and not self._hard_stop:
                 self._start_jobs()
@@ -284,9 +291,9 @@ class Driver:
         timeout = POLL if self.running else IDLE_POLL
         if self.runner.needs_polling():
             timeout = min(timeout, 0.05)
-        deadline = self.runner.next_deadline()
-        if deadline is not None:
-            timeout = min(timeout, max(deadline - now_mono, 0.0))
+        for deadline in (self.runner.next_deadline(), self.notifier.next_deadline()):
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - now_mono, 0.0))
         if self._wake_at is not None:
             timeout = min(timeout, max((self._wake_at - self.now()).total_seconds(), 0.0))
         if self._tick_at is not None:
@@ -340,6 +347,11 @@ class Driver:
         self.runner.reload(config)
         self.window_end = window_end(self.started_at, self.until)
         self.log.event("reloaded", slots=self.slots, priorities=config.priorities)
+
+    def _must_stop_now(self) -> bool:
+        """While waiting for the last notifiers: has a signal asked for an immediate exit?"""
+        self._handle_signals()
+        return self._hard_stop
 
     def _kill_all(self) -> None:
         for run in list(self.running.values()):
@@ -665,6 +677,7 @@ class Driver:
         self.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                        exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
                        attempt=job.attempt)
+        self.notifier.notify(result, job, self.config)
         self._since_prune += 1
         if self._since_prune >= max(50, self.config.keep // 10):
             self._prune(strays=False)
@@ -737,6 +750,7 @@ class Driver:
         self._forget(cand)
         self.counts["failed"] += 1
         self.log.event("failed", cand.name, user=result.user, reason=reason)
+        self.notifier.notify(result, job, self.config)
 
     def _refuse(self, cand: Candidate, st: os.stat_result | None, reason: str) -> None:
         self._forget(cand)
@@ -765,7 +779,8 @@ class Driver:
             try:
                 sp.write_result(self.spool, result)
             except OniteError:
-                pass
+                return
+            self.notifier.notify(result, None, self.config)
 
     # ---- cancel requests -------------------------------------------------------------
 
@@ -790,12 +805,14 @@ class Driver:
             requester = sp.user_name(entry.uid)
             if entry.size:  # a job its owner withdrew from the queue: file it
                 try:
-                    file_cancelled(self.spool, entry.path, by=requester, now=self.now())
+                    filed = file_cancelled(self.spool, entry.path, by=requester, now=self.now())
                 except OniteError as err:
                     self.log.event("error", entry.name, error=str(err))
                     continue
                 self.counts["cancelled"] += 1
                 self.log.event("cancelled", entry.name, by=requester, was="queued")
+                if filed is not None:
+                    self.notifier.notify(*filed, self.config)
                 continue
             self._honour_request(entry, requester, withdraw, file_cancelled)
 
@@ -817,11 +834,13 @@ class Driver:
                 continue
             try:
                 pending = withdraw(self.spool, entry)
-                file_cancelled(self.spool, pending, by=requester, now=self.now())
+                filed = file_cancelled(self.spool, pending, by=requester, now=self.now())
             except OniteError:
                 continue
             self.counts["cancelled"] += 1
             self.log.event("cancelled", name, by=requester, was="queued")
+            if filed is not None:
+                self.notifier.notify(*filed, self.config)
         if sp.find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
             return  # running on another host: its driver will honour the request
         sp.remove(request.path)
@@ -931,6 +950,7 @@ class Driver:
             self.recover()
             return sorted(n for n in before if is_valid_name(n))
         finally:
+            self.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
             lock.release()
             self.log.close()
 
@@ -976,6 +996,7 @@ class Driver:
             return
         self.counts["failed"] += 1
         self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
+        self.notifier.notify(result, job, self.config)
 
     # ---- retention -------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ import re
 
 _NUMBER = re.compile(r"[0-9]{1,9}")
 _SUBMIT_VALUES = {"-p": "priority", "--priority": "priority", "--after": "after", "--at": "at",
-                  "--timeout": "timeout", "--retries": "retries", "--host": "host", "--spool": "spool"}
+                  "--timeout": "timeout", "--retries": "retries", "--host": "host", "--spool": "spool",
+                  "--notify": "notify", "--notify-on": "notify_on"}
 _SUBMIT_FLAGS = {"--urgent": "urgent", "--hold": "hold", "--unique": "unique", "--lines": "lines",
                  "--stderr-separate": "stderr_separate", "--stderr-merged": "stderr_merged"}
 
@@ -112,7 +113,8 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
                             at=options.get("at"), timeout=options.get("timeout"), retries=int(retries),
                             host=options.get("host"), hold=options.get("hold", False),
                             unique=options.get("unique", False),
-                            stderr_separate=True if separate else False if merged else None)
+                            stderr_separate=True if separate else False if merged else None,
+                            notify=options.get("notify"), notify_on=options.get("notify_on"))
     said = commands.submit_command(request, options.get("spool") or global_spool, lines=options.get("lines", False))
     if said is not None:
         print(said)

@@ -100,6 +100,8 @@ class Job:
     tried: tuple[Attempt, ...] = ()
     recur: str | None = None
     stderr_separate: bool = False  # stderr to stdout/NAME@stderr instead of with stdout
+    notify: str | None = None  # "mail", "command", "none"; None: the spool's notify when the job ends
+    notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -109,6 +111,10 @@ class Job:
             raise ValueError(f"bad umask {self.umask:o}")
         if self.retries < 0 or self.attempt < 1:
             raise ValueError("retries must be >= 0 and attempt >= 1")
+        if self.notify not in (None, "mail", "command", "none"):
+            raise ValueError(f"notify must be mail, command or none, not {self.notify!r}")
+        if self.notify_on not in (None, "failure", "always"):
+            raise ValueError(f"notify-on must be failure or always, not {self.notify_on!r}")
 
 
 # ---- escaping ---------------------------------------------------------------
@@ -197,6 +203,10 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
         lines.append(f"recur: {job.recur}")
     if job.stderr_separate:
         lines.append("stderr: separate")
+    if job.notify:
+        lines.append(f"notify: {job.notify}")
+    if job.notify_on:
+        lines.append(f"notify-on: {job.notify_on}")
     if job.attempt != 1:
         lines.append(f"attempt: {job.attempt}")
     if job.tried:
@@ -287,6 +297,8 @@ def decode(data: bytes) -> Job:
             tried=tuple(tried),
             recur=fields.get("recur") or None,
             stderr_separate=_stderr_separate(fields.get("stderr", "merged")),
+            notify=fields.get("notify") or None,
+            notify_on=fields.get("notify-on") or None,
             extra=tuple(extra),
         )
     except (ValueError, KeyError, TypeError) as err:
@@ -326,5 +338,5 @@ def _env_block(block: str) -> dict[bytes, bytes] | None:
 _KNOWN = frozenset(
     ("onite-job", "name", "priority", "submitted", "host", "umask", "cwd", "urgent",
      "timeout", "retries", "at", "pin", "recur", "attempt",
-     "stderr")
+     "stderr", "notify", "notify-on")
 )

@@ -99,6 +99,8 @@ class RecurRequest:
     retries: int = 0
     host: str | None = None
     stderr_separate: bool | None = None  # None: the spool's stderr_separate, when the template is added
+    notify: str | None = None
+    notify_on: str | None = None
 
 
 def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
@@ -110,7 +112,7 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
         SpoolError, SpoolIOError: no recur/ folder, or the write failed.
     """
     from onite.schedule import parse_rule
-    from onite.submit import SubmitRequest, build_job
+    from onite.submit import SubmitRequest, build_job, check_notify
 
     check_template_name(request.name)
     rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
@@ -118,9 +120,11 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
     job = build_job(SubmitRequest(name=request.name, body=request.body, priority=request.priority,
                                   urgent=request.urgent, after=request.after, timeout=request.timeout,
                                   retries=request.retries, host=request.host,
-                                  stderr_separate=request.stderr_separate),
+                                  stderr_separate=request.stderr_separate, notify=request.notify,
+                                  notify_on=request.notify_on),
                     captured, default_priority=config.default_priority, priorities=config.priorities,
                     default_timeout=config.timeout, default_stderr_separate=config.stderr_separate)
+    check_notify(config, job.notify)
     job = replace(job, extra=job.extra + rule_fields(rule))
     spool.check()
     if request.urgent and not is_admin(caller.uid, caller.name, caller.group_names(), config.admins):

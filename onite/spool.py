@@ -681,10 +681,15 @@ def results(spool: Spool) -> list:
     return records
 
 
-def write_result(spool: Spool, result) -> None:
+def result_record(result) -> bytes:
+    """The bytes of ``jobsdone/NAME@result`` for ``result`` (also what a notify hook reads on stdin)."""
     from onite.jsontext import dumps
 
-    replace_file(spool.result_path(result.name), (dumps(result.to_json()) + "\n").encode(), mode=0o644)
+    return (dumps(result.to_json()) + "\n").encode()
+
+
+def write_result(spool: Spool, result) -> None:
+    replace_file(spool.result_path(result.name), result_record(result), mode=0o644)
 
 
 # ---- moves ---------------------------------------------------------------------

@@ -37,6 +37,8 @@ class SubmitRequest:
     hold: bool = False
     unique: bool = False
     stderr_separate: bool | None = None  # None: the spool's stderr_separate
+    notify: str | None = None  # "mail", "command", "none"; None: the spool's notify
+    notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,10 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
         check_name(request.host, what="host name")
     if not request.body:
         raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
+    if request.notify not in (None, "mail", "command", "none"):
+        raise InvalidInput(f"invalid --notify {request.notify!r}", "use mail, command or none")
+    if request.notify_on not in (None, "failure", "always"):
+        raise InvalidInput(f"invalid --notify-on {request.notify_on!r}", "use failure or always")
     timeout, not_before = default_timeout, None
     if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
         from onite.timeparse import parse_duration, parse_when
@@ -106,6 +112,8 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
         urgent=request.urgent,
         pin=request.host,
         stderr_separate=default_stderr_separate if request.stderr_separate is None else request.stderr_separate,
+        notify=request.notify,
+        notify_on=request.notify_on,
         extra=captured.extra,
     )
 
@@ -124,6 +132,7 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
     job = build_job(request, captured, default_priority=config.default_priority,
                     priorities=config.priorities, default_timeout=config.timeout,
                     default_stderr_separate=config.stderr_separate)
+    check_notify(config, job.notify)
     spool.check()
     check_policy(spool, request, captured.now, caller)
     for dep in job.after:
@@ -181,7 +190,7 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
         names[request.name] = None
         key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
-               request.host, request.hold, request.stderr_separate)
+               request.host, request.hold, request.stderr_separate, request.notify, request.notify_on)
         if not request.body:
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
@@ -189,6 +198,7 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
             template = templates[key] = build_job(request, captured, default_priority=config.default_priority,
                                                   priorities=config.priorities, default_timeout=config.timeout,
                                                   default_stderr_separate=config.stderr_separate)
+            check_notify(config, template.notify)
         jobs.append(replace(template, name=request.name, body=request.body))
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
@@ -272,6 +282,17 @@ def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller:
         if hosts:
             raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
                           "submit again when it has finished (see onite status)")
+
+
+def check_notify(config, notify: str | None) -> None:
+    """A job may ask for the admin's hook only where the admin set one.
+
+    Raises:
+        InvalidInput: ``notify`` is "command" and onite.toml has no notify_command.
+    """
+    if notify == "command" and not config.notify_command:
+        raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
+                           "ask the admin to set notify_command, or use --notify mail")
 
 
 def refuse_duplicate(spool: sp.Spool, name: str) -> None:

@@ -1,0 +1,419 @@
+"""Notifications: the hook and sendmail are real executables, the driver a real `onite run` (onite.notify)."""
+
+import json
+import os
+import signal
+from datetime import datetime, timedelta, timezone
+from email import message_from_bytes, policy
+
+import pytest
+from types import SimpleNamespace
+
+from conftest import drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
+from onite.config import Config, parse_config
+from onite.errors import ConfigError
+from onite.notify import NO_SENDMAIL, mail_message, output_tail, subject, wants_notice
+from onite.state import JobState, Result
+
+
+def submit(name, body, *args, user=None):
+    r = run_cli(["submit", name, *args], stdin=body.encode(), user=user, cwd="/tmp")
+    assert r.code == 0, r
+    return r
+
+
+def script(path, text):
+    path.write_text("#!/bin/sh\n" + text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def notices(workdir):
+    """A hook that files what it was given: NAME.json (stdin), NAME.env, NAME.uid."""
+    folder = workdir / "notices"
+    folder.mkdir()
+    folder.chmod(0o777)
+    hook = script(workdir / "hook", f'd={folder}\ncat > "$d/$ONITE_JOB.json"\nenv > "$d/$ONITE_JOB.env"\n'
+                                    f'id -u > "$d/$ONITE_JOB.uid"\n')
+    return SimpleNamespace(dir=folder, hook=str(hook))
+
+
+def noticed(folder):
+    return sorted(p.stem for p in folder.dir.glob("*.json"))
+
+
+def events(spool, kind):
+    return [line.split(" ", 3)[3] for line in log_lines(spool) if line.split(" ")[2] == kind]
+
+
+# ---- the hook ---------------------------------------------------------------------------
+
+
+def test_the_hook_gets_the_failed_jobs_record(spool, notices):
+    set_config(spool, notify="command", notify_command=notices.hook)
+    submit("broken", "echo oops; exit 3\n")
+    submit("fine", "true\n")
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["broken"]
+    record = (notices.dir / "broken.json").read_bytes()
+    assert record == (spool / "jobsdone" / "broken@result").read_bytes()  # exactly the result record
+    assert json.loads(record) == result(spool, "broken") and result(spool, "broken")["exit_code"] == 3
+    env = dict(line.split("=", 1) for line in (notices.dir / "broken.env").read_text().splitlines() if "=" in line)
+    assert (env["ONITE_JOB"], env["ONITE_STATE"], env["ONITE_EVENT"]) == ("broken", "failed", "finished")
+    assert env["ONITE_SPOOL"] == str(spool) and env["ONITE_USER"] == result(spool, "broken")["user"]
+    assert events(spool, "notified") == ["broken how=command"]
+
+
+def test_notify_on_always_tells_every_end(spool, notices):
+    set_config(spool, notify="command", notify_command=notices.hook, notify_on="always")
+    submit("broken", "exit 3\n")
+    submit("fine", "true\n")
+    submit("waiting", "true\n", "--after", "broken")
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["broken", "fine", "waiting"]
+    states = {name: json.loads((notices.dir / f"{name}.json").read_text())["state"] for name in noticed(notices)}
+    assert states == {"broken": "failed", "fine": "done", "waiting": "failed"}  # a failed dependency is a failure
+
+
+def test_a_job_asks_for_what_the_spool_does_not_default_to(spool, notices):
+    set_config(spool, notify="none", notify_command=notices.hook)
+    submit("told", "true\n", "--notify", "command", "--notify-on", "always")
+    submit("quiet", "exit 1\n")
+    submit("silenced", "exit 1\n", "--notify", "none")
+    assert "notify: command\nnotify-on: always\n" in (spool / "jobs" / "P4" / "told").read_text()
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["told"]
+
+
+def test_a_job_that_opts_out_of_the_spools_default(spool, notices):
+    set_config(spool, notify="command", notify_command=notices.hook, notify_on="always")
+    submit("silenced", "exit 1\n", "--notify", "none")
+    submit("failures-only", "true\n", "--notify-on", "failure")
+    submit("told", "true\n")
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["told"]
+
+
+def test_only_the_final_attempt_of_a_retried_job_is_told(spool, notices):
+    set_config(spool, notify="command", notify_command=notices.hook, retry_delay="1s")
+    submit("hopeless", "exit 7\n", "--retries", "1")
+    assert drain(spool).returncode == 0
+    assert events(spool, "notified") == ["hopeless how=command"]
+    told = json.loads((notices.dir / "hopeless.json").read_text())
+    assert told["attempt"] == 2 and len(told["attempts"]) == 2
+
+
+@needs_root
+def test_a_queued_job_its_owner_cancels_during_the_night_is_told_with_always(spool, notices, workdir, cli):
+    """The driver files a job a user withdrew from the queue (users cannot write jobsdone/), and tells them."""
+    set_config(spool, notify="command", notify_command=notices.hook, notify_on="always")
+    gate, started = workdir / "gate", workdir / "started"
+    gate.touch()
+    submit("first", f"touch {started}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    submit("second", "true\n", user="nobody")
+    driver = start_driver(spool)
+    wait_for(started.exists, what="the first job to start")
+    assert cli(["cancel", "second"], user="nobody", cwd="/tmp").code == 0
+    wait_for(lambda: (spool / "jobsdone" / "second@result").exists(), what="the cancel to be filed")
+    gate.unlink()
+    assert driver.wait(60) == 0
+    assert noticed(notices) == ["first", "second"]
+    assert json.loads((notices.dir / "second.json").read_text())["state"] == "cancelled"
+
+
+def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):
+    set_config(spool, notify="command", notify_command=notices.hook, on_interrupt="fail")
+    marker = workdir / "started"
+    submit("doomed", f"touch {marker}; sleep 60\n")
+    driver = start_driver(spool)
+    wait_for(marker.exists, what="the job to start")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["doomed"]
+    assert "interrupted" in json.loads((notices.dir / "doomed.json").read_text())["reason"]
+
+
+def test_a_refused_job_file_is_told(spool, notices):
+    set_config(spool, notify="command", notify_command=notices.hook)
+    junk = spool / "jobs" / "P4" / "junk"
+    junk.write_bytes(b"not a job\n")
+    junk.chmod(0o600)
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["junk"]
+    told = json.loads((notices.dir / "junk.json").read_text())
+    assert told["state"] == "failed" and told["reason"].startswith("refused: ")
+
+
+# ---- a broken notifier never breaks the night ------------------------------------------------
+
+
+def test_a_failing_hook_is_logged_and_changes_nothing(spool, workdir):
+    hook = script(workdir / "hook", "echo 'webhook said 500' >&2\nexit 1\n")
+    set_config(spool, notify="command", notify_command=str(hook))
+    submit("one", "exit 2\n")
+    submit("two", "exit 3\n")
+    submit("three", "true\n")
+    assert drain(spool).returncode == 0
+    assert [result(spool, n)["state"] for n in ("one", "two", "three")] == ["failed", "failed", "done"]
+    assert result(spool, "two")["exit_code"] == 3
+    assert sorted(events(spool, "notify-failed")) == [
+        'one how=command exit=1 stderr="webhook said 500"', 'two how=command exit=1 stderr="webhook said 500"']
+
+
+def test_a_hanging_hook_is_killed_and_does_not_hold_up_the_jobs(spool, workdir):
+    pids = workdir / "pids"
+    hook = script(workdir / "hook", f"echo $$ >> {pids}\nsleep 1000\n")
+    set_config(spool, notify="command", notify_command=str(hook), notify_timeout="2s")
+    submit("one", "exit 1\n")
+    submit("two", "exit 1\n")
+    submit("three", "true\n")
+    assert drain(spool).returncode == 0
+    assert [result(spool, n)["state"] for n in ("one", "two", "three")] == ["failed", "failed", "done"]
+    assert sorted(events(spool, "notify-failed")) == ["one how=command reason=timeout", "two how=command reason=timeout"]
+    lines = log_lines(spool)
+    done = next(i for i, line in enumerate(lines) if " done three " in line)
+    assert done < next(i for i, line in enumerate(lines) if " notify-failed " in line)  # the jobs did not wait
+    for pgid in map(int, pids.read_text().split()):  # the hook and its sleep: the whole group is gone
+        wait_for(lambda: not live_in_group(pgid), what=f"process group {pgid} to die")
+
+
+def live_in_group(pgid):
+    """Pids of the processes of group ``pgid`` that are alive (not zombies waiting for init)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def test_a_burst_of_failures_runs_a_few_hooks_at_a_time_and_the_jobs_go_on(spool, notices, workdir):
+    from onite.notify import MAX_RUNNING
+
+    d, gate = notices.dir, workdir / "gate"
+    gate.touch()
+    hook = script(workdir / "slow-hook", f'touch {d}/run.$ONITE_JOB; ls {d} | grep -c "^run" >> {d}/counts\n'
+                                         f'while [ -e {gate} ]; do sleep 0.05; done\nrm {d}/run.$ONITE_JOB\n')
+    set_config(spool, notify="command", notify_command=str(hook), notify_timeout="5m")
+    jobs = [f"j{i:02d}" for i in range(MAX_RUNNING + 4)]
+    r = run_cli(["submit", "j", "--lines"], stdin=b"exit 1\n" * len(jobs))
+    assert r.code == 0, r
+    driver = start_driver(spool)
+    # every job is filed while the first hooks hang: notices never hold up the night
+    wait_for(lambda: len(list((spool / "jobsdone").glob("*@result"))) == len(jobs), what="every job to be filed")
+    wait_for(lambda: (d / "counts").exists() and len((d / "counts").read_text().split()) == MAX_RUNNING,
+             what="the first hooks")
+    gate.unlink()
+    assert driver.wait(120) == 0
+    counts = [int(n) for n in (d / "counts").read_text().split()]
+    assert len(counts) == len(jobs) and max(counts) <= MAX_RUNNING
+    assert len(events(spool, "notified")) == len(jobs)
+
+
+def test_a_hook_that_does_not_exist(spool, workdir):
+    set_config(spool, notify="command", notify_command=f"{workdir}/no-such-hook --flag")
+    submit("one", "exit 1\n")
+    assert drain(spool).returncode == 0
+    assert result(spool, "one")["state"] == "failed"
+    assert events(spool, "notify-failed") == [f'one how=command reason="cannot start {workdir}/no-such-hook: no such file"']
+
+
+def test_a_hook_that_writes_a_lot_is_not_waited_for(spool, workdir):
+    hook = script(workdir / "hook", "head -c 3000000 /dev/zero >&2; head -c 3000000 /dev/zero; echo last words >&2\n")
+    set_config(spool, notify="command", notify_command=str(hook))
+    submit("one", "exit 1\n")
+    assert drain(spool).returncode == 0
+    assert events(spool, "notified") == ["one how=command"]
+
+
+# ---- mail --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mailbox(workdir):
+    """A stand-in for the local MTA's sendmail: saves its arguments and the message."""
+    folder = workdir / "mail"
+    folder.mkdir()
+    sendmail = script(workdir / "sendmail", f'n=$(mktemp {folder}/msg.XXXXXX)\necho "$*" > "$n.argv"\ncat > "$n"\n')
+    return SimpleNamespace(dir=folder, sendmail=str(sendmail))
+
+
+def messages(folder):
+    return [(p.with_name(p.name + ".argv").read_text().strip(), message_from_bytes(p.read_bytes(), policy=policy.default))
+            for p in sorted(folder.dir.glob("msg.??????"))]
+
+
+def test_mail_tells_the_owner_with_the_end_of_the_output(spool, mailbox):
+    set_config(spool, notify="mail", sendmail=mailbox.sendmail)
+    submit("report", "seq 1 150; printf 'caf\\351\\n'; exit 3\n")
+    submit("fine", "true\n")
+    assert drain(spool).returncode == 0
+    [(argv, msg)] = messages(mailbox)
+    rec = result(spool, "report")
+    assert argv == "-oi -t"
+    assert msg["To"] == rec["user"]
+    assert msg["Subject"] == "onite: job report failed (exit 3)"
+    assert msg["Auto-Submitted"] == "auto-generated"
+    body = msg.get_content()
+    lines = body.splitlines()
+    assert "150" in lines and "52" in lines and "51" not in lines  # the last 100 lines
+    assert "caf\ufffd" in lines  # bytes that are not UTF-8 are replaced
+    assert f"onite output report --spool {spool}" in body
+    assert "exit 3" in body and rec["host"] in body
+    assert events(spool, "notified") == ["report how=mail"]
+
+
+def test_a_configured_sendmail_that_is_missing_is_said_once(spool, workdir):
+    set_config(spool, notify="mail", sendmail=f"{workdir}/no-sendmail")
+    for name in ("one", "two", "three"):
+        submit(name, "exit 1\n")
+    assert drain(spool).returncode == 0
+    assert [result(spool, n)["state"] for n in ("one", "two", "three")] == ["failed"] * 3
+    [line] = events(spool, "notify-failed")
+    assert f"no sendmail at {workdir}/no-sendmail" in line
+
+
+@pytest.mark.skipif(any(os.path.exists(p) for p in ("/usr/sbin/sendmail", "/usr/lib/sendmail")),
+                    reason="this machine has a sendmail")
+def test_no_sendmail_on_the_machine_is_said_once(spool):
+    set_config(spool, notify="mail")
+    submit("one", "exit 1\n")
+    submit("two", "exit 1\n")
+    assert drain(spool).returncode == 0
+    [line] = events(spool, "notify-failed")
+    assert line.startswith(f'one how=mail reason="{NO_SENDMAIL}"')
+
+
+# ---- another user's job (root) -----------------------------------------------------------
+
+
+@needs_root
+def test_a_job_of_nobody_is_told_by_root_run_notifiers(spool, notices, mailbox, cli):
+    set_config(spool, notify="command", notify_command=notices.hook)
+    submit("theirs", "exit 4\n", user="nobody")
+    submit("mailed", "echo nobody was here; exit 5\n", "--notify", "mail", user="nobody")
+    set_config(spool, sendmail=mailbox.sendmail)
+    assert drain(spool).returncode == 0
+    assert noticed(notices) == ["theirs"]
+    told = json.loads((notices.dir / "theirs.json").read_text())
+    assert (told["user"], told["state"], told["exit_code"]) == ("nobody", "failed", 4)
+    assert (notices.dir / "theirs.uid").read_text().strip() == "0"  # the admin's hook runs as the driver (docs/security.md)
+    [(_, msg)] = messages(mailbox)
+    assert msg["To"] == "nobody" and "nobody was here" in msg.get_content()
+
+
+# ---- submit ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--notify", "x"], "onite: invalid --notify 'x' — use mail, command or none\n"),
+    (["--notify-on", "never"], "onite: invalid --notify-on 'never' — use failure or always\n"),
+    (["--notify", "command"], "onite: --notify command: this spool has no notify_command in onite.toml — "
+                              "ask the admin to set notify_command, or use --notify mail\n"),
+])
+def test_submit_refuses_a_bad_notify(spool, args, message):
+    for extra in ([], ["--lines"]):
+        r = run_cli(["submit", "a", *args, *extra], stdin=b"true\n")
+        assert (r.code, r.err) == (2, message)
+    assert not list((spool / "jobs").rglob("a*"))
+
+
+def test_recur_add_takes_notify(spool, notices):
+    set_config(spool, notify_command=notices.hook)
+    r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *", "--notify", "command", "--notify-on", "always"],
+                stdin=b"true\n")
+    assert r.code == 0, r
+    assert "notify: command\nnotify-on: always\n" in (spool / "recur" / "nightly").read_text()
+    r = run_cli(["recur", "add", "other", "--cron", "0 3 * * *", "--notify", "sms"], stdin=b"true\n")
+    assert r.code == 2 and "invalid --notify 'sms'" in r.err
+
+
+# ---- pure ----------------------------------------------------------------------------------------
+
+NOW = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
+
+
+def make_result(state=JobState.FAILED, reason="exit 3", **kw):
+    values = dict(name="job", uid=1000, user="alice", priority=4, urgent=False, state=state, reason=reason,
+                  exit_code=3, signal=None, host="vm", submitted=NOW, queued=NOW, started=NOW,
+                  finished=NOW + timedelta(seconds=90), attempt=1)
+    return Result(**{**values, **kw})
+
+
+@pytest.mark.parametrize("state, job_notify, job_on, spool_notify, spool_on, expected", [
+    (JobState.FAILED, None, None, "none", "failure", None),
+    (JobState.FAILED, None, None, "mail", "failure", "mail"),
+    (JobState.DONE, None, None, "mail", "failure", None),
+    (JobState.DONE, None, None, "mail", "always", "mail"),
+    (JobState.CANCELLED, None, None, "command", "always", "command"),
+    (JobState.CANCELLED, None, None, "command", "failure", None),
+    (JobState.DONE, "command", "always", "none", "failure", "command"),
+    (JobState.FAILED, "none", None, "mail", "always", None),
+    (JobState.DONE, None, "failure", "mail", "always", None),
+])
+def test_wants_notice(state, job_notify, job_on, spool_notify, spool_on, expected):
+    config = Config(notify=spool_notify, notify_on=spool_on, notify_command=("/bin/true",))
+    assert wants_notice(make_result(state), job_notify, job_on, config) == expected
+
+
+def test_subjects_say_how_it_ended():
+    assert subject(make_result()) == "onite: job job failed (exit 3)"
+    assert subject(make_result(JobState.DONE, "")) == "onite: job job done"
+    assert subject(make_result(reason="timeout")) == "onite: job job failed (timeout)"
+    assert subject(make_result(JobState.CANCELLED, "cancelled by bob")) == "onite: job job cancelled by bob"
+    # a reason built from a user's data (a directory name) cannot add a header
+    assert subject(make_result(reason="its directory /tmp/a\nBcc: eve no longer exists")).count("\n") == 0
+
+
+def test_mail_message_headers_and_body():
+    raw = mail_message(make_result(reason="x\nBcc: eve"), b"line\n\xffend\n", "/var/spool/onite")
+    msg = message_from_bytes(raw, policy=policy.default)
+    assert (msg["To"], msg["Auto-Submitted"], msg["Bcc"]) == ("alice", "auto-generated", None)
+    body = msg.get_content()
+    assert "\ufffdend" in body and "duration:  90.0 s" in body
+    assert "onite output job --spool /var/spool/onite" in body
+    never = message_from_bytes(mail_message(make_result(started=None), None, "/s"), policy=policy.default)
+    assert "no output of this run" in never.get_content() and "never" in never.get_content()
+
+
+def test_output_tail():
+    data = b"".join(b"%d\n" % i for i in range(1, 201))
+    assert output_tail(data, cut=False) == b"".join(b"%d\n" % i for i in range(101, 201))
+    assert output_tail(b"partial\nwhole\n", cut=True) == b"whole\n"
+    assert output_tail(b"", cut=False) == b""
+    assert output_tail(b"no newline", cut=False) == b"no newline\n"
+
+
+# ---- configuration -----------------------------------------------------------------------
+
+
+def test_config_defaults_and_values():
+    config = parse_config("")
+    assert (config.notify, config.notify_on, config.notify_command, config.sendmail) == ("none", "failure", (), None)
+    assert config.notify_timeout == timedelta(seconds=30)
+    config = parse_config('notify = "command"\nnotify_command = "/usr/local/bin/hook --room \'night shift\'"\n'
+                          'notify_on = "always"\nsendmail = "/usr/sbin/sendmail"\nnotify_timeout = "1m"\n')
+    assert config.notify_command == ("/usr/local/bin/hook", "--room", "night shift")
+    assert (config.notify, config.notify_on, config.sendmail) == ("command", "always", "/usr/sbin/sendmail")
+    assert config.notify_timeout == timedelta(minutes=1)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('notify = "sms"', r"onite.toml: notify = 'sms' is not valid"),
+    ('notify_on = "never"', r"onite.toml: notify_on = 'never' is not valid"),
+    ('notify = "command"', r'onite.toml: notify = "command" needs notify_command'),
+    ('notify_command = "hook.sh"', r"onite.toml: notify_command = 'hook.sh' is not valid"),
+    ('notify_command = "/bin/hook \'open"', r"notify_command .* is not valid"),
+    ("notify_command = 3", r"notify_command = 3 is not valid"),
+    ('sendmail = "sendmail"', r"onite.toml: sendmail = 'sendmail' is not valid"),
+    ('notify_timeout = "soon"', r"onite.toml: notify_timeout = 'soon' is not valid"),
+    ('notify-on = "always"', r"unknown key 'notify-on'"),
+])
+def test_config_refuses_bad_notify_keys(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
