@@ -6,12 +6,13 @@ to import); ``--json`` output never does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from rich.table import Table
 from rich.text import Text
 
+from onite.cells import human_duration, outcome_text, plain_table, priority_label, short_time
 from onite.listing import JobView
 
 STATE_STYLE = {
@@ -22,41 +23,6 @@ STATE_STYLE = {
     "failed": "bold red",
     "cancelled": "magenta",
 }
-
-
-def human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = max(seconds, 0.0)
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    total = int(round(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def short_time(when: datetime | None, now: datetime) -> str:
-    if when is None:
-        return ""
-    local = when.astimezone()
-    return local.strftime("%H:%M:%S") if local.date() == now.date() else local.strftime("%Y-%m-%d %H:%M")
-
-
-def priority_label(view: JobView) -> str:
-    return "urgent" if view.urgent else f"P{view.priority}" if view.priority else ""
-
-
-def outcome_text(view: JobView) -> str:
-    """Why it ended (or waits), else its exit status."""
-    return view.reason or (f"exit {view.exit_code}" if view.exit_code is not None else "")
 
 
 # A table of more rows than this is written as plain text: rich takes about a minute for 100,000 rows.
@@ -93,16 +59,6 @@ def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Ta
         row[5] = Text(row[5], style=STATE_STYLE.get(row[5], ""))
         table.add_row(*row)
     return table
-
-
-def plain_table(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
-    """The lines of a table laid out as ``jobs_table`` is (columns two spaces apart), without rich."""
-    rows = list(rows)
-    widths = [max([len(title)] + [len(row[i]) for row in rows]) for i, (title, _) in enumerate(columns)]
-    for row in [[title for title, _ in columns], *rows]:
-        cells = [cell.rjust(width) if right else cell.ljust(width)
-                 for cell, width, (_, right) in zip(row, widths, columns)]
-        yield "  ".join(cells).rstrip()
 
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out) -> None:
