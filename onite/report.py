@@ -90,7 +90,9 @@ def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
 
     noons = (datetime.combine(day, NIGHT_STARTS), datetime.combine(day + timedelta(days=1), NIGHT_STARTS))
     if ref.tzinfo is not None and not isinstance(ref.tzinfo, timezone):
-        return noons[0].replace(tzinfo=ref.tzinfo), noons[1].replace(tzinfo=ref.tzinfo)
+        # each as a fixed offset: datetimes sharing a zoneinfo subtract and compare by their wall clocks
+        fixed = [noon.replace(tzinfo=ref.tzinfo) for noon in noons]
+        return tuple(noon.astimezone(timezone(noon.utcoffset())) for noon in fixed)
     return local_time(noons[0], ref), local_time(noons[1], ref)
 
 
@@ -291,14 +293,15 @@ HTML_COLOUR = {"done": "#2e7d32", "failed": "#c62828", "cancelled": "#8e24aa"}
 _CSS = """body{font-family:system-ui,sans-serif;margin:1rem;color:#222;line-height:1.4}
 h1{font-size:1.4rem;margin:.2rem 0} h2{font-size:1.1rem;margin:1.2rem 0 .4rem}
 .done{color:#2e7d32} .failed{color:#c62828} .cancelled{color:#8e24aa}
-svg.gantt{display:block;width:100%;max-width:60rem;height:auto}
+svg.gantt{display:block;width:100%;max-width:48rem;height:auto}
 svg.gantt text{font-family:system-ui,sans-serif;fill:#222} svg.gantt .axis text{fill:#666}
 svg.gantt line{stroke:#ddd;stroke-width:1}
+@media (max-width:40rem){svg.gantt .job text{font-size:15px} svg.gantt .axis text{font-size:13px}}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
 table{border-collapse:collapse} td,th{padding:.25em .6em;border-bottom:1px solid #eee;text-align:left;white-space:nowrap}
 th{background:#f5f5f5}"""
 
-_W, _PAD, _TOP, _ROW = 640.0, 8.0, 26.0, 28.0  # the SVG's units: width, side margin, axis height, row height
+_W, _PAD, _TOP, _ROW = 480.0, 6.0, 24.0, 26.0  # the SVG's units: width, side margin, axis height, row height
 
 
 def gantt_svg(data: ReportData) -> str:
@@ -310,24 +313,25 @@ def gantt_svg(data: ReportData) -> str:
     parts = [f'<svg class=gantt viewBox="0 0 {_W:g} {height:g}" role=img '
              f'aria-label="timeline from {start.astimezone():%H:%M} to {end.astimezone():%H:%M}">', "<g class=axis>"]
     right = -1.0
-    for when, label in ticks(start, end, 8):
+    for when, label in ticks(start, end, 6):
         x = _PAD + width * (when - start).total_seconds() / max((end - start).total_seconds(), 1e-6)
-        parts.append(f'<line x1="{x:.1f}" y1="18" x2="{x:.1f}" y2="{height - 2:g}"/>')
-        if x > right and x + 6.5 * len(label) <= _W:  # a label that fits, clear of the one before
-            parts.append(f'<text x="{x:.1f}" y="13" font-size="11">{esc(label)}</text>')
-            right = x + 6.5 * len(label) + 4
+        parts.append(f'<line x1="{x:.1f}" y1="16" x2="{x:.1f}" y2="{height - 2:g}"/>')
+        # a label that fits, clear of the one before (room for the larger type of a phone)
+        if x > right and x + 8 * len(label) <= _W:
+            parts.append(f'<text x="{x:.1f}" y="12" font-size="10">{esc(label)}</text>')
+            right = x + 8 * len(label) + 4
     parts.append("</g>")
     for i, job in enumerate(data.jobs):
         top = _TOP + i * _ROW
         first, last = extent(job, start, end)
         x = _PAD + width * first
-        w = max(width * (last - first), 4.0)  # a short job, or one that never ran, still shows
+        w = max(width * (last - first), 5.0)  # a short job, or one that never ran, still shows
         x = min(x, _PAD + width - w)
         took = human_duration(job.duration) or "did not run"
         tip = f"{job.name} ({job.user}): {job.state}, {took}" + (f", {job.reason}" if job.reason else "")
         parts.append(
-            f'<g class=job><text x="{_PAD:g}" y="{top + 10:g}" font-size="12">{esc(job.name)}</text>'
-            f'<rect class="bar {esc(job.state)}" x="{x:.1f}" y="{top + 13:g}" width="{w:.1f}" height="11" rx="2" '
+            f'<g class=job><text x="{_PAD:g}" y="{top + 10:g}" font-size="11">{esc(job.name)}</text>'
+            f'<rect class="bar {esc(job.state)}" x="{x:.1f}" y="{top + 13:g}" width="{w:.1f}" height="10" rx="2" '
             f'fill="{HTML_COLOUR.get(job.state, "#555")}"><title>{esc(tip)}</title></rect></g>')
     parts.append("</svg>")
     return "\n".join(parts)
