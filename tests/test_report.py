@@ -343,3 +343,36 @@ def test_report_html_in_chromium_shows_the_bars(night, cli, world_tmp):
         assert image[:2] == tuple(int(n) for n in size.split(","))
         for state in ("done", "failed", "cancelled"):
             assert solid_blocks(image, rgb(HTML_COLOUR[state]), block) >= 1, (size, state)
+
+
+# ---- a big night ---------------------------------------------------------------------------------
+
+
+def test_a_big_report_is_plain_text_laid_out_as_the_table(night, cli):
+    """Past LARGE_TABLE jobs the report skips rich (minutes for 100,000 rows); the layout is the same."""
+    import io
+
+    from rich.console import Console
+
+    from onite import render, report
+    from onite import spool as sp
+    from onite.cells import plain_table
+
+    data = report.build(sp.Spool(night), datetime.now().astimezone())
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None)
+    console.print(render.report_table(data.jobs, report.rows(data)))
+    console.print(render.gantt_text(data.jobs, *data.span, 120))
+    lines, _ = render.gantt_lines(data.jobs, *data.span, 120)
+    assert [line.rstrip() for line in out.getvalue().splitlines()] == [
+        *plain_table(report.COLUMNS, report.rows(data)), *lines]
+
+    first = datetime.now().astimezone() - timedelta(hours=8)
+    for i in range(render.LARGE_TABLE):
+        write(night, f"many-{i:04d}", first + timedelta(seconds=10 * i + 5), first + timedelta(seconds=10 * i))
+    r = cli(["report"], env=wide_env())
+    assert r.code == 0 and f"{render.LARGE_TABLE + 4} jobs:" in r.out
+    titles, rows = table_of(r.out)
+    assert len(rows) == render.LARGE_TABLE + 4 and rows[0][:2] == ["many-0000", ME]
+    axis, bars = timeline_of(r.out)
+    assert len(bars) == len(rows) and [line.split()[0] for line in bars] == [row[0] for row in rows]
