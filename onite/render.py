@@ -87,8 +87,8 @@ def report_table(views: Sequence[JobView], rows: Sequence[Sequence[str]]) -> Tab
     for title, right in COLUMNS:
         table.add_column(title, justify="right" if right else "left",
                          overflow="fold" if title in ("NAME", "REASON") else "ellipsis")
-    for view, row in zip(views, rows):
-        table.add_row(*row[:-1], Text(row[-1], style=STATE_STYLE.get(view.state, "")))
+    for view, row in zip(views, rows):  # Text, not markup: a reason may quote a path with [brackets]
+        table.add_row(*map(Text, row[:-1]), Text(row[-1], style=STATE_STYLE.get(view.state, "")))
     return table
 
 

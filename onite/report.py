@@ -264,8 +264,9 @@ def render(console, data: ReportData) -> None:
     from onite.render import LARGE_TABLE, gantt_lines, gantt_text, report_table
     from onite.cells import plain_table
 
-    console.print(f"onite report for {data.spool}: {window_text(data)}")
-    console.print(summary_text(data))
+    # text, not markup: spool paths, user and host names may hold [brackets]
+    console.print(f"onite report for {data.spool}: {window_text(data)}", markup=False)
+    console.print(summary_text(data), markup=False)
     if not data.jobs:
         return
     console.print()
@@ -282,7 +283,7 @@ def render(console, data: ReportData) -> None:
         console.print("\nby host")
         for host, row in hosts.items():
             console.print(f"  {host}: {row['jobs']} jobs ({row['share']:.0%}), {row['failed']} failed, "
-                          f"busy {human_duration(row['busy_seconds'])}")
+                          f"busy {human_duration(row['busy_seconds'])}", markup=False)
     if data.counts["failed"]:
         console.print("\na job's own output: onite output NAME")
 

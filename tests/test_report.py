@@ -285,8 +285,8 @@ def test_report_html_rows_and_bars(night, cli, world_tmp):
     assert not list(world_tmp.glob(".report.html.*"))  # the temporary file was renamed
 
 
-def test_report_html_escapes_what_users_wrote(spool, cli, world_tmp):
-    evil = "<img src=x onerror=alert(1)>&"
+def test_report_escapes_what_users_wrote(spool, cli, world_tmp):
+    evil = "<img src=x onerror=alert(1)>&[/]"
     write(spool, "odd", datetime.now().astimezone() - timedelta(hours=1), user=evil, reason=f"no: {evil}",
           state="failed")
     path = world_tmp / "r.html"
@@ -296,6 +296,9 @@ def test_report_html_escapes_what_users_wrote(spool, cli, world_tmp):
     page = parse_page(path)
     assert page.rows[0][1] == evil and page.rows[0][7] == f"no: {evil}"
     assert not [tag for tag, _ in page.tags if tag == "img"]
+    r = cli(["report", "--user", evil], env=wide_env())  # and on a terminal, not taken for rich markup
+    assert r.code == 0 and f"1 jobs for user {evil}:" in r.out
+    assert table_of(r.out)[1][0][1::6] == [evil, f"no: {evil}"]
 
 
 def test_report_html_unwritable_leaves_nothing(spool, cli, world_tmp):
