@@ -12,6 +12,7 @@ import pwd
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 from datetime import date, datetime, timedelta
 from html.parser import HTMLParser
@@ -124,7 +125,7 @@ def test_report_never_imports_rich_for_json(night):
     code = ("import sys, io, contextlib\nfrom onite.__main__ import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): assert main(['report', '--json']) == 0\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))")
-    proc = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent)))
     assert proc.stdout.strip() == "[]", proc.stderr
 
