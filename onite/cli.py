@@ -559,24 +559,22 @@ def wait(
 
 @app.command()
 def report(
+    night: Annotated[Optional[str], typer.Option("--night", help="Report the night of this date, from noon to the next noon, local time: 2026-11-22, today or yesterday.")] = None,
+    user: Annotated[Optional[str], typer.Option("--user", help="Only this user's jobs.")] = None,
     html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as a self-contained HTML page.")] = None,
     since: Annotated[Optional[str], typer.Option("--since", help="Report jobs finished since this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last 24 hours).")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """The morning report: what ran, when, how long, how it ended, on a timeline."""
+    """The morning report: what ran, when, how long, how it ended, as a table and a timeline."""
     from onite import report as rep
 
-    target = open_spool(spool)
-    data = rep.build(target, now(), since)
+    data = rep.build(open_spool(spool), now(), since, night=night, user=user)
     if as_json:
         print(rep.to_json(data))
     else:
         rep.render(console(), data)
     if html:
-        try:
-            html.write_text(rep.to_html(data), encoding="utf-8")
-        except OSError as err:
-            raise InvalidInput(f"cannot write {html}: {err.strerror}", "choose a writable path") from None
+        rep.write_html(html, data)
         if not as_json:
             print(f"HTML report written to {html}")

@@ -1,4 +1,4 @@
-"""Rich renderables for people (tables, a timeline); pure apart from the Console passed in.
+"""Rich renderables for people (tables, the report's timeline); pure apart from the Console passed in.
 
 Only commands that print for people import this module (rich costs ~60 ms
 to import); ``--json`` output never does.
@@ -6,12 +6,14 @@ to import); ``--json`` output never does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import math
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from rich.table import Table
 from rich.text import Text
 
+from onite.cells import human_duration, outcome_text, plain_table, priority_label, short_time
 from onite.listing import JobView
 
 STATE_STYLE = {
@@ -22,41 +24,6 @@ STATE_STYLE = {
     "failed": "bold red",
     "cancelled": "magenta",
 }
-
-
-def human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = max(seconds, 0.0)
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    total = int(round(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def short_time(when: datetime | None, now: datetime) -> str:
-    if when is None:
-        return ""
-    local = when.astimezone()
-    return local.strftime("%H:%M:%S") if local.date() == now.date() else local.strftime("%Y-%m-%d %H:%M")
-
-
-def priority_label(view: JobView) -> str:
-    return "urgent" if view.urgent else f"P{view.priority}" if view.priority else ""
-
-
-def outcome_text(view: JobView) -> str:
-    """Why it ended (or waits), else its exit status."""
-    return view.reason or (f"exit {view.exit_code}" if view.exit_code is not None else "")
 
 
 # A table of more rows than this is written as plain text: rich takes about a minute for 100,000 rows.
@@ -95,16 +62,6 @@ def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Ta
     return table
 
 
-def plain_table(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
-    """The lines of a table laid out as ``jobs_table`` is (columns two spaces apart), without rich."""
-    rows = list(rows)
-    widths = [max([len(title)] + [len(row[i]) for row in rows]) for i, (title, _) in enumerate(columns)]
-    for row in [[title for title, _ in columns], *rows]:
-        cells = [cell.rjust(width) if right else cell.ljust(width)
-                 for cell, width, (_, right) in zip(row, widths, columns)]
-        yield "  ".join(cells).rstrip()
-
-
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out) -> None:
     """``onite list`` on ``out`` (a rich Console): one table, or one per host with ``by_host``
     (always detailed). More than LARGE_TABLE rows are written as plain text, laid out the same."""
@@ -122,27 +79,65 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
             out.print(jobs_table(some, now, detailed=detailed))
 
 
-def timeline(views: Sequence[JobView], start: datetime, end: datetime, width: int = 48) -> Table:
-    """One bar per job over the night: where in [start, end] it ran."""
+def report_table(views: Sequence[JobView], rows: Sequence[Sequence[str]]) -> Table:
+    """``onite report``'s table: the cells of ``report.rows``, each job's reason in its state's colour."""
+    from onite.report import COLUMNS
+
     table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("NAME", overflow="fold")
-    table.add_column("USER")
-    table.add_column("HOST")
-    table.add_column(f"{start.astimezone():%H:%M} … {end.astimezone():%H:%M}", no_wrap=True)
-    table.add_column("TOOK", justify="right")
-    table.add_column("RESULT", overflow="fold")
-    span = max((end - start).total_seconds(), 1.0)
-    for view in views:
-        if view.started is None or view.finished is None:
-            bar = Text(" " * width)
-        else:
-            a = int((view.started - start).total_seconds() / span * width)
-            b = max(int((view.finished - start).total_seconds() / span * width), a + 1)
-            a, b = max(0, min(a, width - 1)), max(1, min(b, width))
-            bar = Text(" " * a + "█" * (b - a) + " " * (width - b), style=STATE_STYLE.get(view.state, ""))
-        table.add_row(view.name, view.user, view.host or "", bar, human_duration(view.duration),
-                      Text(outcome_text(view) or view.state, style=STATE_STYLE.get(view.state, "")))
+    for title, right in COLUMNS:
+        table.add_column(title, justify="right" if right else "left",
+                         overflow="fold" if title in ("NAME", "REASON") else "ellipsis")
+    for view, row in zip(views, rows):  # Text, not markup: a reason may quote a path with [brackets]
+        table.add_row(*map(Text, row[:-1]), Text(row[-1], style=STATE_STYLE.get(view.state, "")))
     return table
+
+
+GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
+
+
+def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime,
+                width: int) -> tuple[list[str], list[tuple[int, int]]]:
+    """The timeline as lines of text ``width`` wide: a time axis (labels, then a rule with a tick under
+    each), then a line per job, its name and its bar (█; × where a job that never ran ended).
+    Also the columns [from, to) of each job's bar, to colour it."""
+    from onite.report import extent, ticks
+
+    name_width = max(4, min(GANTT_NAME, max(len(v.name) for v in views)))
+    bar_width = max(width - name_width - 1, 16)
+    seconds = max((end - start).total_seconds(), 1e-6)
+    labels, rule, free = [" "] * bar_width, ["─"] * bar_width, 0
+    for when, label in ticks(start, end, bar_width // 10):  # room for HH:MM:SS and a gap
+        col = min(int((when - start).total_seconds() / seconds * bar_width), bar_width - 1)
+        rule[col] = "┬"
+        if col >= free and col + len(label) <= bar_width:
+            labels[col:col + len(label)] = label
+            free = col + len(label) + 1
+    indent = " " * (name_width + 1)
+    lines = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)]
+    bars = []
+    for view in views:
+        first, last = extent(view, start, end)
+        a = min(int(first * bar_width), bar_width - 1)
+        b = max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
+        if view.started is None:
+            b = a + 1
+        name = view.name if len(view.name) <= name_width else view.name[:name_width - 1] + "…"
+        lines.append(name.ljust(name_width) + " " * (a + 1) + ("█" if view.started else "×") * (b - a))
+        bars.append((name_width + 1 + a, name_width + 1 + b))
+    return lines, bars
+
+
+def gantt_text(views: Sequence[JobView], start: datetime, end: datetime, width: int) -> Text:
+    """``gantt_lines`` in colour: each bar in its job's state's style, the axis dim."""
+    lines, bars = gantt_lines(views, start, end, width)
+    text = Text(no_wrap=True, overflow="crop")
+    text.append(lines[0] + "\n" + lines[1] + "\n", style="dim")
+    for view, line, (a, b) in zip(views, lines[2:], bars):
+        text.append(line[:a])
+        text.append(line[a:b], style=STATE_STYLE.get(view.state, ""))
+        text.append("\n")
+    text.rstrip()
+    return text
 
 
 def recur_table(views: Sequence, now: datetime) -> Table:

@@ -124,3 +124,9 @@ def next_clock(clock: time, after: datetime) -> datetime:
     if candidate <= after:
         candidate = _local(datetime.combine(after.date() + timedelta(days=1), clock), after)
     return candidate
+
+
+def local_time(naive: datetime, now: datetime) -> datetime:
+    """A naive wall-clock time in the machine's zone (TZ) as an aware datetime with that date's own
+    UTC offset, under the DST policy of ``parse_when`` (``now`` only says whether to be aware)."""
+    return _local(naive, now)
