@@ -1,5 +1,5 @@
 """``onite status``: which drivers run and since when, what runs for how long, what is queued, what
-waits and why, when the next drain is, and how the last 24 hours went.
+waits and why, when the next drain is, and how last night went.
 
 Everything comes from what every user may see (folders, owners, modes,
 locks, the driver's run records and the world-readable result records),
@@ -25,7 +25,7 @@ from onite.listing import JobView, running_views
 from onite.locks import holder_fields, is_held, lock_files, lock_owner
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
-SHOWN_FAILED = 10  # names of failed jobs in the last 24 hours' summary
+SHOWN_FAILED = 10  # names of failed jobs in last night's summary
 
 
 @dataclass
@@ -44,7 +44,7 @@ class StatusInfo:
     recurring: list[dict] = field(default_factory=list)
     waiting: list[dict] = field(default_factory=list)
     not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
-    last_24h: dict = field(default_factory=dict)
+    last_night: dict = field(default_factory=dict)
 
 
 def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
@@ -91,7 +91,7 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         next_drain=next_drain, schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=recurring,
-        waiting=waiting, not_examined=sum(queue.values()) - len(head), last_24h=last_day(spool, now),
+        waiting=waiting, not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
     )
 
 
@@ -160,13 +160,15 @@ def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], no
     return found
 
 
-def last_day(spool: sp.Spool, now: datetime) -> dict:
-    """How the jobs that finished in the last 24 hours ended (onite.report's default period)."""
+def last_night(spool: sp.Spool, now: datetime) -> dict:
+    """How last night's jobs ended: the night of yesterday (noon to noon, onite.report.night_window),
+    which is still going on in the morning and is the night just past in the afternoon and evening."""
     from onite.report import build
 
-    data = build(spool, now, None)
+    data = build(spool, now, night="yesterday")
     failed = [j.name for j in data.jobs if j.state == "failed"]
-    return {"since": data.since.isoformat(), "counts": data.counts, "failed": failed[:SHOWN_FAILED],
+    return {"night": data.night.isoformat(), "since": data.since.isoformat(), "until": data.until.isoformat(),
+            "counts": data.counts, "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED],
             "failed_total": len(failed)}
 
 
@@ -190,7 +192,7 @@ def status_json(info: StatusInfo) -> str:
         "until": info.until,
         "next_drain": info.next_drain.isoformat() if info.next_drain else None,
         "recurring": info.recurring,
-        "last_24h": info.last_24h,
+        "last_night": info.last_night,
     }, indent=1)
 
 
@@ -227,15 +229,15 @@ def render_status(console, info: StatusInfo) -> None:
         label = "         "
     if info.not_examined:
         console.print(f"{label} …and {info.not_examined} more not examined")
-    day = info.last_24h
+    day = info.last_night
     if day:
         c = day["counts"]
         failed = ""
         if day["failed"]:
             more = day["failed_total"] - len(day["failed"])
             failed = " (" + ", ".join(escape(n) for n in day["failed"]) + (f", … {more} more" if more else "") + ")"
-        console.print(f"last 24h  [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
-                      f"{c['cancelled']} cancelled")
+        console.print(f"last night [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
+                      f"{c['cancelled']} cancelled (onite report --night {day['night']})")
     if info.running:
         console.print(f"running   {len(info.running)}")
         console.print(jobs_table(info.running, info.now, detailed=True))

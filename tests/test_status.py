@@ -70,7 +70,7 @@ def test_a_dependency_that_failed_says_the_job_will_fail(spool):
     assert (row["kind"], row["reason"]) == ("will_fail", "will fail: dependency broke failed")
 
 
-def test_last_24_hours(spool):
+def test_last_night(spool):
     for name in ("ok1", "ok2"):
         submit(name, "true\n")
     submit("bad", "exit 3\n")
@@ -78,10 +78,16 @@ def test_last_24_hours(spool):
     assert run_cli(["cancel", "gone"]).code == 0
     assert drain(spool).returncode == 0
     doc = run_cli(["status", "--json"]).json()
-    day = doc["last_24h"]
-    assert day["counts"] == {"done": 2, "failed": 1, "cancelled": 1}
+    day = doc["last_night"]
+    from datetime import date, datetime, timedelta
+
+    yesterday = (date.today() - timedelta(days=1)).isoformat()
+    assert day["night"] == yesterday and day["since"].startswith(f"{yesterday}T12:00")
+    assert day["counts"] == {"done": 2, "failed": 1, "cancelled": 1} and day["timed_out"] == 0
     assert day["failed"] == ["bad"] and day["failed_total"] == 1
-    assert "last 24h  2 done, 1 failed (bad), 1 cancelled" in run_cli(["status"]).out
+    if datetime.now().hour < 12:  # in the morning last night is still going on: tonight's jobs are in it
+        assert f"last night 2 done, 1 failed (bad), 1 cancelled (onite report --night {yesterday})" \
+            in run_cli(["status"]).out
 
 
 def test_only_the_head_of_a_long_queue_is_examined(spool):
