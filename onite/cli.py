@@ -25,7 +25,7 @@ app = typer.Typer(
     help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
 )
 
-SpoolOpt = Annotated[Optional[str], typer.Option("--spool", help="Spool directory (default: $ONITE_SPOOL, "
+SpoolOpt = Annotated[Optional[str], typer.Option("--spool", metavar="DIR", help="Spool directory (default: $ONITE_SPOOL, "
                                                  "/var/spool/onite for root, else ~/.local/state/onite).",
                                                  show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
@@ -103,7 +103,7 @@ def console(stderr: bool = False):
 
 @app.command()
 def init(
-    priorities: Annotated[Optional[int], typer.Option("--priorities", min=1, max=99, help="Number of priority folders P1..Pn.")] = None,
+    priorities: Annotated[Optional[int], typer.Option("--priorities", metavar="N", min=1, max=99, help="Number of priority folders P1..Pn.")] = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
@@ -123,14 +123,14 @@ def init(
 
 @app.command()
 def submit(
-    name: Annotated[str, typer.Argument(help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
-    priority: Annotated[Optional[int], typer.Option("-p", "--priority", help="1 runs first; default from onite.toml.")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
+    priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
     urgent: Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")] = False,
-    after: Annotated[Optional[list[str]], typer.Option("--after", help="Wait until this job has finished successfully (repeatable).")] = None,
-    at: Annotated[Optional[str], typer.Option("--at", help="Not before this time: HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
-    retries: Annotated[int, typer.Option("--retries", min=0, max=100, help="Retry a failed job this many times, with back-off.")] = 0,
-    host: Annotated[Optional[str], typer.Option("--host", help="Run only on this host (when several share the spool).")] = None,
+    after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")] = None,
+    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
+    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=100, help="Retry a failed job this many times, with back-off.")] = 0,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Run only on this host (when several share the spool).")] = None,
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
     lines: Annotated[bool, typer.Option("--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
@@ -178,14 +178,14 @@ def list_(
 
 
 @app.command()
-def find(name: str, spool: SpoolOpt = None) -> None:
+def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Exit 0 if a job NAME is queued or running, 1 if not."""
     if not commands.find(name, spool or _GLOBAL["spool"]):
         raise typer.Exit(1)
 
 
 @app.command()
-def uniqname(base: str, spool: SpoolOpt = None) -> None:
+def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolOpt = None) -> None:
     """Print an unused job name starting with BASE."""
     from onite import spool as sp
     from onite.names import unique_name
@@ -199,7 +199,7 @@ def uniqname(base: str, spool: SpoolOpt = None) -> None:
 
 @app.command()
 def cancel(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Jobs to cancel; none: pick from a list.",
+    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel; none: pick from a list.",
                                                          autocompletion=complete_live)] = None,
     spool: SpoolOpt = None,
 ) -> None:
@@ -270,13 +270,13 @@ def ask(prompt: str) -> str:
 
 
 @app.command()
-def hold(names: Annotated[list[str], typer.Argument(autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
+def hold(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
     """Hold queued jobs: they stay queued and are skipped until released."""
     _set_hold(names, spool, held=True)
 
 
 @app.command()
-def release(names: Annotated[list[str], typer.Argument(autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
+def release(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
     """Release held jobs (they go to the back of their priority)."""
     _set_hold(names, spool, held=False)
 
@@ -296,9 +296,9 @@ def _set_hold(names: list[str], spool: str | None, *, held: bool) -> None:
 @app.command()
 def run(
     detach: Annotated[bool, typer.Option("--detach", help="Run in the background, immune to hang-up, logging to onite.log.")] = False,
-    slots: Annotated[Optional[int], typer.Option("--slots", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM).")] = None,
-    host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    slots: Annotated[Optional[int], typer.Option("--slots", metavar="N", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM", help="Start no job at or after this time (HH:MM).")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print the log lines on stderr, also on a terminal "
                                           "(which otherwise gets a live view of the drain).")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing (onite.log has every event); for cron.")] = False,
@@ -315,7 +315,7 @@ def run(
 
 @app.command()
 def recover(
-    host: Annotated[str, typer.Option("--host", help="The host whose driver died and will not come back.")],
+    host: Annotated[str, typer.Option("--host", metavar="HOST", help="The host whose driver died and will not come back.")],
     force: Annotated[bool, typer.Option("--force", help="Do not ask for confirmation.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -346,9 +346,9 @@ def recover(
 def daemon(
     drain_now: Annotated[bool, typer.Option("--drain-now", help="Drain once at start (e.g. after maintenance), "
                                             "then follow the schedule.")] = False,
-    slots: Annotated[Optional[int], typer.Option("--slots", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", help="Start no job at or after this time (HH:MM; default: until in onite.toml).")] = None,
-    host: Annotated[Optional[str], typer.Option("--host", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    slots: Annotated[Optional[int], typer.Option("--slots", metavar="N", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM", help="Start no job at or after this time (HH:MM; default: until in onite.toml).")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
@@ -366,16 +366,16 @@ app.add_typer(recur_app, name="recur")
 
 @recur_app.command("add")
 def recur_add(
-    name: Annotated[str, typer.Argument(help="Template name (instances are NAME-YYYYMMDDTHHMM).")],
-    cron_expr: Annotated[Optional[str], typer.Option("--cron", help="Five-field cron expression, e.g. '0 20 * * 1-5'.")] = None,
-    every: Annotated[Optional[str], typer.Option("--every", help="Interval from local midnight: 25m, 2h, 1d.")] = None,
-    offset: Annotated[Optional[str], typer.Option("--offset", help="With --every: shift every fire by this much (2m).")] = None,
-    priority: Annotated[Optional[int], typer.Option("-p", "--priority", help="1 runs first; default from onite.toml.")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Template name (instances are NAME-YYYYMMDDTHHMM).")],
+    cron_expr: Annotated[Optional[str], typer.Option("--cron", metavar="EXPR", help="Five-field cron expression, e.g. '0 20 * * 1-5'.")] = None,
+    every: Annotated[Optional[str], typer.Option("--every", metavar="DUR", help="Interval from local midnight: 25m, 2h, 1d.")] = None,
+    offset: Annotated[Optional[str], typer.Option("--offset", metavar="DUR", help="With --every: shift every fire by this much (2m).")] = None,
+    priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
     urgent: Annotated[bool, typer.Option("--urgent", help="Instances run before every priority (root and admins only).")] = False,
-    after: Annotated[Optional[list[str]], typer.Option("--after", help="Each instance waits for this job (repeatable).")] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
-    retries: Annotated[int, typer.Option("--retries", min=0, max=100, help="Retry a failed instance this many times.")] = 0,
-    host: Annotated[Optional[str], typer.Option("--host", help="Instances run only on this host.")] = None,
+    after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Each instance waits for this job (repeatable).")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
+    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=100, help="Retry a failed instance this many times.")] = 0,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Instances run only on this host.")] = None,
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
@@ -420,7 +420,7 @@ def recur_list(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
 
 
 @recur_app.command("remove")
-def recur_remove(names: list[str], spool: SpoolOpt = None) -> None:
+def recur_remove(names: Annotated[list[str], typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
     from onite.recur import remove
 
@@ -432,13 +432,13 @@ def recur_remove(names: list[str], spool: SpoolOpt = None) -> None:
 
 @recur_app.command("next")
 def recur_next(
-    name: Annotated[Optional[str], typer.Argument(help="A recurring job; or give a rule with --cron/--every.")] = None,
-    count: Annotated[int, typer.Option("-n", "--count", min=1, max=10000, help="How many fire times.")] = 5,
-    start: Annotated[Optional[str], typer.Option("--from", help="Start after this time (default: now): "
+    name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A recurring job; or give a rule with --cron/--every.")] = None,
+    count: Annotated[int, typer.Option("-n", "--count", metavar="N", min=1, max=10000, help="How many fire times.")] = 5,
+    start: Annotated[Optional[str], typer.Option("--from", metavar="WHEN", help="Start after this time (default: now): "
                                                  "2026-01-05T00:00, HH:MM, +2h.")] = None,
-    cron_expr: Annotated[Optional[str], typer.Option("--cron", help="Preview this cron expression instead.")] = None,
-    every: Annotated[Optional[str], typer.Option("--every", help="Preview this interval instead.")] = None,
-    offset: Annotated[Optional[str], typer.Option("--offset", help="With --every.")] = None,
+    cron_expr: Annotated[Optional[str], typer.Option("--cron", metavar="EXPR", help="Preview this cron expression instead.")] = None,
+    every: Annotated[Optional[str], typer.Option("--every", metavar="DUR", help="Preview this interval instead.")] = None,
+    offset: Annotated[Optional[str], typer.Option("--offset", metavar="DUR", help="With --every.")] = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Print the next fire times, one per line, in ISO 8601 (local time)."""
@@ -462,7 +462,7 @@ def recur_next(
 
 @app.command()
 def output(
-    name: Annotated[str, typer.Argument(autocompletion=complete_any)],
+    name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_any)],
     stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
                                          "--stderr-separate.")] = False,
     spool: SpoolOpt = None,
@@ -480,7 +480,7 @@ def output(
 
 @app.command()
 def log(
-    lines: Annotated[int, typer.Option("-n", "--lines", min=0, help="How many of the last lines.")] = 20,
+    lines: Annotated[int, typer.Option("-n", "--lines", metavar="N", min=0, help="How many of the last lines.")] = 20,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -534,8 +534,8 @@ def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
 
 @app.command()
 def wait(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Jobs to wait for; none: the drains running now.")] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Give up after this long (exit 6): 90s, 45m, 2h.")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to wait for; none: the drains running now.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Give up after this long (exit 6): 90s, 45m, 2h.")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -559,10 +559,10 @@ def wait(
 
 @app.command()
 def report(
-    night: Annotated[Optional[str], typer.Option("--night", help="Report the night of this date, from noon to the next noon, local time: 2026-11-22, today or yesterday.")] = None,
-    user: Annotated[Optional[str], typer.Option("--user", help="Only this user's jobs.")] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the report as a self-contained HTML page.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Report jobs finished since this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last 24 hours).")] = None,
+    night: Annotated[Optional[str], typer.Option("--night", metavar="DATE", help="Report the night of this date, from noon to the next noon, local time: 2026-11-22, today or yesterday.")] = None,
+    user: Annotated[Optional[str], typer.Option("--user", metavar="USER", help="Only this user's jobs.")] = None,
+    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the report as a self-contained HTML page.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Report jobs finished since this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last 24 hours).")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
