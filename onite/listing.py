@@ -145,6 +145,14 @@ def result_view(result: Result) -> JobView:
     )
 
 
+def outcome_counts(views) -> dict[str, int]:
+    """How many of ``views`` (finished jobs) ended done, failed and cancelled: always those three keys."""
+    counts = {"done": 0, "failed": 0, "cancelled": 0}
+    for view in views:
+        counts[view.state] = counts.get(view.state, 0) + 1
+    return counts
+
+
 def list_jobs(spool: sp.Spool, *, include_all: bool = False) -> list[JobView]:
     """Queued jobs in run order; with ``include_all`` also running and finished ones."""
     views = queued_views(spool)

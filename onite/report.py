@@ -24,7 +24,7 @@ from pathlib import Path
 from onite import spool as sp
 from onite.cells import human_duration, priority_label
 from onite.errors import InvalidInput
-from onite.listing import JobView, result_view
+from onite.listing import JobView, outcome_counts, result_view
 from onite.state import signal_name
 
 
@@ -42,10 +42,7 @@ class ReportData:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = {"done": 0, "failed": 0, "cancelled": 0}
-        for job in self.jobs:
-            counts[job.state] = counts.get(job.state, 0) + 1
-        return counts
+        return outcome_counts(self.jobs)
 
     @property
     def timed_out(self) -> int:

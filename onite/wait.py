@@ -39,7 +39,7 @@ from datetime import datetime
 
 from onite import spool as sp
 from onite.errors import EXIT_OK, NotFound
-from onite.listing import JobView, result_view, running_views
+from onite.listing import JobView, outcome_counts, result_view, running_views
 from onite.locks import holder_fields, is_held, lock_files, lock_owner
 from onite.names import check_name
 from onite.state import Result
@@ -316,10 +316,7 @@ class DrainsWaited:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = {"done": 0, "failed": 0, "cancelled": 0}
-        for job in self.jobs:
-            counts[job.state] = counts.get(job.state, 0) + 1
-        return counts
+        return outcome_counts(self.jobs)
 
     @property
     def exit_code(self) -> int:

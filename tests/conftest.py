@@ -231,6 +231,20 @@ def start_driver(spool: Path, *args: str, env: dict | None = None) -> subprocess
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
+def kill_driver_mid_job(spool: Path, workdir: Path, name: str) -> None:
+    """Spool ``name`` (a job that would sleep a minute), start a driver, and kill -9 it once the job runs
+    and the driver has recorded the run (what recovery reads)."""
+    import signal
+
+    marker = workdir / f"{name}.started"
+    assert run_cli(["submit", name], stdin=f"touch {marker}; sleep 60\n".encode()).code == 0
+    driver = start_driver(spool)
+    wait_for(marker.exists, what="the job to start")
+    wait_for(lambda: any(p.name == f"{name}@run" for p in (spool / "running").glob("*/*")), what="the run record")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+
+
 def drain(spool: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     proc = start_driver(spool, *args)
     out, err = proc.communicate(timeout=timeout)

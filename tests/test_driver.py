@@ -5,7 +5,7 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+from conftest import drain, kill_driver_mid_job, log_lines, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
 
@@ -158,12 +158,7 @@ def test_kill_9_mid_job_then_recovery(spool, workdir):
 
 def test_recovery_with_on_interrupt_fail(spool, workdir):
     set_config(spool, on_interrupt="fail")
-    marker = workdir / "started"
-    submit("doomed", f"touch {marker}; sleep 60\n")
-    driver = start_driver(spool)
-    wait_for(marker.exists, what="the job to start")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
+    kill_driver_mid_job(spool, workdir, "doomed")
     drain(spool)
     rec = result(spool, "doomed")
     assert rec["state"] == "failed" and "interrupted" in rec["reason"]

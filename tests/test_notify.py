@@ -2,14 +2,13 @@
 
 import json
 import os
-import signal
 from datetime import datetime, timedelta, timezone
 from email import message_from_bytes, policy
 
 import pytest
 from types import SimpleNamespace
 
-from conftest import drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
+from conftest import drain, kill_driver_mid_job, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 from onite.config import Config, parse_config
 from onite.errors import ConfigError
 from onite.notify import NO_SENDMAIL, mail_message, output_tail, subject, wants_notice
@@ -124,12 +123,7 @@ def test_a_queued_job_its_owner_cancels_during_the_night_is_told_with_always(spo
 
 def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):
     set_config(spool, notify="command", notify_command=notices.hook, on_interrupt="fail")
-    marker = workdir / "started"
-    submit("doomed", f"touch {marker}; sleep 60\n")
-    driver = start_driver(spool)
-    wait_for(marker.exists, what="the job to start")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
+    kill_driver_mid_job(spool, workdir, "doomed")
     assert drain(spool).returncode == 0
     assert noticed(notices) == ["doomed"]
     assert "interrupted" in json.loads((notices.dir / "doomed.json").read_text())["reason"]
