@@ -36,10 +36,11 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
     records.sort(reverse=True)
     removed = 0
     done, stdout = str(spool.done_dir), str(spool.stdout_dir)  # strings: a Path a file costs more than its unlink
+    hosts = spool.hosts()  # listed once, not once per record removed
     for _, name in records[keep:]:
         sp.remove(f"{done}/{name}{sp.RESULT}")
         sp.remove(f"{done}/{name}")
-        if name not in protect and not sp.is_live(spool, name):
+        if name not in protect and not sp.is_live(spool, name, hosts):
             sp.remove(f"{stdout}/{name}")
             sp.remove(f"{stdout}/{name}{sp.STDERR}")
         removed += 1
@@ -51,6 +52,7 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
 
 def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) -> None:
     """Outputs and job files in jobsdone/ that no kept result explains and that are older than every kept one."""
+    hosts = spool.hosts()
     for folder in (spool.stdout_dir, spool.done_dir):
         try:
             entries = list(os.scandir(folder))
@@ -68,5 +70,5 @@ def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) 
                 continue
             if oldest_kept_ns is not None and mtime >= oldest_kept_ns:
                 continue
-            if not spool.result_path(name).exists() and not sp.is_live(spool, name):
+            if not spool.result_path(name).exists() and not sp.is_live(spool, name, hosts):
                 sp.remove(folder / entry.name)

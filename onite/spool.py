@@ -150,9 +150,12 @@ class Spool:
     def hosts(self) -> list[str]:
         """Hosts that have a running/ folder (that have ever claimed a job)."""
         try:
-            return sorted(e.name for e in os.scandir(self.running_root) if e.is_dir(follow_symlinks=False))
+            with os.scandir(self.running_root) as it:
+                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
         except FileNotFoundError:
             return []
+        except OSError as err:
+            raise SpoolIOError(self.running_root, "listing", err) from None
 
     def exists(self) -> bool:
         return self.jobs_dir.is_dir()
@@ -625,10 +628,15 @@ def _stat_entry(folder: Path, name: str, **extra) -> Entry | None:
     return Entry(name, folder / name, st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
 
 
-def is_live(spool: Spool, name: str) -> bool:
-    """Is a job of this name queued or running (on any host)?"""
+def is_live(spool: Spool, name: str, hosts: list[str] | None = None) -> bool:
+    """Is a job of this name queued or running (on any host; ``hosts``: spool.hosts(), if the caller has it)?
+
+    Raises:
+        SpoolIOError: a folder of the spool cannot be looked into.
+    """
     # find_queued and find_running, without their Entry objects: retention asks this of every job it removes
-    folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in spool.hosts()]
+    hosts = spool.hosts() if hosts is None else hosts
+    folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in hosts]
     for folder in folders:
         try:
             os.lstat(f"{folder}/{name}")
