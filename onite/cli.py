@@ -570,11 +570,11 @@ def report(
     from onite import report as rep
 
     data = rep.build(open_spool(spool), now(), since, night=night, user=user)
+    if html:  # first: a page that cannot be written is an error, with no report printed before it
+        rep.write_html(html, data)
     if as_json:
         print(rep.to_json(data))
     else:
         rep.render(console(), data)
-    if html:
-        rep.write_html(html, data)
-        if not as_json:
+        if html:
             print(f"HTML report written to {html}")

@@ -145,8 +145,10 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
     ``night`` of a date), of one ``user`` or everyone's, in the order they started.
 
     Raises:
-        InvalidInput: a bad --since or --night, or both given.
+        InvalidInput: a bad --since or --night, or both given; an empty --user.
     """
+    if user is not None and not user.strip():
+        raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and since is not None:
         raise InvalidInput("--night and --since cannot be used together",
                            "use --night DATE for a night (noon to noon), or --since for a time up to now")

@@ -218,6 +218,7 @@ def test_night_window_has_each_noons_own_offset(berlin_tz):
                                 "yesterday\n"),
     (["--night", "today", "--since", "12h"], "onite: --night and --since cannot be used together — use --night "
                                              "DATE for a night (noon to noon), or --since for a time up to now\n"),
+    (["--user", " "], "onite: --user is empty — name a user, e.g. --user alice, or leave it out for everyone's jobs\n"),
 ])
 def test_report_usage_errors(spool, cli, args, message):
     for extra in ([], ["--json"]):
@@ -306,6 +307,7 @@ def test_report_html_unwritable_leaves_nothing(spool, cli, world_tmp):
     target = world_tmp / "missing" / "r.html"
     r = cli(["report", "--html", str(target)])
     assert r.code == 2 and r.err.startswith(f"onite: cannot write {target}: ") and r.err.count("\n") == 1
+    assert r.out == ""  # the page is written first: no report is printed before the error
     folder = world_tmp / "ro"
     folder.mkdir()
     (folder / "r.html").write_text("the old page")
