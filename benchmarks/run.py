@@ -16,6 +16,10 @@ Workloads (docs/performance.md says what each figure means):
   list        (e) ``onite list --json`` with 1k, 10k and 100k queued
   scale       (f) cost per job while draining the front of a queue of 1k and of
               100k; (g) the driver's peak RSS with each
+  morning     (h) a night of N finished jobs: ``onite report`` (table and timeline,
+              --json, --html), ``onite status --json`` and ``onite wait``; and the
+              drain rate with a notice per job (``notify_command = /bin/true``)
+              against the same drain without
   peers       the baseline and task-spooler, nq and GNU parallel (peers.py)
 
 Every spool, queue and file is made in a fresh folder under ``--dir`` (default:
@@ -59,17 +63,18 @@ class Plan:
     stride: int  # jobs per per-job sample (f)
     windows: int  # samples per drain (f)
     warm_spool: int  # jobs drained through the spool before the first sample (f)
+    night: int  # finished jobs kept for the morning's commands, and drained with and without notices (h)
     peer: peers.Config
 
 
 DEFAULT = Plan(n=2000, repeats=3, latency_repeats=20, one_by_one=200, bulk=10_000,
                sizes=(1_000, 10_000, 100_000), warm=50, stride=250, windows=3, warm_spool=500,
-               peer=peers.DEFAULT)
+               night=5_000, peer=peers.DEFAULT)
 QUICK = Plan(n=100, repeats=1, latency_repeats=5, one_by_one=20, bulk=1_000,
              sizes=(300, 1_000, 3_000), warm=20, stride=50, windows=2, warm_spool=100,
-             peer=peers.QUICK)
+             night=300, peer=peers.QUICK)
 
-SECTIONS = ("drain", "cli", "bulk", "list", "scale")
+SECTIONS = ("drain", "cli", "bulk", "list", "scale", "morning")
 PEERS = ("baseline", "task-spooler", "nq", "parallel")
 
 
@@ -297,6 +302,62 @@ def bench_scale(plan: Plan, sections: set[str]) -> list[h.Result]:
 
 
 # --------------------------------------------------------------------------
+# (h) the morning: reading a night of results; the cost of a notice per job
+
+
+def set_keys(spool: OniteSpool, **values: str) -> None:
+    """Set keys of the spool's onite.toml (values are TOML text); a key already there is replaced."""
+    path = Path(spool.root) / "onite.toml"
+    lines = [line for line in path.read_text().splitlines() if line.split("=")[0].strip() not in values]
+    path.write_text("\n".join(lines + [f"{key} = {value}" for key, value in values.items()]) + "\n")
+
+
+def bench_morning(plan: Plan) -> list[h.Result]:
+    """One spool keeps a night of ``plan.night`` results (one job in 50 fails); the morning's commands
+    read them. Then the same number of jobs is drained with a notice per job, and without, in turns."""
+    n = plan.night
+    spool = OniteSpool()
+    drains: dict[str, list[float]] = {"plain": [], "notified": []}
+    try:
+        set_keys(spool, keep=str(3 * n * (plan.repeats + 1)))
+        spool.submit_lines(["exit 3" if i % 50 == 49 else "true" for i in range(n)])
+        spool.drain()
+        page = os.path.join(spool.dir, "night.html")
+        timed = {
+            "report": h.time_cmd([*ONITE, "report"], plan.repeats, warmup=1, env=spool.env),
+            "report --json": h.time_cmd([*ONITE, "report", "--json"], plan.repeats, warmup=1, env=spool.env),
+            "report --html": h.time_cmd([*ONITE, "report", "--json", "--html", page], plan.repeats, warmup=1,
+                                        env=spool.env),
+            "status --json": h.time_cmd([*ONITE, "status", "--json"], plan.repeats, warmup=1, env=spool.env),
+            "wait": h.time_cmd([*ONITE, "wait", "b1-00001"], plan.latency_repeats, warmup=1, env=spool.env,
+                               stderr=subprocess.DEVNULL),
+        }
+        page_kib = os.path.getsize(page) / 1024
+        for _ in range(plan.repeats):
+            for kind in ("plain", "notified"):
+                if kind == "notified":
+                    set_keys(spool, notify='"command"', notify_on='"always"', notify_command='"/bin/true"')
+                else:
+                    set_keys(spool, notify='"none"')
+                spool.submit_lines(["true"] * n)
+                drains[kind].append(spool.drain())
+    finally:
+        spool.close()
+    notes = {"report": "table and timeline, written to a file (no colour)", "report --json": "one JSON document",
+             "report --html": "the page (and --json, to keep the terminal out); {page_kib:,.0f} KiB",
+             "status --json": "the night's summary included", "wait": "a job that finished: one look, exit 0"}
+    results = [h.Result.from_stats(f"onite {name}, {n:,} finished", stats.scaled(1000), "ms", BASE_CLI,
+                                   note=notes[name].format(page_kib=page_kib)) for name, stats in timed.items()]
+    plain = h.Stats.of(drains["plain"])
+    results.append(h.Result.from_stats("onite: drain, no notices", plain.rate(n), "jobs/s", BASE_RATE,
+                                       note=f"N={n} `true`, 1 slot, in turns with the next"))
+    results.append(h.Result.from_stats("onite: drain, a notice per job", h.Stats.of(drains["notified"]).rate(n),
+                                       "jobs/s", "onite: drain, no notices",
+                                       note="notify = command, notify_on = always, notify_command = /bin/true"))
+    return results
+
+
+# --------------------------------------------------------------------------
 # Command line
 
 
@@ -383,6 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         workloads.append(("bulk", lambda: bench_bulk(plan)))
     if sections & {"list", "scale"}:
         workloads.append(("list and scale", lambda: bench_scale(plan, sections)))
+    if "morning" in sections:
+        workloads.append(("morning", lambda: bench_morning(plan)))
     results: list[h.Result] = []
     skipped: list[str] = []
     began = time.perf_counter()
