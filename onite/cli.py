@@ -204,7 +204,7 @@ def cancel(
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.control import cancel as cancel_job
+    from onite.control import await_cancel, cancel as cancel_job
 
     target = open_spool(spool)
     if not names:
@@ -214,38 +214,17 @@ def cancel(
     for name in names:
         report = cancel_job(target, name, os.geteuid(), now())
         if report.action == "requested":
-            report = wait_for_cancel(target, name, report)
+            report = await_cancel(target, report)
         print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
-
-
-def wait_for_cancel(target, name: str, report):
-    """A running job is stopped by its driver: wait a few seconds to say how it ended."""
-    import time
-
-    from onite import spool as sp
-    from onite.control import CancelReport
-
-    if not sp.find_running(target, name):
-        return report
-    deadline = time.monotonic() + 5 + target.config.kill_grace.total_seconds()
-    while time.monotonic() < deadline:
-        if not sp.find_running(target, name):
-            result = sp.read_result(target, name)
-            return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
-        time.sleep(0.1)
-    return report
 
 
 def pick_interactively(target) -> list[str]:
     """The seed's numbered pick list: only on a terminal."""
-    from onite.listing import list_jobs
+    from onite.control import cancellable
 
     if not sys.stdin.isatty():
         raise InvalidInput("no job name given", "name the job(s): onite cancel NAME…")
-    views = [v for v in list_jobs(target, include_all=False) if v.uid == os.geteuid() or os.geteuid() == 0]
-    from onite.listing import running_views
-
-    views = [v for v in running_views(target) if v.uid == os.geteuid() or os.geteuid() == 0] + views
+    views = cancellable(target, os.geteuid())
     if not views:
         print("you have no queued or running jobs")
         return []
