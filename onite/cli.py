@@ -380,15 +380,13 @@ def recur_add(
 @recur_app.command("list")
 def recur_list(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
     """Recurring jobs: name, owner, rule, next fire, priority."""
-    from onite.recur import templates
+    from onite.recur import templates, templates_json
 
     target = open_spool(spool)
     when = now()
     views = templates(target, when)
     if as_json:
-        import json
-
-        print(json.dumps({"version": 1, "now": when.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1))
+        print(templates_json(views, when))
         return
     if not views:
         print("no recurring jobs")
