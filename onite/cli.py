@@ -187,11 +187,7 @@ def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt =
 @app.command()
 def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolOpt = None) -> None:
     """Print an unused job name starting with BASE."""
-    from onite import spool as sp
-    from onite.names import unique_name
-
-    target = open_spool(spool)
-    print(unique_name(base, lambda n: sp.name_taken(target, n)))
+    print(commands.uniqname(base, spool or _GLOBAL["spool"]))
 
 
 # ---- changing jobs -----------------------------------------------------------------------
@@ -299,13 +295,7 @@ def recover(
     spool: SpoolOpt = None,
 ) -> None:
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
-    from onite import spool as sp
-    from onite.driver import Driver
-    from onite.names import check_name
-
-    check_name(host, what="host name")
-    target = open_spool(spool)
-    claims = [e.name for e in sp.running(target, host)]
+    target, claims = commands.host_claims(spool or _GLOBAL["spool"], host)
     if not claims:
         print(f"host {host} has no claimed jobs")
         return
@@ -317,7 +307,7 @@ def recover(
         if ask("requeue them? [y/N] ").lower() not in ("y", "yes"):
             print("nothing changed")
             return
-    done = Driver(target, host=host).recover_host()
+    done = commands.recover_host(target, host)
     print(f"recovered {len(done)} job(s) of host {host}: {', '.join(done)}")
 
 
@@ -475,23 +465,7 @@ def log(
 @app.command()
 def cron(spool: SpoolOpt = None) -> None:
     """Print root crontab lines that start the driver at the times in `schedule`."""
-    from onite.schedule import crontab_lines
-
-    target = open_spool(spool)
-    print(crontab_lines(target.root, target.config.schedule, command_prefix()), end="")
-
-
-def command_prefix() -> str:
-    """How this onite was started, as a command a crontab can run."""
-    import shlex
-
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "onite"
-    if argv0.endswith("__main__.py") or argv0 == "-m" or argv0 == "-c":
-        return f"{shlex.quote(sys.executable)} -m onite"
-    import shutil
-
-    found = shutil.which(argv0) if os.sep not in argv0 else os.path.abspath(argv0)
-    return shlex.quote(found or argv0)
+    print(commands.cron_lines(spool or _GLOBAL["spool"]), end="")
 
 
 @app.command()
