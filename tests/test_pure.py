@@ -6,13 +6,14 @@ from datetime import datetime, time, timedelta, timezone
 
 import pytest
 
+from onite.cells import priority_text
 from onite.config import Config, SlurmConfig, parse_config
 from onite.errors import ConfigError, InvalidInput
 from onite.names import check_name, unique_name
 from onite.policy import cutoff_state, is_admin, may_touch
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
 from onite.spool import skeleton_config
-from onite.timeparse import format_duration, parse_clock, parse_duration, parse_when
+from onite.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 22, 21, 0, tzinfo=UTC)
@@ -70,6 +71,17 @@ def test_clock_and_when():
     assert parse_when("2026-11-23T02:00+00:00", NOW) == datetime(2026, 11, 23, 2, 0, tzinfo=UTC)
     with pytest.raises(InvalidInput, match="bad time"):
         parse_when("whenever", NOW)
+
+
+def test_stamps_onite_wrote_parse_and_damaged_ones_are_none():
+    assert parse_stamp("2026-11-22T21:00:00+00:00") == NOW
+    assert parse_stamp(None) is None and parse_stamp("") is None
+    assert parse_stamp("21:00 yesterday") is None and parse_stamp(42) is None
+
+
+def test_priority_text():
+    assert [priority_text(True, None), priority_text(False, 3), priority_text(False, None),
+            priority_text(False, None, unknown="?")] == ["urgent", "P3", "", "?"]
 
 
 # ---- config -----------------------------------------------------------------------------------
