@@ -39,8 +39,13 @@ def short_time(when: datetime | None, now: datetime) -> str:
     return local.strftime("%H:%M:%S") if local.date() == now.date() else local.strftime("%Y-%m-%d %H:%M")
 
 
+def priority_text(urgent: bool, priority: int | None, unknown: str = "") -> str:
+    """``urgent``, ``P3``, or ``unknown`` when neither is known (a job file onite could not read)."""
+    return "urgent" if urgent else f"P{priority}" if priority else unknown
+
+
 def priority_label(view: JobView) -> str:
-    return "urgent" if view.urgent else f"P{view.priority}" if view.priority else ""
+    return priority_text(view.urgent, view.priority)
 
 
 def outcome_text(view: JobView) -> str:

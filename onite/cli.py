@@ -187,11 +187,7 @@ def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt =
 @app.command()
 def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolOpt = None) -> None:
     """Print an unused job name starting with BASE."""
-    from onite import spool as sp
-    from onite.names import unique_name
-
-    target = open_spool(spool)
-    print(unique_name(base, lambda n: sp.name_taken(target, n)))
+    print(commands.uniqname(base, spool or _GLOBAL["spool"]))
 
 
 # ---- changing jobs -----------------------------------------------------------------------
@@ -204,7 +200,7 @@ def cancel(
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.control import cancel as cancel_job
+    from onite.control import await_cancel, cancel as cancel_job
 
     target = open_spool(spool)
     if not names:
@@ -214,38 +210,17 @@ def cancel(
     for name in names:
         report = cancel_job(target, name, os.geteuid(), now())
         if report.action == "requested":
-            report = wait_for_cancel(target, name, report)
+            report = await_cancel(target, report)
         print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
-
-
-def wait_for_cancel(target, name: str, report):
-    """A running job is stopped by its driver: wait a few seconds to say how it ended."""
-    import time
-
-    from onite import spool as sp
-    from onite.control import CancelReport
-
-    if not sp.find_running(target, name):
-        return report
-    deadline = time.monotonic() + 5 + target.config.kill_grace.total_seconds()
-    while time.monotonic() < deadline:
-        if not sp.find_running(target, name):
-            result = sp.read_result(target, name)
-            return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
-        time.sleep(0.1)
-    return report
 
 
 def pick_interactively(target) -> list[str]:
     """The seed's numbered pick list: only on a terminal."""
-    from onite.listing import list_jobs
+    from onite.control import cancellable
 
     if not sys.stdin.isatty():
         raise InvalidInput("no job name given", "name the job(s): onite cancel NAME…")
-    views = [v for v in list_jobs(target, include_all=False) if v.uid == os.geteuid() or os.geteuid() == 0]
-    from onite.listing import running_views
-
-    views = [v for v in running_views(target) if v.uid == os.geteuid() or os.geteuid() == 0] + views
+    views = cancellable(target, os.geteuid())
     if not views:
         print("you have no queued or running jobs")
         return []
@@ -320,13 +295,7 @@ def recover(
     spool: SpoolOpt = None,
 ) -> None:
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
-    from onite import spool as sp
-    from onite.driver import Driver
-    from onite.names import check_name
-
-    check_name(host, what="host name")
-    target = open_spool(spool)
-    claims = [e.name for e in sp.running(target, host)]
+    target, claims = commands.host_claims(spool or _GLOBAL["spool"], host)
     if not claims:
         print(f"host {host} has no claimed jobs")
         return
@@ -338,7 +307,7 @@ def recover(
         if ask("requeue them? [y/N] ").lower() not in ("y", "yes"):
             print("nothing changed")
             return
-    done = Driver(target, host=host).recover_host()
+    done = commands.recover_host(target, host)
     print(f"recovered {len(done)} job(s) of host {host}: {', '.join(done)}")
 
 
@@ -401,15 +370,13 @@ def recur_add(
 @recur_app.command("list")
 def recur_list(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
     """Recurring jobs: name, owner, rule, next fire, priority."""
-    from onite.recur import templates
+    from onite.recur import templates, templates_json
 
     target = open_spool(spool)
     when = now()
     views = templates(target, when)
     if as_json:
-        import json
-
-        print(json.dumps({"version": 1, "now": when.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1))
+        print(templates_json(views, when))
         return
     if not views:
         print("no recurring jobs")
@@ -498,23 +465,7 @@ def log(
 @app.command()
 def cron(spool: SpoolOpt = None) -> None:
     """Print root crontab lines that start the driver at the times in `schedule`."""
-    from onite.schedule import crontab_lines
-
-    target = open_spool(spool)
-    print(crontab_lines(target.root, target.config.schedule, command_prefix()), end="")
-
-
-def command_prefix() -> str:
-    """How this onite was started, as a command a crontab can run."""
-    import shlex
-
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "onite"
-    if argv0.endswith("__main__.py") or argv0 == "-m" or argv0 == "-c":
-        return f"{shlex.quote(sys.executable)} -m onite"
-    import shutil
-
-    found = shutil.which(argv0) if os.sep not in argv0 else os.path.abspath(argv0)
-    return shlex.quote(found or argv0)
+    print(commands.cron_lines(spool or _GLOBAL["spool"]), end="")
 
 
 @app.command()

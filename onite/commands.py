@@ -1,7 +1,10 @@
 """What ``onite submit``, ``find``, ``list --json`` and ``run`` do once their arguments are parsed.
 
 Shared by the typer command line (onite.cli) and its fast path
-(onite.fastcli), so that both paths do exactly the same thing. Nothing
+(onite.fastcli), so that both paths do exactly the same thing; also the
+spool-side work of a few typer-only commands (uniqname, recover, cron) that
+is more than one call into another module, so that onite.cli keeps to
+parsing and printing. Nothing
 here imports typer, rich or pydantic: a script that spools jobs in a loop
 pays for the work, not for the command-line machinery (docs/performance.md).
 """
@@ -139,12 +142,79 @@ def find(name: str, spool: str | None) -> bool:
     return find_job(target, name)
 
 
+def uniqname(base: str, spool: str | None) -> str:
+    """``onite uniqname BASE``: a job name starting with BASE that no job uses (live or kept).
+
+    Raises:
+        SpoolError: no spool there. InvalidInput: a bad BASE, or no free name found.
+    """
+    from onite import spool as sp
+    from onite.names import unique_name
+
+    target = open_spool(spool)
+    return unique_name(base, lambda n: sp.name_taken(target, n))
+
+
 def list_json(spool: str | None, *, include_all: bool = False) -> str:
     """``onite list --json [--all]``: the document (docs/json.md)."""
     from onite.listing import list_json as document
 
     target = open_spool(spool)
     return document(target, include_all=include_all)
+
+
+def host_claims(spool: str | None, host: str):
+    """``onite recover --host HOST``, before it asks: the spool and the names of the jobs HOST has claimed.
+
+    Raises:
+        InvalidInput: a bad host name (checked first). SpoolError: no spool there.
+    """
+    from onite import spool as sp
+    from onite.names import check_name
+
+    check_name(host, what="host name")
+    target = open_spool(spool)
+    return target, [entry.name for entry in sp.running(target, host)]
+
+
+def recover_host(target, host: str) -> list[str]:
+    """``onite recover --host HOST``, once confirmed: requeue (or fail) HOST's claimed jobs; their names.
+
+    Raises:
+        Refused: a driver of that host holds its lock (it is alive). SpoolError: a job cannot be moved.
+    """
+    from onite.driver import Driver
+
+    return Driver(target, host=host).recover_host()
+
+
+def cron_lines(spool: str | None) -> str:
+    """``onite cron``: root crontab lines that start this onite at the times of the spool's ``schedule``.
+
+    Raises:
+        SpoolError: no spool there. InvalidInput: an expression of ``schedule`` is not valid cron.
+    """
+    from onite.schedule import crontab_lines
+
+    target = open_spool(spool)
+    return crontab_lines(target.root, target.config.schedule, command_prefix())
+
+
+def command_prefix() -> str:
+    """How this onite was started, as a command a crontab can run (cron has a short PATH, hence
+    absolute paths).
+
+    Raises: nothing; an onite not found on PATH is named as it was started.
+    """
+    import shlex
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "onite"
+    if argv0.endswith("__main__.py") or argv0 == "-m" or argv0 == "-c":
+        return f"{shlex.quote(sys.executable)} -m onite"
+    import shutil
+
+    found = shutil.which(argv0) if os.sep not in argv0 else os.path.abspath(argv0)
+    return shlex.quote(found or argv0)
 
 
 def driver_target(spool: str | None, until: str | None, host: str | None):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import time, timedelta
 from pathlib import Path
 
@@ -69,6 +69,11 @@ class Config:
         return self.hosts.get(host, self.slots)
 
 
+# The one statement of each default is its field above: parse_config reads them from these.
+DEFAULTS = Config()
+SLURM_DEFAULTS = SlurmConfig()
+
+
 # ---- parsing ----------------------------------------------------------------
 
 
@@ -84,28 +89,28 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names") from None
-    reader = _Reader(data, source)
-    priorities = reader.integer("priorities", 7, low=1, high=99)
+    reader = _Reader(data, source, DEFAULTS)
+    priorities = reader.integer("priorities", low=1, high=99)
     config = Config(
         priorities=priorities,
-        default_priority=reader.integer("default_priority", 4, low=1, high=priorities),
+        default_priority=reader.integer("default_priority", low=1, high=priorities),
         cutoff=reader.clock("cutoff"),
-        check_lock=reader.boolean("check_lock", False),
-        keep=reader.integer("keep", 50, low=0, high=10_000_000),
-        own_only=reader.boolean("own_only", True),
-        shell=reader.path("shell", "/bin/sh"),
-        slots=reader.integer("slots", 1, low=1, high=4096),
-        schedule=reader.schedule("schedule", DEFAULT_SCHEDULE),
+        check_lock=reader.boolean("check_lock"),
+        keep=reader.integer("keep", low=0, high=10_000_000),
+        own_only=reader.boolean("own_only"),
+        shell=reader.path("shell"),
+        slots=reader.integer("slots", low=1, high=4096),
+        schedule=reader.schedule("schedule"),
         until=reader.clock("until"),
-        admins=reader.strings("admins", ()),
-        timeout=reader.duration("timeout", None),
-        kill_grace=reader.duration("kill_grace", timedelta(seconds=10)),
-        retry_delay=reader.duration("retry_delay", timedelta(seconds=30)),
-        on_interrupt=reader.choice("on_interrupt", "requeue", ("requeue", "fail")),
+        admins=reader.strings("admins"),
+        timeout=reader.duration("timeout"),
+        kill_grace=reader.duration("kill_grace"),
+        retry_delay=reader.duration("retry_delay"),
+        on_interrupt=reader.choice("on_interrupt", ("requeue", "fail")),
         host=reader.host("host"),
-        max_job_size=reader.size("max_job_size", 16 * 1024 * 1024),
-        executor=reader.choice("executor", "local", ("local", "slurm")),
-        stderr_separate=reader.boolean("stderr_separate", False),
+        max_job_size=reader.size("max_job_size"),
+        executor=reader.choice("executor", ("local", "slurm")),
+        stderr_separate=reader.boolean("stderr_separate"),
         hosts=reader.hosts("hosts"),
         slurm=reader.slurm("slurm"),
         **reader.notify(),
@@ -130,31 +135,35 @@ def load_config(path: Path) -> Config:
 
 
 _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
-_TOP_KEYS = frozenset(
-    "priorities default_priority cutoff check_lock keep own_only shell slots schedule until admins "
-    "timeout kill_grace retry_delay on_interrupt host max_job_size executor hosts slurm "
-    "stderr_separate notify notify_on notify_command sendmail notify_timeout".split()
-)
+_TOP_KEYS = frozenset(f.name for f in fields(Config))  # every key of onite.toml is a field of Config
+_SLURM_KEYS = frozenset(f.name for f in fields(SlurmConfig))
 
 
 class _Reader:
-    """Typed access to the parsed TOML that turns every bad value into a ConfigError."""
+    """Typed access to the parsed TOML that turns every bad value into a ConfigError.
 
-    def __init__(self, data: dict[str, object], source: str) -> None:
+    A key left out takes its value from ``defaults`` (a Config, or a SlurmConfig for [slurm]).
+    """
+
+    def __init__(self, data: dict[str, object], source: str, defaults: object) -> None:
         self.data = data
         self.source = source
+        self.defaults = defaults
+
+    def _default(self, key: str):
+        return getattr(self.defaults, key)
 
     def _bad(self, key: str, value: object, want: str) -> ConfigError:
         return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}")
 
-    def integer(self, key: str, default: int, *, low: int, high: int) -> int:
-        value = self.data.get(key, default)
+    def integer(self, key: str, *, low: int, high: int) -> int:
+        value = self.data.get(key, self._default(key))
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self._bad(key, value, f"a whole number from {low} to {high}")
         return value
 
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
+    def boolean(self, key: str) -> bool:
+        value = self.data.get(key, self._default(key))
         if not isinstance(value, bool):
             raise self._bad(key, value, "true or false")
         return value
@@ -162,7 +171,7 @@ class _Reader:
     def clock(self, key: str) -> time | None:
         value = self.data.get(key)
         if value is None or value == "":
-            return None
+            return self._default(key)
         if isinstance(value, time):
             return value.replace(second=0, microsecond=0)
         from onite.timeparse import parse_clock
@@ -172,10 +181,10 @@ class _Reader:
         except InvalidInput:
             raise self._bad(key, value, '"HH:MM", e.g. "07:00", or leave it out') from None
 
-    def duration(self, key: str, default: timedelta | None) -> timedelta | None:
+    def duration(self, key: str) -> timedelta | None:
         value = self.data.get(key)
         if value is None or value == "":
-            return default
+            return self._default(key)
         from onite.timeparse import parse_duration
 
         try:
@@ -183,27 +192,27 @@ class _Reader:
         except InvalidInput:
             raise self._bad(key, value, 'a duration such as "90s", "30m" or "2h"') from None
 
-    def path(self, key: str, default: str, example: str = "/bin/sh") -> str:
-        value = self.data.get(key, default)
+    def path(self, key: str, example: str = "/bin/sh") -> str:
+        value = self.data.get(key, self._default(key))
         if not isinstance(value, str) or not value.startswith("/"):
             raise self._bad(key, value, f'an absolute path such as "{example}"')
         return value
 
-    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        value = self.data.get(key, list(default))
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key, list(self._default(key)))
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise self._bad(key, value, 'a list of strings, e.g. ["alice", "%wheel"]')
         return tuple(value)
 
-    def schedule(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        exprs = self.strings(key, default)
+    def schedule(self, key: str) -> tuple[str, ...]:
+        exprs = self.strings(key)
         for expr in exprs:
             if len(expr.split()) != 5:
                 raise self._bad(key, expr, 'cron expressions of five fields, e.g. ["0 20 * * *"]')
         return exprs
 
-    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self.data.get(key, default)
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        value = self.data.get(key, self._default(key))
         if value not in choices:
             raise self._bad(key, value, " or ".join(f'"{c}"' for c in choices))
         return value
@@ -211,15 +220,15 @@ class _Reader:
     def host(self, key: str) -> str | None:
         value = self.data.get(key)
         if value is None or value == "":
-            return None
+            return self._default(key)
         from onite.names import is_valid_name
 
         if not isinstance(value, str) or not is_valid_name(value):
             raise self._bad(key, value, "a host name of letters, digits, '.', '_' and '-'")
         return value
 
-    def size(self, key: str, default: int) -> int:
-        value = self.data.get(key, default)
+    def size(self, key: str) -> int:
+        value = self.data.get(key, self._default(key))
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
         match = _SIZE.fullmatch(str(value).strip())
@@ -235,37 +244,38 @@ class _Reader:
         for name, entry in table.items():
             if not isinstance(entry, dict) or set(entry) - {"slots"}:
                 raise self._bad(f"hosts.{name}", entry, "a table holding only slots = N")
-            result[name] = _Reader(entry, self.source).integer("slots", 1, low=1, high=4096)
+            # a [hosts.NAME] table without slots gets slots' default, not the spool's slots
+            result[name] = _Reader(entry, self.source, DEFAULTS).integer("slots", low=1, high=4096)
         return result
 
     def slurm(self, key: str) -> SlurmConfig:
         table = self.data.get(key, {})
         if not isinstance(table, dict):
             raise self._bad(key, table, "a [slurm] table")
-        unknown = set(table) - {"partition", "account", "sbatch_args", "max_jobs", "poll", "nice_step"}
+        unknown = set(table) - _SLURM_KEYS
         if unknown:
             raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
                               "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step")
-        sub = _Reader(table, self.source)
+        sub = _Reader(table, self.source, SLURM_DEFAULTS)
         for optional in ("partition", "account"):
             if optional in table and not isinstance(table[optional], str):
                 raise self._bad(f"slurm.{optional}", table[optional], "a string")
         return SlurmConfig(
-            partition=table.get("partition") or None,
-            account=table.get("account") or None,
-            sbatch_args=sub.strings("sbatch_args", ()),
-            max_jobs=sub.integer("max_jobs", 100, low=1, high=1_000_000),
-            poll=sub.duration("poll", timedelta(seconds=1)) or timedelta(seconds=1),
+            partition=table.get("partition") or SLURM_DEFAULTS.partition,  # "" is unset, as left out
+            account=table.get("account") or SLURM_DEFAULTS.account,
+            sbatch_args=sub.strings("sbatch_args"),
+            max_jobs=sub.integer("max_jobs", low=1, high=1_000_000),
+            poll=sub.duration("poll"),
             # 98 steps (P99) must stay below Slurm's largest nice, 2147483645
-            nice_step=sub.integer("nice_step", 10_000, low=0, high=20_000_000),
+            nice_step=sub.integer("nice_step", low=0, high=20_000_000),
         )
 
     def notify(self) -> dict:
         """The notification keys (docs/configuration.md), checked together: "command" needs a command."""
         import shlex
 
-        how = self.choice("notify", "none", NOTIFY_HOW)
-        command = self.data.get("notify_command", "")
+        how = self.choice("notify", NOTIFY_HOW)
+        command = self.data.get("notify_command", shlex.join(self._default("notify_command")))
         if not isinstance(command, str):
             raise self._bad("notify_command", command, 'a command line such as "/usr/local/bin/onite-hook --chat"')
         try:
@@ -279,10 +289,10 @@ class _Reader:
                               'set notify_command = "/path/to/hook", or use notify = "mail"')
         sendmail = self.data.get("sendmail", "")
         if sendmail != "":
-            sendmail = self.path("sendmail", "", "/usr/sbin/sendmail")
-        timeout = self.duration("notify_timeout", timedelta(seconds=30))
-        return {"notify": how, "notify_on": self.choice("notify_on", "failure", NOTIFY_ON), "notify_command": argv,
-                "sendmail": sendmail or None, "notify_timeout": timeout}
+            sendmail = self.path("sendmail", "/usr/sbin/sendmail")
+        timeout = self.duration("notify_timeout")
+        return {"notify": how, "notify_on": self.choice("notify_on", NOTIFY_ON), "notify_command": argv,
+                "sendmail": sendmail or self._default("sendmail"), "notify_timeout": timeout}
 
     def no_unknown_keys(self) -> None:
         unknown = sorted(set(self.data) - _TOP_KEYS)

@@ -75,6 +75,44 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
     return CancelReport(name, "cancelled")
 
 
+def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
+    """How a job whose cancel was ``requested`` ended, once its driver has stopped it: its result's
+    state and reason ("cancelled", …), or ``report`` unchanged if it is not running or still runs
+    after kill_grace and a few seconds (its driver stops it later; onite list --all tells).
+
+    Polls: a running job is stopped by its driver, which alone may signal it.
+
+    Raises:
+        SpoolError: the spool cannot be read.
+    """
+    import time
+
+    name = report.name
+    if not sp.find_running(spool, name):
+        return report
+    deadline = time.monotonic() + 5 + spool.config.kill_grace.total_seconds()
+    while time.monotonic() < deadline:
+        if not sp.find_running(spool, name):
+            result = sp.read_result(spool, name)
+            return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
+        time.sleep(0.1)
+    return report
+
+
+def cancellable(spool: sp.Spool, caller_uid: int) -> list:
+    """The running, then queued, jobs (JobViews) that ``caller_uid`` may pick to cancel: its own, or
+    every one for root. Others' jobs are left out even where own_only = false: the pick list shows
+    what is yours.
+
+    Raises:
+        SpoolError: the spool cannot be read.
+    """
+    from onite.listing import queued_views, running_views
+
+    queued = queued_views(spool)
+    return [v for v in running_views(spool) + queued if caller_uid in (0, v.uid)]
+
+
 def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
     """Move a queued job into cancel/ (it can no longer run). Returns its new path.
 

@@ -213,6 +213,16 @@ def templates(spool: sp.Spool, now: datetime) -> list[TemplateView]:
     return views
 
 
+def templates_json(views: list[TemplateView], now: datetime) -> str:
+    """``onite recur list --json``: the document of ``templates(spool, now)`` (docs/json.md). Pure.
+
+    Raises: nothing; every field of a TemplateView is JSON-ready.
+    """
+    import json
+
+    return json.dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1)
+
+
 def upcoming(spool: sp.Spool, now: datetime, limit: int = 10) -> list[dict]:
     """The next due recurring jobs, soonest first, for ``onite status``."""
     views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))

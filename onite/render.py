@@ -13,7 +13,7 @@ from datetime import datetime
 from rich.table import Table
 from rich.text import Text
 
-from onite.cells import human_duration, outcome_text, plain_table, priority_label, short_time
+from onite.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
 from onite.listing import JobView
 
 STATE_STYLE = {
@@ -151,7 +151,7 @@ def recur_table(views: Sequence, now: datetime) -> Table:
     table.add_column("PRI")
     table.add_column("NOTE", overflow="fold")
     for view in views:
-        pri = "urgent" if view.urgent else f"P{view.priority}" if view.priority else "?"
+        pri = priority_text(view.urgent, view.priority, unknown="?")
         wait = human_duration((view.next - now).total_seconds()) if view.next else ""
         note = Text(view.problem, style="bold red") if view.problem else ""
         table.add_row(view.name, view.user, view.rule, short_time(view.next, now), wait, pri, note)

@@ -199,12 +199,14 @@ def status_json(info: StatusInfo) -> str:
 def render_status(console, info: StatusInfo) -> None:
     from rich.markup import escape
 
+    from onite.cells import priority_text
     from onite.render import human_duration, jobs_table
+    from onite.timeparse import parse_stamp
 
     console.print(f"spool     {escape(info.spool)}")
     if info.drivers:
         for d in info.drivers:
-            since = _time(d.get("since"))
+            since = parse_stamp(d.get("since"))
             what = "daemon" if d.get("role") == "daemon" else "driver"
             detail = ", ".join(x for x in (f"pid {d['pid']}" if d.get("pid") else "",
                                            f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)"
@@ -222,7 +224,7 @@ def render_status(console, info: StatusInfo) -> None:
     console.print(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
     label = "waiting  "
     for row in info.waiting:
-        pri = "urgent" if row["urgent"] else f"P{row['priority']}"
+        pri = priority_text(row["urgent"], row["priority"])
         reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
         colour = "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"
         console.print(f"{label} {escape(row['name'])} ({escape(row['user'])}, {pri}): [{colour}]{escape(reason)}[/]")
@@ -244,13 +246,6 @@ def render_status(console, info: StatusInfo) -> None:
     for rec in info.recurring:
         when = datetime.fromisoformat(rec["next"])
         wait = human_duration((when - info.now).total_seconds())
-        pri = "urgent" if rec.get("urgent") else f"P{rec['priority']}" if rec.get("priority") else "?"
+        pri = priority_text(rec.get("urgent"), rec.get("priority"), unknown="?")
         console.print(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
                       f"next {when:%Y-%m-%d %H:%M} (in {wait})")
-
-
-def _time(text: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None

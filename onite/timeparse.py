@@ -56,6 +56,18 @@ def format_duration(delta: timedelta) -> str:
     return "".join(parts) or "0s"
 
 
+def parse_stamp(text: str | None) -> datetime | None:
+    """A time onite wrote in ISO 8601 (a lock file's, a log field's), or None if absent or unreadable:
+    such a file may be half-written or from another version, and one bad field must not stop a listing.
+
+    Raises: nothing.
+    """
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except (TypeError, ValueError):
+        return None
+
+
 def parse_clock(text: str, *, what: str = "time") -> time:
     """Parse a wall-clock time ``HH:MM`` (24-hour), or ``HH:MM:SS``.
 

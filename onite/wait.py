@@ -43,6 +43,7 @@ from onite.listing import JobView, outcome_counts, result_view, running_views
 from onite.locks import holder_fields, is_held, lock_files, lock_owner
 from onite.names import check_name
 from onite.state import Result
+from onite.timeparse import parse_stamp
 
 EXIT_FAILED = 5  #: a job failed, was cancelled, or its outcome is unknown
 EXIT_TIMEOUT = 6  #: --timeout passed before every job (or drain) finished
@@ -278,7 +279,7 @@ def look_drivers(spool: sp.Spool) -> list[DriverSeen]:
             continue
         fields = holder_fields(lock_owner(path))
         daemon = fields.get("role") == "daemon"
-        since = _parse_time(fields.get("since"))
+        since = parse_stamp(fields.get("since"))
         pid = int(fields["pid"]) if fields.get("pid", "").isdigit() else None
         if not daemon:
             found.append(DriverSeen(host, pid, since, False, True))
@@ -289,13 +290,6 @@ def look_drivers(spool: sp.Spool) -> list[DriverSeen]:
         busy = any(v.host == host for v in running)
         found.append(DriverSeen(host, pid, since, True, busy, min(starts) if starts else None))
     return found
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None
 
 
 def drain_since(drivers: list[DriverSeen], fallback: datetime) -> datetime:

@@ -276,3 +276,15 @@ def test_log_json_reads_the_lines_back(spool, cli):
                        error='cannot "write" a\\b\nc', note="k=v")
     assert parse_line(line)["fields"] == {"error": 'cannot "write" a\\b\nc', "note": "k=v"}
     assert parse_line("not a log line") is None
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["status", "--json"], ["list", "--json"], ["list", "--json", "--all"],
+                                  ["find", "queued"]], ids=" ".join)
+def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
+    """rich is a tenth of a second of start-up (DESIGN.md: import it only where a command draws)."""
+    submit("queued")
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "onite", *argv], capture_output=True, text=True,
+                          env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "onite" in imported and not [m for m in imported if m == "rich" or m.startswith("rich.")]

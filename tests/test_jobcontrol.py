@@ -278,6 +278,29 @@ def test_cancel_a_running_job(spool, workdir, cli):
     assert rec["state"] == "cancelled" and rec["reason"].startswith("cancelled by ")
 
 
+def test_cancellable_lists_the_callers_running_then_queued_jobs_and_await_cancel_tells_how_one_ended(spool, workdir):
+    from onite import spool as sp
+    from onite.control import CancelReport, await_cancel, cancel, cancellable
+
+    pidfile = workdir / "pid"
+    submit("runner", f"echo $$ > {pidfile}; sleep 120\n")
+    submit("later", "true\n", "--hold")
+    submit("last", "true\n", "--hold")
+    driver = start_driver(spool)
+    wait_for(pidfile.exists, what="the job to start")
+    target = sp.Spool(spool)
+    assert [(v.name, v.state) for v in cancellable(target, os.geteuid())] == \
+        [("runner", "running"), ("later", "held"), ("last", "held")]
+    assert cancellable(target, os.geteuid() + 4242) == []  # someone else's pick list
+    asked = CancelReport("later", "requested", "as asked")
+    assert await_cancel(target, asked) is asked  # not running: nothing to wait for
+    report = cancel(target, "runner", os.geteuid(), datetime.now().astimezone())
+    assert report.action == "requested"
+    ended = await_cancel(target, report)
+    assert ended.name == "runner" and ended.action == "cancelled" and ended.detail.startswith("cancelled by "), ended
+    assert driver.wait(30) == 0
+
+
 def test_cancel_queued_job_and_not_found(spool, cli):
     submit("gone", "true\n")
     r = cli(["cancel", "gone"])

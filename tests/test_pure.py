@@ -1,16 +1,19 @@
 """Pure modules: names, durations, config, policy, eligibility (no files, no processes)."""
 
+import re
+from dataclasses import fields
 from datetime import datetime, time, timedelta, timezone
 
 import pytest
 
-from onite.config import Config, parse_config
+from onite.cells import priority_text
+from onite.config import Config, SlurmConfig, parse_config
 from onite.errors import ConfigError, InvalidInput
 from onite.names import check_name, unique_name
 from onite.policy import cutoff_state, is_admin, may_touch
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
 from onite.spool import skeleton_config
-from onite.timeparse import format_duration, parse_clock, parse_duration, parse_when
+from onite.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 22, 21, 0, tzinfo=UTC)
@@ -70,6 +73,17 @@ def test_clock_and_when():
         parse_when("whenever", NOW)
 
 
+def test_stamps_onite_wrote_parse_and_damaged_ones_are_none():
+    assert parse_stamp("2026-11-22T21:00:00+00:00") == NOW
+    assert parse_stamp(None) is None and parse_stamp("") is None
+    assert parse_stamp("21:00 yesterday") is None and parse_stamp(42) is None
+
+
+def test_priority_text():
+    assert [priority_text(True, None), priority_text(False, 3), priority_text(False, None),
+            priority_text(False, None, unknown="?")] == ["urgent", "P3", "", "?"]
+
+
 # ---- config -----------------------------------------------------------------------------------
 
 def test_skeleton_holds_every_default():
@@ -79,6 +93,42 @@ def test_skeleton_holds_every_default():
                 "schedule", "until", "admins", "timeout", "kill_grace", "retry_delay", "on_interrupt", "host",
                 "max_job_size", "executor", "stderr_separate"):
         assert f"\n# {key} = " in text or f"\n{key} = " in text, key
+
+
+def skeleton_settings():
+    """(section, key, line, commented) of every ``key = value`` line of spool-skel/onite.toml, set or commented out."""
+    section = ""
+    for line in skeleton_config().splitlines():
+        bare = line.lstrip("#").strip()
+        if header := re.fullmatch(r"\[([a-z0-9_.]+)\]", bare):
+            section = header.group(1)
+        elif setting := re.match(r"([a-z_]+) = ", bare):
+            yield section, setting.group(1), bare, line.startswith("#")
+
+
+def test_skeleton_names_every_key_of_config():
+    named = {f"{section}.{key}" if section else key for section, key, _, _ in skeleton_settings()}
+    tables = {section.partition(".")[0] for section, _, _, _ in skeleton_settings() if section}
+    assert named | tables >= {f.name for f in fields(Config)}
+    assert named >= {f"slurm.{f.name}" for f in fields(SlurmConfig)}
+
+
+def test_skeletons_commented_defaults_are_configs_defaults():
+    """A key commented out shows its default, unless it has none (unset): then the value is an example."""
+    assert parse_config("") == Config()  # a key left out takes Config's default
+    checked = []
+    for section, key, line, commented in skeleton_settings():
+        if section.startswith("hosts."):
+            continue  # an example table: [hosts] is empty by default
+        defaults = Config() if not section else getattr(Config(), section)
+        default = getattr(defaults, key)
+        if commented and default in (None, (), {}):
+            continue
+        parsed = parse_config(f"[{section}]\n{line}" if section else line)
+        assert getattr(parsed if not section else getattr(parsed, section), key) == default, line
+        checked.append(f"{section}.{key}" if section else key)
+    assert {"priorities", "kill_grace", "max_job_size", "notify_timeout", "slurm.max_jobs", "slurm.poll",
+            "slurm.nice_step"} <= set(checked)
 
 
 def test_seed_defaults():

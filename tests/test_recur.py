@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, set_config, wait_for
 from onite.jobfile import Job, decode, encode
 from onite.instances import instance_job, instance_name
-from onite.recur import rule_fields, rule_of
+from onite.recur import TemplateView, rule_fields, rule_of, templates_json
 from onite.schedule import describe, fire_times, parse_rule
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -227,6 +227,17 @@ def test_list_json_and_status(spool, cli):
     assert status["next_drain"] is not None
     human = cli(["status"])
     assert human.code == 0 and "recurring hourly" in human.out and "next run" in human.out
+
+
+def test_templates_json_is_the_documented_document():
+    now = datetime(2026, 11, 22, 21, 0, tzinfo=timezone.utc)
+    view = TemplateView(name="nightly", uid=1000, user="alice", rule="cron '0 20 * * *'", priority=3, urgent=False,
+                        next=now + timedelta(hours=23), last=None)
+    text = templates_json([view], now)
+    assert json.loads(text) == {"version": 1, "now": "2026-11-22T21:00:00+00:00", "recurring": [
+        {"name": "nightly", "user": "alice", "uid": 1000, "rule": "cron '0 20 * * *'", "priority": 3,
+         "urgent": False, "next": "2026-11-23T20:00:00+00:00", "last": None, "problem": None}]}
+    assert text.startswith('{\n "version": 1,') and templates_json([], now).endswith('"recurring": []\n}')
 
 
 def test_empty_list(spool, cli):
