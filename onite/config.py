@@ -244,7 +244,8 @@ class _Reader:
         for name, entry in table.items():
             if not isinstance(entry, dict) or set(entry) - {"slots"}:
                 raise self._bad(f"hosts.{name}", entry, "a table holding only slots = N")
-            # a [hosts.NAME] table without slots gets slots' default, not the spool's slots
+            if "slots" not in entry:
+                continue  # an empty [hosts.NAME] overrides nothing: that host has the spool's slots
             result[name] = _Reader(entry, self.source, DEFAULTS).integer("slots", low=1, high=4096)
         return result
 

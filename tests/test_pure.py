@@ -303,3 +303,10 @@ def test_a_change_of_state_off_the_machine_is_refused_before_anything_moves(tmp_
     assert src.exists() and not dst.exists()
     sp.change_state("a", JobState.QUEUED, JobState.RUNNING, src, dst, "claiming")
     assert dst.exists() and not src.exists()
+
+
+def test_an_empty_hosts_table_keeps_the_spools_slots():
+    from onite.config import parse_config
+
+    config = parse_config("slots = 3\n[hosts.node1]\n[hosts.node2]\nslots = 8\n")
+    assert (config.slots_for("node1"), config.slots_for("node2"), config.slots_for("other")) == (3, 8, 3)
