@@ -491,21 +491,8 @@ def wait(
     spool: SpoolOpt = None,
 ) -> None:
     """Block until the named jobs (or the current drains) have finished; exit 0 if all were done, 5 if not."""
-    from onite import wait as waiting
-    from onite.timeparse import parse_duration
-
-    limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
-    target = open_spool(spool)
-    def announce(text: str) -> None:  # on stderr, so that stdout holds only the outcome
-        print(f"onite: {text}…", file=sys.stderr, flush=True)
-
-    if names:
-        waited = waiting.wait_jobs(target, names, timeout=limit, announce=announce)
-    else:
-        waited = waiting.wait_drains(target, timeout=limit, now=now, announce=announce)
-    print(waiting.wait_json(target, waited) if as_json
-          else "\n".join(waited.lines() if names else [waited.summary()]))
-    raise typer.Exit(waited.exit_code)
+    # onite.fastcli runs well-formed waits without typer: scripts call it in loops
+    raise typer.Exit(commands.wait_command(names or [], timeout, spool or _GLOBAL["spool"], as_json=as_json))
 
 
 @app.command()

@@ -291,3 +291,23 @@ def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
     return child.pid
+
+
+def wait_command(names: list[str], timeout: str | None, spool: str | None, *, as_json: bool = False) -> int:
+    """``onite wait`` once parsed, by either path (onite.cli, onite.fastcli): block, print how the jobs
+    (or, with no names, the drains running now) ended, and return the exit code (onite.wait)."""
+    from onite import wait as waiting
+    from onite.timeparse import parse_duration
+
+    limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
+    target = open_spool(spool)
+
+    def announce(text: str) -> None:  # on stderr, so that stdout holds only the outcome
+        print(f"onite: {text}…", file=sys.stderr, flush=True)
+
+    if names:
+        waited = waiting.wait_jobs(target, names, timeout=limit, announce=announce)
+    else:
+        waited = waiting.wait_drains(target, timeout=limit, now=now, announce=announce)
+    print(waiting.wait_json(target, waited) if as_json else "\n".join(waited.lines() if names else [waited.summary()]))
+    return waited.exit_code

@@ -1,4 +1,4 @@
-"""The command line's fast path: ``onite submit``, ``find``, ``list --json`` and ``run`` without typer.
+"""The command line's fast path: ``onite submit``, ``find``, ``list --json``, ``run`` and ``wait`` without typer.
 
 Scripts run the first three in loops, and typer's start-up (it imports
 pydantic to parse options) costs several times what the command itself
@@ -43,6 +43,8 @@ def run(args: list[str]) -> int | None:
         return _list(rest, spool)
     if command == "run":
         return _run(rest, spool)
+    if command == "wait":
+        return _wait(rest, spool)
     return None
 
 
@@ -159,3 +161,15 @@ def _run(args: list[str], global_spool: str | None) -> int | None:
                                host=options.get("host"), verbose=options.get("verbose", False),
                                quiet=options.get("quiet", False),
                                scheduled=options.get("scheduled", False))
+
+
+def _wait(args: list[str], global_spool: str | None) -> int | None:
+    """``onite wait [NAME…] [--timeout DUR] [--json]``: scripts wait for jobs in loops."""
+    parsed = _parse(args, {"--timeout": "timeout", "--spool": "spool"}, {"--json": "json"})
+    if parsed is None:
+        return None
+    from onite import commands
+
+    names, options = parsed
+    return commands.wait_command(names, options.get("timeout"), options.get("spool") or global_spool,
+                                 as_json=options.get("json", False))

@@ -87,9 +87,17 @@ ACCEPTED = [
     (["run", "--until", "25:00"], b"", ["r1"]),
     (["run", "--host", "../x"], b"", ["r1"]),
     (["run", "--spool", "/nonexistent/spool"], b"", []),
+    (["wait", "nosuch"], b"", []),
+    (["wait", "bad name"], b"", []),
+    (["wait", "dep1", "--timeout", "abc"], b"", ["dep1"]),
+    (["wait"], b"", []),
+    (["wait", "--json"], b"", []),
+    (["wait", "dep1", "--timeout", "1s", "--json"], b"", ["dep1"]),
+    (["--spool", "SPOOL", "wait", "dep1", "--timeout=1s"], b"", ["dep1"]),
 ]
 
 DECLINED = [
+    ["wait", "--timeout"], ["wait", "-t", "1s"], ["wait", "--help"],
     [], ["--help"], ["--spool"], ["list"], ["submit"], ["submit", "--help"], ["submit", "a", "-h"],
     ["submit", "a", "-p3"], ["submit", "a", "-p=3"], ["submit", "a", "--prio", "3"], ["submit", "a", "b"],
     ["submit", "a", "--", "x"], ["submit", "a", "-p"], ["submit", "a", "-p", "x"], ["submit", "a", "-p", "-1"],
