@@ -28,6 +28,7 @@ from pathlib import Path
 
 from onite.identity import Identity
 from onite.jobfile import Job
+from onite.names import job_label
 
 
 class SpawnError(Exception):
@@ -120,7 +121,7 @@ def spawn(launch: Launch, body: bytes, output_fd: int, name: str, stderr_fd: int
     fit for the result record."""
     cwd = launch.cwd
     check_directory(cwd)
-    script_fd = os.memfd_create(f"onite:{name}", 0)
+    script_fd = os.memfd_create(job_label(name), 0)
     try:
         view = memoryview(body)
         while view:

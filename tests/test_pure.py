@@ -6,7 +6,7 @@ import pytest
 
 from onite.config import Config, parse_config
 from onite.errors import ConfigError, InvalidInput
-from onite.names import check_name, unique_name
+from onite.names import check_name, job_label, unique_name
 from onite.policy import cutoff_state, is_admin, may_touch
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
 from onite.spool import skeleton_config
@@ -39,6 +39,10 @@ def test_unique_name_skips_taken_ones():
     names = [unique_name("report", lambda n: n in taken or taken.add(n) or False) for _ in range(20)]
     assert len(set(names)) == 20 and all(n.startswith("report-") and len(n) == len("report-") + 6 for n in names)
     assert len(unique_name("x" * 100, lambda n: False)) == 100
+
+
+def test_job_label_is_the_name_outside_the_spool():
+    assert job_label("nightly-report") == "onite:nightly-report"
 
 
 # ---- durations and times ------------------------------------------------------------------
