@@ -282,7 +282,7 @@ def process_start_ticks(pid: int) -> int | None:
 import time as _time
 from datetime import datetime
 
-from onite.state import Outcome, outcome_from_status
+from onite.state import Outcome, outcome_from_status, stopped_outcome
 
 
 @dataclass(eq=False)
@@ -436,16 +436,8 @@ class LocalRunner(Runner):
             if run.process is not None and kill_group(run.process.pgid, signal.SIGTERM):
                 # the leader left children behind: they get the grace period, then SIGKILL
                 self._orphans.append((run.process.pgid, _time.monotonic() + self.kill_grace))
-            outcome = outcome_from_status(status)
-            if run.stopping == "timeout":
-                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal, timed_out=True)
-            elif run.stopping == "cancel":
-                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal,
-                                  cancelled_by=run.cancelled_by or "?")
-            elif run.stopping == "shutdown":
-                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal,
-                                  reason="interrupted: the driver was stopped")
-            finished.append((run, outcome))
+            ended = outcome_from_status(status)
+            finished.append((run, stopped_outcome(ended, run.stopping, run.cancelled_by) or ended))
         if finished:
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]

@@ -108,6 +108,21 @@ def outcome_from_status(status: int) -> Outcome:
     return Outcome(exit_code=os.waitstatus_to_exitcode(status))
 
 
+def stopped_outcome(ended: Outcome, stopping: str | None, cancelled_by: str | None) -> Outcome | None:
+    """How an attempt that onite stopped is recorded, or None if onite did not stop it.
+
+    ``stopping`` is why onite stopped it ("timeout", "cancel", "shutdown");
+    ``ended`` carries the exit code or signal it ended with, which are kept.
+    """
+    if stopping == "timeout":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, timed_out=True)
+    if stopping == "cancel":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, cancelled_by=cancelled_by or "?")
+    if stopping == "shutdown":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, reason="interrupted: the driver was stopped")
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Result:
     """The result record of a finished job: ``jobsdone/NAME@result`` (JSON, world-readable)."""

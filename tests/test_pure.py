@@ -257,3 +257,17 @@ def test_a_change_of_state_off_the_machine_is_refused_before_anything_moves(tmp_
     assert src.exists() and not dst.exists()
     sp.change_state("a", JobState.QUEUED, JobState.RUNNING, src, dst, "claiming")
     assert dst.exists() and not src.exists()
+
+
+# ---- outcomes ------------------------------------------------------------------------------
+
+def test_a_stop_by_onite_keeps_how_the_attempt_ended_and_says_why():
+    from onite.state import Outcome, stopped_outcome
+
+    ended = Outcome(signal=15)
+    assert stopped_outcome(ended, "timeout", None) == Outcome(signal=15, timed_out=True)
+    assert stopped_outcome(ended, "cancel", "bob") == Outcome(signal=15, cancelled_by="bob")
+    assert stopped_outcome(Outcome(exit_code=143), "cancel", None) == Outcome(exit_code=143, cancelled_by="?")
+    shutdown = stopped_outcome(ended, "shutdown", None)
+    assert shutdown.describe() == "interrupted: the driver was stopped" and shutdown.signal == 15
+    assert stopped_outcome(ended, None, None) is None
