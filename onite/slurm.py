@@ -31,7 +31,7 @@ from pathlib import Path
 from onite import sbatch, squeue
 from onite.config import Config
 from onite.errors import ConfigError
-from onite.executor import Run, Runner, SpawnError, Unavailable, attempt_marker, check_directory, open_outputs
+from onite.executor import Run, Runner, SpawnError, Unavailable, check_directory, run_outputs
 from onite.names import job_label
 from onite.state import Outcome
 
@@ -101,10 +101,8 @@ class SlurmRunner(Runner):
         check_directory(job.cwd)
         output = Path(os.path.abspath(output_path))
         error = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
-        # Created here, for the owner, so that Slurm (which opens them as the owner) only appends.
-        for fd in open_outputs(output, error, identity, append=append, marker=attempt_marker(run) if append else None):
-            if fd is not None:
-                os.close(fd)
+        with run_outputs(run, output, error, identity, append=append):
+            pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         run.external_id = self._submit(run, script, env, output, error)
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
