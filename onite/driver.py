@@ -42,7 +42,7 @@ from onite.config import Config, default_host
 from onite.deps import dependency_state
 from onite.errors import JobFormatError, NotFound, OniteError, Refused
 from onite.executor import LocalRunner, Run, SpawnError, Unavailable
-from onite.filecheck import BadFile, file_problem, read_job_file
+from onite.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.identity import Identity, resolve
 from onite.index import Candidate, QueueIndex
 from onite.jobfile import Attempt, Job, encode
@@ -460,7 +460,7 @@ class Driver:
             self.index.reorder(cand, st.st_ctime_ns)
             return _Inspected("moved")
         problem = self._file_problem(st)
-        if problem == "settling":
+        if problem is SETTLING:
             return _Inspected("settling", st)
         if problem:
             return _Inspected("bad", st, reason=problem)
@@ -491,9 +491,10 @@ class Driver:
             self._parsed.pop(next(iter(self._parsed)))
         return _Inspected("ok", st, meta)
 
-    def _file_problem(self, st: os.stat_result) -> str:
-        """Why a queued file must never run, or "" if it may (docs/security.md)."""
-        return file_problem(st, max_size=self.config.max_job_size, now_ns=time.time_ns(), resolve_uid=self._resolve)
+    def _file_problem(self, st: os.stat_result, *, may_settle: bool = True) -> str | Settling:
+        """Why a queued file must never run, SETTLING, or "" if it may (docs/security.md)."""
+        return file_problem(st, max_size=self.config.max_job_size, now_ns=time.time_ns(), resolve_uid=self._resolve,
+                            may_settle=may_settle)
 
     def _resolve(self, uid: int) -> Identity:
         """``resolve(uid)``, remembered for IDENTITY_TTL seconds.
@@ -549,9 +550,9 @@ class Driver:
         except (JobFormatError, BadFile, OSError) as err:
             self._refuse_claimed(cand.name, target, st_seen, str(err))
             return
-        problem = self._file_problem(st)
+        problem = self._file_problem(st, may_settle=False)  # claimed: no submit links it any more
         if problem:
-            self._refuse_claimed(cand.name, target, st, problem.replace("settling", "has 2 hard links"))
+            self._refuse_claimed(cand.name, target, st, problem)
             return
         owner = self._resolve(st.st_uid)
         self._seq += 1

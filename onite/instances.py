@@ -30,7 +30,7 @@ from pathlib import Path
 
 from onite import spool as sp
 from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
-from onite.filecheck import BadFile, file_problem, read_job_file
+from onite.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.identity import resolve
 from onite.jobfile import Job, encode
 from onite.policy import is_admin
@@ -204,7 +204,7 @@ class RecurScheduler:
 
         config = self.spool.config
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns())
-        if problem == "settling":
+        if problem is SETTLING:
             self._refreshed = float("-inf")  # look again at the next chance
             return None
         if not problem and self.euid != 0 and st.st_uid != self.euid:

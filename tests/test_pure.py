@@ -271,3 +271,26 @@ def test_a_stop_by_onite_keeps_how_the_attempt_ended_and_says_why():
     shutdown = stopped_outcome(ended, "shutdown", None)
     assert shutdown.describe() == "interrupted: the driver was stopped" and shutdown.signal == 15
     assert stopped_outcome(ended, None, None) is None
+
+
+# ---- spool files ------------------------------------------------------------------------------
+
+def test_a_file_being_spooled_is_settling_not_a_problem_until_it_is_claimed():
+    import os
+    import stat
+
+    from onite.filecheck import SETTLING, file_problem
+
+    now_ns = 10**18
+
+    def st(nlink, ctime_ns=now_ns - 10**8):
+        return os.stat_result((stat.S_IFREG | 0o644, 1, 1, nlink, 1000, 1000, 10, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, ctime_ns))
+
+    def problem(s, **kw):
+        return file_problem(s, max_size=1 << 20, now_ns=now_ns, resolve_uid=lambda uid: None, **kw)
+
+    assert problem(st(1)) == ""
+    assert problem(st(2)) is SETTLING
+    assert problem(st(2), may_settle=False) == "has 2 hard links"
+    assert problem(st(2, ctime_ns=now_ns - 3 * 10**9)) == "has 2 hard links"  # too long ago to be a submit
+    assert problem(st(3)) == "has 3 hard links"
