@@ -49,7 +49,7 @@ from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
 from onite.names import SIDE, is_valid_name
 from onite.notify import Notifier
-from onite.policy import is_admin, may_touch, window_end
+from onite.policy import may_be_urgent, may_touch, urgent_refusal, window_end
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay
 from onite.state import JobState, Outcome, Result
 
@@ -471,7 +471,7 @@ class Driver:
                                reason=f"this driver runs as {sp.user_name(self.euid)} and runs only its own jobs")
             return _Inspected("foreign", st)
         if cand.rank == 0 and not self._may_be_urgent(st.st_uid):
-            return _Inspected("bad", st, reason=f"urgent jobs need an admin; {sp.user_name(st.st_uid)} is not one")
+            return _Inspected("bad", st, reason=urgent_refusal(sp.user_name(st.st_uid)))
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
         cached = self._meta.get(cand.name)
         if cached and cached[0] == key:
@@ -523,7 +523,7 @@ class Driver:
             ident = self._resolve(uid)
         except Refused:
             return False
-        return is_admin(uid, ident.name, ident.group_names(), self.config.admins)
+        return may_be_urgent(ident, self.config.admins)
 
     def _read_job(self, path: Path) -> tuple[Job, os.stat_result]:
         return read_job_file(path, self.config.max_job_size)

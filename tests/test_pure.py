@@ -294,3 +294,17 @@ def test_a_file_being_spooled_is_settling_not_a_problem_until_it_is_claimed():
     assert problem(st(2), may_settle=False) == "has 2 hard links"
     assert problem(st(2, ctime_ns=now_ns - 3 * 10**9)) == "has 2 hard links"  # too long ago to be a submit
     assert problem(st(3)) == "has 3 hard links"
+
+
+def test_urgent_needs_an_admin():
+    from onite.errors import Refused
+    from onite.identity import Identity
+    from onite.policy import check_urgent, may_be_urgent, urgent_refusal
+
+    alice = Identity(uid=1000, gid=1000, name="alice", home="/home/alice", shell="/bin/sh", groups=())
+    root = Identity(uid=0, gid=0, name="root", home="/root", shell="/bin/sh", groups=())
+    assert may_be_urgent(root, ()) and may_be_urgent(alice, ("alice",)) and not may_be_urgent(alice, ("bob",))
+    check_urgent(alice, ("alice",), "spool urgent jobs")
+    with pytest.raises(Refused, match="only root and the admins named in onite.toml may spool urgent jobs"):
+        check_urgent(alice, ("bob",), "spool urgent jobs")
+    assert urgent_refusal("alice") == "urgent jobs need an admin; alice is not one"
