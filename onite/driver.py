@@ -51,7 +51,7 @@ from onite.names import SIDE, is_valid_name
 from onite.notify import Notifier
 from onite.policy import may_be_urgent, may_touch, urgent_refusal, window_end
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay
-from onite.state import JobState, Outcome, Result
+from onite.state import JobState, Outcome, Result, unrun_result
 
 POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
@@ -731,27 +731,32 @@ class Driver:
                 job, _ = self._read_job(cand.path)
             except (OSError, JobFormatError, BadFile):
                 job = None
-        result = Result(
-            name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid),
-            priority=job.priority if job else cand.rank, urgent=cand.rank == 0, state=JobState.FAILED,
-            reason=reason, exit_code=None, signal=None, host=self.host,
-            submitted=job.submitted if job else now, queued=None, started=None, finished=now,
-            attempt=job.attempt if job else 1, attempts=job.tried if job else (), recur=job.recur if job else None,
+        result = unrun_result(
+            name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED, reason=reason,
+            host=self.host, now=now, priority=job.priority if job else cand.rank, urgent=cand.rank == 0,
+            submitted=job.submitted if job else None, attempt=job.attempt if job else 1,
+            attempts=job.tried if job else (), recur=job.recur if job else None,
             stderr="separate" if job and job.stderr_separate else "merged",
         )
+        if self._file_unrun(result, JobState.QUEUED, cand.path, "failing", gone_ok=True):
+            self._forget(cand)
+            self.log.event("failed", cand.name, user=result.user, reason=reason)
+            self.notifier.notify(result, job, self.config)
+
+    def _file_unrun(self, result: Result, old: JobState, path: Path, why: str, *, gone_ok: bool = False) -> bool:
+        """File a job that never ran (or whose run nobody saw end): write its result, move it from
+        ``path`` into jobsdone/, count it. False if that failed (logged). ``gone_ok``: a file that
+        is gone already (a cancel or another host took it) counts as filed.
+        """
         try:
             sp.write_result(self.spool, result)
-            sp.change_state(cand.name, JobState.QUEUED, JobState.FAILED, cand.path, self.spool.done_dir / cand.name,
-                            "failing")
-        except NotFound:
-            pass
+            sp.change_state(result.name, old, result.state, path, self.spool.done_dir / result.name, why)
         except OniteError as err:
-            self.log.event("error", cand.name, error=str(err))
-            return
-        self._forget(cand)
-        self.counts["failed"] += 1
-        self.log.event("failed", cand.name, user=result.user, reason=reason)
-        self.notifier.notify(result, job, self.config)
+            if not (gone_ok and isinstance(err, NotFound)):
+                self.log.event("error", result.name, error=str(err))
+                return False
+        self.counts[str(result.state)] += 1
+        return True
 
     def _refuse(self, cand: Candidate, st: os.stat_result | None, reason: str) -> None:
         self._forget(cand)
@@ -774,9 +779,8 @@ class Driver:
         self.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(self.spool.root)))
         if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode):
             now = self.now()
-            result = Result(name=name, uid=st.st_uid, user=owner, priority=0, urgent=False, state=JobState.FAILED,
-                            reason=f"refused: {reason}", exit_code=None, signal=None, host=self.host,
-                            submitted=now, queued=None, started=None, finished=now, attempt=1)
+            result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
+                                  reason=f"refused: {reason}", host=self.host, now=now)
             try:
                 sp.write_result(self.spool, result)
             except OniteError:
@@ -981,23 +985,16 @@ class Driver:
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
         started = datetime.fromisoformat(info["started"]) if info.get("started") else None
-        reason = "interrupted: the driver died (recovered)"
-        result = Result(
-            name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), priority=job.priority if job else 0,
-            urgent=bool(job and job.urgent), state=JobState.FAILED, reason=reason, exit_code=None, signal=None,
-            host=self.host, submitted=job.submitted if job else now, queued=None, started=started, finished=now,
-            attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=info.get("run_id", ""),
+        result = unrun_result(
+            name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
+            reason="interrupted: the driver died (recovered)", host=self.host, now=now,
+            priority=job.priority if job else 0, urgent=bool(job and job.urgent), submitted=job.submitted if job else None,
+            started=started, attempt=job.attempt if job else 1, attempts=job.tried if job else (),
+            run_id=info.get("run_id", ""),
         )
-        try:
-            sp.write_result(self.spool, result)
-            sp.change_state(name, JobState.RUNNING, JobState.FAILED, path, self.spool.done_dir / name,
-                            "failing an interrupted job")
-        except OniteError as err:
-            self.log.event("error", name, error=str(err))
-            return
-        self.counts["failed"] += 1
-        self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
-        self.notifier.notify(result, job, self.config)
+        if self._file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
+            self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
+            self.notifier.notify(result, job, self.config)
 
     # ---- retention -------------------------------------------------------------------
 

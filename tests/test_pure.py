@@ -308,3 +308,16 @@ def test_urgent_needs_an_admin():
     with pytest.raises(Refused, match="only root and the admins named in onite.toml may spool urgent jobs"):
         check_urgent(alice, ("bob",), "spool urgent jobs")
     assert urgent_refusal("alice") == "urgent jobs need an admin; alice is not one"
+
+
+def test_the_result_of_a_job_that_never_ran():
+    from onite.state import JobState, unrun_result
+
+    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.FAILED, reason="refused: x", host="h", now=NOW)
+    assert (rec.exit_code, rec.signal, rec.queued, rec.started, rec.duration) == (None, None, None, None, None)
+    assert rec.submitted == rec.finished == NOW and (rec.priority, rec.urgent, rec.attempt, rec.attempts) == (0, False, 1, ())
+    assert (rec.run_id, rec.recur, rec.stderr, rec.executor) == ("", None, "merged", "local")
+    started = NOW - timedelta(hours=1)
+    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.CANCELLED, reason="cancelled by bob", host="",
+                       now=NOW, priority=3, submitted=started - timedelta(hours=1), started=started, run_id="r1")
+    assert rec.to_json()["duration"] == 3600.0 and rec.priority == 3 and rec.run_id == "r1"
