@@ -990,7 +990,8 @@ class Driver:
             reason="interrupted: the driver died (recovered)", host=self.host, now=now,
             priority=job.priority if job else 0, urgent=bool(job and job.urgent), submitted=job.submitted if job else None,
             started=started, attempt=job.attempt if job else 1, attempts=job.tried if job else (),
-            run_id=info.get("run_id", ""),
+            run_id=info.get("run_id", ""), recur=job.recur if job else None,
+            stderr="separate" if job and job.stderr_separate else "merged",
         )
         if self._file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
             self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
