@@ -150,7 +150,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     """
     from onite.filecheck import SLACK
     from onite.jobfile import decode
-    from onite.state import JobState, Result
+    from onite.state import JobState, unrun_result
 
     name = pending.name.partition(SIDE)[0]
     try:
@@ -168,11 +168,9 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
         priority, urgent, submitted = job.priority, job.urgent, job.submitted
     except Exception:  # a damaged file is still filed: the cancel must not fail on it
         job, priority, urgent, submitted = None, rank or 0, rank == 0, now
-    result = Result(
-        name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), priority=priority, urgent=urgent,
-        state=JobState.CANCELLED, reason=f"cancelled by {by}", exit_code=None, signal=None, host="",
-        submitted=submitted, queued=None, started=None, finished=now, attempt=1,
-    )
+    result = unrun_result(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.CANCELLED,
+                          reason=f"cancelled by {by}", host="", now=now, priority=priority, urgent=urgent,
+                          submitted=submitted)
     sp.write_result(spool, result)
     sp.move(pending, spool.done_dir / name, "filing the cancelled job")
     return result, job

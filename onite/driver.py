@@ -42,16 +42,16 @@ from onite.config import Config, default_host
 from onite.deps import dependency_state
 from onite.errors import JobFormatError, NotFound, OniteError, Refused
 from onite.executor import LocalRunner, Run, SpawnError, Unavailable
-from onite.filecheck import BadFile, file_problem, read_job_file
+from onite.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.identity import Identity, resolve
 from onite.index import Candidate, QueueIndex
 from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
 from onite.names import SIDE, is_valid_name
 from onite.notify import Notifier
-from onite.policy import is_admin, may_touch, window_end
+from onite.policy import may_be_urgent, may_touch, urgent_refusal, window_end
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay
-from onite.state import JobState, Outcome, Result
+from onite.state import JobState, Outcome, Result, unrun_result
 
 POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
@@ -460,7 +460,7 @@ class Driver:
             self.index.reorder(cand, st.st_ctime_ns)
             return _Inspected("moved")
         problem = self._file_problem(st)
-        if problem == "settling":
+        if problem is SETTLING:
             return _Inspected("settling", st)
         if problem:
             return _Inspected("bad", st, reason=problem)
@@ -471,7 +471,7 @@ class Driver:
                                reason=f"this driver runs as {sp.user_name(self.euid)} and runs only its own jobs")
             return _Inspected("foreign", st)
         if cand.rank == 0 and not self._may_be_urgent(st.st_uid):
-            return _Inspected("bad", st, reason=f"urgent jobs need an admin; {sp.user_name(st.st_uid)} is not one")
+            return _Inspected("bad", st, reason=urgent_refusal(sp.user_name(st.st_uid)))
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
         cached = self._meta.get(cand.name)
         if cached and cached[0] == key:
@@ -491,9 +491,10 @@ class Driver:
             self._parsed.pop(next(iter(self._parsed)))
         return _Inspected("ok", st, meta)
 
-    def _file_problem(self, st: os.stat_result) -> str:
-        """Why a queued file must never run, or "" if it may (docs/security.md)."""
-        return file_problem(st, max_size=self.config.max_job_size, now_ns=time.time_ns(), resolve_uid=self._resolve)
+    def _file_problem(self, st: os.stat_result, *, may_settle: bool = True) -> str | Settling:
+        """Why a queued file must never run, SETTLING, or "" if it may (docs/security.md)."""
+        return file_problem(st, max_size=self.config.max_job_size, now_ns=time.time_ns(), resolve_uid=self._resolve,
+                            may_settle=may_settle)
 
     def _resolve(self, uid: int) -> Identity:
         """``resolve(uid)``, remembered for IDENTITY_TTL seconds.
@@ -522,7 +523,7 @@ class Driver:
             ident = self._resolve(uid)
         except Refused:
             return False
-        return is_admin(uid, ident.name, ident.group_names(), self.config.admins)
+        return may_be_urgent(ident, self.config.admins)
 
     def _read_job(self, path: Path) -> tuple[Job, os.stat_result]:
         return read_job_file(path, self.config.max_job_size)
@@ -549,9 +550,9 @@ class Driver:
         except (JobFormatError, BadFile, OSError) as err:
             self._refuse_claimed(cand.name, target, st_seen, str(err))
             return
-        problem = self._file_problem(st)
+        problem = self._file_problem(st, may_settle=False)  # claimed: no submit links it any more
         if problem:
-            self._refuse_claimed(cand.name, target, st, problem.replace("settling", "has 2 hard links"))
+            self._refuse_claimed(cand.name, target, st, problem)
             return
         owner = self._resolve(st.st_uid)
         self._seq += 1
@@ -730,27 +731,32 @@ class Driver:
                 job, _ = self._read_job(cand.path)
             except (OSError, JobFormatError, BadFile):
                 job = None
-        result = Result(
-            name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid),
-            priority=job.priority if job else cand.rank, urgent=cand.rank == 0, state=JobState.FAILED,
-            reason=reason, exit_code=None, signal=None, host=self.host,
-            submitted=job.submitted if job else now, queued=None, started=None, finished=now,
-            attempt=job.attempt if job else 1, attempts=job.tried if job else (), recur=job.recur if job else None,
+        result = unrun_result(
+            name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED, reason=reason,
+            host=self.host, now=now, priority=job.priority if job else cand.rank, urgent=cand.rank == 0,
+            submitted=job.submitted if job else None, attempt=job.attempt if job else 1,
+            attempts=job.tried if job else (), recur=job.recur if job else None,
             stderr="separate" if job and job.stderr_separate else "merged",
         )
+        if self._file_unrun(result, JobState.QUEUED, cand.path, "failing", gone_ok=True):
+            self._forget(cand)
+            self.log.event("failed", cand.name, user=result.user, reason=reason)
+            self.notifier.notify(result, job, self.config)
+
+    def _file_unrun(self, result: Result, old: JobState, path: Path, why: str, *, gone_ok: bool = False) -> bool:
+        """File a job that never ran (or whose run nobody saw end): write its result, move it from
+        ``path`` into jobsdone/, count it. False if that failed (logged). ``gone_ok``: a file that
+        is gone already (a cancel or another host took it) counts as filed.
+        """
         try:
             sp.write_result(self.spool, result)
-            sp.change_state(cand.name, JobState.QUEUED, JobState.FAILED, cand.path, self.spool.done_dir / cand.name,
-                            "failing")
-        except NotFound:
-            pass
+            sp.change_state(result.name, old, result.state, path, self.spool.done_dir / result.name, why)
         except OniteError as err:
-            self.log.event("error", cand.name, error=str(err))
-            return
-        self._forget(cand)
-        self.counts["failed"] += 1
-        self.log.event("failed", cand.name, user=result.user, reason=reason)
-        self.notifier.notify(result, job, self.config)
+            if not (gone_ok and isinstance(err, NotFound)):
+                self.log.event("error", result.name, error=str(err))
+                return False
+        self.counts[str(result.state)] += 1
+        return True
 
     def _refuse(self, cand: Candidate, st: os.stat_result | None, reason: str) -> None:
         self._forget(cand)
@@ -773,9 +779,8 @@ class Driver:
         self.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(self.spool.root)))
         if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode):
             now = self.now()
-            result = Result(name=name, uid=st.st_uid, user=owner, priority=0, urgent=False, state=JobState.FAILED,
-                            reason=f"refused: {reason}", exit_code=None, signal=None, host=self.host,
-                            submitted=now, queued=None, started=None, finished=now, attempt=1)
+            result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
+                                  reason=f"refused: {reason}", host=self.host, now=now)
             try:
                 sp.write_result(self.spool, result)
             except OniteError:
@@ -980,23 +985,17 @@ class Driver:
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
         started = datetime.fromisoformat(info["started"]) if info.get("started") else None
-        reason = "interrupted: the driver died (recovered)"
-        result = Result(
-            name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), priority=job.priority if job else 0,
-            urgent=bool(job and job.urgent), state=JobState.FAILED, reason=reason, exit_code=None, signal=None,
-            host=self.host, submitted=job.submitted if job else now, queued=None, started=started, finished=now,
-            attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=info.get("run_id", ""),
+        result = unrun_result(
+            name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
+            reason="interrupted: the driver died (recovered)", host=self.host, now=now,
+            priority=job.priority if job else 0, urgent=bool(job and job.urgent), submitted=job.submitted if job else None,
+            started=started, attempt=job.attempt if job else 1, attempts=job.tried if job else (),
+            run_id=info.get("run_id", ""), recur=job.recur if job else None,
+            stderr="separate" if job and job.stderr_separate else "merged",
         )
-        try:
-            sp.write_result(self.spool, result)
-            sp.change_state(name, JobState.RUNNING, JobState.FAILED, path, self.spool.done_dir / name,
-                            "failing an interrupted job")
-        except OniteError as err:
-            self.log.event("error", name, error=str(err))
-            return
-        self.counts["failed"] += 1
-        self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
-        self.notifier.notify(result, job, self.config)
+        if self._file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
+            self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
+            self.notifier.notify(result, job, self.config)
 
     # ---- retention -------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from onite.identity import Identity
 from onite.jobfile import Job
+from onite.names import job_label
 
 
 class SpawnError(Exception):
@@ -120,7 +121,7 @@ def spawn(launch: Launch, body: bytes, output_fd: int, name: str, stderr_fd: int
     fit for the result record."""
     cwd = launch.cwd
     check_directory(cwd)
-    script_fd = os.memfd_create(f"onite:{name}", 0)
+    script_fd = os.memfd_create(job_label(name), 0)
     try:
         view = memoryview(body)
         while view:
@@ -279,9 +280,11 @@ def process_start_ticks(pid: int) -> int | None:
 # ---- the local runner: every job the driver started on this machine -------------
 
 import time as _time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
-from onite.state import Outcome, outcome_from_status
+from onite.state import Outcome, outcome_from_status, stopped_outcome
 
 
 @dataclass(eq=False)
@@ -311,6 +314,25 @@ class Run:
 def attempt_marker(run: Run) -> str:
     """The line a retry's output starts with, in each output file of the job."""
     return f"\n[onite] attempt {run.attempt} of {run.name}, {run.started:%Y-%m-%d %H:%M:%S}\n"
+
+
+@contextmanager
+def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity: Identity | None, *,
+                append: bool) -> Iterator[tuple[int, int | None]]:
+    """The run's output files (``open_outputs``), open while the block runs: its stdout file and,
+    when kept apart, its stderr file; a retry (``append``) adds to them after its attempt marker.
+
+    Raises:
+        SpawnError: a file cannot be created or written (nothing is left open).
+    """
+    out, err = open_outputs(stdout_path, stderr_path, identity, append=append,
+                            marker=attempt_marker(run) if append else None)
+    try:
+        yield out, err
+    finally:
+        os.close(out)
+        if err is not None:
+            os.close(err)
 
 
 class Runner:
@@ -380,14 +402,8 @@ class LocalRunner(Runner):
             # Switching to the ids we already have changes nothing, and asking for it
             # costs a full fork() instead of vfork() (CPython will not vfork to setuid).
             launch = replace(launch, identity=None)
-        out, err = open_outputs(output_path, stderr_path, launch.identity, append=append,
-                                marker=attempt_marker(run) if append else None)
-        try:
+        with run_outputs(run, output_path, stderr_path, launch.identity, append=append) as (out, err):
             run.process = spawn(launch, run.job.body, out, run.name, err)
-        finally:
-            os.close(out)
-            if err is not None:
-                os.close(err)
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         self.runs.append(run)
@@ -435,16 +451,8 @@ class LocalRunner(Runner):
             if run.process is not None and kill_group(run.process.pgid, signal.SIGTERM):
                 # the leader left children behind: they get the grace period, then SIGKILL
                 self._orphans.append((run.process.pgid, _time.monotonic() + self.kill_grace))
-            outcome = outcome_from_status(status)
-            if run.stopping == "timeout":
-                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal, timed_out=True)
-            elif run.stopping == "cancel":
-                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal,
-                                  cancelled_by=run.cancelled_by or "?")
-            elif run.stopping == "shutdown":
-                outcome = Outcome(exit_code=outcome.exit_code, signal=outcome.signal,
-                                  reason="interrupted: the driver was stopped")
-            finished.append((run, outcome))
+            ended = outcome_from_status(status)
+            finished.append((run, stopped_outcome(ended, run.stopping, run.cancelled_by) or ended))
         if finished:
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]

@@ -29,17 +29,32 @@ class BadFile(Exception):
     """A spool file that is not a job (or template) onite may act on."""
 
 
-def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid=resolve) -> str:
-    """Why a spool file must never be acted on, "settling" if it is a submit's
+class Settling:
+    """The type of SETTLING (it has that one value)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SETTLING"
+
+
+SETTLING = Settling()  # not a problem, not yet trusted: a submit's link-then-unlink in progress
+
+
+def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid=resolve,
+                 may_settle: bool = True) -> str | Settling:
+    """Why a spool file must never be acted on, SETTLING if it is a submit's
     link-then-unlink in progress (look again soon), or "" if it may be trusted.
     ``resolve_uid`` looks up the owner's account (the driver passes one that remembers).
+    ``may_settle=False``: the file can no longer be settling (the driver has claimed
+    it), so a second hard link is a problem like any other.
     """
     if stat.S_ISLNK(st.st_mode):
         return "a symbolic link, not a job file"
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file (a fifo, device or folder)"
     if st.st_nlink != 1:
-        return "settling" if is_settling(st, now_ns) else f"has {st.st_nlink} hard links"
+        return SETTLING if may_settle and is_settling(st, now_ns) else f"has {st.st_nlink} hard links"
     if st.st_mode & 0o022:
         return "writable by users other than its owner"
     if st.st_mode & (stat.S_ISUID | stat.S_ISGID):

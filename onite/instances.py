@@ -30,10 +30,10 @@ from pathlib import Path
 
 from onite import spool as sp
 from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
-from onite.filecheck import BadFile, file_problem, read_job_file
+from onite.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.identity import resolve
 from onite.jobfile import Job, encode
-from onite.policy import is_admin
+from onite.policy import may_be_urgent, urgent_refusal
 from onite.recur import RULE_KEYS, rule_fields, rule_of, template_files
 
 STATE_FORMAT = 1
@@ -204,7 +204,7 @@ class RecurScheduler:
 
         config = self.spool.config
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns())
-        if problem == "settling":
+        if problem is SETTLING:
             self._refreshed = float("-inf")  # look again at the next chance
             return None
         if not problem and self.euid != 0 and st.st_uid != self.euid:
@@ -305,9 +305,8 @@ class RecurScheduler:
         except Refused as err:
             self.log.event("recur-refused", name, reason=str(err))
             return None
-        if job.urgent and not is_admin(owner.uid, owner.name, owner.group_names(), self.spool.config.admins):
-            self.log.event("recur-refused", job.name, template=name, user=owner.name,
-                           reason=f"urgent jobs need an admin; {owner.name} is not one")
+        if job.urgent and not may_be_urgent(owner, self.spool.config.admins):
+            self.log.event("recur-refused", job.name, template=name, user=owner.name, reason=urgent_refusal(owner.name))
             return None
         if sp.is_live(self.spool, job.name) or self.spool.result_path(job.name).exists():
             self.log.event("recur-skip", job.name, template=name, reason="this fire was spooled already")

@@ -20,6 +20,11 @@ MAX_NAME = 100
 SIDE = "@"  # separates a job name from the kind of a spool side file
 
 
+def job_label(name: str) -> str:
+    """``onite:NAME``: the job's name outside the spool, as its Slurm job name and its script's memfd."""
+    return f"onite:{name}"
+
+
 def is_valid_name(name: str) -> bool:
     return NAME_PATTERN.fullmatch(name) is not None
 

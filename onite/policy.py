@@ -13,6 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
+from typing import TYPE_CHECKING
+
+from onite.errors import Refused
+
+if TYPE_CHECKING:
+    from onite.identity import Identity
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,26 @@ def is_admin(uid: int, user: str, groups: Iterable[str], admins: Iterable[str]) 
         elif admin == user:
             return True
     return False
+
+
+def may_be_urgent(identity: Identity, admins: Iterable[str]) -> bool:
+    """May ``identity`` have jobs run urgent (root, or an admin named in onite.toml)?"""
+    return is_admin(identity.uid, identity.name, identity.group_names(), admins)
+
+
+def check_urgent(identity: Identity, admins: Iterable[str], what: str) -> None:
+    """Refuse a user who asks for urgent jobs without the right (``what``: "spool urgent jobs").
+
+    Raises:
+        Refused: ``identity`` may not have jobs run urgent.
+    """
+    if not may_be_urgent(identity, admins):
+        raise Refused(f"only root and the admins named in onite.toml may {what}", "drop --urgent, or ask an admin")
+
+
+def urgent_refusal(user: str) -> str:
+    """The reason an urgent job of ``user``, who is no admin, is never run."""
+    return f"urgent jobs need an admin; {user} is not one"
 
 
 def may_touch(caller_uid: int, owner_uid: int, own_only: bool) -> bool:

@@ -31,7 +31,7 @@ from onite.filecheck import BadFile, read_job_file
 from onite.identity import Identity
 from onite.jobfile import Job, encode
 from onite.names import MAX_NAME, SIDE, check_name, is_valid_name
-from onite.policy import is_admin
+from onite.policy import check_urgent
 
 RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
 # An instance adds "-YYYYMMDDTHHMM" (14), seconds (2), microseconds (6) and ".2" (2).
@@ -127,9 +127,8 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
     check_notify(config, job.notify)
     job = replace(job, extra=job.extra + rule_fields(rule))
     spool.check()
-    if request.urgent and not is_admin(caller.uid, caller.name, caller.group_names(), config.admins):
-        raise Refused("only root and the admins named in onite.toml may add urgent recurring jobs",
-                      "drop --urgent, or ask an admin")
+    if request.urgent:
+        check_urgent(caller, config.admins, "add urgent recurring jobs")
     if not spool.recur_dir.is_dir():
         raise SpoolError(f"{spool.recur_dir} is missing (a spool made by an older onite)",
                             "run onite init to add it")

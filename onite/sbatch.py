@@ -25,6 +25,7 @@ import shlex
 from datetime import timedelta
 
 from onite.config import SlurmConfig
+from onite.names import job_label
 
 # The kernel refuses execve() when one "NAME=value" string exceeds this
 # (MAX_ARG_STRLEN = 32 pages); slurmstepd would then fail the job late and obscurely.
@@ -153,7 +154,7 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
     argv += [
         b"--parsable",
         b"--no-requeue",  # a job that ran once must not run again behind onite's back (node failure)
-        f"--job-name=onite:{name}".encode(),
+        f"--job-name={job_label(name)}".encode(),
         b"--chdir=" + cwd,
         b"--output=" + output_pattern(output),
         *([b"--error=" + output_pattern(error)] if error is not None else []),

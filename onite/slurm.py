@@ -31,7 +31,8 @@ from pathlib import Path
 from onite import sbatch, squeue
 from onite.config import Config
 from onite.errors import ConfigError
-from onite.executor import Run, Runner, SpawnError, Unavailable, attempt_marker, check_directory, open_outputs
+from onite.executor import Run, Runner, SpawnError, Unavailable, check_directory, run_outputs
+from onite.names import job_label
 from onite.state import Outcome
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
@@ -100,10 +101,8 @@ class SlurmRunner(Runner):
         check_directory(job.cwd)
         output = Path(os.path.abspath(output_path))
         error = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
-        # Created here, for the owner, so that Slurm (which opens them as the owner) only appends.
-        for fd in open_outputs(output, error, identity, append=append, marker=attempt_marker(run) if append else None):
-            if fd is not None:
-                os.close(fd)
+        with run_outputs(run, output, error, identity, append=append):
+            pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         run.external_id = self._submit(run, script, env, output, error)
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
@@ -148,7 +147,7 @@ class SlurmRunner(Runner):
 
     def _cancel_by_name(self, run: Run) -> None:
         """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
-        self._run_tool([self.scancel, "--quiet", f"--name=onite:{run.name}", f"--user={run.owner.uid}"])
+        self._run_tool([self.scancel, "--quiet", f"--name={job_label(run.name)}", f"--user={run.owner.uid}"])
 
     # ---- stopping ----------------------------------------------------------------
 
@@ -165,7 +164,7 @@ class SlurmRunner(Runner):
         self.stop(run, why)
 
     def _cancel(self, run: Run) -> None:
-        self._scancel(run.external_id, f"onite:{run.name}")
+        self._scancel(run.external_id, job_label(run.name))
         now = time.monotonic()
         run.kill_at = now + RECANCEL
         # a cancelled job usually ends within milliseconds: look again soon, not a whole poll later
@@ -196,7 +195,7 @@ class SlurmRunner(Runner):
         finished = []
         for run in self.runs:
             status = answer.get(run.external_id)
-            if status is None or status.name != f"onite:{run.name}":
+            if status is None or status.name != job_label(run.name):
                 finished.append((run, squeue.lost(run.external_id)))
                 continue
             self._note_start(run, status)
@@ -275,7 +274,7 @@ class SlurmRunner(Runner):
 
     def runinfo(self, run: Run) -> dict:
         """What recovery needs: the Slurm job id (the driver also stores it as external_id)."""
-        return {"slurm_job_id": run.external_id, "slurm_name": f"onite:{run.name}"}
+        return {"slurm_job_id": run.external_id, "slurm_name": job_label(run.name)}
 
     def reattach(self, run: Run) -> bool:
         """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
@@ -285,7 +284,7 @@ class SlurmRunner(Runner):
             known = True
         else:
             status = answer.get(run.external_id)
-            known = status is not None and status.name == f"onite:{run.name}"
+            known = status is not None and status.name == job_label(run.name)
         if not known:
             return False
         self.runs.append(run)
@@ -295,7 +294,7 @@ class SlurmRunner(Runner):
     def recover(self, info: dict, grace: float) -> str:
         """A run that could not be re-attached: make sure no Slurm job of it is left."""
         job_id = info.get("external_id") or info.get("slurm_job_id")
-        name = info.get("slurm_name") or (f"onite:{info['name']}" if info.get("name") else None)
+        name = info.get("slurm_name") or (job_label(info["name"]) if info.get("name") else None)
         if not job_id:
             return "it had not reached Slurm"
         answer = self._query([job_id])

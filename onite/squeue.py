@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from onite.state import Outcome
+from onite.state import Outcome, stopped_outcome
 
 FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "Name")
 FORMAT = ",".join(f"{field}:|" for field in FIELDS)  # ":|" = natural width, then a "|" separator
@@ -122,13 +122,8 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
     if state == "TIMEOUT":
         return Outcome(exit_code=exit_code, signal=signal, timed_out=True)
     if state == "CANCELLED":
-        if stopping == "timeout":
-            return Outcome(exit_code=exit_code, signal=signal, timed_out=True)
-        if stopping == "cancel":
-            return Outcome(exit_code=exit_code, signal=signal, cancelled_by=cancelled_by or "?")
-        if stopping == "shutdown":
-            return Outcome(exit_code=exit_code, signal=signal, reason="interrupted: the driver was stopped")
-        return Outcome(exit_code=exit_code, signal=signal, cancelled_by="scancel, outside onite")
+        return (stopped_outcome(Outcome(exit_code=exit_code, signal=signal), stopping, cancelled_by)
+                or Outcome(exit_code=exit_code, signal=signal, cancelled_by="scancel, outside onite"))
     detail = f" ({job.reason})" if job.reason and job.reason != "None" else ""
     return Outcome(exit_code=exit_code, signal=signal, reason=f"ended by Slurm: {state}{detail}",
                    retryable=state in RETRYABLE)

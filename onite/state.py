@@ -108,6 +108,21 @@ def outcome_from_status(status: int) -> Outcome:
     return Outcome(exit_code=os.waitstatus_to_exitcode(status))
 
 
+def stopped_outcome(ended: Outcome, stopping: str | None, cancelled_by: str | None) -> Outcome | None:
+    """How an attempt that onite stopped is recorded, or None if onite did not stop it.
+
+    ``stopping`` is why onite stopped it ("timeout", "cancel", "shutdown");
+    ``ended`` carries the exit code or signal it ended with, which are kept.
+    """
+    if stopping == "timeout":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, timed_out=True)
+    if stopping == "cancel":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, cancelled_by=cancelled_by or "?")
+    if stopping == "shutdown":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, reason="interrupted: the driver was stopped")
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Result:
     """The result record of a finished job: ``jobsdone/NAME@result`` (JSON, world-readable)."""
@@ -199,3 +214,17 @@ class Result:
 
     def with_state(self, state: JobState, reason: str) -> "Result":
         return replace(self, state=state, reason=reason)
+
+
+def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str, host: str, now: datetime,
+                 priority: int = 0, urgent: bool = False, submitted: datetime | None = None,
+                 started: datetime | None = None, attempt: int = 1, attempts: tuple[Attempt, ...] = (),
+                 run_id: str = "", recur: str | None = None, stderr: str = "merged") -> Result:
+    """The result record of a job no run of which was seen to end: refused, failed or cancelled
+    before it started, or failed by recovery after its driver died (``started``: when that driver
+    started it). No exit code, no signal, no queue time; it finished ``now``, and was submitted
+    ``now`` unless ``submitted`` says otherwise.
+    """
+    return Result(name=name, uid=uid, user=user, priority=priority, urgent=urgent, state=state, reason=reason,
+                  exit_code=None, signal=None, host=host, submitted=submitted or now, queued=None, started=started,
+                  finished=now, attempt=attempt, attempts=attempts, run_id=run_id, recur=recur, stderr=stderr)

@@ -18,7 +18,7 @@ from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
 from onite.jobfile import Job, encode
 from onite.names import check_base, check_name, unique_name
-from onite.policy import cutoff_state, is_admin
+from onite.policy import check_urgent, cutoff_state
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,9 +267,8 @@ def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller:
         Refused: urgent without the right, cutoff passed, or a driver runs under check_lock.
     """
     config = spool.config
-    if request.urgent and not is_admin(caller.uid, caller.name, caller.group_names(), config.admins):
-        raise Refused("only root and the admins named in onite.toml may spool urgent jobs",
-                      "drop --urgent, or ask an admin")
+    if request.urgent:
+        check_urgent(caller, config.admins, "spool urgent jobs")
     state = cutoff_state(now, config.cutoff, config.until)
     if state.closed:
         reopens = state.reopens.strftime("%H:%M on %Y-%m-%d") if state.reopens else "later"

@@ -162,3 +162,11 @@ def test_recovery_with_on_interrupt_fail(spool, workdir):
     drain(spool)
     rec = result(spool, "doomed")
     assert rec["state"] == "failed" and "interrupted" in rec["reason"]
+
+
+def test_a_job_failed_by_recovery_keeps_where_its_stderr_went(spool, workdir):
+    set_config(spool, on_interrupt="fail", stderr_separate=True)
+    kill_driver_mid_job(spool, workdir, "doomed")
+    drain(spool)
+    rec = result(spool, "doomed")
+    assert rec["state"] == "failed" and rec["stderr"] == "separate"  # docs/spool-format.md: where its stderr went

@@ -72,3 +72,32 @@ def test_a_missing_interpreter_and_a_vanished_directory_are_reasons(spool, workd
     drain_with_an_inherited_descriptor(spool, workdir)
     assert result(spool, "nointerp")["reason"] == "cannot start /nonexistent/interp: no such file"
     assert result(spool, "nodir")["reason"] == f"its directory {gone} no longer exists"
+
+
+def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
+    from datetime import datetime
+
+    from onite.executor import Run, run_outputs
+    from onite.identity import current
+    from onite.jobfile import Job
+
+    out_path, err_path = tmp_path / "j", tmp_path / "j@stderr"
+    out_path.write_bytes(b"first\n")
+    job = Job(name="j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
+              cwd=b"/", env={}, body=b"true\n", attempt=2)
+    run = Run(name="j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
+              started_mono=0.0)
+    with run_outputs(run, out_path, err_path, None, append=True) as (out, err):
+        os.write(out, b"out\n")
+        os.write(err, b"err\n")
+    for fd in (out, err):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        raise AssertionError(f"fd {fd} left open")
+    marker = "\n[onite] attempt 2 of j, 2026-11-22 22:00:00\n"
+    assert out_path.read_text() == f"first\n{marker}out\n" and err_path.read_text() == f"{marker}err\n"
+    with run_outputs(run, out_path, None, None, append=False) as (out, err):
+        assert err is None
+    assert out_path.read_text() == "" and out_path.stat().st_mode & 0o777 == 0o600  # a first run starts afresh

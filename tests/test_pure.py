@@ -9,7 +9,7 @@ import pytest
 from onite.cells import priority_text
 from onite.config import Config, SlurmConfig, parse_config
 from onite.errors import ConfigError, InvalidInput
-from onite.names import check_name, unique_name
+from onite.names import check_name, job_label, unique_name
 from onite.policy import cutoff_state, is_admin, may_touch
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
 from onite.spool import skeleton_config
@@ -42,6 +42,10 @@ def test_unique_name_skips_taken_ones():
     names = [unique_name("report", lambda n: n in taken or taken.add(n) or False) for _ in range(20)]
     assert len(set(names)) == 20 and all(n.startswith("report-") and len(n) == len("report-") + 6 for n in names)
     assert len(unique_name("x" * 100, lambda n: False)) == 100
+
+
+def test_job_label_is_the_name_outside_the_spool():
+    assert job_label("nightly-report") == "onite:nightly-report"
 
 
 # ---- durations and times ------------------------------------------------------------------
@@ -310,3 +314,67 @@ def test_an_empty_hosts_table_keeps_the_spools_slots():
 
     config = parse_config("slots = 3\n[hosts.node1]\n[hosts.node2]\nslots = 8\n")
     assert (config.slots_for("node1"), config.slots_for("node2"), config.slots_for("other")) == (3, 8, 3)
+
+
+# ---- outcomes ------------------------------------------------------------------------------
+
+def test_a_stop_by_onite_keeps_how_the_attempt_ended_and_says_why():
+    from onite.state import Outcome, stopped_outcome
+
+    ended = Outcome(signal=15)
+    assert stopped_outcome(ended, "timeout", None) == Outcome(signal=15, timed_out=True)
+    assert stopped_outcome(ended, "cancel", "bob") == Outcome(signal=15, cancelled_by="bob")
+    assert stopped_outcome(Outcome(exit_code=143), "cancel", None) == Outcome(exit_code=143, cancelled_by="?")
+    shutdown = stopped_outcome(ended, "shutdown", None)
+    assert shutdown.describe() == "interrupted: the driver was stopped" and shutdown.signal == 15
+    assert stopped_outcome(ended, None, None) is None
+
+
+# ---- spool files ------------------------------------------------------------------------------
+
+def test_a_file_being_spooled_is_settling_not_a_problem_until_it_is_claimed():
+    import os
+    import stat
+
+    from onite.filecheck import SETTLING, file_problem
+
+    now_ns = 10**18
+
+    def st(nlink, ctime_ns=now_ns - 10**8):
+        return os.stat_result((stat.S_IFREG | 0o644, 1, 1, nlink, 1000, 1000, 10, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, ctime_ns))
+
+    def problem(s, **kw):
+        return file_problem(s, max_size=1 << 20, now_ns=now_ns, resolve_uid=lambda uid: None, **kw)
+
+    assert problem(st(1)) == ""
+    assert problem(st(2)) is SETTLING
+    assert problem(st(2), may_settle=False) == "has 2 hard links"
+    assert problem(st(2, ctime_ns=now_ns - 3 * 10**9)) == "has 2 hard links"  # too long ago to be a submit
+    assert problem(st(3)) == "has 3 hard links"
+
+
+def test_urgent_needs_an_admin():
+    from onite.errors import Refused
+    from onite.identity import Identity
+    from onite.policy import check_urgent, may_be_urgent, urgent_refusal
+
+    alice = Identity(uid=1000, gid=1000, name="alice", home="/home/alice", shell="/bin/sh", groups=())
+    root = Identity(uid=0, gid=0, name="root", home="/root", shell="/bin/sh", groups=())
+    assert may_be_urgent(root, ()) and may_be_urgent(alice, ("alice",)) and not may_be_urgent(alice, ("bob",))
+    check_urgent(alice, ("alice",), "spool urgent jobs")
+    with pytest.raises(Refused, match="only root and the admins named in onite.toml may spool urgent jobs"):
+        check_urgent(alice, ("bob",), "spool urgent jobs")
+    assert urgent_refusal("alice") == "urgent jobs need an admin; alice is not one"
+
+
+def test_the_result_of_a_job_that_never_ran():
+    from onite.state import JobState, unrun_result
+
+    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.FAILED, reason="refused: x", host="h", now=NOW)
+    assert (rec.exit_code, rec.signal, rec.queued, rec.started, rec.duration) == (None, None, None, None, None)
+    assert rec.submitted == rec.finished == NOW and (rec.priority, rec.urgent, rec.attempt, rec.attempts) == (0, False, 1, ())
+    assert (rec.run_id, rec.recur, rec.stderr, rec.executor) == ("", None, "merged", "local")
+    started = NOW - timedelta(hours=1)
+    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.CANCELLED, reason="cancelled by bob", host="",
+                       now=NOW, priority=3, submitted=started - timedelta(hours=1), started=started, run_id="r1")
+    assert rec.to_json()["duration"] == 3600.0 and rec.priority == 3 and rec.run_id == "r1"
