@@ -203,7 +203,10 @@ def render_status(console, info: StatusInfo) -> None:
     from onite.render import human_duration, jobs_table
     from onite.timeparse import parse_stamp
 
-    console.print(f"spool     {escape(info.spool)}")
+    def say(line: str) -> None:  # one line each, never wrapped: scripts grep it, terminals fold it
+        console.print(line, soft_wrap=True)
+
+    say(f"spool     {escape(info.spool)}")
     if info.drivers:
         for d in info.drivers:
             since = parse_stamp(d.get("since"))
@@ -211,26 +214,26 @@ def render_status(console, info: StatusInfo) -> None:
             detail = ", ".join(x for x in (f"pid {d['pid']}" if d.get("pid") else "",
                                            f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)"
                                            if since else "") if x) or escape(d["holder"] or "pid unknown")
-            console.print(f"driver    [green]running[/] on {escape(d['host'])} ({what}, {detail})")
+            say(f"driver    [green]running[/] on {escape(d['host'])} ({what}, {detail})")
     else:
-        console.print("driver    not running")
+        say("driver    not running")
     if info.next_drain:
         wait = human_duration((info.next_drain - info.now).total_seconds())
-        console.print(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {wait})"
+        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {wait})"
                       + (f", until {info.until}" if info.until else ""))
     else:
-        console.print("next run  none scheduled (schedule is empty)")
+        say("next run  none scheduled (schedule is empty)")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
-    console.print(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
+    say(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
     label = "waiting  "
     for row in info.waiting:
         pri = priority_text(row["urgent"], row["priority"])
         reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
         colour = "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"
-        console.print(f"{label} {escape(row['name'])} ({escape(row['user'])}, {pri}): [{colour}]{escape(reason)}[/]")
+        say(f"{label} {escape(row['name'])} ({escape(row['user'])}, {pri}): [{colour}]{escape(reason)}[/]")
         label = "         "
     if info.not_examined:
-        console.print(f"{label} …and {info.not_examined} more not examined")
+        say(f"{label} …and {info.not_examined} more not examined")
     day = info.last_night
     if day:
         c = day["counts"]
@@ -238,14 +241,14 @@ def render_status(console, info: StatusInfo) -> None:
         if day["failed"]:
             more = day["failed_total"] - len(day["failed"])
             failed = " (" + ", ".join(escape(n) for n in day["failed"]) + (f", … {more} more" if more else "") + ")"
-        console.print(f"last night [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
+        say(f"last night [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
                       f"{c['cancelled']} cancelled (onite report --night {day['night']})")
     if info.running:
-        console.print(f"running   {len(info.running)}")
+        say(f"running   {len(info.running)}")
         console.print(jobs_table(info.running, info.now, detailed=True))
     for rec in info.recurring:
         when = datetime.fromisoformat(rec["next"])
         wait = human_duration((when - info.now).total_seconds())
         pri = priority_text(rec.get("urgent"), rec.get("priority"), unknown="?")
-        console.print(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
+        say(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
                       f"next {when:%Y-%m-%d %H:%M} (in {wait})")

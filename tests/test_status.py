@@ -71,23 +71,35 @@ def test_a_dependency_that_failed_says_the_job_will_fail(spool):
 
 
 def test_last_night(spool):
-    for name in ("ok1", "ok2"):
-        submit(name, "true\n")
-    submit("bad", "exit 3\n")
-    submit("gone", "true\n")
-    assert run_cli(["cancel", "gone"]).code == 0
-    assert drain(spool).returncode == 0
+    """Last night is the night of yesterday, noon to noon, whatever the time of day the test runs."""
+    from datetime import date, timedelta
+
+    from onite import spool as sp
+    from onite.state import JobState, Result
+
+    yesterday = date.today() - timedelta(days=1)
+
+    def record(name: str, state: str, finished_hour: int, day: date = yesterday, reason: str = "") -> None:
+        finished = datetime(day.year, day.month, day.day, finished_hour).astimezone()
+        sp.write_result(sp.Spool(spool), Result(
+            name=name, uid=os.geteuid(), user="root", priority=4, urgent=False, state=JobState(state), reason=reason,
+            exit_code={"done": 0, "failed": 3}.get(state), signal=None, host="vm", submitted=finished,
+            queued=None, started=finished - timedelta(minutes=5), finished=finished, attempt=1))
+
+    record("ok1", "done", 20)
+    record("ok2", "done", 23)
+    record("bad", "failed", 21, reason="exit 3")
+    record("late", "failed", 22, reason="timeout")
+    record("gone", "cancelled", 19, reason="cancelled by root")
+    record("before", "failed", 11, reason="exit 1")  # yesterday morning: the night before
+    record("tonight", "failed", 13, day=date.today(), reason="exit 1")  # today after noon: tonight's
     doc = run_cli(["status", "--json"]).json()
     day = doc["last_night"]
-    from datetime import date, datetime, timedelta
-
-    yesterday = (date.today() - timedelta(days=1)).isoformat()
-    assert day["night"] == yesterday and day["since"].startswith(f"{yesterday}T12:00")
-    assert day["counts"] == {"done": 2, "failed": 1, "cancelled": 1} and day["timed_out"] == 0
-    assert day["failed"] == ["bad"] and day["failed_total"] == 1
-    if datetime.now().hour < 12:  # in the morning last night is still going on: tonight's jobs are in it
-        assert f"last night 2 done, 1 failed (bad), 1 cancelled (onite report --night {yesterday})" \
-            in run_cli(["status"]).out
+    assert day["night"] == yesterday.isoformat() and day["since"].startswith(f"{yesterday.isoformat()}T12:00")
+    assert day["counts"] == {"done": 2, "failed": 2, "cancelled": 1} and day["timed_out"] == 1
+    assert day["failed"] == ["bad", "late"] and day["failed_total"] == 2
+    assert (f"last night 2 done, 2 failed (bad, late), 1 cancelled (onite report --night {yesterday.isoformat()})"
+            in run_cli(["status"]).out)
 
 
 def test_only_the_head_of_a_long_queue_is_examined(spool):
