@@ -286,7 +286,8 @@ def test_timeout_is_enforced_at_the_exact_deadline(slurm_spool, workdir):
         stop(driver)
     rec = result(slurm_spool, "slow")
     assert rec["state"] == "failed" and rec["reason"] == "timeout"
-    assert 3.0 <= rec["duration"] <= 10.0, rec["duration"]  # never early; late only by Slurm's second and load
+    # never early; and stopped by onite's 3 s, not by Slurm's whole minute (no tighter bound: the machine is shared)
+    assert 3.0 <= rec["duration"] < 60.0, rec["duration"]
     assert slurm_state(job_id) == "CANCELLED"
 
 
