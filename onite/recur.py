@@ -217,9 +217,9 @@ def templates_json(views: list[TemplateView], now: datetime) -> str:
 
     Raises: nothing; every field of a TemplateView is JSON-ready.
     """
-    import json
+    from onite.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
 
-    return json.dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1)
+    return _dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]})
 
 
 def upcoming(spool: sp.Spool, now: datetime, limit: int = 10) -> list[dict]:

@@ -13,7 +13,6 @@ rich is imported only by ``render``, so ``--json`` and ``--html`` never load it.
 from __future__ import annotations
 
 import html as _html
-import json
 import math
 import os
 import re
@@ -250,12 +249,13 @@ def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
 
 
 def to_json(data: ReportData) -> str:
-    return json.dumps({"version": 1, "spool": data.spool, "since": data.since.isoformat(),
+    from onite.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
+
+    return _dumps({"version": 1, "spool": data.spool, "since": data.since.isoformat(),
                        "until": data.until.isoformat(), "now": data.now.isoformat(),
                        "night": data.night.isoformat() if data.night else None, "user": data.user,
                        "counts": data.counts, "timed_out": data.timed_out, "hosts": data.hosts,
-                       "jobs": [j.to_json() for j in data.jobs]},
-                      indent=1)
+                       "jobs": [j.to_json() for j in data.jobs]})
 
 
 def render(console, data: ReportData) -> None:
