@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from onite.config import NOTIFY_HOW, NOTIFY_ON
 from onite.errors import JobFormatError
 
 FORMAT = 1
@@ -111,9 +112,9 @@ class Job:
             raise ValueError(f"bad umask {self.umask:o}")
         if self.retries < 0 or self.attempt < 1:
             raise ValueError("retries must be >= 0 and attempt >= 1")
-        if self.notify not in (None, "mail", "command", "none"):
+        if self.notify is not None and self.notify not in NOTIFY_HOW:
             raise ValueError(f"notify must be mail, command or none, not {self.notify!r}")
-        if self.notify_on not in (None, "failure", "always"):
+        if self.notify_on is not None and self.notify_on not in NOTIFY_ON:
             raise ValueError(f"notify-on must be failure or always, not {self.notify_on!r}")
 
 

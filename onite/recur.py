@@ -112,7 +112,7 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
         SpoolError, SpoolIOError: no recur/ folder, or the write failed.
     """
     from onite.schedule import parse_rule
-    from onite.submit import SubmitRequest, build_job, check_notify
+    from onite.submit import SubmitRequest, build_job
 
     check_template_name(request.name)
     rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
@@ -122,9 +122,7 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
                                   retries=request.retries, host=request.host,
                                   stderr_separate=request.stderr_separate, notify=request.notify,
                                   notify_on=request.notify_on),
-                    captured, default_priority=config.default_priority, priorities=config.priorities,
-                    default_timeout=config.timeout, default_stderr_separate=config.stderr_separate)
-    check_notify(config, job.notify)
+                    captured, config)
     job = replace(job, extra=job.extra + rule_fields(rule))
     spool.check()
     if request.urgent:

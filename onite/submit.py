@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from onite import spool as sp
+from onite.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
 from onite.jobfile import Job, encode
@@ -64,18 +65,19 @@ def capture(now: datetime) -> Captured:
     return Captured(env=dict(os.environb), cwd=cwd, umask=mask, host=os.uname().nodename, now=now)
 
 
-def build_job(request: SubmitRequest, captured: Captured, *, default_priority: int, priorities: int,
-              default_timeout=None, name: str | None = None, default_stderr_separate: bool = False) -> Job:
-    """The Job a request describes (pure).
+def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
+    """The Job a request describes, with the spool's defaults from ``config`` (pure).
 
     Where stderr goes is decided now and written into the job file (the
     spool's default applies when the request does not say), so a later change
     of onite.toml does not change jobs already spooled.
 
     Raises:
-        InvalidInput: a bad priority, time, duration, retry count, host or dependency name.
+        InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice;
+            ``--notify command`` where onite.toml has no notify_command.
     """
-    priority = default_priority if request.priority is None else request.priority
+    priorities = config.priorities
+    priority = config.default_priority if request.priority is None else request.priority
     if not 1 <= priority <= priorities:
         raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
     if request.retries < 0 or request.retries > 100:
@@ -86,15 +88,18 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
         check_name(request.host, what="host name")
     if not request.body:
         raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
-    if request.notify not in (None, "mail", "command", "none"):
+    if request.notify is not None and request.notify not in NOTIFY_HOW:
         raise InvalidInput(f"invalid --notify {request.notify!r}", "use mail, command or none")
-    if request.notify_on not in (None, "failure", "always"):
+    if request.notify_on is not None and request.notify_on not in NOTIFY_ON:
         raise InvalidInput(f"invalid --notify-on {request.notify_on!r}", "use failure or always")
-    timeout, not_before = default_timeout, None
+    if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
+        raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
+                           "ask the admin to set notify_command, or use --notify mail")
+    timeout, not_before = config.timeout, None
     if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
         from onite.timeparse import parse_duration, parse_when
 
-        timeout = parse_duration(request.timeout, what="timeout") if request.timeout else default_timeout
+        timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
         not_before = parse_when(request.at, captured.now) if request.at else None
     return Job(
         name=name or request.name,
@@ -111,7 +116,7 @@ def build_job(request: SubmitRequest, captured: Captured, *, default_priority: i
         not_before=not_before,
         urgent=request.urgent,
         pin=request.host,
-        stderr_separate=default_stderr_separate if request.stderr_separate is None else request.stderr_separate,
+        stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
         notify=request.notify,
         notify_on=request.notify_on,
         extra=captured.extra,
@@ -129,10 +134,7 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
     """
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
-    job = build_job(request, captured, default_priority=config.default_priority,
-                    priorities=config.priorities, default_timeout=config.timeout,
-                    default_stderr_separate=config.stderr_separate)
-    check_notify(config, job.notify)
+    job = build_job(request, captured, config)
     spool.check()
     check_policy(spool, request, captured.now, caller)
     for dep in job.after:
@@ -195,10 +197,7 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
         if template is None:
-            template = templates[key] = build_job(request, captured, default_priority=config.default_priority,
-                                                  priorities=config.priorities, default_timeout=config.timeout,
-                                                  default_stderr_separate=config.stderr_separate)
-            check_notify(config, template.notify)
+            template = templates[key] = build_job(request, captured, config)
         jobs.append(replace(template, name=request.name, body=request.body))
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
@@ -281,17 +280,6 @@ def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller:
         if hosts:
             raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
                           "submit again when it has finished (see onite status)")
-
-
-def check_notify(config, notify: str | None) -> None:
-    """A job may ask for the admin's hook only where the admin set one.
-
-    Raises:
-        InvalidInput: ``notify`` is "command" and onite.toml has no notify_command.
-    """
-    if notify == "command" and not config.notify_command:
-        raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
-                           "ask the admin to set notify_command, or use --notify mail")
 
 
 def refuse_duplicate(spool: sp.Spool, name: str) -> None:
