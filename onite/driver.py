@@ -663,7 +663,7 @@ class Driver:
             host=self.host, submitted=job.submitted, queued=getattr(run, "queued_at", None), started=run.started,
             finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
             executor=self.runner.executor, external_id=run.external_id, recur=job.recur,
-            stderr="separate" if job.stderr_separate else "merged",
+            stderr=job.stderr_mode,
         )
         running_dir = self._running_dir
         try:
@@ -731,13 +731,9 @@ class Driver:
                 job, _ = self._read_job(cand.path)
             except (OSError, JobFormatError, BadFile):
                 job = None
-        result = unrun_result(
-            name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED, reason=reason,
-            host=self.host, now=now, priority=job.priority if job else cand.rank, urgent=cand.rank == 0,
-            submitted=job.submitted if job else None, attempt=job.attempt if job else 1,
-            attempts=job.tried if job else (), recur=job.recur if job else None,
-            stderr="separate" if job and job.stderr_separate else "merged",
-        )
+        result = unrun_result(name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
+                              reason=reason, host=self.host, now=now, job=job, priority=cand.rank,
+                              urgent=cand.rank == 0)
         if self._file_unrun(result, JobState.QUEUED, cand.path, "failing", gone_ok=True):
             self._forget(cand)
             self.log.event("failed", cand.name, user=result.user, reason=reason)
@@ -985,14 +981,9 @@ class Driver:
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
         started = datetime.fromisoformat(info["started"]) if info.get("started") else None
-        result = unrun_result(
-            name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
-            reason="interrupted: the driver died (recovered)", host=self.host, now=now,
-            priority=job.priority if job else 0, urgent=bool(job and job.urgent), submitted=job.submitted if job else None,
-            started=started, attempt=job.attempt if job else 1, attempts=job.tried if job else (),
-            run_id=info.get("run_id", ""), recur=job.recur if job else None,
-            stderr="separate" if job and job.stderr_separate else "merged",
-        )
+        result = unrun_result(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
+                              reason="interrupted: the driver died (recovered)", host=self.host, now=now, job=job,
+                              urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
         if self._file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
             self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
             self.notifier.notify(result, job, self.config)

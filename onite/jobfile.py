@@ -105,6 +105,11 @@ class Job:
     notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
     extra: tuple[tuple[str, str], ...] = field(default=())
 
+    @property
+    def stderr_mode(self) -> str:
+        """Where its stderr goes, as result records say it: "separate" (stdout/NAME@stderr) or "merged"."""
+        return "separate" if self.stderr_separate else "merged"
+
     def __post_init__(self) -> None:
         if self.priority < 1:
             raise ValueError(f"priority must be >= 1, not {self.priority}")

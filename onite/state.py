@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
-from onite.jobfile import Attempt
+from onite.jobfile import Attempt, Job
 
 
 class JobState(StrEnum):
@@ -217,14 +217,19 @@ class Result:
 
 
 def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str, host: str, now: datetime,
-                 priority: int = 0, urgent: bool = False, submitted: datetime | None = None,
-                 started: datetime | None = None, attempt: int = 1, attempts: tuple[Attempt, ...] = (),
-                 run_id: str = "", recur: str | None = None, stderr: str = "merged") -> Result:
+                 job: Job | None = None, priority: int = 0, urgent: bool = False, submitted: datetime | None = None,
+                 started: datetime | None = None, run_id: str = "") -> Result:
     """The result record of a job no run of which was seen to end: refused, failed or cancelled
     before it started, or failed by recovery after its driver died (``started``: when that driver
-    started it). No exit code, no signal, no queue time; it finished ``now``, and was submitted
-    ``now`` unless ``submitted`` says otherwise.
+    started it). No exit code, no signal, no queue time; it finished ``now``.
+
+    ``job`` (its job file, if it could be read) gives its priority, submit time, attempts, recurring
+    template and where its stderr went; without it, ``priority`` and ``submitted`` (else ``now``),
+    attempt 1 and stderr merged.
     """
+    if job is not None:
+        priority, submitted = job.priority, job.submitted
     return Result(name=name, uid=uid, user=user, priority=priority, urgent=urgent, state=state, reason=reason,
                   exit_code=None, signal=None, host=host, submitted=submitted or now, queued=None, started=started,
-                  finished=now, attempt=attempt, attempts=attempts, run_id=run_id, recur=recur, stderr=stderr)
+                  finished=now, attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=run_id,
+                  recur=job.recur if job else None, stderr=job.stderr_mode if job else "merged")

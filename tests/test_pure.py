@@ -378,3 +378,17 @@ def test_the_result_of_a_job_that_never_ran():
     rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.CANCELLED, reason="cancelled by bob", host="",
                        now=NOW, priority=3, submitted=started - timedelta(hours=1), started=started, run_id="r1")
     assert rec.to_json()["duration"] == 3600.0 and rec.priority == 3 and rec.run_id == "r1"
+
+
+def test_the_result_of_a_job_that_never_ran_takes_what_its_job_file_says():
+    from onite.jobfile import Attempt, Job
+    from onite.state import JobState, unrun_result
+
+    spooled = NOW - timedelta(hours=5)
+    tried = Attempt(attempt=1, started=spooled, finished=spooled, host="h", exit_code=1)
+    job = Job(name="j", priority=6, submitted=spooled, host="h", umask=0o22, cwd=b"/", env={}, body=b"true\n",
+              attempt=2, tried=(tried,), recur="nightly", stderr_separate=True)
+    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.FAILED, reason="x", host="h", now=NOW,
+                       job=job, priority=1)
+    assert (rec.priority, rec.submitted, rec.attempt, rec.attempts) == (6, spooled, 2, (tried,))
+    assert (rec.recur, rec.stderr, job.stderr_mode) == ("nightly", "separate", "separate")
