@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -69,3 +70,27 @@ def holder_fields(line: str) -> dict[str, str]:
         if sep and key:
             fields[key] = value
     return fields
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    """A driver lock that a live process holds, and what its holder line says."""
+
+    host: str
+    holder: str  # the line as written: ``pid=4711 host=vm since=ISO [role=daemon]``
+    pid: int | None
+    since: str | None  # ISO 8601, as written
+    role: str  # "driver", or "daemon" (a daemon holds its lock for its whole life)
+
+
+def held_locks(root: Path) -> list[HeldLock]:
+    """Every driver lock of the spool at ``root`` that is held now, by host."""
+    held = []
+    for host, path in lock_files(root):
+        if is_held(path):
+            holder = lock_owner(path)
+            fields = holder_fields(holder)
+            pid = fields.get("pid", "")
+            held.append(HeldLock(host, holder, int(pid) if pid.isdigit() else None, fields.get("since"),
+                                 fields.get("role", "driver")))
+    return held

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from onite import spool as sp
 from onite.listing import JobView, running_views
-from onite.locks import holder_fields, is_held, lock_files, lock_owner
+from onite.locks import held_locks
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
@@ -59,16 +59,9 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
     config = spool.config
     euid = os.geteuid() if euid is None else euid
     running = running_views(spool)
-    drivers = []
-    for lock_host, path in lock_files(spool.root):
-        if is_held(path):
-            holder = lock_owner(path)
-            fields = holder_fields(holder)
-            pid = fields.get("pid", "")
-            drivers.append({"host": lock_host, "running": True, "holder": holder,
-                            "pid": int(pid) if pid.isdigit() else None, "since": fields.get("since"),
-                            "role": fields.get("role", "driver"),
-                            "jobs": [v.name for v in running if v.host == lock_host]})
+    drivers = [{"host": lock.host, "running": True, "holder": lock.holder, "pid": lock.pid, "since": lock.since,
+                "role": lock.role, "jobs": [v.name for v in running if v.host == lock.host]}
+               for lock in held_locks(spool.root)]
     queue: dict[str, int] = {"urgent": 0, **{f"P{p}": 0 for p in range(1, config.priorities + 1)}}
     held = 0
     head: list[tuple[int, int, str, int, int]] = []  # (rank, ctime_ns, name, uid, mode) of the first EXAMINE

@@ -40,7 +40,7 @@ from datetime import datetime
 from onite import spool as sp
 from onite.errors import EXIT_OK, NotFound
 from onite.listing import JobView, outcome_counts, result_view, running_views
-from onite.locks import holder_fields, is_held, lock_files, lock_owner
+from onite.locks import held_locks
 from onite.names import check_name
 from onite.state import Result
 from onite.timeparse import parse_stamp
@@ -274,21 +274,16 @@ class DriverSeen:
 def look_drivers(spool: sp.Spool) -> list[DriverSeen]:
     """Every held driver lock, with what its holder line says."""
     found, running = [], None
-    for host, path in lock_files(spool.root):
-        if not is_held(path):
-            continue
-        fields = holder_fields(lock_owner(path))
-        daemon = fields.get("role") == "daemon"
-        since = parse_stamp(fields.get("since"))
-        pid = int(fields["pid"]) if fields.get("pid", "").isdigit() else None
-        if not daemon:
-            found.append(DriverSeen(host, pid, since, False, True))
+    for lock in held_locks(spool.root):
+        since = parse_stamp(lock.since)
+        if lock.role != "daemon":
+            found.append(DriverSeen(lock.host, lock.pid, since, False, True))
             continue
         if running is None:
             running = running_views(spool)
-        starts = [v.started for v in running if v.host == host and v.started]
-        busy = any(v.host == host for v in running)
-        found.append(DriverSeen(host, pid, since, True, busy, min(starts) if starts else None))
+        starts = [v.started for v in running if v.host == lock.host and v.started]
+        busy = any(v.host == lock.host for v in running)
+        found.append(DriverSeen(lock.host, lock.pid, since, True, busy, min(starts) if starts else None))
     return found
 
 
