@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from onite import spool as sp
+from onite.cells import outcome_text
 from onite.errors import EXIT_OK, NotFound
 from onite.listing import JobView, outcome_counts, result_view, running_views
 from onite.locks import held_locks
@@ -152,7 +153,7 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     return watch, PENDING
 
 
-def exit_status(finals: list[Final], *, timed_out: bool = False) -> int:
+def exit_status(finals: list[Final] | list[JobView], *, timed_out: bool = False) -> int:
     """0 every job done, 5 one failed, was cancelled or is unknown, 6 the timeout came first."""
     if timed_out:
         return EXIT_TIMEOUT
@@ -166,8 +167,7 @@ def job_line(final: Final) -> str:
     if final.state == "cancelled":
         return f"{final.name}: {final.reason or 'cancelled'}"
     if final.state == "failed":
-        view = final.view
-        why = final.reason or (f"exit {view.exit_code}" if view and view.exit_code is not None else "")
+        why = outcome_text(final.view) if final.view is not None else final.reason
         return f"{final.name}: failed" + (f" ({why})" if why else "")
     return f"{final.name}: {final.state}" + (f" ({final.reason})" if final.reason else "")
 
@@ -309,9 +309,7 @@ class DrainsWaited:
 
     @property
     def exit_code(self) -> int:
-        if self.timed_out:
-            return EXIT_TIMEOUT
-        return EXIT_OK if all(j.state == "done" for j in self.jobs) else EXIT_FAILED
+        return exit_status(self.jobs, timed_out=self.timed_out)
 
     def summary(self) -> str:
         """``drain finished: 12 done, 1 failed (build)``, or why there was nothing to wait for."""
