@@ -267,5 +267,5 @@ def completion_names(spool: sp.Spool, prefix: str, *, finished: bool) -> list[st
     ``prefix``, sorted: what a shell completes after ``onite cancel`` or ``onite output``."""
     names = {name for _, _, name, _, _ in sp.queued_stats(spool)} | {e.name for e in sp.running(spool)}
     if finished:
-        names |= {r.name for r in sp.results(spool)}
+        names.update(sp.result_names(spool))  # names only: no record is read
     return sorted(n for n in names if n.startswith(prefix))

@@ -674,17 +674,18 @@ def read_result(spool: Spool, name: str):
         return None  # a record torn by a power cut: treated as unknown
 
 
-def results(spool: Spool) -> list:
-    """Every kept result record, oldest finish first."""
-    names = []
+def result_names(spool: Spool) -> list[str]:
+    """The names of the jobs whose result record is kept (jobsdone/NAME@result), unread."""
     try:
         with os.scandir(spool.done_dir) as it:
-            for entry in it:
-                if entry.name.endswith(RESULT) and entry.name[0] != ".":
-                    names.append(entry.name[: -len(RESULT)])
+            return [entry.name[: -len(RESULT)] for entry in it if entry.name.endswith(RESULT) and entry.name[0] != "."]
     except FileNotFoundError:
         return []
-    records = [r for r in (read_result(spool, n) for n in names) if r is not None]
+
+
+def results(spool: Spool) -> list:
+    """Every kept result record, oldest finish first."""
+    records = [r for r in (read_result(spool, n) for n in result_names(spool)) if r is not None]
     records.sort(key=lambda r: (r.finished, r.name))
     return records
 
