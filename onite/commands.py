@@ -1,4 +1,4 @@
-"""What ``onite submit``, ``find``, ``list --json`` and ``run`` do once their arguments are parsed.
+"""What ``onite submit``, ``find``, ``list --json``, ``run`` and ``wait`` do once their arguments are parsed.
 
 Shared by the typer command line (onite.cli) and its fast path
 (onite.fastcli), so that both paths do exactly the same thing; also the

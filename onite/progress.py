@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from onite.cells import human_duration, priority_text
+
 LIVE, LINES, QUIET = "live", "lines", "quiet"
 FINAL = {"done", "failed", "cancelled"}
 
@@ -62,8 +64,9 @@ class DrainState:
         if event == "driver-start":
             self.host, self.slots, self.started = str(fields.get("host", "")), int(fields.get("slots") or 0), when
         elif event == "start":
-            self.running[name] = Running(name, str(fields.get("user", "")), _priority(fields.get("priority")), when,
-                                         int(fields.get("attempt") or 1))
+            priority = fields.get("priority")  # the log says "urgent" or the number
+            self.running[name] = Running(name, str(fields.get("user", "")), priority_text(priority == "urgent", priority),
+                                         when, int(fields.get("attempt") or 1))
         elif event in FINAL:
             was = self.running.pop(name, None)
             self.counts[event] += 1
@@ -89,16 +92,8 @@ class DrainState:
         return self.counts["done"] + self.counts["failed"] + self.counts["cancelled"]
 
 
-def _priority(value: object) -> str:
-    if value is None or value == "":
-        return ""
-    return "urgent" if value == "urgent" else f"P{value}"
-
-
 def finished_line(event: str, name: str, fields: dict, was: Running | None) -> str:
     """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``."""
-    from onite.render import human_duration
-
     seconds = fields.get("seconds")
     took = human_duration(float(seconds)) if seconds not in (None, "") else ""
     who = fields.get("user") or (was.user if was else "") or fields.get("by") or ""
@@ -145,8 +140,6 @@ class DrainView:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text
-
-        from onite.render import human_duration
 
         with self._lock:
             state = self.state
@@ -197,8 +190,6 @@ class DrainView:
 
 def summary_line(state: DrainState, seconds: float) -> str:
     """The line left on the terminal when the drain ends."""
-    from onite.render import human_duration
-
     counts = state.counts
     text = (f"onite run: {counts['done']} done, {counts['failed']} failed, {counts['cancelled']} cancelled "
             f"in {human_duration(seconds)}")

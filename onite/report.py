@@ -252,10 +252,10 @@ def to_json(data: ReportData) -> str:
     from onite.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
 
     return _dumps({"version": 1, "spool": data.spool, "since": data.since.isoformat(),
-                       "until": data.until.isoformat(), "now": data.now.isoformat(),
-                       "night": data.night.isoformat() if data.night else None, "user": data.user,
-                       "counts": data.counts, "timed_out": data.timed_out, "hosts": data.hosts,
-                       "jobs": [j.to_json() for j in data.jobs]})
+                   "until": data.until.isoformat(), "now": data.now.isoformat(),
+                   "night": data.night.isoformat() if data.night else None, "user": data.user,
+                   "counts": data.counts, "timed_out": data.timed_out, "hosts": data.hosts,
+                   "jobs": [j.to_json() for j in data.jobs]})
 
 
 def render(console, data: ReportData) -> None:
@@ -292,7 +292,7 @@ HTML_COLOUR = {"done": "#2e7d32", "failed": "#c62828", "cancelled": "#8e24aa"}
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1rem;color:#222;line-height:1.4}
 h1{font-size:1.4rem;margin:.2rem 0} h2{font-size:1.1rem;margin:1.2rem 0 .4rem}
-.done{color:#2e7d32} .failed{color:#c62828} .cancelled{color:#8e24aa}
+""" + " ".join(f".{state}{{color:{colour}}}" for state, colour in HTML_COLOUR.items()) + """
 svg.gantt{display:block;width:100%;max-width:48rem;height:auto}
 svg.gantt text{font-family:system-ui,sans-serif;fill:#222} svg.gantt .axis text{fill:#666}
 svg.gantt line{stroke:#ddd;stroke-width:1}
