@@ -258,6 +258,12 @@ def test_shell_completion(spool, cli):
     assert "--slots" in complete("onite run --sl")
     assert complete("onite cancel zeta") == ["zeta-one", "zeta-two"]
     assert complete("onite hold al") == ["alpha"]
+    assert run_cli(["cancel", "alpha", "zeta-one", "zeta-two"]).code == 0
+    submit("zeta-ran")
+    assert drain(spool).returncode == 0
+    submit("zeta-queued")
+    assert complete("onite cancel zeta") == ["zeta-queued"]  # queued and running jobs only
+    assert complete("onite output zeta-") == ["zeta-one", "zeta-queued", "zeta-ran", "zeta-two"]  # finished too
 
 
 def test_log_json_reads_the_lines_back(spool, cli):
