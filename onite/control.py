@@ -68,7 +68,10 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
         if entry.uid == caller_uid or caller_uid == 0:
             pending = withdraw(spool, entry)
             if can_file(spool):
-                file_cancelled(spool, pending, by=sp.user_name(caller_uid), now=now, rank=entry.rank)
+                by = sp.user_name(caller_uid)
+                filed = file_cancelled(spool, pending, by=by, now=now, rank=entry.rank)
+                if filed is not None:
+                    tell_filed(spool, filed, by)
         else:
             request_cancel(spool, name)
             return CancelReport(name, "requested", "a driver cancels it the next time it runs")
@@ -174,6 +177,27 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     sp.write_result(spool, result)
     sp.move(pending, spool.done_dir / name, "filing the cancelled job")
     return result, job
+
+
+def tell_filed(spool: sp.Spool, filed, by: str) -> None:
+    """What a driver does when it files a cancelled job, done by ``cancel`` when it filed one itself
+    (root, or a personal spool's owner): the ``cancelled`` log line, and the owner's notice if one is
+    wanted. Waits for the notifier, at most notify_timeout; a failing one is a log line, as at night.
+    """
+    from onite.config import default_host
+    from onite.log import ActivityLog
+    from onite.notify import Notifier, wants_notice
+
+    result, job = filed
+    log = ActivityLog(spool.log_path, default_host(spool.config))
+    try:
+        log.event("cancelled", result.name, by=by, was="queued")
+        if wants_notice(result, getattr(job, "notify", None), getattr(job, "notify_on", None), spool.config):
+            notifier = Notifier(spool, log)
+            notifier.notify(result, job, spool.config)
+            notifier.finish()
+    finally:
+        log.close()
 
 
 def _read_all(fd: int, limit: int) -> bytes:

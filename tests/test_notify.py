@@ -121,6 +121,20 @@ def test_a_queued_job_its_owner_cancels_during_the_night_is_told_with_always(spo
     assert json.loads((notices.dir / "second.json").read_text())["state"] == "cancelled"
 
 
+@needs_root
+def test_a_queued_job_root_cancels_by_day_is_told_and_logged(spool, notices, cli):
+    """root files the cancelled job itself (no driver runs): the owner is told as a driver would tell them."""
+    set_config(spool, notify="command", notify_command=notices.hook, notify_on="always")
+    submit("theirs", "true\n", user="nobody")
+    submit("quiet", "true\n", "--notify-on", "failure", user="nobody")
+    r = cli(["cancel", "theirs", "quiet"])
+    assert r.code == 0 and r.out == "theirs: cancelled\nquiet: cancelled\n", r
+    assert noticed(notices) == ["theirs"]  # the notice is sent before cancel returns
+    told = json.loads((notices.dir / "theirs.json").read_text())
+    assert (told["user"], told["state"], told["reason"]) == ("nobody", "cancelled", "cancelled by root")
+    assert [line.split()[:2] for line in events(spool, "cancelled")] == [["theirs", "by=root"], ["quiet", "by=root"]]
+
+
 def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):
     set_config(spool, notify="command", notify_command=notices.hook, on_interrupt="fail")
     kill_driver_mid_job(spool, workdir, "doomed")
