@@ -558,10 +558,12 @@ class Driver:
         self._seq += 1
         run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank,
                   run_id=f"{now:%Y%m%dT%H%M%S}-{self.host}-{self._pid}-{self._seq}",
-                  started=now, started_mono=time.monotonic())
+                  started=now, started_mono=time.monotonic(), spool=str(self.spool.root))
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
         # The run record is written once, when the job has started: before that it could
-        # say nothing that recovery needs (no process to stop), and every new file costs.
+        # say nothing that recovery needs (no process to stop), and every new file costs. A driver
+        # killed after the start and before the record leaves a job that recovery finds by the
+        # ONITE_RUN_ID in its environment (_stop_leftovers).
         stderr_path = self.spool.stderr_path(cand.name)
         if not job.stderr_separate:
             try:  # a kept-apart stderr of an earlier job of this name must not pass for this one's
@@ -879,7 +881,7 @@ class Driver:
                 sp.remove(info_path)
                 self.log.event("recovered", name, action="its result was recorded; filed it")
                 continue
-            what = self._stop_leftovers(info)
+            what = self._stop_leftovers(name, info)
             rank = info.get("rank")
             if rank is None:
                 try:
@@ -910,10 +912,10 @@ class Driver:
             elif name.startswith(".") and name.endswith(".tmp"):
                 sp.remove(running_dir / name)  # a run record the dead driver was writing (we hold the lock)
 
-    def _stop_leftovers(self, info: dict) -> str:
+    def _stop_leftovers(self, name: str, info: dict) -> str:
         """Make sure a dead driver's job is not still running before it is requeued."""
         if not info:
-            return "no run record"
+            return self._stop_unrecorded(name)
         runner = self._recovering_runner(info)
         machine = info.get("machine")
         if runner.executor == "local" and machine and machine != os.uname().nodename:
@@ -921,6 +923,25 @@ class Driver:
             # (a Slurm job, by contrast, can be checked and cancelled from any submit host)
             return f"it ran on {machine}, which cannot be checked from here"
         return runner.recover(info, self.config.kill_grace.total_seconds())
+
+    def _stop_unrecorded(self, name: str) -> str:
+        """A claim with no run record: the dead driver never started it, or was killed between
+        starting it and writing the record. Its processes, if any, carry ONITE_RUN_ID of a run of
+        this host (we hold its lock, so no live driver has one) and this spool's ONITE_JOB_SPOOL."""
+        if self.runner.executor != "local":
+            return "no run record"  # a Slurm job submitted in that window is not found (docs/admin-guide.md)
+        from onite.executor import find_run_processes, stop_processes
+
+        def this_hosts(run_id: str) -> bool:
+            parts = run_id.split("-")  # TIMESTAMP-HOST-PID-SEQ, and a host name may hold "-"
+            return len(parts) >= 4 and "-".join(parts[1:-2]) == self.host
+
+        root = str(self.spool.root)
+        killed = stop_processes(lambda: find_run_processes(root, name, this_hosts),
+                                self.config.kill_grace.total_seconds())
+        if killed:
+            return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
+        return "no run record, and none of its processes was running"
 
     def _recovering_runner(self, info: dict):
         """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""
@@ -966,7 +987,7 @@ class Driver:
             return False
         run = Run(name=name, job=job, owner=owner, rank=int(info.get("rank", job.priority)),
                   run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
-                  started_mono=time.monotonic(), external_id=info["external_id"])
+                  started_mono=time.monotonic(), external_id=info["external_id"], spool=str(self.spool.root))
         run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
         if not self.runner.reattach(run):
             return False

@@ -65,17 +65,32 @@ def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
     return (os.fsencode(shell), SCRIPT)
 
 
-def plan(job: Job, owner: Identity, *, shell: str, switch_user: bool) -> Launch:
-    """What to execute for ``job`` (pure). ``switch_user``: the driver is root."""
-    env = dict(job.env)
+def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
+    """The environment ``run`` starts with (pure): the one captured at submit; the owner's login
+    variables when the driver is root, whatever the job file says; then onite's own, RUN_VARIABLES.
+    """
+    env = dict(run.job.env)
     if switch_user:
-        env.update(owner.login_env())
+        env.update(run.owner.login_env())
+    env[b"ONITE_JOB"] = run.name.encode()
+    env[b"ONITE_RUN_ID"] = run.run_id.encode()
+    env[b"ONITE_JOB_SPOOL"] = os.fsencode(run.spool)
+    return env
+
+
+# What every job finds in its environment besides what was captured. Recovery finds the processes
+# of a run whose record a killed driver never wrote by these (find_run_processes).
+RUN_VARIABLES = ("ONITE_JOB", "ONITE_RUN_ID", "ONITE_JOB_SPOOL")
+
+
+def plan(run: Run, *, shell: str, switch_user: bool) -> Launch:
+    """What to execute for ``run`` (pure). ``switch_user``: the driver is root."""
     return Launch(
-        argv=interpreter(job.body, shell),
-        env=env,
-        cwd=job.cwd,
-        umask=job.umask,
-        identity=owner if switch_user else None,
+        argv=interpreter(run.job.body, shell),
+        env=job_environment(run, switch_user=switch_user),
+        cwd=run.job.cwd,
+        umask=run.job.umask,
+        identity=run.owner if switch_user else None,
     )
 
 
@@ -277,6 +292,81 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
+def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
+    """This machine's processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``:
+    read from each process's environment as it was started (/proc/PID/environ), which every
+    process of a job inherits. Processes this one may not read are skipped: a driver that is not
+    root runs only its own user's jobs.
+    """
+    wanted = {b"ONITE_JOB=" + name.encode(), b"ONITE_JOB_SPOOL=" + os.fsencode(spool)}
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fd = os.open(f"/proc/{entry.name}/environ", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            data = _read_to_end(fd)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if b"ONITE_RUN_ID=" not in data:
+            continue
+        variables = set(data.split(b"\0"))
+        if wanted <= variables:
+            run_id = next((v[len(b"ONITE_RUN_ID="):] for v in variables if v.startswith(b"ONITE_RUN_ID=")), b"")
+            if run_id_ok(run_id.decode("utf-8", "replace")):
+                found.append(int(entry.name))
+    return found
+
+
+def _read_to_end(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def stop_processes(find, grace: float) -> int:
+    """SIGTERM every process ``find()`` returns, then SIGKILL those still found after ``grace``
+    seconds. Each is signalled through a pidfd opened while it is known to match, so a pid reused
+    meanwhile is never hit; ``find`` runs again while waiting, which catches children started late.
+    Returns how many processes were signalled.
+    """
+    signalled: set[int] = set()
+    deadline = _time.monotonic() + grace
+    sig = signal.SIGTERM
+    while True:
+        pids = find()
+        if not pids:
+            return len(signalled)
+        for pid in pids:
+            if sig == signal.SIGTERM and pid in signalled:
+                continue
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                signal.pidfd_send_signal(pidfd, sig)
+                signalled.add(pid)
+            except OSError:
+                pass
+            finally:
+                os.close(pidfd)
+        if sig == signal.SIGKILL and _time.monotonic() > deadline + KILL_SETTLE:
+            return len(signalled)
+        if _time.monotonic() >= deadline:
+            sig = signal.SIGKILL
+        _time.sleep(0.05)
+
+
+KILL_SETTLE = 5.0  # seconds after SIGKILL in which processes still found are signalled again
+
+
 # ---- the local runner: every job the driver started on this machine -------------
 
 import time as _time
@@ -305,6 +395,7 @@ class Run:
     stopping: str | None = None  # "timeout", "cancel", "shutdown"
     cancelled_by: str | None = None
     queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
+    spool: str = ""  # the root of the spool it was claimed from (ONITE_JOB_SPOOL)
 
     @property
     def attempt(self) -> int:
@@ -397,7 +488,7 @@ class LocalRunner(Runner):
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None) -> None:
         """Start ``run``. Raises SpawnError (the job is then recorded as failed)."""
-        launch = plan(run.job, run.owner, shell=self.shell, switch_user=self.switch_user)
+        launch = plan(run, shell=self.shell, switch_user=self.switch_user)
         if launch.identity is not None and credentials_of(launch.identity) == self._credentials:
             # Switching to the ids we already have changes nothing, and asking for it
             # costs a full fork() instead of vfork() (CPython will not vfork to setuid).

@@ -31,7 +31,7 @@ from pathlib import Path
 from onite import sbatch, squeue
 from onite.config import Config
 from onite.errors import ConfigError
-from onite.executor import Run, Runner, SpawnError, Unavailable, check_directory, run_outputs
+from onite.executor import Run, Runner, SpawnError, Unavailable, check_directory, job_environment, run_outputs
 from onite.names import job_label
 from onite.state import Outcome
 
@@ -88,9 +88,7 @@ class SlurmRunner(Runner):
         """Submit ``run`` to Slurm as its owner. Raises SpawnError with the reason."""
         job = run.job
         identity = run.owner if self.switch_user else None
-        env = dict(job.env)
-        if self.switch_user:
-            env.update(run.owner.login_env())  # as a login would, whatever the job file says
+        env = job_environment(run, switch_user=self.switch_user)
         script = sbatch.script_text(job.body, self.config.shell)
         problem = sbatch.unsupported_directive(script)
         if problem:

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -154,6 +155,58 @@ def test_kill_9_mid_job_then_recovery(spool, workdir):
     recovered = [line for line in log_lines(spool) if " recovered victim " in line]
     assert recovered and "requeued" in recovered[0] and "killed" in recovered[0]
     assert result(spool, "victim")["state"] == "done"
+
+
+def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(spool, workdir):
+    """A driver killed after starting a job and before writing its run record: the next driver finds
+    the job's processes by ONITE_RUN_ID (even one that left for its own session), not a namesake's."""
+    pids, rerun = workdir / "pids", workdir / "rerun"
+    submit("victim", f"[ -e {rerun} ] && exit 0; echo $$ >> {pids}; setsid sleep 60 & sleep 60 & wait\n")
+    namesake = subprocess.Popen(["sleep", "600"], env=dict(os.environ, ONITE_JOB="victim", ONITE_JOB_SPOOL="/elsewhere",
+                                                          ONITE_RUN_ID=f"20261123T010203-{HOST}-1-1"))
+    try:
+        driver = start_driver(spool)
+        wait_for(lambda: pids.exists(), what="the job to start")
+        wait_for((spool / "running" / HOST / "victim@run").exists, what="the run record")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        (spool / "running" / HOST / "victim@run").unlink()  # as if killed just before writing it
+        leader = int(pids.read_text())
+        wait_for(lambda: len(job_processes(spool, "victim")) == 3, what="the job's two sleeps")
+        job_pids = job_processes(spool, "victim")
+        assert leader in job_pids
+        rerun.touch()
+        drain(spool)
+        for pid in job_pids:
+            wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+                     what=f"pid {pid} to die")
+        assert namesake.poll() is None  # same name, another spool: not touched
+    finally:
+        namesake.kill()
+        namesake.wait()
+    [recovered] = [line for line in log_lines(spool) if " recovered victim " in line]
+    assert "requeued" in recovered and "3 of its processes, found by ONITE_RUN_ID, were stopped" in recovered
+    assert result(spool, "victim")["state"] == "done"
+
+
+def job_processes(spool, name):
+    """Pids of processes whose environment says they are job ``name`` of ``spool``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            env = open(f"/proc/{entry}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"ONITE_JOB={name}".encode() in env and f"ONITE_JOB_SPOOL={spool}".encode() in env:
+            found.append(int(entry))
+    return found
+
+
+def test_a_job_knows_its_name_run_id_and_spool(spool, workdir):
+    submit("curious", f'echo "$ONITE_JOB $ONITE_RUN_ID $ONITE_JOB_SPOOL" > {workdir}/seen\n')
+    drain(spool)
+    name, run_id, root = (workdir / "seen").read_text().split()
+    assert (name, run_id, root) == ("curious", result(spool, "curious")["run_id"], str(spool))
 
 
 def test_recovery_with_on_interrupt_fail(spool, workdir):
