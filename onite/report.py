@@ -264,8 +264,9 @@ def render(console, data: ReportData) -> None:
     from onite.cells import plain_table
 
     # text, not markup: spool paths, user and host names may hold [brackets]
-    console.print(f"onite report for {data.spool}: {window_text(data)}", markup=False)
-    console.print(summary_text(data), markup=False)
+    # soft_wrap: a line longer than the terminal is left for it to wrap, not broken mid-phrase
+    console.print(f"onite report for {data.spool}: {window_text(data)}", markup=False, soft_wrap=True)
+    console.print(summary_text(data), markup=False, soft_wrap=True)
     if not data.jobs:
         return
     console.print()
@@ -282,7 +283,7 @@ def render(console, data: ReportData) -> None:
         console.print("\nby host")
         for host, row in hosts.items():
             console.print(f"  {host}: {row['jobs']} jobs ({row['share']:.0%}), {row['failed']} failed, "
-                          f"busy {human_duration(row['busy_seconds'])}", markup=False)
+                          f"busy {human_duration(row['busy_seconds'])}", markup=False, soft_wrap=True)
     if data.counts["failed"]:
         console.print("\na job's own output: onite output NAME")
 

@@ -91,7 +91,7 @@ def exit_of(job: dict) -> str:
 
 
 def wide_env(**more) -> dict:
-    return dict(os.environ, COLUMNS="200", NO_COLOR="1", **more)
+    return dict(os.environ, **{"COLUMNS": "200", "NO_COLOR": "1", **more})
 
 
 # ---- the terminal and --json ------------------------------------------------------------
@@ -184,6 +184,8 @@ def test_report_night_is_noon_to_noon(spool, cli):
     assert axis.split() == ["18:00", "20:00", "22:00", "00:00", "02:00", "04:00", "06:00", "08:00", "10:00", "12:00"]
     assert [line.split()[0] for line in bars] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
     assert bars[0].split()[1] == "×" and all(set(line.split()[1]) == {"█"} for line in bars[1:])
+    narrow = cli(["report", "--night", "2026-11-22"], env=wide_env(COLUMNS="80"))
+    assert narrow.out.splitlines()[0] == f"onite report for {spool}: the night of 2026-11-22 (2026-11-22 12:00 to 2026-11-23 12:00)"
     starts = [len(line) - len(line.split()[1]) for line in bars]
     sizes = [len(line.split()[1]) for line in bars]
     assert starts == sorted(starts) and len(set(starts)) == 5  # later jobs further right
