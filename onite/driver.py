@@ -926,22 +926,14 @@ class Driver:
 
     def _stop_unrecorded(self, name: str) -> str:
         """A claim with no run record: the dead driver never started it, or was killed between
-        starting it and writing the record. Its processes, if any, carry ONITE_RUN_ID of a run of
-        this host (we hold its lock, so no live driver has one) and this spool's ONITE_JOB_SPOOL."""
-        if self.runner.executor != "local":
-            return "no run record"  # a Slurm job submitted in that window is not found (docs/admin-guide.md)
-        from onite.executor import find_run_processes, stop_processes
-
+        starting it and writing the record. What it started carries a run id of this host (we hold
+        its lock, so no live driver has one) and this spool's path; the executor looks for that."""
         def this_hosts(run_id: str) -> bool:
             parts = run_id.split("-")  # TIMESTAMP-HOST-PID-SEQ, and a host name may hold "-"
             return len(parts) >= 4 and "-".join(parts[1:-2]) == self.host
 
-        root = str(self.spool.root)
-        killed = stop_processes(lambda: find_run_processes(root, name, this_hosts),
-                                self.config.kill_grace.total_seconds())
-        if killed:
-            return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
-        return "no run record, and none of its processes was running"
+        return self.runner.recover_unrecorded(name, str(self.spool.root), this_hosts,
+                                              self.config.kill_grace.total_seconds())
 
     def _recovering_runner(self, info: dict):
         """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""

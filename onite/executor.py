@@ -441,6 +441,9 @@ class Runner:
     ``wait_fds()``          descriptors that become readable when a run may have ended
     ``runinfo(run)``        JSON-able facts recovery needs after a driver crash
     ``recover(info, grace)``  make sure a dead driver's run is gone; returns what was done
+    ``recover_unrecorded(name, spool, run_id_ok, grace)``  the same for a claim of ``spool`` with no
+                        run record (its driver was killed just after starting it): finds what runs
+                        for job ``name`` under a run id that passes ``run_id_ok``
     ``reattach(run)``       take back a run that outlived its driver; True if it did (default: never)
     ``busy()``              True while it still has work in flight (the driver waits before exiting)
     ``needs_polling()``     True when runs have no descriptor to wait on (the driver then polls
@@ -574,6 +577,13 @@ class LocalRunner(Runner):
             "pgid": proc.pgid if proc else None,
             "start_ticks": process_start_ticks(proc.pid) if proc else None,
         }
+
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
+        """A claim with no run record: its processes, if any, are found by their environment."""
+        killed = stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace)
+        if killed:
+            return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
+        return "no run record, and none of its processes was running"
 
     def recover(self, info: dict, grace: float) -> str:
         """A run left by a dead driver: make sure its processes are gone. Returns what was done."""

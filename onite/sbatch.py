@@ -138,11 +138,31 @@ def _refused_word(word: str) -> str:
     return ""
 
 
+def run_comment(run_id: str, spool: str) -> str:
+    """The Slurm comment of a run: ``onite:RUN_ID:SPOOLTAG``. Recovery finds by it a job that a
+    driver killed during sbatch never recorded (SPOOLTAG tells spools apart without showing paths)."""
+    return f"onite:{run_id}:{spool_tag(spool)}"
+
+
+def spool_tag(spool: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(os.fsencode(spool)).hexdigest()[:16]
+
+
+def run_of_comment(comment: str, spool: str) -> str | None:
+    """The run id in a comment made by run_comment for ``spool``, else None."""
+    kind, _, rest = comment.strip().partition(":")
+    run_id, _, tag = rest.rpartition(":")
+    return run_id if kind == "onite" and run_id and tag == spool_tag(spool) else None
+
+
 def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: int,
                 timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig,
-                error: bytes | None = None) -> list[bytes]:
+                error: bytes | None = None, comment: str | None = None) -> list[bytes]:
     """The sbatch command line for one job (the script goes to its stdin). ``error``: the file for
-    its stderr when kept apart; None sends stderr to ``output`` (sbatch's default without --error)."""
+    its stderr when kept apart; None sends stderr to ``output`` (sbatch's default without --error).
+    ``comment``: the run's run_comment."""
     argv = [os.fsencode(sbatch)]
     argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
     if slurm.partition:
@@ -161,6 +181,7 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
         b"--open-mode=append",  # onite created the file for its owner; a retry adds to it
         f"--export-file={env_fd}".encode(),
         f"--nice={nice_for(priority, urgent, slurm.nice_step)}".encode(),
+        *([f"--comment={comment}".encode()] if comment else []),
     ]
     return argv
 

@@ -118,7 +118,8 @@ class SlurmRunner(Runner):
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
                                       error=os.fsencode(error) if error is not None else None,
                                       env_fd=env_fd, timeout=job.timeout, priority=job.priority,
-                                      urgent=run.rank == 0, slurm=self.config.slurm)
+                                      urgent=run.rank == 0, slurm=self.config.slurm,
+                                      comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None)
             ident = run.owner if self.switch_user else None
             try:
                 done = subprocess.run(
@@ -304,6 +305,22 @@ class SlurmRunner(Runner):
             return f"Slurm no longer knows job {job_id}"
         if status.is_final:
             return f"Slurm job {job_id} had ended ({status.state})"
+        return self._cancel_and_wait(job_id, name, grace)
+
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
+        """A claim with no run record: the driver may have been killed while sbatch ran. A job it
+        submitted is found by its name and its comment (sbatch.run_comment), and cancelled."""
+        label = job_label(name)
+        done = self._run_tool(squeue.search_argv(self.squeue, label))
+        if done is None or done.returncode != 0:
+            return "no run record, and Slurm could not be asked whether a job of it was submitted"
+        found = [job_id for job_id, state, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
+                 if state not in squeue.FINAL and (run_id := sbatch.run_of_comment(comment, spool)) and run_id_ok(run_id)]
+        if not found:
+            return "no run record, and no Slurm job of it was in flight"
+        return "no run record; " + "; ".join(self._cancel_and_wait(job_id, label, grace) for job_id in found)
+
+    def _cancel_and_wait(self, job_id: str, name: str | None, grace: float) -> str:
         self._scancel(job_id, name)
         # as the local runner does for process groups: wait (up to the grace period) until it is
         # really gone, so the requeued job cannot overlap with its dying predecessor

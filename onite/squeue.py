@@ -59,6 +59,21 @@ def query_argv(squeue: str, job_ids: list[str]) -> list[str]:
     return [squeue, "-h", "-t", "all", "-j", ",".join(job_ids), "-O", FORMAT]
 
 
+def search_argv(squeue: str, name: str) -> list[str]:
+    """The squeue call that lists the jobs still in flight named ``name``, with their comments."""
+    return [squeue, "-h", "-n", name, "-O", "JobID:|,State:|,Comment:|"]
+
+
+def parse_search(text: str) -> list[tuple[str, str, str]]:
+    """search_argv's lines → [(job id, state, comment)]; lines that do not parse are skipped."""
+    found = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.rstrip().removesuffix("|").split("|", 2)]
+        if len(parts) == 3 and parts[0]:
+            found.append((parts[0], parts[1].split()[0] if parts[1] else "", parts[2]))
+    return found
+
+
 def parse(text: str) -> dict[str, JobStatus]:
     """squeue's lines → {job id: JobStatus}; lines that do not parse are skipped."""
     found = {}

@@ -6,8 +6,8 @@ import pytest
 
 from onite.config import SlurmConfig
 from onite.sbatch import (CD_FAILED, MAX_ENV_STRING, as_owner_in, export_file, nice_for, output_pattern,
-                          oversized_variable, parse_job_id, refusal, sbatch_argv, script_text, time_limit_minutes,
-                          unsupported_directive)
+                          oversized_variable, parse_job_id, refusal, run_comment, run_of_comment, sbatch_argv, script_text,
+                          time_limit_minutes, unsupported_directive)
 
 
 def argv(**overrides):
@@ -22,6 +22,15 @@ def test_argv_carries_every_promise():
         b"/usr/bin/sbatch", b"--parsable", b"--no-requeue", b"--job-name=onite:nightly", b"--chdir=/home/al\xffice",
         b"--output=/var/spool/onite/stdout/nightly", b"--open-mode=append", b"--export-file=7", b"--nice=20000",
     ]
+
+
+def test_a_runs_comment_names_its_run_and_spool_and_is_read_back_only_for_that_spool():
+    comment = run_comment("20261123T010203-node-a-4711-3", "/var/spool/onite")
+    assert argv(comment=comment)[-1] == f"--comment={comment}".encode()
+    assert comment.startswith("onite:20261123T010203-node-a-4711-3:") and "/var" not in comment
+    assert run_of_comment(comment, "/var/spool/onite") == "20261123T010203-node-a-4711-3"
+    assert run_of_comment(comment, "/srv/other-spool") is None
+    assert run_of_comment("", "/var/spool/onite") is None and run_of_comment("a user's note", "/x") is None
 
 
 def test_a_kept_apart_stderr_gets_its_own_escaped_pattern():

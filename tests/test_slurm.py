@@ -385,6 +385,39 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
 
 
+def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(slurm_spool, workdir):
+    """A driver killed while sbatch ran (before the run record): the next one finds the job in Slurm
+    by its name and comment, cancels it and runs the job again, instead of running it twice at once."""
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit("unrecorded", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(starts.exists, timeout=30, what="the job to run in Slurm")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    finally:
+        stop(driver)
+    [record] = (slurm_spool / "running").glob("*/unrecorded@run")
+    job_id = json.loads(record.read_text())["external_id"]
+    record.unlink()  # as if the driver had been killed before writing it
+    assert slurm_state(job_id) == "RUNNING"
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: any(" recovered unrecorded " in line for line in log_lines(slurm_spool)), timeout=30,
+                 what="recovery")
+        gate.unlink()
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+    assert slurm_state(job_id) == "CANCELLED"
+    [recovered] = [line for line in log_lines(slurm_spool) if " recovered unrecorded " in line]
+    assert "requeued" in recovered and f"no run record; Slurm job {job_id} was cancelled" in recovered, recovered
+    rec = result(slurm_spool, "unrecorded")
+    assert rec["state"] == "done" and rec["external_id"] != job_id
+    assert starts.read_text().split() == [job_id, rec["external_id"]]
+
+
 def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool, workdir):
     starts, gate = workdir / "starts", workdir / "gate"
     gate.touch()

@@ -4,7 +4,8 @@ from datetime import datetime
 
 import pytest
 
-from onite.squeue import JobStatus, decode_status, is_unknown_ids, lost, outcome, parse, query_argv
+from onite.squeue import (JobStatus, decode_status, is_unknown_ids, lost, outcome, parse, parse_search, query_argv,
+                          search_argv)
 
 
 def status(state, raw=0, reason="None", start=None):
@@ -15,6 +16,14 @@ def test_query_asks_once_for_all_ids_including_finished_ones():
     argv = query_argv("/usr/bin/squeue", ["1", "22", "333"])
     assert argv[:6] == ["/usr/bin/squeue", "-h", "-t", "all", "-j", "1,22,333"]
     assert argv[6] == "-O" and argv[7].startswith("JobID:|,State:|,exit_code:|")
+
+
+def test_a_search_by_name_reads_ids_states_and_comments():
+    assert search_argv("/usr/bin/squeue", "onite:j") == ["/usr/bin/squeue", "-h", "-n", "onite:j", "-O",
+                                                         "JobID:|,State:|,Comment:|"]
+    text = "12|RUNNING|onite:20261123T010203-vm-1-1:0123456789abcdef|\n13|PENDING|(null)|\n\ngarbage\n"
+    assert parse_search(text) == [("12", "RUNNING", "onite:20261123T010203-vm-1-1:0123456789abcdef"),
+                                  ("13", "PENDING", "(null)")]
 
 
 def test_parse_lines_as_squeue_prints_them():
