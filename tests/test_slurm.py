@@ -112,6 +112,17 @@ def finish(driver: subprocess.Popen, timeout: float = 30) -> int:
     return driver.returncode
 
 
+def kill_driver_when(spool: Path, ready, what: str, *args: str) -> None:
+    """Start a driver, wait until ``ready()``, then kill -9 it (its Slurm jobs live on)."""
+    driver = start_driver(spool, *args)
+    try:
+        wait_for(ready, timeout=30, what=what)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    finally:
+        stop(driver)
+
+
 def stop(driver: subprocess.Popen) -> None:
     if driver.poll() is None:
         os.killpg(driver.pid, signal.SIGKILL)
@@ -358,13 +369,7 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     done_gate.touch()
     submit("survivor", f"echo start >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
     submit("ends-meanwhile", f"echo start >> {starts}.2; while [ -e {done_gate} ]; do sleep 0.05; done; exit 5\n")
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(lambda: starts.exists() and Path(f"{starts}.2").exists(), timeout=30, what="both jobs to run")
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.communicate()
-    finally:
-        stop(driver)
+    kill_driver_when(slurm_spool, lambda: starts.exists() and Path(f"{starts}.2").exists(), "both jobs to run")
     job_id = runinfo(slurm_spool, "survivor")["external_id"]
     assert slurm_state(job_id) == "RUNNING"  # Slurm jobs outlive their driver
     ended_id = runinfo(slurm_spool, "ends-meanwhile")["external_id"]
@@ -391,13 +396,7 @@ def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(
     starts, gate = workdir / "starts", workdir / "gate"
     gate.touch()
     submit("unrecorded", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(starts.exists, timeout=30, what="the job to run in Slurm")
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.communicate()
-    finally:
-        stop(driver)
+    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
     [record] = (slurm_spool / "running").glob("*/unrecorded@run")
     job_id = json.loads(record.read_text())["external_id"]
     record.unlink()  # as if the driver had been killed before writing it
@@ -422,13 +421,7 @@ def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool
     starts, gate = workdir / "starts", workdir / "gate"
     gate.touch()
     submit("moved", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(starts.exists, timeout=30, what="the job to run in Slurm")
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.communicate()
-    finally:
-        stop(driver)
+    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
     job_id = runinfo(slurm_spool, "moved")["external_id"]
     set_config(slurm_spool, executor="local")
     path = slurm_spool / "onite.toml"
@@ -452,13 +445,7 @@ def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool
 def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_spool, workdir):
     marker = workdir / "started"
     submit("orphan", f"touch {marker}; sleep 300\n", "-p", "3")
-    driver = start_driver(slurm_spool, "--host", "gone")
-    try:
-        wait_for(marker.exists, timeout=30, what="the job to run in Slurm")
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.communicate()
-    finally:
-        stop(driver)
+    kill_driver_when(slurm_spool, marker.exists, "the job to run in Slurm", "--host", "gone")
     job_id = json.loads((slurm_spool / "running" / "gone" / "orphan@run").read_text())["external_id"]
     r = run_cli(["recover", "--host", "gone", "--force"])
     assert r.code == 0, r
