@@ -564,15 +564,9 @@ class Driver:
         # say nothing that recovery needs (no process to stop), and every new file costs. A driver
         # killed after the start and before the record leaves a job that recovery finds by the
         # ONITE_RUN_ID in its environment (_stop_leftovers).
-        stderr_path = self.spool.stderr_path(cand.name)
-        if not job.stderr_separate:
-            try:  # a kept-apart stderr of an earlier job of this name must not pass for this one's
-                sp.remove(stderr_path)
-            except OniteError as err:
-                self.log.event("warning", cand.name, error=str(err))
         try:
             self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1,
-                              stderr_path=stderr_path if job.stderr_separate else None)
+                              stderr_path=self.spool.stderr_path(cand.name))
         except Unavailable as err:
             self._pause_starts(run, target, err)
             return

@@ -411,11 +411,21 @@ def attempt_marker(run: Run) -> str:
 def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity: Identity | None, *,
                 append: bool) -> Iterator[tuple[int, int | None]]:
     """The run's output files (``open_outputs``), open while the block runs: its stdout file and,
-    when kept apart, its stderr file; a retry (``append``) adds to them after its attempt marker.
+    when the job keeps stderr apart, its stderr file ``stderr_path``; a retry (``append``) adds to
+    them after its attempt marker. A job that does not keep stderr apart has an older
+    ``stderr_path`` removed, so that another job's stderr cannot pass for this run's.
 
     Raises:
-        SpawnError: a file cannot be created or written (nothing is left open).
+        SpawnError: a file cannot be created, written or removed (nothing is left open).
     """
+    if not run.job.stderr_separate and stderr_path is not None:
+        try:
+            os.unlink(stderr_path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise SpawnError(f"cannot remove the old stderr file {stderr_path}: {err.strerror}") from None
+        stderr_path = None
     out, err = open_outputs(stdout_path, stderr_path, identity, append=append,
                             marker=attempt_marker(run) if append else None)
     try:
@@ -432,7 +442,7 @@ class Runner:
     ``executor``        "local" or "slurm", recorded in results
     ``runs``            the runs it is responsible for now
     ``start(run, output_path, append, stderr_path)``   start it, or raise SpawnError with the reason
-                        (``stderr_path``: where its stderr goes when kept apart, else None)
+                        (``stderr_path``: the job's stderr file, used as ``run_outputs`` says)
     ``stop(run, why, by)``  begin a graceful stop ("timeout", "cancel", "shutdown")
     ``kill(run, why)``      stop at once (the driver's hard stop)
     ``tick(now_mono)``      enforce deadlines

@@ -98,9 +98,10 @@ class SlurmRunner(Runner):
             raise SpawnError(f"its environment variable {too_big} exceeds the kernel's 128 KiB limit for one variable")
         check_directory(job.cwd)
         output = Path(os.path.abspath(output_path))
-        error = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
-        with run_outputs(run, output, error, identity, append=append):
+        stderr_file = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
+        with run_outputs(run, output, stderr_file, identity, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
+        error = stderr_file if job.stderr_separate else None
         run.external_id = self._submit(run, script, env, output, error)
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)

@@ -79,6 +79,7 @@ def test_a_missing_interpreter_and_a_vanished_directory_are_reasons(spool, workd
 
 
 def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
+    from dataclasses import replace
     from datetime import datetime
 
     from onite.executor import Run, run_outputs
@@ -88,7 +89,7 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
     out_path, err_path = tmp_path / "j", tmp_path / "j@stderr"
     out_path.write_bytes(b"first\n")
     job = Job(name="j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
-              cwd=b"/", env={}, body=b"true\n", attempt=2)
+              cwd=b"/", env={}, body=b"true\n", attempt=2, stderr_separate=True)
     run = Run(name="j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
               started_mono=0.0)
     with run_outputs(run, out_path, err_path, None, append=True) as (out, err):
@@ -102,6 +103,9 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
         raise AssertionError(f"fd {fd} left open")
     marker = "\n[onite] attempt 2 of j, 2026-11-22 22:00:00\n"
     assert out_path.read_text() == f"first\n{marker}out\n" and err_path.read_text() == f"{marker}err\n"
-    with run_outputs(run, out_path, None, None, append=False) as (out, err):
+    merged = Run(name="j", job=replace(job, attempt=1, stderr_separate=False), owner=current(), rank=1, run_id="r2",
+                 started=datetime(2026, 11, 22, 23, 0), started_mono=0.0)
+    with run_outputs(merged, out_path, err_path, None, append=False) as (out, err):
         assert err is None
     assert out_path.read_text() == "" and out_path.stat().st_mode & 0o777 == 0o600  # a first run starts afresh
+    assert not err_path.exists()  # the older job's stderr file must not pass for this one's
