@@ -186,16 +186,15 @@ def tell_filed(spool: sp.Spool, filed, by: str) -> None:
     """
     from onite.config import default_host
     from onite.log import ActivityLog
-    from onite.notify import Notifier, wants_notice
+    from onite.notify import Notifier
 
     result, job = filed
     log = ActivityLog(spool.log_path, default_host(spool.config))
     try:
         log.event("cancelled", result.name, by=by, was="queued")
-        if wants_notice(result, getattr(job, "notify", None), getattr(job, "notify_on", None), spool.config):
-            notifier = Notifier(spool, log)
-            notifier.notify(result, job, spool.config)
-            notifier.finish()
+        notifier = Notifier(spool, log)
+        notifier.notify(result, job, spool.config)  # nothing, unless the job's result calls for a notice
+        notifier.finish()
     finally:
         log.close()
 

@@ -67,7 +67,9 @@ def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
 
 def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
     """The environment ``run`` starts with (pure): the one captured at submit; the owner's login
-    variables when the driver is root, whatever the job file says; then onite's own, RUN_VARIABLES.
+    variables when the driver is root, whatever the job file says; then onite's own three, by which
+    recovery also finds the processes of a run whose record a killed driver never wrote
+    (find_run_processes).
     """
     env = dict(run.job.env)
     if switch_user:
@@ -76,11 +78,6 @@ def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
     env[b"ONITE_RUN_ID"] = run.run_id.encode()
     env[b"ONITE_JOB_SPOOL"] = os.fsencode(run.spool)
     return env
-
-
-# What every job finds in its environment besides what was captured. Recovery finds the processes
-# of a run whose record a killed driver never wrote by these (find_run_processes).
-RUN_VARIABLES = ("ONITE_JOB", "ONITE_RUN_ID", "ONITE_JOB_SPOOL")
 
 
 def plan(run: Run, *, shell: str, switch_user: bool) -> Launch:
