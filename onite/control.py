@@ -151,7 +151,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     Returns the result and the job (None if its file is damaged), or None if
     the request was gone; the driver uses them to notify the job's owner.
     """
-    from onite.filecheck import SLACK
+    from onite.filecheck import SLACK, read_up_to
     from onite.jobfile import decode
     from onite.state import JobState, unrun_result
 
@@ -163,7 +163,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     try:
         st = os.fstat(fd)
         # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
-        data = _read_all(fd, spool.config.max_job_size + SLACK) if stat.S_ISREG(st.st_mode) else b""
+        data = read_up_to(fd, spool.config.max_job_size + SLACK) if stat.S_ISREG(st.st_mode) else b""
     finally:
         os.close(fd)
     try:
@@ -197,14 +197,6 @@ def tell_filed(spool: sp.Spool, filed, by: str) -> None:
         notifier.finish()
     finally:
         log.close()
-
-
-def _read_all(fd: int, limit: int) -> bytes:
-    chunks, size = [], 0
-    while size <= limit and (chunk := os.read(fd, 1 << 20)):
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _token() -> str:

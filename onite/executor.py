@@ -295,6 +295,8 @@ def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
     process of a job inherits. Processes this one may not read are skipped: a driver that is not
     root runs only its own user's jobs.
     """
+    from onite.filecheck import read_up_to
+
     wanted = {b"ONITE_JOB=" + name.encode(), b"ONITE_JOB_SPOOL=" + os.fsencode(spool)}
     found = []
     for entry in os.scandir("/proc"):
@@ -305,7 +307,7 @@ def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
         except OSError:
             continue
         try:
-            data = _read_to_end(fd)
+            data = read_up_to(fd, ENVIRON_LIMIT)
         except OSError:
             continue
         finally:
@@ -320,11 +322,7 @@ def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
     return found
 
 
-def _read_to_end(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+ENVIRON_LIMIT = 8 << 20  # bytes of a process's environment read: the kernel's own limit is lower
 
 
 def stop_processes(find, grace: float) -> int:

@@ -87,12 +87,20 @@ def read_job_file(path: Path, max_size: int) -> tuple[Job, os.stat_result]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadFile("not a regular file")
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_size + SLACK:
-                raise BadFile("larger than max_job_size")
+        data = read_up_to(fd, max_size + SLACK)
+        if len(data) > max_size + SLACK:
+            raise BadFile("larger than max_job_size")
     finally:
         os.close(fd)
-    return decode(b"".join(chunks)), st
+    return decode(data), st
+
+
+def read_up_to(fd: int, limit: int) -> bytes:
+    """What ``fd`` holds from its offset to its end, or, if that is more than ``limit`` bytes, the
+    first chunks read past it (the caller tells by the length): a file that grows, or is huge,
+    never makes us hold all of it."""
+    chunks, size = [], 0
+    while size <= limit and (chunk := os.read(fd, 1 << 20)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
