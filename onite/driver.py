@@ -47,7 +47,7 @@ from onite.identity import Identity, resolve
 from onite.index import Candidate, QueueIndex
 from onite.jobfile import Attempt, Job, encode
 from onite.log import ActivityLog
-from onite.names import SIDE, is_valid_name
+from onite.names import SIDE, is_valid_name, make_run_id, run_id_host
 from onite.notify import Notifier
 from onite.policy import may_be_urgent, may_touch, urgent_refusal, window_end
 from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay
@@ -557,7 +557,7 @@ class Driver:
         owner = self._resolve(st.st_uid)
         self._seq += 1
         run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank,
-                  run_id=f"{now:%Y%m%dT%H%M%S}-{self.host}-{self._pid}-{self._seq}",
+                  run_id=make_run_id(now, self.host, self._pid, self._seq),
                   started=now, started_mono=time.monotonic(), spool=str(self.spool.root))
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
         # The run record is written once, when the job has started: before that it could
@@ -922,12 +922,8 @@ class Driver:
         """A claim with no run record: the dead driver never started it, or was killed between
         starting it and writing the record. What it started carries a run id of this host (we hold
         its lock, so no live driver has one) and this spool's path; the executor looks for that."""
-        def this_hosts(run_id: str) -> bool:
-            parts = run_id.split("-")  # TIMESTAMP-HOST-PID-SEQ, and a host name may hold "-"
-            return len(parts) >= 4 and "-".join(parts[1:-2]) == self.host
-
-        return self.runner.recover_unrecorded(name, str(self.spool.root), this_hosts,
-                                              self.config.kill_grace.total_seconds())
+        ours = lambda run_id: run_id_host(run_id) == self.host  # noqa: E731
+        return self.runner.recover_unrecorded(name, str(self.spool.root), ours, self.config.kill_grace.total_seconds())
 
     def _recovering_runner(self, info: dict):
         """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""

@@ -25,6 +25,17 @@ def job_label(name: str) -> str:
     return f"onite:{name}"
 
 
+def make_run_id(started, host: str, driver_pid: int, seq: int) -> str:
+    """A run's id, unique across hosts and drivers: ``TIMESTAMP-HOST-DRIVERPID-SEQ``."""
+    return f"{started:%Y%m%dT%H%M%S}-{host}-{driver_pid}-{seq}"
+
+
+def run_id_host(run_id: str) -> str | None:
+    """The host in a ``make_run_id`` id (a host name may hold "-"), or None if it is not one."""
+    parts = run_id.split("-")
+    return "-".join(parts[1:-2]) if len(parts) >= 4 else None
+
+
 def is_valid_name(name: str) -> bool:
     return NAME_PATTERN.fullmatch(name) is not None
 

@@ -392,3 +392,13 @@ def test_the_result_of_a_job_that_never_ran_takes_what_its_job_file_says():
                        job=job, priority=1)
     assert (rec.priority, rec.submitted, rec.attempt, rec.attempts) == (6, spooled, 2, (tried,))
     assert (rec.recur, rec.stderr, job.stderr_mode) == ("nightly", "separate", "separate")
+
+
+def test_a_run_id_names_its_host_even_one_with_dashes():
+    from datetime import datetime
+
+    from onite.names import make_run_id, run_id_host
+
+    run_id = make_run_id(datetime(2026, 11, 23, 1, 2, 3), "node-a-1", 4711, 3)
+    assert run_id == "20261123T010203-node-a-1-4711-3" and run_id_host(run_id) == "node-a-1"
+    assert run_id_host("not-one") is None
