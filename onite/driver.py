@@ -806,12 +806,16 @@ class Driver:
                 except OniteError as err:
                     self.log.event("error", entry.name, error=str(err))
                     continue
-                self.counts["cancelled"] += 1
-                self.log.event("cancelled", entry.name, by=requester, was="queued")
-                if filed is not None:
-                    self.notifier.notify(*filed, self.config)
+                self._filed_cancel(entry.name, requester, filed)
                 continue
             self._honour_request(entry, requester, withdraw, file_cancelled)
+
+    def _filed_cancel(self, name: str, requester: str, filed) -> None:
+        """A queued job filed as cancelled (``filed``: file_cancelled's answer): count, log, notify."""
+        self.counts["cancelled"] += 1
+        self.log.event("cancelled", name, by=requester, was="queued")
+        if filed is not None:
+            self.notifier.notify(*filed, self.config)
 
     def _honour_request(self, request: sp.Entry, requester: str, withdraw, file_cancelled) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if its owner may (docs/security.md)."""
@@ -834,10 +838,7 @@ class Driver:
                 filed = file_cancelled(self.spool, pending, by=requester, now=self.now())
             except OniteError:
                 continue
-            self.counts["cancelled"] += 1
-            self.log.event("cancelled", name, by=requester, was="queued")
-            if filed is not None:
-                self.notifier.notify(*filed, self.config)
+            self._filed_cancel(name, requester, filed)
         if sp.find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
             return  # running on another host: its driver will honour the request
         sp.remove(request.path)
