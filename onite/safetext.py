@@ -1,0 +1,36 @@
+"""Text from users, made safe to show (pure).
+
+Job names are checked wherever they are read, but other text that reaches a
+terminal or the activity log comes from users too: a reason that quotes a
+directory name, a hook's last line of stderr, a file name found in a spool
+folder, a user name. A terminal acts on control characters (escape
+sequences can retitle a window, move the cursor, or hide what follows), and
+a newline in a log field would forge a second log line. ``printable``
+spells every such character as ``\\xHH`` (``\\n``, ``\\t`` and the escape
+character by name), so what is shown is exactly what was there, and inert.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls, DEL, C1 controls, and the Unicode line and paragraph separators (a terminal or a
+# log reader may break a line at them), plus the bidirectional overrides that reorder what is shown.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
+
+
+def _spell(match: re.Match) -> str:
+    ch = match.group()
+    named = _NAMED.get(ch)
+    if named:
+        return named
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character spelt out (``\\n``, ``\\e``, ``\\x07``, ``\\u202e``)."""
+    if text.isprintable():  # the common case: nothing to do, and cheap
+        return text
+    return _UNSAFE.sub(_spell, text)
