@@ -63,6 +63,7 @@ class Config:
     notify_command: tuple[str, ...] = ()  # the admin's hook: an absolute path and its arguments
     sendmail: str | None = None  # None: the first of SENDMAIL_PATHS that exists
     notify_timeout: timedelta = timedelta(seconds=30)
+    contain: bool = True  # every process a job starts ends with it (onite.contain)
 
     def slots_for(self, host: str) -> int:
         """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
@@ -113,6 +114,7 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         stderr_separate=reader.boolean("stderr_separate"),
         hosts=reader.hosts("hosts"),
         slurm=reader.slurm("slurm"),
+        contain=reader.boolean("contain"),
         **reader.notify(),
     )
     reader.no_unknown_keys()

@@ -40,7 +40,7 @@ from datetime import datetime, time as dtime, timedelta
 
 from onite import spool as sp
 from onite.config import default_host
-from onite.driver import Driver, SignalCatcher, take_host_lock
+from onite.driver import Driver, SignalCatcher, lock_descriptor, take_host_lock
 from onite.errors import InvalidInput, OniteError, Refused
 from onite.log import ActivityLog
 from onite.schedule import validate_schedule
@@ -79,6 +79,7 @@ class Daemon:
         self._pending_fire: datetime | None = None  # a schedule time a widened timed drain is handling
         self._recur_pause: datetime | None = None  # after an error spooling recurring jobs
         self._wakeup_fd = -1
+        self._lock_fd: int | None = None
         self.started_at = self.now()
 
     @staticmethod
@@ -110,6 +111,7 @@ class Daemon:
             if lock is None:
                 self.log.close()
                 return 0
+            self._lock_fd = lock_descriptor(lock)
             try:
                 self._main()
             finally:
@@ -230,7 +232,8 @@ class Daemon:
         self.timed_mark = self.now()
         self._pending_fire = None
         driver = Driver(self.spool, host=self.host, slots=self.slots, until=self._until_override, echo=self.echo,
-                        only_timed=only_timed, linger=False, tick=self._tick, signals=self.signals)
+                        only_timed=only_timed, linger=False, tick=self._tick, signals=self.signals,
+                        lock_fd=self._lock_fd)
         try:
             self._spool_recurring(self.timed_mark)
             driver.drain()

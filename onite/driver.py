@@ -40,8 +40,8 @@ from pathlib import Path
 from onite import spool as sp
 from onite.config import Config, default_host
 from onite.deps import dependency_state
-from onite.errors import JobFormatError, NotFound, OniteError, Refused
-from onite.executor import LocalRunner, Run, SpawnError, Unavailable
+from onite.errors import EXIT_FAILURE, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
+from onite.executor import LocalRunner, NoRecord, Run, SpawnError, Unavailable
 from onite.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.identity import Identity, resolve
 from onite.index import Candidate, QueueIndex
@@ -75,7 +75,8 @@ class Driver:
 
     def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, echo=None, runner=None, only_timed: bool = False,
-                 linger: bool = True, tick=None, signals: list[int] | None = None, listener=None) -> None:
+                 linger: bool = True, tick=None, signals: list[int] | None = None, listener=None,
+                 lock_fd: int | None = None) -> None:
         """``only_timed``: start only jobs that carry a not-before time that has come (the
         daemon's wakes for ``--at`` times and recurring instances). ``linger=False``: when
         nothing runs and nothing can start, return instead of waiting for a not-before
@@ -83,6 +84,7 @@ class Driver:
         turn of the loop; returns when it wants to be called next (or None). ``signals``:
         the list caught signals go to (the daemon shares its own, so none is lost in between).
         ``listener``: told of every logged event as data (onite.log.ActivityLog; the live progress).
+        ``lock_fd``: the descriptor of this host's driver lock when the caller holds it (the daemon).
         """
         self.spool = spool
         self.config: Config = spool.config
@@ -93,11 +95,12 @@ class Driver:
         self._until_override = until
         self.euid = os.geteuid()
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener)
-        self.runner = runner or self._make_runner()
+        self.lock_fd = lock_fd  # this host's driver lock, once held (each job's monitor inherits it)
+        self._containment = None
+        self._runner = runner
         self.notifier = Notifier(spool, self.log)
         self.index = QueueIndex(spool.queue_folders())
         self.running: dict[str, Run] = {}
-        self._unrecorded: dict[str, tuple[Run, Outcome, datetime]] = {}  # ended, not yet filed
         self._meta: dict[str, tuple[tuple[int, int, int], Meta]] = {}
         self._parsed: dict[str, tuple[tuple[int, int, int], Job]] = {}
         self._signals: list[int] = [] if signals is None else signals
@@ -110,6 +113,7 @@ class Driver:
         self._paused_until: float | None = None  # monotonic: the executor was unavailable; start nothing before
         self._pause = 0.0
         self._cancel_mtime = -1
+        self._cannot_record: str | None = None  # why nothing more may start: its records cannot be written
         self._seq = 0
         self._since_prune = 0
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
@@ -137,6 +141,26 @@ class Driver:
         return self.config.slots_for(self.host)
 
     @property
+    def runner(self):
+        """The executor: made when first needed (a local one needs the driver lock's descriptor)."""
+        if self._runner is None:
+            self._runner = self._make_runner()
+        return self._runner
+
+    @runner.setter
+    def runner(self, value) -> None:
+        self._runner = value
+
+    @property
+    def containment(self):
+        """How jobs are contained here (onite.contain), decided once."""
+        if self._containment is None:
+            from onite.contain import discover
+
+            self._containment = discover(self.config.contain)
+        return self._containment
+
+    @property
     def until(self) -> dtime | None:
         return self._until_override or self.config.until
 
@@ -146,7 +170,7 @@ class Driver:
 
             return SlurmRunner(self.spool, self.config, switch_user=self.euid == 0, log=self.log)
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
-                           switch_user=self.euid == 0)
+                           switch_user=self.euid == 0, containment=self.containment, lock_fd=self.lock_fd)
 
     @staticmethod
     def now() -> datetime:
@@ -163,6 +187,7 @@ class Driver:
         lock = self._take_lock()
         if lock is None:
             return 0
+        self.lock_fd = lock_descriptor(lock)
         try:
             self.spool_recurring()
             if scheduled and not self._inside_scheduled_window():
@@ -171,7 +196,7 @@ class Driver:
         finally:
             lock.release()
             self.log.close()
-        return 0
+        return EXIT_FAILURE if self._cannot_record else 0
 
     def spool_recurring(self) -> list[str]:
         """Spool the instances of recurring jobs that are due (at most one per template)."""
@@ -203,20 +228,19 @@ class Driver:
         os.makedirs(self._running_dir, mode=0o755, exist_ok=True)
         self.log.event("driver-start", host=self.host, slots=self.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
-                       only="timed jobs" if self.only_timed else None)
+                       only="timed jobs" if self.only_timed else None,
+                       contain=self.containment.describe() if self.runner.executor == "local" else None)
         with SignalCatcher(self._signals) as wakeup_fd:
             self.recover()
             try:
                 self._loop(wakeup_fd)
             finally:
-                try:
-                    self._flush_records()
-                finally:
-                    self.notifier.finish(stop=self._must_stop_now)
+                self.notifier.finish(stop=self._must_stop_now)
         self._prune()
         self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
                        cancelled=self.counts["cancelled"], left=len(self.index),
-                       reason="stopped" if self._stopping else "window closed" if self._window_closed else "drained")
+                       reason="stopped" if self._stopping else "window closed" if self._window_closed
+                       else "cannot record" if self._cannot_record else "drained")
 
     def _take_lock(self):
         path = self.spool.lock_path(self.host)
@@ -258,9 +282,8 @@ class Driver:
             if self.notifier.busy:
                 self.notifier.reap()
             self._process_cancels()
-            if not self._stopping and not self._hard_stop:
+            if not self._stopping and not self._hard_stop and not self._cannot_record:
                 self._start_jobs()
-            self._flush_records()
             if self.running and len(self.running) >= self.slots:
                 self._read_ahead()
             if not self.running and not self.runner.busy():
@@ -387,8 +410,6 @@ class Driver:
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             for cand in self.index.candidates():
-                if cand.name in self._unrecorded:
-                    self._flush_records()  # its namesake's files must leave running/ first
                 if cand.name in self.running:
                     continue  # a job of that name runs here; a second one waits its turn
                 seen = self._inspect(cand)
@@ -439,7 +460,7 @@ class Driver:
         the read; the pick still checks everything as usual.
         """
         for cand in self.index.candidates():
-            if cand.name not in self.running and cand.name not in self._unrecorded:
+            if cand.name not in self.running:
                 if cand.name not in self._parsed:
                     self._meta.pop(cand.name, None)  # a verdict kept without its job: read the job again
                     self._inspect(cand)
@@ -529,8 +550,6 @@ class Driver:
         return read_job_file(path, self.config.max_job_size)
 
     def _dep_state(self, name: str) -> DepState:
-        if name in self._unrecorded:
-            self._flush_records()
         if name in self.running or self.index.contains(name):
             return DepState.PENDING
         return dependency_state(self.spool, name)
@@ -560,13 +579,17 @@ class Driver:
                   run_id=make_run_id(now, self.host, self._pid, self._seq),
                   started=now, started_mono=time.monotonic(), spool=str(self.spool.root))
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
-        # The run record is written once, when the job has started: before that it could
-        # say nothing that recovery needs (no process to stop), and every new file costs. A driver
-        # killed after the start and before the record leaves a job that recovery finds by the
-        # ONITE_RUN_ID in its environment (_stop_leftovers).
+        record = self._record_info(run)
         try:
-            self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1,
-                              stderr_path=self.spool.stderr_path(cand.name))
+            if self.runner.writes_record:
+                self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1,
+                                  stderr_path=self.spool.stderr_path(cand.name), record=record)
+            else:
+                self.runner.start(run, self.spool.output_path(cand.name), append=job.attempt > 1,
+                                  stderr_path=self.spool.stderr_path(cand.name))
+        except NoRecord as err:
+            self._stop_claiming(run, target, str(err))
+            return
         except Unavailable as err:
             self._pause_starts(run, target, err)
             return
@@ -576,10 +599,45 @@ class Driver:
             return
         self._pause = 0.0
         self.running[cand.name] = run
-        self._write_runinfo(run, self.runner.runinfo(run))
-        self.log.event("start", cand.name, user=owner.name, priority="urgent" if cand.rank == 0 else cand.rank,
-                       attempt=job.attempt, pid=run.process.pid if run.process else None,
-                       slurm=run.external_id)
+        if not self.runner.writes_record:  # its record holds the executor's id of the job (Slurm's)
+            self._write_record(run, {**record[1], **self.runner.runinfo(run)})
+            self._log_start(run)
+
+    def _record_info(self, run: Run) -> tuple[str, dict]:
+        """The run record's path and first line (onite.runrecord)."""
+        info = {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
+                "started": run.started.isoformat(), "queued": run.queued_at.isoformat() if run.queued_at else None,
+                "executor": self.runner.executor, "driver_pid": self._pid, "machine": self._machine}
+        return f"{self._running_dir}/{run.name}{sp.RUNINFO}", info
+
+    def _log_start(self, run: Run) -> None:
+        self.log.event("start", run.name, user=run.owner.name, priority="urgent" if run.rank == 0 else run.rank,
+                       attempt=run.attempt, pid=run.pgid, slurm=run.external_id)
+
+    def _note_cannot_record(self, why: str, name: str = "") -> None:
+        """A record could not be written: start nothing more (logged once; on stderr too, since the
+        log may be what cannot be written)."""
+        if self._cannot_record is None:
+            self._cannot_record = why
+            self.log.event("cannot-record", name, error=why,
+                           note="no job starts until runs can be recorded; running jobs go on")
+            if self.log.echo is None:
+                import sys
+
+                try:
+                    print(f"onite: cannot record a run ({why}) — no job starts until it can; free space and "
+                          f"run onite run again", file=sys.stderr)
+                except (OSError, ValueError):
+                    pass
+
+    def _stop_claiming(self, run: Run, claimed: Path, why: str) -> None:
+        """Nothing that starts can be recorded (a full disk): put the job back, start nothing more.
+        Running jobs go on; the driver exits non-zero once they are done (docs/job-control.md)."""
+        try:
+            self._requeue_file(claimed, run.name, run.rank)
+        except OniteError as err:
+            why = f"{why}; and putting {run.name} back failed: {err} (recovery will)"
+        self._note_cannot_record(why, run.name)
 
     def _pause_starts(self, run: Run, claimed: Path, err: Unavailable) -> None:
         """The executor cannot take jobs now: put this one back in its queue (it keeps its attempt
@@ -608,39 +666,31 @@ class Driver:
             job, st = self._read_job(path)
         return job, st
 
-    def _write_runinfo(self, run: Run, extra: dict) -> None:
-        import json
+    def _write_record(self, run: Run, info: dict) -> None:
+        """The run record of a run whose executor does not write it (Slurm): after its start."""
+        from onite import runrecord
 
-        info = {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
-                "started": run.started.isoformat(), "queued": run.queued_at.isoformat(),
-                "executor": self.runner.executor, "external_id": run.external_id, "driver_pid": self._pid,
-                "machine": self._machine, **extra}
         path = f"{self._running_dir}/{run.name}{sp.RUNINFO}"
         try:
-            sp.replace_file(path, json.dumps(info).encode())
-        except OniteError as err:
+            os.close(runrecord.create(path, info))
+        except runrecord.RecordError as err:
             self.log.event("warning", run.name, error=str(err))
 
     # ---- finishing -----------------------------------------------------------------
 
     def _reap(self) -> None:
-        for run, outcome in self.runner.reap():
+        """Log the starts the runner saw, and file each job that ended as soon as it is seen."""
+        finished = self.runner.reap()
+        for run in self.runner.started():
+            self._log_start(run)
+        for run, outcome in finished:
             self.running.pop(run.name, None)
+            if not run.announced and outcome.reason and run.stopping is None:
+                self.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
             if run.stopping == "shutdown" and outcome.cancelled_by is None:
                 self._requeue_interrupted(run)
-            elif self._retryable(run, outcome):
-                self._record(run, outcome, self.now())  # its retry may be next in the queue: requeue it now
             else:
-                # Filed once the next job has started (_flush_records), so that writing this
-                # one's records overlaps that job's run instead of delaying its start. Anything
-                # that needs them sooner (a dependency, a job of the same name) files them first.
-                self._unrecorded[run.name] = (run, outcome, self.now())
-
-    def _flush_records(self) -> None:
-        """File the finished runs that _reap left for later."""
-        while self._unrecorded:
-            name = next(iter(self._unrecorded))
-            self._record(*self._unrecorded.pop(name))
+                self._record(run, outcome, self.now())
 
     @staticmethod
     def _retryable(run: Run, outcome: Outcome) -> bool:
@@ -668,6 +718,7 @@ class Driver:
                             self.spool.done_dir / run.name, "filing the finished job")
         except OniteError as err:
             self.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
+            self._note_cannot_record(str(err))
             return
         sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
         self.counts[str(result.state)] += 1
@@ -1009,24 +1060,62 @@ class Driver:
 
 
 
-def take_host_lock(path: Path, holder: str, timeout: float = 0.5):
-    """flock this host's driver lock and write ``holder`` into it; None if another process holds it."""
-    from filelock import Timeout, UnixFileLock
+def lock_descriptor(lock) -> int | None:
+    """The descriptor on which ``take_host_lock``'s lock is held (each job's monitor keeps it open
+    until it has recorded itself, so no other driver recovers its claim in between)."""
+    fd = getattr(lock, "fd", None)
+    if fd is None:
+        context = getattr(lock, "_context", None)
+        fd = getattr(context, "lock_file_fd", None)
+    return fd if isinstance(fd, int) else None
 
-    # A brief timeout, not zero: `onite submit` probes the lock with a shared flock
-    # for a microsecond, and a driver starting at that instant must not give up.
-    lock = UnixFileLock(str(path), timeout=timeout, mode=0o644)
+
+class HostLock:
+    """A held driver lock: flock(2) on an open descriptor, dropped by the kernel when every
+    process holding the descriptor has closed it or died (never a file left behind)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing our descriptor drops the flock (monitors closed theirs)
+            self.fd = None
+
+
+def take_host_lock(path: Path, holder: str, timeout: float = 0.5) -> HostLock | None:
+    """flock this host's driver lock and write ``holder`` into it; None if another process holds it.
+
+    fcntl.flock directly, not filelock: the descriptor must survive fork() into each job's monitor
+    (onite.monitor), which filelock's fork handling closes, and a file system without flock must be
+    an error, not a lock file that silently stands in for it.
+    """
+    import fcntl
+
     try:
-        lock.acquire()
-    except Timeout:
-        return None
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise SpoolIOError(path, "opening the driver lock", err) from None
+    # A brief wait, not none: a probe holding the lock for a microsecond must not make a driver give up.
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.01)
+        except OSError as err:
+            os.close(fd)
+            raise SpoolIOError(path, "locking (the file system must support flock)", err) from None
     try:  # say who holds it, for `onite status` and a second driver's log line
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
-        os.write(fd, f"{holder}\n".encode())
-        os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{holder}\n".encode(), 0)
     except OSError:
         pass
-    return lock
+    return HostLock(fd)
 
 
 class SignalCatcher:

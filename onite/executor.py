@@ -1,18 +1,21 @@
-"""Running one job on this machine: as its owner, in its own session, output captured.
+"""Running one job on this machine: as its owner, in its own session, contained, output captured.
 
-``plan`` (pure) decides the command line and environment; ``spawn`` starts it:
+``plan`` (pure) decides the command line and environment; ``LocalRunner.start``
+hands them to a monitor process of the job's own (onite.monitor), which
+starts the job and records how it ended:
 
 - the job text is handed over in an anonymous memory file (memfd) that the
   interpreter reads as /dev/fd/N: nothing is written to disk, bytes are
   exact, and the job's stdin stays /dev/null;
 - text that starts with ``#!`` runs under that interpreter (Linux rules:
   the path, then at most one argument); anything else under ``shell``;
-- when the driver is root the child drops to the owner with the standard
-  library's own support, applied in this order by the kernel calls
-  setgroups, setgid, setuid (``extra_groups``, ``group``, ``user``): real,
-  effective and saved ids all change, so the job can never regain root;
-- a new session (setsid): the job leads its own process group, which is
-  what timeouts and cancels signal, and it has no controlling terminal;
+- when the driver is root the job's process drops to the owner before it
+  does anything on the owner's behalf: setgroups, setgid, setuid (real,
+  effective and saved ids), then it enters the job's directory and looks up
+  the interpreter with the owner's rights, never root's;
+- a new session: the job leads its own process group and has no
+  controlling terminal; where the machine allows, it runs in a cgroup of its
+  own, so that everything it starts can be ended with it (onite.contain);
 - stdout and stderr go to stdout/NAME, created by the driver, owned by the
   job's user, mode 0600; a job spooled with --stderr-separate has its stderr
   in stdout/NAME@stderr instead, created the same way.
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -89,101 +91,6 @@ def plan(run: Run, *, shell: str, switch_user: bool) -> Launch:
         umask=run.job.umask,
         identity=run.owner if switch_user else None,
     )
-
-
-class LocalProcess:
-    """A started job: its leader process, whose pid is also its process group id."""
-
-    def __init__(self, popen: subprocess.Popen) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.pgid = popen.pid  # setsid made it the leader of a new session and group
-        try:
-            self.pidfd: int | None = os.pidfd_open(self.pid)
-        except (OSError, AttributeError):
-            self.pidfd = None  # old kernel: the driver falls back to polling
-
-    def poll(self) -> int | None:
-        """The wait status once the leader has exited, else None (reaps it)."""
-        if self.popen.returncode is not None:
-            return self._status
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = self.pid, 0
-        if pid == 0:
-            return None
-        self.popen.returncode = os.waitstatus_to_exitcode(status)
-        self._status = status
-        self.close()
-        return status
-
-    def signal_group(self, sig: int) -> bool:
-        """Signal every process of the job's group; False if none is left."""
-        return kill_group(self.pgid, sig)
-
-    def close(self) -> None:
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-
-def spawn(launch: Launch, body: bytes, output_fd: int, name: str, stderr_fd: int | None = None) -> LocalProcess:
-    """Start the job (stderr to ``stderr_fd``, else with stdout). Raises SpawnError with a reason
-    fit for the result record."""
-    cwd = launch.cwd
-    check_directory(cwd)
-    script_fd = os.memfd_create(job_label(name), 0)
-    try:
-        view = memoryview(body)
-        while view:
-            view = view[os.write(script_fd, view):]
-        os.lseek(script_fd, 0, os.SEEK_SET)
-        script = os.fsencode(f"/dev/fd/{script_fd}")
-        argv = [script if part == SCRIPT else part for part in launch.argv]
-        ident = launch.identity
-        try:
-            popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=output_fd,
-                stderr=subprocess.STDOUT if stderr_fd is None else stderr_fd,
-                cwd=cwd,
-                env=launch.env,
-                start_new_session=True,
-                umask=launch.umask,
-                pass_fds=(script_fd,),
-                close_fds=True,
-                restore_signals=True,
-                **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
-            )
-        except FileNotFoundError as err:
-            missing = err.filename or argv[0]
-            if missing == cwd or (isinstance(missing, str) and os.fsencode(missing) == cwd):
-                raise SpawnError(f"its directory {os.fsdecode(cwd)} no longer exists") from None
-            raise SpawnError(f"cannot start {os.fsdecode(argv[0])}: no such file") from None
-        except PermissionError as err:
-            target = err.filename if err.filename is not None else argv[0]
-            raise SpawnError(f"cannot start {os.fsdecode(target)}: permission denied") from None
-        except OSError as err:
-            raise SpawnError(f"cannot start {os.fsdecode(argv[0])}: {err.strerror or err}") from None
-    finally:
-        os.close(script_fd)
-    return LocalProcess(popen)
-
-
-def check_directory(cwd: bytes) -> None:
-    """Raises SpawnError when the job's directory is gone (a clear reason beats chdir's errno)."""
-    import stat
-
-    try:
-        st = os.stat(cwd)
-    except (FileNotFoundError, NotADirectoryError):
-        raise SpawnError(f"its directory {os.fsdecode(cwd)} no longer exists") from None
-    except OSError:
-        return  # e.g. root cannot look into a root-squashed NFS home: let the start itself decide
-    if not stat.S_ISDIR(st.st_mode):
-        raise SpawnError(f"its directory {os.fsdecode(cwd)} is not a directory")
 
 
 def open_output(path: Path, identity: Identity | None, *, append: bool) -> int:
@@ -271,24 +178,6 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
         return False
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
-    except (ValueError, IndexError):
-        return None
-
-
 def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
     """This machine's processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``:
     read from each process's environment as it was started (/proc/PID/environ), which every
@@ -369,7 +258,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+from onite import contain, monitor, runrecord
 from onite.state import Outcome, outcome_from_status, stopped_outcome
+
+
+@dataclass(eq=False)
+class Monitor:
+    """A job's monitor process (onite.monitor) as the driver watches it."""
+
+    pid: int
+    pidfd: int | None  # readable once it exits
+    pipe: int | None  # what it tells the driver (None: adopted from a dead driver, no pipe)
+    child: bool  # our child (we reap it), or adopted from a dead driver
+    buffer: bytes = b""
+    exited: bool = False
+
+    def close(self) -> None:
+        for fd in (self.pidfd, self.pipe):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.pidfd = self.pipe = None
 
 
 @dataclass(eq=False)
@@ -383,7 +294,10 @@ class Run:
     run_id: str
     started: datetime
     started_mono: float
-    process: "LocalProcess | None" = None
+    monitor: Monitor | None = None  # local: the job's monitor
+    pgid: int | None = None  # local: the job's process group (its leader's pid), once it runs
+    cgroup: str | None = None  # local: the job's cgroup, if jobs get one (onite.contain)
+    record_path: str | None = None  # running/HOST/NAME@run
     external_id: str | None = None  # e.g. a Slurm job id
     timeout_at: float | None = None  # monotonic
     kill_at: float | None = None  # monotonic: SIGKILL if still alive then
@@ -391,6 +305,8 @@ class Run:
     cancelled_by: str | None = None
     queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
     spool: str = ""  # the root of the spool it was claimed from (ONITE_JOB_SPOOL)
+    announced: bool = False  # its start was reported to the driver (local: the monitor said "started")
+    adopted: bool = False  # taken over from a driver that died
 
     @property
     def attempt(self) -> int:
@@ -431,24 +347,31 @@ def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity:
             os.close(err)
 
 
+class NoRecord(SpawnError):
+    """The run record cannot be written (a full disk): nothing was started, and the driver must
+    start nothing more until it can record what it starts."""
+
+
 class Runner:
     """What the driver needs from an executor (LocalRunner here, SlurmRunner in onite.slurm).
 
     ``executor``        "local" or "slurm", recorded in results
+    ``writes_record``   True if ``start`` writes the run record itself (before the job can run);
+                        else the driver writes it from ``runinfo`` once ``start`` returned
     ``runs``            the runs it is responsible for now
-    ``start(run, output_path, append, stderr_path)``   start it, or raise SpawnError with the reason
-                        (``stderr_path``: the job's stderr file, used as ``run_outputs`` says)
+    ``start(run, output_path, append, stderr_path, record)``   start it, or raise SpawnError with
+                        the reason (``record``: the run record's path and first line)
     ``stop(run, why, by)``  begin a graceful stop ("timeout", "cancel", "shutdown")
     ``kill(run, why)``      stop at once (the driver's hard stop)
     ``tick(now_mono)``      enforce deadlines
     ``reap()``              [(run, Outcome)] for runs that ended since the last call
+    ``started()``           runs whose start was confirmed since the last call (for the log)
     ``next_deadline()``     monotonic time the driver must wake for, or None
-    ``wait_fds()``          descriptors that become readable when a run may have ended
+    ``wait_fds()``          descriptors that become readable when a run may have changed
     ``runinfo(run)``        JSON-able facts recovery needs after a driver crash
-    ``recover(info, grace)``  make sure a dead driver's run is gone; returns what was done
+    ``recover(info, grace)``  make sure a dead driver's run (an old-format record) is gone
     ``recover_unrecorded(name, spool, run_id_ok, grace)``  the same for a claim of ``spool`` with no
-                        run record (its driver was killed just after starting it): finds what runs
-                        for job ``name`` under a run id that passes ``run_id_ok``
+                        run record, by the job's environment
     ``reattach(run)``       take back a run that outlived its driver; True if it did (default: never)
     ``busy()``              True while it still has work in flight (the driver waits before exiting)
     ``needs_polling()``     True when runs have no descriptor to wait on (the driver then polls
@@ -457,6 +380,7 @@ class Runner:
     """
 
     runs: list
+    writes_record = False
 
     def busy(self) -> bool:
         return bool(self.runs)
@@ -470,118 +394,303 @@ class Runner:
     def reload(self, config) -> None:
         pass
 
+    def started(self) -> list[Run]:
+        return []
+
 
 class LocalRunner(Runner):
-    """Starts jobs as local process groups, enforces time limits, reports how they ended.
+    """Starts each job under a monitor of its own (onite.monitor), enforces time limits, reports
+    how jobs ended.
 
-    Time limits and stops: SIGTERM to the whole group, then SIGKILL after
-    ``kill_grace``. When a job's leader exits, whatever it left running in
-    its group is killed too, so no stray process outlives its job and the
-    slot bound means what it says.
+    A time limit or a stop is SIGTERM to every process of the job (its group, and its cgroup
+    where jobs have one), then SIGKILL after ``kill_grace``. When a job's leader exits, its monitor
+    ends whatever it left running (onite.contain), so no stray process outlives its job and the slot
+    bound means what it says; the driver waits for those monitors before it exits.
     """
 
     executor = "local"
+    writes_record = True
 
-    def __init__(self, *, shell: str, kill_grace: float, switch_user: bool) -> None:
+    def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
+                 containment: contain.Containment | None = None, lock_fd: int | None = None) -> None:
         self.shell = shell
         self.kill_grace = kill_grace
         self.switch_user = switch_user
+        self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
+        self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
         self.runs: list[Run] = []
-        self._orphans: list[tuple[int, float]] = []  # (pgid, kill_at) of groups whose leader exited
+        self._lingering: list[Monitor] = []  # monitors ending what their job left behind
+        self._started: list[Run] = []
         self._credentials = own_credentials()
+        self._boot = boot_id()
 
     def reload(self, config) -> None:
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
 
-    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None) -> None:
-        """Start ``run``. Raises SpawnError (the job is then recorded as failed)."""
+    # ---- starting --------------------------------------------------------------
+
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
+              record: tuple[str, dict] | None = None) -> None:
+        """Start ``run`` under its monitor; returns at once (the monitor reports the start).
+
+        Raises:
+            SpawnError: its output files cannot be made (the job is recorded as failed).
+            NoRecord: its run record cannot be written: nothing was started.
+        """
         launch = plan(run, shell=self.shell, switch_user=self.switch_user)
-        if launch.identity is not None and credentials_of(launch.identity) == self._credentials:
-            # Switching to the ids we already have changes nothing, and asking for it
-            # costs a full fork() instead of vfork() (CPython will not vfork to setuid).
-            launch = replace(launch, identity=None)
-        with run_outputs(run, output_path, stderr_path, launch.identity, append=append) as (out, err):
-            run.process = spawn(launch, run.job.body, out, run.name, err)
+        ident = launch.identity
+        if ident is not None and credentials_of(ident) == self._credentials:
+            ident = None  # switching to the ids we already have changes nothing
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
+        with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
+            script_fd = os.memfd_create(job_label(run.name), 0)
+            record_fd = notify_r = notify_w = None
+            try:
+                _write_all(script_fd, run.job.body)
+                os.lseek(script_fd, 0, os.SEEK_SET)
+                script = os.fsencode(f"/dev/fd/{script_fd}")
+                run.cgroup = self.containment.job_cgroup(run.run_id)
+                if record is not None:
+                    path, info = record
+                    deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
+                    try:
+                        record_fd = runrecord.create(path, {**info, "boot": self._boot, "cgroup": run.cgroup,
+                                                             "contain": self.containment.kind, "deadline": deadline,
+                                                             "kill_grace": self.kill_grace})
+                    except runrecord.RecordError as error:
+                        raise NoRecord(str(error)) from None
+                    run.record_path = path
+                notify_r, notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+                spec = monitor.Plan(
+                    argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
+                    cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
+                    gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
+                    script_fd=script_fd, stdout_fd=out, stderr_fd=err,
+                    record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
+                    record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
+                    cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace)
+                try:
+                    pid = monitor.start(spec)
+                except OSError as error:
+                    if run.cgroup:
+                        contain.remove_cgroup(run.cgroup, wait=0)
+                    raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
+            finally:
+                for fd in (script_fd, record_fd, notify_w):
+                    if fd is not None:
+                        os.close(fd)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None  # a very old kernel: polled
+        run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=notify_r, child=True)
         self.runs.append(run)
 
+    # ---- stopping --------------------------------------------------------------
+
     def stop(self, run: Run, why: str, *, by: str | None = None) -> None:
-        """Begin stopping ``run``: SIGTERM to its group now, SIGKILL after the grace period."""
+        """Begin stopping ``run``: SIGTERM to its processes now, SIGKILL after the grace period."""
         if run.stopping is None:
             run.stopping = why
             run.cancelled_by = by
-        if run.process is not None and run.kill_at is None:
-            run.process.signal_group(signal.SIGTERM)
+        if run.kill_at is None:
             run.kill_at = _time.monotonic() + self.kill_grace
+            self._signal(run, signal.SIGTERM)
 
     def kill(self, run: Run, why: str) -> None:
-        """Kill ``run``'s group at once (a hard stop)."""
+        """Kill ``run``'s processes at once (a hard stop)."""
         if run.stopping is None:
             run.stopping = why
-        if run.process is not None:
-            run.process.signal_group(signal.SIGKILL)
+        self._signal(run, signal.SIGKILL)
+
+    @staticmethod
+    def _signal(run: Run, sig: int) -> None:
+        """Signal every process of the job: its group, and its cgroup if it has one. Before its
+        monitor said it started there is no process yet: the stop is applied when it does."""
+        if run.pgid is not None:
+            kill_group(run.pgid, sig)
+        if run.cgroup:
+            if sig == signal.SIGKILL:
+                contain.kill_cgroup(run.cgroup)
+            else:
+                contain.signal_cgroup(run.cgroup, sig)
 
     def tick(self, now_mono: float) -> None:
         """Enforce time limits and kill deadlines."""
         for run in self.runs:
             if run.stopping is None and run.timeout_at is not None and now_mono >= run.timeout_at:
                 self.stop(run, "timeout")
-            elif run.kill_at is not None and now_mono >= run.kill_at and run.process is not None:
-                run.process.signal_group(signal.SIGKILL)
+            elif run.kill_at is not None and now_mono >= run.kill_at:
+                self._signal(run, signal.SIGKILL)
                 run.kill_at = None
-        if self._orphans:
-            keep = []
-            for pgid, kill_at in self._orphans:
-                if now_mono >= kill_at:
-                    kill_group(pgid, signal.SIGKILL)
-                elif kill_group(pgid, 0):
-                    keep.append((pgid, kill_at))
-            self._orphans = keep
+
+    # ---- hearing from monitors -------------------------------------------------
 
     def reap(self) -> list[tuple[Run, Outcome]]:
-        """Runs whose leader has exited, with their outcomes."""
+        """Runs whose job has ended (or could not start), with their outcomes."""
         finished = []
         for run in self.runs:
-            status = run.process.poll() if run.process is not None else 0
-            if status is None:
-                continue
-            if run.process is not None and kill_group(run.process.pgid, signal.SIGTERM):
-                # the leader left children behind: they get the grace period, then SIGKILL
-                self._orphans.append((run.process.pgid, _time.monotonic() + self.kill_grace))
-            ended = outcome_from_status(status)
-            finished.append((run, stopped_outcome(ended, run.stopping, run.cancelled_by) or ended))
+            outcome = self._hear(run)
+            if outcome is not None:
+                finished.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         if finished:
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]
+        self._lingering = [mon for mon in self._lingering if not self._exited(mon)]
         return finished
 
+    def started(self) -> list[Run]:
+        """Runs whose job's interpreter started since the last call."""
+        started, self._started = self._started, []
+        return started
+
+    def _hear(self, run: Run) -> Outcome | None:
+        """Read what ``run``'s monitor said; its outcome once the job ended, else None."""
+        mon = run.monitor
+        if mon is None:
+            return Outcome(reason="it could not be started")
+        ended: Outcome | None = None
+        for message in self._messages(mon):
+            word, _, rest = message.partition(" ")
+            if word == "started" and rest.isdigit():
+                self._note_start(run, int(rest))
+            elif word == "ended" and rest.lstrip("-").isdigit():
+                ended = outcome_from_status(int(rest))
+            elif word == "failed":
+                ended = Outcome(reason=rest or "it could not be started")
+        if ended is not None:
+            self._lingering.append(mon)
+            return ended
+        if not self._exited(mon):
+            return None
+        # the monitor is gone without a word on its pipe (adopted, or killed): the record decides
+        return self.outcome_from_record(run)
+
+    def _note_start(self, run: Run, pid: int) -> None:
+        if run.pgid is None:
+            run.pgid = pid
+            if not run.announced:
+                run.announced = True
+                self._started.append(run)
+            if run.stopping is not None:  # a stop asked for before the job existed
+                self._signal(run, signal.SIGKILL if run.kill_at is None else signal.SIGTERM)
+
+    def outcome_from_record(self, run: Run) -> Outcome:
+        """How a run whose monitor has exited ended, as its run record says."""
+        rec = runrecord.read(run.record_path) if run.record_path else None
+        if rec is not None and rec.job_pid is not None:
+            self._note_start(run, rec.job_pid)
+        if rec is not None and rec.status is not None:
+            return outcome_from_status(rec.status)
+        if rec is not None and rec.failed is not None:
+            return Outcome(reason=rec.failed)
+        self._signal(run, signal.SIGKILL)  # nobody watches what may still run of it
+        return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown")
+
+    @staticmethod
+    def _messages(mon: Monitor) -> list[str]:
+        if mon.pipe is None:
+            return []
+        data = b""
+        while True:
+            try:
+                chunk = os.read(mon.pipe, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:  # the monitor closed it: it exited
+                os.close(mon.pipe)
+                mon.pipe = None
+                break
+            data += chunk
+        mon.buffer += data
+        lines = mon.buffer.split(b"\n")
+        mon.buffer = lines.pop()
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    @staticmethod
+    def _exited(mon: Monitor) -> bool:
+        """Has the monitor process exited? (A child of ours is reaped here.)"""
+        if mon.exited:
+            return True
+        if mon.child:
+            try:
+                pid, _ = os.waitpid(mon.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = mon.pid
+            if pid == 0:
+                return False
+        elif mon.pidfd is not None:
+            import select
+
+            if not select.select([mon.pidfd], [], [], 0)[0]:
+                return False
+        else:
+            try:
+                os.kill(mon.pid, 0)
+                return False
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                return False
+        mon.exited = True
+        mon.close()
+        return True
+
     def busy(self) -> bool:
-        """Runs, or groups whose leader exited but whose stragglers still have their grace period."""
-        return bool(self.runs or self._orphans)
+        """Runs, or monitors still ending what their job left behind."""
+        return bool(self.runs or self._lingering)
 
     def next_deadline(self) -> float | None:
         deadlines = [t for run in self.runs for t in (run.timeout_at if run.stopping is None else None, run.kill_at)
                      if t is not None]
-        deadlines.extend(kill_at for _, kill_at in self._orphans)
         return min(deadlines) if deadlines else None
 
     def wait_fds(self) -> list[int]:
-        return [run.process.pidfd for run in self.runs if run.process is not None and run.process.pidfd is not None]
+        fds = []
+        for mon in [run.monitor for run in self.runs if run.monitor is not None] + self._lingering:
+            fds.extend(fd for fd in (mon.pipe, mon.pidfd) if fd is not None)
+        return fds
 
     def needs_polling(self) -> bool:
-        """True when some run has no pidfd to wake the driver (very old kernels)."""
-        return any(run.process is not None and run.process.pidfd is None for run in self.runs)
+        """True when some monitor has no pidfd to wake the driver (very old kernels), or lingers."""
+        return bool(self._lingering) or any(
+            run.monitor is not None and run.monitor.pidfd is None and run.monitor.pipe is None for run in self.runs)
 
     def runinfo(self, run: Run) -> dict:
-        """What recovery needs to find this run's processes after a driver crash."""
-        proc = run.process
-        return {
-            "pid": proc.pid if proc else None,
-            "pgid": proc.pgid if proc else None,
-            "start_ticks": process_start_ticks(proc.pid) if proc else None,
-        }
+        return {}
+
+    # ---- after a driver crash --------------------------------------------------
+
+    def adopt(self, run: Run, rec: runrecord.RunRecord) -> bool:
+        """Take over a run whose monitor outlived its driver: watch the monitor, enforce the time
+        limit, honour cancels. False if the monitor is not that process any more."""
+        pid, ticks = rec.monitor_pid, rec.monitor_ticks
+        if pid is None:
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        if ticks is not None and monitor.process_start_ticks(pid) != ticks:
+            os.close(pidfd)
+            return False  # the pid belongs to another process now
+        run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=None, child=False)
+        run.pgid = rec.job_pid
+        run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
+        run.adopted = run.announced = True
+        deadline = rec.get("deadline")
+        if isinstance(deadline, str):
+            try:
+                left = (datetime.fromisoformat(deadline) - datetime.now().astimezone()).total_seconds()
+                run.timeout_at = _time.monotonic() + left
+            except (ValueError, TypeError):
+                pass
+        self.runs.append(run)
+        return True
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
         """A claim with no run record: its processes, if any, are found by their environment."""
@@ -591,12 +700,13 @@ class LocalRunner(Runner):
         return "no run record, and none of its processes was running"
 
     def recover(self, info: dict, grace: float) -> str:
-        """A run left by a dead driver: make sure its processes are gone. Returns what was done."""
+        """A run of an older onite (a version-1 record: no monitor) left by a dead driver: make
+        sure its processes are gone. Returns what was done."""
         pgid = info.get("pgid")
-        if not pgid:
+        if not isinstance(pgid, int) or pgid <= 1:
             return "no process"
         pid, ticks = info.get("pid"), info.get("start_ticks")
-        now_ticks = process_start_ticks(pid) if pid else None
+        now_ticks = monitor.process_start_ticks(pid) if isinstance(pid, int) and pid > 1 else None
         if now_ticks is not None and ticks is not None and now_ticks != ticks:
             return "its processes were gone (the pid is someone else's now)"
         if now_ticks is None and not kill_group(pgid, 0):
@@ -607,3 +717,18 @@ class LocalRunner(Runner):
             _time.sleep(0.05)
         kill_group(pgid, signal.SIGKILL)
         return "its processes were killed"
+
+
+def boot_id() -> str:
+    """This boot of the machine: a record from another boot describes processes that are gone."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
