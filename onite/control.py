@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from onite import spool as sp
-from onite.errors import NotFound, Refused, SpoolIOError
+from onite.errors import EXIT_REFUSED, NotFound, OniteError, Refused, SpoolIOError
 from onite.names import SIDE, check_name
 
 
@@ -56,10 +56,14 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
     queued = sp.find_queued(spool, name)
     if not running and not queued:
         raise NotFound(f"no job {name!r} is queued or running", "see onite list")
-    for entry in running + queued:
-        if not may_touch(caller_uid, entry.uid, own_only):
-            raise Refused(f"job {name!r} belongs to {sp.user_name(entry.uid)}",
-                          "you may cancel only your own jobs (own_only = true)")
+    # Only the entries the caller may touch count: a same-named file someone else planted at
+    # another priority must not block the cancel of the caller's own job.
+    allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, own_only)]
+    if not allowed:
+        owner = sp.user_name((running + queued)[0].uid)
+        raise Refused(f"job {name!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
+    running = [entry for entry in running if entry in allowed]
+    queued = [entry for entry in queued if entry in allowed]
     if running:
         request_cancel(spool, name)
         host = running[0].host
@@ -71,7 +75,7 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
                 by = sp.user_name(caller_uid)
                 filed = file_cancelled(spool, pending, by=by, now=now, rank=entry.rank)
                 if filed is not None:
-                    tell_filed(spool, filed, by)
+                    tell_filed(spool, filed, by, name)
         else:
             request_cancel(spool, name)
             return CancelReport(name, "requested", "a driver cancels it the next time it runs")
@@ -145,11 +149,37 @@ def request_cancel(spool: sp.Spool, name: str) -> Path:
     return path
 
 
-def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None):
+class NotAJob(OniteError):
+    """Something in cancel/ that is not a withdrawn job file (a folder, a link, a fifo, a hard link)."""
+
+    exit_code = EXIT_REFUSED
+
+
+@dataclass(frozen=True)
+class Filed:
+    """What ``file_cancelled`` did: ``result`` is the cancelled result it wrote (None if it wrote none:
+    ``note`` says why), ``job`` the withdrawn job file as read (None if damaged)."""
+
+    result: object
+    job: object
+    note: str = ""
+
+
+def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
     """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result.
 
-    Returns the result and the job (None if its file is damaged), or None if
-    the request was gone; the driver uses them to notify the job's owner.
+    Anyone can put anything in cancel/, so what is filed is checked where no user can change it:
+    the entry is opened without following a link and must be a regular file with one link; it is
+    then moved into jobsdone/ under a dot-name (a folder only root writes) and checked again
+    there, so a file swapped in meanwhile is caught. Its cancelled result never replaces the kept
+    result of another user's job of that name (spool.may_replace_result): the job file is then
+    set aside in refused/ and ``note`` says so.
+
+    Returns:
+        What was filed, or None if the entry was gone (another driver, or ``onite cancel``, filed it).
+    Raises:
+        NotAJob: it is not a job file; it was moved to refused/ (or removed).
+        SpoolIOError: the spool cannot be written.
     """
     from onite.filecheck import SLACK, read_up_to
     from onite.jobfile import decode
@@ -157,29 +187,76 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
 
     name = pending.name.partition(SIDE)[0]
     try:
-        fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         return None
+    except OSError as err:  # a symlink (ELOOP), a fifo without a writer is fine (O_NONBLOCK), …
+        _set_aside(spool, pending, name, f"not a job file ({err.strerror})")
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            what = "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file"
+            os.close(fd)
+            fd = -1
+            _set_aside(spool, pending, name, what)
         # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
-        data = read_up_to(fd, spool.config.max_job_size + SLACK) if stat.S_ISREG(st.st_mode) else b""
+        data = read_up_to(fd, spool.config.max_job_size + SLACK)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
+    staged = spool.done_dir / f".{name}@cancelled.{os.getpid()}.{os.urandom(3).hex()}.tmp"
+    try:
+        sp.move(pending, staged, "filing the cancelled job")
+    except NotFound:
+        return None  # filed meanwhile by someone else: not an error
+    try:
+        now_st = os.lstat(staged)
+    except FileNotFoundError:
+        return None
+    if (now_st.st_dev, now_st.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now_st.st_mode) \
+            or now_st.st_nlink != 1:
+        _set_aside(spool, staged, name, "it was swapped while it was filed")
     try:
         job = decode(data)
         priority, urgent, submitted = job.priority, job.urgent, job.submitted
-    except Exception:  # a damaged file is still filed: the cancel must not fail on it
+    except Exception:  # noqa: BLE001 - a damaged file is still filed: the cancel must not fail on it
         job, priority, urgent, submitted = None, rank or 0, rank == 0, now
+    if not sp.may_replace_result(spool, name, st.st_uid):
+        target = spool.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
+        sp.move(staged, target, "setting aside a cancelled job")
+        return Filed(None, job, f"not filed over the kept result of another user's {name} (kept in refused/)")
     result = unrun_result(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.CANCELLED,
                           reason=f"cancelled by {by}", host="", now=now, priority=priority, urgent=urgent,
                           submitted=submitted)
-    sp.write_result(spool, result)
-    sp.move(pending, spool.done_dir / name, "filing the cancelled job")
-    return result, job
+    try:
+        sp.write_result(spool, result)
+        sp.move(staged, spool.done_dir / name, "filing the cancelled job")
+    except OniteError:
+        _unlink_quietly(staged)
+        raise
+    return Filed(result, job)
 
 
-def tell_filed(spool: sp.Spool, filed, by: str) -> None:
+def _set_aside(spool: sp.Spool, path: Path, name: str, why: str) -> None:
+    """Move what is not a job out of cancel/ (into refused/, where only root looks), then raise NotAJob."""
+    target = spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"
+    try:
+        os.rename(path, target)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        _unlink_quietly(path)
+    raise NotAJob(f"{path.name} in cancel/ is {why}", "it was set aside in refused/")
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def tell_filed(spool: sp.Spool, filed: Filed, by: str, name: str) -> None:
     """What a driver does when it files a cancelled job, done by ``cancel`` when it filed one itself
     (root, or a personal spool's owner): the ``cancelled`` log line, and the owner's notice if one is
     wanted. Waits for the notifier, at most notify_timeout; a failing one is a log line, as at night.
@@ -188,13 +265,13 @@ def tell_filed(spool: sp.Spool, filed, by: str) -> None:
     from onite.log import ActivityLog
     from onite.notify import Notifier
 
-    result, job = filed
     log = ActivityLog(spool.log_path, default_host(spool.config))
     try:
-        log.event("cancelled", result.name, by=by, was="queued")
-        notifier = Notifier(spool, log)
-        notifier.notify(result, job, spool.config)  # nothing, unless the job's result calls for a notice
-        notifier.finish()
+        log.event("cancelled", name, by=by, was="queued", note=filed.note or None)
+        if filed.result is not None:
+            notifier = Notifier(spool, log)
+            notifier.notify(filed.result, filed.job, spool.config)  # nothing, unless the result calls for one
+            notifier.finish()
     finally:
         log.close()
 
@@ -215,12 +292,13 @@ def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entr
         if sp.find_running(spool, name):
             raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
         raise NotFound(f"no job {name!r} is queued", "see onite list")
-    for entry in entries:
-        if caller_uid not in (0, entry.uid):
-            raise Refused(f"job {name!r} belongs to {sp.user_name(entry.uid)}",
-                          "only its owner or root may hold or release it")
+    mine = [entry for entry in entries if caller_uid in (0, entry.uid)]  # a planted namesake is not ours to touch
+    if not mine:
+        raise Refused(f"job {name!r} belongs to {sp.user_name(entries[0].uid)}",
+                      "only its owner or root may hold or release it")
+    for entry in mine:
         _chmod_job(entry, sp.job_mode(held), "holding" if held else "releasing")
-    return entries[0]
+    return mine[0]
 
 
 def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:

@@ -33,6 +33,7 @@ import select
 import signal
 import stat
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, time as dtime, timedelta
 from pathlib import Path
@@ -41,7 +42,7 @@ from onite import spool as sp
 from onite.config import Config, default_host
 from onite.deps import dependency_state
 from onite.errors import EXIT_FAILURE, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
-from onite.executor import LocalRunner, NoRecord, Run, SpawnError, Unavailable
+from onite.executor import LocalRunner, NoRecord, Run, SpawnError, Unavailable, boot_id
 from onite.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.identity import Identity, resolve
 from onite.index import Candidate, QueueIndex
@@ -56,7 +57,8 @@ from onite.state import JobState, Outcome, Result, unrun_result
 POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
 IDENTITY_TTL = 1.0  # seconds an owner's account, as read from the system, is trusted
-SETTLE_WAIT = timedelta(seconds=2)  # a driver that does not linger still waits this long for a settling job
+SETTLE_WAIT = timedelta(seconds=2)
+SETTLE_LIMIT = 2.0  # seconds a file with a second link may be a submit in progress (from first sight)  # a driver that does not linger still waits this long for a settling job
 PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
 
 
@@ -114,6 +116,7 @@ class Driver:
         self._pause = 0.0
         self._cancel_mtime = -1
         self._cannot_record: str | None = None  # why nothing more may start: its records cannot be written
+        self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._seq = 0
         self._since_prune = 0
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
@@ -402,7 +405,8 @@ class Driver:
             picked = self._pick()
             if picked is None:
                 return
-            self._start(*picked)
+            with self._guard(picked[0].name, picked[0].path, self._running_dir / picked[0].name):
+                self._start(*picked)
 
     def _pick(self) -> tuple[Candidate, os.stat_result] | None:
         now = self.now()
@@ -412,7 +416,12 @@ class Driver:
             for cand in self.index.candidates():
                 if cand.name in self.running:
                     continue  # a job of that name runs here; a second one waits its turn
-                seen = self._inspect(cand)
+                with self._guard(cand.name, cand.path):
+                    seen = None
+                    seen = self._inspect(cand)
+                if seen is None:  # _guard set it aside
+                    self._forget(cand)
+                    continue
                 if seen.kind == "ok":
                     if self.only_timed and seen.meta.not_before is None:
                         continue  # untimed jobs wait for the scheduled drain
@@ -445,6 +454,29 @@ class Driver:
             if not moved:
                 return None
         return None
+
+    @contextmanager
+    def _guard(self, name: str, *paths: Path):
+        """Whatever a queued file makes go wrong while it is looked at or started, the night goes
+        on: the file is set aside (moved to refused/ from wherever it is now) with one log line,
+        and the driver moves on to the next job. A file a user can write must never stop the
+        driver, and never make it retry the same failure forever."""
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 - see the docstring; the traceback goes to stderr
+            import sys
+            import traceback
+
+            reason = f"onite could not handle it ({type(err).__name__}: {err})"
+            self.log.event("error", name, error=reason, note="set aside in refused/; please report this")
+            traceback.print_exc(file=sys.stderr)
+            for path in paths:
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                self._move_aside(path, name, st, reason)
+                break
 
     def _forget(self, cand: Candidate) -> None:
         """The job left its queue folder (claimed, failed, refused, gone): drop all that is kept of it."""
@@ -482,7 +514,11 @@ class Driver:
             return _Inspected("moved")
         problem = self._file_problem(st)
         if problem is SETTLING:
-            return _Inspected("settling", st)
+            problem = self._settling_problem(cand, st)
+            if problem is SETTLING:
+                return _Inspected("settling", st)
+            if problem == "moved":
+                return _Inspected("moved")
         if problem:
             return _Inspected("bad", st, reason=problem)
         if self.euid != 0 and st.st_uid != self.euid:
@@ -511,6 +547,35 @@ class Driver:
         if len(self._parsed) > 64:  # keep full jobs only for the few near the head of the queue
             self._parsed.pop(next(iter(self._parsed)))
         return _Inspected("ok", st, meta)
+
+    def _settling_problem(self, cand: Candidate, st: os.stat_result) -> str | Settling:
+        """A queued file with a second link: a submit between its link and its unlink (where the
+        file system has no renameat2), for a moment only. Counted from when this driver first saw
+        it, not from the file's ctime, which its owner can keep fresh with chmod: after
+        SETTLE_LIMIT the submit has died (or it is no submit at all). Its own dot-name beside it,
+        same file, is then removed (the job was complete when it was linked); any other second
+        link is refused."""
+        key = (st.st_dev, st.st_ino)
+        first = self._settling.setdefault(key, time.monotonic())
+        if len(self._settling) > 1000:
+            self._settling = {key: first}
+        if time.monotonic() - first < SETTLE_LIMIT:
+            return SETTLING
+        self._settling.pop(key, None)
+        prefix = f".{cand.name}."
+        try:
+            with os.scandir(cand.path.parent) as it:
+                for entry in it:
+                    if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                        other = entry.stat(follow_symlinks=False)
+                        if (other.st_dev, other.st_ino) == key and other.st_uid == st.st_uid:
+                            os.unlink(entry.path)
+                            self.log.event("recovered", cand.name, action="removed the second link a dead submit left",
+                                           link=entry.name)
+                            return "moved"
+        except OSError:
+            pass
+        return f"has {st.st_nlink} hard links"
 
     def _file_problem(self, st: os.stat_result, *, may_settle: bool = True) -> str | Settling:
         """Why a queued file must never run, SETTLING, or "" if it may (docs/security.md)."""
@@ -820,7 +885,8 @@ class Driver:
             return
         owner = sp.user_name(st.st_uid) if st else "?"
         self.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(self.spool.root)))
-        if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode):
+        if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
+                and sp.may_replace_result(self.spool, name, st.st_uid):
             now = self.now()
             result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
                                   reason=f"refused: {reason}", host=self.host, now=now)
@@ -847,26 +913,33 @@ class Driver:
         except OniteError:
             return
         for entry in entries:
-            if not stat.S_ISREG(entry.mode):
-                sp.remove(entry.path)
-                continue
-            requester = sp.user_name(entry.uid)
-            if entry.size:  # a job its owner withdrew from the queue: file it
-                try:
-                    filed = file_cancelled(self.spool, entry.path, by=requester, now=self.now())
-                except OniteError as err:
-                    self.log.event("error", entry.name, error=str(err))
-                    continue
+            with self._guard(entry.name):  # a user's entry never stops the night
+                self._process_cancel(entry, file_cancelled, withdraw)
+
+    def _process_cancel(self, entry: sp.Entry, file_cancelled, withdraw) -> None:
+        from onite.control import NotAJob
+
+        requester = sp.user_name(entry.uid)
+        if entry.size or not stat.S_ISREG(entry.mode):  # a job its owner withdrew (or something else): file it
+            try:
+                filed = file_cancelled(self.spool, entry.path, by=requester, now=self.now())
+            except NotAJob as err:
+                self.log.event("refused", entry.name, owner=requester, reason=str(err))
+                return
+            except OniteError as err:
+                self.log.event("error", entry.name, error=str(err))
+                return
+            if filed is not None:
                 self._filed_cancel(entry.name, requester, filed)
-                continue
-            self._honour_request(entry, requester, withdraw, file_cancelled)
+            return
+        self._honour_request(entry, requester, withdraw, file_cancelled)
 
     def _filed_cancel(self, name: str, requester: str, filed) -> None:
         """A queued job filed as cancelled (``filed``: file_cancelled's answer): count, log, notify."""
         self.counts["cancelled"] += 1
-        self.log.event("cancelled", name, by=requester, was="queued")
-        if filed is not None:
-            self.notifier.notify(*filed, self.config)
+        self.log.event("cancelled", name, by=requester, was="queued", note=filed.note or None)
+        if filed.result is not None:
+            self.notifier.notify(filed.result, filed.job, self.config)
 
     def _honour_request(self, request: sp.Entry, requester: str, withdraw, file_cancelled) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if its owner may (docs/security.md)."""
@@ -889,7 +962,8 @@ class Driver:
                 filed = file_cancelled(self.spool, pending, by=requester, now=self.now())
             except OniteError:
                 continue
-            self._filed_cancel(name, requester, filed)
+            if filed is not None:
+                self._filed_cancel(name, requester, filed)
         if sp.find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
             return  # running on another host: its driver will honour the request
         sp.remove(request.path)
@@ -897,66 +971,250 @@ class Driver:
     # ---- recovery --------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Deal with what a dead driver of this host left in running/HOST/."""
-        import json
-
+        """Deal with what a dead driver of this host left in running/HOST/ (docs/job-control.md,
+        "Exactly once"): adopt what still runs, file what ended from its run record, put back
+        what never started, and run again only what nothing can say the end of."""
         running_dir = self._running_dir
         try:
             names = os.listdir(running_dir)
         except FileNotFoundError:
             return
+        except OSError as err:
+            self.log.event("error", error=str(SpoolIOError(running_dir, "listing", err)), note="recovery skipped")
+            return
         jobs = [n for n in names if is_valid_name(n)]
         for name in jobs:
-            path = running_dir / name
-            info_path = running_dir / f"{name}{sp.RUNINFO}"
             try:
-                info = json.loads(info_path.read_bytes())
-            except (OSError, ValueError):
-                info = {}
-            reattached = self._reattach(name, path, info)
-            if reattached:
-                continue
-            previous = sp.read_result(self.spool, name)
-            if previous is not None and info.get("run_id") and previous.run_id == info.get("run_id"):
-                try:
-                    sp.change_state(name, JobState.RUNNING, previous.state, path, self.spool.done_dir / name,
-                                    "completing a finished job")
-                except OniteError as err:
-                    self.log.event("error", name, error=str(err))
-                    continue
-                sp.remove(info_path)
-                self.log.event("recovered", name, action="its result was recorded; filed it")
-                continue
-            what = self._stop_leftovers(name, info)
-            rank = info.get("rank")
-            if rank is None:
-                try:
-                    job, _ = self._read_job(path)
-                    rank = 0 if job.urgent else job.priority
-                except (OSError, JobFormatError, BadFile):
-                    rank = self.config.default_priority
-            if self.config.on_interrupt == "fail":
-                self._fail_recovered(name, path, info, what)
-            else:
-                if sp.find_queued(self.spool, name):
-                    sp.remove(path)  # a retry was already queued before the crash
-                    action = "dropped (its retry is already queued)"
-                else:
-                    try:
-                        self._requeue_file(path, name, int(rank))
-                        action = "requeued"
-                    except OniteError as err:
-                        self.log.event("error", name, error=str(err))
-                        continue
-                self.counts["requeued"] += 1
-                self.log.event("recovered", name, action=action, processes=what,
-                               driver=info.get("driver_pid"))
-            sp.remove(info_path)
+                self._recover_claim(name)
+            except Exception as err:  # noqa: BLE001 - one damaged claim must not stop the night
+                self.log.event("error", name, error=f"recovering it: {type(err).__name__}: {err}",
+                               note="left in running/ for the next driver")
         for name in names:
             if name.endswith(sp.RUNINFO) and name[: -len(sp.RUNINFO)] not in jobs:
                 sp.remove(running_dir / name)  # a run record whose job is gone
             elif name.startswith(".") and name.endswith(".tmp"):
-                sp.remove(running_dir / name)  # a run record the dead driver was writing (we hold the lock)
+                sp.remove(running_dir / name)  # a run record a dead driver was writing (we hold the lock)
+        self._remove_stale_cgroups()
+
+    def _recover_claim(self, name: str) -> None:
+        from onite import runrecord
+
+        path = self._running_dir / name
+        rec = runrecord.read(f"{path}{sp.RUNINFO}")
+        info = rec.info if rec is not None else {}
+        if rec is not None and rec.version < runrecord.VERSION or info.get("executor") == "slurm":
+            self._recover_unmonitored(name, path, info)  # an older onite's run, or a Slurm job
+            return
+        if self._already_filed(name, path, info):
+            return
+        if rec is None or not rec.started_job:
+            # The monitor records itself before it forks the job, and holds the driver lock until
+            # then: a claim whose record has no monitor line was never started.
+            if rec is None:  # an older onite wrote the record after the start: look for its processes
+                what = self._stop_unrecorded(name)
+                rerun = not what.startswith("no run record, and none")
+            else:
+                what, rerun = "it had not started", False
+            self._requeue_recovered(name, path, info, what, rerun=rerun)
+            return
+        if rec.ended:
+            self._file_recovered(name, path, rec)
+            return
+        machine = info.get("machine")
+        if machine and machine != self._machine:
+            self._requeue_recovered(name, path, info, f"it ran on {machine}, which cannot be checked from here; "
+                                    "how it ended is unknown", rerun=True)
+            return
+        if info.get("boot") and info.get("boot") != boot_id():
+            self._requeue_recovered(name, path, info, "the machine restarted while it ran; how it ended is unknown",
+                                    rerun=True)
+            return
+        if self._adopt(name, path, rec):
+            return
+        # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
+        rec = runrecord.read(f"{path}{sp.RUNINFO}") or rec  # it may have ended just now
+        if rec.ended:
+            self._file_recovered(name, path, rec)
+            return
+        what = self._stop_orphans(rec)
+        self._requeue_recovered(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
+
+    def _already_filed(self, name: str, path: Path, info: dict) -> bool:
+        """The dead driver wrote the result but died before moving the job into jobsdone/: finish that."""
+        previous = sp.read_result(self.spool, name)
+        if previous is None or not info.get("run_id") or previous.run_id != info.get("run_id"):
+            return False
+        try:
+            sp.change_state(name, JobState.RUNNING, previous.state, path, self.spool.done_dir / name,
+                            "completing a finished job")
+        except OniteError as err:
+            self.log.event("error", name, error=str(err))
+            return True
+        sp.remove(f"{path}{sp.RUNINFO}")
+        self.log.event("recovered", name, action="its result was recorded; filed it")
+        return True
+
+    def _claimed_run(self, name: str, path: Path, info: dict) -> Run:
+        """The Run of a claim, rebuilt from its job file and its run record.
+
+        Raises:
+            OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account.
+        """
+        job, st = self._read_job(path)
+        owner = self._resolve(st.st_uid)
+        rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
+
+        def when(key: str) -> datetime | None:
+            try:
+                value = datetime.fromisoformat(info[key])
+                return value if value.tzinfo else None
+            except (KeyError, TypeError, ValueError):
+                return None
+
+        run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
+                  started=when("started") or self.now(), started_mono=time.monotonic(), spool=str(self.spool.root),
+                  record_path=f"{path}{sp.RUNINFO}")
+        run.queued_at = when("queued")
+        return run
+
+    def _adopt(self, name: str, path: Path, rec) -> bool:
+        """Take over a run whose monitor is alive: it is watched, limited and cancellable as if started here."""
+        adopt = getattr(self.runner, "adopt", None)
+        if adopt is None:
+            return False
+        try:
+            run = self._claimed_run(name, path, rec.info)
+        except (OSError, OniteError, BadFile):
+            return False
+        if not adopt(run, rec):
+            return False
+        self.running[name] = run
+        self.log.event("recovered", name, action="adopted (still running)", monitor=rec.monitor_pid, pid=rec.job_pid)
+        return True
+
+    def _file_recovered(self, name: str, path: Path, rec) -> None:
+        """File a run that ended while no driver watched it, from what its monitor recorded."""
+        from onite.state import outcome_from_status
+
+        try:
+            run = self._claimed_run(name, path, rec.info)
+        except (OSError, OniteError, BadFile) as err:
+            self._requeue_recovered(name, path, rec.info, f"it ended, but its job file cannot be read ({err})",
+                                    rerun=False)
+            return
+        if self._retry_exists(run):
+            sp.remove(path)
+            sp.remove(f"{path}{sp.RUNINFO}")
+            self.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
+            return
+        outcome = outcome_from_status(rec.status) if rec.status is not None else Outcome(reason=rec.failed or "")
+        ended = None
+        if rec.ended_at:
+            try:
+                ended = datetime.fromisoformat(rec.ended_at)
+            except ValueError:
+                ended = None
+        self.log.event("recovered", name, action="filed how it ended while no driver was running",
+                       outcome=outcome.describe() or "exit 0")
+        self._record(run, outcome, ended if ended and ended.tzinfo else self.now())
+
+    def _retry_exists(self, run: Run) -> bool:
+        """Is a later attempt of this job already spooled (queued, running anywhere, or finished)?
+        A driver killed between writing a retry and removing the claim leaves both."""
+        def later(job: Job | None) -> bool:
+            return job is not None and job.submitted == run.job.submitted and job.attempt > run.attempt
+
+        for entry in sp.find_queued(self.spool, run.name) + [e for e in sp.find_running(self.spool, run.name)
+                                                              if e.host != self.host]:
+            try:
+                job, _ = self._read_job(entry.path)
+            except (OSError, JobFormatError, BadFile):
+                continue
+            if later(job):
+                return True
+        previous = sp.read_result(self.spool, run.name)
+        return previous is not None and previous.submitted == run.job.submitted and previous.attempt > run.attempt
+
+    def _requeue_recovered(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:
+        """Put a claim back in its queue (or fail it, with on_interrupt = fail, when it may have run)."""
+        if rerun and self.config.on_interrupt == "fail":
+            self._fail_recovered(name, path, info, what)
+            sp.remove(f"{path}{sp.RUNINFO}")
+            return
+        rank = info.get("rank")
+        if not isinstance(rank, int):
+            try:
+                job, _ = self._read_job(path)
+                rank = 0 if job.urgent else job.priority
+            except (OSError, JobFormatError, BadFile):
+                rank = self.config.default_priority
+        if sp.find_queued(self.spool, name):
+            sp.remove(path)  # a retry was already queued before the crash
+            action = "dropped (its retry is already queued)"
+        else:
+            try:
+                self._requeue_file(path, name, int(rank))
+            except OniteError as err:
+                self.log.event("error", name, error=str(err))
+                return
+            action = "rerun: requeued" if rerun else "requeued"
+        sp.remove(f"{path}{sp.RUNINFO}")
+        self.counts["requeued"] += 1
+        self.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
+
+    def _recover_unmonitored(self, name: str, path: Path, info: dict) -> None:
+        """A claim of a run with no monitor: an older onite's (its processes are killed, then it is
+        requeued, as that onite did) or a Slurm job (re-attached if Slurm still has it)."""
+        if self._reattach(name, path, info):
+            return
+        if self._already_filed(name, path, info):
+            return
+        what = self._stop_leftovers(name, info)
+        self._requeue_recovered(name, path, info, what, rerun=True)
+
+    def _stop_orphans(self, rec) -> str:
+        """Stop what is left of a run whose monitor was killed (its cgroup, else its process group)."""
+        from onite import contain
+
+        cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
+        if cgroup and cgroup.startswith(f"{self.containment.base}/") and contain.is_populated(cgroup):
+            contain.kill_cgroup(cgroup)
+            contain.remove_cgroup(cgroup)
+            return "its processes were killed"
+        pgid = rec.job_pid
+        if pgid and pgid > 1 and _group_alive(pgid) and self._is_ours(pgid, rec):
+            os.killpg(pgid, signal.SIGKILL)
+            return "its processes were killed"
+        return "none of its processes was running"
+
+    def _is_ours(self, pid: int, rec) -> bool:
+        """Is ``pid`` a process of that run (by ONITE_RUN_ID in its environment)?"""
+        from onite.executor import find_run_processes
+
+        run_id = str(rec.get("run_id") or "")
+        return bool(run_id) and pid in find_run_processes(str(self.spool.root), str(rec.get("name") or ""),
+                                                           lambda found: found == run_id)
+
+    def _remove_stale_cgroups(self) -> None:
+        """Empty job cgroups left by runs that are over (a monitor killed before its clean-up)."""
+        from onite import contain
+
+        base = self.containment.base
+        if not base:
+            return
+        mine = {run.cgroup for run in self.running.values() if run.cgroup}
+        try:
+            entries = os.listdir(base)
+        except OSError:
+            return
+        for entry in entries:
+            path = f"{base}/{entry}"
+            if path not in mine and run_id_host(entry) == self.host and os.path.isdir(path) \
+                    and not contain.is_populated(path):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
 
     def _stop_leftovers(self, name: str, info: dict) -> str:
         """Make sure a dead driver's job is not still running before it is requeued."""
@@ -1068,6 +1326,14 @@ def lock_descriptor(lock) -> int | None:
         context = getattr(lock, "_context", None)
         fd = getattr(context, "lock_file_fd", None)
     return fd if isinstance(fd, int) else None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 class HostLock:

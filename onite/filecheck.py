@@ -19,7 +19,6 @@ from pathlib import Path
 
 from onite.errors import Refused
 from onite.identity import resolve
-from onite.index import is_settling
 from onite.jobfile import Job, decode
 
 SLACK = 8 << 20  # a job file is its text plus a header (the environment): allow this much beyond max_job_size
@@ -54,7 +53,9 @@ def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid=
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file (a fifo, device or folder)"
     if st.st_nlink != 1:
-        return SETTLING if may_settle and is_settling(st, now_ns) else f"has {st.st_nlink} hard links"
+        # how long a second link may be a submit in progress is the caller's to bound (the driver
+        # counts from when it first saw it: the ctime is the owner's to keep fresh)
+        return SETTLING if may_settle and st.st_nlink == 2 else f"has {st.st_nlink} hard links"
     if st.st_mode & 0o022:
         return "writable by users other than its owner"
     if st.st_mode & (stat.S_ISUID | stat.S_ISGID):

@@ -203,7 +203,10 @@ class RecurScheduler:
         import time
 
         config = self.spool.config
-        problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns())
+        from onite.index import is_settling
+
+        problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(),
+                               may_settle=is_settling(st, time.time_ns()))
         if problem is SETTLING:
             self._refreshed = float("-inf")  # look again at the next chance
             return None

@@ -31,7 +31,7 @@ from pathlib import Path
 from onite import sbatch, squeue
 from onite.config import Config
 from onite.errors import ConfigError
-from onite.executor import Run, Runner, SpawnError, Unavailable, check_directory, job_environment, run_outputs
+from onite.executor import Run, Runner, SpawnError, Unavailable, job_environment, run_outputs
 from onite.names import job_label
 from onite.state import Outcome
 
@@ -96,7 +96,8 @@ class SlurmRunner(Runner):
         too_big = sbatch.oversized_variable(env)
         if too_big:
             raise SpawnError(f"its environment variable {too_big} exceeds the kernel's 128 KiB limit for one variable")
-        check_directory(job.cwd)
+        # its directory is entered as the owner, by the wrapper sbatch runs behind (as_owner_in): a look
+        # as root first would tell a user about directories they may not enter
         output = Path(os.path.abspath(output_path))
         stderr_file = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
         with run_outputs(run, output, stderr_file, identity, append=append):

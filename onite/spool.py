@@ -165,7 +165,8 @@ class Spool:
 
         Raises:
             SpoolError: as check(), or its running/ folder is missing.
-            Refused: running/ belongs to someone else (the spool's owner drains it).
+            Refused: running/ belongs to someone else (the spool's owner drains it), or someone other
+                than this process's user could have changed the spool (onite.trust).
         """
         self.check()
         if not self.running_root.is_dir():
@@ -173,6 +174,9 @@ class Spool:
         if not os.access(self.running_root, os.W_OK):
             raise Refused(f"cannot write {self.running_root}: this spool is drained by its owner",
                           f"run it as root (sudo {command}), or use your own spool")
+        from onite import trust
+
+        trust.check(self.root, os.geteuid(), command)
 
     def check(self) -> None:
         """Raises:
@@ -228,6 +232,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
 
     created: list[str] = []
     skel = skeleton_config()
+    _refuse_foreign(root, os.geteuid())
     if not root.parent.exists():  # e.g. ~/.local/state on a fresh account
         try:
             os.makedirs(root.parent, mode=0o755 if system else 0o700, exist_ok=True)
@@ -251,6 +256,10 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         else:
             config_kept = not pristine
             priorities = existing.priorities
+            try:
+                os.chmod(config_path, 0o644)  # only its owner may change what the driver runs
+            except OSError as err:
+                raise SpoolIOError(config_path, "setting the mode of", err) from None
     else:
         priorities = priorities or parse_config(skel).priorities
         replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
@@ -269,7 +278,33 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     if not log.exists():
         replace_file(log, b"", mode=0o644, durable=True)
         created.append("onite.log")
+    else:
+        try:
+            os.chmod(log, 0o644)
+        except OSError as err:
+            raise SpoolIOError(log, "setting the mode of", err) from None
     return InitReport(root, tuple(created), config_written, config_kept)
+
+
+def _refuse_foreign(root: Path, owner: int) -> None:
+    """``init`` never adopts what someone else made: a folder or file of the spool (or a folder
+    above it) that another user owns, or a link, would let that user change what the driver runs.
+
+    Raises:
+        Refused: with the first such path, and what to do.
+    """
+    from onite import trust
+
+    found = [problem for problem in trust.problems(root, owner)
+             if "belongs to" in problem or "symbolic link" in problem or "not a " in problem
+             or "hard links" in problem]
+    for folder in reversed(Path(os.path.realpath(root)).parents):
+        st = os.lstat(folder) if os.path.lexists(folder) else None
+        if st is not None and st.st_uid not in (0, owner):
+            found.insert(0, f"{folder} belongs to uid {st.st_uid}")
+    if found:
+        raise Refused(f"onite init will not adopt {root}: {found[0]}",
+                      "someone else made it: move it away (or chown it), then run onite init again")
 
 
 def _make_dir(path: Path, mode: int, created: list[str], root: Path) -> None:
@@ -454,15 +489,57 @@ def _syncfs():
 
 
 def _link_name(tmp: str, folder: Path, name: str) -> None:
+    """Give the written dot-name its real name, never replacing a file: renameat2(RENAME_NOREPLACE)
+    where the file system has it (one step: the job never has two links), else link then unlink
+    (a driver that sees the second link waits a moment for the unlink: filecheck.SETTLING).
+
+    Raises:
+        Refused: the name exists. SpoolIOError: any other failure.
+    """
     final = folder / name
     try:
+        if _rename_noreplace(tmp, str(final)):
+            return
         os.link(tmp, final)
     except FileExistsError:
+        _unlink_quietly(tmp)
         raise Refused(f"{final} already exists", "pick another name (or use --unique)") from None
     except OSError as err:
-        raise SpoolIOError(final, "writing", err) from None
-    finally:
         _unlink_quietly(tmp)
+        raise SpoolIOError(final, "writing", err) from None
+    _unlink_quietly(tmp)
+
+
+_RENAMEAT2: list = []
+RENAME_NOREPLACE = 1
+AT_FDCWD = -100
+
+
+def _rename_noreplace(src: str, dst: str) -> bool:
+    """rename(2) that fails with FileExistsError instead of replacing ``dst``; False where the
+    file system or the C library cannot (then the caller links and unlinks).
+
+    Raises:
+        FileExistsError: ``dst`` exists. OSError: any other failure of the rename itself.
+    """
+    if not _RENAMEAT2:
+        try:
+            import ctypes
+
+            _RENAMEAT2.append(ctypes.CDLL(None, use_errno=True).renameat2)
+        except (ImportError, OSError, AttributeError):
+            _RENAMEAT2.append(None)
+    call = _RENAMEAT2[0]
+    if call is None:
+        return False
+    import ctypes
+
+    if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # NFS and friends: link and unlink instead
+        return False
+    raise OSError(code, os.strerror(code), dst)
 
 
 def fsync_dir(folder: Path) -> None:
@@ -695,6 +772,17 @@ def result_record(result) -> bytes:
     from onite.jsontext import dumps
 
     return (dumps(result.to_json()) + "\n").encode()
+
+
+def may_replace_result(spool: Spool, name: str, uid: int) -> bool:
+    """May a record about a job of ``uid`` that never ran (refused, withdrawn) replace the kept
+    result of ``name``? Not another user's: a file anyone can drop in the spool must not turn
+    someone else's finished job into a failed or cancelled one (and fail what waits for it)."""
+    try:
+        previous = read_result(spool, name)
+    except SpoolIOError:
+        return False
+    return previous is None or previous.uid == uid
 
 
 def write_result(spool: Spool, result) -> None:
