@@ -1137,6 +1137,16 @@ class Driver:
 
     def _requeue_recovered(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:
         """Put a claim back in its queue (or fail it, with on_interrupt = fail, when it may have run)."""
+        try:
+            claimed = self._claimed_run(name, path, info)
+        except (OSError, OniteError, BadFile):
+            claimed = None
+        if claimed is not None and self._retry_exists(claimed):
+            # a later attempt is already spooled: this claim is stale, and must neither run nor be filed
+            sp.remove(path)
+            sp.remove(f"{path}{sp.RUNINFO}")
+            self.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=claimed.attempt)
+            return
         if rerun and self.config.on_interrupt == "fail":
             self._fail_recovered(name, path, info, what)
             sp.remove(f"{path}{sp.RUNINFO}")
@@ -1295,7 +1305,7 @@ class Driver:
             job, st = None, os.lstat(path)
         started = datetime.fromisoformat(info["started"]) if info.get("started") else None
         result = unrun_result(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
-                              reason="interrupted: the driver died (recovered)", host=self.host, now=now, job=job,
+                              reason=f"interrupted: {what}", host=self.host, now=now, job=job,
                               urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
         if self._file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
             self.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)

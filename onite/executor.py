@@ -675,9 +675,11 @@ class LocalRunner(Runner):
             pidfd = os.pidfd_open(pid)
         except OSError:
             return False
-        if ticks is not None and monitor.process_start_ticks(pid) != ticks:
+        import select
+
+        if ticks is not None and monitor.process_start_ticks(pid) != ticks or select.select([pidfd], [], [], 0)[0]:
             os.close(pidfd)
-            return False  # the pid belongs to another process now
+            return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
         run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=None, child=False)
         run.pgid = rec.job_pid
         run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None

@@ -254,12 +254,13 @@ def _queued_template() -> list[str]:
 
 
 def _runinfo(spool: sp.Spool, host: str | None, name: str) -> dict:
+    """The first line of a running job's run record (onite.runrecord), or {} if it has none yet."""
     if not host:
         return {}
-    try:
-        return json.loads((spool.running_dir(host) / f"{name}{sp.RUNINFO}").read_bytes())
-    except (OSError, ValueError):
-        return {}
+    from onite import runrecord
+
+    record = runrecord.read(spool.running_dir(host) / f"{name}{sp.RUNINFO}")
+    return record.info if record is not None else {}
 
 
 def completion_names(spool: sp.Spool, prefix: str, *, finished: bool) -> list[str]:

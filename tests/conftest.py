@@ -231,18 +231,56 @@ def start_driver(spool: Path, *args: str, env: dict | None = None) -> subprocess
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
-def kill_driver_mid_job(spool: Path, workdir: Path, name: str) -> None:
+def kill_driver_mid_job(spool: Path, workdir: Path, name: str, *, machine_dies: bool = False) -> None:
     """Spool ``name`` (a job that would sleep a minute), start a driver, and kill -9 it once the job runs
-    and the driver has recorded the run (what recovery reads)."""
+    and its monitor has recorded it (what recovery reads). ``machine_dies``: the job and its monitor
+    die too, as when the machine goes down (then nothing recorded how the job ended)."""
     import signal
 
     marker = workdir / f"{name}.started"
-    assert run_cli(["submit", name], stdin=f"touch {marker}; sleep 60\n".encode()).code == 0
+    # run again (after a machine died), it ends at once
+    assert run_cli(["submit", name], stdin=f"[ -e {marker} ] && exit 0; touch {marker}; sleep 60\n".encode()).code == 0
     driver = start_driver(spool)
     wait_for(marker.exists, what="the job to start")
     wait_for(lambda: any(p.name == f"{name}@run" for p in (spool / "running").glob("*/*")), what="the run record")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
+    if machine_dies:
+        [record] = [p for p in (spool / "running").glob(f"*/{name}@run")]
+        kill_run(record)
+
+
+def run_record(path: Path) -> dict:
+    """The events of a run record (onite.runrecord), merged: the driver's line, then the monitor's."""
+    merged: dict = {}
+    for line in path.read_text().splitlines():
+        try:
+            merged.update(json.loads(line))
+        except ValueError:
+            continue
+    return merged
+
+
+def kill_run(record: Path) -> None:
+    """kill -9 a run's monitor and its job's processes, as a machine that goes down does."""
+    import signal
+
+    wait_for(lambda: "job" in {json.loads(line).get("event") for line in record.read_text().splitlines()
+                               if line.strip()}, what="the monitor to record the job")
+    info = run_record(record)
+    for line in record.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "monitor":
+            os.kill(event["pid"], signal.SIGKILL)
+    if info.get("cgroup"):
+        with open(f"{info['cgroup']}/cgroup.kill", "w") as handle:
+            handle.write("1")
+    else:
+        [job] = [json.loads(line)["pid"] for line in record.read_text().splitlines() if '"event":"job"' in line]
+        try:
+            os.killpg(job, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def drain(spool: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -130,29 +130,74 @@ def test_detach_runs_in_the_background(spool, workdir, cli):
     assert (workdir / "bg").read_text() == "ran\n"
 
 
-def test_kill_9_mid_job_then_recovery(spool, workdir):
-    pids, rerun = workdir / "pids", workdir / "rerun"
-    submit("victim", f"[ -e {rerun} ] && exit 0; echo $$ >> {pids}; sleep 60 & echo $! >> {pids}; wait\n")
+def test_a_killed_drivers_running_job_is_adopted_not_run_again(spool, workdir):
+    """kill -9 of the driver mid-job: the job goes on under its monitor; the next driver adopts it,
+    waits for it and files it once (docs/job-control.md, "Exactly once")."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    gate.touch()
+    submit("victim", f"echo start $$ >> {ledger}; sleep 60 & while [ -e {gate} ]; do sleep 0.02; done; "
+                     f"echo end $$ >> {ledger}; exit 3\n")
     driver = start_driver(spool)
-    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="the job and its child")
-    # the run record (how recovery finds the job's processes) is written just after the job starts
-    wait_for((spool / "running" / HOST / "victim@run").exists, what="the run record")
-    job_pids = [int(p) for p in pids.read_text().split()]
+    wait_for(lambda: ledger.exists() and "start" in ledger.read_text(), what="the job to start")
+    wait_for(lambda: '"event":"job"' in (spool / "running" / HOST / "victim@run").read_text(), what="its record")
     (spool / "running" / HOST / ".victim@run.999.tmp").write_text("{")  # as if killed while writing one
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    assert (spool / "running" / HOST / "victim").exists()
-    assert all(os.path.exists(f"/proc/{p}") for p in job_pids)  # a killed driver leaves its job running
-    rerun.touch()
-    drain(spool)
-    # the next driver killed the orphaned processes, requeued the job and ran it again
-    for pid in job_pids:
-        wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
-                 what=f"pid {pid} to die")
+    leader = int(ledger.read_text().split()[1])
+    assert os.path.exists(f"/proc/{leader}")  # a killed driver leaves its job running
+    second = start_driver(spool)
+    wait_for(lambda: any(" recovered victim " in line for line in log_lines(spool)), what="recovery")
+    gate.unlink()
+    assert second.wait(60) == 0
+    assert ledger.read_text().split() == ["start", str(leader), "end", str(leader)]  # ran once
+    [recovered] = [line for line in log_lines(spool) if " recovered victim " in line]
+    assert "adopted" in recovered
+    rec = result(spool, "victim")
+    assert rec["state"] == "failed" and rec["exit_code"] == 3 and rec["attempt"] == 1
     assert not list((spool / "running" / HOST).iterdir())
-    recovered = [line for line in log_lines(spool) if " recovered victim " in line]
-    assert recovered and "requeued" in recovered[0] and "killed" in recovered[0]
-    assert result(spool, "victim")["state"] == "done"
+
+
+def test_a_job_that_ended_while_no_driver_ran_is_filed_from_its_record(spool, workdir):
+    """The monitor records the exit status: a job that ends after its driver died is filed with it,
+    not run again."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    gate.touch()
+    submit("orphan", f"echo start >> {ledger}; while [ -e {gate} ]; do sleep 0.02; done; exit 7\n")
+    driver = start_driver(spool)
+    wait_for(lambda: ledger.exists(), what="the job to start")
+    record = spool / "running" / HOST / "orphan@run"
+    wait_for(lambda: '"event":"job"' in record.read_text(), what="its record")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    gate.unlink()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="the monitor to record the end")
+    drain(spool)
+    assert ledger.read_text().split() == ["start"]
+    rec = result(spool, "orphan")
+    assert rec["state"] == "failed" and rec["exit_code"] == 7
+    assert any(" recovered orphan " in line and "while no driver was running" in line for line in log_lines(spool))
+
+
+def test_an_adopted_job_keeps_its_time_limit(spool, workdir):
+    set_config(spool, kill_grace="1s")
+    submit("slow", f"touch {workdir}/started; sleep 60\n", "--timeout", "2s")
+    driver = start_driver(spool)
+    wait_for((workdir / "started").exists, what="the job to start")
+    wait_for(lambda: '"event":"job"' in (spool / "running" / HOST / "slow@run").read_text(), what="its record")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert drain(spool).returncode == 0
+    rec = result(spool, "slow")
+    assert rec["state"] == "failed" and rec["reason"] == "timeout"
+
+
+def test_a_job_whose_machine_died_runs_again_and_says_so(spool, workdir):
+    """Nothing recorded how it ended (its monitor died with it): the one case of a rerun, logged."""
+    kill_driver_mid_job(spool, workdir, "again", machine_dies=True)
+    drain(spool)
+    [recovered] = [line for line in log_lines(spool) if " recovered again " in line]
+    assert "rerun" in recovered and "recorded no end" in recovered
+    assert result(spool, "again")["state"] == "done"
 
 
 def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(spool, workdir):
@@ -209,7 +254,7 @@ def test_a_job_knows_its_name_run_id_and_spool(spool, workdir):
 
 def test_recovery_with_on_interrupt_fail(spool, workdir):
     set_config(spool, on_interrupt="fail")
-    kill_driver_mid_job(spool, workdir, "doomed")
+    kill_driver_mid_job(spool, workdir, "doomed", machine_dies=True)
     drain(spool)
     rec = result(spool, "doomed")
     assert rec["state"] == "failed" and "interrupted" in rec["reason"]
@@ -217,7 +262,7 @@ def test_recovery_with_on_interrupt_fail(spool, workdir):
 
 def test_a_job_failed_by_recovery_keeps_where_its_stderr_went(spool, workdir):
     set_config(spool, on_interrupt="fail", stderr_separate=True)
-    kill_driver_mid_job(spool, workdir, "doomed")
+    kill_driver_mid_job(spool, workdir, "doomed", machine_dies=True)
     drain(spool)
     rec = result(spool, "doomed")
     assert rec["state"] == "failed" and rec["stderr"] == "separate"  # docs/spool-format.md: where its stderr went

@@ -52,7 +52,8 @@ def test_slots_keep_priority_order(spool, workdir):
     for name, prio in [("low", 7), ("mid", 4), ("top", 1), ("mid2", 4)]:
         submit(name, f"echo {name} >> {trace}; sleep 0.2\n", "-p", str(prio))
     drain(spool, "--slots", "2")
-    assert trace.read_text().split()[:2] == ["top", "mid"]
+    # both slots start at once, so which of the two writes first is the scheduler's choice
+    assert sorted(trace.read_text().split()[:2]) == ["mid", "top"]
 
 
 def test_timeout_kills_the_whole_group_including_grandchildren(spool, workdir):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from conftest import REPO, log_lines, result, run_cli, start_driver, wait_for
+from conftest import kill_run, REPO, log_lines, result, run_cli, start_driver, wait_for
 
 HOSTS = ["alpha", "beta", "gamma"]
 
@@ -102,7 +102,7 @@ def test_recover_a_host_that_never_comes_back(spool, workdir, cli):
     wait_for(pidfile.exists, what="the job to start")
     os.kill(dead.pid, signal.SIGKILL)
     dead.wait()
-    os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the machine "died" with its processes
+    kill_run(spool / "running" / "deadhost" / "stranded@run")  # the machine "died" with its processes
     r = cli(["recover", "--host", "deadhost"], stdin=b"")
     assert r.code == 2 and "--force" in r.err
     r = cli(["recover", "--host", "deadhost", "--force"])

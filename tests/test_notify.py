@@ -137,7 +137,7 @@ def test_a_queued_job_root_cancels_by_day_is_told_and_logged(spool, notices, cli
 
 def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):
     set_config(spool, notify="command", notify_command=notices.hook, on_interrupt="fail")
-    kill_driver_mid_job(spool, workdir, "doomed")
+    kill_driver_mid_job(spool, workdir, "doomed", machine_dies=True)
     assert drain(spool).returncode == 0
     assert noticed(notices) == ["doomed"]
     assert "interrupted" in json.loads((notices.dir / "doomed.json").read_text())["reason"]
