@@ -1324,7 +1324,16 @@ class Driver:
             return
         if removed:
             self.log.event("pruned", removed=removed, keep=self.config.keep)
+        if strays:
+            from onite.retention import remove_temp_files
 
+            try:
+                leftovers = remove_temp_files(self.spool, time.time())
+            except OniteError as err:
+                self.log.event("error", error=str(err), note="retention of temporary files")
+                return
+            if leftovers:
+                self.log.event("pruned", temporary=leftovers, note="files of writes that died (a crash or a kill)")
 
 
 
@@ -1370,6 +1379,7 @@ def take_host_lock(path: Path, holder: str, timeout: float = 0.5) -> HostLock | 
 
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)  # a lock anyone can open, anyone can hold (a read-only descriptor suffices)
     except OSError as err:
         raise SpoolIOError(path, "opening the driver lock", err) from None
     # A brief wait, not none: a probe holding the lock for a microsecond must not make a driver give up.

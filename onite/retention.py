@@ -9,6 +9,7 @@ when its stderr was kept apart, stdout/NAME@stderr: the two go together.
 from __future__ import annotations
 
 import os
+import stat
 
 from onite import spool as sp
 
@@ -47,6 +48,36 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
     if strays:
         oldest_kept = records[keep - 1][0] if keep else None
         _remove_strays(spool, {n for _, n in records[:keep]} | protect, oldest_kept)
+    return removed
+
+
+TEMP_AGE = 3600  # seconds after which a dot-name .tmp file is a write that died (a crash, a kill)
+
+
+def remove_temp_files(spool: sp.Spool, now: float, *, older_than: float = TEMP_AGE) -> int:
+    """Remove the dot-name ``.tmp`` files that writers killed mid-write left behind (a submit's
+    ``jobs/Pk/.NAME.PID.RAND.tmp``, a record's ``jobsdone/.NAME@result.PID.tmp``, …), once they
+    are ``older_than`` seconds: no write takes that long, and on a shared spool the writer may be
+    another machine's, whose processes cannot be looked at. Returns how many were removed."""
+    folders = [spool.done_dir, spool.stdout_dir, spool.cancel_dir, spool.recur_dir, spool.jobs_dir]
+    folders += [folder for _, folder in spool.queue_folders()]
+    folders += [spool.running_dir(host) for host in spool.hosts()]
+    removed = 0
+    for folder in folders:
+        try:
+            with os.scandir(folder) as it:
+                entries = [entry for entry in it if entry.name.startswith(".") and entry.name.endswith(".tmp")]
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if now - st.st_mtime < older_than or stat.S_ISDIR(st.st_mode):
+                continue
+            if sp.remove(entry.path):
+                removed += 1
     return removed
 
 
