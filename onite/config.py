@@ -17,6 +17,7 @@ from pathlib import Path
 from onite.errors import ConfigError, InvalidInput
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
+MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
 NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")
 
@@ -90,7 +91,7 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names") from None
     reader = _Reader(data, source, DEFAULTS)
-    priorities = reader.integer("priorities", low=1, high=99)
+    priorities = reader.integer("priorities", low=1, high=MAX_PRIORITIES)
     config = Config(
         priorities=priorities,
         default_priority=reader.integer("default_priority", low=1, high=priorities),
