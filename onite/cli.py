@@ -168,7 +168,12 @@ def list_(
         print(commands.list_json(spool or _GLOBAL["spool"], include_all=all_))
         return
     target = open_spool(spool)
-    views = list_jobs(target, include_all=all_ or by_host)  # hosts are those of running and finished jobs
+    damaged: list[str] = []
+    views = list_jobs(target, include_all=all_ or by_host, damaged=damaged)  # hosts: those of running and finished jobs
+    if damaged:
+        from onite.spool import damaged_note
+
+        commands.warn(damaged_note(damaged))
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return
@@ -475,6 +480,10 @@ def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
 
     target = open_spool(spool)
     info = gather(target, now())
+    if info.damaged:
+        from onite.spool import damaged_note
+
+        commands.warn(damaged_note(info.damaged))
     if as_json:
         print(status_json(info))
         return
@@ -508,6 +517,10 @@ def report(
     from onite import report as rep
 
     data = rep.build(open_spool(spool), now(), since, night=night, user=user)
+    if data.damaged:
+        from onite.spool import damaged_note
+
+        commands.warn(damaged_note(data.damaged))
     if html:  # first: a page that cannot be written is an error, with no report printed before it
         rep.write_html(html, data)
     if as_json:

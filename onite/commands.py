@@ -157,10 +157,23 @@ def uniqname(base: str, spool: str | None) -> str:
 
 def list_json(spool: str | None, *, include_all: bool = False) -> str:
     """``onite list --json [--all]``: the document (docs/json.md)."""
+    from onite import spool as sp
     from onite.listing import list_json as document
 
     target = open_spool(spool)
-    return document(target, include_all=include_all)
+    damaged: list[str] = []
+    text = document(target, include_all=include_all, damaged=damaged)
+    if damaged:
+        warn(sp.damaged_note(damaged))
+    return text
+
+
+def warn(line: str) -> None:
+    """One line on stderr, beside a command's output (which stays what it is, e.g. valid JSON)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def host_claims(spool: str | None, host: str):

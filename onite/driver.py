@@ -40,7 +40,7 @@ from pathlib import Path
 from onite import spool as sp
 from onite.config import Config, default_host
 from onite.deps import dependency_state
-from onite.errors import JobFormatError, NotFound, OniteError, Refused
+from onite.errors import DamagedRecord, JobFormatError, NotFound, OniteError, Refused
 from onite.executor import LocalRunner, Run, SpawnError, Unavailable
 from onite.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.identity import Identity, resolve
@@ -865,7 +865,10 @@ class Driver:
             reattached = self._reattach(name, path, info)
             if reattached:
                 continue
-            previous = sp.read_result(self.spool, name)
+            try:
+                previous = sp.read_result(self.spool, name)
+            except DamagedRecord:
+                previous = None  # torn as its driver died: recovered as if it had not been written
             if previous is not None and info.get("run_id") and previous.run_id == info.get("run_id"):
                 try:
                     sp.change_state(name, JobState.RUNNING, previous.state, path, self.spool.done_dir / name,

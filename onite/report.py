@@ -16,7 +16,7 @@ import html as _html
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 
@@ -38,6 +38,7 @@ class ReportData:
     jobs: list[JobView]
     night: date | None = None
     user: str | None = None
+    damaged: list[str] = field(default_factory=list)  # names of result records that could not be read
 
     @property
     def counts(self) -> dict[str, int]:
@@ -160,10 +161,11 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
     def inside(when: datetime | None) -> bool:
         return when is not None and start <= when and (end is None or when < end)
 
-    jobs = [result_view(r) for r in sp.results(spool)
+    damaged: list[str] = []
+    jobs = [result_view(r) for r in sp.results(spool, damaged)
             if (inside(r.finished) or inside(r.started)) and (user is None or r.user == user)]
     jobs.sort(key=lambda j: (j.started or j.finished, j.name))
-    return ReportData(str(spool.root), start, end or now, now, jobs, night=day, user=user)
+    return ReportData(str(spool.root), start, end or now, now, jobs, night=day, user=user, damaged=damaged)
 
 
 def window_text(data: ReportData) -> str:

@@ -26,7 +26,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from onite.config import Config, load_config
-from onite.errors import NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.errors import DamagedRecord, NotFound, OniteError, Refused, SpoolError, SpoolIOError
 from onite.names import SIDE, is_valid_name
 
 SYSTEM_SPOOL = Path("/var/spool/onite")
@@ -657,37 +657,77 @@ def name_taken(spool: Spool, name: str) -> bool:
 
 
 def read_result(spool: Spool, name: str):
-    """The result record of the latest finished run of ``name``, or None."""
-    import json
+    """The result record of the latest finished run of ``name``, or None if there is none.
 
+    Raises:
+        DamagedRecord: there is one, but it cannot be read back (torn by a power cut, damaged,
+            or the record of another name).
+        SpoolIOError: it cannot be read.
+    """
     from onite.state import Result
+    from onite.values import loads_object
 
+    path = spool.result_path(name)
     try:
-        data = spool.result_path(name).read_bytes()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise SpoolIOError(spool.result_path(name), "reading", err) from None
+        raise SpoolIOError(path, "reading", err) from None
     try:
-        return Result.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError):
-        return None  # a record torn by a power cut: treated as unknown
+        fields = loads_object(data)
+    except ValueError as err:  # also bytes that are not UTF-8
+        raise DamagedRecord(f"damaged result record {path}: {str(err)[:200]}",
+                            "remove it, or restore it from a backup") from None
+    try:
+        result = Result.from_json(fields)
+    except DamagedRecord as err:
+        err.what = err.what.replace("damaged result record", f"damaged result record {path}", 1)
+        raise
+    if result.name != name:
+        raise DamagedRecord(f"damaged result record {path}: it is the record of {result.name!r}",
+                            "remove it, or restore it from a backup")
+    return result
 
 
 def result_names(spool: Spool) -> list[str]:
-    """The names of the jobs whose result record is kept (jobsdone/NAME@result), unread."""
+    """The names of the jobs whose result record is kept (jobsdone/NAME@result), unread; a file whose
+    name is not a job's plus ``@result`` is no job's record and is left out."""
     try:
         with os.scandir(spool.done_dir) as it:
-            return [entry.name[: -len(RESULT)] for entry in it if entry.name.endswith(RESULT) and entry.name[0] != "."]
+            return [name for name in (entry.name[: -len(RESULT)] for entry in it if entry.name.endswith(RESULT))
+                    if is_valid_name(name)]
     except FileNotFoundError:
         return []
 
 
-def results(spool: Spool) -> list:
-    """Every kept result record, oldest finish first."""
-    records = [r for r in (read_result(spool, n) for n in result_names(spool)) if r is not None]
+def results(spool: Spool, damaged: list[str] | None = None) -> list:
+    """Every kept result record that can be read, oldest finish first. The names of those that
+    cannot (DamagedRecord) are added to ``damaged``, if given, for the caller to report.
+
+    Raises:
+        SpoolIOError: a record cannot be read.
+    """
+    records = []
+    for name in result_names(spool):
+        try:
+            record = read_result(spool, name)
+        except DamagedRecord:
+            if damaged is not None:
+                damaged.append(name)
+            continue
+        if record is not None:
+            records.append(record)
     records.sort(key=lambda r: (r.finished, r.name))
     return records
+
+
+def damaged_note(damaged: list[str]) -> str:
+    """The warning a command prints (on stderr) when it left out the damaged result records ``damaged``."""
+    names = ", ".join(f"jobsdone/{name}{RESULT}" for name in sorted(damaged)[:5])
+    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    return (f"onite: warning: {len(damaged)} damaged result record(s) left out: {names}{more} — "
+            "the spool's administrator can look at them and remove them")
 
 
 def result_record(result) -> bytes:
