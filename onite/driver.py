@@ -384,6 +384,13 @@ class Driver:
     def _pick(self) -> tuple[Candidate, os.stat_result] | None:
         now = self.now()
         self.index.refresh()
+        for stray in self.index.strays():  # a queued file whose name is no job's: never run, never listed
+            try:
+                st = os.lstat(stray.path)
+            except OSError:
+                continue
+            label = os.fsdecode(os.fsencode(stray.name)[:200])  # refused/LABEL@TIME must fit in a file name
+            self._move_aside(stray.path, label, st, "its name is not a job name")
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             for cand in self.index.candidates():

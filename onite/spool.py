@@ -148,10 +148,11 @@ class Spool:
         return self.urgent_dir if urgent else self.queue_dir(min(priority, self.config.priorities))
 
     def hosts(self) -> list[str]:
-        """Hosts that have a running/ folder (that have ever claimed a job)."""
+        """Hosts that have a running/ folder (that have ever claimed a job); a folder whose name is
+        no host name (nothing onite made) is left out."""
         try:
             with os.scandir(self.running_root) as it:
-                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+                return sorted(e.name for e in it if is_valid_name(e.name) and e.is_dir(follow_symlinks=False))
         except FileNotFoundError:
             return []
         except OSError as err:
@@ -518,7 +519,10 @@ class Entry:
 
 
 def _job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
-    """The job files of ``folder`` (no dot-names, no side files) with their lstat; nothing if it is gone.
+    """The job files of ``folder`` with their lstat; nothing if it is gone. Entries whose names are
+    not job names (dot-names of writes in progress, side files, and whatever a user planted: a
+    newline, an escape sequence, bytes that are not UTF-8) are not jobs and are left out; the driver
+    finds those in its queue index (index.QueueIndex.strays) and moves them aside.
 
     Raises:
         SpoolIOError: the folder cannot be listed.
@@ -531,8 +535,7 @@ def _job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
         raise SpoolIOError(folder, "listing", err) from None
     with it:
         for entry in it:
-            name = entry.name
-            if name[0] == "." or SIDE in name:
+            if not is_valid_name(entry.name):
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
