@@ -463,8 +463,10 @@ def log(
     if as_json:
         print(log_json(tail(target.log_path, lines)))
         return
-    for line in tail(target.log_path, lines):
-        print(line)
+    from onite.safetext import printable
+
+    for line in tail(target.log_path, lines):  # onite escapes what it logs; a line from elsewhere may not be
+        print(printable(line))
 
 
 @app.command()

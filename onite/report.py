@@ -24,6 +24,7 @@ from onite import spool as sp
 from onite.cells import human_duration, priority_label
 from onite.errors import InvalidInput
 from onite.listing import JobView, outcome_counts, result_view
+from onite.safetext import printable
 from onite.state import signal_name
 
 
@@ -210,8 +211,8 @@ def rows(data: ReportData) -> list[list[str]]:
         else:
             local = job.started.astimezone()
             started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%d %H:%M")
-        out.append([job.name, job.user, priority_label(job), job.host or "", started,
-                    human_duration(job.duration), exit_text(job), job.reason])
+        out.append([printable(job.name), printable(job.user), priority_label(job), printable(job.host or ""),
+                    started, human_duration(job.duration), exit_text(job), printable(job.reason)])
     return out
 
 

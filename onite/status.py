@@ -200,7 +200,12 @@ def status_json(info: StatusInfo) -> str:
 
 
 def render_status(console, info: StatusInfo) -> None:
-    from rich.markup import escape
+    from rich.markup import escape as markup_escape
+
+    from onite.safetext import printable
+
+    def escape(text: str) -> str:  # text from users and files: no markup, no control characters
+        return markup_escape(printable(text))
 
     from onite.cells import priority_text
     from onite.render import human_duration, jobs_table
