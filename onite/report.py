@@ -104,10 +104,17 @@ def parse_night(text: str, now: datetime) -> date:
     if raw in ("today", "yesterday"):
         return now.date() - timedelta(days=raw == "yesterday")
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw):
+        from onite.timeparse import EARLIEST, LATEST
+
         try:
-            return date.fromisoformat(raw)
+            day = date.fromisoformat(raw)
         except ValueError:
             pass
+        else:
+            if EARLIEST.year <= day.year < LATEST.year - 1:  # its night must end before the last time onite takes
+                return day
+            raise InvalidInput(f"bad --night {text!r}: not between the years {EARLIEST.year} and {LATEST.year - 2}",
+                               "write a date such as 2026-11-22, today or yesterday")
     raise InvalidInput(f"bad --night {text!r}", "write a date such as 2026-11-22, today or yesterday")
 
 
