@@ -311,7 +311,7 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
         import json  # only retried jobs carry attempts; keep json off the submit path
 
         lines.extend(f"tried: {json.dumps(t.to_json(), sort_keys=True)}" for t in job.tried)
-    lines.extend(f"{key}: {escape(value.encode())}" for key, value in job.extra)
+    lines.extend(f"{key}: {escape(value.encode('utf-8', 'surrogateescape'))}" for key, value in job.extra)
     lines.append(env_text(job.env) if env_lines is None else env_lines)
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape") + job.body
 
