@@ -147,6 +147,23 @@ def test_every_valid_job_round_trips(job):
     assert decode(encode(job)) == job
 
 
+@FUZZ
+@given(st.dictionaries(st.binary(max_size=8), st.binary(max_size=8), max_size=4), st.binary(max_size=300),
+       st.none() | st.text(max_size=12) | st.sampled_from(["1e5", "366d", "0.0000001", "90s"]),
+       st.none() | st.text(max_size=12) | st.sampled_from(["+2h", "9998-12-31T23:59", "0001-01-01T00:00"]),
+       st.binary(max_size=20))
+def test_what_submit_accepts_the_driver_reads_back(env, body, timeout, at, cwd):
+    from onite.config import Config
+    from onite.submit import Captured, SubmitRequest, build_job
+
+    captured = Captured(env=env, cwd=b"/" + cwd.replace(b"\0", b""), umask=0o022, host="vm", now=WHEN)
+    try:
+        job = build_job(SubmitRequest(name="n", body=body, timeout=timeout, at=at), captured, Config())
+    except InvalidInput:
+        return
+    assert decode(encode(job)) == job
+
+
 # ---- JSON records -------------------------------------------------------------------------------
 
 json_values = st.recursive(

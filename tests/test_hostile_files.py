@@ -238,3 +238,80 @@ def test_the_log_shows_a_forged_line_as_one_inert_line(spool, cli):
         log.write("2026-11-22T20:00:00+01:00 vm[1] done x reason=\x1b]0;pwned\x07 \u202eevil\n")
     r = cli(["log"])
     assert r.code == 0 and "\x1b" not in r.out and "\u202e" not in r.out and "\\e]0;pwned\\x07" in r.out
+
+
+# ---- the smaller parsers and guards, one case each ------------------------------------------------
+
+def test_printable_spells_a_byte_that_is_not_utf8():
+    from onite.safetext import printable
+
+    assert printable("x\udcff\x1b[1m\u202e") == "x\\xff\\e[1m\\u202e"  # print() would crash on \udcff
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a = " + "[" * 5000, "nests arrays or tables too deeply"),
+    ('max_job_size = "' + "9" * 5000 + '"', "max_job_size"),
+    ('max_job_size = "0"', "a size from 1 byte to 1T"),
+    ("max_job_size = 9999999999999999", "a size from 1 byte to 1T"),
+    ('kill_grace = "99999999999999d"', "kill_grace"),
+])
+def test_parse_config_raises_only_config_error(text, message):
+    from onite.config import parse_config
+    from onite.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
+
+
+def test_a_lock_holder_line_with_odd_digits_is_read(tmp_path):
+    import fcntl
+
+    from onite.locks import held_locks
+
+    path = tmp_path / "driver.h1.lock"
+    path.write_text("pid=\u00b2 host=h1 since=2026-11-22T20:00:00\n")  # "²".isdigit(), yet int("²") fails
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock, = held_locks(tmp_path)
+    finally:
+        os.close(fd)
+    assert (lock.host, lock.pid, lock.since) == ("h1", None, "2026-11-22T20:00:00")
+
+
+def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
+    from dataclasses import replace
+
+    from onite import spool as sp
+    from onite.config import Config
+    from onite.notify import Notifier
+    from onite.state import JobState, Result
+
+    class Log:
+        def __init__(self):
+            self.events = []
+
+        def event(self, event, name="", **fields):
+            self.events.append((event, name, fields))
+
+    now = datetime.now(timezone.utc)
+    record = Result(name="ok", uid=0, user="root", priority=1, urgent=False, state=JobState.FAILED, reason="x",
+                    exit_code=1, signal=None, host="h", submitted=now, queued=None, started=None, finished=now,
+                    attempt=1)
+    log = Log()
+    notifier = Notifier(sp.Spool(spool), log)
+    notifier.notify(replace(record, name="a;$(id)\nb"), None, Config(notify="command", notify_command=("/bin/true",)))
+    assert notifier.pending == [] and log.events == [("notify-failed", "a;$(id)\nb",
+                                                      {"how": "command", "reason": "not a valid job name"})]
+
+
+def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool, workdir):
+    from onite import spool as sp
+    from onite.watch import TimedWatch
+
+    queue = spool / "jobs" / "P4"
+    for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
+        (queue / name).write_bytes(with_line(job_bytes(name, str(workdir)), at))
+    watch = TimedWatch(sp.Spool(spool).queue_folders(), "h1")
+    watch.refresh()
+    assert watch.timed() == 0 and watch.next_due(None) is None
