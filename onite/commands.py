@@ -180,17 +180,17 @@ def host_claims(spool: str | None, host: str):
     """``onite recover --host HOST``, before it asks: the spool and the names of the jobs HOST has claimed.
 
     Raises:
-        SpoolError: no spool there. Refused: the caller is neither root nor the owner of a personal
-            spool (checked first of all the rest). InvalidInput: a bad host name.
+        InvalidInput: a bad host name (checked first). SpoolError: no spool there. Refused: the caller
+            is neither root nor the owner of a personal spool (checked before anything in it is looked at).
     """
     from onite import spool as sp
     from onite.errors import Refused
     from onite.names import check_name
 
+    check_name(host, what="host name")
     target = open_spool(spool)
     if os.geteuid() != 0 and not os.access(target.running_root, os.W_OK):  # a personal spool's owner may
         raise Refused("onite recover is for root", "run it with sudo")
-    check_name(host, what="host name")
     return target, [entry.name for entry in sp.running(target, host)]
 
 
