@@ -95,8 +95,10 @@ def _defer_import(name: str) -> None:
 
 
 def _say(line: str) -> None:
+    from onite.safetext import printable  # a message may quote a file name or a value a user chose
+
     try:
-        sys.stderr.write(line.replace("\n", " ") + "\n")
+        sys.stderr.write(printable(line) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -16,6 +16,7 @@ import typer
 from onite import commands
 from onite.commands import now
 from onite.errors import InvalidInput
+from onite.jobfile import MAX_RETRIES
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -129,7 +130,7 @@ def submit(
     after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")] = None,
     at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
-    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=100, help="Retry a failed job this many times, with back-off.")] = 0,
+    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES, help="Retry a failed job this many times, with back-off.")] = 0,
     host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Run only on this host (when several share the spool).")] = None,
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
@@ -168,7 +169,12 @@ def list_(
         print(commands.list_json(spool or _GLOBAL["spool"], include_all=all_))
         return
     target = open_spool(spool)
-    views = list_jobs(target, include_all=all_ or by_host)  # hosts are those of running and finished jobs
+    damaged: list[str] = []
+    views = list_jobs(target, include_all=all_ or by_host, damaged=damaged)  # hosts: those of running and finished jobs
+    if damaged:
+        from onite.spool import damaged_note
+
+        commands.warn(damaged_note(damaged))
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return
@@ -343,7 +349,7 @@ def recur_add(
     urgent: Annotated[bool, typer.Option("--urgent", help="Instances run before every priority (root and admins only).")] = False,
     after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Each instance waits for this job (repeatable).")] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
-    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=100, help="Retry a failed instance this many times.")] = 0,
+    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES, help="Retry a failed instance this many times.")] = 0,
     host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Instances run only on this host.")] = None,
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
@@ -458,8 +464,10 @@ def log(
     if as_json:
         print(log_json(tail(target.log_path, lines)))
         return
-    for line in tail(target.log_path, lines):
-        print(line)
+    from onite.safetext import printable
+
+    for line in tail(target.log_path, lines):  # onite escapes what it logs; a line from elsewhere may not be
+        print(printable(line))
 
 
 @app.command()
@@ -475,6 +483,10 @@ def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
 
     target = open_spool(spool)
     info = gather(target, now())
+    if info.damaged:
+        from onite.spool import damaged_note
+
+        commands.warn(damaged_note(info.damaged))
     if as_json:
         print(status_json(info))
         return
@@ -508,6 +520,10 @@ def report(
     from onite import report as rep
 
     data = rep.build(open_spool(spool), now(), since, night=night, user=user)
+    if data.damaged:
+        from onite.spool import damaged_note
+
+        commands.warn(damaged_note(data.damaged))
     if html:  # first: a page that cannot be written is an error, with no report printed before it
         rep.write_html(html, data)
     if as_json:

@@ -157,23 +157,40 @@ def uniqname(base: str, spool: str | None) -> str:
 
 def list_json(spool: str | None, *, include_all: bool = False) -> str:
     """``onite list --json [--all]``: the document (docs/json.md)."""
+    from onite import spool as sp
     from onite.listing import list_json as document
 
     target = open_spool(spool)
-    return document(target, include_all=include_all)
+    damaged: list[str] = []
+    text = document(target, include_all=include_all, damaged=damaged)
+    if damaged:
+        warn(sp.damaged_note(damaged))
+    return text
+
+
+def warn(line: str) -> None:
+    """One line on stderr, beside a command's output (which stays what it is, e.g. valid JSON)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def host_claims(spool: str | None, host: str):
     """``onite recover --host HOST``, before it asks: the spool and the names of the jobs HOST has claimed.
 
     Raises:
-        InvalidInput: a bad host name (checked first). SpoolError: no spool there.
+        InvalidInput: a bad host name (checked first). SpoolError: no spool there. Refused: the caller
+            is neither root nor the owner of a personal spool (checked before anything in it is looked at).
     """
     from onite import spool as sp
+    from onite.errors import Refused
     from onite.names import check_name
 
     check_name(host, what="host name")
     target = open_spool(spool)
+    if os.geteuid() != 0 and not os.access(target.running_root, os.W_OK):  # a personal spool's owner may
+        raise Refused("onite recover is for root", "run it with sudo")
     return target, [entry.name for entry in sp.running(target, host)]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from onite.errors import ConfigError, InvalidInput
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
+MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
 NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")
 
@@ -90,8 +91,10 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names") from None
+    except RecursionError:  # tomllib recurses into nested arrays and tables: "a = [[[[…"
+        raise ConfigError(f"{source} nests arrays or tables too deeply", "flatten it") from None
     reader = _Reader(data, source, DEFAULTS)
-    priorities = reader.integer("priorities", low=1, high=99)
+    priorities = reader.integer("priorities", low=1, high=MAX_PRIORITIES)
     config = Config(
         priorities=priorities,
         default_priority=reader.integer("default_priority", low=1, high=priorities),
@@ -137,6 +140,7 @@ def load_config(path: Path) -> Config:
 
 
 _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
+MAX_SIZE = 1024**4  # 1T: max_job_size beyond this is a typo, not a job
 _TOP_KEYS = frozenset(f.name for f in fields(Config))  # every key of onite.toml is a field of Config
 _SLURM_KEYS = frozenset(f.name for f in fields(SlurmConfig))
 
@@ -231,12 +235,16 @@ class _Reader:
 
     def size(self, key: str) -> int:
         value = self.data.get(key, self._default(key))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-        match = _SIZE.fullmatch(str(value).strip())
-        if not match:
-            raise self._bad(key, value, 'a size in bytes or like "16M" or "1G"')
-        return int(match.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[match.group(2).upper()]
+        if isinstance(value, int) and not isinstance(value, bool):
+            size = value
+        else:
+            match = _SIZE.fullmatch(str(value).strip())
+            if not match or len(match.group(1)) > 20:
+                raise self._bad(key, value, 'a size in bytes or like "16M" or "1G"')
+            size = int(match.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[match.group(2).upper()]
+        if not 1 <= size <= MAX_SIZE:
+            raise self._bad(key, value, 'a size from 1 byte to 1T, e.g. "16M" or "1G"')
+        return size
 
     def hosts(self, key: str) -> dict[str, int]:
         table = self.data.get(key, {})

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from onite import spool as sp
-from onite.errors import EXIT_REFUSED, NotFound, OniteError, Refused, SpoolIOError
+from onite.errors import EXIT_REFUSED, DamagedRecord, NotFound, OniteError, Refused, SpoolIOError
 from onite.names import SIDE, check_name
 
 
@@ -100,7 +100,10 @@ def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
     deadline = time.monotonic() + 5 + spool.config.kill_grace.total_seconds()
     while time.monotonic() < deadline:
         if not sp.find_running(spool, name):
-            result = sp.read_result(spool, name)
+            try:
+                result = sp.read_result(spool, name)
+            except DamagedRecord:
+                return CancelReport(name, "stopped", "its result record is damaged")
             return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
         time.sleep(0.1)
     return report

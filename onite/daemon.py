@@ -338,17 +338,20 @@ class Daemon:
     # ---- the state file --------------------------------------------------------------
 
     def _load_state(self) -> datetime | None:
+        """The last drain time the state file records; None if there is none, or it is damaged (logged).
+
+        Raises: nothing.
+        """
+        from onite import values
+
         try:
-            data = json.loads(self.state_path.read_bytes())
+            data = values.loads_object(self.state_path.read_bytes())
             if data.get("version") != STATE_FORMAT:
-                raise ValueError(f"format {data.get('version')!r}")
-            last = datetime.fromisoformat(data["last"])
-            if last.tzinfo is None:
-                raise ValueError("a time without its UTC offset")
-            return last.astimezone()
+                raise ValueError(f"format {str(data.get('version'))[:20]!r}")
+            return values.time(data, "last").astimezone()
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        except (OSError, ValueError) as err:
             self.log.event("warning", file=str(self.state_path), error=f"unreadable: {err}",
                            note="starting afresh: no missed night is caught up")
             return None

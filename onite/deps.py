@@ -2,8 +2,9 @@
 
 A job spooled ``--after NAME`` waits while NAME is queued or running, runs
 once NAME's latest result says done, and fails when that result says failed
-or cancelled, when NAME was withdrawn and not yet filed, or when NAME left
-no trace at all (queue.evaluate turns these states into a verdict). The
+or cancelled, cannot be read (damaged), when NAME was withdrawn and not yet
+filed, or when NAME left no trace at all (queue.evaluate turns these states
+into a verdict). The
 driver adds what only it knows (jobs it runs or has not filed yet) before
 asking here; everyone else asks here directly.
 """
@@ -11,6 +12,7 @@ asking here; everyone else asks here directly.
 from __future__ import annotations
 
 from onite import spool as sp
+from onite.errors import DamagedRecord
 from onite.queue import DepState
 from onite.state import JobState
 
@@ -23,7 +25,10 @@ def dependency_state(spool: sp.Spool, name: str) -> DepState:
     """
     if sp.is_live(spool, name):
         return DepState.PENDING
-    result = sp.read_result(spool, name)
+    try:
+        result = sp.read_result(spool, name)
+    except DamagedRecord:
+        return DepState.DAMAGED
     if result is not None:
         return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
     if any(e.name == name for e in sp.cancelled_pending(spool)):

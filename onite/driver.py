@@ -41,7 +41,7 @@ from pathlib import Path
 from onite import spool as sp
 from onite.config import Config, default_host
 from onite.deps import dependency_state
-from onite.errors import EXIT_FAILURE, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
+from onite.errors import EXIT_FAILURE, DamagedRecord, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
 from onite.executor import LocalRunner, NoRecord, Run, SpawnError, Unavailable, boot_id
 from onite.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.identity import Identity, resolve
@@ -411,6 +411,13 @@ class Driver:
     def _pick(self) -> tuple[Candidate, os.stat_result] | None:
         now = self.now()
         self.index.refresh()
+        for stray in self.index.strays():  # a queued file whose name is no job's: never run, never listed
+            try:
+                st = os.lstat(stray.path)
+            except OSError:
+                continue
+            label = os.fsdecode(os.fsencode(stray.name)[:200])  # refused/LABEL@TIME must fit in a file name
+            self._move_aside(stray.path, label, st, "its name is not a job name")
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             for cand in self.index.candidates():
@@ -1041,7 +1048,10 @@ class Driver:
 
     def _already_filed(self, name: str, path: Path, info: dict) -> bool:
         """The dead driver wrote the result but died before moving the job into jobsdone/: finish that."""
-        previous = sp.read_result(self.spool, name)
+        try:
+            previous = sp.read_result(self.spool, name)
+        except DamagedRecord:
+            previous = None  # torn as its driver died: recovered as if it had not been written
         if previous is None or not info.get("run_id") or previous.run_id != info.get("run_id"):
             return False
         try:
@@ -1132,7 +1142,10 @@ class Driver:
                 continue
             if later(job):
                 return True
-        previous = sp.read_result(self.spool, run.name)
+        try:
+            previous = sp.read_result(self.spool, run.name)
+        except (DamagedRecord, SpoolIOError):
+            return False
         return previous is not None and previous.submitted == run.job.submitted and previous.attempt > run.attempt
 
     def _requeue_recovered(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:

@@ -71,6 +71,12 @@ class JobFormatError(OniteError):
     exit_code = EXIT_FAILURE
 
 
+class DamagedRecord(OniteError):
+    """A record onite wrote (a result, a run record) cannot be read back: torn by a crash, or damaged."""
+
+    exit_code = EXIT_FAILURE
+
+
 class SpoolIOError(OniteError):
     """An operating-system error while acting on a path in the spool."""
 

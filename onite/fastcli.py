@@ -102,7 +102,9 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
     retries = options.get("retries", "0")
     if priority is not None and not _NUMBER.fullmatch(priority):
         return None
-    if not _NUMBER.fullmatch(retries) or int(retries) > 100:
+    from onite.jobfile import MAX_RETRIES
+
+    if not _NUMBER.fullmatch(retries) or int(retries) > MAX_RETRIES:
         return None  # typer's range check words the error
     separate, merged = options.get("stderr_separate", False), options.get("stderr_merged", False)
     if separate and merged:

@@ -24,6 +24,12 @@ forced refresh. Ten thousand held jobs then cost nothing per pick.
 Only names and kernel ctimes are kept for every queued job; the few
 fields of a job file that eligibility needs are read lazily, once per file
 version (inode and ctime), and only for jobs that come up for a decision.
+
+An entry whose name is not a job name (onite.names: a newline, an escape
+sequence, bytes that are not UTF-8, ``;$()``) is never a job: it never
+enters the order, and the listing that finds it hands it out once through
+``strays()``, for the driver to move aside. Dot-names are writes in progress
+and are skipped.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from onite.names import SIDE
+from onite.names import NAME_PATTERN
 
 RACY_NS = 20_000_000  # a listing this close to the folder's mtime may have missed a same-tick add
 # A folder the driver itself changed is listed again at most once per this many times
@@ -55,7 +61,7 @@ class Candidate:
 
 class _Folder:
     __slots__ = ("rank", "path", "names", "order", "head", "gone", "mtime_ns", "scanned_at", "touched", "racy",
-                 "sorted", "scan_seconds", "parked")
+                 "sorted", "scan_seconds", "parked", "strays")
 
     def __init__(self, rank: int, path: Path) -> None:
         self.rank = rank
@@ -71,6 +77,7 @@ class _Folder:
         self.sorted = True
         self.scan_seconds = 0.0  # how long its last listing took
         self.parked: dict[str, int] = {}  # name → ctime: out of the order until its file changes (park())
+        self.strays: set[str] = set()  # names that are no job names, found by the last listing, not yet handed out
 
 
 class QueueIndex:
@@ -101,6 +108,7 @@ class QueueIndex:
                 folder.order.clear()
                 folder.gone.clear()
                 folder.parked.clear()
+                folder.strays.clear()
                 continue
             changed = mtime != folder.mtime_ns or folder.racy
             if not (changed or force):
@@ -121,14 +129,17 @@ class QueueIndex:
         names, order, gone, parked = folder.names, folder.order, folder.gone, folder.parked
         present: set[str] = set()
         still_parked: dict[str, int] = {}
+        is_name = NAME_PATTERN.fullmatch
         try:
             with os.scandir(folder.path) as it:
                 for entry in it:
                     name = entry.name
-                    if name[0] == "." or SIDE in name:
-                        continue
                     if name in names:
                         present.add(name)
+                        continue
+                    if not is_name(name):  # a write in progress (.NAME.tmp), or no job at all
+                        if name[0] != ".":
+                            folder.strays.add(name)
                         continue
                     try:  # only a new (or parked) name costs a stat (from the listing's own folder handle)
                         ctime_ns = entry.stat(follow_symlinks=False).st_ctime_ns
@@ -184,6 +195,17 @@ class QueueIndex:
                 ctime_ns, name = order[i]
                 if names.get(name) == ctime_ns:
                     yield Candidate(folder.rank, name, folder.path / name, ctime_ns)
+
+    def strays(self) -> list[Candidate]:
+        """Entries of the queue folders whose names are no job names, each handed out once per
+        listing of its folder that finds it (ctime_ns 0: not looked at). Never jobs: the driver
+        moves them aside."""
+        found = []
+        for folder in self.folders:
+            if folder.strays:
+                found.extend(Candidate(folder.rank, name, folder.path / name, 0) for name in sorted(folder.strays))
+                folder.strays.clear()
+        return found
 
     def contains(self, name: str) -> bool:
         return any(name in folder.names or name in folder.parked for folder in self.folders)

@@ -85,14 +85,22 @@ def instance_job(template: Job, name: str, fire: datetime, now: datetime, priori
 
 
 def load_state(spool: sp.Spool) -> dict[str, dict]:
-    """NAME → {uid, template, last, rule, priority, urgent}; empty if missing or damaged."""
+    """NAME → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged, and
+    an entry that is not an object, or not a template's name, left out. The values of an entry are
+    checked where they are used (``parse_time``, ``rule_from_state``, ``known_priority``).
+
+    Raises: nothing.
+    """
+    from onite.names import is_valid_name
+    from onite.values import loads_object
+
     try:
-        data = json.loads(spool.root.joinpath("recur.state").read_bytes())
+        data = loads_object(spool.root.joinpath("recur.state").read_bytes())
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("version") != STATE_FORMAT or not isinstance(data.get("templates"), dict):
+    if data.get("version") != STATE_FORMAT or not isinstance(data.get("templates"), dict):
         return {}
-    return {k: v for k, v in data["templates"].items() if isinstance(v, dict)}
+    return {k: v for k, v in data["templates"].items() if isinstance(v, dict) and is_valid_name(k)}
 
 
 def save_state(spool: sp.Spool, state: dict[str, dict]) -> None:
@@ -118,24 +126,46 @@ def _state_lock(spool: sp.Spool):
         os.close(fd)
 
 
-def parse_time(text) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except (TypeError, ValueError):
-        return None
+def parse_time(text: object) -> datetime | None:
+    """A time recur.state holds (timeparse.parse_stamp: aware and in bounds), else None.
+
+    Raises: nothing.
+    """
+    from onite.timeparse import parse_stamp
+
+    return parse_stamp(text)
 
 
 def rule_from_state(known: dict):
+    """The rule a recur.state entry records, or None if it records none that is valid.
+
+    Raises: nothing.
+    """
     from onite.schedule import parse_rule
 
     fields = known.get("fields")
     if not isinstance(fields, dict):
         return None
-    try:
-        return parse_rule(cron=fields.get("recur-cron"), every=fields.get("recur-every"),
-                          offset=fields.get("recur-offset"))
-    except (InvalidInput, TypeError):
+    values = [fields.get(key) for key in RULE_KEYS]
+    if not all(value is None or isinstance(value, str) for value in values):
         return None
+    cron, every, offset = values
+    try:
+        return parse_rule(cron=cron, every=every, offset=offset)
+    except InvalidInput:
+        return None
+
+
+def known_priority(known: dict) -> tuple[int | None, bool]:
+    """The priority and urgency a recur.state entry records (None, False where it records none).
+
+    Raises: nothing.
+    """
+    from onite.config import MAX_PRIORITIES
+
+    priority = known.get("priority")
+    valid = isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= MAX_PRIORITIES
+    return (priority if valid else None), known.get("urgent") is True
 
 
 # ---- spooling instances -------------------------------------------------------------------------

@@ -118,16 +118,18 @@ def running_views(spool: sp.Spool) -> list[JobView]:
         views.append(JobView(
             name=entry.name, uid=entry.uid, user=sp.user_name(entry.uid), state="running",
             priority=rank or None, urgent=rank == 0,
-            submitted=datetime.fromisoformat(info["queued"]) if info.get("queued") else _when(entry.ctime_ns),
+            submitted=info.get("queued") or _when(entry.ctime_ns),
             host=entry.host,
-            started=datetime.fromisoformat(info["started"]) if info.get("started") else None,
+            started=info.get("started"),
             attempt=info.get("attempt"), external_id=info.get("external_id"),
         ))
     return views
 
 
-def finished_views(spool: sp.Spool) -> list[JobView]:
-    views = [result_view(r) for r in sp.results(spool)]
+def finished_views(spool: sp.Spool, damaged: list[str] | None = None) -> list[JobView]:
+    """Finished jobs: kept result records, and cancelled jobs not yet filed. The names of damaged
+    records are added to ``damaged`` (spool.results)."""
+    views = [result_view(r) for r in sp.results(spool, damaged)]
     for entry in sp.cancelled_pending(spool):
         views.append(JobView(name=entry.name, uid=entry.uid, user=sp.user_name(entry.uid), state="cancelled",
                              priority=None, urgent=False, submitted=_when(entry.ctime_ns),
@@ -153,11 +155,12 @@ def outcome_counts(views) -> dict[str, int]:
     return counts
 
 
-def list_jobs(spool: sp.Spool, *, include_all: bool = False) -> list[JobView]:
-    """Queued jobs in run order; with ``include_all`` also running and finished ones."""
+def list_jobs(spool: sp.Spool, *, include_all: bool = False, damaged: list[str] | None = None) -> list[JobView]:
+    """Queued jobs in run order; with ``include_all`` also running and finished ones (the names of
+    damaged result records left out are added to ``damaged``)."""
     views = queued_views(spool)
     if include_all:
-        views = running_views(spool) + views + finished_views(spool)
+        views = running_views(spool) + views + finished_views(spool, damaged)
     return views
 
 
@@ -167,15 +170,15 @@ def jobs_json(spool: sp.Spool, views: list[JobView]) -> str:
     return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
 
 
-def list_json(spool: sp.Spool, *, include_all: bool = False) -> str:
-    """``onite list --json``: ``jobs_json(spool, list_jobs(spool, include_all))``, the same text, in a
-    fraction of the time for a long queue (queued jobs never become JobViews)."""
+def list_json(spool: sp.Spool, *, include_all: bool = False, damaged: list[str] | None = None) -> str:
+    """``onite list --json``: ``jobs_json(spool, list_jobs(spool, include_all, damaged))``, the same text,
+    in a fraction of the time for a long queue (queued jobs never become JobViews)."""
     from onite.jsontext import dumps
 
     elements = [dumps(v.to_json(), depth=2) for v in running_views(spool)] if include_all else []
     elements += _queued_elements(spool)
     if include_all:
-        elements += [dumps(v.to_json(), depth=2) for v in finished_views(spool)]
+        elements += [dumps(v.to_json(), depth=2) for v in finished_views(spool, damaged)]
     head = dumps({"version": 1, "spool": str(spool.root), "jobs": []})
     if not elements:
         return head
@@ -254,13 +257,31 @@ def _queued_template() -> list[str]:
 
 
 def _runinfo(spool: sp.Spool, host: str | None, name: str) -> dict:
-    """The first line of a running job's run record (onite.runrecord), or {} if it has none yet."""
+    """What a listing shows of a running job's run record (running/HOST/NAME@run, onite.runrecord):
+    ``rank``, ``attempt``, ``external_id``, and ``queued`` and ``started`` as datetimes. A field
+    that is missing or damaged is left out, and a record that cannot be read gives {}: a listing
+    shows what it can (the record is the driver's, written as the job starts)."""
+    from onite import runrecord
+    from onite import values as v
+    from onite.config import MAX_PRIORITIES
+    from onite.jobfile import MAX_RETRIES
+    from onite.timeparse import parse_stamp
+
     if not host:
         return {}
-    from onite import runrecord
-
     record = runrecord.read(spool.running_dir(host) / f"{name}{sp.RUNINFO}")
-    return record.info if record is not None else {}
+    if record is None:
+        return {}
+    data = record.info
+    info: dict = {"queued": parse_stamp(data.get("queued")), "started": parse_stamp(data.get("started"))}
+    for key, read in (("rank", lambda: v.integer(data, "rank", 0, MAX_PRIORITIES)),
+                      ("attempt", lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
+                      ("external_id", lambda: v.optional_text(data, "external_id"))):
+        try:
+            info[key] = read()
+        except ValueError:
+            pass
+    return info
 
 
 def completion_names(spool: sp.Spool, prefix: str, *, finished: bool) -> list[str]:

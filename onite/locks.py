@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +63,12 @@ def lock_owner(path: Path) -> str:
         return ""
 
 
+_PID = re.compile(r"[0-9]{1,10}")
+
+
 def holder_fields(line: str) -> dict[str, str]:
-    """The ``key=value`` words of a lock's holder line (``pid=4711 host=vm since=ISO [role=daemon]``)."""
+    """The ``key=value`` words of a lock's holder line (``pid=4711 host=vm since=ISO [role=daemon]``).
+    Total: any text gives the words of that form it holds (values unchecked: see held_locks)."""
     fields = {}
     for word in line.split():
         key, sep, value = word.partition("=")
@@ -91,6 +96,7 @@ def held_locks(root: Path) -> list[HeldLock]:
             holder = lock_owner(path)
             fields = holder_fields(holder)
             pid = fields.get("pid", "")
-            held.append(HeldLock(host, holder, int(pid) if pid.isdigit() else None, fields.get("since"),
+            # isdigit() is also true of "²" and "٣", which int() refuses or reads otherwise
+            held.append(HeldLock(host, holder, int(pid) if _PID.fullmatch(pid) else None, fields.get("since"),
                                  fields.get("role", "driver")))
     return held

@@ -5,6 +5,13 @@
 Each line is written with one write(2) on an O_APPEND descriptor, so lines
 from concurrent writers on one machine never interleave. Only drivers (and
 the spool's owner) write it; users read it with ``onite log``.
+
+Job names, reasons and file names in a line come from users, so no value can
+forge a line or reach a terminal: a value (or a name that is not a job name)
+that holds a space, a quote, a backslash or a character that safetext spells
+out is written in double quotes, with ``\\\\``, ``\\"``, ``\\n``, ``\\t``, ``\\r``,
+``\\e``, ``\\xHH`` and ``\\uHHHH`` for those characters, and ``parse_line``
+gives back exactly what was logged.
 """
 
 from __future__ import annotations
@@ -16,20 +23,40 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+from onite.names import is_valid_name
+from onite.safetext import UNSAFE_CHARS
 
-_NEEDS_QUOTES = re.compile(r'[\s"]')
+_NEEDS_QUOTES = re.compile(f'[\\s"\\\\{UNSAFE_CHARS}]')
+_ESCAPED = re.compile(f'[\\\\"{UNSAFE_CHARS}]')
+_SPELLED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
+
+
+def _spell(match: re.Match) -> str:
+    ch = match.group()
+    named = _SPELLED.get(ch)
+    if named:
+        return named
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _quoted(text: str) -> str:
+    """``text`` in double quotes, every character that could end the line, the value or the quote, or
+    act on a terminal, escaped: what ``parse_line`` reads back as ``text``."""
+    return '"' + _ESCAPED.sub(_spell, text) + '"'
 
 
 def format_line(when: datetime, host: str, pid: int, event: str, name: str = "", /, **fields: object) -> str:
+    """One line of the log, its newline included: whatever ``name`` and the fields hold, one line."""
     parts = [when.isoformat(timespec="seconds"), f"{host}[{pid}]", event]
     if name:
-        parts.append(name)
+        parts.append(name if is_valid_name(name) else _quoted(name))  # a stray file's name, say
     for key, value in fields.items():
         if value is None or value == "":
             continue
         text = str(value)
-        if not text or _NEEDS_QUOTES.search(text):
-            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        if _NEEDS_QUOTES.search(text):
+            text = _quoted(text)
         parts.append(f"{key}={text}")
     return " ".join(parts) + "\n"
 
@@ -105,12 +132,26 @@ def tail(path: Path, lines: int) -> list[str]:
     return text[-lines:]
 
 
-_TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=("(?:[^"\\]|\\.)*"|\S*)|(\S+)')
-_UNQUOTE = {"n": "\n", "\\": "\\", '"': '"'}
+_TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=("(?:[^"\\]|\\.)*"|\S*)|("(?:[^"\\]|\\.)*")|(\S+)')
+_UNQUOTE = {"n": "\n", "\\": "\\", '"': '"', "t": "\t", "r": "\r", "e": "\x1b"}
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.DOTALL)
+
+
+def _unspell(match: re.Match) -> str:
+    code = match.group(1)
+    if len(code) > 1:  # xHH or uHHHH
+        return chr(int(code[1:], 16))
+    return _UNQUOTE.get(code, code)
+
+
+def _unquoted(text: str) -> str:
+    """What ``_quoted`` was given: ``text`` without its quotes, its escapes undone."""
+    return _ESCAPE.sub(_unspell, text[1:-1])
 
 
 def parse_line(line: str) -> dict | None:
     """A line of onite.log as data (``format_line`` read back); None for a line it did not write.
+    Total: any text gives one or the other.
 
     ``{"time": ISO, "host": str, "pid": int, "event": str, "name": str | None, "fields": {key: text}}``
     """
@@ -125,13 +166,13 @@ def parse_line(line: str) -> dict | None:
         return None
     name, fields = None, {}
     for match in _TOKEN.finditer(head[3] if len(head) > 3 else ""):
-        key, value, bare = match.groups()
-        if bare is not None:
+        key, value, quoted, bare = match.groups()
+        if key is None:
             if name is None and not fields:
-                name = bare
+                name = _unquoted(quoted) if quoted is not None else bare
             continue
         if value.startswith('"') and value.endswith('"') and len(value) >= 2:
-            value = re.sub(r"\\(.)", lambda m: _UNQUOTE.get(m.group(1), m.group(1)), value[1:-1])
+            value = _unquoted(value)
         fields[key] = value
     return {"time": head[0], "host": host, "pid": pid_number, "event": head[2], "name": name, "fields": fields}
 

@@ -17,7 +17,9 @@ bytes) are pure. ``Notifier`` is the effect, and holds these invariants:
   in memory (at most MAX_WAITING), so a burst of failing jobs cannot become
   a burst of processes;
 - every failure -- no sendmail, a hook that cannot start, exits non-zero or
-  hangs -- is one ``notify-failed`` line in the activity log, nothing more.
+  hangs -- is one ``notify-failed`` line in the activity log, nothing more;
+- only a valid job name (onite.names) reaches a hook's environment or a mail:
+  the names come from file names, which anyone may choose.
 
 The notifier runs with the driver's credentials (root on a system spool, as
 atd runs sendmail): docs/security.md says why, and what it sees.
@@ -35,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onite.names import is_valid_name
 from onite.state import JobState, Result
 
 SENDMAIL_PATHS = ("/usr/sbin/sendmail", "/usr/lib/sendmail")
@@ -171,6 +174,9 @@ class Notifier:
         try:
             how = wants_notice(result, getattr(job, "notify", None), getattr(job, "notify_on", None), config)
             if how is None:
+                return
+            if not is_valid_name(result.name):  # it reaches a hook's environment and a mail's headers
+                self.log.event("notify-failed", result.name, how=how, reason="not a valid job name")
                 return
             if len(self.pending) < MAX_RUNNING:
                 self._send(result, how, config)

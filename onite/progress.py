@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from onite.cells import human_duration, priority_text
+from onite.safetext import printable
 
 LIVE, LINES, QUIET = "live", "lines", "quiet"
 FINAL = {"done", "failed", "cancelled"}
@@ -124,6 +125,7 @@ class DrainView:
         with self._lock:
             line = self.state.apply(when, event, name, fields)
         if line is not None and self._live is not None:
+            line = printable(line)  # a reason may quote a path a user chose
             style = {"✓": "green", "✗": "bold red", "⊘": "magenta"}.get(line[0], "yellow")
             self._live.console.print(line, style=style, markup=False, highlight=False)
 

@@ -9,7 +9,8 @@ move it ahead.
 Eligibility (``evaluate``): a queued job waits while it is held, its
 not-before time has not come, it is pinned to another host, or a job it
 depends on is queued or running. It fails without running when a
-dependency failed, was cancelled, or no longer exists. Otherwise it is ready.
+dependency failed, was cancelled, no longer exists, or left a result record
+that cannot be read. Otherwise it is ready.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class DepState(Enum):
     FAILED = "failed"  #: its latest run failed
     CANCELLED = "cancelled"  #: it was cancelled
     MISSING = "missing"  #: neither queued, running nor finished (removed, or retention forgot it)
+    DAMAGED = "damaged"  #: its result record cannot be read: whether it succeeded is unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,8 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
             return Fail(f"dependency {dep} was cancelled")
         if state is DepState.MISSING:
             return Fail(f"dependency {dep} no longer exists (cancelled or removed)")
+        if state is DepState.DAMAGED:
+            return Fail(f"the result record of dependency {dep} is damaged: whether it succeeded is unknown")
     return READY
 
 

@@ -184,8 +184,8 @@ def templates(spool: sp.Spool, now: datetime) -> list[TemplateView]:
     """Every template, by name. Templates the caller cannot read (other users') are
     described from recur.state, which the driver keeps world-readable.
     """
-    from onite.instances import load_state, parse_time, rule_from_state
-    from onite.schedule import describe, next_fire
+    from onite.instances import known_priority, load_state, parse_time, rule_from_state
+    from onite.schedule import describe
 
     state = load_state(spool)
     views = []
@@ -196,18 +196,30 @@ def templates(spool: sp.Spool, now: datetime) -> list[TemplateView]:
             job, rule = _read_template(spool, path, st)
         except PermissionError:
             rule = rule_from_state(known)
+            priority, urgent = known_priority(known)
             views.append(TemplateView(
                 name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule=describe(rule) if rule else "?",
-                priority=known.get("priority"), urgent=bool(known.get("urgent")),
-                next=next_fire(rule, now) if rule else None, last=last))
+                priority=priority, urgent=urgent, next=_next_fire(rule, now), last=last))
             continue
         except (OSError, BadFile, OniteError) as err:
             views.append(TemplateView(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule="?",
                                       priority=None, urgent=False, next=None, last=last, problem=str(err)))
             continue
         views.append(TemplateView(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule=describe(rule),
-                                  priority=job.priority, urgent=job.urgent, next=next_fire(rule, now), last=last))
+                                  priority=job.priority, urgent=job.urgent, next=_next_fire(rule, now), last=last))
     return views
+
+
+def _next_fire(rule, now: datetime) -> datetime | None:
+    """The rule's next fire after ``now``, or None if there is no rule or it has no next fire."""
+    from onite.schedule import next_fire
+
+    if rule is None:
+        return None
+    try:
+        return next_fire(rule, now)
+    except InvalidInput:  # a cron rule that stops firing, or one past the last time onite takes
+        return None
 
 
 def templates_json(views: list[TemplateView], now: datetime) -> str:

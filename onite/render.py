@@ -15,6 +15,7 @@ from rich.text import Text
 
 from onite.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
 from onite.listing import JobView
+from onite.safetext import printable
 
 STATE_STYLE = {
     "queued": "cyan",
@@ -41,13 +42,14 @@ def job_columns(detailed: bool) -> tuple[tuple[str, bool], ...]:
 
 def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Iterator[list[str]]:
     """``onite list``'s cells, as text: position, name, user, priority, age, state (and, detailed,
-    where, when and how it ran)."""
+    where, when and how it ran). Text from users (a reason may quote a path) is ``printable``."""
     for view in views:
-        row = [str(view.position or ""), view.name, view.user, priority_label(view),
+        row = [str(view.position or ""), printable(view.name), printable(view.user), priority_label(view),
                human_duration((now - view.submitted).total_seconds()), view.state]
         if detailed:
             took = view.duration if view.finished else (now - view.started).total_seconds() if view.started else None
-            row += [view.host or "", short_time(view.started, now), human_duration(took), outcome_text(view)]
+            row += [printable(view.host or ""), short_time(view.started, now), human_duration(took),
+                    printable(outcome_text(view))]
         yield row
 
 
@@ -153,6 +155,7 @@ def recur_table(views: Sequence, now: datetime) -> Table:
     for view in views:
         pri = priority_text(view.urgent, view.priority, unknown="?")
         wait = human_duration((view.next - now).total_seconds()) if view.next else ""
-        note = Text(view.problem, style="bold red") if view.problem else ""
-        table.add_row(view.name, view.user, view.rule, short_time(view.next, now), wait, pri, note)
+        note = Text(printable(view.problem), style="bold red") if view.problem else ""
+        table.add_row(*map(Text, (printable(view.name), printable(view.user), printable(view.rule),
+                                  short_time(view.next, now), wait, pri)), note)
     return table

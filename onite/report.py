@@ -16,7 +16,7 @@ import html as _html
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from onite import spool as sp
 from onite.cells import human_duration, priority_label
 from onite.errors import InvalidInput
 from onite.listing import JobView, outcome_counts, result_view
+from onite.safetext import printable
 from onite.state import signal_name
 
 
@@ -38,6 +39,7 @@ class ReportData:
     jobs: list[JobView]
     night: date | None = None
     user: str | None = None
+    damaged: list[str] = field(default_factory=list)  # names of result records that could not be read
 
     @property
     def counts(self) -> dict[str, int]:
@@ -102,10 +104,17 @@ def parse_night(text: str, now: datetime) -> date:
     if raw in ("today", "yesterday"):
         return now.date() - timedelta(days=raw == "yesterday")
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw):
+        from onite.timeparse import EARLIEST, LATEST
+
         try:
-            return date.fromisoformat(raw)
+            day = date.fromisoformat(raw)
         except ValueError:
             pass
+        else:
+            if EARLIEST.year <= day.year < LATEST.year - 1:  # its night must end before the last time onite takes
+                return day
+            raise InvalidInput(f"bad --night {text!r}: not between the years {EARLIEST.year} and {LATEST.year - 2}",
+                               "write a date such as 2026-11-22, today or yesterday")
     raise InvalidInput(f"bad --night {text!r}", "write a date such as 2026-11-22, today or yesterday")
 
 
@@ -160,10 +169,11 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
     def inside(when: datetime | None) -> bool:
         return when is not None and start <= when and (end is None or when < end)
 
-    jobs = [result_view(r) for r in sp.results(spool)
+    damaged: list[str] = []
+    jobs = [result_view(r) for r in sp.results(spool, damaged)
             if (inside(r.finished) or inside(r.started)) and (user is None or r.user == user)]
     jobs.sort(key=lambda j: (j.started or j.finished, j.name))
-    return ReportData(str(spool.root), start, end or now, now, jobs, night=day, user=user)
+    return ReportData(str(spool.root), start, end or now, now, jobs, night=day, user=user, damaged=damaged)
 
 
 def window_text(data: ReportData) -> str:
@@ -208,8 +218,8 @@ def rows(data: ReportData) -> list[list[str]]:
         else:
             local = job.started.astimezone()
             started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%d %H:%M")
-        out.append([job.name, job.user, priority_label(job), job.host or "", started,
-                    human_duration(job.duration), exit_text(job), job.reason])
+        out.append([printable(job.name), printable(job.user), priority_label(job), printable(job.host or ""),
+                    started, human_duration(job.duration), exit_text(job), printable(job.reason)])
     return out
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 
 # C0 controls, DEL, C1 controls, and the Unicode line and paragraph separators (a terminal or a
-# log reader may break a line at them), plus the bidirectional overrides that reorder what is shown.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# log reader may break a line at them), plus the bidirectional overrides that reorder what is shown,
+# and lone surrogates (a file name's bytes that are not UTF-8: no terminal can be sent one).
+UNSAFE_CHARS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]")
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
 
 
@@ -26,11 +28,14 @@ def _spell(match: re.Match) -> str:
     if named:
         return named
     code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, smuggled by surrogateescape
+        return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character spelt out (``\\n``, ``\\e``, ``\\x07``, ``\\u202e``)."""
+    """``text`` with every control character spelt out (``\\n``, ``\\e``, ``\\x07``, ``\\u202e``; a byte
+    that is not UTF-8, smuggled in by surrogateescape, as ``\\xff``)."""
     if text.isprintable():  # the common case: nothing to do, and cheap
         return text
     return _UNSAFE.sub(_spell, text)

@@ -68,7 +68,7 @@ from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from functools import lru_cache
 
 from onite.errors import InvalidInput
-from onite.timeparse import format_duration, parse_duration
+from onite.timeparse import EARLIEST, LATEST, format_duration, parse_duration
 
 __all__ = [
     "CronRule",
@@ -452,16 +452,20 @@ def _compiled(rule: Rule) -> _Cron | None:
 
 
 def _fires_after(rule: Rule, after: datetime, name: str = "after") -> Iterator[datetime]:
-    """Fire times strictly after ``after``, in increasing order, in ``after``'s zone.
+    """Fire times strictly after ``after``, in increasing order, in ``after``'s zone, all before
+    timeparse.LATEST (the times onite takes end there).
 
     Raises:
-        InvalidInput: a cron rule stops firing (a gap longer than MAX_YEARS_BETWEEN_FIRES).
+        InvalidInput: a cron rule stops firing (a gap longer than MAX_YEARS_BETWEEN_FIRES), or the
+            next fire time would be at or after LATEST.
     """
     zone = _zone_of(after, name)
     cron = _compiled(rule)
     last = after.astimezone(timezone.utc)
     day = zone.wall(after).date()
     while True:
+        if day.year >= LATEST.year - 1 or (cron is not None and day.year >= LATEST.year - MAX_YEARS_BETWEEN_FIRES):
+            _past_latest(rule, last)
         if cron is not None:
             matching = _matching_day(cron, day)
             if matching is None:
@@ -474,9 +478,20 @@ def _fires_after(rule: Rule, after: datetime, name: str = "after") -> Iterator[d
         # Skipping everything up to the last fire keeps the sequence strictly increasing,
         # also where a jump at midnight gives two dates the same instant.
         for at in fires[bisect_right(fires, last):]:
+            if at >= LATEST:
+                _past_latest(rule, last)
             yield zone.present(at)
             last = at
         day += _DAY
+
+
+def _past_latest(rule: Rule, last: datetime) -> None:
+    """Raises:
+        InvalidInput: always: the fire after ``last`` would not be before timeparse.LATEST.
+    """
+    raise InvalidInput(f"{describe(rule)}: no fire time after {last:%Y-%m-%d %H:%M} UTC can be computed "
+                       f"(onite's times end before the year {LATEST.year})",
+                       "ask for fewer fire times (-n), or from an earlier time")
 
 
 def next_fire(rule: Rule, after: datetime) -> datetime:
@@ -544,6 +559,8 @@ def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: _Zone)
         return None
     day = zone.wall(at_or_before).date()
     while True:
+        if day.year <= EARLIEST.year or (cron is not None and day.year <= EARLIEST.year + MAX_YEARS_BETWEEN_FIRES):
+            return None  # no time onite takes is earlier: nothing fired before
         if cron is not None:
             matching = _matching_day(cron, day, backward=True)
             if matching is None:

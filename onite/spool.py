@@ -26,7 +26,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from onite.config import Config, load_config
-from onite.errors import NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.errors import DamagedRecord, NotFound, OniteError, Refused, SpoolError, SpoolIOError
 from onite.names import SIDE, is_valid_name
 
 SYSTEM_SPOOL = Path("/var/spool/onite")
@@ -148,10 +148,11 @@ class Spool:
         return self.urgent_dir if urgent else self.queue_dir(min(priority, self.config.priorities))
 
     def hosts(self) -> list[str]:
-        """Hosts that have a running/ folder (that have ever claimed a job)."""
+        """Hosts that have a running/ folder (that have ever claimed a job); a folder whose name is
+        no host name (nothing onite made) is left out."""
         try:
             with os.scandir(self.running_root) as it:
-                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+                return sorted(e.name for e in it if is_valid_name(e.name) and e.is_dir(follow_symlinks=False))
         except FileNotFoundError:
             return []
         except OSError as err:
@@ -595,7 +596,10 @@ class Entry:
 
 
 def _job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
-    """The job files of ``folder`` (no dot-names, no side files) with their lstat; nothing if it is gone.
+    """The job files of ``folder`` with their lstat; nothing if it is gone. Entries whose names are
+    not job names (dot-names of writes in progress, side files, and whatever a user planted: a
+    newline, an escape sequence, bytes that are not UTF-8) are not jobs and are left out; the driver
+    finds those in its queue index (index.QueueIndex.strays) and moves them aside.
 
     Raises:
         SpoolIOError: the folder cannot be listed.
@@ -608,8 +612,7 @@ def _job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
         raise SpoolIOError(folder, "listing", err) from None
     with it:
         for entry in it:
-            name = entry.name
-            if name[0] == "." or SIDE in name:
+            if not is_valid_name(entry.name):
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -734,37 +737,77 @@ def name_taken(spool: Spool, name: str) -> bool:
 
 
 def read_result(spool: Spool, name: str):
-    """The result record of the latest finished run of ``name``, or None."""
-    import json
+    """The result record of the latest finished run of ``name``, or None if there is none.
 
+    Raises:
+        DamagedRecord: there is one, but it cannot be read back (torn by a power cut, damaged,
+            or the record of another name).
+        SpoolIOError: it cannot be read.
+    """
     from onite.state import Result
+    from onite.values import loads_object
 
+    path = spool.result_path(name)
     try:
-        data = spool.result_path(name).read_bytes()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise SpoolIOError(spool.result_path(name), "reading", err) from None
+        raise SpoolIOError(path, "reading", err) from None
     try:
-        return Result.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError):
-        return None  # a record torn by a power cut: treated as unknown
+        fields = loads_object(data)
+    except ValueError as err:  # also bytes that are not UTF-8
+        raise DamagedRecord(f"damaged result record {path}: {str(err)[:200]}",
+                            "remove it, or restore it from a backup") from None
+    try:
+        result = Result.from_json(fields)
+    except DamagedRecord as err:
+        err.what = err.what.replace("damaged result record", f"damaged result record {path}", 1)
+        raise
+    if result.name != name:
+        raise DamagedRecord(f"damaged result record {path}: it is the record of {result.name!r}",
+                            "remove it, or restore it from a backup")
+    return result
 
 
 def result_names(spool: Spool) -> list[str]:
-    """The names of the jobs whose result record is kept (jobsdone/NAME@result), unread."""
+    """The names of the jobs whose result record is kept (jobsdone/NAME@result), unread; a file whose
+    name is not a job's plus ``@result`` is no job's record and is left out."""
     try:
         with os.scandir(spool.done_dir) as it:
-            return [entry.name[: -len(RESULT)] for entry in it if entry.name.endswith(RESULT) and entry.name[0] != "."]
+            return [name for name in (entry.name[: -len(RESULT)] for entry in it if entry.name.endswith(RESULT))
+                    if is_valid_name(name)]
     except FileNotFoundError:
         return []
 
 
-def results(spool: Spool) -> list:
-    """Every kept result record, oldest finish first."""
-    records = [r for r in (read_result(spool, n) for n in result_names(spool)) if r is not None]
+def results(spool: Spool, damaged: list[str] | None = None) -> list:
+    """Every kept result record that can be read, oldest finish first. The names of those that
+    cannot (DamagedRecord) are added to ``damaged``, if given, for the caller to report.
+
+    Raises:
+        SpoolIOError: a record cannot be read.
+    """
+    records = []
+    for name in result_names(spool):
+        try:
+            record = read_result(spool, name)
+        except DamagedRecord:
+            if damaged is not None:
+                damaged.append(name)
+            continue
+        if record is not None:
+            records.append(record)
     records.sort(key=lambda r: (r.finished, r.name))
     return records
+
+
+def damaged_note(damaged: list[str]) -> str:
+    """The warning a command prints (on stderr) when it left out the damaged result records ``damaged``."""
+    names = ", ".join(f"jobsdone/{name}{RESULT}" for name in sorted(damaged)[:5])
+    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    return (f"onite: warning: {len(damaged)} damaged result record(s) left out: {names}{more} — "
+            "the spool's administrator can look at them and remove them")
 
 
 def result_record(result) -> bytes:
@@ -780,6 +823,8 @@ def may_replace_result(spool: Spool, name: str, uid: int) -> bool:
     someone else's finished job into a failed or cancelled one (and fail what waits for it)."""
     try:
         previous = read_result(spool, name)
+    except DamagedRecord:
+        return True  # it says nothing anyone can rely on
     except SpoolIOError:
         return False
     return previous is None or previous.uid == uid

@@ -22,7 +22,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
-from onite.jobfile import Attempt, Job
+from onite.config import MAX_PRIORITIES
+from onite.errors import DamagedRecord
+from onite.jobfile import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
+from onite.names import is_valid_name
+
+MAX_ID = 2**32 - 1  # a uid
 
 
 class JobState(StrEnum):
@@ -183,34 +188,61 @@ class Result:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Result":
-        def when(key: str) -> datetime | None:
-            return datetime.fromisoformat(data[key]) if data.get(key) else None
+    def from_json(cls, data: object) -> "Result":
+        """The record ``to_json`` wrote (also by earlier versions), every field checked.
 
-        return cls(
-            name=data["name"],
-            uid=int(data["uid"]),
-            user=data.get("user", ""),
-            priority=int(data.get("priority", 0)),
-            urgent=bool(data.get("urgent", False)),
-            state=JobState(data["state"]),
-            reason=data.get("reason", ""),
-            exit_code=data.get("exit_code"),
-            signal=data.get("signal"),
-            host=data.get("host", ""),
-            submitted=when("submitted") or datetime.fromisoformat(data["finished"]),
-            queued=when("queued"),
-            started=when("started"),
-            finished=datetime.fromisoformat(data["finished"]),
-            attempt=int(data.get("attempt", 1)),
-            attempts=tuple(Attempt.from_json(a) for a in data.get("attempts", ())),
-            run_id=data.get("run_id", ""),
-            executor=data.get("executor", "local"),
-            external_id=data.get("external_id"),
-            recur=data.get("recur"),
-            stderr=data.get("stderr", "merged"),  # records written before onite kept stderr apart
-            extra=data.get("extra", {}),
-        )
+        Raises:
+            DamagedRecord: not an object, a field missing or of the wrong type, a value out of range
+                (a naive or absurd time, an int past 32 bits, a name that is no job's).
+        """
+        from onite import values as v
+
+        try:
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            name = v.text(data, "name")
+            if not is_valid_name(name):
+                raise ValueError(f"name {name[:40]!r} is not a valid job name")
+            finished = v.time(data, "finished")
+            attempts = data.get("attempts", ())
+            if not isinstance(attempts, (list, tuple)) or len(attempts) > MAX_RETRIES + 1:
+                raise ValueError(f"attempts: not a list of at most {MAX_RETRIES + 1} attempts")
+            recur = v.optional_text(data, "recur")
+            if recur is not None and not is_valid_name(recur):
+                raise ValueError(f"recur: {recur[:40]!r} is not a valid job name")
+            stderr = v.text(data, "stderr", "merged")  # records written before onite kept stderr apart
+            if stderr not in ("merged", "separate"):
+                raise ValueError(f"stderr: {stderr[:40]!r} is not merged or separate")
+            extra = data.get("extra", {})
+            if not isinstance(extra, dict):
+                raise ValueError("extra: not an object")
+            return cls(
+                name=name,
+                uid=v.integer(data, "uid", 0, MAX_ID),
+                user=v.text(data, "user", ""),
+                priority=v.integer(data, "priority", 0, MAX_PRIORITIES, 0),
+                urgent=v.boolean(data, "urgent", False),
+                state=JobState(v.text(data, "state")),
+                reason=v.text(data, "reason", ""),
+                exit_code=v.optional_integer(data, "exit_code", -MAX_STATUS, MAX_STATUS),
+                signal=v.optional_integer(data, "signal", 0, MAX_SIGNAL),
+                host=v.text(data, "host", ""),
+                submitted=v.optional_time(data, "submitted") or finished,
+                queued=v.optional_time(data, "queued"),
+                started=v.optional_time(data, "started"),
+                finished=finished,
+                attempt=v.integer(data, "attempt", 1, MAX_RETRIES + 1, 1),
+                attempts=tuple(Attempt.from_json(a) for a in attempts),
+                run_id=v.text(data, "run_id", ""),
+                executor=v.text(data, "executor", "local"),
+                external_id=v.optional_text(data, "external_id"),
+                recur=recur,
+                stderr=stderr,
+                extra=extra,
+            )
+        except ValueError as err:  # JobState("x") and Attempt.from_json say ValueError too
+            raise DamagedRecord(f"damaged result record: {str(err)[:200]}",
+                                "remove it, or restore it from a backup") from None
 
     def with_state(self, state: JobState, reason: str) -> "Result":
         return replace(self, state=state, reason=reason)

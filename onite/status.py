@@ -44,6 +44,7 @@ class StatusInfo:
     waiting: list[dict] = field(default_factory=list)
     not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
     last_night: dict = field(default_factory=dict)
+    damaged: list[str] = field(default_factory=list)  # result records that could not be read (left out)
 
 
 def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
@@ -79,11 +80,13 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
     from onite.recur import upcoming
 
     recurring = upcoming(spool, now, limit=10)
+    damaged: list[str] = []
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         next_drain=next_drain, schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=recurring,
-        waiting=waiting, not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
+        waiting=waiting, not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now, damaged),
+        damaged=damaged,
     )
 
 
@@ -94,7 +97,7 @@ def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], no
     Jobs that may start are left out, as are other users' jobs that are not held.
     """
     from onite.deps import dependency_state
-    from onite.errors import JobFormatError
+    from onite.errors import DamagedRecord, JobFormatError
     from onite.filecheck import BadFile, read_job_file
     from onite.queue import READY, DepState, Fail, Meta, evaluate
 
@@ -143,7 +146,10 @@ def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], no
             from onite.wait import look
 
             dep = asked[-1][0]
-            dep_state = look(spool, dep).live or "finishing"
+            try:
+                dep_state = look(spool, dep).live or "finishing"
+            except DamagedRecord:  # it finished between two looks, and its record is damaged
+                dep_state = "finished"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:
@@ -152,12 +158,15 @@ def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], no
     return found
 
 
-def last_night(spool: sp.Spool, now: datetime) -> dict:
+def last_night(spool: sp.Spool, now: datetime, damaged: list[str] | None = None) -> dict:
     """How last night's jobs ended: the night of yesterday (noon to noon, onite.report.night_window),
-    which is still going on in the morning and is the night just past in the afternoon and evening."""
+    which is still going on in the morning and is the night just past in the afternoon and evening.
+    The names of damaged result records are added to ``damaged``."""
     from onite.report import build
 
     data = build(spool, now, night="yesterday")
+    if damaged is not None:
+        damaged.extend(data.damaged)
     failed = [j.name for j in data.jobs if j.state == "failed"]
     return {"night": data.night.isoformat(), "since": data.since.isoformat(), "until": data.until.isoformat(),
             "counts": data.counts, "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED],
@@ -191,7 +200,12 @@ def status_json(info: StatusInfo) -> str:
 
 
 def render_status(console, info: StatusInfo) -> None:
-    from rich.markup import escape
+    from rich.markup import escape as markup_escape
+
+    from onite.safetext import printable
+
+    def escape(text: str) -> str:  # text from users and files: no markup, no control characters
+        return markup_escape(printable(text))
 
     from onite.cells import priority_text
     from onite.render import human_duration, jobs_table

@@ -17,7 +17,7 @@ from onite import spool as sp
 from onite.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
-from onite.jobfile import Job, encode
+from onite.jobfile import MAX_RETRIES, Job, encode, env_problem, shebang_problem
 from onite.names import check_base, check_name, unique_name
 from onite.policy import check_urgent, cutoff_state
 
@@ -74,20 +74,30 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
 
     Raises:
         InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice;
-            ``--notify command`` where onite.toml has no notify_command.
+            ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never
+            run; an environment variable execve cannot pass. Whatever passes makes a job file that
+            the driver reads back as it was written.
     """
     priorities = config.priorities
     priority = config.default_priority if request.priority is None else request.priority
     if not 1 <= priority <= priorities:
         raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
-    if request.retries < 0 or request.retries > 100:
-        raise InvalidInput(f"invalid retry count {request.retries}", "use 0 to 100")
+    if request.retries < 0 or request.retries > MAX_RETRIES:
+        raise InvalidInput(f"invalid retry count {request.retries}", f"use 0 to {MAX_RETRIES}")
     for dep in request.after:
         check_name(dep, what="dependency name")
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
         raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
+    problem = shebang_problem(request.body)
+    if problem:
+        raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
+                           "fix its first line: #!/path/to/interpreter [one argument]")
+    problem = env_problem(captured.env)
+    if problem:
+        raise InvalidInput(f"your environment cannot be passed to a job: {problem}",
+                           "unset that variable (env -u NAME onite submit …)")
     if request.notify is not None and request.notify not in NOTIFY_HOW:
         raise InvalidInput(f"invalid --notify {request.notify!r}", "use mail, command or none")
     if request.notify_on is not None and request.notify_on not in NOTIFY_ON:
@@ -101,26 +111,29 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
 
         timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
         not_before = parse_when(request.at, captured.now) if request.at else None
-    return Job(
-        name=name or request.name,
-        priority=priority,
-        submitted=captured.now,
-        host=captured.host,
-        umask=captured.umask,
-        cwd=captured.cwd,
-        env=captured.env,
-        body=request.body,
-        timeout=timeout,
-        retries=request.retries,
-        after=tuple(dict.fromkeys(request.after)),
-        not_before=not_before,
-        urgent=request.urgent,
-        pin=request.host,
-        stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
-        notify=request.notify,
-        notify_on=request.notify_on,
-        extra=captured.extra,
-    )
+    try:
+        return Job(
+            name=name or request.name,
+            priority=priority,
+            submitted=captured.now,
+            host=captured.host,
+            umask=captured.umask,
+            cwd=captured.cwd,
+            env=captured.env,
+            body=request.body,
+            timeout=timeout,
+            retries=request.retries,
+            after=tuple(dict.fromkeys(request.after)),
+            not_before=not_before,
+            urgent=request.urgent,
+            pin=request.host,
+            stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
+            notify=request.notify,
+            notify_on=request.notify_on,
+            extra=captured.extra,
+        )
+    except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)
+        raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
 
 
 def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
@@ -198,6 +211,10 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
         template = templates.get(key)
         if template is None:
             template = templates[key] = build_job(request, captured, config)
+        problem = shebang_problem(request.body)
+        if problem:
+            raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
+                               "fix its first line: #!/path/to/interpreter [one argument]")
         jobs.append(replace(template, name=request.name, body=request.body))
     spool.check()
     for request in {r.urgent: r for r in requests}.values():

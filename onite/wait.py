@@ -75,6 +75,7 @@ def look(spool: sp.Spool, name: str, *, with_result: bool = False) -> Seen:
 
     Raises:
         SpoolIOError: a folder or record cannot be read.
+        DamagedRecord: its result record is damaged (the waiter cannot tell how it ended).
     """
     queued = sp.find_queued(spool, name)
     live = None

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from onite.index import QueueIndex
 from onite.spool import is_held
+from onite.timeparse import parse_stamp
 
 HEADER_LIMIT = 1 << 20  # a header longer than this before its first env: line is not a job's
 
@@ -103,12 +104,8 @@ class TimedWatch:
             return
         fields = _header_fields(path, st)
         self.header_reads += 1
-        try:
-            not_before = datetime.fromisoformat(fields["at"]) if "at" in fields else None
-        except ValueError:
-            not_before = None
-        if not_before is not None and not_before.tzinfo is None:
-            not_before = not_before.astimezone()
+        # a time the job file cannot hold (naive, or out of bounds) makes it damaged: the driver refuses it
+        not_before = parse_stamp(fields.get("at"))
         self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), is_held(st.st_mode))
 
     def next_due(self, mark: datetime | None) -> datetime | None:

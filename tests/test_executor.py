@@ -89,7 +89,7 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
     out_path, err_path = tmp_path / "j", tmp_path / "j@stderr"
     out_path.write_bytes(b"first\n")
     job = Job(name="j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
-              cwd=b"/", env={}, body=b"true\n", attempt=2, stderr_separate=True)
+              cwd=b"/", env={}, body=b"true\n", retries=1, attempt=2, stderr_separate=True)
     run = Run(name="j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
               started_mono=0.0)
     with run_outputs(run, out_path, err_path, None, append=True) as (out, err):

@@ -387,7 +387,7 @@ def test_the_result_of_a_job_that_never_ran_takes_what_its_job_file_says():
     spooled = NOW - timedelta(hours=5)
     tried = Attempt(attempt=1, started=spooled, finished=spooled, host="h", exit_code=1)
     job = Job(name="j", priority=6, submitted=spooled, host="h", umask=0o22, cwd=b"/", env={}, body=b"true\n",
-              attempt=2, tried=(tried,), recur="nightly", stderr_separate=True)
+              retries=1, attempt=2, tried=(tried,), recur="nightly", stderr_separate=True)
     rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.FAILED, reason="x", host="h", now=NOW,
                        job=job, priority=1)
     assert (rec.priority, rec.submitted, rec.attempt, rec.attempts) == (6, spooled, 2, (tried,))

@@ -1,0 +1,434 @@
+"""Every parser of a file a user (or a damaged disk) can write is total (issue 13).
+
+For each parser: arbitrary bytes or text, and structured inputs that mutate a
+valid file so that the deep code is reached; the result is a value or the
+parser's one documented error, never anything else. Each property runs a
+modest number of examples (``deadline=None``: no timing can make one flaky).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from onite.errors import ConfigError, DamagedRecord, InvalidInput, JobFormatError
+from onite.jobfile import MAX_RETRIES, Attempt, Job, decode, encode, env_problem
+from onite.names import is_valid_name
+from onite.timeparse import EARLIEST, LATEST, MAX_DURATION, is_valid_time
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
+
+
+def good_job(**overrides) -> Job:
+    fields = dict(name="nightly", priority=3, submitted=WHEN, host="vm", umask=0o022, cwd=b"/home/alice",
+                  env={b"PATH": b"/usr/bin:/bin", b"PS1": b"\x1b[1m$ "}, body=b"#!/bin/sh\necho hi\n",
+                  timeout=timedelta(hours=2), retries=2, attempt=2, after=("backup",),
+                  not_before=WHEN + timedelta(hours=8), pin="node1", recur="nightly-tpl",
+                  tried=(Attempt(attempt=1, started=WHEN, finished=WHEN, host="vm", exit_code=1, reason="exit 1"),))
+    fields.update(overrides)
+    return Job(**fields)
+
+
+GOOD = encode(good_job())
+HEADER_LINES = GOOD.split(b"\n\n", 1)[0].split(b"\n")
+
+# values that probe the edges of every field: numbers that overflow, times without offsets,
+# escapes, NUL bytes, JSON that nests too deeply
+NASTY = st.sampled_from([
+    b"", b"0", b"-1", b"1e20", b"inf", b"-inf", b"nan", b"1" * 5000, b"99999999999999999999", b"0x1f", b"0o22",
+    b"1_000", b" 3 ", b"\xd9\xa3", b"2026-11-23T02:00:00", b"2026-11-23T02:00:00+25:00", b"0001-01-01T00:00:00+14:00",
+    b"9999-12-31T23:59:59-14:00", b"\\", b"\\x00", b"\\x3d", b"\\q", b"\\x4", b"a=b", b"=", b"\x00", b"\xff\xfe",
+    b"x" * 300, b"[]", b"{}", b"[" * 3000, b"{\"attempt\": 1}", b"null", b"true", b"separate", b"merged",
+    b"mail", b"yes", b"../x", b"a b", b";$(id)", b"\x1b[31m",
+])
+KEYS = st.sampled_from([b"onite-job", b"name", b"priority", b"submitted", b"host", b"umask", b"cwd", b"urgent",
+                        b"timeout", b"retries", b"after", b"at", b"pin", b"recur", b"attempt", b"tried", b"stderr",
+                        b"notify", b"notify-on", b"env", b"future", b""])
+
+
+@st.composite
+def mutated_job_files(draw) -> bytes:
+    """A valid job file, its header changed line by line: values replaced, lines dropped, added, repeated."""
+    lines = list(HEADER_LINES)
+    for _ in range(draw(st.integers(1, 4))):
+        what = draw(st.sampled_from(["value", "drop", "add", "repeat", "raw"]))
+        i = draw(st.integers(1, len(lines) - 1)) if len(lines) > 1 else 0
+        if what == "value":
+            key = lines[i].partition(b": ")[0]
+            lines[i] = key + b": " + draw(NASTY | st.binary(max_size=40))
+        elif what == "drop" and len(lines) > 1:
+            del lines[i]
+        elif what == "add":
+            lines.insert(i, draw(KEYS) + b": " + draw(NASTY | st.binary(max_size=40)))
+        elif what == "repeat":
+            lines.insert(i, lines[i])
+        else:
+            lines[i] = draw(st.binary(max_size=60))
+    body = draw(st.sampled_from([b"echo hi\n", b"#!/bin/sh\x00x\nid\n", b"#!" + b"/" * 300, b"", b"\x00\xff"]))
+    return b"\n".join(lines) + b"\n\n" + body
+
+
+def _decodes_or_refuses(data: bytes) -> None:
+    try:
+        job = decode(data)
+    except JobFormatError:
+        return
+    assert isinstance(job, Job)
+    assert not env_problem(job.env)
+    assert decode(encode(job)) == job  # what decode accepts, encode writes back the same
+
+
+@FUZZ
+@given(st.binary(max_size=400))
+@example(b"onite-job: 1\n\n")
+def test_decode_any_bytes(data):
+    _decodes_or_refuses(data)
+
+
+@FUZZ
+@given(st.binary(max_size=300).map(lambda b: b"onite-job: 1\n" + b))
+def test_decode_any_header(data):
+    _decodes_or_refuses(data)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutated_job_files())
+def test_decode_mutated_job_files(data):
+    _decodes_or_refuses(data)
+
+
+# ---- what build_job accepts, decode reads back ------------------------------------------------
+
+names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
+times = st.datetimes(min_value=datetime(1900, 1, 2), max_value=datetime(9998, 12, 30),
+                     timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=-14)),
+                                                timezone(timedelta(hours=5, minutes=45, seconds=30))]))
+env_names = st.binary(min_size=1, max_size=12).filter(lambda b: b"=" not in b and b"\0" not in b)
+env_values = st.binary(max_size=20).filter(lambda b: b"\0" not in b)
+
+
+@st.composite
+def valid_jobs(draw) -> Job:
+    retries = draw(st.integers(0, MAX_RETRIES))
+    return Job(
+        name=draw(names), priority=draw(st.integers(1, 99)), submitted=draw(times),
+        host=draw(st.text(max_size=10)), umask=draw(st.integers(0, 0o777)),
+        cwd=b"/" + draw(st.binary(max_size=20)).replace(b"\0", b""),
+        env=draw(st.dictionaries(env_names, env_values, max_size=5)),
+        body=draw(st.binary(max_size=40).filter(lambda b: not b.startswith(b"#!")) | st.just(b"#!/bin/sh -e\nx")),
+        timeout=draw(st.none() | st.timedeltas(min_value=timedelta(microseconds=1), max_value=MAX_DURATION)),
+        retries=retries, attempt=draw(st.integers(1, retries + 1)),
+        after=tuple(draw(st.lists(names, max_size=3))), not_before=draw(st.none() | times),
+        urgent=draw(st.booleans()), pin=draw(st.none() | names), recur=draw(st.none() | names),
+        stderr_separate=draw(st.booleans()), notify=draw(st.sampled_from([None, "mail", "command", "none"])),
+        notify_on=draw(st.sampled_from([None, "failure", "always"])),
+        extra=tuple(draw(st.lists(st.tuples(st.from_regex(r"[a-z][a-z-]{0,8}", fullmatch=True)
+                                            .filter(lambda k: k not in ("env", "after", "tried", "urgent", "name",
+                                                                        "host", "cwd", "umask", "timeout", "retries",
+                                                                        "at", "pin", "recur", "attempt", "stderr",
+                                                                        "notify", "priority", "submitted")),
+                                            st.text(max_size=10).map(lambda t: t.encode("utf-8", "replace").decode())),
+                                  max_size=2))),
+    )
+
+
+@FUZZ
+@given(valid_jobs())
+def test_every_valid_job_round_trips(job):
+    assert decode(encode(job)) == job
+
+
+@FUZZ
+@given(st.dictionaries(st.binary(max_size=8), st.binary(max_size=8), max_size=4), st.binary(max_size=300),
+       st.none() | st.text(max_size=12) | st.sampled_from(["1e5", "366d", "0.0000001", "90s"]),
+       st.none() | st.text(max_size=12) | st.sampled_from(["+2h", "9998-12-31T23:59", "0001-01-01T00:00"]),
+       st.binary(max_size=20))
+def test_what_submit_accepts_the_driver_reads_back(env, body, timeout, at, cwd):
+    from onite.config import Config
+    from onite.submit import Captured, SubmitRequest, build_job
+
+    captured = Captured(env=env, cwd=b"/" + cwd.replace(b"\0", b""), umask=0o022, host="vm", now=WHEN)
+    try:
+        job = build_job(SubmitRequest(name="n", body=body, timeout=timeout, at=at), captured, Config())
+    except InvalidInput:
+        return
+    assert decode(encode(job)) == job
+
+
+# ---- JSON records -------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=30)
+    | st.sampled_from(["2026-11-22T20:00:00+01:00", "2026-11-22T20:00:00", "0001-01-01T00:00:00+14:00",
+                       "done", "failed", "cancelled", "merged", "separate", "nightly"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+def record_of(**overrides) -> dict:
+    from onite.state import JobState, Result
+
+    result = Result(name="nightly", uid=1000, user="alice", priority=3, urgent=False, state=JobState.FAILED,
+                    reason="exit 3", exit_code=3, signal=None, host="vm", submitted=WHEN, queued=WHEN,
+                    started=WHEN, finished=WHEN + timedelta(seconds=5), attempt=2,
+                    attempts=(Attempt(attempt=1, started=WHEN, finished=WHEN, host="vm", exit_code=3),),
+                    run_id="r1", recur="tpl", stderr="separate")
+    return {**result.to_json(), **overrides}
+
+
+RECORD_KEYS = list(record_of())
+
+
+@st.composite
+def mutated_records(draw) -> dict:
+    record = record_of()
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(RECORD_KEYS))
+        if draw(st.booleans()):
+            record.pop(key, None)
+        else:
+            record[key] = draw(json_values)
+    return record
+
+
+@FUZZ
+@given(json_values | mutated_records())
+def test_result_from_json_any_value(data):
+    from onite.state import Result
+
+    try:
+        result = Result.from_json(data)
+    except DamagedRecord:
+        return
+    assert is_valid_name(result.name) and is_valid_time(result.finished)
+    assert Result.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+@FUZZ
+@given(json_values | st.builds(lambda k, v: {**record_of()["attempts"][0], k: v},
+                               st.sampled_from(["attempt", "started", "finished", "host", "exit_code", "signal",
+                                                "reason"]), json_values))
+def test_attempt_from_json_any_value(data):
+    try:
+        attempt = Attempt.from_json(data)
+    except ValueError:
+        return
+    assert 1 <= attempt.attempt <= MAX_RETRIES + 1 and is_valid_time(attempt.started)
+
+
+@pytest.fixture(scope="module")
+def scratch_spool():
+    """A spool for properties that read files (hypothesis runs many examples in one test)."""
+    from onite import spool as sp
+
+    root = Path(tempfile.mkdtemp(prefix="onite-fuzz-"))
+    sp.init_spool(root / "spool", None, system=False)
+    yield sp.Spool(root / "spool")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@FUZZ
+@given(st.binary(max_size=300) | mutated_records().map(lambda r: json.dumps(r).encode()))
+@example(b"[" * 100_000)
+@example(b"\xff\xfe")
+def test_read_result_any_bytes(scratch_spool, data):
+    from onite import spool as sp
+
+    scratch_spool.result_path("nightly").write_bytes(data)
+    try:
+        result = sp.read_result(scratch_spool, "nightly")
+    except DamagedRecord:
+        assert sp.results(scratch_spool, damaged := []) == [] and damaged == ["nightly"]
+        return
+    assert result is not None and result.name == "nightly"
+
+
+@FUZZ
+@given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode())
+       | st.builds(lambda k, v: json.dumps({"rank": 3, "attempt": 1, "started": WHEN.isoformat(), k: v}).encode(),
+                   st.sampled_from(["rank", "attempt", "started", "queued", "external_id"]), json_values))
+def test_run_record_any_bytes(scratch_spool, data):
+    from onite.listing import running_views
+
+    folder = scratch_spool.running_dir("h1")
+    folder.mkdir(exist_ok=True)
+    (folder / "job").write_bytes(b"x")
+    (folder / "job@run").write_bytes(data)
+    view, = running_views(scratch_spool)
+    assert view.name == "job" and (view.started is None or is_valid_time(view.started))
+    assert view.attempt is None or isinstance(view.attempt, int)
+
+
+@FUZZ
+@given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "templates": {"t": v}}).encode()))
+def test_recur_state_any_bytes(scratch_spool, data):
+    from onite.instances import known_priority, load_state, parse_time, rule_from_state
+
+    (scratch_spool.root / "recur.state").write_bytes(data)
+    for name, known in load_state(scratch_spool).items():
+        assert is_valid_name(name) and isinstance(known, dict)
+        rule_from_state(known)
+        known_priority(known)
+        when = parse_time(known.get("last"))
+        assert when is None or is_valid_time(when)
+
+
+@FUZZ
+@given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "last": v}).encode()))
+def test_daemon_state_any_bytes(scratch_spool, data):
+    from onite.daemon import Daemon
+
+    class Log:
+        def event(self, *args, **fields):
+            pass
+
+    daemon = Daemon.__new__(Daemon)  # only what _load_state uses
+    daemon.spool, daemon.host, daemon.log = scratch_spool, "h1", Log()
+    daemon.state_path.write_bytes(data)
+    last = daemon._load_state()
+    assert last is None or is_valid_time(last)
+
+
+# ---- text parsers -------------------------------------------------------------------------------
+
+texts = st.text(max_size=80) | st.text(alphabet=" \"\\=\n\r\t\x1b\x00\u2028\udcffabc[]0123:", max_size=60)
+
+
+@FUZZ
+@given(texts)
+@example("2026-11-22T20:00:01+01:00 vm[4711] start")
+@example('2026-11-22T20:00:01+01:00 vm[x] start "')
+def test_log_parse_line_any_text(line):
+    from onite.log import parse_line
+
+    parsed = parse_line(line)
+    assert parsed is None or isinstance(parsed["fields"], dict)
+
+
+@FUZZ
+@given(texts, st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True), texts, max_size=4))
+def test_log_lines_cannot_be_forged(name, fields):
+    from onite.log import format_line, parse_line
+    from onite.safetext import _UNSAFE
+
+    line = format_line(WHEN, "vm", 4711, "refused", name, **fields)
+    assert line.endswith("\n") and len(line[:-1].splitlines()) <= 1 and not _UNSAFE.search(line[:-1])
+    parsed = parse_line(line)
+    assert parsed["event"] == "refused" and parsed["name"] == (name or None)
+    assert parsed["fields"] == {k: v for k, v in fields.items() if v != ""}
+
+
+@FUZZ
+@given(st.text(max_size=300) | st.lists(st.sampled_from([
+    "priorities = 3", "priorities = 100", "keep = -1", "slots = 99999999999999999999", 'timeout = "9999999999d"',
+    'kill_grace = "0"', 'max_job_size = "' + "9" * 5000 + '"', "max_job_size = 0", 'shell = "sh"',
+    "schedule = [1]", 'schedule = ["* * *"]', "admins = [[]]", "[hosts.a]\nslots = 0", "[hosts.b]\nx = 1",
+    "[slurm]\nmax_jobs = 1e9", 'notify = "command"', "notify_command = 'a \"'", "a = " + "[" * 2000,
+    'cutoff = "25:00"', "cutoff = 07:00:00", 'until = "x"', "until = 1979-05-27T07:32:00Z", 'host = "a b"',
+    'on_interrupt = "x"', 'sendmail = "rel"', "stderr_separate = 1",
+]), max_size=5).map("\n".join))
+def test_parse_config_any_text(text):
+    from onite.config import Config, parse_config
+
+    try:
+        assert isinstance(parse_config(text), Config)
+    except ConfigError:
+        pass
+
+
+@FUZZ
+@given(texts)
+def test_lock_holder_lines_any_text(line):
+    from onite.locks import holder_fields
+
+    fields = holder_fields(line)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
+
+
+@FUZZ
+@given(texts | st.sampled_from(["99999999999999d", "1e5", "0.0000001", "366d", "367d", "9" * 400, "1h30m"]))
+def test_durations_any_text(text):
+    from onite.timeparse import parse_duration
+
+    try:
+        delta = parse_duration(text)
+    except InvalidInput:
+        return
+    assert timedelta(0) < delta <= MAX_DURATION
+
+
+@FUZZ
+@given(texts | st.sampled_from(["+999999999h", "+99999999999999999999d", "0001-01-01T00:00", "9999-12-31T23:59",
+                                "9999-12-31T23:59-14:00", "tomorrow 25:00", "23:59", "1900-01-01T00:00"]))
+def test_times_any_text(text):
+    from onite.timeparse import parse_when
+
+    try:
+        when = parse_when(text, WHEN)
+    except InvalidInput:
+        return
+    assert EARLIEST <= when < LATEST
+
+
+@FUZZ
+@given(st.sampled_from(["recur-cron", "recur-every", "recur-offset"]), texts
+       | st.sampled_from(["99999999999999d", "0 0 31 2 *", "* * * * * *", "0 0 1 1 *", "1d", "25m"]))
+def test_recurring_rules_any_text(key, value):
+    from onite.recur import rule_of
+    from onite.schedule import next_fire
+
+    template = good_job(extra=((key, value),) + ((("recur-every", "25m"),) if key == "recur-offset" else ()))
+    try:
+        rule = rule_of(decode(encode(template)))
+    except (JobFormatError, InvalidInput):
+        return
+    try:
+        next_fire(rule, WHEN)
+    except InvalidInput:
+        pass
+
+
+# ---- names read from directories ----------------------------------------------------------------
+
+file_names = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b
+                                                        and b not in (b".", b".."))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(file_names, min_size=1, max_size=6, unique=True))
+def test_listings_hold_only_job_names(scratch_spool, raw_names):
+    from onite import spool as sp
+    from onite.index import QueueIndex
+    from onite.listing import list_json, list_jobs
+
+    folders = [scratch_spool.queue_dir(4), scratch_spool.cancel_dir]
+    for folder in folders:
+        for entry in os.listdir(folder):
+            os.unlink(folder / entry)
+    for raw in raw_names:
+        for folder in folders:
+            with open(os.fsencode(folder) + b"/" + raw + (b"@x" if folder == scratch_spool.cancel_dir else b""),
+                      "wb") as handle:
+                handle.write(b"x")
+    views = list_jobs(scratch_spool, include_all=True)
+    json.loads(list_json(scratch_spool, include_all=True))
+    assert all(is_valid_name(v.name) for v in views)
+    assert all(is_valid_name(e.name) for e in sp.cancel_inbox(scratch_spool))
+    index = QueueIndex(scratch_spool.queue_folders())
+    index.refresh(force=True)
+    found = {c.name for c in index.candidates()}
+    strays = {c.name for c in index.strays()}
+    names = {os.fsdecode(raw) for raw in raw_names}
+    assert found == {n for n in names if is_valid_name(n)}
+    assert strays == {n for n in names if not is_valid_name(n) and not n.startswith(".")}
+    assert index.strays() == []  # each is handed out once per listing

@@ -1,0 +1,316 @@
+"""A plain user's hostile files never stop the night, never crash a command (issue 13).
+
+Job files with values no submit writes, file names that are no job names, a
+recurring template whose rule overflows, damaged result records: the driver
+(root) refuses each with a log line and runs the good jobs; status, list,
+report and log keep working. Real files written by ``nobody``, a real driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import drain, log_lines, needs_root, result
+
+from onite.jobfile import Job, encode
+from onite.log import parse_line
+
+
+def write_as(user: str, path: bytes | str, data: bytes, mode: int = 0o600) -> None:
+    """Create ``path`` holding ``data`` as ``user`` would: in a child that has become that user."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            entry = pwd.getpwnam(user)
+            os.setgroups([])
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            os.write(fd, data)
+            os.close(fd)
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - never return into pytest from the child
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"{user} could not write {path!r}"
+
+
+def job_bytes(name: str, cwd: str, body: bytes = b"true\n") -> bytes:
+    job = Job(name=name, priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
+              cwd=cwd.encode(), env={b"PATH": b"/usr/bin:/bin"}, body=body)
+    return encode(job)
+
+
+def with_line(data: bytes, line: bytes, replace: bytes | None = None) -> bytes:
+    """``data`` (a job file) with ``line`` added to its header, or in place of the line starting ``replace``."""
+    if replace is None:
+        return data.replace(b"\nenv: ", b"\n" + line + b"\nenv: ", 1)
+    head, _, rest = data.partition(b"\n" + replace)
+    return head + b"\n" + line + rest[rest.index(b"\n"):]
+
+
+# the hostile job files of issue 13 (item 1), each a file a user can write into jobs/P4
+HOSTILE = {
+    "nul-shebang": lambda d: d.replace(b"\n\ntrue\n", b"\n\n#!/bin/sh\x00x\nid\n"),
+    "long-shebang": lambda d: d.replace(b"\n\ntrue\n", b"\n\n#!" + b"/" * 300 + b"\nid\n"),
+    "timeout-1e20": lambda d: with_line(d, b"timeout: 1e20"),
+    "timeout-inf": lambda d: with_line(d, b"timeout: inf"),
+    "timeout-nan": lambda d: with_line(d, b"timeout: nan"),
+    "tried-x": lambda d: with_line(d, b"retries: 1\nattempt: 2\ntried: x"),
+    "tried-list": lambda d: with_line(d, b"tried: []"),
+    "tried-deep": lambda d: with_line(d, b"tried: " + b"[" * 100_000),
+    "at-naive": lambda d: with_line(d, b"at: 2026-11-23T02:00:00"),
+    "at-year-1": lambda d: with_line(d, b"at: 0001-01-01T00:00:00+14:00"),
+    "env-equals": lambda d: with_line(d, b"env: A\\x3dB=1"),
+    "env-empty": lambda d: with_line(d, b"env: =1"),
+    "env-nul-name": lambda d: with_line(d, b"env: A\\x00B=1"),
+    "env-nul-value": lambda d: with_line(d, b"env: A=1\\x002"),
+    "cwd-nul": lambda d: with_line(d, b"cwd: /tmp\\x00x", replace=b"cwd: "),
+    "priority-huge": lambda d: with_line(d, b"priority: " + b"9" * 30, replace=b"priority: "),
+    "umask-huge": lambda d: with_line(d, b"umask: 77777777777777777777", replace=b"umask: "),
+    "retries-huge": lambda d: with_line(d, b"retries: 99999999999999999999"),
+    "after-evil": lambda d: with_line(d, b"after: a\\nb"),
+}
+# queued files whose names are no job names (issue 13, item 7)
+STRAYS = [b"forged\n2026-11-22T20:00:00+01:00 vm[1] done victim user=root", b"x;$(id)", b"\x1b[31mred\x1b[0m",
+          b"\xff\xfe-not-utf8", b"a" * 101]
+
+
+@needs_root
+def test_hostile_job_files_are_refused_and_the_night_goes_on(spool, workdir, cli):
+    queue = spool / "jobs" / "P4"
+    for name, make in HOSTILE.items():
+        write_as("nobody", str(queue / name), make(job_bytes(name, str(workdir))))
+    for raw in STRAYS:
+        write_as("nobody", os.fsencode(queue) + b"/" + raw, job_bytes("stray", str(workdir)))
+    marker = workdir / "good.ran"
+    assert cli(["submit", "good"], stdin=f"touch {marker}\n".encode(), user="nobody", cwd=workdir).code == 0
+
+    finished = drain(spool)
+    assert finished.returncode == 0, finished.stderr.decode()
+    assert b"Traceback" not in finished.stderr
+    assert marker.exists()  # the good job ran, after (or before) every bad one
+    assert os.listdir(queue) == []  # nothing is left to stop the next night either
+    refused = os.listdir(os.fsencode(spool / "refused"))
+    assert len(refused) == len(HOSTILE) + len(STRAYS)
+    events = [parse_line(line) for line in log_lines(spool)]
+    refusals = {e["name"]: e["fields"]["reason"] for e in events if e and e["event"] == "refused"}
+    for name in HOSTILE:
+        assert "damaged job file" in refusals[name] or "never run" in refusals[name], (name, refusals[name])
+        assert result(spool, name)["state"] == "failed"
+    for raw in STRAYS:
+        label = os.fsdecode(raw[:200])
+        assert refusals[label] == "its name is not a job name"
+        assert not (spool / "jobsdone" / f"{label}@result").exists()  # no record, no notice: it is no job
+    # nothing forged: every line of the log is one event that onite wrote, and no raw escape reached it
+    text = (spool / "onite.log").read_text()
+    assert "\x1b" not in text and all(parse_line(line) for line in text.splitlines())
+    assert not any(e and e["event"] == "done" and e["name"] == "victim" for e in events)
+    for args in (["status"], ["status", "--json"], ["list"], ["list", "--all"], ["list", "--all", "--json"],
+                 ["report"], ["report", "--json"], ["log", "-n", "200"], ["log", "--json", "-n", "200"]):
+        for user in (None, "nobody"):
+            r = cli(args, user=user)
+            assert r.code == 0 and "Traceback" not in r.err and "\x1b" not in r.out, (args, user, r)
+
+
+@needs_root
+def test_listings_never_show_a_stray_name(spool, workdir, cli):
+    queue = spool / "jobs" / "P4"
+    for raw in STRAYS:
+        write_as("nobody", os.fsencode(queue) + b"/" + raw, b"x")
+    assert cli(["submit", "real"], stdin=b"true\n", user="nobody", cwd=workdir).code == 0
+    listed = cli(["list", "--all", "--json"])
+    assert [job["name"] for job in listed.json()["jobs"]] == ["real"]
+    for args in (["list"], ["status"], ["status", "--json"]):
+        r = cli(args)
+        assert r.code == 0 and "\x1b" not in r.out and "x;$(id)" not in r.out, (args, r)
+    assert json.loads(cli(["status", "--json"]).out)["queue"]["P4"] == 1
+
+
+@needs_root
+def test_a_template_whose_rule_overflows_is_refused_and_the_night_goes_on(spool, workdir, cli):
+    template = with_line(job_bytes("overflow", str(workdir)), b"recur-every: 99999999999999d")
+    write_as("nobody", str(spool / "recur" / "overflow"), template)
+    marker = workdir / "good.ran"
+    assert cli(["submit", "good"], stdin=f"touch {marker}\n".encode(), user="nobody", cwd=workdir).code == 0
+    finished = drain(spool)
+    assert finished.returncode == 0 and b"Traceback" not in finished.stderr, finished.stderr.decode()
+    assert marker.exists()
+    events = [parse_line(line) for line in log_lines(spool)]
+    assert any(e["event"] == "recur-refused" and e["name"] == "overflow" and "longer than 366d" in e["fields"]["reason"]
+               for e in events if e)
+    for args in (["status"], ["recur", "list"], ["recur", "list", "--json"]):
+        r = cli(args)
+        assert r.code == 0 and "Traceback" not in r.err, (args, r)
+
+
+def _damage(spool, name: str, data: bytes) -> None:
+    (spool / "jobsdone" / f"{name}@result").write_bytes(data)
+
+
+@pytest.mark.parametrize("data", [
+    b"[]", b"{\"name\": \"dep\"}", b"\xff", b"[" * 100_000,
+    json.dumps({"format": 1, "name": "dep", "uid": 0, "state": "done", "finished": "2026-11-22T20:00:00"}).encode(),
+    json.dumps({"format": 1, "name": "dep", "uid": 10**30, "state": "done",
+                "finished": "2026-11-22T20:00:00+00:00"}).encode(),
+    json.dumps({"format": 1, "name": "other", "uid": 0, "state": "done",
+                "finished": "2026-11-22T20:00:00+00:00"}).encode(),
+])
+def test_a_damaged_result_record_is_reported_not_treated_as_absent(spool, workdir, cli, data):
+    assert cli(["submit", "dep"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0 and result(spool, "dep")["state"] == "done"
+    _damage(spool, "dep", data)
+    for args in (["list", "--all"], ["list", "--all", "--json"], ["report"], ["report", "--json"], ["status"]):
+        r = cli(args)
+        assert r.code == 0 and "Traceback" not in r.err, (args, r)
+        assert "damaged result record(s) left out: jobsdone/dep@result" in r.err, (args, r)
+    assert cli(["submit", "after-dep", "--after", "dep"], stdin=b"true\n").code == 0
+    finished = drain(spool)
+    assert finished.returncode == 0 and b"Traceback" not in finished.stderr
+    assert result(spool, "after-dep")["reason"] == \
+        "the result record of dependency dep is damaged: whether it succeeded is unknown"
+    assert cli(["wait", "dep"]).code == 4  # the waiter cannot tell how it ended, and says so
+
+
+def test_damaged_run_record_still_lists_the_running_job(spool, cli):
+    folder = spool / "running" / "h1"
+    folder.mkdir()
+    (folder / "job").write_bytes(b"x")
+    (folder / "job@run").write_bytes(json.dumps({"rank": "x", "queued": "0001-01-01T00:00:00+14:00",
+                                                 "started": 5, "attempt": 1e400}).encode().replace(b"Infinity", b"1e400"))
+    r = cli(["list", "--all", "--json"])
+    assert r.code == 0, r
+    job, = r.json()["jobs"]
+    assert (job["name"], job["state"], job["started"], job["attempt"]) == ("job", "running", None, None)
+    assert cli(["status"]).code == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["submit", "a", "--at", "+999999999h"], ["submit", "a", "--at", "+99999999999999999999d"],
+    ["submit", "a", "--timeout", "99999999999d"], ["submit", "a", "--at", "9999-12-31T23:59"],
+    ["submit", "a", "--at", "0001-01-01T00:00"], ["submit", "a", "--timeout", "0.0000001"],
+    ["recur", "add", "r", "--every", "99999999999999d"], ["recur", "next", "--every", "99999999999999d"],
+    ["recur", "next", "--every", "1h", "--from", "9999-12-31T00:00"],
+    ["recur", "next", "--cron", "0 0 1 1 *", "-n", "10000"],
+    ["report", "--night", "9999-12-31"], ["report", "--since", "99999999999d"],
+    ["wait", "x", "--timeout", "99999999999d"],
+])
+def test_durations_and_times_are_bounded_on_the_command_line(spool, cli, args):
+    r = cli(args, stdin=b"true\n")
+    assert r.code == 2 and "Traceback" not in r.err and len(r.err.splitlines()) == 1, r
+
+
+@pytest.mark.parametrize("lines", [False, True])
+def test_a_shebang_line_that_can_never_run_is_refused_at_submit(spool, cli, lines):
+    r = cli(["submit", "n"] + (["--lines"] if lines else []), stdin=b"#!/bin/sh\x00x\nid\n")
+    assert r.code == 2 and len(r.err.splitlines()) == 1, r
+    assert "can never run: its #! line holds a NUL byte" in r.err
+    assert os.listdir(spool / "jobs" / "P4") == []
+
+
+@pytest.mark.parametrize("env", [{b"": b"x"}, {b"A=B": b"x"}, {b"A": b"1\x002"}])
+def test_an_environment_execve_cannot_pass_is_refused_at_submit(env):
+    # an empty name is what a process started by a raw execve("=x") finds in os.environb
+    from onite.config import Config
+    from onite.errors import InvalidInput
+    from onite.submit import Captured, SubmitRequest, build_job
+
+    captured = Captured(env=env, cwd=b"/", umask=0o022, host="vm", now=datetime.now().astimezone())
+    with pytest.raises(InvalidInput, match="your environment cannot be passed to a job: .*(empty|NUL)"):
+        build_job(SubmitRequest(name="n", body=b"true\n"), captured, Config())
+
+
+@needs_root
+def test_recover_is_refused_first_to_a_user(spool, cli):
+    r = cli(["recover", "--host", "H", "--force"], user="nobody")
+    assert r.code == 3 and r.err.strip() == "onite: onite recover is for root — run it with sudo", r
+    assert not (spool / "driver.H.lock").exists()  # refused before anything in the spool is looked at
+
+
+def test_the_log_shows_a_forged_line_as_one_inert_line(spool, cli):
+    with open(spool / "onite.log", "a") as log:  # a line onite never wrote (an older onite, a damaged disk)
+        log.write("2026-11-22T20:00:00+01:00 vm[1] done x reason=\x1b]0;pwned\x07 \u202eevil\n")
+    r = cli(["log"])
+    assert r.code == 0 and "\x1b" not in r.out and "\u202e" not in r.out and "\\e]0;pwned\\x07" in r.out
+
+
+# ---- the smaller parsers and guards, one case each ------------------------------------------------
+
+def test_printable_spells_a_byte_that_is_not_utf8():
+    from onite.safetext import printable
+
+    assert printable("x\udcff\x1b[1m\u202e") == "x\\xff\\e[1m\\u202e"  # print() would crash on \udcff
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a = " + "[" * 5000, "nests arrays or tables too deeply"),
+    ('max_job_size = "' + "9" * 5000 + '"', "max_job_size"),
+    ('max_job_size = "0"', "a size from 1 byte to 1T"),
+    ("max_job_size = 9999999999999999", "a size from 1 byte to 1T"),
+    ('kill_grace = "99999999999999d"', "kill_grace"),
+])
+def test_parse_config_raises_only_config_error(text, message):
+    from onite.config import parse_config
+    from onite.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
+
+
+def test_a_lock_holder_line_with_odd_digits_is_read(tmp_path):
+    import fcntl
+
+    from onite.locks import held_locks
+
+    path = tmp_path / "driver.h1.lock"
+    path.write_text("pid=\u00b2 host=h1 since=2026-11-22T20:00:00\n")  # "²".isdigit(), yet int("²") fails
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock, = held_locks(tmp_path)
+    finally:
+        os.close(fd)
+    assert (lock.host, lock.pid, lock.since) == ("h1", None, "2026-11-22T20:00:00")
+
+
+def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
+    from dataclasses import replace
+
+    from onite import spool as sp
+    from onite.config import Config
+    from onite.notify import Notifier
+    from onite.state import JobState, Result
+
+    class Log:
+        def __init__(self):
+            self.events = []
+
+        def event(self, event, name="", **fields):
+            self.events.append((event, name, fields))
+
+    now = datetime.now(timezone.utc)
+    record = Result(name="ok", uid=0, user="root", priority=1, urgent=False, state=JobState.FAILED, reason="x",
+                    exit_code=1, signal=None, host="h", submitted=now, queued=None, started=None, finished=now,
+                    attempt=1)
+    log = Log()
+    notifier = Notifier(sp.Spool(spool), log)
+    notifier.notify(replace(record, name="a;$(id)\nb"), None, Config(notify="command", notify_command=("/bin/true",)))
+    assert notifier.pending == [] and log.events == [("notify-failed", "a;$(id)\nb",
+                                                      {"how": "command", "reason": "not a valid job name"})]
+
+
+def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool, workdir):
+    from onite import spool as sp
+    from onite.watch import TimedWatch
+
+    queue = spool / "jobs" / "P4"
+    for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
+        (queue / name).write_bytes(with_line(job_bytes(name, str(workdir)), at))
+    watch = TimedWatch(sp.Spool(spool).queue_folders(), "h1")
+    watch.refresh()
+    assert watch.timed() == 0 and watch.next_due(None) is None
