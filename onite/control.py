@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from onite import spool as sp
-from onite.errors import EXIT_REFUSED, DamagedRecord, NotFound, OniteError, Refused, SpoolIOError
+from onite.errors import EXIT_REFUSED, DamagedRecord, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
 from onite.names import SIDE, check_name
 
 
@@ -222,7 +222,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
     try:
         job = decode(data)
         priority, urgent, submitted = job.priority, job.urgent, job.submitted
-    except Exception:  # noqa: BLE001 - a damaged file is still filed: the cancel must not fail on it
+    except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
         job, priority, urgent, submitted = None, rank or 0, rank == 0, now
     if not sp.may_replace_result(spool, name, st.st_uid):
         target = spool.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
