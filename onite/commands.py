@@ -278,7 +278,10 @@ def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = N
                        dumb=os.environ.get("TERM", "") in ("dumb", "unknown"))
     if mode != LIVE:
         driver = Driver(target, host=host, slots=slots, until=until_time, echo=sys.stderr if mode == LINES else None)
-        return driver.run(scheduled=scheduled)
+        try:
+            return driver.run(scheduled=scheduled)
+        finally:
+            _ignore_late_signals()
     from rich.console import Console
 
     from onite.progress import DrainView
@@ -286,7 +289,19 @@ def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = N
     view = DrainView(Console(stderr=True, highlight=False))
     driver = Driver(target, host=host, slots=slots, until=until_time, listener=view.listener, tick=view.tick)
     with view:
-        return driver.run(scheduled=scheduled)
+        try:
+            return driver.run(scheduled=scheduled)
+        finally:
+            _ignore_late_signals()
+
+
+def _ignore_late_signals() -> None:
+    """The driver has let go of its lock: a status or reload request that comes now (its pid was
+    read before) finds a process about to exit, which must not die of it."""
+    import signal
+
+    for sig in (signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _is_terminal(stream) -> bool:
@@ -305,8 +320,18 @@ def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
     argv += ["--host", host] if host else []
     argv += ["--scheduled"] if scheduled else []
     argv += ["--quiet"]  # it logs to onite.log; its stderr is /dev/null
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True, close_fds=True)
+    import signal
+
+    from onite.driver import SignalCatcher
+
+    # Its pid is printed at once: it starts with the driver's signals blocked, so that a USR1 or a
+    # HUP sent before it has installed its handlers waits for them instead of killing it.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SignalCatcher.SIGNALS)
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return child.pid
 
 

@@ -116,7 +116,8 @@ class Driver:
         self._pause = 0.0
         self._cancel_mtime = -1
         self._cannot_record: str | None = None  # why nothing more may start: its records cannot be written
-        self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
+        self._settling: dict[tuple[int, int], float] = {}
+        self._wakeup_fd: int | None = None  # the signal catcher of run(), while it runs  # (dev, ino) of a file with two links → first seen
         self._seq = 0
         self._since_prune = 0
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
@@ -187,18 +188,22 @@ class Driver:
         a time of ``schedule`` opened (onite.window), else log that and return.
         """
         self.spool.check_drainable("onite run")
-        lock = self._take_lock()
-        if lock is None:
-            return 0
-        self.lock_fd = lock_descriptor(lock)
-        try:
-            self.spool_recurring()
-            if scheduled and not self._inside_scheduled_window():
+        # Signals are caught before this driver's pid is anywhere to be read (its lock, its
+        # heartbeat) and until it has let go of the lock: a USR1 or HUP never kills it.
+        with SignalCatcher(self._signals) as wakeup_fd:
+            self._wakeup_fd = wakeup_fd
+            lock = self._take_lock()
+            if lock is None:
                 return 0
-            self.drain()
-        finally:
-            lock.release()
-            self.log.close()
+            self.lock_fd = lock_descriptor(lock)
+            try:
+                self.spool_recurring()
+                if scheduled and not self._inside_scheduled_window():
+                    return 0
+                self.drain()
+            finally:
+                lock.release()
+                self.log.close()
         return EXIT_FAILURE if self._cannot_record else 0
 
     def spool_recurring(self) -> list[str]:
@@ -233,17 +238,27 @@ class Driver:
                        until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
                        only="timed jobs" if self.only_timed else None,
                        contain=self.containment.describe() if self.runner.executor == "local" else None)
-        with SignalCatcher(self._signals) as wakeup_fd:
+        with self._catching() as wakeup_fd:
             self.recover()
             try:
                 self._loop(wakeup_fd)
             finally:
                 self.notifier.finish(stop=self._must_stop_now)
-        self._prune()
+            self._prune()
         self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
                        cancelled=self.counts["cancelled"], left=len(self.index),
                        reason="stopped" if self._stopping else "window closed" if self._window_closed
                        else "cannot record" if self._cannot_record else "drained")
+
+    @contextmanager
+    def _catching(self):
+        """The wakeup descriptor of the signal catcher ``run`` installed, or of one for this drain
+        (the daemon drains under its own catcher, sharing its list of signals)."""
+        if self._wakeup_fd is not None:
+            yield self._wakeup_fd
+            return
+        with SignalCatcher(self._signals) as wakeup_fd:
+            yield wakeup_fd
 
     def _take_lock(self):
         path = self.spool.lock_path(self.host)
@@ -808,6 +823,7 @@ class Driver:
                       tried=run.job.tried + (attempt,))
         folder = self.spool.folder_for(job.priority, run.rank == 0)
         try:
+            self.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
             sp.create_file(folder, run.name, encode(job), owner=(run.owner.uid, run.owner.gid), durable=False)
         except Refused:
             self.log.event("retry-skipped", run.name, note="a new job of that name is queued")
@@ -836,6 +852,7 @@ class Driver:
 
     def _requeue_file(self, path: Path, name: str, rank: int) -> None:
         folder = self.spool.folder_for(rank, rank == 0)
+        self.spool.ensure_queue_folder(folder)
         target = folder / name
         if os.path.lexists(target):
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
@@ -1431,6 +1448,9 @@ class SignalCatcher:
         self.old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
         for sig in self.SIGNALS:
             self.saved[sig] = signal.signal(sig, self._handle)
+        # `onite run --detach` starts the driver with these blocked (its pid is printed before it
+        # gets here): what arrived meanwhile is delivered now, to the handler
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
         return self.read_fd
 
     def _handle(self, signum, frame) -> None:

@@ -141,17 +141,25 @@ def open_outputs(stdout_path: Path, stderr_path: Path | None, identity: Identity
             try:
                 fds.append(open_output(path, identity, append=append))
             except OSError as err:
-                raise SpawnError(f"cannot create its output file {path}: {err.strerror}") from None
+                raise _output_error(f"cannot create its output file {path}: {err.strerror}", err) from None
             if marker is not None:
                 try:
                     os.write(fds[-1], marker.encode())
                 except OSError as err:
-                    raise SpawnError(f"cannot write its output file {path}: {err.strerror}") from None
+                    raise _output_error(f"cannot write its output file {path}: {err.strerror}", err) from None
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
     return fds[0], fds[1] if len(fds) > 1 else None
+
+
+def _output_error(message: str, err: OSError) -> SpawnError:
+    """A full disk is no fault of the job's: the driver stops starting jobs (NoRecord) instead
+    of failing one after another."""
+    import errno
+
+    return NoRecord(message) if err.errno in (errno.ENOSPC, errno.EDQUOT) else SpawnError(message)
 
 
 def own_credentials() -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
@@ -444,49 +452,82 @@ class LocalRunner(Runner):
             ident = None  # switching to the ids we already have changes nothing
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
-        with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
-            script_fd = os.memfd_create(job_label(run.name), 0)
-            record_fd = notify_r = notify_w = None
+        run.cgroup = self.containment.job_cgroup(run.run_id)
+        record_fd = None
+        if record is not None:  # first: where nothing can be recorded, nothing may start
+            path, info = record
+            deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
             try:
-                _write_all(script_fd, run.job.body)
-                os.lseek(script_fd, 0, os.SEEK_SET)
-                script = os.fsencode(f"/dev/fd/{script_fd}")
-                run.cgroup = self.containment.job_cgroup(run.run_id)
-                if record is not None:
-                    path, info = record
-                    deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
-                    try:
-                        record_fd = runrecord.create(path, {**info, "boot": self._boot, "cgroup": run.cgroup,
-                                                             "contain": self.containment.kind, "deadline": deadline,
-                                                             "kill_grace": self.kill_grace})
-                    except runrecord.RecordError as error:
-                        raise NoRecord(str(error)) from None
-                    run.record_path = path
-                notify_r, notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-                spec = monitor.Plan(
-                    argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
-                    cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
-                    gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
-                    script_fd=script_fd, stdout_fd=out, stderr_fd=err,
-                    record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
-                    record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
-                    cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace)
-                try:
-                    pid = monitor.start(spec)
-                except OSError as error:
-                    if run.cgroup:
-                        contain.remove_cgroup(run.cgroup, wait=0)
-                    raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
-            finally:
-                for fd in (script_fd, record_fd, notify_w):
-                    if fd is not None:
-                        os.close(fd)
+                record_fd = runrecord.create(path, {**info, "boot": self._boot, "cgroup": run.cgroup,
+                                                     "contain": self.containment.kind, "deadline": deadline,
+                                                     "kill_grace": self.kill_grace})
+            except runrecord.RecordError as error:
+                self._undo(run)
+                raise NoRecord(str(error)) from None
+            run.record_path = path
+        try:
+            self._fork_monitor(run, launch, ident, record_fd, output_path, stderr_path, append)
+        except BaseException:
+            self._undo(run)
+            raise
+        finally:
+            if record_fd is not None:
+                os.close(record_fd)
+        self.runs.append(run)
+
+    def _fork_monitor(self, run: Run, launch: Launch, ident: Identity | None, record_fd: int | None,
+                      output_path: Path, stderr_path: Path | None, append: bool) -> int:
+        """Open the run's output files and fork its monitor (onite.monitor); the monitor's pid.
+
+        Raises:
+            NoRecord: the disk is full (nothing could be recorded of the run either).
+            SpawnError: an output file cannot be made, or no process can be forked.
+        """
+        outputs = run_outputs(run, output_path, stderr_path, ident, append=append)
+        out, err = outputs.__enter__()
+        script_fd = notify_w = None
+        try:
+            script_fd = os.memfd_create(job_label(run.name), 0)
+            _write_all(script_fd, run.job.body)
+            os.lseek(script_fd, 0, os.SEEK_SET)
+            script = os.fsencode(f"/dev/fd/{script_fd}")
+            notify_r, notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            spec = monitor.Plan(
+                argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
+                cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
+                gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
+                script_fd=script_fd, stdout_fd=out, stderr_fd=err,
+                record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
+                record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
+                cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace)
+            try:
+                pid = monitor.start(spec)
+            except OSError as error:
+                os.close(notify_r)
+                raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
+        finally:
+            for fd in (script_fd, notify_w):
+                if fd is not None:
+                    os.close(fd)
+            outputs.__exit__(None, None, None)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
             pidfd = None  # a very old kernel: polled
         run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=notify_r, child=True)
-        self.runs.append(run)
+        return pid
+
+    @staticmethod
+    def _undo(run: Run) -> None:
+        """Nothing was started: its cgroup and record go (the claim is the driver's to put back)."""
+        if run.cgroup:
+            contain.remove_cgroup(run.cgroup, wait=0)
+        if run.record_path:
+            try:
+                os.unlink(run.record_path)
+            except OSError:
+                pass
+            run.record_path = None
 
     # ---- stopping --------------------------------------------------------------
 

@@ -81,7 +81,7 @@ class ActivityLog:
     def _open(self) -> int | None:
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
             except OSError as err:
                 print(f"onite: cannot write the log {self.path}: {err.strerror}", file=sys.stderr)
                 return None
@@ -112,11 +112,21 @@ class ActivityLog:
 
 
 def tail(path: Path, lines: int) -> list[str]:
-    """The last ``lines`` lines of the log, read from its end (the log may be large)."""
+    """The last ``lines`` lines of the log, read from its end (the log may be large).
+
+    Raises:
+        SpoolIOError: it cannot be read (not a file, no permission, …).
+    """
+    import stat
+
+    from onite.errors import SpoolIOError
+
     if lines <= 0:
         return []
     try:
         with open(path, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise IsADirectoryError(21, "not a regular file", str(path))
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             block, data = 8192, b""
@@ -128,6 +138,8 @@ def tail(path: Path, lines: int) -> list[str]:
                 block *= 2
     except FileNotFoundError:
         return []
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
     text = data.decode("utf-8", "replace").splitlines()
     return text[-lines:]
 

@@ -147,6 +147,22 @@ class Spool:
         """The queue folder of a job; a priority beyond ``priorities`` (lowered since) is the last."""
         return self.urgent_dir if urgent else self.queue_dir(min(priority, self.config.priorities))
 
+    def ensure_queue_folder(self, folder: Path) -> None:
+        """Make a queue folder that someone removed (the driver puts a job back, or spools its
+        retry, into it), with the mode ``onite init`` gives it.
+
+        Raises:
+            SpoolIOError: it cannot be made.
+        """
+        if folder.is_dir():
+            return
+        mode = STICKY_DIR if os.lstat(self.root).st_uid == 0 else 0o755
+        try:
+            os.makedirs(folder, mode=mode, exist_ok=True)
+            os.chmod(folder, mode)
+        except OSError as err:
+            raise SpoolIOError(folder, "making the queue folder", err) from None
+
     def hosts(self) -> list[str]:
         """Hosts that have a running/ folder (that have ever claimed a job); a folder whose name is
         no host name (nothing onite made) is left out."""

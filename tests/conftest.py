@@ -94,6 +94,13 @@ def spool(world_tmp, monkeypatch):
     return path
 
 
+def init_spool_at(path: Path) -> Path:
+    """A spool made by ``onite init`` at ``path`` (for tests that need several)."""
+    r = run_cli(["--spool", str(path), "init"])
+    assert r.code == 0, r
+    return path
+
+
 @pytest.fixture
 def workdir(world_tmp):
     """A directory every user may write: jobs run there and leave their traces."""

@@ -1,0 +1,297 @@
+"""Exactly once: a driver killed at any moment neither runs a job again nor loses one.
+
+Every job here appends to a ledger (outside the spool) when it starts and ends, so the
+tests count real runs, not what onite says about them. The crash harness kills the driver
+with ``strace --inject`` at each of its durable steps in turn (before the Nth rename,
+unlink, write, fork, mkdir: every point between two steps), as the fault campaign of
+issue 18 did, then lets the next driver recover; the random harness kills several
+drivers sharing one spool at random moments while jobs are spooled. Each ledger must show
+every job run exactly once per attempt, none lost, no two copies at once, and no final
+result ever changed (docs/job-control.md, "Exactly once").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, ROOT, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+
+HOST = os.uname().nodename.split(".")[0]
+STRACE = shutil.which("strace")
+needs_strace = pytest.mark.skipif(STRACE is None and not os.environ.get("ONITE_STRACE_TESTS") == "required",
+                                  reason="needs strace (Debian: strace) to kill the driver at each durable step")
+
+
+def submit(name: str, body: str, *args: str, spool: Path | None = None) -> None:
+    where = ["--spool", str(spool)] if spool is not None else []
+    r = run_cli([*where, "submit", name, *args], stdin=body.encode())
+    assert r.code == 0, r
+
+
+def ledger_lines(ledger: Path) -> list[list[str]]:
+    return [line.split() for line in ledger.read_text().splitlines()] if ledger.exists() else []
+
+
+def runs_of(ledger: Path) -> dict[str, int]:
+    """How many times each job (attempt) started, by the ledger."""
+    counts: dict[str, int] = {}
+    for words in ledger_lines(ledger):
+        if words[1] == "start":
+            counts[words[0]] = counts.get(words[0], 0) + 1
+    return counts
+
+
+def workload(spool: Path, workdir: Path) -> Path:
+    """Three jobs that cover claim, start, finish, a retry, a dependency and retention."""
+    ledger = workdir / "ledger"
+    set_config(spool, retry_delay="0.05", keep=2)
+    submit("a", f"echo 'a start' >> {ledger}; echo 'a end' >> {ledger}\n", spool=spool)
+    flag = workdir / "b.failed-once"
+    submit("b", f"if [ -e {flag} ]; then echo 'b2 start' >> {ledger}; echo 'b2 end' >> {ledger}; exit 0; fi\n"
+                f"touch {flag}; echo 'b1 start' >> {ledger}; echo 'b1 end' >> {ledger}; exit 1\n", "--retries", "1",
+           spool=spool)
+    submit("c", f"echo 'c start' >> {ledger}; echo 'c end' >> {ledger}\n", "--after", "a", spool=spool)
+    return ledger
+
+
+EXPECTED = {"a": 1, "b1": 1, "b2": 1, "c": 1}
+
+
+def driver_argv() -> list[str]:
+    return [sys.executable, "-m", "onite", "run", "-q"]
+
+
+def driver_env(spool: Path) -> dict:
+    return dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+
+
+def count_syscalls(spool: Path, syscalls: list[str]) -> dict[str, int]:
+    """How often an undisturbed driver makes each system call on this workload (strace -c)."""
+    out = spool.parent / "strace-count"
+    subprocess.run([STRACE, "-qq", "-c", "-U", "name,calls", "-o", str(out), "-e", f"trace={','.join(syscalls)}",
+                    *driver_argv()], env=driver_env(spool), check=True, timeout=120, capture_output=True)
+    counts = {}
+    for line in out.read_text().splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] in syscalls and words[1].isdigit():
+            counts[words[0]] = int(words[1])
+    return counts
+
+
+def settle(spool: Path) -> None:
+    """Drain until every job is filed: recovery, adopted jobs, retries."""
+    for _ in range(5):
+        proc = drain(spool)
+        assert proc.returncode == 0, proc.stderr
+        claims = [p for p in (spool / "running").glob("*/*") if "@" not in p.name and not p.name.startswith(".")]
+        queued = [p for p in (spool / "jobs").glob("*/*") if not p.name.startswith(".")]
+        if not claims and not queued:
+            return
+    raise AssertionError(f"still claimed or queued: {claims + queued}")
+
+
+def check_exactly_once(spool: Path, ledger: Path, what: str) -> None:
+    assert runs_of(ledger) == EXPECTED, f"{what}: {ledger.read_text()}\n" + "\n".join(log_lines(spool)[-30:])
+    for name in "bc":  # keep = 2: a's result may have been pruned (its ledger says it ran once)
+        assert result(spool, name)["state"] == "done", f"{what}: {name}"
+    assert result(spool, "b")["attempt"] == 2
+    assert not [p for p in (spool / "running").glob("*/*") if not p.name.startswith(".")], what
+
+
+SYSCALLS = ["rename", "renameat2", "unlink", "write", "clone", "mkdir", "memfd_create"]
+
+
+@needs_strace
+def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_nothing(tmp_path):
+    """kill -9 of the driver before its Nth rename, unlink, write, fork, …, for every N."""
+    from conftest import init_spool_at
+
+    probe_spool = init_spool_at(tmp_path / "probe")
+    workload(probe_spool, tmp_path)
+    counts = count_syscalls(probe_spool, SYSCALLS)
+    assert counts.get("rename", 0) + counts.get("renameat2", 0) >= 6 and counts.get("clone", 0) >= 4, counts
+    kills = 0
+    for syscall, total in sorted(counts.items()):
+        for n in range(1, total + 1):
+            where = tmp_path / f"{syscall}-{n}"
+            where.mkdir()
+            spool = init_spool_at(where / "spool")
+            ledger = workload(spool, where)
+            proc = subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
+                                   "-e", f"inject={syscall}:signal=KILL:when={n}", *driver_argv()],
+                                  env=driver_env(spool), timeout=120, capture_output=True)
+            kills += proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+            settle(spool)
+            check_exactly_once(spool, ledger, f"killed before {syscall} #{n}")
+            shutil.rmtree(where, ignore_errors=True)
+    assert kills >= 20, f"only {kills} kills: the injection did not take"
+
+
+def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
+    """Three drivers (hosts) share the spool while jobs are spooled; one of them is killed -9 at
+    random moments, again and again. Seeded, so that a failure can be replayed."""
+    rng = random.Random(int(os.environ.get("ONITE_CHAOS_SEED", "1124")))
+    ledger = workdir / "ledger"
+    set_config(spool, retry_delay="0.05", keep=500, kill_grace="1s")
+    names = []
+
+    def spool_some(count: int) -> None:
+        for _ in range(count):
+            name = f"j{len(names):03d}"
+            names.append(name)
+            pause = rng.choice(["0", "0.05", "0.2", "0.5"])
+            fail = rng.random() < 0.2
+            flag = workdir / f"{name}.failed"
+            body = (f"n={name}; [ -e {flag} ] && n={name}-2; echo \"$n start $$\" >> {ledger}; sleep {pause}; "
+                    f"echo \"$n end $$\" >> {ledger}; ")
+            body += f"[ -e {flag} ] && exit 0; touch {flag}; exit 1\n" if fail else "exit 0\n"
+            submit(name, body, *(["--retries", "1"] if fail else []), "-p", str(rng.randint(1, 7)))
+
+    drivers: dict[str, subprocess.Popen] = {}
+    finals: dict[str, tuple] = {}
+
+    def watch_results() -> None:
+        for path in (spool / "jobsdone").glob("*@result"):
+            try:
+                rec = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            key = (rec["state"], rec["run_id"], rec["attempt"])
+            name = rec["name"]
+            if name in finals:
+                assert finals[name] == key, f"the final result of {name} changed: {finals[name]} -> {key}"
+            finals[name] = key
+
+    def keep_drivers_running() -> None:
+        for host in ("h1", "h2", "h3"):
+            proc = drivers.get(host)
+            if proc is None or proc.poll() is not None:
+                drivers[host] = start_driver(spool, "--host", host, "--slots", "2", "-q")
+
+    spool_some(20)
+    kills = 0
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            keep_drivers_running()
+            time.sleep(rng.uniform(0.05, 0.6))
+            victim = drivers[rng.choice(sorted(drivers))]
+            if victim.poll() is None:
+                victim.kill()
+                victim.wait()
+                kills += 1
+            if rng.random() < 0.5:
+                spool_some(rng.randint(1, 4))
+            watch_results()
+    finally:
+        for proc in drivers.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in drivers.values():
+            proc.wait(60)
+    for host in ("h1", "h2", "h3"):  # each host recovers its own claims
+        assert drain(spool, "--host", host).returncode == 0
+    watch_results()
+    settle(spool)
+    watch_results()
+    starts: dict[str, int] = {}
+    for words in ledger_lines(ledger):
+        if words[1] == "start":
+            starts[words[0]] = starts.get(words[0], 0) + 1
+    twice = {name: count for name, count in starts.items() if count > 1}
+    assert not twice, f"run more than once: {twice}"
+    lost = [name for name in names if name not in finals]
+    assert not lost, f"lost: {lost}"
+    for name in names:
+        assert finals[name][0] == "done", (name, finals[name])
+    assert kills >= 10
+    reruns = [line for line in log_lines(spool) if " recovered " in line and "rerun" in line]
+    assert not reruns, reruns  # only the drivers died: every monitor kept its job's end
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root to mount a small tmpfs as a full disk")
+def test_a_full_disk_starts_nothing_and_loses_nothing(world_tmp, workdir, monkeypatch):
+    mnt = world_tmp / "disk"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        os.chmod(mnt, 0o755)
+        from conftest import init_spool_at
+
+        spool = init_spool_at(mnt / "spool")
+        monkeypatch.setenv("ONITE_SPOOL", str(spool))
+        ledger = workdir / "ledger"
+        for i in range(20):
+            submit(f"j{i:02d}", f"echo 'j{i:02d} start' >> {ledger}\n", spool=spool)
+        filler = mnt / "filler"
+        with open(filler, "wb") as handle:
+            try:
+                while True:
+                    handle.write(b"\0" * 65536)
+                    handle.flush()
+            except OSError:
+                pass
+        proc = drain(spool)
+        assert proc.returncode == 4, proc.stderr
+        assert b"cannot record" in proc.stderr, proc.stderr
+        assert not ledger.exists() or not ledger.read_text()  # nothing ran
+        assert len([p for p in (spool / "jobs" / "P4").iterdir() if not p.name.startswith(".")]) == 20
+        filler.unlink()
+        settle(spool)
+        assert runs_of(ledger) == {f"j{i:02d}": 1 for i in range(20)}
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_status_and_reload_signals_never_kill_a_driver_starting_or_ending(spool, workdir):
+    """USR1 and HUP sent as soon as the driver's pid can be read (its lock), and on until it has
+    exited: it logs a status line and reloads; it never dies of them."""
+    lock = spool / f"driver.{HOST}.lock"
+    for attempt in range(3):
+        submit(f"quick{attempt}", "true\n")
+        proc = start_driver(spool, "-q")
+        sent = 0
+        while proc.poll() is None and sent < 400:
+            try:
+                text = lock.read_text()
+            except OSError:
+                text = ""
+            if f"pid={proc.pid}" in text:
+                for sig in (signal.SIGUSR1, signal.SIGHUP):
+                    try:
+                        os.kill(proc.pid, sig)
+                        sent += 1
+                    except ProcessLookupError:
+                        break
+                time.sleep(0.002)
+        assert proc.wait(30) == 0, (sent, proc.stderr.read() if proc.stderr else "")
+        assert sent, "no signal was sent while it ran"
+        assert result(spool, f"quick{attempt}")["state"] == "done"
+
+
+def test_a_detached_driver_survives_signals_sent_at_once(spool, workdir):
+    submit("detached", f"touch {workdir}/ran\n")
+    r = run_cli(["run", "--detach"])
+    assert r.code == 0, r
+    pid = int(r.out.split("pid ")[1].split(")")[0])
+    for _ in range(20):
+        for sig in (signal.SIGUSR1, signal.SIGHUP):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    wait_for((workdir / "ran").exists, what="the detached driver to run the job")
+    wait_for(lambda: any(" driver-exit " in line for line in log_lines(spool)), what="the driver to exit")
+    assert result(spool, "detached")["state"] == "done"
