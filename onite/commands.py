@@ -399,6 +399,12 @@ def detach_driver(target, slots, until, host, scheduled: bool = False) -> tuple[
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=write_fd,
                                  start_new_session=True, close_fds=True, env=env)
+    except OSError as err:
+        os.close(read_fd)
+        from onite.errors import SpoolError
+
+        raise SpoolError(f"cannot start the background driver ({sys.executable}): {err.strerror}",
+                         "run onite run without --detach") from None
     finally:
         os.close(write_fd)
     host_name = host or default_host(target.config)

@@ -18,9 +18,7 @@ spool's top folder, so the record cannot be forged by users.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -85,6 +83,8 @@ def read_records(root: Path) -> list[CronRecord]:
         return []
     for name in names:
         if name.startswith(PREFIX) and name.endswith(SUFFIX) and is_valid_name(name[len(PREFIX):-len(SUFFIX)]):
+            import json
+
             try:
                 fd = os.open(Path(root) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
                 try:
@@ -92,7 +92,7 @@ def read_records(root: Path) -> list[CronRecord]:
                 finally:
                     os.close(fd)
                 record = CronRecord.from_json(json.loads(data))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 continue
             if record is not None and record.host == name[len(PREFIX):-len(SUFFIX)]:
                 found.append(record)
@@ -158,6 +158,8 @@ def read_crontab() -> str:
     Raises:
         SpoolError: there is no crontab command, or it failed.
     """
+    import subprocess
+
     try:
         proc = subprocess.run(["crontab", "-l"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
     except FileNotFoundError:
@@ -180,6 +182,8 @@ def write_crontab(text: str) -> None:
     Raises:
         SpoolError: crontab refused it.
     """
+    import subprocess
+
     try:
         proc = subprocess.run(["crontab", "-"], input=text.encode("utf-8", "surrogateescape"), capture_output=True,
                               timeout=60)
@@ -253,6 +257,8 @@ def uninstall(spool, host: str) -> Installed:
     current = read_crontab()
     kept, found = without_block(current, spool.root)
     if found:
+        while kept and not kept[-1].strip():
+            kept.pop()  # the empty line install put before the block
         write_crontab("\n".join(kept) + "\n" if kept else "")
     try:
         os.unlink(record_path(spool.root, host))

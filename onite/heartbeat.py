@@ -21,7 +21,6 @@ a heartbeat; every field is still range-checked on reading.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -177,9 +176,11 @@ def _read_path(path: Path) -> Beat | None:
         return None
     finally:
         os.close(fd)
+    import json
+
     try:
         return Beat.from_json(json.loads(data))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
