@@ -327,20 +327,19 @@ for top, dirs, files in os.walk(sys.argv[1]):
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             continue
-        for how in (fcntl.LOCK_EX, fcntl.LOCK_SH):
-            try:
-                fcntl.flock(fd, how | fcntl.LOCK_NB)
-                held.append(path)
-                break
-            except OSError:
-                continue
+        try:
+            fcntl.flock(fd, getattr(fcntl, sys.argv[3]) | fcntl.LOCK_NB)
+            held.append(path)
+        except OSError:
+            continue
 open(sys.argv[2], "w").write("\\n".join(held))
 time.sleep(600)
 """
 
 
 @needs_root
-def test_nobody_holding_every_lock_it_can_open_stops_nothing(spool, workdir):
+@pytest.mark.parametrize("how", ["LOCK_SH", "LOCK_EX"])
+def test_nobody_holding_every_lock_it_can_open_stops_nothing(spool, workdir, how):
     set_config(spool, check_lock=True)
     # a spool drained before (lock files, heartbeat, recur.state exist), with the top-level lock of old onites
     drain(spool)
@@ -355,7 +354,7 @@ def test_nobody_holding_every_lock_it_can_open_stops_nothing(spool, workdir):
             os.setgroups([])
             os.setgid(nobody().pw_gid)
             os.setuid(nobody().pw_uid)
-            sys.argv = ["holder", str(spool), str(held_list)]
+            sys.argv = ["holder", str(spool), str(held_list), how]
             exec(HOLDER, {})
         finally:
             os._exit(1)
