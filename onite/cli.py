@@ -26,9 +26,21 @@ app = typer.Typer(
     help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
 )
 
-SpoolOpt = Annotated[Optional[str], typer.Option("--spool", metavar="DIR", help="Spool directory (default: $ONITE_SPOOL, "
-                                                 "/var/spool/onite for root, else ~/.local/state/onite).",
-                                                 show_default=False)]
+
+
+def _spool_help() -> str:
+    """--spool's help, saying which spool is in use now and why (computed once, when the help is built)."""
+    text = ("Spool directory (default: $ONITE_SPOOL, else the system spool /var/spool/onite (spool in "
+            "/etc/onite.toml) for root, and for everyone once root has set it up, else ~/.local/state/onite).")
+    try:
+        from onite import spool as sp
+
+        return f"{text} In use now: {sp.locate(None, os.environ, os.geteuid()).describe()}."
+    except Exception:  # noqa: BLE001 - help must never fail; a bad /etc/onite.toml is said by the commands
+        return text
+
+
+SpoolOpt = Annotated[Optional[str], typer.Option("--spool", metavar="DIR", help=_spool_help(), show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
 StderrOpt = Annotated[Optional[bool], typer.Option("--stderr-separate/--stderr-merged", show_default=False,
                                                    help="Keep stderr apart from stdout (read it with onite output "
@@ -111,6 +123,7 @@ def init(
     from onite import spool as sp
 
     where = locate(spool)
+    sp.check_may_init(where, os.geteuid())
     report = sp.init_spool(where.path, priorities, system=os.geteuid() == 0)
     kind = "system spool (multi-user modes)" if os.geteuid() == 0 else "personal spool"
     made = ", ".join(report.created) if report.created else "nothing new"
@@ -138,16 +151,18 @@ def submit(
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Do not say on stderr what was spooled and when it "
+                                        "is expected to run.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """Spool the job text on stdin, with your environment, directory and umask."""
+    """Spool the job text on stdin, with your environment, directory and umask; say on stderr when it is expected to run."""
     # onite.fastcli runs well-formed submits without typer: keep the two in step (tests/test_fastcli.py)
     from onite.submit import SubmitRequest
 
     request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
                             timeout=timeout, retries=retries, host=host, hold=hold, unique=unique,
                             stderr_separate=stderr_separate, notify=notify, notify_on=notify_on)
-    said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines)
+    said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines, quiet=quiet)
     if said is not None:
         print(said)
 
@@ -324,9 +339,14 @@ def daemon(
     slots: Annotated[Optional[int], typer.Option("--slots", metavar="N", min=1, max=4096, help="Jobs at once (default: slots in onite.toml).")] = None,
     until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM", help="Start no job at or after this time (HH:MM; default: until in onite.toml).")] = None,
     host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    wake: Annotated[bool, typer.Option("--wake", help="Do not start a daemon: tell the one running for this host "
+                                       "to drain now (root).")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
+    if wake:
+        print(commands.wake_daemon(spool or _GLOBAL["spool"], host))
+        return
     raise typer.Exit(commands.run_daemon(spool or _GLOBAL["spool"], drain_now=drain_now, slots=slots, until=until,
                                          host=host))
 
@@ -471,9 +491,15 @@ def log(
 
 
 @app.command()
-def cron(spool: SpoolOpt = None) -> None:
-    """Print root crontab lines that start the driver at the times in `schedule`."""
-    print(commands.cron_lines(spool or _GLOBAL["spool"]), end="")
+def cron(
+    install: Annotated[bool, typer.Option("--install", help="Write them into your crontab (root's, for the system "
+                                          "spool) as a marked block, replacing an earlier one, and record that "
+                                          "drains are scheduled.")] = False,
+    uninstall: Annotated[bool, typer.Option("--uninstall", help="Remove that block and the record.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Print root crontab lines that start the driver at the times in `schedule` (--install: install them)."""
+    print(commands.cron_command(spool or _GLOBAL["spool"], install=install, uninstall=uninstall), end="")
 
 
 @app.command()

@@ -33,6 +33,7 @@ def open_spool(spool: str | None):
 
     where = sp.locate(spool, os.environ, os.geteuid())
     target = sp.Spool(where.path)
+    target.location = where
     if where.personal_default and not target.exists():
         sp.init_spool(where.path, None, system=False)
     target.check()
@@ -75,21 +76,22 @@ def read_job_text(limit: int) -> bytes:
     return body
 
 
-def submit_stdin(request, spool: str | None) -> str:
-    """``onite submit NAME``: spool the text on stdin as one job; return its final name."""
+def submit_stdin(request, spool: str | None):
+    """``onite submit NAME``: spool the text on stdin as one job; return the spool and the Job as spooled."""
     from dataclasses import replace
 
     from onite import identity
-    from onite.submit import capture, submit
+    from onite.submit import capture, spool_job
 
     target = open_spool(spool)
     body = read_job_text(target.config.max_job_size)
     captured = capture(now())
-    return submit(target, replace(request, body=body), captured, identity.current())
+    return target, spool_job(target, replace(request, body=body), captured, identity.current())
 
 
-def submit_lines(request, spool: str | None) -> list[str]:
-    """``onite submit NAME --lines``: each non-empty line of stdin is a job, NAME-00001, NAME-00002, …
+def submit_lines(request, spool: str | None):
+    """``onite submit NAME --lines``: each non-empty line of stdin is a job, NAME-00001, NAME-00002, …;
+    return the spool and the jobs' names.
 
     The numbers have five digits, more if there are more lines, so that the
     names sort in the order of the lines; a job's text is its line and a
@@ -121,18 +123,42 @@ def submit_lines(request, spool: str | None) -> list[str]:
                            f"use at most {room} characters before -{'0' * width}")
     requests = [replace(request, name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
                 for i, line in enumerate(lines, 1)]
-    return submit_many(target, requests, capture(now()), identity.current())
+    return target, submit_many(target, requests, capture(now()), identity.current())
 
 
-def submit_command(request, spool: str | None, *, lines: bool) -> str | None:
+def submit_command(request, spool: str | None, *, lines: bool, quiet: bool = False) -> str | None:
     """``onite submit`` once parsed, by either path (onite.cli, onite.fastcli): spool the job (or,
-    with ``lines``, the jobs) and return the line to print, if any."""
+    with ``lines``, the jobs), say on stderr what was spooled and when it is expected to run (unless
+    ``quiet``), and return the line to print on stdout, if any."""
+    from onite.submit import confirmation
+
+    when = now()
     if lines:
-        names = submit_lines(request, spool)
+        target, names = submit_lines(request, spool)
+        if not quiet:
+            from dataclasses import replace
+
+            from onite.submit import build_job, capture
+
+            job = build_job(replace(request, name=names[0], body=b"-", unique=False), capture(when), target.config)
+            _say(confirmation(target, names, job, held=request.hold, now=when))
         return f"spooled 1 job: {names[0]}" if len(names) == 1 else \
             f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
-    final = submit_stdin(request, spool)
-    return final if request.unique else None
+    target, job = submit_stdin(request, spool)
+    if not quiet:
+        _say(confirmation(target, [job.name], job, held=request.hold, now=when))
+    return job.name if request.unique else None
+
+
+def _say(line: str) -> None:
+    """A line for the person at the keyboard, on stderr (stdout is for scripts)."""
+    from onite.safetext import printable
+
+    try:
+        print(printable(line), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
 
 def find(name: str, spool: str | None) -> bool:
     """``onite find NAME``: is a job of that name queued or running?"""
@@ -217,6 +243,43 @@ def cron_lines(spool: str | None) -> str:
     return crontab_lines(target.root, target.config.schedule, command_prefix())
 
 
+def cron_command(spool: str | None, *, install: bool = False, uninstall: bool = False) -> str:
+    """``onite cron [--install | --uninstall]``: the lines, or install or remove them (onite.crontab); the text to print.
+
+    Raises:
+        InvalidInput: both options, or a bad schedule. Refused: the spool is root's and this is not root.
+        SpoolError: no spool there, or crontab failed.
+    """
+    if install and uninstall:
+        raise InvalidInput("--install and --uninstall together", "give one of them")
+    if not install and not uninstall:
+        return cron_lines(spool)
+    from onite import crontab
+    from onite.config import default_host
+    from onite.nextdrain import cron_daemon_running, when_text
+
+    target = open_spool(spool)
+    host = default_host(target.config)
+    if install:
+        done = crontab.install(target, host, command_prefix(), now())
+        lines = [f"{'replaced' if done.replaced else 'installed'} the cron entry of {target.root} in your crontab:",
+                 *(f"  {entry}" for entry in done.entries)]
+        if done.next_drain is not None:
+            lines.append(f"next drain {when_text(done.next_drain, now())} by cron on host {host}; "
+                         "onite status and onite submit tell every user so")
+        if not cron_daemon_running():
+            lines.append("warning: no cron daemon runs on this machine: nothing starts these entries until one does")
+    else:
+        done = crontab.uninstall(target, host)
+        lines = [f"removed the cron entry of {target.root} from your crontab" if done.replaced
+                 else f"your crontab had no cron entry of {target.root} (onite cron --install writes one)"]
+    if done.strays:
+        lines.append(f"note: {len(done.strays)} other line(s) of your crontab also start a driver of this spool "
+                     "(remove them with crontab -e):")
+        lines.extend(f"  {line}" for line in done.strays)
+    return "\n".join(lines) + "\n"
+
+
 def command_prefix() -> str:
     """How this onite was started, as a command a crontab can run (cron has a short PATH, hence
     absolute paths).
@@ -259,6 +322,34 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
     return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=sys.stderr).run()
 
 
+def wake_daemon(spool: str | None, host: str | None) -> str:
+    """``onite daemon --wake``: tell this host's daemon to drain now; the line to print.
+
+    Raises:
+        NotFound: no daemon is alive for that host. Refused: this user may not (the spool is root's).
+        InvalidInput: a bad host name. SpoolError: the request could not be left.
+    """
+    from onite import heartbeat as hb
+    from onite.config import default_host
+    from onite.daemon import request_wake
+    from onite.errors import NotFound, SpoolError
+    from onite.names import check_name
+
+    if host:
+        check_name(host, what="host name")
+    target = open_spool(spool)
+    host = host or default_host(target.config)
+    beat = hb.read(target.root, host)
+    if beat is None or beat.role != "daemon" or not hb.is_alive(beat, now()):
+        raise NotFound(f"no onite daemon runs for host {host}",
+                       "start one (systemctl start onite, or onite daemon), or drain now: onite run")
+    if beat.state == "draining":
+        return f"the daemon of host {host} (pid {beat.pid}) is draining already"
+    if not request_wake(target, host, beat):
+        raise SpoolError(f"cannot leave the request in {target.root / 'locks'}", "check the spool: onite init")
+    return f"told the daemon of host {host} (pid {beat.pid}) to drain now; onite status and onite log follow it"
+
+
 def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = None, until: str | None = None,
                host: str | None = None, verbose: bool = False, quiet: bool = False, scheduled: bool = False) -> int:
     """``onite run``: drain the queue now (or start a driver in the background); the exit code.
@@ -268,9 +359,9 @@ def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = N
     """
     target, until_time = driver_target(spool, until, host)
     if detach:
-        pid = detach_driver(target, slots, until, host, scheduled)
-        print(f"driver started in the background (pid {pid}); it logs to {target.log_path}")
-        return 0
+        code, text = detach_driver(target, slots, until, host, scheduled)
+        print(text)
+        return code
     from onite.driver import Driver
     from onite.progress import LINES, LIVE, choose_mode
 
@@ -311,15 +402,32 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
+DETACH_LOOK = 1.0  # seconds `run --detach` watches its background driver before it says what that did
+
+
+def detach_driver(target, slots, until, host, scheduled: bool = False) -> tuple[int, str]:
+    """Start ``onite run`` in the background, immune to hang-up, and watch it for DETACH_LOOK seconds:
+    return the exit code and a line saying what it did (draining; busy or nothing to do, in the log's
+    words; refused, with its error and exit code).
+    """
+    import select
     import subprocess
+    import time
+
+    from onite import heartbeat as hb
+    from onite.config import default_host
 
     argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
     argv += ["--slots", str(slots)] if slots else []
     argv += ["--until", until] if until else []
     argv += ["--host", host] if host else []
     argv += ["--scheduled"] if scheduled else []
-    argv += ["--quiet"]  # it logs to onite.log; its stderr is /dev/null
+    argv += ["--quiet"]  # it logs to onite.log; its stderr says only why it could not start
+    env = dict(os.environ)
+    by = hb.started_by("run")
+    if by in ("cron", "timer", "hand", "systemd"):
+        env["ONITE_STARTED_BY"] = by  # the background driver's parent is this process, soon gone
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     import signal
 
     from onite.driver import SignalCatcher
@@ -328,11 +436,71 @@ def detach_driver(target, slots, until, host, scheduled: bool = False) -> int:
     # HUP sent before it has installed its handlers waits for them instead of killing it.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SignalCatcher.SIGNALS)
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=write_fd,
+                                 start_new_session=True, close_fds=True, env=env)
+    except OSError as err:
+        os.close(read_fd)
+        from onite.errors import SpoolError
+
+        raise SpoolError(f"cannot start the background driver ({sys.executable}): {err.strerror}",
+                         "run onite run without --detach") from None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    return child.pid
+        os.close(write_fd)
+    host_name = host or default_host(target.config)
+    said, started, code = b"", False, None
+    deadline = time.monotonic() + DETACH_LOOK
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            code = child.poll()
+            if code is not None:
+                break
+            beat = hb.read(target.root, host_name)
+            if beat is not None and beat.pid == child.pid and beat.state == "draining":
+                started = True
+                break
+            if select.select([read_fd], [], [], min(left, 0.05))[0]:
+                chunk = os.read(read_fd, 4096)
+                said += chunk
+                if not chunk:  # it closed stderr: it is exiting
+                    code = child.wait(max(deadline - time.monotonic(), 0.01))
+                    break
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        os.close(read_fd)
+    pid = child.pid
+    running = f"driver started in the background (pid {pid})"
+    if started:
+        return 0, f"{running}: draining; it logs to {target.log_path}"
+    if code is None:
+        return 0, f"{running}; it logs to {target.log_path}"
+    if code != 0:
+        error = said.decode("utf-8", "replace").strip().splitlines()
+        reason = error[-1].removeprefix("onite: ") if error else f"exit {code}"
+        return code, f"the background driver (pid {pid}) did not drain: {reason}"
+    return 0, f"the background driver (pid {pid}) {_what_it_did(target, pid)}"
+
+
+def _what_it_did(target, pid: int) -> str:
+    """What the driver ``pid`` that ended logged: why it did nothing, or how its drain went."""
+    from onite.log import parse_line, tail
+    from onite.progress import IDLE_EVENTS, idle_reason
+    from onite.safetext import printable
+
+    events = [e for e in map(parse_line, tail(target.log_path, 200)) if e is not None and e["pid"] == pid]
+    for event in events:  # why it did nothing comes before its driver-exit line
+        fields = event["fields"]
+        if event["event"] == "drain-handed":
+            return f"handed the drain over: {printable(idle_reason('drain-handed', fields))}"
+        if event["event"] in IDLE_EVENTS:
+            return f"did nothing: {printable(idle_reason(event['event'], fields))}"
+    for event in events:
+        fields = event["fields"]
+        if event["event"] == "driver-exit":
+            return (f"drained: {fields.get('done', '0')} done, {fields.get('failed', '0')} failed, "
+                    f"{fields.get('cancelled', '0')} cancelled, {fields.get('left', '0')} left queued")
+    return f"ended at once; see onite log ({target.log_path})"
 
 
 def wait_command(names: list[str], timeout: str | None, spool: str | None, *, as_json: bool = False) -> int:

@@ -33,6 +33,7 @@ class CancelReport:
     name: str
     action: str  # "cancelled", "requested"
     detail: str = ""
+    waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
 
 
 def can_file(spool: sp.Spool) -> bool:
@@ -67,6 +68,10 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
     if running:
         request_cancel(spool, name)
         host = running[0].host
+        if not driver_alive(spool, host):
+            return CancelReport(name, "requested", f"running on {host}, but no driver is alive there (it died): the "
+                                f"job is stopped when a driver next starts on {host} — root can start one now: onite "
+                                f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)
         return CancelReport(name, "requested", f"running on {host}; its driver stops it within a second")
     for entry in queued:
         if entry.uid == caller_uid or caller_uid == 0:
@@ -95,7 +100,7 @@ def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
     import time
 
     name = report.name
-    if not sp.find_running(spool, name):
+    if not report.waitable or not sp.find_running(spool, name):
         return report
     deadline = time.monotonic() + 5 + spool.config.kill_grace.total_seconds()
     while time.monotonic() < deadline:
@@ -107,6 +112,13 @@ def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
             return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
         time.sleep(0.1)
     return report
+
+
+def driver_alive(spool: sp.Spool, host: str) -> bool:
+    """Is a driver of ``host`` alive (its heartbeat, onite.heartbeat), to act on a cancel request?"""
+    from onite.locks import held_locks
+
+    return any(lock.host == host for lock in held_locks(spool.root))
 
 
 def cancellable(spool: sp.Spool, caller_uid: int) -> list:

@@ -1,10 +1,17 @@
 """``onite daemon``: the driver for machines without cron, one long-running process per host.
 
-It holds this host's driver lock (driver.HOST.lock) for its whole life, so a
-cron ``onite run`` meanwhile logs "busy" and exits 0. It sleeps, and wakes:
+It holds this host's driver lock (locks/driver.HOST.lock) for its whole life,
+and keeps its heartbeat (driver.HOST.state, onite.heartbeat: role daemon,
+``idle`` or ``draining``, the next scheduled drain) fresh, so users can see
+it runs and when it drains next. A cron ``onite run`` meanwhile logs "busy"
+and exits 0, unless the daemon is idle: then ``onite run`` (and ``onite
+daemon --wake``) hands the drain to it (``request_wake``). It sleeps, and wakes:
 
 - at each time of ``schedule`` (onite.toml): a full drain with the existing
   Driver, honouring ``until``, exactly as ``onite run`` would;
+- when told to drain now (``request_wake``: the file locks/wake.HOST, which
+  only root may write, and a USR2 to cut the sleep short): a full drain, at
+  once; during a drain of timed jobs, that drain widens to every job;
 - when a queued job's not-before time comes (``submit --at``, a retry's
   back-off), or a recurring job fires (it spools the instance first): a drain
   that runs ONLY jobs carrying a not-before time that has come. Untimed jobs
@@ -41,6 +48,7 @@ from datetime import datetime, time as dtime, timedelta
 from onite import spool as sp
 from onite.config import default_host
 from onite.driver import Driver, SignalCatcher, lock_descriptor, take_host_lock
+from onite.heartbeat import Beat, Heartbeat
 from onite.errors import InvalidInput, OniteError, Refused
 from onite.log import ActivityLog
 from onite.schedule import validate_schedule
@@ -81,6 +89,7 @@ class Daemon:
         self._wakeup_fd = -1
         self._lock_fd: int | None = None
         self.started_at = self.now()
+        self.heartbeat: Heartbeat | None = None
 
     @staticmethod
     def now() -> datetime:
@@ -113,31 +122,42 @@ class Daemon:
                 return 0
             self._lock_fd = lock_descriptor(lock)
             try:
+                self.heartbeat = Heartbeat(self.spool.root, self.host, "daemon", log=self.log)
                 self._main()
             finally:
-                lock.release()
-                self.log.event("daemon-exit", host=self.host)
-                self.log.close()
+                try:
+                    if self.heartbeat is not None:
+                        self.heartbeat.close()
+                finally:
+                    lock.release()
+                    self.log.event("daemon-exit", host=self.host)
+                    self.log.close()
         return 0
 
     def _lock(self):
-        """This host's driver lock; wait while a plain driver holds it, refuse a second daemon."""
-        from onite.locks import lock_owner
+        """This host's driver lock; wait while a plain driver holds it, refuse a second daemon.
 
-        path = self.spool.lock_path(self.host)
+        Raises:
+            Refused: another daemon runs for this host (its heartbeat says so).
+        """
+        from onite import heartbeat as hb
+
         holder = f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=daemon"
         announced = False
         while True:
-            lock = take_host_lock(path, holder)
+            lock = take_host_lock(self.spool, self.host, holder)
             if lock is not None:
                 return lock
-            owner = lock_owner(path)
-            if "role=daemon" in owner:
-                raise Refused(f"an onite daemon already runs for host {self.host} ({owner})",
+            beat = hb.read(self.spool.root, self.host)
+            alive = beat is not None and hb.is_alive(beat, self.now())
+            if alive and beat.role == "daemon":
+                raise Refused(f"an onite daemon already runs for host {self.host} (pid {beat.pid}, since "
+                              f"{beat.since:%Y-%m-%d %H:%M})",
                               "stop it first (systemctl stop onite), or give this one another --host")
             if not announced:
                 announced = True
-                self.log.event("daemon-waiting", host=self.host, holder=owner or "?",
+                self.log.event("daemon-waiting", host=self.host, pid=beat.pid if alive else None,
+                               started_by=beat.started_by if alive else None,
                                note="a driver is draining this spool on this host; starting when it is done")
             self._sleep(LOCK_RETRY)
             self._handle_signals()
@@ -166,6 +186,11 @@ class Daemon:
             now = self.now()
             if self._scheduled(now):
                 continue
+            if self._take_wake():
+                self.log.event("drain-now", note="told to drain now (onite run, or onite daemon --wake)")
+                self._drain(only_timed=False)
+                continue
+            self.heartbeat.tick()
             self._spool_recurring(now)
             self.watch.refresh()
             due = self.watch.next_due(self.timed_mark)
@@ -183,6 +208,8 @@ class Daemon:
         from onite.schedule import next_drain
 
         self.next_scheduled = next_drain(self.schedule, self.last) if self.schedule else None
+        if self.heartbeat is not None:
+            self.heartbeat.beat(next_drain=self.next_scheduled, next_by="daemon" if self.next_scheduled else None)
 
     def _scheduled(self, now: datetime) -> bool:
         """Handle a schedule time that has come: drain (True), or log a missed night."""
@@ -233,11 +260,13 @@ class Daemon:
         self._pending_fire = None
         driver = Driver(self.spool, host=self.host, slots=self.slots, until=self._until_override, echo=self.echo,
                         only_timed=only_timed, linger=False, tick=self._tick, signals=self.signals,
-                        lock_fd=self._lock_fd)
+                        lock_fd=self._lock_fd, heartbeat=self.heartbeat)
+        self.heartbeat.beat(state="draining")
         try:
             self._spool_recurring(self.timed_mark)
             driver.drain()
         finally:
+            self.heartbeat.beat(state="idle")
             driver.log.close()
             self.log.close()  # reopened at its next line: a HUP during the drain may mean logrotate
         self._after_reload()
@@ -253,6 +282,9 @@ class Daemon:
         a schedule time comes. Returns when it next has something to do.
         """
         self._spool_recurring(now)
+        if driver.only_timed and self._take_wake():
+            self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
+            driver.open_window(now)
         if driver.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
             self._sync_schedule()
             step = self._due(now)
@@ -335,6 +367,19 @@ class Daemon:
             return
         self._plan_next()
 
+    # ---- being told to drain now -------------------------------------------------------
+
+    def _take_wake(self) -> bool:
+        """Was this daemon told to drain now (the file locks/wake.HOST)? Takes the request."""
+        try:
+            os.unlink(wake_path(self.spool, self.host))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            self.log.event("warning", error=f"cannot take the wake request: {err.strerror}")
+            return False
+
     # ---- the state file --------------------------------------------------------------
 
     def _load_state(self) -> datetime | None:
@@ -363,3 +408,36 @@ class Daemon:
             sp.replace_file(self.state_path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
         except OniteError as err:
             self.log.event("warning", error=str(err), note="the daemon state was not saved")
+
+
+def wake_path(spool: sp.Spool, host: str):
+    """``locks/wake.HOST``: the request that HOST's daemon drain now (only the spool's owner may write it)."""
+    from onite.locks import locks_dir
+
+    return locks_dir(spool.root) / f"wake.{host}"
+
+
+def request_wake(spool: sp.Spool, host: str, beat: Beat) -> bool:
+    """Tell HOST's daemon (its heartbeat ``beat``) to drain now: leave the request, then cut its sleep
+    short with USR2 if it runs on this machine. False if the request cannot be left.
+
+    Raises:
+        Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (onite.locks).
+    """
+    from onite.heartbeat import process_start_ticks
+    from onite.locks import ensure_dir
+
+    ensure_dir(spool.root)
+    try:
+        fd = os.open(wake_path(spool, host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+    except OSError:
+        return False
+    same_process = beat.machine == os.uname().nodename and (
+        beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks)
+    if same_process:
+        try:
+            os.kill(beat.pid, signal.SIGUSR2)
+        except OSError:
+            pass  # it polls for the request every few seconds anyway
+    return True

@@ -1,8 +1,11 @@
 """The driver (``onite run``): lock, recover, then drain the queue in order, up to ``slots`` at once.
 
-One driver per host holds ``driver.HOST.lock`` (flock) for its whole life; a
-second one logs that and exits 0. At start it recovers what a dead driver of
-the same host left in running/HOST/. Then it loops:
+One driver per host holds ``locks/driver.HOST.lock`` (flock; a folder only
+root may enter, so no user can hold it: onite.locks) for its whole life and
+says so in its world-readable heartbeat ``driver.HOST.state`` (onite.heartbeat:
+pid, who started it, when the next drain is due); a second one logs that and
+exits 0, or hands the drain to the host's daemon if it is idle. At start it
+recovers what a dead driver of the same host left in running/HOST/. Then it loops:
 
     reap finished jobs → record them (or requeue a retry) → honour cancel
     requests → start the first eligible jobs in order while a slot is free →
@@ -11,7 +14,8 @@ the same host left in running/HOST/. Then it loops:
 
 The queue is re-read after every job, so a job spooled at a higher priority
 during the night runs next. The driver starts no job at or after the window
-end (``until``) and stops when nothing can run any more.
+end (``until``) and stops when nothing can run any more; ``onite run`` that
+started nothing logs why (``nothing-due``), in the words of ``onite status``.
 
 Signals: INT or TERM → start nothing new, let running jobs finish, exit 0; a
 second INT/TERM, or QUIT → kill the running jobs' process groups, put the
@@ -78,7 +82,7 @@ class Driver:
     def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, echo=None, runner=None, only_timed: bool = False,
                  linger: bool = True, tick=None, signals: list[int] | None = None, listener=None,
-                 lock_fd: int | None = None) -> None:
+                 lock_fd: int | None = None, heartbeat=None) -> None:
         """``only_timed``: start only jobs that carry a not-before time that has come (the
         daemon's wakes for ``--at`` times and recurring instances). ``linger=False``: when
         nothing runs and nothing can start, return instead of waiting for a not-before
@@ -87,6 +91,8 @@ class Driver:
         the list caught signals go to (the daemon shares its own, so none is lost in between).
         ``listener``: told of every logged event as data (onite.log.ActivityLog; the live progress).
         ``lock_fd``: the descriptor of this host's driver lock when the caller holds it (the daemon).
+        ``heartbeat``: the lock holder's onite.heartbeat.Heartbeat, kept fresh on every turn (the
+        daemon passes its own; ``run()`` makes one).
         """
         self.spool = spool
         self.config: Config = spool.config
@@ -125,6 +131,7 @@ class Driver:
         self.only_timed = only_timed
         self.linger = linger
         self.tick = tick
+        self.heartbeat = heartbeat
         self._tick_at: datetime | None = None
         self.started_at = self.now()
         self.window_end = window_end(self.started_at, self.until)
@@ -192,19 +199,42 @@ class Driver:
         # heartbeat) and until it has let go of the lock: a USR1 or HUP never kills it.
         with SignalCatcher(self._signals) as wakeup_fd:
             self._wakeup_fd = wakeup_fd
-            lock = self._take_lock()
+            lock = self._take_lock(hand_over=not scheduled)
             if lock is None:
                 return 0
             self.lock_fd = lock_descriptor(lock)
             try:
+                self._start_heartbeat()
                 self.spool_recurring()
                 if scheduled and not self._inside_scheduled_window():
                     return 0
-                self.drain()
+                self.drain(explain=True)
             finally:
-                lock.release()
-                self.log.close()
+                try:
+                    if self.heartbeat is not None:
+                        self.heartbeat.close()
+                finally:
+                    lock.release()
+                    self.log.close()
         return EXIT_FAILURE if self._cannot_record else 0
+
+    def _start_heartbeat(self) -> None:
+        """Tell everyone this driver is alive, who started it and when the next drain is due (onite.heartbeat)."""
+        from onite.heartbeat import Heartbeat
+
+        self.heartbeat = Heartbeat(self.spool.root, self.host, "run", log=self.log)
+        upcoming = None
+        try:
+            from onite.nextdrain import plan
+
+            upcoming = plan(self.spool, self.now(), host=self.host, exclude_pid=os.getpid()).next
+        except (OniteError, OSError, ValueError):
+            pass
+        self.heartbeat.beat(next_drain=upcoming.when if upcoming else None, next_by=upcoming.by if upcoming else None)
+        if self.heartbeat.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
+            from onite.crontab import refresh_record
+
+            refresh_record(self.spool.root, self.host, upcoming.when)
 
     def spool_recurring(self) -> list[str]:
         """Spool the instances of recurring jobs that are due (at most one per template)."""
@@ -231,8 +261,9 @@ class Driver:
             return False
         return True
 
-    def drain(self) -> None:
-        """Recover, run jobs until nothing can start, prune. The caller holds this host's lock."""
+    def drain(self, *, explain: bool = False) -> None:
+        """Recover, run jobs until nothing can start, prune. The caller holds this host's lock.
+        ``explain``: if nothing happened, log why (``nothing-due``: what is queued and why it waits)."""
         os.makedirs(self._running_dir, mode=0o755, exist_ok=True)
         self.log.event("driver-start", host=self.host, slots=self.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
@@ -245,6 +276,9 @@ class Driver:
             finally:
                 self.notifier.finish(stop=self._must_stop_now)
             self._prune()
+        if explain and not any(self.counts.values()) and not self._stopping and not self._window_closed \
+                and not self._cannot_record:
+            self._explain_idle()
         self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
                        cancelled=self.counts["cancelled"], left=len(self.index),
                        reason="stopped" if self._stopping else "window closed" if self._window_closed
@@ -260,15 +294,49 @@ class Driver:
         with SignalCatcher(self._signals) as wakeup_fd:
             yield wakeup_fd
 
-    def _take_lock(self):
-        path = self.spool.lock_path(self.host)
-        lock = take_host_lock(path, f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()}")
-        if lock is None:
-            from onite.locks import lock_owner
+    def _take_lock(self, *, hand_over: bool = False):
+        """This host's driver lock, or None: another driver holds it (logged, with who it is), or, with
+        ``hand_over``, an idle daemon holds it and was told to drain now (logged as ``drain-handed``).
 
-            self.log.event("driver-busy", host=self.host, holder=lock_owner(path) or "?",
-                           note="another driver is draining this spool on this host; exiting")
+        Raises:
+            Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.locks).
+        """
+        lock = take_host_lock(self.spool, self.host, f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()}")
+        if lock is None:
+            self._busy(hand_over)
         return lock
+
+    def _busy(self, hand_over: bool) -> None:
+        """Another process holds this host's lock: say which (its heartbeat), or hand the drain to an idle daemon."""
+        from onite import heartbeat as hb
+
+        beat = hb.read(self.spool.root, self.host)
+        if beat is None or not hb.is_alive(beat, self.now()):
+            self.log.event("driver-busy", host=self.host, holder="unknown (no heartbeat)",
+                           note="another driver is draining this spool on this host; exiting")
+            return
+        role = "daemon" if beat.role == "daemon" else "driver"
+        if hand_over and beat.role == "daemon" and beat.state == "idle":
+            from onite.daemon import request_wake
+
+            if request_wake(self.spool, self.host, beat):
+                self.log.event("drain-handed", host=self.host, daemon=beat.pid,
+                               note="the daemon of this host was idle: it drains now")
+                return
+        self.log.event("driver-busy", host=self.host, pid=beat.pid, role=role,
+                       since=beat.since.isoformat(timespec="seconds"), started_by=beat.started_by,
+                       state=beat.state if role == "daemon" else None,
+                       note="another driver is draining this spool on this host; exiting")
+
+    def _explain_idle(self) -> None:
+        """Nothing started and nothing was filed: log why, in status's words (onite.status.idle_summary)."""
+        from onite.status import idle_summary
+
+        try:
+            queued, note = idle_summary(self.spool, self.now(), euid=self.euid, host=self.host)
+        except OniteError as err:
+            queued, note = None, f"nothing was started (the queue could not be read: {err})"
+        self.log.event("nothing-due", queued=queued, note=note)
 
     # ---- hooks for onite daemon ------------------------------------------------------
 
@@ -293,6 +361,8 @@ class Driver:
             self._handle_signals()
             if self._hard_stop:
                 self._kill_all()
+            if self.heartbeat is not None:
+                self.heartbeat.tick()
             if self.tick is not None and not self._stopping:
                 self._tick_at = self.tick(self, self.now())
             self._reap()
@@ -1291,7 +1361,7 @@ class Driver:
         Raises:
             Refused: a driver of that host holds its lock (it is alive).
         """
-        lock = take_host_lock(self.spool.lock_path(self.host),
+        lock = take_host_lock(self.spool, self.host,
                               f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=recover")
         if lock is None:
             raise Refused(f"a driver for host {self.host} is running (it holds {self.spool.lock_path(self.host).name})",
@@ -1371,10 +1441,7 @@ def lock_descriptor(lock) -> int | None:
     """The descriptor on which ``take_host_lock``'s lock is held (each job's monitor keeps it open
     until it has recorded itself, so no other driver recovers its claim in between)."""
     fd = getattr(lock, "fd", None)
-    if fd is None:
-        context = getattr(lock, "_context", None)
-        fd = getattr(context, "lock_file_fd", None)
-    return fd if isinstance(fd, int) else None
+    return fd if isinstance(fd, int) and fd >= 0 else None
 
 
 def _group_alive(pgid: int) -> bool:
@@ -1385,59 +1452,26 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-class HostLock:
-    """A held driver lock: flock(2) on an open descriptor, dropped by the kernel when every
-    process holding the descriptor has closed it or died (never a file left behind)."""
+def take_host_lock(spool: sp.Spool, host: str, holder: str, timeout: float = 0.5):
+    """flock ``host``'s driver lock (in the spool's root-only locks/ folder, onite.locks) and write
+    ``holder`` into it; None if another process holds it after ``timeout`` seconds. The lock's
+    descriptor (``lock.fd``) survives fork() into each job's monitor (onite.monitor), which keeps it
+    until it has recorded itself.
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing our descriptor drops the flock (monitors closed theirs)
-            self.fd = None
-
-
-def take_host_lock(path: Path, holder: str, timeout: float = 0.5) -> HostLock | None:
-    """flock this host's driver lock and write ``holder`` into it; None if another process holds it.
-
-    fcntl.flock directly, not filelock: the descriptor must survive fork() into each job's monitor
-    (onite.monitor), which filelock's fork handling closes, and a file system without flock must be
-    an error, not a lock file that silently stands in for it.
+    Raises:
+        Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.locks).
     """
-    import fcntl
+    from onite import locks
 
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)  # a lock anyone can open, anyone can hold (a read-only descriptor suffices)
-    except OSError as err:
-        raise SpoolIOError(path, "opening the driver lock", err) from None
-    # A brief wait, not none: a probe holding the lock for a microsecond must not make a driver give up.
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return None
-            time.sleep(0.01)
-        except OSError as err:
-            os.close(fd)
-            raise SpoolIOError(path, "locking (the file system must support flock)", err) from None
-    try:  # say who holds it, for `onite status` and a second driver's log line
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{holder}\n".encode(), 0)
-    except OSError:
-        pass
-    return HostLock(fd)
+    locks.ensure_dir(spool.root)
+    return locks.take(spool.lock_path(host), timeout=timeout, holder=holder)
 
 
 class SignalCatcher:
     """Route INT, TERM, QUIT, HUP and USR1 into a list, and wake the driver's poll()."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1)
+    # USR2 only wakes the poll: it is how `onite run` and `onite daemon --wake` hand a drain to an idle daemon
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
     def __init__(self, sink: list[int]) -> None:
         self.sink = sink

@@ -22,7 +22,8 @@ _SUBMIT_VALUES = {"-p": "priority", "--priority": "priority", "--after": "after"
                   "--timeout": "timeout", "--retries": "retries", "--host": "host", "--spool": "spool",
                   "--notify": "notify", "--notify-on": "notify_on"}
 _SUBMIT_FLAGS = {"--urgent": "urgent", "--hold": "hold", "--unique": "unique", "--lines": "lines",
-                 "--stderr-separate": "stderr_separate", "--stderr-merged": "stderr_merged"}
+                 "--stderr-separate": "stderr_separate", "--stderr-merged": "stderr_merged", "-q": "quiet",
+                 "--quiet": "quiet"}
 
 
 def run(args: list[str]) -> int | None:
@@ -119,7 +120,8 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
                             unique=options.get("unique", False),
                             stderr_separate=True if separate else False if merged else None,
                             notify=options.get("notify"), notify_on=options.get("notify_on"))
-    said = commands.submit_command(request, options.get("spool") or global_spool, lines=options.get("lines", False))
+    said = commands.submit_command(request, options.get("spool") or global_spool, lines=options.get("lines", False),
+                                   quiet=options.get("quiet", False))
     if said is not None:
         print(said)
     return 0

@@ -20,7 +20,6 @@ write), so users cannot forge it. Templates are checked like queued jobs
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from onite import spool as sp
-from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
+from onite.errors import InvalidInput, OniteError, Refused
 from onite.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.identity import resolve
 from onite.jobfile import Job, encode
@@ -111,19 +110,29 @@ def save_state(spool: sp.Spool, state: dict[str, dict]) -> None:
     sp.replace_file(spool.root / "recur.state", (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
 
 
+RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
+
+
 @contextmanager
 def _state_lock(spool: sp.Spool):
-    """Drivers of several hosts may share a spool: one read-modify-write of recur.state at a time."""
-    path = spool.root / "recur.lock"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as err:
-        raise SpoolIOError(path, "opening", err) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    """Drivers of several hosts may share a spool: one read-modify-write of recur.state at a time.
+
+    The lock is ``locks/recur.lock``, which only the spool's owner may open (onite.locks), and the
+    wait for it is bounded.
+
+    Raises:
+        SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as onite.locks.take.
+    """
+    from onite import locks
+    from onite.errors import SpoolError
+
+    locks.ensure_dir(spool.root)
+    held = locks.take(locks.locks_dir(spool.root) / "recur.lock", timeout=RECUR_LOCK_WAIT)
+    if held is None:
+        raise SpoolError(f"another driver held {locks.locks_dir(spool.root) / 'recur.lock'} for {RECUR_LOCK_WAIT:.0f} s",
+                         "recurring jobs are spooled at the next chance")
+    with held:
         yield
-    finally:
-        os.close(fd)
 
 
 def parse_time(text: object) -> datetime | None:

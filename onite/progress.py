@@ -25,6 +25,23 @@ from onite.safetext import printable
 
 LIVE, LINES, QUIET = "live", "lines", "quiet"
 FINAL = {"done", "failed", "cancelled"}
+# events that say why `onite run` did nothing (onite.driver); the terminal shows their words
+IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
+
+
+def idle_reason(event: str, fields: dict) -> str:
+    """Why a run did nothing, in the log's words: the event's note, with who holds the lock for ``driver-busy``
+    (``fields`` as logged, or as read back from the log)."""
+    note = str(fields.get("note") or event)
+    if event == "driver-busy":
+        who = ", ".join(x for x in (
+            f"{fields.get('role') or 'driver'} pid {fields['pid']}" if fields.get("pid") else str(fields.get("holder") or ""),
+            f"started by {fields['started_by']}" if fields.get("started_by") else "",
+            f"since {fields['since']}" if fields.get("since") else "") if x)
+        return f"{note} ({who})" if who else note
+    if event == "drain-handed" and fields.get("daemon"):
+        return f"{note} (daemon pid {fields['daemon']})"
+    return note
 
 
 def choose_mode(*, quiet: bool, verbose: bool, is_terminal: bool, dumb: bool) -> str:
@@ -59,6 +76,7 @@ class DrainState:
     running: dict[str, Running] = field(default_factory=dict)
     queued: int = 0
     note: str = ""
+    idle: bool = False  # the run did nothing, for the reason in ``note``
 
     def apply(self, when: datetime, event: str, name: str, fields: dict) -> str | None:
         """Take one event into account; return a line worth keeping above the view, if any."""
@@ -83,6 +101,8 @@ class DrainState:
             self.queued = int(fields.get("left") or 0)
         elif event == "start-failed":
             self.running.pop(name, None)
+        elif event in IDLE_EVENTS:
+            self.idle, self.note = True, idle_reason(event, fields)
         elif event in ("window-closed", "executor-unavailable") or event == "signal":
             self.note = str(fields.get("note") or fields.get("action") or event)
             return f"! {event}: {self.note}"
@@ -193,6 +213,8 @@ class DrainView:
 def summary_line(state: DrainState, seconds: float) -> str:
     """The line left on the terminal when the drain ends."""
     counts = state.counts
+    if state.idle and not state.finished and not state.running:
+        return f"onite run: nothing run — {state.note}"
     text = (f"onite run: {counts['done']} done, {counts['failed']} failed, {counts['cancelled']} cancelled "
             f"in {human_duration(seconds)}")
     if state.queued:

@@ -599,8 +599,10 @@ def validate_schedule(schedule: tuple[str, ...]) -> tuple[str, ...]:
     return schedule
 
 
-def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> str:
-    """Root crontab lines that start ``onite run`` at each time of ``schedule``.
+def crontab_entries(spool_root: object, schedule: Sequence[str], command: str) -> list[str]:
+    """The crontab entries (no comments) that start ``onite run`` at each time of ``schedule``.
+
+    Each says ``ONITE_STARTED_BY=cron``, so that the driver records who started it (onite.heartbeat).
 
     Raises:
         InvalidInput: an expression in the schedule is not valid cron.
@@ -608,11 +610,20 @@ def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> 
     import shlex
 
     _schedule(schedule)
+    # --quiet: cron would mail every night's log lines; onite.log keeps them, and failures notify
+    return [f"{' '.join(expr.split())} ONITE_STARTED_BY=cron {command} run --quiet --spool {shlex.quote(str(spool_root))}"
+            for expr in schedule]
+
+
+def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> str:
+    """Root crontab lines that start ``onite run`` at each time of ``schedule``.
+
+    Raises:
+        InvalidInput: an expression in the schedule is not valid cron.
+    """
+    entries = crontab_entries(spool_root, schedule, command)
     lines = [
         f"# onite: drain the spool {spool_root} at the times of `schedule` in its onite.toml",
-        "# install (keeping root's other entries): (crontab -l 2>/dev/null; onite cron) | crontab -",
+        "# install them with: onite cron --install (it keeps root's other entries, and tells users a drain is scheduled)",
     ]
-    # --quiet: cron would mail every night's log lines; onite.log keeps them, and failures notify
-    lines += [f"{' '.join(expr.split())} {command} run --quiet --spool {shlex.quote(str(spool_root))}"
-              for expr in schedule]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + entries) + "\n"

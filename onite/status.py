@@ -2,7 +2,7 @@
 waits and why, when the next drain is, and how last night went.
 
 Everything comes from what every user may see (folders, owners, modes,
-locks, the driver's run records and the world-readable result records),
+the drivers' heartbeats, the driver's run records and the world-readable result records),
 except why a queued job waits: that needs its job file, which is private to
 its owner. So the reasons are read only for jobs the caller owns (every job
 for root), only among the first EXAMINE queued jobs in run order (a queue of
@@ -10,6 +10,12 @@ for root), only among the first EXAMINE queued jobs in run order (a queue of
 the driver's own dependency rule (onite.deps), so that status never tells a
 different story from the driver. A held job is held for everyone to see
 (the mode says so); another user's job that is not held is only counted.
+
+A next drain is shown only when something will start one (onite.nextdrain:
+a live daemon, the systemd timer, a cron entry that ``onite cron --install``
+wrote); otherwise status says no drain is scheduled and the command that
+fixes it. Jobs recorded as running on a host whose driver is not alive are
+warned about: nothing will finish them until a driver starts there.
 
 ``status_json`` imports no rich; ``render_status`` draws the text.
 """
@@ -41,6 +47,11 @@ class StatusInfo:
     schedule: tuple[str, ...]
     until: str | None
     recurring: list[dict] = field(default_factory=list)
+    location: str = ""  # which spool, and why: "system spool /var/spool/onite (default: it exists)"
+    drain: object = None  # onite.nextdrain.DrainPlan
+    schedule_next: datetime | None = None  # the next time of `schedule`, whether or not anything starts a drain then
+    warnings: list[str] = field(default_factory=list)
+    last_driver: dict | None = None  # the latest heartbeat of a driver that is no longer alive
     waiting: list[dict] = field(default_factory=list)
     not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
     last_night: dict = field(default_factory=dict)
@@ -60,9 +71,39 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
     config = spool.config
     euid = os.geteuid() if euid is None else euid
     running = running_views(spool)
+    from onite import heartbeat as hb
+
+    all_beats = hb.beats(spool.root)
+    live = {b.host for b in hb.live_beats(spool.root, now)}
     drivers = [{"host": lock.host, "running": True, "holder": lock.holder, "pid": lock.pid, "since": lock.since,
-                "role": lock.role, "jobs": [v.name for v in running if v.host == lock.host]}
+                "role": lock.role, "started_by": lock.started_by, "state": lock.state,
+                "jobs": [v.name for v in running if v.host == lock.host]}
                for lock in held_locks(spool.root)]
+    warnings = []
+    last_driver = None
+    for beat in all_beats:
+        if beat.host in live:
+            continue
+        if beat.state != "exited":
+            warnings.append(f"the driver of host {beat.host} (pid {beat.pid}, started by {beat.started_by} at "
+                            f"{beat.since:%Y-%m-%d %H:%M}) died without finishing")
+        if last_driver is None or beat.updated > hb_time(last_driver):
+            last_driver = {"host": beat.host, "pid": beat.pid, "role": "daemon" if beat.role == "daemon" else "driver",
+                           "started_by": beat.started_by, "since": beat.since.isoformat(),
+                           "ended": beat.ended.isoformat() if beat.ended else None,
+                           "died": beat.state != "exited", "updated": beat.updated.isoformat()}
+    this_host = host or default_host(config)
+    orphans = [v for v in running if v.host not in live]
+    for where in sorted({v.host for v in orphans}):
+        # listed before the heartbeats were read: a driver that filed its job and exited in between is not
+        # a dead one, so only jobs still there now are warned about
+        still = {e.name for e in sp.running(spool, where)}
+        names = ", ".join(v.name for v in orphans if v.host == where and v.name in still)
+        if not names:
+            continue
+        fix = "onite run" if where == this_host else f"onite run on {where}, or onite recover --host {where} if it is gone"
+        warnings.append(f"recorded as running on host {where} with no live driver there: {names} — nothing finishes "
+                        f"or cancels them until a driver starts on {where} and recovers them (root: {fix})")
     queue: dict[str, int] = {"urgent": 0, **{f"P{p}": 0 for p in range(1, config.priorities + 1)}}
     held = 0
     head: list[tuple[int, int, str, int, int]] = []  # (rank, ctime_ns, name, uid, mode) of the first EXAMINE
@@ -71,12 +112,17 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
         held += sum(sp.is_held(mode) for _, _, _, mode in rows)
         if len(head) < EXAMINE:
             head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
-    waiting = waiting_jobs(spool, head, now, euid=euid, host=host or default_host(config))
-    next_drain = None
+    waiting = waiting_jobs(spool, head, now, euid=euid, host=this_host)
+    schedule_next = None
     if config.schedule:
         from onite.schedule import next_drain as next_fire
 
-        next_drain = next_fire(config.schedule, now)
+        schedule_next = next_fire(config.schedule, now)  # a bad schedule is an error of every command that reads it
+    from onite.nextdrain import plan
+
+    drain = plan(spool, now, host=this_host)
+    warnings.extend(drain.problems)
+    next_drain = drain.next.when if drain.next else None
     from onite.recur import upcoming
 
     recurring = upcoming(spool, now, limit=10)
@@ -87,7 +133,13 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
         until=config.until.strftime("%H:%M") if config.until else None, recurring=recurring,
         waiting=waiting, not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now, damaged),
         damaged=damaged,
+        location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
+        schedule_next=schedule_next, warnings=warnings, last_driver=last_driver,
     )
+
+
+def hb_time(row: dict) -> datetime:
+    return datetime.fromisoformat(row["updated"])
 
 
 def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
@@ -196,6 +248,15 @@ def status_json(info: StatusInfo) -> str:
         "next_drain": info.next_drain.isoformat() if info.next_drain else None,
         "recurring": info.recurring,
         "last_night": info.last_night,
+        "spool_location": info.location,
+        "drain_scheduled": info.next_drain is not None,
+        "next_drain_by": info.drain.next.by if info.drain and info.drain.next else None,
+        "next_drain_host": info.drain.next.host if info.drain and info.drain.next else None,
+        "drain_starters": [s.to_json() for s in info.drain.starters] if info.drain else [],
+        "no_drain_fix": info.drain.fix if info.drain and info.next_drain is None else None,
+        "schedule_next": info.schedule_next.isoformat() if info.schedule_next else None,
+        "last_driver": info.last_driver,
+        "warnings": info.warnings,
     })
 
 
@@ -214,23 +275,39 @@ def render_status(console, info: StatusInfo) -> None:
     def say(line: str) -> None:  # one line each, never wrapped: scripts grep it, terminals fold it
         console.print(line, soft_wrap=True)
 
-    say(f"spool     {escape(info.spool)}")
+    say(f"spool     {escape(info.location or info.spool)}")
     if info.drivers:
         for d in info.drivers:
             since = parse_stamp(d.get("since"))
             what = "daemon" if d.get("role") == "daemon" else "driver"
+            if what == "daemon" and d.get("state"):
+                what += f", {d['state']}"
             detail = ", ".join(x for x in (f"pid {d['pid']}" if d.get("pid") else "",
                                            f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)"
-                                           if since else "") if x) or escape(d["holder"] or "pid unknown")
-            say(f"driver    [green]running[/] on {escape(d['host'])} ({what}, {detail})")
+                                           if since else "",
+                                           f"started by {d['started_by']}" if d.get("started_by") else "") if x) \
+                or escape(d["holder"] or "pid unknown")
+            say(f"driver    [green]running[/] on {escape(d['host'])} ({what}, {escape(detail)})")
     else:
-        say("driver    not running")
-    if info.next_drain:
+        last = info.last_driver
+        ended = ""
+        if last and not last["died"] and last.get("ended"):
+            ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, "
+                     f"started by {escape(last['started_by'])})")
+        say(f"driver    not running{ended}")
+    drain = info.drain
+    if info.next_drain and drain is not None and drain.next is not None:
+        from onite.nextdrain import LABEL
+
         wait = human_duration((info.next_drain - info.now).total_seconds())
-        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {wait})"
-                      + (f", until {info.until}" if info.until else ""))
-    else:
-        say("next run  none scheduled (schedule is empty)")
+        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {wait}) by {LABEL.get(drain.next.by, drain.next.by)} "
+            f"on {escape(drain.next.host)}" + (f", until {info.until}" if info.until else ""))
+    elif drain is not None:
+        from onite.nextdrain import no_drain_text
+
+        say(f"next run  [yellow]none: {escape(no_drain_text(drain))}[/]")
+    for warning in info.warnings:
+        say(f"[red]warning[/]   {escape(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
     say(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
     label = "waiting  "
@@ -260,3 +337,27 @@ def render_status(console, info: StatusInfo) -> None:
         pri = priority_text(rec.get("urgent"), rec.get("priority"), unknown="?")
         say(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
                       f"next {when:%Y-%m-%d %H:%M} (in {wait})")
+
+
+SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
+
+
+def idle_summary(spool: sp.Spool, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
+    """Why a drain started nothing: how many jobs are queued, and one line saying why none can
+    start now, in the words status uses for each waiting job (waiting_jobs).
+
+    Raises:
+        SpoolIOError: a folder cannot be listed.
+    """
+    total, head = 0, []
+    for rank, rows in sp.queued_folder_stats(spool):
+        total += len(rows)
+        if len(head) < EXAMINE:
+            head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
+    if not total:
+        return 0, "nothing is due: the queue is empty"
+    rows = waiting_jobs(spool, head, now, euid=euid, host=host)
+    parts = [f"{row['name']}: {row['reason']}" for row in rows[:SHOWN_IDLE]]
+    more = total - len(parts)
+    return total, (f"nothing is due: {total} queued, none can start now ("
+                   + "; ".join(parts + ([f"{more} more"] if more else [])) + ")")

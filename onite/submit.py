@@ -140,6 +140,15 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
     """Check the spool's policy and spool the job; return its final name.
 
     Raises:
+        InvalidInput, Refused, SpoolError, SpoolIOError: as spool_job.
+    """
+    return spool_job(spool, request, captured, caller).name
+
+
+def spool_job(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
+    """``submit``, returning the Job as spooled (its final name, priority, times) for submit's line.
+
+    Raises:
         InvalidInput: bad name, priority, option, or an unknown dependency (exit 2).
         Refused: cutoff passed, a driver runs with check_lock, urgent without
             the right, or the name is already queued or running (exit 3).
@@ -166,7 +175,7 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
         job = replace(job, name=name)
     folder = spool.folder_for(job.priority, job.urgent)
     sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold))
-    return name
+    return job
 
 
 def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
@@ -317,3 +326,40 @@ def dependency_known(spool: sp.Spool, name: str) -> bool:
     if sp.is_live(spool, name) or spool.result_path(name).exists():
         return True
     return any(e.name == name for e in sp.cancelled_pending(spool))
+
+
+def confirmation(spool: sp.Spool, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
+    """Submit's line on stderr: what was spooled where, and when it is expected to run or why it will not.
+
+    ``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``; the reasons
+    are the job's own (held, waiting for a job, not before a time, pinned to a host), then what
+    will drain the spool (onite.nextdrain), which never promises a drain that nothing will start.
+    """
+    from onite.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
+
+    what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]},"
+    head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"
+    if held:
+        it = names[0] if len(names) == 1 else f"{names[0]}…"
+        return f"{head}; held: it will not run until onite release {it}"
+    parts = []
+    if job.after:
+        parts.append(f"waits for {', '.join(job.after)}")
+    if job.not_before is not None and job.not_before > now:
+        parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
+    if job.pin:
+        parts.append(f"only on host {job.pin}")
+    drain = plan(spool, now)
+    fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
+    draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
+    daemons = [s for s in fits if s.by == "daemon"]
+    if draining:
+        parts.append(f"a drain is running now on host {draining[0].host}")
+    elif job.not_before is not None and job.not_before > now and daemons:
+        parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
+    elif fits:
+        parts.append(starter_text(fits[0], now))
+    else:
+        problems = f" ({'; '.join(drain.problems)})" if drain.problems else ""
+        parts.append(no_drain_text(drain, for_job=True).replace(" — ", f"{problems} — ", 1))
+    return "; ".join([head, *parts])

@@ -2,7 +2,7 @@
 
 It only looks, never changes the spool, and looks only at what every user
 may see: the queue and running folders (one lstat per folder), cancel/, the
-driver locks and the world-readable result records. No job file is opened.
+drivers' heartbeats (onite.heartbeat) and the world-readable result records. No job file is opened.
 
 A job is still to finish while its name is queued (or held) or running. Once
 it is neither, its outcome is the newest of: a result record written since
@@ -16,7 +16,7 @@ running/ back to its queue between two looks); if it stays gone, its outcome
 is unknown (its record was removed: retention, an admin) and counts as not
 done.
 
-Without names it waits while a driver holds its lock (``onite run``), or
+Without names it waits while a driver is alive (``onite run``: its heartbeat), or
 while a daemon's host has jobs running (a daemon holds its lock for its
 whole life, drains or not), then sums up the jobs that finished since the
 earliest of those drains began.
@@ -262,18 +262,18 @@ def wait_jobs(spool: sp.Spool, names: list[str], *, timeout: float | None = None
 
 @dataclass(frozen=True)
 class DriverSeen:
-    """A driver lock that is held: whose, since when, and whether it is draining."""
+    """A driver that is alive (its heartbeat): whose, since when, and whether it is draining."""
 
     host: str
     pid: int | None
-    since: datetime | None  # from the lock's holder line
+    since: datetime | None  # from its heartbeat
     daemon: bool
     busy: bool  # a driver: always; a daemon: while jobs run on its host
     first_start: datetime | None = None  # a daemon: when the earliest job running on its host started
 
 
 def look_drivers(spool: sp.Spool) -> list[DriverSeen]:
-    """Every held driver lock, with what its holder line says."""
+    """Every live driver, as its heartbeat says."""
     found, running = [], None
     for lock in held_locks(spool.root):
         since = parse_stamp(lock.since)

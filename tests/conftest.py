@@ -30,6 +30,14 @@ import pytest
 ROOT = os.geteuid() == 0
 REPO = Path(__file__).resolve().parent.parent
 
+# No test depends on this machine's /etc/onite.toml or /var/spool/onite: every test's system spool is one
+# that does not exist, unless the test names another (ONITE_SYSTEM_CONFIG, docs/admin-guide.md).
+_ETC = Path(tempfile.mkdtemp(prefix="onite-test-etc-"))
+os.chmod(_ETC, 0o755)
+NO_SYSTEM_CONFIG = _ETC / "onite.toml"
+NO_SYSTEM_CONFIG.write_text(f'spool = "{_ETC}/no-system-spool"\n')
+os.environ["ONITE_SYSTEM_CONFIG"] = str(NO_SYSTEM_CONFIG)
+
 
 def _preload() -> None:
     """Import everything onite may import lazily, before any fork drops to ``nobody``.
@@ -62,6 +70,14 @@ def _preload() -> None:
 
 
 _preload()
+import atexit  # noqa: E402
+
+atexit.register(shutil.rmtree, _ETC, True)
+import onite.nextdrain  # noqa: E402
+
+# nor on whether this machine has systemd and onite's timer (tests that need them make their own)
+onite.nextdrain.SYSTEMD_UNITS = _ETC / "systemd-units"
+onite.nextdrain.SYSTEMD_RUNNING = _ETC / "run-systemd"
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: acts as a second user (nobody) and drops privileges")
 
 

@@ -137,8 +137,10 @@ def test_status_json(spool, cli):
     doc = cli(["status", "--json"]).json()
     assert doc["queue"]["P1"] == 1 and doc["queue"]["P4"] == 1 and doc["held"] == 1 and doc["queued"] == 2
     assert doc["drivers"] == [] and doc["running"] == []
-    assert datetime.fromisoformat(doc["next_drain"]) > datetime.now().astimezone()
-    assert "next run" in cli(["status"]).out
+    # nothing starts a drain of this spool (no daemon, timer or cron entry): no next drain is promised
+    assert doc["next_drain"] is None and doc["drain_scheduled"] is False and doc["no_drain_fix"] == "onite cron --install"
+    assert datetime.fromisoformat(doc["schedule_next"]) > datetime.now().astimezone()
+    assert "next run  none: no drain is scheduled, so nothing will start one — onite cron --install" in cli(["status"]).out
 
 
 def test_report_json_and_html(spool, cli, world_tmp):

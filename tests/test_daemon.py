@@ -120,7 +120,7 @@ def test_drain_now_then_term_exits_cleanly(spool, workdir, daemons):
 def _lock_held(spool: Path) -> bool:
     from onite.locks import is_held
 
-    return is_held(spool / f"driver.{HOST}.lock")
+    return is_held(spool / "locks" / f"driver.{HOST}.lock")
 
 
 def test_term_while_a_job_runs_finishes_it_first(spool, workdir, daemons):
@@ -139,21 +139,25 @@ def test_term_while_a_job_runs_finishes_it_first(spool, workdir, daemons):
     assert result(spool, "long")["state"] == "done" and queued(spool) == ["never"]
 
 
-def test_the_daemon_holds_the_lock_so_cron_runs_are_busy(spool, daemons):
+def test_the_daemon_holds_the_lock_and_an_onite_run_hands_it_the_drain(spool, daemons):
     set_config(spool, schedule=[FAR])
     d = daemons(spool)
     d.started()
-    assert "role=daemon" in (spool / f"driver.{HOST}.lock").read_text()
+    assert _lock_held(spool) and "role=daemon" in (spool / "locks" / f"driver.{HOST}.lock").read_text()
+    beat = json.loads((spool / f"driver.{HOST}.state").read_text())
+    assert (beat["role"], beat["state"], beat["pid"]) == ("daemon", "idle", d.proc.pid)
     submit("waits", "true\n")
-    proc = drain(spool)
-    assert proc.returncode == 0 and any(" driver-busy " in line for line in log_lines(spool))
-    assert queued(spool) == ["waits"]
+    proc = drain(spool)  # the daemon is idle: onite run hands it the drain instead of saying "busy"
+    assert proc.returncode == 0 and b" drain-handed " in proc.stderr, proc.stderr
+    wait_for(lambda: (spool / "jobsdone" / "waits@result").exists(), what="the daemon to drain")
+    assert d.logged("drain-now", mine=True) and result(spool, "waits")["state"] == "done"
     second = daemons(spool)
     assert second.proc.wait(60) == 3
     assert "an onite daemon already runs" in second.stderr and second.stderr.count("\n") == 1
     status = run_cli(["status", "--json"]).json()
-    assert status["drivers"] and "role=daemon" in status["drivers"][0]["holder"]
+    assert status["drivers"] and status["drivers"][0]["role"] == "daemon" and status["drivers"][0]["pid"] == d.proc.pid
     assert d.stop() == 0
+    assert json.loads((spool / f"driver.{HOST}.state").read_text())["state"] == "exited"
 
 
 def test_invalid_schedule_is_refused_at_start(spool, daemons):

@@ -123,9 +123,12 @@ def test_missing_interpreter_fails_clearly(spool):
 
 
 def test_detach_runs_in_the_background(spool, workdir, cli):
-    submit("bg", f"echo ran > {workdir}/bg\n")
+    gate = workdir / "gate"
+    gate.touch()
+    submit("bg", f"while [ -e {gate} ]; do sleep 0.02; done; echo ran > {workdir}/bg\n")
     r = cli(["run", "--detach"])
-    assert r.code == 0 and "driver started in the background" in r.out
+    assert r.code == 0 and "driver started in the background (pid " in r.out and ": draining; it logs to " in r.out
+    gate.unlink()
     wait_for(lambda: (spool / "jobsdone" / "bg@result").exists(), what="the detached driver to run the job")
     assert (workdir / "bg").read_text() == "ran\n"
 

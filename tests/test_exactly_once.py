@@ -258,7 +258,7 @@ def test_a_full_disk_starts_nothing_and_loses_nothing(world_tmp, workdir, monkey
 def test_status_and_reload_signals_never_kill_a_driver_starting_or_ending(spool, workdir):
     """USR1 and HUP sent as soon as the driver's pid can be read (its lock), and on until it has
     exited: it logs a status line and reloads; it never dies of them."""
-    lock = spool / f"driver.{HOST}.lock"
+    lock = spool / "locks" / f"driver.{HOST}.lock"
     for attempt in range(3):
         submit(f"quick{attempt}", "true\n")
         proc = start_driver(spool, "-q")

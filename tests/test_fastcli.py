@@ -51,6 +51,10 @@ ACCEPTED = [
     (["submit", "a", "--notify", "mail", "--notify-on", "always"], STDIN, []),
     (["submit", "a", "--notify=none", "--notify-on=failure"], STDIN, []),
     (["submit", "b", "--lines", "--notify", "mail"], LINES, []),
+    (["submit", "a", "-q"], STDIN, []),
+    (["submit", "a", "--quiet", "--unique"], STDIN, []),
+    (["submit", "b", "--lines", "-q"], LINES, []),
+    (["submit", "a", "--after", "dep1", "--at", "tomorrow 05:00"], STDIN, ["dep1"]),
     # errors: the same exit code and the same line on stderr
     (["submit", "a"], b"", []),
     (["submit", "bad name"], STDIN, []),

@@ -224,7 +224,7 @@ def test_list_json_and_status(spool, cli):
     status = cli(["status", "--json"]).json()
     assert [r["name"] for r in status["recurring"]] == sorted(by_name, key=lambda n: by_name[n]["next"])
     assert set(status["recurring"][0]) >= {"name", "user", "rule", "next", "priority"}
-    assert status["next_drain"] is not None
+    assert status["schedule_next"] is not None and status["next_drain"] is None  # nothing starts drains here
     human = cli(["status"])
     assert human.code == 0 and "recurring hourly" in human.out and "next run" in human.out
 

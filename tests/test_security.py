@@ -61,7 +61,7 @@ def test_spool_modes_after_init(spool):
         assert mode(folder) == (0o1777, 0), folder
     for folder in ["jobs", "running", "jobsdone", "stdout"]:
         assert mode(folder) == (0o755, 0), folder
-    assert mode("refused") == (0o700, 0)
+    assert mode("refused") == (0o700, 0) and mode("locks") == (0o700, 0)
     assert mode("onite.toml") == (0o644, 0) and mode("onite.log") == (0o644, 0)
 
 
