@@ -135,6 +135,7 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, config)
+    check_mail(request, config)
     spool.check()
     check_policy(spool, request, captured.now, caller)
     for dep in job.after:
@@ -199,6 +200,7 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
         if template is None:
             template = templates[key] = build_job(request, captured, config)
         jobs.append(replace(template, name=request.name, body=request.body))
+    check_mail(requests[0], config)  # --notify is the same for every job of a batch
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
         check_policy(spool, request, captured.now, caller)
@@ -280,6 +282,21 @@ def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller:
         if hosts:
             raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
                           "submit again when it has finished (see onite status)")
+
+
+def check_mail(request: SubmitRequest, config: Config) -> None:
+    """``--notify mail`` where mail cannot go out is said now, not found in the log the next morning.
+
+    Raises:
+        InvalidInput: the request asks for mail and this machine has no sendmail (onite.notify).
+    """
+    if request.notify != "mail":
+        return
+    from onite.notify import find_sendmail
+
+    sendmail, missing = find_sendmail(config)
+    if sendmail is None:
+        raise InvalidInput(f"--notify mail: {missing}", "ask the admin for a mail transport, or use --notify none")
 
 
 def refuse_duplicate(spool: sp.Spool, name: str) -> None:
