@@ -81,7 +81,7 @@ def parse_clock(text: str, *, what: str = "time") -> time:
 
 
 def parse_when(text: str, now: datetime) -> datetime:
-    """A not-before time: ``HH:MM`` (the next such time after ``now``), an ISO date-time
+    """A not-before time: ``now``, ``HH:MM`` (the next such time after ``now``), an ISO date-time
     (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h``
     (a duration from now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
 
@@ -89,6 +89,8 @@ def parse_when(text: str, now: datetime) -> datetime:
         InvalidInput: none of those forms.
     """
     raw = text.strip()
+    if raw.lower() == "now":  # a timed job that is due at once: a daemon runs it when it next looks
+        return now
     if raw.startswith("+"):
         return now + parse_duration(raw[1:], what="delay")
     if raw.lower().startswith("tomorrow"):
@@ -102,7 +104,7 @@ def parse_when(text: str, now: datetime) -> datetime:
     except ValueError:
         raise InvalidInput(
             f"bad time {text!r}",
-            "write HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
+            "write now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
         ) from None
     return parsed if parsed.tzinfo else _local(parsed, now)
 

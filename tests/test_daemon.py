@@ -194,6 +194,10 @@ def test_a_timed_job_spooled_late_still_runs(spool, workdir, daemons):
     past = (datetime.now().astimezone() - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
     submit("late", "true\n", "--at", past)
     wait_for(lambda: (spool / "jobsdone" / "late@result").exists(), what="the late timed job")
+    submit("untimed", "true\n", "-p", "1")
+    submit("asap", "true\n", "--at", "now")  # due at once: the daemon runs it, the untimed job waits
+    wait_for(lambda: (spool / "jobsdone" / "asap@result").exists(), what="the --at now job")
+    assert result(spool, "asap")["state"] == "done" and queued(spool) == ["untimed"]
     assert d.stop() == 0
 
 

@@ -170,6 +170,14 @@ def test_check_lock_refuses_while_a_driver_runs(spool, cli, workdir):
     assert cli(["submit", "after"], stdin=b"true\n").code == 0
 
 
+def test_at_now_is_due_at_once(spool, cli):
+    assert cli(["submit", "asap", "--at", "now"], stdin=b"true\n").code == 0
+    job = decode((spool / "jobs" / "P4" / "asap").read_bytes())
+    assert job.not_before is not None and job.not_before <= datetime.now().astimezone()
+    assert drain(spool).returncode == 0
+    assert result(spool, "asap")["state"] == "done"
+
+
 def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
     assert cli(["submit", "held", "--hold", "--host", "node7", "--timeout", "1h30m", "--retries", "2",
                 "--at", "23:59"], stdin=b"true\n").code == 0
