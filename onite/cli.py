@@ -17,9 +17,12 @@ from onite import commands
 from onite.commands import now
 from onite.errors import InvalidInput
 
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # -h as in every other tool; no command uses -h for more
+
 app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=True,
+    no_args_is_help=True,  # onite.__main__ prints that help on stdout, exit 0 (typer: stderr, exit 2)
+    add_completion=False,  # typer's options cannot name a shell and detect one when none is named: ours can
+    context_settings=HELP_NAMES,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
@@ -71,11 +74,36 @@ def _print_version(wanted: bool) -> None:
         raise typer.Exit(0)
 
 
+def _show_completion(shell: Optional[str]) -> None:
+    # onite.fastcli takes `onite --show-completion [SHELL]` first (typer cannot make SHELL optional)
+    if shell is not None:
+        from onite import completion
+
+        print(completion.script(completion.choose_shell(shell, os.environ, action="--show-completion")))
+        raise typer.Exit(0)
+
+
+def _install_completion(shell: Optional[str]) -> None:
+    if shell is not None:
+        from onite import completion
+
+        chosen = completion.choose_shell(shell, os.environ, action="--install-completion")
+        print(f"{chosen} completion installed in {completion.install(chosen)}; it works in shells started from now on")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _options(
     spool: SpoolOpt = None,
     version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                           help="Print onite's version and exit.")] = False,
+    show_completion: Annotated[Optional[str], typer.Option(
+        "--show-completion", metavar="[SHELL]", is_eager=True, callback=_show_completion, show_default=False,
+        help="Print the completion script of SHELL (bash, zsh or fish; default: the shell you use), "
+        "to install it by hand.")] = None,
+    install_completion: Annotated[Optional[str], typer.Option(
+        "--install-completion", metavar="[SHELL]", is_eager=True, callback=_install_completion, show_default=False,
+        help="Install completion for SHELL (bash, zsh or fish; default: the shell you use).")] = None,
 ) -> None:
     """onite: spool batch jobs by day, run them at night in priority order, as their owners."""
     _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
@@ -127,7 +155,7 @@ def submit(
     priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
     urgent: Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")] = False,
     after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")] = None,
-    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
+    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
     retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=100, help="Retry a failed job this many times, with back-off.")] = 0,
     host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Run only on this host (when several share the spool).")] = None,
@@ -327,7 +355,7 @@ def daemon(
 
 # ---- recurring jobs ------------------------------------------------------------------------
 
-recur_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+recur_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, context_settings=HELP_NAMES,
                         pretty_exceptions_enable=False,
                         help="Recurring jobs: templates spooled as a job each time their rule fires.")
 app.add_typer(recur_app, name="recur")
