@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from onite import commands
 from onite.commands import now
@@ -149,8 +150,23 @@ def init(
 # ---- submit ----------------------------------------------------------------------------
 
 
-@app.command()
+class CommandAfterDashes(TyperCommand):
+    """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's
+    command line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            args, ctx.meta["onite.command"] = args[:at], args[at + 1:]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return super().collect_usage_pieces(ctx) + ["[-- COMMAND [ARGS]...]"]
+
+
+@app.command(cls=CommandAfterDashes)
 def submit(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
     priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
     urgent: Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")] = False,
@@ -167,11 +183,14 @@ def submit(
     notify_on: NotifyOnOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
-    """Spool the job text on stdin, with your environment, directory and umask."""
+    """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
+    command line that follows (quoted exactly; stdin is not read)."""
     # onite.fastcli runs well-formed submits without typer: keep the two in step (tests/test_fastcli.py)
     from onite.submit import SubmitRequest
 
-    request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
+    argv = ctx.meta.get("onite.command")
+    body = commands.command_text(argv, lines=lines) if argv is not None else b""
+    request = SubmitRequest(name=name, body=body, priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
                             timeout=timeout, retries=retries, host=host, hold=hold, unique=unique,
                             stderr_separate=stderr_separate, notify=notify, notify_on=notify_on)
     said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines)

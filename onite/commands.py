@@ -75,17 +75,45 @@ def read_job_text(limit: int) -> bytes:
     return body
 
 
+def command_text(argv: list[str], *, lines: bool = False) -> bytes:
+    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the words quoted for /bin/sh, so
+    that it runs exactly that argv (spaces, quotes, ``$``, newlines, backslashes, bytes that are not
+    UTF-8), and a newline.
+
+    Raises:
+        InvalidInput: no word after ``--``, or ``lines`` (whose jobs come from stdin) asked for too.
+    """
+    import shlex
+
+    if lines:
+        raise InvalidInput("--lines reads one job a line from stdin, and cannot take a command after --",
+                           "drop --lines, or the command")
+    if not argv:
+        raise InvalidInput("no command after --", "write it there: onite submit NAME -- COMMAND ARGS…")
+    return os.fsencode(shlex.join(argv)) + b"\n"
+
+
 def submit_stdin(request, spool: str | None) -> str:
-    """``onite submit NAME``: spool the text on stdin as one job; return its final name."""
+    """``onite submit NAME``: spool the text on stdin as one job (or the request's own text, a
+    command given after ``--``, with stdin left unread); return its final name.
+
+    Raises:
+        InvalidInput: as read_job_text; a command longer than max_job_size. And as submit().
+    """
     from dataclasses import replace
 
     from onite import identity
     from onite.submit import capture, submit
 
     target = open_spool(spool)
-    body = read_job_text(target.config.max_job_size)
+    limit = target.config.max_job_size
+    if not request.body:
+        request = replace(request, body=read_job_text(limit))
+    elif len(request.body) > limit:
+        raise InvalidInput(f"the command is longer than max_job_size ({limit} bytes)",
+                           "spool a short script that runs it instead")
     captured = capture(now())
-    return submit(target, replace(request, body=body), captured, identity.current())
+    return submit(target, request, captured, identity.current())
 
 
 def submit_lines(request, spool: str | None) -> list[str]:
