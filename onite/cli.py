@@ -479,12 +479,17 @@ def output(
     name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_any)],
     stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
                                          "--stderr-separate.")] = False,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Print the output as it grows until the job has "
+                                         "finished (a queued job: once it starts), then how it ended, on stderr; "
+                                         "exit 0 if it was done, 5 if not.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.control import open_output
 
     target = open_spool(spool)
+    if follow:
+        raise typer.Exit(commands.follow_output(target, name, stderr=stderr))
     with open_output(target, name, os.geteuid(), stderr=stderr) as handle:
         out = sys.stdout.buffer
         while chunk := handle.read(1 << 16):

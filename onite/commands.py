@@ -2,7 +2,7 @@
 
 Shared by the typer command line (onite.cli) and its fast path
 (onite.fastcli), so that both paths do exactly the same thing; also the
-spool-side work of a few typer-only commands (uniqname, recover, cron) that
+spool-side work of a few typer-only commands (uniqname, recover, cron, output --follow) that
 is more than one call into another module, so that onite.cli keeps to
 parsing and printing. Nothing
 here imports typer, rich or pydantic: a script that spools jobs in a loop
@@ -339,3 +339,21 @@ def wait_command(names: list[str], timeout: str | None, spool: str | None, *, as
         waited = waiting.wait_drains(target, timeout=limit, now=now, announce=announce)
     print(waiting.wait_json(target, waited) if as_json else "\n".join(waited.lines() if names else [waited.summary()]))
     return waited.exit_code
+
+
+def follow_output(target, name: str, *, stderr: bool = False) -> int:
+    """``onite output NAME --follow``: copy the job's output to stdout as it grows; once it has
+    finished, say how on stderr; the exit code (``onite wait``'s: 0 done, 5 not).
+
+    Raises:
+        as onite.follow.follow.
+    """
+    from onite.follow import follow
+    from onite.wait import exit_status, job_line
+
+    def announce(text: str) -> None:  # on stderr: stdout is the job's output, byte for byte
+        print(f"onite: {text}…", file=sys.stderr, flush=True)
+
+    final = follow(target, name, os.geteuid(), sys.stdout.buffer, stderr=stderr, announce=announce)
+    print(f"onite: {job_line(final)}", file=sys.stderr, flush=True)
+    return exit_status([final])
