@@ -241,6 +241,20 @@ def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolO
 
 
 @app.command()
+def restart(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A finished job (done, failed or cancelled).",
+                                        autocompletion=complete_any)],
+    new_name: Annotated[Optional[str], typer.Option("--name", metavar="NEW", help="Spool it as NEW (e.g. while "
+                                                    "NAME is queued again).")] = None,
+    unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to the name.")] = False,
+    hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release lets it run.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Spool a finished job again: its text, environment, directory, umask and options; print its name."""
+    print(commands.restart_job(spool or _GLOBAL["spool"], name, new_name=new_name, unique=unique, hold=hold))
+
+
+@app.command()
 def cancel(
     names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel; none: pick from a list.",
                                                          autocompletion=complete_live)] = None,

@@ -2,7 +2,7 @@
 
 Shared by the typer command line (onite.cli) and its fast path
 (onite.fastcli), so that both paths do exactly the same thing; also the
-spool-side work of a few typer-only commands (uniqname, recover, cron, output --follow) that
+spool-side work of a few typer-only commands (uniqname, recover, cron, output --follow, restart) that
 is more than one call into another module, so that onite.cli keeps to
 parsing and printing. Nothing
 here imports typer, rich or pydantic: a script that spools jobs in a loop
@@ -161,6 +161,17 @@ def submit_command(request, spool: str | None, *, lines: bool) -> str | None:
             f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
     final = submit_stdin(request, spool)
     return final if request.unique else None
+
+
+def restart_job(spool: str | None, name: str, *, new_name: str | None = None, unique: bool = False,
+                hold: bool = False) -> str:
+    """``onite restart NAME``: spool the finished job again (onite.restart); its final name."""
+    from onite import identity
+    from onite.restart import restart
+
+    target = open_spool(spool)
+    return restart(target, name, identity.current(), now(), new_name=new_name, unique=unique, hold=hold)
+
 
 def find(name: str, spool: str | None) -> bool:
     """``onite find NAME``: is a job of that name queued or running?"""
