@@ -16,7 +16,7 @@ from typer.core import TyperCommand
 
 from onite import commands
 from onite.commands import now
-from onite.errors import InvalidInput
+from onite.errors import InvalidInput, NotFound
 
 HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # -h as in every other tool; no command uses -h for more
 
@@ -256,23 +256,67 @@ def restart(
 
 @app.command()
 def cancel(
-    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel; none: pick from a list.",
+    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel, or quoted patterns "
+                                                         "('build-*'); none: pick from a list.",
                                                          autocompletion=complete_live)] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every queued and running job of yours (root: everyone's).")] = False,
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.control import await_cancel, cancel as cancel_job
+    from onite.control import await_cancel, cancel as cancel_job, is_pattern
 
     target = open_spool(spool)
-    if not names:
+    chosen: list[str] = []
+    patterns = [n for n in names or () if is_pattern(n)]
+    if all_ or patterns:
+        named = [n for n in names or () if not is_pattern(n)]
+        if all_ and names:
+            raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
+        chosen = [n for n in pick_by_pattern(target, patterns, every=all_, yes=yes) if n not in named]
+        names = named + chosen
+    elif not names:
         names = pick_interactively(target)
         if not names:
             return
     for name in names:
-        report = cancel_job(target, name, os.geteuid(), now())
+        try:
+            report = cancel_job(target, name, os.geteuid(), now())
+        except NotFound as err:
+            if name not in chosen:
+                raise
+            print(f"{name}: not cancelled ({err.what})")  # it ended, or started, since it was matched
+            continue
         if report.action == "requested":
             report = await_cancel(target, report)
         print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
+
+
+def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool) -> list[str]:
+    """The names a pattern (or --all) cancels, said and, for root, confirmed.
+
+    Raises:
+        InvalidInput: root without --yes where no terminal can confirm.
+        NotFound: nothing of the caller's matches.
+    """
+    from onite.control import select_jobs
+
+    picked = select_jobs(target, patterns, os.geteuid(), every=every)
+    what = "--all" if every else " ".join(repr(p) for p in patterns)
+    if picked.skipped:
+        users = sorted({v.user for v in picked.skipped})
+        print(f"skipped {len(picked.skipped)} job(s) of other users ({', '.join(users)}): you may cancel only yours")
+    if not picked.chosen:
+        raise NotFound(f"no queued or running job of yours matches {what}", "see onite list")
+    if os.geteuid() == 0 and not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInput(f"cancelling by {what} as root needs a confirmation", "run it on a terminal, or add --yes")
+        for view in picked.chosen:
+            print(f"  {view.name}  ({view.state}, {view.user})")
+        if ask(f"cancel these {len(picked.chosen)} job(s)? [y/N] ").lower() not in ("y", "yes"):
+            print("nothing cancelled")
+            raise typer.Exit(0)
+    return [view.name for view in picked.chosen]
 
 
 def pick_interactively(target) -> list[str]:

@@ -116,6 +116,43 @@ def cancellable(spool: sp.Spool, caller_uid: int) -> list:
     return [v for v in running_views(spool) + queued if caller_uid in (0, v.uid)]
 
 
+PATTERN_CHARS = frozenset("*?[")  # no job name holds one (onite.names): an argument with one is a pattern
+
+
+def is_pattern(word: str) -> bool:
+    """Is this ``onite cancel`` argument a glob pattern (``'build-*'``) rather than a job's name?"""
+    return not PATTERN_CHARS.isdisjoint(word)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The jobs a pattern (or ``--all``) picks for a caller: theirs, and others' it leaves alone."""
+
+    chosen: list  # JobViews, running then queued, each name once
+    skipped: list  # other users' matching jobs (a user's patterns touch only their own jobs)
+
+
+def select_jobs(spool: sp.Spool, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
+    """The queued and running jobs whose names match one of ``patterns`` (fnmatch, case-sensitive),
+    or all of them with ``every``: every user's for root, the caller's own otherwise (others' are
+    listed as skipped, whatever own_only says: a pattern must not reach further than the caller meant).
+
+    Raises:
+        SpoolError: the spool cannot be read.
+    """
+    from fnmatch import fnmatchcase
+
+    from onite.listing import queued_views, running_views
+
+    chosen, skipped, seen = [], [], set()
+    for view in running_views(spool) + queued_views(spool):
+        if view.name in seen or not (every or any(fnmatchcase(view.name, p) for p in patterns)):
+            continue
+        seen.add(view.name)
+        (chosen if caller_uid in (0, view.uid) else skipped).append(view)
+    return Selection(chosen, skipped)
+
+
 def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
     """Move a queued job into cancel/ (it can no longer run). Returns its new path.
 
