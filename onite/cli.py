@@ -208,20 +208,21 @@ def list_(
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """Queued jobs in run order (with --all: running and finished ones too)."""
+    """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
     from onite.listing import list_jobs
 
     if as_json:  # onite.fastcli does the same without typer
         print(commands.list_json(spool or _GLOBAL["spool"], include_all=all_))
         return
     target = open_spool(spool)
-    views = list_jobs(target, include_all=all_ or by_host)  # hosts are those of running and finished jobs
+    when = now()
+    views = list_jobs(target, include_all=all_ or by_host, now=when)  # hosts are those of running and finished jobs
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return
     from onite.render import print_job_list
 
-    print_job_list(views, now(), detailed=all_, by_host=by_host, out=console())
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=console())
 
 
 @app.command()

@@ -199,7 +199,7 @@ def list_json(spool: str | None, *, include_all: bool = False) -> str:
     from onite.listing import list_json as document
 
     target = open_spool(spool)
-    return document(target, include_all=include_all)
+    return document(target, include_all=include_all, now=now())
 
 
 def host_claims(spool: str | None, host: str):

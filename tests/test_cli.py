@@ -100,6 +100,9 @@ def test_list_json_document(spool, cli):
     assert a["name"] == "a" and a["priority"] == 2 and a["state"] == "queued" and a["position"] == 1
     assert b["state"] == "held" and b["user"] == ("root" if ROOT else b["user"]) and isinstance(b["uid"], int)
     datetime.fromisoformat(a["submitted"])
+    assert (a["waiting"], a["waiting_kind"], b["waiting"], b["waiting_kind"]) == ("", "", "held", "held")
+    assert cli(["list"]).out.splitlines()[0].split() == ["#", "NAME", "USER", "PRI", "AGE", "STATE", "WAITING"]
+    assert cli(["cancel", "b"]).code == 0  # nothing waits: no WAITING column
     assert cli(["list"]).out.splitlines()[0].split() == ["#", "NAME", "USER", "PRI", "AGE", "STATE"]
 
 
