@@ -352,13 +352,13 @@ def ask(prompt: str) -> str:
 
 @app.command()
 def hold(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
-    """Hold queued jobs: they stay queued and are skipped until released."""
+    """Hold queued jobs: they keep their place but are skipped until released."""
     _set_hold(names, spool, held=True)
 
 
 @app.command()
 def release(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
-    """Release held jobs (they go to the back of their priority)."""
+    """Release held jobs (they keep their place in their priority)."""
     _set_hold(names, spool, held=False)
 
 

@@ -168,6 +168,8 @@ def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
     except NotFound:
         raise NotFound(f"job {entry.name!r} started running as you cancelled it",
                        f"run onite cancel {entry.name} again to stop it") from None
+    if sp.is_held(entry.mode):  # its hold markers would hold the next job of that name
+        sp.remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
     return target
 
 
@@ -241,10 +243,19 @@ def _token() -> str:
 
 
 def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entry:
-    """Hold (or release) a queued job: its file's owner-write bit is the flag.
+    """Hold (or release) a queued job, keeping its place in its priority.
+
+    A hold is a marker hold/NAME@TOKEN owned by the job's owner (onite.spool):
+    the job file is left alone, so its ctime, which is its place in the
+    queue, does not change. Releasing removes the markers the caller may
+    remove, and gives back the owner-write bit of a job held the old way
+    (mode 0400; that chmod stamps a new ctime, so such a job still goes to
+    the back). A spool without hold/ (made by an older onite, not yet
+    re-initialised) is held the old way.
 
     Raises:
-        NotFound: not queued. Refused: not the caller's job (and not root).
+        NotFound: not queued. Refused: not the caller's job (and not root); it started running as it
+            was held; a marker the caller may not remove (root's) still holds it.
     """
     check_name(name)
     entries = sp.find_queued(spool, name)
@@ -256,8 +267,54 @@ def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entr
         if caller_uid not in (0, entry.uid):
             raise Refused(f"job {name!r} belongs to {sp.user_name(entry.uid)}",
                           "only its owner or root may hold or release it")
-        _chmod_job(entry, sp.job_mode(held), "holding" if held else "releasing")
+    if held:
+        _hold(spool, entries, caller_uid)
+    else:
+        _release(spool, entries, caller_uid)
     return entries[0]
+
+
+def _hold(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    name = entries[0].name
+    if all(sp.is_held(e.mode) for e in entries):
+        return  # held already (by a marker, or the old way)
+    if not spool.hold_dir.is_dir():
+        for entry in entries:
+            _chmod_job(entry, sp.job_mode(True), "holding")
+        return
+    owner = None
+    if caller_uid != entries[0].uid:  # root holding a user's job: the marker is the user's, to release
+        owner = (entries[0].uid, _gid_of(entries[0]))
+    marker = sp.add_hold(spool, name, owner)
+    if not sp.find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
+        sp.remove(marker)
+        raise Refused(f"job {name!r} started running as you held it", f"use onite cancel {name} to stop it")
+
+
+def _release(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    name, owner = entries[0].name, entries[0].uid
+    sp.remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
+    for entry in entries:
+        try:
+            mode = os.lstat(entry.path).st_mode
+        except FileNotFoundError:
+            continue
+        if sp.is_held(mode):  # held the old way: the mode is the flag
+            _chmod_job(entry, sp.job_mode(False), "releasing")
+    if any(sp.is_held(e.mode) for e in sp.find_queued(spool, name)):
+        raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
+
+
+def _gid_of(entry: sp.Entry) -> int:
+    try:
+        return os.lstat(entry.path).st_gid
+    except OSError:
+        import pwd
+
+        try:
+            return pwd.getpwuid(entry.uid).pw_gid
+        except KeyError:
+            return entry.uid
 
 
 def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from onite import spool as sp
-from onite.errors import NotFound, Refused, SpoolIOError
+from onite.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
 from onite.names import check_base, check_name, unique_name
 
@@ -40,7 +40,7 @@ def restart(spool: sp.Spool, name: str, caller: Identity, now: datetime, *, new_
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
     from onite.jobfile import encode
-    from onite.submit import SubmitRequest, check_policy, dependency_known
+    from onite.submit import SubmitRequest, check_policy, dependency_known, prepare_holds, undo_holds
 
     check_name(name)
     target = new_name or name
@@ -62,8 +62,13 @@ def restart(spool: sp.Spool, name: str, caller: Identity, now: datetime, *, new_
     job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
                   not_before=not_before)
     owner = None if st.st_uid == caller.uid else (st.st_uid, st.st_gid)
-    sp.create_file(spool.folder_for(job.priority, job.urgent), target, encode(job), mode=sp.job_mode(hold),
-                   owner=owner)
+    markers = prepare_holds(spool, [target], caller, hold=hold, owner=owner)
+    try:
+        sp.create_file(spool.folder_for(job.priority, job.urgent), target, encode(job),
+                       mode=sp.job_mode(hold and markers is None), owner=owner)
+    except OniteError:
+        undo_holds(markers or [])
+        raise
     return target
 
 

@@ -18,7 +18,7 @@ from onite.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
 from onite.jobfile import Job, encode
-from onite.names import check_base, check_name, unique_name
+from onite.names import SIDE, check_base, check_name, unique_name
 from onite.policy import check_urgent, cutoff_state
 
 
@@ -153,8 +153,48 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
 
         job = replace(job, name=name)
     folder = spool.folder_for(job.priority, job.urgent)
-    sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold))
+    markers = prepare_holds(spool, [name], caller, hold=request.hold)
+    try:
+        sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold and markers is None))
+    except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
+        undo_holds(markers or [])
+        raise
     return name
+
+
+def prepare_holds(spool: sp.Spool, names: list[str], caller: Identity, *, hold: bool,
+                  owner: tuple[int, int] | None = None) -> list | None:
+    """Before jobs ``names`` are spooled: remove the hold markers left of earlier jobs of those names
+    (none is queued, so any marker there is stale: it would hold the new job), and with ``hold`` add
+    one for each (owned by ``owner``, the jobs' owner, when root spools them for someone else); the
+    markers added, or None where the spool has no hold/ folder (the job file's mode then holds it, as
+    older onites did). The marker comes first, so that no driver ever sees the job unheld.
+
+    Raises:
+        SpoolIOError: hold/ cannot be listed, or a marker cannot be made.
+    """
+    holds = sp.read_holds(spool.hold_dir)
+    stale = [n for n in names if n in holds]
+    if stale:
+        sp.remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
+    if not hold:
+        return []
+    if not spool.hold_dir.is_dir():
+        return None
+    markers = []
+    try:
+        for name in names:
+            markers.append(sp.add_hold(spool, name, owner))
+    except OniteError:
+        undo_holds(markers)
+        raise
+    return markers
+
+
+def undo_holds(markers: list) -> None:
+    """Remove markers made for jobs that were not spooled after all."""
+    for marker in markers:
+        sp.remove(marker)
 
 
 def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
@@ -221,12 +261,18 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
                 known.add(dep)
     refuse_duplicates(spool, list(names))
     env_lines = env_text(captured.env)
+    held = [job.name for job, request in zip(jobs, requests) if request.hold]
+    markers = prepare_holds(spool, list(names), caller, hold=False)  # stale markers of every name go
+    if held:
+        markers = prepare_holds(spool, held, caller, hold=True)
+    by_marker = markers is not None
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines),
-              sp.job_mode(request.hold)) for job, request in zip(jobs, requests))
+              sp.job_mode(request.hold and not by_marker)) for job, request in zip(jobs, requests))
     try:
         sp.create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
+        undo_holds([m for m in markers or [] if position[m.name.partition(SIDE)[0]] >= created])
         if created:
             err.what += f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to {jobs[created - 1].name})"
         else:

@@ -56,7 +56,8 @@ def test_restart_refuses_a_name_that_is_queued_and_offers_another(spool, cli):
     r = cli(["restart", "twice", "--name", "twice-again", "--hold"])
     assert (r.code, r.out) == (0, "twice-again\n")
     path = queued_file(spool, "twice-again")
-    assert decode(path.read_bytes()).body == b"echo once\n" and stat.S_IMODE(path.stat().st_mode) == 0o400
+    assert decode(path.read_bytes()).body == b"echo once\n"
+    assert [j["state"] for j in cli(["list", "--json"]).json()["jobs"] if j["name"] == "twice-again"] == ["held"]
     r = cli(["restart", "twice", "--unique"])
     assert r.code == 0 and r.out.startswith("twice-") and r.out.strip() != "twice-again"
     assert decode(queued_file(spool, r.out.strip()).read_bytes()).body == b"echo once\n"

@@ -182,7 +182,9 @@ def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
     assert cli(["submit", "held", "--hold", "--host", "node7", "--timeout", "1h30m", "--retries", "2",
                 "--at", "23:59"], stdin=b"true\n").code == 0
     path = spool / "jobs" / "P4" / "held"
-    assert path.stat().st_mode & 0o777 == 0o400
+    assert path.stat().st_mode & 0o777 == 0o600  # held by a marker, not by its mode (spool-format.md)
+    [marker] = (spool / "hold").iterdir()
+    assert marker.name.startswith("held@") and marker.stat().st_size == 0
     job = decode(path.read_bytes())
     assert job.pin == "node7" and job.timeout == timedelta(hours=1, minutes=30) and job.retries == 2
     assert job.not_before is not None
