@@ -265,36 +265,46 @@ def cancel(
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.control import await_cancel, cancel as cancel_job, is_pattern
+    from onite.control import is_pattern
 
     target = open_spool(spool)
-    chosen: list[str] = []
-    patterns = [n for n in names or () if is_pattern(n)]
-    if all_ or patterns:
-        named = [n for n in names or () if not is_pattern(n)]
+    if all_ or any(is_pattern(n) for n in names or ()):
         if all_ and names:
             raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
-        chosen = [n for n in pick_by_pattern(target, patterns, every=all_, yes=yes) if n not in named]
-        names = named + chosen
-    elif not names:
-        names = pick_interactively(target)
-        if not names:
-            return
+        named = [n for n in names or () if not is_pattern(n)]
+        picked = pick_by_pattern(target, [n for n in names or () if is_pattern(n)], every=all_, yes=yes)
+        matched = [v.name for v in picked.chosen if v.name not in named]
+        done = cancel_each(target, named + matched, matched)
+        users = ", ".join(sorted({v.user for v in picked.skipped}))
+        print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({users}): you may "
+                                            "cancel only yours" if picked.skipped else ""))
+        return
+    cancel_each(target, names or pick_interactively(target), [])
+
+
+def cancel_each(target, names: list[str], matched: list[str]) -> int:
+    """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that
+    ended or started since it was matched is said and skipped; any other error stops here."""
+    from onite.control import await_cancel, cancel as cancel_job
+
+    done = 0
     for name in names:
         try:
             report = cancel_job(target, name, os.geteuid(), now())
         except NotFound as err:
-            if name not in chosen:
+            if name not in matched:
                 raise
-            print(f"{name}: not cancelled ({err.what})")  # it ended, or started, since it was matched
+            print(f"{name}: not cancelled ({err.what})")
             continue
         if report.action == "requested":
             report = await_cancel(target, report)
         print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
+        done += 1
+    return done
 
 
-def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool) -> list[str]:
-    """The names a pattern (or --all) cancels, said and, for root, confirmed.
+def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
+    """The jobs patterns (or --all) pick for the caller (onite.control.Selection), confirmed by root.
 
     Raises:
         InvalidInput: root without --yes where no terminal can confirm.
@@ -304,11 +314,12 @@ def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool) -> l
 
     picked = select_jobs(target, patterns, os.geteuid(), every=every)
     what = "--all" if every else " ".join(repr(p) for p in patterns)
-    if picked.skipped:
-        users = sorted({v.user for v in picked.skipped})
-        print(f"skipped {len(picked.skipped)} job(s) of other users ({', '.join(users)}): you may cancel only yours")
     if not picked.chosen:
-        raise NotFound(f"no queued or running job of yours matches {what}", "see onite list")
+        others = ""
+        if picked.skipped:
+            users = ", ".join(sorted({v.user for v in picked.skipped}))
+            others = f" (it matches {len(picked.skipped)} of other users': {users})"
+        raise NotFound(f"no queued or running job of yours matches {what}{others}", "see onite list")
     if os.geteuid() == 0 and not yes:
         if not sys.stdin.isatty():
             raise InvalidInput(f"cancelling by {what} as root needs a confirmation", "run it on a terminal, or add --yes")
@@ -317,7 +328,7 @@ def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool) -> l
         if ask(f"cancel these {len(picked.chosen)} job(s)? [y/N] ").lower() not in ("y", "yes"):
             print("nothing cancelled")
             raise typer.Exit(0)
-    return [view.name for view in picked.chosen]
+    return picked
 
 
 def pick_interactively(target) -> list[str]:

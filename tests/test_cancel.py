@@ -30,17 +30,19 @@ def test_a_users_pattern_cancels_only_their_own_jobs(spool, cli):
         submit(name, user=user)
     r = cli(["cancel", "build-*"], user="daemon")
     assert r.code == 0, r
-    assert r.out == ("skipped 3 job(s) of other users (nobody, root): you may cancel only yours\n"
-                     "build-d: cancelled\n")
+    assert r.out == ("build-d: cancelled\n"
+                     "cancelled 1 job(s); skipped 3 of other users' (nobody, root): you may cancel only yours\n")
     assert queued(spool) == ["build-n1", "build-n2", "build-root", "test-n"]  # nobody's and root's survive
     r = cli(["cancel", "build-n?", "test-n"], user="nobody")  # a pattern and a name together: the name first
-    assert (r.code, r.out) == (0, "test-n: cancelled\nbuild-n1: cancelled\nbuild-n2: cancelled\n"), r
+    assert (r.code, r.out) == (0, "test-n: cancelled\nbuild-n1: cancelled\nbuild-n2: cancelled\n"
+                                  "cancelled 3 job(s)\n"), r
     submit("last-n", user="nobody")
     r = cli(["cancel", "--all"], user="nobody")
-    assert (r.code, r.out) == (0, "skipped 1 job(s) of other users (root): you may cancel only yours\n"
-                                  "last-n: cancelled\n")
+    assert (r.code, r.out) == (0, "last-n: cancelled\n"
+                                  "cancelled 1 job(s); skipped 1 of other users' (root): you may cancel only yours\n")
     r = cli(["cancel", "--all"], user="nobody")  # nothing of theirs is left
-    assert (r.code, r.err) == (1, "onite: no queued or running job of yours matches --all — see onite list\n")
+    assert (r.code, r.err) == (1, "onite: no queued or running job of yours matches --all (it matches 1 of other "
+                                  "users': root) — see onite list\n")
     assert queued(spool) == ["build-root"]
 
 
@@ -65,7 +67,8 @@ def test_root_cancels_everyones_after_a_yes_and_never_unasked_off_a_terminal(spo
                                   "or add --yes\n")
     assert answered(spool, ["cancel", "job-*"], "n\n").endswith("cancel these 2 job(s)? [y/N] nothing cancelled\r\n")
     assert queued(spool) == ["job-a", "job-b", "run-me"]
-    assert answered(spool, ["cancel", "job-*"], "y\n").endswith("job-a: cancelled\r\njob-b: cancelled\r\n")
+    assert answered(spool, ["cancel", "job-*"], "y\n").endswith("job-a: cancelled\r\njob-b: cancelled\r\n"
+                                                               "cancelled 2 job(s)\r\n")
     driver = start_driver(spool)
     try:
         wait_for(lambda: not queued(spool), what="run-me to start")
