@@ -365,6 +365,8 @@ def follow_output(target, name: str, *, stderr: bool = False) -> int:
     def announce(text: str) -> None:  # on stderr: stdout is the job's output, byte for byte
         print(f"onite: {text}…", file=sys.stderr, flush=True)
 
+    from onite.safetext import printable
+
     final = follow(target, name, os.geteuid(), sys.stdout.buffer, stderr=stderr, announce=announce)
-    print(f"onite: {job_line(final)}", file=sys.stderr, flush=True)
+    print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path
     return exit_status([final])

@@ -58,7 +58,9 @@ def choose_shell(named: str | None, environ, *, action: str) -> str:
         raise InvalidInput(f"cannot tell which shell you use; onite completes {_spelled()}",
                            f"name yours, e.g. {how}")
     if shell not in SHELLS:
-        raise InvalidInput(f"your shell is {shell}, which onite cannot complete; it completes {_spelled()}",
+        from onite.safetext import printable
+
+        raise InvalidInput(f"your shell is {printable(shell)}, which onite cannot complete; it completes {_spelled()}",
                            f"name one of them, e.g. {how}")
     return shell
 

@@ -275,6 +275,11 @@ def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entr
 
 
 def _hold(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    """Hold the queued job of ``entries`` by a marker (by its mode where the spool has no hold/).
+
+    Raises:
+        Refused: it was claimed as it was held. SpoolIOError: the marker cannot be made.
+    """
     name = entries[0].name
     if all(sp.is_held(e.mode) for e in entries):
         return  # held already (by a marker, or the old way)
@@ -292,6 +297,12 @@ def _hold(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
 
 
 def _release(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    """Remove the caller's holds of the queued job of ``entries`` (root: the owner's and root's), and
+    give a job held the old way its write bit back.
+
+    Raises:
+        Refused: a hold the caller may not remove (root's) still holds it.
+    """
     name, owner = entries[0].name, entries[0].uid
     sp.remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
     for entry in entries:
@@ -306,6 +317,7 @@ def _release(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
 
 
 def _gid_of(entry: sp.Entry) -> int:
+    """The group of the job's file (for its marker), else its owner's primary group."""
     try:
         return os.lstat(entry.path).st_gid
     except OSError:
