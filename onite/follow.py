@@ -49,6 +49,8 @@ def follow(spool: sp.Spool, name: str, caller_uid: int, out: BinaryIO, *, stderr
     """
     watch = start(spool, [name])[name]
     _check_owner(spool, name, caller_uid)
+    if stderr:
+        _check_separate(spool, name, watch.live is not None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
     earlier = _key(path) if watch.live in ("queued", "held") else None  # an earlier run's, not this one's
     handle: BinaryIO | None = None
@@ -90,6 +92,32 @@ def _check_owner(spool: sp.Spool, name: str, caller_uid: int) -> None:
         if entry.uid != caller_uid:
             raise Refused(f"the output of {name!r} belongs to {sp.user_name(entry.uid)}",
                           "only its owner and root may read it")
+
+
+def _check_separate(spool: sp.Spool, name: str, live: bool) -> None:
+    """``--follow --stderr`` of a job whose stderr goes with its stdout would print nothing: say so.
+
+    Raises:
+        NotFound: the job (its queued or running file, or its result) keeps stderr with its stdout.
+    """
+    from onite.errors import JobFormatError, NotFound
+    from onite.filecheck import BadFile, read_job_file
+
+    separate = None
+    if live:
+        paths = [e.path for e in sp.find_queued(spool, name) + sp.find_running(spool, name)]
+        for path in paths:
+            try:
+                separate = read_job_file(path, spool.config.max_job_size)[0].stderr_separate
+                break
+            except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
+                continue
+    else:
+        result = sp.read_result(spool, name)
+        separate = None if result is None else result.stderr == "separate"
+    if separate is False:
+        raise NotFound(f"job {name!r} keeps stderr with its stdout (it was spooled without --stderr-separate)",
+                       f"follow it with: onite output {name} --follow")
 
 
 def _key(path: Path) -> tuple[int, int, int] | None:

@@ -137,3 +137,14 @@ def test_follow_stderr_kept_apart(spool, cli, stderr):
     assert drain(spool).returncode == 0
     r = cli(["output", "apart", "-f", *(["--stderr"] if stderr else [])])
     assert (r.code, r.out) == (0, "err\n" if stderr else "out\n")
+
+
+def test_follow_stderr_of_a_job_that_keeps_it_with_stdout_says_so(spool, cli):
+    said = ("onite: job 'merged' keeps stderr with its stdout (it was spooled without --stderr-separate) — "
+            "follow it with: onite output merged --follow\n")
+    submit("merged", "echo out; echo err >&2\n")
+    r = cli(["output", "merged", "-f", "--stderr"])  # queued: its job file says so
+    assert (r.code, r.err) == (1, said)
+    assert drain(spool).returncode == 0
+    r = cli(["output", "merged", "-f", "--stderr"])  # finished: its result says so
+    assert (r.code, r.err) == (1, said)
