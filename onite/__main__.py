@@ -40,9 +40,18 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: list[str]) -> int:
     import typer
 
+    import os
+
+    from typer._click.exceptions import NoArgsIsHelpError
+
     from onite.cli import app
+    from onite.completion import COMPLETE_VAR
 
     command = typer.main.get_command(app)
+    if os.environ.get(COMPLETE_VAR):  # a shell asks for completions: typer answers, once its shells are known
+        from typer._completion_classes import completion_init
+
+        completion_init()
     try:
         result = command.main(args=args, prog_name="onite", standalone_mode=False)
     except typer.Exit as exit_:
@@ -50,6 +59,9 @@ def _dispatch(args: list[str]) -> int:
     except typer.Abort:
         _say("onite: aborted — nothing was changed")
         return 1
+    except NoArgsIsHelpError as err:  # bare `onite`, `onite recur`: their help, as --help prints it
+        sys.stdout.write(err.ctx.get_help() + "\n")
+        return 0
     except typer.TyperException as err:  # usage errors from the parser
         message = err.format_message() if hasattr(err, "format_message") else str(err)
         sub, group = [], command  # the (sub)command the mistake is in: its --help explains it

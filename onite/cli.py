@@ -12,15 +12,19 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from onite import commands
 from onite.commands import now
-from onite.errors import InvalidInput
+from onite.errors import InvalidInput, NotFound
 from onite.jobfile import MAX_RETRIES
 
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # -h as in every other tool; no command uses -h for more
+
 app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=True,
+    no_args_is_help=True,  # onite.__main__ prints that help on stdout, exit 0 (typer: stderr, exit 2)
+    add_completion=False,  # typer's options cannot name a shell and detect one when none is named: ours can
+    context_settings=HELP_NAMES,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
@@ -84,11 +88,36 @@ def _print_version(wanted: bool) -> None:
         raise typer.Exit(0)
 
 
+def _show_completion(shell: Optional[str]) -> None:
+    # onite.fastcli takes `onite --show-completion [SHELL]` first (typer cannot make SHELL optional)
+    if shell is not None:
+        from onite import completion
+
+        print(completion.script(completion.choose_shell(shell, os.environ, action="--show-completion")))
+        raise typer.Exit(0)
+
+
+def _install_completion(shell: Optional[str]) -> None:
+    if shell is not None:
+        from onite import completion
+
+        chosen = completion.choose_shell(shell, os.environ, action="--install-completion")
+        print(f"{chosen} completion installed in {completion.install(chosen)}; it works in shells started from now on")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _options(
     spool: SpoolOpt = None,
     version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                           help="Print onite's version and exit.")] = False,
+    show_completion: Annotated[Optional[str], typer.Option(
+        "--show-completion", metavar="[SHELL]", is_eager=True, callback=_show_completion, show_default=False,
+        help="Print the completion script of SHELL (bash, zsh or fish; default: the shell you use), "
+        "to install it by hand.")] = None,
+    install_completion: Annotated[Optional[str], typer.Option(
+        "--install-completion", metavar="[SHELL]", is_eager=True, callback=_install_completion, show_default=False,
+        help="Install completion for SHELL (bash, zsh or fish; default: the shell you use).")] = None,
 ) -> None:
     """onite: spool batch jobs by day, run them at night in priority order, as their owners."""
     _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
@@ -135,13 +164,28 @@ def init(
 # ---- submit ----------------------------------------------------------------------------
 
 
-@app.command()
+class CommandAfterDashes(TyperCommand):
+    """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's
+    command line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            args, ctx.meta["onite.command"] = args[:at], args[at + 1:]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return super().collect_usage_pieces(ctx) + ["[-- COMMAND [ARGS]...]"]
+
+
+@app.command(cls=CommandAfterDashes)
 def submit(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
     priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
     urgent: Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")] = False,
     after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")] = None,
-    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
+    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
     retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES, help="Retry a failed job this many times, with back-off.")] = 0,
     host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Run only on this host (when several share the spool).")] = None,
@@ -155,11 +199,14 @@ def submit(
                                         "is expected to run.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """Spool the job text on stdin, with your environment, directory and umask; say on stderr when it is expected to run."""
+    """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
+    command line that follows (quoted exactly; stdin is not read). Says on stderr when it is expected to run."""
     # onite.fastcli runs well-formed submits without typer: keep the two in step (tests/test_fastcli.py)
     from onite.submit import SubmitRequest
 
-    request = SubmitRequest(name=name, body=b"", priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
+    argv = ctx.meta.get("onite.command")
+    body = commands.command_text(argv, lines=lines) if argv is not None else b""
+    request = SubmitRequest(name=name, body=body, priority=priority, urgent=urgent, after=tuple(after or ()), at=at,
                             timeout=timeout, retries=retries, host=host, hold=hold, unique=unique,
                             stderr_separate=stderr_separate, notify=notify, notify_on=notify_on)
     said = commands.submit_command(request, spool or _GLOBAL["spool"], lines=lines, quiet=quiet)
@@ -177,15 +224,16 @@ def list_(
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """Queued jobs in run order (with --all: running and finished ones too)."""
+    """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
     from onite.listing import list_jobs
 
     if as_json:  # onite.fastcli does the same without typer
         print(commands.list_json(spool or _GLOBAL["spool"], include_all=all_))
         return
     target = open_spool(spool)
+    when = now()
     damaged: list[str] = []
-    views = list_jobs(target, include_all=all_ or by_host, damaged=damaged)  # hosts: those of running and finished jobs
+    views = list_jobs(target, include_all=all_ or by_host, now=when, damaged=damaged)  # hosts: those of running and finished jobs
     if damaged:
         from onite.spool import damaged_note
 
@@ -195,7 +243,7 @@ def list_(
         return
     from onite.render import print_job_list
 
-    print_job_list(views, now(), detailed=all_, by_host=by_host, out=console())
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=console())
 
 
 @app.command()
@@ -215,24 +263,93 @@ def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolO
 
 
 @app.command()
+def restart(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A finished job (done, failed or cancelled).",
+                                        autocompletion=complete_any)],
+    new_name: Annotated[Optional[str], typer.Option("--name", metavar="NEW", help="Spool it as NEW (e.g. while "
+                                                    "NAME is queued again).")] = None,
+    unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to the name.")] = False,
+    hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release lets it run.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Spool a finished job again: its text, environment, directory, umask and options; print its name."""
+    print(commands.restart_job(spool or _GLOBAL["spool"], name, new_name=new_name, unique=unique, hold=hold))
+
+
+@app.command()
 def cancel(
-    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel; none: pick from a list.",
+    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel, or quoted patterns "
+                                                         "('build-*'); none: pick from a list.",
                                                          autocompletion=complete_live)] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every queued and running job of yours (root: everyone's).")] = False,
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.control import await_cancel, cancel as cancel_job
+    from onite.control import is_pattern
 
     target = open_spool(spool)
-    if not names:
-        names = pick_interactively(target)
-        if not names:
-            return
+    if all_ or any(is_pattern(n) for n in names or ()):
+        if all_ and names:
+            raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
+        named = [n for n in names or () if not is_pattern(n)]
+        picked = pick_by_pattern(target, [n for n in names or () if is_pattern(n)], every=all_, yes=yes)
+        matched = [v.name for v in picked.chosen if v.name not in named]
+        done = cancel_each(target, named + matched, matched)
+        users = ", ".join(sorted({v.user for v in picked.skipped}))
+        print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({users}): you may "
+                                            "cancel only yours" if picked.skipped else ""))
+        return
+    cancel_each(target, names or pick_interactively(target), [])
+
+
+def cancel_each(target, names: list[str], matched: list[str]) -> int:
+    """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that
+    ended or started since it was matched is said and skipped; any other error stops here."""
+    from onite.control import await_cancel, cancel as cancel_job
+
+    done = 0
     for name in names:
-        report = cancel_job(target, name, os.geteuid(), now())
+        try:
+            report = cancel_job(target, name, os.geteuid(), now())
+        except NotFound as err:
+            if name not in matched:
+                raise
+            print(f"{name}: not cancelled ({err.what})")
+            continue
         if report.action == "requested":
             report = await_cancel(target, report)
         print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
+        done += 1
+    return done
+
+
+def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
+    """The jobs patterns (or --all) pick for the caller (onite.control.Selection), confirmed by root.
+
+    Raises:
+        InvalidInput: root without --yes where no terminal can confirm.
+        NotFound: nothing of the caller's matches.
+    """
+    from onite.control import select_jobs
+
+    picked = select_jobs(target, patterns, os.geteuid(), every=every)
+    what = "--all" if every else " ".join(repr(p) for p in patterns)
+    if not picked.chosen:
+        others = ""
+        if picked.skipped:
+            users = ", ".join(sorted({v.user for v in picked.skipped}))
+            others = f" (it matches {len(picked.skipped)} of other users': {users})"
+        raise NotFound(f"no queued or running job of yours matches {what}{others}", "see onite list")
+    if os.geteuid() == 0 and not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInput(f"cancelling by {what} as root needs a confirmation", "run it on a terminal, or add --yes")
+        for view in picked.chosen:
+            print(f"  {view.name}  ({view.state}, {view.user})")
+        if ask(f"cancel these {len(picked.chosen)} job(s)? [y/N] ").lower() not in ("y", "yes"):
+            print("nothing cancelled")
+            raise typer.Exit(0)
+    return picked
 
 
 def pick_interactively(target) -> list[str]:
@@ -267,13 +384,13 @@ def ask(prompt: str) -> str:
 
 @app.command()
 def hold(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
-    """Hold queued jobs: they stay queued and are skipped until released."""
+    """Hold queued jobs: they keep their place but are skipped until released."""
     _set_hold(names, spool, held=True)
 
 
 @app.command()
 def release(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
-    """Release held jobs (they go to the back of their priority)."""
+    """Release held jobs (they keep their place in their priority)."""
     _set_hold(names, spool, held=False)
 
 
@@ -353,7 +470,7 @@ def daemon(
 
 # ---- recurring jobs ------------------------------------------------------------------------
 
-recur_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+recur_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, context_settings=HELP_NAMES,
                         pretty_exceptions_enable=False,
                         help="Recurring jobs: templates spooled as a job each time their rule fires.")
 app.add_typer(recur_app, name="recur")
@@ -458,12 +575,17 @@ def output(
     name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_any)],
     stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
                                          "--stderr-separate.")] = False,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Print the output as it grows until the job has "
+                                         "finished (a queued job: once it starts), then how it ended, on stderr; "
+                                         "exit 0 if it was done, 5 if not.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.control import open_output
 
     target = open_spool(spool)
+    if follow:
+        raise typer.Exit(commands.follow_output(target, name, stderr=stderr))
     with open_output(target, name, os.geteuid(), stderr=stderr) as handle:
         out = sys.stdout.buffer
         while chunk := handle.read(1 << 16):

@@ -2,7 +2,7 @@
 
 Shared by the typer command line (onite.cli) and its fast path
 (onite.fastcli), so that both paths do exactly the same thing; also the
-spool-side work of a few typer-only commands (uniqname, recover, cron) that
+spool-side work of a few typer-only commands (uniqname, recover, cron, output --follow, restart) that
 is more than one call into another module, so that onite.cli keeps to
 parsing and printing. Nothing
 here imports typer, rich or pydantic: a script that spools jobs in a loop
@@ -76,17 +76,45 @@ def read_job_text(limit: int) -> bytes:
     return body
 
 
+def command_text(argv: list[str], *, lines: bool = False) -> bytes:
+    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the words quoted for /bin/sh, so
+    that it runs exactly that argv (spaces, quotes, ``$``, newlines, backslashes, bytes that are not
+    UTF-8), and a newline.
+
+    Raises:
+        InvalidInput: no word after ``--``, or ``lines`` (whose jobs come from stdin) asked for too.
+    """
+    import shlex
+
+    if lines:
+        raise InvalidInput("--lines reads one job a line from stdin, and cannot take a command after --",
+                           "drop --lines, or the command")
+    if not argv:
+        raise InvalidInput("no command after --", "write it there: onite submit NAME -- COMMAND ARGS…")
+    return os.fsencode(shlex.join(argv)) + b"\n"
+
+
 def submit_stdin(request, spool: str | None):
-    """``onite submit NAME``: spool the text on stdin as one job; return the spool and the Job as spooled."""
+    """``onite submit NAME``: spool the text on stdin as one job (or the request's own text, a
+    command given after ``--``, with stdin left unread); return the spool and the Job as spooled.
+
+    Raises:
+        InvalidInput: as read_job_text; a command longer than max_job_size. And as submit().
+    """
     from dataclasses import replace
 
     from onite import identity
     from onite.submit import capture, spool_job
 
     target = open_spool(spool)
-    body = read_job_text(target.config.max_job_size)
+    limit = target.config.max_job_size
+    if not request.body:
+        request = replace(request, body=read_job_text(limit))
+    elif len(request.body) > limit:
+        raise InvalidInput(f"the command is longer than max_job_size ({limit} bytes)",
+                           "spool a short script that runs it instead")
     captured = capture(now())
-    return target, spool_job(target, replace(request, body=body), captured, identity.current())
+    return target, spool_job(target, request, captured, identity.current())
 
 
 def submit_lines(request, spool: str | None):
@@ -160,6 +188,17 @@ def _say(line: str) -> None:
         pass
 
 
+
+def restart_job(spool: str | None, name: str, *, new_name: str | None = None, unique: bool = False,
+                hold: bool = False) -> str:
+    """``onite restart NAME``: spool the finished job again (onite.restart); its final name."""
+    from onite import identity
+    from onite.restart import restart
+
+    target = open_spool(spool)
+    return restart(target, name, identity.current(), now(), new_name=new_name, unique=unique, hold=hold)
+
+
 def find(name: str, spool: str | None) -> bool:
     """``onite find NAME``: is a job of that name queued or running?"""
     from onite.control import find as find_job
@@ -188,7 +227,7 @@ def list_json(spool: str | None, *, include_all: bool = False) -> str:
 
     target = open_spool(spool)
     damaged: list[str] = []
-    text = document(target, include_all=include_all, damaged=damaged)
+    text = document(target, include_all=include_all, now=now(), damaged=damaged)
     if damaged:
         warn(sp.damaged_note(damaged))
     return text
@@ -521,3 +560,23 @@ def wait_command(names: list[str], timeout: str | None, spool: str | None, *, as
         waited = waiting.wait_drains(target, timeout=limit, now=now, announce=announce)
     print(waiting.wait_json(target, waited) if as_json else "\n".join(waited.lines() if names else [waited.summary()]))
     return waited.exit_code
+
+
+def follow_output(target, name: str, *, stderr: bool = False) -> int:
+    """``onite output NAME --follow``: copy the job's output to stdout as it grows; once it has
+    finished, say how on stderr; the exit code (``onite wait``'s: 0 done, 5 not).
+
+    Raises:
+        as onite.follow.follow.
+    """
+    from onite.follow import follow
+    from onite.wait import exit_status, job_line
+
+    def announce(text: str) -> None:  # on stderr: stdout is the job's output, byte for byte
+        print(f"onite: {text}…", file=sys.stderr, flush=True)
+
+    from onite.safetext import printable
+
+    final = follow(target, name, os.geteuid(), sys.stdout.buffer, stderr=stderr, announce=announce)
+    print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path
+    return exit_status([final])

@@ -135,6 +135,43 @@ def cancellable(spool: sp.Spool, caller_uid: int) -> list:
     return [v for v in running_views(spool) + queued if caller_uid in (0, v.uid)]
 
 
+PATTERN_CHARS = frozenset("*?[")  # no job name holds one (onite.names): an argument with one is a pattern
+
+
+def is_pattern(word: str) -> bool:
+    """Is this ``onite cancel`` argument a glob pattern (``'build-*'``) rather than a job's name?"""
+    return not PATTERN_CHARS.isdisjoint(word)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The jobs a pattern (or ``--all``) picks for a caller: theirs, and others' it leaves alone."""
+
+    chosen: list  # JobViews, running then queued, each name once
+    skipped: list  # other users' matching jobs (a user's patterns touch only their own jobs)
+
+
+def select_jobs(spool: sp.Spool, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
+    """The queued and running jobs whose names match one of ``patterns`` (fnmatch, case-sensitive),
+    or all of them with ``every``: every user's for root, the caller's own otherwise (others' are
+    listed as skipped, whatever own_only says: a pattern must not reach further than the caller meant).
+
+    Raises:
+        SpoolError: the spool cannot be read.
+    """
+    from fnmatch import fnmatchcase
+
+    from onite.listing import queued_views, running_views
+
+    chosen, skipped, seen = [], [], set()
+    for view in running_views(spool) + queued_views(spool):
+        if view.name in seen or not (every or any(fnmatchcase(view.name, p) for p in patterns)):
+            continue
+        seen.add(view.name)
+        (chosen if caller_uid in (0, view.uid) else skipped).append(view)
+    return Selection(chosen, skipped)
+
+
 def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
     """Move a queued job into cancel/ (it can no longer run). Returns its new path.
 
@@ -150,6 +187,8 @@ def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
     except NotFound:
         raise NotFound(f"job {entry.name!r} started running as you cancelled it",
                        f"run onite cancel {entry.name} again to stop it") from None
+    if sp.is_held(entry.mode):  # its hold markers would hold the next job of that name
+        sp.remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
     return target
 
 
@@ -296,10 +335,19 @@ def _token() -> str:
 
 
 def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entry:
-    """Hold (or release) a queued job: its file's owner-write bit is the flag.
+    """Hold (or release) a queued job, keeping its place in its priority.
+
+    A hold is a marker hold/NAME@TOKEN owned by the job's owner (onite.spool):
+    the job file is left alone, so its ctime, which is its place in the
+    queue, does not change. Releasing removes the markers the caller may
+    remove, and gives back the owner-write bit of a job held the old way
+    (mode 0400; that chmod stamps a new ctime, so such a job still goes to
+    the back). A spool without hold/ (made by an older onite, not yet
+    re-initialised) is held the old way.
 
     Raises:
-        NotFound: not queued. Refused: not the caller's job (and not root).
+        NotFound: not queued. Refused: not the caller's job (and not root); it started running as it
+            was held; a marker the caller may not remove (root's) still holds it.
     """
     check_name(name)
     entries = sp.find_queued(spool, name)
@@ -311,9 +359,66 @@ def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entr
     if not mine:
         raise Refused(f"job {name!r} belongs to {sp.user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")
-    for entry in mine:
-        _chmod_job(entry, sp.job_mode(held), "holding" if held else "releasing")
+    if held:
+        _hold(spool, mine, caller_uid)
+    else:
+        _release(spool, mine, caller_uid)
     return mine[0]
+
+
+def _hold(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    """Hold the queued job of ``entries`` by a marker (by its mode where the spool has no hold/).
+
+    Raises:
+        Refused: it was claimed as it was held. SpoolIOError: the marker cannot be made.
+    """
+    name = entries[0].name
+    if all(sp.is_held(e.mode) for e in entries):
+        return  # held already (by a marker, or the old way)
+    if not spool.hold_dir.is_dir():
+        for entry in entries:
+            _chmod_job(entry, sp.job_mode(True), "holding")
+        return
+    owner = None
+    if caller_uid != entries[0].uid:  # root holding a user's job: the marker is the user's, to release
+        owner = (entries[0].uid, _gid_of(entries[0]))
+    marker = sp.add_hold(spool, name, owner)
+    if not sp.find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
+        sp.remove(marker)
+        raise Refused(f"job {name!r} started running as you held it", f"use onite cancel {name} to stop it")
+
+
+def _release(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    """Remove the caller's holds of the queued job of ``entries`` (root: the owner's and root's), and
+    give a job held the old way its write bit back.
+
+    Raises:
+        Refused: a hold the caller may not remove (root's) still holds it.
+    """
+    name, owner = entries[0].name, entries[0].uid
+    sp.remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
+    for entry in entries:
+        try:
+            mode = os.lstat(entry.path).st_mode
+        except FileNotFoundError:
+            continue
+        if sp.is_held(mode):  # held the old way: the mode is the flag
+            _chmod_job(entry, sp.job_mode(False), "releasing")
+    if any(sp.is_held(e.mode) for e in sp.find_queued(spool, name)):
+        raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
+
+
+def _gid_of(entry: sp.Entry) -> int:
+    """The group of the job's file (for its marker), else its owner's primary group."""
+    try:
+        return os.lstat(entry.path).st_gid
+    except OSError:
+        import pwd
+
+        try:
+            return pwd.getpwuid(entry.uid).pw_gid
+        except KeyError:
+            return entry.uid
 
 
 def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:

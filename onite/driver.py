@@ -517,7 +517,7 @@ class Driver:
                 if seen.kind == "ok":
                     if self.only_timed and seen.meta.not_before is None:
                         continue  # untimed jobs wait for the scheduled drain
-                    held = sp.is_held(seen.st.st_mode)
+                    held = sp.is_held(seen.st.st_mode) or self.index.holds.held(cand.name, seen.st.st_uid)
                     verdict = evaluate(seen.meta, held=held, now=now, host=self.host, dependency=self._dep_state)
                     if verdict is READY:
                         return cand, seen.st

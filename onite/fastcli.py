@@ -1,5 +1,9 @@
 """The command line's fast path: ``onite submit``, ``find``, ``list --json``, ``run`` and ``wait`` without typer.
 
+(Also ``--show-completion [SHELL]`` and ``--install-completion [SHELL]``,
+whose SHELL typer cannot make optional: onite.cli declares them with a
+value, for its help and for spellings this module leaves to it.)
+
 Scripts run the first three in loops, and typer's start-up (it imports
 pydantic to parse options) costs several times what the command itself
 does; a driver holding 100,000 queued jobs is a third smaller without it. So
@@ -36,6 +40,8 @@ def run(args: list[str]) -> int | None:
     if not rest:
         return None
     command, rest = rest[0], rest[1:]
+    if command.partition("=")[0] in _COMPLETION:
+        return _completion(command, rest)
     if command == "submit":
         return _submit(rest, spool)
     if command == "find":
@@ -47,6 +53,31 @@ def run(args: list[str]) -> int | None:
     if command == "wait":
         return _wait(rest, spool)
     return None
+
+
+_COMPLETION = ("--show-completion", "--install-completion")
+
+
+def _completion(option: str, rest: list[str]) -> int | None:
+    """``onite --show-completion [SHELL]``, ``--install-completion [SHELL]``: typer cannot make the
+    value optional, so its options (onite.cli) take only the spelling with a value."""
+    name, eq, shell = option.partition("=")
+    if not eq:
+        if len(rest) > 1 or (rest and rest[0].startswith("-")):
+            return None
+        shell = rest[0] if rest else None
+    elif rest:
+        return None
+    import os
+
+    from onite import completion
+
+    chosen = completion.choose_shell(shell, os.environ, action=name)
+    if name == "--show-completion":
+        print(completion.script(chosen))
+    else:
+        print(f"{chosen} completion installed in {completion.install(chosen)}; it works in shells started from now on")
+    return 0
 
 
 def _global_spool(args: list[str]) -> tuple[str | None, list[str] | None]:

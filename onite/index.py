@@ -18,8 +18,14 @@ no job is ever missed, at worst noticed a second late.
 A job the driver cannot start for a reason that lasts (held, pinned to
 another host, another user's under a non-root driver) is *parked*: left out
 of the order until its file's ctime changes, which the next listing of its
-folder sees (``onite release`` touches the folder for that), or until a
-forced refresh. Ten thousand held jobs then cost nothing per pick.
+folder sees, until the hold/ folder changes (a hold or release adds or
+removes a marker there and leaves the job file, and so its place, alone:
+every parked job is looked at again), or until a forced refresh. Ten
+thousand held jobs then cost nothing per pick.
+
+The hold markers (``holds``, a ``HoldIndex``) are listed again only when
+hold/'s mtime changes (or a listing was racy, as for queue folders), so
+asking whether a job is held costs a dict lookup.
 
 Only names and kernel ctimes are kept for every queued job; the few
 fields of a job file that eligibility needs are read lazily, once per file
@@ -41,7 +47,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from onite.names import NAME_PATTERN
+from onite.names import NAME_PATTERN, SIDE
+from onite.spool import HOLD, held_by, read_holds
 
 RACY_NS = 20_000_000  # a listing this close to the folder's mtime may have missed a same-tick add
 # A folder the driver itself changed is listed again at most once per this many times
@@ -80,16 +87,51 @@ class _Folder:
         self.strays: set[str] = set()  # names that are no job names, found by the last listing, not yet handed out
 
 
+class HoldIndex:
+    """The hold markers of SPOOL/hold/ (onite.spool.read_holds), listed again only when the folder changed."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.holds: dict[str, frozenset[int]] = {}
+        self.mtime_ns = -1
+        self.racy = False
+
+    def refresh(self) -> bool:
+        """Look at hold/ again if it changed; True if the markers differ from the last look."""
+        if self.path is None:
+            return False
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+        except (FileNotFoundError, NotADirectoryError):
+            changed, self.holds, self.mtime_ns = bool(self.holds), {}, -1
+            return changed
+        if mtime == self.mtime_ns and not self.racy:
+            return False
+        started_ns = time.time_ns()
+        holds = read_holds(self.path)
+        self.mtime_ns = mtime
+        self.racy = started_ns - mtime < RACY_NS
+        changed, self.holds = holds != self.holds, holds
+        return changed
+
+    def held(self, name: str, uid: int) -> bool:
+        """Does a marker of the job's owner (or root) hold the queued job ``name`` of ``uid``?"""
+        return held_by(self.holds, name, uid)
+
+
 class QueueIndex:
     """Queued jobs in run order, kept current with as few directory listings as possible."""
 
     def __init__(self, folders: list[tuple[int, Path]], *, rescan_every: float = 1.0,
-                 fresh_every: float = 0.05, clock=time.monotonic) -> None:
+                 fresh_every: float = 0.05, clock=time.monotonic, hold_dir: Path | None = None) -> None:
         self.rescan_every = rescan_every
         self.fresh_every = fresh_every
         self.clock = clock
         self.folders = [_Folder(rank, path) for rank, path in folders]
         self.listings = 0  # how many directory listings so far (benchmarks report it)
+        if hold_dir is None and folders:  # the spool's hold/ folder, beside jobs/ (onite.spool)
+            hold_dir = folders[0][1].parent.parent / HOLD
+        self.holds = HoldIndex(hold_dir)
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
         """After a config reload that changed the number of priorities."""
@@ -100,6 +142,9 @@ class QueueIndex:
 
     def refresh(self, *, force: bool = False) -> None:
         now = self.clock()
+        if self.holds.refresh():  # a hold or release: every parked job is looked at again
+            for folder in self.folders:
+                self._unpark(folder)
         for folder in self.folders:
             try:
                 mtime = os.stat(folder.path).st_mtime_ns
@@ -231,9 +276,9 @@ class QueueIndex:
                 return
 
     def park(self, candidate: Candidate) -> None:
-        """Leave this job out of ``candidates()`` until its file changes (a release is a chmod, which
-        ``onite release`` makes visible by touching the folder) or a forced refresh: a held job,
-        or one pinned to another host, then costs nothing per pick, however many there are."""
+        """Leave this job out of ``candidates()`` until its file changes, hold/ changes (a hold or a
+        release) or a forced refresh: a held job, or one pinned to another host, then costs nothing
+        per pick, however many there are."""
         for folder in self.folders:
             if folder.rank == candidate.rank:
                 if folder.names.get(candidate.name) == candidate.ctime_ns:

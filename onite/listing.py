@@ -40,6 +40,8 @@ class JobView:
     attempt: int | None = None
     external_id: str | None = None
     stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
+    waiting: str | None = None  # queued jobs: why it cannot start now, "" if it may; None: not looked up
+    waiting_kind: str | None = None  # held, after, not_before, retry, pinned, will_fail, unreadable; "" may start
 
     @property
     def duration(self) -> float | None:
@@ -67,6 +69,8 @@ class JobView:
             "attempt": self.attempt,
             "external_id": self.external_id,
             "stderr": self.stderr,
+            "waiting": self.waiting,
+            "waiting_kind": self.waiting_kind,
         }
 
 
@@ -103,11 +107,66 @@ class _Users:
         return name
 
 
-def queued_views(spool: sp.Spool) -> list[JobView]:
+def queued_views(spool: sp.Spool, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
+    """Queued jobs in run order; with ``now``, each with why it waits (``waiting_reasons``)."""
     users, clock = _Users(), _Clock()
+    rows = sp.queued_stats(spool)
+    why = _Why(spool, rows, now, euid)
     return [JobView(name=name, uid=uid, user=users(uid), state="held" if sp.is_held(mode) else "queued",
-                    priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position)
-            for position, (rank, ctime_ns, name, uid, mode) in enumerate(sp.queued_stats(spool), 1)]
+                    priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
+                    **why(name, uid, mode))
+            for position, (rank, ctime_ns, name, uid, mode) in enumerate(rows, 1)]
+
+
+EXAMINE = 200  # queued jobs, from the head of the queue, whose job files are read to say why they wait
+
+
+def waiting_reasons(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
+                    host: str) -> dict[str, tuple[str, str]]:
+    """``name → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, mode)``)
+    whose files ``euid`` may read (root: all), as ``onite status`` decides them (onite.status.waiting_jobs,
+    over queue.evaluate): ``("", "")`` for one that may start now; another user's held job is held.
+
+    Raises:
+        SpoolIOError: a folder cannot be listed.
+    """
+    from onite.status import waiting_jobs
+
+    found = {row["name"]: (row["kind"], row["reason"]) for row in waiting_jobs(spool, head, now, euid=euid, host=host)}
+    for _, _, name, uid, _ in head:
+        if name not in found and euid in (0, uid):
+            found[name] = ("", "")
+    return found
+
+
+class _Why:
+    """The waiting fields of each queued job: read from the first EXAMINE jobs' files (those the
+    caller may read), known from the mode for every held job, unknown (None) for the rest."""
+
+    HELD = {"waiting": "held", "waiting_kind": "held"}
+    UNKNOWN: dict = {}
+
+    def __init__(self, spool: sp.Spool, rows: list[tuple[int, int, str, int, int]], now: datetime | None,
+                 euid: int | None) -> None:
+        self.known: dict[str, tuple[str, str]] = {}
+        if now is None:
+            self.off = True
+            return
+        import os
+
+        from onite.config import default_host
+
+        self.off = False
+        self.known = waiting_reasons(spool, rows[:EXAMINE], now, euid=os.geteuid() if euid is None else euid,
+                                     host=default_host(spool.config))
+
+    def __call__(self, name: str, uid: int, mode: int) -> dict:
+        if self.off:
+            return self.UNKNOWN
+        found = self.known.get(name)
+        if found is not None:
+            return {"waiting": found[1], "waiting_kind": found[0]}
+        return self.HELD if sp.is_held(mode) else self.UNKNOWN
 
 
 def running_views(spool: sp.Spool) -> list[JobView]:
@@ -155,10 +214,11 @@ def outcome_counts(views) -> dict[str, int]:
     return counts
 
 
-def list_jobs(spool: sp.Spool, *, include_all: bool = False, damaged: list[str] | None = None) -> list[JobView]:
-    """Queued jobs in run order; with ``include_all`` also running and finished ones (the names of
-    damaged result records left out are added to ``damaged``)."""
-    views = queued_views(spool)
+def list_jobs(spool: sp.Spool, *, include_all: bool = False, now: datetime | None = None,
+              damaged: list[str] | None = None) -> list[JobView]:
+    """Queued jobs in run order (with ``now``: why each waits); with ``include_all`` also running and
+    finished ones (the names of damaged result records left out are added to ``damaged``)."""
+    views = queued_views(spool, now)
     if include_all:
         views = running_views(spool) + views + finished_views(spool, damaged)
     return views
@@ -170,13 +230,14 @@ def jobs_json(spool: sp.Spool, views: list[JobView]) -> str:
     return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
 
 
-def list_json(spool: sp.Spool, *, include_all: bool = False, damaged: list[str] | None = None) -> str:
-    """``onite list --json``: ``jobs_json(spool, list_jobs(spool, include_all, damaged))``, the same text,
-    in a fraction of the time for a long queue (queued jobs never become JobViews)."""
+def list_json(spool: sp.Spool, *, include_all: bool = False, now: datetime | None = None,
+              damaged: list[str] | None = None) -> str:
+    """``onite list --json``: ``jobs_json(spool, list_jobs(spool, include_all, now, damaged))``, the same
+    text, in a fraction of the time for a long queue (queued jobs never become JobViews)."""
     from onite.jsontext import dumps
 
     elements = [dumps(v.to_json(), depth=2) for v in running_views(spool)] if include_all else []
-    elements += _queued_elements(spool)
+    elements += _queued_elements(spool, now)
     if include_all:
         elements += [dumps(v.to_json(), depth=2) for v in finished_views(spool, damaged)]
     head = dumps({"version": 1, "spool": str(spool.root), "jobs": []})
@@ -185,13 +246,14 @@ def list_json(spool: sp.Spool, *, include_all: bool = False, damaged: list[str] 
     return head[:-len("[]\n}")] + "[\n  " + ",\n  ".join(elements) + "\n ]\n}"
 
 
-def _queued_elements(spool: sp.Spool) -> list[str]:
+def _queued_elements(spool: sp.Spool, now: datetime | None = None) -> list[str]:
     """The JSON text of each queued job, as ``dumps(view.to_json(), depth=2)`` would write it.
 
     A template made from JobView.to_json (``_queued_template``) is cut where
     the fields that vary go; the text between the name and the position
-    depends only on the owner, mode and folder, the text after the position
-    only on the ctime, and both are made once for all the jobs that share them.
+    depends only on the owner, mode and folder, the text from the position to
+    the waiting fields only on the ctime, the rest only on why the job waits,
+    and each is made once for all the jobs that share it.
     """
     from json.encoder import encode_basestring_ascii as text
 
@@ -199,12 +261,16 @@ def _queued_elements(spool: sp.Spool) -> list[str]:
     users: dict[int, str] = {}
     middles: dict[tuple[int, bool, int], str] = {}
     ends: dict[int, str] = {}  # a batch of jobs shares a few thousand kernel ticks
+    tails: dict[tuple, str] = {}
     clock = _Clock()
     start, name_to_position = pieces[0], pieces[1:7]
     elements = []
     append = elements.append
     position = 0
-    for rank, rows in sp.queued_folder_stats(spool):
+    folders = list(sp.queued_folder_stats(spool))
+    head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
+    why = _Why(spool, head, now, None)
+    for rank, rows in folders:
         for ctime_ns, name, uid, mode in rows:
             position += 1
             queued = not sp.is_held(mode)
@@ -220,11 +286,17 @@ def _queued_elements(spool: sp.Spool) -> list[str]:
             end = ends.get(ctime_ns)
             if end is None:
                 end = ends[ctime_ns] = pieces[7] + text(clock(ctime_ns).isoformat()) + pieces[8]
-            append(start + text(name) + middle + str(position) + end)
+            fields = why(name, uid, mode)
+            key = (fields.get("waiting"), fields.get("waiting_kind"))
+            tail = tails.get(key)
+            if tail is None:
+                tail = tails[key] = "".join(("null" if value is None else text(value)) + piece
+                                            for value, piece in zip(key, pieces[9:]))
+            append(start + text(name) + middle + str(position) + end + tail)
     return elements
 
 
-_FIELDS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted")
+_FIELDS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted", "waiting", "waiting_kind")
 _TEMPLATE: list[list[str]] = []
 
 

@@ -51,6 +51,17 @@ KILL_WAIT = 5.0  # seconds to wait for a killed notifier to be reaped before giv
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
+def find_sendmail(config) -> tuple[str | None, str]:
+    """The sendmail a mail notice goes through (``sendmail`` in onite.toml, else the first of
+    SENDMAIL_PATHS that exists), or None and why there is none: what the driver logs, and what
+    ``submit --notify mail`` says at once."""
+    if config.sendmail:
+        if os.path.exists(config.sendmail):
+            return config.sendmail, ""
+        return None, f"no sendmail at {config.sendmail} (install an MTA or fix sendmail in onite.toml)"
+    return next((p for p in SENDMAIL_PATHS if os.path.exists(p)), None), NO_SENDMAIL
+
+
 # ---- deciding (pure) -----------------------------------------------------------------
 
 
@@ -198,12 +209,7 @@ class Notifier:
             self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
 
     def _mail(self, result: Result, config) -> None:
-        if config.sendmail:
-            sendmail = config.sendmail if os.path.exists(config.sendmail) else None
-            missing = f"no sendmail at {config.sendmail} (install an MTA or fix sendmail in onite.toml)"
-        else:
-            sendmail = next((p for p in SENDMAIL_PATHS if os.path.exists(p)), None)
-            missing = NO_SENDMAIL
+        sendmail, missing = find_sendmail(config)
         if sendmail is None:
             if not self._told_no_sendmail:  # once a drain: every later mail would say the same
                 self._told_no_sendmail = True

@@ -112,7 +112,7 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
         SpoolError, SpoolIOError: no recur/ folder, or the write failed.
     """
     from onite.schedule import parse_rule
-    from onite.submit import SubmitRequest, build_job
+    from onite.submit import SubmitRequest, build_job, check_mail
 
     check_template_name(request.name)
     rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
@@ -124,6 +124,7 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
                                   notify_on=request.notify_on),
                     captured, config)
     job = replace(job, extra=job.extra + rule_fields(rule))
+    check_mail(SubmitRequest(name=request.name, body=b"", notify=request.notify), config)
     spool.check()
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")

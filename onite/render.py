@@ -32,20 +32,29 @@ LARGE_TABLE = 2000
 
 # (title, right-justified) of ``onite list``'s columns; DETAIL_COLUMNS follow with --all
 JOB_COLUMNS = (("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False))
+WAITING_COLUMNS = (("WAITING", False),)  # why a queued job cannot start now: only when one cannot
 DETAIL_COLUMNS = (("HOST", False), ("STARTED", False), ("TOOK", True), ("RESULT", False))
-FOLDED = {"NAME", "RESULT"}  # long names and reasons wrap within their column on a narrow terminal
+FOLDED = {"NAME", "RESULT", "WAITING"}  # long names and reasons wrap within their column on a narrow terminal
 
 
-def job_columns(detailed: bool) -> tuple[tuple[str, bool], ...]:
-    return JOB_COLUMNS + DETAIL_COLUMNS if detailed else JOB_COLUMNS
+def job_columns(detailed: bool, waiting: bool = False) -> tuple[tuple[str, bool], ...]:
+    return JOB_COLUMNS + (WAITING_COLUMNS if waiting else ()) + (DETAIL_COLUMNS if detailed else ())
 
 
-def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Iterator[list[str]]:
-    """``onite list``'s cells, as text: position, name, user, priority, age, state (and, detailed,
-    where, when and how it ran). Text from users (a reason may quote a path) is ``printable``."""
+def any_waiting(views: Sequence[JobView]) -> bool:
+    """Does a job of ``views`` wait for something (so that the WAITING column is shown)?"""
+    return any(view.waiting for view in views)
+
+
+def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> Iterator[list[str]]:
+    """``onite list``'s cells, as text: position, name, user, priority, age, state (with ``waiting``:
+    why it waits; detailed: where, when and how it ran). Text from users (a reason may quote a path)
+    is ``printable``."""
     for view in views:
         row = [str(view.position or ""), printable(view.name), printable(view.user), priority_label(view),
                human_duration((now - view.submitted).total_seconds()), view.state]
+        if waiting:
+            row.append(printable(view.waiting or ""))  # a reason may quote a job file's host or name
         if detailed:
             took = view.duration if view.finished else (now - view.started).total_seconds() if view.started else None
             row += [printable(view.host or ""), short_time(view.started, now), human_duration(took),
@@ -53,13 +62,15 @@ def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Iter
         yield row
 
 
-def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool) -> Table:
+def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> Table:
     """``onite list`` for a terminal: the rows of ``job_rows``, states in colour."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for title, right in job_columns(detailed):
+    for title, right in job_columns(detailed, waiting):
         table.add_column(title, justify="right" if right else "left", overflow="fold" if title in FOLDED else "ellipsis")
-    for row in job_rows(views, now, detailed=detailed):
+    for row in job_rows(views, now, detailed=detailed, waiting=waiting):
         row[5] = Text(row[5], style=STATE_STYLE.get(row[5], ""))
+        if waiting:  # Text, not markup: a reason may hold [brackets]
+            row[6] = Text(row[6], style="yellow")
         table.add_row(*row)
     return table
 
@@ -72,13 +83,14 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
     detailed = detailed or by_host
     plain = len(views) > LARGE_TABLE
     for host, some in groups:
+        waiting = any_waiting(some)
         if host is not None:
             out.print(f"[bold]{host or 'queued (no host yet)'}[/]")
         if plain:
-            lines = plain_table(job_columns(detailed), job_rows(some, now, detailed=detailed))
+            lines = plain_table(job_columns(detailed, waiting), job_rows(some, now, detailed=detailed, waiting=waiting))
             out.file.write("".join(line + "\n" for line in lines))
         else:
-            out.print(jobs_table(some, now, detailed=detailed))
+            out.print(jobs_table(some, now, detailed=detailed, waiting=waiting))
 
 
 def report_table(views: Sequence[JobView], rows: Sequence[Sequence[str]]) -> Table:

@@ -13,6 +13,13 @@ This is the only module that changes files in a spool. Its guarantees:
   (ctime) that the final rename or link stamped. A user owns (and may edit)
   their own job file, so nothing written inside it decides order, owner or
   rights; editing a job can only move it to the back of its queue.
+- A hold never touches the job file (which would stamp a new ctime, and so
+  a new place): it is an empty marker hold/NAME@TOKEN, honoured only when
+  its owner is the job's owner or root (anyone may add a file to the sticky
+  hold/ folder). A queued file whose owner-write bit is clear (mode 0400,
+  how older onites held a job) is held too. Listings report a job held by
+  a marker with that bit cleared in its mode, so ``is_held(mode)`` answers
+  for both kinds.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from pathlib import Path
 
@@ -35,11 +42,13 @@ RESULT = f"{SIDE}result"  # jobsdone/NAME@result
 RUNINFO = f"{SIDE}run"  # running/HOST/NAME@run
 STDERR = f"{SIDE}stderr"  # stdout/NAME@stderr: a job's stderr, when kept apart from its stdout
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
-# A queued job is held when its owner cannot write it: the mode is the flag, no field inside the file.
+HOLD = "hold"  # SPOOL/hold/NAME@TOKEN: a job held without touching its file (see the module's docstring)
+# A queued job whose owner cannot write it is held (older spools, and spools without hold/).
 QUEUED_MODE, HELD_MODE = 0o600, 0o400
 
 
 def is_held(mode: int) -> bool:
+    """Is a queued job held, by the mode a listing reports (a marker's hold clears its owner-write bit)?"""
     return not mode & stat.S_IWUSR
 
 
@@ -195,6 +204,7 @@ class Spool:
         self.cancel_dir = root / "cancel"
         self.refused_dir = root / "refused"
         self.recur_dir = root / "recur"
+        self.hold_dir = root / HOLD
         self.urgent_dir = self.jobs_dir / URGENT
         self._queue_dirs: dict[int, Path] = {}
         self._running_dirs: dict[str, Path] = {}
@@ -391,6 +401,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         _make_dir(root / folder, 0o755, created, root)
     _make_dir(root / "cancel", queue_mode, created, root)
     _make_dir(root / "recur", queue_mode, created, root)
+    _make_dir(root / HOLD, queue_mode, created, root)
     _make_dir(root / "refused", 0o700, created, root)
     _make_dir(root / "locks", 0o700, created, root)  # no other user may open (and so hold) a lock
     from onite.locks import remove_legacy
@@ -754,13 +765,17 @@ def queued_stats(spool: Spool) -> list[tuple[int, int, str, int, int]]:
 
 
 def queued_folder_stats(spool: Spool) -> Iterator[tuple[int, list[tuple[int, str, int, int]]]]:
-    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, mode)``."""
+    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, mode)``
+    (the mode of a job a marker holds without its owner-write bit, so that ``is_held`` says held)."""
+    holds = read_holds(spool.hold_dir)
     for rank, folder in spool.queue_folders():
         rows = [(st.st_ctime_ns, entry.name, st.st_uid, st.st_mode) for entry, st in _job_stats(folder)]
         # by (ctime, name), unique within a folder: two sorts on one key each take a third of the time
         # of one on the pair, as many jobs share a kernel tick and pairs of str compare slowly
         rows.sort(key=itemgetter(1))
         rows.sort(key=itemgetter(0))
+        if holds:
+            rows = [(c, n, u, m & ~stat.S_IWUSR if held_by(holds, n, u) else m) for c, n, u, m in rows]
         yield rank, rows
 
 
@@ -801,13 +816,116 @@ def cancelled_pending(spool: Spool) -> list[Entry]:
 
 
 def find_queued(spool: Spool, name: str) -> list[Entry]:
-    """Queued jobs called ``name`` (normally one; two only after a race)."""
+    """Queued jobs called ``name`` (normally one; two only after a race); a job a marker holds has its
+    mode's owner-write bit cleared, as in ``queued_folder_stats``."""
     found = []
     for rank, folder in spool.queue_folders():
         entry = _stat_entry(folder, name, rank=rank)
         if entry:
             found.append(entry)
+    if found:
+        holds = read_holds(spool.hold_dir)
+        if holds:
+            found = [replace(e, mode=e.mode & ~stat.S_IWUSR) if held_by(holds, e.name, e.uid) else e for e in found]
     return found
+
+
+# ---- holds ------------------------------------------------------------------------
+
+
+def read_holds(folder: Path) -> dict[str, frozenset[int]]:
+    """The hold markers in ``folder`` (SPOOL/hold): job name → the uids that own a marker of it. Only
+    regular files named NAME@TOKEN count (a symlink or a folder there is nobody's hold); no hold/
+    folder (a spool made by an older onite) holds nothing.
+
+    Raises:
+        SpoolIOError: the folder cannot be listed.
+    """
+    owners: dict[str, set[int]] = {}
+    try:
+        it = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as err:
+        raise SpoolIOError(folder, "listing", err) from None
+    with it:
+        for entry in it:
+            name, sep, _ = entry.name.partition(SIDE)
+            if not sep or not is_valid_name(name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                owners.setdefault(name, set()).add(st.st_uid)
+    return {name: frozenset(uids) for name, uids in owners.items()}
+
+
+def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
+    """Does a marker hold the queued job ``name`` of ``uid``: one owned by ``uid`` or by root?
+    (Anyone may drop a file into hold/; another user's marker holds nothing of yours.)"""
+    owners = holds.get(name)
+    return owners is not None and (uid in owners or 0 in owners)
+
+
+def add_hold(spool: Spool, name: str, owner: tuple[int, int] | None = None) -> Path:
+    """Hold ``name`` with a new marker hold/NAME@TOKEN, owned by ``owner`` (uid, gid; root holding
+    another user's job gives the marker to that user, who may then release it).
+
+    Raises:
+        SpoolError: no hold/ folder (the caller falls back to the mode). SpoolIOError: it cannot be made.
+    """
+    path = spool.hold_dir / f"{name}{SIDE}{os.getpid()}.{os.urandom(4).hex()}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise SpoolError(f"no {HOLD}/ folder in {spool.root}", "run onite init to add it") from None
+    except OSError as err:
+        raise SpoolIOError(path, "holding a job with", err) from None
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.fchmod(fd, 0o644)
+    except OSError as err:
+        _unlink_quietly(path)
+        raise SpoolIOError(path, "holding a job with", err) from None
+    finally:
+        os.close(fd)
+    return path
+
+
+def remove_holds(spool: Spool, name: str | Iterable[str], uids: Iterable[int] | None = None) -> int:
+    """Remove the hold markers of ``name`` (or of any of several names) owned by one of ``uids``
+    (None: all, which only root may); how many went. Markers this process may not remove (another
+    user's) are left.
+
+    Raises:
+        SpoolIOError: hold/ cannot be listed.
+    """
+    names = {name} if isinstance(name, str) else set(name)
+    wanted = None if uids is None else set(uids)
+    removed = 0
+    try:
+        it = os.scandir(spool.hold_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    except OSError as err:
+        raise SpoolIOError(spool.hold_dir, "listing", err) from None
+    with it:
+        for entry in it:
+            if entry.name.partition(SIDE)[0] not in names or SIDE not in entry.name:
+                continue
+            try:
+                if wanted is not None and entry.stat(follow_symlinks=False).st_uid not in wanted:
+                    continue
+                os.unlink(entry.path)
+                removed += 1
+            except (FileNotFoundError, PermissionError):
+                continue
+            except OSError as err:
+                raise SpoolIOError(Path(entry.path), "releasing a job: removing", err) from None
+    return removed
 
 
 def find_running(spool: Spool, name: str) -> list[Entry]:

@@ -18,7 +18,7 @@ from onite.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.identity import Identity
 from onite.jobfile import MAX_RETRIES, Job, encode, env_problem, shebang_problem
-from onite.names import check_base, check_name, unique_name
+from onite.names import SIDE, check_base, check_name, unique_name
 from onite.policy import check_urgent, cutoff_state
 
 
@@ -157,6 +157,7 @@ def spool_job(spool: sp.Spool, request: SubmitRequest, captured: Captured, calle
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, config)
+    check_mail(request, config)
     spool.check()
     check_policy(spool, request, captured.now, caller)
     for dep in job.after:
@@ -174,8 +175,48 @@ def spool_job(spool: sp.Spool, request: SubmitRequest, captured: Captured, calle
 
         job = replace(job, name=name)
     folder = spool.folder_for(job.priority, job.urgent)
-    sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold))
+    markers = prepare_holds(spool, [name], caller, hold=request.hold)
+    try:
+        sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold and markers is None))
+    except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
+        undo_holds(markers or [])
+        raise
     return job
+
+
+def prepare_holds(spool: sp.Spool, names: list[str], caller: Identity, *, hold: bool,
+                  owner: tuple[int, int] | None = None) -> list | None:
+    """Before jobs ``names`` are spooled: remove the hold markers left of earlier jobs of those names
+    (none is queued, so any marker there is stale: it would hold the new job), and with ``hold`` add
+    one for each (owned by ``owner``, the jobs' owner, when root spools them for someone else); the
+    markers added, or None where the spool has no hold/ folder (the job file's mode then holds it, as
+    older onites did). The marker comes first, so that no driver ever sees the job unheld.
+
+    Raises:
+        SpoolIOError: hold/ cannot be listed, or a marker cannot be made.
+    """
+    holds = sp.read_holds(spool.hold_dir)
+    stale = [n for n in names if n in holds]
+    if stale:
+        sp.remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
+    if not hold:
+        return []
+    if not spool.hold_dir.is_dir():
+        return None
+    markers = []
+    try:
+        for name in names:
+            markers.append(sp.add_hold(spool, name, owner))
+    except OniteError:
+        undo_holds(markers)
+        raise
+    return markers
+
+
+def undo_holds(markers: list) -> None:
+    """Remove markers made for jobs that were not spooled after all."""
+    for marker in markers:
+        sp.remove(marker)
 
 
 def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
@@ -225,6 +266,7 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
                                "fix its first line: #!/path/to/interpreter [one argument]")
         jobs.append(replace(template, name=request.name, body=request.body))
+    check_mail(requests[0], config)  # --notify is the same for every job of a batch
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
         check_policy(spool, request, captured.now, caller)
@@ -245,12 +287,18 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
                 known.add(dep)
     refuse_duplicates(spool, list(names))
     env_lines = env_text(captured.env)
+    held = [job.name for job, request in zip(jobs, requests) if request.hold]
+    markers = prepare_holds(spool, list(names), caller, hold=False)  # stale markers of every name go
+    if held:
+        markers = prepare_holds(spool, held, caller, hold=True)
+    by_marker = markers is not None
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines),
-              sp.job_mode(request.hold)) for job, request in zip(jobs, requests))
+              sp.job_mode(request.hold and not by_marker)) for job, request in zip(jobs, requests))
     try:
         sp.create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
+        undo_holds([m for m in markers or [] if position[m.name.partition(SIDE)[0]] >= created])
         if created:
             err.what += f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to {jobs[created - 1].name})"
         else:
@@ -306,6 +354,21 @@ def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller:
         if hosts:
             raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
                           "submit again when it has finished (see onite status)")
+
+
+def check_mail(request: SubmitRequest, config: Config) -> None:
+    """``--notify mail`` where mail cannot go out is said now, not found in the log the next morning.
+
+    Raises:
+        InvalidInput: the request asks for mail and this machine has no sendmail (onite.notify).
+    """
+    if request.notify != "mail":
+        return
+    from onite.notify import find_sendmail
+
+    sendmail, missing = find_sendmail(config)
+    if sendmail is None:
+        raise InvalidInput(f"--notify mail: {missing}", "ask the admin for a mail transport, or use --notify none")
 
 
 def refuse_duplicate(spool: sp.Spool, name: str) -> None:

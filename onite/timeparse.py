@@ -126,7 +126,7 @@ def parse_clock(text: str, *, what: str = "time") -> time:
 
 
 def parse_when(text: str, now: datetime) -> datetime:
-    """A not-before time: ``HH:MM`` (the next such time after ``now``), an ISO date-time
+    """A not-before time: ``now``, ``HH:MM`` (the next such time after ``now``), an ISO date-time
     (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h``
     (a duration from now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
 
@@ -134,6 +134,8 @@ def parse_when(text: str, now: datetime) -> datetime:
         InvalidInput: none of those forms, or a time not between the years 1900 and 9998.
     """
     raw = text.strip()
+    if raw.lower() == "now":  # a timed job that is due at once: a daemon runs it when it next looks
+        return now
     if raw.startswith("+"):
         return check_time(now + parse_duration(raw[1:], what="delay"), text)
     if raw.lower().startswith("tomorrow"):
@@ -147,7 +149,7 @@ def parse_when(text: str, now: datetime) -> datetime:
     except ValueError:
         raise InvalidInput(
             f"bad time {text!r}",
-            "write HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
+            "write now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
         ) from None
     if parsed.tzinfo:
         return check_time(parsed, text)

@@ -27,7 +27,7 @@ from pathlib import Path
 from onite.errors import Refused
 
 OWN_FOLDERS = ("jobs", "running", "jobsdone", "stdout", "refused")
-SHARED_FOLDERS = ("cancel", "recur")  # world-writable (system spool), sticky
+SHARED_FOLDERS = ("cancel", "recur", "hold")  # world-writable (system spool), sticky
 OWN_FILES = ("onite.toml", "onite.log")
 
 

@@ -8,8 +8,10 @@ the few header fields that matter (``at:``, ``pin:``), and:
 - lists a queue folder again only when its mtime changed (onite.index);
 - reads the header of a job only when its name is new to it, and only up to
   the first ``env:`` line (the header's options come before the environment);
-- re-stats only the held jobs that carry a not-before time (``release`` changes
-  a file's ctime and mode but not its folder), never every queued file.
+- re-stats only the jobs held the old way (mode 0400) that carry a not-before
+  time (releasing one changes its file's ctime and mode but not its folder),
+  never every queued file; a job held by a marker in hold/ is asked about
+  the index's current markers (onite.index.HoldIndex) each time.
 
 A job is *due* at max(not-before, ctime): a job spooled with a not-before
 time already past is due when it appears. ``next_due(mark)`` ignores jobs due
@@ -42,7 +44,8 @@ class _Seen:
     ctime_ns: int
     not_before: datetime | None = None
     pin: str | None = None
-    held: bool = False
+    held: bool = False  # held the old way, by its mode
+    uid: int = -1
 
     def due_at(self) -> datetime | None:
         if self.not_before is None:
@@ -106,13 +109,16 @@ class TimedWatch:
         self.header_reads += 1
         # a time the job file cannot hold (naive, or out of bounds) makes it damaged: the driver refuses it
         not_before = parse_stamp(fields.get("at"))
-        self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), is_held(st.st_mode))
+        self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), is_held(st.st_mode), st.st_uid)
 
     def next_due(self, mark: datetime | None) -> datetime | None:
         """The earliest due time after ``mark`` of a timed job this host may run."""
         best = None
-        for seen in self.jobs.values():
+        holds = self.index.holds
+        for (_, name), seen in self.jobs.items():
             if seen.not_before is None or seen.held or (seen.pin and seen.pin != self.host):
+                continue
+            if holds.held(name, seen.uid):
                 continue
             due = seen.due_at()
             if (mark is None or due > mark) and (best is None or due < best):

@@ -50,7 +50,9 @@ def test_batch_options_apply_to_every_job(spool, cli):
         path = spool / "jobs" / "P4" / name
         job = decode(path.read_bytes())
         assert (path.stat().st_mode & 0o777, job.after, job.timeout.total_seconds(), job.retries) == \
-            (0o400, ("dep",), 300, 2)
+            (0o600, ("dep",), 300, 2)
+    assert sorted(p.name.partition("@")[0] for p in (spool / "hold").iterdir()) == ["h-00001", "h-00002"]
+    assert {j["state"] for j in cli(["list", "--json"]).json()["jobs"] if j["name"].startswith("h-")} == {"held"}
 
 
 

@@ -100,6 +100,9 @@ def test_list_json_document(spool, cli):
     assert a["name"] == "a" and a["priority"] == 2 and a["state"] == "queued" and a["position"] == 1
     assert b["state"] == "held" and b["user"] == ("root" if ROOT else b["user"]) and isinstance(b["uid"], int)
     datetime.fromisoformat(a["submitted"])
+    assert (a["waiting"], a["waiting_kind"], b["waiting"], b["waiting_kind"]) == ("", "", "held", "held")
+    assert cli(["list"]).out.splitlines()[0].split() == ["#", "NAME", "USER", "PRI", "AGE", "STATE", "WAITING"]
+    assert cli(["cancel", "b"]).code == 0  # nothing waits: no WAITING column
     assert cli(["list"]).out.splitlines()[0].split() == ["#", "NAME", "USER", "PRI", "AGE", "STATE"]
 
 
@@ -296,3 +299,62 @@ def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "onite" in imported and not [m for m in imported if m == "rich" or m.startswith("rich.")]
+
+
+# ---- help and completion behave as in other tools (issue 14, item 5) ------------------------------
+
+
+@pytest.mark.parametrize("argv, usage", [([], "Usage: onite [OPTIONS] COMMAND"), (["recur"], "Usage: onite recur"),
+                                         (["-h"], "Usage: onite [OPTIONS] COMMAND"),
+                                         (["submit", "-h"], "Usage: onite submit"),
+                                         (["recur", "add", "-h"], "Usage: onite recur add"),
+                                         (["list", "-h"], "Usage: onite list"), (["run", "-h"], "Usage: onite run"),
+                                         (["wait", "-h"], "Usage: onite wait")], ids=str)
+def test_bare_commands_and_dash_h_print_the_help_on_stdout(spool, cli, argv, usage):
+    """Bare `onite` and `onite recur` print the multi-line help, as --help does, on stdout with exit 0;
+    -h is --help everywhere (also where the fast path looks first: submit, list, run, wait)."""
+    r = cli(argv)
+    assert (r.code, r.err) == (0, ""), r
+    assert r.out.startswith(usage) and "--help" in r.out and r.out.count("\n") > 5
+    assert r.out == cli([*argv, "--help"]).out
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete -o default -F _onite_completion onite"),
+                                           ("zsh", "compdef _onite_completion onite"),
+                                           ("fish", "complete --command onite")])
+def test_show_completion_prints_the_named_shells_script(spool, cli, shell, marker):
+    for argv in (["--show-completion", shell], [f"--show-completion={shell}"],
+                 ["--spool", str(spool), "--show-completion", shell]):
+        r = cli(argv, env=dict(os.environ, SHELL="/bin/bash" if shell != "bash" else "/usr/bin/zsh"))
+        assert (r.code, r.err) == (0, ""), r
+        assert marker in r.out and f"_ONITE_COMPLETE=complete_{shell}" in r.out
+
+
+def test_completion_of_a_shell_onite_cannot_complete_says_which_it_can(spool, cli, world_tmp):
+    r = cli(["--show-completion", "ksh"])
+    assert (r.code, r.err) == (2, "onite: onite cannot complete the shell 'ksh': it completes bash, zsh and fish — "
+                                  "name one of them, e.g. onite --show-completion bash\n")
+    # a user whose shell is /bin/sh: no traceback, no "Shell None", nothing written
+    home = world_tmp / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "SHELL": "/bin/sh", "PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(["/bin/sh", "-c", f"{sys.executable} -m onite --install-completion; exit $?"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc
+    assert proc.stderr == ("onite: your shell is sh, which onite cannot complete; it completes bash, zsh and fish — "
+                           "name one of them, e.g. onite --install-completion bash\n")
+    assert list(home.iterdir()) == []
+
+
+def test_install_completion_for_a_named_shell(cli, world_tmp):
+    home = world_tmp / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "SHELL": "/bin/sh", "PATH": os.environ["PATH"]}
+    r = cli(["--install-completion", "bash"], env=env)
+    assert r.code == 0 and r.err == "", r
+    script = home / ".bash_completions" / "onite.sh"
+    assert r.out == f"bash completion installed in {script}; it works in shells started from now on\n"
+    assert "_ONITE_COMPLETE=complete_bash" in script.read_text()
+    assert f"source '{script}'" in (home / ".bashrc").read_text()
+    r = cli(["--install-completion", "fish"], env=env)
+    assert r.code == 0 and "complete --command onite" in (home / ".config" / "fish" / "completions" / "onite.fish").read_text()

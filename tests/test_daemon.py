@@ -198,6 +198,10 @@ def test_a_timed_job_spooled_late_still_runs(spool, workdir, daemons):
     past = (datetime.now().astimezone() - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
     submit("late", "true\n", "--at", past)
     wait_for(lambda: (spool / "jobsdone" / "late@result").exists(), what="the late timed job")
+    submit("untimed", "true\n", "-p", "1")
+    submit("asap", "true\n", "--at", "now")  # due at once: the daemon runs it, the untimed job waits
+    wait_for(lambda: (spool / "jobsdone" / "asap@result").exists(), what="the --at now job")
+    assert result(spool, "asap")["state"] == "done" and queued(spool) == ["untimed"]
     assert d.stop() == 0
 
 
@@ -403,6 +407,6 @@ def test_timed_watch_reads_only_new_headers(spool):
     fresh = TimedWatch(Spool(spool).queue_folders(), HOST)
     fresh.refresh()
     assert fresh.timed() == 2 and fresh.next_due(None) is None
-    assert run_cli(["release", "another"]).code == 0  # a release changes no folder: held jobs are re-stat'ed
+    assert run_cli(["release", "another"]).code == 0  # a release removes a marker in hold/: no job file changes
     fresh.refresh()
-    assert fresh.next_due(None) is not None and fresh.header_reads == 33
+    assert fresh.next_due(None) is not None and fresh.header_reads == 32

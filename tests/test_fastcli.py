@@ -20,7 +20,7 @@ import pytest
 
 import onite.__main__
 import onite.fastcli
-from conftest import run_cli
+from conftest import run_cli, set_config
 from onite.jobfile import decode
 
 FAST_ONLY = 77  # exit code of a child where the fast path declined and typer was called
@@ -98,6 +98,9 @@ ACCEPTED = [
     (["wait", "--json"], b"", []),
     (["wait", "dep1", "--timeout", "1s", "--json"], b"", ["dep1"]),
     (["--spool", "SPOOL", "wait", "dep1", "--timeout=1s"], b"", ["dep1"]),
+    (["--show-completion", "zsh"], b"", []),
+    (["--spool", "SPOOL", "--show-completion=fish"], b"", []),
+    (["--show-completion", "ksh"], b"", []),
 ]
 
 DECLINED = [
@@ -112,6 +115,7 @@ DECLINED = [
     ["list", "--json", "x"], ["list", "--json", "--help"], ["run", "--slots", "0"], ["run", "--slots", "x"],
     ["run", "--slots", "5000"], ["run", "now"], ["run", "--help"], ["run", "-vv"],
     ["submit", "a", "--stderr-separate", "--stderr-merged"], ["submit", "a", "--stderr-separate=yes"],
+    ["--show-completion", "bash", "list"], ["--show-completion", "--help"], ["--install-completion=zsh", "x"],
 ]
 
 
@@ -121,6 +125,7 @@ def fresh_spool(path):
     shutil.rmtree(path, ignore_errors=True)
     with open(os.devnull, "w") as devnull, redirect_stdout(devnull):
         assert onite.__main__.main(["init", "--spool", str(path)]) == 0
+    set_config(path, sendmail="/bin/true")  # --notify mail needs one (a machine here may have none)
 
 
 def snapshot(spool):

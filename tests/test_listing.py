@@ -24,10 +24,12 @@ def test_list_json_is_jobs_json_of_list_jobs(spool, cli):
     if ROOT:
         assert run_cli(["submit", "theirs", "-p", "3"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
     target = sp.Spool(spool)
+    now = datetime.now().astimezone()
     for include_all in (False, True):
-        fast = listing.list_json(target, include_all=include_all)
-        assert fast == listing.jobs_json(target, listing.list_jobs(target, include_all=include_all))
-    assert listing.list_json(target) == cli(["list", "--json"]).out.rstrip("\n")
+        for when in (None, now):
+            fast = listing.list_json(target, include_all=include_all, now=when)
+            assert fast == listing.jobs_json(target, listing.list_jobs(target, include_all=include_all, now=when))
+    assert listing.list_json(target, now=now) == cli(["list", "--json"]).out.rstrip("\n")
 
 
 def test_an_empty_queue(spool):
@@ -75,14 +77,52 @@ def test_a_big_list_is_plain_text_laid_out_as_the_table(spool, cli):
     target = sp.Spool(spool)
     now = datetime.now().astimezone()
     for detailed in (False, True):
-        views = listing.list_jobs(target, include_all=detailed)
+        views = listing.list_jobs(target, include_all=detailed, now=now)
+        assert render.any_waiting(views)  # the held job
         out = io.StringIO()
-        Console(file=out, width=300, color_system=None).print(render.jobs_table(views, now, detailed=detailed))
+        Console(file=out, width=300, color_system=None).print(render.jobs_table(views, now, detailed=detailed,
+                                                                                waiting=True))
         rich_lines = [line.rstrip() for line in out.getvalue().splitlines()]
-        plain = list(render.plain_table(render.job_columns(detailed), render.job_rows(views, now, detailed=detailed)))
+        plain = list(render.plain_table(render.job_columns(detailed, True),
+                                        render.job_rows(views, now, detailed=detailed, waiting=True)))
         assert plain == rich_lines and len(plain) == len(views) + 1
     big = [(f"j{i:05d}", "true\n") for i in range(render.LARGE_TABLE + 1 - 5)]
     api.submit_many(big, priority=5)
     r = cli(["list"])
-    assert r.code == 0 and r.out.splitlines()[0].split() == ["#", "NAME", "USER", "PRI", "AGE", "STATE"]
+    assert r.code == 0 and r.out.splitlines()[0].split() == ["#", "NAME", "USER", "PRI", "AGE", "STATE", "WAITING"]
+    assert r.out.splitlines()[-1].split()[-2:] == ["held", "held"]
     assert len(r.out.splitlines()) == render.LARGE_TABLE + 2 and "\x1b" not in r.out
+
+
+def test_list_says_why_each_queued_job_waits_in_its_table_and_json(spool, cli):
+    """The reasons of queue.evaluate, as status gives them (onite.status.waiting_jobs), for the jobs the caller
+    may read; another user's job is only known held or not (its mode is public, its file is not)."""
+    assert cli(["submit", "first"], stdin=b"true\n").code == 0
+    assert cli(["submit", "ready", "-p", "1"], stdin=b"true\n").code == 0
+    assert cli(["submit", "later", "--at", "2099-01-02T03:04"], stdin=b"true\n").code == 0
+    assert cli(["submit", "after-it", "--after", "first"], stdin=b"true\n").code == 0
+    assert cli(["submit", "elsewhere", "--host", "node-zz"], stdin=b"true\n").code == 0
+    assert cli(["submit", "held", "--hold"], stdin=b"true\n").code == 0
+    if ROOT:
+        assert run_cli(["submit", "theirs", "--at", "2099-01-01T00:00"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+        assert run_cli(["submit", "theirs-held", "--hold"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    jobs = {j["name"]: (j["waiting_kind"], j["waiting"]) for j in cli(["list", "--json"]).json()["jobs"]}
+    expected = {"ready": ("", ""), "first": ("", ""), "later": ("not_before", "not before 2099-01-02 03:04"),
+                "after-it": ("after", "after first (queued)"), "elsewhere": ("pinned", "pinned to host node-zz"),
+                "held": ("held", "held")}
+    if ROOT:  # root reads every job; nobody sees root's jobs as they see theirs
+        expected.update({"theirs": ("not_before", "not before 2099-01-01 00:00"), "theirs-held": ("held", "held")})
+        seen = {j["name"]: (j["waiting_kind"], j["waiting"])
+                for j in run_cli(["list", "--json"], user="nobody", cwd="/tmp").json()["jobs"]}
+        assert seen == {**{n: (None, None) for n in expected if n not in ("held", "theirs", "theirs-held")},
+                        "held": ("held", "held"), "theirs": ("not_before", "not before 2099-01-01 00:00"),
+                        "theirs-held": ("held", "held")}
+    assert jobs == expected
+    table = {line.split()[1]: line.rstrip() for line in cli(["list"]).out.splitlines()[1:]}
+    assert table["after-it"].endswith("queued  after first (queued)")
+    assert table["later"].endswith("queued  not before 2099-01-02 03:04")
+    assert table["ready"].endswith("queued")
+    # a dependency that failed: the job will fail when a driver next looks
+    assert cli(["cancel", "first"]).code == 0
+    jobs = {j["name"]: (j["waiting_kind"], j["waiting"]) for j in cli(["list", "--json"]).json()["jobs"]}
+    assert jobs["after-it"] == ("will_fail", "will fail: dependency first was cancelled")

@@ -303,9 +303,9 @@ def test_no_sendmail_on_the_machine_is_said_once(spool):
 @needs_root
 def test_a_job_of_nobody_is_told_by_root_run_notifiers(spool, notices, mailbox, cli):
     set_config(spool, notify="command", notify_command=notices.hook)
+    set_config(spool, sendmail=mailbox.sendmail)
     submit("theirs", "exit 4\n", user="nobody")
     submit("mailed", "echo nobody was here; exit 5\n", "--notify", "mail", user="nobody")
-    set_config(spool, sendmail=mailbox.sendmail)
     assert drain(spool).returncode == 0
     assert noticed(notices) == ["theirs"]
     told = json.loads((notices.dir / "theirs.json").read_text())
@@ -329,6 +329,21 @@ def test_submit_refuses_a_bad_notify(spool, args, message):
         r = run_cli(["submit", "a", *args, *extra], stdin=b"true\n")
         assert (r.code, r.err) == (2, message)
     assert not list((spool / "jobs").rglob("a*"))
+
+
+def test_notify_mail_without_a_sendmail_is_refused_at_submit_time(spool, workdir, mailbox):
+    """Not a notify-failed line in the log the next morning: the submit says it, and spools nothing."""
+    set_config(spool, sendmail=f"{workdir}/no-sendmail")
+    said = (f"onite: --notify mail: no sendmail at {workdir}/no-sendmail (install an MTA or fix sendmail in "
+            "onite.toml) — ask the admin for a mail transport, or use --notify none\n")
+    for argv in (["submit", "a", "--notify", "mail"], ["submit", "a", "--notify", "mail", "--lines"],
+                 ["recur", "add", "a", "--every", "1h", "--notify", "mail"]):
+        r = run_cli(argv, stdin=b"true\n")
+        assert (r.code, r.err) == (2, said), argv
+    assert run_cli(["list", "--json"]).json()["jobs"] == [] and not list((spool / "recur").iterdir())
+    assert run_cli(["submit", "a", "--notify", "none"], stdin=b"true\n").code == 0  # only mail needs sendmail
+    set_config(spool, sendmail=mailbox.sendmail)
+    assert run_cli(["submit", "b", "--notify", "mail"], stdin=b"true\n").code == 0
 
 
 def test_recur_add_takes_notify(spool, notices):

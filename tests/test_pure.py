@@ -72,6 +72,7 @@ def test_clock_and_when():
     with pytest.raises(InvalidInput):
         parse_clock("24:00")
     assert parse_when("+2h", NOW) == NOW + timedelta(hours=2)
+    assert parse_when("now", NOW) == parse_when(" NOW ", NOW) == NOW
     assert parse_when("2026-11-23T02:00+00:00", NOW) == datetime(2026, 11, 23, 2, 0, tzinfo=UTC)
     with pytest.raises(InvalidInput, match="bad time"):
         parse_when("whenever", NOW)

@@ -57,7 +57,7 @@ def test_spool_modes_after_init(spool):
         return stat.S_IMODE(st.st_mode), st.st_uid
 
     assert mode(".") == (0o755, 0)
-    for folder in ["jobs/P1", "jobs/P7", "jobs/urgent", "cancel", "recur"]:
+    for folder in ["jobs/P1", "jobs/P7", "jobs/urgent", "cancel", "recur", "hold"]:
         assert mode(folder) == (0o1777, 0), folder
     for folder in ["jobs", "running", "jobsdone", "stdout"]:
         assert mode(folder) == (0o755, 0), folder

@@ -170,11 +170,21 @@ def test_check_lock_refuses_while_a_driver_runs(spool, cli, workdir):
     assert cli(["submit", "after"], stdin=b"true\n").code == 0
 
 
+def test_at_now_is_due_at_once(spool, cli):
+    assert cli(["submit", "asap", "--at", "now"], stdin=b"true\n").code == 0
+    job = decode((spool / "jobs" / "P4" / "asap").read_bytes())
+    assert job.not_before is not None and job.not_before <= datetime.now().astimezone()
+    assert drain(spool).returncode == 0
+    assert result(spool, "asap")["state"] == "done"
+
+
 def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
     assert cli(["submit", "held", "--hold", "--host", "node7", "--timeout", "1h30m", "--retries", "2",
                 "--at", "23:59"], stdin=b"true\n").code == 0
     path = spool / "jobs" / "P4" / "held"
-    assert path.stat().st_mode & 0o777 == 0o400
+    assert path.stat().st_mode & 0o777 == 0o600  # held by a marker, not by its mode (spool-format.md)
+    [marker] = (spool / "hold").iterdir()
+    assert marker.name.startswith("held@") and marker.stat().st_size == 0
     job = decode(path.read_bytes())
     assert job.pin == "node7" and job.timeout == timedelta(hours=1, minutes=30) and job.retries == 2
     assert job.not_before is not None
@@ -241,3 +251,38 @@ def test_a_priority_beyond_a_lowered_priorities_queues_last(spool):
     target = sp.Spool(spool)
     assert target.folder_for(7, False) == spool / "jobs" / "P3"
     assert target.folder_for(2, False) == spool / "jobs" / "P2" and target.folder_for(7, True) == spool / "jobs" / "urgent"
+
+
+def test_a_command_after_dashes_is_the_job_and_runs_that_exact_argv(spool, cli, workdir):
+    """`onite submit NAME [options] -- COMMAND ARGS…` (pueue add, tsp): the words are quoted for /bin/sh,
+    so the job's process gets them byte for byte; stdin is not read; options after -- are the command's."""
+    out = workdir / "argv"
+    probe = "import os, sys; open(sys.argv[1], 'w').write(repr([os.fsencode(a) for a in sys.argv[2:]]))"
+    words = ["a b", "'single'", '"double"', "$HOME", "`id`", "$(id)", "x\ny", "back\\slash", "*", "", "-p", "7",
+             "--", "--hold", "tab\there", os.fsdecode(b"caf\xe9")]
+    r = cli(["submit", "exact", "-p", "2", "--", sys.executable, "-c", probe, str(out), *words],
+            stdin=b"echo this is not the job\n")
+    assert (r.code, r.out, r.err) == (0, "", ""), r
+    job = decode((spool / "jobs" / "P2" / "exact").read_bytes())  # -p 2 before -- is onite's; -p 7 after is not
+    assert b"not the job" not in job.body and job.body.endswith(b"\n")
+    assert drain(spool).returncode == 0
+    assert result(spool, "exact")["state"] == "done"
+    assert out.read_text() == repr([os.fsencode(w) for w in words])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["submit", "x", "--"], "onite: no command after -- — write it there: onite submit NAME -- COMMAND ARGS…\n"),
+    (["submit", "x", "--lines", "--", "true"], "onite: --lines reads one job a line from stdin, and cannot take a "
+                                                "command after -- — drop --lines, or the command\n"),
+])
+def test_a_command_after_dashes_that_cannot_be_a_job(spool, cli, argv, message):
+    r = cli(argv, stdin=b"true\n")
+    assert (r.code, r.err) == (2, message)
+    assert not list((spool / "jobs").rglob("x*"))
+
+
+def test_a_command_after_dashes_with_the_spool_before_the_command(spool, cli):
+    r = cli(["--spool", str(spool), "submit", "--unique", "u", "--", "echo", "hi"], stdin=None)
+    assert r.code == 0 and r.out.startswith("u-"), r
+    [path] = (spool / "jobs" / "P4").iterdir()
+    assert decode(path.read_bytes()).body == b"echo hi\n"

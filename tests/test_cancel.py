@@ -1,0 +1,110 @@
+"""``onite cancel 'PATTERN'`` and ``onite cancel --all``: a user's own jobs; root's, everyone's after a yes.
+
+Real users (``nobody`` and ``daemon`` when root), a real driver for a running
+job; root's confirmation is typed on a real pseudo-terminal.
+"""
+
+import os
+import pty
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, needs_root, result, run_cli, start_driver, wait_for
+
+
+def submit(name, *, user=None, body=b"true\n"):
+    r = run_cli(["submit", name], stdin=body, user=user, cwd="/tmp")
+    assert r.code == 0, r
+
+
+def queued(spool):
+    return sorted(p.name for p in (spool / "jobs").rglob("*") if p.is_file())
+
+
+@needs_root
+def test_a_users_pattern_cancels_only_their_own_jobs(spool, cli):
+    for name, user in [("build-n1", "nobody"), ("build-n2", "nobody"), ("test-n", "nobody"), ("build-d", "daemon"),
+                       ("build-root", None)]:
+        submit(name, user=user)
+    r = cli(["cancel", "build-*"], user="daemon")
+    assert r.code == 0, r
+    assert r.out == ("build-d: cancelled\n"
+                     "cancelled 1 job(s); skipped 3 of other users' (nobody, root): you may cancel only yours\n")
+    assert queued(spool) == ["build-n1", "build-n2", "build-root", "test-n"]  # nobody's and root's survive
+    r = cli(["cancel", "build-n?", "test-n"], user="nobody")  # a pattern and a name together: the name first
+    assert (r.code, r.out) == (0, "test-n: cancelled\nbuild-n1: cancelled\nbuild-n2: cancelled\n"
+                                  "cancelled 3 job(s)\n"), r
+    submit("last-n", user="nobody")
+    r = cli(["cancel", "--all"], user="nobody")
+    assert (r.code, r.out) == (0, "last-n: cancelled\n"
+                                  "cancelled 1 job(s); skipped 1 of other users' (root): you may cancel only yours\n")
+    r = cli(["cancel", "--all"], user="nobody")  # nothing of theirs is left
+    assert (r.code, r.err) == (1, "onite: no queued or running job of yours matches --all (it matches 1 of other "
+                                  "users': root) — see onite list\n")
+    assert queued(spool) == ["build-root"]
+
+
+def test_a_pattern_that_matches_nothing_and_all_with_names(spool, cli):
+    submit("alpha")
+    r = cli(["cancel", "zeta-*", "--yes"])
+    assert (r.code, r.out, r.err) == (1, "", "onite: no queued or running job of yours matches 'zeta-*' — see onite list\n")
+    r = cli(["cancel", "--all", "alpha"])
+    assert (r.code, r.err) == (2, "onite: --all cancels every job of yours and takes no NAME — drop the names, or --all\n")
+    assert queued(spool) == ["alpha"]
+
+
+@needs_root
+def test_root_cancels_everyones_after_a_yes_and_never_unasked_off_a_terminal(spool, workdir, cli):
+    gate = workdir / "gate"
+    gate.touch()
+    submit("run-me", user="nobody", body=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode())
+    submit("job-a", user="nobody")
+    submit("job-b")
+    r = cli(["cancel", "--all"])  # stdin is a pipe: no one to ask
+    assert (r.code, r.err) == (2, "onite: cancelling by --all as root needs a confirmation — run it on a terminal, "
+                                  "or add --yes\n")
+    assert answered(spool, ["cancel", "job-*"], "n\n").endswith("cancel these 2 job(s)? [y/N] nothing cancelled\r\n")
+    assert queued(spool) == ["job-a", "job-b", "run-me"]
+    assert answered(spool, ["cancel", "job-*"], "y\n").endswith("job-a: cancelled\r\njob-b: cancelled\r\n"
+                                                               "cancelled 2 job(s)\r\n")
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: not queued(spool), what="run-me to start")
+        r = cli(["cancel", "--all", "--yes"])
+        assert r.code == 0 and r.out.startswith("run-me: cancelled (cancelled by root"), r
+        assert result(spool, "run-me")["state"] == "cancelled"
+    finally:
+        gate.unlink(missing_ok=True)
+        driver.wait(60)
+
+
+def answered(spool, argv, answer: str) -> str:
+    """Run onite with a pseudo-terminal as its stdin and stdout, type ``answer``; what it printed."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "onite", *argv], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            close_fds=True)
+    os.close(slave)
+    os.write(master, answer.encode())
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(60) == 0, out
+    return out.decode()
+
+
+@pytest.mark.parametrize("word, pattern", [("build-*", True), ("x?", True), ("[ab]", True), ("build-1", False),
+                                           ("a.b_c-d", False)])
+def test_is_pattern(word, pattern):
+    from onite.control import is_pattern
+
+    assert is_pattern(word) is pattern

@@ -1,0 +1,128 @@
+"""Hold and release keep a job's place: a marker in hold/, the job file untouched (docs/spool-format.md).
+
+The order is the kernel's ctime of each job file, which no hold or release
+changes; a marker counts only when its owner is the job's owner or root.
+Real spools, real drivers, real users (``nobody`` when root).
+"""
+
+import os
+import shutil
+import stat
+
+from conftest import drain, log_lines, needs_root, nobody, run_cli, start_driver, wait_for
+
+
+def submit(name, *args, user=None, body=b"true\n"):
+    r = run_cli(["submit", name, *args], stdin=body, user=user, cwd="/tmp")
+    assert r.code == 0, r
+
+
+def listed(*, user=None):
+    r = run_cli(["list", "--json"], user=user, cwd="/tmp")
+    assert r.code == 0, r
+    return [(j["name"], j["state"]) for j in r.json()["jobs"]]
+
+
+def started(spool):
+    return [line.split()[3] for line in log_lines(spool) if line.split()[2] == "start"]
+
+
+def test_hold_and_release_keep_the_job_in_its_place(spool, cli):
+    for name in ("a", "b", "c", "d"):
+        submit(name)
+    path = spool / "jobs" / "P4" / "b"
+    before = os.lstat(path)
+    assert cli(["hold", "b"]).out == "b: held\n"
+    assert listed() == [("a", "queued"), ("b", "held"), ("c", "queued"), ("d", "queued")]
+    assert cli(["hold", "b"]).code == 0  # held already: nothing changes
+    assert cli(["release", "b"]).out == "b: released\n"
+    after = os.lstat(path)
+    assert (after.st_ctime_ns, after.st_ino, stat.S_IMODE(after.st_mode)) == \
+        (before.st_ctime_ns, before.st_ino, stat.S_IMODE(before.st_mode))  # the job file was never touched
+    assert listed() == [("a", "queued"), ("b", "queued"), ("c", "queued"), ("d", "queued")]
+    assert list((spool / "hold").iterdir()) == []
+    assert drain(spool).returncode == 0
+    assert started(spool) == ["a", "b", "c", "d"]
+
+
+def test_a_job_spooled_held_runs_in_its_place_once_released(spool, cli):
+    submit("first")
+    submit("later", "--hold")
+    submit("last")
+    assert drain(spool).returncode == 0
+    assert started(spool) == ["first", "last"] and listed() == [("later", "held")]
+    submit("after-all")
+    assert cli(["release", "later"]).code == 0
+    assert listed() == [("later", "queued"), ("after-all", "queued")]
+
+
+def test_a_running_driver_sees_a_release_and_runs_the_job_in_its_place(spool, workdir, cli):
+    """The driver parks a held job; removing its marker changes hold/, which unparks it at the next pick."""
+    gate = workdir / "gate"
+    gate.touch()
+    submit("waits", "--hold")
+    submit("gated", body=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode())
+    submit("behind")
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: "gated" in started(spool), what="the gated job to start")
+        assert cli(["release", "waits"]).code == 0
+        gate.unlink()
+        assert driver.wait(60) == 0
+    finally:
+        gate.unlink(missing_ok=True)
+    assert started(spool) == ["gated", "waits", "behind"]  # not behind "behind", as a chmod would have put it
+
+
+@needs_root
+def test_only_the_owners_or_roots_marker_holds_a_job(spool, cli):
+    submit("theirs", user="nobody")
+    submit("mine")
+    # nobody drops markers for root's job, a symlink and a folder for its own: none of them holds anything
+    hold = spool / "hold"
+    assert run_cli(["hold", "mine"], user="nobody").code == 3
+    for name in ("mine@x1", "theirs@link"):
+        pid = os.fork()
+        if pid == 0:
+            os.setgid(nobody().pw_gid)
+            os.setuid(nobody().pw_uid)
+            if name.endswith("link"):
+                os.symlink("/etc/passwd", hold / name)
+            else:
+                open(hold / name, "w").close()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    assert listed() == [("theirs", "queued"), ("mine", "queued")]
+    # root holds nobody's job: the marker is nobody's, and nobody may release it
+    assert cli(["hold", "theirs"]).code == 0
+    markers = [p for p in hold.iterdir() if p.name.startswith("theirs@") and not p.is_symlink()]
+    assert [m.stat().st_uid for m in markers] == [nobody().pw_uid]
+    assert listed(user="nobody") == [("theirs", "held"), ("mine", "queued")]
+    r = run_cli(["release", "theirs"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "theirs: released\n"), r
+    assert listed() == [("theirs", "queued"), ("mine", "queued")]
+
+
+def test_a_cancelled_held_job_leaves_no_marker_and_a_stale_one_holds_no_new_job(spool, cli):
+    submit("x", "--hold")
+    assert cli(["cancel", "x"]).code == 0
+    assert list((spool / "hold").iterdir()) == []
+    (spool / "hold" / "y@stale").touch()  # left by a job that is gone (a crash, a cancel by its driver)
+    submit("y")
+    assert listed() == [("y", "queued")] and list((spool / "hold").iterdir()) == []
+
+
+def test_the_old_mode_hold_is_still_held_and_a_spool_without_hold_holds_by_mode(spool, cli):
+    submit("old")
+    submit("new")
+    os.chmod(spool / "jobs" / "P4" / "old", 0o400)  # held as an older onite held it (the chmod moved it back)
+    assert listed() == [("new", "queued"), ("old", "held")]
+    assert drain(spool).returncode == 0 and started(spool) == ["new"]
+    assert cli(["release", "old"]).code == 0
+    assert stat.S_IMODE((spool / "jobs" / "P4" / "old").stat().st_mode) == 0o600
+    shutil.rmtree(spool / "hold")  # a spool made before hold/ existed
+    submit("older")
+    assert cli(["hold", "older"]).code == 0
+    assert stat.S_IMODE((spool / "jobs" / "P4" / "older").stat().st_mode) == 0o400
+    assert listed() == [("old", "queued"), ("older", "held")]
+    assert cli(["init"]).code == 0 and (spool / "hold").is_dir()  # init adds it

@@ -1,0 +1,108 @@
+"""``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.restart)."""
+
+import os
+import stat
+
+import pytest
+
+from conftest import ROOT, drain, needs_root, nobody, result, run_cli
+from onite.jobfile import decode
+
+# fails the first time (no marker yet), then succeeds; each run records where and how it ran
+PROBE = ('pwd >> {log}; printf "%s|\\n" "$ONITE_PROBE" >> {log}; umask >> {log}\n'
+         'if [ -e {marker} ]; then exit 0; fi; touch {marker}; exit 3\n')
+
+
+def queued_file(spool, name):
+    [path] = list((spool / "jobs").rglob(name))
+    return path
+
+
+def test_restart_of_a_failed_job_runs_it_again_with_its_environment_directory_and_umask(spool, workdir):
+    user = "nobody" if ROOT else None
+    log, marker = workdir / "log", workdir / "marker"
+    env = dict(os.environ, ONITE_PROBE="a 'b' \"c\" $d \\e\nsecond line")
+    if user:
+        env.update(HOME="/nonexistent", USER=user, LOGNAME=user)
+    r = run_cli(["submit", "flaky", "-p", "2", "--timeout", "1h"], stdin=PROBE.format(log=log, marker=marker).encode(),
+                env=env, cwd=workdir, umask=0o027, user=user)
+    assert r.code == 0, r
+    assert drain(spool).returncode == 0
+    assert result(spool, "flaky")["state"] == "failed"
+    first = log.read_text()
+    assert first == f"{workdir}\na 'b' \"c\" $d \\e\nsecond line|\n0027\n"
+
+    r = run_cli(["restart", "flaky"], env=dict(os.environ, ONITE_PROBE="not this one"), cwd="/", umask=0o022)
+    assert (r.code, r.out, r.err) == (0, "flaky\n", ""), r  # root restarts nobody's job: still nobody's
+    path = queued_file(spool, "flaky")
+    assert path.parent.name == "P2" and stat.S_IMODE(path.stat().st_mode) == 0o600
+    if user:
+        assert path.stat().st_uid == nobody().pw_uid
+    job = decode(path.read_bytes())
+    assert job.attempt == 1 and job.tried == () and job.timeout.total_seconds() == 3600
+    assert drain(spool).returncode == 0
+    rec = result(spool, "flaky")
+    assert (rec["state"], rec["attempt"], rec["user"]) == ("done", 1, user or rec["user"])
+    assert log.read_text() == first + first  # the same directory, environment and umask
+
+
+def test_restart_refuses_a_name_that_is_queued_and_offers_another(spool, cli):
+    cli(["submit", "twice"], stdin=b"echo once\n")
+    assert drain(spool).returncode == 0
+    assert cli(["submit", "twice"], stdin=b"echo the new one\n").code == 0
+    r = cli(["restart", "twice"])
+    assert (r.code, r.err) == (3, "onite: a job named 'twice' is already queued or running — restart it as another "
+                                  "job: onite restart twice --name NEW, or --unique\n")
+    r = cli(["restart", "twice", "--name", "twice-again", "--hold"])
+    assert (r.code, r.out) == (0, "twice-again\n")
+    path = queued_file(spool, "twice-again")
+    assert decode(path.read_bytes()).body == b"echo once\n"
+    assert [j["state"] for j in cli(["list", "--json"]).json()["jobs"] if j["name"] == "twice-again"] == ["held"]
+    r = cli(["restart", "twice", "--unique"])
+    assert r.code == 0 and r.out.startswith("twice-") and r.out.strip() != "twice-again"
+    assert decode(queued_file(spool, r.out.strip()).read_bytes()).body == b"echo once\n"
+
+
+def test_restart_of_a_cancelled_job_and_a_past_not_before_time(spool, cli):
+    assert cli(["submit", "later", "--at", "2020-01-01T00:00"], stdin=b"true\n").code == 0  # long past
+    assert cli(["submit", "stopped", "--at", "2099-01-01T00:00", "-p", "6"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    assert cli(["cancel", "stopped"]).code == 0
+    assert (cli(["restart", "later"]).code, cli(["restart", "stopped"]).code) == (0, 0)
+    assert decode(queued_file(spool, "later").read_bytes()).not_before is None  # due as a new job is
+    restarted = decode(queued_file(spool, "stopped").read_bytes())
+    assert restarted.not_before.year == 2099 and restarted.priority == 6  # still to come: kept
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["restart", "nosuch"], 1, "onite: no finished job 'nosuch' is kept — see onite list --all; retention keeps "
+                               "the last `keep` jobs\n"),
+    (["restart", "bad/name"], 2, None),
+    (["restart", "waiting"], 1, "onite: no finished job 'waiting' is kept — it is queued or running; restart it "
+                                "once it has finished\n"),
+])
+def test_restart_errors(spool, cli, argv, code, message):
+    assert cli(["submit", "waiting"], stdin=b"true\n").code == 0
+    r = cli(argv)
+    assert r.code == code and r.err.count("\n") == 1 and r.err.startswith("onite: "), r
+    if message:
+        assert r.err == message
+
+
+@needs_root
+def test_only_the_owner_or_root_may_restart(spool, cli):
+    assert cli(["submit", "roots"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    r = cli(["restart", "roots"], user="nobody")
+    assert (r.code, r.err) == (3, "onite: job 'roots' belongs to root — only its owner or root may restart it\n")
+    assert not list((spool / "jobs").rglob("roots"))
+
+
+@needs_root
+def test_a_user_restarts_a_job_they_cancelled_before_a_driver_filed_it(spool, cli):
+    assert cli(["submit", "mine"], stdin=b"echo mine\n", user="nobody", cwd="/tmp").code == 0
+    assert cli(["cancel", "mine"], user="nobody").code == 0
+    assert not (spool / "jobsdone" / "mine").exists()  # withdrawn into cancel/, for a driver to file
+    r = cli(["restart", "mine"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "mine\n"), r
+    assert queued_file(spool, "mine").stat().st_uid == nobody().pw_uid
