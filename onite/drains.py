@@ -28,7 +28,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 # the events a report reads; any other line is skipped before it is parsed
-WANTED = frozenset({"driver-start", "driver-exit", "start", "done", "failed", "cancelled", "retry", "refused"})
+WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
+                    "refused"})
 FINAL = ("done", "failed", "cancelled")
 SKEW = timedelta(minutes=10)  # read this much further back: hosts' clocks differ, their lines interleave
 LOOKBACK = timedelta(days=45)  # no drain that ran a job in this long: there is no last session
@@ -58,7 +59,7 @@ class Drain:
     ended: datetime | None = None
     reason: str = ""
     left: int | None = None  # jobs its queue still held when it ended
-    until: str | None = None  # its --until (HH:MM)
+    until: str | None = None  # when its window closed (its --until, or until in onite.toml): HH:MM[:SS]
     ran: int = 0  # jobs it started or filed
     last_seen: datetime | None = None
 
@@ -167,7 +168,7 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
                 if other_key[0] == event.host:  # one driver per host: the one before died
                     _died(other)
                     del open_[other_key]
-            drain = Drain(event.host, event.pid, event.when, until=event.fields.get("until") or None,
+            drain = Drain(event.host, event.pid, event.when, until=_clock(event.fields.get("until")),
                           last_seen=event.when)
             open_[key] = drain
             drains.append(drain)
@@ -182,6 +183,8 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
             del open_[key]
         elif event.event in ("start", *FINAL):
             drain.ran += 1
+        elif event.event == "window-closed":
+            drain.until = _clock(event.fields.get("until")) or drain.until
     alive = set(running_hosts)
     for (host, _), drain in open_.items():
         if host not in alive:
@@ -191,6 +194,13 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
 
 def _died(drain: Drain) -> None:
     drain.ended, drain.reason = drain.last_seen or drain.started, "died"
+
+
+def _clock(text: str | None) -> str | None:
+    """``07:00`` of the log's ``07:00:00``; ``07:00:30`` as it is."""
+    if not text:
+        return None
+    return text[:5] if len(text) == 8 and text.endswith(":00") else text
 
 
 def _int(text: str | None) -> int | None:
