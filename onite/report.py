@@ -63,6 +63,7 @@ class Tail:
     lines: tuple[str, ...] = ()
     private: bool = False
     stream: str = "output"
+    kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
 
 
 @dataclass
@@ -96,6 +97,11 @@ class ReportData:
     @property
     def timed_out(self) -> int:
         return sum(1 for job in self.jobs if is_timeout(job))
+
+    @property
+    def draining(self) -> bool:
+        """Is a drain of the window still running?"""
+        return any(d.ended is None for d in self.drains)
 
     @property
     def failures(self) -> list[JobView]:
@@ -342,7 +348,8 @@ def never_ran(job: JobView, told) -> bool:
 
 def read_tail(spool: sp.Spool, job: JobView, reader: int, lines: int) -> Tail:
     """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its
-    output. Only for its owner and root; only from a file of its user's written during that run."""
+    output. Only for its owner and root; only from a file of its user's written during that run (else
+    ``kept`` is false: none, or a later run's)."""
     import stat
 
     from onite.notify import output_tail
@@ -350,26 +357,25 @@ def read_tail(spool: sp.Spool, job: JobView, reader: int, lines: int) -> Tail:
     stream = "stderr" if job.stderr == "separate" else "output"
     if reader not in (0, job.uid):
         return Tail(private=True, stream=stream)
-    if not lines:
-        return Tail(stream=stream)
+    gone = Tail(stream=stream, kept=False)
     path = spool.stderr_path(job.name) if stream == "stderr" else spool.output_path(job.name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return Tail(stream=stream)
+        return gone
     try:
         st = os.fstat(fd)
         # another run's file (a later job of that name, or one before) is not this failure's
         if not stat.S_ISREG(st.st_mode) or st.st_uid != job.uid or job.started is None or \
                 not job.started.timestamp() - 2 <= st.st_mtime <= job.finished.timestamp() + 2:
-            return Tail(stream=stream)
+            return gone
         start = max(0, st.st_size - TAIL_BYTES)
-        data = os.pread(fd, TAIL_BYTES, start)
+        data = os.pread(fd, TAIL_BYTES, start) if lines else b""
     except OSError:
-        return Tail(stream=stream)
+        return gone
     finally:
         os.close(fd)
-    text = output_tail(data, cut=start > 0, lines=lines).decode("utf-8", "replace").splitlines()
+    text = output_tail(data, cut=start > 0, lines=lines).decode("utf-8", "replace").splitlines() if lines else []
     return Tail(lines=tuple(_cut(printable(line), TAIL_WIDTH) for line in text), stream=stream)
 
 
@@ -445,6 +451,8 @@ def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
         return f"{'ready; ' if ready else ''}left when the window closed" + (f" at {last.until}" if last.until else "")
     if last is not None and last.reason == "stopped":
         return f"{'ready; ' if ready else ''}left when the drain was stopped"
+    if last is not None and last.ended is None:
+        return "ready: waits for a free slot of the drain running now" if ready else "waits"
     return "ready: waits for the next drain" if ready else "waits"
 
 
@@ -478,7 +486,7 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     parts = [("done", f"{counts['done']} done"), ("failed", failed)]
     if counts["cancelled"]:
         parts.append(("cancelled", f"{counts['cancelled']} cancelled"))
-    for key, words in LEFT_WORDS:
+    for key, words in left_words(data):
         if left.get(key):
             parts.append((key, f"{left[key]} {words}"))
     if data.pruned:
@@ -488,6 +496,13 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
 
 LEFT_WORDS = (("running", "running"), ("queued", "left queued"), ("since", "spooled since"), ("held", "held"),
               ("refused", "refused"))
+
+
+def left_words(data: ReportData) -> tuple[tuple[str, str], ...]:
+    """LEFT_WORDS; while a drain of the window still runs, its queued jobs are not left: just queued."""
+    if data.draining:
+        return tuple((key, "queued" if key == "queued" else words) for key, words in LEFT_WORDS)
+    return LEFT_WORDS
 
 
 def headline(data: ReportData) -> str:
@@ -544,6 +559,8 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
     if tail is not None and tail.private:
         who = "root" if job.user == "root" else f"{printable(job.user)} and root"
         return (), f"output is private: only {who} may read it"
+    if tail is not None and not tail.kept:
+        return (), "no output of this run is kept (removed, or a later run of that name replaced it)"
     return (tail.lines if tail else ()), output_command(job)
 
 
@@ -562,7 +579,7 @@ def waiting_text(row: dict) -> str:
 
 
 def waiting_title(data: ReportData) -> str:
-    parts = [f"{data.left[key]} {words}" for key, words in LEFT_WORDS if data.left.get(key)]
+    parts = [f"{data.left[key]} {words}" for key, words in left_words(data) if data.left.get(key)]
     text = "not finished: " + ", ".join(parts)
     if data.next_drain is not None:
         text += f" (next drain {data.next_drain.astimezone():%Y-%m-%d %H:%M})"

@@ -152,7 +152,7 @@ def _waiting_item(row: dict) -> str:
 
 def to_html(data) -> str:
     """The page: the headline, the failures, what is not finished, the timeline, the table."""
-    from onite.report import (COLUMNS, LEFT_WORDS, SHOWN_FAILURES, SHOWN_WAITING, headline_parts, rows,
+    from onite.report import (COLUMNS, SHOWN_FAILURES, SHOWN_WAITING, headline_parts, rows,
                               state_word, waiting_title, window_text)
 
     esc = _esc
@@ -169,7 +169,7 @@ def to_html(data) -> str:
                         + (f"<p>… and {more} more in the table below.</p>" if more > 0 else "") + "</section>")
     if data.current and data.waiting:
         items = [_waiting_item(row) for row in data.waiting[:SHOWN_WAITING]]
-        more = sum(data.left.get(key, 0) for key, _ in LEFT_WORDS) - len(items)
+        more = sum(data.left.values()) - len(items)
         title_text = waiting_title(data)
         sections.append(f"<section id=waiting><h2>{esc(title_text[0].upper() + title_text[1:])}</h2>\n"
                         f"<ul class=list>\n" + "\n".join(items) + "\n</ul>"

@@ -726,3 +726,38 @@ def test_a_big_report_is_plain_text_laid_out_as_the_table(spool, cli):
     assert len(rows) == render.LARGE_TABLE + 4 and rows[0][:3] == ["done", "few-0", ME]
     axis, bars = timeline_of(r.out)
     assert len(bars) == len(rows) and [line.split()[0] for line in bars] == [row[1] for row in rows]
+
+
+# ---- a drain still running, an output no longer kept ---------------------------------------------
+
+
+def test_a_drain_still_running(spool, cli, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    assert cli(["submit", "quick", "-p", "1"], stdin=b"exit 1\n").code == 0
+    assert cli(["submit", "long", "-p", "2"], stdin=f"while [ -e {gate} ]; do sleep 0.02; done\n".encode()).code == 0
+    assert cli(["submit", "next", "-p", "3"], stdin=b"true\n").code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(p.name == "long" for p in (spool / "running").glob("*/*")), what="long to start")
+        doc = cli(["report", "--json"]).json()
+        assert doc["window"] == "drain" and doc["drains"][0]["ended"] is None
+        assert doc["headline"] == "0 done, 1 failed, 1 running, 1 queued"
+        assert [(row["name"], row["state"]) for row in doc["waiting"]] == [("long", "running"), ("next", "queued")]
+        assert doc["waiting"][1]["reason"] == "ready: waits for a free slot of the drain running now"
+        text = cli(["report"], env=wide_env()).out
+        assert text.splitlines()[0].startswith(f"onite report for {spool}: the last drain, running since ")
+        assert re.search(rf"^long \({ME}, P2\) running: running on \S+ since \d\d:\d\d$", text, re.M)
+    finally:
+        gate.unlink()
+        driver.wait(timeout=60)
+
+
+def test_an_output_no_longer_kept_is_said_so(spool, cli):
+    assert cli(["submit", "lost", "-p", "1"], stdin=b"echo words; exit 1\n").code == 0
+    assert drain(spool).returncode == 0
+    assert "    │ words\n    onite output lost\n" in cli(["report"], env=wide_env()).out
+    (spool / "stdout" / "lost").unlink()
+    text = cli(["report"], env=wide_env()).out
+    assert "    no output of this run is kept (removed, or a later run of that name replaced it)" in text
+    assert "onite output lost" not in text
