@@ -34,6 +34,7 @@ Invariant: nothing here writes; rich is imported only by ``render``, so that
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -325,7 +326,9 @@ def _number(text: str | None) -> float | None:
         return None
 
 
+@functools.lru_cache(maxsize=None)
 def _uid(user: str) -> int:
+    """The uid of a user named in the log (-1: no such account now); once per name, not once per job."""
     import pwd
 
     try:
@@ -678,7 +681,7 @@ def to_json(data: ReportData) -> str:
         tail = data.tails.get(view.name)
         lines, note = failure_notes(data, view)
         failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
-                         "output": list(lines) if tail and not tail.private else None,
+                         "output": list(lines) if tail and tail.kept and not tail.private else None,
                          "private": bool(tail and tail.private),
                          "command": note if note.startswith("onite output ") else None})
     return _dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
