@@ -216,6 +216,7 @@ def test_failures_come_first_with_their_reason_attempts_and_output(real_night):
     said = "\n".join(failures)
     head = failures.index(next(line for line in failures if line.startswith("head (")))
     assert re.fullmatch(rf"head \({ME}, P2\) failed: exit 2 after \S+, attempt 2/2", failures[head])
+    # its last attempt's lines only (the file holds both attempts')
     assert failures[head + 1:head + 4] == ["    │ compiling", "    │ error: head broke", "    onite output head"]
     assert re.search(rf"^stubborn \({ME}, P3\) timed out after \S+ \(SIGKILL\)$", said, re.M)
     assert re.search(rf"^slow \({ME}, P3\) timed out after \S+ \(SIGTERM\)$", said, re.M)
@@ -761,3 +762,14 @@ def test_an_output_no_longer_kept_is_said_so(spool, cli):
     text = cli(["report"], env=wide_env()).out
     assert "    no output of this run is kept (removed, or a later run of that name replaced it)" in text
     assert "onite output lost" not in text
+
+
+def test_a_retried_failure_shows_its_last_attempts_lines(spool, cli):
+    set_config(spool, retry_delay="0.2s")
+    assert cli(["submit", "twice", "--retries", "1"], stdin=b"echo one; echo two >&2; exit 1\n").code == 0
+    assert drain(spool).returncode == 0
+    assert "[onite] attempt 2 of twice" in (spool / "stdout" / "twice").read_text()  # both attempts are kept
+    lines = cli(["report"], env=wide_env()).out.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("twice (")))
+    assert lines[at].endswith(", attempt 2/2")
+    assert lines[at + 1:at + 4] == ["    │ one", "    │ two", "    onite output twice"]
