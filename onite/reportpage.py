@@ -106,7 +106,7 @@ def gantt_svg(data) -> str:
         x, w = _LEFT + span * first, max(span * (last - first), 0.05)
         # the stroke, of the bar's own colour, keeps a job of a few milliseconds a few pixels wide
         parts.append(f'<rect class="bar {word}" x="{_pct(x)}" y="{top + 14}" width="{_pct(w)}" height="8" '
-                     f'fill="{colour}" stroke="{colour}" stroke-width="3" stroke-linejoin="round">'
+                     f'fill="{colour}" stroke="{colour}" stroke-width="4" shape-rendering="crispEdges">'
                      f'<title>{_esc(tip)}</title></rect></g>')
     parts.append("</svg>")
     return "\n".join(parts)

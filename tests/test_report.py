@@ -469,7 +469,10 @@ document.getElementById('page').addEventListener('load', () => {
       name: box(li.querySelector('.name')), state: box(li.querySelector('.state'))})),
     rows: [...doc.querySelectorAll('tr.job')].map(tr => ({name: tr.querySelector('.name').textContent,
       cells: [...tr.querySelectorAll('td')].filter(td => td.textContent).map(box)})),
-    svg: box(doc.querySelector('svg.gantt'))};
+    svg: box(doc.querySelector('svg.gantt')),
+    bars: [...doc.querySelectorAll('svg.gantt rect.bar')].map(r => ({state: r.classList[1], box: box(r)})),
+    labels: [...doc.querySelectorAll('svg.gantt .axis text')].filter(t => getComputedStyle(t).display != 'none')
+      .map(t => ({text: t.textContent, box: box(t)}))};
   document.body.setAttribute('data-probe', JSON.stringify(found));
 });
 </script></body></html>"""
@@ -540,6 +543,36 @@ def test_the_page_in_chromium(real_night, world_tmp, size):
     if width > 600:
         for state in ("done", "failed"):  # the timeline's bars, on the first screen of a desktop
             assert solid_blocks(image, rgb(HTML_COLOUR[state]), 3) >= 1, (size, state)
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [1280, 400])
+def test_the_timeline_in_chromium(real_night, world_tmp, width):
+    """The whole page, tall enough to hold it: every bar, however short its job (a few milliseconds),
+    drawn at least three pixels wide in its state's colour; the axis labels (seconds, for a short
+    night) apart from each other and within the width."""
+    from onite.reportpage import HTML_COLOUR
+
+    page = world_tmp / "report.html"
+    report(real_night, "--html", str(page))
+    height = 3200
+    found = layout(page, width, height)
+    assert len(found["bars"]) == 23 and found["svg"][3] < height
+    shot = world_tmp / "shot.png"
+    frame, window = framed(page, width, height)
+    done = chromium(f"--screenshot={shot}", f"--window-size={window}", frame.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    image = read_png(shot.read_bytes())
+    for bar in found["bars"]:
+        left, right, top, bottom = bar["box"]
+        colour = rgb(HTML_COLOUR[bar["state"]])
+        row = [pixel(image, x, (top + bottom) / 2) for x in range(max(int(left) - 3, 0), int(right) + 4)]
+        assert row.count(colour) >= 3, (width, bar)
+    labels = found["labels"]
+    assert len(labels) >= 2 and all(re.fullmatch(r"\d\d:\d\d:\d\d", label["text"]) for label in labels)
+    boxes = sorted(label["box"] for label in labels)
+    assert all(a[1] <= b[0] for a, b in zip(boxes, boxes[1:])), boxes  # no label over another
+    assert all(0 <= box[0] and box[1] <= width for box in boxes)
 
 
 # ---- windows ------------------------------------------------------------------------------------
