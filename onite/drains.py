@@ -21,6 +21,7 @@ than the window needs; a line onite did not write is skipped, never an error.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,16 +37,31 @@ LOOKBACK = timedelta(days=45)  # no drain that ran a job in this long: there is 
 _BLOCK = 1 << 16
 
 
-@dataclass(frozen=True)
 class Event:
-    """One line of onite.log, read back (onite.log.format_line)."""
+    """One line of onite.log, read back (onite.log.format_line); its fields are read when first asked
+    for (a night of 100,000 jobs is 300,000 lines, and most are only counted)."""
 
-    when: datetime
-    host: str
-    pid: int
-    event: str
-    name: str = ""
-    fields: dict = field(default_factory=dict)
+    __slots__ = ("when", "host", "pid", "event", "name", "_text", "_fields")
+
+    def __init__(self, when: datetime, host: str, pid: int, event: str, name: str = "", text: str = "") -> None:
+        self.when, self.host, self.pid, self.event, self.name = when, host, pid, event, name
+        self._text, self._fields = text, None
+
+    @property
+    def fields(self) -> dict:
+        """``key=value`` of the line, unquoted."""
+        if self._fields is None:
+            if '"' in self._text:
+                from onite.log import parse_line
+
+                parsed = parse_line(self._text)
+                self._fields = parsed["fields"] if parsed else {}
+            else:
+                self._fields = dict(word.split("=", 1) for word in self._text.split() if "=" in word[1:])
+        return self._fields
+
+    def __repr__(self) -> str:
+        return f"Event({self.when.isoformat()} {self.host}[{self.pid}] {self.event} {self.name})"
 
 
 @dataclass
@@ -88,19 +104,34 @@ def log_paths(log_path: Path) -> list[Path]:
 
 def read_back(paths: Iterable[Path]) -> Iterator[Event]:
     """The wanted events of the log, newest first, across ``paths`` (newest file first)."""
-    from onite.log import parse_line
-    from onite.timeparse import parse_stamp
-
     for path in paths:
         for line in _lines_back(path):
             head = line.split(" ", 3)
             if len(head) < 3 or head[2] not in WANTED:
                 continue
-            parsed = parse_line(line)
-            when = parse_stamp(parsed["time"]) if parsed else None
-            if when is None:
-                continue
-            yield Event(when, parsed["host"], parsed["pid"], parsed["event"], parsed["name"] or "", parsed["fields"])
+            event = _event(head, line)
+            if event is not None:
+                yield event
+
+
+# a time of the log read once: a second holds many lines, and each parse makes a time zone
+_when = functools.lru_cache(maxsize=1024)(datetime.fromisoformat)
+
+
+def _event(head: list[str], line: str) -> Event | None:
+    """A wanted line as an Event; None for a line onite did not write."""
+    host, _, pid = head[1].rpartition("[")
+    try:
+        when = _when(head[0])
+        number = int(pid[:-1]) if pid.endswith("]") else None
+    except ValueError:
+        return None
+    if number is None or not host:
+        return None
+    rest = head[3] if len(head) > 3 else ""
+    first = rest.split(" ", 1)[0]
+    name = first if first and "=" not in first else ""  # a job name has no "="
+    return Event(when, host, number, head[2], name, line if '"' in rest else rest)
 
 
 def _lines_back(path: Path) -> Iterator[str]:
