@@ -2,7 +2,9 @@
 
 The night (built once for the module, ``real_night``) is drained by a real
 ``onite run --slots 2``: 33 jobs at P1 to P5, two of them blocking until a
-P1 hotfix is spooled mid-drain, a dependency chain that succeeds and one whose
+P1 hotfix is spooled mid-drain, a job the rest waits for (so that which
+results are the oldest does not depend on the machine's speed), a
+dependency chain that succeeds and one whose
 head fails (after a retry), a job that passes on its third attempt, two
 timeouts (one ignoring TERM), a job whose directory vanished, a job of
 ``nobody``'s that fails with a stderr of its own, a held job, a symlink the
@@ -46,12 +48,12 @@ needs_chromium = pytest.mark.skipif(
     not os.path.exists(CHROMIUM) and os.environ.get("ONITE_CHROMIUM_TESTS") != "required",
     reason="needs Debian's chromium (CI installs it and sets ONITE_CHROMIUM_TESTS=required)")
 
-FILLERS = [f"filler-{i}" for i in range(1, 9)]
+FILLERS = [f"filler-{i}" for i in range(1, 8)]
 CHAIN = [f"chain-{i}" for i in range(1, 5)]
 LATE = [f"late-{i}" for i in range(1, 7)]
 FAILED = ["head", "headdep-1", "headdep-2", "slow", "stubborn", "vanish", "nb-fail"]
-DONE = ["blocker-a", "blocker-b", "hotfix", *FILLERS, "flaky", *CHAIN, "nb-ok", "gate-a", "gate-b"]
-PRUNED = {"blocker-a", "blocker-b", "hotfix", *FILLERS}  # the 11 oldest results: keep = 15 of 26
+DONE = ["blocker-a", "blocker-b", "hotfix", *FILLERS, "settle", "flaky", *CHAIN, "nb-ok", "gate-a", "gate-b"]
+PRUNED = {"blocker-a", "blocker-b", "hotfix", *FILLERS, "settle"}  # the 11 oldest results: keep = 15 of 26
 HEADLINE = "19 done, 7 failed (2 timed out), 6 left queued, 1 held, 1 refused, 11 earlier results pruned (keep = 15)"
 
 
@@ -89,29 +91,33 @@ def real_night():
     cancelled = datetime.now()
     # the log's times are whole seconds: the drain starts in a later one, or this cancel would be inside it
     wait_for(lambda: datetime.now().replace(microsecond=0) > cancelled, what="the next second")
-    blockers, gates = work / "blockers.gate", work / "gates.gate"
-    blockers.touch()
-    gates.touch()
+    blockers, settling, gates = work / "blockers.gate", work / "settle.gate", work / "gates.gate"
+    for gate in (blockers, settling, gates):
+        gate.touch()
     for name in ("blocker-a", "blocker-b"):  # both slots, until the hotfix is spooled
         submit(name, gated(name, blockers), "-p", "2")
     for name in FILLERS:
         submit(name, "true\n", "-p", "2")
-    submit("head", "echo compiling; echo 'error: head broke' >&2; exit 2\n", "-p", "2", "--retries", "1")
+    # the rest of the night waits for settle, which waits for the test: the 11 oldest results, the ones
+    # keep = 15 prunes at the end, are those of the jobs above and settle's, whatever the machine's speed
+    submit("settle", gated("settle", settling), "-p", "2")
+    after = ("--after", "settle")
+    submit("head", "echo compiling; echo 'error: head broke' >&2; exit 2\n", "-p", "2", "--retries", "1", *after)
     submit("flaky", f"cd {work}; if [ -e flaky.2 ]; then echo third time lucky; elif [ -e flaky.1 ]; then "
-                    "touch flaky.2; exit 1; else touch flaky.1; exit 1; fi\n", "-p", "2", "--retries", "2")
+                    "touch flaky.2; exit 1; else touch flaky.1; exit 1; fi\n", "-p", "2", "--retries", "2", *after)
     submit("headdep-1", "true\n", "-p", "3", "--after", "head")
     submit("headdep-2", "true\n", "-p", "3", "--after", "headdep-1")
-    for before, name in zip([None, *CHAIN], CHAIN):
-        submit(name, "true\n", "-p", "3", *(["--after", before] if before else []))
-    submit("slow", "sleep 30\n", "-p", "3", "--timeout", "1s")
-    submit("stubborn", "trap '' TERM; sleep 30\n", "-p", "3", "--timeout", "1s")
+    for before, name in zip(["settle", *CHAIN], CHAIN):
+        submit(name, "true\n", "-p", "3", "--after", before)
+    submit("slow", "sleep 30\n", "-p", "3", "--timeout", "1s", *after)
+    submit("stubborn", "trap '' TERM; sleep 30\n", "-p", "3", "--timeout", "1s", *after)
     gone = work / "gone"
     gone.mkdir()
-    submit("vanish", "true\n", "-p", "3", cwd=gone)
+    submit("vanish", "true\n", "-p", "3", *after, cwd=gone)
     gone.rmdir()
     submit("nb-fail", "echo 'nobody at work'; echo \"nobody's secret\" >&2; exit 4\n", "-p", "3",
-           "--stderr-separate", user="nobody")
-    submit("nb-ok", "true\n", "-p", "3", user="nobody")
+           "--stderr-separate", *after, user="nobody")
+    submit("nb-ok", "true\n", "-p", "3", *after, user="nobody")
     submit("parked", "true\n", "-p", "3", "--hold")
     os.symlink("/etc/passwd", spool / "jobs" / "P3" / "sneaky")  # refused: not a regular file
     for name in ("gate-a", "gate-b"):  # both slots, once everything else is done, until the window closes
@@ -122,6 +128,10 @@ def real_night():
         wait_for(lambda: (work / "blocker-a.on").exists() and (work / "blocker-b.on").exists(), what="the blockers")
         submit("hotfix", "true\n", "-p", "1")  # spooled while the drain runs: it runs next
         blockers.unlink()
+        early = PRUNED - {"settle"}
+        wait_for(lambda: (work / "settle.on").exists() and early <= {
+            p.name[:-len("@result")] for p in (spool / "jobsdone").glob("*@result")}, what="the early jobs' results")
+        settling.unlink()
         wait_for(lambda: (work / "gate-a.on").exists() and (work / "gate-b.on").exists(), timeout=120,
                  what="the gate jobs (everything else ran)")
         night = set(DONE + FAILED) - {"gate-a", "gate-b"}
