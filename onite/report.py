@@ -229,7 +229,6 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
             --since after --until.
     """
     from onite import drains as dr
-    from onite.locks import active_hosts
 
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
@@ -237,30 +236,7 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
         raise InvalidInput(f"--night and {'--since' if since is not None else '--until'} cannot be used together",
                            "use --night DATE for a night (noon to noon), or --since/--until for a time range")
     reader = os.geteuid() if reader is None else reader
-    log = dr.read_back(dr.log_paths(spool.log_path))
-    boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
-    day: date | None = None
-    if night is not None:
-        kind, day = "night", parse_night(night, now)
-        start, end = night_window(day, now)
-    elif since is not None or until is not None:
-        kind = "since"
-        end = parse_since(until, now, option="--until") if until is not None else now
-        start = parse_since(since, end)
-        if start >= end:
-            raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
-    else:
-        kind, start, end = "drain", None, None
-    events = dr.collect(log, start, boundary, now)
-    every_drain = dr.drains_of(events, active_hosts(spool.root))
-    if kind == "drain":
-        session = dr.last_session(every_drain, boundary)
-        if session is None:
-            kind, start, end, drains = "since", now - RECENT, now, []
-        else:
-            start, end, drains = session.start, session.end or now, list(session.drains)
-    else:
-        drains = dr.in_window(every_drain, start, end)
+    kind, day, start, end, drains, events, every_drain = _window(spool, now, since, night, until)
     # the log's times are whole seconds: a job filed in the drain's last second is inside it
     results_end = end + timedelta(seconds=1) if kind == "drain" else end
     told = dr.job_events(events, start, end)
@@ -293,6 +269,40 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         unfinished(data, spool, refused, host)
     return data
+
+
+def _window(spool: sp.Spool, now: datetime, since: str | None, night: str | None, until: str | None):
+    """The window's kind, date (--night), start and end, its drains, the log's events from its start on,
+    and every drain they tell of.
+
+    Raises:
+        InvalidInput: a bad --since, --until or --night; --since after --until.
+    """
+    from onite import drains as dr
+    from onite.locks import active_hosts
+
+    log = dr.read_back(dr.log_paths(spool.log_path))
+    boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
+    day: date | None = None
+    if night is not None:
+        kind, day = "night", parse_night(night, now)
+        start, end = night_window(day, now)
+    elif since is not None or until is not None:
+        kind = "since"
+        end = parse_since(until, now, option="--until") if until is not None else now
+        start = parse_since(since, end)
+        if start >= end:
+            raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
+    else:
+        kind, start, end = "drain", None, None
+    events = dr.collect(log, start, boundary, now)
+    every_drain = dr.drains_of(events, active_hosts(spool.root))
+    if kind != "drain":
+        return kind, day, start, end, dr.in_window(every_drain, start, end), events, every_drain
+    session = dr.last_session(every_drain, boundary)
+    if session is None:  # no drain in the log: the last day
+        return "since", None, now - RECENT, now, [], events, every_drain
+    return kind, None, session.start, session.end or now, list(session.drains), events, every_drain
 
 
 def log_view(final, start) -> JobView:
