@@ -116,7 +116,7 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
 
 def report_table(data, rows: Sequence[Sequence[str]]) -> Table:
     """``onite report``'s table: the cells of ``report.rows``, each job's state and reason in its state's colour."""
-    from onite.report import COLUMNS, state_word
+    from onite.reporttext import COLUMNS, state_word
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for title, right in COLUMNS:
@@ -132,7 +132,8 @@ def print_report(out, data, *, plain: bool) -> None:
     """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last
     lines of output and the command to read them all, what is not finished and why, the table, the
     timeline, the hosts. ``plain``: states in words, every line written as it is (never wrapped)."""
-    from onite import report as rep
+    from onite import report
+    from onite import reporttext as rep
 
     words = plain or out.no_color
 
@@ -157,21 +158,21 @@ def print_report(out, data, *, plain: bool) -> None:
     failures = data.failures
     if failures:
         say("")
-        for job in failures[:rep.SHOWN_FAILURES]:
+        for job in failures[:report.SHOWN_FAILURES]:
             marked(rep.state_word(job), rep.failure_text(data, job))
             lines, note = rep.failure_notes(data, job)
             for line in lines:
                 say("    │ " + line, "dim", crop=True)
             if note:
                 say("    " + note, "cyan" if note.startswith("onite ") else "")
-        if len(failures) > rep.SHOWN_FAILURES:
-            say(f"… and {len(failures) - rep.SHOWN_FAILURES} more failed: see the table below")
+        if len(failures) > report.SHOWN_FAILURES:
+            say(f"… and {len(failures) - report.SHOWN_FAILURES} more failed: see the table below")
     if data.current and data.waiting:
         say("")
         say(rep.waiting_title(data), "bold")
-        for row in data.waiting[:rep.SHOWN_WAITING]:
+        for row in data.waiting[:report.SHOWN_WAITING]:
             marked(row["state"], rep.waiting_text(row))
-        more = sum(data.left.values()) - min(len(data.waiting), rep.SHOWN_WAITING)
+        more = sum(data.left.values()) - min(len(data.waiting), report.SHOWN_WAITING)
         if more > 0:
             say(f"… and {more} more: onite list")
         if data.left.get("queued") or data.left.get("since") or data.left.get("held"):
@@ -207,7 +208,7 @@ def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width:
     """The timeline as lines of text ``width`` wide: a time axis (labels, then a rule with a tick under
     each), then a line per job, its name and its bar (█; × where a job that never ran, one of
     ``never`` or one with no start, ended). Also the columns [from, to) of each job's bar, to colour it."""
-    from onite.report import extent, ticks
+    from onite.reporttext import extent, ticks
 
     name_width = max(4, min(GANTT_NAME, max(len(v.name) for v in views)))
     bar_width = max(width - name_width - 1, 16)
@@ -237,7 +238,7 @@ def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width:
 
 def gantt_text(views: Sequence[JobView], lines: list[str], bars: list[tuple[int, int]]) -> Text:
     """``gantt_lines`` in colour: each bar in its job's state's style, the axis dim."""
-    from onite.report import state_word
+    from onite.reporttext import state_word
 
     text = Text(no_wrap=True, overflow="crop")
     text.append(lines[0] + "\n" + lines[1] + "\n", style="dim")

@@ -19,52 +19,31 @@ pruned. Failures come first.
 
 What is not finished -- left queued, held, running, refused -- is shown when
 no drain started after the window, so that the queue now is what the window
-left. Why a queued job waits is onite.status.waiting_jobs's answer, the
-driver's own rule (onite.queue.evaluate), read only where status may read it.
+left (onite.leftover). A failed job's last lines of output are read as the
+caller, for the caller's own jobs only (root: anyone's; onite.outputtail);
+the HTML page (onite.reportpage), meant to be shared, never holds output.
+The words all three outputs say are onite.reporttext's.
 
-A failed job's last lines of output are read as the caller: for the caller's
-own jobs (root: anyone's), from the file of that run only (owned by the job's
-user, written during the run, never through a symlink). Anyone else is told
-the output is private. The HTML page (onite.reportpage), meant to be shared,
-never holds output.
-
-Invariant: nothing here writes; rich is imported only by ``render``, so that
-``--json`` never loads it.
+Invariant: nothing here writes but ``write_html``; rich is imported only by
+``render``, so that ``--json`` never loads it.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
 from onite import spool as sp
-from onite.cells import human_duration, priority_label
 from onite.errors import InvalidInput
 from onite.listing import JobView, outcome_counts, result_view
-from onite.safetext import printable
-from onite.state import signal_name
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
 SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first status.EXAMINE
 TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines when many did)
-TAIL_BYTES = 8192
-TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its width)
 RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
-
-
-@dataclass(frozen=True)
-class Tail:
-    """The end of a failed job's output, as its reader may see it: ``private`` when it is someone
-    else's; ``stream`` "stderr" when the job kept stderr apart, else "output"."""
-
-    lines: tuple[str, ...] = ()
-    private: bool = False
-    stream: str = "output"
-    kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
 
 
 @dataclass
@@ -83,7 +62,7 @@ class ReportData:
     pruned: set[str] = field(default_factory=set)  # jobs rebuilt from the log: their records were pruned
     unrun: set[str] = field(default_factory=set)  # jobs that never started a process
     tries: dict[str, int] = field(default_factory=dict)  # attempts a retried job was allowed
-    tails: dict[str, Tail] = field(default_factory=dict)  # of the failures told in full
+    tails: dict = field(default_factory=dict)  # onite.outputtail.Tail of the failures told in full
     keep: int = 0
     current: bool = False  # no drain started after the window: the queue now is what it left
     waiting: list[dict] = field(default_factory=list)  # jobs not finished: running, queued, held, refused
@@ -261,12 +240,16 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
     if not details:
         return data
     failures = data.failures
+    from onite.outputtail import read_tail
+
     lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
     for job in failures[:SHOWN_FAILURES]:
         if job.name not in data.pruned and job.name not in data.unrun:
             data.tails[job.name] = read_tail(spool, job, reader, lines)
     if data.current:
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
+        from onite.leftover import unfinished
+
         unfinished(data, spool, refused, host)
     return data
 
@@ -359,331 +342,12 @@ def never_ran(job: JobView, told) -> bool:
     return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
 
 
-def read_tail(spool: sp.Spool, job: JobView, reader: int, lines: int) -> Tail:
-    """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its
-    output. Only for its owner and root; only from a file of its user's written during that run (else
-    ``kept`` is false: none, or a later run's)."""
-    import stat
-
-    from onite.notify import output_tail
-
-    stream = "stderr" if job.stderr == "separate" else "output"
-    if reader not in (0, job.uid):
-        return Tail(private=True, stream=stream)
-    gone = Tail(stream=stream, kept=False)
-    path = spool.stderr_path(job.name) if stream == "stderr" else spool.output_path(job.name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return gone
-    try:
-        st = os.fstat(fd)
-        # another run's file (a later job of that name, or one before) is not this failure's
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != job.uid or job.started is None or \
-                not job.started.timestamp() - 2 <= st.st_mtime <= job.finished.timestamp() + 2:
-            return gone
-        start = max(0, st.st_size - TAIL_BYTES)
-        data = os.pread(fd, TAIL_BYTES, start) if lines else b""
-    except OSError:
-        return gone
-    finally:
-        os.close(fd)
-    text = output_tail(data, cut=start > 0, lines=lines).decode("utf-8", "replace").splitlines() if lines else []
-    # a retry's output follows the earlier attempts', after its marker line (onite.executor.attempt_marker)
-    marker = f"[onite] attempt {job.attempt} of {job.name}, "
-    text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
-    return Tail(lines=tuple(_cut(printable(line), TAIL_WIDTH) for line in text), stream=stream)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
-# ---- what is not finished -------------------------------------------------------------------
-
-
-def unfinished(data: ReportData, spool: sp.Spool, refused: list, host: str | None) -> None:
-    """Fill in what the window left: jobs running now, queued (left before the window's end, or
-    spooled since) with why each waits, held, and the files refused in the window."""
-    from onite.config import default_host
-    from onite.listing import running_views
-    from onite.status import EXAMINE, waiting_jobs
-
-    names: dict[int, str] = {}
-
-    def owner(uid: int) -> str:
-        return names.get(uid) or names.setdefault(uid, sp.user_name(uid))
-
-    queue = [row for row in sp.queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
-    # the log's times are whole seconds: a job spooled in the drain's last second came before its end
-    end = data.until + timedelta(seconds=1) if data.kind == "drain" else data.until
-    end_ns = int(end.timestamp() * 1e9)
-    held = sum(sp.is_held(row[4]) for row in queue)
-    since = sum(not sp.is_held(row[4]) and row[1] > end_ns for row in queue)
-    running = [v for v in running_views(spool) if data.user is None or v.user == data.user]
-    data.left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
-                 "refused": len(refused)}
-    for view in running:
-        data.waiting.append({"name": view.name, "user": view.user, "uid": view.uid, "priority": view.priority,
-                             "urgent": view.urgent, "state": "running", "kind": "running",
-                             "reason": f"running on {view.host}" + (
-                                 f" since {view.started.astimezone():%H:%M}" if view.started else ""),
-                             "command": None})
-    head = queue[:EXAMINE]
-    why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
-                                                     host=host or default_host(spool.config))}
-    last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
-    for rank, ctime_ns, name, uid, mode in head:
-        mine = data.reader in (0, uid)
-        row = why.get(name)
-        if row is None:  # it could start now, or it is another user's and not held: its file is private
-            kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)
-        else:
-            kind, reason = row["kind"], row["reason"]
-        if not mine:
-            reason += " (another user's job: other details private)"
-        state = "held" if sp.is_held(mode) else "queued"
-        data.waiting.append({"name": name, "user": owner(uid), "uid": uid, "priority": rank or None,
-                             "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
-                             "command": f"onite release {name}" if state == "held" and mine else None})
-    for event in refused:
-        data.waiting.append({"name": event.name, "user": event.fields.get("owner", "?"), "uid": None,
-                             "priority": None, "urgent": False, "state": "refused", "kind": "refused",
-                             "reason": event.fields.get("reason", ""), "command": None})
-    if spool.config.schedule:
-        from onite.schedule import next_drain
-
-        try:
-            data.next_drain = next_drain(spool.config.schedule, data.now)
-        except InvalidInput:
-            data.next_drain = None
-
-
-def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
-    """Why a job that could start (``ready``; else: whose reasons are private) is still queued."""
-    if spooled_after:
-        return "spooled after the drain"
-    if last is not None and last.reason == "window closed":
-        return f"{'ready; ' if ready else ''}left when the window closed" + (f" at {last.until}" if last.until else "")
-    if last is not None and last.reason == "stopped":
-        return f"{'ready; ' if ready else ''}left when the drain was stopped"
-    if last is not None and last.ended is None:
-        return "ready: waits for a free slot of the drain running now" if ready else "waits"
-    return "ready: waits for the next drain" if ready else "waits"
-
-
-# ---- words ---------------------------------------------------------------------------------
-
-
-def window_text(data: ReportData) -> str:
-    """What the report covers, in words."""
-    if data.kind == "night" and data.night is not None:
-        return (f"the night of {data.night.isoformat()} "
-                f"({data.since.astimezone():%Y-%m-%d %H:%M} to {data.until.astimezone():%Y-%m-%d %H:%M})")
-    if data.kind == "drain":
-        hosts = ", ".join(dict.fromkeys(printable(d.host) for d in data.drains))
-        start, end = data.since.astimezone(), data.until.astimezone()
-        what = "the last drain" if len(data.drains) == 1 else f"the last {len(data.drains)} drains"
-        if any(d.ended is None for d in data.drains):
-            return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}"
-        clock = "%H:%M" if end - start >= timedelta(hours=1) else "%H:%M:%S"  # a short drain: to the second
-        to = f"{end:{clock}}" if end.date() == start.date() else f"{end:%Y-%m-%d {clock}}"
-        return f"{what}, {start:%Y-%m-%d {clock}} to {to} on {hosts}"
-    text = f"jobs finished since {data.since.astimezone():%Y-%m-%d %H:%M}"
-    if data.until < data.now:
-        text += f" until {data.until.astimezone():%Y-%m-%d %H:%M}"
-    return text
-
-
-def headline_parts(data: ReportData) -> list[tuple[str, str]]:
-    """The headline's parts, each with what it counts: ``("failed", "2 failed (1 timed out)")``."""
-    counts, left = data.counts, data.left
-    failed = f"{counts['failed']} failed" + (f" ({data.timed_out} timed out)" if data.timed_out else "")
-    parts = [("done", f"{counts['done']} done"), ("failed", failed)]
-    if counts["cancelled"]:
-        parts.append(("cancelled", f"{counts['cancelled']} cancelled"))
-    for key, words in left_words(data):
-        if left.get(key):
-            parts.append((key, f"{left[key]} {words}"))
-    if data.pruned:
-        parts.append(("pruned", f"{len(data.pruned)} earlier results pruned (keep = {data.keep})"))
-    return parts
-
-
-LEFT_WORDS = (("running", "running"), ("queued", "left queued"), ("since", "spooled since"), ("held", "held"),
-              ("refused", "refused"))
-
-
-def left_words(data: ReportData) -> tuple[tuple[str, str], ...]:
-    """LEFT_WORDS; while a drain of the window still runs, its queued jobs are not left: just queued."""
-    if data.draining:
-        return tuple((key, "queued" if key == "queued" else words) for key, words in LEFT_WORDS)
-    return LEFT_WORDS
-
-
-def headline(data: ReportData) -> str:
-    """``31 done, 2 failed (1 timed out), 6 left queued, 1 held, 30 earlier results pruned (keep = 50)``."""
-    who = f"user {printable(data.user)}: " if data.user is not None else ""
-    return who + ", ".join(text for _, text in headline_parts(data))
-
-
-MARK = {"done": "✓", "failed": "✗", "timeout": "⏱", "cancelled": "⊘", "queued": "◦", "held": "‖",
-        "running": "▶", "refused": "!"}
-
-
-def state_word(job: JobView) -> str:
-    """``done``, ``failed``, ``timeout`` or ``cancelled``: the STATE column in words."""
-    return "timeout" if is_timeout(job) else job.state
-
-
-def attempts_text(data: ReportData, job: JobView) -> str:
-    """``2/3`` for a job that was retried (``2`` if the log no longer says how many it was allowed)."""
-    allowed = data.tries.get(job.name)
-    if not job.attempt or (job.attempt <= 1 and not allowed):
-        return ""
-    return f"{job.attempt}/{allowed}" if allowed else str(job.attempt)
-
-
-def failure_text(data: ReportData, job: JobView) -> str:
-    """``bad (alice, P2) failed: exit 3 after 41s, attempt 2/3``: a failure in a sentence."""
-    pri = priority_label(job)
-    return f"{printable(job.name)} ({printable(job.user)}" + (f", {pri}" if pri else "") + f") {failure_what(data, job)}"
-
-
-def failure_what(data: ReportData, job: JobView) -> str:
-    """How a job failed: ``failed: exit 3 after 41s``, ``timed out after 2.0s (SIGKILL)``, ``never ran:
-    dependency build failed``; with ``, attempt 2/3`` if it was retried."""
-    took = human_duration(job.duration)
-    if job.name in data.unrun:
-        what = f"never ran: {printable(job.reason)}"
-    elif is_timeout(job):
-        what = "timed out" + (f" after {took}" if took else "") + (f" ({signal_name(job.signal)})" if job.signal else "")
-    else:
-        what = f"failed: {printable(job.reason) or 'failed'}" + (f" after {took}" if took else "")
-    tries = attempts_text(data, job)
-    return what + (f", attempt {tries}" if tries else "")
-
-
-def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]:
-    """What follows a failure's sentence: its last lines of output (as its reader may see them), and
-    a note: the command that reads it all, or why there is none."""
-    if job.name in data.pruned:
-        return (), f"its record and output were pruned (keep = {data.keep}); the log told the rest"
-    if job.name in data.unrun:
-        return (), ""
-    tail = data.tails.get(job.name)
-    if tail is not None and tail.private:
-        who = "root" if job.user == "root" else f"{printable(job.user)} and root"
-        return (), f"output is private: only {who} may read it"
-    if tail is not None and not tail.kept:
-        return (), "no output of this run is kept (removed, or a later run of that name replaced it)"
-    return (tail.lines if tail else ()), output_command(job)
-
-
-def output_command(job: JobView) -> str:
-    """The command that prints a job's output: its stderr, when it kept that apart."""
-    return f"onite output {job.name}" + (" --stderr" if job.stderr == "separate" else "")
-
-
-def waiting_text(row: dict) -> str:
-    """``late (alice, P3) queued: ready; left when the window closed at 07:00``."""
-    from onite.cells import priority_text
-
-    pri = priority_text(row["urgent"], row["priority"])
-    who = f"{printable(row['name'])} ({printable(row['user'])}" + (f", {pri}" if pri else "") + ")"
-    return f"{who} {row['state']}: {printable(row['reason'])}" + (f" — {row['command']}" if row["command"] else "")
-
-
-def waiting_title(data: ReportData) -> str:
-    parts = [f"{data.left[key]} {words}" for key, words in left_words(data) if data.left.get(key)]
-    text = "not finished: " + ", ".join(parts)
-    if data.next_drain is not None:
-        text += f" (next drain {data.next_drain.astimezone():%Y-%m-%d %H:%M})"
-    return text
-
-
-# ---- the table ---------------------------------------------------------------------------
-
-# (title, right-justified): all left-justified, so that each column starts under its title
-COLUMNS = (("STATE", False), ("NAME", False), ("USER", False), ("PRI", False), ("HOST", False),
-           ("STARTED", False), ("TOOK", False), ("TRIES", False), ("EXIT", False), ("REASON", False))
-
-
-def exit_text(view: JobView) -> str:
-    """The exit code, the signal's name, or ``-`` for a job that never ran."""
-    if view.exit_code is not None:
-        return str(view.exit_code)
-    if view.signal is not None:
-        return signal_name(view.signal)
-    return "-"
-
-
-def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
-    """The cells of the report's table, one row per job, in the order of COLUMNS (the state as a
-    word, or with ``marks`` as its symbol)."""
-    # within a day's window the time of day is enough; a longer one needs the date
-    day_long = data.until - data.since <= timedelta(hours=25)
-    out = []
-    for job in data.jobs:
-        started = ""
-        if job.started is not None and job.name not in data.unrun:
-            local = job.started.astimezone()
-            started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%dT%H:%M")
-        word = state_word(job)
-        took = "" if job.name in data.unrun else human_duration(job.duration)
-        out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
-                    printable(job.host or ""), started, took, attempts_text(data, job), exit_text(job),
-                    printable(job.reason)])
-    return out
-
-
-# ---- the timeline ---------------------------------------------------------------------------
-
-_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
-
-
-def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
-    """Round local times to mark on a timeline from ``start`` to ``end``, at most ``most`` of them
-    (the finest step that allows it: hours for a night), each with its label (HH:MM, or HH:MM:SS
-    when the step is under a minute)."""
-    seconds = max((end - start).total_seconds(), 1.0)
-    most = max(most, 1)
-    step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))
-    label = "%H:%M:%S" if step < 60 else "%H:%M" if step < 86400 else "%m-%d"
-    # round in local time, so that hour ticks fall on the hour in zones half an hour off UTC
-    offset = start.astimezone().utcoffset().total_seconds()
-    at = math.ceil((start.timestamp() + offset) / step) * step - offset
-    marks = []
-    while at <= end.timestamp():
-        when = datetime.fromtimestamp(at).astimezone()
-        marks.append((when, when.strftime(label)))
-        at += step
-    return marks
-
-
-def timeline_span(data: ReportData) -> tuple[datetime, datetime]:
-    """The timeline's extent: the jobs' span, widened to whole seconds (at least one), so that a
-    night of short jobs still gets a time axis with ticks."""
-    start, end = data.span
-    first = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
-    last = datetime.fromtimestamp(max(math.ceil(end.timestamp()), first.timestamp() + 1), end.tzinfo)
-    return first, last
-
-
-def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
-    """Where a job's bar lies on the timeline from ``start`` to ``end``, as fractions (0 to 1);
-    a job that never ran is a point at its end."""
-    seconds = max((end - start).total_seconds(), 1e-6)
-    first = ((job.started or job.finished) - start).total_seconds() / seconds
-    last = (job.finished - start).total_seconds() / seconds
-    return min(max(first, 0.0), 1.0), min(max(last, 0.0), 1.0)
-
-
 # ---- output --------------------------------------------------------------------------------
 
 
 def to_json(data: ReportData) -> str:
     from onite.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
+    from onite.reporttext import failure_notes, failure_text, headline
 
     def job(view: JobView) -> dict:
         return {**view.to_json(), "ran": view.name not in data.unrun, "tries": data.tries.get(view.name),

@@ -74,7 +74,7 @@ def _pct(value: float) -> str:
 def gantt_svg(data) -> str:
     """The timeline as inline SVG as wide as the page: a time axis on top, then for each job its name
     over its bar (at least a few pixels wide, however short the job); × where a job that never ran ended."""
-    from onite.report import extent, state_word, ticks, timeline_span
+    from onite.reporttext import extent, state_word, ticks, timeline_span
 
     start, end = timeline_span(data)
     height = _TOP + _ROW * len(data.jobs) + 4
@@ -119,13 +119,13 @@ _STOPWATCH = ('<svg class=icon viewBox="0 0 16 16" width="0.9em" height="0.9em" 
 
 
 def _mark(word: str) -> str:
-    from onite.report import MARK
+    from onite.reporttext import MARK
 
     return f'<span class="mark {word}">{_STOPWATCH if word == "timeout" else MARK.get(word, "")}</span>'
 
 
 def _failure_item(data, job) -> str:
-    from onite.report import failure_notes, failure_what, state_word
+    from onite.reporttext import failure_notes, failure_what, state_word
 
     word = state_word(job)
     who = ", ".join(x for x in (printable(job.user), priority_label(job)) if x)
@@ -152,8 +152,8 @@ def _waiting_item(row: dict) -> str:
 
 def to_html(data) -> str:
     """The page: the headline, the failures, what is not finished, the timeline, the table."""
-    from onite.report import (COLUMNS, SHOWN_FAILURES, SHOWN_WAITING, headline_parts, rows,
-                              state_word, waiting_title, window_text)
+    from onite.report import SHOWN_FAILURES, SHOWN_WAITING
+    from onite.reporttext import COLUMNS, headline_parts, rows, state_word, waiting_title, window_text
 
     esc = _esc
     title = f"the night of {data.night.isoformat()}" if data.night else f"{data.now.astimezone():%Y-%m-%d %H:%M}"

@@ -749,7 +749,7 @@ def test_a_big_report_is_plain_text_laid_out_as_the_table(spool, cli):
 
     from rich.console import Console
 
-    from onite import render, report
+    from onite import render, report, reporttext
     from onite import spool as sp
     from onite.cells import plain_table
 
@@ -759,9 +759,9 @@ def test_a_big_report_is_plain_text_laid_out_as_the_table(spool, cli):
     data = report.build(sp.Spool(spool), datetime.now().astimezone())
     out = io.StringIO()
     console = Console(file=out, width=120, color_system=None, force_terminal=True, no_color=True)
-    console.print(render.report_table(data, report.rows(data)))
-    assert [line.rstrip() for line in out.getvalue().splitlines()] == list(plain_table(report.COLUMNS,
-                                                                                          report.rows(data)))
+    console.print(render.report_table(data, reporttext.rows(data)))
+    assert [line.rstrip() for line in out.getvalue().splitlines()] == list(plain_table(reporttext.COLUMNS,
+                                                                                          reporttext.rows(data)))
     for i in range(render.LARGE_TABLE):
         write(spool, f"many-{i:04d}", first + timedelta(seconds=10 * i + 5), first + timedelta(seconds=10 * i))
     r = cli(["report"], env=wide_env())
