@@ -46,6 +46,8 @@ def _spool_help() -> str:
 
 SpoolOpt = Annotated[Optional[str], typer.Option("--spool", metavar="DIR", help=_spool_help(), show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
+PlainOpt = Annotated[bool, typer.Option("--plain", help="One line per row, never wrapped, states in words: what a pipe "
+                                        "gets (docs/cli.md, OUTPUT FOR SCRIPTS).")]
 StderrOpt = Annotated[Optional[bool], typer.Option("--stderr-separate/--stderr-merged", show_default=False,
                                                    help="Keep stderr apart from stdout (read it with onite output "
                                                    "NAME --stderr), or with it; default: stderr_separate in onite.toml.")]
@@ -222,6 +224,7 @@ def list_(
     all_: Annotated[bool, typer.Option("--all", "-a", help="Also running and finished jobs.")] = False,
     by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that ran them (implies --all).")] = False,
     as_json: JsonOpt = False,
+    plain: PlainOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
@@ -243,7 +246,8 @@ def list_(
         return
     from onite.render import print_job_list
 
-    print_job_list(views, when, detailed=all_, by_host=by_host, out=console())
+    out = console()
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=out, plain=plain or not out.is_terminal)
 
 
 @app.command()
@@ -511,7 +515,7 @@ def recur_add(
 
 
 @recur_app.command("list")
-def recur_list(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
+def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = None) -> None:
     """Recurring jobs: name, owner, rule, next fire, priority."""
     from onite.recur import templates, templates_json
 
@@ -524,9 +528,10 @@ def recur_list(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
     if not views:
         print("no recurring jobs")
         return
-    from onite.render import recur_table
+    from onite.render import print_recur_list
 
-    console().print(recur_table(views, when))
+    out = console()
+    print_recur_list(views, when, out=out, plain=plain or not out.is_terminal)
 
 
 @recur_app.command("remove")
@@ -625,7 +630,7 @@ def cron(
 
 
 @app.command()
-def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
+def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = None) -> None:
     """Drivers running, queue sizes, running jobs, the next scheduled drain."""
     from onite.status import gather, status_json
 
@@ -640,7 +645,8 @@ def status(as_json: JsonOpt = False, spool: SpoolOpt = None) -> None:
         return
     from onite.status import render_status
 
-    render_status(console(), info)
+    out = console()
+    render_status(out, info, plain=plain or not out.is_terminal)
 
 
 @app.command()
@@ -660,14 +666,16 @@ def report(
     night: Annotated[Optional[str], typer.Option("--night", metavar="DATE", help="Report the night of this date, from noon to the next noon, local time: 2026-11-22, today or yesterday.")] = None,
     user: Annotated[Optional[str], typer.Option("--user", metavar="USER", help="Only this user's jobs.")] = None,
     html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the report as a self-contained HTML page.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Report jobs finished since this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last 24 hours).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last drain session).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="WHEN", help="Report jobs up to this time: 2h, 07:00 or 2026-11-22T07:00 (default: now).")] = None,
     as_json: JsonOpt = False,
+    plain: PlainOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """The morning report: what ran, when, how long, how it ended, as a table and a timeline."""
+    """The morning report: what failed and why, what still waits, what ran when (default: the last drain session)."""
     from onite import report as rep
 
-    data = rep.build(open_spool(spool), now(), since, night=night, user=user)
+    data = rep.build(open_spool(spool), now(), since, night=night, until=until, user=user)
     if data.damaged:
         from onite.spool import damaged_note
 
@@ -677,6 +685,6 @@ def report(
     if as_json:
         print(rep.to_json(data))
     else:
-        rep.render(console(), data)
+        rep.render(console(), data, plain=plain)
         if html:
             print(f"HTML report written to {html}")

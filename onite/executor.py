@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from onite.identity import Identity

@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from onite.names import NAME_PATTERN, SIDE
+from onite.names import NAME_PATTERN
 from onite.spool import HOLD, held_by, read_holds
 
 RACY_NS = 20_000_000  # a listing this close to the folder's mtime may have missed a same-tick add

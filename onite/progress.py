@@ -114,7 +114,11 @@ class DrainState:
 
 
 def finished_line(event: str, name: str, fields: dict, was: Running | None) -> str:
-    """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``."""
+    """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``.
+
+    The hint ``onite output NAME`` is given only for a job that ran (this view saw it start): a job
+    failed before it started (its dependency failed) has no output of this run to read.
+    """
     seconds = fields.get("seconds")
     took = human_duration(float(seconds)) if seconds not in (None, "") else ""
     who = fields.get("user") or (was.user if was else "") or fields.get("by") or ""
@@ -124,6 +128,8 @@ def finished_line(event: str, name: str, fields: dict, was: Running | None) -> s
     if event == "cancelled":
         return f"⊘ {name}{who} cancelled" + (f" by {fields['by']}" if fields.get("by") else "")
     reason = fields.get("reason") or "failed"
+    if was is None:
+        return f"✗ {name}{who} failed: {reason}"
     return f"✗ {name}{who} failed: {reason}" + (f" after {took}" if took else "") + f" — onite output {name}"
 
 
@@ -217,8 +223,10 @@ def summary_line(state: DrainState, seconds: float) -> str:
         return f"onite run: nothing run — {state.note}"
     text = (f"onite run: {counts['done']} done, {counts['failed']} failed, {counts['cancelled']} cancelled "
             f"in {human_duration(seconds)}")
+    hints = []
+    if counts["failed"]:
+        hints.append("what failed: onite report")
     if state.queued:
         text += f"; {state.queued} left queued"
-    if counts["failed"]:
-        text += " — onite report shows why"
-    return text
+        hints.append("why they wait: onite status")
+    return text + (" — " + "; ".join(hints) if hints else "")

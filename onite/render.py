@@ -2,12 +2,20 @@
 
 Only commands that print for people import this module (rich costs ~60 ms
 to import); ``--json`` output never does.
+
+A table goes to a terminal as a rich table (long cells fold within their
+column). Anywhere else -- a pipe, a file, cron's mail -- or with ``--plain``
+it is written *plain* (``plain_rows``): one line per row, never wrapped,
+columns two spaces apart, every cell free of runs of spaces and of control
+characters, ``-`` for an empty cell, so that grep and awk see one row per line
+(docs/cli.md, "Output for scripts").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 
 from rich.table import Table
@@ -24,11 +32,32 @@ STATE_STYLE = {
     "done": "green",
     "failed": "bold red",
     "cancelled": "magenta",
+    "timeout": "bold red",
+    "refused": "red",
 }
 
 
 # A table of more rows than this is written as plain text: rich takes about a minute for 100,000 rows.
 LARGE_TABLE = 2000
+
+_SPACES = re.compile(r"\s{2,}")
+
+
+def plain_cell(text: str) -> str:
+    """A cell for a plain table: control characters spelt out, runs of spaces made one, ``-`` if empty."""
+    return _SPACES.sub(" ", printable(text)).strip() or "-"
+
+
+def plain_rows(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
+    """The lines of a plain table (docs/cli.md): every cell left-justified under its title."""
+    left = [(title, False) for title, _ in columns]
+    return plain_table(left, ([plain_cell(cell) for cell in row] for row in rows))
+
+
+def write_lines(out, lines: Iterable[str]) -> None:
+    """Lines straight to a Console's file: rich neither wraps nor styles them."""
+    out.file.write("".join(line + "\n" for line in lines))
+
 
 # (title, right-justified) of ``onite list``'s columns; DETAIL_COLUMNS follow with --all
 JOB_COLUMNS = (("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False))
@@ -75,46 +104,126 @@ def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiti
     return table
 
 
-def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out) -> None:
+def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
+                   plain: bool = False) -> None:
     """``onite list`` on ``out`` (a rich Console): one table, or one per host with ``by_host``
-    (always detailed). More than LARGE_TABLE rows are written as plain text, laid out the same."""
+    (always detailed). ``plain`` (or more than LARGE_TABLE rows): the same columns as plain text."""
     groups = [(None, views)] if not by_host else \
         [(host, [v for v in views if (v.host or "") == host]) for host in sorted({v.host or "" for v in views})]
     detailed = detailed or by_host
-    plain = len(views) > LARGE_TABLE
     for host, some in groups:
         waiting = any_waiting(some)
         if host is not None:
-            out.print(f"[bold]{host or 'queued (no host yet)'}[/]")
+            title = host or "queued (no host yet)"
+            if plain:
+                write_lines(out, [title])
+            else:
+                out.print(Text(title, style="bold"))
         if plain:
-            lines = plain_table(job_columns(detailed, waiting), job_rows(some, now, detailed=detailed, waiting=waiting))
-            out.file.write("".join(line + "\n" for line in lines))
+            write_lines(out, plain_rows(job_columns(detailed, waiting),
+                                        job_rows(some, now, detailed=detailed, waiting=waiting)))
+        elif len(views) > LARGE_TABLE:
+            write_lines(out, plain_table(job_columns(detailed, waiting),
+                                         job_rows(some, now, detailed=detailed, waiting=waiting)))
         else:
             out.print(jobs_table(some, now, detailed=detailed, waiting=waiting))
 
 
-def report_table(views: Sequence[JobView], rows: Sequence[Sequence[str]]) -> Table:
-    """``onite report``'s table: the cells of ``report.rows``, each job's reason in its state's colour."""
-    from onite.report import COLUMNS
+def report_table(data, rows: Sequence[Sequence[str]]) -> Table:
+    """``onite report``'s table: the cells of ``report.rows``, each job's state and reason in its state's colour."""
+    from onite.reporttext import COLUMNS, state_word
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for title, right in COLUMNS:
         table.add_column(title, justify="right" if right else "left",
                          overflow="fold" if title in ("NAME", "REASON") else "ellipsis")
-    for view, row in zip(views, rows):  # Text, not markup: a reason may quote a path with [brackets]
-        table.add_row(*map(Text, row[:-1]), Text(row[-1], style=STATE_STYLE.get(view.state, "")))
+    for view, row in zip(data.jobs, rows):  # Text, not markup: a reason may quote a path with [brackets]
+        style = STATE_STYLE.get(state_word(view), "")
+        table.add_row(Text(row[0], style=style), *map(Text, row[1:-1]), Text(row[-1], style=style))
     return table
+
+
+def print_report(out, data, *, plain: bool) -> None:
+    """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last
+    lines of output and the command to read them all, what is not finished and why, the table, the
+    timeline, the hosts. ``plain``: states in words, every line written as it is (never wrapped)."""
+    from onite import report
+    from onite import reporttext as rep
+
+    words = plain or out.no_color
+
+    def say(text: str, style: str = "", *, crop: bool = False) -> None:
+        if plain:
+            write_lines(out, [text])
+        elif crop:  # a line of a job's output: cut at the terminal's edge, never folded into the next
+            out.print(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
+        else:  # soft_wrap: the terminal folds a long line, rich does not break it mid-phrase
+            out.print(Text(text, style=style), soft_wrap=True)
+
+    def marked(word: str, text: str) -> None:
+        if words:
+            say(text)
+        else:
+            line = Text(rep.MARK.get(word, "?") + " ", style=STATE_STYLE.get(word, ""))
+            line.append(text)
+            out.print(line, soft_wrap=True)
+
+    say(f"onite report for {printable(data.spool)}: {rep.window_text(data)}")
+    say(rep.headline(data), "bold")
+    failures = data.failures
+    if failures:
+        say("")
+        for job in failures[:report.SHOWN_FAILURES]:
+            marked(rep.state_word(job), rep.failure_text(data, job))
+            lines, note = rep.failure_notes(data, job)
+            for line in lines:
+                say("    │ " + line, "dim", crop=True)
+            if note:
+                say("    " + note, "cyan" if note.startswith("onite ") else "")
+        if len(failures) > report.SHOWN_FAILURES:
+            say(f"… and {len(failures) - report.SHOWN_FAILURES} more failed: see the table below")
+    if data.current and data.waiting:
+        say("")
+        say(rep.waiting_title(data), "bold")
+        for row in data.waiting[:report.SHOWN_WAITING]:
+            marked(row["state"], rep.waiting_text(row))
+        more = sum(data.left.values()) - min(len(data.waiting), report.SHOWN_WAITING)
+        if more > 0:
+            say(f"… and {more} more: onite list")
+        if data.left.get("queued") or data.left.get("since") or data.left.get("held"):
+            say("why each waits, as it changes: onite status", "cyan")
+    if not data.jobs:
+        return
+    say("")
+    cells = rep.rows(data, marks=not words)
+    start, end = rep.timeline_span(data)
+    lines, bars = gantt_lines(data.jobs, start, end, out.width, never=data.unrun)
+    if plain:
+        write_lines(out, [*plain_rows(rep.COLUMNS, cells), "", *lines])
+    elif len(data.jobs) > LARGE_TABLE:  # rich would take minutes: the same layout as plain text
+        write_lines(out, [*plain_table(rep.COLUMNS, cells), "", *lines])
+    else:
+        out.print(report_table(data, cells))
+        out.print()
+        out.print(gantt_text(data.jobs, lines, bars))
+    hosts = data.hosts
+    if len(hosts) > 1:
+        say("")
+        say("by host")
+        for host, row in hosts.items():
+            say(f"  {printable(host)}: {row['jobs']} jobs ({row['share']:.0%}), {row['failed']} failed, "
+                f"busy {human_duration(row['busy_seconds'])}")
 
 
 GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
 
 
-def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime,
-                width: int) -> tuple[list[str], list[tuple[int, int]]]:
+def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width: int,
+                never: set[str] = frozenset()) -> tuple[list[str], list[tuple[int, int]]]:
     """The timeline as lines of text ``width`` wide: a time axis (labels, then a rule with a tick under
-    each), then a line per job, its name and its bar (█; × where a job that never ran ended).
-    Also the columns [from, to) of each job's bar, to colour it."""
-    from onite.report import extent, ticks
+    each), then a line per job, its name and its bar (█; × where a job that never ran, one of
+    ``never`` or one with no start, ended). Also the columns [from, to) of each job's bar, to colour it."""
+    from onite.reporttext import extent, ticks
 
     name_width = max(4, min(GANTT_NAME, max(len(v.name) for v in views)))
     bar_width = max(width - name_width - 1, 16)
@@ -130,44 +239,59 @@ def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime,
     lines = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)]
     bars = []
     for view in views:
+        unrun = view.started is None or view.name in never
         first, last = extent(view, start, end)
+        if unrun:
+            first = last
         a = min(int(first * bar_width), bar_width - 1)
-        b = max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
-        if view.started is None:
-            b = a + 1
+        b = a + 1 if unrun else max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
         name = view.name if len(view.name) <= name_width else view.name[:name_width - 1] + "…"
-        lines.append(name.ljust(name_width) + " " * (a + 1) + ("█" if view.started else "×") * (b - a))
+        lines.append(name.ljust(name_width) + " " * (a + 1) + ("×" if unrun else "█") * (b - a))
         bars.append((name_width + 1 + a, name_width + 1 + b))
     return lines, bars
 
 
-def gantt_text(views: Sequence[JobView], start: datetime, end: datetime, width: int) -> Text:
+def gantt_text(views: Sequence[JobView], lines: list[str], bars: list[tuple[int, int]]) -> Text:
     """``gantt_lines`` in colour: each bar in its job's state's style, the axis dim."""
-    lines, bars = gantt_lines(views, start, end, width)
+    from onite.reporttext import state_word
+
     text = Text(no_wrap=True, overflow="crop")
     text.append(lines[0] + "\n" + lines[1] + "\n", style="dim")
     for view, line, (a, b) in zip(views, lines[2:], bars):
         text.append(line[:a])
-        text.append(line[a:b], style=STATE_STYLE.get(view.state, ""))
+        text.append(line[a:b], style=STATE_STYLE.get(state_word(view), ""))
         text.append("\n")
     text.rstrip()
     return text
 
 
-def recur_table(views: Sequence, now: datetime) -> Table:
-    """``onite recur list``: name, owner, rule, next fire, priority (and what is wrong, if anything)."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("NAME", overflow="fold")
-    table.add_column("USER")
-    table.add_column("RULE")
-    table.add_column("NEXT")
-    table.add_column("IN", justify="right")
-    table.add_column("PRI")
-    table.add_column("NOTE", overflow="fold")
+RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", False), ("IN", True), ("PRI", False),
+                 ("NOTE", False))
+
+
+def recur_rows(views: Sequence, now: datetime) -> Iterator[list[str]]:
+    """``onite recur list``'s cells: name, owner, rule, next fire, how soon, priority, what is wrong."""
     for view in views:
         pri = priority_text(view.urgent, view.priority, unknown="?")
         wait = human_duration((view.next - now).total_seconds()) if view.next else ""
-        note = Text(printable(view.problem), style="bold red") if view.problem else ""
-        table.add_row(*map(Text, (printable(view.name), printable(view.user), printable(view.rule),
-                                  short_time(view.next, now), wait, pri)), note)
+        yield [printable(view.name), printable(view.user), printable(view.rule), short_time(view.next, now), wait,
+               pri, printable(view.problem or "")]
+
+
+def recur_table(views: Sequence, now: datetime) -> Table:
+    """``onite recur list`` for a terminal (what is wrong in red)."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for title, right in RECUR_COLUMNS:
+        table.add_column(title, justify="right" if right else "left",
+                         overflow="fold" if title in ("NAME", "NOTE") else "ellipsis")
+    for row in recur_rows(views, now):
+        table.add_row(*map(Text, row[:-1]), Text(row[-1], style="bold red"))
     return table
+
+
+def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False) -> None:
+    """``onite recur list`` on ``out``: a table, or with ``plain`` one line per recurring job."""
+    if plain:
+        write_lines(out, plain_rows(RECUR_COLUMNS, recur_rows(views, now)))
+    else:
+        out.print(recur_table(views, now))

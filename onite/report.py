@@ -1,45 +1,75 @@
-"""``onite report``: the morning report of what ran (pure, apart from reading results and writing the page).
+"""``onite report``: the morning report -- what failed and why, what still waits, what ran when.
 
-A report covers a window of time: by default the last 24 hours; ``--since``
-a duration or a time, up to now; ``--night DATE`` the night of DATE, from
-noon that day to noon the next, local time, so that a drain started at 20:00
-whose jobs run until 07:00 is one night. A job belongs to the window when it
-finished in it or started in it; ``--user`` keeps one user's jobs.
+The window (``build``):
 
-The report is built here as text (table rows, time ticks, the HTML page);
-rich is imported only by ``render``, so ``--json`` and ``--html`` never load it.
+- by default, the last drain session (onite.drains): every drain, on any host,
+  since the morning before the latest drain that ran a job, to the end of the
+  last one; with no drain in onite.log, the last 24 hours;
+- ``--night DATE``: the night of DATE, from noon that day to noon the next,
+  local time;
+- ``--since WHEN`` and ``--until WHEN``: from a time (or a duration before the
+  end) to another (default: now).
+
+A job belongs to the window when it finished in it or started in it;
+``--user`` keeps one user's jobs. The jobs are those the window's result
+records or its log lines say finished: jobsdone/ keeps the last ``keep``
+results but onite.log every event, so a job whose record was pruned is
+rebuilt from its log lines (its output went with its record) and counted as
+pruned. Failures come first.
+
+What is not finished -- left queued, held, running, refused -- is shown when
+no drain started after the window, so that the queue now is what the window
+left (onite.leftover). A failed job's last lines of output are read as the
+caller, for the caller's own jobs only (root: anyone's; onite.outputtail);
+the HTML page (onite.reportpage), meant to be shared, never holds output.
+The words all three outputs say are onite.reporttext's.
+
+Invariant: nothing here writes but ``write_html``; rich is imported only by
+``render``, so that ``--json`` never loads it.
 """
 
 from __future__ import annotations
 
-import html as _html
-import math
+import functools
 import os
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
-from pathlib import Path
 
 from onite import spool as sp
-from onite.cells import human_duration, priority_label
 from onite.errors import InvalidInput
 from onite.listing import JobView, outcome_counts, result_view
-from onite.safetext import printable
-from onite.state import signal_name
+
+SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
+SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first status.EXAMINE
+TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines when many did)
+RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
 
 
 @dataclass
 class ReportData:
-    """The jobs of one morning report, the window they come from and the filter applied."""
+    """The jobs of one morning report, the window they come from, and what the window left."""
 
     spool: str
     since: datetime  # the window's start
-    until: datetime  # its end: ``now`` without --night
+    until: datetime  # its end: now, unless --night or --until, or the last drain ended
     now: datetime
-    jobs: list[JobView]
+    jobs: list[JobView]  # failures first, then in the order they started
     night: date | None = None
     user: str | None = None
     damaged: list[str] = field(default_factory=list)  # names of result records that could not be read
+    kind: str = "since"  # "drain": the last drain session; "night": --night; "since": a time range
+    drains: list = field(default_factory=list)  # onite.drains.Drain, of the window
+    pruned: set[str] = field(default_factory=set)  # jobs rebuilt from the log: their records were pruned
+    unrun: set[str] = field(default_factory=set)  # jobs that never started a process
+    tries: dict[str, int] = field(default_factory=dict)  # attempts a retried job was allowed
+    tails: dict = field(default_factory=dict)  # onite.outputtail.Tail of the failures told in full
+    keep: int = 0
+    current: bool = False  # no drain started after the window: the queue now is what it left
+    waiting: list[dict] = field(default_factory=list)  # jobs not finished: running, queued, held, refused
+    left: dict[str, int] = field(default_factory=dict)  # how many: queued, since, held, running, refused
+    next_drain: datetime | None = None
+    reader: int = 0  # the uid the report is read as
 
     @property
     def counts(self) -> dict[str, int]:
@@ -47,13 +77,22 @@ class ReportData:
 
     @property
     def timed_out(self) -> int:
-        return sum(1 for job in self.jobs if job.reason == "timeout")  # Outcome.describe's word for it
+        return sum(1 for job in self.jobs if is_timeout(job))
+
+    @property
+    def draining(self) -> bool:
+        """Is a drain of the window still running?"""
+        return any(d.ended is None for d in self.drains)
+
+    @property
+    def failures(self) -> list[JobView]:
+        return [job for job in self.jobs if job.state == "failed"]
 
     @property
     def hosts(self) -> dict[str, dict]:
         """Per host: how many jobs it ran, how they ended, its busy time and its share of the jobs."""
         table: dict[str, dict] = {}
-        ran = [j for j in self.jobs if j.started is not None]
+        ran = [j for j in self.jobs if j.started is not None and j.name not in self.unrun]
         for job in ran:
             row = table.setdefault(job.host or "?", {"jobs": 0, "done": 0, "failed": 0, "cancelled": 0,
                                                       "busy_seconds": 0.0})
@@ -70,6 +109,10 @@ class ReportData:
         if not self.jobs:
             return self.since, self.until
         return min(j.started or j.finished for j in self.jobs), max(j.finished for j in self.jobs)
+
+
+def is_timeout(job: JobView) -> bool:
+    return job.state == "failed" and job.reason == "timeout"  # Outcome.describe's word for it
 
 
 # ---- the window ------------------------------------------------------------------------
@@ -92,6 +135,17 @@ def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
         fixed = [noon.replace(tzinfo=ref.tzinfo) for noon in noons]
         return tuple(noon.astimezone(timezone(noon.utcoffset())) for noon in fixed)
     return local_time(noons[0], ref), local_time(noons[1], ref)
+
+
+def night_of(when: datetime) -> date:
+    """The date of the night ``when`` belongs to (the night of D runs from D 12:00 to D+1 12:00)."""
+    local = when.astimezone()
+    return local.date() - timedelta(days=local.time() < NIGHT_STARTS)
+
+
+def morning_before(when: datetime, ref: datetime) -> datetime:
+    """The start of the night ``when`` belongs to: the noon at or before it, local time."""
+    return night_window(night_of(when), ref)[0]
 
 
 def parse_night(text: str, now: datetime) -> date:
@@ -118,141 +172,184 @@ def parse_night(text: str, now: datetime) -> date:
     raise InvalidInput(f"bad --night {text!r}", "write a date such as 2026-11-22, today or yesterday")
 
 
-def parse_since(text: str | None, now: datetime) -> datetime:
-    """Raises:
+def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> datetime:
+    """A duration before ``now``, a time of day (``19:00``: the last 19:00 before ``now``) or a date-time
+    (as it is); None: 24 hours before ``now``.
+
+    Raises:
         InvalidInput: neither a duration nor a time.
     """
     if not text:
-        return now - timedelta(hours=24)
+        return now - RECENT
     from onite.timeparse import parse_duration, parse_when
 
     try:
-        return now - parse_duration(text, what="--since")
+        return now - parse_duration(text, what=option)
     except InvalidInput:
         pass
     raw = text.strip().lower()
     if raw.startswith(("+", "tomorrow")):  # forms of a time to come: no report covers the future
-        raise _bad_since(text)
+        raise _bad_time(option, text)
     try:
         when = parse_when(text, now)
     except InvalidInput:
-        raise _bad_since(text) from None
-    if when > now:  # "19:00" means the last 19:00, not the next one
+        raise _bad_time(option, text) from None
+    if when > now and re.fullmatch(r"\d{1,2}:\d{2}", raw):  # "19:00" means the last 19:00, not the next one
         when -= timedelta(days=1)
     return when
 
 
-def _bad_since(text: str) -> InvalidInput:
-    return InvalidInput(f"bad --since {text!r}",
+def _bad_time(option: str, text: str) -> InvalidInput:
+    return InvalidInput(f"bad {option} {text!r}",
                         "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
 
 
 def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: str | None = None,
-          user: str | None = None) -> ReportData:
-    """The report of the jobs that finished or started in a window (``since`` up to now, or the
-    ``night`` of a date), of one ``user`` or everyone's, in the order they started.
+          until: str | None = None, user: str | None = None, reader: int | None = None,
+          host: str | None = None, details: bool = True) -> ReportData:
+    """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to
+    ``until``), of one ``user``'s jobs or everyone's, read as uid ``reader`` (default: this process's)
+    on ``host`` (default: this host). Without ``details``, only the jobs: no output, nothing unfinished.
 
     Raises:
-        InvalidInput: a bad --since or --night, or both given; an empty --user.
+        InvalidInput: a bad --since, --until or --night, --night with either; an empty --user;
+            --since after --until.
     """
+    from onite import drains as dr
+
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
-    if night is not None and since is not None:
-        raise InvalidInput("--night and --since cannot be used together",
-                           "use --night DATE for a night (noon to noon), or --since for a time up to now")
-    if night is not None:
-        day: date | None = parse_night(night, now)
-        start, end = night_window(day, now)
-    else:
-        day, start, end = None, parse_since(since, now), None  # up to now, and past it: another host's clock
+    if night is not None and (since is not None or until is not None):
+        raise InvalidInput(f"--night and {'--since' if since is not None else '--until'} cannot be used together",
+                           "use --night DATE for a night (noon to noon), or --since/--until for a time range")
+    reader = os.geteuid() if reader is None else reader
+    kind, day, start, end, drains, events, every_drain = _window(spool, now, since, night, until)
+    # the log's times are whole seconds: a job filed in the drain's last second is inside it
+    results_end = end + timedelta(seconds=1) if kind == "drain" else end
+    told = dr.job_events(events, start, end)
 
     def inside(when: datetime | None) -> bool:
-        return when is not None and start <= when and (end is None or when < end)
+        return when is not None and start <= when < results_end
+
+    def wanted(owner: str) -> bool:
+        return user is None or owner == user
 
     damaged: list[str] = []
-    jobs = [result_view(r) for r in sp.results(spool, damaged)
-            if (inside(r.finished) or inside(r.started)) and (user is None or r.user == user)]
-    jobs.sort(key=lambda j: (j.started or j.finished, j.name))
-    return ReportData(str(spool.root), start, end or now, now, jobs, night=day, user=user, damaged=damaged)
+    results = [r for r in sp.results(spool, damaged) if inside(r.finished) or inside(r.started)]
+    recorded = {r.name for r in results}
+    views = [result_view(r) for r in results if wanted(r.user)]
+    pruned = [log_view(final, told.starts.get(name)) for name, final in told.finals.items() if name not in recorded]
+    pruned = [view for view in pruned if wanted(view.user)]
+    jobs = views + pruned
+    jobs.sort(key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
+                      pruned={v.name for v in pruned}, tries=told.tries, keep=spool.config.keep, reader=reader,
+                      damaged=damaged)
+    data.unrun = {job.name for job in jobs if never_ran(job, told)}
+    data.current = not any(d.started > end for d in every_drain)
+    if not details:
+        return data
+    failures = data.failures
+    from onite.outputtail import read_tail
+
+    lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
+    for job in failures[:SHOWN_FAILURES]:
+        if job.name not in data.pruned and job.name not in data.unrun:
+            data.tails[job.name] = read_tail(spool, job, reader, lines)
+    if data.current:
+        refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
+        from onite.leftover import unfinished
+
+        unfinished(data, spool, refused, host)
+    return data
 
 
-def window_text(data: ReportData) -> str:
-    """What the report covers, in words."""
-    if data.night is not None:
-        return (f"the night of {data.night.isoformat()} "
-                f"({data.since.astimezone():%Y-%m-%d %H:%M} to {data.until.astimezone():%Y-%m-%d %H:%M})")
-    return f"jobs finished since {data.since.astimezone():%Y-%m-%d %H:%M}"
+def _window(spool: sp.Spool, now: datetime, since: str | None, night: str | None, until: str | None):
+    """The window's kind, date (--night), start and end, its drains, the log's events from its start on,
+    and every drain they tell of.
+
+    Raises:
+        InvalidInput: a bad --since, --until or --night; --since after --until.
+    """
+    from onite import drains as dr
+    from onite.locks import active_hosts
+
+    log = dr.read_back(dr.log_paths(spool.log_path))
+    boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
+    day: date | None = None
+    if night is not None:
+        kind, day = "night", parse_night(night, now)
+        start, end = night_window(day, now)
+    elif since is not None or until is not None:
+        kind = "since"
+        end = parse_since(until, now, option="--until") if until is not None else now
+        start = parse_since(since, end)
+        if start >= end:
+            raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
+    else:
+        kind, start, end = "drain", None, None
+    events = dr.collect(log, start, boundary, now)
+    every_drain = dr.drains_of(events, active_hosts(spool.root))
+    if kind != "drain":
+        return kind, day, start, end, dr.in_window(every_drain, start, end), events, every_drain
+    session = dr.last_session(every_drain, boundary)
+    if session is None:  # no drain in the log: the last day
+        return "since", None, now - RECENT, now, [], events, every_drain
+    return kind, None, session.start, session.end or now, list(session.drains), events, every_drain
 
 
-def summary_text(data: ReportData) -> str:
-    counts = data.counts
-    who = f" for user {data.user}" if data.user is not None else ""
-    return (f"{len(data.jobs)} jobs{who}: {counts['done']} done, {counts['failed']} failed, "
-            f"{counts['cancelled']} cancelled; {data.timed_out} timed out")
+def log_view(final, start) -> JobView:
+    """A finished job as its log lines tell it (its record was pruned): its last final line, and the
+    start line of that run if there is one (none: it never started)."""
+    fields = final.fields
+    seconds = _number(fields.get("seconds"))
+    started, finished = None, final.when
+    if start is not None and start.fields.get("attempt") == fields.get("attempt") and start.when <= final.when:
+        # the log's times are whole seconds; its ``seconds`` field is the run's length
+        started = start.when
+        if seconds is not None and start.when + timedelta(seconds=seconds) <= final.when + timedelta(seconds=1):
+            finished = start.when + timedelta(seconds=seconds)
+    priority = start.fields.get("priority") if start is not None else None
+    user = fields.get("user") or (start.fields.get("user") if start is not None else "") or "?"
+    reason = fields.get("reason", "")
+    if final.event == "cancelled" and not reason:
+        reason = f"cancelled by {fields.get('by', '?')}"
+    exit_code = _number(fields.get("exit"))
+    return JobView(name=final.name, uid=_uid(user), user=user, state=final.event,
+                   priority=int(priority) if priority and priority.isdigit() else None, urgent=priority == "urgent",
+                   submitted=started or final.when, host=final.host, started=started, finished=finished,
+                   exit_code=int(exit_code) if exit_code is not None else None, reason=reason,
+                   attempt=int(fields["attempt"]) if fields.get("attempt", "").isdigit() else None)
 
 
-# ---- the table ---------------------------------------------------------------------------
-
-# (title, right-justified): all left-justified, so that each column starts under its title
-COLUMNS = (("NAME", False), ("USER", False), ("PRI", False), ("HOST", False), ("STARTED", False),
-           ("TOOK", False), ("EXIT", False), ("REASON", False))
-
-
-def exit_text(view: JobView) -> str:
-    """The exit code, the signal's name, or ``-`` for a job that never ran."""
-    if view.exit_code is not None:
-        return str(view.exit_code)
-    if view.signal is not None:
-        return signal_name(view.signal)
-    return "-"
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
 
 
-def rows(data: ReportData) -> list[list[str]]:
-    """The cells of the report's table, one row per job, in the order of COLUMNS."""
-    # within a day's window the time of day is enough; a longer one needs the date
-    day_long = data.until - data.since <= timedelta(hours=25)
-    out = []
-    for job in data.jobs:
-        if job.started is None:
-            started = ""
-        else:
-            local = job.started.astimezone()
-            started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%d %H:%M")
-        out.append([printable(job.name), printable(job.user), priority_label(job), printable(job.host or ""),
-                    started, human_duration(job.duration), exit_text(job), printable(job.reason)])
-    return out
+@functools.lru_cache(maxsize=None)
+def _uid(user: str) -> int:
+    """The uid of a user named in the log (-1: no such account now); once per name, not once per job."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return -1
 
 
-# ---- the timeline ---------------------------------------------------------------------------
-
-_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
-
-
-def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
-    """Round local times to mark on a timeline from ``start`` to ``end``, at most ``most`` of them
-    (the finest step that allows it: hours for a night), each with its label (HH:MM)."""
-    seconds = max((end - start).total_seconds(), 1.0)
-    most = max(most, 1)
-    step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))
-    label = "%H:%M:%S" if step < 60 else "%H:%M" if step < 86400 else "%m-%d"
-    # round in local time, so that hour ticks fall on the hour in zones half an hour off UTC
-    offset = start.astimezone().utcoffset().total_seconds()
-    at = math.ceil((start.timestamp() + offset) / step) * step - offset
-    marks = []
-    while at <= end.timestamp():
-        when = datetime.fromtimestamp(at).astimezone()
-        marks.append((when, when.strftime(label)))
-        at += step
-    return marks
-
-
-def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
-    """Where a job's bar lies on the timeline from ``start`` to ``end``, as fractions (0 to 1);
-    a job that never ran is a point at its end."""
-    seconds = max((end - start).total_seconds(), 1e-6)
-    first = ((job.started or job.finished) - start).total_seconds() / seconds
-    last = (job.finished - start).total_seconds() / seconds
-    return min(max(first, 0.0), 1.0), min(max(last, 0.0), 1.0)
+def never_ran(job: JobView, told) -> bool:
+    """Did the job end without a process of it ever starting? (A failed dependency, a directory that
+    was gone, a cancel while queued, a refusal.) A record of a job onite could not start has a start
+    time but no exit status; the log then has no start line for that attempt."""
+    if job.started is None:
+        return True
+    if job.exit_code is not None or job.signal is not None:
+        return False
+    final, start = told.finals.get(job.name), told.starts.get(job.name)
+    return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
 
 
 # ---- output --------------------------------------------------------------------------------
@@ -260,152 +357,47 @@ def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
 
 def to_json(data: ReportData) -> str:
     from onite.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
+    from onite.reporttext import failure_notes, failure_text, headline
 
-    return _dumps({"version": 1, "spool": data.spool, "since": data.since.isoformat(),
+    def job(view: JobView) -> dict:
+        return {**view.to_json(), "ran": view.name not in data.unrun, "tries": data.tries.get(view.name),
+                "pruned": view.name in data.pruned}
+
+    failures = []
+    for view in data.failures[:SHOWN_FAILURES]:
+        tail = data.tails.get(view.name)
+        lines, note = failure_notes(data, view)
+        failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
+                         "output": list(lines) if tail and tail.kept and not tail.private else None,
+                         "private": bool(tail and tail.private),
+                         "command": note if note.startswith("onite output ") else None})
+    return _dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
                    "until": data.until.isoformat(), "now": data.now.isoformat(),
                    "night": data.night.isoformat() if data.night else None, "user": data.user,
-                   "counts": data.counts, "timed_out": data.timed_out, "hosts": data.hosts,
-                   "jobs": [j.to_json() for j in data.jobs]})
+                   "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,
+                   "pruned": len(data.pruned), "keep": data.keep,
+                   "drains": [d.to_json() for d in data.drains],
+                   "left": data.left if data.current else None,
+                   "next_drain": data.next_drain.isoformat() if data.next_drain else None,
+                   "hosts": data.hosts, "failures": failures, "waiting": data.waiting,
+                   "jobs": [job(j) for j in data.jobs]})
 
 
-def render(console, data: ReportData) -> None:
-    """The report on a rich Console: what it covers, the counts, the table, the timeline, the hosts."""
-    from onite.render import LARGE_TABLE, gantt_lines, gantt_text, report_table
-    from onite.cells import plain_table
+def render(console, data: ReportData, *, plain: bool = False) -> None:
+    """The report on a rich Console: what it covers, the headline, the failures with their last lines
+    of output, what is not finished, the table, the timeline, the hosts. ``plain`` (or a Console that
+    is not a terminal): every row one line, never wrapped, states in words (docs/cli.md)."""
+    from onite.render import print_report
 
-    # text, not markup: spool paths, user and host names may hold [brackets]
-    # soft_wrap: a line longer than the terminal is left for it to wrap, not broken mid-phrase
-    console.print(f"onite report for {data.spool}: {window_text(data)}", markup=False, soft_wrap=True)
-    console.print(summary_text(data), markup=False, soft_wrap=True)
-    if not data.jobs:
-        return
-    console.print()
-    start, end = data.span
-    if len(data.jobs) > LARGE_TABLE:  # rich would take minutes: the same layout as plain text
-        lines = [*plain_table(COLUMNS, rows(data)), "", *gantt_lines(data.jobs, start, end, console.width)[0]]
-        console.file.write("".join(line + "\n" for line in lines))
-    else:
-        console.print(report_table(data.jobs, rows(data)))
-        console.print()
-        console.print(gantt_text(data.jobs, start, end, console.width))
-    hosts = data.hosts
-    if len(hosts) > 1:
-        console.print("\nby host")
-        for host, row in hosts.items():
-            console.print(f"  {host}: {row['jobs']} jobs ({row['share']:.0%}), {row['failed']} failed, "
-                          f"busy {human_duration(row['busy_seconds'])}", markup=False, soft_wrap=True)
-    if data.counts["failed"]:
-        console.print("\na job's own output: onite output NAME")
+    print_report(console, data, plain=plain or not console.is_terminal)
 
 
-# the HTML page's colours of the states, on white (the tests look for them in a screenshot)
-HTML_COLOUR = {"done": "#2e7d32", "failed": "#c62828", "cancelled": "#8e24aa"}
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:1rem;color:#222;line-height:1.4}
-h1{font-size:1.4rem;margin:.2rem 0} h2{font-size:1.1rem;margin:1.2rem 0 .4rem}
-""" + " ".join(f".{state}{{color:{colour}}}" for state, colour in HTML_COLOUR.items()) + """
-svg.gantt{display:block;width:100%;max-width:48rem;height:auto}
-svg.gantt text{font-family:system-ui,sans-serif;fill:#222} svg.gantt .axis text{fill:#666}
-svg.gantt line{stroke:#ddd;stroke-width:1}
-@media (max-width:40rem){svg.gantt .job text{font-size:15px} svg.gantt .axis text{font-size:13px}}
-.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
-table{border-collapse:collapse} td,th{padding:.25em .6em;border-bottom:1px solid #eee;text-align:left;white-space:nowrap}
-th{background:#f5f5f5}"""
-
-_W, _PAD, _TOP, _ROW = 480.0, 6.0, 24.0, 26.0  # the SVG's units: width, side margin, axis height, row height
-
-
-def gantt_svg(data: ReportData) -> str:
-    """The timeline as inline SVG: hour ticks on top, then for each job its name over its bar."""
-    esc = _html.escape
-    start, end = data.span
-    height = _TOP + _ROW * len(data.jobs) + 4
-    width = _W - 2 * _PAD
-    parts = [f'<svg class=gantt viewBox="0 0 {_W:g} {height:g}" role=img '
-             f'aria-label="timeline from {start.astimezone():%H:%M} to {end.astimezone():%H:%M}">', "<g class=axis>"]
-    right = -1.0
-    for when, label in ticks(start, end, 6):
-        x = _PAD + width * (when - start).total_seconds() / max((end - start).total_seconds(), 1e-6)
-        parts.append(f'<line x1="{x:.1f}" y1="16" x2="{x:.1f}" y2="{height - 2:g}"/>')
-        # a label that fits, clear of the one before (room for the larger type of a phone)
-        if x > right and x + 8 * len(label) <= _W:
-            parts.append(f'<text x="{x:.1f}" y="12" font-size="10">{esc(label)}</text>')
-            right = x + 8 * len(label) + 4
-    parts.append("</g>")
-    for i, job in enumerate(data.jobs):
-        top = _TOP + i * _ROW
-        first, last = extent(job, start, end)
-        x = _PAD + width * first
-        w = max(width * (last - first), 5.0)  # a short job, or one that never ran, still shows
-        x = min(x, _PAD + width - w)
-        took = human_duration(job.duration) or "did not run"
-        tip = f"{job.name} ({job.user}): {job.state}, {took}" + (f", {job.reason}" if job.reason else "")
-        parts.append(
-            f'<g class=job><text x="{_PAD:g}" y="{top + 10:g}" font-size="11">{esc(job.name)}</text>'
-            f'<rect class="bar {esc(job.state)}" x="{x:.1f}" y="{top + 13:g}" width="{w:.1f}" height="10" rx="2" '
-            f'fill="{HTML_COLOUR.get(job.state, "#555")}"><title>{esc(tip)}</title></rect></g>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def to_html(data: ReportData) -> str:
-    """A self-contained page (no script, nothing fetched): summary, the timeline as SVG, the table."""
-    esc = _html.escape
-    counts = data.counts
-    title = f"the night of {data.night.isoformat()}" if data.night else f"{data.now.astimezone():%Y-%m-%d %H:%M}"
-    head = "".join(f"<th>{esc(name)}</th>" for name, _ in COLUMNS)
-    body = []
-    for job, cells in zip(data.jobs, rows(data)):
-        tds = [f"<td>{esc(cell)}</td>" for cell in cells]
-        tds[-1] = f"<td class={esc(job.state)}>{esc(cells[-1])}</td>"
-        body.append(f"<tr class=job>{''.join(tds)}</tr>")
-    timeline = gantt_svg(data) if data.jobs else "<p>No jobs.</p>"
-    who = f" for user <b>{esc(data.user)}</b>" if data.user is not None else ""
-    return f"""<!doctype html>
-<html lang=en><head><meta charset=utf-8>
-<meta name=viewport content="width=device-width,initial-scale=1">
-<title>onite report, {esc(title)}</title>
-<style>
-{_CSS}
-</style></head><body>
-<h1>onite report</h1>
-<p>Spool <code>{esc(data.spool)}</code>: {esc(window_text(data))}.</p>
-<p class=summary><b>{len(data.jobs)}</b> jobs{who}: <span class=done>{counts['done']} done</span>,
-<span class=failed>{counts['failed']} failed</span>, <span class=cancelled>{counts['cancelled']} cancelled</span>;
-{data.timed_out} timed out.</p>
-<h2>Timeline</h2>
-{timeline}
-<h2>Jobs</h2>
-<div class=scroll><table>
-<thead><tr>{head}</tr></thead>
-<tbody>
-{chr(10).join(body)}
-</tbody></table></div>
-</body></html>
-"""
-
-
-def write_html(path: Path, data: ReportData) -> None:
-    """Write the page to ``path`` all or nothing: a temporary file beside it, renamed over it.
+def write_html(path, data: ReportData) -> None:
+    """Write the page to ``path``, all or nothing (onite.reportpage.write_html).
 
     Raises:
         InvalidInput: ``path`` cannot be written.
     """
-    import tempfile
+    from onite.reportpage import write_html as write
 
-    text = to_html(data).encode("utf-8")
-    path = Path(path)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as out:
-            out.write(text)
-            os.fchmod(out.fileno(), 0o644)  # a page to be served or shared, not a secret
-        os.replace(tmp, path)
-    except OSError as err:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
+    write(path, data)

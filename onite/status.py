@@ -211,18 +211,20 @@ def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], no
 
 
 def last_night(spool: sp.Spool, now: datetime, damaged: list[str] | None = None) -> dict:
-    """How last night's jobs ended: the night of yesterday (noon to noon, onite.report.night_window),
-    which is still going on in the morning and is the night just past in the afternoon and evening.
+    """How the last night went: the last drain session (``onite report``'s window: it may be a drain of
+    this afternoon), or, when onite.log tells of no drain, the night of yesterday (noon to noon).
     The names of damaged result records are added to ``damaged``."""
-    from onite.report import build
+    from onite.report import build, night_of
 
-    data = build(spool, now, night="yesterday")
+    data = build(spool, now, details=False)
+    if data.kind != "drain":
+        data = build(spool, now, night="yesterday", details=False)
     if damaged is not None:
         damaged.extend(data.damaged)
     failed = [j.name for j in data.jobs if j.state == "failed"]
-    return {"night": data.night.isoformat(), "since": data.since.isoformat(), "until": data.until.isoformat(),
-            "counts": data.counts, "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED],
-            "failed_total": len(failed)}
+    return {"window": data.kind, "night": (data.night or night_of(data.since)).isoformat(),
+            "since": data.since.isoformat(), "until": data.until.isoformat(), "counts": data.counts,
+            "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED], "failed_total": len(failed)}
 
 
 def status_json(info: StatusInfo) -> str:
@@ -260,7 +262,8 @@ def status_json(info: StatusInfo) -> str:
     })
 
 
-def render_status(console, info: StatusInfo) -> None:
+def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
+    """The status as lines for people; ``plain``: the running jobs' table one line per job (docs/cli.md)."""
     from rich.markup import escape as markup_escape
 
     from onite.safetext import printable
@@ -269,7 +272,7 @@ def render_status(console, info: StatusInfo) -> None:
         return markup_escape(printable(text))
 
     from onite.cells import priority_text
-    from onite.render import human_duration, jobs_table
+    from onite.render import human_duration, job_columns, job_rows, jobs_table, plain_rows, write_lines
     from onite.timeparse import parse_stamp
 
     def say(line: str) -> None:  # one line each, never wrapped: scripts grep it, terminals fold it
@@ -326,11 +329,15 @@ def render_status(console, info: StatusInfo) -> None:
         if day["failed"]:
             more = day["failed_total"] - len(day["failed"])
             failed = " (" + ", ".join(escape(n) for n in day["failed"]) + (f", … {more} more" if more else "") + ")"
+        command = "onite report" if day.get("window") == "drain" else f"onite report --night {day['night']}"
         say(f"last night [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
-                      f"{c['cancelled']} cancelled (onite report --night {day['night']})")
+            f"{c['cancelled']} cancelled ({command})")
     if info.running:
         say(f"running   {len(info.running)}")
-        console.print(jobs_table(info.running, info.now, detailed=True))
+        if plain:
+            write_lines(console, plain_rows(job_columns(True), job_rows(info.running, info.now, detailed=True)))
+        else:
+            console.print(jobs_table(info.running, info.now, detailed=True))
     for rec in info.recurring:
         when = datetime.fromisoformat(rec["next"])
         wait = human_duration((when - info.now).total_seconds())

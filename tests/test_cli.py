@@ -157,7 +157,8 @@ def test_report_json_and_html(spool, cli, world_tmp):
     r = cli(["report", "--html", str(page)])
     assert r.code == 0 and "failed" in r.out and "bad" in r.out
     html = page.read_text()
-    assert html.startswith("<!doctype html>") and "<td>bad</td>" in html and "exit 2" in html
+    assert html.startswith("<!doctype html>") and '<td class=name data-label="NAME">bad</td>' in html
+    assert "exit 2" in html
 
 
 def test_broken_pipe_is_quiet(spool):

@@ -126,3 +126,37 @@ def test_list_says_why_each_queued_job_waits_in_its_table_and_json(spool, cli):
     assert cli(["cancel", "first"]).code == 0
     jobs = {j["name"]: (j["waiting_kind"], j["waiting"]) for j in cli(["list", "--json"]).json()["jobs"]}
     assert jobs["after-it"] == ("will_fail", "will fail: dependency first was cancelled")
+
+
+def test_piped_list_is_one_line_per_row(spool, cli, workdir):
+    """Piped, or with --plain, each job is one line however narrow COLUMNS is: cells two or more spaces apart,
+    ``-`` for an empty one (docs/cli.md); grep and awk see the table as it is."""
+    import os
+    import re
+
+    from onite import render
+
+    long_name = "a-name-far-longer-than-the-terminal-is-wide-" + "x" * 40
+    assert cli(["submit", long_name, "-p", "2"], stdin=b"exit 3\n").code == 0
+    gone = workdir / "gone-with-a-long-directory-name-that-makes-the-reason-long"
+    gone.mkdir()
+    assert run_cli(["submit", "vanished", "-p", "2"], stdin=b"true\n", cwd=gone).code == 0
+    gone.rmdir()
+    assert drain(spool).returncode == 0
+    assert cli(["submit", "queued-one", "-p", "3"], stdin=b"true\n").code == 0
+    env = dict(os.environ, COLUMNS="50")
+    for args in (["list", "--all"], ["list", "--all", "--plain"], ["list", "--by-host"]):
+        r = cli(args, env=env)
+        assert r.code == 0 and "\x1b" not in r.out, r
+        cells = [re.split(r" {2,}", line) for line in r.out.splitlines()]
+        titles = next(row for row in cells if row[0] == "#")
+        rows = [row for row in cells if row[0] == "-" or row[0].isdigit()]
+        assert titles == [t for t, _ in render.job_columns(True)]
+        assert sorted(row[1] for row in rows) == sorted([long_name, "queued-one", "vanished"])
+        assert all(len(row) == len(titles) for row in rows), rows
+        vanished = next(row for row in rows if row[1] == "vanished")
+        assert vanished[5] == "failed" and vanished[-1] == f"its directory {gone} no longer exists"
+        queued = next(row for row in rows if row[1] == "queued-one")
+        assert queued[0] == "1" and queued[6:] == ["-", "-", "-", "-"]
+    short = [re.split(r" {2,}", line) for line in cli(["list"], env=env).out.splitlines()]
+    assert short[0] == ["#", "NAME", "USER", "PRI", "AGE", "STATE"] and short[1][:2] == ["1", "queued-one"]

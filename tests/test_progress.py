@@ -38,10 +38,17 @@ def test_state_counts_the_events_of_a_drain():
     assert state.apply(at, "failed", "b", {"user": "bob", "reason": "exit 3", "seconds": "41"}) == \
         "✗ b (bob) failed: exit 3 after 41s — onite output b"
     assert state.apply(at, "cancelled", "c", {"by": "root", "was": "queued"}) == "⊘ c (root) cancelled by root"
+    # a job failed before it ran (its dependency failed) has no output to point to
+    assert state.apply(at, "failed", "d", {"user": "bob", "reason": "dependency b failed"}) == \
+        "✗ d (bob) failed: dependency b failed"
     state.apply(at, "driver-exit", "", {"left": 4})
-    assert state.running == {} and state.finished == 3 and state.queued == 4
-    assert summary_line(state, 62) == ("onite run: 1 done, 1 failed, 1 cancelled in 1m02s; 4 left queued"
-                                       " — onite report shows why")
+    assert state.running == {} and state.finished == 4 and state.queued == 4
+    assert summary_line(state, 62) == ("onite run: 1 done, 2 failed, 1 cancelled in 1m02s; 4 left queued"
+                                       " — what failed: onite report; why they wait: onite status")
+    state.counts["failed"] = 0
+    assert summary_line(state, 62).endswith("; 4 left queued — why they wait: onite status")
+    state.queued = 0
+    assert summary_line(state, 62) == "onite run: 1 done, 0 failed, 1 cancelled in 1m02s"
 
 
 def test_not_a_terminal_gets_the_log_lines_and_quiet_nothing(spool):

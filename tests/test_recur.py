@@ -373,3 +373,22 @@ def test_run_scheduled_spools_recurring_jobs_even_outside_the_window(spool, work
     assert drain(spool, "--scheduled").returncode == 0
     queued = [p.name for p in (spool / "jobs" / "P3").iterdir()]
     assert len(queued) == 1 and queued[0].startswith("tick-")  # spooled, waiting for the night
+
+
+def test_piped_recur_list_is_one_line_per_template(spool, cli):
+    """Piped (or --plain), each recurring job is one line, however narrow COLUMNS is (docs/cli.md)."""
+    import re
+
+    from onite.render import RECUR_COLUMNS
+
+    long_name = "a-recurring-job-with-a-name-longer-than-the-terminal-" + "y" * 20
+    assert cli(["recur", "add", long_name, "--cron", "17 3 * * 1-5"], stdin=b"true\n").code == 0
+    assert cli(["recur", "add", "often", "--every", "25m", "--offset", "2m"], stdin=b"true\n").code == 0
+    env = dict(os.environ, COLUMNS="50")
+    for args in (["recur", "list"], ["recur", "list", "--plain"]):
+        lines = cli(args, env=env).out.splitlines()
+        rows = [re.split(r" {2,}", line) for line in lines]
+        assert rows[0] == [title for title, _ in RECUR_COLUMNS] and len(rows) == 3
+        by_name = {row[0]: row for row in rows[1:]}
+        assert by_name[long_name][2] == "cron '17 3 * * 1-5'" and by_name["often"][2] == "every 25m offset 2m"
+        assert all(len(row) == len(RECUR_COLUMNS) and row[-1] == "-" for row in rows[1:])

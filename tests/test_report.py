@@ -1,12 +1,29 @@
-"""``onite report``: the window (--night, --since), --user, the table, the timeline, the HTML page.
+"""``onite report``: the morning report, read from a real night.
 
-A real spool drained by a real driver: a job that succeeds, one that exits 3,
-one that times out, one cancelled before it ran. The HTML page is rendered
-by headless Chromium and the screenshot checked for the bars' colours.
+The night (built once for the module, ``real_night``) is drained by a real
+``onite run --slots 2``: 33 jobs at P1 to P5, two of them blocking until a
+P1 hotfix is spooled mid-drain, a job the rest waits for (so that which
+results are the oldest does not depend on the machine's speed), a
+dependency chain that succeeds and one whose
+head fails (after a retry), a job that passes on its third attempt, two
+timeouts (one ignoring TERM), a job whose directory vanished, a job of
+``nobody``'s that fails with a stderr of its own, a held job, a symlink the
+driver refuses, a job cancelled before the drain, and six P5 jobs spooled
+late in the night and left queued when ``until`` closes the window. The
+window's end is set in onite.toml and re-read on SIGHUP while two gate jobs
+hold both slots, so that it closes when the test chooses, not at a minute
+boundary. ``keep = 15`` prunes the 11 oldest results
+of the night.
+
+The HTML page is rendered by headless Chromium at 1280 and 400 pixels: its
+layout read back from the DOM (a copy of the page with a probe script), its
+colours from a screenshot.
 """
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import pwd
 import re
@@ -17,11 +34,12 @@ import tempfile
 from datetime import date, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import drain, result, run_cli
+from conftest import drain, log_lines, needs_root, run_cli, set_config, start_driver, wait_for
 from pngread import read_png, solid_blocks
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
@@ -30,45 +48,140 @@ needs_chromium = pytest.mark.skipif(
     not os.path.exists(CHROMIUM) and os.environ.get("ONITE_CHROMIUM_TESTS") != "required",
     reason="needs Debian's chromium (CI installs it and sets ONITE_CHROMIUM_TESTS=required)")
 
-
-def submit(name, body="true\n", *args):
-    r = run_cli(["submit", name, *args], stdin=body.encode())
-    assert r.code == 0, r
-
-
-@pytest.fixture
-def night(spool, cli):
-    """A drained spool: ok (P2) done, bad exits 3, slow times out, gone cancelled before the drain."""
-    submit("ok", "echo fine\n", "-p", "2")
-    submit("bad", "exit 3\n")
-    submit("slow", "sleep 30\n", "--timeout", "1s")
-    submit("gone", "true\n", "-p", "3")
-    assert cli(["cancel", "gone"]).code == 0
-    assert drain(spool).returncode == 0
-    return spool
+FILLERS = [f"filler-{i}" for i in range(1, 8)]
+CHAIN = [f"chain-{i}" for i in range(1, 5)]
+LATE = [f"late-{i}" for i in range(1, 7)]
+FAILED = ["head", "headdep-1", "headdep-2", "slow", "stubborn", "vanish", "nb-fail"]
+DONE = ["blocker-a", "blocker-b", "hotfix", *FILLERS, "settle", "flaky", *CHAIN, "nb-ok", "gate-a", "gate-b"]
+PRUNED = {"blocker-a", "blocker-b", "hotfix", *FILLERS, "settle"}  # the 11 oldest results: keep = 15 of 26
+HEADLINE = "19 done, 7 failed (2 timed out), 6 left queued, 1 held, 1 refused, 11 earlier results pruned (keep = 15)"
 
 
-def expected_rows(spool):
-    """NAME, USER, PRI, HOST, EXIT, REASON of each job, in the order they started."""
-    host = result(spool, "ok")["host"]
-    return [["gone", ME, "P3", "", "-", "cancelled by " + ME],
-            ["ok", ME, "P2", host, "0", ""],
-            ["bad", ME, "P4", host, "3", "exit 3"],
-            ["slow", ME, "P4", host, "SIGTERM", "timeout"]]
+def wide_env(**more) -> dict:
+    return dict(os.environ, **{"COLUMNS": "200", "NO_COLOR": "1", **more})
+
+
+# ---- the night ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_night():
+    """A spool after a real night (the module's docstring says what happened in it)."""
+    folder = Path(tempfile.mkdtemp(prefix="onite-night-", dir="/tmp"))
+    os.chmod(folder, 0o755)
+    spool, work = folder / "spool", folder / "work"
+    work.mkdir()
+    os.chmod(work, 0o777)
+
+    def onite(*args, stdin=b"", user=None, cwd=work):
+        r = run_cli(["--spool", str(spool), *args], stdin=stdin, user=user, cwd=cwd)
+        assert r.code == 0, r
+        return r
+
+    def submit(name, body, *options, user=None, cwd=work):
+        onite("submit", name, *options, stdin=body.encode(), user=user, cwd=cwd)
+
+    def gated(name: str, gate: Path) -> str:
+        return f"touch {work / name}.on; while [ -e {gate} ]; do sleep 0.05; done\n"
+
+    onite("init")
+    set_config(spool, kill_grace="1s", retry_delay="0.2s", keep=15)
+    submit("early-cancel", "true\n", "-p", "3")
+    onite("cancel", "early-cancel")  # before the drain: not the night's
+    cancelled = datetime.now()
+    # the log's times are whole seconds: the drain starts in a later one, or this cancel would be inside it
+    wait_for(lambda: datetime.now().replace(microsecond=0) > cancelled, what="the next second")
+    blockers, settling, gates = work / "blockers.gate", work / "settle.gate", work / "gates.gate"
+    for gate in (blockers, settling, gates):
+        gate.touch()
+    for name in ("blocker-a", "blocker-b"):  # both slots, until the hotfix is spooled
+        submit(name, gated(name, blockers), "-p", "2")
+    for name in FILLERS:
+        submit(name, "true\n", "-p", "2")
+    # the rest of the night waits for settle, which waits for the test: the 11 oldest results, the ones
+    # keep = 15 prunes at the end, are those of the jobs above and settle's, whatever the machine's speed
+    submit("settle", gated("settle", settling), "-p", "2")
+    after = ("--after", "settle")
+    submit("head", "echo compiling; echo 'error: head broke' >&2; exit 2\n", "-p", "2", "--retries", "1", *after)
+    submit("flaky", f"cd {work}; if [ -e flaky.2 ]; then echo third time lucky; elif [ -e flaky.1 ]; then "
+                    "touch flaky.2; exit 1; else touch flaky.1; exit 1; fi\n", "-p", "2", "--retries", "2", *after)
+    submit("headdep-1", "true\n", "-p", "3", "--after", "head")
+    submit("headdep-2", "true\n", "-p", "3", "--after", "headdep-1")
+    for before, name in zip(["settle", *CHAIN], CHAIN):
+        submit(name, "true\n", "-p", "3", "--after", before)
+    submit("slow", "sleep 30\n", "-p", "3", "--timeout", "1s", *after)
+    submit("stubborn", "trap '' TERM; sleep 30\n", "-p", "3", "--timeout", "1s", *after)
+    gone = work / "gone"
+    gone.mkdir()
+    submit("vanish", "true\n", "-p", "3", *after, cwd=gone)
+    gone.rmdir()
+    submit("nb-fail", "echo 'nobody at work'; echo \"nobody's secret\" >&2; exit 4\n", "-p", "3",
+           "--stderr-separate", *after, user="nobody")
+    submit("nb-ok", "true\n", "-p", "3", *after, user="nobody")
+    submit("parked", "true\n", "-p", "3", "--hold")
+    os.symlink("/etc/passwd", spool / "jobs" / "P3" / "sneaky")  # refused: not a regular file
+    for name in ("gate-a", "gate-b"):  # both slots, once everything else is done, until the window closes
+        submit(name, gated(name, gates), "-p", "4", "--after", "flaky", "--after", "chain-4")
+
+    driver = start_driver(spool, "--slots", "2")
+    try:
+        wait_for(lambda: (work / "blocker-a.on").exists() and (work / "blocker-b.on").exists(), what="the blockers")
+        submit("hotfix", "true\n", "-p", "1")  # spooled while the drain runs: it runs next
+        blockers.unlink()
+        early = PRUNED - {"settle"}
+        wait_for(lambda: (work / "settle.on").exists() and early <= {
+            p.name[:-len("@result")] for p in (spool / "jobsdone").glob("*@result")}, what="the early jobs' results")
+        settling.unlink()
+        wait_for(lambda: (work / "gate-a.on").exists() and (work / "gate-b.on").exists(), timeout=120,
+                 what="the gate jobs (everything else ran)")
+        night = set(DONE + FAILED) - {"gate-a", "gate-b"}
+        wait_for(lambda: night <= {p.name[:-len("@result")] for p in (spool / "jobsdone").glob("*@result")},
+                 what="the night's results")
+        for name in LATE:  # spooled late in the night, while the gates hold both slots
+            submit(name, "true\n", "-p", "5")
+        # the window ends now: until = a second ago, read on SIGHUP (a real until, and no minute boundary to
+        # wait for); it closes when a gate job ends and frees a slot, so that the P5 jobs stay queued
+        started = next(datetime.fromisoformat(line.split()[0]) for line in log_lines(spool) if " driver-start " in line)
+        until = started + timedelta(seconds=1)  # after the driver started: today's, not tomorrow's
+        wait_for(lambda: datetime.now().astimezone() >= until, what="the end of the driver's first second")
+        set_config(spool, until=until.astimezone().strftime("%H:%M:%S"))
+        os.kill(driver.pid, signal.SIGHUP)
+        wait_for(lambda: any(" reloaded " in line for line in log_lines(spool)), what="the driver to re-read onite.toml")
+        gates.unlink()
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, err.decode()[-2000:]
+    yield SimpleNamespace(spool=spool, work=work, folder=folder)
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def report(night, *args, user=None, env=None):
+    r = run_cli(["--spool", str(night.spool), "report", *args], user=user, env=env or wide_env())
+    assert r.code == 0 and r.err == "", r
+    return r
+
+
+def report_json(night, *args, user=None) -> dict:
+    return report(night, "--json", *args, user=user).json()
+
+
+def section(text: str, first: str) -> list[str]:
+    """The lines of a report's text from the one starting with ``first`` to the next empty line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
 
 
 def table_of(text: str) -> tuple[list[str], list[list[str]]]:
-    """The report's table from the terminal text: each cell sliced from under its column's title."""
-    lines = text.splitlines()
-    top = next(i for i, line in enumerate(lines) if line.startswith("NAME "))
-    titles = lines[top].split()
-    starts = [lines[top].index(" " + t) + 1 if i else 0 for i, t in enumerate(titles)]
-    rows = []
-    for line in lines[top + 1:]:
-        if not line.strip():
-            break
-        rows.append([line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])])
-    return titles, rows
+    """The report's table from the text: its titles and each row's cells (cells are two or more spaces apart)."""
+    rows = section(text, "STATE ")
+    return rows[0].split(), [re.split(r" {2,}", line) for line in rows[1:]]
 
 
 def timeline_of(text: str) -> tuple[str, list[str]]:
@@ -83,64 +196,397 @@ def timeline_of(text: str) -> tuple[str, list[str]]:
     return lines[rule - 1].strip(), bars
 
 
-def exit_of(job: dict) -> str:
-    """The EXIT cell that --json's fields call for."""
-    if job["exit_code"] is not None:
-        return str(job["exit_code"])
-    return signal.Signals(job["signal"]).name if job["signal"] is not None else "-"
+# ---- the terminal report of the night --------------------------------------------------------
 
 
-def wide_env(**more) -> dict:
-    return dict(os.environ, **{"COLUMNS": "200", "NO_COLOR": "1", **more})
+def test_the_headline_counts_the_whole_night(real_night):
+    doc = report_json(real_night)
+    assert doc["headline"] == HEADLINE
+    assert doc["counts"] == {"done": 19, "failed": 7, "cancelled": 0} and doc["timed_out"] == 2
+    assert doc["pruned"] == 11 and doc["keep"] == 15
+    assert doc["left"] == {"queued": 6, "since": 0, "held": 1, "running": 0, "refused": 1}
+    assert {j["name"] for j in doc["jobs"] if j["pruned"]} == PRUNED
+    assert sorted(j["name"] for j in doc["jobs"]) == sorted(DONE + FAILED)
+    text = report(real_night).out
+    assert text.splitlines()[1] == HEADLINE
 
 
-# ---- the terminal and --json ------------------------------------------------------------
+def test_failures_come_first_with_their_reason_attempts_and_output(real_night):
+    doc = report_json(real_night)
+    assert [j["name"] for j in doc["jobs"][:7]] == [j["name"] for j in doc["jobs"] if j["state"] == "failed"]
+    assert sorted(j["name"] for j in doc["jobs"][:7]) == sorted(FAILED)
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    assert (jobs["head"]["attempt"], jobs["head"]["tries"]) == (2, 2)
+    assert (jobs["flaky"]["state"], jobs["flaky"]["attempt"], jobs["flaky"]["tries"]) == ("done", 3, 3)
+    assert [jobs[n]["ran"] for n in ("headdep-1", "headdep-2", "vanish", "head", "slow")] == [False] * 3 + [True] * 2
+
+    text = report(real_night).out
+    assert text.splitlines()[2] == ""
+    failures = section(text, text.splitlines()[3])  # the failures come right after the headline
+    said = "\n".join(failures)
+    head = failures.index(next(line for line in failures if line.startswith("head (")))
+    assert re.fullmatch(rf"head \({ME}, P2\) failed: exit 2 after \S+, attempt 2/2", failures[head])
+    # its last attempt's lines only (the file holds both attempts')
+    assert failures[head + 1:head + 4] == ["    │ compiling", "    │ error: head broke", "    onite output head"]
+    assert re.search(rf"^stubborn \({ME}, P3\) timed out after \S+ \(SIGKILL\)$", said, re.M)
+    assert re.search(rf"^slow \({ME}, P3\) timed out after \S+ \(SIGTERM\)$", said, re.M)
+    assert f"headdep-1 ({ME}, P3) never ran: dependency head failed" in failures
+    assert f"headdep-2 ({ME}, P3) never ran: dependency headdep-1 failed" in failures
+    assert f"vanish ({ME}, P3) never ran: its directory {real_night.work}/gone no longer exists" in failures
+    nb = failures.index(next(line for line in failures if line.startswith("nb-fail (")))
+    assert failures[nb].startswith("nb-fail (nobody, P3) failed: exit 4 after ")
+    # kept apart: its stderr, and the command that prints it
+    assert failures[nb + 1:nb + 3] == ["    │ nobody's secret", "    onite output nb-fail --stderr"]
+    # a job that never ran has nothing to read: no command that would answer "it has not run yet"
+    assert "onite output headdep-1" not in text and "onite output vanish" not in text
+
+    titles, rows = table_of(text)
+    assert titles == ["STATE", "NAME", "USER", "PRI", "HOST", "STARTED", "TOOK", "TRIES", "EXIT", "REASON"]
+    by_name = {row[1]: row for row in rows}
+    assert [row[0] for row in rows[:7]] == ["failed" if n not in ("slow", "stubborn") else "timeout"
+                                           for n in [row[1] for row in rows[:7]]]
+    assert by_name["stubborn"][8:] == ["SIGKILL", "timeout"] and by_name["slow"][8:] == ["SIGTERM", "timeout"]
+    assert by_name["head"][7:] == ["2/2", "2", "exit 2"] and by_name["flaky"][0] == "done"
+    assert by_name["flaky"][7] == "3/3"
+    assert by_name["headdep-1"][5:9] == ["-", "-", "-", "-"]
 
 
-def test_report_table_json_and_timeline(night, cli):
-    want = expected_rows(night)
-    doc = cli(["report", "--json"]).json()
-    assert doc["night"] is None and doc["user"] is None and doc["timed_out"] == 1
-    assert doc["counts"] == {"done": 1, "failed": 2, "cancelled": 1}
-    assert [[j["name"], j["user"], f"P{j['priority']}", j["host"] or "", exit_of(j), j["reason"]]
-            for j in doc["jobs"]] == want
+def test_what_is_not_finished_and_why(real_night):
+    doc = report_json(real_night)
+    waiting = {row["name"]: row for row in doc["waiting"]}
+    assert sorted(waiting) == sorted([*LATE, "parked", "sneaky"])
+    until = doc["drains"][-1]["until"]
+    # HH:MM:SS, or HH:MM when the seconds are 00 (as an until of 07:00 is written)
+    assert re.fullmatch(r"\d\d:\d\d(:\d\d)?", until) and doc["drains"][-1]["reason"] == "window closed"
+    for name in LATE:
+        assert (waiting[name]["state"], waiting[name]["reason"]) == ("queued", f"ready; left when the window closed "
+                                                                               f"at {until}")
+    assert (waiting["parked"]["state"], waiting["parked"]["command"]) == ("held", "onite release parked")
+    assert (waiting["sneaky"]["state"], waiting["sneaky"]["reason"]) == ("refused", "a symbolic link, not a job file")
 
-    r = cli(["report"], env=wide_env())
-    assert r.code == 0 and r.err == "", r
-    assert "4 jobs: 1 done, 2 failed, 1 cancelled; 1 timed out" in r.out
-    titles, rows = table_of(r.out)
-    assert titles == ["NAME", "USER", "PRI", "HOST", "STARTED", "TOOK", "EXIT", "REASON"]
-    assert [row[:4] + row[6:] for row in rows] == want
-    assert [row[4] for row in rows][0] == "" and all(re.fullmatch(r"\d\d:\d\d:\d\d", row[4]) for row in rows[1:])
-    assert rows[0][5] == "" and all(re.fullmatch(r"\d+(\.\d)?s|\d+m\d\ds", row[5]) for row in rows[1:])
-
-    # the timeline: an axis of times, a rule, then each job's bar in the same order (× for one that never ran)
-    axis, bars = timeline_of(r.out)
-    assert re.fullmatch(r"(\d\d:\d\d(:\d\d)? *)*", axis)
-    assert [line.split()[0] for line in bars] == ["gone", "ok", "bad", "slow"]
-    assert bars[0].split()[1] == "×" and all(set(line.split()[1]) == {"█"} for line in bars[1:])
+    text = report(real_night).out
+    lines = section(text, "not finished: ")
+    assert re.fullmatch(r"not finished: 6 left queued, 1 held, 1 refused \(next drain \d{4}-\d\d-\d\d \d\d:\d\d\)",
+                        lines[0])
+    assert f"late-1 ({ME}, P5) queued: ready; left when the window closed at {until}" in lines
+    assert f"parked ({ME}, P3) held: held — onite release parked" in lines
+    assert lines[-1] == "why each waits, as it changes: onite status"
 
 
-def test_report_never_imports_rich_for_json(night):
+def test_the_night_is_the_last_drain(real_night):
+    """The default window is the drain just run (whatever the time of day: a daytime drain is reported
+    at once), from its driver-start to its driver-exit; a job cancelled before it is not the night's."""
+    doc = report_json(real_night)
+    events = [line.split() for line in log_lines(real_night.spool)]
+    start = next(datetime.fromisoformat(e[0]) for e in events if e[2] == "driver-start")
+    end = next(datetime.fromisoformat(e[0]) for e in events if e[2] == "driver-exit")
+    assert doc["window"] == "drain" and doc["night"] is None
+    assert (datetime.fromisoformat(doc["since"]), datetime.fromisoformat(doc["until"])) == (start, end)
+    assert [(d["started"], d["ended"]) for d in doc["drains"]] == [(start.isoformat(), end.isoformat())]
+    assert "early-cancel" not in {j["name"] for j in doc["jobs"]}
+    assert report(real_night).out.splitlines()[0] == (
+        f"onite report for {real_night.spool}: the last drain, {start.astimezone():%Y-%m-%d %H:%M:%S} to "
+        f"{end.astimezone():%H:%M:%S} on {doc['drains'][0]['host']}")
+    # the P1 job spooled during the drain ran before every job queued before it at a lower priority
+    starts = [e[3] for e in events if e[2] == "start"]
+    assert starts.index("hotfix") < min(starts.index(n) for n in FILLERS)
+    # a wider window finds the cancel in the log, though retention pruned its record
+    wider = report_json(real_night, "--since", "1h")
+    cancelled = next(j for j in wider["jobs"] if j["name"] == "early-cancel")
+    assert (cancelled["state"], cancelled["pruned"], cancelled["reason"]) == ("cancelled", True, f"cancelled by {ME}")
+    assert wider["window"] == "since" and wider["counts"] == {"done": 19, "failed": 7, "cancelled": 1}
+
+
+@needs_root
+def test_output_is_shown_to_its_owner_and_root_only(real_night):
+    doc = report_json(real_night, user="nobody")
+    failures = {f["name"]: f for f in doc["failures"]}
+    assert (failures["head"]["output"], failures["head"]["private"], failures["head"]["command"]) == (None, True, None)
+    assert failures["nb-fail"]["output"] == ["nobody's secret"]
+    text = report(real_night, user="nobody").out
+    assert "error: head broke" not in text and "    output is private: only root may read it" in text
+    assert "nobody's secret" in text and "onite output nb-fail --stderr" in text
+    # the held job of another user: held for all to see, its other details private
+    assert "parked (root, P3) held: held (another user's job: other details private)" in text
+    assert "onite release parked" not in text
+    # root reads everyone's
+    assert next(f for f in report_json(real_night)["failures"] if f["name"] == "nb-fail")["output"] == \
+        ["nobody's secret"]
+
+
+def test_user_filter(real_night):
+    doc = report_json(real_night, "--user", "nobody")
+    assert doc["user"] == "nobody" and sorted(j["name"] for j in doc["jobs"]) == ["nb-fail", "nb-ok"]
+    assert doc["headline"] == "user nobody: 1 done, 1 failed" and doc["waiting"] == []
+    r = report(real_night, "--user", "nosuchuser")
+    assert r.out.splitlines()[1] == "user nosuchuser: 0 done, 0 failed"
+
+
+def test_piped_output_is_one_line_per_row(real_night):
+    """Piped (here at 60 columns), every row of the table is one line of ten cells, two or more spaces apart."""
+    text = report(real_night, env=wide_env(COLUMNS="60")).out
+    titles, rows = table_of(text)
+    assert len(rows) == 26 and all(len(row) == len(titles) for row in rows), rows
+    assert {row[0] for row in rows} == {"done", "failed", "timeout"}  # words, not symbols, in a pipe
+    assert f"vanish ({ME}, P3) never ran: its directory {real_night.work}/gone no longer exists" in text.splitlines()
+    assert "✓" not in text and "✗" not in text
+    awk = subprocess.run(["awk", "-F", "  +", '$1 == "timeout" {print $2}'], input=text, capture_output=True,
+                         text=True, check=True)
+    assert sorted(awk.stdout.split()) == ["slow", "stubborn"]
+    assert report(real_night, "--plain", env=wide_env(COLUMNS="60")).out == text
+
+
+def test_a_terminal_gets_symbols_and_no_color_words(real_night):
+    """On a terminal the state column and the failures carry ✓ ✗ ⏱ ⊘; NO_COLOR gets words, as a pipe does."""
+    import io
+
+    from rich.console import Console
+
+    from onite import report as rep
+    from onite import spool as sp
+
+    data = rep.build(sp.Spool(real_night.spool), datetime.now().astimezone())
+    out = io.StringIO()
+    rep.render(Console(file=out, width=160, force_terminal=True, color_system="truecolor", no_color=False), data)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    titles, rows = table_of(shown)
+    assert {row[0] for row in rows} == {"✓", "✗", "⏱"}
+    assert "⏱ stubborn (" in shown and "✗ head (" in shown and "‖ parked (" in shown and "◦ late-1 (" in shown
+    plain = io.StringIO()
+    rep.render(Console(file=plain, width=160, force_terminal=True, no_color=True), data)
+    assert {row[0] for row in table_of(re.sub(r"\x1b\[[0-9;]*m", "", plain.getvalue()))[1]} == {
+        "done", "failed", "timeout"}
+
+
+def test_the_timeline_draws_jobs_that_never_ran_as_crosses(real_night):
+    axis, bars = timeline_of(report(real_night).out)
+    assert re.fullmatch(r"(\d\d:\d\d:\d\d *)+", axis)  # a short night: seconds on the axis
+    marks = {line.split()[0]: line.split()[1] for line in bars}
+    assert {name for name, mark in marks.items() if mark == "×"} == {"headdep-1", "headdep-2", "vanish"}
+    assert all(set(marks[n]) == {"█"} for n in ("head", "stubborn", "filler-1", "gate-a"))
+
+
+def test_report_never_imports_rich_for_json(real_night):
     code = ("import sys, io, contextlib\nfrom onite.__main__ import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()): assert main(['report', '--json']) == 0\n"
+            f"with contextlib.redirect_stdout(io.StringIO()): assert main(['--spool', {str(real_night.spool)!r}, "
+            "'report', '--json']) == 0\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent)))
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_report_user(night, cli):
-    doc = cli(["report", "--json", "--user", ME]).json()
-    assert doc["user"] == ME and [j["name"] for j in doc["jobs"]] == ["gone", "ok", "bad", "slow"]
-    doc = cli(["report", "--json", "--user", "nosuchuser"]).json()
-    assert doc["user"] == "nosuchuser" and doc["jobs"] == [] and doc["counts"] == {"done": 0, "failed": 0,
-                                                                                    "cancelled": 0}
-    r = cli(["report", "--user", "nosuchuser"], env=wide_env())
-    assert r.code == 0 and "0 jobs for user nosuchuser: 0 done" in r.out
+# ---- the page ---------------------------------------------------------------------------------
 
 
-# ---- --night ------------------------------------------------------------------------------
+class Page(HTMLParser):
+    """What a reader of the page sees: the table's rows, the failures, the SVG's bars and crosses, the head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows, self.bars, self.crosses, self.failures, self.meta, self.tags = [], [], [], [], {}, []
+        self._cell = self._tip = self._item = None
+        self._skip = 0  # inside a failure's mark or note: not part of its sentence
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        classes = (attrs.get("class") or "").split()
+        if tag == "span" and (self._skip or {"mark", "note"} & set(classes)):
+            self._skip += 1
+        if tag == "tr" and "job" in classes:
+            self.rows.append([])
+        elif tag == "td":
+            self._cell = []
+        elif tag == "li" and "failure" in classes:
+            self._item = []
+            self.failures.append(self._item)
+        elif tag == "rect" and "bar" in classes:
+            self.bars.append([attrs["class"], ""])
+        elif tag == "text" and "never" in classes:
+            self.crosses.append([attrs["class"], ""])
+        elif tag == "title" and (self.bars or self.crosses):  # a mark's tooltip
+            self._tip = []
+        elif tag == "meta" and "name" in attrs:
+            self.meta[attrs["name"]] = attrs["content"]
+
+    def handle_endtag(self, tag):
+        if tag == "span" and self._skip:
+            self._skip -= 1
+        if tag == "td" and self._cell is not None:
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+        elif tag == "title" and self._tip is not None:
+            last = max(self.bars + self.crosses, key=lambda mark: mark[1] == "")
+            last[1] = "".join(self._tip)
+            self._tip = None
+        elif tag == "li":
+            self._item = None
+
+    def handle_data(self, data):
+        for part in (self._cell, self._tip, None if self._skip else self._item):
+            if part is not None:
+                part.append(data)
+
+
+def parse_page(path: Path) -> Page:
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def test_the_page_leads_with_the_failures(real_night, world_tmp):
+    path = world_tmp / "report.html"
+    r = report(real_night, "--html", str(path))
+    assert r.out.endswith(f"HTML report written to {path}\n")
+    page = parse_page(path)
+    text = path.read_text()
+    assert page.meta["viewport"] == "width=device-width,initial-scale=1"
+    assert "<script" not in text and not [a for _, a in page.tags for k in ("src", "href") if k in a]
+    assert text.index("class=headline") < text.index("id=failures") < text.index("id=waiting") \
+        < text.index("id=timeline") < text.index("id=jobs")
+    assert html.unescape(re.sub(r"<[^>]+>", "", re.search(r"<p class=headline>(.*?)</p>", text).group(1))) == HEADLINE
+    failures = ["".join(item).strip() for item in page.failures]
+    assert len(failures) == 7 and any(f.startswith(f"head ({ME}, P2) failed: exit 2 after ") and "attempt 2/2" in f
+                                      for f in failures)
+    assert f"headdep-1 ({ME}, P3) never ran: dependency head failed" in failures
+    # the page is for sharing: no job's output on it, only the command that prints it
+    assert "error: head broke" not in text and "nobody's secret" not in text and "onite output head" in text
+    assert [row[1] for row in page.rows[:7]] == [row[1] for row in page.rows if row[0] in ("failed", "timeout")]
+    assert sorted(cls for cls, _ in page.crosses) == ["never failed"] * 3
+    assert sorted(tip.split(" ")[0] for _, tip in page.crosses) == ["headdep-1", "headdep-2", "vanish"]
+    assert len(page.bars) == 26 - 3 and all(tip for _, tip in page.bars)
+    assert not list(world_tmp.glob(".report.html.*"))  # the temporary file was renamed
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="onite-chromium-") as profile:
+        return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                               "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                               "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}", *args],
+                              capture_output=True, timeout=120)
+
+
+# The page in a frame of the size under test (headless Chromium lays a window out at least 500 pixels
+# wide), and where each part of it lies as the browser laid it out, written into the DOM that
+# --dump-dom prints. The page itself has no script.
+FRAME = """<!doctype html><html><body style="margin:0"><iframe id=page src="PAGE" width=WIDTH height=HEIGHT
+style="border:0;display:block"></iframe><script>
+document.getElementById('page').addEventListener('load', () => {
+  const doc = document.getElementById('page').contentDocument;
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.right, r.top, r.bottom]; };
+  const found = {width: doc.documentElement.clientWidth, scroll: doc.documentElement.scrollWidth,
+    failures: [...doc.querySelectorAll('#failures li')].map(li => ({job: li.querySelector('.name').textContent, box: box(li),
+      name: box(li.querySelector('.name')), state: box(li.querySelector('.state'))})),
+    rows: [...doc.querySelectorAll('tr.job')].map(tr => ({name: tr.querySelector('.name').textContent,
+      cells: [...tr.querySelectorAll('td')].filter(td => td.textContent).map(box)})),
+    svg: box(doc.querySelector('svg.gantt')),
+    bars: [...doc.querySelectorAll('svg.gantt rect.bar')].map(r => ({state: r.classList[1], box: box(r)})),
+    labels: [...doc.querySelectorAll('svg.gantt .axis text')].filter(t => getComputedStyle(t).display != 'none')
+      .map(t => ({text: t.textContent, box: box(t)}))};
+  document.body.setAttribute('data-probe', JSON.stringify(found));
+});
+</script></body></html>"""
+
+
+def framed(page: Path, width: int, height: int) -> tuple[Path, str]:
+    """The page in a frame ``width`` by ``height``, and the window size that shows all of it."""
+    frame = page.with_name("frame.html")
+    frame.write_text(FRAME.replace("PAGE", page.name).replace("WIDTH", str(width)).replace("HEIGHT", str(height)))
+    return frame, f"{max(width, 500)},{height}"
+
+
+def layout(page: Path, width: int, height: int) -> dict:
+    frame, window = framed(page, width, height)
+    done = chromium("--allow-file-access-from-files", "--dump-dom", f"--window-size={window}", frame.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'data-probe="([^"]*)"', done.stdout.decode())
+    assert found, done.stdout[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def rgb(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def pixel(image, x: float, y: float) -> tuple[int, int, int]:
+    width, _, bpp, pixels = image
+    at = (int(y) * width + int(x)) * bpp
+    return tuple(pixels[at:at + 3])
+
+
+@needs_chromium
+@pytest.mark.parametrize("size", ["1280,800", "400,800"])
+def test_the_page_in_chromium(real_night, world_tmp, size):
+    """At a desktop's and a phone's width: nothing scrolls sideways; every failure's name, state and
+    reason lie within the width and on the first screen, its red mark drawn there; the timeline fills
+    the width; each row of the table lies within it (stacked on the phone)."""
+    from onite.reportpage import HTML_COLOUR
+
+    page = world_tmp / "report.html"
+    report(real_night, "--html", str(page))
+    width, height = (int(n) for n in size.split(","))
+    found = layout(page, width, height)
+    assert found["width"] == width and found["scroll"] <= width  # no horizontal scrolling
+    assert len(found["failures"]) == 7
+    for item in found["failures"]:
+        for part in (item["box"], item["name"], item["state"]):
+            assert 0 <= part[0] and part[1] <= width and part[3] <= height, (size, item)
+    assert {item["job"] for item in found["failures"]} == set(FAILED)
+    left, right = found["svg"][:2]
+    assert left < 20 and right > width - 20  # the timeline spans the page
+    assert len(found["rows"]) == 26
+    for row in found["rows"]:
+        assert all(0 <= cell[0] and cell[1] <= width for cell in row["cells"]), (size, row)
+    if width < 600:  # stacked: a row's cells one under the other
+        assert all(len({round(cell[2]) for cell in row["cells"]}) > 3 for row in found["rows"])
+
+    shot = world_tmp / "shot.png"
+    frame, window = framed(page, width, height)
+    done = chromium(f"--screenshot={shot}", f"--window-size={window}", frame.as_uri())
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+    image = read_png(shot.read_bytes())
+    assert image[1] == height
+    red = rgb(HTML_COLOUR["failed"])
+    for item in found["failures"]:  # each failure's red border, where the layout says it is
+        box = item["box"]
+        assert pixel(image, box[0] + 1, (box[2] + box[3]) / 2) == red, (size, item["job"])
+    if width > 600:
+        for state in ("done", "failed"):  # the timeline's bars, on the first screen of a desktop
+            assert solid_blocks(image, rgb(HTML_COLOUR[state]), 3) >= 1, (size, state)
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [1280, 400])
+def test_the_timeline_in_chromium(real_night, world_tmp, width):
+    """The whole page, tall enough to hold it: every bar, however short its job (a few milliseconds),
+    drawn at least three pixels wide in its state's colour; the axis labels (seconds, for a short
+    night) apart from each other and within the width."""
+    from onite.reportpage import HTML_COLOUR
+
+    page = world_tmp / "report.html"
+    report(real_night, "--html", str(page))
+    height = 3200
+    found = layout(page, width, height)
+    assert len(found["bars"]) == 23 and found["svg"][3] < height
+    shot = world_tmp / "shot.png"
+    frame, window = framed(page, width, height)
+    done = chromium(f"--screenshot={shot}", f"--window-size={window}", frame.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    image = read_png(shot.read_bytes())
+    for bar in found["bars"]:
+        left, right, top, bottom = bar["box"]
+        colour = rgb(HTML_COLOUR[bar["state"]])
+        row = [pixel(image, x, (top + bottom) / 2) for x in range(max(int(left) - 3, 0), int(right) + 4)]
+        assert row.count(colour) >= 3, (width, bar)
+    labels = found["labels"]
+    assert len(labels) >= 2 and all(re.fullmatch(r"\d\d:\d\d:\d\d", label["text"]) for label in labels)
+    boxes = sorted(label["box"] for label in labels)
+    assert all(a[1] <= b[0] for a, b in zip(boxes, boxes[1:])), boxes  # no label over another
+    assert all(0 <= box[0] and box[1] <= width for box in boxes)
+
+
+# ---- windows ------------------------------------------------------------------------------------
 
 
 def local(*fields) -> datetime:
@@ -167,19 +613,21 @@ def test_report_night_is_noon_to_noon(spool, cli):
     write(spool, "next-noon", local(2026, 11, 23, 12, 30), local(2026, 11, 23, 12, 0))  # the next night's
     write(spool, "cancelled", local(2026, 11, 22, 18, 0), user="bob", reason="cancelled by bob", state="cancelled")
     doc = cli(["report", "--night", "2026-11-22", "--json"]).json()
-    assert doc["night"] == "2026-11-22"
+    assert doc["night"] == "2026-11-22" and doc["window"] == "night"
     assert datetime.fromisoformat(doc["since"]) == local(2026, 11, 22, 12, 0)
     assert datetime.fromisoformat(doc["until"]) == local(2026, 11, 23, 12, 0)
     assert [j["name"] for j in doc["jobs"]] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
     bob = cli(["report", "--night", "2026-11-22", "--user", "bob", "--json"]).json()
     assert [j["name"] for j in bob["jobs"]] == ["cancelled"] and bob["counts"]["cancelled"] == 1
+    # nothing was drained since that night: what is queued now is what it left
+    assert bob["left"] == {"queued": 0, "since": 0, "held": 0, "running": 0, "refused": 0}
 
     r = cli(["report", "--night", "2026-11-22"], env=wide_env())
     assert r.code == 0 and "the night of 2026-11-22 (2026-11-22 12:00 to 2026-11-23 12:00)" in r.out
     _, rows = table_of(r.out)
-    assert [row[0] for row in rows] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
-    assert [row[4] for row in rows] == ["", "20:00:00", "01:00:00", "06:00:00", "11:00:00"]
-    assert [row[5] for row in rows] == ["", "5m00s", "2h00m", "1h00m", "2h00m"]
+    assert [row[1] for row in rows] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
+    assert [row[5] for row in rows] == ["-", "20:00:00", "01:00:00", "06:00:00", "11:00:00"]
+    assert [row[6] for row in rows] == ["-", "5m00s", "2h00m", "1h00m", "2h00m"]
     axis, bars = timeline_of(r.out)  # 18:00 to 13:00 on 187 columns: a tick every two hours
     assert axis.split() == ["18:00", "20:00", "22:00", "00:00", "02:00", "04:00", "06:00", "08:00", "10:00", "12:00"]
     assert [line.split()[0] for line in bars] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
@@ -190,6 +638,35 @@ def test_report_night_is_noon_to_noon(spool, cli):
     sizes = [len(line.split()[1]) for line in bars]
     assert starts == sorted(starts) and len(set(starts)) == 5  # later jobs further right
     assert abs(sizes[2] - 2 * sizes[3]) <= 1 and abs(sizes[4] - sizes[2]) <= 1  # 2h, 1h, 2h
+
+
+def test_since_and_until(spool, cli):
+    now = datetime.now().astimezone().replace(microsecond=0)
+    write(spool, "three-hours-ago", now - timedelta(hours=3), now - timedelta(hours=3, minutes=5))
+    write(spool, "an-hour-ago", now - timedelta(hours=1), now - timedelta(hours=1, minutes=5))
+    doc = cli(["report", "--since", "4h", "--until", "2h", "--json"]).json()
+    assert [j["name"] for j in doc["jobs"]] == ["three-hours-ago"]
+    assert datetime.fromisoformat(doc["until"]) == now - timedelta(hours=2) or \
+        abs(datetime.fromisoformat(doc["until"]) - (now - timedelta(hours=2))) < timedelta(seconds=5)
+    # no drain since the window: what is queued now is what it left
+    assert doc["left"] == {"queued": 0, "since": 0, "held": 0, "running": 0, "refused": 0}
+    # no drain in the log: the last 24 hours
+    assert [j["name"] for j in cli(["report", "--json"]).json()["jobs"]] == ["three-hours-ago", "an-hour-ago"]
+    r = cli(["report", "--since", "2026-11-21T10:00", "--until", "2026-11-21T09:00"])
+    assert (r.code, r.err) == (2, "onite: --since 2026-11-21T10:00 is not before --until 2026-11-21T09:00 — give a "
+                                  "--since before the --until\n")
+
+
+def test_two_drains_of_one_night_are_one_session(spool, cli, workdir):
+    """A second drain (the schedule's 23:00, or a manual one) belongs to the night of the first: both are reported."""
+    assert cli(["submit", "first", "-p", "2"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    assert cli(["submit", "second", "-p", "2"], stdin=b"exit 3\n").code == 0
+    assert drain(spool).returncode == 0
+    assert drain(spool).returncode == 0  # a drain that ran nothing does not hide the night before it
+    doc = cli(["report", "--json"]).json()
+    assert doc["window"] == "drain" and len(doc["drains"]) == 3
+    assert [j["name"] for j in doc["jobs"]] == ["second", "first"] and doc["headline"] == "1 done, 1 failed"
 
 
 @pytest.mark.parametrize("word, day", [("today", date(2026, 11, 23)), ("yesterday", date(2026, 11, 22)),
@@ -219,7 +696,11 @@ def test_night_window_has_each_noons_own_offset(berlin_tz):
     (["--night", "2026-02-30"], "onite: bad --night '2026-02-30' — write a date such as 2026-11-22, today or "
                                 "yesterday\n"),
     (["--night", "today", "--since", "12h"], "onite: --night and --since cannot be used together — use --night "
-                                             "DATE for a night (noon to noon), or --since for a time up to now\n"),
+                                             "DATE for a night (noon to noon), or --since/--until for a time range\n"),
+    (["--night", "today", "--until", "1h"], "onite: --night and --until cannot be used together — use --night "
+                                            "DATE for a night (noon to noon), or --since/--until for a time range\n"),
+    (["--until", "+2h"], "onite: bad --until '+2h' — write a duration such as 12h, a time such as 19:00, or a "
+                         "date-time such as 2026-11-21T19:00\n"),
     (["--user", " "], "onite: --user is empty — name a user, e.g. --user alice, or leave it out for everyone's jobs\n"),
 ])
 def test_report_usage_errors(spool, cli, args, message):
@@ -228,81 +709,23 @@ def test_report_usage_errors(spool, cli, args, message):
         assert (r.code, r.out, r.err) == (2, "", message)
 
 
-# ---- the HTML page ---------------------------------------------------------------------------
-
-
-class Page(HTMLParser):
-    """What a reader of the page sees: the table's rows, the SVG's bars (class and tooltip), the head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows, self.bars, self.meta, self.tags = [], [], {}, []
-        self._cell = self._tip = None
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.tags.append((tag, attrs))
-        if tag == "tr" and attrs.get("class") == "job":
-            self.rows.append([])
-        elif tag == "td":
-            self._cell = []
-        elif tag == "rect" and "bar" in attrs.get("class", "").split():
-            self.bars.append([attrs["class"], ""])
-        elif tag == "title" and self.bars:  # a bar's tooltip (the page's own title comes before any bar)
-            self._tip = []
-        elif tag == "meta" and "name" in attrs:
-            self.meta[attrs["name"]] = attrs["content"]
-
-    def handle_endtag(self, tag):
-        if tag == "td" and self._cell is not None:
-            self.rows[-1].append("".join(self._cell))
-            self._cell = None
-        elif tag == "title" and self._tip is not None:
-            self.bars[-1][1] = "".join(self._tip)
-            self._tip = None
-
-    def handle_data(self, data):
-        for part in (self._cell, self._tip):
-            if part is not None:
-                part.append(data)
-
-
-def parse_page(path: Path) -> Page:
-    page = Page()
-    page.feed(path.read_text(encoding="utf-8"))
-    return page
-
-
-def test_report_html_rows_and_bars(night, cli, world_tmp):
-    path = world_tmp / "report.html"
-    r = cli(["report", "--html", str(path)], env=wide_env())
-    assert r.code == 0 and r.out.endswith(f"HTML report written to {path}\n")
-    page = parse_page(path)
-    assert page.meta["viewport"] == "width=device-width,initial-scale=1"
-    assert [row[:4] + row[6:] for row in page.rows] == expected_rows(night)
-    assert [cls for cls, _ in page.bars] == ["bar cancelled", "bar done", "bar failed", "bar failed"]
-    assert [tip.split(" ")[0] for _, tip in page.bars] == ["gone", "ok", "bad", "slow"]
-    assert "slow (" + ME + "): failed" in page.bars[3][1] and "timeout" in page.bars[3][1]
-    text = path.read_text()
-    assert "<svg" in text and "viewBox=" in text and "<script" not in text
-    assert not [a for tag, a in page.tags for k in ("src", "href") if k in a]  # nothing fetched
-    assert not list(world_tmp.glob(".report.html.*"))  # the temporary file was renamed
+# ---- what users wrote, and the page's file ------------------------------------------------------
 
 
 def test_report_escapes_what_users_wrote(spool, cli, world_tmp):
     evil = "<img src=x onerror=alert(1)>&[/]"
-    write(spool, "odd", datetime.now().astimezone() - timedelta(hours=1), user=evil, reason=f"no: {evil}",
-          state="failed")
+    write(spool, "odd", datetime.now().astimezone() - timedelta(hours=1), user=evil,
+          reason=f"no: {evil}\x1b[2J\nforged line", state="failed")
     path = world_tmp / "r.html"
     assert cli(["report", "--html", str(path), "--user", evil, "--json"]).code == 0
     text = path.read_text()
-    assert "<img" not in text
+    assert "<img" not in text and "\x1b" not in text
     page = parse_page(path)
-    assert page.rows[0][1] == evil and page.rows[0][7] == f"no: {evil}"
+    assert page.rows[0][2] == evil and page.rows[0][9] == f"no: {evil}\\e[2J\\nforged line"
     assert not [tag for tag, _ in page.tags if tag == "img"]
     r = cli(["report", "--user", evil], env=wide_env())  # and on a terminal, not taken for rich markup
-    assert r.code == 0 and f"1 jobs for user {evil}:" in r.out
-    assert table_of(r.out)[1][0][1::6] == [evil, f"no: {evil}"]
+    assert r.code == 0 and f"user {evil}: 0 done, 1 failed" in r.out and "\x1b" not in r.out
+    assert f"odd ({evil}, P4) never ran: no: {evil}\\e[2J\\nforged line" in r.out.splitlines()
 
 
 def test_report_html_unwritable_leaves_nothing(spool, cli, world_tmp):
@@ -318,69 +741,79 @@ def test_report_html_unwritable_leaves_nothing(spool, cli, world_tmp):
     assert (folder / "r.html").read_text() == "the old page" and os.listdir(folder) == ["r.html"]
 
 
-# ---- the page in a real browser ---------------------------------------------------------------
-
-
-def chromium(*args: str) -> subprocess.CompletedProcess:
-    with tempfile.TemporaryDirectory(prefix="onite-chromium-") as profile:
-        return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                               "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                               "--disable-sync", f"--user-data-dir={profile}", *args],
-                              capture_output=True, timeout=120)
-
-
-def rgb(colour: str) -> tuple[int, int, int]:
-    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
-
-
-@needs_chromium
-def test_report_html_in_chromium_shows_the_bars(night, cli, world_tmp):
-    from onite.report import HTML_COLOUR
-
-    page = world_tmp / "report.html"
-    assert cli(["report", "--html", str(page)]).code == 0
-    dom = chromium("--dump-dom", page.as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    dom_text = dom.stdout.decode()
-    assert "<svg" in dom_text and len(re.findall(r'<rect class="bar ', dom_text)) == 4  # parsed as SVG
-    for size, block in (("1200,900", 3), ("390,844", 2)):  # a desktop, then a phone
-        shot = world_tmp / f"shot-{size.replace(',', 'x')}.png"
-        done = chromium(f"--screenshot={shot}", f"--window-size={size}", page.as_uri())
-        assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
-        image = read_png(shot.read_bytes())
-        assert image[:2] == tuple(int(n) for n in size.split(","))
-        for state in ("done", "failed", "cancelled"):
-            assert solid_blocks(image, rgb(HTML_COLOUR[state]), block) >= 1, (size, state)
-
-
 # ---- a big night ---------------------------------------------------------------------------------
 
 
-def test_a_big_report_is_plain_text_laid_out_as_the_table(night, cli):
+def test_a_big_report_is_plain_text_laid_out_as_the_table(spool, cli):
     """Past LARGE_TABLE jobs the report skips rich (minutes for 100,000 rows); the layout is the same."""
     import io
 
     from rich.console import Console
 
-    from onite import render, report
+    from onite import render, report, reporttext
     from onite import spool as sp
     from onite.cells import plain_table
 
-    data = report.build(sp.Spool(night), datetime.now().astimezone())
-    out = io.StringIO()
-    console = Console(file=out, width=120, color_system=None)
-    console.print(render.report_table(data.jobs, report.rows(data)))
-    console.print(render.gantt_text(data.jobs, *data.span, 120))
-    lines, _ = render.gantt_lines(data.jobs, *data.span, 120)
-    assert [line.rstrip() for line in out.getvalue().splitlines()] == [
-        *plain_table(report.COLUMNS, report.rows(data)), *lines]
-
     first = datetime.now().astimezone() - timedelta(hours=8)
+    for i in range(4):
+        write(spool, f"few-{i}", first + timedelta(seconds=10 * i + 5), first + timedelta(seconds=10 * i))
+    data = report.build(sp.Spool(spool), datetime.now().astimezone())
+    out = io.StringIO()
+    console = Console(file=out, width=120, color_system=None, force_terminal=True, no_color=True)
+    console.print(render.report_table(data, reporttext.rows(data)))
+    assert [line.rstrip() for line in out.getvalue().splitlines()] == list(plain_table(reporttext.COLUMNS,
+                                                                                          reporttext.rows(data)))
     for i in range(render.LARGE_TABLE):
-        write(night, f"many-{i:04d}", first + timedelta(seconds=10 * i + 5), first + timedelta(seconds=10 * i))
+        write(spool, f"many-{i:04d}", first + timedelta(seconds=10 * i + 5), first + timedelta(seconds=10 * i))
     r = cli(["report"], env=wide_env())
-    assert r.code == 0 and f"{render.LARGE_TABLE + 4} jobs:" in r.out
+    assert r.code == 0 and r.out.splitlines()[1] == f"{render.LARGE_TABLE + 4} done, 0 failed"
     titles, rows = table_of(r.out)
-    assert len(rows) == render.LARGE_TABLE + 4 and rows[0][:2] == ["many-0000", ME]
+    assert len(rows) == render.LARGE_TABLE + 4 and rows[0][:3] == ["done", "few-0", ME]
     axis, bars = timeline_of(r.out)
-    assert len(bars) == len(rows) and [line.split()[0] for line in bars] == [row[0] for row in rows]
+    assert len(bars) == len(rows) and [line.split()[0] for line in bars] == [row[1] for row in rows]
+
+
+# ---- a drain still running, an output no longer kept ---------------------------------------------
+
+
+def test_a_drain_still_running(spool, cli, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    assert cli(["submit", "quick", "-p", "1"], stdin=b"exit 1\n").code == 0
+    assert cli(["submit", "long", "-p", "2"], stdin=f"while [ -e {gate} ]; do sleep 0.02; done\n".encode()).code == 0
+    assert cli(["submit", "next", "-p", "3"], stdin=b"true\n").code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(p.name == "long" for p in (spool / "running").glob("*/*")), what="long to start")
+        doc = cli(["report", "--json"]).json()
+        assert doc["window"] == "drain" and doc["drains"][0]["ended"] is None
+        assert doc["headline"] == "0 done, 1 failed, 1 running, 1 queued"
+        assert [(row["name"], row["state"]) for row in doc["waiting"]] == [("long", "running"), ("next", "queued")]
+        assert doc["waiting"][1]["reason"] == "ready: waits for a free slot of the drain running now"
+        text = cli(["report"], env=wide_env()).out
+        assert text.splitlines()[0].startswith(f"onite report for {spool}: the last drain, running since ")
+        assert re.search(rf"^long \({ME}, P2\) running: running on \S+ since \d\d:\d\d$", text, re.M)
+    finally:
+        gate.unlink()
+        driver.wait(timeout=60)
+
+
+def test_an_output_no_longer_kept_is_said_so(spool, cli):
+    assert cli(["submit", "lost", "-p", "1"], stdin=b"echo words; exit 1\n").code == 0
+    assert drain(spool).returncode == 0
+    assert "    │ words\n    onite output lost\n" in cli(["report"], env=wide_env()).out
+    (spool / "stdout" / "lost").unlink()
+    text = cli(["report"], env=wide_env()).out
+    assert "    no output of this run is kept (removed, or a later run of that name replaced it)" in text
+    assert "onite output lost" not in text
+
+
+def test_a_retried_failure_shows_its_last_attempts_lines(spool, cli):
+    set_config(spool, retry_delay="0.2s")
+    assert cli(["submit", "twice", "--retries", "1"], stdin=b"echo one; echo two >&2; exit 1\n").code == 0
+    assert drain(spool).returncode == 0
+    assert "[onite] attempt 2 of twice" in (spool / "stdout" / "twice").read_text()  # both attempts are kept
+    lines = cli(["report"], env=wide_env()).out.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("twice (")))
+    assert lines[at].endswith(", attempt 2/2")
+    assert lines[at + 1:at + 4] == ["    │ one", "    │ two", "    onite output twice"]

@@ -127,3 +127,35 @@ def test_other_users_see_reasons_only_for_their_own_jobs(spool, workdir):
     assert "root-held (root, P4): held (another user's job: other details private)" in text
     assert "root-later" not in text.split("waiting")[1]
     assert set(by_name(run_cli(["status", "--json"]).json())) == {"root-held", "root-later", "nb-later"}
+
+
+def test_last_night_is_the_last_drain(spool, workdir):
+    """With drains in the log, "last night" is the last drain session, as ``onite report`` has it (a drain of
+    this afternoon included); its running jobs' table, piped, is one line per job."""
+    import re
+
+    submit("fine", "true\n")
+    submit("broke", "exit 3\n")
+    assert drain(spool).returncode == 0
+    doc = run_cli(["status", "--json"]).json()
+    day = doc["last_night"]
+    assert day["window"] == "drain" and day["counts"] == {"done": 1, "failed": 1, "cancelled": 0}
+    assert day["failed"] == ["broke"]
+    assert "last night 1 done, 1 failed (broke), 0 cancelled (onite report)" in run_cli(["status"]).out
+
+    gate = workdir / "gate"
+    gate.touch()
+    long_name = "a-running-job-whose-name-is-longer-than-the-terminal-" + "x" * 30
+    submit(long_name, f"while [ -e {gate} ]; do sleep 0.02; done\n")
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: (spool / "running" / HOST / long_name).exists(), what="the job to start")
+        for args in (["status"], ["status", "--plain"]):
+            text = run_cli(args, env=dict(os.environ, COLUMNS="50")).out
+            rows = [re.split(r" {2,}", line) for line in text.splitlines()]
+            [row] = [row for row in rows if row[1:2] == [long_name]]
+            titles = next(r for r in rows if r[0] == "#")
+            assert len(row) == len(titles) and row[5] == "running"
+    finally:
+        gate.unlink()
+        driver.wait(timeout=60)

@@ -3,9 +3,10 @@
     .venv/bin/python docs/img/make_images.py        # as root: some jobs are nobody's; needs /usr/bin/chromium
 
 A few jobs are spooled into a fresh spool in a temporary folder (one succeeds,
-one exits 3, one times out, one is cancelled, one fails on its dependency),
-drained by ``onite run --slots 2``, then the report is recorded from a rich
-Console (``save_svg``) and the HTML page photographed by headless Chromium.
+one exits 3 after a retry, one times out, one is cancelled, one fails on its
+dependency, one is held), drained by ``onite run --slots 2``, then the report
+is recorded from a rich Console on a (pretended) terminal (``save_svg``) and
+the HTML page photographed by headless Chromium.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ CHROMIUM = "/usr/bin/chromium"
 JOBS = [  # name, job text, options, user (None: whoever runs this script)
     ("backup-home", "sleep 6\n", ["-p", "2"], None),
     ("build-docs", "sleep 3\n", ["-p", "3"], "nobody"),
-    ("nightly-report", "sleep 2; exit 3\n", ["-p", "3", "--after", "build-docs"], "nobody"),
+    ("nightly-report", "sleep 1; echo 'loading sales.csv'; echo 'error: sales.csv: no such file' >&2; exit 3\n",
+     ["-p", "3", "--after", "build-docs", "--retries", "1"], "nobody"),
     ("mail-summary", "true\n", ["-p", "4", "--after", "nightly-report"], "nobody"),
-    ("reindex", "sleep 30\n", ["-p", "4", "--timeout", "4s"], None),
+    ("reindex", "echo 'reindexing 1200 documents'; sleep 30\n", ["-p", "4", "--timeout", "4s"], None),
     ("thumbnails", "sleep 4\n", ["-p", "5"], None),
     ("old-cleanup", "true\n", ["-p", "5"], None),
+    ("rebuild-index", "true\n", ["-p", "5", "--hold"], None),
 ]
 
 
@@ -102,12 +105,15 @@ def main() -> None:
         for name, text, options, user in JOBS:
             onite(spool, "submit", name, *options, stdin=text, user=user)
         onite(spool, "cancel", "old-cleanup")
+        config = spool / "onite.toml"
+        config.write_text(config.read_text().replace('retry_delay = "30s"', 'retry_delay = "1s"'))
         subprocess.run([sys.executable, "-m", "onite", "run", "--slots", "2"], check=True, capture_output=True,
                        env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)))
         data = report.build(sp.Spool(spool), now(), None)
         data.spool = "/var/spool/onite"  # the page shows where the spool is: not this temporary one
 
-        console = Console(record=True, width=110, highlight=False, file=open(os.devnull, "w"))
+        console = Console(record=True, width=110, highlight=False, file=open(os.devnull, "w"), force_terminal=True,
+                          no_color=False)
         report.render(console, data)
         console.save_svg(str(HERE / "report-terminal.svg"), title="onite report")
 

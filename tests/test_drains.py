@@ -1,0 +1,141 @@
+"""onite.drains: drains and the last drain session, read back from log lines (pure, and a real file read backwards)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from onite import drains as dr
+from onite.log import format_line
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def at(day: int, hour: int, minute: int = 0) -> datetime:
+    """A time in November 2026, Berlin (the machine's zone in these tests: berlin_tz)."""
+    return datetime(2026, 11, day, hour, minute, tzinfo=BERLIN).astimezone()
+
+
+def morning(when: datetime) -> datetime:
+    from onite.report import morning_before
+
+    return morning_before(when, when)
+
+
+def drain_lines(host: str, pid: int, start: datetime, end: datetime | None, jobs: int = 1,
+                reason: str = "drained") -> list[str]:
+    """The log lines of one drain: its start, ``jobs`` jobs started and done, its exit (None: none yet)."""
+    lines = [format_line(start, host, pid, "driver-start", host=host, slots=1)]
+    for i in range(jobs):
+        when = start + timedelta(minutes=i + 1)
+        lines += [format_line(when, host, pid, "start", f"j-{host}-{pid}-{start:%d%H%M}-{i}", user="alice", priority=3,
+                              attempt=1),
+                  format_line(when, host, pid, "done", f"j-{host}-{pid}-{start:%d%H%M}-{i}", user="alice", exit=0,
+                              seconds="1.000", attempt=1)]
+    if end is not None:
+        lines.append(format_line(end, host, pid, "driver-exit", done=jobs, failed=0, cancelled=0, left=0, reason=reason))
+    return lines
+
+
+def events_of(lines: list[str]) -> list[dr.Event]:
+    """The events of these lines, oldest first, as the report reads them (from the end of a file)."""
+    return list(reversed(_back(lines)))
+
+
+def _back(lines):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.NamedTemporaryFile("w", delete=False) as out:
+        out.write("".join(sorted(lines, key=lambda line: line.split(" ", 1)[0])))  # in time order, as logged
+    try:
+        return list(dr.read_back([Path(out.name)]))
+    finally:
+        Path(out.name).unlink()
+
+
+def session(lines: list[str], running_hosts=()) -> dr.Session:
+    drains = dr.drains_of(events_of(lines), running_hosts)
+    return dr.last_session(drains, morning)
+
+
+def test_a_night_of_two_drains_is_one_session(berlin_tz):
+    """The schedule's 20:00 and 23:00 drains are one night; the drain of the night before is not."""
+    lines = (drain_lines("vm", 10, at(21, 20), at(21, 22)) + drain_lines("vm", 11, at(22, 20), at(22, 21))
+             + drain_lines("vm", 12, at(22, 23), at(23, 1, 30)))
+    found = session(lines)
+    assert (found.start, found.end) == (at(22, 20), at(23, 1, 30))
+    assert [d.pid for d in found.drains] == [11, 12]
+
+
+def test_a_daytime_drain_is_reported_the_same_afternoon(berlin_tz):
+    lines = drain_lines("vm", 11, at(22, 20), at(23, 6)) + drain_lines("vm", 12, at(23, 14), at(23, 14, 20))
+    found = session(lines)
+    assert (found.start, found.end, [d.pid for d in found.drains]) == (at(23, 14), at(23, 14, 20), [12])
+
+
+def test_a_drain_that_ran_nothing_does_not_hide_the_night(berlin_tz):
+    """A morning ``onite run`` that found nothing to do: the night before is still the last night."""
+    lines = drain_lines("vm", 11, at(22, 20), at(23, 5)) + drain_lines("vm", 12, at(23, 8), at(23, 8), jobs=0)
+    found = session(lines)
+    assert found.start == at(22, 20) and [d.pid for d in found.drains] == [11, 12]
+    # ... but an empty drain after the next noon starts a night of its own only if it ran something
+    lines += drain_lines("vm", 13, at(23, 15), at(23, 15), jobs=0)
+    assert session(lines).start == at(22, 20)
+
+
+def test_drains_on_several_hosts_and_a_daemon(berlin_tz):
+    """Hosts drain side by side; a daemon (one pid) drains twice; a driver killed -9 ends at its last line."""
+    lines = (drain_lines("a", 7, at(22, 20), at(22, 21)) + drain_lines("a", 7, at(22, 23), at(22, 23, 30))
+             + drain_lines("b", 9, at(22, 20, 5), None, jobs=2)  # killed: no exit line
+             + drain_lines("b", 10, at(22, 23, 10), at(22, 23, 40)))
+    drains = dr.drains_of(events_of(lines), running_hosts=())
+    assert [(d.host, d.pid, d.started) for d in drains] == [("a", 7, at(22, 20)), ("b", 9, at(22, 20, 5)),
+                                                            ("a", 7, at(22, 23)), ("b", 10, at(22, 23, 10))]
+    died = drains[1]
+    assert (died.ended, died.reason, died.ran) == (at(22, 20, 7), "died", 4)
+    found = dr.last_session(drains, morning)
+    assert (found.start, found.end, len(found.drains)) == (at(22, 20), at(22, 23, 40), 4)
+
+
+def test_a_drain_still_running(berlin_tz):
+    lines = drain_lines("vm", 11, at(22, 20), None, jobs=2)
+    assert session(lines, running_hosts=["vm"]).end is None  # its host's lock is held: it runs
+    assert session(lines).drains[0].reason == "died"  # no lock: it died
+
+
+def test_the_window_closing_and_the_log_read_back(berlin_tz, tmp_path):
+    lines = drain_lines("vm", 11, at(22, 20), None, jobs=3)
+    lines.append(format_line(at(22, 23, 59), "vm", 11, "window-closed", until="07:00:00", left=6))
+    lines.append(format_line(at(23, 0), "vm", 11, "driver-exit", left=6, reason="window closed"))
+    lines.append("a line onite did not write\n")
+    drain = dr.drains_of(events_of(lines), ())[0]
+    assert (drain.until, drain.left, drain.reason) == ("07:00", 6, "window closed")
+
+    # a log larger than a block, lines across the blocks' edges, read from its end: every line, newest first
+    log = tmp_path / "onite.log"
+    many = [format_line(at(20, 0) + timedelta(seconds=i), "vm", 1, "done", f"job-{i:05d}", user="u" * (i % 50))
+            for i in range(3000)]
+    log.write_text("".join(many))
+    back = list(dr.read_back(dr.log_paths(log)))
+    assert [e.name for e in back] == [f"job-{i:05d}" for i in reversed(range(3000))]
+    # onite.log.1 (logrotate's) is read after onite.log
+    (tmp_path / "onite.log.1").write_text(format_line(at(19, 23), "vm", 1, "done", "older"))
+    assert [e.name for e in dr.read_back(dr.log_paths(log))][-1] == "older"
+
+
+def test_collect_reads_back_no_further_than_the_window(berlin_tz):
+    lines = (drain_lines("vm", 10, at(20, 20), at(20, 22)) + drain_lines("vm", 11, at(21, 20), at(21, 22))
+             + drain_lines("vm", 12, at(22, 20), at(22, 22)))
+    read = []
+
+    def newest_first():
+        for event in reversed(events_of(lines)):
+            read.append(event)
+            yield event
+
+    found = dr.collect(newest_first(), None, morning, at(23, 8))
+    assert found[0].when == at(22, 20) and found[-1].when == at(22, 22)
+    assert min(e.when for e in read) >= at(21, 22)  # it stopped soon after the session's morning (less SKEW)
+    told = dr.job_events(found, at(22, 20), at(22, 22))
+    assert sorted(told.finals) == ["j-vm-12-222000-0"]
