@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 
