@@ -539,10 +539,10 @@ class Driver:
                 elif seen.kind == "moved":
                     moved = True
                 elif seen.kind == "settling":
-                    # a submit between its link and its unlink: it may be first in line, so
-                    # start nothing behind it until it has settled (a moment)
+                    # a submit between its link and its unlink (where there is no renameat2): look
+                    # again in a moment. Jobs behind it are not held up: a user's pairs of links would
+                    # otherwise delay everyone's night by SETTLE_LIMIT each
                     self._note_wake(now + timedelta(seconds=0.02))
-                    return None
             if not moved:
                 return None
         return None

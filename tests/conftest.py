@@ -110,6 +110,40 @@ def spool(world_tmp, monkeypatch):
     return path
 
 
+def as_user(fn, user: str = "nobody", *, background: bool = False):
+    """Run ``fn`` in a forked child that has become ``user`` (setgroups, setgid, setuid); return what
+    it returned, as ``("ok", value)``, ``("oserror", errno)`` or ``("error", repr)``. ``background``:
+    return the child's pid at once (it ends when ``fn`` returns; reap it with os.waitpid)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            entry = pwd.getpwnam(user)
+            os.setgroups([])
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            try:
+                out = ("ok", fn())
+            except OSError as err:
+                out = ("oserror", err.errno)
+            except BaseException as err:  # noqa: BLE001
+                out = ("error", repr(err))
+            os.write(w, json.dumps(out, default=str).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    if background:
+        os.close(r)
+        return pid
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return tuple(json.loads(data))
+
+
 def init_spool_at(path: Path) -> Path:
     """A spool made by ``onite init`` at ``path`` (for tests that need several)."""
     r = run_cli(["--spool", str(path), "init"])
