@@ -1,0 +1,413 @@
+"""Attacks on the root driver by a plain user (issue 13), each made as that user would make it.
+
+Every test here is an attack that worked on onite before this suite existed: a real second
+user (``nobody``, and ``daemon`` where two users are needed) writes files, makes links and
+folders, holds locks and runs processes; root drains as cron would. Each test checks that the
+attack fails and that the night goes on. docs/security.md counts them. (Parsers and names:
+tests/test_hostile_files.py and tests/test_fuzz_parsers.py; locks: tests/test_shared.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, nobody, result, run_cli, set_config,
+                      wait_for)
+from onite.jobfile import Job, encode
+
+pytestmark = needs_root
+HOST = os.uname().nodename.split(".")[0]
+
+
+def job_file(name: str, cwd: str | Path, body: bytes = b"true\n") -> bytes:
+    job = Job(name=name, priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
+              cwd=os.fsencode(str(cwd)), env={b"PATH": b"/usr/bin:/bin"}, body=body)
+    return encode(job)
+
+
+def plant(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """``nobody`` creates ``path`` holding ``data``."""
+    def write():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        os.write(fd, data)
+        os.close(fd)
+        os.chmod(path, mode)
+    assert as_user(write) == ("ok", None)
+
+
+def submit(name: str, body: str, *args: str, user: str | None = None) -> None:
+    r = run_cli(["submit", name, *args], stdin=body.encode(), user=user, cwd="/tmp")
+    assert r.code == 0, r
+
+
+# ---- 2. a job never reads what its owner cannot -----------------------------------------------
+
+
+def test_a_forged_directory_gives_a_job_nothing_its_owner_could_not_read(spool, world_tmp, workdir):
+    """The job's directory is entered after the drop to its owner; and the reason a user reads in the
+    log is the same whether the private path exists, is a file or is missing (no oracle)."""
+    private = world_tmp / "private"
+    private.mkdir(mode=0o700)
+    (private / "secret.txt").write_text("root's secret\n")
+    (private / "a-file").write_text("x\n")
+    cases = {"snoop": private, "missing": private / "no-such-dir", "notdir": private / "a-file"}
+    for name, cwd in cases.items():
+        plant(spool / "jobs" / "P4" / name, job_file(name, cwd, f"cat secret.txt > {workdir}/{name}.out\n".encode()))
+    assert drain(spool).returncode == 0
+    reasons = set()
+    for name, cwd in cases.items():
+        rec = result(spool, name)
+        assert rec["state"] == "failed" and rec["user"] == "nobody"
+        reasons.add(rec["reason"].replace(str(cwd), "DIR"))
+        assert not (workdir / f"{name}.out").exists()
+    assert reasons == {"cannot enter its directory DIR: permission denied"}
+    assert "root's secret" not in (spool / "onite.log").read_text()
+
+
+# ---- 3. root never runs a user's settings -------------------------------------------------------
+
+
+def test_init_never_adopts_a_spool_folder_a_user_made(world_tmp):
+    public = world_tmp / "public"
+    public.mkdir()
+    public.chmod(0o1777)  # as /tmp: anyone may make a folder here
+    evil = public / "spool"
+
+    def prepare():
+        evil.mkdir()
+        (evil / "onite.toml").write_text('notify = "command"\nnotify_command = "/tmp/evil-hook"\n')
+    assert as_user(prepare) == ("ok", None)
+    r = run_cli(["--spool", str(evil), "init"])
+    assert r.code == 3 and "will not adopt" in r.err and "belongs to" in r.err, r
+    assert sorted(os.listdir(evil)) == ["onite.toml"]  # nothing was made in it
+
+
+@pytest.mark.parametrize("change, problem", [
+    ("toml-owner", "onite.toml belongs to uid"),
+    ("toml-mode", "onite.toml is writable by others"),
+    ("jobsdone-mode", "jobsdone is writable by others"),
+    ("queue-not-sticky", "writable by others without the sticky bit"),
+    ("running-link", "running is a symbolic link"),
+    ("parent-writable", "is writable by others (mode 0777)"),
+])
+def test_the_driver_refuses_a_spool_a_user_could_have_changed(world_tmp, change, problem):
+    parent = world_tmp / "parent"
+    parent.mkdir()
+    spool = init_spool_at(parent / "spool")
+    if change == "toml-owner":
+        os.chown(spool / "onite.toml", nobody().pw_uid, -1)
+    elif change == "toml-mode":
+        (spool / "onite.toml").chmod(0o666)
+    elif change == "jobsdone-mode":
+        (spool / "jobsdone").chmod(0o777)
+    elif change == "queue-not-sticky":
+        (spool / "jobs" / "P4").chmod(0o777)
+    elif change == "running-link":
+        (spool / "running").rename(world_tmp / "elsewhere")
+        (spool / "running").symlink_to(world_tmp / "elsewhere")
+    elif change == "parent-writable":
+        parent.chmod(0o777)
+    for command in (["run"], ["daemon"]):
+        r = run_cli(["--spool", str(spool), *command], timeout=30)
+        assert r.code == 3 and "will not trust" in r.err and problem in r.err, (command, r)
+    if change not in ("toml-owner", "running-link", "parent-writable"):  # root's own files: init repairs their modes
+        assert run_cli(["--spool", str(spool), "init"]).code == 0
+        assert run_cli(["--spool", str(spool), "run", "-q"]).code == 0
+
+
+# ---- 5. links that keep changing never stall the driver ------------------------------------------
+
+
+def test_two_hard_links_that_keep_changing_mode_do_not_stall_the_night(spool, workdir):
+    first, second = spool / "jobs" / "P1" / "link-one", spool / "jobs" / "P1" / "link-two"
+    plant(first, job_file("link-one", "/tmp"))
+
+    def churn():
+        os.link(first, second)
+        deadline = time.monotonic() + 30
+        mode = 0o600
+        while time.monotonic() < deadline and (first.exists() or second.exists()):
+            mode ^= 0o040  # 0600, 0640: never "held" (0400), always a fresh ctime
+            for path in (first, second):
+                try:
+                    os.chmod(path, mode)
+                except OSError:
+                    pass
+            time.sleep(0.001)
+    churner = as_user(churn, background=True)
+    try:
+        wait_for(lambda: second.exists(), what="the second link")
+        for name in "abc":
+            submit(name, f"echo {name} >> {workdir}/trace\n")
+        assert drain(spool, timeout=60).returncode == 0
+    finally:
+        os.kill(churner, signal.SIGKILL)
+        os.waitpid(churner, 0)
+    assert (workdir / "trace").read_text().split() == ["a", "b", "c"]
+    refused = [line for line in log_lines(spool) if " refused link-" in line]
+    assert refused and all("hard links" in line for line in refused), refused
+
+
+# ---- 6. the cancel inbox trusts nothing it finds ---------------------------------------------
+
+
+def test_the_cancel_inbox_survives_files_links_and_folders_swapped_under_it(spool, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    submit("slow", f"while [ -e {gate} ]; do sleep 0.02; done\n")
+    inbox = spool / "cancel"
+
+    def swap():
+        deadline = time.monotonic() + 8
+        i = 0
+        while time.monotonic() < deadline:
+            path = inbox / f"vjob@x{i % 3}"
+            kind = i % 4
+            try:
+                if kind == 0:
+                    path.write_bytes(job_file("vjob", "/tmp"))
+                elif kind == 1:
+                    path.symlink_to("/etc/shadow")
+                elif kind == 2:
+                    path.mkdir()
+                    (path / "inside").write_text("x")
+                else:
+                    os.mkfifo(path)
+            except OSError:
+                pass
+            time.sleep(0.003)
+            for entry in list(inbox.iterdir()):
+                try:
+                    if entry.is_dir() and not entry.is_symlink():
+                        for inner in entry.iterdir():
+                            inner.unlink()
+                        entry.rmdir()
+                    else:
+                        entry.unlink()
+                except OSError:
+                    pass
+            i += 1
+    attacker = as_user(swap, background=True)
+    from conftest import start_driver
+
+    driver = start_driver(spool, "-q")
+    try:
+        time.sleep(4)  # the driver looks at cancel/ many times meanwhile (no assertion on time)
+        gate.unlink()
+        assert driver.wait(60) == 0, driver.stderr.read()
+    finally:
+        os.kill(attacker, signal.SIGKILL)
+        os.waitpid(attacker, 0)
+    assert drain(spool).returncode == 0
+    done = spool / "jobsdone"
+    for entry in done.iterdir():
+        st = os.lstat(entry)
+        assert stat.S_ISREG(st.st_mode), f"{entry} is not a regular file"
+    assert result(spool, "slow")["state"] == "done"
+    assert not any("Traceback" in line for line in log_lines(spool))
+
+
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo", "hard-link"])
+def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
+    """Each kind of entry a user can make in cancel/, given to the driver's filing directly."""
+    from onite.control import NotAJob, file_cancelled
+    from onite.spool import Spool
+
+    entry = spool / "cancel" / "vjob@x"
+
+    def make():
+        if kind == "symlink":
+            entry.symlink_to("/etc/shadow")
+        elif kind == "folder":
+            entry.mkdir()
+            (entry / "inside").write_text("x")
+        elif kind == "fifo":
+            os.mkfifo(entry)
+        else:
+            entry.write_bytes(job_file("vjob", "/tmp"))
+            os.link(entry, spool / "cancel" / "vjob@y")
+    assert as_user(make) == ("ok", None)
+    with pytest.raises(NotAJob):
+        file_cancelled(Spool(spool), entry, by="nobody", now=datetime.now().astimezone())
+    assert not os.path.lexists(spool / "jobsdone" / "vjob") and not (spool / "jobsdone" / "vjob@result").exists()
+    assert not os.path.lexists(entry)
+    assert drain(spool).returncode == 0  # and the driver, finding the rest, goes on
+
+
+def test_a_forged_cancel_never_replaces_another_users_result(spool, workdir):
+    submit("vjob", "true\n")
+    assert drain(spool).returncode == 0
+    before = result(spool, "vjob")
+    submit("dependent", f"touch {workdir}/dependent-ran\n", "--after", "vjob")
+    plant(spool / "cancel" / "vjob@forged", job_file("vjob", "/tmp"))
+    assert drain(spool).returncode == 0
+    assert result(spool, "vjob") == before  # root's done job is still done
+    assert result(spool, "dependent")["state"] == "done" and (workdir / "dependent-ran").exists()
+    [line] = [line for line in log_lines(spool) if " cancelled vjob " in line]
+    assert "not filed over" in line
+
+
+# ---- 8. a namesake planted elsewhere blocks nothing -------------------------------------------
+
+
+def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spool):
+    """``daemon`` holds and cancels its own job while ``nobody`` has planted one of the same name at P1."""
+    submit("mine", "true\n", "--hold", user="daemon")
+    plant(spool / "jobs" / "P1" / "mine", job_file("mine", "/tmp"))
+    r = run_cli(["release", "mine"], user="daemon", cwd="/tmp")
+    assert r.code == 0, r
+    r = run_cli(["cancel", "mine"], user="daemon", cwd="/tmp")
+    assert r.code == 0 and "cancelled" in r.out, r
+    assert (spool / "jobs" / "P1" / "mine").exists()  # nobody's own file: not daemon's to touch
+    assert not (spool / "jobs" / "P4" / "mine").exists()
+
+
+# ---- 9. every process a job starts ends with it ---------------------------------------------
+
+
+ESCAPES = """\
+setsid sleep 300 & echo $! >> {pids}
+( set -m; sleep 300 & echo $! >> {pids} )
+sh -c 'sleep 300 & echo $! >> {pids}' &
+nohup sleep 300 >/dev/null 2>&1 & echo $! >> {pids}
+sleep 0.2
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def escapees(pids: Path) -> list[int]:
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 4, what="the four escapes")
+    return [int(p) for p in pids.read_text().split()]
+
+
+def test_processes_that_leave_the_jobs_group_end_with_the_job(spool, workdir):
+    pids = workdir / "pids"
+    submit("escape", ESCAPES.format(pids=pids), user="nobody")
+    assert drain(spool).returncode == 0
+    for pid in escapees(pids):
+        wait_for(lambda: not alive(pid), what=f"escaped pid {pid} to end")
+    assert result(spool, "escape")["state"] == "done"
+    assert any(" driver-start " in line and "contain=" in line for line in log_lines(spool))
+
+
+def test_a_timed_out_job_leaves_nothing_running(spool, workdir):
+    set_config(spool, kill_grace="1s")
+    pids = workdir / "pids"
+    submit("stuck", ESCAPES.format(pids=pids) + "trap '' TERM; sleep 300\n", "--timeout", "2s", user="nobody")
+    assert drain(spool).returncode == 0
+    for pid in escapees(pids):
+        wait_for(lambda: not alive(pid), what=f"escaped pid {pid} to end")
+    assert result(spool, "stuck")["reason"] == "timeout"
+
+
+def test_the_subreaper_contains_jobs_where_there_is_no_cgroup(spool, workdir):
+    """Where no cgroup v2 can be made (a container), the monitor reaps what the job leaves behind."""
+    from onite.contain import SUBREAPER, Containment
+    from onite.driver import Driver
+    from onite.executor import LocalRunner
+    from onite.spool import Spool
+
+    pids = workdir / "pids"
+    submit("escape", ESCAPES.format(pids=pids), user="nobody")
+    target = Spool(spool)
+    runner = LocalRunner(shell="/bin/sh", kill_grace=2.0, switch_user=True,
+                         containment=Containment(SUBREAPER, why="a test"))
+    driver = Driver(target, runner=runner)
+    driver._containment = runner.containment
+    assert driver.run() == 0
+    for pid in escapees(pids):
+        wait_for(lambda: not alive(pid), what=f"escaped pid {pid} to end")
+
+
+def test_contain_false_lets_a_job_leave_a_daemon_behind(spool, workdir):
+    set_config(spool, contain=False)
+    pids = workdir / "pids"
+    submit("daemonise", f"setsid sleep 300 & echo $! >> {pids}\n", user="nobody")
+    assert drain(spool).returncode == 0
+    [pid] = [int(p) for p in pids.read_text().split()]
+    try:
+        assert alive(pid)
+        assert any(" driver-start " in line and "contain=\"off" in line for line in log_lines(spool))
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+# ---- the whole night, on a spool full of what users can put there ------------------------------
+
+
+def test_the_driver_survives_a_fuzzed_spool_for_a_whole_night(spool, workdir):
+    """200 files of every kind a user can make, in every folder a user can write, around 10 good jobs:
+    the night ends normally, every good job runs, nothing is left in the queue, and no traceback."""
+    rng = random.Random(int(os.environ.get("ONITE_FUZZ_SEED", "1313")))
+    good = [f"good{i}" for i in range(10)]
+    for name in good:
+        submit(name, f"echo {name} >> {workdir}/trace\n", "-p", str(rng.randint(1, 7)))
+    valid = job_file("x", "/tmp")
+    folders = [spool / "jobs" / f"P{p}" for p in range(1, 8)] + [spool / "jobs" / "urgent"]
+
+    def make_mess():
+        made = 0
+        for i in range(200):
+            folder = rng.choice(folders + [spool / "cancel", spool / "recur", spool / "hold"])
+            name = f"f{i}" + rng.choice(["", "@x", ".y"])
+            path = folder / name
+            kind = rng.randrange(9)
+            try:
+                if kind == 0:
+                    path.write_bytes(os.urandom(rng.randrange(0, 4096)))
+                elif kind == 1:  # a valid header with one line mangled
+                    lines = valid.split(b"\n")
+                    j = rng.randrange(len(lines))
+                    lines[j] = lines[j][: rng.randrange(len(lines[j]) + 1)] + os.urandom(rng.randrange(8))
+                    path.write_bytes(b"\n".join(lines))
+                elif kind == 2:
+                    path.symlink_to(rng.choice(["/etc/shadow", "/root", str(folders[0]), "/dev/zero"]))
+                elif kind == 3:
+                    os.mkfifo(path)
+                elif kind == 4:
+                    path.mkdir()
+                elif kind == 5:
+                    path.write_bytes(valid)
+                    os.link(path, folder / f"{name}-link")
+                elif kind == 6:
+                    path.write_bytes(valid)
+                    os.chmod(path, rng.choice([0o666, 0o4755, 0o400, 0o000, 0o620]))
+                elif kind == 7:
+                    with open(path, "wb") as handle:  # huge, sparse
+                        handle.truncate(rng.choice([20, 40]) << 20)
+                else:
+                    path.write_bytes(valid.replace(b"name: x", f"name: {name}".encode()))
+                made += 1
+            except OSError:
+                continue
+        return made
+    status, made = as_user(make_mess)
+    assert status == "ok" and made > 150
+    proc = drain(spool, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert b"Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert sorted((workdir / "trace").read_text().split()) == sorted(good)
+    left = [p for folder in folders for p in folder.iterdir() if not p.name.startswith(".")]
+    assert not [p for p in left if stat.S_ISREG(os.lstat(p).st_mode) and os.lstat(p).st_nlink == 1
+                and os.lstat(p).st_mode & 0o200 and not os.lstat(p).st_mode & 0o7022], left
+    for command in (["status"], ["list", "--all"], ["report"], ["log", "-n", "500"], ["recur", "list"]):
+        r = run_cli(command)
+        assert r.code == 0 and "Traceback" not in r.err, (command, r)
+        r = run_cli(command, user="nobody", cwd="/tmp")
+        assert "Traceback" not in r.err, (command, r)
