@@ -120,22 +120,7 @@ def boot_id() -> str:
         return ""
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (the process's start time since boot), or None if there is no such process."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
-    except (ValueError, IndexError):
-        return None
+from onite.monitor import process_start_ticks  # noqa: E402 - one reading of /proc/PID/stat for all
 
 
 def _proc_shows_others() -> bool:

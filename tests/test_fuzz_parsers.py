@@ -348,11 +348,17 @@ def test_parse_config_any_text(text):
 
 @FUZZ
 @given(texts)
-def test_lock_holder_lines_any_text(line):
-    from onite.locks import holder_fields
+def test_heartbeats_any_text(line):
+    """A driver's heartbeat (SPOOL/driver.HOST.state) read back: a Beat, or None."""
+    import json
 
-    fields = holder_fields(line)
-    assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
+    from onite.heartbeat import Beat
+
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        data = line
+    assert Beat.from_json(data) is None or isinstance(Beat.from_json(data), Beat)
 
 
 @FUZZ

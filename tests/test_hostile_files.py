@@ -262,20 +262,10 @@ def test_parse_config_raises_only_config_error(text, message):
         parse_config(text)
 
 
-def test_a_lock_holder_line_with_odd_digits_is_read(tmp_path):
-    import fcntl
+def test_a_heartbeat_with_odd_digits_is_no_driver():
+    from onite.heartbeat import Beat
 
-    from onite.locks import held_locks
-
-    path = tmp_path / "driver.h1.lock"
-    path.write_text("pid=\u00b2 host=h1 since=2026-11-22T20:00:00\n")  # "²".isdigit(), yet int("²") fails
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        lock, = held_locks(tmp_path)
-    finally:
-        os.close(fd)
-    assert (lock.host, lock.pid, lock.since) == ("h1", None, "2026-11-22T20:00:00")
+    assert Beat.from_json({"version": 1, "pid": "\u00b2", "host": "h1"}) is None  # "²".isdigit(), yet int("²") fails
 
 
 def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):

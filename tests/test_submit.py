@@ -262,7 +262,7 @@ def test_a_command_after_dashes_is_the_job_and_runs_that_exact_argv(spool, cli, 
              "--", "--hold", "tab\there", os.fsdecode(b"caf\xe9")]
     r = cli(["submit", "exact", "-p", "2", "--", sys.executable, "-c", probe, str(out), *words],
             stdin=b"echo this is not the job\n")
-    assert (r.code, r.out, r.err) == (0, "", ""), r
+    assert (r.code, r.out) == (0, "") and r.err.startswith("spooled exact (P2)"), r
     job = decode((spool / "jobs" / "P2" / "exact").read_bytes())  # -p 2 before -- is onite's; -p 7 after is not
     assert b"not the job" not in job.body and job.body.endswith(b"\n")
     assert drain(spool).returncode == 0
