@@ -52,7 +52,7 @@ def _preload() -> None:
 
     for info in pkgutil.iter_modules(onite.__path__, "onite."):
         importlib.import_module(info.name)
-    for name in ("typer", "rich.console", "rich.table", "rich.text", "filelock", "tomllib", "croniter", "difflib",
+    for name in ("typer", "rich.console", "rich.table", "rich.text", "tomllib", "croniter", "difflib",
                  "importlib.resources", "json", "shlex", "shutil", "subprocess", "resource", "select", "signal",
                  "zoneinfo", "html", "grp", "pwd", "fcntl", "selectors", "traceback", "contextvars"):
         importlib.import_module(name)

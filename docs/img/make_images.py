@@ -80,7 +80,7 @@ def warm_up() -> None:
 
     for info in pkgutil.iter_modules(onite.__path__, "onite."):
         importlib.import_module(info.name)
-    for name in ("grp", "fcntl", "shlex", "json", "select", "signal", "resource", "tomllib", "filelock", "croniter"):
+    for name in ("grp", "fcntl", "shlex", "json", "select", "signal", "resource", "tomllib", "croniter"):
         importlib.import_module(name)
 
     with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
