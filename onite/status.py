@@ -56,6 +56,7 @@ class StatusInfo:
     not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
     last_night: dict = field(default_factory=dict)
     damaged: list[str] = field(default_factory=list)  # result records that could not be read (left out)
+    containment: dict | None = None  # how jobs are contained, as the last driver said: {"host", "kind"}
 
 
 def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
@@ -135,7 +136,27 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
         damaged=damaged,
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next, warnings=warnings, last_driver=last_driver,
+        containment=containment_said(spool),
     )
+
+
+def containment_said(spool: sp.Spool) -> dict | None:
+    """How jobs are contained (onite.contain), as the latest ``driver-start`` line in the log says:
+    only a driver running as root can tell (a user's look would not find root's cgroups)."""
+    from onite.errors import SpoolIOError
+    from onite.log import parse_line, tail
+
+    try:
+        lines = tail(spool.log_path, 2000)
+    except SpoolIOError:
+        return None
+    for line in reversed(lines):
+        if " driver-start " not in line:
+            continue
+        event = parse_line(line)
+        if event is not None and event["event"] == "driver-start" and event["fields"].get("contain"):
+            return {"host": event["host"], "kind": event["fields"]["contain"], "since": event["time"]}
+    return None
 
 
 def hb_time(row: dict) -> datetime:
@@ -259,6 +280,7 @@ def status_json(info: StatusInfo) -> str:
         "schedule_next": info.schedule_next.isoformat() if info.schedule_next else None,
         "last_driver": info.last_driver,
         "warnings": info.warnings,
+        "containment": info.containment,
     })
 
 
@@ -309,6 +331,10 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
         from onite.nextdrain import no_drain_text
 
         say(f"next run  [yellow]none: {escape(no_drain_text(drain))}[/]")
+    if info.containment:
+        kind = info.containment["kind"]
+        colour = "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"
+        say(f"contain   [{colour}]{escape(kind)}[/] (as the last driver on {escape(info.containment['host'])} said)")
     for warning in info.warnings:
         say(f"[red]warning[/]   {escape(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"

@@ -304,6 +304,9 @@ def test_processes_that_leave_the_jobs_group_end_with_the_job(spool, workdir):
         wait_for(lambda: not alive(pid), what=f"escaped pid {pid} to end")
     assert result(spool, "escape")["state"] == "done"
     assert any(" driver-start " in line and "contain=" in line for line in log_lines(spool))
+    said = run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["containment"]
+    assert said["host"] == HOST and said["kind"].split()[0] in ("cgroup2", "subreaper")
+    assert "contain   " in run_cli(["status"]).out
 
 
 def test_a_timed_out_job_leaves_nothing_running(spool, workdir):
