@@ -269,3 +269,12 @@ def test_a_job_failed_by_recovery_keeps_where_its_stderr_went(spool, workdir):
     drain(spool)
     rec = result(spool, "doomed")
     assert rec["state"] == "failed" and rec["stderr"] == "separate"  # docs/spool-format.md: where its stderr went
+
+
+def test_the_log_says_a_job_is_done_before_the_next_one_starts_in_its_slot(spool, workdir):
+    """One slot: `done A` comes before `start B` (the log never reads as a slot overrun)."""
+    for name in "abcdef":
+        submit(name, "true\n")
+    assert drain(spool).returncode == 0
+    events = [line.split()[2:4] for line in log_lines(spool) if line.split()[2] in ("start", "done", "failed")]
+    assert events == [[what, name] for name in "abcdef" for what in ("start", "done")], events
