@@ -341,7 +341,9 @@ def test_the_subreaper_contains_jobs_where_there_is_no_cgroup(spool, workdir):
 def test_contain_false_lets_a_job_leave_a_daemon_behind(spool, workdir):
     set_config(spool, contain=False)
     pids = workdir / "pids"
-    submit("daemonise", f"setsid sleep 300 & echo $! >> {pids}\n", user="nobody")
+    # the job ends once its daemon has its own session (before that, it is still in the job's group)
+    submit("daemonise", f"setsid sleep 300 & p=$!; echo $p >> {pids}; "
+                        f"while [ \"$(cut -d' ' -f6 /proc/$p/stat)\" != \"$p\" ]; do sleep 0.01; done\n", user="nobody")
     assert drain(spool).returncode == 0
     [pid] = [int(p) for p in pids.read_text().split()]
     try:
