@@ -757,7 +757,7 @@ class Driver:
         self._pause = 0.0
         self.running[cand.name] = run
         if not self.runner.writes_record:  # its record holds the executor's id of the job (Slurm's)
-            self._write_record(run, {**record[1], **self.runner.runinfo(run)})
+            self._write_record(run, {**record[1], "external_id": run.external_id, **self.runner.runinfo(run)})
             self._log_start(run)
 
     def _record_info(self, run: Run) -> tuple[str, dict]:
