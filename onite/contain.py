@@ -162,7 +162,7 @@ def kill_cgroup(path: str) -> None:
         pass
     frozen = _write(f"{path}/cgroup.freeze", b"1")
     for pid in cgroup_pids(path):
-        _signal(pid, signal.SIGKILL)
+        signal_pid(pid, signal.SIGKILL)
     if frozen:
         _write(f"{path}/cgroup.freeze", b"0")
 
@@ -171,7 +171,7 @@ def signal_cgroup(path: str, sig: int) -> bool:
     """Send ``sig`` to every process of the cgroup; False if there was none."""
     pids = cgroup_pids(path)
     for pid in pids:
-        _signal(pid, sig)
+        signal_pid(pid, sig)
     return bool(pids)
 
 
@@ -227,11 +227,29 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-def _signal(pid: int, sig: int) -> None:
+def signal_pid(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid``; nothing if it is gone (or not ours to signal)."""
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to every process of group ``pgid``; nothing if none is left."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Is any process left in group ``pgid``?"""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _write(path: str, data: bytes) -> bool:

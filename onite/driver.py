@@ -1292,7 +1292,7 @@ class Driver:
             contain.remove_cgroup(cgroup)
             return "its processes were killed"
         pgid = rec.job_pid
-        if pgid and pgid > 1 and _group_alive(pgid) and self._is_ours(pgid, rec):
+        if pgid and pgid > 1 and contain.group_alive(pgid) and self._is_ours(pgid, rec):
             os.killpg(pgid, signal.SIGKILL)
             return "its processes were killed"
         return "none of its processes was running"
@@ -1442,14 +1442,6 @@ def lock_descriptor(lock) -> int | None:
     until it has recorded itself, so no other driver recovers its claim in between)."""
     fd = getattr(lock, "fd", None)
     return fd if isinstance(fd, int) and fd >= 0 else None
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def take_host_lock(spool: sp.Spool, host: str, holder: str, timeout: float = 0.5):

@@ -169,10 +169,10 @@ def _clean_up(plan: Plan, job: int) -> None:
         _reap()
         if plan.contain == contain.SUBREAPER:
             return bool(contain.descendants(os.getpid()))
-        return _group_alive(job)
+        return contain.group_alive(job)
 
     def send(sig: int) -> None:
-        _signal_group(job, sig)
+        contain.signal_group(job, sig)
         if plan.cgroup:
             if sig == signal.SIGKILL:
                 contain.kill_cgroup(plan.cgroup)
@@ -180,7 +180,7 @@ def _clean_up(plan: Plan, job: int) -> None:
                 contain.signal_cgroup(plan.cgroup, sig)
         elif plan.contain == contain.SUBREAPER:
             for pid in contain.descendants(os.getpid()):
-                _signal_pid(pid, sig)
+                contain.signal_pid(pid, sig)
 
     if alive():
         send(signal.SIGTERM)
@@ -205,28 +205,6 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # ---- talking to the record and the driver ------------------------------------------

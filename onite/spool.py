@@ -789,14 +789,28 @@ def running(spool: Spool, host: str | None = None) -> list[Entry]:
 
 
 def cancel_inbox(spool: Spool) -> list[Entry]:
-    """Everything in cancel/: withdrawn jobs (non-empty files) and cancel requests (empty ones)."""
-    result = []
+    """Everything in cancel/: withdrawn jobs (non-empty files) and cancel requests (empty ones).
+
+    Raises:
+        SpoolIOError: cancel/ cannot be listed.
+    """
+    return [Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size)
+            for name, entry, st in token_entries(spool.cancel_dir)]
+
+
+def token_entries(folder: Path) -> Iterator[tuple[str, os.DirEntry, os.stat_result]]:
+    """The ``NAME@TOKEN`` entries of a folder users write (cancel/, hold/) whose NAME is a job name,
+    each with its lstat: anything else there is nothing onite acts on. No folder: nothing.
+
+    Raises:
+        SpoolIOError: the folder cannot be listed.
+    """
     try:
-        it = os.scandir(spool.cancel_dir)
-    except FileNotFoundError:
-        return []
+        it = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
     except OSError as err:
-        raise SpoolIOError(spool.cancel_dir, "listing", err) from None
+        raise SpoolIOError(folder, "listing", err) from None
     with it:
         for entry in it:
             name, sep, _ = entry.name.partition(SIDE)
@@ -806,8 +820,7 @@ def cancel_inbox(spool: Spool) -> list[Entry]:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            result.append(Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size))
-    return result
+            yield name, entry, st
 
 
 def cancelled_pending(spool: Spool) -> list[Entry]:
@@ -842,23 +855,9 @@ def read_holds(folder: Path) -> dict[str, frozenset[int]]:
         SpoolIOError: the folder cannot be listed.
     """
     owners: dict[str, set[int]] = {}
-    try:
-        it = os.scandir(folder)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except OSError as err:
-        raise SpoolIOError(folder, "listing", err) from None
-    with it:
-        for entry in it:
-            name, sep, _ = entry.name.partition(SIDE)
-            if not sep or not is_valid_name(name):
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                owners.setdefault(name, set()).add(st.st_uid)
+    for name, _, st in token_entries(folder):
+        if stat.S_ISREG(st.st_mode):
+            owners.setdefault(name, set()).add(st.st_uid)
     return {name: frozenset(uids) for name, uids in owners.items()}
 
 

@@ -5,13 +5,12 @@ through real setgroups/setgid/setuid in forked processes.
 """
 
 import errno
-import json
 import os
 import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conftest import drain, log_lines, needs_root, nobody, result, run_cli, set_config, start_driver, wait_for
+from conftest import as_user, drain, log_lines, needs_root, nobody, result, run_cli, set_config, start_driver, wait_for
 from onite.jobfile import Job, encode
 
 pytestmark = needs_root
@@ -20,29 +19,7 @@ HOST = os.uname().nodename.split(".")[0]
 
 def as_nobody(fn):
     """Run ``fn`` in a child process as nobody; return what it returns (or the exception it raised)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        entry = nobody()
-        os.setgroups([])
-        os.setgid(entry.pw_gid)
-        os.setuid(entry.pw_uid)
-        try:
-            out = ("ok", fn())
-        except OSError as err:
-            out = ("oserror", err.errno)
-        except BaseException as err:  # noqa: BLE001
-            out = ("error", repr(err))
-        os.write(w, json.dumps(out, default=str).encode())
-        os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return tuple(json.loads(data))
+    return as_user(fn)
 
 
 def submit(name, body, *args, user=None):
