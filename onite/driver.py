@@ -1088,7 +1088,6 @@ class Driver:
                 sp.remove(running_dir / name)  # a run record whose job is gone
             elif name.startswith(".") and name.endswith(".tmp"):
                 sp.remove(running_dir / name)  # a run record a dead driver was writing (we hold the lock)
-        self._remove_stale_cgroups()
 
     def _recover_claim(self, name: str) -> None:
         from onite import runrecord
@@ -1112,6 +1111,8 @@ class Driver:
             self._requeue_recovered(name, path, info, what, rerun=rerun)
             return
         if rec.ended:
+            if not self._monitor_alive(rec):  # died after recording the end: its clean-up is ours
+                self._stop_orphans(rec)
             self._file_recovered(name, path, rec)
             return
         machine = info.get("machine")
@@ -1128,6 +1129,7 @@ class Driver:
         # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
         rec = runrecord.read(f"{path}{sp.RUNINFO}") or rec  # it may have ended just now
         if rec.ended:
+            self._stop_orphans(rec)
             self._file_recovered(name, path, rec)
             return
         what = self._stop_orphans(rec)
@@ -1282,15 +1284,29 @@ class Driver:
         what = self._stop_leftovers(name, info)
         self._requeue_recovered(name, path, info, what, rerun=True)
 
+    def _monitor_alive(self, rec) -> bool:
+        """Is the monitor a run record names still that process, and alive?"""
+        from onite.monitor import process_start_ticks
+
+        pid = rec.monitor_pid
+        if not pid or pid <= 1:
+            return False
+        return process_start_ticks(pid) == rec.monitor_ticks and _not_a_zombie(pid)
+
     def _stop_orphans(self, rec) -> str:
-        """Stop what is left of a run whose monitor was killed (its cgroup, else its process group)."""
+        """Stop what is left of a run whose monitor is gone (its cgroup, else its process group), and
+        remove its cgroup: the monitor would have."""
         from onite import contain
 
         cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
-        if cgroup and cgroup.startswith(f"{self.containment.base}/") and contain.is_populated(cgroup):
-            contain.kill_cgroup(cgroup)
+        if cgroup and self.containment.base and cgroup.startswith(f"{self.containment.base}/") \
+                and "/" not in cgroup[len(self.containment.base) + 1:]:
+            populated = contain.is_populated(cgroup)
+            if populated:
+                contain.kill_cgroup(cgroup)
             contain.remove_cgroup(cgroup)
-            return "its processes were killed"
+            if populated:
+                return "its processes were killed"
         pgid = rec.job_pid
         if pgid and pgid > 1 and contain.group_alive(pgid) and self._is_ours(pgid, rec):
             os.killpg(pgid, signal.SIGKILL)
@@ -1304,27 +1320,6 @@ class Driver:
         run_id = str(rec.get("run_id") or "")
         return bool(run_id) and pid in find_run_processes(str(self.spool.root), str(rec.get("name") or ""),
                                                            lambda found: found == run_id)
-
-    def _remove_stale_cgroups(self) -> None:
-        """Empty job cgroups left by runs that are over (a monitor killed before its clean-up)."""
-        from onite import contain
-
-        base = self.containment.base
-        if not base:
-            return
-        mine = {run.cgroup for run in self.running.values() if run.cgroup}
-        try:
-            entries = os.listdir(base)
-        except OSError:
-            return
-        for entry in entries:
-            path = f"{base}/{entry}"
-            if path not in mine and run_id_host(entry) == self.host and os.path.isdir(path) \
-                    and not contain.is_populated(path):
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass
 
     def _stop_leftovers(self, name: str, info: dict) -> str:
         """Make sure a dead driver's job is not still running before it is requeued."""
@@ -1442,6 +1437,15 @@ def lock_descriptor(lock) -> int | None:
     until it has recorded itself, so no other driver recovers its claim in between)."""
     fd = getattr(lock, "fd", None)
     return fd if isinstance(fd, int) and fd >= 0 else None
+
+
+def _not_a_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        return data[data.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def take_host_lock(spool: sp.Spool, host: str, holder: str, timeout: float = 0.5):

@@ -431,6 +431,7 @@ class LocalRunner(Runner):
         self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = boot_id()
+        _occupy_standard_descriptors()
 
     def reload(self, config) -> None:
         self.shell = config.shell
@@ -760,6 +761,17 @@ class LocalRunner(Runner):
             _time.sleep(0.05)
         kill_group(pgid, signal.SIGKILL)
         return "its processes were killed"
+
+
+def _occupy_standard_descriptors() -> None:
+    """Open /dev/null on whichever of descriptors 0, 1 and 2 is closed (a driver started with its
+    stdin closed): otherwise a job's script or output file could get one of those numbers, and the
+    job's own stdin, stdout and stderr would take its place."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one (those below are open)
 
 
 def boot_id() -> str:

@@ -162,13 +162,16 @@ def _wait_for(job: int) -> int:
 
 
 def _clean_up(plan: Plan, job: int) -> None:
-    """End what the job left running: TERM, then KILL after kill_grace (onite.contain)."""
+    """End what the job left running: TERM, then KILL after kill_grace (onite.contain). Its cgroup,
+    its process group, and (as a subreaper) every descendant of this monitor are the job's."""
+    contained = plan.contain != contain.OFF
+
     def alive() -> bool:
-        if plan.cgroup:
-            return contain.is_populated(plan.cgroup)
-        _reap()
-        if plan.contain == contain.SUBREAPER:
-            return bool(contain.descendants(os.getpid()))
+        children = _reap()
+        if plan.cgroup and contain.is_populated(plan.cgroup):
+            return True
+        if contained and children:  # a subreaper's descendants all come back to it as orphans
+            return True
         return contain.group_alive(job)
 
     def send(sig: int) -> None:
@@ -178,7 +181,7 @@ def _clean_up(plan: Plan, job: int) -> None:
                 contain.kill_cgroup(plan.cgroup)
             else:
                 contain.signal_cgroup(plan.cgroup, sig)
-        elif plan.contain == contain.SUBREAPER:
+        if contained:
             for pid in contain.descendants(os.getpid()):
                 contain.signal_pid(pid, sig)
 
@@ -197,14 +200,15 @@ def _clean_up(plan: Plan, job: int) -> None:
         contain.remove_cgroup(plan.cgroup)
 
 
-def _reap() -> None:
+def _reap() -> bool:
+    """Reap every child that has exited; True if children remain."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if pid == 0:
-            return
+            return True
 
 
 # ---- talking to the record and the driver ------------------------------------------
@@ -329,11 +333,15 @@ def _job(plan: Plan, err_w: int) -> None:
     stage = "cgroup"
     try:
         if plan.cgroup:
-            fd = os.open(f"{plan.cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
             try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
+                fd = os.open(f"{plan.cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                fd = -1  # removed meanwhile: the monitor, a subreaper, still contains the job
+            if fd >= 0:
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
         stage = "session"
         os.setsid()
         stage = "output"

@@ -109,3 +109,4 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
         assert err is None
     assert out_path.read_text() == "" and out_path.stat().st_mode & 0o777 == 0o600  # a first run starts afresh
     assert not err_path.exists()  # the older job's stderr file must not pass for this one's
+
