@@ -123,7 +123,8 @@ class Driver:
         self._cancel_mtime = -1
         self._cannot_record: str | None = None  # why nothing more may start: its records cannot be written
         self._settling: dict[tuple[int, int], float] = {}
-        self._wakeup_fd: int | None = None  # the signal catcher of run(), while it runs  # (dev, ino) of a file with two links → first seen
+        self._wakeup_fd: int | None = None  # the signal catcher of run(), while it runs
+        self._unlogged: list[Run] = []  # runs started here, in claim order, whose start is not logged yet  # (dev, ino) of a file with two links → first seen
         self._seq = 0
         self._since_prune = 0
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
@@ -759,6 +760,8 @@ class Driver:
         if not self.runner.writes_record:  # its record holds the executor's id of the job (Slurm's)
             self._write_record(run, {**record[1], "external_id": run.external_id, **self.runner.runinfo(run)})
             self._log_start(run)
+        else:
+            self._unlogged.append(run)  # its start is logged when its monitor says it started
 
     def _record_info(self, run: Run) -> tuple[str, dict]:
         """The run record's path and first line (onite.runrecord)."""
@@ -766,6 +769,22 @@ class Driver:
                 "started": run.started.isoformat(), "queued": run.queued_at.isoformat() if run.queued_at else None,
                 "executor": self.runner.executor, "driver_pid": self._pid, "machine": self._machine}
         return f"{self._running_dir}/{run.name}{sp.RUNINFO}", info
+
+    def _log_starts(self, *, until: Run | None) -> None:
+        """Log the starts of the runs whose monitors said so, in the order the runs were claimed: two
+        slots filled at once start in that order in the log, whichever monitor spoke first. ``until``:
+        a run that has ended: its start is logged now (if it started), with those of the runs claimed
+        before it that have started; the others wait for their monitors."""
+        if until is None:
+            while self._unlogged and self._unlogged[0].announced:
+                self._log_start(self._unlogged.pop(0))
+            return
+        if until not in self._unlogged:
+            return
+        index = self._unlogged.index(until)
+        for run in [r for r in self._unlogged[: index + 1] if r.announced]:
+            self._log_start(run)
+        self._unlogged = [r for r in self._unlogged[:index] if not r.announced] + self._unlogged[index + 1:]
 
     def _log_start(self, run: Run) -> None:
         self.log.event("start", run.name, user=run.owner.name, priority="urgent" if run.rank == 0 else run.rank,
@@ -838,9 +857,10 @@ class Driver:
     def _reap(self) -> None:
         """Log the starts the runner saw, and file each job that ended as soon as it is seen."""
         finished = self.runner.reap()
-        for run in self.runner.started():
-            self._log_start(run)
+        self.runner.started()  # each run it names is marked announced
+        self._log_starts(until=None)
         for run, outcome in finished:
+            self._log_starts(until=run)
             self.running.pop(run.name, None)
             if not run.announced and outcome.reason and run.stopping is None:
                 self.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)

@@ -586,7 +586,7 @@ class LocalRunner(Runner):
     def started(self) -> list[Run]:
         """Runs whose job's interpreter started since the last call."""
         started, self._started = self._started, []
-        return started
+        return sorted(started, key=lambda run: run.started_mono)  # in the order they were claimed
 
     def _hear(self, run: Run) -> Outcome | None:
         """Read what ``run``'s monitor said; its outcome once the job ended, else None."""
