@@ -14,12 +14,12 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     _defer_import("inspect")
-    from onite.errors import EXIT_USAGE, OniteError
+    from onite.core.errors import EXIT_USAGE, OniteError
 
     try:
-        from onite.fastcli import run
+        from onite.cli.fastcli import run
 
-        code = run(args)  # submit, find, list --json and run without typer's start-up, when well-formed (onite.fastcli)
+        code = run(args)  # submit, find, list --json and run without typer's start-up, when well-formed (onite.cli.fastcli)
         if code is not None:
             return code
         return _dispatch(args)
@@ -44,8 +44,8 @@ def _dispatch(args: list[str]) -> int:
 
     from typer._click.exceptions import NoArgsIsHelpError
 
-    from onite.cli import app
-    from onite.completion import COMPLETE_VAR
+    from onite.cli.commands import app
+    from onite.cli.completion import COMPLETE_VAR
 
     command = typer.main.get_command(app)
     if os.environ.get(COMPLETE_VAR):  # a shell asks for completions: typer answers, once its shells are known
@@ -107,7 +107,7 @@ def _defer_import(name: str) -> None:
 
 
 def _say(line: str) -> None:
-    from onite.safetext import printable  # a message may quote a file name or a value a user chose
+    from onite.core.safetext import printable  # a message may quote a file name or a value a user chose
 
     try:
         sys.stderr.write(printable(line) + "\n")

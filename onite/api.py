@@ -14,7 +14,7 @@ writes them in order with one flush to disk for many files (docs/performance.md)
 within a priority they run in the order given, each job is all or nothing,
 and if writing stops part way the error says how many were spooled.
 
-Errors are onite.errors.OniteError subclasses; each has a one-line message
+Errors are onite.core.errors.OniteError subclasses; each has a one-line message
 (``str(err)``) and the ``exit_code`` the command line would use.
 """
 
@@ -30,7 +30,7 @@ class Spool:
     """A spool to submit jobs to (created on first use if it is your personal default one)."""
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
-        from onite.commands import open_spool
+        from onite.app.commands import open_spool
 
         self._spool = open_spool(os.fspath(path) if path is not None else None)
 
@@ -48,8 +48,8 @@ class Spool:
         Raises:
             InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
         """
-        from onite import identity
-        from onite.submit import submit
+        from onite.exec import identity
+        from onite.app.submit import submit
 
         request = _request(name, text, options, unique=unique)
         return submit(self._spool, request, _captured(env, cwd), identity.current())
@@ -65,22 +65,22 @@ class Spool:
         Raises:
             InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
         """
-        from onite import identity
-        from onite.submit import submit_many
+        from onite.exec import identity
+        from onite.app.submit import submit_many
 
         requests = [_request(name, text, options) for name, text in jobs]
         return submit_many(self._spool, requests, _captured(env, cwd), identity.current())
 
     def find(self, name: str) -> bool:
         """Is a job of this name queued or running?"""
-        from onite.control import find
+        from onite.app.control import find
 
         self._spool.check()
         return find(self._spool, name)
 
 
 def _request(name: str, text: str | bytes, options: dict, *, unique: bool = False):
-    from onite.submit import SubmitRequest
+    from onite.app.submit import SubmitRequest
 
     known = {"priority", "urgent", "after", "at", "timeout", "retries", "host", "hold", "stderr_separate", "notify",
              "notify_on"}
@@ -100,8 +100,8 @@ def _request(name: str, text: str | bytes, options: dict, *, unique: bool = Fals
 def _captured(env: Mapping | None, cwd: str | bytes | None):
     from dataclasses import replace
 
-    from onite.commands import now
-    from onite.submit import capture
+    from onite.app.commands import now
+    from onite.app.submit import capture
 
     captured = capture(now())
     if env is not None:

@@ -50,7 +50,7 @@ def _preload() -> None:
 
     import onite
 
-    for info in pkgutil.iter_modules(onite.__path__, "onite."):
+    for info in pkgutil.walk_packages(onite.__path__, "onite."):
         importlib.import_module(info.name)
     for name in ("typer", "rich.console", "rich.table", "rich.text", "tomllib", "croniter", "difflib",
                  "importlib.resources", "json", "shlex", "shutil", "subprocess", "resource", "select", "signal",
@@ -60,7 +60,7 @@ def _preload() -> None:
     from contextlib import redirect_stderr, redirect_stdout
 
     from onite.__main__ import main
-    from onite.spool import skeleton_config
+    from onite.spool.paths import skeleton_config
 
     skeleton_config()  # importlib.resources loads its readers on first use
     with open(os.devnull, "w") as devnull, redirect_stdout(devnull), redirect_stderr(devnull):
@@ -73,11 +73,11 @@ _preload()
 import atexit  # noqa: E402
 
 atexit.register(shutil.rmtree, _ETC, True)
-import onite.nextdrain  # noqa: E402
+import onite.drain.nextdrain  # noqa: E402
 
 # nor on whether this machine has systemd and onite's timer (tests that need them make their own)
-onite.nextdrain.SYSTEMD_UNITS = _ETC / "systemd-units"
-onite.nextdrain.SYSTEMD_RUNNING = _ETC / "run-systemd"
+onite.drain.nextdrain.SYSTEMD_UNITS = _ETC / "systemd-units"
+onite.drain.nextdrain.SYSTEMD_RUNNING = _ETC / "run-systemd"
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: acts as a second user (nobody) and drops privileges")
 
 
@@ -308,7 +308,7 @@ def kill_driver_mid_job(spool: Path, workdir: Path, name: str, *, machine_dies: 
 
 
 def run_record(path: Path) -> dict:
-    """The events of a run record (onite.runrecord), merged: the driver's line, then the monitor's."""
+    """The events of a run record (onite.core.runrecord), merged: the driver's line, then the monitor's."""
     merged: dict = {}
     for line in path.read_text().splitlines():
         try:

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, nobody, result, run_cli, set_config,
                       wait_for)
-from onite.jobfile import Job, encode
+from onite.core.jobfile import Job, encode
 
 pytestmark = needs_root
 HOST = os.uname().nodename.split(".")[0]
@@ -219,8 +219,8 @@ def test_the_cancel_inbox_survives_files_links_and_folders_swapped_under_it(spoo
 @pytest.mark.parametrize("kind", ["symlink", "folder", "fifo", "hard-link"])
 def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
     """Each kind of entry a user can make in cancel/, given to the driver's filing directly."""
-    from onite.control import NotAJob, file_cancelled
-    from onite.spool import Spool
+    from onite.app.control import NotAJob, file_cancelled
+    from onite.spool.paths import Spool
 
     entry = spool / "cancel" / "vjob@x"
 
@@ -321,10 +321,10 @@ def test_a_timed_out_job_leaves_nothing_running(spool, workdir):
 
 def test_the_subreaper_contains_jobs_where_there_is_no_cgroup(spool, workdir):
     """Where no cgroup v2 can be made (a container), the monitor reaps what the job leaves behind."""
-    from onite.contain import SUBREAPER, Containment
-    from onite.driver import Driver
-    from onite.executor import LocalRunner
-    from onite.spool import Spool
+    from onite.exec.contain import SUBREAPER, Containment
+    from onite.drain.driver import Driver
+    from onite.exec.executor import LocalRunner
+    from onite.spool.paths import Spool
 
     pids = workdir / "pids"
     submit("escape", ESCAPES.format(pids=pids), user="nobody")

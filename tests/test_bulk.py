@@ -11,10 +11,10 @@ import os
 import pytest
 
 from conftest import drain
-from onite import spool as sp
+from onite.spool import paths as sp
 from onite.api import Spool
-from onite.errors import InvalidInput, Refused, SpoolIOError
-from onite.jobfile import decode
+from onite.core.errors import InvalidInput, Refused, SpoolIOError
+from onite.core.jobfile import decode
 
 
 def files_in(spool):
@@ -191,7 +191,7 @@ def test_list_json_is_still_the_same_document(spool, cli):
 def test_a_batch_shares_one_decoded_environment_but_every_job_has_its_own_copy():
     from datetime import datetime, timezone
 
-    from onite.jobfile import Job, decode, encode
+    from onite.core.jobfile import Job, decode, encode
 
     env = {b"PATH": b"/bin", b"ODD\xff": b"two\nlines", b"Q": b"'\"$x\\"}
     jobs = [Job(name=f"e{i}", priority=4, submitted=datetime.now(timezone.utc), host="h", umask=0o22, cwd=b"/",

@@ -105,6 +105,6 @@ def answered(spool, argv, answer: str) -> str:
 @pytest.mark.parametrize("word, pattern", [("build-*", True), ("x?", True), ("[ab]", True), ("build-1", False),
                                            ("a.b_c-d", False)])
 def test_is_pattern(word, pattern):
-    from onite.control import is_pattern
+    from onite.app.control import is_pattern
 
     assert is_pattern(word) is pattern

@@ -282,7 +282,7 @@ def test_log_json_reads_the_lines_back(spool, cli):
     assert events[2]["name"] is None and events[2]["fields"]["failed"] == "1"
     from datetime import timezone
 
-    from onite.log import format_line, parse_line
+    from onite.spool.log import format_line, parse_line
 
     line = format_line(datetime(2026, 11, 22, 20, 0, tzinfo=timezone.utc), "vm", 7, "error", "x",
                        error='cannot "write" a\\b\nc', note="k=v")

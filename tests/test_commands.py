@@ -1,4 +1,4 @@
-"""onite.commands: the spool-side work of commands, called in-process (the CLI's own tests run it as a user does)."""
+"""onite.app.commands: the spool-side work of commands, called in-process (the CLI's own tests run it as a user does)."""
 
 import os
 import shlex
@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from conftest import run_cli
-from onite import commands
-from onite.errors import InvalidInput, SpoolError
-from onite.schedule import crontab_lines
+from onite.app import commands
+from onite.core.errors import InvalidInput, SpoolError
+from onite.core.schedule import crontab_lines
 
 
 @pytest.mark.parametrize("argv0", ["-m", "-c", "/usr/lib/python3/site-packages/onite/__main__.py"])

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import REPO, drain, log_lines, result, run_cli, set_config, wait_for
-from onite.window import plan, scheduled_window, window_of
+from onite.core.window import plan, scheduled_window, window_of
 
 HOST = os.uname().nodename.split(".")[0]
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -118,7 +118,7 @@ def test_drain_now_then_term_exits_cleanly(spool, workdir, daemons):
 
 
 def _lock_held(spool: Path) -> bool:
-    from onite.locks import is_held
+    from onite.spool.locks import is_held
 
     return is_held(spool / "locks" / f"driver.{HOST}.lock")
 
@@ -178,7 +178,7 @@ def test_a_timed_job_runs_when_due_while_untimed_jobs_wait(spool, workdir, daemo
     submit("timed", f"date +%s.%N > {workdir}/ran\n", "--at", "+3s", "-p", "4")
     wait_for(lambda: (spool / "jobsdone" / "timed@result").exists(), what="the timed job")
     rec = result(spool, "timed")
-    from onite.jobfile import decode
+    from onite.core.jobfile import decode
 
     not_before = decode((spool / "jobsdone" / "timed").read_bytes()).not_before
     assert rec["state"] == "done" and datetime.fromisoformat(rec["started"]) >= not_before
@@ -321,7 +321,7 @@ def test_run_scheduled_inside_the_window_drains(spool):
     assert result(spool, "runs")["state"] == "done"
 
 
-# ---- the pure policy (onite.window) ---------------------------------------------------------------
+# ---- the pure policy (onite.core.window) ---------------------------------------------------------------
 
 
 def at(text: str) -> datetime:
@@ -385,8 +385,8 @@ def test_scheduled_window_across_the_spring_forward_night():
 
 
 def test_timed_watch_reads_only_new_headers(spool):
-    from onite.spool import Spool
-    from onite.watch import TimedWatch
+    from onite.spool.paths import Spool
+    from onite.spool.watch import TimedWatch
 
     for i in range(30):
         submit(f"plain{i}", "true\n")

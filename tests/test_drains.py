@@ -1,12 +1,12 @@
-"""onite.drains: drains and the last drain session, read back from log lines (pure, and a real file read backwards)."""
+"""onite.app.drains: drains and the last drain session, read back from log lines (pure, and a real file read backwards)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from onite import drains as dr
-from onite.log import format_line
+from onite.app import drains as dr
+from onite.spool.log import format_line
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -17,7 +17,7 @@ def at(day: int, hour: int, minute: int = 0) -> datetime:
 
 
 def morning(when: datetime) -> datetime:
-    from onite.report import morning_before
+    from onite.app.report import morning_before
 
     return morning_before(when, when)
 

@@ -82,9 +82,9 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
     from dataclasses import replace
     from datetime import datetime
 
-    from onite.executor import Run, run_outputs
-    from onite.identity import current
-    from onite.jobfile import Job
+    from onite.exec.executor import Run, run_outputs
+    from onite.exec.identity import current
+    from onite.core.jobfile import Job
 
     out_path, err_path = tmp_path / "j", tmp_path / "j@stderr"
     out_path.write_bytes(b"first\n")

@@ -1,4 +1,4 @@
-"""The fast path (onite.fastcli) and typer's command line do the same thing (submit, find, list --json, run).
+"""The fast path (onite.cli.fastcli) and typer's command line do the same thing (submit, find, list --json, run).
 
 Each argv runs twice through the real CLI, in a forked child, on a fresh
 spool at the same path: once where typer is out of reach (the fast path
@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 import pytest
 
 import onite.__main__
-import onite.fastcli
+import onite.cli.fastcli
 from conftest import run_cli, set_config
-from onite.jobfile import decode
+from onite.core.jobfile import decode
 
 FAST_ONLY = 77  # exit code of a child where the fast path declined and typer was called
 STDIN = b"echo hello\n"
@@ -160,7 +160,7 @@ def run_once(spool, monkeypatch, argv, stdin, queued, *, fast):
         if fast:
             patch.setattr(onite.__main__, "_dispatch", lambda args: os._exit(FAST_ONLY))
         else:
-            patch.setattr(onite.fastcli, "run", lambda args: None)
+            patch.setattr(onite.cli.fastcli, "run", lambda args: None)
         result = run_cli(argv, stdin=stdin)
     return result, snapshot(spool)
 
@@ -183,7 +183,7 @@ def test_fast_path_and_typer_agree(spool, monkeypatch, argv, stdin, queued):
 
 @pytest.mark.parametrize("argv", DECLINED, ids=[" ".join(a) or "(none)" for a in DECLINED])
 def test_anything_unusual_is_left_to_typer(argv):
-    assert onite.fastcli.run(list(argv)) is None
+    assert onite.cli.fastcli.run(list(argv)) is None
 
 
 def test_the_fast_path_does_not_import_typer(spool, tmp_path):

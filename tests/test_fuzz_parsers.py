@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from onite.errors import ConfigError, DamagedRecord, InvalidInput, JobFormatError
-from onite.jobfile import MAX_RETRIES, Attempt, Job, decode, encode, env_problem
-from onite.names import is_valid_name
-from onite.timeparse import EARLIEST, LATEST, MAX_DURATION, is_valid_time
+from onite.core.errors import ConfigError, DamagedRecord, InvalidInput, JobFormatError
+from onite.core.jobfile import MAX_RETRIES, Attempt, Job, decode, encode, env_problem
+from onite.core.names import is_valid_name
+from onite.core.timeparse import EARLIEST, LATEST, MAX_DURATION, is_valid_time
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
@@ -153,8 +153,8 @@ def test_every_valid_job_round_trips(job):
        st.none() | st.text(max_size=12) | st.sampled_from(["+2h", "9998-12-31T23:59", "0001-01-01T00:00"]),
        st.binary(max_size=20))
 def test_what_submit_accepts_the_driver_reads_back(env, body, timeout, at, cwd):
-    from onite.config import Config
-    from onite.submit import Captured, SubmitRequest, build_job
+    from onite.core.config import Config
+    from onite.app.submit import Captured, SubmitRequest, build_job
 
     captured = Captured(env=env, cwd=b"/" + cwd.replace(b"\0", b""), umask=0o022, host="vm", now=WHEN)
     try:
@@ -176,7 +176,7 @@ json_values = st.recursive(
 
 
 def record_of(**overrides) -> dict:
-    from onite.state import JobState, Result
+    from onite.core.state import JobState, Result
 
     result = Result(name="nightly", uid=1000, user="alice", priority=3, urgent=False, state=JobState.FAILED,
                     reason="exit 3", exit_code=3, signal=None, host="vm", submitted=WHEN, queued=WHEN,
@@ -204,7 +204,7 @@ def mutated_records(draw) -> dict:
 @FUZZ
 @given(json_values | mutated_records())
 def test_result_from_json_any_value(data):
-    from onite.state import Result
+    from onite.core.state import Result
 
     try:
         result = Result.from_json(data)
@@ -229,7 +229,7 @@ def test_attempt_from_json_any_value(data):
 @pytest.fixture(scope="module")
 def scratch_spool():
     """A spool for properties that read files (hypothesis runs many examples in one test)."""
-    from onite import spool as sp
+    from onite.spool import paths as sp
 
     root = Path(tempfile.mkdtemp(prefix="onite-fuzz-"))
     sp.init_spool(root / "spool", None, system=False)
@@ -242,7 +242,7 @@ def scratch_spool():
 @example(b"[" * 100_000)
 @example(b"\xff\xfe")
 def test_read_result_any_bytes(scratch_spool, data):
-    from onite import spool as sp
+    from onite.spool import paths as sp
 
     scratch_spool.result_path("nightly").write_bytes(data)
     try:
@@ -258,7 +258,7 @@ def test_read_result_any_bytes(scratch_spool, data):
        | st.builds(lambda k, v: json.dumps({"rank": 3, "attempt": 1, "started": WHEN.isoformat(), k: v}).encode(),
                    st.sampled_from(["rank", "attempt", "started", "queued", "external_id"]), json_values))
 def test_run_record_any_bytes(scratch_spool, data):
-    from onite.listing import running_views
+    from onite.app.listing import running_views
 
     folder = scratch_spool.running_dir("h1")
     folder.mkdir(exist_ok=True)
@@ -272,7 +272,7 @@ def test_run_record_any_bytes(scratch_spool, data):
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "templates": {"t": v}}).encode()))
 def test_recur_state_any_bytes(scratch_spool, data):
-    from onite.instances import known_priority, load_state, parse_time, rule_from_state
+    from onite.drain.instances import known_priority, load_state, parse_time, rule_from_state
 
     (scratch_spool.root / "recur.state").write_bytes(data)
     for name, known in load_state(scratch_spool).items():
@@ -286,7 +286,7 @@ def test_recur_state_any_bytes(scratch_spool, data):
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "last": v}).encode()))
 def test_daemon_state_any_bytes(scratch_spool, data):
-    from onite.daemon import Daemon
+    from onite.drain.daemon import Daemon
 
     class Log:
         def event(self, *args, **fields):
@@ -309,7 +309,7 @@ texts = st.text(max_size=80) | st.text(alphabet=" \"\\=\n\r\t\x1b\x00\u2028\udcf
 @example("2026-11-22T20:00:01+01:00 vm[4711] start")
 @example('2026-11-22T20:00:01+01:00 vm[x] start "')
 def test_log_parse_line_any_text(line):
-    from onite.log import parse_line
+    from onite.spool.log import parse_line
 
     parsed = parse_line(line)
     assert parsed is None or isinstance(parsed["fields"], dict)
@@ -318,8 +318,8 @@ def test_log_parse_line_any_text(line):
 @FUZZ
 @given(texts, st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True), texts, max_size=4))
 def test_log_lines_cannot_be_forged(name, fields):
-    from onite.log import format_line, parse_line
-    from onite.safetext import _UNSAFE
+    from onite.spool.log import format_line, parse_line
+    from onite.core.safetext import _UNSAFE
 
     line = format_line(WHEN, "vm", 4711, "refused", name, **fields)
     assert line.endswith("\n") and len(line[:-1].splitlines()) <= 1 and not _UNSAFE.search(line[:-1])
@@ -338,7 +338,7 @@ def test_log_lines_cannot_be_forged(name, fields):
     'on_interrupt = "x"', 'sendmail = "rel"', "stderr_separate = 1",
 ]), max_size=5).map("\n".join))
 def test_parse_config_any_text(text):
-    from onite.config import Config, parse_config
+    from onite.core.config import Config, parse_config
 
     try:
         assert isinstance(parse_config(text), Config)
@@ -352,7 +352,7 @@ def test_heartbeats_any_text(line):
     """A driver's heartbeat (SPOOL/driver.HOST.state) read back: a Beat, or None."""
     import json
 
-    from onite.heartbeat import Beat
+    from onite.drain.heartbeat import Beat
 
     try:
         data = json.loads(line)
@@ -364,7 +364,7 @@ def test_heartbeats_any_text(line):
 @FUZZ
 @given(texts | st.sampled_from(["99999999999999d", "1e5", "0.0000001", "366d", "367d", "9" * 400, "1h30m"]))
 def test_durations_any_text(text):
-    from onite.timeparse import parse_duration
+    from onite.core.timeparse import parse_duration
 
     try:
         delta = parse_duration(text)
@@ -377,7 +377,7 @@ def test_durations_any_text(text):
 @given(texts | st.sampled_from(["+999999999h", "+99999999999999999999d", "0001-01-01T00:00", "9999-12-31T23:59",
                                 "9999-12-31T23:59-14:00", "tomorrow 25:00", "23:59", "1900-01-01T00:00"]))
 def test_times_any_text(text):
-    from onite.timeparse import parse_when
+    from onite.core.timeparse import parse_when
 
     try:
         when = parse_when(text, WHEN)
@@ -390,8 +390,8 @@ def test_times_any_text(text):
 @given(st.sampled_from(["recur-cron", "recur-every", "recur-offset"]), texts
        | st.sampled_from(["99999999999999d", "0 0 31 2 *", "* * * * * *", "0 0 1 1 *", "1d", "25m"]))
 def test_recurring_rules_any_text(key, value):
-    from onite.recur import rule_of
-    from onite.schedule import next_fire
+    from onite.app.recur import rule_of
+    from onite.core.schedule import next_fire
 
     template = good_job(extra=((key, value),) + ((("recur-every", "25m"),) if key == "recur-offset" else ()))
     try:
@@ -413,9 +413,9 @@ file_names = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b a
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(file_names, min_size=1, max_size=6, unique=True))
 def test_listings_hold_only_job_names(scratch_spool, raw_names):
-    from onite import spool as sp
-    from onite.index import QueueIndex
-    from onite.listing import list_json, list_jobs
+    from onite.spool import paths as sp
+    from onite.spool.index import QueueIndex
+    from onite.app.listing import list_json, list_jobs
 
     folders = [scratch_spool.queue_dir(4), scratch_spool.cancel_dir]
     for folder in folders:

@@ -17,8 +17,8 @@ import pytest
 
 from conftest import drain, log_lines, needs_root, result
 
-from onite.jobfile import Job, encode
-from onite.log import parse_line
+from onite.core.jobfile import Job, encode
+from onite.spool.log import parse_line
 
 
 def write_as(user: str, path: bytes | str, data: bytes, mode: int = 0o600) -> None:
@@ -216,9 +216,9 @@ def test_a_shebang_line_that_can_never_run_is_refused_at_submit(spool, cli, line
 @pytest.mark.parametrize("env", [{b"": b"x"}, {b"A=B": b"x"}, {b"A": b"1\x002"}])
 def test_an_environment_execve_cannot_pass_is_refused_at_submit(env):
     # an empty name is what a process started by a raw execve("=x") finds in os.environb
-    from onite.config import Config
-    from onite.errors import InvalidInput
-    from onite.submit import Captured, SubmitRequest, build_job
+    from onite.core.config import Config
+    from onite.core.errors import InvalidInput
+    from onite.app.submit import Captured, SubmitRequest, build_job
 
     captured = Captured(env=env, cwd=b"/", umask=0o022, host="vm", now=datetime.now().astimezone())
     with pytest.raises(InvalidInput, match="your environment cannot be passed to a job: .*(empty|NUL)"):
@@ -242,7 +242,7 @@ def test_the_log_shows_a_forged_line_as_one_inert_line(spool, cli):
 # ---- the smaller parsers and guards, one case each ------------------------------------------------
 
 def test_printable_spells_a_byte_that_is_not_utf8():
-    from onite.safetext import printable
+    from onite.core.safetext import printable
 
     assert printable("x\udcff\x1b[1m\u202e") == "x\\xff\\e[1m\\u202e"  # print() would crash on \udcff
 
@@ -255,15 +255,15 @@ def test_printable_spells_a_byte_that_is_not_utf8():
     ('kill_grace = "99999999999999d"', "kill_grace"),
 ])
 def test_parse_config_raises_only_config_error(text, message):
-    from onite.config import parse_config
-    from onite.errors import ConfigError
+    from onite.core.config import parse_config
+    from onite.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         parse_config(text)
 
 
 def test_a_heartbeat_with_odd_digits_is_no_driver():
-    from onite.heartbeat import Beat
+    from onite.drain.heartbeat import Beat
 
     assert Beat.from_json({"version": 1, "pid": "\u00b2", "host": "h1"}) is None  # "²".isdigit(), yet int("²") fails
 
@@ -271,10 +271,10 @@ def test_a_heartbeat_with_odd_digits_is_no_driver():
 def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
     from dataclasses import replace
 
-    from onite import spool as sp
-    from onite.config import Config
-    from onite.notify import Notifier
-    from onite.state import JobState, Result
+    from onite.spool import paths as sp
+    from onite.core.config import Config
+    from onite.exec.notify import Notifier
+    from onite.core.state import JobState, Result
 
     class Log:
         def __init__(self):
@@ -295,8 +295,8 @@ def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
 
 
 def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool, workdir):
-    from onite import spool as sp
-    from onite.watch import TimedWatch
+    from onite.spool import paths as sp
+    from onite.spool.watch import TimedWatch
 
     queue = spool / "jobs" / "P4"
     for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):

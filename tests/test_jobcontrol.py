@@ -280,8 +280,8 @@ def test_cancel_a_running_job(spool, workdir, cli):
 
 
 def test_cancellable_lists_the_callers_running_then_queued_jobs_and_await_cancel_tells_how_one_ended(spool, workdir):
-    from onite import spool as sp
-    from onite.control import CancelReport, await_cancel, cancel, cancellable
+    from onite.spool import paths as sp
+    from onite.app.control import CancelReport, await_cancel, cancel, cancellable
 
     pidfile = workdir / "pid"
     submit("runner", f"echo $$ > {pidfile}; sleep 120\n")
@@ -315,9 +315,9 @@ def test_cancel_queued_job_and_not_found(spool, cli):
 
 def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workdir, monkeypatch):
     """A Slurm controller that does not answer is not the job's fault: it goes back, the driver waits."""
-    from onite import driver as drv
-    from onite.executor import LocalRunner, Unavailable
-    from onite.spool import Spool
+    from onite.drain import driver as drv
+    from onite.exec.executor import LocalRunner, Unavailable
+    from onite.spool.paths import Spool
 
     class UnavailableTwice(LocalRunner):
         refusals = 2

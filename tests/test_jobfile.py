@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from onite.errors import JobFormatError
-from onite.jobfile import Attempt, Job, decode, encode, escape, unescape
+from onite.core.errors import JobFormatError
+from onite.core.jobfile import Attempt, Job, decode, encode, escape, unescape
 
 WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
 

@@ -1,11 +1,11 @@
-"""onite.jsontext.dumps writes exactly what json.dumps(obj, indent=1) writes (pure)."""
+"""onite.core.jsontext.dumps writes exactly what json.dumps(obj, indent=1) writes (pure)."""
 
 import json
 import random
 
 import pytest
 
-from onite.jsontext import dumps
+from onite.core.jsontext import dumps
 
 CASES = [
     {}, [], (), "text", 1, 1.5, None, True,

@@ -6,8 +6,8 @@ from datetime import datetime
 import pytest
 
 from conftest import ROOT, drain, run_cli
-from onite import listing
-from onite import spool as sp
+from onite.app import listing
+from onite.spool import paths as sp
 from onite.api import Spool
 
 
@@ -67,7 +67,7 @@ def test_a_big_list_is_plain_text_laid_out_as_the_table(spool, cli):
 
     from rich.console import Console
 
-    from onite import render
+    from onite.cli import render
 
     api = Spool(spool)
     api.submit_many([(f"a-much-longer-name-{i}", "exit 1\n" if i == 1 else "true\n") for i in range(3)], urgent=True)
@@ -95,7 +95,7 @@ def test_a_big_list_is_plain_text_laid_out_as_the_table(spool, cli):
 
 
 def test_list_says_why_each_queued_job_waits_in_its_table_and_json(spool, cli):
-    """The reasons of queue.evaluate, as status gives them (onite.status.waiting_jobs), for the jobs the caller
+    """The reasons of queue.evaluate, as status gives them (onite.app.status.waiting_jobs), for the jobs the caller
     may read; another user's job is only known held or not (its mode is public, its file is not)."""
     assert cli(["submit", "first"], stdin=b"true\n").code == 0
     assert cli(["submit", "ready", "-p", "1"], stdin=b"true\n").code == 0
@@ -137,7 +137,7 @@ def test_piped_list_is_one_line_per_row(spool, cli, workdir):
     import os
     import re
 
-    from onite import render
+    from onite.cli import render
 
     long_name = "a-name-far-longer-than-the-terminal-is-wide-" + "x" * 40
     assert cli(["submit", long_name, "-p", "2"], stdin=b"exit 3\n").code == 0

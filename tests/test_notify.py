@@ -1,4 +1,4 @@
-"""Notifications: the hook and sendmail are real executables, the driver a real `onite run` (onite.notify)."""
+"""Notifications: the hook and sendmail are real executables, the driver a real `onite run` (onite.exec.notify)."""
 
 import json
 import os
@@ -9,10 +9,10 @@ import pytest
 from types import SimpleNamespace
 
 from conftest import drain, kill_driver_mid_job, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
-from onite.config import Config, parse_config
-from onite.errors import ConfigError
-from onite.notify import NO_SENDMAIL, mail_message, output_tail, subject, wants_notice
-from onite.state import JobState, Result
+from onite.core.config import Config, parse_config
+from onite.core.errors import ConfigError
+from onite.exec.notify import NO_SENDMAIL, mail_message, output_tail, subject, wants_notice
+from onite.core.state import JobState, Result
 
 
 def submit(name, body, *args, user=None):
@@ -201,7 +201,7 @@ def live_in_group(pgid):
 
 
 def test_a_burst_of_failures_runs_a_few_hooks_at_a_time_and_the_jobs_go_on(spool, notices, workdir):
-    from onite.notify import MAX_RUNNING
+    from onite.exec.notify import MAX_RUNNING
 
     d, gate = notices.dir, workdir / "gate"
     gate.touch()

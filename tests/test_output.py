@@ -10,7 +10,7 @@ import stat
 import time
 
 from conftest import drain, needs_root, nobody, result, run_cli, set_config
-from onite.jobfile import decode
+from onite.core.jobfile import decode
 
 # octal escapes: dash's printf writes the exact bytes (\377 and \376 are not UTF-8, \000 a NUL)
 BOTH = b"printf 'out one\\n'; printf 'err \\376\\000 one\\n' >&2; printf 'out \\377 two\\n'; echo 'err two' >&2\n"

@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timezone
 
 from conftest import REPO, log_lines, run_cli
-from onite.progress import LINES, LIVE, QUIET, DrainState, choose_mode, summary_line
+from onite.cli.progress import LINES, LIVE, QUIET, DrainState, choose_mode, summary_line
 
 
 def submit(name: str, body: str, *args: str) -> None:

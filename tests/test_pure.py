@@ -6,14 +6,14 @@ from datetime import datetime, time, timedelta, timezone
 
 import pytest
 
-from onite.cells import priority_text
-from onite.config import Config, SlurmConfig, parse_config
-from onite.errors import ConfigError, InvalidInput
-from onite.names import check_name, job_label, unique_name
-from onite.policy import cutoff_state, is_admin, may_touch
-from onite.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
-from onite.spool import skeleton_config
-from onite.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
+from onite.core.cells import priority_text
+from onite.core.config import Config, SlurmConfig, parse_config
+from onite.core.errors import ConfigError, InvalidInput
+from onite.core.names import check_name, job_label, unique_name
+from onite.core.policy import cutoff_state, is_admin, may_touch
+from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
+from onite.spool.paths import skeleton_config
+from onite.core.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 22, 21, 0, tzinfo=UTC)
@@ -257,14 +257,14 @@ EVENING = datetime(2026, 11, 22, 21, 0).astimezone()  # local: HH:MM times are t
     ("2026-11-20T08:00+00:00", datetime(2026, 11, 20, 8, 0, tzinfo=UTC)),
 ])
 def test_report_since(text, since):
-    from onite.report import parse_since
+    from onite.app.report import parse_since
 
     assert parse_since(text, EVENING) == since
 
 
 @pytest.mark.parametrize("text", ["+2h", "tomorrow 08:00", "xyz"])
 def test_report_since_refuses_the_future_and_nonsense(text):
-    from onite.report import parse_since
+    from onite.app.report import parse_since
 
     with pytest.raises(InvalidInput, match=r"^bad --since .* — write a duration such as 12h"):
         parse_since(text, EVENING)
@@ -282,8 +282,8 @@ def test_report_since_refuses_the_future_and_nonsense(text):
     ("2026-10-24T22:00", time(2, 30), "2026-10-25T02:30:00+02:00"),
 ])
 def test_the_drivers_window_end_follows_the_dst_policy_of_the_schedule(berlin_tz, start, until, closes):
-    from onite.policy import window_end
-    from onite.window import window_of
+    from onite.core.policy import window_end
+    from onite.core.window import window_of
 
     begin = datetime.fromisoformat(start).astimezone()
     assert window_end(begin, until).isoformat() == closes
@@ -298,8 +298,8 @@ def test_an_at_time_the_clocks_skip_is_the_jump(berlin_tz):
 
 
 def test_a_change_of_state_off_the_machine_is_refused_before_anything_moves(tmp_path):
-    from onite import spool as sp
-    from onite.state import InvalidTransition, JobState
+    from onite.spool import paths as sp
+    from onite.core.state import InvalidTransition, JobState
 
     src, dst = tmp_path / "a", tmp_path / "b"
     src.write_text("x")
@@ -311,7 +311,7 @@ def test_a_change_of_state_off_the_machine_is_refused_before_anything_moves(tmp_
 
 
 def test_an_empty_hosts_table_keeps_the_spools_slots():
-    from onite.config import parse_config
+    from onite.core.config import parse_config
 
     config = parse_config("slots = 3\n[hosts.node1]\n[hosts.node2]\nslots = 8\n")
     assert (config.slots_for("node1"), config.slots_for("node2"), config.slots_for("other")) == (3, 8, 3)
@@ -320,7 +320,7 @@ def test_an_empty_hosts_table_keeps_the_spools_slots():
 # ---- outcomes ------------------------------------------------------------------------------
 
 def test_a_stop_by_onite_keeps_how_the_attempt_ended_and_says_why():
-    from onite.state import Outcome, stopped_outcome
+    from onite.core.state import Outcome, stopped_outcome
 
     ended = Outcome(signal=15)
     assert stopped_outcome(ended, "timeout", None) == Outcome(signal=15, timed_out=True)
@@ -337,7 +337,7 @@ def test_a_file_being_spooled_is_settling_not_a_problem_until_it_is_claimed():
     import os
     import stat
 
-    from onite.filecheck import SETTLING, file_problem
+    from onite.spool.filecheck import SETTLING, file_problem
 
     now_ns = 10**18
 
@@ -357,9 +357,9 @@ def test_a_file_being_spooled_is_settling_not_a_problem_until_it_is_claimed():
 
 
 def test_urgent_needs_an_admin():
-    from onite.errors import Refused
-    from onite.identity import Identity
-    from onite.policy import check_urgent, may_be_urgent, urgent_refusal
+    from onite.core.errors import Refused
+    from onite.exec.identity import Identity
+    from onite.core.policy import check_urgent, may_be_urgent, urgent_refusal
 
     alice = Identity(uid=1000, gid=1000, name="alice", home="/home/alice", shell="/bin/sh", groups=())
     root = Identity(uid=0, gid=0, name="root", home="/root", shell="/bin/sh", groups=())
@@ -371,7 +371,7 @@ def test_urgent_needs_an_admin():
 
 
 def test_the_result_of_a_job_that_never_ran():
-    from onite.state import JobState, unrun_result
+    from onite.core.state import JobState, unrun_result
 
     rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.FAILED, reason="refused: x", host="h", now=NOW)
     assert (rec.exit_code, rec.signal, rec.queued, rec.started, rec.duration) == (None, None, None, None, None)
@@ -384,8 +384,8 @@ def test_the_result_of_a_job_that_never_ran():
 
 
 def test_the_result_of_a_job_that_never_ran_takes_what_its_job_file_says():
-    from onite.jobfile import Attempt, Job
-    from onite.state import JobState, unrun_result
+    from onite.core.jobfile import Attempt, Job
+    from onite.core.state import JobState, unrun_result
 
     spooled = NOW - timedelta(hours=5)
     tried = Attempt(attempt=1, started=spooled, finished=spooled, host="h", exit_code=1)
@@ -400,7 +400,7 @@ def test_the_result_of_a_job_that_never_ran_takes_what_its_job_file_says():
 def test_a_run_id_names_its_host_even_one_with_dashes():
     from datetime import datetime
 
-    from onite.names import make_run_id, run_id_host
+    from onite.core.names import make_run_id, run_id_host
 
     run_id = make_run_id(datetime(2026, 11, 23, 1, 2, 3), "node-a-1", 4711, 3)
     assert run_id == "20261123T010203-node-a-1-4711-3" and run_id_host(run_id) == "node-a-1"

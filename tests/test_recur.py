@@ -14,10 +14,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, set_config, wait_for
-from onite.jobfile import Job, decode, encode
-from onite.instances import instance_job, instance_name
-from onite.recur import TemplateView, rule_fields, rule_of, templates_json
-from onite.schedule import describe, fire_times, parse_rule
+from onite.core.jobfile import Job, decode, encode
+from onite.drain.instances import instance_job, instance_name
+from onite.app.recur import TemplateView, rule_fields, rule_of, templates_json
+from onite.core.schedule import describe, fire_times, parse_rule
 
 BERLIN = ZoneInfo("Europe/Berlin")
 WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
@@ -275,7 +275,7 @@ def test_ownership_rules(spool, cli):
 
 def plant(spool: Path, name: str, job: Job, *, owner: tuple[int, int] | None = None, mode: int = 0o600) -> Path:
     """A template as `recur add` would have written it, but created long ago (its `submitted`)."""
-    from onite.spool import create_file
+    from onite.spool.paths import create_file
 
     return create_file(spool / "recur", name, encode(job), mode=mode, owner=owner)
 
@@ -379,7 +379,7 @@ def test_piped_recur_list_is_one_line_per_template(spool, cli):
     """Piped (or --plain), each recurring job is one line, however narrow COLUMNS is (docs/cli.md)."""
     import re
 
-    from onite.render import RECUR_COLUMNS
+    from onite.cli.render import RECUR_COLUMNS
 
     long_name = "a-recurring-job-with-a-name-longer-than-the-terminal-" + "y" * 20
     assert cli(["recur", "add", long_name, "--cron", "17 3 * * 1-5"], stdin=b"true\n").code == 0

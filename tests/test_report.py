@@ -342,8 +342,8 @@ def test_a_terminal_gets_symbols_and_no_color_words(real_night):
 
     from rich.console import Console
 
-    from onite import report as rep
-    from onite import spool as sp
+    from onite.app import report as rep
+    from onite.spool import paths as sp
 
     data = rep.build(sp.Spool(real_night.spool), datetime.now().astimezone())
     out = io.StringIO()
@@ -521,7 +521,7 @@ def test_the_page_in_chromium(real_night, world_tmp, size):
     """At a desktop's and a phone's width: nothing scrolls sideways; every failure's name, state and
     reason lie within the width and on the first screen, its red mark drawn there; the timeline fills
     the width; each row of the table lies within it (stacked on the phone)."""
-    from onite.reportpage import HTML_COLOUR
+    from onite.cli.reportpage import HTML_COLOUR
 
     page = world_tmp / "report.html"
     report(real_night, "--html", str(page))
@@ -562,7 +562,7 @@ def test_the_timeline_in_chromium(real_night, world_tmp, width):
     """The whole page, tall enough to hold it: every bar, however short its job (a few milliseconds),
     drawn at least three pixels wide in its state's colour; the axis labels (seconds, for a short
     night) apart from each other and within the width."""
-    from onite.reportpage import HTML_COLOUR
+    from onite.cli.reportpage import HTML_COLOUR
 
     page = world_tmp / "report.html"
     report(real_night, "--html", str(page))
@@ -595,8 +595,8 @@ def local(*fields) -> datetime:
 
 def write(spool, name, finished, started=None, user=ME, reason="", state="done"):
     """A result record with chosen times, as the driver writes it (onite.spool.write_result)."""
-    from onite import spool as sp
-    from onite.state import JobState, Result
+    from onite.spool import paths as sp
+    from onite.core.state import JobState, Result
 
     sp.write_result(sp.Spool(spool), Result(
         name=name, uid=os.geteuid(), user=user, priority=4, urgent=False, state=JobState(state), reason=reason,
@@ -672,13 +672,13 @@ def test_two_drains_of_one_night_are_one_session(spool, cli, workdir):
 @pytest.mark.parametrize("word, day", [("today", date(2026, 11, 23)), ("yesterday", date(2026, 11, 22)),
                                        ("2026-02-28", date(2026, 2, 28)), (" Yesterday ", date(2026, 11, 22))])
 def test_parse_night(word, day):
-    from onite.report import parse_night
+    from onite.app.report import parse_night
 
     assert parse_night(word, datetime(2026, 11, 23, 8, 0).astimezone()) == day
 
 
 def test_night_window_has_each_noons_own_offset(berlin_tz):
-    from onite.report import night_window
+    from onite.app.report import night_window
 
     berlin = ZoneInfo("Europe/Berlin")
     winter = night_window(date(2026, 11, 22), datetime(2026, 11, 23, 8, 0).astimezone())
@@ -750,9 +750,11 @@ def test_a_big_report_is_plain_text_laid_out_as_the_table(spool, cli):
 
     from rich.console import Console
 
-    from onite import render, report, reporttext
-    from onite import spool as sp
-    from onite.cells import plain_table
+    from onite.cli import render
+    from onite.app import report
+    from onite.app import reporttext
+    from onite.spool import paths as sp
+    from onite.core.cells import plain_table
 
     first = datetime.now().astimezone() - timedelta(hours=8)
     for i in range(4):

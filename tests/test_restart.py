@@ -1,4 +1,4 @@
-"""``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.restart)."""
+"""``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.app.restart)."""
 
 import os
 import stat
@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from conftest import ROOT, drain, needs_root, nobody, result, run_cli
-from onite.jobfile import decode
+from onite.core.jobfile import decode
 
 # fails the first time (no marker yet), then succeeds; each run records where and how it ran
 PROBE = ('pwd >> {log}; printf "%s|\\n" "$ONITE_PROBE" >> {log}; umask >> {log}\n'

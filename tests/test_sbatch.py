@@ -4,8 +4,8 @@ from datetime import timedelta
 
 import pytest
 
-from onite.config import SlurmConfig
-from onite.sbatch import (CD_FAILED, MAX_ENV_STRING, as_owner_in, export_file, nice_for, output_pattern,
+from onite.core.config import SlurmConfig
+from onite.exec.sbatch import (CD_FAILED, MAX_ENV_STRING, as_owner_in, export_file, nice_for, output_pattern,
                           oversized_variable, parse_job_id, refusal, run_comment, run_of_comment, sbatch_argv, script_text,
                           time_limit_minutes, unsupported_directive)
 

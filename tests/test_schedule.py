@@ -1,4 +1,4 @@
-"""onite.schedule: exact fire times (pure: no files, no processes, no sleeping)."""
+"""onite.core.schedule: exact fire times (pure: no files, no processes, no sleeping)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from onite.errors import InvalidInput
-from onite.schedule import (
+from onite.core.errors import InvalidInput
+from onite.core.schedule import (
     CronRule,
     EveryRule,
     describe,

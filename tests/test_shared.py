@@ -2,7 +2,7 @@
 happen, and no user can hold a lock (issue 14 items 1-4, issue 13 item 4; docs/admin-guide.md).
 
 Real users (``nobody``), real processes, real locks; the machine's own /etc/onite.toml, /var/spool/onite,
-systemd and cron are never used: the tests make their own (ONITE_SYSTEM_CONFIG, onite.nextdrain's paths,
+systemd and cron are never used: the tests make their own (ONITE_SYSTEM_CONFIG, onite.drain.nextdrain's paths,
 a crontab command on PATH, a process named cron).
 """
 
@@ -22,7 +22,7 @@ import pytest
 
 from conftest import (REPO, drain, kill_driver_mid_job, log_lines, needs_root, nobody, result, run_cli, set_config,
                       start_driver, wait_for)
-from onite import heartbeat as hb
+from onite.drain import heartbeat as hb
 
 HOST = os.uname().nodename.split(".")[0]
 FAR = "0 3 29 2 *"  # a schedule that does not fire during a test
@@ -134,7 +134,7 @@ def test_a_system_config_anyone_may_write_is_refused_in_one_line(system):
 
 
 def test_locate_order():
-    from onite.spool import locate
+    from onite.spool.paths import locate
 
     env = {"ONITE_SYSTEM_CONFIG": "/nonexistent/onite.toml", "HOME": "/home/u"}
     assert locate("/x", env, 1000).source == "--spool"
@@ -208,7 +208,7 @@ esac
 
 @pytest.fixture
 def cron_daemon(world_tmp):
-    """A process named ``cron`` (a copy of sleep): what onite.nextdrain looks for."""
+    """A process named ``cron`` (a copy of sleep): what onite.drain.nextdrain looks for."""
     binary = world_tmp / "cron"
     shutil.copy("/bin/sleep", binary)
     proc = subprocess.Popen([str(binary), "600"])
@@ -250,10 +250,10 @@ def test_cron_install_is_idempotent_and_keeps_other_entries(spool, crontab, cron
 
 
 def test_a_cron_entry_without_a_cron_daemon_promises_nothing(spool, crontab, monkeypatch):
-    import onite.nextdrain
+    import onite.drain.nextdrain
 
-    monkeypatch.setattr(onite.nextdrain, "CRON_PIDFILES", ())
-    monkeypatch.setattr(onite.nextdrain, "cron_daemon_running", lambda: False)  # this machine may run a real cron
+    monkeypatch.setattr(onite.drain.nextdrain, "CRON_PIDFILES", ())
+    monkeypatch.setattr(onite.drain.nextdrain, "cron_daemon_running", lambda: False)  # this machine may run a real cron
     r = run_cli(["cron", "--install"])
     assert r.code == 0 and "warning: no cron daemon runs on this machine" in r.out
     doc = run_cli(["status", "--json"]).json()
@@ -270,14 +270,14 @@ def test_a_user_cannot_install_roots_cron_entry(spool, crontab):
 
 
 def test_the_systemd_timer_counts_only_where_systemd_runs(spool, world_tmp, monkeypatch):
-    import onite.nextdrain
+    import onite.drain.nextdrain
 
     units, running = world_tmp / "units", world_tmp / "run-systemd"
     (units / "timers.target.wants").mkdir(parents=True)
     (units / "onite-driver.timer").write_text("[Timer]\nOnCalendar=*-*-* 20:00:00\n")
     (units / "timers.target.wants" / "onite-driver.timer").symlink_to("../onite-driver.timer")
-    monkeypatch.setattr(onite.nextdrain, "SYSTEMD_UNITS", units)
-    monkeypatch.setattr(onite.nextdrain, "SYSTEMD_RUNNING", running)
+    monkeypatch.setattr(onite.drain.nextdrain, "SYSTEMD_UNITS", units)
+    monkeypatch.setattr(onite.drain.nextdrain, "SYSTEMD_RUNNING", running)
     set_config(spool, schedule=["0 20 * * *"])
     doc = run_cli(["status", "--json"]).json()
     assert doc["next_drain"] is None and any("systemd is not running" in w for w in doc["warnings"])
@@ -378,7 +378,7 @@ def test_nobody_holding_every_lock_it_can_open_stops_nothing(spool, workdir, how
 
 
 def test_lock_folder_and_files_are_closed_if_found_open(spool):
-    from onite import locks
+    from onite.spool import locks
 
     locks_dir = spool / "locks"
     os.chmod(locks_dir, 0o755)

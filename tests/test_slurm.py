@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 # Loaded before run_cli forks: as nobody the child may not be able to read a Python installed under /root.
-import onite.cli  # noqa: F401
-import onite.control  # noqa: F401
-import onite.submit  # noqa: F401
+import onite.cli.commands  # noqa: F401
+import onite.app.control  # noqa: F401
+import onite.app.submit  # noqa: F401
 from conftest import REPO, ROOT, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -511,11 +511,11 @@ def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spo
 def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
     from datetime import datetime
 
-    from onite.config import load_config
-    from onite.executor import Run
-    from onite.identity import current
-    from onite.jobfile import Job
-    from onite.slurm import SlurmRunner
+    from onite.core.config import load_config
+    from onite.exec.executor import Run
+    from onite.exec.identity import current
+    from onite.core.jobfile import Job
+    from onite.exec.slurm import SlurmRunner
 
     now = datetime.now().astimezone()
     job = Job(name="ghost", priority=1, submitted=now, host=HOST, umask=0o22, cwd=b"/", env={}, body=b"")

@@ -4,7 +4,7 @@ from datetime import datetime
 
 import pytest
 
-from onite.squeue import (JobStatus, decode_status, is_unknown_ids, lost, outcome, parse, parse_search, query_argv,
+from onite.exec.squeue import (JobStatus, decode_status, is_unknown_ids, lost, outcome, parse, parse_search, query_argv,
                           search_argv)
 
 

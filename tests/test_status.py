@@ -5,7 +5,7 @@ import os
 from datetime import datetime
 
 from conftest import drain, needs_root, run_cli, start_driver, wait_for
-from onite import status as st
+from onite.app import status as st
 
 HOST = os.uname().nodename.split(".")[0]
 
@@ -74,8 +74,8 @@ def test_last_night(spool):
     """Last night is the night of yesterday, noon to noon, whatever the time of day the test runs."""
     from datetime import date, timedelta
 
-    from onite import spool as sp
-    from onite.state import JobState, Result
+    from onite.spool import paths as sp
+    from onite.core.state import JobState, Result
 
     yesterday = date.today() - timedelta(days=1)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, drain, result, run_cli, set_config
-from onite.jobfile import decode
+from onite.core.jobfile import decode
 
 ENV = {
     "PATH": "/usr/bin:/bin",
@@ -236,7 +236,7 @@ def test_a_batch_that_fills_the_disk_keeps_whole_jobs_and_says_how_many(small_di
     assert 0 < len(spooled) < 200 and spooled == [f"fill-{i:05d}" for i in range(1, len(spooled) + 1)]
     n = len(spooled)
     assert f"(the first {n} of the 200 jobs were spooled: fill-00001 to fill-{n:05d})" in r.err
-    from onite.jobfile import decode
+    from onite.core.jobfile import decode
 
     for name in spooled:  # every job that is there is whole
         job = decode((spool / "jobs" / "P4" / name).read_bytes())
@@ -245,7 +245,7 @@ def test_a_batch_that_fills_the_disk_keeps_whole_jobs_and_says_how_many(small_di
 
 def test_a_priority_beyond_a_lowered_priorities_queues_last(spool):
     """A retry or requeue of a P7 job after onite.toml went down to 3 priorities goes to P3."""
-    from onite import spool as sp
+    from onite.spool import paths as sp
 
     set_config(spool, priorities=3, default_priority=2)
     target = sp.Spool(spool)

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
-from onite.config import DEFAULT_SCHEDULE
+from onite.core.config import DEFAULT_SCHEDULE
 
 UNITS = REPO / "systemd"
 NAMES = ["onite.service", "onite-driver.service", "onite-driver.timer"]

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from conftest import REPO, drain, needs_root, run_cli, start_driver, wait_for
-from onite import spool as sp
-from onite import wait as w
-from onite.state import JobState, Result
+from onite.spool import paths as sp
+from onite.app import wait as w
+from onite.core.state import JobState, Result
 
 
 def submit(name, body, *args, **kw):
@@ -217,7 +217,7 @@ def test_judge_a_job_gone_without_a_record_is_unknown_after_a_few_looks():
 
 
 def test_judge_a_withdrawal_newer_than_the_record_wins():
-    from onite.listing import JobView
+    from onite.app.listing import JobView
 
     later = NOW + timedelta(hours=1)
     withdrawn = JobView(name="j", uid=0, user="alice", state="cancelled", priority=None, urgent=False,
@@ -252,7 +252,7 @@ def test_poll_loop_backs_off_and_stops_at_the_timeout(spool, gate):
 
 
 def test_drain_summary_names_failed_and_cancelled():
-    from onite.listing import result_view
+    from onite.app.listing import result_view
 
     jobs = [result_view(record("a")), result_view(record("b", "failed", exit_code=2)),
             result_view(record("c", "cancelled"))]

@@ -78,7 +78,7 @@ def warm_up() -> None:
     import onite
     from onite.__main__ import main
 
-    for info in pkgutil.iter_modules(onite.__path__, "onite."):
+    for info in pkgutil.walk_packages(onite.__path__, "onite."):
         importlib.import_module(info.name)
     for name in ("grp", "fcntl", "shlex", "json", "select", "signal", "resource", "tomllib", "croniter"):
         importlib.import_module(name)
@@ -92,9 +92,9 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from rich.console import Console
 
-    from onite import report
-    from onite import spool as sp
-    from onite.commands import now
+    from onite.app import report
+    from onite.spool import paths as sp
+    from onite.app.commands import now
 
     warm_up()
     folder = Path(tempfile.mkdtemp(prefix="onite-images-", dir="/tmp"))

@@ -1,0 +1,501 @@
+"""What users do to jobs already spooled: cancel, hold, release, find, read output.
+
+A user can rename, chmod or remove only their own files in the sticky queue
+folders, and cannot touch running/ or jobsdone/ at all. So:
+
+- cancelling your own queued job moves it into cancel/ at once (one rename:
+  it can never run after that); a driver files it into jobsdone/ later;
+- everything else (a running job, or someone else's job where own_only =
+  false allows it) is a request: an empty file cancel/NAME@TOKEN owned by
+  the requester, which the driver honours only if the rules allow that
+  requester to cancel that job (docs/security.md).
+
+Root, and the owner of a personal spool, file a cancellation at once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from onite.spool import paths as sp
+from onite.core.errors import EXIT_REFUSED, DamagedRecord, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
+from onite.core.names import SIDE, check_name
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    """What ``cancel`` did to a job: "cancelled", or "requested" of its driver."""
+
+    name: str
+    action: str  # "cancelled", "requested"
+    detail: str = ""
+    waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
+
+
+def can_file(spool: sp.Spool) -> bool:
+    """Can this process write jobsdone/ (root, or the owner of a personal spool)?"""
+    return os.access(spool.done_dir, os.W_OK)
+
+
+def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> CancelReport:
+    """Cancel the queued or running job ``name``.
+
+    Raises:
+        InvalidInput: a bad name.
+        NotFound: no such job is queued or running.
+        Refused: it belongs to someone else and own_only forbids it.
+    """
+    from onite.core.policy import may_touch
+
+    check_name(name)
+    own_only = spool.config.own_only
+    running = sp.find_running(spool, name)
+    queued = sp.find_queued(spool, name)
+    if not running and not queued:
+        raise NotFound(f"no job {name!r} is queued or running", "see onite list")
+    # Only the entries the caller may touch count: a same-named file someone else planted at
+    # another priority must not block the cancel of the caller's own job.
+    allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, own_only)]
+    if not allowed:
+        owner = sp.user_name((running + queued)[0].uid)
+        raise Refused(f"job {name!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
+    running = [entry for entry in running if entry in allowed]
+    queued = [entry for entry in queued if entry in allowed]
+    if running:
+        request_cancel(spool, name)
+        host = running[0].host
+        if not driver_alive(spool, host):
+            return CancelReport(name, "requested", f"running on {host}, but no driver is alive there (it died): the "
+                                f"job is stopped when a driver next starts on {host} — root can start one now: onite "
+                                f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)
+        return CancelReport(name, "requested", f"running on {host}; its driver stops it within a second")
+    for entry in queued:
+        if entry.uid == caller_uid or caller_uid == 0:
+            pending = withdraw(spool, entry)
+            if can_file(spool):
+                by = sp.user_name(caller_uid)
+                filed = file_cancelled(spool, pending, by=by, now=now, rank=entry.rank)
+                if filed is not None:
+                    tell_filed(spool, filed, by, name)
+        else:
+            request_cancel(spool, name)
+            return CancelReport(name, "requested", "a driver cancels it the next time it runs")
+    return CancelReport(name, "cancelled")
+
+
+def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
+    """How a job whose cancel was ``requested`` ended, once its driver has stopped it: its result's
+    state and reason ("cancelled", …), or ``report`` unchanged if it is not running or still runs
+    after kill_grace and a few seconds (its driver stops it later; onite list --all tells).
+
+    Polls: a running job is stopped by its driver, which alone may signal it.
+
+    Raises:
+        SpoolError: the spool cannot be read.
+    """
+    import time
+
+    name = report.name
+    if not report.waitable or not sp.find_running(spool, name):
+        return report
+    deadline = time.monotonic() + 5 + spool.config.kill_grace.total_seconds()
+    while time.monotonic() < deadline:
+        if not sp.find_running(spool, name):
+            try:
+                result = sp.read_result(spool, name)
+            except DamagedRecord:
+                return CancelReport(name, "stopped", "its result record is damaged")
+            return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
+        time.sleep(0.1)
+    return report
+
+
+def driver_alive(spool: sp.Spool, host: str) -> bool:
+    """Is a driver of ``host`` alive (its heartbeat, onite.drain.heartbeat), to act on a cancel request?"""
+    from onite.spool.locks import held_locks
+
+    return any(lock.host == host for lock in held_locks(spool.root))
+
+
+def cancellable(spool: sp.Spool, caller_uid: int) -> list:
+    """The running, then queued, jobs (JobViews) that ``caller_uid`` may pick to cancel: its own, or
+    every one for root. Others' jobs are left out even where own_only = false: the pick list shows
+    what is yours.
+
+    Raises:
+        SpoolError: the spool cannot be read.
+    """
+    from onite.app.listing import queued_views, running_views
+
+    queued = queued_views(spool)
+    return [v for v in running_views(spool) + queued if caller_uid in (0, v.uid)]
+
+
+PATTERN_CHARS = frozenset("*?[")  # no job name holds one (onite.core.names): an argument with one is a pattern
+
+
+def is_pattern(word: str) -> bool:
+    """Is this ``onite cancel`` argument a glob pattern (``'build-*'``) rather than a job's name?"""
+    return not PATTERN_CHARS.isdisjoint(word)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The jobs a pattern (or ``--all``) picks for a caller: theirs, and others' it leaves alone."""
+
+    chosen: list  # JobViews, running then queued, each name once
+    skipped: list  # other users' matching jobs (a user's patterns touch only their own jobs)
+
+
+def select_jobs(spool: sp.Spool, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
+    """The queued and running jobs whose names match one of ``patterns`` (fnmatch, case-sensitive),
+    or all of them with ``every``: every user's for root, the caller's own otherwise (others' are
+    listed as skipped, whatever own_only says: a pattern must not reach further than the caller meant).
+
+    Raises:
+        SpoolError: the spool cannot be read.
+    """
+    from fnmatch import fnmatchcase
+
+    from onite.app.listing import queued_views, running_views
+
+    chosen, skipped, seen = [], [], set()
+    for view in running_views(spool) + queued_views(spool):
+        if view.name in seen or not (every or any(fnmatchcase(view.name, p) for p in patterns)):
+            continue
+        seen.add(view.name)
+        (chosen if caller_uid in (0, view.uid) else skipped).append(view)
+    return Selection(chosen, skipped)
+
+
+def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
+    """Move a queued job into cancel/ (it can no longer run). Returns its new path.
+
+    Raises:
+        NotFound: a driver claimed it first.
+    """
+    from onite.core.state import JobState
+
+    target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
+    try:
+        sp.change_state(entry.name, JobState.HELD if sp.is_held(entry.mode) else JobState.QUEUED, JobState.CANCELLED,
+                        entry.path, target, "cancelling")
+    except NotFound:
+        raise NotFound(f"job {entry.name!r} started running as you cancelled it",
+                       f"run onite cancel {entry.name} again to stop it") from None
+    if sp.is_held(entry.mode):  # its hold markers would hold the next job of that name
+        sp.remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
+    return target
+
+
+def request_cancel(spool: sp.Spool, name: str) -> Path:
+    """Leave an empty request file cancel/NAME@TOKEN for the drivers."""
+    path = spool.cancel_dir / f"{name}{SIDE}{_token()}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        os.close(fd)
+    except OSError as err:
+        raise SpoolIOError(path, "asking the driver to cancel", err) from None
+    return path
+
+
+class NotAJob(OniteError):
+    """Something in cancel/ that is not a withdrawn job file (a folder, a link, a fifo, a hard link)."""
+
+    exit_code = EXIT_REFUSED
+
+
+@dataclass(frozen=True)
+class Filed:
+    """What ``file_cancelled`` did: ``result`` is the cancelled result it wrote (None if it wrote none:
+    ``note`` says why), ``job`` the withdrawn job file as read (None if damaged)."""
+
+    result: object
+    job: object
+    note: str = ""
+
+
+def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
+    """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result.
+
+    Anyone can put anything in cancel/, so what is filed is checked where no user can change it:
+    the entry is opened without following a link and must be a regular file with one link; it is
+    then moved into jobsdone/ under a dot-name (a folder only root writes) and checked again
+    there, so a file swapped in meanwhile is caught. Its cancelled result never replaces the kept
+    result of another user's job of that name (spool.may_replace_result): the job file is then
+    set aside in refused/ and ``note`` says so.
+
+    Returns:
+        What was filed, or None if the entry was gone (another driver, or ``onite cancel``, filed it).
+    Raises:
+        NotAJob: it is not a job file; it was moved to refused/ (or removed).
+        SpoolIOError: the spool cannot be written.
+    """
+    from onite.spool.filecheck import SLACK, read_up_to
+    from onite.core.jobfile import decode
+    from onite.core.state import JobState, unrun_result
+
+    name = pending.name.partition(SIDE)[0]
+    try:
+        fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None
+    except OSError as err:  # a symlink (ELOOP), a fifo without a writer is fine (O_NONBLOCK), …
+        _set_aside(spool, pending, name, f"not a job file ({err.strerror})")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            what = "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file"
+            os.close(fd)
+            fd = -1
+            _set_aside(spool, pending, name, what)
+        # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
+        data = read_up_to(fd, spool.config.max_job_size + SLACK)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    staged = spool.done_dir / f".{name}@cancelled.{os.getpid()}.{os.urandom(3).hex()}.tmp"
+    try:
+        sp.move(pending, staged, "filing the cancelled job")
+    except NotFound:
+        return None  # filed meanwhile by someone else: not an error
+    try:
+        now_st = os.lstat(staged)
+    except FileNotFoundError:
+        return None
+    if (now_st.st_dev, now_st.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now_st.st_mode) \
+            or now_st.st_nlink != 1:
+        _set_aside(spool, staged, name, "it was swapped while it was filed")
+    try:
+        job = decode(data)
+        priority, urgent, submitted = job.priority, job.urgent, job.submitted
+    except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
+        job, priority, urgent, submitted = None, rank or 0, rank == 0, now
+    if not sp.may_replace_result(spool, name, st.st_uid):
+        target = spool.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
+        sp.move(staged, target, "setting aside a cancelled job")
+        return Filed(None, job, f"not filed over the kept result of another user's {name} (kept in refused/)")
+    result = unrun_result(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.CANCELLED,
+                          reason=f"cancelled by {by}", host="", now=now, priority=priority, urgent=urgent,
+                          submitted=submitted)
+    try:
+        sp.write_result(spool, result)
+        sp.move(staged, spool.done_dir / name, "filing the cancelled job")
+    except OniteError:
+        _unlink_quietly(staged)
+        raise
+    return Filed(result, job)
+
+
+def _set_aside(spool: sp.Spool, path: Path, name: str, why: str) -> None:
+    """Move what is not a job out of cancel/ (into refused/, where only root looks), then raise NotAJob."""
+    target = spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"
+    try:
+        os.rename(path, target)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        _unlink_quietly(path)
+    raise NotAJob(f"{path.name} in cancel/ is {why}", "it was set aside in refused/")
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def tell_filed(spool: sp.Spool, filed: Filed, by: str, name: str) -> None:
+    """What a driver does when it files a cancelled job, done by ``cancel`` when it filed one itself
+    (root, or a personal spool's owner): the ``cancelled`` log line, and the owner's notice if one is
+    wanted. Waits for the notifier, at most notify_timeout; a failing one is a log line, as at night.
+    """
+    from onite.core.config import default_host
+    from onite.spool.log import ActivityLog
+    from onite.exec.notify import Notifier
+
+    log = ActivityLog(spool.log_path, default_host(spool.config))
+    try:
+        log.event("cancelled", name, by=by, was="queued", note=filed.note or None)
+        if filed.result is not None:
+            notifier = Notifier(spool, log)
+            notifier.notify(filed.result, filed.job, spool.config)  # nothing, unless the result calls for one
+            notifier.finish()
+    finally:
+        log.close()
+
+
+def _token() -> str:
+    return f"{os.getpid()}.{os.urandom(4).hex()}"
+
+
+def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entry:
+    """Hold (or release) a queued job, keeping its place in its priority.
+
+    A hold is a marker hold/NAME@TOKEN owned by the job's owner (onite.spool):
+    the job file is left alone, so its ctime, which is its place in the
+    queue, does not change. Releasing removes the markers the caller may
+    remove, and gives back the owner-write bit of a job held the old way
+    (mode 0400; that chmod stamps a new ctime, so such a job still goes to
+    the back). A spool without hold/ (made by an older onite, not yet
+    re-initialised) is held the old way.
+
+    Raises:
+        NotFound: not queued. Refused: not the caller's job (and not root); it started running as it
+            was held; a marker the caller may not remove (root's) still holds it.
+    """
+    check_name(name)
+    entries = sp.find_queued(spool, name)
+    if not entries:
+        if sp.find_running(spool, name):
+            raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
+        raise NotFound(f"no job {name!r} is queued", "see onite list")
+    mine = [entry for entry in entries if caller_uid in (0, entry.uid)]  # a planted namesake is not ours to touch
+    if not mine:
+        raise Refused(f"job {name!r} belongs to {sp.user_name(entries[0].uid)}",
+                      "only its owner or root may hold or release it")
+    if held:
+        _hold(spool, mine, caller_uid)
+    else:
+        _release(spool, mine, caller_uid)
+    return mine[0]
+
+
+def _hold(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    """Hold the queued job of ``entries`` by a marker (by its mode where the spool has no hold/).
+
+    Raises:
+        Refused: it was claimed as it was held. SpoolIOError: the marker cannot be made.
+    """
+    name = entries[0].name
+    if all(sp.is_held(e.mode) for e in entries):
+        return  # held already (by a marker, or the old way)
+    if not spool.hold_dir.is_dir():
+        for entry in entries:
+            _chmod_job(entry, sp.job_mode(True), "holding")
+        return
+    owner = None
+    if caller_uid != entries[0].uid:  # root holding a user's job: the marker is the user's, to release
+        owner = (entries[0].uid, _gid_of(entries[0]))
+    marker = sp.add_hold(spool, name, owner)
+    if not sp.find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
+        sp.remove(marker)
+        raise Refused(f"job {name!r} started running as you held it", f"use onite cancel {name} to stop it")
+
+
+def _release(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+    """Remove the caller's holds of the queued job of ``entries`` (root: the owner's and root's), and
+    give a job held the old way its write bit back.
+
+    Raises:
+        Refused: a hold the caller may not remove (root's) still holds it.
+    """
+    name, owner = entries[0].name, entries[0].uid
+    sp.remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
+    for entry in entries:
+        try:
+            mode = os.lstat(entry.path).st_mode
+        except FileNotFoundError:
+            continue
+        if sp.is_held(mode):  # held the old way: the mode is the flag
+            _chmod_job(entry, sp.job_mode(False), "releasing")
+    if any(sp.is_held(e.mode) for e in sp.find_queued(spool, name)):
+        raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
+
+
+def _gid_of(entry: sp.Entry) -> int:
+    """The group of the job's file (for its marker), else its owner's primary group."""
+    try:
+        return os.lstat(entry.path).st_gid
+    except OSError:
+        import pwd
+
+        try:
+            return pwd.getpwuid(entry.uid).pw_gid
+        except KeyError:
+            return entry.uid
+
+
+def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:
+    # Through an O_NOFOLLOW descriptor: root must never chmod what a planted symlink points at.
+    try:
+        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFound(f"job {entry.name!r} left the queue", "see onite list") from None
+    except OSError as err:
+        raise SpoolIOError(entry.path, action, err) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(f"{entry.path} is not a job file", "the driver will move it aside")
+        os.fchmod(fd, mode)
+    except OSError as err:
+        raise SpoolIOError(entry.path, action, err) from None
+    finally:
+        os.close(fd)
+    try:  # a chmod leaves the folder's mtime alone: touch it, so that a driver looks at the job again
+        os.utime(entry.path.parent)
+    except OSError:
+        pass  # a driver still looks at it before it decides it has nothing left to do
+
+
+def _no_stderr(spool: sp.Spool, name: str, caller_uid: int) -> None:
+    """No stdout/NAME@stderr: if NAME's output is there, its stderr is in it (the driver removes a
+    stale NAME@stderr when a job of that name starts with its stderr merged).
+
+    Raises:
+        Refused: the output belongs to another user.
+        NotFound: its stderr went with its stdout.
+    """
+    try:
+        owner = os.lstat(spool.output_path(name)).st_uid
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise SpoolIOError(spool.output_path(name), "looking at", err) from None
+    if caller_uid not in (0, owner):
+        raise Refused(f"the output of {name!r} belongs to {sp.user_name(owner)}", "only its owner and root may read it")
+    raise NotFound(f"job {name!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
+                   f"read it with: onite output {name}")
+
+
+def find(spool: sp.Spool, name: str) -> bool:
+    """Is a job of this name queued or running (any host)?
+
+    Raises:
+        InvalidInput: a bad name.
+    """
+    check_name(name)
+    return sp.is_live(spool, name)
+
+
+def open_output(spool: sp.Spool, name: str, caller_uid: int, *, stderr: bool = False):
+    """Open the captured output of the latest (or running) run of ``name`` for reading: its stdout
+    (with its stderr, unless it was kept apart), or with ``stderr`` its kept-apart stderr.
+
+    Raises:
+        NotFound: no output kept for that name; with ``stderr``, also: its stderr was not kept apart.
+        Refused: it belongs to another user.
+    """
+    check_name(name)
+    path = spool.stderr_path(name) if stderr else spool.output_path(name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if stderr:
+            _no_stderr(spool, name, caller_uid)
+        raise NotFound(f"no output kept for job {name!r}", "it has not run yet, or retention removed it (see onite list --all)") from None
+    except PermissionError:
+        raise Refused(f"the output of {name!r} belongs to {sp.user_name(os.lstat(path).st_uid)}",
+                      "only its owner and root may read it") from None
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
+    st = os.fstat(fd)
+    if caller_uid not in (0, st.st_uid):
+        os.close(fd)  # readable by mode, but output is private to its owner
+        raise Refused(f"the output of {name!r} belongs to {sp.user_name(st.st_uid)}", "only its owner and root may read it")
+    return os.fdopen(fd, "rb")

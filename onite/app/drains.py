@@ -1,0 +1,293 @@
+"""Drains and the night's events, read back from onite.log (pure, apart from reading the log).
+
+jobsdone/ keeps the last ``keep`` results; onite.log keeps every event. So
+what a report says about a night -- when its drains ran and how they ended,
+which jobs finished and how, how many attempts a retried job had, which
+files were refused -- comes from the log, and the result records add what
+the log does not hold (exit codes of earlier attempts, the output).
+
+A *drain* is one driver's run, from its ``driver-start`` line to its
+``driver-exit`` line (same host, same pid). *The last drain session*, the
+night a report shows by default, is every drain, on any host, that started
+after the morning before the latest drain that ran a job (the noon before it,
+local time, as onite.app.report counts nights), up to the end of the last of
+them: a night drained from 20:00, and again at 23:00 by a second schedule
+time, is one session; a personal queue drained at 14:00 is reported that
+afternoon.
+
+Invariant: the log is only read, from its end backwards and no further back
+than the window needs; a line onite did not write is skipped, never an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+# the events a report reads; any other line is skipped before it is parsed
+WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
+                    "refused"})
+FINAL = ("done", "failed", "cancelled")
+SKEW = timedelta(minutes=10)  # read this much further back: hosts' clocks differ, their lines interleave
+LOOKBACK = timedelta(days=45)  # no drain that ran a job in this long: there is no last session
+_BLOCK = 1 << 16
+
+
+class Event:
+    """One line of onite.log, read back (onite.spool.log.format_line); its fields are read when first asked
+    for (a night of 100,000 jobs is 300,000 lines, and most are only counted)."""
+
+    __slots__ = ("when", "host", "pid", "event", "name", "_text", "_fields")
+
+    def __init__(self, when: datetime, host: str, pid: int, event: str, name: str = "", text: str = "") -> None:
+        self.when, self.host, self.pid, self.event, self.name = when, host, pid, event, name
+        self._text, self._fields = text, None
+
+    @property
+    def fields(self) -> dict:
+        """``key=value`` of the line, unquoted."""
+        if self._fields is None:
+            if '"' in self._text:
+                from onite.spool.log import parse_line
+
+                parsed = parse_line(self._text)
+                self._fields = parsed["fields"] if parsed else {}
+            else:
+                self._fields = dict(word.split("=", 1) for word in self._text.split() if "=" in word[1:])
+        return self._fields
+
+    def __repr__(self) -> str:
+        return f"Event({self.when.isoformat()} {self.host}[{self.pid}] {self.event} {self.name})"
+
+
+@dataclass
+class Drain:
+    """One driver's run. ``ended`` None: still running (its host's lock is held) or cut off by the
+    window; ``reason`` as driver-exit says (``drained``, ``window closed``, ``stopped``) or ``died``."""
+
+    host: str
+    pid: int
+    started: datetime
+    ended: datetime | None = None
+    reason: str = ""
+    left: int | None = None  # jobs its queue still held when it ended
+    until: str | None = None  # when its window closed (its --until, or until in onite.toml): HH:MM[:SS]
+    ran: int = 0  # jobs it started or filed
+    last_seen: datetime | None = None
+
+    def to_json(self) -> dict:
+        return {"host": self.host, "pid": self.pid, "started": self.started.isoformat(),
+                "ended": self.ended.isoformat() if self.ended else None, "reason": self.reason or None,
+                "left": self.left, "until": self.until}
+
+
+@dataclass(frozen=True)
+class Session:
+    """The drains of one night: from the first one's start to the last one's end (None: one still runs)."""
+
+    start: datetime
+    end: datetime | None
+    drains: tuple[Drain, ...]
+
+
+# ---- reading ---------------------------------------------------------------------------
+
+
+def log_paths(log_path: Path) -> list[Path]:
+    """onite.log, then the file logrotate made of it (``onite.log.1``), if any: older lines last."""
+    return [log_path, log_path.with_name(log_path.name + ".1")]
+
+
+def read_back(paths: Iterable[Path]) -> Iterator[Event]:
+    """The wanted events of the log, newest first, across ``paths`` (newest file first)."""
+    for path in paths:
+        for line in _lines_back(path):
+            head = line.split(" ", 3)
+            if len(head) < 3 or head[2] not in WANTED:
+                continue
+            event = _event(head, line)
+            if event is not None:
+                yield event
+
+
+# a time of the log read once: a second holds many lines, and each parse makes a time zone
+_when = functools.lru_cache(maxsize=1024)(datetime.fromisoformat)
+
+
+def _event(head: list[str], line: str) -> Event | None:
+    """A wanted line as an Event; None for a line onite did not write."""
+    host, _, pid = head[1].rpartition("[")
+    try:
+        when = _when(head[0])
+        number = int(pid[:-1]) if pid.endswith("]") else None
+    except ValueError:
+        return None
+    if number is None or not host:
+        return None
+    rest = head[3] if len(head) > 3 else ""
+    first = rest.split(" ", 1)[0]
+    name = first if first and "=" not in first else ""  # a job name has no "="
+    return Event(when, host, number, head[2], name, line if '"' in rest else rest)
+
+
+def _lines_back(path: Path) -> Iterator[str]:
+    """The lines of ``path`` from its last to its first, read a block at a time from its end."""
+    try:
+        handle = open(path, "rb")
+    except OSError:
+        return
+    with handle:
+        try:
+            at = os.fstat(handle.fileno()).st_size
+        except OSError:
+            return
+        rest = b""
+        while at > 0:
+            step = min(_BLOCK, at)
+            at -= step
+            handle.seek(at)
+            lines = (handle.read(step) + rest).split(b"\n")
+            rest = lines[0]  # may begin in the block before
+            for raw in reversed(lines[1:]):
+                if raw:
+                    yield raw.decode("utf-8", "replace")
+        if rest:
+            yield rest.decode("utf-8", "replace")
+
+
+def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[[datetime], datetime],
+            now: datetime) -> list[Event]:
+    """The events (oldest first) from ``start`` on, less SKEW; with ``start`` None, from the morning
+    (``boundary``) before the latest drain that ran a job, found as the log is read back, or
+    LOOKBACK if there is none."""
+    stop = start - SKEW if start is not None else now - LOOKBACK
+    found: list[Event] = []
+    busy: set[tuple[str, int]] = set()  # drivers whose job lines were read (after their start line)
+    for event in events:
+        if event.when < stop:
+            break
+        found.append(event)
+        key = (event.host, event.pid)
+        if event.event in ("start", *FINAL):
+            busy.add(key)
+        elif event.event == "driver-start" and start is None and key in busy:
+            start = boundary(event.when)
+            stop = start - SKEW
+        if event.event == "driver-start":
+            busy.discard(key)  # the same pid's earlier drains (a daemon's) are told apart
+    found.reverse()
+    return found
+
+
+# ---- drains and sessions (pure) ----------------------------------------------------------
+
+
+def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Drain]:
+    """The drains the events (oldest first) tell of, in the order they started. A drain with no
+    exit line is running if it is the last of a host whose lock is held now; else it died, and
+    ended at its last line."""
+    open_: dict[tuple[str, int], Drain] = {}
+    drains: list[Drain] = []
+    for event in events:
+        key = (event.host, event.pid)
+        if event.event == "driver-start":
+            for other_key, other in list(open_.items()):
+                if other_key[0] == event.host:  # one driver per host: the one before died
+                    _died(other)
+                    del open_[other_key]
+            drain = Drain(event.host, event.pid, event.when, until=_clock(event.fields.get("until")),
+                          last_seen=event.when)
+            open_[key] = drain
+            drains.append(drain)
+            continue
+        drain = open_.get(key)
+        if drain is None:
+            continue
+        drain.last_seen = event.when
+        if event.event == "driver-exit":
+            drain.ended, drain.reason = event.when, event.fields.get("reason", "")
+            drain.left = _int(event.fields.get("left"))
+            del open_[key]
+        elif event.event in ("start", *FINAL):
+            drain.ran += 1
+        elif event.event == "window-closed":
+            drain.until = _clock(event.fields.get("until")) or drain.until
+    alive = set(running_hosts)
+    for (host, _), drain in open_.items():
+        if host not in alive:
+            _died(drain)
+    return drains
+
+
+def _died(drain: Drain) -> None:
+    drain.ended, drain.reason = drain.last_seen or drain.started, "died"
+
+
+def _clock(text: str | None) -> str | None:
+    """``07:00`` of the log's ``07:00:00``; ``07:00:30`` as it is."""
+    if not text:
+        return None
+    return text[:5] if len(text) == 8 and text.endswith(":00") else text
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def last_session(drains: Sequence[Drain], boundary: Callable[[datetime], datetime]) -> Session | None:
+    """The drains from the morning (``boundary``) before the latest drain that ran a job (or the latest
+    drain, if none did) to the end of the last of them; None if there are no drains."""
+    if not drains:
+        return None
+    latest = max((d for d in drains if d.ran), key=lambda d: d.started, default=None) \
+        or max(drains, key=lambda d: d.started)
+    since = boundary(latest.started)
+    chosen = tuple(d for d in drains if d.started >= since)
+    end = None if any(d.ended is None for d in chosen) else max(d.ended for d in chosen)
+    return Session(min(d.started for d in chosen), end, chosen)
+
+
+def in_window(drains: Sequence[Drain], start: datetime, end: datetime) -> list[Drain]:
+    """The drains that ran (some of the time) within [start, end)."""
+    return [d for d in drains if d.started < end and (d.ended is None or d.ended >= start)]
+
+
+# ---- the jobs the log tells of (pure) -------------------------------------------------------
+
+
+@dataclass
+class JobEvents:
+    """What the log says of the jobs of a window: each name's last final line and the start line
+    before it, how many attempts a retried job was allowed, the files refused."""
+
+    finals: dict[str, Event] = field(default_factory=dict)
+    starts: dict[str, Event] = field(default_factory=dict)
+    tries: dict[str, int] = field(default_factory=dict)
+    refused: list[Event] = field(default_factory=list)
+
+
+def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEvents:
+    """The job lines of the events (oldest first) from ``start`` to ``end``, both included (the log's
+    times are whole seconds)."""
+    found = JobEvents()
+    for event in events:
+        if not (start <= event.when <= end) or not event.name:
+            continue
+        if event.event == "start":
+            found.starts[event.name] = event
+        elif event.event in FINAL:
+            found.finals[event.name] = event
+        elif event.event == "retry":
+            tries = _int(event.fields.get("of"))
+            if tries:
+                found.tries[event.name] = tries
+        elif event.event == "refused":
+            found.refused.append(event)
+    return found

@@ -1,0 +1,150 @@
+"""``onite output NAME --follow``: print a job's output as it grows, and stop when the job has finished.
+
+Like ``pueue follow`` and ``tsp -t``, for a job in any state: a queued (or
+held) job is waited for until it starts; a running one is printed from the
+start of its output and followed; a finished one is printed whole. It ends
+when the job is neither queued nor running, as ``onite wait`` decides it
+(onite.app.wait: ``start``, ``look``, ``judge``), which also says how the job
+ended. A retry appends to the same output file, so a job that goes back to
+its queue for another attempt is followed through it.
+
+Which file is this run's: the output of an earlier run of the same name is
+kept until the new run starts, which replaces it by a new file (a new
+inode, onite.exec.executor.open_output). So a job queued when the follow begins
+is shown only a file that differs from the one there then (inode and ctime:
+an inode number may be reused, its change time is not), and a file replaced
+while it is followed is finished, then the new one followed from its start.
+
+It looks every POLL seconds while nothing new arrives: a few lstats, never
+a job file, and the output is opened with the checks of ``onite output``
+(only its owner and root may read it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from onite.spool import paths as sp
+from onite.core.errors import Refused
+from onite.app.wait import PENDING, Final, judge, look, start
+
+POLL = 0.2  # seconds between looks while the output does not grow
+CHUNK = 1 << 16
+
+
+def follow(spool: sp.Spool, name: str, caller_uid: int, out: BinaryIO, *, stderr: bool = False,
+           announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Final:
+    """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
+    written, until the job has finished; return how it ended. ``announce`` is told once when the
+    job has not started yet.
+
+    Raises:
+        InvalidInput: a bad name. NotFound: no job of that name is queued, running or finished.
+        Refused: the job (or its output) belongs to another user.
+        SpoolIOError: the spool or the output cannot be read.
+    """
+    watch = start(spool, [name])[name]
+    _check_owner(spool, name, caller_uid)
+    if stderr:
+        _check_separate(spool, name, watch.live is not None)
+    path = spool.stderr_path(name) if stderr else spool.output_path(name)
+    earlier = _key(path) if watch.live in ("queued", "held") else None  # an earlier run's, not this one's
+    handle: BinaryIO | None = None
+    told = False
+    final = PENDING
+    try:
+        while True:
+            grew = handle is not None and _copy(handle, out)
+            if final is not PENDING:
+                return final
+            watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live))
+            key = _key(path)
+            if key is not None and key != earlier and (handle is None or key[0] != os.fstat(handle.fileno()).st_ino):
+                if handle is not None:  # a new run replaced the file: the rest of the old one first
+                    _copy(handle, out)
+                    handle.close()
+                handle = _open(spool, name, caller_uid, stderr)
+                continue
+            if final is not PENDING or grew:
+                continue
+            if not told and announce is not None and watch.live in ("queued", "held"):
+                told = True
+                announce(f"{name} is {watch.live}; waiting for it to start")
+            sleep(POLL)
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def _check_owner(spool: sp.Spool, name: str, caller_uid: int) -> None:
+    """A queued or running job's output will be its owner's: refuse before waiting for it.
+
+    Raises:
+        Refused: the job belongs to another user (and the caller is not root).
+    """
+    if caller_uid == 0:
+        return
+    for entry in sp.find_queued(spool, name) + sp.find_running(spool, name):
+        if entry.uid != caller_uid:
+            raise Refused(f"the output of {name!r} belongs to {sp.user_name(entry.uid)}",
+                          "only its owner and root may read it")
+
+
+def _check_separate(spool: sp.Spool, name: str, live: bool) -> None:
+    """``--follow --stderr`` of a job whose stderr goes with its stdout would print nothing: say so.
+
+    Raises:
+        NotFound: the job (its queued or running file, or its result) keeps stderr with its stdout.
+    """
+    from onite.core.errors import JobFormatError, NotFound
+    from onite.spool.filecheck import BadFile, read_job_file
+
+    separate = None
+    if live:
+        paths = [e.path for e in sp.find_queued(spool, name) + sp.find_running(spool, name)]
+        for path in paths:
+            try:
+                separate = read_job_file(path, spool.config.max_job_size)[0].stderr_separate
+                break
+            except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
+                continue
+    else:
+        result = sp.read_result(spool, name)
+        separate = None if result is None else result.stderr == "separate"
+    if separate is False:
+        raise NotFound(f"job {name!r} keeps stderr with its stdout (it was spooled without --stderr-separate)",
+                       f"follow it with: onite output {name} --follow")
+
+
+def _key(path: Path) -> tuple[int, int, int] | None:
+    """Which file is at ``path`` now (inode, device, change time), or None."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_ino, st.st_dev, st.st_ctime_ns
+
+
+def _open(spool: sp.Spool, name: str, caller_uid: int, stderr: bool) -> BinaryIO | None:
+    from onite.app.control import open_output
+    from onite.core.errors import NotFound
+
+    try:
+        return open_output(spool, name, caller_uid, stderr=stderr)
+    except NotFound:  # removed between the lstat and the open (retention): look again
+        return None
+
+
+def _copy(handle: BinaryIO, out: BinaryIO) -> bool:
+    """Copy what ``handle`` has past its position to ``out``; True if there was anything."""
+    copied = False
+    while chunk := handle.read(CHUNK):
+        out.write(chunk)
+        copied = True
+    if copied:
+        out.flush()
+    return copied

@@ -1,0 +1,87 @@
+"""What a report's window left, as the spool is now: jobs running, queued (and why each waits), held, refused.
+
+Why a queued job waits is onite.app.status.waiting_jobs's answer -- the driver's
+own rule, onite.core.queue.evaluate -- read only where status may read it (the
+caller's own job files, every one for root, the first status.EXAMINE in run
+order); for a job that could start, the drain's end says why it was left.
+
+Invariant: nothing is written; only the first status.EXAMINE queued jobs' files are read.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from onite.spool import paths as sp
+from onite.core.errors import InvalidInput
+
+
+def unfinished(data, spool: sp.Spool, refused: list, host: str | None) -> None:
+    """Fill in what the window of ``data`` (a report.ReportData) left: jobs running now, queued (left
+    before the window's end, or spooled since) with why each waits, held, and ``refused``, the log's
+    lines of the files refused in the window."""
+    from onite.core.config import default_host
+    from onite.app.listing import running_views
+    from onite.app.status import EXAMINE, waiting_jobs
+
+    names: dict[int, str] = {}
+
+    def owner(uid: int) -> str:
+        return names.get(uid) or names.setdefault(uid, sp.user_name(uid))
+
+    queue = [row for row in sp.queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
+    # the log's times are whole seconds: a job spooled in the drain's last second came before its end
+    end = data.until + timedelta(seconds=1) if data.kind == "drain" else data.until
+    end_ns = int(end.timestamp() * 1e9)
+    held = sum(sp.is_held(row[4]) for row in queue)
+    since = sum(not sp.is_held(row[4]) and row[1] > end_ns for row in queue)
+    running = [v for v in running_views(spool) if data.user is None or v.user == data.user]
+    data.left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
+                 "refused": len(refused)}
+    for view in running:
+        data.waiting.append({"name": view.name, "user": view.user, "uid": view.uid, "priority": view.priority,
+                             "urgent": view.urgent, "state": "running", "kind": "running",
+                             "reason": f"running on {view.host}" + (
+                                 f" since {view.started.astimezone():%H:%M}" if view.started else ""),
+                             "command": None})
+    head = queue[:EXAMINE]
+    why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
+                                                     host=host or default_host(spool.config))}
+    last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
+    for rank, ctime_ns, name, uid, mode in head:
+        mine = data.reader in (0, uid)
+        row = why.get(name)
+        if row is None:  # it could start now, or it is another user's and not held: its file is private
+            kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)
+        else:
+            kind, reason = row["kind"], row["reason"]
+        if not mine:
+            reason += " (another user's job: other details private)"
+        state = "held" if sp.is_held(mode) else "queued"
+        data.waiting.append({"name": name, "user": owner(uid), "uid": uid, "priority": rank or None,
+                             "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
+                             "command": f"onite release {name}" if state == "held" and mine else None})
+    for event in refused:
+        data.waiting.append({"name": event.name, "user": event.fields.get("owner", "?"), "uid": None,
+                             "priority": None, "urgent": False, "state": "refused", "kind": "refused",
+                             "reason": event.fields.get("reason", ""), "command": None})
+    if spool.config.schedule:
+        from onite.core.schedule import next_drain
+
+        try:
+            data.next_drain = next_drain(spool.config.schedule, data.now)
+        except InvalidInput:
+            data.next_drain = None
+
+
+def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
+    """Why a job that could start (``ready``; else: whose reasons are private) is still queued."""
+    if spooled_after:
+        return "spooled after the drain"
+    if last is not None and last.reason == "window closed":
+        return f"{'ready; ' if ready else ''}left when the window closed" + (f" at {last.until}" if last.until else "")
+    if last is not None and last.reason == "stopped":
+        return f"{'ready; ' if ready else ''}left when the drain was stopped"
+    if last is not None and last.ended is None:
+        return "ready: waits for a free slot of the drain running now" if ready else "waits"
+    return "ready: waits for the next drain" if ready else "waits"

@@ -1,0 +1,70 @@
+"""A failed job's last lines of output, as the one who asks may see them (reading only).
+
+Invariant: the lines are read only for the job's owner and root, only from
+a regular file owned by the job's user and written during that run (never
+through a symlink: O_NOFOLLOW), and their control characters are spelt out
+(onite.core.safetext.printable). Anyone else is told the output is private.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from onite.spool import paths as sp
+from onite.app.listing import JobView
+from onite.core.safetext import printable
+
+TAIL_BYTES = 8192  # read from the end of the file: enough for the few lines shown
+TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its width)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The end of a failed job's output, as its reader may see it: ``private`` when it is someone
+    else's; ``stream`` "stderr" when the job kept stderr apart, else "output"."""
+
+    lines: tuple[str, ...] = ()
+    private: bool = False
+    stream: str = "output"
+    kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
+
+
+def read_tail(spool: sp.Spool, job: JobView, reader: int, lines: int) -> Tail:
+    """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its
+    output. Only for its owner and root; only from a file of its user's written during that run (else
+    ``kept`` is false: none, or a later run's)."""
+    import stat
+
+    from onite.exec.notify import output_tail
+
+    stream = "stderr" if job.stderr == "separate" else "output"
+    if reader not in (0, job.uid):
+        return Tail(private=True, stream=stream)
+    gone = Tail(stream=stream, kept=False)
+    path = spool.stderr_path(job.name) if stream == "stderr" else spool.output_path(job.name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return gone
+    try:
+        st = os.fstat(fd)
+        # another run's file (a later job of that name, or one before) is not this failure's
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != job.uid or job.started is None or \
+                not job.started.timestamp() - 2 <= st.st_mtime <= job.finished.timestamp() + 2:
+            return gone
+        start = max(0, st.st_size - TAIL_BYTES)
+        data = os.pread(fd, TAIL_BYTES, start) if lines else b""
+    except OSError:
+        return gone
+    finally:
+        os.close(fd)
+    text = output_tail(data, cut=start > 0, lines=lines).decode("utf-8", "replace").splitlines() if lines else []
+    # a retry's output follows the earlier attempts', after its marker line (onite.exec.executor.attempt_marker)
+    marker = f"[onite] attempt {job.attempt} of {job.name}, "
+    text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
+    return Tail(lines=tuple(_cut(printable(line), TAIL_WIDTH) for line in text), stream=stream)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"

@@ -1,0 +1,315 @@
+"""Recurring jobs: the templates in SPOOL/recur/ and what users do with them.
+
+A template is a job file (onite.core.jobfile, format 1) in the sticky, world-
+writable folder recur/, created mode 0600 by its owner with the same
+all-or-nothing, never-replace write as a job (spool.create_file). Its header
+carries the rule in two or three extra keys that older readers keep as they
+are::
+
+    recur-cron: 0 20 * * 1-5          or      recur-every: 25m
+                                              recur-offset: 2m
+
+As for jobs, the file's owner uid (set by the kernel) is the template's
+owner; nothing inside it decides who runs it. A user may remove only their
+own templates (root any). Other users' templates cannot be read (their
+environment is private): their rules are shown from SPOOL/recur.state,
+which the driver keeps. Spooling the instances is onite.drain.instances' work.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from onite.spool import paths as sp
+from onite.core.errors import InvalidInput, JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.spool.filecheck import BadFile, read_job_file
+from onite.exec.identity import Identity
+from onite.core.jobfile import Job, encode
+from onite.core.names import MAX_NAME, SIDE, check_name, is_valid_name
+from onite.core.policy import check_urgent
+
+RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
+# An instance adds "-YYYYMMDDTHHMM" (14), seconds (2), microseconds (6) and ".2" (2).
+MAX_TEMPLATE_NAME = MAX_NAME - 24
+
+
+# ---- templates: pure -----------------------------------------------------------------------
+
+
+def rule_fields(rule) -> tuple[tuple[str, str], ...]:
+    """The header lines that store ``rule`` in a template."""
+    from onite.core.schedule import CronRule
+    from onite.core.timeparse import format_duration
+
+    if isinstance(rule, CronRule):
+        return (("recur-cron", rule.expr),)
+    fields = (("recur-every", format_duration(rule.interval)),)
+    return fields + ((("recur-offset", format_duration(rule.offset)),) if rule.offset else ())
+
+
+def rule_of(job: Job):
+    """The rule a template's header stores.
+
+    Raises:
+        JobFormatError: no rule in it (it is not a template).
+        InvalidInput: the rule is not valid (an edited template).
+    """
+    from onite.core.schedule import parse_rule
+
+    fields = {k: v for k, v in job.extra if k in RULE_KEYS}
+    if "recur-cron" not in fields and "recur-every" not in fields:
+        raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",
+                             "remove it (onite recur remove NAME), then add it again")
+    return parse_rule(cron=fields.get("recur-cron"), every=fields.get("recur-every"),
+                      offset=fields.get("recur-offset"))
+
+
+def check_template_name(name: str) -> str:
+    """Raises:
+        InvalidInput: not a job name, or too long to leave room for the instances' suffix.
+    """
+    check_name(name, what="recurring job name")
+    if len(name) > MAX_TEMPLATE_NAME:
+        raise InvalidInput(f"recurring job name {name[:37]!r}... is {len(name)} characters long",
+                           f"use at most {MAX_TEMPLATE_NAME}: its instances add the fire time to it")
+    return name
+
+
+# ---- templates: add, remove, look ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecurRequest:
+    """``onite recur add`` as typed."""
+
+    name: str
+    body: bytes
+    cron: str | None = None
+    every: str | None = None
+    offset: str | None = None
+    priority: int | None = None
+    urgent: bool = False
+    after: tuple[str, ...] = ()
+    timeout: str | None = None
+    retries: int = 0
+    host: str | None = None
+    stderr_separate: bool | None = None  # None: the spool's stderr_separate, when the template is added
+    notify: str | None = None
+    notify_on: str | None = None
+
+
+def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
+    """Store a template (mode 0600, owned by the caller); return it and its rule.
+
+    Raises:
+        InvalidInput: a bad name, rule, priority or option (exit 2).
+        Refused: a template of that name exists, or --urgent without the right (exit 3).
+        SpoolError, SpoolIOError: no recur/ folder, or the write failed.
+    """
+    from onite.core.schedule import parse_rule
+    from onite.app.submit import SubmitRequest, build_job, check_mail
+
+    check_template_name(request.name)
+    rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
+    config = spool.config
+    job = build_job(SubmitRequest(name=request.name, body=request.body, priority=request.priority,
+                                  urgent=request.urgent, after=request.after, timeout=request.timeout,
+                                  retries=request.retries, host=request.host,
+                                  stderr_separate=request.stderr_separate, notify=request.notify,
+                                  notify_on=request.notify_on),
+                    captured, config)
+    job = replace(job, extra=job.extra + rule_fields(rule))
+    check_mail(SubmitRequest(name=request.name, body=b"", notify=request.notify), config)
+    spool.check()
+    if request.urgent:
+        check_urgent(caller, config.admins, "add urgent recurring jobs")
+    if not spool.recur_dir.is_dir():
+        raise SpoolError(f"{spool.recur_dir} is missing (a spool made by an older onite)",
+                            "run onite init to add it")
+    try:
+        sp.create_file(spool.recur_dir, request.name, encode(job), mode=0o600)
+    except Refused:
+        owner = _owner_of(spool.recur_dir / request.name)
+        raise Refused(f"a recurring job named {request.name!r} already exists ({owner})",
+                      "pick another name, or remove it first: onite recur remove NAME") from None
+    return job, rule
+
+
+def remove(spool: sp.Spool, name: str, caller_uid: int) -> None:
+    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs).
+
+    Raises:
+        NotFound: no such template.
+        Refused: it belongs to someone else and the caller is not root.
+    """
+    check_name(name, what="recurring job name")
+    path = spool.recur_dir / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
+    if caller_uid != 0 and st.st_uid != caller_uid:
+        raise Refused(f"recurring job {name!r} belongs to {sp.user_name(st.st_uid)}",
+                      "you may remove only your own recurring jobs")
+    if not sp.remove(path):
+        raise NotFound(f"no recurring job {name!r}", "see onite recur list")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemplateView:
+    """What ``onite recur list`` and ``onite status`` show of one template."""
+
+    name: str
+    uid: int
+    user: str
+    rule: str  # describe(rule), or "?" when neither readable nor known from recur.state
+    priority: int | None
+    urgent: bool
+    next: datetime | None
+    last: datetime | None  # the latest fire spooled (from recur.state)
+    problem: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "user": self.user, "uid": self.uid, "rule": self.rule,
+                "priority": self.priority, "urgent": self.urgent,
+                "next": self.next.isoformat() if self.next else None,
+                "last": self.last.isoformat() if self.last else None, "problem": self.problem or None}
+
+
+def templates(spool: sp.Spool, now: datetime) -> list[TemplateView]:
+    """Every template, by name. Templates the caller cannot read (other users') are
+    described from recur.state, which the driver keeps world-readable.
+    """
+    from onite.drain.instances import known_priority, load_state, parse_time, rule_from_state
+    from onite.core.schedule import describe
+
+    state = load_state(spool)
+    views = []
+    for name, path, st in template_files(spool):
+        known = state.get(name, {}) if state.get(name, {}).get("uid") == st.st_uid else {}
+        last = parse_time(known.get("last"))
+        try:
+            job, rule = _read_template(spool, path, st)
+        except PermissionError:
+            rule = rule_from_state(known)
+            priority, urgent = known_priority(known)
+            views.append(TemplateView(
+                name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule=describe(rule) if rule else "?",
+                priority=priority, urgent=urgent, next=_next_fire(rule, now), last=last))
+            continue
+        except (OSError, BadFile, OniteError) as err:
+            views.append(TemplateView(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule="?",
+                                      priority=None, urgent=False, next=None, last=last, problem=str(err)))
+            continue
+        views.append(TemplateView(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule=describe(rule),
+                                  priority=job.priority, urgent=job.urgent, next=_next_fire(rule, now), last=last))
+    return views
+
+
+def _next_fire(rule, now: datetime) -> datetime | None:
+    """The rule's next fire after ``now``, or None if there is no rule or it has no next fire."""
+    from onite.core.schedule import next_fire
+
+    if rule is None:
+        return None
+    try:
+        return next_fire(rule, now)
+    except InvalidInput:  # a cron rule that stops firing, or one past the last time onite takes
+        return None
+
+
+def templates_json(views: list[TemplateView], now: datetime) -> str:
+    """``onite recur list --json``: the document of ``templates(spool, now)`` (docs/json.md). Pure.
+
+    Raises: nothing; every field of a TemplateView is JSON-ready.
+    """
+    from onite.core.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
+
+    return _dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]})
+
+
+def upcoming(spool: sp.Spool, now: datetime, limit: int = 10) -> list[dict]:
+    """The next due recurring jobs, soonest first, for ``onite status``."""
+    views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))
+    return [{"name": v.name, "user": v.user, "rule": v.rule, "next": v.next.isoformat(),
+             "priority": v.priority, "urgent": v.urgent} for v in views[:limit]]
+
+
+def preview(spool: sp.Spool | None, name: str | None, rule, start: datetime, count: int) -> list[datetime]:
+    """The next ``count`` fire times after ``start`` of the template ``name``, or of ``rule``.
+
+    Raises:
+        NotFound: no such template. InvalidInput: a bad rule or count.
+    """
+    from onite.core.schedule import fire_times
+
+    if count < 0:
+        raise InvalidInput(f"invalid count {count}", "use -n 0 or more")
+    if name is not None:
+        rule = _rule_of_template(spool, name)
+    return fire_times(rule, start, count)
+
+
+def _read_template(spool: sp.Spool, path: Path, st: os.stat_result) -> tuple[Job, object]:
+    """For display only (the scheduler checks more). Never opens what is not a regular file:
+    root opening a device someone planted in recur/ could have effects.
+
+    Raises:
+        BadFile, OSError (PermissionError: another user's template), JobFormatError, InvalidInput.
+    """
+    if not stat.S_ISREG(st.st_mode):
+        raise BadFile("not a regular file")
+    job, _ = read_job_file(path, spool.config.max_job_size)
+    return job, rule_of(job)
+
+
+def _rule_of_template(spool: sp.Spool, name: str):
+    check_name(name, what="recurring job name")
+    path = spool.recur_dir / name
+    try:
+        return _read_template(spool, path, os.lstat(path))[1]
+    except FileNotFoundError:
+        raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
+    except PermissionError:
+        from onite.drain.instances import load_state, rule_from_state
+
+        known = load_state(spool).get(name, {})
+        rule = rule_from_state(known)
+        if rule is None:
+            raise Refused(f"cannot read {name!r}: it belongs to {_owner_of(path)}",
+                          "only its owner and root can see its rule until a driver has read it") from None
+        return rule
+    except (OSError, BadFile) as err:
+        raise SpoolError(f"cannot read recurring job {name!r}: {err}",
+                         f"fix or remove it: onite recur remove {name}") from None
+
+
+def template_files(spool: sp.Spool) -> Iterator[tuple[str, Path, os.stat_result]]:
+    try:
+        it = os.scandir(spool.recur_dir)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise SpoolIOError(spool.recur_dir, "listing", err) from None
+    with it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if entry.name[0] == "." or SIDE in entry.name or not is_valid_name(entry.name):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        yield entry.name, Path(entry.path), st
+
+
+def _owner_of(path: Path) -> str:
+    try:
+        return sp.user_name(os.lstat(path).st_uid)
+    except OSError:
+        return "?"

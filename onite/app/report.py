@@ -1,0 +1,403 @@
+"""``onite report``: the morning report -- what failed and why, what still waits, what ran when.
+
+The window (``build``):
+
+- by default, the last drain session (onite.app.drains): every drain, on any host,
+  since the morning before the latest drain that ran a job, to the end of the
+  last one; with no drain in onite.log, the last 24 hours;
+- ``--night DATE``: the night of DATE, from noon that day to noon the next,
+  local time;
+- ``--since WHEN`` and ``--until WHEN``: from a time (or a duration before the
+  end) to another (default: now).
+
+A job belongs to the window when it finished in it or started in it;
+``--user`` keeps one user's jobs. The jobs are those the window's result
+records or its log lines say finished: jobsdone/ keeps the last ``keep``
+results but onite.log every event, so a job whose record was pruned is
+rebuilt from its log lines (its output went with its record) and counted as
+pruned. Failures come first.
+
+What is not finished -- left queued, held, running, refused -- is shown when
+no drain started after the window, so that the queue now is what the window
+left (onite.app.leftover). A failed job's last lines of output are read as the
+caller, for the caller's own jobs only (root: anyone's; onite.app.outputtail);
+the HTML page (onite.cli.reportpage), meant to be shared, never holds output.
+The words all three outputs say are onite.app.reporttext's.
+
+Invariant: nothing here writes but ``write_html``; rich is imported only by
+``render``, so that ``--json`` never loads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+
+from onite.spool import paths as sp
+from onite.core.errors import InvalidInput
+from onite.app.listing import JobView, outcome_counts, result_view
+
+SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
+SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first status.EXAMINE
+TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines when many did)
+RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
+
+
+@dataclass
+class ReportData:
+    """The jobs of one morning report, the window they come from, and what the window left."""
+
+    spool: str
+    since: datetime  # the window's start
+    until: datetime  # its end: now, unless --night or --until, or the last drain ended
+    now: datetime
+    jobs: list[JobView]  # failures first, then in the order they started
+    night: date | None = None
+    user: str | None = None
+    damaged: list[str] = field(default_factory=list)  # names of result records that could not be read
+    kind: str = "since"  # "drain": the last drain session; "night": --night; "since": a time range
+    drains: list = field(default_factory=list)  # onite.app.drains.Drain, of the window
+    pruned: set[str] = field(default_factory=set)  # jobs rebuilt from the log: their records were pruned
+    unrun: set[str] = field(default_factory=set)  # jobs that never started a process
+    tries: dict[str, int] = field(default_factory=dict)  # attempts a retried job was allowed
+    tails: dict = field(default_factory=dict)  # onite.app.outputtail.Tail of the failures told in full
+    keep: int = 0
+    current: bool = False  # no drain started after the window: the queue now is what it left
+    waiting: list[dict] = field(default_factory=list)  # jobs not finished: running, queued, held, refused
+    left: dict[str, int] = field(default_factory=dict)  # how many: queued, since, held, running, refused
+    next_drain: datetime | None = None
+    reader: int = 0  # the uid the report is read as
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return outcome_counts(self.jobs)
+
+    @property
+    def timed_out(self) -> int:
+        return sum(1 for job in self.jobs if is_timeout(job))
+
+    @property
+    def draining(self) -> bool:
+        """Is a drain of the window still running?"""
+        return any(d.ended is None for d in self.drains)
+
+    @property
+    def failures(self) -> list[JobView]:
+        return [job for job in self.jobs if job.state == "failed"]
+
+    @property
+    def hosts(self) -> dict[str, dict]:
+        """Per host: how many jobs it ran, how they ended, its busy time and its share of the jobs."""
+        table: dict[str, dict] = {}
+        ran = [j for j in self.jobs if j.started is not None and j.name not in self.unrun]
+        for job in ran:
+            row = table.setdefault(job.host or "?", {"jobs": 0, "done": 0, "failed": 0, "cancelled": 0,
+                                                      "busy_seconds": 0.0})
+            row["jobs"] += 1
+            row[job.state] = row.get(job.state, 0) + 1
+            row["busy_seconds"] += job.duration or 0.0
+        for row in table.values():
+            row["share"] = row["jobs"] / len(ran)
+        return dict(sorted(table.items()))
+
+    @property
+    def span(self) -> tuple[datetime, datetime]:
+        """From the first start (or end, for a job that never ran) to the last end: the timeline's extent."""
+        if not self.jobs:
+            return self.since, self.until
+        return min(j.started or j.finished for j in self.jobs), max(j.finished for j in self.jobs)
+
+
+def is_timeout(job: JobView) -> bool:
+    return job.state == "failed" and job.reason == "timeout"  # Outcome.describe's word for it
+
+
+# ---- the window ------------------------------------------------------------------------
+
+NIGHT_STARTS = time(12, 0)  # a night runs from noon to the next noon
+
+
+def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
+    """The night of ``day``: [day 12:00, day+1 12:00) as aware datetimes, each noon with its own UTC offset
+    (23 or 25 hours across a change of daylight saving time).
+
+    ``ref`` gives the zone: a zone with rules (zoneinfo) is used as is; a fixed offset, as
+    ``datetime.now().astimezone()`` carries, stands for the machine's zone (TZ).
+    """
+    from onite.core.timeparse import local_time
+
+    noons = (datetime.combine(day, NIGHT_STARTS), datetime.combine(day + timedelta(days=1), NIGHT_STARTS))
+    if ref.tzinfo is not None and not isinstance(ref.tzinfo, timezone):
+        # each as a fixed offset: datetimes sharing a zoneinfo subtract and compare by their wall clocks
+        fixed = [noon.replace(tzinfo=ref.tzinfo) for noon in noons]
+        return tuple(noon.astimezone(timezone(noon.utcoffset())) for noon in fixed)
+    return local_time(noons[0], ref), local_time(noons[1], ref)
+
+
+def night_of(when: datetime) -> date:
+    """The date of the night ``when`` belongs to (the night of D runs from D 12:00 to D+1 12:00)."""
+    local = when.astimezone()
+    return local.date() - timedelta(days=local.time() < NIGHT_STARTS)
+
+
+def morning_before(when: datetime, ref: datetime) -> datetime:
+    """The start of the night ``when`` belongs to: the noon at or before it, local time."""
+    return night_window(night_of(when), ref)[0]
+
+
+def parse_night(text: str, now: datetime) -> date:
+    """``YYYY-MM-DD``, ``today`` or ``yesterday`` (``now``'s local date).
+
+    Raises:
+        InvalidInput: none of those.
+    """
+    raw = text.strip().lower()
+    if raw in ("today", "yesterday"):
+        return now.date() - timedelta(days=raw == "yesterday")
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw):
+        from onite.core.timeparse import EARLIEST, LATEST
+
+        try:
+            day = date.fromisoformat(raw)
+        except ValueError:
+            pass
+        else:
+            if EARLIEST.year <= day.year < LATEST.year - 1:  # its night must end before the last time onite takes
+                return day
+            raise InvalidInput(f"bad --night {text!r}: not between the years {EARLIEST.year} and {LATEST.year - 2}",
+                               "write a date such as 2026-11-22, today or yesterday")
+    raise InvalidInput(f"bad --night {text!r}", "write a date such as 2026-11-22, today or yesterday")
+
+
+def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> datetime:
+    """A duration before ``now``, a time of day (``19:00``: the last 19:00 before ``now``) or a date-time
+    (as it is); None: 24 hours before ``now``.
+
+    Raises:
+        InvalidInput: neither a duration nor a time.
+    """
+    if not text:
+        return now - RECENT
+    from onite.core.timeparse import parse_duration, parse_when
+
+    try:
+        return now - parse_duration(text, what=option)
+    except InvalidInput:
+        pass
+    raw = text.strip().lower()
+    if raw.startswith(("+", "tomorrow")):  # forms of a time to come: no report covers the future
+        raise _bad_time(option, text)
+    try:
+        when = parse_when(text, now)
+    except InvalidInput:
+        raise _bad_time(option, text) from None
+    if when > now and re.fullmatch(r"\d{1,2}:\d{2}", raw):  # "19:00" means the last 19:00, not the next one
+        when -= timedelta(days=1)
+    return when
+
+
+def _bad_time(option: str, text: str) -> InvalidInput:
+    return InvalidInput(f"bad {option} {text!r}",
+                        "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
+
+
+def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: str | None = None,
+          until: str | None = None, user: str | None = None, reader: int | None = None,
+          host: str | None = None, details: bool = True) -> ReportData:
+    """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to
+    ``until``), of one ``user``'s jobs or everyone's, read as uid ``reader`` (default: this process's)
+    on ``host`` (default: this host). Without ``details``, only the jobs: no output, nothing unfinished.
+
+    Raises:
+        InvalidInput: a bad --since, --until or --night, --night with either; an empty --user;
+            --since after --until.
+    """
+    from onite.app import drains as dr
+
+    if user is not None and not user.strip():
+        raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
+    if night is not None and (since is not None or until is not None):
+        raise InvalidInput(f"--night and {'--since' if since is not None else '--until'} cannot be used together",
+                           "use --night DATE for a night (noon to noon), or --since/--until for a time range")
+    reader = os.geteuid() if reader is None else reader
+    kind, day, start, end, drains, events, every_drain = _window(spool, now, since, night, until)
+    # the log's times are whole seconds: a job filed in the drain's last second is inside it
+    results_end = end + timedelta(seconds=1) if kind == "drain" else end
+    told = dr.job_events(events, start, end)
+
+    def inside(when: datetime | None) -> bool:
+        return when is not None and start <= when < results_end
+
+    def wanted(owner: str) -> bool:
+        return user is None or owner == user
+
+    damaged: list[str] = []
+    results = [r for r in sp.results(spool, damaged) if inside(r.finished) or inside(r.started)]
+    recorded = {r.name for r in results}
+    views = [result_view(r) for r in results if wanted(r.user)]
+    pruned = [log_view(final, told.starts.get(name)) for name, final in told.finals.items() if name not in recorded]
+    pruned = [view for view in pruned if wanted(view.user)]
+    jobs = views + pruned
+    jobs.sort(key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
+                      pruned={v.name for v in pruned}, tries=told.tries, keep=spool.config.keep, reader=reader,
+                      damaged=damaged)
+    data.unrun = {job.name for job in jobs if never_ran(job, told)}
+    data.current = not any(d.started > end for d in every_drain)
+    if not details:
+        return data
+    failures = data.failures
+    from onite.app.outputtail import read_tail
+
+    lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
+    for job in failures[:SHOWN_FAILURES]:
+        if job.name not in data.pruned and job.name not in data.unrun:
+            data.tails[job.name] = read_tail(spool, job, reader, lines)
+    if data.current:
+        refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
+        from onite.app.leftover import unfinished
+
+        unfinished(data, spool, refused, host)
+    return data
+
+
+def _window(spool: sp.Spool, now: datetime, since: str | None, night: str | None, until: str | None):
+    """The window's kind, date (--night), start and end, its drains, the log's events from its start on,
+    and every drain they tell of.
+
+    Raises:
+        InvalidInput: a bad --since, --until or --night; --since after --until.
+    """
+    from onite.app import drains as dr
+    from onite.spool.locks import active_hosts
+
+    log = dr.read_back(dr.log_paths(spool.log_path))
+    boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
+    day: date | None = None
+    if night is not None:
+        kind, day = "night", parse_night(night, now)
+        start, end = night_window(day, now)
+    elif since is not None or until is not None:
+        kind = "since"
+        end = parse_since(until, now, option="--until") if until is not None else now
+        start = parse_since(since, end)
+        if start >= end:
+            raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
+    else:
+        kind, start, end = "drain", None, None
+    events = dr.collect(log, start, boundary, now)
+    every_drain = dr.drains_of(events, active_hosts(spool.root))
+    if kind != "drain":
+        return kind, day, start, end, dr.in_window(every_drain, start, end), events, every_drain
+    session = dr.last_session(every_drain, boundary)
+    if session is None:  # no drain in the log: the last day
+        return "since", None, now - RECENT, now, [], events, every_drain
+    return kind, None, session.start, session.end or now, list(session.drains), events, every_drain
+
+
+def log_view(final, start) -> JobView:
+    """A finished job as its log lines tell it (its record was pruned): its last final line, and the
+    start line of that run if there is one (none: it never started)."""
+    fields = final.fields
+    seconds = _number(fields.get("seconds"))
+    started, finished = None, final.when
+    if start is not None and start.fields.get("attempt") == fields.get("attempt") and start.when <= final.when:
+        # the log's times are whole seconds; its ``seconds`` field is the run's length
+        started = start.when
+        if seconds is not None and start.when + timedelta(seconds=seconds) <= final.when + timedelta(seconds=1):
+            finished = start.when + timedelta(seconds=seconds)
+    priority = start.fields.get("priority") if start is not None else None
+    user = fields.get("user") or (start.fields.get("user") if start is not None else "") or "?"
+    reason = fields.get("reason", "")
+    if final.event == "cancelled" and not reason:
+        reason = f"cancelled by {fields.get('by', '?')}"
+    exit_code = _number(fields.get("exit"))
+    return JobView(name=final.name, uid=_uid(user), user=user, state=final.event,
+                   priority=int(priority) if priority and priority.isdigit() else None, urgent=priority == "urgent",
+                   submitted=started or final.when, host=final.host, started=started, finished=finished,
+                   exit_code=int(exit_code) if exit_code is not None else None, reason=reason,
+                   attempt=int(fields["attempt"]) if fields.get("attempt", "").isdigit() else None)
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _uid(user: str) -> int:
+    """The uid of a user named in the log (-1: no such account now); once per name, not once per job."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return -1
+
+
+def never_ran(job: JobView, told) -> bool:
+    """Did the job end without a process of it ever starting? (A failed dependency, a directory that
+    was gone, a cancel while queued, a refusal.) A record of a job onite could not start has a start
+    time but no exit status; the log then has no start line for that attempt."""
+    if job.started is None:
+        return True
+    if job.exit_code is not None or job.signal is not None:
+        return False
+    final, start = told.finals.get(job.name), told.starts.get(job.name)
+    return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
+
+
+# ---- output --------------------------------------------------------------------------------
+
+
+def to_json(data: ReportData) -> str:
+    from onite.core.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
+    from onite.app.reporttext import failure_notes, failure_text, headline
+
+    def job(view: JobView) -> dict:
+        return {**view.to_json(), "ran": view.name not in data.unrun, "tries": data.tries.get(view.name),
+                "pruned": view.name in data.pruned}
+
+    failures = []
+    for view in data.failures[:SHOWN_FAILURES]:
+        tail = data.tails.get(view.name)
+        lines, note = failure_notes(data, view)
+        failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
+                         "output": list(lines) if tail and tail.kept and not tail.private else None,
+                         "private": bool(tail and tail.private),
+                         "command": note if note.startswith("onite output ") else None})
+    return _dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
+                   "until": data.until.isoformat(), "now": data.now.isoformat(),
+                   "night": data.night.isoformat() if data.night else None, "user": data.user,
+                   "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,
+                   "pruned": len(data.pruned), "keep": data.keep,
+                   "drains": [d.to_json() for d in data.drains],
+                   "left": data.left if data.current else None,
+                   "next_drain": data.next_drain.isoformat() if data.next_drain else None,
+                   "hosts": data.hosts, "failures": failures, "waiting": data.waiting,
+                   "jobs": [job(j) for j in data.jobs]})
+
+
+def render(console, data: ReportData, *, plain: bool = False) -> None:
+    """The report on a rich Console: what it covers, the headline, the failures with their last lines
+    of output, what is not finished, the table, the timeline, the hosts. ``plain`` (or a Console that
+    is not a terminal): every row one line, never wrapped, states in words (docs/cli.md)."""
+    from onite.cli.render import print_report
+
+    print_report(console, data, plain=plain or not console.is_terminal)
+
+
+def write_html(path, data: ReportData) -> None:
+    """Write the page to ``path``, all or nothing (onite.cli.reportpage.write_html).
+
+    Raises:
+        InvalidInput: ``path`` cannot be written.
+    """
+    from onite.cli.reportpage import write_html as write
+
+    write(path, data)

@@ -1,0 +1,221 @@
+"""The words of the morning report: the window, the headline, each failure, what is left, the table, the timeline (pure).
+
+Shared by the terminal (onite.cli.render), the HTML page (onite.cli.reportpage) and
+``--json``, so that all three say the same thing. Text from users is shown
+through onite.core.safetext.printable.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from onite.core.cells import human_duration, priority_label
+from onite.app.listing import JobView
+from onite.app.report import ReportData, is_timeout
+from onite.core.safetext import printable
+from onite.core.state import signal_name
+
+
+def window_text(data: ReportData) -> str:
+    """What the report covers, in words."""
+    if data.kind == "night" and data.night is not None:
+        return (f"the night of {data.night.isoformat()} "
+                f"({data.since.astimezone():%Y-%m-%d %H:%M} to {data.until.astimezone():%Y-%m-%d %H:%M})")
+    if data.kind == "drain":
+        hosts = ", ".join(dict.fromkeys(printable(d.host) for d in data.drains))
+        start, end = data.since.astimezone(), data.until.astimezone()
+        what = "the last drain" if len(data.drains) == 1 else f"the last {len(data.drains)} drains"
+        if any(d.ended is None for d in data.drains):
+            return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}"
+        clock = "%H:%M" if end - start >= timedelta(hours=1) else "%H:%M:%S"  # a short drain: to the second
+        to = f"{end:{clock}}" if end.date() == start.date() else f"{end:%Y-%m-%d {clock}}"
+        return f"{what}, {start:%Y-%m-%d {clock}} to {to} on {hosts}"
+    text = f"jobs finished since {data.since.astimezone():%Y-%m-%d %H:%M}"
+    if data.until < data.now:
+        text += f" until {data.until.astimezone():%Y-%m-%d %H:%M}"
+    return text
+
+
+def headline_parts(data: ReportData) -> list[tuple[str, str]]:
+    """The headline's parts, each with what it counts: ``("failed", "2 failed (1 timed out)")``."""
+    counts, left = data.counts, data.left
+    failed = f"{counts['failed']} failed" + (f" ({data.timed_out} timed out)" if data.timed_out else "")
+    parts = [("done", f"{counts['done']} done"), ("failed", failed)]
+    if counts["cancelled"]:
+        parts.append(("cancelled", f"{counts['cancelled']} cancelled"))
+    for key, words in left_words(data):
+        if left.get(key):
+            parts.append((key, f"{left[key]} {words}"))
+    if data.pruned:
+        parts.append(("pruned", f"{len(data.pruned)} earlier results pruned (keep = {data.keep})"))
+    return parts
+
+
+LEFT_WORDS = (("running", "running"), ("queued", "left queued"), ("since", "spooled since"), ("held", "held"),
+              ("refused", "refused"))
+
+
+def left_words(data: ReportData) -> tuple[tuple[str, str], ...]:
+    """LEFT_WORDS; while a drain of the window still runs, its queued jobs are not left: just queued."""
+    if data.draining:
+        return tuple((key, "queued" if key == "queued" else words) for key, words in LEFT_WORDS)
+    return LEFT_WORDS
+
+
+def headline(data: ReportData) -> str:
+    """``31 done, 2 failed (1 timed out), 6 left queued, 1 held, 30 earlier results pruned (keep = 50)``."""
+    who = f"user {printable(data.user)}: " if data.user is not None else ""
+    return who + ", ".join(text for _, text in headline_parts(data))
+
+
+MARK = {"done": "✓", "failed": "✗", "timeout": "⏱", "cancelled": "⊘", "queued": "◦", "held": "‖",
+        "running": "▶", "refused": "!"}
+
+
+def state_word(job: JobView) -> str:
+    """``done``, ``failed``, ``timeout`` or ``cancelled``: the STATE column in words."""
+    return "timeout" if is_timeout(job) else job.state
+
+
+def attempts_text(data: ReportData, job: JobView) -> str:
+    """``2/3`` for a job that was retried (``2`` if the log no longer says how many it was allowed)."""
+    allowed = data.tries.get(job.name)
+    if not job.attempt or (job.attempt <= 1 and not allowed):
+        return ""
+    return f"{job.attempt}/{allowed}" if allowed else str(job.attempt)
+
+
+def failure_text(data: ReportData, job: JobView) -> str:
+    """``bad (alice, P2) failed: exit 3 after 41s, attempt 2/3``: a failure in a sentence."""
+    pri = priority_label(job)
+    return f"{printable(job.name)} ({printable(job.user)}" + (f", {pri}" if pri else "") + f") {failure_what(data, job)}"
+
+
+def failure_what(data: ReportData, job: JobView) -> str:
+    """How a job failed: ``failed: exit 3 after 41s``, ``timed out after 2.0s (SIGKILL)``, ``never ran:
+    dependency build failed``; with ``, attempt 2/3`` if it was retried."""
+    took = human_duration(job.duration)
+    if job.name in data.unrun:
+        what = f"never ran: {printable(job.reason)}"
+    elif is_timeout(job):
+        what = "timed out" + (f" after {took}" if took else "") + (f" ({signal_name(job.signal)})" if job.signal else "")
+    else:
+        what = f"failed: {printable(job.reason) or 'failed'}" + (f" after {took}" if took else "")
+    tries = attempts_text(data, job)
+    return what + (f", attempt {tries}" if tries else "")
+
+
+def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]:
+    """What follows a failure's sentence: its last lines of output (as its reader may see them), and
+    a note: the command that reads it all, or why there is none."""
+    if job.name in data.pruned:
+        return (), f"its record and output were pruned (keep = {data.keep}); the log told the rest"
+    if job.name in data.unrun:
+        return (), ""
+    tail = data.tails.get(job.name)
+    if tail is not None and tail.private:
+        who = "root" if job.user == "root" else f"{printable(job.user)} and root"
+        return (), f"output is private: only {who} may read it"
+    if tail is not None and not tail.kept:
+        return (), "no output of this run is kept (removed, or a later run of that name replaced it)"
+    return (tail.lines if tail else ()), output_command(job)
+
+
+def output_command(job: JobView) -> str:
+    """The command that prints a job's output: its stderr, when it kept that apart."""
+    return f"onite output {job.name}" + (" --stderr" if job.stderr == "separate" else "")
+
+
+def waiting_text(row: dict) -> str:
+    """``late (alice, P3) queued: ready; left when the window closed at 07:00``."""
+    from onite.core.cells import priority_text
+
+    pri = priority_text(row["urgent"], row["priority"])
+    who = f"{printable(row['name'])} ({printable(row['user'])}" + (f", {pri}" if pri else "") + ")"
+    return f"{who} {row['state']}: {printable(row['reason'])}" + (f" — {row['command']}" if row["command"] else "")
+
+
+def waiting_title(data: ReportData) -> str:
+    parts = [f"{data.left[key]} {words}" for key, words in left_words(data) if data.left.get(key)]
+    text = "not finished: " + ", ".join(parts)
+    if data.next_drain is not None:
+        text += f" (next drain {data.next_drain.astimezone():%Y-%m-%d %H:%M})"
+    return text
+
+
+# ---- the table ---------------------------------------------------------------------------
+
+# (title, right-justified): all left-justified, so that each column starts under its title
+COLUMNS = (("STATE", False), ("NAME", False), ("USER", False), ("PRI", False), ("HOST", False),
+           ("STARTED", False), ("TOOK", False), ("TRIES", False), ("EXIT", False), ("REASON", False))
+
+
+def exit_text(view: JobView) -> str:
+    """The exit code, the signal's name, or ``-`` for a job that never ran."""
+    if view.exit_code is not None:
+        return str(view.exit_code)
+    if view.signal is not None:
+        return signal_name(view.signal)
+    return "-"
+
+
+def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
+    """The cells of the report's table, one row per job, in the order of COLUMNS (the state as a
+    word, or with ``marks`` as its symbol)."""
+    # within a day's window the time of day is enough; a longer one needs the date
+    day_long = data.until - data.since <= timedelta(hours=25)
+    out = []
+    for job in data.jobs:
+        started = ""
+        if job.started is not None and job.name not in data.unrun:
+            local = job.started.astimezone()
+            started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%dT%H:%M")
+        word = state_word(job)
+        took = "" if job.name in data.unrun else human_duration(job.duration)
+        out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
+                    printable(job.host or ""), started, took, attempts_text(data, job), exit_text(job),
+                    printable(job.reason)])
+    return out
+
+
+# ---- the timeline ---------------------------------------------------------------------------
+
+_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
+    """Round local times to mark on a timeline from ``start`` to ``end``, at most ``most`` of them
+    (the finest step that allows it: hours for a night), each with its label (HH:MM, or HH:MM:SS
+    when the step is under a minute)."""
+    seconds = max((end - start).total_seconds(), 1.0)
+    most = max(most, 1)
+    step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))
+    label = "%H:%M:%S" if step < 60 else "%H:%M" if step < 86400 else "%m-%d"
+    # round in local time, so that hour ticks fall on the hour in zones half an hour off UTC
+    offset = start.astimezone().utcoffset().total_seconds()
+    at = math.ceil((start.timestamp() + offset) / step) * step - offset
+    marks = []
+    while at <= end.timestamp():
+        when = datetime.fromtimestamp(at).astimezone()
+        marks.append((when, when.strftime(label)))
+        at += step
+    return marks
+
+
+def timeline_span(data: ReportData) -> tuple[datetime, datetime]:
+    """The timeline's extent: the jobs' span, widened to whole seconds (at least one), so that a
+    night of short jobs still gets a time axis with ticks."""
+    start, end = data.span
+    first = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
+    last = datetime.fromtimestamp(max(math.ceil(end.timestamp()), first.timestamp() + 1), end.tzinfo)
+    return first, last
+
+
+def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
+    """Where a job's bar lies on the timeline from ``start`` to ``end``, as fractions (0 to 1);
+    a job that never ran is a point at its end."""
+    seconds = max((end - start).total_seconds(), 1e-6)
+    first = ((job.started or job.finished) - start).total_seconds() / seconds
+    last = (job.finished - start).total_seconds() / seconds
+    return min(max(first, 0.0), 1.0), min(max(last, 0.0), 1.0)

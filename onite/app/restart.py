@@ -1,0 +1,126 @@
+"""``onite restart NAME``: spool a finished job again, as ``pueue restart`` does.
+
+The job comes back from its own file, jobsdone/NAME, which the driver moved
+there when the job finished (done, failed or cancelled): the same text,
+environment, directory, umask and options (priority, timeout, retries,
+dependencies, host pin, stderr, notices). What belonged to the last run is
+reset: the attempt count and the attempts' history, the submit time, and a
+not-before time that has passed (a recurring instance's fire time, an old
+``--at``) -- a restarted job waits for the next drain, as a new one does.
+
+Who may: the job's owner, or root. The new queue file is owned by the job's
+owner whoever restarts it (root restarting alice's job spools alice's job),
+because the file's owner is whom the job runs as. Everything a submit checks
+is checked again (name free, dependencies known, cutoff, check_lock,
+urgent), and the file is created as a submit creates one: all or nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from datetime import datetime
+
+from onite.spool import paths as sp
+from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
+from onite.exec.identity import Identity
+from onite.core.names import check_base, check_name, unique_name
+
+
+def restart(spool: sp.Spool, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
+            unique: bool = False, hold: bool = False, host: str | None = None) -> str:
+    """Spool the finished job ``name`` again (as ``new_name``, or with a unique suffix); its final name.
+    ``host``: the host it is spooled from (default: this one).
+
+    Raises:
+        InvalidInput: a bad name; a dependency no longer known.
+        NotFound: no finished job of that name is kept.
+        Refused: not the caller's job (and not root); the name is queued or running; the spool's
+            policy (cutoff, check_lock, urgent).
+        SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
+    """
+    from onite.core.jobfile import encode
+    from onite.app.submit import SubmitRequest, check_policy, dependency_known, prepare_holds, undo_holds
+
+    check_name(name)
+    target = new_name or name
+    (check_base if unique else check_name)(target)
+    job, st = read_finished(spool, name, caller.uid)
+    check_policy(spool, SubmitRequest(name=target, body=job.body, urgent=job.urgent), now, caller)
+    for dep in job.after:
+        if not dependency_known(spool, dep):
+            from onite.core.errors import InvalidInput
+
+            raise InvalidInput(f"job {name!r} waits for {dep!r}, which is no longer queued, running or finished",
+                               "spool it anew without that --after")
+    if unique:
+        target = unique_name(target, lambda n: sp.name_taken(spool, n))
+    elif sp.is_live(spool, target):
+        raise Refused(f"a job named {target!r} is already queued or running",
+                      f"restart it as another job: onite restart {name} --name NEW, or --unique")
+    not_before = job.not_before if job.not_before is not None and job.not_before > now else None
+    job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
+                  not_before=not_before)
+    owner = None if st.st_uid == caller.uid else (st.st_uid, st.st_gid)
+    markers = prepare_holds(spool, [target], caller, hold=hold, owner=owner)
+    try:
+        sp.create_file(spool.folder_for(job.priority, job.urgent), target, encode(job),
+                       mode=sp.job_mode(hold and markers is None), owner=owner)
+    except OniteError:
+        undo_holds(markers or [])
+        raise
+    return target
+
+
+def read_finished(spool: sp.Spool, name: str, caller_uid: int):
+    """The job file of finished job ``name`` (jobsdone/NAME) and its stat, if the caller may restart it.
+
+    Raises:
+        NotFound: not kept (never finished, or retention removed it).
+        Refused: someone else's; or not a file onite may trust (a link, not regular, no account).
+        SpoolIOError: it cannot be read; JobFormatError: it is not a job file.
+    """
+    from onite.spool.filecheck import BadFile, read_job_file
+    from onite.exec.identity import resolve
+
+    path = _finished_path(spool, name, caller_uid)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise NotFound(f"no finished job {name!r} is kept", "it was filed or removed just now: try again") from None
+    except OSError as err:
+        raise SpoolIOError(path, "looking at", err) from None
+    if caller_uid not in (0, st.st_uid):
+        raise Refused(f"job {name!r} belongs to {sp.user_name(st.st_uid)}", "only its owner or root may restart it")
+    try:
+        job, opened = read_job_file(path, spool.config.max_job_size)
+    except BadFile as err:
+        raise Refused(f"{path} cannot be restarted: {err}", "spool the job anew with onite submit") from None
+    except FileNotFoundError:
+        raise NotFound(f"no finished job {name!r} is kept", "retention removed it just now") from None
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
+    if opened.st_nlink != 1 or opened.st_uid != st.st_uid:
+        raise Refused(f"{path} cannot be restarted: it changed as it was read, or has several links",
+                      "spool the job anew with onite submit")
+    resolve(opened.st_uid)  # a job of a deleted account never runs again
+    return job, opened
+
+
+def _finished_path(spool: sp.Spool, name: str, caller_uid: int):
+    """jobsdone/NAME; or, for a job the caller cancelled while queued and no driver has filed yet,
+    the caller's own withdrawn file in cancel/ (a sticky folder anyone may drop a file into: only
+    the caller's own files count).
+
+    Raises:
+        NotFound: neither is there.
+    """
+    path = spool.done_dir / name
+    if os.path.lexists(path):
+        return path
+    withdrawn = [e for e in sp.cancelled_pending(spool) if e.name == name and e.uid == caller_uid]
+    if withdrawn:
+        return max(withdrawn, key=lambda e: e.ctime_ns).path
+    hint = ("it is queued or running; restart it once it has finished" if sp.is_live(spool, name)
+            else "see onite list --all; retention keeps the last `keep` jobs")
+    raise NotFound(f"no finished job {name!r} is kept", hint)

@@ -1,0 +1,396 @@
+"""``onite status``: which drivers run and since when, what runs for how long, what is queued, what
+waits and why, when the next drain is, and how last night went.
+
+Everything comes from what every user may see (folders, owners, modes,
+the drivers' heartbeats, the driver's run records and the world-readable result records),
+except why a queued job waits: that needs its job file, which is private to
+its owner. So the reasons are read only for jobs the caller owns (every job
+for root), only among the first EXAMINE queued jobs in run order (a queue of
+100,000 costs 200 reads, not 100,000), and decided by queue.evaluate with
+the driver's own dependency rule (onite.spool.deps), so that status never tells a
+different story from the driver. A held job is held for everyone to see
+(the mode says so); another user's job that is not held is only counted.
+
+A next drain is shown only when something will start one (onite.drain.nextdrain:
+a live daemon, the systemd timer, a cron entry that ``onite cron --install``
+wrote); otherwise status says no drain is scheduled and the command that
+fixes it. Jobs recorded as running on a host whose driver is not alive are
+warned about: nothing will finish them until a driver starts there.
+
+``status_json`` imports no rich; ``render_status`` draws the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from onite.spool import paths as sp
+from onite.app.listing import JobView, running_views
+from onite.spool.locks import held_locks
+
+EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
+SHOWN_FAILED = 10  # names of failed jobs in last night's summary
+
+
+@dataclass
+class StatusInfo:
+    """What ``onite status`` shows: drivers, queue sizes, running and waiting jobs, what comes next."""
+
+    spool: str
+    now: datetime
+    drivers: list[dict]
+    queue: dict[str, int]
+    held: int
+    running: list[JobView]
+    next_drain: datetime | None
+    schedule: tuple[str, ...]
+    until: str | None
+    recurring: list[dict] = field(default_factory=list)
+    location: str = ""  # which spool, and why: "system spool /var/spool/onite (default: it exists)"
+    drain: object = None  # onite.drain.nextdrain.DrainPlan
+    schedule_next: datetime | None = None  # the next time of `schedule`, whether or not anything starts a drain then
+    warnings: list[str] = field(default_factory=list)
+    last_driver: dict | None = None  # the latest heartbeat of a driver that is no longer alive
+    waiting: list[dict] = field(default_factory=list)
+    not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
+    last_night: dict = field(default_factory=dict)
+    damaged: list[str] = field(default_factory=list)  # result records that could not be read (left out)
+    containment: dict | None = None  # how jobs are contained, as the last driver said: {"host", "kind"}
+
+
+def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
+    """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host).
+
+    Raises:
+        SpoolIOError: a folder cannot be listed.
+    """
+    import os
+
+    from onite.core.config import default_host
+
+    config = spool.config
+    euid = os.geteuid() if euid is None else euid
+    running = running_views(spool)
+    from onite.drain import heartbeat as hb
+
+    all_beats = hb.beats(spool.root)
+    live = {b.host for b in hb.live_beats(spool.root, now)}
+    drivers = [{"host": lock.host, "running": True, "holder": lock.holder, "pid": lock.pid, "since": lock.since,
+                "role": lock.role, "started_by": lock.started_by, "state": lock.state,
+                "jobs": [v.name for v in running if v.host == lock.host]}
+               for lock in held_locks(spool.root)]
+    warnings = []
+    last_driver = None
+    for beat in all_beats:
+        if beat.host in live:
+            continue
+        if beat.state != "exited":
+            warnings.append(f"the driver of host {beat.host} (pid {beat.pid}, started by {beat.started_by} at "
+                            f"{beat.since:%Y-%m-%d %H:%M}) died without finishing")
+        if last_driver is None or beat.updated > hb_time(last_driver):
+            last_driver = {"host": beat.host, "pid": beat.pid, "role": "daemon" if beat.role == "daemon" else "driver",
+                           "started_by": beat.started_by, "since": beat.since.isoformat(),
+                           "ended": beat.ended.isoformat() if beat.ended else None,
+                           "died": beat.state != "exited", "updated": beat.updated.isoformat()}
+    this_host = host or default_host(config)
+    orphans = [v for v in running if v.host not in live]
+    for where in sorted({v.host for v in orphans}):
+        # listed before the heartbeats were read: a driver that filed its job and exited in between is not
+        # a dead one, so only jobs still there now are warned about
+        still = {e.name for e in sp.running(spool, where)}
+        names = ", ".join(v.name for v in orphans if v.host == where and v.name in still)
+        if not names:
+            continue
+        fix = "onite run" if where == this_host else f"onite run on {where}, or onite recover --host {where} if it is gone"
+        warnings.append(f"recorded as running on host {where} with no live driver there: {names} — nothing finishes "
+                        f"or cancels them until a driver starts on {where} and recovers them (root: {fix})")
+    queue: dict[str, int] = {"urgent": 0, **{f"P{p}": 0 for p in range(1, config.priorities + 1)}}
+    held = 0
+    head: list[tuple[int, int, str, int, int]] = []  # (rank, ctime_ns, name, uid, mode) of the first EXAMINE
+    for rank, rows in sp.queued_folder_stats(spool):  # counts need no JobView (100,000 queued)
+        queue["urgent" if rank == 0 else f"P{rank}"] += len(rows)
+        held += sum(sp.is_held(mode) for _, _, _, mode in rows)
+        if len(head) < EXAMINE:
+            head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
+    waiting = waiting_jobs(spool, head, now, euid=euid, host=this_host)
+    schedule_next = None
+    if config.schedule:
+        from onite.core.schedule import next_drain as next_fire
+
+        schedule_next = next_fire(config.schedule, now)  # a bad schedule is an error of every command that reads it
+    from onite.drain.nextdrain import plan
+
+    drain = plan(spool, now, host=this_host)
+    warnings.extend(drain.problems)
+    next_drain = drain.next.when if drain.next else None
+    from onite.app.recur import upcoming
+
+    recurring = upcoming(spool, now, limit=10)
+    damaged: list[str] = []
+    return StatusInfo(
+        spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
+        next_drain=next_drain, schedule=config.schedule,
+        until=config.until.strftime("%H:%M") if config.until else None, recurring=recurring,
+        waiting=waiting, not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now, damaged),
+        damaged=damaged,
+        location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
+        schedule_next=schedule_next, warnings=warnings, last_driver=last_driver,
+        containment=containment_said(spool),
+    )
+
+
+def containment_said(spool: sp.Spool) -> dict | None:
+    """How jobs are contained (onite.exec.contain), as the latest ``driver-start`` line in the log says:
+    only a driver running as root can tell (a user's look would not find root's cgroups)."""
+    from onite.core.errors import SpoolIOError
+    from onite.spool.log import parse_line, tail
+
+    try:
+        lines = tail(spool.log_path, 2000)
+    except SpoolIOError:
+        return None
+    for line in reversed(lines):
+        if " driver-start " not in line:
+            continue
+        event = parse_line(line)
+        if event is not None and event["event"] == "driver-start" and event["fields"].get("contain"):
+            return {"host": event["host"], "kind": event["fields"]["contain"], "since": event["time"]}
+    return None
+
+
+def hb_time(row: dict) -> datetime:
+    return datetime.fromisoformat(row["updated"])
+
+
+def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
+                 host: str) -> list[dict]:
+    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, mode)``, in run order) cannot start now.
+
+    Jobs that may start are left out, as are other users' jobs that are not held.
+    """
+    from onite.spool.deps import dependency_state
+    from onite.core.errors import DamagedRecord, JobFormatError
+    from onite.spool.filecheck import BadFile, read_job_file
+    from onite.core.queue import READY, DepState, Fail, Meta, evaluate
+
+    users: dict[int, str] = {}
+    found = []
+    for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
+        held = sp.is_held(mode)
+        user = users.get(uid) or users.setdefault(uid, sp.user_name(uid))
+        row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
+               "position": position, "state": "held" if held else "queued", "kind": "", "reason": "",
+               "until": None, "dependency": None, "private": False}
+        if euid != 0 and uid != euid:
+            if held:  # the mode is public; what else the file says is not
+                found.append({**row, "kind": "held", "reason": "held", "private": True})
+            continue
+        try:
+            job, _ = read_job_file(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size)
+        except FileNotFoundError:
+            continue  # claimed or cancelled while we looked
+        except (OSError, BadFile, JobFormatError) as err:
+            found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
+            continue
+        asked: list[tuple[str, DepState]] = []
+
+        def dependency(dep: str) -> DepState:
+            state = dependency_state(spool, dep)
+            asked.append((dep, state))
+            return state
+
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
+        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
+        if verdict is READY:
+            continue
+        row["reason"] = verdict.reason
+        if isinstance(verdict, Fail):
+            row["kind"] = "will_fail"
+            row["reason"] = f"will fail: {verdict.reason}"
+        elif verdict.reason == "held":
+            row["kind"] = "held"
+        elif verdict.until is not None:
+            row["until"] = verdict.until.isoformat()
+            row["kind"] = "retry" if meta.retrying else "not_before"
+            if meta.retrying:
+                row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
+        elif asked and asked[-1][1] is DepState.PENDING:
+            from onite.app.wait import look
+
+            dep = asked[-1][0]
+            try:
+                dep_state = look(spool, dep).live or "finishing"
+            except DamagedRecord:  # it finished between two looks, and its record is damaged
+                dep_state = "finished"
+            row.update(kind="after", dependency={"name": dep, "state": dep_state},
+                       reason=f"{verdict.reason} ({dep_state})")
+        else:
+            row["kind"] = "pinned"
+        found.append(row)
+    return found
+
+
+def last_night(spool: sp.Spool, now: datetime, damaged: list[str] | None = None) -> dict:
+    """How the last night went: the last drain session (``onite report``'s window: it may be a drain of
+    this afternoon), or, when onite.log tells of no drain, the night of yesterday (noon to noon).
+    The names of damaged result records are added to ``damaged``."""
+    from onite.app.report import build, night_of
+
+    data = build(spool, now, details=False)
+    if data.kind != "drain":
+        data = build(spool, now, night="yesterday", details=False)
+    if damaged is not None:
+        damaged.extend(data.damaged)
+    failed = [j.name for j in data.jobs if j.state == "failed"]
+    return {"window": data.kind, "night": (data.night or night_of(data.since)).isoformat(),
+            "since": data.since.isoformat(), "until": data.until.isoformat(), "counts": data.counts,
+            "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED], "failed_total": len(failed)}
+
+
+def status_json(info: StatusInfo) -> str:
+    def running(view: JobView) -> dict:
+        elapsed = (info.now - view.started).total_seconds() if view.started else None
+        return {**view.to_json(), "elapsed": elapsed}
+
+    from onite.core.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
+
+    return _dumps({
+        "version": 1,
+        "spool": info.spool,
+        "now": info.now.isoformat(),
+        "drivers": info.drivers,
+        "queue": info.queue,
+        "queued": sum(info.queue.values()),
+        "held": info.held,
+        "running": [running(v) for v in info.running],
+        "waiting": info.waiting,
+        "not_examined": info.not_examined,
+        "schedule": list(info.schedule),
+        "until": info.until,
+        "next_drain": info.next_drain.isoformat() if info.next_drain else None,
+        "recurring": info.recurring,
+        "last_night": info.last_night,
+        "spool_location": info.location,
+        "drain_scheduled": info.next_drain is not None,
+        "next_drain_by": info.drain.next.by if info.drain and info.drain.next else None,
+        "next_drain_host": info.drain.next.host if info.drain and info.drain.next else None,
+        "drain_starters": [s.to_json() for s in info.drain.starters] if info.drain else [],
+        "no_drain_fix": info.drain.fix if info.drain and info.next_drain is None else None,
+        "schedule_next": info.schedule_next.isoformat() if info.schedule_next else None,
+        "last_driver": info.last_driver,
+        "warnings": info.warnings,
+        "containment": info.containment,
+    })
+
+
+def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
+    """The status as lines for people; ``plain``: the running jobs' table one line per job (docs/cli.md)."""
+    from rich.markup import escape as markup_escape
+
+    from onite.core.safetext import printable
+
+    def escape(text: str) -> str:  # text from users and files: no markup, no control characters
+        return markup_escape(printable(text))
+
+    from onite.core.cells import priority_text
+    from onite.cli.render import human_duration, job_columns, job_rows, jobs_table, plain_rows, write_lines
+    from onite.core.timeparse import parse_stamp
+
+    def say(line: str) -> None:  # one line each, never wrapped: scripts grep it, terminals fold it
+        console.print(line, soft_wrap=True)
+
+    say(f"spool     {escape(info.location or info.spool)}")
+    if info.drivers:
+        for d in info.drivers:
+            since = parse_stamp(d.get("since"))
+            what = "daemon" if d.get("role") == "daemon" else "driver"
+            if what == "daemon" and d.get("state"):
+                what += f", {d['state']}"
+            detail = ", ".join(x for x in (f"pid {d['pid']}" if d.get("pid") else "",
+                                           f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)"
+                                           if since else "",
+                                           f"started by {d['started_by']}" if d.get("started_by") else "") if x) \
+                or escape(d["holder"] or "pid unknown")
+            say(f"driver    [green]running[/] on {escape(d['host'])} ({what}, {escape(detail)})")
+    else:
+        last = info.last_driver
+        ended = ""
+        if last and not last["died"] and last.get("ended"):
+            ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, "
+                     f"started by {escape(last['started_by'])})")
+        say(f"driver    not running{ended}")
+    drain = info.drain
+    if info.next_drain and drain is not None and drain.next is not None:
+        from onite.drain.nextdrain import LABEL
+
+        wait = human_duration((info.next_drain - info.now).total_seconds())
+        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {wait}) by {LABEL.get(drain.next.by, drain.next.by)} "
+            f"on {escape(drain.next.host)}" + (f", until {info.until}" if info.until else ""))
+    elif drain is not None:
+        from onite.drain.nextdrain import no_drain_text
+
+        say(f"next run  [yellow]none: {escape(no_drain_text(drain))}[/]")
+    if info.containment:
+        kind = info.containment["kind"]
+        colour = "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"
+        say(f"contain   [{colour}]{escape(kind)}[/] (as the last driver on {escape(info.containment['host'])} said)")
+    for warning in info.warnings:
+        say(f"[red]warning[/]   {escape(warning)}")
+    counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
+    say(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
+    label = "waiting  "
+    for row in info.waiting:
+        pri = priority_text(row["urgent"], row["priority"])
+        reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
+        colour = "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"
+        say(f"{label} {escape(row['name'])} ({escape(row['user'])}, {pri}): [{colour}]{escape(reason)}[/]")
+        label = "         "
+    if info.not_examined:
+        say(f"{label} …and {info.not_examined} more not examined")
+    day = info.last_night
+    if day:
+        c = day["counts"]
+        failed = ""
+        if day["failed"]:
+            more = day["failed_total"] - len(day["failed"])
+            failed = " (" + ", ".join(escape(n) for n in day["failed"]) + (f", … {more} more" if more else "") + ")"
+        command = "onite report" if day.get("window") == "drain" else f"onite report --night {day['night']}"
+        say(f"last night [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
+            f"{c['cancelled']} cancelled ({command})")
+    if info.running:
+        say(f"running   {len(info.running)}")
+        if plain:
+            write_lines(console, plain_rows(job_columns(True), job_rows(info.running, info.now, detailed=True)))
+        else:
+            console.print(jobs_table(info.running, info.now, detailed=True))
+    for rec in info.recurring:
+        when = datetime.fromisoformat(rec["next"])
+        wait = human_duration((when - info.now).total_seconds())
+        pri = priority_text(rec.get("urgent"), rec.get("priority"), unknown="?")
+        say(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
+                      f"next {when:%Y-%m-%d %H:%M} (in {wait})")
+
+
+SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
+
+
+def idle_summary(spool: sp.Spool, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
+    """Why a drain started nothing: how many jobs are queued, and one line saying why none can
+    start now, in the words status uses for each waiting job (waiting_jobs).
+
+    Raises:
+        SpoolIOError: a folder cannot be listed.
+    """
+    total, head = 0, []
+    for rank, rows in sp.queued_folder_stats(spool):
+        total += len(rows)
+        if len(head) < EXAMINE:
+            head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
+    if not total:
+        return 0, "nothing is due: the queue is empty"
+    rows = waiting_jobs(spool, head, now, euid=euid, host=host)
+    parts = [f"{row['name']}: {row['reason']}" for row in rows[:SHOWN_IDLE]]
+    more = total - len(parts)
+    return total, (f"nothing is due: {total} queued, none can start now ("
+                   + "; ".join(parts + ([f"{more} more"] if more else [])) + ")")

@@ -1,0 +1,428 @@
+"""Spooling a job: capture the caller's world, apply the spool's policy, write the file.
+
+``build_job`` is pure: it turns a request and the captured environment, cwd,
+umask and clock into a Job. ``submit`` checks the policy (cutoff, a running
+driver with check_lock, urgent rights, name, dependencies) and writes the job
+file atomically. Nothing is written unless every check passes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from onite.spool import paths as sp
+from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
+from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
+from onite.exec.identity import Identity
+from onite.core.jobfile import MAX_RETRIES, Job, encode, env_problem, shebang_problem
+from onite.core.names import SIDE, check_base, check_name, unique_name
+from onite.core.policy import check_urgent, cutoff_state
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitRequest:
+    """What the user asked for, as typed (times and durations not yet parsed)."""
+
+    name: str
+    body: bytes
+    priority: int | None = None
+    urgent: bool = False
+    after: tuple[str, ...] = ()
+    at: str | None = None
+    timeout: str | None = None
+    retries: int = 0
+    host: str | None = None
+    hold: bool = False
+    unique: bool = False
+    stderr_separate: bool | None = None  # None: the spool's stderr_separate
+    notify: str | None = None  # "mail", "command", "none"; None: the spool's notify
+    notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
+
+
+@dataclass(frozen=True, kw_only=True)
+class Captured:
+    """The submitter's world, captured at submit time."""
+
+    env: dict[bytes, bytes]
+    cwd: bytes
+    umask: int
+    host: str
+    now: datetime
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+
+def capture(now: datetime) -> Captured:
+    """The calling process's environment (bytes, exact), cwd, umask and host."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    try:
+        cwd = os.getcwdb()
+    except FileNotFoundError:
+        raise InvalidInput("your current directory no longer exists", "cd to an existing directory and submit again") from None
+    return Captured(env=dict(os.environb), cwd=cwd, umask=mask, host=os.uname().nodename, now=now)
+
+
+def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
+    """The Job a request describes, with the spool's defaults from ``config`` (pure).
+
+    Where stderr goes is decided now and written into the job file (the
+    spool's default applies when the request does not say), so a later change
+    of onite.toml does not change jobs already spooled.
+
+    Raises:
+        InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice;
+            ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never
+            run; an environment variable execve cannot pass. Whatever passes makes a job file that
+            the driver reads back as it was written.
+    """
+    priorities = config.priorities
+    priority = config.default_priority if request.priority is None else request.priority
+    if not 1 <= priority <= priorities:
+        raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
+    if request.retries < 0 or request.retries > MAX_RETRIES:
+        raise InvalidInput(f"invalid retry count {request.retries}", f"use 0 to {MAX_RETRIES}")
+    for dep in request.after:
+        check_name(dep, what="dependency name")
+    if request.host is not None:
+        check_name(request.host, what="host name")
+    if not request.body:
+        raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
+    problem = shebang_problem(request.body)
+    if problem:
+        raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
+                           "fix its first line: #!/path/to/interpreter [one argument]")
+    problem = env_problem(captured.env)
+    if problem:
+        raise InvalidInput(f"your environment cannot be passed to a job: {problem}",
+                           "unset that variable (env -u NAME onite submit …)")
+    if request.notify is not None and request.notify not in NOTIFY_HOW:
+        raise InvalidInput(f"invalid --notify {request.notify!r}", "use mail, command or none")
+    if request.notify_on is not None and request.notify_on not in NOTIFY_ON:
+        raise InvalidInput(f"invalid --notify-on {request.notify_on!r}", "use failure or always")
+    if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
+        raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
+                           "ask the admin to set notify_command, or use --notify mail")
+    timeout, not_before = config.timeout, None
+    if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
+        from onite.core.timeparse import parse_duration, parse_when
+
+        timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
+        not_before = parse_when(request.at, captured.now) if request.at else None
+    try:
+        return Job(
+            name=name or request.name,
+            priority=priority,
+            submitted=captured.now,
+            host=captured.host,
+            umask=captured.umask,
+            cwd=captured.cwd,
+            env=captured.env,
+            body=request.body,
+            timeout=timeout,
+            retries=request.retries,
+            after=tuple(dict.fromkeys(request.after)),
+            not_before=not_before,
+            urgent=request.urgent,
+            pin=request.host,
+            stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
+            notify=request.notify,
+            notify_on=request.notify_on,
+            extra=captured.extra,
+        )
+    except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)
+        raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
+
+
+def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
+    """Check the spool's policy and spool the job; return its final name.
+
+    Raises:
+        InvalidInput, Refused, SpoolError, SpoolIOError: as spool_job.
+    """
+    return spool_job(spool, request, captured, caller).name
+
+
+def spool_job(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
+    """``submit``, returning the Job as spooled (its final name, priority, times) for submit's line.
+
+    Raises:
+        InvalidInput: bad name, priority, option, or an unknown dependency (exit 2).
+        Refused: cutoff passed, a driver runs with check_lock, urgent without
+            the right, or the name is already queued or running (exit 3).
+        SpoolError, SpoolIOError: the spool is missing, or the write failed (exit 4).
+    """
+    config = spool.config
+    (check_base if request.unique else check_name)(request.name)
+    job = build_job(request, captured, config)
+    check_mail(request, config)
+    spool.check()
+    check_policy(spool, request, captured.now, caller)
+    for dep in job.after:
+        if dep == request.name and not request.unique:
+            raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
+        if not dependency_known(spool, dep):
+            raise InvalidInput(f"no job {dep!r} is queued, running or finished", "check the name with onite list --all")
+    if request.unique:
+        name = unique_name(request.name, lambda n: sp.name_taken(spool, n))
+    else:
+        name = request.name
+        refuse_duplicate(spool, name)
+    if name != job.name:
+        from dataclasses import replace
+
+        job = replace(job, name=name)
+    folder = spool.folder_for(job.priority, job.urgent)
+    markers = prepare_holds(spool, [name], caller, hold=request.hold)
+    try:
+        sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold and markers is None))
+    except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
+        undo_holds(markers or [])
+        raise
+    return job
+
+
+def prepare_holds(spool: sp.Spool, names: list[str], caller: Identity, *, hold: bool,
+                  owner: tuple[int, int] | None = None) -> list | None:
+    """Before jobs ``names`` are spooled: remove the hold markers left of earlier jobs of those names
+    (none is queued, so any marker there is stale: it would hold the new job), and with ``hold`` add
+    one for each (owned by ``owner``, the jobs' owner, when root spools them for someone else); the
+    markers added, or None where the spool has no hold/ folder (the job file's mode then holds it, as
+    older onites did). The marker comes first, so that no driver ever sees the job unheld.
+
+    Raises:
+        SpoolIOError: hold/ cannot be listed, or a marker cannot be made.
+    """
+    holds = sp.read_holds(spool.hold_dir)
+    stale = [n for n in names if n in holds]
+    if stale:
+        sp.remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
+    if not hold:
+        return []
+    if not spool.hold_dir.is_dir():
+        return None
+    markers = []
+    try:
+        for name in names:
+            markers.append(sp.add_hold(spool, name, owner))
+    except OniteError:
+        undo_holds(markers)
+        raise
+    return markers
+
+
+def undo_holds(markers: list) -> None:
+    """Remove markers made for jobs that were not spooled after all."""
+    for marker in markers:
+        sp.remove(marker)
+
+
+def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
+    """Spool several jobs, in the order given, as one batch; return their names.
+
+    Every job is checked before any is written: names (each valid, none twice
+    in the batch, none queued or running), options, the spool's policy,
+    dependencies (a job may wait for one earlier in the batch). Then they are
+    written in order (``spool.create_batch``): each job is all or nothing,
+    and they enter their queues in the batch's order, which is their run
+    order within a priority (ties of the kernel's ctime are broken by name,
+    so names that sort in batch order keep it exact). ``unique`` is not
+    supported here: name the jobs.
+
+    Raises:
+        InvalidInput: a bad or repeated name, a bad option, an unknown dependency (nothing written).
+        Refused: policy, or a name already queued or running (nothing written); a name taken
+            while writing (the jobs before it stay spooled: the message says how many).
+        SpoolError, SpoolIOError: the spool is missing, or a write failed (likewise).
+    """
+    from dataclasses import replace
+
+    from onite.core.jobfile import env_text
+
+    if not requests:
+        return []
+    config = spool.config
+    names: dict[str, None] = {}
+    jobs: list[Job] = []
+    templates: dict[tuple, Job] = {}  # jobs that differ only in name and text share their parsed options
+    for request in requests:
+        if request.unique:
+            raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
+        check_name(request.name)
+        if request.name in names:
+            raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
+        names[request.name] = None
+        key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
+               request.host, request.hold, request.stderr_separate, request.notify, request.notify_on)
+        if not request.body:
+            raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
+        template = templates.get(key)
+        if template is None:
+            template = templates[key] = build_job(request, captured, config)
+        problem = shebang_problem(request.body)
+        if problem:
+            raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
+                               "fix its first line: #!/path/to/interpreter [one argument]")
+        jobs.append(replace(template, name=request.name, body=request.body))
+    check_mail(requests[0], config)  # --notify is the same for every job of a batch
+    spool.check()
+    for request in {r.urgent: r for r in requests}.values():
+        check_policy(spool, request, captured.now, caller)
+    position = {name: i for i, name in enumerate(names)}
+    known: set[str] = set()
+    for i, job in enumerate(jobs):
+        for dep in job.after:
+            if dep == job.name:
+                raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
+            if dep in position:
+                if position[dep] > i:
+                    raise InvalidInput(f"job {job.name!r} waits for {dep!r}, which comes later in the batch",
+                                       "put the jobs in the order they depend on each other")
+            elif dep not in known:
+                if not dependency_known(spool, dep):
+                    raise InvalidInput(f"no job {dep!r} is queued, running or finished",
+                                       "check the name with onite list --all")
+                known.add(dep)
+    refuse_duplicates(spool, list(names))
+    env_lines = env_text(captured.env)
+    held = [job.name for job, request in zip(jobs, requests) if request.hold]
+    markers = prepare_holds(spool, list(names), caller, hold=False)  # stale markers of every name go
+    if held:
+        markers = prepare_holds(spool, held, caller, hold=True)
+    by_marker = markers is not None
+    files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines),
+              sp.job_mode(request.hold and not by_marker)) for job, request in zip(jobs, requests))
+    try:
+        sp.create_batch(files)
+    except OniteError as err:
+        created = getattr(err, "created", 0)
+        undo_holds([m for m in markers or [] if position[m.name.partition(SIDE)[0]] >= created])
+        if created:
+            err.what += f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to {jobs[created - 1].name})"
+        else:
+            err.what += f" (none of the {len(jobs)} jobs was spooled)"
+        raise
+    return list(names)
+
+
+def refuse_duplicates(spool: sp.Spool, names: list[str]) -> None:
+    """``refuse_duplicate`` for many names: a big batch lists the queue once instead of looking 8 times a name.
+
+    Raises:
+        Refused: one of the names is queued or running.
+    """
+    if len(names) < 64:
+        for name in names:
+            refuse_duplicate(spool, name)
+        return
+    wanted = set(names)
+    for rank, folder in spool.queue_folders():
+        try:
+            with os.scandir(folder) as it:
+                taken = wanted.intersection(entry.name for entry in it)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise SpoolIOError(folder, "listing", err) from None
+        if taken:
+            refuse_duplicate(spool, min(taken))
+    for entry in sp.running(spool):
+        if entry.name in wanted:
+            refuse_duplicate(spool, entry.name)
+
+
+def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller: Identity) -> None:
+    """The spool's rules for who may spool what, when.
+
+    Raises:
+        Refused: urgent without the right, cutoff passed, or a driver runs under check_lock.
+    """
+    config = spool.config
+    if request.urgent:
+        check_urgent(caller, config.admins, "spool urgent jobs")
+    state = cutoff_state(now, config.cutoff, config.until)
+    if state.closed:
+        reopens = state.reopens.strftime("%H:%M on %Y-%m-%d") if state.reopens else "later"
+        raise Refused(f"spooling closed at the cutoff ({config.cutoff:%H:%M})",
+                      f"submissions open again at {reopens}")
+    if config.check_lock:
+        from onite.spool.locks import active_hosts
+
+        hosts = active_hosts(spool.root)
+        if hosts:
+            raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
+                          "submit again when it has finished (see onite status)")
+
+
+def check_mail(request: SubmitRequest, config: Config) -> None:
+    """``--notify mail`` where mail cannot go out is said now, not found in the log the next morning.
+
+    Raises:
+        InvalidInput: the request asks for mail and this machine has no sendmail (onite.exec.notify).
+    """
+    if request.notify != "mail":
+        return
+    from onite.exec.notify import find_sendmail
+
+    sendmail, missing = find_sendmail(config)
+    if sendmail is None:
+        raise InvalidInput(f"--notify mail: {missing}", "ask the admin for a mail transport, or use --notify none")
+
+
+def refuse_duplicate(spool: sp.Spool, name: str) -> None:
+    """Raises:
+        Refused: a job of this name is queued or running.
+    """
+    for entry in sp.find_queued(spool, name):
+        where = "urgent" if entry.rank == 0 else f"P{entry.rank}"
+        raise Refused(f"a job named {name!r} is already queued ({where}, {sp.user_name(entry.uid)})",
+                      "pick another name, or use --unique")
+    for entry in sp.find_running(spool, name):
+        raise Refused(f"a job named {name!r} is running now (on {entry.host}, {sp.user_name(entry.uid)})",
+                      "pick another name, or use --unique")
+
+
+def dependency_known(spool: sp.Spool, name: str) -> bool:
+    """Is ``name`` queued, running, cancelled-but-not-filed, or finished (a kept result)?"""
+    if sp.is_live(spool, name) or spool.result_path(name).exists():
+        return True
+    return any(e.name == name for e in sp.cancelled_pending(spool))
+
+
+def confirmation(spool: sp.Spool, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
+    """Submit's line on stderr: what was spooled where, and when it is expected to run or why it will not.
+
+    ``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``; the reasons
+    are the job's own (held, waiting for a job, not before a time, pinned to a host), then what
+    will drain the spool (onite.drain.nextdrain), which never promises a drain that nothing will start.
+    """
+    from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
+
+    what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]},"
+    head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"
+    if held:
+        it = names[0] if len(names) == 1 else f"{names[0]}…"
+        return f"{head}; held: it will not run until onite release {it}"
+    parts = []
+    if job.after:
+        parts.append(f"waits for {', '.join(job.after)}")
+    if job.not_before is not None and job.not_before > now:
+        parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
+    if job.pin:
+        parts.append(f"only on host {job.pin}")
+    drain = plan(spool, now)
+    fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
+    draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
+    daemons = [s for s in fits if s.by == "daemon"]
+    if draining:
+        parts.append(f"a drain is running now on host {draining[0].host}")
+    elif job.not_before is not None and job.not_before > now and daemons:
+        parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
+    elif fits:
+        parts.append(starter_text(fits[0], now))
+    else:
+        problems = f" ({'; '.join(drain.problems)})" if drain.problems else ""
+        parts.append(no_drain_text(drain, for_job=True).replace(" — ", f"{problems} — ", 1))
+    return "; ".join([head, *parts])

@@ -1,0 +1,384 @@
+"""``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended.
+
+It only looks, never changes the spool, and looks only at what every user
+may see: the queue and running folders (one lstat per folder), cancel/, the
+drivers' heartbeats (onite.drain.heartbeat) and the world-readable result records. No job file is opened.
+
+A job is still to finish while its name is queued (or held) or running. Once
+it is neither, its outcome is the newest of: a result record written since
+the wait began (a record that already existed while the job was queued
+belongs to an earlier run of the same name and is ignored), or its
+withdrawal into cancel/ (a cancelled queued job whose filing by a driver is
+still to come: its outcome is already decided, so the wait does not wait for
+a driver that may not run before tonight). A job that leaves the queue
+without either is looked at GONE_LOOKS more times (a requeue renames it from
+running/ back to its queue between two looks); if it stays gone, its outcome
+is unknown (its record was removed: retention, an admin) and counts as not
+done.
+
+Without names it waits while a driver is alive (``onite run``: its heartbeat), or
+while a daemon's host has jobs running (a daemon holds its lock for its
+whole life, drains or not), then sums up the jobs that finished since the
+earliest of those drains began.
+
+Exit statuses (docs/cli.md): 0 all done, 1 a name is unknown (said at once,
+before waiting), 2 usage, 5 some job failed, was cancelled or has an
+unknown outcome, 6 the timeout passed first.
+
+The decisions (``judge``, ``exit_status``, ``drain_since``, the lines) are
+pure; ``wait_jobs`` and ``wait_drains`` are the poll loops, with the clock
+and the sleep passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from onite.spool import paths as sp
+from onite.core.cells import outcome_text
+from onite.core.errors import EXIT_OK, NotFound
+from onite.app.listing import JobView, outcome_counts, result_view, running_views
+from onite.spool.locks import held_locks
+from onite.core.names import check_name
+from onite.core.state import Result
+from onite.core.timeparse import parse_stamp
+
+EXIT_FAILED = 5  #: a job failed, was cancelled, or its outcome is unknown
+EXIT_TIMEOUT = 6  #: --timeout passed before every job (or drain) finished
+POLL_FIRST, POLL_MAX, POLL_GROWTH = 0.1, 1.0, 1.5  # seconds between looks: 0.1, 0.15, … up to 1
+GONE_LOOKS = 3  # looks that find a job nowhere, with no new record, before its outcome is unknown
+SHOWN_NAMES = 10  # names of failed jobs in a drain's summary line
+
+
+# ---- looking (effects: lstat, and a small read once a job has left) -----------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One look at one job name."""
+
+    name: str
+    live: str | None  # "queued", "held" or "running": still to finish; None: neither
+    result: Result | None = None  # its latest result record (read only when asked or not live)
+    withdrawn: JobView | None = None  # cancelled while queued, not yet filed by a driver
+
+
+def look(spool: sp.Spool, name: str, *, with_result: bool = False) -> Seen:
+    """Where job ``name`` is now: queued folders first, then running/, then its records.
+
+    Looking in the order a job moves (queue → running/ → jobsdone/, whose record
+    is written before the job leaves running/) means a job that moves on
+    between two of these looks is still found.
+
+    Raises:
+        SpoolIOError: a folder or record cannot be read.
+        DamagedRecord: its result record is damaged (the waiter cannot tell how it ended).
+    """
+    queued = sp.find_queued(spool, name)
+    live = None
+    if queued:
+        live = "held" if all(sp.is_held(e.mode) for e in queued) else "queued"
+    elif sp.find_running(spool, name):
+        live = "running"
+    if live and not with_result:
+        return Seen(name, live)
+    withdrawn = None
+    if not live:
+        pending = [e for e in sp.cancelled_pending(spool) if e.name == name]
+        if pending:
+            entry = max(pending, key=lambda e: e.ctime_ns)
+            when = datetime.fromtimestamp(entry.ctime_ns / 1e9).astimezone()
+            user = sp.user_name(entry.uid)
+            withdrawn = JobView(name=name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
+                                submitted=when, finished=when, reason=f"cancelled by {user}")
+    return Seen(name, live, sp.read_result(spool, name), withdrawn)
+
+
+# ---- deciding (pure) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the waiter knows of one name between looks."""
+
+    name: str
+    stale: tuple | None = None  # key of the record of an earlier run, seen while this one was live
+    seen_live: bool = False
+    gone: int = 0  # looks in a row that found it nowhere, with no new record
+    live: str | None = None  # where it was at the last look
+
+
+@dataclass(frozen=True)
+class Final:
+    """How a waited-for job ended: ``done``, ``failed``, ``cancelled``, or ``unknown``."""
+
+    name: str
+    state: str
+    view: JobView | None = None  # None when unknown
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        if self.view is not None:
+            return self.view.to_json()
+        return {"name": self.name, "state": self.state, "reason": self.reason}
+
+
+PENDING = None  # judge's verdict while a job is still to finish
+UNKNOWN_REASON = "it left the queue, but no record of how it ended is left (removed by retention or by hand)"
+
+
+def record_key(result: Result | None) -> tuple | None:
+    return None if result is None else (result.run_id, result.finished.isoformat(), str(result.state))
+
+
+def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
+    """The next Watch and, once the job has finished, its Final (else PENDING)."""
+    if seen.live:
+        stale = record_key(seen.result) if not watch.seen_live else watch.stale
+        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
+    candidates: list[tuple[datetime, Final]] = []
+    if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
+        view = result_view(seen.result)
+        candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
+    if seen.withdrawn is not None:
+        candidates.append((seen.withdrawn.finished, Final(seen.name, "cancelled", seen.withdrawn,
+                                                            seen.withdrawn.reason)))
+    if candidates:
+        return replace(watch, gone=0, live=None), max(candidates, key=lambda c: c[0])[1]
+    watch = replace(watch, gone=watch.gone + 1, live=None)
+    if watch.gone >= GONE_LOOKS:
+        return watch, Final(seen.name, "unknown", None, UNKNOWN_REASON)
+    return watch, PENDING
+
+
+def exit_status(finals: list[Final] | list[JobView], *, timed_out: bool = False) -> int:
+    """0 every job done, 5 one failed, was cancelled or is unknown, 6 the timeout came first."""
+    if timed_out:
+        return EXIT_TIMEOUT
+    return EXIT_OK if all(f.state == "done" for f in finals) else EXIT_FAILED
+
+
+def job_line(final: Final) -> str:
+    """``build: done``, ``build: failed (exit 3)``, ``build: cancelled by alice``, ``build: unknown (…)``."""
+    if final.state == "done":
+        return f"{final.name}: done"
+    if final.state == "cancelled":
+        return f"{final.name}: {final.reason or 'cancelled'}"
+    if final.state == "failed":
+        why = outcome_text(final.view) if final.view is not None else final.reason
+        return f"{final.name}: failed" + (f" ({why})" if why else "")
+    return f"{final.name}: {final.state}" + (f" ({final.reason})" if final.reason else "")
+
+
+# ---- waiting for named jobs ----------------------------------------------------------------
+
+
+@dataclass
+class JobsWaited:
+    """What ``wait_jobs`` found: each name's Final, or where it still was when time ran out."""
+
+    names: list[str]
+    finals: dict[str, Final]
+    still: dict[str, str]  # name → "queued", "held", "running" (or "finishing": left, no record yet) at the timeout
+    timed_out: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return exit_status(list(self.finals.values()), timed_out=self.timed_out)
+
+    def lines(self) -> list[str]:
+        return [job_line(self.finals[n]) if n in self.finals else f"{n}: still {self.still.get(n, 'queued')}"
+                for n in self.names]
+
+
+def start(spool: sp.Spool, names: list[str]) -> dict[str, Watch]:
+    """The first look at each name (two for one found nowhere).
+
+    Raises:
+        InvalidInput: a bad name.
+        NotFound: names that were never queued, running or finished (all of them, in one message).
+    """
+    names = list(dict.fromkeys(check_name(n) for n in names))
+    watches, unknown = {}, []
+    for name in names:
+        watch = Watch(name)
+        for _ in range(2):  # a job requeued between two lstats is nowhere for a moment
+            seen = look(spool, name, with_result=True)
+            if seen.live or seen.result is not None or seen.withdrawn is not None:
+                break
+        if not (seen.live or seen.result is not None or seen.withdrawn is not None):
+            unknown.append(name)
+            continue
+        watches[name] = judge(watch, seen)[0] if seen.live else watch
+    if unknown:
+        listed = ", ".join(repr(n) for n in unknown)
+        raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1
+                       else f"no jobs {listed} are queued, running or finished", "see onite list --all")
+    return {n: watches[n] for n in names}
+
+
+def wait_jobs(spool: sp.Spool, names: list[str], *, timeout: float | None = None,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+              announce: Callable[[str], None] | None = None) -> JobsWaited:
+    """Look at each job until none is queued, held or running (or ``timeout`` seconds passed).
+    ``announce`` is told once, before the first pause, what is waited for.
+
+    Raises:
+        InvalidInput: a bad name.
+        NotFound: a name was never queued, running or finished (before any waiting).
+        SpoolIOError: the spool cannot be read.
+    """
+    watches = start(spool, names)
+    order = list(watches)
+    deadline = None if timeout is None else clock() + timeout
+    finals: dict[str, Final] = {}
+    delay = POLL_FIRST
+    while True:
+        for name in order:
+            if name in finals:
+                continue
+            watch = watches[name]
+            watches[name], final = judge(watch, look(spool, name, with_result=not watch.seen_live))
+            if final is not PENDING:
+                finals[name] = final
+        if len(finals) == len(order):
+            return JobsWaited(order, finals, {})
+        if deadline is not None and clock() >= deadline:
+            still = {n: watches[n].live or "finishing" for n in order if n not in finals}
+            return JobsWaited(order, finals, still, timed_out=True)
+        if announce is not None and delay == POLL_FIRST:
+            announce("waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})"
+                                                for n in order if n not in finals))
+        pause = delay if deadline is None else min(delay, max(deadline - clock(), 0.0))
+        sleep(pause)
+        delay = min(delay * POLL_GROWTH, POLL_MAX)
+
+
+# ---- waiting for the drains ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DriverSeen:
+    """A driver that is alive (its heartbeat): whose, since when, and whether it is draining."""
+
+    host: str
+    pid: int | None
+    since: datetime | None  # from its heartbeat
+    daemon: bool
+    busy: bool  # a driver: always; a daemon: while jobs run on its host
+    first_start: datetime | None = None  # a daemon: when the earliest job running on its host started
+
+
+def look_drivers(spool: sp.Spool) -> list[DriverSeen]:
+    """Every live driver, as its heartbeat says."""
+    found, running = [], None
+    for lock in held_locks(spool.root):
+        since = parse_stamp(lock.since)
+        if lock.role != "daemon":
+            found.append(DriverSeen(lock.host, lock.pid, since, False, True))
+            continue
+        if running is None:
+            running = running_views(spool)
+        starts = [v.started for v in running if v.host == lock.host and v.started]
+        busy = any(v.host == lock.host for v in running)
+        found.append(DriverSeen(lock.host, lock.pid, since, True, busy, min(starts) if starts else None))
+    return found
+
+
+def drain_since(drivers: list[DriverSeen], fallback: datetime) -> datetime:
+    """When the earliest of these drains began: a driver's lock time, a daemon's first running job."""
+    times = [(d.first_start if d.daemon else d.since) or fallback for d in drivers if d.busy]
+    return min(times, default=fallback)
+
+
+@dataclass
+class DrainsWaited:
+    """What ``wait_drains`` found: the drains' hosts and the jobs that finished since they began."""
+
+    hosts: list[str]
+    since: datetime | None
+    jobs: list[JobView]
+    still: list[str]  # hosts still draining at the timeout
+    timed_out: bool = False
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return outcome_counts(self.jobs)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_status(self.jobs, timed_out=self.timed_out)
+
+    def summary(self) -> str:
+        """``drain finished: 12 done, 1 failed (build)``, or why there was nothing to wait for."""
+        if not self.hosts:
+            return "no driver is running"
+        if self.timed_out:
+            return f"timed out: still draining on {', '.join(self.still)}"
+        parts = []
+        for state in ("done", "failed", "cancelled"):
+            names = [j.name for j in self.jobs if j.state == state]
+            if not names and state != "done":
+                continue
+            text = f"{len(names)} {state}"
+            if state != "done":
+                shown = ", ".join(names[:SHOWN_NAMES]) + (f", … {len(names) - SHOWN_NAMES} more"
+                                                          if len(names) > SHOWN_NAMES else "")
+                text += f" ({shown})"
+            parts.append(text)
+        return f"drain finished: {', '.join(parts)}"
+
+
+def wait_drains(spool: sp.Spool, *, timeout: float | None = None, now: Callable[[], datetime],
+                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                announce: Callable[[str], None] | None = None) -> DrainsWaited:
+    """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since.
+    ``announce`` is told once, before the first pause, what is waited for.
+
+    Raises:
+        SpoolIOError: the spool cannot be read.
+    """
+    busy = [d for d in look_drivers(spool) if d.busy]
+    if not busy:
+        return DrainsWaited([], None, [], [])
+    began = now()
+    since = drain_since(busy, began)
+    hosts = sorted({d.host for d in busy})
+    deadline = None if timeout is None else clock() + timeout
+    delay = POLL_FIRST
+    if announce is not None:
+        announce(f"waiting for the drain on {', '.join(hosts)} (since {since:%Y-%m-%d %H:%M:%S})")
+    while True:
+        if deadline is not None and clock() >= deadline:
+            return DrainsWaited(hosts, since, [], sorted({d.host for d in busy}), timed_out=True)
+        sleep(delay if deadline is None else min(delay, max(deadline - clock(), 0.0)))
+        delay = min(delay * POLL_GROWTH, POLL_MAX)
+        busy = [d for d in look_drivers(spool) if d.busy]
+        if not busy:
+            break
+        since = min(since, drain_since(busy, since))  # a driver that started meanwhile joins the wait
+        hosts = sorted(set(hosts) | {d.host for d in busy})
+    jobs = [result_view(r) for r in sp.results(spool) if r.finished >= since]
+    return DrainsWaited(hosts, since, jobs, [])
+
+
+def wait_json(spool: sp.Spool, waited: JobsWaited | DrainsWaited) -> str:
+    """``onite wait --json`` (docs/json.md)."""
+    from onite.core.jsontext import dumps
+
+    doc: dict = {"version": 1, "spool": str(spool.root), "exit_code": waited.exit_code,
+                 "timed_out": waited.timed_out}
+    if isinstance(waited, JobsWaited):
+        doc["waited"] = "jobs"
+        doc["jobs"] = [waited.finals[n].to_json() if n in waited.finals
+                       else {"name": n, "state": waited.still.get(n, "queued"), "reason": "not finished"}
+                       for n in waited.names]
+    else:
+        doc.update({"waited": "drain", "drivers": waited.hosts,
+                    "since": waited.since.isoformat() if waited.since else None, "still": waited.still,
+                    "counts": waited.counts, "summary": waited.summary(),
+                    "jobs": [j.to_json() for j in waited.jobs]})
+    return dumps(doc)

@@ -1,0 +1,232 @@
+"""What ``onite run`` shows while it drains: a live view on a terminal, log lines elsewhere.
+
+The driver does not know it is watched. It tells its activity log of every
+event (onite.spool.log.ActivityLog's ``listener``) and calls its ``tick`` hook on
+each turn of its loop; ``DrainView`` keeps the counts and the running jobs
+from those calls, in the driver's thread. Rich redraws the view four times a
+second from its own thread, so the view's state is read and changed under a
+lock, and the redraw never touches the driver.
+
+Which mode a run gets (``choose_mode``) is pure: a terminal gets the live
+view; anything else (cron, a pipe, systemd) gets the log lines, plain, one
+per event, exactly as onite.log has them; ``--quiet`` gets nothing (the log
+file always has everything).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from onite.core.cells import human_duration, priority_text
+from onite.core.safetext import printable
+
+LIVE, LINES, QUIET = "live", "lines", "quiet"
+FINAL = {"done", "failed", "cancelled"}
+# events that say why `onite run` did nothing (onite.drain.driver); the terminal shows their words
+IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
+
+
+def idle_reason(event: str, fields: dict) -> str:
+    """Why a run did nothing, in the log's words: the event's note, with who holds the lock for ``driver-busy``
+    (``fields`` as logged, or as read back from the log)."""
+    note = str(fields.get("note") or event)
+    if event == "driver-busy":
+        who = ", ".join(x for x in (
+            f"{fields.get('role') or 'driver'} pid {fields['pid']}" if fields.get("pid") else str(fields.get("holder") or ""),
+            f"started by {fields['started_by']}" if fields.get("started_by") else "",
+            f"since {fields['since']}" if fields.get("since") else "") if x)
+        return f"{note} ({who})" if who else note
+    if event == "drain-handed" and fields.get("daemon"):
+        return f"{note} (daemon pid {fields['daemon']})"
+    return note
+
+
+def choose_mode(*, quiet: bool, verbose: bool, is_terminal: bool, dumb: bool) -> str:
+    """``quiet``: nothing; ``verbose``: the log lines even on a terminal; else a terminal that can
+    redraw gets the live view and anything else the log lines."""
+    if quiet:
+        return QUIET
+    if verbose or not is_terminal or dumb:
+        return LINES
+    return LIVE
+
+
+@dataclass
+class Running:
+    """A job the view shows as running."""
+
+    name: str
+    user: str
+    priority: str
+    since: datetime
+    attempt: int = 1
+
+
+@dataclass
+class DrainState:
+    """The counts and running jobs of one drain, as the log's events tell them (pure)."""
+
+    host: str = ""
+    slots: int = 0
+    started: datetime | None = None
+    counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "failed": 0, "cancelled": 0, "retried": 0})
+    running: dict[str, Running] = field(default_factory=dict)
+    queued: int = 0
+    note: str = ""
+    idle: bool = False  # the run did nothing, for the reason in ``note``
+
+    def apply(self, when: datetime, event: str, name: str, fields: dict) -> str | None:
+        """Take one event into account; return a line worth keeping above the view, if any."""
+        if event == "driver-start":
+            self.host, self.slots, self.started = str(fields.get("host", "")), int(fields.get("slots") or 0), when
+        elif event == "start":
+            priority = fields.get("priority")  # the log says "urgent" or the number
+            self.running[name] = Running(name, str(fields.get("user", "")), priority_text(priority == "urgent", priority),
+                                         when, int(fields.get("attempt") or 1))
+        elif event in FINAL:
+            was = self.running.pop(name, None)
+            self.counts[event] += 1
+            return finished_line(event, name, fields, was)
+        elif event in ("retry", "requeued"):
+            self.running.pop(name, None)
+            if event == "retry":
+                self.counts["retried"] += 1
+                return f"↻ {name} ({fields.get('user', '')}) will run again: attempt {fields.get('attempt')}, " \
+                       f"after {fields.get('after')} ({fields.get('reason') or 'failed'})"
+            return f"↺ {name} ({fields.get('user', '')}) back in its queue: {fields.get('reason', '')}"
+        elif event == "driver-exit":
+            self.queued = int(fields.get("left") or 0)
+        elif event == "start-failed":
+            self.running.pop(name, None)
+        elif event in IDLE_EVENTS:
+            self.idle, self.note = True, idle_reason(event, fields)
+        elif event in ("window-closed", "executor-unavailable") or event == "signal":
+            self.note = str(fields.get("note") or fields.get("action") or event)
+            return f"! {event}: {self.note}"
+        return None
+
+    @property
+    def finished(self) -> int:
+        return self.counts["done"] + self.counts["failed"] + self.counts["cancelled"]
+
+
+def finished_line(event: str, name: str, fields: dict, was: Running | None) -> str:
+    """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``.
+
+    The hint ``onite output NAME`` is given only for a job that ran (this view saw it start): a job
+    failed before it started (its dependency failed) has no output of this run to read.
+    """
+    seconds = fields.get("seconds")
+    took = human_duration(float(seconds)) if seconds not in (None, "") else ""
+    who = fields.get("user") or (was.user if was else "") or fields.get("by") or ""
+    who = f" ({who})" if who else ""
+    if event == "done":
+        return f"✓ {name}{who} done" + (f" in {took}" if took else "")
+    if event == "cancelled":
+        return f"⊘ {name}{who} cancelled" + (f" by {fields['by']}" if fields.get("by") else "")
+    reason = fields.get("reason") or "failed"
+    if was is None:
+        return f"✗ {name}{who} failed: {reason}"
+    return f"✗ {name}{who} failed: {reason}" + (f" after {took}" if took else "") + f" — onite output {name}"
+
+
+class DrainView:
+    """The live view of one drain: a bar of jobs finished of all seen, the running jobs and their
+    elapsed time, and a line per finished job kept above it."""
+
+    def __init__(self, console, queued=lambda: 0) -> None:
+        self.console = console
+        self.state = DrainState()
+        self._queued = queued
+        self._lock = threading.Lock()
+        self._live = None
+        self._clock = time.monotonic
+        self._opened = time.monotonic()
+
+    # ---- the driver's thread -------------------------------------------------------
+    def listener(self, when: datetime, event: str, name: str, fields: dict) -> None:
+        with self._lock:
+            line = self.state.apply(when, event, name, fields)
+        if line is not None and self._live is not None:
+            line = printable(line)  # a reason may quote a path a user chose
+            style = {"✓": "green", "✗": "bold red", "⊘": "magenta"}.get(line[0], "yellow")
+            self._live.console.print(line, style=style, markup=False, highlight=False)
+
+    def tick(self, driver, now: datetime) -> datetime:
+        """The driver's per-turn hook: the queue's length, which only the driver may ask."""
+        count = len(driver.index)
+        with self._lock:
+            self.state.queued = count
+        return now + timedelta(seconds=1)
+
+    # ---- rich's refresh thread ------------------------------------------------------
+    def __rich__(self):
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        with self._lock:
+            state = self.state
+            finished, running, queued = state.finished, list(state.running.values()), state.queued
+            counts = dict(state.counts)
+            host, slots, note = state.host, state.slots, state.note
+        now = datetime.now().astimezone()
+        total = finished + len(running) + queued
+        head = Table.grid(padding=(0, 1))
+        head.add_row(
+            ProgressBar(total=max(total, 1), completed=finished, width=30),
+            Text(f"{finished}/{total} jobs", style="bold"),
+            Text(f"{counts['done']} done", style="green"),
+            Text(f"{counts['failed']} failed", style="red" if counts["failed"] else ""),
+            Text(f"{counts['cancelled']} cancelled", style="magenta" if counts["cancelled"] else ""),
+            Text(f"{queued} queued", style="cyan"),
+            Text(f"elapsed {human_duration(self._clock() - self._opened)}", style="dim"),
+        )
+        parts = [Text(f"onite run on {host or '?'}: {len(running)} of {slots or '?'} slots busy"
+                      + (f" — {note}" if note else ""), style="bold"), head]
+        if running:
+            table = Table(box=None, pad_edge=False, show_header=False)
+            for column in ("name", "user", "pri", "elapsed"):
+                table.add_column(column, justify="right" if column == "elapsed" else "left",
+                                 overflow="ellipsis", no_wrap=True)
+            for job in sorted(running, key=lambda r: r.since):
+                elapsed = human_duration((now - job.since).total_seconds())
+                attempt = f" (attempt {job.attempt})" if job.attempt > 1 else ""
+                table.add_row(Text(f"  ▶ {job.name}{attempt}", style="bold blue"), job.user, job.priority, elapsed)
+            parts.append(table)
+        return Group(*parts)
+
+    # ---- around the drain -------------------------------------------------------------
+    def __enter__(self) -> "DrainView":
+        from rich.live import Live
+
+        self._live = Live(self, console=self.console, refresh_per_second=4, transient=True,
+                          redirect_stdout=False, redirect_stderr=False)
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+        self.console.print(summary_line(self.state, self._clock() - self._opened), markup=False, highlight=False)
+
+
+def summary_line(state: DrainState, seconds: float) -> str:
+    """The line left on the terminal when the drain ends."""
+    counts = state.counts
+    if state.idle and not state.finished and not state.running:
+        return f"onite run: nothing run — {state.note}"
+    text = (f"onite run: {counts['done']} done, {counts['failed']} failed, {counts['cancelled']} cancelled "
+            f"in {human_duration(seconds)}")
+    hints = []
+    if counts["failed"]:
+        hints.append("what failed: onite report")
+    if state.queued:
+        text += f"; {state.queued} left queued"
+        hints.append("why they wait: onite status")
+    return text + (" — " + "; ".join(hints) if hints else "")

@@ -1,0 +1,63 @@
+"""The text of what onite shows people (durations, times, priorities, outcomes, plain tables), without rich.
+
+Shared by the rich tables of render.py, the plain-text tables used past
+render.LARGE_TABLE rows and the HTML report, so that all three say the same
+thing; importing it costs nothing (``--json`` never loads rich).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+
+from onite.app.listing import JobView
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(seconds, 0.0)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    total = int(round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def short_time(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return ""
+    local = when.astimezone()
+    return local.strftime("%H:%M:%S") if local.date() == now.date() else local.strftime("%Y-%m-%d %H:%M")
+
+
+def priority_text(urgent: bool, priority: int | None, unknown: str = "") -> str:
+    """``urgent``, ``P3``, or ``unknown`` when neither is known (a job file onite could not read)."""
+    return "urgent" if urgent else f"P{priority}" if priority else unknown
+
+
+def priority_label(view: JobView) -> str:
+    return priority_text(view.urgent, view.priority)
+
+
+def outcome_text(view: JobView) -> str:
+    """Why it ended (or waits), else its exit status."""
+    return view.reason or (f"exit {view.exit_code}" if view.exit_code is not None else "")
+
+
+def plain_table(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
+    """The lines of a table laid out as ``jobs_table`` is (columns two spaces apart), without rich."""
+    rows = list(rows)
+    widths = [max([len(title)] + [len(row[i]) for row in rows]) for i, (title, _) in enumerate(columns)]
+    for row in [[title for title, _ in columns], *rows]:
+        cells = [cell.rjust(width) if right else cell.ljust(width)
+                 for cell, width, (_, right) in zip(row, widths, columns)]
+        yield "  ".join(cells).rstrip()

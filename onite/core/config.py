@@ -1,0 +1,320 @@
+"""onite.toml → a frozen, validated Config. ``parse_config`` is pure; ``load_config`` is the only read.
+
+Every key and its default is documented in spool-skel/onite.toml and
+docs/configuration.md. A bad value or an unknown key is an error that names
+the file, the key and what to write instead: a typo must never silently fall
+back to a default on a machine that runs other people's jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from datetime import time, timedelta
+from pathlib import Path
+
+from onite.core.errors import ConfigError, InvalidInput
+
+DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
+MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
+NOTIFY_HOW = ("none", "mail", "command")
+NOTIFY_ON = ("failure", "always")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmConfig:
+    """The ``[slurm]`` table: how the slurm executor hands jobs to the cluster."""
+
+    partition: str | None = None
+    account: str | None = None
+    sbatch_args: tuple[str, ...] = ()
+    max_jobs: int = 100
+    poll: timedelta = timedelta(seconds=1)
+    nice_step: int = 10_000  # --nice added per onite priority level (P1 and urgent: 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """A spool's settings (see docs/configuration.md for each key)."""
+
+    priorities: int = 7
+    default_priority: int = 4
+    cutoff: time | None = None
+    check_lock: bool = False
+    keep: int = 50
+    own_only: bool = True
+    shell: str = "/bin/sh"
+    slots: int = 1
+    schedule: tuple[str, ...] = DEFAULT_SCHEDULE
+    until: time | None = None
+    admins: tuple[str, ...] = ()
+    timeout: timedelta | None = None
+    kill_grace: timedelta = timedelta(seconds=10)
+    retry_delay: timedelta = timedelta(seconds=30)
+    on_interrupt: str = "requeue"
+    host: str | None = None
+    max_job_size: int = 16 * 1024 * 1024
+    executor: str = "local"
+    stderr_separate: bool = False  # default of submit --stderr-separate
+    hosts: dict[str, int] = field(default_factory=dict)  # host name → slots there
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    notify: str = "none"  # how a job's owner is told it finished: "none", "mail", "command"
+    notify_on: str = "failure"  # "failure" or "always" (also done and cancelled)
+    notify_command: tuple[str, ...] = ()  # the admin's hook: an absolute path and its arguments
+    sendmail: str | None = None  # None: the first of SENDMAIL_PATHS that exists
+    notify_timeout: timedelta = timedelta(seconds=30)
+    contain: bool = True  # every process a job starts ends with it (onite.exec.contain)
+
+    def slots_for(self, host: str) -> int:
+        """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
+        return self.hosts.get(host, self.slots)
+
+
+# The one statement of each default is its field above: parse_config reads them from these.
+DEFAULTS = Config()
+SLURM_DEFAULTS = SlurmConfig()
+
+
+# ---- parsing ----------------------------------------------------------------
+
+
+def parse_config(text: str, source: str = "onite.toml") -> Config:
+    """Parse and validate the text of an onite.toml.
+
+    Raises:
+        ConfigError: bad TOML, an unknown key, or a bad value.
+    """
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names") from None
+    except RecursionError:  # tomllib recurses into nested arrays and tables: "a = [[[[…"
+        raise ConfigError(f"{source} nests arrays or tables too deeply", "flatten it") from None
+    reader = _Reader(data, source, DEFAULTS)
+    priorities = reader.integer("priorities", low=1, high=MAX_PRIORITIES)
+    config = Config(
+        priorities=priorities,
+        default_priority=reader.integer("default_priority", low=1, high=priorities),
+        cutoff=reader.clock("cutoff"),
+        check_lock=reader.boolean("check_lock"),
+        keep=reader.integer("keep", low=0, high=10_000_000),
+        own_only=reader.boolean("own_only"),
+        shell=reader.path("shell"),
+        slots=reader.integer("slots", low=1, high=4096),
+        schedule=reader.schedule("schedule"),
+        until=reader.clock("until"),
+        admins=reader.strings("admins"),
+        timeout=reader.duration("timeout"),
+        kill_grace=reader.duration("kill_grace"),
+        retry_delay=reader.duration("retry_delay"),
+        on_interrupt=reader.choice("on_interrupt", ("requeue", "fail")),
+        host=reader.host("host"),
+        max_job_size=reader.size("max_job_size"),
+        executor=reader.choice("executor", ("local", "slurm")),
+        stderr_separate=reader.boolean("stderr_separate"),
+        hosts=reader.hosts("hosts"),
+        slurm=reader.slurm("slurm"),
+        contain=reader.boolean("contain"),
+        **reader.notify(),
+    )
+    reader.no_unknown_keys()
+    return config
+
+
+def load_config(path: Path) -> Config:
+    """Read ``path``; a spool without onite.toml uses the defaults.
+
+    Raises:
+        ConfigError: unreadable or invalid.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}", "check its permissions") from None
+    return parse_config(text, str(path))
+
+
+_SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
+MAX_SIZE = 1024**4  # 1T: max_job_size beyond this is a typo, not a job
+_TOP_KEYS = frozenset(f.name for f in fields(Config))  # every key of onite.toml is a field of Config
+_SLURM_KEYS = frozenset(f.name for f in fields(SlurmConfig))
+
+
+class _Reader:
+    """Typed access to the parsed TOML that turns every bad value into a ConfigError.
+
+    A key left out takes its value from ``defaults`` (a Config, or a SlurmConfig for [slurm]).
+    """
+
+    def __init__(self, data: dict[str, object], source: str, defaults: object) -> None:
+        self.data = data
+        self.source = source
+        self.defaults = defaults
+
+    def _default(self, key: str):
+        return getattr(self.defaults, key)
+
+    def _bad(self, key: str, value: object, want: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}")
+
+    def integer(self, key: str, *, low: int, high: int) -> int:
+        value = self.data.get(key, self._default(key))
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self._bad(key, value, f"a whole number from {low} to {high}")
+        return value
+
+    def boolean(self, key: str) -> bool:
+        value = self.data.get(key, self._default(key))
+        if not isinstance(value, bool):
+            raise self._bad(key, value, "true or false")
+        return value
+
+    def clock(self, key: str) -> time | None:
+        value = self.data.get(key)
+        if value is None or value == "":
+            return self._default(key)
+        if isinstance(value, time):
+            return value.replace(second=0, microsecond=0)
+        from onite.core.timeparse import parse_clock
+
+        try:
+            return parse_clock(str(value), what=key)
+        except InvalidInput:
+            raise self._bad(key, value, '"HH:MM", e.g. "07:00", or leave it out') from None
+
+    def duration(self, key: str) -> timedelta | None:
+        value = self.data.get(key)
+        if value is None or value == "":
+            return self._default(key)
+        from onite.core.timeparse import parse_duration
+
+        try:
+            return parse_duration(str(value), what=key)
+        except InvalidInput:
+            raise self._bad(key, value, 'a duration such as "90s", "30m" or "2h"') from None
+
+    def path(self, key: str, example: str = "/bin/sh") -> str:
+        value = self.data.get(key, self._default(key))
+        if not isinstance(value, str) or not value.startswith("/"):
+            raise self._bad(key, value, f'an absolute path such as "{example}"')
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key, list(self._default(key)))
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self._bad(key, value, 'a list of strings, e.g. ["alice", "%wheel"]')
+        return tuple(value)
+
+    def schedule(self, key: str) -> tuple[str, ...]:
+        exprs = self.strings(key)
+        for expr in exprs:
+            if len(expr.split()) != 5:
+                raise self._bad(key, expr, 'cron expressions of five fields, e.g. ["0 20 * * *"]')
+        return exprs
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        value = self.data.get(key, self._default(key))
+        if value not in choices:
+            raise self._bad(key, value, " or ".join(f'"{c}"' for c in choices))
+        return value
+
+    def host(self, key: str) -> str | None:
+        value = self.data.get(key)
+        if value is None or value == "":
+            return self._default(key)
+        from onite.core.names import is_valid_name
+
+        if not isinstance(value, str) or not is_valid_name(value):
+            raise self._bad(key, value, "a host name of letters, digits, '.', '_' and '-'")
+        return value
+
+    def size(self, key: str) -> int:
+        value = self.data.get(key, self._default(key))
+        if isinstance(value, int) and not isinstance(value, bool):
+            size = value
+        else:
+            match = _SIZE.fullmatch(str(value).strip())
+            if not match or len(match.group(1)) > 20:
+                raise self._bad(key, value, 'a size in bytes or like "16M" or "1G"')
+            size = int(match.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[match.group(2).upper()]
+        if not 1 <= size <= MAX_SIZE:
+            raise self._bad(key, value, 'a size from 1 byte to 1T, e.g. "16M" or "1G"')
+        return size
+
+    def hosts(self, key: str) -> dict[str, int]:
+        table = self.data.get(key, {})
+        if not isinstance(table, dict):
+            raise self._bad(key, table, "tables like [hosts.node1] with slots = 4")
+        result = {}
+        for name, entry in table.items():
+            if not isinstance(entry, dict) or set(entry) - {"slots"}:
+                raise self._bad(f"hosts.{name}", entry, "a table holding only slots = N")
+            if "slots" not in entry:
+                continue  # an empty [hosts.NAME] overrides nothing: that host has the spool's slots
+            result[name] = _Reader(entry, self.source, DEFAULTS).integer("slots", low=1, high=4096)
+        return result
+
+    def slurm(self, key: str) -> SlurmConfig:
+        table = self.data.get(key, {})
+        if not isinstance(table, dict):
+            raise self._bad(key, table, "a [slurm] table")
+        unknown = set(table) - _SLURM_KEYS
+        if unknown:
+            raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
+                              "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step")
+        sub = _Reader(table, self.source, SLURM_DEFAULTS)
+        for optional in ("partition", "account"):
+            if optional in table and not isinstance(table[optional], str):
+                raise self._bad(f"slurm.{optional}", table[optional], "a string")
+        return SlurmConfig(
+            partition=table.get("partition") or SLURM_DEFAULTS.partition,  # "" is unset, as left out
+            account=table.get("account") or SLURM_DEFAULTS.account,
+            sbatch_args=sub.strings("sbatch_args"),
+            max_jobs=sub.integer("max_jobs", low=1, high=1_000_000),
+            poll=sub.duration("poll"),
+            # 98 steps (P99) must stay below Slurm's largest nice, 2147483645
+            nice_step=sub.integer("nice_step", low=0, high=20_000_000),
+        )
+
+    def notify(self) -> dict:
+        """The notification keys (docs/configuration.md), checked together: "command" needs a command."""
+        import shlex
+
+        how = self.choice("notify", NOTIFY_HOW)
+        command = self.data.get("notify_command", shlex.join(self._default("notify_command")))
+        if not isinstance(command, str):
+            raise self._bad("notify_command", command, 'a command line such as "/usr/local/bin/onite-hook --chat"')
+        try:
+            argv = tuple(shlex.split(command))
+        except ValueError as err:
+            raise self._bad("notify_command", command, f"a command line with balanced quotes ({err})") from None
+        if argv and not argv[0].startswith("/"):
+            raise self._bad("notify_command", command, 'an absolute path first, e.g. "/usr/local/bin/onite-hook"')
+        if how == "command" and not argv:
+            raise ConfigError(f'{self.source}: notify = "command" needs notify_command',
+                              'set notify_command = "/path/to/hook", or use notify = "mail"')
+        sendmail = self.data.get("sendmail", "")
+        if sendmail != "":
+            sendmail = self.path("sendmail", "/usr/sbin/sendmail")
+        timeout = self.duration("notify_timeout")
+        return {"notify": how, "notify_on": self.choice("notify_on", NOTIFY_ON), "notify_command": argv,
+                "sendmail": sendmail or self._default("sendmail"), "notify_timeout": timeout}
+
+    def no_unknown_keys(self) -> None:
+        unknown = sorted(set(self.data) - _TOP_KEYS)
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], sorted(_TOP_KEYS), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see docs/configuration.md for the keys"
+            raise ConfigError(f"{self.source}: unknown key {unknown[0]!r}", hint)
+
+
+def default_host(config: Config) -> str:
+    """This machine's identity as a driver: ``host`` in onite.toml, else the short hostname."""
+    return config.host or os.uname().nodename.split(".")[0]

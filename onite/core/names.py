@@ -1,0 +1,92 @@
+"""Job and host names: what is allowed, and how unique names are made (pure).
+
+A job name is also a file name in several spool folders, so it is kept to a
+safe alphabet: ``[A-Za-z0-9][A-Za-z0-9._-]{0,99}``. Nothing else (``../x``,
+``a/b``, spaces, newlines, the empty string) ever reaches the file system.
+The spool marks its own side files with ``@`` (``jobsdone/NAME@result``),
+a character no job name can contain, so they can never collide with a job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+from onite.core.errors import InvalidInput
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_NAME = 100
+SIDE = "@"  # separates a job name from the kind of a spool side file
+
+
+def job_label(name: str) -> str:
+    """``onite:NAME``: the job's name outside the spool, as its Slurm job name and its script's memfd."""
+    return f"onite:{name}"
+
+
+def make_run_id(started, host: str, driver_pid: int, seq: int) -> str:
+    """A run's id, unique across hosts and drivers: ``TIMESTAMP-HOST-DRIVERPID-SEQ``."""
+    return f"{started:%Y%m%dT%H%M%S}-{host}-{driver_pid}-{seq}"
+
+
+def run_id_host(run_id: str) -> str | None:
+    """The host in a ``make_run_id`` id (a host name may hold "-"), or None if it is not one."""
+    parts = run_id.split("-")
+    return "-".join(parts[1:-2]) if len(parts) >= 4 else None
+
+
+def is_valid_name(name: str) -> bool:
+    return NAME_PATTERN.fullmatch(name) is not None
+
+
+def check_name(name: str, *, what: str = "job name") -> str:
+    """Return ``name`` if it is a valid job (or host) name.
+
+    Raises:
+        InvalidInput: with the reason it is not.
+    """
+    if is_valid_name(name):
+        return name
+    shown = name if len(name) <= 40 else name[:37] + "..."
+    if not name:
+        why = "it is empty"
+    elif len(name) > MAX_NAME:
+        why = f"it is {len(name)} characters long (at most {MAX_NAME})"
+    elif not name[0].isascii() or not name[0].isalnum():
+        why = "it must start with a letter or a digit"
+    else:
+        why = "it may hold only letters, digits, '.', '_' and '-'"
+    raise InvalidInput(f"invalid {what} {shown!r}: {why}", "use e.g. nightly-report or backup.2026-11-22")
+
+
+SUFFIX_LEN = 7  # "-" and six characters
+
+
+def check_base(base: str) -> str:
+    """A prefix for unique names: valid as a name once cut to leave room for the suffix.
+
+    Raises:
+        InvalidInput: with the reason it is not.
+    """
+    check_name(base[: MAX_NAME - SUFFIX_LEN], what="name base")
+    return base[: MAX_NAME - SUFFIX_LEN]
+
+
+def unique_name(base: str, taken: Callable[[str], bool], *, tries: int = 100) -> str:
+    """``base`` plus a random suffix (``base-k3x9qa``) for which ``taken`` is false.
+
+    Raises:
+        InvalidInput: ``base`` is not a valid name prefix, or no free name was found.
+    """
+    stem = check_base(base)
+    for _ in range(tries):
+        candidate = f"{stem}-{_random_suffix()}"
+        if not taken(candidate):
+            return candidate
+    raise InvalidInput(f"no unused name found for {base!r}", "pick another base name")
+
+
+def _random_suffix() -> str:
+    alphabet = "abcdefghijkmnpqrstuvwxyz23456789"  # 32 letters, no look-alikes (l/1, o/0)
+    return "".join(alphabet[byte % 32] for byte in os.urandom(6))

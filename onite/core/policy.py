@@ -1,0 +1,94 @@
+"""Who may do what, and when (pure: users, groups and the clock are arguments).
+
+- cutoff: after ``cutoff`` new jobs are refused until the night's window
+  closes (``until``), or until midnight when there is no ``until``.
+- urgent: only root and the ``admins`` of onite.toml (user names, or
+  ``%group`` for every member of a group).
+- cancelling a job: its owner, root, and with ``own_only = false`` anyone
+  (hold, release and output are its owner's and root's only: onite.app.control).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from typing import TYPE_CHECKING
+
+from onite.core.errors import Refused
+
+if TYPE_CHECKING:
+    from onite.exec.identity import Identity
+
+
+@dataclass(frozen=True)
+class CutoffState:
+    """Whether spooling is closed now, and when it opens again."""
+
+    closed: bool
+    reopens: datetime | None = None
+
+
+def cutoff_state(now: datetime, cutoff: time | None, until: time | None) -> CutoffState:
+    """Is spooling closed at ``now``, and if so when does it open again?"""
+    if cutoff is None:
+        return CutoffState(False)
+    reopen = until or time(0, 0)
+    clock = now.time().replace(tzinfo=None)
+    if cutoff < reopen:  # e.g. cutoff 02:00, window until 07:00: closed within the same day
+        closed = cutoff <= clock < reopen
+    else:  # the usual evening cutoff: closed from the cutoff across midnight to the reopen time
+        closed = clock >= cutoff or clock < reopen
+    if not closed:
+        return CutoffState(False)
+    day = now.date() if clock < reopen else now.date() + timedelta(days=1)
+    reopens = datetime.combine(day, reopen)
+    return CutoffState(True, reopens.astimezone() if now.tzinfo else reopens)
+
+
+def is_admin(uid: int, user: str, groups: Iterable[str], admins: Iterable[str]) -> bool:
+    """Root, a user named in ``admins``, or a member of a ``%group`` named there."""
+    if uid == 0:
+        return True
+    group_set = set(groups)
+    for admin in admins:
+        if admin.startswith("%"):
+            if admin[1:] in group_set:
+                return True
+        elif admin == user:
+            return True
+    return False
+
+
+def may_be_urgent(identity: Identity, admins: Iterable[str]) -> bool:
+    """May ``identity`` have jobs run urgent (root, or an admin named in onite.toml)?"""
+    return is_admin(identity.uid, identity.name, identity.group_names(), admins)
+
+
+def check_urgent(identity: Identity, admins: Iterable[str], what: str) -> None:
+    """Refuse a user who asks for urgent jobs without the right (``what``: "spool urgent jobs").
+
+    Raises:
+        Refused: ``identity`` may not have jobs run urgent.
+    """
+    if not may_be_urgent(identity, admins):
+        raise Refused(f"only root and the admins named in onite.toml may {what}", "drop --urgent, or ask an admin")
+
+
+def urgent_refusal(user: str) -> str:
+    """The reason an urgent job of ``user``, who is no admin, is never run."""
+    return f"urgent jobs need an admin; {user} is not one"
+
+
+def may_touch(caller_uid: int, owner_uid: int, own_only: bool) -> bool:
+    """May ``caller_uid`` cancel a job owned by ``owner_uid``?"""
+    return caller_uid == 0 or caller_uid == owner_uid or not own_only
+
+
+def window_end(start: datetime, until: time | None) -> datetime | None:
+    """The first instant at or after ``start`` when the clock reads ``until`` (None: no end)."""
+    if until is None:
+        return None
+    from onite.core.timeparse import next_clock
+
+    return next_clock(until, start - timedelta(microseconds=1))

@@ -1,0 +1,267 @@
+"""The job state machine and the result record (pure).
+
+A job's state is where its file is (docs/spool-format.md):
+
+    jobs/Pn/NAME, jobs/urgent/NAME   queued   (held when the file's owner-write bit is off)
+    running/HOST/NAME                 running  (claimed by the driver of HOST)
+    cancel/NAME@...                   cancelled, not yet filed by a driver
+    jobsdone/NAME + NAME@result       done, failed or cancelled: the result says which
+
+Every change of state is one rename(2) in the spool (spool.change_state), checked here first:
+
+    queued  → held, running, cancelled, failed (a dependency failed)
+    held    → queued, cancelled
+    running → done, failed, cancelled, queued (retry, recovery, hard stop)
+    done, failed, cancelled: final (spooling the same name again starts a new job)
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+
+from onite.core.config import MAX_PRIORITIES
+from onite.core.errors import DamagedRecord
+from onite.core.jobfile import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
+from onite.core.names import is_valid_name
+
+MAX_ID = 2**32 - 1  # a uid
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"  #: waiting in its priority folder
+    HELD = "held"  #: queued but skipped until released
+    RUNNING = "running"  #: claimed by a driver, its process (or Slurm job) alive
+    DONE = "done"  #: finished with exit status 0
+    FAILED = "failed"  #: finished otherwise: exit status, signal, timeout, could not start, dependency failed, interrupted
+    CANCELLED = "cancelled"  #: removed by a user or an admin before it finished
+
+
+FINAL = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+
+_ALLOWED = {
+    JobState.QUEUED: {JobState.HELD, JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},
+    JobState.HELD: {JobState.QUEUED, JobState.CANCELLED},
+    JobState.RUNNING: {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.QUEUED},
+}
+
+
+class InvalidTransition(Exception):
+    """A bug: code tried to move a job along an edge the state machine does not have."""
+
+    def __init__(self, name: str, old: JobState, new: JobState) -> None:
+        super().__init__(f"job {name!r} cannot go from {old} to {new}")
+
+
+def check_transition(name: str, old: JobState, new: JobState) -> None:
+    """Raises:
+        InvalidTransition: ``old → new`` is not an edge of the state machine.
+    """
+    if new not in _ALLOWED.get(old, ()):
+        raise InvalidTransition(name, old, new)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """How one attempt ended. Exactly one cause: exit_code, signal, or a reason."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    cancelled_by: str | None = None
+    reason: str = ""  # set when the job never ran or was stopped by onite
+    retryable: bool = False  # with a reason: the machinery failed, not the job (e.g. a Slurm node died)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and self.cancelled_by is None and not self.reason
+
+    @property
+    def state(self) -> JobState:
+        if self.cancelled_by is not None:
+            return JobState.CANCELLED
+        return JobState.DONE if self.ok else JobState.FAILED
+
+    def describe(self) -> str:
+        """The reason shown in lists and reports: ``exit 3``, ``timeout``, ``signal 9 (SIGKILL)``."""
+        if self.cancelled_by is not None:
+            return f"cancelled by {self.cancelled_by}"
+        if self.timed_out:
+            return "timeout"
+        if self.reason:
+            return self.reason
+        if self.signal is not None:
+            return f"signal {self.signal} ({signal_name(self.signal)})"
+        return "" if self.exit_code == 0 else f"exit {self.exit_code}"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+def outcome_from_status(status: int) -> Outcome:
+    """A waitpid() status → Outcome."""
+    import os
+
+    if os.WIFSIGNALED(status):
+        return Outcome(signal=os.WTERMSIG(status))
+    return Outcome(exit_code=os.waitstatus_to_exitcode(status))
+
+
+def stopped_outcome(ended: Outcome, stopping: str | None, cancelled_by: str | None) -> Outcome | None:
+    """How an attempt that onite stopped is recorded, or None if onite did not stop it.
+
+    ``stopping`` is why onite stopped it ("timeout", "cancel", "shutdown");
+    ``ended`` carries the exit code or signal it ended with, which are kept.
+    """
+    if stopping == "timeout":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, timed_out=True)
+    if stopping == "cancel":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, cancelled_by=cancelled_by or "?")
+    if stopping == "shutdown":
+        return Outcome(exit_code=ended.exit_code, signal=ended.signal, reason="interrupted: the driver was stopped")
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """The result record of a finished job: ``jobsdone/NAME@result`` (JSON, world-readable)."""
+
+    name: str
+    uid: int
+    user: str
+    priority: int
+    urgent: bool
+    state: JobState
+    reason: str
+    exit_code: int | None
+    signal: int | None
+    host: str
+    submitted: datetime
+    queued: datetime | None
+    started: datetime | None
+    finished: datetime
+    attempt: int
+    attempts: tuple[Attempt, ...] = ()
+    run_id: str = ""
+    executor: str = "local"
+    external_id: str | None = None  # e.g. the Slurm job id
+    recur: str | None = None
+    stderr: str = "merged"  # "separate": its stderr is in stdout/NAME@stderr; "merged": with its stdout
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float | None:
+        return (self.finished - self.started).total_seconds() if self.started else None
+
+    def to_json(self) -> dict:
+        return {
+            "format": 1,
+            "name": self.name,
+            "uid": self.uid,
+            "user": self.user,
+            "priority": self.priority,
+            "urgent": self.urgent,
+            "state": str(self.state),
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "host": self.host,
+            "submitted": self.submitted.isoformat(),
+            "queued": self.queued.isoformat() if self.queued else None,
+            "started": self.started.isoformat() if self.started else None,
+            "finished": self.finished.isoformat(),
+            "duration": self.duration,
+            "attempt": self.attempt,
+            "attempts": [a.to_json() for a in self.attempts],
+            "run_id": self.run_id,
+            "executor": self.executor,
+            "external_id": self.external_id,
+            "recur": self.recur,
+            "stderr": self.stderr,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> "Result":
+        """The record ``to_json`` wrote (also by earlier versions), every field checked.
+
+        Raises:
+            DamagedRecord: not an object, a field missing or of the wrong type, a value out of range
+                (a naive or absurd time, an int past 32 bits, a name that is no job's).
+        """
+        from onite.core import values as v
+
+        try:
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            name = v.text(data, "name")
+            if not is_valid_name(name):
+                raise ValueError(f"name {name[:40]!r} is not a valid job name")
+            finished = v.time(data, "finished")
+            attempts = data.get("attempts", ())
+            if not isinstance(attempts, (list, tuple)) or len(attempts) > MAX_RETRIES + 1:
+                raise ValueError(f"attempts: not a list of at most {MAX_RETRIES + 1} attempts")
+            recur = v.optional_text(data, "recur")
+            if recur is not None and not is_valid_name(recur):
+                raise ValueError(f"recur: {recur[:40]!r} is not a valid job name")
+            stderr = v.text(data, "stderr", "merged")  # records written before onite kept stderr apart
+            if stderr not in ("merged", "separate"):
+                raise ValueError(f"stderr: {stderr[:40]!r} is not merged or separate")
+            extra = data.get("extra", {})
+            if not isinstance(extra, dict):
+                raise ValueError("extra: not an object")
+            return cls(
+                name=name,
+                uid=v.integer(data, "uid", 0, MAX_ID),
+                user=v.text(data, "user", ""),
+                priority=v.integer(data, "priority", 0, MAX_PRIORITIES, 0),
+                urgent=v.boolean(data, "urgent", False),
+                state=JobState(v.text(data, "state")),
+                reason=v.text(data, "reason", ""),
+                exit_code=v.optional_integer(data, "exit_code", -MAX_STATUS, MAX_STATUS),
+                signal=v.optional_integer(data, "signal", 0, MAX_SIGNAL),
+                host=v.text(data, "host", ""),
+                submitted=v.optional_time(data, "submitted") or finished,
+                queued=v.optional_time(data, "queued"),
+                started=v.optional_time(data, "started"),
+                finished=finished,
+                attempt=v.integer(data, "attempt", 1, MAX_RETRIES + 1, 1),
+                attempts=tuple(Attempt.from_json(a) for a in attempts),
+                run_id=v.text(data, "run_id", ""),
+                executor=v.text(data, "executor", "local"),
+                external_id=v.optional_text(data, "external_id"),
+                recur=recur,
+                stderr=stderr,
+                extra=extra,
+            )
+        except ValueError as err:  # JobState("x") and Attempt.from_json say ValueError too
+            raise DamagedRecord(f"damaged result record: {str(err)[:200]}",
+                                "remove it, or restore it from a backup") from None
+
+    def with_state(self, state: JobState, reason: str) -> "Result":
+        return replace(self, state=state, reason=reason)
+
+
+def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str, host: str, now: datetime,
+                 job: Job | None = None, priority: int = 0, urgent: bool = False, submitted: datetime | None = None,
+                 started: datetime | None = None, run_id: str = "") -> Result:
+    """The result record of a job no run of which was seen to end: refused, failed or cancelled
+    before it started, or failed by recovery after its driver died (``started``: when that driver
+    started it). No exit code, no signal, no queue time; it finished ``now``.
+
+    ``job`` (its job file, if it could be read) gives its priority, submit time, attempts, recurring
+    template and where its stderr went; without it, ``priority`` and ``submitted`` (else ``now``),
+    attempt 1 and stderr merged.
+    """
+    if job is not None:
+        priority, submitted = job.priority, job.submitted
+    return Result(name=name, uid=uid, user=user, priority=priority, urgent=urgent, state=state, reason=reason,
+                  exit_code=None, signal=None, host=host, submitted=submitted or now, queued=None, started=started,
+                  finished=now, attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=run_id,
+                  recur=job.recur if job else None, stderr=job.stderr_mode if job else "merged")

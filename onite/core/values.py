@@ -1,0 +1,129 @@
+"""Values read back from JSON records, checked (pure).
+
+Records onite writes as JSON -- a result (``jobsdone/NAME@result``), a run
+record (``running/HOST/NAME@run``), an attempt in a job file's ``tried:``
+line, the state files of the daemon and of recurring jobs -- are read back
+by root, and may have been torn by a crash, damaged on disk, or (a ``tried:``
+line, a personal spool) written by a user. Whatever they hold, reading one
+gives either the value the reader expects, of the right type and within its
+range, or ValueError with the field's name: never a TypeError, an
+OverflowError or a RecursionError from deep inside the reader.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+_MISSING = object()
+
+
+def loads_object(raw: bytes | str) -> dict:
+    """The JSON object ``raw`` holds.
+
+    Raises:
+        ValueError: not JSON, nested too deeply, or not an object.
+    """
+    import json
+
+    try:
+        data = json.loads(raw)
+    except RecursionError:  # "[[[[…" a hundred thousand deep
+        raise ValueError("nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _get(data: dict, key: str, default: object) -> object:
+    value = data.get(key, default)
+    if value is _MISSING:
+        raise ValueError(f"{key}: missing")
+    return value
+
+
+def integer(data: dict, key: str, low: int, high: int, default: object = _MISSING) -> int:
+    """``data[key]``, a whole number from ``low`` to ``high`` (``default`` if absent).
+
+    Raises:
+        ValueError: absent without a default, not a whole number, or out of range.
+    """
+    value = _get(data, key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{key}: {_short(value)} is not a whole number from {low} to {high}")
+    return value
+
+
+def optional_integer(data: dict, key: str, low: int, high: int) -> int | None:
+    """``data[key]`` as ``integer`` does, or None if it is absent or null.
+
+    Raises:
+        ValueError: neither null nor a whole number in range.
+    """
+    return None if data.get(key) is None else integer(data, key, low, high)
+
+
+def text(data: dict, key: str, default: object = _MISSING) -> str:
+    """``data[key]``, a string (``default`` if absent).
+
+    Raises:
+        ValueError: absent without a default, or not a string.
+    """
+    value = _get(data, key, default)
+    if not isinstance(value, str):
+        raise ValueError(f"{key}: {_short(value)} is not a string")
+    return value
+
+
+def optional_text(data: dict, key: str) -> str | None:
+    """``data[key]``, a string, or None if it is absent or null.
+
+    Raises:
+        ValueError: neither null nor a string.
+    """
+    return None if data.get(key) is None else text(data, key)
+
+
+def boolean(data: dict, key: str, default: object = _MISSING) -> bool:
+    """``data[key]``, true or false (``default`` if absent).
+
+    Raises:
+        ValueError: absent without a default, or not a boolean.
+    """
+    value = _get(data, key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: {_short(value)} is not true or false")
+    return value
+
+
+def time(data: dict, key: str, default: object = _MISSING) -> datetime:
+    """``data[key]``, an ISO 8601 time with its UTC offset in onite's bounds (timeparse.is_valid_time).
+
+    Raises:
+        ValueError: absent without a default, not such a time.
+    """
+    from onite.core.timeparse import parse_stamp
+
+    value = _get(data, key, default)
+    if isinstance(value, datetime):  # the default
+        return value
+    when = parse_stamp(value)
+    if when is None:
+        raise ValueError(f"{key}: {_short(value)} is not a time with its UTC offset, in the years 1900 to 9998")
+    return when
+
+
+def optional_time(data: dict, key: str) -> datetime | None:
+    """``data[key]`` as ``time`` reads it, or None if it is absent, null or empty.
+
+    Raises:
+        ValueError: something else that is not such a time.
+    """
+    return None if data.get(key) in (None, "") else time(data, key)
+
+
+def _short(value: object) -> str:
+    try:
+        shown = repr(value)
+    except ValueError:  # an int of more digits than Python will print
+        return f"a {type(value).__name__}"
+    return shown if len(shown) <= 40 else shown[:37] + "..."

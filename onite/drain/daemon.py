@@ -1,0 +1,443 @@
+"""``onite daemon``: the driver for machines without cron, one long-running process per host.
+
+It holds this host's driver lock (locks/driver.HOST.lock) for its whole life,
+and keeps its heartbeat (driver.HOST.state, onite.drain.heartbeat: role daemon,
+``idle`` or ``draining``, the next scheduled drain) fresh, so users can see
+it runs and when it drains next. A cron ``onite run`` meanwhile logs "busy"
+and exits 0, unless the daemon is idle: then ``onite run`` (and ``onite
+daemon --wake``) hands the drain to it (``request_wake``). It sleeps, and wakes:
+
+- at each time of ``schedule`` (onite.toml): a full drain with the existing
+  Driver, honouring ``until``, exactly as ``onite run`` would;
+- when told to drain now (``request_wake``: the file locks/wake.HOST, which
+  only root may write, and a USR2 to cut the sleep short): a full drain, at
+  once; during a drain of timed jobs, that drain widens to every job;
+- when a queued job's not-before time comes (``submit --at``, a retry's
+  back-off), or a recurring job fires (it spools the instance first): a drain
+  that runs ONLY jobs carrying a not-before time that has come. Untimed jobs
+  wait for the scheduled drain; they never run by day because someone's
+  ``--at`` job did. (If a schedule time comes during such a drain, the drain
+  widens to every job.)
+
+Every drain is the Driver's own (Driver.drain(): recovery, order, slots,
+retries, cancel requests, retention); the daemon only decides when, and
+which kind. Between drains it polls every POLL seconds: the queue folders'
+mtimes (onite.spool.watch reads only new job headers), recur/ (onite.drain.instances), and
+the clock, so a suspend or a clock change costs at most one poll.
+
+Missed nights: SPOOL/daemon.HOST.state remembers the last schedule time
+handled. A schedule time missed while the daemon was down (or the machine
+asleep) is caught up ONCE, the latest one only, and only while its night
+window is still open (onite.core.window); otherwise it is logged and skipped.
+
+Signals: INT or TERM while sleeping → exit at once; while draining → as the
+driver (finish running jobs, start none, exit 0; a second one, or QUIT, kills
+and requeues them). HUP → re-read onite.toml (the schedule may change) and
+reopen onite.log (for logrotate). USR1 → a status line in the log. Every log
+line also goes to stderr, for journald.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+from datetime import datetime, time as dtime, timedelta
+
+from onite.spool import paths as sp
+from onite.core.config import default_host
+from onite.drain.driver import Driver, SignalCatcher, lock_descriptor, take_host_lock
+from onite.drain.heartbeat import Beat, Heartbeat
+from onite.core.errors import InvalidInput, OniteError, Refused
+from onite.spool.log import ActivityLog
+from onite.core.schedule import validate_schedule
+from onite.core.window import plan
+
+POLL = 2.0  # seconds between looks at the queue, recur/ and the clock while sleeping
+LOCK_RETRY = 5.0  # seconds between tries while another driver holds this host's lock
+STATE_FORMAT = 1
+LATE = 60.0  # a scheduled drain starting this many seconds after its time is logged as a catch-up
+RECUR_PAUSE = timedelta(minutes=1)  # after an error spooling recurring jobs, try again this much later
+
+
+class Daemon:
+    """One host's long-running driver. ``run()`` returns the process exit code."""
+
+    def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
+                 until: dtime | None = None, drain_now: bool = False, echo=None) -> None:
+        from onite.drain.instances import RecurScheduler
+        from onite.spool.watch import TimedWatch
+
+        self.spool = spool
+        self.host = host or default_host(spool.config)
+        self.slots = slots
+        self._until_override = until
+        self.drain_now = drain_now
+        self.echo = echo
+        self.log = ActivityLog(spool.log_path, self.host, echo=echo)
+        self.signals: list[int] = []
+        self.stopping = False
+        self.recur = RecurScheduler(spool, self.log)
+        self.watch = TimedWatch(spool.queue_folders(), self.host)
+        self.schedule: tuple[str, ...] = ()
+        self.last: datetime | None = None  # the last schedule time handled
+        self.next_scheduled: datetime | None = None
+        self.timed_mark: datetime | None = None  # when the last drain started (onite.spool.watch)
+        self._pending_fire: datetime | None = None  # a schedule time a widened timed drain is handling
+        self._recur_pause: datetime | None = None  # after an error spooling recurring jobs
+        self._wakeup_fd = -1
+        self._lock_fd: int | None = None
+        self.started_at = self.now()
+        self.heartbeat: Heartbeat | None = None
+
+    @staticmethod
+    def now() -> datetime:
+        return datetime.now().astimezone()
+
+    @property
+    def until(self) -> dtime | None:
+        return self._until_override or self.spool.config.until
+
+    @property
+    def state_path(self):
+        return self.spool.root / f"daemon.{self.host}.state"
+
+    # ---- life ----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Lock, catch up a missed night if its window is open, then wake and drain until stopped.
+
+        Raises:
+            Refused: the spool is not writable by this user, or another daemon runs for this host.
+            InvalidInput: the schedule in onite.toml is not valid.
+        """
+        self.spool.check_drainable("onite daemon")
+        self.schedule = validate_schedule(tuple(self.spool.config.schedule))
+        with SignalCatcher(self.signals) as wakeup_fd:
+            self._wakeup_fd = wakeup_fd
+            lock = self._lock()
+            if lock is None:
+                self.log.close()
+                return 0
+            self._lock_fd = lock_descriptor(lock)
+            try:
+                self.heartbeat = Heartbeat(self.spool.root, self.host, "daemon", log=self.log)
+                self._main()
+            finally:
+                try:
+                    if self.heartbeat is not None:
+                        self.heartbeat.close()
+                finally:
+                    lock.release()
+                    self.log.event("daemon-exit", host=self.host)
+                    self.log.close()
+        return 0
+
+    def _lock(self):
+        """This host's driver lock; wait while a plain driver holds it, refuse a second daemon.
+
+        Raises:
+            Refused: another daemon runs for this host (its heartbeat says so).
+        """
+        from onite.drain import heartbeat as hb
+
+        holder = f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=daemon"
+        announced = False
+        while True:
+            lock = take_host_lock(self.spool, self.host, holder)
+            if lock is not None:
+                return lock
+            beat = hb.read(self.spool.root, self.host)
+            alive = beat is not None and hb.is_alive(beat, self.now())
+            if alive and beat.role == "daemon":
+                raise Refused(f"an onite daemon already runs for host {self.host} (pid {beat.pid}, since "
+                              f"{beat.since:%Y-%m-%d %H:%M})",
+                              "stop it first (systemctl stop onite), or give this one another --host")
+            if not announced:
+                announced = True
+                self.log.event("daemon-waiting", host=self.host, pid=beat.pid if alive else None,
+                               started_by=beat.started_by if alive else None,
+                               note="a driver is draining this spool on this host; starting when it is done")
+            self._sleep(LOCK_RETRY)
+            self._handle_signals()
+            if self.stopping:
+                return None
+
+    def _main(self) -> None:
+        now = self.now()
+        self.last = self._load_state()
+        if self.last is None:  # first start: nothing was missed yet
+            self.last = now
+            self._save_state()
+        self._plan_next()
+        self.log.event("daemon-start", host=self.host, schedule=",".join(self.schedule) or "-",
+                       until=self.until.strftime("%H:%M") if self.until else None,
+                       next=self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None,
+                       pid=os.getpid())
+        drained = self._scheduled(now)
+        if self.drain_now and not drained and not self.stopping:
+            self.log.event("drain-now", note="draining once at start, then following the schedule")
+            self._drain(only_timed=False)
+        while not self.stopping:
+            self._handle_signals()
+            if self.stopping:
+                break
+            now = self.now()
+            if self._scheduled(now):
+                continue
+            if self._take_wake():
+                self.log.event("drain-now", note="told to drain now (onite run, or onite daemon --wake)")
+                self._drain(only_timed=False)
+                continue
+            self.heartbeat.tick()
+            self._spool_recurring(now)
+            self.watch.refresh()
+            due = self.watch.next_due(self.timed_mark)
+            if due is not None and due <= now:
+                self._drain(only_timed=True)
+                continue
+            wake = min((t for t in (self.next_scheduled, self._next_recurring(), due) if t is not None),
+                       default=None)
+            timeout = POLL if wake is None else min(POLL, max((wake - now).total_seconds(), 0.0))
+            self._sleep(timeout)
+
+    # ---- the schedule ------------------------------------------------------------------
+
+    def _plan_next(self) -> None:
+        from onite.core.schedule import next_drain
+
+        self.next_scheduled = next_drain(self.schedule, self.last) if self.schedule else None
+        if self.heartbeat is not None:
+            self.heartbeat.beat(next_drain=self.next_scheduled, next_by="daemon" if self.next_scheduled else None)
+
+    def _scheduled(self, now: datetime) -> bool:
+        """Handle a schedule time that has come: drain (True), or log a missed night."""
+        step = self._due(now)
+        if step is None:
+            return False
+        late = (now - step.drain).total_seconds() > LATE
+        self.log.event("catch-up" if late else "scheduled", fire=step.drain.isoformat(timespec="minutes"),
+                       note="missed while the daemon was not running; draining once" if late else None)
+        if self._drain(only_timed=False):
+            self._handled(step.drain)
+        return True
+
+    def _due(self, now: datetime):
+        """The plan (onite.core.window) of a schedule time that has come and whose window is open, or None:
+        none has come, or the night's window closed first (logged as a missed night, and handled)."""
+        if self.next_scheduled is None or now < self.next_scheduled:
+            return None
+        step = plan(self.schedule, self.until, self.last, now)
+        if step.skipped is not None:
+            self.log.event("missed-night", fire=step.skipped.opened.isoformat(timespec="minutes"),
+                           closed=step.skipped.closes.isoformat(timespec="minutes") if step.skipped.closes else None,
+                           next=step.next.isoformat(timespec="minutes") if step.next else None,
+                           note="its window closed before the daemon could drain; the queue waits for the next night")
+            self._handled(step.handled)
+            return None
+        if step.drain is None:
+            self._plan_next()
+            return None
+        return step
+
+    def _handled(self, fire: datetime | None) -> None:
+        """Every schedule time up to ``fire`` (and any that passed during a drain) is done."""
+        from onite.core.schedule import last_fire
+
+        if fire is None:
+            return
+        latest = last_fire(self.schedule, self.now(), since=fire) if self.schedule else None
+        self.last = max(fire, latest) if latest else fire
+        self._save_state()
+        self._plan_next()
+
+    # ---- draining ----------------------------------------------------------------------
+
+    def _drain(self, *, only_timed: bool) -> bool:
+        """One Driver.drain(); False if it was stopped by a signal (then the daemon exits)."""
+        self.timed_mark = self.now()
+        self._pending_fire = None
+        driver = Driver(self.spool, host=self.host, slots=self.slots, until=self._until_override, echo=self.echo,
+                        only_timed=only_timed, linger=False, tick=self._tick, signals=self.signals,
+                        lock_fd=self._lock_fd, heartbeat=self.heartbeat)
+        self.heartbeat.beat(state="draining")
+        try:
+            self._spool_recurring(self.timed_mark)
+            driver.drain()
+        finally:
+            self.heartbeat.beat(state="idle")
+            driver.log.close()
+            self.log.close()  # reopened at its next line: a HUP during the drain may mean logrotate
+        self._after_reload()
+        if driver.stop_requested:
+            self.stopping = True
+            return False
+        if self._pending_fire is not None:
+            self._handled(self._pending_fire)
+        return True
+
+    def _tick(self, driver: Driver, now: datetime) -> datetime | None:
+        """Called by the driver on every turn: spool recurring jobs; widen a timed drain when
+        a schedule time comes. Returns when it next has something to do.
+        """
+        self._spool_recurring(now)
+        if driver.only_timed and self._take_wake():
+            self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
+            driver.open_window(now)
+        if driver.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
+            self._sync_schedule()
+            step = self._due(now)
+            if step is not None:
+                self.log.event("scheduled", fire=step.drain.isoformat(timespec="minutes"),
+                               note="during a drain of timed jobs")
+                driver.open_window(now)
+                self._pending_fire = step.drain
+                self.next_scheduled = step.next
+        nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.only_timed else None) if t]
+        return min(nxt, default=None)
+
+    # ---- recurring jobs --------------------------------------------------------------
+
+    def _spool_recurring(self, now: datetime) -> None:
+        """Spool due recurring instances; after an error, log it and leave them for a while."""
+        if self._recur_pause is not None and now < self._recur_pause:
+            return
+        try:
+            self.recur.spool_due(now)
+            self._recur_pause = None
+        except (OniteError, OSError) as err:
+            self._recur_pause = now + RECUR_PAUSE
+            self.log.event("recur-error", error=str(err), note=f"trying again at {self._recur_pause:%H:%M:%S}")
+
+    def _next_recurring(self) -> datetime | None:
+        return self._recur_pause or self.recur.next_fire()
+
+    # ---- signals, sleep, reload ------------------------------------------------------
+
+    def _sleep(self, timeout: float) -> None:
+        try:
+            ready = select.select([self._wakeup_fd], [], [], max(timeout, 0.0))[0]
+        except InterruptedError:
+            return
+        if ready:
+            try:
+                os.read(self._wakeup_fd, 512)
+            except BlockingIOError:
+                pass
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            sig = self.signals.pop(0)
+            if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+                self.stopping = True
+                self.log.event("signal", sig=signal.Signals(sig).name, action="exit (nothing is running)")
+            elif sig == signal.SIGHUP:
+                self._reload()
+            elif sig == signal.SIGUSR1:
+                self.log.event("status", host=self.host, role="daemon",
+                               next=self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None,
+                               recurring=len(self.recur.templates), timed=self.watch.timed())
+
+    def _reload(self) -> None:
+        self.log.close()  # reopened by the next line: logrotate moved the old file away
+        try:
+            self.spool.reload_config()
+        except OniteError as err:
+            self.log.event("reload-failed", error=str(err), note="keeping the previous settings")
+            return
+        self._after_reload()
+        self.log.event("reloaded", schedule=",".join(self.schedule) or "-",
+                       until=self.until.strftime("%H:%M") if self.until else None,
+                       next=self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None)
+
+    def _after_reload(self) -> None:
+        """The driver may have re-read onite.toml on HUP: follow its schedule and folders."""
+        self.watch.set_folders(self.spool.queue_folders())
+        self._sync_schedule()
+
+    def _sync_schedule(self) -> None:
+        wanted = self.spool.config.schedule
+        if wanted == self.schedule:
+            return
+        try:
+            self.schedule = validate_schedule(tuple(wanted))
+        except InvalidInput as err:
+            self.log.event("reload-failed", error=str(err), note="keeping the previous schedule")
+            return
+        self._plan_next()
+
+    # ---- being told to drain now -------------------------------------------------------
+
+    def _take_wake(self) -> bool:
+        """Was this daemon told to drain now (the file locks/wake.HOST)? Takes the request."""
+        try:
+            os.unlink(wake_path(self.spool, self.host))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            self.log.event("warning", error=f"cannot take the wake request: {err.strerror}")
+            return False
+
+    # ---- the state file --------------------------------------------------------------
+
+    def _load_state(self) -> datetime | None:
+        """The last drain time the state file records; None if there is none, or it is damaged (logged).
+
+        Raises: nothing.
+        """
+        from onite.core import values
+
+        try:
+            data = values.loads_object(self.state_path.read_bytes())
+            if data.get("version") != STATE_FORMAT:
+                raise ValueError(f"format {str(data.get('version'))[:20]!r}")
+            return values.time(data, "last").astimezone()
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            self.log.event("warning", file=str(self.state_path), error=f"unreadable: {err}",
+                           note="starting afresh: no missed night is caught up")
+            return None
+
+    def _save_state(self) -> None:
+        data = {"version": STATE_FORMAT, "host": self.host, "last": self.last.isoformat(),
+                "updated": self.now().isoformat(), "pid": os.getpid()}
+        try:
+            sp.replace_file(self.state_path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
+        except OniteError as err:
+            self.log.event("warning", error=str(err), note="the daemon state was not saved")
+
+
+def wake_path(spool: sp.Spool, host: str):
+    """``locks/wake.HOST``: the request that HOST's daemon drain now (only the spool's owner may write it)."""
+    from onite.spool.locks import locks_dir
+
+    return locks_dir(spool.root) / f"wake.{host}"
+
+
+def request_wake(spool: sp.Spool, host: str, beat: Beat) -> bool:
+    """Tell HOST's daemon (its heartbeat ``beat``) to drain now: leave the request, then cut its sleep
+    short with USR2 if it runs on this machine. False if the request cannot be left.
+
+    Raises:
+        Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (onite.spool.locks).
+    """
+    from onite.drain.heartbeat import process_start_ticks
+    from onite.spool.locks import ensure_dir
+
+    ensure_dir(spool.root)
+    try:
+        fd = os.open(wake_path(spool, host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+    except OSError:
+        return False
+    same_process = beat.machine == os.uname().nodename and (
+        beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks)
+    if same_process:
+        try:
+            os.kill(beat.pid, signal.SIGUSR2)
+        except OSError:
+            pass  # it polls for the request every few seconds anyway
+    return True

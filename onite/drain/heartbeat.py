@@ -1,0 +1,309 @@
+"""SPOOL/driver.HOST.state: the heartbeat by which every user can tell whether HOST's driver is alive.
+
+The driver's lock is private to the spool's owner (onite.spool.locks), so nobody
+else can probe it; the lock holder writes this world-readable JSON file
+instead, atomically replaced (a dot-name, then rename), when it takes the
+lock, when its state changes and every BEAT_EVERY seconds, and marks it
+``exited`` when it lets the lock go.
+
+Invariant: a heartbeat proves a live driver only together with the process
+it names. On the machine that wrote it, the driver is alive if and only if
+its state is not ``exited`` and a process with its pid, its start time
+(field 22 of /proc/PID/stat, so a reused pid is not mistaken for it) and
+its boot id exists. Seen from another machine sharing the spool (or where
+/proc hides other users' processes), it is alive while the file was updated
+within STALE_AFTER seconds. A heartbeat whose process is gone is a driver
+that died (a crash, ``kill -9``): no driver.
+
+Only the spool's owner writes the spool's top folder, so users cannot forge
+a heartbeat; every field is still range-checked on reading.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+FORMAT = 1
+BEAT_EVERY = 30.0  # seconds between rewrites while nothing changes
+STALE_AFTER = 120.0  # a heartbeat from another machine not updated for this long is a dead driver
+ROLES = ("run", "daemon", "recover")
+PREFIX, SUFFIX = "driver.", ".state"
+
+
+def heartbeat_path(root: Path, host: str) -> Path:
+    return Path(root) / f"{PREFIX}{host}{SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat: who holds HOST's driver lock, since when, started by what, doing what."""
+
+    host: str
+    pid: int
+    start_ticks: int | None
+    boot_id: str
+    machine: str
+    role: str  # "run", "daemon", "recover"
+    started_by: str  # "cron", "timer", "daemon", "hand", "systemd", "program NAME"
+    since: datetime
+    state: str  # "draining", "idle" (a daemon between drains), "exited"
+    updated: datetime
+    next_drain: datetime | None = None  # when the next drain is due, as this driver knew it
+    next_by: str | None = None  # what starts it: "daemon", "timer", "cron"
+    ended: datetime | None = None
+
+    def to_json(self) -> dict:
+        return {"version": FORMAT, "host": self.host, "pid": self.pid, "start_ticks": self.start_ticks,
+                "boot_id": self.boot_id, "machine": self.machine, "role": self.role, "started_by": self.started_by,
+                "since": self.since.isoformat(), "state": self.state, "updated": self.updated.isoformat(),
+                "next_drain": self.next_drain.isoformat() if self.next_drain else None, "next_by": self.next_by,
+                "ended": self.ended.isoformat() if self.ended else None}
+
+    @classmethod
+    def from_json(cls, data) -> "Beat | None":
+        """The heartbeat ``data`` describes, or None if any field is missing or out of range."""
+        try:
+            if not isinstance(data, dict) or data.get("version") != FORMAT:
+                return None
+            pid, ticks = data["pid"], data.get("start_ticks")
+            if type(pid) is not int or not 0 < pid < 1 << 31:
+                return None
+            if ticks is not None and (type(ticks) is not int or ticks < 0):
+                return None
+            texts = [data[k] for k in ("host", "boot_id", "machine", "role", "started_by", "state")]
+            if not all(isinstance(t, str) and len(t) <= 200 for t in texts):
+                return None
+            if data["role"] not in ROLES or data["state"] not in ("draining", "idle", "exited"):
+                return None
+            next_by = data.get("next_by")
+            return cls(host=data["host"], pid=pid, start_ticks=ticks, boot_id=data["boot_id"],
+                       machine=data["machine"], role=data["role"], started_by=data["started_by"],
+                       since=_stamp(data["since"]), state=data["state"], updated=_stamp(data["updated"]),
+                       next_drain=_stamp(data.get("next_drain"), optional=True),
+                       next_by=next_by if isinstance(next_by, str) and len(next_by) <= 50 else None,
+                       ended=_stamp(data.get("ended"), optional=True))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return None
+
+    def as_held(self):
+        """The older view of a live driver (onite.spool.locks.HeldLock), for status, wait and submit."""
+        from onite.spool.locks import HeldLock
+
+        role = "daemon" if self.role == "daemon" else "driver"
+        holder = f"pid={self.pid} host={self.host} since={self.since.isoformat()} role={role} started_by={self.started_by}"
+        return HeldLock(self.host, holder, self.pid, self.since.isoformat(), role, self.started_by, self.state,
+                        self.next_drain.isoformat() if self.next_drain else None)
+
+
+def _stamp(text, *, optional: bool = False) -> datetime | None:
+    if text is None and optional:
+        return None
+    if not isinstance(text, str) or len(text) > 64:
+        raise ValueError("not a time")
+    when = datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        raise ValueError("a time without its UTC offset")
+    return when
+
+
+# ---- liveness -------------------------------------------------------------------------
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8", errors="replace") as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
+
+
+from onite.exec.monitor import process_start_ticks  # noqa: E402 - one reading of /proc/PID/stat for all
+
+
+def _proc_shows_others() -> bool:
+    """Can this process see other users' processes in /proc (no ``hidepid``)? pid 1 is root's."""
+    return os.path.exists("/proc/1/stat")
+
+
+def is_alive(beat: Beat, now: datetime, *, machine: str | None = None, boot: str | None = None) -> bool:
+    """Is the driver of this heartbeat alive? (The module's docstring says how that is decided.)"""
+    if beat.state == "exited":
+        return False
+    machine = os.uname().nodename if machine is None else machine
+    if beat.machine == machine:
+        boot = boot_id() if boot is None else boot
+        if beat.boot_id and boot and beat.boot_id != boot:
+            return False  # written before the machine last started
+        ticks = process_start_ticks(beat.pid)
+        if ticks is not None:
+            return beat.start_ticks is None or ticks == beat.start_ticks
+        if _proc_shows_others() or beat.pid == os.getpid():
+            return False
+    return (now - beat.updated).total_seconds() <= STALE_AFTER
+
+
+def read(root: Path, host: str) -> Beat | None:
+    """HOST's heartbeat as written (alive or not), or None if there is none (or it is damaged)."""
+    return _read_path(heartbeat_path(root, host))
+
+
+def _read_path(path: Path) -> Beat | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 16384)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    import json
+
+    try:
+        return Beat.from_json(json.loads(data))
+    except (ValueError, RecursionError):
+        return None
+
+
+def beats(root: Path) -> list[Beat]:
+    """Every heartbeat in the spool (alive or not), by host."""
+    from onite.core.names import is_valid_name
+
+    found = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    for name in sorted(names):
+        if name.startswith(PREFIX) and name.endswith(SUFFIX):
+            host = name[len(PREFIX):-len(SUFFIX)]
+            if is_valid_name(host):
+                beat = _read_path(Path(root) / name)
+                if beat is not None and beat.host == host:
+                    found.append(beat)
+    return found
+
+
+def live_beats(root: Path, now: datetime | None = None) -> list[Beat]:
+    """The heartbeats of drivers alive now, by host."""
+    now = now or datetime.now().astimezone()
+    machine, boot = os.uname().nodename, boot_id()
+    return [b for b in beats(root) if is_alive(b, now, machine=machine, boot=boot)]
+
+
+def dead_beats(root: Path, now: datetime | None = None) -> list[Beat]:
+    """Heartbeats of drivers that died without saying so (not ``exited``, process gone)."""
+    now = now or datetime.now().astimezone()
+    machine, boot = os.uname().nodename, boot_id()
+    return [b for b in beats(root) if b.state != "exited" and not is_alive(b, now, machine=machine, boot=boot)]
+
+
+# ---- who started this driver --------------------------------------------------------------
+
+
+CRON_NAMES = ("cron", "crond", "cronie", "anacron")
+
+
+def started_by(role: str, environ=None) -> str:
+    """What started this process: ``cron``, ``timer`` (onite-driver.timer), ``systemd`` (another unit),
+    ``daemon``, ``hand`` (a terminal), or ``program NAME`` (the parent's name)."""
+    environ = os.environ if environ is None else environ
+    if role == "daemon":
+        return "systemd" if environ.get("INVOCATION_ID") else "hand" if _on_terminal() else f"program {_parent()}"
+    said = environ.get("ONITE_STARTED_BY", "")
+    if said in ("cron", "timer", "hand", "systemd"):
+        return said
+    if environ.get("INVOCATION_ID"):
+        return "timer" if "onite-driver.service" in _own_cgroup() else "systemd"
+    parent = _parent()
+    if parent in CRON_NAMES:
+        return "cron"
+    if _on_terminal():
+        return "hand"
+    return f"program {parent}" if parent else "hand"
+
+
+def _on_terminal() -> bool:
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _parent() -> str:
+    """The name of the parent process (its comm), or "" if unknown."""
+    try:
+        with open(f"/proc/{os.getppid()}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
+
+
+def _own_cgroup() -> str:
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
+            return f.read(4096)
+    except OSError:
+        return ""
+
+
+# ---- writing ----------------------------------------------------------------------------
+
+
+class Heartbeat:
+    """The heartbeat of the driver holding HOST's lock: ``beat`` on every change, ``tick`` every turn."""
+
+    def __init__(self, root: Path, host: str, role: str, *, by: str | None = None, clock=None, log=None) -> None:
+        import time
+
+        self.path = heartbeat_path(root, host)
+        self.clock = clock or (lambda: datetime.now().astimezone())
+        self.log = log
+        self._mono = time.monotonic
+        self._due = 0.0
+        self._failed = False
+        now = self.clock()
+        pid = os.getpid()
+        self.beat_ = Beat(host=host, pid=pid, start_ticks=process_start_ticks(pid), boot_id=boot_id(),
+                          machine=os.uname().nodename, role=role, started_by=by or started_by(role), since=now,
+                          state="draining" if role != "daemon" else "idle", updated=now)
+
+    @property
+    def started_by(self) -> str:
+        return self.beat_.started_by
+
+    def beat(self, **changes) -> None:
+        """Write the heartbeat now, with ``changes`` (state, next_drain, next_by, ended)."""
+        self.beat_ = replace(self.beat_, updated=self.clock(), **changes)
+        self._write()
+
+    def tick(self) -> None:
+        """Rewrite the heartbeat if BEAT_EVERY seconds passed since the last write (cheap otherwise)."""
+        if self._mono() >= self._due:
+            self.beat()
+
+    def close(self) -> None:
+        """The lock is about to be let go: say so."""
+        now = self.clock()
+        self.beat(state="exited", ended=now)
+
+    def _write(self) -> None:
+        from onite.core.errors import OniteError
+        from onite.core.jsontext import dumps
+        from onite.spool.paths import replace_file
+
+        self._due = self._mono() + BEAT_EVERY
+        try:
+            replace_file(self.path, (dumps(self.beat_.to_json()) + "\n").encode(), mode=0o644)
+            self._failed = False
+        except OniteError as err:
+            if not self._failed and self.log is not None:  # once, not every 30 seconds
+                self.log.event("warning", error=str(err), note="the heartbeat was not written: status may say no driver runs")
+            self._failed = True

@@ -1,0 +1,377 @@
+"""Spooling the instances of recurring jobs, and SPOOL/recur.state (what was spooled).
+
+When a template's rule fires, a driver (the daemon on its wakes, ``onite run``
+when it starts) spools an *instance*: an ordinary job named
+``NAME-YYYYMMDDTHHMM`` after the fire's local wall time (``SS`` added for
+fires off the minute, ``.2`` for the second pass of an hour the clocks
+repeat), with ``recur: NAME``, not-before = the fire time, owned by the
+template's owner (uid and gid of the template file). The name is a function
+of the fire, the job is created with a no-replace write, and a fire whose
+instance is queued, running or has a result is never spooled again: one fire
+is never spooled twice.
+
+Missed fires are coalesced: each check spools at most ONE instance per
+template, for the latest fire since the last one spooled; the others are
+counted in the log. What was last spooled is kept in SPOOL/recur.state,
+written by the driver (root on a system spool, in a folder only root may
+write), so users cannot forge it. Templates are checked like queued jobs
+(onite.spool.filecheck) before they are used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from onite.spool import paths as sp
+from onite.core.errors import InvalidInput, OniteError, Refused
+from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
+from onite.exec.identity import resolve
+from onite.core.jobfile import Job, encode
+from onite.core.policy import may_be_urgent, urgent_refusal
+from onite.app.recur import RULE_KEYS, rule_fields, rule_of, template_files
+
+STATE_FORMAT = 1
+REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
+RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
+
+
+# ---- instances (pure) --------------------------------------------------------------------------
+
+
+def _is_second_pass(fire: datetime) -> bool:
+    """Is ``fire`` the second time its wall clock reads this (an hour the clocks repeat)?"""
+    from onite.core.schedule import _zone_of  # the module's own notion of "the machine's zone"
+
+    zone = _zone_of(fire, "fire")
+    first = zone.instant(zone.wall(fire), 0)
+    return fire.astimezone(timezone.utc) - first >= timedelta(seconds=1)
+
+
+def instance_name(template: str, fire: datetime) -> str:
+    """``NAME-20261122T2000``: the job name of the instance for ``fire`` (local wall time)."""
+    wall = fire.replace(tzinfo=None)
+    stamp = wall.strftime("%Y%m%dT%H%M")
+    if wall.second or wall.microsecond:
+        stamp += wall.strftime("%S")
+    if wall.microsecond:
+        stamp += wall.strftime("%f")
+    if _is_second_pass(fire):
+        stamp += ".2"
+    return f"{template}-{stamp}"
+
+
+def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:
+    """The job an instance is: the template's text, world and options, not before ``fire``."""
+    return replace(
+        template,
+        name=instance_name(name, fire),
+        priority=min(template.priority, priorities),
+        submitted=now,
+        not_before=fire,
+        recur=name,
+        attempt=1,
+        tried=(),
+        extra=tuple((k, v) for k, v in template.extra if k not in RULE_KEYS),
+    )
+
+
+# ---- recur.state: what was spooled -----------------------------------------------------------
+
+
+def load_state(spool: sp.Spool) -> dict[str, dict]:
+    """NAME → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged, and
+    an entry that is not an object, or not a template's name, left out. The values of an entry are
+    checked where they are used (``parse_time``, ``rule_from_state``, ``known_priority``).
+
+    Raises: nothing.
+    """
+    from onite.core.names import is_valid_name
+    from onite.core.values import loads_object
+
+    try:
+        data = loads_object(spool.root.joinpath("recur.state").read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if data.get("version") != STATE_FORMAT or not isinstance(data.get("templates"), dict):
+        return {}
+    return {k: v for k, v in data["templates"].items() if isinstance(v, dict) and is_valid_name(k)}
+
+
+def save_state(spool: sp.Spool, state: dict[str, dict]) -> None:
+    """Raises:
+        SpoolIOError: it cannot be written.
+    """
+    data = {"version": STATE_FORMAT, "templates": dict(sorted(state.items()))}
+    sp.replace_file(spool.root / "recur.state", (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
+
+
+RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
+
+
+@contextmanager
+def _state_lock(spool: sp.Spool):
+    """Drivers of several hosts may share a spool: one read-modify-write of recur.state at a time.
+
+    The lock is ``locks/recur.lock``, which only the spool's owner may open (onite.spool.locks), and the
+    wait for it is bounded.
+
+    Raises:
+        SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as onite.spool.locks.take.
+    """
+    from onite.spool import locks
+    from onite.core.errors import SpoolError
+
+    locks.ensure_dir(spool.root)
+    held = locks.take(locks.locks_dir(spool.root) / "recur.lock", timeout=RECUR_LOCK_WAIT)
+    if held is None:
+        raise SpoolError(f"another driver held {locks.locks_dir(spool.root) / 'recur.lock'} for {RECUR_LOCK_WAIT:.0f} s",
+                         "recurring jobs are spooled at the next chance")
+    with held:
+        yield
+
+
+def parse_time(text: object) -> datetime | None:
+    """A time recur.state holds (timeparse.parse_stamp: aware and in bounds), else None.
+
+    Raises: nothing.
+    """
+    from onite.core.timeparse import parse_stamp
+
+    return parse_stamp(text)
+
+
+def rule_from_state(known: dict):
+    """The rule a recur.state entry records, or None if it records none that is valid.
+
+    Raises: nothing.
+    """
+    from onite.core.schedule import parse_rule
+
+    fields = known.get("fields")
+    if not isinstance(fields, dict):
+        return None
+    values = [fields.get(key) for key in RULE_KEYS]
+    if not all(value is None or isinstance(value, str) for value in values):
+        return None
+    cron, every, offset = values
+    try:
+        return parse_rule(cron=cron, every=every, offset=offset)
+    except InvalidInput:
+        return None
+
+
+def known_priority(known: dict) -> tuple[int | None, bool]:
+    """The priority and urgency a recur.state entry records (None, False where it records none).
+
+    Raises: nothing.
+    """
+    from onite.core.config import MAX_PRIORITIES
+
+    priority = known.get("priority")
+    valid = isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= MAX_PRIORITIES
+    return (priority if valid else None), known.get("urgent") is True
+
+
+# ---- spooling instances -------------------------------------------------------------------------
+
+
+@dataclass
+class _Template:
+    """A recurring-job template as last read, with its rule and next fire time."""
+
+    key: tuple[int, int, int]  # inode, ctime, size: a changed file is read again
+    uid: int
+    gid: int
+    job: Job
+    rule: object
+    next: datetime | None = None
+
+
+class RecurScheduler:
+    """Spools due instances. The daemon keeps one for its whole life (it looks at recur/
+    every REFRESH_EVERY seconds and reads a template again only when it changed);
+    ``onite run`` makes one, calls ``spool_due`` once and drops it.
+    """
+
+    def __init__(self, spool: sp.Spool, log, *, euid: int | None = None, clock=None) -> None:
+        import time
+
+        self.spool = spool
+        self.log = log
+        self.euid = os.geteuid() if euid is None else euid
+        self.clock = clock or time.monotonic
+        self.templates: dict[str, _Template] = {}
+        self._refreshed = float("-inf")
+        self._reported: dict[str, tuple] = {}  # name → what was last logged about it (log once)
+        self._state: dict[str, dict] = {}
+
+    def next_fire(self) -> datetime | None:
+        """The earliest next fire over all usable templates (after ``refresh``)."""
+        return min((t.next for t in self.templates.values() if t.next is not None), default=None)
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Look at recur/ again (at most every REFRESH_EVERY seconds unless forced)."""
+        now_mono = self.clock()
+        if not force and now_mono - self._refreshed < REFRESH_EVERY:
+            return
+        self._refreshed = now_mono
+        self._state = load_state(self.spool)
+        seen = set()
+        for name, path, st in template_files(self.spool):
+            seen.add(name)
+            key = (st.st_ino, st.st_ctime_ns, st.st_size)
+            known = self.templates.get(name)
+            if known is not None and known.key == key:
+                continue
+            self.templates.pop(name, None)
+            loaded = self._load(name, path, st)
+            if loaded is not None:
+                loaded.next = self._next_after(name, loaded, self._baseline(name, loaded))
+                self.templates[name] = loaded
+        for name in set(self.templates) - seen:
+            del self.templates[name]
+        for name in set(self._reported) - seen:
+            del self._reported[name]
+
+    def _load(self, name: str, path: Path, st: os.stat_result) -> _Template | None:
+        import time
+
+        config = self.spool.config
+        from onite.spool.index import is_settling
+
+        problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(),
+                               may_settle=is_settling(st, time.time_ns()))
+        if problem is SETTLING:
+            self._refreshed = float("-inf")  # look again at the next chance
+            return None
+        if not problem and self.euid != 0 and st.st_uid != self.euid:
+            problem = (f"owned by {sp.user_name(st.st_uid)}; this driver runs as {sp.user_name(self.euid)} "
+                       "and spools only its own recurring jobs")
+        if not problem:
+            try:
+                job, fst = read_job_file(path, config.max_job_size)
+                if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid):
+                    return None  # replaced while we looked: the next refresh sees the new one
+                rule = rule_of(job)
+                return _Template(key=(st.st_ino, st.st_ctime_ns, st.st_size), uid=fst.st_uid,
+                                 gid=fst.st_gid, job=job, rule=rule)
+            except FileNotFoundError:
+                return None
+            except (OSError, BadFile, OniteError) as err:
+                problem = str(err)
+        self._report(name, (st.st_ino, st.st_ctime_ns), "recur-refused", owner=sp.user_name(st.st_uid),
+                     reason=problem, note="this template is not used until it is fixed")
+        return None
+
+    def _report(self, name: str, key: tuple, event: str, **fields) -> None:
+        if self._reported.get(name) != (key, event):
+            self._reported[name] = (key, event)
+            self.log.event(event, name, **fields)
+
+    def _baseline(self, name: str, tpl: _Template) -> datetime:
+        """Fires after this time are due: the last one spooled, or the template's creation."""
+        known = self._state.get(name, {})
+        last = parse_time(known.get("last"))
+        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.job.submitted.isoformat():
+            return last
+        return tpl.job.submitted
+
+    @staticmethod
+    def _next_after(name: str, tpl: _Template, after: datetime) -> datetime | None:
+        from onite.core.schedule import next_fire
+
+        try:
+            return next_fire(tpl.rule, after.astimezone())
+        except OniteError:
+            return None
+
+    def spool_due(self, now: datetime) -> list[str]:
+        """Spool one instance for each template whose latest fire in (last spooled, now] is
+        not spooled yet; return the instances' names.
+        """
+        self.refresh()
+        due = [name for name, t in self.templates.items() if t.next is not None and t.next <= now]
+        if not due:
+            return []
+        spooled = []
+        with _state_lock(self.spool):
+            self._state = load_state(self.spool)
+            for name in sorted(due):
+                made = self._spool_one(name, self.templates[name], now)
+                if made:
+                    spooled.append(made)
+            present = {name for name, _, _ in template_files(self.spool)}
+            state = {k: v for k, v in self._state.items() if k in present}
+            try:
+                save_state(self.spool, state)
+            except OniteError as err:
+                self.log.event("recur-error", error=str(err), note="recur.state not saved")
+        return spooled
+
+    def _spool_one(self, name: str, tpl: _Template, now: datetime) -> str | None:
+        from onite.core.schedule import describe, last_fire
+
+        baseline = self._baseline(name, tpl)
+        fire = last_fire(tpl.rule, now, since=baseline.astimezone(now.tzinfo))
+        if fire is None:
+            tpl.next = self._next_after(name, tpl, now)
+            return None
+        missed = _count_fires(tpl.rule, baseline, fire)
+        job = instance_job(tpl.job, name, fire, now, self.spool.config.priorities)
+        spooled = self._write_instance(name, tpl, job)
+        if spooled is False:
+            tpl.next = now + RETRY_AFTER
+            return None
+        self._state[name] = {"uid": tpl.uid, "template": tpl.job.submitted.isoformat(), "last": fire.isoformat(),
+                             "rule": describe(tpl.rule), "fields": dict(rule_fields(tpl.rule)),
+                             "priority": tpl.job.priority, "urgent": tpl.job.urgent}
+        tpl.next = self._next_after(name, tpl, now)
+        if spooled:
+            self.log.event("recur-spooled", job.name, template=name, user=sp.user_name(tpl.uid),
+                           fire=fire.isoformat(timespec="seconds"), priority=job.priority,
+                           coalesced=f"{missed} earlier fire(s) not spooled" if missed else None)
+            return job.name
+        return None
+
+    def _write_instance(self, name: str, tpl: _Template, job: Job) -> bool | None:
+        """True: spooled. None: not spooled, and never will be (already there, or refused).
+        False: a write error; try again later.
+        """
+        try:
+            owner = resolve(tpl.uid)
+        except Refused as err:
+            self.log.event("recur-refused", name, reason=str(err))
+            return None
+        if job.urgent and not may_be_urgent(owner, self.spool.config.admins):
+            self.log.event("recur-refused", job.name, template=name, user=owner.name, reason=urgent_refusal(owner.name))
+            return None
+        if sp.is_live(self.spool, job.name) or self.spool.result_path(job.name).exists():
+            self.log.event("recur-skip", job.name, template=name, reason="this fire was spooled already")
+            return None
+        folder = self.spool.folder_for(job.priority, job.urgent)
+        try:
+            sp.create_file(folder, job.name, encode(job), mode=0o600, owner=(tpl.uid, tpl.gid))
+        except Refused:
+            self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
+            return None
+        except OniteError as err:
+            self.log.event("recur-error", job.name, template=name, error=str(err), note="trying again later")
+            return False
+        return True
+
+
+def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:
+    """How many fires in (since, fire) were coalesced into ``fire`` (at most ``cap``)."""
+    from onite.core.schedule import _fires_after  # the lazy generator: stop at `fire` without a list
+
+    count = 0
+    for at in _fires_after(rule, since.astimezone(fire.tzinfo)):
+        if at >= fire or count >= cap:
+            break
+        count += 1
+    return count

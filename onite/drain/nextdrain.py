@@ -1,0 +1,211 @@
+"""What will start the next drain of a spool, if anything, so that no command promises a run that will not happen.
+
+Invariant: a next drain is reported only when something will start one:
+
+- a live daemon: its heartbeat (onite.drain.heartbeat) says role ``daemon`` and
+  when its next scheduled drain is due;
+- the systemd timer ``onite-driver.timer``, enabled (``systemctl enable``
+  made the link ``/etc/systemd/system/timers.target.wants/onite-driver.timer``)
+  on a machine where systemd runs (``/run/systemd/system`` is a folder: the
+  test of sd_booted(3)). Its drains (``onite run --scheduled``) drain at the
+  times of ``schedule`` in onite.toml, so those are its times;
+- a cron entry that ``onite cron --install`` wrote, as the spool's record
+  says (onite.app.crontab), on a host where a cron daemon runs (its pid file,
+  else a process named cron or crond).
+
+Detection only reads files (no ``systemctl``, no ``crontab -l``, which
+only root may run on root's table), so it works for every user, in
+containers and without systemd as PID 1. A driver draining now is reported
+apart: it picks up jobs spooled meanwhile. Anything found that will not
+start a drain although it looks as if it would (a timer without systemd, a
+cron entry without cron, a daemon without a schedule) is a *problem*, said
+in words.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+SYSTEMD_UNITS = Path("/etc/systemd/system")  # where `systemctl enable` makes its links
+SYSTEMD_RUNNING = Path("/run/systemd/system")  # exists while systemd is the init system (sd_booted(3))
+TIMER = "onite-driver.timer"
+CRON_PIDFILES = ("/run/crond.pid", "/var/run/crond.pid", "/run/cron.pid")
+LABEL = {"daemon": "the daemon", "timer": "the systemd timer", "cron": "cron"}
+
+
+@dataclass(frozen=True)
+class Starter:
+    """Something that will start a drain: ``by`` (daemon, timer, cron) on ``host``, next at ``when``."""
+
+    by: str
+    host: str
+    when: datetime
+    detail: str = ""  # "pid 4711", "root's crontab", "onite-driver.timer"
+
+    def to_json(self) -> dict:
+        return {"by": self.by, "host": self.host, "when": self.when.isoformat(), "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """What will drain the spool: the starters by time, the drivers draining now, what looks as if
+    it would start a drain but will not, and the one command that schedules drains if nothing does."""
+
+    starters: tuple[Starter, ...]
+    draining: tuple = ()  # onite.spool.locks.HeldLock of the drivers draining now
+    problems: tuple[str, ...] = ()
+    fix: str = ""
+    by_hand: bool = False  # a personal spool: its owner drains it (onite run), nothing needs to be scheduled
+
+    @property
+    def next(self) -> Starter | None:
+        return self.starters[0] if self.starters else None
+
+
+def when_text(when: datetime, now: datetime) -> str:
+    """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00``."""
+    days = (when.date() - now.date()).days
+    if days == 0:
+        return f"{when:%H:%M}"
+    if days == 1:
+        return f"tomorrow {when:%H:%M}"
+    if 1 < days < 7:
+        return f"{when:%a %H:%M}"
+    return f"{when:%Y-%m-%d %H:%M}"
+
+
+def starter_text(starter: Starter, now: datetime) -> str:
+    """``next drain 20:00 by cron on host vm``."""
+    return f"next drain {when_text(starter.when, now)} by {LABEL.get(starter.by, starter.by)} on host {starter.host}"
+
+
+# ---- detection (effects: reading files) ----------------------------------------------------
+
+
+def timer_state() -> str | None:
+    """``"enabled"``, ``"no-systemd"`` (enabled, but systemd does not run here), or None (not enabled)."""
+    if not (SYSTEMD_UNITS / "timers.target.wants" / TIMER).exists():
+        return None
+    return "enabled" if SYSTEMD_RUNNING.is_dir() else "no-systemd"
+
+
+def cron_daemon_running() -> bool:
+    """Does a cron daemon run on this machine? (True where /proc hides other users' processes: unknown.)"""
+    from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others
+
+    for pidfile in CRON_PIDFILES:
+        try:
+            with open(pidfile, encoding="utf-8", errors="replace") as f:
+                pid = f.read(32).strip()
+        except OSError:
+            continue
+        if pid.isdigit() and _comm(pid) in CRON_NAMES:
+            return True
+    if not _proc_shows_others():
+        return True
+    try:
+        with os.scandir("/proc") as it:
+            return any(entry.name.isdigit() and _comm(entry.name) in CRON_NAMES for entry in it)
+    except OSError:
+        return True
+
+
+def _comm(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
+
+
+def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | None = None) -> DrainPlan:
+    """What will drain ``spool`` after ``now`` (``host``: this machine's driver name, default from onite.toml;
+    ``exclude_pid``: a driver asking about the drains after its own)."""
+    from onite.drain import heartbeat as hb
+    from onite.core.config import default_host
+    from onite.app.crontab import read_records
+    from onite.core.errors import OniteError
+
+    config = spool.config
+    this_host = host or default_host(config)
+    machine, boot = os.uname().nodename, hb.boot_id()
+    beats = hb.beats(spool.root)
+    live = [b for b in beats if b.pid != exclude_pid and hb.is_alive(b, now, machine=machine, boot=boot)]
+    starters: list[Starter] = []
+    problems: list[str] = []
+
+    def schedule_next(expressions, by: str, on: str) -> datetime | None:
+        cached = [b.next_drain for b in beats if b.host == on and b.next_by == by and b.next_drain and b.next_drain > now]
+        if cached:
+            return min(cached)
+        from onite.core.schedule import next_drain
+
+        try:
+            return next_drain(tuple(expressions), now)
+        except (OniteError, ValueError) as err:
+            problems.append(f"the {LABEL[by]} on host {on} uses a schedule that is not valid ({err})")
+            return None
+
+    for beat in live:
+        if beat.role != "daemon":
+            continue
+        if beat.next_drain is not None and beat.next_drain > now:
+            starters.append(Starter("daemon", beat.host, beat.next_drain, f"pid {beat.pid}"))
+        else:
+            problems.append(f"the daemon on host {beat.host} has no schedule: it runs only --at and recurring jobs")
+    timer = timer_state()
+    if timer == "no-systemd":
+        problems.append(f"{TIMER} is enabled, but systemd is not running on this machine: it starts nothing")
+    elif timer == "enabled":
+        if not config.schedule:
+            problems.append(f"{TIMER} is enabled, but schedule in onite.toml is empty: its drains never open a window")
+        else:
+            when = schedule_next(config.schedule, "timer", this_host)
+            if when is not None:
+                starters.append(Starter("timer", this_host, when, TIMER))
+    cron_here: bool | None = None
+    for record in read_records(spool.root):
+        if record.machine == machine:
+            if cron_here is None:
+                cron_here = cron_daemon_running()
+            if not cron_here:
+                problems.append(f"a cron entry is installed on host {record.host}, but no cron daemon runs there: "
+                                "it starts nothing")
+                continue
+        when = record.next_drain if record.next_drain and record.next_drain > now else None
+        when = when or schedule_next(record.schedule, "cron", record.host)
+        if when is not None:
+            starters.append(Starter("cron", record.host, when, f"{record.user}'s crontab"))
+    starters.sort(key=lambda s: s.when)
+    draining = tuple(b.as_held() for b in live if b.state == "draining")
+    by_hand = _personal(spool)
+    return DrainPlan(tuple(starters), draining, tuple(problems), fix_command(spool, config), by_hand)
+
+
+def _personal(spool) -> bool:
+    """Is this a spool its (non-root) owner drains by hand, as nothing is set up to?"""
+    try:
+        st = os.stat(spool.root)
+    except OSError:
+        return False
+    return st.st_uid != 0 and st.st_uid == os.geteuid()
+
+
+def fix_command(spool, config) -> str:
+    """The one command that schedules drains of ``spool``, said to whoever asks."""
+    command = "onite cron --install"
+    if not config.schedule:
+        command = "set schedule in onite.toml, then run: onite cron --install"
+    if os.access(spool.root, os.W_OK):
+        return command
+    return f"ask root to run: {command}"
+
+
+def no_drain_text(drain: DrainPlan, *, for_job: bool = False) -> str:
+    """Why nothing will drain the spool, and what fixes it (``for_job``: said of a job just spooled)."""
+    if drain.by_hand:
+        return f"nothing drains this spool on its own — run onite run to drain it now, or schedule drains: {drain.fix}"
+    return f"no drain is scheduled, so {'nothing will run it' if for_job else 'nothing will start one'} — {drain.fix}"

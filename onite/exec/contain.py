@@ -1,0 +1,261 @@
+"""Containment: every process a job starts ends when the job ends (or is stopped).
+
+A process group is not a container: a job leaves it with ``setsid`` or
+``set -m``. The kernel's container for "everything this job started" is a
+cgroup, as systemd (KillMode=control-group) and Slurm (proctrack/cgroup) use
+it. So, where the driver can, each job runs in a cgroup v2 of its own,
+``<driver's cgroup>/onite/<run id>``, that its process joins before it
+executes anything; stopping the job signals every process in it, and
+``cgroup.kill`` ends them all at once, however they were started. Where no
+writable cgroup v2 tree exists (containers, old kernels), the job's monitor
+(onite.exec.monitor) makes itself a child subreaper (PR_SET_CHILD_SUBREAPER):
+whatever the job leaves behind is re-parented to the monitor rather than to
+init, so the monitor finds it among its own descendants and ends it.
+``contain = false`` in onite.toml turns both off (for jobs that must leave a
+daemon behind); then only the job's process group is stopped, as before.
+
+Which kind is in effect is decided once per driver (``discover``) and
+logged at driver-start; ``onite status`` shows it.
+
+Only this module knows cgroup paths. Everything here runs as root (the
+driver) or in a job's monitor; nothing reads files users can write.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+
+CGROUP2 = "cgroup2"
+SUBREAPER = "subreaper"
+OFF = "off"
+
+SUBTREE = "onite"  # the folder under the driver's own cgroup that holds one cgroup per job
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class Containment:
+    """How this driver contains jobs: ``kind`` is CGROUP2, SUBREAPER or OFF; ``base`` the cgroup
+    folder that holds the jobs' cgroups (CGROUP2 only)."""
+
+    def __init__(self, kind: str, base: str | None = None, why: str = "") -> None:
+        self.kind = kind
+        self.base = base
+        self.why = why  # for the log: why this kind (e.g. why no cgroup)
+
+    def describe(self) -> str:
+        """What the log and ``onite status`` say: ``cgroup2 /sys/fs/cgroup/onite``, ``subreaper``, ``off``."""
+        if self.kind == CGROUP2:
+            return f"cgroup2 {self.base}"
+        return f"{self.kind} ({self.why})" if self.why else self.kind
+
+    def job_cgroup(self, run_id: str) -> str | None:
+        """Make the cgroup of one run and return its path; None where jobs get no cgroup.
+
+        A failure to make it (the tree became read-only, a limit on descendants) is no reason not
+        to run the job: it falls back to the subreaper, which every monitor is anyway.
+        """
+        if self.kind != CGROUP2:
+            return None
+        path = f"{self.base}/{run_id}"
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+        return path
+
+
+def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str = "/proc/self/cgroup") -> Containment:
+    """The containment this process can give jobs (root only makes cgroups).
+
+    The cgroup v2 tree is found from the mount table (fstype ``cgroup2``, wherever it is mounted:
+    ``/sys/fs/cgroup`` on a pure v2 host, ``/sys/fs/cgroup/unified`` on a hybrid one), and the
+    jobs' folder goes under the driver's own cgroup, so that under systemd it lives inside the
+    service's delegated subtree (``Delegate=yes`` in systemd/*.service).
+    """
+    if not enabled:
+        return Containment(OFF, why="contain = false in onite.toml")
+    if os.geteuid() != 0:
+        return Containment(SUBREAPER, why="not root: no cgroup of its own")
+    mount = _cgroup2_mount(mountinfo)
+    if mount is None:
+        return Containment(SUBREAPER, why="no cgroup v2 file system is mounted")
+    relative = _own_cgroup(own)
+    if relative is None:
+        return Containment(SUBREAPER, why="this process is in no cgroup v2")
+    base = os.path.normpath(f"{mount}/{relative.strip('/')}/{SUBTREE}") if relative.strip("/") else f"{mount}/{SUBTREE}"
+    try:
+        os.makedirs(base, 0o755, exist_ok=True)
+        probe = f"{base}/.probe-{os.getpid()}"
+        os.mkdir(probe)
+        os.rmdir(probe)
+        if not os.path.exists(f"{base}/cgroup.procs"):
+            return Containment(SUBREAPER, why=f"{base} is not a cgroup")
+    except OSError as err:
+        return Containment(SUBREAPER, why=f"cannot make cgroups in {mount}: {err.strerror}")
+    return Containment(CGROUP2, base)
+
+
+def _cgroup2_mount(mountinfo: str) -> str | None:
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                # ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPEROPTIONS
+                left, sep, right = line.partition(" - ")
+                if sep and right.split(" ", 1)[0] == "cgroup2":
+                    fields = left.split(" ")
+                    if len(fields) >= 5:
+                        return fields[4].replace("\\040", " ")
+    except OSError:
+        return None
+    return None
+
+
+def _own_cgroup(own: str) -> str | None:
+    """This process's cgroup v2 path (the ``0::`` line of /proc/self/cgroup)."""
+    try:
+        with open(own, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("0::"):
+                    return line[3:].strip() or "/"
+    except OSError:
+        return None
+    return None
+
+
+# ---- acting on a job's processes (the driver and the monitor) ----------------------
+
+
+def cgroup_pids(path: str) -> list[int]:
+    """The processes in the cgroup at ``path`` (none if it is gone)."""
+    try:
+        with open(f"{path}/cgroup.procs", "rb") as handle:
+            return [int(word) for word in handle.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def is_populated(path: str) -> bool:
+    """Does any process live in the cgroup at ``path``?"""
+    try:
+        with open(f"{path}/cgroup.events", "rb") as handle:
+            for line in handle.read().splitlines():
+                if line.startswith(b"populated "):
+                    return line.split()[1] != b"0"
+    except OSError:
+        return False
+    return bool(cgroup_pids(path))
+
+
+def kill_cgroup(path: str) -> None:
+    """SIGKILL every process in the cgroup at once (``cgroup.kill``), or one by one where the
+    kernel is older than 5.14; the cgroup is frozen meanwhile, so nothing forks in between."""
+    try:
+        with open(f"{path}/cgroup.kill", "wb") as handle:
+            handle.write(b"1")
+        return
+    except OSError:
+        pass
+    frozen = _write(f"{path}/cgroup.freeze", b"1")
+    for pid in cgroup_pids(path):
+        signal_pid(pid, signal.SIGKILL)
+    if frozen:
+        _write(f"{path}/cgroup.freeze", b"0")
+
+
+def signal_cgroup(path: str, sig: int) -> bool:
+    """Send ``sig`` to every process of the cgroup; False if there was none."""
+    pids = cgroup_pids(path)
+    for pid in pids:
+        signal_pid(pid, sig)
+    return bool(pids)
+
+
+def remove_cgroup(path: str, wait: float = 2.0) -> bool:
+    """Remove an emptied cgroup (it stays busy for a moment after its last process was killed)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as err:
+            if err.errno != errno.EBUSY or time.monotonic() > deadline:
+                return False
+        time.sleep(0.01)
+
+
+def set_subreaper() -> bool:
+    """Make this process the reaper of every orphan among its descendants (Linux 3.4)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, from /proc (parents before children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        ppid = _parent(int(entry))
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        return int(data[data.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def signal_pid(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid``; nothing if it is gone (or not ours to signal)."""
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to every process of group ``pgid``; nothing if none is left."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Is any process left in group ``pgid``?"""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _write(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,383 @@
+"""A job's monitor: the process that starts one job, waits for it and records how it ended.
+
+The driver forks one monitor per job (``start``), as Slurm's slurmstepd
+and podman's conmon stand between their daemon and the job: the monitor,
+not the driver, is the job's parent, so the job's exit status outlives the
+driver. It never executes anything itself; in order, it
+
+1. leaves the driver's session, ignores the signals meant for the driver,
+   and closes every descriptor it does not need;
+2. appends its ``monitor`` line (pid and start time) to the run record
+   (onite.core.runrecord), then closes the driver lock it inherited: until that
+   line exists no other driver can take the lock, so a claim without it
+   was never started;
+3. forks the job's process, which joins the job's cgroup, starts a new
+   session, takes its output files as stdout and stderr, drops to the
+   job's owner (supplementary groups, gid, uid: real, effective and saved),
+   and only then, with the owner's rights, enters the job's directory and
+   executes its interpreter: nothing is opened, entered or looked up as root
+   on the owner's behalf (docs/security.md);
+4. records ``job`` once the interpreter runs (or ``failed`` with the
+   reason the owner would have got), and tells the driver over a pipe;
+5. waits for the job's leader, appends ``ended`` with its wait status, tells
+   the driver, then ends whatever the job left behind (onite.exec.contain): TERM,
+   ``kill_grace``, KILL;
+6. exits once its ``ended`` line is on disk (on a full disk it retries
+   until it is, or until the driver has filed the job and removed the record).
+
+The code here runs after fork() in a copy of the driver: it uses only the
+os, signal and json modules (imported before the fork), never the driver's
+objects' locks, and leaves with os._exit so none of the driver's cleanup runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from onite.exec import contain
+
+STAGES = {  # what the job's process was doing when it failed, for the reason recorded
+    "cgroup": "cannot join its cgroup",
+    "session": "cannot start a new session",
+    "output": "cannot take its output files",
+    "user": "cannot switch to its owner",
+    "chdir": "cannot enter its directory",
+    "exec": "cannot start",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the monitor needs, decided by the driver before the fork."""
+
+    argv: tuple[bytes, ...]  # argv[0] is the program; SCRIPT_FD's /dev/fd path already substituted
+    env: dict[bytes, bytes]
+    cwd: bytes
+    umask: int
+    uid: int | None  # None: keep the driver's credentials
+    gid: int | None
+    groups: tuple[int, ...]
+    script_fd: int  # the memfd holding the job text, read by the interpreter as /dev/fd/N
+    stdout_fd: int
+    stderr_fd: int | None  # None: stderr goes with stdout
+    record_fd: int  # the run record, opened O_APPEND
+    record_path: str
+    notify_fd: int  # the write end of the driver's pipe
+    lock_fd: int | None  # the driver lock descriptor this process inherited (closed after step 2)
+    cgroup: str | None
+    contain: str  # onite.exec.contain kind
+    kill_grace: float
+
+
+def start(plan: Plan) -> int:
+    """Fork the monitor of one job; returns its pid in the driver (the child never returns)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 70
+    try:
+        code = _monitor(plan)
+    except BaseException:  # noqa: BLE001 - nothing may escape into the copy of the driver
+        code = 70
+        if os.environ.get("ONITE_DEBUG_MONITOR"):
+            import traceback
+            with open(os.environ["ONITE_DEBUG_MONITOR"], "a") as f:
+                traceback.print_exc(file=f)
+    finally:
+        os._exit(code)
+
+
+# ---- the monitor ---------------------------------------------------------------------
+
+
+def _monitor(plan: Plan) -> int:
+    os.setsid()  # a Ctrl-C at the driver's terminal is not for the jobs
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    keep = {plan.script_fd, plan.stdout_fd, plan.record_fd, plan.notify_fd}
+    if plan.stderr_fd is not None:
+        keep.add(plan.stderr_fd)
+    if plan.lock_fd is not None:
+        keep.add(plan.lock_fd)
+    _close_all_but(keep)
+    if plan.contain != contain.OFF:
+        contain.set_subreaper()  # orphans of the job come to us, not to init
+    _record(plan, {"event": "monitor", "pid": os.getpid(), "ticks": process_start_ticks(os.getpid())})
+    if plan.lock_fd is not None:
+        os.close(plan.lock_fd)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        job = os.fork()
+    except OSError as err:
+        return _failed(plan, f"cannot start: {err.strerror}", None)
+    if job == 0:
+        _job(plan, err_w)  # never returns
+    os.close(err_w)
+    for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
+        if fd is not None:
+            os.close(fd)
+    report = _read_all(err_r)
+    os.close(err_r)
+    if report:
+        os.waitpid(job, 0)
+        return _failed(plan, _reason(report, plan), job)
+    _record(plan, {"event": "job", "pid": job})
+    _tell(plan, f"started {job}")
+    status = _wait_for(job)
+    _record_end(plan, {"event": "ended", "status": status, "at": _now()}, f"ended {status}")
+    _clean_up(plan, job)
+    return 0
+
+
+def _failed(plan: Plan, reason: str, job: int | None) -> int:
+    _record_end(plan, {"event": "failed", "reason": reason, "at": _now()}, f"failed {reason}")
+    if job is not None:
+        _clean_up(plan, job)
+    elif plan.cgroup:
+        contain.remove_cgroup(plan.cgroup)
+    return 0
+
+
+def _wait_for(job: int) -> int:
+    """Reap children until the job's leader has exited; its wait status. As a subreaper the
+    monitor also gets the job's orphans, which are reaped here as they end."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+        if pid == job:
+            return status
+
+
+def _clean_up(plan: Plan, job: int) -> None:
+    """End what the job left running: TERM, then KILL after kill_grace (onite.exec.contain). Its cgroup,
+    its process group, and (as a subreaper) every descendant of this monitor are the job's."""
+    contained = plan.contain != contain.OFF
+
+    def alive() -> bool:
+        children = _reap()
+        if plan.cgroup and contain.is_populated(plan.cgroup):
+            return True
+        if contained and children:  # a subreaper's descendants all come back to it as orphans
+            return True
+        return contain.group_alive(job)
+
+    def send(sig: int) -> None:
+        contain.signal_group(job, sig)
+        if plan.cgroup:
+            if sig == signal.SIGKILL:
+                contain.kill_cgroup(plan.cgroup)
+            else:
+                contain.signal_cgroup(plan.cgroup, sig)
+        if contained:
+            for pid in contain.descendants(os.getpid()):
+                contain.signal_pid(pid, sig)
+
+    if alive():
+        send(signal.SIGTERM)
+        deadline = time.monotonic() + plan.kill_grace
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        tries = 0
+        while alive() and tries < 500:  # a fork bomb is caught on a later round
+            send(signal.SIGKILL)
+            time.sleep(0.01)
+            tries += 1
+    _reap()
+    if plan.cgroup:
+        contain.remove_cgroup(plan.cgroup)
+
+
+def _reap() -> bool:
+    """Reap every child that has exited; True if children remain."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+# ---- talking to the record and the driver ------------------------------------------
+
+
+def _record(plan: Plan, event: dict) -> bool:
+    try:
+        os.write(plan.record_fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+        return True
+    except OSError:
+        return False
+
+
+def _record_end(plan: Plan, event: dict, message: str) -> None:
+    """Record how the job ended, then tell the driver. On a full disk keep trying, once a
+    second, until the line is written or the driver has filed the job (the record is unlinked):
+    until one of them, this process is what keeps the job's exit status."""
+    written = _record(plan, event)
+    _tell(plan, message)
+    while not written:
+        try:
+            if os.fstat(plan.record_fd).st_nlink == 0:
+                return
+        except OSError:
+            return
+        time.sleep(1.0)
+        written = _record(plan, event)
+
+
+def _tell(plan: Plan, message: str) -> None:
+    try:
+        os.write(plan.notify_fd, (message.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass  # the driver is gone: the record says it all
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat()
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _reason(report: bytes, plan: Plan) -> str:
+    """The reason recorded for a job whose process failed before its interpreter ran. Every check
+    behind it was made with the owner's rights, so it tells the owner nothing they could not learn
+    by trying themselves (a root-only look would be an oracle for private paths)."""
+    stage, _, rest = report.decode("utf-8", "replace").partition(" ")
+    code_text, _, what = rest.partition(" ")
+    code = int(code_text) if code_text.isdigit() else 0
+    cwd = os.fsdecode(plan.cwd)
+    if stage == "chdir":
+        if code == errno.ENOENT:
+            return f"its directory {cwd} no longer exists"
+        if code == errno.ENOTDIR:
+            return f"its directory {cwd} is not a directory"
+        return f"cannot enter its directory {cwd}: {_words(code, what)}"
+    if stage == "exec":
+        program = what or os.fsdecode(plan.argv[0])
+        if code == errno.ENOENT:
+            return f"cannot start {program}: no such file"
+        return f"cannot start {program}: {_words(code, what)}"
+    return f"{STAGES.get(stage, 'cannot start')}: {_words(code, what)}"
+
+
+def _words(code: int, fallback: str) -> str:
+    """An errno as the lower-case words reasons use ("permission denied")."""
+    if not code:
+        return fallback or "failed"
+    text = os.strerror(code)
+    return text[:1].lower() + text[1:]
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def _close_all_but(keep: set[int]) -> None:
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, _max_fd())
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 65536
+
+
+# ---- the job's process -------------------------------------------------------------
+
+
+def _job(plan: Plan, err_w: int) -> None:
+    """Become the job: cgroup, session, files, owner, directory, then exec. Never returns."""
+    stage = "cgroup"
+    try:
+        if plan.cgroup:
+            try:
+                fd = os.open(f"{plan.cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                fd = -1  # removed meanwhile: the monitor, a subreaper, still contains the job
+            if fd >= 0:
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+        stage = "session"
+        os.setsid()
+        stage = "output"
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(plan.stdout_fd, 1)
+        os.dup2(plan.stderr_fd if plan.stderr_fd is not None else plan.stdout_fd, 2)
+        os.umask(plan.umask)
+        if plan.uid is not None:
+            stage = "user"
+            os.setgroups(list(plan.groups))
+            os.setresgid(plan.gid, plan.gid, plan.gid)
+            os.setresuid(plan.uid, plan.uid, plan.uid)
+        stage = "chdir"
+        os.chdir(plan.cwd)
+        for sig in range(1, signal.NSIG):  # an ignored signal stays ignored across exec (a handler does not)
+            if sig not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(sig) is signal.SIG_IGN:
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        _close_all_but({plan.script_fd, err_w})
+        stage = "exec"
+        os.execve(plan.argv[0], list(plan.argv), plan.env)
+    except OSError as err:
+        what = os.fsdecode(err.filename) if stage == "exec" and err.filename else ""
+        _report(err_w, f"{stage} {err.errno} {what}")
+    except BaseException as err:  # noqa: BLE001 - e.g. an embedded NUL byte: say so, never run on
+        _report(err_w, f"{stage} 0 {type(err).__name__}")
+    os._exit(127)
+
+
+def _report(fd: int, text: str) -> None:
+    try:
+        os.write(fd, text.encode("utf-8", "replace"))
+    except OSError:
+        pass
+

@@ -1,0 +1,388 @@
+"""Telling a job's owner how it ended: mail through the local sendmail, or the admin's hook command.
+
+``wants_notice`` (which notice, if any) and ``mail_message`` (the mail's
+bytes) are pure. ``Notifier`` is the effect, and holds these invariants:
+
+- a job's result record and state are filed before its notice starts, and
+  nothing a notifier does changes them;
+- a notice never delays the next job: the notifier is started as a child
+  process in its own session and never waited for; its stdin is a memory
+  file already holding the whole message (no pipe that a slow reader could
+  fill), its stdout goes to /dev/null and its stderr to a non-blocking pipe
+  of which only the last bytes are kept;
+- the driver reaps notifiers on each turn of its loop (``reap``), kills the
+  process group of any still running after notify_timeout, and waits for the
+  rest when it ends (``finish``), so a short ``onite run`` still delivers;
+- at most MAX_RUNNING notifiers run at once; later notices wait their turn
+  in memory (at most MAX_WAITING), so a burst of failing jobs cannot become
+  a burst of processes;
+- every failure -- no sendmail, a hook that cannot start, exits non-zero or
+  hangs -- is one ``notify-failed`` line in the activity log, nothing more;
+- only a valid job name (onite.core.names) reaches a hook's environment or a mail:
+  the names come from file names, which anyone may choose.
+
+The notifier runs with the driver's credentials (root on a system spool, as
+atd runs sendmail): docs/security.md says why, and what it sees.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onite.core.names import is_valid_name
+from onite.core.state import JobState, Result
+
+SENDMAIL_PATHS = ("/usr/sbin/sendmail", "/usr/lib/sendmail")
+NO_SENDMAIL = "no sendmail (install an MTA or set sendmail in onite.toml)"
+TAIL_LINES = 100
+TAIL_BYTES = 64 * 1024
+STDERR_KEEP = 2048  # bytes of a notifier's stderr kept for the log line
+MAX_RUNNING = 8  # notifiers at once: a burst of failures must not become a burst of processes
+MAX_WAITING = 1000  # notices waiting for one of those; beyond that they are logged and dropped
+KILL_WAIT = 5.0  # seconds to wait for a killed notifier to be reaped before giving up on it
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def find_sendmail(config) -> tuple[str | None, str]:
+    """The sendmail a mail notice goes through (``sendmail`` in onite.toml, else the first of
+    SENDMAIL_PATHS that exists), or None and why there is none: what the driver logs, and what
+    ``submit --notify mail`` says at once."""
+    if config.sendmail:
+        if os.path.exists(config.sendmail):
+            return config.sendmail, ""
+        return None, f"no sendmail at {config.sendmail} (install an MTA or fix sendmail in onite.toml)"
+    return next((p for p in SENDMAIL_PATHS if os.path.exists(p)), None), NO_SENDMAIL
+
+
+# ---- deciding (pure) -----------------------------------------------------------------
+
+
+def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | None, config) -> str | None:
+    """"mail", "command" or None: the notice ``result`` calls for.
+
+    The job's own choice (``--notify``, ``--notify-on``) wins over the
+    spool's ``notify`` and ``notify_on``. "failure" means the state failed,
+    for any reason; "always" adds done and cancelled. Call it only for a
+    final result: a failed attempt that will be retried is not one.
+    """
+    how = job_notify or config.notify
+    when = job_notify_on or config.notify_on
+    if how not in ("mail", "command"):
+        return None
+    if result.state is JobState.FAILED:
+        return how
+    if when == "always" and result.state in (JobState.DONE, JobState.CANCELLED):
+        return how
+    return None
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    text = _CONTROL.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def subject(result: Result) -> str:
+    """``onite: job NAME failed (exit 3)``, ``… done``, ``… failed (timeout)``, ``… cancelled by alice``."""
+    if result.state is JobState.CANCELLED:
+        what = _one_line(result.reason or "cancelled")
+    elif result.reason:
+        what = f"{result.state} ({_one_line(result.reason)})"
+    else:
+        what = str(result.state)
+    return f"onite: job {result.name} {what}"
+
+
+def output_tail(data: bytes, *, cut: bool, lines: int = TAIL_LINES) -> bytes:
+    """The last ``lines`` lines of ``data``; ``cut``: data starts inside a line, which is dropped."""
+    if cut:
+        newline = data.find(b"\n")
+        data = data[newline + 1:] if newline >= 0 else b""
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return b"\n".join(parts[-lines:]) + (b"\n" if parts else b"")
+
+
+def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -> bytes:
+    """The mail telling ``result.user`` how their job ended (RFC 5322, for ``sendmail -oi -t``).
+
+    ``output``: the tail of the job's output, or None if it has none from this
+    run. Bytes of it that are not UTF-8 are replaced.
+    """
+    from email.message import EmailMessage
+    from email.policy import default
+    from email.utils import format_datetime
+
+    msg = EmailMessage(policy=default)
+    msg["To"] = result.user
+    msg["Subject"] = subject(result)
+    msg["Date"] = format_datetime(result.finished)
+    msg["Auto-Submitted"] = "auto-generated"
+    msg["X-Onite-Job"] = result.name
+    duration = f"{result.duration:.1f} s" if result.duration is not None else None
+    attempt = f"{result.attempt}" + (f" (of {len(result.attempts)} recorded)" if len(result.attempts) > 1 else "")
+    rows = [("job", result.name), ("state", str(result.state)), ("reason", _one_line(result.reason, 500) or None),
+            ("host", result.host or None), ("started", result.started.isoformat(timespec="seconds") if result.started
+                                            else "never (the job did not start)"),
+            ("finished", result.finished.isoformat(timespec="seconds")), ("duration", duration),
+            ("attempt", attempt), ("spool", str(spool_root))]
+    lines = [f"{key + ':':<10} {value}" for key, value in rows if value is not None]
+    if output is None:
+        lines += ["", "There is no output of this run."]
+    else:
+        shown = output.count(b"\n")
+        text = output.decode("utf-8", "replace")
+        lines += ["", f"The last {shown} lines of its output:" if shown else "Its output is empty.", ""]
+        lines += [text.rstrip("\n")] if text else []
+    lines += ["", f"All of its output: onite output {result.name} --spool {spool_root}", ""]
+    msg.set_content("\n".join(lines), charset="utf-8")
+    return msg.as_bytes()
+
+
+# ---- acting --------------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    """A notifier that was started and has not been reaped yet."""
+
+    name: str
+    how: str
+    popen: subprocess.Popen
+    deadline: float  # monotonic: killed if still running then
+    stderr_fd: int | None
+    stderr: bytearray = field(default_factory=bytearray)
+    killed: str | None = None  # why it was killed ("timeout", "driver stopped")
+    given_up_at: float | None = None
+
+
+class Notifier:
+    """Starts the driver's notices and watches them; ``notify`` never raises and never blocks."""
+
+    def __init__(self, spool, log) -> None:
+        self.spool = spool
+        self.log = log
+        self.pending: list[_Pending] = []
+        self.waiting: deque[tuple[Result, str, object]] = deque()
+        self._told_no_sendmail = False
+
+    @property
+    def busy(self) -> bool:
+        """Notifiers running or waiting to start: the driver must call ``reap``."""
+        return bool(self.pending or self.waiting)
+
+    def notify(self, result: Result, job, config) -> None:
+        """Start the notice ``result`` calls for (``job``: the job file, or None if it is unreadable)."""
+        how = None
+        try:
+            how = wants_notice(result, getattr(job, "notify", None), getattr(job, "notify_on", None), config)
+            if how is None:
+                return
+            if not is_valid_name(result.name):  # it reaches a hook's environment and a mail's headers
+                self.log.event("notify-failed", result.name, how=how, reason="not a valid job name")
+                return
+            if len(self.pending) < MAX_RUNNING:
+                self._send(result, how, config)
+            elif len(self.waiting) < MAX_WAITING:
+                self.waiting.append((result, how, config))
+            else:
+                self.log.event("notify-failed", result.name, how=how,
+                               reason=f"too many notices at once ({MAX_RUNNING} running, {MAX_WAITING} waiting)")
+        except Exception as err:  # noqa: BLE001 - a broken notifier never breaks the night: log it, go on
+            self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
+
+    def _send(self, result: Result, how: str, config) -> None:
+        try:
+            if how == "mail":
+                self._mail(result, config)
+            else:
+                self._command(result, config)
+        except Exception as err:  # noqa: BLE001 - see notify()
+            self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
+
+    def _mail(self, result: Result, config) -> None:
+        sendmail, missing = find_sendmail(config)
+        if sendmail is None:
+            if not self._told_no_sendmail:  # once a drain: every later mail would say the same
+                self._told_no_sendmail = True
+                self.log.event("notify-failed", result.name, how="mail", reason=missing,
+                               note="said once a drain")
+            return
+        import pwd
+
+        try:
+            pwd.getpwnam(result.user)
+        except KeyError:
+            self.log.event("notify-failed", result.name, how="mail", reason=f"no account {result.user!r} to mail")
+            return
+        message = mail_message(result, self._output_tail(result), self.spool.root)
+        self._start(result, "mail", [sendmail, "-oi", "-t"], message, dict(os.environ), config)
+
+    def _command(self, result: Result, config) -> None:
+        if not config.notify_command:
+            self.log.event("notify-failed", result.name, how="command", reason="onite.toml has no notify_command")
+            return
+        from onite.spool.paths import result_record
+
+        env = dict(os.environ, ONITE_JOB=result.name, ONITE_USER=result.user, ONITE_STATE=str(result.state),
+                   ONITE_SPOOL=str(self.spool.root), ONITE_EVENT="finished")
+        self._start(result, "command", list(config.notify_command), result_record(result), env, config)
+
+    def _output_tail(self, result: Result) -> bytes | None:
+        """The end of stdout/NAME if it is this run's and the job's user's own file, else None."""
+        if result.started is None:
+            return None  # never ran: stdout/NAME, if any, is an older run's
+        try:
+            fd = os.open(self.spool.output_path(result.name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != result.uid or st.st_mtime < result.started.timestamp() - 2:
+                return None
+            start = max(0, st.st_size - TAIL_BYTES)
+            data = os.pread(fd, TAIL_BYTES, start)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return output_tail(data, cut=start > 0)
+
+    def _start(self, result: Result, how: str, argv: list[str], stdin: bytes, env: dict, config) -> None:
+        data_fd = _memory_file(stdin)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            popen = subprocess.Popen(argv, stdin=data_fd, stdout=subprocess.DEVNULL, stderr=err_w, cwd="/", env=env,
+                                     start_new_session=True, close_fds=True, restore_signals=True)
+        except OSError as err:
+            os.close(err_r)
+            what = "no such file" if isinstance(err, FileNotFoundError) else \
+                "permission denied" if isinstance(err, PermissionError) else (err.strerror or str(err))
+            self.log.event("notify-failed", result.name, how=how, reason=f"cannot start {argv[0]}: {what}")
+            return
+        finally:
+            os.close(data_fd)
+            os.close(err_w)
+        os.set_blocking(err_r, False)
+        self.pending.append(_Pending(name=result.name, how=how, popen=popen, stderr_fd=err_r,
+                                     deadline=time.monotonic() + config.notify_timeout.total_seconds()))
+
+    # ---- watching ----------------------------------------------------------------------
+
+    def reap(self, now_mono: float | None = None) -> None:
+        """Log the notifiers that ended, kill those past their time; never blocks."""
+        now_mono = time.monotonic() if now_mono is None else now_mono
+        keep = []
+        for pending in self.pending:
+            try:
+                if not self._check(pending, now_mono):
+                    keep.append(pending)
+            except Exception as err:  # noqa: BLE001 - see notify()
+                self._close(pending)
+                self.log.event("notify-failed", pending.name, how=pending.how, reason=f"{type(err).__name__}: {err}")
+        self.pending = keep
+        while self.waiting and len(self.pending) < MAX_RUNNING:
+            self._send(*self.waiting.popleft())
+
+    def _check(self, pending: _Pending, now_mono: float) -> bool:
+        """True once ``pending`` is over (and logged)."""
+        self._read_stderr(pending)
+        code = pending.popen.poll()
+        if code is None:
+            if pending.killed is None and now_mono >= pending.deadline:
+                self._kill(pending, "timeout", now_mono)
+            elif pending.given_up_at is not None and now_mono >= pending.given_up_at:
+                self._close(pending)  # killed, yet not gone (stuck in the kernel): stop watching it
+                self.log.event("notify-failed", pending.name, how=pending.how,
+                               reason=f"{pending.killed}; it did not exit when killed (pid {pending.popen.pid})")
+                return True
+            return False
+        self._close(pending)
+        if pending.killed:
+            self.log.event("notify-failed", pending.name, how=pending.how, reason=pending.killed)
+        elif code == 0:
+            self.log.event("notified", pending.name, how=pending.how)
+        else:
+            said = pending.stderr.decode("utf-8", "replace").strip().splitlines()
+            self.log.event("notify-failed", pending.name, how=pending.how,
+                           exit=code if code > 0 else None, signal=-code if code < 0 else None,
+                           stderr=_one_line(said[-1], 200) if said else None)
+        return True
+
+    def _kill(self, pending: _Pending, why: str, now_mono: float) -> None:
+        pending.killed = why
+        pending.given_up_at = now_mono + KILL_WAIT
+        try:
+            os.killpg(pending.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _read_stderr(pending: _Pending) -> None:
+        while pending.stderr_fd is not None:
+            try:
+                chunk = os.read(pending.stderr_fd, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                os.close(pending.stderr_fd)
+                pending.stderr_fd = None
+                return
+            pending.stderr += chunk
+            del pending.stderr[:-STDERR_KEEP]
+
+    @staticmethod
+    def _close(pending: _Pending) -> None:
+        if pending.stderr_fd is not None:
+            Notifier._read_stderr(pending)
+        if pending.stderr_fd is not None:  # a child of the notifier still holds the pipe: let it go
+            os.close(pending.stderr_fd)
+            pending.stderr_fd = None
+
+    def next_deadline(self) -> float | None:
+        """Monotonic time by which ``reap`` should run again, or None with nothing pending."""
+        return min((p.given_up_at or p.deadline for p in self.pending), default=None)
+
+    def finish(self, stop=lambda: False) -> None:
+        """Start the notices still waiting and wait for every notifier, each at most until its time is up
+        (the driver is ending).
+
+        ``stop()``: True when the driver must exit now (a second INT or TERM, or QUIT): the
+        notifiers left are killed and logged as such.
+        """
+        while self.busy:
+            now_mono = time.monotonic()
+            if stop():
+                while self.waiting:
+                    result, how, _ = self.waiting.popleft()
+                    self.log.event("notify-failed", result.name, how=how, reason="driver stopped")
+                for pending in self.pending:
+                    if pending.killed is None:
+                        self._kill(pending, "driver stopped", now_mono)
+            self.reap(now_mono)
+            if self.busy:
+                time.sleep(0.02)
+        self._told_no_sendmail = False
+
+
+def _memory_file(data: bytes) -> int:
+    """A descriptor of a file holding ``data``, at offset 0: a notifier's stdin that can never block us."""
+    try:
+        fd = os.memfd_create("onite-notice", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        import tempfile
+
+        fd = os.dup(tempfile.TemporaryFile().fileno())
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd

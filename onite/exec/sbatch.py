@@ -1,0 +1,237 @@
+"""How one onite job becomes one ``sbatch`` call (pure: no processes, no files, no clock).
+
+The submission keeps onite's promises on a cluster:
+
+- the exact environment goes in an *export file* (NAME=value records
+  separated by NUL bytes, read by sbatch from an inherited descriptor), and
+  sbatch itself runs with an empty environment: a value may hold any byte,
+  and no SBATCH_* variable of the user's can turn into an sbatch option;
+- sbatch runs *as the job's owner*, so the ``#SBATCH`` lines in the job text
+  are honoured with the owner's rights, never root's;
+- sbatch runs behind ``cd -- CWD`` done as the owner: Slurm silently runs a
+  job whose directory it cannot enter in /tmp, so the directory is tried as
+  the owner first and a failure becomes a clear reason (Python's subprocess
+  changes directory *before* it drops privileges, so its ``cwd=`` cannot do
+  this check);
+- onite's own options come last on the command line, where they win over
+  [slurm] sbatch_args, and command-line options win over #SBATCH lines.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from datetime import timedelta
+
+from onite.core.config import SlurmConfig
+from onite.core.names import job_label
+
+# The kernel refuses execve() when one "NAME=value" string exceeds this
+# (MAX_ARG_STRLEN = 32 pages); slurmstepd would then fail the job late and obscurely.
+MAX_ENV_STRING = 128 * 1024
+
+CD_FAILED = 121  # the wrapper's exit status when the owner cannot enter the job's directory
+_CD_WRAPPER = 'cd -- "$1" 2>/dev/null || exit %d; shift; exec "$@"' % CD_FAILED
+
+
+
+def script_text(body: bytes, shell: str) -> bytes:
+    """The batch script: the job text, behind ``#!SHELL`` when it names no interpreter.
+
+    sbatch refuses a script without ``#!``; locally such a text runs under ``shell``.
+    """
+    if body.startswith(b"#!"):
+        return body
+    return b"#!" + os.fsencode(shell) + b"\n" + body
+
+
+def time_limit_minutes(timeout: timedelta) -> int:
+    """Slurm's time limit for ``timeout``: whole minutes, rounded up, at least one."""
+    return max(1, math.ceil(timeout.total_seconds() / 60))
+
+
+def nice_for(priority: int, urgent: bool, step: int) -> int:
+    """``--nice`` for an onite priority: users may not go below 0, so P1 and urgent get 0.
+
+    Slurm subtracts nice from a job's priority and clamps the result at 1, so
+    the step must exceed the spread of priorities Slurm itself gives jobs of
+    one onite priority (priority/basic: one less per job submitted), yet stay
+    well below the priorities themselves: a million, tried first, clamped
+    every job but P1 to 1 on the test cluster, which made them plain FIFO.
+    """
+    return 0 if urgent else (priority - 1) * step
+
+
+def export_file(env: dict[bytes, bytes]) -> bytes:
+    """The export-file body: NAME=value records, each ended by NUL."""
+    return b"".join(name + b"=" + value + b"\0" for name, value in env.items())
+
+
+def oversized_variable(env: dict[bytes, bytes]) -> str | None:
+    """The first variable too large to ever reach a program (see MAX_ENV_STRING), or None."""
+    for name, value in env.items():
+        if len(name) + len(value) + 2 > MAX_ENV_STRING:
+            return f"{os.fsdecode(name)} ({len(value)} bytes)"
+    return None
+
+
+def output_pattern(path: bytes) -> bytes:
+    """``path`` as an sbatch --output (or --error) pattern that names exactly that file.
+
+    sbatch expands %j and friends; %% is a literal %. A path holding a backslash
+    is taken literally by sbatch already, so it must not be escaped.
+    """
+    if b"\\" in path:
+        return path
+    return path.replace(b"%", b"%%")
+
+
+# Short options of sbatch that take no argument: in "-vW" the W is an option of its own.
+_FLAGS = set("hHkOQsuvV")
+
+
+def unsupported_directive(script: bytes) -> str | None:
+    """Why an ``#SBATCH`` line of the script cannot run under onite, or None.
+
+    One onite job is one Slurm job that onite polls: a job array or a
+    heterogeneous job would be several, and ``--wait`` would block the driver.
+    Slurm reads directives until the first line that is neither blank nor a comment.
+    """
+    for raw in script.split(b"\n")[1:]:
+        line = raw.strip()
+        if not line:
+            continue
+        if not line.startswith(b"#"):
+            break
+        if not line.startswith(b"#SBATCH"):
+            continue
+        try:
+            words = shlex.split(line[len(b"#SBATCH"):].decode("utf-8", "replace"), comments=True)
+        except ValueError:
+            continue  # sbatch itself will complain about the quoting
+        for word in words:
+            what = _refused_word(word)
+            if what:
+                return f"'#SBATCH {word}' is not supported: {what}"
+    return None
+
+
+def _refused_word(word: str) -> str:
+    if word in ("hetjob", "packjob"):
+        return "one onite job must be one Slurm job (no heterogeneous jobs)"
+    if word.startswith("--"):
+        option = word[2:].split("=", 1)[0]
+        if option == "array":
+            return "one onite job must be one Slurm job (no job arrays)"
+        if option == "wait":
+            return "sbatch must return at once (onite polls the job)"
+        return ""
+    if word.startswith("-") and len(word) > 1:
+        for letter in word[1:]:
+            if letter == "a":
+                return "one onite job must be one Slurm job (no job arrays)"
+            if letter == "W":
+                return "sbatch must return at once (onite polls the job)"
+            if letter not in _FLAGS:
+                break  # the rest is this option's argument
+    return ""
+
+
+def run_comment(run_id: str, spool: str) -> str:
+    """The Slurm comment of a run: ``onite:RUN_ID:SPOOLTAG``. Recovery finds by it a job that a
+    driver killed during sbatch never recorded (SPOOLTAG tells spools apart without showing paths)."""
+    return f"onite:{run_id}:{spool_tag(spool)}"
+
+
+def spool_tag(spool: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(os.fsencode(spool)).hexdigest()[:16]
+
+
+def run_of_comment(comment: str, spool: str) -> str | None:
+    """The run id in a comment made by run_comment for ``spool``, else None."""
+    kind, _, rest = comment.strip().partition(":")
+    run_id, _, tag = rest.rpartition(":")
+    return run_id if kind == "onite" and run_id and tag == spool_tag(spool) else None
+
+
+def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: int,
+                timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig,
+                error: bytes | None = None, comment: str | None = None) -> list[bytes]:
+    """The sbatch command line for one job (the script goes to its stdin). ``error``: the file for
+    its stderr when kept apart; None sends stderr to ``output`` (sbatch's default without --error).
+    ``comment``: the run's run_comment."""
+    argv = [os.fsencode(sbatch)]
+    argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
+    if slurm.partition:
+        argv.append(os.fsencode(f"--partition={slurm.partition}"))
+    if slurm.account:
+        argv.append(os.fsencode(f"--account={slurm.account}"))
+    if timeout is not None:
+        argv.append(f"--time={time_limit_minutes(timeout)}".encode())
+    argv += [
+        b"--parsable",
+        b"--no-requeue",  # a job that ran once must not run again behind onite's back (node failure)
+        f"--job-name={job_label(name)}".encode(),
+        b"--chdir=" + cwd,
+        b"--output=" + output_pattern(output),
+        *([b"--error=" + output_pattern(error)] if error is not None else []),
+        b"--open-mode=append",  # onite created the file for its owner; a retry adds to it
+        f"--export-file={env_fd}".encode(),
+        f"--nice={nice_for(priority, urgent, slurm.nice_step)}".encode(),
+        *([f"--comment={comment}".encode()] if comment else []),
+    ]
+    return argv
+
+
+def as_owner_in(cwd: bytes, argv: list[bytes]) -> list[bytes]:
+    """``argv`` behind the wrapper that enters ``cwd`` first (run as the owner; see the module doc)."""
+    return [b"/bin/sh", b"-c", _CD_WRAPPER.encode(), b"onite-sbatch", cwd, *argv]
+
+
+def parse_job_id(stdout: bytes) -> str | None:
+    """The job id from ``sbatch --parsable`` ("123" or "123;cluster"), or None."""
+    text = stdout.decode("ascii", "replace").strip().splitlines()
+    if not text:
+        return None
+    job_id = text[-1].split(";", 1)[0].strip()
+    return job_id if job_id.isdigit() else None
+
+
+SCRIPT_LIMIT = 4 * 1024 * 1024  # slurmctld's default max_script_size
+
+
+# What sbatch says when it never reached the controller, so nothing was submitted
+# (Slurm's own error strings: slurm_strerror of the connection and protocol errors).
+_UNREACHED = ("unable to contact slurm controller", "connection refused", "communication connection failure",
+              "zero bytes were transmitted or received", "slurmctld is not responding")
+
+
+def controller_unreached(stderr: bytes) -> bool:
+    """Did sbatch fail before the controller could take the job (retrying later is safe)?"""
+    text = stderr.decode("utf-8", "replace").lower()
+    return any(phrase in text for phrase in _UNREACHED)
+
+
+def refusal(stderr: bytes, script_size: int = 0) -> str:
+    """sbatch's complaint as one line for a result record (with the likely cause of a cryptic one)."""
+    text = _one_line(stderr)
+    if script_size > SCRIPT_LIMIT:
+        text += (f" (the job text is {script_size} bytes; Slurm takes 4 MiB unless "
+                 "SchedulerParameters=max_script_size allows more)")
+    return text
+
+
+def _one_line(stderr: bytes) -> str:
+    lines = []
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        line = line.strip()
+        for prefix in ("sbatch: error: ", "sbatch: "):
+            if line.startswith(prefix):
+                line = line[len(prefix):]
+                break
+        if line:
+            lines.append(line)
+    return " ".join(lines)[:500] or "no message"

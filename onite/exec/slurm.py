@@ -1,0 +1,338 @@
+"""The slurm executor: each claimed job becomes one Slurm batch job, submitted as its owner.
+
+Everything that is onite's stays in the driver (order, windows, holds,
+dependencies, retries, results, logs). This runner only hands a claimed job
+to Slurm (onite.exec.sbatch builds the call), watches it (onite.exec.squeue reads the
+answers) and stops it:
+
+- one ``squeue`` call per poll interval ([slurm] poll) covers every job in
+  flight, so the cost per poll does not grow with the number of jobs; the
+  driver wakes for it through ``next_deadline()``, there is no descriptor to
+  wait on;
+- a job's time limit is given to Slurm in whole minutes, but Slurm checks
+  limits only about every 30 s, so the runner also cancels the job itself at
+  the exact deadline, counted from the job's real start in Slurm;
+- a cancel (``onite cancel``, a timeout, the driver's hard stop) is an
+  ``scancel``, repeated while the job lingers: Slurm signals TERM, then KILL
+  after its KillWait;
+- Slurm jobs outlive the driver: ``runinfo`` keeps the job id in the run
+  record and ``reattach`` takes such a run back after a crash, instead of
+  running the job a second time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from onite.exec import sbatch
+from onite.exec import squeue
+from onite.core.config import Config
+from onite.core.errors import ConfigError
+from onite.exec.executor import Run, Runner, SpawnError, Unavailable, job_environment, run_outputs
+from onite.core.names import job_label
+from onite.core.state import Outcome
+
+SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
+RECANCEL = 10.0  # seconds before a cancel is repeated for a job that is still there
+TOOL_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def find_tool(name: str) -> str:
+    """Absolute path of a Slurm client command (sbatch runs with an empty environment).
+
+    Raises:
+        ConfigError: the command is not installed.
+    """
+    path = shutil.which(name) or shutil.which(name, path=TOOL_PATH)
+    if path is None:
+        raise ConfigError(f'executor = "slurm" but the Slurm command {name} is not installed here',
+                          'install the Slurm client commands (Debian: slurm-client), or set executor = "local"')
+    return os.path.abspath(path)
+
+
+class SlurmRunner(Runner):
+    """Runs each job as a Slurm batch job of its owner and reports how it ended."""
+
+    executor = "slurm"
+
+    def __init__(self, spool, config: Config, *, switch_user: bool, log=None) -> None:
+        self.spool = spool
+        self.config = config
+        self.switch_user = switch_user
+        self.log = log
+        self.sbatch = find_tool("sbatch")
+        self.squeue = find_tool("squeue")
+        self.scancel = find_tool("scancel")
+        # Only the location of slurm.conf passes to sbatch: anything else in its
+        # environment (SBATCH_*) would act as options.
+        self._tool_env = {k: os.environ[k] for k in ("SLURM_CONF",) if k in os.environ}
+        self.runs: list[Run] = []
+        self._next_poll: float | None = None
+        self._started: set[str] = set()  # job ids whose real start has been seen
+        self._unreachable = False
+
+    @property
+    def poll_interval(self) -> float:
+        return max(self.config.slurm.poll.total_seconds(), 0.05)
+
+    def reload(self, config: Config) -> None:
+        """New settings (SIGHUP); runs already in Slurm keep what they were submitted with."""
+        self.config = config
+
+    # ---- starting --------------------------------------------------------------
+
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None) -> None:
+        """Submit ``run`` to Slurm as its owner. Raises SpawnError with the reason."""
+        job = run.job
+        identity = run.owner if self.switch_user else None
+        env = job_environment(run, switch_user=self.switch_user)
+        script = sbatch.script_text(job.body, self.config.shell)
+        problem = sbatch.unsupported_directive(script)
+        if problem:
+            raise SpawnError(problem)
+        too_big = sbatch.oversized_variable(env)
+        if too_big:
+            raise SpawnError(f"its environment variable {too_big} exceeds the kernel's 128 KiB limit for one variable")
+        # its directory is entered as the owner, by the wrapper sbatch runs behind (as_owner_in): a look
+        # as root first would tell a user about directories they may not enter
+        output = Path(os.path.abspath(output_path))
+        stderr_file = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
+        with run_outputs(run, output, stderr_file, identity, append=append):
+            pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
+        error = stderr_file if job.stderr_separate else None
+        run.external_id = self._submit(run, script, env, output, error)
+        run.timeout_at = None  # set once Slurm reports the real start
+        self.runs.append(run)
+        if self._next_poll is None:
+            self._next_poll = time.monotonic() + self.poll_interval
+
+    def _submit(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None) -> str:
+        job = run.job
+        env_fd = os.memfd_create(f"onite-env:{run.name}", 0)
+        try:
+            data = memoryview(sbatch.export_file(env))
+            while data:
+                data = data[os.write(env_fd, data):]
+            os.lseek(env_fd, 0, os.SEEK_SET)
+            argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
+                                      error=os.fsencode(error) if error is not None else None,
+                                      env_fd=env_fd, timeout=job.timeout, priority=job.priority,
+                                      urgent=run.rank == 0, slurm=self.config.slurm,
+                                      comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None)
+            ident = run.owner if self.switch_user else None
+            try:
+                done = subprocess.run(
+                    sbatch.as_owner_in(job.cwd, argv), input=script, capture_output=True, env=self._tool_env,
+                    cwd="/", umask=job.umask, pass_fds=(env_fd,), timeout=SBATCH_TIMEOUT,
+                    **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
+                )
+            except subprocess.TimeoutExpired:
+                self._cancel_by_name(run)
+                raise SpawnError(f"sbatch did not return within {SBATCH_TIMEOUT:g} s "
+                                 "(is the Slurm controller up?)") from None
+            except OSError as err:
+                raise SpawnError(f"cannot run sbatch: {err.strerror or err}") from None
+        finally:
+            os.close(env_fd)
+        if done.returncode == sbatch.CD_FAILED:
+            raise SpawnError(f"its directory {os.fsdecode(job.cwd)} is not accessible to {run.owner.name}")
+        job_id = sbatch.parse_job_id(done.stdout) if done.returncode == 0 else None
+        if job_id is None and sbatch.controller_unreached(done.stderr):
+            raise Unavailable(f"the Slurm controller does not answer: {sbatch.refusal(done.stderr)}")
+        if job_id is None:
+            raise SpawnError(f"sbatch did not accept it: {sbatch.refusal(done.stderr, len(script))}")
+        return job_id
+
+    def _cancel_by_name(self, run: Run) -> None:
+        """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
+        self._run_tool([self.scancel, "--quiet", f"--name={job_label(run.name)}", f"--user={run.owner.uid}"])
+
+    # ---- stopping ----------------------------------------------------------------
+
+    def stop(self, run: Run, why: str, *, by: str | None = None) -> None:
+        """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
+        if run.stopping is None:
+            run.stopping = why
+            run.cancelled_by = by
+        if run.kill_at is None:
+            self._cancel(run)
+
+    def kill(self, run: Run, why: str) -> None:
+        """The driver's hard stop: the same scancel; the driver waits for Slurm to confirm."""
+        self.stop(run, why)
+
+    def _cancel(self, run: Run) -> None:
+        self._scancel(run.external_id, job_label(run.name))
+        now = time.monotonic()
+        run.kill_at = now + RECANCEL
+        # a cancelled job usually ends within milliseconds: look again soon, not a whole poll later
+        self._next_poll = now + 0.2 if self._next_poll is None else min(self._next_poll, now + 0.2)
+
+    def tick(self, now_mono: float) -> None:
+        """Enforce exact time limits; repeat cancels that have not taken effect."""
+        for run in self.runs:
+            if run.stopping is None and run.timeout_at is not None and now_mono >= run.timeout_at:
+                self.stop(run, "timeout")
+            elif run.kill_at is not None and now_mono >= run.kill_at:
+                self._cancel(run)
+
+    # ---- watching ------------------------------------------------------------------
+
+    def reap(self) -> list[tuple[Run, Outcome]]:
+        """Runs that ended in Slurm since the last poll, with their outcomes (polls when due)."""
+        now = time.monotonic()
+        if not self.runs:
+            self._next_poll = None
+            return []
+        if self._next_poll is not None and now < self._next_poll:
+            return []
+        self._next_poll = now + self.poll_interval
+        answer = self._query([run.external_id for run in self.runs])
+        if answer is None:
+            return []
+        finished = []
+        for run in self.runs:
+            status = answer.get(run.external_id)
+            if status is None or status.name != job_label(run.name):
+                finished.append((run, squeue.lost(run.external_id)))
+                continue
+            self._note_start(run, status)
+            if status.is_final:
+                if status.state != "CANCELLED" and run.stopping in ("shutdown", "cancel"):
+                    run.stopping = None  # it ended on its own first: record what it did, do not requeue
+                finished.append((run, squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)))
+        if finished:
+            done = {id(run) for run, _ in finished}
+            self.runs = [run for run in self.runs if id(run) not in done]
+            self._started.difference_update(run.external_id for run, _ in finished)
+        return finished
+
+    def _note_start(self, run: Run, status: squeue.JobStatus) -> None:
+        """The first sight of a real start: the run's start time and its exact deadline come from it."""
+        if status.start is None or run.external_id in self._started:
+            return
+        self._started.add(run.external_id)
+        waited = (status.start - run.started).total_seconds()
+        if waited >= 0:
+            run.started = status.start
+        if run.job.timeout is not None:
+            # StartTime is cut to the second: the job began in [StartTime, StartTime + 1 s), and
+            # not after now. Counting from the latest possible start never cuts its time short.
+            now_wall = time.time()
+            elapsed = now_wall - min(status.start.timestamp() + 1.0, now_wall)
+            run.timeout_at = time.monotonic() - elapsed + run.job.timeout.total_seconds()
+        if self.log is not None:
+            self.log.event("slurm-start", run.name, slurm=run.external_id, waited=f"{max(waited, 0):.1f}s")
+
+    def _query(self, job_ids: list[str]) -> dict[str, squeue.JobStatus] | None:
+        """squeue's answer, or None while the controller cannot be asked (the runs stay as they are)."""
+        done = self._run_tool(squeue.query_argv(self.squeue, job_ids))
+        if done is not None and done.returncode == 0:
+            answer = squeue.parse(done.stdout.decode("utf-8", "replace"))
+        elif done is not None and squeue.is_unknown_ids(done.returncode, done.stderr.decode("utf-8", "replace")):
+            answer = {}
+        else:
+            if not self._unreachable and self.log is not None:
+                why = done.stderr.decode("utf-8", "replace").strip().replace("\n", " ") if done else "no answer"
+                self.log.event("slurm-unreachable", error=why[:300], note="jobs stay as they are; asking again")
+            self._unreachable = True
+            return None
+        if self._unreachable and self.log is not None:
+            self.log.event("slurm-reachable")
+        self._unreachable = False
+        return answer
+
+    def _scancel(self, job_id: str, name: str | None) -> None:
+        # The name filter makes scancel skip a job that is not ours (ids restart if Slurm's state is wiped).
+        self._run_tool([self.scancel, "--quiet", *([f"--name={name}"] if name else []), job_id])
+
+    def _run_tool(self, argv: list[str]) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(argv, capture_output=True, env=self._tool_env, stdin=subprocess.DEVNULL,
+                                  timeout=SBATCH_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    def next_deadline(self) -> float | None:
+        """The next poll while runs are in flight, or an earlier time limit or cancel retry."""
+        times = [t for run in self.runs
+                 for t in (run.timeout_at if run.stopping is None else None, run.kill_at) if t is not None]
+        if self.runs and self._next_poll is not None:
+            times.append(self._next_poll)
+        return min(times) if times else None
+
+    def wait_fds(self) -> list[int]:
+        return []  # nothing to wait on: next_deadline() carries the poll interval
+
+    def needs_polling(self) -> bool:
+        """False: the poll interval is in next_deadline(); True would make the driver spin at 50 ms."""
+        return False
+
+    # ---- after a driver crash ----------------------------------------------------------
+
+    def runinfo(self, run: Run) -> dict:
+        """What recovery needs: the Slurm job id (the driver also stores it as external_id)."""
+        return {"slurm_job_id": run.external_id, "slurm_name": job_label(run.name)}
+
+    def reattach(self, run: Run) -> bool:
+        """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
+        answer = self._query([run.external_id])
+        if answer is None:
+            # The controller cannot say: keep the run rather than submit the job a second time.
+            known = True
+        else:
+            status = answer.get(run.external_id)
+            known = status is not None and status.name == job_label(run.name)
+        if not known:
+            return False
+        self.runs.append(run)
+        self._next_poll = time.monotonic()  # look at once: it may have finished meanwhile
+        return True
+
+    def recover(self, info: dict, grace: float) -> str:
+        """A run that could not be re-attached: make sure no Slurm job of it is left."""
+        job_id = info.get("external_id") or info.get("slurm_job_id")
+        name = info.get("slurm_name") or (job_label(info["name"]) if info.get("name") else None)
+        if not job_id:
+            return "it had not reached Slurm"
+        answer = self._query([job_id])
+        if answer is None:
+            self._scancel(job_id, name)
+            return f"Slurm could not be asked about job {job_id}; a cancel was sent"
+        status = answer.get(job_id)
+        if status is None or (name and status.name != name):
+            return f"Slurm no longer knows job {job_id}"
+        if status.is_final:
+            return f"Slurm job {job_id} had ended ({status.state})"
+        return self._cancel_and_wait(job_id, name, grace)
+
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
+        """A claim with no run record: the driver may have been killed while sbatch ran. A job it
+        submitted is found by its name and its comment (sbatch.run_comment), and cancelled."""
+        label = job_label(name)
+        done = self._run_tool(squeue.search_argv(self.squeue, label))
+        if done is None or done.returncode != 0:
+            return "no run record, and Slurm could not be asked whether a job of it was submitted"
+        found = [job_id for job_id, state, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
+                 if state not in squeue.FINAL and (run_id := sbatch.run_of_comment(comment, spool)) and run_id_ok(run_id)]
+        if not found:
+            return "no run record, and no Slurm job of it was in flight"
+        return "no run record; " + "; ".join(self._cancel_and_wait(job_id, label, grace) for job_id in found)
+
+    def _cancel_and_wait(self, job_id: str, name: str | None, grace: float) -> str:
+        self._scancel(job_id, name)
+        # as the local runner does for process groups: wait (up to the grace period) until it is
+        # really gone, so the requeued job cannot overlap with its dying predecessor
+        deadline = time.monotonic() + grace
+        while True:
+            answer = self._query([job_id])
+            status = answer.get(job_id) if answer else None
+            if answer is not None and (status is None or status.is_final):
+                return f"Slurm job {job_id} was cancelled"
+            if time.monotonic() >= deadline:
+                return f"Slurm job {job_id} was sent a cancel (still {status.state if status else 'unknown'})"
+            time.sleep(0.2)

@@ -1,0 +1,105 @@
+"""Retention: keep the last ``keep`` finished jobs (result, job file, output); remove older ones.
+
+"Last" is by the time the result record was written (its mtime, set by the
+driver). Output of a job that is queued or running is never removed, nor
+anything newer than the oldest kept result. A job's output is stdout/NAME and,
+when its stderr was kept apart, stdout/NAME@stderr: the two go together.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from onite.spool import paths as sp
+
+
+def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
+    """Remove finished jobs beyond the newest ``keep``; returns how many were removed.
+
+    ``strays=False`` skips the look for files no kept result explains (left by
+    a crash or a cancel): a driver prunes that way as it goes, and looks for
+    strays once, when it ends.
+    """
+    records: list[tuple[int, str]] = []
+    try:
+        with os.scandir(spool.done_dir) as it:
+            for entry in it:
+                if entry.name.endswith(sp.RESULT) and entry.name[0] != ".":
+                    try:
+                        records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name[: -len(sp.RESULT)]))
+                    except FileNotFoundError:
+                        continue
+    except FileNotFoundError:
+        return 0
+    if len(records) <= keep:
+        return 0
+    records.sort(reverse=True)
+    removed = 0
+    done, stdout = str(spool.done_dir), str(spool.stdout_dir)  # strings: a Path a file costs more than its unlink
+    hosts = spool.hosts()  # listed once, not once per record removed
+    for _, name in records[keep:]:
+        sp.remove(f"{done}/{name}{sp.RESULT}")
+        sp.remove(f"{done}/{name}")
+        if name not in protect and not sp.is_live(spool, name, hosts):
+            sp.remove(f"{stdout}/{name}")
+            sp.remove(f"{stdout}/{name}{sp.STDERR}")
+        removed += 1
+    if strays:
+        oldest_kept = records[keep - 1][0] if keep else None
+        _remove_strays(spool, {n for _, n in records[:keep]} | protect, oldest_kept)
+    return removed
+
+
+TEMP_AGE = 3600  # seconds after which a dot-name .tmp file is a write that died (a crash, a kill)
+
+
+def remove_temp_files(spool: sp.Spool, now: float, *, older_than: float = TEMP_AGE) -> int:
+    """Remove the dot-name ``.tmp`` files that writers killed mid-write left behind (a submit's
+    ``jobs/Pk/.NAME.PID.RAND.tmp``, a record's ``jobsdone/.NAME@result.PID.tmp``, …), once they
+    are ``older_than`` seconds: no write takes that long, and on a shared spool the writer may be
+    another machine's, whose processes cannot be looked at. Returns how many were removed."""
+    folders = [spool.done_dir, spool.stdout_dir, spool.cancel_dir, spool.recur_dir, spool.jobs_dir]
+    folders += [folder for _, folder in spool.queue_folders()]
+    folders += [spool.running_dir(host) for host in spool.hosts()]
+    removed = 0
+    for folder in folders:
+        try:
+            with os.scandir(folder) as it:
+                entries = [entry for entry in it if entry.name.startswith(".") and entry.name.endswith(".tmp")]
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if now - st.st_mtime < older_than or stat.S_ISDIR(st.st_mode):
+                continue
+            if sp.remove(entry.path):
+                removed += 1
+    return removed
+
+
+def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) -> None:
+    """Outputs and job files in jobsdone/ that no kept result explains and that are older than every kept one."""
+    hosts = spool.hosts()
+    for folder in (spool.stdout_dir, spool.done_dir):
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if folder == spool.stdout_dir and name.endswith(sp.STDERR):
+                name = name[: -len(sp.STDERR)]  # NAME@stderr goes with NAME's output
+            if not name or name[0] == "." or sp.SIDE in name or name in kept:
+                continue
+            try:
+                mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+            except FileNotFoundError:
+                continue
+            if oldest_kept_ns is not None and mtime >= oldest_kept_ns:
+                continue
+            if not spool.result_path(name).exists() and not sp.is_live(spool, name, hosts):
+                sp.remove(folder / entry.name)
