@@ -60,7 +60,7 @@ def _preload() -> None:
     from contextlib import redirect_stderr, redirect_stdout
 
     from onite.__main__ import main
-    from onite.spool.paths import skeleton_config
+    from onite.spool.skeleton import skeleton_config
 
     skeleton_config()  # importlib.resources loads its readers on first use
     with open(os.devnull, "w") as devnull, redirect_stdout(devnull), redirect_stderr(devnull):

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from conftest import drain
-from onite.spool import paths as sp
+from onite.spool import files
 from onite.api import Spool
 from onite.core.errors import InvalidInput, Refused, SpoolIOError
 from onite.core.jobfile import decode
@@ -121,7 +121,7 @@ def test_api_checks_everything_first(spool):
 
 def failing_writer(monkeypatch, at, error):
     """Make the ``at``-th file of a batch fail while it is written."""
-    real = sp._write_unnamed
+    real = files._write_unnamed
     calls = []
 
     def write(folder, name, data, mode, owner):
@@ -130,11 +130,11 @@ def failing_writer(monkeypatch, at, error):
             raise error
         return real(folder, name, data, mode, owner)
 
-    monkeypatch.setattr(sp, "_write_unnamed", write)
+    monkeypatch.setattr(files, "_write_unnamed", write)
 
 
 def test_a_failed_write_keeps_what_was_spooled_and_leaves_no_temporary_file(spool, monkeypatch):
-    monkeypatch.setattr(sp, "BATCH_CHUNK", 2)
+    monkeypatch.setattr(files, "BATCH_CHUNK", 2)
     failing_writer(monkeypatch, 4, SpoolIOError(spool / "jobs" / "P4" / "w-4", "writing", OSError(28, "No space left")))
     with pytest.raises(SpoolIOError) as caught:
         Spool(spool).submit_many([(f"w-{i}", "true\n") for i in range(1, 7)])
@@ -145,7 +145,7 @@ def test_a_failed_write_keeps_what_was_spooled_and_leaves_no_temporary_file(spoo
 
 
 def test_an_interrupted_batch_leaves_no_temporary_file(spool, monkeypatch):
-    monkeypatch.setattr(sp, "BATCH_CHUNK", 3)
+    monkeypatch.setattr(files, "BATCH_CHUNK", 3)
     failing_writer(monkeypatch, 5, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         Spool(spool).submit_many([(f"k-{i}", "true\n") for i in range(1, 9)])
@@ -154,14 +154,14 @@ def test_an_interrupted_batch_leaves_no_temporary_file(spool, monkeypatch):
 
 def test_a_name_taken_while_writing_stops_the_batch_there(spool, monkeypatch):
     """Another submit takes a name after the checks: the jobs before it stay, nothing is replaced."""
-    real = sp._link_name
+    real = files._link_name
 
     def link(tmp, folder, name):
         if name == "r-3":
             (folder / name).write_bytes(b"someone else's job")
         return real(tmp, folder, name)
 
-    monkeypatch.setattr(sp, "_link_name", link)
+    monkeypatch.setattr(files, "_link_name", link)
     with pytest.raises(Refused) as caught:
         Spool(spool).submit_many([(f"r-{i}", "true\n") for i in range(1, 5)])
     assert "the first 2 of the 4 jobs were spooled" in str(caught.value)
@@ -172,10 +172,10 @@ def test_a_name_taken_while_writing_stops_the_batch_there(spool, monkeypatch):
 def test_each_file_is_durable_before_it_is_named(spool, monkeypatch):
     """The flush to disk (syncfs, or an fsync each) happens before any file of the chunk gets its name."""
     events = []
-    real_durable, real_link = sp._make_durable, sp._link_name
-    monkeypatch.setattr(sp, "BATCH_CHUNK", 3)
-    monkeypatch.setattr(sp, "_make_durable", lambda paths: (events.append(("sync", len(paths))), real_durable(paths)))
-    monkeypatch.setattr(sp, "_link_name", lambda tmp, folder, name: (events.append(("link", name)),
+    real_durable, real_link = files._make_durable, files._link_name
+    monkeypatch.setattr(files, "BATCH_CHUNK", 3)
+    monkeypatch.setattr(files, "_make_durable", lambda paths: (events.append(("sync", len(paths))), real_durable(paths)))
+    monkeypatch.setattr(files, "_link_name", lambda tmp, folder, name: (events.append(("link", name)),
                                                                      real_link(tmp, folder, name)))
     Spool(spool).submit_many([(f"s-{i}", "true\n") for i in range(1, 6)])
     assert events == [("sync", 3), ("link", "s-1"), ("link", "s-2"), ("link", "s-3"),

@@ -118,9 +118,9 @@ def test_drain_now_then_term_exits_cleanly(spool, workdir, daemons):
 
 
 def _lock_held(spool: Path) -> bool:
-    from onite.spool.locks import is_held
+    from onite.spool.locks import is_locked
 
-    return is_held(spool / "locks" / f"driver.{HOST}.lock")
+    return is_locked(spool / "locks" / f"driver.{HOST}.lock")
 
 
 def test_term_while_a_job_runs_finishes_it_first(spool, workdir, daemons):
@@ -385,13 +385,13 @@ def test_scheduled_window_across_the_spring_forward_night():
 
 
 def test_timed_watch_reads_only_new_headers(spool):
-    from onite.spool.paths import Spool
+    from onite.spool.paths import SpoolDir
     from onite.spool.watch import TimedWatch
 
     for i in range(30):
         submit(f"plain{i}", "true\n")
     submit("timed", "true\n", "--at", "+1h")
-    watch = TimedWatch(Spool(spool).queue_folders(), HOST)
+    watch = TimedWatch(SpoolDir(spool).queue_folders(), HOST)
     watch.refresh()
     assert watch.header_reads == 31 and watch.timed() == 1
     first = watch.next_due(None)
@@ -404,7 +404,7 @@ def test_timed_watch_reads_only_new_headers(spool):
     assert watch.next_due(first) > first  # a drain at `first` dealt with that one
     for name in ("timed", "another"):  # held jobs do not wake the daemon
         assert run_cli(["hold", name]).code == 0
-    fresh = TimedWatch(Spool(spool).queue_folders(), HOST)
+    fresh = TimedWatch(SpoolDir(spool).queue_folders(), HOST)
     fresh.refresh()
     assert fresh.timed() == 2 and fresh.next_due(None) is None
     assert run_cli(["release", "another"]).code == 0  # a release removes a marker in hold/: no job file changes

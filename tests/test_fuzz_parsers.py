@@ -229,11 +229,12 @@ def test_attempt_from_json_any_value(data):
 @pytest.fixture(scope="module")
 def scratch_spool():
     """A spool for properties that read files (hypothesis runs many examples in one test)."""
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
+    from onite.spool.skeleton import init_spool
 
     root = Path(tempfile.mkdtemp(prefix="onite-fuzz-"))
-    sp.init_spool(root / "spool", None, system=False)
-    yield sp.Spool(root / "spool")
+    init_spool(root / "spool", None, system=False)
+    yield SpoolDir(root / "spool")
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -242,13 +243,13 @@ def scratch_spool():
 @example(b"[" * 100_000)
 @example(b"\xff\xfe")
 def test_read_result_any_bytes(scratch_spool, data):
-    from onite.spool import paths as sp
+    from onite.spool.results import read_result, read_results
 
     scratch_spool.result_path("nightly").write_bytes(data)
     try:
-        result = sp.read_result(scratch_spool, "nightly")
+        result = read_result(scratch_spool, "nightly")
     except DamagedRecord:
-        assert sp.results(scratch_spool, damaged := []) == [] and damaged == ["nightly"]
+        assert read_results(scratch_spool, damaged := []) == [] and damaged == ["nightly"]
         return
     assert result is not None and result.name == "nightly"
 
@@ -413,7 +414,7 @@ file_names = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b a
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(file_names, min_size=1, max_size=6, unique=True))
 def test_listings_hold_only_job_names(scratch_spool, raw_names):
-    from onite.spool import paths as sp
+    from onite.spool.scan import cancel_inbox
     from onite.spool.index import QueueIndex
     from onite.app.listing import list_json, list_jobs
 
@@ -429,7 +430,7 @@ def test_listings_hold_only_job_names(scratch_spool, raw_names):
     views = list_jobs(scratch_spool, include_all=True)
     json.loads(list_json(scratch_spool, include_all=True))
     assert all(is_valid_name(v.name) for v in views)
-    assert all(is_valid_name(e.name) for e in sp.cancel_inbox(scratch_spool))
+    assert all(is_valid_name(e.name) for e in cancel_inbox(scratch_spool))
     index = QueueIndex(scratch_spool.queue_folders())
     index.refresh(force=True)
     found = {c.name for c in index.candidates()}

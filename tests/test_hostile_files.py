@@ -271,7 +271,7 @@ def test_a_heartbeat_with_odd_digits_is_no_driver():
 def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
     from dataclasses import replace
 
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
     from onite.core.config import Config
     from onite.exec.notify import Notifier
     from onite.core.state import JobState, Result
@@ -288,19 +288,19 @@ def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
                     exit_code=1, signal=None, host="h", submitted=now, queued=None, started=None, finished=now,
                     attempt=1)
     log = Log()
-    notifier = Notifier(sp.Spool(spool), log)
+    notifier = Notifier(SpoolDir(spool), log)
     notifier.notify(replace(record, name="a;$(id)\nb"), None, Config(notify="command", notify_command=("/bin/true",)))
     assert notifier.pending == [] and log.events == [("notify-failed", "a;$(id)\nb",
                                                       {"how": "command", "reason": "not a valid job name"})]
 
 
 def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool, workdir):
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
     from onite.spool.watch import TimedWatch
 
     queue = spool / "jobs" / "P4"
     for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
         (queue / name).write_bytes(with_line(job_bytes(name, str(workdir)), at))
-    watch = TimedWatch(sp.Spool(spool).queue_folders(), "h1")
+    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1")
     watch.refresh()
     assert watch.timed() == 0 and watch.next_due(None) is None

@@ -280,7 +280,7 @@ def test_cancel_a_running_job(spool, workdir, cli):
 
 
 def test_cancellable_lists_the_callers_running_then_queued_jobs_and_await_cancel_tells_how_one_ended(spool, workdir):
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
     from onite.app.control import CancelReport, await_cancel, cancel, cancellable
 
     pidfile = workdir / "pid"
@@ -289,7 +289,7 @@ def test_cancellable_lists_the_callers_running_then_queued_jobs_and_await_cancel
     submit("last", "true\n", "--hold")
     driver = start_driver(spool)
     wait_for(pidfile.exists, what="the job to start")
-    target = sp.Spool(spool)
+    target = SpoolDir(spool)
     assert [(v.name, v.state) for v in cancellable(target, os.geteuid())] == \
         [("runner", "running"), ("later", "held"), ("last", "held")]
     assert cancellable(target, os.geteuid() + 4242) == []  # someone else's pick list
@@ -317,7 +317,7 @@ def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workd
     """A Slurm controller that does not answer is not the job's fault: it goes back, the driver waits."""
     from onite.drain import driver as drv
     from onite.exec.executor import LocalRunner, Unavailable
-    from onite.spool.paths import Spool
+    from onite.spool.paths import SpoolDir
 
     class UnavailableTwice(LocalRunner):
         refusals = 2
@@ -333,7 +333,7 @@ def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workd
     submit("a", f"echo a >> {trace}\n")
     submit("b", f"echo b >> {trace}\n")
     runner = UnavailableTwice(shell="/bin/sh", kill_grace=1.0, switch_user=False)
-    assert drv.Driver(Spool(spool), runner=runner).run() == 0
+    assert drv.Driver(SpoolDir(spool), runner=runner).run() == 0
     assert sorted(trace.read_text().split()) == ["a", "b"]
     for name in "ab":
         assert result(spool, name)["state"] == "done" and result(spool, name)["attempt"] == 1

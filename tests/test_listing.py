@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT, drain, run_cli
 from onite.app import listing
-from onite.spool import paths as sp
+from onite.spool.paths import SpoolDir
 from onite.api import Spool
 
 
@@ -23,7 +23,7 @@ def test_list_json_is_jobs_json_of_list_jobs(spool, cli):
     assert cli(["cancel", "q1"]).code == 0
     if ROOT:
         assert run_cli(["submit", "theirs", "-p", "3"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
-    target = sp.Spool(spool)
+    target = SpoolDir(spool)
     now = datetime.now().astimezone()
     for include_all in (False, True):
         for when in (None, now):
@@ -33,7 +33,7 @@ def test_list_json_is_jobs_json_of_list_jobs(spool, cli):
 
 
 def test_an_empty_queue(spool):
-    target = sp.Spool(spool)
+    target = SpoolDir(spool)
     assert listing.list_json(target) == listing.jobs_json(target, []) == listing.jobs_json(target, listing.list_jobs(target))
 
 
@@ -74,7 +74,7 @@ def test_a_big_list_is_plain_text_laid_out_as_the_table(spool, cli):
     assert drain(spool).returncode == 0
     api.submit_many([(f"q{i}", "true\n") for i in range(4)], priority=2)
     api.submit("held", "true\n", priority=7, hold=True)
-    target = sp.Spool(spool)
+    target = SpoolDir(spool)
     now = datetime.now().astimezone()
     for detailed in (False, True):
         views = listing.list_jobs(target, include_all=detailed, now=now)

@@ -12,7 +12,7 @@ from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name, job_label, unique_name
 from onite.core.policy import cutoff_state, is_admin, may_touch
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
-from onite.spool.paths import skeleton_config
+from onite.spool.skeleton import skeleton_config
 from onite.core.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
 
 UTC = timezone.utc
@@ -298,15 +298,15 @@ def test_an_at_time_the_clocks_skip_is_the_jump(berlin_tz):
 
 
 def test_a_change_of_state_off_the_machine_is_refused_before_anything_moves(tmp_path):
-    from onite.spool import paths as sp
+    from onite.spool.files import change_state
     from onite.core.state import InvalidTransition, JobState
 
     src, dst = tmp_path / "a", tmp_path / "b"
     src.write_text("x")
     with pytest.raises(InvalidTransition, match="cannot go from done to running"):
-        sp.change_state("a", JobState.DONE, JobState.RUNNING, src, dst, "claiming")
+        change_state("a", JobState.DONE, JobState.RUNNING, src, dst, "claiming")
     assert src.exists() and not dst.exists()
-    sp.change_state("a", JobState.QUEUED, JobState.RUNNING, src, dst, "claiming")
+    change_state("a", JobState.QUEUED, JobState.RUNNING, src, dst, "claiming")
     assert dst.exists() and not src.exists()
 
 

@@ -275,7 +275,7 @@ def test_ownership_rules(spool, cli):
 
 def plant(spool: Path, name: str, job: Job, *, owner: tuple[int, int] | None = None, mode: int = 0o600) -> Path:
     """A template as `recur add` would have written it, but created long ago (its `submitted`)."""
-    from onite.spool.paths import create_file
+    from onite.spool.files import create_file
 
     return create_file(spool / "recur", name, encode(job), mode=mode, owner=owner)
 

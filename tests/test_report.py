@@ -343,9 +343,9 @@ def test_a_terminal_gets_symbols_and_no_color_words(real_night):
     from rich.console import Console
 
     from onite.app import report as rep
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
 
-    data = rep.build(sp.Spool(real_night.spool), datetime.now().astimezone())
+    data = rep.build(SpoolDir(real_night.spool), datetime.now().astimezone())
     out = io.StringIO()
     rep.render(Console(file=out, width=160, force_terminal=True, color_system="truecolor", no_color=False), data)
     shown = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
@@ -595,10 +595,11 @@ def local(*fields) -> datetime:
 
 def write(spool, name, finished, started=None, user=ME, reason="", state="done"):
     """A result record with chosen times, as the driver writes it (onite.spool.write_result)."""
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
+    from onite.spool.results import write_result
     from onite.core.state import JobState, Result
 
-    sp.write_result(sp.Spool(spool), Result(
+    write_result(SpoolDir(spool), Result(
         name=name, uid=os.geteuid(), user=user, priority=4, urgent=False, state=JobState(state), reason=reason,
         exit_code=0 if state == "done" else None, signal=None, host="h1", submitted=finished - timedelta(hours=9),
         queued=None, started=started, finished=finished, attempt=1))
@@ -753,13 +754,13 @@ def test_a_big_report_is_plain_text_laid_out_as_the_table(spool, cli):
     from onite.cli import render
     from onite.app import report
     from onite.app import reporttext
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
     from onite.core.cells import plain_table
 
     first = datetime.now().astimezone() - timedelta(hours=8)
     for i in range(4):
         write(spool, f"few-{i}", first + timedelta(seconds=10 * i + 5), first + timedelta(seconds=10 * i))
-    data = report.build(sp.Spool(spool), datetime.now().astimezone())
+    data = report.build(SpoolDir(spool), datetime.now().astimezone())
     out = io.StringIO()
     console = Console(file=out, width=120, color_system=None, force_terminal=True, no_color=True)
     console.print(render.report_table(data, reporttext.rows(data)))

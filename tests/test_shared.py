@@ -134,7 +134,7 @@ def test_a_system_config_anyone_may_write_is_refused_in_one_line(system):
 
 
 def test_locate_order():
-    from onite.spool.paths import locate
+    from onite.spool.locate import locate
 
     env = {"ONITE_SYSTEM_CONFIG": "/nonexistent/onite.toml", "HOME": "/home/u"}
     assert locate("/x", env, 1000).source == "--spool"

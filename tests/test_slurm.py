@@ -511,7 +511,7 @@ def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spo
 def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
     from datetime import datetime
 
-    from onite.core.config import load_config
+    from onite.spool.settings import load_config
     from onite.exec.executor import Run
     from onite.exec.identity import current
     from onite.core.jobfile import Job

@@ -74,14 +74,15 @@ def test_last_night(spool):
     """Last night is the night of yesterday, noon to noon, whatever the time of day the test runs."""
     from datetime import date, timedelta
 
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
+    from onite.spool.results import write_result
     from onite.core.state import JobState, Result
 
     yesterday = date.today() - timedelta(days=1)
 
     def record(name: str, state: str, finished_hour: int, day: date = yesterday, reason: str = "") -> None:
         finished = datetime(day.year, day.month, day.day, finished_hour).astimezone()
-        sp.write_result(sp.Spool(spool), Result(
+        write_result(SpoolDir(spool), Result(
             name=name, uid=os.geteuid(), user="root", priority=4, urgent=False, state=JobState(state), reason=reason,
             exit_code={"done": 0, "failed": 3}.get(state), signal=None, host="vm", submitted=finished,
             queued=None, started=finished - timedelta(minutes=5), finished=finished, attempt=1))

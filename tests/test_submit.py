@@ -245,10 +245,10 @@ def test_a_batch_that_fills_the_disk_keeps_whole_jobs_and_says_how_many(small_di
 
 def test_a_priority_beyond_a_lowered_priorities_queues_last(spool):
     """A retry or requeue of a P7 job after onite.toml went down to 3 priorities goes to P3."""
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
 
     set_config(spool, priorities=3, default_priority=2)
-    target = sp.Spool(spool)
+    target = SpoolDir(spool)
     assert target.folder_for(7, False) == spool / "jobs" / "P3"
     assert target.folder_for(2, False) == spool / "jobs" / "P2" and target.folder_for(7, True) == spool / "jobs" / "urgent"
 

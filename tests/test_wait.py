@@ -11,7 +11,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from conftest import REPO, drain, needs_root, run_cli, start_driver, wait_for
-from onite.spool import paths as sp
+from onite.spool.paths import SpoolDir
+from onite.spool.scan import user_name
 from onite.app import wait as w
 from onite.core.state import JobState, Result
 
@@ -83,7 +84,7 @@ def test_wait_for_a_queued_job_that_is_cancelled(spool, gate, procs):
     r = run_cli(["cancel", "c1"])
     assert r.code == 0, r
     rc, out, _ = finish(waiter)
-    assert (rc, out.strip()) == (5, f"c1: cancelled by {sp.user_name(os.geteuid())}")
+    assert (rc, out.strip()) == (5, f"c1: cancelled by {user_name(os.geteuid())}")
 
 
 def test_wait_for_a_running_job_that_is_cancelled(spool, gate, procs):
@@ -244,7 +245,7 @@ def test_poll_loop_backs_off_and_stops_at_the_timeout(spool, gate):
         sleeps.append(seconds)
         clock[0] += seconds
 
-    waited = w.wait_jobs(sp.Spool(spool), ["stuck"], timeout=10, clock=lambda: clock[0], sleep=sleep)
+    waited = w.wait_jobs(SpoolDir(spool), ["stuck"], timeout=10, clock=lambda: clock[0], sleep=sleep)
     assert waited.timed_out and waited.exit_code == 6 and waited.still == {"stuck": "queued"}
     assert sleeps[0] == w.POLL_FIRST and max(sleeps) == w.POLL_MAX
     assert sleeps == sorted(sleeps[:-1]) + sleeps[-1:]  # growing, but for the last, cut at the deadline

@@ -93,7 +93,7 @@ def main() -> None:
     from rich.console import Console
 
     from onite.app import report
-    from onite.spool import paths as sp
+    from onite.spool.paths import SpoolDir
     from onite.app.commands import now
 
     warm_up()
@@ -109,7 +109,7 @@ def main() -> None:
         config.write_text(config.read_text().replace('retry_delay = "30s"', 'retry_delay = "1s"'))
         subprocess.run([sys.executable, "-m", "onite", "run", "--slots", "2"], check=True, capture_output=True,
                        env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)))
-        data = report.build(sp.Spool(spool), now(), None)
+        data = report.build(SpoolDir(spool), now(), None)
         data.spool = "/var/spool/onite"  # the page shows where the spool is: not this temporary one
 
         console = Console(record=True, width=110, highlight=False, file=open(os.devnull, "w"), force_terminal=True,

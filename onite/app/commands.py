@@ -29,13 +29,15 @@ def open_spool(spool: str | None):
     Raises:
         SpoolError: there is no spool there (or it cannot be entered).
     """
-    from onite.spool import paths as sp
+    from onite.spool.locate import locate
+    from onite.spool.paths import SpoolDir
+    from onite.spool.skeleton import init_spool
 
-    where = sp.locate(spool, os.environ, os.geteuid())
-    target = sp.Spool(where.path)
+    where = locate(spool, os.environ, os.geteuid())
+    target = SpoolDir(where.path)
     target.location = where
     if where.personal_default and not target.exists():
-        sp.init_spool(where.path, None, system=False)
+        init_spool(where.path, None, system=False)
     target.check()
     return target
 
@@ -132,7 +134,7 @@ def submit_lines(request, spool: str | None):
     from dataclasses import replace
 
     from onite.exec import identity
-    from onite.spool import paths as sp
+    from onite.spool.scan import name_taken
     from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, unique_name
     from onite.app.submit import capture, submit_many
 
@@ -145,7 +147,7 @@ def submit_lines(request, spool: str | None):
     base = request.name
     check_name(base[:room], what="name base")
     if request.unique:  # the base is cut, as for one --unique job, so that the whole suffix fits
-        base = unique_name(base[:room - SUFFIX_LEN], lambda n: sp.name_taken(target, f"{n}-{1:0{width}d}"))
+        base = unique_name(base[:room - SUFFIX_LEN], lambda n: name_taken(target, f"{n}-{1:0{width}d}"))
     elif len(base) > room:
         raise InvalidInput(f"the name base {base[:20]!r}… is too long to be numbered",
                            f"use at most {room} characters before -{'0' * width}")
@@ -213,23 +215,23 @@ def uniqname(base: str, spool: str | None) -> str:
     Raises:
         SpoolError: no spool there. InvalidInput: a bad BASE, or no free name found.
     """
-    from onite.spool import paths as sp
+    from onite.spool.scan import name_taken
     from onite.core.names import unique_name
 
     target = open_spool(spool)
-    return unique_name(base, lambda n: sp.name_taken(target, n))
+    return unique_name(base, lambda n: name_taken(target, n))
 
 
 def list_json(spool: str | None, *, include_all: bool = False) -> str:
     """``onite list --json [--all]``: the document (docs/json.md)."""
-    from onite.spool import paths as sp
+    from onite.spool.results import damaged_note
     from onite.app.listing import list_json as document
 
     target = open_spool(spool)
     damaged: list[str] = []
     text = document(target, include_all=include_all, now=now(), damaged=damaged)
     if damaged:
-        warn(sp.damaged_note(damaged))
+        warn(damaged_note(damaged))
     return text
 
 
@@ -248,7 +250,7 @@ def host_claims(spool: str | None, host: str):
         InvalidInput: a bad host name (checked first). SpoolError: no spool there. Refused: the caller
             is neither root nor the owner of a personal spool (checked before anything in it is looked at).
     """
-    from onite.spool import paths as sp
+    from onite.spool.scan import running_entries
     from onite.core.errors import Refused
     from onite.core.names import check_name
 
@@ -256,7 +258,7 @@ def host_claims(spool: str | None, host: str):
     target = open_spool(spool)
     if os.geteuid() != 0 and not os.access(target.running_root, os.W_OK):  # a personal spool's owner may
         raise Refused("onite recover is for root", "run it with sudo")
-    return target, [entry.name for entry in sp.running(target, host)]
+    return target, [entry.name for entry in running_entries(target, host)]
 
 
 def recover_host(target, host: str) -> list[str]:
@@ -294,7 +296,7 @@ def cron_command(spool: str | None, *, install: bool = False, uninstall: bool = 
     if not install and not uninstall:
         return cron_lines(spool)
     from onite.app import crontab
-    from onite.core.config import default_host
+    from onite.spool.settings import default_host
     from onite.drain.nextdrain import cron_daemon_running, when_text
 
     target = open_spool(spool)
@@ -369,7 +371,7 @@ def wake_daemon(spool: str | None, host: str | None) -> str:
         InvalidInput: a bad host name. SpoolError: the request could not be left.
     """
     from onite.drain import heartbeat as hb
-    from onite.core.config import default_host
+    from onite.spool.settings import default_host
     from onite.drain.daemon import request_wake
     from onite.core.errors import NotFound, SpoolError
     from onite.core.names import check_name
@@ -454,7 +456,7 @@ def detach_driver(target, slots, until, host, scheduled: bool = False) -> tuple[
     import time
 
     from onite.drain import heartbeat as hb
-    from onite.core.config import default_host
+    from onite.spool.settings import default_host
 
     argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
     argv += ["--slots", str(slots)] if slots else []

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from onite.spool import paths as sp
+from onite.spool.files import change_state, move_file, remove_file
+from onite.spool.holds import add_hold, is_held, job_mode, remove_holds
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import find_queued
+from onite.spool.results import may_replace_result, read_result, write_result
+from onite.spool.scan import Entry, find_running, is_live, user_name
 from onite.core.errors import EXIT_REFUSED, DamagedRecord, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
 from onite.core.names import SIDE, check_name
 
@@ -36,12 +41,12 @@ class CancelReport:
     waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
 
 
-def can_file(spool: sp.Spool) -> bool:
+def can_file(spool: SpoolDir) -> bool:
     """Can this process write jobsdone/ (root, or the owner of a personal spool)?"""
     return os.access(spool.done_dir, os.W_OK)
 
 
-def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> CancelReport:
+def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> CancelReport:
     """Cancel the queued or running job ``name``.
 
     Raises:
@@ -53,15 +58,15 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
 
     check_name(name)
     own_only = spool.config.own_only
-    running = sp.find_running(spool, name)
-    queued = sp.find_queued(spool, name)
+    running = find_running(spool, name)
+    queued = find_queued(spool, name)
     if not running and not queued:
         raise NotFound(f"no job {name!r} is queued or running", "see onite list")
     # Only the entries the caller may touch count: a same-named file someone else planted at
     # another priority must not block the cancel of the caller's own job.
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, own_only)]
     if not allowed:
-        owner = sp.user_name((running + queued)[0].uid)
+        owner = user_name((running + queued)[0].uid)
         raise Refused(f"job {name!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
     running = [entry for entry in running if entry in allowed]
     queued = [entry for entry in queued if entry in allowed]
@@ -77,7 +82,7 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
         if entry.uid == caller_uid or caller_uid == 0:
             pending = withdraw(spool, entry)
             if can_file(spool):
-                by = sp.user_name(caller_uid)
+                by = user_name(caller_uid)
                 filed = file_cancelled(spool, pending, by=by, now=now, rank=entry.rank)
                 if filed is not None:
                     tell_filed(spool, filed, by, name)
@@ -87,7 +92,7 @@ def cancel(spool: sp.Spool, name: str, caller_uid: int, now: datetime) -> Cancel
     return CancelReport(name, "cancelled")
 
 
-def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
+def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
     """How a job whose cancel was ``requested`` ended, once its driver has stopped it: its result's
     state and reason ("cancelled", …), or ``report`` unchanged if it is not running or still runs
     after kill_grace and a few seconds (its driver stops it later; onite list --all tells).
@@ -100,13 +105,13 @@ def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
     import time
 
     name = report.name
-    if not report.waitable or not sp.find_running(spool, name):
+    if not report.waitable or not find_running(spool, name):
         return report
     deadline = time.monotonic() + 5 + spool.config.kill_grace.total_seconds()
     while time.monotonic() < deadline:
-        if not sp.find_running(spool, name):
+        if not find_running(spool, name):
             try:
-                result = sp.read_result(spool, name)
+                result = read_result(spool, name)
             except DamagedRecord:
                 return CancelReport(name, "stopped", "its result record is damaged")
             return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
@@ -114,14 +119,14 @@ def await_cancel(spool: sp.Spool, report: CancelReport) -> CancelReport:
     return report
 
 
-def driver_alive(spool: sp.Spool, host: str) -> bool:
+def driver_alive(spool: SpoolDir, host: str) -> bool:
     """Is a driver of ``host`` alive (its heartbeat, onite.drain.heartbeat), to act on a cancel request?"""
     from onite.spool.locks import held_locks
 
     return any(lock.host == host for lock in held_locks(spool.root))
 
 
-def cancellable(spool: sp.Spool, caller_uid: int) -> list:
+def cancellable(spool: SpoolDir, caller_uid: int) -> list:
     """The running, then queued, jobs (JobViews) that ``caller_uid`` may pick to cancel: its own, or
     every one for root. Others' jobs are left out even where own_only = false: the pick list shows
     what is yours.
@@ -151,7 +156,7 @@ class Selection:
     skipped: list  # other users' matching jobs (a user's patterns touch only their own jobs)
 
 
-def select_jobs(spool: sp.Spool, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
+def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
     """The queued and running jobs whose names match one of ``patterns`` (fnmatch, case-sensitive),
     or all of them with ``every``: every user's for root, the caller's own otherwise (others' are
     listed as skipped, whatever own_only says: a pattern must not reach further than the caller meant).
@@ -172,7 +177,7 @@ def select_jobs(spool: sp.Spool, patterns: list[str], caller_uid: int, *, every:
     return Selection(chosen, skipped)
 
 
-def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
+def withdraw(spool: SpoolDir, entry: Entry) -> Path:
     """Move a queued job into cancel/ (it can no longer run). Returns its new path.
 
     Raises:
@@ -182,17 +187,17 @@ def withdraw(spool: sp.Spool, entry: sp.Entry) -> Path:
 
     target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
     try:
-        sp.change_state(entry.name, JobState.HELD if sp.is_held(entry.mode) else JobState.QUEUED, JobState.CANCELLED,
+        change_state(entry.name, JobState.HELD if is_held(entry.mode) else JobState.QUEUED, JobState.CANCELLED,
                         entry.path, target, "cancelling")
     except NotFound:
         raise NotFound(f"job {entry.name!r} started running as you cancelled it",
                        f"run onite cancel {entry.name} again to stop it") from None
-    if sp.is_held(entry.mode):  # its hold markers would hold the next job of that name
-        sp.remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
+    if is_held(entry.mode):  # its hold markers would hold the next job of that name
+        remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
     return target
 
 
-def request_cancel(spool: sp.Spool, name: str) -> Path:
+def request_cancel(spool: SpoolDir, name: str) -> Path:
     """Leave an empty request file cancel/NAME@TOKEN for the drivers."""
     path = spool.cancel_dir / f"{name}{SIDE}{_token()}"
     try:
@@ -219,7 +224,7 @@ class Filed:
     note: str = ""
 
 
-def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
+def file_cancelled(spool: SpoolDir, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
     """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result.
 
     Anyone can put anything in cancel/, so what is filed is checked where no user can change it:
@@ -260,7 +265,7 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
             os.close(fd)
     staged = spool.done_dir / f".{name}@cancelled.{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
-        sp.move(pending, staged, "filing the cancelled job")
+        move_file(pending, staged, "filing the cancelled job")
     except NotFound:
         return None  # filed meanwhile by someone else: not an error
     try:
@@ -275,23 +280,23 @@ def file_cancelled(spool: sp.Spool, pending: Path, *, by: str, now: datetime, ra
         priority, urgent, submitted = job.priority, job.urgent, job.submitted
     except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
         job, priority, urgent, submitted = None, rank or 0, rank == 0, now
-    if not sp.may_replace_result(spool, name, st.st_uid):
+    if not may_replace_result(spool, name, st.st_uid):
         target = spool.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
-        sp.move(staged, target, "setting aside a cancelled job")
+        move_file(staged, target, "setting aside a cancelled job")
         return Filed(None, job, f"not filed over the kept result of another user's {name} (kept in refused/)")
-    result = unrun_result(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.CANCELLED,
+    result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED,
                           reason=f"cancelled by {by}", host="", now=now, priority=priority, urgent=urgent,
                           submitted=submitted)
     try:
-        sp.write_result(spool, result)
-        sp.move(staged, spool.done_dir / name, "filing the cancelled job")
+        write_result(spool, result)
+        move_file(staged, spool.done_dir / name, "filing the cancelled job")
     except OniteError:
         _unlink_quietly(staged)
         raise
     return Filed(result, job)
 
 
-def _set_aside(spool: sp.Spool, path: Path, name: str, why: str) -> None:
+def _set_aside(spool: SpoolDir, path: Path, name: str, why: str) -> None:
     """Move what is not a job out of cancel/ (into refused/, where only root looks), then raise NotAJob."""
     target = spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"
     try:
@@ -310,12 +315,12 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-def tell_filed(spool: sp.Spool, filed: Filed, by: str, name: str) -> None:
+def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
     """What a driver does when it files a cancelled job, done by ``cancel`` when it filed one itself
     (root, or a personal spool's owner): the ``cancelled`` log line, and the owner's notice if one is
     wanted. Waits for the notifier, at most notify_timeout; a failing one is a log line, as at night.
     """
-    from onite.core.config import default_host
+    from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
     from onite.exec.notify import Notifier
 
@@ -334,7 +339,7 @@ def _token() -> str:
     return f"{os.getpid()}.{os.urandom(4).hex()}"
 
 
-def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entry:
+def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
     """Hold (or release) a queued job, keeping its place in its priority.
 
     A hold is a marker hold/NAME@TOKEN owned by the job's owner (onite.spool):
@@ -350,14 +355,14 @@ def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entr
             was held; a marker the caller may not remove (root's) still holds it.
     """
     check_name(name)
-    entries = sp.find_queued(spool, name)
+    entries = find_queued(spool, name)
     if not entries:
-        if sp.find_running(spool, name):
+        if find_running(spool, name):
             raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
         raise NotFound(f"no job {name!r} is queued", "see onite list")
     mine = [entry for entry in entries if caller_uid in (0, entry.uid)]  # a planted namesake is not ours to touch
     if not mine:
-        raise Refused(f"job {name!r} belongs to {sp.user_name(entries[0].uid)}",
+        raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")
     if held:
         _hold(spool, mine, caller_uid)
@@ -366,29 +371,29 @@ def set_hold(spool: sp.Spool, name: str, caller_uid: int, held: bool) -> sp.Entr
     return mine[0]
 
 
-def _hold(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+def _hold(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
     """Hold the queued job of ``entries`` by a marker (by its mode where the spool has no hold/).
 
     Raises:
         Refused: it was claimed as it was held. SpoolIOError: the marker cannot be made.
     """
     name = entries[0].name
-    if all(sp.is_held(e.mode) for e in entries):
+    if all(is_held(e.mode) for e in entries):
         return  # held already (by a marker, or the old way)
     if not spool.hold_dir.is_dir():
         for entry in entries:
-            _chmod_job(entry, sp.job_mode(True), "holding")
+            _chmod_job(entry, job_mode(True), "holding")
         return
     owner = None
     if caller_uid != entries[0].uid:  # root holding a user's job: the marker is the user's, to release
         owner = (entries[0].uid, _gid_of(entries[0]))
-    marker = sp.add_hold(spool, name, owner)
-    if not sp.find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
-        sp.remove(marker)
+    marker = add_hold(spool, name, owner)
+    if not find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
+        remove_file(marker)
         raise Refused(f"job {name!r} started running as you held it", f"use onite cancel {name} to stop it")
 
 
-def _release(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
+def _release(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
     """Remove the caller's holds of the queued job of ``entries`` (root: the owner's and root's), and
     give a job held the old way its write bit back.
 
@@ -396,19 +401,19 @@ def _release(spool: sp.Spool, entries: list[sp.Entry], caller_uid: int) -> None:
         Refused: a hold the caller may not remove (root's) still holds it.
     """
     name, owner = entries[0].name, entries[0].uid
-    sp.remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
+    remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
     for entry in entries:
         try:
             mode = os.lstat(entry.path).st_mode
         except FileNotFoundError:
             continue
-        if sp.is_held(mode):  # held the old way: the mode is the flag
-            _chmod_job(entry, sp.job_mode(False), "releasing")
-    if any(sp.is_held(e.mode) for e in sp.find_queued(spool, name)):
+        if is_held(mode):  # held the old way: the mode is the flag
+            _chmod_job(entry, job_mode(False), "releasing")
+    if any(is_held(e.mode) for e in find_queued(spool, name)):
         raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
 
 
-def _gid_of(entry: sp.Entry) -> int:
+def _gid_of(entry: Entry) -> int:
     """The group of the job's file (for its marker), else its owner's primary group."""
     try:
         return os.lstat(entry.path).st_gid
@@ -421,7 +426,7 @@ def _gid_of(entry: sp.Entry) -> int:
             return entry.uid
 
 
-def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:
+def _chmod_job(entry: Entry, mode: int, action: str) -> None:
     # Through an O_NOFOLLOW descriptor: root must never chmod what a planted symlink points at.
     try:
         fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -443,7 +448,7 @@ def _chmod_job(entry: sp.Entry, mode: int, action: str) -> None:
         pass  # a driver still looks at it before it decides it has nothing left to do
 
 
-def _no_stderr(spool: sp.Spool, name: str, caller_uid: int) -> None:
+def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """No stdout/NAME@stderr: if NAME's output is there, its stderr is in it (the driver removes a
     stale NAME@stderr when a job of that name starts with its stderr merged).
 
@@ -458,22 +463,22 @@ def _no_stderr(spool: sp.Spool, name: str, caller_uid: int) -> None:
     except OSError as err:
         raise SpoolIOError(spool.output_path(name), "looking at", err) from None
     if caller_uid not in (0, owner):
-        raise Refused(f"the output of {name!r} belongs to {sp.user_name(owner)}", "only its owner and root may read it")
+        raise Refused(f"the output of {name!r} belongs to {user_name(owner)}", "only its owner and root may read it")
     raise NotFound(f"job {name!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
                    f"read it with: onite output {name}")
 
 
-def find(spool: sp.Spool, name: str) -> bool:
+def find(spool: SpoolDir, name: str) -> bool:
     """Is a job of this name queued or running (any host)?
 
     Raises:
         InvalidInput: a bad name.
     """
     check_name(name)
-    return sp.is_live(spool, name)
+    return is_live(spool, name)
 
 
-def open_output(spool: sp.Spool, name: str, caller_uid: int, *, stderr: bool = False):
+def open_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool = False):
     """Open the captured output of the latest (or running) run of ``name`` for reading: its stdout
     (with its stderr, unless it was kept apart), or with ``stderr`` its kept-apart stderr.
 
@@ -490,12 +495,12 @@ def open_output(spool: sp.Spool, name: str, caller_uid: int, *, stderr: bool = F
             _no_stderr(spool, name, caller_uid)
         raise NotFound(f"no output kept for job {name!r}", "it has not run yet, or retention removed it (see onite list --all)") from None
     except PermissionError:
-        raise Refused(f"the output of {name!r} belongs to {sp.user_name(os.lstat(path).st_uid)}",
+        raise Refused(f"the output of {name!r} belongs to {user_name(os.lstat(path).st_uid)}",
                       "only its owner and root may read it") from None
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
     st = os.fstat(fd)
     if caller_uid not in (0, st.st_uid):
         os.close(fd)  # readable by mode, but output is private to its owner
-        raise Refused(f"the output of {name!r} belongs to {sp.user_name(st.st_uid)}", "only its owner and root may read it")
+        raise Refused(f"the output of {name!r} belongs to {user_name(st.st_uid)}", "only its owner and root may read it")
     return os.fdopen(fd, "rb")

@@ -104,7 +104,7 @@ def write_record(root: Path, record: CronRecord) -> None:
         SpoolIOError: it cannot be written.
     """
     from onite.core.jsontext import dumps
-    from onite.spool.paths import replace_file
+    from onite.spool.files import replace_file
 
     replace_file(record_path(root, record.host), (dumps(record.to_json()) + "\n").encode(), mode=0o644, durable=True)
 

@@ -28,7 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from onite.spool import paths as sp
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import find_queued
+from onite.spool.results import read_result
+from onite.spool.scan import find_running, user_name
 from onite.core.errors import Refused
 from onite.app.wait import PENDING, Final, judge, look, start
 
@@ -36,7 +39,7 @@ POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16
 
 
-def follow(spool: sp.Spool, name: str, caller_uid: int, out: BinaryIO, *, stderr: bool = False,
+def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr: bool = False,
            announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Final:
     """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
     written, until the job has finished; return how it ended. ``announce`` is told once when the
@@ -80,7 +83,7 @@ def follow(spool: sp.Spool, name: str, caller_uid: int, out: BinaryIO, *, stderr
             handle.close()
 
 
-def _check_owner(spool: sp.Spool, name: str, caller_uid: int) -> None:
+def _check_owner(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """A queued or running job's output will be its owner's: refuse before waiting for it.
 
     Raises:
@@ -88,13 +91,13 @@ def _check_owner(spool: sp.Spool, name: str, caller_uid: int) -> None:
     """
     if caller_uid == 0:
         return
-    for entry in sp.find_queued(spool, name) + sp.find_running(spool, name):
+    for entry in find_queued(spool, name) + find_running(spool, name):
         if entry.uid != caller_uid:
-            raise Refused(f"the output of {name!r} belongs to {sp.user_name(entry.uid)}",
+            raise Refused(f"the output of {name!r} belongs to {user_name(entry.uid)}",
                           "only its owner and root may read it")
 
 
-def _check_separate(spool: sp.Spool, name: str, live: bool) -> None:
+def _check_separate(spool: SpoolDir, name: str, live: bool) -> None:
     """``--follow --stderr`` of a job whose stderr goes with its stdout would print nothing: say so.
 
     Raises:
@@ -105,7 +108,7 @@ def _check_separate(spool: sp.Spool, name: str, live: bool) -> None:
 
     separate = None
     if live:
-        paths = [e.path for e in sp.find_queued(spool, name) + sp.find_running(spool, name)]
+        paths = [e.path for e in find_queued(spool, name) + find_running(spool, name)]
         for path in paths:
             try:
                 separate = read_job_file(path, spool.config.max_job_size)[0].stderr_separate
@@ -113,7 +116,7 @@ def _check_separate(spool: sp.Spool, name: str, live: bool) -> None:
             except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
                 continue
     else:
-        result = sp.read_result(spool, name)
+        result = read_result(spool, name)
         separate = None if result is None else result.stderr == "separate"
     if separate is False:
         raise NotFound(f"job {name!r} keeps stderr with its stdout (it was spooled without --stderr-separate)",
@@ -129,7 +132,7 @@ def _key(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_dev, st.st_ctime_ns
 
 
-def _open(spool: sp.Spool, name: str, caller_uid: int, stderr: bool) -> BinaryIO | None:
+def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool) -> BinaryIO | None:
     from onite.app.control import open_output
     from onite.core.errors import NotFound
 

@@ -12,29 +12,32 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from onite.spool import paths as sp
+from onite.spool.holds import is_held
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import queued_stats
+from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput
 
 
-def unfinished(data, spool: sp.Spool, refused: list, host: str | None) -> None:
+def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     """Fill in what the window of ``data`` (a report.ReportData) left: jobs running now, queued (left
     before the window's end, or spooled since) with why each waits, held, and ``refused``, the log's
     lines of the files refused in the window."""
-    from onite.core.config import default_host
+    from onite.spool.settings import default_host
     from onite.app.listing import running_views
     from onite.app.status import EXAMINE, waiting_jobs
 
     names: dict[int, str] = {}
 
     def owner(uid: int) -> str:
-        return names.get(uid) or names.setdefault(uid, sp.user_name(uid))
+        return names.get(uid) or names.setdefault(uid, user_name(uid))
 
-    queue = [row for row in sp.queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
+    queue = [row for row in queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
     # the log's times are whole seconds: a job spooled in the drain's last second came before its end
     end = data.until + timedelta(seconds=1) if data.kind == "drain" else data.until
     end_ns = int(end.timestamp() * 1e9)
-    held = sum(sp.is_held(row[4]) for row in queue)
-    since = sum(not sp.is_held(row[4]) and row[1] > end_ns for row in queue)
+    held = sum(is_held(row[4]) for row in queue)
+    since = sum(not is_held(row[4]) and row[1] > end_ns for row in queue)
     running = [v for v in running_views(spool) if data.user is None or v.user == data.user]
     data.left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
                  "refused": len(refused)}
@@ -57,7 +60,7 @@ def unfinished(data, spool: sp.Spool, refused: list, host: str | None) -> None:
             kind, reason = row["kind"], row["reason"]
         if not mine:
             reason += " (another user's job: other details private)"
-        state = "held" if sp.is_held(mode) else "queued"
+        state = "held" if is_held(mode) else "queued"
         data.waiting.append({"name": name, "user": owner(uid), "uid": uid, "priority": rank or None,
                              "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
                              "command": f"onite release {name}" if state == "held" and mine else None})

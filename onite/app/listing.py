@@ -15,7 +15,11 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from onite.spool import paths as sp
+from onite.spool.holds import is_held
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import queued_folder_stats, queued_stats
+from onite.spool.results import read_results, result_names
+from onite.spool.scan import cancelled_pending, running_entries, user_name
 from onite.core.state import Result
 
 
@@ -95,7 +99,7 @@ class _Clock:
 
 
 class _Users:
-    """``sp.user_name``, asked once per uid of a listing rather than once per job."""
+    """``user_name``, asked once per uid of a listing rather than once per job."""
 
     def __init__(self) -> None:
         self._names: dict[int, str] = {}
@@ -103,16 +107,16 @@ class _Users:
     def __call__(self, uid: int) -> str:
         name = self._names.get(uid)
         if name is None:
-            name = self._names[uid] = sp.user_name(uid)
+            name = self._names[uid] = user_name(uid)
         return name
 
 
-def queued_views(spool: sp.Spool, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
+def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
     """Queued jobs in run order; with ``now``, each with why it waits (``waiting_reasons``)."""
     users, clock = _Users(), _Clock()
-    rows = sp.queued_stats(spool)
+    rows = queued_stats(spool)
     why = _Why(spool, rows, now, euid)
-    return [JobView(name=name, uid=uid, user=users(uid), state="held" if sp.is_held(mode) else "queued",
+    return [JobView(name=name, uid=uid, user=users(uid), state="held" if is_held(mode) else "queued",
                     priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
                     **why(name, uid, mode))
             for position, (rank, ctime_ns, name, uid, mode) in enumerate(rows, 1)]
@@ -121,7 +125,7 @@ def queued_views(spool: sp.Spool, now: datetime | None = None, *, euid: int | No
 EXAMINE = 200  # queued jobs, from the head of the queue, whose job files are read to say why they wait
 
 
-def waiting_reasons(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
+def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
                     host: str) -> dict[str, tuple[str, str]]:
     """``name → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, mode)``)
     whose files ``euid`` may read (root: all), as ``onite status`` decides them (onite.app.status.waiting_jobs,
@@ -146,7 +150,7 @@ class _Why:
     HELD = {"waiting": "held", "waiting_kind": "held"}
     UNKNOWN: dict = {}
 
-    def __init__(self, spool: sp.Spool, rows: list[tuple[int, int, str, int, int]], now: datetime | None,
+    def __init__(self, spool: SpoolDir, rows: list[tuple[int, int, str, int, int]], now: datetime | None,
                  euid: int | None) -> None:
         self.known: dict[str, tuple[str, str]] = {}
         if now is None:
@@ -154,7 +158,7 @@ class _Why:
             return
         import os
 
-        from onite.core.config import default_host
+        from onite.spool.settings import default_host
 
         self.off = False
         self.known = waiting_reasons(spool, rows[:EXAMINE], now, euid=os.geteuid() if euid is None else euid,
@@ -166,16 +170,16 @@ class _Why:
         found = self.known.get(name)
         if found is not None:
             return {"waiting": found[1], "waiting_kind": found[0]}
-        return self.HELD if sp.is_held(mode) else self.UNKNOWN
+        return self.HELD if is_held(mode) else self.UNKNOWN
 
 
-def running_views(spool: sp.Spool) -> list[JobView]:
+def running_views(spool: SpoolDir) -> list[JobView]:
     views = []
-    for entry in sp.running(spool):
+    for entry in running_entries(spool):
         info = _runinfo(spool, entry.host, entry.name)
         rank = info.get("rank")
         views.append(JobView(
-            name=entry.name, uid=entry.uid, user=sp.user_name(entry.uid), state="running",
+            name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="running",
             priority=rank or None, urgent=rank == 0,
             submitted=info.get("queued") or _when(entry.ctime_ns),
             host=entry.host,
@@ -185,14 +189,14 @@ def running_views(spool: sp.Spool) -> list[JobView]:
     return views
 
 
-def finished_views(spool: sp.Spool, damaged: list[str] | None = None) -> list[JobView]:
+def finished_views(spool: SpoolDir, damaged: list[str] | None = None) -> list[JobView]:
     """Finished jobs: kept result records, and cancelled jobs not yet filed. The names of damaged
     records are added to ``damaged`` (spool.results)."""
-    views = [result_view(r) for r in sp.results(spool, damaged)]
-    for entry in sp.cancelled_pending(spool):
-        views.append(JobView(name=entry.name, uid=entry.uid, user=sp.user_name(entry.uid), state="cancelled",
+    views = [result_view(r) for r in read_results(spool, damaged)]
+    for entry in cancelled_pending(spool):
+        views.append(JobView(name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="cancelled",
                              priority=None, urgent=False, submitted=_when(entry.ctime_ns),
-                             finished=_when(entry.ctime_ns), reason=f"cancelled by {sp.user_name(entry.uid)}"))
+                             finished=_when(entry.ctime_ns), reason=f"cancelled by {user_name(entry.uid)}"))
     return views
 
 
@@ -214,7 +218,7 @@ def outcome_counts(views) -> dict[str, int]:
     return counts
 
 
-def list_jobs(spool: sp.Spool, *, include_all: bool = False, now: datetime | None = None,
+def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> list[JobView]:
     """Queued jobs in run order (with ``now``: why each waits); with ``include_all`` also running and
     finished ones (the names of damaged result records left out are added to ``damaged``)."""
@@ -224,13 +228,13 @@ def list_jobs(spool: sp.Spool, *, include_all: bool = False, now: datetime | Non
     return views
 
 
-def jobs_json(spool: sp.Spool, views: list[JobView]) -> str:
+def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
     from onite.core.jsontext import dumps
 
     return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
 
 
-def list_json(spool: sp.Spool, *, include_all: bool = False, now: datetime | None = None,
+def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> str:
     """``onite list --json``: ``jobs_json(spool, list_jobs(spool, include_all, now, damaged))``, the same
     text, in a fraction of the time for a long queue (queued jobs never become JobViews)."""
@@ -246,7 +250,7 @@ def list_json(spool: sp.Spool, *, include_all: bool = False, now: datetime | Non
     return head[:-len("[]\n}")] + "[\n  " + ",\n  ".join(elements) + "\n ]\n}"
 
 
-def _queued_elements(spool: sp.Spool, now: datetime | None = None) -> list[str]:
+def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
     """The JSON text of each queued job, as ``dumps(view.to_json(), depth=2)`` would write it.
 
     A template made from JobView.to_json (``_queued_template``) is cut where
@@ -267,18 +271,18 @@ def _queued_elements(spool: sp.Spool, now: datetime | None = None) -> list[str]:
     elements = []
     append = elements.append
     position = 0
-    folders = list(sp.queued_folder_stats(spool))
+    folders = list(queued_folder_stats(spool))
     head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
     why = _Why(spool, head, now, None)
     for rank, rows in folders:
         for ctime_ns, name, uid, mode in rows:
             position += 1
-            queued = not sp.is_held(mode)
+            queued = not is_held(mode)
             middle = middles.get((uid, queued, rank))
             if middle is None:
                 user = users.get(uid)
                 if user is None:
-                    user = users[uid] = text(sp.user_name(uid))
+                    user = users[uid] = text(user_name(uid))
                 values = (user, str(uid), '"queued"' if queued else '"held"', str(rank) if rank else "null",
                           "true" if rank == 0 else "false")
                 middle = middles[(uid, queued, rank)] = "".join(
@@ -328,7 +332,7 @@ def _queued_template() -> list[str]:
     return _TEMPLATE[0]
 
 
-def _runinfo(spool: sp.Spool, host: str | None, name: str) -> dict:
+def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
     """What a listing shows of a running job's run record (running/HOST/NAME@run, onite.core.runrecord):
     ``rank``, ``attempt``, ``external_id``, and ``queued`` and ``started`` as datetimes. A field
     that is missing or damaged is left out, and a record that cannot be read gives {}: a listing
@@ -341,7 +345,7 @@ def _runinfo(spool: sp.Spool, host: str | None, name: str) -> dict:
 
     if not host:
         return {}
-    record = runrecord.read(spool.running_dir(host) / f"{name}{sp.RUNINFO}")
+    record = runrecord.read(spool.run_record_path(host, name))
     if record is None:
         return {}
     data = record.info
@@ -356,10 +360,10 @@ def _runinfo(spool: sp.Spool, host: str | None, name: str) -> dict:
     return info
 
 
-def completion_names(spool: sp.Spool, prefix: str, *, finished: bool) -> list[str]:
+def completion_names(spool: SpoolDir, prefix: str, *, finished: bool) -> list[str]:
     """Names of queued and running jobs (and, with ``finished``, kept results) that start with
     ``prefix``, sorted: what a shell completes after ``onite cancel`` or ``onite output``."""
-    names = {name for _, _, name, _, _ in sp.queued_stats(spool)} | {e.name for e in sp.running(spool)}
+    names = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
     if finished:
-        names.update(sp.result_names(spool))  # names only: no record is read
+        names.update(result_names(spool))  # names only: no record is read
     return sorted(n for n in names if n.startswith(prefix))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from onite.spool import paths as sp
+from onite.spool.paths import SpoolDir
 from onite.app.listing import JobView
 from onite.core.safetext import printable
 
@@ -30,7 +30,7 @@ class Tail:
     kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
 
 
-def read_tail(spool: sp.Spool, job: JobView, reader: int, lines: int) -> Tail:
+def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its
     output. Only for its owner and root; only from a file of its user's written during that run (else
     ``kept`` is false: none, or a later run's)."""

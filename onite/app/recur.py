@@ -25,7 +25,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from onite.spool import paths as sp
+from onite.spool.files import create_file, remove_file
+from onite.spool.paths import SpoolDir
+from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput, JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.exec.identity import Identity
@@ -103,7 +105,7 @@ class RecurRequest:
     notify_on: str | None = None
 
 
-def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
+def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
     """Store a template (mode 0600, owned by the caller); return it and its rule.
 
     Raises:
@@ -132,7 +134,7 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
         raise SpoolError(f"{spool.recur_dir} is missing (a spool made by an older onite)",
                             "run onite init to add it")
     try:
-        sp.create_file(spool.recur_dir, request.name, encode(job), mode=0o600)
+        create_file(spool.recur_dir, request.name, encode(job), mode=0o600)
     except Refused:
         owner = _owner_of(spool.recur_dir / request.name)
         raise Refused(f"a recurring job named {request.name!r} already exists ({owner})",
@@ -140,7 +142,7 @@ def add(spool: sp.Spool, request: RecurRequest, captured, caller: Identity) -> t
     return job, rule
 
 
-def remove(spool: sp.Spool, name: str, caller_uid: int) -> None:
+def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """Remove the template ``name`` (instances already spooled stay: cancel them as jobs).
 
     Raises:
@@ -154,9 +156,9 @@ def remove(spool: sp.Spool, name: str, caller_uid: int) -> None:
     except FileNotFoundError:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
     if caller_uid != 0 and st.st_uid != caller_uid:
-        raise Refused(f"recurring job {name!r} belongs to {sp.user_name(st.st_uid)}",
+        raise Refused(f"recurring job {name!r} belongs to {user_name(st.st_uid)}",
                       "you may remove only your own recurring jobs")
-    if not sp.remove(path):
+    if not remove_file(path):
         raise NotFound(f"no recurring job {name!r}", "see onite recur list")
 
 
@@ -181,7 +183,7 @@ class TemplateView:
                 "last": self.last.isoformat() if self.last else None, "problem": self.problem or None}
 
 
-def templates(spool: sp.Spool, now: datetime) -> list[TemplateView]:
+def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
     """Every template, by name. Templates the caller cannot read (other users') are
     described from recur.state, which the driver keeps world-readable.
     """
@@ -199,14 +201,14 @@ def templates(spool: sp.Spool, now: datetime) -> list[TemplateView]:
             rule = rule_from_state(known)
             priority, urgent = known_priority(known)
             views.append(TemplateView(
-                name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule=describe(rule) if rule else "?",
+                name=name, uid=st.st_uid, user=user_name(st.st_uid), rule=describe(rule) if rule else "?",
                 priority=priority, urgent=urgent, next=_next_fire(rule, now), last=last))
             continue
         except (OSError, BadFile, OniteError) as err:
-            views.append(TemplateView(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule="?",
+            views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid), rule="?",
                                       priority=None, urgent=False, next=None, last=last, problem=str(err)))
             continue
-        views.append(TemplateView(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), rule=describe(rule),
+        views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid), rule=describe(rule),
                                   priority=job.priority, urgent=job.urgent, next=_next_fire(rule, now), last=last))
     return views
 
@@ -233,14 +235,14 @@ def templates_json(views: list[TemplateView], now: datetime) -> str:
     return _dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]})
 
 
-def upcoming(spool: sp.Spool, now: datetime, limit: int = 10) -> list[dict]:
+def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
     """The next due recurring jobs, soonest first, for ``onite status``."""
     views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))
     return [{"name": v.name, "user": v.user, "rule": v.rule, "next": v.next.isoformat(),
              "priority": v.priority, "urgent": v.urgent} for v in views[:limit]]
 
 
-def preview(spool: sp.Spool | None, name: str | None, rule, start: datetime, count: int) -> list[datetime]:
+def preview(spool: SpoolDir | None, name: str | None, rule, start: datetime, count: int) -> list[datetime]:
     """The next ``count`` fire times after ``start`` of the template ``name``, or of ``rule``.
 
     Raises:
@@ -255,7 +257,7 @@ def preview(spool: sp.Spool | None, name: str | None, rule, start: datetime, cou
     return fire_times(rule, start, count)
 
 
-def _read_template(spool: sp.Spool, path: Path, st: os.stat_result) -> tuple[Job, object]:
+def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
     """For display only (the scheduler checks more). Never opens what is not a regular file:
     root opening a device someone planted in recur/ could have effects.
 
@@ -268,7 +270,7 @@ def _read_template(spool: sp.Spool, path: Path, st: os.stat_result) -> tuple[Job
     return job, rule_of(job)
 
 
-def _rule_of_template(spool: sp.Spool, name: str):
+def _rule_of_template(spool: SpoolDir, name: str):
     check_name(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
@@ -289,7 +291,7 @@ def _rule_of_template(spool: sp.Spool, name: str):
                          f"fix or remove it: onite recur remove {name}") from None
 
 
-def template_files(spool: sp.Spool) -> Iterator[tuple[str, Path, os.stat_result]]:
+def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
     try:
         it = os.scandir(spool.recur_dir)
     except FileNotFoundError:
@@ -310,6 +312,6 @@ def template_files(spool: sp.Spool) -> Iterator[tuple[str, Path, os.stat_result]
 
 def _owner_of(path: Path) -> str:
     try:
-        return sp.user_name(os.lstat(path).st_uid)
+        return user_name(os.lstat(path).st_uid)
     except OSError:
         return "?"

@@ -36,7 +36,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
-from onite.spool import paths as sp
+from onite.spool.paths import SpoolDir
+from onite.spool.results import read_results
 from onite.core.errors import InvalidInput
 from onite.app.listing import JobView, outcome_counts, result_view
 
@@ -204,7 +205,7 @@ def _bad_time(option: str, text: str) -> InvalidInput:
                         "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
 
 
-def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: str | None = None,
+def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
           until: str | None = None, user: str | None = None, reader: int | None = None,
           host: str | None = None, details: bool = True) -> ReportData:
     """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to
@@ -235,7 +236,7 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
         return user is None or owner == user
 
     damaged: list[str] = []
-    results = [r for r in sp.results(spool, damaged) if inside(r.finished) or inside(r.started)]
+    results = [r for r in read_results(spool, damaged) if inside(r.finished) or inside(r.started)]
     recorded = {r.name for r in results}
     views = [result_view(r) for r in results if wanted(r.user)]
     pruned = [log_view(final, told.starts.get(name)) for name, final in told.finals.items() if name not in recorded]
@@ -264,7 +265,7 @@ def build(spool: sp.Spool, now: datetime, since: str | None = None, *, night: st
     return data
 
 
-def _window(spool: sp.Spool, now: datetime, since: str | None, night: str | None, until: str | None):
+def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None, until: str | None):
     """The window's kind, date (--night), start and end, its drains, the log's events from its start on,
     and every drain they tell of.
 

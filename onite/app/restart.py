@@ -21,13 +21,16 @@ import os
 from dataclasses import replace
 from datetime import datetime
 
-from onite.spool import paths as sp
+from onite.spool.files import create_file
+from onite.spool.holds import job_mode
+from onite.spool.paths import SpoolDir
+from onite.spool.scan import cancelled_pending, is_live, name_taken, user_name
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
 
 
-def restart(spool: sp.Spool, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
+def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
             unique: bool = False, hold: bool = False, host: str | None = None) -> str:
     """Spool the finished job ``name`` again (as ``new_name``, or with a unique suffix); its final name.
     ``host``: the host it is spooled from (default: this one).
@@ -54,8 +57,8 @@ def restart(spool: sp.Spool, name: str, caller: Identity, now: datetime, *, new_
             raise InvalidInput(f"job {name!r} waits for {dep!r}, which is no longer queued, running or finished",
                                "spool it anew without that --after")
     if unique:
-        target = unique_name(target, lambda n: sp.name_taken(spool, n))
-    elif sp.is_live(spool, target):
+        target = unique_name(target, lambda n: name_taken(spool, n))
+    elif is_live(spool, target):
         raise Refused(f"a job named {target!r} is already queued or running",
                       f"restart it as another job: onite restart {name} --name NEW, or --unique")
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
@@ -64,15 +67,15 @@ def restart(spool: sp.Spool, name: str, caller: Identity, now: datetime, *, new_
     owner = None if st.st_uid == caller.uid else (st.st_uid, st.st_gid)
     markers = prepare_holds(spool, [target], caller, hold=hold, owner=owner)
     try:
-        sp.create_file(spool.folder_for(job.priority, job.urgent), target, encode(job),
-                       mode=sp.job_mode(hold and markers is None), owner=owner)
+        create_file(spool.folder_for(job.priority, job.urgent), target, encode(job),
+                       mode=job_mode(hold and markers is None), owner=owner)
     except OniteError:
         undo_holds(markers or [])
         raise
     return target
 
 
-def read_finished(spool: sp.Spool, name: str, caller_uid: int):
+def read_finished(spool: SpoolDir, name: str, caller_uid: int):
     """The job file of finished job ``name`` (jobsdone/NAME) and its stat, if the caller may restart it.
 
     Raises:
@@ -91,7 +94,7 @@ def read_finished(spool: sp.Spool, name: str, caller_uid: int):
     except OSError as err:
         raise SpoolIOError(path, "looking at", err) from None
     if caller_uid not in (0, st.st_uid):
-        raise Refused(f"job {name!r} belongs to {sp.user_name(st.st_uid)}", "only its owner or root may restart it")
+        raise Refused(f"job {name!r} belongs to {user_name(st.st_uid)}", "only its owner or root may restart it")
     try:
         job, opened = read_job_file(path, spool.config.max_job_size)
     except BadFile as err:
@@ -107,7 +110,7 @@ def read_finished(spool: sp.Spool, name: str, caller_uid: int):
     return job, opened
 
 
-def _finished_path(spool: sp.Spool, name: str, caller_uid: int):
+def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     """jobsdone/NAME; or, for a job the caller cancelled while queued and no driver has filed yet,
     the caller's own withdrawn file in cancel/ (a sticky folder anyone may drop a file into: only
     the caller's own files count).
@@ -118,9 +121,9 @@ def _finished_path(spool: sp.Spool, name: str, caller_uid: int):
     path = spool.done_dir / name
     if os.path.lexists(path):
         return path
-    withdrawn = [e for e in sp.cancelled_pending(spool) if e.name == name and e.uid == caller_uid]
+    withdrawn = [e for e in cancelled_pending(spool) if e.name == name and e.uid == caller_uid]
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
-    hint = ("it is queued or running; restart it once it has finished" if sp.is_live(spool, name)
+    hint = ("it is queued or running; restart it once it has finished" if is_live(spool, name)
             else "see onite list --all; retention keeps the last `keep` jobs")
     raise NotFound(f"no finished job {name!r} is kept", hint)

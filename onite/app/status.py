@@ -25,7 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from onite.spool import paths as sp
+from onite.spool.holds import is_held
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import queued_folder_stats
+from onite.spool.scan import running_entries, user_name
 from onite.app.listing import JobView, running_views
 from onite.spool.locks import held_locks
 
@@ -59,7 +62,7 @@ class StatusInfo:
     containment: dict | None = None  # how jobs are contained, as the last driver said: {"host", "kind"}
 
 
-def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
+def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
     """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host).
 
     Raises:
@@ -67,7 +70,7 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
     """
     import os
 
-    from onite.core.config import default_host
+    from onite.spool.settings import default_host
 
     config = spool.config
     euid = os.geteuid() if euid is None else euid
@@ -98,7 +101,7 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
     for where in sorted({v.host for v in orphans}):
         # listed before the heartbeats were read: a driver that filed its job and exited in between is not
         # a dead one, so only jobs still there now are warned about
-        still = {e.name for e in sp.running(spool, where)}
+        still = {e.name for e in running_entries(spool, where)}
         names = ", ".join(v.name for v in orphans if v.host == where and v.name in still)
         if not names:
             continue
@@ -108,9 +111,9 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
     queue: dict[str, int] = {"urgent": 0, **{f"P{p}": 0 for p in range(1, config.priorities + 1)}}
     held = 0
     head: list[tuple[int, int, str, int, int]] = []  # (rank, ctime_ns, name, uid, mode) of the first EXAMINE
-    for rank, rows in sp.queued_folder_stats(spool):  # counts need no JobView (100,000 queued)
+    for rank, rows in queued_folder_stats(spool):  # counts need no JobView (100,000 queued)
         queue["urgent" if rank == 0 else f"P{rank}"] += len(rows)
-        held += sum(sp.is_held(mode) for _, _, _, mode in rows)
+        held += sum(is_held(mode) for _, _, _, mode in rows)
         if len(head) < EXAMINE:
             head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
     waiting = waiting_jobs(spool, head, now, euid=euid, host=this_host)
@@ -140,7 +143,7 @@ def gather(spool: sp.Spool, now: datetime, *, euid: int | None = None, host: str
     )
 
 
-def containment_said(spool: sp.Spool) -> dict | None:
+def containment_said(spool: SpoolDir) -> dict | None:
     """How jobs are contained (onite.exec.contain), as the latest ``driver-start`` line in the log says:
     only a driver running as root can tell (a user's look would not find root's cgroups)."""
     from onite.core.errors import SpoolIOError
@@ -163,7 +166,7 @@ def hb_time(row: dict) -> datetime:
     return datetime.fromisoformat(row["updated"])
 
 
-def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
+def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
                  host: str) -> list[dict]:
     """Why each of these queued jobs (``(rank, ctime_ns, name, uid, mode)``, in run order) cannot start now.
 
@@ -177,8 +180,8 @@ def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], no
     users: dict[int, str] = {}
     found = []
     for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
-        held = sp.is_held(mode)
-        user = users.get(uid) or users.setdefault(uid, sp.user_name(uid))
+        held = is_held(mode)
+        user = users.get(uid) or users.setdefault(uid, user_name(uid))
         row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
                "position": position, "state": "held" if held else "queued", "kind": "", "reason": "",
                "until": None, "dependency": None, "private": False}
@@ -231,7 +234,7 @@ def waiting_jobs(spool: sp.Spool, head: list[tuple[int, int, str, int, int]], no
     return found
 
 
-def last_night(spool: sp.Spool, now: datetime, damaged: list[str] | None = None) -> dict:
+def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None) -> dict:
     """How the last night went: the last drain session (``onite report``'s window: it may be a drain of
     this afternoon), or, when onite.log tells of no drain, the night of yesterday (noon to noon).
     The names of damaged result records are added to ``damaged``."""
@@ -375,7 +378,7 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
 SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
 
 
-def idle_summary(spool: sp.Spool, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
+def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
     """Why a drain started nothing: how many jobs are queued, and one line saying why none can
     start now, in the words status uses for each waiting job (waiting_jobs).
 
@@ -383,7 +386,7 @@ def idle_summary(spool: sp.Spool, now: datetime, *, euid: int, host: str) -> tup
         SpoolIOError: a folder cannot be listed.
     """
     total, head = 0, []
-    for rank, rows in sp.queued_folder_stats(spool):
+    for rank, rows in queued_folder_stats(spool):
         total += len(rows)
         if len(head) < EXAMINE:
             head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])

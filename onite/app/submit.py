@@ -13,7 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from onite.spool import paths as sp
+from onite.spool.files import create_batch, create_file, remove_file
+from onite.spool.holds import add_hold, job_mode, read_holds, remove_holds
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import find_queued
+from onite.spool.scan import cancelled_pending, find_running, is_live, name_taken, running_entries, user_name
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
@@ -136,7 +140,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
         raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
 
 
-def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
+def submit(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
     """Check the spool's policy and spool the job; return its final name.
 
     Raises:
@@ -145,7 +149,7 @@ def submit(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: 
     return spool_job(spool, request, captured, caller).name
 
 
-def spool_job(spool: sp.Spool, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
+def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
     """``submit``, returning the Job as spooled (its final name, priority, times) for submit's line.
 
     Raises:
@@ -166,7 +170,7 @@ def spool_job(spool: sp.Spool, request: SubmitRequest, captured: Captured, calle
         if not dependency_known(spool, dep):
             raise InvalidInput(f"no job {dep!r} is queued, running or finished", "check the name with onite list --all")
     if request.unique:
-        name = unique_name(request.name, lambda n: sp.name_taken(spool, n))
+        name = unique_name(request.name, lambda n: name_taken(spool, n))
     else:
         name = request.name
         refuse_duplicate(spool, name)
@@ -177,14 +181,14 @@ def spool_job(spool: sp.Spool, request: SubmitRequest, captured: Captured, calle
     folder = spool.folder_for(job.priority, job.urgent)
     markers = prepare_holds(spool, [name], caller, hold=request.hold)
     try:
-        sp.create_file(folder, name, encode(job), mode=sp.job_mode(request.hold and markers is None))
+        create_file(folder, name, encode(job), mode=job_mode(request.hold and markers is None))
     except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
         undo_holds(markers or [])
         raise
     return job
 
 
-def prepare_holds(spool: sp.Spool, names: list[str], caller: Identity, *, hold: bool,
+def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, *, hold: bool,
                   owner: tuple[int, int] | None = None) -> list | None:
     """Before jobs ``names`` are spooled: remove the hold markers left of earlier jobs of those names
     (none is queued, so any marker there is stale: it would hold the new job), and with ``hold`` add
@@ -195,10 +199,10 @@ def prepare_holds(spool: sp.Spool, names: list[str], caller: Identity, *, hold: 
     Raises:
         SpoolIOError: hold/ cannot be listed, or a marker cannot be made.
     """
-    holds = sp.read_holds(spool.hold_dir)
+    holds = read_holds(spool.hold_dir)
     stale = [n for n in names if n in holds]
     if stale:
-        sp.remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
+        remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
     if not hold:
         return []
     if not spool.hold_dir.is_dir():
@@ -206,7 +210,7 @@ def prepare_holds(spool: sp.Spool, names: list[str], caller: Identity, *, hold: 
     markers = []
     try:
         for name in names:
-            markers.append(sp.add_hold(spool, name, owner))
+            markers.append(add_hold(spool, name, owner))
     except OniteError:
         undo_holds(markers)
         raise
@@ -216,10 +220,10 @@ def prepare_holds(spool: sp.Spool, names: list[str], caller: Identity, *, hold: 
 def undo_holds(markers: list) -> None:
     """Remove markers made for jobs that were not spooled after all."""
     for marker in markers:
-        sp.remove(marker)
+        remove_file(marker)
 
 
-def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
+def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
     """Spool several jobs, in the order given, as one batch; return their names.
 
     Every job is checked before any is written: names (each valid, none twice
@@ -293,9 +297,9 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
         markers = prepare_holds(spool, held, caller, hold=True)
     by_marker = markers is not None
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines),
-              sp.job_mode(request.hold and not by_marker)) for job, request in zip(jobs, requests))
+              job_mode(request.hold and not by_marker)) for job, request in zip(jobs, requests))
     try:
-        sp.create_batch(files)
+        create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
         undo_holds([m for m in markers or [] if position[m.name.partition(SIDE)[0]] >= created])
@@ -307,7 +311,7 @@ def submit_many(spool: sp.Spool, requests: Sequence[SubmitRequest], captured: Ca
     return list(names)
 
 
-def refuse_duplicates(spool: sp.Spool, names: list[str]) -> None:
+def refuse_duplicates(spool: SpoolDir, names: list[str]) -> None:
     """``refuse_duplicate`` for many names: a big batch lists the queue once instead of looking 8 times a name.
 
     Raises:
@@ -328,12 +332,12 @@ def refuse_duplicates(spool: sp.Spool, names: list[str]) -> None:
             raise SpoolIOError(folder, "listing", err) from None
         if taken:
             refuse_duplicate(spool, min(taken))
-    for entry in sp.running(spool):
+    for entry in running_entries(spool):
         if entry.name in wanted:
             refuse_duplicate(spool, entry.name)
 
 
-def check_policy(spool: sp.Spool, request: SubmitRequest, now: datetime, caller: Identity) -> None:
+def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
     """The spool's rules for who may spool what, when.
 
     Raises:
@@ -371,27 +375,27 @@ def check_mail(request: SubmitRequest, config: Config) -> None:
         raise InvalidInput(f"--notify mail: {missing}", "ask the admin for a mail transport, or use --notify none")
 
 
-def refuse_duplicate(spool: sp.Spool, name: str) -> None:
+def refuse_duplicate(spool: SpoolDir, name: str) -> None:
     """Raises:
         Refused: a job of this name is queued or running.
     """
-    for entry in sp.find_queued(spool, name):
+    for entry in find_queued(spool, name):
         where = "urgent" if entry.rank == 0 else f"P{entry.rank}"
-        raise Refused(f"a job named {name!r} is already queued ({where}, {sp.user_name(entry.uid)})",
+        raise Refused(f"a job named {name!r} is already queued ({where}, {user_name(entry.uid)})",
                       "pick another name, or use --unique")
-    for entry in sp.find_running(spool, name):
-        raise Refused(f"a job named {name!r} is running now (on {entry.host}, {sp.user_name(entry.uid)})",
+    for entry in find_running(spool, name):
+        raise Refused(f"a job named {name!r} is running now (on {entry.host}, {user_name(entry.uid)})",
                       "pick another name, or use --unique")
 
 
-def dependency_known(spool: sp.Spool, name: str) -> bool:
+def dependency_known(spool: SpoolDir, name: str) -> bool:
     """Is ``name`` queued, running, cancelled-but-not-filed, or finished (a kept result)?"""
-    if sp.is_live(spool, name) or spool.result_path(name).exists():
+    if is_live(spool, name) or spool.result_path(name).exists():
         return True
-    return any(e.name == name for e in sp.cancelled_pending(spool))
+    return any(e.name == name for e in cancelled_pending(spool))
 
 
-def confirmation(spool: sp.Spool, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
+def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
     """Submit's line on stderr: what was spooled where, and when it is expected to run or why it will not.
 
     ``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``; the reasons

@@ -37,7 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from onite.spool import paths as sp
+from onite.spool.holds import is_held
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import find_queued
+from onite.spool.results import read_result, read_results
+from onite.spool.scan import cancelled_pending, find_running, user_name
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import JobView, outcome_counts, result_view, running_views
@@ -66,7 +70,7 @@ class Seen:
     withdrawn: JobView | None = None  # cancelled while queued, not yet filed by a driver
 
 
-def look(spool: sp.Spool, name: str, *, with_result: bool = False) -> Seen:
+def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
     """Where job ``name`` is now: queued folders first, then running/, then its records.
 
     Looking in the order a job moves (queue → running/ → jobsdone/, whose record
@@ -77,24 +81,24 @@ def look(spool: sp.Spool, name: str, *, with_result: bool = False) -> Seen:
         SpoolIOError: a folder or record cannot be read.
         DamagedRecord: its result record is damaged (the waiter cannot tell how it ended).
     """
-    queued = sp.find_queued(spool, name)
+    queued = find_queued(spool, name)
     live = None
     if queued:
-        live = "held" if all(sp.is_held(e.mode) for e in queued) else "queued"
-    elif sp.find_running(spool, name):
+        live = "held" if all(is_held(e.mode) for e in queued) else "queued"
+    elif find_running(spool, name):
         live = "running"
     if live and not with_result:
         return Seen(name, live)
     withdrawn = None
     if not live:
-        pending = [e for e in sp.cancelled_pending(spool) if e.name == name]
+        pending = [e for e in cancelled_pending(spool) if e.name == name]
         if pending:
             entry = max(pending, key=lambda e: e.ctime_ns)
             when = datetime.fromtimestamp(entry.ctime_ns / 1e9).astimezone()
-            user = sp.user_name(entry.uid)
+            user = user_name(entry.uid)
             withdrawn = JobView(name=name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
                                 submitted=when, finished=when, reason=f"cancelled by {user}")
-    return Seen(name, live, sp.read_result(spool, name), withdrawn)
+    return Seen(name, live, read_result(spool, name), withdrawn)
 
 
 # ---- deciding (pure) -----------------------------------------------------------------------
@@ -194,7 +198,7 @@ class JobsWaited:
                 for n in self.names]
 
 
-def start(spool: sp.Spool, names: list[str]) -> dict[str, Watch]:
+def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
     """The first look at each name (two for one found nowhere).
 
     Raises:
@@ -220,7 +224,7 @@ def start(spool: sp.Spool, names: list[str]) -> dict[str, Watch]:
     return {n: watches[n] for n in names}
 
 
-def wait_jobs(spool: sp.Spool, names: list[str], *, timeout: float | None = None,
+def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
               announce: Callable[[str], None] | None = None) -> JobsWaited:
     """Look at each job until none is queued, held or running (or ``timeout`` seconds passed).
@@ -272,7 +276,7 @@ class DriverSeen:
     first_start: datetime | None = None  # a daemon: when the earliest job running on its host started
 
 
-def look_drivers(spool: sp.Spool) -> list[DriverSeen]:
+def look_drivers(spool: SpoolDir) -> list[DriverSeen]:
     """Every live driver, as its heartbeat says."""
     found, running = [], None
     for lock in held_locks(spool.root):
@@ -332,7 +336,7 @@ class DrainsWaited:
         return f"drain finished: {', '.join(parts)}"
 
 
-def wait_drains(spool: sp.Spool, *, timeout: float | None = None, now: Callable[[], datetime],
+def wait_drains(spool: SpoolDir, *, timeout: float | None = None, now: Callable[[], datetime],
                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
     """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since.
@@ -361,11 +365,11 @@ def wait_drains(spool: sp.Spool, *, timeout: float | None = None, now: Callable[
             break
         since = min(since, drain_since(busy, since))  # a driver that started meanwhile joins the wait
         hosts = sorted(set(hosts) | {d.host for d in busy})
-    jobs = [result_view(r) for r in sp.results(spool) if r.finished >= since]
+    jobs = [result_view(r) for r in read_results(spool) if r.finished >= since]
     return DrainsWaited(hosts, since, jobs, [])
 
 
-def wait_json(spool: sp.Spool, waited: JobsWaited | DrainsWaited) -> str:
+def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
     """``onite wait --json`` (docs/json.md)."""
     from onite.core.jsontext import dumps
 

@@ -37,9 +37,9 @@ def _spool_help() -> str:
     text = ("Spool directory (default: $ONITE_SPOOL, else the system spool /var/spool/onite (spool in "
             "/etc/onite.toml) for root, and for everyone once root has set it up, else ~/.local/state/onite).")
     try:
-        from onite.spool import paths as sp
+        from onite.spool.locate import locate
 
-        return f"{text} In use now: {sp.locate(None, os.environ, os.geteuid()).describe()}."
+        return f"{text} In use now: {locate(None, os.environ, os.geteuid()).describe()}."
     except Exception:  # noqa: BLE001 - help must never fail; a bad /etc/onite.toml is said by the commands
         return text
 
@@ -74,10 +74,10 @@ def _complete(incomplete: str, *, finished: bool) -> list[str]:
     from onite.app.listing import completion_names
 
     try:
-        target = locate(None)
-        from onite.spool import paths as sp
+        target = locate_spool(None)
+        from onite.spool.paths import SpoolDir
 
-        return completion_names(sp.Spool(target.path), incomplete, finished=finished)
+        return completion_names(SpoolDir(target.path), incomplete, finished=finished)
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
 
@@ -125,10 +125,11 @@ def _options(
     _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
 
 
-def locate(spool: str | None):
-    from onite.spool import paths as sp
+def locate_spool(spool: str | None):
+    """Which spool ``--spool`` (given to the command or before it) names, or the default (onite.spool.locate)."""
+    from onite.spool.locate import locate
 
-    return sp.locate(spool or _GLOBAL["spool"], os.environ, os.geteuid())
+    return locate(spool or _GLOBAL["spool"], os.environ, os.geteuid())
 
 
 def open_spool(spool: str | None):
@@ -151,11 +152,12 @@ def init(
     spool: SpoolOpt = None,
 ) -> None:
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
-    from onite.spool import paths as sp
+    from onite.spool.locate import check_may_init
+    from onite.spool.skeleton import init_spool
 
-    where = locate(spool)
-    sp.check_may_init(where, os.geteuid())
-    report = sp.init_spool(where.path, priorities, system=os.geteuid() == 0)
+    where = locate_spool(spool)
+    check_may_init(where, os.geteuid())
+    report = init_spool(where.path, priorities, system=os.geteuid() == 0)
     kind = "system spool (multi-user modes)" if os.geteuid() == 0 else "personal spool"
     made = ", ".join(report.created) if report.created else "nothing new"
     print(f"{report.root}: {kind}; created {made}")
@@ -238,7 +240,7 @@ def list_(
     damaged: list[str] = []
     views = list_jobs(target, include_all=all_ or by_host, now=when, damaged=damaged)  # hosts: those of running and finished jobs
     if damaged:
-        from onite.spool.paths import damaged_note
+        from onite.spool.results import damaged_note
 
         commands.warn(damaged_note(damaged))
     if not views:
@@ -637,7 +639,7 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     target = open_spool(spool)
     info = gather(target, now())
     if info.damaged:
-        from onite.spool.paths import damaged_note
+        from onite.spool.results import damaged_note
 
         commands.warn(damaged_note(info.damaged))
     if as_json:
@@ -677,7 +679,7 @@ def report(
 
     data = rep.build(open_spool(spool), now(), since, night=night, until=until, user=user)
     if data.damaged:
-        from onite.spool.paths import damaged_note
+        from onite.spool.results import damaged_note
 
         commands.warn(damaged_note(data.damaged))
     if html:  # first: a page that cannot be written is an error, with no report printed before it

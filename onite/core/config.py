@@ -1,4 +1,4 @@
-"""onite.toml → a frozen, validated Config. ``parse_config`` is pure; ``load_config`` is the only read.
+"""onite.toml → a frozen, validated Config (pure: reading the file is onite.spool.settings').
 
 Every key and its default is documented in spool-skel/onite.toml and
 docs/configuration.md. A bad value or an unknown key is an error that names
@@ -8,11 +8,9 @@ back to a default on a machine that runs other people's jobs.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field, fields
 from datetime import time, timedelta
-from pathlib import Path
 
 from onite.core.errors import ConfigError, InvalidInput
 
@@ -122,21 +120,6 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
     )
     reader.no_unknown_keys()
     return config
-
-
-def load_config(path: Path) -> Config:
-    """Read ``path``; a spool without onite.toml uses the defaults.
-
-    Raises:
-        ConfigError: unreadable or invalid.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return Config()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}", "check its permissions") from None
-    return parse_config(text, str(path))
 
 
 _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
@@ -313,8 +296,3 @@ class _Reader:
             close = difflib.get_close_matches(unknown[0], sorted(_TOP_KEYS), n=1)
             hint = f"did you mean {close[0]!r}?" if close else "see docs/configuration.md for the keys"
             raise ConfigError(f"{self.source}: unknown key {unknown[0]!r}", hint)
-
-
-def default_host(config: Config) -> str:
-    """This machine's identity as a driver: ``host`` in onite.toml, else the short hostname."""
-    return config.host or os.uname().nodename.split(".")[0]

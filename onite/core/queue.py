@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from operator import itemgetter
 
 
 class DepState(Enum):
@@ -67,6 +68,17 @@ READY = Ready()
 def order_key(rank: int, ctime_ns: int, name: str) -> tuple[int, int, str]:
     """Sort key of a queued job: folder rank (0 urgent, k for Pk), kernel ctime, name."""
     return (rank, ctime_ns, name)
+
+
+def sort_folder(rows: list, *, ctime: int, name: int) -> None:
+    """Sort the rows of one queue folder into queue order, in place: ``order_key`` with the rank
+    equal. ``ctime`` and ``name`` say where a row holds them (the driver's index, the listings).
+
+    Two stable sorts on one key each take a third of the time of one on the pair: many jobs share
+    a kernel tick, and pairs of str compare slowly.
+    """
+    rows.sort(key=itemgetter(name))
+    rows.sort(key=itemgetter(ctime))
 
 
 def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,

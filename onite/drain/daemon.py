@@ -45,8 +45,9 @@ import select
 import signal
 from datetime import datetime, time as dtime, timedelta
 
-from onite.spool import paths as sp
-from onite.core.config import default_host
+from onite.spool.files import replace_file
+from onite.spool.paths import SpoolDir
+from onite.spool.settings import default_host
 from onite.drain.driver import Driver, SignalCatcher, lock_descriptor, take_host_lock
 from onite.drain.heartbeat import Beat, Heartbeat
 from onite.core.errors import InvalidInput, OniteError, Refused
@@ -64,7 +65,7 @@ RECUR_PAUSE = timedelta(minutes=1)  # after an error spooling recurring jobs, tr
 class Daemon:
     """One host's long-running driver. ``run()`` returns the process exit code."""
 
-    def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
+    def __init__(self, spool: SpoolDir, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, drain_now: bool = False, echo=None) -> None:
         from onite.drain.instances import RecurScheduler
         from onite.spool.watch import TimedWatch
@@ -405,19 +406,19 @@ class Daemon:
         data = {"version": STATE_FORMAT, "host": self.host, "last": self.last.isoformat(),
                 "updated": self.now().isoformat(), "pid": os.getpid()}
         try:
-            sp.replace_file(self.state_path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
+            replace_file(self.state_path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
         except OniteError as err:
             self.log.event("warning", error=str(err), note="the daemon state was not saved")
 
 
-def wake_path(spool: sp.Spool, host: str):
+def wake_path(spool: SpoolDir, host: str):
     """``locks/wake.HOST``: the request that HOST's daemon drain now (only the spool's owner may write it)."""
     from onite.spool.locks import locks_dir
 
     return locks_dir(spool.root) / f"wake.{host}"
 
 
-def request_wake(spool: sp.Spool, host: str, beat: Beat) -> bool:
+def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
     """Tell HOST's daemon (its heartbeat ``beat``) to drain now: leave the request, then cut its sleep
     short with USR2 if it runs on this machine. False if the request cannot be left.
 

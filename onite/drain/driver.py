@@ -42,8 +42,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, time as dtime, timedelta
 from pathlib import Path
 
-from onite.spool import paths as sp
-from onite.core.config import Config, default_host
+from onite.spool.files import change_state, create_file, move_file, remove_file
+from onite.spool.holds import is_held
+from onite.spool.paths import RUN_RECORD, SpoolDir
+from onite.spool.queued import find_queued
+from onite.spool.results import may_replace_result, read_result, write_result
+from onite.spool.scan import Entry, cancel_inbox, find_running, user_name
+from onite.core.config import Config
+from onite.spool.settings import default_host
 from onite.spool.deps import dependency_state
 from onite.core.errors import EXIT_FAILURE, DamagedRecord, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
 from onite.exec.executor import LocalRunner, NoRecord, Run, SpawnError, Unavailable, boot_id
@@ -79,7 +85,7 @@ class _Inspected:
 class Driver:
     """Drains one spool on one host. ``run()`` returns the process exit code."""
 
-    def __init__(self, spool: sp.Spool, *, host: str | None = None, slots: int | None = None,
+    def __init__(self, spool: SpoolDir, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, echo=None, runner=None, only_timed: bool = False,
                  linger: bool = True, tick=None, signals: list[int] | None = None, listener=None,
                  lock_fd: int | None = None, heartbeat=None) -> None:
@@ -518,7 +524,7 @@ class Driver:
                 if seen.kind == "ok":
                     if self.only_timed and seen.meta.not_before is None:
                         continue  # untimed jobs wait for the scheduled drain
-                    held = sp.is_held(seen.st.st_mode) or self.index.holds.held(cand.name, seen.st.st_uid)
+                    held = is_held(seen.st.st_mode) or self.index.holds.held(cand.name, seen.st.st_uid)
                     verdict = evaluate(seen.meta, held=held, now=now, host=self.host, dependency=self._dep_state)
                     if verdict is READY:
                         return cand, seen.st
@@ -617,11 +623,11 @@ class Driver:
         if self.euid != 0 and st.st_uid != self.euid:
             if cand.name not in self._reported_foreign:
                 self._reported_foreign.add(cand.name)
-                self.log.event("skip", cand.name, owner=sp.user_name(st.st_uid),
-                               reason=f"this driver runs as {sp.user_name(self.euid)} and runs only its own jobs")
+                self.log.event("skip", cand.name, owner=user_name(st.st_uid),
+                               reason=f"this driver runs as {user_name(self.euid)} and runs only its own jobs")
             return _Inspected("foreign", st)
         if cand.rank == 0 and not self._may_be_urgent(st.st_uid):
-            return _Inspected("bad", st, reason=urgent_refusal(sp.user_name(st.st_uid)))
+            return _Inspected("bad", st, reason=urgent_refusal(user_name(st.st_uid)))
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
         cached = self._meta.get(cand.name)
         if cached and cached[0] == key:
@@ -715,7 +721,7 @@ class Driver:
     def _start(self, cand: Candidate, st_seen: os.stat_result) -> None:
         target = self._running_dir / cand.name
         try:
-            sp.change_state(cand.name, JobState.QUEUED, JobState.RUNNING, cand.path, target, "claiming")
+            change_state(cand.name, JobState.QUEUED, JobState.RUNNING, cand.path, target, "claiming")
         except NotFound:
             self._forget(cand)  # another host, or a cancel, got there first: not an error
             return
@@ -768,7 +774,7 @@ class Driver:
         info = {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
                 "started": run.started.isoformat(), "queued": run.queued_at.isoformat() if run.queued_at else None,
                 "executor": self.runner.executor, "driver_pid": self._pid, "machine": self._machine}
-        return f"{self._running_dir}/{run.name}{sp.RUNINFO}", info
+        return f"{self._running_dir}/{run.name}{RUN_RECORD}", info
 
     def _log_starts(self, *, until: Run | None) -> None:
         """Log the starts of the runs whose monitors said so, in the order the runs were claimed: two
@@ -846,7 +852,7 @@ class Driver:
         """The run record of a run whose executor does not write it (Slurm): after its start."""
         from onite.core import runrecord
 
-        path = f"{self._running_dir}/{run.name}{sp.RUNINFO}"
+        path = f"{self._running_dir}/{run.name}{RUN_RECORD}"
         try:
             os.close(runrecord.create(path, info))
         except runrecord.RecordError as err:
@@ -890,14 +896,14 @@ class Driver:
         )
         running_dir = self._running_dir
         try:
-            sp.write_result(self.spool, result)
-            sp.change_state(run.name, JobState.RUNNING, result.state, running_dir / run.name,
+            write_result(self.spool, result)
+            change_state(run.name, JobState.RUNNING, result.state, running_dir / run.name,
                             self.spool.done_dir / run.name, "filing the finished job")
         except OniteError as err:
             self.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
             self._note_cannot_record(str(err))
             return
-        sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
+        remove_file(running_dir / f"{run.name}{RUN_RECORD}")
         self.counts[str(result.state)] += 1
         self.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                        exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
@@ -914,7 +920,7 @@ class Driver:
         folder = self.spool.folder_for(job.priority, run.rank == 0)
         try:
             self.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
-            sp.create_file(folder, run.name, encode(job), owner=(run.owner.uid, run.owner.gid), durable=False)
+            create_file(folder, run.name, encode(job), owner=(run.owner.uid, run.owner.gid), durable=False)
         except Refused:
             self.log.event("retry-skipped", run.name, note="a new job of that name is queued")
             return False
@@ -922,8 +928,8 @@ class Driver:
             self.log.event("retry-failed", run.name, error=str(err))
             return False
         running_dir = self._running_dir
-        sp.remove(running_dir / run.name)
-        sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
+        remove_file(running_dir / run.name)
+        remove_file(running_dir / f"{run.name}{RUN_RECORD}")
         self.counts["retried"] += 1
         self.log.event("retry", run.name, user=run.owner.name, attempt=job.attempt, of=run.job.retries + 1,
                        after=f"{delay:g}s", reason=attempt.reason)
@@ -936,7 +942,7 @@ class Driver:
         except OniteError as err:
             self.log.event("error", run.name, error=str(err))
             return
-        sp.remove(running_dir / f"{run.name}{sp.RUNINFO}")
+        remove_file(running_dir / f"{run.name}{RUN_RECORD}")
         self.counts["requeued"] += 1
         self.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
@@ -946,7 +952,7 @@ class Driver:
         target = folder / name
         if os.path.lexists(target):
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
-        sp.change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
+        change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
 
     def _fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
         """A queued job that can never run (its dependency failed): file it as failed."""
@@ -957,7 +963,7 @@ class Driver:
                 job, _ = self._read_job(cand.path)
             except (OSError, JobFormatError, BadFile):
                 job = None
-        result = unrun_result(name=cand.name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
+        result = unrun_result(name=cand.name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
                               reason=reason, host=self.host, now=now, job=job, priority=cand.rank,
                               urgent=cand.rank == 0)
         if self._file_unrun(result, JobState.QUEUED, cand.path, "failing", gone_ok=True):
@@ -971,8 +977,8 @@ class Driver:
         is gone already (a cancel or another host took it) counts as filed.
         """
         try:
-            sp.write_result(self.spool, result)
-            sp.change_state(result.name, old, result.state, path, self.spool.done_dir / result.name, why)
+            write_result(self.spool, result)
+            change_state(result.name, old, result.state, path, self.spool.done_dir / result.name, why)
         except OniteError as err:
             if not (gone_ok and isinstance(err, NotFound)):
                 self.log.event("error", result.name, error=str(err))
@@ -991,21 +997,21 @@ class Driver:
         """Never run it, never delete it: move it to refused/ and say why, in the log and a result."""
         target = self.spool.refused_dir / f"{name}{SIDE}{self.now():%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
         try:
-            sp.move(path, target, "moving aside")
+            move_file(path, target, "moving aside")
         except NotFound:
             return
         except OniteError as err:
             self.log.event("error", name, error=str(err))
             return
-        owner = sp.user_name(st.st_uid) if st else "?"
+        owner = user_name(st.st_uid) if st else "?"
         self.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(self.spool.root)))
         if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
-                and sp.may_replace_result(self.spool, name, st.st_uid):
+                and may_replace_result(self.spool, name, st.st_uid):
             now = self.now()
             result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
                                   reason=f"refused: {reason}", host=self.host, now=now)
             try:
-                sp.write_result(self.spool, result)
+                write_result(self.spool, result)
             except OniteError:
                 return
             self.notifier.notify(result, None, self.config)
@@ -1023,17 +1029,17 @@ class Driver:
         from onite.app.control import file_cancelled, withdraw
 
         try:
-            entries = sp.cancel_inbox(self.spool)
+            entries = cancel_inbox(self.spool)
         except OniteError:
             return
         for entry in entries:
             with self._guard(entry.name):  # a user's entry never stops the night
                 self._process_cancel(entry, file_cancelled, withdraw)
 
-    def _process_cancel(self, entry: sp.Entry, file_cancelled, withdraw) -> None:
+    def _process_cancel(self, entry: Entry, file_cancelled, withdraw) -> None:
         from onite.app.control import NotAJob
 
-        requester = sp.user_name(entry.uid)
+        requester = user_name(entry.uid)
         if entry.size or not stat.S_ISREG(entry.mode):  # a job its owner withdrew (or something else): file it
             try:
                 filed = file_cancelled(self.spool, entry.path, by=requester, now=self.now())
@@ -1055,7 +1061,7 @@ class Driver:
         if filed.result is not None:
             self.notifier.notify(filed.result, filed.job, self.config)
 
-    def _honour_request(self, request: sp.Entry, requester: str, withdraw, file_cancelled) -> None:
+    def _honour_request(self, request: Entry, requester: str, withdraw, file_cancelled) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if its owner may (docs/security.md)."""
         name, own_only = request.name, self.config.own_only
         run = self.running.get(name)
@@ -1065,11 +1071,11 @@ class Driver:
                 self.log.event("cancel", name, by=requester, was="running")
             else:
                 self.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
-            sp.remove(request.path)
+            remove_file(request.path)
             return
-        for entry in sp.find_queued(self.spool, name):
+        for entry in find_queued(self.spool, name):
             if not may_touch(request.uid, entry.uid, own_only):
-                self.log.event("cancel-refused", name, by=requester, owner=sp.user_name(entry.uid))
+                self.log.event("cancel-refused", name, by=requester, owner=user_name(entry.uid))
                 continue
             try:
                 pending = withdraw(self.spool, entry)
@@ -1078,9 +1084,9 @@ class Driver:
                 continue
             if filed is not None:
                 self._filed_cancel(name, requester, filed)
-        if sp.find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
+        if find_running(self.spool, name) and time.time_ns() - request.ctime_ns < 86400 * 10**9:
             return  # running on another host: its driver will honour the request
-        sp.remove(request.path)
+        remove_file(request.path)
 
     # ---- recovery --------------------------------------------------------------------
 
@@ -1104,16 +1110,16 @@ class Driver:
                 self.log.event("error", name, error=f"recovering it: {type(err).__name__}: {err}",
                                note="left in running/ for the next driver")
         for name in names:
-            if name.endswith(sp.RUNINFO) and name[: -len(sp.RUNINFO)] not in jobs:
-                sp.remove(running_dir / name)  # a run record whose job is gone
+            if name.endswith(RUN_RECORD) and name[: -len(RUN_RECORD)] not in jobs:
+                remove_file(running_dir / name)  # a run record whose job is gone
             elif name.startswith(".") and name.endswith(".tmp"):
-                sp.remove(running_dir / name)  # a run record a dead driver was writing (we hold the lock)
+                remove_file(running_dir / name)  # a run record a dead driver was writing (we hold the lock)
 
     def _recover_claim(self, name: str) -> None:
         from onite.core import runrecord
 
         path = self._running_dir / name
-        rec = runrecord.read(f"{path}{sp.RUNINFO}")
+        rec = runrecord.read(f"{path}{RUN_RECORD}")
         info = rec.info if rec is not None else {}
         if rec is not None and rec.version < runrecord.VERSION or info.get("executor") == "slurm":
             self._recover_unmonitored(name, path, info)  # an older onite's run, or a Slurm job
@@ -1147,7 +1153,7 @@ class Driver:
         if self._adopt(name, path, rec):
             return
         # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
-        rec = runrecord.read(f"{path}{sp.RUNINFO}") or rec  # it may have ended just now
+        rec = runrecord.read(f"{path}{RUN_RECORD}") or rec  # it may have ended just now
         if rec.ended:
             self._stop_orphans(rec)
             self._file_recovered(name, path, rec)
@@ -1158,18 +1164,18 @@ class Driver:
     def _already_filed(self, name: str, path: Path, info: dict) -> bool:
         """The dead driver wrote the result but died before moving the job into jobsdone/: finish that."""
         try:
-            previous = sp.read_result(self.spool, name)
+            previous = read_result(self.spool, name)
         except DamagedRecord:
             previous = None  # torn as its driver died: recovered as if it had not been written
         if previous is None or not info.get("run_id") or previous.run_id != info.get("run_id"):
             return False
         try:
-            sp.change_state(name, JobState.RUNNING, previous.state, path, self.spool.done_dir / name,
+            change_state(name, JobState.RUNNING, previous.state, path, self.spool.done_dir / name,
                             "completing a finished job")
         except OniteError as err:
             self.log.event("error", name, error=str(err))
             return True
-        sp.remove(f"{path}{sp.RUNINFO}")
+        remove_file(f"{path}{RUN_RECORD}")
         self.log.event("recovered", name, action="its result was recorded; filed it")
         return True
 
@@ -1192,7 +1198,7 @@ class Driver:
 
         run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
                   started=when("started") or self.now(), started_mono=time.monotonic(), spool=str(self.spool.root),
-                  record_path=f"{path}{sp.RUNINFO}")
+                  record_path=f"{path}{RUN_RECORD}")
         run.queued_at = when("queued")
         return run
 
@@ -1222,8 +1228,8 @@ class Driver:
                                     rerun=False)
             return
         if self._retry_exists(run):
-            sp.remove(path)
-            sp.remove(f"{path}{sp.RUNINFO}")
+            remove_file(path)
+            remove_file(f"{path}{RUN_RECORD}")
             self.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
             return
         outcome = outcome_from_status(rec.status) if rec.status is not None else Outcome(reason=rec.failed or "")
@@ -1243,7 +1249,7 @@ class Driver:
         def later(job: Job | None) -> bool:
             return job is not None and job.submitted == run.job.submitted and job.attempt > run.attempt
 
-        for entry in sp.find_queued(self.spool, run.name) + [e for e in sp.find_running(self.spool, run.name)
+        for entry in find_queued(self.spool, run.name) + [e for e in find_running(self.spool, run.name)
                                                               if e.host != self.host]:
             try:
                 job, _ = self._read_job(entry.path)
@@ -1252,7 +1258,7 @@ class Driver:
             if later(job):
                 return True
         try:
-            previous = sp.read_result(self.spool, run.name)
+            previous = read_result(self.spool, run.name)
         except (DamagedRecord, SpoolIOError):
             return False
         return previous is not None and previous.submitted == run.job.submitted and previous.attempt > run.attempt
@@ -1265,13 +1271,13 @@ class Driver:
             claimed = None
         if claimed is not None and self._retry_exists(claimed):
             # a later attempt is already spooled: this claim is stale, and must neither run nor be filed
-            sp.remove(path)
-            sp.remove(f"{path}{sp.RUNINFO}")
+            remove_file(path)
+            remove_file(f"{path}{RUN_RECORD}")
             self.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=claimed.attempt)
             return
         if rerun and self.config.on_interrupt == "fail":
             self._fail_recovered(name, path, info, what)
-            sp.remove(f"{path}{sp.RUNINFO}")
+            remove_file(f"{path}{RUN_RECORD}")
             return
         rank = info.get("rank")
         if not isinstance(rank, int):
@@ -1280,8 +1286,8 @@ class Driver:
                 rank = 0 if job.urgent else job.priority
             except (OSError, JobFormatError, BadFile):
                 rank = self.config.default_priority
-        if sp.find_queued(self.spool, name):
-            sp.remove(path)  # a retry was already queued before the crash
+        if find_queued(self.spool, name):
+            remove_file(path)  # a retry was already queued before the crash
             action = "dropped (its retry is already queued)"
         else:
             try:
@@ -1290,7 +1296,7 @@ class Driver:
                 self.log.event("error", name, error=str(err))
                 return
             action = "rerun: requeued" if rerun else "requeued"
-        sp.remove(f"{path}{sp.RUNINFO}")
+        remove_file(f"{path}{RUN_RECORD}")
         self.counts["requeued"] += 1
         self.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
 
@@ -1419,7 +1425,7 @@ class Driver:
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
         started = datetime.fromisoformat(info["started"]) if info.get("started") else None
-        result = unrun_result(name=name, uid=st.st_uid, user=sp.user_name(st.st_uid), state=JobState.FAILED,
+        result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
                               reason=f"interrupted: {what}", host=self.host, now=now, job=job,
                               urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
         if self._file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
@@ -1468,7 +1474,7 @@ def _not_a_zombie(pid: int) -> bool:
         return False
 
 
-def take_host_lock(spool: sp.Spool, host: str, holder: str, timeout: float = 0.5):
+def take_host_lock(spool: SpoolDir, host: str, holder: str, timeout: float = 0.5):
     """flock ``host``'s driver lock (in the spool's root-only locks/ folder, onite.spool.locks) and write
     ``holder`` into it; None if another process holds it after ``timeout`` seconds. The lock's
     descriptor (``lock.fd``) survives fork() into each job's monitor (onite.exec.monitor), which keeps it

@@ -297,7 +297,7 @@ class Heartbeat:
     def _write(self) -> None:
         from onite.core.errors import OniteError
         from onite.core.jsontext import dumps
-        from onite.spool.paths import replace_file
+        from onite.spool.files import replace_file
 
         self._due = self._mono() + BEAT_EVERY
         try:

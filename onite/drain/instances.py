@@ -27,7 +27,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from onite.spool import paths as sp
+from onite.spool.files import create_file, replace_file
+from onite.spool.paths import SpoolDir
+from onite.spool.scan import is_live, user_name
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.exec.identity import resolve
@@ -83,7 +85,7 @@ def instance_job(template: Job, name: str, fire: datetime, now: datetime, priori
 # ---- recur.state: what was spooled -----------------------------------------------------------
 
 
-def load_state(spool: sp.Spool) -> dict[str, dict]:
+def load_state(spool: SpoolDir) -> dict[str, dict]:
     """NAME → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged, and
     an entry that is not an object, or not a template's name, left out. The values of an entry are
     checked where they are used (``parse_time``, ``rule_from_state``, ``known_priority``).
@@ -102,19 +104,19 @@ def load_state(spool: sp.Spool) -> dict[str, dict]:
     return {k: v for k, v in data["templates"].items() if isinstance(v, dict) and is_valid_name(k)}
 
 
-def save_state(spool: sp.Spool, state: dict[str, dict]) -> None:
+def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
     """Raises:
         SpoolIOError: it cannot be written.
     """
     data = {"version": STATE_FORMAT, "templates": dict(sorted(state.items()))}
-    sp.replace_file(spool.root / "recur.state", (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
+    replace_file(spool.root / "recur.state", (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
 
 
 RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
 
 
 @contextmanager
-def _state_lock(spool: sp.Spool):
+def _state_lock(spool: SpoolDir):
     """Drivers of several hosts may share a spool: one read-modify-write of recur.state at a time.
 
     The lock is ``locks/recur.lock``, which only the spool's owner may open (onite.spool.locks), and the
@@ -198,7 +200,7 @@ class RecurScheduler:
     ``onite run`` makes one, calls ``spool_due`` once and drops it.
     """
 
-    def __init__(self, spool: sp.Spool, log, *, euid: int | None = None, clock=None) -> None:
+    def __init__(self, spool: SpoolDir, log, *, euid: int | None = None, clock=None) -> None:
         import time
 
         self.spool = spool
@@ -250,7 +252,7 @@ class RecurScheduler:
             self._refreshed = float("-inf")  # look again at the next chance
             return None
         if not problem and self.euid != 0 and st.st_uid != self.euid:
-            problem = (f"owned by {sp.user_name(st.st_uid)}; this driver runs as {sp.user_name(self.euid)} "
+            problem = (f"owned by {user_name(st.st_uid)}; this driver runs as {user_name(self.euid)} "
                        "and spools only its own recurring jobs")
         if not problem:
             try:
@@ -264,7 +266,7 @@ class RecurScheduler:
                 return None
             except (OSError, BadFile, OniteError) as err:
                 problem = str(err)
-        self._report(name, (st.st_ino, st.st_ctime_ns), "recur-refused", owner=sp.user_name(st.st_uid),
+        self._report(name, (st.st_ino, st.st_ctime_ns), "recur-refused", owner=user_name(st.st_uid),
                      reason=problem, note="this template is not used until it is fixed")
         return None
 
@@ -332,7 +334,7 @@ class RecurScheduler:
                              "priority": tpl.job.priority, "urgent": tpl.job.urgent}
         tpl.next = self._next_after(name, tpl, now)
         if spooled:
-            self.log.event("recur-spooled", job.name, template=name, user=sp.user_name(tpl.uid),
+            self.log.event("recur-spooled", job.name, template=name, user=user_name(tpl.uid),
                            fire=fire.isoformat(timespec="seconds"), priority=job.priority,
                            coalesced=f"{missed} earlier fire(s) not spooled" if missed else None)
             return job.name
@@ -350,12 +352,12 @@ class RecurScheduler:
         if job.urgent and not may_be_urgent(owner, self.spool.config.admins):
             self.log.event("recur-refused", job.name, template=name, user=owner.name, reason=urgent_refusal(owner.name))
             return None
-        if sp.is_live(self.spool, job.name) or self.spool.result_path(job.name).exists():
+        if is_live(self.spool, job.name) or self.spool.result_path(job.name).exists():
             self.log.event("recur-skip", job.name, template=name, reason="this fire was spooled already")
             return None
         folder = self.spool.folder_for(job.priority, job.urgent)
         try:
-            sp.create_file(folder, job.name, encode(job), mode=0o600, owner=(tpl.uid, tpl.gid))
+            create_file(folder, job.name, encode(job), mode=0o600, owner=(tpl.uid, tpl.gid))
         except Refused:
             self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
             return None

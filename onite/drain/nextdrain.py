@@ -125,7 +125,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
     """What will drain ``spool`` after ``now`` (``host``: this machine's driver name, default from onite.toml;
     ``exclude_pid``: a driver asking about the drains after its own)."""
     from onite.drain import heartbeat as hb
-    from onite.core.config import default_host
+    from onite.spool.settings import default_host
     from onite.app.crontab import read_records
     from onite.core.errors import OniteError
 

@@ -230,7 +230,7 @@ class Notifier:
         if not config.notify_command:
             self.log.event("notify-failed", result.name, how="command", reason="onite.toml has no notify_command")
             return
-        from onite.spool.paths import result_record
+        from onite.spool.results import result_record
 
         env = dict(os.environ, ONITE_JOB=result.name, ONITE_USER=result.user, ONITE_STATE=str(result.state),
                    ONITE_SPOOL=str(self.spool.root), ONITE_EVENT="finished")

@@ -11,26 +11,28 @@ asking here; everyone else asks here directly.
 
 from __future__ import annotations
 
-from onite.spool import paths as sp
+from onite.spool.paths import SpoolDir
+from onite.spool.results import read_result
+from onite.spool.scan import cancelled_pending, is_live
 from onite.core.errors import DamagedRecord
 from onite.core.queue import DepState
 from onite.core.state import JobState
 
 
-def dependency_state(spool: sp.Spool, name: str) -> DepState:
+def dependency_state(spool: SpoolDir, name: str) -> DepState:
     """The state of job ``name`` as a dependency: pending while queued or running, else its latest outcome.
 
     Raises:
         SpoolIOError: a folder or result record cannot be read.
     """
-    if sp.is_live(spool, name):
+    if is_live(spool, name):
         return DepState.PENDING
     try:
-        result = sp.read_result(spool, name)
+        result = read_result(spool, name)
     except DamagedRecord:
         return DepState.DAMAGED
     if result is not None:
         return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
-    if any(e.name == name for e in sp.cancelled_pending(spool)):
+    if any(e.name == name for e in cancelled_pending(spool)):
         return DepState.CANCELLED
     return DepState.MISSING

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from onite.core.names import NAME_PATTERN
-from onite.spool.paths import HOLD, held_by, read_holds
+from onite.spool.holds import held_by, read_holds
+from onite.spool.paths import HOLD
 
 RACY_NS = 20_000_000  # a listing this close to the folder's mtime may have missed a same-tick add
 # A folder the driver itself changed is listed again at most once per this many times

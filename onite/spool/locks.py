@@ -166,7 +166,7 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
     return Lock(fd, path)
 
 
-def is_held(path: Path) -> bool:
+def is_locked(path: Path) -> bool:
     """Does a live process hold the lock at ``path``? Only the spool's owner can tell (nobody else
     may open the file): for anyone else this is False, and the heartbeat is what to ask.
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import stat
 
-from onite.spool import paths as sp
+from onite.core.names import SIDE
+from onite.spool.files import remove_file
+from onite.spool.paths import RESULT, STDERR, SpoolDir
+from onite.spool.scan import is_live
 
 
-def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
+def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
     """Remove finished jobs beyond the newest ``keep``; returns how many were removed.
 
     ``strays=False`` skips the look for files no kept result explains (left by
@@ -25,9 +28,9 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
     try:
         with os.scandir(spool.done_dir) as it:
             for entry in it:
-                if entry.name.endswith(sp.RESULT) and entry.name[0] != ".":
+                if entry.name.endswith(RESULT) and entry.name[0] != ".":
                     try:
-                        records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name[: -len(sp.RESULT)]))
+                        records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name[: -len(RESULT)]))
                     except FileNotFoundError:
                         continue
     except FileNotFoundError:
@@ -39,11 +42,11 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
     done, stdout = str(spool.done_dir), str(spool.stdout_dir)  # strings: a Path a file costs more than its unlink
     hosts = spool.hosts()  # listed once, not once per record removed
     for _, name in records[keep:]:
-        sp.remove(f"{done}/{name}{sp.RESULT}")
-        sp.remove(f"{done}/{name}")
-        if name not in protect and not sp.is_live(spool, name, hosts):
-            sp.remove(f"{stdout}/{name}")
-            sp.remove(f"{stdout}/{name}{sp.STDERR}")
+        remove_file(f"{done}/{name}{RESULT}")
+        remove_file(f"{done}/{name}")
+        if name not in protect and not is_live(spool, name, hosts):
+            remove_file(f"{stdout}/{name}")
+            remove_file(f"{stdout}/{name}{STDERR}")
         removed += 1
     if strays:
         oldest_kept = records[keep - 1][0] if keep else None
@@ -54,7 +57,7 @@ def prune(spool: sp.Spool, keep: int, *, protect: set[str] = frozenset(), strays
 TEMP_AGE = 3600  # seconds after which a dot-name .tmp file is a write that died (a crash, a kill)
 
 
-def remove_temp_files(spool: sp.Spool, now: float, *, older_than: float = TEMP_AGE) -> int:
+def remove_temp_files(spool: SpoolDir, now: float, *, older_than: float = TEMP_AGE) -> int:
     """Remove the dot-name ``.tmp`` files that writers killed mid-write left behind (a submit's
     ``jobs/Pk/.NAME.PID.RAND.tmp``, a record's ``jobsdone/.NAME@result.PID.tmp``, …), once they
     are ``older_than`` seconds: no write takes that long, and on a shared spool the writer may be
@@ -76,12 +79,12 @@ def remove_temp_files(spool: sp.Spool, now: float, *, older_than: float = TEMP_A
                 continue
             if now - st.st_mtime < older_than or stat.S_ISDIR(st.st_mode):
                 continue
-            if sp.remove(entry.path):
+            if remove_file(entry.path):
                 removed += 1
     return removed
 
 
-def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) -> None:
+def _remove_strays(spool: SpoolDir, kept: set[str], oldest_kept_ns: int | None) -> None:
     """Outputs and job files in jobsdone/ that no kept result explains and that are older than every kept one."""
     hosts = spool.hosts()
     for folder in (spool.stdout_dir, spool.done_dir):
@@ -91,9 +94,9 @@ def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) 
             continue
         for entry in entries:
             name = entry.name
-            if folder == spool.stdout_dir and name.endswith(sp.STDERR):
-                name = name[: -len(sp.STDERR)]  # NAME@stderr goes with NAME's output
-            if not name or name[0] == "." or sp.SIDE in name or name in kept:
+            if folder == spool.stdout_dir and name.endswith(STDERR):
+                name = name[: -len(STDERR)]  # NAME@stderr goes with NAME's output
+            if not name or name[0] == "." or SIDE in name or name in kept:
                 continue
             try:
                 mtime = entry.stat(follow_symlinks=False).st_mtime_ns
@@ -101,5 +104,5 @@ def _remove_strays(spool: sp.Spool, kept: set[str], oldest_kept_ns: int | None) 
                 continue
             if oldest_kept_ns is not None and mtime >= oldest_kept_ns:
                 continue
-            if not spool.result_path(name).exists() and not sp.is_live(spool, name, hosts):
-                sp.remove(folder / entry.name)
+            if not spool.result_path(name).exists() and not is_live(spool, name, hosts):
+                remove_file(folder / entry.name)

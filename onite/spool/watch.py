@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 
 from onite.spool.index import QueueIndex
-from onite.spool.paths import is_held
+from onite.spool.holds import is_held
 from onite.core.timeparse import parse_stamp
 
 HEADER_LIMIT = 1 << 20  # a header longer than this before its first env: line is not a job's

@@ -1,0 +1,117 @@
+"""Holds: a queued job skipped until released, keeping its place in its queue.
+
+A hold never touches the job file (which would stamp a new ctime, and so a
+new place): it is an empty marker hold/NAME@TOKEN, honoured only when its
+owner is the job's owner or root (anyone may add a file to the sticky hold/
+folder). A queued file whose owner-write bit is clear (mode 0400, how older
+onites held a job, and how a spool without hold/ still does) is held too.
+Listings (onite.spool.queued) report a job held by a marker with that bit
+cleared in its mode, so ``is_held(mode)`` answers for both kinds.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from onite.core.errors import SpoolError, SpoolIOError
+from onite.core.names import SIDE
+from onite.spool.files import discard
+from onite.spool.paths import HOLD, SpoolDir
+from onite.spool.scan import token_entries
+
+# A queued job whose owner cannot write it is held (older spools, and spools without hold/).
+QUEUED_MODE, HELD_MODE = 0o600, 0o400
+
+
+def is_held(mode: int) -> bool:
+    """Is a queued job held, by the mode a listing reports (a marker's hold clears its owner-write bit)?"""
+    return not mode & stat.S_IWUSR
+
+
+def job_mode(held: bool) -> int:
+    """The mode a job file is written with: held the old way (0400) where there is no hold/ folder."""
+    return HELD_MODE if held else QUEUED_MODE
+
+
+def read_holds(folder: Path) -> dict[str, frozenset[int]]:
+    """The hold markers in ``folder`` (SPOOL/hold): job name → the uids that own a marker of it. Only
+    regular files named NAME@TOKEN count (a symlink or a folder there is nobody's hold); no hold/
+    folder (a spool made by an older onite) holds nothing.
+
+    Raises:
+        SpoolIOError: the folder cannot be listed.
+    """
+    owners: dict[str, set[int]] = {}
+    for name, _, st in token_entries(folder):
+        if stat.S_ISREG(st.st_mode):
+            owners.setdefault(name, set()).add(st.st_uid)
+    return {name: frozenset(uids) for name, uids in owners.items()}
+
+
+def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
+    """Does a marker hold the queued job ``name`` of ``uid``: one owned by ``uid`` or by root?
+    (Anyone may drop a file into hold/; another user's marker holds nothing of yours.)"""
+    owners = holds.get(name)
+    return owners is not None and (uid in owners or 0 in owners)
+
+
+def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
+    """Hold ``name`` with a new marker hold/NAME@TOKEN, owned by ``owner`` (uid, gid; root holding
+    another user's job gives the marker to that user, who may then release it).
+
+    Raises:
+        SpoolError: no hold/ folder (the caller falls back to the mode). SpoolIOError: it cannot be made.
+    """
+    path = spool.hold_dir / f"{name}{SIDE}{os.getpid()}.{os.urandom(4).hex()}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise SpoolError(f"no {HOLD}/ folder in {spool.root}", "run onite init to add it") from None
+    except OSError as err:
+        raise SpoolIOError(path, "holding a job with", err) from None
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.fchmod(fd, 0o644)
+    except OSError as err:
+        discard(path)
+        raise SpoolIOError(path, "holding a job with", err) from None
+    finally:
+        os.close(fd)
+    return path
+
+
+def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int] | None = None) -> int:
+    """Remove the hold markers of ``name`` (or of any of several names) owned by one of ``uids``
+    (None: all, which only root may); how many went. Markers this process may not remove (another
+    user's) are left.
+
+    Raises:
+        SpoolIOError: hold/ cannot be listed.
+    """
+    names = {name} if isinstance(name, str) else set(name)
+    wanted = None if uids is None else set(uids)
+    removed = 0
+    try:
+        it = os.scandir(spool.hold_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    except OSError as err:
+        raise SpoolIOError(spool.hold_dir, "listing", err) from None
+    with it:
+        for entry in it:
+            if entry.name.partition(SIDE)[0] not in names or SIDE not in entry.name:
+                continue
+            try:
+                if wanted is not None and entry.stat(follow_symlinks=False).st_uid not in wanted:
+                    continue
+                os.unlink(entry.path)
+                removed += 1
+            except (FileNotFoundError, PermissionError):
+                continue
+            except OSError as err:
+                raise SpoolIOError(Path(entry.path), "releasing a job: removing", err) from None
+    return removed

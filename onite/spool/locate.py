@@ -1,0 +1,152 @@
+"""Which spool a command uses: --spool, else ONITE_SPOOL, else the system spool, else a personal one.
+
+The system spool is /var/spool/onite unless root's /etc/onite.toml (or the file
+ONITE_SYSTEM_CONFIG names) says ``spool = "/srv/onite"``; that file must be
+root's and writable by root only, since it chooses every user's spool. A user
+gets a personal spool ($XDG_STATE_HOME/onite) only where root has not set up a
+system spool (docs/admin-guide.md). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from onite.core.errors import OniteError, Refused
+
+SYSTEM_SPOOL = Path("/var/spool/onite")
+SYSTEM_CONFIG = "/etc/onite.toml"  # the admin's one place for every user's default; ONITE_SYSTEM_CONFIG overrides
+SYSTEM_KEYS = ("spool",)
+
+
+class Source(StrEnum):
+    """Where a command's spool came from."""
+
+    OPTION = "--spool"  #: given with --spool
+    ENVIRONMENT = "ONITE_SPOOL"  #: from $ONITE_SPOOL
+    SYSTEM = "system"  #: the system spool (/etc/onite.toml's spool, else /var/spool/onite)
+    PERSONAL = "personal"  #: a user's own, where there is no system spool ($XDG_STATE_HOME/onite)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Which spool a command uses and why (so errors, status and --help can say where it came from)."""
+
+    path: Path
+    source: Source
+    reason: str = ""  # why this one: "default: it exists", "given with --spool", …
+
+    @property
+    def personal_default(self) -> bool:
+        return self.source is Source.PERSONAL
+
+    def describe(self) -> str:
+        """``system spool /var/spool/onite (default: it exists)``."""
+        kind = {Source.SYSTEM: "system spool ", Source.PERSONAL: "personal spool "}.get(self.source, "")
+        return f"{kind}{self.path} ({self.reason or self.source})"
+
+
+def system_config_path(environ) -> Path:
+    return Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
+
+
+def system_spool(environ) -> tuple[Path, str]:
+    """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml (or the
+    file ONITE_SYSTEM_CONFIG names), else /var/spool/onite.
+
+    The file must be root's (or the caller's own) and writable by nobody else: it decides which
+    spool root's own commands (and drivers) use.
+
+    Raises:
+        ConfigError: the file cannot be read, is not root's or is writable by others, is not
+            TOML, has an unknown key, or its spool is not an absolute path.
+    """
+    from onite.core.errors import ConfigError
+
+    path = system_config_path(environ)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return SYSTEM_SPOOL, "default"
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read: {err.strerror}", "make it readable by everyone (chmod 644)") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path} is not a regular file", "make it one, or remove it")
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            raise ConfigError(f"{path} must be root's and writable by root only (it chooses every user's spool)",
+                              f"chown root {path} && chmod 644 {path}")
+        data = os.read(fd, 65536)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read: {err.strerror}", "make it readable by everyone (chmod 644)") from None
+    finally:
+        os.close(fd)
+    import tomllib
+
+    try:
+        settings = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})", "fix the file (docs/admin-guide.md)") from None
+    unknown = sorted(set(settings) - set(SYSTEM_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r}", f"the keys are: {', '.join(SYSTEM_KEYS)}")
+    spool = settings.get("spool")
+    if spool is None:
+        return SYSTEM_SPOOL, "default"
+    if not isinstance(spool, str) or not spool.startswith("/") or "\0" in spool:
+        raise ConfigError(f"{path}: spool must be an absolute path, not {spool!r}", 'e.g. spool = "/srv/onite"')
+    return Path(os.path.normpath(spool)), f"set in {path}"
+
+
+def is_initialised_system_spool(path: Path) -> bool:
+    """Has root initialised a spool at ``path`` (its jobs/ folder exists, and the spool is root's)?"""
+    try:
+        return os.stat(path).st_uid == 0 and stat.S_ISDIR(os.stat(path / "jobs").st_mode)
+    except OSError:
+        return False
+
+
+def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
+    """--spool, then ONITE_SPOOL, then the system spool for root and, once root has initialised it,
+    for everyone; a user gets a personal spool ($XDG_STATE_HOME/onite) only where there is none.
+
+    Raises:
+        ConfigError: /etc/onite.toml is bad (system_spool).
+    """
+    if explicit:
+        return Location(Path(explicit).absolute(), Source.OPTION, "given with --spool")
+    if environ.get("ONITE_SPOOL"):
+        return Location(Path(environ["ONITE_SPOOL"]).absolute(), Source.ENVIRONMENT, "from $ONITE_SPOOL")
+    system, origin = system_spool(environ)
+    where = "" if origin == "default" else f"; {origin}"
+    if euid == 0:
+        return Location(system, Source.SYSTEM, f"root's default{where}")
+    if is_initialised_system_spool(system):
+        return Location(system, Source.SYSTEM, f"default: it exists{where}")
+    state_home = environ.get("XDG_STATE_HOME") or ""
+    if not state_home.startswith("/"):  # the XDG spec says relative values are ignored
+        state_home = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return Location(Path(state_home) / "onite", Source.PERSONAL, f"default: there is no system spool at {system}")
+
+
+def check_may_init(where: Location, euid: int) -> None:
+    """``onite init`` by a user must not touch the system spool: that is root's.
+
+    Raises:
+        Refused: a user asked to initialise the system spool.
+    """
+    if euid == 0:
+        return
+    try:
+        system, _ = system_spool(os.environ)
+    except OniteError:
+        system = SYSTEM_SPOOL
+    if where.source is Source.SYSTEM or where.path == system:
+        if is_initialised_system_spool(where.path):
+            raise Refused(f"the system spool {where.path} is root's: root set it up, and only root runs onite init on it",
+                          "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)")
+        raise Refused(f"the system spool {where.path} is root's to create", "ask root to run: sudo onite init")

@@ -1,0 +1,65 @@
+"""The queued jobs as anyone may see them: in queue order, held ones marked, without opening a file.
+
+Queue order is onite.core.queue's (``order_key``): urgent, then P1 … Pn,
+then the kernel's ctime, then the name. A job held by a marker in hold/
+(onite.spool.holds) is reported with its mode's owner-write bit cleared, so
+that ``is_held(mode)`` says held for both kinds of hold.
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from dataclasses import replace
+
+from onite.core.queue import sort_folder
+from onite.spool.holds import held_by, is_held, read_holds
+from onite.spool.paths import SpoolDir
+from onite.spool.scan import Entry, find_running, job_stats, stat_entry
+
+
+def queued_stats(spool: SpoolDir) -> list[tuple[int, int, str, int, int]]:
+    """Every queued job as ``(rank, ctime_ns, name, uid, mode)``, in queue order: for listings of
+    100,000 jobs (one lstat a job, and little else)."""
+    return [(rank, *row) for rank, rows in queued_folder_stats(spool) for row in rows]
+
+
+def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, str, int, int]]]]:
+    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, mode)``
+    (the mode of a job a marker holds without its owner-write bit, so that ``is_held`` says held)."""
+    holds = read_holds(spool.hold_dir)
+    for rank, folder in spool.queue_folders():
+        rows = [(st.st_ctime_ns, entry.name, st.st_uid, st.st_mode) for entry, st in job_stats(folder)]
+        sort_folder(rows, ctime=0, name=1)
+        if holds:
+            rows = [(c, n, u, m & ~stat.S_IWUSR if held_by(holds, n, u) else m) for c, n, u, m in rows]
+        yield rank, rows
+
+
+def find_queued(spool: SpoolDir, name: str) -> list[Entry]:
+    """Queued jobs called ``name`` (normally one; two only after a race); a job a marker holds has its
+    mode's owner-write bit cleared, as in ``queued_folder_stats``."""
+    found = []
+    for rank, folder in spool.queue_folders():
+        entry = stat_entry(folder, name, rank=rank)
+        if entry:
+            found.append(entry)
+    if found:
+        holds = read_holds(spool.hold_dir)
+        if holds:
+            found = [replace(e, mode=e.mode & ~stat.S_IWUSR) if held_by(holds, e.name, e.uid) else e for e in found]
+    return found
+
+
+def live_state(spool: SpoolDir, name: str) -> str | None:
+    """Where job ``name`` is now: "queued", "held" (every queued file of that name is held), "running",
+    or None (neither). Queued folders are looked at first, then running/: a job that moves on between
+    the two looks is still found.
+
+    Raises:
+        SpoolIOError: a folder cannot be looked into.
+    """
+    queued = find_queued(spool, name)
+    if queued:
+        return "held" if all(is_held(e.mode) for e in queued) else "queued"
+    return "running" if find_running(spool, name) else None

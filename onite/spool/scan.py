@@ -1,0 +1,177 @@
+"""Looking at a spool's folders without reading a file: entries, claims, the cancel inbox, live names.
+
+An *entry* is a file in a spool folder as the file system shows it (name,
+owner, mode, ctime; onite.core.names decides what is a job name). Nothing
+here opens a job file: other users' jobs are private, and a listing of
+100,000 jobs must not open 100,000 files. Names that are no job names
+(dot-names of writes in progress, side files, whatever a user planted) are
+never entries; the driver finds those in its queue index and moves them
+aside. Queued jobs, with their holds, are onite.spool.queued's.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from onite.core.errors import SpoolIOError
+from onite.core.names import SIDE, is_valid_name
+from onite.spool.paths import SpoolDir
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file in a spool folder as the file system shows it, without reading it: a queued job, a
+    claim, or an entry of cancel/."""
+
+    name: str
+    path: Path
+    uid: int
+    mode: int
+    ctime_ns: int
+    rank: int | None = None  # queued: 0 urgent, k for Pk
+    host: str | None = None  # running: the claiming host
+    size: int = 0
+
+
+def job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
+    """The job files of ``folder`` with their lstat; nothing if it is gone. Entries whose names are
+    not job names (dot-names of writes in progress, side files, and whatever a user planted: a
+    newline, an escape sequence, bytes that are not UTF-8) are not jobs and are left out; the driver
+    finds those in its queue index (onite.spool.index.QueueIndex.strays) and moves them aside.
+
+    Raises:
+        SpoolIOError: the folder cannot be listed.
+    """
+    try:
+        it = os.scandir(folder)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise SpoolIOError(folder, "listing", err) from None
+    with it:
+        for entry in it:
+            if not is_valid_name(entry.name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # claimed or cancelled while we looked
+            yield entry, st
+
+
+def _entries(folder: Path, **extra) -> Iterator[Entry]:
+    for entry, st in job_stats(folder):
+        yield Entry(entry.name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
+
+
+def running_entries(spool: SpoolDir, host: str | None = None) -> list[Entry]:
+    """The claims of drivers (running/HOST/NAME): on ``host``, or on every host; oldest claim first."""
+    hosts = [host] if host else spool.hosts()
+    result: list[Entry] = []
+    for h in hosts:
+        result.extend(sorted(_entries(spool.running_dir(h), host=h), key=lambda e: (e.ctime_ns, e.name)))
+    return result
+
+
+def find_running(spool: SpoolDir, name: str) -> list[Entry]:
+    """The claims of job ``name`` (normally none or one; one a host)."""
+    found = []
+    for host in spool.hosts():
+        entry = stat_entry(spool.running_dir(host), name, host=host)
+        if entry:
+            found.append(entry)
+    return found
+
+
+def stat_entry(folder: Path, name: str, **extra) -> Entry | None:
+    """The entry ``folder/name``, or None if there is none.
+
+    Raises:
+        SpoolIOError: it cannot be looked at.
+    """
+    try:
+        st = os.lstat(f"{folder}/{name}")  # a Path is made only for what is found
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        raise SpoolIOError(folder / name, "looking at", err) from None
+    return Entry(name, folder / name, st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
+
+
+def token_entries(folder: Path) -> Iterator[tuple[str, os.DirEntry, os.stat_result]]:
+    """The ``NAME@TOKEN`` entries of a folder users write (cancel/, hold/) whose NAME is a job name,
+    each with its lstat: anything else there is nothing onite acts on. No folder: nothing.
+
+    Raises:
+        SpoolIOError: the folder cannot be listed.
+    """
+    try:
+        it = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as err:
+        raise SpoolIOError(folder, "listing", err) from None
+    with it:
+        for entry in it:
+            name, sep, _ = entry.name.partition(SIDE)
+            if not sep or not is_valid_name(name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield name, entry, st
+
+
+def cancel_inbox(spool: SpoolDir) -> list[Entry]:
+    """Everything in cancel/: withdrawn jobs (non-empty files) and cancel requests (empty ones).
+
+    Raises:
+        SpoolIOError: cancel/ cannot be listed.
+    """
+    return [Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size)
+            for name, entry, st in token_entries(spool.cancel_dir)]
+
+
+def cancelled_pending(spool: SpoolDir) -> list[Entry]:
+    """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
+    return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode)]
+
+
+def is_live(spool: SpoolDir, name: str, hosts: list[str] | None = None) -> bool:
+    """Is a job of this name queued or running (on any host; ``hosts``: spool.hosts(), if the caller has it)?
+
+    Raises:
+        SpoolIOError: a folder of the spool cannot be looked into.
+    """
+    # find_queued and find_running, without their Entry objects: retention asks this of every job it removes
+    hosts = spool.hosts() if hosts is None else hosts
+    folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in hosts]
+    for folder in folders:
+        try:
+            os.lstat(f"{folder}/{name}")
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as err:
+            raise SpoolIOError(folder / name, "looking at", err) from None
+    return False
+
+
+def name_taken(spool: SpoolDir, name: str) -> bool:
+    """Used by a live job, a filed cancellation or a kept result (so --unique never reuses output)."""
+    return is_live(spool, name) or spool.result_path(name).exists() or spool.output_path(name).exists()
+
+
+def user_name(uid: int) -> str:
+    """The account name of the owner ``uid`` of a spool file, or the number if it has none."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

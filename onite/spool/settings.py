@@ -1,0 +1,33 @@
+"""A spool's settings as this machine reads them: onite.toml, and which host this driver is.
+
+``load_config`` is the only read of onite.toml (parsing it is onite.core.config's,
+pure); ``default_host`` is the one place that asks the machine its name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from onite.core.config import Config, parse_config
+from onite.core.errors import ConfigError
+
+
+def load_config(path: Path) -> Config:
+    """Read ``path``; a spool without onite.toml uses the defaults.
+
+    Raises:
+        ConfigError: unreadable or invalid.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}", "check its permissions") from None
+    return parse_config(text, str(path))
+
+
+def default_host(config: Config) -> str:
+    """This machine's identity as a driver: ``host`` in onite.toml, else the short hostname."""
+    return config.host or os.uname().nodename.split(".")[0]

@@ -1,0 +1,157 @@
+"""``onite init``: make (or complete) a spool from the skeleton in spool-skel/, with the modes of docs/security.md.
+
+Idempotent: a folder that exists is given its mode again, a missing one is
+made, and an onite.toml someone changed is never overwritten. ``init`` never
+adopts what another user made (a folder of the spool or above it, a link):
+that user could then change what the driver runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from onite.core.config import parse_config
+from onite.core.errors import Refused, SpoolError, SpoolIOError
+from onite.spool.files import replace_file
+from onite.spool.paths import HOLD, STICKY_DIR, URGENT
+
+
+def skeleton_config() -> str:
+    """The commented default onite.toml shipped in spool-skel/."""
+    from importlib import resources
+
+    return resources.files("onite").joinpath("skel", "onite.toml").read_text(encoding="utf-8")
+
+
+def with_priorities(text: str, priorities: int) -> str:
+    """The skeleton text for ``priorities`` folders; the default priority is the middle one."""
+    import re
+
+    text = re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
+    return re.sub(r"(?m)^default_priority = \d+$", f"default_priority = {(priorities + 1) // 2}", text, count=1)
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What ``init_spool`` did."""
+
+    root: Path
+    created: tuple[str, ...]
+    config_written: bool
+    config_kept: bool  # an existing, changed onite.toml was left alone
+
+
+def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitReport:
+    """Create (or complete) a spool. Idempotent; never overwrites a changed onite.toml.
+
+    ``system`` (root installing a shared spool) sets the multi-user modes of
+    docs/security.md; otherwise the spool is private to the caller (0700).
+
+    Raises:
+        Refused: onite.toml exists, was changed, and disagrees with ``priorities``.
+        SpoolIOError: a folder or file cannot be created.
+    """
+    created: list[str] = []
+    skel = skeleton_config()
+    _refuse_foreign(root, os.geteuid())
+    if not root.parent.exists():  # e.g. ~/.local/state on a fresh account
+        try:
+            os.makedirs(root.parent, mode=0o755 if system else 0o700, exist_ok=True)
+        except OSError as err:
+            raise SpoolIOError(root.parent, "creating", err) from None
+    _make_dir(root, 0o755 if system else 0o700, created, root)
+    config_path = root / "onite.toml"
+    config_written = config_kept = False
+    if config_path.exists():
+        current = _read_text(config_path)
+        existing = parse_config(current, str(config_path))
+        pristine = current == with_priorities(skel, existing.priorities)
+        if priorities is not None and existing.priorities != priorities:
+            if not pristine:
+                raise Refused(
+                    f"{config_path} says priorities = {existing.priorities}, not {priorities}, and was changed by hand",
+                    "edit its priorities line, then run onite init again",
+                )
+            replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
+            config_written = True
+        else:
+            config_kept = not pristine
+            priorities = existing.priorities
+            try:
+                os.chmod(config_path, 0o644)  # only its owner may change what the driver runs
+            except OSError as err:
+                raise SpoolIOError(config_path, "setting the mode of", err) from None
+    else:
+        priorities = priorities or parse_config(skel).priorities
+        replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
+        config_written = True
+        created.append("onite.toml")
+    queue_mode = STICKY_DIR if system else 0o755
+    _make_dir(root / "jobs", 0o755, created, root)
+    for folder in [URGENT] + [f"P{p}" for p in range(1, priorities + 1)]:
+        _make_dir(root / "jobs" / folder, queue_mode, created, root)
+    for folder in ("running", "jobsdone", "stdout"):
+        _make_dir(root / folder, 0o755, created, root)
+    _make_dir(root / "cancel", queue_mode, created, root)
+    _make_dir(root / "recur", queue_mode, created, root)
+    _make_dir(root / HOLD, queue_mode, created, root)
+    _make_dir(root / "refused", 0o700, created, root)
+    _make_dir(root / "locks", 0o700, created, root)  # no other user may open (and so hold) a lock
+    from onite.spool.locks import remove_legacy
+
+    remove_legacy(root)
+    log = root / "onite.log"
+    if not log.exists():
+        replace_file(log, b"", mode=0o644, durable=True)
+        created.append("onite.log")
+    else:
+        try:
+            os.chmod(log, 0o644)
+        except OSError as err:
+            raise SpoolIOError(log, "setting the mode of", err) from None
+    return InitReport(root, tuple(created), config_written, config_kept)
+
+
+def _refuse_foreign(root: Path, owner: int) -> None:
+    """``init`` never adopts what someone else made: a folder or file of the spool (or a folder
+    above it) that another user owns, or a link, would let that user change what the driver runs.
+
+    Raises:
+        Refused: with the first such path, and what to do.
+    """
+    from onite.spool import trust
+
+    found = [problem for problem in trust.problems(root, owner)
+             if "belongs to" in problem or "symbolic link" in problem or "not a " in problem
+             or "hard links" in problem]
+    for folder in reversed(Path(os.path.realpath(root)).parents):
+        st = os.lstat(folder) if os.path.lexists(folder) else None
+        if st is not None and st.st_uid not in (0, owner):
+            found.insert(0, f"{folder} belongs to uid {st.st_uid}")
+    if found:
+        raise Refused(f"onite init will not adopt {root}: {found[0]}",
+                      "someone else made it: move it away (or chown it), then run onite init again")
+
+
+def _make_dir(path: Path, mode: int, created: list[str], root: Path) -> None:
+    try:
+        os.mkdir(path, mode)
+        created.append(str(path.relative_to(root)) + "/" if path != root else str(path) + "/")
+    except FileExistsError:
+        if not path.is_dir() or path.is_symlink():
+            raise SpoolError(f"{path} exists and is not a folder", "move it away and run onite init again") from None
+    except OSError as err:
+        raise SpoolIOError(path, "creating", err) from None
+    try:
+        os.chmod(path, mode)  # mkdir's mode is masked by the umask; the spool's modes are not negotiable
+    except OSError as err:
+        raise SpoolIOError(path, "setting the mode of", err) from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
