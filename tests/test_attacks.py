@@ -219,7 +219,7 @@ def test_the_cancel_inbox_survives_files_links_and_folders_swapped_under_it(spoo
 @pytest.mark.parametrize("kind", ["symlink", "folder", "fifo", "hard-link"])
 def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
     """Each kind of entry a user can make in cancel/, given to the driver's filing directly."""
-    from onite.app.control import NotAJob, file_cancelled
+    from onite.spool.cancels import NotAJob, file_withdrawn
     from onite.spool.paths import SpoolDir
 
     entry = spool / "cancel" / "vjob@x"
@@ -237,7 +237,7 @@ def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
             os.link(entry, spool / "cancel" / "vjob@y")
     assert as_user(make) == ("ok", None)
     with pytest.raises(NotAJob):
-        file_cancelled(SpoolDir(spool), entry, by="nobody", now=datetime.now().astimezone())
+        file_withdrawn(SpoolDir(spool), entry, by="nobody", now=datetime.now().astimezone())
     assert not os.path.lexists(spool / "jobsdone" / "vjob") and not (spool / "jobsdone" / "vjob@result").exists()
     assert not os.path.lexists(entry)
     assert drain(spool).returncode == 0  # and the driver, finding the rest, goes on
@@ -323,7 +323,7 @@ def test_the_subreaper_contains_jobs_where_there_is_no_cgroup(spool, workdir):
     """Where no cgroup v2 can be made (a container), the monitor reaps what the job leaves behind."""
     from onite.exec.contain import SUBREAPER, Containment
     from onite.drain.driver import Driver
-    from onite.exec.executor import LocalRunner
+    from onite.exec.local import LocalRunner
     from onite.spool.paths import SpoolDir
 
     pids = workdir / "pids"

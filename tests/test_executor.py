@@ -82,7 +82,8 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
     from dataclasses import replace
     from datetime import datetime
 
-    from onite.exec.executor import Run, run_outputs
+    from onite.exec.launch import run_outputs
+    from onite.exec.runner import Run
     from onite.exec.identity import current
     from onite.core.jobfile import Job
 

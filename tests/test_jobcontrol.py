@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, time as dtime, timedelta
 
 import pytest
 
@@ -88,16 +88,32 @@ def test_leftover_background_processes_die_with_their_job(spool, workdir):
              what="the job's background process to be killed")
 
 
+def drive_to_wakes(clock):
+    """A driver's ``tick``: whenever it waits for a time (a not-before time, a back-off), let its clock
+    jump there, so that it never waits in real time."""
+    def tick(driver, now):
+        if driver.wake_at is not None and driver.wake_at > now:
+            clock.set(driver.wake_at)
+
+    return tick
+
+
 def test_retries_with_backoff_record_every_attempt(spool, workdir):
-    set_config(spool, retry_delay="1s")
+    """Back-off 1m, then 2m, on the driver's clock, which the test moves on (nothing waits three minutes)."""
+    from onite.core.clock import ManualClock
+    from onite.drain.driver import Driver
+    from onite.spool.paths import SpoolDir
+
+    set_config(spool, retry_delay="1m")
     count = workdir / "count"
     submit("flaky", f"echo x >> {count}; [ $(wc -l < {count}) -ge 3 ]\n", "--retries", "3")
-    drain(spool)
+    clock = ManualClock(datetime.now().astimezone())
+    assert Driver(SpoolDir(spool), clock=clock, tick=drive_to_wakes(clock)).run() == 0
     rec = result(spool, "flaky")
     assert rec["state"] == "done" and rec["attempt"] == 3
     assert [a["exit_code"] for a in rec["attempts"]] == [1, 1, 0]
     starts = [datetime.fromisoformat(a["started"]) for a in rec["attempts"]]
-    assert starts[1] - starts[0] >= timedelta(seconds=1) and starts[2] - starts[1] >= timedelta(seconds=2)
+    assert starts[1] - starts[0] >= timedelta(minutes=1) and starts[2] - starts[1] >= timedelta(minutes=2)
     assert sum(" retry flaky " in line for line in log_lines(spool)) == 2
 
 
@@ -176,15 +192,21 @@ def test_a_job_released_while_the_driver_runs_is_run_by_it(spool, workdir, cli):
     assert trace.read_text().split() == ["blocker", "held", "last"]
 
 def test_not_before_time_waits_inside_the_window(spool, workdir):
+    """Inside the night's window the driver waits for a not-before time (on its clock: the test moves it
+    on once the untimed job is done), then runs the job."""
+    from onite.core.clock import ManualClock
+    from onite.drain.driver import Driver
+    from onite.spool.paths import SpoolDir
+
     trace = workdir / "trace"
-    at = (datetime.now().astimezone() + timedelta(seconds=2)).isoformat()
-    submit("timed", f"date +%s.%N >> {trace}\n", "--at", at)
+    clock = ManualClock(datetime.now().astimezone())
+    at = clock.now() + timedelta(minutes=30)
+    submit("timed", f"echo timed >> {trace}\n", "--at", at.isoformat())
     submit("now", f"echo now >> {trace}\n", "-p", "7")
-    started = time.time()
-    until = (datetime.now() + timedelta(hours=1)).strftime("%H:%M:%S")
-    drain(spool, "--until", until)
-    lines = trace.read_text().split()
-    assert lines[0] == "now" and float(lines[1]) >= started + 1.0
+    until = (clock.now() + timedelta(hours=1)).time().replace(microsecond=0)
+    assert Driver(SpoolDir(spool), clock=clock, until=until, tick=drive_to_wakes(clock)).run() == 0
+    assert trace.read_text().split() == ["now", "timed"]
+    assert datetime.fromisoformat(result(spool, "timed")["started"]) >= at
 
 
 def test_without_a_window_future_jobs_wait_for_a_later_drain(spool, workdir, cli):
@@ -197,12 +219,26 @@ def test_without_a_window_future_jobs_wait_for_a_later_drain(spool, workdir, cli
 
 
 def test_until_window_leaves_the_rest_queued(spool, workdir, cli):
-    trace = workdir / "trace"
-    submit("first", f"echo first >> {trace}; sleep 3\n", "-p", "1")
+    """The window closes while the first job runs (the test moves the driver's clock past `until` once it
+    runs): the jobs behind it stay queued for the next night."""
+    from onite.core.clock import ManualClock
+    from onite.drain.driver import Driver
+    from onite.spool.paths import SpoolDir
+
+    trace, gate = workdir / "trace", workdir / "gate"
+    gate.touch()
+    submit("first", f"echo first >> {trace}; while [ -e {gate} ]; do sleep 0.02; done\n", "-p", "1")
     submit("second", f"echo second >> {trace}\n", "-p", "2")
     submit("third", f"echo third >> {trace}\n", "-p", "3")
-    until = (datetime.now() + timedelta(seconds=1.5)).strftime("%H:%M:%S")
-    assert drain(spool, "--until", until).returncode == 0
+    clock = ManualClock(datetime.now().astimezone().replace(hour=6, minute=59, second=0, microsecond=0))
+
+    def close_the_window(driver, now):
+        if trace.exists() and gate.exists():  # the first job runs: 07:00 comes, then it ends
+            clock.set(now.replace(hour=7, minute=0, second=1))
+            gate.unlink()
+
+    driver = Driver(SpoolDir(spool), clock=clock, until=dtime(7, 0), tick=close_the_window)
+    assert driver.run() == 0
     assert trace.read_text().split() == ["first"]
     assert [j["name"] for j in cli(["list", "--json"]).json()["jobs"]] == ["second", "third"]
     assert any("window-closed" in line and "left=2" in line for line in log_lines(spool))
@@ -313,10 +349,13 @@ def test_cancel_queued_job_and_not_found(spool, cli):
     assert r.code == 2 and "no job name given" in r.err
 
 
-def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workdir, monkeypatch):
-    """A Slurm controller that does not answer is not the job's fault: it goes back, the driver waits."""
-    from onite.drain import driver as drv
-    from onite.exec.executor import LocalRunner, Unavailable
+def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workdir):
+    """A Slurm controller that does not answer is not the job's fault: it goes back, the driver waits
+    (on its clock, which the test moves on: no pause is waited out in real time)."""
+    from onite.core.clock import ManualClock
+    from onite.drain.driver import Driver
+    from onite.exec.local import LocalRunner
+    from onite.exec.runner import Unavailable
     from onite.spool.paths import SpoolDir
 
     class UnavailableTwice(LocalRunner):
@@ -328,18 +367,23 @@ def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workd
                 raise Unavailable("the controller does not answer (test)")
             super().start(run, output_path, **options)
 
-    monkeypatch.setattr(drv, "PAUSE_FIRST", 0.2)
+    clock = ManualClock(datetime.now().astimezone())
+
+    def tick(driver, now):  # the driver waits out the executor's pause on its clock: let that time pass
+        if driver.wake_at is not None and driver.wake_at > now:
+            clock.set(driver.wake_at)
+
     trace = workdir / "trace"
     submit("a", f"echo a >> {trace}\n")
     submit("b", f"echo b >> {trace}\n")
-    runner = UnavailableTwice(shell="/bin/sh", kill_grace=1.0, switch_user=False)
-    assert drv.Driver(SpoolDir(spool), runner=runner).run() == 0
+    runner = UnavailableTwice(shell="/bin/sh", kill_grace=1.0, switch_user=False, clock=clock)
+    assert Driver(SpoolDir(spool), runner=runner, clock=clock, tick=tick).run() == 0
     assert sorted(trace.read_text().split()) == ["a", "b"]
     for name in "ab":
         assert result(spool, name)["state"] == "done" and result(spool, name)["attempt"] == 1
     pauses = [line for line in log_lines(spool) if " executor-unavailable " in line]
     assert len(pauses) == 2
-    assert "retry_in=0.2s" in pauses[0] and "retry_in=0.4s" in pauses[1]
+    assert "retry_in=15s" in pauses[0] and "retry_in=30s" in pauses[1]  # PAUSE_FIRST, then twice as long
     assert "the controller does not answer (test)" in pauses[0]
 
 

@@ -65,8 +65,10 @@ def test_not_a_terminal_gets_the_log_lines_and_quiet_nothing(spool):
     assert " done silent " in "\n".join(log_lines(spool))
 
 
-def run_on_pty(spool, *args: str, env_extra: dict | None = None, timeout: float = 90) -> tuple[int, str]:
-    """``onite run`` with a pseudo-terminal as its stdout and stderr: the exit code and what the terminal got."""
+def run_on_pty(spool, *args: str, env_extra: dict | None = None, timeout: float = 90,
+               seen=None) -> tuple[int, str]:
+    """``onite run`` with a pseudo-terminal as its stdout and stderr: the exit code and what the terminal got.
+    ``seen(screen)`` is called with what the terminal got so far, each time more comes."""
     master, slave = pty.openpty()
     env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS="100",
                **(env_extra or {}))
@@ -86,6 +88,8 @@ def run_on_pty(spool, *args: str, env_extra: dict | None = None, timeout: float 
             if not data:
                 break
             chunks.append(data)
+            if seen is not None:
+                seen(b"".join(chunks).decode("utf-8", "replace"))
         elif proc.poll() is not None:
             break
     os.close(master)
@@ -98,10 +102,12 @@ def test_a_terminal_gets_a_live_view(spool, workdir):
     gate.touch()
     submit("first", f"while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
     submit("broken", "exit 3\n", "-p", "2")
-    # the gate opens once the view has had time to draw the running job (the view redraws 4 times a second)
-    opener = subprocess.Popen(["sh", "-c", f"sleep 2; rm -f {gate}"])
-    code, screen = run_on_pty(spool)
-    opener.wait()
+
+    def open_gate(screen: str) -> None:  # once the view has drawn the running job
+        if "▶ first" in screen and "slots busy" in screen:
+            gate.unlink(missing_ok=True)
+
+    code, screen = run_on_pty(spool, seen=open_gate)
     assert code == 0
     assert "▶ first" in screen and "slots busy" in screen and "jobs" in screen  # the live part
     assert "✓ first (root) done" in screen or "✓ first (" in screen

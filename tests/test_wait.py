@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from conftest import REPO, drain, needs_root, run_cli, start_driver, wait_for
+from onite.core.clock import ManualClock
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 from onite.app import wait as w
@@ -238,14 +239,14 @@ def test_exit_status():
 
 def test_poll_loop_backs_off_and_stops_at_the_timeout(spool, gate):
     submit("stuck", gated(gate))
-    clock = [0.0]
     sleeps = []
 
-    def sleep(seconds):
-        sleeps.append(seconds)
-        clock[0] += seconds
+    class Recording(ManualClock):
+        def sleep(self, seconds):
+            sleeps.append(seconds)
+            super().sleep(seconds)
 
-    waited = w.wait_jobs(SpoolDir(spool), ["stuck"], timeout=10, clock=lambda: clock[0], sleep=sleep)
+    waited = w.wait_jobs(SpoolDir(spool), ["stuck"], timeout=10, clock=Recording(NOW))
     assert waited.timed_out and waited.exit_code == 6 and waited.still == {"stuck": "queued"}
     assert sleeps[0] == w.POLL_FIRST and max(sleeps) == w.POLL_MAX
     assert sleeps == sorted(sleeps[:-1]) + sleeps[-1:]  # growing, but for the last, cut at the deadline

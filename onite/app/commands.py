@@ -372,7 +372,7 @@ def wake_daemon(spool: str | None, host: str | None) -> str:
     """
     from onite.drain import heartbeat as hb
     from onite.spool.settings import default_host
-    from onite.drain.daemon import request_wake
+    from onite.drain.wake import request_wake
     from onite.core.errors import NotFound, SpoolError
     from onite.core.names import check_name
 
@@ -471,7 +471,7 @@ def detach_driver(target, slots, until, host, scheduled: bool = False) -> tuple[
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     import signal
 
-    from onite.drain.driver import SignalCatcher
+    from onite.drain.signals import SignalCatcher
 
     # Its pid is printed at once: it starts with the driver's signals blocked, so that a USR1 or a
     # HUP sent before it has installed its handlers waits for them instead of killing it.
@@ -559,7 +559,7 @@ def wait_command(names: list[str], timeout: str | None, spool: str | None, *, as
     if names:
         waited = waiting.wait_jobs(target, names, timeout=limit, announce=announce)
     else:
-        waited = waiting.wait_drains(target, timeout=limit, now=now, announce=announce)
+        waited = waiting.wait_drains(target, timeout=limit, announce=announce)
     print(waiting.wait_json(target, waited) if as_json else "\n".join(waited.lines() if names else [waited.summary()]))
     return waited.exit_code
 

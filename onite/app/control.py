@@ -1,16 +1,10 @@
-"""What users do to jobs already spooled: cancel, hold, release, find, read output.
+"""What users do to jobs already spooled: cancel (by name, pattern or --all), hold, release, find.
 
-A user can rename, chmod or remove only their own files in the sticky queue
-folders, and cannot touch running/ or jobsdone/ at all. So:
-
-- cancelling your own queued job moves it into cancel/ at once (one rename:
-  it can never run after that); a driver files it into jobsdone/ later;
-- everything else (a running job, or someone else's job where own_only =
-  false allows it) is a request: an empty file cancel/NAME@TOKEN owned by
-  the requester, which the driver honours only if the rules allow that
-  requester to cancel that job (docs/security.md).
-
-Root, and the owner of a personal spool, file a cancellation at once.
+Cancelling your own queued job withdraws it into cancel/ at once; anything
+else is a request a driver honours if the rules allow (onite.spool.cancels,
+docs/security.md). Root, and the owner of a personal spool, file a
+cancellation at once. A hold is a marker that keeps the job's place
+(onite.spool.holds).
 """
 
 from __future__ import annotations
@@ -19,16 +13,16 @@ import os
 import stat
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
-from onite.spool.files import change_state, move_file, remove_file
+from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
+from onite.spool.files import remove_file
 from onite.spool.holds import add_hold, is_held, job_mode, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
-from onite.spool.results import may_replace_result, read_result, write_result
+from onite.spool.results import read_result
 from onite.spool.scan import Entry, find_running, is_live, user_name
-from onite.core.errors import EXIT_REFUSED, DamagedRecord, JobFormatError, NotFound, OniteError, Refused, SpoolIOError
-from onite.core.names import SIDE, check_name
+from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
+from onite.core.names import check_name
 
 
 @dataclass(frozen=True)
@@ -73,7 +67,7 @@ def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> Cancel
     if running:
         request_cancel(spool, name)
         host = running[0].host
-        if not driver_alive(spool, host):
+        if not driver_alive(spool, host, now):
             return CancelReport(name, "requested", f"running on {host}, but no driver is alive there (it died): the "
                                 f"job is stopped when a driver next starts on {host} — root can start one now: onite "
                                 f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)
@@ -83,7 +77,7 @@ def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> Cancel
             pending = withdraw(spool, entry)
             if can_file(spool):
                 by = user_name(caller_uid)
-                filed = file_cancelled(spool, pending, by=by, now=now, rank=entry.rank)
+                filed = file_withdrawn(spool, pending, by=by, now=now, rank=entry.rank)
                 if filed is not None:
                     tell_filed(spool, filed, by, name)
         else:
@@ -119,11 +113,11 @@ def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
     return report
 
 
-def driver_alive(spool: SpoolDir, host: str) -> bool:
+def driver_alive(spool: SpoolDir, host: str, now: datetime) -> bool:
     """Is a driver of ``host`` alive (its heartbeat, onite.drain.heartbeat), to act on a cancel request?"""
-    from onite.spool.locks import held_locks
+    from onite.drain.heartbeat import live_beats
 
-    return any(lock.host == host for lock in held_locks(spool.root))
+    return any(beat.host == host for beat in live_beats(spool.root, now))
 
 
 def cancellable(spool: SpoolDir, caller_uid: int) -> list:
@@ -177,144 +171,6 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
     return Selection(chosen, skipped)
 
 
-def withdraw(spool: SpoolDir, entry: Entry) -> Path:
-    """Move a queued job into cancel/ (it can no longer run). Returns its new path.
-
-    Raises:
-        NotFound: a driver claimed it first.
-    """
-    from onite.core.state import JobState
-
-    target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
-    try:
-        change_state(entry.name, JobState.HELD if is_held(entry.mode) else JobState.QUEUED, JobState.CANCELLED,
-                        entry.path, target, "cancelling")
-    except NotFound:
-        raise NotFound(f"job {entry.name!r} started running as you cancelled it",
-                       f"run onite cancel {entry.name} again to stop it") from None
-    if is_held(entry.mode):  # its hold markers would hold the next job of that name
-        remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
-    return target
-
-
-def request_cancel(spool: SpoolDir, name: str) -> Path:
-    """Leave an empty request file cancel/NAME@TOKEN for the drivers."""
-    path = spool.cancel_dir / f"{name}{SIDE}{_token()}"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        os.close(fd)
-    except OSError as err:
-        raise SpoolIOError(path, "asking the driver to cancel", err) from None
-    return path
-
-
-class NotAJob(OniteError):
-    """Something in cancel/ that is not a withdrawn job file (a folder, a link, a fifo, a hard link)."""
-
-    exit_code = EXIT_REFUSED
-
-
-@dataclass(frozen=True)
-class Filed:
-    """What ``file_cancelled`` did: ``result`` is the cancelled result it wrote (None if it wrote none:
-    ``note`` says why), ``job`` the withdrawn job file as read (None if damaged)."""
-
-    result: object
-    job: object
-    note: str = ""
-
-
-def file_cancelled(spool: SpoolDir, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
-    """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result.
-
-    Anyone can put anything in cancel/, so what is filed is checked where no user can change it:
-    the entry is opened without following a link and must be a regular file with one link; it is
-    then moved into jobsdone/ under a dot-name (a folder only root writes) and checked again
-    there, so a file swapped in meanwhile is caught. Its cancelled result never replaces the kept
-    result of another user's job of that name (spool.may_replace_result): the job file is then
-    set aside in refused/ and ``note`` says so.
-
-    Returns:
-        What was filed, or None if the entry was gone (another driver, or ``onite cancel``, filed it).
-    Raises:
-        NotAJob: it is not a job file; it was moved to refused/ (or removed).
-        SpoolIOError: the spool cannot be written.
-    """
-    from onite.spool.filecheck import SLACK, read_up_to
-    from onite.core.jobfile import decode
-    from onite.core.state import JobState, unrun_result
-
-    name = pending.name.partition(SIDE)[0]
-    try:
-        fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-    except FileNotFoundError:
-        return None
-    except OSError as err:  # a symlink (ELOOP), a fifo without a writer is fine (O_NONBLOCK), …
-        _set_aside(spool, pending, name, f"not a job file ({err.strerror})")
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            what = "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file"
-            os.close(fd)
-            fd = -1
-            _set_aside(spool, pending, name, what)
-        # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
-        data = read_up_to(fd, spool.config.max_job_size + SLACK)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    staged = spool.done_dir / f".{name}@cancelled.{os.getpid()}.{os.urandom(3).hex()}.tmp"
-    try:
-        move_file(pending, staged, "filing the cancelled job")
-    except NotFound:
-        return None  # filed meanwhile by someone else: not an error
-    try:
-        now_st = os.lstat(staged)
-    except FileNotFoundError:
-        return None
-    if (now_st.st_dev, now_st.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now_st.st_mode) \
-            or now_st.st_nlink != 1:
-        _set_aside(spool, staged, name, "it was swapped while it was filed")
-    try:
-        job = decode(data)
-        priority, urgent, submitted = job.priority, job.urgent, job.submitted
-    except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
-        job, priority, urgent, submitted = None, rank or 0, rank == 0, now
-    if not may_replace_result(spool, name, st.st_uid):
-        target = spool.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
-        move_file(staged, target, "setting aside a cancelled job")
-        return Filed(None, job, f"not filed over the kept result of another user's {name} (kept in refused/)")
-    result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED,
-                          reason=f"cancelled by {by}", host="", now=now, priority=priority, urgent=urgent,
-                          submitted=submitted)
-    try:
-        write_result(spool, result)
-        move_file(staged, spool.done_dir / name, "filing the cancelled job")
-    except OniteError:
-        _unlink_quietly(staged)
-        raise
-    return Filed(result, job)
-
-
-def _set_aside(spool: SpoolDir, path: Path, name: str, why: str) -> None:
-    """Move what is not a job out of cancel/ (into refused/, where only root looks), then raise NotAJob."""
-    target = spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"
-    try:
-        os.rename(path, target)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        _unlink_quietly(path)
-    raise NotAJob(f"{path.name} in cancel/ is {why}", "it was set aside in refused/")
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
     """What a driver does when it files a cancelled job, done by ``cancel`` when it filed one itself
     (root, or a personal spool's owner): the ``cancelled`` log line, and the owner's notice if one is
@@ -333,10 +189,6 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
             notifier.finish()
     finally:
         log.close()
-
-
-def _token() -> str:
-    return f"{os.getpid()}.{os.urandom(4).hex()}"
 
 
 def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
@@ -448,26 +300,6 @@ def _chmod_job(entry: Entry, mode: int, action: str) -> None:
         pass  # a driver still looks at it before it decides it has nothing left to do
 
 
-def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
-    """No stdout/NAME@stderr: if NAME's output is there, its stderr is in it (the driver removes a
-    stale NAME@stderr when a job of that name starts with its stderr merged).
-
-    Raises:
-        Refused: the output belongs to another user.
-        NotFound: its stderr went with its stdout.
-    """
-    try:
-        owner = os.lstat(spool.output_path(name)).st_uid
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        raise SpoolIOError(spool.output_path(name), "looking at", err) from None
-    if caller_uid not in (0, owner):
-        raise Refused(f"the output of {name!r} belongs to {user_name(owner)}", "only its owner and root may read it")
-    raise NotFound(f"job {name!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
-                   f"read it with: onite output {name}")
-
-
 def find(spool: SpoolDir, name: str) -> bool:
     """Is a job of this name queued or running (any host)?
 
@@ -476,31 +308,3 @@ def find(spool: SpoolDir, name: str) -> bool:
     """
     check_name(name)
     return is_live(spool, name)
-
-
-def open_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool = False):
-    """Open the captured output of the latest (or running) run of ``name`` for reading: its stdout
-    (with its stderr, unless it was kept apart), or with ``stderr`` its kept-apart stderr.
-
-    Raises:
-        NotFound: no output kept for that name; with ``stderr``, also: its stderr was not kept apart.
-        Refused: it belongs to another user.
-    """
-    check_name(name)
-    path = spool.stderr_path(name) if stderr else spool.output_path(name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if stderr:
-            _no_stderr(spool, name, caller_uid)
-        raise NotFound(f"no output kept for job {name!r}", "it has not run yet, or retention removed it (see onite list --all)") from None
-    except PermissionError:
-        raise Refused(f"the output of {name!r} belongs to {user_name(os.lstat(path).st_uid)}",
-                      "only its owner and root may read it") from None
-    except OSError as err:
-        raise SpoolIOError(path, "reading", err) from None
-    st = os.fstat(fd)
-    if caller_uid not in (0, st.st_uid):
-        os.close(fd)  # readable by mode, but output is private to its owner
-        raise Refused(f"the output of {name!r} belongs to {user_name(st.st_uid)}", "only its owner and root may read it")
-    return os.fdopen(fd, "rb")

@@ -12,7 +12,7 @@ was, so it is idempotent. Because nobody but root may read root's crontab,
 the spool keeps a world-readable record of what was installed,
 SPOOL/cron.HOST.state (JSON: the schedule, the command, when and by whom it
 was installed, the next drain it will start), which ``onite status`` and
-``onite submit`` read (onite.drain.nextdrain). Only the spool's owner writes the
+``onite submit`` read (onite.drain.nextdrain; the record is onite.spool.cronrecords'). Only the spool's owner writes the
 spool's top folder, so the record cannot be forged by users.
 """
 
@@ -23,91 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from onite.core.errors import InvalidInput, OniteError, Refused, SpoolError
-
-FORMAT = 1
-PREFIX, SUFFIX = "cron.", ".state"
-
-
-def record_path(root: Path, host: str) -> Path:
-    return Path(root) / f"{PREFIX}{host}{SUFFIX}"
-
-
-@dataclass(frozen=True)
-class CronRecord:
-    """What ``onite cron --install`` put in a crontab on ``host``, as the spool remembers it."""
-
-    host: str
-    machine: str
-    schedule: tuple[str, ...]
-    command: str
-    installed: datetime
-    user: str
-    next_drain: datetime | None
-
-    def to_json(self) -> dict:
-        return {"version": FORMAT, "host": self.host, "machine": self.machine, "schedule": list(self.schedule),
-                "command": self.command, "installed": self.installed.isoformat(), "user": self.user,
-                "next_drain": self.next_drain.isoformat() if self.next_drain else None}
-
-    @classmethod
-    def from_json(cls, data) -> "CronRecord | None":
-        """The record ``data`` describes, or None if a field is missing or out of range."""
-        try:
-            if not isinstance(data, dict) or data.get("version") != FORMAT:
-                return None
-            schedule = data["schedule"]
-            if not isinstance(schedule, list) or not all(isinstance(e, str) and len(e) < 200 for e in schedule):
-                return None
-            texts = [data[k] for k in ("host", "machine", "command", "user")]
-            if not all(isinstance(t, str) and len(t) < 4096 for t in texts):
-                return None
-            installed = datetime.fromisoformat(data["installed"])
-            nxt = data.get("next_drain")
-            nxt = datetime.fromisoformat(nxt) if nxt is not None else None
-            if installed.tzinfo is None or (nxt is not None and nxt.tzinfo is None):
-                return None
-            return cls(data["host"], data["machine"], tuple(schedule), data["command"], installed, data["user"], nxt)
-        except (KeyError, TypeError, ValueError, OverflowError):
-            return None
-
-
-def read_records(root: Path) -> list[CronRecord]:
-    """Every cron record of the spool, by host (damaged ones are skipped)."""
-    from onite.core.names import is_valid_name
-
-    found = []
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return []
-    for name in names:
-        if name.startswith(PREFIX) and name.endswith(SUFFIX) and is_valid_name(name[len(PREFIX):-len(SUFFIX)]):
-            import json
-
-            try:
-                fd = os.open(Path(root) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-                try:
-                    data = os.read(fd, 65536)
-                finally:
-                    os.close(fd)
-                record = CronRecord.from_json(json.loads(data))
-            except (OSError, ValueError, RecursionError):
-                continue
-            if record is not None and record.host == name[len(PREFIX):-len(SUFFIX)]:
-                found.append(record)
-    return found
-
-
-def write_record(root: Path, record: CronRecord) -> None:
-    """Raises:
-        SpoolIOError: it cannot be written.
-    """
-    from onite.core.jsontext import dumps
-    from onite.spool.files import replace_file
-
-    replace_file(record_path(root, record.host), (dumps(record.to_json()) + "\n").encode(), mode=0o644, durable=True)
-
+from onite.core.errors import InvalidInput, Refused, SpoolError
+from onite.spool.cronrecords import CronRecord, record_path, write_record
 
 # ---- the block (pure) --------------------------------------------------------------------
 
@@ -269,16 +186,3 @@ def uninstall(spool, host: str) -> Installed:
 
         raise SpoolIOError(record_path(spool.root, host), "removing", err) from None
     return Installed(spool.root, (), found, tuple(stray_lines(kept, spool.root)))
-
-
-def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
-    """A driver that cron started says when cron starts the next one (readers then need no croniter)."""
-    for record in read_records(root):
-        if record.host == host and record.next_drain != next_drain:
-            from dataclasses import replace
-
-            try:
-                write_record(root, replace(record, next_drain=next_drain))
-            except OniteError:
-                pass
-            return

@@ -10,7 +10,7 @@ its queue for another attempt is followed through it.
 
 Which file is this run's: the output of an earlier run of the same name is
 kept until the new run starts, which replaces it by a new file (a new
-inode, onite.exec.executor.open_output). So a job queued when the follow begins
+inode, onite.spool.outputs.open_output). So a job queued when the follow begins
 is shown only a file that differs from the one there then (inode and ctime:
 an inode number may be reused, its change time is not), and a file replaced
 while it is followed is finished, then the new one followed from its start.
@@ -133,11 +133,11 @@ def _key(path: Path) -> tuple[int, int, int] | None:
 
 
 def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool) -> BinaryIO | None:
-    from onite.app.control import open_output
+    from onite.spool.outputs import open_job_output
     from onite.core.errors import NotFound
 
     try:
-        return open_output(spool, name, caller_uid, stderr=stderr)
+        return open_job_output(spool, name, caller_uid, stderr=stderr)
     except NotFound:  # removed between the lstat and the open (retention): look again
         return None
 

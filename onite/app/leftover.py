@@ -1,11 +1,11 @@
 """What a report's window left, as the spool is now: jobs running, queued (and why each waits), held, refused.
 
-Why a queued job waits is onite.app.status.waiting_jobs's answer -- the driver's
+Why a queued job waits is onite.drain.verdicts.waiting_jobs's answer -- the driver's
 own rule, onite.core.queue.evaluate -- read only where status may read it (the
-caller's own job files, every one for root, the first status.EXAMINE in run
+caller's own job files, every one for root, the first verdicts.EXAMINE in queue
 order); for a job that could start, the drain's end says why it was left.
 
-Invariant: nothing is written; only the first status.EXAMINE queued jobs' files are read.
+Invariant: nothing is written; only the first verdicts.EXAMINE queued jobs' files are read.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     lines of the files refused in the window."""
     from onite.spool.settings import default_host
     from onite.app.listing import running_views
-    from onite.app.status import EXAMINE, waiting_jobs
+    from onite.drain.verdicts import EXAMINE, waiting_jobs
 
     names: dict[int, str] = {}
 

@@ -19,8 +19,9 @@ from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats, queued_stats
 from onite.spool.results import read_results, result_names
-from onite.spool.scan import cancelled_pending, running_entries, user_name
+from onite.spool.scan import withdrawn_entries, running_entries, user_name
 from onite.core.state import Result
+from onite.drain.verdicts import EXAMINE, waiting_jobs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,20 +123,17 @@ def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | No
             for position, (rank, ctime_ns, name, uid, mode) in enumerate(rows, 1)]
 
 
-EXAMINE = 200  # queued jobs, from the head of the queue, whose job files are read to say why they wait
 
 
 def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
                     host: str) -> dict[str, tuple[str, str]]:
     """``name → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, mode)``)
-    whose files ``euid`` may read (root: all), as ``onite status`` decides them (onite.app.status.waiting_jobs,
+    whose files ``euid`` may read (root: all), as ``onite status`` decides them (onite.drain.verdicts.waiting_jobs,
     over queue.evaluate): ``("", "")`` for one that may start now; another user's held job is held.
 
     Raises:
         SpoolIOError: a folder cannot be listed.
     """
-    from onite.app.status import waiting_jobs
-
     found = {row["name"]: (row["kind"], row["reason"]) for row in waiting_jobs(spool, head, now, euid=euid, host=host)}
     for _, _, name, uid, _ in head:
         if name not in found and euid in (0, uid):
@@ -193,7 +191,7 @@ def finished_views(spool: SpoolDir, damaged: list[str] | None = None) -> list[Jo
     """Finished jobs: kept result records, and cancelled jobs not yet filed. The names of damaged
     records are added to ``damaged`` (spool.results)."""
     views = [result_view(r) for r in read_results(spool, damaged)]
-    for entry in cancelled_pending(spool):
+    for entry in withdrawn_entries(spool):
         views.append(JobView(name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="cancelled",
                              priority=None, urgent=False, submitted=_when(entry.ctime_ns),
                              finished=_when(entry.ctime_ns), reason=f"cancelled by {user_name(entry.uid)}"))
@@ -337,7 +335,7 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
     ``rank``, ``attempt``, ``external_id``, and ``queued`` and ``started`` as datetimes. A field
     that is missing or damaged is left out, and a record that cannot be read gives {}: a listing
     shows what it can (the record is the driver's, written as the job starts)."""
-    from onite.core import runrecord
+    from onite.spool import runrecords
     from onite.core import values as v
     from onite.core.config import MAX_PRIORITIES
     from onite.core.jobfile import MAX_RETRIES
@@ -345,7 +343,7 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
 
     if not host:
         return {}
-    record = runrecord.read(spool.run_record_path(host, name))
+    record = runrecords.read(spool.run_record_path(host, name))
     if record is None:
         return {}
     data = record.info

@@ -60,7 +60,7 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     finally:
         os.close(fd)
     text = output_tail(data, cut=start > 0, lines=lines).decode("utf-8", "replace").splitlines() if lines else []
-    # a retry's output follows the earlier attempts', after its marker line (onite.exec.executor.attempt_marker)
+    # a retry's output follows the earlier attempts', after its marker line (onite.exec.launch.attempt_marker)
     marker = f"[onite] attempt {job.attempt} of {job.name}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
     return Tail(lines=tuple(_cut(printable(line), TAIL_WIDTH) for line in text), stream=stream)

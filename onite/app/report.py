@@ -42,7 +42,7 @@ from onite.core.errors import InvalidInput
 from onite.app.listing import JobView, outcome_counts, result_view
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
-SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first status.EXAMINE
+SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first verdicts.EXAMINE
 TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines when many did)
 RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
 
@@ -273,7 +273,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
         InvalidInput: a bad --since, --until or --night; --since after --until.
     """
     from onite.app import drains as dr
-    from onite.spool.locks import active_hosts
+    from onite.drain.heartbeat import draining_hosts
 
     log = dr.read_back(dr.log_paths(spool.log_path))
     boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
@@ -290,7 +290,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
     else:
         kind, start, end = "drain", None, None
     events = dr.collect(log, start, boundary, now)
-    every_drain = dr.drains_of(events, active_hosts(spool.root))
+    every_drain = dr.drains_of(events, draining_hosts(spool.root, now))
     if kind != "drain":
         return kind, day, start, end, dr.in_window(every_drain, start, end), events, every_drain
     session = dr.last_session(every_drain, boundary)

@@ -24,7 +24,7 @@ from datetime import datetime
 from onite.spool.files import create_file
 from onite.spool.holds import job_mode
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import cancelled_pending, is_live, name_taken, user_name
+from onite.spool.scan import withdrawn_entries, is_live, name_taken, user_name
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
@@ -121,7 +121,7 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     path = spool.done_dir / name
     if os.path.lexists(path):
         return path
-    withdrawn = [e for e in cancelled_pending(spool) if e.name == name and e.uid == caller_uid]
+    withdrawn = [e for e in withdrawn_entries(spool) if e.name == name and e.uid == caller_uid]
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
     hint = ("it is queued or running; restart it once it has finished" if is_live(spool, name)

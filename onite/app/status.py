@@ -28,11 +28,10 @@ from datetime import datetime
 from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats
-from onite.spool.scan import running_entries, user_name
+from onite.spool.scan import running_entries
+from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.app.listing import JobView, running_views
-from onite.spool.locks import held_locks
 
-EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
 
 
@@ -78,11 +77,12 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     from onite.drain import heartbeat as hb
 
     all_beats = hb.beats(spool.root)
-    live = {b.host for b in hb.live_beats(spool.root, now)}
-    drivers = [{"host": lock.host, "running": True, "holder": lock.holder, "pid": lock.pid, "since": lock.since,
-                "role": lock.role, "started_by": lock.started_by, "state": lock.state,
-                "jobs": [v.name for v in running if v.host == lock.host]}
-               for lock in held_locks(spool.root)]
+    alive = hb.live_beats(spool.root, now)
+    live = {b.host for b in alive}
+    drivers = [{"host": beat.host, "running": True, "holder": beat.holder, "pid": beat.pid,
+                "since": beat.since.isoformat(), "role": beat.kind, "started_by": beat.started_by,
+                "state": str(beat.state), "jobs": [v.name for v in running if v.host == beat.host]}
+               for beat in alive]
     warnings = []
     last_driver = None
     for beat in all_beats:
@@ -164,74 +164,6 @@ def containment_said(spool: SpoolDir) -> dict | None:
 
 def hb_time(row: dict) -> datetime:
     return datetime.fromisoformat(row["updated"])
-
-
-def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
-                 host: str) -> list[dict]:
-    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, mode)``, in run order) cannot start now.
-
-    Jobs that may start are left out, as are other users' jobs that are not held.
-    """
-    from onite.spool.deps import dependency_state
-    from onite.core.errors import DamagedRecord, JobFormatError
-    from onite.spool.filecheck import BadFile, read_job_file
-    from onite.core.queue import READY, DepState, Fail, Meta, evaluate
-
-    users: dict[int, str] = {}
-    found = []
-    for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
-        held = is_held(mode)
-        user = users.get(uid) or users.setdefault(uid, user_name(uid))
-        row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
-               "position": position, "state": "held" if held else "queued", "kind": "", "reason": "",
-               "until": None, "dependency": None, "private": False}
-        if euid != 0 and uid != euid:
-            if held:  # the mode is public; what else the file says is not
-                found.append({**row, "kind": "held", "reason": "held", "private": True})
-            continue
-        try:
-            job, _ = read_job_file(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size)
-        except FileNotFoundError:
-            continue  # claimed or cancelled while we looked
-        except (OSError, BadFile, JobFormatError) as err:
-            found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
-            continue
-        asked: list[tuple[str, DepState]] = []
-
-        def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep)
-            asked.append((dep, state))
-            return state
-
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
-        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
-        if verdict is READY:
-            continue
-        row["reason"] = verdict.reason
-        if isinstance(verdict, Fail):
-            row["kind"] = "will_fail"
-            row["reason"] = f"will fail: {verdict.reason}"
-        elif verdict.reason == "held":
-            row["kind"] = "held"
-        elif verdict.until is not None:
-            row["until"] = verdict.until.isoformat()
-            row["kind"] = "retry" if meta.retrying else "not_before"
-            if meta.retrying:
-                row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
-        elif asked and asked[-1][1] is DepState.PENDING:
-            from onite.app.wait import look
-
-            dep = asked[-1][0]
-            try:
-                dep_state = look(spool, dep).live or "finishing"
-            except DamagedRecord:  # it finished between two looks, and its record is damaged
-                dep_state = "finished"
-            row.update(kind="after", dependency={"name": dep, "state": dep_state},
-                       reason=f"{verdict.reason} ({dep_state})")
-        else:
-            row["kind"] = "pinned"
-        found.append(row)
-    return found
 
 
 def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None) -> dict:
@@ -373,27 +305,3 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
         pri = priority_text(rec.get("urgent"), rec.get("priority"), unknown="?")
         say(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
                       f"next {when:%Y-%m-%d %H:%M} (in {wait})")
-
-
-SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
-
-
-def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
-    """Why a drain started nothing: how many jobs are queued, and one line saying why none can
-    start now, in the words status uses for each waiting job (waiting_jobs).
-
-    Raises:
-        SpoolIOError: a folder cannot be listed.
-    """
-    total, head = 0, []
-    for rank, rows in queued_folder_stats(spool):
-        total += len(rows)
-        if len(head) < EXAMINE:
-            head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
-    if not total:
-        return 0, "nothing is due: the queue is empty"
-    rows = waiting_jobs(spool, head, now, euid=euid, host=host)
-    parts = [f"{row['name']}: {row['reason']}" for row in rows[:SHOWN_IDLE]]
-    more = total - len(parts)
-    return total, (f"nothing is due: {total} queued, none can start now ("
-                   + "; ".join(parts + ([f"{more} more"] if more else [])) + ")")

@@ -17,7 +17,7 @@ from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, job_mode, read_holds, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
-from onite.spool.scan import cancelled_pending, find_running, is_live, name_taken, running_entries, user_name
+from onite.spool.scan import withdrawn_entries, find_running, is_live, name_taken, running_entries, user_name
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
@@ -352,9 +352,9 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
         raise Refused(f"spooling closed at the cutoff ({config.cutoff:%H:%M})",
                       f"submissions open again at {reopens}")
     if config.check_lock:
-        from onite.spool.locks import active_hosts
+        from onite.drain.heartbeat import draining_hosts
 
-        hosts = active_hosts(spool.root)
+        hosts = draining_hosts(spool.root, now)
         if hosts:
             raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
                           "submit again when it has finished (see onite status)")
@@ -392,7 +392,7 @@ def dependency_known(spool: SpoolDir, name: str) -> bool:
     """Is ``name`` queued, running, cancelled-but-not-filed, or finished (a kept result)?"""
     if is_live(spool, name) or spool.result_path(name).exists():
         return True
-    return any(e.name == name for e in cancelled_pending(spool))
+    return any(e.name == name for e in withdrawn_entries(spool))
 
 
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:

@@ -32,7 +32,6 @@ and the sleep passed in.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -41,14 +40,14 @@ from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import cancelled_pending, find_running, user_name
+from onite.spool.scan import withdrawn_entries, find_running, user_name
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import JobView, outcome_counts, result_view, running_views
-from onite.spool.locks import held_locks
+from onite.drain.heartbeat import Role, live_beats
 from onite.core.names import check_name
 from onite.core.state import Result
-from onite.core.timeparse import parse_stamp
+from onite.core.clock import SYSTEM, Clock
 
 EXIT_FAILED = 5  #: a job failed, was cancelled, or its outcome is unknown
 EXIT_TIMEOUT = 6  #: --timeout passed before every job (or drain) finished
@@ -91,7 +90,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
         return Seen(name, live)
     withdrawn = None
     if not live:
-        pending = [e for e in cancelled_pending(spool) if e.name == name]
+        pending = [e for e in withdrawn_entries(spool) if e.name == name]
         if pending:
             entry = max(pending, key=lambda e: e.ctime_ns)
             when = datetime.fromtimestamp(entry.ctime_ns / 1e9).astimezone()
@@ -224,8 +223,7 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
     return {n: watches[n] for n in names}
 
 
-def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None,
-              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
               announce: Callable[[str], None] | None = None) -> JobsWaited:
     """Look at each job until none is queued, held or running (or ``timeout`` seconds passed).
     ``announce`` is told once, before the first pause, what is waited for.
@@ -237,7 +235,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
     """
     watches = start(spool, names)
     order = list(watches)
-    deadline = None if timeout is None else clock() + timeout
+    deadline = None if timeout is None else clock.monotonic() + timeout
     finals: dict[str, Final] = {}
     delay = POLL_FIRST
     while True:
@@ -250,14 +248,14 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
                 finals[name] = final
         if len(finals) == len(order):
             return JobsWaited(order, finals, {})
-        if deadline is not None and clock() >= deadline:
+        if deadline is not None and clock.monotonic() >= deadline:
             still = {n: watches[n].live or "finishing" for n in order if n not in finals}
             return JobsWaited(order, finals, still, timed_out=True)
         if announce is not None and delay == POLL_FIRST:
             announce("waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})"
                                                 for n in order if n not in finals))
-        pause = delay if deadline is None else min(delay, max(deadline - clock(), 0.0))
-        sleep(pause)
+        pause = delay if deadline is None else min(delay, max(deadline - clock.monotonic(), 0.0))
+        clock.sleep(pause)
         delay = min(delay * POLL_GROWTH, POLL_MAX)
 
 
@@ -276,19 +274,18 @@ class DriverSeen:
     first_start: datetime | None = None  # a daemon: when the earliest job running on its host started
 
 
-def look_drivers(spool: SpoolDir) -> list[DriverSeen]:
-    """Every live driver, as its heartbeat says."""
+def look_drivers(spool: SpoolDir, now: datetime) -> list[DriverSeen]:
+    """Every driver alive at ``now``, as its heartbeat says."""
     found, running = [], None
-    for lock in held_locks(spool.root):
-        since = parse_stamp(lock.since)
-        if lock.role != "daemon":
-            found.append(DriverSeen(lock.host, lock.pid, since, False, True))
+    for beat in live_beats(spool.root, now):
+        if beat.role != Role.DAEMON:
+            found.append(DriverSeen(beat.host, beat.pid, beat.since, False, True))
             continue
         if running is None:
             running = running_views(spool)
-        starts = [v.started for v in running if v.host == lock.host and v.started]
-        busy = any(v.host == lock.host for v in running)
-        found.append(DriverSeen(lock.host, lock.pid, since, True, busy, min(starts) if starts else None))
+        starts = [v.started for v in running if v.host == beat.host and v.started]
+        busy = any(v.host == beat.host for v in running)
+        found.append(DriverSeen(beat.host, beat.pid, beat.since, True, busy, min(starts) if starts else None))
     return found
 
 
@@ -336,8 +333,7 @@ class DrainsWaited:
         return f"drain finished: {', '.join(parts)}"
 
 
-def wait_drains(spool: SpoolDir, *, timeout: float | None = None, now: Callable[[], datetime],
-                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
     """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since.
     ``announce`` is told once, before the first pause, what is waited for.
@@ -345,22 +341,22 @@ def wait_drains(spool: SpoolDir, *, timeout: float | None = None, now: Callable[
     Raises:
         SpoolIOError: the spool cannot be read.
     """
-    busy = [d for d in look_drivers(spool) if d.busy]
+    busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
     if not busy:
         return DrainsWaited([], None, [], [])
-    began = now()
+    began = clock.now()
     since = drain_since(busy, began)
     hosts = sorted({d.host for d in busy})
-    deadline = None if timeout is None else clock() + timeout
+    deadline = None if timeout is None else clock.monotonic() + timeout
     delay = POLL_FIRST
     if announce is not None:
         announce(f"waiting for the drain on {', '.join(hosts)} (since {since:%Y-%m-%d %H:%M:%S})")
     while True:
-        if deadline is not None and clock() >= deadline:
+        if deadline is not None and clock.monotonic() >= deadline:
             return DrainsWaited(hosts, since, [], sorted({d.host for d in busy}), timed_out=True)
-        sleep(delay if deadline is None else min(delay, max(deadline - clock(), 0.0)))
+        clock.sleep(delay if deadline is None else min(delay, max(deadline - clock.monotonic(), 0.0)))
         delay = min(delay * POLL_GROWTH, POLL_MAX)
-        busy = [d for d in look_drivers(spool) if d.busy]
+        busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
         if not busy:
             break
         since = min(since, drain_since(busy, since))  # a driver that started meanwhile joins the wait

@@ -588,12 +588,12 @@ def output(
     spool: SpoolOpt = None,
 ) -> None:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
-    from onite.app.control import open_output
+    from onite.spool.outputs import open_job_output
 
     target = open_spool(spool)
     if follow:
         raise typer.Exit(commands.follow_output(target, name, stderr=stderr))
-    with open_output(target, name, os.geteuid(), stderr=stderr) as handle:
+    with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
         out = sys.stdout.buffer
         while chunk := handle.read(1 << 16):
             out.write(chunk)

@@ -1,4 +1,4 @@
-"""The run record ``running/HOST/NAME@run``: what a run's driver and monitor say about it.
+"""The run record ``running/HOST/NAME@run``: what a run's driver and monitor say about it (the model: pure).
 
 It is a file of JSON lines, appended to and never rewritten, in a folder
 only root may write (world-readable, so ``onite list`` shows who runs what):
@@ -23,26 +23,35 @@ before anyone acts on it, that outlives the driver (docs/job-control.md,
 - ``monitor`` and no end: it runs, or ran while its monitor was killed.
 
 Records written by onite before version 2 are one JSON object with the
-process ids; ``read`` returns them too (``version`` 1).
+process ids; ``parse`` reads them too (``version`` 1).
+
+Reading, creating and extending the file is onite.spool.runrecords'; the
+monitor (onite.exec.monitor), which may import nothing of onite's, writes
+its event lines with ``json.dumps(event, separators=(",", ":"))``, the same
+text as ``line`` (tests/test_pure.py checks that they agree).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 VERSION = 2
-MAX_RECORD = 1 << 20  # bytes read of a record: it holds a few short lines
 
 
-class RecordError(Exception):
-    """A run record that cannot be created or extended (the message says why)."""
+class Event(StrEnum):
+    """The kinds of line after the driver's first one."""
+
+    MONITOR = "monitor"  #: the monitor is running (its pid and start time); before it forks the job
+    JOB = "job"  #: the job's process is running (its pid)
+    ENDED = "ended"  #: how the job ended (a wait status)
+    FAILED = "failed"  #: it could not be started (the reason)
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What a run record says (``read``)."""
+    """What a run record says (``parse``)."""
 
     version: int
     info: dict  # the driver's first line
@@ -67,79 +76,19 @@ class RunRecord:
         return self.info.get(key, default)
 
 
-def create(path: str, info: dict) -> int:
-    """Create the record at ``path`` holding ``info`` as its first line; return an O_APPEND
-    descriptor for the monitor (the caller closes it). A stale record of a dead run is replaced.
-
-    Raises:
-        RecordError: it cannot be written (a full disk, a missing folder): start nothing.
-    """
-    line = _line({"record": VERSION, **info})
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    for attempt in (1, 2):
-        try:
-            fd = os.open(path, flags, 0o644)
-        except FileExistsError:
-            if attempt == 2:
-                raise RecordError(f"cannot create {path}: it keeps existing") from None
-            try:
-                os.unlink(path)
-            except OSError as err:
-                raise RecordError(f"cannot replace {path}: {err.strerror}") from None
-            continue
-        except OSError as err:
-            raise RecordError(f"cannot create {path}: {err.strerror}") from None
-        try:
-            os.fchmod(fd, 0o644)  # the umask must not hide running jobs from `onite list`
-            _write_all(fd, line)
-        except OSError as err:
-            os.close(fd)
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            raise RecordError(f"cannot write {path}: {err.strerror}") from None
-        return fd
-    raise AssertionError("unreachable")
+def first_line(info: dict) -> bytes:
+    """The driver's first line of a record holding ``info``."""
+    return line({"record": VERSION, **info})
 
 
-def append(fd: int, event: dict) -> None:
-    """Add one event line. Raises OSError (e.g. ENOSPC: the caller decides)."""
-    _write_all(fd, _line(event))
-
-
-def _line(data: dict) -> bytes:
+def line(data: dict) -> bytes:
+    """One line of a run record: compact JSON and a newline."""
     return (json.dumps(data, separators=(",", ":")) + "\n").encode()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    # one write: O_APPEND makes it atomic against other appends; a short write of a few
-    # hundred bytes does not happen on a local file system, but is finished if it does
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def read(path) -> RunRecord | None:
-    """The record at ``path``, or None if there is none or its first line cannot be read.
-
-    Never raises for what the file holds: a damaged line is skipped.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, MAX_RECORD)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return parse(data)
-
-
 def parse(data: bytes) -> RunRecord | None:
-    """The record ``data`` holds (see ``read``); None if its first line is not a JSON object."""
+    """The record ``data`` holds; None if its first line is not a JSON object. A partial last line
+    (being written) and a damaged line are skipped: never an error for what the file holds."""
     if not data.endswith(b"\n") and b"\n" in data:
         data = data[: data.rindex(b"\n") + 1]  # a partial last line is being written: not yet there
     lines = data.split(b"\n")
@@ -157,14 +106,14 @@ def parse(data: bytes) -> RunRecord | None:
             continue
         events.append(event)
         kind = event.get("event")
-        if kind == "monitor":
+        if kind == Event.MONITOR:
             values["monitor_pid"], values["monitor_ticks"] = _int(event.get("pid")), _int(event.get("ticks"))
-        elif kind == "job":
+        elif kind == Event.JOB:
             values["job_pid"] = _int(event.get("pid"))
-        elif kind == "ended" and _int(event.get("status")) is not None:
+        elif kind == Event.ENDED and _int(event.get("status")) is not None:
             values["status"] = _int(event.get("status"))
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None
-        elif kind == "failed":
+        elif kind == Event.FAILED:
             values["failed"] = str(event.get("reason") or "it could not be started")
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None
     version = _int(first.get("record")) or VERSION

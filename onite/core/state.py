@@ -113,17 +113,25 @@ def outcome_from_status(status: int) -> Outcome:
     return Outcome(exit_code=os.waitstatus_to_exitcode(status))
 
 
-def stopped_outcome(ended: Outcome, stopping: str | None, cancelled_by: str | None) -> Outcome | None:
+class Stop(StrEnum):
+    """Why onite stops a running job."""
+
+    TIMEOUT = "timeout"  #: its time limit passed
+    CANCEL = "cancel"  #: someone cancelled it
+    SHUTDOWN = "shutdown"  #: the driver was stopped hard; the job goes back to its queue
+
+
+def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | None) -> Outcome | None:
     """How an attempt that onite stopped is recorded, or None if onite did not stop it.
 
-    ``stopping`` is why onite stopped it ("timeout", "cancel", "shutdown");
-    ``ended`` carries the exit code or signal it ended with, which are kept.
+    ``stopping`` is why onite stopped it; ``ended`` carries the exit code or signal it ended with,
+    which are kept.
     """
-    if stopping == "timeout":
+    if stopping == Stop.TIMEOUT:
         return Outcome(exit_code=ended.exit_code, signal=ended.signal, timed_out=True)
-    if stopping == "cancel":
+    if stopping == Stop.CANCEL:
         return Outcome(exit_code=ended.exit_code, signal=ended.signal, cancelled_by=cancelled_by or "?")
-    if stopping == "shutdown":
+    if stopping == Stop.SHUTDOWN:
         return Outcome(exit_code=ended.exit_code, signal=ended.signal, reason="interrupted: the driver was stopped")
     return None
 

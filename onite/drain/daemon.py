@@ -45,15 +45,19 @@ import select
 import signal
 from datetime import datetime, time as dtime, timedelta
 
-from onite.spool.files import replace_file
-from onite.spool.paths import SpoolDir
-from onite.spool.settings import default_host
-from onite.drain.driver import Driver, SignalCatcher, lock_descriptor, take_host_lock
-from onite.drain.heartbeat import Beat, Heartbeat
+from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import InvalidInput, OniteError, Refused
-from onite.spool.log import ActivityLog
 from onite.core.schedule import validate_schedule
 from onite.core.window import plan
+from onite.drain.driver import Driver
+from onite.drain.heartbeat import BeatState, Heartbeat, Role
+from onite.drain.session import lock_descriptor, take_host_lock
+from onite.drain.signals import SignalCatcher
+from onite.drain.wake import take_request
+from onite.spool.files import replace_file
+from onite.spool.log import ActivityLog
+from onite.spool.paths import SpoolDir
+from onite.spool.settings import default_host
 
 POLL = 2.0  # seconds between looks at the queue, recur/ and the clock while sleeping
 LOCK_RETRY = 5.0  # seconds between tries while another driver holds this host's lock
@@ -66,20 +70,21 @@ class Daemon:
     """One host's long-running driver. ``run()`` returns the process exit code."""
 
     def __init__(self, spool: SpoolDir, *, host: str | None = None, slots: int | None = None,
-                 until: dtime | None = None, drain_now: bool = False, echo=None) -> None:
+                 until: dtime | None = None, drain_now: bool = False, echo=None, clock: Clock = SYSTEM) -> None:
         from onite.drain.instances import RecurScheduler
         from onite.spool.watch import TimedWatch
 
         self.spool = spool
+        self.clock = clock
         self.host = host or default_host(spool.config)
         self.slots = slots
         self._until_override = until
         self.drain_now = drain_now
         self.echo = echo
-        self.log = ActivityLog(spool.log_path, self.host, echo=echo)
+        self.log = ActivityLog(spool.log_path, self.host, echo=echo, clock=clock)
         self.signals: list[int] = []
         self.stopping = False
-        self.recur = RecurScheduler(spool, self.log)
+        self.recur = RecurScheduler(spool, self.log, clock=clock)
         self.watch = TimedWatch(spool.queue_folders(), self.host)
         self.schedule: tuple[str, ...] = ()
         self.last: datetime | None = None  # the last schedule time handled
@@ -89,12 +94,8 @@ class Daemon:
         self._recur_pause: datetime | None = None  # after an error spooling recurring jobs
         self._wakeup_fd = -1
         self._lock_fd: int | None = None
-        self.started_at = self.now()
+        self.started_at = self.clock.now()
         self.heartbeat: Heartbeat | None = None
-
-    @staticmethod
-    def now() -> datetime:
-        return datetime.now().astimezone()
 
     @property
     def until(self) -> dtime | None:
@@ -123,7 +124,7 @@ class Daemon:
                 return 0
             self._lock_fd = lock_descriptor(lock)
             try:
-                self.heartbeat = Heartbeat(self.spool.root, self.host, "daemon", log=self.log)
+                self.heartbeat = Heartbeat(self.spool.root, self.host, Role.DAEMON, log=self.log, clock=self.clock)
                 self._main()
             finally:
                 try:
@@ -150,8 +151,8 @@ class Daemon:
             if lock is not None:
                 return lock
             beat = hb.read(self.spool.root, self.host)
-            alive = beat is not None and hb.is_alive(beat, self.now())
-            if alive and beat.role == "daemon":
+            alive = beat is not None and hb.is_alive(beat, self.clock.now())
+            if alive and beat.role == Role.DAEMON:
                 raise Refused(f"an onite daemon already runs for host {self.host} (pid {beat.pid}, since "
                               f"{beat.since:%Y-%m-%d %H:%M})",
                               "stop it first (systemctl stop onite), or give this one another --host")
@@ -166,7 +167,7 @@ class Daemon:
                 return None
 
     def _main(self) -> None:
-        now = self.now()
+        now = self.clock.now()
         self.last = self._load_state()
         if self.last is None:  # first start: nothing was missed yet
             self.last = now
@@ -184,7 +185,7 @@ class Daemon:
             self._handle_signals()
             if self.stopping:
                 break
-            now = self.now()
+            now = self.clock.now()
             if self._scheduled(now):
                 continue
             if self._take_wake():
@@ -248,7 +249,7 @@ class Daemon:
 
         if fire is None:
             return
-        latest = last_fire(self.schedule, self.now(), since=fire) if self.schedule else None
+        latest = last_fire(self.schedule, self.clock.now(), since=fire) if self.schedule else None
         self.last = max(fire, latest) if latest else fire
         self._save_state()
         self._plan_next()
@@ -257,17 +258,17 @@ class Daemon:
 
     def _drain(self, *, only_timed: bool) -> bool:
         """One Driver.drain(); False if it was stopped by a signal (then the daemon exits)."""
-        self.timed_mark = self.now()
+        self.timed_mark = self.clock.now()
         self._pending_fire = None
         driver = Driver(self.spool, host=self.host, slots=self.slots, until=self._until_override, echo=self.echo,
                         only_timed=only_timed, linger=False, tick=self._tick, signals=self.signals,
-                        lock_fd=self._lock_fd, heartbeat=self.heartbeat)
-        self.heartbeat.beat(state="draining")
+                        lock_fd=self._lock_fd, heartbeat=self.heartbeat, clock=self.clock)
+        self.heartbeat.beat(state=BeatState.DRAINING)
         try:
             self._spool_recurring(self.timed_mark)
             driver.drain()
         finally:
-            self.heartbeat.beat(state="idle")
+            self.heartbeat.beat(state=BeatState.IDLE)
             driver.log.close()
             self.log.close()  # reopened at its next line: a HUP during the drain may mean logrotate
         self._after_reload()
@@ -371,12 +372,9 @@ class Daemon:
     # ---- being told to drain now -------------------------------------------------------
 
     def _take_wake(self) -> bool:
-        """Was this daemon told to drain now (the file locks/wake.HOST)? Takes the request."""
+        """Was this daemon told to drain now? Takes the request (onite.drain.wake)."""
         try:
-            os.unlink(wake_path(self.spool, self.host))
-            return True
-        except FileNotFoundError:
-            return False
+            return take_request(self.spool, self.host)
         except OSError as err:
             self.log.event("warning", error=f"cannot take the wake request: {err.strerror}")
             return False
@@ -404,41 +402,8 @@ class Daemon:
 
     def _save_state(self) -> None:
         data = {"version": STATE_FORMAT, "host": self.host, "last": self.last.isoformat(),
-                "updated": self.now().isoformat(), "pid": os.getpid()}
+                "updated": self.clock.now().isoformat(), "pid": os.getpid()}
         try:
             replace_file(self.state_path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
         except OniteError as err:
             self.log.event("warning", error=str(err), note="the daemon state was not saved")
-
-
-def wake_path(spool: SpoolDir, host: str):
-    """``locks/wake.HOST``: the request that HOST's daemon drain now (only the spool's owner may write it)."""
-    from onite.spool.locks import locks_dir
-
-    return locks_dir(spool.root) / f"wake.{host}"
-
-
-def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
-    """Tell HOST's daemon (its heartbeat ``beat``) to drain now: leave the request, then cut its sleep
-    short with USR2 if it runs on this machine. False if the request cannot be left.
-
-    Raises:
-        Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (onite.spool.locks).
-    """
-    from onite.drain.heartbeat import process_start_ticks
-    from onite.spool.locks import ensure_dir
-
-    ensure_dir(spool.root)
-    try:
-        fd = os.open(wake_path(spool, host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.close(fd)
-    except OSError:
-        return False
-    same_process = beat.machine == os.uname().nodename and (
-        beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks)
-    if same_process:
-        try:
-            os.kill(beat.pid, signal.SIGUSR2)
-        except OSError:
-            pass  # it polls for the request every few seconds anyway
-    return True

@@ -24,13 +24,32 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
+
+from onite.core.clock import SYSTEM, Clock
+from onite.exec.contain import boot_id, process_start_ticks
 
 FORMAT = 1
 BEAT_EVERY = 30.0  # seconds between rewrites while nothing changes
 STALE_AFTER = 120.0  # a heartbeat from another machine not updated for this long is a dead driver
-ROLES = ("run", "daemon", "recover")
 PREFIX, SUFFIX = "driver.", ".state"
+
+
+class Role(StrEnum):
+    """What holds a host's driver lock."""
+
+    RUN = "run"  #: onite run: one drain
+    DAEMON = "daemon"  #: onite daemon, for its whole life
+    RECOVER = "recover"  #: onite recover --host, for a moment
+
+
+class BeatState(StrEnum):
+    """What the lock holder is doing."""
+
+    DRAINING = "draining"  #: a drain runs
+    IDLE = "idle"  #: a daemon between drains
+    EXITED = "exited"  #: it let the lock go
 
 
 def heartbeat_path(root: Path, host: str) -> Path:
@@ -46,10 +65,10 @@ class Beat:
     start_ticks: int | None
     boot_id: str
     machine: str
-    role: str  # "run", "daemon", "recover"
+    role: Role
     started_by: str  # "cron", "timer", "daemon", "hand", "systemd", "program NAME"
     since: datetime
-    state: str  # "draining", "idle" (a daemon between drains), "exited"
+    state: BeatState
     updated: datetime
     next_drain: datetime | None = None  # when the next drain is due, as this driver knew it
     next_by: str | None = None  # what starts it: "daemon", "timer", "cron"
@@ -76,26 +95,25 @@ class Beat:
             texts = [data[k] for k in ("host", "boot_id", "machine", "role", "started_by", "state")]
             if not all(isinstance(t, str) and len(t) <= 200 for t in texts):
                 return None
-            if data["role"] not in ROLES or data["state"] not in ("draining", "idle", "exited"):
-                return None
             next_by = data.get("next_by")
             return cls(host=data["host"], pid=pid, start_ticks=ticks, boot_id=data["boot_id"],
-                       machine=data["machine"], role=data["role"], started_by=data["started_by"],
-                       since=_stamp(data["since"]), state=data["state"], updated=_stamp(data["updated"]),
+                       machine=data["machine"], role=Role(data["role"]), started_by=data["started_by"],
+                       since=_stamp(data["since"]), state=BeatState(data["state"]), updated=_stamp(data["updated"]),
                        next_drain=_stamp(data.get("next_drain"), optional=True),
                        next_by=next_by if isinstance(next_by, str) and len(next_by) <= 50 else None,
                        ended=_stamp(data.get("ended"), optional=True))
         except (KeyError, TypeError, ValueError, OverflowError):
             return None
 
-    def as_held(self):
-        """The older view of a live driver (onite.spool.locks.HeldLock), for status, wait and submit."""
-        from onite.spool.locks import HeldLock
+    @property
+    def kind(self) -> str:
+        """``daemon`` or ``driver`` (``onite run``, and ``onite recover`` for its moment), as status says it."""
+        return "daemon" if self.role == Role.DAEMON else "driver"
 
-        role = "daemon" if self.role == "daemon" else "driver"
-        holder = f"pid={self.pid} host={self.host} since={self.since.isoformat()} role={role} started_by={self.started_by}"
-        return HeldLock(self.host, holder, self.pid, self.since.isoformat(), role, self.started_by, self.state,
-                        self.next_drain.isoformat() if self.next_drain else None)
+    @property
+    def holder(self) -> str:
+        """``pid=4711 host=vm since=ISO role=driver started_by=cron``: who holds the lock, for messages."""
+        return f"pid={self.pid} host={self.host} since={self.since.isoformat()} role={self.kind} started_by={self.started_by}"
 
 
 def _stamp(text, *, optional: bool = False) -> datetime | None:
@@ -112,17 +130,6 @@ def _stamp(text, *, optional: bool = False) -> datetime | None:
 # ---- liveness -------------------------------------------------------------------------
 
 
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8", errors="replace") as f:
-            return f.read(64).strip()
-    except OSError:
-        return ""
-
-
-from onite.exec.monitor import process_start_ticks  # noqa: E402 - one reading of /proc/PID/stat for all
-
-
 def _proc_shows_others() -> bool:
     """Can this process see other users' processes in /proc (no ``hidepid``)? pid 1 is root's."""
     return os.path.exists("/proc/1/stat")
@@ -130,7 +137,7 @@ def _proc_shows_others() -> bool:
 
 def is_alive(beat: Beat, now: datetime, *, machine: str | None = None, boot: str | None = None) -> bool:
     """Is the driver of this heartbeat alive? (The module's docstring says how that is decided.)"""
-    if beat.state == "exited":
+    if beat.state == BeatState.EXITED:
         return False
     machine = os.uname().nodename if machine is None else machine
     if beat.machine == machine:
@@ -188,18 +195,22 @@ def beats(root: Path) -> list[Beat]:
     return found
 
 
-def live_beats(root: Path, now: datetime | None = None) -> list[Beat]:
-    """The heartbeats of drivers alive now, by host."""
-    now = now or datetime.now().astimezone()
+def live_beats(root: Path, now: datetime) -> list[Beat]:
+    """The heartbeats of drivers alive at ``now``, by host: every driver of the spool that is alive."""
     machine, boot = os.uname().nodename, boot_id()
     return [b for b in beats(root) if is_alive(b, now, machine=machine, boot=boot)]
 
 
-def dead_beats(root: Path, now: datetime | None = None) -> list[Beat]:
+def dead_beats(root: Path, now: datetime) -> list[Beat]:
     """Heartbeats of drivers that died without saying so (not ``exited``, process gone)."""
-    now = now or datetime.now().astimezone()
     machine, boot = os.uname().nodename, boot_id()
-    return [b for b in beats(root) if b.state != "exited" and not is_alive(b, now, machine=machine, boot=boot)]
+    return [b for b in beats(root)
+            if b.state != BeatState.EXITED and not is_alive(b, now, machine=machine, boot=boot)]
+
+
+def draining_hosts(root: Path, now: datetime) -> list[str]:
+    """Hosts where a driver is draining at ``now`` (a daemon between drains is not)."""
+    return [beat.host for beat in live_beats(root, now) if beat.state != BeatState.IDLE]
 
 
 # ---- who started this driver --------------------------------------------------------------
@@ -208,11 +219,11 @@ def dead_beats(root: Path, now: datetime | None = None) -> list[Beat]:
 CRON_NAMES = ("cron", "crond", "cronie", "anacron")
 
 
-def started_by(role: str, environ=None) -> str:
+def started_by(role: Role, environ=None) -> str:
     """What started this process: ``cron``, ``timer`` (onite-driver.timer), ``systemd`` (another unit),
     ``daemon``, ``hand`` (a terminal), or ``program NAME`` (the parent's name)."""
     environ = os.environ if environ is None else environ
-    if role == "daemon":
+    if role == Role.DAEMON:
         return "systemd" if environ.get("INVOCATION_ID") else "hand" if _on_terminal() else f"program {_parent()}"
     said = environ.get("ONITE_STARTED_BY", "")
     if said in ("cron", "timer", "hand", "systemd"):
@@ -260,20 +271,18 @@ def _own_cgroup() -> str:
 class Heartbeat:
     """The heartbeat of the driver holding HOST's lock: ``beat`` on every change, ``tick`` every turn."""
 
-    def __init__(self, root: Path, host: str, role: str, *, by: str | None = None, clock=None, log=None) -> None:
-        import time
-
+    def __init__(self, root: Path, host: str, role: Role, *, by: str | None = None, clock: Clock = SYSTEM,
+                 log=None) -> None:
         self.path = heartbeat_path(root, host)
-        self.clock = clock or (lambda: datetime.now().astimezone())
+        self.clock = clock
         self.log = log
-        self._mono = time.monotonic
         self._due = 0.0
         self._failed = False
-        now = self.clock()
+        now = clock.now()
         pid = os.getpid()
         self.beat_ = Beat(host=host, pid=pid, start_ticks=process_start_ticks(pid), boot_id=boot_id(),
                           machine=os.uname().nodename, role=role, started_by=by or started_by(role), since=now,
-                          state="draining" if role != "daemon" else "idle", updated=now)
+                          state=BeatState.IDLE if role == Role.DAEMON else BeatState.DRAINING, updated=now)
 
     @property
     def started_by(self) -> str:
@@ -281,25 +290,24 @@ class Heartbeat:
 
     def beat(self, **changes) -> None:
         """Write the heartbeat now, with ``changes`` (state, next_drain, next_by, ended)."""
-        self.beat_ = replace(self.beat_, updated=self.clock(), **changes)
+        self.beat_ = replace(self.beat_, updated=self.clock.now(), **changes)
         self._write()
 
     def tick(self) -> None:
         """Rewrite the heartbeat if BEAT_EVERY seconds passed since the last write (cheap otherwise)."""
-        if self._mono() >= self._due:
+        if self.clock.monotonic() >= self._due:
             self.beat()
 
     def close(self) -> None:
         """The lock is about to be let go: say so."""
-        now = self.clock()
-        self.beat(state="exited", ended=now)
+        self.beat(state=BeatState.EXITED, ended=self.clock.now())
 
     def _write(self) -> None:
         from onite.core.errors import OniteError
         from onite.core.jsontext import dumps
         from onite.spool.files import replace_file
 
-        self._due = self._mono() + BEAT_EVERY
+        self._due = self.clock.monotonic() + BEAT_EVERY
         try:
             replace_file(self.path, (dumps(self.beat_.to_json()) + "\n").encode(), mode=0o644)
             self._failed = False

@@ -31,6 +31,7 @@ from onite.spool.files import create_file, replace_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name
 from onite.core.errors import InvalidInput, OniteError, Refused
+from onite.core.clock import SYSTEM, Clock
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.exec.identity import resolve
 from onite.core.jobfile import Job, encode
@@ -200,13 +201,11 @@ class RecurScheduler:
     ``onite run`` makes one, calls ``spool_due`` once and drops it.
     """
 
-    def __init__(self, spool: SpoolDir, log, *, euid: int | None = None, clock=None) -> None:
-        import time
-
+    def __init__(self, spool: SpoolDir, log, *, euid: int | None = None, clock: Clock = SYSTEM) -> None:
         self.spool = spool
         self.log = log
         self.euid = os.geteuid() if euid is None else euid
-        self.clock = clock or time.monotonic
+        self.clock = clock  # paces the looks at recur/
         self.templates: dict[str, _Template] = {}
         self._refreshed = float("-inf")
         self._reported: dict[str, tuple] = {}  # name → what was last logged about it (log once)
@@ -218,7 +217,7 @@ class RecurScheduler:
 
     def refresh(self, *, force: bool = False) -> None:
         """Look at recur/ again (at most every REFRESH_EVERY seconds unless forced)."""
-        now_mono = self.clock()
+        now_mono = self.clock.monotonic()
         if not force and now_mono - self._refreshed < REFRESH_EVERY:
             return
         self._refreshed = now_mono
@@ -246,7 +245,7 @@ class RecurScheduler:
         config = self.spool.config
         from onite.spool.index import is_settling
 
-        problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(),
+        problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
                                may_settle=is_settling(st, time.time_ns()))
         if problem is SETTLING:
             self._refreshed = float("-inf")  # look again at the next chance

@@ -55,7 +55,7 @@ class DrainPlan:
     it would start a drain but will not, and the one command that schedules drains if nothing does."""
 
     starters: tuple[Starter, ...]
-    draining: tuple = ()  # onite.spool.locks.HeldLock of the drivers draining now
+    draining: tuple = ()  # the heartbeats (onite.drain.heartbeat.Beat) of the drivers draining now
     problems: tuple[str, ...] = ()
     fix: str = ""
     by_hand: bool = False  # a personal spool: its owner drains it (onite run), nothing needs to be scheduled
@@ -126,7 +126,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
     ``exclude_pid``: a driver asking about the drains after its own)."""
     from onite.drain import heartbeat as hb
     from onite.spool.settings import default_host
-    from onite.app.crontab import read_records
+    from onite.spool.cronrecords import read_records
     from onite.core.errors import OniteError
 
     config = spool.config
@@ -150,7 +150,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
             return None
 
     for beat in live:
-        if beat.role != "daemon":
+        if beat.role != hb.Role.DAEMON:
             continue
         if beat.next_drain is not None and beat.next_drain > now:
             starters.append(Starter("daemon", beat.host, beat.next_drain, f"pid {beat.pid}"))
@@ -180,7 +180,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
         if when is not None:
             starters.append(Starter("cron", record.host, when, f"{record.user}'s crontab"))
     starters.sort(key=lambda s: s.when)
-    draining = tuple(b.as_held() for b in live if b.state == "draining")
+    draining = tuple(b for b in live if b.state == hb.BeatState.DRAINING)
     by_hand = _personal(spool)
     return DrainPlan(tuple(starters), draining, tuple(problems), fix_command(spool, config), by_hand)
 

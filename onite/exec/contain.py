@@ -218,6 +218,45 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def is_zombie(pid: int) -> bool:
+    """Has ``pid`` exited, its status not yet reaped (or is it gone)? A monitor that exited while no
+    driver was there to reap it is a zombie of init's until init does."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        return data[data.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def boot_id() -> str:
+    """This boot of the machine ("" if unknown): what a run record or a heartbeat of another boot
+    describes is gone."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8", errors="replace") as handle:
+            return handle.read(64).strip()
+    except OSError:
+        return ""
+
+
 def _parent(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -235,12 +274,13 @@ def signal_pid(pid: int, sig: int) -> None:
         pass
 
 
-def signal_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to every process of group ``pgid``; nothing if none is left."""
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to every process of group ``pgid``; False if none is left (or none is ours to signal)."""
     try:
         os.killpg(pgid, sig)
+        return True
     except (ProcessLookupError, PermissionError):
-        pass
+        return False
 
 
 def group_alive(pgid: int) -> bool:

@@ -111,7 +111,7 @@ def _monitor(plan: Plan) -> int:
     _close_all_but(keep)
     if plan.contain != contain.OFF:
         contain.set_subreaper()  # orphans of the job come to us, not to init
-    _record(plan, {"event": "monitor", "pid": os.getpid(), "ticks": process_start_ticks(os.getpid())})
+    _record(plan, {"event": "monitor", "pid": os.getpid(), "ticks": contain.process_start_ticks(os.getpid())})
     if plan.lock_fd is not None:
         os.close(plan.lock_fd)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -289,24 +289,6 @@ def _words(code: int, fallback: str) -> str:
         return fallback or "failed"
     text = os.strerror(code)
     return text[:1].lower() + text[1:]
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
-    except (ValueError, IndexError):
-        return None
 
 
 def _close_all_but(keep: set[int]) -> None:

@@ -32,11 +32,11 @@ import re
 import signal
 import stat
 import subprocess
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_name
 from onite.core.state import JobState, Result
 
@@ -167,9 +167,10 @@ class _Pending:
 class Notifier:
     """Starts the driver's notices and watches them; ``notify`` never raises and never blocks."""
 
-    def __init__(self, spool, log) -> None:
+    def __init__(self, spool, log, *, clock: Clock = SYSTEM) -> None:
         self.spool = spool
         self.log = log
+        self.clock = clock  # the driver's: a notifier's time limit is read on it
         self.pending: list[_Pending] = []
         self.waiting: deque[tuple[Result, str, object]] = deque()
         self._told_no_sendmail = False
@@ -273,13 +274,13 @@ class Notifier:
             os.close(err_w)
         os.set_blocking(err_r, False)
         self.pending.append(_Pending(name=result.name, how=how, popen=popen, stderr_fd=err_r,
-                                     deadline=time.monotonic() + config.notify_timeout.total_seconds()))
+                                     deadline=self.clock.monotonic() + config.notify_timeout.total_seconds()))
 
     # ---- watching ----------------------------------------------------------------------
 
     def reap(self, now_mono: float | None = None) -> None:
         """Log the notifiers that ended, kill those past their time; never blocks."""
-        now_mono = time.monotonic() if now_mono is None else now_mono
+        now_mono = self.clock.monotonic() if now_mono is None else now_mono
         keep = []
         for pending in self.pending:
             try:
@@ -359,7 +360,7 @@ class Notifier:
         notifiers left are killed and logged as such.
         """
         while self.busy:
-            now_mono = time.monotonic()
+            now_mono = self.clock.monotonic()
             if stop():
                 while self.waiting:
                     result, how, _ = self.waiting.popleft()
@@ -369,7 +370,7 @@ class Notifier:
                         self._kill(pending, "driver stopped", now_mono)
             self.reap(now_mono)
             if self.busy:
-                time.sleep(0.02)
+                self.clock.sleep(0.02)
         self._told_no_sendmail = False
 
 

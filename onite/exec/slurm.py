@@ -30,11 +30,13 @@ from pathlib import Path
 
 from onite.exec import sbatch
 from onite.exec import squeue
+from onite.core.clock import SYSTEM, Clock
 from onite.core.config import Config
 from onite.core.errors import ConfigError
-from onite.exec.executor import Run, Runner, SpawnError, Unavailable, job_environment, run_outputs
+from onite.exec.launch import job_environment, run_outputs
+from onite.exec.runner import Run, Runner, SpawnError, Unavailable
 from onite.core.names import job_label
-from onite.core.state import Outcome
+from onite.core.state import Outcome, Stop
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
 RECANCEL = 10.0  # seconds before a cancel is repeated for a job that is still there
@@ -59,8 +61,9 @@ class SlurmRunner(Runner):
 
     executor = "slurm"
 
-    def __init__(self, spool, config: Config, *, switch_user: bool, log=None) -> None:
+    def __init__(self, spool, config: Config, *, switch_user: bool, log=None, clock: Clock = SYSTEM) -> None:
         self.spool = spool
+        self.clock = clock  # the driver's: polls, time limits and cancel retries are read on it
         self.config = config
         self.switch_user = switch_user
         self.log = log
@@ -85,8 +88,14 @@ class SlurmRunner(Runner):
 
     # ---- starting --------------------------------------------------------------
 
-    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None) -> None:
-        """Submit ``run`` to Slurm as its owner. Raises SpawnError with the reason."""
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
+              record: tuple[str, dict] | None = None) -> None:
+        """Submit ``run`` to Slurm as its owner (the driver writes its run record once it has a Slurm job id,
+        so ``record`` is not used).
+
+        Raises:
+            SpawnError: with the reason. Unavailable: the controller does not answer.
+        """
         job = run.job
         identity = run.owner if self.switch_user else None
         env = job_environment(run, switch_user=self.switch_user)
@@ -108,7 +117,7 @@ class SlurmRunner(Runner):
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
         if self._next_poll is None:
-            self._next_poll = time.monotonic() + self.poll_interval
+            self._next_poll = self.clock.monotonic() + self.poll_interval
 
     def _submit(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None) -> str:
         job = run.job
@@ -153,7 +162,7 @@ class SlurmRunner(Runner):
 
     # ---- stopping ----------------------------------------------------------------
 
-    def stop(self, run: Run, why: str, *, by: str | None = None) -> None:
+    def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
         if run.stopping is None:
             run.stopping = why
@@ -161,13 +170,13 @@ class SlurmRunner(Runner):
         if run.kill_at is None:
             self._cancel(run)
 
-    def kill(self, run: Run, why: str) -> None:
+    def kill(self, run: Run, why: Stop) -> None:
         """The driver's hard stop: the same scancel; the driver waits for Slurm to confirm."""
         self.stop(run, why)
 
     def _cancel(self, run: Run) -> None:
         self._scancel(run.external_id, job_label(run.name))
-        now = time.monotonic()
+        now = self.clock.monotonic()
         run.kill_at = now + RECANCEL
         # a cancelled job usually ends within milliseconds: look again soon, not a whole poll later
         self._next_poll = now + 0.2 if self._next_poll is None else min(self._next_poll, now + 0.2)
@@ -176,7 +185,7 @@ class SlurmRunner(Runner):
         """Enforce exact time limits; repeat cancels that have not taken effect."""
         for run in self.runs:
             if run.stopping is None and run.timeout_at is not None and now_mono >= run.timeout_at:
-                self.stop(run, "timeout")
+                self.stop(run, Stop.TIMEOUT)
             elif run.kill_at is not None and now_mono >= run.kill_at:
                 self._cancel(run)
 
@@ -184,7 +193,7 @@ class SlurmRunner(Runner):
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Runs that ended in Slurm since the last poll, with their outcomes (polls when due)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if not self.runs:
             self._next_poll = None
             return []
@@ -202,7 +211,7 @@ class SlurmRunner(Runner):
                 continue
             self._note_start(run, status)
             if status.is_final:
-                if status.state != "CANCELLED" and run.stopping in ("shutdown", "cancel"):
+                if status.state != "CANCELLED" and run.stopping in (Stop.SHUTDOWN, Stop.CANCEL):
                     run.stopping = None  # it ended on its own first: record what it did, do not requeue
                 finished.append((run, squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)))
         if finished:
@@ -222,9 +231,9 @@ class SlurmRunner(Runner):
         if run.job.timeout is not None:
             # StartTime is cut to the second: the job began in [StartTime, StartTime + 1 s), and
             # not after now. Counting from the latest possible start never cuts its time short.
-            now_wall = time.time()
+            now_wall = time.time()  # compared with Slurm's StartTime: the real clock
             elapsed = now_wall - min(status.start.timestamp() + 1.0, now_wall)
-            run.timeout_at = time.monotonic() - elapsed + run.job.timeout.total_seconds()
+            run.timeout_at = self.clock.monotonic() - elapsed + run.job.timeout.total_seconds()
         if self.log is not None:
             self.log.event("slurm-start", run.name, slurm=run.external_id, waited=f"{max(waited, 0):.1f}s")
 
@@ -290,7 +299,7 @@ class SlurmRunner(Runner):
         if not known:
             return False
         self.runs.append(run)
-        self._next_poll = time.monotonic()  # look at once: it may have finished meanwhile
+        self._next_poll = self.clock.monotonic()  # look at once: it may have finished meanwhile
         return True
 
     def recover(self, info: dict, grace: float) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
-from onite.spool.scan import cancelled_pending, is_live
+from onite.spool.scan import withdrawn_entries, is_live
 from onite.core.errors import DamagedRecord
 from onite.core.queue import DepState
 from onite.core.state import JobState
@@ -33,6 +33,6 @@ def dependency_state(spool: SpoolDir, name: str) -> DepState:
         return DepState.DAMAGED
     if result is not None:
         return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
-    if any(e.name == name for e in cancelled_pending(spool)):
+    if any(e.name == name for e in withdrawn_entries(spool)):
         return DepState.CANCELLED
     return DepState.MISSING

@@ -15,10 +15,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from onite.core.errors import Refused
-from onite.exec.identity import resolve
 from onite.core.jobfile import Job, decode
 
 SLACK = 8 << 20  # a job file is its text plus a header (the environment): allow this much beyond max_job_size
@@ -40,11 +40,12 @@ class Settling:
 SETTLING = Settling()  # not a problem, not yet trusted: a submit's link-then-unlink in progress
 
 
-def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid=resolve,
+def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid: Callable[[int], object],
                  may_settle: bool = True) -> str | Settling:
     """Why a spool file must never be acted on, SETTLING if it is a submit's
     link-then-unlink in progress (look again soon), or "" if it may be trusted.
-    ``resolve_uid`` looks up the owner's account (the driver passes one that remembers).
+    ``resolve_uid`` looks up the owner's account, raising Refused if there is none
+    (onite.exec.identity.resolve; the driver passes one that remembers).
     ``may_settle=False``: the file can no longer be settling (the driver has claimed
     it), so a second hard link is a problem like any other.
     """

@@ -41,7 +41,7 @@ class Location:
 
     @property
     def personal_default(self) -> bool:
-        return self.source is Source.PERSONAL
+        return self.source == Source.PERSONAL
 
     def describe(self) -> str:
         """``system spool /var/spool/onite (default: it exists)``."""
@@ -145,7 +145,7 @@ def check_may_init(where: Location, euid: int) -> None:
         system, _ = system_spool(os.environ)
     except OniteError:
         system = SYSTEM_SPOOL
-    if where.source is Source.SYSTEM or where.path == system:
+    if where.source == Source.SYSTEM or where.path == system:
         if is_initialised_system_spool(where.path):
             raise Refused(f"the system spool {where.path} is root's: root set it up, and only root runs onite init on it",
                           "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)")

@@ -11,9 +11,9 @@ lock is bounded: ``take`` gives up after ``timeout`` and says so.
   holder dies, so a crashed driver never leaves a stale lock behind.
 - ``locks/recur.lock``: one read-modify-write of recur.state at a time.
 
-Since users can no longer probe the lock, whether a driver is alive is read
-from its world-readable heartbeat (onite.drain.heartbeat): ``held_locks`` and
-everything that asks "is a driver running?" go through it.
+Since users cannot probe the lock, whether a driver is alive is read from
+its world-readable heartbeat (onite.drain.heartbeat): everything that asks
+"is a driver running?" goes through that.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import fcntl
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from onite.core.errors import Refused, SpoolError, SpoolIOError
@@ -206,29 +205,3 @@ def remove_legacy(root: Path) -> list[str]:
         except OSError:
             continue
     return removed
-
-
-@dataclass(frozen=True)
-class HeldLock:
-    """A driver that is alive, as its heartbeat says (the name is older than the heartbeat)."""
-
-    host: str
-    holder: str  # ``pid=4711 host=vm since=ISO role=driver started_by=cron``, for messages
-    pid: int | None
-    since: str | None  # ISO 8601, as written
-    role: str  # "driver" (onite run), or "daemon" (which holds its lock for its whole life)
-    started_by: str = ""  # "cron", "timer", "hand", "systemd", … (onite.drain.heartbeat.started_by)
-    state: str = ""  # "draining", "idle" (a daemon between drains)
-    next_drain: str | None = None  # ISO 8601: when the next drain is due, as the driver knew it
-
-
-def held_locks(root: Path) -> list[HeldLock]:
-    """Every driver of the spool at ``root`` that is alive now, by host (from their heartbeats)."""
-    from onite.drain.heartbeat import live_beats
-
-    return [beat.as_held() for beat in live_beats(root)]
-
-
-def active_hosts(root: Path) -> list[str]:
-    """Hosts where a driver is draining now (a daemon between drains is not)."""
-    return [lock.host for lock in held_locks(root) if lock.state != "idle"]

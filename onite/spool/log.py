@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_name
 from onite.core.safetext import UNSAFE_CHARS
 
@@ -68,8 +69,8 @@ class ActivityLog:
     it is logged: ``onite run``'s live progress on a terminal is drawn from it.
     """
 
-    def __init__(self, path: Path, host: str, *, echo: TextIO | None = None,
-                 clock=lambda: datetime.now().astimezone(), listener=None) -> None:
+    def __init__(self, path: Path, host: str, *, echo: TextIO | None = None, clock: Clock = SYSTEM,
+                 listener=None) -> None:
         self.path = path
         self.host = host
         self.echo = echo
@@ -88,7 +89,7 @@ class ActivityLog:
         return self._fd
 
     def event(self, event: str, name: str = "", /, **fields: object) -> None:
-        when = self.clock()
+        when = self.clock.now()
         line = format_line(when, self.host, self.pid, event, name, **fields)
         fd = self._open()
         if fd is not None:

@@ -137,7 +137,7 @@ def cancel_inbox(spool: SpoolDir) -> list[Entry]:
             for name, entry, st in token_entries(spool.cancel_dir)]
 
 
-def cancelled_pending(spool: SpoolDir) -> list[Entry]:
+def withdrawn_entries(spool: SpoolDir) -> list[Entry]:
     """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
     return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode)]
 

@@ -1,0 +1,94 @@
+"""Time, passed in: the one reading of the system's clocks, and a clock that tests drive.
+
+onite decides by two clocks: the wall clock (aware local datetimes: windows,
+not-before times, cutoffs, what records and the log say) and a monotonic one
+(seconds: time limits, kill deadlines, pauses, polls). A ``Clock`` gives
+both, and sleeps. ``SYSTEM`` reads the machine's; ``ManualClock`` moves only
+when told, so a test drives a night's time instead of waiting for it (as
+huey passes ``now`` to its loop, and APScheduler its clock).
+
+Invariant: ``SystemClock`` is the only place onite reads the time of day or
+the monotonic clock to decide something. The command line makes one and
+passes it (or the ``now`` it read) down; the driver, the daemon, the
+executors, the notifier, the heartbeat and the activity log take the
+driver's. Two readings stay outside, on purpose: times compared with the
+kernel's file timestamps (an mtime, a ctime) use the kernel's clock
+(``time.time_ns``), since a driven clock would not match them; and a job's
+monitor (onite.exec.monitor), a forked copy of the driver that imports
+nothing of onite but onite.exec.contain, stamps its own record lines.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Wall time, monotonic time, and a way to let time pass."""
+
+    def now(self) -> datetime:
+        """The wall clock: an aware datetime in the machine's zone."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (for deadlines)."""
+
+    def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` pass."""
+
+
+class SystemClock:
+    """The machine's clocks."""
+
+    def now(self) -> datetime:
+        return datetime.now().astimezone()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0.0))
+
+
+SYSTEM = SystemClock()
+
+
+class ManualClock:
+    """A clock that moves only when told (``advance``, ``set``, or ``sleep``, which advances it)."""
+
+    def __init__(self, start: datetime, monotonic: float = 1000.0) -> None:
+        """``start``: an aware datetime, the wall clock's first reading.
+
+        Raises:
+            ValueError: ``start`` is naive.
+        """
+        if start.tzinfo is None:
+            raise ValueError("a ManualClock starts at an aware datetime")
+        self._now = start
+        self._mono = monotonic
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks ``seconds`` on."""
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+
+    def set(self, when: datetime) -> None:
+        """Move the wall clock to ``when`` (and the monotonic one as far, never back).
+
+        Raises:
+            ValueError: ``when`` is before the clock's present reading.
+        """
+        step = (when - self._now).total_seconds()
+        if step < 0:
+            raise ValueError(f"a ManualClock does not go back ({when.isoformat()} is before {self._now.isoformat()})")
+        self.advance(step)

@@ -1,0 +1,116 @@
+"""The driver's side of cancelling: file the jobs users withdrew, honour the requests they left.
+
+cancel/ (onite.spool.cancels) holds two kinds of entry. A non-empty file is
+a job its owner *withdrew* from the queue: the driver *files* it into
+jobsdone/ with a ``cancelled`` result. An empty file cancel/NAME@TOKEN is a
+*request*: the driver *honours* it if its owner (the requester) may cancel
+job NAME (onite.core.policy.may_touch: the job's owner, root, or anyone where
+own_only = false): a running job is *stopped* (Stop.CANCEL), a queued one
+withdrawn and filed. A request for a job that runs on another host is left
+for that host's driver (for a day at most).
+
+cancel/ is looked at only when its mtime changed (or changed within the
+last 50 ms: a write in the same tick would not show); a user's entry never
+stops the night (the finisher's guard sets it aside).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from typing import TYPE_CHECKING
+
+from onite.core.errors import OniteError
+from onite.core.policy import may_touch
+from onite.core.state import Stop
+from onite.spool.cancels import Filed, NotAJob, file_withdrawn, withdraw
+from onite.spool.files import remove_file
+from onite.spool.queued import find_queued
+from onite.spool.scan import Entry, cancel_inbox, find_running, user_name
+
+if TYPE_CHECKING:
+    from onite.drain.driver import Driver
+
+FRESH_NS = 50_000_000  # an mtime this recent is looked at again: an entry made in the same tick may not show
+REQUEST_KEPT_NS = 86400 * 10**9  # a request for a job another host runs waits this long for that host's driver
+
+
+class CancelInbox:
+    """Files withdrawn jobs and honours cancel requests, each time cancel/ changed."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.d = driver
+        self._mtime = -1
+
+    def process(self) -> None:
+        """Look at cancel/ if it changed, and act on every entry in it."""
+        d = self.d
+        try:
+            mtime = os.stat(d.spool.cancel_dir).st_mtime_ns
+        except FileNotFoundError:
+            return
+        # the folder's mtime is the kernel's: compared with the kernel's clock
+        if mtime == self._mtime and time.time_ns() - mtime > FRESH_NS:
+            return
+        self._mtime = mtime
+        try:
+            entries = cancel_inbox(d.spool)
+        except OniteError:
+            return
+        for entry in entries:
+            with d.finisher.guard(entry.name):  # a user's entry never stops the night
+                self._process(entry)
+
+    def _process(self, entry: Entry) -> None:
+        d = self.d
+        requester = user_name(entry.uid)
+        if entry.size or not stat.S_ISREG(entry.mode):  # a job its owner withdrew (or something else): file it
+            try:
+                filed = file_withdrawn(d.spool, entry.path, by=requester, now=d.clock.now())
+            except NotAJob as err:
+                d.log.event("refused", entry.name, owner=requester, reason=str(err))
+                return
+            except OniteError as err:
+                d.log.event("error", entry.name, error=str(err))
+                return
+            if filed is not None:
+                self._filed(entry.name, requester, filed)
+            return
+        self._honour(entry, requester)
+
+    def _filed(self, name: str, requester: str, filed: Filed) -> None:
+        """A queued job filed as cancelled: count, log, tell its owner."""
+        d = self.d
+        d.counts["cancelled"] += 1
+        d.log.event("cancelled", name, by=requester, was="queued", note=filed.note or None)
+        if filed.result is not None:
+            d.notifier.notify(filed.result, filed.job, d.config)
+
+    def _honour(self, request: Entry, requester: str) -> None:
+        """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""
+        d = self.d
+        name, own_only = request.name, d.config.own_only
+        run = d.running.get(name)
+        if run is not None:
+            if may_touch(request.uid, run.owner.uid, own_only):
+                d.runner.stop(run, Stop.CANCEL, by=requester)
+                d.log.event("cancel", name, by=requester, was="running")
+            else:
+                d.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
+            remove_file(request.path)
+            return
+        for entry in find_queued(d.spool, name):
+            if not may_touch(request.uid, entry.uid, own_only):
+                d.log.event("cancel-refused", name, by=requester, owner=user_name(entry.uid))
+                continue
+            try:
+                pending = withdraw(d.spool, entry)
+                filed = file_withdrawn(d.spool, pending, by=requester, now=d.clock.now())
+            except OniteError:
+                continue
+            if filed is not None:
+                self._filed(name, requester, filed)
+        if find_running(d.spool, name) and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:
+            return  # running on another host: its driver will honour the request
+        remove_file(request.path)

@@ -1,0 +1,278 @@
+"""Filing what ends: a run's result, a retry, a requeue, a job that can never run, a file set aside.
+
+A run that ended is *filed*: its result record is written
+(onite.spool.results), then its claim is renamed from running/HOST/ into
+jobsdone/ (one rename along an edge of the state machine, onite.core.state),
+then its run record is removed. A crash between any two of these steps
+leaves what the next driver's recovery finishes (onite.drain.recovery). A
+failed run with retries left is not filed but spooled again, with its
+attempt and a not-before time for its back-off (onite.core.queue.retry_delay),
+and its claim removed. A run the driver stopped hard goes back to its queue.
+
+A queued file that can never run is never deleted: it is moved to refused/
+with one log line (and a failed result for its owner), and the night goes
+on (``guard``). Where a record cannot be written (a full disk), nothing more
+starts (``note_cannot_record``), and the driver exits non-zero once its
+running jobs are done. Retention (onite.spool.retention) runs as jobs are
+filed and once when the drain ends.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from onite.core.errors import JobFormatError, NotFound, OniteError, Refused
+from onite.core.jobfile import Attempt, encode
+from onite.core.names import SIDE, is_valid_name
+from onite.core.queue import retry_delay
+from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
+from onite.exec.runner import Run
+from onite.spool.filecheck import BadFile
+from onite.spool.files import change_state, create_file, move_file, remove_file
+from onite.spool.index import Candidate
+from onite.spool.results import may_replace_result, write_result
+from onite.spool.scan import user_name
+
+if TYPE_CHECKING:
+    from onite.drain.driver import Driver
+
+
+class Finisher:
+    """Files the runs and jobs of one driver; says when nothing more may start."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.d = driver
+        self.cannot_record: str | None = None  # why nothing more may start: its records cannot be written
+        self._since_prune = 0
+
+    # ---- runs that ended -------------------------------------------------------------
+
+    def reap(self) -> None:
+        """Log the starts the runner saw, and file each job that ended as soon as it is seen."""
+        d = self.d
+        finished = d.runner.reap()
+        d.runner.started()  # each run it names is marked announced
+        d.starter.log_starts(until=None)
+        for run, outcome in finished:
+            d.starter.log_starts(until=run)
+            d.running.pop(run.name, None)
+            if not run.announced and outcome.reason and run.stopping is None:
+                d.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
+            if run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
+                self._requeue_interrupted(run)
+            else:
+                self.record(run, outcome, d.clock.now())
+
+    @staticmethod
+    def _retryable(run: Run, outcome: Outcome) -> bool:
+        return (outcome.state is JobState.FAILED and (not outcome.reason or outcome.retryable)
+                and run.job.attempt <= run.job.retries)
+
+    def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
+        """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
+        d, job = self.d, run.job
+        attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=d.host,
+                          exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
+        if self._retryable(run, outcome) and self._requeue_retry(run, attempt, now):
+            return
+        result = Result(
+            name=run.name, uid=run.owner.uid, user=run.owner.name, priority=job.priority, urgent=run.rank == 0,
+            state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code, signal=outcome.signal,
+            host=d.host, submitted=job.submitted, queued=run.queued_at, started=run.started,
+            finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
+            executor=d.runner.executor, external_id=run.external_id, recur=job.recur,
+            stderr=job.stderr_mode,
+        )
+        try:
+            write_result(d.spool, result)
+            change_state(run.name, JobState.RUNNING, result.state, d.running_dir / run.name,
+                         d.spool.done_dir / run.name, "filing the finished job")
+        except OniteError as err:
+            d.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
+            self.note_cannot_record(str(err))
+            return
+        remove_file(d.spool.run_record_path(d.host, run.name))
+        d.counts[str(result.state)] += 1
+        d.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
+                    exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
+                    attempt=job.attempt)
+        d.notifier.notify(result, job, d.config)
+        self._since_prune += 1
+        if self._since_prune >= max(50, d.config.keep // 10):
+            self.prune(strays=False)
+
+    def _requeue_retry(self, run: Run, attempt: Attempt, now: datetime) -> bool:
+        d = self.d
+        delay = retry_delay(d.config.retry_delay.total_seconds(), run.job.attempt)
+        job = replace(run.job, attempt=run.job.attempt + 1, not_before=now + timedelta(seconds=delay),
+                      tried=run.job.tried + (attempt,))
+        folder = d.spool.folder_for(job.priority, run.rank == 0)
+        try:
+            d.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
+            create_file(folder, run.name, encode(job), owner=(run.owner.uid, run.owner.gid), durable=False)
+        except Refused:
+            d.log.event("retry-skipped", run.name, note="a new job of that name is queued")
+            return False
+        except OniteError as err:
+            d.log.event("retry-failed", run.name, error=str(err))
+            return False
+        remove_file(d.running_dir / run.name)
+        remove_file(d.spool.run_record_path(d.host, run.name))
+        d.counts["retried"] += 1
+        d.log.event("retry", run.name, user=run.owner.name, attempt=job.attempt, of=run.job.retries + 1,
+                    after=f"{delay:g}s", reason=attempt.reason)
+        return True
+
+    def _requeue_interrupted(self, run: Run) -> None:
+        d = self.d
+        try:
+            self.requeue_file(d.running_dir / run.name, run.name, run.rank)
+        except OniteError as err:
+            d.log.event("error", run.name, error=str(err))
+            return
+        remove_file(d.spool.run_record_path(d.host, run.name))
+        d.counts["requeued"] += 1
+        d.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
+
+    def requeue_file(self, path: Path, name: str, rank: int) -> None:
+        """Put a claim at ``path`` back in the queue folder of ``rank``.
+
+        Raises:
+            Refused: a new job of that name is queued meanwhile (the claim stays).
+            NotFound, SpoolError, SpoolIOError: as the rename.
+        """
+        d = self.d
+        folder = d.spool.folder_for(rank, rank == 0)
+        d.spool.ensure_queue_folder(folder)
+        target = folder / name
+        if os.path.lexists(target):
+            raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
+        change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
+
+    # ---- jobs that never ran -----------------------------------------------------------
+
+    def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
+        """A queued job that can never run (its dependency failed): file it as failed."""
+        d, picker = self.d, self.d.picker
+        job = picker.parsed.get(cand.name, (None, None))[1]
+        if job is None:  # only the few near the head of the queue are kept parsed
+            try:
+                job, _ = picker.read_job(cand.path)
+            except (OSError, JobFormatError, BadFile):
+                job = None
+        result = unrun_result(name=cand.name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
+                              reason=reason, host=d.host, now=d.clock.now(), job=job, priority=cand.rank,
+                              urgent=cand.rank == 0)
+        if self.file_unrun(result, JobState.QUEUED, cand.path, "failing", gone_ok=True):
+            picker.forget(cand)
+            d.log.event("failed", cand.name, user=result.user, reason=reason)
+            d.notifier.notify(result, job, d.config)
+
+    def file_unrun(self, result: Result, old: JobState, path: Path, why: str, *, gone_ok: bool = False) -> bool:
+        """File a job that never ran (or whose run nobody saw end): write its result, move it from
+        ``path`` into jobsdone/, count it. False if that failed (logged). ``gone_ok``: a file that
+        is gone already (a cancel or another host took it) counts as filed.
+        """
+        d = self.d
+        try:
+            write_result(d.spool, result)
+            change_state(result.name, old, result.state, path, d.spool.done_dir / result.name, why)
+        except OniteError as err:
+            if not (gone_ok and isinstance(err, NotFound)):
+                d.log.event("error", result.name, error=str(err))
+                return False
+        d.counts[str(result.state)] += 1
+        return True
+
+    def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str) -> None:
+        """Never run it, never delete it: move it to refused/ and say why, in the log and a result."""
+        d = self.d
+        target = d.spool.refused_dir / f"{name}{SIDE}{d.clock.now():%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
+        try:
+            move_file(path, target, "moving aside")
+        except NotFound:
+            return
+        except OniteError as err:
+            d.log.event("error", name, error=str(err))
+            return
+        owner = user_name(st.st_uid) if st else "?"
+        d.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(d.spool.root)))
+        if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
+                and may_replace_result(d.spool, name, st.st_uid):
+            result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
+                                  reason=f"refused: {reason}", host=d.host, now=d.clock.now())
+            try:
+                write_result(d.spool, result)
+            except OniteError:
+                return
+            d.notifier.notify(result, None, d.config)
+
+    @contextmanager
+    def guard(self, name: str, *paths: Path):
+        """Whatever a queued file makes go wrong while it is looked at or started, the night goes
+        on: the file is set aside (moved to refused/ from the first of ``paths`` where it is now)
+        with one log line, and the driver moves on to the next job. A file a user can write must
+        never stop the driver, and never make it retry the same failure forever."""
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 - see the docstring; the traceback goes to stderr
+            import traceback
+
+            reason = f"onite could not handle it ({type(err).__name__}: {err})"
+            self.d.log.event("error", name, error=reason, note="set aside in refused/; please report this")
+            traceback.print_exc(file=sys.stderr)
+            for path in paths:
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                self.move_aside(path, name, st, reason)
+                break
+
+    # ---- when nothing can be recorded; retention ----------------------------------------
+
+    def note_cannot_record(self, why: str, name: str = "") -> None:
+        """A record could not be written: start nothing more (logged once; on stderr too, since the
+        log may be what cannot be written)."""
+        if self.cannot_record is None:
+            self.cannot_record = why
+            self.d.log.event("cannot-record", name, error=why,
+                             note="no job starts until runs can be recorded; running jobs go on")
+            if self.d.log.echo is None:
+                try:
+                    print(f"onite: cannot record a run ({why}) — no job starts until it can; free space and "
+                          f"run onite run again", file=sys.stderr)
+                except (OSError, ValueError):
+                    pass
+
+    def prune(self, *, strays: bool = True) -> None:
+        """Retention: keep the last ``keep`` finished jobs; with ``strays``, also remove what crashed
+        writes and cancels left behind (once, as the drain ends)."""
+        from onite.spool.retention import prune, remove_temp_files
+
+        d = self.d
+        self._since_prune = 0
+        try:
+            removed = prune(d.spool, d.config.keep, protect=set(d.running), strays=strays)
+        except OniteError as err:
+            d.log.event("error", error=str(err), note="retention")
+            return
+        if removed:
+            d.log.event("pruned", removed=removed, keep=d.config.keep)
+        if strays:
+            try:
+                # the age of a dot-name is read from its mtime, stamped by the kernel: compared with its clock
+                leftovers = remove_temp_files(d.spool, time.time())
+            except OniteError as err:
+                d.log.event("error", error=str(err), note="retention of temporary files")
+                return
+            if leftovers:
+                d.log.event("pruned", temporary=leftovers, note="files of writes that died (a crash or a kill)")

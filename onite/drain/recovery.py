@@ -1,0 +1,310 @@
+"""Recovery: what a dead driver of this host left in running/HOST/, dealt with exactly once.
+
+A driver that starts (holding this host's lock, so no other driver of the
+host is alive) looks at every claim left in running/HOST/ and decides from
+its run record (onite.core.runrecord; docs/job-control.md, "Exactly once"):
+
+- a record whose result was written before the driver died: finish filing it;
+- no record, or no ``monitor`` line: the job never started; put it back;
+- ``ended`` or ``failed``: file how it ended, as its monitor recorded it;
+- a monitor still alive: adopt the run (watched, limited and cancellable as
+  if started here);
+- a monitor gone with no end recorded (kill -9, the OOM killer), another
+  machine's run, or one from before a reboot: stop what is left of it
+  (onite.drain.leftovers) and run it again (or fail it, on_interrupt = fail):
+  the one case of a rerun;
+- an older onite's record, or a Slurm job: re-attach it where the executor
+  can (Slurm), else stop it and run it again.
+
+A claim whose retry is already spooled (a driver killed between writing the
+retry and removing the claim) is dropped. One damaged claim never stops the
+night: it is logged and left for the next driver.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
+from onite.core.jobfile import Job
+from onite.core.names import is_valid_name
+from onite.core.runrecord import VERSION, RunRecord
+from onite.core.state import JobState, Outcome, outcome_from_status, unrun_result
+from onite.exec.contain import boot_id
+from onite.exec.runner import Run
+from onite.spool import runrecords
+from onite.spool.filecheck import BadFile
+from onite.spool.files import change_state, remove_file
+from onite.spool.paths import RUN_RECORD
+from onite.spool.queued import find_queued
+from onite.spool.results import read_result
+from onite.spool.scan import find_running, user_name
+
+if TYPE_CHECKING:
+    from onite.drain.driver import Driver
+
+
+class Recovery:
+    """Recovers one host's claims for a driver that holds that host's lock."""
+
+    def __init__(self, driver: Driver, *, may_reattach: bool = True) -> None:
+        self.d = driver
+        self.may_reattach = may_reattach  # may take back runs that outlived their driver (Slurm)
+
+    def recover(self) -> None:
+        """Deal with every claim in running/HOST/ (see the module's docstring)."""
+        d = self.d
+        try:
+            names = os.listdir(d.running_dir)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            d.log.event("error", error=str(SpoolIOError(d.running_dir, "listing", err)), note="recovery skipped")
+            return
+        jobs = [n for n in names if is_valid_name(n)]
+        for name in jobs:
+            try:
+                self._claim(name)
+            except Exception as err:  # noqa: BLE001 - one damaged claim must not stop the night
+                d.log.event("error", name, error=f"recovering it: {type(err).__name__}: {err}",
+                            note="left in running/ for the next driver")
+        for name in names:
+            if name.endswith(RUN_RECORD) and name[: -len(RUN_RECORD)] not in jobs:
+                remove_file(d.running_dir / name)  # a run record whose job is gone
+            elif name.startswith(".") and name.endswith(".tmp"):
+                remove_file(d.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
+
+    def _claim(self, name: str) -> None:
+        d = self.d
+        path = d.running_dir / name
+        record_path = d.spool.run_record_path(d.host, name)
+        rec = runrecords.read(record_path)
+        info = rec.info if rec is not None else {}
+        if rec is not None and rec.version < VERSION or info.get("executor") == "slurm":
+            self._unmonitored(name, path, info)  # an older onite's run, or a Slurm job
+            return
+        if self._already_filed(name, path, info):
+            return
+        if rec is None or not rec.started_job:
+            # The monitor records itself before it forks the job, and holds the driver lock until
+            # then: a claim whose record has no monitor line was never started.
+            if rec is None:  # an older onite wrote the record after the start: look for its processes
+                what = d.leftovers.stop_unrecorded(name)
+                rerun = not what.startswith("no run record, and none")
+            else:
+                what, rerun = "it had not started", False
+            self.requeue(name, path, info, what, rerun=rerun)
+            return
+        if rec.ended:
+            if not d.leftovers.monitor_alive(rec):  # died after recording the end: its clean-up is ours
+                d.leftovers.stop_orphans(rec)
+            self._file(name, path, rec)
+            return
+        machine = info.get("machine")
+        if machine and machine != d.machine:
+            self.requeue(name, path, info, f"it ran on {machine}, which cannot be checked from here; "
+                         "how it ended is unknown", rerun=True)
+            return
+        if info.get("boot") and info.get("boot") != boot_id():
+            self.requeue(name, path, info, "the machine restarted while it ran; how it ended is unknown", rerun=True)
+            return
+        if self._adopt(name, path, rec):
+            return
+        # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
+        rec = runrecords.read(record_path) or rec  # it may have ended just now
+        if rec.ended:
+            d.leftovers.stop_orphans(rec)
+            self._file(name, path, rec)
+            return
+        what = d.leftovers.stop_orphans(rec)
+        self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
+
+    def _already_filed(self, name: str, path: Path, info: dict) -> bool:
+        """The dead driver wrote the result but died before moving the job into jobsdone/: finish that."""
+        d = self.d
+        try:
+            previous = read_result(d.spool, name)
+        except DamagedRecord:
+            previous = None  # torn as its driver died: recovered as if it had not been written
+        if previous is None or not info.get("run_id") or previous.run_id != info.get("run_id"):
+            return False
+        try:
+            change_state(name, JobState.RUNNING, previous.state, path, d.spool.done_dir / name,
+                         "completing a finished job")
+        except OniteError as err:
+            d.log.event("error", name, error=str(err))
+            return True
+        remove_file(d.spool.run_record_path(d.host, name))
+        d.log.event("recovered", name, action="its result was recorded; filed it")
+        return True
+
+    def _run_of(self, name: str, path: Path, info: dict) -> Run:
+        """The Run of a claim, rebuilt from its job file and its run record.
+
+        Raises:
+            OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account.
+        """
+        d = self.d
+        job, st = d.picker.read_job(path)
+        owner = d.picker.resolve(st.st_uid)
+        rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
+
+        def when(key: str) -> datetime | None:
+            try:
+                value = datetime.fromisoformat(info[key])
+                return value if value.tzinfo else None
+            except (KeyError, TypeError, ValueError):
+                return None
+
+        run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
+                  started=when("started") or d.clock.now(), started_mono=d.clock.monotonic(),
+                  spool=str(d.spool.root), record_path=d.spool.run_record_path(d.host, name))
+        run.queued_at = when("queued")
+        return run
+
+    def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
+        """Take over a run whose monitor is alive: it is watched, limited and cancellable as if started here."""
+        d = self.d
+        try:
+            run = self._run_of(name, path, rec.info)
+        except (OSError, OniteError, BadFile):
+            return False
+        if not d.runner.adopt(run, rec):
+            return False
+        d.running[name] = run
+        d.log.event("recovered", name, action="adopted (still running)", monitor=rec.monitor_pid, pid=rec.job_pid)
+        return True
+
+    def _file(self, name: str, path: Path, rec: RunRecord) -> None:
+        """File a run that ended while no driver watched it, from what its monitor recorded."""
+        d = self.d
+        try:
+            run = self._run_of(name, path, rec.info)
+        except (OSError, OniteError, BadFile) as err:
+            self.requeue(name, path, rec.info, f"it ended, but its job file cannot be read ({err})", rerun=False)
+            return
+        if self._retry_exists(run):
+            self._drop(name, path, run.attempt)
+            return
+        outcome = outcome_from_status(rec.status) if rec.status is not None else Outcome(reason=rec.failed or "")
+        ended = None
+        if rec.ended_at:
+            try:
+                ended = datetime.fromisoformat(rec.ended_at)
+            except ValueError:
+                ended = None
+        d.log.event("recovered", name, action="filed how it ended while no driver was running",
+                    outcome=outcome.describe() or "exit 0")
+        d.finisher.record(run, outcome, ended if ended and ended.tzinfo else d.clock.now())
+
+    def _drop(self, name: str, path: Path, attempt: int) -> None:
+        """A later attempt is already spooled: this claim is stale, and must neither run nor be filed."""
+        remove_file(path)
+        remove_file(self.d.spool.run_record_path(self.d.host, name))
+        self.d.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=attempt)
+
+    def _retry_exists(self, run: Run) -> bool:
+        """Is a later attempt of this job already spooled (queued, running anywhere, or finished)?
+        A driver killed between writing a retry and removing the claim leaves both."""
+        d = self.d
+
+        def later(job: Job | None) -> bool:
+            return job is not None and job.submitted == run.job.submitted and job.attempt > run.attempt
+
+        others = [e for e in find_running(d.spool, run.name) if e.host != d.host]
+        for entry in find_queued(d.spool, run.name) + others:
+            try:
+                job, _ = d.picker.read_job(entry.path)
+            except (OSError, JobFormatError, BadFile):
+                continue
+            if later(job):
+                return True
+        try:
+            previous = read_result(d.spool, run.name)
+        except (DamagedRecord, SpoolIOError):
+            return False
+        return previous is not None and previous.submitted == run.job.submitted and previous.attempt > run.attempt
+
+    def requeue(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:
+        """Put a claim back in its queue (or fail it, with on_interrupt = fail, when it may have run)."""
+        d = self.d
+        try:
+            claimed = self._run_of(name, path, info)
+        except (OSError, OniteError, BadFile):
+            claimed = None
+        if claimed is not None and self._retry_exists(claimed):
+            self._drop(name, path, claimed.attempt)
+            return
+        record_path = d.spool.run_record_path(d.host, name)
+        if rerun and d.config.on_interrupt == "fail":
+            self._fail(name, path, info, what)
+            remove_file(record_path)
+            return
+        rank = info.get("rank")
+        if not isinstance(rank, int):
+            try:
+                job, _ = d.picker.read_job(path)
+                rank = 0 if job.urgent else job.priority
+            except (OSError, JobFormatError, BadFile):
+                rank = d.config.default_priority
+        if find_queued(d.spool, name):
+            remove_file(path)  # a retry was already queued before the crash
+            action = "dropped (its retry is already queued)"
+        else:
+            try:
+                d.finisher.requeue_file(path, name, int(rank))
+            except OniteError as err:
+                d.log.event("error", name, error=str(err))
+                return
+            action = "rerun: requeued" if rerun else "requeued"
+        remove_file(record_path)
+        d.counts["requeued"] += 1
+        d.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
+
+    def _fail(self, name: str, path: Path, info: dict, what: str) -> None:
+        """on_interrupt = fail: file a claim that may have run as failed, with what recovery found."""
+        d = self.d
+        try:
+            job, st = d.picker.read_job(path)
+        except (OSError, JobFormatError, BadFile):
+            job, st = None, os.lstat(path)
+        started = datetime.fromisoformat(info["started"]) if info.get("started") else None
+        result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
+                              reason=f"interrupted: {what}", host=d.host, now=d.clock.now(), job=job,
+                              urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
+        if d.finisher.file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
+            d.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
+            d.notifier.notify(result, job, d.config)
+
+    def _unmonitored(self, name: str, path: Path, info: dict) -> None:
+        """A claim of a run with no monitor: an older onite's (its processes are killed, then it is
+        requeued, as that onite did) or a Slurm job (re-attached if Slurm still has it)."""
+        if self._reattach(name, path, info):
+            return
+        if self._already_filed(name, path, info):
+            return
+        what = self.d.leftovers.stop_leftovers(name, info)
+        self.requeue(name, path, info, what, rerun=True)
+
+    def _reattach(self, name: str, path: Path, info: dict) -> bool:
+        """Executors whose jobs outlive the driver (Slurm) take their runs back."""
+        d = self.d
+        if not self.may_reattach or not info.get("external_id"):
+            return False
+        try:
+            job, st = d.picker.read_job(path)
+            owner = d.picker.resolve(st.st_uid)
+        except (OSError, OniteError, BadFile):
+            return False
+        run = Run(name=name, job=job, owner=owner, rank=int(info.get("rank", job.priority)),
+                  run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
+                  started_mono=d.clock.monotonic(), external_id=info["external_id"], spool=str(d.spool.root))
+        run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
+        if not d.runner.reattach(run):
+            return False
+        d.running[name] = run
+        d.log.event("recovered", name, action="re-attached", slurm=run.external_id)
+        return True

@@ -1,0 +1,107 @@
+"""Why queued jobs wait, in the driver's words: one answer for the driver, ``onite status`` and ``onite list``.
+
+The reasons come from queue.evaluate (onite.core.queue) with the driver's own
+dependency rule (onite.spool.deps), so that status never tells a different
+story from the driver. A reason needs the job file, which is private to its
+owner: it is read only for jobs the asker owns (every job for root), and
+only among the first EXAMINE queued jobs in queue order (a queue of 100,000
+costs 200 reads, not 100,000). A held job is held for everyone to see (the
+mode says so); another user's job that is not held is only counted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from onite.core.errors import JobFormatError
+from onite.core.queue import READY, DepState, Fail, Meta, evaluate
+from onite.spool.deps import dependency_state
+from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.holds import is_held
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import live_state, queued_folder_stats
+from onite.spool.scan import user_name
+
+EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
+
+
+def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
+                 host: str) -> list[dict]:
+    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, mode)``, in run order) cannot start now.
+
+    Jobs that may start are left out, as are other users' jobs that are not held.
+    """
+    users: dict[int, str] = {}
+    found = []
+    for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
+        held = is_held(mode)
+        user = users.get(uid) or users.setdefault(uid, user_name(uid))
+        row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
+               "position": position, "state": "held" if held else "queued", "kind": "", "reason": "",
+               "until": None, "dependency": None, "private": False}
+        if euid != 0 and uid != euid:
+            if held:  # the mode is public; what else the file says is not
+                found.append({**row, "kind": "held", "reason": "held", "private": True})
+            continue
+        try:
+            job, _ = read_job_file(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size)
+        except FileNotFoundError:
+            continue  # claimed or cancelled while we looked
+        except (OSError, BadFile, JobFormatError) as err:
+            found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
+            continue
+        asked: list[tuple[str, DepState]] = []
+
+        def dependency(dep: str) -> DepState:
+            state = dependency_state(spool, dep)
+            asked.append((dep, state))
+            return state
+
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
+        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
+        if verdict is READY:
+            continue
+        row["reason"] = verdict.reason
+        if isinstance(verdict, Fail):
+            row["kind"] = "will_fail"
+            row["reason"] = f"will fail: {verdict.reason}"
+        elif verdict.reason == "held":
+            row["kind"] = "held"
+        elif verdict.until is not None:
+            row["until"] = verdict.until.isoformat()
+            row["kind"] = "retry" if meta.retrying else "not_before"
+            if meta.retrying:
+                row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
+        elif asked and asked[-1][1] is DepState.PENDING:
+            dep = asked[-1][0]
+            dep_state = live_state(spool, dep) or "finishing"
+            row.update(kind="after", dependency={"name": dep, "state": dep_state},
+                       reason=f"{verdict.reason} ({dep_state})")
+        else:
+            row["kind"] = "pinned"
+        found.append(row)
+    return found
+
+
+SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
+
+
+def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
+    """Why a drain started nothing: how many jobs are queued, and one line saying why none can
+    start now, in the words status uses for each waiting job (waiting_jobs).
+
+    Raises:
+        SpoolIOError: a folder cannot be listed.
+    """
+    total, head = 0, []
+    for rank, rows in queued_folder_stats(spool):
+        total += len(rows)
+        if len(head) < EXAMINE:
+            head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
+    if not total:
+        return 0, "nothing is due: the queue is empty"
+    rows = waiting_jobs(spool, head, now, euid=euid, host=host)
+    parts = [f"{row['name']}: {row['reason']}" for row in rows[:SHOWN_IDLE]]
+    more = total - len(parts)
+    return total, (f"nothing is due: {total} queued, none can start now ("
+                   + "; ".join(parts + ([f"{more} more"] if more else [])) + ")")

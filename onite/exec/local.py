@@ -1,0 +1,435 @@
+"""The local executor: each job under a monitor process of its own, on this machine.
+
+``LocalRunner.start`` decides the command line and environment
+(onite.exec.launch), opens the job's output files, and forks a monitor
+(onite.exec.monitor), which records itself in the run record, starts the job
+and records how it ended:
+
+- when the driver is root the job's process drops to the owner before it
+  does anything on the owner's behalf: setgroups, setgid, setuid (real,
+  effective and saved ids), then it enters the job's directory and looks up
+  the interpreter with the owner's rights, never root's;
+- a new session: the job leads its own process group and has no
+  controlling terminal; where the machine allows, it runs in a cgroup of its
+  own, so that everything it starts can be ended with it (onite.exec.contain).
+
+The monitor tells the driver over a pipe when the job started and ended; a
+run adopted from a dead driver has no pipe, and its record says how it ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from onite.core.clock import SYSTEM, Clock
+from onite.core.names import job_label
+from onite.core.runrecord import RunRecord
+from onite.core.state import Outcome, Stop, outcome_from_status, stopped_outcome
+from onite.exec import contain, monitor
+from onite.exec.identity import Identity
+from onite.exec.launch import SCRIPT, Launch, credentials_of, own_credentials, plan, run_outputs
+from onite.exec.processes import find_run_processes, stop_processes
+from onite.exec.runner import NoRecord, Run, Runner, SpawnError
+from onite.spool import runrecords
+
+
+@dataclass(eq=False)
+class Monitor:
+    """A job's monitor process (onite.exec.monitor) as the driver watches it."""
+
+    pid: int
+    pidfd: int | None  # readable once it exits
+    pipe: int | None  # what it tells the driver (None: adopted from a dead driver, no pipe)
+    child: bool  # our child (we reap it), or adopted from a dead driver
+    buffer: bytes = b""
+    exited: bool = False
+
+    def close(self) -> None:
+        for fd in (self.pidfd, self.pipe):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.pidfd = self.pipe = None
+
+
+class LocalRunner(Runner):
+    """Starts each job under a monitor of its own (onite.exec.monitor), enforces time limits, reports
+    how jobs ended.
+
+    A time limit or a stop is SIGTERM to every process of the job (its group, and its cgroup
+    where jobs have one), then SIGKILL after ``kill_grace``. When a job's leader exits, its monitor
+    ends whatever it left running (onite.exec.contain), so no stray process outlives its job and the slot
+    bound means what it says; the driver waits for those monitors before it exits.
+    """
+
+    executor = "local"
+    writes_record = True
+
+    def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
+                 containment: contain.Containment | None = None, lock_fd: int | None = None,
+                 clock: Clock = SYSTEM) -> None:
+        self.shell = shell
+        self.clock = clock  # the driver's: time limits and kill deadlines are read on it
+        self.kill_grace = kill_grace
+        self.switch_user = switch_user
+        self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
+        self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
+        self.runs: list[Run] = []
+        self._lingering: list[Monitor] = []  # monitors ending what their job left behind
+        self._started: list[Run] = []
+        self._credentials = own_credentials()
+        self._boot = contain.boot_id()
+        _occupy_standard_descriptors()
+
+    def reload(self, config) -> None:
+        self.shell = config.shell
+        self.kill_grace = config.kill_grace.total_seconds()
+
+    # ---- starting --------------------------------------------------------------
+
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
+              record: tuple[str, dict] | None = None) -> None:
+        """Start ``run`` under its monitor; returns at once (the monitor reports the start).
+
+        Raises:
+            SpawnError: its output files cannot be made (the job is recorded as failed).
+            NoRecord: its run record cannot be written: nothing was started.
+        """
+        launch = plan(run, shell=self.shell, switch_user=self.switch_user)
+        ident = launch.identity
+        if ident is not None and credentials_of(ident) == self._credentials:
+            ident = None  # switching to the ids we already have changes nothing
+        if run.job.timeout is not None:
+            run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
+        run.cgroup = self.containment.job_cgroup(run.run_id)
+        record_fd = None
+        if record is not None:  # first: where nothing can be recorded, nothing may start
+            path, info = record
+            deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
+            try:
+                record_fd = runrecords.create(path, {**info, "boot": self._boot, "cgroup": run.cgroup,
+                                                     "contain": self.containment.kind, "deadline": deadline,
+                                                     "kill_grace": self.kill_grace})
+            except runrecords.RecordError as error:
+                self._undo(run)
+                raise NoRecord(str(error)) from None
+            run.record_path = path
+        try:
+            self._fork_monitor(run, launch, ident, record_fd, output_path, stderr_path, append)
+        except BaseException:
+            self._undo(run)
+            raise
+        finally:
+            if record_fd is not None:
+                os.close(record_fd)
+        self.runs.append(run)
+
+    def _fork_monitor(self, run: Run, launch: Launch, ident: Identity | None, record_fd: int | None,
+                      output_path: Path, stderr_path: Path | None, append: bool) -> int:
+        """Open the run's output files and fork its monitor (onite.exec.monitor); the monitor's pid.
+
+        Raises:
+            NoRecord: the disk is full (nothing could be recorded of the run either).
+            SpawnError: an output file cannot be made, or no process can be forked.
+        """
+        outputs = run_outputs(run, output_path, stderr_path, ident, append=append)
+        out, err = outputs.__enter__()
+        script_fd = notify_w = None
+        try:
+            script_fd = os.memfd_create(job_label(run.name), 0)
+            _write_all(script_fd, run.job.body)
+            os.lseek(script_fd, 0, os.SEEK_SET)
+            script = os.fsencode(f"/dev/fd/{script_fd}")
+            notify_r, notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            spec = monitor.Plan(
+                argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
+                cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
+                gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
+                script_fd=script_fd, stdout_fd=out, stderr_fd=err,
+                record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
+                record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
+                cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace)
+            try:
+                pid = monitor.start(spec)
+            except OSError as error:
+                os.close(notify_r)
+                raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
+        finally:
+            for fd in (script_fd, notify_w):
+                if fd is not None:
+                    os.close(fd)
+            outputs.__exit__(None, None, None)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None  # a very old kernel: polled
+        run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=notify_r, child=True)
+        return pid
+
+    @staticmethod
+    def _undo(run: Run) -> None:
+        """Nothing was started: its cgroup and record go (the claim is the driver's to put back)."""
+        if run.cgroup:
+            contain.remove_cgroup(run.cgroup, wait=0)
+        if run.record_path:
+            try:
+                os.unlink(run.record_path)
+            except OSError:
+                pass
+            run.record_path = None
+
+    # ---- stopping --------------------------------------------------------------
+
+    def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
+        """Begin stopping ``run``: SIGTERM to its processes now, SIGKILL after the grace period."""
+        if run.stopping is None:
+            run.stopping = why
+            run.cancelled_by = by
+        if run.kill_at is None:
+            run.kill_at = self.clock.monotonic() + self.kill_grace
+            self._signal(run, signal.SIGTERM)
+
+    def kill(self, run: Run, why: Stop) -> None:
+        """Kill ``run``'s processes at once (a hard stop)."""
+        if run.stopping is None:
+            run.stopping = why
+        self._signal(run, signal.SIGKILL)
+
+    @staticmethod
+    def _signal(run: Run, sig: int) -> None:
+        """Signal every process of the job: its group, and its cgroup if it has one. Before its
+        monitor said it started there is no process yet: the stop is applied when it does."""
+        if run.pgid is not None:
+            contain.signal_group(run.pgid, sig)
+        if run.cgroup:
+            if sig == signal.SIGKILL:
+                contain.kill_cgroup(run.cgroup)
+            else:
+                contain.signal_cgroup(run.cgroup, sig)
+
+    def tick(self, now_mono: float) -> None:
+        """Enforce time limits and kill deadlines."""
+        for run in self.runs:
+            if run.stopping is None and run.timeout_at is not None and now_mono >= run.timeout_at:
+                self.stop(run, Stop.TIMEOUT)
+            elif run.kill_at is not None and now_mono >= run.kill_at:
+                self._signal(run, signal.SIGKILL)
+                run.kill_at = None
+
+    # ---- hearing from monitors -------------------------------------------------
+
+    def reap(self) -> list[tuple[Run, Outcome]]:
+        """Runs whose job has ended (or could not start), with their outcomes."""
+        finished = []
+        for run in self.runs:
+            outcome = self._hear(run)
+            if outcome is not None:
+                finished.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
+        if finished:
+            done = {id(run) for run, _ in finished}
+            self.runs = [run for run in self.runs if id(run) not in done]
+        self._lingering = [mon for mon in self._lingering if not self._exited(mon)]
+        return finished
+
+    def started(self) -> list[Run]:
+        """Runs whose job's interpreter started since the last call."""
+        started, self._started = self._started, []
+        return sorted(started, key=lambda run: run.started_mono)  # in the order they were claimed
+
+    def _hear(self, run: Run) -> Outcome | None:
+        """Read what ``run``'s monitor said; its outcome once the job ended, else None."""
+        mon = run.monitor
+        if mon is None:
+            return Outcome(reason="it could not be started")
+        ended: Outcome | None = None
+        for message in self._messages(mon):
+            word, _, rest = message.partition(" ")
+            if word == "started" and rest.isdigit():
+                self._note_start(run, int(rest))
+            elif word == "ended" and rest.lstrip("-").isdigit():
+                ended = outcome_from_status(int(rest))
+            elif word == "failed":
+                ended = Outcome(reason=rest or "it could not be started")
+        if ended is not None:
+            self._lingering.append(mon)
+            return ended
+        if not self._exited(mon):
+            return None
+        # the monitor is gone without a word on its pipe (adopted, or killed): the record decides
+        return self.outcome_from_record(run)
+
+    def _note_start(self, run: Run, pid: int) -> None:
+        if run.pgid is None:
+            run.pgid = pid
+            if not run.announced:
+                run.announced = True
+                self._started.append(run)
+            if run.stopping is not None:  # a stop asked for before the job existed
+                self._signal(run, signal.SIGKILL if run.kill_at is None else signal.SIGTERM)
+
+    def outcome_from_record(self, run: Run) -> Outcome:
+        """How a run whose monitor has exited ended, as its run record says."""
+        rec = runrecords.read(run.record_path) if run.record_path else None
+        if rec is not None and rec.job_pid is not None:
+            self._note_start(run, rec.job_pid)
+        if rec is not None and rec.status is not None:
+            return outcome_from_status(rec.status)
+        if rec is not None and rec.failed is not None:
+            return Outcome(reason=rec.failed)
+        self._signal(run, signal.SIGKILL)  # nobody watches what may still run of it
+        return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown")
+
+    @staticmethod
+    def _messages(mon: Monitor) -> list[str]:
+        if mon.pipe is None:
+            return []
+        data = b""
+        while True:
+            try:
+                chunk = os.read(mon.pipe, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:  # the monitor closed it: it exited
+                os.close(mon.pipe)
+                mon.pipe = None
+                break
+            data += chunk
+        mon.buffer += data
+        lines = mon.buffer.split(b"\n")
+        mon.buffer = lines.pop()
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    @staticmethod
+    def _exited(mon: Monitor) -> bool:
+        """Has the monitor process exited? (A child of ours is reaped here.)"""
+        if mon.exited:
+            return True
+        if mon.child:
+            try:
+                pid, _ = os.waitpid(mon.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = mon.pid
+            if pid == 0:
+                return False
+        elif mon.pidfd is not None:
+            import select
+
+            if not select.select([mon.pidfd], [], [], 0)[0]:
+                return False
+        else:
+            try:
+                os.kill(mon.pid, 0)
+                return False
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                return False
+        mon.exited = True
+        mon.close()
+        return True
+
+    def busy(self) -> bool:
+        """Runs, or monitors still ending what their job left behind."""
+        return bool(self.runs or self._lingering)
+
+    def next_deadline(self) -> float | None:
+        deadlines = [t for run in self.runs for t in (run.timeout_at if run.stopping is None else None, run.kill_at)
+                     if t is not None]
+        return min(deadlines) if deadlines else None
+
+    def wait_fds(self) -> list[int]:
+        fds = []
+        for mon in [run.monitor for run in self.runs if run.monitor is not None] + self._lingering:
+            fds.extend(fd for fd in (mon.pipe, mon.pidfd) if fd is not None)
+        return fds
+
+    def needs_polling(self) -> bool:
+        """True when some monitor has no pidfd to wake the driver (very old kernels), or lingers."""
+        return bool(self._lingering) or any(
+            run.monitor is not None and run.monitor.pidfd is None and run.monitor.pipe is None for run in self.runs)
+
+    def runinfo(self, run: Run) -> dict:
+        return {}
+
+    # ---- after a driver crash --------------------------------------------------
+
+    def adopt(self, run: Run, rec: RunRecord) -> bool:
+        """Take over a run whose monitor outlived its driver: watch the monitor, enforce the time
+        limit, honour cancels. False if the monitor is not that process any more."""
+        pid, ticks = rec.monitor_pid, rec.monitor_ticks
+        if pid is None:
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        import select
+
+        if ticks is not None and contain.process_start_ticks(pid) != ticks or select.select([pidfd], [], [], 0)[0]:
+            os.close(pidfd)
+            return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
+        run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=None, child=False)
+        run.pgid = rec.job_pid
+        run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
+        run.adopted = run.announced = True
+        deadline = rec.get("deadline")
+        if isinstance(deadline, str):
+            try:
+                left = (datetime.fromisoformat(deadline) - self.clock.now()).total_seconds()
+                run.timeout_at = self.clock.monotonic() + left
+            except (ValueError, TypeError):
+                pass
+        self.runs.append(run)
+        return True
+
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
+        """A claim with no run record: its processes, if any, are found by their environment."""
+        killed = stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace)
+        if killed:
+            return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
+        return "no run record, and none of its processes was running"
+
+    def recover(self, info: dict, grace: float) -> str:
+        """A run of an older onite (a version-1 record: no monitor) left by a dead driver: make
+        sure its processes are gone. Returns what was done."""
+        pgid = info.get("pgid")
+        if not isinstance(pgid, int) or pgid <= 1:
+            return "no process"
+        pid, ticks = info.get("pid"), info.get("start_ticks")
+        now_ticks = contain.process_start_ticks(pid) if isinstance(pid, int) and pid > 1 else None
+        if now_ticks is not None and ticks is not None and now_ticks != ticks:
+            return "its processes were gone (the pid is someone else's now)"
+        if now_ticks is None and not contain.group_alive(pgid):
+            return "its processes were gone"
+        contain.signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace  # a wait for processes to end: the real clock
+        while time.monotonic() < deadline and contain.group_alive(pgid):
+            time.sleep(0.05)
+        contain.signal_group(pgid, signal.SIGKILL)
+        return "its processes were killed"
+
+
+def _occupy_standard_descriptors() -> None:
+    """Open /dev/null on whichever of descriptors 0, 1 and 2 is closed (a driver started with its
+    stdin closed): otherwise a job's script or output file could get one of those numbers, and the
+    job's own stdin, stdout and stderr would take its place."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one (those below are open)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -1,0 +1,146 @@
+"""What the driver asks of an executor (a ``Runner``), and the attempt it hands one (a ``Run``).
+
+Two executors implement the Protocol: onite.exec.local.LocalRunner (each job
+under a monitor process of its own, on this machine) and
+onite.exec.slurm.SlurmRunner (each job a Slurm batch job). The driver
+(onite.drain) knows only this interface: it claims a job, builds its Run,
+``start``s it, and from then on asks the runner what happened (``reap``,
+``started``) and what to wait for (``wait_fds``, ``next_deadline``), and
+tells it what to do (``stop``, ``kill``, ``tick``). Deadlines are read on the
+driver's clock (onite.core.clock), which the driver passes to ``tick`` and
+the runner was made with.
+
+A runner never files a job: it reports how a run ended (an Outcome), and the
+driver records it (onite.drain.finish).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from onite.core.jobfile import Job
+from onite.core.state import Outcome, Stop
+from onite.exec.identity import Identity
+
+if TYPE_CHECKING:
+    from onite.core.config import Config
+    from onite.core.runrecord import RunRecord
+    from onite.exec.local import Monitor
+
+
+class SpawnError(Exception):
+    """The job could not be started; the message is the reason recorded for it."""
+
+
+class Unavailable(SpawnError):
+    """The executor cannot take any job just now (the Slurm controller does not answer), and
+    nothing of this job was started: it goes back to its queue and the driver waits."""
+
+
+class NoRecord(SpawnError):
+    """The run record cannot be written (a full disk): nothing was started, and the driver must
+    start nothing more until it can record what it starts."""
+
+
+@dataclass(eq=False)
+class Run:
+    """One attempt of one job, as the driver tracks it from its claim until it is recorded."""
+
+    name: str
+    job: Job
+    owner: Identity
+    rank: int
+    run_id: str
+    started: datetime
+    started_mono: float  # on the driver's clock
+    monitor: Monitor | None = None  # local: the job's monitor
+    pgid: int | None = None  # local: the job's process group (its leader's pid), once it runs
+    cgroup: str | None = None  # local: the job's cgroup, if jobs get one (onite.exec.contain)
+    record_path: str | None = None  # running/HOST/NAME@run
+    external_id: str | None = None  # e.g. a Slurm job id
+    timeout_at: float | None = None  # on the driver's monotonic clock
+    kill_at: float | None = None  # likewise: SIGKILL if still alive then
+    stopping: Stop | None = None  # why onite is stopping it
+    cancelled_by: str | None = None
+    queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
+    spool: str = ""  # the root of the spool it was claimed from (ONITE_JOB_SPOOL)
+    announced: bool = False  # its start was reported to the driver (local: the monitor said "started")
+    adopted: bool = False  # taken over from a driver that died
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+
+class Runner(Protocol):
+    """What the driver needs from an executor. Subclasses inherit the defaults below."""
+
+    executor: ClassVar[str]  # "local" or "slurm", recorded in results and run records
+    # True if ``start`` writes the run record itself, before the job can run; else the driver writes
+    # it once ``start`` returned, with what ``runinfo`` adds (the Slurm job id)
+    writes_record: ClassVar[bool] = False
+    runs: list[Run]  # the runs it is responsible for now
+
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
+              record: tuple[str, dict] | None = None) -> None:
+        """Start ``run`` (``record``: the run record's path and first line, for a runner that writes it).
+
+        Raises:
+            SpawnError: it could not start (the reason is recorded); NoRecord: nothing could be
+                recorded, so nothing was started; Unavailable: the executor takes no job now.
+        """
+
+    def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
+        """Begin a graceful stop: TERM now, KILL after the grace period."""
+
+    def kill(self, run: Run, why: Stop) -> None:
+        """Stop at once (the driver's hard stop)."""
+
+    def tick(self, now_mono: float) -> None:
+        """Enforce time limits and kill deadlines (``now_mono``: the driver's clock)."""
+
+    def reap(self) -> list[tuple[Run, Outcome]]:
+        """The runs that ended since the last call, with how."""
+
+    def next_deadline(self) -> float | None:
+        """When (on the driver's monotonic clock) the driver must wake for this runner, or None."""
+
+    def wait_fds(self) -> list[int]:
+        """Descriptors that become readable when a run may have changed."""
+
+    def runinfo(self, run: Run) -> dict:
+        """JSON-able facts recovery needs after a driver crash (added to the run record)."""
+        return {}
+
+    def recover(self, info: dict, grace: float) -> str:
+        """Make sure a dead driver's run of an old-format record is gone; what was done."""
+
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
+        """The same for a claim of ``spool`` with no run record, by the job's environment."""
+
+    def started(self) -> list[Run]:
+        """Runs whose start was confirmed since the last call, in claim order (for the log)."""
+        return []
+
+    def busy(self) -> bool:
+        """Work still in flight: the driver waits for it before it exits."""
+        return bool(self.runs)
+
+    def needs_polling(self) -> bool:
+        """Runs with no descriptor to wait on: the driver then polls every 50 ms (a runner that polls
+        at its own pace uses ``next_deadline``)."""
+        return False
+
+    def adopt(self, run: Run, rec: RunRecord) -> bool:
+        """Take over a run whose monitor outlived its driver; True if it did (default: never)."""
+        return False
+
+    def reattach(self, run: Run) -> bool:
+        """Take back a run that outlived its driver (a Slurm job); True if it did (default: never)."""
+        return False
+
+    def reload(self, config: Config) -> None:
+        """Take new settings after SIGHUP."""

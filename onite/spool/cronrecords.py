@@ -1,0 +1,110 @@
+"""SPOOL/cron.HOST.state: the spool's world-readable record of the cron entry that drains it on HOST.
+
+Nobody but root may read root's crontab, so ``onite cron --install``
+(onite.app.crontab) records what it installed here: the schedule, the
+command, when and by whom, and the next drain it will start, which a driver
+that cron started keeps current (``refresh_record``). ``onite status`` and
+``onite submit`` read it (onite.drain.nextdrain) to say when the next drain
+is. Only the spool's owner writes the spool's top folder, so users cannot
+forge a record; every field is still checked on reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from onite.core.errors import OniteError
+from onite.core.jsontext import dumps
+from onite.core.names import is_valid_name
+from onite.spool.files import replace_file
+
+FORMAT = 1
+PREFIX, SUFFIX = "cron.", ".state"
+
+
+def record_path(root: Path, host: str) -> Path:
+    return Path(root) / f"{PREFIX}{host}{SUFFIX}"
+
+
+@dataclass(frozen=True)
+class CronRecord:
+    """What ``onite cron --install`` put in a crontab on ``host``, as the spool remembers it."""
+
+    host: str
+    machine: str
+    schedule: tuple[str, ...]
+    command: str
+    installed: datetime
+    user: str
+    next_drain: datetime | None
+
+    def to_json(self) -> dict:
+        return {"version": FORMAT, "host": self.host, "machine": self.machine, "schedule": list(self.schedule),
+                "command": self.command, "installed": self.installed.isoformat(), "user": self.user,
+                "next_drain": self.next_drain.isoformat() if self.next_drain else None}
+
+    @classmethod
+    def from_json(cls, data) -> "CronRecord | None":
+        """The record ``data`` describes, or None if a field is missing or out of range."""
+        try:
+            if not isinstance(data, dict) or data.get("version") != FORMAT:
+                return None
+            schedule = data["schedule"]
+            if not isinstance(schedule, list) or not all(isinstance(e, str) and len(e) < 200 for e in schedule):
+                return None
+            texts = [data[k] for k in ("host", "machine", "command", "user")]
+            if not all(isinstance(t, str) and len(t) < 4096 for t in texts):
+                return None
+            installed = datetime.fromisoformat(data["installed"])
+            nxt = data.get("next_drain")
+            nxt = datetime.fromisoformat(nxt) if nxt is not None else None
+            if installed.tzinfo is None or (nxt is not None and nxt.tzinfo is None):
+                return None
+            return cls(data["host"], data["machine"], tuple(schedule), data["command"], installed, data["user"], nxt)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return None
+
+
+def read_records(root: Path) -> list[CronRecord]:
+    """Every cron record of the spool, by host (damaged ones are skipped)."""
+    found = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for name in names:
+        if name.startswith(PREFIX) and name.endswith(SUFFIX) and is_valid_name(name[len(PREFIX):-len(SUFFIX)]):
+            try:
+                fd = os.open(Path(root) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+                try:
+                    data = os.read(fd, 65536)
+                finally:
+                    os.close(fd)
+                record = CronRecord.from_json(json.loads(data))
+            except (OSError, ValueError, RecursionError):
+                continue
+            if record is not None and record.host == name[len(PREFIX):-len(SUFFIX)]:
+                found.append(record)
+    return found
+
+
+def write_record(root: Path, record: CronRecord) -> None:
+    """Raises:
+        SpoolIOError: it cannot be written.
+    """
+    replace_file(record_path(root, record.host), (dumps(record.to_json()) + "\n").encode(), mode=0o644, durable=True)
+
+
+def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
+    """A driver that cron started says when cron starts the next one (readers then need no croniter)."""
+    for record in read_records(root):
+        if record.host == host and record.next_drain != next_drain:
+            try:
+                write_record(root, replace(record, next_drain=next_drain))
+            except OniteError:
+                pass
+            return

@@ -1,0 +1,101 @@
+"""A job's captured output, ``stdout/NAME`` (and ``stdout/NAME@stderr`` when stderr is kept apart).
+
+The driver creates the files, owned by the job's user, mode 0600, before the
+job runs (``open_output``): a fresh run never writes through an older file
+or one planted in its place. Only the job's owner and root may read them
+(``open_job_output``), whatever their mode says.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from onite.core.errors import NotFound, Refused, SpoolIOError
+from onite.core.names import check_name
+from onite.spool.paths import SpoolDir
+from onite.spool.scan import user_name
+
+
+def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> int:
+    """Create (or, for a retry, reopen) the job's output file, owned by ``owner`` (uid, gid; None:
+    this process), mode 0600; a descriptor open for appending.
+
+    A fresh run replaces an older output of the same name: the old file is
+    unlinked first, so a file planted in its place is never written through.
+
+    Raises:
+        OSError: it cannot be made (the caller says why the job could not start).
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    if append:
+        try:
+            fd = os.open(path, flags)
+            st = os.fstat(fd)
+            if owner is None or st.st_uid == owner[0]:
+                return fd
+            os.close(fd)
+        except FileNotFoundError:
+            pass
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # an older output (or something planted): never write through it
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    if owner is not None:
+        os.fchown(fd, *owner)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool = False) -> BinaryIO:
+    """Open the captured output of the latest (or running) run of ``name`` for reading: its stdout
+    (with its stderr, unless it was kept apart), or with ``stderr`` its kept-apart stderr.
+
+    Raises:
+        InvalidInput: a bad name.
+        NotFound: no output kept for that name; with ``stderr``, also: its stderr was not kept apart.
+        Refused: it belongs to another user.
+    """
+    check_name(name)
+    path = spool.stderr_path(name) if stderr else spool.output_path(name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if stderr:
+            _no_stderr(spool, name, caller_uid)
+        raise NotFound(f"no output kept for job {name!r}", "it has not run yet, or retention removed it (see onite list --all)") from None
+    except PermissionError:
+        raise Refused(f"the output of {name!r} belongs to {user_name(os.lstat(path).st_uid)}",
+                      "only its owner and root may read it") from None
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
+    st = os.fstat(fd)
+    if caller_uid not in (0, st.st_uid):
+        os.close(fd)  # readable by mode, but output is private to its owner
+        raise Refused(f"the output of {name!r} belongs to {user_name(st.st_uid)}", "only its owner and root may read it")
+    return os.fdopen(fd, "rb")
+
+
+def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
+    """No stdout/NAME@stderr: if NAME's output is there, its stderr is in it (the driver removes a
+    stale NAME@stderr when a job of that name starts with its stderr merged).
+
+    Raises:
+        Refused: the output belongs to another user.
+        NotFound: its stderr went with its stdout.
+    """
+    try:
+        owner = os.lstat(spool.output_path(name)).st_uid
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise SpoolIOError(spool.output_path(name), "looking at", err) from None
+    if caller_uid not in (0, owner):
+        raise Refused(f"the output of {name!r} belongs to {user_name(owner)}", "only its owner and root may read it")
+    raise NotFound(f"job {name!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
+                   f"read it with: onite output {name}")
