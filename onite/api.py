@@ -30,7 +30,7 @@ class Spool:
     """A spool to submit jobs to (created on first use if it is your personal default one)."""
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
-        from onite.app.commands import open_spool
+        from onite.app.common import open_spool
 
         self._spool = open_spool(os.fspath(path) if path is not None else None)
 
@@ -80,30 +80,21 @@ class Spool:
 
 
 def _request(name: str, text: str | bytes, options: dict, *, unique: bool = False):
-    from onite.app.submit import SubmitRequest
+    from onite.core.request import SubmitRequest
 
-    known = {"priority", "urgent", "after", "at", "timeout", "retries", "host", "hold", "stderr_separate", "notify",
-             "notify_on"}
-    unknown = set(options) - known
-    if unknown:
-        raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(known))}")
+    if "unique" in options:
+        raise TypeError("unique is an argument of submit, not an option of a job")
     body = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
-    after = options.get("after", ())
-    return SubmitRequest(name=name, body=body, priority=options.get("priority"), urgent=bool(options.get("urgent")),
-                         after=(after,) if isinstance(after, str) else tuple(after), at=options.get("at"),
-                         timeout=options.get("timeout"), retries=options.get("retries", 0), host=options.get("host"),
-                         hold=bool(options.get("hold")), unique=unique,
-                         stderr_separate=options.get("stderr_separate"), notify=options.get("notify"),
-                         notify_on=options.get("notify_on"))
+    return SubmitRequest.of(name, body, dict(options, unique=unique))
 
 
 def _captured(env: Mapping | None, cwd: str | bytes | None):
     from dataclasses import replace
 
-    from onite.app.commands import now
     from onite.app.submit import capture
+    from onite.core.clock import SYSTEM
 
-    captured = capture(now())
+    captured = capture(SYSTEM.now())
     if env is not None:
         captured = replace(captured, env={os.fsencode(k): os.fsencode(v) for k, v in env.items()})
     if cwd is not None:

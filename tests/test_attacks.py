@@ -22,7 +22,8 @@ import pytest
 
 from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, nobody, result, run_cli, set_config,
                       wait_for)
-from onite.core.jobfile import Job, encode
+from onite.core.job import Job
+from onite.core.jobfile import encode
 
 pytestmark = needs_root
 HOST = os.uname().nodename.split(".")[0]

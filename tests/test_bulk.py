@@ -191,7 +191,8 @@ def test_list_json_is_still_the_same_document(spool, cli):
 def test_a_batch_shares_one_decoded_environment_but_every_job_has_its_own_copy():
     from datetime import datetime, timezone
 
-    from onite.core.jobfile import Job, decode, encode
+    from onite.core.job import Job
+    from onite.core.jobfile import decode, encode
 
     env = {b"PATH": b"/bin", b"ODD\xff": b"two\nlines", b"Q": b"'\"$x\\"}
     jobs = [Job(name=f"e{i}", priority=4, submitted=datetime.now(timezone.utc), host="h", umask=0o22, cwd=b"/",

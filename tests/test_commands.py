@@ -1,4 +1,4 @@
-"""onite.app.commands: the spool-side work of commands, called in-process (the CLI's own tests run it as a user does)."""
+"""onite.app: the work of commands, called in-process (the CLI's own tests run it as a user does)."""
 
 import os
 import shlex
@@ -7,15 +7,14 @@ import sys
 import pytest
 
 from conftest import run_cli
-from onite.app import commands
+from onite.app import common, control, crontab, run, submit
 from onite.core.errors import InvalidInput, SpoolError
-from onite.core.schedule import crontab_lines
 
 
 @pytest.mark.parametrize("argv0", ["-m", "-c", "/usr/lib/python3/site-packages/onite/__main__.py"])
 def test_command_prefix_of_python_m_onite(monkeypatch, argv0):
     monkeypatch.setattr(sys, "argv", [argv0, "cron"])
-    assert commands.command_prefix() == f"{shlex.quote(sys.executable)} -m onite"
+    assert crontab.command_prefix() == f"{shlex.quote(sys.executable)} -m onite"
 
 
 def test_command_prefix_is_an_absolute_path_cron_can_run(monkeypatch, tmp_path):
@@ -25,35 +24,36 @@ def test_command_prefix_is_an_absolute_path_cron_can_run(monkeypatch, tmp_path):
     script.chmod(0o755)
     monkeypatch.setenv("PATH", str(script.parent))
     monkeypatch.setattr(sys, "argv", ["onite", "cron"])
-    assert commands.command_prefix() == shlex.quote(str(script))  # found on PATH, quoted for the shell
+    assert crontab.command_prefix() == shlex.quote(str(script))  # found on PATH, quoted for the shell
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", [os.path.join("my bin", "onite"), "cron"])
-    assert commands.command_prefix() == shlex.quote(str(script))  # a relative path made absolute
+    assert crontab.command_prefix() == shlex.quote(str(script))  # a relative path made absolute
     monkeypatch.setattr(sys, "argv", ["onite-not-on-path", "cron"])
-    assert commands.command_prefix() == "onite-not-on-path"
+    assert crontab.command_prefix() == "onite-not-on-path"
     monkeypatch.setattr(sys, "argv", [""])
-    assert commands.command_prefix() == shlex.quote(str(script))  # no argv[0]: "onite", looked up
+    assert crontab.command_prefix() == shlex.quote(str(script))  # no argv[0]: "onite", looked up
 
 
 def test_cron_lines_name_the_spool_and_this_onite(spool, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["-m"])
-    target = commands.open_spool(str(spool))
-    assert commands.cron_lines(str(spool)) == crontab_lines(spool, target.config.schedule,
-                                                            f"{shlex.quote(sys.executable)} -m onite")
+    target = common.open_spool(str(spool))
+    assert crontab.cron_lines(str(spool)) == crontab.crontab_lines(spool, target.config.schedule,
+                                                           f"{shlex.quote(sys.executable)} -m onite")
 
 
 def test_uniqname_avoids_live_and_kept_names(spool):
     assert run_cli(["submit", "taken"], stdin=b"true\n").code == 0
-    name = commands.uniqname("taken", str(spool))
-    assert name.startswith("taken-") and not commands.find(name, str(spool))
+    target = common.open_spool(str(spool))
+    name = submit.uniqname(target, "taken")
+    assert name.startswith("taken-") and not control.find(target, name)
     with pytest.raises(InvalidInput):
-        commands.uniqname("../x", str(spool))
+        submit.uniqname(target, "../x")
 
 
 def test_host_claims_checks_the_host_name_before_the_spool(spool, world_tmp):
     with pytest.raises(InvalidInput, match="host name"):
-        commands.host_claims(str(world_tmp / "no-spool-here"), "../x")
+        run.host_claims(str(world_tmp / "no-spool-here"), "../x")
     with pytest.raises(SpoolError):
-        commands.host_claims(str(world_tmp / "no-spool-here"), "deadhost")
-    target, claims = commands.host_claims(str(spool), "deadhost")
+        run.host_claims(str(world_tmp / "no-spool-here"), "deadhost")
+    target, claims = run.host_claims(str(spool), "deadhost")
     assert target.root == spool and claims == []

@@ -85,7 +85,7 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
     from onite.exec.launch import run_outputs
     from onite.exec.runner import Run
     from onite.exec.identity import current
-    from onite.core.jobfile import Job
+    from onite.core.job import Job
 
     out_path, err_path = tmp_path / "j", tmp_path / "j@stderr"
     out_path.write_bytes(b"first\n")

@@ -200,3 +200,44 @@ def test_the_fast_path_does_not_import_typer(spool, tmp_path):
         out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,
                              check=True).stdout.decode()
         assert out.splitlines()[-1] == "0 []", (argv, out)
+
+
+def typer_options(command: str) -> dict[str, tuple[str, bool, tuple | None]]:
+    """Every spelling of typer's ``onite COMMAND`` options: the parameter it sets, whether it is a flag,
+    and the range of a whole number (min, max) where it has one."""
+    import typer
+
+    from onite.cli.commands import app
+
+    params = typer.main.get_command(app).commands[command].params
+    found = {}
+    for param in params:
+        if param.param_type_name != "option":  # typer carries its own click: compare by what it says
+            continue
+        limits = (param.min, param.max) if param.min is not None or param.max is not None else None
+        for spelling in param.opts:
+            found[spelling] = (param.name, param.is_flag, limits)
+        for spelling in param.secondary_opts:  # --stderr-separate/--stderr-merged: the second sets it false
+            found[spelling] = (f"{param.name}:off", param.is_flag, limits)
+    return found
+
+
+@pytest.mark.parametrize("command", sorted(onite.cli.fastcli.OPTIONS))
+def test_the_fast_paths_tables_are_typers_options(command):
+    """Each spelling the fast path takes is one typer takes, for the same parameter, of the same kind
+    (a flag or an option with a value), and a whole number has the same range: the two parsers are
+    kept in step by this test, not by examples."""
+    values, flags = onite.cli.fastcli.OPTIONS[command]
+    typer_side = typer_options(command)
+    off = {"stderr_merged": "stderr_separate:off"}  # the fast path names the second spelling of a pair
+    ranges = onite.cli.fastcli.ranges()
+    for spelling, name in [*values.items(), *flags.items()]:
+        assert spelling in typer_side, f"onite {command} {spelling}: typer has no such option"
+        typer_name, is_flag, limits = typer_side[spelling]
+        assert off.get(name, name) == typer_name, f"onite {command} {spelling}"
+        assert is_flag == (spelling in flags), f"onite {command} {spelling}: a flag on one side only"
+        if limits is not None:
+            assert ranges.get((command, name)) == limits, f"onite {command} {spelling}: another range"
+    for (cmd, name), limits in ranges.items():
+        if cmd == command:
+            assert any(t == (name, False, limits) for t in typer_side.values()), f"onite {command} --{name}"

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from onite.core.errors import ConfigError, DamagedRecord, InvalidInput, JobFormatError
-from onite.core.jobfile import MAX_RETRIES, Attempt, Job, decode, encode, env_problem
+from onite.core.job import MAX_RETRIES, Attempt, Job, env_problem
+from onite.core.jobfile import decode, encode
 from onite.core.names import is_valid_name
 from onite.core.timeparse import EARLIEST, LATEST, MAX_DURATION, is_valid_time
 
@@ -154,7 +155,7 @@ def test_every_valid_job_round_trips(job):
        st.binary(max_size=20))
 def test_what_submit_accepts_the_driver_reads_back(env, body, timeout, at, cwd):
     from onite.core.config import Config
-    from onite.app.submit import Captured, SubmitRequest, build_job
+    from onite.core.request import Captured, SubmitRequest, build_job
 
     captured = Captured(env=env, cwd=b"/" + cwd.replace(b"\0", b""), umask=0o022, host="vm", now=WHEN)
     try:
@@ -273,7 +274,8 @@ def test_run_record_any_bytes(scratch_spool, data):
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "templates": {"t": v}}).encode()))
 def test_recur_state_any_bytes(scratch_spool, data):
-    from onite.drain.instances import known_priority, load_state, parse_time, rule_from_state
+    from onite.core.recurring import known_priority, rule_from_state
+    from onite.spool.recurstate import load_state, parse_time
 
     (scratch_spool.root / "recur.state").write_bytes(data)
     for name, known in load_state(scratch_spool).items():
@@ -391,7 +393,7 @@ def test_times_any_text(text):
 @given(st.sampled_from(["recur-cron", "recur-every", "recur-offset"]), texts
        | st.sampled_from(["99999999999999d", "0 0 31 2 *", "* * * * * *", "0 0 1 1 *", "1d", "25m"]))
 def test_recurring_rules_any_text(key, value):
-    from onite.app.recur import rule_of
+    from onite.core.recurring import rule_of
     from onite.core.schedule import next_fire
 
     template = good_job(extra=((key, value),) + ((("recur-every", "25m"),) if key == "recur-offset" else ()))

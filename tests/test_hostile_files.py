@@ -17,7 +17,8 @@ import pytest
 
 from conftest import drain, log_lines, needs_root, result
 
-from onite.core.jobfile import Job, encode
+from onite.core.job import Job
+from onite.core.jobfile import encode
 from onite.spool.log import parse_line
 
 
@@ -218,7 +219,7 @@ def test_an_environment_execve_cannot_pass_is_refused_at_submit(env):
     # an empty name is what a process started by a raw execve("=x") finds in os.environb
     from onite.core.config import Config
     from onite.core.errors import InvalidInput
-    from onite.app.submit import Captured, SubmitRequest, build_job
+    from onite.core.request import Captured, SubmitRequest, build_job
 
     captured = Captured(env=env, cwd=b"/", umask=0o022, host="vm", now=datetime.now().astimezone())
     with pytest.raises(InvalidInput, match="your environment cannot be passed to a job: .*(empty|NUL)"):

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 from onite.core.errors import JobFormatError
-from onite.core.jobfile import Attempt, Job, decode, encode, escape, unescape
+from onite.core.escaping import escape, unescape
+from onite.core.job import Attempt, Job
+from onite.core.jobfile import decode, encode
 
 WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
 

@@ -384,7 +384,7 @@ def test_the_result_of_a_job_that_never_ran():
 
 
 def test_the_result_of_a_job_that_never_ran_takes_what_its_job_file_says():
-    from onite.core.jobfile import Attempt, Job
+    from onite.core.job import Attempt, Job
     from onite.core.state import JobState, unrun_result
 
     spooled = NOW - timedelta(hours=5)

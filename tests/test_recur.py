@@ -14,10 +14,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, set_config, wait_for
-from onite.core.jobfile import Job, decode, encode
-from onite.drain.instances import instance_job, instance_name
-from onite.app.recur import TemplateView, rule_fields, rule_of, templates_json
-from onite.core.schedule import describe, fire_times, parse_rule
+from onite.core.job import Job
+from onite.core.jobfile import decode, encode
+from onite.app.recur import TemplateView, templates_json
+from onite.core.recurring import instance_job, instance_name, rule_fields, rule_of
+from onite.core.schedule import fire_times
+from onite.core.rules import describe, parse_rule
 
 BERLIN = ZoneInfo("Europe/Berlin")
 WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))

@@ -343,17 +343,19 @@ def test_a_terminal_gets_symbols_and_no_color_words(real_night):
     from rich.console import Console
 
     from onite.app import report as rep
+    from onite.cli.render import print_report
     from onite.spool.paths import SpoolDir
 
     data = rep.build(SpoolDir(real_night.spool), datetime.now().astimezone())
     out = io.StringIO()
-    rep.render(Console(file=out, width=160, force_terminal=True, color_system="truecolor", no_color=False), data)
+    print_report(Console(file=out, width=160, force_terminal=True, color_system="truecolor", no_color=False), data,
+                 plain=False)
     shown = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
     titles, rows = table_of(shown)
     assert {row[0] for row in rows} == {"✓", "✗", "⏱"}
     assert "⏱ stubborn (" in shown and "✗ head (" in shown and "‖ parked (" in shown and "◦ late-1 (" in shown
     plain = io.StringIO()
-    rep.render(Console(file=plain, width=160, force_terminal=True, no_color=True), data)
+    print_report(Console(file=plain, width=160, force_terminal=True, no_color=True), data, plain=False)
     assert {row[0] for row in table_of(re.sub(r"\x1b\[[0-9;]*m", "", plain.getvalue()))[1]} == {
         "done", "failed", "timeout"}
 

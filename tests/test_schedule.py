@@ -9,16 +9,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from onite.core.errors import InvalidInput
+from onite.core.rules import CronRule, EveryRule, describe, parse_rule, validate_cron
 from onite.core.schedule import (
-    CronRule,
-    EveryRule,
-    describe,
     fire_times,
     last_fire,
     next_drain,
     next_fire,
-    parse_rule,
-    validate_cron,
 )
 
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from conftest import as_user, drain, log_lines, needs_root, nobody, result, run_cli, set_config, start_driver, wait_for
-from onite.core.jobfile import Job, encode
+from onite.core.job import Job
+from onite.core.jobfile import encode
 
 pytestmark = needs_root
 HOST = os.uname().nodename.split(".")[0]

@@ -514,7 +514,7 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
     from onite.spool.settings import load_config
     from onite.exec.runner import Run
     from onite.exec.identity import current
-    from onite.core.jobfile import Job
+    from onite.core.job import Job
     from onite.exec.slurm import SlurmRunner
 
     now = datetime.now().astimezone()

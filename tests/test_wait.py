@@ -219,7 +219,7 @@ def test_judge_a_job_gone_without_a_record_is_unknown_after_a_few_looks():
 
 
 def test_judge_a_withdrawal_newer_than_the_record_wins():
-    from onite.app.listing import JobView
+    from onite.core.jobview import JobView
 
     later = NOW + timedelta(hours=1)
     withdrawn = JobView(name="j", uid=0, user="alice", state="cancelled", priority=None, urgent=False,
@@ -254,7 +254,7 @@ def test_poll_loop_backs_off_and_stops_at_the_timeout(spool, gate):
 
 
 def test_drain_summary_names_failed_and_cancelled():
-    from onite.app.listing import result_view
+    from onite.core.jobview import result_view
 
     jobs = [result_view(record("a")), result_view(record("b", "failed", exit_code=2)),
             result_view(record("c", "cancelled"))]

@@ -93,8 +93,10 @@ def main() -> None:
     from rich.console import Console
 
     from onite.app import report
+    from onite.cli.render import print_report
+    from onite.cli.reportpage import write_html
+    from onite.core.clock import SYSTEM
     from onite.spool.paths import SpoolDir
-    from onite.app.commands import now
 
     warm_up()
     folder = Path(tempfile.mkdtemp(prefix="onite-images-", dir="/tmp"))
@@ -109,16 +111,16 @@ def main() -> None:
         config.write_text(config.read_text().replace('retry_delay = "30s"', 'retry_delay = "1s"'))
         subprocess.run([sys.executable, "-m", "onite", "run", "--slots", "2"], check=True, capture_output=True,
                        env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)))
-        data = report.build(SpoolDir(spool), now(), None)
+        data = report.build(SpoolDir(spool), SYSTEM.now(), None)
         data.spool = "/var/spool/onite"  # the page shows where the spool is: not this temporary one
 
         console = Console(record=True, width=110, highlight=False, file=open(os.devnull, "w"), force_terminal=True,
                           no_color=False)
-        report.render(console, data)
+        print_report(console, data, plain=False)
         console.save_svg(str(HERE / "report-terminal.svg"), title="onite report")
 
         page = folder / "report.html"
-        report.write_html(page, data)
+        write_html(page, data)
         with tempfile.TemporaryDirectory() as profile:
             subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                             "--no-first-run", "--disable-background-networking", "--disable-component-update",

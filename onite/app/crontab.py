@@ -19,10 +19,14 @@ spool's top folder, so the record cannot be forged by users.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from onite.app.common import open_spool
+from onite.core.schedule import validate_schedule
 from onite.core.errors import InvalidInput, Refused, SpoolError
 from onite.spool.cronrecords import CronRecord, record_path, write_record
 
@@ -131,7 +135,7 @@ def _check_may(spool, what: str) -> None:
         raise Refused(f"the cron entry of {spool.root} is its owner's to {what}", f"ask root: sudo onite cron --{what}")
 
 
-def install(spool, host: str, command: str, now: datetime) -> Installed:
+def install_entry(spool, host: str, command: str, now: datetime) -> Installed:
     """Write (or replace) this spool's block in the caller's crontab, and record it in the spool.
 
     Raises:
@@ -141,7 +145,7 @@ def install(spool, host: str, command: str, now: datetime) -> Installed:
     """
     import pwd
 
-    from onite.core.schedule import crontab_entries, next_drain
+    from onite.core.schedule import next_drain
 
     _check_may(spool, "install")
     schedule = tuple(spool.config.schedule)
@@ -164,7 +168,7 @@ def install(spool, host: str, command: str, now: datetime) -> Installed:
     return Installed(spool.root, tuple(entries), replaced, tuple(stray_lines(kept, spool.root)), upcoming)
 
 
-def uninstall(spool, host: str) -> Installed:
+def uninstall_entry(spool, host: str) -> Installed:
     """Remove this spool's block from the caller's crontab, and its record from the spool.
 
     Raises:
@@ -186,3 +190,96 @@ def uninstall(spool, host: str) -> Installed:
 
         raise SpoolIOError(record_path(spool.root, host), "removing", err) from None
     return Installed(spool.root, (), found, tuple(stray_lines(kept, spool.root)))
+
+
+def cron_lines(spool: str | None) -> str:
+    """``onite cron``: root crontab lines that start this onite at the times of the spool's ``schedule``.
+
+    Raises:
+        SpoolError: no spool there. InvalidInput: an expression of ``schedule`` is not valid cron.
+    """
+    target = open_spool(spool)
+    return crontab_lines(target.root, target.config.schedule, command_prefix())
+
+
+def cron_command(spool: str | None, now: datetime, *, install: bool = False, uninstall: bool = False) -> str:
+    """``onite cron [--install | --uninstall]``: the lines, or install or remove them (onite.app.crontab); the text to print.
+
+    Raises:
+        InvalidInput: both options, or a bad schedule. Refused: the spool is root's and this is not root.
+        SpoolError: no spool there, or crontab failed.
+    """
+    if install and uninstall:
+        raise InvalidInput("--install and --uninstall together", "give one of them")
+    if not install and not uninstall:
+        return cron_lines(spool)
+    from onite.drain.nextdrain import cron_daemon_running, when_text
+    from onite.spool.settings import default_host
+
+    target = open_spool(spool)
+    host = default_host(target.config)
+    if install:
+        done = install_entry(target, host, command_prefix(), now)
+        lines = [f"{'replaced' if done.replaced else 'installed'} the cron entry of {target.root} in your crontab:",
+                 *(f"  {entry}" for entry in done.entries)]
+        if done.next_drain is not None:
+            lines.append(f"next drain {when_text(done.next_drain, now)} by cron on host {host}; "
+                         "onite status and onite submit tell every user so")
+        if not cron_daemon_running():
+            lines.append("warning: no cron daemon runs on this machine: nothing starts these entries until one does")
+    else:
+        done = uninstall_entry(target, host)
+        lines = [f"removed the cron entry of {target.root} from your crontab" if done.replaced
+                 else f"your crontab had no cron entry of {target.root} (onite cron --install writes one)"]
+    if done.strays:
+        lines.append(f"note: {len(done.strays)} other line(s) of your crontab also start a driver of this spool "
+                     "(remove them with crontab -e):")
+        lines.extend(f"  {line}" for line in done.strays)
+    return "\n".join(lines) + "\n"
+
+
+def command_prefix() -> str:
+    """How this onite was started, as a command a crontab can run (cron has a short PATH, hence
+    absolute paths).
+
+    Raises: nothing; an onite not found on PATH is named as it was started.
+    """
+    import shlex
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "onite"
+    if argv0.endswith("__main__.py") or argv0 == "-m" or argv0 == "-c":
+        return f"{shlex.quote(sys.executable)} -m onite"
+    import shutil
+
+    found = shutil.which(argv0) if os.sep not in argv0 else os.path.abspath(argv0)
+    return shlex.quote(found or argv0)
+
+
+def crontab_entries(spool_root: object, schedule: Sequence[str], command: str) -> list[str]:
+    """The crontab entries (no comments) that start ``onite run`` at each time of ``schedule``.
+
+    Each says ``ONITE_STARTED_BY=cron``, so that the driver records who started it (onite.drain.heartbeat).
+
+    Raises:
+        InvalidInput: an expression in the schedule is not valid cron.
+    """
+    import shlex
+
+    validate_schedule(tuple(schedule))
+    # --quiet: cron would mail every night's log lines; onite.log keeps them, and failures notify
+    return [f"{' '.join(expr.split())} ONITE_STARTED_BY=cron {command} run --quiet --spool {shlex.quote(str(spool_root))}"
+            for expr in schedule]
+
+
+def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> str:
+    """Root crontab lines that start ``onite run`` at each time of ``schedule``.
+
+    Raises:
+        InvalidInput: an expression in the schedule is not valid cron.
+    """
+    entries = crontab_entries(spool_root, schedule, command)
+    lines = [
+        f"# onite: drain the spool {spool_root} at the times of `schedule` in its onite.toml",
+        "# install them with: onite cron --install (it keeps root's other entries, and tells users a drain is scheduled)",
+    ]
+    return "\n".join(lines + entries) + "\n"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+
 from datetime import datetime, timedelta, timezone
 
 from onite.spool.holds import is_held
@@ -20,63 +20,8 @@ from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats, queued_stats
 from onite.spool.results import read_results, result_names
 from onite.spool.scan import withdrawn_entries, running_entries, user_name
-from onite.core.state import Result
+from onite.core.jobview import JobView, result_view
 from onite.drain.verdicts import EXAMINE, waiting_jobs
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobView:
-    """One job as ``onite list`` and ``onite status`` show it."""
-
-    name: str
-    uid: int
-    user: str
-    state: str
-    priority: int | None  # None: urgent (runs before every priority)
-    urgent: bool
-    submitted: datetime  # when it entered its queue (queued), or was spooled (finished)
-    position: int | None = None
-    host: str | None = None
-    started: datetime | None = None
-    finished: datetime | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    reason: str = ""
-    attempt: int | None = None
-    external_id: str | None = None
-    stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
-    waiting: str | None = None  # queued jobs: why it cannot start now, "" if it may; None: not looked up
-    waiting_kind: str | None = None  # held, after, not_before, retry, pinned, will_fail, unreadable; "" may start
-
-    @property
-    def duration(self) -> float | None:
-        if self.started and self.finished:
-            return (self.finished - self.started).total_seconds()
-        return None
-
-    def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "user": self.user,
-            "uid": self.uid,
-            "state": self.state,
-            "priority": self.priority,
-            "urgent": self.urgent,
-            "position": self.position,
-            "submitted": self.submitted.isoformat(),
-            "host": self.host,
-            "started": self.started.isoformat() if self.started else None,
-            "finished": self.finished.isoformat() if self.finished else None,
-            "duration": self.duration,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "reason": self.reason,
-            "attempt": self.attempt,
-            "external_id": self.external_id,
-            "stderr": self.stderr,
-            "waiting": self.waiting,
-            "waiting_kind": self.waiting_kind,
-        }
 
 
 def _when(ns: int) -> datetime:
@@ -196,24 +141,6 @@ def finished_views(spool: SpoolDir, damaged: list[str] | None = None) -> list[Jo
                              priority=None, urgent=False, submitted=_when(entry.ctime_ns),
                              finished=_when(entry.ctime_ns), reason=f"cancelled by {user_name(entry.uid)}"))
     return views
-
-
-def result_view(result: Result) -> JobView:
-    return JobView(
-        name=result.name, uid=result.uid, user=result.user, state=str(result.state),
-        priority=result.priority or None, urgent=result.urgent, submitted=result.submitted,
-        host=result.host or None, started=result.started, finished=result.finished,
-        exit_code=result.exit_code, signal=result.signal, reason=result.reason, attempt=result.attempt,
-        external_id=result.external_id, stderr=result.stderr,
-    )
-
-
-def outcome_counts(views) -> dict[str, int]:
-    """How many of ``views`` (finished jobs) ended done, failed and cancelled: always those three keys."""
-    counts = {"done": 0, "failed": 0, "cancelled": 0}
-    for view in views:
-        counts[view.state] = counts.get(view.state, 0) + 1
-    return counts
 
 
 def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
@@ -338,7 +265,7 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
     from onite.spool import runrecords
     from onite.core import values as v
     from onite.core.config import MAX_PRIORITIES
-    from onite.core.jobfile import MAX_RETRIES
+    from onite.core.job import MAX_RETRIES
     from onite.core.timeparse import parse_stamp
 
     if not host:

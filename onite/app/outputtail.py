@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from onite.spool.paths import SpoolDir
-from onite.app.listing import JobView
+from onite.core.jobview import JobView
 from onite.core.safetext import printable
 
 TAIL_BYTES = 8192  # read from the end of the file: enough for the few lines shown

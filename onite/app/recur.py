@@ -1,15 +1,9 @@
-"""Recurring jobs: the templates in SPOOL/recur/ and what users do with them.
+"""``onite recur``: add, remove, list and preview recurring jobs (templates in SPOOL/recur/).
 
-A template is a job file (onite.core.jobfile, format 1) in the sticky, world-
-writable folder recur/, created mode 0600 by its owner with the same
-all-or-nothing, never-replace write as a job (spool.create_file). Its header
-carries the rule in two or three extra keys that older readers keep as they
-are::
-
-    recur-cron: 0 20 * * 1-5          or      recur-every: 25m
-                                              recur-offset: 2m
-
-As for jobs, the file's owner uid (set by the kernel) is the template's
+A template is a job file whose header carries its rule (onite.core.recurring),
+in the sticky, world-writable folder recur/ (onite.spool.recurstate), created
+mode 0600 by its owner with the same all-or-nothing, never-replace write as a
+job. As for jobs, the file's owner uid (set by the kernel) is the template's
 owner; nothing inside it decides who runs it. A user may remove only their
 own templates (root any). Other users' templates cannot be read (their
 environment is private): their rules are shown from SPOOL/recur.state,
@@ -20,7 +14,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -28,58 +21,19 @@ from pathlib import Path
 from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
-from onite.core.errors import InvalidInput, JobFormatError, NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.exec.identity import Identity
-from onite.core.jobfile import Job, encode
-from onite.core.names import MAX_NAME, SIDE, check_name, is_valid_name
+from onite.core.job import Job
+from onite.core.jobfile import encode
+from onite.core.names import check_name
 from onite.core.policy import check_urgent
+from onite.core.recurring import check_template_name, rule_fields, rule_of
+from onite.spool.recurstate import load_state, parse_time, template_files
 
 RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
-# An instance adds "-YYYYMMDDTHHMM" (14), seconds (2), microseconds (6) and ".2" (2).
-MAX_TEMPLATE_NAME = MAX_NAME - 24
 
 
-# ---- templates: pure -----------------------------------------------------------------------
-
-
-def rule_fields(rule) -> tuple[tuple[str, str], ...]:
-    """The header lines that store ``rule`` in a template."""
-    from onite.core.schedule import CronRule
-    from onite.core.timeparse import format_duration
-
-    if isinstance(rule, CronRule):
-        return (("recur-cron", rule.expr),)
-    fields = (("recur-every", format_duration(rule.interval)),)
-    return fields + ((("recur-offset", format_duration(rule.offset)),) if rule.offset else ())
-
-
-def rule_of(job: Job):
-    """The rule a template's header stores.
-
-    Raises:
-        JobFormatError: no rule in it (it is not a template).
-        InvalidInput: the rule is not valid (an edited template).
-    """
-    from onite.core.schedule import parse_rule
-
-    fields = {k: v for k, v in job.extra if k in RULE_KEYS}
-    if "recur-cron" not in fields and "recur-every" not in fields:
-        raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",
-                             "remove it (onite recur remove NAME), then add it again")
-    return parse_rule(cron=fields.get("recur-cron"), every=fields.get("recur-every"),
-                      offset=fields.get("recur-offset"))
-
-
-def check_template_name(name: str) -> str:
-    """Raises:
-        InvalidInput: not a job name, or too long to leave room for the instances' suffix.
-    """
-    check_name(name, what="recurring job name")
-    if len(name) > MAX_TEMPLATE_NAME:
-        raise InvalidInput(f"recurring job name {name[:37]!r}... is {len(name)} characters long",
-                           f"use at most {MAX_TEMPLATE_NAME}: its instances add the fire time to it")
-    return name
 
 
 # ---- templates: add, remove, look ------------------------------------------------------------
@@ -113,8 +67,9 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
         Refused: a template of that name exists, or --urgent without the right (exit 3).
         SpoolError, SpoolIOError: no recur/ folder, or the write failed.
     """
-    from onite.core.schedule import parse_rule
-    from onite.app.submit import SubmitRequest, build_job, check_mail
+    from onite.core.rules import parse_rule
+    from onite.app.submit import check_mail
+    from onite.core.request import SubmitRequest, build_job
 
     check_template_name(request.name)
     rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
@@ -187,8 +142,8 @@ def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
     """Every template, by name. Templates the caller cannot read (other users') are
     described from recur.state, which the driver keeps world-readable.
     """
-    from onite.drain.instances import known_priority, load_state, parse_time, rule_from_state
-    from onite.core.schedule import describe
+    from onite.core.recurring import known_priority, rule_from_state
+    from onite.core.rules import describe
 
     state = load_state(spool)
     views = []
@@ -278,7 +233,7 @@ def _rule_of_template(spool: SpoolDir, name: str):
     except FileNotFoundError:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
     except PermissionError:
-        from onite.drain.instances import load_state, rule_from_state
+        from onite.core.recurring import rule_from_state
 
         known = load_state(spool).get(name, {})
         rule = rule_from_state(known)
@@ -290,24 +245,6 @@ def _rule_of_template(spool: SpoolDir, name: str):
         raise SpoolError(f"cannot read recurring job {name!r}: {err}",
                          f"fix or remove it: onite recur remove {name}") from None
 
-
-def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
-    try:
-        it = os.scandir(spool.recur_dir)
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        raise SpoolIOError(spool.recur_dir, "listing", err) from None
-    with it:
-        entries = sorted(it, key=lambda e: e.name)
-    for entry in entries:
-        if entry.name[0] == "." or SIDE in entry.name or not is_valid_name(entry.name):
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        yield entry.name, Path(entry.path), st
 
 
 def _owner_of(path: Path) -> str:

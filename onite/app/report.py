@@ -24,8 +24,9 @@ caller, for the caller's own jobs only (root: anyone's; onite.app.outputtail);
 the HTML page (onite.cli.reportpage), meant to be shared, never holds output.
 The words all three outputs say are onite.app.reporttext's.
 
-Invariant: nothing here writes but ``write_html``; rich is imported only by
-``render``, so that ``--json`` never loads it.
+Invariant: nothing here writes, prints or imports rich: the terminal's report
+is onite.cli.render's, the page onite.cli.reportpage's, so that ``--json``
+never loads rich.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
 from onite.core.errors import InvalidInput
-from onite.app.listing import JobView, outcome_counts, result_view
+from onite.core.jobview import JobView, outcome_counts, result_view
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
 SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first verdicts.EXAMINE
@@ -382,23 +383,3 @@ def to_json(data: ReportData) -> str:
                    "next_drain": data.next_drain.isoformat() if data.next_drain else None,
                    "hosts": data.hosts, "failures": failures, "waiting": data.waiting,
                    "jobs": [job(j) for j in data.jobs]})
-
-
-def render(console, data: ReportData, *, plain: bool = False) -> None:
-    """The report on a rich Console: what it covers, the headline, the failures with their last lines
-    of output, what is not finished, the table, the timeline, the hosts. ``plain`` (or a Console that
-    is not a terminal): every row one line, never wrapped, states in words (docs/cli.md)."""
-    from onite.cli.render import print_report
-
-    print_report(console, data, plain=plain or not console.is_terminal)
-
-
-def write_html(path, data: ReportData) -> None:
-    """Write the page to ``path``, all or nothing (onite.cli.reportpage.write_html).
-
-    Raises:
-        InvalidInput: ``path`` cannot be written.
-    """
-    from onite.cli.reportpage import write_html as write
-
-    write(path, data)

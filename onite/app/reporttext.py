@@ -11,7 +11,7 @@ import math
 from datetime import datetime, timedelta
 
 from onite.core.cells import human_duration, priority_label
-from onite.app.listing import JobView
+from onite.core.jobview import JobView
 from onite.app.report import ReportData, is_timeout
 from onite.core.safetext import printable
 from onite.core.state import signal_name

@@ -43,7 +43,8 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
     from onite.core.jobfile import encode
-    from onite.app.submit import SubmitRequest, check_policy, dependency_known, prepare_holds, undo_holds
+    from onite.app.submit import check_policy, dependency_known, prepare_holds, undo_holds
+    from onite.core.request import SubmitRequest
 
     check_name(name)
     target = new_name or name
@@ -127,3 +128,13 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     hint = ("it is queued or running; restart it once it has finished" if is_live(spool, name)
             else "see onite list --all; retention keeps the last `keep` jobs")
     raise NotFound(f"no finished job {name!r} is kept", hint)
+
+
+def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,
+                hold: bool = False) -> str:
+    """``onite restart NAME``: spool the finished job again (onite.app.restart); its final name."""
+    from onite.app.common import open_spool
+    from onite.exec import identity
+
+    target = open_spool(spool)
+    return restart(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold)

@@ -1,16 +1,16 @@
-"""Spooling a job: capture the caller's world, apply the spool's policy, write the file.
+"""Spooling jobs: capture the caller's world, apply the spool's policy, write the files.
 
-``build_job`` is pure: it turns a request and the captured environment, cwd,
-umask and clock into a Job. ``submit`` checks the policy (cutoff, a running
-driver with check_lock, urgent rights, name, dependencies) and writes the job
-file atomically. Nothing is written unless every check passes.
+``submit`` (one job) and ``submit_many`` (a batch) build each Job
+(onite.core.request.build_job, pure), check the policy (cutoff, a running
+driver with check_lock, urgent rights, names, dependencies) and write the job
+files atomically (onite.spool.files). Nothing is written unless every check
+passes.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from onite.spool.files import create_batch, create_file, remove_file
@@ -18,44 +18,18 @@ from onite.spool.holds import add_hold, job_mode, read_holds, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.scan import withdrawn_entries, find_running, is_live, name_taken, running_entries, user_name
-from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
+from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
-from onite.core.jobfile import MAX_RETRIES, Job, encode, env_problem, shebang_problem
+from onite.core.job import Job, shebang_problem
+from onite.core.jobfile import encode
+from onite.core.request import Captured, SubmitRequest, build_job
 from onite.core.names import SIDE, check_base, check_name, unique_name
 from onite.core.policy import check_urgent, cutoff_state
 
 
-@dataclass(frozen=True, kw_only=True)
-class SubmitRequest:
-    """What the user asked for, as typed (times and durations not yet parsed)."""
-
-    name: str
-    body: bytes
-    priority: int | None = None
-    urgent: bool = False
-    after: tuple[str, ...] = ()
-    at: str | None = None
-    timeout: str | None = None
-    retries: int = 0
-    host: str | None = None
-    hold: bool = False
-    unique: bool = False
-    stderr_separate: bool | None = None  # None: the spool's stderr_separate
-    notify: str | None = None  # "mail", "command", "none"; None: the spool's notify
-    notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
 
 
-@dataclass(frozen=True, kw_only=True)
-class Captured:
-    """The submitter's world, captured at submit time."""
-
-    env: dict[bytes, bytes]
-    cwd: bytes
-    umask: int
-    host: str
-    now: datetime
-    extra: tuple[tuple[str, str], ...] = field(default=())
 
 
 def capture(now: datetime) -> Captured:
@@ -69,75 +43,6 @@ def capture(now: datetime) -> Captured:
     return Captured(env=dict(os.environb), cwd=cwd, umask=mask, host=os.uname().nodename, now=now)
 
 
-def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
-    """The Job a request describes, with the spool's defaults from ``config`` (pure).
-
-    Where stderr goes is decided now and written into the job file (the
-    spool's default applies when the request does not say), so a later change
-    of onite.toml does not change jobs already spooled.
-
-    Raises:
-        InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice;
-            ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never
-            run; an environment variable execve cannot pass. Whatever passes makes a job file that
-            the driver reads back as it was written.
-    """
-    priorities = config.priorities
-    priority = config.default_priority if request.priority is None else request.priority
-    if not 1 <= priority <= priorities:
-        raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
-    if request.retries < 0 or request.retries > MAX_RETRIES:
-        raise InvalidInput(f"invalid retry count {request.retries}", f"use 0 to {MAX_RETRIES}")
-    for dep in request.after:
-        check_name(dep, what="dependency name")
-    if request.host is not None:
-        check_name(request.host, what="host name")
-    if not request.body:
-        raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
-    problem = shebang_problem(request.body)
-    if problem:
-        raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
-                           "fix its first line: #!/path/to/interpreter [one argument]")
-    problem = env_problem(captured.env)
-    if problem:
-        raise InvalidInput(f"your environment cannot be passed to a job: {problem}",
-                           "unset that variable (env -u NAME onite submit …)")
-    if request.notify is not None and request.notify not in NOTIFY_HOW:
-        raise InvalidInput(f"invalid --notify {request.notify!r}", "use mail, command or none")
-    if request.notify_on is not None and request.notify_on not in NOTIFY_ON:
-        raise InvalidInput(f"invalid --notify-on {request.notify_on!r}", "use failure or always")
-    if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
-        raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
-                           "ask the admin to set notify_command, or use --notify mail")
-    timeout, not_before = config.timeout, None
-    if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
-        from onite.core.timeparse import parse_duration, parse_when
-
-        timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
-        not_before = parse_when(request.at, captured.now) if request.at else None
-    try:
-        return Job(
-            name=name or request.name,
-            priority=priority,
-            submitted=captured.now,
-            host=captured.host,
-            umask=captured.umask,
-            cwd=captured.cwd,
-            env=captured.env,
-            body=request.body,
-            timeout=timeout,
-            retries=request.retries,
-            after=tuple(dict.fromkeys(request.after)),
-            not_before=not_before,
-            urgent=request.urgent,
-            pin=request.host,
-            stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
-            notify=request.notify,
-            notify_on=request.notify_on,
-            extra=captured.extra,
-        )
-    except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)
-        raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
 
 
 def submit(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
@@ -395,38 +300,10 @@ def dependency_known(spool: SpoolDir, name: str) -> bool:
     return any(e.name == name for e in withdrawn_entries(spool))
 
 
-def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
-    """Submit's line on stderr: what was spooled where, and when it is expected to run or why it will not.
+def uniqname(spool: SpoolDir, base: str) -> str:
+    """``onite uniqname BASE``: a job name starting with BASE that no job uses (live or kept).
 
-    ``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``; the reasons
-    are the job's own (held, waiting for a job, not before a time, pinned to a host), then what
-    will drain the spool (onite.drain.nextdrain), which never promises a drain that nothing will start.
+    Raises:
+        InvalidInput: a bad BASE, or no free name found.
     """
-    from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
-
-    what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]},"
-    head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"
-    if held:
-        it = names[0] if len(names) == 1 else f"{names[0]}…"
-        return f"{head}; held: it will not run until onite release {it}"
-    parts = []
-    if job.after:
-        parts.append(f"waits for {', '.join(job.after)}")
-    if job.not_before is not None and job.not_before > now:
-        parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
-    if job.pin:
-        parts.append(f"only on host {job.pin}")
-    drain = plan(spool, now)
-    fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
-    draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
-    daemons = [s for s in fits if s.by == "daemon"]
-    if draining:
-        parts.append(f"a drain is running now on host {draining[0].host}")
-    elif job.not_before is not None and job.not_before > now and daemons:
-        parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
-    elif fits:
-        parts.append(starter_text(fits[0], now))
-    else:
-        problems = f" ({'; '.join(drain.problems)})" if drain.problems else ""
-        parts.append(no_drain_text(drain, for_job=True).replace(" — ", f"{problems} — ", 1))
-    return "; ".join([head, *parts])
+    return unique_name(base, lambda n: name_taken(spool, n))

@@ -43,7 +43,8 @@ from onite.spool.results import read_result, read_results
 from onite.spool.scan import withdrawn_entries, find_running, user_name
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
-from onite.app.listing import JobView, outcome_counts, result_view, running_views
+from onite.app.listing import running_views
+from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.drain.heartbeat import Role, live_beats
 from onite.core.names import check_name
 from onite.core.state import Result

@@ -9,7 +9,7 @@ pydantic to parse options) costs several times what the command itself
 does; a driver holding 100,000 queued jobs is a third smaller without it. So
 ``onite.__main__`` first offers the arguments to ``run``, which parses
 exactly the documented spellings of these commands and calls the same
-functions as the typer commands (onite.app.commands). Anything it does not
+functions as the typer commands (onite.cli.shared). Anything it does not
 fully understand -- ``--help``, an unknown or misspelt option, ``-p3``,
 ``--``, a missing value, a value typer would reject, a repeated option --
 makes it return None, and typer parses the arguments as always: typer
@@ -22,12 +22,31 @@ from __future__ import annotations
 import re
 
 _NUMBER = re.compile(r"[0-9]{1,9}")
-_SUBMIT_VALUES = {"-p": "priority", "--priority": "priority", "--after": "after", "--at": "at",
-                  "--timeout": "timeout", "--retries": "retries", "--host": "host", "--spool": "spool",
-                  "--notify": "notify", "--notify-on": "notify_on"}
-_SUBMIT_FLAGS = {"--urgent": "urgent", "--hold": "hold", "--unique": "unique", "--lines": "lines",
-                 "--stderr-separate": "stderr_separate", "--stderr-merged": "stderr_merged", "-q": "quiet",
-                 "--quiet": "quiet"}
+# The spellings this path takes, each with the name of typer's parameter it sets (onite.cli.jobcmds,
+# drivecmds, infocmds): (options that take a value, flags). tests/test_fastcli.py checks them against
+# typer's own parameters, and ranges() against typer's ranges.
+OPTIONS = {
+    "submit": ({"-p": "priority", "--priority": "priority", "--after": "after", "--at": "at", "--timeout": "timeout",
+                "--retries": "retries", "--host": "host", "--spool": "spool", "--notify": "notify",
+                "--notify-on": "notify_on"},
+               {"--urgent": "urgent", "--hold": "hold", "--unique": "unique", "--lines": "lines",
+                "--stderr-separate": "stderr_separate", "--stderr-merged": "stderr_merged", "-q": "quiet",
+                "--quiet": "quiet"}),
+    "find": ({"--spool": "spool"}, {}),
+    "list": ({"--spool": "spool"}, {"--json": "as_json", "--all": "all_", "-a": "all_"}),
+    "run": ({"--slots": "slots", "--until": "until", "--host": "host", "--spool": "spool"},
+            {"--detach": "detach", "-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "quiet",
+             "--scheduled": "scheduled"}),
+    "wait": ({"--timeout": "timeout", "--spool": "spool"}, {"--json": "as_json"}),
+}
+
+
+def ranges() -> dict[tuple[str, str], tuple[int, int]]:
+    """The whole numbers (inclusive) an option takes, as typer's range checks have them."""
+    from onite.core.config import MAX_SLOTS
+    from onite.core.job import MAX_RETRIES
+
+    return {("submit", "retries"): (0, MAX_RETRIES), ("run", "slots"): (1, MAX_SLOTS)}
 
 
 def run(args: list[str]) -> int | None:
@@ -124,87 +143,80 @@ def _parse(args: list[str], values: dict[str, str], flags: dict[str, str]) -> tu
 
 
 def _submit(args: list[str], global_spool: str | None) -> int | None:
-    parsed = _parse(args, _SUBMIT_VALUES, _SUBMIT_FLAGS)
+    parsed = _parse(args, *OPTIONS["submit"])
     if parsed is None:
         return None
     positional, options = parsed
     if len(positional) != 1:
         return None
-    priority = options.get("priority")
-    retries = options.get("retries", "0")
+    priority = options.pop("priority", None)
+    retries = options.pop("retries", "0")
     if priority is not None and not _NUMBER.fullmatch(priority):
         return None
-    from onite.core.jobfile import MAX_RETRIES
-
-    if not _NUMBER.fullmatch(retries) or int(retries) > MAX_RETRIES:
+    if not _in_range(retries, *ranges()["submit", "retries"]):
         return None  # typer's range check words the error
-    separate, merged = options.get("stderr_separate", False), options.get("stderr_merged", False)
+    separate, merged = options.pop("stderr_separate", False), options.pop("stderr_merged", False)
     if separate and merged:
         return None  # click keeps the last of the two; leave that to it
-    from onite.app import commands
-    from onite.app.submit import SubmitRequest
+    from onite.cli import shared
+    from onite.core.request import SubmitRequest
 
-    request = SubmitRequest(name=positional[0], body=b"", priority=int(priority) if priority is not None else None,
-                            urgent=options.get("urgent", False), after=tuple(options.get("after", ())),
-                            at=options.get("at"), timeout=options.get("timeout"), retries=int(retries),
-                            host=options.get("host"), hold=options.get("hold", False),
-                            unique=options.get("unique", False),
-                            stderr_separate=True if separate else False if merged else None,
-                            notify=options.get("notify"), notify_on=options.get("notify_on"))
-    said = commands.submit_command(request, options.get("spool") or global_spool, lines=options.get("lines", False),
-                                   quiet=options.get("quiet", False))
-    if said is not None:
-        print(said)
+    spool, lines, quiet = options.pop("spool", None), options.pop("lines", False), options.pop("quiet", False)
+    request = SubmitRequest.of(positional[0], b"", dict(
+        options, priority=int(priority) if priority is not None else None, retries=int(retries),
+        stderr_separate=True if separate else False if merged else None))
+    shared.submit(request, spool or global_spool, lines=lines, quiet=quiet)
     return 0
 
 
+def _in_range(text: str, low: int, high: int) -> bool:
+    return bool(_NUMBER.fullmatch(text)) and low <= int(text) <= high
+
+
 def _find(args: list[str], global_spool: str | None) -> int | None:
-    parsed = _parse(args, {"--spool": "spool"}, {})
+    parsed = _parse(args, *OPTIONS["find"])
     if parsed is None or len(parsed[0]) != 1:
         return None
-    from onite.app import commands
+    from onite.cli import shared
 
-    return 0 if commands.find(parsed[0][0], parsed[1].get("spool") or global_spool) else 1
+    return 0 if shared.find(parsed[0][0], parsed[1].get("spool") or global_spool) else 1
 
 
 def _list(args: list[str], global_spool: str | None) -> int | None:
     """``onite list --json [--all]``: the table needs rich, and is typer's."""
-    parsed = _parse(args, {"--spool": "spool"}, {"--json": "json", "--all": "all", "-a": "all"})
-    if parsed is None or parsed[0] or not parsed[1].get("json"):
+    parsed = _parse(args, *OPTIONS["list"])
+    if parsed is None or parsed[0] or not parsed[1].get("as_json"):
         return None
-    from onite.app import commands
+    from onite.cli import shared
 
-    print(commands.list_json(parsed[1].get("spool") or global_spool, include_all=parsed[1].get("all", False)))
+    shared.list_json(parsed[1].get("spool") or global_spool, include_all=parsed[1].get("all_", False))
     return 0
 
 
 def _run(args: list[str], global_spool: str | None) -> int | None:
     """``onite run``: a driver without typer is smaller, which matters with 100,000 jobs queued."""
-    parsed = _parse(args, {"--slots": "slots", "--until": "until", "--host": "host", "--spool": "spool"},
-                    {"--detach": "detach", "-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "quiet",
-                     "--scheduled": "scheduled"})
+    parsed = _parse(args, *OPTIONS["run"])
     if parsed is None or parsed[0]:
         return None
     options = parsed[1]
     slots = options.get("slots")
-    if slots is not None and not (_NUMBER.fullmatch(slots) and 1 <= int(slots) <= 4096):
+    if slots is not None and not _in_range(slots, *ranges()["run", "slots"]):
         return None  # typer's range check words the error
-    from onite.app import commands
+    from onite.cli import shared
 
-    return commands.run_driver(options.get("spool") or global_spool, detach=options.get("detach", False),
-                               slots=int(slots) if slots else None, until=options.get("until"),
-                               host=options.get("host"), verbose=options.get("verbose", False),
-                               quiet=options.get("quiet", False),
-                               scheduled=options.get("scheduled", False))
+    return shared.run_driver(options.get("spool") or global_spool, detach=options.get("detach", False),
+                             slots=int(slots) if slots else None, until=options.get("until"),
+                             host=options.get("host"), verbose=options.get("verbose", False),
+                             quiet=options.get("quiet", False), scheduled=options.get("scheduled", False))
 
 
 def _wait(args: list[str], global_spool: str | None) -> int | None:
     """``onite wait [NAME…] [--timeout DUR] [--json]``: scripts wait for jobs in loops."""
-    parsed = _parse(args, {"--timeout": "timeout", "--spool": "spool"}, {"--json": "json"})
+    parsed = _parse(args, *OPTIONS["wait"])
     if parsed is None:
         return None
-    from onite.app import commands
+    from onite.cli import shared
 
     names, options = parsed
-    return commands.wait_command(names, options.get("timeout"), options.get("spool") or global_spool,
-                                 as_json=options.get("json", False))
+    return shared.wait_command(names, options.get("timeout"), options.get("spool") or global_spool,
+                               as_json=options.get("as_json", False))

@@ -20,28 +20,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from onite.app.run import IDLE_EVENTS, idle_reason
 from onite.core.cells import human_duration, priority_text
 from onite.core.safetext import printable
 
 LIVE, LINES, QUIET = "live", "lines", "quiet"
 FINAL = {"done", "failed", "cancelled"}
-# events that say why `onite run` did nothing (onite.drain.driver); the terminal shows their words
-IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
-
-
-def idle_reason(event: str, fields: dict) -> str:
-    """Why a run did nothing, in the log's words: the event's note, with who holds the lock for ``driver-busy``
-    (``fields`` as logged, or as read back from the log)."""
-    note = str(fields.get("note") or event)
-    if event == "driver-busy":
-        who = ", ".join(x for x in (
-            f"{fields.get('role') or 'driver'} pid {fields['pid']}" if fields.get("pid") else str(fields.get("holder") or ""),
-            f"started by {fields['started_by']}" if fields.get("started_by") else "",
-            f"since {fields['since']}" if fields.get("since") else "") if x)
-        return f"{note} ({who})" if who else note
-    if event == "drain-handed" and fields.get("daemon"):
-        return f"{note} (daemon pid {fields['daemon']})"
-    return note
 
 
 def choose_mode(*, quiet: bool, verbose: bool, is_terminal: bool, dumb: bool) -> str:

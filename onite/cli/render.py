@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from onite.core.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
-from onite.app.listing import JobView
+from onite.core.jobview import JobView
 from onite.core.safetext import printable
 
 STATE_STYLE = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 
-from onite.app.listing import JobView
+from onite.core.jobview import JobView
 
 
 def human_duration(seconds: float | None) -> str:

@@ -16,6 +16,7 @@ from onite.core.errors import ConfigError, InvalidInput
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
 MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
+MAX_SLOTS = 4096  # jobs at once on one host, at most (slots, [hosts.NAME] slots, --slots)
 NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")
 
@@ -101,7 +102,7 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         keep=reader.integer("keep", low=0, high=10_000_000),
         own_only=reader.boolean("own_only"),
         shell=reader.path("shell"),
-        slots=reader.integer("slots", low=1, high=4096),
+        slots=reader.integer("slots", low=1, high=MAX_SLOTS),
         schedule=reader.schedule("schedule"),
         until=reader.clock("until"),
         admins=reader.strings("admins"),
@@ -239,7 +240,7 @@ class _Reader:
                 raise self._bad(f"hosts.{name}", entry, "a table holding only slots = N")
             if "slots" not in entry:
                 continue  # an empty [hosts.NAME] overrides nothing: that host has the spool's slots
-            result[name] = _Reader(entry, self.source, DEFAULTS).integer("slots", low=1, high=4096)
+            result[name] = _Reader(entry, self.source, DEFAULTS).integer("slots", low=1, high=MAX_SLOTS)
         return result
 
     def slurm(self, key: str) -> SlurmConfig:

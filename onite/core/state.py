@@ -24,7 +24,7 @@ from enum import StrEnum
 
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord
-from onite.core.jobfile import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
+from onite.core.job import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
 from onite.core.names import is_valid_name
 
 MAX_ID = 2**32 - 1  # a uid

@@ -13,8 +13,8 @@ and adding a day to it stay within what ``datetime`` can hold.
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Callable
 from datetime import datetime, time, timedelta, timezone
 
 from onite.core.errors import InvalidInput
@@ -158,27 +158,49 @@ def parse_when(text: str, now: datetime) -> datetime:
     return check_time(_local(parsed, now), text)
 
 
+def resolve_wall(wall: datetime, instant: Callable[[datetime, int], datetime],
+                 wall_of: Callable[[datetime], datetime]) -> datetime:
+    """The instant a naive wall-clock reading names in a zone, under onite's DST policy (cronie's): a
+    time the clocks repeat is its first pass, and a time they skip is the first instant after the
+    jump. The one DST resolver of onite: ``parse_when`` and the schedule (onite.core.schedule) use it.
+
+    ``instant(wall, fold)``: the aware instant of a wall reading, with PEP 495's ``fold``;
+    ``wall_of(at)``: the naive wall reading at an instant.
+    """
+    first = instant(wall, 0)
+    if wall_of(first) == wall:
+        return first
+    # In a gap, fold=1 maps before the jump and fold=0 after it (PEP 495). The jump lies between
+    # the two: find the first second whose wall clock is past ``wall``.
+    low, high = instant(wall, 1), first
+    while high - low > timedelta(seconds=1):
+        middle = low + timedelta(seconds=(high - low) // timedelta(seconds=1) // 2)
+        if wall_of(middle) > wall:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def machine_instant(wall: datetime, fold: int) -> datetime:
+    """The instant (UTC) of a naive wall reading in the machine's zone (TZ), with PEP 495's ``fold``."""
+    # naive timestamp() reads a wall clock in the machine's zone and follows PEP 495 for fold
+    # (naive astimezone() does not: it swaps the folds in a gap, CPython 3.11)
+    return datetime.fromtimestamp(wall.replace(fold=fold).timestamp(), timezone.utc)
+
+
+def _machine_wall(at: datetime) -> datetime:
+    return datetime.fromtimestamp(at.timestamp())
+
+
 def _local(naive: datetime, now: datetime) -> datetime:
     """A naive wall-clock time in the machine's zone (TZ), with that date's own UTC offset, under
-    schedule.py's DST policy: a time the clocks repeat is its first pass, and a time they skip is
-    the instant they jump (naive ``astimezone()`` would put it an hour early, before the jump).
+    onite's DST policy (``resolve_wall``: naive ``astimezone()`` would put a skipped time an hour
+    early, before the jump).
     """
     if now.tzinfo is None:
         return naive
-    # PEP 495: fold=0 reads a repeated time with the earlier offset (its first pass), and a
-    # skipped time with the offset before the jump, which lands after the jump
-    first = datetime.fromtimestamp(naive.replace(fold=0).timestamp()).astimezone()
-    if first.replace(tzinfo=None) == naive:
-        return first
-    before = math.floor(naive.replace(fold=1).timestamp())  # the skipped time read as if already jumped
-    after = math.ceil(first.timestamp())
-    while after - before > 1:  # the jump: the first second whose wall clock is past ``naive``
-        middle = (before + after) // 2
-        if datetime.fromtimestamp(middle) >= naive:
-            after = middle
-        else:
-            before = middle
-    return datetime.fromtimestamp(after).astimezone()
+    return resolve_wall(naive, machine_instant, _machine_wall).astimezone()
 
 
 def next_clock(clock: time, after: datetime) -> datetime:

@@ -42,7 +42,8 @@ def window_of(fire: datetime, until: time | None) -> Window:
     """
     if until is None:
         return Window(fire, None)
-    from onite.core.schedule import CronRule, next_fire
+    from onite.core.schedule import next_fire
+    from onite.core.rules import CronRule
 
     return Window(fire, next_fire(CronRule(f"{until.minute} {until.hour} * * *"), fire - timedelta(microseconds=1)))
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onite.core.errors import JobFormatError, NotFound, OniteError, Refused
-from onite.core.jobfile import Attempt, encode
+from onite.core.job import Attempt
+from onite.core.jobfile import encode
 from onite.core.names import SIDE, is_valid_name
 from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result

@@ -1,42 +1,38 @@
-"""Spooling the instances of recurring jobs, and SPOOL/recur.state (what was spooled).
+"""Spooling the instances of recurring jobs when their rules fire.
 
 When a template's rule fires, a driver (the daemon on its wakes, ``onite run``
-when it starts) spools an *instance*: an ordinary job named
-``NAME-YYYYMMDDTHHMM`` after the fire's local wall time (``SS`` added for
-fires off the minute, ``.2`` for the second pass of an hour the clocks
-repeat), with ``recur: NAME``, not-before = the fire time, owned by the
-template's owner (uid and gid of the template file). The name is a function
-of the fire, the job is created with a no-replace write, and a fire whose
+when it starts) spools an *instance* (onite.core.recurring: its name is a
+function of the fire), owned by the template's owner (uid and gid of the
+template file). The job is created with a no-replace write, and a fire whose
 instance is queued, running or has a result is never spooled again: one fire
 is never spooled twice.
 
 Missed fires are coalesced: each check spools at most ONE instance per
 template, for the latest fire since the last one spooled; the others are
-counted in the log. What was last spooled is kept in SPOOL/recur.state,
-written by the driver (root on a system spool, in a folder only root may
-write), so users cannot forge it. Templates are checked like queued jobs
-(onite.spool.filecheck) before they are used.
+counted in the log. What was last spooled is kept in SPOOL/recur.state
+(onite.spool.recurstate), which users cannot forge. Templates are checked
+like queued jobs (onite.spool.filecheck) before they are used.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from onite.spool.files import create_file, replace_file
+from onite.spool.files import create_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name
-from onite.core.errors import InvalidInput, OniteError, Refused
+from onite.core.errors import OniteError, Refused
 from onite.core.clock import SYSTEM, Clock
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.exec.identity import resolve
-from onite.core.jobfile import Job, encode
+from onite.core.job import Job
+from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, urgent_refusal
-from onite.app.recur import RULE_KEYS, rule_fields, rule_of, template_files
+from onite.core.recurring import instance_job, rule_fields, rule_of
+from onite.spool.recurstate import load_state, parse_time, save_state, state_lock, template_files
 
 STATE_FORMAT = 1
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
@@ -46,138 +42,17 @@ RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (fu
 # ---- instances (pure) --------------------------------------------------------------------------
 
 
-def _is_second_pass(fire: datetime) -> bool:
-    """Is ``fire`` the second time its wall clock reads this (an hour the clocks repeat)?"""
-    from onite.core.schedule import _zone_of  # the module's own notion of "the machine's zone"
 
-    zone = _zone_of(fire, "fire")
-    first = zone.instant(zone.wall(fire), 0)
-    return fire.astimezone(timezone.utc) - first >= timedelta(seconds=1)
-
-
-def instance_name(template: str, fire: datetime) -> str:
-    """``NAME-20261122T2000``: the job name of the instance for ``fire`` (local wall time)."""
-    wall = fire.replace(tzinfo=None)
-    stamp = wall.strftime("%Y%m%dT%H%M")
-    if wall.second or wall.microsecond:
-        stamp += wall.strftime("%S")
-    if wall.microsecond:
-        stamp += wall.strftime("%f")
-    if _is_second_pass(fire):
-        stamp += ".2"
-    return f"{template}-{stamp}"
-
-
-def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:
-    """The job an instance is: the template's text, world and options, not before ``fire``."""
-    return replace(
-        template,
-        name=instance_name(name, fire),
-        priority=min(template.priority, priorities),
-        submitted=now,
-        not_before=fire,
-        recur=name,
-        attempt=1,
-        tried=(),
-        extra=tuple((k, v) for k, v in template.extra if k not in RULE_KEYS),
-    )
 
 
 # ---- recur.state: what was spooled -----------------------------------------------------------
 
 
-def load_state(spool: SpoolDir) -> dict[str, dict]:
-    """NAME → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged, and
-    an entry that is not an object, or not a template's name, left out. The values of an entry are
-    checked where they are used (``parse_time``, ``rule_from_state``, ``known_priority``).
-
-    Raises: nothing.
-    """
-    from onite.core.names import is_valid_name
-    from onite.core.values import loads_object
-
-    try:
-        data = loads_object(spool.root.joinpath("recur.state").read_bytes())
-    except (OSError, ValueError):
-        return {}
-    if data.get("version") != STATE_FORMAT or not isinstance(data.get("templates"), dict):
-        return {}
-    return {k: v for k, v in data["templates"].items() if isinstance(v, dict) and is_valid_name(k)}
 
 
-def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
-    """Raises:
-        SpoolIOError: it cannot be written.
-    """
-    data = {"version": STATE_FORMAT, "templates": dict(sorted(state.items()))}
-    replace_file(spool.root / "recur.state", (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
 
 
-RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
 
-
-@contextmanager
-def _state_lock(spool: SpoolDir):
-    """Drivers of several hosts may share a spool: one read-modify-write of recur.state at a time.
-
-    The lock is ``locks/recur.lock``, which only the spool's owner may open (onite.spool.locks), and the
-    wait for it is bounded.
-
-    Raises:
-        SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as onite.spool.locks.take.
-    """
-    from onite.spool import locks
-    from onite.core.errors import SpoolError
-
-    locks.ensure_dir(spool.root)
-    held = locks.take(locks.locks_dir(spool.root) / "recur.lock", timeout=RECUR_LOCK_WAIT)
-    if held is None:
-        raise SpoolError(f"another driver held {locks.locks_dir(spool.root) / 'recur.lock'} for {RECUR_LOCK_WAIT:.0f} s",
-                         "recurring jobs are spooled at the next chance")
-    with held:
-        yield
-
-
-def parse_time(text: object) -> datetime | None:
-    """A time recur.state holds (timeparse.parse_stamp: aware and in bounds), else None.
-
-    Raises: nothing.
-    """
-    from onite.core.timeparse import parse_stamp
-
-    return parse_stamp(text)
-
-
-def rule_from_state(known: dict):
-    """The rule a recur.state entry records, or None if it records none that is valid.
-
-    Raises: nothing.
-    """
-    from onite.core.schedule import parse_rule
-
-    fields = known.get("fields")
-    if not isinstance(fields, dict):
-        return None
-    values = [fields.get(key) for key in RULE_KEYS]
-    if not all(value is None or isinstance(value, str) for value in values):
-        return None
-    cron, every, offset = values
-    try:
-        return parse_rule(cron=cron, every=every, offset=offset)
-    except InvalidInput:
-        return None
-
-
-def known_priority(known: dict) -> tuple[int | None, bool]:
-    """The priority and urgency a recur.state entry records (None, False where it records none).
-
-    Raises: nothing.
-    """
-    from onite.core.config import MAX_PRIORITIES
-
-    priority = known.get("priority")
-    valid = isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= MAX_PRIORITIES
-    return (priority if valid else None), known.get("urgent") is True
 
 
 # ---- spooling instances -------------------------------------------------------------------------
@@ -300,7 +175,7 @@ class RecurScheduler:
         if not due:
             return []
         spooled = []
-        with _state_lock(self.spool):
+        with state_lock(self.spool):
             self._state = load_state(self.spool)
             for name in sorted(due):
                 made = self._spool_one(name, self.templates[name], now)
@@ -315,7 +190,8 @@ class RecurScheduler:
         return spooled
 
     def _spool_one(self, name: str, tpl: _Template, now: datetime) -> str | None:
-        from onite.core.schedule import describe, last_fire
+        from onite.core.schedule import last_fire
+        from onite.core.rules import describe
 
         baseline = self._baseline(name, tpl)
         fire = last_fire(tpl.rule, now, since=baseline.astimezone(now.tzinfo))
@@ -368,10 +244,10 @@ class RecurScheduler:
 
 def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:
     """How many fires in (since, fire) were coalesced into ``fire`` (at most ``cap``)."""
-    from onite.core.schedule import _fires_after  # the lazy generator: stop at `fire` without a list
+    from onite.core.schedule import fires_after  # the lazy generator: stop at `fire` without a list
 
     count = 0
-    for at in _fires_after(rule, since.astimezone(fire.tzinfo)):
+    for at in fires_after(rule, since.astimezone(fire.tzinfo)):
         if at >= fire or count >= cap:
             break
         count += 1

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onite.core.errors import JobFormatError, Refused
-from onite.core.jobfile import Job
+from onite.core.job import Job
 from onite.core.policy import may_be_urgent, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
 from onite.exec.identity import Identity, resolve

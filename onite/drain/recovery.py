@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
-from onite.core.jobfile import Job
+from onite.core.job import Job
 from onite.core.names import is_valid_name
 from onite.core.runrecord import VERSION, RunRecord
 from onite.core.state import JobState, Outcome, outcome_from_status, unrun_result

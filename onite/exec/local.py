@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -32,31 +31,11 @@ from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, outcome_from_status, stopped_outcome
 from onite.exec import contain, monitor
 from onite.exec.identity import Identity
+from onite.exec.monitorlink import MonitorLink
 from onite.exec.launch import SCRIPT, Launch, credentials_of, own_credentials, plan, run_outputs
 from onite.exec.processes import find_run_processes, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
 from onite.spool import runrecords
-
-
-@dataclass(eq=False)
-class Monitor:
-    """A job's monitor process (onite.exec.monitor) as the driver watches it."""
-
-    pid: int
-    pidfd: int | None  # readable once it exits
-    pipe: int | None  # what it tells the driver (None: adopted from a dead driver, no pipe)
-    child: bool  # our child (we reap it), or adopted from a dead driver
-    buffer: bytes = b""
-    exited: bool = False
-
-    def close(self) -> None:
-        for fd in (self.pidfd, self.pipe):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.pidfd = self.pipe = None
 
 
 class LocalRunner(Runner):
@@ -82,7 +61,7 @@ class LocalRunner(Runner):
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
         self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
         self.runs: list[Run] = []
-        self._lingering: list[Monitor] = []  # monitors ending what their job left behind
+        self._lingering: list[MonitorLink] = []  # monitors ending what their job left behind
         self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
@@ -170,7 +149,7 @@ class LocalRunner(Runner):
             pidfd = os.pidfd_open(pid)
         except OSError:
             pidfd = None  # a very old kernel: polled
-        run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=notify_r, child=True)
+        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=True)
         return pid
 
     @staticmethod
@@ -235,7 +214,7 @@ class LocalRunner(Runner):
         if finished:
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]
-        self._lingering = [mon for mon in self._lingering if not self._exited(mon)]
+        self._lingering = [mon for mon in self._lingering if not mon.has_exited()]
         return finished
 
     def started(self) -> list[Run]:
@@ -249,7 +228,7 @@ class LocalRunner(Runner):
         if mon is None:
             return Outcome(reason="it could not be started")
         ended: Outcome | None = None
-        for message in self._messages(mon):
+        for message in mon.messages():
             word, _, rest = message.partition(" ")
             if word == "started" and rest.isdigit():
                 self._note_start(run, int(rest))
@@ -260,7 +239,7 @@ class LocalRunner(Runner):
         if ended is not None:
             self._lingering.append(mon)
             return ended
-        if not self._exited(mon):
+        if not mon.has_exited():
             return None
         # the monitor is gone without a word on its pipe (adopted, or killed): the record decides
         return self.outcome_from_record(run)
@@ -285,57 +264,6 @@ class LocalRunner(Runner):
             return Outcome(reason=rec.failed)
         self._signal(run, signal.SIGKILL)  # nobody watches what may still run of it
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown")
-
-    @staticmethod
-    def _messages(mon: Monitor) -> list[str]:
-        if mon.pipe is None:
-            return []
-        data = b""
-        while True:
-            try:
-                chunk = os.read(mon.pipe, 4096)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:  # the monitor closed it: it exited
-                os.close(mon.pipe)
-                mon.pipe = None
-                break
-            data += chunk
-        mon.buffer += data
-        lines = mon.buffer.split(b"\n")
-        mon.buffer = lines.pop()
-        return [line.decode("utf-8", "replace") for line in lines]
-
-    @staticmethod
-    def _exited(mon: Monitor) -> bool:
-        """Has the monitor process exited? (A child of ours is reaped here.)"""
-        if mon.exited:
-            return True
-        if mon.child:
-            try:
-                pid, _ = os.waitpid(mon.pid, os.WNOHANG)
-            except ChildProcessError:
-                pid = mon.pid
-            if pid == 0:
-                return False
-        elif mon.pidfd is not None:
-            import select
-
-            if not select.select([mon.pidfd], [], [], 0)[0]:
-                return False
-        else:
-            try:
-                os.kill(mon.pid, 0)
-                return False
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                return False
-        mon.exited = True
-        mon.close()
-        return True
 
     def busy(self) -> bool:
         """Runs, or monitors still ending what their job left behind."""
@@ -377,7 +305,7 @@ class LocalRunner(Runner):
         if ticks is not None and contain.process_start_ticks(pid) != ticks or select.select([pidfd], [], [], 0)[0]:
             os.close(pidfd)
             return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
-        run.monitor = Monitor(pid=pid, pidfd=pidfd, pipe=None, child=False)
+        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=None, child=False)
         run.pgid = rec.job_pid
         run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
         run.adopted = run.announced = True

@@ -21,14 +21,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from onite.core.jobfile import Job
+from onite.core.job import Job
 from onite.core.state import Outcome, Stop
 from onite.exec.identity import Identity
 
 if TYPE_CHECKING:
     from onite.core.config import Config
     from onite.core.runrecord import RunRecord
-    from onite.exec.local import Monitor
+    from onite.exec.monitorlink import MonitorLink
 
 
 class SpawnError(Exception):
@@ -56,7 +56,7 @@ class Run:
     run_id: str
     started: datetime
     started_mono: float  # on the driver's clock
-    monitor: Monitor | None = None  # local: the job's monitor
+    monitor: MonitorLink | None = None  # local: the job's monitor
     pgid: int | None = None  # local: the job's process group (its leader's pid), once it runs
     cgroup: str | None = None  # local: the job's cgroup, if jobs get one (onite.exec.contain)
     record_path: str | None = None  # running/HOST/NAME@run

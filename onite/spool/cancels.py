@@ -27,7 +27,8 @@ from datetime import datetime
 from pathlib import Path
 
 from onite.core.errors import EXIT_REFUSED, JobFormatError, NotFound, OniteError, SpoolIOError
-from onite.core.jobfile import Job, decode
+from onite.core.job import Job
+from onite.core.jobfile import decode
 from onite.core.names import SIDE
 from onite.core.state import JobState, Result, unrun_result
 from onite.spool.filecheck import SLACK, read_up_to

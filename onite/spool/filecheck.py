@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from onite.core.errors import Refused
-from onite.core.jobfile import Job, decode
+from onite.core.job import Job
+from onite.core.jobfile import decode
 
 SLACK = 8 << 20  # a job file is its text plus a header (the environment): allow this much beyond max_job_size
 

@@ -1,0 +1,70 @@
+"""What every command does first: open the spool it works on; read the job text on stdin.
+
+A command's spool is ``--spool``, else ONITE_SPOOL, else the default
+(onite.spool.locate); a personal default spool is made on first use. The job
+text comes from stdin, never from a terminal (that is a mistake, not an
+invitation to type), and is bounded by max_job_size.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from onite.core.errors import InvalidInput
+from onite.spool.paths import SpoolDir
+
+
+def open_spool(spool: str | None) -> SpoolDir:
+    """The spool a command works on (``--spool``, else ONITE_SPOOL, else the default); a personal
+    default spool is created on first use.
+
+    Raises:
+        SpoolError: there is no spool there (or it cannot be entered).
+    """
+    from onite.spool.locate import locate
+    from onite.spool.skeleton import init_spool
+
+    where = locate(spool, os.environ, os.geteuid())
+    target = SpoolDir(where.path)
+    target.location = where
+    if where.personal_default and not target.exists():
+        init_spool(where.path, None, system=False)
+    target.check()
+    return target
+
+
+def read_stdin(limit: int) -> bytes:
+    """The job text. A terminal on stdin is a mistake, not an invitation to type.
+
+    Raises:
+        InvalidInput: stdin is a terminal, closed, or larger than ``limit``.
+    """
+    try:
+        fd = sys.stdin.fileno() if sys.stdin is not None else 0
+        if os.isatty(fd):
+            raise InvalidInput("the job text is read from stdin, which is a terminal",
+                               "redirect a script: onite submit NAME < job.sh")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise InvalidInput(f"the job text is larger than max_job_size ({limit} bytes)",
+                                   "spool a short script that runs the big one instead")
+    except (OSError, ValueError) as err:
+        raise InvalidInput(f"cannot read the job text from stdin: {getattr(err, 'strerror', None) or err}",
+                           "redirect a script: onite submit NAME < job.sh") from None
+    return b"".join(chunks)
+
+
+def read_job_text(limit: int) -> bytes:
+    """``read_stdin`` for one job's text, which may not be empty.
+
+    Raises:
+        InvalidInput: as read_stdin, or stdin held nothing.
+    """
+    body = read_stdin(limit)
+    if not body:
+        raise InvalidInput("the job text on stdin is empty", "pipe or redirect a script: onite submit NAME < job.sh")
+    return body

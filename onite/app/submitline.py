@@ -1,0 +1,150 @@
+"""``onite submit`` as typed: the job text on stdin, one job a line (``--lines``), or a command after ``--``.
+
+Both command-line paths (typer's, onite.cli.commands, and the fast one,
+onite.cli.fastcli) end here, so that they spool exactly the same jobs; the
+line that says what was spooled and when it is expected to run
+(``confirmation``) is made here and printed by the command line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from onite.app.common import open_spool, read_job_text, read_stdin
+from onite.app.submit import capture, spool_job, submit_many
+from onite.core.errors import InvalidInput
+from onite.core.job import Job
+from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, unique_name
+from onite.core.request import SubmitRequest, build_job
+from onite.exec import identity
+from onite.spool.paths import SpoolDir
+from onite.spool.scan import name_taken
+
+
+def command_text(argv: list[str], *, lines: bool = False) -> bytes:
+    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the words quoted for /bin/sh, so
+    that it runs exactly that argv (spaces, quotes, ``$``, newlines, backslashes, bytes that are not
+    UTF-8), and a newline.
+
+    Raises:
+        InvalidInput: no word after ``--``, or ``lines`` (whose jobs come from stdin) asked for too.
+    """
+    import shlex
+
+    if lines:
+        raise InvalidInput("--lines reads one job a line from stdin, and cannot take a command after --",
+                           "drop --lines, or the command")
+    if not argv:
+        raise InvalidInput("no command after --", "write it there: onite submit NAME -- COMMAND ARGS…")
+    return os.fsencode(shlex.join(argv)) + b"\n"
+
+
+def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
+                   confirm: bool = True) -> tuple[str | None, str | None]:
+    """``onite submit`` once parsed, by either path: spool the job (or, with ``lines``, the jobs).
+    Returns the line for stdout, if any, and (with ``confirm``) the line that says on stderr what was
+    spooled and when it is expected to run.
+
+    Raises:
+        InvalidInput, Refused, SpoolError, SpoolIOError: as onite.app.submit.
+    """
+    if lines:
+        target, names = submit_lines(request, spool, now)
+        said = None
+        if confirm:
+            job = build_job(replace(request, name=names[0], body=b"-", unique=False), capture(now), target.config)
+            said = confirmation(target, names, job, held=request.hold, now=now)
+        out = f"spooled 1 job: {names[0]}" if len(names) == 1 else \
+            f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
+        return out, said
+    target, job = submit_stdin(request, spool, now)
+    said = confirmation(target, [job.name], job, held=request.hold, now=now) if confirm else None
+    return (job.name if request.unique else None), said
+
+
+def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, Job]:
+    """``onite submit NAME``: spool the text on stdin as one job (or the request's own text, a
+    command given after ``--``, with stdin left unread); return the spool and the Job as spooled.
+
+    Raises:
+        InvalidInput: as read_job_text; a command longer than max_job_size. And as submit().
+    """
+    target = open_spool(spool)
+    limit = target.config.max_job_size
+    if not request.body:
+        request = replace(request, body=read_job_text(limit))
+    elif len(request.body) > limit:
+        raise InvalidInput(f"the command is longer than max_job_size ({limit} bytes)",
+                           "spool a short script that runs it instead")
+    captured = capture(now)
+    return target, spool_job(target, request, captured, identity.current())
+
+
+def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, list[str]]:
+    """``onite submit NAME --lines``: each non-empty line of stdin is a job, NAME-00001, NAME-00002, …;
+    return the spool and the jobs' names.
+
+    The numbers have five digits, more if there are more lines, so that the
+    names sort in the order of the lines; a job's text is its line and a
+    newline. With ``unique`` NAME first gets a unique suffix. The options of
+    ``request`` apply to every job; the whole input is at most max_job_size.
+
+    Raises:
+        InvalidInput: no job lines, or NAME too long to be numbered; and whatever ``submit_many`` raises.
+    """
+    target = open_spool(spool)
+    lines = [line for line in read_stdin(target.config.max_job_size).split(b"\n") if line.strip()]
+    if not lines:
+        raise InvalidInput("no job on stdin: every line is empty", "one command a line: onite submit NAME --lines < jobs.txt")
+    width = max(5, len(str(len(lines))))
+    room = MAX_NAME - 1 - width
+    base = request.name
+    check_name(base[:room], what="name base")
+    if request.unique:  # the base is cut, as for one --unique job, so that the whole suffix fits
+        base = unique_name(base[:room - SUFFIX_LEN], lambda n: name_taken(target, f"{n}-{1:0{width}d}"))
+    elif len(base) > room:
+        raise InvalidInput(f"the name base {base[:20]!r}… is too long to be numbered",
+                           f"use at most {room} characters before -{'0' * width}")
+    requests = [replace(request, name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
+                for i, line in enumerate(lines, 1)]
+    return target, submit_many(target, requests, capture(now), identity.current())
+
+
+def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
+    """Submit's line on stderr: what was spooled where, and when it is expected to run or why it will not.
+
+    ``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``; the reasons
+    are the job's own (held, waiting for a job, not before a time, pinned to a host), then what
+    will drain the spool (onite.drain.nextdrain), which never promises a drain that nothing will start.
+    """
+    from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
+
+    what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]},"
+    head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"
+    if held:
+        it = names[0] if len(names) == 1 else f"{names[0]}…"
+        return f"{head}; held: it will not run until onite release {it}"
+    parts = []
+    if job.after:
+        parts.append(f"waits for {', '.join(job.after)}")
+    if job.not_before is not None and job.not_before > now:
+        parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
+    if job.pin:
+        parts.append(f"only on host {job.pin}")
+    drain = plan(spool, now)
+    fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
+    draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
+    daemons = [s for s in fits if s.by == "daemon"]
+    if draining:
+        parts.append(f"a drain is running now on host {draining[0].host}")
+    elif job.not_before is not None and job.not_before > now and daemons:
+        parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
+    elif fits:
+        parts.append(starter_text(fits[0], now))
+    else:
+        problems = f" ({'; '.join(drain.problems)})" if drain.problems else ""
+        parts.append(no_drain_text(drain, for_job=True).replace(" — ", f"{problems} — ", 1))
+    return "; ".join([head, *parts])

@@ -1,0 +1,266 @@
+"""The commands that spool jobs and change them: init, submit, list, find, uniqname, restart, cancel, hold, release."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperCommand
+
+from onite.cli import shared
+from onite.cli.options import (JsonOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask, complete_any,
+                               complete_live, console, locate_spool, open_spool, spool_of)
+from onite.core.clock import SYSTEM
+from onite.core.config import MAX_PRIORITIES
+from onite.core.errors import InvalidInput, NotFound
+from onite.core.job import MAX_RETRIES
+
+
+@app.command()
+def init(
+    priorities: Annotated[Optional[int], typer.Option("--priorities", metavar="N", min=1, max=MAX_PRIORITIES, help="Number of priority folders P1..Pn.")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Create the spool (idempotent; never overwrites a changed onite.toml)."""
+    from onite.spool.locate import check_may_init
+    from onite.spool.skeleton import init_spool
+
+    where = locate_spool(spool)
+    check_may_init(where, os.geteuid())
+    report = init_spool(where.path, priorities, system=os.geteuid() == 0)
+    kind = "system spool (multi-user modes)" if os.geteuid() == 0 else "personal spool"
+    made = ", ".join(report.created) if report.created else "nothing new"
+    print(f"{report.root}: {kind}; created {made}")
+    if report.config_kept:
+        print(f"{report.root / 'onite.toml'}: kept as you changed it")
+
+
+class CommandAfterDashes(TyperCommand):
+    """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's
+    command line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            args, ctx.meta["onite.command"] = args[:at], args[at + 1:]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return super().collect_usage_pieces(ctx) + ["[-- COMMAND [ARGS]...]"]
+
+
+@app.command(cls=CommandAfterDashes)
+def submit(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
+    priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
+    urgent: Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")] = False,
+    after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")] = None,
+    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
+    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES, help="Retry a failed job this many times, with back-off.")] = 0,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Run only on this host (when several share the spool).")] = None,
+    hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
+    unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
+    lines: Annotated[bool, typer.Option("--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
+    stderr_separate: StderrOpt = None,
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Do not say on stderr what was spooled and when it "
+                                        "is expected to run.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
+    command line that follows (quoted exactly; stdin is not read). Says on stderr when it is expected to run."""
+    # onite.cli.fastcli runs well-formed submits without typer: keep the two in step (tests/test_fastcli.py)
+    from onite.app.submitline import command_text
+    from onite.core.request import SubmitRequest
+
+    argv = ctx.meta.get("onite.command")
+    body = command_text(argv, lines=lines) if argv is not None else b""
+    request = SubmitRequest.of(name, body, dict(
+        priority=priority, urgent=urgent, after=after, at=at, timeout=timeout, retries=retries, host=host, hold=hold,
+        unique=unique, stderr_separate=stderr_separate, notify=notify, notify_on=notify_on))
+    shared.submit(request, spool_of(spool), lines=lines, quiet=quiet)
+
+
+@app.command("list")
+def list_(
+    all_: Annotated[bool, typer.Option("--all", "-a", help="Also running and finished jobs.")] = False,
+    by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that ran them (implies --all).")] = False,
+    as_json: JsonOpt = False,
+    plain: PlainOpt = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
+    from onite.app.listing import list_jobs
+
+    if as_json:  # onite.cli.fastcli does the same without typer
+        shared.list_json(spool_of(spool), include_all=all_)
+        return
+    target = open_spool(spool)
+    when = SYSTEM.now()
+    damaged: list[str] = []
+    views = list_jobs(target, include_all=all_ or by_host, now=when, damaged=damaged)  # hosts: those of running and finished jobs
+    if damaged:
+        from onite.spool.results import damaged_note
+
+        shared.warn(damaged_note(damaged))
+    if not views:
+        print("no jobs queued" if not all_ else "no jobs")
+        return
+    from onite.cli.render import print_job_list
+
+    out = console()
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=out, plain=plain or not out.is_terminal)
+
+
+@app.command()
+def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
+    """Exit 0 if a job NAME is queued or running, 1 if not."""
+    if not shared.find(name, spool_of(spool)):
+        raise typer.Exit(1)
+
+
+@app.command()
+def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolOpt = None) -> None:
+    """Print an unused job name starting with BASE."""
+    from onite.app.submit import uniqname as unused_name
+
+    print(unused_name(open_spool(spool), base))
+
+
+@app.command()
+def restart(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A finished job (done, failed or cancelled).",
+                                        autocompletion=complete_any)],
+    new_name: Annotated[Optional[str], typer.Option("--name", metavar="NEW", help="Spool it as NEW (e.g. while "
+                                                    "NAME is queued again).")] = None,
+    unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to the name.")] = False,
+    hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release lets it run.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Spool a finished job again: its text, environment, directory, umask and options; print its name."""
+    from onite.app.restart import restart_job
+
+    print(restart_job(spool_of(spool), name, SYSTEM.now(), new_name=new_name, unique=unique, hold=hold))
+
+
+@app.command()
+def cancel(
+    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel, or quoted patterns "
+                                                         "('build-*'); none: pick from a list.",
+                                                         autocompletion=complete_live)] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every queued and running job of yours (root: everyone's).")] = False,
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
+    spool: SpoolOpt = None,
+) -> None:
+    """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
+    from onite.app.control import is_pattern
+
+    target = open_spool(spool)
+    if all_ or any(is_pattern(n) for n in names or ()):
+        if all_ and names:
+            raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
+        named = [n for n in names or () if not is_pattern(n)]
+        picked = pick_by_pattern(target, [n for n in names or () if is_pattern(n)], every=all_, yes=yes)
+        matched = [v.name for v in picked.chosen if v.name not in named]
+        done = cancel_each(target, named + matched, matched)
+        users = ", ".join(sorted({v.user for v in picked.skipped}))
+        print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({users}): you may "
+                                            "cancel only yours" if picked.skipped else ""))
+        return
+    cancel_each(target, names or pick_interactively(target), [])
+
+
+def cancel_each(target, names: list[str], matched: list[str]) -> int:
+    """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that
+    ended or started since it was matched is said and skipped; any other error stops here."""
+    from onite.app.control import await_cancel, cancel as cancel_job
+
+    done = 0
+    for name in names:
+        try:
+            report = cancel_job(target, name, os.geteuid(), SYSTEM.now())
+        except NotFound as err:
+            if name not in matched:
+                raise
+            print(f"{name}: not cancelled ({err.what})")
+            continue
+        if report.action == "requested":
+            report = await_cancel(target, report)
+        print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
+        done += 1
+    return done
+
+
+def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
+    """The jobs patterns (or --all) pick for the caller (onite.app.control.Selection), confirmed by root.
+
+    Raises:
+        InvalidInput: root without --yes where no terminal can confirm.
+        NotFound: nothing of the caller's matches.
+    """
+    from onite.app.control import select_jobs
+
+    picked = select_jobs(target, patterns, os.geteuid(), every=every)
+    what = "--all" if every else " ".join(repr(p) for p in patterns)
+    if not picked.chosen:
+        others = ""
+        if picked.skipped:
+            users = ", ".join(sorted({v.user for v in picked.skipped}))
+            others = f" (it matches {len(picked.skipped)} of other users': {users})"
+        raise NotFound(f"no queued or running job of yours matches {what}{others}", "see onite list")
+    if os.geteuid() == 0 and not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInput(f"cancelling by {what} as root needs a confirmation", "run it on a terminal, or add --yes")
+        for view in picked.chosen:
+            print(f"  {view.name}  ({view.state}, {view.user})")
+        if ask(f"cancel these {len(picked.chosen)} job(s)? [y/N] ").lower() not in ("y", "yes"):
+            print("nothing cancelled")
+            raise typer.Exit(0)
+    return picked
+
+
+def pick_interactively(target) -> list[str]:
+    """The seed's numbered pick list: only on a terminal."""
+    from onite.app.control import cancellable
+
+    if not sys.stdin.isatty():
+        raise InvalidInput("no job name given", "name the job(s): onite cancel NAME…")
+    views = cancellable(target, os.geteuid())
+    if not views:
+        print("you have no queued or running jobs")
+        return []
+    for number, view in enumerate(views, 1):
+        print(f"{number:3d}  {view.name}  ({view.state}, {view.user})")
+    answer = ask("cancel which job? number, or Enter for none: ")
+    if not answer:
+        print("nothing cancelled")
+        return []
+    if not answer.isdigit() or not 1 <= int(answer) <= len(views):
+        raise InvalidInput(f"no job numbered {answer!r}", f"answer a number from 1 to {len(views)}")
+    return [views[int(answer) - 1].name]
+
+
+@app.command()
+def hold(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
+    """Hold queued jobs: they keep their place but are skipped until released."""
+    _set_hold(names, spool, held=True)
+
+
+@app.command()
+def release(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
+    """Release held jobs (they keep their place in their priority)."""
+    _set_hold(names, spool, held=False)
+
+
+def _set_hold(names: list[str], spool: str | None, *, held: bool) -> None:
+    from onite.app.control import set_hold
+
+    target = open_spool(spool)
+    for name in names:
+        set_hold(target, name, os.geteuid(), held)
+        print(f"{name}: {'held' if held else 'released'}")

@@ -1,0 +1,114 @@
+"""``onite recur``: recurring jobs, templates spooled as a job each time their rule fires."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from onite.cli.options import (HELP_NAMES, JsonOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app,
+                               console, open_spool)
+from onite.core.clock import SYSTEM
+from onite.core.errors import InvalidInput
+from onite.core.job import MAX_RETRIES
+
+
+recur_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, context_settings=HELP_NAMES,
+                        pretty_exceptions_enable=False,
+                        help="Recurring jobs: templates spooled as a job each time their rule fires.")
+app.add_typer(recur_app, name="recur")
+
+
+@recur_app.command("add")
+def recur_add(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Template name (instances are NAME-YYYYMMDDTHHMM).")],
+    cron_expr: Annotated[Optional[str], typer.Option("--cron", metavar="EXPR", help="Five-field cron expression, e.g. '0 20 * * 1-5'.")] = None,
+    every: Annotated[Optional[str], typer.Option("--every", metavar="DUR", help="Interval from local midnight: 25m, 2h, 1d.")] = None,
+    offset: Annotated[Optional[str], typer.Option("--offset", metavar="DUR", help="With --every: shift every fire by this much (2m).")] = None,
+    priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
+    urgent: Annotated[bool, typer.Option("--urgent", help="Instances run before every priority (root and admins only).")] = False,
+    after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Each instance waits for this job (repeatable).")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
+    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES, help="Retry a failed instance this many times.")] = 0,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Instances run only on this host.")] = None,
+    stderr_separate: StderrOpt = None,
+    notify: NotifyOpt = None,
+    notify_on: NotifyOnOpt = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
+    from onite.app.common import read_job_text
+    from onite.app.recur import RecurRequest, add
+    from onite.exec import identity
+    from onite.app.submit import capture
+
+    target = open_spool(spool)
+    request = RecurRequest(name=name, body=read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
+                           offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
+                           timeout=timeout, retries=retries, host=host, stderr_separate=stderr_separate,
+                           notify=notify, notify_on=notify_on)
+    when = SYSTEM.now()
+    _, rule = add(target, request, capture(when), identity.current())
+    from onite.core.schedule import next_fire
+    from onite.core.rules import describe
+
+    print(f"{name}: {describe(rule)}; next at {next_fire(rule, when).isoformat(timespec='seconds')}")
+
+
+@recur_app.command("list")
+def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = None) -> None:
+    """Recurring jobs: name, owner, rule, next fire, priority."""
+    from onite.app.recur import templates, templates_json
+
+    target = open_spool(spool)
+    when = SYSTEM.now()
+    views = templates(target, when)
+    if as_json:
+        print(templates_json(views, when))
+        return
+    if not views:
+        print("no recurring jobs")
+        return
+    from onite.cli.render import print_recur_list
+
+    out = console()
+    print_recur_list(views, when, out=out, plain=plain or not out.is_terminal)
+
+
+@recur_app.command("remove")
+def recur_remove(names: Annotated[list[str], typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
+    """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
+    from onite.app.recur import remove
+
+    target = open_spool(spool)
+    for name in names:
+        remove(target, name, os.geteuid())
+        print(f"{name}: removed")
+
+
+@recur_app.command("next")
+def recur_next(
+    name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A recurring job; or give a rule with --cron/--every.")] = None,
+    count: Annotated[int, typer.Option("-n", "--count", metavar="N", min=1, max=10000, help="How many fire times.")] = 5,
+    start: Annotated[Optional[str], typer.Option("--from", metavar="WHEN", help="Start after this time (default: now): "
+                                                 "2026-01-05T00:00, HH:MM, +2h.")] = None,
+    cron_expr: Annotated[Optional[str], typer.Option("--cron", metavar="EXPR", help="Preview this cron expression instead.")] = None,
+    every: Annotated[Optional[str], typer.Option("--every", metavar="DUR", help="Preview this interval instead.")] = None,
+    offset: Annotated[Optional[str], typer.Option("--offset", metavar="DUR", help="With --every.")] = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Print the next fire times, one per line, in ISO 8601 (local time)."""
+    from onite.app.recur import preview
+    from onite.core.rules import parse_rule
+    from onite.core.timeparse import parse_when
+
+    if (name is not None) == any(v is not None for v in (cron_expr, every, offset)):
+        raise InvalidInput("give a recurring job's NAME or a rule (--cron EXPR, or --every DUR [--offset DUR])",
+                           "e.g. onite recur next nightly, or onite recur next --every 25m --offset 2m")
+    rule = parse_rule(cron=cron_expr, every=every, offset=offset) if name is None else None
+    when = SYSTEM.now()
+    start_at = parse_when(start, when) if start else when
+    target = open_spool(spool) if name is not None else None
+    for fire in preview(target, name, rule, start_at, count):
+        print(fire.isoformat(timespec="seconds"))

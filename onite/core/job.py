@@ -1,0 +1,193 @@
+"""A job (pure): the Job and Attempt models, valid by construction, and the limits of every field.
+
+A Job is what a job file holds (onite.core.jobfile writes and reads it): the
+submitter's word about the job. It never decides who owns the job (the
+file's owner uid does), where it stands in the queue (its folder and the
+kernel's ctime do), or whether it is held (a marker, or its mode, does).
+``Job.__post_init__`` checks every range (docs/spool-format.md lists them);
+the environment is checked wherever one enters a Job (``env_problem``: the
+job file's decode, and submit's build_job), not on every Job made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
+from onite.core.escaping import escape
+from onite.core.names import is_valid_name
+from onite.core.timeparse import MAX_DURATION, is_valid_time
+
+MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
+# Linux reads a script's "#!" line into a buffer of 256 bytes (BINPRM_BUF_SIZE): onite, which
+# starts the interpreter itself, holds a "#!" line to the same limit, as bytes after the "#!"
+MAX_SHEBANG = 255
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One finished try of a job that is retried (kept in the job file between tries)."""
+
+    attempt: int
+    started: datetime
+    finished: datetime
+    host: str
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "attempt": self.attempt,
+            "started": self.started.isoformat(),
+            "finished": self.finished.isoformat(),
+            "host": self.host,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> "Attempt":
+        """The attempt ``to_json`` wrote, every field checked (onite.core.values).
+
+        Raises:
+            ValueError: not an object, or a field of the wrong type or out of range.
+        """
+        from onite.core import values as v
+
+        if not isinstance(data, dict):
+            raise ValueError("an attempt is not a JSON object")
+        return cls(
+            attempt=v.integer(data, "attempt", 1, MAX_RETRIES + 1),
+            started=v.time(data, "started"),
+            finished=v.time(data, "finished"),
+            host=v.text(data, "host", ""),
+            exit_code=v.optional_integer(data, "exit_code", -MAX_STATUS, MAX_STATUS),
+            signal=v.optional_integer(data, "signal", 0, MAX_SIGNAL),
+            reason=v.text(data, "reason", ""),
+        )
+
+
+MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 32 bits
+MAX_SIGNAL = 255
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """Everything a job file holds. ``env`` maps bytes to bytes, in the submitter's order."""
+
+    name: str
+    priority: int
+    submitted: datetime
+    host: str
+    umask: int
+    cwd: bytes
+    env: dict[bytes, bytes]
+    body: bytes
+    timeout: timedelta | None = None
+    retries: int = 0
+    after: tuple[str, ...] = ()
+    not_before: datetime | None = None
+    urgent: bool = False
+    pin: str | None = None
+    attempt: int = 1
+    tried: tuple[Attempt, ...] = ()
+    recur: str | None = None
+    stderr_separate: bool = False  # stderr to stdout/NAME@stderr instead of with stdout
+    notify: str | None = None  # "mail", "command", "none"; None: the spool's notify when the job ends
+    notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def stderr_mode(self) -> str:
+        """Where its stderr goes, as result records say it: "separate" (stdout/NAME@stderr) or "merged"."""
+        return "separate" if self.stderr_separate else "merged"
+
+    def __post_init__(self) -> None:
+        """Raises:
+            ValueError: a field out of its range (docs/spool-format.md), saying which.
+        """
+        problem = _job_problem(self)
+        if problem:
+            raise ValueError(problem)
+
+
+def _job_problem(job: Job) -> str:
+    """What is wrong with the fields of ``job`` ("" if nothing): every range of docs/spool-format.md
+    but the environment's (``env_problem``, checked where an environment enters a Job)."""
+    if not is_valid_name(job.name):
+        return f"name {job.name[:40]!r} is not a valid job name"
+    if not _whole(job.priority, 1, MAX_PRIORITIES):
+        return f"priority {job.priority!r} is not 1 to {MAX_PRIORITIES}"
+    if not is_valid_time(job.submitted):
+        return f"submitted: {job.submitted!r} is not a time with its UTC offset, in the years 1900 to 9998"
+    if not _whole(job.umask, 0, 0o777):
+        return f"umask {job.umask!r} is not 0000 to 0777"
+    if not isinstance(job.cwd, bytes) or not job.cwd.startswith(b"/") or b"\0" in job.cwd:
+        return "cwd is not an absolute path without NUL bytes"
+    if job.timeout is not None and not timedelta(0) < job.timeout <= MAX_DURATION:
+        return f"timeout {job.timeout.total_seconds():g}s is not longer than 0 and at most {MAX_DURATION.days} days"
+    if not _whole(job.retries, 0, MAX_RETRIES):
+        return f"retries {job.retries!r} is not 0 to {MAX_RETRIES}"
+    if not _whole(job.attempt, 1, job.retries + 1):
+        return f"attempt {job.attempt!r} is not 1 to retries + 1 ({job.retries + 1})"
+    if len(job.tried) > MAX_RETRIES + 1:
+        return f"more than {MAX_RETRIES + 1} attempts tried"
+    for dep in job.after:
+        if not is_valid_name(dep):
+            return f"after: {dep[:40]!r} is not a valid job name"
+    if job.not_before is not None and not is_valid_time(job.not_before):
+        return f"at: {job.not_before!r} is not a time with its UTC offset, in the years 1900 to 9998"
+    if job.pin is not None and not is_valid_name(job.pin):
+        return f"pin: {job.pin[:40]!r} is not a valid host name"
+    if job.recur is not None and not is_valid_name(job.recur):
+        return f"recur: {job.recur[:40]!r} is not a valid job name"
+    if job.notify is not None and job.notify not in NOTIFY_HOW:
+        return f"notify must be mail, command or none, not {job.notify!r}"
+    if job.notify_on is not None and job.notify_on not in NOTIFY_ON:
+        return f"notify-on must be failure or always, not {job.notify_on!r}"
+    for key, _ in job.extra:
+        if "\n" in key or ": " in key or key in HEADER_KEYS or key in REPEATED_KEYS:
+            return f"extra header key {key[:40]!r} cannot be written back"
+    return shebang_problem(job.body)
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def shebang_problem(body: bytes) -> str:
+    """Why the ``#!`` line that starts ``body`` can never be run ("" if it can, or there is none):
+    it holds a NUL byte (no path or argument can), or is longer than MAX_SHEBANG bytes.
+    The one check that submit and decode both make."""
+    if not body.startswith(b"#!"):
+        return ""
+    end = body.find(b"\n")
+    line = body[2:] if end < 0 else body[2:end]
+    if b"\0" in line:
+        return "its #! line holds a NUL byte, which no interpreter path or argument can hold"
+    if len(line) > MAX_SHEBANG:
+        return f"its #! line is {len(line)} bytes long, more than the {MAX_SHEBANG} bytes an interpreter line may have"
+    return ""
+
+
+def env_problem(env: dict[bytes, bytes]) -> str:
+    """Why ``env`` cannot be handed to execve ("" if it can): a name that is empty or holds ``=``
+    or a NUL byte, or a value that holds a NUL byte."""
+    for name, value in env.items():
+        if not name or b"=" in name or b"\0" in name:
+            return f"environment variable name {escape(name)[:40]!r} is empty or holds '=' or a NUL byte"
+        if b"\0" in value:
+            return f"the value of environment variable {escape(name)[:40]!r} holds a NUL byte"
+    return ""
+
+
+# The header keys of a job file (onite.core.jobfile): an extra key may be none of them
+HEADER_KEYS = frozenset(
+    ("onite-job", "name", "priority", "submitted", "host", "umask", "cwd", "urgent",
+     "timeout", "retries", "at", "pin", "recur", "attempt",
+     "stderr", "notify", "notify-on")
+)
+REPEATED_KEYS = frozenset(("env", "after", "tried"))  # keys that may occur more than once

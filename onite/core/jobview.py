@@ -1,0 +1,87 @@
+"""A job as the commands show it (pure): one ``JobView`` for list, status, wait and the morning report.
+
+Queued and running jobs are described from what anyone may see (folder,
+owner, mode, ctime, the driver's world-readable run record), finished ones
+from their result records (``result_view``). ``to_json`` is the document
+docs/json.md describes; its field names are stable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from onite.core.state import Result
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobView:
+    """One job as ``onite list`` and ``onite status`` show it."""
+
+    name: str
+    uid: int
+    user: str
+    state: str
+    priority: int | None  # None: urgent (runs before every priority)
+    urgent: bool
+    submitted: datetime  # when it entered its queue (queued), or was spooled (finished)
+    position: int | None = None
+    host: str | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    attempt: int | None = None
+    external_id: str | None = None
+    stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
+    waiting: str | None = None  # queued jobs: why it cannot start now, "" if it may; None: not looked up
+    waiting_kind: str | None = None  # held, after, not_before, retry, pinned, will_fail, unreadable; "" may start
+
+    @property
+    def duration(self) -> float | None:
+        if self.started and self.finished:
+            return (self.finished - self.started).total_seconds()
+        return None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "user": self.user,
+            "uid": self.uid,
+            "state": self.state,
+            "priority": self.priority,
+            "urgent": self.urgent,
+            "position": self.position,
+            "submitted": self.submitted.isoformat(),
+            "host": self.host,
+            "started": self.started.isoformat() if self.started else None,
+            "finished": self.finished.isoformat() if self.finished else None,
+            "duration": self.duration,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": self.reason,
+            "attempt": self.attempt,
+            "external_id": self.external_id,
+            "stderr": self.stderr,
+            "waiting": self.waiting,
+            "waiting_kind": self.waiting_kind,
+        }
+
+
+def result_view(result: Result) -> JobView:
+    return JobView(
+        name=result.name, uid=result.uid, user=result.user, state=str(result.state),
+        priority=result.priority or None, urgent=result.urgent, submitted=result.submitted,
+        host=result.host or None, started=result.started, finished=result.finished,
+        exit_code=result.exit_code, signal=result.signal, reason=result.reason, attempt=result.attempt,
+        external_id=result.external_id, stderr=result.stderr,
+    )
+
+
+def outcome_counts(views) -> dict[str, int]:
+    """How many of ``views`` (finished jobs) ended done, failed and cancelled: always those three keys."""
+    counts = {"done": 0, "failed": 0, "cancelled": 0}
+    for view in views:
+        counts[view.state] = counts.get(view.state, 0) + 1
+    return counts

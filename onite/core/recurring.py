@@ -1,0 +1,135 @@
+"""Recurring jobs as data (pure): a template's rule in its header, an instance's name and its job.
+
+A template is a job file (onite.core.jobfile) whose header carries its rule
+in two or three extra keys that older readers keep as they are::
+
+    recur-cron: 0 20 * * 1-5          or      recur-every: 25m
+                                              recur-offset: 2m
+
+When the rule fires, the driver spools an *instance*: an ordinary job named
+``NAME-YYYYMMDDTHHMM`` after the fire's local wall time (``SS`` added for
+fires off the minute, ``.2`` for the second pass of an hour the clocks
+repeat), with ``recur: NAME`` and not-before the fire time. The name is a
+function of the fire, so one fire is never spooled twice (onite.drain.instances).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+from onite.core.errors import InvalidInput, JobFormatError
+from onite.core.job import Job
+from onite.core.names import MAX_NAME, check_name
+
+RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
+# An instance adds "-YYYYMMDDTHHMM" (14), seconds (2), microseconds (6) and ".2" (2).
+MAX_TEMPLATE_NAME = MAX_NAME - 24
+
+
+def rule_fields(rule) -> tuple[tuple[str, str], ...]:
+    """The header lines that store ``rule`` in a template."""
+    from onite.core.rules import CronRule
+    from onite.core.timeparse import format_duration
+
+    if isinstance(rule, CronRule):
+        return (("recur-cron", rule.expr),)
+    fields = (("recur-every", format_duration(rule.interval)),)
+    return fields + ((("recur-offset", format_duration(rule.offset)),) if rule.offset else ())
+
+
+def rule_of(job: Job):
+    """The rule a template's header stores.
+
+    Raises:
+        JobFormatError: no rule in it (it is not a template).
+        InvalidInput: the rule is not valid (an edited template).
+    """
+    from onite.core.rules import parse_rule
+
+    fields = {k: v for k, v in job.extra if k in RULE_KEYS}
+    if "recur-cron" not in fields and "recur-every" not in fields:
+        raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",
+                             "remove it (onite recur remove NAME), then add it again")
+    return parse_rule(cron=fields.get("recur-cron"), every=fields.get("recur-every"),
+                      offset=fields.get("recur-offset"))
+
+
+def check_template_name(name: str) -> str:
+    """Raises:
+        InvalidInput: not a job name, or too long to leave room for the instances' suffix.
+    """
+    check_name(name, what="recurring job name")
+    if len(name) > MAX_TEMPLATE_NAME:
+        raise InvalidInput(f"recurring job name {name[:37]!r}... is {len(name)} characters long",
+                           f"use at most {MAX_TEMPLATE_NAME}: its instances add the fire time to it")
+    return name
+
+
+def _is_second_pass(fire: datetime) -> bool:
+    """Is ``fire`` the second time its wall clock reads this (an hour the clocks repeat)?"""
+    from onite.core.schedule import zone_of  # the schedule's own notion of "the machine's zone"
+
+    zone = zone_of(fire, "fire")
+    first = zone.instant(zone.wall(fire), 0)
+    return fire.astimezone(timezone.utc) - first >= timedelta(seconds=1)
+
+
+def instance_name(template: str, fire: datetime) -> str:
+    """``NAME-20261122T2000``: the job name of the instance for ``fire`` (local wall time)."""
+    wall = fire.replace(tzinfo=None)
+    stamp = wall.strftime("%Y%m%dT%H%M")
+    if wall.second or wall.microsecond:
+        stamp += wall.strftime("%S")
+    if wall.microsecond:
+        stamp += wall.strftime("%f")
+    if _is_second_pass(fire):
+        stamp += ".2"
+    return f"{template}-{stamp}"
+
+
+def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:
+    """The job an instance is: the template's text, world and options, not before ``fire``."""
+    return replace(
+        template,
+        name=instance_name(name, fire),
+        priority=min(template.priority, priorities),
+        submitted=now,
+        not_before=fire,
+        recur=name,
+        attempt=1,
+        tried=(),
+        extra=tuple((k, v) for k, v in template.extra if k not in RULE_KEYS),
+    )
+
+
+def rule_from_state(known: dict):
+    """The rule a recur.state entry records, or None if it records none that is valid.
+
+    Raises: nothing.
+    """
+    from onite.core.rules import parse_rule
+
+    fields = known.get("fields")
+    if not isinstance(fields, dict):
+        return None
+    values = [fields.get(key) for key in RULE_KEYS]
+    if not all(value is None or isinstance(value, str) for value in values):
+        return None
+    cron, every, offset = values
+    try:
+        return parse_rule(cron=cron, every=every, offset=offset)
+    except InvalidInput:
+        return None
+
+
+def known_priority(known: dict) -> tuple[int | None, bool]:
+    """The priority and urgency a recur.state entry records (None, False where it records none).
+
+    Raises: nothing.
+    """
+    from onite.core.config import MAX_PRIORITIES
+
+    priority = known.get("priority")
+    valid = isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= MAX_PRIORITIES
+    return (priority if valid else None), known.get("urgent") is True

@@ -1,0 +1,147 @@
+"""What a submit asks for, and the Job it makes (pure): ``SubmitRequest``, ``Captured``, ``build_job``.
+
+``build_job`` turns a request (options as typed: times and durations not yet
+parsed), the submitter's world captured at submit time (environment, cwd,
+umask, host, clock) and the spool's settings into a Job, checking every
+option: whatever it returns is a job file the driver reads back as it was
+written. Spooling it is onite.app.submit's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+
+from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
+from onite.core.errors import InvalidInput
+from onite.core.job import MAX_RETRIES, Job, env_problem, shebang_problem
+from onite.core.names import check_name
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitRequest:
+    """What the user asked for, as typed (times and durations not yet parsed)."""
+
+    name: str
+    body: bytes
+    priority: int | None = None
+    urgent: bool = False
+    after: tuple[str, ...] = ()
+    at: str | None = None
+    timeout: str | None = None
+    retries: int = 0
+    host: str | None = None
+    hold: bool = False
+    unique: bool = False
+    stderr_separate: bool | None = None  # None: the spool's stderr_separate
+    notify: str | None = None  # "mail", "command", "none"; None: the spool's notify
+    notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
+
+    @classmethod
+    def of(cls, name: str, body: bytes, options: Mapping[str, object]) -> "SubmitRequest":
+        """The request ``onite submit NAME`` makes with ``options`` (keyed by its fields: priority,
+        urgent, after, at, timeout, retries, host, hold, unique, stderr_separate, notify, notify_on;
+        None or absent: not given). The one place that turns what the command line, its fast path and
+        onite.api were given into a request: ``after`` may be one name or several.
+
+        Raises:
+            TypeError: an option that submit does not have.
+        """
+        unknown = set(options) - OPTIONS
+        if unknown:
+            raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(OPTIONS))}")
+        after = options.get("after") or ()
+        retries = options.get("retries")
+        return cls(name=name, body=body, priority=options.get("priority"), urgent=bool(options.get("urgent")),
+                   after=(after,) if isinstance(after, str) else tuple(after), at=options.get("at"),
+                   timeout=options.get("timeout"), retries=0 if retries is None else retries,
+                   host=options.get("host"), hold=bool(options.get("hold")), unique=bool(options.get("unique")),
+                   stderr_separate=options.get("stderr_separate"), notify=options.get("notify"),
+                   notify_on=options.get("notify_on"))
+
+
+OPTIONS = frozenset(f.name for f in fields(SubmitRequest)) - {"name", "body"}  # submit's options
+
+
+@dataclass(frozen=True, kw_only=True)
+class Captured:
+    """The submitter's world, captured at submit time."""
+
+    env: dict[bytes, bytes]
+    cwd: bytes
+    umask: int
+    host: str
+    now: datetime
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+
+def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
+    """The Job a request describes, with the spool's defaults from ``config`` (pure).
+
+    Where stderr goes is decided now and written into the job file (the
+    spool's default applies when the request does not say), so a later change
+    of onite.toml does not change jobs already spooled.
+
+    Raises:
+        InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice;
+            ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never
+            run; an environment variable execve cannot pass. Whatever passes makes a job file that
+            the driver reads back as it was written.
+    """
+    priorities = config.priorities
+    priority = config.default_priority if request.priority is None else request.priority
+    if not 1 <= priority <= priorities:
+        raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
+    if request.retries < 0 or request.retries > MAX_RETRIES:
+        raise InvalidInput(f"invalid retry count {request.retries}", f"use 0 to {MAX_RETRIES}")
+    for dep in request.after:
+        check_name(dep, what="dependency name")
+    if request.host is not None:
+        check_name(request.host, what="host name")
+    if not request.body:
+        raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
+    problem = shebang_problem(request.body)
+    if problem:
+        raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
+                           "fix its first line: #!/path/to/interpreter [one argument]")
+    problem = env_problem(captured.env)
+    if problem:
+        raise InvalidInput(f"your environment cannot be passed to a job: {problem}",
+                           "unset that variable (env -u NAME onite submit …)")
+    if request.notify is not None and request.notify not in NOTIFY_HOW:
+        raise InvalidInput(f"invalid --notify {request.notify!r}", "use mail, command or none")
+    if request.notify_on is not None and request.notify_on not in NOTIFY_ON:
+        raise InvalidInput(f"invalid --notify-on {request.notify_on!r}", "use failure or always")
+    if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
+        raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
+                           "ask the admin to set notify_command, or use --notify mail")
+    timeout, not_before = config.timeout, None
+    if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
+        from onite.core.timeparse import parse_duration, parse_when
+
+        timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
+        not_before = parse_when(request.at, captured.now) if request.at else None
+    try:
+        return Job(
+            name=name or request.name,
+            priority=priority,
+            submitted=captured.now,
+            host=captured.host,
+            umask=captured.umask,
+            cwd=captured.cwd,
+            env=captured.env,
+            body=request.body,
+            timeout=timeout,
+            retries=request.retries,
+            after=tuple(dict.fromkeys(request.after)),
+            not_before=not_before,
+            urgent=request.urgent,
+            pin=request.host,
+            stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
+            notify=request.notify,
+            notify_on=request.notify_on,
+            extra=captured.extra,
+        )
+    except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)
+        raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None

@@ -1,0 +1,84 @@
+"""The driver's end of a job's monitor: what it says on its pipe, and whether it has exited.
+
+The monitor (onite.exec.monitor) writes ``started PID``, ``ended STATUS`` or
+``failed REASON`` lines on a pipe; the driver reads them without blocking
+(``messages``). It learns that the monitor exited from its pidfd, which
+wakes the driver's poll, or, for a monitor adopted from a dead driver (not
+its child, and without a pipe), from the pidfd or a signal 0.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(eq=False)
+class MonitorLink:
+    """The driver's end of one job's monitor (onite.exec.monitor): its process, its pidfd, its pipe."""
+
+    pid: int
+    pidfd: int | None  # readable once it exits
+    pipe: int | None  # what it tells the driver (None: adopted from a dead driver, no pipe)
+    child: bool  # our child (we reap it), or adopted from a dead driver
+    buffer: bytes = b""
+    exited: bool = False
+
+    def close(self) -> None:
+        for fd in (self.pidfd, self.pipe):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.pidfd = self.pipe = None
+
+    def messages(self) -> list[str]:
+        """The whole lines the monitor wrote since the last call."""
+        if self.pipe is None:
+            return []
+        data = b""
+        while True:
+            try:
+                chunk = os.read(self.pipe, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:  # the monitor closed it: it exited
+                os.close(self.pipe)
+                self.pipe = None
+                break
+            data += chunk
+        self.buffer += data
+        lines = self.buffer.split(b"\n")
+        self.buffer = lines.pop()
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def has_exited(self) -> bool:
+        """Has the monitor process exited? (A child of ours is reaped here.)"""
+        if self.exited:
+            return True
+        if self.child:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = self.pid
+            if pid == 0:
+                return False
+        elif self.pidfd is not None:
+            import select
+
+            if not select.select([self.pidfd], [], [], 0)[0]:
+                return False
+        else:
+            try:
+                os.kill(self.pid, 0)
+                return False
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                return False
+        self.exited = True
+        self.close()
+        return True

@@ -1,0 +1,65 @@
+"""The layers stay what docs/internals.md says: imports flow one way, the monitor imports what it may,
+every package's __init__ is empty, no module grows past a few hundred lines."""
+
+import ast
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PACKAGE = REPO / "onite"
+LAYERS = ("core", "spool", "exec", "drain", "app", "cli")
+MOST_LINES = 420  # "one job per module, 100-400 lines each" (docs/internals.md)
+
+
+def test_import_linter_contracts_are_kept():
+    """pyproject.toml's contracts: the layers, typer and rich only in the command line, a pure core."""
+    importlinter = pytest.importorskip("importlinter.cli", reason="needs import-linter (the test extra)")
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        code = importlinter.lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True, no_logo=True)
+    assert code == 0, said.getvalue()
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules a file imports, at any depth (lazy imports inside functions included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.update(f"{node.module}.{alias.name}" if node.module == "onite.exec" else node.module
+                         for alias in node.names)
+    return found
+
+
+def test_the_monitor_imports_only_what_is_safe_after_fork():
+    """A job's monitor runs in a forked copy of the driver: it may import only os, signal, json, errno,
+    time, dataclasses, datetime and onite.exec.contain (all loaded before the fork: onite.exec.monitor)."""
+    allowed = {"__future__", "os", "signal", "json", "errno", "time", "dataclasses", "datetime", "traceback",
+               "onite.exec.contain"}
+    assert imports_of(PACKAGE / "exec" / "monitor.py") <= allowed
+    assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_every_packages_init_is_empty(layer):
+    """Importing a package costs nothing: ``onite submit`` starts in a few tens of milliseconds."""
+    assert (PACKAGE / layer / "__init__.py").read_text() == ""
+
+
+def test_the_folder_listing_is_the_layer_map():
+    """Every module is in one of the layers (or is an entry point: __main__, api)."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "api.py"]
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
+        [*LAYERS, "skel"])
+
+
+def test_no_module_is_over_a_few_hundred_lines():
+    long = {str(path.relative_to(REPO)): n for path in PACKAGE.rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > MOST_LINES}
+    assert long == {}
