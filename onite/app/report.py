@@ -19,7 +19,7 @@ pruned. Failures come first.
 
 What is not finished -- left queued, held, running, refused -- is shown when
 no drain started after the window, so that the queue now is what the window
-left (onite.app.leftover). A failed job's last lines of output are read as the
+left (onite.app.unfinished). A failed job's last lines of output are read as the
 caller, for the caller's own jobs only (root: anyone's; onite.app.outputtail);
 the HTML page (onite.cli.reportpage), meant to be shared, never holds output.
 The words all three outputs say are onite.app.reporttext's.
@@ -260,7 +260,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
             data.tails[job.name] = read_tail(spool, job, reader, lines)
     if data.current:
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
-        from onite.app.leftover import unfinished
+        from onite.app.unfinished import unfinished
 
         unfinished(data, spool, refused, host)
     return data

@@ -14,7 +14,7 @@ end (``until``); the drain ends when nothing runs and nothing can start.
 The Driver holds the state its rooms share and delegates: picking
 (onite.drain.pick), claiming and starting (onite.drain.start), filing
 (onite.drain.finish), cancel/ (onite.drain.cancels), recovery
-(onite.drain.recovery, onite.drain.leftovers), signals (onite.drain.signals);
+(onite.drain.recovery, onite.drain.orphans), signals (onite.drain.signals);
 ``run()`` is the whole ``onite run`` around one drain (onite.drain.session).
 ``onite daemon`` calls ``drain()`` under its own lock with the hooks
 ``only_timed``, ``linger=False``, ``tick`` and ``open_window()``
@@ -35,7 +35,7 @@ from onite.core.policy import window_end
 from onite.drain import session, signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
-from onite.drain.leftovers import Leftovers
+from onite.drain.orphans import Orphans
 from onite.drain.pick import Picker
 from onite.drain.recovery import Recovery
 from onite.drain.start import Starter
@@ -93,7 +93,7 @@ class Driver:
         self.started_at = clock.now()
         self.window_end = window_end(self.started_at, self.until)
         self.picker, self.starter, self.finisher = Picker(self), Starter(self), Finisher(self)
-        self.cancels, self.recovery, self.leftovers = CancelInbox(self), Recovery(self), Leftovers(self)
+        self.cancels, self.recovery, self.orphans = CancelInbox(self), Recovery(self), Orphans(self)
 
     # ---- settings ------------------------------------------------------------------
 

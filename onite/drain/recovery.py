@@ -11,7 +11,7 @@ its run record (onite.core.runrecord; docs/job-control.md, "Exactly once"):
   if started here);
 - a monitor gone with no end recorded (kill -9, the OOM killer), another
   machine's run, or one from before a reboot: stop what is left of it
-  (onite.drain.leftovers) and run it again (or fail it, on_interrupt = fail):
+  (onite.drain.orphans) and run it again (or fail it, on_interrupt = fail):
   the one case of a rerun;
 - an older onite's record, or a Slurm job: re-attach it where the executor
   can (Slurm), else stop it and run it again.
@@ -92,15 +92,15 @@ class Recovery:
             # The monitor records itself before it forks the job, and holds the driver lock until
             # then: a claim whose record has no monitor line was never started.
             if rec is None:  # an older onite wrote the record after the start: look for its processes
-                what = d.leftovers.stop_unrecorded(name)
+                what = d.orphans.stop_unrecorded(name)
                 rerun = not what.startswith("no run record, and none")
             else:
                 what, rerun = "it had not started", False
             self.requeue(name, path, info, what, rerun=rerun)
             return
         if rec.ended:
-            if not d.leftovers.monitor_alive(rec):  # died after recording the end: its clean-up is ours
-                d.leftovers.stop_orphans(rec)
+            if not d.orphans.monitor_alive(rec):  # died after recording the end: its clean-up is ours
+                d.orphans.stop_orphans(rec)
             self._file(name, path, rec)
             return
         machine = info.get("machine")
@@ -116,10 +116,10 @@ class Recovery:
         # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
         rec = runrecords.read(record_path) or rec  # it may have ended just now
         if rec.ended:
-            d.leftovers.stop_orphans(rec)
+            d.orphans.stop_orphans(rec)
             self._file(name, path, rec)
             return
-        what = d.leftovers.stop_orphans(rec)
+        what = d.orphans.stop_orphans(rec)
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
     def _already_filed(self, name: str, path: Path, info: dict) -> bool:
@@ -286,7 +286,7 @@ class Recovery:
             return
         if self._already_filed(name, path, info):
             return
-        what = self.d.leftovers.stop_leftovers(name, info)
+        what = self.d.orphans.stop_unmonitored(name, info)
         self.requeue(name, path, info, what, rerun=True)
 
     def _reattach(self, name: str, path: Path, info: dict) -> bool:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from onite.drain.driver import Driver
 
 
-class Leftovers:
+class Orphans:
     """Finds and stops what a dead driver's runs left running on this machine."""
 
     def __init__(self, driver: Driver) -> None:
@@ -66,7 +66,7 @@ class Leftovers:
         return bool(run_id) and pid in find_run_processes(str(self.d.spool.root), str(rec.get("name") or ""),
                                                            lambda found: found == run_id)
 
-    def stop_leftovers(self, name: str, info: dict) -> str:
+    def stop_unmonitored(self, name: str, info: dict) -> str:
         """Make sure a dead driver's job that had no monitor (an older onite's, a Slurm job) is not
         still running before it is requeued."""
         d = self.d
