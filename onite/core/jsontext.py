@@ -8,7 +8,14 @@ for ``onite list --json`` of 100,000 jobs. Here every container whose members
 are all scalars is encoded by the C encoder in one call, with separators that
 lay it out exactly as the indenting encoder would; only the nesting above
 those is walked in Python. The output is byte for byte that of
-``json.dumps(obj, indent=1)`` (tests/test_pure.py checks it).
+``json.dumps(obj, indent=1)`` (tests/test_jsontext.py checks it).
+
+Why it is kept (measured 2026-11-24, 2 cores, tmpfs): the JSON of 100,000
+job views takes 2.85 s with ``json.dumps(indent=1)`` and 2.00 s with this;
+one result record (a driver writes one per job) 13.9 µs against 7.9 µs;
+``onite report --json`` of 5,000 results 0.72 s against 0.55 s. ``onite list
+--json`` goes further (onite.app.listing splices queued jobs into a template:
+0.67 s for 100,000 against 2.85 s for views and ``json.dumps``).
 """
 
 from __future__ import annotations
