@@ -10,7 +10,7 @@ from onite.core.cells import priority_text
 from onite.core.config import Config, SlurmConfig, parse_config
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name, job_label, unique_name
-from onite.core.policy import cutoff_state, is_admin, may_touch
+from onite.core.policy import cutoff_state, is_admin, may_touch, owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
 from onite.spool.skeleton import skeleton_config
 from onite.core.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
@@ -188,6 +188,7 @@ def test_admins_and_touching():
     assert is_admin(1000, "alice", [], ["alice"]) and not is_admin(1001, "bob", [], ["alice"])
     assert is_admin(1001, "bob", ["wheel"], ["%wheel"]) and not is_admin(1001, "bob", ["users"], ["%wheel"])
     assert may_touch(5, 5, True) and may_touch(0, 5, True) and not may_touch(6, 5, True) and may_touch(6, 5, False)
+    assert owner_or_root(5, 5) and owner_or_root(0, 5) and not owner_or_root(6, 5) and not owner_or_root(5, 0)
 
 
 # ---- ordering and eligibility ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from onite.spool.results import read_result
 from onite.spool.scan import Entry, find_running, is_live, user_name
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.names import check_name
+from onite.core.policy import owner_or_root
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def cancellable(spool: SpoolDir, caller_uid: int) -> list:
     from onite.app.listing import queued_views, running_views
 
     queued = queued_views(spool)
-    return [v for v in running_views(spool) + queued if caller_uid in (0, v.uid)]
+    return [v for v in running_views(spool) + queued if owner_or_root(caller_uid, v.uid)]
 
 
 PATTERN_CHARS = frozenset("*?[")  # no job name holds one (onite.core.names): an argument with one is a pattern
@@ -167,7 +168,7 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
         if view.name in seen or not (every or any(fnmatchcase(view.name, p) for p in patterns)):
             continue
         seen.add(view.name)
-        (chosen if caller_uid in (0, view.uid) else skipped).append(view)
+        (chosen if owner_or_root(caller_uid, view.uid) else skipped).append(view)
     return Selection(chosen, skipped)
 
 
@@ -212,7 +213,7 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
         if find_running(spool, name):
             raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
         raise NotFound(f"no job {name!r} is queued", "see onite list")
-    mine = [entry for entry in entries if caller_uid in (0, entry.uid)]  # a planted namesake is not ours to touch
+    mine = [entry for entry in entries if owner_or_root(caller_uid, entry.uid)]  # a planted namesake is not ours to touch
     if not mine:
         raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")

@@ -22,6 +22,7 @@ from onite.spool.results import read_results, result_names
 from onite.spool.scan import withdrawn_entries, running_entries, user_name
 from onite.core.jobview import JobView, result_view
 from onite.drain.verdicts import EXAMINE, waiting_jobs
+from onite.core.policy import owner_or_root
 
 
 def _when(ns: int) -> datetime:
@@ -81,7 +82,7 @@ def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, int]],
     """
     found = {row["name"]: (row["kind"], row["reason"]) for row in waiting_jobs(spool, head, now, euid=euid, host=host)}
     for _, _, name, uid, _ in head:
-        if name not in found and euid in (0, uid):
+        if name not in found and owner_or_root(euid, uid):
             found[name] = ("", "")
     return found
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from onite.spool.paths import SpoolDir
 from onite.core.jobview import JobView
 from onite.core.safetext import printable
+from onite.core.policy import owner_or_root
 
 TAIL_BYTES = 8192  # read from the end of the file: enough for the few lines shown
 TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its width)
@@ -39,7 +40,7 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     from onite.exec.notify import output_tail
 
     stream = "stderr" if job.stderr == "separate" else "output"
-    if reader not in (0, job.uid):
+    if not owner_or_root(reader, job.uid):
         return Tail(private=True, stream=stream)
     gone = Tail(stream=stream, kept=False)
     path = spool.stderr_path(job.name) if stream == "stderr" else spool.output_path(job.name)

@@ -28,6 +28,7 @@ from onite.spool.scan import withdrawn_entries, is_live, name_taken, user_name
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
+from onite.core.policy import owner_or_root
 
 
 def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
@@ -94,7 +95,7 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
         raise NotFound(f"no finished job {name!r} is kept", "it was filed or removed just now: try again") from None
     except OSError as err:
         raise SpoolIOError(path, "looking at", err) from None
-    if caller_uid not in (0, st.st_uid):
+    if not owner_or_root(caller_uid, st.st_uid):
         raise Refused(f"job {name!r} belongs to {user_name(st.st_uid)}", "only its owner or root may restart it")
     try:
         job, opened = read_job_file(path, spool.config.max_job_size)

@@ -17,6 +17,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_stats
 from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput
+from onite.core.policy import owner_or_root
 
 
 def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
@@ -52,7 +53,7 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
                                                      host=host or default_host(spool.config))}
     last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
     for rank, ctime_ns, name, uid, mode in head:
-        mine = data.reader in (0, uid)
+        mine = owner_or_root(data.reader, uid)
         row = why.get(name)
         if row is None:  # it could start now, or it is another user's and not held: its file is private
             kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)

@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from onite.exec.identity import Identity
 
 
+def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
+    """May ``caller_uid`` act on what ``owner_uid`` owns (hold, release, read output, restart)? Its
+    owner and root only: the one rule, written once."""
+    return caller_uid == 0 or caller_uid == owner_uid
+
+
 @dataclass(frozen=True)
 class CutoffState:
     """Whether spooling is closed now, and when it opens again."""
@@ -82,7 +88,7 @@ def urgent_refusal(user: str) -> str:
 
 def may_touch(caller_uid: int, owner_uid: int, own_only: bool) -> bool:
     """May ``caller_uid`` cancel a job owned by ``owner_uid``?"""
-    return caller_uid == 0 or caller_uid == owner_uid or not own_only
+    return owner_or_root(caller_uid, owner_uid) or not own_only
 
 
 def window_end(start: datetime, until: time | None) -> datetime | None:

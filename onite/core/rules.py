@@ -36,8 +36,6 @@ _MINUTE = timedelta(minutes=1)
 # across 2100.
 MAX_YEARS_BETWEEN_FIRES = 10
 
-_DAY = timedelta(days=1)
-_MINUTE = timedelta(minutes=1)
 _FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _FIELD_RANGES = ("0-59", "0-23", "1-31 or L", "1-12 or jan-dec", "0-7 or sun-sat")
 _FIVE_FIELDS_HINT = "write five fields: minute hour day-of-month month day-of-week, e.g. '0 20 * * *'"

@@ -16,6 +16,7 @@ from onite.core.errors import NotFound, Refused, SpoolIOError
 from onite.core.names import check_name
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
+from onite.core.policy import owner_or_root
 
 
 def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> int:
@@ -75,7 +76,7 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
     st = os.fstat(fd)
-    if caller_uid not in (0, st.st_uid):
+    if not owner_or_root(caller_uid, st.st_uid):
         os.close(fd)  # readable by mode, but output is private to its owner
         raise Refused(f"the output of {name!r} belongs to {user_name(st.st_uid)}", "only its owner and root may read it")
     return os.fdopen(fd, "rb")
@@ -95,7 +96,7 @@ def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
         return
     except OSError as err:
         raise SpoolIOError(spool.output_path(name), "looking at", err) from None
-    if caller_uid not in (0, owner):
+    if not owner_or_root(caller_uid, owner):
         raise Refused(f"the output of {name!r} belongs to {user_name(owner)}", "only its owner and root may read it")
     raise NotFound(f"job {name!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
                    f"read it with: onite output {name}")
