@@ -144,8 +144,11 @@ class Starter:
         self._unlogged = [r for r in self._unlogged[:index] if not r.announced] + self._unlogged[index + 1:]
 
     def log_start(self, run: Run) -> None:
+        """The ``start`` line. Its ``run`` (the run id, whose last part counts this driver's claims)
+        gives the claim order: a start is logged when its monitor says the job runs, and a job claimed
+        later may get there first and even end first."""
         self.d.log.event("start", run.name, user=run.owner.name, priority="urgent" if run.rank == 0 else run.rank,
-                         attempt=run.attempt, pid=run.pgid, slurm=run.external_id)
+                         attempt=run.attempt, pid=run.pgid, slurm=run.external_id, run=run.run_id)
 
     def _stop_claiming(self, run: Run, claimed: Path, why: str) -> None:
         """Nothing that starts can be recorded (a full disk): put the job back, start nothing more.
