@@ -190,7 +190,7 @@ def too_big(need: Need, capacity: Need) -> str:
     """Why a request can never be met on a host of ``capacity`` ("" if it can)."""
     parts = []
     if need.mem > capacity.mem:
-        parts.append(f"{format_mem(need.mem)} memory, but the host has {format_mem(capacity.mem)}"
+        parts.append(f"{format_mem(need.mem)} memory, but the host has {human_bytes(capacity.mem << 20)}"
                      if capacity.mem > 0 else f"{format_mem(need.mem)} memory, but the host has none to give")
     if need.cpus > capacity.cpus:
         parts.append(f"{need.cpus} CPUs, but the host has {capacity.cpus}")
