@@ -191,32 +191,32 @@ def test_strict_order_nothing_jumps_a_job_that_waits_for_room(spool, workdir):
     _capacity(spool, "1G", 4, slots=3)
     submit("a", gated(workdir, "a"), "--mem", "768M")
     submit("h", gated(workdir, "h"), "--mem", "512M")
-    submit("s", f"cd {workdir}; ls *.running > s.seen 2>/dev/null; true\n", "--mem", "128M")
+    submit("s", f"cd {workdir}; ls *.gate > s.seen 2>/dev/null; true\n", "--mem", "128M")
     driver = start_driver(spool)
     wait_for(lambda: (workdir / "a.running").exists(), what="a")
     (workdir / "a.gate").unlink()
     wait_for(lambda: (workdir / "h.running").exists(), what="h, once a ended")
     (workdir / "h.gate").unlink()
     assert driver.wait(timeout=60) == 0
-    assert "a.running" not in (workdir / "s.seen").read_text().split()  # s, which fit, waited behind h
+    assert "a.gate" not in (workdir / "s.seen").read_text().split()  # s, which fit, waited behind h
 
 
 def test_backfill_starts_only_what_cannot_delay_the_head_job(spool, workdir):
     _capacity(spool, "1G", 4, slots=4, backfill=True)
     submit("a", gated(workdir, "a"), "--mem", "512M", "--timeout", "1h")
     submit("h", gated(workdir, "h"), "--mem", "768M")
-    submit("nolimit", f"cd {workdir}; ls *.running > nolimit.seen 2>/dev/null; true\n", "--mem", "384M")
+    submit("nolimit", f"cd {workdir}; ls *.gate > nolimit.seen 2>/dev/null; true\n", "--mem", "384M")
     submit("short", gated(workdir, "short"), "--mem", "256M", "--timeout", "10m")
     driver = start_driver(spool)
+    # a cannot end before the test removes a.gate: the short job started past h, while a ran
     wait_for(lambda: (workdir / "short.running").exists(), what="the short job, backfilled")
-    assert (workdir / "a.running").exists()  # it started past h, while a ran
     (workdir / "a.gate").unlink()
     wait_for(lambda: (workdir / "h.running").exists(), what="h, once a ended")
     (workdir / "short.gate").unlink()
     (workdir / "h.gate").unlink()
     assert driver.wait(timeout=60) == 0
     seen = (workdir / "nolimit.seen").read_text().split()
-    assert "a.running" not in seen  # no time limit: it would have held 384M past h's start
+    assert "a.gate" not in seen  # no time limit: it would have held 384M past h's start
     starts = [line for line in log_lines(spool) if " start " in line]
     assert any("short" in line and "backfilled" in line for line in starts), starts
     assert not any("nolimit" in line and "backfilled" in line for line in starts), starts
@@ -288,3 +288,60 @@ def test_the_limits_are_set_before_the_job_runs(spool, workdir):
     (workdir / "out").touch()
     assert driver.wait(timeout=60) == 0
     assert not any(os.path.exists(g) for g in groups)  # removed with the run
+
+
+def test_list_and_its_json_show_what_a_job_asked_for_and_used(spool, workdir):
+    submit("burn2", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done\n", "--mem", "1G", "--cpus", "1")
+    assert drain(spool).returncode == 0
+    [doc] = [j for j in run_cli(["list", "--all", "--json"]).json()["jobs"] if j["name"] == "burn2"]
+    assert (doc["mem"], doc["cpus"]) == (1024, 1) and doc["peak_mem"] > 0 and doc["cpu_time"] > 0, doc
+    import re
+
+    lines = run_cli(["list", "--all", "--plain"]).out.splitlines()
+    titles = re.split(r" {2,}", lines[0])
+    [row] = [re.split(r" {2,}", line) for line in lines if "burn2" in line]
+    assert re.fullmatch(r"[0-9.]+[KMG]/1G", row[titles.index("MEM")]), row
+    assert re.fullmatch(r"[0-9.]+s", row[titles.index("CPU")]), row
+
+
+@needs_root
+def test_status_says_how_requests_are_held_and_the_capacity(spool, workdir):
+    _capacity(spool, "1G", 2)
+    submit("t", "true\n")
+    assert drain(spool).returncode == 0
+    out = run_cli(["status"]).out
+    line = next(line for line in out.splitlines() if line.startswith("limits"))
+    assert "capacity 1G memory, 2 CPUs" in line
+    assert ("cgroup" in line) if _has_v1_memory() else ("not enforced" in line)
+
+
+# ---- the kernel's files (cgroup v2 only where this machine has none: a fake folder) --------------
+
+
+def test_without_a_memory_controller_limits_are_not_enforced(tmp_path):
+    from onite.exec.limits import discover
+
+    (tmp_path / "mountinfo").write_text("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n")
+    (tmp_path / "cgroup").write_text("0::/\n")
+    found = discover(None, mountinfo=str(tmp_path / "mountinfo"), own=str(tmp_path / "cgroup"))
+    assert not found.enforced and found.describe().startswith("not enforced")
+
+
+@needs_root
+def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
+    from onite.exec.limits import discover, usage
+
+    base = tmp_path / "onite"
+    base.mkdir()
+    (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (base / "cgroup.subtree_control").write_text("")
+    limiter = discover(str(base))
+    assert limiter.v2 == str(base) and "+memory +cpu" in (base / "cgroup.subtree_control").read_text()
+    job = base / "run-1"
+    job.mkdir()
+    assert limiter.prepare("run-1", str(job), 4096, 2) == ()
+    assert (job / "memory.max").read_text() == str(4 << 30) and (job / "cpu.max").read_text() == "200000 100000"
+    (job / "memory.peak").write_text("123456789\n")
+    (job / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
+    (job / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
+    assert usage(str(job), ()) == {"peak_mem": 123456789, "oom": 1, "cpu": 2.5}
