@@ -345,3 +345,17 @@ def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
     (job / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
     (job / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
     assert usage(str(job), ()) == {"peak_mem": 123456789, "oom": 1, "cpu": 2.5}
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no cgroup v1 groups to leave behind")
+def test_recovery_removes_the_limit_groups_a_dead_monitor_left(spool, workdir):
+    from conftest import kill_driver_mid_job
+
+    set_config(spool, default_mem="64M")
+    kill_driver_mid_job(spool, workdir, "lost", machine_dies=True)
+    groups = _run_record_line(spool, "lost")["groups"]
+    assert groups and all(os.path.isdir(g) for g in groups)
+    assert drain(spool).returncode == 0
+    assert not any(os.path.exists(g) for g in groups)
+    assert result(spool, "lost")["mem"] == 64

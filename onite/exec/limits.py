@@ -86,6 +86,16 @@ class Limiter:
         return tuple(groups)
 
 
+    def remove_left(self, groups: object) -> None:
+        """Remove the v1 groups a dead run's record names (those of this driver's folders only), once
+        its processes are gone; a group still in use stays."""
+        if not isinstance(groups, list):
+            return
+        bases = tuple(f"{base}/" for base in self.v1.values())
+        remove(tuple(g for g in groups if isinstance(g, str) and g.startswith(bases) and "/" not in
+                     g[len(next(b for b in bases if g.startswith(b))):] and ".." not in g))
+
+
 def discover(v2_base: str | None, *, mountinfo: str = "/proc/self/mountinfo",
              own: str = "/proc/self/cgroup") -> Limiter:
     """The limits this driver can set: v2 where the jobs' cgroup folder ``v2_base`` (onite.exec.contain)
