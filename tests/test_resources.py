@@ -359,3 +359,12 @@ def test_recovery_removes_the_limit_groups_a_dead_monitor_left(spool, workdir):
     assert drain(spool).returncode == 0
     assert not any(os.path.exists(g) for g in groups)
     assert result(spool, "lost")["mem"] == 64
+
+
+def test_a_header_key_this_onite_does_not_know_is_logged_and_ignored(spool, workdir):
+    submit("newer", "true\n")
+    [path] = list((spool / "jobs").glob("*/newer"))
+    path.write_bytes(path.read_bytes().replace(b"onite-job: 1\n", b"onite-job: 1\ngpus: 2\n", 1))
+    assert drain(spool).returncode == 0
+    assert result(spool, "newer")["state"] == "done"
+    assert any(" warning newer " in line and "keys=gpus" in line for line in log_lines(spool)), log_lines(spool)
