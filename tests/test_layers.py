@@ -40,9 +40,10 @@ def test_the_monitor_imports_only_what_is_safe_after_fork():
     """A job's monitor runs in a forked copy of the driver: it may import only os, signal, json, errno,
     time, dataclasses, datetime and onite.exec.contain (all loaded before the fork: onite.exec.monitor)."""
     allowed = {"__future__", "os", "signal", "json", "errno", "time", "dataclasses", "datetime", "traceback",
-               "onite.exec.contain"}
+               "onite.exec.contain", "onite.exec.limits"}
     assert imports_of(PACKAGE / "exec" / "monitor.py") <= allowed
     assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
+    assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "os"}
 
 
 @pytest.mark.parametrize("layer", LAYERS)

@@ -160,6 +160,6 @@ def test_piped_list_is_one_line_per_row(spool, cli, workdir):
         vanished = next(row for row in rows if row[1] == "vanished")
         assert vanished[5] == "failed" and vanished[-1] == f"its directory {gone} no longer exists"
         queued = next(row for row in rows if row[1] == "queued-one")
-        assert queued[0] == "1" and queued[6:] == ["-", "-", "-", "-"]
+        assert queued[0] == "1" and queued[6:] == ["-"] * 6
     short = [re.split(r" {2,}", line) for line in cli(["list"], env=env).out.splitlines()]
     assert short[0] == ["#", "NAME", "USER", "PRI", "AGE", "STATE"] and short[1][:2] == ["1", "queued-one"]

@@ -241,14 +241,15 @@ def test_failures_come_first_with_their_reason_attempts_and_output(real_night):
     assert "onite output headdep-1" not in text and "onite output vanish" not in text
 
     titles, rows = table_of(text)
-    assert titles == ["STATE", "NAME", "USER", "PRI", "HOST", "STARTED", "TOOK", "TRIES", "EXIT", "REASON"]
+    assert titles == ["STATE", "NAME", "USER", "PRI", "HOST", "STARTED", "TOOK", "MEM", "CPU", "TRIES", "EXIT", "REASON"]
     by_name = {row[1]: row for row in rows}
     assert [row[0] for row in rows[:7]] == ["failed" if n not in ("slow", "stubborn") else "timeout"
                                            for n in [row[1] for row in rows[:7]]]
-    assert by_name["stubborn"][8:] == ["SIGKILL", "timeout"] and by_name["slow"][8:] == ["SIGTERM", "timeout"]
-    assert by_name["head"][7:] == ["2/2", "2", "exit 2"] and by_name["flaky"][0] == "done"
-    assert by_name["flaky"][7] == "3/3"
-    assert by_name["headdep-1"][5:9] == ["-", "-", "-", "-"]
+    assert by_name["stubborn"][10:] == ["SIGKILL", "timeout"] and by_name["slow"][10:] == ["SIGTERM", "timeout"]
+    assert by_name["head"][9:] == ["2/2", "2", "exit 2"] and by_name["flaky"][0] == "done"
+    assert by_name["flaky"][9] == "3/3"
+    assert by_name["headdep-1"][5:11] == ["-", "-", "-", "-", "-", "-"]
+    assert re.fullmatch(r"[0-9.]+[KMG]", by_name["head"][7]) and re.fullmatch(r"[0-9.]+s", by_name["head"][8])
 
 
 def test_what_is_not_finished_and_why(real_night):
@@ -727,7 +728,7 @@ def test_report_escapes_what_users_wrote(spool, cli, world_tmp):
     text = path.read_text()
     assert "<img" not in text and "\x1b" not in text
     page = parse_page(path)
-    assert page.rows[0][2] == evil and page.rows[0][9] == f"no: {evil}\\e[2J\\nforged line"
+    assert page.rows[0][2] == evil and page.rows[0][11] == f"no: {evil}\\e[2J\\nforged line"
     assert not [tag for tag, _ in page.tags if tag == "img"]
     r = cli(["report", "--user", evil], env=wide_env())  # and on a terminal, not taken for rich markup
     assert r.code == 0 and f"user {evil}: 0 done, 1 failed" in r.out and "\x1b" not in r.out

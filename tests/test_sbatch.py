@@ -24,6 +24,12 @@ def test_argv_carries_every_promise():
     ]
 
 
+def test_requests_become_slurms_mem_and_cpus_per_task():
+    got = argv(mem=4096, cpus=2)
+    assert b"--mem=4096M" in got and b"--cpus-per-task=2" in got
+    assert not any(a.startswith((b"--mem", b"--cpus")) for a in argv(mem=None, cpus=None))
+
+
 def test_a_runs_comment_names_its_run_and_spool_and_is_read_back_only_for_that_spool():
     comment = run_comment("20261123T010203-node-a-4711-3", "/var/spool/onite")
     assert argv(comment=comment)[-1] == f"--comment={comment}".encode()

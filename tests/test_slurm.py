@@ -213,6 +213,17 @@ def test_exit_codes_and_signals_are_recorded(slurm_spool):
     assert result(slurm_spool, "py")["exit_code"] == 7
 
 
+def test_requests_reach_slurm_as_mem_and_cpus_per_task(slurm_spool, cluster_cpus):
+    cpus = min(2, cluster_cpus)
+    submit("asks", "true\n", "--mem", "100M", "--cpus", str(cpus))
+    assert drain(slurm_spool).returncode == 0
+    res = result(slurm_spool, "asks")
+    assert res["state"] == "done" and (res["mem"], res["cpus"]) == (100, cpus)
+    shown = subprocess.run(["scontrol", "show", "job", res["external_id"]], capture_output=True, text=True,
+                           timeout=SQUEUE_TIMEOUT).stdout  # kept for MinJobAge after it ended
+    assert "MinMemoryNode=100M" in shown and f"CPUs/Task={cpus}" in shown, shown
+
+
 # ---- order ---------------------------------------------------------------------------
 
 

@@ -57,6 +57,8 @@ class RecurRequest:
     stderr_separate: bool | None = None  # None: the spool's stderr_separate, when the template is added
     notify: str | None = None
     notify_on: str | None = None
+    mem: str | None = None  # memory in Slurm's words ("4G"); None: the spool's default_mem
+    cpus: int | None = None
 
 
 def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
@@ -68,7 +70,7 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
         SpoolError, SpoolIOError: no recur/ folder, or the write failed.
     """
     from onite.core.rules import parse_rule
-    from onite.app.submit import check_mail
+    from onite.app.submit import check_capacity, check_mail
     from onite.core.request import SubmitRequest, build_job
 
     check_template_name(request.name)
@@ -78,8 +80,9 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
                                   urgent=request.urgent, after=request.after, timeout=request.timeout,
                                   retries=request.retries, host=request.host,
                                   stderr_separate=request.stderr_separate, notify=request.notify,
-                                  notify_on=request.notify_on),
+                                  notify_on=request.notify_on, mem=request.mem, cpus=request.cpus),
                     captured, config)
+    check_capacity(config, job)
     job = replace(job, extra=job.extra + rule_fields(rule))
     check_mail(SubmitRequest(name=request.name, body=b"", notify=request.notify), config)
     spool.check()

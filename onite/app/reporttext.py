@@ -148,7 +148,8 @@ def waiting_title(data: ReportData) -> str:
 
 # (title, right-justified): all left-justified, so that each column starts under its title
 COLUMNS = (("STATE", False), ("NAME", False), ("USER", False), ("PRI", False), ("HOST", False),
-           ("STARTED", False), ("TOOK", False), ("TRIES", False), ("EXIT", False), ("REASON", False))
+           ("STARTED", False), ("TOOK", False), ("MEM", False), ("CPU", False), ("TRIES", False), ("EXIT", False),
+           ("REASON", False))  # MEM: the most it used of what it asked for (312.5M/4G), so users learn to ask right
 
 
 def exit_text(view: JobView) -> str:
@@ -174,7 +175,8 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
         word = state_word(job)
         took = "" if job.name in data.unrun else human_duration(job.duration)
         out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
-                    printable(job.host or ""), started, took, attempts_text(data, job), exit_text(job),
+                    printable(job.host or ""), started, took, job.used_mem(),
+                    human_duration(job.cpu_time) if job.cpu_time is not None else "", attempts_text(data, job), exit_text(job),
                     printable(job.reason)])
     return out
 

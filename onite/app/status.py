@@ -159,7 +159,9 @@ def containment_said(spool: SpoolDir) -> dict | None:
             continue
         event = parse_line(line)
         if event is not None and event["event"] == "driver-start" and event["fields"].get("contain"):
-            return {"host": event["host"], "kind": event["fields"]["contain"], "since": event["time"]}
+            fields = event["fields"]
+            return {"host": event["host"], "kind": fields["contain"], "since": event["time"],
+                    "limits": fields.get("limits"), "capacity": fields.get("capacity")}
     return None
 
 

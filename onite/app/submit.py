@@ -66,6 +66,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, config)
+    check_capacity(config, job)
     check_mail(request, config)
     spool.check()
     check_policy(spool, request, captured.now, caller)
@@ -164,7 +165,8 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
         names[request.name] = None
         key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
-               request.host, request.hold, request.stderr_separate, request.notify, request.notify_on)
+               request.host, request.hold, request.stderr_separate, request.notify, request.notify_on,
+               request.mem, request.cpus)
         if not request.body:
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
@@ -175,6 +177,8 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
                                "fix its first line: #!/path/to/interpreter [one argument]")
         jobs.append(replace(template, name=request.name, body=request.body))
+    for job in {id(t): t for t in templates.values()}.values():
+        check_capacity(config, job)
     check_mail(requests[0], config)  # --notify is the same for every job of a batch
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
@@ -263,6 +267,39 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
         if hosts:
             raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
                           "submit again when it has finished (see onite status)")
+
+
+def check_capacity(config: Config, job: Job) -> None:
+    """A job that asks for more than any host it may run on has is refused now, not failed tonight:
+    this machine's capacity (its memory and CPUs, less the reserve) and that of each ``[hosts.NAME]``
+    with ``mem`` and ``cpus`` (onite.core.resources). Slurm's cluster says for itself.
+
+    Raises:
+        Refused: it could never fit.
+    """
+    from onite.core.resources import capacity_of, request_of, too_big
+
+    need = request_of(job.mem, job.cpus, config.default_mem, config.default_cpus)
+    if config.executor != "local" or not (need.mem or need.cpus):
+        return
+    from onite.exec.limits import machine
+    from onite.spool.settings import default_host
+
+    here = default_host(config)
+    hosts = [job.pin] if job.pin else list(dict.fromkeys([here, *config.hosts]))
+    problem = ""
+    for host in hosts:
+        override = config.hosts.get(host)
+        mem, cpus = machine() if host == here else (None, None)
+        capacity = capacity_of(mem, cpus, mem=override.mem if override else None,
+                               cpus=override.cpus if override else None, reserve_mem=config.reserve_mem,
+                               reserve_cpus=config.reserve_cpus, slots=1)
+        problem = too_big(need, capacity)
+        if not problem:
+            return
+        problem = f"{problem} (host {host})" if len(hosts) == 1 else problem
+    raise Refused(f"job {job.name!r} can never run: {problem}",
+                  "ask for less (--mem, --cpus), or ask the admin about the host's capacity")
 
 
 def check_mail(request: SubmitRequest, config: Config) -> None:

@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperCommand
 
 from onite.cli import shared
-from onite.cli.options import (JsonOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask, complete_any,
+from onite.cli.options import (CpusOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask, complete_any,
                                complete_live, console, locate_spool, open_spool, spool_of)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
@@ -68,6 +68,8 @@ def submit(
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
+    mem: MemOpt = None,
+    cpus: CpusOpt = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Do not say on stderr what was spooled and when it "
                                         "is expected to run.")] = False,
     spool: SpoolOpt = None,
@@ -82,7 +84,7 @@ def submit(
     body = command_text(argv, lines=lines) if argv is not None else b""
     request = SubmitRequest.of(name, body, dict(
         priority=priority, urgent=urgent, after=after, at=at, timeout=timeout, retries=retries, host=host, hold=hold,
-        unique=unique, stderr_separate=stderr_separate, notify=notify, notify_on=notify_on))
+        unique=unique, stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus))
     shared.submit(request, spool_of(spool), lines=lines, quiet=quiet)
 
 

@@ -16,6 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from onite.core.resources import MAX_CPUS
+
 HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # -h as in every other tool; no command uses -h for more
 
 app = typer.Typer(
@@ -51,6 +53,11 @@ NotifyOpt = Annotated[Optional[str], typer.Option(
     "--notify", metavar="mail|command|none", help="How to tell you it finished; default: notify in onite.toml.")]
 NotifyOnOpt = Annotated[Optional[str], typer.Option(
     "--notify-on", metavar="failure|always", help="When to tell you; default: notify_on in onite.toml.")]
+MemOpt = Annotated[Optional[str], typer.Option(
+    "--mem", metavar="SIZE", help="Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); "
+    "held by the kernel where it can; default: default_mem in onite.toml.")]
+CpusOpt = Annotated[Optional[int], typer.Option(
+    "--cpus", metavar="N", min=1, max=MAX_CPUS, help="CPUs it needs; default: default_cpus in onite.toml.")]
 
 
 _GLOBAL: dict[str, str | None] = {"spool": None}

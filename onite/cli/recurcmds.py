@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (HELP_NAMES, JsonOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app,
+from onite.cli.options import (CpusOpt, HELP_NAMES, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app,
                                console, open_spool)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
@@ -35,6 +35,8 @@ def recur_add(
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
+    mem: MemOpt = None,
+    cpus: CpusOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
@@ -47,7 +49,7 @@ def recur_add(
     request = RecurRequest(name=name, body=read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
                            offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
                            timeout=timeout, retries=retries, host=host, stderr_separate=stderr_separate,
-                           notify=notify, notify_on=notify_on)
+                           notify=notify, notify_on=notify_on, mem=mem, cpus=cpus)
     when = SYSTEM.now()
     _, rule = add(target, request, capture(when), identity.current())
     from onite.core.schedule import next_fire

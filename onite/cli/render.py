@@ -62,7 +62,7 @@ def write_lines(out, lines: Iterable[str]) -> None:
 # (title, right-justified) of ``onite list``'s columns; DETAIL_COLUMNS follow with --all
 JOB_COLUMNS = (("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False))
 WAITING_COLUMNS = (("WAITING", False),)  # why a queued job cannot start now: only when one cannot
-DETAIL_COLUMNS = (("HOST", False), ("STARTED", False), ("TOOK", True), ("RESULT", False))
+DETAIL_COLUMNS = (("HOST", False), ("STARTED", False), ("TOOK", True), ("MEM", True), ("CPU", True), ("RESULT", False))
 FOLDED = {"NAME", "RESULT", "WAITING"}  # long names and reasons wrap within their column on a narrow terminal
 
 
@@ -86,8 +86,8 @@ def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting
             row.append(printable(view.waiting or ""))  # a reason may quote a job file's host or name
         if detailed:
             took = view.duration if view.finished else (now - view.started).total_seconds() if view.started else None
-            row += [printable(view.host or ""), short_time(view.started, now), human_duration(took),
-                    printable(outcome_text(view))]
+            row += [printable(view.host or ""), short_time(view.started, now), human_duration(took), view.used_mem(),
+                    human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
         yield row
 
 

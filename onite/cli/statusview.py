@@ -58,6 +58,11 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
         kind = info.containment["kind"]
         colour = "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"
         say(f"contain   [{colour}]{escape(kind)}[/] (as the last driver on {escape(info.containment['host'])} said)")
+        limits = info.containment.get("limits")
+        if limits:  # requests pack either way; held by the kernel only where it has the controllers
+            colour = "yellow" if limits.startswith("not enforced") else "green"
+            capacity = info.containment.get("capacity")
+            say(f"limits    [{colour}]{escape(limits)}[/]" + (f"; capacity {escape(capacity)}" if capacity else ""))
     for warning in info.warnings:
         say(f"[red]warning[/]   {escape(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"

@@ -34,6 +34,15 @@ class SlurmConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    """A ``[hosts.NAME]`` table: what overrides the spool's settings on host NAME (None: nothing)."""
+
+    slots: int | None = None
+    mem: int | None = None  # MiB jobs may ask for there in all (default: the machine's, minus reserve_mem)
+    cpus: int | None = None  # CPUs likewise (default: the machine's, minus reserve_cpus)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """A spool's settings (see docs/configuration.md for each key)."""
 
@@ -56,7 +65,12 @@ class Config:
     max_job_size: int = 16 * 1024 * 1024
     executor: str = "local"
     stderr_separate: bool = False  # default of submit --stderr-separate
-    hosts: dict[str, int] = field(default_factory=dict)  # host name → slots there
+    hosts: dict[str, HostConfig] = field(default_factory=dict)  # host name → its overrides
+    default_mem: int | None = None  # MiB a job that does not say asks for (None: none)
+    default_cpus: int | None = None  # CPUs a job that does not say asks for (None: none)
+    reserve_mem: int = 0  # MiB of the machine's memory kept out of the jobs' capacity
+    reserve_cpus: int = 0  # CPUs likewise
+    backfill: bool = False  # a later job may start past a waiting one if it cannot delay it
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     notify: str = "none"  # how a job's owner is told it finished: "none", "mail", "command"
     notify_on: str = "failure"  # "failure" or "always" (also done and cancelled)
@@ -67,7 +81,8 @@ class Config:
 
     def slots_for(self, host: str) -> int:
         """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
-        return self.hosts.get(host, self.slots)
+        override = self.hosts.get(host)
+        return override.slots if override is not None and override.slots is not None else self.slots
 
 
 # The one statement of each default is its field above: parse_config reads them from these.
@@ -117,6 +132,11 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         hosts=reader.hosts("hosts"),
         slurm=reader.slurm("slurm"),
         contain=reader.boolean("contain"),
+        default_mem=reader.mem("default_mem"),
+        default_cpus=reader.cpus("default_cpus"),
+        reserve_mem=reader.mem("reserve_mem", zero=True) or 0,
+        reserve_cpus=reader.cpus("reserve_cpus", zero=True) or 0,
+        backfill=reader.boolean("backfill"),
         **reader.notify(),
     )
     reader.no_unknown_keys()
@@ -230,18 +250,44 @@ class _Reader:
             raise self._bad(key, value, 'a size from 1 byte to 1T, e.g. "16M" or "1G"')
         return size
 
-    def hosts(self, key: str) -> dict[str, int]:
+    def hosts(self, key: str) -> dict[str, HostConfig]:
         table = self.data.get(key, {})
         if not isinstance(table, dict):
             raise self._bad(key, table, "tables like [hosts.node1] with slots = 4")
         result = {}
         for name, entry in table.items():
-            if not isinstance(entry, dict) or set(entry) - {"slots"}:
-                raise self._bad(f"hosts.{name}", entry, "a table holding only slots = N")
-            if "slots" not in entry:
-                continue  # an empty [hosts.NAME] overrides nothing: that host has the spool's slots
-            result[name] = _Reader(entry, self.source, DEFAULTS).integer("slots", low=1, high=MAX_SLOTS)
+            if not isinstance(entry, dict) or set(entry) - {"slots", "mem", "cpus"}:
+                raise self._bad(f"hosts.{name}", entry, 'a table holding slots = N, mem = "64G", cpus = N')
+            sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig())
+            host = HostConfig(slots=sub.integer("slots", low=1, high=MAX_SLOTS) if "slots" in entry else None,
+                              mem=sub.mem("mem"), cpus=sub.cpus("cpus"))
+            if host != HostConfig():  # an empty [hosts.NAME] overrides nothing
+                result[name] = host
         return result
+
+    def mem(self, key: str, *, zero: bool = False) -> int | None:
+        """A memory size in Slurm's words ("4G", "512M"; a bare number is MiB), in MiB; None when left
+        out (``zero``: 0 is allowed too)."""
+        value = self.data.get(key)
+        if value is None or value == "" or (zero and value in (0, "0")):
+            return self._default(key) or None
+        from onite.core.resources import parse_mem
+
+        try:
+            return parse_mem(str(value) if not isinstance(value, bool) else "x", what=key)
+        except InvalidInput:
+            raise self._bad(key, value, 'a size such as "4G" or "512M" (a bare number is MiB)') from None
+
+    def cpus(self, key: str, *, zero: bool = False) -> int | None:
+        """A CPU count; None when left out (``zero``: 0 is allowed too)."""
+        from onite.core.resources import MAX_CPUS
+
+        value = self.data.get(key)
+        if value is None or (zero and value == 0):
+            return self._default(key) or None
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CPUS:
+            raise self._bad(key, value, f"a whole number from {1 if not zero else 0} to {MAX_CPUS}")
+        return value
 
     def slurm(self, key: str) -> SlurmConfig:
         table = self.data.get(key, {})

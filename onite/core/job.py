@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
 from onite.core.names import is_valid_name
+from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
 
 MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
@@ -98,6 +99,8 @@ class Job:
     stderr_separate: bool = False  # stderr to stdout/NAME@stderr instead of with stdout
     notify: str | None = None  # "mail", "command", "none"; None: the spool's notify when the job ends
     notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
+    mem: int | None = None  # MiB of memory it asks for (--mem); None: the spool's default_mem, if any
+    cpus: int | None = None  # CPUs it asks for (--cpus); None: the spool's default_cpus, if any
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     @property
@@ -148,6 +151,10 @@ def _job_problem(job: Job) -> str:
         return f"notify must be mail, command or none, not {job.notify!r}"
     if job.notify_on is not None and job.notify_on not in NOTIFY_ON:
         return f"notify-on must be failure or always, not {job.notify_on!r}"
+    if job.mem is not None and not _whole(job.mem, 1, MAX_MEM):
+        return f"mem {job.mem!r} is not 1 to {MAX_MEM} MiB"
+    if job.cpus is not None and not _whole(job.cpus, 1, MAX_CPUS):
+        return f"cpus {job.cpus!r} is not 1 to {MAX_CPUS}"
     for key, _ in job.extra:
         if "\n" in key or ": " in key or key in HEADER_KEYS or key in REPEATED_KEYS:
             return f"extra header key {key[:40]!r} cannot be written back"
@@ -188,6 +195,6 @@ def env_problem(env: dict[bytes, bytes]) -> str:
 HEADER_KEYS = frozenset(
     ("onite-job", "name", "priority", "submitted", "host", "umask", "cwd", "urgent",
      "timeout", "retries", "at", "pin", "recur", "attempt",
-     "stderr", "notify", "notify-on")
+     "stderr", "notify", "notify-on", "mem", "cpus")
 )
 REPEATED_KEYS = frozenset(("env", "after", "tried"))  # keys that may occur more than once

@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from onite.core.errors import JobFormatError
 from onite.core.escaping import escape, unescape
 from onite.core.job import HEADER_KEYS, Attempt, Job, env_problem
+from onite.core.resources import format_mem
 from onite.core.timeparse import MAX_DURATION
 
 FORMAT = 1
@@ -81,6 +82,10 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
         lines.append(f"notify: {job.notify}")
     if job.notify_on:
         lines.append(f"notify-on: {job.notify_on}")
+    if job.mem is not None:
+        lines.append(f"mem: {format_mem(job.mem)}")
+    if job.cpus is not None:
+        lines.append(f"cpus: {job.cpus}")
     if job.attempt != 1:
         lines.append(f"attempt: {job.attempt}")
     if job.tried:
@@ -197,6 +202,8 @@ def _decode_header(text: str, body: bytes) -> Job:
         stderr_separate=_stderr_separate(fields.get("stderr", "merged")),
         notify=fields.get("notify") or None,
         notify_on=fields.get("notify-on") or None,
+        mem=_request(fields, "mem"),
+        cpus=_request(fields, "cpus"),
         extra=tuple(extra),
     )
 
@@ -211,6 +218,23 @@ def _timeout(text: str) -> timedelta:
     if not 0 < seconds <= MAX_DURATION.total_seconds():
         raise ValueError(f"timeout {text[:40]!r} is not longer than 0 and at most {MAX_DURATION.days} days")
     return timedelta(seconds=seconds)
+
+
+def _request(fields: dict[str, str], key: str) -> int | None:
+    """The ``mem:`` (MiB, in Slurm's words) or ``cpus:`` header value; None when absent.
+
+    Raises:
+        ValueError: a value that does not parse, or out of its range.
+    """
+    if key not in fields:
+        return None
+    from onite.core.errors import InvalidInput
+    from onite.core.resources import parse_cpus, parse_mem
+
+    try:
+        return parse_mem(fields[key], what=key) if key == "mem" else parse_cpus(fields[key], what=key)
+    except InvalidInput as err:
+        raise ValueError(err.what) from None
 
 
 def _check_env(env: dict[bytes, bytes]) -> None:

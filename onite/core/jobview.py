@@ -36,7 +36,18 @@ class JobView:
     external_id: str | None = None
     stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
     waiting: str | None = None  # queued jobs: why it cannot start now, "" if it may; None: not looked up
-    waiting_kind: str | None = None  # held, after, not_before, retry, pinned, will_fail, unreadable; "" may start
+    waiting_kind: str | None = None  # held, after, not_before, retry, pinned, resources, will_fail, unreadable; "" may start
+    mem: int | None = None  # finished jobs: MiB it asked for (onite.core.resources)
+    cpus: int | None = None  # CPUs it asked for
+    peak_mem: int | None = None  # bytes: the most memory it used at once
+    cpu_time: float | None = None  # seconds of CPU it used
+
+    def used_mem(self) -> str:
+        """Memory used against memory asked, for a table: ``312.5M/4G``, ``312.5M``, or ""."""
+        from onite.core.resources import format_mem, human_bytes
+
+        used = human_bytes(self.peak_mem) if self.peak_mem is not None else ""
+        return f"{used or '?'}/{format_mem(self.mem)}" if self.mem else used
 
     @property
     def duration(self) -> float | None:
@@ -66,6 +77,10 @@ class JobView:
             "stderr": self.stderr,
             "waiting": self.waiting,
             "waiting_kind": self.waiting_kind,
+            "mem": self.mem,
+            "cpus": self.cpus,
+            "peak_mem": self.peak_mem,
+            "cpu_time": self.cpu_time,
         }
 
 
@@ -75,7 +90,8 @@ def result_view(result: Result) -> JobView:
         priority=result.priority or None, urgent=result.urgent, submitted=result.submitted,
         host=result.host or None, started=result.started, finished=result.finished,
         exit_code=result.exit_code, signal=result.signal, reason=result.reason, attempt=result.attempt,
-        external_id=result.external_id, stderr=result.stderr,
+        external_id=result.external_id, stderr=result.stderr, mem=result.mem, cpus=result.cpus,
+        peak_mem=result.peak_mem, cpu_time=result.cpu_time,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from operator import itemgetter
 
@@ -39,6 +39,9 @@ class Meta:
     not_before: datetime | None = None
     pin: str | None = None
     retrying: bool = False  # a failed attempt waiting for its back-off
+    mem: int | None = None  # its request (onite.core.resources): MiB, CPUs, and its time limit, the estimate
+    cpus: int | None = None
+    timeout: timedelta | None = None
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,13 @@ class SubmitRequest:
     stderr_separate: bool | None = None  # None: the spool's stderr_separate
     notify: str | None = None  # "mail", "command", "none"; None: the spool's notify
     notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
+    mem: str | None = None  # memory in Slurm's words ("4G"); None: the spool's default_mem
+    cpus: int | str | None = None  # CPUs; None: the spool's default_cpus
 
     @classmethod
     def of(cls, name: str, body: bytes, options: Mapping[str, object]) -> "SubmitRequest":
         """The request ``onite submit NAME`` makes with ``options`` (keyed by its fields: priority,
-        urgent, after, at, timeout, retries, host, hold, unique, stderr_separate, notify, notify_on;
+        urgent, after, at, timeout, retries, host, hold, unique, stderr_separate, notify, notify_on, mem, cpus;
         None or absent: not given). The one place that turns what the command line, its fast path and
         onite.api were given into a request: ``after`` may be one name or several.
 
@@ -58,7 +60,8 @@ class SubmitRequest:
                    timeout=options.get("timeout"), retries=0 if retries is None else retries,
                    host=options.get("host"), hold=bool(options.get("hold")), unique=bool(options.get("unique")),
                    stderr_separate=options.get("stderr_separate"), notify=options.get("notify"),
-                   notify_on=options.get("notify_on"))
+                   notify_on=options.get("notify_on"),
+                   mem=None if options.get("mem") is None else str(options.get("mem")), cpus=options.get("cpus"))
 
 
 OPTIONS = frozenset(f.name for f in fields(SubmitRequest)) - {"name", "body"}  # submit's options
@@ -116,6 +119,12 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
     if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
         raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
                            "ask the admin to set notify_command, or use --notify mail")
+    mem = cpus = None
+    if request.mem is not None or request.cpus is not None:
+        from onite.core.resources import parse_cpus, parse_mem
+
+        mem = parse_mem(request.mem) if request.mem is not None else None
+        cpus = parse_cpus(request.cpus) if request.cpus is not None else None
     timeout, not_before = config.timeout, None
     if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
         from onite.core.timeparse import parse_duration, parse_when
@@ -141,6 +150,8 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
             stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
             notify=request.notify,
             notify_on=request.notify_on,
+            mem=mem,
+            cpus=cpus,
             extra=captured.extra,
         )
     except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)

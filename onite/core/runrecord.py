@@ -6,7 +6,7 @@ only root may write (world-readable, so ``onite list`` shows who runs what):
     {"record": 2, "run_id": …, "name": …, "rank": 3, "attempt": 1, "started": …, …}   the driver, before the start
     {"event": "monitor", "pid": 4711, "ticks": 123456}                             the monitor, first
     {"event": "job", "pid": 4712}                                                  the job is running
-    {"event": "ended", "status": 0, "at": "…"}                                     how it ended (a wait status)
+    {"event": "ended", "status": 0, "at": "…", "usage": {…}}                      how it ended (a wait status), what it used
     {"event": "failed", "reason": "cannot enter its directory …", "at": "…"}      it could not be started
 
 The driver creates the file and writes the first line before it forks the
@@ -61,6 +61,7 @@ class RunRecord:
     status: int | None = None  # the job's wait status, once it ended
     failed: str | None = None  # why it could not be started
     ended_at: str | None = None  # ISO 8601, when the monitor saw it end
+    usage: dict | None = None  # what the job used (peak_mem bytes, cpu seconds, oom), said with ``ended``
     events: tuple[dict, ...] = field(default=())
 
     @property
@@ -98,7 +99,7 @@ def parse(data: bytes) -> RunRecord | None:
     if "record" not in first:  # version 1: one object, the process ids in it
         return RunRecord(version=1, info=first, job_pid=_int(first.get("pid")))
     values: dict = {"monitor_pid": None, "monitor_ticks": None, "job_pid": None, "status": None,
-                    "failed": None, "ended_at": None}
+                    "failed": None, "ended_at": None, "usage": None}
     events = []
     for raw in lines[1:]:
         event = _object(raw)
@@ -113,6 +114,7 @@ def parse(data: bytes) -> RunRecord | None:
         elif kind == Event.ENDED and _int(event.get("status")) is not None:
             values["status"] = _int(event.get("status"))
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None
+            values["usage"] = event.get("usage") if isinstance(event.get("usage"), dict) else None
         elif kind == Event.FAILED:
             values["failed"] = str(event.get("reason") or "it could not be started")
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None

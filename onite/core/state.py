@@ -26,6 +26,7 @@ from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord
 from onite.core.job import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
 from onite.core.names import is_valid_name
+from onite.core.resources import MAX_CPUS, MAX_MEM
 
 MAX_ID = 2**32 - 1  # a uid
 
@@ -161,6 +162,10 @@ class Result:
     external_id: str | None = None  # e.g. the Slurm job id
     recur: str | None = None
     stderr: str = "merged"  # "separate": its stderr is in stdout/NAME@stderr; "merged": with its stdout
+    mem: int | None = None  # MiB it asked for (onite.core.resources), the spool's default applied
+    cpus: int | None = None  # CPUs it asked for, likewise
+    peak_mem: int | None = None  # bytes: the most memory it used at once (its cgroup, else its rusage)
+    cpu_time: float | None = None  # seconds of CPU it used
     extra: dict = field(default_factory=dict)
 
     @property
@@ -192,6 +197,10 @@ class Result:
             "external_id": self.external_id,
             "recur": self.recur,
             "stderr": self.stderr,
+            "mem": self.mem,
+            "cpus": self.cpus,
+            "peak_mem": self.peak_mem,
+            "cpu_time": self.cpu_time,
             **({"extra": self.extra} if self.extra else {}),
         }
 
@@ -224,6 +233,10 @@ class Result:
             extra = data.get("extra", {})
             if not isinstance(extra, dict):
                 raise ValueError("extra: not an object")
+            cpu_time = data.get("cpu_time")  # records written before requests have none of these
+            if cpu_time is not None and (isinstance(cpu_time, bool) or not isinstance(cpu_time, (int, float))
+                                         or not 0 <= cpu_time < 1e12):
+                raise ValueError(f"cpu_time: {str(cpu_time)[:40]!r} is not a number of seconds")
             return cls(
                 name=name,
                 uid=v.integer(data, "uid", 0, MAX_ID),
@@ -246,6 +259,10 @@ class Result:
                 external_id=v.optional_text(data, "external_id"),
                 recur=recur,
                 stderr=stderr,
+                mem=v.optional_integer(data, "mem", 0, MAX_MEM),
+                cpus=v.optional_integer(data, "cpus", 0, MAX_CPUS),
+                peak_mem=v.optional_integer(data, "peak_mem", 0, 1 << 62),
+                cpu_time=None if cpu_time is None else float(cpu_time),
                 extra=extra,
             )
         except ValueError as err:  # JobState("x") and Attempt.from_json say ValueError too

@@ -36,6 +36,7 @@ from onite.drain import session, signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
 from onite.drain.orphans import Orphans
+from onite.drain.pack import Packer
 from onite.drain.pick import Picker
 from onite.drain.recovery import Recovery
 from onite.drain.start import Starter
@@ -94,6 +95,8 @@ class Driver:
         self.window_end = window_end(self.started_at, self.until)
         self.picker, self.starter, self.finisher = Picker(self), Starter(self), Finisher(self)
         self.cancels, self.recovery, self.orphans = CancelInbox(self), Recovery(self), Orphans(self)
+        self.packer = Packer(self)
+        self._limiter = None
 
     # ---- settings ------------------------------------------------------------------
 
@@ -131,6 +134,16 @@ class Driver:
         return self._containment
 
     @property
+    def limiter(self):
+        """How jobs are held to their requests here (onite.exec.limits), decided once."""
+        if self._limiter is None:
+            from onite.exec import contain, limits
+
+            cont = self.containment
+            self._limiter = limits.discover(cont.base if cont.kind == contain.CGROUP2 else None)
+        return self._limiter
+
+    @property
     def until(self) -> dtime | None:
         return self._until_override or self.config.until
 
@@ -148,7 +161,7 @@ class Driver:
 
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
                            switch_user=self.euid == 0, containment=self.containment, lock_fd=self.lock_fd,
-                           clock=self.clock)
+                           clock=self.clock, limiter=self.limiter)
 
     # ---- a whole run, and one drain ------------------------------------------------
 
@@ -168,7 +181,9 @@ class Driver:
         self.log.event("driver-start", host=self.host, slots=self.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
                        only="timed jobs" if self.only_timed else None,
-                       contain=self.containment.describe() if local else None)
+                       contain=self.containment.describe() if local else None,
+                       limits=self.limiter.describe() if local else None,
+                       capacity=self._capacity_words() if local else None)
         with self._catching() as wakeup_fd:
             self.recovery.recover()
             try:
@@ -183,6 +198,13 @@ class Driver:
                        cancelled=self.counts["cancelled"], left=len(self.index),
                        reason="stopped" if self.stopping else "window closed" if self.window_closed
                        else "cannot record" if cannot_record else "drained")
+
+    def _capacity_words(self) -> str:
+        """This host's capacity for the log: ``23G memory, 2 CPUs``."""
+        from onite.core.resources import format_mem
+
+        cap = self.packer.capacity()
+        return f"{format_mem(cap.mem)} memory, {cap.cpus} CPU{'s' if cap.cpus != 1 else ''}"
 
     @contextmanager
     def _catching(self):

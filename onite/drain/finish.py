@@ -46,6 +46,16 @@ if TYPE_CHECKING:
     from onite.drain.driver import Driver
 
 
+def _use(run: Run) -> dict:
+    """A run's request and what it used, as its result records them (none of it where unknown)."""
+    used = run.usage or {}
+    peak, cpu = used.get("peak_mem"), used.get("cpu")
+    return {"mem": run.need.mem or None if run.need else None, "cpus": run.need.cpus or None if run.need else None,
+            "peak_mem": peak if isinstance(peak, int) and not isinstance(peak, bool) and 0 <= peak < 1 << 62 else None,
+            "cpu_time": float(cpu) if isinstance(cpu, (int, float)) and not isinstance(cpu, bool)
+            and 0 <= cpu < 1e12 else None}
+
+
 class Finisher:
     """Files the runs and jobs of one driver; says when nothing more may start."""
 
@@ -90,7 +100,7 @@ class Finisher:
             host=d.host, submitted=job.submitted, queued=run.queued_at, started=run.started,
             finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
             executor=d.runner.executor, external_id=run.external_id, recur=job.recur,
-            stderr=job.stderr_mode,
+            stderr=job.stderr_mode, **_use(run),
         )
         try:
             write_result(d.spool, result)

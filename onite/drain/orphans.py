@@ -45,6 +45,11 @@ class Orphans:
     def stop_orphans(self, rec: RunRecord) -> str:
         """Stop what is left of a run whose monitor is gone (its cgroup, else its process group), and
         remove its cgroup: the monitor would have. Returns what was done, for the log."""
+        done = self._stop(rec)
+        self.d.limiter.remove_left(rec.get("groups"))  # its cgroup v1 groups: the monitor would have removed them
+        return done
+
+    def _stop(self, rec: RunRecord) -> str:
         base = self.d.containment.base
         cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
         if cgroup and base and cgroup.startswith(f"{base}/") and "/" not in cgroup[len(base) + 1:]:

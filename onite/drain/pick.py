@@ -29,6 +29,7 @@ from onite.core.errors import JobFormatError, Refused
 from onite.core.job import Job
 from onite.core.policy import may_be_urgent, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
+from onite.drain.pack import Admit
 from onite.exec.identity import Identity, resolve
 from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
@@ -75,6 +76,7 @@ class Picker:
         self._identities: dict[int, tuple[float, Identity | Refused]] = {}
         self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._reported_foreign: set[str] = set()
+        self.backfilled = False  # the job last picked starts past a waiting one (onite.drain.pack)
 
     def pick(self) -> tuple[Candidate, os.stat_result] | None:
         """The first job that may start now, with the stat it was judged by; None if none may."""
@@ -90,6 +92,7 @@ class Picker:
             d.finisher.move_aside(stray.path, label, st, "its name is not a job name")
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
+            d.packer.begin()
             for cand in d.index.candidates():
                 if cand.name in d.running:
                     continue  # a job of that name runs here; a second one waits its turn
@@ -101,7 +104,14 @@ class Picker:
                     continue
                 picked = self._judge(cand, seen, now)
                 if picked is True:
-                    return cand, seen.st
+                    admit = d.packer.admit(cand.name, seen.meta, now)
+                    if admit in (Admit.START, Admit.BACKFILL):
+                        self.backfilled = admit is Admit.BACKFILL
+                        return cand, seen.st
+                    if admit is Admit.NEVER:
+                        d.finisher.fail_unstarted(cand, seen.st, d.packer.reason)
+                    elif not d.config.backfill:
+                        return None  # strict order: nothing behind a job that waits for room starts
                 moved = moved or picked is Look.MOVED
             if not moved:
                 return None
@@ -199,7 +209,8 @@ class Picker:
             return Inspection(Look.BAD, st, reason=str(err))
         if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key:
             return Inspection(Look.MOVED)
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
+        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1,
+                    mem=job.mem, cpus=job.cpus, timeout=job.timeout)
         self.meta[cand.name] = (key, meta)
         self.parsed[cand.name] = (key, job)
         if len(self.parsed) > PARSED_KEPT:

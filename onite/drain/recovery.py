@@ -163,6 +163,7 @@ class Recovery:
                   started=when("started") or d.clock.now(), started_mono=d.clock.monotonic(),
                   spool=str(d.spool.root), record_path=d.spool.run_record_path(d.host, name))
         run.queued_at = when("queued")
+        run.need = d.packer.need_of(job.mem, job.cpus)  # it holds its request while adopted
         return run
 
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
@@ -303,6 +304,7 @@ class Recovery:
                   run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
                   started_mono=d.clock.monotonic(), external_id=info["external_id"], spool=str(d.spool.root))
         run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
+        run.need = d.packer.need_of(job.mem, job.cpus)
         if not d.runner.reattach(run):
             return False
         d.running[name] = run

@@ -91,6 +91,13 @@ class Starter:
                   run_id=make_run_id(now, d.host, d.pid, self._seq),
                   started=now, started_mono=d.clock.monotonic(), spool=str(d.spool.root))
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
+        run.need = d.packer.need_of(job.mem, job.cpus)
+        run.backfilled, picker.backfilled = picker.backfilled, False
+        if job.extra:  # a newer onite's keys, or a hand-written file's: ignored, never refused
+            from onite.core.safetext import printable
+
+            d.log.event("warning", cand.name, note="header keys this onite does not know are ignored",
+                        keys=printable(",".join(sorted({key[:40] for key, _ in job.extra}))[:200]))
         record = (d.spool.run_record_path(d.host, run.name), self._first_line(run))
         try:
             d.runner.start(run, d.spool.output_path(cand.name), append=job.attempt > 1,
@@ -118,7 +125,8 @@ class Starter:
         d = self.d
         return {"run_id": run.run_id, "name": run.name, "rank": run.rank, "attempt": run.attempt,
                 "started": run.started.isoformat(), "queued": run.queued_at.isoformat() if run.queued_at else None,
-                "executor": d.runner.executor, "driver_pid": d.pid, "machine": d.machine}
+                "executor": d.runner.executor, "driver_pid": d.pid, "machine": d.machine,
+                "mem": run.need.mem if run.need else 0, "cpus": run.need.cpus if run.need else 0}
 
     def _write_record(self, run: Run, path: str, info: dict) -> None:
         """The run record of a run whose executor does not write it (Slurm): after its start."""
@@ -148,7 +156,8 @@ class Starter:
         gives the claim order: a start is logged when its monitor says the job runs, and a job claimed
         later may get there first and even end first."""
         self.d.log.event("start", run.name, user=run.owner.name, priority="urgent" if run.rank == 0 else run.rank,
-                         attempt=run.attempt, pid=run.pgid, slurm=run.external_id, run=run.run_id)
+                         attempt=run.attempt, pid=run.pgid, slurm=run.external_id, run=run.run_id,
+                         backfilled="yes: it cannot delay the job that waits for room" if run.backfilled else None)
 
     def _stop_claiming(self, run: Run, claimed: Path, why: str) -> None:
         """Nothing that starts can be recorded (a full disk): put the job back, start nothing more.

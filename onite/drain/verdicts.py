@@ -33,6 +33,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     """
     users: dict[int, str] = {}
     found = []
+    room = _Room(spool, host)
     for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
         held = is_held(mode)
         user = users.get(uid) or users.setdefault(uid, user_name(uid))
@@ -60,6 +61,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
         if verdict is READY:
+            short = room.shortage(name, job.mem, job.cpus)
+            if short:
+                found.append({**row, "kind": "resources", "reason": short})
             continue
         row["reason"] = verdict.reason
         if isinstance(verdict, Fail):
@@ -81,6 +85,60 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             row["kind"] = "pinned"
         found.append(row)
     return found
+
+
+class _Room:
+    """What this host has free for requests (onite.core.resources), as the run records of its running
+    jobs say (world-readable), and the head job that waits for room: what the driver decides, in its words."""
+
+    def __init__(self, spool: SpoolDir, host: str) -> None:
+        self.spool, self.host = spool, host
+        self.free = None
+        self.head: str | None = None
+
+    def _measure(self):
+        from onite.core.resources import Need, capacity_of
+        from onite.exec.limits import machine
+        from onite.spool import runrecords
+        from onite.spool.settings import default_host
+
+        config = self.spool.config
+        override = config.hosts.get(self.host)
+        mem, cpus = machine() if self.host == default_host(config) else (None, None)
+        free = capacity_of(mem, cpus, mem=override.mem if override else None, cpus=override.cpus if override else None,
+                           reserve_mem=config.reserve_mem, reserve_cpus=config.reserve_cpus, slots=1)
+        try:
+            paths = list(self.spool.running_dir(self.host).glob("*@run"))
+        except OSError:
+            paths = []
+        for path in paths:
+            rec = runrecords.read(path)
+            asked = Need(*(v if isinstance(v := rec.get(k), int) and not isinstance(v, bool) else 0
+                           for k in ("mem", "cpus"))) if rec is not None else Need()
+            free = free - Need(asked.mem, asked.cpus, 0)
+        return free
+
+    def shortage(self, name: str, mem: int | None, cpus: int | None) -> str:
+        """Why a job that may start waits for room ("" if it fits), or waits behind the head job."""
+        config = self.spool.config
+        if config.executor != "local":
+            return ""
+        from onite.core.resources import Need, request_of
+
+        need = request_of(mem, cpus, config.default_mem, config.default_cpus)
+        if not (need.mem or need.cpus):
+            return f"waits behind {self.head}" if self.head and not config.backfill else ""
+        if self.free is None:
+            self.free = self._measure()
+        if need.fits(self.free) and not self.head:
+            self.free = self.free - Need(need.mem, need.cpus, 0)  # it starts first: the rest is the next one's
+            return ""
+        if self.head and not config.backfill:
+            return f"waits behind {self.head}"
+        if need.fits(self.free):
+            return ""
+        self.head = self.head or name
+        return f"waits for {need.shortage(self.free)}"
 
 
 SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line

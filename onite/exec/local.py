@@ -29,7 +29,7 @@ from onite.core.clock import SYSTEM, Clock
 from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, outcome_from_status, stopped_outcome
-from onite.exec import contain, monitor
+from onite.exec import contain, limits, monitor
 from onite.exec.identity import Identity
 from onite.exec.monitorlink import MonitorLink
 from onite.exec.launch import SCRIPT, Launch, credentials_of, own_credentials, plan, run_outputs
@@ -53,13 +53,14 @@ class LocalRunner(Runner):
 
     def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
                  containment: contain.Containment | None = None, lock_fd: int | None = None,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, limiter: limits.Limiter | None = None) -> None:
         self.shell = shell
         self.clock = clock  # the driver's: time limits and kill deadlines are read on it
         self.kill_grace = kill_grace
         self.switch_user = switch_user
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
         self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
+        self.limiter = limiter or limits.Limiter(why="not asked for")
         self.runs: list[Run] = []
         self._lingering: list[MonitorLink] = []  # monitors ending what their job left behind
         self._started: list[Run] = []
@@ -88,6 +89,9 @@ class LocalRunner(Runner):
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         run.cgroup = self.containment.job_cgroup(run.run_id)
+        need = run.need
+        run.groups = self.limiter.prepare(run.run_id, run.cgroup, need.mem or None if need else None,
+                                          need.cpus or None if need else None)
         record_fd = None
         if record is not None:  # first: where nothing can be recorded, nothing may start
             path, info = record
@@ -95,6 +99,7 @@ class LocalRunner(Runner):
             try:
                 record_fd = runrecords.create(path, {**info, "boot": self._boot, "cgroup": run.cgroup,
                                                      "contain": self.containment.kind, "deadline": deadline,
+                                                     "groups": list(run.groups),
                                                      "kill_grace": self.kill_grace})
             except runrecords.RecordError as error:
                 self._undo(run)
@@ -134,7 +139,8 @@ class LocalRunner(Runner):
                 script_fd=script_fd, stdout_fd=out, stderr_fd=err,
                 record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
                 record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
-                cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace)
+                cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
+                limit_groups=run.groups)
             try:
                 pid = monitor.start(spec)
             except OSError as error:
@@ -157,6 +163,7 @@ class LocalRunner(Runner):
         """Nothing was started: its cgroup and record go (the claim is the driver's to put back)."""
         if run.cgroup:
             contain.remove_cgroup(run.cgroup, wait=0)
+        limits.remove(run.groups)
         if run.record_path:
             try:
                 os.unlink(run.record_path)
@@ -232,8 +239,10 @@ class LocalRunner(Runner):
             word, _, rest = message.partition(" ")
             if word == "started" and rest.isdigit():
                 self._note_start(run, int(rest))
+            elif word == "usage":
+                run.usage = _usage_of(rest)
             elif word == "ended" and rest.lstrip("-").isdigit():
-                ended = outcome_from_status(int(rest))
+                ended = memory_outcome(outcome_from_status(int(rest)), run)
             elif word == "failed":
                 ended = Outcome(reason=rest or "it could not be started")
         if ended is not None:
@@ -259,7 +268,8 @@ class LocalRunner(Runner):
         if rec is not None and rec.job_pid is not None:
             self._note_start(run, rec.job_pid)
         if rec is not None and rec.status is not None:
-            return outcome_from_status(rec.status)
+            run.usage = rec.usage
+            return memory_outcome(outcome_from_status(rec.status), run)
         if rec is not None and rec.failed is not None:
             return Outcome(reason=rec.failed)
         self._signal(run, signal.SIGKILL)  # nobody watches what may still run of it
@@ -344,6 +354,32 @@ class LocalRunner(Runner):
             time.sleep(0.05)
         contain.signal_group(pgid, signal.SIGKILL)
         return "its processes were killed"
+
+
+def _usage_of(text: str) -> dict | None:
+    """The monitor's ``usage`` message: a JSON object (onite.exec.limits.usage)."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def memory_outcome(ended: Outcome, run: Run) -> Outcome:
+    """A job that failed after the kernel killed one of its processes for its memory limit is recorded
+    as out of memory, with what it asked for and its peak, not as a bare signal or exit status."""
+    from onite.core.resources import format_mem, human_bytes
+
+    used = run.usage or {}
+    oom = used.get("oom")
+    if ended.ok or not isinstance(oom, int) or oom < 1 or run.need is None or not run.need.mem:
+        return ended
+    peak = used.get("peak_mem")
+    peaked = f", peaked {human_bytes(peak)}" if isinstance(peak, int) else ""
+    return Outcome(exit_code=ended.exit_code, signal=ended.signal,
+                   reason=f"out of memory (asked {format_mem(run.need.mem)}{peaked})")
 
 
 def _occupy_standard_descriptors() -> None:

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from onite.exec import contain
+from onite.exec import contain, limits
 
 STAGES = {  # what the job's process was doing when it failed, for the reason recorded
     "cgroup": "cannot join its cgroup",
@@ -73,6 +73,7 @@ class Plan:
     cgroup: str | None
     contain: str  # onite.exec.contain kind
     kill_grace: float
+    limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too (onite.exec.limits)
 
 
 def start(plan: Plan) -> int:
@@ -132,10 +133,24 @@ def _monitor(plan: Plan) -> int:
         return _failed(plan, _reason(report, plan), job)
     _record(plan, {"event": "job", "pid": job})
     _tell(plan, f"started {job}")
-    status = _wait_for(job)
-    _record_end(plan, {"event": "ended", "status": status, "at": _now()}, f"ended {status}")
+    status, rusage = _wait_for(job)
+    used = _usage(plan, rusage)  # read before its cgroups go: what it used is said with how it ended
+    _tell(plan, "usage " + json.dumps(used, separators=(",", ":")))
+    _record_end(plan, {"event": "ended", "status": status, "at": _now(), "usage": used}, f"ended {status}")
     _clean_up(plan, job)
     return 0
+
+
+def _usage(plan: Plan, rusage) -> dict:
+    """What the job used: from its cgroups (onite.exec.limits), else from the rusage of its leader."""
+    used = limits.usage(plan.cgroup, plan.limit_groups)
+    if "peak_mem" not in used or "cpu" not in used:
+        for key, value in (limits.rusage_usage(rusage) if rusage is not None else {}).items():
+            used.setdefault(key, value)
+        used["source"] = "rusage" if not plan.limit_groups else "cgroup+rusage"
+    else:
+        used["source"] = "cgroup"
+    return used
 
 
 def _failed(plan: Plan, reason: str, job: int | None) -> int:
@@ -144,21 +159,22 @@ def _failed(plan: Plan, reason: str, job: int | None) -> int:
         _clean_up(plan, job)
     elif plan.cgroup:
         contain.remove_cgroup(plan.cgroup)
+    limits.remove(plan.limit_groups)
     return 0
 
 
-def _wait_for(job: int) -> int:
-    """Reap children until the job's leader has exited; its wait status. As a subreaper the
-    monitor also gets the job's orphans, which are reaped here as they end."""
+def _wait_for(job: int):
+    """Reap children until the job's leader has exited; its wait status and rusage. As a subreaper
+    the monitor also gets the job's orphans, which are reaped here as they end."""
     while True:
         try:
-            pid, status = os.waitpid(-1, 0)
+            pid, status, rusage = os.wait4(-1, 0)
         except ChildProcessError:
-            return 0
+            return 0, None
         except InterruptedError:
             continue
         if pid == job:
-            return status
+            return status, rusage
 
 
 def _clean_up(plan: Plan, job: int) -> None:
@@ -198,6 +214,7 @@ def _clean_up(plan: Plan, job: int) -> None:
     _reap()
     if plan.cgroup:
         contain.remove_cgroup(plan.cgroup)
+    limits.remove(plan.limit_groups)
 
 
 def _reap() -> bool:
@@ -324,6 +341,7 @@ def _job(plan: Plan, err_w: int) -> None:
                     os.write(fd, b"0")
                 finally:
                     os.close(fd)
+        limits.join(plan.limit_groups)
         stage = "session"
         os.setsid()
         stage = "output"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from onite.core.job import Job
+from onite.core.resources import Need
 from onite.core.state import Outcome, Stop
 from onite.exec.identity import Identity
 
@@ -69,6 +70,10 @@ class Run:
     spool: str = ""  # the root of the spool it was claimed from (ONITE_JOB_SPOOL)
     announced: bool = False  # its start was reported to the driver (local: the monitor said "started")
     adopted: bool = False  # taken over from a driver that died
+    need: Need | None = None  # what it asks for, the spool's defaults applied (onite.core.resources)
+    groups: tuple[str, ...] = ()  # local: the cgroup v1 groups holding its limits (onite.exec.limits)
+    usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
+    backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
 
     @property
     def attempt(self) -> int:

@@ -159,10 +159,12 @@ def run_of_comment(comment: str, spool: str) -> str | None:
 
 def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: int,
                 timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig,
-                error: bytes | None = None, comment: str | None = None) -> list[bytes]:
+                error: bytes | None = None, comment: str | None = None, mem: int | None = None,
+                cpus: int | None = None) -> list[bytes]:
     """The sbatch command line for one job (the script goes to its stdin). ``error``: the file for
     its stderr when kept apart; None sends stderr to ``output`` (sbatch's default without --error).
-    ``comment``: the run's run_comment."""
+    ``comment``: the run's run_comment. ``mem`` (MiB), ``cpus``: its request (onite.core.resources),
+    as Slurm's own --mem and --cpus-per-task."""
     argv = [os.fsencode(sbatch)]
     argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
     if slurm.partition:
@@ -171,6 +173,10 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
         argv.append(os.fsencode(f"--account={slurm.account}"))
     if timeout is not None:
         argv.append(f"--time={time_limit_minutes(timeout)}".encode())
+    if mem:
+        argv.append(f"--mem={mem}M".encode())
+    if cpus:
+        argv.append(f"--cpus-per-task={cpus}".encode())
     argv += [
         b"--parsable",
         b"--no-requeue",  # a job that ran once must not run again behind onite's back (node failure)

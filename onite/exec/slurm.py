@@ -131,7 +131,8 @@ class SlurmRunner(Runner):
                                       error=os.fsencode(error) if error is not None else None,
                                       env_fd=env_fd, timeout=job.timeout, priority=job.priority,
                                       urgent=run.rank == 0, slurm=self.config.slurm,
-                                      comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None)
+                                      comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None,
+                                      mem=run.need.mem if run.need else None, cpus=run.need.cpus if run.need else None)
             ident = run.owner if self.switch_user else None
             try:
                 done = subprocess.run(

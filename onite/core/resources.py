@@ -1,0 +1,197 @@
+"""Resource requests (pure): sizes in Slurm's words, what a job asks for, what a host has, and packing.
+
+A job may ask for memory (``--mem``, in MiB, written as Slurm writes it:
+``4G``, ``1536M``; a bare number is megabytes, as Slurm's ``--mem``) and
+CPUs (``--cpus``). A job that asks for nothing (and no spool default)
+counts for no memory and no CPU: it is bounded by ``slots`` alone, as
+before requests existed. A host's capacity is what its admin set, else
+what the machine has minus a reserve (onite.exec.limits measures it).
+
+Packing (``Need``, ``admit``): a job starts when its request fits in what
+is free and a slot is free. In strict order a job that does not fit waits
+and nothing behind it starts; with backfill a later job may start only if
+it cannot delay the head job's start, estimated from time limits as
+Slurm's backfill does: running jobs end at the latest at their time limit
+(plus the kill grace), so the head job's start (its *shadow time*) is
+known once enough of them have; a later job may run if it ends before
+then, or if it fits beside the head job at that time. A job with no time
+limit never ends as far as estimates go.
+
+Invariant: no I/O and no clock: every time and amount is passed in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from onite.core.errors import InvalidInput
+
+MAX_MEM = 1 << 30  # MiB: a PiB; beyond it a request is a typo
+MAX_CPUS = 4096
+_UNITS = {"": 1, "M": 1, "K": 0, "G": 1024, "T": 1024 * 1024}  # MiB per unit (K: rounded up to a MiB)
+_SIZE = re.compile(r"([0-9]{1,16})([KMGT]?)", re.IGNORECASE)
+
+
+def parse_mem(text: str, *, what: str = "--mem") -> int:
+    """A memory size in Slurm's words (``4G``, ``512M``, ``100K``, ``2048`` = 2048M), in MiB
+    (kilobytes are rounded up to whole MiB, as Slurm does).
+
+    Raises:
+        InvalidInput: not a whole number with an optional K, M, G or T; zero; more than MAX_MEM MiB.
+    """
+    match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(f"invalid {what} {str(text)[:40]!r}", "write a whole number and a unit, e.g. 4G or 512M")
+    number, unit = int(match.group(1)), match.group(2).upper()
+    mib = -(-number // 1024) if unit == "K" else number * _UNITS[unit]
+    if not 1 <= mib <= MAX_MEM:
+        raise InvalidInput(f"invalid {what} {text.strip()[:40]!r}", "ask for 1M to 1024T")
+    return mib
+
+
+def format_mem(mib: int) -> str:
+    """A size in MiB as ``parse_mem`` reads it back exactly: ``4G``, ``1536M``, ``2T``."""
+    for unit, size in (("T", 1024 * 1024), ("G", 1024)):
+        if mib % size == 0:
+            return f"{mib // size}{unit}"
+    return f"{mib}M"
+
+
+def human_bytes(count: int) -> str:
+    """An amount of bytes for people, one decimal: ``4.0G``, ``312.5M``, ``800K``."""
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20)):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return f"{-(-count // 1024)}K"
+
+
+def parse_cpus(value: object, *, what: str = "--cpus") -> int:
+    """A CPU count: a whole number from 1 to MAX_CPUS.
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    text = str(value).strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text[:6]) <= MAX_CPUS:
+        raise InvalidInput(f"invalid {what} {text[:40]!r}", f"ask for 1 to {MAX_CPUS} CPUs")
+    return int(text)
+
+
+# ---- packing ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Need:
+    """An amount of each resource: memory (MiB), CPUs, slots. A request, what is free, a capacity."""
+
+    mem: int = 0
+    cpus: int = 0
+    slots: int = 1
+
+    def __add__(self, other: Need) -> Need:
+        return Need(self.mem + other.mem, self.cpus + other.cpus, self.slots + other.slots)
+
+    def __sub__(self, other: Need) -> Need:
+        return Need(self.mem - other.mem, self.cpus - other.cpus, self.slots - other.slots)
+
+    def fits(self, room: Need) -> bool:
+        """Does this request fit in ``room``?"""
+        return self.mem <= room.mem and self.cpus <= room.cpus and self.slots <= room.slots
+
+    def clamped(self) -> Need:
+        """No amount below zero."""
+        return Need(max(self.mem, 0), max(self.cpus, 0), max(self.slots, 0))
+
+    def shortage(self, room: Need) -> str:
+        """What this request lacks in ``room``, in words: ``4G memory (2G free)``, ``2 CPUs (1 free)``."""
+        parts = []
+        if self.mem > room.mem:
+            parts.append(f"{format_mem(self.mem)} memory ({format_mem(max(room.mem, 0)) if room.mem > 0 else 'none'}"
+                         " free)")
+        if self.cpus > room.cpus:
+            parts.append(f"{self.cpus} CPU{'s' if self.cpus != 1 else ''} ({max(room.cpus, 0)} free)")
+        if self.slots > room.slots:
+            parts.append("a free slot")
+        return " and ".join(parts)
+
+
+def request_of(mem: int | None, cpus: int | None, default_mem: int | None, default_cpus: int | None) -> Need:
+    """What a job asks for: its own request, else the spool's default, else nothing."""
+    return Need(mem=mem or default_mem or 0, cpus=cpus or default_cpus or 0)
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A running job's request and when it ends at the latest (None: no time limit)."""
+
+    need: Need
+    ends: datetime | None
+
+
+def free_room(capacity: Need, running: Iterable[Busy]) -> Need:
+    """What is free of ``capacity`` while ``running`` run."""
+    free = capacity
+    for busy in running:
+        free = free - busy.need
+    return free
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The head job's place: when it can start at the latest (None: unknown, a job with no time
+    limit must end first) and what stays free beside it then."""
+
+    at: datetime | None
+    spare: Need
+
+
+def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
+    """The head job's reservation: running jobs end, in order of their latest end, until it fits.
+
+    Where it never fits before a job with no time limit ends, its start is unknown; what may run
+    beside it is then only what is free now beyond its request (whatever ends first, that much
+    stays free when it starts)."""
+    free = free_room(capacity, running)
+    for busy in sorted((b for b in running if b.ends is not None), key=lambda b: b.ends):
+        free = free + busy.need
+        if head.fits(free):
+            return Reservation(busy.ends, free - head)
+    return Reservation(None, (free_room(capacity, running) - head).clamped())
+
+
+def may_backfill(need: Need, ends: datetime | None, free: Need, head: Reservation) -> bool:
+    """May a job (``need``, ending at the latest at ``ends``) start now past the waiting head job
+    without delaying it? It must fit now, and end before the head's reservation or fit beside it."""
+    if not need.fits(free):
+        return False
+    if head.at is not None and ends is not None and ends <= head.at:
+        return True
+    return need.fits(head.spare)
+
+
+def latest_end(start: datetime, timeout: timedelta | None, grace: timedelta) -> datetime | None:
+    """When a job started at ``start`` has ended at the latest: its time limit and the kill grace."""
+    return None if timeout is None else start + timeout + grace
+
+
+def capacity_of(machine_mem: int | None, machine_cpus: int | None, *, mem: int | None, cpus: int | None,
+                reserve_mem: int, reserve_cpus: int, slots: int) -> Need:
+    """A host's capacity: what the admin set (``mem``, ``cpus``), else what the machine has minus the
+    reserve. Unknown (None) machine amounts count as unbounded."""
+    total_mem = mem if mem is not None else (max(machine_mem - reserve_mem, 0) if machine_mem else MAX_MEM)
+    total_cpus = cpus if cpus is not None else (max(machine_cpus - reserve_cpus, 0) if machine_cpus else MAX_CPUS)
+    return Need(total_mem, total_cpus, slots)
+
+
+def too_big(need: Need, capacity: Need) -> str:
+    """Why a request can never be met on a host of ``capacity`` ("" if it can)."""
+    parts = []
+    if need.mem > capacity.mem:
+        parts.append(f"{format_mem(need.mem)} memory, but the host has {human_bytes(capacity.mem << 20)}"
+                     if capacity.mem > 0 else f"{format_mem(need.mem)} memory, but the host has none to give")
+    if need.cpus > capacity.cpus:
+        parts.append(f"{need.cpus} CPUs, but the host has {capacity.cpus}")
+    return ("it asks for " + " and ".join(parts)) if parts else ""

@@ -1,0 +1,271 @@
+"""Requests held by the kernel: a job's memory and CPU limits in its cgroups, and what it used.
+
+Where the machine has the controllers, each job's request becomes kernel
+limits before the job runs its own code, and its use is read when it ends:
+
+- cgroup v2 (``memory`` and ``cpu`` in the jobs' folder's cgroup.controllers,
+  enabled in its cgroup.subtree_control): the job's own containment cgroup
+  (onite.exec.contain) gets ``memory.max`` (swap off: ``memory.swap.max`` 0)
+  and ``cpu.max``; its use is ``memory.peak`` (kernel 5.19 and later),
+  ``cpu.stat`` usage_usec and ``memory.events`` oom_kill;
+- cgroup v1 (the controllers mounted one per folder, as on hybrid hosts): a
+  group per job under the driver's own group of each controller,
+  ``<mount>/<driver's path>/onite/<run id>``, which the job's process joins
+  before it executes anything; ``memory.limit_in_bytes`` (and
+  ``memory.memsw.limit_in_bytes``), ``cpu.cfs_quota_us``; its use is
+  ``memory.max_usage_in_bytes``, ``cpuacct.usage`` and ``memory.oom_control``
+  oom_kill.
+
+Where neither is there (containers, not root), requests still pack
+(onite.core.resources) but nothing holds a job to them: ``describe`` says
+so, and the monitor measures the job from its wait4 rusage instead.
+
+The monitor runs after fork(): this module imports only os (checked by
+tests/test_layers.py), and nothing here reads a file a user can write.
+"""
+
+from __future__ import annotations
+
+import os
+
+MIB = 1 << 20
+PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
+SUBTREE = "onite"
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct")
+
+
+class Limiter:
+    """How this driver holds jobs to their requests: ``v2`` (the containment cgroup's folder, where
+    memory and cpu are enabled) or ``v1`` (controller → the folder of the jobs' groups), or neither."""
+
+    def __init__(self, *, v2: str | None = None, v1: dict[str, str] | None = None, why: str = "") -> None:
+        self.v2 = v2
+        self.v1 = v1 or {}
+        self.why = why
+
+    @property
+    def enforced(self) -> bool:
+        """Are memory requests held by the kernel here?"""
+        return self.v2 is not None or "memory" in self.v1
+
+    def describe(self) -> str:
+        """For the log and ``onite status``: ``cgroup v1 (memory, cpu)``, or why limits are not enforced."""
+        if self.v2 is not None:
+            return "cgroup v2 (memory, cpu)"
+        if self.v1:
+            return f"cgroup v1 ({', '.join(sorted(self.v1))})"
+        return f"not enforced ({self.why})" if self.why else "not enforced"
+
+    def prepare(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None) -> tuple[str, ...]:
+        """Set the limits of one run (``mem`` MiB, ``cpus``; None: no limit) before it starts; the v1
+        groups its process must join (none on v2, where its containment cgroup holds the limits).
+        A limit that cannot be set is no reason not to run the job: it then runs unlimited."""
+        if self.v2 is not None and v2_cgroup is not None:
+            if mem is not None:
+                _write(f"{v2_cgroup}/memory.max", str(mem * MIB))
+                _write(f"{v2_cgroup}/memory.swap.max", "0")
+            if cpus is not None:
+                _write(f"{v2_cgroup}/cpu.max", f"{cpus * PERIOD} {PERIOD}")
+            return ()
+        groups = []
+        for controller, base in sorted(self.v1.items()):
+            path = f"{base}/{run_id}"
+            try:
+                os.mkdir(path, 0o755)
+            except FileExistsError:
+                pass
+            except OSError:
+                continue
+            groups.append(path)
+            if controller == "memory" and mem is not None:
+                _write(f"{path}/memory.limit_in_bytes", str(mem * MIB))
+                _write(f"{path}/memory.memsw.limit_in_bytes", str(mem * MIB))  # no swap beyond it
+            elif controller == "cpu" and cpus is not None:
+                _write(f"{path}/cpu.cfs_period_us", str(PERIOD))
+                _write(f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD))
+        return tuple(groups)
+
+
+    def remove_left(self, groups: object) -> None:
+        """Remove the v1 groups a dead run's record names (those of this driver's folders only), once
+        its processes are gone; a group still in use stays."""
+        if not isinstance(groups, list):
+            return
+        bases = tuple(f"{base}/" for base in self.v1.values())
+        remove(tuple(g for g in groups if isinstance(g, str) and g.startswith(bases) and "/" not in
+                     g[len(next(b for b in bases if g.startswith(b))):] and ".." not in g))
+
+
+def discover(v2_base: str | None, *, mountinfo: str = "/proc/self/mountinfo",
+             own: str = "/proc/self/cgroup") -> Limiter:
+    """The limits this driver can set: v2 where the jobs' cgroup folder ``v2_base`` (onite.exec.contain)
+    has the memory and cpu controllers, else the v1 controllers, else none."""
+    if os.geteuid() != 0:
+        return Limiter(why="the driver is not root")
+    if v2_base is not None:
+        available = _words(f"{v2_base}/cgroup.controllers")
+        if {"memory", "cpu"} <= available:
+            enabled = _words(f"{v2_base}/cgroup.subtree_control")
+            if {"memory", "cpu"} <= enabled or _write(f"{v2_base}/cgroup.subtree_control", "+memory +cpu"):
+                return Limiter(v2=v2_base)
+    mounts = _v1_mounts(mountinfo)
+    paths = _v1_paths(own)
+    v1 = {}
+    for controller in V1_CONTROLLERS:
+        if controller not in mounts or controller not in paths:
+            continue
+        base = os.path.normpath(f"{mounts[controller]}/{paths[controller].strip('/')}/{SUBTREE}")
+        try:
+            os.makedirs(base, 0o755, exist_ok=True)
+        except OSError:
+            continue
+        v1[controller] = base
+    if "memory" not in v1:
+        return Limiter(why="no memory controller this driver may use")
+    return Limiter(v1=v1)
+
+
+def _v1_mounts(mountinfo: str) -> dict[str, str]:
+    """Controller → where its v1 hierarchy is mounted (the first mount of each)."""
+    found: dict[str, str] = {}
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                left, sep, right = line.partition(" - ")
+                parts, fields = right.split(), left.split(" ")
+                if not sep or len(parts) < 3 or parts[0] != "cgroup" or len(fields) < 5:
+                    continue
+                for option in parts[2].split(","):
+                    if option in V1_CONTROLLERS:
+                        found.setdefault(option, fields[4].replace("\\040", " "))
+    except OSError:
+        pass
+    return found
+
+
+def _v1_paths(own: str) -> dict[str, str]:
+    """Controller → this process's v1 group (``N:memory:/path`` lines of /proc/self/cgroup)."""
+    found: dict[str, str] = {}
+    try:
+        with open(own, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                for controller in controllers.split(","):
+                    if controller in V1_CONTROLLERS:
+                        found[controller] = path or "/"
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+# ---- the monitor's side: joining, measuring, removing ---------------------------------
+
+
+def join(groups: tuple[str, ...]) -> None:
+    """Move the calling process into each v1 group (before it executes the job).
+
+    Raises:
+        OSError: a group cannot be joined (gone meanwhile is no error: the job then runs unlimited).
+    """
+    for path in groups:
+        try:
+            fd = os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
+def usage(v2_cgroup: str | None, groups: tuple[str, ...]) -> dict:
+    """What a job used, from its cgroups: ``peak_mem`` (bytes), ``cpu`` (seconds), ``oom`` (times the
+    kernel killed one of its processes for memory); a key is left out where no cgroup says."""
+    found: dict = {}
+    for path in groups:  # each file exists only in its controller's group
+        _put(found, "peak_mem", _number(f"{path}/memory.max_usage_in_bytes"))
+        _put(found, "oom", _keyed(f"{path}/memory.oom_control", "oom_kill"))
+        ns = _number(f"{path}/cpuacct.usage")
+        _put(found, "cpu", None if ns is None else round(ns / 1e9, 3))
+    if v2_cgroup is not None:
+        _put(found, "peak_mem", _number(f"{v2_cgroup}/memory.peak"))
+        _put(found, "oom", _keyed(f"{v2_cgroup}/memory.events", "oom_kill"))
+        usec = _keyed(f"{v2_cgroup}/cpu.stat", "usage_usec")
+        _put(found, "cpu", None if usec is None else round(usec / 1e6, 3))
+    return found
+
+
+def rusage_usage(rusage) -> dict:
+    """What the job's leader and the children it waited for used (``os.wait4``): where no cgroup says.
+    ru_maxrss is the largest single process's peak, in KiB."""
+    return {"peak_mem": int(rusage.ru_maxrss) * 1024, "cpu": round(rusage.ru_utime + rusage.ru_stime, 3)}
+
+
+def remove(groups: tuple[str, ...]) -> None:
+    """Remove the v1 groups of a run whose processes have all ended."""
+    for path in groups:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+def _put(found: dict, key: str, value) -> None:
+    if value is not None and key not in found:
+        found[key] = value
+
+
+def _number(path: str) -> int | None:
+    try:
+        with open(path, "rb") as handle:
+            return int(handle.read(64).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _keyed(path: str, key: str) -> int | None:
+    """The number after ``key`` in a flat keyed file (memory.events, cpu.stat, memory.oom_control)."""
+    try:
+        with open(path, "rb") as handle:
+            for line in handle.read(8192).splitlines():
+                words = line.split()
+                if len(words) == 2 and words[0] == key.encode():
+                    return int(words[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _words(path: str) -> set[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return set(handle.read(4096).split())
+    except OSError:
+        return set()
+
+
+def _write(path: str, text: str) -> bool:
+    try:
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write(text)
+        return True
+    except OSError:
+        return False
+
+
+def machine() -> tuple[int | None, int | None]:
+    """What this machine has: MiB of memory (MemTotal) and the CPUs this process may use."""
+    mem = None
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            for line in handle.read(4096).splitlines():
+                if line.startswith(b"MemTotal:"):
+                    mem = int(line.split()[1]) // 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        cpus = os.cpu_count()
+    return mem, cpus

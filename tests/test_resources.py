@@ -1,0 +1,370 @@
+"""Requests (issue 19): jobs say what they need, the driver packs them, the kernel holds them to it.
+
+Real drivers, real processes, real cgroups. Overlap is observed through
+files the jobs write (``*.running`` while a job runs, gated on a file the
+test removes); no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
+from onite.core.config import parse_config
+from onite.core.errors import ConfigError, InvalidInput, JobFormatError
+from onite.core.jobfile import decode, encode
+from onite.core.resources import (MAX_MEM, Busy, Need, format_mem, human_bytes, may_backfill, parse_mem,
+                                  reserve, too_big)
+
+HOST = os.uname().nodename.split(".")[0]
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+NOW = datetime(2026, 11, 24, 20, 0, tzinfo=timezone.utc)
+
+
+# ---- sizes, in Slurm's words -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, mib", [("4G", 4096), ("4g", 4096), ("512M", 512), ("2048", 2048), ("1T", 1 << 20),
+                                       ("100K", 1), ("1025K", 2), (" 8G ", 8192)])
+def test_sizes_are_read_as_slurm_writes_them(text, mib):
+    assert parse_mem(text) == mib
+
+
+@pytest.mark.parametrize("text", ["", "0", "0G", "4.5G", "4GB", "-1", "G", "4 G", "1P", "١G", "99999999999999999T"])
+def test_a_size_slurm_would_not_take_is_refused(text):
+    with pytest.raises(InvalidInput):
+        parse_mem(text)
+
+
+@FUZZ
+@given(st.text(max_size=30))
+def test_the_size_parser_is_total(text):
+    try:
+        mib = parse_mem(text)
+    except InvalidInput:
+        return
+    assert 1 <= mib <= MAX_MEM
+
+
+@FUZZ
+@given(st.integers(1, MAX_MEM))
+def test_every_size_is_written_so_that_it_reads_back(mib):
+    assert parse_mem(format_mem(mib)) == mib
+
+
+def test_amounts_used_are_shown_with_one_decimal():
+    assert human_bytes(4 << 30) == "4.0G"
+    assert human_bytes(300 << 20) == "300.0M"
+    assert human_bytes(1000) == "1K"
+
+
+# ---- the job file and onite.toml ---------------------------------------------------------
+
+
+def _job_bytes(**headers) -> bytes:
+    head = "".join(f"{k}: {v}\n" for k, v in headers.items())
+    return (f"onite-job: 1\nname: j\npriority: 3\nsubmitted: 2026-11-22T14:03:11+01:00\nhost: vm\numask: 0022\n"
+            f"cwd: /tmp\n{head}\necho hi\n").encode()
+
+
+def test_requests_round_trip_through_the_job_file():
+    job = decode(_job_bytes(mem="1536M", cpus="2"))
+    assert (job.mem, job.cpus) == (1536, 2)
+    assert b"mem: 1536M\ncpus: 2\n" in encode(job)
+    assert decode(encode(job)) == job
+
+
+@pytest.mark.parametrize("headers", [{"mem": "0"}, {"mem": "lots"}, {"cpus": "0"}, {"cpus": "1e3"}, {"cpus": "5000"}])
+def test_a_damaged_request_is_a_damaged_job_file(headers):
+    with pytest.raises(JobFormatError):
+        decode(_job_bytes(**headers))
+
+
+def test_an_unknown_key_is_kept_and_ignored():
+    job = decode(_job_bytes(**{"gpus": "2"}))
+    assert job.extra == (("gpus", "2"),)
+
+
+def test_onite_toml_takes_defaults_reserve_backfill_and_host_capacity():
+    config = parse_config('default_mem = "2G"\ndefault_cpus = 1\nreserve_mem = "1G"\nreserve_cpus = 1\n'
+                          'backfill = true\n[hosts.big]\nmem = "64G"\ncpus = 16\n[hosts.small]\nslots = 2\n')
+    assert (config.default_mem, config.default_cpus, config.reserve_mem, config.reserve_cpus) == (2048, 1, 1024, 1)
+    assert config.backfill is True
+    assert (config.hosts["big"].mem, config.hosts["big"].cpus, config.hosts["big"].slots) == (65536, 16, None)
+    assert config.slots_for("small") == 2 and config.slots_for("big") == config.slots
+
+
+@pytest.mark.parametrize("text", ['default_mem = "4.5G"', "default_cpus = 0", 'reserve_mem = "-1"', "backfill = 1",
+                                  '[hosts.a]\nmem = "x"', "[hosts.a]\ncpus = true", "[hosts.a]\ngpus = 1"])
+def test_a_bad_request_setting_names_its_key(text):
+    with pytest.raises(ConfigError):
+        parse_config(text)
+
+
+# ---- packing, pure --------------------------------------------------------------------------
+
+
+CAP = Need(mem=1024, cpus=4, slots=4)
+
+
+def test_a_job_that_ends_before_the_head_can_start_may_backfill():
+    running = [Busy(Need(512, 1), NOW + timedelta(hours=1))]
+    head = reserve(CAP, running, Need(768, 1))
+    assert head.at == NOW + timedelta(hours=1)
+    assert may_backfill(Need(256, 1), NOW + timedelta(minutes=10), Need(512, 3, 3), head)
+
+
+def test_a_job_with_no_time_limit_backfills_only_beside_the_heads_reservation():
+    running = [Busy(Need(512, 1), NOW + timedelta(hours=1))]
+    head = reserve(CAP, running, Need(768, 1))
+    free = Need(512, 3, 3)
+    assert not may_backfill(Need(384, 1), None, free, head)  # it would still hold 384M when the head needs 768M
+    assert may_backfill(Need(256, 1), None, free, head)  # 768M + 256M: both fit once the running job ends
+
+
+def test_a_job_that_ends_after_the_heads_reservation_is_held_to_the_spare():
+    running = [Busy(Need(512, 1), NOW + timedelta(hours=1))]
+    head = reserve(CAP, running, Need(768, 1))
+    assert not may_backfill(Need(384, 1), NOW + timedelta(hours=2), Need(512, 3, 3), head)
+
+
+def test_when_the_head_waits_for_a_job_without_time_limit_only_what_stays_free_beside_it_backfills():
+    running = [Busy(Need(512, 3), None)]
+    head = reserve(CAP, running, Need(256, 2))  # 1 CPU free, it needs 2: its start is unknown
+    assert head.at is None
+    assert not may_backfill(Need(0, 1), NOW + timedelta(minutes=1), Need(512, 1, 3), head)  # the CPU it waits for
+    assert may_backfill(Need(256, 0), None, Need(512, 1, 3), head)  # memory it does not need
+
+
+def test_a_request_bigger_than_the_host_says_what_it_lacks():
+    assert too_big(Need(2048, 1), CAP) == "it asks for 2G memory, but the host has 1.0G"
+    assert too_big(Need(512, 8), CAP) == "it asks for 8 CPUs, but the host has 4"
+    assert too_big(Need(512, 4), CAP) == ""
+
+
+# ---- real nights ----------------------------------------------------------------------------
+
+
+def _capacity(spool, mem: str, cpus: int, **values) -> None:
+    set_config(spool, **values)
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write(f'\n[hosts.{HOST}]\nmem = "{mem}"\ncpus = {cpus}\n')
+
+
+def gated(workdir, name: str) -> str:
+    """A job that says it runs (NAME.running), notes which jobs ran when it started (NAME.seen), waits
+    until the test removes NAME.gate, and says it ended."""
+    (workdir / f"{name}.gate").touch()
+    return (f"cd {workdir}; ls *.running > {name}.seen 2>/dev/null; touch {name}.running\n"
+            f"while [ -e {name}.gate ]; do sleep 0.02; done\nrm {name}.running\n")
+
+
+def submit(name, body, *args):
+    r = run_cli(["submit", name, *args], stdin=body.encode())
+    assert r.code == 0, r
+
+
+def test_jobs_that_fit_run_together_and_one_that_does_not_waits(spool, workdir):
+    _capacity(spool, "1G", 4, slots=3)
+    submit("a", gated(workdir, "a"), "--mem", "512M")
+    submit("b", gated(workdir, "b"), "--mem", "512M")
+    submit("c", gated(workdir, "c"), "--mem", "512M")
+    driver = start_driver(spool)
+    wait_for(lambda: (workdir / "a.running").exists() and (workdir / "b.running").exists(), what="a and b together")
+    listing = run_cli(["list"])
+    assert "waits for 512M memory (none free)" in listing.out, listing
+    (workdir / "a.gate").unlink()
+    wait_for(lambda: (workdir / "c.running").exists(), what="c, once a ended")
+    assert (workdir / "c.seen").read_text().split() == ["b.running"]  # a had ended; b still ran
+    for name in ("b", "c"):
+        (workdir / f"{name}.gate").unlink()
+    assert driver.wait(timeout=60) == 0
+    assert result(spool, "c")["mem"] == 512
+
+
+def test_strict_order_nothing_jumps_a_job_that_waits_for_room(spool, workdir):
+    _capacity(spool, "1G", 4, slots=3)
+    submit("a", gated(workdir, "a"), "--mem", "768M")
+    submit("h", gated(workdir, "h"), "--mem", "512M")
+    submit("s", f"cd {workdir}; ls *.gate > s.seen 2>/dev/null; true\n", "--mem", "128M")
+    driver = start_driver(spool)
+    wait_for(lambda: (workdir / "a.running").exists(), what="a")
+    (workdir / "a.gate").unlink()
+    wait_for(lambda: (workdir / "h.running").exists(), what="h, once a ended")
+    (workdir / "h.gate").unlink()
+    assert driver.wait(timeout=60) == 0
+    assert "a.gate" not in (workdir / "s.seen").read_text().split()  # s, which fit, waited behind h
+
+
+def test_backfill_starts_only_what_cannot_delay_the_head_job(spool, workdir):
+    _capacity(spool, "1G", 4, slots=4, backfill=True)
+    submit("a", gated(workdir, "a"), "--mem", "512M", "--timeout", "1h")
+    submit("h", gated(workdir, "h"), "--mem", "768M")
+    submit("nolimit", f"cd {workdir}; ls *.gate > nolimit.seen 2>/dev/null; true\n", "--mem", "384M")
+    submit("short", gated(workdir, "short"), "--mem", "256M", "--timeout", "10m")
+    driver = start_driver(spool)
+    # a cannot end before the test removes a.gate: the short job started past h, while a ran
+    wait_for(lambda: (workdir / "short.running").exists(), what="the short job, backfilled")
+    (workdir / "a.gate").unlink()
+    wait_for(lambda: (workdir / "h.running").exists(), what="h, once a ended")
+    (workdir / "short.gate").unlink()
+    (workdir / "h.gate").unlink()
+    assert driver.wait(timeout=60) == 0
+    seen = (workdir / "nolimit.seen").read_text().split()
+    assert "a.gate" not in seen  # no time limit: it would have held 384M past h's start
+    starts = [line for line in log_lines(spool) if " start " in line]
+    assert any("short" in line and "backfilled" in line for line in starts), starts
+    assert not any("nolimit" in line and "backfilled" in line for line in starts), starts
+
+
+def test_a_job_bigger_than_the_host_is_refused_at_submit_and_failed_by_the_driver(spool, workdir):
+    _capacity(spool, "1G", 2)
+    r = run_cli(["submit", "big", "--mem", "2G"], stdin=b"true\n")
+    assert r.code == 3 and r.err.count("\n") == 1 and "2G memory" in r.err, r
+    submit("fits", "true\n", "--mem", "1G")
+    toml = spool / "onite.toml"  # the admin shrinks the host after it was spooled
+    toml.write_text(toml.read_text().replace('mem = "1G"', 'mem = "512M"'))
+    assert drain(spool).returncode == 0
+    res = result(spool, "fits")
+    assert res["state"] == "failed" and "1G memory" in res["reason"] and "never run" in res["reason"], res
+
+
+def test_every_result_records_peak_memory_and_cpu_time(spool, workdir):
+    submit("burn", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done\n")
+    assert drain(spool).returncode == 0
+    res = result(spool, "burn")
+    assert res["state"] == "done"
+    assert res["peak_mem"] > 0 and res["cpu_time"] > 0, res
+
+
+def _has_v1_memory() -> bool:
+    from onite.exec.limits import discover
+
+    return os.geteuid() == 0 and discover(None).enforced
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no memory controller to hold a job to its --mem")
+def test_a_job_past_its_memory_is_killed_and_recorded_as_out_of_memory(spool, workdir):
+    hog = "import sys\nblocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n"
+    (workdir / "hog.py").write_text(hog)
+    submit("hog", f"exec python3 {workdir}/hog.py\n", "--mem", "64M")
+    submit("fine", "true\n", "--mem", "64M")
+    assert drain(spool).returncode == 0
+    res = result(spool, "hog")
+    assert res["state"] == "failed"
+    assert res["reason"].startswith("out of memory (asked 64M, peaked "), res
+    assert 60 << 20 <= res["peak_mem"] <= 64 << 20, res
+    assert result(spool, "fine")["state"] == "done"
+
+
+def _run_record_line(spool, name):
+    import json
+
+    [path] = list((spool / "running").glob(f"*/{name}@run"))
+    return json.loads(path.read_text().splitlines()[0])
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no memory controller to hold a job to its --mem")
+def test_the_limits_are_set_before_the_job_runs(spool, workdir):
+    body = (f"cat /proc/self/cgroup > {workdir}/cg; touch {workdir}/in\n"
+            f"while [ ! -e {workdir}/out ]; do sleep 0.02; done\n")
+    submit("lim", body, "--mem", "96M", "--cpus", "1")
+    driver = start_driver(spool)
+    wait_for(lambda: (workdir / "in").exists(), what="the job")
+    groups = _run_record_line(spool, "lim")["groups"]
+    mem_group = [g for g in groups if "/memory/" in g][0]
+    assert int(open(f"{mem_group}/memory.limit_in_bytes").read()) == 96 << 20
+    cpu_group = [g for g in groups if "/cpu/" in g]
+    if cpu_group:
+        assert int(open(f"{cpu_group[0]}/cpu.cfs_quota_us").read()) == 100_000
+    assert os.path.basename(mem_group) in (workdir / "cg").read_text()
+    (workdir / "out").touch()
+    assert driver.wait(timeout=60) == 0
+    assert not any(os.path.exists(g) for g in groups)  # removed with the run
+
+
+def test_list_and_its_json_show_what_a_job_asked_for_and_used(spool, workdir):
+    submit("burn2", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done\n", "--mem", "1G", "--cpus", "1")
+    assert drain(spool).returncode == 0
+    [doc] = [j for j in run_cli(["list", "--all", "--json"]).json()["jobs"] if j["name"] == "burn2"]
+    assert (doc["mem"], doc["cpus"]) == (1024, 1) and doc["peak_mem"] > 0 and doc["cpu_time"] > 0, doc
+    import re
+
+    lines = run_cli(["list", "--all", "--plain"]).out.splitlines()
+    titles = re.split(r" {2,}", lines[0])
+    [row] = [re.split(r" {2,}", line) for line in lines if "burn2" in line]
+    assert re.fullmatch(r"[0-9.]+[KMG]/1G", row[titles.index("MEM")]), row
+    assert re.fullmatch(r"[0-9.]+s", row[titles.index("CPU")]), row
+
+
+@needs_root
+def test_status_says_how_requests_are_held_and_the_capacity(spool, workdir):
+    _capacity(spool, "1G", 2)
+    submit("t", "true\n")
+    assert drain(spool).returncode == 0
+    out = run_cli(["status"]).out
+    line = next(line for line in out.splitlines() if line.startswith("limits"))
+    assert "capacity 1G memory, 2 CPUs" in line
+    assert ("cgroup" in line) if _has_v1_memory() else ("not enforced" in line)
+
+
+# ---- the kernel's files (cgroup v2 only where this machine has none: a fake folder) --------------
+
+
+def test_without_a_memory_controller_limits_are_not_enforced(tmp_path):
+    from onite.exec.limits import discover
+
+    (tmp_path / "mountinfo").write_text("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n")
+    (tmp_path / "cgroup").write_text("0::/\n")
+    found = discover(None, mountinfo=str(tmp_path / "mountinfo"), own=str(tmp_path / "cgroup"))
+    assert not found.enforced and found.describe().startswith("not enforced")
+
+
+@needs_root
+def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
+    from onite.exec.limits import discover, usage
+
+    base = tmp_path / "onite"
+    base.mkdir()
+    (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (base / "cgroup.subtree_control").write_text("")
+    limiter = discover(str(base))
+    assert limiter.v2 == str(base) and "+memory +cpu" in (base / "cgroup.subtree_control").read_text()
+    job = base / "run-1"
+    job.mkdir()
+    assert limiter.prepare("run-1", str(job), 4096, 2) == ()
+    assert (job / "memory.max").read_text() == str(4 << 30) and (job / "cpu.max").read_text() == "200000 100000"
+    (job / "memory.peak").write_text("123456789\n")
+    (job / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
+    (job / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
+    assert usage(str(job), ()) == {"peak_mem": 123456789, "oom": 1, "cpu": 2.5}
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no cgroup v1 groups to leave behind")
+def test_recovery_removes_the_limit_groups_a_dead_monitor_left(spool, workdir):
+    from conftest import kill_driver_mid_job
+
+    set_config(spool, default_mem="64M")
+    kill_driver_mid_job(spool, workdir, "lost", machine_dies=True)
+    groups = _run_record_line(spool, "lost")["groups"]
+    assert groups and all(os.path.isdir(g) for g in groups)
+    assert drain(spool).returncode == 0
+    assert not any(os.path.exists(g) for g in groups)
+    assert result(spool, "lost")["mem"] == 64
+
+
+def test_a_header_key_this_onite_does_not_know_is_logged_and_ignored(spool, workdir):
+    submit("newer", "true\n")
+    [path] = list((spool / "jobs").glob("*/newer"))
+    path.write_bytes(path.read_bytes().replace(b"onite-job: 1\n", b"onite-job: 1\ngpus: 2\n", 1))
+    assert drain(spool).returncode == 0
+    assert result(spool, "newer")["state"] == "done"
+    assert any(" warning newer " in line and "keys=gpus" in line for line in log_lines(spool)), log_lines(spool)
