@@ -149,7 +149,7 @@ def unique_free(text):
     text = re.sub(r"-[a-z2-9]{6}(?=\b|-)", "-UNIQUE", text)
     # `onite run` off a terminal prints its log lines: times, pids and durations differ
     text = re.sub(r"(?m)^\S+ (\S+)\[\d+\] ", r"TIME \1[PID] ", text)
-    return re.sub(r"\b(pid|seconds)=\S+", r"\1=N", text)
+    return re.sub(r"\b(pid|seconds|run)=\S+", r"\1=N", text)
 
 
 def run_once(spool, monkeypatch, argv, stdin, queued, *, fast):
