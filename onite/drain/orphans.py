@@ -19,7 +19,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from onite.core.errors import OniteError
-from onite.core.names import run_id_host
+from onite.core.names import is_run_id, run_id_host
 from onite.core.runrecord import RunRecord
 from onite.exec import contain
 from onite.exec.processes import find_run_processes
@@ -34,6 +34,16 @@ class Orphans:
 
     def __init__(self, driver: Driver) -> None:
         self.d = driver
+
+    def sweep_cgroups(self) -> None:
+        """Remove the empty job cgroups that drivers killed before they wrote a run record left
+        (those of this machine's runs, ten minutes old or more); one log line if there were any."""
+        d = self.d
+        folders = [d.containment.base] if d.containment.base else []
+        folders += list(d.limiter.v1.values())
+        removed = contain.sweep_stale(folders, is_run_id)
+        if removed:
+            d.log.event("pruned", cgroups=removed, note="empty job cgroups that killed drivers left")
 
     def monitor_alive(self, rec: RunRecord) -> bool:
         """Is the monitor a run record names still that process, and alive?"""

@@ -57,6 +57,7 @@ class Recovery:
     def recover(self) -> None:
         """Deal with every claim in running/HOST/ (see the module's docstring)."""
         d = self.d
+        d.orphans.sweep_cgroups()
         try:
             names = os.listdir(d.running_dir)
         except FileNotFoundError:

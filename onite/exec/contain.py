@@ -299,3 +299,36 @@ def _write(path: str, data: bytes) -> bool:
         return True
     except OSError:
         return False
+
+
+STALE_CGROUP_AGE = 600  # s: a job joins its cgroup within moments of its creation; one this old and empty is left over
+
+
+def sweep_stale(folders: list[str], is_run_id, *, older_than: float = STALE_CGROUP_AGE,
+                now: float | None = None) -> int:
+    """Remove the empty job cgroups (v2, or v1 groups) under ``folders`` that are older than
+    ``older_than`` seconds; returns how many.
+
+    A driver killed between making a run's cgroup and writing its run record leaves an empty
+    cgroup that no recovery can name. Only folders whose name ``is_run_id`` are looked at; a
+    populated one is never removed (rmdir refuses it) and neither is a young one, which a job of
+    another driver sharing this subtree may be about to join.
+    """
+    now = time.time() if now is None else now
+    removed = 0
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not (is_run_id(entry.name) and entry.is_dir(follow_symlinks=False)):
+                    continue
+                if now - entry.stat(follow_symlinks=False).st_ctime < older_than or is_populated(entry.path):
+                    continue
+                os.rmdir(entry.path)
+                removed += 1
+            except OSError:
+                continue  # busy, gone, or not ours to remove
+    return removed
