@@ -59,6 +59,8 @@ class LocalRunner(Runner):
         self.kill_grace = kill_grace
         self.switch_user = switch_user
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
+        if self.containment.kind != contain.OFF:
+            contain.preload()  # each monitor makes itself a subreaper: with libc loaded before the fork
         self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
         self.runs: list[Run] = []
         self._lingering: list[MonitorLink] = []  # monitors ending what their job left behind
