@@ -205,6 +205,12 @@ def preload() -> None:
             _PRCTL.append(None)
 
 
+def libc_prctl():
+    """libc's prctl (loaded by ``preload``), or None where it cannot be called."""
+    preload()
+    return _PRCTL[0]
+
+
 def set_subreaper() -> bool:
     """Make this process the reaper of every orphan among its descendants (Linux 3.4)."""
     preload()

@@ -35,6 +35,7 @@ from onite.exec.monitorlink import MonitorLink
 from onite.exec.launch import SCRIPT, Launch, credentials_of, own_credentials, plan, run_outputs
 from onite.exec.processes import find_run_processes, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
+from onite.exec.spawner import Spawner, SpawnerGone
 from onite.spool import runrecords
 
 
@@ -67,6 +68,7 @@ class LocalRunner(Runner):
         self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
+        self._spawner = Spawner()  # forks the monitors, so that this big process never forks
         _occupy_standard_descriptors()
 
     def reload(self, config) -> None:
@@ -138,7 +140,7 @@ class LocalRunner(Runner):
                 record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
                 cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace)
             try:
-                pid = monitor.start(spec)
+                pid, pidfd, child = self._spawn(spec)
             except OSError as error:
                 os.close(notify_r)
                 raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
@@ -147,12 +149,29 @@ class LocalRunner(Runner):
                 if fd is not None:
                     os.close(fd)
             outputs.__exit__(None, None, None)
+        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child)
+        return pid
+
+    def _spawn(self, spec: monitor.Plan) -> tuple[int | None, int | None, bool]:
+        """Fork the monitor of ``spec``: by the spawner (onite.exec.spawner), where it runs, else
+        here. Its pid (None: unknown, its pipe and record will tell), a pidfd, and whether it is
+        this process's child.
+
+        Raises:
+            OSError: no process can be forked.
+        """
+        if not self._spawner.failed:
+            try:
+                pid, pidfd = self._spawner.spawn(spec)
+                return pid, pidfd, False
+            except SpawnerGone:
+                pass  # nothing was forked: fork it here, as without a spawner
+        pid = monitor.start(spec)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
             pidfd = None  # a very old kernel: polled
-        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=True)
-        return pid
+        return pid, pidfd, True
 
     @staticmethod
     def _undo(run: Run) -> None:
