@@ -71,6 +71,11 @@ class LocalRunner(Runner):
         self._spawner = Spawner()  # forks the monitors, so that this big process never forks
         _occupy_standard_descriptors()
 
+    def close(self) -> None:
+        """Let the spawner go (the next start begins another); running monitors are not its."""
+        self._spawner.close()
+        self._spawner = Spawner()
+
     def reload(self, config) -> None:
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
