@@ -68,13 +68,13 @@ class LocalRunner(Runner):
         self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
-        self._spawner = Spawner()  # forks the monitors, so that this big process never forks
+        self._spawner = Spawner(self.containment.kind != contain.OFF)  # forks the monitors: this big process never does
         _occupy_standard_descriptors()
 
     def close(self) -> None:
         """Let the spawner go (the next start begins another); running monitors are not its."""
         self._spawner.close()
-        self._spawner = Spawner()
+        self._spawner = Spawner(self.containment.kind != contain.OFF)
 
     def reload(self, config) -> None:
         self.shell = config.shell

@@ -5,12 +5,16 @@ either side then writes is copied once more: the cost grows with the
 driver's heap, and it is paid on both sides (docs/performance.md, the
 per-job budget). So the local executor starts, with its first job, one
 spawner: a fresh interpreter (``python -E -S``) that imports only the
-monitor (onite.exec.monitor) and waits on a socket. For each job the driver
-sends it the monitor's Plan and, with SCM_RIGHTS, the descriptors the Plan
-names (the script, the output files, the run record, the driver's pipe,
-the driver lock); the spawner forks the monitor (``monitor.start``, the same
-code the driver used to run), sends back its pid and a pidfd, and closes its
-copies. The monitor, not the spawner and not the driver, is the job's
+monitor (onite.exec.monitor) and waits on a socket. It keeps one monitor
+forked ahead, which has left the driver's session and ignores its signals
+(``monitor.prepare``) and waits for its Plan: the fork is not on the path
+from one job's end to the next job's start. For each job the driver sends
+the monitor's Plan and, with SCM_RIGHTS, the descriptors the Plan names
+(the script, the output files, the run record, the driver's pipe, the
+driver lock); the spawner passes that datagram on to the monitor forked
+ahead (or, if there is none, forks one: ``monitor.start``, the code the
+driver used to run), sends back its pid and a pidfd, closes its copies and
+forks the next. The monitor, not the spawner and not the driver, is the job's
 parent, and it records the job's end as before: what the driver's death
 leaves is what it left before (docs/internals.md, "The monitor and
 recovery").
@@ -51,7 +55,8 @@ class SpawnerGone(OSError):
 class Spawner:
     """The driver's end of one spawner process (started on the first ``spawn``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, contained: bool = True) -> None:
+        self.contained = contained  # monitors make themselves subreapers (onite.exec.contain)
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
         self.failed = False  # it could not be started or died: the caller forks monitors itself
@@ -95,7 +100,7 @@ class Spawner:
             raise SpawnerGone(0, "the spawner could not be started")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        boot = f"import sys; sys.path.insert(0, {root!r}); from onite.exec.spawner import serve; serve({theirs.fileno()})"
+        boot = f"import sys; sys.path.insert(0, {root!r}); from onite.exec.spawner import serve; serve({theirs.fileno()}, {self.contained!r})"
         try:
             self._proc = subprocess.Popen([sys.executable, "-E", "-S", "-c", boot], pass_fds=(theirs.fileno(),),
                                           stdin=subprocess.DEVNULL, start_new_session=True)
@@ -128,8 +133,9 @@ class Spawner:
 # ---- the spawner's side -------------------------------------------------------------
 
 
-def serve(fd: int) -> None:
-    """The spawner's loop: fork one monitor per request until the driver's end closes."""
+def serve(fd: int, contained: bool) -> None:
+    """The spawner's loop: hand each request to a monitor forked ahead of it, until the driver's end
+    closes. ``contained``: monitors make themselves subreapers (onite.exec.contain)."""
     sock = socket.socket(fileno=fd)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGPIPE):
@@ -143,34 +149,29 @@ def serve(fd: int) -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:
         return  # the driver died before the line above
-    names = [f.name for f in fields(monitor.Plan)]
+    warm: Warm | None = None
     while True:
+        if warm is None:
+            warm = _fork_ahead(contained)
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 16)
         except InterruptedError:
             continue
         if not data:
             return
-        try:
-            sent, script_fd = marshal.loads(data)
-            values = dict(zip(names, sent))
-            for name in FD_FIELDS:
-                if values[name] is not None:
-                    values[name] = fds[values[name]]
-            # the interpreter reads the script as /dev/fd/N: N is its number here, not in the driver
-            path, here = f"/dev/fd/{script_fd}".encode(), f"/dev/fd/{values['script_fd']}".encode()
-            values["argv"] = tuple(here if part == path else part for part in values["argv"])
-            pid = monitor.start(monitor.Plan(**values))
-        except OSError as err:
-            answer, pidfds = ("error", err.errno or 0), []
-        except Exception:  # noqa: BLE001 - a malformed request (the driver's bug): refuse it, serve on
-            answer, pidfds = ("error", 0), []
-        else:
+        answer, pidfds = ("error", 0), []
+        if warm is not None:
             try:
-                pidfds = [os.pidfd_open(pid)]
+                socket.send_fds(warm.sock, [data], fds)  # one datagram: it has it whole, or not at all
+                answer, pidfds = ("ok", warm.pid), [warm.pidfd]
             except OSError:
-                pidfds = []
-            answer = ("ok", pid)
+                pass  # it died meanwhile: fork one now
+            warm.sock.close()
+            if not pidfds:
+                os.close(warm.pidfd)
+            warm = None
+        if not pidfds:
+            answer, pidfds = _fork_now(data, fds)
         for received in fds:
             os.close(received)
         try:
@@ -181,3 +182,85 @@ def serve(fd: int) -> None:
             for pidfd in pidfds:
                 os.close(pidfd)
 
+
+class Warm:
+    """A monitor forked ahead of its request: its pid, a pidfd, and the socket its Plan comes by."""
+
+    def __init__(self, pid: int, pidfd: int, sock: socket.socket) -> None:
+        self.pid, self.pidfd, self.sock = pid, pidfd, sock
+
+
+def _fork_ahead(contained: bool) -> Warm | None:
+    """Fork the next job's monitor now, while no job waits for it: it prepares itself (onite.exec.monitor
+    step 1) and waits for its Plan. None if no process can be forked now (the request forks one)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        code = 70
+        try:
+            ours.close()
+            code = _wait_and_run(theirs, contained)
+        finally:
+            os._exit(code)
+    theirs.close()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        ours.close()
+        os.kill(pid, signal.SIGKILL)
+        return None
+    return Warm(pid, pidfd, ours)
+
+
+def _wait_and_run(conn: socket.socket, contained: bool) -> int:
+    """In a monitor forked ahead: prepare, wait for the Plan, run it; the exit code (0 if the
+    spawner went away first: nothing was asked of it)."""
+    try:
+        monitor.prepare(contained)
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
+                break
+            except InterruptedError:
+                continue
+        if not data:
+            return 0
+        return monitor.run(_plan(data, fds), prepared=True)
+    except BaseException:  # noqa: BLE001 - nothing may escape into the copy of the spawner
+        if os.environ.get("ONITE_DEBUG_MONITOR"):
+            import traceback
+            with open(os.environ["ONITE_DEBUG_MONITOR"], "a") as f:
+                traceback.print_exc(file=f)
+        return 70
+
+
+def _fork_now(data: bytes, fds: list[int]) -> tuple[tuple, list[int]]:
+    """Fork the monitor of a request here (no monitor was forked ahead); the answer and the pidfd."""
+    try:
+        pid = monitor.start(_plan(data, fds))
+    except OSError as err:
+        return ("error", err.errno or 0), []
+    except Exception:  # noqa: BLE001 - a malformed request (the driver's bug): refuse it, serve on
+        return ("error", 0), []
+    try:
+        return ("ok", pid), [os.pidfd_open(pid)]
+    except OSError:
+        return ("ok", pid), []
+
+
+def _plan(data: bytes, fds: list[int]) -> monitor.Plan:
+    """The Plan a request carries, with the descriptors received in place of the driver's numbers."""
+    sent, script_fd = marshal.loads(data)
+    values = dict(zip([f.name for f in fields(monitor.Plan)], sent))
+    for name in FD_FIELDS:
+        if values[name] is not None:
+            values[name] = fds[values[name]]
+    # the interpreter reads the script as /dev/fd/N: N is its number here, not in the driver
+    path, here = f"/dev/fd/{script_fd}".encode(), f"/dev/fd/{values['script_fd']}".encode()
+    values["argv"] = tuple(here if part == path else part for part in values["argv"])
+    return monitor.Plan(**values)
