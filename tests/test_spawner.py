@@ -71,3 +71,18 @@ def test_a_killed_drivers_spawner_exits_and_leaves_the_lock_and_the_job_to_the_n
     assert second.returncode == 0
     assert result(spool, "survivor")["state"] == "done"
     assert ledger.read_text().split() == ["start"]
+
+
+def test_where_no_spawner_can_start_the_driver_forks_the_monitors_itself(spool, workdir, monkeypatch):
+    """An interpreter that cannot be started again (its file gone, say): the jobs still run, each
+    under a monitor that the driver forked, as before the spawner."""
+    from onite.drain.driver import Driver
+    from onite.spool.paths import SpoolDir
+
+    trace = workdir / "trace"
+    for name in "ab":  # each job writes its monitor's parent
+        assert run_cli(["submit", name], stdin=f"cut -d' ' -f4 /proc/$PPID/stat >> {trace}\n".encode()).code == 0
+    monkeypatch.setattr("sys.executable", str(workdir / "no-such-python"))
+    assert Driver(SpoolDir(spool)).run() == 0
+    assert result(spool, "a")["state"] == result(spool, "b")["state"] == "done"
+    assert trace.read_text().split() == [str(os.getpid())] * 2
