@@ -46,6 +46,7 @@ from onite.exec import contain, monitor
 MAX_REQUEST = 1 << 20  # bytes of one request: a job's environment and command line
 FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "notify_fd", "lock_fd")
 PR_SET_PDEATHSIG = 1
+ANSWER_WAIT = 30.0  # seconds the driver waits for the spawner (one stopped with SIGSTOP must not hang it)
 
 
 class SpawnerGone(OSError):
@@ -110,6 +111,7 @@ class Spawner:
             raise SpawnerGone(err.errno, f"cannot start the spawner: {err.strerror}") from None
         finally:
             theirs.close()
+        ours.settimeout(ANSWER_WAIT)  # then the request is lost (nothing sent) or its answer (the pipe will say)
         self._sock = ours
 
     def _lost(self) -> None:
