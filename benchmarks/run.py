@@ -10,12 +10,15 @@ Workloads (docs/performance.md says what each figure means):
 
   drain       (a) N trivial jobs (``true``) drained by one ``onite run``, 1 slot,
               against a bare subprocess loop of the same N; end to end with
-              ``onite submit --lines``; (b) the same with 2 slots
+              ``onite submit --lines``; (b) the same with 2 slots; the 1-slot rate
+              against task-spooler's drain of a filled queue (when that peer runs)
   cli         (c) one ``onite submit`` and one ``onite find``, median wall time
   bulk        (d) ``onite submit NAME --lines``: jobs per second through one process
   list        (e) ``onite list --json`` with 1k, 10k and 100k queued
   scale       (f) cost per job while draining the front of a queue of 1k and of
               100k; (g) the driver's peak RSS with each
+  cost        (i) per job: system calls (of the driver and every process it starts), new
+              files, fsyncs, forks and execs, by strace -f
   morning     (h) a night of N finished jobs: ``onite report`` (table and timeline,
               --json, --html), ``onite status --json`` and ``onite wait``; and the
               drain rate with a notice per job (``notify_command = /bin/true``)
@@ -48,6 +51,7 @@ BASE_RATE = peers.BASE_RATE
 BASE_CLI = peers.BASE_CLI
 BASE_RSS = "python -c pass peak RSS"
 DRAIN_1 = "onite: drain, 1 slot"
+TSP_DRAIN = "tsp -S 1: drain of a filled queue"
 PER_JOB_SMALL = "onite: per-job drain cost, {} queued"
 
 
@@ -74,7 +78,7 @@ QUICK = Plan(n=100, repeats=1, latency_repeats=5, one_by_one=20, bulk=1_000,
              sizes=(300, 1_000, 3_000), warm=20, stride=50, windows=2, warm_spool=100,
              night=300, peer=peers.QUICK)
 
-SECTIONS = ("drain", "cli", "bulk", "list", "scale", "morning")
+SECTIONS = ("drain", "cost", "cli", "bulk", "list", "scale", "morning")
 PEERS = ("baseline", "task-spooler", "nq", "parallel")
 
 
@@ -134,6 +138,59 @@ class OniteSpool:
 
 
 # --------------------------------------------------------------------------
+# (i) what one job costs: system calls, new files, fsyncs, processes (strace)
+
+COUNTED = {  # what is counted per job, by system call
+    "forks": ("clone", "clone3", "fork", "vfork"),
+    "execs": ("execve", "execveat"),
+    "fsyncs": ("fsync", "fdatasync", "syncfs", "sync_file_range"),
+}
+
+
+def strace_counts(spool: OniteSpool, out: str) -> dict[str, int]:
+    """Every system call of one ``onite run`` and of all its processes (strace -f), counted."""
+    strace = shutil.which("strace")
+    subprocess.run([strace, "-f", "-qq", "-o", out, *ONITE, "run", "-q"], env=spool.env, cwd=spool.dir, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counts = {"syscalls": 0, "new files": 0, **{key: 0 for key in COUNTED}}
+    with open(out, encoding="utf-8", errors="replace") as trace:
+        for line in trace:
+            _, _, call = line.partition(" ")
+            call = call.lstrip()
+            if call.startswith(("<...", "+++", "---")):
+                continue  # the end of a call counted at its start; exits; signals
+            name = call.split("(", 1)[0]
+            counts["syscalls"] += 1
+            for key, names in COUNTED.items():
+                counts[key] += name in names
+            failed = "= -1 " in call
+            if not failed and ((name in ("open", "openat") and "O_CREAT" in call) or name in ("mkdir", "mkdirat",
+                                                                                         "memfd_create", "creat")):
+                counts["new files"] += 1
+    os.unlink(out)
+    return counts
+
+
+def bench_cost(plan: Plan) -> list[h.Result]:
+    """Per job: the system calls of the driver and of every process it starts (the job's own
+    ``true`` included), the files and folders it creates (O_CREAT opens, mkdir: run record,
+    output, result, cgroup; memfd: the script), fsyncs, forks and execs. Measured as the
+    difference between a drain of N jobs and a drain of none (start-up and exit cancel out)."""
+    if shutil.which("strace") is None:
+        raise peers.Skip("strace is not installed (Debian: apt install strace)")
+    n = max(50, plan.n // 10)
+    spool = OniteSpool()
+    try:
+        empty = strace_counts(spool, os.path.join(spool.dir, "strace-0"))
+        spool.submit_lines(["true"] * n)
+        full = strace_counts(spool, os.path.join(spool.dir, "strace-n"))
+    finally:
+        spool.close()
+    note = f"N={n} `true` jobs, 1 slot, strace -f: (drain of N − drain of none) / N"
+    return [h.Result(f"onite: per job, {key}", (full[key] - empty[key]) / n, "/job", note=note) for key in full]
+
+
+# --------------------------------------------------------------------------
 # (a, b) draining N trivial jobs
 
 
@@ -166,6 +223,8 @@ def bench_drain(plan: Plan) -> list[h.Result]:
                             note=f"N={n} queued `true`, one `onite run` (its start-up included), sequential"),
         h.Result.from_stats("onite: drain, 2 slots", two.rate(n), "jobs/s", DRAIN_1,
                             note=f"N={n}, `onite run --slots 2`; ratio to 1 slot"),
+        h.Result.from_stats("onite: drain, 1 slot, against tsp", one.rate(n), "jobs/s", TSP_DRAIN,
+                            note=f"N={n}: the 1-slot drain again; ratio to task-spooler's drain of a filled queue"),
         h.Result.from_stats("onite: drain of 10 ms jobs, 1 slot", sleepy_one.rate(sleepers), "jobs/s",
                             note=f"N={sleepers} jobs `sleep 0.01`: jobs that leave the driver time to keep up"),
         h.Result.from_stats("onite: drain of 10 ms jobs, 2 slots", sleepy_two.rate(sleepers), "jobs/s",
@@ -438,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads += [(f"peer {name}", lambda name=name: peers.PEERS[name](plan.peer)) for name in peer_names]
     if "drain" in sections:
         workloads.append(("drain", lambda: bench_drain(plan)))
+    if "cost" in sections:
+        workloads.append(("cost", lambda: bench_cost(plan)))
     if "cli" in sections:
         workloads.append(("cli", lambda: bench_cli(plan)))
     if "bulk" in sections:

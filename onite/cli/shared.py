@@ -77,6 +77,7 @@ def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = N
     mode = choose_mode(quiet=quiet, verbose=verbose, is_terminal=_is_terminal(sys.stderr),
                        dumb=os.environ.get("TERM", "") in ("dumb", "unknown"))
     options = dict(slots=slots, host=host, scheduled=scheduled)
+    _ignore_late_signals()  # the driver's handlers save this and put it back as they let go: no gap
     if mode != LIVE:
         try:
             return run.drive(target, until_time, echo=sys.stderr if mode == LINES else None, **options)
@@ -95,8 +96,9 @@ def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = N
 
 
 def _ignore_late_signals() -> None:
-    """The driver has let go of its lock: a status or reload request that comes now (its pid was
-    read before) finds a process about to exit, which must not die of it."""
+    """A status or reload request that comes before the driver catches signals, or after it has let
+    go of its lock (its pid was read before), finds a process starting or about to exit, which must
+    not die of it. Set before the drain too: its signal catcher restores what it found, at once."""
     import signal
 
     for sig in (signal.SIGHUP, signal.SIGUSR1):

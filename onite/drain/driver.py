@@ -189,6 +189,7 @@ class Driver:
             try:
                 self._loop(wakeup_fd)
             finally:
+                self.runner.close()
                 self.notifier.finish(stop=self._must_stop_now)
             self.finisher.prune()
         cannot_record = self.finisher.cannot_record
@@ -245,13 +246,12 @@ class Driver:
                 self.heartbeat.tick()
             if self.tick is not None and not self.stopping:
                 self._tick_at = self.tick(self, self.clock.now())
-            self.finisher.reap()
+            self.finisher.reap(start_next=self._start_early)
             self.runner.tick(self.clock.monotonic())
             if self.notifier.busy:
                 self.notifier.reap()
             self.cancels.process()
-            if not self.stopping and not self.hard_stop and not self.finisher.cannot_record:
-                self._start_jobs()
+            self._start_more()
             if self.running and len(self.running) >= self.slots:
                 self.picker.read_ahead()
             if not self.running and not self.runner.busy():
@@ -303,6 +303,16 @@ class Driver:
         """While waiting for the last notifiers: has a signal asked for an immediate exit?"""
         signals.handle(self)
         return self.hard_stop
+
+    def _start_early(self) -> None:
+        """Runs ended: start the next jobs before filing those (cancel requests honoured first)."""
+        self.cancels.process()
+        self._start_more()
+
+    def _start_more(self) -> None:
+        """Fill the free slots, unless the driver is stopping or cannot record what it starts."""
+        if not self.stopping and not self.hard_stop and not self.finisher.cannot_record:
+            self._start_jobs()
 
     def _start_jobs(self) -> None:
         """Start jobs in queue order while a slot is free, the window is open and the executor takes them."""

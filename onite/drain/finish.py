@@ -66,15 +66,24 @@ class Finisher:
 
     # ---- runs that ended -------------------------------------------------------------
 
-    def reap(self) -> None:
-        """Log the starts the runner saw, and file each job that ended as soon as it is seen."""
+    def reap(self, start_next=None) -> None:
+        """Log the starts the runner saw, and file each job that ended as soon as it is seen.
+        ``start_next``: called once the ended runs have left their slots and before they are
+        filed, so that the next jobs run while these are filed (the cores are used)."""
         d = self.d
         finished = d.runner.reap()
         d.runner.started()  # each run it names is marked announced
         d.starter.log_starts(until=None)
+        for run, _ in finished:
+            d.running.pop(run.name, None)
+        if finished and start_next is not None:
+            d.picker.unfiled = {run.name for run, _ in finished}  # a job that needs one of them waits
+            try:
+                start_next()
+            finally:
+                d.picker.unfiled = set()
         for run, outcome in finished:
             d.starter.log_starts(until=run)
-            d.running.pop(run.name, None)
             if not run.announced and outcome.reason and run.stopping is None:
                 d.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
             if run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:

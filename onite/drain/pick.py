@@ -66,6 +66,10 @@ class Inspection:
     reason: str = ""
 
 
+class Unfiled(Exception):
+    """A job's dependency has ended and is not filed yet: nothing is picked until it is."""
+
+
 class Picker:
     """Chooses the next job for a driver; keeps what it read of the queue between picks."""
 
@@ -77,6 +81,7 @@ class Picker:
         self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._reported_foreign: set[str] = set()
         self.backfilled = False  # the job last picked starts past a waiting one (onite.drain.pack)
+        self.unfiled: set[str] = set()  # runs that ended and are not filed yet (onite.drain.finish.reap)
 
     def pick(self) -> tuple[Candidate, os.stat_result] | None:
         """The first job that may start now, with the stat it was judged by; None if none may."""
@@ -102,7 +107,10 @@ class Picker:
                 if seen is None:  # the guard set it aside
                     self.forget(cand)
                     continue
-                picked = self._judge(cand, seen, now)
+                try:
+                    picked = self._judge(cand, seen, now)
+                except Unfiled:
+                    return None  # its order depends on how a run that just ended is filed: after it is
                 if picked is True:
                     admit = d.packer.admit(cand.name, seen.meta, now)
                     if admit in (Admit.START, Admit.BACKFILL):
@@ -303,7 +311,13 @@ class Picker:
         return self.read_job(path)
 
     def dependency(self, name: str) -> DepState:
-        """Where a dependency stands, as this driver knows it: its own runs and queue first."""
+        """Where a dependency stands, as this driver knows it: its own runs and queue first.
+
+        Raises:
+            Unfiled: it has ended but is not filed yet (the pick is made again once it is).
+        """
+        if name in self.unfiled:
+            raise Unfiled(name)
         if name in self.d.running or self.d.index.contains(name):
             return DepState.PENDING
         return dependency_state(self.d.spool, name)

@@ -190,15 +190,32 @@ def remove_cgroup(path: str, wait: float = 2.0) -> bool:
         time.sleep(0.01)
 
 
+_PRCTL: list = []  # libc's prctl, once loaded (preload): empty until then, [None] where there is none
+
+
+def preload() -> None:
+    """Load libc's prctl now, before any monitor is forked: a monitor that imported ctypes itself
+    would spend milliseconds of every job on it (docs/performance.md, the per-job budget)."""
+    if not _PRCTL:
+        try:
+            import ctypes
+
+            _PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
+        except (ImportError, OSError, AttributeError):
+            _PRCTL.append(None)
+
+
+def libc_prctl():
+    """libc's prctl (loaded by ``preload``), or None where it cannot be called."""
+    preload()
+    return _PRCTL[0]
+
+
 def set_subreaper() -> bool:
     """Make this process the reaper of every orphan among its descendants (Linux 3.4)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    preload()
+    prctl = _PRCTL[0]
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def descendants(pid: int) -> list[int]:

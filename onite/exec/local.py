@@ -35,6 +35,7 @@ from onite.exec.monitorlink import MonitorLink
 from onite.exec.launch import SCRIPT, Launch, credentials_of, own_credentials, plan, run_outputs
 from onite.exec.processes import find_run_processes, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
+from onite.exec.spawner import Spawner, SpawnerGone
 from onite.spool import runrecords
 
 
@@ -59,6 +60,8 @@ class LocalRunner(Runner):
         self.kill_grace = kill_grace
         self.switch_user = switch_user
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
+        if self.containment.kind != contain.OFF:
+            contain.preload()  # each monitor makes itself a subreaper: with libc loaded before the fork
         self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
         self.limiter = limiter or limits.Limiter(why="not asked for")
         self.runs: list[Run] = []
@@ -66,7 +69,13 @@ class LocalRunner(Runner):
         self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
+        self._spawner = Spawner(self.containment.kind != contain.OFF)  # forks the monitors: this big process never does
         _occupy_standard_descriptors()
+
+    def close(self) -> None:
+        """Let the spawner go (the next start begins another); running monitors are not its."""
+        self._spawner.close()
+        self._spawner = Spawner(self.containment.kind != contain.OFF)
 
     def reload(self, config) -> None:
         self.shell = config.shell
@@ -142,7 +151,7 @@ class LocalRunner(Runner):
                 cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
                 limit_groups=run.groups)
             try:
-                pid = monitor.start(spec)
+                pid, pidfd, child = self._spawn(spec)
             except OSError as error:
                 os.close(notify_r)
                 raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
@@ -151,12 +160,29 @@ class LocalRunner(Runner):
                 if fd is not None:
                     os.close(fd)
             outputs.__exit__(None, None, None)
+        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child)
+        return pid
+
+    def _spawn(self, spec: monitor.Plan) -> tuple[int | None, int | None, bool]:
+        """Fork the monitor of ``spec``: by the spawner (onite.exec.spawner), where it runs, else
+        here. Its pid (None: unknown, its pipe and record will tell), a pidfd, and whether it is
+        this process's child.
+
+        Raises:
+            OSError: no process can be forked.
+        """
+        if not self._spawner.failed:
+            try:
+                pid, pidfd = self._spawner.spawn(spec)
+                return pid, pidfd, False
+            except SpawnerGone:
+                pass  # nothing was forked: fork it here, as without a spawner
+        pid = monitor.start(spec)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
             pidfd = None  # a very old kernel: polled
-        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=True)
-        return pid
+        return pid, pidfd, True
 
     @staticmethod
     def _undo(run: Run) -> None:

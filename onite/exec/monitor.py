@@ -1,6 +1,8 @@
 """A job's monitor: the process that starts one job, waits for it and records how it ended.
 
-The driver forks one monitor per job (``start``), as Slurm's slurmstepd
+One monitor per job is forked by the driver's spawner (onite.exec.spawner,
+ahead of the job: ``prepare``, then ``run`` once its Plan comes) or, where no
+spawner runs, by the driver (``start``), as Slurm's slurmstepd
 and podman's conmon stand between their daemon and the job: the monitor,
 not the driver, is the job's parent, so the job's exit status outlives the
 driver. It never executes anything itself; in order, it
@@ -25,7 +27,7 @@ driver. It never executes anything itself; in order, it
 6. exits once its ``ended`` line is on disk (on a full disk it retries
    until it is, or until the driver has filed the job and removed the record).
 
-The code here runs after fork() in a copy of the driver: it uses only the
+The code here runs after fork() in a copy of the spawner (or of the driver): it uses only the
 os, signal and json modules (imported before the fork), never the driver's
 objects' locks, and leaves with os._exit so none of the driver's cleanup runs.
 """
@@ -83,7 +85,7 @@ def start(plan: Plan) -> int:
         return pid
     code = 70
     try:
-        code = _monitor(plan)
+        code = run(plan)
     except BaseException:  # noqa: BLE001 - nothing may escape into the copy of the driver
         code = 70
         if os.environ.get("ONITE_DEBUG_MONITOR"):
@@ -97,21 +99,34 @@ def start(plan: Plan) -> int:
 # ---- the monitor ---------------------------------------------------------------------
 
 
-def _monitor(plan: Plan) -> int:
+def prepare(contained: bool) -> None:
+    """Step 1 but for the descriptors: leave the driver's session, ignore the driver's signals, and
+    (``contained``) become the reaper of the job's orphans. A monitor forked ahead of its job
+    (onite.exec.spawner) does this while it waits for its Plan."""
     os.setsid()  # a Ctrl-C at the driver's terminal is not for the jobs
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if contained:
+        contain.set_subreaper()  # orphans of the job come to us, not to init
+
+
+def run(plan: Plan, *, prepared: bool = False) -> int:
+    """Steps 1 to 6 in this process (a monitor); the exit code. ``prepared``: ``prepare`` was called."""
+    if not prepared:
+        prepare(plan.contain != contain.OFF)
+    return _monitor(plan)
+
+
+def _monitor(plan: Plan) -> int:
     keep = {plan.script_fd, plan.stdout_fd, plan.record_fd, plan.notify_fd}
     if plan.stderr_fd is not None:
         keep.add(plan.stderr_fd)
     if plan.lock_fd is not None:
         keep.add(plan.lock_fd)
     _close_all_but(keep)
-    if plan.contain != contain.OFF:
-        contain.set_subreaper()  # orphans of the job come to us, not to init
     _record(plan, {"event": "monitor", "pid": os.getpid(), "ticks": contain.process_start_ticks(os.getpid())})
     if plan.lock_fd is not None:
         os.close(plan.lock_fd)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 class MonitorLink:
     """The driver's end of one job's monitor (onite.exec.monitor): its process, its pidfd, its pipe."""
 
-    pid: int
+    pid: int | None  # None: unknown (its spawner died before it said), the pipe tells when it is gone
     pidfd: int | None  # readable once it exits
     pipe: int | None  # what it tells the driver (None: adopted from a dead driver, no pipe)
     child: bool  # our child (we reap it), or adopted from a dead driver
@@ -65,6 +65,9 @@ class MonitorLink:
             except ChildProcessError:
                 pid = self.pid
             if pid == 0:
+                return False
+        elif self.pid is None:
+            if self.pipe is not None:
                 return False
         elif self.pidfd is not None:
             import select

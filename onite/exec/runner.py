@@ -149,3 +149,6 @@ class Runner(Protocol):
 
     def reload(self, config: Config) -> None:
         """Take new settings after SIGHUP."""
+
+    def close(self) -> None:
+        """The drain is over: let go of what starting runs needs (the local spawner); runs go on."""

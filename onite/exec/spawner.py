@@ -1,0 +1,268 @@
+"""The spawner: a small process that forks the jobs' monitors, so that the big driver never forks.
+
+A fork copies the page tables of the process that forks, and every page
+either side then writes is copied once more: the cost grows with the
+driver's heap, and it is paid on both sides (docs/performance.md, the
+per-job budget). So the local executor starts, with its first job, one
+spawner: a fresh interpreter (``python -E -S``) that imports only the
+monitor (onite.exec.monitor) and waits on a socket. It keeps one monitor
+forked ahead, which has left the driver's session and ignores its signals
+(``monitor.prepare``) and waits for its Plan: the fork is not on the path
+from one job's end to the next job's start. For each job the driver sends
+the monitor's Plan and, with SCM_RIGHTS, the descriptors the Plan names
+(the script, the output files, the run record, the driver's pipe, the
+driver lock); the spawner passes that datagram on to the monitor forked
+ahead (or, if there is none, forks one: ``monitor.start``, the code the
+driver used to run), sends back its pid and a pidfd, closes its copies and
+forks the next. The monitor, not the spawner and not the driver, is the job's
+parent, and it records the job's end as before: what the driver's death
+leaves is what it left before (docs/internals.md, "The monitor and
+recovery").
+
+Invariants: the spawner holds no descriptor of a job between two requests,
+in particular not the driver lock (a monitor holds it, passed with its
+request, until its ``monitor`` line is written, as when it was forked by the
+driver); a request is one datagram, so a driver killed while sending it
+either sent it whole or not at all (then its descriptors, the lock among
+them, are closed with the socket, and the claim has no ``monitor`` line:
+recovery requeues it); the spawner exits when the driver's end of the socket
+closes, and is killed if the driver dies (PR_SET_PDEATHSIG). Where it cannot
+be started, or dies, the driver forks the monitor itself, as before.
+"""
+
+from __future__ import annotations
+
+import gc
+import marshal
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import fields
+
+from onite.exec import contain, monitor
+
+MAX_REQUEST = 1 << 20  # bytes of one request: a job's environment and command line
+FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "notify_fd", "lock_fd")
+PR_SET_PDEATHSIG = 1
+ANSWER_WAIT = 30.0  # seconds the driver waits for the spawner (one stopped with SIGSTOP must not hang it)
+
+
+class SpawnerGone(OSError):
+    """The spawner cannot be asked (it could not start, or it died): fork the monitor here."""
+
+
+class Spawner:
+    """The driver's end of one spawner process (started on the first ``spawn``)."""
+
+    def __init__(self, contained: bool = True) -> None:
+        self.contained = contained  # monitors make themselves subreapers (onite.exec.contain)
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen | None = None
+        self.failed = False  # it could not be started or died: the caller forks monitors itself
+
+    def spawn(self, plan: monitor.Plan) -> tuple[int | None, int | None]:
+        """Have the spawner fork the monitor of ``plan``; its pid and a pidfd for it. (None, None):
+        the request went out but the spawner died before it answered: whether a monitor was forked
+        is unknown, and the run's pipe and record will say (nothing may be forked again for it).
+
+        Raises:
+            SpawnerGone: the spawner cannot be started or asked; nothing was forked.
+            OSError: the spawner could not fork (as os.fork would).
+        """
+        if self._sock is None:
+            self._start()
+        fds = [getattr(plan, name) for name in FD_FIELDS if getattr(plan, name) is not None]
+        values = tuple(fds.index(getattr(plan, f.name)) if f.name in FD_FIELDS and getattr(plan, f.name) is not None
+                       else getattr(plan, f.name) for f in fields(plan))
+        try:
+            socket.send_fds(self._sock, [marshal.dumps((values, plan.script_fd))], fds)
+        except OSError as err:
+            self._lost()
+            raise SpawnerGone(err.errno, f"the spawner is gone: {err.strerror}") from None
+        try:
+            reply, got, _, _ = socket.recv_fds(self._sock, 64, 1)
+        except OSError:
+            reply, got = b"", []
+        if not reply:
+            self._lost()
+            return None, None
+        answer = marshal.loads(reply)
+        if answer[0] == "error":
+            for fd in got:
+                os.close(fd)
+            raise OSError(answer[1], os.strerror(answer[1]) if answer[1] else "the spawner could not fork")
+        return answer[1], got[0] if got else None
+
+    def _start(self) -> None:
+        """Start the spawner process: a fresh interpreter that imports the monitor and nothing else."""
+        if self.failed:
+            raise SpawnerGone(0, "the spawner could not be started")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        boot = f"import sys; sys.path.insert(0, {root!r}); from onite.exec.spawner import serve; serve({theirs.fileno()}, {self.contained!r})"
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-E", "-S", "-c", boot], pass_fds=(theirs.fileno(),),
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as err:
+            ours.close()
+            self.failed = True
+            raise SpawnerGone(err.errno, f"cannot start the spawner: {err.strerror}") from None
+        finally:
+            theirs.close()
+        ours.settimeout(ANSWER_WAIT)  # then the request is lost (nothing sent) or its answer (the pipe will say)
+        self._sock = ours
+
+    def _lost(self) -> None:
+        self.failed = True
+        self.close()
+
+    def close(self) -> None:
+        """Let the spawner go: it exits when its socket closes (monitors it forked go on)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+
+# ---- the spawner's side -------------------------------------------------------------
+
+
+def serve(fd: int, contained: bool) -> None:
+    """The spawner's loop: hand each request to a monitor forked ahead of it, until the driver's end
+    closes. ``contained``: monitors make themselves subreapers (onite.exec.contain)."""
+    sock = socket.socket(fileno=fd)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)  # the driver decides; it closes the socket, or dies
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel (each resets this)
+    gc.disable()  # no collection walks (and so copies) the pages a monitor shares with this process
+    gc.freeze()
+    contain.preload()
+    prctl = contain.libc_prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:
+        return  # the driver died before the line above
+    warm: Warm | None = None
+    while True:
+        if warm is None:
+            warm = _fork_ahead(contained)
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 16)
+        except InterruptedError:
+            continue
+        if not data:
+            return
+        answer, pidfds = ("error", 0), []
+        if warm is not None:
+            try:
+                socket.send_fds(warm.sock, [data], fds)  # one datagram: it has it whole, or not at all
+                answer, pidfds = ("ok", warm.pid), [warm.pidfd]
+            except OSError:
+                pass  # it died meanwhile: fork one now
+            warm.sock.close()
+            if not pidfds:
+                os.close(warm.pidfd)
+            warm = None
+        if not pidfds:
+            answer, pidfds = _fork_now(data, fds)
+        for received in fds:
+            os.close(received)
+        try:
+            socket.send_fds(sock, [marshal.dumps(answer)], pidfds)
+        except OSError:
+            return
+        finally:
+            for pidfd in pidfds:
+                os.close(pidfd)
+
+
+class Warm:
+    """A monitor forked ahead of its request: its pid, a pidfd, and the socket its Plan comes by."""
+
+    def __init__(self, pid: int, pidfd: int, sock: socket.socket) -> None:
+        self.pid, self.pidfd, self.sock = pid, pidfd, sock
+
+
+def _fork_ahead(contained: bool) -> Warm | None:
+    """Fork the next job's monitor now, while no job waits for it: it prepares itself (onite.exec.monitor
+    step 1) and waits for its Plan. None if no process can be forked now (the request forks one)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        code = 70
+        try:
+            ours.close()
+            code = _wait_and_run(theirs, contained)
+        finally:
+            os._exit(code)
+    theirs.close()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        ours.close()
+        os.kill(pid, signal.SIGKILL)
+        return None
+    return Warm(pid, pidfd, ours)
+
+
+def _wait_and_run(conn: socket.socket, contained: bool) -> int:
+    """In a monitor forked ahead: prepare, wait for the Plan, run it; the exit code (0 if the
+    spawner went away first: nothing was asked of it)."""
+    try:
+        monitor.prepare(contained)
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
+                break
+            except InterruptedError:
+                continue
+        if not data:
+            return 0
+        return monitor.run(_plan(data, fds), prepared=True)
+    except BaseException:  # noqa: BLE001 - nothing may escape into the copy of the spawner
+        if os.environ.get("ONITE_DEBUG_MONITOR"):
+            import traceback
+            with open(os.environ["ONITE_DEBUG_MONITOR"], "a") as f:
+                traceback.print_exc(file=f)
+        return 70
+
+
+def _fork_now(data: bytes, fds: list[int]) -> tuple[tuple, list[int]]:
+    """Fork the monitor of a request here (no monitor was forked ahead); the answer and the pidfd."""
+    try:
+        pid = monitor.start(_plan(data, fds))
+    except OSError as err:
+        return ("error", err.errno or 0), []
+    except Exception:  # noqa: BLE001 - a malformed request (the driver's bug): refuse it, serve on
+        return ("error", 0), []
+    try:
+        return ("ok", pid), [os.pidfd_open(pid)]
+    except OSError:
+        return ("ok", pid), []
+
+
+def _plan(data: bytes, fds: list[int]) -> monitor.Plan:
+    """The Plan a request carries, with the descriptors received in place of the driver's numbers."""
+    sent, script_fd = marshal.loads(data)
+    values = dict(zip([f.name for f in fields(monitor.Plan)], sent))
+    for name in FD_FIELDS:
+        if values[name] is not None:
+            values[name] = fds[values[name]]
+    # the interpreter reads the script as /dev/fd/N: N is its number here, not in the driver
+    path, here = f"/dev/fd/{script_fd}".encode(), f"/dev/fd/{values['script_fd']}".encode()
+    values["argv"] = tuple(here if part == path else part for part in values["argv"])
+    return monitor.Plan(**values)
