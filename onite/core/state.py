@@ -26,7 +26,7 @@ from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord
 from onite.core.job import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
 from onite.core.names import is_valid_name
-from onite.core.resources import MAX_CPUS, MAX_MEM
+from onite.core.resources import MAX_CPUS, MAX_MEM, Need, format_mem, human_bytes
 
 MAX_ID = 2**32 - 1  # a uid
 
@@ -290,3 +290,16 @@ def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str
                   exit_code=None, signal=None, host=host, submitted=submitted or now, queued=None, started=started,
                   finished=now, attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=run_id,
                   recur=job.recur if job else None, stderr=job.stderr_mode if job else "merged")
+
+
+def memory_outcome(ended: Outcome, usage: dict | None, need: Need | None) -> Outcome:
+    """A job that failed after the kernel killed one of its processes for its memory limit is recorded
+    as out of memory, with what it asked for and its peak, not as a bare signal or exit status."""
+    used = usage or {}
+    oom = used.get("oom")
+    if ended.ok or not isinstance(oom, int) or oom < 1 or need is None or not need.mem:
+        return ended
+    peak = used.get("peak_mem")
+    peaked = f", peaked {human_bytes(peak)}" if isinstance(peak, int) else ""
+    return Outcome(exit_code=ended.exit_code, signal=ended.signal,
+                   reason=f"out of memory (asked {format_mem(need.mem)}{peaked})")

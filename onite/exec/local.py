@@ -28,10 +28,10 @@ from pathlib import Path
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
-from onite.core.state import Outcome, Stop, outcome_from_status, stopped_outcome
+from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
 from onite.exec.identity import Identity
-from onite.exec.monitorlink import MonitorLink
+from onite.exec.monitorlink import MonitorLink, parse_usage
 from onite.exec.launch import SCRIPT, Launch, credentials_of, own_credentials, plan, run_outputs
 from onite.exec.processes import find_run_processes, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
@@ -266,9 +266,9 @@ class LocalRunner(Runner):
             if word == "started" and rest.isdigit():
                 self._note_start(run, int(rest))
             elif word == "usage":
-                run.usage = _usage_of(rest)
+                run.usage = parse_usage(rest)
             elif word == "ended" and rest.lstrip("-").isdigit():
-                ended = memory_outcome(outcome_from_status(int(rest)), run)
+                ended = memory_outcome(outcome_from_status(int(rest)), run.usage, run.need)
             elif word == "failed":
                 ended = Outcome(reason=rest or "it could not be started")
         if ended is not None:
@@ -295,7 +295,7 @@ class LocalRunner(Runner):
             self._note_start(run, rec.job_pid)
         if rec is not None and rec.status is not None:
             run.usage = rec.usage
-            return memory_outcome(outcome_from_status(rec.status), run)
+            return memory_outcome(outcome_from_status(rec.status), run.usage, run.need)
         if rec is not None and rec.failed is not None:
             return Outcome(reason=rec.failed)
         self._signal(run, signal.SIGKILL)  # nobody watches what may still run of it
@@ -380,32 +380,6 @@ class LocalRunner(Runner):
             time.sleep(0.05)
         contain.signal_group(pgid, signal.SIGKILL)
         return "its processes were killed"
-
-
-def _usage_of(text: str) -> dict | None:
-    """The monitor's ``usage`` message: a JSON object (onite.exec.limits.usage)."""
-    import json
-
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def memory_outcome(ended: Outcome, run: Run) -> Outcome:
-    """A job that failed after the kernel killed one of its processes for its memory limit is recorded
-    as out of memory, with what it asked for and its peak, not as a bare signal or exit status."""
-    from onite.core.resources import format_mem, human_bytes
-
-    used = run.usage or {}
-    oom = used.get("oom")
-    if ended.ok or not isinstance(oom, int) or oom < 1 or run.need is None or not run.need.mem:
-        return ended
-    peak = used.get("peak_mem")
-    peaked = f", peaked {human_bytes(peak)}" if isinstance(peak, int) else ""
-    return Outcome(exit_code=ended.exit_code, signal=ended.signal,
-                   reason=f"out of memory (asked {format_mem(run.need.mem)}{peaked})")
 
 
 def _occupy_standard_descriptors() -> None:

@@ -85,3 +85,14 @@ class MonitorLink:
         self.exited = True
         self.close()
         return True
+
+
+def parse_usage(text: str) -> dict | None:
+    """The monitor's ``usage`` message to the driver: the JSON object ``usage`` made; None if damaged."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
