@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import REPO, ROOT, drain, run_cli, set_config
+from conftest import NO_SYSTEM_CONFIG, REPO, ROOT, drain, run_cli, set_config
 
 
 def submit(name, body="true\n", *args):
@@ -41,7 +41,8 @@ def test_init_is_idempotent_and_keeps_a_changed_config(world_tmp, cli):
 def test_personal_default_spool_is_created_on_first_use(world_tmp):
     home = world_tmp / "home"
     home.mkdir()
-    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    # a system spool that does not exist, whatever this machine has (conftest)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "ONITE_SYSTEM_CONFIG": str(NO_SYSTEM_CONFIG)}
     if ROOT:
         user_env = dict(env, XDG_STATE_HOME=str(world_tmp / "state"))
         os.chmod(world_tmp, 0o777)

@@ -133,18 +133,26 @@ def test_a_system_config_anyone_may_write_is_refused_in_one_line(system):
     assert r.code == 2 and "unknown key 'spol'" in r.err
 
 
-def test_locate_order():
+def test_locate_order(tmp_path):
+    """--spool, ONITE_SPOOL, then the system spool for root; a user's default is personal while the
+    system spool does not exist (named by a system config here, so that this machine's own
+    /var/spool/onite does not decide the test)."""
     from onite.spool.locate import locate
 
-    env = {"ONITE_SYSTEM_CONFIG": "/nonexistent/onite.toml", "HOME": "/home/u"}
+    system = tmp_path / "no-system-spool"
+    config = tmp_path / "onite.toml"
+    config.write_text(f'spool = "{system}"\n')
+    env = {"ONITE_SYSTEM_CONFIG": str(config), "HOME": "/home/u"}
     assert locate("/x", env, 1000).source == "--spool"
     assert locate(None, {**env, "ONITE_SPOOL": "/y"}, 1000).path == Path("/y")
     root = locate(None, env, 0)
-    assert (root.path, root.source) == (Path("/var/spool/onite"), "system")
+    assert (root.path, root.source) == (system, "system")
     user = locate(None, env, 1000)
     assert user.personal_default and user.path == Path("/home/u/.local/state/onite")
     assert user.describe() == ("personal spool /home/u/.local/state/onite "
-                               "(default: there is no system spool at /var/spool/onite)")
+                               f"(default: there is no system spool at {system})")
+    default = locate(None, {**env, "ONITE_SYSTEM_CONFIG": str(tmp_path / "none.toml")}, 0)
+    assert (default.path, default.source) == (Path("/var/spool/onite"), "system")  # no system config
 
 
 # ---- 2. submit says what it did and when the job will run ---------------------------------------------------
