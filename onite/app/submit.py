@@ -277,7 +277,7 @@ def check_capacity(config: Config, job: Job) -> None:
     Raises:
         Refused: it could never fit.
     """
-    from onite.core.resources import capacity_of, request_of, too_big
+    from onite.core.resources import host_capacity, request_of, too_big
 
     need = request_of(job.mem, job.cpus, config.default_mem, config.default_cpus)
     if config.executor != "local" or not (need.mem or need.cpus):
@@ -289,11 +289,7 @@ def check_capacity(config: Config, job: Job) -> None:
     hosts = [job.pin] if job.pin else list(dict.fromkeys([here, *config.hosts]))
     problem = ""
     for host in hosts:
-        override = config.hosts.get(host)
-        mem, cpus = machine() if host == here else (None, None)
-        capacity = capacity_of(mem, cpus, mem=override.mem if override else None,
-                               cpus=override.cpus if override else None, reserve_mem=config.reserve_mem,
-                               reserve_cpus=config.reserve_cpus, slots=1)
+        capacity = host_capacity(config, host, machine() if host == here else (None, None))
         problem = too_big(need, capacity)
         if not problem:
             return

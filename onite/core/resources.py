@@ -186,6 +186,15 @@ def capacity_of(machine_mem: int | None, machine_cpus: int | None, *, mem: int |
     return Need(total_mem, total_cpus, slots)
 
 
+def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, slots: int = 1) -> Need:
+    """``host``'s capacity under ``config`` (a Config): its ``[hosts.NAME] mem, cpus``, else
+    ``machine`` (the memory and CPUs of the machine it runs on; (None, None) for another machine's
+    host) less the reserve. The one place the driver, submit and status work it out."""
+    override = config.hosts.get(host)
+    return capacity_of(*machine, mem=override.mem if override else None, cpus=override.cpus if override else None,
+                       reserve_mem=config.reserve_mem, reserve_cpus=config.reserve_cpus, slots=slots)
+
+
 def too_big(need: Need, capacity: Need) -> str:
     """Why a request can never be met on a host of ``capacity`` ("" if it can)."""
     parts = []

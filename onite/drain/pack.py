@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from onite.core.queue import Meta
-from onite.core.resources import (Busy, Need, Reservation, capacity_of, free_room, latest_end, may_backfill,
+from onite.core.resources import (Busy, Need, Reservation, free_room, host_capacity, latest_end, may_backfill,
                                   request_of, reserve, too_big)
 
 if TYPE_CHECKING:
@@ -41,9 +41,12 @@ class Packer:
     def __init__(self, driver: Driver) -> None:
         self.d = driver
         self._capacity: Need | None = None
-        self._head: Reservation | None = None
-        self.reason = ""  # why the last job admitted waits (or can never run)
-        self.waiting: tuple[str, str] | None = None  # the head job of the last pick and why it waits
+        self.reason = ""  # why the last job admitted can never run
+        # what one pick knows (begin): the running jobs and the room they leave, and the head job that
+        # waits for room with its reservation; a pick starts at most one job, so none of it changes
+        self._running: list[Busy] = []
+        self._free: Need | None = None
+        self._head: tuple[str, Reservation | None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -54,12 +57,8 @@ class Packer:
         if self._capacity is None:
             from onite.exec.limits import machine
 
-            config, host = self.d.config, self.d.config.hosts.get(self.d.host)
-            mem, cpus = machine()
-            self._capacity = capacity_of(mem, cpus, mem=host.mem if host else None, cpus=host.cpus if host else None,
-                                         reserve_mem=config.reserve_mem, reserve_cpus=config.reserve_cpus,
-                                         slots=self.d.slots)
-        return Need(self._capacity.mem, self._capacity.cpus, self.d.slots)
+            self._capacity = host_capacity(self.d.config, self.d.host, machine(), slots=self.d.slots)
+        return self._capacity
 
     def need_of(self, mem: int | None, cpus: int | None) -> Need:
         """What a job asks for, with the spool's defaults."""
@@ -72,9 +71,9 @@ class Packer:
                 if run.need is not None]
 
     def begin(self) -> None:
-        """A new pick: no head job yet."""
+        """A new pick: the room the running jobs leave, and no head job yet."""
         self._head = None
-        self.waiting = None
+        self._free = None  # measured when the first job asks (a pick may start nothing that asks)
 
     def admit(self, name: str, meta: Meta, now: datetime) -> Admit:
         """May the ready job ``name`` (``meta``) start now, as far as resources go?"""
@@ -85,18 +84,16 @@ class Packer:
         if problem:
             self.reason = f"{problem}: it can never run on host {self.d.host}"
             return Admit.NEVER
-        running = self.busy()
-        free = free_room(capacity, running)
+        if self._free is None:
+            self._running = self.busy()
+            self._free = free_room(capacity, self._running)
         if self._head is None:
-            if need.fits(free):
+            if need.fits(self._free):
                 return Admit.START
-            self.reason = f"waits for {need.shortage(free)}"
-            self.waiting = (name, self.reason)
-            if self.d.config.backfill:
-                self._head = reserve(capacity, running, need)
+            self._head = (name, reserve(capacity, self._running, need) if self.d.config.backfill else None)
             return Admit.WAIT
+        reservation = self._head[1]
         ends = latest_end(now, meta.timeout, self.d.config.kill_grace)
-        if may_backfill(need, ends, free, self._head):
+        if reservation is not None and may_backfill(need, ends, self._free, reservation):
             return Admit.BACKFILL
-        self.reason = f"waits behind {self.waiting[0]}" if need.fits(free) else f"waits for {need.shortage(free)}"
         return Admit.WAIT

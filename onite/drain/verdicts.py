@@ -97,16 +97,13 @@ class _Room:
         self.head: str | None = None
 
     def _measure(self):
-        from onite.core.resources import Need, capacity_of
+        from onite.core.resources import Need, host_capacity
         from onite.exec.limits import machine
         from onite.spool import runrecords
         from onite.spool.settings import default_host
 
         config = self.spool.config
-        override = config.hosts.get(self.host)
-        mem, cpus = machine() if self.host == default_host(config) else (None, None)
-        free = capacity_of(mem, cpus, mem=override.mem if override else None, cpus=override.cpus if override else None,
-                           reserve_mem=config.reserve_mem, reserve_cpus=config.reserve_cpus, slots=1)
+        free = host_capacity(config, self.host, machine() if self.host == default_host(config) else (None, None))
         try:
             paths = list(self.spool.running_dir(self.host).glob("*@run"))
         except OSError:
