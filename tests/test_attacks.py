@@ -417,3 +417,19 @@ def test_the_driver_survives_a_fuzzed_spool_for_a_whole_night(spool, workdir):
         assert r.code == 0 and "Traceback" not in r.err, (command, r)
         r = run_cli(command, user="nobody", cwd="/tmp")
         assert "Traceback" not in r.err, (command, r)
+
+
+def test_a_namesake_is_not_claimed_over_a_run_that_ended_and_is_not_filed(spool):
+    """The next job starts before the one that ended is filed (docs/performance.md); a queued file with
+    that job's name (planted, or a retry from another host) must wait until the filing is done: its claim
+    would replace the ended run's claim in running/HOST/NAME and its run record."""
+    from onite.drain.driver import Driver
+    from onite.spool.paths import SpoolDir
+
+    submit("twin", "true\n", user="nobody")
+    driver = Driver(SpoolDir(spool))
+    driver.picker.unfiled.add("twin")
+    assert driver.picker.pick() is None
+    driver.picker.unfiled.discard("twin")
+    picked = driver.picker.pick()
+    assert picked is not None and picked[0].name == "twin"

@@ -368,3 +368,29 @@ def test_a_header_key_this_onite_does_not_know_is_logged_and_ignored(spool, work
     assert drain(spool).returncode == 0
     assert result(spool, "newer")["state"] == "done"
     assert any(" warning newer " in line and "keys=gpus" in line for line in log_lines(spool)), log_lines(spool)
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no memory controller to hold a job to its --mem")
+def test_a_job_out_of_memory_while_no_driver_runs_is_filed_as_out_of_memory_and_not_retried(spool, workdir):
+    """Recovery files a run from its record as a live driver would: the kernel's OOM kill is `out of
+    memory`, which is not retried (filed as a bare signal 9, it was: the job ran again)."""
+    import signal
+
+    (workdir / "hog.py").write_text("blocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n")
+    gate, started = workdir / "gate", workdir / "hog.started"
+    gate.touch()
+    submit("hog", f"touch {started}; while [ -e {gate} ]; do sleep 0.05; done; exec python3 {workdir}/hog.py\n",
+           "--mem", "64M", "--retries", "1")
+    driver = start_driver(spool)
+    wait_for(started.exists, what="the job to start")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    gate.unlink()
+    [record] = list((spool / "running").glob("*/hog@run"))
+    wait_for(lambda: '"ended"' in record.read_text(), what="its monitor to record the end")
+    assert drain(spool).returncode == 0
+    res = result(spool, "hog")
+    assert res["state"] == "failed" and res["reason"].startswith("out of memory (asked 64M, peaked "), res
+    assert res["peak_mem"] > 0 and res["attempt"] == 1, res  # not retried
+    assert not any(" retry hog " in line for line in log_lines(spool)), log_lines(spool)

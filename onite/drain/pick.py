@@ -99,8 +99,10 @@ class Picker:
             moved = False
             d.packer.begin()
             for cand in d.index.candidates():
-                if cand.name in d.running:
-                    continue  # a job of that name runs here; a second one waits its turn
+                if cand.name in d.running or cand.name in self.unfiled:
+                    # a job of that name runs here, or ended and is not filed yet (its claim and run record
+                    # are still in running/HOST/NAME): a second one waits its turn
+                    continue
                 seen = None
                 with d.finisher.guard(cand.name, cand.path):
                     seen = self.inspect(cand)

@@ -32,7 +32,7 @@ from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIO
 from onite.core.job import Job
 from onite.core.names import is_valid_name
 from onite.core.runrecord import VERSION, RunRecord
-from onite.core.state import JobState, Outcome, outcome_from_status, unrun_result
+from onite.core.state import JobState, Outcome, memory_outcome, outcome_from_status, unrun_result
 from onite.exec.contain import boot_id
 from onite.exec.runner import Run
 from onite.spool import runrecords
@@ -191,7 +191,10 @@ class Recovery:
         if self._retry_exists(run):
             self._drop(name, path, run.attempt)
             return
-        outcome = outcome_from_status(rec.status) if rec.status is not None else Outcome(reason=rec.failed or "")
+        run.usage = rec.usage
+        # as a live driver files it (onite.exec.local): a job the kernel killed for its memory is out of memory
+        outcome = (memory_outcome(outcome_from_status(rec.status), rec.usage, run.need) if rec.status is not None
+                   else Outcome(reason=rec.failed or ""))
         ended = None
         if rec.ended_at:
             try:
