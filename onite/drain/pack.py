@@ -58,7 +58,7 @@ class Packer:
             from onite.exec.limits import machine
 
             self._capacity = host_capacity(self.d.config, self.d.host, machine(), slots=self.d.slots)
-        return self._capacity
+        return Need(self._capacity.mem, self._capacity.cpus, self.d.slots)  # slots may change on a reload
 
     def need_of(self, mem: int | None, cpus: int | None) -> Need:
         """What a job asks for, with the spool's defaults."""
