@@ -149,6 +149,8 @@ def unique_free(text):
     text = re.sub(r"-[a-z2-9]{6}(?=\b|-)", "-UNIQUE", text)
     # `onite run` off a terminal prints its log lines: times, pids and durations differ
     text = re.sub(r"(?m)^\S+ (\S+)\[\d+\] ", r"TIME \1[PID] ", text)
+    # what a driver sweeps is the machine's cgroup tree, shared with every other test's drivers
+    text = re.sub(r"(?m)^.* pruned cgroups=\d+ .*\n?", "", text)
     return re.sub(r"\b(pid|seconds|run)=\S+", r"\1=N", text)
 
 
