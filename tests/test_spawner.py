@@ -86,3 +86,41 @@ def test_where_no_spawner_can_start_the_driver_forks_the_monitors_itself(spool, 
     assert Driver(SpoolDir(spool)).run() == 0
     assert result(spool, "a")["state"] == result(spool, "b")["state"] == "done"
     assert trace.read_text().split() == [str(os.getpid())] * 2
+
+
+def test_a_monitor_serves_one_run_after_another(spool, workdir):
+    """Monitors are not forked per job: one that is done with a run (its job ended, what the job left
+    was ended, the run's pipe closed) waits for the next. Each job still has a monitor of its own
+    while it runs, and it is neither the driver nor the spawner."""
+    trace = workdir / "trace"
+    for n in range(6):  # each job writes its monitor's pid
+        assert run_cli(["submit", f"j{n}"], stdin=f"echo $PPID >> {trace}\n".encode()).code == 0
+    driver = start_driver(spool)
+    driver.communicate(timeout=60)
+    assert driver.returncode == 0
+    assert all(result(spool, f"j{n}")["state"] == "done" for n in range(6))
+    monitors = trace.read_text().split()
+    assert len(monitors) == 6 and len(set(monitors)) < 6
+    assert str(driver.pid) not in monitors
+
+
+def test_a_reused_monitor_outlives_a_killed_driver_only_until_its_run_is_over(spool, workdir):
+    """The driver dies while a job runs under a monitor of the spawner's (one that would serve the
+    next run): the monitor keeps the job, the next driver adopts the run, and once the job ends the
+    monitor records it and exits (it waits for no other run: its spawner died with the driver)."""
+    assert run_cli(["submit", "first", "-p", "1"], stdin=b"true\n").code == 0
+    gate, ledger = gated_job(spool, workdir, "second")
+    driver = start_driver(spool)
+    monitor = monitor_pid(spool, "second")
+    wait_for(lambda: result(spool, "first"), what="the first job to be filed")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert not is_zombie(monitor)
+    second = start_driver(spool)
+    wait_for(lambda: any("adopted" in line and "second" in line for line in log_lines(spool)),
+             what="the next driver to adopt the run")
+    gate.unlink()
+    second.communicate(timeout=60)
+    assert second.returncode == 0
+    assert result(spool, "second")["state"] == "done" and ledger.read_text().split() == ["start"]
+    wait_for(lambda: is_zombie(monitor), what="the monitor to exit once its run was over")

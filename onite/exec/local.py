@@ -160,7 +160,7 @@ class LocalRunner(Runner):
                 if fd is not None:
                     os.close(fd)
             outputs.__exit__(None, None, None)
-        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child)
+        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child, reused=not child)
         return pid
 
     def _spawn(self, spec: monitor.Plan) -> tuple[int | None, int | None, bool]:
@@ -260,8 +260,21 @@ class LocalRunner(Runner):
         mon = run.monitor
         if mon is None:
             return Outcome(reason="it could not be started")
-        ended: Outcome | None = None
-        for message in mon.messages():
+        ended = self._heard(run, mon.messages())
+        if ended is None:
+            if not mon.has_exited():
+                return None
+            ended = self._heard(run, mon.messages())  # what it said just before it was done
+            if ended is None:
+                # the monitor is gone without a word on its pipe (adopted, or killed): the record decides
+                return self.outcome_from_record(run)
+        self._lingering.append(mon)  # until it has ended what the job left behind
+        return ended
+
+    def _heard(self, run: Run, messages: list[str]) -> Outcome | None:
+        """Take in what a monitor said; the run's outcome if it said how the job ended."""
+        ended = None
+        for message in messages:
             word, _, rest = message.partition(" ")
             if word == "started" and rest.isdigit():
                 self._note_start(run, int(rest))
@@ -271,13 +284,7 @@ class LocalRunner(Runner):
                 ended = memory_outcome(outcome_from_status(int(rest)), run.usage, run.need)
             elif word == "failed":
                 ended = Outcome(reason=rest or "it could not be started")
-        if ended is not None:
-            self._lingering.append(mon)
-            return ended
-        if not mon.has_exited():
-            return None
-        # the monitor is gone without a word on its pipe (adopted, or killed): the record decides
-        return self.outcome_from_record(run)
+        return ended
 
     def _note_start(self, run: Run, pid: int) -> None:
         if run.pgid is None:

@@ -113,22 +113,31 @@ def prepare(contained: bool) -> None:
         contain.set_subreaper()  # orphans of the job come to us, not to init
 
 
-def run(plan: Plan, *, prepared: bool = False) -> int:
-    """Steps 1 to 6 in this process (a monitor); the exit code. ``prepared``: ``prepare`` was called."""
+def run(plan: Plan, *, prepared: bool = False, keep: frozenset[int] = frozenset()) -> int:
+    """Steps 1 to 6 in this process (a monitor); the exit code: 0 when the run is over and nothing of
+    it is left, 1 when something the job left could not be ended (this monitor must not serve
+    another run). ``prepared``: ``prepare`` was called; ``keep``: descriptors of the monitor's own
+    (its spawner's socket) that step 1 leaves open.
+
+    Every descriptor of the run is closed when this returns: the driver hears the end of the run's
+    pipe when the monitor is done with it, whether it then exits or serves the next run."""
     if not prepared:
         prepare(plan.contain != contain.OFF)
-    return _monitor(plan)
+    held = {fd for fd in (plan.record_fd, plan.notify_fd, plan.script_fd, plan.stdout_fd, plan.stderr_fd,
+                          plan.lock_fd) if fd is not None}
+    try:
+        return _monitor(plan, keep, held)
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
-def _monitor(plan: Plan) -> int:
-    keep = {plan.script_fd, plan.stdout_fd, plan.record_fd, plan.notify_fd}
-    if plan.stderr_fd is not None:
-        keep.add(plan.stderr_fd)
-    if plan.lock_fd is not None:
-        keep.add(plan.lock_fd)
-    _close_all_but(keep)
+def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
+    """Steps 1 to 6; ``held``: the run's descriptors still open (those closed here are taken out)."""
+    _close_all_but(held | own)
     _record(plan, {"event": "monitor", "pid": os.getpid(), "ticks": contain.process_start_ticks(os.getpid())})
     if plan.lock_fd is not None:
+        held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
@@ -140,6 +149,7 @@ def _monitor(plan: Plan) -> int:
     os.close(err_w)
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
         if fd is not None:
+            held.discard(fd)
             os.close(fd)
     report = _read_all(err_r)
     os.close(err_r)
@@ -152,8 +162,7 @@ def _monitor(plan: Plan) -> int:
     used = _usage(plan, rusage)  # read before its cgroups go: what it used is said with how it ended
     _tell(plan, "usage " + json.dumps(used, separators=(",", ":")))
     _record_end(plan, {"event": "ended", "status": status, "at": _now(), "usage": used}, f"ended {status}")
-    _clean_up(plan, job)
-    return 0
+    return 0 if _clean_up(plan, job) else 1
 
 
 def _usage(plan: Plan, rusage) -> dict:
@@ -171,8 +180,8 @@ def _usage(plan: Plan, rusage) -> dict:
 def _failed(plan: Plan, reason: str, job: int | None) -> int:
     _record_end(plan, {"event": "failed", "reason": reason, "at": _now()}, f"failed {reason}")
     if job is not None:
-        _clean_up(plan, job)
-    elif plan.cgroup:
+        return 0 if _clean_up(plan, job) else 1
+    if plan.cgroup:
         contain.remove_cgroup(plan.cgroup)
     limits.remove(plan.limit_groups)
     return 0
@@ -192,9 +201,10 @@ def _wait_for(job: int):
             return status, rusage
 
 
-def _clean_up(plan: Plan, job: int) -> None:
+def _clean_up(plan: Plan, job: int) -> bool:
     """End what the job left running: TERM, then KILL after kill_grace (onite.exec.contain). Its cgroup,
-    its process group, and (as a subreaper) every descendant of this monitor are the job's."""
+    its process group, and (as a subreaper) every descendant of this monitor are the job's. False if
+    something of it could not be ended."""
     contained = plan.contain != contain.OFF
 
     def alive() -> bool:
@@ -216,6 +226,7 @@ def _clean_up(plan: Plan, job: int) -> None:
             for pid in contain.descendants(os.getpid()):
                 contain.signal_pid(pid, sig)
 
+    left = False
     if alive():
         send(signal.SIGTERM)
         deadline = time.monotonic() + plan.kill_grace
@@ -226,10 +237,11 @@ def _clean_up(plan: Plan, job: int) -> None:
             send(signal.SIGKILL)
             time.sleep(0.01)
             tries += 1
-    _reap()
+        left = alive()
     if plan.cgroup:
         contain.remove_cgroup(plan.cgroup)
     limits.remove(plan.limit_groups)
+    return not left
 
 
 def _reap() -> bool:

@@ -2,7 +2,9 @@
 
 The monitor (onite.exec.monitor) writes ``started PID``, ``ended STATUS`` or
 ``failed REASON`` lines on a pipe; the driver reads them without blocking
-(``messages``). It learns that the monitor exited from its pidfd, which
+(``messages``). A monitor forked by the spawner (onite.exec.spawner) may
+serve one run after another: it is done with a run when it closes that
+run's pipe. Otherwise the driver learns that the monitor exited from its pidfd, which
 wakes the driver's poll, or, for a monitor adopted from a dead driver (not
 its child, and without a pipe), from the pidfd or a signal 0.
 """
@@ -21,6 +23,7 @@ class MonitorLink:
     pidfd: int | None  # readable once it exits
     pipe: int | None  # what it tells the driver (None: adopted from a dead driver, no pipe)
     child: bool  # our child (we reap it), or adopted from a dead driver
+    reused: bool = False  # a spawner's monitor, which may serve other runs: done with this one at its pipe's end
     buffer: bytes = b""
     exited: bool = False
 
@@ -35,8 +38,15 @@ class MonitorLink:
 
     def messages(self) -> list[str]:
         """The whole lines the monitor wrote since the last call."""
+        self._fill()
+        lines = self.buffer.split(b"\n")
+        self.buffer = lines.pop()
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def _fill(self) -> None:
+        """Read what the pipe holds into the buffer; close it at its end."""
         if self.pipe is None:
-            return []
+            return
         data = b""
         while True:
             try:
@@ -51,15 +61,17 @@ class MonitorLink:
                 break
             data += chunk
         self.buffer += data
-        lines = self.buffer.split(b"\n")
-        self.buffer = lines.pop()
-        return [line.decode("utf-8", "replace") for line in lines]
 
     def has_exited(self) -> bool:
-        """Has the monitor process exited? (A child of ours is reaped here.)"""
+        """Is the monitor done with this run: has it exited, or (``reused``) closed the run's pipe to
+        serve another? (A child of ours is reaped here.) What it wrote before is kept for ``messages``."""
         if self.exited:
             return True
-        if self.child:
+        if self.reused:
+            self._fill()
+            if self.pipe is not None:
+                return False
+        elif self.child:
             try:
                 pid, _ = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:

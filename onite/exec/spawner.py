@@ -11,13 +11,21 @@ forked ahead, which has left the driver's session and ignores its signals
 from one job's end to the next job's start. For each job the driver sends
 the monitor's Plan and, with SCM_RIGHTS, the descriptors the Plan names
 (the script, the output files, the run record, the driver's pipe, the
-driver lock); the spawner passes that datagram on to the monitor forked
-ahead (or, if there is none, forks one: ``monitor.start``, the code the
-driver used to run), sends back its pid and a pidfd, closes its copies and
-forks the next. The monitor, not the spawner and not the driver, is the job's
-parent, and it records the job's end as before: what the driver's death
-leaves is what it left before (docs/internals.md, "The monitor and
-recovery").
+driver lock); the spawner passes that datagram on to a waiting monitor
+(or, if there is none, forks one: ``monitor.start``, the code the
+driver used to run), sends back its pid and a pidfd, closes its copies and,
+if no monitor waits, forks the next. The monitor, not the spawner and not the
+driver, is the job's parent, and it records the job's end as before: what the
+driver's death leaves is what it left before (docs/internals.md, "The monitor
+and recovery").
+
+A monitor serves one run after another (``Pool``): once its job has ended,
+what the job left is ended and every descriptor of the run is closed (the
+driver hears the end of the run's pipe), it tells the spawner it waits
+again. Forking a process per job was most of a trivial job's cost. A monitor
+whose job left something it could not end exits instead, as does one whose
+spawner is gone: after its driver died, a monitor lives only until its run is
+over, as before.
 
 Invariants: the spawner holds no descriptor of a job between two requests,
 in particular not the driver lock (a monitor holds it, passed with its
@@ -46,6 +54,9 @@ from onite.exec import contain, monitor
 MAX_REQUEST = 1 << 20  # bytes of one request: a job's environment and command line
 FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "notify_fd", "lock_fd")
 PR_SET_PDEATHSIG = 1
+IDLE = b"idle"  # a monitor to its spawner: its run is over, it waits for the next
+MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
+MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 ANSWER_WAIT = 30.0  # seconds the driver waits for the spawner (one stopped with SIGSTOP must not hang it)
 
 
@@ -151,29 +162,17 @@ def serve(fd: int, contained: bool) -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:
         return  # the driver died before the line above
-    warm: Warm | None = None
+    pool = Pool(contained)
     while True:
-        if warm is None:
-            warm = _fork_ahead(contained)
+        pool.fill()
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 16)
         except InterruptedError:
             continue
         if not data:
+            pool.close()
             return
-        answer, pidfds = ("error", 0), []
-        if warm is not None:
-            try:
-                socket.send_fds(warm.sock, [data], fds)  # one datagram: it has it whole, or not at all
-                answer, pidfds = ("ok", warm.pid), [warm.pidfd]
-            except OSError:
-                pass  # it died meanwhile: fork one now
-            warm.sock.close()
-            if not pidfds:
-                os.close(warm.pidfd)
-            warm = None
-        if not pidfds:
-            answer, pidfds = _fork_now(data, fds)
+        answer, pidfds = pool.hand(data, fds)
         for received in fds:
             os.close(received)
         try:
@@ -185,11 +184,76 @@ def serve(fd: int, contained: bool) -> None:
                 os.close(pidfd)
 
 
+class Pool:
+    """The monitors this spawner has forked that may take a request: those waiting (one forked ahead
+    of the next request, and those whose run is over) and those busy with a run. A monitor
+    tells, on its socket, when its run is over and it waits for another (``IDLE``); one whose
+    run left something it could not end, or that served ``MONITOR_RUNS`` runs, exits instead."""
+
+    def __init__(self, contained: bool) -> None:
+        self.contained = contained
+        self.waiting: list[Warm] = []
+        self.busy: list[Warm] = []
+
+    def fill(self) -> None:
+        """Have one monitor waiting, forked now if none is free (not on the path of a request)."""
+        self._collect()
+        if not self.waiting:
+            warm = _fork_ahead(self.contained)
+            if warm is not None:
+                self.waiting.append(warm)
+
+    def hand(self, data: bytes, fds: list[int]) -> tuple[tuple, list[int]]:
+        """Give one request to a waiting monitor (forked now if none takes it); the driver's answer and
+        the pidfd to send with it (the caller closes it)."""
+        self._collect()
+        while self.waiting:
+            warm = self.waiting.pop()
+            try:
+                socket.send_fds(warm.sock, [data], fds)  # one datagram: it has it whole, or not at all
+            except OSError:
+                warm.close()  # it died meanwhile: the next one, or fork one now
+                continue
+            self.busy.append(warm)
+            try:
+                return ("ok", warm.pid), [os.dup(warm.pidfd)]
+            except OSError:
+                return ("ok", warm.pid), []
+        return _fork_now(data, fds)
+
+    def _collect(self) -> None:
+        """Move the busy monitors whose run is over to the waiting ones; forget those that exited."""
+        still = []
+        for warm in self.busy:
+            try:
+                word = warm.sock.recv(16, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                still.append(warm)
+                continue
+            except OSError:
+                word = b""
+            if word == IDLE and len(self.waiting) < MAX_WAITING:
+                self.waiting.append(warm)
+            else:
+                warm.close()  # it exited, or enough wait: closing its socket ends it
+        self.busy = still
+
+    def close(self) -> None:
+        """Let every monitor go: waiting ones exit now, busy ones once their run is over."""
+        for warm in self.waiting + self.busy:
+            warm.close()
+        self.waiting, self.busy = [], []
+
+
 class Warm:
     """A monitor forked ahead of its request: its pid, a pidfd, and the socket its Plan comes by."""
 
     def __init__(self, pid: int, pidfd: int, sock: socket.socket) -> None:
         self.pid, self.pidfd, self.sock = pid, pidfd, sock
+
+    def close(self) -> None:
+        self.sock.close()
+        os.close(self.pidfd)
 
 
 def _fork_ahead(contained: bool) -> Warm | None:
@@ -224,15 +288,21 @@ def _wait_and_run(conn: socket.socket, contained: bool) -> int:
     spawner went away first: nothing was asked of it)."""
     try:
         monitor.prepare(contained)
+        gc.enable()  # this copy lives for many runs: its own garbage is collected (the spawner's stays frozen)
+        served = 0
         while True:
+            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
+            if not data:
+                return 0  # the spawner is gone (its driver ended or died), or has monitors enough
+            if monitor.run(_plan(data, fds), prepared=True, keep=frozenset({conn.fileno()})) != 0:
+                return 0  # something of the job could not be ended: no other run shares this process
+            served += 1
+            if served >= MONITOR_RUNS:
+                return 0  # said by exiting, not by IDLE: no request can be sent to it after it decided
             try:
-                data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
-                break
-            except InterruptedError:
-                continue
-        if not data:
-            return 0
-        return monitor.run(_plan(data, fds), prepared=True)
+                conn.send(IDLE)
+            except OSError:
+                return 0
     except BaseException:  # noqa: BLE001 - nothing may escape into the copy of the spawner
         if os.environ.get("ONITE_DEBUG_MONITOR"):
             import traceback
