@@ -124,3 +124,19 @@ def test_a_reused_monitor_outlives_a_killed_driver_only_until_its_run_is_over(sp
     assert second.returncode == 0
     assert result(spool, "second")["state"] == "done" and ledger.read_text().split() == ["start"]
     wait_for(lambda: is_zombie(monitor), what="the monitor to exit once its run was over")
+
+
+def test_a_request_too_large_for_one_datagram_is_forked_here_and_the_spawner_serves_on(spool, workdir):
+    """A job whose environment does not fit in one datagram to the spawner (hundreds of KB): its
+    monitor is forked by the driver, and the next job's again by the spawner."""
+    trace = workdir / "trace"
+    big = dict(os.environ, **{f"ONITE_TEST_BIG{n}": "x" * 100_000 for n in range(4)})  # one string: 128 KB at most
+    for name, env in (("huge", big), ("after", None)):
+        body = f"echo ${{#ONITE_TEST_BIG3}} $(cut -d' ' -f4 /proc/$PPID/stat) >> {trace}\n"
+        assert run_cli(["submit", name], stdin=body.encode(), env=env).code == 0
+    driver = start_driver(spool)
+    driver.communicate(timeout=60)
+    assert result(spool, "huge")["state"] == result(spool, "after")["state"] == "done"
+    (size, huge_parent), (_, after_parent) = (line.split() for line in trace.read_text().splitlines())
+    assert size == "100000" and int(huge_parent) == driver.pid
+    assert int(after_parent) != driver.pid  # the spawner's

@@ -40,6 +40,7 @@ be started, or dies, the driver forks the monitor itself, as before.
 
 from __future__ import annotations
 
+import errno
 import gc
 import marshal
 import os
@@ -90,6 +91,8 @@ class Spawner:
         try:
             socket.send_fds(self._sock, [marshal.dumps((values, plan.script_fd))], fds)
         except OSError as err:
+            if err.errno == errno.EMSGSIZE:  # this request only (a huge environment): nothing was sent
+                raise SpawnerGone(err.errno, "the request is larger than one datagram") from None
             self._lost()
             raise SpawnerGone(err.errno, f"the spawner is gone: {err.strerror}") from None
         try:
