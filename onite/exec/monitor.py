@@ -159,6 +159,8 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     _record(plan, {"event": "job", "pid": job})
     _tell(plan, f"started {job}")
     status, rusage = _wait_for(job)
+    if status is None:
+        return _failed(plan, "its exit status was lost (it was reaped by another process)", job)
     used = _usage(plan, rusage)  # read before its cgroups go: what it used is said with how it ended
     _tell(plan, "usage " + json.dumps(used, separators=(",", ":")))
     _record_end(plan, {"event": "ended", "status": status, "at": _now(), "usage": used}, f"ended {status}")
@@ -188,13 +190,14 @@ def _failed(plan: Plan, reason: str, job: int | None) -> int:
 
 
 def _wait_for(job: int):
-    """Reap children until the job's leader has exited; its wait status and rusage. As a subreaper
-    the monitor also gets the job's orphans, which are reaped here as they end."""
+    """Reap children until the job's leader has exited; its wait status and rusage (None, None: it
+    is no child of this process any more, its status unknown). As a subreaper the monitor also gets
+    the job's orphans, which are reaped here as they end."""
     while True:
         try:
             pid, status, rusage = os.wait4(-1, 0)
         except ChildProcessError:
-            return 0, None
+            return None, None
         except InterruptedError:
             continue
         if pid == job:
