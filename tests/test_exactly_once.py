@@ -327,3 +327,51 @@ def test_empty_job_cgroups_that_killed_drivers_left_are_swept_once_old():
         sleeper.wait()
         contain.remove_cgroup(busy)
         os.rmdir(other)
+
+
+SUBREAPER_DRIVER = """
+import sys
+from onite.drain.driver import Driver
+from onite.exec.contain import SUBREAPER, Containment
+from onite.spool.paths import SpoolDir
+driver = Driver(SpoolDir(sys.argv[1]))
+driver._containment = Containment(SUBREAPER, why="a test: a host without cgroup v2")
+sys.exit(driver.run())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are root's to make")
+def test_what_a_killed_run_left_outside_its_group_is_killed_by_its_v1_groups_before_it_runs_again(spool, workdir):
+    """A host with no cgroup v2 for jobs but v1 limit groups: the driver and the job's monitor are
+    killed, and the job had started a process in a session of its own (outside its process group).
+    Before the job runs again, recovery kills that process too: it is in the run's v1 groups."""
+    from onite.exec.limits import discover
+
+    if not discover(None).v1:
+        pytest.skip("this machine has no cgroup v1 memory controller")
+    pids, marker = workdir / "pids", workdir / "started"
+    body = (f"setsid sleep 300 & echo $! >> {pids}; [ -e {marker} ] && exit 0; touch {marker}; sleep 60\n")
+    assert run_cli(["submit", "escaper"], stdin=body.encode()).code == 0
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    first = subprocess.Popen([sys.executable, "-c", SUBREAPER_DRIVER, str(spool)], env=env, start_new_session=True)
+    wait_for(marker.exists, what="the job to start")
+    record = wait_for(lambda: next((spool / "running").glob("*/escaper@run"), None), what="the run record")
+    monitor = wait_for(lambda: next((json.loads(line)["pid"] for line in record.read_text().splitlines()
+                                     if '"monitor"' in line), None), what="the monitor's line")
+    escaped = int(wait_for(lambda: pids.read_text().split() or None, what="the escaped process")[0])
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    os.kill(monitor, signal.SIGKILL)  # as if the machine's OOM killer took it: nothing recorded the end
+    second = subprocess.run([sys.executable, "-c", SUBREAPER_DRIVER, str(spool)], env=env, timeout=120)
+    assert second.returncode == 0
+    assert result(spool, "escaper")["state"] == "done"
+    try:
+        wait_for(lambda: not os.path.exists(f"/proc/{escaped}") or
+                 Path(f"/proc/{escaped}/stat").read_text().split(") ")[1].startswith("Z"),
+                 what="the first run's escaped process to be killed", timeout=10)
+    finally:
+        for pid in pids.read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

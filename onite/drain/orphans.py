@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import TYPE_CHECKING
 
 from onite.core.errors import OniteError
@@ -69,11 +70,23 @@ class Orphans:
             contain.remove_cgroup(cgroup)
             if populated:
                 return "its processes were killed"
+        killed = False
+        for group in self.d.limiter.groups_of(rec.get("groups")):
+            # where no cgroup v2 contains jobs, its v1 limit groups still hold every process it started,
+            # those that left its process group too (setsid): none of them may run beside its rerun
+            for _ in range(50):
+                pids = contain.cgroup_pids(group)
+                if not pids:
+                    break
+                killed = True
+                for pid in pids:
+                    contain.signal_pid(pid, signal.SIGKILL)
+                time.sleep(0.01)
         pgid = rec.job_pid
         if pgid and pgid > 1 and contain.group_alive(pgid) and self._is_ours(pgid, rec):
             os.killpg(pgid, signal.SIGKILL)
             return "its processes were killed"
-        return "none of its processes was running"
+        return "its processes were killed" if killed else "none of its processes was running"
 
     def _is_ours(self, pid: int, rec: RunRecord) -> bool:
         """Is ``pid`` a process of that run (by ONITE_RUN_ID in its environment)?"""

@@ -86,14 +86,19 @@ class Limiter:
         return tuple(groups)
 
 
-    def remove_left(self, groups: object) -> None:
-        """Remove the v1 groups a dead run's record names (those of this driver's folders only), once
-        its processes are gone; a group still in use stays."""
+    def groups_of(self, groups: object) -> tuple[str, ...]:
+        """The v1 groups a dead run's record names that are this driver's to touch: a run's own
+        group right under one of its folders (a record is root's, but it is checked all the same)."""
         if not isinstance(groups, list):
-            return
+            return ()
         bases = tuple(f"{base}/" for base in self.v1.values())
-        remove(tuple(g for g in groups if isinstance(g, str) and g.startswith(bases) and "/" not in
-                     g[len(next(b for b in bases if g.startswith(b))):] and ".." not in g))
+        return tuple(g for g in groups if isinstance(g, str) and g.startswith(bases) and "/" not in
+                     g[len(next(b for b in bases if g.startswith(b))):] and ".." not in g)
+
+    def remove_left(self, groups: object) -> None:
+        """Remove the v1 groups a dead run's record names (``groups_of``), once its processes are
+        gone; a group still in use stays."""
+        remove(self.groups_of(groups))
 
 
 def discover(v2_base: str | None, *, mountinfo: str = "/proc/self/mountinfo",
