@@ -348,6 +348,22 @@ def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
 
 
 @needs_root
+def test_a_limit_that_cannot_be_set_is_named_for_the_start_line(tmp_path):
+    """The job still runs (a limit is no reason not to), but the limits it asked for and did not get
+    are named: the start line of the log says ``unenforced=memory``."""
+    from onite.exec.limits import Limiter
+
+    job = tmp_path / "run-1"
+    (job / "memory.max").mkdir(parents=True)  # a write to it fails (EISDIR), as a kernel refusal would
+    missed: list[str] = []
+    assert Limiter(v2=str(tmp_path)).prepare("run-1", str(job), 64, 1, missed) == ()
+    assert missed == ["memory"] and (job / "cpu.max").read_text() == "100000 100000"
+    missed.clear()
+    Limiter(v2=str(tmp_path)).prepare("run-2", None, 64, 1, missed)  # its cgroup could not be made
+    assert missed == ["memory", "cpu"]
+
+
+@needs_root
 @pytest.mark.skipif(not _has_v1_memory(), reason="no cgroup v1 groups to leave behind")
 def test_recovery_removes_the_limit_groups_a_dead_monitor_left(spool, workdir):
     from conftest import kill_driver_mid_job

@@ -157,7 +157,8 @@ class Starter:
         later may get there first and even end first."""
         self.d.log.event("start", run.name, user=run.owner.name, priority="urgent" if run.rank == 0 else run.rank,
                          attempt=run.attempt, pid=run.pgid, slurm=run.external_id, run=run.run_id,
-                         backfilled="yes: it cannot delay the job that waits for room" if run.backfilled else None)
+                         backfilled="yes: it cannot delay the job that waits for room" if run.backfilled else None,
+                         unenforced=",".join(run.unenforced) or None)
 
     def _stop_claiming(self, run: Run, claimed: Path, why: str) -> None:
         """Nothing that starts can be recorded (a full disk): put the job back, start nothing more.

@@ -56,18 +56,21 @@ class Limiter:
             return f"cgroup v1 ({', '.join(sorted(self.v1))})"
         return f"not enforced ({self.why})" if self.why else "not enforced"
 
-    def prepare(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None) -> tuple[str, ...]:
+    def prepare(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None,
+                not_set: list[str] | None = None) -> tuple[str, ...]:
         """Set the limits of one run (``mem`` MiB, ``cpus``; None: no limit) before it starts; the v1
         groups its process must join (none on v2, where its containment cgroup holds the limits).
-        A limit that cannot be set is no reason not to run the job: it then runs unlimited."""
-        if self.v2 is not None and v2_cgroup is not None:
-            if mem is not None:
-                _write(f"{v2_cgroup}/memory.max", str(mem * MIB))
-                _write(f"{v2_cgroup}/memory.swap.max", "0")
-            if cpus is not None:
-                _write(f"{v2_cgroup}/cpu.max", f"{cpus * PERIOD} {PERIOD}")
-            return ()
-        groups = []
+        A limit that cannot be set is no reason not to run the job: it then runs without it, and
+        ``not_set`` gets its name (``memory``, ``cpu``) for the log."""
+        missed: list[str] = []
+        groups: list[str] = []
+        if self.v2 is not None:
+            if mem is not None and not (v2_cgroup and _write(f"{v2_cgroup}/memory.max", str(mem * MIB))):
+                missed.append("memory")
+            if mem is not None and v2_cgroup:
+                _write(f"{v2_cgroup}/memory.swap.max", "0")  # absent without swap: not a limit missed
+            if cpus is not None and not (v2_cgroup and _write(f"{v2_cgroup}/cpu.max", f"{cpus * PERIOD} {PERIOD}")):
+                missed.append("cpu")
         for controller, base in sorted(self.v1.items()):
             path = f"{base}/{run_id}"
             try:
@@ -78,13 +81,22 @@ class Limiter:
                 continue
             groups.append(path)
             if controller == "memory" and mem is not None:
-                _write(f"{path}/memory.limit_in_bytes", str(mem * MIB))
-                _write(f"{path}/memory.memsw.limit_in_bytes", str(mem * MIB))  # no swap beyond it
+                if _write(f"{path}/memory.limit_in_bytes", str(mem * MIB)):
+                    _write(f"{path}/memory.memsw.limit_in_bytes", str(mem * MIB))  # absent without swap accounting
+                else:
+                    missed.append("memory")
             elif controller == "cpu" and cpus is not None:
                 _write(f"{path}/cpu.cfs_period_us", str(PERIOD))
-                _write(f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD))
+                if not _write(f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD)):
+                    missed.append("cpu")
+        if self.v1:
+            made = {controller for controller, base in self.v1.items() if f"{base}/{run_id}" in groups}
+            for wanted, controller in ((mem, "memory"), (cpus, "cpu")):
+                if wanted is not None and controller in self.v1 and controller not in made and controller not in missed:
+                    missed.append(controller)  # its group could not be made
+        if not_set is not None:
+            not_set.extend(missed)
         return tuple(groups)
-
 
     def groups_of(self, groups: object) -> tuple[str, ...]:
         """The v1 groups a dead run's record names that are this driver's to touch: a run's own

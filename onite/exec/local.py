@@ -99,8 +99,10 @@ class LocalRunner(Runner):
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         run.cgroup = self.containment.job_cgroup(run.run_id)
         need = run.need
+        not_set: list[str] = []
         run.groups = self.limiter.prepare(run.run_id, run.cgroup, need.mem or None if need else None,
-                                          need.cpus or None if need else None)
+                                          need.cpus or None if need else None, not_set)
+        run.unenforced = tuple(not_set)
         record_fd = None
         if record is not None:  # first: where nothing can be recorded, nothing may start
             path, info = record

@@ -72,6 +72,7 @@ class Run:
     adopted: bool = False  # taken over from a driver that died
     need: Need | None = None  # what it asks for, the spool's defaults applied (onite.core.resources)
     groups: tuple[str, ...] = ()  # local: the cgroup v1 groups holding its limits (onite.exec.limits)
+    unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set (memory, cpu)
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
 
