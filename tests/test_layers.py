@@ -37,11 +37,14 @@ def imports_of(path: Path) -> set[str]:
 
 
 def test_the_monitor_imports_only_what_is_safe_after_fork():
-    """A job's monitor runs in a forked copy of the driver: it may import only os, signal, json, errno,
-    time, dataclasses, datetime and onite.exec.contain (all loaded before the fork: onite.exec.monitor)."""
-    allowed = {"__future__", "os", "signal", "json", "errno", "time", "dataclasses", "datetime", "traceback",
-               "onite.exec.contain", "onite.exec.limits"}
+    """A job's monitor runs in a forked copy of the spawner (or driver): it may import only os, signal, json,
+    errno, time, dataclasses, datetime, subprocess (its C fork and exec start the job) and
+    onite.exec.contain and limits (all loaded before the fork: onite.exec.monitor)."""
+    allowed = {"__future__", "os", "signal", "json", "errno", "time", "dataclasses", "datetime", "traceback", "subprocess",
+               "onite.exec.contain", "onite.exec.limits", "onite.exec.jobstart"}
     assert imports_of(PACKAGE / "exec" / "monitor.py") <= allowed
+    assert imports_of(PACKAGE / "exec" / "jobstart.py") <= {"__future__", "os", "errno", "subprocess", "typing",
+                                                            "onite.exec.monitor"}
     assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
     assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "os"}
 

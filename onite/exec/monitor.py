@@ -13,22 +13,25 @@ driver. It never executes anything itself; in order, it
    (onite.core.runrecord), then closes the driver lock it inherited: until that
    line exists no other driver can take the lock, so a claim without it
    was never started;
-3. forks the job's process, which joins the job's cgroup, starts a new
-   session, takes its output files as stdout and stderr, drops to the
-   job's owner (supplementary groups, gid, uid: real, effective and saved),
-   and only then, with the owner's rights, enters the job's directory and
-   executes its interpreter: nothing is opened, entered or looked up as root
-   on the owner's behalf (docs/security.md);
+3. starts the job's process (onite.exec.jobstart): born in the job's
+   cgroups, in a new session, with its output files as stdout and stderr,
+   it drops to the job's owner (supplementary groups, gid, uid: real,
+   effective and saved) and executes its interpreter in the job's
+   directory, which the monitor entered with the owner's rights: nothing is
+   opened, entered or looked up as root on the owner's behalf
+   (docs/security.md);
 4. records ``job`` once the interpreter runs (or ``failed`` with the
    reason the owner would have got), and tells the driver over a pipe;
 5. waits for the job's leader, appends ``ended`` with its wait status, tells
    the driver, then ends whatever the job left behind (onite.exec.contain): TERM,
    ``kill_grace``, KILL;
-6. exits once its ``ended`` line is on disk (on a full disk it retries
-   until it is, or until the driver has filed the job and removed the record).
+6. is done with the run once its ``ended`` line is on disk (on a full disk
+   it retries until it is, or until the driver has filed the job and removed
+   the record): it closes the run's descriptors, then exits, or (forked by
+   the spawner) waits for another run (onite.exec.spawner).
 
-The code here runs after fork() in a copy of the spawner (or of the driver): it uses only the
-os, signal and json modules (imported before the fork), never the driver's
+The code here runs after fork() in a copy of the spawner (or of the driver): it uses only
+modules imported before the fork (tests/test_layers.py), never the driver's
 objects' locks, and leaves with os._exit so none of the driver's cleanup runs.
 """
 
@@ -42,17 +45,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from onite.exec import contain, limits
-
-STAGES = {  # what the job's process was doing when it failed, for the reason recorded
-    "cgroup": "cannot join its cgroup",
-    "session": "cannot start a new session",
-    "output": "cannot take its output files",
-    "user": "cannot switch to its owner",
-    "chdir": "cannot enter its directory",
-    "exec": "cannot start",
-}
-
+from onite.exec import contain, jobstart, limits
 
 @dataclass(frozen=True)
 class Plan:
@@ -105,12 +98,25 @@ def prepare(contained: bool) -> None:
     (onite.exec.spawner) does this while it waits for its Plan."""
     os.setsid()  # a Ctrl-C at the driver's terminal is not for the jobs
     signal.set_wakeup_fd(-1)
+    # the driver's signals are caught and dropped, not ignored: a job's process inherits an ignored
+    # signal across its exec, a caught one comes back to its default there (_start_job)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, _dropped)
+    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                signal.signal(sig, _dropped)
+        except (OSError, ValueError):
+            pass
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())  # and a job inherits the monitor's (empty) mask
     if contained:
         contain.set_subreaper()  # orphans of the job come to us, not to init
+
+
+def _dropped(signum, frame) -> None:
+    """A signal meant for the driver: the monitor goes on."""
 
 
 def run(plan: Plan, *, prepared: bool = False, keep: frozenset[int] = frozenset()) -> int:
@@ -139,23 +145,13 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     if plan.lock_fd is not None:
         held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        job = os.fork()
-    except OSError as err:
-        return _failed(plan, f"cannot start: {err.strerror}", None)
-    if job == 0:
-        _job(plan, err_w)  # never returns
-    os.close(err_w)
+    job, report = jobstart.start(plan)
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
         if fd is not None:
             held.discard(fd)
             os.close(fd)
-    report = _read_all(err_r)
-    os.close(err_r)
-    if report:
-        os.waitpid(job, 0)
-        return _failed(plan, _reason(report, plan), job)
+    if job is None:
+        return _failed(plan, jobstart.reason(report, plan), None)
     _record(plan, {"event": "job", "pid": job})
     _tell(plan, f"started {job}")
     status, rusage = _wait_for(job)
@@ -296,48 +292,6 @@ def _now() -> str:
     return datetime.now().astimezone().isoformat()
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except InterruptedError:
-            continue
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
-def _reason(report: bytes, plan: Plan) -> str:
-    """The reason recorded for a job whose process failed before its interpreter ran. Every check
-    behind it was made with the owner's rights, so it tells the owner nothing they could not learn
-    by trying themselves (a root-only look would be an oracle for private paths)."""
-    stage, _, rest = report.decode("utf-8", "replace").partition(" ")
-    code_text, _, what = rest.partition(" ")
-    code = int(code_text) if code_text.isdigit() else 0
-    cwd = os.fsdecode(plan.cwd)
-    if stage == "chdir":
-        if code == errno.ENOENT:
-            return f"its directory {cwd} no longer exists"
-        if code == errno.ENOTDIR:
-            return f"its directory {cwd} is not a directory"
-        return f"cannot enter its directory {cwd}: {_words(code, what)}"
-    if stage == "exec":
-        program = what or os.fsdecode(plan.argv[0])
-        if code == errno.ENOENT:
-            return f"cannot start {program}: no such file"
-        return f"cannot start {program}: {_words(code, what)}"
-    return f"{STAGES.get(stage, 'cannot start')}: {_words(code, what)}"
-
-
-def _words(code: int, fallback: str) -> str:
-    """An errno as the lower-case words reasons use ("permission denied")."""
-    if not code:
-        return fallback or "failed"
-    text = os.strerror(code)
-    return text[:1].lower() + text[1:]
-
-
 def _close_all_but(keep: set[int]) -> None:
     low = 3
     for fd in sorted(keep):
@@ -352,62 +306,3 @@ def _max_fd() -> int:
         return os.sysconf("SC_OPEN_MAX")
     except (ValueError, OSError):
         return 65536
-
-
-# ---- the job's process -------------------------------------------------------------
-
-
-def _job(plan: Plan, err_w: int) -> None:
-    """Become the job: cgroup, session, files, owner, directory, then exec. Never returns."""
-    stage = "cgroup"
-    try:
-        if plan.cgroup:
-            try:
-                fd = os.open(f"{plan.cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                fd = -1  # removed meanwhile: the monitor, a subreaper, still contains the job
-            if fd >= 0:
-                try:
-                    os.write(fd, b"0")
-                finally:
-                    os.close(fd)
-        limits.join(plan.limit_groups)
-        stage = "session"
-        os.setsid()
-        stage = "output"
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(plan.stdout_fd, 1)
-        os.dup2(plan.stderr_fd if plan.stderr_fd is not None else plan.stdout_fd, 2)
-        os.umask(plan.umask)
-        if plan.uid is not None:
-            stage = "user"
-            os.setgroups(list(plan.groups))
-            os.setresgid(plan.gid, plan.gid, plan.gid)
-            os.setresuid(plan.uid, plan.uid, plan.uid)
-        stage = "chdir"
-        os.chdir(plan.cwd)
-        for sig in range(1, signal.NSIG):  # an ignored signal stays ignored across exec (a handler does not)
-            if sig not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(sig) is signal.SIG_IGN:
-                try:
-                    signal.signal(sig, signal.SIG_DFL)
-                except (OSError, ValueError):
-                    pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        _close_all_but({plan.script_fd, err_w})
-        stage = "exec"
-        os.execve(plan.argv[0], list(plan.argv), plan.env)
-    except OSError as err:
-        what = os.fsdecode(err.filename) if stage == "exec" and err.filename else ""
-        _report(err_w, f"{stage} {err.errno} {what}")
-    except BaseException as err:  # noqa: BLE001 - e.g. an embedded NUL byte: say so, never run on
-        _report(err_w, f"{stage} 0 {type(err).__name__}")
-    os._exit(127)
-
-
-def _report(fd: int, text: str) -> None:
-    try:
-        os.write(fd, text.encode("utf-8", "replace"))
-    except OSError:
-        pass
-

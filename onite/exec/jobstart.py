@@ -1,0 +1,152 @@
+"""How a job's monitor starts the job's process, and the reason it records when that fails.
+
+Run in the monitor (onite.exec.monitor), after fork: this module imports only os, errno and
+subprocess (checked by tests/test_layers.py), all loaded before the fork.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from onite.exec.monitor import Plan
+
+STAGES = {  # what the job's process was doing when it failed, for the reason recorded
+    "cgroup": "cannot join its cgroup",
+    "session": "cannot start a new session",
+    "output": "cannot take its output files",
+    "user": "cannot switch to its owner",
+    "chdir": "cannot enter its directory",
+    "exec": "cannot start",
+}
+
+
+def start(plan: Plan) -> tuple[int | None, str]:
+    """Start the job's process; its pid, or None and why not (``STAGE ERRNO WHAT`` for ``reason``).
+
+    The process is forked and executed by the C code of the standard library (subprocess), which
+    runs no Python between the fork and the exec: a Python child would copy most of this process's
+    pages on its way to the exec (docs/performance.md). What the child could not do there is done
+    here, around the fork:
+
+    - its cgroups: this monitor joins the job's cgroups, so that the process is born in them, and
+      goes back to its own once the process has executed its interpreter;
+    - its directory: this monitor enters it with the owner's rights (effective ids only: the real
+      and saved ids stay root's, so the owner cannot signal or trace this process meanwhile), and
+      the process inherits it; nothing is entered as root on the owner's behalf.
+
+    The process then starts a new session, takes its output files as stdout and stderr, drops to the
+    owner (supplementary groups, gid, uid: real, effective and saved) and executes the interpreter,
+    with every descriptor closed but its script's, and every signal at its default (onite.exec.monitor.prepare).
+    """
+    stage, joined, null = "cgroup", [], None
+    try:
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        for path in ((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups):
+            if _move_here(path):
+                joined.append(path)
+        stage = "chdir"
+        _enter_as_owner(plan)
+        stage = "exec"
+        program = plan.argv[0] if b"/" in plan.argv[0] else b"./" + plan.argv[0]  # no PATH search, as execve
+        switch = plan.uid is not None
+        child = subprocess.Popen(
+            list(plan.argv), executable=program, env=plan.env, stdin=null, stdout=plan.stdout_fd,
+            stderr=plan.stderr_fd if plan.stderr_fd is not None else plan.stdout_fd, close_fds=True,
+            pass_fds=(plan.script_fd,), start_new_session=True, umask=plan.umask, restore_signals=True,
+            user=plan.uid if switch else None, group=plan.gid if switch else None,
+            extra_groups=list(plan.groups) if switch else None)
+        child.returncode = 0  # reaped by _wait_for, never by subprocess (which would poll for it later)
+        return child.pid, ""
+    except OSError as err:
+        if stage == "exec" and not err.filename:  # it failed before the exec: dropping to the owner
+            stage = "exec" if err.errno in (errno.EAGAIN, errno.ENOMEM) else "user"
+        what = os.fsdecode(plan.argv[0]) if stage == "exec" and err.filename else ""
+        return None, f"{stage} {err.errno or 0} {what}"
+    except (ValueError, subprocess.SubprocessError) as err:  # e.g. an embedded NUL byte: say so, never run on
+        return None, f"{stage} 0 {type(err).__name__}"
+    finally:
+        if null is not None:
+            os.close(null)
+        for path in reversed(joined):
+            _move_here(os.path.dirname(os.path.dirname(path)))  # the monitor's own: the job's folder's parent
+        try:
+            os.chdir("/")
+        except OSError:
+            pass
+
+
+def _move_here(cgroup: str) -> bool:
+    """Move this process into ``cgroup``; False if it is gone (the job then runs without it: the
+    monitor, a subreaper, still contains it).
+
+    Raises:
+        OSError: it cannot be joined.
+    """
+    try:
+        fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
+    return True
+
+
+def _enter_as_owner(plan: Plan) -> None:
+    """Enter the job's directory with its owner's rights (the driver's own where it keeps them).
+
+    Raises:
+        OSError: the owner cannot enter it.
+    """
+    if plan.uid is None:
+        os.chdir(plan.cwd)
+        return
+    groups, egid = os.getgroups(), os.getegid()
+    os.setgroups(list(plan.groups))
+    os.setresgid(-1, plan.gid, -1)
+    os.setresuid(-1, plan.uid, -1)
+    try:
+        os.chdir(plan.cwd)
+    finally:
+        try:
+            os.setresuid(-1, 0, -1)
+            os.setresgid(-1, egid, -1)
+            os.setgroups(groups)
+        except OSError:
+            os._exit(70)  # cannot be: the saved uid is root's; never go on with the owner's rights
+
+
+
+def reason(report: str, plan: Plan) -> str:
+    """The reason recorded for a job whose process failed before its interpreter ran. Every check
+    behind it was made with the owner's rights, so it tells the owner nothing they could not learn
+    by trying themselves (a root-only look would be an oracle for private paths)."""
+    stage, _, rest = report.partition(" ")
+    code_text, _, what = rest.partition(" ")
+    code = int(code_text) if code_text.isdigit() else 0
+    cwd = os.fsdecode(plan.cwd)
+    if stage == "chdir":
+        if code == errno.ENOENT:
+            return f"its directory {cwd} no longer exists"
+        if code == errno.ENOTDIR:
+            return f"its directory {cwd} is not a directory"
+        return f"cannot enter its directory {cwd}: {_words(code, what)}"
+    if stage == "exec":
+        program = what or os.fsdecode(plan.argv[0])
+        if code == errno.ENOENT:
+            return f"cannot start {program}: no such file"
+        return f"cannot start {program}: {_words(code, what)}"
+    return f"{STAGES.get(stage, 'cannot start')}: {_words(code, what)}"
+
+
+def _words(code: int, fallback: str) -> str:
+    """An errno as the lower-case words reasons use ("permission denied")."""
+    if not code:
+        return fallback or "failed"
+    text = os.strerror(code)
+    return text[:1].lower() + text[1:]
