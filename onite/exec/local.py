@@ -222,7 +222,9 @@ class LocalRunner(Runner):
         monitor said it started there is no process yet: the stop is applied when it does."""
         if run.pgid is not None:
             contain.signal_group(run.pgid, sig)
-        if run.cgroup:
+        # before the job started its cgroup may hold its monitor (onite.exec.jobstart), which is not
+        # the job's to stop; an adopted run's record may not say when its job started
+        if run.cgroup and (run.pgid is not None or run.adopted):
             if sig == signal.SIGKILL:
                 contain.kill_cgroup(run.cgroup)
             else:
