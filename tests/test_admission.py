@@ -104,6 +104,20 @@ def test_a_reserve_larger_than_the_machine_stops_the_driver_not_the_queue(spool,
     assert r.code == 2 and r.err.startswith("onite: onite.toml: reserve_mem = 1024T"), r
 
 
+def test_a_drain_under_a_reloaded_reserve_that_leaves_nothing_logs_it_and_touches_no_job(spool):
+    """A daemon's drain, after onite.toml was reloaded with such a reserve: one error line, no job failed."""
+    from onite.drain.driver import Driver
+    from onite.spool.paths import SpoolDir
+
+    assert run_cli(["submit", "asks", "--mem", "64M"], stdin=b"true\n").code == 0
+    set_config(spool, reserve_cpus=MAX_CPUS)
+    Driver(SpoolDir(spool)).drain()
+    assert [j["name"] for j in run_cli(["list", "--json"]).json()["jobs"]] == ["asks"]
+    errors = [line for line in log_lines(spool) if " error " in line]
+    assert len(errors) == 1 and f"reserve_cpus = {MAX_CPUS} leaves no CPU" in errors[0], errors
+    assert not any(" driver-start " in line or " failed " in line for line in log_lines(spool))
+
+
 # ---- the request admitted is the one held ------------------------------------------------------
 
 

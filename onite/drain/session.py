@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused
+from onite.core.errors import EXIT_FAILURE, OniteError, Refused
 from onite.core.names import is_valid_name
 from onite.drain import heartbeat as hb
 from onite.drain.signals import SignalCatcher
@@ -43,12 +43,7 @@ def run(d: Driver, *, scheduled: bool = False) -> int:
         ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack).
     """
     d.spool.check_drainable("onite run")
-    try:
-        d.packer.check()
-    except ConfigError as err:  # said on stderr (cron mails it) and in the log, where the morning looks
-        d.log.event("error", host=d.host, error=str(err), note="the driver did not start; no job was touched")
-        d.log.close()
-        raise
+    d.packer.check()  # one line on stderr, as any bad setting: nothing is claimed, failed or logged
     with SignalCatcher(d.signals) as wakeup_fd:
         d.wakeup_fd = wakeup_fd
         lock = _take_lock(d, hand_over=not scheduled)
