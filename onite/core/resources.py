@@ -5,7 +5,8 @@ A job may ask for memory (``--mem``, in MiB, written as Slurm writes it:
 CPUs (``--cpus``). A job that asks for nothing (and no spool default)
 counts for no memory and no CPU: it is bounded by ``slots`` alone, as
 before requests existed. A host's capacity is what its admin set, else
-what the machine has minus a reserve (onite.exec.limits measures it).
+what the machine has minus a reserve (onite.exec.limits measures it); a
+reserve that leaves nothing is a configuration error, not a capacity of 0.
 
 Packing (``Need``, ``Room``, ``admit``): a job starts when its request fits
 in what is free and a slot is free. In strict order a job that does not fit waits
