@@ -55,6 +55,9 @@ ACCEPTED = [
     (["submit", "a", "--quiet", "--unique"], STDIN, []),
     (["submit", "b", "--lines", "-q"], LINES, []),
     (["submit", "a", "--after", "dep1", "--at", "tomorrow 05:00"], STDIN, ["dep1"]),
+    (["submit", "a", "--cpus", "1", "--mem", "64M"], STDIN, []),
+    (["submit", "a", "--cpus=0001"], STDIN, []),
+    (["submit", "b", "--lines", "--mem", "96M", "--cpus", "1"], LINES, []),
     # errors: the same exit code and the same line on stderr
     (["submit", "a"], b"", []),
     (["submit", "bad name"], STDIN, []),
@@ -68,6 +71,11 @@ ACCEPTED = [
     (["submit", "a", "--host", "../x"], STDIN, []),
     (["submit", "a", "--notify", "x"], STDIN, []),
     (["submit", "a", "--notify-on", "sometimes"], STDIN, []),
+    (["submit", "a", "--cpus", "0"], STDIN, []),  # onite's words on both paths, not typer's range error
+    (["submit", "a", "--cpus", "lots"], STDIN, []),
+    (["submit", "a", "--cpus", "0000015000"], STDIN, []),
+    (["submit", "b", "--lines", "--cpus", "5000"], LINES, []),
+    (["submit", "a", "--mem", "4.5G"], STDIN, []),
     (["submit", "a", "--notify", "command"], STDIN, []),  # the spool has no notify_command
     (["submit", "b", "--lines", "--notify", "command"], LINES, []),
     (["submit", "dup"], STDIN, ["dup"]),

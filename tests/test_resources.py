@@ -142,9 +142,12 @@ def test_when_the_head_waits_for_a_job_without_time_limit_only_what_stays_free_b
 
 
 def test_a_request_bigger_than_the_host_says_what_it_lacks():
-    assert too_big(Need(2048, 1), CAP) == "it asks for 2G memory, but the host has 1.0G"
-    assert too_big(Need(512, 8), CAP) == "it asks for 8 CPUs, but the host has 4"
+    assert too_big(Need(2048, 1), CAP) == "it asks for 2G memory, but the host has 1G"  # as --mem writes it
+    assert too_big(Need(1536, 8), Need(1000, 4)) == "it asks for 1536M memory, but the host has 1000M and 8 CPUs, " \
+        "but the host has 4"
+    assert too_big(Need(512, 2), Need(1024, 1)) == "it asks for 2 CPUs, but the host has 1"
     assert too_big(Need(512, 4), CAP) == ""
+    assert Need(0, 1).shortage(Need(0, 0)) == "1 CPU (0 free)"  # not "1 CPUs"
 
 
 # ---- real nights ----------------------------------------------------------------------------
@@ -312,6 +315,7 @@ def test_status_says_how_requests_are_held_and_the_capacity(spool, workdir):
     out = run_cli(["status"]).out
     line = next(line for line in out.splitlines() if line.startswith("limits"))
     assert "capacity 1G memory, 2 CPUs" in line
+    assert line.split()[1:3] == ["last", "drain:"], line  # the last driver's words, not a measure of now
     assert ("cgroup" in line) if _has_v1_memory() else ("not enforced" in line)
 
 

@@ -58,7 +58,7 @@ class RecurRequest:
     notify: str | None = None
     notify_on: str | None = None
     mem: str | None = None  # memory in Slurm's words ("4G"); None: the spool's default_mem
-    cpus: int | None = None
+    cpus: int | str | None = None  # CPUs; None: the spool's default_cpus
 
 
 def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:

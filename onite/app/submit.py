@@ -276,10 +276,11 @@ def check_capacity(config: Config, job: Job) -> None:
 
     Raises:
         Refused: it could never fit.
+        ConfigError: the reserve leaves nothing of this machine for jobs.
     """
     from onite.core.resources import host_capacity, request_of, too_big
 
-    need = request_of(job.mem, job.cpus, config.default_mem, config.default_cpus)
+    need = request_of(job.mem, job.cpus)  # the spool's defaults are in the job already (onite.core.request)
     if config.executor != "local" or not (need.mem or need.cpus):
         return
     from onite.exec.limits import machine

@@ -45,9 +45,8 @@ def ranges() -> dict[tuple[str, str], tuple[int, int]]:
     """The whole numbers (inclusive) an option takes, as typer's range checks have them."""
     from onite.core.config import MAX_SLOTS
     from onite.core.job import MAX_RETRIES
-    from onite.core.resources import MAX_CPUS
 
-    return {("submit", "retries"): (0, MAX_RETRIES), ("submit", "cpus"): (1, MAX_CPUS), ("run", "slots"): (1, MAX_SLOTS)}
+    return {("submit", "retries"): (0, MAX_RETRIES), ("run", "slots"): (1, MAX_SLOTS)}
 
 
 def run(args: list[str]) -> int | None:
@@ -156,9 +155,6 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
         return None
     if not _in_range(retries, *ranges()["submit", "retries"]):
         return None  # typer's range check words the error
-    cpus = options.pop("cpus", None)
-    if cpus is not None and not _in_range(cpus, *ranges()["submit", "cpus"]):
-        return None
     separate, merged = options.pop("stderr_separate", False), options.pop("stderr_merged", False)
     if separate and merged:
         return None  # click keeps the last of the two; leave that to it
@@ -168,7 +164,6 @@ def _submit(args: list[str], global_spool: str | None) -> int | None:
     spool, lines, quiet = options.pop("spool", None), options.pop("lines", False), options.pop("quiet", False)
     request = SubmitRequest.of(positional[0], b"", dict(
         options, priority=int(priority) if priority is not None else None, retries=int(retries),
-        cpus=int(cpus) if cpus is not None else None,
         stderr_separate=True if separate else False if merged else None))
     shared.submit(request, spool or global_spool, lines=lines, quiet=quiet)
     return 0

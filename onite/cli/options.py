@@ -56,8 +56,9 @@ NotifyOnOpt = Annotated[Optional[str], typer.Option(
 MemOpt = Annotated[Optional[str], typer.Option(
     "--mem", metavar="SIZE", help="Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); "
     "held by the kernel where it can; default: default_mem in onite.toml.")]
-CpusOpt = Annotated[Optional[int], typer.Option(
-    "--cpus", metavar="N", min=1, max=MAX_CPUS, help="CPUs it needs; default: default_cpus in onite.toml.")]
+# a string, checked by onite (onite.core.resources.parse_cpus) as the fast path checks it: one wording
+CpusOpt = Annotated[Optional[str], typer.Option(
+    "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; default: default_cpus in onite.toml.")]
 
 
 _GLOBAL: dict[str, str | None] = {"spool": None}

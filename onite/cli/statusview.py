@@ -62,7 +62,9 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
         if limits:  # requests pack either way; held by the kernel only where it has the controllers
             colour = "yellow" if limits.startswith("not enforced") else "green"
             capacity = info.containment.get("capacity")
-            say(f"limits    [{colour}]{escape(limits)}[/]" + (f"; capacity {escape(capacity)}" if capacity else ""))
+            # the last driver's words, as the contain line's: this command measures nothing of root's cgroups
+            say(f"limits    last drain: [{colour}]{escape(limits)}[/]"
+                + (f"; capacity {escape(capacity)}" if capacity else ""))
     for warning in info.warnings:
         say(f"[red]warning[/]   {escape(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"

@@ -99,8 +99,8 @@ class Job:
     stderr_separate: bool = False  # stderr to stdout/NAME@stderr instead of with stdout
     notify: str | None = None  # "mail", "command", "none"; None: the spool's notify when the job ends
     notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
-    mem: int | None = None  # MiB of memory it asks for (--mem); None: the spool's default_mem, if any
-    cpus: int | None = None  # CPUs it asks for (--cpus); None: the spool's default_cpus, if any
+    mem: int | None = None  # MiB of memory it asks for (--mem, else the spool's default_mem at submit); None: none
+    cpus: int | None = None  # CPUs it asks for (--cpus, else default_cpus at submit); None: none
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     @property

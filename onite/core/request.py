@@ -119,12 +119,14 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
     if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
         raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
                            "ask the admin to set notify_command, or use --notify mail")
-    mem = cpus = None
+    # the spool's defaults are the job's request from now on, as its timeout is (and as Slurm applies
+    # DefMemPerNode when a job is submitted): changing them later does not change queued jobs
+    mem, cpus = config.default_mem, config.default_cpus
     if request.mem is not None or request.cpus is not None:
         from onite.core.resources import parse_cpus, parse_mem
 
-        mem = parse_mem(request.mem) if request.mem is not None else None
-        cpus = parse_cpus(request.cpus) if request.cpus is not None else None
+        mem = parse_mem(request.mem) if request.mem is not None else mem
+        cpus = parse_cpus(request.cpus) if request.cpus is not None else cpus
     timeout, not_before = config.timeout, None
     if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
         from onite.core.timeparse import parse_duration, parse_when

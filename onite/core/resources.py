@@ -5,17 +5,20 @@ A job may ask for memory (``--mem``, in MiB, written as Slurm writes it:
 CPUs (``--cpus``). A job that asks for nothing (and no spool default)
 counts for no memory and no CPU: it is bounded by ``slots`` alone, as
 before requests existed. A host's capacity is what its admin set, else
-what the machine has minus a reserve (onite.exec.limits measures it).
+what the machine has minus a reserve (onite.exec.limits measures it); a
+reserve that leaves nothing is a configuration error, not a capacity of 0.
 
-Packing (``Need``, ``admit``): a job starts when its request fits in what
-is free and a slot is free. In strict order a job that does not fit waits
+Packing (``Need``, ``Room``, ``admit``): a job starts when its request fits
+in what is free and a slot is free. In strict order a job that does not fit waits
 and nothing behind it starts; with backfill a later job may start only if
 it cannot delay the head job's start, estimated from time limits as
 Slurm's backfill does: running jobs end at the latest at their time limit
 (plus the kill grace), so the head job's start (its *shadow time*) is
 known once enough of them have; a later job may run if it ends before
 then, or if it fits beside the head job at that time. A job with no time
-limit never ends as far as estimates go.
+limit never ends as far as estimates go. ``admit`` is the one rule: the
+driver (onite.drain.pack) starts jobs by it, and ``onite list`` and ``onite
+status`` (onite.drain.verdicts) say why a job waits in its words.
 
 Invariant: no I/O and no clock: every time and amount is passed in.
 """
@@ -26,8 +29,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
-from onite.core.errors import InvalidInput
+from onite.core.errors import ConfigError, InvalidInput
 
 MAX_MEM = 1 << 30  # MiB: a PiB; beyond it a request is a typo
 MAX_CPUS = 4096
@@ -69,15 +73,28 @@ def human_bytes(count: int) -> str:
 
 
 def parse_cpus(value: object, *, what: str = "--cpus") -> int:
-    """A CPU count: a whole number from 1 to MAX_CPUS.
+    """A CPU count: a whole number from 1 to MAX_CPUS (leading zeros and blanks around it allowed).
 
     Raises:
         InvalidInput: anything else.
     """
     text = str(value).strip()
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text[:6]) <= MAX_CPUS:
+    digits = text.lstrip("0")
+    # the whole value is checked, and never handed to int() when it is too long to be a count
+    if not text.isascii() or not text.isdigit() or len(digits) > len(str(MAX_CPUS)) or \
+            not 1 <= int(digits or "0") <= MAX_CPUS:
         raise InvalidInput(f"invalid {what} {text[:40]!r}", f"ask for 1 to {MAX_CPUS} CPUs")
-    return int(text)
+    return int(digits)
+
+
+def cpus_text(count: int) -> str:
+    """``1 CPU``, ``2 CPUs``."""
+    return f"{count} CPU{'' if count == 1 else 's'}"
+
+
+def capacity_text(capacity: Need) -> str:
+    """A capacity for the log and ``onite status``: ``23G memory, 2 CPUs`` (memory as ``--mem`` takes it)."""
+    return f"{format_mem(capacity.mem)} memory, {cpus_text(capacity.cpus)}"
 
 
 # ---- packing ---------------------------------------------------------------------------
@@ -112,15 +129,16 @@ class Need:
             parts.append(f"{format_mem(self.mem)} memory ({format_mem(max(room.mem, 0)) if room.mem > 0 else 'none'}"
                          " free)")
         if self.cpus > room.cpus:
-            parts.append(f"{self.cpus} CPU{'s' if self.cpus != 1 else ''} ({max(room.cpus, 0)} free)")
+            parts.append(f"{cpus_text(self.cpus)} ({max(room.cpus, 0)} free)")
         if self.slots > room.slots:
             parts.append("a free slot")
         return " and ".join(parts)
 
 
-def request_of(mem: int | None, cpus: int | None, default_mem: int | None, default_cpus: int | None) -> Need:
-    """What a job asks for: its own request, else the spool's default, else nothing."""
-    return Need(mem=mem or default_mem or 0, cpus=cpus or default_cpus or 0)
+def request_of(mem: int | None, cpus: int | None) -> Need:
+    """What a job asks for, as its file says (the spool's defaults were applied when it was spooled:
+    onite.core.request); nothing said is nothing asked."""
+    return Need(mem=mem or 0, cpus=cpus or 0)
 
 
 @dataclass(frozen=True)
@@ -189,18 +207,119 @@ def capacity_of(machine_mem: int | None, machine_cpus: int | None, *, mem: int |
 def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, slots: int = 1) -> Need:
     """``host``'s capacity under ``config`` (a Config): its ``[hosts.NAME] mem, cpus``, else
     ``machine`` (the memory and CPUs of the machine it runs on; (None, None) for another machine's
-    host) less the reserve. The one place the driver, submit and status work it out."""
+    host, whose reserve only its own driver can check) less the reserve. The one place the driver,
+    submit and status work it out.
+
+    Raises:
+        ConfigError: the reserve leaves nothing of the machine for jobs (every job with a request
+            would otherwise be failed as too big; a ``[hosts.NAME]`` amount of 0 is refused when
+            onite.toml is read).
+    """
     override = config.hosts.get(host)
-    return capacity_of(*machine, mem=override.mem if override else None, cpus=override.cpus if override else None,
-                       reserve_mem=config.reserve_mem, reserve_cpus=config.reserve_cpus, slots=slots)
+    capacity = capacity_of(*machine, mem=override.mem if override else None,
+                           cpus=override.cpus if override else None, reserve_mem=config.reserve_mem,
+                           reserve_cpus=config.reserve_cpus, slots=slots)
+    machine_mem, machine_cpus = machine
+    if capacity.mem <= 0:
+        raise ConfigError(f"onite.toml: reserve_mem = {format_mem(config.reserve_mem)} leaves no memory for jobs on "
+                          f"host {host}, whose machine has {format_mem(machine_mem or 0)}",
+                          f"lower reserve_mem, or set mem under [hosts.{host}]")
+    if capacity.cpus <= 0:
+        raise ConfigError(f"onite.toml: reserve_cpus = {config.reserve_cpus} leaves no CPU for jobs on host {host}, "
+                          f"whose machine has {cpus_text(machine_cpus or 0)}",
+                          f"lower reserve_cpus, or set cpus under [hosts.{host}]")
+    return capacity
 
 
 def too_big(need: Need, capacity: Need) -> str:
     """Why a request can never be met on a host of ``capacity`` ("" if it can)."""
     parts = []
     if need.mem > capacity.mem:
-        parts.append(f"{format_mem(need.mem)} memory, but the host has {human_bytes(capacity.mem << 20)}"
+        parts.append(f"{format_mem(need.mem)} memory, but the host has {format_mem(capacity.mem)}"
                      if capacity.mem > 0 else f"{format_mem(need.mem)} memory, but the host has none to give")
     if need.cpus > capacity.cpus:
-        parts.append(f"{need.cpus} CPUs, but the host has {capacity.cpus}")
+        parts.append(f"{cpus_text(need.cpus)}, but the host has {capacity.cpus}")
     return ("it asks for " + " and ".join(parts)) if parts else ""
+
+
+# ---- admission: the one rule -----------------------------------------------------------
+
+
+class Admit(StrEnum):
+    """What ``admit`` decides for a job that may start as far as the queue goes."""
+
+    START = "start"  #: it fits: start it
+    BACKFILL = "backfill"  #: it fits past the waiting head job without delaying it
+    WAIT = "wait"  #: it does not fit now, or could delay the head job (the reason says which)
+    BEHIND = "behind"  #: strict order: a job before it waits for room, and nothing passes that
+    NEVER = "never"  #: it asks for more than the host has at all
+
+
+@dataclass(frozen=True)
+class Room:
+    """A host at one moment: its name and capacity, its running jobs, what they leave free (``room``)."""
+
+    host: str
+    capacity: Need
+    running: tuple[Busy, ...]
+    free: Need
+
+    def with_started(self, busy: Busy) -> Room:
+        """This room once one more job runs."""
+        return room(self.host, self.capacity, (*self.running, busy))
+
+
+def room(host: str, capacity: Need, running: Iterable[Busy]) -> Room:
+    """The room ``running`` leave on ``host`` of ``capacity``."""
+    running = tuple(running)
+    return Room(host, capacity, running, free_room(capacity, running))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The first job of a pass over the queue that waits for room, and its reservation (None in strict
+    order, where nothing passes it)."""
+
+    name: str
+    need: Need
+    reservation: Reservation | None
+
+
+def head_of(name: str, need: Need, where: Room, *, backfill: bool) -> Head:
+    """``name`` as the head job in ``where``: with backfill, its reservation."""
+    return Head(name, need, reserve(where.capacity, list(where.running), need) if backfill else None)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """``admit``'s answer: the verdict, its reason in the words ``onite list`` shows and the log
+    keeps, and the head job for the rest of the pass."""
+
+    verdict: Admit
+    reason: str = ""
+    head: Head | None = None
+
+
+def admit(name: str, need: Need, ends: datetime | None, where: Room, head: Head | None, *,
+          backfill: bool) -> Admission:
+    """May the ready job ``name``, asking for ``need`` and ending at the latest at ``ends``, start now
+    in ``where``, past ``head`` (the first job of this pass that waits for room; None: none yet)?
+
+    A pass looks at the ready jobs in queue order. The first that does not fit becomes the head: in
+    strict order every job behind it waits; with ``backfill`` one may start only where it cannot
+    delay the head (``may_backfill``). A request larger than the whole capacity never fits."""
+    problem = too_big(need, where.capacity)
+    if problem:
+        return Admission(Admit.NEVER, f"{problem}: it can never run on host {where.host}", head)
+    if head is None:
+        if need.fits(where.free):
+            return Admission(Admit.START)
+        return Admission(Admit.WAIT, f"waits for {need.shortage(where.free)}",
+                         head_of(name, need, where, backfill=backfill))
+    if head.reservation is None:
+        return Admission(Admit.BEHIND, f"waits behind {head.name}", head)
+    if may_backfill(need, ends, where.free, head.reservation):
+        return Admission(Admit.BACKFILL, "", head)
+    if not need.fits(where.free):
+        return Admission(Admit.WAIT, f"waits for {need.shortage(where.free)}", head)
+    return Admission(Admit.WAIT, f"waits behind {head.name}: it could delay {head.name}'s start", head)

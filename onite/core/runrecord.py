@@ -35,9 +35,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 
+from onite.core.resources import MAX_CPUS, MAX_MEM, Need
+
 VERSION = 2
+MAX_GRACE = 86_400.0  # seconds: a kill grace read back from a record is at most a day
 
 
 class Event(StrEnum):
@@ -75,6 +79,32 @@ class RunRecord:
 
     def get(self, key: str, default=None):
         return self.info.get(key, default)
+
+    @property
+    def need(self) -> Need:
+        """The request the run was admitted with (``admitted_need``)."""
+        return admitted_need(self.info)
+
+    def latest_end(self) -> datetime | None:
+        """When the run has ended at the latest: its ``deadline`` and ``kill_grace`` (the local executor's;
+        None: no time limit, or a record that does not say)."""
+        deadline, grace = self.info.get("deadline"), self.info.get("kill_grace")
+        if not isinstance(deadline, str) or isinstance(grace, bool) or not isinstance(grace, (int, float)) \
+                or not 0 <= grace <= MAX_GRACE:
+            return None
+        try:
+            when = datetime.fromisoformat(deadline)
+            return when + timedelta(seconds=grace) if when.tzinfo else None
+        except (ValueError, OverflowError):
+            return None
+
+
+def admitted_need(info: dict) -> Need:
+    """The request a run was admitted with, as the driver's first line of its record says (``mem`` MiB,
+    ``cpus``; nothing in a record of an onite before requests): what it holds while it runs, whatever
+    its job file, which its owner may rewrite, says since."""
+    return Need(*(value if (value := _int(info.get(key))) is not None and 0 <= value <= high else 0
+                  for key, high in (("mem", MAX_MEM), ("cpus", MAX_CPUS))))
 
 
 def first_line(info: dict) -> bytes:

@@ -51,6 +51,7 @@ from onite.core.schedule import validate_schedule
 from onite.core.window import plan
 from onite.drain.driver import Driver
 from onite.drain.heartbeat import BeatState, Heartbeat, Role
+from onite.drain.pack import check_capacity
 from onite.drain.session import lock_descriptor, take_host_lock
 from onite.drain.signals import SignalCatcher
 from onite.drain.wake import take_request
@@ -113,9 +114,12 @@ class Daemon:
         Raises:
             Refused: the spool is not writable by this user, or another daemon runs for this host.
             InvalidInput: the schedule in onite.toml is not valid.
+            ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack); after a
+                reload, each drain logs that instead.
         """
         self.spool.check_drainable("onite daemon")
         self.schedule = validate_schedule(tuple(self.spool.config.schedule))
+        check_capacity(self.spool.config, self.host)
         with SignalCatcher(self.signals) as wakeup_fd:
             self._wakeup_fd = wakeup_fd
             lock = self._lock()

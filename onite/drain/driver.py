@@ -31,6 +31,7 @@ from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.config import Config
+from onite.core.errors import ConfigError
 from onite.core.policy import window_end
 from onite.drain import session, signals
 from onite.drain.cancels import CancelInbox
@@ -177,6 +178,11 @@ class Driver:
         """Recover, run jobs until nothing can start, prune. The caller holds this host's lock.
         ``explain``: if nothing happened, log why (``nothing-due``: what is queued and why it waits)."""
         os.makedirs(self.running_dir, mode=0o755, exist_ok=True)
+        try:
+            self.packer.check()  # `onite run` checked it; a daemon's onite.toml may have been reloaded since
+        except ConfigError as err:
+            self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
+            return
         local = self.runner.executor == "local"
         self.log.event("driver-start", host=self.host, slots=self.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
@@ -202,10 +208,9 @@ class Driver:
 
     def _capacity_words(self) -> str:
         """This host's capacity for the log: ``23G memory, 2 CPUs``."""
-        from onite.core.resources import format_mem
+        from onite.core.resources import capacity_text
 
-        cap = self.packer.capacity()
-        return f"{format_mem(cap.mem)} memory, {cap.cpus} CPU{'s' if cap.cpus != 1 else ''}"
+        return capacity_text(self.packer.capacity())
 
     @contextmanager
     def _catching(self):
@@ -330,7 +335,7 @@ class Driver:
             picked = self.picker.pick()
             if picked is None:
                 return
-            cand = picked[0]
+            cand = picked.cand
             with self.finisher.guard(cand.name, cand.path, self.running_dir / cand.name):
                 self.starter.start(*picked)
 

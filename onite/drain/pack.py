@@ -1,38 +1,45 @@
 """Packing: whether a job that may start (onite.drain.pick) fits in what the host has free now.
 
-A job's request (``--mem``, ``--cpus``, else the spool's ``default_mem`` and
-``default_cpus``) must fit in the host's capacity less what its running
-jobs asked for (onite.core.resources). In strict order (the default) the
-first job that does not fit waits and nothing behind it starts; with
-``backfill = true`` a later job may start past it only where that cannot
-delay it, by the time limits of the jobs (Slurm's rule). A job that asks
-for more than the host has at all is failed at once, with the reason.
-Only the local executor packs: Slurm packs its own cluster.
+A job's request (``--mem``, ``--cpus``, the spool's defaults applied when it
+was spooled) must fit in the host's capacity less what its running jobs
+were admitted with, by the one rule onite.core.resources.admit, which
+``onite list`` and ``onite status`` also go by (onite.drain.verdicts): in
+strict order (the default) the first job that does not fit waits and
+nothing behind it starts; with ``backfill = true`` a later job may start
+past it only where that cannot delay it, by the time limits of the jobs
+(Slurm's rule). A job that asks for more than the host has at all is failed
+at once, with the reason. Only the local executor packs: Slurm packs its
+own cluster.
 
-Invariant: the capacity is decided once per driver (``capacity``); a pick
-is one pass (``begin``, then ``admit`` per ready job in queue order), and
-the first job that waits is the head for the rest of the pass.
+Invariant: the capacity is decided once per driver (``capacity``), and a
+host whose capacity is empty is refused before the driver starts (``check``);
+a pick is one pass (``begin``, then ``admit`` per ready job in queue order),
+and the first job that waits is the head for the rest of the pass. A job
+admitted holds the request it was admitted with until it is filed (the
+pick hands it to the start; recovery takes it from the run record).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from enum import StrEnum
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from onite.core.queue import Meta
-from onite.core.resources import (Busy, Need, Reservation, free_room, host_capacity, latest_end, may_backfill,
-                                  request_of, reserve, too_big)
+from onite.core.resources import Admit, Busy, Head, Need, Room, admit, host_capacity, latest_end, request_of, room
 
 if TYPE_CHECKING:
     from onite.drain.driver import Driver
 
+def check_capacity(config, host: str) -> None:
+    """Refuse to drain ``host`` (this machine's) where its capacity is empty, before anything is claimed or
+    failed: every job with a request would otherwise be failed as too big. Only the local executor packs.
 
-class Admit(StrEnum):
-    START = "start"  #: it fits: start it
-    BACKFILL = "backfill"  #: it fits past the waiting head job without delaying it
-    WAIT = "wait"  #: it does not fit now (``reason``)
-    NEVER = "never"  #: it can never fit on this host (``reason``)
+    Raises:
+        ConfigError: the reserve leaves nothing of this machine for jobs (onite.core.resources.host_capacity).
+    """
+    if config.executor == "local":
+        from onite.exec.limits import machine
+
+        host_capacity(config, host, machine())
 
 
 class Packer:
@@ -41,28 +48,40 @@ class Packer:
     def __init__(self, driver: Driver) -> None:
         self.d = driver
         self._capacity: Need | None = None
-        self.reason = ""  # why the last job admitted can never run
-        # what one pick knows (begin): the running jobs and the room they leave, and the head job that
-        # waits for room with its reservation; a pick starts at most one job, so none of it changes
-        self._running: list[Busy] = []
-        self._free: Need | None = None
-        self._head: tuple[str, Reservation | None] | None = None
+        self.reason = ""  # the last admission's reason (why a job can never run, for its failure)
+        # what one pick knows (begin): the room the running jobs leave, and the head job that waits for
+        # room; a pick starts at most one job, so neither changes during it
+        self._room: Room | None = None
+        self._head: Head | None = None
 
     @property
     def enabled(self) -> bool:
         return self.d.runner.executor == "local"
 
     def capacity(self) -> Need:
-        """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots."""
+        """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.
+
+        Raises:
+            ConfigError: the reserve leaves nothing of this machine for jobs (onite.core.resources).
+        """
         if self._capacity is None:
             from onite.exec.limits import machine
 
             self._capacity = host_capacity(self.d.config, self.d.host, machine(), slots=self.d.slots)
         return Need(self._capacity.mem, self._capacity.cpus, self.d.slots)  # slots may change on a reload
 
-    def need_of(self, mem: int | None, cpus: int | None) -> Need:
-        """What a job asks for, with the spool's defaults."""
-        return request_of(mem, cpus, self.d.config.default_mem, self.d.config.default_cpus)
+    def check(self) -> None:
+        """``check_capacity`` of this driver's host.
+
+        Raises:
+            ConfigError: as ``capacity``.
+        """
+        check_capacity(self.d.config, self.d.host)
+
+    @staticmethod
+    def need_of(mem: int | None, cpus: int | None) -> Need:
+        """What a job asks for, as its file says (the spool's defaults were applied at submit)."""
+        return request_of(mem, cpus)
 
     def busy(self) -> list[Busy]:
         """The running jobs' requests and latest ends."""
@@ -71,29 +90,18 @@ class Packer:
                 if run.need is not None]
 
     def begin(self) -> None:
-        """A new pick: the room the running jobs leave, and no head job yet."""
+        """A new pick: the room is measured when the first job asks, and there is no head job yet."""
         self._head = None
-        self._free = None  # measured when the first job asks (a pick may start nothing that asks)
+        self._room = None
 
-    def admit(self, name: str, meta: Meta, now: datetime) -> Admit:
-        """May the ready job ``name`` (``meta``) start now, as far as resources go?"""
+    def admit(self, name: str, need: Need, timeout: timedelta | None, now: datetime) -> Admit:
+        """May the ready job ``name`` (asking ``need``, with time limit ``timeout``) start now, as far as
+        resources go? (onite.core.resources.admit; ``reason`` says why not.)"""
         if not self.enabled:
             return Admit.START
-        need, capacity = self.need_of(meta.mem, meta.cpus), self.capacity()
-        problem = too_big(need, capacity)
-        if problem:
-            self.reason = f"{problem}: it can never run on host {self.d.host}"
-            return Admit.NEVER
-        if self._free is None:
-            self._running = self.busy()
-            self._free = free_room(capacity, self._running)
-        if self._head is None:
-            if need.fits(self._free):
-                return Admit.START
-            self._head = (name, reserve(capacity, self._running, need) if self.d.config.backfill else None)
-            return Admit.WAIT
-        reservation = self._head[1]
-        ends = latest_end(now, meta.timeout, self.d.config.kill_grace)
-        if reservation is not None and may_backfill(need, ends, self._free, reservation):
-            return Admit.BACKFILL
-        return Admit.WAIT
+        if self._room is None:
+            self._room = room(self.d.host, self.capacity(), self.busy())
+        said = admit(name, need, latest_end(now, timeout, self.d.config.kill_grace), self._room, self._head,
+                     backfill=self.d.config.backfill)
+        self._head, self.reason = said.head, said.reason
+        return said.verdict

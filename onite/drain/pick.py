@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from onite.core.errors import JobFormatError, Refused
 from onite.core.job import Job
 from onite.core.policy import may_be_urgent, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
-from onite.drain.pack import Admit
+from onite.core.resources import Admit, Need
 from onite.exec.identity import Identity, resolve
 from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
@@ -66,6 +66,16 @@ class Inspection:
     reason: str = ""
 
 
+class Picked(NamedTuple):
+    """The job a pick chose, and what it was admitted with: the start holds it to exactly that, whatever
+    its owner writes into its file meanwhile (onite.drain.start)."""
+
+    cand: Candidate
+    st: os.stat_result  # the stat it was judged by
+    need: Need  # its request, as admitted (onite.drain.pack)
+    timeout: timedelta | None  # its time limit, as admitted (backfill counted on it)
+
+
 class Unfiled(Exception):
     """A job's dependency has ended and is not filed yet: nothing is picked until it is."""
 
@@ -83,8 +93,9 @@ class Picker:
         self.backfilled = False  # the job last picked starts past a waiting one (onite.drain.pack)
         self.unfiled: set[str] = set()  # runs that ended and are not filed yet (onite.drain.finish.reap)
 
-    def pick(self) -> tuple[Candidate, os.stat_result] | None:
-        """The first job that may start now, with the stat it was judged by; None if none may."""
+    def pick(self) -> Picked | None:
+        """The first job that may start now, with the stat it was judged by and what it was admitted
+        with; None if none may."""
         d = self.d
         now = d.clock.now()
         d.index.refresh()
@@ -114,10 +125,11 @@ class Picker:
                 except Unfiled:
                     return None  # its order depends on how a run that just ended is filed: after it is
                 if picked is True:
-                    admit = d.packer.admit(cand.name, seen.meta, now)
+                    need = d.packer.need_of(seen.meta.mem, seen.meta.cpus)
+                    admit = d.packer.admit(cand.name, need, seen.meta.timeout, now)
                     if admit in (Admit.START, Admit.BACKFILL):
                         self.backfilled = admit is Admit.BACKFILL
-                        return cand, seen.st
+                        return Picked(cand, seen.st, need, seen.meta.timeout)
                     if admit is Admit.NEVER:
                         d.finisher.fail_unstarted(cand, seen.st, d.packer.reason)
                     elif not d.config.backfill:

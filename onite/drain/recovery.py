@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
 from onite.core.job import Job
 from onite.core.names import is_valid_name
-from onite.core.runrecord import VERSION, RunRecord
+from onite.core.runrecord import VERSION, RunRecord, admitted_need
 from onite.core.state import JobState, Outcome, memory_outcome, outcome_from_status, unrun_result
 from onite.exec.contain import boot_id
 from onite.exec.runner import Run
@@ -164,7 +164,7 @@ class Recovery:
                   started=when("started") or d.clock.now(), started_mono=d.clock.monotonic(),
                   spool=str(d.spool.root), record_path=d.spool.run_record_path(d.host, name))
         run.queued_at = when("queued")
-        run.need = d.packer.need_of(job.mem, job.cpus)  # it holds its request while adopted
+        run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
         return run
 
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
@@ -308,7 +308,7 @@ class Recovery:
                   run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
                   started_mono=d.clock.monotonic(), external_id=info["external_id"], spool=str(d.spool.root))
         run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
-        run.need = d.packer.need_of(job.mem, job.cpus)
+        run.need = admitted_need(info)
         if not d.runner.reattach(run):
             return False
         d.running[name] = run

@@ -40,8 +40,10 @@ def run(d: Driver, *, scheduled: bool = False) -> int:
 
     Raises:
         SpoolError, Refused: the spool may not be drained by this user (SpoolDir.check_drainable).
+        ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack).
     """
     d.spool.check_drainable("onite run")
+    d.packer.check()  # one line on stderr, as any bad setting: nothing is claimed, failed or logged
     with SignalCatcher(d.signals) as wakeup_fd:
         d.wakeup_fd = wakeup_fd
         lock = _take_lock(d, hand_over=not scheduled)

@@ -19,11 +19,14 @@ back to its queue and starts pause, PAUSE_FIRST doubling to PAUSE_MAX).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onite.core.errors import JobFormatError, NotFound, OniteError
+from onite.core.job import Job
+from onite.core.resources import Need
 from onite.core.names import make_run_id
 from onite.core.state import JobState, Outcome
 from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
@@ -64,8 +67,9 @@ class Starter:
         self._paused_until = None
         return True
 
-    def start(self, cand: Candidate, st_seen: os.stat_result) -> None:
-        """Claim ``cand`` (judged by ``st_seen``) and start it; a failure is filed, refused or put back."""
+    def start(self, cand: Candidate, st_seen: os.stat_result, need: Need, timeout: timedelta | None) -> None:
+        """Claim ``cand`` (judged by ``st_seen``, admitted asking ``need`` with time limit ``timeout``: a
+        pick, onite.drain.pick.Picked) and start it; a failure is filed, refused or put back."""
         d, picker = self.d, self.d.picker
         target = d.running_dir / cand.name
         try:
@@ -86,12 +90,13 @@ class Starter:
             d.finisher.move_aside(target, cand.name, st, problem)
             return
         owner = picker.resolve(st.st_uid)
+        job = self._as_admitted(cand.name, job, need, timeout)
         self._seq += 1
         run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank,
                   run_id=make_run_id(now, d.host, d.pid, self._seq),
                   started=now, started_mono=d.clock.monotonic(), spool=str(d.spool.root))
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
-        run.need = d.packer.need_of(job.mem, job.cpus)
+        run.need = need  # what it was admitted with: its limits and its room, not a second reading of its file
         run.backfilled, picker.backfilled = picker.backfilled, False
         if job.extra:  # a newer onite's keys, or a hand-written file's: ignored, never refused
             from onite.core.safetext import printable
@@ -119,6 +124,16 @@ class Starter:
             self.log_start(run)
         else:
             self._unlogged.append(run)  # its start is logged when its monitor says it started
+
+    def _as_admitted(self, name: str, job: Job, need: Need, timeout: timedelta | None) -> Job:
+        """The claimed job, held to the request and time limit it was admitted with: its owner may have
+        rewritten its file since the pick (they own it), and a larger request would overfill the host,
+        a longer time limit delay the job backfill promised not to."""
+        if (job.mem or 0, job.cpus or 0, job.timeout) == (need.mem, need.cpus, timeout):
+            return job
+        self.d.log.event("warning", name, note="its file changed after it was admitted: it runs with the request "
+                         "and time limit it was admitted with")
+        return replace(job, mem=need.mem or None, cpus=need.cpus or None, timeout=timeout)
 
     def _first_line(self, run: Run) -> dict:
         """What the driver says of a run in the first line of its record (onite.core.runrecord)."""

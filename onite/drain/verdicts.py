@@ -1,12 +1,15 @@
 """Why queued jobs wait, in the driver's words: one answer for the driver, ``onite status`` and ``onite list``.
 
 The reasons come from queue.evaluate (onite.core.queue) with the driver's own
-dependency rule (onite.spool.deps), so that status never tells a different
-story from the driver. A reason needs the job file, which is private to its
+dependency rule (onite.spool.deps), and for room from the driver's own
+admission rule (onite.core.resources.admit), so that status never tells a
+different story from the driver. A reason needs the job file, which is private to its
 owner: it is read only for jobs the asker owns (every job for root), and
 only among the first EXAMINE queued jobs in queue order (a queue of 100,000
 costs 200 reads, not 100,000). A held job is held for everyone to see (the
-mode says so); another user's job that is not held is only counted.
+mode says so); another user's job that is not held is only counted (so a
+user who is not root sees room decided without the requests of other users'
+queued jobs, which their files keep private).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     """
     users: dict[int, str] = {}
     found = []
-    room = _Room(spool, host)
+    room = _Room(spool, host, now)
     for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
         held = is_held(mode)
         user = users.get(uid) or users.setdefault(uid, user_name(uid))
@@ -61,9 +64,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
         if verdict is READY:
-            short = room.shortage(name, job.mem, job.cpus)
-            if short:
-                found.append({**row, "kind": "resources", "reason": short})
+            kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout)
+            if reason:
+                found.append({**row, "kind": kind, "reason": reason})
             continue
         row["reason"] = verdict.reason
         if isinstance(verdict, Fail):
@@ -88,54 +91,68 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
 
 
 class _Room:
-    """What this host has free for requests (onite.core.resources), as the run records of its running
-    jobs say (world-readable), and the head job that waits for room: what the driver decides, in its words."""
+    """What the driver of this host would decide for the ready jobs, in queue order, by its own rule
+    (onite.core.resources.admit) and in its words: the capacity it works out, and the running jobs as
+    their run records (world-readable) say they were admitted (``mem``, ``cpus``, ``deadline``).
 
-    def __init__(self, spool: SpoolDir, host: str) -> None:
-        self.spool, self.host = spool, host
-        self.free = None
-        self.head: str | None = None
+    A job the rule starts is counted as running for the jobs behind it, as the driver's next pick
+    would. Slots are not a reason shown here: a job that waits only for a free slot is simply queued
+    (the room is measured as when the next slot frees, and a job counted as started takes none)."""
+
+    def __init__(self, spool: SpoolDir, host: str, now: datetime) -> None:
+        self.spool, self.host, self.now = spool, host, now
+        self.room = None  # onite.core.resources.Room, measured when the first ready job asks
+        self.head = None  # the first job that waits for room (onite.core.resources.Head)
+        self.problem = ""  # why no driver can start on this host (its capacity is empty)
 
     def _measure(self):
-        from onite.core.resources import Need, host_capacity
+        from onite.core.resources import Busy, host_capacity, room
+        from onite.core.runrecord import RunRecord
         from onite.exec.limits import machine
         from onite.spool import runrecords
         from onite.spool.settings import default_host
 
         config = self.spool.config
-        free = host_capacity(config, self.host, machine() if self.host == default_host(config) else (None, None))
         try:
             paths = list(self.spool.running_dir(self.host).glob("*@run"))
         except OSError:
             paths = []
+        running = []
         for path in paths:
-            rec = runrecords.read(path)
-            asked = Need(*(v if isinstance(v := rec.get(k), int) and not isinstance(v, bool) else 0
-                           for k in ("mem", "cpus"))) if rec is not None else Need()
-            free = free - Need(asked.mem, asked.cpus, 0)
-        return free
+            rec: RunRecord | None = runrecords.read(path)
+            if rec is not None:
+                running.append(Busy(rec.need, rec.latest_end()))
+        slots = max(config.slots_for(self.host), len(running) + 1)
+        capacity = host_capacity(config, self.host, machine() if self.host == default_host(config) else (None, None),
+                                 slots=slots)
+        return room(self.host, capacity, running)
 
-    def shortage(self, name: str, mem: int | None, cpus: int | None) -> str:
-        """Why a job that may start waits for room ("" if it fits), or waits behind the head job."""
+    def verdict(self, name: str, mem: int | None, cpus: int | None, timeout) -> tuple[str, str]:
+        """Why a job that may start as far as the queue goes waits for room (``kind``, ``reason``), or
+        ("", "") if the driver would start it."""
+        from onite.core.errors import ConfigError
+        from onite.core.resources import Admit, Busy, Need, admit, head_of, latest_end, request_of
+
         config = self.spool.config
-        if config.executor != "local":
-            return ""
-        from onite.core.resources import Need, request_of
-
-        need = request_of(mem, cpus, config.default_mem, config.default_cpus)
-        if not (need.mem or need.cpus):
-            return f"waits behind {self.head}" if self.head and not config.backfill else ""
-        if self.free is None:
-            self.free = self._measure()
-        if need.fits(self.free) and not self.head:
-            self.free = self.free - Need(need.mem, need.cpus, 0)  # it starts first: the rest is the next one's
-            return ""
-        if self.head and not config.backfill:
-            return f"waits behind {self.head}"
-        if need.fits(self.free):
-            return ""
-        self.head = self.head or name
-        return f"waits for {need.shortage(self.free)}"
+        if config.executor != "local" or self.problem:
+            return ("resources", self.problem) if self.problem else ("", "")
+        if self.room is None:
+            try:
+                self.room = self._measure()
+            except ConfigError as err:
+                self.problem = f"waits: {err.what}"  # the driver refuses to start (onite.drain.pack)
+                return "resources", self.problem
+        need, ends = request_of(mem, cpus), latest_end(self.now, timeout, config.kill_grace)
+        said = admit(name, need, ends, self.room, self.head, backfill=config.backfill)
+        if said.verdict is Admit.NEVER:
+            return "will_fail", f"will fail: {said.reason}"
+        self.head = said.head
+        if said.verdict in (Admit.START, Admit.BACKFILL):
+            self.room = self.room.with_started(Busy(Need(need.mem, need.cpus, 0), ends))
+            if self.head is not None:  # the driver's next pick measures the head's reservation again
+                self.head = head_of(self.head.name, self.head.need, self.room, backfill=config.backfill)
+            return "", ""
+        return "resources", said.reason
 
 
 SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
