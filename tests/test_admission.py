@@ -197,6 +197,37 @@ def test_recovery_takes_a_running_jobs_request_from_its_run_record(spool, workdi
     assert result(spool, "kept")["mem"] == 256
 
 
+def test_recovery_takes_a_running_jobs_time_limit_from_its_run_record_for_backfill(spool, workdir):
+    """The owner rewrites their running job's time limit from 1 hour to 2 days while no driver runs. The
+    next driver estimates its end from the record (1 hour), as the run is held to it: a job of 1 day
+    would delay the 1G job that waits for that end, so it is not backfilled beside it."""
+    import signal
+
+    _capacity(spool, "1G", 4, slots=3, backfill=True)
+    submit("kept", _gated(workdir, "kept"), "--mem", "512M", "--timeout", "1h")
+    driver = start_driver(spool)
+    wait_for((workdir / "kept.running").exists, what="the job")
+    [record] = list((spool / "running").glob("*/kept@run"))
+    wait_for(lambda: '"event":"job"' in record.read_text(), what="the monitor to record the job")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    [claimed] = list((spool / "running").glob("*/kept"))
+    _rewrite(claimed, timeout=timedelta(days=2))
+    submit("head", "true\n", "--mem", "1G", "-p", "1")
+    submit("filler", f"cd {workdir}; ls *.running > filler.seen 2>/dev/null; rm kept.gate\n",
+           "--mem", "256M", "--timeout", "1d", "-p", "2")
+    # a job with no request behind them is backfilled in the same pass: once it ran, filler's turn was decided
+    submit("probe", f"touch {workdir}/probe.ran\n", "-p", "3")
+    second = start_driver(spool)
+    wait_for((workdir / "probe.ran").exists, what="the probe job")
+    (workdir / "kept.gate").unlink(missing_ok=True)
+    second.communicate(timeout=60)
+    assert second.returncode == 0
+    starts = [line.split()[3] for line in log_lines(spool) if line.split()[2:3] == ["start"]]
+    assert starts.index("head") < starts.index("filler"), starts
+    assert not any(" start filler " in line and "backfilled" in line for line in log_lines(spool))
+
+
 def test_a_run_records_request_is_read_back_bounded():
     assert admitted_need({"mem": 4096, "cpus": 2}) == Need(4096, 2)
     assert admitted_need({}) == Need(0, 0)  # a record of an onite before requests
