@@ -158,8 +158,8 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     if status is None:
         return _failed(plan, "its exit status was lost (it was reaped by another process)", job)
     used = _usage(plan, rusage)  # read before its cgroups go: what it used is said with how it ended
-    _tell(plan, "usage " + json.dumps(used, separators=(",", ":")))
-    _record_end(plan, {"event": "ended", "status": status, "at": _now(), "usage": used}, f"ended {status}")
+    _record_end(plan, {"event": "ended", "status": status, "at": _now(), "usage": used},
+                "usage " + json.dumps(used, separators=(",", ":")), f"ended {status}")
     return 0 if _clean_up(plan, job) else 1
 
 
@@ -265,12 +265,13 @@ def _record(plan: Plan, event: dict) -> bool:
         return False
 
 
-def _record_end(plan: Plan, event: dict, message: str) -> None:
-    """Record how the job ended, then tell the driver. On a full disk keep trying, once a
+def _record_end(plan: Plan, event: dict, *message: str) -> None:
+    """Record how the job ended, then tell the driver (the lines of ``message`` at once: one wake-up).
+    On a full disk keep trying, once a
     second, until the line is written or the driver has filed the job (the record is unlinked):
     until one of them, this process is what keeps the job's exit status."""
     written = _record(plan, event)
-    _tell(plan, message)
+    _tell(plan, *message)
     while not written:
         try:
             if os.fstat(plan.record_fd).st_nlink == 0:
@@ -281,9 +282,10 @@ def _record_end(plan: Plan, event: dict, message: str) -> None:
         written = _record(plan, event)
 
 
-def _tell(plan: Plan, message: str) -> None:
+def _tell(plan: Plan, *lines: str) -> None:
+    """Write ``lines`` to the driver's pipe in one write (one line each, whatever they hold)."""
     try:
-        os.write(plan.notify_fd, (message.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+        os.write(plan.notify_fd, "".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8", "replace"))
     except OSError:
         pass  # the driver is gone: the record says it all
 
