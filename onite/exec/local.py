@@ -167,16 +167,16 @@ class LocalRunner(Runner):
 
     def _spawn(self, spec: monitor.Plan) -> tuple[int | None, int | None, bool]:
         """Fork the monitor of ``spec``: by the spawner (onite.exec.spawner), where it runs, else
-        here. Its pid (None: unknown, its pipe and record will tell), a pidfd, and whether it is
-        this process's child.
+        here. Its pid and a pidfd (None, None from the spawner: its pipe says the rest), and whether
+        it is this process's child.
 
         Raises:
             OSError: no process can be forked.
         """
         if not self._spawner.failed:
             try:
-                pid, pidfd = self._spawner.spawn(spec)
-                return pid, pidfd, False
+                self._spawner.spawn(spec)
+                return None, None, False  # its pipe says the rest
             except SpawnerGone:
                 pass  # nothing was forked: fork it here, as without a spawner
         pid = monitor.start(spec)

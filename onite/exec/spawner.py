@@ -13,8 +13,10 @@ the monitor's Plan and, with SCM_RIGHTS, the descriptors the Plan names
 (the script, the output files, the run record, the driver's pipe, the
 driver lock); the spawner passes that datagram on to a waiting monitor
 (or, if there is none, forks one: ``monitor.start``, the code the
-driver used to run), sends back its pid and a pidfd, closes its copies and,
-if no monitor waits, forks the next. The monitor, not the spawner and not the
+driver used to run), closes its copies and, if no monitor waits, forks the
+next. Nothing is sent back: the driver goes on at once, and hears of the run
+on its pipe, from the monitor (or ``failed``, from the spawner, if no
+monitor could be forked). The monitor, not the spawner and not the
 driver, is the job's parent, and it records the job's end as before: what the
 driver's death leaves is what it left before (docs/internals.md, "The monitor
 and recovery").
@@ -58,7 +60,7 @@ PR_SET_PDEATHSIG = 1
 IDLE = b"idle"  # a monitor to its spawner: its run is over, it waits for the next
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
-ANSWER_WAIT = 30.0  # seconds the driver waits for the spawner (one stopped with SIGSTOP must not hang it)
+SEND_WAIT = 30.0  # seconds a request may wait for room in the socket (a stopped spawner must not hang the driver)
 
 
 class SpawnerGone(OSError):
@@ -74,14 +76,14 @@ class Spawner:
         self._proc: subprocess.Popen | None = None
         self.failed = False  # it could not be started or died: the caller forks monitors itself
 
-    def spawn(self, plan: monitor.Plan) -> tuple[int | None, int | None]:
-        """Have the spawner fork the monitor of ``plan``; its pid and a pidfd for it. (None, None):
-        the request went out but the spawner died before it answered: whether a monitor was forked
-        is unknown, and the run's pipe and record will say (nothing may be forked again for it).
+    def spawn(self, plan: monitor.Plan) -> None:
+        """Have the spawner hand ``plan`` to a monitor. Nothing comes back: the run's pipe says the
+        rest (what the monitor tells; ``failed`` if no monitor could be forked; its end when the
+        monitor is done with the run), so the driver does not wait for the spawner between jobs.
 
         Raises:
-            SpawnerGone: the spawner cannot be started or asked; nothing was forked.
-            OSError: the spawner could not fork (as os.fork would).
+            SpawnerGone: the request was not sent (the spawner cannot be started or asked, or the
+                request is too large for one datagram): nothing was forked for it.
         """
         if self._sock is None:
             self._start()
@@ -95,19 +97,6 @@ class Spawner:
                 raise SpawnerGone(err.errno, "the request is larger than one datagram") from None
             self._lost()
             raise SpawnerGone(err.errno, f"the spawner is gone: {err.strerror}") from None
-        try:
-            reply, got, _, _ = socket.recv_fds(self._sock, 64, 1)
-        except OSError:
-            reply, got = b"", []
-        if not reply:
-            self._lost()
-            return None, None
-        answer = marshal.loads(reply)
-        if answer[0] == "error":
-            for fd in got:
-                os.close(fd)
-            raise OSError(answer[1], os.strerror(answer[1]) if answer[1] else "the spawner could not fork")
-        return answer[1], got[0] if got else None
 
     def _start(self) -> None:
         """Start the spawner process: a fresh interpreter that imports the monitor and nothing else."""
@@ -125,7 +114,7 @@ class Spawner:
             raise SpawnerGone(err.errno, f"cannot start the spawner: {err.strerror}") from None
         finally:
             theirs.close()
-        ours.settimeout(ANSWER_WAIT)  # then the request is lost (nothing sent) or its answer (the pipe will say)
+        ours.settimeout(SEND_WAIT)  # a spawner stopped with SIGSTOP fills the socket: then it is given up
         self._sock = ours
 
     def _lost(self) -> None:
@@ -175,16 +164,9 @@ def serve(fd: int, contained: bool) -> None:
         if not data:
             pool.close()
             return
-        answer, pidfds = pool.hand(data, fds)
+        pool.hand(data, fds)
         for received in fds:
             os.close(received)
-        try:
-            socket.send_fds(sock, [marshal.dumps(answer)], pidfds)
-        except OSError:
-            return
-        finally:
-            for pidfd in pidfds:
-                os.close(pidfd)
 
 
 class Pool:
@@ -206,9 +188,8 @@ class Pool:
             if warm is not None:
                 self.waiting.append(warm)
 
-    def hand(self, data: bytes, fds: list[int]) -> tuple[tuple, list[int]]:
-        """Give one request to a waiting monitor (forked now if none takes it); the driver's answer and
-        the pidfd to send with it (the caller closes it)."""
+    def hand(self, data: bytes, fds: list[int]) -> None:
+        """Give one request to a waiting monitor (one forked now if none takes it)."""
         self._collect()
         while self.waiting:
             warm = self.waiting.pop()
@@ -218,11 +199,8 @@ class Pool:
                 warm.close()  # it died meanwhile: the next one, or fork one now
                 continue
             self.busy.append(warm)
-            try:
-                return ("ok", warm.pid), [os.dup(warm.pidfd)]
-            except OSError:
-                return ("ok", warm.pid), []
-        return _fork_now(data, fds)
+            return
+        _fork_now(data, fds)
 
     def _collect(self) -> None:
         """Move the busy monitors whose run is over to the waiting ones; forget those that exited."""
@@ -249,14 +227,13 @@ class Pool:
 
 
 class Warm:
-    """A monitor forked ahead of its request: its pid, a pidfd, and the socket its Plan comes by."""
+    """A monitor this spawner forked: its pid, and the socket its Plans come by (and it says it waits)."""
 
-    def __init__(self, pid: int, pidfd: int, sock: socket.socket) -> None:
-        self.pid, self.pidfd, self.sock = pid, pidfd, sock
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid, self.sock = pid, sock
 
     def close(self) -> None:
         self.sock.close()
-        os.close(self.pidfd)
 
 
 def _fork_ahead(contained: bool) -> Warm | None:
@@ -277,13 +254,7 @@ def _fork_ahead(contained: bool) -> Warm | None:
         finally:
             os._exit(code)
     theirs.close()
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
-        ours.close()
-        os.kill(pid, signal.SIGKILL)
-        return None
-    return Warm(pid, pidfd, ours)
+    return Warm(pid, ours)
 
 
 def _wait_and_run(conn: socket.socket, contained: bool) -> int:
@@ -314,18 +285,20 @@ def _wait_and_run(conn: socket.socket, contained: bool) -> int:
         return 70
 
 
-def _fork_now(data: bytes, fds: list[int]) -> tuple[tuple, list[int]]:
-    """Fork the monitor of a request here (no monitor was forked ahead); the answer and the pidfd."""
+def _fork_now(data: bytes, fds: list[int]) -> None:
+    """Fork the monitor of a request here (no monitor was waiting). If none can be forked, the run's
+    pipe says so (``failed``), as a monitor would have: nothing of the job ran."""
     try:
-        pid = monitor.start(_plan(data, fds))
+        plan = _plan(data, fds)
+    except Exception:  # noqa: BLE001 - a malformed request (the driver's bug): its pipe closes unheard
+        return
+    try:
+        monitor.start(plan)
     except OSError as err:
-        return ("error", err.errno or 0), []
-    except Exception:  # noqa: BLE001 - a malformed request (the driver's bug): refuse it, serve on
-        return ("error", 0), []
-    try:
-        return ("ok", pid), [os.pidfd_open(pid)]
-    except OSError:
-        return ("ok", pid), []
+        try:
+            os.write(plan.notify_fd, f"failed cannot start its monitor: {err.strerror}\n".encode())
+        except OSError:
+            pass
 
 
 def _plan(data: bytes, fds: list[int]) -> monitor.Plan:
