@@ -333,7 +333,7 @@ def test_without_a_memory_controller_limits_are_not_enforced(tmp_path):
 
 @needs_root
 def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
-    from onite.exec.limits import discover, usage
+    from onite.exec.limits import apply, discover, usage
 
     base = tmp_path / "onite"
     base.mkdir()
@@ -343,7 +343,7 @@ def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
     assert limiter.v2 == str(base) and "+memory +cpu" in (base / "cgroup.subtree_control").read_text()
     job = base / "run-1"
     job.mkdir()
-    assert limiter.prepare("run-1", str(job), 4096, 2) == ()
+    assert limiter.groups("run-1") == () and apply(limiter.steps("run-1", str(job), 4096, 2)) == []
     assert (job / "memory.max").read_text() == str(4 << 30) and (job / "cpu.max").read_text() == "200000 100000"
     (job / "memory.peak").write_text("123456789\n")
     (job / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
@@ -355,16 +355,17 @@ def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
 def test_a_limit_that_cannot_be_set_is_named_for_the_start_line(tmp_path):
     """The job still runs (a limit is no reason not to), but the limits it asked for and did not get
     are named: the start line of the log says ``unenforced=memory``."""
-    from onite.exec.limits import Limiter
+    from onite.exec.limits import Limiter, apply
 
     job = tmp_path / "run-1"
     (job / "memory.max").mkdir(parents=True)  # a write to it fails (EISDIR), as a kernel refusal would
-    missed: list[str] = []
-    assert Limiter(v2=str(tmp_path)).prepare("run-1", str(job), 64, 1, missed) == ()
-    assert missed == ["memory"] and (job / "cpu.max").read_text() == "100000 100000"
-    missed.clear()
-    Limiter(v2=str(tmp_path)).prepare("run-2", None, 64, 1, missed)  # its cgroup could not be made
-    assert missed == ["memory", "cpu"]
+    limiter = Limiter(v2=str(tmp_path))
+    assert apply(limiter.steps("run-1", str(job), 64, 1)) == ["memory"]
+    assert (job / "cpu.max").read_text() == "100000 100000"
+    assert apply(limiter.steps("run-2", str(tmp_path / "run-2"), 64, 1)) == ["memory", "cpu"]  # its cgroup was not made
+    v1 = Limiter(v1={"memory": str(tmp_path / "no" / "such"), "cpuacct": str(tmp_path)})
+    assert apply(v1.steps("run-3", None, 64, 1)) == ["memory"]  # its group cannot be made; no cpu controller
+    assert (tmp_path / "run-3").is_dir()
 
 
 @needs_root

@@ -52,21 +52,23 @@ class Containment:
         return f"{self.kind} ({self.why})" if self.why else self.kind
 
     def job_cgroup(self, run_id: str) -> str | None:
-        """Make the cgroup of one run and return its path; None where jobs get no cgroup.
-
-        A failure to make it (the tree became read-only, a limit on descendants) is no reason not
-        to run the job: it falls back to the subreaper, which every monitor is anyway.
-        """
+        """The path of one run's cgroup (its monitor makes it: ``make_cgroup``); None where jobs get no cgroup."""
         if self.kind != CGROUP2:
             return None
-        path = f"{self.base}/{run_id}"
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:
-            pass
-        except OSError:
-            return None
-        return path
+        return f"{self.base}/{run_id}"
+
+
+def make_cgroup(path: str) -> bool:
+    """Make a run's cgroup (in its monitor, before the job starts). A failure to make it (the tree
+    became read-only, a limit on descendants) is no reason not to run the job: it falls back to the
+    subreaper, which every monitor is anyway."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str = "/proc/self/cgroup") -> Containment:

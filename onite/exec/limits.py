@@ -56,47 +56,34 @@ class Limiter:
             return f"cgroup v1 ({', '.join(sorted(self.v1))})"
         return f"not enforced ({self.why})" if self.why else "not enforced"
 
-    def prepare(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None,
-                not_set: list[str] | None = None) -> tuple[str, ...]:
-        """Set the limits of one run (``mem`` MiB, ``cpus``; None: no limit) before it starts; the v1
-        groups its process must join (none on v2, where its containment cgroup holds the limits).
-        A limit that cannot be set is no reason not to run the job: it then runs without it, and
-        ``not_set`` gets its name (``memory``, ``cpu``) for the log."""
-        missed: list[str] = []
-        groups: list[str] = []
+    def groups(self, run_id: str) -> tuple[str, ...]:
+        """The v1 groups of one run (made by its monitor: ``apply``), which its process joins; none on
+        v2, where its containment cgroup holds the limits."""
+        return tuple(f"{base}/{run_id}" for _, base in sorted(self.v1.items()))
+
+    def steps(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None) -> tuple[tuple, ...]:
+        """What the monitor of one run does to set its limits (``mem`` MiB, ``cpus``; None: no limit),
+        before the job runs (pure: ``apply`` does it). Each step is (path, text, limit): a folder to
+        make (text None) or a file to write; ``limit`` names the limit a failure leaves unset ("":
+        none, as for the swap limits, absent where swap is not accounted)."""
+        steps: list[tuple] = []
         if self.v2 is not None:
-            if mem is not None and not (v2_cgroup and _write(f"{v2_cgroup}/memory.max", str(mem * MIB))):
-                missed.append("memory")
-            if mem is not None and v2_cgroup:
-                _write(f"{v2_cgroup}/memory.swap.max", "0")  # absent without swap: not a limit missed
-            if cpus is not None and not (v2_cgroup and _write(f"{v2_cgroup}/cpu.max", f"{cpus * PERIOD} {PERIOD}")):
-                missed.append("cpu")
+            where = v2_cgroup or f"{self.v2}/{run_id}"
+            if mem is not None:
+                steps += [(f"{where}/memory.max", str(mem * MIB), "memory"), (f"{where}/memory.swap.max", "0", "")]
+            if cpus is not None:
+                steps.append((f"{where}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
         for controller, base in sorted(self.v1.items()):
             path = f"{base}/{run_id}"
-            try:
-                os.mkdir(path, 0o755)
-            except FileExistsError:
-                pass
-            except OSError:
-                continue
-            groups.append(path)
+            wanted = {"memory": mem, "cpu": cpus}.get(controller)
+            steps.append((path, None, controller if wanted is not None else ""))
             if controller == "memory" and mem is not None:
-                if _write(f"{path}/memory.limit_in_bytes", str(mem * MIB)):
-                    _write(f"{path}/memory.memsw.limit_in_bytes", str(mem * MIB))  # absent without swap accounting
-                else:
-                    missed.append("memory")
+                steps += [(f"{path}/memory.limit_in_bytes", str(mem * MIB), "memory"),
+                          (f"{path}/memory.memsw.limit_in_bytes", str(mem * MIB), "")]  # no swap beyond it
             elif controller == "cpu" and cpus is not None:
-                _write(f"{path}/cpu.cfs_period_us", str(PERIOD))
-                if not _write(f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD)):
-                    missed.append("cpu")
-        if self.v1:
-            made = {controller for controller, base in self.v1.items() if f"{base}/{run_id}" in groups}
-            for wanted, controller in ((mem, "memory"), (cpus, "cpu")):
-                if wanted is not None and controller in self.v1 and controller not in made and controller not in missed:
-                    missed.append(controller)  # its group could not be made
-        if not_set is not None:
-            not_set.extend(missed)
-        return tuple(groups)
+                steps += [(f"{path}/cpu.cfs_period_us", str(PERIOD), ""),
+                          (f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD), "cpu")]
+        return tuple(steps)
 
     def groups_of(self, groups: object) -> tuple[str, ...]:
         """The v1 groups a dead run's record names that are this driver's to touch: a run's own
@@ -175,24 +162,32 @@ def _v1_paths(own: str) -> dict[str, str]:
     return found
 
 
-# ---- the monitor's side: joining, measuring, removing ---------------------------------
+# ---- the monitor's side: making, measuring, removing ---------------------------------
 
 
-def join(groups: tuple[str, ...]) -> None:
-    """Move the calling process into each v1 group (before it executes the job).
-
-    Raises:
-        OSError: a group cannot be joined (gone meanwhile is no error: the job then runs unlimited).
-    """
-    for path in groups:
-        try:
-            fd = os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
+def apply(steps: tuple[tuple, ...]) -> list[str]:
+    """Take the steps ``Limiter.steps`` made (in a run's monitor, before its job runs); the limits
+    left unset (``memory``, ``cpu``). A limit that cannot be set is no reason not to run the job:
+    it then runs without it, and its start line says so."""
+    missed: list[str] = []
+    failed: list[str] = []  # folders not made: nothing is written in them
+    for path, text, limit in steps:
+        if any(path.startswith(f"{folder}/") for folder in failed):
+            done = False
+        elif text is None:
+            try:
+                os.mkdir(path, 0o755)
+                done = True
+            except FileExistsError:
+                done = True
+            except OSError:
+                done = False
+                failed.append(path)
+        else:
+            done = _write(path, text)
+        if not done and limit and limit not in missed:
+            missed.append(limit)
+    return missed
 
 
 def usage(v2_cgroup: str | None, groups: tuple[str, ...]) -> dict:

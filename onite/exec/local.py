@@ -97,12 +97,8 @@ class LocalRunner(Runner):
             ident = None  # switching to the ids we already have changes nothing
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
-        run.cgroup = self.containment.job_cgroup(run.run_id)
-        need = run.need
-        not_set: list[str] = []
-        run.groups = self.limiter.prepare(run.run_id, run.cgroup, need.mem or None if need else None,
-                                          need.cpus or None if need else None, not_set)
-        run.unenforced = tuple(not_set)
+        run.cgroup = self.containment.job_cgroup(run.run_id)  # made by its monitor, as are its limits
+        run.groups = self.limiter.groups(run.run_id)
         record_fd = None
         if record is not None:  # first: where nothing can be recorded, nothing may start
             path, info = record
@@ -151,7 +147,9 @@ class LocalRunner(Runner):
                 record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
                 record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
                 cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
-                limit_groups=run.groups)
+                limit_groups=run.groups, limit_steps=self.limiter.steps(
+                    run.run_id, run.cgroup, run.need.mem or None if run.need else None,
+                    run.need.cpus or None if run.need else None))
             try:
                 pid, pidfd, child = self._spawn(spec)
             except OSError as error:
@@ -284,6 +282,8 @@ class LocalRunner(Runner):
                 self._note_start(run, int(rest))
             elif word == "usage":
                 run.usage = parse_usage(rest)
+            elif word == "unenforced":
+                run.unenforced = tuple(rest.split(","))
             elif word == "ended" and rest.lstrip("-").isdigit():
                 ended = memory_outcome(outcome_from_status(int(rest)), run.usage, run.need)
             elif word == "failed":

@@ -12,7 +12,9 @@ driver. It never executes anything itself; in order, it
 2. appends its ``monitor`` line (pid and start time) to the run record
    (onite.core.runrecord), then closes the driver lock it inherited: until that
    line exists no other driver can take the lock, so a claim without it
-   was never started;
+   was never started; then makes the job's cgroups and sets its limits
+   (onite.exec.contain, onite.exec.limits: the record names them already),
+   and tells the driver which limits it could not set;
 3. starts the job's process (onite.exec.jobstart): born in the job's
    cgroups, in a new session, with its output files as stdout and stderr,
    it drops to the job's owner (supplementary groups, gid, uid: real,
@@ -69,6 +71,7 @@ class Plan:
     contain: str  # onite.exec.contain kind
     kill_grace: float
     limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too (onite.exec.limits)
+    limit_steps: tuple = ()  # how its cgroups get its limits (onite.exec.limits.Limiter.steps), done here
 
 
 def start(plan: Plan) -> int:
@@ -145,6 +148,11 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     if plan.lock_fd is not None:
         held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
+    if plan.cgroup:
+        contain.make_cgroup(plan.cgroup)  # the record names it already: recovery finds it, made or not
+    missed = limits.apply(plan.limit_steps)
+    if missed:
+        _tell(plan, "unenforced " + ",".join(missed))
     job, report = jobstart.start(plan)
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
         if fd is not None:
