@@ -415,3 +415,17 @@ def test_a_job_out_of_memory_while_no_driver_runs_is_filed_as_out_of_memory_and_
     assert res["state"] == "failed" and res["reason"].startswith("out of memory (asked 64M, peaked "), res
     assert res["peak_mem"] > 0 and res["attempt"] == 1, res  # not retried
     assert not any(" retry hog " in line for line in log_lines(spool)), log_lines(spool)
+
+
+@needs_root
+def test_the_smallest_request_starts_another_users_job_and_its_monitor_survives(spool):
+    """--mem 1M, by another user: the monitor is in the job's cgroups only while it forks the job's
+    process (onite.exec.jobstart), and that fork fits; what the job then does is held to 1M."""
+    for name, body in (("tiny", "echo small\n"), ("greedy", "head -c 50000000 /dev/zero | tail -c 1 >/dev/null; x=$(head -c 20000000 /dev/zero | tr '\\0' x); echo ${#x}\n")):
+        r = run_cli(["submit", name, "--mem", "1M"], stdin=body.encode(), user="nobody", cwd="/tmp")
+        assert r.code == 0, r
+    assert drain(spool).returncode == 0
+    tiny, greedy = result(spool, "tiny"), result(spool, "greedy")
+    assert tiny["state"] == "done" and tiny["user"] == "nobody"
+    assert greedy["state"] == "failed" and greedy["reason"].startswith("out of memory (asked 1M"), greedy
+    assert not any("monitor" in line for line in log_lines(spool) if " failed " in line)

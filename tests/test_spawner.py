@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from conftest import log_lines, result, run_cli, start_driver, wait_for
+from conftest import log_lines, needs_root, result, run_cli, start_driver, wait_for
 
 from onite.exec.contain import is_zombie
 
@@ -151,3 +151,34 @@ def test_a_monitor_whose_job_is_no_child_of_its_says_its_status_is_unknown():
     out = subprocess.run([sys.executable, "-c", "from onite.exec import monitor; print(monitor._wait_for(1))"],
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["(None,", "None)"]
+
+
+@needs_root
+def test_a_monitor_that_served_one_owner_serves_the_next_with_roots_ids_and_theirs_for_the_job(spool):
+    """Jobs of two owners in turn: each runs with exactly its owner's ids, and every monitor, whoever's
+    job it served before, holds root's ids again (it entered the last job's directory as its owner)."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    probe = ("echo \"$(id -u) $(id -g) $(id -G | tr ' ' ,) $PPID $(grep -E '^(Uid|Gid|Groups):' /proc/$PPID/status"
+             " | tr -s '\\t ' ' ' | tr '\\n' '|')\" >> /tmp/onite-test-owners-$ONITE_RUN_ID\n")
+    names = []
+    for n in range(6):
+        user = "nobody" if n % 2 else None
+        r = run_cli(["submit", f"o{n}"], stdin=probe.encode(), user=user, cwd="/tmp")
+        assert r.code == 0, r
+        names.append((f"o{n}", user))
+    driver = start_driver(spool)
+    driver.communicate(timeout=60)
+    try:
+        for name, user in names:
+            res = result(spool, name)
+            assert res["state"] == "done", res
+            [line] = Path(f"/tmp/onite-test-owners-{res['run_id']}").read_text().splitlines()
+            uid, gid, groups, _, monitor = line.split(" ", 4)
+            want = (nobody.pw_uid, nobody.pw_gid) if user else (0, 0)
+            assert (int(uid), int(gid)) == want, line
+            assert "Uid: 0 0 0 0|Gid: 0 0 0 0|" in monitor, line
+    finally:
+        for path in Path("/tmp").glob("onite-test-owners-*"):
+            path.unlink()

@@ -107,12 +107,12 @@ def _enter_as_owner(plan: Plan) -> None:
         os.chdir(plan.cwd)
         return
     groups, egid = os.getgroups(), os.getegid()
-    os.setgroups(list(plan.groups))
-    os.setresgid(-1, plan.gid, -1)
-    os.setresuid(-1, plan.uid, -1)
     try:
+        os.setgroups(list(plan.groups))
+        os.setresgid(-1, plan.gid, -1)
+        os.setresuid(-1, plan.uid, -1)
         os.chdir(plan.cwd)
-    finally:
+    finally:  # whatever failed, this monitor goes on with root's ids (it may serve other owners' runs)
         try:
             os.setresuid(-1, 0, -1)
             os.setresgid(-1, egid, -1)
