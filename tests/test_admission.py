@@ -19,7 +19,8 @@ from conftest import drain, log_lines, result, run_cli, set_config, start_driver
 from onite.core.config import parse_config
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.jobfile import decode, encode
-from onite.core.resources import (MAX_CPUS, Admit, Busy, Need, admit, host_capacity, parse_cpus, room)
+from onite.core.admission import Admit, Busy, admit, room
+from onite.core.resources import MAX_CPUS, Need, host_capacity, parse_cpus
 from onite.core.runrecord import admitted_need, parse
 
 HOST = os.uname().nodename.split(".")[0]

@@ -18,8 +18,8 @@ from conftest import drain, log_lines, needs_root, result, run_cli, set_config, 
 from onite.core.config import parse_config
 from onite.core.errors import ConfigError, InvalidInput, JobFormatError
 from onite.core.jobfile import decode, encode
-from onite.core.resources import (MAX_MEM, Busy, Need, format_mem, human_bytes, may_backfill, parse_mem,
-                                  reserve, too_big)
+from onite.core.admission import Busy, may_backfill, reserve
+from onite.core.resources import MAX_MEM, Need, format_mem, human_bytes, parse_mem, too_big
 
 HOST = os.uname().nodename.split(".")[0]
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

@@ -2,7 +2,7 @@
 
 A job's request (``--mem``, ``--cpus``, the spool's defaults applied when it
 was spooled) must fit in the host's capacity less what its running jobs
-were admitted with, by the one rule onite.core.resources.admit, which
+were admitted with, by the one rule onite.core.admission.admit, which
 ``onite list`` and ``onite status`` also go by (onite.drain.verdicts): in
 strict order (the default) the first job that does not fit waits and
 nothing behind it starts; with ``backfill = true`` a later job may start
@@ -24,7 +24,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from onite.core.resources import Admit, Busy, Head, Need, Room, admit, host_capacity, latest_end, request_of, room
+from onite.core.admission import Admit, Busy, Head, Room, admit, latest_end, room
+from onite.core.resources import Need, host_capacity, request_of
 
 if TYPE_CHECKING:
     from onite.drain.driver import Driver
@@ -96,7 +97,7 @@ class Packer:
 
     def admit(self, name: str, need: Need, timeout: timedelta | None, now: datetime) -> Admit:
         """May the ready job ``name`` (asking ``need``, with time limit ``timeout``) start now, as far as
-        resources go? (onite.core.resources.admit; ``reason`` says why not.)"""
+        resources go? (onite.core.admission.admit; ``reason`` says why not.)"""
         if not self.enabled:
             return Admit.START
         if self._room is None:

@@ -29,7 +29,8 @@ from onite.core.errors import JobFormatError, Refused
 from onite.core.job import Job
 from onite.core.policy import may_be_urgent, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
-from onite.core.resources import Admit, Need
+from onite.core.admission import Admit
+from onite.core.resources import Need
 from onite.exec.identity import Identity, resolve
 from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file

@@ -2,7 +2,7 @@
 
 The reasons come from queue.evaluate (onite.core.queue) with the driver's own
 dependency rule (onite.spool.deps), and for room from the driver's own
-admission rule (onite.core.resources.admit), so that status never tells a
+admission rule (onite.core.admission.admit), so that status never tells a
 different story from the driver. A reason needs the job file, which is private to its
 owner: it is read only for jobs the asker owns (every job for root), and
 only among the first EXAMINE queued jobs in queue order (a queue of 100,000
@@ -92,7 +92,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
 
 class _Room:
     """What the driver of this host would decide for the ready jobs, in queue order, by its own rule
-    (onite.core.resources.admit) and in its words: the capacity it works out, and the running jobs as
+    (onite.core.admission.admit) and in its words: the capacity it works out, and the running jobs as
     their run records (world-readable) say they were admitted (``mem``, ``cpus``, ``deadline``).
 
     A job the rule starts is counted as running for the jobs behind it, as the driver's next pick
@@ -101,12 +101,13 @@ class _Room:
 
     def __init__(self, spool: SpoolDir, host: str, now: datetime) -> None:
         self.spool, self.host, self.now = spool, host, now
-        self.room = None  # onite.core.resources.Room, measured when the first ready job asks
-        self.head = None  # the first job that waits for room (onite.core.resources.Head)
+        self.room = None  # onite.core.admission.Room, measured when the first ready job asks
+        self.head = None  # the first job that waits for room (onite.core.admission.Head)
         self.problem = ""  # why no driver can start on this host (its capacity is empty)
 
     def _measure(self):
-        from onite.core.resources import Busy, host_capacity, room
+        from onite.core.admission import Busy, room
+        from onite.core.resources import host_capacity
         from onite.core.runrecord import RunRecord
         from onite.exec.limits import machine
         from onite.spool import runrecords
@@ -131,7 +132,8 @@ class _Room:
         """Why a job that may start as far as the queue goes waits for room (``kind``, ``reason``), or
         ("", "") if the driver would start it."""
         from onite.core.errors import ConfigError
-        from onite.core.resources import Admit, Busy, Need, admit, head_of, latest_end, request_of
+        from onite.core.admission import Admit, Busy, admit, head_of, latest_end
+        from onite.core.resources import Need, request_of
 
         config = self.spool.config
         if config.executor != "local" or self.problem:

@@ -1,0 +1,165 @@
+"""Admission (pure): when a job's request may start on a host, in strict order or with backfill.
+
+A job starts when its request (onite.core.resources.Need) fits in what is
+free and a slot is free. In strict order a job that does not fit waits and
+nothing behind it starts; with backfill a later job may start only if it
+cannot delay the head job's start, estimated from time limits as Slurm's
+backfill does: running jobs end at the latest at their time limit (plus the
+kill grace), so the head job's start (its *shadow time*) is known once
+enough of them have; a later job may run if it ends before then, or if it
+fits beside the head job at that time. A job with no time limit never ends
+as far as estimates go. ``admit`` is the one rule: the driver
+(onite.drain.pack) starts jobs by it, and ``onite list`` and ``onite
+status`` (onite.drain.verdicts) say why a job waits in its words.
+
+Apart from onite.core.resources (sizes, requests, capacities) so that a
+command that only reads sizes (``submit --mem``) does not build these types
+at start-up.
+
+Invariant: no I/O and no clock: every time and amount is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from onite.core.resources import Need, too_big
+
+@dataclass(frozen=True)
+class Busy:
+    """A running job's request and when it ends at the latest (None: no time limit)."""
+
+    need: Need
+    ends: datetime | None
+
+
+def free_room(capacity: Need, running: Iterable[Busy]) -> Need:
+    """What is free of ``capacity`` while ``running`` run."""
+    free = capacity
+    for busy in running:
+        free = free - busy.need
+    return free
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The head job's place: when it can start at the latest (None: unknown, a job with no time
+    limit must end first) and what stays free beside it then."""
+
+    at: datetime | None
+    spare: Need
+
+
+def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
+    """The head job's reservation: running jobs end, in order of their latest end, until it fits.
+
+    Where it never fits before a job with no time limit ends, its start is unknown; what may run
+    beside it is then only what is free now beyond its request (whatever ends first, that much
+    stays free when it starts)."""
+    free = free_room(capacity, running)
+    for busy in sorted((b for b in running if b.ends is not None), key=lambda b: b.ends):
+        free = free + busy.need
+        if head.fits(free):
+            return Reservation(busy.ends, free - head)
+    return Reservation(None, (free_room(capacity, running) - head).clamped())
+
+
+def may_backfill(need: Need, ends: datetime | None, free: Need, head: Reservation) -> bool:
+    """May a job (``need``, ending at the latest at ``ends``) start now past the waiting head job
+    without delaying it? It must fit now, and end before the head's reservation or fit beside it."""
+    if not need.fits(free):
+        return False
+    if head.at is not None and ends is not None and ends <= head.at:
+        return True
+    return need.fits(head.spare)
+
+
+def latest_end(start: datetime, timeout: timedelta | None, grace: timedelta) -> datetime | None:
+    """When a job started at ``start`` has ended at the latest: its time limit and the kill grace."""
+    return None if timeout is None else start + timeout + grace
+
+
+# ---- admission: the one rule -----------------------------------------------------------
+
+
+class Admit(StrEnum):
+    """What ``admit`` decides for a job that may start as far as the queue goes."""
+
+    START = "start"  #: it fits: start it
+    BACKFILL = "backfill"  #: it fits past the waiting head job without delaying it
+    WAIT = "wait"  #: it does not fit now, or could delay the head job (the reason says which)
+    BEHIND = "behind"  #: strict order: a job before it waits for room, and nothing passes that
+    NEVER = "never"  #: it asks for more than the host has at all
+
+
+@dataclass(frozen=True)
+class Room:
+    """A host at one moment: its name and capacity, its running jobs, what they leave free (``room``)."""
+
+    host: str
+    capacity: Need
+    running: tuple[Busy, ...]
+    free: Need
+
+    def with_started(self, busy: Busy) -> Room:
+        """This room once one more job runs."""
+        return room(self.host, self.capacity, (*self.running, busy))
+
+
+def room(host: str, capacity: Need, running: Iterable[Busy]) -> Room:
+    """The room ``running`` leave on ``host`` of ``capacity``."""
+    running = tuple(running)
+    return Room(host, capacity, running, free_room(capacity, running))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The first job of a pass over the queue that waits for room, and its reservation (None in strict
+    order, where nothing passes it)."""
+
+    name: str
+    need: Need
+    reservation: Reservation | None
+
+
+def head_of(name: str, need: Need, where: Room, *, backfill: bool) -> Head:
+    """``name`` as the head job in ``where``: with backfill, its reservation."""
+    return Head(name, need, reserve(where.capacity, list(where.running), need) if backfill else None)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """``admit``'s answer: the verdict, its reason in the words ``onite list`` shows and the log
+    keeps, and the head job for the rest of the pass."""
+
+    verdict: Admit
+    reason: str = ""
+    head: Head | None = None
+
+
+def admit(name: str, need: Need, ends: datetime | None, where: Room, head: Head | None, *,
+          backfill: bool) -> Admission:
+    """May the ready job ``name``, asking for ``need`` and ending at the latest at ``ends``, start now
+    in ``where``, past ``head`` (the first job of this pass that waits for room; None: none yet)?
+
+    A pass looks at the ready jobs in queue order. The first that does not fit becomes the head: in
+    strict order every job behind it waits; with ``backfill`` one may start only where it cannot
+    delay the head (``may_backfill``). A request larger than the whole capacity never fits."""
+    problem = too_big(need, where.capacity)
+    if problem:
+        return Admission(Admit.NEVER, f"{problem}: it can never run on host {where.host}", head)
+    if head is None:
+        if need.fits(where.free):
+            return Admission(Admit.START)
+        return Admission(Admit.WAIT, f"waits for {need.shortage(where.free)}",
+                         head_of(name, need, where, backfill=backfill))
+    if head.reservation is None:
+        return Admission(Admit.BEHIND, f"waits behind {head.name}", head)
+    if may_backfill(need, ends, where.free, head.reservation):
+        return Admission(Admit.BACKFILL, "", head)
+    if not need.fits(where.free):
+        return Admission(Admit.WAIT, f"waits for {need.shortage(where.free)}", head)
+    return Admission(Admit.WAIT, f"waits behind {head.name}: it could delay {head.name}'s start", head)
