@@ -176,13 +176,10 @@ def test_a_job_rewritten_between_pick_and_start_runs_with_what_was_admitted(spoo
     assert any(" warning grow " in line and "admitted" in line for line in log_lines(spool))
 
 
-def test_recovery_takes_a_running_jobs_request_from_its_run_record(spool, workdir):
-    """A driver dies; the owner rewrites the claimed file of their running job; the next driver adopts the
-    run holding what it was admitted with (its record), not what the file says now."""
+def _kill_driver_while_kept_runs(spool, workdir):
+    """Start a driver, kill it once the job ``kept`` runs and its monitor recorded it; its claimed file."""
     import signal
 
-    _capacity(spool, "1G", 4, slots=2)
-    submit("kept", _gated(workdir, "kept"), "--mem", "256M")
     driver = start_driver(spool)
     wait_for((workdir / "kept.running").exists, what="the job")
     [record] = list((spool / "running").glob("*/kept@run"))
@@ -190,6 +187,15 @@ def test_recovery_takes_a_running_jobs_request_from_its_run_record(spool, workdi
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     [claimed] = list((spool / "running").glob("*/kept"))
+    return claimed
+
+
+def test_recovery_takes_a_running_jobs_request_from_its_run_record(spool, workdir):
+    """A driver dies; the owner rewrites the claimed file of their running job; the next driver adopts the
+    run holding what it was admitted with (its record), not what the file says now."""
+    _capacity(spool, "1G", 4, slots=2)
+    submit("kept", _gated(workdir, "kept"), "--mem", "256M")
+    claimed = _kill_driver_while_kept_runs(spool, workdir)
     _rewrite(claimed, mem=1024)
     # beside the 256M it holds, 768M is free: a job that asks for it starts while it runs
     submit("beside", f"cd {workdir}; ls *.running > beside.seen; rm kept.gate\n", "--mem", "768M")
@@ -202,17 +208,9 @@ def test_recovery_takes_a_running_jobs_time_limit_from_its_run_record_for_backfi
     """The owner rewrites their running job's time limit from 1 hour to 2 days while no driver runs. The
     next driver estimates its end from the record (1 hour), as the run is held to it: a job of 1 day
     would delay the 1G job that waits for that end, so it is not backfilled beside it."""
-    import signal
-
     _capacity(spool, "1G", 4, slots=3, backfill=True)
     submit("kept", _gated(workdir, "kept"), "--mem", "512M", "--timeout", "1h")
-    driver = start_driver(spool)
-    wait_for((workdir / "kept.running").exists, what="the job")
-    [record] = list((spool / "running").glob("*/kept@run"))
-    wait_for(lambda: '"event":"job"' in record.read_text(), what="the monitor to record the job")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
-    [claimed] = list((spool / "running").glob("*/kept"))
+    claimed = _kill_driver_while_kept_runs(spool, workdir)
     _rewrite(claimed, timeout=timedelta(days=2))
     submit("head", "true\n", "--mem", "1G", "-p", "1")
     submit("filler", f"cd {workdir}; ls *.running > filler.seen 2>/dev/null; rm kept.gate\n",
