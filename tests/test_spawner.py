@@ -182,3 +182,26 @@ def test_a_monitor_that_served_one_owner_serves_the_next_with_roots_ids_and_thei
     finally:
         for path in Path("/tmp").glob("onite-test-owners-*"):
             path.unlink()
+
+
+def test_a_killed_monitor_fails_its_run_and_its_job_is_killed_with_it(spool, workdir):
+    """The monitor of a running job is killed (the OOM killer, an admin): the driver hears its run's pipe
+    end without an end recorded, kills what runs of the job (nobody would report it), and files the
+    job as failed, saying why; the next job runs under another monitor."""
+    gate, ledger = gated_job(spool, workdir, "orphaned")
+    assert run_cli(["submit", "next"], stdin=b"true\n").code == 0
+    driver = start_driver(spool)
+    monitor = monitor_pid(spool, "orphaned")
+    job = wait_for(lambda: next((json.loads(line)["pid"] for record in (spool / "running").glob("*/orphaned@run")
+                                 for line in record.read_text().splitlines() if '"event":"job"' in line), None),
+                   what="the job's pid")
+    os.kill(monitor, signal.SIGKILL)
+    driver.communicate(timeout=60)
+    try:
+        assert driver.returncode == 0
+        res = result(spool, "orphaned")
+        assert res["state"] == "failed" and "monitor of this job was killed" in res["reason"], res
+        assert result(spool, "next")["state"] == "done"
+        wait_for(lambda: is_zombie(job), what="the job to be killed with its monitor")
+    finally:
+        gate.unlink(missing_ok=True)
