@@ -1,14 +1,15 @@
-"""The local executor: each job under a monitor process of its own, on this machine.
+"""The local executor: each job under a monitor process, on this machine.
 
 ``LocalRunner.start`` decides the command line and environment
-(onite.exec.launch), opens the job's output files, and forks a monitor
-(onite.exec.monitor), which records itself in the run record, starts the job
-and records how it ended:
+(onite.exec.launch), opens the job's output files, and has a monitor
+(onite.exec.monitor) take the run: one the spawner keeps (onite.exec.spawner),
+else one it forks. The monitor records itself in the run record, starts the
+job and records how it ended:
 
-- when the driver is root the job's process drops to the owner before it
-  does anything on the owner's behalf: setgroups, setgid, setuid (real,
-  effective and saved ids), then it enters the job's directory and looks up
-  the interpreter with the owner's rights, never root's;
+- when the driver is root the job never runs anything as root on its owner's
+  behalf: its directory is entered with the owner's rights, and its process
+  drops to the owner (setgroups, setgid, setuid: real, effective and saved
+  ids) before it looks up its interpreter (onite.exec.jobstart);
 - a new session: the job leads its own process group and has no
   controlling terminal; where the machine allows, it runs in a cgroup of its
   own, so that everything it starts can be ended with it (onite.exec.contain).
@@ -40,7 +41,7 @@ from onite.spool import runrecords
 
 
 class LocalRunner(Runner):
-    """Starts each job under a monitor of its own (onite.exec.monitor), enforces time limits, reports
+    """Starts each job under a monitor (onite.exec.monitor), enforces time limits, reports
     how jobs ended.
 
     A time limit or a stop is SIGTERM to every process of the job (its group, and its cgroup

@@ -1,13 +1,14 @@
 """A job's monitor: the process that starts one job, waits for it and records how it ended.
 
-One monitor per job is forked by the driver's spawner (onite.exec.spawner,
-ahead of the job: ``prepare``, then ``run`` once its Plan comes) or, where no
-spawner runs, by the driver (``start``), as Slurm's slurmstepd
+Each running job has a monitor: one forked by the driver's spawner
+(onite.exec.spawner, ahead of the job: ``prepare``, then ``run`` for each Plan
+that comes, one run after another) or, where no spawner runs, by the driver
+for that job alone (``start``), as Slurm's slurmstepd
 and podman's conmon stand between their daemon and the job: the monitor,
 not the driver, is the job's parent, so the job's exit status outlives the
 driver. It never executes anything itself; in order, it
 
-1. leaves the driver's session, ignores the signals meant for the driver,
+1. leaves the driver's session, drops the signals meant for the driver,
    and closes every descriptor it does not need;
 2. appends its ``monitor`` line (pid and start time) to the run record
    (onite.core.runrecord), then closes the driver lock it inherited: until that
