@@ -212,6 +212,20 @@ def test_the_fast_path_does_not_import_typer(spool, tmp_path):
         assert out.splitlines()[-1] == "0 []", (argv, out)
 
 
+def test_a_submit_does_not_build_what_only_a_drain_or_a_listing_needs(spool):
+    """The queue's order (onite.core.queue) and the packing rule (onite.core.admission) are not imported by
+    a submit: each builds dataclasses at import, milliseconds of every submit's start-up."""
+    import subprocess
+
+    probe = ("import sys; from onite.__main__ import main; code = main(sys.argv[1:]);"
+             "print(code, sorted(m for m in sys.modules if m in ('onite.core.queue', 'onite.core.admission')))")
+    env = dict(os.environ, ONITE_SPOOL=str(spool))
+    for argv in (["submit", "s1"], ["submit", "s2", "--mem", "1G", "--cpus", "1"]):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,
+                             check=True).stdout.decode()
+        assert out.splitlines()[-1] == "0 []", (argv, out)
+
+
 def typer_options(command: str) -> dict[str, tuple[str, bool, tuple | None]]:
     """Every spelling of typer's ``onite COMMAND`` options: the parameter it sets, whether it is a flag,
     and the range of a whole number (min, max) where it has one."""

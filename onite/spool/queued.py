@@ -12,7 +12,6 @@ import stat
 from collections.abc import Iterator
 from dataclasses import replace
 
-from onite.core.queue import sort_folder
 from onite.spool.holds import held_by, is_held, read_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import Entry, find_running, job_stats, stat_entry
@@ -27,6 +26,8 @@ def queued_stats(spool: SpoolDir) -> list[tuple[int, int, str, int, int]]:
 def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, str, int, int]]]]:
     """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, mode)``
     (the mode of a job a marker holds without its owner-write bit, so that ``is_held`` says held)."""
+    from onite.core.queue import sort_folder  # not at import: a submit, which only looks a name up, never sorts
+
     holds = read_holds(spool.hold_dir)
     for rank, folder in spool.queue_folders():
         rows = [(st.st_ctime_ns, entry.name, st.st_uid, st.st_mode) for entry, st in job_stats(folder)]
