@@ -16,8 +16,6 @@ if TYPE_CHECKING:
 
 STAGES = {  # what the job's process was doing when it failed, for the reason recorded
     "cgroup": "cannot join its cgroup",
-    "session": "cannot start a new session",
-    "output": "cannot take its output files",
     "user": "cannot switch to its owner",
     "chdir": "cannot enter its directory",
     "exec": "cannot start",
@@ -40,7 +38,8 @@ def start(plan: Plan) -> tuple[int | None, str]:
 
     The process then starts a new session, takes its output files as stdout and stderr, drops to the
     owner (supplementary groups, gid, uid: real, effective and saved) and executes the interpreter,
-    with every descriptor closed but its script's, and every signal at its default (onite.exec.monitor.prepare).
+    with every descriptor closed but its script's, and every signal at its default
+    (onite.exec.monitor.prepare).
     """
     stage, joined, null = "cgroup", [], None
     try:
@@ -72,7 +71,10 @@ def start(plan: Plan) -> tuple[int | None, str]:
         if null is not None:
             os.close(null)
         for path in reversed(joined):
-            _move_here(os.path.dirname(os.path.dirname(path)))  # the monitor's own: the job's folder's parent
+            try:  # back to the monitor's own: the parent of the jobs' folder
+                _move_here(os.path.dirname(os.path.dirname(path)))
+            except OSError:
+                pass  # it stays in the job's cgroup: its end is recorded before that cgroup is killed
         try:
             os.chdir("/")
         except OSError:

@@ -114,7 +114,7 @@ class LocalRunner(Runner):
                 raise NoRecord(str(error)) from None
             run.record_path = path
         try:
-            self._fork_monitor(run, launch, ident, record_fd, output_path, stderr_path, append)
+            self._hand_to_monitor(run, launch, ident, record_fd, output_path, stderr_path, append)
         except BaseException:
             self._undo(run)
             raise
@@ -123,9 +123,10 @@ class LocalRunner(Runner):
                 os.close(record_fd)
         self.runs.append(run)
 
-    def _fork_monitor(self, run: Run, launch: Launch, ident: Identity | None, record_fd: int | None,
-                      output_path: Path, stderr_path: Path | None, append: bool) -> int:
-        """Open the run's output files and fork its monitor (onite.exec.monitor); the monitor's pid.
+    def _hand_to_monitor(self, run: Run, launch: Launch, ident: Identity | None, record_fd: int | None,
+                         output_path: Path, stderr_path: Path | None, append: bool) -> None:
+        """Open the run's output files and hand the run to a monitor (onite.exec.monitor): the spawner's,
+        else one forked here; ``run.monitor`` is the driver's end of it.
 
         Raises:
             NoRecord: the disk is full (nothing could be recorded of the run either).
@@ -161,13 +162,12 @@ class LocalRunner(Runner):
                 if fd is not None:
                     os.close(fd)
             outputs.__exit__(None, None, None)
-        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child, reused=not child)
-        return pid
+        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child)
 
     def _spawn(self, spec: monitor.Plan) -> tuple[int | None, int | None, bool]:
-        """Fork the monitor of ``spec``: by the spawner (onite.exec.spawner), where it runs, else
-        here. Its pid and a pidfd (None, None from the spawner: its pipe says the rest), and whether
-        it is this process's child.
+        """Hand ``spec`` to the spawner's monitors (onite.exec.spawner), where it runs, else fork its
+        monitor here. Its pid and a pidfd (None, None from the spawner: its pipe says the rest), and
+        whether it is this process's child.
 
         Raises:
             OSError: no process can be forked.
@@ -250,7 +250,7 @@ class LocalRunner(Runner):
         if finished:
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]
-        self._lingering = [mon for mon in self._lingering if not mon.has_exited()]
+        self._lingering = [mon for mon in self._lingering if not mon.is_done()]
         return finished
 
     def started(self) -> list[Run]:
@@ -265,7 +265,7 @@ class LocalRunner(Runner):
             return Outcome(reason="it could not be started")
         ended = self._heard(run, mon.messages())
         if ended is None:
-            if not mon.has_exited():
+            if not mon.is_done():
                 return None
             ended = self._heard(run, mon.messages())  # what it said just before it was done
             if ended is None:
@@ -301,7 +301,7 @@ class LocalRunner(Runner):
                 self._signal(run, signal.SIGKILL if run.kill_at is None else signal.SIGTERM)
 
     def outcome_from_record(self, run: Run) -> Outcome:
-        """How a run whose monitor has exited ended, as its run record says."""
+        """How a run whose monitor is done with it without a word ended, as its run record says."""
         rec = runrecords.read(run.record_path) if run.record_path else None
         if rec is not None and rec.job_pid is not None:
             self._note_start(run, rec.job_pid)

@@ -97,13 +97,13 @@ def start(plan: Plan) -> int:
 
 
 def prepare(contained: bool) -> None:
-    """Step 1 but for the descriptors: leave the driver's session, ignore the driver's signals, and
-    (``contained``) become the reaper of the job's orphans. A monitor forked ahead of its job
-    (onite.exec.spawner) does this while it waits for its Plan."""
+    """Step 1 but for the descriptors: leave the driver's session, drop the driver's signals, and
+    (``contained``) become the reaper of the job's orphans. A monitor of the spawner's
+    (onite.exec.spawner) does this once, before it waits for its first Plan."""
     os.setsid()  # a Ctrl-C at the driver's terminal is not for the jobs
     signal.set_wakeup_fd(-1)
     # the driver's signals are caught and dropped, not ignored: a job's process inherits an ignored
-    # signal across its exec, a caught one comes back to its default there (_start_job)
+    # signal across its exec, a caught one comes back to its default there (onite.exec.jobstart)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGPIPE):
         signal.signal(sig, _dropped)

@@ -1,12 +1,12 @@
-"""The driver's end of a job's monitor: what it says on its pipe, and whether it has exited.
+"""The driver's end of a job's monitor: what it says on its pipe, and whether it is done with the run.
 
 The monitor (onite.exec.monitor) writes ``started PID``, ``ended STATUS`` or
 ``failed REASON`` lines on a pipe; the driver reads them without blocking
-(``messages``). A monitor forked by the spawner (onite.exec.spawner) may
-serve one run after another: it is done with a run when it closes that
-run's pipe. Otherwise the driver learns that the monitor exited from its pidfd, which
-wakes the driver's poll, or, for a monitor adopted from a dead driver (not
-its child, and without a pipe), from the pidfd or a signal 0.
+(``messages``). A monitor of the spawner's (onite.exec.spawner) serves one
+run after another, and the driver does not learn its pid: it is done with a
+run when it closes that run's pipe. A monitor the driver forked is done when
+it exits (its pidfd wakes the driver's poll); one adopted from a dead driver
+(not its child, and without a pipe) is watched by its pidfd or a signal 0.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from dataclasses import dataclass
 class MonitorLink:
     """The driver's end of one job's monitor (onite.exec.monitor): its process, its pidfd, its pipe."""
 
-    pid: int | None  # None: unknown (its spawner died before it said), the pipe tells when it is gone
+    pid: int | None  # None: a spawner's monitor, done with this run at its pipe's end (it may serve others)
     pidfd: int | None  # readable once it exits
     pipe: int | None  # what it tells the driver (None: adopted from a dead driver, no pipe)
     child: bool  # our child (we reap it), or adopted from a dead driver
-    reused: bool = False  # a spawner's monitor, which may serve other runs: done with this one at its pipe's end
     buffer: bytes = b""
     exited: bool = False
 
@@ -55,19 +54,20 @@ class MonitorLink:
                 break
             except OSError:
                 chunk = b""
-            if not chunk:  # the monitor closed it: it exited
+            if not chunk:  # the monitor closed it: it is done with the run (or it exited)
                 os.close(self.pipe)
                 self.pipe = None
                 break
             data += chunk
         self.buffer += data
 
-    def has_exited(self) -> bool:
-        """Is the monitor done with this run: has it exited, or (``reused``) closed the run's pipe to
-        serve another? (A child of ours is reaped here.) What it wrote before is kept for ``messages``."""
+    def is_done(self) -> bool:
+        """Is the monitor done with this run: has it closed the run's pipe (a spawner's monitor, which
+        may serve another), or exited? (A child of ours is reaped here.) What it wrote before is kept
+        for ``messages``."""
         if self.exited:
             return True
-        if self.reused:
+        if self.pid is None:
             self._fill()
             if self.pipe is not None:
                 return False
@@ -77,9 +77,6 @@ class MonitorLink:
             except ChildProcessError:
                 pid = self.pid
             if pid == 0:
-                return False
-        elif self.pid is None:
-            if self.pipe is not None:
                 return False
         elif self.pidfd is not None:
             import select

@@ -139,7 +139,7 @@ class Spawner:
 
 
 def serve(fd: int, contained: bool) -> None:
-    """The spawner's loop: hand each request to a monitor forked ahead of it, until the driver's end
+    """The spawner's loop: hand each request to a waiting monitor (``Pool``), until the driver's end
     closes. ``contained``: monitors make themselves subreapers (onite.exec.contain)."""
     sock = socket.socket(fileno=fd)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
@@ -177,68 +177,59 @@ class Pool:
 
     def __init__(self, contained: bool) -> None:
         self.contained = contained
-        self.waiting: list[Warm] = []
-        self.busy: list[Warm] = []
+        self.waiting: list[socket.socket] = []  # each monitor's end of the socket its Plans come by
+        self.busy: list[socket.socket] = []
 
     def fill(self) -> None:
         """Have one monitor waiting, forked now if none is free (not on the path of a request)."""
         self._collect()
         if not self.waiting:
-            warm = _fork_ahead(self.contained)
-            if warm is not None:
-                self.waiting.append(warm)
+            conn = _fork_ahead(self.contained)
+            if conn is not None:
+                self.waiting.append(conn)
 
     def hand(self, data: bytes, fds: list[int]) -> None:
         """Give one request to a waiting monitor (one forked now if none takes it)."""
         self._collect()
         while self.waiting:
-            warm = self.waiting.pop()
+            conn = self.waiting.pop()
             try:
-                socket.send_fds(warm.sock, [data], fds)  # one datagram: it has it whole, or not at all
+                socket.send_fds(conn, [data], fds)  # one datagram: it has it whole, or not at all
             except OSError:
-                warm.close()  # it died meanwhile: the next one, or fork one now
+                conn.close()  # it died meanwhile: the next one, or fork one now
                 continue
-            self.busy.append(warm)
+            self.busy.append(conn)
             return
         _fork_now(data, fds)
 
     def _collect(self) -> None:
         """Move the busy monitors whose run is over to the waiting ones; forget those that exited."""
         still = []
-        for warm in self.busy:
+        for conn in self.busy:
             try:
-                word = warm.sock.recv(16, socket.MSG_DONTWAIT)
+                word = conn.recv(16, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
-                still.append(warm)
+                still.append(conn)
                 continue
             except OSError:
                 word = b""
             if word == IDLE and len(self.waiting) < MAX_WAITING:
-                self.waiting.append(warm)
+                self.waiting.append(conn)
             else:
-                warm.close()  # it exited, or enough wait: closing its socket ends it
+                conn.close()  # it exited, or enough wait: closing its socket ends it
         self.busy = still
 
     def close(self) -> None:
         """Let every monitor go: waiting ones exit now, busy ones once their run is over."""
-        for warm in self.waiting + self.busy:
-            warm.close()
+        for conn in self.waiting + self.busy:
+            conn.close()
         self.waiting, self.busy = [], []
 
 
-class Warm:
-    """A monitor this spawner forked: its pid, and the socket its Plans come by (and it says it waits)."""
-
-    def __init__(self, pid: int, sock: socket.socket) -> None:
-        self.pid, self.sock = pid, sock
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _fork_ahead(contained: bool) -> Warm | None:
-    """Fork the next job's monitor now, while no job waits for it: it prepares itself (onite.exec.monitor
-    step 1) and waits for its Plan. None if no process can be forked now (the request forks one)."""
+def _fork_ahead(contained: bool) -> socket.socket | None:
+    """Fork a monitor now, while no job waits for it: it prepares itself (onite.exec.monitor step 1)
+    and waits for its Plans; our end of its socket. None if no process can be forked now (the
+    request forks one)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         pid = os.fork()
@@ -254,12 +245,13 @@ def _fork_ahead(contained: bool) -> Warm | None:
         finally:
             os._exit(code)
     theirs.close()
-    return Warm(pid, ours)
+    return ours
 
 
 def _wait_and_run(conn: socket.socket, contained: bool) -> int:
-    """In a monitor forked ahead: prepare, wait for the Plan, run it; the exit code (0 if the
-    spawner went away first: nothing was asked of it)."""
+    """In a monitor of the spawner's: prepare, then run each Plan that comes, one after another, saying
+    ``IDLE`` after each; the exit code once the spawner is gone, has monitors enough, or this one
+    must not serve another run."""
     try:
         monitor.prepare(contained)
         gc.enable()  # this copy lives for many runs: its own garbage is collected (the spawner's stays frozen)
