@@ -74,13 +74,11 @@ class Orphans:
         for group in self.d.limiter.groups_of(rec.get("groups")):
             # where no cgroup v2 contains jobs, its v1 limit groups still hold every process it started,
             # those that left its process group too (setsid): none of them may run beside its rerun
-            for _ in range(50):
-                pids = contain.cgroup_pids(group)
-                if not pids:
+            for _ in range(50):  # a process forking meanwhile is caught on a later round
+                if not contain.cgroup_pids(group):
                     break
                 killed = True
-                for pid in pids:
-                    contain.signal_pid(pid, signal.SIGKILL)
+                contain.kill_cgroup(group)
                 time.sleep(0.01)
         pgid = rec.job_pid
         if pgid and pgid > 1 and contain.group_alive(pgid) and self._is_ours(pgid, rec):

@@ -166,11 +166,9 @@ class Recovery:
                   spool=str(d.spool.root), record_path=d.spool.run_record_path(d.host, name))
         run.queued_at = when("queued")
         run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
-        if "deadline" in info and run.started is not None:  # and the time limit it started with (packing's estimate)
-            deadline = when("deadline")
-            limit = deadline - run.started if deadline is not None and deadline >= run.started else None
-            if info.get("deadline") is None or limit is not None:
-                run.job = replace(job, timeout=limit)
+        deadline = when("deadline")  # and the time limit it started with: packing's estimate of its end
+        if "deadline" in info and (info["deadline"] is None or (deadline is not None and deadline >= run.started)):
+            run.job = replace(job, timeout=deadline - run.started if deadline is not None else None)
         return run
 
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
