@@ -214,11 +214,14 @@ def test_the_fast_path_does_not_import_typer(spool, tmp_path):
 
 def test_a_submit_does_not_build_what_only_a_drain_or_a_listing_needs(spool):
     """The queue's order (onite.core.queue) and the packing rule (onite.core.admission) are not imported by
-    a submit: each builds dataclasses at import, milliseconds of every submit's start-up."""
+    a submit: each builds dataclasses at import, milliseconds of every submit's start-up. Nor are the
+    spool's skeleton (only a first personal spool needs it), signal's enums (contain's kill only), json
+    (cron records only, and this spool has none)."""
     import subprocess
 
+    unwanted = ('onite.core.queue', 'onite.core.admission', 'onite.spool.skeleton', 'signal', 'json')
     probe = ("import sys; from onite.__main__ import main; code = main(sys.argv[1:]);"
-             "print(code, sorted(m for m in sys.modules if m in ('onite.core.queue', 'onite.core.admission')))")
+             f"print(code, sorted(m for m in sys.modules if m in {unwanted!r}))")
     env = dict(os.environ, ONITE_SPOOL=str(spool))
     for argv in (["submit", "s1"], ["submit", "s2", "--mem", "1G", "--cpus", "1"]):
         out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,

@@ -23,12 +23,13 @@ def open_spool(spool: str | None) -> SpoolDir:
         SpoolError: there is no spool there (or it cannot be entered).
     """
     from onite.spool.locate import locate
-    from onite.spool.skeleton import init_spool
 
     where = locate(spool, os.environ, os.geteuid())
     target = SpoolDir(where.path)
     target.location = where
     if where.personal_default and not target.exists():
+        from onite.spool.skeleton import init_spool  # once per user: not on every submit's path
+
         init_spool(where.path, None, system=False)
     target.check()
     return target

@@ -18,7 +18,7 @@ import re
 # log reader may break a line at them), plus the bidirectional overrides that reorder what is shown,
 # and lone surrogates (a file name's bytes that are not UTF-8: no terminal can be sent one).
 UNSAFE_CHARS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]")
+UNSAFE = f"[{UNSAFE_CHARS}]"  # compiled on first use (re caches it): most text needs no spelling
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
 
 
@@ -38,4 +38,4 @@ def printable(text: str) -> str:
     that is not UTF-8, smuggled in by surrogateescape, as ``\\xff``)."""
     if text.isprintable():  # the common case: nothing to do, and cheap
         return text
-    return _UNSAFE.sub(_spell, text)
+    return re.sub(UNSAFE, _spell, text)

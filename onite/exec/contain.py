@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import time
 
 CGROUP2 = "cgroup2"
@@ -162,6 +161,8 @@ def kill_cgroup(path: str) -> None:
         return
     except OSError:
         pass
+    import signal  # here: submit reads boot_id() from this module and need not pay for signal's enums
+
     frozen = _write(f"{path}/cgroup.freeze", b"1")
     for pid in cgroup_pids(path):
         signal_pid(pid, signal.SIGKILL)

@@ -11,14 +11,12 @@ forge a record; every field is still checked on reading.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 from onite.core.errors import OniteError
-from onite.core.jsontext import dumps
 from onite.core.names import is_valid_name
 from onite.spool.files import replace_file
 
@@ -84,6 +82,8 @@ def read_records(root: Path) -> list[CronRecord]:
                     data = os.read(fd, 65536)
                 finally:
                     os.close(fd)
+                import json  # here: a spool without cron records (every submit asks) need not load it
+
                 record = CronRecord.from_json(json.loads(data))
             except (OSError, ValueError, RecursionError):
                 continue
@@ -96,6 +96,8 @@ def write_record(root: Path, record: CronRecord) -> None:
     """Raises:
         SpoolIOError: it cannot be written.
     """
+    from onite.core.jsontext import dumps
+
     replace_file(record_path(root, record.host), (dumps(record.to_json()) + "\n").encode(), mode=0o644, durable=True)
 
 
