@@ -111,3 +111,44 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
     assert out_path.read_text() == "" and out_path.stat().st_mode & 0o777 == 0o600  # a first run starts afresh
     assert not err_path.exists()  # the older job's stderr file must not pass for this one's
 
+
+
+def test_a_monitor_gone_without_a_word_is_judged_by_its_run_record(tmp_path):
+    """A monitor killed before its ``monitor`` line never started the job: the run says the job did not
+    run. One killed after it: how the job ended is unknown. Either way onite's machinery failed, not the
+    job, so a retry the job has left runs it (Outcome.retryable); a record with an end is taken as is."""
+    from datetime import datetime
+
+    from onite.core.job import Job
+    from onite.core.runrecord import line
+    from onite.exec.identity import current
+    from onite.exec.local import LocalRunner
+    from onite.exec.runner import Run
+    from onite.spool import runrecords
+
+    job = Job(name="j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
+              cwd=b"/", env={}, body=b"true\n")
+    runner = LocalRunner(shell="/bin/sh", kill_grace=1.0, switch_user=False)
+
+    def outcome(*lines: dict):
+        record = tmp_path / "j@run"
+        record.unlink(missing_ok=True)
+        os.close(runrecords.create(str(record), {"run_id": "r", "executor": "local"}))
+        with open(record, "ab") as handle:
+            for data in lines:
+                handle.write(line(data))
+        run = Run(name="j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
+                  started_mono=0.0, record_path=str(record))
+        return runner.outcome_from_record(run)
+
+    unstarted = outcome()
+    assert unstarted.reason == "its monitor was killed before it started the job: the job did not run"
+    assert unstarted.retryable and unstarted.state.value == "failed"
+    ghost = subprocess.Popen(["true"])
+    ghost.wait()  # a monitor that is gone (no job line: nothing of the run is signalled)
+    unknown = outcome({"event": "monitor", "pid": ghost.pid, "ticks": 1})
+    assert unknown.reason == "onite's monitor of this job was killed: how the job ended is unknown"
+    assert unknown.retryable
+    ended = outcome({"event": "monitor", "pid": ghost.pid, "ticks": 1}, {"event": "job", "pid": ghost.pid},
+                    {"event": "ended", "status": 256})
+    assert ended.exit_code == 1 and not ended.retryable

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from conftest import log_lines, needs_root, result, run_cli, start_driver, wait_for
+from conftest import log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
 from onite.exec.contain import is_zombie
 
@@ -203,5 +203,27 @@ def test_a_killed_monitor_fails_its_run_and_its_job_is_killed_with_it(spool, wor
         assert res["state"] == "failed" and "monitor of this job was killed" in res["reason"], res
         assert result(spool, "next")["state"] == "done"
         wait_for(lambda: is_zombie(job), what="the job to be killed with its monitor")
+    finally:
+        gate.unlink(missing_ok=True)
+
+
+def test_a_job_whose_monitor_was_killed_is_retried_when_it_has_retries_left(spool, workdir):
+    """onite's machinery failed, not the job: like a Slurm node that died, the run counts as an attempt
+    and the job's retry runs it again (killed first: nothing runs beside its retry)."""
+    set_config(spool, retry_delay="0.05")
+    gate, ledger = workdir / "again.gate", workdir / "again.ledger"
+    gate.touch()
+    body = f"echo start >> {ledger}; [ -s {ledger}.2 ] || while [ -e {gate} ]; do sleep 0.05; done\n"
+    assert run_cli(["submit", "again", "--retries", "1"], stdin=body.encode()).code == 0
+    driver = start_driver(spool)
+    monitor = monitor_pid(spool, "again")
+    Path(f"{ledger}.2").write_text("the retry need not wait\n")
+    os.kill(monitor, signal.SIGKILL)
+    driver.communicate(timeout=60)
+    try:
+        res = result(spool, "again")
+        assert res["state"] == "done" and res["attempt"] == 2, res
+        assert "monitor of this job was killed" in res["attempts"][0]["reason"], res
+        assert ledger.read_text().splitlines() == ["start", "start"]
     finally:
         gate.unlink(missing_ok=True)

@@ -310,8 +310,13 @@ class LocalRunner(Runner):
             return memory_outcome(outcome_from_status(rec.status), run.usage, run.need)
         if rec is not None and rec.failed is not None:
             return Outcome(reason=rec.failed)
+        # onite's machinery failed, not the job: a retry it has left is spooled (retryable), as for a
+        # Slurm node that died; a dead driver's recovery reruns such a claim (onite.drain.recovery)
+        if rec is not None and not rec.started_job:
+            return Outcome(reason="its monitor was killed before it started the job: the job did not run",
+                           retryable=True)
         self._signal(run, signal.SIGKILL)  # nobody watches what may still run of it
-        return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown")
+        return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def busy(self) -> bool:
         """Runs, or monitors still ending what their job left behind."""
