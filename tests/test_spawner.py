@@ -227,3 +227,48 @@ def test_a_job_whose_monitor_was_killed_is_retried_when_it_has_retries_left(spoo
         assert ledger.read_text().splitlines() == ["start", "start"]
     finally:
         gate.unlink(missing_ok=True)
+
+
+@needs_root
+def test_a_monitor_that_cannot_be_forked_fails_its_run_and_the_night_goes_on(spool, tmp_path):
+    """The spawner cannot fork a job's monitor (the machine's process table is full: here a pids cgroup
+    holds the driver and its spawner, and no more): the run's pipe says so, the job is filed as failed
+    with that reason and never ran, the next job gets the same, and the driver ends normally."""
+    import subprocess
+    import sys
+    import uuid
+
+    from conftest import REPO
+
+    pids = Path("/sys/fs/cgroup/pids")
+    if not (pids / "cgroup.procs").exists():
+        import pytest
+
+        pytest.skip("no cgroup v1 pids controller at /sys/fs/cgroup/pids to fill the process table with")
+    group = pids / f"onite-test-{uuid.uuid4().hex[:12]}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text("2\n")  # the driver and its spawner
+        marker = tmp_path / "ran"
+        for name in ("first", "second"):
+            assert run_cli(["submit", name], stdin=f"touch {marker}\n".encode()).code == 0
+        env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+        procs = str(group / "cgroup.procs")
+
+        def join() -> None:
+            with open(procs, "w") as handle:
+                handle.write("0")
+
+        driver = subprocess.run([sys.executable, "-m", "onite", "run"], env=env, capture_output=True, timeout=60,
+                                preexec_fn=join)
+        assert driver.returncode == 0, driver.stderr
+        for name in ("first", "second"):
+            res = result(spool, name)
+            assert res["state"] == "failed" and res["reason"].startswith("cannot start its monitor: "), res
+        assert not marker.exists()
+        assert any("start-failed" in line and "cannot start its monitor" in line for line in log_lines(spool))
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+        wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), what="the test's pids group to empty")
+        group.rmdir()
