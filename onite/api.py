@@ -73,7 +73,7 @@ class Spool:
 
     def find(self, name: str) -> bool:
         """Is a job of this name queued or running?"""
-        from onite.app.control import find
+        from onite.app.find import find
 
         self._spool.check()
         return find(self._spool, name)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import run_cli
-from onite.app import common, control, crontab, run, submit
+from onite.app import common, crontab, find, run, submit
 from onite.core.errors import InvalidInput, SpoolError
 
 
@@ -45,7 +45,7 @@ def test_uniqname_avoids_live_and_kept_names(spool):
     assert run_cli(["submit", "taken"], stdin=b"true\n").code == 0
     target = common.open_spool(str(spool))
     name = submit.uniqname(target, "taken")
-    assert name.startswith("taken-") and not control.find(target, name)
+    assert name.startswith("taken-") and not find.find(target, name)
     with pytest.raises(InvalidInput):
         submit.uniqname(target, "../x")
 

@@ -216,14 +216,16 @@ def test_a_submit_does_not_build_what_only_a_drain_or_a_listing_needs(spool):
     """The queue's order (onite.core.queue) and the packing rule (onite.core.admission) are not imported by
     a submit: each builds dataclasses at import, milliseconds of every submit's start-up. Nor are the
     spool's skeleton (only a first personal spool needs it), signal's enums (contain's kill only), json
-    (cron records only, and this spool has none)."""
+    (cron records only, and this spool has none). ``find``, which scripts run in loops, loads no
+    more than it reads: not the results' and cancels' modules."""
     import subprocess
 
-    unwanted = ('onite.core.queue', 'onite.core.admission', 'onite.spool.skeleton', 'signal', 'json')
+    unwanted = ('onite.core.queue', 'onite.core.admission', 'onite.spool.skeleton', 'signal', 'json',
+                'onite.core.state', 'onite.spool.cancels')  # find: not the cancel machinery
     probe = ("import sys; from onite.__main__ import main; code = main(sys.argv[1:]);"
              f"print(code, sorted(m for m in sys.modules if m in {unwanted!r}))")
     env = dict(os.environ, ONITE_SPOOL=str(spool))
-    for argv in (["submit", "s1"], ["submit", "s2", "--mem", "1G", "--cpus", "1"]):
+    for argv in (["submit", "s1"], ["submit", "s2", "--mem", "1G", "--cpus", "1"], ["find", "s1"]):
         out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,
                              check=True).stdout.decode()
         assert out.splitlines()[-1] == "0 []", (argv, out)

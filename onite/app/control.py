@@ -20,7 +20,7 @@ from onite.spool.holds import add_hold, is_held, job_mode, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import Entry, find_running, is_live, user_name
+from onite.spool.scan import Entry, find_running, user_name
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.names import check_name
 from onite.core.policy import owner_or_root
@@ -299,13 +299,3 @@ def _chmod_job(entry: Entry, mode: int, action: str) -> None:
         os.utime(entry.path.parent)
     except OSError:
         pass  # a driver still looks at it before it decides it has nothing left to do
-
-
-def find(spool: SpoolDir, name: str) -> bool:
-    """Is a job of this name queued or running (any host)?
-
-    Raises:
-        InvalidInput: a bad name.
-    """
-    check_name(name)
-    return is_live(spool, name)

@@ -39,7 +39,7 @@ def submit(request: SubmitRequest, spool: str | None, *, lines: bool, quiet: boo
 def find(name: str, spool: str | None) -> bool:
     """``onite find NAME``: is a job of that name queued or running?"""
     from onite.app.common import open_spool
-    from onite.app.control import find as find_job
+    from onite.app.find import find as find_job
 
     return find_job(open_spool(spool), name)
 
