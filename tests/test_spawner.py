@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
-from conftest import log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
+import pytest
+from conftest import REPO, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
 from onite.exec.contain import is_zombie
 
@@ -145,9 +149,6 @@ def test_a_request_too_large_for_one_datagram_is_forked_here_and_the_spawner_ser
 def test_a_monitor_whose_job_is_no_child_of_its_says_its_status_is_unknown():
     """wait4 fails with ECHILD (the job was reaped elsewhere): the monitor says the status is not
     known, it does not take that for exit 0."""
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", "from onite.exec import monitor; print(monitor._wait_for(1))"],
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["(None,", "None)"]
@@ -234,16 +235,8 @@ def test_a_monitor_that_cannot_be_forked_fails_its_run_and_the_night_goes_on(spo
     """The spawner cannot fork a job's monitor (the machine's process table is full: here a pids cgroup
     holds the driver and its spawner, and no more): the run's pipe says so, the job is filed as failed
     with that reason and never ran, the next job gets the same, and the driver ends normally."""
-    import subprocess
-    import sys
-    import uuid
-
-    from conftest import REPO
-
     pids = Path("/sys/fs/cgroup/pids")
     if not (pids / "cgroup.procs").exists():
-        import pytest
-
         pytest.skip("no cgroup v1 pids controller at /sys/fs/cgroup/pids to fill the process table with")
     group = pids / f"onite-test-{uuid.uuid4().hex[:12]}"
     group.mkdir()
