@@ -5,39 +5,44 @@ either side then writes is copied once more: the cost grows with the
 driver's heap, and it is paid on both sides (docs/performance.md, the
 per-job budget). So the local executor starts, with its first job, one
 spawner: a fresh interpreter (``python -E -S``) that imports only the
-monitor (onite.exec.monitor) and waits on a socket. It keeps one monitor
-forked ahead, which has left the driver's session and ignores its signals
-(``monitor.prepare``) and waits for its Plan: the fork is not on the path
-from one job's end to the next job's start. For each job the driver sends
-the monitor's Plan and, with SCM_RIGHTS, the descriptors the Plan names
-(the script, the output files, the run record, the driver's pipe, the
-driver lock); the spawner passes that datagram on to a waiting monitor
-(or, if there is none, forks one: ``monitor.start``, the code the
-driver used to run), closes its copies and, if no monitor waits, forks the
-next. Nothing is sent back: the driver goes on at once, and hears of the run
-on its pipe, from the monitor (or ``failed``, from the spawner, if no
-monitor could be forked). The monitor, not the spawner and not the
-driver, is the job's parent, and it records the job's end as before: what the
-driver's death leaves is what it left before (docs/internals.md, "The monitor
-and recovery").
+monitor (onite.exec.monitor) and waits on a socket.
 
-A monitor serves one run after another (``Pool``): once its job has ended,
-what the job left is ended and every descriptor of the run is closed (the
-driver hears the end of the run's pipe), it tells the spawner it waits
-again. Forking a process per job was most of a trivial job's cost. A monitor
-whose job left something it could not end exits instead, as does one whose
-spawner is gone: after its driver died, a monitor lives only until its run is
-over, as before.
+The spawner forks monitors; the driver talks to them directly. Each
+monitor has a socket of its own, and the spawner gives the driver its end
+(SCM_RIGHTS) and keeps none: one monitor at start, one more whenever the
+driver asks (``MORE``: it has handed out its last waiting one, so one is
+forked while the job runs, not on the path from one job's end to the next
+job's start). A waiting monitor has left the driver's session, drops its
+signals (``monitor.prepare``) and waits for a Plan. For each job the driver
+sends the monitor's Plan and, with SCM_RIGHTS, the descriptors the Plan
+names (the script, the output files, the run record, the driver's pipe, the
+driver lock) straight to a waiting monitor; only when none waits does it go
+to the spawner, which forks a monitor for it and gives it to the driver
+busy (``BUSY``), or, if no process can be forked, says ``failed`` on the
+run's pipe. Nothing is sent back: the driver goes on at once, and hears of
+the run on its pipe, from the monitor. The monitor, not the spawner and not
+the driver, is the job's parent, and it records the job's end as before:
+what the driver's death leaves is what it left before (docs/internals.md,
+"The monitor and recovery").
 
-Invariants: the spawner holds no descriptor of a job between two requests,
-in particular not the driver lock (a monitor holds it, passed with its
-request, until its ``monitor`` line is written, as when it was forked by the
-driver); a request is one datagram, so a driver killed while sending it
-either sent it whole or not at all (then its descriptors, the lock among
-them, are closed with the socket, and the claim has no ``monitor`` line:
-recovery requeues it); the spawner exits when the driver's end of the socket
-closes, and is killed if the driver dies (PR_SET_PDEATHSIG). Where it cannot
-be started, or dies, the driver forks the monitor itself, as before.
+A monitor serves one run after another: once its job has ended, what the
+job left is ended and every descriptor of the run is closed (the driver
+hears the end of the run's pipe), it tells the driver, on its socket, that
+it waits again (``IDLE``). Forking a process per job was most of a trivial
+job's cost. A monitor whose job left something it could not end exits
+instead, as does one whose driver's end is closed: after its driver died, a
+monitor lives only until its run is over, as before.
+
+Invariants: neither the spawner nor a waiting monitor holds a descriptor
+of a job between two requests, in particular not the driver lock (a
+monitor holds it, passed with its request, until its ``monitor`` line is
+written, as when it was forked by the driver); a request is one datagram,
+so a driver killed while sending it either sent it whole or not at all
+(then its descriptors, the lock among them, are closed with the socket,
+and the claim has no ``monitor`` line: recovery requeues it); the spawner
+exits when the driver's end of its socket closes, and is killed if the
+driver dies (PR_SET_PDEATHSIG). Where it cannot be started, or dies, the
+driver forks the monitor itself, as before.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import errno
 import gc
 import marshal
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -57,7 +63,9 @@ from onite.exec import contain, monitor
 MAX_REQUEST = 1 << 20  # bytes of one request: a job's environment and command line
 FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "notify_fd", "lock_fd")
 PR_SET_PDEATHSIG = 1
-IDLE = b"idle"  # a monitor to its spawner: its run is over, it waits for the next
+IDLE = b"idle"  # a monitor to the driver: its run is over, it waits for the next; the spawner: a new one waits
+BUSY = b"busy"  # the spawner to the driver: a monitor it forked for the driver's request, which it took
+MORE = b"more"  # the driver to the spawner: fork one more monitor to wait for a request
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 SEND_WAIT = 30.0  # seconds a request may wait for room in the socket (a stopped spawner must not hang the driver)
@@ -68,18 +76,23 @@ class SpawnerGone(OSError):
 
 
 class Spawner:
-    """The driver's end of one spawner process (started on the first ``spawn``)."""
+    """The driver's end of one spawner process (started on the first ``spawn``), and the monitors
+    it forked: those waiting for a Plan and those busy with a run."""
 
     def __init__(self, contained: bool = True) -> None:
         self.contained = contained  # monitors make themselves subreapers (onite.exec.contain)
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
         self.failed = False  # it could not be started or died: the caller forks monitors itself
+        self._waiting: list[socket.socket] = []  # our end of each monitor's socket: monitors waiting
+        self._busy: list[socket.socket] = []  # monitors busy with a run (they say IDLE when it is over)
+        self._asked = False  # a monitor asked of the spawner (MORE) has not come yet
 
     def spawn(self, plan: monitor.Plan) -> None:
-        """Have the spawner hand ``plan`` to a monitor. Nothing comes back: the run's pipe says the
-        rest (what the monitor tells; ``failed`` if no monitor could be forked; its end when the
-        monitor is done with the run), so the driver does not wait for the spawner between jobs.
+        """Hand ``plan`` to a waiting monitor, else have the spawner fork one for it. Nothing comes
+        back: the run's pipe says the rest (what the monitor tells; ``failed`` if no monitor could
+        be forked; its end when the monitor is done with the run), so the driver waits for no
+        process between jobs.
 
         Raises:
             SpawnerGone: the request was not sent (the spawner cannot be started or asked, or the
@@ -90,13 +103,71 @@ class Spawner:
         fds = [getattr(plan, name) for name in FD_FIELDS if getattr(plan, name) is not None]
         values = tuple(fds.index(getattr(plan, f.name)) if f.name in FD_FIELDS and getattr(plan, f.name) is not None
                        else getattr(plan, f.name) for f in fields(plan))
-        try:
-            socket.send_fds(self._sock, [marshal.dumps((values, plan.script_fd))], fds)
+        data = marshal.dumps((values, plan.script_fd))
+        self._collect()
+        while self._waiting:
+            conn = self._waiting.pop()
+            try:
+                socket.send_fds(conn, [data], fds)  # one datagram: it has it whole, or not at all
+            except OSError as err:
+                if err.errno == errno.EMSGSIZE:  # this request only (a huge environment): nothing was sent
+                    self._waiting.append(conn)
+                    raise SpawnerGone(err.errno, "the request is larger than one datagram") from None
+                conn.close()  # it died meanwhile: the next one, or the spawner's
+                continue
+            self._busy.append(conn)
+            if not self._waiting:
+                self._ask()  # one forked ahead, while this job runs, for the next
+            return
+        try:  # none waits: the spawner forks one for this request (and gives it to us, busy)
+            socket.send_fds(self._sock, [data], fds)
         except OSError as err:
-            if err.errno == errno.EMSGSIZE:  # this request only (a huge environment): nothing was sent
+            if err.errno == errno.EMSGSIZE:
                 raise SpawnerGone(err.errno, "the request is larger than one datagram") from None
             self._lost()
             raise SpawnerGone(err.errno, f"the spawner is gone: {err.strerror}") from None
+
+    def _ask(self) -> None:
+        """Ask the spawner for one more waiting monitor, unless one is on its way."""
+        if self._asked or self._sock is None:
+            return
+        try:
+            self._sock.send(MORE)
+            self._asked = True
+        except OSError:
+            self._lost()  # the next request forks its monitor here
+
+    def _collect(self) -> None:
+        """Take the monitors the spawner sent (waiting, or busy with the request it forked them for),
+        and move the busy ones whose run is over (IDLE) to the waiting ones; forget those that exited."""
+        while self._sock is not None and select.select([self._sock], [], [], 0)[0]:
+            try:
+                word, fds, _, _ = socket.recv_fds(self._sock, 16, 1)
+            except OSError:
+                word, fds = b"", []
+            if not word:
+                self._lost()  # the spawner died: monitors are forked here from now on
+                return
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                conn.set_inheritable(False)  # SCM_RIGHTS descriptors arrive inheritable
+                (self._waiting if word == IDLE else self._busy).append(conn)
+            if word == IDLE:
+                self._asked = False
+        still = []
+        for conn in self._busy:
+            try:
+                word = conn.recv(16, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                still.append(conn)
+                continue
+            except OSError:
+                word = b""
+            if word == IDLE and len(self._waiting) < MAX_WAITING:
+                self._waiting.append(conn)
+            else:
+                conn.close()  # it exited, or enough wait: closing its socket ends it
+        self._busy = still
 
     def _start(self) -> None:
         """Start the spawner process: a fresh interpreter that imports the monitor and nothing else."""
@@ -116,13 +187,18 @@ class Spawner:
             theirs.close()
         ours.settimeout(SEND_WAIT)  # a spawner stopped with SIGSTOP fills the socket: then it is given up
         self._sock = ours
+        self._asked = True  # it forks one monitor ahead of the first request
 
     def _lost(self) -> None:
         self.failed = True
         self.close()
 
     def close(self) -> None:
-        """Let the spawner go: it exits when its socket closes (monitors it forked go on)."""
+        """Let the spawner and the monitors go: the spawner exits when its socket closes, a waiting
+        monitor at once, a busy one once its run is over."""
+        for conn in self._waiting + self._busy:
+            conn.close()
+        self._waiting, self._busy, self._asked = [], [], False
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -139,8 +215,9 @@ class Spawner:
 
 
 def serve(fd: int, contained: bool) -> None:
-    """The spawner's loop: hand each request to a waiting monitor (``Pool``), until the driver's end
-    closes. ``contained``: monitors make themselves subreapers (onite.exec.contain)."""
+    """The spawner's loop: fork a monitor for each request (MORE: one that waits; a Plan: one that
+    takes it) and give the driver our end of its socket, until the driver's end closes.
+    ``contained``: monitors make themselves subreapers (onite.exec.contain)."""
     sock = socket.socket(fileno=fd)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGPIPE):
@@ -154,82 +231,61 @@ def serve(fd: int, contained: bool) -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:
         return  # the driver died before the line above
-    pool = Pool(contained)
+    if not _offer(sock, contained):  # one monitor waits before the first request
+        return
     while True:
-        pool.fill()
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 16)
         except InterruptedError:
             continue
         if not data:
-            pool.close()
+            return  # the driver is gone, or let us go
+        try:
+            served = _offer(sock, contained) if data == MORE else _take(sock, contained, data, fds)
+        finally:
+            for received in fds:
+                os.close(received)
+        if not served:
             return
-        pool.hand(data, fds)
-        for received in fds:
-            os.close(received)
 
 
-class Pool:
-    """The monitors this spawner has forked that may take a request: those waiting (one forked ahead
-    of the next request, and those whose run is over) and those busy with a run. A monitor
-    tells, on its socket, when its run is over and it waits for another (``IDLE``); one whose
-    run left something it could not end, or that served ``MONITOR_RUNS`` runs, exits instead."""
-
-    def __init__(self, contained: bool) -> None:
-        self.contained = contained
-        self.waiting: list[socket.socket] = []  # each monitor's end of the socket its Plans come by
-        self.busy: list[socket.socket] = []
-
-    def fill(self) -> None:
-        """Have one monitor waiting, forked now if none is free (not on the path of a request)."""
-        self._collect()
-        if not self.waiting:
-            conn = _fork_ahead(self.contained)
-            if conn is not None:
-                self.waiting.append(conn)
-
-    def hand(self, data: bytes, fds: list[int]) -> None:
-        """Give one request to a waiting monitor (one forked now if none takes it)."""
-        self._collect()
-        while self.waiting:
-            conn = self.waiting.pop()
-            try:
-                socket.send_fds(conn, [data], fds)  # one datagram: it has it whole, or not at all
-            except OSError:
-                conn.close()  # it died meanwhile: the next one, or fork one now
-                continue
-            self.busy.append(conn)
-            return
-        _fork_now(data, fds)
-
-    def _collect(self) -> None:
-        """Move the busy monitors whose run is over to the waiting ones; forget those that exited."""
-        still = []
-        for conn in self.busy:
-            try:
-                word = conn.recv(16, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                still.append(conn)
-                continue
-            except OSError:
-                word = b""
-            if word == IDLE and len(self.waiting) < MAX_WAITING:
-                self.waiting.append(conn)
-            else:
-                conn.close()  # it exited, or enough wait: closing its socket ends it
-        self.busy = still
-
-    def close(self) -> None:
-        """Let every monitor go: waiting ones exit now, busy ones once their run is over."""
-        for conn in self.waiting + self.busy:
-            conn.close()
-        self.waiting, self.busy = [], []
+def _offer(sock: socket.socket, contained: bool) -> bool:
+    """Fork a monitor that waits, and give it to the driver; False if the driver is gone."""
+    conn = _fork_ahead(contained, sock)
+    return conn is None or _give(sock, IDLE, conn)  # none forked: the next request forks its own
 
 
-def _fork_ahead(contained: bool) -> socket.socket | None:
-    """Fork a monitor now, while no job waits for it: it prepares itself (onite.exec.monitor step 1)
-    and waits for its Plans; our end of its socket. None if no process can be forked now (the
-    request forks one)."""
+def _take(sock: socket.socket, contained: bool, data: bytes, fds: list[int]) -> bool:
+    """Fork a monitor for the request ``data`` (no monitor of the driver's was waiting) and give it
+    to the driver, busy; False if the driver is gone."""
+    conn = _fork_ahead(contained, sock)
+    if conn is None:
+        _fork_now(data, fds)  # says ``failed`` on the run's pipe if no process can be forked
+        return True
+    try:
+        socket.send_fds(conn, [data], fds)
+    except OSError:
+        pass  # it died at once: the run's pipe closes unheard, and its record decides
+    return _give(sock, BUSY, conn)
+
+
+def _give(sock: socket.socket, word: bytes, conn: socket.socket) -> bool:
+    """Send the driver our end of a monitor's socket (``word``: IDLE, it waits; BUSY, it took the
+    request); False if the driver is gone. The monitor's socket then has one end in the monitor and
+    one in the driver: when the driver's closes (it ended or died), the monitor exits once its run is over."""
+    try:
+        socket.send_fds(sock, [word], [conn.fileno()])
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def _fork_ahead(contained: bool, driver: socket.socket) -> socket.socket | None:
+    """Fork a monitor: it prepares itself (onite.exec.monitor step 1) and waits for its Plans; our
+    end of its socket (``driver``: the spawner's socket to the driver, which the monitor does not
+    keep). None if no process can be forked now."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         pid = os.fork()
@@ -241,6 +297,7 @@ def _fork_ahead(contained: bool) -> socket.socket | None:
         code = 70
         try:
             ours.close()
+            driver.close()
             code = _wait_and_run(theirs, contained)
         finally:
             os._exit(code)
@@ -249,9 +306,9 @@ def _fork_ahead(contained: bool) -> socket.socket | None:
 
 
 def _wait_and_run(conn: socket.socket, contained: bool) -> int:
-    """In a monitor of the spawner's: prepare, then run each Plan that comes, one after another, saying
-    ``IDLE`` after each; the exit code once the spawner is gone, has monitors enough, or this one
-    must not serve another run."""
+    """In a monitor of the spawner's: prepare, then run each Plan that comes (from the driver), one
+    after another, saying ``IDLE`` after each; the exit code once the driver is gone or has monitors
+    enough, or this one must not serve another run."""
     try:
         monitor.prepare(contained)
         gc.enable()  # this copy lives for many runs: its own garbage is collected (the spawner's stays frozen)
@@ -259,7 +316,7 @@ def _wait_and_run(conn: socket.socket, contained: bool) -> int:
         while True:
             data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
             if not data:
-                return 0  # the spawner is gone (its driver ended or died), or has monitors enough
+                return 0  # the driver's end closed (it ended or died, or has monitors enough)
             if monitor.run(_plan(data, fds), prepared=True, keep=frozenset({conn.fileno()})) != 0:
                 return 0  # something of the job could not be ended: no other run shares this process
             served += 1
