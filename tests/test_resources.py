@@ -348,7 +348,7 @@ def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
     (job / "memory.peak").write_text("123456789\n")
     (job / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
     (job / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
-    assert usage(str(job), ()) == {"peak_mem": 123456789, "oom": 1, "cpu": 2.5}
+    assert usage(limiter.reads("run-1", str(job))) == {"peak_mem": 123456789, "oom": 1, "cpu": 2.5}
 
 
 @needs_root

@@ -49,10 +49,13 @@ def test_a_jobs_monitor_is_forked_by_the_spawner_not_by_the_driver(spool, workdi
         spawner = parent_of(monitor_pid(spool, "spawned"))
         assert spawner != driver.pid and parent_of(spawner) == driver.pid
         assert b"onite.exec.spawner" in Path(f"/proc/{spawner}/cmdline").read_bytes()
+        # it keeps no monitor's socket: it gave the driver its end of each (the driver talks to them)
+        sockets = [fd for fd in Path(f"/proc/{spawner}/fd").iterdir() if os.readlink(fd).startswith("socket:")]
+        assert len(sockets) == 1  # its own, to the driver
     finally:
         gate.unlink()
-    driver.communicate(timeout=60)
-    assert driver.returncode == 0
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 0 and b"Traceback" not in err, err
     assert result(spool, "spawned")["state"] == "done"
     assert ledger.read_text().split() == ["start"]
     wait_for(lambda: is_zombie(spawner), what="the spawner to exit with its driver")
@@ -100,8 +103,9 @@ def test_a_monitor_serves_one_run_after_another(spool, workdir):
     for n in range(6):  # each job writes its monitor's pid
         assert run_cli(["submit", f"j{n}"], stdin=f"echo $PPID >> {trace}\n".encode()).code == 0
     driver = start_driver(spool)
-    driver.communicate(timeout=60)
+    _, err = driver.communicate(timeout=60)
     assert driver.returncode == 0
+    assert b"Traceback" not in err, err  # nor from the spawner, whose last monitor the driver never took
     assert all(result(spool, f"j{n}")["state"] == "done" for n in range(6))
     monitors = trace.read_text().split()
     assert len(monitors) == 6 and len(set(monitors)) < 6

@@ -85,6 +85,27 @@ class Limiter:
                           (f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD), "cpu")]
         return tuple(steps)
 
+    def reads(self, run_id: str, v2_cgroup: str | None) -> tuple[tuple, ...]:
+        """The files its monitor reads what one run used from (``usage``), each (key, path, field,
+        scale): only those this machine has, so that the monitor, between the job's end and the
+        driver hearing of it, opens no file that is not there. ``v2_cgroup``: its containment
+        cgroup, whose cpu.stat every cgroup v2 has."""
+        reads: list[tuple] = []
+        if "memory" in self.v1:
+            group = f"{self.v1['memory']}/{run_id}"
+            reads += [("peak_mem", f"{group}/memory.max_usage_in_bytes", None, 1),
+                      ("oom", f"{group}/memory.oom_control", "oom_kill", 1)]
+        if "cpuacct" in self.v1:
+            reads.append(("cpu", f"{self.v1['cpuacct']}/{run_id}/cpuacct.usage", None, 1e9))
+        where = v2_cgroup or (f"{self.v2}/{run_id}" if self.v2 is not None else None)
+        if where is not None:
+            if self.v2 is not None and "memory" not in self.v1:
+                reads += [("peak_mem", f"{where}/memory.peak", None, 1),
+                          ("oom", f"{where}/memory.events", "oom_kill", 1)]
+            if "cpuacct" not in self.v1:
+                reads.append(("cpu", f"{where}/cpu.stat", "usage_usec", 1e6))
+        return tuple(reads)
+
     def groups_of(self, groups: object) -> tuple[str, ...]:
         """The v1 groups a dead run's record names that are this driver's to touch: a run's own
         group right under one of its folders (a record is root's, but it is checked all the same)."""
@@ -190,20 +211,17 @@ def apply(steps: tuple[tuple, ...]) -> list[str]:
     return missed
 
 
-def usage(v2_cgroup: str | None, groups: tuple[str, ...]) -> dict:
-    """What a job used, from its cgroups: ``peak_mem`` (bytes), ``cpu`` (seconds), ``oom`` (times the
-    kernel killed one of its processes for memory); a key is left out where no cgroup says."""
+def usage(reads: tuple[tuple, ...]) -> dict:
+    """What a job used, from the cgroup files ``Limiter.reads`` named: ``peak_mem`` (bytes), ``cpu``
+    (seconds), ``oom`` (times the kernel killed one of its processes for memory); a key is left out
+    where no file says."""
     found: dict = {}
-    for path in groups:  # each file exists only in its controller's group
-        _put(found, "peak_mem", _number(f"{path}/memory.max_usage_in_bytes"))
-        _put(found, "oom", _keyed(f"{path}/memory.oom_control", "oom_kill"))
-        ns = _number(f"{path}/cpuacct.usage")
-        _put(found, "cpu", None if ns is None else round(ns / 1e9, 3))
-    if v2_cgroup is not None:
-        _put(found, "peak_mem", _number(f"{v2_cgroup}/memory.peak"))
-        _put(found, "oom", _keyed(f"{v2_cgroup}/memory.events", "oom_kill"))
-        usec = _keyed(f"{v2_cgroup}/cpu.stat", "usage_usec")
-        _put(found, "cpu", None if usec is None else round(usec / 1e6, 3))
+    for key, path, field, scale in reads:
+        if key in found:
+            continue
+        value = _number(path) if field is None else _keyed(path, field)
+        if value is not None:
+            found[key] = round(value / scale, 3) if scale != 1 else value
     return found
 
 
@@ -220,11 +238,6 @@ def remove(groups: tuple[str, ...]) -> None:
             os.rmdir(path)
         except OSError:
             pass
-
-
-def _put(found: dict, key: str, value) -> None:
-    if value is not None and key not in found:
-        found[key] = value
 
 
 def _number(path: str) -> int | None:

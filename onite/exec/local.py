@@ -151,7 +151,8 @@ class LocalRunner(Runner):
                 cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
                 limit_groups=run.groups, limit_steps=self.limiter.steps(
                     run.run_id, run.cgroup, run.need.mem or None if run.need else None,
-                    run.need.cpus or None if run.need else None))
+                    run.need.cpus or None if run.need else None),
+                usage_reads=self.limiter.reads(run.run_id, run.cgroup))
             try:
                 pid, pidfd, child = self._spawn(spec)
             except OSError as error:

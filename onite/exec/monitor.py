@@ -73,6 +73,7 @@ class Plan:
     kill_grace: float
     limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too (onite.exec.limits)
     limit_steps: tuple = ()  # how its cgroups get its limits (onite.exec.limits.Limiter.steps), done here
+    usage_reads: tuple = ()  # the files what it used is read from (onite.exec.limits.Limiter.reads)
 
 
 def start(plan: Plan) -> int:
@@ -145,7 +146,8 @@ def run(plan: Plan, *, prepared: bool = False, keep: frozenset[int] = frozenset(
 def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     """Steps 1 to 6; ``held``: the run's descriptors still open (those closed here are taken out)."""
     _close_all_but(held | own)
-    _record(plan, {"event": "monitor", "pid": os.getpid(), "ticks": contain.process_start_ticks(os.getpid())})
+    pid = os.getpid()
+    _record(plan, {"event": "monitor", "pid": pid, "ticks": _start_ticks(pid)})
     if plan.lock_fd is not None:
         held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
@@ -172,9 +174,19 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     return 0 if _clean_up(plan, job) else 1
 
 
+_TICKS: dict[int, int | None] = {}  # this monitor's start time: read once, however many runs it serves
+
+
+def _start_ticks(pid: int) -> int | None:
+    if pid not in _TICKS:
+        _TICKS.clear()  # a copy forked from a process that had read its own
+        _TICKS[pid] = contain.process_start_ticks(pid)
+    return _TICKS[pid]
+
+
 def _usage(plan: Plan, rusage) -> dict:
     """What the job used: from its cgroups (onite.exec.limits), else from the rusage of its leader."""
-    used = limits.usage(plan.cgroup, plan.limit_groups)
+    used = limits.usage(plan.usage_reads)
     if "peak_mem" not in used or "cpu" not in used:
         for key, value in (limits.rusage_usage(rusage) if rusage is not None else {}).items():
             used.setdefault(key, value)

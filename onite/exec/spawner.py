@@ -238,6 +238,8 @@ def serve(fd: int, contained: bool) -> None:
             data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 16)
         except InterruptedError:
             continue
+        except OSError:
+            return  # the driver closed its end with a monitor we gave it unread (ECONNRESET)
         if not data:
             return  # the driver is gone, or let us go
         try:
