@@ -245,6 +245,24 @@ def test_every_result_records_peak_memory_and_cpu_time(spool, workdir):
     assert res["peak_mem"] > 0 and res["cpu_time"] > 0, res
 
 
+def test_a_run_gets_only_the_v1_groups_that_do_something():
+    """Each v1 group is a folder made and removed, and two moves, per job: a run gets the memory
+    group (its peak and OOM kills are read there), the cpu group only to hold a CPU request, and
+    the cpuacct group only where no cgroup v2 of its own counts its CPU."""
+    from onite.exec.limits import Limiter
+
+    limiter = Limiter(v1={"memory": "/m/onite", "cpu": "/c/onite", "cpuacct": "/a/onite"})
+    assert limiter.groups("r", "/u/onite/r", None) == ("/m/onite/r",)
+    assert limiter.groups("r", "/u/onite/r", 2) == ("/c/onite/r", "/m/onite/r")
+    assert limiter.groups("r", None, None) == ("/a/onite/r", "/m/onite/r")
+    made = {path for path, text, _ in limiter.steps("r", "/u/onite/r", None, None) if text is None}
+    assert made == {"/m/onite/r"}
+    reads = {key: path for key, path, *_ in limiter.reads("r", "/u/onite/r")}
+    assert reads == {"peak_mem": "/m/onite/r/memory.max_usage_in_bytes", "oom": "/m/onite/r/memory.oom_control",
+                     "cpu": "/u/onite/r/cpu.stat"}
+    assert {key: path for key, path, *_ in limiter.reads("r", None)}["cpu"] == "/a/onite/r/cpuacct.usage"
+
+
 def _has_v1_memory() -> bool:
     from onite.exec.limits import discover
 

@@ -56,10 +56,21 @@ class Limiter:
             return f"cgroup v1 ({', '.join(sorted(self.v1))})"
         return f"not enforced ({self.why})" if self.why else "not enforced"
 
-    def groups(self, run_id: str) -> tuple[str, ...]:
+    def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
+        """The v1 controllers (name, folder) one run gets a group in: only where the group does
+        something, since each is a folder made and removed and two moves per job (docs/performance.md).
+        memory always (its peak and OOM kills are read there); cpu only to hold a CPU request (a
+        group without a quota does nothing); cpuacct only where no cgroup v2 counts the job's CPU
+        (every v2 cgroup has cpu.stat)."""
+        return [(controller, base) for controller, base in sorted(self.v1.items())
+                if controller == "memory" or (controller == "cpu" and cpus is not None)
+                or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
+
+    def groups(self, run_id: str, v2_cgroup: str | None = None, cpus: int | None = None) -> tuple[str, ...]:
         """The v1 groups of one run (made by its monitor: ``apply``), which its process joins; none on
-        v2, where its containment cgroup holds the limits."""
-        return tuple(f"{base}/{run_id}" for _, base in sorted(self.v1.items()))
+        v2, where its containment cgroup holds the limits. ``v2_cgroup``: its containment cgroup;
+        ``cpus``: its CPU request."""
+        return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, cpus))
 
     def steps(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None) -> tuple[tuple, ...]:
         """What the monitor of one run does to set its limits (``mem`` MiB, ``cpus``; None: no limit),
@@ -73,7 +84,7 @@ class Limiter:
                 steps += [(f"{where}/memory.max", str(mem * MIB), "memory"), (f"{where}/memory.swap.max", "0", "")]
             if cpus is not None:
                 steps.append((f"{where}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
-        for controller, base in sorted(self.v1.items()):
+        for controller, base in self._controllers(v2_cgroup, cpus):
             path = f"{base}/{run_id}"
             wanted = {"memory": mem, "cpu": cpus}.get(controller)
             steps.append((path, None, controller if wanted is not None else ""))
@@ -85,24 +96,25 @@ class Limiter:
                           (f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD), "cpu")]
         return tuple(steps)
 
-    def reads(self, run_id: str, v2_cgroup: str | None) -> tuple[tuple, ...]:
+    def reads(self, run_id: str, v2_cgroup: str | None, cpus: int | None = None) -> tuple[tuple, ...]:
         """The files its monitor reads what one run used from (``usage``), each (key, path, field,
-        scale): only those this machine has, so that the monitor, between the job's end and the
-        driver hearing of it, opens no file that is not there. ``v2_cgroup``: its containment
-        cgroup, whose cpu.stat every cgroup v2 has."""
+        scale): only those of the groups it has (``groups``), so that the monitor, between the job's
+        end and the driver hearing of it, opens no file that is not there. ``v2_cgroup``: its
+        containment cgroup, whose cpu.stat every cgroup v2 has."""
         reads: list[tuple] = []
-        if "memory" in self.v1:
-            group = f"{self.v1['memory']}/{run_id}"
+        made = dict(self._controllers(v2_cgroup, cpus))
+        if "memory" in made:
+            group = f"{made['memory']}/{run_id}"
             reads += [("peak_mem", f"{group}/memory.max_usage_in_bytes", None, 1),
                       ("oom", f"{group}/memory.oom_control", "oom_kill", 1)]
-        if "cpuacct" in self.v1:
-            reads.append(("cpu", f"{self.v1['cpuacct']}/{run_id}/cpuacct.usage", None, 1e9))
+        if "cpuacct" in made:
+            reads.append(("cpu", f"{made['cpuacct']}/{run_id}/cpuacct.usage", None, 1e9))
         where = v2_cgroup or (f"{self.v2}/{run_id}" if self.v2 is not None else None)
         if where is not None:
-            if self.v2 is not None and "memory" not in self.v1:
+            if self.v2 is not None and "memory" not in made:
                 reads += [("peak_mem", f"{where}/memory.peak", None, 1),
                           ("oom", f"{where}/memory.events", "oom_kill", 1)]
-            if "cpuacct" not in self.v1:
+            if "cpuacct" not in made:
                 reads.append(("cpu", f"{where}/cpu.stat", "usage_usec", 1e6))
         return tuple(reads)
 
