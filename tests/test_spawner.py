@@ -49,9 +49,11 @@ def test_a_jobs_monitor_is_forked_by_the_spawner_not_by_the_driver(spool, workdi
         spawner = parent_of(monitor_pid(spool, "spawned"))
         assert spawner != driver.pid and parent_of(spawner) == driver.pid
         assert b"onite.exec.spawner" in Path(f"/proc/{spawner}/cmdline").read_bytes()
-        # it keeps no monitor's socket: it gave the driver its end of each (the driver talks to them)
-        sockets = [fd for fd in Path(f"/proc/{spawner}/fd").iterdir() if os.readlink(fd).startswith("socket:")]
-        assert len(sockets) == 1  # its own, to the driver
+        # it keeps no monitor's socket: it gives the driver its end of each (the driver talks to them),
+        # at once after the fork; then it holds only its own, to the driver
+        def sockets() -> int:
+            return sum(os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{spawner}/fd").iterdir())
+        wait_for(lambda: sockets() == 1, what="the spawner to hold only its socket to the driver")
     finally:
         gate.unlink()
     _, err = driver.communicate(timeout=60)

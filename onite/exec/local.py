@@ -99,7 +99,7 @@ class LocalRunner(Runner):
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         run.cgroup = self.containment.job_cgroup(run.run_id)  # made by its monitor, as are its limits
-        run.groups = self.limiter.groups(run.run_id, run.cgroup, _cpus(run))
+        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
         record_fd = None
         if record is not None:  # first: where nothing can be recorded, nothing may start
             path, info = record
@@ -149,9 +149,8 @@ class LocalRunner(Runner):
                 record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
                 record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
                 cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
-                limit_groups=run.groups, limit_steps=self.limiter.steps(
-                    run.run_id, run.cgroup, run.need.mem or None if run.need else None, _cpus(run)),
-                usage_reads=self.limiter.reads(run.run_id, run.cgroup, _cpus(run)))
+                limit_groups=run.groups, limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.mem, run.cpus),
+                usage_reads=self.limiter.reads(run.run_id, run.cgroup, run.cpus))
             try:
                 pid, pidfd, child = self._spawn(spec)
             except OSError as error:
@@ -397,11 +396,6 @@ class LocalRunner(Runner):
             time.sleep(0.05)
         contain.signal_group(pgid, signal.SIGKILL)
         return "its processes were killed"
-
-
-def _cpus(run: Run) -> int | None:
-    """The CPUs ``run`` asked for (None: no CPU limit)."""
-    return run.need.cpus or None if run.need else None
 
 
 def _occupy_standard_descriptors() -> None:

@@ -77,6 +77,16 @@ class Run:
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
 
     @property
+    def mem(self) -> int | None:
+        """The MiB of memory it asked for (None: no memory limit)."""
+        return self.need.mem or None if self.need else None
+
+    @property
+    def cpus(self) -> int | None:
+        """The CPUs it asked for (None: no CPU limit)."""
+        return self.need.cpus or None if self.need else None
+
+    @property
     def attempt(self) -> int:
         return self.job.attempt
 
