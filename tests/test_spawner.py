@@ -82,6 +82,26 @@ def test_a_killed_drivers_spawner_exits_and_leaves_the_lock_and_the_job_to_the_n
     assert ledger.read_text().split() == ["start"]
 
 
+def test_a_spawner_killed_mid_drain_leaves_the_driver_to_fork_the_next_monitors(spool, workdir):
+    """The spawner dies (the OOM killer, an admin's kill -9) while a job runs: that job's monitor is
+    the driver's to talk to and finishes its run; the jobs after it run under monitors the driver
+    forks itself, and the night ends as it would have."""
+    trace = workdir / "trace"
+    gate, _ = gated_job(spool, workdir, "first")
+    for name in ("second", "third"):  # each job writes its monitor's parent
+        assert run_cli(["submit", name], stdin=f"cut -d' ' -f4 /proc/$PPID/stat >> {trace}\n".encode()).code == 0
+    driver = start_driver(spool)
+    spawner = parent_of(monitor_pid(spool, "first"))
+    os.kill(spawner, signal.SIGKILL)
+    wait_for(lambda: is_zombie(spawner) or not Path(f"/proc/{spawner}").exists(), what="the spawner to die")
+    gate.unlink()
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 0 and b"Traceback" not in err, err
+    assert all(result(spool, name)["state"] == "done" for name in ("first", "second", "third"))
+    parents = [int(line) for line in trace.read_text().split()]
+    assert parents and parents[-1] == driver.pid  # the last job's monitor: forked by the driver
+
+
 def test_where_no_spawner_can_start_the_driver_forks_the_monitors_itself(spool, workdir, monkeypatch):
     """An interpreter that cannot be started again (its file gone, say): the jobs still run, each
     under a monitor that the driver forked, as before the spawner."""

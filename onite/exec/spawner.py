@@ -105,6 +105,8 @@ class Spawner:
                        else getattr(plan, f.name) for f in fields(plan))
         data = marshal.dumps((values, plan.script_fd))
         self._collect()
+        if self._sock is None:  # it died since the last request (its end of the socket closed)
+            raise SpawnerGone(0, "the spawner is gone")
         while self._waiting:
             conn = self._waiting.pop()
             try:
