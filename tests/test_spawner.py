@@ -102,6 +102,24 @@ def test_a_spawner_killed_mid_drain_leaves_the_driver_to_fork_the_next_monitors(
     assert parents and parents[-1] == driver.pid  # the last job's monitor: forked by the driver
 
 
+def test_a_waiting_monitor_that_died_is_passed_over(spool, workdir):
+    """The monitors that wait for a run are killed (the OOM killer picks them too): the driver's next
+    request to one of them fails whole, and the job goes to another monitor; nothing is lost."""
+    gate, _ = gated_job(spool, workdir, "first")
+    assert run_cli(["submit", "second"], stdin=b"true\n").code == 0
+    driver = start_driver(spool)
+    busy = monitor_pid(spool, "first")
+    spawner = parent_of(busy)
+    waiting = wait_for(lambda: [int(pid) for pid in Path(f"/proc/{spawner}/task/{spawner}/children").read_text().split()
+                                if int(pid) != busy], what="a monitor forked ahead")
+    for pid in waiting:
+        os.kill(pid, signal.SIGKILL)
+    gate.unlink()
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 0 and b"Traceback" not in err, err
+    assert result(spool, "first")["state"] == result(spool, "second")["state"] == "done"
+
+
 def test_where_no_spawner_can_start_the_driver_forks_the_monitors_itself(spool, workdir, monkeypatch):
     """An interpreter that cannot be started again (its file gone, say): the jobs still run, each
     under a monitor that the driver forked, as before the spawner."""
