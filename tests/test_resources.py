@@ -247,16 +247,17 @@ def test_every_result_records_peak_memory_and_cpu_time(spool, workdir):
 
 def test_a_run_gets_only_the_v1_groups_that_do_something():
     """Each v1 group is a folder made and removed, and two moves, per job: a run gets the memory
-    group (its peak and OOM kills are read there), the cpu group only to hold a CPU request, and
-    the cpuacct group only where no cgroup v2 of its own counts its CPU."""
+    group (its peak and OOM kills are read there), the cpu group (its CPU request; and a job in a
+    CPU group of its own does not run before its monitor has left the job's memory group), and the
+    cpuacct group only where no cgroup v2 of its own counts its CPU."""
     from onite.exec.limits import Limiter
 
     limiter = Limiter(v1={"memory": "/m/onite", "cpu": "/c/onite", "cpuacct": "/a/onite"})
-    assert limiter.groups("r", "/u/onite/r", None) == ("/m/onite/r",)
+    assert limiter.groups("r", "/u/onite/r", None) == ("/c/onite/r", "/m/onite/r")
     assert limiter.groups("r", "/u/onite/r", 2) == ("/c/onite/r", "/m/onite/r")
-    assert limiter.groups("r", None, None) == ("/a/onite/r", "/m/onite/r")
+    assert limiter.groups("r", None, None) == ("/c/onite/r", "/a/onite/r", "/m/onite/r")  # cpu, cpuacct, memory
     made = {path for path, text, _ in limiter.steps("r", "/u/onite/r", None, None) if text is None}
-    assert made == {"/m/onite/r"}
+    assert made == {"/c/onite/r", "/m/onite/r"}
     reads = {key: path for key, path, *_ in limiter.reads("r", "/u/onite/r")}
     assert reads == {"peak_mem": "/m/onite/r/memory.max_usage_in_bytes", "oom": "/m/onite/r/memory.oom_control",
                      "cpu": "/u/onite/r/cpu.stat"}
@@ -444,6 +445,6 @@ def test_the_smallest_request_starts_another_users_job_and_its_monitor_survives(
         assert r.code == 0, r
     assert drain(spool).returncode == 0
     tiny, greedy = result(spool, "tiny"), result(spool, "greedy")
-    assert tiny["state"] == "done" and tiny["user"] == "nobody"
+    assert tiny["state"] == "done" and tiny["user"] == "nobody", tiny["reason"]
     assert greedy["state"] == "failed" and greedy["reason"].startswith("out of memory (asked 1M"), greedy
     assert not any("monitor" in line for line in log_lines(spool) if " failed " in line)

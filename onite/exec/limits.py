@@ -59,11 +59,13 @@ class Limiter:
     def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
         """The v1 controllers (name, folder) one run gets a group in: only where the group does
         something, since each is a folder made and removed and two moves per job (docs/performance.md).
-        memory always (its peak and OOM kills are read there); cpu only to hold a CPU request (a
-        group without a quota does nothing); cpuacct only where no cgroup v2 counts the job's CPU
-        (every v2 cgroup has cpu.stat)."""
+        memory always (its peak and OOM kills are read there); cpu always: besides holding a CPU
+        request, a job in a CPU group of its own is scheduled apart from its monitor, which then runs
+        first after the fork and leaves the job's memory group before the job allocates (sharing
+        the monitor's, a job with a tiny --mem had its monitor OOM-killed in 6 runs of 40);
+        cpuacct only where no cgroup v2 counts the job's CPU (every v2 cgroup has cpu.stat)."""
         return [(controller, base) for controller, base in sorted(self.v1.items())
-                if controller == "memory" or (controller == "cpu" and cpus is not None)
+                if controller in ("memory", "cpu")
                 or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
 
     def groups(self, run_id: str, v2_cgroup: str | None = None, cpus: int | None = None) -> tuple[str, ...]:
