@@ -89,14 +89,12 @@ def _request(name: str, text: str | bytes, options: dict, *, unique: bool = Fals
 
 
 def _captured(env: Mapping | None, cwd: str | bytes | None):
-    from dataclasses import replace
-
     from onite.app.submit import capture
     from onite.core.clock import SYSTEM
 
     captured = capture(SYSTEM.now())
     if env is not None:
-        captured = replace(captured, env={os.fsencode(k): os.fsencode(v) for k, v in env.items()})
+        captured = captured._replace(env={os.fsencode(k): os.fsencode(v) for k, v in env.items()})
     if cwd is not None:
-        captured = replace(captured, cwd=os.fsencode(os.path.abspath(cwd)))
+        captured = captured._replace(cwd=os.fsencode(os.path.abspath(cwd)))
     return captured

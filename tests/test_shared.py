@@ -426,9 +426,8 @@ def _beat(**changes) -> hb.Beat:
     now = datetime.now().astimezone()
     beat = hb.Beat(host="vm", pid=os.getpid(), start_ticks=hb.process_start_ticks(os.getpid()), boot_id=hb.boot_id(),
                    machine=os.uname().nodename, role="run", started_by="hand", since=now, state="draining", updated=now)
-    from dataclasses import replace
 
-    return replace(beat, **changes)
+    return beat._replace(**changes)
 
 
 def test_a_heartbeat_is_alive_only_with_its_own_process():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from datetime import time, timedelta
+from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput
 
@@ -21,8 +22,7 @@ NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")
 
 
-@dataclass(frozen=True, kw_only=True)
-class SlurmConfig:
+class SlurmConfig(NamedTuple):
     """The ``[slurm]`` table: how the slurm executor hands jobs to the cluster."""
 
     partition: str | None = None
@@ -33,8 +33,7 @@ class SlurmConfig:
     nice_step: int = 10_000  # --nice added per onite priority level (P1 and urgent: 0)
 
 
-@dataclass(frozen=True, kw_only=True)
-class HostConfig:
+class HostConfig(NamedTuple):
     """A ``[hosts.NAME]`` table: what overrides the spool's settings on host NAME (None: nothing)."""
 
     slots: int | None = None
@@ -146,7 +145,7 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
 _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
 MAX_SIZE = 1024**4  # 1T: max_job_size beyond this is a typo, not a job
 _TOP_KEYS = frozenset(f.name for f in fields(Config))  # every key of onite.toml is a field of Config
-_SLURM_KEYS = frozenset(f.name for f in fields(SlurmConfig))
+_SLURM_KEYS = frozenset(SlurmConfig._fields)
 
 
 class _Reader:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
@@ -26,8 +27,7 @@ MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_SHEBANG = 255
 
 
-@dataclass(frozen=True, kw_only=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One finished try of a job that is retried (kept in the job file between tries)."""
 
     attempt: int

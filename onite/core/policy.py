@@ -11,9 +11,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, time, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from onite.core.errors import Refused
 
@@ -27,8 +26,7 @@ def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
     return caller_uid == 0 or caller_uid == owner_uid
 
 
-@dataclass(frozen=True)
-class CutoffState:
+class CutoffState(NamedTuple):
     """Whether spooling is closed now, and when it opens again."""
 
     closed: bool

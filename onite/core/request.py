@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from typing import NamedTuple
 
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
@@ -67,8 +68,7 @@ class SubmitRequest:
 OPTIONS = frozenset(f.name for f in fields(SubmitRequest)) - {"name", "body"}  # submit's options
 
 
-@dataclass(frozen=True, kw_only=True)
-class Captured:
+class Captured(NamedTuple):
     """The submitter's world, captured at submit time."""
 
     env: dict[bytes, bytes]
@@ -76,7 +76,7 @@ class Captured:
     umask: int
     host: str
     now: datetime
-    extra: tuple[tuple[str, str], ...] = field(default=())
+    extra: tuple[tuple[str, str], ...] = ()
 
 
 def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:

@@ -16,7 +16,7 @@ Invariant: no I/O and no clock: every time and amount is passed in.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput
 
@@ -87,8 +87,7 @@ def capacity_text(capacity: Need) -> str:
 # ---- packing ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Need:
+class Need(NamedTuple):
     """An amount of each resource: memory (MiB), CPUs, slots. A request, what is free, a capacity."""
 
     mem: int = 0

@@ -22,10 +22,10 @@ a heartbeat; every field is still range-checked on reading.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.core.clock import SYSTEM, Clock
 from onite.exec.contain import boot_id, process_start_ticks
@@ -56,8 +56,7 @@ def heartbeat_path(root: Path, host: str) -> Path:
     return Path(root) / f"{PREFIX}{host}{SUFFIX}"
 
 
-@dataclass(frozen=True)
-class Beat:
+class Beat(NamedTuple):
     """One heartbeat: who holds HOST's driver lock, since when, started by what, doing what."""
 
     host: str
@@ -290,7 +289,7 @@ class Heartbeat:
 
     def beat(self, **changes) -> None:
         """Write the heartbeat now, with ``changes`` (state, next_drain, next_by, ended)."""
-        self.beat_ = replace(self.beat_, updated=self.clock.now(), **changes)
+        self.beat_ = self.beat_._replace(updated=self.clock.now(), **changes)
         self._write()
 
     def tick(self) -> None:

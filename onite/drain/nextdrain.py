@@ -25,9 +25,9 @@ in words.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 SYSTEMD_UNITS = Path("/etc/systemd/system")  # where `systemctl enable` makes its links
 SYSTEMD_RUNNING = Path("/run/systemd/system")  # exists while systemd is the init system (sd_booted(3))
@@ -36,8 +36,7 @@ CRON_PIDFILES = ("/run/crond.pid", "/var/run/crond.pid", "/run/cron.pid")
 LABEL = {"daemon": "the daemon", "timer": "the systemd timer", "cron": "cron"}
 
 
-@dataclass(frozen=True)
-class Starter:
+class Starter(NamedTuple):
     """Something that will start a drain: ``by`` (daemon, timer, cron) on ``host``, next at ``when``."""
 
     by: str
@@ -49,8 +48,7 @@ class Starter:
         return {"by": self.by, "host": self.host, "when": self.when.isoformat(), "detail": self.detail}
 
 
-@dataclass(frozen=True)
-class DrainPlan:
+class DrainPlan(NamedTuple):
     """What will drain the spool: the starters by time, the drivers draining now, what looks as if
     it would start a drain but will not, and the one command that schedules drains if nothing does."""
 

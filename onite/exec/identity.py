@@ -12,13 +12,12 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from onite.core.errors import Refused
 
 
-@dataclass(frozen=True, kw_only=True)
-class Identity:
+class Identity(NamedTuple):
     """A user account: the credentials a job of theirs runs with."""
 
     uid: int

@@ -12,9 +12,9 @@ forge a record; every field is still checked on reading.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.core.errors import OniteError
 from onite.core.names import is_valid_name
@@ -28,8 +28,7 @@ def record_path(root: Path, host: str) -> Path:
     return Path(root) / f"{PREFIX}{host}{SUFFIX}"
 
 
-@dataclass(frozen=True)
-class CronRecord:
+class CronRecord(NamedTuple):
     """What ``onite cron --install`` put in a crontab on ``host``, as the spool remembers it."""
 
     host: str
@@ -106,7 +105,7 @@ def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
     for record in read_records(root):
         if record.host == host and record.next_drain != next_drain:
             try:
-                write_record(root, replace(record, next_drain=next_drain))
+                write_record(root, record._replace(next_drain=next_drain))
             except OniteError:
                 pass
             return

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.core.errors import OniteError, Refused
 
@@ -31,8 +31,7 @@ class Source(StrEnum):
     PERSONAL = "personal"  #: a user's own, where there is no system spool ($XDG_STATE_HOME/onite)
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):
     """Which spool a command uses and why (so errors, status and --help can say where it came from)."""
 
     path: Path

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Iterator
-from dataclasses import replace
 
 from onite.spool.holds import held_by, is_held, read_holds
 from onite.spool.paths import SpoolDir
@@ -48,7 +47,7 @@ def find_queued(spool: SpoolDir, name: str) -> list[Entry]:
     if found:
         holds = read_holds(spool.hold_dir)
         if holds:
-            found = [replace(e, mode=e.mode & ~stat.S_IWUSR) if held_by(holds, e.name, e.uid) else e for e in found]
+            found = [e._replace(mode=e.mode & ~stat.S_IWUSR) if held_by(holds, e.name, e.uid) else e for e in found]
     return found
 
 

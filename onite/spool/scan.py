@@ -14,16 +14,15 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.core.errors import SpoolIOError
 from onite.core.names import SIDE, is_valid_name
 from onite.spool.paths import SpoolDir
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """A file in a spool folder as the file system shows it, without reading it: a queued job, a
     claim, or an entry of cancel/."""
 
