@@ -270,3 +270,49 @@ def test_the_fast_paths_tables_are_typers_options(command):
     for (cmd, name), limits in ranges.items():
         if cmd == command:
             assert any(t == (name, False, limits) for t in typer_side.values()), f"onite {command} --{name}"
+
+
+def _as_program(argv: list[str], spool, *, stdin: bytes = b"", stdout=None):
+    """``python -m onite ARGV`` as a user runs it, with an atexit hook that says whether Python's own
+    exit ran (it does not after a short command of the fast path: onite.__main__._leave_now)."""
+    import subprocess
+
+    probe = ("import atexit, sys; atexit.register(lambda: sys.stderr.write('python exit ran\\n'));"
+             "sys.argv[0] = 'onite'; from onite.__main__ import main; sys.exit(main())")
+    env = dict(os.environ, ONITE_SPOOL=str(spool))
+    return subprocess.run([sys.executable, "-c", probe, *argv], input=stdin, env=env, check=False,
+                          stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_short_command_ends_without_pythons_exit_and_nothing_it_wrote_is_lost(spool):
+    """submit, find, list --json and wait end with os._exit once their output is flushed: every job
+    line and the whole JSON document arrive; a driver (run) and typer's commands exit the normal way."""
+    lines = b"".join(b"echo %d\n" % i for i in range(3000))
+    done = _as_program(["submit", "many", "--lines"], spool, stdin=lines)
+    assert done.returncode == 0 and b"python exit ran" not in done.stderr, done.stderr
+    assert b"spooled 3000 jobs" in done.stderr
+    listed = _as_program(["list", "--json"], spool)
+    assert listed.returncode == 0 and b"python exit ran" not in listed.stderr
+    assert len(json.loads(listed.stdout)["jobs"]) == 3000  # a ~1 MB document, all of it
+    found = _as_program(["find", "many-00001"], spool)
+    assert found.returncode == 0 and b"python exit ran" not in found.stderr
+    one = _as_program(["submit", "one", "--unique"], spool, stdin=b"true\n")
+    assert one.returncode == 0 and one.stdout.startswith(b"one-") and b"python exit ran" not in one.stderr
+    for argv in (["list"], ["run", "--until", "00:00", "-q"], ["submit", "bad name"]):
+        other = _as_program(argv, spool)
+        assert b"python exit ran" in other.stderr, (argv, other.stderr)  # typer, a driver, an error
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to fill standard output")
+@pytest.mark.parametrize("argv", [["submit", "full", "--unique"], ["list", "--json"], ["list"], ["status"], ["--help"]])
+def test_output_that_cannot_be_written_is_one_line_and_the_job_is_kept(spool, argv):
+    """Standard output redirected to a full disk: one line that says so, exit 4, no traceback; a
+    submit's job is spooled all the same (its name was said on stderr first)."""
+    with open("/dev/full", "wb") as full:
+        done = _as_program(argv, spool, stdin=b"true\n", stdout=full)
+    last = [line for line in done.stderr.decode().splitlines() if line != "python exit ran"][-1]
+    assert done.returncode == 4 and "Traceback" not in done.stderr.decode(), done.stderr
+    assert last.startswith("onite: cannot write its output: No space left on device — "), last
+    if argv[0] == "submit":
+        name = re.search(r"spooled (full-\w+) ", done.stderr.decode()).group(1)
+        assert run_cli(["find", name]).code == 0

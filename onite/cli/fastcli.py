@@ -75,6 +75,14 @@ def run(args: list[str]) -> int | None:
 
 
 _COMPLETION = ("--show-completion", "--install-completion")
+_SHORT = ("submit", "find", "list", "wait")  # every command of this path but run: a driver may leave threads
+
+
+def is_short(args: list[str]) -> bool:
+    """Whether ``args`` (which ``run`` took) is a command that, once it returns, has no thread, child
+    or unflushed file left: the process may end without Python's exit (onite.__main__)."""
+    rest = _global_spool(args)[1]
+    return bool(rest) and rest[0] in _SHORT
 
 
 def _completion(option: str, rest: list[str]) -> int | None:
