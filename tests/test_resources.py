@@ -253,11 +253,12 @@ def test_a_run_gets_only_the_v1_groups_that_do_something():
     from onite.exec.limits import Limiter
 
     limiter = Limiter(v1={"memory": "/m/onite", "cpu": "/c/onite", "cpuacct": "/a/onite"})
-    assert limiter.groups("r", "/u/onite/r", None) == ("/c/onite/r", "/m/onite/r")
-    assert limiter.groups("r", "/u/onite/r", 2) == ("/c/onite/r", "/m/onite/r")
-    assert limiter.groups("r", None, None) == ("/c/onite/r", "/a/onite/r", "/m/onite/r")  # cpu, cpuacct, memory
+    assert limiter.groups("r", "/u/onite/r") == ("/c/onite/r", "/m/onite/r")
+    assert limiter.groups("r", None) == ("/c/onite/r", "/a/onite/r", "/m/onite/r")  # cpu, cpuacct, memory
     made = {path for path, text, _ in limiter.steps("r", "/u/onite/r", None, None) if text is None}
     assert made == {"/c/onite/r", "/m/onite/r"}
+    made = {path for path, text, _ in limiter.steps("r", "/u/onite/r", None, 2) if text is None}
+    assert made == {"/c/onite/r", "/m/onite/r"}  # a CPU request: the same groups
     reads = {key: path for key, path, *_ in limiter.reads("r", "/u/onite/r")}
     assert reads == {"peak_mem": "/m/onite/r/memory.max_usage_in_bytes", "oom": "/m/onite/r/memory.oom_control",
                      "cpu": "/u/onite/r/cpu.stat"}

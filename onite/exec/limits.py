@@ -56,7 +56,7 @@ class Limiter:
             return f"cgroup v1 ({', '.join(sorted(self.v1))})"
         return f"not enforced ({self.why})" if self.why else "not enforced"
 
-    def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
+    def _controllers(self, v2_cgroup: str | None) -> list[tuple[str, str]]:
         """The v1 controllers (name, folder) one run gets a group in: only where the group does
         something, since each is a folder made and removed and two moves per job (docs/performance.md).
         memory always (its peak and OOM kills are read there); cpu always: besides holding a CPU
@@ -68,11 +68,10 @@ class Limiter:
                 if controller in ("memory", "cpu")
                 or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
 
-    def groups(self, run_id: str, v2_cgroup: str | None = None, cpus: int | None = None) -> tuple[str, ...]:
+    def groups(self, run_id: str, v2_cgroup: str | None = None) -> tuple[str, ...]:
         """The v1 groups of one run (made by its monitor: ``apply``), which its process joins; none on
-        v2, where its containment cgroup holds the limits. ``v2_cgroup``: its containment cgroup;
-        ``cpus``: its CPU request."""
-        return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, cpus))
+        v2, where its containment cgroup holds the limits. ``v2_cgroup``: its containment cgroup."""
+        return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup))
 
     def steps(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None) -> tuple[tuple, ...]:
         """What the monitor of one run does to set its limits (``mem`` MiB, ``cpus``; None: no limit),
@@ -86,7 +85,7 @@ class Limiter:
                 steps += [(f"{where}/memory.max", str(mem * MIB), "memory"), (f"{where}/memory.swap.max", "0", "")]
             if cpus is not None:
                 steps.append((f"{where}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
-        for controller, base in self._controllers(v2_cgroup, cpus):
+        for controller, base in self._controllers(v2_cgroup):
             path = f"{base}/{run_id}"
             wanted = {"memory": mem, "cpu": cpus}.get(controller)
             steps.append((path, None, controller if wanted is not None else ""))
@@ -98,13 +97,13 @@ class Limiter:
                           (f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD), "cpu")]
         return tuple(steps)
 
-    def reads(self, run_id: str, v2_cgroup: str | None, cpus: int | None = None) -> tuple[tuple, ...]:
+    def reads(self, run_id: str, v2_cgroup: str | None) -> tuple[tuple, ...]:
         """The files its monitor reads what one run used from (``usage``), each (key, path, field,
         scale): only those of the groups it has (``groups``), so that the monitor, between the job's
         end and the driver hearing of it, opens no file that is not there. ``v2_cgroup``: its
         containment cgroup, whose cpu.stat every cgroup v2 has."""
         reads: list[tuple] = []
-        made = dict(self._controllers(v2_cgroup, cpus))
+        made = dict(self._controllers(v2_cgroup))
         if "memory" in made:
             group = f"{made['memory']}/{run_id}"
             reads += [("peak_mem", f"{group}/memory.max_usage_in_bytes", None, 1),
