@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         if not _is_output_failure(err):
             raise  # a bug: it keeps its traceback
         _quiet_stdout()
-        _say(f"onite: cannot write its output: {err.strerror or err} — free some space where it goes (or send it elsewhere)")
+        _say(f"onite: cannot write its output: {err.strerror or err} — {_output_hint(err)}")
         return EXIT_FAILURE
     except SystemExit as exit_:
         code = exit_.code
@@ -139,12 +139,21 @@ def _leave_now(code: int) -> None:
 
 def _is_output_failure(err: OSError) -> bool:
     """Whether ``err`` is what writing to standard output raises where it is redirected to a full disk,
-    a quota or a failing device. Every spool file's error is a SpoolIOError, which names the file:
-    an error like this that names none and reaches here came from a stream."""
+    a quota or a failing device. onite's own files are opened by name, and their errors name the
+    file (the spool's are SpoolIOErrors); one of these errors that names no file and reaches here
+    came from writing a stream."""
     import errno
 
     return type(err) is OSError and err.filename is None and err.errno in (
         errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def _output_hint(err: OSError) -> str:
+    import errno
+
+    if err.errno == errno.EIO:
+        return "check the device it goes to (or send it elsewhere)"
+    return "free some space where it goes (or send it elsewhere)"
 
 
 def _say(line: str) -> None:
