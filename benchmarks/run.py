@@ -17,6 +17,10 @@ Workloads (docs/performance.md says what each figure means):
   list        (e) ``onite list --json`` with 1k, 10k and 100k queued
   scale       (f) cost per job while draining the front of a queue of 1k and of
               100k; (g) the driver's peak RSS with each
+  floor       (j) the floor of a job here: N jobs ``true`` started one after another
+              by onite's own job-starting code, in their cgroups and in none, with
+              no driver, monitor or record (benchmarks/floor.py); against
+              task-spooler's drain, and the 1-slot drain against it
   cost        (i) per job: system calls (of the driver and every process it starts), new
               files, fsyncs, forks and execs, by strace -f
   morning     (h) a night of N finished jobs: ``onite report`` (table and timeline,
@@ -53,6 +57,7 @@ BASE_RSS = "python -c pass peak RSS"
 DRAIN_1 = "onite: drain, 1 slot"
 TSP_DRAIN = "tsp -S 1: drain of a filled queue"
 PER_JOB_SMALL = "onite: per-job drain cost, {} queued"
+FLOOR = "onite: floor, a job in its cgroups, one at a time"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +83,7 @@ QUICK = Plan(n=100, repeats=1, latency_repeats=5, one_by_one=20, bulk=1_000,
              sizes=(300, 1_000, 3_000), warm=20, stride=50, windows=2, warm_spool=100,
              night=300, peer=peers.QUICK)
 
-SECTIONS = ("drain", "cost", "cli", "bulk", "list", "scale", "morning")
+SECTIONS = ("drain", "floor", "cost", "cli", "bulk", "list", "scale", "morning")
 PEERS = ("baseline", "task-spooler", "nq", "parallel")
 
 
@@ -135,6 +140,41 @@ class OniteSpool:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# (j) the floor: a job's own process, as onite starts it, and nothing else
+
+
+def floor_seconds(n: int, mode: str) -> float:
+    """Seconds for N jobs through benchmarks/floor.py (``contained`` or ``bare``), this interpreter."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor.py")
+    done = subprocess.run([sys.executable, script, str(n), mode], capture_output=True, text=True)
+    if done.returncode == 3:
+        raise peers.Skip(done.stderr.strip())
+    if done.returncode != 0:
+        raise RuntimeError(f"floor.py {mode} failed: {done.stderr.strip()}")
+    return float(done.stdout)
+
+
+def bench_floor(plan: Plan) -> list[h.Result]:
+    """What no 1-slot drain of onite's can pass on this machine: the job's process alone (sh reading
+    its script from a memfd, started by onite's monitor code), with the cgroups a driver here would
+    give it and with none. The rest of a drain's cost is the driver and the monitor's protocol."""
+    n = plan.n
+    results = []
+    try:
+        contained = h.Stats.of(floor_seconds(n, "contained") for _ in range(plan.repeats))
+        results.append(h.Result.from_stats(
+            FLOOR, contained.rate(n), "jobs/s", TSP_DRAIN,
+            note=f"N={n} `true` started by onite.exec.jobstart in their cgroups (made, joined, left, read, removed), "
+                 "no driver, monitor or record; ratio to task-spooler's drain"))
+    except peers.Skip as why:
+        print(f"run.py: no floor in cgroups: {why}", file=sys.stderr)
+    bare = h.Stats.of(floor_seconds(n, "bare") for _ in range(plan.repeats))
+    results.append(h.Result.from_stats("onite: floor, a job in no cgroup, one at a time", bare.rate(n), "jobs/s",
+                                       TSP_DRAIN, note=f"N={n}: the same in no cgroup (what containment costs)"))
+    return results
 
 
 # --------------------------------------------------------------------------
@@ -225,6 +265,8 @@ def bench_drain(plan: Plan) -> list[h.Result]:
                             note=f"N={n}, `onite run --slots 2`; ratio to 1 slot"),
         h.Result.from_stats("onite: drain, 1 slot, against tsp", one.rate(n), "jobs/s", TSP_DRAIN,
                             note=f"N={n}: the 1-slot drain again; ratio to task-spooler's drain of a filled queue"),
+        h.Result.from_stats("onite: drain, 1 slot, against its floor", one.rate(n), "jobs/s", FLOOR,
+                            note=f"N={n}: the 1-slot drain again; ratio to the floor of its jobs (floor workload)"),
         h.Result.from_stats("onite: drain of 10 ms jobs, 1 slot", sleepy_one.rate(sleepers), "jobs/s",
                             note=f"N={sleepers} jobs `sleep 0.01`: jobs that leave the driver time to keep up"),
         h.Result.from_stats("onite: drain of 10 ms jobs, 2 slots", sleepy_two.rate(sleepers), "jobs/s",
@@ -497,6 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads += [(f"peer {name}", lambda name=name: peers.PEERS[name](plan.peer)) for name in peer_names]
     if "drain" in sections:
         workloads.append(("drain", lambda: bench_drain(plan)))
+    if "floor" in sections:
+        workloads.append(("floor", lambda: bench_floor(plan)))
     if "cost" in sections:
         workloads.append(("cost", lambda: bench_cost(plan)))
     if "cli" in sections:
