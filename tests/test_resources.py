@@ -247,18 +247,23 @@ def test_every_result_records_peak_memory_and_cpu_time(spool, workdir):
 
 def test_a_run_gets_only_the_v1_groups_that_do_something():
     """Each v1 group is a folder made and removed, and two moves, per job: a run gets the memory
-    group (its peak and OOM kills are read there), the cpu group (its CPU request; and a job in a
-    CPU group of its own does not run before its monitor has left the job's memory group), and the
-    cpuacct group only where no cgroup v2 of its own counts its CPU."""
+    group (its peak and OOM kills are read there); the cpu group only when it asks for memory or
+    CPUs (it holds a CPU request; and a job in a CPU group of its own does not run before its
+    monitor has left the job's memory group, which only a memory limit makes a race); the cpuacct
+    group only where no cgroup v2 of its own counts its CPU."""
     from onite.exec.limits import Limiter
 
     limiter = Limiter(v1={"memory": "/m/onite", "cpu": "/c/onite", "cpuacct": "/a/onite"})
-    assert limiter.groups("r", "/u/onite/r") == ("/c/onite/r", "/m/onite/r")
-    assert limiter.groups("r", None) == ("/c/onite/r", "/a/onite/r", "/m/onite/r")  # cpu, cpuacct, memory
+    assert limiter.groups("r", "/u/onite/r") == ("/m/onite/r",)
+    assert limiter.groups("r", None) == ("/a/onite/r", "/m/onite/r")  # cpuacct, memory
+    assert limiter.groups("r", "/u/onite/r", 64, None) == ("/c/onite/r", "/m/onite/r")
+    assert limiter.groups("r", None, None, 2) == ("/c/onite/r", "/a/onite/r", "/m/onite/r")
     made = {path for path, text, _ in limiter.steps("r", "/u/onite/r", None, None) if text is None}
-    assert made == {"/c/onite/r", "/m/onite/r"}
+    assert made == {"/m/onite/r"}
     made = {path for path, text, _ in limiter.steps("r", "/u/onite/r", None, 2) if text is None}
-    assert made == {"/c/onite/r", "/m/onite/r"}  # a CPU request: the same groups
+    assert made == {"/c/onite/r", "/m/onite/r"}  # a CPU request: its group holds the quota
+    made = {path for path, text, _ in limiter.steps("r", "/u/onite/r", 64, None) if text is None}
+    assert made == {"/c/onite/r", "/m/onite/r"}  # a memory request: the job is scheduled apart from its monitor
     reads = {key: path for key, path, *_ in limiter.reads("r", "/u/onite/r")}
     assert reads == {"peak_mem": "/m/onite/r/memory.max_usage_in_bytes", "oom": "/m/onite/r/memory.oom_control",
                      "cpu": "/u/onite/r/cpu.stat"}

@@ -56,22 +56,26 @@ class Limiter:
             return f"cgroup v1 ({', '.join(sorted(self.v1))})"
         return f"not enforced ({self.why})" if self.why else "not enforced"
 
-    def _controllers(self, v2_cgroup: str | None) -> list[tuple[str, str]]:
+    def _controllers(self, v2_cgroup: str | None, asked: bool) -> list[tuple[str, str]]:
         """The v1 controllers (name, folder) one run gets a group in: only where the group does
         something, since each is a folder made and removed and two moves per job (docs/performance.md).
-        memory always (its peak and OOM kills are read there); cpu always: besides holding a CPU
-        request, a job in a CPU group of its own is scheduled apart from its monitor, which then runs
-        first after the fork and leaves the job's memory group before the job allocates (sharing
-        the monitor's, a job with a tiny --mem had its monitor OOM-killed in 6 runs of 40);
-        cpuacct only where no cgroup v2 counts the job's CPU (every v2 cgroup has cpu.stat)."""
+        memory always (its peak and OOM kills are read there); cpu where the job asks for memory or
+        CPUs (``asked``): besides holding a CPU request, a job in a CPU group of its own is scheduled
+        apart from its monitor, which then runs first after the fork and leaves the job's memory
+        group before the job allocates (sharing the monitor's, a job with a tiny --mem had its
+        monitor OOM-killed in 6 runs of 40); with no request its memory group has no limit, and
+        nothing to race for; cpuacct only where no cgroup v2 counts the job's CPU (every v2 cgroup
+        has cpu.stat)."""
         return [(controller, base) for controller, base in sorted(self.v1.items())
-                if controller in ("memory", "cpu")
+                if controller == "memory" or (controller == "cpu" and asked)
                 or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
 
-    def groups(self, run_id: str, v2_cgroup: str | None = None) -> tuple[str, ...]:
+    def groups(self, run_id: str, v2_cgroup: str | None = None, mem: int | None = None,
+               cpus: int | None = None) -> tuple[str, ...]:
         """The v1 groups of one run (made by its monitor: ``apply``), which its process joins; none on
-        v2, where its containment cgroup holds the limits. ``v2_cgroup``: its containment cgroup."""
-        return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup))
+        v2, where its containment cgroup holds the limits. ``v2_cgroup``: its containment cgroup;
+        ``mem``, ``cpus``: its request (None: none), as ``steps`` is given it."""
+        return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, _asks(mem, cpus)))
 
     def steps(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None) -> tuple[tuple, ...]:
         """What the monitor of one run does to set its limits (``mem`` MiB, ``cpus``; None: no limit),
@@ -85,7 +89,7 @@ class Limiter:
                 steps += [(f"{where}/memory.max", str(mem * MIB), "memory"), (f"{where}/memory.swap.max", "0", "")]
             if cpus is not None:
                 steps.append((f"{where}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
-        for controller, base in self._controllers(v2_cgroup):
+        for controller, base in self._controllers(v2_cgroup, _asks(mem, cpus)):
             path = f"{base}/{run_id}"
             wanted = {"memory": mem, "cpu": cpus}.get(controller)
             steps.append((path, None, controller if wanted is not None else ""))
@@ -103,7 +107,7 @@ class Limiter:
         end and the driver hearing of it, opens no file that is not there. ``v2_cgroup``: its
         containment cgroup, whose cpu.stat every cgroup v2 has."""
         reads: list[tuple] = []
-        made = dict(self._controllers(v2_cgroup))
+        made = dict(self._controllers(v2_cgroup, False))  # the groups read from are made whatever it asks
         if "memory" in made:
             group = f"{made['memory']}/{run_id}"
             reads += [("peak_mem", f"{group}/memory.max_usage_in_bytes", None, 1),
@@ -132,6 +136,11 @@ class Limiter:
         """Remove the v1 groups a dead run's record names (``groups_of``), once its processes are
         gone; a group still in use stays."""
         remove(self.groups_of(groups))
+
+
+def _asks(mem: int | None, cpus: int | None) -> bool:
+    """Does a run ask for memory or CPUs (then it gets a v1 cpu group: ``Limiter._controllers``)?"""
+    return mem is not None or cpus is not None
 
 
 def discover(v2_base: str | None, *, mountinfo: str = "/proc/self/mountinfo",

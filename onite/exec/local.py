@@ -99,7 +99,7 @@ class LocalRunner(Runner):
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         run.cgroup = self.containment.job_cgroup(run.run_id)  # made by its monitor, as are its limits
-        run.groups = self.limiter.groups(run.run_id, run.cgroup)
+        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.mem, run.cpus)
         record_fd = None
         if record is not None:  # first: where nothing can be recorded, nothing may start
             path, info = record
