@@ -33,6 +33,7 @@ OFF = "off"
 
 SUBTREE = "onite"  # the folder under the driver's own cgroup that holds one cgroup per job
 PR_SET_CHILD_SUBREAPER = 36
+PROBE = ".probe-"  # the cgroup ``discover`` makes and removes at once to learn it may: PROBE + its pid
 
 
 class Containment:
@@ -91,7 +92,7 @@ def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str
     base = os.path.normpath(f"{mount}/{relative.strip('/')}/{SUBTREE}") if relative.strip("/") else f"{mount}/{SUBTREE}"
     try:
         os.makedirs(base, 0o755, exist_ok=True)
-        probe = f"{base}/.probe-{os.getpid()}"
+        probe = f"{base}/{PROBE}{os.getpid()}"
         os.mkdir(probe)
         os.rmdir(probe)
         if not os.path.exists(f"{base}/cgroup.procs"):
@@ -330,9 +331,10 @@ def sweep_stale(folders: list[str], is_run_id, *, older_than: float = STALE_CGRO
     ``older_than`` seconds; returns how many.
 
     A driver killed between making a run's cgroup and writing its run record leaves an empty
-    cgroup that no recovery can name. Only folders whose name ``is_run_id`` are looked at; a
-    populated one is never removed (rmdir refuses it) and neither is a young one, which a job of
-    another driver sharing this subtree may be about to join.
+    cgroup that no recovery can name, and one killed as it starts may leave the probe of
+    ``discover``. Only folders whose name ``is_run_id``, and probes, are looked at; a populated one
+    is never removed (rmdir refuses it) and neither is a young one, which a job of another driver
+    sharing this subtree may be about to join.
     """
     now = time.time() if now is None else now
     removed = 0
@@ -343,7 +345,7 @@ def sweep_stale(folders: list[str], is_run_id, *, older_than: float = STALE_CGRO
             continue
         for entry in entries:
             try:
-                if not (is_run_id(entry.name) and entry.is_dir(follow_symlinks=False)):
+                if not ((is_run_id(entry.name) or _is_probe(entry.name)) and entry.is_dir(follow_symlinks=False)):
                     continue
                 if now - entry.stat(follow_symlinks=False).st_ctime < older_than or is_populated(entry.path):
                     continue
@@ -352,3 +354,8 @@ def sweep_stale(folders: list[str], is_run_id, *, older_than: float = STALE_CGRO
             except OSError:
                 continue  # busy, gone, or not ours to remove
     return removed
+
+
+def _is_probe(name: str) -> bool:
+    """Is ``name`` that of a probe ``discover`` made (PROBE and a pid)?"""
+    return name.startswith(PROBE) and name[len(PROBE):].isdigit()
