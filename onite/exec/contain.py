@@ -144,10 +144,14 @@ def cgroup_pids(path: str) -> list[int]:
 def is_populated(path: str) -> bool:
     """Does any process live in the cgroup at ``path``?"""
     try:
-        with open(f"{path}/cgroup.events", "rb") as handle:
-            for line in handle.read().splitlines():
-                if line.startswith(b"populated "):
-                    return line.split()[1] != b"0"
+        fd = os.open(f"{path}/cgroup.events", os.O_RDONLY | os.O_CLOEXEC)  # no file object: the monitor asks after every job
+        try:
+            text = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        for line in text.splitlines():
+            if line.startswith(b"populated "):
+                return line.split()[1] != b"0"
     except OSError:
         return False
     return bool(cgroup_pids(path))

@@ -264,8 +264,7 @@ def remove(groups: tuple[str, ...]) -> None:
 
 def _number(path: str) -> int | None:
     try:
-        with open(path, "rb") as handle:
-            return int(handle.read(64).split()[0])
+        return int(_read(path, 64).split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -273,14 +272,27 @@ def _number(path: str) -> int | None:
 def _keyed(path: str, key: str) -> int | None:
     """The number after ``key`` in a flat keyed file (memory.events, cpu.stat, memory.oom_control)."""
     try:
-        with open(path, "rb") as handle:
-            for line in handle.read(8192).splitlines():
-                words = line.split()
-                if len(words) == 2 and words[0] == key.encode():
-                    return int(words[1])
+        for line in _read(path, 8192).splitlines():
+            words = line.split()
+            if len(words) == 2 and words[0] == key.encode():
+                return int(words[1])
     except (OSError, ValueError):
         return None
     return None
+
+
+def _read(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of a cgroup file: one read, without a file object, whose making
+    costs as much as the read (the monitor reads three of these between a job's end and telling it).
+
+    Raises:
+        OSError: it cannot be read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
 
 
 def _words(path: str) -> set[str]:
@@ -293,11 +305,15 @@ def _words(path: str) -> set[str]:
 
 def _write(path: str, text: str) -> bool:
     try:
-        with open(path, "w", encoding="ascii") as handle:
-            handle.write(text)
-        return True
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)  # as open(path, "w")
     except OSError:
         return False
+    try:
+        return os.write(fd, text.encode("ascii")) == len(text)  # a cgroup file takes its value in one write
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def machine() -> tuple[int | None, int | None]:
