@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         if not _is_output_failure(err):
             raise  # a bug: it keeps its traceback
         _quiet_stdout()
-        _say(f"onite: cannot write its output: {err.strerror or err} — {_output_hint(err)}")
+        notes = "".join(f"; {note}" for note in getattr(err, "__notes__", ()))  # what the lost output said
+        _say(f"onite: cannot write its output: {err.strerror or err}{notes} — {_output_hint(err)}")
         return EXIT_FAILURE
     except SystemExit as exit_:
         code = exit_.code

@@ -304,15 +304,20 @@ def test_a_short_command_ends_without_pythons_exit_and_nothing_it_wrote_is_lost(
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to fill standard output")
-@pytest.mark.parametrize("argv", [["submit", "full", "--unique"], ["list", "--json"], ["list"], ["status"], ["--help"]])
+@pytest.mark.parametrize("argv", [["submit", "full", "--unique"], ["submit", "full", "--unique", "-q"],
+                                  ["submit", "many", "--lines", "-q"], ["list", "--json"], ["list"], ["status"],
+                                  ["--help"]])
 def test_output_that_cannot_be_written_is_one_line_and_the_job_is_kept(spool, argv):
     """Standard output redirected to a full disk: one line that says so, exit 4, no traceback; a
-    submit's job is spooled all the same (its name was said on stderr first)."""
+    submit's job is spooled all the same, and that line names it (with -q nothing else does)."""
     with open("/dev/full", "wb") as full:
         done = _as_program(argv, spool, stdin=b"true\n", stdout=full)
     last = [line for line in done.stderr.decode().splitlines() if line != "python exit ran"][-1]
     assert done.returncode == 4 and "Traceback" not in done.stderr.decode(), done.stderr
-    assert last.startswith("onite: cannot write its output: No space left on device — "), last
-    if argv[0] == "submit":
-        name = re.search(r"spooled (full-\w+) ", done.stderr.decode()).group(1)
-        assert run_cli(["find", name]).code == 0
+    if argv[0] != "submit":
+        assert last.startswith("onite: cannot write its output: No space left on device — "), last
+        return
+    said = (r"; spooled 1 job: (many-\d+) — " if "--lines" in argv else r"; the job is spooled as (full-\w+) — ")
+    found = re.match(r"onite: cannot write its output: No space left on device" + said, last)
+    assert found, last
+    assert run_cli(["find", found.group(1)]).code == 0

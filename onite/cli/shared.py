@@ -33,7 +33,11 @@ def submit(request: SubmitRequest, spool: str | None, *, lines: bool, quiet: boo
     if said is not None:
         say(said)
     if out is not None:
-        print(out)
+        try:
+            print(out, flush=True)
+        except OSError as err:  # stdout on a full disk: the job is spooled, and its name must not go with the line
+            err.add_note(out if lines else f"the job is spooled as {out}")
+            raise
 
 
 def find(name: str, spool: str | None) -> bool:
