@@ -318,6 +318,31 @@ def test_the_limits_are_set_before_the_job_runs(spool, workdir):
     assert not any(os.path.exists(g) for g in groups)  # removed with the run
 
 
+def _has_v1_cpu() -> bool:
+    from onite.exec.limits import discover
+
+    return os.geteuid() == 0 and "cpu" in discover(None).v1
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_cpu(), reason="no cgroup v1 cpu controller here: no job gets a cpu group")
+def test_only_a_job_that_asks_for_memory_or_cpus_runs_in_a_cpu_group_of_its_own(spool, workdir):
+    """A job that asks for nothing runs in its v1 memory group (its peak is read there) but in its
+    driver's cpu group: its own would hold nothing. A job that asks for memory gets one, so that it
+    does not run before its monitor has left its memory group (the OOM killer would take the monitor)."""
+    for name, asks in (("plain", ()), ("memonly", ("--mem", "64M")), ("cpuonly", ("--cpus", "1"))):
+        submit(name, f"cat /proc/self/cgroup > {workdir}/{name}.cg\n", *asks)
+    assert drain(spool).returncode == 0
+
+    def group(name: str, controller: str) -> str:
+        lines = (workdir / f"{name}.cg").read_text().splitlines()
+        return next(line.split(":", 2)[2] for line in lines if controller in line.split(":")[1].split(","))
+
+    assert "/onite/" in group("plain", "memory") and "/onite/" not in group("plain", "cpu")
+    assert "/onite/" in group("memonly", "cpu") and "/onite/" in group("cpuonly", "cpu")
+    assert all(result(spool, name)["state"] == "done" for name in ("plain", "memonly", "cpuonly"))
+
+
 def test_list_and_its_json_show_what_a_job_asked_for_and_used(spool, workdir):
     submit("burn2", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done\n", "--mem", "1G", "--cpus", "1")
     assert drain(spool).returncode == 0
