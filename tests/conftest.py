@@ -81,32 +81,34 @@ onite.drain.nextdrain.SYSTEMD_RUNNING = _ETC / "run-systemd"
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: acts as a second user (nobody) and drops privileges")
 
 
+def job_cgroup_folders() -> list[str]:
+    """The folders a driver here makes job cgroups in: its cgroup v2 subtree and its v1 groups' folders
+    (onite.drain.orphans sweeps the same ones)."""
+    from onite.exec import contain, limits
+
+    found = contain.discover(True)
+    base = found.base if found.kind == contain.CGROUP2 else None
+    return ([base] if base else []) + list(limits.discover(base).v1.values())
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_cgroups_left():
     """After the session, remove the empty job cgroups its killed drivers and monitors left (tests kill
     them on purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a
     developer's machine nothing else would. Only run-id names made during the session, only empty
-    ones (rmdir refuses a populated cgroup)."""
+    ones: the driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone."""
     started = time.time() - 1
     yield
     if not ROOT:
         return
     from onite.core.names import is_run_id
-    from onite.exec import contain, limits
+    from onite.exec import contain
 
-    found = contain.discover(True)
-    base = found.base if found.kind == contain.CGROUP2 else None
-    for folder in ([base] if base else []) + list(limits.discover(base).v1.values()):
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if is_run_id(entry.name) and entry.stat(follow_symlinks=False).st_ctime >= started:
-                    os.rmdir(entry.path)
-            except OSError:
-                continue
+    for folder in job_cgroup_folders():
+        def made_in_session(name: str, folder: str = folder) -> bool:
+            return is_run_id(name) and os.lstat(f"{folder}/{name}").st_ctime >= started
+
+        contain.sweep_stale([folder], made_in_session, older_than=0)
 
 
 def nobody():

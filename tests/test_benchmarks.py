@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from onite.exec import contain, limits
+from conftest import job_cgroup_folders
 
 FLOOR = Path(__file__).resolve().parent.parent / "benchmarks" / "floor.py"
 
@@ -37,10 +37,7 @@ def test_the_floor_refuses_what_it_does_not_know():
 
 def leftovers() -> list[str]:
     """floor.py's cgroups still there, in every folder a driver here would make job cgroups in."""
-    cont = contain.discover(True)
-    folders = [cont.base] if cont.kind == contain.CGROUP2 else []
-    folders += list(limits.discover(cont.base if cont.kind == contain.CGROUP2 else None).v1.values())
-    return [f"{folder}/{name}" for folder in folders if os.path.isdir(folder)
+    return [f"{folder}/{name}" for folder in job_cgroup_folders() if os.path.isdir(folder)
             for name in os.listdir(folder) if name.startswith("floor-")]
 
 
