@@ -6,6 +6,8 @@ only) so that any benchmark script can ``import harness`` from this folder:
 * ``measure`` / ``measure_phases`` time a callable K times;
 * ``time_cmd`` / ``median_cmd_ms`` time one command invocation K times;
 * ``peak_rss_kib`` gives the peak resident set size of a child process;
+* ``busy_cpu_seconds`` / ``usable_cores`` say how much of the machine's CPU
+  a workload kept busy (every process, the kernel's own workers included);
 * ``Result`` is one reported figure, ``with_ratios`` relates figures to a
   baseline measured in the same run, ``print_report`` prints them as a table
   or as one JSON document;
@@ -108,6 +110,27 @@ def measure_phases(fn: Callable[[], Mapping[str, float]], repeats: int = 3) -> d
     """
     runs = [fn() for _ in range(repeats)]
     return {phase: Stats.of(run[phase] for run in runs) for phase in runs[0]}
+
+
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy since boot: user, nice, system, irq and
+    softirq time of /proc/stat's ``cpu`` line (not idle, iowait, or time the hypervisor gave
+    to other machines). Every process counts, so a workload's figure is the difference over
+    it, on an otherwise quiet machine; None where /proc/stat cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 8 or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def usable_cores() -> int:
+    """Logical CPUs this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
 
 
 class Laps:

@@ -240,9 +240,13 @@ def tsp_fill_and_drain(n: int, repeats: int) -> dict[str, h.Stats]:
                 q.submit("true")
             q.submit_sentinel()
             laps.lap("fill")
+            busy = h.busy_cpu_seconds()
             gate.release()
             q.wait_last()
             laps.lap("drain")
+            busy_after = h.busy_cpu_seconds()
+            if busy is not None and busy_after is not None:
+                laps.phases["drain cpu"] = busy_after - busy
             return laps.phases
         finally:
             gate.close()
@@ -280,6 +284,9 @@ def bench_tsp(cfg: Config) -> list[h.Result]:
                             note=f"{pre} jobs queued behind a gate job (queue limit ~990, TS_MAXCONN)"),
         h.Result.from_stats("tsp -S 1: drain of a filled queue", phases["drain"].rate(pre), "jobs/s", BASE_RATE,
                             note=f"{pre} pre-queued jobs, timed from the gate's release"),
+        *([h.Result.from_stats("tsp -S 1: CPU per job, drain", phases["drain cpu"].scaled(1000 / pre), "ms/job",
+                               note="the machine's busy CPU over that drain (server, jobs, kernel), per job")]
+          if "drain cpu" in phases else []),
         h.Result.from_stats("tsp: one submit", tsp_submit_latency(cfg.latency_repeats).scaled(1000), "ms",
                             BASE_CLI, note="`tsp true` into an idle private server"),
     ]

@@ -11,7 +11,10 @@ Workloads (docs/performance.md says what each figure means):
   drain       (a) N trivial jobs (``true``) drained by one ``onite run``, 1 slot,
               against a bare subprocess loop of the same N; end to end with
               ``onite submit --lines``; (b) the same with 2 slots; the 1-slot rate
-              against task-spooler's drain of a filled queue (when that peer runs)
+              against task-spooler's drain of a filled queue (when that peer runs);
+              the CPU a job costs (the whole machine's, over each drain, against
+              task-spooler's), the cores each drain keeps busy, and so the most 2
+              slots can gain on these cores
   cli         (c) one ``onite submit`` and one ``onite find``, median wall time
   bulk        (d) ``onite submit NAME --lines``: jobs per second through one process
   list        (e) ``onite list --json`` with 1k, 10k and 100k queued
@@ -45,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import harness as h  # this script is run from its own folder: sys.path[0]
@@ -56,6 +59,9 @@ BASE_CLI = peers.BASE_CLI
 BASE_RSS = "python -c pass peak RSS"
 DRAIN_1 = "onite: drain, 1 slot"
 TSP_DRAIN = "tsp -S 1: drain of a filled queue"
+TSP_CPU = "tsp -S 1: CPU per job, drain"
+CPU_1 = "onite: CPU per job, 1 slot"
+CORES_1 = "onite: cores busy, 1 slot"
 PER_JOB_SMALL = "onite: per-job drain cost, {} queued"
 FLOOR = "onite: floor, a job in its cgroups, one at a time"
 
@@ -134,9 +140,15 @@ class OniteSpool:
 
     def drain(self, *args: str) -> float:
         """Seconds for one ``onite run`` (start-up and exit included)."""
-        started = time.perf_counter()
+        return self.drain_with_cpu(*args)[0]
+
+    def drain_with_cpu(self, *args: str) -> tuple[float, float | None]:
+        """Seconds for one ``onite run``, and the CPU seconds the machine was busy meanwhile
+        (every process: the driver, its monitors, the jobs, the kernel's workers)."""
+        busy, started = h.busy_cpu_seconds(), time.perf_counter()
         self.run("run", "-q", *args)
-        return time.perf_counter() - started
+        elapsed, busy_after = time.perf_counter() - started, h.busy_cpu_seconds()
+        return elapsed, None if busy is None or busy_after is None else busy_after - busy
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -240,12 +252,16 @@ def bench_drain(plan: Plan) -> list[h.Result]:
     a spool was given."""
     n, sleepers = plan.n, max(20, plan.n // 8)
     runs: dict[str, list[float]] = {key: [] for key in ("submit", "1", "2", "sleepy 1", "sleepy 2")}
+    busy: dict[str, list[float]] = {"1": [], "2": []}  # CPU seconds of each drain of `true`
     spool = OniteSpool()
     try:
         for _ in range(plan.repeats):
             for slots in ("1", "2"):
                 runs["submit"].append(spool.submit_lines(["true"] * n))
-                runs[slots].append(spool.drain("--slots", slots))
+                elapsed, cpu = spool.drain_with_cpu("--slots", slots)
+                runs[slots].append(elapsed)
+                if cpu is not None:
+                    busy[slots].append(cpu)
                 spool.submit_lines(["sleep 0.01"] * sleepers)
                 runs[f"sleepy {slots}"].append(spool.drain("--slots", slots))
         started = time.perf_counter()
@@ -275,6 +291,35 @@ def bench_drain(plan: Plan) -> list[h.Result]:
                             note=f"N={n}: one `onite submit --lines`, then one `onite run`; compare tsp -S 1"),
         h.Result.from_stats("onite: end to end, one submit per job", singles.rate(plan.one_by_one), "jobs/s",
                             BASE_RATE, note=f"N={plan.one_by_one}: one `onite submit` process per job, then `onite run`"),
+        *cpu_results(n, runs, busy),
+    ]
+
+
+def cpu_results(n: int, runs: Mapping[str, Sequence[float]], busy: Mapping[str, Sequence[float]]) -> list[h.Result]:
+    """What bounds 2 slots: the CPU a `true` job costs (every process of the machine, over each
+    drain) and how many cores a drain keeps busy. Two slots cannot pass the usable cores over
+    the cores one slot keeps busy, unless a job costs less CPU with two slots than with one."""
+    if not busy["1"] or not busy["2"]:
+        return []
+    cores = {slots: h.Stats.of(cpu / wall for cpu, wall in zip(busy[slots], runs[slots])) for slots in busy}
+    per_job = {slots: h.Stats.of(cpu / n * 1000 for cpu in busy[slots]) for slots in busy}
+    usable = h.usable_cores()
+    return [
+        h.Result.from_stats(CPU_1, per_job["1"], "ms/job", TSP_CPU,
+                            note=f"N={n}: the machine's busy CPU over each 1-slot drain (driver, monitors, jobs, "
+                                 "kernel), per job; ratio to task-spooler's over its drain"),
+        h.Result.from_stats("onite: CPU per job, 2 slots", per_job["2"], "ms/job", CPU_1,
+                            note="the same over each 2-slot drain; ratio to 1 slot"),
+        h.Result.from_stats(CORES_1, cores["1"], "cores", note=f"busy CPU over wall time, of {usable} usable: "
+                            "a 1-slot drain overlaps filing one job with running the next"),
+        h.Result.from_stats("onite: cores busy, 2 slots", cores["2"], "cores", CORES_1,
+                            note="the same for 2 slots; ratio to 1 slot"),
+        h.Result.from_stats("onite: 2 slots' ceiling on these cores", h.Stats.of(usable / c for c in cores["1"].samples),
+                            "× 1 slot", note=f"{usable} usable cores over the cores 1 slot keeps busy: the most "
+                            "`--slots 2` can gain over 1 slot at 1 slot's CPU per job (compare the 2-slot drain's ratio)"),
+        h.Result.from_stats("onite: drain ceiling on these cores", h.Stats.of(usable / cpu * n for cpu in busy["2"]),
+                            "jobs/s", TSP_DRAIN, note=f"{usable} usable cores, every one busy, at the 2-slot drain's CPU "
+                            "per job: what no number of slots can pass; ratio to task-spooler's drain"),
     ]
 
 
