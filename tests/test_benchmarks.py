@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import job_cgroup_folders
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
