@@ -96,19 +96,21 @@ def _no_cgroups_left():
     """After the session, remove the empty job cgroups its killed drivers and monitors left (tests kill
     them on purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a
     developer's machine nothing else would. Only run-id names made during the session, only empty
-    ones: the driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone."""
+    ones: the driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone. Then the
+    session's v1 folders of groups go, if empty, as a driver's go when it ends."""
     started = time.time() - 1
     yield
     if not ROOT:
         return
     from onite.core.names import is_run_id
-    from onite.exec import contain
+    from onite.exec import contain, limits
 
     for folder in job_cgroup_folders():
         def made_in_session(name: str, folder: str = folder) -> bool:
             return is_run_id(name) and os.lstat(f"{folder}/{name}").st_ctime >= started
 
         contain.sweep_stale([folder], made_in_session, older_than=0)
+    limits.discover(None).remove_folders()
 
 
 def nobody():

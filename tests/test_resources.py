@@ -432,6 +432,52 @@ def test_recovery_removes_the_limit_groups_a_dead_monitor_left(spool, workdir):
     assert result(spool, "lost")["mem"] == 64
 
 
+def _v1_memory_mount() -> str | None:
+    from onite.exec.limits import _v1_mounts
+
+    return _v1_mounts("/proc/self/mountinfo").get("memory")
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no cgroup v1 memory controller: a driver makes no v1 folder")
+def test_a_driver_leaves_no_empty_folder_of_v1_groups_in_its_own_group(spool, workdir):
+    """A driver makes a folder for its jobs' v1 groups under its own group (``<group>/onite``). Left
+    there empty, it would keep whatever made the driver's group (a supervisor that is not systemd)
+    from removing it: the driver removes it as it ends."""
+    import subprocess
+    import sys
+    import uuid
+
+    own = f"{_v1_memory_mount()}/onite-test-{uuid.uuid4().hex[:8]}"
+    os.mkdir(own)
+    try:
+        submit("a", f"cat /proc/self/cgroup > {workdir}/a.cg\n", "--mem", "64M")
+        done = subprocess.run(["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec "$0" -m onite run -q',
+                               sys.executable], capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"{os.path.basename(own)}/onite/" in (workdir / "a.cg").read_text()  # its group was in the folder
+        assert result(spool, "a")["state"] == "done"
+        assert not os.path.exists(f"{own}/onite")
+    finally:
+        os.rmdir(own)  # fails if the driver left its folder there
+
+
+def test_a_v1_group_whose_folder_another_driver_removed_is_made_with_its_folder(tmp_path):
+    """Two drivers in one group share the folder; the one that ends first removes it when it is
+    empty, and the other makes it again for its next job."""
+    from onite.exec.limits import Limiter, apply
+
+    folder = tmp_path / "onite"
+    limiter = Limiter(v1={"memory": str(folder)})
+    assert apply(limiter.steps("run-1", None, None, None)) == [] and (folder / "run-1").is_dir()
+    (folder / "run-1").rmdir()
+    limiter.remove_folders()
+    assert not folder.exists()
+    assert apply(limiter.steps("run-2", None, 64, None)) == [] and (folder / "run-2").is_dir()
+    limiter.remove_folders()
+    assert folder.is_dir()  # a group is still in it: it stays
+
+
 def test_a_header_key_this_onite_does_not_know_is_logged_and_ignored(spool, workdir):
     submit("newer", "true\n")
     [path] = list((spool / "jobs").glob("*/newer"))

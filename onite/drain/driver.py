@@ -196,6 +196,8 @@ class Driver:
                 self._loop(wakeup_fd)
             finally:
                 self.runner.close()
+                if self._limiter is not None:
+                    self._limiter.remove_folders()
                 self.notifier.finish(stop=self._must_stop_now)
             self.finisher.prune()
         cannot_record = self.finisher.cannot_record

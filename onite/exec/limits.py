@@ -137,6 +137,14 @@ class Limiter:
         gone; a group still in use stays."""
         remove(self.groups_of(groups))
 
+    def remove_folders(self) -> None:
+        """As the driver ends: remove its empty v1 folders of jobs' groups. Left behind, an empty
+        folder keeps whatever made the driver's own group (a supervisor other than systemd, which
+        removes a unit's groups whole) from removing it. One with a group in it (a job of another
+        driver in the same group, a dead run's) stays; a driver that finds its folder gone makes
+        it again (``apply``)."""
+        remove(tuple(dict.fromkeys(self.v1.values())))
+
 
 def _asks(mem: int | None, cpus: int | None) -> bool:
     """Does a run ask for memory or CPUs (then it gets a v1 cpu group: ``Limiter._controllers``)?"""
@@ -218,19 +226,32 @@ def apply(steps: tuple[tuple, ...]) -> list[str]:
         if any(path.startswith(f"{folder}/") for folder in failed):
             done = False
         elif text is None:
-            try:
-                os.mkdir(path, 0o755)
-                done = True
-            except FileExistsError:
-                done = True
-            except OSError:
-                done = False
+            done = _make_group(path)
+            if not done:
                 failed.append(path)
         else:
             done = _write(path, text)
         if not done and limit and limit not in missed:
             missed.append(limit)
     return missed
+
+
+def _make_group(path: str) -> bool:
+    """Make a run's v1 group; its folder first if another driver in the same group removed it as
+    it ended (``Limiter.remove_folders``; a v1 folder needs nothing set in it). Only the folder:
+    the driver's own group above it holds the driver."""
+    return _mkdir(path) or (_mkdir(os.path.dirname(path)) and _mkdir(path))
+
+
+def _mkdir(path: str) -> bool:
+    """Make a folder; True if it is there."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def usage(reads: tuple[tuple, ...]) -> dict:
