@@ -97,7 +97,7 @@ def _no_cgroups_left():
     them on purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a
     developer's machine nothing else would. Only run-id names made during the session, only empty
     ones: the driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone. Then the
-    session's v1 folders of groups go, if empty, as a driver's go when it ends."""
+    session's folders of job cgroups go, if empty, as a driver's go when it ends."""
     started = time.time() - 1
     yield
     if not ROOT:
@@ -111,6 +111,7 @@ def _no_cgroups_left():
 
         contain.sweep_stale([folder], made_in_session, older_than=0)
     limits.discover(None).remove_folders()
+    contain.remove_base(contain.discover(True))
 
 
 def nobody():

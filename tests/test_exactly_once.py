@@ -331,6 +331,47 @@ def test_empty_job_cgroups_that_killed_drivers_left_are_swept_once_old():
         os.rmdir(other)
 
 
+def test_a_driver_leaves_no_empty_folder_of_job_cgroups_in_its_own_cgroup(spool, workdir):
+    """A driver makes its jobs' cgroups in a folder under its own cgroup (``<cgroup>/onite``). Left
+    there empty, it would keep whatever made the driver's cgroup (a supervisor that is not systemd)
+    from removing it: the driver removes it as it ends. A driver that shares its cgroup with another
+    makes the folder again for its next job if the other removed it."""
+    import uuid
+
+    from onite.exec import contain
+
+    found = contain.discover(True)
+    if found.kind != contain.CGROUP2:
+        pytest.skip(f"no writable cgroup v2 tree here ({found.why}): no folder of job cgroups")
+    if Path(f"{found.base}/cgroup.subtree_control").read_text().strip():
+        pytest.skip("the folder holds controllers for limits here: a driver leaves it (contain.remove_base)")
+    own = f"{contain._cgroup2_mount('/proc/self/mountinfo')}/onite-test-{uuid.uuid4().hex[:8]}"  # the driver's
+    os.mkdir(own)
+    try:
+        submit("a", f"cat /proc/self/cgroup > {workdir}/a.cg\n")
+        done = subprocess.run(["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec "$0" -m onite run -q',
+                               sys.executable], capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"{os.path.basename(own)}/onite/" in (workdir / "a.cg").read_text()  # it ran in the folder
+        assert not os.path.exists(f"{own}/onite")
+    finally:
+        os.rmdir(own)  # fails if the driver left its folder there
+    folder = f"{own}-gone/onite"  # what another driver's end leaves: no folder, then a job of ours
+    os.mkdir(os.path.dirname(folder))
+    try:
+        assert contain.make_cgroup(f"{folder}/20261124T010203-vm-1-1")
+        assert os.path.isdir(f"{folder}/20261124T010203-vm-1-1")
+        contain.remove_base(contain.Containment(contain.CGROUP2, folder))
+        assert os.path.isdir(folder)  # a run's cgroup is still in it
+        os.rmdir(f"{folder}/20261124T010203-vm-1-1")
+        contain.remove_base(contain.Containment(contain.CGROUP2, folder))
+        assert not os.path.exists(folder)
+    finally:
+        for path in (f"{folder}/20261124T010203-vm-1-1", folder, os.path.dirname(folder)):
+            if os.path.isdir(path):
+                os.rmdir(path)
+
+
 SUBREAPER_DRIVER = """
 import sys
 from onite.drain.driver import Driver

@@ -196,8 +196,7 @@ class Driver:
                 self._loop(wakeup_fd)
             finally:
                 self.runner.close()
-                if self._limiter is not None:
-                    self._limiter.remove_folders()
+                self._remove_cgroup_folders()
                 self.notifier.finish(stop=self._must_stop_now)
             self.finisher.prune()
         cannot_record = self.finisher.cannot_record
@@ -207,6 +206,16 @@ class Driver:
                        cancelled=self.counts["cancelled"], left=len(self.index),
                        reason="stopped" if self.stopping else "window closed" if self.window_closed
                        else "cannot record" if cannot_record else "drained")
+
+    def _remove_cgroup_folders(self) -> None:
+        """Remove the folders of this driver's job cgroups that nothing is left in (onite.exec.contain
+        and limits say which may go)."""
+        if self._limiter is not None:
+            self._limiter.remove_folders()
+        if self._containment is not None:
+            from onite.exec.contain import remove_base
+
+            remove_base(self._containment)
 
     def _capacity_words(self) -> str:
         """This host's capacity for the log: ``23G memory, 2 CPUs``."""

@@ -59,9 +59,17 @@ class Containment:
 
 
 def make_cgroup(path: str) -> bool:
-    """Make a run's cgroup (in its monitor, before the job starts). A failure to make it (the tree
-    became read-only, a limit on descendants) is no reason not to run the job: it falls back to the
-    subreaper, which every monitor is anyway."""
+    """Make a run's cgroup, or v1 group (in its monitor, before the job starts); its folder first
+    if another driver in the same cgroup removed it as it ended (``remove_base``,
+    onite.exec.limits.Limiter.remove_folders): only the folder, since the driver's own cgroup above
+    it holds the driver. A failure to make it (the tree became read-only, a limit on descendants)
+    is no reason not to run the job: it falls back to the subreaper, which every monitor is anyway
+    (and runs without the limit a group would hold)."""
+    return _mkdir(path) or (_mkdir(os.path.dirname(path)) and _mkdir(path))
+
+
+def _mkdir(path: str) -> bool:
+    """Make a folder; True if it is there."""
     try:
         os.mkdir(path, 0o755)
     except FileExistsError:
@@ -69,6 +77,23 @@ def make_cgroup(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def remove_base(found: Containment) -> None:
+    """As the driver ends: remove the folder of its jobs' cgroups if none is left in it. Left there
+    empty, it keeps whatever made the driver's own cgroup (a supervisor other than systemd, which
+    removes a unit's cgroups whole) from removing it. Only a folder with nothing enabled in it: one
+    that holds the memory and cpu controllers for limits (onite.exec.limits) would come back
+    without them if another driver in the same cgroup made it again (``make_cgroup``)."""
+    if found.kind != CGROUP2 or found.base is None:
+        return
+    try:
+        with open(f"{found.base}/cgroup.subtree_control", "rb") as controls:
+            if controls.read().strip():
+                return
+        os.rmdir(found.base)
+    except OSError:
+        pass  # a job's cgroup is in it (another driver's, a dead run's), or it is gone
 
 
 def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str = "/proc/self/cgroup") -> Containment:
@@ -90,15 +115,20 @@ def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str
     if relative is None:
         return Containment(SUBREAPER, why="this process is in no cgroup v2")
     base = os.path.normpath(f"{mount}/{relative.strip('/')}/{SUBTREE}") if relative.strip("/") else f"{mount}/{SUBTREE}"
-    try:
-        os.makedirs(base, 0o755, exist_ok=True)
-        probe = f"{base}/{PROBE}{os.getpid()}"
-        os.mkdir(probe)
-        os.rmdir(probe)
-        if not os.path.exists(f"{base}/cgroup.procs"):
-            return Containment(SUBREAPER, why=f"{base} is not a cgroup")
-    except OSError as err:
-        return Containment(SUBREAPER, why=f"cannot make cgroups in {mount}: {err.strerror}")
+    probe = f"{base}/{PROBE}{os.getpid()}"
+    for attempt in (1, 2):
+        try:
+            os.makedirs(base, 0o755, exist_ok=True)
+            os.mkdir(probe)
+            os.rmdir(probe)
+            break
+        except FileNotFoundError as err:  # another driver in this cgroup ended and removed it (remove_base)
+            if attempt == 2:
+                return Containment(SUBREAPER, why=f"cannot make cgroups in {mount}: {err.strerror}")
+        except OSError as err:
+            return Containment(SUBREAPER, why=f"cannot make cgroups in {mount}: {err.strerror}")
+    if not os.path.exists(f"{base}/cgroup.procs"):
+        return Containment(SUBREAPER, why=f"{base} is not a cgroup")
     return Containment(CGROUP2, base)
 
 

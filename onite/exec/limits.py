@@ -20,13 +20,16 @@ Where neither is there (containers, not root), requests still pack
 (onite.core.resources) but nothing holds a job to them: ``describe`` says
 so, and the monitor measures the job from its wait4 rusage instead.
 
-The monitor runs after fork(): this module imports only os (checked by
-tests/test_layers.py), and nothing here reads a file a user can write.
+The monitor runs after fork(): this module imports only os and
+onite.exec.contain (checked by tests/test_layers.py), and nothing here
+reads a file a user can write.
 """
 
 from __future__ import annotations
 
 import os
+
+from onite.exec.contain import make_cgroup
 
 MIB = 1 << 20
 PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
@@ -142,7 +145,7 @@ class Limiter:
         folder keeps whatever made the driver's own group (a supervisor other than systemd, which
         removes a unit's groups whole) from removing it. One with a group in it (a job of another
         driver in the same group, a dead run's) stays; a driver that finds its folder gone makes
-        it again (``apply``)."""
+        it again (``apply``: a v1 folder needs nothing set in it)."""
         remove(tuple(dict.fromkeys(self.v1.values())))
 
 
@@ -226,7 +229,7 @@ def apply(steps: tuple[tuple, ...]) -> list[str]:
         if any(path.startswith(f"{folder}/") for folder in failed):
             done = False
         elif text is None:
-            done = _make_group(path)
+            done = make_cgroup(path)  # its folder too, if another driver of the same group removed it
             if not done:
                 failed.append(path)
         else:
@@ -234,24 +237,6 @@ def apply(steps: tuple[tuple, ...]) -> list[str]:
         if not done and limit and limit not in missed:
             missed.append(limit)
     return missed
-
-
-def _make_group(path: str) -> bool:
-    """Make a run's v1 group; its folder first if another driver in the same group removed it as
-    it ended (``Limiter.remove_folders``; a v1 folder needs nothing set in it). Only the folder:
-    the driver's own group above it holds the driver."""
-    return _mkdir(path) or (_mkdir(os.path.dirname(path)) and _mkdir(path))
-
-
-def _mkdir(path: str) -> bool:
-    """Make a folder; True if it is there."""
-    try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        pass
-    except OSError:
-        return False
-    return True
 
 
 def usage(reads: tuple[tuple, ...]) -> dict:
