@@ -115,21 +115,28 @@ def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str
     if relative is None:
         return Containment(SUBREAPER, why="this process is in no cgroup v2")
     base = os.path.normpath(f"{mount}/{relative.strip('/')}/{SUBTREE}") if relative.strip("/") else f"{mount}/{SUBTREE}"
-    probe = f"{base}/{PROBE}{os.getpid()}"
-    for attempt in (1, 2):
+    try:
         try:
-            os.makedirs(base, 0o755, exist_ok=True)
-            os.mkdir(probe)
-            os.rmdir(probe)
-            break
-        except FileNotFoundError as err:  # another driver in this cgroup ended and removed it (remove_base)
-            if attempt == 2:
-                return Containment(SUBREAPER, why=f"cannot make cgroups in {mount}: {err.strerror}")
-        except OSError as err:
-            return Containment(SUBREAPER, why=f"cannot make cgroups in {mount}: {err.strerror}")
+            _probe(base)
+        except FileNotFoundError:  # another driver in this cgroup ended and removed it meanwhile (remove_base)
+            _probe(base)
+    except OSError as err:
+        return Containment(SUBREAPER, why=f"cannot make cgroups in {mount}: {err.strerror}")
     if not os.path.exists(f"{base}/cgroup.procs"):
         return Containment(SUBREAPER, why=f"{base} is not a cgroup")
     return Containment(CGROUP2, base)
+
+
+def _probe(base: str) -> None:
+    """Make the folder of the jobs' cgroups, and a cgroup in it, removed at once: may this process?
+
+    Raises:
+        OSError: it may not (or the folder went meanwhile: FileNotFoundError).
+    """
+    os.makedirs(base, 0o755, exist_ok=True)
+    probe = f"{base}/{PROBE}{os.getpid()}"
+    os.mkdir(probe)
+    os.rmdir(probe)
 
 
 def _cgroup2_mount(mountinfo: str) -> str | None:
@@ -174,17 +181,26 @@ def cgroup_pids(path: str) -> list[int]:
 def is_populated(path: str) -> bool:
     """Does any process live in the cgroup at ``path``?"""
     try:
-        fd = os.open(f"{path}/cgroup.events", os.O_RDONLY | os.O_CLOEXEC)  # no file object: the monitor asks after every job
-        try:
-            text = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-        for line in text.splitlines():
+        for line in read_head(f"{path}/cgroup.events", 4096).splitlines():  # the monitor asks after every job
             if line.startswith(b"populated "):
                 return line.split()[1] != b"0"
     except OSError:
         return False
     return bool(cgroup_pids(path))
+
+
+def read_head(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of a cgroup file: one read, without a file object, whose making
+    costs as much as the read (a monitor reads several of these between a job's end and telling it).
+
+    Raises:
+        OSError: it cannot be read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
 
 
 def kill_cgroup(path: str) -> None:

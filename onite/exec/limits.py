@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 
-from onite.exec.contain import make_cgroup
+from onite.exec.contain import make_cgroup, read_head
 
 MIB = 1 << 20
 PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
@@ -270,7 +270,7 @@ def remove(groups: tuple[str, ...]) -> None:
 
 def _number(path: str) -> int | None:
     try:
-        return int(_read(path, 64).split()[0])
+        return int(read_head(path, 64).split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -278,27 +278,13 @@ def _number(path: str) -> int | None:
 def _keyed(path: str, key: str) -> int | None:
     """The number after ``key`` in a flat keyed file (memory.events, cpu.stat, memory.oom_control)."""
     try:
-        for line in _read(path, 8192).splitlines():
+        for line in read_head(path, 8192).splitlines():
             words = line.split()
             if len(words) == 2 and words[0] == key.encode():
                 return int(words[1])
     except (OSError, ValueError):
         return None
     return None
-
-
-def _read(path: str, size: int) -> bytes:
-    """The first ``size`` bytes of a cgroup file: one read, without a file object, whose making
-    costs as much as the read (the monitor reads three of these between a job's end and telling it).
-
-    Raises:
-        OSError: it cannot be read.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, size)
-    finally:
-        os.close(fd)
 
 
 def _words(path: str) -> set[str]:
