@@ -252,7 +252,7 @@ def bench_drain(plan: Plan) -> list[h.Result]:
     a spool was given."""
     n, sleepers = plan.n, max(20, plan.n // 8)
     runs: dict[str, list[float]] = {key: [] for key in ("submit", "1", "2", "sleepy 1", "sleepy 2")}
-    busy: dict[str, list[float]] = {"1": [], "2": []}  # CPU seconds of each drain of `true`
+    busy: dict[str, list[float | None]] = {"1": [], "2": []}  # CPU seconds of each drain of `true`, beside runs
     spool = OniteSpool()
     try:
         for _ in range(plan.repeats):
@@ -260,8 +260,7 @@ def bench_drain(plan: Plan) -> list[h.Result]:
                 runs["submit"].append(spool.submit_lines(["true"] * n))
                 elapsed, cpu = spool.drain_with_cpu("--slots", slots)
                 runs[slots].append(elapsed)
-                if cpu is not None:
-                    busy[slots].append(cpu)
+                busy[slots].append(cpu)  # None where /proc/stat cannot be read: then no CPU figure at all
                 spool.submit_lines(["sleep 0.01"] * sleepers)
                 runs[f"sleepy {slots}"].append(spool.drain("--slots", slots))
         started = time.perf_counter()
@@ -295,12 +294,12 @@ def bench_drain(plan: Plan) -> list[h.Result]:
     ]
 
 
-def cpu_results(n: int, runs: Mapping[str, Sequence[float]], busy: Mapping[str, Sequence[float]]) -> list[h.Result]:
+def cpu_results(n: int, runs: Mapping[str, Sequence[float]], busy: Mapping[str, Sequence[float | None]]) -> list[h.Result]:
     """What bounds 2 slots: the CPU a `true` job costs (every process of the machine, over each
     drain) and how many cores a drain keeps busy. Two slots cannot pass the usable cores over
     the cores one slot keeps busy, unless a job costs less CPU with two slots than with one."""
-    if not busy["1"] or not busy["2"]:
-        return []
+    if not busy["1"] or not busy["2"] or None in (*busy["1"], *busy["2"]):
+        return []  # every drain's figure or none: each CPU sample goes with the wall time beside it
     cores = {slots: h.Stats.of(cpu / wall for cpu, wall in zip(busy[slots], runs[slots])) for slots in busy}
     per_job = {slots: h.Stats.of(cpu / n * 1000 for cpu in busy[slots]) for slots in busy}
     usable = h.usable_cores()
