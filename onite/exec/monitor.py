@@ -316,16 +316,22 @@ def _now() -> str:
 
 
 def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor from 3 up but ``keep``: one close_range per gap between kept ones."""
     low = 3
     for fd in sorted(keep):
-        if fd >= low:
+        if fd > low:
             os.closerange(low, fd)
-            low = fd + 1
+        low = max(low, fd + 1)
     os.closerange(low, _max_fd())
 
 
+_MAX_FD: list[int] = []  # this process's descriptor limit, read once: a monitor serves many runs
+
+
 def _max_fd() -> int:
-    try:
-        return os.sysconf("SC_OPEN_MAX")
-    except (ValueError, OSError):
-        return 65536
+    if not _MAX_FD:
+        try:
+            _MAX_FD.append(os.sysconf("SC_OPEN_MAX"))
+        except (ValueError, OSError):
+            _MAX_FD.append(65536)
+    return _MAX_FD[0]
