@@ -336,13 +336,18 @@ def _unescape_mount_path(path: str) -> str:
 
 
 def filesystem_type(path: str) -> str:
-    """File system type of the mount holding ``path`` (e.g. ext4, tmpfs).
+    """File system type of the mount holding ``path`` (e.g. ext4, tmpfs), and ``ext4 (no journal)``
+    for an ext4 without one.
 
     The longest mount point that contains the path wins, which is how the
     kernel resolves it (barring over-mounts, which the last entry settles).
+    An ext4 without a journal never reuses an inode freed in the last five
+    minutes or so: each new file skips past all of them, so on such a disk a
+    spooler's figures depend on how much was deleted just before
+    (docs/performance.md).
     """
     target = os.path.realpath(path)
-    best, best_type = "", "unknown"
+    best, best_type, best_device = "", "unknown", ""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -350,10 +355,22 @@ def filesystem_type(path: str) -> str:
                 mount_point = _unescape_mount_path(fields.split()[4])
                 inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
                 if inside and len(mount_point) >= len(best):
-                    best, best_type = mount_point, rest.split()[0]
+                    best, best_type, best_device = mount_point, rest.split()[0], fields.split()[2]
     except OSError:
         pass
+    if best_type == "ext4" and not has_journal(best_device):
+        return "ext4 (no journal)"
     return best_type
+
+
+def has_journal(device: str, *, sys_block: str = "/sys/dev/block", jbd2: str = "/proc/fs/jbd2") -> bool:
+    """Does the ext4 on ``device`` (``major:minor``) have a journal? Its journal has a folder in
+    /proc/fs/jbd2 named after the block device (``vda-8``). True when it cannot be told."""
+    try:
+        name = os.path.basename(os.readlink(os.path.join(sys_block, device)))
+        return any(entry.rpartition("-")[0] == name for entry in os.listdir(jbd2))
+    except OSError:
+        return True
 
 
 def memory_total() -> str:

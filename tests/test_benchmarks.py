@@ -104,3 +104,17 @@ def test_the_cpu_figures_say_what_bounds_two_slots(bench):
 
 def test_without_cpu_figures_the_drain_reports_none(bench):
     assert bench.cpu_results(10, {"1": [1.0], "2": [1.0]}, {"1": [], "2": []}) == []
+
+
+def test_an_ext4_without_a_journal_is_told_from_one_with(bench, tmp_path):
+    harness = sys.modules["harness"]
+    sys_block, jbd2 = tmp_path / "dev-block", tmp_path / "jbd2"
+    sys_block.mkdir()
+    jbd2.mkdir()
+    (sys_block / "254:0").symlink_to("../../devices/virtio1/block/vda")
+    (sys_block / "7:1").symlink_to("../../devices/virtual/block/loop1")
+    (jbd2 / "loop1-8").mkdir()
+    assert harness.has_journal("7:1", sys_block=str(sys_block), jbd2=str(jbd2))
+    assert not harness.has_journal("254:0", sys_block=str(sys_block), jbd2=str(jbd2))
+    assert harness.has_journal("8:1", sys_block=str(sys_block), jbd2=str(jbd2))  # cannot tell: not said
+    assert harness.filesystem_type("/proc/self") == "proc"
