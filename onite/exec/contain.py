@@ -88,9 +88,8 @@ def remove_base(found: Containment) -> None:
     if found.kind != CGROUP2 or found.base is None:
         return
     try:
-        with open(f"{found.base}/cgroup.subtree_control", "rb") as controls:
-            if controls.read().strip():
-                return
+        if read_head(f"{found.base}/cgroup.subtree_control", 4096).strip():
+            return
         os.rmdir(found.base)
     except OSError:
         pass  # a job's cgroup is in it (another driver's, a dead run's), or it is gone
