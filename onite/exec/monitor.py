@@ -325,13 +325,14 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, _max_fd())
 
 
-_MAX_FD: list[int] = []  # this process's descriptor limit, read once: a monitor serves many runs
+_MAX_FD: int | None = None  # this process's descriptor limit, read once: a monitor serves many runs
 
 
 def _max_fd() -> int:
-    if not _MAX_FD:
+    global _MAX_FD
+    if _MAX_FD is None:
         try:
-            _MAX_FD.append(os.sysconf("SC_OPEN_MAX"))
+            _MAX_FD = os.sysconf("SC_OPEN_MAX")
         except (ValueError, OSError):
-            _MAX_FD.append(65536)
-    return _MAX_FD[0]
+            _MAX_FD = 65536
+    return _MAX_FD
