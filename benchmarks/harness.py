@@ -352,10 +352,11 @@ def filesystem_type(path: str) -> str:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 fields, _, rest = line.partition(" - ")
-                mount_point = _unescape_mount_path(fields.split()[4])
+                words = fields.split()
+                mount_point = _unescape_mount_path(words[4])
                 inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
                 if inside and len(mount_point) >= len(best):
-                    best, best_type, best_device = mount_point, rest.split()[0], fields.split()[2]
+                    best, best_type, best_device = mount_point, rest.split()[0], words[2]
     except OSError:
         pass
     if best_type == "ext4" and not has_journal(best_device):
