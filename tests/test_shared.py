@@ -340,7 +340,9 @@ for top, dirs, files in os.walk(sys.argv[1]):
             held.append(path)
         except OSError:
             continue
-open(sys.argv[2], "w").write("\\n".join(held))
+with open(sys.argv[2] + ".part", "w") as out:  # renamed whole: the test waits for the name
+    out.write("\\n".join(held))
+os.rename(sys.argv[2] + ".part", sys.argv[2])
 time.sleep(600)
 """
 
