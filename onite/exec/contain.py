@@ -213,7 +213,7 @@ def kill_cgroup(path: str) -> None:
         pass
     import signal  # here: submit reads boot_id() from this module and need not pay for signal's enums
 
-    frozen = _write(f"{path}/cgroup.freeze", b"1")
+    frozen = _freeze(path)
     for pid in cgroup_pids(path):
         signal_pid(pid, signal.SIGKILL)
     if frozen:
@@ -221,11 +221,34 @@ def kill_cgroup(path: str) -> None:
 
 
 def signal_cgroup(path: str, sig: int) -> bool:
-    """Send ``sig`` to every process of the cgroup; False if there was none."""
-    pids = cgroup_pids(path)
-    for pid in pids:
-        signal_pid(pid, sig)
+    """Send ``sig`` to every process of the cgroup; False if there was none. The cgroup is frozen
+    meanwhile (where it can be): a frozen process can neither exit nor reap a child, so no pid read
+    from cgroup.procs can be given to another process before it is signalled."""
+    frozen = _freeze(path)
+    try:
+        pids = cgroup_pids(path)
+        for pid in pids:
+            signal_pid(pid, sig)
+    finally:
+        if frozen:
+            _write(f"{path}/cgroup.freeze", b"0")
     return bool(pids)
+
+
+def _freeze(path: str, wait: float = 0.2) -> bool:
+    """Freeze the cgroup at ``path``, and wait (at most ``wait`` s) until it is: a freeze takes effect
+    as each process next stops. False where there is no cgroup v2 freezer."""
+    if not _write(f"{path}/cgroup.freeze", b"1"):
+        return False
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            if b"frozen 1" in read_head(f"{path}/cgroup.events", 4096):
+                break
+        except OSError:
+            break
+        time.sleep(0.002)
+    return True
 
 
 def remove_cgroup(path: str, wait: float = 2.0) -> bool:
@@ -271,25 +294,9 @@ def set_subreaper() -> bool:
     return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``, from /proc (parents before children)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        ppid = _parent(int(entry))
-        if ppid is not None:
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], list(children.get(pid, ()))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo.extend(children.get(child, ()))
-    return found
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after its name (state, ppid, pgrp, … start time at [19]), or
+    None if it is gone. One read, without a file object (a monitor reads these after every job)."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -300,21 +307,24 @@ def process_start_ticks(pid: int) -> int | None:
         return None
     finally:
         os.close(fd)
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields if len(fields) > 19 else None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
+    fields = stat_fields(pid)
     try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
-    except (ValueError, IndexError):
+        return int(fields[19]) if fields is not None else None
+    except ValueError:
         return None
 
 
 def is_zombie(pid: int) -> bool:
     """Has ``pid`` exited, its status not yet reaped (or is it gone)? A monitor that exited while no
     driver was there to reap it is a zombie of init's until init does."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-        return data[data.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
-    except (OSError, ValueError, IndexError):
-        return True
+    fields = stat_fields(pid)
+    return fields is None or fields[0] in (b"Z", b"X")
 
 
 def boot_id() -> str:
@@ -325,15 +335,6 @@ def boot_id() -> str:
             return handle.read(64).strip()
     except OSError:
         return ""
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-        return int(data[data.rindex(b")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def signal_pid(pid: int, sig: int) -> None:

@@ -1,7 +1,10 @@
 """Requests held by the kernel: a job's memory and CPU limits in its cgroups, and what it used.
 
 Where the machine has the controllers, each job's request becomes kernel
-limits before the job runs its own code, and its use is read when it ends:
+limits, and its use is read when it ends. Its process is born in its groups,
+so everything it takes is counted from the start; its CPU limit is set before
+that, its memory limit as soon as its monitor has left the groups (a job past
+it by then is killed, as the kernel would have: ``apply_memory``):
 
 - cgroup v2 (``memory`` and ``cpu`` in the jobs' folder's cgroup.controllers,
   enabled in its cgroup.subtree_control): the job's own containment cgroup
@@ -20,18 +23,20 @@ Where neither is there (containers, not root), requests still pack
 (onite.core.resources) but nothing holds a job to them: ``describe`` says
 so, and the monitor measures the job from its wait4 rusage instead.
 
-The monitor runs after fork(): this module imports only os and
+The monitor runs after fork(): this module imports only os, errno and
 onite.exec.contain (checked by tests/test_layers.py), and nothing here
 reads a file a user can write.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
 from onite.exec.contain import make_cgroup, read_head
 
 MIB = 1 << 20
+MONITOR_SLACK = 4 * MIB  # at most this much of a job's memory group may be its monitor's (apply_memory)
 PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
 SUBTREE = "onite"
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct")
@@ -59,50 +64,54 @@ class Limiter:
             return f"cgroup v1 ({', '.join(sorted(self.v1))})"
         return f"not enforced ({self.why})" if self.why else "not enforced"
 
-    def _controllers(self, v2_cgroup: str | None, asked: bool) -> list[tuple[str, str]]:
+    def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
         """The v1 controllers (name, folder) one run gets a group in: only where the group does
         something, since each is a folder made and removed and two moves per job (docs/performance.md).
-        memory always (its peak and OOM kills are read there); cpu where the job asks for memory or
-        CPUs (``asked``): besides holding a CPU request, a job in a CPU group of its own is scheduled
-        apart from its monitor, which then runs first after the fork and leaves the job's memory
-        group before the job allocates (sharing the monitor's, a job with a tiny --mem had its
-        monitor OOM-killed in 6 runs of 40); with no request its memory group has no limit, and
-        nothing to race for; cpuacct only where no cgroup v2 counts the job's CPU (every v2 cgroup
+        memory always (its peak and OOM kills are read there); cpu where the job asks for CPUs (its
+        group holds the quota); cpuacct only where no cgroup v2 counts the job's CPU (every v2 cgroup
         has cpu.stat)."""
         return [(controller, base) for controller, base in sorted(self.v1.items())
-                if controller == "memory" or (controller == "cpu" and asked)
+                if controller == "memory" or (controller == "cpu" and cpus is not None)
                 or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
 
-    def groups(self, run_id: str, v2_cgroup: str | None = None, mem: int | None = None,
-               cpus: int | None = None) -> tuple[str, ...]:
+    def groups(self, run_id: str, v2_cgroup: str | None = None, cpus: int | None = None) -> tuple[str, ...]:
         """The v1 groups of one run (made by its monitor: ``apply``), which its process joins; none on
         v2, where its containment cgroup holds the limits. ``v2_cgroup``: its containment cgroup;
-        ``mem``, ``cpus``: its request (None: none), as ``steps`` is given it."""
-        return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, _asks(mem, cpus)))
+        ``cpus``: its CPU request (None: none), as ``steps`` is given it."""
+        return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, cpus))
 
-    def steps(self, run_id: str, v2_cgroup: str | None, mem: int | None, cpus: int | None) -> tuple[tuple, ...]:
-        """What the monitor of one run does to set its limits (``mem`` MiB, ``cpus``; None: no limit),
-        before the job runs (pure: ``apply`` does it). Each step is (path, text, limit): a folder to
-        make (text None) or a file to write; ``limit`` names the limit a failure leaves unset ("":
-        none, as for the swap limits, absent where swap is not accounted)."""
+    def steps(self, run_id: str, v2_cgroup: str | None, cpus: int | None) -> tuple[tuple, ...]:
+        """What the monitor of one run does before its job's process exists (pure: ``apply`` does it):
+        make its v1 groups and set its CPU limit (``cpus``; None: none). Each step is (path, text,
+        limit): a folder to make (text None) or a file to write; ``limit`` names the limit a failure
+        leaves unset ("": none). Its memory limit comes after the fork: ``memory_steps``."""
         steps: list[tuple] = []
-        if self.v2 is not None:
-            where = v2_cgroup or f"{self.v2}/{run_id}"
-            if mem is not None:
-                steps += [(f"{where}/memory.max", str(mem * MIB), "memory"), (f"{where}/memory.swap.max", "0", "")]
-            if cpus is not None:
-                steps.append((f"{where}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
-        for controller, base in self._controllers(v2_cgroup, _asks(mem, cpus)):
+        if self.v2 is not None and cpus is not None:
+            steps.append((f"{v2_cgroup or f'{self.v2}/{run_id}'}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
+        for controller, base in self._controllers(v2_cgroup, cpus):
             path = f"{base}/{run_id}"
-            wanted = {"memory": mem, "cpu": cpus}.get(controller)
-            steps.append((path, None, controller if wanted is not None else ""))
-            if controller == "memory" and mem is not None:
-                steps += [(f"{path}/memory.limit_in_bytes", str(mem * MIB), "memory"),
-                          (f"{path}/memory.memsw.limit_in_bytes", str(mem * MIB), "")]  # no swap beyond it
-            elif controller == "cpu" and cpus is not None:
+            steps.append((path, None, "cpu" if controller == "cpu" else ""))
+            if controller == "cpu":
                 steps += [(f"{path}/cpu.cfs_period_us", str(PERIOD), ""),
                           (f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD), "cpu")]
         return tuple(steps)
+
+    def memory_steps(self, run_id: str, v2_cgroup: str | None, mem: int | None) -> tuple[tuple, ...]:
+        """The writes that set one run's memory limit (``mem`` MiB; None: none), as ``steps``: taken
+        by ``apply_memory`` once the job's process exists and its monitor has left the job's cgroups.
+        Set before, the limit would hold the monitor too while it forks the job, and the kernel's OOM
+        killer, which takes the largest process of the group, would take the monitor (a root Python
+        process) rather than a small job."""
+        if mem is None:
+            return ()
+        if self.v2 is not None:
+            where = v2_cgroup or f"{self.v2}/{run_id}"
+            return ((f"{where}/memory.max", str(mem * MIB), "memory"), (f"{where}/memory.swap.max", "0", ""))
+        if "memory" in self.v1:
+            path = f"{self.v1['memory']}/{run_id}"
+            return ((f"{path}/memory.limit_in_bytes", str(mem * MIB), "memory"),
+                    (f"{path}/memory.memsw.limit_in_bytes", str(mem * MIB), ""))  # no swap beyond it
+        return ()
 
     def reads(self, run_id: str, v2_cgroup: str | None) -> tuple[tuple, ...]:
         """The files its monitor reads what one run used from (``usage``), each (key, path, field,
@@ -110,7 +119,7 @@ class Limiter:
         end and the driver hearing of it, opens no file that is not there. ``v2_cgroup``: its
         containment cgroup, whose cpu.stat every cgroup v2 has."""
         reads: list[tuple] = []
-        made = dict(self._controllers(v2_cgroup, False))  # the groups read from are made whatever it asks
+        made = dict(self._controllers(v2_cgroup, None))  # the groups read from are made whatever it asks
         if "memory" in made:
             group = f"{made['memory']}/{run_id}"
             reads += [("peak_mem", f"{group}/memory.max_usage_in_bytes", None, 1),
@@ -147,11 +156,6 @@ class Limiter:
         driver in the same group, a dead run's) stays; a driver that finds its folder gone makes
         it again (``apply``: a v1 folder needs nothing set in it)."""
         remove(tuple(dict.fromkeys(self.v1.values())))
-
-
-def _asks(mem: int | None, cpus: int | None) -> bool:
-    """Does a run ask for memory or CPUs (then it gets a v1 cpu group: ``Limiter._controllers``)?"""
-    return mem is not None or cpus is not None
 
 
 def discover(v2_base: str | None, *, mountinfo: str = "/proc/self/mountinfo",
@@ -239,6 +243,33 @@ def apply(steps: tuple[tuple, ...]) -> list[str]:
     return missed
 
 
+def apply_memory(steps: tuple[tuple, ...]) -> tuple[list[str], bool]:
+    """Take the steps ``Limiter.memory_steps`` made (in a run's monitor, once the job's process
+    exists and the monitor has left its cgroups); the limits left unset (``memory``), and whether
+    the job is past its limit already.
+
+    What the group holds by then is mostly the monitor's: the pages it touched while it forked the
+    job in the group are charged there, and stay so when it leaves. The limit leaves room for them
+    (at most MONITOR_SLACK): the job gets what it asked for. cgroup v1 refuses a limit below what
+    the group holds and cannot reclaim (EBUSY): the job took more than that before the limit could
+    be set, and its monitor kills it, as the kernel would have. (cgroup v2 takes such a limit and
+    kills inside the group itself.)"""
+    missed: list[str] = []
+    room = 0
+    for path, text, limit in steps:
+        if limit == "memory":
+            folder, _, name = path.rpartition("/")
+            held = _number(f"{folder}/{'memory.current' if name == 'memory.max' else 'memory.usage_in_bytes'}")
+            room = min(held or 0, MONITOR_SLACK)
+        refused = _set(path, str(int(text) + room) if text.isdigit() and text != "0" else text)
+        if refused == errno.EBUSY and limit == "memory":
+            return [], True
+        if refused and limit:
+            missed.append(limit)
+            break  # the swap limit may not be below an unset memory limit
+    return missed, False
+
+
 def usage(reads: tuple[tuple, ...]) -> dict:
     """What a job used, from the cgroup files ``Limiter.reads`` named: ``peak_mem`` (bytes), ``cpu``
     (seconds), ``oom`` (times the kernel killed one of its processes for memory); a key is left out
@@ -296,14 +327,19 @@ def _words(path: str) -> set[str]:
 
 
 def _write(path: str, text: str) -> bool:
+    return _set(path, text) == 0
+
+
+def _set(path: str, text: str) -> int:
+    """Write ``text`` to the cgroup file ``path``: 0, or the errno that refused it."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)  # as open(path, "w")
-    except OSError:
-        return False
+    except OSError as err:
+        return err.errno or errno.EIO
     try:
-        return os.write(fd, text.encode("ascii")) == len(text)  # a cgroup file takes its value in one write
-    except OSError:
-        return False
+        return 0 if os.write(fd, text.encode("ascii")) == len(text) else errno.EIO  # a cgroup file takes its value in one write
+    except OSError as err:
+        return err.errno or errno.EIO
     finally:
         os.close(fd)
 

@@ -99,7 +99,7 @@ class LocalRunner(Runner):
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         run.cgroup = self.containment.job_cgroup(run.run_id)  # made by its monitor, as are its limits
-        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.mem, run.cpus)
+        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
         record_fd = None
         if record is not None:  # first: where nothing can be recorded, nothing may start
             path, info = record
@@ -149,7 +149,8 @@ class LocalRunner(Runner):
                 record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
                 record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
                 cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
-                limit_groups=run.groups, limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.mem, run.cpus),
+                limit_groups=run.groups, limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.cpus),
+                memory_steps=self.limiter.memory_steps(run.run_id, run.cgroup, run.mem),
                 usage_reads=self.limiter.reads(run.run_id, run.cgroup))
             try:
                 pid, pidfd, child = self._spawn(spec)

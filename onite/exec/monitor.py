@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from onite.exec import contain, jobstart, limits
+from onite.exec import contain, jobend, jobstart, limits
 
 @dataclass(frozen=True)
 class Plan:
@@ -72,7 +72,8 @@ class Plan:
     contain: str  # onite.exec.contain kind
     kill_grace: float
     limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too (onite.exec.limits)
-    limit_steps: tuple = ()  # how its cgroups get its limits (onite.exec.limits.Limiter.steps), done here
+    limit_steps: tuple = ()  # its groups and CPU limit, before the fork (onite.exec.limits.Limiter.steps)
+    memory_steps: tuple = ()  # its memory limit, after it (onite.exec.limits.Limiter.memory_steps)
     usage_reads: tuple = ()  # the files what it used is read from (onite.exec.limits.Limiter.reads)
 
 
@@ -154,24 +155,43 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     if plan.cgroup:
         contain.make_cgroup(plan.cgroup)  # the record names it already: recovery finds it, made or not
     missed = limits.apply(plan.limit_steps)
-    if missed:
-        _tell(plan, "unenforced " + ",".join(missed))
     job, report = jobstart.start(plan)
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
         if fd is not None:
             held.discard(fd)
             os.close(fd)
     if job is None:
-        return _failed(plan, jobstart.reason(report, plan), None)
+        return _failed(plan, jobstart.reason(report, plan))
     _record(plan, {"event": "job", "pid": job})
+    missed_memory, over = limits.apply_memory(plan.memory_steps)  # this monitor has left the job's groups
+    if over:
+        jobend.signal_all(plan, job, signal.SIGKILL)
+    if missed or missed_memory:
+        _tell(plan, "unenforced " + ",".join(missed_memory + missed))
     _tell(plan, f"started {job}")
-    status, rusage = _wait_for(job)
-    if status is None:
-        return _failed(plan, "its exit status was lost (it was reaped by another process)", job)
-    used = _usage(plan, rusage)  # read before its cgroups go: what it used is said with how it ended
+    info = jobend.wait_for(job)
+    if info is None:
+        _record_end(plan, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
+        return 0 if jobend.clean_up(plan, job, pinned=False) else 1
+    status, reaped = jobend.wait_status(info), False
+    left = jobend.left_running(plan, job, pinned=True)
+    used = limits.usage(plan.usage_reads)  # read before its cgroups go: said with how it ended
+    if not left and not _complete(used):  # only its leader's rusage says what it used: reaped now
+        used, reaped = _usage(plan, used, jobend.reap_leader(job)), True
+    else:
+        used = _usage(plan, used, None)
+    if over:  # killed here for its memory, not by the kernel: counted as the kernel's kills are
+        used["oom"] = used.get("oom", 0) + 1
     _record_end(plan, {"event": "ended", "status": status, "at": _now(), "usage": used},
                 "usage " + json.dumps(used, separators=(",", ":")), f"ended {status}")
-    return 0 if _clean_up(plan, job) else 1
+    try:
+        if not left:
+            jobend.remove_groups(plan)
+            return 0
+        return 0 if jobend.clean_up(plan, job, pinned=True) else 1
+    finally:
+        if not reaped:
+            jobend.reap_leader(job)  # only now: its pid, group and session were the job's until here
 
 
 _TICKS: dict[int, int | None] = {}  # this monitor's start time: read once, however many runs it serves
@@ -184,10 +204,15 @@ def _start_ticks(pid: int) -> int | None:
     return _TICKS[pid]
 
 
-def _usage(plan: Plan, rusage) -> dict:
-    """What the job used: from its cgroups (onite.exec.limits), else from the rusage of its leader."""
-    used = limits.usage(plan.usage_reads)
-    if "peak_mem" not in used or "cpu" not in used:
+def _complete(used: dict) -> bool:
+    """Do its cgroups say all a result records of what a job used?"""
+    return "peak_mem" in used and "cpu" in used
+
+
+def _usage(plan: Plan, used: dict, rusage) -> dict:
+    """What the job used: ``used``, from its cgroups (onite.exec.limits.usage), else from the rusage
+    of its leader."""
+    if not _complete(used):
         for key, value in (limits.rusage_usage(rusage) if rusage is not None else {}).items():
             used.setdefault(key, value)
         used["source"] = "rusage" if not plan.limit_groups else "cgroup+rusage"
@@ -196,83 +221,14 @@ def _usage(plan: Plan, rusage) -> dict:
     return used
 
 
-def _failed(plan: Plan, reason: str, job: int | None) -> int:
+LOST = "its exit status was lost (it was reaped by another process)"
+
+
+def _failed(plan: Plan, reason: str) -> int:
+    """The job's process could not be started: say why, remove its emptied cgroups."""
     _record_end(plan, {"event": "failed", "reason": reason, "at": _now()}, f"failed {reason}")
-    if job is not None:
-        return 0 if _clean_up(plan, job) else 1
-    if plan.cgroup:
-        contain.remove_cgroup(plan.cgroup)
-    limits.remove(plan.limit_groups)
+    jobend.remove_groups(plan)
     return 0
-
-
-def _wait_for(job: int):
-    """Reap children until the job's leader has exited; its wait status and rusage (None, None: it
-    is no child of this process any more, its status unknown). As a subreaper the monitor also gets
-    the job's orphans, which are reaped here as they end."""
-    while True:
-        try:
-            pid, status, rusage = os.wait4(-1, 0)
-        except ChildProcessError:
-            return None, None
-        except InterruptedError:
-            continue
-        if pid == job:
-            return status, rusage
-
-
-def _clean_up(plan: Plan, job: int) -> bool:
-    """End what the job left running: TERM, then KILL after kill_grace (onite.exec.contain). Its cgroup,
-    its process group, and (as a subreaper) every descendant of this monitor are the job's. False if
-    something of it could not be ended."""
-    contained = plan.contain != contain.OFF
-
-    def alive() -> bool:
-        children = _reap()
-        if plan.cgroup and contain.is_populated(plan.cgroup):
-            return True
-        if contained and children:  # a subreaper's descendants all come back to it as orphans
-            return True
-        return contain.group_alive(job)
-
-    def send(sig: int) -> None:
-        contain.signal_group(job, sig)
-        if plan.cgroup:
-            if sig == signal.SIGKILL:
-                contain.kill_cgroup(plan.cgroup)
-            else:
-                contain.signal_cgroup(plan.cgroup, sig)
-        if contained:
-            for pid in contain.descendants(os.getpid()):
-                contain.signal_pid(pid, sig)
-
-    left = False
-    if alive():
-        send(signal.SIGTERM)
-        deadline = time.monotonic() + plan.kill_grace
-        while alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        tries = 0
-        while alive() and tries < 500:  # a fork bomb is caught on a later round
-            send(signal.SIGKILL)
-            time.sleep(0.01)
-            tries += 1
-        left = alive()
-    if plan.cgroup:
-        contain.remove_cgroup(plan.cgroup)
-    limits.remove(plan.limit_groups)
-    return not left
-
-
-def _reap() -> bool:
-    """Reap every child that has exited; True if children remain."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        if pid == 0:
-            return True
 
 
 # ---- talking to the record and the driver ------------------------------------------

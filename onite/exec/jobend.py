@@ -1,0 +1,151 @@
+"""How a job's monitor waits for the job's end and ends what the job left running.
+
+The job's leader is waited for without being reaped (``wait_for``): until it is, its zombie keeps its
+pid, process group and session, so signals to the group by that number reach only the job's
+processes; it is reaped once what it left is ended (or at once, when nothing was left). Its other
+processes come back to the monitor (a subreaper) as orphans and are reaped as they end.
+
+Runs after fork, in the monitor (onite.exec.monitor): imports only os, signal, time and onite's
+exec modules loaded before the fork (tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import TYPE_CHECKING
+
+from onite.exec import contain, limits, pids
+
+if TYPE_CHECKING:
+    from onite.exec.monitor import Plan
+
+
+def remove_groups(plan: Plan) -> None:
+    """Remove the run's emptied cgroups."""
+    if plan.cgroup:
+        contain.remove_cgroup(plan.cgroup)
+    limits.remove(plan.limit_groups)
+
+
+def wait_for(job: int):
+    """Reap the job's orphans (this monitor is their subreaper) until its leader has exited; the
+    leader's siginfo, the leader left unreaped (None: it is no child of this process any more).
+
+    Until it is reaped, the leader is a zombie that keeps its pid, its process group and its
+    session: no other process can be given that number, so the clean-up's signals to the group
+    reach only the job's processes. Reaped at once, its pid was free for the next job started
+    (another user's), which the clean-up then killed (found by an audit, 2026-11-24)."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            return None
+        except InterruptedError:
+            continue
+        if info is None:
+            continue
+        if info.si_pid == job:
+            return info
+        try:
+            os.waitpid(info.si_pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def wait_status(info) -> int:
+    """The wait status (as ``waitpid`` gives it) that a waitid siginfo describes."""
+    if info.si_code == os.CLD_EXITED:
+        return (info.si_status & 0xFF) << 8
+    if info.si_code == os.CLD_DUMPED:
+        return (info.si_status & 0x7F) | 0x80
+    return info.si_status & 0x7F
+
+
+def reap_leader(job: int):
+    """Reap the job's leader (a zombie by now); its rusage, or None if it is gone already."""
+    while True:
+        try:
+            return os.wait4(job, 0)[2]
+        except ChildProcessError:
+            return None
+        except InterruptedError:
+            continue
+
+
+def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
+    """Is anything of the job still running besides its leader's zombie (which is never reaped here)?
+    Its cgroup, its other children (as a subreaper, every descendant comes back to this monitor as an
+    orphan), and without containment its process group, looked at only while ``pinned`` (the leader
+    is unreaped: its number is still the job's)."""
+    children = reap_others(job)
+    if plan.cgroup and contain.is_populated(plan.cgroup):  # a zombie is in no cgroup
+        return True
+    if plan.contain != contain.OFF:
+        return children
+    return pinned and pids.group_has_others(job, job)
+
+
+def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
+    """End what the job left running: TERM, then KILL after kill_grace (onite.exec.contain). Its cgroup,
+    its process group (only while ``pinned``: its leader is an unreaped zombie, ``_wait_for``), and (as
+    a subreaper) every descendant of this monitor are the job's. False if something of it could not
+    be ended."""
+    def alive() -> bool:
+        return left_running(plan, job, pinned=pinned)
+
+    left = False
+    if alive():
+        signal_all(plan, job, signal.SIGTERM, pinned=pinned)
+        deadline = time.monotonic() + plan.kill_grace
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        tries = 0
+        while alive() and tries < 500:  # a fork bomb is caught on a later round
+            signal_all(plan, job, signal.SIGKILL, pinned=pinned)
+            time.sleep(0.01)
+            tries += 1
+        left = alive()
+    remove_groups(plan)
+    return not left
+
+
+def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
+    """Send ``sig`` to everything of the job: its process group (only while ``pinned``: the leader,
+    alive or an unreaped zombie, keeps that number the job's), its cgroup and (as a subreaper) every
+    descendant of this monitor, each checked to be the process that was listed
+    (onite.exec.pids.signal_exact)."""
+    if pinned:
+        contain.signal_group(job, sig)
+    if plan.cgroup:
+        if sig == signal.SIGKILL:
+            contain.kill_cgroup(plan.cgroup)
+        else:
+            contain.signal_cgroup(plan.cgroup, sig)
+    if plan.contain != contain.OFF:
+        for pid, ticks in pids.descendants(os.getpid()):
+            pids.signal_exact(pid, ticks, sig)
+
+
+def reap_others(job: int) -> bool:
+    """Reap every child that has exited but the job's leader; True if another child remains."""
+    remain = False
+    for child in children():
+        if child == job:
+            continue
+        try:
+            pid, _ = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        remain = remain or pid == 0
+    return remain
+
+
+def children() -> list[int]:
+    """This process's children (zombies included), from /proc."""
+    pid = os.getpid()
+    try:
+        return [int(word) for word in contain.read_head(f"/proc/{pid}/task/{pid}/children", 1 << 16).split()]
+    except (OSError, ValueError):
+        return [child for child, _ in pids.descendants(pid) if pids.parent_of(child) == pid]
