@@ -50,7 +50,7 @@ def start_one(i: int, cont: contain.Containment, lim: limits.Limiter, null: int)
                     uid=None, gid=None, groups=(), script_fd=script, stdout_fd=null, stderr_fd=None,
                     record_fd=null, record_path="", notify_fd=null, lock_fd=None, cgroup=cgroup,
                     contain=cont.kind, kill_grace=1.0, limit_groups=groups,
-                    limit_steps=lim.steps(run_id, cgroup, None, None), usage_reads=lim.reads(run_id, cgroup))
+                    limit_steps=lim.steps(run_id, cgroup, None), usage_reads=lim.reads(run_id, cgroup))
         if cgroup:
             contain.make_cgroup(cgroup)
         limits.apply(plan.limit_steps)

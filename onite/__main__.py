@@ -8,20 +8,37 @@ its traceback.
 
 from __future__ import annotations
 
+import io  # loaded with the interpreter: sys.stdout is one of its objects
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None:
+        _watch_stdout()
+    code = _main(args, argv is None)
+    try:  # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
+        sys.stdout.flush()
+    except BrokenPipeError as err:
+        return _reader_gone(err) or code  # the command's own failure, if it had one, stands
+    except OutputFailure as err:
+        failed = _output_failed(err)
+        return code or failed
+    except ValueError:  # closed: nothing left to write
+        pass
+    return code
+
+
+def _main(args: list[str], as_program: bool) -> int:
     _defer_import("inspect")
-    from onite.core.errors import EXIT_FAILURE, EXIT_USAGE, OniteError
+    from onite.core.errors import EXIT_USAGE, OniteError
 
     try:
         from onite.cli.fastcli import is_short, run
 
         code = run(args)  # submit, find, list --json and run without typer's start-up, when well-formed (onite.cli.fastcli)
         if code is not None:
-            if argv is None and is_short(args):
+            if as_program and is_short(args):
                 _leave_now(code)
             return code
         return _dispatch(args)
@@ -31,22 +48,36 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("onite: interrupted")
         return 130
-    except BrokenPipeError:
-        _quiet_stdout()
-        return 0
-    except OSError as err:
-        if not _is_output_failure(err):
-            raise  # a bug: it keeps its traceback
-        _quiet_stdout()
-        notes = "".join(f"; {note}" for note in getattr(err, "__notes__", ()))  # what the lost output said
-        _say(f"onite: cannot write its output: {err.strerror or err}{notes} — {_output_hint(err)}")
-        return EXIT_FAILURE
+    except BrokenPipeError as err:
+        return _reader_gone(err)
+    except OutputFailure as err:
+        return _output_failed(err)
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
 
 
+def _reader_gone(err: OSError) -> int:
+    """Standard output's reader went away (onite list | head): its choice, not a failure; 0."""
+    _quiet_stdout()
+    for note in getattr(err, "__notes__", ()):  # what it did not hear: a submit's job is spooled all the same
+        _say(f"onite: its output's reader went away before it read: {note}")
+    return 0
+
+
+def _output_failed(err: OutputFailure) -> int:
+    """Standard output cannot be written (a full disk under it): one line on stderr; EXIT_FAILURE."""
+    from onite.core.errors import EXIT_FAILURE
+
+    _quiet_stdout()
+    notes = "".join(f"; {note}" for note in getattr(err, "__notes__", ()))  # what the lost output said
+    _say(f"onite: cannot write its output: {err.strerror or err}{notes} — {_output_hint(err)}")
+    return EXIT_FAILURE
+
+
 def _dispatch(args: list[str]) -> int:
+    import errno
+
     import typer
 
     import os
@@ -65,6 +96,11 @@ def _dispatch(args: list[str]) -> int:
         result = command.main(args=args, prog_name="onite", standalone_mode=False)
     except typer.Exit as exit_:
         return exit_.exit_code
+    except SystemExit as exit_:  # typer turns a broken pipe into exit 1: it is the reader's choice, as elsewhere
+        cause = exit_.__context__
+        if isinstance(cause, OSError) and cause.errno == errno.EPIPE:
+            return _reader_gone(cause)
+        raise
     except typer.Abort:
         _say("onite: aborted — nothing was changed")
         return 1
@@ -138,15 +174,33 @@ def _leave_now(code: int) -> None:
     os._exit(code)
 
 
-def _is_output_failure(err: OSError) -> bool:
-    """Whether ``err`` is what writing to standard output raises where it is redirected to a full disk,
-    a quota or a failing device. onite's own files are opened by name, and their errors name the
-    file (the spool's are SpoolIOErrors); one of these errors that names no file and reaches here
-    came from writing a stream."""
-    import errno
+class OutputFailure(OSError):
+    """Standard output could not be written: a full disk, a quota, a failing device under it."""
 
-    return type(err) is OSError and err.filename is None and err.errno in (
-        errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+class _StdoutFile(io.FileIO):
+    """Standard output's file descriptor, whose failed writes say they are output failures."""
+
+    def write(self, data):
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise OutputFailure(err.errno, err.strerror) from None
+
+
+def _watch_stdout() -> None:
+    """Have a failed write to standard output raise OutputFailure (with its errno), so that ``main``
+    tells it by where it happened, never by its errno alone: a full disk under the spool must not be
+    reported as output that could not be written. A reader gone (EPIPE) stays a BrokenPipeError."""
+    stream = sys.stdout
+    try:
+        raw = _StdoutFile(stream.fileno(), "w", closefd=False)
+    except (AttributeError, ValueError, OSError):  # no stdout, or not a file descriptor: left as it is
+        return
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
+                                  line_buffering=stream.line_buffering, write_through=stream.write_through)
 
 
 def _output_hint(err: OSError) -> str:

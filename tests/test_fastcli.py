@@ -20,7 +20,7 @@ import pytest
 
 import onite.__main__
 import onite.cli.fastcli
-from conftest import run_cli, set_config
+from conftest import REPO, drain, run_cli, set_config
 from onite.core.jobfile import decode
 
 FAST_ONLY = 77  # exit code of a child where the fast path declined and typer was called
@@ -272,14 +272,16 @@ def test_the_fast_paths_tables_are_typers_options(command):
             assert any(t == (name, False, limits) for t in typer_side.values()), f"onite {command} --{name}"
 
 
-def _as_program(argv: list[str], spool, *, stdin: bytes = b"", stdout=None):
+def _as_program(argv: list[str], spool, *, stdin: bytes = b"", stdout=None, unbuffered: bool = False):
     """``python -m onite ARGV`` as a user runs it, with an atexit hook that says whether Python's own
-    exit ran (it does not after a short command of the fast path: onite.__main__._leave_now)."""
+    exit ran (it does not after a short command of the fast path: onite.__main__._leave_now).
+    Standard output is buffered, as a user's is, unless ``unbuffered`` (PYTHONUNBUFFERED)."""
     import subprocess
 
     probe = ("import atexit, sys; atexit.register(lambda: sys.stderr.write('python exit ran\\n'));"
              "sys.argv[0] = 'onite'; from onite.__main__ import main; sys.exit(main())")
-    env = dict(os.environ, ONITE_SPOOL=str(spool))
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    env.update(ONITE_SPOOL=str(spool), **({"PYTHONUNBUFFERED": "1"} if unbuffered else {}))
     return subprocess.run([sys.executable, "-c", probe, *argv], input=stdin, env=env, check=False,
                           stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -303,15 +305,34 @@ def test_a_short_command_ends_without_pythons_exit_and_nothing_it_wrote_is_lost(
         assert b"python exit ran" in other.stderr, (argv, other.stderr)  # typer, a driver, an error
 
 
+@pytest.mark.parametrize("argv", [["submit", "gone", "--unique"], ["submit", "gone", "--unique", "-q"]])
+def test_a_submit_whose_reader_went_away_says_on_stderr_what_it_spooled(spool, argv):
+    """``onite submit --unique | (a reader that quits at once)``: the reader's choice, exit 0 as for
+    ``onite list | head``, but the job is spooled and its name, lost with stdout, is said on stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = _as_program(argv, spool, stdin=b"true\n", stdout=write)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Traceback" not in done.stderr.decode(), done.stderr
+    found = re.search(r"^onite: its output's reader went away before it read: the job is spooled as (gone-\w+)$",
+                      done.stderr.decode(), re.M)
+    assert found, done.stderr
+    assert run_cli(["find", found.group(1)]).code == 0
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to fill standard output")
 @pytest.mark.parametrize("argv", [["submit", "full", "--unique"], ["submit", "full", "--unique", "-q"],
                                   ["submit", "many", "--lines", "-q"], ["list", "--json"], ["list"], ["status"],
                                   ["--help"]])
-def test_output_that_cannot_be_written_is_one_line_and_the_job_is_kept(spool, argv):
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_output_that_cannot_be_written_is_one_line_and_the_job_is_kept(spool, argv, unbuffered):
     """Standard output redirected to a full disk: one line that says so, exit 4, no traceback; a
-    submit's job is spooled all the same, and that line names it (with -q nothing else does)."""
+    submit's job is spooled all the same, and that line names it (with -q nothing else does). Whether
+    the output is written as it goes (PYTHONUNBUFFERED) or when the command ends (a user's default)."""
     with open("/dev/full", "wb") as full:
-        done = _as_program(argv, spool, stdin=b"true\n", stdout=full)
+        done = _as_program(argv, spool, stdin=b"true\n", stdout=full, unbuffered=unbuffered)
     last = [line for line in done.stderr.decode().splitlines() if line != "python exit ran"][-1]
     assert done.returncode == 4 and "Traceback" not in done.stderr.decode(), done.stderr
     if argv[0] != "submit":
@@ -321,3 +342,20 @@ def test_output_that_cannot_be_written_is_one_line_and_the_job_is_kept(spool, ar
     found = re.match(r"onite: cannot write its output: No space left on device" + said, last)
     assert found, last
     assert run_cli(["find", found.group(1)]).code == 0
+
+
+def test_a_reader_that_stops_early_is_no_failure_whichever_command_it_reads(spool):
+    """``onite output NAME | head -1`` (typer's own handling of a broken pipe exits 1) exits 0, as
+    ``onite list | head`` does: the reader chose to stop."""
+    import subprocess
+
+    assert run_cli(["submit", "big"], stdin=b"seq 1 300000\n").code == 0
+    assert drain(spool).returncode == 0
+    for argv in (["output", "big"], ["list", "--all"], ["log", "-n", "1000"]):
+        proc = subprocess.Popen([sys.executable, "-m", "onite", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {
+                                    "ONITE_SPOOL": str(spool), "PYTHONPATH": str(REPO)})
+        proc.stdout.readline()
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and b"Traceback" not in err, (argv, proc.returncode, err)

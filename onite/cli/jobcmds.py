@@ -181,6 +181,7 @@ def cancel_each(target, names: list[str], matched: list[str]) -> int:
     """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that
     ended or started since it was matched is said and skipped; any other error stops here."""
     from onite.app.control import await_cancel, cancel as cancel_job
+    from onite.core.safetext import printable
 
     done = 0
     for name in names:
@@ -193,7 +194,7 @@ def cancel_each(target, names: list[str], matched: list[str]) -> int:
             continue
         if report.action == "requested":
             report = await_cancel(target, report)
-        print(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else ""))
+        print(printable(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else "")))  # a reason may quote a path
         done += 1
     return done
 

@@ -133,7 +133,9 @@ def wait_command(names: list[str], timeout: str | None, spool: str | None, *, as
         waited = waiting.wait_jobs(target, names, timeout=limit, announce=announce)
     else:
         waited = waiting.wait_drains(target, timeout=limit, announce=announce)
-    print(waiting.wait_json(target, waited) if as_json else "\n".join(waited.lines() if names else [waited.summary()]))
+    lines = waited.lines() if names else [waited.summary()]
+    # a reason may quote a path a user chose (its directory): escaped, as list and report do
+    print(waiting.wait_json(target, waited) if as_json else "\n".join(printable(line) for line in lines))
     return waited.exit_code
 
 
