@@ -132,7 +132,8 @@ def test_a_queued_job_root_cancels_by_day_is_told_and_logged(spool, notices, cli
     assert noticed(notices) == ["theirs"]  # the notice is sent before cancel returns
     told = json.loads((notices.dir / "theirs.json").read_text())
     assert (told["user"], told["state"], told["reason"]) == ("nobody", "cancelled", "cancelled by root")
-    assert [line.split()[:2] for line in events(spool, "cancelled")] == [["theirs", "by=root"], ["quiet", "by=root"]]
+    assert [line.split()[:3] for line in events(spool, "cancelled")] == [["theirs", "user=nobody", "by=root"],
+                                                                         ["quiet", "user=nobody", "by=root"]]
 
 
 def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):

@@ -183,11 +183,13 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
 
     log = ActivityLog(spool.log_path, default_host(spool.config))
     try:
-        log.event("cancelled", name, by=by, was="queued", note=filed.note or None)
-        if filed.result is not None:
-            notifier = Notifier(spool, log)
-            notifier.notify(filed.result, filed.job, spool.config)  # nothing, unless the result calls for one
-            notifier.finish()
+        if filed.result is None:  # not filed over another user's kept result: refused, not this job's end
+            log.event("refused", name, owner=by, reason=filed.note)
+            return
+        log.event("cancelled", name, user=filed.result.user, by=by, was="queued")
+        notifier = Notifier(spool, log)
+        notifier.notify(filed.result, filed.job, spool.config)  # nothing, unless the result calls for one
+        notifier.finish()
     finally:
         log.close()
 
@@ -262,7 +264,8 @@ def _release(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
             continue
         if is_held(mode):  # held the old way: the mode is the flag
             _chmod_job(entry, job_mode(False), "releasing")
-    if any(is_held(e.mode) for e in find_queued(spool, name)):
+    mine = {(e.rank, e.uid) for e in entries}  # a namesake of another user's, held or not, is not this job
+    if any(is_held(e.mode) for e in find_queued(spool, name) if (e.rank, e.uid) in mine):
         raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
 
 

@@ -72,18 +72,20 @@ def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | No
 
 
 def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
-                    host: str) -> dict[str, tuple[str, str]]:
-    """``name → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, mode)``)
+                    host: str) -> dict[tuple[str, int], tuple[str, str]]:
+    """``(name, uid) → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, mode)``)
     whose files ``euid`` may read (root: all), as ``onite status`` decides them (onite.drain.verdicts.waiting_jobs,
     over queue.evaluate): ``("", "")`` for one that may start now; another user's held job is held.
+    By owner too: another user's namesake's reason is never this job's.
 
     Raises:
         SpoolIOError: a folder cannot be listed.
     """
-    found = {row["name"]: (row["kind"], row["reason"]) for row in waiting_jobs(spool, head, now, euid=euid, host=host)}
+    found = {(row["name"], row["uid"]): (row["kind"], row["reason"])
+             for row in waiting_jobs(spool, head, now, euid=euid, host=host)}
     for _, _, name, uid, _ in head:
-        if name not in found and owner_or_root(euid, uid):
-            found[name] = ("", "")
+        if (name, uid) not in found and owner_or_root(euid, uid):
+            found[(name, uid)] = ("", "")
     return found
 
 
@@ -96,7 +98,7 @@ class _Why:
 
     def __init__(self, spool: SpoolDir, rows: list[tuple[int, int, str, int, int]], now: datetime | None,
                  euid: int | None) -> None:
-        self.known: dict[str, tuple[str, str]] = {}
+        self.known: dict[tuple[str, int], tuple[str, str]] = {}
         if now is None:
             self.off = True
             return
@@ -111,7 +113,7 @@ class _Why:
     def __call__(self, name: str, uid: int, mode: int) -> dict:
         if self.off:
             return self.UNKNOWN
-        found = self.known.get(name)
+        found = self.known.get((name, uid))
         if found is not None:
             return {"waiting": found[1], "waiting_kind": found[0]}
         return self.HELD if is_held(mode) else self.UNKNOWN

@@ -239,8 +239,12 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     damaged: list[str] = []
     results = [r for r in read_results(spool, damaged) if inside(r.finished) or inside(r.started)]
     recorded = {r.name for r in results}
+    recorded_runs = {(r.name, r.user) for r in results}
     views = [result_view(r) for r in results if wanted(r.user)]
-    pruned = [log_view(final, told.starts.get(name)) for name, final in told.finals.items() if name not in recorded]
+    # a job the log tells of and no record does: by name and owner; a final line naming no owner
+    # (an older onite's) by name alone
+    pruned = [log_view(final, told.starts.get(key)) for key, final in told.finals.items()
+              if key not in recorded_runs and (key[1] or key[0] not in recorded)]
     pruned = [view for view in pruned if wanted(view.user)]
     jobs = views + pruned
     jobs.sort(key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
@@ -350,7 +354,8 @@ def never_ran(job: JobView, told) -> bool:
         return True
     if job.exit_code is not None or job.signal is not None:
         return False
-    final, start = told.finals.get(job.name), told.starts.get(job.name)
+    final = told.finals.get((job.name, job.user)) or told.finals.get((job.name, ""))
+    start = told.starts.get((job.name, job.user))
     return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
 
 

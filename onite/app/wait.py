@@ -68,6 +68,7 @@ class Seen:
     live: str | None  # "queued", "held" or "running": still to finish; None: neither
     result: Result | None = None  # its latest result record (read only when asked or not live)
     withdrawn: JobView | None = None  # cancelled while queued, not yet filed by a driver
+    owner: int | None = None  # the uid of its queued or running file, while live
 
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
@@ -82,13 +83,15 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
         DamagedRecord: its result record is damaged (the waiter cannot tell how it ended).
     """
     queued = find_queued(spool, name)
-    live = None
+    live, owner = None, None
     if queued:
-        live = "held" if all(is_held(e.mode) for e in queued) else "queued"
-    elif find_running(spool, name):
-        live = "running"
+        live, owner = "held" if all(is_held(e.mode) for e in queued) else "queued", queued[0].uid
+    else:
+        running = find_running(spool, name)
+        if running:
+            live, owner = "running", running[0].uid
     if live and not with_result:
-        return Seen(name, live)
+        return Seen(name, live, owner=owner)
     withdrawn = None
     if not live:
         pending = [e for e in withdrawn_entries(spool) if e.name == name]
@@ -98,7 +101,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
             user = user_name(entry.uid)
             withdrawn = JobView(name=name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
                                 submitted=when, finished=when, reason=f"cancelled by {user}")
-    return Seen(name, live, read_result(spool, name), withdrawn)
+    return Seen(name, live, read_result(spool, name), withdrawn, owner)
 
 
 # ---- deciding (pure) -----------------------------------------------------------------------
@@ -113,6 +116,7 @@ class Watch:
     seen_live: bool = False
     gone: int = 0  # looks in a row that found it nowhere, with no new record
     live: str | None = None  # where it was at the last look
+    owner: int | None = None  # whose job it was when last seen live
 
 
 @dataclass(frozen=True)
@@ -142,12 +146,16 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     """The next Watch and, once the job has finished, its Final (else PENDING)."""
     if seen.live:
         stale = record_key(seen.result) if not watch.seen_live else watch.stale
-        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
+        owner = seen.owner if seen.owner is not None else watch.owner
+        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live, owner=owner), PENDING
     candidates: list[tuple[datetime, Final]] = []
     if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
         view = result_view(seen.result)
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
-    if seen.withdrawn is not None:
+    # cancel/ is anyone's to write: a withdrawal counts only as the job's owner's (the one seen live,
+    # else the one its record names), or another user could "cancel" a job that is done
+    owner = watch.owner if watch.owner is not None else seen.result.uid if seen.result is not None else None
+    if seen.withdrawn is not None and (owner is None or seen.withdrawn.uid == owner):
         candidates.append((seen.withdrawn.finished, Final(seen.name, "cancelled", seen.withdrawn,
                                                             seen.withdrawn.reason)))
     if candidates:

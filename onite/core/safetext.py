@@ -15,9 +15,12 @@ from __future__ import annotations
 import re
 
 # C0 controls, DEL, C1 controls, and the Unicode line and paragraph separators (a terminal or a
-# log reader may break a line at them), plus the bidirectional overrides that reorder what is shown,
-# and lone surrogates (a file name's bytes that are not UTF-8: no terminal can be sent one).
-UNSAFE_CHARS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+# log reader may break a line at them), plus the bidirectional overrides and marks that reorder what
+# is shown, the invisible ones that hide a difference (zero-width spaces and joiners, the word
+# joiner, the byte-order mark), and lone surrogates (a file name's bytes that are not UTF-8: no
+# terminal can be sent one).
+UNSAFE_CHARS = ("\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060\u2066-\u2069"
+                "\ufeff\ud800-\udfff")
 UNSAFE = f"[{UNSAFE_CHARS}]"  # compiled on first use (re caches it): most text needs no spelling
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
 

@@ -80,12 +80,16 @@ class CancelInbox:
         self._honour(entry, requester)
 
     def _filed(self, name: str, requester: str, filed: Filed) -> None:
-        """A queued job filed as cancelled: count, log, tell its owner."""
+        """A queued job filed as cancelled: count, log, tell its owner. One that was not filed (it would
+        have replaced another user's kept result) is refused, and logged so: a ``cancelled`` line
+        would stand for that user's job in the morning report."""
         d = self.d
+        if filed.result is None:
+            d.log.event("refused", name, owner=requester, reason=filed.note)
+            return
         d.counts["cancelled"] += 1
-        d.log.event("cancelled", name, by=requester, was="queued", note=filed.note or None)
-        if filed.result is not None:
-            d.notifier.notify(filed.result, filed.job, d.config)
+        d.log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
+        d.notifier.notify(filed.result, filed.job, d.config)
 
     def _honour(self, request: Entry, requester: str) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""

@@ -137,8 +137,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
         job, priority, urgent, submitted = None, rank or 0, rank == 0, now
     if not may_replace_result(spool, name, st.st_uid):
-        target = spool.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
-        move_file(staged, target, "setting aside a cancelled job")
+        move_file(staged, spool.refused_path(name, now), "setting aside a cancelled job")
         return Filed(None, job, f"not filed over the kept result of another user's {name} (kept in refused/)")
     result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED,
                           reason=f"cancelled by {by}", host="", now=now, priority=priority, urgent=urgent,

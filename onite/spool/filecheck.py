@@ -71,11 +71,13 @@ def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid:
     return ""
 
 
-def read_job_file(path: Path, max_size: int) -> tuple[Job, os.stat_result]:
+def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
     """Open ``path`` without following a symlink and decode it; the stat is of the open file.
+    ``one_link``: refuse a file with a second hard link (a reader that shows what it reads: links
+    cost a user nothing, and would have root read and decode one large file over and over).
 
     Raises:
-        BadFile: not a regular file, a symlink, or too large.
+        BadFile: not a regular file, a symlink, too large, or (``one_link``) a hard link.
         JobFormatError: not a job file.
         OSError: it vanished or cannot be read.
     """
@@ -90,6 +92,8 @@ def read_job_file(path: Path, max_size: int) -> tuple[Job, os.stat_result]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadFile("not a regular file")
+        if one_link and st.st_nlink != 1:
+            raise BadFile("a hard link, not a job file")
         data = read_up_to(fd, max_size + SLACK)
         if len(data) > max_size + SLACK:
             raise BadFile("larger than max_job_size")
