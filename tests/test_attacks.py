@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, nobody, result, run_cli, set_config,
-                      wait_for)
+                      start_driver, wait_for)
 from onite.core.job import Job
 from onite.core.jobfile import encode
 
@@ -253,19 +253,24 @@ def test_a_forged_cancel_never_replaces_another_users_result(spool, workdir):
     assert drain(spool).returncode == 0
     assert result(spool, "vjob") == before  # root's done job is still done
     assert result(spool, "dependent")["state"] == "done" and (workdir / "dependent-ran").exists()
-    [line] = [line for line in log_lines(spool) if " cancelled vjob " in line]
-    assert "not filed over" in line
+    assert not any(" cancelled vjob " in line for line in log_lines(spool))  # no end of root's job: a refusal
+    [line] = [line for line in log_lines(spool) if " refused vjob " in line]
+    assert "not filed over" in line and "owner=nobody" in line
 
 
 # ---- 8. a namesake planted elsewhere blocks nothing -------------------------------------------
 
 
-def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spool):
-    """``daemon`` holds and cancels its own job while ``nobody`` has planted one of the same name at P1."""
+@pytest.mark.parametrize("mode", [0o600, 0o400], ids=["queued", "held-the-old-way"])
+def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spool, mode):
+    """``daemon`` holds and cancels its own job while ``nobody`` has planted one of the same name at P1
+    (held the old way, by its mode, or not: neither is daemon's hold)."""
     submit("mine", "true\n", "--hold", user="daemon")
-    plant(spool / "jobs" / "P1" / "mine", job_file("mine", "/tmp"))
+    plant(spool / "jobs" / "P1" / "mine", job_file("mine", "/tmp"), mode=mode)
     r = run_cli(["release", "mine"], user="daemon", cwd="/tmp")
     assert r.code == 0, r
+    [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "mine" and j["user"] == "daemon"]
+    assert listed["waiting"] != "held", listed  # nobody's namesake's reason is not daemon's job's
     r = run_cli(["cancel", "mine"], user="daemon", cwd="/tmp")
     assert r.code == 0 and "cancelled" in r.out, r
     assert (spool / "jobs" / "P1" / "mine").exists()  # nobody's own file: not daemon's to touch
@@ -433,3 +438,250 @@ def test_a_namesake_is_not_claimed_over_a_run_that_ended_and_is_not_filed(spool)
     driver.picker.unfiled.discard("twin")
     picked = driver.picker.pick()
     assert picked is not None and picked[0].name == "twin"
+
+
+# ---- 12. a name is one job's at a time: a namesake planted by hand takes nothing ------------------
+#
+# onite submit refuses a name that is queued or running; a file written straight into a queue
+# folder is not refused by it. Each attack below worked before the driver checked namesakes too
+# (found by an audit, 2026-11-24): ``nobody`` plants a job under a name ``daemon``'s job holds.
+
+
+def _gated(gate: Path, end: str) -> str:
+    """A job text that waits for ``gate`` to exist, then ends with ``end``."""
+    return f"while [ ! -e {gate} ]; do sleep 0.05; done\n{end}\n"
+
+
+def _refused_as(spool: Path, name: str, owner: str) -> list[str]:
+    return [line for line in log_lines(spool) if f" refused {name} " in line and f"owner={owner}" in line]
+
+
+def test_a_namesake_planted_while_a_job_runs_takes_neither_its_retry_nor_its_result(spool, workdir):
+    set_config(spool, retry_delay="0.05")
+    gate = workdir / "gate"
+    submit("victim", f"[ -e {workdir}/tried ] && exit 0; touch {workdir}/tried\n" + _gated(gate, "exit 1"),
+           "--retries", "1", user="daemon")
+    driver = start_driver(spool)
+    wait_for((workdir / "tried").exists, what="the first attempt")
+    plant(spool / "jobs" / "P4" / "victim", job_file("victim", "/tmp", b"id > /tmp/nobody-ran\n"))
+    gate.touch()
+    assert driver.wait(timeout=120) == 0
+    res = result(spool, "victim")
+    assert (res["user"], res["state"], res["attempt"]) == ("daemon", "done", 2), res
+    assert _refused_as(spool, "victim", "nobody"), log_lines(spool)
+    assert not any(" retry-skipped victim " in line for line in log_lines(spool))
+
+
+def test_a_namesake_planted_while_a_job_runs_cannot_let_what_waits_for_it_run(spool, workdir):
+    """``deploy --after build``: build fails, so deploy must never run, whatever ``nobody`` plants."""
+    gate = workdir / "gate"
+    submit("build", _gated(gate, "exit 1"), user="daemon")
+    submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", user="daemon")
+    driver = start_driver(spool)
+    wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
+    plant(spool / "jobs" / "P7" / "build", job_file("build", "/tmp"))
+    gate.touch()
+    assert driver.wait(timeout=120) == 0
+    assert result(spool, "build")["user"] == "daemon" and result(spool, "build")["state"] == "failed"
+    assert result(spool, "deploy")["state"] == "failed" and not (workdir / "deployed").exists()
+    assert _refused_as(spool, "build", "nobody"), log_lines(spool)
+
+
+def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):
+    """The job that got its place first (the kernel's ctime) keeps the name, even behind a namesake
+    planted at a higher priority."""
+    submit("early", "true\n", user="daemon")
+    time.sleep(0.01)  # a later ctime than daemon's job (the clock tick is far finer)
+    plant(spool / "jobs" / "P1" / "early", job_file("early", "/tmp"))
+    assert drain(spool).returncode == 0
+    assert result(spool, "early")["user"] == "daemon"
+    assert _refused_as(spool, "early", "nobody"), log_lines(spool)
+    assert not any(" start early " in line and "user=nobody" in line for line in log_lines(spool))
+
+
+def test_recovery_reruns_a_claim_whatever_namesake_is_queued_beside_it(spool, workdir):
+    """A dead driver's claim is requeued; a namesake of another user's is no retry of it."""
+    from conftest import kill_driver_mid_job
+
+    kill_driver_mid_job(spool, workdir, "lost", machine_dies=True)
+    plant(spool / "jobs" / "P7" / "lost", job_file("lost", "/tmp"))
+    assert drain(spool).returncode == 0
+    assert any(" recovered lost " in line and "requeued" in line for line in log_lines(spool)), log_lines(spool)
+    res = result(spool, "lost")
+    assert (res["user"], res["state"]) == ("root", "done"), res
+    assert _refused_as(spool, "lost", "nobody"), log_lines(spool)
+
+
+def test_a_recurring_jobs_run_name_is_its_owners(spool):
+    """The name of a recurring job's run is known in advance (TEMPLATE-YYYYMMDDTHHMM): planted first,
+    it would run as the fire and the fire would be skipped as spooled already."""
+    r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *"], stdin=b"true\n", user="daemon", cwd="/tmp")
+    assert r.code == 0, r
+    plant(spool / "jobs" / "P4" / "nightly-20990101T0300", job_file("nightly-20990101T0300", "/tmp"))
+    assert drain(spool).returncode == 0
+    assert _refused_as(spool, "nightly-20990101T0300", "nobody"), log_lines(spool)
+
+
+def test_a_retry_goes_back_to_the_folder_it_was_claimed_from(spool):
+    """The priority written inside a job file never moves it ahead: nor does its retry."""
+    job = Job(name="jumper", priority=1, retries=1, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
+              cwd=b"/tmp", env={b"PATH": b"/usr/bin:/bin"}, body=b"exit 1\n")
+    set_config(spool, retry_delay="0.05")
+    plant(spool / "jobs" / "P7" / "jumper", encode(job))
+    assert drain(spool).returncode == 0
+    starts = [line for line in log_lines(spool) if " start jumper " in line]
+    assert len(starts) == 2 and all("priority=7" in line for line in starts), starts
+    assert result(spool, "jumper")["priority"] == 7
+
+
+# ---- 13. what is read back in the morning says whose job it was ----------------------------------
+
+
+def test_a_forged_withdrawal_never_stands_for_another_users_job_in_the_report(spool):
+    """``nobody`` drops a job file as cancel/backup@x after root's backup failed, and more to have
+    backup's record pruned: root's morning report must still say backup failed, not "cancelled by
+    nobody" (the refused withdrawal was once logged as backup's ``cancelled`` line)."""
+    set_config(spool, keep=2)
+    submit("backup", "echo disk full; exit 3\n")
+    assert drain(spool).returncode == 0
+    for name in ("backup", "junk1", "junk2", "junk3"):
+        plant(spool / "cancel" / f"{name}@x", job_file(name, "/tmp"))
+    assert drain(spool).returncode == 0
+    assert not (spool / "jobsdone" / "backup@result").exists()  # pruned: the report has the log only
+    assert not any(" cancelled backup " in line for line in log_lines(spool)), log_lines(spool)
+    jobs = json.loads(run_cli(["report", "--json"]).out)["jobs"]
+    assert [(j["user"], j["state"]) for j in jobs if j["name"] == "backup"] == [("root", "failed")], jobs
+
+
+def test_a_forged_withdrawal_never_makes_wait_say_a_done_job_was_cancelled(spool):
+    submit("build", "true\n", user="daemon")
+    assert drain(spool).returncode == 0
+    plant(spool / "cancel" / "build@forged", b"x\n")
+    r = run_cli(["wait", "build"], user="daemon", cwd="/tmp")
+    assert r.code == 0 and r.out.strip() == "build: done", r
+
+
+def test_wait_spells_out_the_escapes_of_a_path_a_user_chose(spool, world_tmp):
+    """A job whose directory is gone fails with a reason quoting that directory's name, which its
+    owner chose: ``onite wait`` prints it escaped, as list and report do."""
+    folder = world_tmp / "d\x1b]0;PWNED\x07\x1b[2Jx"
+    folder.mkdir()
+    os.chown(folder, nobody().pw_uid, nobody().pw_gid)
+    assert run_cli(["submit", "evil"], stdin=b"true\n", user="nobody", cwd=str(folder)).code == 0
+    folder.rmdir()
+    assert drain(spool).returncode == 0
+    r = run_cli(["wait", "evil"])
+    assert r.code == 5 and "\x1b" not in r.out and "\x07" not in r.out and "\\e]0;PWNED" in r.out, r
+
+
+def test_root_reads_no_hard_linked_file_to_say_why_a_job_waits(spool):
+    """``onite list``, ``status`` and ``recur list`` as root read the first queued files and every
+    template to say why each waits: a file with a second link (links cost a user nothing) is not
+    read, or one large file would be read and decoded once per link."""
+    queue, recur = spool / "jobs" / "P4", spool / "recur"
+    plant(queue / "big", job_file("big", "/tmp"))
+    template = job_file("tpl", "/tmp").replace(b"\nenv: ", b"\nrecur-every: 1d\nenv: ", 1)
+    plant(recur / "tpl", template)
+    assert as_user(lambda: [os.link(queue / "big", queue / f"big{i}") for i in range(3)]
+                   + [os.link(recur / "tpl", recur / "tpl2")])[0] == "ok"
+    listed = run_cli(["list"])
+    assert listed.code == 0 and listed.out.count("a hard link") == 4, listed
+    templates = run_cli(["recur", "list"])
+    assert templates.code == 0 and "a hard link" in templates.out, templates
+
+
+def test_a_jobs_leader_keeps_its_pid_until_what_it_left_is_ended(spool, workdir):
+    """The monitor ends what a job left running by signalling its process group, named by the
+    leader's pid. Reaped at once, that pid was free: a job that left a setsid'd child ignoring TERM
+    (so that the clean-up lasts kill_grace) and had the next pid handed out be its leader's got the
+    next job, another user's, started under that number and SIGKILLed (found by an audit,
+    2026-11-24). The leader now stays an unreaped zombie of its monitor's until the clean-up is done:
+    no other process can be given its pid meanwhile."""
+    set_config(spool, kill_grace="3s")
+    leader, straggler = workdir / "leader", workdir / "straggler"
+    body = (f"echo $$ > {leader}\n"
+            f"setsid sh -c 'trap \"\" TERM; echo $$ > {straggler}; sleep 30' &\n"
+            f"while [ ! -s {straggler} ]; do sleep 0.01; done\n")
+    submit("leaver", body, user="nobody")
+    submit("next", "true\n", user="daemon")
+    driver = start_driver(spool)
+    wait_for(lambda: (spool / "jobsdone" / "next@result").exists(), what="the next job to be filed")
+    pid = int(leader.read_text())
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[1].split()
+    assert fields[0] == b"Z", fields  # the leader: a zombie, its pid still taken
+    assert alive(int(straggler.read_text()))  # while what it left is still being ended
+    assert driver.wait(timeout=60) == 0
+    assert not alive(int(straggler.read_text()))
+    assert not os.path.exists(f"/proc/{pid}") or b"onite" not in open(f"/proc/{pid}/cmdline", "rb").read()
+    assert result(spool, "leaver")["state"] == "done" and result(spool, "next")["state"] == "done"
+
+
+# ---- 14. the name rules cannot be turned against another user's job ----------------------------
+#
+# A second audit (2026-11-24) raced them: submit announces a name by its temporary file before the
+# job file gets it, so a namesake put in another folder meanwhile got the earlier ctime.
+
+
+def test_a_submit_takes_its_job_back_if_a_namesake_got_there_first(spool):
+    """The race arranged in order: nobody's file is in P1 before daemon's job file gets the name
+    (daemon's check had found the name free). daemon's submit gives way, says so (exit 3), and leaves
+    nothing behind; the driver then runs nobody's file as nobody's own job, under nobody's name."""
+    from onite.spool.paths import SpoolDir
+
+    plant(spool / "jobs" / "P1" / "vic", job_file("vic", "/tmp"))
+    time.sleep(0.01)
+
+    def write_then_give_way():
+        from onite.app.submit import give_way
+
+        fd = os.open(spool / "jobs" / "P4" / "vic", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, job_file("vic", "/tmp"))
+        os.close(fd)
+        try:
+            give_way(SpoolDir(spool), ["vic"], [])
+        except Exception as err:  # noqa: BLE001 - its text goes back to the test
+            return str(err)
+        return "spooled"
+
+    said = as_user(write_then_give_way, "daemon")
+    assert said[0] == "ok" and "nobody's" in said[1] and "not spooled" in said[1], said
+    assert not (spool / "jobs" / "P4" / "vic").exists()
+
+
+def test_an_empty_file_in_recur_takes_no_jobs_name(spool):
+    """A job named like a recurring job's run (NAME-YYYYMMDDTHHMM) is refused only for a usable
+    template older than it, not for any file of that name in recur/; and then its owner is told."""
+    submit("backup-20261124T2000", "true\n", user="daemon")
+    plant(spool / "recur" / "backup", b"")
+    assert drain(spool).returncode == 0
+    assert result(spool, "backup-20261124T2000")["user"] == "daemon"
+    assert result(spool, "backup-20261124T2000")["state"] == "done"
+    r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    time.sleep(0.01)
+    submit("nightly-20261124T2000", "true\n", user="daemon")
+    assert drain(spool).returncode == 0
+    refused = result(spool, "nightly-20261124T2000")  # its owner finds it in the morning, and why
+    assert refused["user"] == "daemon" and refused["state"] == "failed", refused
+    assert "nobody's recurring job nightly" in refused["reason"], refused
+
+
+def test_a_recurring_jobs_run_keeps_its_name_against_an_earlier_namesake(spool):
+    """nobody puts a file under the name of daemon's recurring job's next run before the run is
+    spooled (the run's temporary file tells the name): the run is its template owner's all the same."""
+    r = run_cli(["recur", "add", "rt", "--cron", "0 3 * * *"], stdin=b"true\n", user="daemon", cwd="/tmp")
+    assert r.code == 0, r
+    name = "rt-20990101T0300"
+    plant(spool / "jobs" / "P7" / name, job_file(name, "/tmp"))
+    time.sleep(0.01)
+
+    def spool_the_run():
+        fd = os.open(spool / "jobs" / "P4" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, job_file(name, "/tmp"))
+        os.close(fd)
+
+    assert as_user(spool_the_run, "daemon")[0] == "ok"
+    assert drain(spool).returncode == 0
+    assert result(spool, name)["user"] == "daemon" and result(spool, name)["state"] == "done"
+    assert _refused_as(spool, name, "nobody"), log_lines(spool)

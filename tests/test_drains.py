@@ -138,4 +138,4 @@ def test_collect_reads_back_no_further_than_the_window(berlin_tz):
     assert found[0].when == at(22, 20) and found[-1].when == at(22, 22)
     assert min(e.when for e in read) >= at(21, 22)  # it stopped soon after the session's morning (less SKEW)
     told = dr.job_events(found, at(22, 20), at(22, 22))
-    assert sorted(told.finals) == ["j-vm-12-222000-0"]
+    assert sorted(told.finals) == [("j-vm-12-222000-0", "alice")]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, ROOT, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, ROOT, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
 STRACE = shutil.which("strace")
@@ -221,8 +221,11 @@ def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
     assert not reruns, reruns  # only the drivers died: every monitor kept its job's end
 
 
-@pytest.mark.skipif(not ROOT, reason="needs root to mount a small tmpfs as a full disk")
-def test_a_full_disk_starts_nothing_and_loses_nothing(world_tmp, workdir, monkeypatch):
+@pytest.fixture
+def small_disk(world_tmp, monkeypatch):
+    """A spool on a 2 MB tmpfs of its own (ONITE_SPOOL points at it), and that tmpfs: a disk to fill."""
+    if not ROOT:
+        pytest.skip("needs root to mount a small tmpfs as a full disk")
     mnt = world_tmp / "disk"
     mnt.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
@@ -234,27 +237,44 @@ def test_a_full_disk_starts_nothing_and_loses_nothing(world_tmp, workdir, monkey
 
         spool = init_spool_at(mnt / "spool")
         monkeypatch.setenv("ONITE_SPOOL", str(spool))
-        ledger = workdir / "ledger"
-        for i in range(20):
-            submit(f"j{i:02d}", f"echo 'j{i:02d} start' >> {ledger}\n", spool=spool)
-        filler = mnt / "filler"
-        with open(filler, "wb") as handle:
-            try:
-                while True:
-                    handle.write(b"\0" * 65536)
-                    handle.flush()
-            except OSError:
-                pass
-        proc = drain(spool)
-        assert proc.returncode == 4, proc.stderr
-        assert b"cannot record" in proc.stderr, proc.stderr
-        assert not ledger.exists() or not ledger.read_text()  # nothing ran
-        assert len([p for p in (spool / "jobs" / "P4").iterdir() if not p.name.startswith(".")]) == 20
-        filler.unlink()
-        settle(spool)
-        assert runs_of(ledger) == {f"j{i:02d}": 1 for i in range(20)}
+        yield mnt, spool
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_full_disk_starts_nothing_and_loses_nothing(small_disk, workdir):
+    mnt, spool = small_disk
+    ledger = workdir / "ledger"
+    for i in range(20):
+        submit(f"j{i:02d}", f"echo 'j{i:02d} start' >> {ledger}\n", spool=spool)
+    filler = mnt / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+    proc = drain(spool)
+    assert proc.returncode == 4, proc.stderr
+    assert b"cannot record" in proc.stderr, proc.stderr
+    assert not ledger.exists() or not ledger.read_text()  # nothing ran
+    assert len([p for p in (spool / "jobs" / "P4").iterdir() if not p.name.startswith(".")]) == 20
+    filler.unlink()
+    settle(spool)
+    assert runs_of(ledger) == {f"j{i:02d}": 1 for i in range(20)}
+
+
+def test_a_disk_a_job_fills_leaves_no_heartbeat_of_a_gone_driver(small_disk):
+    """A job fills the spool's disk with its output: the driver cannot record, and exits 4. Its last
+    heartbeat cannot be written either: it is removed, not left saying a gone driver drains."""
+    _, spool = small_disk
+    submit("filler", "head -c 4000000 /dev/zero\n", spool=spool)
+    submit("after", "true\n", spool=spool)
+    proc = drain(spool)
+    assert proc.returncode == 4, proc.stderr
+    beats = list(spool.glob("driver.*.state"))
+    assert all('"draining"' not in p.read_text() for p in beats), [p.read_text() for p in beats]
 
 
 def test_status_and_reload_signals_never_kill_a_driver_starting_or_ending(spool, workdir):
@@ -418,3 +438,39 @@ def test_what_a_killed_run_left_outside_its_group_is_killed_by_its_v1_groups_bef
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@needs_root
+def test_a_claim_whose_file_its_owner_changed_is_recovered_from_its_record_never_run_again(spool, workdir):
+    """A claimed job file in running/HOST/ is still its owner's, who may rewrite it while it runs. A
+    driver killed meanwhile: the next one recovers the run from its record (root's), whether the job
+    ended while no driver watched it (it is filed) or still runs (it is adopted): it never runs again
+    for what its file says now."""
+    import signal
+
+    gates = {name: workdir / f"{name}.gate" for name in ("ended", "running")}
+    for name, gate in gates.items():
+        body = f"echo ran >> {workdir}/{name}.ledger\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n"
+        assert run_cli(["submit", name], stdin=body.encode()).code == 0
+    set_config(spool, slots=2)
+    driver = start_driver(spool)
+    for name in gates:
+        wait_for(lambda: (workdir / f"{name}.ledger").exists(), what=f"{name} to start")
+        wait_for(lambda: '"job"' in next((spool / "running").glob(f"*/{name}@run")).read_text(),
+                 what=f"{name}'s monitor to record it")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    for name in gates:
+        [claim] = list((spool / "running").glob(f"*/{name}"))
+        claim.write_text("not a job any more\n")  # as its owner may
+    gates["ended"].touch()
+    [record] = list((spool / "running").glob("*/ended@run"))
+    wait_for(lambda: '"ended"' in record.read_text(), what="the job to end while no driver runs")
+    later = start_driver(spool)
+    wait_for(lambda: (spool / "jobsdone" / "ended@result").exists(), what="the ended job to be filed")
+    gates["running"].touch()
+    assert later.wait(timeout=60) == 0
+    for name in gates:
+        assert result(spool, name)["state"] == "done", result(spool, name)
+        assert (workdir / f"{name}.ledger").read_text() == "ran\n"  # once
+    assert not any(" requeued " in line or "rerun" in line for line in log_lines(spool)), log_lines(spool)

@@ -76,6 +76,7 @@ HOSTILE = {
     "umask-huge": lambda d: with_line(d, b"umask: 77777777777777777777", replace=b"umask: "),
     "retries-huge": lambda d: with_line(d, b"retries: 99999999999999999999"),
     "after-evil": lambda d: with_line(d, b"after: a\\nb"),
+    "after-many": lambda d: with_line(d, b"after: a\n" * 65),  # each is looked at whenever it might start
 }
 # queued files whose names are no job names (issue 13, item 7)
 STRAYS = [b"forged\n2026-11-22T20:00:00+01:00 vm[1] done victim user=root", b"x;$(id)", b"\x1b[31mred\x1b[0m",

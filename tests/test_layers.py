@@ -41,12 +41,16 @@ def test_the_monitor_imports_only_what_is_safe_after_fork():
     errno, time, dataclasses, datetime, subprocess (its C fork and exec start the job) and
     onite.exec.contain and limits (all loaded before the fork: onite.exec.monitor)."""
     allowed = {"__future__", "os", "signal", "json", "errno", "time", "dataclasses", "datetime", "traceback", "subprocess",
-               "onite.exec.contain", "onite.exec.limits", "onite.exec.jobstart"}
+               "onite.exec.contain", "onite.exec.limits", "onite.exec.jobstart", "onite.exec.jobend"}
     assert imports_of(PACKAGE / "exec" / "monitor.py") <= allowed
+    assert imports_of(PACKAGE / "exec" / "jobend.py") <= {"__future__", "os", "signal", "time", "typing",
+                                                          "onite.exec.contain", "onite.exec.limits", "onite.exec.pids",
+                                                          "onite.exec.monitor"}
+    assert imports_of(PACKAGE / "exec" / "pids.py") <= {"__future__", "os", "signal", "onite.exec.contain"}
     assert imports_of(PACKAGE / "exec" / "jobstart.py") <= {"__future__", "os", "errno", "subprocess", "typing",
                                                             "onite.exec.monitor"}
     assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
-    assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "os", "onite.exec.contain"}
+    assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "errno", "os", "onite.exec.contain"}
 
 
 @pytest.mark.parametrize("layer", LAYERS)

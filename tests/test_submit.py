@@ -286,3 +286,14 @@ def test_a_command_after_dashes_with_the_spool_before_the_command(spool, cli):
     assert r.code == 0 and r.out.startswith("u-"), r
     [path] = (spool / "jobs" / "P4").iterdir()
     assert decode(path.read_bytes()).body == b"echo hi\n"
+
+
+def test_a_job_waits_for_at_most_64_others(spool, cli):
+    """Each --after is looked at whenever the job might start: a job that named thousands would slow
+    every pick of the night. 64 is the most; more is a usage error, and nothing is spooled."""
+    assert cli(["submit", "dep", "--lines"], stdin=b"true\n" * 65).code == 0  # dep-00001 … dep-00065
+    many = [arg for i in range(1, 66) for arg in ("--after", f"dep-{i:05d}")]
+    r = cli(["submit", "many", *many], stdin=b"true\n")
+    assert r.code == 2 and "waits for 65 jobs" in r.err, r
+    assert cli(["find", "many"]).code == 1
+    assert cli(["submit", "enough", *many[:128]], stdin=b"true\n").code == 0

@@ -264,11 +264,13 @@ def in_window(drains: Sequence[Drain], start: datetime, end: datetime) -> list[D
 
 @dataclass
 class JobEvents:
-    """What the log says of the jobs of a window: each name's last final line and the start line
-    before it, how many attempts a retried job was allowed, the files refused."""
+    """What the log says of the jobs of a window: each job's last final line and the start line
+    before it, by (name, user: "" where a line names none), how many attempts a retried job was
+    allowed, the files refused. Keyed by owner too: the lines of another user's job of the same
+    name (a namesake) never stand for this one."""
 
-    finals: dict[str, Event] = field(default_factory=dict)
-    starts: dict[str, Event] = field(default_factory=dict)
+    finals: dict[tuple[str, str], Event] = field(default_factory=dict)
+    starts: dict[tuple[str, str], Event] = field(default_factory=dict)
     tries: dict[str, int] = field(default_factory=dict)
     refused: list[Event] = field(default_factory=list)
 
@@ -281,9 +283,9 @@ def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEv
         if not (start <= event.when <= end) or not event.name:
             continue
         if event.event == "start":
-            found.starts[event.name] = event
+            found.starts[(event.name, event.fields.get("user", ""))] = event
         elif event.event in FINAL:
-            found.finals[event.name] = event
+            found.finals[(event.name, event.fields.get("user", ""))] = event
         elif event.event == "retry":
             tries = _int(event.fields.get("of"))
             if tries:

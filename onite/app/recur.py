@@ -224,7 +224,7 @@ def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job
     """
     if not stat.S_ISREG(st.st_mode):
         raise BadFile("not a regular file")
-    job, _ = read_job_file(path, spool.config.max_job_size)
+    job, _ = read_job_file(path, spool.config.max_job_size, one_link=True)
     return job, rule_of(job)
 
 

@@ -44,7 +44,7 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
     from onite.core.jobfile import encode
-    from onite.app.submit import check_policy, dependency_known, prepare_holds, undo_holds
+    from onite.app.submit import check_policy, dependency_known, give_way, prepare_holds, undo_holds
     from onite.core.request import SubmitRequest
 
     check_name(name)
@@ -74,6 +74,7 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
     except OniteError:
         undo_holds(markers or [])
         raise
+    give_way(spool, [target], markers, uid=st.st_uid)
     return target
 
 

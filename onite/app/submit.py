@@ -16,7 +16,7 @@ from datetime import datetime
 from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, job_mode, read_holds, remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import find_queued
+from onite.spool.queued import contested, find_queued
 from onite.spool.scan import withdrawn_entries, find_running, is_live, name_taken, running_entries, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
@@ -91,7 +91,36 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
         undo_holds(markers or [])
         raise
+    give_way(spool, [name], markers)
     return job
+
+
+def give_way(spool: SpoolDir, names: list[str], markers: list | None, *, uid: int | None = None) -> None:
+    """Just after spooling jobs ``names``: take back each one that another user's file of its name
+    got its place no later than (put in a queue folder by hand while this one was written: the name
+    was free when it was checked), so that the driver, which gives a name to its earliest file, never
+    runs theirs in place of this one unknown to its submitter (onite.spool.queued.contested).
+    ``uid``: the jobs' owner (the caller's, unless root spooled them for someone else).
+
+    Raises:
+        Refused: names were taken back (the others stay spooled).
+    """
+    uid = os.geteuid() if uid is None else uid
+    rivals = contested(spool, set(names), uid)
+    if not rivals:
+        return
+    lost = sorted({rival.name for rival in rivals})
+    for name in lost:
+        for entry in find_queued(spool, name):
+            if entry.uid == uid:
+                remove_file(entry.path)
+    undo_holds([m for m in markers or [] if m.name.partition(SIDE)[0] in lost])
+    owners = ", ".join(sorted({user_name(rival.uid) for rival in rivals}))
+    kept = len(set(names)) - len(lost)
+    raise Refused(f"another user's job of the same name ({owners}'s) was spooled at the same moment: "
+                  f"{', '.join(lost[:5])}{' …' if len(lost) > 5 else ''} not spooled"
+                  + (f" (the other {kept} jobs were)" if kept else ""),
+                  "spool it under a name of your own (--unique picks one)")
 
 
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, *, hold: bool,
@@ -217,6 +246,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
         raise
+    give_way(spool, list(names), markers)
     return list(names)
 
 

@@ -22,6 +22,7 @@ from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
 
 MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
+MAX_AFTER = 64  # a job waits for at most this many others: each is looked at whenever it might start
 # Linux reads a script's "#!" line into a buffer of 256 bytes (BINPRM_BUF_SIZE): onite, which
 # starts the interpreter itself, holds a "#!" line to the same limit, as bytes after the "#!"
 MAX_SHEBANG = 255
@@ -138,6 +139,8 @@ def _job_problem(job: Job) -> str:
         return f"attempt {job.attempt!r} is not 1 to retries + 1 ({job.retries + 1})"
     if len(job.tried) > MAX_RETRIES + 1:
         return f"more than {MAX_RETRIES + 1} attempts tried"
+    if len(job.after) > MAX_AFTER:
+        return f"it waits for {len(job.after)} jobs (after:), more than {MAX_AFTER}"
     for dep in job.after:
         if not is_valid_name(dep):
             return f"after: {dep[:40]!r} is not a valid job name"

@@ -88,6 +88,21 @@ def instance_name(template: str, fire: datetime) -> str:
     return f"{template}-{stamp}"
 
 
+_INSTANCE = None  # the form of instance_name, compiled when first used
+
+
+def template_of(name: str) -> str | None:
+    """The template whose instance ``name`` would be (``NAME-20261122T2000`` → ``NAME``), or None if
+    it has no instance's form."""
+    global _INSTANCE
+    if _INSTANCE is None:
+        import re
+
+        _INSTANCE = re.compile(r"(.+)-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?")
+    found = _INSTANCE.fullmatch(name)
+    return found.group(1) if found else None
+
+
 def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:
     """The job an instance is: the template's text, world and options, not before ``fire``."""
     return replace(

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
-from onite.core.job import MAX_RETRIES, Job, env_problem, shebang_problem
+from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
 from onite.core.names import check_name
 
 
@@ -98,6 +98,9 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
         raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
     if request.retries < 0 or request.retries > MAX_RETRIES:
         raise InvalidInput(f"invalid retry count {request.retries}", f"use 0 to {MAX_RETRIES}")
+    if len(set(request.after)) > MAX_AFTER:
+        raise InvalidInput(f"the job waits for {len(set(request.after))} jobs (--after)",
+                           f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
     for dep in request.after:
         check_name(dep, what="dependency name")
     if request.host is not None:

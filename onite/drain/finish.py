@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING
 from onite.core.errors import JobFormatError, NotFound, OniteError, Refused
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
-from onite.core.names import SIDE, is_valid_name
+from onite.core.names import is_valid_name
 from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.exec.runner import Run
 from onite.spool.filecheck import BadFile
 from onite.spool.files import change_state, create_file, move_file, remove_file
 from onite.spool.index import Candidate
+from onite.spool.queued import find_queued, settle as settle_names
 from onite.spool.results import may_replace_result, write_result
 from onite.spool.scan import user_name
 
@@ -99,12 +100,14 @@ class Finisher:
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
         d, job = self.d, run.job
+        self.clear_namesakes(run.name, run.owner.uid)  # before its retry or its result: the name is this run's
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=d.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
         if self._retryable(run, outcome) and self._requeue_retry(run, attempt, now):
             return
         result = Result(
-            name=run.name, uid=run.owner.uid, user=run.owner.name, priority=job.priority, urgent=run.rank == 0,
+            name=run.name, uid=run.owner.uid, user=run.owner.name, priority=run.rank or job.priority,
+            urgent=run.rank == 0,
             state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code, signal=outcome.signal,
             host=d.host, submitted=job.submitted, queued=run.queued_at, started=run.started,
             finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
@@ -133,8 +136,8 @@ class Finisher:
         d = self.d
         delay = retry_delay(d.config.retry_delay.total_seconds(), run.job.attempt)
         job = replace(run.job, attempt=run.job.attempt + 1, not_before=now + timedelta(seconds=delay),
-                      tried=run.job.tried + (attempt,))
-        folder = d.spool.folder_for(job.priority, run.rank == 0)
+                      tried=run.job.tried + (attempt,), priority=run.rank or run.job.priority)
+        folder = d.spool.folder_for(run.rank, run.rank == 0)  # where it was claimed from, whatever its file says
         try:
             d.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
             create_file(folder, run.name, encode(job), owner=(run.owner.uid, run.owner.gid), durable=False)
@@ -144,6 +147,7 @@ class Finisher:
         except OniteError as err:
             d.log.event("retry-failed", run.name, error=str(err))
             return False
+        self.clear_namesakes(run.name, run.owner.uid, settle=True)  # while its claim still holds the name
         remove_file(d.running_dir / run.name)
         remove_file(d.spool.run_record_path(d.host, run.name))
         d.counts["retried"] += 1
@@ -170,12 +174,46 @@ class Finisher:
             NotFound, SpoolError, SpoolIOError: as the rename.
         """
         d = self.d
+        try:
+            owner = os.lstat(path).st_uid
+        except FileNotFoundError:
+            owner = None  # the rename below says so
+        if owner is not None:  # a namesake planted in the target folder must not keep the claim from going back
+            self.clear_namesakes(name, owner)
         folder = d.spool.folder_for(rank, rank == 0)
         d.spool.ensure_queue_folder(folder)
         target = folder / name
         if os.path.lexists(target):
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
         change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
+        if owner is not None:
+            self.clear_namesakes(name, owner, settle=True)
+
+    def clear_namesakes(self, name: str, uid: int, *, settle: bool = False) -> None:
+        """Move aside the queued jobs called ``name`` of owners other than ``uid``, whose job of that
+        name is claimed (running, being filed, requeued, recovered). onite submit refuses a name that
+        is queued or running, so such a file was put in a queue folder by hand meanwhile; left there
+        it would take the claimed job's retry, its place in recovery, or its result as the jobs that
+        wait for it (``--after``) see it. No result is written for it: the name's result is the
+        claimed job's. ``settle``: ``uid``'s file of the name was just put back in a queue (a retry,
+        a requeue): first wait until the kernel's clock has passed its ctime, so that a file put
+        beside it while it was written is seen here, and any later one is later (onite.drain.pick)."""
+        if settle:
+            settle_names(self.d.spool, {name}, uid)
+        for entry in find_queued(self.d.spool, name):
+            if entry.uid != uid:
+                self.set_aside_namesake(entry, f"it was put in the queue while {user_name(uid)}'s job of that "
+                                               "name was claimed: a name is one job's at a time")
+
+    def set_aside_namesake(self, entry, reason: str) -> None:
+        """Move a queued namesake aside, and out of the picker's index (``entry``: its name, path and
+        rank, as an Entry of onite.spool.scan or a Candidate of onite.spool.index gives them)."""
+        try:
+            st = os.lstat(entry.path)
+        except OSError:
+            return
+        self.move_aside(entry.path, entry.name, st, reason, file_result=False)
+        self.d.picker.forget(Candidate(entry.rank, entry.name, entry.path, st.st_ctime_ns))
 
     # ---- jobs that never ran -----------------------------------------------------------
 
@@ -212,10 +250,12 @@ class Finisher:
         d.counts[str(result.state)] += 1
         return True
 
-    def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str) -> None:
-        """Never run it, never delete it: move it to refused/ and say why, in the log and a result."""
+    def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
+                   file_result: bool = True) -> None:
+        """Never run it, never delete it: move it to refused/ and say why, in the log and (unless not
+        ``file_result``) a result."""
         d = self.d
-        target = d.spool.refused_dir / f"{name}{SIDE}{d.clock.now():%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
+        target = d.spool.refused_path(name, d.clock.now())
         try:
             move_file(path, target, "moving aside")
         except NotFound:
@@ -225,7 +265,7 @@ class Finisher:
             return
         owner = user_name(st.st_uid) if st else "?"
         d.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(d.spool.root)))
-        if st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
+        if file_result and st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
                 and may_replace_result(d.spool, name, st.st_uid):
             result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
                                   reason=f"refused: {reason}", host=d.host, now=d.clock.now())

@@ -298,8 +298,14 @@ class Heartbeat:
             self.beat()
 
     def close(self) -> None:
-        """The lock is about to be let go: say so."""
+        """The lock is about to be let go: say so. Where that cannot be written (a full disk), the
+        heartbeat is removed instead (an unlink needs no room): one left saying ``draining`` would
+        describe a driver that is gone."""
         self.beat(state=BeatState.EXITED, ended=self.clock.now())
+        if self._failed:
+            from onite.spool.files import remove_file
+
+            remove_file(self.path)
 
     def _write(self) -> None:
         from onite.core.errors import OniteError

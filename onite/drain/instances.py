@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from onite.spool.files import create_file
+from onite.spool.files import create_file, move_file
+from onite.spool.queued import find_queued, settle
+from onite.spool.results import read_result
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import is_live, user_name
-from onite.core.errors import OniteError, Refused
+from onite.spool.scan import find_running, user_name
+from onite.core.errors import DamagedRecord, OniteError, Refused, SpoolIOError
 from onite.core.clock import SYSTEM, Clock
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.exec.identity import resolve
@@ -227,7 +229,7 @@ class RecurScheduler:
         if job.urgent and not may_be_urgent(owner, self.spool.config.admins):
             self.log.event("recur-refused", job.name, template=name, user=owner.name, reason=urgent_refusal(owner.name))
             return None
-        if is_live(self.spool, job.name) or self.spool.result_path(job.name).exists():
+        if self._spooled_already(job.name, tpl.uid):
             self.log.event("recur-skip", job.name, template=name, reason="this fire was spooled already")
             return None
         folder = self.spool.folder_for(job.priority, job.urgent)
@@ -239,7 +241,41 @@ class RecurScheduler:
         except OniteError as err:
             self.log.event("recur-error", job.name, template=name, error=str(err), note="trying again later")
             return False
+        try:  # a file of another user's put beside it while it was written (its temporary name told it)
+            settle(self.spool, {job.name}, tpl.uid)
+            self._set_aside_others(job.name, tpl.uid)
+        except OniteError:
+            pass  # the driver's picker refuses such a file too
         return True
+
+    def _spooled_already(self, name: str, uid: int) -> bool:
+        """Is the instance ``name`` queued, running or filed already, as the template owner's (``uid``)?
+        Its name is known in advance: a file of another user's put in a queue folder under it says
+        nothing of this fire, and is moved aside (the driver's picker refuses such a file too)."""
+        queued = self._set_aside_others(name, uid)
+        if queued or any(entry.uid == uid for entry in find_running(self.spool, name)):
+            return True
+        try:
+            previous = read_result(self.spool, name)
+        except (DamagedRecord, SpoolIOError):
+            return True  # cannot tell: a fire is never spooled twice
+        return previous is not None and previous.uid == uid
+
+    def _set_aside_others(self, name: str, uid: int) -> bool:
+        """Move aside the queued files called ``name`` (a run of ``uid``'s recurring job) of any other
+        user; whether one of ``uid``'s is queued."""
+        mine = False
+        for entry in find_queued(self.spool, name):
+            if entry.uid == uid:
+                mine = True
+                continue
+            try:
+                move_file(entry.path, self.spool.refused_path(name, self.clock.now()), "moving aside")
+            except OniteError:
+                continue
+            self.log.event("refused", name, owner=user_name(entry.uid),
+                           reason=f"its name is that of {user_name(uid)}'s recurring job's runs")
+        return mine
 
 
 def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:

@@ -25,7 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from onite.core.errors import JobFormatError, Refused
+from onite.core.errors import JobFormatError, OniteError, Refused
 from onite.core.job import Job
 from onite.core.policy import may_be_urgent, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
@@ -36,7 +36,8 @@ from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.spool.holds import is_held
 from onite.spool.index import Candidate
-from onite.spool.scan import user_name
+from onite.spool.recurstate import run_name_owner
+from onite.spool.scan import stat_entry, user_name
 
 if TYPE_CHECKING:
     from onite.drain.driver import Driver
@@ -129,6 +130,11 @@ class Picker:
                     need = d.packer.need_of(seen.meta.mem, seen.meta.cpus)
                     admit = d.packer.admit(cand.name, need, seen.meta.timeout, now)
                     if admit in (Admit.START, Admit.BACKFILL):
+                        problem, own_name = self._namesake_problem(cand, seen.st)
+                        if problem:
+                            self.forget(cand)  # a result only where the name is not another job's
+                            d.finisher.move_aside(cand.path, cand.name, seen.st, problem, file_result=own_name)
+                            continue
                         self.backfilled = admit is Admit.BACKFILL
                         return Picked(cand, seen.st, need, seen.meta.timeout)
                     if admit is Admit.NEVER:
@@ -172,6 +178,55 @@ class Picker:
             # delay everyone's night by SETTLE_LIMIT each
             d.note_wake(now + timedelta(seconds=0.02))
         return seen.look if seen.look is Look.MOVED else None
+
+    def _namesake_problem(self, cand: Candidate, st: os.stat_result) -> tuple[str, bool]:
+        """Why a job about to start must not, because its name is another user's job's ("" if not),
+        and whether its result is its own to write (True where no other job has the name: the name
+        of a recurring job's run that is not running).
+        onite submit refuses a name that is queued or running, and takes its job back if another
+        user's file of the name got its place first while it wrote it (onite.spool.queued.contested);
+        a file put in a queue folder by hand beside another user's job of the same name would take
+        that job's place, its result and what waits for it (``--after``).
+
+        - The name of a recurring job's run is its template's owner's (if the template is older
+          than the file): another user's file of it is refused, whenever it was put there.
+        - Otherwise the file that got its place first keeps the name (the kernel's ctime, which no
+          user sets); with two of one ctime, neither (either could be the real one).
+        - One running on another host keeps it. (One running here is never beside a candidate: the
+          candidate waits, ``pick``.)"""
+        d = self.d
+        reserved = run_name_owner(d.spool, cand.name)
+        if reserved is not None and reserved[2] < st.st_ctime_ns:
+            template, owner = reserved[0], reserved[1]
+            if owner != st.st_uid:
+                return f"its name is that of {user_name(owner)}'s recurring job {template}'s runs", True
+        for other in d.index.namesakes(cand):
+            try:
+                ost = os.lstat(other.path)
+            except OSError:
+                continue
+            if ost.st_uid == st.st_uid:
+                continue  # the owner's own pair (a race of theirs)
+            if reserved is not None and reserved[2] < st.st_ctime_ns:  # the name is this job's owner's
+                d.finisher.set_aside_namesake(other, f"its name is that of {user_name(st.st_uid)}'s recurring "
+                                                     f"job {reserved[0]}'s runs")
+                continue
+            if ost.st_ctime_ns > st.st_ctime_ns:
+                continue  # a later file: refused when it comes to start
+            if ost.st_ctime_ns == st.st_ctime_ns:
+                d.finisher.set_aside_namesake(other, f"{user_name(st.st_uid)}'s job of that name was queued at "
+                                                     "the same moment: which is the real one cannot be told")
+                return (f"{user_name(ost.st_uid)}'s job of that name was queued at the same moment: which is the "
+                        "real one cannot be told"), False
+            return f"another user's job of that name ({user_name(ost.st_uid)}'s) was queued before it", False
+        try:
+            for host in d.spool.hosts():
+                entry = stat_entry(d.spool.running_dir(host), cand.name, host=host) if host != d.host else None
+                if entry is not None and entry.uid != st.st_uid:
+                    return f"another user's job of that name ({user_name(entry.uid)}'s) is running on {host}", False
+        except OniteError:  # running/ cannot be looked into: the claim that follows will say so
+            pass
+        return "", False
 
     def forget(self, cand: Candidate) -> None:
         """The job left its queue folder (claimed, failed, refused, gone): drop all that is kept of it."""

@@ -24,6 +24,7 @@ night: it is logged and left for the next driver.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -150,9 +151,6 @@ class Recovery:
             OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account.
         """
         d = self.d
-        job, st = d.picker.read_job(path)
-        owner = d.picker.resolve(st.st_uid)
-        rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
 
         def when(key: str) -> datetime | None:
             try:
@@ -160,6 +158,21 @@ class Recovery:
                 return value if value.tzinfo else None
             except (KeyError, TypeError, ValueError):
                 return None
+
+        try:
+            job, st = d.picker.read_job(path)
+        except (JobFormatError, BadFile) as err:
+            # The claim stays its owner's file, which they may still change (or a disk may damage):
+            # what it says now cannot undo a run that started. A run whose record says it started
+            # is recovered from that record (only root writes it), never run again for its file.
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or "run_id" not in info:
+                raise
+            job = _stand_in(name, info, when("queued") or when("started") or d.clock.now(), d.host)
+            d.log.event("warning", name, error=f"its job file changed while it ran ({err})",
+                        note="recovered from its run record")
+        owner = d.picker.resolve(st.st_uid)
+        rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
 
         run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
                   started=when("started") or d.clock.now(), started_mono=d.clock.monotonic(),
@@ -225,6 +238,8 @@ class Recovery:
 
         others = [e for e in find_running(d.spool, run.name) if e.host != d.host]
         for entry in find_queued(d.spool, run.name) + others:
+            if entry.uid != run.owner.uid:
+                continue  # another user's file says nothing of this job, whatever it claims (a namesake)
             try:
                 job, _ = d.picker.read_job(entry.path)
             except (OSError, JobFormatError, BadFile):
@@ -235,7 +250,8 @@ class Recovery:
             previous = read_result(d.spool, run.name)
         except (DamagedRecord, SpoolIOError):
             return False
-        return previous is not None and previous.submitted == run.job.submitted and previous.attempt > run.attempt
+        return (previous is not None and previous.uid == run.owner.uid and previous.submitted == run.job.submitted
+                and previous.attempt > run.attempt)
 
     def requeue(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:
         """Put a claim back in its queue (or fail it, with on_interrupt = fail, when it may have run)."""
@@ -259,8 +275,12 @@ class Recovery:
                 rank = 0 if job.urgent else job.priority
             except (OSError, JobFormatError, BadFile):
                 rank = d.config.default_priority
-        if find_queued(d.spool, name):
-            remove_file(path)  # a retry was already queued before the crash
+        try:
+            owner = os.lstat(path).st_uid
+        except OSError:
+            owner = None
+        if owner is not None and any(e.uid == owner for e in find_queued(d.spool, name)):
+            remove_file(path)  # a retry was already queued before the crash (another user's namesake is not)
             action = "dropped (its retry is already queued)"
         else:
             try:
@@ -318,3 +338,17 @@ class Recovery:
         d.running[name] = run
         d.log.event("recovered", name, action="re-attached", slurm=run.external_id)
         return True
+
+
+def _stand_in(name: str, info: dict, submitted: datetime, host: str) -> Job:
+    """The job of a claim whose file can no longer be read, as its run record tells it: enough to
+    watch the run and file how it ended (no retry: the job it would spool again is unknown)."""
+    from onite.core.config import MAX_PRIORITIES
+    from onite.core.job import MAX_RETRIES
+
+    rank = info.get("rank")
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= MAX_PRIORITIES else 1
+    attempt = info.get("attempt")
+    attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= MAX_RETRIES + 1 else 1
+    return Job(name=name, priority=max(rank, 1), urgent=rank == 0, submitted=submitted, host=host, umask=0o022,
+               cwd=b"/", env={}, body=b"", attempt=attempt, retries=attempt - 1)

@@ -48,7 +48,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
                 found.append({**row, "kind": "held", "reason": "held", "private": True})
             continue
         try:
-            job, _ = read_job_file(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size)
+            job, _ = read_job_file(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size, one_link=True)
         except FileNotFoundError:
             continue  # claimed or cancelled while we looked
         except (OSError, BadFile, JobFormatError) as err:

@@ -253,6 +253,17 @@ class QueueIndex:
                 folder.strays.clear()
         return found
 
+    def namesakes(self, candidate: Candidate) -> list[Candidate]:
+        """The other queued jobs called ``candidate.name`` the index knows of, in other folders
+        (parked ones too): normally none, since onite submit refuses a name that is queued."""
+        found = []
+        for folder in self.folders:
+            if folder.rank != candidate.rank:
+                ctime_ns = folder.names.get(candidate.name, folder.parked.get(candidate.name))
+                if ctime_ns is not None:
+                    found.append(Candidate(folder.rank, candidate.name, folder.path / candidate.name, ctime_ns))
+        return found
+
     def contains(self, name: str) -> bool:
         return any(name in folder.names or name in folder.parked for folder in self.folders)
 

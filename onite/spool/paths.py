@@ -123,6 +123,10 @@ class SpoolDir:
         except OSError as err:
             raise SpoolIOError(folder, "making the queue folder", err) from None
 
+    def refused_path(self, name: str, now) -> Path:
+        """Where a file set aside as ``name`` at ``now`` goes: ``refused/NAME@TIME.RANDOM``."""
+        return self.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
+
     def hosts(self) -> list[str]:
         """Hosts that have a running/ folder (that have ever claimed a job); a folder whose name is
         no host name (nothing onite made) is left out."""

@@ -63,3 +63,76 @@ def live_state(spool: SpoolDir, name: str) -> str | None:
     if queued:
         return "held" if all(is_held(e.mode) for e in queued) else "queued"
     return "running" if find_running(spool, name) else None
+
+
+TICK_WAIT_LIMIT = 0.1  # s: at most this long for the kernel's coarse clock to pass a new file's ctime
+CLOCK_REALTIME_COARSE = 5  # Linux's id of the clock that stamps a new file's ctime (the time module has no name for it)
+
+
+def contested(spool: SpoolDir, names: set[str], uid: int) -> list[Entry]:
+    """Queued files of ``names`` owned by users other than ``uid`` that got their place no later than
+    ``uid``'s file of the same name (just created), once the kernel's clock has passed those files'
+    ctimes: what a name's new job must give way to.
+
+    Anyone may write into a queue folder, so a check that a name is free, made before a job file
+    gets that name, can be raced by a file put there by hand meanwhile (its owner may even have seen
+    the writer's temporary file). Looked at again afterwards, and past the clock tick its file was
+    stamped in, any such file is seen here; one put there later has a later ctime, and the driver
+    gives the name to the earlier file (onite.drain.pick).
+
+    Raises:
+        SpoolIOError: a queue folder cannot be looked into.
+    """
+    settle(spool, names, uid)
+    rivals = []
+    for entries in _named(spool, names).values():
+        mine = [e.ctime_ns for e in entries if e.uid == uid]
+        if mine:
+            rivals += [e for e in entries if e.uid != uid and e.ctime_ns <= min(mine)]
+    return rivals
+
+
+def settle(spool: SpoolDir, names: set[str], uid: int) -> None:
+    """Wait (at most TICK_WAIT_LIMIT) until the kernel's coarse clock, which stamps a new file's ctime,
+    has passed the ctimes of ``uid``'s queued files of ``names``: a file put beside them from now on
+    has a later ctime."""
+    import time
+
+    newest = max((e.ctime_ns for entries in _named(spool, names).values() for e in entries if e.uid == uid),
+                 default=0)
+    deadline = time.monotonic() + TICK_WAIT_LIMIT
+    while time.clock_gettime_ns(CLOCK_REALTIME_COARSE) <= newest and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _named(spool: SpoolDir, names: set[str]) -> dict[str, list[Entry]]:
+    """The queued files of ``names``, by name: an lstat a name and folder for a few names, one
+    listing a folder for many (a batch of thousands)."""
+    import os
+    from pathlib import Path
+
+    found: dict[str, list[Entry]] = {}
+    for rank, folder in spool.queue_folders():
+        if len(names) <= 8:
+            entries = [e for name in names if (e := stat_entry(folder, name, rank=rank))]
+        else:
+            entries = []
+            try:
+                with os.scandir(folder) as it:
+                    for item in it:
+                        if item.name in names:
+                            try:
+                                st = item.stat(follow_symlinks=False)
+                            except FileNotFoundError:
+                                continue
+                            entries.append(Entry(item.name, Path(item.path), st.st_uid, st.st_mode, st.st_ctime_ns,
+                                                 rank=rank, size=st.st_size))
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                from onite.core.errors import SpoolIOError
+
+                raise SpoolIOError(folder, "listing", err) from None
+        for entry in entries:
+            found.setdefault(entry.name, []).append(entry)
+    return found

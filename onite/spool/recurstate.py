@@ -104,3 +104,29 @@ def parse_time(text: object) -> datetime | None:
     from onite.core.timeparse import parse_stamp
 
     return parse_stamp(text)
+
+
+def run_name_owner(spool: SpoolDir, name: str) -> tuple[str, int, int] | None:
+    """If ``name`` is that of a run of a recurring job (``TEMPLATE-YYYYMMDDTHHMM``) whose template is
+    in recur/ and usable (a regular file with one link that holds a rule): the template's name, its
+    owner and its ctime; else None. Such names are known in advance, and are the template owner's."""
+    import stat
+
+    from onite.core.errors import OniteError
+    from onite.core.recurring import rule_of, template_of
+    from onite.spool.filecheck import BadFile, read_job_file
+
+    template = template_of(name)
+    if template is None or not is_valid_name(template):
+        return None
+    path = spool.recur_dir / template
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return None
+        job, fst = read_job_file(path, spool.config.max_job_size, one_link=True)
+        if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid) or rule_of(job) is None:
+            return None
+    except (OSError, BadFile, OniteError, ValueError):
+        return None
+    return template, st.st_uid, st.st_ctime_ns
