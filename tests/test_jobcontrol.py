@@ -265,8 +265,9 @@ def test_double_sigterm_requeues_running_jobs(spool, workdir):
     pidfile = workdir / "pid"
     submit("long", f"echo $$ > {pidfile}; sleep 120\n", "-p", "3")
     driver = start_driver(spool)
-    wait_for(pidfile.exists, what="the job to start")
-    pid = int(pidfile.read_text())
+    # the shell creates the file before it writes the pid: wait for a whole line
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().endswith("\n") and pidfile.read_text(),
+                       what="the job to start"))
     driver.send_signal(signal.SIGTERM)
     wait_for(lambda: any("finish running jobs" in ln for ln in log_lines(spool)), what="first TERM")
     driver.send_signal(signal.SIGTERM)
