@@ -29,9 +29,9 @@ pytestmark = needs_root
 HOST = os.uname().nodename.split(".")[0]
 
 
-def job_file(name: str, cwd: str | Path, body: bytes = b"true\n") -> bytes:
+def job_file(name: str, cwd: str | Path, body: bytes = b"true\n", **fields) -> bytes:
     job = Job(name=name, priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
-              cwd=os.fsencode(str(cwd)), env={b"PATH": b"/usr/bin:/bin"}, body=body)
+              cwd=os.fsencode(str(cwd)), env={b"PATH": b"/usr/bin:/bin"}, body=body, **fields)
     return encode(job)
 
 
@@ -485,6 +485,47 @@ def test_a_namesake_planted_while_a_job_runs_cannot_let_what_waits_for_it_run(sp
     assert result(spool, "build")["user"] == "daemon" and result(spool, "build")["state"] == "failed"
     assert result(spool, "deploy")["state"] == "failed" and not (workdir / "deployed").exists()
     assert _refused_as(spool, "build", "nobody"), log_lines(spool)
+
+
+def test_another_users_job_of_a_failed_dependencys_name_cannot_let_what_waits_for_it_run(spool, workdir):
+    """daemon's ``build`` failed; daemon's ``deploy --after build`` must fail too. ``nobody`` spools a
+    ``build`` of its own (the name is free once daemon's is finished) that succeeds first: before
+    dependencies were bound to their owner, deploy waited for it and ran on its success."""
+    submit("build", "exit 1\n", user="daemon")
+    assert drain(spool).returncode == 0 and result(spool, "build")["state"] == "failed"
+    submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", "-p", "7", user="daemon")
+    submit("build", "true\n", "-p", "1", user="nobody")
+    assert drain(spool).returncode == 0
+    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("nobody", "done")
+    deploy = result(spool, "deploy")
+    assert deploy["state"] == "failed" and not (workdir / "deployed").exists(), deploy
+    assert "dependency build" in deploy["reason"], deploy
+
+
+def test_a_job_cannot_be_spooled_after_another_users_job(spool, workdir):
+    """``nobody`` holds the name ``build`` (say, it won a race for it): daemon's ``--after build`` is
+    refused at once, naming whose the name is. A job file daemon writes by hand gets no further: at
+    night it fails, saying why, instead of waiting for nobody's job and running on its success."""
+    gate = workdir / "gate"
+    submit("build", _gated(gate, "true"), user="nobody")
+    r = run_cli(["submit", "deploy", "--after", "build"], stdin=b"true\n", user="daemon", cwd="/tmp")
+    assert r.code == 2 and "job 'build' is nobody's: a job waits only for its own user's jobs" in r.err, r
+    assert not any((spool / "jobs").glob("*/deploy"))
+    text = job_file("deploy", "/tmp", f"touch {workdir}/deployed\n".encode(), after=("build",))
+
+    def write():
+        fd = os.open(spool / "jobs" / "P1" / "deploy", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, text)
+        os.close(fd)
+    assert as_user(write, "daemon") == ("ok", None)
+    driver = start_driver(spool)
+    wait_for(lambda: (spool / "jobsdone" / "deploy@result").exists(), what="deploy to be filed")
+    gate.touch()
+    assert driver.wait(timeout=120) == 0
+    deploy = result(spool, "deploy")
+    assert deploy["state"] == "failed" and not (workdir / "deployed").exists(), deploy
+    assert "dependency build is another user's job" in deploy["reason"], deploy
+    assert result(spool, "build")["state"] == "done"
 
 
 def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):

@@ -220,6 +220,9 @@ def test_eligibility():
                     dependency=deps({"a": DepState.CANCELLED})) == Fail("dependency a was cancelled")
     assert "no longer exists" in evaluate(Meta(after=("gone",)), held=False, now=NOW, host="h",
                                           dependency=deps({})).reason
+    assert evaluate(Meta(after=("theirs",)), held=False, now=NOW, host="h",
+                    dependency=deps({"theirs": DepState.FOREIGN})) == Fail(
+        "dependency theirs is another user's job: a job waits only for its own user's jobs")
 
 
 def test_retry_backoff_doubles_and_caps():

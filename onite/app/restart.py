@@ -44,7 +44,7 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
     from onite.core.jobfile import encode
-    from onite.app.submit import check_policy, dependency_known, give_way, prepare_holds, undo_holds
+    from onite.app.submit import check_policy, dependency_problem, give_way, prepare_holds, undo_holds
     from onite.core.request import SubmitRequest
 
     check_name(name)
@@ -53,11 +53,11 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
     job, st = read_finished(spool, name, caller.uid)
     check_policy(spool, SubmitRequest(name=target, body=job.body, urgent=job.urgent), now, caller)
     for dep in job.after:
-        if not dependency_known(spool, dep):
+        problem = dependency_problem(spool, dep, st.st_uid)
+        if problem:
             from onite.core.errors import InvalidInput
 
-            raise InvalidInput(f"job {name!r} waits for {dep!r}, which is no longer queued, running or finished",
-                               "spool it anew without that --after")
+            raise InvalidInput(f"job {name!r} waits for {dep!r}: {problem}", "spool it anew without that --after")
     if unique:
         target = unique_name(target, lambda n: name_taken(spool, n))
     elif is_live(spool, target):

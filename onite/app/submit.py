@@ -17,7 +17,7 @@ from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, job_mode, read_holds, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import contested, find_queued
-from onite.spool.scan import withdrawn_entries, find_running, is_live, name_taken, running_entries, user_name
+from onite.spool.scan import find_running, name_taken, running_entries, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
@@ -73,8 +73,9 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     for dep in job.after:
         if dep == request.name and not request.unique:
             raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
-        if not dependency_known(spool, dep):
-            raise InvalidInput(f"no job {dep!r} is queued, running or finished", "check the name with onite list --all")
+        problem = dependency_problem(spool, dep, caller.uid)
+        if problem:
+            raise InvalidInput(problem, "check the name with onite list --all")
     if request.unique:
         name = unique_name(request.name, lambda n: name_taken(spool, n))
     else:
@@ -223,9 +224,9 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
                     raise InvalidInput(f"job {job.name!r} waits for {dep!r}, which comes later in the batch",
                                        "put the jobs in the order they depend on each other")
             elif dep not in known:
-                if not dependency_known(spool, dep):
-                    raise InvalidInput(f"no job {dep!r} is queued, running or finished",
-                                       "check the name with onite list --all")
+                problem = dependency_problem(spool, dep, caller.uid)
+                if problem:
+                    raise InvalidInput(problem, "check the name with onite list --all")
                 known.add(dep)
     refuse_duplicates(spool, list(names))
     env_lines = env_text(captured.env)
@@ -357,11 +358,24 @@ def refuse_duplicate(spool: SpoolDir, name: str) -> None:
                       "pick another name, or use --unique")
 
 
-def dependency_known(spool: SpoolDir, name: str) -> bool:
-    """Is ``name`` queued, running, cancelled-but-not-filed, or finished (a kept result)?"""
-    if is_live(spool, name) or spool.result_path(name).exists():
-        return True
-    return any(e.name == name for e in withdrawn_entries(spool))
+def dependency_problem(spool: SpoolDir, name: str, uid: int) -> str | None:
+    """Why a job of user ``uid`` cannot be spooled ``--after name``, or None if it can: the user's own
+    job of that name is queued, running, withdrawn or kept (onite.spool.deps).
+
+    Raises:
+        SpoolIOError: the spool cannot be looked into.
+    """
+    from onite.core.queue import DepState
+    from onite.spool.deps import dependency_state, name_owner
+
+    state = dependency_state(spool, name, uid)
+    if state is DepState.MISSING:
+        return f"no job {name!r} is queued, running or finished"
+    if state is DepState.FOREIGN:
+        owner = name_owner(spool, name)
+        whose = f"{user_name(owner)}'s" if owner is not None else "another user's"
+        return f"job {name!r} is {whose}: a job waits only for its own user's jobs"
+    return None
 
 
 def uniqname(spool: SpoolDir, base: str) -> str:

@@ -29,6 +29,7 @@ class DepState(Enum):
     CANCELLED = "cancelled"  #: it was cancelled
     MISSING = "missing"  #: neither queued, running nor finished (removed, or retention forgot it)
     DAMAGED = "damaged"  #: its result record cannot be read: whether it succeeded is unknown
+    FOREIGN = "foreign"  #: only another user's job has the name: it is not this job's to wait for
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,8 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
             return Fail(f"dependency {dep} no longer exists (cancelled or removed)")
         if state is DepState.DAMAGED:
             return Fail(f"the result record of dependency {dep} is damaged: whether it succeeded is unknown")
+        if state is DepState.FOREIGN:
+            return Fail(f"dependency {dep} is another user's job: a job waits only for its own user's jobs")
     return READY
 
 

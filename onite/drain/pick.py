@@ -153,7 +153,9 @@ class Picker:
             if d.only_timed and seen.meta.not_before is None:
                 return None  # untimed jobs wait for the scheduled drain
             held = is_held(seen.st.st_mode) or d.index.holds.held(cand.name, seen.st.st_uid)
-            verdict = evaluate(seen.meta, held=held, now=now, host=d.host, dependency=self.dependency)
+            owner = seen.st.st_uid
+            verdict = evaluate(seen.meta, held=held, now=now, host=d.host,
+                               dependency=lambda dep: self.dependency(dep, owner))
             if verdict is READY:
                 return True
             if held or (seen.meta.pin and seen.meta.pin != d.host):
@@ -380,14 +382,22 @@ class Picker:
             return cached[1], st
         return self.read_job(path)
 
-    def dependency(self, name: str) -> DepState:
-        """Where a dependency stands, as this driver knows it: its own runs and queue first.
+    def dependency(self, name: str, uid: int) -> DepState:
+        """Where the dependency ``name`` of a job of ``uid`` stands, as this driver knows it: its own
+        runs first (onite.spool.deps: only the user's own job of that name counts).
 
         Raises:
             Unfiled: it has ended but is not filed yet (the pick is made again once it is).
         """
         if name in self.unfiled:
             raise Unfiled(name)
-        if name in self.d.running or self.d.index.contains(name):
+        run = self.d.running.get(name)
+        if run is not None and run.owner.uid == uid:
             return DepState.PENDING
-        return dependency_state(self.d.spool, name)
+        for path in self.d.index.paths(name):  # queued: one look at its owner, not every folder's
+            try:
+                if os.lstat(path).st_uid == uid:
+                    return DepState.PENDING
+            except OSError:
+                pass  # gone since: the spool's own answer below says where it went
+        return dependency_state(self.d.spool, name, uid)

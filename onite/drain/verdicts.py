@@ -57,7 +57,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         asked: list[tuple[str, DepState]] = []
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep)
+            state = dependency_state(spool, dep, uid)
             asked.append((dep, state))
             return state
 

@@ -7,32 +7,60 @@ filed, or when NAME left no trace at all (queue.evaluate turns these states
 into a verdict). The
 driver adds what only it knows (jobs it runs or has not filed yet) before
 asking here; everyone else asks here directly.
+
+A job waits only for its own user's job of that name, as Slurm's
+``singleton`` counts only the user's own jobs: names are typed by hand, any
+user may spool any free name, and a job of someone else's under the name
+must neither hold this one back nor let it run (nor, by failing, fail it).
+Such a name is FOREIGN, and the job fails saying whose the name is.
 """
 
 from __future__ import annotations
 
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
-from onite.spool.scan import withdrawn_entries, is_live
+from onite.spool.scan import live_owners, withdrawn_entries
 from onite.core.errors import DamagedRecord
 from onite.core.queue import DepState
 from onite.core.state import JobState
 
 
-def dependency_state(spool: SpoolDir, name: str) -> DepState:
-    """The state of job ``name`` as a dependency: pending while queued or running, else its latest outcome.
+def dependency_state(spool: SpoolDir, name: str, uid: int) -> DepState:
+    """The state of the job ``name`` of user ``uid`` as a dependency: pending while queued or running,
+    else its latest outcome; FOREIGN if only another user's job has the name.
 
     Raises:
         SpoolIOError: a folder or result record cannot be read.
     """
-    if is_live(spool, name):
+    owners = live_owners(spool, name)
+    if uid in owners:
         return DepState.PENDING
     try:
         result = read_result(spool, name)
     except DamagedRecord:
         return DepState.DAMAGED
-    if result is not None:
+    if result is not None and result.uid == uid:
         return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
-    if any(e.name == name for e in withdrawn_entries(spool)):
+    withdrawn = {e.uid for e in withdrawn_entries(spool) if e.name == name}
+    if uid in withdrawn:
         return DepState.CANCELLED
+    if owners or withdrawn or result is not None:
+        return DepState.FOREIGN
     return DepState.MISSING
+
+
+def name_owner(spool: SpoolDir, name: str) -> int | None:
+    """The uid of a user whose job (queued, running, withdrawn or kept) has the name ``name``, for
+    saying whose it is; None if there is none that can be told.
+
+    Raises:
+        SpoolIOError: a folder cannot be looked into.
+    """
+    owners = live_owners(spool, name) | {e.uid for e in withdrawn_entries(spool) if e.name == name}
+    if owners:
+        return min(owners)
+    try:
+        result = read_result(spool, name)
+    except DamagedRecord:
+        return None
+    return result.uid if result is not None else None

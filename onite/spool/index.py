@@ -264,8 +264,9 @@ class QueueIndex:
                     found.append(Candidate(folder.rank, candidate.name, folder.path / candidate.name, ctime_ns))
         return found
 
-    def contains(self, name: str) -> bool:
-        return any(name in folder.names or name in folder.parked for folder in self.folders)
+    def paths(self, name: str) -> list[str]:
+        """Where a job ``name`` is queued, as last seen (normally one folder, or none)."""
+        return [f"{folder.path}/{name}" for folder in self.folders if name in folder.names or name in folder.parked]
 
     def __len__(self) -> int:
         return sum(len(folder.names) + len(folder.parked) for folder in self.folders)

@@ -147,18 +147,30 @@ def is_live(spool: SpoolDir, name: str, hosts: list[str] | None = None) -> bool:
     Raises:
         SpoolIOError: a folder of the spool cannot be looked into.
     """
-    # find_queued and find_running, without their Entry objects: retention asks this of every job it removes
+    return any(True for _ in _live_stats(spool, name, hosts))  # stops at the first found
+
+
+def live_owners(spool: SpoolDir, name: str) -> set[int]:
+    """The uids of the queued and running jobs of this name (normally none or one: a name is one
+    job's at a time, but a file written into a queue folder by hand is checked only by the driver).
+
+    Raises:
+        SpoolIOError: a folder of the spool cannot be looked into.
+    """
+    return {st.st_uid for st in _live_stats(spool, name, None)}
+
+
+def _live_stats(spool: SpoolDir, name: str, hosts: list[str] | None) -> Iterator[os.stat_result]:
+    # find_queued and find_running, without their Entry objects: retention asks is_live of every job it removes
     hosts = spool.hosts() if hosts is None else hosts
     folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in hosts]
     for folder in folders:
         try:
-            os.lstat(f"{folder}/{name}")
-            return True
+            yield os.lstat(f"{folder}/{name}")
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as err:
             raise SpoolIOError(folder / name, "looking at", err) from None
-    return False
 
 
 def name_taken(spool: SpoolDir, name: str) -> bool:
