@@ -474,3 +474,61 @@ def test_a_claim_whose_file_its_owner_changed_is_recovered_from_its_record_never
         assert result(spool, name)["state"] == "done", result(spool, name)
         assert (workdir / f"{name}.ledger").read_text() == "ran\n"  # once
     assert not any(" requeued " in line or "rerun" in line for line in log_lines(spool)), log_lines(spool)
+
+
+@needs_root
+@needs_strace
+def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, workdir, tmp_path):
+    """The driver spools a job's retry and is killed before it moves aside another user's file of the
+    name, put in a queue while the retry was being written (so with an earlier ctime than the
+    retry's). Recovery drops the stale claim and clears the name first: the retry runs, once, and
+    nobody's file never does (before, its earlier ctime gave it the name and set the retry aside)."""
+    from conftest import as_user, init_spool_at
+    from test_attacks import job_file
+
+    def spool_b(target: Path, where: Path) -> Path:
+        ledger, flag = where / "ledger", where / "failed-once"
+        set_config(target, retry_delay="0.05")
+        submit("b", f"echo ran >> {ledger}; [ -e {flag} ] && exit 0; touch {flag}; exit 1\n", "-p", "5",
+               "--retries", "1", spool=target)
+        return ledger
+
+    # which renameat2 of an undisturbed drain gives the retry its name (the first to jobs/P5/b)
+    (tmp_path / "probe").mkdir()
+    spool_b(init_spool_at(tmp_path / "probe" / "spool"), tmp_path / "probe")
+    trace = tmp_path / "trace"
+    subprocess.run([STRACE, "-qq", "-o", str(trace), "-e", "trace=renameat2", *driver_argv()],
+                   env=driver_env(tmp_path / "probe" / "spool"), check=True, timeout=120, capture_output=True)
+    calls = [line for line in trace.read_text().splitlines() if line.startswith("renameat2(")]
+    n = next(i for i, line in enumerate(calls, 1) if '/jobs/P5/b"' in line)
+
+    ledger = spool_b(spool, workdir)
+    # hold the driver before that rename (long enough to plant) and after it (until it is killed)
+    traced = subprocess.Popen([STRACE, "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e",
+                               f"inject=renameat2:delay_enter=1000000:delay_exit=60000000:when={n}",
+                               *driver_argv()], env=driver_env(spool))
+    folder = spool / "jobs" / "P5"
+    wait_for(lambda: any(p.name.startswith(".b.") for p in folder.iterdir()), what="the retry being written")
+    planted = job_file("b", "/tmp", b"true\n")
+
+    def plant():
+        fd = os.open(spool / "jobs" / "P1" / "b", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, planted)
+        os.close(fd)
+    assert as_user(plant) == ("ok", None)
+    wait_for((folder / "b").exists, what="the retry to get its name")
+    [driver] = [int(pid) for task in Path(f"/proc/{traced.pid}/task").iterdir()
+                for pid in (task / "children").read_text().split()]
+    os.kill(driver, signal.SIGKILL)  # pending: the driver dies as soon as strace lets it go
+    traced.kill()  # (strace would hear of the death only once its delay is over)
+    traced.wait(timeout=30)
+    wait_for(lambda: not Path(f"/proc/{driver}").exists(), what="the driver to die")
+    assert (spool / "jobs" / "P1" / "b").stat().st_ctime_ns < (folder / "b").stat().st_ctime_ns
+    assert list((spool / "running").glob("*/b"))  # the stale claim is still there
+
+    settle(spool)
+    res = result(spool, "b")
+    assert (res["user"], res["state"], res["attempt"]) == ("root", "done", 2), res
+    assert ledger.read_text() == "ran\nran\n"  # each attempt once
+    assert not any(" start b " in line and "user=nobody" in line for line in log_lines(spool)), log_lines(spool)
+    assert any("dropped: its retry was already spooled" in line for line in log_lines(spool))

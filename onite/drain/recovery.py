@@ -205,8 +205,9 @@ class Recovery:
         except (OSError, OniteError, BadFile) as err:
             self.requeue(name, path, rec.info, f"it ended, but its job file cannot be read ({err})", rerun=False)
             return
-        if self._retry_exists(run):
-            self._drop(name, path, run.attempt)
+        retry = self._retry_of(run)
+        if retry:
+            self._drop(name, path, run.attempt, run.owner.uid, queued=retry == "queued")
             return
         run.usage = rec.usage
         # as a live driver files it (onite.exec.local): a job the kernel killed for its memory is out of memory
@@ -222,15 +223,23 @@ class Recovery:
                     outcome=outcome.describe() or "exit 0")
         d.finisher.record(run, outcome, ended if ended and ended.tzinfo else d.clock.now())
 
-    def _drop(self, name: str, path: Path, attempt: int) -> None:
-        """A later attempt is already spooled: this claim is stale, and must neither run nor be filed."""
+    def _drop(self, name: str, path: Path, attempt: int, uid: int, *, queued: bool) -> None:
+        """A later attempt is already spooled: this claim is stale, and must neither run nor be filed.
+        ``queued``: that attempt waits in a queue, and the claim's driver may have died before
+        clearing the name for it (onite.drain.finish): another user's file of the name, put in a
+        queue while the claim held it, goes aside first, or its earlier ctime would give it the name
+        and set the retry aside. (A later attempt that is running or finished holds or held the name
+        by itself, and a namesake queued since may be a new job.)"""
+        if queued:
+            self.d.finisher.clear_namesakes(name, uid, settle=True)
         remove_file(path)
         remove_file(self.d.spool.run_record_path(self.d.host, name))
         self.d.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=attempt)
 
-    def _retry_exists(self, run: Run) -> bool:
-        """Is a later attempt of this job already spooled (queued, running anywhere, or finished)?
-        A driver killed between writing a retry and removing the claim leaves both."""
+    def _retry_of(self, run: Run) -> str | None:
+        """Where a later attempt of this job is already spooled: "queued", "running" (on another host)
+        or "finished"; None if there is none. A driver killed between writing a retry and removing
+        the claim leaves both."""
         d = self.d
 
         def later(job: Job | None) -> bool:
@@ -245,13 +254,15 @@ class Recovery:
             except (OSError, JobFormatError, BadFile):
                 continue
             if later(job):
-                return True
+                return "running" if entry.host else "queued"
         try:
             previous = read_result(d.spool, run.name)
         except (DamagedRecord, SpoolIOError):
-            return False
-        return (previous is not None and previous.uid == run.owner.uid and previous.submitted == run.job.submitted
-                and previous.attempt > run.attempt)
+            return None
+        if (previous is not None and previous.uid == run.owner.uid and previous.submitted == run.job.submitted
+                and previous.attempt > run.attempt):
+            return "finished"
+        return None
 
     def requeue(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:
         """Put a claim back in its queue (or fail it, with on_interrupt = fail, when it may have run)."""
@@ -260,8 +271,9 @@ class Recovery:
             claimed = self._run_of(name, path, info)
         except (OSError, OniteError, BadFile):
             claimed = None
-        if claimed is not None and self._retry_exists(claimed):
-            self._drop(name, path, claimed.attempt)
+        retry = self._retry_of(claimed) if claimed is not None else None
+        if retry:
+            self._drop(name, path, claimed.attempt, claimed.owner.uid, queued=retry == "queued")
             return
         record_path = d.spool.run_record_path(d.host, name)
         if rerun and d.config.on_interrupt == "fail":
