@@ -153,3 +153,69 @@ def test_separate_stderr_is_private_to_its_owner(spool):
         r = run_cli(["output", name, "--stderr"], user="nobody")
         assert (r.code, r.out) == (3, "") and "belongs to root" in r.err and "root-secret" not in r.err
     assert stat.S_IMODE(os.stat(spool / "stdout" / "mine@stderr").st_mode) == 0o600
+
+
+def on_terminal(spool, args: list[str]) -> bytes:
+    """What ``onite ARGS`` writes to a terminal (a pty), as root."""
+    import pty
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "onite", *args], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=slave, env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO),
+                                                    COLUMNS="300"), close_fds=True)
+    os.close(slave)
+    seen = b""
+    try:
+        while chunk := os.read(master, 4096):
+            seen += chunk
+    except OSError:  # EIO: the other end is closed
+        pass
+    os.close(master)
+    assert proc.wait(30) == 0, seen
+    return seen
+
+
+@needs_root
+def test_another_users_output_reaches_roots_terminal_with_its_escapes_spelt_out(spool):
+    """nobody's job writes escape sequences (a new window title, OSC 52: root's clipboard): on root's
+    terminal ``onite output`` spells them out, lines and tabs kept; ``--raw``, and a pipe, get the bytes."""
+    body = b"printf 'line one\\033]0;pwned\\007\\n\\tand \\033]52;c;ZWNobyBvd25lZA==\\007two\\r\\n'\n"
+    submit("escapes", body, user="nobody")
+    assert drain(spool).returncode == 0 and result(spool, "escapes")["state"] == "done"
+    raw = b"line one\x1b]0;pwned\x07\n\tand \x1b]52;c;ZWNobyBvd25lZA==\x07two\r\n"
+    assert run_cli(["output", "escapes"]).out.encode() == raw  # a pipe: byte for byte
+    shown = on_terminal(spool, ["output", "escapes"])
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown
+    assert b"line one\\e]0;pwned\\x07" in shown and b"\\e]52;c;" in shown and b"two\\r" in shown
+    assert b"\tand " in shown  # a tab stays a tab (the pty turns \n into \r\n)
+    assert b"\x1b]0;pwned\x07" in on_terminal(spool, ["output", "escapes", "--raw"])
+    followed = on_terminal(spool, ["output", "escapes", "--follow"])
+    assert b"\x1b]" not in followed and b"\\e]0;pwned" in followed, followed
+
+
+def test_your_own_output_reaches_your_terminal_as_it_is(spool):
+    submit("colours", b"printf '\\033[31mred\\033[0m\\n'\n")
+    assert drain(spool).returncode == 0
+    assert b"\x1b[31mred\x1b[0m" in on_terminal(spool, ["output", "colours"])
+
+
+@needs_root
+def test_rich_markup_in_a_path_a_user_chose_is_shown_as_written(spool, world_tmp):
+    """A failed job's reason quotes its directory, a name nobody chose: ``[link=…]`` and ``[conceal]``
+    in it must reach root's terminal as those characters, not as a hyperlink and hidden text."""
+    import subprocess
+
+    os.chmod(world_tmp, 0o1777)
+    folder = world_tmp / "[link=https:" / "evil.example][conceal]x[/conceal][blink]OK[/]"
+    subprocess.run(["runuser", "-u", "nobody", "--", "mkdir", "-p", str(folder)], check=True)
+    r = run_cli(["submit", "marked"], stdin=b"true\n", user="nobody", cwd=folder)
+    assert r.code == 0, r
+    subprocess.run(["runuser", "-u", "nobody", "--", "rm", "-rf", str(world_tmp / "[link=https:")], check=True)
+    assert drain(spool).returncode == 0 and result(spool, "marked")["state"] == "failed"
+    shown = on_terminal(spool, ["list", "--all"])
+    assert b"\x1b]8;" not in shown and b"\x1b[8m" not in shown and b"\x1b[5m" not in shown, shown
+    assert b"[conceal]x[/conceal][blink]OK[/]" in shown, shown

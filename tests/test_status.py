@@ -160,3 +160,44 @@ def test_last_night_is_the_last_drain(spool, workdir):
     finally:
         gate.unlink()
         driver.wait(timeout=60)
+
+
+def test_a_look_lists_cancel_and_hold_once_however_many_jobs_it_explains(spool, tmp_path):
+    """Anyone may fill cancel/ and hold/. Listing them once per job explained made root's status
+    take minutes (200 jobs × 100,000 files): a look lists each at most once (strace counts it)."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    from conftest import REPO
+    from onite.core.job import Job
+    from onite.core.jobfile import encode
+
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("ONITE_STRACE_TESTS") == "required":
+            raise AssertionError("strace is required (ONITE_STRACE_TESTS=required) and missing")
+        pytest.skip("needs strace (Debian: strace) to count the listings")
+    submit("base", "true\n", "--hold")
+    for i in range(20):
+        submit(f"child{i}", "true\n", "--after", "base")  # each says "after base (held)": a look at hold/
+        job = Job(name=f"gone{i}", priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
+                  cwd=b"/tmp", env={b"PATH": b"/bin"}, body=b"true\n", after=(f"nosuch{i}",))
+        (spool / "jobs" / "P4" / f"gone{i}").write_bytes(encode(job))  # written by hand: each a look at cancel/
+    for i in range(5):
+        (spool / "cancel" / f"x{i}@t").write_bytes(b"")
+        (spool / "hold" / f"y{i}@t").write_bytes(b"")
+    trace = tmp_path / "trace"
+    done = subprocess.run([strace, "-qq", "-f", "-e", "trace=openat", "-o", str(trace), sys.executable, "-m", "onite",
+                           "status", "--json"], env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)),
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    waiting = by_name(json.loads(done.stdout))
+    assert waiting["child0"]["reason"] == "after base (held)" and "will fail" in waiting["gone0"]["reason"], waiting
+    opened = [line for line in trace.read_text().splitlines() if "O_DIRECTORY" in line]
+    assert sum(f'{spool}/cancel"' in line for line in opened) <= 1, opened
+    assert sum(f'{spool}/hold"' in line for line in opened) <= 2, opened  # the queue's holds, and the reasons'

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from onite.core.errors import DamagedRecord
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
@@ -81,6 +82,22 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
     finally:
         if handle is not None:
             handle.close()
+
+
+def job_owner(spool: SpoolDir, name: str) -> int | None:
+    """The uid of the job ``name`` a follow would follow (queued, running, else its latest result), or
+    None if there is none or it cannot be told.
+
+    Raises:
+        SpoolIOError: a folder cannot be looked into.
+    """
+    for entry in find_queued(spool, name) + find_running(spool, name):
+        return entry.uid
+    try:
+        result = read_result(spool, name)
+    except DamagedRecord:
+        return None
+    return result.uid if result is not None else None
 
 
 def _check_owner(spool: SpoolDir, name: str, caller_uid: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -22,6 +21,9 @@ def output(
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Print the output as it grows until the job has "
                                          "finished (a queued job: once it starts), then how it ended, on stderr; "
                                          "exit 0 if it was done, 5 if not.")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Another user's output (root reading it) byte for byte on a "
+                                      "terminal too, escape sequences included (by default they are spelt out "
+                                      "there; a pipe or a file always gets the bytes).")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
@@ -29,9 +31,9 @@ def output(
 
     target = open_spool(spool)
     if follow:
-        raise typer.Exit(shared.follow_output(target, name, stderr=stderr))
+        raise typer.Exit(shared.follow_output(target, name, stderr=stderr, raw=raw))
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
-        out = sys.stdout.buffer
+        out = shared.output_sink(os.fstat(handle.fileno()).st_uid, raw)
         while chunk := handle.read(1 << 16):
             out.write(chunk)
         out.flush()

@@ -180,7 +180,8 @@ class DrainView:
             for job in sorted(running, key=lambda r: r.since):
                 elapsed = human_duration((now - job.since).total_seconds())
                 attempt = f" (attempt {job.attempt})" if job.attempt > 1 else ""
-                table.add_row(Text(f"  ▶ {job.name}{attempt}", style="bold blue"), job.user, job.priority, elapsed)
+                table.add_row(Text(f"  ▶ {job.name}{attempt}", style="bold blue"), Text(job.user), Text(job.priority),
+                              Text(elapsed))  # Text, never markup
             parts.append(table)
         return Group(*parts)
 

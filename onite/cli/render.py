@@ -97,10 +97,12 @@ def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiti
     for title, right in job_columns(detailed, waiting):
         table.add_column(title, justify="right" if right else "left", overflow="fold" if title in FOLDED else "ellipsis")
     for row in job_rows(views, now, detailed=detailed, waiting=waiting):
-        row[5] = Text(row[5], style=STATE_STYLE.get(row[5], ""))
-        if waiting:  # Text, not markup: a reason may hold [brackets]
-            row[6] = Text(row[6], style="yellow")
-        table.add_row(*row)
+        # every cell Text, never markup: a reason or a result may quote a path a user chose, [link=…] included
+        cells = [Text(cell) for cell in row]
+        cells[5].stylize(STATE_STYLE.get(row[5], ""))
+        if waiting:
+            cells[6].stylize("yellow")
+        table.add_row(*cells)
     return table
 
 

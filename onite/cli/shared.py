@@ -139,20 +139,58 @@ def wait_command(names: list[str], timeout: str | None, spool: str | None, *, as
     return waited.exit_code
 
 
-def follow_output(target, name: str, *, stderr: bool = False) -> int:
+class SpeltOut:
+    """Another user's job output on its way to a terminal (root's, reading it): every control character
+    spelt out (onite.core.safetext.printable_output), lines and tabs kept. A job's output is what its
+    owner's programs wrote; as is, it could retitle root's window, write root's clipboard (OSC 52)
+    or hide what follows. ``--raw``, a pipe or a file get the bytes as they are."""
+
+    def __init__(self, out) -> None:
+        import codecs
+
+        self.out = out
+        self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character split between reads
+
+    def write(self, data: bytes) -> int:
+        from onite.core.safetext import printable_output
+
+        self.out.write(printable_output(self.decoder.decode(data)).encode())
+        return len(data)
+
+    def flush(self) -> None:
+        from onite.core.safetext import printable_output
+
+        self.out.write(printable_output(self.decoder.decode(b"", final=True)).encode())
+        self.out.flush()
+
+
+def output_sink(owner: int | None, raw: bool):
+    """Where ``onite output`` writes the output of a job of ``owner``: stdout's bytes, or SpeltOut on a
+    terminal when the output is not the caller's own (nor its owner known) and ``raw`` was not asked."""
+    out = sys.stdout.buffer
+    if raw or owner == os.geteuid() or not sys.stdout.isatty():
+        return out
+    return SpeltOut(out)
+
+
+def follow_output(target, name: str, *, stderr: bool = False, raw: bool = False) -> int:
     """``onite output NAME --follow``: copy the job's output to stdout as it grows; once it has
     finished, say how on stderr; the exit code (``onite wait``'s: 0 done, 5 not).
 
     Raises:
         as onite.app.follow.follow.
     """
-    from onite.app.follow import follow
+    from onite.app.follow import follow, job_owner
     from onite.app.wait import exit_status, job_line
 
     def announce(text: str) -> None:  # on stderr: stdout is the job's output, byte for byte
         print(f"onite: {text}…", file=sys.stderr, flush=True)
 
-    final = follow(target, name, os.geteuid(), sys.stdout.buffer, stderr=stderr, announce=announce)
+    sink = output_sink(job_owner(target, name), raw)
+    try:
+        final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=announce)
+    finally:
+        sink.flush()
     print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path
     return exit_status([final])
 

@@ -42,3 +42,15 @@ def printable(text: str) -> str:
     if text.isprintable():  # the common case: nothing to do, and cheap
         return text
     return re.sub(UNSAFE, _spell, text)
+
+
+_OUTPUT_UNSAFE = UNSAFE.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")  # as UNSAFE, less newline and tab
+
+
+def printable_output(text: str) -> str:
+    """A job's output as another user's terminal may show it: ``printable``, but its lines kept as
+    lines (newlines and tabs stay; a carriage return, which would let a line overwrite itself, is
+    spelt out like every other control character)."""
+    if text.isprintable():
+        return text
+    return re.sub(_OUTPUT_UNSAFE, _spell, text)

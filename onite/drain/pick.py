@@ -37,7 +37,7 @@ from onite.spool.filecheck import SETTLING, BadFile, Settling, file_problem, rea
 from onite.spool.holds import is_held
 from onite.spool.index import Candidate
 from onite.spool.recurstate import run_name_owner
-from onite.spool.scan import stat_entry, user_name
+from onite.spool.scan import Withdrawn, stat_entry, user_name
 
 if TYPE_CHECKING:
     from onite.drain.driver import Driver
@@ -94,6 +94,7 @@ class Picker:
         self._reported_foreign: set[str] = set()
         self.backfilled = False  # the job last picked starts past a waiting one (onite.drain.pack)
         self.unfiled: set[str] = set()  # runs that ended and are not filed yet (onite.drain.finish.reap)
+        self.withdrawn = Withdrawn(driver.spool)  # cancel/ by name, listed again once it changed
 
     def pick(self) -> Picked | None:
         """The first job that may start now, with the stat it was judged by and what it was admitted
@@ -400,4 +401,6 @@ class Picker:
                     return DepState.PENDING
             except OSError:
                 pass  # gone since: the spool's own answer below says where it went
-        return dependency_state(self.d.spool, name, uid)
+        if not self.withdrawn.unchanged():
+            self.withdrawn = Withdrawn(self.d.spool)
+        return dependency_state(self.d.spool, name, uid, self.withdrawn)

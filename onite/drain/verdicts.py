@@ -20,10 +20,10 @@ from onite.core.errors import JobFormatError
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.spool.deps import dependency_state
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.spool.holds import is_held
+from onite.spool.holds import is_held, read_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_state, queued_folder_stats
-from onite.spool.scan import user_name
+from onite.spool.scan import Withdrawn, user_name
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
 
@@ -37,6 +37,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     users: dict[int, str] = {}
     found = []
     room = _Room(spool, host, now)
+    # cancel/ and hold/ are looked at once for the whole look, however many jobs it explains: anyone
+    # may fill them, and one listing each per job examined made root's status take minutes
+    withdrawn = Withdrawn(spool)
+    holds: dict | None = None
     for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
         held = is_held(mode)
         user = users.get(uid) or users.setdefault(uid, user_name(uid))
@@ -57,7 +61,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         asked: list[tuple[str, DepState]] = []
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep, uid)
+            state = dependency_state(spool, dep, uid, withdrawn)
             asked.append((dep, state))
             return state
 
@@ -81,7 +85,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
                 row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
         elif asked and asked[-1][1] is DepState.PENDING:
             dep = asked[-1][0]
-            dep_state = live_state(spool, dep) or "finishing"
+            if holds is None:
+                holds = read_holds(spool.hold_dir)
+            dep_state = live_state(spool, dep, holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
-from onite.spool.scan import live_owners, withdrawn_entries
+from onite.spool.scan import Withdrawn, live_owners
 from onite.core.errors import DamagedRecord
 from onite.core.queue import DepState
 from onite.core.state import JobState
 
 
-def dependency_state(spool: SpoolDir, name: str, uid: int) -> DepState:
+def dependency_state(spool: SpoolDir, name: str, uid: int, withdrawn: Withdrawn | None = None) -> DepState:
     """The state of the job ``name`` of user ``uid`` as a dependency: pending while queued or running,
-    else its latest outcome; FOREIGN if only another user's job has the name.
+    else its latest outcome; FOREIGN if only another user's job has the name. ``withdrawn``: cancel/
+    as the caller listed it for all the dependencies it asks about (else it is listed here).
 
     Raises:
         SpoolIOError: a folder or result record cannot be read.
@@ -41,10 +42,10 @@ def dependency_state(spool: SpoolDir, name: str, uid: int) -> DepState:
         return DepState.DAMAGED
     if result is not None and result.uid == uid:
         return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
-    withdrawn = {e.uid for e in withdrawn_entries(spool) if e.name == name}
-    if uid in withdrawn:
+    withdrawers = (withdrawn if withdrawn is not None else Withdrawn(spool)).owners(name)
+    if uid in withdrawers:
         return DepState.CANCELLED
-    if owners or withdrawn or result is not None:
+    if owners or withdrawers or result is not None:
         return DepState.FOREIGN
     return DepState.MISSING
 
@@ -56,7 +57,7 @@ def name_owner(spool: SpoolDir, name: str) -> int | None:
     Raises:
         SpoolIOError: a folder cannot be looked into.
     """
-    owners = live_owners(spool, name) | {e.uid for e in withdrawn_entries(spool) if e.name == name}
+    owners = live_owners(spool, name) | Withdrawn(spool).owners(name)
     if owners:
         return min(owners)
     try:

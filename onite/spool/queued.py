@@ -36,22 +36,24 @@ def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, 
         yield rank, rows
 
 
-def find_queued(spool: SpoolDir, name: str) -> list[Entry]:
+def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None) -> list[Entry]:
     """Queued jobs called ``name`` (normally one; two only after a race); a job a marker holds has its
-    mode's owner-write bit cleared, as in ``queued_folder_stats``."""
+    mode's owner-write bit cleared, as in ``queued_folder_stats``. ``holds``: hold/ as the caller
+    read it (read_holds) for all the names it asks about; else it is read here if needed."""
     found = []
     for rank, folder in spool.queue_folders():
         entry = stat_entry(folder, name, rank=rank)
         if entry:
             found.append(entry)
     if found:
-        holds = read_holds(spool.hold_dir)
+        if holds is None:
+            holds = read_holds(spool.hold_dir)
         if holds:
             found = [e._replace(mode=e.mode & ~stat.S_IWUSR) if held_by(holds, e.name, e.uid) else e for e in found]
     return found
 
 
-def live_state(spool: SpoolDir, name: str) -> str | None:
+def live_state(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None) -> str | None:
     """Where job ``name`` is now: "queued", "held" (every queued file of that name is held), "running",
     or None (neither). Queued folders are looked at first, then running/: a job that moves on between
     the two looks is still found.
@@ -59,7 +61,7 @@ def live_state(spool: SpoolDir, name: str) -> str | None:
     Raises:
         SpoolIOError: a folder cannot be looked into.
     """
-    queued = find_queued(spool, name)
+    queued = find_queued(spool, name, holds)
     if queued:
         return "held" if all(is_held(e.mode) for e in queued) else "queued"
     return "running" if find_running(spool, name) else None

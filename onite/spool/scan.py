@@ -108,6 +108,20 @@ def token_entries(folder: Path) -> Iterator[tuple[str, os.DirEntry, os.stat_resu
     Raises:
         SpoolIOError: the folder cannot be listed.
     """
+    for name, entry in token_names(folder):
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        yield name, entry, st
+
+
+def token_names(folder: Path) -> Iterator[tuple[str, os.DirEntry]]:
+    """``token_entries`` without their lstat: only the listing.
+
+    Raises:
+        SpoolIOError: the folder cannot be listed.
+    """
     try:
         it = os.scandir(folder)
     except (FileNotFoundError, NotADirectoryError):
@@ -117,13 +131,8 @@ def token_entries(folder: Path) -> Iterator[tuple[str, os.DirEntry, os.stat_resu
     with it:
         for entry in it:
             name, sep, _ = entry.name.partition(SIDE)
-            if not sep or not is_valid_name(name):
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            yield name, entry, st
+            if sep and is_valid_name(name):
+                yield name, entry
 
 
 def cancel_inbox(spool: SpoolDir) -> list[Entry]:
@@ -139,6 +148,63 @@ def cancel_inbox(spool: SpoolDir) -> list[Entry]:
 def withdrawn_entries(spool: SpoolDir) -> list[Entry]:
     """Queued jobs that users cancelled and no driver has filed yet (cancel/NAME@…)."""
     return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode)]
+
+
+class Withdrawn:
+    """cancel/ listed once, when first asked (for one look of ``onite status``; for the driver, while
+    the folder is unchanged), by job name: whose jobs of a name are withdrawn (non-empty regular files
+    there) is looked up only for the names asked about, once each. Anyone may fill cancel/: a look
+    that explains 200 jobs costs one listing of it, not one each, and 100,000 entries of one name
+    one lstat each.
+    """
+
+    def __init__(self, spool: SpoolDir) -> None:
+        self._folder = spool.cancel_dir
+        self._paths: dict[str, list[str]] | None = None
+        self._owners: dict[str, frozenset[int]] = {}
+        self._mtime_ns: int | None = None
+
+    def owners(self, name: str) -> frozenset[int]:
+        """The uids whose job ``name`` is withdrawn and not yet filed.
+
+        Raises:
+            SpoolIOError: cancel/ cannot be listed.
+        """
+        found = self._owners.get(name)
+        if found is None:
+            uids = set()
+            for path in self._listing().get(name, ()):
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if st.st_size and stat.S_ISREG(st.st_mode):
+                    uids.add(st.st_uid)
+            found = self._owners[name] = frozenset(uids)
+        return found
+
+    def unchanged(self) -> bool:
+        """Is cancel/ as it was when listed (or not listed yet)? Its mtime moves with every entry made
+        or removed; one made in the clock tick of the listing may be missed until the next change,
+        which for a dependency means only "cancelled" said as "no longer exists": it fails either way."""
+        if self._paths is None:
+            return True
+        try:
+            return os.stat(self._folder).st_mtime_ns == self._mtime_ns
+        except OSError:
+            return False
+
+    def _listing(self) -> dict[str, list[str]]:
+        if self._paths is None:
+            try:
+                self._mtime_ns = os.stat(self._folder).st_mtime_ns
+            except OSError:
+                self._mtime_ns = None
+            paths: dict[str, list[str]] = {}
+            for name, entry in token_names(self._folder):
+                paths.setdefault(name, []).append(entry.path)
+            self._paths = paths
+        return self._paths
 
 
 def is_live(spool: SpoolDir, name: str, hosts: list[str] | None = None) -> bool:
