@@ -15,7 +15,8 @@ import random
 import signal
 import stat
 import time
-from datetime import datetime
+import pwd
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -526,6 +527,116 @@ def test_a_job_cannot_be_spooled_after_another_users_job(spool, workdir):
     assert deploy["state"] == "failed" and not (workdir / "deployed").exists(), deploy
     assert "dependency build is another user's job" in deploy["reason"], deploy
     assert result(spool, "build")["state"] == "done"
+
+
+def keep_name(target: Path, data: bytes) -> int:
+    """``nobody`` puts a file of its own back under ``target`` the moment the name is free, over and
+    over (renameat2(RENAME_NOREPLACE) of a file prepared beside it): the pid of that process."""
+    def keeper():
+        import ctypes
+
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+        name = os.fsencode(str(target))
+        for i in range(10**9):
+            dot = f"{target.parent}/.keep{i}"
+            fd = os.open(dot, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, data)
+            os.close(fd)
+            while os.path.lexists(name):
+                pass
+            if renameat2(-100, os.fsencode(dot), -100, name, 1) != 0:
+                os.unlink(dot)
+    return as_user(keeper, background=True)
+
+
+def stop(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_retry(spool, workdir):
+    """While daemon's job runs, nobody keeps a file under its name in the folder its retry goes back
+    to, putting it back the moment the driver moves it aside: the retry was dropped ("a new job of
+    that name is queued"), and nobody's file ran under the name. The retry is written in one step
+    with what is there swapped out, so it is never dropped."""
+    set_config(spool, retry_delay="0.05")
+    gate, flag = workdir / "gate", workdir / "failed-once"
+    submit("build", f"[ -e {flag} ] && exit 0\ntouch {flag}\n" + _gated(gate, "exit 1"), "-p", "4", "--retries", "1",
+           user="daemon")
+    os.chmod(workdir, 0o777)
+    driver = start_driver(spool)
+    wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
+    keeper = keep_name(spool / "jobs" / "P4" / "build", job_file("build", "/tmp"))
+    try:
+        wait_for(lambda: (spool / "jobs" / "P4" / "build").exists(), what="nobody's file")
+        gate.touch()
+        wait_for(lambda: any(" retry build " in ln or " retry-skipped build " in ln for ln in log_lines(spool)),
+                 what="the retry")
+    finally:
+        stop(keeper)
+    assert driver.wait(timeout=120) == 0
+    res = result(spool, "build")
+    assert (res["user"], res["state"], res["attempt"]) == ("daemon", "done", 2), (res, log_lines(spool))
+    assert not any(" retry-skipped " in line for line in log_lines(spool))
+    assert not any(" start build " in line and "user=nobody" in line for line in log_lines(spool))
+    assert _refused_as(spool, "build", "nobody"), log_lines(spool)
+
+
+def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_jobs_run(spool):
+    """nobody keeps a file under the name of daemon's recurring job's due run (its name is known in
+    advance): the run was never spooled, and the fire was recorded as done. It is written in one
+    step with what is there swapped out."""
+    from test_recur import old_template, plant as plant_template
+    from onite.core.rules import parse_rule
+
+    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
+    who = pwd.getpwnam("daemon")
+    plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
+                   owner=(who.pw_uid, who.pw_gid))
+    name = f"tick-{fire:%Y%m%dT%H%M}"
+    keeper = keep_name(spool / "jobs" / "P3" / name, job_file(name, "/tmp"))
+    try:
+        wait_for(lambda: (spool / "jobs" / "P3" / name).exists(), what="nobody's file")
+        driver = start_driver(spool)
+        wait_for(lambda: any(" recur-" in ln and name in ln for ln in log_lines(spool)), what="the fire")
+    finally:
+        stop(keeper)
+    assert driver.wait(timeout=120) == 0
+    res = result(spool, name)
+    assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
+    assert any(" recur-spooled " in line and name in line for line in log_lines(spool)), log_lines(spool)
+    assert _refused_as(spool, name, "nobody"), log_lines(spool)
+
+
+def test_a_folder_in_hold_denies_root_no_name(spool):
+    """nobody makes a folder hold/rootjob@x (and a marker beside it): root's submit of rootjob, which
+    clears stale markers of its name, failed with exit 4 on the folder."""
+    def make():
+        os.mkdir(spool / "hold" / "rootjob@x")
+        open(spool / "hold" / "rootjob@y", "w").close()
+    assert as_user(make) == ("ok", None)
+    r = run_cli(["submit", "rootjob"], stdin=b"true\n", cwd="/tmp")
+    assert r.code == 0, r
+    assert drain(spool).returncode == 0 and result(spool, "rootjob")["state"] == "done"
+
+
+def test_a_dependency_is_shown_as_its_owners_job_stands(spool, workdir):
+    """daemon's deploy waits for daemon's running build; nobody's held namesake of build made
+    status and list say "after build (held)"."""
+    gate = workdir / "gate"
+    submit("build", _gated(gate, "true"), user="daemon")
+    submit("deploy", "true\n", "--after", "build", user="daemon")
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
+        plant(spool / "jobs" / "P7" / "build", job_file("build", "/tmp"), 0o400)
+        for args in (["list"], ["status"]):
+            r = run_cli(args, user="daemon", cwd="/tmp")
+            assert r.code == 0 and "after build (running)" in r.out, r
+    finally:
+        gate.touch()
+    assert driver.wait(timeout=120) == 0
+    assert result(spool, "deploy")["state"] == "done"
 
 
 def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):

@@ -37,7 +37,7 @@ from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.exec.runner import Run
 from onite.spool.filecheck import BadFile
-from onite.spool.files import change_state, create_file, move_file, remove_file
+from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
 from onite.spool.queued import find_queued, settle as settle_names
 from onite.spool.results import may_replace_result, write_result
@@ -140,13 +140,18 @@ class Finisher:
         folder = d.spool.folder_for(run.rank, run.rank == 0)  # where it was claimed from, whatever its file says
         try:
             d.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
-            create_file(folder, run.name, encode(job), owner=(run.owner.uid, run.owner.gid), durable=False)
+            # another user's file put there meanwhile is swapped out in the same step: put back as
+            # soon as it is moved aside, it would otherwise keep the name from the retry
+            displaced = create_displacing(folder, run.name, encode(job), run.owner.uid,
+                                          owner=(run.owner.uid, run.owner.gid), durable=False)
         except Refused:
             d.log.event("retry-skipped", run.name, note="a new job of that name is queued")
             return False
         except OniteError as err:
             d.log.event("retry-failed", run.name, error=str(err))
             return False
+        if displaced:
+            self.set_aside_displaced(displaced, run.name, run.owner.uid)
         self.clear_namesakes(run.name, run.owner.uid, settle=True)  # while its claim still holds the name
         remove_file(d.running_dir / run.name)
         remove_file(d.spool.run_record_path(d.host, run.name))
@@ -178,12 +183,19 @@ class Finisher:
             owner = os.lstat(path).st_uid
         except FileNotFoundError:
             owner = None  # the rename below says so
-        if owner is not None:  # a namesake planted in the target folder must not keep the claim from going back
-            self.clear_namesakes(name, owner)
         folder = d.spool.folder_for(rank, rank == 0)
         d.spool.ensure_queue_folder(folder)
         target = folder / name
-        if os.path.lexists(target):
+        # a namesake planted in the target folder must not keep the claim from going back: it is moved
+        # aside, and one put back since is replaced by the rename (which does not refuse a file; only
+        # the owner's own could be taken for a new job of theirs, and that one is looked for)
+        if owner is not None:
+            self.clear_namesakes(name, owner)
+        try:
+            there = os.lstat(target).st_uid
+        except FileNotFoundError:
+            there = None
+        if there is not None and (owner is None or there == owner):
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
         change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
         if owner is not None:
@@ -204,6 +216,15 @@ class Finisher:
             if entry.uid != uid:
                 self.set_aside_namesake(entry, f"it was put in the queue while {user_name(uid)}'s job of that "
                                                "name was claimed: a name is one job's at a time")
+
+    def set_aside_displaced(self, path: str, name: str, uid: int) -> None:
+        """Move aside what ``create_displacing`` swapped out of the name ``name`` of ``uid``'s job."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        self.move_aside(Path(path), name, st, f"it was put in the queue while {user_name(uid)}'s job of that name "
+                                               "was claimed: a name is one job's at a time", file_result=False)
 
     def set_aside_namesake(self, entry, reason: str) -> None:
         """Move a queued namesake aside, and out of the picker's index (``entry``: its name, path and

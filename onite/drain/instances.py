@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from onite.spool.files import create_file, move_file
+from onite.spool.files import create_displacing, move_file
 from onite.spool.queued import find_queued, settle
 from onite.spool.results import read_result
 from onite.spool.paths import SpoolDir
@@ -234,13 +234,22 @@ class RecurScheduler:
             return None
         folder = self.spool.folder_for(job.priority, job.urgent)
         try:
-            create_file(folder, job.name, encode(job), mode=0o600, owner=(tpl.uid, tpl.gid))
+            # the run's name is known in advance: another user's file put back there as soon as it is
+            # moved aside is swapped out in the same step as the run is written
+            displaced = create_displacing(folder, job.name, encode(job), tpl.uid, mode=0o600, owner=(tpl.uid, tpl.gid))
         except Refused:
-            self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
-            return None
+            if any(entry.uid == tpl.uid for entry in find_queued(self.spool, job.name)):
+                self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
+                return None
+            # only someone else's file, which could not be swapped out: the fire is not spooled yet
+            self.log.event("recur-error", job.name, template=name, error="its name is taken by another user's file",
+                           note="trying again later")
+            return False
         except OniteError as err:
             self.log.event("recur-error", job.name, template=name, error=str(err), note="trying again later")
             return False
+        if displaced:
+            self._set_aside(displaced, job.name, tpl.uid)
         try:  # a file of another user's put beside it while it was written (its temporary name told it)
             settle(self.spool, {job.name}, tpl.uid)
             self._set_aside_others(job.name, tpl.uid)
@@ -269,13 +278,18 @@ class RecurScheduler:
             if entry.uid == uid:
                 mine = True
                 continue
-            try:
-                move_file(entry.path, self.spool.refused_path(name, self.clock.now()), "moving aside")
-            except OniteError:
-                continue
-            self.log.event("refused", name, owner=user_name(entry.uid),
-                           reason=f"its name is that of {user_name(uid)}'s recurring job's runs")
+            self._set_aside(entry.path, name, uid)
         return mine
+
+    def _set_aside(self, path, name: str, uid: int) -> None:
+        """Move a file of the run name ``name`` of ``uid``'s recurring job that is someone else's to refused/."""
+        try:
+            other = os.lstat(path).st_uid
+            move_file(Path(path), self.spool.refused_path(name, self.clock.now()), "moving aside")
+        except (OSError, OniteError):
+            return
+        self.log.event("refused", name, owner=user_name(other),
+                       reason=f"its name is that of {user_name(uid)}'s recurring job's runs")
 
 
 def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:

@@ -196,7 +196,8 @@ class Picker:
         - Otherwise the file that got its place first keeps the name (the kernel's ctime, which no
           user sets); with two of one ctime, neither (either could be the real one).
         - One running on another host keeps it. (One running here is never beside a candidate: the
-          candidate waits, ``pick``.)"""
+          candidate waits, ``pick``.) A claim here that this driver does not run is one recovery
+          could not put back: the candidate's claim would replace it (a rename), so it is refused."""
         d = self.d
         reserved = run_name_owner(d.spool, cand.name)
         if reserved is not None and reserved[2] < st.st_ctime_ns:
@@ -224,8 +225,13 @@ class Picker:
             return f"another user's job of that name ({user_name(ost.st_uid)}'s) was queued before it", False
         try:
             for host in d.spool.hosts():
-                entry = stat_entry(d.spool.running_dir(host), cand.name, host=host) if host != d.host else None
-                if entry is not None and entry.uid != st.st_uid:
+                entry = stat_entry(d.spool.running_dir(host), cand.name, host=host)
+                if entry is None:
+                    continue
+                if host == d.host:
+                    return (f"a claim of that name ({user_name(entry.uid)}'s) is still in running/{host}, not put "
+                            "back in its queue"), False
+                if entry.uid != st.st_uid:
                     return f"another user's job of that name ({user_name(entry.uid)}'s) is running on {host}", False
         except OniteError:  # running/ cannot be looked into: the claim that follows will say so
             pass

@@ -87,7 +87,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, dep, holds) or "finishing"
+            dep_state = live_state(spool, dep, holds, uid) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:

@@ -58,6 +58,56 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
     return folder / name
 
 
+DISPLACE_TRIES = 100  # a name that a user's file keeps taking and giving back between two system calls
+
+
+def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: int = 0o600,
+                      owner: tuple[int, int] | None = None, durable: bool = True) -> str | None:
+    """Create ``folder/name`` as ``create_file`` does, for a job of ``uid`` whose name is its own (a
+    retry while its claim holds the name, a recurring job's run): a file of the name that is not
+    ``uid``'s, put in the queue by hand, is exchanged with the new file in one step
+    (renameat2(RENAME_EXCHANGE)), so that no user can keep the name by putting a file back the
+    moment it is moved aside. Return the path (a dot-name in ``folder``) where what was displaced
+    now is, for the caller to set aside; None if the name was free.
+
+    Raises:
+        Refused: a file of ``uid``'s own has the name; or the name is taken and the file system
+            cannot exchange (NFS), or it kept changing.
+        SpoolIOError: the write failed.
+    """
+    tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
+    final = f"{folder}/{name}"
+    try:
+        for _ in range(DISPLACE_TRIES):
+            try:
+                if not _rename_noreplace(tmp, final):
+                    _link_name(tmp, folder, name)  # no renameat2 here: a name taken is refused
+                tmp = None
+                return None
+            except FileExistsError:
+                pass
+            except OSError as err:
+                raise SpoolIOError(Path(final), "writing", err) from None
+            try:
+                if os.lstat(final).st_uid == uid:
+                    raise Refused(f"{final} already exists", "pick another name (or use --unique)")
+            except FileNotFoundError:
+                continue
+            try:
+                exchanged = _rename_exchange(tmp, final)
+            except OSError as err:
+                raise SpoolIOError(Path(final), "writing", err) from None
+            if exchanged:
+                displaced, tmp = tmp, None
+                return displaced
+        raise Refused(f"{final} kept being taken", "try again")
+    finally:
+        if tmp is not None:
+            discard(tmp)
+        elif durable:
+            fsync_dir(folder)
+
+
 BATCH_CHUNK = 512  # files made durable together by one syncfs(2) before they are given their names
 
 
@@ -241,6 +291,30 @@ def _rename_noreplace(src: str, dst: str) -> bool:
     if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # NFS and friends: link and unlink instead
         return False
     raise OSError(code, os.strerror(code), dst)
+
+
+RENAME_EXCHANGE = 2
+
+
+def _rename_exchange(a: str, b: str) -> bool:
+    """Swap the entries ``a`` and ``b`` in one step; False if ``b`` is gone meanwhile.
+
+    Raises:
+        Refused: the file system (or the C library) cannot exchange. OSError: any other failure.
+    """
+    call = _RENAMEAT2[0] if _RENAMEAT2 else None
+    if call is None:
+        raise Refused(f"{b} already exists", "pick another name (or use --unique)")
+    import ctypes
+
+    if call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code == errno.ENOENT:
+        return False
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        raise Refused(f"{b} already exists", "pick another name (or use --unique)")
+    raise OSError(code, os.strerror(code), b)
 
 
 def fsync_dir(folder: Path) -> None:

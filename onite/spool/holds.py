@@ -110,8 +110,8 @@ def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int]
                     continue
                 os.unlink(entry.path)
                 removed += 1
-            except (FileNotFoundError, PermissionError):
-                continue
+            except (FileNotFoundError, PermissionError, IsADirectoryError):
+                continue  # a folder there is nobody's marker (read_holds): it holds nothing, and stays
             except OSError as err:
                 raise SpoolIOError(Path(entry.path), "releasing a job: removing", err) from None
     return removed

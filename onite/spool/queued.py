@@ -53,18 +53,19 @@ def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | N
     return found
 
 
-def live_state(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None) -> str | None:
-    """Where job ``name`` is now: "queued", "held" (every queued file of that name is held), "running",
-    or None (neither). Queued folders are looked at first, then running/: a job that moves on between
-    the two looks is still found.
+def live_state(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None,
+               uid: int | None = None) -> str | None:
+    """Where job ``name`` (``uid``'s, if given: a dependency is its owner's own job) is now: "queued",
+    "held" (every queued file of that name is held), "running", or None (neither). Queued folders
+    are looked at first, then running/: a job that moves on between the two looks is still found.
 
     Raises:
         SpoolIOError: a folder cannot be looked into.
     """
-    queued = find_queued(spool, name, holds)
+    queued = [e for e in find_queued(spool, name, holds) if uid is None or e.uid == uid]
     if queued:
         return "held" if all(is_held(e.mode) for e in queued) else "queued"
-    return "running" if find_running(spool, name) else None
+    return "running" if any(uid is None or e.uid == uid for e in find_running(spool, name)) else None
 
 
 TICK_WAIT_LIMIT = 0.1  # s: at most this long for the kernel's coarse clock to pass a new file's ctime
