@@ -529,9 +529,10 @@ def test_a_job_cannot_be_spooled_after_another_users_job(spool, workdir):
     assert result(spool, "build")["state"] == "done"
 
 
-def keep_name(target: Path, data: bytes) -> int:
-    """``nobody`` puts a file of its own back under ``target`` the moment the name is free, over and
-    over (renameat2(RENAME_NOREPLACE) of a file prepared beside it): the pid of that process."""
+def keep_name(target: Path, data: bytes | None) -> int:
+    """``nobody`` puts a file of its own (``data``; None: a folder) back under ``target`` the moment
+    the name is free, over and over (renameat2(RENAME_NOREPLACE) of one prepared beside it): the pid
+    of that process."""
     def keeper():
         import ctypes
 
@@ -539,13 +540,16 @@ def keep_name(target: Path, data: bytes) -> int:
         name = os.fsencode(str(target))
         for i in range(10**9):
             dot = f"{target.parent}/.keep{i}"
-            fd = os.open(dot, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.write(fd, data)
-            os.close(fd)
+            if data is None:
+                os.mkdir(dot)
+            else:
+                fd = os.open(dot, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, data)
+                os.close(fd)
             while os.path.lexists(name):
                 pass
             if renameat2(-100, os.fsencode(dot), -100, name, 1) != 0:
-                os.unlink(dot)
+                (os.rmdir if data is None else os.unlink)(dot)
     return as_user(keeper, background=True)
 
 
@@ -582,10 +586,11 @@ def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_retry(spool, 
     assert _refused_as(spool, "build", "nobody"), log_lines(spool)
 
 
-def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_jobs_run(spool):
-    """nobody keeps a file under the name of daemon's recurring job's due run (its name is known in
-    advance): the run was never spooled, and the fire was recorded as done. It is written in one
-    step with what is there swapped out."""
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_jobs_run(spool, kind):
+    """nobody keeps a file (or a folder) under the name of daemon's recurring job's due run (its
+    name is known in advance): the run was never spooled, and the fire was recorded as done. It is
+    written in one step with what is there swapped out."""
     from test_recur import old_template, plant as plant_template
     from onite.core.rules import parse_rule
 
@@ -594,7 +599,8 @@ def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_job
     plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
                    owner=(who.pw_uid, who.pw_gid))
     name = f"tick-{fire:%Y%m%dT%H%M}"
-    keeper = keep_name(spool / "jobs" / "P3" / name, job_file(name, "/tmp"))
+    time.sleep(0.01)  # nobody's files come later than the template (the clock tick is far finer)
+    keeper = keep_name(spool / "jobs" / "P3" / name, job_file(name, "/tmp") if kind == "file" else None)
     try:
         wait_for(lambda: (spool / "jobs" / "P3" / name).exists(), what="nobody's file")
         driver = start_driver(spool)
@@ -602,6 +608,7 @@ def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_job
     finally:
         stop(keeper)
     assert driver.wait(timeout=120) == 0
+    assert (spool / "jobsdone" / f"{name}@result").exists(), "\n".join(log_lines(spool))
     res = result(spool, name)
     assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
     assert any(" recur-spooled " in line and name in line for line in log_lines(spool)), log_lines(spool)
@@ -637,6 +644,76 @@ def test_a_dependency_is_shown_as_its_owners_job_stands(spool, workdir):
         gate.touch()
     assert driver.wait(timeout=120) == 0
     assert result(spool, "deploy")["state"] == "done"
+
+
+def test_a_template_whose_name_is_too_long_for_its_runs_stops_no_drain(spool, world_tmp):
+    """nobody puts a template with a 90-character name (recur add allows 76: the runs' names would
+    pass 100) in recur/, due now: building its run's job raised, and every onite run and the daemon
+    died before draining. It is refused; the night goes on, other templates' fires included."""
+    from test_recur import old_template, plant as plant_template
+    from onite.core.rules import parse_rule
+
+    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
+    rule = parse_rule(cron=f"{fire.minute} {fire.hour} * * *")
+    who, victim = nobody(), pwd.getpwnam("daemon")
+    plant_template(spool, "p" * 90, old_template(b"true\n", rule), owner=(who.pw_uid, who.pw_gid))
+    plant_template(spool, "tick", old_template(b"true\n", rule), owner=(victim.pw_uid, victim.pw_gid))
+    submit("plain", "true\n", user="daemon")
+    proc = drain(spool)
+    assert proc.returncode == 0, proc.stderr
+    assert result(spool, "plain")["state"] == "done"
+    assert result(spool, f"tick-{fire:%Y%m%dT%H%M}")["state"] == "done"
+    assert any(" recur-refused " + "p" * 90 in line and "use at most 76" in line for line in log_lines(spool)), \
+        log_lines(spool)
+
+
+def test_a_refused_template_is_read_once_not_at_every_look(spool, tmp_path):
+    """Refused templates were read and decoded again at every look at recur/ (every 2 s in the
+    daemon): a few large ones kept root's daemon busy. A version of a file is read once (strace)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("ONITE_STRACE_TESTS") == "required":
+            raise AssertionError("strace is required (ONITE_STRACE_TESTS=required) and missing")
+        pytest.skip("needs strace (Debian: strace) to count the reads")
+    plant(spool / "recur" / "broken", job_file("broken", "/tmp") + b"", 0o600)  # a job, not a template: no rule
+    script = ("import sys; from onite.spool.paths import SpoolDir; from onite.drain.instances import RecurScheduler\n"
+              "class Log:\n    def event(self, *a, **k): print(a[0], file=sys.stderr)\n"
+              "s = RecurScheduler(SpoolDir(sys.argv[1]), Log())\n"
+              "for _ in range(5): s.refresh(force=True)\n")
+    trace = tmp_path / "trace"
+    done = subprocess.run([strace, "-qq", "-e", "trace=openat", "-o", str(trace), sys.executable, "-c", script,
+                           str(spool)], env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.decode().count("recur-refused") == 1, done.stderr
+    opens = [line for line in trace.read_text().splitlines() if line.split(", ")[1:2] == [f'"{spool}/recur/broken"']]
+    assert len(opens) == 1, opens
+
+
+def test_a_template_made_after_another_users_job_of_its_runs_name_takes_nothing(spool):
+    """daemon's job is queued as ``tick-…``; nobody then makes a template ``tick`` whose due run has
+    that name: daemon's job was set aside, and nobody's run took its name and result. The name was
+    daemon's first: the fire is skipped."""
+    from test_recur import old_template, plant as plant_template
+    from onite.core.rules import parse_rule
+
+    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
+    name = f"tick-{fire:%Y%m%dT%H%M}"
+    submit(name, "true\n", "-p", "3", user="daemon")
+    time.sleep(0.01)  # a later ctime (the clock tick is far finer)
+    who = nobody()
+    plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
+                   owner=(who.pw_uid, who.pw_gid))
+    assert drain(spool).returncode == 0
+    res = result(spool, name)
+    assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
+    assert any(" recur-skip " + name in line and "before the template" in line for line in log_lines(spool)), \
+        log_lines(spool)
 
 
 def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -532,3 +533,42 @@ def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, work
     assert ledger.read_text() == "ran\nran\n"  # each attempt once
     assert not any(" start b " in line and "user=nobody" in line for line in log_lines(spool)), log_lines(spool)
     assert any("dropped: its retry was already spooled" in line for line in log_lines(spool))
+
+
+@needs_root
+def test_a_namesake_queued_before_a_claimed_job_is_not_set_aside_when_it_is_filed(spool, workdir):
+    """The driver's view of the queue may be up to 50 ms old when it picks: another user's job of the
+    same name, queued just before, may not be in it yet. Filing the picked job then set that earlier
+    job aside as a plant; it is the name's first job, and stays to run. (Recovery files the picked
+    job here; its run record's queue time is moved past the earlier job's to stand for the old view.)"""
+    from test_attacks import job_file
+    from conftest import as_user
+
+    gate = workdir / "gate"
+    os.chmod(workdir, 0o777)
+    r = run_cli(["submit", "x", "-p", "2"], stdin=f"while [ ! -e {gate} ]; do sleep 0.05; done\n".encode(),
+                user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    driver = start_driver(spool)
+    record = wait_for(lambda: next((spool / "running").glob("*/x@run"), None), what="x's run record")
+    wait_for(lambda: '"job"' in record.read_text(), what="x's monitor to record it")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+
+    def plant():
+        fd = os.open(spool / "jobs" / "P5" / "x", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, job_file("x", "/tmp", f"touch {workdir}/daemons-ran\n".encode()))
+        os.close(fd)
+    assert as_user(plant, "daemon") == ("ok", None)
+    first = record.read_bytes().split(b"\n", 1)[0]
+    queued = json.loads(first)["queued"]
+    later = (datetime.fromisoformat(queued) + timedelta(seconds=30)).isoformat()
+    assert len(later) == len(queued)
+    with open(record, "r+b") as handle:  # in place: the monitor appends to this very file
+        handle.write(first.replace(queued.encode(), later.encode()))
+    gate.touch()
+    wait_for(lambda: '"ended"' in record.read_text(), what="x to end while no driver runs")
+    assert drain(spool).returncode == 0
+    res = result(spool, "x")
+    assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
+    assert (workdir / "daemons-ran").exists()

@@ -43,6 +43,7 @@ import json
 import os
 import select
 import signal
+import sys
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
@@ -312,9 +313,14 @@ class Daemon:
         try:
             self.recur.spool_due(now)
             self._recur_pause = None
-        except (OniteError, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - what users put in recur/ must never stop the daemon
+            if not isinstance(err, (OniteError, OSError)):
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
             self._recur_pause = now + RECUR_PAUSE
-            self.log.event("recur-error", error=str(err), note=f"trying again at {self._recur_pause:%H:%M:%S}")
+            self.log.event("recur-error", error=str(err) if isinstance(err, (OniteError, OSError)) else
+                           f"{type(err).__name__}: {err}", note=f"trying again at {self._recur_pause:%H:%M:%S}")
 
     def _next_recurring(self) -> datetime | None:
         return self._recur_pause or self.recur.next_fire()

@@ -57,6 +57,17 @@ def _use(run: Run) -> dict:
             and 0 <= cpu < 1e12 else None}
 
 
+def queued_ns(run: Run) -> int | None:
+    """When ``run``'s job got its place in its queue (the kernel's ctime), in ns, rounded up to the
+    microsecond a datetime keeps: None if not known."""
+    if run.queued_at is None:
+        return None
+    from datetime import timezone
+
+    micros = (run.queued_at - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+    return micros * 1000 + 999
+
+
 class Finisher:
     """Files the runs and jobs of one driver; says when nothing more may start."""
 
@@ -100,7 +111,7 @@ class Finisher:
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
         d, job = self.d, run.job
-        self.clear_namesakes(run.name, run.owner.uid)  # before its retry or its result: the name is this run's
+        self.clear_namesakes(run.name, run.owner.uid, since_ns=queued_ns(run))  # before its retry or its result
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=d.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
         if self._retryable(run, outcome) and self._requeue_retry(run, attempt, now):
@@ -143,7 +154,7 @@ class Finisher:
             # another user's file put there meanwhile is swapped out in the same step: put back as
             # soon as it is moved aside, it would otherwise keep the name from the retry
             displaced = create_displacing(folder, run.name, encode(job), run.owner.uid,
-                                          owner=(run.owner.uid, run.owner.gid), durable=False)
+                                          owner=(run.owner.uid, run.owner.gid), durable=False, since_ns=queued_ns(run))
         except Refused:
             d.log.event("retry-skipped", run.name, note="a new job of that name is queued")
             return False
@@ -152,7 +163,7 @@ class Finisher:
             return False
         if displaced:
             self.set_aside_displaced(displaced, run.name, run.owner.uid)
-        self.clear_namesakes(run.name, run.owner.uid, settle=True)  # while its claim still holds the name
+        self.clear_namesakes(run.name, run.owner.uid, since_ns=queued_ns(run), settle=True)  # the claim holds the name
         remove_file(d.running_dir / run.name)
         remove_file(d.spool.run_record_path(d.host, run.name))
         d.counts["retried"] += 1
@@ -163,16 +174,22 @@ class Finisher:
     def _requeue_interrupted(self, run: Run) -> None:
         d = self.d
         try:
-            self.requeue_file(d.running_dir / run.name, run.name, run.rank)
+            requeued = self.requeue_file(d.running_dir / run.name, run.name, run.rank, queued_ns(run))
         except OniteError as err:
             d.log.event("error", run.name, error=str(err))
             return
         remove_file(d.spool.run_record_path(d.host, run.name))
+        if not requeued:
+            return
         d.counts["requeued"] += 1
         d.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
-    def requeue_file(self, path: Path, name: str, rank: int) -> None:
-        """Put a claim at ``path`` back in the queue folder of ``rank``.
+    def requeue_file(self, path: Path, name: str, rank: int, since_ns: int | None = None) -> bool:
+        """Put a claim at ``path`` back in the queue folder of ``rank`` (``since_ns``: when its job got its
+        place in the queue, ``queued_ns``, if known). If another user's job of the name got its place
+        before it (a namesake the driver's view of the queue had not shown yet when it picked this
+        one), that job keeps the name: the claim is set aside instead, as the pick would have done
+        (False; True: requeued).
 
         Raises:
             Refused: a new job of that name is queued meanwhile (the claim stays).
@@ -180,17 +197,23 @@ class Finisher:
         """
         d = self.d
         try:
-            owner = os.lstat(path).st_uid
+            st = os.lstat(path)
         except FileNotFoundError:
-            owner = None  # the rename below says so
+            st = None  # the rename below says so
+        owner = st.st_uid if st is not None else None
         folder = d.spool.folder_for(rank, rank == 0)
         d.spool.ensure_queue_folder(folder)
         target = folder / name
         # a namesake planted in the target folder must not keep the claim from going back: it is moved
         # aside, and one put back since is replaced by the rename (which does not refuse a file; only
-        # the owner's own could be taken for a new job of theirs, and that one is looked for)
+        # the owner's own could be taken for a new job of theirs, and an earlier one: both are looked for)
         if owner is not None:
-            self.clear_namesakes(name, owner)
+            self.clear_namesakes(name, owner, since_ns=since_ns)
+            earlier = [e for e in find_queued(d.spool, name) if e.uid != owner]
+            if earlier:  # left by clear_namesakes: queued before this job was
+                self.move_aside(path, name, st, f"another user's job of that name ({user_name(earlier[0].uid)}'s) "
+                                                "was queued before it", file_result=False)
+                return False
         try:
             there = os.lstat(target).st_uid
         except FileNotFoundError:
@@ -199,21 +222,25 @@ class Finisher:
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
         change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
         if owner is not None:
-            self.clear_namesakes(name, owner, settle=True)
+            self.clear_namesakes(name, owner, since_ns=since_ns, settle=True)
+        return True
 
-    def clear_namesakes(self, name: str, uid: int, *, settle: bool = False) -> None:
+    def clear_namesakes(self, name: str, uid: int, *, since_ns: int | None = None, settle: bool = False) -> None:
         """Move aside the queued jobs called ``name`` of owners other than ``uid``, whose job of that
         name is claimed (running, being filed, requeued, recovered). onite submit refuses a name that
         is queued or running, so such a file was put in a queue folder by hand meanwhile; left there
         it would take the claimed job's retry, its place in recovery, or its result as the jobs that
         wait for it (``--after``) see it. No result is written for it: the name's result is the
-        claimed job's. ``settle``: ``uid``'s file of the name was just put back in a queue (a retry,
+        claimed job's. ``since_ns``: when the claimed job got its place in the queue (``queued_ns``);
+        a file queued before that is not a plant but the name's first job, which the driver's view of
+        the queue (up to 50 ms old) had not shown when it picked this one: it stays, and keeps the
+        name. ``settle``: ``uid``'s file of the name was just put back in a queue (a retry,
         a requeue): first wait until the kernel's clock has passed its ctime, so that a file put
         beside it while it was written is seen here, and any later one is later (onite.drain.pick)."""
         if settle:
             settle_names(self.d.spool, {name}, uid)
         for entry in find_queued(self.d.spool, name):
-            if entry.uid != uid:
+            if entry.uid != uid and (since_ns is None or entry.ctime_ns > since_ns):
                 self.set_aside_namesake(entry, f"it was put in the queue while {user_name(uid)}'s job of that "
                                                "name was claimed: a name is one job's at a time")
 

@@ -17,6 +17,7 @@ like queued jobs (onite.spool.filecheck) before they are used.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,7 +34,7 @@ from onite.exec.identity import resolve
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, urgent_refusal
-from onite.core.recurring import instance_job, rule_fields, rule_of
+from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.spool.recurstate import load_state, parse_time, save_state, state_lock, template_files
 
 STATE_FORMAT = 1
@@ -86,6 +87,7 @@ class RecurScheduler:
         self.templates: dict[str, _Template] = {}
         self._refreshed = float("-inf")
         self._reported: dict[str, tuple] = {}  # name → what was last logged about it (log once)
+        self._refused: dict[str, tuple] = {}  # name → the version of it that was refused (read once)
         self._state: dict[str, dict] = {}
 
     def next_fire(self) -> datetime | None:
@@ -104,8 +106,8 @@ class RecurScheduler:
             seen.add(name)
             key = (st.st_ino, st.st_ctime_ns, st.st_size)
             known = self.templates.get(name)
-            if known is not None and known.key == key:
-                continue
+            if (known is not None and known.key == key) or self._refused.get(name) == key:
+                continue  # read once per version: a refused one too (20 MB of them made the daemon spin)
             self.templates.pop(name, None)
             loaded = self._load(name, path, st)
             if loaded is not None:
@@ -115,6 +117,8 @@ class RecurScheduler:
             del self.templates[name]
         for name in set(self._reported) - seen:
             del self._reported[name]
+        for name in set(self._refused) - seen:
+            del self._refused[name]
 
     def _load(self, name: str, path: Path, st: os.stat_result) -> _Template | None:
         import time
@@ -127,6 +131,11 @@ class RecurScheduler:
         if problem is SETTLING:
             self._refreshed = float("-inf")  # look again at the next chance
             return None
+        if not problem:
+            try:  # recur add's own limit: a longer name (a file put in recur/ by hand) leaves its runs no valid name
+                check_template_name(name)
+            except OniteError as err:
+                problem = str(err)
         if not problem and self.euid != 0 and st.st_uid != self.euid:
             problem = (f"owned by {user_name(st.st_uid)}; this driver runs as {user_name(self.euid)} "
                        "and spools only its own recurring jobs")
@@ -144,6 +153,7 @@ class RecurScheduler:
                 problem = str(err)
         self._report(name, (st.st_ino, st.st_ctime_ns), "recur-refused", owner=user_name(st.st_uid),
                      reason=problem, note="this template is not used until it is fixed")
+        self._refused[name] = (st.st_ino, st.st_ctime_ns, st.st_size)
         return None
 
     def _report(self, name: str, key: tuple, event: str, **fields) -> None:
@@ -180,7 +190,17 @@ class RecurScheduler:
         with state_lock(self.spool):
             self._state = load_state(self.spool)
             for name in sorted(due):
-                made = self._spool_one(name, self.templates[name], now)
+                tpl = self.templates[name]
+                try:
+                    made = self._spool_one(name, tpl, now)
+                except Exception as err:  # noqa: BLE001 - one user's template must never stop the others' fires, nor the night
+                    import traceback
+
+                    traceback.print_exc(file=sys.stderr)
+                    self.log.event("recur-error", name, error=f"{type(err).__name__}: {err}",
+                                   note="this template is not used until it changes; please report this")
+                    tpl.next = None
+                    continue
                 if made:
                     spooled.append(made)
             present = {name for name, _, _ in template_files(self.spool)}
@@ -229,17 +249,23 @@ class RecurScheduler:
         if job.urgent and not may_be_urgent(owner, self.spool.config.admins):
             self.log.event("recur-refused", job.name, template=name, user=owner.name, reason=urgent_refusal(owner.name))
             return None
-        if self._spooled_already(job.name, tpl.uid):
+        if self._spooled_already(job.name, tpl.uid, tpl.key[1]):
             self.log.event("recur-skip", job.name, template=name, reason="this fire was spooled already")
             return None
         folder = self.spool.folder_for(job.priority, job.urgent)
         try:
             # the run's name is known in advance: another user's file put back there as soon as it is
             # moved aside is swapped out in the same step as the run is written
-            displaced = create_displacing(folder, job.name, encode(job), tpl.uid, mode=0o600, owner=(tpl.uid, tpl.gid))
+            displaced = create_displacing(folder, job.name, encode(job), tpl.uid, mode=0o600, owner=(tpl.uid, tpl.gid),
+                                          since_ns=tpl.key[1])
         except Refused:
-            if any(entry.uid == tpl.uid for entry in find_queued(self.spool, job.name)):
+            queued = find_queued(self.spool, job.name)
+            if any(entry.uid == tpl.uid for entry in queued):
                 self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
+                return None
+            if any(entry.ctime_ns <= tpl.key[1] for entry in queued):  # the name was another's before the template
+                self.log.event("recur-skip", job.name, template=name,
+                               reason="another user's job of that name was queued before the template was made")
                 return None
             # only someone else's file, which could not be swapped out: the fire is not spooled yet
             self.log.event("recur-error", job.name, template=name, error="its name is taken by another user's file",
@@ -252,16 +278,17 @@ class RecurScheduler:
             self._set_aside(displaced, job.name, tpl.uid)
         try:  # a file of another user's put beside it while it was written (its temporary name told it)
             settle(self.spool, {job.name}, tpl.uid)
-            self._set_aside_others(job.name, tpl.uid)
+            self._set_aside_others(job.name, tpl.uid, tpl.key[1])
         except OniteError:
             pass  # the driver's picker refuses such a file too
         return True
 
-    def _spooled_already(self, name: str, uid: int) -> bool:
+    def _spooled_already(self, name: str, uid: int, since_ns: int) -> bool:
         """Is the instance ``name`` queued, running or filed already, as the template owner's (``uid``)?
-        Its name is known in advance: a file of another user's put in a queue folder under it says
-        nothing of this fire, and is moved aside (the driver's picker refuses such a file too)."""
-        queued = self._set_aside_others(name, uid)
+        Its name is known in advance: a file of another user's put in a queue folder under it since
+        the template was made (``since_ns``) says nothing of this fire, and is moved aside (the
+        driver's picker refuses such a file too)."""
+        queued = self._set_aside_others(name, uid, since_ns)
         if queued or any(entry.uid == uid for entry in find_running(self.spool, name)):
             return True
         try:
@@ -270,15 +297,16 @@ class RecurScheduler:
             return True  # cannot tell: a fire is never spooled twice
         return previous is not None and previous.uid == uid
 
-    def _set_aside_others(self, name: str, uid: int) -> bool:
-        """Move aside the queued files called ``name`` (a run of ``uid``'s recurring job) of any other
-        user; whether one of ``uid``'s is queued."""
+    def _set_aside_others(self, name: str, uid: int, since_ns: int) -> bool:
+        """Move aside the queued files called ``name`` (a run of ``uid``'s recurring job, whose template
+        was made at ``since_ns``) of any other user put there since; whether one of ``uid``'s is
+        queued. (A file queued before the template keeps its name, as the driver's picker decides.)"""
         mine = False
         for entry in find_queued(self.spool, name):
             if entry.uid == uid:
                 mine = True
-                continue
-            self._set_aside(entry.path, name, uid)
+            elif entry.ctime_ns > since_ns:
+                self._set_aside(entry.path, name, uid)
         return mine
 
     def _set_aside(self, path, name: str, uid: int) -> None:

@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onite.drain.finish import queued_ns
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
 from onite.core.job import Job
 from onite.core.names import is_valid_name
@@ -207,7 +208,7 @@ class Recovery:
             return
         retry = self._retry_of(run)
         if retry:
-            self._drop(name, path, run.attempt, run.owner.uid, queued=retry == "queued")
+            self._drop(name, path, run, queued=retry == "queued")
             return
         run.usage = rec.usage
         # as a live driver files it (onite.exec.local): a job the kernel killed for its memory is out of memory
@@ -223,7 +224,7 @@ class Recovery:
                     outcome=outcome.describe() or "exit 0")
         d.finisher.record(run, outcome, ended if ended and ended.tzinfo else d.clock.now())
 
-    def _drop(self, name: str, path: Path, attempt: int, uid: int, *, queued: bool) -> None:
+    def _drop(self, name: str, path: Path, run: Run, *, queued: bool) -> None:
         """A later attempt is already spooled: this claim is stale, and must neither run nor be filed.
         ``queued``: that attempt waits in a queue, and the claim's driver may have died before
         clearing the name for it (onite.drain.finish): another user's file of the name, put in a
@@ -231,10 +232,10 @@ class Recovery:
         and set the retry aside. (A later attempt that is running or finished holds or held the name
         by itself, and a namesake queued since may be a new job.)"""
         if queued:
-            self.d.finisher.clear_namesakes(name, uid, settle=True)
+            self.d.finisher.clear_namesakes(name, run.owner.uid, since_ns=queued_ns(run), settle=True)
         remove_file(path)
         remove_file(self.d.spool.run_record_path(self.d.host, name))
-        self.d.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=attempt)
+        self.d.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
 
     def _retry_of(self, run: Run) -> str | None:
         """Where a later attempt of this job is already spooled: "queued", "running" (on another host)
@@ -273,7 +274,7 @@ class Recovery:
             claimed = None
         retry = self._retry_of(claimed) if claimed is not None else None
         if retry:
-            self._drop(name, path, claimed.attempt, claimed.owner.uid, queued=retry == "queued")
+            self._drop(name, path, claimed, queued=retry == "queued")
             return
         record_path = d.spool.run_record_path(d.host, name)
         if rerun and d.config.on_interrupt == "fail":
@@ -293,16 +294,17 @@ class Recovery:
             owner = None
         if owner is not None and any(e.uid == owner for e in find_queued(d.spool, name)):
             remove_file(path)  # a retry was already queued before the crash (another user's namesake is not)
-            action = "dropped (its retry is already queued)"
+            action, requeued = "dropped (its retry is already queued)", True
         else:
             try:
-                d.finisher.requeue_file(path, name, int(rank))
+                requeued = d.finisher.requeue_file(path, name, int(rank), queued_ns(claimed) if claimed else None)
             except OniteError as err:
                 d.log.event("error", name, error=str(err))
                 return
-            action = "rerun: requeued" if rerun else "requeued"
+            action = ("rerun: requeued" if rerun else "requeued") if requeued else \
+                "set aside: another user's job of that name was queued before it"
         remove_file(record_path)
-        d.counts["requeued"] += 1
+        d.counts["requeued"] += requeued
         d.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
 
     def _fail(self, name: str, path: Path, info: dict, what: str) -> None:

@@ -148,6 +148,14 @@ def spool_recurring(d: Driver) -> list[str]:
     except OniteError as err:
         d.log.event("recur-error", error=str(err), note="recurring jobs were not spooled")
         return []
+    except Exception as err:  # noqa: BLE001 - what users put in recur/ must never stop the night's drain
+        import sys
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        d.log.event("recur-error", error=f"{type(err).__name__}: {err}",
+                    note="recurring jobs were not spooled; please report this")
+        return []
 
 
 def _inside_scheduled_window(d: Driver) -> bool:

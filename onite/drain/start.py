@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onite.drain.finish import queued_ns
 from onite.core.errors import JobFormatError, NotFound, OniteError
 from onite.core.job import Job
 from onite.core.resources import Need
@@ -179,7 +180,7 @@ class Starter:
         """Nothing that starts can be recorded (a full disk): put the job back, start nothing more.
         Running jobs go on; the driver exits non-zero once they are done (docs/job-control.md)."""
         try:
-            self.d.finisher.requeue_file(claimed, run.name, run.rank)
+            self.d.finisher.requeue_file(claimed, run.name, run.rank, queued_ns(run))
         except OniteError as err:
             why = f"{why}; and putting {run.name} back failed: {err} (recovery will)"
         self.d.finisher.note_cannot_record(why, run.name)
@@ -192,7 +193,7 @@ class Starter:
         self._pause = min(max(self._pause * 2, PAUSE_FIRST), PAUSE_MAX)
         self._paused_until = d.clock.monotonic() + self._pause
         try:
-            d.finisher.requeue_file(claimed, run.name, run.rank)
+            d.finisher.requeue_file(claimed, run.name, run.rank, queued_ns(run))
         except OniteError as move_err:
             d.log.event("start-failed", run.name, user=run.owner.name, reason=str(err))
             d.finisher.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}"), d.clock.now())

@@ -62,17 +62,19 @@ DISPLACE_TRIES = 100  # a name that a user's file keeps taking and giving back b
 
 
 def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: int = 0o600,
-                      owner: tuple[int, int] | None = None, durable: bool = True) -> str | None:
+                      owner: tuple[int, int] | None = None, durable: bool = True,
+                      since_ns: int | None = None) -> str | None:
     """Create ``folder/name`` as ``create_file`` does, for a job of ``uid`` whose name is its own (a
     retry while its claim holds the name, a recurring job's run): a file of the name that is not
     ``uid``'s, put in the queue by hand, is exchanged with the new file in one step
     (renameat2(RENAME_EXCHANGE)), so that no user can keep the name by putting a file back the
-    moment it is moved aside. Return the path (a dot-name in ``folder``) where what was displaced
-    now is, for the caller to set aside; None if the name was free.
+    moment it is moved aside. ``since_ns``: only a file put there after this time (its ctime) is
+    displaced; an older one keeps the name. Return the path (a dot-name in ``folder``) where what
+    was displaced now is, for the caller to set aside; None if the name was free.
 
     Raises:
-        Refused: a file of ``uid``'s own has the name; or the name is taken and the file system
-            cannot exchange (NFS), or it kept changing.
+        Refused: a file of ``uid``'s own has the name, or one older than ``since_ns``; or the name
+            is taken and the file system cannot exchange (NFS), or it kept changing.
         SpoolIOError: the write failed.
     """
     tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
@@ -89,10 +91,11 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
             except OSError as err:
                 raise SpoolIOError(Path(final), "writing", err) from None
             try:
-                if os.lstat(final).st_uid == uid:
-                    raise Refused(f"{final} already exists", "pick another name (or use --unique)")
+                there = os.lstat(final)
             except FileNotFoundError:
                 continue
+            if there.st_uid == uid or (since_ns is not None and there.st_ctime_ns <= since_ns):
+                raise Refused(f"{final} already exists", "pick another name (or use --unique)")
             try:
                 exchanged = _rename_exchange(tmp, final)
             except OSError as err:

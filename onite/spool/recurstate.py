@@ -113,12 +113,12 @@ def run_name_owner(spool: SpoolDir, name: str) -> tuple[str, int, int] | None:
     import stat
 
     from onite.core.errors import OniteError
-    from onite.core.recurring import rule_of, template_of
+    from onite.core.recurring import MAX_TEMPLATE_NAME, rule_of, template_of
     from onite.spool.filecheck import BadFile, read_job_file
 
     template = template_of(name)
-    if template is None or not is_valid_name(template):
-        return None
+    if template is None or not is_valid_name(template) or len(template) > MAX_TEMPLATE_NAME:
+        return None  # a name recur add refuses is no template (the driver refuses such a file)
     path = spool.recur_dir / template
     try:
         st = os.lstat(path)
