@@ -142,6 +142,29 @@ def test_dependency_chain_with_a_failing_base(spool, workdir):
     assert result(spool, "both")["state"] == "done"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as the users nobody and daemon")
+def test_a_dependency_on_another_users_job_names_its_user(spool, workdir):
+    """``--after USER:NAME`` waits for USER's job NAME (a bare NAME is the waiting job's own user's):
+    nobody's report runs once daemon's build succeeded, and not for a build of anyone else's."""
+    os.chmod(workdir, 0o777)
+    gate = workdir / "gate"
+    submit("build", f"while [ ! -e {gate} ]; do sleep 0.05; done\n", "-p", "5", user="daemon", cwd="/tmp")
+    r = run_cli(["submit", "report", "-p", "1", "--after", "build"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 2 and "job 'build' is daemon's: a job waits only for its own user's jobs" in r.err, r
+    submit("report", f"echo ran > {workdir}/report\n", "-p", "1", "--after", "daemon:build", user="nobody", cwd="/tmp")
+    for bad, said in (("no-such-user:build", "no user 'no-such-user'"), ("root:build", "job 'build' is daemon's, not root's"),
+                      ("a b:build", "invalid user name 'a b'"), ("daemon:../x", "invalid dependency name")):
+        r = run_cli(["submit", "other", "--after", bad], stdin=b"true\n", user="nobody", cwd="/tmp")
+        assert r.code == 2 and said in r.err, (bad, r)
+    driver = start_driver(spool)
+    rows = {j["name"]: j for j in run_cli(["status", "--json"], user="nobody").json()["waiting"]}
+    assert rows["report"]["reason"] in ("after daemon:build (running)", "after daemon:build (queued)"), rows
+    gate.touch()
+    assert driver.wait(timeout=120) == 0
+    assert result(spool, "report")["state"] == "done" and (workdir / "report").read_text() == "ran\n"
+    assert result(spool, "build")["user"] == "daemon"
+
+
 def test_dependency_on_cancelled_job_fails(spool, cli):
     submit("parent", "true\n")
     submit("kid", "true\n", "--after", "parent")

@@ -409,3 +409,13 @@ def test_a_run_id_names_its_host_even_one_with_dashes():
     run_id = make_run_id(datetime(2026, 11, 23, 1, 2, 3), "node-a-1", 4711, 3)
     assert run_id == "20261123T010203-node-a-1-4711-3" and run_id_host(run_id) == "node-a-1"
     assert run_id_host("not-one") is None
+
+
+def test_a_dependency_is_a_name_or_user_colon_name():
+    from onite.core.names import is_valid_dependency, split_dependency
+
+    assert split_dependency("build") == (None, "build") and split_dependency("alice:build") == ("alice", "build")
+    for good in ("build", "alice:build", "_svc-1.x:b", "machine$:b"):
+        assert is_valid_dependency(good), good
+    for bad in ("", ":build", "alice:", "a b:build", "alice:../x", "9lives:x:y", "alice:b c", "x" * 33 + ":b"):
+        assert not is_valid_dependency(bad), bad

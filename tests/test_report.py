@@ -115,9 +115,10 @@ def real_night():
     gone.mkdir()
     submit("vanish", "true\n", "-p", "3", *after, cwd=gone)
     gone.rmdir()
+    theirs = ("--after", f"{ME}:settle")  # another user's job: named with its user
     submit("nb-fail", "echo 'nobody at work'; echo \"nobody's secret\" >&2; exit 4\n", "-p", "3",
-           "--stderr-separate", *after, user="nobody")
-    submit("nb-ok", "true\n", "-p", "3", *after, user="nobody")
+           "--stderr-separate", *theirs, user="nobody")
+    submit("nb-ok", "true\n", "-p", "3", *theirs, user="nobody")
     submit("parked", "true\n", "-p", "3", "--hold")
     os.symlink("/etc/passwd", spool / "jobs" / "P3" / "sneaky")  # refused: not a regular file
     for name in ("gate-a", "gate-b"):  # both slots, once everything else is done, until the window closes

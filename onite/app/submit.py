@@ -360,21 +360,28 @@ def refuse_duplicate(spool: SpoolDir, name: str) -> None:
 
 def dependency_problem(spool: SpoolDir, name: str, uid: int) -> str | None:
     """Why a job of user ``uid`` cannot be spooled ``--after name``, or None if it can: the user's own
-    job of that name is queued, running, withdrawn or kept (onite.spool.deps).
+    job of that name (``USER:NAME``: USER's) is queued, running, withdrawn or kept (onite.spool.deps).
 
     Raises:
         SpoolIOError: the spool cannot be looked into.
     """
+    from onite.core.names import split_dependency
     from onite.core.queue import DepState
-    from onite.spool.deps import dependency_state, name_owner
+    from onite.spool.deps import dependency_of, dependency_state, name_owner
 
+    user, job = split_dependency(name)
+    if dependency_of(name, uid)[1] is None:
+        return f"no user {user!r} (--after {name})"
     state = dependency_state(spool, name, uid)
+    of = f" of {user}'s" if user is not None else ""
     if state is DepState.MISSING:
-        return f"no job {name!r} is queued, running or finished"
+        return f"no job {job!r}{of} is queued, running or finished"
     if state is DepState.FOREIGN:
-        owner = name_owner(spool, name)
+        owner = name_owner(spool, job)
         whose = f"{user_name(owner)}'s" if owner is not None else "another user's"
-        return f"job {name!r} is {whose}: a job waits only for its own user's jobs"
+        if user is not None:
+            return f"job {job!r} is {whose}, not {user}'s"
+        return f"job {job!r} is {whose}: a job waits only for its own user's jobs (USER:NAME for another's)"
     return None
 
 

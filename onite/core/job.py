@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_dependency, is_valid_name
 from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
 
@@ -142,8 +142,8 @@ def _job_problem(job: Job) -> str:
     if len(job.after) > MAX_AFTER:
         return f"it waits for {len(job.after)} jobs (after:), more than {MAX_AFTER}"
     for dep in job.after:
-        if not is_valid_name(dep):
-            return f"after: {dep[:40]!r} is not a valid job name"
+        if not is_valid_dependency(dep):
+            return f"after: {dep[:40]!r} is not a valid job name (or USER:NAME)"
     if job.not_before is not None and not is_valid_time(job.not_before):
         return f"at: {job.not_before!r} is not a time with its UTC offset, in the years 1900 to 9998"
     if job.pin is not None and not is_valid_name(job.pin):

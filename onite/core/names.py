@@ -47,6 +47,23 @@ def is_valid_name(name: str) -> bool:
     return NAME_PATTERN.fullmatch(name) is not None
 
 
+# a user name as useradd and POSIX allow it (no ":", which separates it from the job's name)
+USER_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+
+
+def split_dependency(dep: str) -> tuple[str | None, str]:
+    """An ``--after`` dependency as (user, job name): ``NAME`` is a job of the waiting job's own user
+    (user None), ``USER:NAME`` that user's job."""
+    user, sep, name = dep.rpartition(":")
+    return (user, name) if sep else (None, dep)
+
+
+def is_valid_dependency(dep: str) -> bool:
+    """``NAME`` or ``USER:NAME``, each part valid."""
+    user, name = split_dependency(dep)
+    return is_valid_name(name) and (user is None or USER_PATTERN.fullmatch(user) is not None)
+
+
 def check_name(name: str, *, what: str = "job name") -> str:
     """Return ``name`` if it is a valid job (or host) name.
 

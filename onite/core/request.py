@@ -10,14 +10,14 @@ written. Spooling it is onite.app.submit's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import NamedTuple
 
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
-from onite.core.names import check_name
+from onite.core.names import check_name, is_valid_dependency, is_valid_name, split_dependency
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +102,12 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
         raise InvalidInput(f"the job waits for {len(set(request.after))} jobs (--after)",
                            f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
     for dep in request.after:
-        check_name(dep, what="dependency name")
+        if not is_valid_dependency(dep):
+            user, name = split_dependency(dep)
+            if not is_valid_name(name):
+                check_name(name, what="dependency name")  # says what is wrong with it
+            raise InvalidInput(f"invalid user name {user[:40]!r} in --after {dep[:80]!r}",
+                               "write NAME for a job of yours, USER:NAME for another user's")
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:

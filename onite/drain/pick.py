@@ -32,7 +32,7 @@ from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
 from onite.core.admission import Admit
 from onite.core.resources import Need
 from onite.exec.identity import Identity, resolve
-from onite.spool.deps import dependency_state
+from onite.spool.deps import dependency_of, dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, Settling, file_problem, read_job_file
 from onite.spool.holds import is_held
 from onite.spool.index import Candidate
@@ -396,17 +396,19 @@ class Picker:
         Raises:
             Unfiled: it has ended but is not filed yet (the pick is made again once it is).
         """
+        dep = name
+        name, owner = dependency_of(dep, uid)
         if name in self.unfiled:
             raise Unfiled(name)
         run = self.d.running.get(name)
-        if run is not None and run.owner.uid == uid:
+        if run is not None and run.owner.uid == owner:
             return DepState.PENDING
         for path in self.d.index.paths(name):  # queued: one look at its owner, not every folder's
             try:
-                if os.lstat(path).st_uid == uid:
+                if os.lstat(path).st_uid == owner:
                     return DepState.PENDING
             except OSError:
                 pass  # gone since: the spool's own answer below says where it went
         if not self.withdrawn.unchanged():
             self.withdrawn = Withdrawn(self.d.spool)
-        return dependency_state(self.d.spool, name, uid, self.withdrawn)
+        return dependency_state(self.d.spool, dep, uid, self.withdrawn)

@@ -18,7 +18,7 @@ from datetime import datetime
 
 from onite.core.errors import JobFormatError
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
-from onite.spool.deps import dependency_state
+from onite.spool.deps import dependency_of, dependency_state
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.holds import is_held, read_holds
 from onite.spool.paths import SpoolDir
@@ -87,7 +87,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, dep, holds, uid) or "finishing"
+            dep_state = live_state(spool, *dependency_of(dep, uid), holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:

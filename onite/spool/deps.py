@@ -12,11 +12,13 @@ A job waits only for its own user's job of that name, as Slurm's
 ``singleton`` counts only the user's own jobs: names are typed by hand, any
 user may spool any free name, and a job of someone else's under the name
 must neither hold this one back nor let it run (nor, by failing, fail it).
-Such a name is FOREIGN, and the job fails saying whose the name is.
+Such a name is FOREIGN, and the job fails saying whose the name is. To wait
+for another user's job, name its user: ``USER:NAME`` (``dependency_of``).
 """
 
 from __future__ import annotations
 
+from onite.core.names import split_dependency
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
 from onite.spool.scan import Withdrawn, live_owners
@@ -25,14 +27,32 @@ from onite.core.queue import DepState
 from onite.core.state import JobState
 
 
-def dependency_state(spool: SpoolDir, name: str, uid: int, withdrawn: Withdrawn | None = None) -> DepState:
-    """The state of the job ``name`` of user ``uid`` as a dependency: pending while queued or running,
-    else its latest outcome; FOREIGN if only another user's job has the name. ``withdrawn``: cancel/
-    as the caller listed it for all the dependencies it asks about (else it is listed here).
+def dependency_of(dep: str, uid: int) -> tuple[str, int | None]:
+    """The job name and owner's uid that the dependency ``dep`` of a job of ``uid`` names: ``NAME`` is
+    ``uid``'s own job, ``USER:NAME`` USER's (uid None: there is no such user)."""
+    user, name = split_dependency(dep)
+    if user is None:
+        return name, uid
+    import pwd
+
+    try:
+        return name, pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return name, None
+
+
+def dependency_state(spool: SpoolDir, dep: str, uid: int, withdrawn: Withdrawn | None = None) -> DepState:
+    """The state of the dependency ``dep`` (``NAME`` or ``USER:NAME``, ``dependency_of``) of a job of
+    user ``uid``: pending while queued or running, else its latest outcome; FOREIGN if only another
+    user's job has the name; MISSING if USER has no account. ``withdrawn``: cancel/ as the caller
+    listed it for all the dependencies it asks about (else it is listed here).
 
     Raises:
         SpoolIOError: a folder or result record cannot be read.
     """
+    name, uid = dependency_of(dep, uid)
+    if uid is None:
+        return DepState.MISSING
     owners = live_owners(spool, name)
     if uid in owners:
         return DepState.PENDING

@@ -53,8 +53,8 @@ def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | N
     return found
 
 
-def live_state(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None,
-               uid: int | None = None) -> str | None:
+def live_state(spool: SpoolDir, name: str, uid: int | None = None, *,
+               holds: dict[str, frozenset[int]] | None = None) -> str | None:
     """Where job ``name`` (``uid``'s, if given: a dependency is its owner's own job) is now: "queued",
     "held" (every queued file of that name is held), "running", or None (neither). Queued folders
     are looked at first, then running/: a job that moves on between the two looks is still found.
