@@ -110,6 +110,8 @@ def test_decode_mutated_job_files(data):
 # ---- what build_job accepts, decode reads back ------------------------------------------------
 
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
+dependencies_of_others = st.builds(lambda user, name: f"{user}:{name}",
+                                   st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,10}", fullmatch=True), names)
 times = st.datetimes(min_value=datetime(1900, 1, 2), max_value=datetime(9998, 12, 30),
                      timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=-14)),
                                                 timezone(timedelta(hours=5, minutes=45, seconds=30))]))
@@ -128,7 +130,7 @@ def valid_jobs(draw) -> Job:
         body=draw(st.binary(max_size=40).filter(lambda b: not b.startswith(b"#!")) | st.just(b"#!/bin/sh -e\nx")),
         timeout=draw(st.none() | st.timedeltas(min_value=timedelta(microseconds=1), max_value=MAX_DURATION)),
         retries=retries, attempt=draw(st.integers(1, retries + 1)),
-        after=tuple(draw(st.lists(names, max_size=3))), not_before=draw(st.none() | times),
+        after=tuple(draw(st.lists(names | dependencies_of_others, max_size=3))), not_before=draw(st.none() | times),
         urgent=draw(st.booleans()), pin=draw(st.none() | names), recur=draw(st.none() | names),
         stderr_separate=draw(st.booleans()), notify=draw(st.sampled_from([None, "mail", "command", "none"])),
         notify_on=draw(st.sampled_from([None, "failure", "always"])),
