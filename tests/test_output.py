@@ -219,3 +219,12 @@ def test_rich_markup_in_a_path_a_user_chose_is_shown_as_written(spool, world_tmp
     shown = on_terminal(spool, ["list", "--all"])
     assert b"\x1b]8;" not in shown and b"\x1b[8m" not in shown and b"\x1b[5m" not in shown, shown
     assert b"[conceal]x[/conceal][blink]OK[/]" in shown, shown
+
+
+@needs_root
+def test_a_character_split_between_two_reads_reaches_roots_terminal_whole(spool):
+    """Spelling out reads the output 64 KiB at a time: a UTF-8 character across two reads stays one."""
+    submit("accents", b"head -c 65535 /dev/zero | tr '\\000' a; printf '\\303\\251t\\303\\251\\n'\n", user="nobody")
+    assert drain(spool).returncode == 0
+    shown = on_terminal(spool, ["output", "accents"])
+    assert shown.endswith("aété\r\n".encode()) and b"\\x" not in shown, shown[-40:]

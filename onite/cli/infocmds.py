@@ -36,7 +36,7 @@ def output(
         out = shared.output_sink(os.fstat(handle.fileno()).st_uid, raw)
         while chunk := handle.read(1 << 16):
             out.write(chunk)
-        out.flush()
+        getattr(out, "finish", out.flush)()
 
 
 @app.command()

@@ -157,7 +157,11 @@ class SpeltOut:
         self.out.write(printable_output(self.decoder.decode(data)).encode())
         return len(data)
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # a character split between two reads stays in the decoder until its end comes
+        self.out.flush()
+
+    def finish(self) -> None:
+        """The output is over: what is left of a split character is spelt out too."""
         from onite.core.safetext import printable_output
 
         self.out.write(printable_output(self.decoder.decode(b"", final=True)).encode())
@@ -190,7 +194,7 @@ def follow_output(target, name: str, *, stderr: bool = False, raw: bool = False)
     try:
         final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=announce)
     finally:
-        sink.flush()
+        getattr(sink, "finish", sink.flush)()
     print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path
     return exit_status([final])
 
