@@ -716,6 +716,18 @@ def test_a_template_made_after_another_users_job_of_its_runs_name_takes_nothing(
         log_lines(spool)
 
 
+def test_a_template_reserves_only_the_names_of_the_times_it_fires(spool):
+    """nobody's template ``dump`` fires once a year: daemon's job ``dump-20261125T0300``, which is no
+    run of it, was refused at night as if the name were nobody's run's."""
+    r = run_cli(["recur", "add", "dump", "--cron", "0 4 1 1 *"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    time.sleep(0.01)  # daemon's job comes after the template
+    submit("dump-20261125T0300", "true\n", user="daemon")
+    assert drain(spool).returncode == 0
+    res = result(spool, "dump-20261125T0300")
+    assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
+
+
 def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):
     """The job that got its place first (the kernel's ctime) keeps the name, even behind a namesake
     planted at a higher priority."""

@@ -53,6 +53,7 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
     """
     watch = start(spool, [name])[name]
     _check_owner(spool, name, caller_uid)
+    owner = job_owner(spool, name)
     if stderr:
         _check_separate(spool, name, watch.live is not None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
@@ -71,8 +72,10 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
                 if handle is not None:  # a new run replaced the file: the rest of the old one first
                     _copy(handle, out)
                     handle.close()
-                handle = _open(spool, name, caller_uid, stderr)
-                continue
+                handle = _open(spool, name, caller_uid, stderr, owner)
+                if handle is not None:
+                    continue
+                earlier = key  # someone else's file: looked at again only once it changes
             if final is not PENDING or grew:
                 continue
             if not told and announce is not None and watch.live in ("queued", "held"):
@@ -149,14 +152,20 @@ def _key(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_dev, st.st_ctime_ns
 
 
-def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool) -> BinaryIO | None:
+def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool, owner: int | None) -> BinaryIO | None:
+    """The output file of the followed job, or None if it is not there yet, or is not its owner's: an
+    earlier job of that name's, whose owner may change its ctime (chmod) to pass it off as this run's."""
     from onite.spool.outputs import open_job_output
     from onite.core.errors import NotFound
 
     try:
-        return open_job_output(spool, name, caller_uid, stderr=stderr)
+        handle = open_job_output(spool, name, caller_uid, stderr=stderr)
     except NotFound:  # removed between the lstat and the open (retention): look again
         return None
+    if owner is not None and os.fstat(handle.fileno()).st_uid != owner:
+        handle.close()
+        return None
+    return handle
 
 
 def _copy(handle: BinaryIO, out: BinaryIO) -> bool:

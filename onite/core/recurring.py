@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from onite.core.errors import InvalidInput, JobFormatError
+from onite.core.errors import InvalidInput, JobFormatError, OniteError
 from onite.core.job import Job
 from onite.core.names import MAX_NAME, check_name
 
@@ -101,6 +101,30 @@ def template_of(name: str) -> str | None:
         _INSTANCE = re.compile(r"(.+)-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?")
     found = _INSTANCE.fullmatch(name)
     return found.group(1) if found else None
+
+
+RUN_SEARCH = 3  # hours either side of a run name's wall time in which its fire is looked for (a DST shift)
+RUN_SEARCH_FIRES = 20_000  # at most this many fires looked at (a rule every minute has 360 in 6 h)
+
+
+def is_run_of(rule, template: str, name: str) -> bool:
+    """Is ``name`` the name ``instance_name`` gives one of ``rule``'s fires, not only its shape?"""
+    from onite.core.schedule import fires_after
+
+    stamp = name[len(template) + 1:].removesuffix(".2")
+    try:
+        wall = datetime.strptime(stamp[:13], "%Y%m%dT%H%M")
+        if len(stamp) > 13:
+            wall = wall.replace(second=int(stamp[13:15]), microsecond=int(stamp[15:] or 0))
+        start = (wall - timedelta(hours=RUN_SEARCH)).astimezone()
+        for count, fire in enumerate(fires_after(rule, start)):
+            if count >= RUN_SEARCH_FIRES or fire.replace(tzinfo=None) > wall + timedelta(hours=RUN_SEARCH):
+                return False
+            if instance_name(template, fire) == name:
+                return True
+    except (ValueError, OverflowError, OniteError):
+        return False
+    return False
 
 
 def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:

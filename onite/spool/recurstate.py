@@ -108,12 +108,13 @@ def parse_time(text: object) -> datetime | None:
 
 def run_name_owner(spool: SpoolDir, name: str) -> tuple[str, int, int] | None:
     """If ``name`` is that of a run of a recurring job (``TEMPLATE-YYYYMMDDTHHMM``) whose template is
-    in recur/ and usable (a regular file with one link that holds a rule): the template's name, its
-    owner and its ctime; else None. Such names are known in advance, and are the template owner's."""
+    in recur/ and usable (a regular file with one link that holds a rule), and its time one the rule
+    fires at: the template's name, its owner and its ctime; else None. Such names are known in
+    advance, and are the template owner's."""
     import stat
 
     from onite.core.errors import OniteError
-    from onite.core.recurring import MAX_TEMPLATE_NAME, rule_of, template_of
+    from onite.core.recurring import MAX_TEMPLATE_NAME, is_run_of, rule_of, template_of
     from onite.spool.filecheck import BadFile, read_job_file
 
     template = template_of(name)
@@ -125,8 +126,9 @@ def run_name_owner(spool: SpoolDir, name: str) -> tuple[str, int, int] | None:
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return None
         job, fst = read_job_file(path, spool.config.max_job_size, one_link=True)
-        if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid) or rule_of(job) is None:
-            return None
+        rule = rule_of(job)
+        if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid) or rule is None or not is_run_of(rule, template, name):
+            return None  # not a usable template, or not a time it fires: a name of that shape is anyone's
     except (OSError, BadFile, OniteError, ValueError):
         return None
     return template, st.st_uid, st.st_ctime_ns
