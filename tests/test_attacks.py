@@ -728,6 +728,20 @@ def test_a_template_reserves_only_the_names_of_the_times_it_fires(spool):
     assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
 
 
+def test_another_users_run_of_a_finished_dependencys_name_fails_nothing(spool):
+    """daemon's A succeeded; daemon's B waits for it (held). nobody then spools and runs a job named
+    A (the name is free once daemon's finished), whose result replaces the one a name keeps: B failed
+    ("dependency A is another user's job"). The log still tells how daemon's A ended: B runs."""
+    submit("A", "true\n", user="daemon")
+    assert drain(spool).returncode == 0
+    submit("B", "true\n", "--after", "A", "--hold", user="daemon")
+    submit("A", "exit 3\n", user="nobody")
+    assert drain(spool).returncode == 0 and result(spool, "A")["user"] == "nobody"
+    assert run_cli(["release", "B"], user="daemon", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert result(spool, "B")["state"] == "done", (result(spool, "B"), log_lines(spool))
+
+
 def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):
     """The job that got its place first (the kernel's ctime) keeps the name, even behind a namesake
     planted at a higher priority."""
@@ -892,7 +906,8 @@ def test_a_submit_takes_its_job_back_if_a_namesake_got_there_first(spool):
 
 def test_an_empty_file_in_recur_takes_no_jobs_name(spool):
     """A job named like a recurring job's run (NAME-YYYYMMDDTHHMM) is refused only for a usable
-    template older than it, not for any file of that name in recur/; and then its owner is told."""
+    template older than it that fires at that time, not for any file of that name in recur/; and
+    then its owner is told."""
     submit("backup-20261124T2000", "true\n", user="daemon")
     plant(spool / "recur" / "backup", b"")
     assert drain(spool).returncode == 0
@@ -901,9 +916,9 @@ def test_an_empty_file_in_recur_takes_no_jobs_name(spool):
     r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *"], stdin=b"true\n", user="nobody", cwd="/tmp")
     assert r.code == 0, r
     time.sleep(0.01)
-    submit("nightly-20261124T2000", "true\n", user="daemon")
+    submit("nightly-20261124T0300", "true\n", user="daemon")  # a time nightly fires at
     assert drain(spool).returncode == 0
-    refused = result(spool, "nightly-20261124T2000")  # its owner finds it in the morning, and why
+    refused = result(spool, "nightly-20261124T0300")  # its owner finds it in the morning, and why
     assert refused["user"] == "daemon" and refused["state"] == "failed", refused
     assert "nobody's recurring job nightly" in refused["reason"], refused
 

@@ -419,3 +419,21 @@ def test_a_dependency_is_a_name_or_user_colon_name():
         assert is_valid_dependency(good), good
     for bad in ("", ":build", "alice:", "a b:build", "alice:../x", "9lives:x:y", "alice:b c", "x" * 33 + ":b"):
         assert not is_valid_dependency(bad), bad
+
+
+def test_the_log_tells_a_users_last_outcome_of_a_name(tmp_path):
+    from onite.spool.log import format_line, last_outcome
+
+    log = tmp_path / "onite.log"
+    when = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)
+    log.write_text("".join([
+        format_line(when, "vm", 1, "done", "A", user="daemon", exit=0),
+        format_line(when, "vm", 1, "failed", "A", user="daemon", reason="exit 1"),
+        format_line(when, "vm", 1, "done", "A", user="nobody", exit=0),
+        format_line(when, "vm", 1, "start", "A", user="daemon"),
+        format_line(when, "vm", 1, "done", "AB", user="daemon", note="A "),
+    ]))
+    assert last_outcome(log, "A", "daemon") == "failed"
+    assert last_outcome(log, "A", "nobody") == "done"
+    assert last_outcome(log, "AB", "daemon") == "done" and last_outcome(log, "B", "daemon") is None
+    assert last_outcome(tmp_path / "none", "A", "daemon") is None

@@ -145,6 +145,43 @@ def tail(path: Path, lines: int) -> list[str]:
     return text[-lines:]
 
 
+OUTCOMES = ("done", "failed", "cancelled")  # the events that say how a job's run ended (its user in user=)
+OUTCOME_LOOKBACK = 8 << 20  # bytes of the log's end read for one: what older logs said is not looked for
+
+
+def last_outcome(path: Path, name: str, user: str) -> str | None:
+    """How the latest run of ``user``'s job ``name`` ended, as the end of the log tells it ("done",
+    "failed" or "cancelled"), or None if it does not tell (not within OUTCOME_LOOKBACK bytes).
+
+    Raises:
+        SpoolIOError: the log cannot be read.
+    """
+    import stat
+
+    from onite.core.errors import SpoolIOError
+
+    try:
+        with open(path, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            size = handle.seek(0, os.SEEK_END)
+            start = max(0, size - OUTCOME_LOOKBACK)
+            handle.seek(start)
+            data = handle.read(size - start)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise SpoolIOError(path, "reading", err) from None
+    needle = f" {name} ".encode()
+    for raw in reversed(data.split(b"\n")[1 if start else 0:]):  # a line cut by the start is no line
+        if needle not in raw:
+            continue  # most lines: no parse
+        line = parse_line(raw.decode("utf-8", "replace"))
+        if line and line["event"] in OUTCOMES and line["name"] == name and line["fields"].get("user") == user:
+            return line["event"]
+    return None
+
+
 _TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=("(?:[^"\\]|\\.)*"|\S*)|("(?:[^"\\]|\\.)*")|(\S+)')
 _UNQUOTE = {"n": "\n", "\\": "\\", '"': '"', "t": "\t", "r": "\r", "e": "\x1b"}
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.DOTALL)
