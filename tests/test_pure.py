@@ -437,3 +437,23 @@ def test_the_log_tells_a_users_last_outcome_of_a_name(tmp_path):
     assert last_outcome(log, "A", "nobody") == "done"
     assert last_outcome(log, "AB", "daemon") == "done" and last_outcome(log, "B", "daemon") is None
     assert last_outcome(tmp_path / "none", "A", "daemon") is None
+
+
+def test_the_logs_outcomes_are_read_on_as_the_log_grows(tmp_path):
+    from onite.spool.log import Outcomes, format_line
+
+    log = tmp_path / "onite.log"
+    when = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)
+    log.write_text(format_line(when, "vm", 1, "done", "A", user="daemon"))
+    outcomes = Outcomes(log)
+    assert outcomes.last("A", "daemon") == "done"
+    with open(log, "a") as handle:
+        handle.write(format_line(when, "vm", 1, "failed", "A", user="daemon", reason="exit 1"))
+        handle.write('2026-11-25T03:00:00+00:00 vm[1] done A user=dae')  # a line still being written
+    assert outcomes.last("A", "daemon") == "failed"
+    with open(log, "a") as handle:
+        handle.write("mon\n")
+    assert outcomes.last("A", "daemon") == "done" and outcomes.last("A", "dae") is None
+    log.unlink()
+    log.write_text(format_line(when, "vm", 1, "cancelled", "A", user="daemon"))  # a new log
+    assert outcomes.last("A", "daemon") == "cancelled"

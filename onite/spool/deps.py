@@ -66,7 +66,7 @@ def dependency_state(spool: SpoolDir, dep: str, uid: int, withdrawn: Withdrawn |
     if uid in withdrawers:
         return DepState.CANCELLED
     if result is not None:  # another user's run of the name since: the log still tells how the owner's ended
-        told = _logged_outcome(spool, name, uid, result.finished)
+        told = _logged_outcome(spool, name, uid)
         if told is not None:
             return told
     if owners or withdrawers or result is not None:
@@ -74,23 +74,21 @@ def dependency_state(spool: SpoolDir, dep: str, uid: int, withdrawn: Withdrawn |
     return DepState.MISSING
 
 
-_LOGGED: dict[tuple, DepState | None] = {}  # (spool, name, uid, the foreign result's finish) → the owner's outcome
+_OUTCOMES: dict[str, object] = {}  # spool root → its log's Outcomes, read on as the log grows
 
 
-def _logged_outcome(spool: SpoolDir, name: str, uid: int, finished) -> DepState | None:
+def _logged_outcome(spool: SpoolDir, name: str, uid: int) -> DepState | None:
     """The owner's outcome of job ``name`` from onite.log, once the kept result is another user's (a
     name is free again once its job has finished, and the one result record a name keeps is its
-    latest run's). Asked once per such record: a job that waits for room asks at every pick."""
-    key = (str(spool.root), name, uid, finished)
-    if key not in _LOGGED:
-        from onite.spool.log import last_outcome
-        from onite.spool.scan import user_name
+    latest run's). The log is read once per process, then only what is appended to it."""
+    from onite.spool.log import Outcomes
+    from onite.spool.scan import user_name
 
-        if len(_LOGGED) > 10_000:
-            _LOGGED.clear()
-        event = last_outcome(spool.log_path, name, user_name(uid))
-        _LOGGED[key] = {"done": DepState.OK, "failed": DepState.FAILED, "cancelled": DepState.CANCELLED}.get(event)
-    return _LOGGED[key]
+    outcomes = _OUTCOMES.get(str(spool.root))
+    if outcomes is None:
+        outcomes = _OUTCOMES[str(spool.root)] = Outcomes(spool.log_path)
+    event = outcomes.last(name, user_name(uid))
+    return {"done": DepState.OK, "failed": DepState.FAILED, "cancelled": DepState.CANCELLED}.get(event)
 
 
 def name_owner(spool: SpoolDir, name: str) -> int | None:

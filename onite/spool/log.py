@@ -146,40 +146,69 @@ def tail(path: Path, lines: int) -> list[str]:
 
 
 OUTCOMES = ("done", "failed", "cancelled")  # the events that say how a job's run ended (its user in user=)
-OUTCOME_LOOKBACK = 8 << 20  # bytes of the log's end read for one: what older logs said is not looked for
+OUTCOME_LOOKBACK = 8 << 20  # bytes of the log's end first read for them: what older logs said is not looked for
+
+
+class Outcomes:
+    """How the latest run of each (job name, user) ended, as the end of onite.log tells it: read once
+    (its last OUTCOME_LOOKBACK bytes), then only what was appended since, at each question. A look
+    that asks of 200 jobs reads the log once, and a driver reads each line it appends once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._ino: int | None = None
+        self._offset = 0
+        self._last: dict[tuple[str, str], str] = {}
+
+    def last(self, name: str, user: str) -> str | None:
+        """"done", "failed" or "cancelled"; None if the log does not tell.
+
+        Raises:
+            SpoolIOError: the log cannot be read.
+        """
+        self._catch_up()
+        return self._last.get((name, user))
+
+    def _catch_up(self) -> None:
+        import stat
+
+        from onite.core.errors import SpoolIOError
+
+        try:
+            with open(self.path, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return
+                if st.st_ino != self._ino or st.st_size < self._offset:  # a new log (rotated, truncated)
+                    self._ino, self._last = st.st_ino, {}
+                    self._offset = max(0, st.st_size - OUTCOME_LOOKBACK)
+                    cut = self._offset > 0  # the first line read may be cut: it is no line
+                else:
+                    cut = False
+                handle.seek(self._offset)
+                data = handle.read(st.st_size - self._offset)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise SpoolIOError(self.path, "reading", err) from None
+        end = data.rfind(b"\n") + 1  # a line still being written is read once it is whole
+        lines = data[:end].split(b"\n")
+        self._offset += end
+        for raw in lines[1 if cut else 0:]:
+            event = raw.split(b" ", 3)[2:3]
+            if event and event[0].decode("ascii", "replace") in OUTCOMES:
+                line = parse_line(raw.decode("utf-8", "replace"))
+                if line and line["name"] and "user" in line["fields"]:
+                    self._last[(line["name"], line["fields"]["user"])] = line["event"]
 
 
 def last_outcome(path: Path, name: str, user: str) -> str | None:
-    """How the latest run of ``user``'s job ``name`` ended, as the end of the log tells it ("done",
-    "failed" or "cancelled"), or None if it does not tell (not within OUTCOME_LOOKBACK bytes).
+    """How the latest run of ``user``'s job ``name`` ended, as the log's end tells it (``Outcomes``).
 
     Raises:
         SpoolIOError: the log cannot be read.
     """
-    import stat
-
-    from onite.core.errors import SpoolIOError
-
-    try:
-        with open(path, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return None
-            size = handle.seek(0, os.SEEK_END)
-            start = max(0, size - OUTCOME_LOOKBACK)
-            handle.seek(start)
-            data = handle.read(size - start)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise SpoolIOError(path, "reading", err) from None
-    needle = f" {name} ".encode()
-    for raw in reversed(data.split(b"\n")[1 if start else 0:]):  # a line cut by the start is no line
-        if needle not in raw:
-            continue  # most lines: no parse
-        line = parse_line(raw.decode("utf-8", "replace"))
-        if line and line["event"] in OUTCOMES and line["name"] == name and line["fields"].get("user") == user:
-            return line["event"]
-    return None
+    return Outcomes(path).last(name, user)
 
 
 _TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=("(?:[^"\\]|\\.)*"|\S*)|("(?:[^"\\]|\\.)*")|(\S+)')
