@@ -312,6 +312,45 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str
         time.sleep(interval)
 
 
+class OnTerminal:
+    """``onite ARGS`` as root on a terminal (a pty for its stdout and stderr, and its stdin unless
+    ``stdin`` is False): what it writes there, byte for byte."""
+
+    def __init__(self, spool: Path, args: list[str], *, stdin: bool = True, env: dict | None = None) -> None:
+        import pty
+
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([sys.executable, "-m", "onite", *args],
+                                     stdin=slave if stdin else subprocess.DEVNULL, stdout=slave, stderr=slave,
+                                     env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), **(env or {})),
+                                     close_fds=True)
+        os.close(slave)
+        self.seen = b""
+
+    def until(self, text: bytes, timeout: float = 30) -> bytes:
+        """Read until ``text`` has been written; all written so far."""
+        import select
+
+        while text not in self.seen:
+            ready, _, _ = select.select([self.master], [], [], timeout)
+            assert ready, self.seen
+            self.seen += os.read(self.master, 4096)
+        return self.seen
+
+    def write(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def finish(self, timeout: float = 30) -> tuple[int, bytes]:
+        """Its exit code, once it has exited, and all it wrote."""
+        try:  # read first: a full terminal would keep it from exiting
+            while chunk := os.read(self.master, 4096):
+                self.seen += chunk
+        except OSError:  # EIO: the other end is closed
+            pass
+        os.close(self.master)
+        return self.proc.wait(timeout), self.seen
+
+
 def start_driver(spool: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     """`onite run` as a real process (its own session, so signals reach only it)."""
     full_env = dict(os.environ if env is None else env)

@@ -192,29 +192,16 @@ def test_a_usage_error_points_at_the_help_that_explains_it(cli, argv, hint):
 @pytest.mark.parametrize("answer, said", [(b"2\n", b"second: cancelled"), (b"\x04", b"nothing cancelled"),
                                           (b"\n", b"nothing cancelled")], ids=["number", "ctrl-d", "enter"])
 def test_cancel_without_a_name_offers_a_numbered_list_on_a_terminal(spool, answer, said):
-    import pty
-    import select as _select
+    from conftest import OnTerminal
 
     submit("first")
     submit("second")
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "onite", "cancel"], stdin=slave, stdout=slave, stderr=slave,
-                            env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)), close_fds=True)
-    os.close(slave)
-    seen = b""
-    while b"cancel which job?" not in seen:
-        ready, _, _ = _select.select([master], [], [], 30)
-        assert ready, seen
-        seen += os.read(master, 4096)
+    terminal = OnTerminal(spool, ["cancel"])
+    seen = terminal.until(b"cancel which job?")
     assert b"1  first" in seen and b"2  second" in seen
-    os.write(master, answer)
-    assert proc.wait(30) == 0
-    try:
-        while chunk := os.read(master, 4096):
-            seen += chunk
-    except OSError:
-        pass
-    os.close(master)
+    terminal.write(answer)
+    code, seen = terminal.finish()
+    assert code == 0
     assert said in seen and b"Traceback" not in seen
     assert run_cli(["find", "first"]).code == 0
     assert run_cli(["find", "second"]).code == (1 if answer == b"2\n" else 0)

@@ -157,25 +157,10 @@ def test_separate_stderr_is_private_to_its_owner(spool):
 
 def on_terminal(spool, args: list[str]) -> bytes:
     """What ``onite ARGS`` writes to a terminal (a pty), as root."""
-    import pty
-    import subprocess
-    import sys
+    from conftest import OnTerminal
 
-    from conftest import REPO
-
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "onite", *args], stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=slave, env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO),
-                                                    COLUMNS="300"), close_fds=True)
-    os.close(slave)
-    seen = b""
-    try:
-        while chunk := os.read(master, 4096):
-            seen += chunk
-    except OSError:  # EIO: the other end is closed
-        pass
-    os.close(master)
-    assert proc.wait(30) == 0, seen
+    code, seen = OnTerminal(spool, args, stdin=False, env={"COLUMNS": "300"}).finish()
+    assert code == 0, seen
     return seen
 
 
@@ -235,34 +220,16 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
     """root follows its own queued job ``fx``; ``stdout/fx`` is still nobody's, from an earlier job of
     that name, full of escape sequences. nobody changes its ctime (chmod), which made the follow take
     it for the new run's output and copy it raw to root's terminal."""
-    import pty
-    import select
-    import subprocess
-    import sys
-
-    from conftest import REPO, as_user
+    from conftest import OnTerminal, as_user
 
     submit("fx", b"printf 'A\\033]0;PWNED\\007B\\033]52;c;ZWNobyBoaQ==\\007\\n'\n", user="nobody")
     assert drain(spool).returncode == 0
     assert run_cli(["submit", "fx", "--hold"], stdin=b"echo root-job\n").code == 0
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "onite", "output", "fx", "--follow"], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=slave, env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)),
-                            close_fds=True)
-    os.close(slave)
-    seen = b""
-    while b"waiting for it to start" not in seen:
-        ready, _, _ = select.select([master], [], [], 30)
-        assert ready, seen
-        seen += os.read(master, 4096)
+    terminal = OnTerminal(spool, ["output", "fx", "--follow"], stdin=False)
+    terminal.until(b"waiting for it to start")
     assert as_user(lambda: os.chmod(spool / "stdout" / "fx", 0o640)) == ("ok", None)
     time.sleep(1)  # several of the follow's looks
     assert run_cli(["cancel", "fx"]).code == 0
-    assert proc.wait(30) == 5
-    try:
-        while chunk := os.read(master, 4096):
-            seen += chunk
-    except OSError:
-        pass
-    os.close(master)
+    code, seen = terminal.finish()
+    assert code == 5
     assert b"\x1b]" not in seen and b"PWNED" not in seen, seen
