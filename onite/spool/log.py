@@ -147,6 +147,7 @@ def tail(path: Path, lines: int) -> list[str]:
 
 OUTCOMES = ("done", "failed", "cancelled")  # the events that say how a job's run ended (its user in user=)
 OUTCOME_LOOKBACK = 8 << 20  # bytes of the log's end first read for them: what older logs said is not looked for
+OUTCOMES_KEPT = 200_000  # (name, user) outcomes kept at most (8 MB of log holds about 50,000)
 
 
 class Outcomes:
@@ -179,7 +180,10 @@ class Outcomes:
                 st = os.fstat(handle.fileno())
                 if not stat.S_ISREG(st.st_mode):
                     return
-                if st.st_ino != self._ino or st.st_size < self._offset:  # a new log (rotated, truncated)
+                if st.st_ino != self._ino or not 0 <= st.st_size - self._offset <= OUTCOME_LOOKBACK \
+                        or len(self._last) > OUTCOMES_KEPT:
+                    # a new log (rotated, truncated), much of it since the last look, or a daemon's months
+                    # of names: start from its end again
                     self._ino, self._last = st.st_ino, {}
                     self._offset = max(0, st.st_size - OUTCOME_LOOKBACK)
                     cut = self._offset > 0  # the first line read may be cut: it is no line
