@@ -742,6 +742,24 @@ def test_another_users_run_of_a_finished_dependencys_name_fails_nothing(spool):
     assert result(spool, "B")["state"] == "done", (result(spool, "B"), log_lines(spool))
 
 
+def test_a_recurring_jobs_run_name_is_refused_at_submit_once_known(spool):
+    """Once nobody's template ``tick`` has fired (recur.state, public, tells its rule), daemon's submit
+    of the name of one of its runs is refused at once, not at night; a name of another time is not."""
+    from test_recur import old_template, plant as plant_template
+    from onite.core.rules import parse_rule
+
+    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
+    who = nobody()
+    plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
+                   owner=(who.pw_uid, who.pw_gid))
+    assert drain(spool).returncode == 0 and result(spool, f"tick-{fire:%Y%m%dT%H%M}")["user"] == "nobody"
+    tomorrow = f"tick-{fire + timedelta(days=1):%Y%m%dT%H%M}"
+    r = run_cli(["submit", tomorrow], stdin=b"true\n", user="daemon", cwd="/tmp")
+    assert r.code == 3 and f"is the name of nobody's recurring job tick's run at that time" in r.err, r.err
+    other = f"tick-{fire + timedelta(days=1, minutes=1):%Y%m%dT%H%M}"
+    assert run_cli(["submit", other], stdin=b"true\n", user="daemon", cwd="/tmp").code == 0
+
+
 def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):
     """The job that got its place first (the kernel's ctime) keeps the name, even behind a namesake
     planted at a higher priority."""

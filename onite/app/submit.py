@@ -81,6 +81,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     else:
         name = request.name
         refuse_duplicate(spool, name)
+        refuse_run_names(spool, [name], caller.uid)
     if name != job.name:
         from dataclasses import replace
 
@@ -229,6 +230,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
                     raise InvalidInput(problem, "check the name with onite list --all")
                 known.add(dep)
     refuse_duplicates(spool, list(names))
+    refuse_run_names(spool, list(names), caller.uid)
     env_lines = env_text(captured.env)
     held = [job.name for job, request in zip(jobs, requests) if request.hold]
     markers = prepare_holds(spool, list(names), caller, hold=False)  # stale markers of every name go
@@ -356,6 +358,36 @@ def refuse_duplicate(spool: SpoolDir, name: str) -> None:
     for entry in find_running(spool, name):
         raise Refused(f"a job named {name!r} is running now (on {entry.host}, {user_name(entry.uid)})",
                       "pick another name, or use --unique")
+
+
+def refuse_run_names(spool: SpoolDir, names: Sequence[str], uid: int) -> None:
+    """Refuse now what the driver would refuse at night: the name of another user's recurring job's
+    run at a time its rule fires (onite.spool.recurstate.run_name_owner). Templates are private:
+    what recur.state (root's, public) says of a template that has fired once is what is known here.
+
+    Raises:
+        Refused: such a name.
+    """
+    shaped = [name for name in names if "T" in name and "-" in name]
+    if not shaped:
+        return  # no run's shape: the common case costs no import
+    from onite.core.recurring import is_run_of, rule_from_state, template_of
+    from onite.spool.recurstate import load_state
+
+    state = None
+    for name in shaped:
+        template = template_of(name)
+        if template is None:
+            continue
+        if state is None:
+            state = load_state(spool)
+        known = state.get(template)
+        if not known or known.get("uid") == uid or not os.path.lexists(spool.recur_dir / template):
+            continue
+        rule, owner = rule_from_state(known), known.get("uid")
+        if rule is not None and isinstance(owner, int) and is_run_of(rule, template, name):
+            raise Refused(f"{name!r} is the name of {user_name(owner)}'s recurring job {template}'s run at that time",
+                          "a recurring job's run names are its owner's: choose another name, or use --unique")
 
 
 def dependency_problem(spool: SpoolDir, name: str, uid: int) -> str | None:

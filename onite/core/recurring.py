@@ -113,9 +113,8 @@ def is_run_of(rule, template: str, name: str) -> bool:
 
     stamp = name[len(template) + 1:].removesuffix(".2")
     try:
-        wall = datetime.strptime(stamp[:13], "%Y%m%dT%H%M")
-        if len(stamp) > 13:
-            wall = wall.replace(second=int(stamp[13:15]), microsecond=int(stamp[15:] or 0))
+        wall = datetime(int(stamp[0:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[11:13]),
+                        int(stamp[13:15] or 0), int(stamp[15:] or 0))  # template_of checked the digits
         start = (wall - timedelta(hours=RUN_SEARCH)).astimezone()
         for count, fire in enumerate(fires_after(rule, start)):
             if count >= RUN_SEARCH_FIRES or fire.replace(tzinfo=None) > wall + timedelta(hours=RUN_SEARCH):
