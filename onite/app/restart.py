@@ -44,7 +44,8 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
     from onite.core.jobfile import encode
-    from onite.app.submit import check_policy, dependency_problem, give_way, refuse_run_names, prepare_holds, undo_holds
+    from onite.app.namecheck import dependency_problem, refuse_run_names
+    from onite.app.submit import check_policy, give_way, prepare_holds, undo_holds
     from onite.core.request import SubmitRequest
 
     check_name(name)

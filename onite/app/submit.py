@@ -17,15 +17,16 @@ from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, job_mode, read_holds, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import contested, find_queued
-from onite.spool.scan import find_running, name_taken, running_entries, user_name
+from onite.spool.scan import name_taken, user_name
 from onite.core.config import Config
-from onite.core.errors import InvalidInput, OniteError, Refused, SpoolIOError
+from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.exec.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode
 from onite.core.request import Captured, SubmitRequest, build_job
 from onite.core.names import SIDE, check_base, check_name, unique_name
 from onite.core.policy import check_urgent, cutoff_state
+from onite.app.namecheck import dependency_problem, refuse_duplicate, refuse_duplicates, refuse_run_names
 
 
 
@@ -253,32 +254,6 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
     return list(names)
 
 
-def refuse_duplicates(spool: SpoolDir, names: list[str]) -> None:
-    """``refuse_duplicate`` for many names: a big batch lists the queue once instead of looking 8 times a name.
-
-    Raises:
-        Refused: one of the names is queued or running.
-    """
-    if len(names) < 64:
-        for name in names:
-            refuse_duplicate(spool, name)
-        return
-    wanted = set(names)
-    for rank, folder in spool.queue_folders():
-        try:
-            with os.scandir(folder) as it:
-                taken = wanted.intersection(entry.name for entry in it)
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            raise SpoolIOError(folder, "listing", err) from None
-        if taken:
-            refuse_duplicate(spool, min(taken))
-    for entry in running_entries(spool):
-        if entry.name in wanted:
-            refuse_duplicate(spool, entry.name)
-
-
 def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
     """The spool's rules for who may spool what, when.
 
@@ -345,76 +320,6 @@ def check_mail(request: SubmitRequest, config: Config) -> None:
     sendmail, missing = find_sendmail(config)
     if sendmail is None:
         raise InvalidInput(f"--notify mail: {missing}", "ask the admin for a mail transport, or use --notify none")
-
-
-def refuse_duplicate(spool: SpoolDir, name: str) -> None:
-    """Raises:
-        Refused: a job of this name is queued or running.
-    """
-    for entry in find_queued(spool, name):
-        where = "urgent" if entry.rank == 0 else f"P{entry.rank}"
-        raise Refused(f"a job named {name!r} is already queued ({where}, {user_name(entry.uid)})",
-                      "pick another name, or use --unique")
-    for entry in find_running(spool, name):
-        raise Refused(f"a job named {name!r} is running now (on {entry.host}, {user_name(entry.uid)})",
-                      "pick another name, or use --unique")
-
-
-def refuse_run_names(spool: SpoolDir, names: Sequence[str], uid: int) -> None:
-    """Refuse now what the driver would refuse at night: the name of another user's recurring job's
-    run at a time its rule fires (onite.spool.recurstate.run_name_owner). Templates are private:
-    what recur.state (root's, public) says of a template that has fired once is what is known here.
-
-    Raises:
-        Refused: such a name.
-    """
-    shaped = [name for name in names if "T" in name and "-" in name]
-    if not shaped:
-        return  # no run's shape: the common case costs no import
-    from onite.core.recurring import is_run_of, rule_from_state, template_of
-    from onite.spool.recurstate import load_state
-
-    state = None
-    for name in shaped:
-        template = template_of(name)
-        if template is None:
-            continue
-        if state is None:
-            state = load_state(spool)
-        known = state.get(template)
-        if not known or known.get("uid") == uid or not os.path.lexists(spool.recur_dir / template):
-            continue
-        rule, owner = rule_from_state(known), known.get("uid")
-        if rule is not None and isinstance(owner, int) and is_run_of(rule, template, name):
-            raise Refused(f"{name!r} is the name of {user_name(owner)}'s recurring job {template}'s run at that time",
-                          "a recurring job's run names are its owner's: choose another name, or use --unique")
-
-
-def dependency_problem(spool: SpoolDir, name: str, uid: int) -> str | None:
-    """Why a job of user ``uid`` cannot be spooled ``--after name``, or None if it can: the user's own
-    job of that name (``USER:NAME``: USER's) is queued, running, withdrawn or kept (onite.spool.deps).
-
-    Raises:
-        SpoolIOError: the spool cannot be looked into.
-    """
-    from onite.core.names import split_dependency
-    from onite.core.queue import DepState
-    from onite.spool.deps import dependency_of, dependency_state, name_owner
-
-    user, job = split_dependency(name)
-    if dependency_of(name, uid)[1] is None:
-        return f"no user {user!r} (--after {name})"
-    state = dependency_state(spool, name, uid)
-    of = f" of {user}'s" if user is not None else ""
-    if state is DepState.MISSING:
-        return f"no job {job!r}{of} is queued, running or finished"
-    if state is DepState.FOREIGN:
-        owner = name_owner(spool, job)
-        whose = f"{user_name(owner)}'s" if owner is not None else "another user's"
-        if user is not None:
-            return f"job {job!r} is {whose}, not {user}'s"
-        return f"job {job!r} is {whose}: a job waits only for its own user's jobs (USER:NAME for another's)"
-    return None
 
 
 def uniqname(spool: SpoolDir, base: str) -> str:
