@@ -40,11 +40,16 @@ POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16
 
 
+_LOOK = object()  # follow's owner: not given, look it up
+
+
 def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr: bool = False,
-           announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Final:
+           announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep,
+           owner: int | None | object = _LOOK) -> Final:
     """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
     written, until the job has finished; return how it ended. ``announce`` is told once when the
-    job has not started yet.
+    job has not started yet. ``owner``: the job's owner (``job_owner``), if the caller looked it up;
+    only an output file of theirs is copied.
 
     Raises:
         InvalidInput: a bad name. NotFound: no job of that name is queued, running or finished.
@@ -53,7 +58,8 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
     """
     watch = start(spool, [name])[name]
     _check_owner(spool, name, caller_uid)
-    owner = job_owner(spool, name)
+    if owner is _LOOK:  # the caller may have looked already (to choose ``out``): job_owner
+        owner = job_owner(spool, name)
     if stderr:
         _check_separate(spool, name, watch.live is not None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)

@@ -98,9 +98,10 @@ def dependency_problem(spool: SpoolDir, name: str, uid: int) -> str | None:
     from onite.spool.deps import dependency_of, dependency_state, name_owner
 
     user, job = split_dependency(name)
-    if dependency_of(name, uid)[1] is None:
+    owner = dependency_of(name, uid)[1]
+    if owner is None:
         return f"no user {user!r} (--after {name})"
-    state = dependency_state(spool, name, uid)
+    state = dependency_state(spool, job, owner)
     of = f" of {user}'s" if user is not None else ""
     if state is DepState.MISSING:
         return f"no job {job!r}{of} is queued, running or finished"

@@ -190,9 +190,10 @@ def follow_output(target, name: str, *, stderr: bool = False, raw: bool = False)
     def announce(text: str) -> None:  # on stderr: stdout is the job's output, byte for byte
         print(f"onite: {text}…", file=sys.stderr, flush=True)
 
-    sink = output_sink(job_owner(target, name), raw)
+    owner = job_owner(target, name)
+    sink = output_sink(owner, raw)
     try:
-        final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=announce)
+        final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=announce, owner=owner)
     finally:
         getattr(sink, "finish", sink.flush)()
     print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path

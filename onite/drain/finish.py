@@ -25,7 +25,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,10 +62,13 @@ def queued_ns(run: Run) -> int | None:
     microsecond a datetime keeps: None if not known."""
     if run.queued_at is None:
         return None
-    from datetime import timezone
-
     micros = (run.queued_at - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
     return micros * 1000 + 999
+
+
+def _while_claimed(uid: int) -> str:
+    """Why a file another user put under a claimed job's name is set aside."""
+    return f"it was put in the queue while {user_name(uid)}'s job of that name was claimed: a name is one job's at a time"
 
 
 class Finisher:
@@ -208,9 +211,8 @@ class Finisher:
         # aside, and one put back since is replaced by the rename (which does not refuse a file; only
         # the owner's own could be taken for a new job of theirs, and an earlier one: both are looked for)
         if owner is not None:
-            self.clear_namesakes(name, owner, since_ns=since_ns)
-            earlier = [e for e in find_queued(d.spool, name) if e.uid != owner]
-            if earlier:  # left by clear_namesakes: queued before this job was
+            earlier = self.clear_namesakes(name, owner, since_ns=since_ns)
+            if earlier:
                 self.move_aside(path, name, st, f"another user's job of that name ({user_name(earlier[0].uid)}'s) "
                                                 "was queued before it", file_result=False)
                 return False
@@ -225,7 +227,7 @@ class Finisher:
             self.clear_namesakes(name, owner, since_ns=since_ns, settle=True)
         return True
 
-    def clear_namesakes(self, name: str, uid: int, *, since_ns: int | None = None, settle: bool = False) -> None:
+    def clear_namesakes(self, name: str, uid: int, *, since_ns: int | None = None, settle: bool = False) -> list:
         """Move aside the queued jobs called ``name`` of owners other than ``uid``, whose job of that
         name is claimed (running, being filed, requeued, recovered). onite submit refuses a name that
         is queued or running, so such a file was put in a queue folder by hand meanwhile; left there
@@ -236,13 +238,19 @@ class Finisher:
         the queue (up to 50 ms old) had not shown when it picked this one: it stays, and keeps the
         name. ``settle``: ``uid``'s file of the name was just put back in a queue (a retry,
         a requeue): first wait until the kernel's clock has passed its ctime, so that a file put
-        beside it while it was written is seen here, and any later one is later (onite.drain.pick)."""
+        beside it while it was written is seen here, and any later one is later (onite.drain.pick).
+        Returns the other users' files it left: those queued before ``since_ns``."""
         if settle:
             settle_names(self.d.spool, {name}, uid)
+        earlier = []
         for entry in find_queued(self.d.spool, name):
-            if entry.uid != uid and (since_ns is None or entry.ctime_ns > since_ns):
-                self.set_aside_namesake(entry, f"it was put in the queue while {user_name(uid)}'s job of that "
-                                               "name was claimed: a name is one job's at a time")
+            if entry.uid == uid:
+                continue
+            if since_ns is not None and entry.ctime_ns <= since_ns:
+                earlier.append(entry)
+            else:
+                self.set_aside_namesake(entry, _while_claimed(uid))
+        return earlier
 
     def set_aside_displaced(self, path: str, name: str, uid: int) -> None:
         """Move aside what ``create_displacing`` swapped out of the name ``name`` of ``uid``'s job."""
@@ -250,8 +258,7 @@ class Finisher:
             st = os.lstat(path)
         except OSError:
             return
-        self.move_aside(Path(path), name, st, f"it was put in the queue while {user_name(uid)}'s job of that name "
-                                               "was claimed: a name is one job's at a time", file_result=False)
+        self.move_aside(Path(path), name, st, _while_claimed(uid), file_result=False)
 
     def set_aside_namesake(self, entry, reason: str) -> None:
         """Move a queued namesake aside, and out of the picker's index (``entry``: its name, path and

@@ -396,8 +396,7 @@ class Picker:
         Raises:
             Unfiled: it has ended but is not filed yet (the pick is made again once it is).
         """
-        dep = name
-        name, owner = dependency_of(dep, uid)
+        name, owner = dependency_of(name, uid)
         if name in self.unfiled:
             raise Unfiled(name)
         run = self.d.running.get(name)
@@ -411,4 +410,4 @@ class Picker:
                 pass  # gone since: the spool's own answer below says where it went
         if not self.withdrawn.unchanged():
             self.withdrawn = Withdrawn(self.d.spool)
-        return dependency_state(self.d.spool, dep, uid, self.withdrawn)
+        return dependency_state(self.d.spool, name, owner, self.withdrawn)

@@ -58,11 +58,12 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         except (OSError, BadFile, JobFormatError) as err:
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
-        asked: list[tuple[str, DepState]] = []
+        asked: list[tuple[str, DepState, tuple[str, int | None]]] = []  # (after:, its state, its job and owner)
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep, uid, withdrawn)
-            asked.append((dep, state))
+            job_and_owner = dependency_of(dep, uid)
+            state = dependency_state(spool, *job_and_owner, withdrawn)
+            asked.append((dep, state, job_and_owner))
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
@@ -84,10 +85,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             if meta.retrying:
                 row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
         elif asked and asked[-1][1] is DepState.PENDING:
-            dep = asked[-1][0]
+            dep, _, job_and_owner = asked[-1]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, *dependency_of(dep, uid), holds=holds) or "finishing"
+            dep_state = live_state(spool, *job_and_owner, holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:

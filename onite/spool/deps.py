@@ -41,16 +41,16 @@ def dependency_of(dep: str, uid: int) -> tuple[str, int | None]:
         return name, None
 
 
-def dependency_state(spool: SpoolDir, dep: str, uid: int, withdrawn: Withdrawn | None = None) -> DepState:
-    """The state of the dependency ``dep`` (``NAME`` or ``USER:NAME``, ``dependency_of``) of a job of
-    user ``uid``: pending while queued or running, else its latest outcome; FOREIGN if only another
-    user's job has the name; MISSING if USER has no account. ``withdrawn``: cancel/ as the caller
-    listed it for all the dependencies it asks about (else it is listed here).
+def dependency_state(spool: SpoolDir, name: str, uid: int | None, withdrawn: Withdrawn | None = None) -> DepState:
+    """The state of user ``uid``'s job ``name`` as a dependency (both as ``dependency_of`` resolves a
+    job's ``after:``): pending while queued or running, else its latest outcome; FOREIGN if only
+    another user's job has the name; MISSING if there is no such user (``uid`` None) or no trace.
+    ``withdrawn``: cancel/ as the caller listed it for all the dependencies it asks about (else it
+    is listed here).
 
     Raises:
         SpoolIOError: a folder or result record cannot be read.
     """
-    name, uid = dependency_of(dep, uid)
     if uid is None:
         return DepState.MISSING
     owners = live_owners(spool, name)

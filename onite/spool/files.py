@@ -269,13 +269,8 @@ RENAME_NOREPLACE = 1
 AT_FDCWD = -100
 
 
-def _rename_noreplace(src: str, dst: str) -> bool:
-    """rename(2) that fails with FileExistsError instead of replacing ``dst``; False where the
-    file system or the C library cannot (then the caller links and unlinks).
-
-    Raises:
-        FileExistsError: ``dst`` exists. OSError: any other failure of the rename itself.
-    """
+def _renameat2():
+    """The C library's renameat2, or None where it has none (looked up once)."""
     if not _RENAMEAT2:
         try:
             import ctypes
@@ -283,7 +278,17 @@ def _rename_noreplace(src: str, dst: str) -> bool:
             _RENAMEAT2.append(ctypes.CDLL(None, use_errno=True).renameat2)
         except (ImportError, OSError, AttributeError):
             _RENAMEAT2.append(None)
-    call = _RENAMEAT2[0]
+    return _RENAMEAT2[0]
+
+
+def _rename_noreplace(src: str, dst: str) -> bool:
+    """rename(2) that fails with FileExistsError instead of replacing ``dst``; False where the
+    file system or the C library cannot (then the caller links and unlinks).
+
+    Raises:
+        FileExistsError: ``dst`` exists. OSError: any other failure of the rename itself.
+    """
+    call = _renameat2()
     if call is None:
         return False
     import ctypes
@@ -305,7 +310,7 @@ def _rename_exchange(a: str, b: str) -> bool:
     Raises:
         Refused: the file system (or the C library) cannot exchange. OSError: any other failure.
     """
-    call = _RENAMEAT2[0] if _RENAMEAT2 else None
+    call = _renameat2()
     if call is None:
         raise Refused(f"{b} already exists", "pick another name (or use --unique)")
     import ctypes
