@@ -572,3 +572,38 @@ def test_a_namesake_queued_before_a_claimed_job_is_not_set_aside_when_it_is_file
     res = result(spool, "x")
     assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
     assert (workdir / "daemons-ran").exists()
+
+
+@needs_root
+@needs_strace
+def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, workdir):
+    """The job's monitor is killed just after it started the job, before it recorded the job's pid
+    (strace kills each monitor at its second chdir: the one back to / once the job's interpreter
+    runs). The driver, alive, files the run as "monitor killed" and spools its retry: what the
+    first copy left (its cgroup, its limit groups) must be killed first, or the retry runs beside
+    it, unwatched; before, both copies ran on after the driver had exited."""
+    from onite.exec import contain
+    from onite.exec.processes import find_run_processes, stop_processes
+
+    set_config(spool, retry_delay="0.05")
+    submit("slow", "sleep 60\n", "--retries", "1", spool=spool)
+    traced = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=chdir",
+                               "-e", "inject=chdir:signal=KILL:when=2", *driver_argv()], env=driver_env(spool))
+    try:  # strace waits for every process it traces: the driver's exit is what counts
+        wait_for(lambda: [pid for task in Path(f"/proc/{traced.pid}/task").iterdir()
+                          for pid in (task / "children").read_text().split()], what="the driver to start")
+        [driver] = [int(pid) for task in Path(f"/proc/{traced.pid}/task").iterdir()
+                    for pid in (task / "children").read_text().split()]
+        wait_for(lambda: not Path(f"/proc/{driver}").exists() or contain.is_zombie(driver), timeout=60,
+                 what="the driver to exit")
+    finally:
+        traced.kill()
+        traced.wait(timeout=30)
+    find = lambda: find_run_processes(str(spool), "slow", lambda run_id: True)  # noqa: E731
+    left = find()
+    stop_processes(find, 0.0)
+    assert not left, f"processes of the job still run, unwatched: {left}"
+    lines = log_lines(spool)
+    assert sum("monitor of this job was killed" in line and line.split()[2] == "start-failed"
+               for line in lines) == 2, lines  # each attempt's monitor died once its job had started
+    assert result(spool, "slow")["state"] == "failed"

@@ -315,8 +315,31 @@ class LocalRunner(Runner):
         if rec is not None and not rec.started_job:
             return Outcome(reason="its monitor was killed before it started the job: the job did not run",
                            retryable=True)
-        self._signal(run, signal.SIGKILL)  # nobody watches what may still run of it
+        self._kill_unwatched(run)  # nobody watches what may still run of it, and a retry may follow at once
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
+
+    def _kill_unwatched(self, run: Run) -> None:
+        """Kill whatever of ``run`` may still run once its monitor is dead, and remove its groups (its
+        monitor would have). The job's process may exist though the monitor died before it could say
+        so (no pid known): with the monitor gone, its cgroup and its v1 limit groups hold only the
+        job's processes; where it had neither, they are found by their ONITE_RUN_ID (as recovery
+        finds a claim's with no record: onite.drain.orphans)."""
+        self._signal(run, signal.SIGKILL)
+        contained = False
+        if run.cgroup:
+            contained = True
+            contain.kill_cgroup(run.cgroup)
+            contain.remove_cgroup(run.cgroup)
+        for group in run.groups:
+            contained = True
+            for _ in range(50):  # a process forking meanwhile is caught on a later round
+                if not contain.cgroup_pids(group):
+                    break
+                contain.kill_cgroup(group)
+                time.sleep(0.01)
+        limits.remove(run.groups)
+        if not contained and run.pgid is None and run.spool:
+            stop_processes(lambda: find_run_processes(run.spool, run.name, lambda found: found == run.run_id), 0.0)
 
     def busy(self) -> bool:
         """Runs, or monitors still ending what their job left behind."""
