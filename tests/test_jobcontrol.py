@@ -312,6 +312,30 @@ def test_sigquit_kills_and_requeues(spool, workdir):
     assert (spool / "jobs" / "P4" / "q").exists()
 
 
+def test_a_job_that_ended_before_a_sigquit_was_heard_is_filed_not_run_again(spool, workdir):
+    """The job ends (exit 0, its monitor records it) while the driver is busy (here: stopped), and the
+    QUIT arrives before the driver has heard the end: the hard stop's kill came too late, so the job
+    is filed as it ended. Before, it was requeued as interrupted and the next drain ran it again."""
+    gate, ledger = workdir / "gate", workdir / "ledger"
+    gate.touch()
+    submit("q", f"echo start >> {ledger}; while [ -e {gate} ]; do sleep 0.02; done; echo end >> {ledger}\n")
+    driver = start_driver(spool)
+    wait_for(lambda: ledger.exists() and "start" in ledger.read_text(), what="the job to start")
+    os.kill(driver.pid, signal.SIGSTOP)
+    try:
+        gate.unlink()
+        wait_for(lambda: any('"ended"' in p.read_text() for p in (spool / "running").glob("*/q@run")),
+                 what="the monitor to record the end")
+        driver.send_signal(signal.SIGQUIT)
+    finally:
+        os.kill(driver.pid, signal.SIGCONT)
+    assert driver.wait(30) == 0
+    assert result(spool, "q")["state"] == "done"
+    assert not any(" requeued q " in line for line in log_lines(spool))
+    assert drain(spool).returncode == 0
+    assert ledger.read_text() == "start\nend\n"  # once
+
+
 def test_usr1_logs_status_and_hup_reloads(spool, workdir):
     gate = workdir / "gate"
     gate.touch()

@@ -246,6 +246,10 @@ class LocalRunner(Runner):
         for run in self.runs:
             outcome = self._hear(run)
             if outcome is not None:
+                if run.stopping == Stop.SHUTDOWN and outcome.exit_code is not None:
+                    # the hard stop's SIGKILL can be neither caught nor turned into an exit code: the
+                    # job ended on its own first (before the driver heard it), so it is filed, not rerun
+                    run.stopping = None
                 finished.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         if finished:
             done = {id(run) for run, _ in finished}
