@@ -126,3 +126,31 @@ def test_the_old_mode_hold_is_still_held_and_a_spool_without_hold_holds_by_mode(
     assert stat.S_IMODE((spool / "jobs" / "P4" / "older").stat().st_mode) == 0o400
     assert listed() == [("old", "queued"), ("older", "held")]
     assert cli(["init"]).code == 0 and (spool / "hold").is_dir()  # init adds it
+
+
+@needs_root
+def test_root_holding_the_old_way_never_changes_a_file_linked_into_the_queue(spool, cli, tmp_path):
+    """On a spool without hold/, nobody links daemon's writable file into a queue under the name of
+    its own job (protected_hardlinks allows a link to a file its maker may write), and asks root to
+    hold the job: root changed the mode of daemon's file. Only job files (one link) are held."""
+    import pwd
+
+    shutil.rmtree(spool / "hold")
+    shared = spool.parent / "shared"
+    shared.mkdir(mode=0o755)
+    theirs = shared / "theirs"
+    theirs.write_text("daemon's\n")
+    daemon = pwd.getpwnam("daemon")
+    os.chown(theirs, daemon.pw_uid, daemon.pw_gid)
+    os.chmod(theirs, 0o666)
+    submit("x", user="nobody")
+    pid = os.fork()
+    if pid == 0:
+        os.setgid(nobody().pw_gid)
+        os.setuid(nobody().pw_uid)
+        os.link(theirs, spool / "jobs" / "P3" / "x")
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert cli(["hold", "x"]).code == 0
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o666  # daemon's file is untouched
+    assert stat.S_IMODE((spool / "jobs" / "P4" / "x").stat().st_mode) == 0o400  # nobody's job is held

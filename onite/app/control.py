@@ -236,8 +236,9 @@ def _hold(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
     if all(is_held(e.mode) for e in entries):
         return  # held already (by a marker, or the old way)
     if not spool.hold_dir.is_dir():
-        for entry in entries:
-            _chmod_job(entry, job_mode(True), "holding")
+        if not [entry for entry in entries if _chmod_job(entry, job_mode(True), "holding")]:
+            raise Refused(f"job {name!r} is not a job file (a link, or not a regular file)",
+                          "the driver will move it aside")
         return
     owner = None
     if caller_uid != entries[0].uid:  # root holding a user's job: the marker is the user's, to release
@@ -282,8 +283,11 @@ def _gid_of(entry: Entry) -> int:
             return entry.uid
 
 
-def _chmod_job(entry: Entry, mode: int, action: str) -> None:
-    # Through an O_NOFOLLOW descriptor: root must never chmod what a planted symlink points at.
+def _chmod_job(entry: Entry, mode: int, action: str) -> bool:
+    """Give the job file of ``entry`` ``mode``; False, touching nothing, if it is no job file: a
+    planted folder or fifo, or a hard link, which could be another user's file linked into the
+    queue (protected_hardlinks allows a link to any file its maker may write). Through an
+    O_NOFOLLOW descriptor: root must never chmod what a planted symlink points at."""
     try:
         fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -291,8 +295,9 @@ def _chmod_job(entry: Entry, mode: int, action: str) -> None:
     except OSError as err:
         raise SpoolIOError(entry.path, action, err) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Refused(f"{entry.path} is not a job file", "the driver will move it aside")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return False
         os.fchmod(fd, mode)
     except OSError as err:
         raise SpoolIOError(entry.path, action, err) from None
@@ -302,3 +307,4 @@ def _chmod_job(entry: Entry, mode: int, action: str) -> None:
         os.utime(entry.path.parent)
     except OSError:
         pass  # a driver still looks at it before it decides it has nothing left to do
+    return True
