@@ -560,3 +560,19 @@ def test_only_root_wakes_roots_daemon(spool):
         assert r.code == 3 and "the locks of this spool are its owner's" in r.err, r
     finally:
         assert d.stop() == 0
+
+
+@needs_root
+def test_the_log_says_why_nothing_is_due_without_what_users_job_files_say(spool, workdir):
+    """The log is every user's to read: its nothing-due line names each waiting job's kind of wait,
+    never its dependency, time or host, which daemon's private job file holds (fifth look: nobody
+    read daemon's `--after layoffs-q3-payroll`, `--at 2031-…` and `--host secret-node-7` there)."""
+    r = run_cli(["submit", "layoffs-q3-payroll", "--hold"], stdin=b"true\n", user="daemon", cwd="/tmp")
+    assert r.code == 0, r
+    for args in (["--after", "layoffs-q3-payroll"], ["--at", "2031-01-01 03:00"], ["--host", "secret-node-7"]):
+        r = run_cli(["submit", f"d{len(args[1])}", *args], stdin=b"true\n", user="daemon", cwd="/tmp")
+        assert r.code == 0, r
+    assert drain(spool).returncode == 0
+    [line] = [ln for ln in log_lines(spool) if " nothing-due " in ln]
+    assert "waits for a dependency" in line and "not before a set time" in line
+    assert "secret-node-7" not in line and "2031" not in line and "after layoffs" not in line, line

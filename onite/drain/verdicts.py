@@ -167,9 +167,18 @@ class _Room:
 SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
 
 
+# What the log, which every user reads, says of a waiting job: its kind of wait, never what its
+# file says (a dependency's name, a time, a host, a request: `onite status` shows those to the owner)
+PUBLIC_REASONS = {"held": "held", "not_before": "not before a set time", "retry": "retry back-off",
+                  "after": "waits for a dependency", "pinned": "pinned to another host",
+                  "resources": "waits for room (memory or CPUs)", "will_fail": "will fail when picked",
+                  "unreadable": "its file cannot be read"}
+
+
 def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
-    """Why a drain started nothing: how many jobs are queued, and one line saying why none can
-    start now, in the words status uses for each waiting job (waiting_jobs).
+    """Why a drain started nothing, for the log: how many jobs are queued, and one line saying why
+    none can start now, by the kind of each job's wait (waiting_jobs), in words that tell no one
+    what another user's job file says.
 
     Raises:
         SpoolIOError: a folder cannot be listed.
@@ -182,7 +191,7 @@ def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tup
     if not total:
         return 0, "nothing is due: the queue is empty"
     rows = waiting_jobs(spool, head, now, euid=euid, host=host)
-    parts = [f"{row['name']}: {row['reason']}" for row in rows[:SHOWN_IDLE]]
+    parts = [f"{row['name']}: {PUBLIC_REASONS.get(row['kind'], 'cannot start yet')}" for row in rows[:SHOWN_IDLE]]
     more = total - len(parts)
     return total, (f"nothing is due: {total} queued, none can start now ("
                    + "; ".join(parts + ([f"{more} more"] if more else [])) + ")")
