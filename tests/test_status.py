@@ -201,3 +201,29 @@ def test_a_look_lists_cancel_and_hold_once_however_many_jobs_it_explains(spool, 
     opened = [line for line in trace.read_text().splitlines() if "O_DIRECTORY" in line]
     assert sum(f'{spool}/cancel"' in line for line in opened) <= 1, opened
     assert sum(f'{spool}/hold"' in line for line in opened) <= 2, opened  # the queue's holds, and the reasons'
+
+
+def test_a_new_cron_schedule_beats_what_an_earlier_drivers_heartbeat_said(spool):
+    """A driver started by cron under the old schedule said the next drain was at 20:00; the admin
+    then installed another schedule. What status and submit say comes from the new schedule: an
+    older heartbeat's next drain counts only if that driver started after the install."""
+    import json
+    from datetime import timedelta
+
+    from onite.drain import heartbeat as hb
+    from onite.drain.nextdrain import plan
+    from onite.spool.cronrecords import CronRecord, write_record
+    from onite.spool.paths import SpoolDir
+
+    now = datetime.now().astimezone().replace(microsecond=0)
+    stale = now + timedelta(hours=10)
+    due = (now + timedelta(hours=3)).replace(second=0)
+    beat = hb.Beat(host="h2", pid=1, start_ticks=None, boot_id="gone", machine="elsewhere", role=hb.Role.RUN,
+                   started_by="cron", since=now - timedelta(hours=2), state=hb.BeatState.EXITED,
+                   updated=now - timedelta(hours=2), next_drain=stale, next_by="cron", ended=now - timedelta(hours=2))
+    hb.heartbeat_path(spool, "h2").write_text(json.dumps(beat.to_json()))
+    write_record(spool, CronRecord(host="h2", machine="elsewhere", schedule=(f"{due.minute} {due.hour} * * *",),
+                                   command="onite run", installed=now - timedelta(hours=1), user="root",
+                                   next_drain=None))
+    [cron] = [s for s in plan(SpoolDir(spool), now).starters if s.by == "cron"]
+    assert cron.when == due, (cron.when, due)

@@ -135,8 +135,11 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
     starters: list[Starter] = []
     problems: list[str] = []
 
-    def schedule_next(expressions, by: str, on: str) -> datetime | None:
-        cached = [b.next_drain for b in beats if b.host == on and b.next_by == by and b.next_drain and b.next_drain > now]
+    def schedule_next(expressions, by: str, on: str, since: datetime | None = None) -> datetime | None:
+        # a driver's heartbeat says when the next drain is (readers then need no croniter), but only
+        # one started since the schedule was installed (``since``) knew that schedule
+        cached = [b.next_drain for b in beats if b.host == on and b.next_by == by and b.next_drain and b.next_drain > now
+                  and (since is None or b.since >= since)]
         if cached:
             return min(cached)
         from onite.core.schedule import next_drain
@@ -174,7 +177,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
                                 "it starts nothing")
                 continue
         when = record.next_drain if record.next_drain and record.next_drain > now else None
-        when = when or schedule_next(record.schedule, "cron", record.host)
+        when = when or schedule_next(record.schedule, "cron", record.host, record.installed)
         if when is not None:
             starters.append(Starter("cron", record.host, when, f"{record.user}'s crontab"))
     starters.sort(key=lambda s: s.when)
