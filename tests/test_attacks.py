@@ -490,17 +490,51 @@ def test_a_namesake_planted_while_a_job_runs_cannot_let_what_waits_for_it_run(sp
 
 def test_another_users_job_of_a_failed_dependencys_name_cannot_let_what_waits_for_it_run(spool, workdir):
     """daemon's ``build`` failed; daemon's ``deploy --after build`` must fail too. ``nobody`` spools a
-    ``build`` of its own (the name is free once daemon's is finished) that succeeds first: before
-    dependencies were bound to their owner, deploy waited for it and ran on its success."""
+    ``build`` of its own that succeeds first: before dependencies were bound to their owner, deploy
+    waited for it and ran on its success; until the fifth look it replaced daemon's result and
+    output. Now the name is daemon's while its result is kept: submit refuses it, and a file
+    written by hand is refused at night."""
     submit("build", "exit 1\n", user="daemon")
     assert drain(spool).returncode == 0 and result(spool, "build")["state"] == "failed"
     submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", "-p", "7", user="daemon")
-    submit("build", "true\n", "-p", "1", user="nobody")
+    r = run_cli(["submit", "build", "-p", "1"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 3 and "job 'build' is daemon's: it has finished and its result is kept" in r.err, r
+    text = job_file("build", "/tmp", b"true\n")
+
+    def write():
+        fd = os.open(spool / "jobs" / "P1" / "build", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, text)
+        os.close(fd)
+    assert as_user(write) == ("ok", None)
     assert drain(spool).returncode == 0
-    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("nobody", "done")
+    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "failed")
+    assert any(" refused build " in line and "daemon's finished job" in line for line in log_lines(spool)), \
+        log_lines(spool)[-8:]
     deploy = result(spool, "deploy")
     assert deploy["state"] == "failed" and not (workdir / "deployed").exists(), deploy
     assert "dependency build" in deploy["reason"], deploy
+
+
+def test_a_finished_jobs_result_and_output_stay_its_owners_until_retention_removes_them(spool, workdir):
+    """(a fifth look) alice's ``build`` finished; bob spooled his own ``build`` (the name was free)
+    and its run replaced alice's result and output: she found only his job in the morning. Now the
+    name stays the owner's while the result is kept: others are refused, the owner may reuse it,
+    and once retention removes the result the name is free."""
+    submit("build", "echo daemon-output\n", user="daemon")
+    assert drain(spool).returncode == 0
+    r = run_cli(["submit", "build"], stdin=b"echo nobody-output\n", user="nobody", cwd="/tmp")
+    assert r.code == 3 and "pick another name, or use --unique" in r.err, r
+    r = run_cli(["submit", "build", "--unique"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0 and "build-" in r.out, r
+    assert run_cli(["submit", "build"], stdin=b"true\n", cwd="/tmp").code == 3  # root's too: it would replace it
+    assert drain(spool).returncode == 0
+    assert result(spool, "build")["user"] == "daemon"
+    assert b"daemon-output" in (spool / "stdout" / "build").read_bytes()
+    submit("build", "echo again\n", user="daemon")  # its owner's next run replaces its own
+    set_config(spool, keep=1)
+    submit("other", "true\n", user="daemon")
+    assert drain(spool).returncode == 0 and not (spool / "jobsdone" / "build@result").exists()
+    submit("build", "true\n", user="nobody")  # retention removed it: the name is free
 
 
 def test_a_job_cannot_be_spooled_after_another_users_job(spool, workdir):
@@ -730,13 +764,22 @@ def test_a_template_reserves_only_the_names_of_the_times_it_fires(spool):
 
 def test_another_users_run_of_a_finished_dependencys_name_fails_nothing(spool):
     """daemon's A succeeded; daemon's B waits for it (held). nobody then spools and runs a job named
-    A (the name is free once daemon's finished), whose result replaces the one a name keeps: B failed
-    ("dependency A is another user's job"). The log still tells how daemon's A ended: B runs."""
+    A (the name was free once daemon's finished), whose result replaced the one a name keeps: B failed
+    ("dependency A is another user's job"). Now nobody can take the name while daemon's result is
+    kept (neither by submit nor by a file written by hand): B runs."""
     submit("A", "true\n", user="daemon")
     assert drain(spool).returncode == 0
     submit("B", "true\n", "--after", "A", "--hold", user="daemon")
-    submit("A", "exit 3\n", user="nobody")
-    assert drain(spool).returncode == 0 and result(spool, "A")["user"] == "nobody"
+    # since the fifth look the name is daemon's while its result is kept: refused at submit, and at night
+    assert run_cli(["submit", "A"], stdin=b"exit 3\n", user="nobody", cwd="/tmp").code == 3
+    text = job_file("A", "/tmp", b"exit 3\n")
+
+    def write():
+        fd = os.open(spool / "jobs" / "P1" / "A", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, text)
+        os.close(fd)
+    assert as_user(write) == ("ok", None)
+    assert drain(spool).returncode == 0 and result(spool, "A")["user"] == "daemon"
     assert run_cli(["release", "B"], user="daemon", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0
     assert result(spool, "B")["state"] == "done", (result(spool, "B"), log_lines(spool))

@@ -1,7 +1,8 @@
 """What a new job's name and its dependencies' names may be, against what the spool holds now.
 
 A name that is queued or running is one job's (``refuse_duplicate``); so is the name of another
-user's recurring job's run at a time its rule fires (``refuse_run_names``); and ``--after NAME``
+user's recurring job's run at a time its rule fires (``refuse_run_names``), and that of another
+user's finished job while its result is kept (``refuse_finished_of_others``); ``--after NAME``
 names a job of the owner's own (``dependency_problem``). Used by ``onite submit``, a batch and
 ``onite restart`` (onite.app.submit, onite.app.restart).
 """
@@ -54,6 +55,30 @@ def refuse_duplicate(spool: SpoolDir, name: str) -> None:
     for entry in find_running(spool, name):
         raise Refused(f"a job named {name!r} is running now (on {entry.host}, {user_name(entry.uid)})",
                       "pick another name, or use --unique")
+
+
+def refuse_finished_of_others(spool: SpoolDir, names: Sequence[str], uid: int) -> None:
+    """Refuse the name of another user's finished job while its result is kept: a run of the name
+    would replace that result and its output, and the owner would find in the morning only
+    someone else's job under it. The name is free again once retention removes the result (or
+    for its owner at once: their next run replaces their own).
+
+    Raises:
+        Refused: such a name.
+    """
+    from onite.spool.results import kept_owner
+
+    if len(names) >= 64:  # a big batch lists jobsdone/ once instead of trying each name
+        try:
+            kept = set(os.listdir(spool.done_dir))
+        except OSError as err:
+            raise SpoolIOError(spool.done_dir, "listing", err) from None
+        names = [name for name in names if spool.result_path(name).name in kept]
+    for name in names:
+        owner = kept_owner(spool, name)
+        if owner is not None and owner != uid:
+            raise Refused(f"job {name!r} is {user_name(owner)}'s: it has finished and its result is kept",
+                          "pick another name, or use --unique")
 
 
 def refuse_run_names(spool: SpoolDir, names: Sequence[str], uid: int) -> None:

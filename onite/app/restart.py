@@ -44,7 +44,7 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
     from onite.core.jobfile import encode
-    from onite.app.namecheck import dependency_problem, refuse_run_names
+    from onite.app.namecheck import dependency_problem, refuse_finished_of_others, refuse_run_names
     from onite.app.submit import check_policy, give_way, prepare_holds, undo_holds
     from onite.core.request import SubmitRequest
 
@@ -65,6 +65,7 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
         raise Refused(f"a job named {target!r} is already queued or running",
                       f"restart it as another job: onite restart {name} --name NEW, or --unique")
     else:
+        refuse_finished_of_others(spool, [target], st.st_uid)
         refuse_run_names(spool, [target], st.st_uid)
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
     job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),

@@ -26,7 +26,8 @@ from onite.core.jobfile import encode
 from onite.core.request import Captured, SubmitRequest, build_job
 from onite.core.names import SIDE, check_base, check_name, unique_name
 from onite.core.policy import check_urgent, cutoff_state
-from onite.app.namecheck import dependency_problem, refuse_duplicate, refuse_duplicates, refuse_run_names
+from onite.app.namecheck import (dependency_problem, refuse_duplicate, refuse_duplicates, refuse_finished_of_others,
+                                 refuse_run_names)
 
 
 
@@ -82,6 +83,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     else:
         name = request.name
         refuse_duplicate(spool, name)
+        refuse_finished_of_others(spool, [name], caller.uid)
         refuse_run_names(spool, [name], caller.uid)
     if name != job.name:
         from dataclasses import replace
@@ -231,6 +233,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
                     raise InvalidInput(problem, "check the name with onite list --all")
                 known.add(dep)
     refuse_duplicates(spool, list(names))
+    refuse_finished_of_others(spool, list(names), caller.uid)
     refuse_run_names(spool, list(names), caller.uid)
     env_lines = env_text(captured.env)
     held = [job.name for job, request in zip(jobs, requests) if request.hold]

@@ -37,6 +37,7 @@ from onite.spool.filecheck import SETTLING, BadFile, Settling, file_problem, rea
 from onite.spool.holds import is_held
 from onite.spool.index import Candidate
 from onite.spool.recurstate import run_name_owner
+from onite.spool.results import kept_owner
 from onite.spool.scan import Withdrawn, stat_entry, user_name
 
 if TYPE_CHECKING:
@@ -235,6 +236,12 @@ class Picker:
                     return f"another user's job of that name ({user_name(entry.uid)}'s) is running on {host}", False
         except OniteError:  # running/ cannot be looked into: the claim that follows will say so
             pass
+        try:  # its result would replace another user's kept one, and its output theirs (submit refuses it)
+            kept = kept_owner(d.spool, cand.name)
+        except OniteError:
+            kept = None
+        if kept is not None and kept != st.st_uid:
+            return f"its name is that of {user_name(kept)}'s finished job, whose result is kept", False
         return "", False
 
     def forget(self, cand: Candidate) -> None:

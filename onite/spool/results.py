@@ -97,17 +97,27 @@ def result_record(result: Result) -> bytes:
     return (dumps(result.to_json()) + "\n").encode()
 
 
+def kept_owner(spool: SpoolDir, name: str) -> int | None:
+    """The uid of the job whose result of ``name`` is kept, or None if none is (or it is damaged).
+
+    Raises:
+        SpoolIOError: it cannot be read.
+    """
+    try:
+        previous = read_result(spool, name)
+    except DamagedRecord:
+        return None  # it says nothing anyone can rely on
+    return None if previous is None else previous.uid
+
+
 def may_replace_result(spool: SpoolDir, name: str, uid: int) -> bool:
     """May a record about a job of ``uid`` that never ran (refused, withdrawn) replace the kept
     result of ``name``? Not another user's: a file anyone can drop in the spool must not turn
     someone else's finished job into a failed or cancelled one (and fail what waits for it)."""
     try:
-        previous = read_result(spool, name)
-    except DamagedRecord:
-        return True  # it says nothing anyone can rely on
+        return kept_owner(spool, name) in (None, uid)
     except SpoolIOError:
         return False
-    return previous is None or previous.uid == uid
 
 
 def write_result(spool: SpoolDir, result: Result) -> None:
