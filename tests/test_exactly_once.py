@@ -607,3 +607,22 @@ def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, 
     assert sum("monitor of this job was killed" in line and line.split()[2] == "start-failed"
                for line in lines) == 2, lines  # each attempt's monitor died once its job had started
     assert result(spool, "slow")["state"] == "failed"
+
+
+@needs_strace
+def test_a_job_filed_as_its_driver_died_still_gets_its_line_in_the_log(spool, workdir):
+    """The driver is killed as it removes the run record of a job it has just filed (result
+    written, job moved to jobsdone/), before it logged how the job ended. Recovery logs it: the
+    log is what the morning report and a dependency's outcome (another user's run of the name
+    replaced the kept result) are read from."""
+    submit("u1", "exit 3\n", spool=spool)
+    record = spool / "running" / HOST / "u1@run"
+    subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-P", str(record), "-e", "trace=unlink",
+                    "-e", "inject=unlink:signal=KILL:when=1", *driver_argv()],
+                   env=driver_env(spool), timeout=120, capture_output=True)
+    assert result(spool, "u1")["state"] == "failed" and record.exists()
+    assert not [line for line in log_lines(spool) if " failed u1 " in line]
+    settle(spool)
+    lines = [line for line in log_lines(spool) if " failed u1 " in line]
+    assert len(lines) == 1 and "exit=3" in lines[0] and "logged by recovery" in lines[0], log_lines(spool)
+    assert not record.exists()

@@ -77,6 +77,7 @@ class Recovery:
                             note="left in running/ for the next driver")
         for name in names:
             if name.endswith(RUN_RECORD) and name[: -len(RUN_RECORD)] not in jobs:
+                self._log_if_filed(name[: -len(RUN_RECORD)])
                 remove_file(d.running_dir / name)  # a run record whose job is gone
             elif name.startswith(".") and name.endswith(".tmp"):
                 remove_file(d.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
@@ -143,7 +144,28 @@ class Recovery:
             return True
         remove_file(d.spool.run_record_path(d.host, name))
         d.log.event("recovered", name, action="its result was recorded; filed it")
+        self._log_result(previous)
         return True
+
+    def _log_if_filed(self, name: str) -> None:
+        """A run record whose job is gone: if the job was filed (its result names this run), its
+        driver died between filing it and logging how it ended, which the log, and the jobs that
+        read their dependency's outcome there (onite.spool.log.Outcomes), must still be told."""
+        d = self.d
+        rec = runrecords.read(d.spool.run_record_path(d.host, name))
+        run_id = rec.info.get("run_id") if rec is not None else None
+        try:
+            previous = read_result(d.spool, name)
+        except (DamagedRecord, OniteError):
+            return
+        if previous is not None and run_id and previous.run_id == run_id:
+            self._log_result(previous)
+
+    def _log_result(self, result) -> None:
+        """The line a driver logs as it files a job, for one whose driver died before it could."""
+        self.d.log.event(str(result.state), result.name, user=result.user, reason=result.reason or None,
+                         exit=result.exit_code, attempt=result.attempt,
+                         note="logged by recovery: its driver died as it filed the job")
 
     def _run_of(self, name: str, path: Path, info: dict) -> Run:
         """The Run of a claim, rebuilt from its job file and its run record.
