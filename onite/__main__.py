@@ -199,7 +199,10 @@ def _watch_stdout() -> None:
         raw = _StdoutFile(stream.fileno(), "w", closefd=False)
     except (AttributeError, ValueError, OSError):  # no stdout, or not a file descriptor: left as it is
         return
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
+    # a character the encoding cannot hold (PYTHONIOENCODING=ascii, the report's box drawing) is
+    # written escaped, never a traceback
+    errors = "backslashreplace" if stream.errors == "strict" else stream.errors
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=errors,
                                   line_buffering=stream.line_buffering, write_through=stream.write_through)
 
 

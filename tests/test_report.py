@@ -39,7 +39,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import drain, log_lines, needs_root, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, drain, log_lines, needs_root, run_cli, set_config, start_driver, wait_for
 from pngread import read_png, solid_blocks
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
@@ -827,3 +827,14 @@ def test_a_retried_failure_shows_its_last_attempts_lines(spool, cli):
     at = lines.index(next(line for line in lines if line.startswith("twice (")))
     assert lines[at].endswith(", attempt 2/2")
     assert lines[at + 1:at + 4] == ["    │ one", "    │ two", "    onite output twice"]
+
+
+def test_the_report_on_an_ascii_stdout_escapes_what_it_cannot_write(spool):
+    """`PYTHONIOENCODING=ascii onite report | cat` ended in a UnicodeEncodeError traceback (the
+    timeline's blocks): a character the output's encoding cannot hold is written escaped."""
+    assert run_cli(["submit", "one"], stdin=b"true\n", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    proc = subprocess.run([sys.executable, "-m", "onite", "report"], capture_output=True, timeout=60,
+                          env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), PYTHONIOENCODING="ascii"))
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"one" in proc.stdout and b"\\u" in proc.stdout, proc.stdout
