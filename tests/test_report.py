@@ -271,7 +271,7 @@ def test_what_is_not_finished_and_why(real_night):
     assert re.fullmatch(r"not finished: 6 left queued, 1 held, 1 refused \(next drain \d{4}-\d\d-\d\d \d\d:\d\d\)",
                         lines[0])
     assert f"late-1 ({ME}, P5) queued: ready; left when the window closed at {until}" in lines
-    assert f"parked ({ME}, P3) held: held — onite release parked" in lines
+    assert f"parked ({ME}, P3) held — onite release parked" in lines
     assert lines[-1] == "why each waits, as it changes: onite status"
 
 

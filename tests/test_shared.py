@@ -176,7 +176,7 @@ def test_submit_line_on_stderr_and_quiet(spool):
                             "only on host elsewhere; no drain is scheduled"), r
     r = submit("many", "a\nb\n", "--lines", "-p", "6")
     assert r.out == "spooled 2 jobs: many-00001 to many-00002\n"
-    assert r.err.startswith(f"spooled 2 jobs, many-00001 to many-00002, (P6) in {spool}; no drain is scheduled")
+    assert r.err.startswith(f"spooled 2 jobs, many-00001 to many-00002 (P6) in {spool}; no drain is scheduled")
 
 
 def test_submit_line_while_a_driver_drains(spool, workdir):

@@ -133,7 +133,8 @@ def waiting_text(row: dict) -> str:
 
     pri = priority_text(row["urgent"], row["priority"])
     who = f"{printable(row['name'])} ({printable(row['user'])}" + (f", {pri}" if pri else "") + ")"
-    return f"{who} {row['state']}: {printable(row['reason'])}" + (f" — {row['command']}" if row["command"] else "")
+    said = "" if row["reason"] == row["state"] else f": {printable(row['reason'])}"  # not "held: held"
+    return f"{who} {row['state']}{said}" + (f" — {row['command']}" if row["command"] else "")
 
 
 def waiting_title(data: ReportData) -> str:

@@ -122,7 +122,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     """
     from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
 
-    what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]},"
+    what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]}"
     head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"
     if held:
         it = names[0] if len(names) == 1 else f"{names[0]}…"
