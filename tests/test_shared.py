@@ -267,7 +267,9 @@ def test_a_cron_entry_without_a_cron_daemon_promises_nothing(spool, crontab, mon
     doc = run_cli(["status", "--json"]).json()
     assert doc["next_drain"] is None
     assert f"a cron entry is installed on host {HOST}, but no cron daemon runs there: it starts nothing" in doc["warnings"]
-    assert "but no cron daemon runs there" in submit("x").err
+    err = submit("x").err
+    assert "but no cron daemon runs there" in err and "start the cron daemon" in err and "cron --install" not in err, err
+    assert "start the cron daemon" in run_cli(["status"]).out  # not the install it already has
 
 
 @needs_root

@@ -168,6 +168,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
             if when is not None:
                 starters.append(Starter("timer", this_host, when, TIMER))
     cron_here: bool | None = None
+    cron_dead = False  # an entry is installed here, but no cron daemon runs: starting one is the fix
     for record in read_records(spool.root):
         if record.machine == machine:
             if cron_here is None:
@@ -175,6 +176,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
             if not cron_here:
                 problems.append(f"a cron entry is installed on host {record.host}, but no cron daemon runs there: "
                                 "it starts nothing")
+                cron_dead = True
                 continue
         when = record.next_drain if record.next_drain and record.next_drain > now else None
         when = when or schedule_next(record.schedule, "cron", record.host, record.installed)
@@ -183,7 +185,8 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
     starters.sort(key=lambda s: s.when)
     draining = tuple(b for b in live if b.state == hb.BeatState.DRAINING)
     by_hand = _personal(spool)
-    return DrainPlan(tuple(starters), draining, tuple(problems), fix_command(spool, config), by_hand)
+    return DrainPlan(tuple(starters), draining, tuple(problems), fix_command(spool, config, cron_dead=cron_dead),
+                     by_hand)
 
 
 def _personal(spool) -> bool:
@@ -195,9 +198,13 @@ def _personal(spool) -> bool:
     return st.st_uid != 0 and st.st_uid == os.geteuid()
 
 
-def fix_command(spool, config) -> str:
-    """The one command that schedules drains of ``spool``, said to whoever asks."""
+def fix_command(spool, config, *, cron_dead: bool = False) -> str:
+    """The one command that schedules drains of ``spool``, said to whoever asks (``cron_dead``: its
+    entry is in a crontab here, but no cron daemon runs to read it)."""
     command = "onite cron --install"
+    if cron_dead:
+        return "start the cron daemon (e.g. service cron start), or run: onite daemon" if os.access(
+            spool.root, os.W_OK) else "ask root to start the cron daemon (or to run: onite daemon)"
     if not config.schedule:
         command = "set schedule in onite.toml, then run: onite cron --install"
     if os.access(spool.root, os.W_OK):
