@@ -59,7 +59,7 @@ def test_personal_default_spool_is_created_on_first_use(world_tmp):
 
 def test_errors_are_one_line_with_exit_codes(spool, cli, world_tmp):
     cases = [
-        (["output", "nosuch"], 1, "no output kept for job 'nosuch'"),
+        (["output", "nosuch"], 1, "no job 'nosuch' is queued, running or finished"),
         (["cancel", "nosuch"], 1, "no job 'nosuch' is queued or running"),
         (["release", "nosuch"], 1, "no job 'nosuch' is queued"),
         (["submit", "bad name"], 2, "invalid job name 'bad name'"),

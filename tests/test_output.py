@@ -66,7 +66,7 @@ def test_merged_is_the_default_and_stderr_then_says_where_it_is(spool):
     r = run_cli(["output", "merged", "--stderr"])
     assert (r.code, r.out, r.err) == (1, "", merged_message("merged"))
     r = run_cli(["output", "nosuch", "--stderr"])
-    assert r.code == 1 and r.err.startswith("onite: no output kept for job 'nosuch'")
+    assert r.code == 1 and r.err.startswith("onite: no job 'nosuch' is queued, running or finished")
 
 
 def test_the_spool_default_is_decided_at_submit_time(spool):
@@ -224,6 +224,8 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
 
     submit("fx", b"printf 'A\\033]0;PWNED\\007B\\033]52;c;ZWNobyBoaQ==\\007\\n'\n", user="nobody")
     assert drain(spool).returncode == 0
+    # its result is gone (retention), its output not yet (a stray until the next prune): the name is free
+    (spool / "jobsdone" / "fx@result").unlink()
     assert run_cli(["submit", "fx", "--hold"], stdin=b"echo root-job\n").code == 0
     terminal = OnTerminal(spool, ["output", "fx", "--follow"], stdin=False)
     terminal.until(b"waiting for it to start")
@@ -233,3 +235,20 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
     code, seen = terminal.finish()
     assert code == 5
     assert b"\x1b]" not in seen and b"PWNED" not in seen, seen
+
+
+def test_output_says_why_a_job_has_none(spool):
+    """A job that never ran says why (its dependency failed), a queued one that it has not started,
+    and a name of no job that there is none; each exits 1 (fifth look: all three said "it has not
+    run yet, or retention removed it")."""
+    submit("dep", b"exit 1\n")
+    drain(spool)
+    submit("after", b"true\n", "--after", "dep")
+    drain(spool)
+    r = run_cli(["output", "after"])
+    assert r.code == 1 and r.err.startswith("onite: job 'after' did not run: dependency dep failed"), r
+    submit("later", b"true\n", "--at", "tomorrow 05:00")
+    r = run_cli(["output", "later"])
+    assert r.code == 1 and r.err.startswith("onite: job 'later' has no output yet — it has not started"), r
+    r = run_cli(["output", "nosuch"])
+    assert r.code == 1 and r.err.startswith("onite: no job 'nosuch' is queued, running or finished"), r

@@ -66,18 +66,22 @@ def refuse_finished_of_others(spool: SpoolDir, names: Sequence[str], uid: int) -
     Raises:
         Refused: such a name.
     """
-    from onite.spool.results import kept_owner
-
     if len(names) >= 64:  # a big batch lists jobsdone/ once instead of trying each name
         try:
             kept = set(os.listdir(spool.done_dir))
         except OSError as err:
             raise SpoolIOError(spool.done_dir, "listing", err) from None
         names = [name for name in names if spool.result_path(name).name in kept]
+    else:  # the common case, a new name, costs a look and no import of the results' modules
+        names = [name for name in names if os.path.lexists(spool.result_path(name))]
+    if not names:
+        return
+    from onite.spool.results import kept_owner
+
     for name in names:
         owner = kept_owner(spool, name)
-        if owner is not None and owner != uid:
-            raise Refused(f"job {name!r} is {user_name(owner)}'s: it has finished and its result is kept",
+        if owner is not None and owner[0] != uid:
+            raise Refused(f"job {name!r} is {user_name(owner[0])}'s: it has finished and its result is kept",
                           "pick another name, or use --unique")
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import TYPE_CHECKING
 
 from onite.core.errors import OniteError
 from onite.core.names import is_run_id, run_id_host
 from onite.core.runrecord import RunRecord
 from onite.exec import contain
-from onite.exec.processes import find_run_processes
+from onite.exec.processes import find_run_processes, kill_groups
 from onite.exec.runner import Runner
 
 if TYPE_CHECKING:
@@ -70,16 +69,9 @@ class Orphans:
             contain.remove_cgroup(cgroup)
             if populated:
                 return "its processes were killed"
-        killed = False
-        for group in self.d.limiter.groups_of(rec.get("groups")):
-            # where no cgroup v2 contains jobs, its v1 limit groups still hold every process it started,
-            # those that left its process group too (setsid): none of them may run beside its rerun
-            for _ in range(50):  # a process forking meanwhile is caught on a later round
-                if not contain.cgroup_pids(group):
-                    break
-                killed = True
-                contain.kill_cgroup(group)
-                time.sleep(0.01)
+        # where no cgroup v2 contains jobs, its v1 limit groups still hold every process it started,
+        # those that left its process group too (setsid): none of them may run beside its rerun
+        killed = kill_groups(self.d.limiter.groups_of(rec.get("groups")))
         pgid = rec.job_pid
         if pgid and pgid > 1 and contain.group_alive(pgid) and self._is_ours(pgid, rec):
             os.killpg(pgid, signal.SIGKILL)

@@ -236,12 +236,12 @@ class Picker:
                     return f"another user's job of that name ({user_name(entry.uid)}'s) is running on {host}", False
         except OniteError:  # running/ cannot be looked into: the claim that follows will say so
             pass
-        try:  # its result would replace another user's kept one, and its output theirs (submit refuses it)
-            kept = kept_owner(d.spool, cand.name)
+        try:  # its result would replace another user's kept one, and its output (submit refuses it); one
+            kept = kept_owner(d.spool, cand.name)  # queued before that job finished (ctime) did not take its name
         except OniteError:
             kept = None
-        if kept is not None and kept != st.st_uid:
-            return f"its name is that of {user_name(kept)}'s finished job, whose result is kept", False
+        if kept is not None and kept[0] != st.st_uid and st.st_ctime_ns > kept[1].timestamp() * 1e9:
+            return f"its name is that of {user_name(kept[0])}'s finished job, whose result is kept", False
         return "", False
 
     def forget(self, cand: Candidate) -> None:

@@ -165,3 +165,14 @@ def _output_error(message: str, err: OSError) -> SpawnError:
     import errno
 
     return NoRecord(message) if err.errno in (errno.ENOSPC, errno.EDQUOT) else SpawnError(message)
+
+
+def occupy_standard_descriptors() -> None:
+    """Open /dev/null on whichever of descriptors 0, 1 and 2 is closed (a driver started with its
+    stdin closed): otherwise a job's script or output file could get one of those numbers, and the
+    job's own stdin, stdout and stderr would take its place."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one (those below are open)

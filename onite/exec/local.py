@@ -33,8 +33,9 @@ from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status,
 from onite.exec import contain, limits, monitor
 from onite.exec.identity import Identity
 from onite.exec.monitorlink import MonitorLink, parse_usage
-from onite.exec.launch import SCRIPT, Launch, credentials_of, own_credentials, plan, run_outputs
-from onite.exec.processes import find_run_processes, stop_processes
+from onite.exec.launch import (SCRIPT, Launch, credentials_of, occupy_standard_descriptors, own_credentials, plan,
+                               run_outputs)
+from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
 from onite.exec.spawner import Spawner, SpawnerGone
 from onite.spool import runrecords
@@ -71,7 +72,7 @@ class LocalRunner(Runner):
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
         self._spawner = Spawner(self.containment.kind != contain.OFF)  # forks the monitors: this big process never does
-        _occupy_standard_descriptors()
+        occupy_standard_descriptors()
 
     def close(self) -> None:
         """Let the spawner go (the next start begins another); running monitors are not its."""
@@ -137,7 +138,7 @@ class LocalRunner(Runner):
         script_fd = notify_w = None
         try:
             script_fd = os.memfd_create(job_label(run.name), 0)
-            _write_all(script_fd, run.job.body)
+            runrecords.write_all(script_fd, run.job.body)
             os.lseek(script_fd, 0, os.SEEK_SET)
             script = os.fsencode(f"/dev/fd/{script_fd}")
             notify_r, notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -324,26 +325,9 @@ class LocalRunner(Runner):
 
     def _kill_unwatched(self, run: Run) -> None:
         """Kill whatever of ``run`` may still run once its monitor is dead, and remove its groups (its
-        monitor would have). The job's process may exist though the monitor died before it could say
-        so (no pid known): with the monitor gone, its cgroup and its v1 limit groups hold only the
-        job's processes; where it had neither, they are found by their ONITE_RUN_ID (as recovery
-        finds a claim's with no record: onite.drain.orphans)."""
+        monitor would have): the job may have started though the monitor died before saying so."""
         self._signal(run, signal.SIGKILL)
-        contained = False
-        if run.cgroup:
-            contained = True
-            contain.kill_cgroup(run.cgroup)
-            contain.remove_cgroup(run.cgroup)
-        for group in run.groups:
-            contained = True
-            for _ in range(50):  # a process forking meanwhile is caught on a later round
-                if not contain.cgroup_pids(group):
-                    break
-                contain.kill_cgroup(group)
-                time.sleep(0.01)
-        limits.remove(run.groups)
-        if not contained and run.pgid is None and run.spool:
-            stop_processes(lambda: find_run_processes(run.spool, run.name, lambda found: found == run.run_id), 0.0)
+        kill_leftovers(run.cgroup, run.groups, run.spool, run.name, run.run_id, known_pid=run.pgid is not None)
 
     def busy(self) -> bool:
         """Runs, or monitors still ending what their job left behind."""
@@ -424,20 +408,3 @@ class LocalRunner(Runner):
             time.sleep(0.05)
         contain.signal_group(pgid, signal.SIGKILL)
         return "its processes were killed"
-
-
-def _occupy_standard_descriptors() -> None:
-    """Open /dev/null on whichever of descriptors 0, 1 and 2 is closed (a driver started with its
-    stdin closed): otherwise a job's script or output file could get one of those numbers, and the
-    job's own stdin, stdout and stderr would take its place."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one (those below are open)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]

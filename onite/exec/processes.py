@@ -83,3 +83,37 @@ def stop_processes(find, grace: float) -> int:
         if time.monotonic() >= deadline:
             sig = signal.SIGKILL
         time.sleep(0.05)
+
+
+def kill_leftovers(cgroup: str | None, groups: tuple[str, ...], spool: str, name: str, run_id: str, *,
+                   known_pid: bool) -> None:
+    """Kill what a run whose monitor is dead left running, and remove its groups (its monitor would
+    have). With the monitor gone, the run's cgroup and its v1 limit groups hold only the job's
+    processes, even where the monitor died between starting the job and recording its pid; where
+    it had neither (and no pid is known), they are found by their ONITE_RUN_ID, as recovery finds
+    those of a claim with no record (onite.drain.orphans)."""
+    from onite.exec import contain, limits
+
+    if cgroup:
+        contain.kill_cgroup(cgroup)
+        contain.remove_cgroup(cgroup)
+    kill_groups(groups)
+    limits.remove(groups)
+    if not cgroup and not groups and not known_pid and spool:
+        stop_processes(lambda: find_run_processes(spool, name, lambda found: found == run_id), 0.0)
+
+
+def kill_groups(groups) -> bool:
+    """SIGKILL every process in these v1 groups (a run's, once its monitor is gone: they hold every
+    process it started, those that left its process group too); True if any was there."""
+    from onite.exec.contain import cgroup_pids, kill_cgroup
+
+    killed = False
+    for group in groups:
+        for _ in range(50):  # a process forking meanwhile is caught on a later round
+            if not cgroup_pids(group):
+                break
+            killed = True
+            kill_cgroup(group)
+            time.sleep(0.01)
+    return killed

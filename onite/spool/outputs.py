@@ -69,7 +69,7 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
     except FileNotFoundError:
         if stderr:
             _no_stderr(spool, name, caller_uid)
-        raise NotFound(f"no output kept for job {name!r}", "it has not run yet, or retention removed it (see onite list --all)") from None
+        raise _no_output(spool, name) from None
     except PermissionError:
         raise Refused(f"the output of {name!r} belongs to {user_name(os.lstat(path).st_uid)}",
                       "only its owner and root may read it") from None
@@ -80,6 +80,26 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
         os.close(fd)  # readable by mode, but output is private to its owner
         raise Refused(f"the output of {name!r} belongs to {user_name(st.st_uid)}", "only its owner and root may read it")
     return os.fdopen(fd, "rb")
+
+
+def _no_output(spool: SpoolDir, name: str) -> NotFound:
+    """Why ``name`` has no output file, as far as the spool says: it is queued or starting, it never
+    ran (its result says why: a failed dependency, a missing directory), or there is no such job."""
+    from onite.core.errors import DamagedRecord, OniteError
+    from onite.spool.results import read_result
+    from onite.spool.scan import is_live
+
+    try:
+        if is_live(spool, name):
+            return NotFound(f"job {name!r} has no output yet", f"it has not started; see onite status {name}")
+        result = read_result(spool, name)
+    except (DamagedRecord, OniteError):
+        result = None
+    if result is not None and result.started is None and result.reason:
+        return NotFound(f"job {name!r} did not run: {result.reason}", "see onite list --all")
+    if result is None and not spool.done_dir.joinpath(name).exists():
+        return NotFound(f"no job {name!r} is queued, running or finished", "check the name with onite list --all")
+    return NotFound(f"no output kept for job {name!r}", "retention removed it (see onite list --all)")
 
 
 def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:

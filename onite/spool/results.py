@@ -10,6 +10,7 @@ traceback; the commands that list records leave such ones out and name them
 from __future__ import annotations
 
 import os
+from datetime import datetime
 
 from onite.core.errors import DamagedRecord, SpoolIOError
 from onite.core.names import is_valid_name
@@ -97,8 +98,9 @@ def result_record(result: Result) -> bytes:
     return (dumps(result.to_json()) + "\n").encode()
 
 
-def kept_owner(spool: SpoolDir, name: str) -> int | None:
-    """The uid of the job whose result of ``name`` is kept, or None if none is (or it is damaged).
+def kept_owner(spool: SpoolDir, name: str) -> tuple[int, datetime] | None:
+    """Whose job's result of ``name`` is kept (its uid), and when that job finished; None if none
+    is (or it is damaged).
 
     Raises:
         SpoolIOError: it cannot be read.
@@ -107,7 +109,7 @@ def kept_owner(spool: SpoolDir, name: str) -> int | None:
         previous = read_result(spool, name)
     except DamagedRecord:
         return None  # it says nothing anyone can rely on
-    return None if previous is None else previous.uid
+    return None if previous is None else (previous.uid, previous.finished)
 
 
 def may_replace_result(spool: SpoolDir, name: str, uid: int) -> bool:
@@ -115,9 +117,10 @@ def may_replace_result(spool: SpoolDir, name: str, uid: int) -> bool:
     result of ``name``? Not another user's: a file anyone can drop in the spool must not turn
     someone else's finished job into a failed or cancelled one (and fail what waits for it)."""
     try:
-        return kept_owner(spool, name) in (None, uid)
+        kept = kept_owner(spool, name)
     except SpoolIOError:
         return False
+    return kept is None or kept[0] == uid
 
 
 def write_result(spool: SpoolDir, result: Result) -> None:

@@ -46,7 +46,7 @@ def create(path: str, info: dict) -> int:
             raise RecordError(f"cannot create {path}: {err.strerror}") from None
         try:
             os.fchmod(fd, 0o644)  # the umask must not hide running jobs from `onite list`
-            _write_all(fd, data)
+            write_all(fd, data)
         except OSError as err:
             os.close(fd)
             try:
@@ -60,10 +60,10 @@ def create(path: str, info: dict) -> int:
 
 def append(fd: int, event: dict) -> None:
     """Add one event line. Raises OSError (e.g. ENOSPC: the caller decides)."""
-    _write_all(fd, line(event))
+    write_all(fd, line(event))
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     # one write: O_APPEND makes it atomic against other appends; a short write of a few
     # hundred bytes does not happen on a local file system, but is finished if it does
     view = memoryview(data)
