@@ -537,6 +537,28 @@ def test_a_finished_jobs_result_and_output_stay_its_owners_until_retention_remov
     submit("build", "true\n", user="nobody")  # retention removed it: the name is free
 
 
+def test_a_name_planted_while_its_owners_job_runs_does_not_run_after_it(spool, workdir):
+    """nobody writes a ``build`` by hand into a queue while daemon's ``build`` runs: it waits (a name
+    is one job's at a time), and once daemon's has finished it must not run under the name, its
+    result replacing daemon's: it was queued after daemon's job was."""
+    gate = workdir / "gate"
+    submit("build", _gated(gate, "echo daemon-build"), user="daemon")
+    driver = start_driver(spool)
+    wait_for(lambda: (spool / "running" / HOST / "build").exists(), what="daemon's build to start")
+    text = job_file("build", "/tmp", b"echo nobody-build\n")
+
+    def write():
+        fd = os.open(spool / "jobs" / "P1" / "build", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, text)
+        os.close(fd)
+    assert as_user(write) == ("ok", None)
+    gate.touch()
+    assert driver.wait(timeout=120) == 0
+    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "done")
+    assert b"daemon-build" in (spool / "stdout" / "build").read_bytes()
+    assert _refused_as(spool, "build", "nobody"), log_lines(spool)[-8:]
+
+
 def test_a_job_cannot_be_spooled_after_another_users_job(spool, workdir):
     """``nobody`` holds the name ``build`` (say, it won a race for it): daemon's ``--after build`` is
     refused at once, naming whose the name is. A job file daemon writes by hand gets no further: at

@@ -237,7 +237,7 @@ class Picker:
         except OniteError:  # running/ cannot be looked into: the claim that follows will say so
             pass
         try:  # its result would replace another user's kept one, and its output (submit refuses it); one
-            kept = kept_owner(d.spool, cand.name)  # queued before that job finished (ctime) did not take its name
+            kept = kept_owner(d.spool, cand.name)  # queued before that job was (ctime) did not take its name
         except OniteError:
             kept = None
         if kept is not None and kept[0] != st.st_uid and st.st_ctime_ns > kept[1].timestamp() * 1e9:

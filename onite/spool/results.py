@@ -99,8 +99,9 @@ def result_record(result: Result) -> bytes:
 
 
 def kept_owner(spool: SpoolDir, name: str) -> tuple[int, datetime] | None:
-    """Whose job's result of ``name`` is kept (its uid), and when that job finished; None if none
-    is (or it is damaged).
+    """Whose job's result of ``name`` is kept (its uid), and when that job got its place in the
+    queue (else when it started, or finished, where an older record does not say); None if none
+    is kept (or it is damaged).
 
     Raises:
         SpoolIOError: it cannot be read.
@@ -109,7 +110,7 @@ def kept_owner(spool: SpoolDir, name: str) -> tuple[int, datetime] | None:
         previous = read_result(spool, name)
     except DamagedRecord:
         return None  # it says nothing anyone can rely on
-    return None if previous is None else (previous.uid, previous.finished)
+    return None if previous is None else (previous.uid, previous.queued or previous.started or previous.finished)
 
 
 def may_replace_result(spool: SpoolDir, name: str, uid: int) -> bool:
