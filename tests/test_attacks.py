@@ -30,6 +30,15 @@ pytestmark = needs_root
 HOST = os.uname().nodename.split(".")[0]
 
 
+def plant_job(path: Path, text: bytes, user: str = "nobody") -> None:
+    """``user`` writes a job file by hand at ``path`` (a queue folder's entry), as submit never would."""
+    def write():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, text)
+        os.close(fd)
+    assert as_user(write, user) == ("ok", None)
+
+
 def job_file(name: str, cwd: str | Path, body: bytes = b"true\n", **fields) -> bytes:
     job = Job(name=name, priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
               cwd=os.fsencode(str(cwd)), env={b"PATH": b"/usr/bin:/bin"}, body=body, **fields)
@@ -499,13 +508,7 @@ def test_another_users_job_of_a_failed_dependencys_name_cannot_let_what_waits_fo
     submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", "-p", "7", user="daemon")
     r = run_cli(["submit", "build", "-p", "1"], stdin=b"true\n", user="nobody", cwd="/tmp")
     assert r.code == 3 and "job 'build' is daemon's: it has finished and its result is kept" in r.err, r
-    text = job_file("build", "/tmp", b"true\n")
-
-    def write():
-        fd = os.open(spool / "jobs" / "P1" / "build", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, text)
-        os.close(fd)
-    assert as_user(write) == ("ok", None)
+    plant_job(spool / "jobs" / "P1" / "build", job_file("build", "/tmp", b"true\n"))
     assert drain(spool).returncode == 0
     assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "failed")
     assert any(" refused build " in line and "daemon's finished job" in line for line in log_lines(spool)), \
@@ -545,13 +548,7 @@ def test_a_name_planted_while_its_owners_job_runs_does_not_run_after_it(spool, w
     submit("build", _gated(gate, "echo daemon-build"), user="daemon")
     driver = start_driver(spool)
     wait_for(lambda: (spool / "running" / HOST / "build").exists(), what="daemon's build to start")
-    text = job_file("build", "/tmp", b"echo nobody-build\n")
-
-    def write():
-        fd = os.open(spool / "jobs" / "P1" / "build", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, text)
-        os.close(fd)
-    assert as_user(write) == ("ok", None)
+    plant_job(spool / "jobs" / "P1" / "build", job_file("build", "/tmp", b"echo nobody-build\n"))
     gate.touch()
     assert driver.wait(timeout=120) == 0
     assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "done")
@@ -794,13 +791,7 @@ def test_another_users_run_of_a_finished_dependencys_name_fails_nothing(spool):
     submit("B", "true\n", "--after", "A", "--hold", user="daemon")
     # since the fifth look the name is daemon's while its result is kept: refused at submit, and at night
     assert run_cli(["submit", "A"], stdin=b"exit 3\n", user="nobody", cwd="/tmp").code == 3
-    text = job_file("A", "/tmp", b"exit 3\n")
-
-    def write():
-        fd = os.open(spool / "jobs" / "P1" / "A", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, text)
-        os.close(fd)
-    assert as_user(write) == ("ok", None)
+    plant_job(spool / "jobs" / "P1" / "A", job_file("A", "/tmp", b"exit 3\n"))
     assert drain(spool).returncode == 0 and result(spool, "A")["user"] == "daemon"
     assert run_cli(["release", "B"], user="daemon", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0
