@@ -21,8 +21,17 @@ nothing of onite but onite.exec.contain, stamps its own record lines.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Protocol
+
+
+_UTC_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def ctime_ns_upto(when: datetime) -> int:
+    """``when`` (an aware datetime from a kernel's ctime, kept to the microsecond) as the latest
+    ctime in ns it can stand for: a file whose ctime is at most this was there no later than it."""
+    return (when - _UTC_EPOCH) // timedelta(microseconds=1) * 1000 + 999
 
 
 class Clock(Protocol):

@@ -25,10 +25,11 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onite.core.clock import ctime_ns_upto
 from onite.core.errors import JobFormatError, NotFound, OniteError, Refused
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
@@ -60,10 +61,7 @@ def _use(run: Run) -> dict:
 def queued_ns(run: Run) -> int | None:
     """When ``run``'s job got its place in its queue (the kernel's ctime), in ns, rounded up to the
     microsecond a datetime keeps: None if not known."""
-    if run.queued_at is None:
-        return None
-    micros = (run.queued_at - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
-    return micros * 1000 + 999
+    return None if run.queued_at is None else ctime_ns_upto(run.queued_at)
 
 
 def _while_claimed(uid: int) -> str:

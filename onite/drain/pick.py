@@ -240,7 +240,7 @@ class Picker:
             kept = kept_owner(d.spool, cand.name)  # queued before that job was (ctime) did not take its name
         except OniteError:
             kept = None
-        if kept is not None and kept[0] != st.st_uid and st.st_ctime_ns > kept[1].timestamp() * 1e9:
+        if kept is not None and kept[0] != st.st_uid and st.st_ctime_ns > kept[1]:
             return f"its name is that of {user_name(kept[0])}'s finished job, whose result is kept", False
         return "", False
 

@@ -35,7 +35,7 @@ from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIO
 from onite.core.job import Job
 from onite.core.names import is_valid_name
 from onite.core.runrecord import VERSION, RunRecord, admitted_need
-from onite.core.state import JobState, Outcome, memory_outcome, outcome_from_status, unrun_result
+from onite.core.state import JobState, Outcome, Result, memory_outcome, outcome_from_status, unrun_result
 from onite.exec.contain import boot_id
 from onite.exec.runner import Run
 from onite.spool import runrecords
@@ -156,12 +156,12 @@ class Recovery:
         run_id = rec.info.get("run_id") if rec is not None else None
         try:
             previous = read_result(d.spool, name)
-        except (DamagedRecord, OniteError):
+        except OniteError:  # damaged, or unreadable: nothing to tell from it
             return
         if previous is not None and run_id and previous.run_id == run_id:
             self._log_result(previous)
 
-    def _log_result(self, result) -> None:
+    def _log_result(self, result: Result) -> None:
         """The line a driver logs as it files a job, for one whose driver died before it could."""
         self.d.log.event(str(result.state), result.name, user=result.user, reason=result.reason or None,
                          exit=result.exit_code, attempt=result.attempt,

@@ -85,7 +85,7 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
 def _no_output(spool: SpoolDir, name: str) -> NotFound:
     """Why ``name`` has no output file, as far as the spool says: it is queued or starting, it never
     ran (its result says why: a failed dependency, a missing directory), or there is no such job."""
-    from onite.core.errors import DamagedRecord, OniteError
+    from onite.core.errors import OniteError
     from onite.spool.results import read_result
     from onite.spool.scan import is_live
 
@@ -93,7 +93,7 @@ def _no_output(spool: SpoolDir, name: str) -> NotFound:
         if is_live(spool, name):
             return NotFound(f"job {name!r} has no output yet", f"it has not started; see onite status {name}")
         result = read_result(spool, name)
-    except (DamagedRecord, OniteError):
+    except OniteError:  # damaged or unreadable: no reason to give
         result = None
     if result is not None and result.started is None and result.reason:
         return NotFound(f"job {name!r} did not run: {result.reason}", "see onite list --all")

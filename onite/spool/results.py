@@ -10,8 +10,8 @@ traceback; the commands that list records leave such ones out and name them
 from __future__ import annotations
 
 import os
-from datetime import datetime
 
+from onite.core.clock import ctime_ns_upto
 from onite.core.errors import DamagedRecord, SpoolIOError
 from onite.core.names import is_valid_name
 from onite.core.state import Result
@@ -98,10 +98,10 @@ def result_record(result: Result) -> bytes:
     return (dumps(result.to_json()) + "\n").encode()
 
 
-def kept_owner(spool: SpoolDir, name: str) -> tuple[int, datetime] | None:
+def kept_owner(spool: SpoolDir, name: str) -> tuple[int, int] | None:
     """Whose job's result of ``name`` is kept (its uid), and when that job got its place in the
-    queue (else when it started, or finished, where an older record does not say); None if none
-    is kept (or it is damaged).
+    queue, as the latest ctime in ns it stands for (else when it started, or finished, where an
+    older record does not say); None if none is kept (or it is damaged).
 
     Raises:
         SpoolIOError: it cannot be read.
@@ -110,7 +110,9 @@ def kept_owner(spool: SpoolDir, name: str) -> tuple[int, datetime] | None:
         previous = read_result(spool, name)
     except DamagedRecord:
         return None  # it says nothing anyone can rely on
-    return None if previous is None else (previous.uid, previous.queued or previous.started or previous.finished)
+    if previous is None:
+        return None
+    return previous.uid, ctime_ns_upto(previous.queued or previous.started or previous.finished)
 
 
 def may_replace_result(spool: SpoolDir, name: str, uid: int) -> bool:
