@@ -3,8 +3,9 @@
 A name that is queued or running is one job's (``refuse_duplicate``); so is the name of another
 user's recurring job's run at a time its rule fires (``refuse_run_names``), and that of another
 user's finished job while its result is kept (``refuse_finished_of_others``); ``--after NAME``
-names a job of the owner's own (``dependency_problem``). Used by ``onite submit``, a batch and
-``onite restart`` (onite.app.submit, onite.app.restart).
+names a job of the owner's own (``dependency_problem``). ``refuse_taken`` makes every name check
+for ``onite submit`` and a batch (onite.app.submit); ``onite restart`` (onite.app.restart) says a
+live name its own way and makes the other two.
 """
 
 from __future__ import annotations
@@ -16,6 +17,18 @@ from onite.core.errors import Refused, SpoolIOError
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.scan import find_running, running_entries, user_name
+
+
+def refuse_taken(spool: SpoolDir, names: Sequence[str], uid: int) -> None:
+    """Every check of a new job's name for user ``uid``: not queued or running, not another user's
+    finished job's while its result is kept, not another user's recurring job's run.
+
+    Raises:
+        Refused: a name that is taken, saying whose it is.
+    """
+    refuse_duplicates(spool, list(names))
+    refuse_finished_of_others(spool, names, uid)
+    refuse_run_names(spool, names, uid)
 
 
 def refuse_duplicates(spool: SpoolDir, names: list[str]) -> None:

@@ -26,8 +26,7 @@ from onite.core.jobfile import encode
 from onite.core.request import Captured, SubmitRequest, build_job
 from onite.core.names import SIDE, check_base, check_name, unique_name
 from onite.core.policy import check_urgent, cutoff_state
-from onite.app.namecheck import (dependency_problem, refuse_duplicate, refuse_duplicates, refuse_finished_of_others,
-                                 refuse_run_names)
+from onite.app.namecheck import dependency_problem, refuse_taken
 
 
 
@@ -82,9 +81,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
         name = unique_name(request.name, lambda n: name_taken(spool, n))
     else:
         name = request.name
-        refuse_duplicate(spool, name)
-        refuse_finished_of_others(spool, [name], caller.uid)
-        refuse_run_names(spool, [name], caller.uid)
+        refuse_taken(spool, [name], caller.uid)
     if name != job.name:
         from dataclasses import replace
 
@@ -232,9 +229,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
                 if problem:
                     raise InvalidInput(problem, "check the name with onite list --all")
                 known.add(dep)
-    refuse_duplicates(spool, list(names))
-    refuse_finished_of_others(spool, list(names), caller.uid)
-    refuse_run_names(spool, list(names), caller.uid)
+    refuse_taken(spool, list(names), caller.uid)
     env_lines = env_text(captured.env)
     held = [job.name for job, request in zip(jobs, requests) if request.hold]
     markers = prepare_holds(spool, list(names), caller, hold=False)  # stale markers of every name go
