@@ -278,6 +278,73 @@ def test_a_disk_a_job_fills_leaves_no_heartbeat_of_a_gone_driver(small_disk):
     assert all('"draining"' not in p.read_text() for p in beats), [p.read_text() for p in beats]
 
 
+def python_descendants(pid: int) -> list[int]:
+    """The Python processes below ``pid``: a driver's spawner and its monitors (not the jobs' shells)."""
+    children: dict[int, list[int]] = {}
+    comm: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_text()
+            except OSError:
+                continue
+            head, _, rest = text.rpartition(") ")
+            comm[int(entry.name)] = head.partition(" (")[2]
+            children.setdefault(int(rest.split()[1]), []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        todo.extend(children.get(child, []))
+        if comm.get(child, "").startswith("python"):
+            found.append(child)
+    return found
+
+
+def traced(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # gone: nothing to wait for
+    return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in status.splitlines())
+
+
+@needs_strace
+@needs_root
+def test_a_job_whose_monitor_cannot_record_itself_never_starts(spool, workdir):
+    """Recovery takes a run record without its monitor's line for a job that never started, and runs
+    it: so a monitor that cannot append that line (strace fails every write to the record, as a full
+    disk or an I/O error would) must start nothing. The driver puts the job back and starts nothing
+    more (exit 4); killed instead, it leaves the job to run once."""
+    ledger, gate, release = workdir / "ledger", workdir / "gate", workdir / "release"
+    submit("opener", f"echo 'opener start' >> {ledger}; while [ ! -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
+    submit("victim", f"echo 'victim start' >> {ledger}; while [ ! -e {release} ]; do sleep 0.05; done\n", "-p", "2")
+    driver = start_driver(spool)
+    tracer = None
+    try:
+        wait_for(lambda: runs_of(ledger).get("opener") == 1, what="the first job to start")
+        helpers = wait_for(lambda: python_descendants(driver.pid), what="the driver's spawner and monitors")
+        record = spool / "running" / HOST / "victim@run"
+        tracer = subprocess.Popen([STRACE, "-qq", "-f", "-o", "/dev/null", "-P", str(record), "-e", "trace=write",
+                                   "-e", "inject=write:error=EIO", *[f"-p{pid}" for pid in helpers]],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: all(traced(pid) for pid in helpers), what="strace to attach")
+        gate.touch()  # the opener ends: the victim goes to a monitor whose every write to its record fails
+        wait_for(lambda: driver.poll() is not None or runs_of(ledger).get("victim"), what="the victim's fate")
+    finally:
+        if driver.poll() is None:
+            os.kill(driver.pid, signal.SIGKILL)  # a driver that started the victim dies with it unrecorded
+        code = driver.wait()
+        if tracer is not None:
+            tracer.terminate()
+            tracer.wait(30)
+        release.touch()
+    settle(spool)
+    assert runs_of(ledger) == {"opener": 1, "victim": 1}, ledger.read_text()
+    assert code == 4, driver.stderr.read()
+    assert [line for line in log_lines(spool) if " cannot-record " in line and "victim" in line]
+    assert result(spool, "victim")["state"] == "done"
+
+
 def test_status_and_reload_signals_never_kill_a_driver_starting_or_ending(spool, workdir):
     """USR1 and HUP sent as soon as the driver's pid can be read (its lock), and on until it has
     exited: it logs a status line and reloads; it never dies of them."""

@@ -276,7 +276,7 @@ class Driver:
                 if self.wake_at is None or not self._lingers():
                     # nothing runnable: one full listing to be sure before we leave
                     self.index.refresh(force=True)
-                    self._start_jobs()
+                    self._start_more()  # not past a record that cannot be written: it would start again
                     if not self.running and (self.wake_at is None or not self._lingers()):
                         return
             fds = set(self.runner.wait_fds())

@@ -97,6 +97,9 @@ class Finisher:
                 d.picker.unfiled = set()
         for run, outcome in finished:
             d.starter.log_starts(until=run)
+            if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
+                self.put_back_unstarted(run, d.running_dir / run.name, run.unrecorded)
+                continue
             if not run.announced and outcome.reason and run.stopping is None:
                 d.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
             if run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
@@ -351,6 +354,20 @@ class Finisher:
                 break
 
     # ---- when nothing can be recorded; retention ----------------------------------------
+
+    def put_back_unstarted(self, run: Run, claimed: Path, why: str) -> None:
+        """Nothing of ``run`` started, for nothing could be recorded (a full disk): put its job back in
+        its queue, start nothing more. Running jobs go on; the driver exits non-zero once they are
+        done (docs/job-control.md). Its record, if any, goes once the job is back (until then it tells
+        recovery that the claim never started)."""
+        try:
+            self.requeue_file(claimed, run.name, run.rank, queued_ns(run))
+        except OniteError as err:
+            why = f"{why}; and putting {run.name} back failed: {err} (recovery will)"
+        else:
+            if run.record_path:
+                remove_file(run.record_path)
+        self.note_cannot_record(why, run.name)
 
     def note_cannot_record(self, why: str, name: str = "") -> None:
         """A record could not be written: start nothing more (logged once; on stderr too, since the

@@ -109,7 +109,7 @@ class Starter:
             d.runner.start(run, d.spool.output_path(cand.name), append=job.attempt > 1,
                            stderr_path=d.spool.stderr_path(cand.name), record=record)
         except NoRecord as err:
-            self._stop_claiming(run, target, str(err))
+            d.finisher.put_back_unstarted(run, target, str(err))
             return
         except Unavailable as err:
             self._pause_starts(run, target, err)
@@ -175,15 +175,6 @@ class Starter:
                          attempt=run.attempt, pid=run.pgid, slurm=run.external_id, run=run.run_id,
                          backfilled="yes: it cannot delay the job that waits for room" if run.backfilled else None,
                          unenforced=",".join(run.unenforced) or None)
-
-    def _stop_claiming(self, run: Run, claimed: Path, why: str) -> None:
-        """Nothing that starts can be recorded (a full disk): put the job back, start nothing more.
-        Running jobs go on; the driver exits non-zero once they are done (docs/job-control.md)."""
-        try:
-            self.d.finisher.requeue_file(claimed, run.name, run.rank, queued_ns(run))
-        except OniteError as err:
-            why = f"{why}; and putting {run.name} back failed: {err} (recovery will)"
-        self.d.finisher.note_cannot_record(why, run.name)
 
     def _pause_starts(self, run: Run, claimed: Path, err: Unavailable) -> None:
         """The executor cannot take jobs now: put this one back in its queue (it keeps its attempt

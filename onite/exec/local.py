@@ -294,6 +294,9 @@ class LocalRunner(Runner):
                 ended = memory_outcome(outcome_from_status(int(rest)), run.usage, run.need)
             elif word == "failed":
                 ended = Outcome(reason=rest or "it could not be started")
+            elif word == "unrecorded":  # the monitor started nothing: the driver puts the claim back
+                run.unrecorded = rest or "it could not be written"
+                ended = Outcome(reason=f"its run could not be recorded ({run.unrecorded}): it did not start")
         return ended
 
     def _note_start(self, run: Run, pid: int) -> None:

@@ -13,7 +13,8 @@ driver. It never executes anything itself; in order, it
 2. appends its ``monitor`` line (pid and start time) to the run record
    (onite.core.runrecord), then closes the driver lock it inherited: until that
    line exists no other driver can take the lock, so a claim without it
-   was never started; then makes the job's cgroups and sets its limits
+   was never started (if the line cannot be written, it starts nothing and
+   tells the driver: ``unrecorded``); then makes the job's cgroups and sets its limits
    (onite.exec.contain, onite.exec.limits: the record names them already),
    and tells the driver which limits it could not set;
 3. starts the job's process (onite.exec.jobstart): born in the job's
@@ -148,7 +149,11 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
     """Steps 1 to 6; ``held``: the run's descriptors still open (those closed here are taken out)."""
     _close_all_but(held | own)
     pid = os.getpid()
-    _record(plan, {"event": "monitor", "pid": pid, "ticks": _start_ticks(pid)})
+    unwritten = _record_error(plan, {"event": "monitor", "pid": pid, "ticks": _start_ticks(pid)})
+    if unwritten is not None:
+        # recovery takes a record without this line for a run that never started: so it must not
+        _tell(plan, f"unrecorded {unwritten}")
+        return 0
     if plan.lock_fd is not None:
         held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
@@ -235,11 +240,16 @@ def _failed(plan: Plan, reason: str) -> int:
 
 
 def _record(plan: Plan, event: dict) -> bool:
+    return _record_error(plan, event) is None
+
+
+def _record_error(plan: Plan, event: dict) -> str | None:
+    """Append ``event`` to the run record; None, or why it could not be written."""
     try:
         os.write(plan.record_fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
-        return True
-    except OSError:
-        return False
+        return None
+    except OSError as err:
+        return err.strerror or str(err)
 
 
 def _record_end(plan: Plan, event: dict, *message: str) -> None:
