@@ -540,6 +540,32 @@ def test_a_finished_jobs_result_and_output_stay_its_owners_until_retention_remov
     submit("build", "true\n", user="nobody")  # retention removed it: the name is free
 
 
+def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world_tmp):
+    """(a sixth look) nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
+    queue under the name of daemon's finished ``build``: the link was refused, and filed as daemon's
+    failure, replacing daemon's kept result; daemon's ``deploy --after build`` then failed, and the
+    report and daemon's notice said daemon's build had failed. A link says nothing of who put it
+    there: it is set aside and logged, and nobody's result is filed for it."""
+    home = world_tmp / "daemon"
+    home.mkdir()
+    os.chown(home, pwd.getpwnam("daemon").pw_uid, -1)
+    shared = home / "shared.log"
+    assert as_user(lambda: (shared.write_text("data\n"), os.chmod(shared, 0o666)) and None, "daemon")[0] == "ok"
+    submit("build", "true\n", user="daemon")
+    assert drain(spool).returncode == 0
+    submit("deploy", "true\n", "--after", "build", "--hold", user="daemon")
+    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "build"), "nobody") == ("ok", None)
+    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "never"), "nobody") == ("ok", None)
+    assert drain(spool).returncode == 0
+    assert [line for line in log_lines(spool) if " refused build " in line and "hard links" in line]
+    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "done")
+    assert not (spool / "jobsdone" / "never@result").exists()  # no failure invented for daemon either
+    assert run_cli(["release", "deploy"], user="daemon", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert result(spool, "deploy")["state"] == "done"
+    assert shared.read_text() == "data\n"
+
+
 def test_a_name_planted_while_its_owners_job_runs_does_not_run_after_it(spool, workdir):
     """nobody writes a ``build`` by hand into a queue while daemon's ``build`` runs: it waits (a name
     is one job's at a time), and once daemon's has finished it must not run under the name, its

@@ -321,8 +321,10 @@ class Finisher:
             return
         owner = user_name(st.st_uid) if st else "?"
         d.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(d.spool.root)))
+        # a second link says nothing of who put it here (anyone may link a file they can write): its
+        # inode's owner gets no result, no notice, and no failure a job of theirs could wait on
         if file_result and st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
-                and may_replace_result(d.spool, name, st.st_uid):
+                and st.st_nlink == 1 and may_replace_result(d.spool, name, st.st_uid):
             result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
                                   reason=f"refused: {reason}", host=d.host, now=d.clock.now())
             try:
