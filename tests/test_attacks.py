@@ -566,6 +566,35 @@ def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world
     assert shared.read_text() == "data\n"
 
 
+def test_a_reason_quoting_a_users_path_cannot_start_a_report_line_of_its_own(spool, world_tmp):
+    """(a sixth look) nobody spools a job from a directory named with runs of spaces (or blanks that
+    pass for them: the braille blank) around a sentence shaped like a failure of daemon's, then
+    removes it: the reason quotes the path, and on an 80-column terminal, or a reader folding the
+    plain report at 80, root read a line of its own saying daemon's ``deploy`` failed. A reason's
+    runs of spaces are one space, such blanks are spelt out, and on a terminal a sentence's lines
+    after its first are indented."""
+    from conftest import OnTerminal
+
+    fake = "deploy (daemon, P3) failed: exit 1 after 12s"
+    home = world_tmp / "nobody"
+    home.mkdir()
+    os.chown(home, nobody().pw_uid, -1)
+    gone = home / (" " * 23 + fake + " " * 36 + "\u2800" * 30 + "x")
+    assert as_user(lambda: gone.mkdir() and None) == ("ok", None)
+    r = run_cli(["submit", "x1"], stdin=b"true\n", user="nobody", cwd=gone)
+    assert r.code == 0, r
+    assert as_user(lambda: gone.rmdir() and None) == ("ok", None)
+    assert drain(spool).returncode == 0
+    plain = run_cli(["report"]).out
+    [sentence] = [line for line in plain.splitlines() if line.startswith("x1 (nobody")]
+    assert "  " not in sentence and "\\u2800" in sentence, sentence
+    code, seen = OnTerminal(spool, ["report"], env={"COLUMNS": "80", "LINES": "50"}).finish()
+    lines = seen.decode().replace("\x1b[0m", "").replace("\x1b[1;31m", "").splitlines()
+    start = next(i for i, line in enumerate(lines) if "x1 (nobody" in line)
+    assert lines[start + 1].startswith("    "), lines[start:start + 4]
+    assert not [line for line in lines if line.lstrip("✗ ").startswith(fake) and not line.startswith(" ")], lines
+
+
 def test_a_name_planted_while_its_owners_job_runs_does_not_run_after_it(spool, workdir):
     """nobody writes a ``build`` by hand into a queue while daemon's ``build`` runs: it waits (a name
     is one job's at a time), and once daemon's has finished it must not run under the name, its

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from onite.core.cells import human_duration, priority_label
 from onite.core.jobview import JobView
 from onite.app.report import ReportData, is_timeout
-from onite.core.safetext import printable
+from onite.core.safetext import phrase, printable
 from onite.core.state import signal_name
 
 
@@ -97,11 +97,11 @@ def failure_what(data: ReportData, job: JobView) -> str:
     dependency build failed``; with ``, attempt 2/3`` if it was retried."""
     took = human_duration(job.duration)
     if job.name in data.unrun:
-        what = f"never ran: {printable(job.reason)}"
+        what = f"never ran: {phrase(job.reason)}"
     elif is_timeout(job):
         what = "timed out" + (f" after {took}" if took else "") + (f" ({signal_name(job.signal)})" if job.signal else "")
     else:
-        what = f"failed: {printable(job.reason) or 'failed'}" + (f" after {took}" if took else "")
+        what = f"failed: {phrase(job.reason) or 'failed'}" + (f" after {took}" if took else "")
     tries = attempts_text(data, job)
     return what + (f", attempt {tries}" if tries else "")
 
@@ -133,7 +133,7 @@ def waiting_text(row: dict) -> str:
 
     pri = priority_text(row["urgent"], row["priority"])
     who = f"{printable(row['name'])} ({printable(row['user'])}" + (f", {pri}" if pri else "") + ")"
-    said = "" if row["reason"] == row["state"] else f": {printable(row['reason'])}"  # not "held: held"
+    said = "" if row["reason"] == row["state"] else f": {phrase(row['reason'])}"  # not "held: held"
     return f"{who} {row['state']}{said}" + (f" — {row['command']}" if row["command"] else "")
 
 

@@ -14,7 +14,6 @@ characters, ``-`` for an empty cell, so that grep and awk see one row per line
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 
@@ -23,7 +22,7 @@ from rich.text import Text
 
 from onite.core.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
 from onite.core.jobview import JobView
-from onite.core.safetext import printable
+from onite.core.safetext import phrase, printable
 
 STATE_STYLE = {
     "queued": "cyan",
@@ -40,12 +39,9 @@ STATE_STYLE = {
 # A table of more rows than this is written as plain text: rich takes about a minute for 100,000 rows.
 LARGE_TABLE = 2000
 
-_SPACES = re.compile(r"\s{2,}")
-
-
 def plain_cell(text: str) -> str:
     """A cell for a plain table: control characters spelt out, runs of spaces made one, ``-`` if empty."""
-    return _SPACES.sub(" ", printable(text)).strip() or "-"
+    return phrase(text) or "-"
 
 
 def plain_rows(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
@@ -145,6 +141,9 @@ def report_table(data, rows: Sequence[Sequence[str]]) -> Table:
     return table
 
 
+INDENT = "    "  # of a sentence's lines after its first, and of what follows a failure
+
+
 def print_report(out, data, *, plain: bool) -> None:
     """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last
     lines of output and the command to read them all, what is not finished and why, the table, the
@@ -159,8 +158,15 @@ def print_report(out, data, *, plain: bool) -> None:
             write_lines(out, [text])
         elif crop:  # a line of a job's output: cut at the terminal's edge, never folded into the next
             out.print(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
-        else:  # soft_wrap: the terminal folds a long line, rich does not break it mid-phrase
-            out.print(Text(text, style=style), soft_wrap=True)
+        else:
+            folded(Text(text, style=style))
+
+    def folded(line: Text) -> None:
+        """A sentence folded at the terminal's edge between words, the lines after its first indented:
+        no text of a job's (a reason quoting a path) can start a line of its own, as if it were
+        another sentence."""
+        for i, part in enumerate(line.wrap(out, max(out.width - len(INDENT), 20))):
+            out.print(Text(INDENT) + part if i else part, no_wrap=True, crop=True)
 
     def marked(word: str, text: str) -> None:
         if words:
@@ -168,7 +174,7 @@ def print_report(out, data, *, plain: bool) -> None:
         else:
             line = Text(rep.MARK.get(word, "?") + " ", style=STATE_STYLE.get(word, ""))
             line.append(text)
-            out.print(line, soft_wrap=True)
+            folded(line)
 
     say(f"onite report for {printable(data.spool)}: {rep.window_text(data)}")
     say(rep.headline(data), "bold")

@@ -41,7 +41,6 @@ objects' locks, and leaves with os._exit so none of the driver's cleanup runs.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
