@@ -266,6 +266,59 @@ def test_a_full_disk_starts_nothing_and_loses_nothing(small_disk, workdir):
     assert runs_of(ledger) == {f"j{i:02d}": 1 for i in range(20)}
 
 
+def fill(mnt: Path) -> Path:
+    filler = mnt / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_stops_a_drain_of_a_long_queue_at_once(small_disk):
+    """(a sixth look) With 300 jobs queued on a full disk the driver claimed one job after another,
+    failing each one's record and putting it back, and never looked at a signal: it ran for minutes,
+    deaf to TERM. Now it stops at the first start it cannot record, and exits 4."""
+    mnt, spool = small_disk
+    r = run_cli(["submit", "L", "--lines", "-q"], stdin=b"".join(b"echo %d\n" % i for i in range(300)))
+    assert r.code == 0, r
+    filler = fill(mnt)
+    driver = start_driver(spool, "-q")
+    try:
+        code = driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert code == 4, driver.stderr.read()
+    assert sum(" cannot-record " in line for line in log_lines(spool)) <= 1
+    assert len([p for p in (spool / "jobs" / "P4").iterdir() if not p.name.startswith(".")]) == 300
+    filler.unlink()
+
+
+def test_a_job_cancelled_on_a_full_disk_is_filed_once_there_is_room(small_disk):
+    """(a sixth look) A queued job cancelled while the disk was full was deleted: no queue file, no
+    cancel/ entry, no result, no log line, whether root filed it at once or a driver filed a user's
+    withdrawal. It stays withdrawn (it never runs) and is filed as cancelled once there is room."""
+    mnt, spool = small_disk
+    submit("rootjob", "echo a\n", spool=spool)
+    assert run_cli(["submit", "userjob"], stdin=b"echo b\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["cancel", "userjob"], user="nobody", cwd="/tmp").code == 0  # withdrawn; a driver files it
+    filler = fill(mnt)
+    r = run_cli(["cancel", "rootjob"])
+    assert r.code == 0 and "it will not run" in r.out, r
+    assert drain(spool).returncode == 4
+    filler.unlink()
+    assert drain(spool).returncode == 0
+    for name in ("rootjob", "userjob"):
+        assert result(spool, name)["state"] == "cancelled", name
+        assert (spool / "jobsdone" / name).exists(), name
+    assert not list((spool / "jobs").glob("*/*job"))
+
+
 def test_a_disk_a_job_fills_leaves_no_heartbeat_of_a_gone_driver(small_disk):
     """A job fills the spool's disk with its output: the driver cannot record, and exits 4. Its last
     heartbeat cannot be written either: it is removed, not left saying a gone driver drains."""

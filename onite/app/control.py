@@ -78,7 +78,11 @@ def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> Cancel
             pending = withdraw(spool, entry)
             if can_file(spool):
                 by = user_name(caller_uid)
-                filed = file_withdrawn(spool, pending, by=by, now=now, rank=entry.rank)
+                try:
+                    filed = file_withdrawn(spool, pending, by=by, now=now, rank=entry.rank)
+                except SpoolIOError as err:  # it is withdrawn all the same: back in cancel/, never to run
+                    return CancelReport(name, "cancelled", f"it will not run; its result could not be written "
+                                        f"({err.cause.strerror or err.cause}): a drain writes it once there is room", waitable=False)
                 if filed is not None:
                     tell_filed(spool, filed, by, name)
         else:

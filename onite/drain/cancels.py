@@ -21,7 +21,7 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
-from onite.core.errors import OniteError
+from onite.core.errors import OniteError, SpoolIOError
 from onite.core.policy import may_touch
 from onite.core.state import Stop
 from onite.spool.cancels import Filed, NotAJob, file_withdrawn, withdraw
@@ -70,6 +70,9 @@ class CancelInbox:
                 filed = file_withdrawn(d.spool, entry.path, by=requester, now=d.clock.now())
             except NotAJob as err:
                 d.log.event("refused", entry.name, owner=requester, reason=str(err))
+                return
+            except SpoolIOError as err:  # a full disk: it stays in cancel/ for a later look
+                d.finisher.note_cannot_record(str(err), entry.name)
                 return
             except OniteError as err:
                 d.log.event("error", entry.name, error=str(err))

@@ -334,6 +334,8 @@ class Driver:
         """Start jobs in queue order while a slot is free, the window is open and the executor takes them."""
         self.wake_at = None
         while len(self.running) < self.slots:
+            if self.finisher.cannot_record or self.stopping or self.hard_stop:
+                return  # a start just failed to be recorded (a full disk): the next would too
             if self.window_end is not None and self.clock.now() >= self.window_end:
                 if not self.window_closed:
                     self.window_closed = True

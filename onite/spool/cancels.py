@@ -146,9 +146,20 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         write_result(spool, result)
         move_file(staged, spool.done_dir / name, "filing the cancelled job")
     except OniteError:
-        discard(staged)
+        _put_back(spool, staged, pending, name)  # the job is all that is left of it: never lose it
         raise
     return Filed(result, job)
+
+
+def _put_back(spool: SpoolDir, staged: Path, pending: Path, name: str) -> None:
+    """A withdrawn job that could not be filed (a full disk) goes back into cancel/, to be filed by
+    the next look once there is room (a rename needs none); failing that, into refused/."""
+    for target in (pending, spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"):
+        try:
+            os.rename(staged, target)
+            return
+        except OSError:
+            continue
 
 
 def _set_aside(spool: SpoolDir, path: Path, name: str, why: str) -> None:
