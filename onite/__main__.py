@@ -15,6 +15,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if argv is None:
+        _fill_closed_streams()
         _watch_stdout()
     code = _main(args, argv is None)
     try:  # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
@@ -188,6 +189,21 @@ class _StdoutFile(io.FileIO):
             raise
         except OSError as err:
             raise OutputFailure(err.errno, err.strerror) from None
+
+
+def _fill_closed_streams() -> None:
+    """Standard output or error closed (``>&-``): Python gives None for it. What onite would say
+    there is dropped, as the caller chose, and its descriptor becomes /dev/null, so that no file
+    onite opens takes its number (and what is said there)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            import os
+
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w", closefd=False))
 
 
 def _watch_stdout() -> None:

@@ -344,6 +344,29 @@ def test_output_that_cannot_be_written_is_one_line_and_the_job_is_kept(spool, ar
     assert run_cli(["find", found.group(1)]).code == 0
 
 
+@pytest.mark.parametrize("argv", [["submit", "shut", "--unique"], ["submit", "lines", "--lines"], ["list"],
+                                  ["status"], ["run", "-q"]])
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_command_run_with_its_stdout_or_stderr_closed_does_its_work_and_says_no_more(spool, argv, closed):
+    """(a sixth look) ``onite submit x >&-`` (cron, a daemon, some CI runners close it): Python gives
+    None for the stream, and the command did its work, then ended in a traceback, exit 1; with stderr
+    closed, submit's ``spooled`` line went to stdout, after the name a script captures. What would
+    go to a closed stream is dropped, as its caller chose; the exit status is the command's."""
+    import subprocess
+
+    assert run_cli(["submit", "queued"], stdin=b"true\n").code == 0
+    shut = ">&-" if closed == "stdout" else "2>&-"
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    done = subprocess.run(["sh", "-c", f'exec "$@" {shut}', "sh", sys.executable, "-m", "onite", *argv],
+                          input=b"true\n", capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, (done.returncode, done.stderr)
+    if argv[0] == "submit" and closed == "stderr":
+        [line] = done.stdout.decode().splitlines()  # what stdout says with stderr open, and nothing more
+        assert line.startswith("spooled 1 job: lines-" if "--lines" in argv else "shut-"), line
+    if argv[0] == "run":
+        assert json.loads((spool / "jobsdone" / "queued@result").read_text())["state"] == "done"
+
+
 def test_a_reader_that_stops_early_is_no_failure_whichever_command_it_reads(spool):
     """``onite output NAME | head -1`` (typer's own handling of a broken pipe exits 1) exits 0, as
     ``onite list | head`` does: the reader chose to stop."""
