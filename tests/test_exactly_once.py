@@ -319,6 +319,31 @@ def test_a_job_cancelled_on_a_full_disk_is_filed_once_there_is_room(small_disk):
     assert not list((spool / "jobs").glob("*/*job"))
 
 
+def test_a_log_and_a_stderr_over_the_file_size_limit_do_not_stop_a_drain(spool, workdir):
+    """(a sixth look) Under ``ulimit -f`` with stderr a file (cron's ``2>>file``), once onite.log
+    reached the limit the driver's line saying so could not be written either, and it died mid-drain:
+    exit 1, a finished job left claimed, the rest unrun. Its drain goes on; it says so once."""
+    import resource
+
+    set_config(spool, keep=100)
+    r = run_cli(["submit", "u", "--lines", "-q"], stdin=b"".join(b"echo %d\n" % i for i in range(60)))
+    assert r.code == 0, r
+    err = workdir / "driver.err"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.RLIM_INFINITY))
+
+    with open(err, "wb") as stderr:
+        proc = subprocess.run(driver_argv(), env=driver_env(spool), stdout=subprocess.DEVNULL, stderr=stderr,
+                              preexec_fn=limit, timeout=120)
+    said = err.read_text()
+    assert proc.returncode in (0, 4), said
+    assert not [p for p in (spool / "running").glob("*/*") if "@" not in p.name and not p.name.startswith(".")]
+    assert said.count("cannot write the log") <= 1, said
+    settle(spool)
+    assert len(list((spool / "jobsdone").glob("u-*@result"))) == 60
+
+
 def test_a_disk_a_job_fills_leaves_no_heartbeat_of_a_gone_driver(small_disk):
     """A job fills the spool's disk with its output: the driver cannot record, and exits 4. Its last
     heartbeat cannot be written either: it is removed, not left saying a gone driver drains."""

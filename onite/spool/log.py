@@ -77,6 +77,7 @@ class ActivityLog:
         self.clock = clock
         self.listener = listener
         self._fd: int | None = None
+        self._said: set[int | None] = set()  # the errnos of the failures already said on stderr
         self.pid = os.getpid()
 
     def _open(self) -> int | None:
@@ -84,9 +85,20 @@ class ActivityLog:
             try:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
             except OSError as err:
-                print(f"onite: cannot write the log {self.path}: {err.strerror}", file=sys.stderr)
+                self._cannot_write(err)
                 return None
         return self._fd
+
+    def _cannot_write(self, err: OSError) -> None:
+        """Say on stderr, once for each reason, that the log cannot be written: never a reason to stop
+        (stderr may be on the same full disk, or under the same file-size limit)."""
+        if err.errno in self._said:
+            return
+        self._said.add(err.errno)
+        try:
+            print(f"onite: cannot write the log {self.path}: {err.strerror}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     def event(self, event: str, name: str = "", /, **fields: object) -> None:
         when = self.clock.now()
@@ -96,7 +108,7 @@ class ActivityLog:
             try:
                 os.write(fd, line.encode("utf-8", "replace"))
             except OSError as err:
-                print(f"onite: cannot write the log {self.path}: {err.strerror}", file=sys.stderr)
+                self._cannot_write(err)
         if self.echo is not None:
             try:
                 self.echo.write(line)
