@@ -344,6 +344,36 @@ def test_a_log_and_a_stderr_over_the_file_size_limit_do_not_stop_a_drain(spool, 
     assert len(list((spool / "jobsdone").glob("u-*@result"))) == 60
 
 
+def test_a_hosts_first_drain_out_of_inodes_is_one_line(world_tmp):
+    """(a sixth look) A host's first drain makes running/HOST/; on a file system out of inodes that
+    ended in a traceback, exit 1. It is one line, exit 4, and the queue is as it was."""
+    if not ROOT:
+        pytest.skip("needs root to mount a small tmpfs")
+    mnt = world_tmp / "inodes"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,nr_inodes=40", "tmpfs", str(mnt)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        from conftest import init_spool_at
+
+        spool = init_spool_at(mnt / "spool")
+        spare = mnt / "spare"
+        spare.touch()
+        spooled = 0
+        while run_cli(["--spool", str(spool), "submit", f"j{spooled}", "-q"], stdin=b"true\n").code == 0:
+            spooled += 1  # until no inode is left
+        assert spooled
+        spare.unlink()  # one left: the driver's lock takes it
+        proc = drain(spool)
+        assert proc.returncode == 4 and b"Traceback" not in proc.stderr, proc.stderr
+        assert b"No space left on device" in proc.stderr, proc.stderr
+        assert len(list((spool / "jobs" / "P4").iterdir())) == spooled
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
 def test_a_disk_a_job_fills_leaves_no_heartbeat_of_a_gone_driver(small_disk):
     """A job fills the spool's disk with its output: the driver cannot record, and exits 4. Its last
     heartbeat cannot be written either: it is removed, not left saying a gone driver drains."""

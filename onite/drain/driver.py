@@ -177,7 +177,11 @@ class Driver:
     def drain(self, *, explain: bool = False) -> None:
         """Recover, run jobs until nothing can start, prune. The caller holds this host's lock.
         ``explain``: if nothing happened, log why (``nothing-due``: what is queued and why it waits)."""
-        os.makedirs(self.running_dir, mode=0o755, exist_ok=True)
+        try:
+            os.makedirs(self.running_dir, mode=0o755, exist_ok=True)
+        except OSError as err:  # a host's first drain on a full disk (or one out of inodes)
+            self.finisher.note_cannot_record(f"cannot make {self.running_dir}: {err.strerror}")
+            return
         try:
             self.packer.check()  # `onite run` checked it; a daemon's onite.toml may have been reloaded since
         except ConfigError as err:
