@@ -108,3 +108,29 @@ def test_is_pattern(word, pattern):
     from onite.app.control import is_pattern
 
     assert is_pattern(word) is pattern
+
+
+def test_a_running_job_that_ends_on_its_own_as_it_is_cancelled_is_not_counted_cancelled(spool):
+    """(a sixth look) ``cancel --all`` counted every job it asked a driver to stop: one that ended on
+    its own first (exit 0, the moment its request appeared, while its driver was busy: here stopped
+    with SIGSTOP) was said ``quick: done`` and counted in ``cancelled 1 job(s)``. Only the jobs it
+    cancelled count."""
+    import signal
+
+    submit("quick", body=b'while :; do for f in "$ONITE_JOB_SPOOL"/cancel/"$ONITE_JOB"@*; do [ -e "$f" ] && exit 0; '
+                         b'done; sleep 0.01; done\n')
+    driver = start_driver(spool, "-q")
+    try:
+        record = wait_for(lambda: next((spool / "running").glob("*/quick@run"), None), what="the job's run record")
+        wait_for(lambda: '"event":"job"' in record.read_text(), what="the job to start")
+        os.kill(driver.pid, signal.SIGSTOP)  # the driver hears of neither the request nor the job's end
+        cancel = subprocess.Popen([sys.executable, "-m", "onite", "cancel", "--all", "--yes"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=dict(os.environ, ONITE_SPOOL=str(spool),
+                                                                   PYTHONPATH=str(REPO)))
+        wait_for(lambda: not record.exists() or '"event":"ended"' in record.read_text(), what="the job to end")
+    finally:
+        os.kill(driver.pid, signal.SIGCONT)
+    out, err = cancel.communicate(timeout=60)
+    assert driver.wait(timeout=60) == 0
+    assert result(spool, "quick")["state"] == "done"
+    assert (cancel.returncode, out.decode()) == (0, "quick: done\ncancelled 0 job(s)\n"), err

@@ -195,7 +195,7 @@ def cancel_each(target, names: list[str], matched: list[str]) -> int:
         if report.action == "requested":
             report = await_cancel(target, report)
         print(printable(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else "")))  # a reason may quote a path
-        done += 1
+        done += report.action in ("cancelled", "requested")  # not a job that ended on its own meanwhile
     return done
 
 
