@@ -163,3 +163,14 @@ def test_piped_list_is_one_line_per_row(spool, cli, workdir):
         assert queued[0] == "1" and queued[6:] == ["-"] * 6
     short = [re.split(r" {2,}", line) for line in cli(["list"], env=env).out.splitlines()]
     assert short[0] == ["#", "NAME", "USER", "PRI", "AGE", "STATE"] and short[1][:2] == ["1", "queued-one"]
+
+
+@pytest.mark.parametrize("columns", ["1", "12"])
+def test_a_terminal_too_narrow_for_a_table_gets_the_plain_lines(spool, columns):
+    """(a sixth look) On a terminal of 1 to 10 columns ``onite list`` printed blank lines or ``…``: a
+    table had no room for a name. Below 40 columns it writes the plain lines, which the terminal folds."""
+    from conftest import OnTerminal
+
+    assert run_cli(["submit", "narrowjob"], stdin=b"true\n").code == 0
+    code, seen = OnTerminal(spool, ["list"], stdin=False, env={"COLUMNS": columns, "LINES": "24"}).finish()
+    assert code == 0 and b"narrowjob" in seen, seen

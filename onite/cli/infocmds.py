@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from onite.cli import shared
-from onite.cli.options import JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, open_spool, spool_of
+from onite.cli.options import JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, is_plain, open_spool, spool_of
 from onite.core.clock import SYSTEM
 
 
@@ -89,7 +89,7 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     from onite.cli.statusview import render_status
 
     out = console()
-    render_status(out, info, plain=plain or not out.is_terminal)
+    render_status(out, info, plain=is_plain(out, plain))
 
 
 @app.command()
@@ -133,6 +133,6 @@ def report(
         from onite.cli.render import print_report
 
         out = console()
-        print_report(out, data, plain=plain or not out.is_terminal)
+        print_report(out, data, plain=is_plain(out, plain))
         if html:
             print(f"HTML report written to {html}")

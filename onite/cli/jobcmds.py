@@ -11,7 +11,7 @@ from typer.core import TyperCommand
 
 from onite.cli import shared
 from onite.cli.options import (CpusOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask, complete_any,
-                               complete_live, console, locate_spool, open_spool, spool_of)
+                               complete_live, console, is_plain, locate_spool, open_spool, spool_of)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
@@ -116,7 +116,7 @@ def list_(
     from onite.cli.render import print_job_list
 
     out = console()
-    print_job_list(views, when, detailed=all_, by_host=by_host, out=out, plain=plain or not out.is_terminal)
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=out, plain=is_plain(out, plain))
 
 
 @app.command()

@@ -154,6 +154,14 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
+NARROW = 40  # columns below which a table cannot show a name: the plain layout, which the terminal folds
+
+
+def is_plain(out, plain: bool) -> bool:
+    """Write plain lines, not a table: asked for, not a terminal, or a terminal too narrow for one."""
+    return plain or not out.is_terminal or out.width < NARROW
+
+
 def ask(prompt: str) -> str:
     """A line typed at the terminal; end of input (Ctrl-D) is an empty answer, as Enter is."""
     try:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from onite.cli.options import (CpusOpt, HELP_NAMES, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app,
-                               console, open_spool)
+                               console, is_plain, open_spool)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_RETRIES
@@ -75,7 +75,7 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
     from onite.cli.render import print_recur_list
 
     out = console()
-    print_recur_list(views, when, out=out, plain=plain or not out.is_terminal)
+    print_recur_list(views, when, out=out, plain=is_plain(out, plain))
 
 
 @recur_app.command("remove")
