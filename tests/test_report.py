@@ -838,3 +838,20 @@ def test_the_report_on_an_ascii_stdout_escapes_what_it_cannot_write(spool):
                           env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), PYTHONIOENCODING="ascii"))
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
     assert b"one" in proc.stdout and b"\\u" in proc.stdout, proc.stdout
+
+
+def test_a_damaged_record_is_told_as_damaged_not_as_pruned(spool):
+    """(a sixth look) A torn result record (a crash, a bad disk, a hand edit) was counted in the
+    headline as ``1 earlier results pruned (keep = 50)`` and told as ``its record and output were
+    pruned``, while the output was still there. It is rebuilt from the log, and said to be damaged."""
+    assert run_cli(["submit", "build"], stdin=b"echo 'error: disk quota'; exit 2\n").code == 0
+    assert run_cli(["submit", "other"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    (spool / "jobsdone" / "build@result").write_text('{"format": 1, "name": "bu')
+    r = run_cli(["report"])
+    assert r.code == 0, r
+    assert "pruned" not in r.out, r.out
+    assert "its result record jobsdone/build@result is damaged; the log told the rest (onite output build)" in r.out
+    data = json.loads(run_cli(["report", "--json"]).out)
+    assert data["pruned"] == 0 and data["counts"]["failed"] == 1
+    assert [j["damaged"] for j in data["jobs"] if j["name"] == "build"] == [True]

@@ -248,9 +248,11 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     pruned = [view for view in pruned if wanted(view.user)]
     jobs = views + pruned
     jobs.sort(key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    # a job whose record is there but damaged is rebuilt from the log too, but was not pruned: its output
+    # may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
-                      pruned={v.name for v in pruned}, tries=told.tries, keep=spool.config.keep, reader=reader,
-                      damaged=damaged)
+                      pruned={v.name for v in pruned} - set(damaged), tries=told.tries, keep=spool.config.keep,
+                      reader=reader, damaged=damaged)
     data.unrun = {job.name for job in jobs if never_ran(job, told)}
     data.current = not any(d.started > end for d in every_drain)
     if not details:
@@ -368,7 +370,7 @@ def to_json(data: ReportData) -> str:
 
     def job(view: JobView) -> dict:
         return {**view.to_json(), "ran": view.name not in data.unrun, "tries": data.tries.get(view.name),
-                "pruned": view.name in data.pruned}
+                "pruned": view.name in data.pruned, "damaged": view.name in data.damaged}
 
     failures = []
     for view in data.failures[:SHOWN_FAILURES]:

@@ -111,6 +111,8 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
     a note: the command that reads it all, or why there is none."""
     if job.name in data.pruned:
         return (), f"its record and output were pruned (keep = {data.keep}); the log told the rest"
+    if job.name in data.damaged:
+        return (), f"its result record jobsdone/{job.name}@result is damaged; the log told the rest ({output_command(job)})"
     if job.name in data.unrun:
         return (), ""
     tail = data.tails.get(job.name)
