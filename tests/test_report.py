@@ -855,3 +855,27 @@ def test_a_damaged_record_is_told_as_damaged_not_as_pruned(spool):
     data = json.loads(run_cli(["report", "--json"]).out)
     assert data["pruned"] == 0 and data["counts"]["failed"] == 1
     assert [j["damaged"] for j in data["jobs"] if j["name"] == "build"] == [True]
+
+
+def test_a_name_run_again_in_the_night_keeps_its_earlier_failure_in_the_report(spool):
+    """(a sixth look) ``etl`` failed in the night's first drain; spooled again, it succeeded in the
+    second. The report and ``status`` read one record a name and the log's last line of each, so
+    they said ``2 done, 0 failed``: a user could hide a failure by running the name again, and a
+    job that failed twice counted once. Each run of the window counts, and is told."""
+    assert run_cli(["submit", "etl"], stdin=b"echo 'lost 3 tables'; exit 3\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "other"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    assert run_cli(["submit", "etl"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    r = run_cli(["report"])
+    assert r.code == 0 and "2 done, 1 failed" in r.out, r.out
+    assert "etl (nobody, P4) failed: exit 3" in r.out
+    assert "a later run of etl replaced its record and output; the log told the rest" in r.out
+    data = json.loads(run_cli(["report", "--json"]).out)
+    assert data["counts"] == {"done": 2, "failed": 1, "cancelled": 0}
+    assert sorted((j["name"], j["state"], j["replaced"]) for j in data["jobs"]) == [
+        ("etl", "done", False), ("etl", "failed", True), ("other", "done", False)]
+    assert "1 failed (etl)" in run_cli(["status"]).out
+    assert run_cli(["submit", "etl"], stdin=b"exit 4\n", user="nobody", cwd="/tmp").code == 0  # a second failure
+    assert drain(spool).returncode == 0
+    assert json.loads(run_cli(["report", "--json"]).out)["counts"] == {"done": 2, "failed": 2, "cancelled": 0}

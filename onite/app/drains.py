@@ -270,7 +270,10 @@ class JobEvents:
     name (a namesake) never stand for this one."""
 
     finals: dict[tuple[str, str], Event] = field(default_factory=dict)
-    starts: dict[tuple[str, str], Event] = field(default_factory=dict)
+    starts: dict[tuple[str, str], Event] = field(default_factory=dict)  # of the run each final line ends
+    # the earlier runs of a name in the window (spooled again, or restarted, after it ended): each
+    # final line with its run's start line (None: it never started)
+    earlier: list[tuple[Event, Event | None]] = field(default_factory=list)
     tries: dict[str, int] = field(default_factory=dict)
     refused: list[Event] = field(default_factory=list)
 
@@ -279,13 +282,22 @@ def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEv
     """The job lines of the events (oldest first) from ``start`` to ``end``, both included (the log's
     times are whole seconds)."""
     found = JobEvents()
+    pending: dict[tuple[str, str], Event] = {}  # start lines of runs not yet ended
     for event in events:
         if not (start <= event.when <= end) or not event.name:
             continue
         if event.event == "start":
-            found.starts[(event.name, event.fields.get("user", ""))] = event
+            pending[(event.name, event.fields.get("user", ""))] = event
         elif event.event in FINAL:
-            found.finals[(event.name, event.fields.get("user", ""))] = event
+            key = (event.name, event.fields.get("user", ""))
+            if key in found.finals:
+                found.earlier.append((found.finals[key], found.starts.get(key)))
+            found.finals[key] = event
+            opened = pending.pop(key, None)  # a start line belongs to the run the next final line ends
+            if opened is not None:
+                found.starts[key] = opened
+            else:
+                found.starts.pop(key, None)
         elif event.event == "retry":
             tries = _int(event.fields.get("of"))
             if tries:

@@ -62,16 +62,31 @@ class ReportData:
     damaged: list[str] = field(default_factory=list)  # names of result records that could not be read
     kind: str = "since"  # "drain": the last drain session; "night": --night; "since": a time range
     drains: list = field(default_factory=list)  # onite.app.drains.Drain, of the window
-    pruned: set[str] = field(default_factory=set)  # jobs rebuilt from the log: their records were pruned
-    unrun: set[str] = field(default_factory=set)  # jobs that never started a process
+    # runs (``run_key``: a name may have run more than once in a window) rebuilt from the log ...
+    pruned: set[tuple] = field(default_factory=set)  # ... for their records were pruned
+    earlier: set[tuple] = field(default_factory=set)  # ... for a later run of the name replaced their record
+    unrun: set[tuple] = field(default_factory=set)  # runs that never started a process
     tries: dict[str, int] = field(default_factory=dict)  # attempts a retried job was allowed
-    tails: dict = field(default_factory=dict)  # onite.app.outputtail.Tail of the failures told in full
+    tails: dict = field(default_factory=dict)  # onite.app.outputtail.Tail of the failures told in full, by run_key
     keep: int = 0
     current: bool = False  # no drain started after the window: the queue now is what it left
     waiting: list[dict] = field(default_factory=list)  # jobs not finished: running, queued, held, refused
     left: dict[str, int] = field(default_factory=dict)  # how many: queued, since, held, running, refused
     next_drain: datetime | None = None
     reader: int = 0  # the uid the report is read as
+
+    def never_ran(self, job: JobView) -> bool:
+        return run_key(job) in self.unrun
+
+    def was_pruned(self, job: JobView) -> bool:
+        return run_key(job) in self.pruned
+
+    def was_replaced(self, job: JobView) -> bool:
+        """Is it an earlier run of a name, whose record and output a later run of the window replaced?"""
+        return run_key(job) in self.earlier
+
+    def is_damaged(self, job: JobView) -> bool:
+        return job.name in self.damaged and not self.was_replaced(job)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -94,7 +109,7 @@ class ReportData:
     def hosts(self) -> dict[str, dict]:
         """Per host: how many jobs it ran, how they ended, its busy time and its share of the jobs."""
         table: dict[str, dict] = {}
-        ran = [j for j in self.jobs if j.started is not None and j.name not in self.unrun]
+        ran = [j for j in self.jobs if j.started is not None and not self.never_ran(j)]
         for job in ran:
             row = table.setdefault(job.host or "?", {"jobs": 0, "done": 0, "failed": 0, "cancelled": 0,
                                                       "busy_seconds": 0.0})
@@ -111,6 +126,11 @@ class ReportData:
         if not self.jobs:
             return self.since, self.until
         return min(j.started or j.finished for j in self.jobs), max(j.finished for j in self.jobs)
+
+
+def run_key(job: JobView) -> tuple:
+    """One run of a job in a report: its name, owner and end."""
+    return job.name, job.user, job.finished
 
 
 def is_timeout(job: JobView) -> bool:
@@ -246,14 +266,16 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     pruned = [log_view(final, told.starts.get(key)) for key, final in told.finals.items()
               if key not in recorded_runs and (key[1] or key[0] not in recorded)]
     pruned = [view for view in pruned if wanted(view.user)]
-    jobs = views + pruned
+    earlier = [view for view in (log_view(final, start) for final, start in told.earlier) if wanted(view.user)]
+    jobs = views + pruned + earlier
     jobs.sort(key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
     # a job whose record is there but damaged is rebuilt from the log too, but was not pruned: its output
     # may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
-                      pruned={v.name for v in pruned} - set(damaged), tries=told.tries, keep=spool.config.keep,
-                      reader=reader, damaged=damaged)
-    data.unrun = {job.name for job in jobs if never_ran(job, told)}
+                      pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
+                      keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier})
+    data.unrun = {run_key(job) for job in views + pruned if never_ran(job, told)}
+    data.unrun |= {run_key(job) for job in earlier if job.started is None}  # its own start line, if any
     data.current = not any(d.started > end for d in every_drain)
     if not details:
         return data
@@ -262,8 +284,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
     lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
     for job in failures[:SHOWN_FAILURES]:
-        if job.name not in data.pruned and job.name not in data.unrun:
-            data.tails[job.name] = read_tail(spool, job, reader, lines)
+        if not (data.was_pruned(job) or data.never_ran(job) or data.was_replaced(job) or data.is_damaged(job)):
+            data.tails[run_key(job)] = read_tail(spool, job, reader, lines)
     if data.current:
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         from onite.app.unfinished import unfinished
@@ -369,12 +391,12 @@ def to_json(data: ReportData) -> str:
     from onite.app.reporttext import failure_notes, failure_text, headline
 
     def job(view: JobView) -> dict:
-        return {**view.to_json(), "ran": view.name not in data.unrun, "tries": data.tries.get(view.name),
-                "pruned": view.name in data.pruned, "damaged": view.name in data.damaged}
+        return {**view.to_json(), "ran": not data.never_ran(view), "tries": data.tries.get(view.name),
+                "pruned": data.was_pruned(view), "damaged": data.is_damaged(view), "replaced": data.was_replaced(view)}
 
     failures = []
     for view in data.failures[:SHOWN_FAILURES]:
-        tail = data.tails.get(view.name)
+        tail = data.tails.get(run_key(view))
         lines, note = failure_notes(data, view)
         failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
                          "output": list(lines) if tail and tail.kept and not tail.private else None,

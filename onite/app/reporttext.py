@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from onite.core.cells import human_duration, priority_label
 from onite.core.jobview import JobView
-from onite.app.report import ReportData, is_timeout
+from onite.app.report import ReportData, is_timeout, run_key
 from onite.core.safetext import phrase, printable
 from onite.core.state import signal_name
 
@@ -96,7 +96,7 @@ def failure_what(data: ReportData, job: JobView) -> str:
     """How a job failed: ``failed: exit 3 after 41s``, ``timed out after 2.0s (SIGKILL)``, ``never ran:
     dependency build failed``; with ``, attempt 2/3`` if it was retried."""
     took = human_duration(job.duration)
-    if job.name in data.unrun:
+    if data.never_ran(job):
         what = f"never ran: {phrase(job.reason)}"
     elif is_timeout(job):
         what = "timed out" + (f" after {took}" if took else "") + (f" ({signal_name(job.signal)})" if job.signal else "")
@@ -109,13 +109,15 @@ def failure_what(data: ReportData, job: JobView) -> str:
 def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]:
     """What follows a failure's sentence: its last lines of output (as its reader may see them), and
     a note: the command that reads it all, or why there is none."""
-    if job.name in data.pruned:
+    if data.was_pruned(job):
         return (), f"its record and output were pruned (keep = {data.keep}); the log told the rest"
-    if job.name in data.damaged:
+    if data.was_replaced(job):
+        return (), f"a later run of {job.name} replaced its record and output; the log told the rest"
+    if data.is_damaged(job):
         return (), f"its result record jobsdone/{job.name}@result is damaged; the log told the rest ({output_command(job)})"
-    if job.name in data.unrun:
+    if data.never_ran(job):
         return (), ""
-    tail = data.tails.get(job.name)
+    tail = data.tails.get(run_key(job))
     if tail is not None and tail.private:
         who = "root" if job.user == "root" else f"{printable(job.user)} and root"
         return (), f"output is private: only {who} may read it"
@@ -172,11 +174,11 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
     out = []
     for job in data.jobs:
         started = ""
-        if job.started is not None and job.name not in data.unrun:
+        if job.started is not None and not data.never_ran(job):
             local = job.started.astimezone()
             started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%dT%H:%M")
         word = state_word(job)
-        took = "" if job.name in data.unrun else human_duration(job.duration)
+        took = "" if data.never_ran(job) else human_duration(job.duration)
         out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
                     printable(job.host or ""), started, took, job.used_mem(),
                     human_duration(job.cpu_time) if job.cpu_time is not None else "", attempts_text(data, job), exit_text(job),

@@ -205,7 +205,8 @@ def print_report(out, data, *, plain: bool) -> None:
     say("")
     cells = rep.rows(data, marks=not words)
     start, end = rep.timeline_span(data)
-    lines, bars = gantt_lines(data.jobs, start, end, out.width, never=data.unrun)
+    never = {id(job) for job in data.jobs if data.never_ran(job)}
+    lines, bars = gantt_lines(data.jobs, start, end, out.width, never=never)
     if plain:
         write_lines(out, [*plain_rows(rep.COLUMNS, cells), "", *lines])
     elif len(data.jobs) > LARGE_TABLE:  # rich would take minutes: the same layout as plain text
@@ -227,10 +228,10 @@ GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in
 
 
 def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width: int,
-                never: set[str] = frozenset()) -> tuple[list[str], list[tuple[int, int]]]:
+                never: set[int] = frozenset()) -> tuple[list[str], list[tuple[int, int]]]:
     """The timeline as lines of text ``width`` wide: a time axis (labels, then a rule with a tick under
-    each), then a line per job, its name and its bar (█; × where a job that never ran, one of
-    ``never`` or one with no start, ended). Also the columns [from, to) of each job's bar, to colour it."""
+    each), then a line per job, its name and its bar (█; × where a job that never ran, one whose
+    ``id`` is in ``never`` or one with no start, ended). Also the columns [from, to) of each job's bar, to colour it."""
     from onite.app.reporttext import extent, ticks
 
     name_width = max(4, min(GANTT_NAME, max(len(v.name) for v in views)))
@@ -247,7 +248,7 @@ def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width:
     lines = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)]
     bars = []
     for view in views:
-        unrun = view.started is None or view.name in never
+        unrun = view.started is None or id(view) in never
         first, last = extent(view, start, end)
         if unrun:
             first = last

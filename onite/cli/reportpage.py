@@ -94,11 +94,11 @@ def gantt_svg(data) -> str:
         top = _TOP + i * _ROW
         word = state_word(job)
         colour = HTML_COLOUR.get(word, "#555")
-        took = "never ran" if job.name in data.unrun else human_duration(job.duration)
+        took = "never ran" if data.never_ran(job) else human_duration(job.duration)
         tip = f"{job.name} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
         parts.append(f'<g class=job><text x="4" y="{top + 10}">{_esc(job.name)}</text>')
         first, last = extent(job, start, end)
-        if job.started is None or job.name in data.unrun:
+        if job.started is None or data.never_ran(job):
             x = _LEFT + span * last
             parts.append(f'<text class="never {word}" x="{_pct(x)}" y="{top + 24}" text-anchor="middle" '
                          f'fill="{colour}"><title>{_esc(tip)}</title>×</text></g>')
