@@ -243,30 +243,8 @@ def small_disk(world_tmp, monkeypatch):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def test_a_full_disk_starts_nothing_and_loses_nothing(small_disk, workdir):
-    mnt, spool = small_disk
-    ledger = workdir / "ledger"
-    for i in range(20):
-        submit(f"j{i:02d}", f"echo 'j{i:02d} start' >> {ledger}\n", spool=spool)
-    filler = mnt / "filler"
-    with open(filler, "wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError:
-            pass
-    proc = drain(spool)
-    assert proc.returncode == 4, proc.stderr
-    assert b"cannot record" in proc.stderr, proc.stderr
-    assert not ledger.exists() or not ledger.read_text()  # nothing ran
-    assert len([p for p in (spool / "jobs" / "P4").iterdir() if not p.name.startswith(".")]) == 20
-    filler.unlink()
-    settle(spool)
-    assert runs_of(ledger) == {f"j{i:02d}": 1 for i in range(20)}
-
-
 def fill(mnt: Path) -> Path:
+    """Fill the small disk mounted at ``mnt`` with one file; that file."""
     filler = mnt / "filler"
     with open(filler, "wb") as handle:
         try:
@@ -276,6 +254,22 @@ def fill(mnt: Path) -> Path:
         except OSError:
             pass
     return filler
+
+
+def test_a_full_disk_starts_nothing_and_loses_nothing(small_disk, workdir):
+    mnt, spool = small_disk
+    ledger = workdir / "ledger"
+    for i in range(20):
+        submit(f"j{i:02d}", f"echo 'j{i:02d} start' >> {ledger}\n", spool=spool)
+    filler = fill(mnt)
+    proc = drain(spool)
+    assert proc.returncode == 4, proc.stderr
+    assert b"cannot record" in proc.stderr, proc.stderr
+    assert not ledger.exists() or not ledger.read_text()  # nothing ran
+    assert len([p for p in (spool / "jobs" / "P4").iterdir() if not p.name.startswith(".")]) == 20
+    filler.unlink()
+    settle(spool)
+    assert runs_of(ledger) == {f"j{i:02d}": 1 for i in range(20)}
 
 
 def test_a_full_disk_stops_a_drain_of_a_long_queue_at_once(small_disk):
