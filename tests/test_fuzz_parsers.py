@@ -445,3 +445,28 @@ def test_listings_hold_only_job_names(scratch_spool, raw_names):
     assert found == {n for n in names if is_valid_name(n)}
     assert strays == {n for n in names if not is_valid_name(n) and not n.startswith(".")}
     assert index.strays() == []  # each is handed out once per listing
+
+
+# ---- what squeue says: a job's owner writes its name and comment ------------------------------
+
+SQUEUE_PIECES = st.sampled_from(["5", "6", "5_1", "|", "\n", "RUNNING", "FAILED", "CANCELLED by 0", "256", "\u00b2",
+                                 "\u0661", "None", "N/A", "2026-11-22T04:49:19", "1000", "alice(1000)", "(", ")",
+                                 " ", "", "onite:x", "9" * 30])
+
+
+@FUZZ
+@given(st.lists(SQUEUE_PIECES | st.text(max_size=12), max_size=40).map("".join))
+@example("31|RUNNING|\u00b2|None|N/A|1|\n")
+def test_squeue_answers_parse_to_what_slurm_could_have_said_or_nothing(text):
+    """squeue.parse and parse_search never raise (a name with a newline crashed the driver), and take
+    only ids, states, statuses and uids that look as Slurm writes them."""
+    import re
+
+    from onite.exec.squeue import JobStatus, parse, parse_search
+
+    for job_id, status in parse(text).items():
+        assert isinstance(status, JobStatus) and re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id, re.ASCII)
+        assert re.fullmatch(r"[A-Z_]+", status.state, re.ASCII) and isinstance(status.uid, int)
+        assert status.status is None or isinstance(status.status, int)
+    for job_id, state, comment in parse_search(text):
+        assert re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id, re.ASCII) and isinstance(comment, str)

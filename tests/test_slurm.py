@@ -537,3 +537,83 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
     runner.runs.append(run)
     [(_, outcome)] = runner.reap()
     assert outcome.describe() == "lost: Slurm forgot job 987654321"
+
+
+@needs_root
+def test_a_users_slurm_job_name_cannot_forge_what_squeue_says_of_another_users_job(slurm_spool, workdir):
+    """(a sixth look) nobody renames its own Slurm job to ``onite:att`` + a newline + a line shaped as
+    squeue's answer for daemon's running job (``ID|FAILED|256|…``): the driver filed daemon's job as
+    failed while it ran, failed what waited for it, and started its retry beside it; a ``²`` for a
+    status crashed the driver. squeue is asked for nothing a user can write, and trusts no line that
+    does not look as Slurm writes it."""
+    configure(slurm_spool, slots=3, retry_delay="1s")
+    gate, ledger = workdir / "gate", workdir / "ledger"
+    submit("vic", f"echo start >> {ledger}; while [ ! -e {gate} ]; do sleep 0.1; done\n", "--retries", "1",
+           user="daemon", cwd="/tmp")
+    submit("dep", "true\n", "--after", "vic", user="daemon", cwd="/tmp")
+    submit("att", f"while [ ! -e {gate} ]; do sleep 0.1; done\n", user="nobody", cwd="/tmp")
+    driver = start_driver(slurm_spool)
+    try:
+        vic = wait_for(lambda: runinfo(slurm_spool, "vic").get("external_id"), what="daemon's job in Slurm")
+        att = wait_for(lambda: runinfo(slurm_spool, "att").get("external_id"), what="nobody's job in Slurm")
+        wait_for(lambda: slurm_state(vic) == "RUNNING", what="daemon's job to run")
+        for forged in (f"onite:att\n{vic}|FAILED|256|None|2020-01-01T00:00:00|1|",
+                       f"onite:att\n{vic}|RUNNING|\u00b2|None|N/A|1|"):
+            renamed = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", "update", f"jobid={att}",
+                                      f"name={forged}"], capture_output=True, text=True, timeout=SQUEUE_TIMEOUT)
+            assert renamed.returncode == 0, renamed.stderr
+            for _ in range(8):  # a few of the driver's polls (0.25 s apart)
+                assert driver.poll() is None, driver.communicate()
+                assert slurm_state(vic) == "RUNNING"
+                subprocess.run(["sleep", "0.25"])
+        gate.touch()
+        assert finish(driver, timeout=120) == 0
+    finally:
+        gate.touch()
+        stop(driver)
+    assert (result(slurm_spool, "vic")["state"], result(slurm_spool, "vic")["attempt"]) == ("done", 1)
+    assert result(slurm_spool, "dep")["state"] == "done"
+    assert ledger.read_text().count("start") == 1
+
+
+def test_an_sbatch_that_names_a_job_that_is_not_the_owners_starts_nothing_watched(slurm_spool, workdir):
+    """(a sixth look) sbatch runs as the job's owner, who may trace it and have it print another
+    job id (``0``): the driver took it, squeue then refused the whole list of ids for that one, and
+    every job in flight was filed as lost while it ran. An id sbatch gives must be a job Slurm knows
+    as the owner's; else the run fails, and what sbatch did submit is cancelled."""
+    tools = workdir / "tools"
+    tools.mkdir()
+    (tools / "sbatch").write_text(f"#!/bin/sh\n{shutil.which('sbatch')} \"$@\" && echo 0\n")
+    (tools / "sbatch").chmod(0o755)
+    submit("forged", "sleep 30\n")
+    env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}")
+    driver = start_driver(slurm_spool, env=env)
+    assert finish(driver, timeout=120) == 0
+    got = result(slurm_spool, "forged")
+    assert got["state"] == "failed" and "sbatch said it submitted job 0, which Slurm does not know" in got["reason"], got
+    wait_for(lambda: not subprocess.run(["squeue", "-h", "-n", "onite:forged"], capture_output=True, text=True,
+                                        timeout=SQUEUE_TIMEOUT).stdout.strip(), what="its real Slurm job to be cancelled")
+
+
+@pytest.mark.skipif(shutil.which("strace") is None and os.environ.get("ONITE_STRACE_TESTS") != "required",
+                    reason="needs strace (Debian: strace) to kill the driver as it removes a claim")
+def test_a_slurm_claim_whose_retry_was_spooled_is_dropped_not_filed_again(slurm_spool, workdir):
+    """(a sixth look) A driver killed between spooling a failed Slurm job's retry and removing its
+    claim: the next one re-attached the claim, filed the first attempt as a final failure (and told
+    its owner), logged the retry as skipped, then ran the retry. The stale claim is dropped, as a
+    local one is."""
+    configure(slurm_spool, retry_delay="1s")
+    ledger, mark = workdir / "ledger", workdir / "mark"
+    submit("rj", f"echo run >> {ledger}; if [ -e {mark} ]; then exit 0; fi; touch {mark}; exit 3\n", "--retries", "1")
+    claim = slurm_spool / "running" / HOST / "rj"
+    env = dict(os.environ, ONITE_SPOOL=str(slurm_spool), PYTHONPATH=str(REPO))
+    subprocess.run([shutil.which("strace"), "-f", "-qq", "-o", "/dev/null", "-P", str(claim), "-e", "trace=unlink,unlinkat",
+                    "-e", "inject=unlink,unlinkat:signal=KILL", sys.executable, "-m", "onite", "run", "-q"],
+                   env=env, capture_output=True, timeout=120)
+    assert claim.exists() and list(slurm_spool.glob("jobs/P*/rj")), "the crash left no claim and retry"
+    assert drain(slurm_spool).returncode == 0
+    lines = [line for line in log_lines(slurm_spool) if " rj " in line]
+    assert not [line for line in lines if " retry-skipped " in line or " failed " in line], lines
+    assert [line for line in lines if "dropped: its retry was already spooled" in line], lines
+    assert (result(slurm_spool, "rj")["state"], result(slurm_spool, "rj")["attempt"]) == ("done", 2)
+    assert ledger.read_text().count("run") == 2

@@ -9,7 +9,7 @@ from onite.exec.squeue import (JobStatus, decode_status, is_unknown_ids, lost, o
 
 
 def status(state, raw=0, reason="None", start=None):
-    return JobStatus(job_id="42", state=state, status=raw, reason=reason, name="onite:j", start=start)
+    return JobStatus(job_id="42", state=state, status=raw, reason=reason, uid=1000, start=start)
 
 
 def test_query_asks_once_for_all_ids_including_finished_ones():
@@ -19,30 +19,43 @@ def test_query_asks_once_for_all_ids_including_finished_ones():
 
 
 def test_a_search_by_name_reads_ids_states_and_comments():
-    assert search_argv("/usr/bin/squeue", "onite:j") == ["/usr/bin/squeue", "-h", "-n", "onite:j", "-O",
-                                                         "JobID:|,State:|,Comment:|"]
+    assert search_argv("/usr/bin/squeue", "onite:j", 1000) == ["/usr/bin/squeue", "-h", "-u", "1000", "-n", "onite:j",
+                                                               "-O", "JobID:|,State:|,Comment:|"]
     text = "12|RUNNING|onite:20261123T010203-vm-1-1:0123456789abcdef|\n13|PENDING|(null)|\n\ngarbage\n"
     assert parse_search(text) == [("12", "RUNNING", "onite:20261123T010203-vm-1-1:0123456789abcdef"),
                                   ("13", "PENDING", "(null)")]
 
 
 def test_parse_lines_as_squeue_prints_them():
-    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|onite:exit3|\n"
-            "29|PENDING|0|Priority|2026-11-22T09:00:00|onite:later|\n"
-            "30|RUNNING|0|None|2026-11-22T04:50:01|onite:a|b|\n"
+    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|1000|\n"
+            "29|PENDING|0|Priority|2026-11-22T09:00:00|alice(1000)|\n"
+            "30|RUNNING|0|None|2026-11-22T04:50:01|0|\n"
             "garbage\n\n")
     got = parse(text)
     assert set(got) == {"28", "29", "30"}
     assert got["28"].state == "FAILED" and got["28"].status == 768 and got["28"].reason == "NonZeroExitCode"
-    assert got["28"].name == "onite:exit3" and got["28"].is_final
+    assert got["28"].uid == 1000 and got["28"].is_final
     assert got["28"].start == datetime(2026, 11, 22, 4, 49, 19).astimezone()
-    assert got["29"].start is None  # a pending job's StartTime is only the scheduler's guess
-    assert got["30"].name == "onite:a|b" and not got["30"].is_final
+    assert got["29"].start is None and got["29"].uid == 1000  # a pending job's StartTime is only the scheduler's guess
+    assert got["30"].uid == 0 and not got["30"].is_final
+
+
+def test_what_a_jobs_owner_writes_is_never_asked_for_and_a_forged_line_is_never_taken():
+    """(a sixth look) A user may rename their own Slurm job to any text, newlines included: the name
+    ``onite:att\\n596|FAILED|256|None|…|onite:vic`` made squeue's answer hold a second line for
+    daemon's job 596, which root then filed as failed while it ran, and a ``²`` for a status crashed
+    the driver. The query asks for no field a user can write, a field must look as Slurm writes it,
+    and an id told twice is not taken at all."""
+    assert "Name" not in query_argv("squeue", ["1"])[-1] and "Comment" not in query_argv("squeue", ["1"])[-1]
+    assert parse("31|RUNNING|\u00b2|None|N/A|1|\n") == {}
+    assert parse("\u0661|RUNNING|0|None|N/A|1|\n") == {}  # an Arabic-Indic one is a digit to str.isdigit
+    assert parse("5|RUNNING|0|None|N/A|1|\n5|FAILED|256|None|N/A|1|\n") == {}
+    assert parse("7|running|0|None|N/A|1|\n7 x|RUNNING|0|None|N/A|1|\n") == {}
 
 
 def test_unparsable_start_time_is_none():
-    assert parse("5|FAILED|4021|JobLaunchFailure||onite:x|\n")["5"].start is None
-    assert parse("5|COMPLETED|0|None|N/A|onite:x|\n")["5"].start is None
+    assert parse("5|FAILED|4021|JobLaunchFailure||1000|\n")["5"].start is None
+    assert parse("5|COMPLETED|0|None|N/A|1000|\n")["5"].start is None
 
 
 def test_unknown_ids_are_told_apart_from_an_unreachable_controller():

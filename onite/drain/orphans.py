@@ -104,7 +104,12 @@ class Orphans:
         its lock, so no live driver has one) and this spool's path; the executor looks for that."""
         d = self.d
         ours = lambda run_id: run_id_host(run_id) == d.host  # noqa: E731
-        return d.runner.recover_unrecorded(name, str(d.spool.root), ours, d.config.kill_grace.total_seconds())
+        try:
+            owner = os.lstat(d.running_dir / name).st_uid  # the claim's: only root renames into running/
+        except OSError:
+            owner = None
+        return d.runner.recover_unrecorded(name, str(d.spool.root), ours, d.config.kill_grace.total_seconds(),
+                                           owner=owner)
 
     def _runner_of(self, info: dict) -> Runner:
         """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""

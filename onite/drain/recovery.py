@@ -346,10 +346,11 @@ class Recovery:
 
     def _unmonitored(self, name: str, path: Path, info: dict) -> None:
         """A claim of a run with no monitor: an older onite's (its processes are killed, then it is
-        requeued, as that onite did) or a Slurm job (re-attached if Slurm still has it)."""
-        if self._reattach(name, path, info):
-            return
+        requeued, as that onite did) or a Slurm job (re-attached if Slurm still has it). One its dead
+        driver filed, or spooled the retry of, is finished first: it is neither watched nor filed again."""
         if self._already_filed(name, path, info):
+            return
+        if self._reattach(name, path, info):
             return
         what = self.d.orphans.stop_unmonitored(name, info)
         self.requeue(name, path, info, what, rerun=True)
@@ -369,6 +370,10 @@ class Recovery:
                   started_mono=d.clock.monotonic(), external_id=info["external_id"], spool=str(d.spool.root))
         run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
         run.need = admitted_need(info)
+        retry = self._retry_of(run)
+        if retry:
+            self._drop(name, path, run, queued=retry == "queued")
+            return True
         if not d.runner.reattach(run):
             return False
         d.running[name] = run

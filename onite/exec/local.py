@@ -386,7 +386,7 @@ class LocalRunner(Runner):
         self.runs.append(run)
         return True
 
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """A claim with no run record: its processes, if any, are found by their environment."""
         killed = stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace)
         if killed:

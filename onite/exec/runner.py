@@ -135,8 +135,9 @@ class Runner(Protocol):
     def recover(self, info: dict, grace: float) -> str:
         """Make sure a dead driver's run of an old-format record is gone; what was done."""
 
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
-        """The same for a claim of ``spool`` with no run record, by the job's environment."""
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
+        """The same for a claim of ``spool`` with no run record, by the job's environment (``owner``: the
+        claim's uid, if known)."""
 
     def started(self) -> list[Run]:
         """Runs whose start was confirmed since the last call, in claim order (for the log)."""

@@ -155,6 +155,13 @@ class SlurmRunner(Runner):
             raise Unavailable(f"the Slurm controller does not answer: {sbatch.refusal(done.stderr)}")
         if job_id is None:
             raise SpawnError(f"sbatch did not accept it: {sbatch.refusal(done.stderr, len(script))}")
+        # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
+        # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
+        answer = self._query([job_id])
+        if answer is not None and (answer.get(job_id) is None or answer[job_id].uid != self._job_uid(ident.uid if ident else None)):
+            self._cancel_by_name(run)
+            raise SpawnError(f"sbatch said it submitted job {job_id}, which Slurm does not know as "
+                             f"{run.owner.name}'s")
         return job_id
 
     def _cancel_by_name(self, run: Run) -> None:
@@ -207,7 +214,7 @@ class SlurmRunner(Runner):
         finished = []
         for run in self.runs:
             status = answer.get(run.external_id)
-            if status is None or status.name != job_label(run.name):
+            if status is None or status.uid != self._job_uid(run.owner.uid):
                 finished.append((run, squeue.lost(run.external_id)))
                 continue
             self._note_start(run, status)
@@ -238,13 +245,24 @@ class SlurmRunner(Runner):
         if self.log is not None:
             self.log.event("slurm-start", run.name, slurm=run.external_id, waited=f"{max(waited, 0):.1f}s")
 
+    def _job_uid(self, owner: int | None) -> int:
+        """Whose Slurm jobs a run's are: its owner's, or the driver's where jobs are not run as their owners."""
+        return owner if self.switch_user and owner is not None else os.geteuid()
+
     def _query(self, job_ids: list[str]) -> dict[str, squeue.JobStatus] | None:
         """squeue's answer, or None while the controller cannot be asked (the runs stay as they are)."""
         done = self._run_tool(squeue.query_argv(self.squeue, job_ids))
         if done is not None and done.returncode == 0:
             answer = squeue.parse(done.stdout.decode("utf-8", "replace"))
         elif done is not None and squeue.is_unknown_ids(done.returncode, done.stderr.decode("utf-8", "replace")):
+            # squeue refuses the whole list for one id it does not know: ask for each, so that one
+            # gone (or never real) is not taken for all of them gone
             answer = {}
+            for job_id in job_ids if len(job_ids) > 1 else ():
+                one = self._query([job_id])
+                if one is None:
+                    return None
+                answer.update(one)
         else:
             if not self._unreachable and self.log is not None:
                 why = done.stderr.decode("utf-8", "replace").strip().replace("\n", " ") if done else "no answer"
@@ -296,7 +314,7 @@ class SlurmRunner(Runner):
             known = True
         else:
             status = answer.get(run.external_id)
-            known = status is not None and status.name == job_label(run.name)
+            known = status is not None and status.uid == self._job_uid(run.owner.uid)
         if not known:
             return False
         self.runs.append(run)
@@ -314,17 +332,18 @@ class SlurmRunner(Runner):
             self._scancel(job_id, name)
             return f"Slurm could not be asked about job {job_id}; a cancel was sent"
         status = answer.get(job_id)
-        if status is None or (name and status.name != name):
+        if status is None:
             return f"Slurm no longer knows job {job_id}"
         if status.is_final:
             return f"Slurm job {job_id} had ended ({status.state})"
         return self._cancel_and_wait(job_id, name, grace)
 
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float) -> str:
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """A claim with no run record: the driver may have been killed while sbatch ran. A job it
-        submitted is found by its name and its comment (sbatch.run_comment), and cancelled."""
+        submitted is found among its owner's (``owner``: the claim's) by its name and its comment
+        (sbatch.run_comment), and cancelled."""
         label = job_label(name)
-        done = self._run_tool(squeue.search_argv(self.squeue, label))
+        done = self._run_tool(squeue.search_argv(self.squeue, label, self._job_uid(owner)))
         if done is None or done.returncode != 0:
             return "no run record, and Slurm could not be asked whether a job of it was submitted"
         found = [job_id for job_id, state, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))

@@ -8,16 +8,24 @@ pending has exit code 0, a job that trapped SIGTERM may exit 143.
 
 No accounting database is needed (sacct is not used): a job that ended more
 than MinJobAge ago is simply gone, which onite records as lost.
+
+A job's owner may rename it, or set its comment, to any text, newlines
+included (``scontrol update``): so the query asks for no field its owner can
+write (a job is told to be onite's by its owner's uid, which only Slurm
+sets), and every field must look exactly as Slurm writes it. A line that
+does not is skipped, never trusted, and no parser here raises.
 """
 
 from __future__ import annotations
+
+import re
 
 from dataclasses import dataclass
 from datetime import datetime
 
 from onite.core.state import Outcome, stopped_outcome
 
-FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "Name")
+FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId")  # none its owner can write
 FORMAT = ",".join(f"{field}:|" for field in FIELDS)  # ":|" = natural width, then a "|" separator
 
 #: States in which a job will run no more. Everything else (PENDING, RUNNING,
@@ -46,7 +54,7 @@ class JobStatus:
     state: str
     status: int | None  # raw wait status
     reason: str
-    name: str
+    uid: int | None  # its owner's (squeue prints the number, or NAME(NUMBER))
     start: datetime | None  # only once the job has really started
 
     @property
@@ -59,38 +67,55 @@ def query_argv(squeue: str, job_ids: list[str]) -> list[str]:
     return [squeue, "-h", "-t", "all", "-j", ",".join(job_ids), "-O", FORMAT]
 
 
-def search_argv(squeue: str, name: str) -> list[str]:
-    """The squeue call that lists the jobs still in flight named ``name``, with their comments."""
-    return [squeue, "-h", "-n", name, "-O", "JobID:|,State:|,Comment:|"]
+def search_argv(squeue: str, name: str, uid: int) -> list[str]:
+    """The squeue call that lists the jobs of user ``uid`` still in flight named ``name``, with their
+    comments (``uid``: another user's job of that name, and what its comment says, is not looked at)."""
+    return [squeue, "-h", "-u", str(uid), "-n", name, "-O", "JobID:|,State:|,Comment:|"]
 
 
 def parse_search(text: str) -> list[tuple[str, str, str]]:
-    """search_argv's lines → [(job id, state, comment)]; lines that do not parse are skipped."""
+    """search_argv's lines → [(job id, state, comment)]; lines that do not parse are skipped. A comment
+    is its owner's text and may hold a newline: a line that would start another job's entry is then
+    read as one, so the caller acts only on the jobs of the owner it searched (search_argv's user)."""
     found = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.rstrip().removesuffix("|").split("|", 2)]
-        if len(parts) == 3 and parts[0]:
-            found.append((parts[0], parts[1].split()[0] if parts[1] else "", parts[2]))
+        if len(parts) == 3 and _JOB_ID.fullmatch(parts[0]):
+            state = parts[1].split()[0] if parts[1] else ""
+            if _STATE.fullmatch(state):
+                found.append((parts[0], state, parts[2]))
     return found
 
 
+_JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?", re.ASCII)  # an array task is ID_TASK
+_STATE = re.compile(r"[A-Z_]+", re.ASCII)
+_DIGITS = re.compile(r"[0-9]{1,12}", re.ASCII)  # str.isdigit would take "²", which int() refuses
+_UID = re.compile(r"(?:[^()|]*\()?([0-9]{1,10})\)?", re.ASCII)
+
+
 def parse(text: str) -> dict[str, JobStatus]:
-    """squeue's lines → {job id: JobStatus}; lines that do not parse are skipped."""
-    found = {}
+    """squeue's lines → {job id: JobStatus}; lines that do not parse are skipped. An id seen twice is
+    left out (not told at all), as no answer of Slurm's holds one job twice."""
+    found: dict[str, JobStatus] = {}
+    twice: set[str] = set()
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.rstrip().removesuffix("|").split("|", len(FIELDS) - 1)
+        parts = line.rstrip().removesuffix("|").split("|")
         if len(parts) != len(FIELDS):
             continue
-        job_id, state, status, reason, start, name = (p.strip() for p in parts)
-        if not job_id:
-            continue
+        job_id, state, status, reason, start, user = (p.strip() for p in parts)
         state = state.split()[0] if state else ""  # "CANCELLED by 0" in some versions
+        owner = _UID.fullmatch(user)
+        if not _JOB_ID.fullmatch(job_id) or not _STATE.fullmatch(state) or owner is None \
+                or not (status == "" or _DIGITS.fullmatch(status)):
+            continue
+        if job_id in found:
+            twice.add(job_id)
         found[job_id] = JobStatus(
-            job_id=job_id, state=state, status=int(status) if status.isdigit() else None,
-            reason=reason, name=name, start=_when(start) if state in STARTED else None,
+            job_id=job_id, state=state, status=int(status) if status else None, reason=reason,
+            uid=int(owner.group(1)), start=_when(start) if state in STARTED else None,
         )
+    for job_id in twice:
+        del found[job_id]
     return found
 
 
