@@ -617,3 +617,29 @@ def test_a_slurm_claim_whose_retry_was_spooled_is_dropped_not_filed_again(slurm_
     assert [line for line in lines if "dropped: its retry was already spooled" in line], lines
     assert (result(slurm_spool, "rj")["state"], result(slurm_spool, "rj")["attempt"]) == ("done", 2)
     assert ledger.read_text().count("run") == 2
+
+
+@needs_root
+def test_a_user_who_stops_their_own_sbatch_holds_up_no_one_elses_job(slurm_spool, workdir):
+    """(a sixth look) sbatch runs as the job's owner, who may stop it (SIGSTOP, found in /proc): the
+    driver waited for it, up to 60 s, and meanwhile polled nothing, enforced no time limit and
+    started nothing, for every user (daemon's ``--timeout 5s`` job ran on and was filed done). Here
+    nobody's sbatch stops itself as it starts (a wrapper first in the driver's PATH stands for the
+    user's kill -STOP, which races it). sbatch now runs beside the driver's loop: daemon's job is
+    timed out at its time, and nobody's fails once its sbatch is past 60 s."""
+    tools = workdir / "tools"
+    tools.mkdir()
+    (tools / "sbatch").write_text(f'#!/bin/sh\n[ "$(id -u)" = {pwd.getpwnam("nobody").pw_uid} ] && kill -STOP $$\n'
+                                  f'exec {shutil.which("sbatch")} "$@"\n')
+    (tools / "sbatch").chmod(0o755)
+    configure(slurm_spool, slots=3)
+    submit("vic", "sleep 30\n", "--timeout", "5s", "-p", "1", user="daemon", cwd="/tmp")
+    submit("att", "true\n", "-p", "2", user="nobody", cwd="/tmp")
+    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
+    try:
+        assert finish(driver, timeout=180) == 0
+    finally:
+        stop(driver)
+    vic, att = result(slurm_spool, "vic"), result(slurm_spool, "att")
+    assert (vic["state"], vic["reason"]) == ("failed", "timeout"), vic
+    assert att["state"] == "failed" and "sbatch did not return within 60 s" in att["reason"], att

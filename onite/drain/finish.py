@@ -100,6 +100,9 @@ class Finisher:
             if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
                 self.put_back_unstarted(run, d.running_dir / run.name, run.unrecorded)
                 continue
+            if run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
+                d.starter.pause_starts(run, d.running_dir / run.name, run.unavailable)
+                continue
             if not run.announced and outcome.reason and run.stopping is None:
                 d.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
             if run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:

@@ -112,7 +112,7 @@ class Starter:
             d.finisher.put_back_unstarted(run, target, str(err))
             return
         except Unavailable as err:
-            self._pause_starts(run, target, err)
+            self.pause_starts(run, target, str(err))
             return
         except SpawnError as err:
             d.log.event("start-failed", cand.name, user=owner.name, reason=str(err))
@@ -176,7 +176,7 @@ class Starter:
                          backfilled="yes: it cannot delay the job that waits for room" if run.backfilled else None,
                          unenforced=",".join(run.unenforced) or None)
 
-    def _pause_starts(self, run: Run, claimed: Path, err: Unavailable) -> None:
+    def pause_starts(self, run: Run, claimed: Path, err: str) -> None:
         """The executor cannot take jobs now: put this one back in its queue (it keeps its attempt
         count, but goes behind the jobs of its priority) and start nothing for a while, longer
         each time in a row (PAUSE_FIRST doubling up to PAUSE_MAX). A job never fails for this."""
@@ -186,9 +186,9 @@ class Starter:
         try:
             d.finisher.requeue_file(claimed, run.name, run.rank, queued_ns(run))
         except OniteError as move_err:
-            d.log.event("start-failed", run.name, user=run.owner.name, reason=str(err))
+            d.log.event("start-failed", run.name, user=run.owner.name, reason=err)
             d.finisher.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}"), d.clock.now())
             return
         d.counts["requeued"] += 1
-        d.log.event("executor-unavailable", run.name, reason=str(err), retry_in=f"{self._pause:g}s",
+        d.log.event("executor-unavailable", run.name, reason=err, retry_in=f"{self._pause:g}s",
                     note="the job is back in its queue; no job starts before then")

@@ -76,6 +76,7 @@ class Run:
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
     unrecorded: str | None = None  # local: why its monitor could not record itself (it started nothing)
+    unavailable: str | None = None  # slurm: why the controller did not take it (nothing was submitted)
 
     @property
     def mem(self) -> int | None:

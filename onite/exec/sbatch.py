@@ -241,3 +241,19 @@ def _one_line(stderr: bytes) -> str:
         if line:
             lines.append(line)
     return " ".join(lines)[:500] or "no message"
+
+
+def answer(code: int, stdout: bytes, stderr: bytes, *, script_size: int, cwd: bytes, owner: str) -> tuple[str | None, str]:
+    """What an sbatch that ran as ``owner`` said: (its job id, ""), or (None, why it submitted nothing).
+    A reason that starts with UNREACHED: the controller never had the job (try again later)."""
+    if code == CD_FAILED:
+        return None, f"its directory {os.fsdecode(cwd)} is not accessible to {owner}"
+    job_id = parse_job_id(stdout) if code == 0 else None
+    if job_id is not None:
+        return job_id, ""
+    if controller_unreached(stderr):
+        return None, f"{UNREACHED}: {refusal(stderr)}"
+    return None, f"sbatch did not accept it: {refusal(stderr, script_size)}"
+
+
+UNREACHED = "the Slurm controller does not answer"

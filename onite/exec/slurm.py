@@ -28,15 +28,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from onite.exec import sbatch
-from onite.exec import squeue
+from onite.exec import sbatch, squeue, submission
 from onite.core.clock import SYSTEM, Clock
 from onite.core.config import Config
 from onite.core.errors import ConfigError
 from onite.exec.launch import job_environment, run_outputs
-from onite.exec.runner import Run, Runner, SpawnError, Unavailable
+from onite.exec.runner import Run, Runner, SpawnError
+from onite.spool import runrecords
 from onite.core.names import job_label
-from onite.core.state import Outcome, Stop
+from onite.core.state import Outcome, Stop, stopped_outcome
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
 RECANCEL = 10.0  # seconds before a cancel is repeated for a job that is still there
@@ -60,6 +60,7 @@ class SlurmRunner(Runner):
     """Runs each job as a Slurm batch job of its owner and reports how it ended."""
 
     executor = "slurm"
+    writes_record = True  # once sbatch has said the job's id (_submitted)
 
     def __init__(self, spool, config: Config, *, switch_user: bool, log=None, clock: Clock = SYSTEM) -> None:
         self.spool = spool
@@ -77,6 +78,9 @@ class SlurmRunner(Runner):
         self._next_poll: float | None = None
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
+        # run id → (its sbatch in flight, its record's path and first line, its script's size)
+        self._submitting: dict[str, tuple[submission.Submission, tuple[str, dict] | None, int]] = {}
+        self._announced: list[Run] = []  # runs Slurm has, not yet said to the driver (started())
 
     @property
     def poll_interval(self) -> float:
@@ -90,11 +94,12 @@ class SlurmRunner(Runner):
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record: tuple[str, dict] | None = None) -> None:
-        """Submit ``run`` to Slurm as its owner (the driver writes its run record once it has a Slurm job id,
-        so ``record`` is not used).
+        """Submit ``run`` to Slurm as its owner; returns once sbatch runs (onite.exec.submission): the run
+        is announced (``started``), its record written (``record``), once sbatch has said its job id;
+        ``reap`` tells a submission that failed.
 
         Raises:
-            SpawnError: with the reason. Unavailable: the controller does not answer.
+            SpawnError: with the reason.
         """
         job = run.job
         identity = run.owner if self.switch_user else None
@@ -113,56 +118,94 @@ class SlurmRunner(Runner):
         with run_outputs(run, output, stderr_file, identity, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         error = stderr_file if job.stderr_separate else None
-        run.external_id = self._submit(run, script, env, output, error)
+        self._submitting[run.run_id] = (self._launch(run, script, env, output, error), record, len(script))
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
-        if self._next_poll is None:
-            self._next_poll = self.clock.monotonic() + self.poll_interval
 
-    def _submit(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None) -> str:
+    def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None):
         job = run.job
-        env_fd = os.memfd_create(f"onite-env:{run.name}", 0)
+        env_fd = submission.memory_file(f"onite-env:{run.name}", sbatch.export_file(env), cloexec=False)
         try:
-            data = memoryview(sbatch.export_file(env))
-            while data:
-                data = data[os.write(env_fd, data):]
-            os.lseek(env_fd, 0, os.SEEK_SET)
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
                                       error=os.fsencode(error) if error is not None else None,
                                       env_fd=env_fd, timeout=job.timeout, priority=job.priority,
                                       urgent=run.rank == 0, slurm=self.config.slurm,
                                       comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None,
                                       mem=run.need.mem if run.need else None, cpus=run.need.cpus if run.need else None)
-            ident = run.owner if self.switch_user else None
             try:
-                done = subprocess.run(
-                    sbatch.as_owner_in(job.cwd, argv), input=script, capture_output=True, env=self._tool_env,
-                    cwd="/", umask=job.umask, pass_fds=(env_fd,), timeout=SBATCH_TIMEOUT,
-                    **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
-                )
-            except subprocess.TimeoutExpired:
-                self._cancel_by_name(run)
-                raise SpawnError(f"sbatch did not return within {SBATCH_TIMEOUT:g} s "
-                                 "(is the Slurm controller up?)") from None
+                return submission.launch(sbatch.as_owner_in(job.cwd, argv), script, env=self._tool_env,
+                                         umask=job.umask, pass_fds=(env_fd,), ident=run.owner if self.switch_user else None,
+                                         deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
             except OSError as err:
                 raise SpawnError(f"cannot run sbatch: {err.strerror or err}") from None
         finally:
             os.close(env_fd)
-        if done.returncode == sbatch.CD_FAILED:
-            raise SpawnError(f"its directory {os.fsdecode(job.cwd)} is not accessible to {run.owner.name}")
-        job_id = sbatch.parse_job_id(done.stdout) if done.returncode == 0 else None
-        if job_id is None and sbatch.controller_unreached(done.stderr):
-            raise Unavailable(f"the Slurm controller does not answer: {sbatch.refusal(done.stderr)}")
+
+    def _submitted(self, run: Run) -> Outcome | None:
+        """A submission that is over: its job id taken, its record written, the run announced; or why
+        it failed (``run.unavailable`` set if the controller never had it: nothing was submitted)."""
+        sub, record, script_size = self._submitting.pop(run.run_id)
+        try:
+            code, out, err = sub.result()
+        finally:
+            sub.close()
+        job_id, why = sbatch.answer(code, out, err, script_size=script_size, cwd=run.job.cwd, owner=run.owner.name)
         if job_id is None:
-            raise SpawnError(f"sbatch did not accept it: {sbatch.refusal(done.stderr, len(script))}")
+            run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
+            return Outcome(reason=why)
         # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
         answer = self._query([job_id])
-        if answer is not None and (answer.get(job_id) is None or answer[job_id].uid != self._job_uid(ident.uid if ident else None)):
+        if answer is not None and (answer.get(job_id) is None or answer[job_id].uid != self._job_uid(run.owner.uid)):
             self._cancel_by_name(run)
-            raise SpawnError(f"sbatch said it submitted job {job_id}, which Slurm does not know as "
-                             f"{run.owner.name}'s")
-        return job_id
+            return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
+                                  f"{run.owner.name}'s")
+        run.external_id = job_id
+        if record is not None:
+            try:
+                os.close(runrecords.create(record[0], {**record[1], "external_id": job_id, **self.runinfo(run)}))
+            except runrecords.RecordError as error:
+                if self.log is not None:
+                    self.log.event("warning", run.name, error=str(error))
+        run.announced = True
+        self._announced.append(run)
+        if run.stopping is not None:  # stopped while sbatch ran: now there is a job to cancel
+            self._cancel(run)
+        if self._next_poll is None:
+            self._next_poll = self.clock.monotonic() + self.poll_interval
+        return None
+
+    def _collect_submissions(self) -> list[tuple[Run, Outcome]]:
+        """The submissions that are over (or past their deadline: killed), each settled."""
+        failed = []
+        now = self.clock.monotonic()
+        for run in [r for r in self.runs if r.run_id in self._submitting]:
+            sub = self._submitting[run.run_id][0]
+            if not sub.done():
+                if now < sub.deadline:
+                    continue
+                sub.kill()
+                self._submitting.pop(run.run_id)[0].close()
+                self._cancel_by_name(run)  # it may have submitted the job before it hung
+                failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))
+                continue
+            outcome = self._submitted(run)
+            if outcome is not None:  # a cancel (or stop) asked for while sbatch ran is what is recorded
+                failed.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
+        return failed
+
+    def started(self) -> list[Run]:
+        """Runs whose job Slurm has now (their sbatch said its id), in claim order."""
+        announced, self._announced = self._announced, []
+        return announced
+
+    def close(self) -> None:
+        """The drain is over: an sbatch still running is killed, and what it may have submitted cancelled."""
+        for run in [r for r in self.runs if r.run_id in self._submitting]:
+            sub = self._submitting.pop(run.run_id)[0]
+            sub.kill()
+            sub.close()
+            self._cancel_by_name(run)
 
     def _cancel_by_name(self, run: Run) -> None:
         """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
@@ -183,6 +226,8 @@ class SlurmRunner(Runner):
         self.stop(run, why)
 
     def _cancel(self, run: Run) -> None:
+        if run.external_id is None:
+            return  # sbatch still runs: the cancel is sent once it has said the job's id (_submitted)
         self._scancel(run.external_id, job_label(run.name))
         now = self.clock.monotonic()
         run.kill_at = now + RECANCEL
@@ -201,18 +246,18 @@ class SlurmRunner(Runner):
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Runs that ended in Slurm since the last poll, with their outcomes (polls when due)."""
+        finished = self._collect_submissions()
         now = self.clock.monotonic()
-        if not self.runs:
-            self._next_poll = None
-            return []
-        if self._next_poll is not None and now < self._next_poll:
-            return []
+        watched = [run for run in self.runs if run.external_id is not None and run.run_id not in self._submitting]
+        if not watched or (self._next_poll is not None and now < self._next_poll):
+            if not self.runs:
+                self._next_poll = None
+            return self._done(finished)
         self._next_poll = now + self.poll_interval
-        answer = self._query([run.external_id for run in self.runs])
+        answer = self._query([run.external_id for run in watched])
         if answer is None:
-            return []
-        finished = []
-        for run in self.runs:
+            return self._done(finished)
+        for run in watched:
             status = answer.get(run.external_id)
             if status is None or status.uid != self._job_uid(run.owner.uid):
                 finished.append((run, squeue.lost(run.external_id)))
@@ -222,6 +267,9 @@ class SlurmRunner(Runner):
                 if status.state != "CANCELLED" and run.stopping in (Stop.SHUTDOWN, Stop.CANCEL):
                     run.stopping = None  # it ended on its own first: record what it did, do not requeue
                 finished.append((run, squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)))
+        return self._done(finished)
+
+    def _done(self, finished: list[tuple[Run, Outcome]]) -> list[tuple[Run, Outcome]]:
         if finished:
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]
@@ -286,15 +334,20 @@ class SlurmRunner(Runner):
             return None
 
     def next_deadline(self) -> float | None:
-        """The next poll while runs are in flight, or an earlier time limit or cancel retry."""
+        """The next poll while runs are in flight, an earlier time limit or cancel retry, or the deadline
+        of an sbatch (soon, where it cannot be waited for: no pidfd)."""
         times = [t for run in self.runs
                  for t in (run.timeout_at if run.stopping is None else None, run.kill_at) if t is not None]
         if self.runs and self._next_poll is not None:
             times.append(self._next_poll)
+        for sub, _, _ in self._submitting.values():
+            times.append(sub.deadline if sub.pidfd is not None else min(sub.deadline, self.clock.monotonic() + 0.02))
         return min(times) if times else None
 
     def wait_fds(self) -> list[int]:
-        return []  # nothing to wait on: next_deadline() carries the poll interval
+        """The pidfds of the sbatch processes still running (readable once one ends); the polls of
+        Slurm are in next_deadline()."""
+        return [sub.pidfd for sub, _, _ in self._submitting.values() if sub.pidfd is not None]
 
     def needs_polling(self) -> bool:
         """False: the poll interval is in next_deadline(); True would make the driver spin at 50 ms."""

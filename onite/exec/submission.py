@@ -1,0 +1,100 @@
+"""An ``sbatch`` in flight: started as the job's owner, and never waited for by the driver's loop.
+
+``sbatch`` runs as the job's owner (onite.exec.slurm), so the owner may stop
+it (SIGSTOP), trace it, or have it enter a directory that never answers. A
+driver that waited for it would stop watching, time-limiting and starting
+every other user's jobs meanwhile. So it is started with its script, its
+output and its errors in memory files (no pipe that fills and blocks either
+side), and the driver's loop looks at it when its pidfd says it ended, or
+when its deadline passes (then it is killed: root may signal it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+OUTPUT_LIMIT = 1 << 20  # bytes of sbatch's stdout or stderr read back (it says a line or two)
+
+
+@dataclass
+class Submission:
+    """One sbatch process and what it will say."""
+
+    proc: subprocess.Popen
+    out_fd: int
+    err_fd: int
+    deadline: float  # on the driver's monotonic clock: killed if still running then
+    pidfd: int | None = None  # readable once it has exited (None: the kernel has no pidfd_open)
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def result(self) -> tuple[int, bytes, bytes]:
+        """Its exit status, stdout and stderr, once ``done``."""
+        return self.proc.returncode, _read_all(self.out_fd), _read_all(self.err_fd)
+
+    def kill(self) -> None:
+        """It is past its deadline (or the driver ends): kill it, and reap it."""
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        for fd in (self.out_fd, self.err_fd, self.pidfd):
+            if fd is not None:
+                os.close(fd)
+
+
+def launch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds: tuple[int, ...], deadline: float,
+           ident=None) -> Submission:
+    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (an onite.exec.identity.Identity;
+    None: as this process), in ``/``.
+
+    Raises:
+        OSError: it could not be started.
+    """
+    script_fd = memory_file("onite-script", script)
+    out_fd = memory_file("onite-sbatch-out")
+    err_fd = memory_file("onite-sbatch-err")
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=script_fd, stdout=out_fd, stderr=err_fd, env=env, cwd="/", umask=umask, pass_fds=pass_fds,
+            **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
+        )
+    except BaseException:
+        os.close(out_fd)
+        os.close(err_fd)
+        raise
+    finally:
+        os.close(script_fd)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (OSError, AttributeError):
+        pidfd = None
+    return Submission(proc=proc, out_fd=out_fd, err_fd=err_fd, deadline=deadline, pidfd=pidfd)
+
+
+def memory_file(name: str, data: bytes = b"", *, cloexec: bool = True) -> int:
+    """A file in memory holding ``data``, read from its start."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC if cloexec else 0)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks, size = [], 0
+    while size < OUTPUT_LIMIT:
+        chunk = os.read(fd, OUTPUT_LIMIT - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
