@@ -63,8 +63,14 @@ def slurm_spool(spool, cluster_cpus):
     """A spool whose driver hands its jobs to Slurm; any Slurm job a test leaves is cancelled afterwards."""
     configure(spool)
     yield spool
+    from onite.spool import runrecords
+
     ids = set()
-    for path in list(spool.rglob("*@run")) + list(spool.rglob("*@result")):
+    for path in spool.rglob("*@run"):
+        record = runrecords.read(path)
+        if record is not None and record.info.get("external_id"):
+            ids.add(record.info["external_id"])
+    for path in spool.rglob("*@result"):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -99,11 +105,11 @@ def slurm_state(job_id: str) -> str:
 
 
 def runinfo(spool: Path, name: str) -> dict:
-    path = spool / "running" / HOST / f"{name}@run"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    """What a run's record says (its first line, with the Slurm job id once sbatch has said it)."""
+    from onite.spool import runrecords
+
+    record = runrecords.read(spool / "running" / HOST / f"{name}@run")
+    return record.info if record is not None else {}
 
 
 def finish(driver: subprocess.Popen, timeout: float = 30) -> int:
@@ -409,8 +415,8 @@ def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(
     submit("unrecorded", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
     kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
     [record] = (slurm_spool / "running").glob("*/unrecorded@run")
-    job_id = json.loads(record.read_text())["external_id"]
-    record.unlink()  # as if the driver had been killed before writing it
+    job_id = runinfo(slurm_spool, "unrecorded")["external_id"]
+    record.unlink()  # as if the driver had been killed before writing it (an older onite wrote it after sbatch)
     assert slurm_state(job_id) == "RUNNING"
     driver = start_driver(slurm_spool)
     try:
@@ -426,6 +432,38 @@ def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(
     rec = result(slurm_spool, "unrecorded")
     assert rec["state"] == "done" and rec["external_id"] != job_id
     assert starts.read_text().split() == [job_id, rec["external_id"]]
+
+
+def test_a_slurm_job_whose_driver_died_as_sbatch_ran_is_taken_back_by_its_run_id(slurm_spool, workdir):
+    """(a sixth look) A driver killed while sbatch ran left no record of the job, and the next one
+    cancelled the job it found and ran it again: with sbatch beside the loop the window is wider, and a
+    job finished meanwhile ran twice. The record is now written before sbatch runs, the job's id
+    appended once it is known; a record without it is looked up in Slurm by the run's id (in the
+    job's comment, among its owner's jobs, in flight or ended): the job is taken back, and runs once."""
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit("halfway", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n", user="nobody",
+           cwd="/tmp")
+    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
+    [record] = (slurm_spool / "running").glob("*/halfway@run")
+    job_id = runinfo(slurm_spool, "halfway")["external_id"]
+    lines = record.read_bytes().splitlines(keepends=True)
+    assert b'"submitted"' in lines[-1]
+    record.write_bytes(b"".join(lines[:-1]))  # as if the driver had died before sbatch said the id
+    assert not runinfo(slurm_spool, "halfway").get("external_id")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: any(" recovered halfway " in line for line in log_lines(slurm_spool)), timeout=30,
+                 what="recovery")
+        gate.unlink()
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+    [recovered] = [line for line in log_lines(slurm_spool) if " recovered halfway " in line]
+    assert "re-attached" in recovered and f"slurm={job_id}" in recovered, recovered
+    rec = result(slurm_spool, "halfway")
+    assert (rec["state"], rec["external_id"]) == ("done", job_id), rec
+    assert starts.read_text().split() == [job_id]
 
 
 def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool, workdir):
@@ -457,7 +495,9 @@ def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_
     marker = workdir / "started"
     submit("orphan", f"touch {marker}; sleep 300\n", "-p", "3")
     kill_driver_when(slurm_spool, marker.exists, "the job to run in Slurm", "--host", "gone")
-    job_id = json.loads((slurm_spool / "running" / "gone" / "orphan@run").read_text())["external_id"]
+    from onite.spool import runrecords
+
+    job_id = runrecords.read(slurm_spool / "running" / "gone" / "orphan@run").info["external_id"]
     r = run_cli(["recover", "--host", "gone", "--force"])
     assert r.code == 0, r
     assert slurm_state(job_id) == "CANCELLED"  # nothing would watch it: it is cancelled, not re-attached

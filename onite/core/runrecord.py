@@ -51,6 +51,7 @@ class Event(StrEnum):
     JOB = "job"  #: the job's process is running (its pid)
     ENDED = "ended"  #: how the job ended (a wait status)
     FAILED = "failed"  #: it could not be started (the reason)
+    SUBMITTED = "submitted"  #: Slurm has the job (its id: ``external_id``); the first line is written before sbatch runs
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,8 @@ def parse(data: bytes) -> RunRecord | None:
         elif kind == Event.FAILED:
             values["failed"] = str(event.get("reason") or "it could not be started")
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None
+        elif kind == Event.SUBMITTED and isinstance(event.get("external_id"), str) and not first.get("external_id"):
+            first = {**first, "external_id": event["external_id"], "slurm_job_id": event["external_id"]}
     version = _int(first.get("record")) or VERSION
     return RunRecord(version=version, info=first, events=tuple(events), **values)
 

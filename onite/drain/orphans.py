@@ -90,7 +90,7 @@ class Orphans:
         d = self.d
         if not info:
             return self.stop_unrecorded(name)
-        runner = self._runner_of(info)
+        runner = self.runner_of(info)
         machine = info.get("machine")
         if runner.executor == "local" and machine and machine != d.machine:
             # process ids mean nothing on another machine: the admin vouched that it is down
@@ -111,7 +111,7 @@ class Orphans:
         return d.runner.recover_unrecorded(name, str(d.spool.root), ours, d.config.kill_grace.total_seconds(),
                                            owner=owner)
 
-    def _runner_of(self, info: dict) -> Runner:
+    def runner_of(self, info: dict) -> Runner:
         """The executor that started the run: after a change of ``executor`` a Slurm job must still be cancelled."""
         d = self.d
         executor = info.get("executor") or d.runner.executor

@@ -350,10 +350,23 @@ class Recovery:
         driver filed, or spooled the retry of, is finished first: it is neither watched nor filed again."""
         if self._already_filed(name, path, info):
             return
+        if info.get("executor") == "slurm" and not (info.get("external_id") or info.get("slurm_job_id")):
+            info = self._submitted_as(name, path, info)
         if self._reattach(name, path, info):
             return
         what = self.d.orphans.stop_unmonitored(name, info)
         self.requeue(name, path, info, what, rerun=True)
+
+    def _submitted_as(self, name: str, path: Path, info: dict) -> dict:
+        """A Slurm run whose driver died as sbatch ran (its record has no job id): its job, if Slurm has
+        one for exactly this run (by the run's id), so that it is taken back, not run a second time."""
+        d = self.d
+        try:
+            owner = os.lstat(path).st_uid  # the claim's: only root renames into running/
+        except OSError:
+            return info
+        job_id = d.orphans.runner_of(info).job_of(info, str(d.spool.root), owner)
+        return {**info, "external_id": job_id, "slurm_job_id": job_id} if job_id else info
 
     def _reattach(self, name: str, path: Path, info: dict) -> bool:
         """Executors whose jobs outlive the driver (Slurm) take their runs back."""

@@ -32,7 +32,7 @@ from onite.core.names import make_run_id
 from onite.core.state import JobState, Outcome
 from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
 from onite.spool import runrecords
-from onite.spool.files import change_state
+from onite.spool.files import change_state, remove_file
 from onite.spool.filecheck import BadFile
 from onite.spool.index import Candidate
 
@@ -189,6 +189,8 @@ class Starter:
             d.log.event("start-failed", run.name, user=run.owner.name, reason=err)
             d.finisher.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}"), d.clock.now())
             return
+        if run.record_path:  # nothing was submitted: the claim is back, its record goes
+            remove_file(run.record_path)
         d.counts["requeued"] += 1
         d.log.event("executor-unavailable", run.name, reason=err, retry_in=f"{self._pause:g}s",
                     note="the job is back in its queue; no job starts before then")

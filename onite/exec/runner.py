@@ -140,6 +140,11 @@ class Runner(Protocol):
         """The same for a claim of ``spool`` with no run record, by the job's environment (``owner``: the
         claim's uid, if known)."""
 
+    def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
+        """The executor's id of the job of a run whose record has none (its driver died as it handed the
+        job over), found by the run's id; None if there is none (default: no executor id to find)."""
+        return None
+
     def started(self) -> list[Run]:
         """Runs whose start was confirmed since the last call, in claim order (for the log)."""
         return []

@@ -33,7 +33,8 @@ from onite.core.clock import SYSTEM, Clock
 from onite.core.config import Config
 from onite.core.errors import ConfigError
 from onite.exec.launch import job_environment, run_outputs
-from onite.exec.runner import Run, Runner, SpawnError
+from onite.exec.runner import NoRecord, Run, Runner, SpawnError
+from onite.exec.slurmrecover import SlurmRecovery
 from onite.spool import runrecords
 from onite.core.names import job_label
 from onite.core.state import Outcome, Stop, stopped_outcome
@@ -56,7 +57,7 @@ def find_tool(name: str) -> str:
     return os.path.abspath(path)
 
 
-class SlurmRunner(Runner):
+class SlurmRunner(SlurmRecovery, Runner):
     """Runs each job as a Slurm batch job of its owner and reports how it ended."""
 
     executor = "slurm"
@@ -78,8 +79,8 @@ class SlurmRunner(Runner):
         self._next_poll: float | None = None
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
-        # run id → (its sbatch in flight, its record's path and first line, its script's size)
-        self._submitting: dict[str, tuple[submission.Submission, tuple[str, dict] | None, int]] = {}
+        # run id → (its sbatch in flight, its run record's descriptor (O_APPEND), its script's size)
+        self._submitting: dict[str, tuple[submission.Submission, int | None, int]] = {}
         self._announced: list[Run] = []  # runs Slurm has, not yet said to the driver (started())
 
     @property
@@ -118,7 +119,19 @@ class SlurmRunner(Runner):
         with run_outputs(run, output, stderr_file, identity, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         error = stderr_file if job.stderr_separate else None
-        self._submitting[run.run_id] = (self._launch(run, script, env, output, error), record, len(script))
+        record_fd = None
+        if record is not None:  # before sbatch: a driver that dies as it runs leaves the run's id to find its job by
+            try:
+                record_fd = runrecords.create(record[0], {**record[1], **self.runinfo(run)})
+            except runrecords.RecordError as err:
+                raise NoRecord(str(err)) from None
+            run.record_path = record[0]
+        try:
+            self._submitting[run.run_id] = (self._launch(run, script, env, output, error), record_fd, len(script))
+        except BaseException:
+            if record_fd is not None:
+                os.close(record_fd)
+            raise
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
 
@@ -144,11 +157,18 @@ class SlurmRunner(Runner):
     def _submitted(self, run: Run) -> Outcome | None:
         """A submission that is over: its job id taken, its record written, the run announced; or why
         it failed (``run.unavailable`` set if the controller never had it: nothing was submitted)."""
-        sub, record, script_size = self._submitting.pop(run.run_id)
+        sub, record_fd, script_size = self._submitting.pop(run.run_id)
         try:
             code, out, err = sub.result()
         finally:
             sub.close()
+        try:
+            return self._took(run, code, out, err, script_size, record_fd)
+        finally:
+            if record_fd is not None:
+                os.close(record_fd)
+
+    def _took(self, run: Run, code: int, out: bytes, err: bytes, script_size: int, record_fd: int | None) -> Outcome | None:
         job_id, why = sbatch.answer(code, out, err, script_size=script_size, cwd=run.job.cwd, owner=run.owner.name)
         if job_id is None:
             run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
@@ -161,12 +181,12 @@ class SlurmRunner(Runner):
             return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
                                   f"{run.owner.name}'s")
         run.external_id = job_id
-        if record is not None:
+        if record_fd is not None:
             try:
-                os.close(runrecords.create(record[0], {**record[1], "external_id": job_id, **self.runinfo(run)}))
-            except runrecords.RecordError as error:
+                runrecords.append(record_fd, {"event": "submitted", "external_id": job_id})
+            except OSError as error:  # recovery finds it by the run's id in its comment all the same
                 if self.log is not None:
-                    self.log.event("warning", run.name, error=str(error))
+                    self.log.event("warning", run.name, error=f"cannot record its Slurm job id: {error.strerror}")
         run.announced = True
         self._announced.append(run)
         if run.stopping is not None:  # stopped while sbatch ran: now there is a job to cancel
@@ -185,7 +205,10 @@ class SlurmRunner(Runner):
                 if now < sub.deadline:
                     continue
                 sub.kill()
-                self._submitting.pop(run.run_id)[0].close()
+                _, record_fd, _ = self._submitting.pop(run.run_id)
+                sub.close()
+                if record_fd is not None:
+                    os.close(record_fd)
                 self._cancel_by_name(run)  # it may have submitted the job before it hung
                 failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))
                 continue
@@ -202,9 +225,11 @@ class SlurmRunner(Runner):
     def close(self) -> None:
         """The drain is over: an sbatch still running is killed, and what it may have submitted cancelled."""
         for run in [r for r in self.runs if r.run_id in self._submitting]:
-            sub = self._submitting.pop(run.run_id)[0]
+            sub, record_fd, _ = self._submitting.pop(run.run_id)
             sub.kill()
             sub.close()
+            if record_fd is not None:
+                os.close(record_fd)
             self._cancel_by_name(run)
 
     def _cancel_by_name(self, run: Run) -> None:
@@ -352,69 +377,3 @@ class SlurmRunner(Runner):
     def needs_polling(self) -> bool:
         """False: the poll interval is in next_deadline(); True would make the driver spin at 50 ms."""
         return False
-
-    # ---- after a driver crash ----------------------------------------------------------
-
-    def runinfo(self, run: Run) -> dict:
-        """What recovery needs: the Slurm job id (the driver also stores it as external_id)."""
-        return {"slurm_job_id": run.external_id, "slurm_name": job_label(run.name)}
-
-    def reattach(self, run: Run) -> bool:
-        """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
-        answer = self._query([run.external_id])
-        if answer is None:
-            # The controller cannot say: keep the run rather than submit the job a second time.
-            known = True
-        else:
-            status = answer.get(run.external_id)
-            known = status is not None and status.uid == self._job_uid(run.owner.uid)
-        if not known:
-            return False
-        self.runs.append(run)
-        self._next_poll = self.clock.monotonic()  # look at once: it may have finished meanwhile
-        return True
-
-    def recover(self, info: dict, grace: float) -> str:
-        """A run that could not be re-attached: make sure no Slurm job of it is left."""
-        job_id = info.get("external_id") or info.get("slurm_job_id")
-        name = info.get("slurm_name") or (job_label(info["name"]) if info.get("name") else None)
-        if not job_id:
-            return "it had not reached Slurm"
-        answer = self._query([job_id])
-        if answer is None:
-            self._scancel(job_id, name)
-            return f"Slurm could not be asked about job {job_id}; a cancel was sent"
-        status = answer.get(job_id)
-        if status is None:
-            return f"Slurm no longer knows job {job_id}"
-        if status.is_final:
-            return f"Slurm job {job_id} had ended ({status.state})"
-        return self._cancel_and_wait(job_id, name, grace)
-
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        """A claim with no run record: the driver may have been killed while sbatch ran. A job it
-        submitted is found among its owner's (``owner``: the claim's) by its name and its comment
-        (sbatch.run_comment), and cancelled."""
-        label = job_label(name)
-        done = self._run_tool(squeue.search_argv(self.squeue, label, self._job_uid(owner)))
-        if done is None or done.returncode != 0:
-            return "no run record, and Slurm could not be asked whether a job of it was submitted"
-        found = [job_id for job_id, state, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
-                 if state not in squeue.FINAL and (run_id := sbatch.run_of_comment(comment, spool)) and run_id_ok(run_id)]
-        if not found:
-            return "no run record, and no Slurm job of it was in flight"
-        return "no run record; " + "; ".join(self._cancel_and_wait(job_id, label, grace) for job_id in found)
-
-    def _cancel_and_wait(self, job_id: str, name: str | None, grace: float) -> str:
-        self._scancel(job_id, name)
-        # as the local runner does for process groups: wait (up to the grace period) until it is
-        # really gone, so the requeued job cannot overlap with its dying predecessor
-        deadline = time.monotonic() + grace
-        while True:
-            answer = self._query([job_id])
-            status = answer.get(job_id) if answer else None
-            if answer is not None and (status is None or status.is_final):
-                return f"Slurm job {job_id} was cancelled"
-            if time.monotonic() >= deadline:
-                return f"Slurm job {job_id} was sent a cancel (still {status.state if status else 'unknown'})"
-            time.sleep(0.2)

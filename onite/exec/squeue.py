@@ -67,10 +67,11 @@ def query_argv(squeue: str, job_ids: list[str]) -> list[str]:
     return [squeue, "-h", "-t", "all", "-j", ",".join(job_ids), "-O", FORMAT]
 
 
-def search_argv(squeue: str, name: str, uid: int) -> list[str]:
-    """The squeue call that lists the jobs of user ``uid`` still in flight named ``name``, with their
-    comments (``uid``: another user's job of that name, and what its comment says, is not looked at)."""
-    return [squeue, "-h", "-u", str(uid), "-n", name, "-O", "JobID:|,State:|,Comment:|"]
+def search_argv(squeue: str, name: str, uid: int, *, every: bool = False) -> list[str]:
+    """The squeue call that lists the jobs of user ``uid`` still in flight named ``name`` (``every``: and
+    those that ended within MinJobAge), with their comments (``uid``: another user's job of that
+    name, and what its comment says, is not looked at)."""
+    return [squeue, "-h", *(["-t", "all"] if every else []), "-u", str(uid), "-n", name, "-O", "JobID:|,State:|,Comment:|"]
 
 
 def parse_search(text: str) -> list[tuple[str, str, str]]:
