@@ -407,6 +407,19 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
 
 
+def recover_then_release(spool: Path, name: str, gate: Path) -> str:
+    """A driver that recovers ``name`` (a job held by ``gate``), then lets it end; its ``recovered`` line."""
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(f" recovered {name} " in line for line in log_lines(spool)), timeout=30, what="recovery")
+        gate.unlink()
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+    [recovered] = [line for line in log_lines(spool) if f" recovered {name} " in line]
+    return recovered
+
+
 def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(slurm_spool, workdir):
     """A driver killed while sbatch ran (before the run record): the next one finds the job in Slurm
     by its name and comment, cancels it and runs the job again, instead of running it twice at once."""
@@ -418,16 +431,8 @@ def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(
     job_id = runinfo(slurm_spool, "unrecorded")["external_id"]
     record.unlink()  # as if the driver had been killed before writing it (an older onite wrote it after sbatch)
     assert slurm_state(job_id) == "RUNNING"
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(lambda: any(" recovered unrecorded " in line for line in log_lines(slurm_spool)), timeout=30,
-                 what="recovery")
-        gate.unlink()
-        assert finish(driver, 60) == 0
-    finally:
-        stop(driver)
+    recovered = recover_then_release(slurm_spool, "unrecorded", gate)
     assert slurm_state(job_id) == "CANCELLED"
-    [recovered] = [line for line in log_lines(slurm_spool) if " recovered unrecorded " in line]
     assert "requeued" in recovered and f"no run record; Slurm job {job_id} was cancelled" in recovered, recovered
     rec = result(slurm_spool, "unrecorded")
     assert rec["state"] == "done" and rec["external_id"] != job_id
@@ -451,15 +456,7 @@ def test_a_slurm_job_whose_driver_died_as_sbatch_ran_is_taken_back_by_its_run_id
     assert b'"submitted"' in lines[-1]
     record.write_bytes(b"".join(lines[:-1]))  # as if the driver had died before sbatch said the id
     assert not runinfo(slurm_spool, "halfway").get("external_id")
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(lambda: any(" recovered halfway " in line for line in log_lines(slurm_spool)), timeout=30,
-                 what="recovery")
-        gate.unlink()
-        assert finish(driver, 60) == 0
-    finally:
-        stop(driver)
-    [recovered] = [line for line in log_lines(slurm_spool) if " recovered halfway " in line]
+    recovered = recover_then_release(slurm_spool, "halfway", gate)
     assert "re-attached" in recovered and f"slurm={job_id}" in recovered, recovered
     rec = result(slurm_spool, "halfway")
     assert (rec["state"], rec["external_id"]) == ("done", job_id), rec
