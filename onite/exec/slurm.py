@@ -223,14 +223,13 @@ class SlurmRunner(SlurmRecovery, Runner):
         return announced
 
     def close(self) -> None:
-        """The drain is over: an sbatch still running is killed, and what it may have submitted cancelled."""
-        for run in [r for r in self.runs if r.run_id in self._submitting]:
-            sub, record_fd, _ = self._submitting.pop(run.run_id)
-            sub.kill()
+        """The drain is over (an sbatch still runs only if it ended on an error): such an sbatch is left to
+        finish, and the next driver takes its job back by the run's id, as after a crash."""
+        for sub, record_fd, _ in self._submitting.values():
             sub.close()
             if record_fd is not None:
                 os.close(record_fd)
-            self._cancel_by_name(run)
+        self._submitting.clear()
 
     def _cancel_by_name(self, run: Run) -> None:
         """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
