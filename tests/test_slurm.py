@@ -680,3 +680,26 @@ def test_a_user_who_stops_their_own_sbatch_holds_up_no_one_elses_job(slurm_spool
     vic, att = result(slurm_spool, "vic"), result(slurm_spool, "att")
     assert (vic["state"], vic["reason"]) == ("failed", "timeout"), vic
     assert att["state"] == "failed" and "sbatch did not return within 60 s" in att["reason"], att
+
+
+def test_an_sbatch_that_writes_without_end_fills_no_memory(slurm_spool, workdir):
+    """(a sixth look) sbatch's output goes to files in memory, and a user tracing their own sbatch may
+    have it write without end: it may write 4 MiB to a file, then it is stopped (SIGXFSZ) and the
+    job fails; the driver and the other jobs go on (the limit is not passed on to the jobs)."""
+    tools = workdir / "tools"
+    tools.mkdir()
+    (tools / "sbatch").write_text(f'#!/bin/sh\nif [ "$(id -u)" = {pwd.getpwnam("nobody").pw_uid} ]; then\n'
+                                  '  head -c 100000000 /dev/zero || echo "stopped at the limit" >&2; exit 1\nfi\n'
+                                  f'exec {shutil.which("sbatch")} "$@"\n')
+    (tools / "sbatch").chmod(0o755)
+    submit("flood", "true\n", user="nobody", cwd="/tmp")
+    submit("fine", "head -c 10000000 /dev/zero\n", user="daemon", cwd="/tmp")  # the limit is sbatch's, not the job's
+    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
+    try:
+        assert finish(driver, timeout=120) == 0
+    finally:
+        stop(driver)
+    flood = result(slurm_spool, "flood")
+    assert flood["state"] == "failed" and "stopped at the limit" in flood["reason"], flood["reason"]
+    assert result(slurm_spool, "fine")["state"] == "done"
+    assert (slurm_spool / "stdout" / "fine").stat().st_size == 10_000_000

@@ -12,10 +12,12 @@ when its deadline passes (then it is killed: root may signal it).
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 from dataclasses import dataclass
 
 OUTPUT_LIMIT = 1 << 20  # bytes of sbatch's stdout or stderr read back (it says a line or two)
+FILE_LIMIT = 4 << 20  # bytes it may write to a file: its output files are memory, which a user tracing it must not fill
 
 
 @dataclass
@@ -63,6 +65,7 @@ def launch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds:
     try:
         proc = subprocess.Popen(
             argv, stdin=script_fd, stdout=out_fd, stderr=err_fd, env=env, cwd="/", umask=umask, pass_fds=pass_fds,
+            preexec_fn=_limit_files,
             **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
         )
     except BaseException:
@@ -76,6 +79,12 @@ def launch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds:
     except (OSError, AttributeError):
         pidfd = None
     return Submission(proc=proc, out_fd=out_fd, err_fd=err_fd, deadline=deadline, pidfd=pidfd)
+
+
+def _limit_files() -> None:
+    """In the child, as its owner (who may not be able to read this interpreter's modules: nothing is
+    imported here): soft and hard limit alike, which the owner cannot raise again."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 
 
 def memory_file(name: str, data: bytes = b"", *, cloexec: bool = True) -> int:
