@@ -407,17 +407,21 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
 
 
-def recover_then_release(spool: Path, name: str, gate: Path) -> str:
-    """A driver that recovers ``name`` (a job held by ``gate``), then lets it end; its ``recovered`` line."""
+def recover_then_release(spool: Path, name: str, gate: Path, *, after: str | None = None) -> str:
+    """A driver that recovers ``name`` (a job held by ``gate``), then lets it end; its ``recovered`` line
+    (``after``: there was one before, saying that)."""
+    def recovered() -> list[str]:
+        return [line for line in log_lines(spool) if f" recovered {name} " in line and (after is None or after not in line)]
+
     driver = start_driver(spool)
     try:
-        wait_for(lambda: any(f" recovered {name} " in line for line in log_lines(spool)), timeout=30, what="recovery")
+        wait_for(recovered, timeout=30, what="recovery")
         gate.unlink()
         assert finish(driver, 60) == 0
     finally:
         stop(driver)
-    [recovered] = [line for line in log_lines(spool) if f" recovered {name} " in line]
-    return recovered
+    [line] = recovered()
+    return line
 
 
 def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(slurm_spool, workdir):
@@ -456,7 +460,12 @@ def test_a_slurm_job_whose_driver_died_as_sbatch_ran_is_taken_back_by_its_run_id
     assert b'"submitted"' in lines[-1]
     record.write_bytes(b"".join(lines[:-1]))  # as if the driver had died before sbatch said the id
     assert not runinfo(slurm_spool, "halfway").get("external_id")
-    recovered = recover_then_release(slurm_spool, "halfway", gate)
+    blind = subprocess.run([sys.executable, "-m", "onite", "run", "-q"], capture_output=True, timeout=120,
+                           env=dict(os.environ, ONITE_SPOOL=str(slurm_spool), PYTHONPATH=str(REPO),
+                                    SLURM_CONF="/nonexistent/slurm.conf"))  # a driver that cannot ask Slurm
+    assert any(" recovered halfway " in line and "left claimed" in line for line in log_lines(slurm_spool)), blind
+    assert record.exists() and slurm_state(job_id) == "RUNNING"  # kept, not cancelled nor requeued
+    recovered = recover_then_release(slurm_spool, "halfway", gate, after="left claimed")
     assert "re-attached" in recovered and f"slurm={job_id}" in recovered, recovered
     rec = result(slurm_spool, "halfway")
     assert (rec["state"], rec["external_id"]) == ("done", job_id), rec

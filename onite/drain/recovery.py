@@ -37,7 +37,7 @@ from onite.core.names import is_valid_name
 from onite.core.runrecord import VERSION, RunRecord, admitted_need
 from onite.core.state import JobState, Outcome, Result, memory_outcome, outcome_from_status, unrun_result
 from onite.exec.contain import boot_id
-from onite.exec.runner import Run
+from onite.exec.runner import Run, Unavailable
 from onite.spool import runrecords
 from onite.spool.filecheck import BadFile
 from onite.spool.files import change_state, remove_file
@@ -351,7 +351,11 @@ class Recovery:
         if self._already_filed(name, path, info):
             return
         if info.get("executor") == "slurm" and not (info.get("external_id") or info.get("slurm_job_id")):
-            info = self._submitted_as(name, path, info)
+            try:
+                info = self._submitted_as(name, path, info)
+            except Unavailable as err:  # as at a re-attach: keep the claim rather than run the job twice
+                self.d.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
+                return
         if self._reattach(name, path, info):
             return
         what = self.d.orphans.stop_unmonitored(name, info)
@@ -359,7 +363,11 @@ class Recovery:
 
     def _submitted_as(self, name: str, path: Path, info: dict) -> dict:
         """A Slurm run whose driver died as sbatch ran (its record has no job id): its job, if Slurm has
-        one for exactly this run (by the run's id), so that it is taken back, not run a second time."""
+        one for exactly this run (by the run's id), so that it is taken back, not run a second time.
+
+        Raises:
+            Unavailable: Slurm cannot be asked.
+        """
         d = self.d
         try:
             owner = os.lstat(path).st_uid  # the claim's: only root renames into running/

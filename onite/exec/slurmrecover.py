@@ -12,7 +12,7 @@ import time
 
 from onite.core.names import job_label
 from onite.exec import sbatch, squeue
-from onite.exec.runner import Run
+from onite.exec.runner import Run, Unavailable
 
 
 class SlurmRecovery:
@@ -85,13 +85,17 @@ class SlurmRecovery:
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
         """The Slurm job of a run whose driver died as sbatch ran (its record has no job id): the one
         job of ``owner`` named for the run whose comment names exactly its run id, in flight or ended
-        within MinJobAge; None if there is none (or not one), or Slurm cannot be asked."""
+        within MinJobAge; None if there is none (or not one).
+
+        Raises:
+            Unavailable: Slurm cannot be asked (then nothing may be decided: the job may be running).
+        """
         if not info.get("run_id") or not info.get("name"):
             return None
         done = self._run_tool(squeue.search_argv(self.squeue, job_label(info["name"]), self._job_uid(owner),
                                                  every=True))
         if done is None or done.returncode != 0:
-            return None
+            raise Unavailable("Slurm could not be asked for the job of this run")
         found = [job_id for job_id, _, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
                  if sbatch.run_of_comment(comment, spool) == info["run_id"]]
         return found[0] if len(found) == 1 else None
