@@ -79,8 +79,8 @@ class SlurmRunner(SlurmRecovery, Runner):
         self._next_poll: float | None = None
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
-        # run id → (its sbatch in flight, its run record's descriptor (O_APPEND), its script's size)
-        self._submitting: dict[str, tuple[submission.Submission, int | None, int]] = {}
+        # run id → (its sbatch in flight, its script's size)
+        self._submitting: dict[str, tuple[submission.Submission, int]] = {}
         self._announced: list[Run] = []  # runs Slurm has, not yet said to the driver (started())
 
     @property
@@ -127,11 +127,13 @@ class SlurmRunner(SlurmRecovery, Runner):
                 raise NoRecord(str(err)) from None
             run.record_path = record[0]
         try:
-            self._submitting[run.run_id] = (self._launch(run, script, env, output, error), record_fd, len(script))
+            sub = self._launch(run, script, env, output, error)
         except BaseException:
             if record_fd is not None:
                 os.close(record_fd)
             raise
+        sub.record_fd = record_fd
+        self._submitting[run.run_id] = (sub, len(script))
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
 
@@ -157,16 +159,12 @@ class SlurmRunner(SlurmRecovery, Runner):
     def _submitted(self, run: Run) -> Outcome | None:
         """A submission that is over: its job id taken, its record written, the run announced; or why
         it failed (``run.unavailable`` set if the controller never had it: nothing was submitted)."""
-        sub, record_fd, script_size = self._submitting.pop(run.run_id)
+        sub, script_size = self._submitting.pop(run.run_id)
         try:
             code, out, err = sub.result()
+            return self._took(run, code, out, err, script_size, sub.record_fd)
         finally:
             sub.close()
-        try:
-            return self._took(run, code, out, err, script_size, record_fd)
-        finally:
-            if record_fd is not None:
-                os.close(record_fd)
 
     def _took(self, run: Run, code: int, out: bytes, err: bytes, script_size: int, record_fd: int | None) -> Outcome | None:
         job_id, why = sbatch.answer(code, out, err, script_size=script_size, cwd=run.job.cwd, owner=run.owner.name)
@@ -205,10 +203,7 @@ class SlurmRunner(SlurmRecovery, Runner):
                 if now < sub.deadline:
                     continue
                 sub.kill()
-                _, record_fd, _ = self._submitting.pop(run.run_id)
-                sub.close()
-                if record_fd is not None:
-                    os.close(record_fd)
+                self._submitting.pop(run.run_id)[0].close()
                 self._cancel_by_name(run)  # it may have submitted the job before it hung
                 failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))
                 continue
@@ -225,10 +220,8 @@ class SlurmRunner(SlurmRecovery, Runner):
     def close(self) -> None:
         """The drain is over (an sbatch still runs only if it ended on an error): such an sbatch is left to
         finish, and the next driver takes its job back by the run's id, as after a crash."""
-        for sub, record_fd, _ in self._submitting.values():
+        for sub, _ in self._submitting.values():
             sub.close()
-            if record_fd is not None:
-                os.close(record_fd)
         self._submitting.clear()
 
     def _cancel_by_name(self, run: Run) -> None:
@@ -364,14 +357,14 @@ class SlurmRunner(SlurmRecovery, Runner):
                  for t in (run.timeout_at if run.stopping is None else None, run.kill_at) if t is not None]
         if self.runs and self._next_poll is not None:
             times.append(self._next_poll)
-        for sub, _, _ in self._submitting.values():
+        for sub, _ in self._submitting.values():
             times.append(sub.deadline if sub.pidfd is not None else min(sub.deadline, self.clock.monotonic() + 0.02))
         return min(times) if times else None
 
     def wait_fds(self) -> list[int]:
         """The pidfds of the sbatch processes still running (readable once one ends); the polls of
         Slurm are in next_deadline()."""
-        return [sub.pidfd for sub, _, _ in self._submitting.values() if sub.pidfd is not None]
+        return [sub.pidfd for sub, _ in self._submitting.values() if sub.pidfd is not None]
 
     def needs_polling(self) -> bool:
         """False: the poll interval is in next_deadline(); True would make the driver spin at 50 ms."""

@@ -29,6 +29,7 @@ class Submission:
     err_fd: int
     deadline: float  # on the driver's monotonic clock: killed if still running then
     pidfd: int | None = None  # readable once it has exited (None: the kernel has no pidfd_open)
+    record_fd: int | None = None  # its run's record (O_APPEND), where its job's id goes; closed with it
 
     def done(self) -> bool:
         return self.proc.poll() is not None
@@ -46,7 +47,7 @@ class Submission:
         self.proc.wait()
 
     def close(self) -> None:
-        for fd in (self.out_fd, self.err_fd, self.pidfd):
+        for fd in (self.out_fd, self.err_fd, self.pidfd, self.record_fd):
             if fd is not None:
                 os.close(fd)
 
