@@ -540,6 +540,25 @@ def test_a_finished_jobs_result_and_output_stay_its_owners_until_retention_remov
     submit("build", "true\n", user="nobody")  # retention removed it: the name is free
 
 
+def test_another_users_files_prune_none_of_a_users_results(spool):
+    """(a seventh look) ``keep`` counted every user's results together, and every file the driver
+    refuses is filed as its owner's: nobody dropped empty files into a queue (no job, no disk) and
+    root's drain pruned daemon's finished ``payroll``, its output gone and its name free. Now each
+    user keeps their own last ``keep``."""
+    set_config(spool, keep=3)
+    submit("payroll", "echo totals\n", user="daemon")
+    assert drain(spool).returncode == 0
+    for i in range(6):
+        plant(spool / "jobs" / "P1" / f"junk{i}", b"")
+    submit("mine", "true\n", user="nobody")
+    assert drain(spool).returncode == 0
+    assert result(spool, "payroll")["user"] == "daemon"
+    assert (spool / "stdout" / "payroll").read_bytes() == b"totals\n"
+    nobodys = [p.name for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result") and p.name != "payroll@result"]
+    assert len(nobodys) == 3, nobodys  # nobody's own beyond its three are pruned
+    assert any(" pruned " in line for line in log_lines(spool))
+
+
 def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world_tmp):
     """(a sixth look) nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
     queue under the name of daemon's finished ``build``: the link was refused, and filed as daemon's

@@ -1,9 +1,12 @@
-"""Retention: keep the last ``keep`` finished jobs (result, job file, output); remove older ones.
+"""Retention: keep each user's last ``keep`` finished jobs (result, job file, output); remove older ones.
 
 "Last" is by the time the result record was written (its mtime, set by the
-driver). Output of a job that is queued or running is never removed, nor
-anything newer than the oldest kept result. A job's output is stdout/NAME and,
-when its stderr was kept apart, stdout/NAME@stderr: the two go together.
+driver); "each user's" by the uid the record names. Counted over the whole
+spool, a user's own jobs (or files dropped in a queue, each refused and filed
+as theirs) would push everyone else's results out. Output of a job that is
+queued or running is never removed, nor anything newer than the oldest kept
+result. A job's output is stdout/NAME and, when its stderr was kept apart,
+stdout/NAME@stderr: the two go together.
 """
 
 from __future__ import annotations
@@ -11,37 +14,41 @@ from __future__ import annotations
 import os
 import stat
 
+from onite.core.errors import DamagedRecord, SpoolIOError
 from onite.core.names import SIDE
 from onite.spool.files import remove_file
 from onite.spool.paths import RESULT, STDERR, SpoolDir
+from onite.spool.results import read_result
 from onite.spool.scan import is_live
 
 
 def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
-    """Remove finished jobs beyond the newest ``keep``; returns how many were removed.
+    """Remove each user's finished jobs beyond their newest ``keep``; returns how many were removed.
 
     ``strays=False`` skips the look for files no kept result explains (left by
     a crash or a cancel): a driver prunes that way as it goes, and looks for
     strays once, when it ends.
     """
-    records: list[tuple[int, str]] = []
+    records: list[tuple[int, str, int]] = []
     try:
         with os.scandir(spool.done_dir) as it:
             for entry in it:
                 if entry.name.endswith(RESULT) and entry.name[0] != ".":
                     try:
-                        records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name[: -len(RESULT)]))
+                        st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
+                    records.append((st.st_mtime_ns, entry.name[: -len(RESULT)], st.st_ino))
     except FileNotFoundError:
         return 0
     if len(records) <= keep:
-        return 0
+        return 0  # no one can have more than all of them
     records.sort(reverse=True)
+    kept, beyond = _split_by_owner(spool, records, keep)
     removed = 0
     done, stdout = str(spool.done_dir), str(spool.stdout_dir)  # strings: a Path a file costs more than its unlink
     hosts = spool.hosts()  # listed once, not once per record removed
-    for _, name in records[keep:]:
+    for _, name in beyond:
         remove_file(f"{done}/{name}{RESULT}")
         remove_file(f"{done}/{name}")
         if name not in protect and not is_live(spool, name, hosts):
@@ -49,9 +56,49 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
             remove_file(f"{stdout}/{name}{STDERR}")
         removed += 1
     if strays:
-        oldest_kept = records[keep - 1][0] if keep else None
-        _remove_strays(spool, {n for _, n in records[:keep]} | protect, oldest_kept)
+        oldest_kept = kept[-1][0] if kept else None
+        _remove_strays(spool, {n for _, n in kept} | protect, oldest_kept)
     return removed
+
+
+UNKNOWN_OWNER = -1  # a record whose owner cannot be read (damaged): such records are kept ``keep`` among themselves
+
+_OWNERS: dict[tuple[str, int, int], int] = {}  # (name, inode, mtime) -> uid: a driver prunes often, records rarely change
+
+
+def _split_by_owner(spool: SpoolDir, records: list[tuple[int, str, int]],
+                    keep: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """``records`` (newest first) split into those kept, each owner's newest ``keep``, and those beyond."""
+    counts: dict[int, int] = {}
+    kept: list[tuple[int, str]] = []
+    beyond: list[tuple[int, str]] = []
+    seen: dict[tuple[str, int, int], int] = {}
+    for mtime, name, ino in records:
+        key = (name, ino, mtime)
+        owner = _OWNERS.get(key)
+        if owner is None:
+            owner = _owner(spool, name)
+            if owner is None:
+                kept.append((mtime, name))  # unreadable for now: counted against no one, removed by no one
+                continue
+        seen[key] = owner
+        counts[owner] = counts.get(owner, 0) + 1
+        (kept if counts[owner] <= keep else beyond).append((mtime, name))
+    _OWNERS.clear()
+    _OWNERS.update(seen)
+    return kept, beyond
+
+
+def _owner(spool: SpoolDir, name: str) -> int | None:
+    """The uid the result record of ``name`` names: UNKNOWN_OWNER if it is damaged, None if it
+    cannot be read now (gone, or an I/O error)."""
+    try:
+        result = read_result(spool, name)
+    except DamagedRecord:
+        return UNKNOWN_OWNER
+    except SpoolIOError:
+        return None
+    return None if result is None else result.uid
 
 
 TEMP_AGE = 3600  # seconds after which a dot-name .tmp file is a write that died (a crash, a kill)
