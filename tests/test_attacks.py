@@ -822,6 +822,42 @@ def test_a_refused_template_is_read_once_not_at_every_look(spool, tmp_path):
     assert len(opens) == 1, opens
 
 
+def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(spool):
+    """(a seventh look) nobody's templates, each with a body up to max_job_size (a sparse hole costs
+    no disk), were kept whole in the daemon's memory for its life: 600 of them took 9 GB of root's.
+    And a look at recur/ read every new version inline: a user who kept making them (a chmod is a
+    new version) stalled the daemon. Now a template's job is read again when it fires, and a
+    daemon's look reads templates for a bounded time, each owner's in turn."""
+    import tracemalloc
+
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    big = b"# " + b"x" * (4 << 20) + b"\ntrue\n"
+    for i in range(6):
+        r = run_cli(["recur", "add", f"big{i}", "--every", "1h"], stdin=big, user="nobody", cwd="/tmp")
+        assert r.code == 0, r
+    assert run_cli(["recur", "add", "mine", "--every", "1h"], stdin=b"true\n", user="daemon", cwd="/tmp").code == 0
+
+    class Log:
+        def event(self, *args, **fields):
+            raise AssertionError(f"nothing here is refused: {args} {fields}")
+
+    tracemalloc.start()
+    try:
+        scheduler = RecurScheduler(SpoolDir(spool), Log(), read_budget=0.0)  # one template a look
+        scheduler.refresh(force=True)
+        scheduler.refresh(force=True)
+        assert "mine" in scheduler.templates, sorted(scheduler.templates)  # daemon's came within two looks
+        for _ in range(6):
+            scheduler.refresh(force=True)
+        assert len(scheduler.templates) == 7
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 4 << 20, held  # not one template's body, let alone six
+
+
 def test_a_template_made_after_another_users_job_of_its_runs_name_takes_nothing(spool):
     """daemon's job is queued as ``tick-…``; nobody then makes a template ``tick`` whose due run has
     that name: daemon's job was set aside, and nobody's run took its name and result. The name was

@@ -73,7 +73,7 @@ class Daemon:
 
     def __init__(self, spool: SpoolDir, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, drain_now: bool = False, echo=None, clock: Clock = SYSTEM) -> None:
-        from onite.drain.instances import RecurScheduler
+        from onite.drain.instances import READ_BUDGET, RecurScheduler
         from onite.spool.watch import TimedWatch
 
         self.spool = spool
@@ -86,7 +86,7 @@ class Daemon:
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, clock=clock)
         self.signals: list[int] = []
         self.stopping = False
-        self.recur = RecurScheduler(spool, self.log, clock=clock)
+        self.recur = RecurScheduler(spool, self.log, clock=clock, read_budget=READ_BUDGET)
         self.watch = TimedWatch(spool.queue_folders(), self.host)
         self.schedule: tuple[str, ...] = ()
         self.last: datetime | None = None  # the last schedule time handled

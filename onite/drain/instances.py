@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -61,14 +62,19 @@ RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (fu
 # ---- spooling instances -------------------------------------------------------------------------
 
 
+READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
+
+
 @dataclass
 class _Template:
-    """A recurring-job template as last read, with its rule and next fire time."""
+    """A recurring-job template as last read: its rule and next fire time, not its job, which is
+    read again when it fires (a user's templates, each up to max_job_size, would sit in root's
+    memory for the daemon's life)."""
 
     key: tuple[int, int, int]  # inode, ctime, size: a changed file is read again
     uid: int
     gid: int
-    job: Job
+    submitted: datetime
     rule: object
     next: datetime | None = None
 
@@ -77,13 +83,21 @@ class RecurScheduler:
     """Spools due instances. The daemon keeps one for its whole life (it looks at recur/
     every REFRESH_EVERY seconds and reads a template again only when it changed);
     ``onite run`` makes one, calls ``spool_due`` once and drops it.
+
+    ``read_budget``: the seconds one look may spend reading new versions of templates (the daemon's,
+    whose loop must not stall); the rest are read at the next looks, one owner's after another's,
+    so that a user who keeps making new versions of many large templates delays no one else's.
+    None (``onite run``): read them all.
     """
 
-    def __init__(self, spool: SpoolDir, log, *, euid: int | None = None, clock: Clock = SYSTEM) -> None:
+    def __init__(self, spool: SpoolDir, log, *, euid: int | None = None, clock: Clock = SYSTEM,
+                 read_budget: float | None = None) -> None:
         self.spool = spool
         self.log = log
         self.euid = os.geteuid() if euid is None else euid
         self.clock = clock  # paces the looks at recur/
+        self.read_budget = read_budget
+        self._looks = 0  # which owner's templates are read first at a look (each owner in turn)
         self.templates: dict[str, _Template] = {}
         self._refreshed = float("-inf")
         self._reported: dict[str, tuple] = {}  # name → what was last logged about it (log once)
@@ -102,17 +116,26 @@ class RecurScheduler:
         self._refreshed = now_mono
         self._state = load_state(self.spool)
         seen = set()
+        changed: list[tuple[str, Path, os.stat_result]] = []
         for name, path, st in template_files(self.spool):
             seen.add(name)
             key = (st.st_ino, st.st_ctime_ns, st.st_size)
             known = self.templates.get(name)
             if (known is not None and known.key == key) or self._refused.get(name) == key:
                 continue  # read once per version: a refused one too (20 MB of them made the daemon spin)
+            changed.append((name, path, st))
+        started = time.monotonic()
+        self._looks += 1
+        for i, (name, path, st) in enumerate(_by_owner_in_turn(changed, self._looks)):
+            if i and self.read_budget is not None and time.monotonic() - started > self.read_budget:
+                self._refreshed = float("-inf")  # the rest at the next chance
+                break
             self.templates.pop(name, None)
             loaded = self._load(name, path, st)
             if loaded is not None:
-                loaded.next = self._next_after(name, loaded, self._baseline(name, loaded))
-                self.templates[name] = loaded
+                tpl = loaded[0]
+                tpl.next = self._next_after(name, tpl, self._baseline(name, tpl))
+                self.templates[name] = tpl
         for name in set(self.templates) - seen:
             del self.templates[name]
         for name in set(self._reported) - seen:
@@ -120,9 +143,9 @@ class RecurScheduler:
         for name in set(self._refused) - seen:
             del self._refused[name]
 
-    def _load(self, name: str, path: Path, st: os.stat_result) -> _Template | None:
-        import time
-
+    def _load(self, name: str, path: Path, st: os.stat_result) -> tuple[_Template, Job] | None:
+        """Read and check the template ``name`` (at ``path``, as ``st`` found it): it, and its job; None
+        if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
         from onite.spool.index import is_settling
 
@@ -146,7 +169,7 @@ class RecurScheduler:
                     return None  # replaced while we looked: the next refresh sees the new one
                 rule = rule_of(job)
                 return _Template(key=(st.st_ino, st.st_ctime_ns, st.st_size), uid=fst.st_uid,
-                                 gid=fst.st_gid, job=job, rule=rule)
+                                 gid=fst.st_gid, submitted=job.submitted, rule=rule), job
             except FileNotFoundError:
                 return None
             except (OSError, BadFile, OniteError) as err:
@@ -165,9 +188,9 @@ class RecurScheduler:
         """Fires after this time are due: the last one spooled, or the template's creation."""
         known = self._state.get(name, {})
         last = parse_time(known.get("last"))
-        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.job.submitted.isoformat():
+        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
             return last
-        return tpl.job.submitted
+        return tpl.submitted
 
     @staticmethod
     def _next_after(name: str, tpl: _Template, after: datetime) -> datetime | None:
@@ -190,9 +213,12 @@ class RecurScheduler:
         with state_lock(self.spool):
             self._state = load_state(self.spool)
             for name in sorted(due):
-                tpl = self.templates[name]
+                current = self._reread(name)
+                if current is None:
+                    continue  # gone, refused or changed: the next look reads it as it is now
+                tpl, job = current
                 try:
-                    made = self._spool_one(name, tpl, now)
+                    made = self._spool_one(name, tpl, job, now)
                 except Exception as err:  # noqa: BLE001 - one user's template must never stop the others' fires, nor the night
                     import traceback
 
@@ -211,7 +237,24 @@ class RecurScheduler:
                 self.log.event("recur-error", error=str(err), note="recur.state not saved")
         return spooled
 
-    def _spool_one(self, name: str, tpl: _Template, now: datetime) -> str | None:
+    def _reread(self, name: str) -> tuple[_Template, Job] | None:
+        """The template ``name`` as it is now, and its job, read again as it fires (its job is not
+        kept between looks); None, and it is forgotten, if it is gone, refused or replaced."""
+        known = self.templates.pop(name)
+        path = self.spool.recur_dir / name
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        loaded = self._load(name, path, st)
+        if loaded is None:
+            return None
+        tpl = loaded[0]
+        tpl.next = known.next if tpl.key == known.key else self._next_after(name, tpl, self._baseline(name, tpl))
+        self.templates[name] = tpl
+        return loaded if tpl.next is not None else None
+
+    def _spool_one(self, name: str, tpl: _Template, template: Job, now: datetime) -> str | None:
         from onite.core.schedule import last_fire
         from onite.core.rules import describe
 
@@ -221,14 +264,14 @@ class RecurScheduler:
             tpl.next = self._next_after(name, tpl, now)
             return None
         missed = _count_fires(tpl.rule, baseline, fire)
-        job = instance_job(tpl.job, name, fire, now, self.spool.config.priorities)
+        job = instance_job(template, name, fire, now, self.spool.config.priorities)
         spooled = self._write_instance(name, tpl, job)
         if spooled is False:
             tpl.next = now + RETRY_AFTER
             return None
-        self._state[name] = {"uid": tpl.uid, "template": tpl.job.submitted.isoformat(), "last": fire.isoformat(),
+        self._state[name] = {"uid": tpl.uid, "template": tpl.submitted.isoformat(), "last": fire.isoformat(),
                              "rule": describe(tpl.rule), "fields": dict(rule_fields(tpl.rule)),
-                             "priority": tpl.job.priority, "urgent": tpl.job.urgent}
+                             "priority": template.priority, "urgent": template.urgent}
         tpl.next = self._next_after(name, tpl, now)
         if spooled:
             self.log.event("recur-spooled", job.name, template=name, user=user_name(tpl.uid),
@@ -318,6 +361,24 @@ class RecurScheduler:
             return
         self.log.event("refused", name, owner=user_name(other),
                        reason=f"its name is that of {user_name(uid)}'s recurring job's runs")
+
+
+def _by_owner_in_turn(files: list[tuple[str, Path, os.stat_result]],
+                      look: int) -> list[tuple[str, Path, os.stat_result]]:
+    """``files`` (templates, in name order) reordered one owner's after another's: the first of each
+    owner, then the second of each, and so on; the owner who goes first changes with each ``look``,
+    so that no owner's templates always take a look's whole budget first."""
+    queues: dict[int, list] = {}
+    for item in files:
+        queues.setdefault(item[2].st_uid, []).append(item)
+    owners = sorted(queues)
+    if owners:
+        first = look % len(owners)
+        owners = owners[first:] + owners[:first]
+    ordered = []
+    for turn in range(max((len(q) for q in queues.values()), default=0)):
+        ordered += [queues[uid][turn] for uid in owners if turn < len(queues[uid])]
+    return ordered
 
 
 def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:
