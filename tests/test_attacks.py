@@ -287,6 +287,26 @@ def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spoo
     assert not (spool / "jobs" / "P4" / "mine").exists()
 
 
+def test_roots_hold_and_release_reach_the_users_job_not_a_namesake_planted_beside_it(spool):
+    """(a seventh look) nobody planted a file under the name of daemon's queued ``X`` at P1, listed
+    first: root's ``hold X`` said "held" but held nobody's file, and daemon's ran; root's ``release``
+    of daemon's held ``Z`` failed, saying root's own hold still held it. Root's hold and release
+    act on the file that got the name first, as the driver rules."""
+    submit("X", "echo daemon-ran\n", "-p", "4", user="daemon")
+    plant(spool / "jobs" / "P1" / "X", job_file("X", "/tmp"))
+    r = run_cli(["hold", "X"])
+    assert r.code == 0, r
+    assert [p.stat().st_uid for p in (spool / "hold").iterdir()] == [pwd.getpwnam("daemon").pw_uid]
+    assert drain(spool).returncode == 0
+    assert not any(" start X user=daemon" in line for line in log_lines(spool))
+    submit("Z", "true\n", "-p", "4", "--hold", user="daemon")
+    plant(spool / "jobs" / "P1" / "Z", job_file("Z", "/tmp"))
+    r = run_cli(["release", "Z"])
+    assert r.code == 0, r
+    [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "Z" and j["user"] == "daemon"]
+    assert listed["waiting"] != "held", listed
+
+
 # ---- 9. every process a job starts ends with it ---------------------------------------------
 
 

@@ -220,6 +220,9 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
             raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
         raise NotFound(f"no job {name!r} is queued", "see onite list")
     mine = [entry for entry in entries if owner_or_root(caller_uid, entry.uid)]  # a planted namesake is not ours to touch
+    if len({entry.uid for entry in mine}) > 1:  # root, and a namesake planted beside a user's job: the job is
+        first = min(mine, key=lambda entry: entry.ctime_ns).uid  # the file that got its place first, as the driver rules
+        mine = [entry for entry in mine if entry.uid == first]
     if not mine:
         raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")
