@@ -306,3 +306,31 @@ def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool
     watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1")
     watch.refresh()
     assert watch.timed() == 0 and watch.next_due(None) is None
+
+
+def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
+    """(a seventh look) nobody's held files, each with a 1 MiB header line of NULs (a sparse hole)
+    after its ``at:``: the daemon's watch read each up to 1 MiB, searching what it had read again
+    after every 16 KiB (30-90 ms a file, inline in its loop), and 3,000 of them started daemon's
+    timed job a minute and a half late. Now one read of at most HEADER_LIMIT bytes a file, counted
+    here by the kernel (/proc/self/io), and a real job's ``at:`` is still found."""
+    from onite.spool.paths import SpoolDir
+    from onite.spool.watch import HEADER_LIMIT, TimedWatch
+
+    queue = spool / "jobs" / "P4"
+    at = b"at: 2099-01-01T02:00:00+00:00"
+    for i in range(20):
+        data = with_line(with_line(job_bytes(f"pad{i}", str(workdir)), at), b"x-pad: " + b"\0" * (1 << 20))
+        (queue / f"pad{i}").write_bytes(data)
+        os.chmod(queue / f"pad{i}", 0o400)
+
+    def read_bytes() -> int:
+        with open("/proc/self/io") as io:
+            return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1")
+    before = read_bytes()
+    watch.refresh()
+    assert read_bytes() - before < 20 * HEADER_LIMIT + (1 << 20)  # the folders' listings aside
+    assert HEADER_LIMIT <= 64 << 10
+    assert watch.timed() == 20
