@@ -224,6 +224,40 @@ def test_a_burst_of_failures_runs_a_few_hooks_at_a_time_and_the_jobs_go_on(spool
     assert len(events(spool, "notified")) == len(jobs)
 
 
+@needs_root
+def test_one_users_burst_of_notices_drops_and_holds_up_no_one_elses(spool, workdir):
+    """(a seventh look) nobody dropped 1,100 empty files into a queue: each was refused and filed as
+    nobody's failure, each wanted a notice, and the shared queue of waiting notices was full when
+    daemon's job failed: daemon's notice was dropped. Now one user's notices wait at most
+    MAX_WAITING_PER_USER, one user's after another's: daemon's is among the first to start once a
+    hook is free, and only nobody's own beyond the cap are dropped."""
+    from conftest import as_user
+    from onite.exec.notify import MAX_RUNNING, MAX_WAITING_PER_USER
+
+    folder, gate = workdir / "told", workdir / "gate"
+    folder.mkdir()
+    gate.touch()
+    hook = script(workdir / "gated-hook", f'while [ -e {gate} ]; do sleep 0.05; done\necho "$ONITE_JOB" >> {folder}/order\n')
+    set_config(spool, notify="command", notify_command=str(hook), notify_timeout="5m")
+    junk = MAX_RUNNING + MAX_WAITING_PER_USER + 5
+
+    def drop():
+        for i in range(junk):
+            os.close(os.open(spool / "jobs" / "P1" / f"junk{i:03d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    assert as_user(drop) == ("ok", None)
+    r = run_cli(["submit", "payroll"], stdin=b"exit 1\n", user="daemon", cwd="/tmp")
+    assert r.code == 0, r
+    driver = start_driver(spool)
+    wait_for(lambda: (spool / "jobsdone" / "payroll@result").exists(), what="daemon's job to be filed")
+    gate.unlink()
+    assert driver.wait(120) == 0
+    order = (folder / "order").read_text().split()
+    assert "payroll" in order[:2 * MAX_RUNNING], order.index("payroll") if "payroll" in order else order
+    dropped = [e for e in events(spool, "notify-failed") if "too many notices at once" in e]
+    assert len(dropped) == 5 and all(e.startswith("junk") for e in dropped), dropped
+    assert len(order) == junk - 5 + 1
+
+
 def test_a_hook_that_does_not_exist(spool, workdir):
     set_config(spool, notify="command", notify_command=f"{workdir}/no-such-hook --flag")
     submit("one", "exit 1\n")

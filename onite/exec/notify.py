@@ -14,8 +14,10 @@ bytes) are pure. ``Notifier`` is the effect, and holds these invariants:
   process group of any still running after notify_timeout, and waits for the
   rest when it ends (``finish``), so a short ``onite run`` still delivers;
 - at most MAX_RUNNING notifiers run at once; later notices wait their turn
-  in memory (at most MAX_WAITING), so a burst of failing jobs cannot become
-  a burst of processes;
+  in memory (at most MAX_WAITING, and MAX_WAITING_PER_USER of one user's),
+  one user's after another's, so a burst of failing jobs cannot become a
+  burst of processes, and one user's burst (files dropped in a queue, each
+  refused and filed as theirs) neither drops nor holds up anyone else's;
 - every failure -- no sendmail, a hook that cannot start, exits non-zero or
   hangs -- is one ``notify-failed`` line in the activity log, nothing more;
 - only a valid job name (onite.core.names) reaches a hook's environment or a mail:
@@ -47,6 +49,7 @@ TAIL_BYTES = 64 * 1024
 STDERR_KEEP = 2048  # bytes of a notifier's stderr kept for the log line
 MAX_RUNNING = 8  # notifiers at once: a burst of failures must not become a burst of processes
 MAX_WAITING = 1000  # notices waiting for one of those; beyond that they are logged and dropped
+MAX_WAITING_PER_USER = 100  # of them one user's
 KILL_WAIT = 5.0  # seconds to wait for a killed notifier to be reaped before giving up on it
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
@@ -172,7 +175,8 @@ class Notifier:
         self.log = log
         self.clock = clock  # the driver's: a notifier's time limit is read on it
         self.pending: list[_Pending] = []
-        self.waiting: deque[tuple[Result, str, object]] = deque()
+        self.waiting: dict[int, deque[tuple[Result, str, object]]] = {}  # by owner, the longest waiting first
+        self._waiting = 0  # notices in it
         self._told_no_sendmail = False
 
     @property
@@ -192,11 +196,13 @@ class Notifier:
                 return
             if len(self.pending) < MAX_RUNNING:
                 self._send(result, how, config)
-            elif len(self.waiting) < MAX_WAITING:
-                self.waiting.append((result, how, config))
+            elif self._waiting < MAX_WAITING and len(self.waiting.get(result.uid, ())) < MAX_WAITING_PER_USER:
+                self.waiting.setdefault(result.uid, deque()).append((result, how, config))
+                self._waiting += 1
             else:
                 self.log.event("notify-failed", result.name, how=how,
-                               reason=f"too many notices at once ({MAX_RUNNING} running, {MAX_WAITING} waiting)")
+                               reason=f"too many notices at once ({MAX_RUNNING} running, {self._waiting} waiting, "
+                                      f"at most {MAX_WAITING_PER_USER} of one user's)")
         except Exception as err:  # noqa: BLE001 - a broken notifier never breaks the night: log it, go on
             self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
 
@@ -291,7 +297,18 @@ class Notifier:
                 self.log.event("notify-failed", pending.name, how=pending.how, reason=f"{type(err).__name__}: {err}")
         self.pending = keep
         while self.waiting and len(self.pending) < MAX_RUNNING:
-            self._send(*self.waiting.popleft())
+            self._send(*self._next_waiting())
+
+    def _next_waiting(self) -> tuple[Result, str, object]:
+        """The next notice to start: the first of the owner who has waited longest, who then goes
+        behind the others."""
+        uid = next(iter(self.waiting))
+        queue = self.waiting.pop(uid)
+        notice = queue.popleft()
+        if queue:
+            self.waiting[uid] = queue
+        self._waiting -= 1
+        return notice
 
     def _check(self, pending: _Pending, now_mono: float) -> bool:
         """True once ``pending`` is over (and logged)."""
@@ -363,7 +380,7 @@ class Notifier:
             now_mono = self.clock.monotonic()
             if stop():
                 while self.waiting:
-                    result, how, _ = self.waiting.popleft()
+                    result, how, _ = self._next_waiting()
                     self.log.event("notify-failed", result.name, how=how, reason="driver stopped")
                 for pending in self.pending:
                     if pending.killed is None:
