@@ -12,8 +12,8 @@ driver refuses, a job cancelled before the drain, and six P5 jobs spooled
 late in the night and left queued when ``until`` closes the window. The
 window's end is set in onite.toml and re-read on SIGHUP while two gate jobs
 hold both slots, so that it closes when the test chooses, not at a minute
-boundary. ``keep = 15`` prunes the 11 oldest results
-of the night.
+boundary. ``keep = 13`` prunes the 11 oldest of root's 24 results of the
+night (each user keeps their own last 13: nobody's two stay).
 
 The HTML page is rendered by headless Chromium at 1280 and 400 pixels: its
 layout read back from the DOM (a copy of the page with a probe script), its
@@ -53,8 +53,8 @@ CHAIN = [f"chain-{i}" for i in range(1, 5)]
 LATE = [f"late-{i}" for i in range(1, 7)]
 FAILED = ["head", "headdep-1", "headdep-2", "slow", "stubborn", "vanish", "nb-fail"]
 DONE = ["blocker-a", "blocker-b", "hotfix", *FILLERS, "settle", "flaky", *CHAIN, "nb-ok", "gate-a", "gate-b"]
-PRUNED = {"blocker-a", "blocker-b", "hotfix", *FILLERS, "settle"}  # the 11 oldest results: keep = 15 of 26
-HEADLINE = "19 done, 7 failed (2 timed out), 6 left queued, 1 held, 1 refused, 11 earlier results pruned (keep = 15)"
+PRUNED = {"blocker-a", "blocker-b", "hotfix", *FILLERS, "settle"}  # the 11 oldest of root's 24: keep = 13 (nobody's 2 are kept)
+HEADLINE = "19 done, 7 failed (2 timed out), 6 left queued, 1 held, 1 refused, 11 earlier results pruned (keep = 13)"
 
 
 def wide_env(**more) -> dict:
@@ -85,7 +85,7 @@ def real_night():
         return f"touch {work / name}.on; while [ -e {gate} ]; do sleep 0.05; done\n"
 
     onite("init")
-    set_config(spool, kill_grace="1s", retry_delay="0.2s", keep=15)
+    set_config(spool, kill_grace="1s", retry_delay="0.2s", keep=13)
     submit("early-cancel", "true\n", "-p", "3")
     onite("cancel", "early-cancel")  # before the drain: not the night's
     cancelled = datetime.now()
@@ -99,7 +99,7 @@ def real_night():
     for name in FILLERS:
         submit(name, "true\n", "-p", "2")
     # the rest of the night waits for settle, which waits for the test: the 11 oldest results, the ones
-    # keep = 15 prunes at the end, are those of the jobs above and settle's, whatever the machine's speed
+    # keep = 13 prunes at the end, are those of the jobs above and settle's, whatever the machine's speed
     submit("settle", gated("settle", settling), "-p", "2")
     after = ("--after", "settle")
     submit("head", "echo compiling; echo 'error: head broke' >&2; exit 2\n", "-p", "2", "--retries", "1", *after)
@@ -204,7 +204,7 @@ def test_the_headline_counts_the_whole_night(real_night):
     doc = report_json(real_night)
     assert doc["headline"] == HEADLINE
     assert doc["counts"] == {"done": 19, "failed": 7, "cancelled": 0} and doc["timed_out"] == 2
-    assert doc["pruned"] == 11 and doc["keep"] == 15
+    assert doc["pruned"] == 11 and doc["keep"] == 13
     assert doc["left"] == {"queued": 6, "since": 0, "held": 1, "running": 0, "refused": 1}
     assert {j["name"] for j in doc["jobs"] if j["pruned"]} == PRUNED
     assert sorted(j["name"] for j in doc["jobs"]) == sorted(DONE + FAILED)
