@@ -250,5 +250,40 @@ def test_output_says_why_a_job_has_none(spool):
     submit("later", b"true\n", "--at", "tomorrow 05:00")
     r = run_cli(["output", "later"])
     assert r.code == 1 and r.err.startswith("onite: job 'later' has no output yet — it has not started"), r
+    assert "onite output later -f waits for it" in r.err, r  # (seventh look: it named `onite status later`)
     r = run_cli(["output", "nosuch"])
     assert r.code == 1 and r.err.startswith("onite: no job 'nosuch' is queued, running or finished"), r
+
+
+def test_output_of_a_job_that_never_started_says_why(spool, world_tmp):
+    """(a seventh look) a job whose directory was gone, or whose interpreter was missing, never
+    started; the report said so, but ``output`` printed nothing and exited 0, and ``list --all``
+    showed a start time. Now its result has no start, and ``output`` says why it did not run."""
+    gone = world_tmp / "gone"
+    gone.mkdir()
+    r = run_cli(["submit", "gonedir"], stdin=b"echo hi\n", cwd=gone)
+    assert r.code == 0, r
+    gone.rmdir()
+    submit("badinterp", b"#!/no/such/interpreter\necho\n")
+    drain(spool)
+    for name, why in (("gonedir", f"its directory {gone} no longer exists"),
+                      ("badinterp", "cannot start /no/such/interpreter: no such file")):
+        assert result(spool, name)["started"] is None
+        r = run_cli(["output", name])
+        assert r.code == 1 and r.err.startswith(f"onite: job '{name}' did not run: {why}"), r
+        [listed] = [j for j in run_cli(["list", "--all", "--json"]).json()["jobs"] if j["name"] == name]
+        assert listed["started"] is None, listed
+
+
+def test_output_of_an_earlier_run_says_a_new_one_is_queued(spool):
+    """(a seventh look) ``hello`` ran, and was spooled again: until the new run started, ``output``
+    printed the earlier run's output with nothing to say it was not today's."""
+    submit("hello", b"echo first run\n")
+    drain(spool)
+    r = run_cli(["output", "hello"])
+    assert r.code == 0 and r.out == "first run\n" and r.err == "", r
+    submit("hello", b"echo second run\n", "--hold")
+    r = run_cli(["output", "hello"])
+    assert r.code == 0 and r.out == "first run\n", r
+    assert r.err.startswith("onite: note: a new run of hello is queued and has not started: this is the output of "
+                            "its earlier run (onite output hello -f waits for the new one)"), r

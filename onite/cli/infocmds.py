@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,13 +28,17 @@ def output(
     spool: SpoolOpt = None,
 ) -> None:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
-    from onite.spool.outputs import open_job_output
+    from onite.spool.outputs import newer_run_note, open_job_output
 
     target = open_spool(spool)
     if follow:
         raise typer.Exit(shared.follow_output(target, name, stderr=stderr, raw=raw))
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
-        out = shared.output_sink(os.fstat(handle.fileno()).st_uid, raw)
+        owner = os.fstat(handle.fileno()).st_uid
+        note = newer_run_note(target, name, owner)
+        if note is not None:
+            print(f"onite: note: {note}", file=sys.stderr)
+        out = shared.output_sink(owner, raw)
         while chunk := handle.read(1 << 16):
             out.write(chunk)
         getattr(out, "finish", out.flush)()

@@ -79,7 +79,44 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
     if not owner_or_root(caller_uid, st.st_uid):
         os.close(fd)  # readable by mode, but output is private to its owner
         raise Refused(f"the output of {name!r} belongs to {user_name(st.st_uid)}", "only its owner and root may read it")
+    if st.st_size == 0:  # made before the job's start, which may have failed: say so rather than print nothing
+        never = _never_started(spool, name)
+        if never is not None:
+            os.close(fd)
+            raise never
     return os.fdopen(fd, "rb")
+
+
+def _never_started(spool: SpoolDir, name: str) -> NotFound | None:
+    """The error for an output file its job never wrote because it never started (its result says
+    why: its directory was gone, its interpreter missing); None if it ran."""
+    from onite.core.errors import OniteError
+    from onite.spool.results import read_result
+
+    try:
+        result = read_result(spool, name)
+    except OniteError:
+        return None
+    if result is not None and result.started is None and result.reason:
+        return NotFound(f"job {name!r} did not run: {result.reason}", "see onite list --all")
+    return None
+
+
+def newer_run_note(spool: SpoolDir, name: str, owner: int) -> str | None:
+    """What ``output`` says beside a finished run's output when ``owner``'s job ``name`` is queued
+    again: the output is of the earlier run, and the new one has not started (a user who spools the
+    same name each day would read yesterday's as today's). None if no such job is queued."""
+    from onite.core.errors import OniteError
+    from onite.spool.queued import find_queued
+
+    try:
+        queued = [entry for entry in find_queued(spool, name) if entry.uid == owner]
+    except OniteError:
+        return None
+    if not queued:
+        return None
+    return (f"a new run of {name} is queued and has not started: this is the output of its earlier run "
+            f"(onite output {name} -f waits for the new one)")
 
 
 def _no_output(spool: SpoolDir, name: str) -> NotFound:
@@ -91,7 +128,7 @@ def _no_output(spool: SpoolDir, name: str) -> NotFound:
 
     try:
         if is_live(spool, name):
-            return NotFound(f"job {name!r} has no output yet", f"it has not started; see onite status {name}")
+            return NotFound(f"job {name!r} has no output yet", f"it has not started; onite output {name} -f waits for it")
         result = read_result(spool, name)
     except OniteError:  # damaged or unreadable: no reason to give
         result = None
