@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-__all__ = ["Spool"]
+from onite.core.errors import OniteError
+
+__all__ = ["OniteError", "Spool"]
 
 
 class Spool:

@@ -75,6 +75,18 @@ def test_a_taken_name_refuses_the_whole_batch(spool, cli):
     assert files_in(spool) == before
 
 
+def test_the_api_raises_the_one_error_class_the_user_guide_names(spool):
+    """(a seventh look) the user guide says ``except onite.api.OniteError:``; there was none, so
+    that line itself raised AttributeError the moment a submit failed."""
+    import onite.api
+
+    api = Spool(str(spool))
+    api.submit("taken", "true\n")
+    with pytest.raises(onite.api.OniteError) as caught:
+        api.submit("taken", "true\n")
+    assert "already queued" in str(caught.value) and caught.value.exit_code == 3
+
+
 @pytest.mark.parametrize("args, stdin, message", [
     (["submit", "d", "--lines"], b"\n \n\t\n", "no job on stdin"),
     (["submit", "d", "--lines", "-p", "0"], b"true\n", "invalid priority 0"),
