@@ -1,6 +1,7 @@
 """The driver: order, late arrivals, the lock, retention, failures, recovery (real processes)."""
 
 import os
+from datetime import datetime, timedelta
 import signal
 import subprocess
 from pathlib import Path
@@ -278,3 +279,23 @@ def test_the_log_says_a_job_is_done_before_the_next_one_starts_in_its_slot(spool
     assert drain(spool).returncode == 0
     events = [line.split()[2:4] for line in log_lines(spool) if line.split()[2] in ("start", "done", "failed")]
     assert events == [[what, name] for name in "abcdef" for what in ("start", "done")], events
+
+
+def test_a_driver_started_by_hand_says_what_it_waits_for(spool, cli):
+    """(a seventh look) a hand-started ``onite run`` with only a job ``--at`` hours away stayed for
+    it, holding the host's lock and running what users spooled meanwhile, with nothing on its
+    terminal or in the log to say why. It says so now, once."""
+    import signal
+
+    set_config(spool, until=(datetime.now() - timedelta(minutes=1)).strftime("%H:%M"))  # a window of ~24 h
+    submit("later", "true\n", "--at", "+2h")
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(" waiting " in line for line in log_lines(spool)), what="the waiting line")
+        submit("meanwhile", "true\n")
+        wait_for(lambda: (spool / "jobsdone" / "meanwhile@result").exists(), what="the job spooled meanwhile")
+    finally:
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(60) == 0
+    [line] = [line for line in log_lines(spool) if " waiting " in line]
+    assert "nothing can start before " in line and "(a queued job's --at)" in line, line

@@ -87,6 +87,9 @@ class DrainState:
             self.running.pop(name, None)
         elif event in IDLE_EVENTS:
             self.idle, self.note = True, idle_reason(event, fields)
+        elif event == "waiting":
+            self.note = str(fields.get("note") or event)
+            return f"… {self.note}"
         elif event in ("window-closed", "executor-unavailable") or event == "signal":
             self.note = str(fields.get("note") or fields.get("action") or event)
             return f"! {event}: {self.note}"

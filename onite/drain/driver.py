@@ -51,6 +51,7 @@ from onite.spool.settings import default_host
 POLL = 0.5  # seconds between looks at the queue and cancel/ while jobs run
 IDLE_POLL = 1.0  # while waiting for a not-before time with nothing running
 SETTLE_WAIT = timedelta(seconds=2)  # a driver that does not linger still waits this long for a settling job
+WAIT_WORTH_SAYING = 60  # s: a wait for a not-before time at least this long is logged ("waiting")
 
 
 class Driver:
@@ -90,6 +91,7 @@ class Driver:
         self.wakeup_fd: int | None = None  # the signal catcher of run(), while it runs
         self.stopping = self.hard_stop = self.window_closed = False
         self.wake_at: datetime | None = None  # the earliest not-before time worth waiting for tonight
+        self._told_waiting: datetime | None = None  # the wake time the log was last told of (_say_waiting)
         self.only_timed, self.linger, self.tick, self.heartbeat = only_timed, linger, tick, heartbeat
         self._tick_at: datetime | None = None
         self.started_at = clock.now()
@@ -283,6 +285,8 @@ class Driver:
                     self._start_more()  # not past a record that cannot be written: it would start again
                     if not self.running and (self.wake_at is None or not self._lingers()):
                         return
+                else:
+                    self._say_waiting()
             fds = set(self.runner.wait_fds())
             for fd in registered - fds:
                 poller.unregister(fd)
@@ -295,6 +299,17 @@ class Driver:
                         os.read(wakeup_fd, 512)
                     except BlockingIOError:
                         pass
+
+    def _say_waiting(self) -> None:
+        """Nothing runs, and the driver stays for a job's not-before time: say so once per time (a
+        hand-started ``onite run`` otherwise sits there for hours with nothing to say why)."""
+        when = self.wake_at
+        if when is None or when == self._told_waiting or (when - self.clock.now()).total_seconds() < WAIT_WORTH_SAYING:
+            return
+        self._told_waiting = when
+        self.log.event("waiting", until=when.isoformat(timespec="seconds"),
+                       note=f"nothing can start before {when:%Y-%m-%d %H:%M} (a queued job's --at); jobs spooled "
+                            "meanwhile start at once; INT or TERM stops this driver")
 
     def _timeout(self) -> float:
         """Seconds to sleep: until the next deadline, wake or tick, at most a poll interval."""
