@@ -997,14 +997,16 @@ def test_a_retry_goes_back_to_the_folder_it_was_claimed_from(spool):
 
 
 def test_a_forged_withdrawal_never_stands_for_another_users_job_in_the_report(spool):
-    """``nobody`` drops a job file as cancel/backup@x after root's backup failed, and more to have
-    backup's record pruned: root's morning report must still say backup failed, not "cancelled by
-    nobody" (the refused withdrawal was once logged as backup's ``cancelled`` line)."""
+    """``nobody`` drops a job file as cancel/backup@x after root's backup failed, and root's later
+    jobs have backup's record pruned: root's morning report must still say backup failed, not
+    "cancelled by nobody" (the refused withdrawal was once logged as backup's ``cancelled`` line).
+    (nobody's own junk once did the pruning too; each user now keeps their own last ``keep``.)"""
     set_config(spool, keep=2)
     submit("backup", "echo disk full; exit 3\n")
     assert drain(spool).returncode == 0
-    for name in ("backup", "junk1", "junk2", "junk3"):
-        plant(spool / "cancel" / f"{name}@x", job_file(name, "/tmp"))
+    plant(spool / "cancel" / "backup@x", job_file("backup", "/tmp"))
+    for name in ("later1", "later2", "later3"):
+        submit(name, "true\n")
     assert drain(spool).returncode == 0
     assert not (spool / "jobsdone" / "backup@result").exists()  # pruned: the report has the log only
     assert not any(" cancelled backup " in line for line in log_lines(spool)), log_lines(spool)
