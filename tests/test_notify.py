@@ -357,7 +357,7 @@ def test_a_job_of_nobody_is_told_by_root_run_notifiers(spool, notices, mailbox, 
     (["--notify", "x"], "onite: invalid --notify 'x' — use mail, command or none\n"),
     (["--notify-on", "never"], "onite: invalid --notify-on 'never' — use failure or always\n"),
     (["--notify", "command"], "onite: --notify command: this spool has no notify_command in onite.toml — "
-                              "ask the admin to set notify_command, or use --notify mail\n"),
+                              "ask the admin to set notify_command (--notify mail works where this machine can send mail)\n"),
 ])
 def test_submit_refuses_a_bad_notify(spool, args, message):
     for extra in ([], ["--lines"]):

@@ -312,7 +312,7 @@ def test_output_is_shown_to_its_owner_and_root_only(real_night):
     assert "error: head broke" not in text and "    output is private: only root may read it" in text
     assert "nobody's secret" in text and "onite output nb-fail --stderr" in text
     # the held job of another user: held for all to see, its other details private
-    assert "parked (root, P3) held: held (another user's job: other details private)" in text
+    assert "parked (root, P3) held: another user's job: other details private" in text  # not "held: held (…)"
     assert "onite release parked" not in text
     # root reads everyone's
     assert next(f for f in report_json(real_night)["failures"] if f["name"] == "nb-fail")["output"] == \

@@ -75,8 +75,8 @@ def test_restart_of_a_cancelled_job_and_a_past_not_before_time(spool, cli):
 
 
 @pytest.mark.parametrize("argv, code, message", [
-    (["restart", "nosuch"], 1, "onite: no finished job 'nosuch' is kept — see onite list --all; retention keeps "
-                               "the last `keep` jobs\n"),
+    (["restart", "nosuch"], 1, "onite: no finished job 'nosuch' is kept — see onite list --all; each user's last "
+                               "`keep` finished jobs are kept\n"),
     (["restart", "bad/name"], 2, None),
     (["restart", "waiting"], 1, "onite: no finished job 'waiting' is kept — it is queued or running; restart it "
                                 "once it has finished\n"),
@@ -96,6 +96,10 @@ def test_only_the_owner_or_root_may_restart(spool, cli):
     r = cli(["restart", "roots"], user="nobody")
     assert (r.code, r.err) == (3, "onite: job 'roots' belongs to root — only its owner or root may restart it\n")
     assert not list((spool / "jobs").rglob("roots"))
+    assert cli(["submit", "queued"], stdin=b"true\n").code == 0  # (a seventh look: "restart it once it has finished")
+    r = cli(["restart", "queued"], user="nobody")
+    assert (r.code, r.err) == (1, "onite: no finished job 'queued' is kept — the job of that name is root's; only "
+                                  "its owner or root may restart it\n"), r
 
 
 @needs_root

@@ -188,6 +188,9 @@ def test_submit_line_while_a_driver_drains(spool, workdir):
         wait_for(lambda: (spool / "running" / HOST / "blocker").exists(), what="the driver to drain")
         r = submit("next")
         assert r.err == f"spooled next (P4) in {spool}; a drain is running now on host {HOST}\n"
+        r = submit("timed", "true\n", "--at", "+3h")  # (a seventh look: it read as "it runs now")
+        assert r.err.startswith(f"spooled timed (P4) in {spool}; not before "), r
+        assert r.err.endswith(f"; a drain is running now on host {HOST} (it starts it then, if it is still draining)\n"), r
     finally:
         gate.unlink()
         driver.communicate(timeout=60)

@@ -154,7 +154,7 @@ def test_a_job_spooled_again_is_waited_for_not_its_earlier_run(spool, gate, proc
 
 def test_no_driver_running_exits_0_at_once(spool):
     r = run_cli(["wait"], timeout=30)
-    assert (r.code, r.out.strip()) == (0, "no driver is running")
+    assert (r.code, r.out.strip()) == (0, "no drain is running")
     doc = run_cli(["wait", "--json"]).json()
     assert doc["exit_code"] == 0 and doc["drivers"] == [] and doc["jobs"] == []
 
@@ -261,7 +261,7 @@ def test_drain_summary_names_failed_and_cancelled():
     waited = w.DrainsWaited(["vm"], NOW, jobs, [])
     assert waited.summary() == "drain finished: 1 done, 1 failed (b), 1 cancelled (c)"
     assert waited.exit_code == 5
-    assert w.DrainsWaited([], None, [], []).summary() == "no driver is running"
+    assert w.DrainsWaited([], None, [], []).summary() == "no drain is running"
 
 
 def test_drain_since_is_the_earliest_drain():

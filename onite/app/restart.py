@@ -24,7 +24,7 @@ from datetime import datetime
 from onite.spool.files import create_file
 from onite.spool.holds import job_mode
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import withdrawn_entries, is_live, name_taken, user_name
+from onite.spool.scan import is_live, live_owners, name_taken, user_name, withdrawn_entries
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.exec.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
@@ -131,8 +131,13 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     withdrawn = [e for e in withdrawn_entries(spool) if e.name == name and e.uid == caller_uid]
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
-    hint = ("it is queued or running; restart it once it has finished" if is_live(spool, name)
-            else "see onite list --all; retention keeps the last `keep` jobs")
+    owners = live_owners(spool, name)
+    if owners and caller_uid != 0 and caller_uid not in owners:  # another user's: never theirs to restart
+        hint = f"the job of that name is {user_name(min(owners))}'s; only its owner or root may restart it"
+    elif owners:
+        hint = "it is queued or running; restart it once it has finished"
+    else:
+        hint = "see onite list --all; each user's last `keep` finished jobs are kept"
     raise NotFound(f"no finished job {name!r} is kept", hint)
 
 

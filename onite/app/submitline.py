@@ -138,10 +138,12 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
     draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
     daemons = [s for s in fits if s.by == "daemon"]
-    if draining:
-        parts.append(f"a drain is running now on host {draining[0].host}")
-    elif job.not_before is not None and job.not_before > now and daemons:
+    later = job.not_before is not None and job.not_before > now
+    if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
+    elif draining:
+        parts.append(f"a drain is running now on host {draining[0].host}"
+                     + (" (it starts it then, if it is still draining)" if later else ""))
     elif fits:
         parts.append(starter_text(fits[0], now))
     else:

@@ -19,6 +19,8 @@ from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput
 from onite.core.policy import owner_or_root
 
+PRIVATE = "another user's job: other details private"
+
 
 def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     """Fill in what the window of ``data`` (a report.ReportData) left: jobs running now, queued (left
@@ -59,9 +61,9 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
             kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)
         else:
             kind, reason = row["kind"], row["reason"]
-        if not mine:
-            reason += " (another user's job: other details private)"
         state = "held" if is_held(mode) else "queued"
+        if not mine:  # "held: held (another user's …)" said nothing twice
+            reason = PRIVATE if reason == state else f"{reason} ({PRIVATE})"
         data.waiting.append({"name": name, "user": owner(uid), "uid": uid, "priority": rank or None,
                              "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
                              "command": f"onite release {name}" if state == "held" and mine else None})

@@ -325,7 +325,7 @@ class DrainsWaited:
     def summary(self) -> str:
         """``drain finished: 12 done, 1 failed (build)``, or why there was nothing to wait for."""
         if not self.hosts:
-            return "no driver is running"
+            return "no drain is running"  # an idle daemon is a driver, and not draining
         if self.timed_out:
             return f"timed out: still draining on {', '.join(self.still)}"
         parts = []

@@ -126,7 +126,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
         raise InvalidInput(f"invalid --notify-on {request.notify_on!r}", "use failure or always")
     if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
         raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
-                           "ask the admin to set notify_command, or use --notify mail")
+                           "ask the admin to set notify_command (--notify mail works where this machine can send mail)")
     # the spool's defaults are the job's request from now on, as its timeout is (and as Slurm applies
     # DefMemPerNode when a job is submitted): changing them later does not change queued jobs
     mem, cpus = config.default_mem, config.default_cpus

@@ -240,7 +240,9 @@ class RecurScheduler:
     def _reread(self, name: str) -> tuple[_Template, Job] | None:
         """The template ``name`` as it is now, and its job, read again as it fires (its job is not
         kept between looks); None, and it is forgotten, if it is gone, refused or replaced."""
-        known = self.templates.pop(name)
+        known = self.templates.pop(name, None)
+        if known is None:
+            return None
         path = self.spool.recur_dir / name
         try:
             st = os.lstat(path)
