@@ -581,3 +581,14 @@ def test_the_log_says_why_nothing_is_due_without_what_users_job_files_say(spool,
     [line] = [ln for ln in log_lines(spool) if " nothing-due " in ln]
     assert "waits for a dependency" in line and "not before a set time" in line
     assert "secret-node-7" not in line and "2031" not in line and "after layoffs" not in line, line
+
+
+def test_a_bad_setting_tells_a_user_whom_to_ask(spool):
+    """(a seventh look) a bad value in root's onite.toml told every user to edit a file only root may
+    write; they are told to ask its owner, and root is told what to write."""
+    set_config(spool, slots="two")
+    r = run_cli(["list"], user="nobody", cwd="/tmp")
+    assert r.code == 2 and r.err == (f"onite: {spool}/onite.toml: slots = 'two' is not valid — ask root, who owns "
+                                     "onite.toml (write a whole number from 1 to 4096)\n"), r
+    r = run_cli(["list"])
+    assert r.code == 2 and r.err.endswith("is not valid — write a whole number from 1 to 4096\n"), r

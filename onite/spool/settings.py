@@ -25,7 +25,18 @@ def load_config(path: Path) -> Config:
         return Config()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}", "check its permissions") from None
-    return parse_config(text, str(path))
+    try:
+        return parse_config(text, str(path))
+    except ConfigError as err:
+        try:
+            owner = os.stat(path).st_uid
+        except OSError:
+            owner = os.geteuid()
+        if owner != os.geteuid():  # a user cannot fix the admin's file: tell them whom to ask
+            from onite.spool.scan import user_name
+
+            err.hint = f"ask {user_name(owner)}, who owns {path.name} ({err.hint})"
+        raise
 
 
 def default_host(config: Config) -> str:
