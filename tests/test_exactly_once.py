@@ -447,6 +447,59 @@ def test_a_job_whose_monitor_cannot_record_itself_never_starts(spool, workdir):
     assert result(spool, "victim")["state"] == "done"
 
 
+@needs_root
+def test_a_job_killed_for_its_memory_while_no_driver_was_alive_keeps_its_start(spool, workdir):
+    """(an eighth look) a job that ran, and was killed for its memory while no driver was alive, was
+    filed by recovery with no start, as if it had never run: "never started" was read from a reason
+    on a run not yet announced, and a recovered run never is. Only a start that failed says so now."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    hog = "/usr/bin/python3 -c 'x = bytearray(400 << 20); import time; time.sleep(1)'"
+    submit("hog", f"echo 'hog start' >> {ledger}; while [ ! -e {gate} ]; do sleep 0.05; done; exec {hog}\n",
+           "--mem", "64M")
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: runs_of(ledger).get("hog") == 1, what="the job to start")
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    gate.touch()
+    record = spool / "running" / HOST / "hog@run"
+    wait_for(lambda: b'"event":"ended"' in record.read_bytes(), what="its monitor to record its end")
+    settle(spool)
+    done = result(spool, "hog")
+    assert "out of memory" in done["reason"] and done["started"] is not None, done
+    assert runs_of(ledger) == {"hog": 1}
+
+
+@needs_strace
+@needs_root
+def test_an_adopted_run_whose_job_never_started_is_filed_with_no_start(spool, world_tmp):
+    """(an eighth look) a job whose directory was gone, its driver killed while its monitor was
+    finding that out (strace holds each chdir 3 s): the next driver adopted the live monitor and
+    filed the job with the claim's start, though it never started."""
+    gone = world_tmp / "gone"
+    gone.mkdir()
+    r = run_cli(["submit", "gone"], stdin=b"true\n", cwd=gone)
+    assert r.code == 0, r
+    gone.rmdir()
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    tracer = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=chdir",
+                               "-e", "inject=chdir:delay_enter=3000000", sys.executable, "-m", "onite", "run"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        record = spool / "running" / HOST / "gone@run"
+        wait_for(lambda: record.exists() and b'"event":"monitor"' in record.read_bytes(), what="its monitor")
+        state = json.loads(next(spool.glob("driver.*.state")).read_text())
+        os.kill(state["pid"], signal.SIGKILL)
+        settle(spool)
+    finally:
+        os.killpg(tracer.pid, signal.SIGKILL)
+        tracer.wait()
+    assert any(" recovered gone " in line and "adopted" in line for line in log_lines(spool)), log_lines(spool)
+    done = result(spool, "gone")
+    assert done["reason"] == f"its directory {gone} no longer exists" and done["started"] is None, done
+
+
 def test_status_and_reload_signals_never_kill_a_driver_starting_or_ending(spool, workdir):
     """USR1 and HUP sent as soon as the driver's pid can be read (its lock), and on until it has
     exited: it logs a status line and reloads; it never dies of them."""

@@ -74,6 +74,7 @@ class Outcome:
     cancelled_by: str | None = None
     reason: str = ""  # set when the job never ran or was stopped by onite
     retryable: bool = False  # with a reason: the machinery failed, not the job (e.g. a Slurm node died)
+    never_started: bool = False  # with a reason: the job's process never ran (its result has no start)
 
     @property
     def ok(self) -> bool:

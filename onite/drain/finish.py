@@ -118,7 +118,7 @@ class Finisher:
     @staticmethod
     def _started(run: Run, outcome: Outcome) -> datetime | None:
         """When the job started; None if it never did (its directory was gone, its interpreter missing)."""
-        return None if not run.announced and outcome.reason and run.stopping is None else run.started
+        return None if outcome.never_started else run.started
 
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""

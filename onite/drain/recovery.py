@@ -235,7 +235,7 @@ class Recovery:
         run.usage = rec.usage
         # as a live driver files it (onite.exec.local): a job the kernel killed for its memory is out of memory
         outcome = (memory_outcome(outcome_from_status(rec.status), rec.usage, run.need) if rec.status is not None
-                   else Outcome(reason=rec.failed or ""))
+                   else Outcome(reason=rec.failed or "", never_started=rec.failed is not None))
         ended = None
         if rec.ended_at:
             try:

@@ -116,7 +116,7 @@ class Starter:
             return
         except SpawnError as err:
             d.log.event("start-failed", cand.name, user=owner.name, reason=str(err))
-            d.finisher.record(run, Outcome(reason=str(err)), d.clock.now())
+            d.finisher.record(run, Outcome(reason=str(err), never_started=True), d.clock.now())
             return
         self._pause = 0.0
         d.running[cand.name] = run
@@ -187,7 +187,8 @@ class Starter:
             d.finisher.requeue_file(claimed, run.name, run.rank, queued_ns(run))
         except OniteError as move_err:
             d.log.event("start-failed", run.name, user=run.owner.name, reason=err)
-            d.finisher.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}"), d.clock.now())
+            d.finisher.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}", never_started=True),
+                              d.clock.now())
             return
         if run.record_path:  # nothing was submitted: the claim is back, its record goes
             remove_file(run.record_path)

@@ -267,7 +267,7 @@ class LocalRunner(Runner):
         """Read what ``run``'s monitor said; its outcome once the job ended, else None."""
         mon = run.monitor
         if mon is None:
-            return Outcome(reason="it could not be started")
+            return Outcome(reason="it could not be started", never_started=True)
         ended = self._heard(run, mon.messages())
         if ended is None:
             if not mon.is_done():
@@ -293,7 +293,7 @@ class LocalRunner(Runner):
             elif word == "ended" and rest.lstrip("-").isdigit():
                 ended = memory_outcome(outcome_from_status(int(rest)), run.usage, run.need)
             elif word == "failed":
-                ended = Outcome(reason=rest or "it could not be started")
+                ended = Outcome(reason=rest or "it could not be started", never_started=True)
             elif word == "unrecorded":  # the monitor started nothing: the driver puts the claim back
                 run.unrecorded = rest or "it could not be written"
                 ended = Outcome(reason=f"its run could not be recorded ({run.unrecorded}): it did not start")
@@ -317,12 +317,12 @@ class LocalRunner(Runner):
             run.usage = rec.usage
             return memory_outcome(outcome_from_status(rec.status), run.usage, run.need)
         if rec is not None and rec.failed is not None:
-            return Outcome(reason=rec.failed)
+            return Outcome(reason=rec.failed, never_started=True)
         # onite's machinery failed, not the job: a retry it has left is spooled (retryable), as for a
         # Slurm node that died; a dead driver's recovery reruns such a claim (onite.drain.recovery)
         if rec is not None and not rec.started_job:
             return Outcome(reason="its monitor was killed before it started the job: the job did not run",
-                           retryable=True)
+                           retryable=True, never_started=True)
         self._kill_unwatched(run)  # nobody watches what may still run of it, and a retry may follow at once
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 

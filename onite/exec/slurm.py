@@ -170,7 +170,7 @@ class SlurmRunner(SlurmRecovery, Runner):
         job_id, why = sbatch.answer(code, out, err, script_size=script_size, cwd=run.job.cwd, owner=run.owner.name)
         if job_id is None:
             run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
-            return Outcome(reason=why)
+            return Outcome(reason=why, never_started=True)  # sbatch refused it: Slurm never had it
         # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
         answer = self._query([job_id])
