@@ -878,6 +878,44 @@ def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(
     assert held < 4 << 20, held  # not one template's body, let alone six
 
 
+def test_a_template_moved_out_and_back_never_spools_a_fire_twice(spool, world_tmp):
+    """(an eighth look) nobody pauses its template by moving it out of recur/, and back before its
+    next fire: recur.state had forgotten it while it was away, so its last fire counted from its
+    creation again, and once that fire's result was pruned the same fire was spooled and run a
+    second time. A gone template's entry is kept."""
+    from datetime import timedelta
+
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    for name, every in (("two", "2m"), ("one", "1m")):  # one fires while two is away: recur.state is saved
+        r = run_cli(["recur", "add", name, "--every", every], stdin=b"true\n", user="nobody", cwd="/tmp")
+        assert r.code == 0, r
+    spooled = []
+
+    class Log:
+        def event(self, event, name=None, **fields):
+            if event == "recur-spooled" and name.startswith("two-"):
+                spooled.append(name)
+
+    def look(now):
+        return RecurScheduler(SpoolDir(spool), Log(), euid=0).spool_due(now)  # as each `onite run` does
+
+    probe = RecurScheduler(SpoolDir(spool), Log(), euid=0)
+    probe.refresh(force=True)
+    fire = probe.templates["two"].next
+    look(fire + timedelta(seconds=1))
+    assert len(spooled) == 1, spooled
+    for queued in (spool / "jobs").rglob("two-*"):
+        queued.unlink()  # it ran, and retention pruned its result
+    away = world_tmp / "two"
+    os.rename(spool / "recur" / "two", away)
+    assert [n for n in look(fire + timedelta(seconds=61)) if n.startswith("one-")]  # a save while two is away
+    os.rename(away, spool / "recur" / "two")
+    look(fire + timedelta(seconds=62))  # before two's next fire
+    assert len(spooled) == 1, spooled
+
+
 def test_a_template_made_after_another_users_job_of_its_runs_name_takes_nothing(spool):
     """daemon's job is queued as ``tick-…``; nobody then makes a template ``tick`` whose due run has
     that name: daemon's job was set aside, and nobody's run took its name and result. The name was

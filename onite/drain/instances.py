@@ -229,10 +229,8 @@ class RecurScheduler:
                     continue
                 if made:
                     spooled.append(made)
-            present = {name for name, _, _ in template_files(self.spool)}
-            state = {k: v for k, v in self._state.items() if k in present}
             try:
-                save_state(self.spool, state)
+                save_state(self.spool, _kept_state(self._state, {name for name, _, _ in template_files(self.spool)}))
             except OniteError as err:
                 self.log.event("recur-error", error=str(err), note="recur.state not saved")
         return spooled
@@ -363,6 +361,20 @@ class RecurScheduler:
             return
         self.log.event("refused", name, owner=user_name(other),
                        reason=f"its name is that of {user_name(uid)}'s recurring job's runs")
+
+
+MAX_GONE = 10_000  # entries of recur.state kept for templates no longer in recur/
+
+
+def _kept_state(state: dict[str, dict], present: set[str]) -> dict[str, dict]:
+    """The entries of recur.state to keep: every present template's, and the latest MAX_GONE of
+    those gone. A template moved out of recur/ and back (its owner pausing it) must find its last
+    fire, or it would count from its creation again and spool that fire a second time; a gone
+    template's entry reserves no name (onite.app.namecheck looks for the template)."""
+    gone = sorted((name for name in state if name not in present), key=lambda name: str(state[name].get("last")),
+                  reverse=True)
+    kept = set(gone[:MAX_GONE]) | present
+    return {name: entry for name, entry in state.items() if name in kept}
 
 
 def _by_owner_in_turn(files: list[tuple[str, Path, os.stat_result]],
