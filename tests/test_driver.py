@@ -298,4 +298,5 @@ def test_a_driver_started_by_hand_says_what_it_waits_for(spool, cli):
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(60) == 0
     [line] = [line for line in log_lines(spool) if " waiting " in line]
-    assert "nothing can start before " in line and "(a queued job's --at)" in line, line
+    assert "nothing can start now: a queued job waits for a later --at time" in line, line
+    assert "until=" not in line and f"{datetime.now() + timedelta(hours=2):%H:%M}" not in line  # the job's own

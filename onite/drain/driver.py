@@ -306,10 +306,10 @@ class Driver:
         when = self.wake_at
         if when is None or when == self._told_waiting or (when - self.clock.now()).total_seconds() < WAIT_WORTH_SAYING:
             return
-        self._told_waiting = when
-        self.log.event("waiting", until=when.isoformat(timespec="seconds"),
-                       note=f"nothing can start before {when:%Y-%m-%d %H:%M} (a queued job's --at); jobs spooled "
-                            "meanwhile start at once; INT or TERM stops this driver")
+        self._told_waiting = when  # the time is not said: a job's --at is its owner's (the log is everyone's)
+        self.log.event("waiting", note="nothing can start now: a queued job waits for a later --at time (onite "
+                                       "status shows it to its owner and root); jobs spooled meanwhile start at "
+                                       "once; INT or TERM stops this driver")
 
     def _timeout(self) -> float:
         """Seconds to sleep: until the next deadline, wake or tick, at most a poll interval."""
