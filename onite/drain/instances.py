@@ -126,7 +126,7 @@ class RecurScheduler:
             changed.append((name, path, st))
         started = time.monotonic()
         self._looks += 1
-        for i, (name, path, st) in enumerate(_by_owner_in_turn(changed, self._looks)):
+        for i, (name, path, st) in enumerate(_by_owner_in_turn([(f[2].st_uid, f) for f in changed], self._looks)):
             if i and self.read_budget is not None and time.monotonic() - started > self.read_budget:
                 self._refreshed = float("-inf")  # the rest at the next chance
                 break
@@ -210,9 +210,15 @@ class RecurScheduler:
         if not due:
             return []
         spooled = []
+        started = time.monotonic()
+        self._looks += 1
         with state_lock(self.spool):
             self._state = load_state(self.spool)
-            for name in sorted(due):
+            # each fire reads its template again: a look spends at most the read budget on them, one
+            # owner's after another's, and what is left stays due for the next look
+            for i, name in enumerate(_by_owner_in_turn([(self.templates[n].uid, n) for n in sorted(due)], self._looks)):
+                if i and self.read_budget is not None and time.monotonic() - started > self.read_budget:
+                    break
                 current = self._reread(name)
                 if current is None:
                     continue  # gone, refused or changed: the next look reads it as it is now
@@ -377,14 +383,13 @@ def _kept_state(state: dict[str, dict], present: set[str]) -> dict[str, dict]:
     return {name: entry for name, entry in state.items() if name in kept}
 
 
-def _by_owner_in_turn(files: list[tuple[str, Path, os.stat_result]],
-                      look: int) -> list[tuple[str, Path, os.stat_result]]:
-    """``files`` (templates, in name order) reordered one owner's after another's: the first of each
-    owner, then the second of each, and so on; the owner who goes first changes with each ``look``,
-    so that no owner's templates always take a look's whole budget first."""
+def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
+    """``items`` ((owner's uid, item), in name order) reordered one owner's after another's: the first
+    of each owner, then the second of each, and so on; the owner who goes first changes with each
+    ``look``, so that no owner's templates always take a look's whole budget first."""
     queues: dict[int, list] = {}
-    for item in files:
-        queues.setdefault(item[2].st_uid, []).append(item)
+    for uid, item in items:
+        queues.setdefault(uid, []).append(item)
     owners = sorted(queues)
     if owners:
         first = look % len(owners)
