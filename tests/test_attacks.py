@@ -307,6 +307,44 @@ def test_roots_hold_and_release_reach_the_users_job_not_a_namesake_planted_besid
     assert listed["waiting"] != "held", listed
 
 
+def test_a_namesake_planted_beside_a_users_job_holds_up_neither_their_wait_nor_their_follow(spool):
+    """(an eighth look) daemon's ``build`` was done; nobody planted a file of its own called
+    ``build`` in P1 and held it: daemon's ``onite wait build`` waited for nobody's file, forever.
+    nobody's namesake beside daemon's queued ``X`` made daemon's ``onite output X -f`` refuse ("belongs
+    to nobody"). And a waiter that saw daemon's job was told "cancelled by nobody" once nobody's held
+    namesake came and went with a withdrawal. The job a name stands for is the caller's own."""
+    from onite.app import wait as w
+    from onite.spool.paths import SpoolDir
+
+    daemon = pwd.getpwnam("daemon").pw_uid
+    submit("build", "true\n", user="daemon")
+    waiter = w.start(SpoolDir(spool), ["build"], daemon)["build"]  # daemon's wait, begun while it is queued
+    assert drain(spool).returncode == 0
+    plant(spool / "jobs" / "P1" / "build", job_file("build", "/tmp"), mode=0o400)  # held the old way
+    seen = w.look(SpoolDir(spool), "build", with_result=True, owner=waiter.owner, caller=daemon)
+    assert w.judge(waiter, seen)[1].state == "done"
+    plant(spool / "cancel" / "build@x", job_file("build", "/tmp"))  # nobody "withdraws" its own
+    (spool / "jobs" / "P1" / "build").unlink()
+    seen = w.look(SpoolDir(spool), "build", with_result=True, owner=waiter.owner, caller=daemon)
+    assert w.judge(waiter, seen)[1].state == "done"
+    r = run_cli(["wait", "build", "--timeout", "20s"], user="daemon", cwd="/tmp")
+    assert (r.code, r.out) == (0, "build: done\n"), r
+
+    import threading
+
+    submit("X", "echo daemon-output\n", user="daemon")
+    plant(spool / "jobs" / "P1" / "X", job_file("X", "/tmp"))
+    followed = []
+    follower = threading.Thread(target=lambda: followed.append(
+        run_cli(["output", "X", "-f"], user="daemon", cwd="/tmp", timeout=90)))
+    follower.start()
+    time.sleep(0.5)  # no timing is asserted: the follower is waiting, or has refused (the bug)
+    assert drain(spool).returncode == 0
+    follower.join(120)
+    [r] = followed
+    assert (r.code, r.out) == (0, "daemon-output\n"), r
+
+
 # ---- 9. every process a job starts ends with it ---------------------------------------------
 
 

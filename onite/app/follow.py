@@ -34,7 +34,7 @@ from onite.spool.queued import find_queued
 from onite.spool.results import read_result
 from onite.spool.scan import find_running, user_name
 from onite.core.errors import Refused
-from onite.app.wait import PENDING, Final, judge, look, start
+from onite.app.wait import PENDING, Final, judge, look, of_the_job, start
 
 POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16
@@ -56,10 +56,10 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
         Refused: the job (or its output) belongs to another user.
         SpoolIOError: the spool or the output cannot be read.
     """
-    watch = start(spool, [name])[name]
+    watch = start(spool, [name], caller_uid)[name]
     _check_owner(spool, name, caller_uid)
     if owner is _LOOK:  # the caller may have looked already (to choose ``out``): job_owner
-        owner = job_owner(spool, name)
+        owner = job_owner(spool, name, caller_uid)
     if stderr:
         _check_separate(spool, name, watch.live is not None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
@@ -72,7 +72,8 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
             grew = handle is not None and _copy(handle, out)
             if final is not PENDING:
                 return final
-            watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live))
+            watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live, owner=watch.owner,
+                                             caller=caller_uid))
             key = _key(path)
             if key is not None and key != earlier and (handle is None or key[0] != os.fstat(handle.fileno()).st_ino):
                 if handle is not None:  # a new run replaced the file: the rest of the old one first
@@ -93,15 +94,15 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
             handle.close()
 
 
-def job_owner(spool: SpoolDir, name: str) -> int | None:
+def job_owner(spool: SpoolDir, name: str, caller_uid: int | None = None) -> int | None:
     """The uid of the job ``name`` a follow would follow (queued, running, else its latest result), or
     None if there is none or it cannot be told.
 
     Raises:
         SpoolIOError: a folder cannot be looked into.
     """
-    for entry in find_queued(spool, name) + find_running(spool, name):
-        return entry.uid
+    for entry in of_the_job(find_queued(spool, name) + find_running(spool, name), None, caller_uid):
+        return entry.uid  # the caller's own, else the one that got its place first: not a namesake
     try:
         result = read_result(spool, name)
     except DamagedRecord:
@@ -117,10 +118,10 @@ def _check_owner(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """
     if caller_uid == 0:
         return
-    for entry in find_queued(spool, name) + find_running(spool, name):
-        if entry.uid != caller_uid:
-            raise Refused(f"the output of {name!r} belongs to {user_name(entry.uid)}",
-                          "only its owner and root may read it")
+    entries = find_queued(spool, name) + find_running(spool, name)
+    if entries and all(entry.uid != caller_uid for entry in entries):  # a namesake beside the caller's own is not it
+        raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
+                      "only its owner and root may read it")
 
 
 def _check_separate(spool: SpoolDir, name: str, live: bool) -> None:

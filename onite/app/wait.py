@@ -32,6 +32,7 @@ and the sleep passed in.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -71,8 +72,11 @@ class Seen:
     owner: int | None = None  # the uid of its queued or running file, while live
 
 
-def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
-    """Where job ``name`` is now: queued folders first, then running/, then its records.
+def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | None = None,
+         caller: int | None = None) -> Seen:
+    """Where job ``name`` is now: queued folders first, then running/, then its records. The job of
+    the name is ``owner``'s once known, else the ``caller``'s own, else the one that got its place
+    first (``of_the_job``): a namesake another user planted is not it.
 
     Looking in the order a job moves (queue → running/ → jobsdone/, whose record
     is written before the job leaves running/) means a job that moves on
@@ -82,26 +86,37 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
         SpoolIOError: a folder or record cannot be read.
         DamagedRecord: its result record is damaged (the waiter cannot tell how it ended).
     """
-    queued = find_queued(spool, name)
-    live, owner = None, None
+    queued = of_the_job(find_queued(spool, name), owner, caller)
+    live = None
     if queued:
         live, owner = "held" if all(is_held(e.mode) for e in queued) else "queued", queued[0].uid
     else:
-        running = find_running(spool, name)
+        running = of_the_job(find_running(spool, name), owner, caller)
         if running:
             live, owner = "running", running[0].uid
     if live and not with_result:
         return Seen(name, live, owner=owner)
     withdrawn = None
     if not live:
-        pending = [e for e in withdrawn_entries(spool) if e.name == name]
+        pending = [e for e in withdrawn_entries(spool) if e.name == name and owner in (None, e.uid)]
         if pending:
             entry = max(pending, key=lambda e: e.ctime_ns)
             when = datetime.fromtimestamp(entry.ctime_ns / 1e9).astimezone()
             user = user_name(entry.uid)
             withdrawn = JobView(name=name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
                                 submitted=when, finished=when, reason=f"cancelled by {user}")
-    return Seen(name, live, read_result(spool, name), withdrawn, owner)
+    return Seen(name, live, read_result(spool, name), withdrawn, owner if live else None)
+
+
+def of_the_job(entries: list, owner: int | None, caller: int | None) -> list:
+    """Of the queued (or running) ``entries`` of a name, those of the job it stands for: ``owner``'s
+    once known, else the ``caller``'s own, else those of the one that got its place first."""
+    if not entries:
+        return entries
+    if owner is None:
+        own = [entry for entry in entries if entry.uid == caller]
+        owner = own[0].uid if own else min(entries, key=lambda entry: entry.ctime_ns).uid
+    return [entry for entry in entries if entry.uid == owner]
 
 
 # ---- deciding (pure) -----------------------------------------------------------------------
@@ -206,7 +221,7 @@ class JobsWaited:
                 for n in self.names]
 
 
-def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
+def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:
     """The first look at each name (two for one found nowhere).
 
     Raises:
@@ -218,7 +233,7 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
     for name in names:
         watch = Watch(name)
         for _ in range(2):  # a job requeued between two lstats is nowhere for a moment
-            seen = look(spool, name, with_result=True)
+            seen = look(spool, name, with_result=True, caller=caller)
             if seen.live or seen.result is not None or seen.withdrawn is not None:
                 break
         if not (seen.live or seen.result is not None or seen.withdrawn is not None):
@@ -233,7 +248,7 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
 
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
-              announce: Callable[[str], None] | None = None) -> JobsWaited:
+              announce: Callable[[str], None] | None = None, caller: int | None = None) -> JobsWaited:
     """Look at each job until none is queued, held or running (or ``timeout`` seconds passed).
     ``announce`` is told once, before the first pause, what is waited for.
 
@@ -242,7 +257,8 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
         NotFound: a name was never queued, running or finished (before any waiting).
         SpoolIOError: the spool cannot be read.
     """
-    watches = start(spool, names)
+    caller = os.geteuid() if caller is None else caller
+    watches = start(spool, names, caller)
     order = list(watches)
     deadline = None if timeout is None else clock.monotonic() + timeout
     finals: dict[str, Final] = {}
@@ -252,7 +268,8 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             if name in finals:
                 continue
             watch = watches[name]
-            watches[name], final = judge(watch, look(spool, name, with_result=not watch.seen_live))
+            watches[name], final = judge(watch, look(spool, name, with_result=not watch.seen_live, owner=watch.owner,
+                                                     caller=caller))
             if final is not PENDING:
                 finals[name] = final
         if len(finals) == len(order):

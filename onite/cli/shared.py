@@ -190,7 +190,7 @@ def follow_output(target, name: str, *, stderr: bool = False, raw: bool = False)
     def announce(text: str) -> None:  # on stderr: stdout is the job's output, byte for byte
         print(f"onite: {text}…", file=sys.stderr, flush=True)
 
-    owner = job_owner(target, name)
+    owner = job_owner(target, name, os.geteuid())
     sink = output_sink(owner, raw)
     try:
         final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=announce, owner=owner)
