@@ -273,6 +273,9 @@ def test_output_of_a_job_that_never_started_says_why(spool, world_tmp):
         assert r.code == 1 and r.err.startswith(f"onite: job '{name}' did not run: {why}"), r
         [listed] = [j for j in run_cli(["list", "--all", "--json"]).json()["jobs"] if j["name"] == name]
         assert listed["started"] is None, listed
+    submit("gonedir", b"echo again\n", "--hold")  # (an eighth look) a new run: not the old reason
+    r = run_cli(["output", "gonedir"])
+    assert r.code == 0 and "did not run" not in r.err and "a new run of gonedir is queued" in r.err, r
 
 
 def test_output_of_an_earlier_run_says_a_new_one_is_queued(spool):

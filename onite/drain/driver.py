@@ -92,6 +92,7 @@ class Driver:
         self.stopping = self.hard_stop = self.window_closed = False
         self.wake_at: datetime | None = None  # the earliest not-before time worth waiting for tonight
         self._told_waiting: datetime | None = None  # the wake time the log was last told of (_say_waiting)
+        self._told_waiting_at: float | None = None  # when (monotonic)
         self.only_timed, self.linger, self.tick, self.heartbeat = only_timed, linger, tick, heartbeat
         self._tick_at: datetime | None = None
         self.started_at = clock.now()
@@ -303,10 +304,12 @@ class Driver:
     def _say_waiting(self) -> None:
         """Nothing runs, and the driver stays for a job's not-before time: say so once per time (a
         hand-started ``onite run`` otherwise sits there for hours with nothing to say why)."""
-        when = self.wake_at
+        when, now = self.wake_at, self.clock.monotonic()
         if when is None or when == self._told_waiting or (when - self.clock.now()).total_seconds() < WAIT_WORTH_SAYING:
             return
-        self._told_waiting = when  # the time is not said: a job's --at is its owner's (the log is everyone's)
+        if self._told_waiting_at is not None and now - self._told_waiting_at < WAIT_WORTH_SAYING:
+            return  # at most once a minute: a user toggling holds on timed jobs must not fill the log
+        self._told_waiting, self._told_waiting_at = when, now  # the time is not said: a job's --at is its owner's (the log is everyone's)
         self.log.event("waiting", note="nothing can start now: a queued job waits for a later --at time (onite "
                                        "status shows it to its owner and root); jobs spooled meanwhile start at "
                                        "once; INT or TERM stops this driver")

@@ -93,7 +93,11 @@ def _never_started(spool: SpoolDir, name: str) -> NotFound | None:
     from onite.core.errors import OniteError
     from onite.spool.results import read_result
 
+    from onite.spool.scan import is_live
+
     try:
+        if is_live(spool, name):  # a new run: its output is empty so far, the result is an earlier run's
+            return None
         result = read_result(spool, name)
     except OniteError:
         return None
