@@ -107,6 +107,10 @@ def check_exactly_once(spool: Path, ledger: Path, what: str) -> None:
         assert result(spool, name)["state"] == "done", f"{what}: {name}"
     assert result(spool, "b")["attempt"] == 2
     assert not [p for p in (spool / "running").glob("*/*") if not p.name.startswith(".")], what
+    # and the log tells each end once (an eighth look: a driver killed between removing a filed job's
+    # run record and logging its end left no line, and recovery could not know)
+    ends = [line.split(" ")[3] for line in log_lines(spool) if line.split(" ")[2:3] == ["done"]]
+    assert sorted(ends) == ["a", "b", "c"], f"{what}: {ends}"
 
 
 # sendmsg and recvmsg: the driver asks its spawner to fork a monitor, and hears back (onite.exec.spawner)
@@ -498,6 +502,24 @@ def test_an_adopted_run_whose_job_never_started_is_filed_with_no_start(spool, wo
     assert any(" recovered gone " in line and "adopted" in line for line in log_lines(spool)), log_lines(spool)
     done = result(spool, "gone")
     assert done["reason"] == f"its directory {gone} no longer exists" and done["started"] is None, done
+
+
+@needs_strace
+def test_a_job_whose_exit_status_was_lost_keeps_its_start(spool, workdir):
+    """(an eighth look) a job that ran, whose monitor lost its exit status (strace makes its waitid
+    fail with ECHILD, as when something else reaps it), was filed with no start, and ``output``
+    said it did not run: a ``failed`` line after the job's own is not a start that failed."""
+    ledger = workdir / "ledger"
+    submit("lost", f"echo 'lost start' >> {ledger}; sleep 0.5\n")
+    subprocess.run([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=waitid",
+                    "-e", "inject=waitid:error=ECHILD:delay_enter=300000", *driver_argv()],
+                   env=driver_env(spool), timeout=120, capture_output=True)
+    settle(spool)
+    done = result(spool, "lost")
+    assert "exit status was lost" in done["reason"] and done["started"] is not None, done
+    assert runs_of(ledger) == {"lost": 1}
+    r = run_cli(["output", "lost"])
+    assert "did not run" not in r.err, r
 
 
 def test_status_and_reload_signals_never_kill_a_driver_starting_or_ending(spool, workdir):

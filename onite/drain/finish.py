@@ -145,11 +145,13 @@ class Finisher:
             d.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
             self.note_cannot_record(str(err))
             return
-        remove_file(d.spool.run_record_path(d.host, run.name))
         d.counts[str(result.state)] += 1
+        # logged before the record goes: a driver killed in between leaves the record, and recovery
+        # logs the line only if it is not there (the run id tells: recovery._log_if_filed)
         d.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
-                    attempt=job.attempt)
+                    attempt=job.attempt, run=run.run_id)
+        remove_file(d.spool.run_record_path(d.host, run.name))
         d.notifier.notify(result, job, d.config)
         self._since_prune += 1
         if self._since_prune >= max(50, d.config.keep // 10):

@@ -41,6 +41,7 @@ from onite.exec.runner import Run, Unavailable
 from onite.spool import runrecords
 from onite.spool.filecheck import BadFile
 from onite.spool.files import change_state, remove_file
+from onite.spool.log import logged_final
 from onite.spool.paths import RUN_RECORD
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
@@ -158,13 +159,14 @@ class Recovery:
             previous = read_result(d.spool, name)
         except OniteError:  # damaged, or unreadable: nothing to tell from it
             return
-        if previous is not None and run_id and previous.run_id == run_id:
+        if previous is not None and run_id and previous.run_id == run_id \
+                and not logged_final(d.spool.log_path, run_id):  # its driver died before it could log it
             self._log_result(previous)
 
     def _log_result(self, result: Result) -> None:
         """The line a driver logs as it files a job, for one whose driver died before it could."""
         self.d.log.event(str(result.state), result.name, user=result.user, reason=result.reason or None,
-                         exit=result.exit_code, attempt=result.attempt,
+                         exit=result.exit_code, attempt=result.attempt, run=result.run_id or None,
                          note="logged by recovery: its driver died as it filed the job")
 
     def _run_of(self, name: str, path: Path, info: dict) -> Run:
@@ -235,7 +237,7 @@ class Recovery:
         run.usage = rec.usage
         # as a live driver files it (onite.exec.local): a job the kernel killed for its memory is out of memory
         outcome = (memory_outcome(outcome_from_status(rec.status), rec.usage, run.need) if rec.status is not None
-                   else Outcome(reason=rec.failed or "", never_started=rec.failed is not None))
+                   else Outcome(reason=rec.failed or "", never_started=rec.failed is not None and rec.job_pid is None))
         ended = None
         if rec.ended_at:
             try:

@@ -293,7 +293,8 @@ class LocalRunner(Runner):
             elif word == "ended" and rest.lstrip("-").isdigit():
                 ended = memory_outcome(outcome_from_status(int(rest)), run.usage, run.need)
             elif word == "failed":
-                ended = Outcome(reason=rest or "it could not be started", never_started=True)
+                # a job that started and whose status was lost fails too: it ran
+                ended = Outcome(reason=rest or "it could not be started", never_started=run.pgid is None)
             elif word == "unrecorded":  # the monitor started nothing: the driver puts the claim back
                 run.unrecorded = rest or "it could not be written"
                 ended = Outcome(reason=f"its run could not be recorded ({run.unrecorded}): it did not start")
@@ -317,7 +318,7 @@ class LocalRunner(Runner):
             run.usage = rec.usage
             return memory_outcome(outcome_from_status(rec.status), run.usage, run.need)
         if rec is not None and rec.failed is not None:
-            return Outcome(reason=rec.failed, never_started=True)
+            return Outcome(reason=rec.failed, never_started=rec.job_pid is None)
         # onite's machinery failed, not the job: a retry it has left is spooled (retryable), as for a
         # Slurm node that died; a dead driver's recovery reruns such a claim (onite.drain.recovery)
         if rec is not None and not rec.started_job:

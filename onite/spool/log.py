@@ -218,6 +218,24 @@ class Outcomes:
                     self._last[(line["name"], line["fields"]["user"])] = line["event"]
 
 
+def logged_final(path: Path, run_id: str) -> bool:
+    """Does the log's end (its last OUTCOME_LOOKBACK bytes) hold how the run ``run_id`` ended (a
+    ``done``, ``failed`` or ``cancelled`` line with its ``run=``)? False if it cannot be read."""
+    mark = f" run={run_id}".encode()
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - OUTCOME_LOOKBACK))
+            data = handle.read(OUTCOME_LOOKBACK)
+    except OSError:
+        return False
+    for raw in data.split(b"\n"):
+        if (raw.endswith(mark) or mark + b" " in raw) and raw.split(b" ", 3)[2:3] \
+                and raw.split(b" ", 3)[2].decode("ascii", "replace") in OUTCOMES:
+            return True
+    return False
+
+
 def last_outcome(path: Path, name: str, user: str) -> str | None:
     """How the latest run of ``user``'s job ``name`` ended, as the log's end tells it (``Outcomes``).
 
