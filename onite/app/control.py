@@ -20,7 +20,7 @@ from onite.spool.holds import add_hold, is_held, job_mode, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import Entry, find_running, user_name
+from onite.spool.scan import Entry, find_running, of_the_job, user_name
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.names import check_name
 from onite.core.policy import owner_or_root
@@ -219,10 +219,8 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
         if find_running(spool, name):
             raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
         raise NotFound(f"no job {name!r} is queued", "see onite list")
-    mine = [entry for entry in entries if owner_or_root(caller_uid, entry.uid)]  # a planted namesake is not ours to touch
-    if len({entry.uid for entry in mine}) > 1:  # root, and a namesake planted beside a user's job: the job is
-        first = min(mine, key=lambda entry: entry.ctime_ns).uid  # the file that got its place first, as the driver rules
-        mine = [entry for entry in mine if entry.uid == first]
+    # a planted namesake is not ours to touch; root's hold goes to the job the name stands for
+    mine = of_the_job([entry for entry in entries if owner_or_root(caller_uid, entry.uid)], None, caller_uid)
     if not mine:
         raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")

@@ -32,9 +32,9 @@ from onite.core.errors import DamagedRecord
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import find_running, user_name
+from onite.spool.scan import find_running, of_the_job, user_name
 from onite.core.errors import Refused
-from onite.app.wait import PENDING, Final, judge, look, of_the_job, start
+from onite.app.wait import PENDING, Final, judge, look, start
 
 POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16

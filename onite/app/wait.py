@@ -41,7 +41,7 @@ from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import withdrawn_entries, find_running, user_name
+from onite.spool.scan import find_running, of_the_job, user_name, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import running_views
@@ -76,7 +76,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | 
          caller: int | None = None) -> Seen:
     """Where job ``name`` is now: queued folders first, then running/, then its records. The job of
     the name is ``owner``'s once known, else the ``caller``'s own, else the one that got its place
-    first (``of_the_job``): a namesake another user planted is not it.
+    first (onite.spool.scan.of_the_job): a namesake another user planted is not it.
 
     Looking in the order a job moves (queue → running/ → jobsdone/, whose record
     is written before the job leaves running/) means a job that moves on
@@ -106,17 +106,6 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | 
             withdrawn = JobView(name=name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
                                 submitted=when, finished=when, reason=f"cancelled by {user}")
     return Seen(name, live, read_result(spool, name), withdrawn, owner if live else None)
-
-
-def of_the_job(entries: list, owner: int | None, caller: int | None) -> list:
-    """Of the queued (or running) ``entries`` of a name, those of the job it stands for: ``owner``'s
-    once known, else the ``caller``'s own, else those of the one that got its place first."""
-    if not entries:
-        return entries
-    if owner is None:
-        own = [entry for entry in entries if entry.uid == caller]
-        owner = own[0].uid if own else min(entries, key=lambda entry: entry.ctime_ns).uid
-    return [entry for entry in entries if entry.uid == owner]
 
 
 # ---- deciding (pure) -----------------------------------------------------------------------

@@ -76,6 +76,18 @@ def running_entries(spool: SpoolDir, host: str | None = None) -> list[Entry]:
     return result
 
 
+def of_the_job(entries: list[Entry], owner: int | None, caller: int | None) -> list[Entry]:
+    """Of the queued (or running) ``entries`` of one name, those of the job it stands for: ``owner``'s
+    once known, else the ``caller``'s own, else those of the one that got its place first (the
+    kernel's ctime, as the driver rules): a namesake another user planted beside it is not it."""
+    if not entries:
+        return entries
+    if owner is None:
+        own = [entry for entry in entries if entry.uid == caller]
+        owner = own[0].uid if own else min(entries, key=lambda entry: entry.ctime_ns).uid
+    return [entry for entry in entries if entry.uid == owner]
+
+
 def find_running(spool: SpoolDir, name: str) -> list[Entry]:
     """The claims of job ``name`` (normally none or one; one a host)."""
     found = []
