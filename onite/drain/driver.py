@@ -309,7 +309,8 @@ class Driver:
             return
         if self._told_waiting_at is not None and now - self._told_waiting_at < WAIT_WORTH_SAYING:
             return  # at most once a minute: a user toggling holds on timed jobs must not fill the log
-        self._told_waiting, self._told_waiting_at = when, now  # the time is not said: a job's --at is its owner's (the log is everyone's)
+        self._told_waiting, self._told_waiting_at = when, now
+        # the time is not said: a job's --at is its owner's, and the log is everyone's
         self.log.event("waiting", note="nothing can start now: a queued job waits for a later --at time (onite "
                                        "status shows it to its owner and root); jobs spooled meanwhile start at "
                                        "once; INT or TERM stops this driver")

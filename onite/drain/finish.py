@@ -115,11 +115,6 @@ class Finisher:
         return (outcome.state is JobState.FAILED and (not outcome.reason or outcome.retryable)
                 and run.job.attempt <= run.job.retries)
 
-    @staticmethod
-    def _started(run: Run, outcome: Outcome) -> datetime | None:
-        """When the job started; None if it never did (its directory was gone, its interpreter missing)."""
-        return None if outcome.never_started else run.started
-
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
         d, job = self.d, run.job
@@ -132,7 +127,7 @@ class Finisher:
             name=run.name, uid=run.owner.uid, user=run.owner.name, priority=run.rank or job.priority,
             urgent=run.rank == 0,
             state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code, signal=outcome.signal,
-            host=d.host, submitted=job.submitted, queued=run.queued_at, started=self._started(run, outcome),
+            host=d.host, submitted=job.submitted, queued=run.queued_at, started=None if outcome.never_started else run.started,
             finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
             executor=d.runner.executor, external_id=run.external_id, recur=job.recur,
             stderr=job.stderr_mode, **_use(run),

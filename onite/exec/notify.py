@@ -176,7 +176,6 @@ class Notifier:
         self.clock = clock  # the driver's: a notifier's time limit is read on it
         self.pending: list[_Pending] = []
         self.waiting: dict[int, deque[tuple[Result, str, object]]] = {}  # by owner, the longest waiting first
-        self._waiting = 0  # notices in it
         self._told_no_sendmail = False
 
     @property
@@ -196,12 +195,12 @@ class Notifier:
                 return
             if len(self.pending) < MAX_RUNNING:
                 self._send(result, how, config)
-            elif self._waiting < MAX_WAITING and len(self.waiting.get(result.uid, ())) < MAX_WAITING_PER_USER:
+            elif (waiting := sum(map(len, self.waiting.values()))) < MAX_WAITING \
+                    and len(self.waiting.get(result.uid, ())) < MAX_WAITING_PER_USER:
                 self.waiting.setdefault(result.uid, deque()).append((result, how, config))
-                self._waiting += 1
             else:
                 self.log.event("notify-failed", result.name, how=how,
-                               reason=f"too many notices at once ({MAX_RUNNING} running, {self._waiting} waiting, "
+                               reason=f"too many notices at once ({MAX_RUNNING} running, {waiting} waiting, "
                                       f"at most {MAX_WAITING_PER_USER} of one user's)")
         except Exception as err:  # noqa: BLE001 - a broken notifier never breaks the night: log it, go on
             self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
@@ -307,7 +306,6 @@ class Notifier:
         notice = queue.popleft()
         if queue:
             self.waiting[uid] = queue
-        self._waiting -= 1
         return notice
 
     def _check(self, pending: _Pending, now_mono: float) -> bool:

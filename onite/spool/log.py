@@ -230,9 +230,10 @@ def logged_final(path: Path, run_id: str) -> bool:
     except OSError:
         return False
     for raw in data.split(b"\n"):
-        if (raw.endswith(mark) or mark + b" " in raw) and raw.split(b" ", 3)[2:3] \
-                and raw.split(b" ", 3)[2].decode("ascii", "replace") in OUTCOMES:
-            return True
+        if raw.endswith(mark) or mark + b" " in raw:
+            event = raw.split(b" ", 3)[2:3]
+            if event and event[0].decode("ascii", "replace") in OUTCOMES:
+                return True
     return False
 
 

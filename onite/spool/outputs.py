@@ -92,7 +92,6 @@ def _never_started(spool: SpoolDir, name: str) -> NotFound | None:
     why: its directory was gone, its interpreter missing); None if it ran."""
     from onite.core.errors import OniteError
     from onite.spool.results import read_result
-
     from onite.spool.scan import is_live
 
     try:
