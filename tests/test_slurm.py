@@ -407,6 +407,51 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
 
 
+def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slurm_spool, workdir):
+    """(a ninth look) A driver killed while its Slurm job ran, and the next driver started after Slurm
+    had forgotten the finished job (MinJobAge; the next night's driver always does): the job was
+    requeued and run a second time. sbatch took it, so it may have run: it is now filed as lost."""
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit("forgotten", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
+    job_id = runinfo(slurm_spool, "forgotten")["external_id"]
+    gate.unlink()
+    wait_for(lambda: slurm_state(job_id) == "COMPLETED", timeout=30, what="the job to end while no driver runs")
+    [record] = (slurm_spool / "running").glob("*/forgotten@run")
+    gone = str(int(job_id) + 5_000_000)  # an id Slurm never had: as the record reads once Slurm forgot the job
+    record.write_bytes(record.read_bytes().replace(f'"{job_id}"'.encode(), f'"{gone}"'.encode()))
+    assert runinfo(slurm_spool, "forgotten")["external_id"] == gone
+    assert finish(start_driver(slurm_spool), 60) == 0
+    assert starts.read_text().split() == [job_id]  # it ran once
+    rec = result(slurm_spool, "forgotten")
+    assert rec["state"] == "failed" and rec["external_id"] == gone, rec
+    assert rec["reason"].startswith(f"lost: Slurm forgot job {gone} while no driver watched it"), rec
+    assert any(" recovered forgotten " in line and "ended while no driver watched it" in line
+               for line in log_lines(slurm_spool))
+    assert not (slurm_spool / "jobs" / "P1" / "forgotten").exists()
+
+
+def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_it_again(slurm_spool, workdir):
+    """(a ninth look) `onite recover --host` cancelled what still ran and requeued everything, also a
+    job Slurm said had ended while no driver watched it: that job ran twice. It is now filed as it ended."""
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit("ended", f"echo x >> {starts}; while [ -e {gate} ]; do sleep 0.05; done; exit 4\n", "-p", "3")
+    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm", "--host", "gone")
+    from onite.spool import runrecords
+
+    job_id = runrecords.read(slurm_spool / "running" / "gone" / "ended@run").info["external_id"]
+    gate.unlink()
+    wait_for(lambda: slurm_state(job_id) == "FAILED", timeout=30, what="the job to end while no driver runs")
+    r = run_cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0, r
+    assert not (slurm_spool / "jobs" / "P3" / "ended").exists()
+    rec = result(slurm_spool, "ended")
+    assert (rec["state"], rec["exit_code"], rec["external_id"]) == ("failed", 4, job_id), rec
+    assert starts.read_text() == "x\n"
+
+
 def recover_then_release(spool: Path, name: str, gate: Path, *, after: str | None = None) -> str:
     """A driver that recovers ``name`` (a job held by ``gate``), then lets it end; its ``recovered`` line
     (``after``: there was one before, saying that)."""

@@ -13,8 +13,8 @@ its run record (onite.core.runrecord; docs/job-control.md, "Exactly once"):
   machine's run, or one from before a reboot: stop what is left of it
   (onite.drain.orphans) and run it again (or fail it, on_interrupt = fail):
   the one case of a rerun;
-- an older onite's record, or a Slurm job: re-attach it where the executor
-  can (Slurm), else stop it and run it again.
+- a Slurm job: file how it ended if it did (lost, if Slurm forgot it: it is
+  never run again), else re-attach it; an older onite's: stop it, run it again.
 
 A claim whose retry is already spooled (a driver killed between writing the
 retry and removing the claim) is dropped. One damaged claim never stops the
@@ -347,9 +347,8 @@ class Recovery:
             d.notifier.notify(result, job, d.config)
 
     def _unmonitored(self, name: str, path: Path, info: dict) -> None:
-        """A claim of a run with no monitor: an older onite's (its processes are killed, then it is
-        requeued, as that onite did) or a Slurm job (re-attached if Slurm still has it). One its dead
-        driver filed, or spooled the retry of, is finished first: it is neither watched nor filed again."""
+        """A claim of a run with no monitor: an older onite's (killed, then requeued, as that onite did)
+        or a Slurm job (see _reattach). One its dead driver filed, or spooled the retry of, is not again."""
         if self._already_filed(name, path, info):
             return
         if info.get("executor") == "slurm" and not (info.get("external_id") or info.get("slurm_job_id")):
@@ -358,10 +357,8 @@ class Recovery:
             except Unavailable as err:  # as at a re-attach: keep the claim rather than run the job twice
                 self.d.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
                 return
-        if self._reattach(name, path, info):
-            return
-        what = self.d.orphans.stop_unmonitored(name, info)
-        self.requeue(name, path, info, what, rerun=True)
+        if not self._reattach(name, path, info):
+            self.requeue(name, path, info, self.d.orphans.stop_unmonitored(name, info), rerun=True)
 
     def _submitted_as(self, name: str, path: Path, info: dict) -> dict:
         """A Slurm run whose driver died as sbatch ran (its record has no job id): its job, if Slurm has
@@ -379,26 +376,31 @@ class Recovery:
         return {**info, "external_id": job_id, "slurm_job_id": job_id} if job_id else info
 
     def _reattach(self, name: str, path: Path, info: dict) -> bool:
-        """Executors whose jobs outlive the driver (Slurm) take their runs back."""
+        """Executors whose jobs outlive the driver (Slurm) take their runs back; one that ended while
+        no driver watched it is filed as Slurm tells it (or lost, if Slurm forgot it), never run again."""
         d = self.d
-        if not self.may_reattach or not info.get("external_id"):
+        if not info.get("external_id"):
             return False
         try:
-            job, st = d.picker.read_job(path)
-            owner = d.picker.resolve(st.st_uid)
+            run = self._run_of(name, path, info)
         except (OSError, OniteError, BadFile):
             return False
-        run = Run(name=name, job=job, owner=owner, rank=int(info.get("rank", job.priority)),
-                  run_id=info.get("run_id", ""), started=datetime.fromisoformat(info["started"]),
-                  started_mono=d.clock.monotonic(), external_id=info["external_id"], spool=str(d.spool.root))
-        run.queued_at = datetime.fromisoformat(info["queued"]) if info.get("queued") else None
-        run.need = admitted_need(info)
+        run.external_id = str(info["external_id"])
         retry = self._retry_of(run)
         if retry:
             self._drop(name, path, run, queued=retry == "queued")
             return True
-        if not d.runner.reattach(run):
-            return False
+        try:
+            ended = d.orphans.runner_of(info).unwatched_end(run)
+        except Unavailable:
+            ended = None  # a driver that watches keeps it (below); recover --host cancels and requeues it
+        if ended is not None:
+            d.log.event("recovered", name, action="filed: it ended while no driver watched it",
+                        slurm=run.external_id)
+            d.finisher.record(run, ended, d.clock.now())
+            return True
+        if not self.may_reattach or not d.runner.reattach(run):
+            return False  # it may still run: recover --host cancels it, and it is run again
         d.running[name] = run
         d.log.event("recovered", name, action="re-attached", slurm=run.external_id)
         return True

@@ -166,6 +166,11 @@ class Runner(Protocol):
         """Take back a run that outlived its driver (a Slurm job); True if it did (default: never)."""
         return False
 
+    def unwatched_end(self, run: Run) -> Outcome | None:
+        """How a run that outlived its driver ended while none watched it (a Slurm job); None: it
+        has not ended, or this executor cannot tell (default)."""
+        return None
+
     def reload(self, config: Config) -> None:
         """Take new settings after SIGHUP."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from onite.core.names import job_label
+from onite.core.state import Outcome
 from onite.exec import sbatch, squeue
 from onite.exec.runner import Run, Unavailable
 
@@ -36,6 +37,26 @@ class SlurmRecovery:
         self.runs.append(run)
         self._next_poll = self.clock.monotonic()  # look at once: it may have finished meanwhile
         return True
+
+    def unwatched_end(self, run: Run) -> Outcome | None:
+        """How a run a dead driver left in Slurm ended while no driver watched it: as Slurm says, or
+        lost if Slurm no longer knows its job (it ended more than MinJobAge ago, or the controller
+        lost it): sbatch took it, so it may have run, and it is not run again. None: still in flight.
+
+        Raises:
+            Unavailable: the controller cannot be asked.
+        """
+        answer = self._query([run.external_id])
+        if answer is None:
+            raise Unavailable("Slurm could not be asked how the job ended")
+        status = answer.get(run.external_id)
+        if status is None or status.uid != self._job_uid(run.owner.uid):
+            return squeue.lost(run.external_id, unwatched=True)
+        if not status.is_final:
+            return None
+        if status.start is not None:
+            run.started = status.start
+        return squeue.outcome(status, stopping=None, cancelled_by=None)
 
     def recover(self, info: dict, grace: float) -> str:
         """A run that could not be re-attached: make sure no Slurm job of it is left."""

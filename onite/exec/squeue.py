@@ -170,6 +170,10 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
                    retryable=state in RETRYABLE)
 
 
-def lost(job_id: str) -> Outcome:
-    """A job the controller no longer knows (it ended more than MinJobAge ago, or its state was lost)."""
+def lost(job_id: str, *, unwatched: bool = False) -> Outcome:
+    """A job the controller no longer knows (it ended more than MinJobAge ago, or its state was lost);
+    ``unwatched``: it did so while no driver watched it (found by recovery)."""
+    if unwatched:
+        return Outcome(reason=f"lost: Slurm forgot job {job_id} while no driver watched it; "
+                              "how it ended is unknown, and it was not run again")
     return Outcome(reason=f"lost: Slurm forgot job {job_id}")
