@@ -72,6 +72,21 @@ def driver_argv() -> list[str]:
     return [sys.executable, "-m", "onite", "run", "-q"]
 
 
+def traced_driver(strace_pid: int) -> list[int]:
+    """The driver strace runs (a list of one once it runs): its child that runs Python, not a short-lived
+    child strace forks for itself at its start (to probe the kernel), which exits at once."""
+    found = []
+    for task in Path(f"/proc/{strace_pid}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:3] == [os.fsencode(sys.executable), b"-m", b"onite"]:
+                found.append(int(pid))
+    return found
+
+
 def driver_env(spool: Path) -> dict:
     return dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
 
@@ -762,8 +777,7 @@ def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, work
         os.close(fd)
     assert as_user(plant) == ("ok", None)
     wait_for((folder / "b").exists, what="the retry to get its name")
-    [driver] = [int(pid) for task in Path(f"/proc/{traced.pid}/task").iterdir()
-                for pid in (task / "children").read_text().split()]
+    [driver] = traced_driver(traced.pid)
     os.kill(driver, signal.SIGKILL)  # pending: the driver dies as soon as strace lets it go
     traced.kill()  # (strace would hear of the death only once its delay is over)
     traced.wait(timeout=30)
@@ -834,10 +848,7 @@ def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, 
     traced = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=chdir",
                                "-e", "inject=chdir:signal=KILL:when=2", *driver_argv()], env=driver_env(spool))
     try:  # strace waits for every process it traces: the driver's exit is what counts
-        wait_for(lambda: [pid for task in Path(f"/proc/{traced.pid}/task").iterdir()
-                          for pid in (task / "children").read_text().split()], what="the driver to start")
-        [driver] = [int(pid) for task in Path(f"/proc/{traced.pid}/task").iterdir()
-                    for pid in (task / "children").read_text().split()]
+        [driver] = wait_for(lambda: traced_driver(traced.pid), what="the driver to start")
         wait_for(lambda: not Path(f"/proc/{driver}").exists() or contain.is_zombie(driver), timeout=60,
                  what="the driver to exit")
     finally:
