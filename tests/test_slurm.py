@@ -452,6 +452,81 @@ def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_
     assert starts.read_text() == "x\n"
 
 
+def test_an_sbatch_that_outlived_its_driver_is_stopped_before_the_job_is_looked_for(slurm_spool, workdir):
+    """(a ninth look) A driver killed while sbatch ran (slow, or stopped by the job's owner): the next
+    driver found no job of the run in Slurm and ran it again, and the first sbatch, still alive,
+    submitted it too: it ran twice, once unrecorded. That sbatch is now killed before the search."""
+    tools, starts, pidfile = workdir / "tools", workdir / "starts", workdir / "sbatch.pid"
+    tools.mkdir()
+    (tools / "sbatch").write_text(f'#!/bin/sh\necho $$ > {pidfile}\nkill -STOP $$\nexec /usr/bin/sbatch "$@"\n')
+    (tools / "sbatch").chmod(0o755)
+    submit("inflight", f"echo $SLURM_JOB_ID >> {starts}\n")
+    env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}")
+    driver = start_driver(slurm_spool, env=env)
+    try:
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=30, what="sbatch to run")
+        sbatch_pid = int(pidfile.read_text())
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+        assert not runinfo(slurm_spool, "inflight").get("external_id")  # the driver never heard its id
+        assert finish(start_driver(slurm_spool), 60) == 0
+        gone = not Path(f"/proc/{sbatch_pid}").exists() or \
+            Path(f"/proc/{sbatch_pid}/stat").read_text().split(") ")[-1].startswith(("Z", "X"))
+    finally:
+        stop(driver)
+        subprocess.run(["pkill", "-CONT", "-F", str(pidfile)], capture_output=True)
+    assert gone, "the dead driver's sbatch is still there, and would submit the job again"
+    rec = result(slurm_spool, "inflight")
+    assert rec["state"] == "done"
+    assert starts.read_text().split() == [rec["external_id"]]
+
+
+@needs_root
+def test_a_slurm_job_its_owner_renamed_is_still_cancelled_and_time_limited(slurm_spool, workdir):
+    """(a ninth look) onite cancelled a job with `scancel --name=onite:NAME ID`, so an owner who renamed
+    their own job (`scontrol update`) had it outlive `onite cancel`, root's included, and its time
+    limit. It is now told by its id and its owner's uid, which the owner cannot change."""
+    marker = workdir / "started"
+    submit("renamed", f"touch {marker}; sleep 300\n", "--timeout", "4m", user="nobody", cwd=workdir)
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(marker.exists, timeout=30, what="the job to run in Slurm")
+        job_id = runinfo(slurm_spool, "renamed")["external_id"]
+        subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--init-groups", "scontrol", "update",
+                        f"jobid={job_id}", "name=mine-now"], check=True, capture_output=True, timeout=SQUEUE_TIMEOUT)
+        assert run_cli(["cancel", "renamed"]).code == 0
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+    assert slurm_state(job_id) == "CANCELLED"
+    rec = result(slurm_spool, "renamed")
+    assert (rec["state"], rec["reason"]) == ("cancelled", "cancelled by root"), rec
+
+
+@needs_root
+def test_recover_host_waits_until_a_renamed_slurm_job_is_over_before_running_it_again(slurm_spool, workdir):
+    """(a ninth look) recover --host cancelled by name, so a job its owner renamed kept running while
+    its rerun started beside it; and a job still in flight when kill_grace ran out was requeued all the
+    same. The cancel now goes by the owner's uid, and the claim is requeued only once Slurm says the
+    job is over (Slurm kills what ignores TERM after KillWait)."""
+    marker = workdir / "started"
+    configure(slurm_spool, kill_grace="1s")
+    submit("stubborn", f"trap '' TERM; touch {marker}; while :; do sleep 0.1; done\n", "-p", "3", user="nobody",
+           cwd=workdir)
+    kill_driver_when(slurm_spool, marker.exists, "the job to run in Slurm", "--host", "gone")
+    from onite.spool import runrecords
+
+    job_id = runrecords.read(slurm_spool / "running" / "gone" / "stubborn@run").info["external_id"]
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "name=renamed"], check=True, capture_output=True,
+                   timeout=SQUEUE_TIMEOUT)
+    r = run_cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0, r
+    assert slurm_state(job_id) in ("CANCELLED", "FAILED"), slurm_state(job_id)  # over before it is requeued
+    assert (slurm_spool / "jobs" / "P3" / "stubborn").exists()
+    [line] = [line for line in log_lines(slurm_spool) if " recovered stubborn " in line]
+    assert f"Slurm job {job_id} was cancelled" in line, line
+
+
 def recover_then_release(spool: Path, name: str, gate: Path, *, after: str | None = None) -> str:
     """A driver that recovers ``name`` (a job held by ``gate``), then lets it end; its ``recovered`` line
     (``after``: there was one before, saying that)."""

@@ -84,9 +84,13 @@ class Orphans:
         return bool(run_id) and pid in find_run_processes(str(self.d.spool.root), str(rec.get("name") or ""),
                                                            lambda found: found == run_id)
 
-    def stop_unmonitored(self, name: str, info: dict) -> str:
+    def stop_unmonitored(self, name: str, info: dict, *, owner: int | None = None) -> str:
         """Make sure a dead driver's job that had no monitor (an older onite's, a Slurm job) is not
-        still running before it is requeued."""
+        still running before it is requeued (``owner``: the claim's uid).
+
+        Raises:
+            Unavailable: a Slurm job that may still run (Slurm cannot be asked, or it outlived its cancel).
+        """
         d = self.d
         if not info:
             return self.stop_unrecorded(name)
@@ -96,7 +100,7 @@ class Orphans:
             # process ids mean nothing on another machine: the admin vouched that it is down
             # (a Slurm job, by contrast, can be checked and cancelled from any submit host)
             return f"it ran on {machine}, which cannot be checked from here"
-        return runner.recover(info, d.config.kill_grace.total_seconds())
+        return runner.recover(info, d.config.kill_grace.total_seconds(), owner=owner)
 
     def stop_unrecorded(self, name: str) -> str:
         """A claim with no run record: the dead driver never started it, or was killed between

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onite.drain.finish import queued_ns
+from onite.drain.outliving import OutlivingRuns
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
 from onite.core.job import Job
 from onite.core.names import is_valid_name
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from onite.drain.driver import Driver
 
 
-class Recovery:
+class Recovery(OutlivingRuns):
     """Recovers one host's claims for a driver that holds that host's lock."""
 
     def __init__(self, driver: Driver, *, may_reattach: bool = True) -> None:
@@ -345,65 +346,6 @@ class Recovery:
         if d.finisher.file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
             d.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
             d.notifier.notify(result, job, d.config)
-
-    def _unmonitored(self, name: str, path: Path, info: dict) -> None:
-        """A claim of a run with no monitor: an older onite's (killed, then requeued, as that onite did)
-        or a Slurm job (see _reattach). One its dead driver filed, or spooled the retry of, is not again."""
-        if self._already_filed(name, path, info):
-            return
-        if info.get("executor") == "slurm" and not (info.get("external_id") or info.get("slurm_job_id")):
-            try:
-                info = self._submitted_as(name, path, info)
-            except Unavailable as err:  # as at a re-attach: keep the claim rather than run the job twice
-                self.d.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
-                return
-        if not self._reattach(name, path, info):
-            self.requeue(name, path, info, self.d.orphans.stop_unmonitored(name, info), rerun=True)
-
-    def _submitted_as(self, name: str, path: Path, info: dict) -> dict:
-        """A Slurm run whose driver died as sbatch ran (its record has no job id): its job, if Slurm has
-        one for exactly this run (by the run's id), so that it is taken back, not run a second time.
-
-        Raises:
-            Unavailable: Slurm cannot be asked.
-        """
-        d = self.d
-        try:
-            owner = os.lstat(path).st_uid  # the claim's: only root renames into running/
-        except OSError:
-            return info
-        job_id = d.orphans.runner_of(info).job_of(info, str(d.spool.root), owner)
-        return {**info, "external_id": job_id, "slurm_job_id": job_id} if job_id else info
-
-    def _reattach(self, name: str, path: Path, info: dict) -> bool:
-        """Executors whose jobs outlive the driver (Slurm) take their runs back; one that ended while
-        no driver watched it is filed as Slurm tells it (or lost, if Slurm forgot it), never run again."""
-        d = self.d
-        if not info.get("external_id"):
-            return False
-        try:
-            run = self._run_of(name, path, info)
-        except (OSError, OniteError, BadFile):
-            return False
-        run.external_id = str(info["external_id"])
-        retry = self._retry_of(run)
-        if retry:
-            self._drop(name, path, run, queued=retry == "queued")
-            return True
-        try:
-            ended = d.orphans.runner_of(info).unwatched_end(run)
-        except Unavailable:
-            ended = None  # a driver that watches keeps it (below); recover --host cancels and requeues it
-        if ended is not None:
-            d.log.event("recovered", name, action="filed: it ended while no driver watched it",
-                        slurm=run.external_id)
-            d.finisher.record(run, ended, d.clock.now())
-            return True
-        if not self.may_reattach or not d.runner.reattach(run):
-            return False  # it may still run: recover --host cancels it, and it is run again
-        d.running[name] = run
-        d.log.event("recovered", name, action="re-attached", slurm=run.external_id)
-        return True
 
 
 def _stand_in(name: str, info: dict, submitted: datetime, host: str) -> Job:

@@ -394,7 +394,7 @@ class LocalRunner(Runner):
             return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
         return "no run record, and none of its processes was running"
 
-    def recover(self, info: dict, grace: float) -> str:
+    def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
         """A run of an older onite (a version-1 record: no monitor) left by a dead driver: make
         sure its processes are gone. Returns what was done."""
         pgid = info.get("pgid")

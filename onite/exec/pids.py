@@ -65,3 +65,23 @@ def parent_of(pid: int) -> int | None:
     """The parent of ``pid`` (None if it is gone)."""
     fields = stat_fields(pid)
     return int(fields[1]) if fields is not None else None
+
+
+def with_argument(argument: bytes, uid: int) -> list[tuple[int, int]]:
+    """The live processes of ``uid`` (their /proc folder's owner) that have ``argument`` as one of their
+    command-line words, each with its start time (``process_start_ticks``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                words = handle.read(1 << 20).split(b"\0")
+        except OSError:
+            continue
+        fields = stat_fields(int(entry))
+        if argument in words and fields is not None and fields[0] not in (b"Z", b"X"):
+            found.append((int(entry), int(fields[19])))
+    return found

@@ -133,8 +133,9 @@ class Runner(Protocol):
         """JSON-able facts recovery needs after a driver crash (added to the run record)."""
         return {}
 
-    def recover(self, info: dict, grace: float) -> str:
-        """Make sure a dead driver's run of an old-format record is gone; what was done."""
+    def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
+        """Make sure a dead driver's run of an old-format record is gone (``owner``: the claim's uid);
+        what was done."""
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """The same for a claim of ``spool`` with no run record, by the job's environment (``owner``: the

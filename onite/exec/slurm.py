@@ -245,7 +245,7 @@ class SlurmRunner(SlurmRecovery, Runner):
     def _cancel(self, run: Run) -> None:
         if run.external_id is None:
             return  # sbatch still runs: the cancel is sent once it has said the job's id (_submitted)
-        self._scancel(run.external_id, job_label(run.name))
+        self._scancel(run.external_id, self._job_uid(run.owner.uid))
         now = self.clock.monotonic()
         run.kill_at = now + RECANCEL
         # a cancelled job usually ends within milliseconds: look again soon, not a whole poll later
@@ -339,9 +339,10 @@ class SlurmRunner(SlurmRecovery, Runner):
         self._unreachable = False
         return answer
 
-    def _scancel(self, job_id: str, name: str | None) -> None:
-        # The name filter makes scancel skip a job that is not ours (ids restart if Slurm's state is wiped).
-        self._run_tool([self.scancel, "--quiet", *([f"--name={name}"] if name else []), job_id])
+    def _scancel(self, job_id: str, uid: int) -> None:
+        # The owner filter makes scancel skip a job that is not the run's (ids restart if Slurm's state
+        # is wiped); not the name, which the owner may change (scontrol update) to outlive a cancel.
+        self._run_tool([self.scancel, "--quiet", f"--user={uid}", job_id])
 
     def _run_tool(self, argv: list[str]) -> subprocess.CompletedProcess | None:
         try:
