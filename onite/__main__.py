@@ -35,6 +35,7 @@ def _main(args: list[str], as_program: bool) -> int:
     from onite.core.errors import EXIT_USAGE, OniteError
 
     try:
+        _check_time_zone()
         from onite.cli.fastcli import is_short, run
 
         code = run(args)  # submit, find, list --json and run without typer's start-up, when well-formed (onite.cli.fastcli)
@@ -56,6 +57,20 @@ def _main(args: list[str], as_program: bool) -> int:
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+
+
+def _check_time_zone() -> None:
+    """A TZ such as UTC+24 is valid to the C library, which puts local time 24 hours or more from UTC,
+    and then every local time onite reads fails in Python's datetime: one line, before anything."""
+    import time
+
+    if abs(time.localtime().tm_gmtoff) >= 86_400:
+        import os
+
+        from onite.core.errors import InvalidInput
+
+        raise InvalidInput(f"the time zone TZ={os.environ.get('TZ', '')!r} puts local time 24 hours or more from UTC, "
+                           "which onite cannot use", "set TZ to a zone such as UTC or Europe/Paris")
 
 
 def _reader_gone(err: OSError) -> int:

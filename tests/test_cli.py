@@ -347,3 +347,91 @@ def test_install_completion_for_a_named_shell(cli, world_tmp):
     assert f"source '{script}'" in (home / ".bashrc").read_text()
     r = cli(["--install-completion", "fish"], env=env)
     assert r.code == 0 and "complete --command onite" in (home / ".config" / "fish" / "completions" / "onite.fish").read_text()
+
+
+# ---- a ninth look: odd environments and odd paths (each crashed, misled, or did harm before) -------
+
+
+def _onite(spool, *args, env=None, cwd=None, stdin=b""):
+    return subprocess.run([sys.executable, "-m", "onite", *args], input=stdin, capture_output=True, timeout=60, cwd=cwd,
+                          env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), **(env or {})))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="replacing a device node needs root, as the harm did")
+def test_report_html_writes_to_a_device_or_pipe_and_never_replaces_it(spool, tmp_path):
+    """`onite report --html /dev/full` as root put a file where the device was (a temporary file renamed
+    over it); /dev/stdout and /dev/null would have gone the same way."""
+    device = tmp_path / "null"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    r = _onite(spool, "report", "--html", str(device))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+    r = _onite(spool, "report", "--html", "/dev/stdout", "--json")
+    assert r.returncode == 0 and r.stdout.startswith(b"<!doctype html>"), r
+    full = tmp_path / "full"
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    r = _onite(spool, "report", "--html", str(full))
+    assert r.returncode == 2 and r.stderr.decode().startswith(f"onite: cannot write {full}: No space left"), r
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
+
+
+def test_report_html_refuses_a_folder_and_a_link_to_a_file_and_replaces_a_file(spool, tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    link = tmp_path / "page.html"
+    link.symlink_to(target)  # as a user would plant it where root writes its page
+    r = _onite(spool, "report", "--html", str(link))
+    assert r.returncode == 2 and b"is a symbolic link to a file" in r.stderr, r
+    assert target.read_text() == "keep me\n" and link.is_symlink()
+    r = _onite(spool, "report", "--html", "", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.decode() == "onite: cannot write .: it is a folder — give the page a file name\n", r
+    page = tmp_path / "real.html"
+    page.write_text("old")
+    assert _onite(spool, "report", "--html", str(page)).returncode == 0
+    assert page.read_text().startswith("<!doctype html>") and stat.S_IMODE(page.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("tz", ["UTC+24", "UTC-25", "UTC+24:30"])
+def test_a_time_zone_a_day_or_more_from_utc_is_one_line_not_a_traceback(spool, tz):
+    for args in (["list"], ["status"], ["submit", "x"], ["run"]):
+        r = _onite(spool, *args, env={"TZ": tz}, stdin=b"true\n")
+        assert r.returncode == 2, (args, r)
+        assert r.stderr.decode().count("\n") == 1 and "puts local time 24 hours or more from UTC" in r.stderr.decode()
+
+
+def test_a_relative_spool_from_a_deleted_directory_is_one_line(spool, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for args, env in ((["list"], {"ONITE_SPOOL": "rel"}), (["--spool", "rel", "status"], {}), (["--spool", "rel", "init"], {})):
+        r = subprocess.run(f"cd {gone} && rmdir {gone} && exec {sys.executable} -m onite {' '.join(args)}", shell=True,
+                           capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO), **env))
+        assert r.returncode == 2 and b"is a relative path, and your current directory no longer exists" in r.stderr, r
+        assert r.stderr.count(b"\n") == 1, r
+        gone.mkdir()
+
+
+def test_a_spool_that_is_a_file_is_not_called_permission_denied(spool, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    r = _onite(spool, "--spool", str(afile), "list")
+    assert r.returncode != 0 and r.stderr.decode() == f"onite: {afile} is not a folder, so not a spool — give --spool the spool's folder\n"
+
+
+def test_a_bad_host_name_is_not_told_to_look_like_a_job_name(spool):
+    r = _onite(spool, "submit", "x", "--host", "bad host", stdin=b"true\n")
+    assert r.returncode == 2 and r.stderr.decode().endswith("— use e.g. node1 or build-02\n"), r
+
+
+@pytest.mark.parametrize("columns", ["0", "99999999999"])
+def test_a_terminal_of_zero_or_absurd_columns_still_gets_status_run_and_report(spool, columns):
+    """COLUMNS=0 made status and run print nothing at all (a failed job went unmentioned), and a huge
+    COLUMNS made report's timeline fill memory."""
+    from conftest import OnTerminal
+
+    assert _onite(spool, "submit", "fails", stdin=b"exit 3\n").returncode == 0
+    code, seen = OnTerminal(spool, ["run"], stdin=False, env={"COLUMNS": columns, "LINES": "24"}).finish(timeout=120)
+    assert code == 0 and b"fails" in seen and b"exit 3" in seen, seen
+    code, seen = OnTerminal(spool, ["status"], stdin=False, env={"COLUMNS": columns, "LINES": "24"}).finish()
+    assert code == 0 and b"driver" in seen, seen
+    code, seen = OnTerminal(spool, ["report"], stdin=False, env={"COLUMNS": columns, "LINES": "24"}).finish(timeout=120)
+    assert code == 0 and b"fails" in seen and len(seen) < 200_000, (code, seen[:500])

@@ -151,7 +151,9 @@ def open_spool(spool: str | None):
 def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    from onite.cli.shared import within_bounds
+
+    return within_bounds(Console(stderr=stderr, highlight=False, soft_wrap=False))
 
 
 NARROW = 40  # columns below which a table cannot show a name: the plain layout, which the terminal folds

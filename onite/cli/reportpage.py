@@ -209,15 +209,54 @@ def to_html(data) -> str:
 
 
 def write_html(path: Path, data) -> None:
-    """Write the page to ``path`` all or nothing: a temporary file beside it, renamed over it.
+    """Write the page to ``path``: a file is replaced all or nothing (a temporary file beside it,
+    renamed over it); a device, a pipe or a link to one (/dev/stdout) is written to, never replaced.
 
     Raises:
-        InvalidInput: ``path`` cannot be written.
+        InvalidInput: ``path`` cannot be written, or is a folder or a link to a file.
     """
-    import tempfile
+    import stat
 
     text = to_html(data).encode("utf-8")
     path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise InvalidInput(f"cannot write {path}: it is a folder", "give the page a file name")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        _write_through(path, text)
+    else:
+        _replace(path, text)
+
+
+def _write_through(path: Path, text: bytes) -> None:
+    """Write to a device, a pipe, or what a link names, as long as that is not a file: a link planted
+    where root writes its page (in /tmp) must not make it overwrite the file it names."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)  # no O_CREAT, no O_TRUNC: nothing changes yet
+    except OSError as err:
+        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInput(f"{path} is a symbolic link to a file", "give the file's own path")
+        view = memoryview(text)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as err:
+        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
+    finally:
+        os.close(fd)
+
+
+def _replace(path: Path, text: bytes) -> None:
+    import tempfile
+
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

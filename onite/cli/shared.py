@@ -91,7 +91,7 @@ def run_driver(spool: str | None, *, detach: bool = False, slots: int | None = N
 
     from onite.cli.progress import DrainView
 
-    view = DrainView(Console(stderr=True, highlight=False))
+    view = DrainView(within_bounds(Console(stderr=True, highlight=False)))
     with view:
         try:
             return run.drive(target, until_time, listener=view.listener, tick=view.tick, **options)
@@ -215,3 +215,16 @@ def say(line: str) -> None:
         print(printable(line), file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
+
+
+MAX_WIDTH = 1000  # columns: COLUMNS may say anything, and a report's timeline is as wide as the terminal
+
+
+def within_bounds(out):
+    """``out`` (a rich Console) with a width it can print in: COLUMNS=0 printed nothing at all, and
+    COLUMNS=99999999999 filled memory."""
+    if out.width < 1:
+        out.width = 80
+    elif out.width > MAX_WIDTH:
+        out.width = MAX_WIDTH
+    return out

@@ -81,7 +81,8 @@ def check_name(name: str, *, what: str = "job name") -> str:
         why = "it must start with a letter or a digit"
     else:
         why = "it may hold only letters, digits, '.', '_' and '-'"
-    raise InvalidInput(f"invalid {what} {shown!r}: {why}", "use e.g. nightly-report or backup.2026-11-22")
+    example = "node1 or build-02" if what == "host name" else "nightly-report or backup.2026-11-22"
+    raise InvalidInput(f"invalid {what} {shown!r}: {why}", f"use e.g. {example}")
 
 
 SUFFIX_LEN = 7  # "-" and six characters

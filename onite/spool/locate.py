@@ -109,6 +109,21 @@ def is_initialised_system_spool(path: Path) -> bool:
         return False
 
 
+def _absolute(path: str, given: str) -> Path:
+    """``path`` made absolute; a relative one needs the current directory, which may be gone.
+
+    Raises:
+        InvalidInput: it is relative and the current directory no longer exists.
+    """
+    try:
+        return Path(path).absolute()
+    except FileNotFoundError:
+        from onite.core.errors import InvalidInput
+
+        raise InvalidInput(f"{given} {path!r} is a relative path, and your current directory no longer exists",
+                           "cd to a folder that exists, or give the spool's full path") from None
+
+
 def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
     """--spool, then ONITE_SPOOL, then the system spool for root and, once root has initialised it,
     for everyone; a user gets a personal spool ($XDG_STATE_HOME/onite) only where there is none.
@@ -117,9 +132,9 @@ def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", e
         ConfigError: /etc/onite.toml is bad (system_spool).
     """
     if explicit:
-        return Location(Path(explicit).absolute(), Source.OPTION, "given with --spool")
+        return Location(_absolute(explicit, "--spool"), Source.OPTION, "given with --spool")
     if environ.get("ONITE_SPOOL"):
-        return Location(Path(environ["ONITE_SPOOL"]).absolute(), Source.ENVIRONMENT, "from $ONITE_SPOOL")
+        return Location(_absolute(environ["ONITE_SPOOL"], "$ONITE_SPOOL"), Source.ENVIRONMENT, "from $ONITE_SPOOL")
     system, origin = system_spool(environ)
     where = "" if origin == "default" else f"; {origin}"
     if euid == 0:

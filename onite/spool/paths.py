@@ -165,6 +165,8 @@ class SpoolDir:
         """
         if not self.root.exists():
             raise SpoolError(f"no spool at {self.root}", "create it with: onite init")
+        if not self.root.is_dir():
+            raise SpoolError(f"{self.root} is not a folder, so not a spool", "give --spool the spool's folder")
         if not os.access(self.root, os.X_OK):
             raise SpoolError(f"cannot enter the spool {self.root}: permission denied", "ask its administrator, or use --spool")
         if not self.jobs_dir.is_dir():
