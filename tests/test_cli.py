@@ -435,3 +435,11 @@ def test_a_terminal_of_zero_or_absurd_columns_still_gets_status_run_and_report(s
     assert code == 0 and b"driver" in seen, seen
     code, seen = OnTerminal(spool, ["report"], stdin=False, env={"COLUMNS": columns, "LINES": "24"}).finish(timeout=120)
     assert code == 0 and b"fails" in seen and len(seen) < 200_000, (code, seen[:500])
+
+
+def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
+    """A name or time holding a byte that is not UTF-8 was shown as Python's 'job\\udcff'."""
+    r = _onite(spool, "submit", os.fsdecode(b"job\xff"), stdin=b"true\n")
+    assert r.returncode == 2 and r.stderr.decode().startswith("onite: invalid job name 'job\\xff':"), r
+    r = _onite(spool, "submit", "ok", "--at", os.fsdecode(b"\xfe"), stdin=b"true\n")
+    assert r.returncode == 2 and r.stderr.decode().startswith("onite: bad time '\\xfe'"), r

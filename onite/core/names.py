@@ -82,7 +82,9 @@ def check_name(name: str, *, what: str = "job name") -> str:
     else:
         why = "it may hold only letters, digits, '.', '_' and '-'"
     example = "node1 or build-02" if what == "host name" else "nightly-report or backup.2026-11-22"
-    raise InvalidInput(f"invalid {what} {shown!r}: {why}", f"use e.g. {example}")
+    from onite.core.safetext import printable  # the bytes as typed ('a\xff'), not Python's 'a\udcff'
+
+    raise InvalidInput(f"invalid {what} '{printable(shown)}': {why}", f"use e.g. {example}")
 
 
 SUFFIX_LEN = 7  # "-" and six characters

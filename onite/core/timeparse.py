@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, time, timedelta, timezone
 
 from onite.core.errors import InvalidInput
+from onite.core.safetext import printable
 
 MAX_DURATION = timedelta(days=366)  # the longest duration onite takes: timeouts, delays, intervals
 EARLIEST = datetime(1900, 1, 1, tzinfo=timezone.utc)  # the earliest time onite takes
@@ -148,7 +149,7 @@ def parse_when(text: str, now: datetime) -> datetime:
         parsed = datetime.fromisoformat(raw)
     except ValueError:
         raise InvalidInput(
-            f"bad time {text!r}",
+            f"bad time '{printable(text)}'",
             "write now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
         ) from None
     if parsed.tzinfo:
