@@ -443,3 +443,25 @@ def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
     assert r.returncode == 2 and r.stderr.decode().startswith("onite: invalid job name 'job\\xff':"), r
     r = _onite(spool, "submit", "ok", "--at", os.fsdecode(b"\xfe"), stdin=b"true\n")
     assert r.returncode == 2 and r.stderr.decode().startswith("onite: bad time '\\xfe'"), r
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody, who plants the link and the pipe")
+def test_report_html_is_not_written_through_another_users_link_or_pipe_nor_to_a_disk(spool, tmp_path):
+    """(review) Written through, a link nobody plants where root writes its page could name a disk, and
+    a pipe no one reads would keep root's report waiting for ever."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    disk = tmp_path / "disk"
+    os.mknod(disk, 0o600 | stat.S_IFBLK, os.makedev(7, 250))  # a loop device number: nothing is opened
+    link, pipe = tmp_path / "page.html", tmp_path / "pipe.html"
+    link.symlink_to(disk)
+    os.lchown(link, nobody, -1)
+    os.mkfifo(pipe)
+    os.chown(pipe, nobody, -1)
+    for planted in (link, pipe):
+        r = _onite(spool, "report", "--html", str(planted))
+        assert r.returncode == 2 and r.stderr.decode() == \
+            f"onite: cannot write {planted}: it is another user's — write the page somewhere else\n", r
+    r = _onite(spool, "report", "--html", str(disk))
+    assert r.returncode == 2 and b"it is a disk" in r.stderr, r

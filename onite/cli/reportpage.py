@@ -227,15 +227,20 @@ def write_html(path: Path, data) -> None:
         raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise InvalidInput(f"cannot write {path}: it is a folder", "give the page a file name")
+    if st is not None and stat.S_ISBLK(st.st_mode):
+        raise InvalidInput(f"cannot write {path}: it is a disk", "give the page a file name")
     if st is not None and not stat.S_ISREG(st.st_mode):
+        if st.st_uid not in (0, os.geteuid()):  # planted where root writes its page (in /tmp): a link to a
+            # disk, or a pipe no one reads (root's report would wait for ever)
+            raise InvalidInput(f"cannot write {path}: it is another user's", "write the page somewhere else")
         _write_through(path, text)
     else:
         _replace(path, text)
 
 
 def _write_through(path: Path, text: bytes) -> None:
-    """Write to a device, a pipe, or what a link names, as long as that is not a file: a link planted
-    where root writes its page (in /tmp) must not make it overwrite the file it names."""
+    """Write to a character device, a pipe, or what a link names if it is one of those: never through a
+    link to a file or a disk (a file is replaced, never written through)."""
     import stat
 
     try:
@@ -243,8 +248,11 @@ def _write_through(path: Path, text: bytes) -> None:
     except OSError as err:
         raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
             raise InvalidInput(f"{path} is a symbolic link to a file", "give the file's own path")
+        if stat.S_ISBLK(mode):
+            raise InvalidInput(f"cannot write {path}: it is a disk", "give the page a file name")
         view = memoryview(text)
         while view:
             view = view[os.write(fd, view):]
