@@ -37,18 +37,19 @@ class OutlivingRuns:
         or a Slurm job (``_take_back``). One its dead driver filed, or spooled the retry of, is not again."""
         if self._already_filed(name, path, info):
             return
+        owner = _owner(path)
         try:
             if info.get("executor") == "slurm" and not (info.get("external_id") or info.get("slurm_job_id")):
-                info = self._submitted_as(name, path, info)
+                info = self._submitted_as(info, owner)
             if self._take_back(name, path, info):
                 return
-            what = self.d.orphans.stop_unmonitored(name, info, owner=_owner(path))
+            what = self.d.orphans.stop_unmonitored(name, info, owner=owner)
         except Unavailable as err:  # keep the claim rather than run the job twice
             self.d.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
             return
         self.requeue(name, path, info, what, rerun=True)
 
-    def _submitted_as(self, name: str, path: Path, info: dict) -> dict:
+    def _submitted_as(self, info: dict, owner: int | None) -> dict:
         """A Slurm run whose driver died as sbatch ran (its record has no job id): its job, if Slurm has
         one for exactly this run (by the run's id), so that it is taken back, not run a second time.
 
@@ -56,7 +57,6 @@ class OutlivingRuns:
             Unavailable: Slurm cannot be asked, or that sbatch is still there and cannot be stopped.
         """
         d = self.d
-        owner = _owner(path)
         if owner is None:
             return info
         job_id = d.orphans.runner_of(info).job_of(info, str(d.spool.root), owner)
