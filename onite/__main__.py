@@ -124,7 +124,7 @@ def _dispatch(args: list[str]) -> int:
         sys.stdout.write(err.ctx.get_help() + "\n")
         return 0
     except typer.TyperException as err:  # usage errors from the parser
-        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        message = _usage_message(err)
         sub, group = [], command  # the (sub)command the mistake is in: its --help explains it
         for arg in args:
             if arg in getattr(group, "commands", {}):
@@ -134,6 +134,27 @@ def _dispatch(args: list[str]) -> int:
         _say(f"onite: {message} — see: onite {sub + ' ' if sub else ''}--help")
         return getattr(err, "exit_code", 2)
     return result if isinstance(result, int) else 0
+
+
+# typer checks an option's type with pydantic, whose words name neither the value nor what it should be
+_TYPE_ERRORS = {"int_parsing": "is not a whole number", "string_unicode": "is not text (its bytes are not UTF-8)"}
+
+
+def _usage_message(err) -> str:
+    """The parser's message for a usage mistake, in words that quote what was typed."""
+    message = err.format_message() if hasattr(err, "format_message") else str(err)
+    errors = getattr(err.__cause__, "errors", None)
+    opts = getattr(getattr(err, "param", None), "opts", None)
+    if not callable(errors) or not opts:
+        return message
+    try:
+        first = errors(include_url=False)[0]
+    except (IndexError, TypeError, ValueError):
+        return message
+    said = _TYPE_ERRORS.get(first.get("type"))
+    if said is None:
+        return message
+    return f"{' / '.join(opts)}: '{first.get('input')}' {said}"  # _say shows bytes that are not UTF-8 as typed
 
 
 def _defer_import(name: str) -> None:

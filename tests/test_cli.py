@@ -445,6 +445,18 @@ def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
     assert r.returncode == 2 and r.stderr.decode().startswith("onite: bad time '\\xfe'"), r
 
 
+
+def test_a_number_option_given_something_else_says_what_was_typed(spool):
+    """typer checks an option's type with pydantic, which said 'Input should be a valid integer, unable
+    to parse string as an integer' (or 'as a unicode string' for bytes that are not UTF-8), quoting nothing."""
+    r = _onite(spool, "submit", "ok", "-p", "1.5", stdin=b"true\n")
+    assert r.returncode == 2 and r.stderr.decode() == (
+        "onite: -p / --priority: '1.5' is not a whole number — see: onite submit --help\n"), r
+    r = _onite(spool, "log", "-n", os.fsdecode(b"\xff"))
+    assert r.returncode == 2 and r.stderr.decode().startswith(
+        "onite: -n / --lines: '\\xff' is not text (its bytes are not UTF-8)"), r
+    assert not any(spool.joinpath("jobs").rglob("ok*"))
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody, who plants the link and the pipe")
 def test_report_html_is_not_written_through_another_users_link_or_pipe_nor_to_a_disk(spool, tmp_path):
     """(review) Written through, a link nobody plants where root writes its page could name a disk, and
