@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,26 @@ def cluster_cpus() -> int:
     return int(out.split()[0])
 
 
+def _jobs_in_flight() -> str:
+    """squeue's lines for every job on the test cluster not yet over (pending, running, completing...)."""
+    return subprocess.run(["squeue", "-h", "-t", "PD,R,CG,S,CF,RQ,RS,RH,SE,ST,SO", "-o", "%i %u %T %j"],
+                          capture_output=True, text=True, timeout=SQUEUE_TIMEOUT).stdout.strip()
+
+
+def _wait_for_an_idle_cluster(why: str) -> None:
+    """Tests that fill the node (--exclusive) need it free: a job still completing from the test before
+    must not make them time out."""
+    deadline = time.monotonic() + 120
+    while (left := _jobs_in_flight()) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert not left, f"the test cluster is not idle {why}; still in flight: {left!r}"
+
+
 @pytest.fixture
 def slurm_spool(spool, cluster_cpus):
-    """A spool whose driver hands its jobs to Slurm; any Slurm job a test leaves is cancelled afterwards."""
+    """A spool whose driver hands its jobs to Slurm; any Slurm job a test leaves is cancelled afterwards,
+    and the next test starts on an idle cluster."""
+    _wait_for_an_idle_cluster("before the test")
     configure(spool)
     yield spool
     from onite.spool import runrecords
@@ -79,6 +97,7 @@ def slurm_spool(spool, cluster_cpus):
             ids.add(data["external_id"])
     if ids:
         subprocess.run(["scancel", "--quiet", *sorted(ids)], capture_output=True)
+    _wait_for_an_idle_cluster("after the test, its jobs cancelled")
 
 
 def configure(spool: Path, *, slurm: dict | None = None, **top) -> None:
