@@ -389,6 +389,10 @@ def test_report_html_refuses_a_folder_and_a_link_to_a_file_and_replaces_a_file(s
     page.write_text("old")
     assert _onite(spool, "report", "--html", str(page)).returncode == 0
     assert page.read_text().startswith("<!doctype html>") and stat.S_IMODE(page.stat().st_mode) == 0o644
+    # a file in a folder that takes no new file (/proc): the folder is named, not "/proc/version: no such file"
+    r = _onite(spool, "report", "--html", "/proc/version")
+    assert r.returncode == 2 and r.stderr.decode().startswith(
+        "onite: cannot write /proc/version: no new file can be made in /proc ("), r
 
 
 @pytest.mark.parametrize("tz", ["UTC+24", "UTC-25", "UTC+24:30"])

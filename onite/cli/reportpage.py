@@ -266,8 +266,12 @@ def _replace(path: Path, text: bytes) -> None:
     import tempfile
 
     tmp = None
-    try:
+    try:  # the page is made beside its name: what fails first is its folder's, and the message says so
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise InvalidInput(f"cannot write {path}: no new file can be made in {path.parent} "
+                           f"({err.strerror or err})", "choose a path in a folder you may write") from None
+    try:
         with os.fdopen(fd, "wb") as out:
             out.write(text)
             os.fchmod(out.fileno(), 0o644)  # a page to be served or shared, not a secret
