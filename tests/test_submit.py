@@ -78,7 +78,7 @@ def test_hostile_names_write_nothing(spool, cli, name):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-p", "0"], "invalid priority 0"), (["-p", "8"], "invalid priority 8"), (["-p", "x"], "Invalid value for '-p'"),
+    (["-p", "0"], "invalid priority 0"), (["-p", "8"], "invalid priority 8"), (["-p", "x"], "'x' is not a"),
     (["--timeout", "soon"], "bad timeout"), (["--at", "whenever"], "bad time"), (["--retries", "-1"], ""),
     (["--after", "nosuchjob"], "no job 'nosuchjob' is queued, running or finished"), (["--bogus"], "No such option"),
 ])

@@ -283,3 +283,23 @@ def test_any_user_may_wait_for_anyone_s_job(spool, workdir):
     assert drain(spool).returncode == 0
     r = run_cli(["wait", "roots", "nobodys"], user="nobody", cwd=workdir)
     assert (r.code, r.out.splitlines()) == (5, ["roots: done", "nobodys: failed (exit 1)"]), r
+
+
+@needs_root
+def test_user_colon_name_waits_for_that_user_s_job_of_the_name(spool, workdir):
+    """``onite wait nobody:build`` follows nobody's ``build``; ``root:build`` is no job of root's."""
+    submit("build", "exit 3\n", user="nobody", cwd=workdir)
+    assert drain(spool).returncode == 0
+    r = run_cli(["wait", "nobody:build"])
+    assert (r.code, r.out.splitlines()) == (5, ["nobody:build: failed (exit 3)"]), r
+    r = run_cli(["wait", "build"])
+    assert (r.code, r.out.splitlines()) == (5, ["build: failed (exit 3)"]), r
+    r = run_cli(["wait", "root:build"], user="nobody", cwd=workdir)
+    assert r.code == 1 and "root:build" in r.err, r
+
+
+def test_user_colon_name_errors(spool):
+    r = run_cli(["wait", "no-such-user-x:build"])
+    assert r.code == 1 and "no user 'no-such-user-x'" in r.err and r.err.count("\n") == 1, r
+    r = run_cli(["wait", "bad user:build"])
+    assert r.code == 2 and "invalid user name" in r.err, r

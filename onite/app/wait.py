@@ -33,6 +33,7 @@ and the sleep passed in.
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -47,7 +48,7 @@ from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import running_views
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.drain.heartbeat import Role, live_beats
-from onite.core.names import check_name
+from onite.core.names import check_dependency
 from onite.core.state import Result
 from onite.core.clock import SYSTEM, Clock
 
@@ -153,7 +154,9 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
         owner = seen.owner if seen.owner is not None else watch.owner
         return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live, owner=owner), PENDING
     candidates: list[tuple[datetime, Final]] = []
-    if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
+    # once whose job it is is known, another user's namesake's record is not how it ended
+    if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale) \
+            and watch.owner in (None, seen.result.uid):
         view = result_view(seen.result)
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
     # cancel/ is anyone's to write: a withdrawal counts only as the job's owner's (the one seen live,
@@ -210,19 +213,37 @@ class JobsWaited:
                 for n in self.names]
 
 
+def target(arg: str) -> Watch:
+    """``NAME`` (the caller's job of that name, else whoever's has it) or ``USER:NAME`` (USER's) to watch.
+
+    Raises:
+        InvalidInput: a bad name.
+        NotFound: there is no such user.
+    """
+    user, name = check_dependency(arg, option="onite wait")
+    if user is None:
+        return Watch(name)
+    try:
+        return Watch(name, owner=pwd.getpwnam(user).pw_uid)
+    except KeyError:
+        raise NotFound(f"no user {user!r} (onite wait {arg})", "see onite list --all") from None
+
+
 def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:
-    """The first look at each name (two for one found nowhere).
+    """The first look at each name (two for one found nowhere), keyed as given.
 
     Raises:
         InvalidInput: a bad name.
         NotFound: names that were never queued, running or finished (all of them, in one message).
     """
-    names = list(dict.fromkeys(check_name(n) for n in names))
-    watches, unknown = {}, []
+    names = list(dict.fromkeys(names))
+    watches, unknown = {n: target(n) for n in names}, []
     for name in names:
-        watch = Watch(name)
+        watch = watches[name]
         for _ in range(2):  # a job requeued between two lstats is nowhere for a moment
-            seen = look(spool, name, with_result=True, caller=caller)
+            seen = look(spool, watch.name, with_result=True, owner=watch.owner, caller=caller)
+            if seen.result is not None and watch.owner not in (None, seen.result.uid):
+                seen = replace(seen, result=None)  # USER:NAME: another user's record of the name
             if seen.live or seen.result is not None or seen.withdrawn is not None:
                 break
         if not (seen.live or seen.result is not None or seen.withdrawn is not None):
@@ -257,10 +278,10 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             if name in finals:
                 continue
             watch = watches[name]
-            watches[name], final = judge(watch, look(spool, name, with_result=not watch.seen_live, owner=watch.owner,
-                                                     caller=caller))
+            watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live,
+                                                     owner=watch.owner, caller=caller))
             if final is not PENDING:
-                finals[name] = final
+                finals[name] = replace(final, name=name)  # said as it was asked for (daemon:build)
         if len(finals) == len(order):
             return JobsWaited(order, finals, {})
         if deadline is not None and clock.monotonic() >= deadline:

@@ -87,6 +87,22 @@ def check_name(name: str, *, what: str = "job name") -> str:
     raise InvalidInput(f"invalid {what} '{printable(shown)}': {why}", f"use e.g. {example}")
 
 
+def check_dependency(dep: str, *, option: str = "--after") -> tuple[str | None, str]:
+    """``NAME`` or ``USER:NAME`` (given to ``option``) as (user or None, name).
+
+    Raises:
+        InvalidInput: with what is wrong with it.
+    """
+    user, name = split_dependency(dep)
+    check_name(name, what="dependency name" if option == "--after" else "job name")
+    if user is not None and USER_PATTERN.fullmatch(user) is None:
+        from onite.core.safetext import printable
+
+        raise InvalidInput(f"invalid user name '{printable(user[:40])}' in {option} '{printable(dep[:80])}'",
+                           "write NAME for a job of yours, USER:NAME for another user's")
+    return user, name
+
+
 SUFFIX_LEN = 7  # "-" and six characters
 
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
-from onite.core.names import check_name, is_valid_dependency, is_valid_name, split_dependency
+from onite.core.names import check_dependency, check_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,12 +102,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
         raise InvalidInput(f"the job waits for {len(set(request.after))} jobs (--after)",
                            f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
     for dep in request.after:
-        if not is_valid_dependency(dep):
-            user, name = split_dependency(dep)
-            if not is_valid_name(name):
-                check_name(name, what="dependency name")  # says what is wrong with it
-            raise InvalidInput(f"invalid user name {user[:40]!r} in --after {dep[:80]!r}",
-                               "write NAME for a job of yours, USER:NAME for another user's")
+        check_dependency(dep)
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
