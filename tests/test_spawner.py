@@ -48,7 +48,7 @@ def test_a_jobs_monitor_is_forked_by_the_spawner_not_by_the_driver(spool, workdi
     try:
         spawner = parent_of(monitor_pid(spool, "spawned"))
         assert spawner != driver.pid and parent_of(spawner) == driver.pid
-        assert b"onite.exec.spawner" in Path(f"/proc/{spawner}/cmdline").read_bytes()
+        assert b"onite.exec.spawnserver" in Path(f"/proc/{spawner}/cmdline").read_bytes()
         # it keeps no monitor's socket: it gives the driver its end of each (the driver talks to them),
         # at once after the fork; then it holds only its own, to the driver
         def sockets() -> int:

@@ -98,6 +98,9 @@ class CancelInbox:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""
         d = self.d
         name, own_only = request.name, d.config.own_only
+        if name in d.finisher.exited:  # it has ended (it is being filed): there is nothing left to stop
+            remove_file(request.path)
+            return
         run = d.running.get(name)
         if run is not None:
             if may_touch(request.uid, run.owner.uid, own_only):

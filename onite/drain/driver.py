@@ -276,7 +276,7 @@ class Driver:
             self.cancels.process()
             self._start_more()
             if self.running and len(self.running) >= self.slots:
-                self.picker.read_ahead()
+                self.starter.read_ahead()
             if not self.running and not self.runner.busy():
                 if self.stopping or self.hard_stop or self.window_closed:
                     return

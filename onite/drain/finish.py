@@ -76,6 +76,7 @@ class Finisher:
         self.d = driver
         self.cannot_record: str | None = None  # why nothing more may start: its records cannot be written
         self._since_prune = 0
+        self.exited: set[str] = set()  # runs whose job ended (their slot is free) that are not filed yet
 
     # ---- runs that ended -------------------------------------------------------------
 
@@ -84,17 +85,21 @@ class Finisher:
         ``start_next``: called once the ended runs have left their slots and before they are
         filed, so that the next jobs run while these are filed (the cores are used)."""
         d = self.d
-        finished = d.runner.reap()
+        finished, exited = d.runner.reap(), d.runner.exited()  # exited: ended, not yet said how; their slots are free
         d.runner.started()  # each run it names is marked announced
         d.starter.log_starts(until=None)
+        for run in exited:
+            d.running.pop(run.name, None)
+            self.exited.add(run.name)
         for run, _ in finished:
             d.running.pop(run.name, None)
-        if finished and start_next is not None:
-            d.picker.unfiled = {run.name for run, _ in finished}  # a job that needs one of them waits
+            self.exited.discard(run.name)
+        if (finished or exited) and start_next is not None:
+            d.picker.unfiled = self.exited | {run.name for run, _ in finished}  # a job that needs one of them waits
             try:
                 start_next()
             finally:
-                d.picker.unfiled = set()
+                d.picker.unfiled = set(self.exited)
         for run, outcome in finished:
             d.starter.log_starts(until=run)
             if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
@@ -398,7 +403,7 @@ class Finisher:
         d = self.d
         self._since_prune = 0
         try:
-            removed = prune(d.spool, d.config.keep, protect=set(d.running), strays=strays)
+            removed = prune(d.spool, d.config.keep, protect=set(d.running) | self.exited, strays=strays)
         except OniteError as err:
             d.log.event("error", error=str(err), note="retention")
             return

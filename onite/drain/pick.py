@@ -250,19 +250,18 @@ class Picker:
         self.meta.pop(cand.name, None)
         self.parsed.pop(cand.name, None)
 
-    def read_ahead(self) -> None:
-        """While every slot is busy, read the job file that will most likely be picked next.
-
-        Its parse is kept as ``inspect`` keeps every parse (by inode, ctime and
-        size), so the pick that follows the next job's end does not wait for
-        the read; the pick still checks everything as usual.
-        """
+    def read_ahead(self) -> Candidate | None:
+        """While every slot is busy, read the job file that will most likely be picked next; its
+        candidate (None: none is queued). Its parse is kept as ``inspect`` keeps every parse (by inode,
+        ctime and size): the pick after the next job's end does not wait for the read, and still
+        checks everything as usual."""
         for cand in self.d.index.candidates():
             if cand.name not in self.d.running:
                 if cand.name not in self.parsed:
                     self.meta.pop(cand.name, None)  # a verdict kept without its job: read the job again
                     self.inspect(cand)
-                return
+                return cand
+        return None
 
     def inspect(self, cand: Candidate) -> Inspection:
         """Look at a queued file: may it run, and what does eligibility need of it?"""

@@ -30,10 +30,12 @@ from onite.core.job import Job
 from onite.core.resources import Need
 from onite.core.names import make_run_id
 from onite.core.state import JobState, Outcome
+from onite.drain.pick import Look
 from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
 from onite.spool import runrecords
 from onite.spool.files import change_state, remove_file
 from onite.spool.filecheck import BadFile
+from onite.spool.holds import is_held
 from onite.spool.index import Candidate
 
 if TYPE_CHECKING:
@@ -51,6 +53,8 @@ class Starter:
         self._paused_until: float | None = None  # on the driver's monotonic clock: start nothing before
         self._pause = 0.0
         self._unlogged: list[Run] = []  # runs started here, in claim order, whose start is not logged yet
+        self._staged: tuple[str, str] | None = None  # (name, run id) of the run the executor made ready ahead
+        self._declined: Candidate | None = None  # the last job looked at for that and not made ready
 
     @property
     def paused(self) -> bool:
@@ -68,16 +72,83 @@ class Starter:
         self._paused_until = None
         return True
 
+    def read_ahead(self) -> None:
+        """Every slot is busy: read the job most likely to start next (onite.drain.pick.Picker.read_ahead)
+        and, if it may start as soon as a slot is free, have the executor make its start ready ahead
+        (Runner.prepare: nothing of it changes on disk; the pick and the claim still decide)."""
+        d = self.d
+        cand = d.picker.read_ahead()
+        if cand is None or (self._staged is not None and self._staged[0] == cand.name) or cand == self._declined:
+            return
+        if not all(run.announced for run in d.running.values()):
+            return  # not while a job starts: made ready then, it would take the cores from that start
+        self._declined = cand  # until it is made ready: one look per version of its file, not one per wake
+        seen = d.picker.inspect(cand)
+        parsed = d.picker.parsed.get(cand.name)
+        if parsed is None or seen.look is not Look.OK or not self._may_stage(cand, seen):
+            return
+        try:
+            owner = d.picker.resolve(seen.st.st_uid)
+        except OniteError:
+            return
+        if self._staged is not None:
+            d.runner.discard()
+            self._staged = None
+        now = d.clock.now()
+        run = Run(name=cand.name, job=parsed[1], owner=owner, rank=cand.rank,
+                  run_id=make_run_id(now, d.host, d.pid, self._seq + 1), started=now,
+                  started_mono=d.clock.monotonic(), spool=str(d.spool.root))
+        run.need = d.packer.need_of(seen.meta.mem, seen.meta.cpus)
+        if d.runner.prepare(run):
+            self._seq += 1
+            self._staged, self._declined = (cand.name, run.run_id), None
+
+    def _may_stage(self, cand: Candidate, seen) -> bool:
+        """May the job of ``cand`` (``seen``: its look) start as soon as a slot is free, as far as a cheap
+        look tells? (A job that waits for another, a time, a hold or a host, or a driver that starts
+        nothing more, is not made ready ahead.)"""
+        d, meta = self.d, seen.meta
+        if d.stopping or d.hard_stop or d.window_closed or d.only_timed or d.finisher.cannot_record or self.paused:
+            return False
+        if meta.after or (meta.pin and meta.pin != d.host) or meta.retrying:
+            return False
+        if meta.not_before is not None and meta.not_before > d.clock.now():
+            return False
+        return not (is_held(seen.st.st_mode) or d.index.holds.held(cand.name, seen.st.st_uid))
+
+    def _take_staged(self, name: str) -> str | None:
+        """The id of the run made ready ahead for ``name``'s job, if one was (what was made ready for
+        another job is dropped)."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return None
+        if staged[0] == name:
+            return staged[1]
+        self.d.runner.discard()
+        return None
+
+    def _new_run_id(self, now: datetime) -> str:
+        self._seq += 1
+        return make_run_id(now, self.d.host, self.d.pid, self._seq)
+
     def start(self, cand: Candidate, st_seen: os.stat_result, need: Need, timeout: timedelta | None) -> None:
         """Claim ``cand`` (judged by ``st_seen``, admitted asking ``need`` with time limit ``timeout``: a
         pick, onite.drain.pick.Picked) and start it; a failure is filed, refused or put back."""
+        staged = self._take_staged(cand.name)
+        if not self._claim_and_start(cand, st_seen, need, timeout, staged) and staged is not None:
+            self.d.runner.discard()  # the executor was not asked to start it: what it made ready goes
+
+    def _claim_and_start(self, cand: Candidate, st_seen: os.stat_result, need: Need, timeout: timedelta | None,
+                         run_id: str | None) -> bool:
+        """``start``; ``run_id``: the id of the run made ready ahead for it (None: a new one). False if the
+        executor was not asked to start it (the claim failed, or the claimed file is refused)."""
         d, picker = self.d, self.d.picker
         target = d.running_dir / cand.name
         try:
             change_state(cand.name, JobState.QUEUED, JobState.RUNNING, cand.path, target, "claiming")
         except NotFound:
             picker.forget(cand)  # another host, or a cancel, got there first: not an error
-            return
+            return False
         d.index.forget(cand)
         picker.meta.pop(cand.name, None)  # its parse, if kept, is taken by claimed_job
         now = d.clock.now()
@@ -85,16 +156,14 @@ class Starter:
             job, st = picker.claimed_job(cand.name, target, st_seen)
         except (JobFormatError, BadFile, OSError) as err:
             d.finisher.move_aside(target, cand.name, st_seen, str(err))
-            return
+            return False
         problem = picker.file_problem(st, may_settle=False)  # claimed: no submit links it any more
         if problem:
             d.finisher.move_aside(target, cand.name, st, problem)
-            return
+            return False
         owner = picker.resolve(st.st_uid)
         job = self._as_admitted(cand.name, job, need, timeout)
-        self._seq += 1
-        run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank,
-                  run_id=make_run_id(now, d.host, d.pid, self._seq),
+        run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank, run_id=run_id or self._new_run_id(now),
                   started=now, started_mono=d.clock.monotonic(), spool=str(d.spool.root))
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
         run.need = need  # what it was admitted with: its limits and its room, not a second reading of its file
@@ -110,14 +179,14 @@ class Starter:
                            stderr_path=d.spool.stderr_path(cand.name), record=record)
         except NoRecord as err:
             d.finisher.put_back_unstarted(run, target, str(err))
-            return
+            return True
         except Unavailable as err:
             self.pause_starts(run, target, str(err))
-            return
+            return True
         except SpawnError as err:
             d.log.event("start-failed", cand.name, user=owner.name, reason=str(err))
             d.finisher.record(run, Outcome(reason=str(err), never_started=True), d.clock.now())
-            return
+            return True
         self._pause = 0.0
         d.running[cand.name] = run
         if not d.runner.writes_record:  # its record holds the executor's id of the job (Slurm's)
@@ -125,6 +194,7 @@ class Starter:
             self.log_start(run)
         else:
             self._unlogged.append(run)  # its start is logged when its monitor says it started
+        return True
 
     def _as_admitted(self, name: str, job: Job, need: Need, timeout: timedelta | None) -> Job:
         """The claimed job, held to the request and time limit it was admitted with: its owner may have

@@ -22,8 +22,35 @@ STAGES = {  # what the job's process was doing when it failed, for the reason re
 }
 
 
-def start(plan: Plan) -> tuple[int | None, str]:
+def join(plan: Plan) -> tuple[list[str], str]:
+    """Move this monitor into the job's cgroups, so that the process it forks next is born in them;
+    the groups joined, and ``STAGE ERRNO WHAT`` if one could not be joined ("" if all were), for
+    ``reason``. A monitor made ready ahead (onite.exec.monitor.ready) joins them while the job before
+    runs; ``start`` then only forks."""
+    joined: list[str] = []
+    try:
+        for path in ((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups):
+            if _move_here(path):
+                joined.append(path)
+    except OSError as err:
+        return joined, f"cgroup {err.errno or 0} "
+    return joined, ""
+
+
+def leave(joined: list[str]) -> None:
+    """Back to the monitor's own cgroups (the parent of the jobs' folder) from the groups ``join``
+    joined."""
+    for path in reversed(joined):
+        try:
+            _move_here(os.path.dirname(os.path.dirname(path)))
+        except OSError:
+            pass  # it stays in the job's cgroup: its end is recorded before that cgroup is killed
+
+
+def start(plan: Plan, joined: tuple[list[str], str] | None = None) -> tuple[int | None, str]:
     """Start the job's process; its pid, or None and why not (``STAGE ERRNO WHAT`` for ``reason``).
+    ``joined``: what ``join`` returned where this monitor joined the job's cgroups ahead (else it
+    joins them here).
 
     The process is forked and executed by the C code of the standard library (subprocess), which
     runs no Python between the fork and the exec: a Python child would copy most of this process's
@@ -41,13 +68,13 @@ def start(plan: Plan) -> tuple[int | None, str]:
     with every descriptor closed but its script's, and every signal at its default
     (onite.exec.monitor.prepare).
     """
-    stage, joined, null = "cgroup", [], None
+    groups, failed = joined if joined is not None else join(plan)
+    if failed:
+        leave(groups)
+        return None, failed
+    stage, null = "chdir", None
     try:
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        for path in ((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups):
-            if _move_here(path):
-                joined.append(path)
-        stage = "chdir"
         _enter_as_owner(plan)
         stage = "exec"
         program = plan.argv[0] if b"/" in plan.argv[0] else b"./" + plan.argv[0]  # no PATH search, as execve
@@ -70,11 +97,7 @@ def start(plan: Plan) -> tuple[int | None, str]:
     finally:
         if null is not None:
             os.close(null)
-        for path in reversed(joined):
-            try:  # back to the monitor's own: the parent of the jobs' folder
-                _move_here(os.path.dirname(os.path.dirname(path)))
-            except OSError:
-                pass  # it stays in the job's cgroup: its end is recorded before that cgroup is killed
+        leave(groups)
         try:
             os.chdir("/")
         except OSError:

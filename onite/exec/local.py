@@ -22,26 +22,23 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from datetime import datetime
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import job_label
-from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
 from onite.exec.identity import Identity
 from onite.exec.monitorlink import MonitorLink, parse_usage
-from onite.exec.launch import (SCRIPT, Launch, credentials_of, occupy_standard_descriptors, own_credentials, plan,
+from onite.exec.localrecover import LocalRecovery
+from onite.exec.launch import (SCRIPT, credentials_of, occupy_standard_descriptors, own_credentials, plan,
                                run_outputs)
-from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
 from onite.exec.spawner import Spawner, SpawnerGone
 from onite.spool import runrecords
 
 
-class LocalRunner(Runner):
+class LocalRunner(LocalRecovery, Runner):
     """Starts each job under a monitor (onite.exec.monitor), enforces time limits, reports
     how jobs ended.
 
@@ -69,17 +66,22 @@ class LocalRunner(Runner):
         self.runs: list[Run] = []
         self._lingering: list[MonitorLink] = []  # monitors ending what their job left behind
         self._started: list[Run] = []
+        self._exited: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
         self._spawner = Spawner(self.containment.kind != contain.OFF)  # forks the monitors: this big process never does
+        self._ready: tuple | None = None  # what the run made ready ahead was made of (``prepare``)
         occupy_standard_descriptors()
 
     def close(self) -> None:
-        """Let the spawner go (the next start begins another); running monitors are not its."""
+        """Let the spawner go (the next start begins another); running monitors are not its. A run
+        made ready ahead is dropped."""
+        self._ready = None
         self._spawner.close()
         self._spawner = Spawner(self.containment.kind != contain.OFF)
 
     def reload(self, config) -> None:
+        self.discard()  # what was made ready ahead was made with the settings before
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
 
@@ -87,16 +89,23 @@ class LocalRunner(Runner):
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record: tuple[str, dict] | None = None) -> None:
-        """Start ``run`` under its monitor; returns at once (the monitor reports the start).
+        """Start ``run`` under its monitor; returns at once (the monitor reports the start). A run
+        made ready ahead (``prepare``) is started by the monitor that holds it.
 
         Raises:
             SpawnError: its output files cannot be made (the job is recorded as failed).
             NoRecord: its run record cannot be written: nothing was started.
         """
-        launch = plan(run, shell=self.shell, switch_user=self.switch_user)
-        ident = launch.identity
-        if ident is not None and credentials_of(ident) == self._credentials:
-            ident = None  # switching to the ids we already have changes nothing
+        ready = self._take_ready(run)
+        try:
+            self._start(run, output_path, append, stderr_path, record, ready)
+        finally:
+            if self._spawner.has_ready:  # made ready for this run, which did not start: it undoes it
+                self._spawner.drop()
+
+    def _start(self, run: Run, output_path: Path, append: bool, stderr_path: Path | None,
+               record: tuple[str, dict] | None, ready: bool) -> None:
+        ident = self._identity(run)
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
         run.cgroup = self.containment.job_cgroup(run.run_id)  # made by its monitor, as are its limits
@@ -115,7 +124,7 @@ class LocalRunner(Runner):
                 raise NoRecord(str(error)) from None
             run.record_path = path
         try:
-            self._hand_to_monitor(run, launch, ident, record_fd, output_path, stderr_path, append)
+            self._hand_to_monitor(run, ident, record_fd, output_path, stderr_path, append, ready)
         except BaseException:
             self._undo(run)
             raise
@@ -124,10 +133,79 @@ class LocalRunner(Runner):
                 os.close(record_fd)
         self.runs.append(run)
 
-    def _hand_to_monitor(self, run: Run, launch: Launch, ident: Identity | None, record_fd: int | None,
-                         output_path: Path, stderr_path: Path | None, append: bool) -> None:
-        """Open the run's output files and hand the run to a monitor (onite.exec.monitor): the spawner's,
-        else one forked here; ``run.monitor`` is the driver's end of it.
+    def prepare(self, run: Run) -> bool:
+        """Make ``run``'s start ready ahead, in a monitor of the spawner's (onite.exec.spawner): ``run``
+        is the job most likely to start next, not claimed yet, so nothing of it is on disk; ``start``
+        of a run of the same id, job, owner and request takes it, any other start drops it. False
+        if nothing was made ready (no monitor waits, one is ready already)."""
+        if self._ready is not None or self._spawner.failed:
+            return False
+        cgroup = self.containment.job_cgroup(run.run_id)
+        spec = self._spec(run, self._identity(run), cgroup, self.limiter.groups(run.run_id, cgroup, run.cpus), None)
+        try:
+            made = self._spawner.prepare(spec)
+        except SpawnerGone:
+            made = False
+        finally:
+            os.close(spec.script_fd)
+        if made:
+            self._ready = (run.run_id, run.job, run.owner, run.need, self.shell, self.kill_grace)
+        return made
+
+    def discard(self) -> None:
+        """Drop the run made ready ahead, if any (its monitor undoes what it made)."""
+        self._ready = None
+        self._spawner.drop()
+
+    def _take_ready(self, run: Run) -> bool:
+        """Is the run made ready ahead ``run`` (same id, job, owner, request and settings)? Any other
+        is dropped."""
+        if self._ready is None:
+            return False
+        ready, self._ready = self._ready, None
+        if ready[0] == run.run_id and ready[1] is run.job and ready[2:] == (run.owner, run.need, self.shell,
+                                                                            self.kill_grace):
+            return True
+        self._spawner.drop()
+        return False
+
+    def _identity(self, run: Run) -> Identity | None:
+        """Whose credentials ``run``'s job takes: its owner's, None where they are the driver's own
+        (switching to the ids we already have changes nothing)."""
+        if not self.switch_user or credentials_of(run.owner) == self._credentials:
+            return None
+        return run.owner
+
+    def _spec(self, run: Run, ident: Identity | None, cgroup: str | None, groups: tuple[str, ...],
+              claim: tuple | None) -> monitor.Plan:
+        """The monitor's Plan of ``run``, its script in a new memfd (the caller closes it); ``claim``:
+        its record, output and pipe descriptors (None: made ready ahead, ``prepare``)."""
+        launch = plan(run, shell=self.shell, switch_user=self.switch_user)
+        script_fd = os.memfd_create(job_label(run.name), 0)
+        try:
+            runrecords.write_all(script_fd, run.job.body)
+            os.lseek(script_fd, 0, os.SEEK_SET)
+        except BaseException:
+            os.close(script_fd)
+            raise
+        script = os.fsencode(f"/dev/fd/{script_fd}")
+        record_fd, out, err, notify_w = claim if claim is not None else (None, None, None, None)
+        return monitor.Plan(
+            argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
+            cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
+            gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
+            script_fd=script_fd, stdout_fd=out, stderr_fd=err, record_fd=record_fd,
+            record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd if claim else None,
+            cgroup=cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
+            limit_groups=groups, limit_steps=self.limiter.steps(run.run_id, cgroup, run.cpus),
+            memory_steps=self.limiter.memory_steps(run.run_id, cgroup, run.mem),
+            usage_reads=self.limiter.reads(run.run_id, cgroup))
+
+    def _hand_to_monitor(self, run: Run, ident: Identity | None, record_fd: int | None, output_path: Path,
+                         stderr_path: Path | None, append: bool, ready: bool) -> None:
+        """Open the run's output files and hand the run to a monitor (onite.exec.monitor): the one made
+        ready for it (``ready``), else the spawner's, else one forked here; ``run.monitor`` is the
+        driver's end of it.
 
         Raises:
             NoRecord: the disk is full (nothing could be recorded of the run either).
@@ -135,35 +213,36 @@ class LocalRunner(Runner):
         """
         outputs = run_outputs(run, output_path, stderr_path, ident, append=append)
         out, err = outputs.__enter__()
-        script_fd = notify_w = None
+        spec = notify_w = None
         try:
-            script_fd = os.memfd_create(job_label(run.name), 0)
-            runrecords.write_all(script_fd, run.job.body)
-            os.lseek(script_fd, 0, os.SEEK_SET)
-            script = os.fsencode(f"/dev/fd/{script_fd}")
             notify_r, notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-            spec = monitor.Plan(
-                argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
-                cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
-                gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
-                script_fd=script_fd, stdout_fd=out, stderr_fd=err,
-                record_fd=record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC),
-                record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd,
-                cgroup=run.cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
-                limit_groups=run.groups, limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.cpus),
-                memory_steps=self.limiter.memory_steps(run.run_id, run.cgroup, run.mem),
-                usage_reads=self.limiter.reads(run.run_id, run.cgroup))
+            record = record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
             try:
-                pid, pidfd, child = self._spawn(spec)
+                if ready and self._go(run, (record, out, err, notify_w)):
+                    pid, pidfd, child = None, None, False  # its pipe says the rest
+                else:
+                    spec = self._spec(run, ident, run.cgroup, run.groups, (record, out, err, notify_w))
+                    pid, pidfd, child = self._spawn(spec)
             except OSError as error:
                 os.close(notify_r)
                 raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
         finally:
-            for fd in (script_fd, notify_w):
+            for fd in (spec.script_fd if spec else None, notify_w):
                 if fd is not None:
                     os.close(fd)
             outputs.__exit__(None, None, None)
         run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child)
+
+    def _go(self, run: Run, claim: tuple) -> bool:
+        """Start the run made ready for ``run`` with its claim's descriptors; False if its monitor died
+        meanwhile (nothing was started)."""
+        record_fd, out, err, notify_w = claim
+        try:
+            self._spawner.go(record_fd=record_fd, record_path=run.record_path or "", stdout_fd=out, stderr_fd=err,
+                             notify_fd=notify_w, lock_fd=self.lock_fd)
+            return True
+        except SpawnerGone:
+            return False
 
     def _spawn(self, spec: monitor.Plan) -> tuple[int | None, int | None, bool]:
         """Hand ``spec`` to the spawner's monitors (onite.exec.spawner), where it runs, else fork its
@@ -258,6 +337,12 @@ class LocalRunner(Runner):
         self._lingering = [mon for mon in self._lingering if not mon.is_done()]
         return finished
 
+    def exited(self) -> list[Run]:
+        """Runs whose job's leader exited since the last call (their monitor said so before it read and
+        recorded how; ``reap`` gives their outcome once it did)."""
+        exited, self._exited = self._exited, []
+        return exited
+
     def started(self) -> list[Run]:
         """Runs whose job's interpreter started since the last call."""
         started, self._started = self._started, []
@@ -288,6 +373,8 @@ class LocalRunner(Runner):
                 self._note_start(run, int(rest))
             elif word == "usage":
                 run.usage = parse_usage(rest)
+            elif word == "exited":
+                self._exited.append(run)
             elif word == "unenforced":
                 run.unenforced = tuple(rest.split(","))
             elif word == "ended" and rest.lstrip("-").isdigit():
@@ -308,30 +395,6 @@ class LocalRunner(Runner):
                 self._started.append(run)
             if run.stopping is not None:  # a stop asked for before the job existed
                 self._signal(run, signal.SIGKILL if run.kill_at is None else signal.SIGTERM)
-
-    def outcome_from_record(self, run: Run) -> Outcome:
-        """How a run whose monitor is done with it without a word ended, as its run record says."""
-        rec = runrecords.read(run.record_path) if run.record_path else None
-        if rec is not None and rec.job_pid is not None:
-            self._note_start(run, rec.job_pid)
-        if rec is not None and rec.status is not None:
-            run.usage = rec.usage
-            return memory_outcome(outcome_from_status(rec.status), run.usage, run.need)
-        if rec is not None and rec.failed is not None:
-            return Outcome(reason=rec.failed, never_started=rec.job_pid is None)
-        # onite's machinery failed, not the job: a retry it has left is spooled (retryable), as for a
-        # Slurm node that died; a dead driver's recovery reruns such a claim (onite.drain.recovery)
-        if rec is not None and not rec.started_job:
-            return Outcome(reason="its monitor was killed before it started the job: the job did not run",
-                           retryable=True, never_started=True)
-        self._kill_unwatched(run)  # nobody watches what may still run of it, and a retry may follow at once
-        return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
-
-    def _kill_unwatched(self, run: Run) -> None:
-        """Kill whatever of ``run`` may still run once its monitor is dead, and remove its groups (its
-        monitor would have): the job may have started though the monitor died before saying so."""
-        self._signal(run, signal.SIGKILL)
-        kill_leftovers(run.cgroup, run.groups, run.spool, run.name, run.run_id, known_pid=run.pgid is not None)
 
     def busy(self) -> bool:
         """Runs, or monitors still ending what their job left behind."""
@@ -355,60 +418,3 @@ class LocalRunner(Runner):
 
     def runinfo(self, run: Run) -> dict:
         return {}
-
-    # ---- after a driver crash --------------------------------------------------
-
-    def adopt(self, run: Run, rec: RunRecord) -> bool:
-        """Take over a run whose monitor outlived its driver: watch the monitor, enforce the time
-        limit, honour cancels. False if the monitor is not that process any more."""
-        pid, ticks = rec.monitor_pid, rec.monitor_ticks
-        if pid is None:
-            return False
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            return False
-        import select
-
-        if ticks is not None and contain.process_start_ticks(pid) != ticks or select.select([pidfd], [], [], 0)[0]:
-            os.close(pidfd)
-            return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
-        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=None, child=False)
-        run.pgid = rec.job_pid
-        run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
-        run.adopted = run.announced = True
-        deadline = rec.get("deadline")
-        if isinstance(deadline, str):
-            try:
-                left = (datetime.fromisoformat(deadline) - self.clock.now()).total_seconds()
-                run.timeout_at = self.clock.monotonic() + left
-            except (ValueError, TypeError):
-                pass
-        self.runs.append(run)
-        return True
-
-    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        """A claim with no run record: its processes, if any, are found by their environment."""
-        killed = stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace)
-        if killed:
-            return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
-        return "no run record, and none of its processes was running"
-
-    def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
-        """A run of an older onite (a version-1 record: no monitor) left by a dead driver: make
-        sure its processes are gone. Returns what was done."""
-        pgid = info.get("pgid")
-        if not isinstance(pgid, int) or pgid <= 1:
-            return "no process"
-        pid, ticks = info.get("pid"), info.get("start_ticks")
-        now_ticks = contain.process_start_ticks(pid) if isinstance(pid, int) and pid > 1 else None
-        if now_ticks is not None and ticks is not None and now_ticks != ticks:
-            return "its processes were gone (the pid is someone else's now)"
-        if now_ticks is None and not contain.group_alive(pgid):
-            return "its processes were gone"
-        contain.signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace  # a wait for processes to end: the real clock
-        while time.monotonic() < deadline and contain.group_alive(pgid):
-            time.sleep(0.05)
-        contain.signal_group(pgid, signal.SIGKILL)
-        return "its processes were killed"

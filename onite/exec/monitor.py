@@ -16,7 +16,8 @@ driver. It never executes anything itself; in order, it
    was never started (if the line cannot be written, it starts nothing and
    tells the driver: ``unrecorded``); then makes the job's cgroups and sets its limits
    (onite.exec.contain, onite.exec.limits: the record names them already),
-   and tells the driver which limits it could not set;
+   and tells the driver which limits it could not set (a monitor made ready
+   ahead, ``ready``, did this before its run was claimed);
 3. starts the job's process (onite.exec.jobstart): born in the job's
    cgroups, in a new session, with its output files as stdout and stderr,
    it drops to the job's owner (supplementary groups, gid, uid: real,
@@ -26,8 +27,9 @@ driver. It never executes anything itself; in order, it
    (docs/security.md);
 4. records ``job`` once the interpreter runs (or ``failed`` with the
    reason the owner would have got), and tells the driver over a pipe;
-5. waits for the job's leader, appends ``ended`` with its wait status, tells
-   the driver, then ends whatever the job left behind (onite.exec.contain): TERM,
+5. waits for the job's leader, tells the driver it ``exited`` (its slot is
+   free), appends ``ended`` with its wait status and what it used, tells the
+   driver, then ends whatever the job left behind (onite.exec.contain): TERM,
    ``kill_grace``, KILL;
 6. is done with the run once its ``ended`` line is on disk (on a full disk
    it retries until it is, or until the driver has filed the job and removed
@@ -125,11 +127,38 @@ def _dropped(signum, frame) -> None:
     """A signal meant for the driver: the monitor goes on."""
 
 
-def run(plan: Plan, *, prepared: bool = False, keep: frozenset[int] = frozenset()) -> int:
+@dataclass(frozen=True)
+class Ready:
+    """What a monitor made ready ahead of a run (``ready``): the limits it could not set, and the
+    cgroups it joined (onite.exec.jobstart.join)."""
+
+    missed: list[str]
+    joined: tuple[list[str], str]
+
+
+def ready(plan: Plan) -> Ready:
+    """Make ready ahead what the start of a run needs before its process exists (onite.exec.spawner:
+    while the job before it runs, so that its start waits for none of it): its cgroups made, the
+    limits set before the fork, and this monitor in its groups. Nothing of the run is on disk yet:
+    ``unready`` undoes it if the run is not started, and the driver removes what a monitor killed
+    meanwhile leaves (empty folders)."""
+    if plan.cgroup:
+        contain.make_cgroup(plan.cgroup)
+    missed = limits.apply(plan.limit_steps)
+    return Ready(missed, jobstart.join(plan))
+
+
+def unready(plan: Plan, made: Ready) -> None:
+    """The run made ready is not started: leave its cgroups, and remove them."""
+    jobstart.leave(made.joined[0])
+    jobend.remove_groups(plan)
+
+
+def run(plan: Plan, *, prepared: bool = False, keep: frozenset[int] = frozenset(), made: Ready | None = None) -> int:
     """Steps 1 to 6 in this process (a monitor); the exit code: 0 when the run is over and nothing of
     it is left, 1 when something the job left could not be ended (this monitor must not serve
     another run). ``prepared``: ``prepare`` was called; ``keep``: descriptors of the monitor's own
-    (its spawner's socket) that step 1 leaves open.
+    (its spawner's socket) that step 1 leaves open; ``made``: what ``ready`` made ahead for it.
 
     Every descriptor of the run is closed when this returns: the driver hears the end of the run's
     pipe when the monitor is done with it, whether it then exits or serves the next run."""
@@ -138,28 +167,32 @@ def run(plan: Plan, *, prepared: bool = False, keep: frozenset[int] = frozenset(
     held = {fd for fd in (plan.record_fd, plan.notify_fd, plan.script_fd, plan.stdout_fd, plan.stderr_fd,
                           plan.lock_fd) if fd is not None}
     try:
-        return _monitor(plan, keep, held)
+        return _monitor(plan, keep, held, made)
     finally:
         for fd in held:
             os.close(fd)
 
 
-def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
+def _monitor(plan: Plan, own: frozenset[int], held: set[int], made: Ready | None) -> int:
     """Steps 1 to 6; ``held``: the run's descriptors still open (those closed here are taken out)."""
     _close_all_but(held | own)
     pid = os.getpid()
     unwritten = _record_error(plan, {"event": "monitor", "pid": pid, "ticks": _start_ticks(pid)})
     if unwritten is not None:
         # recovery takes a record without this line for a run that never started: so it must not
+        if made is not None:
+            unready(plan, made)
         _tell(plan, f"unrecorded {unwritten}")
         return 0
     if plan.lock_fd is not None:
         held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
-    if plan.cgroup:
-        contain.make_cgroup(plan.cgroup)  # the record names it already: recovery finds it, made or not
-    missed = limits.apply(plan.limit_steps)
-    job, report = jobstart.start(plan)
+    if made is None:
+        if plan.cgroup:
+            contain.make_cgroup(plan.cgroup)  # the record names it already: recovery finds it, made or not
+        made = Ready(limits.apply(plan.limit_steps), jobstart.join(plan))
+    missed = made.missed
+    job, report = jobstart.start(plan, made.joined)
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
         if fd is not None:
             held.discard(fd)
@@ -174,6 +207,8 @@ def _monitor(plan: Plan, own: frozenset[int], held: set[int]) -> int:
         _tell(plan, "unenforced " + ",".join(missed_memory + missed))
     _tell(plan, f"started {job}")
     info = jobend.wait_for(job)
+    if info is not None:
+        _tell(plan, "exited")  # its slot is free now: the next job starts while its end is read and recorded
     if info is None:
         _record_end(plan, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
         return 0 if jobend.clean_up(plan, job, pinned=False) else 1

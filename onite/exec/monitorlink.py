@@ -1,6 +1,6 @@
 """The driver's end of a job's monitor: what it says on its pipe, and whether it is done with the run.
 
-The monitor (onite.exec.monitor) writes ``started PID``, ``ended STATUS`` or
+The monitor (onite.exec.monitor) writes ``started PID``, ``exited``, ``ended STATUS`` or
 ``failed REASON`` lines on a pipe; the driver reads them without blocking
 (``messages``). A monitor of the spawner's (onite.exec.spawner) serves one
 run after another, and the driver does not learn its pid: it is done with a

@@ -111,6 +111,16 @@ class Runner(Protocol):
                 recorded, so nothing was started; Unavailable: the executor takes no job now.
         """
 
+    def prepare(self, run: Run) -> bool:
+        """Make the start of ``run`` ready ahead (the job most likely to start next, not claimed yet:
+        nothing of it is on disk), so that its start waits for less once a slot is free; ``start`` of
+        the same run takes what was made, a start of any other drops it. True if it did (default:
+        never)."""
+        return False
+
+    def discard(self) -> None:
+        """Drop what ``prepare`` made ready, if anything."""
+
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Begin a graceful stop: TERM now, KILL after the grace period."""
 
@@ -148,6 +158,11 @@ class Runner(Protocol):
 
     def started(self) -> list[Run]:
         """Runs whose start was confirmed since the last call, in claim order (for the log)."""
+        return []
+
+    def exited(self) -> list[Run]:
+        """Runs whose job is known to have ended since the last call, before ``reap`` can say how: their
+        slots are free (default: none; ``reap`` says both at once)."""
         return []
 
     def busy(self) -> bool:

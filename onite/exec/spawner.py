@@ -33,6 +33,18 @@ job's cost. A monitor whose job left something it could not end exits
 instead, as does one whose driver's end is closed: after its driver died, a
 monitor lives only until its run is over, as before.
 
+A run can be made ready ahead (``prepare``): while every slot is busy, the
+driver hands a waiting monitor the Plan of the job most likely to start next,
+without its claim (``READY``: no run record, output file or lock yet; nothing
+on disk changes), and the monitor makes its cgroups, sets the limits that come
+before the fork and joins them (onite.exec.monitor.ready). When that job is
+claimed, ``GO`` brings the claim's descriptors and the monitor goes on from
+step 2 as any other; if another job is picked, the driver ends, or the job
+changed, ``DROP`` (or the end of its socket) has it undo what it made and
+wait again. So the start of the next job waits for none of that.
+
+The spawner process's side is onite.exec.spawnserver.
+
 Invariants: neither the spawner nor a waiting monitor holds a descriptor
 of a job between two requests, in particular not the driver lock (a
 monitor holds it, passed with its request, until its ``monitor`` line is
@@ -48,17 +60,15 @@ driver forks the monitor itself, as before.
 from __future__ import annotations
 
 import errno
-import gc
 import marshal
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 
-from onite.exec import contain, monitor
+from onite.exec import monitor
 
 MAX_REQUEST = 1 << 20  # bytes of one request: a job's environment and command line
 FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "notify_fd", "lock_fd")
@@ -66,9 +76,12 @@ PR_SET_PDEATHSIG = 1
 IDLE = b"idle"  # a monitor to the driver: its run is over, it waits for the next; the spawner: a new one waits
 BUSY = b"busy"  # the spawner to the driver: a monitor it forked for the driver's request, which it took
 MORE = b"more"  # the driver to the spawner: fork one more monitor to wait for a request
+RUN, READY, GO, DROP = "run", "ready", "go", "drop"  # the kinds of request a monitor takes (marshal tuples)
+CLAIM_FIELDS = ("record_fd", "record_path", "stdout_fd", "stderr_fd", "notify_fd", "lock_fd")  # sent with GO
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 SEND_WAIT = 30.0  # seconds a request may wait for room in the socket (a stopped spawner must not hang the driver)
+READY_UNDO_WAIT = 2.0  # seconds the driver, as it ends, waits for a monitor made ready to undo it
 
 
 class SpawnerGone(OSError):
@@ -87,6 +100,7 @@ class Spawner:
         self._waiting: list[socket.socket] = []  # our end of each monitor's socket: monitors waiting
         self._busy: list[socket.socket] = []  # monitors busy with a run (they say IDLE when it is over)
         self._asked = False  # a monitor asked of the spawner (MORE) has not come yet
+        self._ready: socket.socket | None = None  # a monitor made ready ahead for a run (``prepare``)
 
     def spawn(self, plan: monitor.Plan) -> None:
         """Hand ``plan`` to a waiting monitor, else have the spawner fork one for it. Nothing comes
@@ -100,10 +114,7 @@ class Spawner:
         """
         if self._sock is None:
             self._start()
-        fds = [getattr(plan, name) for name in FD_FIELDS if getattr(plan, name) is not None]
-        values = tuple(fds.index(getattr(plan, f.name)) if f.name in FD_FIELDS and getattr(plan, f.name) is not None
-                       else getattr(plan, f.name) for f in fields(plan))
-        data = marshal.dumps((values, plan.script_fd))
+        data, fds = encode(RUN, plan)
         self._collect()
         if self._sock is None:  # it died since the last request (its end of the socket closed)
             raise SpawnerGone(0, "the spawner is gone")
@@ -128,6 +139,67 @@ class Spawner:
                 raise SpawnerGone(err.errno, "the request is larger than one datagram") from None
             self._lost()
             raise SpawnerGone(err.errno, f"the spawner is gone: {err.strerror}") from None
+
+    def prepare(self, plan: monitor.Plan) -> bool:
+        """Hand a waiting monitor ``plan`` without its claim's descriptors (None in it), to make ready
+        ahead (onite.exec.monitor.ready) while the job before it runs; ``go`` then starts it, ``drop``
+        lets it go. False if no monitor waits (none is forked for this) or one is ready already.
+
+        Raises:
+            SpawnerGone: the spawner cannot be started.
+        """
+        if self._sock is None:
+            self._start()
+        self._collect()
+        if self._ready is not None or not self._waiting:
+            return False
+        data, fds = encode(READY, plan)
+        conn = self._waiting.pop()
+        try:
+            socket.send_fds(conn, [data], fds)
+        except OSError:
+            conn.close()  # it died meanwhile, or the request is too large: started the usual way
+            return False
+        self._ready = conn
+        if not self._waiting:
+            self._ask()
+        return True
+
+    def go(self, **claim) -> None:
+        """Start the run made ready (``prepare``), with the descriptors of its claim (CLAIM_FIELDS, as
+        keywords: the Plan's fields the ready one lacks).
+
+        Raises:
+            SpawnerGone: no monitor is ready, or it died (nothing was started: start it the usual way).
+        """
+        conn, self._ready = self._ready, None
+        if conn is None:
+            raise SpawnerGone(0, "no monitor is ready")
+        values = {name: claim[name] for name in CLAIM_FIELDS}
+        fds = [fd for name, fd in values.items() if name.endswith("_fd") and fd is not None]
+        values = {name: fds.index(v) if name.endswith("_fd") and v is not None else v for name, v in values.items()}
+        try:
+            socket.send_fds(conn, [marshal.dumps((GO, values))], fds)  # one datagram: as spawn's
+        except OSError as err:
+            conn.close()
+            raise SpawnerGone(err.errno, "the monitor made ready is gone") from None
+        self._busy.append(conn)
+
+    def drop(self) -> None:
+        """Let the run made ready go unstarted: its monitor undoes what it made, and waits again."""
+        conn, self._ready = self._ready, None
+        if conn is None:
+            return
+        try:
+            conn.send(marshal.dumps((DROP,)))
+        except OSError:
+            conn.close()
+            return
+        self._busy.append(conn)  # it says IDLE once its cgroups are gone
+
+    @property
+    def has_ready(self) -> bool:
+        return self._ready is not None
 
     def _ask(self) -> None:
         """Ask the spawner for one more waiting monitor, unless one is on its way."""
@@ -177,7 +249,7 @@ class Spawner:
             raise SpawnerGone(0, "the spawner could not be started")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        boot = f"import sys; sys.path.insert(0, {root!r}); from onite.exec.spawner import serve; serve({theirs.fileno()}, {self.contained!r})"
+        boot = f"import sys; sys.path.insert(0, {root!r}); from onite.exec.spawnserver import serve; serve({theirs.fileno()}, {self.contained!r})"
         try:
             self._proc = subprocess.Popen([sys.executable, "-E", "-S", "-c", boot], pass_fds=(theirs.fileno(),),
                                           stdin=subprocess.DEVNULL, start_new_session=True)
@@ -198,6 +270,14 @@ class Spawner:
     def close(self) -> None:
         """Let the spawner and the monitors go: the spawner exits when its socket closes, a waiting
         monitor at once, a busy one once its run is over."""
+        if self._ready is not None:  # it removes the cgroups it made before the driver removes their folder
+            ready = self._ready
+            self.drop()
+            if select.select([ready], [], [], READY_UNDO_WAIT)[0]:
+                try:
+                    ready.recv(16, socket.MSG_DONTWAIT)
+                except OSError:
+                    pass
         for conn in self._waiting + self._busy:
             conn.close()
         self._waiting, self._busy, self._asked = [], [], False
@@ -213,150 +293,27 @@ class Spawner:
             self._proc = None
 
 
-# ---- the spawner's side -------------------------------------------------------------
+# ---- the requests, as both ends read them ----------------------------------------
 
 
-def serve(fd: int, contained: bool) -> None:
-    """The spawner's loop: fork a monitor for each request (MORE: one that waits; a Plan: one that
-    takes it) and give the driver our end of its socket, until the driver's end closes.
-    ``contained``: monitors make themselves subreapers (onite.exec.contain)."""
-    sock = socket.socket(fileno=fd)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-                signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)  # the driver decides; it closes the socket, or dies
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel (each resets this)
-    gc.disable()  # no collection walks (and so copies) the pages a monitor shares with this process
-    gc.freeze()
-    contain.preload()
-    prctl = contain.libc_prctl()
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() == 1:
-        return  # the driver died before the line above
-    if not _offer(sock, contained):  # one monitor waits before the first request
-        return
-    while True:
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 16)
-        except InterruptedError:
-            continue
-        except OSError:
-            return  # the driver closed its end with a monitor we gave it unread (ECONNRESET)
-        if not data:
-            return  # the driver is gone, or let us go
-        try:
-            served = _offer(sock, contained) if data == MORE else _take(sock, contained, data, fds)
-        finally:
-            for received in fds:
-                os.close(received)
-        if not served:
-            return
+def encode(kind: str, plan: monitor.Plan) -> tuple[bytes, list[int]]:
+    """A request of ``kind`` (RUN, READY) for ``plan``: the datagram, and the descriptors it sends (its
+    fields name them by their index among those)."""
+    fds = [getattr(plan, name) for name in FD_FIELDS if getattr(plan, name) is not None]
+    values = tuple(fds.index(getattr(plan, f.name)) if f.name in FD_FIELDS and getattr(plan, f.name) is not None
+                   else getattr(plan, f.name) for f in fields(plan))
+    return marshal.dumps((kind, values, plan.script_fd)), fds
 
 
-def _offer(sock: socket.socket, contained: bool) -> bool:
-    """Fork a monitor that waits, and give it to the driver; False if the driver is gone."""
-    conn = _fork_ahead(contained, sock)
-    return conn is None or _give(sock, IDLE, conn)  # none forked: the next request forks its own
+def with_claim(plan: monitor.Plan, data: bytes, fds: list[int]) -> monitor.Plan:
+    """``plan`` (made ready) with the descriptors of its claim that GO brought."""
+    _, sent = marshal.loads(data)
+    return replace(plan, **{name: fds[v] if name.endswith("_fd") and v is not None else v for name, v in sent.items()})
 
 
-def _take(sock: socket.socket, contained: bool, data: bytes, fds: list[int]) -> bool:
-    """Fork a monitor for the request ``data`` (no monitor of the driver's was waiting) and give it
-    to the driver, busy; False if the driver is gone."""
-    conn = _fork_ahead(contained, sock)
-    if conn is None:
-        _fork_now(data, fds)  # says ``failed`` on the run's pipe if no process can be forked
-        return True
-    try:
-        socket.send_fds(conn, [data], fds)
-    except OSError:
-        pass  # it died at once: the run's pipe closes unheard, and its record decides
-    return _give(sock, BUSY, conn)
-
-
-def _give(sock: socket.socket, word: bytes, conn: socket.socket) -> bool:
-    """Send the driver our end of a monitor's socket (``word``: IDLE, it waits; BUSY, it took the
-    request); False if the driver is gone. The monitor's socket then has one end in the monitor and
-    one in the driver: when the driver's closes (it ended or died), the monitor exits once its run is over."""
-    try:
-        socket.send_fds(sock, [word], [conn.fileno()])
-        return True
-    except OSError:
-        return False
-    finally:
-        conn.close()
-
-
-def _fork_ahead(contained: bool, driver: socket.socket) -> socket.socket | None:
-    """Fork a monitor: it prepares itself (onite.exec.monitor step 1) and waits for its Plans; our
-    end of its socket (``driver``: the spawner's socket to the driver, which the monitor does not
-    keep). None if no process can be forked now."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        pid = os.fork()
-    except OSError:
-        ours.close()
-        theirs.close()
-        return None
-    if pid == 0:
-        code = 70
-        try:
-            ours.close()
-            driver.close()
-            code = _wait_and_run(theirs, contained)
-        finally:
-            os._exit(code)
-    theirs.close()
-    return ours
-
-
-def _wait_and_run(conn: socket.socket, contained: bool) -> int:
-    """In a monitor of the spawner's: prepare, then run each Plan that comes (from the driver), one
-    after another, saying ``IDLE`` after each; the exit code once the driver is gone or has monitors
-    enough, or this one must not serve another run."""
-    try:
-        monitor.prepare(contained)
-        gc.enable()  # this copy lives for many runs: its own garbage is collected (the spawner's stays frozen)
-        served = 0
-        while True:
-            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
-            if not data:
-                return 0  # the driver's end closed (it ended or died, or has monitors enough)
-            if monitor.run(_plan(data, fds), prepared=True, keep=frozenset({conn.fileno()})) != 0:
-                return 0  # something of the job could not be ended: no other run shares this process
-            served += 1
-            if served >= MONITOR_RUNS:
-                return 0  # said by exiting, not by IDLE: no request can be sent to it after it decided
-            try:
-                conn.send(IDLE)
-            except OSError:
-                return 0
-    except BaseException:  # noqa: BLE001 - nothing may escape into the copy of the spawner
-        if os.environ.get("ONITE_DEBUG_MONITOR"):
-            import traceback
-            with open(os.environ["ONITE_DEBUG_MONITOR"], "a") as f:
-                traceback.print_exc(file=f)
-        return 70
-
-
-def _fork_now(data: bytes, fds: list[int]) -> None:
-    """Fork the monitor of a request here (no monitor was waiting). If none can be forked, the run's
-    pipe says so (``failed``), as a monitor would have: nothing of the job ran."""
-    try:
-        plan = _plan(data, fds)
-    except Exception:  # noqa: BLE001 - a malformed request (the driver's bug): its pipe closes unheard
-        return
-    try:
-        monitor.start(plan)
-    except OSError as err:
-        try:
-            os.write(plan.notify_fd, f"failed cannot start its monitor: {err.strerror}\n".encode())
-        except OSError:
-            pass
-
-
-def _plan(data: bytes, fds: list[int]) -> monitor.Plan:
+def decode_plan(data: bytes, fds: list[int]) -> monitor.Plan:
     """The Plan a request carries, with the descriptors received in place of the driver's numbers."""
-    sent, script_fd = marshal.loads(data)
+    _, sent, script_fd = marshal.loads(data)
     values = dict(zip([f.name for f in fields(monitor.Plan)], sent))
     for name in FD_FIELDS:
         if values[name] is not None:
