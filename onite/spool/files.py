@@ -339,9 +339,10 @@ def fsync_dir(folder: Path) -> None:
 
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,
-                 durable: bool = False) -> None:
+                 durable: bool = False) -> os.stat_result:
     """Write ``path`` atomically (dot-name, then rename), replacing it if it exists: records the
-    driver owns, and with ``durable`` (flushed before the rename) the spool's own files.
+    driver owns, and with ``durable`` (flushed before the rename) the spool's own files. Returns
+    the file's stat as written (the rename changes its ctime only).
 
     Raises:
         SpoolIOError: the write failed.
@@ -352,12 +353,14 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _fill(fd, data, mode, owner, durable)
+            st = os.fstat(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
     except OSError as err:
         discard(tmp)
         raise SpoolIOError(path, "writing", err) from None
+    return st
 
 
 

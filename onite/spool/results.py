@@ -132,4 +132,7 @@ def write_result(spool: SpoolDir, result: Result) -> None:
     Raises:
         SpoolIOError: it cannot be written.
     """
-    replace_file(spool.result_path(result.name), result_record(result), mode=0o644)
+    from onite.spool.retention import remember_owner
+
+    st = replace_file(spool.result_path(result.name), result_record(result), mode=0o644)
+    remember_owner(result.name, st, result.uid)  # retention need not read back what was just written

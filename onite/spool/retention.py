@@ -64,6 +64,14 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
 UNKNOWN_OWNER = -1  # a record whose owner cannot be read (damaged): such records are kept ``keep`` among themselves
 
 _OWNERS: dict[tuple[str, int, int], int] = {}  # (name, inode, mtime) -> uid: a driver prunes often, records rarely change
+OWNERS_KEPT = 1_000_000  # entries at most: a bound, never reached by a driver that prunes as it files
+
+
+def remember_owner(name: str, st: os.stat_result, uid: int) -> None:
+    """The result record of ``name`` just written (``st``: its stat) names ``uid``: the next prune
+    need not read it to learn that."""
+    if len(_OWNERS) < OWNERS_KEPT:
+        _OWNERS[(name, st.st_ino, st.st_mtime_ns)] = uid
 
 
 def _split_by_owner(spool: SpoolDir, records: list[tuple[int, str, int]],
