@@ -30,6 +30,8 @@ import harness as h  # this script is run from its own folder: sys.path[0]
 
 # Figures that the others are related to (Result.baseline_name).
 BASE_RATE = "baseline: sh -c true loop"
+XARGS_1 = "baseline: xargs -P1 sh -c true"
+XARGS_2 = "baseline: xargs -P2 sh -c true"
 BASE_CLI = "baseline: python -c pass"
 
 # task-spooler keeps one connected client process per queued job and refuses
@@ -131,6 +133,12 @@ def sh_true_loop(n: int) -> None:
         subprocess.run(["/bin/sh", "-c", "true"], check=True)
 
 
+def xargs_true(n: int, at_once: int) -> None:
+    """N `sh -c true` by xargs, ``at_once`` at a time: C's own fork, exec and wait, with nothing kept."""
+    subprocess.run(["xargs", "-P", str(at_once), "-n", "1", "/bin/sh", "-c", "true"], input=b"x\n" * n,
+                   check=True, stdout=subprocess.DEVNULL)
+
+
 def bench_baseline(cfg: Config) -> list[h.Result]:
     """The cheapest way to run N jobs, and the cheapest Python command line.
 
@@ -142,6 +150,12 @@ def bench_baseline(cfg: Config) -> list[h.Result]:
     results = [
         h.Result.from_stats(BASE_RATE, h.measure(lambda _: sh_true_loop(cfg.n), cfg.repeats).rate(cfg.n),
                             "jobs/s", note=f"N={cfg.n}, sequential, no queue at all"),
+        h.Result.from_stats(XARGS_1, h.measure(lambda _: xargs_true(cfg.n, 1), cfg.repeats).rate(cfg.n),
+                            "jobs/s", BASE_RATE, note=f"N={cfg.n} `sh -c true` one at a time by xargs -P1: the "
+                            "most one slot of any spooler can run here"),
+        h.Result.from_stats(XARGS_2, h.measure(lambda _: xargs_true(cfg.n, 2), cfg.repeats).rate(cfg.n),
+                            "jobs/s", XARGS_1, note=f"N={cfg.n}, two at a time (xargs -P2): the most two slots "
+                            "can run here; ratio to one at a time"),
         h.Result.from_stats(BASE_CLI, h.time_cmd([py, "-c", "pass"], cfg.latency_repeats).scaled(1000),
                             "ms", note=f"{py}; includes site-packages .pth start-up hooks"),
         h.Result.from_stats("python -S -c pass (no site import)",

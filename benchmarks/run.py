@@ -14,7 +14,8 @@ Workloads (docs/performance.md says what each figure means):
               against task-spooler's drain of a filled queue (when that peer runs);
               the CPU a job costs (the whole machine's, over each drain, against
               task-spooler's), the cores each drain keeps busy, and so the most 2
-              slots can gain on these cores
+              slots can gain on these cores; each against xargs running the same
+              jobs one and two at a time; and (as root) another user's jobs
   cli         (c) one ``onite submit`` and one ``onite find``, median wall time
   bulk        (d) ``onite submit NAME --lines``: jobs per second through one process
   list        (e) ``onite list --json`` with 1k, 10k and 100k queued
@@ -268,6 +269,7 @@ def bench_drain(plan: Plan) -> list[h.Result]:
             spool.run("submit", f"j{i}", stdin_path=spool.job)
         spool.drain()
         singles = h.Stats.of([time.perf_counter() - started])
+        others = other_users_drains(spool, n, plan.repeats)
     finally:
         spool.close()
     one, two = h.Stats.of(runs["1"]), h.Stats.of(runs["2"])
@@ -280,6 +282,10 @@ def bench_drain(plan: Plan) -> list[h.Result]:
                             note=f"N={n}, `onite run --slots 2`; ratio to 1 slot"),
         h.Result.from_stats("onite: drain, 1 slot, against tsp", one.rate(n), "jobs/s", TSP_DRAIN,
                             note=f"N={n}: the 1-slot drain again; ratio to task-spooler's drain of a filled queue"),
+        h.Result.from_stats("onite: drain, 1 slot, against xargs -P1", one.rate(n), "jobs/s", peers.XARGS_1,
+                            note=f"N={n}: the 1-slot drain again; ratio to xargs running the same jobs one at a time"),
+        h.Result.from_stats("onite: drain, 2 slots, against xargs -P2", two.rate(n), "jobs/s", peers.XARGS_2,
+                            note=f"N={n}: the 2-slot drain again; ratio to xargs running them two at a time"),
         h.Result.from_stats("onite: drain, 1 slot, against its floor", one.rate(n), "jobs/s", FLOOR,
                             note=f"N={n}: the 1-slot drain again; ratio to the floor of its jobs (floor workload)"),
         h.Result.from_stats("onite: drain of 10 ms jobs, 1 slot", sleepy_one.rate(sleepers), "jobs/s",
@@ -291,7 +297,43 @@ def bench_drain(plan: Plan) -> list[h.Result]:
         h.Result.from_stats("onite: end to end, one submit per job", singles.rate(plan.one_by_one), "jobs/s",
                             BASE_RATE, note=f"N={plan.one_by_one}: one `onite submit` process per job, then `onite run`"),
         *cpu_results(n, runs, busy),
+        *others,
     ]
+
+
+OTHER_USER = "nobody"
+
+
+def other_users_drains(spool: OniteSpool, n: int, repeats: int) -> list[h.Result]:
+    """A root driver draining another user's jobs (the system spool's usual night): N `true` spooled,
+    then given to OTHER_USER (a job is its file owner's), and drained on 1 slot; none where this is not
+    root or there is no such user. Each job's process then switches to its owner's credentials, which
+    the standard library does with a fork (of its monitor) instead of a vfork."""
+    import pwd
+
+    try:
+        other = pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        return []
+    if os.geteuid() != 0:
+        return []
+    os.chmod(spool.dir, 0o755)  # the jobs' directory: theirs to enter
+    elapsed, cpus = [], []
+    for _ in range(repeats):
+        spool.submit_lines(["true"] * n)
+        for folder, _, files in os.walk(os.path.join(spool.root, "jobs")):
+            for name in files:
+                os.chown(os.path.join(folder, name), other.pw_uid, other.pw_gid)
+        took, cpu = spool.drain_with_cpu()
+        elapsed.append(took)
+        cpus.append(cpu)
+    note = f"N={n} `true` of the user {OTHER_USER}, drained by root on 1 slot"
+    results = [h.Result.from_stats("onite: drain, 1 slot, another user's jobs", h.Stats.of(elapsed).rate(n), "jobs/s",
+                                   DRAIN_1, note=note + "; ratio to root's own jobs")]
+    if None not in cpus:
+        results.append(h.Result.from_stats("onite: CPU per job, another user's jobs",
+                                           h.Stats.of(c / n * 1000 for c in cpus), "ms/job", CPU_1, note=note + ": the machine's busy CPU, per job; ratio to root's own jobs"))
+    return results
 
 
 def cpu_results(n: int, runs: Mapping[str, Sequence[float]], busy: Mapping[str, Sequence[float | None]]) -> list[h.Result]:
