@@ -49,12 +49,14 @@ def run_id(spool: Path, name: str) -> str | None:
 
 
 def made_ready(base: Path, spool: Path, running: str) -> tuple[Path, int] | None:
-    """The cgroup of a run made ready ahead while ``running`` runs, and the monitor waiting in it."""
+    """The cgroup of a run made ready ahead by the driver running ``running``, and the monitor waiting in it
+    (a run's id names its driver's pid: another test's leftovers are not taken for it)."""
     busy = run_id(spool, running)
     if busy is None:
         return None
+    driver = busy.split("-")[-2]
     for folder in base.iterdir():
-        if not folder.is_dir() or folder.name == busy:
+        if not folder.is_dir() or folder.name == busy or folder.name.split("-")[-2:-1] != [driver]:
             continue
         pids = (folder / "cgroup.procs").read_text().split()
         if len(pids) == 1:
