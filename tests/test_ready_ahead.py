@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 import signal
 from pathlib import Path
 
@@ -31,12 +32,6 @@ def base():
 def submit(name: str, body: str, *args: str) -> None:
     r = run_cli(["submit", name, *args], stdin=body.encode())
     assert r.code == 0, r
-
-
-def gated(workdir: Path, name: str) -> tuple[str, Path]:
-    gate = workdir / f"{name}.gate"
-    gate.touch()
-    return f"while [ -e {gate} ]; do sleep 0.02; done\n", gate
 
 
 def run_id(spool: Path, name: str) -> str | None:
@@ -73,104 +68,76 @@ def starts(spool: Path) -> list[str]:
     return [line.split()[3] for line in log_lines(spool) if line.split()[2:3] == ["start"]]
 
 
-def test_the_next_job_is_made_ready_while_one_runs_and_its_monitor_starts_it(spool, workdir, base):
-    body, gate = gated(workdir, "first")
-    submit("first", body)
-    submit("second", "echo parent=$PPID\n")
+@contextmanager
+def second_made_ready(spool: Path, workdir: Path, base: Path, second: str):
+    """A driver running ``first`` (gated) with ``second`` (that text) made ready behind it: yields the driver,
+    the cgroup made ahead and the monitor waiting in it; on leaving, ``first`` is let go and the driver ends."""
+    gate = workdir / "first.gate"
+    gate.touch()
+    submit("first", f"while [ -e {gate} ]; do sleep 0.02; done\n")
+    submit("second", second)
     driver = start_driver(spool)
     try:
         folder, monitor = wait_for(lambda: made_ready(base, spool, "first"), what="the next job to be made ready")
-        assert (spool / "jobs" / "P4" / "second").exists()  # made ready, not claimed: still queued
+        yield driver, folder, monitor
     finally:
-        gate.unlink()
-    finish(driver)
+        gate.unlink(missing_ok=True)
+    if driver.returncode is None:
+        finish(driver)
+
+
+def test_the_next_job_is_made_ready_while_one_runs_and_its_monitor_starts_it(spool, workdir, base):
+    with second_made_ready(spool, workdir, base, "echo parent=$PPID\n") as (_, folder, monitor):
+        assert (spool / "jobs" / "P4" / "second").exists()  # made ready, not claimed: still queued
     assert result(spool, "second")["state"] == "done"
     assert (spool / "stdout" / "second").read_text() == f"parent={monitor}\n"  # the monitor made ready ran it
     assert not folder.exists()
 
 
 def test_a_job_rewritten_after_it_was_made_ready_runs_as_its_file_says(spool, workdir, base):
-    body, gate = gated(workdir, "first")
-    submit("first", body)
-    submit("second", "echo old\n")
-    driver = start_driver(spool)
-    try:
-        wait_for(lambda: made_ready(base, spool, "first"), what="the next job to be made ready")
-        path = spool / "jobs" / "P4" / "second"
-        with open(path, "r+b") as handle:  # its owner's file, rewritten in place
+    with second_made_ready(spool, workdir, base, "echo old\n"):
+        with open(spool / "jobs" / "P4" / "second", "r+b") as handle:  # its owner's file, rewritten in place
             text = handle.read().replace(b"echo old\n", b"echo new, longer\n")
             handle.seek(0)
             handle.write(text)
-    finally:
-        gate.unlink()
-    finish(driver)
     assert (spool / "stdout" / "second").read_text() == "new, longer\n"
     assert not base.exists() or [name for name in os.listdir(base) if not name.startswith(".")] == []
 
 
 def test_a_job_cancelled_while_made_ready_never_runs_and_leaves_no_cgroup(spool, workdir, base):
-    body, gate = gated(workdir, "first")
-    submit("first", body)
     marker = workdir / "second.ran"
-    submit("second", f"touch {marker}\n")
-    driver = start_driver(spool)
-    try:
-        folder, monitor = wait_for(lambda: made_ready(base, spool, "first"), what="the next job to be made ready")
+    with second_made_ready(spool, workdir, base, f"touch {marker}\n") as (_, folder, _monitor):
         assert run_cli(["cancel", "second"]).code == 0
-    finally:
-        gate.unlink()
-    finish(driver)
     assert result(spool, "second")["state"] == "cancelled"
     assert not marker.exists()
     assert not folder.exists()
 
 
 def test_a_job_spooled_at_a_higher_priority_runs_before_the_one_made_ready(spool, workdir, base):
-    body, gate = gated(workdir, "first")
-    submit("first", body)
-    submit("second", "true\n")
-    driver = start_driver(spool)
-    try:
-        folder, _ = wait_for(lambda: made_ready(base, spool, "first"), what="the next job to be made ready")
+    with second_made_ready(spool, workdir, base, "true\n") as (_, folder, _monitor):
         submit("urgent-ish", "true\n", "-p", "1")
-    finally:
-        gate.unlink()
-    finish(driver)
     assert starts(spool) == ["first", "urgent-ish", "second"]
     assert not folder.exists()
 
 
 def test_a_held_job_made_ready_does_not_run(spool, workdir, base):
-    body, gate = gated(workdir, "first")
-    submit("first", body)
-    submit("second", "true\n")
-    driver = start_driver(spool)
-    try:
-        folder, _ = wait_for(lambda: made_ready(base, spool, "first"), what="the next job to be made ready")
+    with second_made_ready(spool, workdir, base, "true\n") as (_, folder, _monitor):
         assert run_cli(["hold", "second"]).code == 0
-    finally:
-        gate.unlink()
-    finish(driver)
     assert starts(spool) == ["first"]
     assert (spool / "jobs" / "P4" / "second").exists()
     assert not folder.exists()
 
 
 def test_a_driver_killed_while_a_job_is_made_ready_leaves_it_queued_and_its_cgroup_goes(spool, workdir, base):
-    body, gate = gated(workdir, "first")
-    submit("first", body)
     ledger = workdir / "second.ledger"
-    submit("second", f"echo ran >> {ledger}\n")
-    driver = start_driver(spool)
-    folder, monitor = wait_for(lambda: made_ready(base, spool, "first"), what="the next job to be made ready")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
-    # the monitor made ready hears its driver's end: it undoes what it made and exits
-    wait_for(lambda: not folder.exists(), what="the cgroup made ahead to go")
-    wait_for(lambda: not Path(f"/proc/{monitor}").exists() or contain.is_zombie(monitor),
-             what="the monitor made ready to exit")
-    assert (spool / "jobs" / "P4" / "second").exists()
-    gate.unlink()
+    with second_made_ready(spool, workdir, base, f"echo ran >> {ledger}\n") as (driver, folder, monitor):
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        # the monitor made ready hears its driver's end: it undoes what it made and exits
+        wait_for(lambda: not folder.exists(), what="the cgroup made ahead to go")
+        wait_for(lambda: not Path(f"/proc/{monitor}").exists() or contain.is_zombie(monitor),
+                 what="the monitor made ready to exit")
+        assert (spool / "jobs" / "P4" / "second").exists()
     second = start_driver(spool)
     finish(second)
     assert ledger.read_text() == "ran\n"  # once
