@@ -64,8 +64,7 @@ def queued_ns(run: Run) -> int | None:
     return None if run.queued_at is None else ctime_ns_upto(run.queued_at)
 
 
-def _while_claimed(uid: int) -> str:
-    """Why a file another user put under a claimed job's name is set aside."""
+def _while_claimed(uid: int) -> str:  # why a file another user put under a claimed job's name is set aside
     return f"it was put in the queue while {user_name(uid)}'s job of that name was claimed: a name is one job's at a time"
 
 
@@ -77,43 +76,45 @@ class Finisher:
         self.cannot_record: str | None = None  # why nothing more may start: its records cannot be written
         self._since_prune = 0
         self.exited: set[str] = set()  # runs whose job ended (their slot is free) that are not filed yet
+        self._held: list[tuple[Run, Outcome]] = []  # runs that ended, filed once those they were claimed behind are
 
     # ---- runs that ended -------------------------------------------------------------
 
     def reap(self, start_next=None) -> None:
-        """Log the starts the runner saw, and file each job that ended as soon as it is seen.
-        ``start_next``: called once the ended runs have left their slots and before they are
-        filed, so that the next jobs run while these are filed (the cores are used)."""
+        """Log the starts the runner saw, and file each job that ended as soon as it is seen (after those
+        that ended before its claim). ``start_next``: called once the ended runs have left their slots
+        and before they are filed, so that the next jobs run while these are filed (the cores are used)."""
         d = self.d
         finished, exited = d.runner.reap(), d.runner.exited()  # exited: ended, not yet said how; their slots are free
         d.runner.started()  # each run it names is marked announced
+        for run in exited + [run for run, _ in finished]:
+            d.running.pop(run.name, None)
+            self.exited.add(run.name)  # until it is filed: a job that needs it, or has its name, waits
         d.starter.log_starts(until=None)
-        for run in exited:
-            d.running.pop(run.name, None)
-            self.exited.add(run.name)
-        for run, _ in finished:
-            d.running.pop(run.name, None)
-            self.exited.discard(run.name)
         if (finished or exited) and start_next is not None:
-            d.picker.unfiled = self.exited | {run.name for run, _ in finished}  # a job that needs one of them waits
-            try:
-                start_next()
-            finally:
-                d.picker.unfiled = set(self.exited)
-        for run, outcome in finished:
-            d.starter.log_starts(until=run)
-            if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
-                self.put_back_unstarted(run, d.running_dir / run.name, run.unrecorded)
+            start_next()
+        pending, self._held = self._held + finished, []
+        for run, outcome in pending:
+            if run.behind & self.exited:  # claimed once those had ended: logged and filed after them
+                self._held.append((run, outcome))
                 continue
-            if run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
-                d.starter.pause_starts(run, d.running_dir / run.name, run.unavailable)
-                continue
+            self._file(run, outcome)
+            self.exited.discard(run.name)
+
+    def _file(self, run: Run, outcome: Outcome) -> None:
+        """File a run that ended (or put it back in its queue), its start logged first."""
+        d = self.d
+        d.starter.log_starts(until=run)
+        if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
+            self.put_back_unstarted(run, d.running_dir / run.name, run.unrecorded)
+        elif run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
+            d.starter.pause_starts(run, d.running_dir / run.name, run.unavailable)
+        elif run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
+            self._requeue_interrupted(run)
+        else:
             if not run.announced and outcome.reason and run.stopping is None:
                 d.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
-            if run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
-                self._requeue_interrupted(run)
-            else:
-                self.record(run, outcome, d.clock.now())
+            self.record(run, outcome, d.clock.now())
 
     @staticmethod
     def _retryable(run: Run, outcome: Outcome) -> bool:
@@ -396,8 +397,7 @@ class Finisher:
                     pass
 
     def prune(self, *, strays: bool = True) -> None:
-        """Retention: keep the last ``keep`` finished jobs; with ``strays``, also remove what crashed
-        writes and cancels left behind (once, as the drain ends)."""
+        """Retention: the last ``keep`` finished jobs kept; with ``strays``, what crashed writes left too."""
         from onite.spool.retention import prune, remove_temp_files
 
         d = self.d

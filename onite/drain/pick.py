@@ -94,7 +94,6 @@ class Picker:
         self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._reported_foreign: set[str] = set()
         self.backfilled = False  # the job last picked starts past a waiting one (onite.drain.pack)
-        self.unfiled: set[str] = set()  # runs that ended and are not filed yet (onite.drain.finish.reap)
         self.withdrawn = Withdrawn(driver.spool)  # cancel/ by name, listed again once it changed
 
     def pick(self) -> Picked | None:
@@ -114,7 +113,7 @@ class Picker:
             moved = False
             d.packer.begin()
             for cand in d.index.candidates():
-                if cand.name in d.running or cand.name in self.unfiled:
+                if cand.name in d.running or cand.name in d.finisher.exited:
                     # a job of that name runs here, or ended and is not filed yet (its claim and run record
                     # are still in running/HOST/NAME): a second one waits its turn
                     continue
@@ -403,7 +402,7 @@ class Picker:
             Unfiled: it has ended but is not filed yet (the pick is made again once it is).
         """
         name, owner = dependency_of(name, uid)
-        if name in self.unfiled:
+        if name in self.d.finisher.exited:  # ended, not filed yet (onite.drain.finish.Finisher.reap)
             raise Unfiled(name)
         run = self.d.running.get(name)
         if run is not None and run.owner.uid == owner:

@@ -189,6 +189,7 @@ class Starter:
             return True
         self._pause = 0.0
         d.running[cand.name] = run
+        run.behind = frozenset(d.finisher.exited)  # its start is logged after their ends (one slot never reads overrun)
         if not d.runner.writes_record:  # its record holds the executor's id of the job (Slurm's)
             self._write_record(run, record[0], {**record[1], "external_id": run.external_id, **d.runner.runinfo(run)})
             self.log_start(run)
@@ -227,7 +228,8 @@ class Starter:
         a run that has ended: its start is logged now (if it started), with those of the runs claimed
         before it that have started; the others wait for their monitors."""
         if until is None:
-            while self._unlogged and self._unlogged[0].announced:
+            unfiled = self.d.finisher.exited  # a run claimed once those had ended starts after their ends
+            while self._unlogged and self._unlogged[0].announced and not self._unlogged[0].behind & unfiled:
                 self.log_start(self._unlogged.pop(0))
             return
         if until not in self._unlogged:

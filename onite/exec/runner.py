@@ -75,6 +75,7 @@ class Run:
     unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set (memory, cpu)
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
+    behind: frozenset[str] = frozenset()  # runs that had ended, not yet filed, when it was claimed (logged first)
     unrecorded: str | None = None  # local: why its monitor could not record itself (it started nothing)
     unavailable: str | None = None  # slurm: why the controller did not take it (nothing was submitted)
 
