@@ -501,9 +501,9 @@ def test_a_namesake_is_not_claimed_over_a_run_that_ended_and_is_not_filed(spool)
 
     submit("twin", "true\n", user="nobody")
     driver = Driver(SpoolDir(spool))
-    driver.picker.unfiled.add("twin")
+    driver.finisher.exited.add("twin")  # it ended, and is not filed yet
     assert driver.picker.pick() is None
-    driver.picker.unfiled.discard("twin")
+    driver.finisher.exited.discard("twin")
     picked = driver.picker.pick()
     assert picked is not None and picked[0].name == "twin"
 

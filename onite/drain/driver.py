@@ -202,6 +202,7 @@ class Driver:
             try:
                 self._loop(wakeup_fd)
             finally:
+                self.finisher.file_held(all_of_them=True)
                 self.runner.close()
                 self._remove_cgroup_folders()
                 self.notifier.finish(stop=self._must_stop_now)

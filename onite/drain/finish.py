@@ -11,7 +11,7 @@ and its claim removed. A run the driver stopped hard goes back to its queue.
 
 A queued file that can never run is never deleted: it is moved to refused/
 with one log line (and a failed result for its owner), and the night goes
-on (``guard``). Where a record cannot be written (a full disk), nothing more
+on (``guard``, onite.drain.refusals). Where a record cannot be written (a full disk), nothing more
 starts (``note_cannot_record``), and the driver exits non-zero once its
 running jobs are done. Retention (onite.spool.retention) runs as jobs are
 filed and once when the drain ends.
@@ -20,28 +20,25 @@ filed and once when the drain ends.
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onite.core.clock import ctime_ns_upto
-from onite.core.errors import JobFormatError, NotFound, OniteError, Refused
+from onite.core.errors import OniteError, Refused
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
-from onite.core.names import is_valid_name
 from onite.core.queue import retry_delay
-from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
+from onite.core.state import JobState, Outcome, Result, Stop
+from onite.drain.refusals import Refusals
 from onite.exec.runner import Run
-from onite.spool.filecheck import BadFile
-from onite.spool.files import change_state, create_displacing, move_file, remove_file
+from onite.spool.files import change_state, create_displacing, remove_file
 from onite.spool.index import Candidate
 from onite.spool.queued import find_queued, settle as settle_names
-from onite.spool.results import may_replace_result, write_result
+from onite.spool.results import write_result
 from onite.spool.scan import user_name
 
 if TYPE_CHECKING:
@@ -68,7 +65,7 @@ def _while_claimed(uid: int) -> str:  # why a file another user put under a clai
     return f"it was put in the queue while {user_name(uid)}'s job of that name was claimed: a name is one job's at a time"
 
 
-class Finisher:
+class Finisher(Refusals):
     """Files the runs and jobs of one driver; says when nothing more may start."""
 
     def __init__(self, driver: Driver) -> None:
@@ -93,13 +90,22 @@ class Finisher:
         d.starter.log_starts(until=None)
         if (finished or exited) and start_next is not None:
             start_next()
-        pending, self._held = self._held + finished, []
-        for run, outcome in pending:
-            if run.behind & self.exited:  # claimed once those had ended: logged and filed after them
-                self._held.append((run, outcome))
-                continue
-            self._file(run, outcome)
-            self.exited.discard(run.name)
+        self._held += finished
+        self.file_held()
+
+    def file_held(self, *, all_of_them: bool = False) -> None:
+        """File the runs that ended, each once those it was claimed behind are filed (``all_of_them``: as
+        the drain ends, whatever is left)."""
+        while self._held:
+            ready = [held for held in self._held if all_of_them or not held[0].behind & self.exited]
+            if not ready:
+                return  # they wait for runs that have not ended, or are not said how yet
+            self._held = [held for held in self._held if held not in ready]
+            for run, outcome in ready:
+                try:
+                    self._file(run, outcome)
+                finally:
+                    self.exited.discard(run.name)
 
     def _file(self, run: Run, outcome: Outcome) -> None:
         """File a run that ended (or put it back in its queue), its start logged first."""
@@ -281,90 +287,6 @@ class Finisher:
             return
         self.move_aside(entry.path, entry.name, st, reason, file_result=False)
         self.d.picker.forget(Candidate(entry.rank, entry.name, entry.path, st.st_ctime_ns))
-
-    # ---- jobs that never ran -----------------------------------------------------------
-
-    def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
-        """A queued job that can never run (its dependency failed): file it as failed."""
-        d, picker = self.d, self.d.picker
-        job = picker.parsed.get(cand.name, (None, None))[1]
-        if job is None:  # only the few near the head of the queue are kept parsed
-            try:
-                job, _ = picker.read_job(cand.path)
-            except (OSError, JobFormatError, BadFile):
-                job = None
-        result = unrun_result(name=cand.name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
-                              reason=reason, host=d.host, now=d.clock.now(), job=job, priority=cand.rank,
-                              urgent=cand.rank == 0)
-        if self.file_unrun(result, JobState.QUEUED, cand.path, "failing", gone_ok=True):
-            picker.forget(cand)
-            d.log.event("failed", cand.name, user=result.user, reason=reason)
-            d.notifier.notify(result, job, d.config)
-
-    def file_unrun(self, result: Result, old: JobState, path: Path, why: str, *, gone_ok: bool = False) -> bool:
-        """File a job that never ran (or whose run nobody saw end): write its result, move it from
-        ``path`` into jobsdone/, count it. False if that failed (logged). ``gone_ok``: a file that
-        is gone already (a cancel or another host took it) counts as filed.
-        """
-        d = self.d
-        try:
-            write_result(d.spool, result)
-            change_state(result.name, old, result.state, path, d.spool.done_dir / result.name, why)
-        except OniteError as err:
-            if not (gone_ok and isinstance(err, NotFound)):
-                d.log.event("error", result.name, error=str(err))
-                return False
-        d.counts[str(result.state)] += 1
-        return True
-
-    def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
-                   file_result: bool = True) -> None:
-        """Never run it, never delete it: move it to refused/ and say why, in the log and (unless not
-        ``file_result``) a result."""
-        d = self.d
-        target = d.spool.refused_path(name, d.clock.now())
-        try:
-            move_file(path, target, "moving aside")
-        except NotFound:
-            return
-        except OniteError as err:
-            d.log.event("error", name, error=str(err))
-            return
-        owner = user_name(st.st_uid) if st else "?"
-        d.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(d.spool.root)))
-        # a second link says nothing of who put it here (anyone may link a file they can write): its
-        # inode's owner gets no result, no notice, and no failure a job of theirs could wait on
-        if file_result and st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
-                and st.st_nlink == 1 and may_replace_result(d.spool, name, st.st_uid):
-            result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
-                                  reason=f"refused: {reason}", host=d.host, now=d.clock.now())
-            try:
-                write_result(d.spool, result)
-            except OniteError:
-                return
-            d.notifier.notify(result, None, d.config)
-
-    @contextmanager
-    def guard(self, name: str, *paths: Path):
-        """Whatever a queued file makes go wrong while it is looked at or started, the night goes
-        on: the file is set aside (moved to refused/ from the first of ``paths`` where it is now)
-        with one log line, and the driver moves on to the next job. A file a user can write must
-        never stop the driver, and never make it retry the same failure forever."""
-        try:
-            yield
-        except Exception as err:  # noqa: BLE001 - see the docstring; the traceback goes to stderr
-            import traceback
-
-            reason = f"onite could not handle it ({type(err).__name__}: {err})"
-            self.d.log.event("error", name, error=reason, note="set aside in refused/; please report this")
-            traceback.print_exc(file=sys.stderr)
-            for path in paths:
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                self.move_aside(path, name, st, reason)
-                break
 
     # ---- when nothing can be recorded; retention ----------------------------------------
 
