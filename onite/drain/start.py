@@ -29,6 +29,7 @@ from onite.core.errors import JobFormatError, NotFound, OniteError
 from onite.core.job import Job
 from onite.core.resources import Need
 from onite.core.names import make_run_id
+from onite.core.queue import READY, DepState, evaluate
 from onite.core.state import JobState, Outcome
 from onite.drain.pick import Look
 from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
@@ -107,14 +108,13 @@ class Starter:
         """May the job of ``cand`` (``seen``: its look) start as soon as a slot is free, as far as a cheap
         look tells? (A job that waits for another, a time, a hold or a host, or a driver that starts
         nothing more, is not made ready ahead.)"""
-        d, meta = self.d, seen.meta
+        d = self.d
         if d.stopping or d.hard_stop or d.window_closed or d.only_timed or d.finisher.cannot_record or self.paused:
             return False
-        if meta.after or (meta.pin and meta.pin != d.host) or meta.retrying:
-            return False
-        if meta.not_before is not None and meta.not_before > d.clock.now():
-            return False
-        return not (is_held(seen.st.st_mode) or d.index.holds.held(cand.name, seen.st.st_uid))
+        held = is_held(seen.st.st_mode) or d.index.holds.held(cand.name, seen.st.st_uid)
+        # the pick's own rule (onite.core.queue), without a look at dependencies: one that has any waits
+        return evaluate(seen.meta, held=held, now=d.clock.now(), host=d.host,
+                        dependency=lambda _: DepState.PENDING) is READY
 
     def _take_staged(self, name: str) -> str | None:
         """The id of the run made ready ahead for ``name``'s job, if one was (what was made ready for
