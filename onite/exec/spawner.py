@@ -305,15 +305,16 @@ def encode(kind: str, plan: monitor.Plan) -> tuple[bytes, list[int]]:
     return marshal.dumps((kind, values, plan.script_fd)), fds
 
 
-def with_claim(plan: monitor.Plan, data: bytes, fds: list[int]) -> monitor.Plan:
-    """``plan`` (made ready) with the descriptors of its claim that GO brought."""
-    _, sent = marshal.loads(data)
+def with_claim(plan: monitor.Plan, request: tuple, fds: list[int]) -> monitor.Plan:
+    """``plan`` (made ready) with the descriptors of its claim that a GO ``request`` (unmarshalled) brought."""
+    _, sent = request
     return replace(plan, **{name: fds[v] if name.endswith("_fd") and v is not None else v for name, v in sent.items()})
 
 
-def decode_plan(data: bytes, fds: list[int]) -> monitor.Plan:
-    """The Plan a request carries, with the descriptors received in place of the driver's numbers."""
-    _, sent, script_fd = marshal.loads(data)
+def decode_plan(request: tuple, fds: list[int]) -> monitor.Plan:
+    """The Plan a RUN or READY ``request`` (unmarshalled) carries, with the descriptors received in place
+    of the driver's numbers."""
+    _, sent, script_fd = request
     values = dict(zip([f.name for f in fields(monitor.Plan)], sent))
     for name in FD_FIELDS:
         if values[name] is not None:

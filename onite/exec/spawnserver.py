@@ -125,11 +125,13 @@ def _wait_and_run(conn: socket.socket, contained: bool) -> int:
             data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
             if not data:
                 return 0  # the driver's end closed (it ended or died, or has monitors enough)
-            plan, made = decode_plan(data, fds), None
-            if marshal.loads(data)[0] == READY:
+            request = marshal.loads(data)
+            plan, made = decode_plan(request, fds), None
+            if request[0] == READY:
                 made = monitor.ready(plan)
                 data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 16)
-                if not data or marshal.loads(data)[0] != GO:  # dropped, or the driver is gone
+                request = marshal.loads(data) if data else (None,)
+                if request[0] != GO:  # dropped, or the driver is gone
                     monitor.unready(plan, made)
                     for fd in fds + [plan.script_fd]:
                         os.close(fd)
@@ -137,7 +139,7 @@ def _wait_and_run(conn: socket.socket, contained: bool) -> int:
                         return 0
                     conn.send(IDLE)
                     continue
-                plan = with_claim(plan, data, fds)
+                plan = with_claim(plan, request, fds)
             if monitor.run(plan, prepared=True, keep=frozenset({conn.fileno()}), made=made) != 0:
                 return 0  # something of the job could not be ended: no other run shares this process
             served += 1
@@ -159,7 +161,7 @@ def _fork_now(data: bytes, fds: list[int]) -> None:
     """Fork the monitor of a request here (no monitor was waiting). If none can be forked, the run's
     pipe says so (``failed``), as a monitor would have: nothing of the job ran."""
     try:
-        plan = decode_plan(data, fds)
+        plan = decode_plan(marshal.loads(data), fds)
     except Exception:  # noqa: BLE001 - a malformed request (the driver's bug): its pipe closes unheard
         return
     try:
