@@ -106,7 +106,10 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | 
             user = user_name(entry.uid)
             withdrawn = JobView(name=name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
                                 submitted=when, finished=when, reason=f"cancelled by {user}")
-    return Seen(name, live, read_result(spool, name), withdrawn, owner if live else None)
+    result = read_result(spool, name)
+    if result is not None and owner not in (None, result.uid):
+        result = None  # another user's namesake's record is not how this job ended
+    return Seen(name, live, result, withdrawn, owner if live else None)
 
 
 # ---- deciding (pure) -----------------------------------------------------------------------
@@ -154,9 +157,7 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
         owner = seen.owner if seen.owner is not None else watch.owner
         return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live, owner=owner), PENDING
     candidates: list[tuple[datetime, Final]] = []
-    # once whose job it is is known, another user's namesake's record is not how it ended
-    if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale) \
-            and watch.owner in (None, seen.result.uid):
+    if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
         view = result_view(seen.result)
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
     # cancel/ is anyone's to write: a withdrawal counts only as the job's owner's (the one seen live,
@@ -242,8 +243,6 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
         watch = watches[name]
         for _ in range(2):  # a job requeued between two lstats is nowhere for a moment
             seen = look(spool, watch.name, with_result=True, owner=watch.owner, caller=caller)
-            if seen.result is not None and watch.owner not in (None, seen.result.uid):
-                seen = replace(seen, result=None)  # USER:NAME: another user's record of the name
             if seen.live or seen.result is not None or seen.withdrawn is not None:
                 break
         if not (seen.live or seen.result is not None or seen.withdrawn is not None):
