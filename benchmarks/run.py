@@ -90,7 +90,7 @@ QUICK = Plan(n=100, repeats=1, latency_repeats=5, one_by_one=20, bulk=1_000,
              sizes=(300, 1_000, 3_000), warm=20, stride=50, windows=2, warm_spool=100,
              night=300, peer=peers.QUICK)
 
-SECTIONS = ("drain", "floor", "cost", "cli", "bulk", "list", "scale", "morning")
+SECTIONS = ("real", "drain", "floor", "cost", "cli", "bulk", "list", "scale", "morning")
 PEERS = ("baseline", "task-spooler", "nq", "parallel")
 
 
@@ -302,6 +302,98 @@ def bench_drain(plan: Plan) -> list[h.Result]:
 
 
 OTHER_USER = "nobody"
+
+
+# --------------------------------------------------------------------------
+# (r) real work: 10 ms jobs of another user, drained by root, against xargs and task-spooler
+
+SLEEP_JOB = "sleep 0.01"
+REAL_1, REAL_2 = "onite: 10 ms jobs of another user, 1 slot", "onite: 10 ms jobs of another user, 2 slots"
+XARGS_SLEEP_1, XARGS_SLEEP_2 = "xargs -P1: the same 10 ms jobs", "xargs -P2: the same 10 ms jobs"
+TSP_SLEEP_1, TSP_SLEEP_2 = "tsp -S 1: the same 10 ms jobs", "tsp -S 2: the same 10 ms jobs"
+
+
+def xargs_sleep(n: int, at_once: int) -> None:
+    """N ``sh -c 'sleep 0.01'`` by xargs, ``at_once`` at a time: what one or two slots can reach here."""
+    subprocess.run(["xargs", "-P", str(at_once), "-n", "1", "/bin/sh", "-c", SLEEP_JOB], input=b"x\n" * n,
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def tsp_sleep(n: int, slots: int) -> float:
+    """Seconds task-spooler takes to run N ``sh -c 'sleep 0.01'`` queued behind a gate, from its release."""
+    q = peers.TspQueue(slots)
+    gate = peers.Gate(q.dir)
+    try:
+        q.submit(*gate.argv)
+        for _ in range(n):
+            q.submit("/bin/sh", "-c", SLEEP_JOB)
+        q.submit_sentinel()
+        started = time.perf_counter()
+        gate.release()
+        q.wait_last()
+        return time.perf_counter() - started
+    finally:
+        gate.close()
+        q.close()
+
+
+def bench_real(plan: Plan) -> list[h.Result]:
+    """The drain a night is made of: jobs that run (10 ms each), spooled by another user (their file's
+    owner) and drained by root, on 1 and 2 slots, each drain a whole ``onite run`` (its start-up
+    included); beside xargs and task-spooler running the same jobs, the six taking turns in each round
+    so that the machine's drift falls on all of them alike."""
+    import pwd
+
+    if os.geteuid() != 0:
+        raise peers.Skip("run as root: root drains another user's jobs")
+    try:
+        other = pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        raise peers.Skip(f"no user {OTHER_USER} to spool the jobs") from None
+    n = max(40, plan.n // 4)
+    has_tsp = shutil.which("tsp") is not None
+    runs: dict[str, list[float]] = {k: [] for k in (REAL_1, REAL_2, XARGS_SLEEP_1, XARGS_SLEEP_2, TSP_SLEEP_1,
+                                                     TSP_SLEEP_2)}
+    spool = OniteSpool()
+    os.chmod(spool.dir, 0o755)  # the jobs' directory: theirs to enter
+    try:
+        for _ in range(plan.repeats):
+            for slots, name in ((1, REAL_1), (2, REAL_2)):
+                spool.submit_lines([SLEEP_JOB] * n)
+                for folder, _, files in os.walk(os.path.join(spool.root, "jobs")):
+                    for file in files:
+                        os.chown(os.path.join(folder, file), other.pw_uid, other.pw_gid)
+                runs[name].append(spool.drain("--slots", str(slots)))
+            for at_once, name in ((1, XARGS_SLEEP_1), (2, XARGS_SLEEP_2)):
+                started = time.perf_counter()
+                xargs_sleep(n, at_once)
+                runs[name].append(time.perf_counter() - started)
+            if has_tsp:
+                runs[TSP_SLEEP_1].append(tsp_sleep(n, 1))
+                runs[TSP_SLEEP_2].append(tsp_sleep(n, 2))
+    finally:
+        spool.close()
+    rate = {name: h.Stats.of(samples).rate(n) for name, samples in runs.items() if samples}
+    note = f"N={n} `{SLEEP_JOB}` of {OTHER_USER}"
+    results = [
+        h.Result.from_stats(XARGS_SLEEP_1, rate[XARGS_SLEEP_1], "jobs/s", note=f"N={n} `sh -c '{SLEEP_JOB}'` one "
+                            "at a time: what one slot of any spooler can reach here"),
+        h.Result.from_stats(XARGS_SLEEP_2, rate[XARGS_SLEEP_2], "jobs/s", XARGS_SLEEP_1, note="two at a time"),
+    ]
+    if has_tsp:
+        results += [
+            h.Result.from_stats(TSP_SLEEP_1, rate[TSP_SLEEP_1], "jobs/s", XARGS_SLEEP_1,
+                                note="queued behind a gate, timed from its release; output stored"),
+            h.Result.from_stats(TSP_SLEEP_2, rate[TSP_SLEEP_2], "jobs/s", XARGS_SLEEP_2, note="the same, 2 slots"),
+            h.Result.from_stats(REAL_1 + ", against tsp", rate[REAL_1], "jobs/s", TSP_SLEEP_1,
+                                note=note + ", one `onite run` (its start-up included)"),
+        ]
+    results += [
+        h.Result.from_stats(REAL_1 + ", against xargs", rate[REAL_1], "jobs/s", XARGS_SLEEP_1, note=note),
+        h.Result.from_stats(REAL_2 + ", against xargs", rate[REAL_2], "jobs/s", XARGS_SLEEP_2,
+                            note=note + ", `onite run --slots 2`"),
+    ]
+    return results
 
 
 def other_users_drains(spool: OniteSpool, n: int, repeats: int) -> list[h.Result]:
@@ -623,6 +715,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     env.update({f"{pkg} version": peers.package_version(pkg) for pkg in peers.PACKAGES if pkg != "at"})
     workloads: list[tuple[str, Callable[[], list[h.Result]]]] = []
     workloads += [(f"peer {name}", lambda name=name: peers.PEERS[name](plan.peer)) for name in peer_names]
+    if "real" in sections:
+        workloads.append(("real", lambda: bench_real(plan)))
     if "drain" in sections:
         workloads.append(("drain", lambda: bench_drain(plan)))
     if "floor" in sections:
