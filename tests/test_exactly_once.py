@@ -3,7 +3,7 @@
 Every job here appends to a ledger (outside the spool) when it starts and ends, so the
 tests count real runs, not what onite says about them. The crash harness kills the driver
 with ``strace --inject`` at each of its durable steps in turn (before the Nth rename,
-unlink, write, fork, mkdir, request to the spawner: every point between two steps), as the fault campaign of
+unlink, write, monitor start, mkdir, request to a monitor: every point between two steps), as the fault campaign of
 issue 18 did, then lets the next driver recover; the random harness kills several
 drivers sharing one spool at random moments while jobs are spooled. Each ledger must show
 every job run exactly once per attempt, none lost, no two copies at once, and no final
@@ -128,8 +128,8 @@ def check_exactly_once(spool: Path, ledger: Path, what: str) -> None:
     assert sorted(ends) == ["a", "b", "c"], f"{what}: {ends}"
 
 
-# sendmsg and recvmsg: the driver asks its spawner to fork a monitor, and hears back (onite.exec.spawner)
-SYSCALLS = ["rename", "renameat2", "unlink", "write", "clone", "mkdir", "memfd_create", "sendmsg", "recvmsg"]
+# vfork: the driver starts a monitor; sendmsg: it sends a monitor a run (onite.exec.local)
+SYSCALLS = ["rename", "renameat2", "unlink", "write", "vfork", "clone", "mkdir", "memfd_create", "sendmsg"]
 
 
 @needs_strace
@@ -140,7 +140,7 @@ def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_no
     probe_spool = init_spool_at(tmp_path / "probe")
     workload(probe_spool, tmp_path)
     counts = count_syscalls(probe_spool, SYSCALLS)
-    forks = counts.get("clone", 0) + counts.get("sendmsg", 0)  # monitors forked here, or by the spawner
+    forks = counts.get("sendmsg", 0)  # runs sent to monitors
     assert counts.get("rename", 0) + counts.get("renameat2", 0) >= 6 and forks >= 4, counts
     kills = 0
     for syscall, total in sorted(counts.items()):
@@ -400,7 +400,7 @@ def test_a_disk_a_job_fills_leaves_no_heartbeat_of_a_gone_driver(small_disk):
 
 
 def python_descendants(pid: int) -> list[int]:
-    """The Python processes below ``pid``: a driver's spawner and its monitors (not the jobs' shells)."""
+    """The Python processes below ``pid``: a driver's monitors (not the jobs' shells)."""
     children: dict[int, list[int]] = {}
     comm: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
@@ -443,7 +443,7 @@ def test_a_job_whose_monitor_cannot_record_itself_never_starts(spool, workdir):
     tracer = None
     try:
         wait_for(lambda: runs_of(ledger).get("opener") == 1, what="the first job to start")
-        helpers = wait_for(lambda: python_descendants(driver.pid), what="the driver's spawner and monitors")
+        helpers = wait_for(lambda: python_descendants(driver.pid), what="the driver's monitors")
         record = spool / "running" / HOST / "victim@run"
         tracer = subprocess.Popen([STRACE, "-qq", "-f", "-o", "/dev/null", "-P", str(record), "-e", "trace=write",
                                    "-e", "inject=write:error=EIO", *[f"-p{pid}" for pid in helpers]],

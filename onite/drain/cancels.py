@@ -98,9 +98,6 @@ class CancelInbox:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""
         d = self.d
         name, own_only = request.name, d.config.own_only
-        if name in d.finisher.exited:  # it has ended and is being filed: honoured once it is (a retry it
-            self._mtime = -1  # spools is withdrawn then), so cancel/ is looked at again on the next turn
-            return
         run = d.running.get(name)
         if run is not None:
             if may_touch(request.uid, run.owner.uid, own_only):

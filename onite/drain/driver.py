@@ -202,7 +202,6 @@ class Driver:
             try:
                 self._loop(wakeup_fd)
             finally:
-                self.finisher.file_held(all_of_them=True)
                 self.runner.close()
                 self._remove_cgroup_folders()
                 self.notifier.finish(stop=self._must_stop_now)
@@ -270,14 +269,12 @@ class Driver:
                 self.heartbeat.tick()
             if self.tick is not None and not self.stopping:
                 self._tick_at = self.tick(self, self.clock.now())
-            self.finisher.reap(start_next=self._start_early)
+            self.finisher.reap()
             self.runner.tick(self.clock.monotonic())
             if self.notifier.busy:
                 self.notifier.reap()
             self.cancels.process()
             self._start_more()
-            if self.running and len(self.running) >= self.slots:
-                self.starter.read_ahead()
             if not self.running and not self.runner.busy():
                 if self.stopping or self.hard_stop or self.window_closed:
                     return
@@ -343,11 +340,6 @@ class Driver:
         """While waiting for the last notifiers: has a signal asked for an immediate exit?"""
         signals.handle(self)
         return self.hard_stop
-
-    def _start_early(self) -> None:
-        """Runs ended: start the next jobs before filing those (cancel requests honoured first)."""
-        self.cancels.process()
-        self._start_more()
 
     def _start_more(self) -> None:
         """Fill the free slots, unless the driver is stopping or cannot record what it starts."""

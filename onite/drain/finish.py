@@ -72,40 +72,18 @@ class Finisher(Refusals):
         self.d = driver
         self.cannot_record: str | None = None  # why nothing more may start: its records cannot be written
         self._since_prune = 0
-        self.exited: set[str] = set()  # runs whose job ended (their slot is free) that are not filed yet
-        self._held: list[tuple[Run, Outcome]] = []  # runs that ended, filed once those they were claimed behind are
 
     # ---- runs that ended -------------------------------------------------------------
 
-    def reap(self, start_next=None) -> None:
-        """Log the starts the runner saw, and file each job that ended as soon as it is seen (after those
-        that ended before its claim). ``start_next``: called once the ended runs have left their slots
-        and before they are filed, so that the next jobs run while these are filed (the cores are used)."""
+    def reap(self) -> None:
+        """Log the starts the runner saw, and file each job that ended."""
         d = self.d
-        finished, exited = d.runner.reap(), d.runner.exited()  # exited: ended, not yet said how; their slots are free
+        finished = d.runner.reap()
         d.runner.started()  # each run it names is marked announced
-        for run in exited + [run for run, _ in finished]:
-            d.running.pop(run.name, None)
-            self.exited.add(run.name)  # until it is filed: a job that needs it, or has its name, waits
         d.starter.log_starts(until=None)
-        if (finished or exited) and start_next is not None:
-            start_next()
-        self._held += finished
-        self.file_held()
-
-    def file_held(self, *, all_of_them: bool = False) -> None:
-        """File the runs that ended, each once those it was claimed behind are filed (``all_of_them``: as
-        the drain ends, whatever is left)."""
-        while self._held:
-            ready = [held for held in self._held if all_of_them or not held[0].behind & self.exited]
-            if not ready:
-                return  # they wait for runs that have not ended, or are not said how yet
-            self._held = [held for held in self._held if held not in ready]
-            for run, outcome in ready:
-                try:
-                    self._file(run, outcome)
-                finally:
-                    self.exited.discard(run.name)
+        for run, outcome in finished:
+            d.running.pop(run.name, None)
+            self._file(run, outcome)
 
     def _file(self, run: Run, outcome: Outcome) -> None:
         """File a run that ended (or put it back in its queue), its start logged first."""
@@ -325,7 +303,7 @@ class Finisher(Refusals):
         d = self.d
         self._since_prune = 0
         try:
-            removed = prune(d.spool, d.config.keep, protect=set(d.running) | self.exited, strays=strays)
+            removed = prune(d.spool, d.config.keep, protect=set(d.running), strays=strays)
         except OniteError as err:
             d.log.event("error", error=str(err), note="retention")
             return

@@ -79,10 +79,6 @@ class Picked(NamedTuple):
     timeout: timedelta | None  # its time limit, as admitted (backfill counted on it)
 
 
-class Unfiled(Exception):
-    """A job's dependency has ended and is not filed yet: nothing is picked until it is."""
-
-
 class Picker:
     """Chooses the next job for a driver; keeps what it read of the queue between picks."""
 
@@ -113,9 +109,7 @@ class Picker:
             moved = False
             d.packer.begin()
             for cand in d.index.candidates():
-                if cand.name in d.running or cand.name in d.finisher.exited:
-                    # a job of that name runs here, or ended and is not filed yet (its claim and run record
-                    # are still in running/HOST/NAME): a second one waits its turn
+                if cand.name in d.running:  # a job of that name runs here: a second one waits its turn
                     continue
                 seen = None
                 with d.finisher.guard(cand.name, cand.path):
@@ -123,10 +117,7 @@ class Picker:
                 if seen is None:  # the guard set it aside
                     self.forget(cand)
                     continue
-                try:
-                    picked = self._judge(cand, seen, now)
-                except Unfiled:
-                    return None  # its order depends on how a run that just ended is filed: after it is
+                picked = self._judge(cand, seen, now)
                 if picked is True:
                     need = d.packer.need_of(seen.meta.mem, seen.meta.cpus)
                     admit = d.packer.admit(cand.name, need, seen.meta.timeout, now)
@@ -248,19 +239,6 @@ class Picker:
         self.d.index.forget(cand)
         self.meta.pop(cand.name, None)
         self.parsed.pop(cand.name, None)
-
-    def read_ahead(self) -> Candidate | None:
-        """While every slot is busy, read the job file that will most likely be picked next; its
-        candidate (None: none is queued). Its parse is kept as ``inspect`` keeps every parse (by inode,
-        ctime and size): the pick after the next job's end does not wait for the read, and still
-        checks everything as usual."""
-        for cand in self.d.index.candidates():
-            if cand.name not in self.d.running:
-                if cand.name not in self.parsed:
-                    self.meta.pop(cand.name, None)  # a verdict kept without its job: read the job again
-                    self.inspect(cand)
-                return cand
-        return None
 
     def inspect(self, cand: Candidate) -> Inspection:
         """Look at a queued file: may it run, and what does eligibility need of it?"""
@@ -397,13 +375,8 @@ class Picker:
     def dependency(self, name: str, uid: int) -> DepState:
         """Where the dependency ``name`` of a job of ``uid`` stands, as this driver knows it: its own
         runs first (onite.spool.deps: only the user's own job of that name counts).
-
-        Raises:
-            Unfiled: it has ended but is not filed yet (the pick is made again once it is).
-        """
+"""
         name, owner = dependency_of(name, uid)
-        if name in self.d.finisher.exited:  # ended, not filed yet (onite.drain.finish.Finisher.reap)
-            raise Unfiled(name)
         run = self.d.running.get(name)
         if run is not None and run.owner.uid == owner:
             return DepState.PENDING

@@ -29,14 +29,11 @@ from onite.core.errors import JobFormatError, NotFound, OniteError
 from onite.core.job import Job
 from onite.core.resources import Need
 from onite.core.names import make_run_id
-from onite.core.queue import READY, DepState, evaluate
 from onite.core.state import JobState, Outcome
-from onite.drain.pick import Look
 from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
 from onite.spool import runrecords
 from onite.spool.files import change_state, remove_file
 from onite.spool.filecheck import BadFile
-from onite.spool.holds import is_held
 from onite.spool.index import Candidate
 
 if TYPE_CHECKING:
@@ -54,8 +51,6 @@ class Starter:
         self._paused_until: float | None = None  # on the driver's monotonic clock: start nothing before
         self._pause = 0.0
         self._unlogged: list[Run] = []  # runs started here, in claim order, whose start is not logged yet
-        self._staged: tuple[str, str] | None = None  # (name, run id) of the run the executor made ready ahead
-        self._declined: Candidate | None = None  # the last job looked at for that and not made ready
 
     @property
     def paused(self) -> bool:
@@ -73,60 +68,6 @@ class Starter:
         self._paused_until = None
         return True
 
-    def read_ahead(self) -> None:
-        """Every slot is busy: read the job most likely to start next (onite.drain.pick.Picker.read_ahead)
-        and, if it may start as soon as a slot is free, have the executor make its start ready ahead
-        (Runner.prepare: nothing of it changes on disk; the pick and the claim still decide)."""
-        d = self.d
-        cand = d.picker.read_ahead()
-        if cand is None or (self._staged is not None and self._staged[0] == cand.name) or cand == self._declined:
-            return
-        if not all(run.announced for run in d.running.values()):
-            return  # not while a job starts: made ready then, it would take the cores from that start
-        self._declined = cand  # until it is made ready: one look per version of its file, not one per wake
-        seen = d.picker.inspect(cand)
-        parsed = d.picker.parsed.get(cand.name)
-        if parsed is None or seen.look is not Look.OK or not self._may_stage(cand, seen):
-            return
-        try:
-            owner = d.picker.resolve(seen.st.st_uid)
-        except OniteError:
-            return
-        if self._staged is not None:
-            d.runner.discard()
-            self._staged = None
-        now = d.clock.now()
-        run = Run(name=cand.name, job=parsed[1], owner=owner, rank=cand.rank,
-                  run_id=make_run_id(now, d.host, d.pid, self._seq + 1), started=now,
-                  started_mono=d.clock.monotonic(), spool=str(d.spool.root))
-        run.need = d.packer.need_of(seen.meta.mem, seen.meta.cpus)
-        if d.runner.prepare(run):
-            self._seq += 1
-            self._staged, self._declined = (cand.name, run.run_id), None
-
-    def _may_stage(self, cand: Candidate, seen) -> bool:
-        """May the job of ``cand`` (``seen``: its look) start as soon as a slot is free, as far as a cheap
-        look tells? (A job that waits for another, a time, a hold or a host, or a driver that starts
-        nothing more, is not made ready ahead.)"""
-        d = self.d
-        if d.stopping or d.hard_stop or d.window_closed or d.only_timed or d.finisher.cannot_record or self.paused:
-            return False
-        held = is_held(seen.st.st_mode) or d.index.holds.held(cand.name, seen.st.st_uid)
-        # the pick's own rule (onite.core.queue), without a look at dependencies: one that has any waits
-        return evaluate(seen.meta, held=held, now=d.clock.now(), host=d.host,
-                        dependency=lambda _: DepState.PENDING) is READY
-
-    def _take_staged(self, name: str) -> str | None:
-        """The id of the run made ready ahead for ``name``'s job, if one was (what was made ready for
-        another job is dropped)."""
-        staged, self._staged = self._staged, None
-        if staged is None:
-            return None
-        if staged[0] == name:
-            return staged[1]
-        self.d.runner.discard()
-        return None
-
     def _new_run_id(self, now: datetime) -> str:
         self._seq += 1
         return make_run_id(now, self.d.host, self.d.pid, self._seq)
@@ -134,21 +75,13 @@ class Starter:
     def start(self, cand: Candidate, st_seen: os.stat_result, need: Need, timeout: timedelta | None) -> None:
         """Claim ``cand`` (judged by ``st_seen``, admitted asking ``need`` with time limit ``timeout``: a
         pick, onite.drain.pick.Picked) and start it; a failure is filed, refused or put back."""
-        staged = self._take_staged(cand.name)
-        if not self._claim_and_start(cand, st_seen, need, timeout, staged) and staged is not None:
-            self.d.runner.discard()  # the executor was not asked to start it: what it made ready goes
-
-    def _claim_and_start(self, cand: Candidate, st_seen: os.stat_result, need: Need, timeout: timedelta | None,
-                         run_id: str | None) -> bool:
-        """``start``; ``run_id``: the id of the run made ready ahead for it (None: a new one). False if the
-        executor was not asked to start it (the claim failed, or the claimed file is refused)."""
         d, picker = self.d, self.d.picker
         target = d.running_dir / cand.name
         try:
             change_state(cand.name, JobState.QUEUED, JobState.RUNNING, cand.path, target, "claiming")
         except NotFound:
             picker.forget(cand)  # another host, or a cancel, got there first: not an error
-            return False
+            return
         d.index.forget(cand)
         picker.meta.pop(cand.name, None)  # its parse, if kept, is taken by claimed_job
         now = d.clock.now()
@@ -156,14 +89,14 @@ class Starter:
             job, st = picker.claimed_job(cand.name, target, st_seen)
         except (JobFormatError, BadFile, OSError) as err:
             d.finisher.move_aside(target, cand.name, st_seen, str(err))
-            return False
+            return
         problem = picker.file_problem(st, may_settle=False)  # claimed: no submit links it any more
         if problem:
             d.finisher.move_aside(target, cand.name, st, problem)
-            return False
+            return
         owner = picker.resolve(st.st_uid)
         job = self._as_admitted(cand.name, job, need, timeout)
-        run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank, run_id=run_id or self._new_run_id(now),
+        run = Run(name=cand.name, job=job, owner=owner, rank=cand.rank, run_id=self._new_run_id(now),
                   started=now, started_mono=d.clock.monotonic(), spool=str(d.spool.root))
         run.queued_at = datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone()
         run.need = need  # what it was admitted with: its limits and its room, not a second reading of its file
@@ -179,23 +112,22 @@ class Starter:
                            stderr_path=d.spool.stderr_path(cand.name), record=record)
         except NoRecord as err:
             d.finisher.put_back_unstarted(run, target, str(err))
-            return True
+            return
         except Unavailable as err:
             self.pause_starts(run, target, str(err))
-            return True
+            return
         except SpawnError as err:
             d.log.event("start-failed", cand.name, user=owner.name, reason=str(err))
             d.finisher.record(run, Outcome(reason=str(err), never_started=True), d.clock.now())
-            return True
+            return
         self._pause = 0.0
         d.running[cand.name] = run
-        run.behind = frozenset(d.finisher.exited)  # its start is logged after their ends (one slot never reads overrun)
         if not d.runner.writes_record:  # its record holds the executor's id of the job (Slurm's)
             self._write_record(run, record[0], {**record[1], "external_id": run.external_id, **d.runner.runinfo(run)})
             self.log_start(run)
         else:
             self._unlogged.append(run)  # its start is logged when its monitor says it started
-        return True
+        return
 
     def _as_admitted(self, name: str, job: Job, need: Need, timeout: timedelta | None) -> Job:
         """The claimed job, held to the request and time limit it was admitted with: its owner may have
@@ -228,8 +160,7 @@ class Starter:
         a run that has ended: its start is logged now (if it started), with those of the runs claimed
         before it that have started; the others wait for their monitors."""
         if until is None:
-            unfiled = self.d.finisher.exited  # a run claimed once those had ended starts after their ends
-            while self._unlogged and self._unlogged[0].announced and not self._unlogged[0].behind & unfiled:
+            while self._unlogged and self._unlogged[0].announced:
                 self.log_start(self._unlogged.pop(0))
             return
         if until not in self._unlogged:

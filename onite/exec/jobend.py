@@ -5,8 +5,8 @@ pid, process group and session, so signals to the group by that number reach onl
 processes; it is reaped once what it left is ended (or at once, when nothing was left). Its other
 processes come back to the monitor (a subreaper) as orphans and are reaped as they end.
 
-Runs after fork, in the monitor (onite.exec.monitor): imports only os, signal, time and onite's
-exec modules loaded before the fork (tests/test_layers.py).
+Runs in the monitor (onite.exec.monitor), which imports little: os, signal, time and onite's exec
+modules (tests/test_layers.py).
 """
 
 from __future__ import annotations

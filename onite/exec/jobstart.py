@@ -1,7 +1,7 @@
 """How a job's monitor starts the job's process, and the reason it records when that fails.
 
-Run in the monitor (onite.exec.monitor), after fork: this module imports only os, errno and
-subprocess (checked by tests/test_layers.py), all loaded before the fork.
+Run in the monitor (onite.exec.monitor), which imports little: this module imports only os, errno
+and subprocess (checked by tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ STAGES = {  # what the job's process was doing when it failed, for the reason re
 def join(plan: Plan) -> tuple[list[str], str]:
     """Move this monitor into the job's cgroups, so that the process it forks next is born in them;
     the groups joined, and ``STAGE ERRNO WHAT`` if one could not be joined ("" if all were), for
-    ``reason``. A monitor made ready ahead (onite.exec.monitor.ready) joins them while the job before
-    runs; ``start`` then only forks."""
+    ``reason``."""
     joined: list[str] = []
     try:
         for path in ((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups):
@@ -47,10 +46,8 @@ def leave(joined: list[str]) -> None:
             pass  # it stays in the job's cgroup: its end is recorded before that cgroup is killed
 
 
-def start(plan: Plan, joined: tuple[list[str], str] | None = None) -> tuple[int | None, str]:
+def start(plan: Plan) -> tuple[int | None, str]:
     """Start the job's process; its pid, or None and why not (``STAGE ERRNO WHAT`` for ``reason``).
-    ``joined``: what ``join`` returned where this monitor joined the job's cgroups ahead (else it
-    joins them here).
 
     The process is forked and executed by the C code of the standard library (subprocess), which
     runs no Python between the fork and the exec: a Python child would copy most of this process's
@@ -68,7 +65,7 @@ def start(plan: Plan, joined: tuple[list[str], str] | None = None) -> tuple[int 
     with every descriptor closed but its script's, and every signal at its default
     (onite.exec.monitor.prepare).
     """
-    groups, failed = joined if joined is not None else join(plan)
+    groups, failed = join(plan)
     if failed:
         leave(groups)
         return None, failed

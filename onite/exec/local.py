@@ -1,10 +1,12 @@
 """The local executor: each job under a monitor process, on this machine.
 
 ``LocalRunner.start`` decides the command line and environment
-(onite.exec.launch), opens the job's output files, and has a monitor
-(onite.exec.monitor) take the run: one the spawner keeps (onite.exec.spawner),
-else one it forks. The monitor records itself in the run record, starts the
-job and records how it ended:
+(onite.exec.launch), writes the run record's first line, opens the job's
+output files, and sends the run to a waiting monitor (onite.exec.monitor):
+monitors are fresh interpreters this runner starts and keeps, each serving
+one run after another, one more started ahead whenever none waits. The
+monitor records itself in the run record, starts the job and records how
+it ended:
 
 - when the driver is root the job never runs anything as root on its owner's
   behalf: its directory is entered with the owner's rights, and its process
@@ -14,31 +16,166 @@ job and records how it ended:
   controlling terminal; where the machine allows, it runs in a cgroup of its
   own, so that everything it starts can be ended with it (onite.exec.contain).
 
-The monitor tells the driver over a pipe when the job started and ended; a
-run adopted from a dead driver has no pipe, and its record says how it ended.
+The monitor tells the driver on its socket when the job started and ended;
+a run adopted from a dead driver has no socket, and its record says how it
+ended. A dead driver's runs are recovered here too: adopted while their
+monitor lives, answered by their record, or found by their environment.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
+import subprocess
+import sys
+from datetime import datetime
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import job_label
+from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
 from onite.exec.identity import Identity
-from onite.exec.monitorlink import MonitorLink, parse_usage
-from onite.exec.localrecover import LocalRecovery
 from onite.exec.launch import (SCRIPT, credentials_of, occupy_standard_descriptors, own_credentials, plan,
                                run_outputs)
+from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
-from onite.exec.spawner import Spawner, SpawnerGone
 from onite.spool import runrecords
 
+MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 
-class LocalRunner(LocalRecovery, Runner):
+
+class Monitor:
+    """The driver's end of one monitor: its socket, what it said of its run so far, and its process
+    (None for a monitor adopted from a dead driver, watched by its pidfd)."""
+
+    def __init__(self, sock: socket.socket | None, proc: subprocess.Popen | None = None,
+                 pidfd: int | None = None) -> None:
+        self.sock, self.proc, self.pidfd = sock, proc, pidfd
+        self.buffer = b""
+        self.idle = False  # said ``idle``: done with its run, waiting for the next
+        self.gone = False  # exited (its socket's end closed), or the adopted one's process ended
+
+    def fileno(self) -> int | None:
+        """What the driver waits on: readable when it says something or is gone."""
+        if self.gone:
+            return None
+        return self.sock.fileno() if self.sock is not None else self.pidfd
+
+    def messages(self) -> list[str]:
+        """The lines it said since the last call, up to its ``idle`` (kept apart as ``self.idle``)."""
+        if self.sock is not None and not self.gone:
+            while True:
+                try:
+                    data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    self._lost()
+                    break
+                self.buffer += data
+        lines = self.buffer.split(b"\n")
+        self.buffer = lines.pop()
+        said = [line.decode("utf-8", "replace") for line in lines]
+        if monitor.IDLE in said:
+            self.idle = True
+            said = [line for line in said if line != monitor.IDLE]
+        return said
+
+    def is_done(self) -> bool:
+        """Done with its run: it said ``idle`` (as ``messages`` read), or it is gone."""
+        if self.idle or self.gone:
+            return True
+        if self.sock is None and self.pidfd is not None and select.select([self.pidfd], [], [], 0)[0]:
+            self._lost()
+        return self.gone
+
+    def _lost(self) -> None:
+        self.gone = True
+        self.close()
+
+    def close(self) -> None:
+        """Let it go: a monitor whose socket is closed exits once its run, if any, is over."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+class MonitorPool:
+    """The monitors a local runner keeps waiting: fresh interpreters (``python -E -S``, importing only
+    the monitor), started by this process with vfork and exec, never by forking the driver, each
+    serving one run after another."""
+
+    def __init__(self, contained: bool) -> None:
+        self.contained = contained  # monitors make themselves subreapers (onite.exec.contain)
+        self.waiting: list[Monitor] = []
+        self.procs: list[subprocess.Popen] = []  # those started, until reaped
+
+    def send(self, plan: monitor.Plan) -> Monitor:
+        """Hand ``plan`` to a waiting monitor, or to one started for it; when the last waiting one is
+        taken, one more is started ahead, so that the next start waits for none.
+
+        Raises:
+            OSError: no monitor could be started, or the one started could not be sent the plan.
+        """
+        while True:
+            mon = self.waiting.pop() if self.waiting else self._start()
+            try:
+                monitor.send(mon.sock, plan)
+                break
+            except OSError:
+                mon.close()  # it died meanwhile: the next one
+                if mon.proc is not None and not self.waiting:
+                    raise
+        mon.idle = False
+        if not self.waiting:
+            try:
+                self.waiting.append(self._start())
+            except OSError:
+                pass  # the next start tries again
+        return mon
+
+    def release(self, mon: Monitor) -> None:
+        """A monitor done with its run: kept waiting if it said ``idle`` (and not too many wait)."""
+        if mon.sock is not None and mon.idle and not mon.gone and len(self.waiting) < MAX_WAITING:
+            self.waiting.append(mon)
+        else:
+            mon.close()
+        self.procs = [proc for proc in self.procs if proc.poll() is None]
+
+    def _start(self) -> Monitor:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        boot = (f"import sys; sys.path.insert(0, {root!r}); from onite.exec.monitor import serve; "
+                f"sys.exit(serve({theirs.fileno()}, {self.contained!r}))")
+        try:
+            proc = subprocess.Popen([sys.executable, "-E", "-S", "-c", boot], pass_fds=(theirs.fileno(),),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.procs.append(proc)
+        return Monitor(ours, proc)
+
+    def close(self) -> None:
+        """Let the waiting monitors go: each exits as its socket's end closes."""
+        for mon in self.waiting:
+            mon.close()
+        self.waiting = []
+        self.procs = [proc for proc in self.procs if proc.poll() is None]
+
+
+class LocalRunner(Runner):
     """Starts each job under a monitor (onite.exec.monitor), enforces time limits, reports
     how jobs ended.
 
@@ -59,29 +196,21 @@ class LocalRunner(LocalRecovery, Runner):
         self.kill_grace = kill_grace
         self.switch_user = switch_user
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
-        if self.containment.kind != contain.OFF:
-            contain.preload()  # each monitor makes itself a subreaper: with libc loaded before the fork
         self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
         self.limiter = limiter or limits.Limiter(why="not asked for")
         self.runs: list[Run] = []
-        self._lingering: list[MonitorLink] = []  # monitors ending what their job left behind
+        self._lingering: list[Monitor] = []  # monitors ending what their job left behind
         self._started: list[Run] = []
-        self._exited: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
-        self._spawner = Spawner(self.containment.kind != contain.OFF)  # forks the monitors: this big process never does
-        self._ready: tuple | None = None  # what the run made ready ahead was made of (``prepare``)
+        self._pool = MonitorPool(self.containment.kind != contain.OFF)
         occupy_standard_descriptors()
 
     def close(self) -> None:
-        """Let the spawner go (the next start begins another); running monitors are not its. A run
-        made ready ahead is dropped."""
-        self._ready = None
-        self._spawner.close()
-        self._spawner = Spawner(self.containment.kind != contain.OFF)
+        """Let the waiting monitors go (busy ones finish their runs)."""
+        self._pool.close()
 
     def reload(self, config) -> None:
-        self.discard()  # what was made ready ahead was made with the settings before
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
 
@@ -89,22 +218,13 @@ class LocalRunner(LocalRecovery, Runner):
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record: tuple[str, dict] | None = None) -> None:
-        """Start ``run`` under its monitor; returns at once (the monitor reports the start). A run
-        made ready ahead (``prepare``) is started by the monitor that holds it.
+        """Start ``run`` under a monitor; returns at once (the monitor reports the start).
 
         Raises:
-            SpawnError: its output files cannot be made (the job is recorded as failed).
+            SpawnError: its output files cannot be made, or no monitor can be started (the job is
+                recorded as failed).
             NoRecord: its run record cannot be written: nothing was started.
         """
-        ready = self._take_ready(run)
-        try:
-            self._start(run, output_path, append, stderr_path, record, ready)
-        finally:
-            if self._spawner.has_ready:  # made ready for this run, which did not start: it undoes it
-                self._spawner.drop()
-
-    def _start(self, run: Run, output_path: Path, append: bool, stderr_path: Path | None,
-               record: tuple[str, dict] | None, ready: bool) -> None:
         ident = self._identity(run)
         if run.job.timeout is not None:
             run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
@@ -124,7 +244,7 @@ class LocalRunner(LocalRecovery, Runner):
                 raise NoRecord(str(error)) from None
             run.record_path = path
         try:
-            self._hand_to_monitor(run, ident, record_fd, output_path, stderr_path, append, ready)
+            self._hand_to_monitor(run, ident, record_fd, output_path, stderr_path, append)
         except BaseException:
             self._undo(run)
             raise
@@ -133,42 +253,6 @@ class LocalRunner(LocalRecovery, Runner):
                 os.close(record_fd)
         self.runs.append(run)
 
-    def prepare(self, run: Run) -> bool:
-        """Make ``run``'s start ready ahead, in a monitor of the spawner's (onite.exec.spawner): ``run``
-        is the job most likely to start next, not claimed yet, so nothing of it is on disk; ``start``
-        of a run of the same id, job, owner and request takes it, any other start drops it. False
-        if nothing was made ready (no monitor waits, one is ready already)."""
-        if self._ready is not None or self._spawner.failed:
-            return False
-        cgroup = self.containment.job_cgroup(run.run_id)
-        spec = self._spec(run, self._identity(run), cgroup, self.limiter.groups(run.run_id, cgroup, run.cpus), None)
-        try:
-            made = self._spawner.prepare(spec)
-        except SpawnerGone:
-            made = False
-        finally:
-            os.close(spec.script_fd)
-        if made:
-            self._ready = (run.run_id, run.job, run.owner, run.need, self.shell, self.kill_grace)
-        return made
-
-    def discard(self) -> None:
-        """Drop the run made ready ahead, if any (its monitor undoes what it made)."""
-        self._ready = None
-        self._spawner.drop()
-
-    def _take_ready(self, run: Run) -> bool:
-        """Is the run made ready ahead ``run`` (same id, job, owner, request and settings)? Any other
-        is dropped."""
-        if self._ready is None:
-            return False
-        ready, self._ready = self._ready, None
-        if ready[0] == run.run_id and ready[1] is run.job and ready[2:] == (run.owner, run.need, self.shell,
-                                                                            self.kill_grace):
-            return True
-        self._spawner.drop()
-        return False
-
     def _identity(self, run: Run) -> Identity | None:
         """Whose credentials ``run``'s job takes: its owner's, None where they are the driver's own
         (switching to the ids we already have changes nothing)."""
@@ -176,94 +260,42 @@ class LocalRunner(LocalRecovery, Runner):
             return None
         return run.owner
 
-    def _spec(self, run: Run, ident: Identity | None, cgroup: str | None, groups: tuple[str, ...],
-              claim: tuple | None) -> monitor.Plan:
-        """The monitor's Plan of ``run``, its script in a new memfd (the caller closes it); ``claim``:
-        its record, output and pipe descriptors (None: made ready ahead, ``prepare``)."""
-        launch = plan(run, shell=self.shell, switch_user=self.switch_user)
-        script_fd = os.memfd_create(job_label(run.name), 0)
-        try:
-            runrecords.write_all(script_fd, run.job.body)
-            os.lseek(script_fd, 0, os.SEEK_SET)
-        except BaseException:
-            os.close(script_fd)
-            raise
-        script = os.fsencode(f"/dev/fd/{script_fd}")
-        record_fd, out, err, notify_w = claim if claim is not None else (None, None, None, None)
-        return monitor.Plan(
-            argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
-            cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
-            gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
-            script_fd=script_fd, stdout_fd=out, stderr_fd=err, record_fd=record_fd,
-            record_path=run.record_path or "", notify_fd=notify_w, lock_fd=self.lock_fd if claim else None,
-            cgroup=cgroup, contain=self.containment.kind, kill_grace=self.kill_grace,
-            limit_groups=groups, limit_steps=self.limiter.steps(run.run_id, cgroup, run.cpus),
-            memory_steps=self.limiter.memory_steps(run.run_id, cgroup, run.mem),
-            usage_reads=self.limiter.reads(run.run_id, cgroup))
-
     def _hand_to_monitor(self, run: Run, ident: Identity | None, record_fd: int | None, output_path: Path,
-                         stderr_path: Path | None, append: bool, ready: bool) -> None:
-        """Open the run's output files and hand the run to a monitor (onite.exec.monitor): the one made
-        ready for it (``ready``), else the spawner's, else one forked here; ``run.monitor`` is the
-        driver's end of it.
+                         stderr_path: Path | None, append: bool) -> None:
+        """Open the run's output files and send the run to a monitor; ``run.monitor`` is the driver's
+        end of it.
 
         Raises:
             NoRecord: the disk is full (nothing could be recorded of the run either).
-            SpawnError: an output file cannot be made, or no process can be forked.
+            SpawnError: an output file cannot be made, or no monitor can be started.
         """
-        outputs = run_outputs(run, output_path, stderr_path, ident, append=append)
-        out, err = outputs.__enter__()
-        spec = notify_w = None
-        try:
-            notify_r, notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-            record = record_fd if record_fd is not None else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        launch = plan(run, shell=self.shell, switch_user=self.switch_user)
+        with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
+            script_fd = os.memfd_create(job_label(run.name), 0)
+            null = None
             try:
-                if ready and self._go(run, (record, out, err, notify_w)):
-                    pid, pidfd, child = None, None, False  # its pipe says the rest
-                else:
-                    spec = self._spec(run, ident, run.cgroup, run.groups, (record, out, err, notify_w))
-                    pid, pidfd, child = self._spawn(spec)
+                runrecords.write_all(script_fd, run.job.body)
+                os.lseek(script_fd, 0, os.SEEK_SET)
+                if record_fd is None:
+                    null = record_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                script = os.fsencode(f"/dev/fd/{script_fd}")
+                spec = monitor.Plan(
+                    argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
+                    cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
+                    gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
+                    script_fd=script_fd, stdout_fd=out, stderr_fd=err, record_fd=record_fd,
+                    record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=run.cgroup,
+                    contain=self.containment.kind, kill_grace=self.kill_grace, limit_groups=run.groups,
+                    limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.cpus),
+                    memory_steps=self.limiter.memory_steps(run.run_id, run.cgroup, run.mem),
+                    usage_reads=self.limiter.reads(run.run_id, run.cgroup))
+                run.monitor = self._pool.send(spec)
             except OSError as error:
-                os.close(notify_r)
                 raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
-        finally:
-            for fd in (spec.script_fd if spec else None, notify_w):
-                if fd is not None:
-                    os.close(fd)
-            outputs.__exit__(None, None, None)
-        run.monitor = MonitorLink(pid=pid, pidfd=pidfd, pipe=notify_r, child=child)
-
-    def _go(self, run: Run, claim: tuple) -> bool:
-        """Start the run made ready for ``run`` with its claim's descriptors; False if its monitor died
-        meanwhile (nothing was started)."""
-        record_fd, out, err, notify_w = claim
-        try:
-            self._spawner.go(record_fd=record_fd, record_path=run.record_path or "", stdout_fd=out, stderr_fd=err,
-                             notify_fd=notify_w, lock_fd=self.lock_fd)
-            return True
-        except SpawnerGone:
-            return False
-
-    def _spawn(self, spec: monitor.Plan) -> tuple[int | None, int | None, bool]:
-        """Hand ``spec`` to the spawner's monitors (onite.exec.spawner), where it runs, else fork its
-        monitor here. Its pid and a pidfd (None, None from the spawner: its pipe says the rest), and
-        whether it is this process's child.
-
-        Raises:
-            OSError: no process can be forked.
-        """
-        if not self._spawner.failed:
-            try:
-                self._spawner.spawn(spec)
-                return None, None, False  # its pipe says the rest
-            except SpawnerGone:
-                pass  # nothing was forked: fork it here, as without a spawner
-        pid = monitor.start(spec)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            pidfd = None  # a very old kernel: polled
-        return pid, pidfd, True
+            finally:
+                os.close(script_fd)
+                if null is not None:
+                    os.close(null)
 
     @staticmethod
     def _undo(run: Run) -> None:
@@ -334,14 +366,19 @@ class LocalRunner(LocalRecovery, Runner):
         if finished:
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]
-        self._lingering = [mon for mon in self._lingering if not mon.is_done()]
+        lingering, self._lingering = self._lingering, []
+        for mon in lingering:
+            mon.messages()
+            self._done_or_lingering(mon)
         return finished
 
-    def exited(self) -> list[Run]:
-        """Runs whose job's leader exited since the last call (their monitor said so before it read and
-        recorded how; ``reap`` gives their outcome once it did)."""
-        exited, self._exited = self._exited, []
-        return exited
+    def _done_or_lingering(self, mon: Monitor) -> None:
+        """A monitor whose job ended: back to the pool once it is done with the run, else waited for
+        (it ends what the job left behind)."""
+        if mon.is_done():
+            self._pool.release(mon)
+        else:
+            self._lingering.append(mon)
 
     def started(self) -> list[Run]:
         """Runs whose job's interpreter started since the last call."""
@@ -357,11 +394,9 @@ class LocalRunner(LocalRecovery, Runner):
         if ended is None:
             if not mon.is_done():
                 return None
-            ended = self._heard(run, mon.messages())  # what it said just before it was done
-            if ended is None:
-                # the monitor is gone without a word on its pipe (adopted, or killed): the record decides
-                return self.outcome_from_record(run)
-        self._lingering.append(mon)  # until it has ended what the job left behind
+            # the monitor is done without a word of the end (adopted, or killed): the record decides
+            ended = self._heard(run, mon.messages()) or self.outcome_from_record(run)
+        self._done_or_lingering(mon)
         return ended
 
     def _heard(self, run: Run, messages: list[str]) -> Outcome | None:
@@ -373,8 +408,6 @@ class LocalRunner(LocalRecovery, Runner):
                 self._note_start(run, int(rest))
             elif word == "usage":
                 run.usage = parse_usage(rest)
-            elif word == "exited":
-                self._exited.append(run)
             elif word == "unenforced":
                 run.unenforced = tuple(rest.split(","))
             elif word == "ended" and rest.lstrip("-").isdigit():
@@ -406,15 +439,75 @@ class LocalRunner(LocalRecovery, Runner):
         return min(deadlines) if deadlines else None
 
     def wait_fds(self) -> list[int]:
-        fds = []
-        for mon in [run.monitor for run in self.runs if run.monitor is not None] + self._lingering:
-            fds.extend(fd for fd in (mon.pipe, mon.pidfd) if fd is not None)
-        return fds
-
-    def needs_polling(self) -> bool:
-        """True when some monitor has no pidfd to wake the driver (very old kernels), or lingers."""
-        return bool(self._lingering) or any(
-            run.monitor is not None and run.monitor.pidfd is None and run.monitor.pipe is None for run in self.runs)
+        mons = [run.monitor for run in self.runs if run.monitor is not None] + self._lingering
+        return [fd for fd in (mon.fileno() for mon in mons) if fd is not None]
 
     def runinfo(self, run: Run) -> dict:
         return {}
+
+    # ---- a dead driver's runs --------------------------------------------------
+
+    def outcome_from_record(self, run: Run) -> Outcome:
+        """How a run whose monitor is done with it without a word ended, as its run record says."""
+        rec = runrecords.read(run.record_path) if run.record_path else None
+        if rec is not None and rec.job_pid is not None:
+            self._note_start(run, rec.job_pid)
+        if rec is not None and rec.status is not None:
+            run.usage = rec.usage
+            return memory_outcome(outcome_from_status(rec.status), run.usage, run.need)
+        if rec is not None and rec.failed is not None:
+            return Outcome(reason=rec.failed, never_started=rec.job_pid is None)
+        # onite's machinery failed, not the job: a retry it has left is spooled (retryable), as for a
+        # Slurm node that died; a dead driver's recovery reruns such a claim (onite.drain.recovery)
+        if rec is not None and not rec.started_job:
+            return Outcome(reason="its monitor was killed before it started the job: the job did not run",
+                           retryable=True, never_started=True)
+        # nobody watches what may still run of it, and a retry may follow at once: it is killed
+        self._signal(run, signal.SIGKILL)
+        kill_leftovers(run.cgroup, run.groups, run.spool, run.name, run.run_id, known_pid=run.pgid is not None)
+        return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
+
+    def adopt(self, run: Run, rec: RunRecord) -> bool:
+        """Take over a run whose monitor outlived its driver: watch the monitor, enforce the time
+        limit, honour cancels. False if the monitor is not that process any more."""
+        pid, ticks = rec.monitor_pid, rec.monitor_ticks
+        if pid is None:
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        if ticks is not None and contain.process_start_ticks(pid) != ticks or select.select([pidfd], [], [], 0)[0]:
+            os.close(pidfd)
+            return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
+        run.monitor = Monitor(None, pidfd=pidfd)
+        run.pgid = rec.job_pid
+        run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
+        run.adopted = run.announced = True
+        deadline = rec.get("deadline")
+        if isinstance(deadline, str):
+            try:
+                left = (datetime.fromisoformat(deadline) - self.clock.now()).total_seconds()
+                run.timeout_at = self.clock.monotonic() + left
+            except (ValueError, TypeError):
+                pass
+        self.runs.append(run)
+        return True
+
+    def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
+        """A claim with no run record: its processes, if any, are found by their environment."""
+        killed = stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace)
+        if killed:
+            return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
+        return "no run record, and none of its processes was running"
+
+
+def parse_usage(text: str) -> dict | None:
+    """The monitor's ``usage`` message to the driver: the JSON object ``usage`` made; None if damaged."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

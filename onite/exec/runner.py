@@ -29,7 +29,7 @@ from onite.exec.identity import Identity
 if TYPE_CHECKING:
     from onite.core.config import Config
     from onite.core.runrecord import RunRecord
-    from onite.exec.monitorlink import MonitorLink
+    from onite.exec.local import Monitor
 
 
 class SpawnError(Exception):
@@ -57,7 +57,7 @@ class Run:
     run_id: str
     started: datetime
     started_mono: float  # on the driver's clock
-    monitor: MonitorLink | None = None  # local: the job's monitor
+    monitor: Monitor | None = None  # local: the job's monitor
     pgid: int | None = None  # local: the job's process group (its leader's pid), once it runs
     cgroup: str | None = None  # local: the job's cgroup, if jobs get one (onite.exec.contain)
     record_path: str | None = None  # running/HOST/NAME@run
@@ -75,7 +75,6 @@ class Run:
     unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set (memory, cpu)
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
-    behind: frozenset[str] = frozenset()  # runs that had ended, not yet filed, when it was claimed (logged first)
     unrecorded: str | None = None  # local: why its monitor could not record itself (it started nothing)
     unavailable: str | None = None  # slurm: why the controller did not take it (nothing was submitted)
 
@@ -111,16 +110,6 @@ class Runner(Protocol):
             SpawnError: it could not start (the reason is recorded); NoRecord: nothing could be
                 recorded, so nothing was started; Unavailable: the executor takes no job now.
         """
-
-    def prepare(self, run: Run) -> bool:
-        """Make the start of ``run`` ready ahead (the job most likely to start next, not claimed yet:
-        nothing of it is on disk), so that its start waits for less once a slot is free; ``start`` of
-        the same run takes what was made, a start of any other drops it. True if it did (default:
-        never)."""
-        return False
-
-    def discard(self) -> None:
-        """Drop what ``prepare`` made ready, if anything."""
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Begin a graceful stop: TERM now, KILL after the grace period."""
@@ -161,11 +150,6 @@ class Runner(Protocol):
         """Runs whose start was confirmed since the last call, in claim order (for the log)."""
         return []
 
-    def exited(self) -> list[Run]:
-        """Runs whose job is known to have ended since the last call, before ``reap`` can say how: their
-        slots are free (default: none; ``reap`` says both at once)."""
-        return []
-
     def busy(self) -> bool:
         """Work still in flight: the driver waits for it before it exits."""
         return bool(self.runs)
@@ -192,4 +176,4 @@ class Runner(Protocol):
         """Take new settings after SIGHUP."""
 
     def close(self) -> None:
-        """The drain is over: let go of what starting runs needs (the local spawner); runs go on."""
+        """The drain is over: let go of what starting runs needs (the local monitors that wait); runs go on."""

@@ -1,5 +1,6 @@
-"""The spawner (onite.exec.spawner): a small process forks the jobs' monitors, never the driver,
-and nothing of it outlives its driver or keeps the driver lock from the next one."""
+"""A job's monitor (onite.exec.monitor): a fresh interpreter the driver starts and keeps, the job's
+parent, serving one run after another; nothing of it keeps the driver lock from the next driver,
+and it outlives its driver only until its run is over."""
 
 from __future__ import annotations
 
@@ -42,37 +43,31 @@ def monitor_pid(spool: Path, name: str) -> int:
     return wait_for(recorded, what="the monitor to record the job")
 
 
-def test_a_jobs_monitor_is_forked_by_the_spawner_not_by_the_driver(spool, workdir):
+def test_a_jobs_monitor_is_a_fresh_interpreter_started_by_the_driver_not_a_copy_of_it(spool, workdir):
     gate, ledger = gated_job(spool, workdir, "spawned")
     driver = start_driver(spool)
     try:
-        spawner = parent_of(monitor_pid(spool, "spawned"))
-        assert spawner != driver.pid and parent_of(spawner) == driver.pid
-        assert b"onite.exec.spawnserver" in Path(f"/proc/{spawner}/cmdline").read_bytes()
-        # it keeps no monitor's socket: it gives the driver its end of each (the driver talks to them),
-        # at once after the fork; then it holds only its own, to the driver
-        def sockets() -> int:
-            return sum(os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{spawner}/fd").iterdir())
-        wait_for(lambda: sockets() == 1, what="the spawner to hold only its socket to the driver")
+        monitor = monitor_pid(spool, "spawned")
+        assert monitor != driver.pid and parent_of(monitor) == driver.pid
+        assert b"onite.exec.monitor" in Path(f"/proc/{monitor}/cmdline").read_bytes()
     finally:
         gate.unlink()
     _, err = driver.communicate(timeout=60)
     assert driver.returncode == 0 and b"Traceback" not in err, err
     assert result(spool, "spawned")["state"] == "done"
     assert ledger.read_text().split() == ["start"]
-    wait_for(lambda: is_zombie(spawner), what="the spawner to exit with its driver")
+    wait_for(lambda: is_zombie(monitor) or not Path(f"/proc/{monitor}").exists(),
+             what="the monitor to exit once its driver let it go")
 
 
-def test_a_killed_drivers_spawner_exits_and_leaves_the_lock_and_the_job_to_the_next_driver(spool, workdir):
+def test_a_killed_drivers_monitor_keeps_its_job_and_leaves_the_lock_to_the_next_driver(spool, workdir):
     gate, ledger = gated_job(spool, workdir, "survivor")
     driver = start_driver(spool)
     monitor = monitor_pid(spool, "survivor")
-    spawner = parent_of(monitor)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    wait_for(lambda: is_zombie(spawner), what="the spawner to die with its driver")
-    assert not is_zombie(monitor)  # the job's monitor, not the spawner, keeps the job
-    second = start_driver(spool)  # it takes the lock at once: no spawner holds it
+    assert not is_zombie(monitor)  # the job's monitor keeps the job
+    second = start_driver(spool)  # it takes the lock at once: no monitor holds it
     wait_for(lambda: any("adopted" in line and "survivor" in line for line in log_lines(spool)),
              what="the next driver to adopt the run")
     gate.unlink()
@@ -82,26 +77,6 @@ def test_a_killed_drivers_spawner_exits_and_leaves_the_lock_and_the_job_to_the_n
     assert ledger.read_text().split() == ["start"]
 
 
-def test_a_spawner_killed_mid_drain_leaves_the_driver_to_fork_the_next_monitors(spool, workdir):
-    """The spawner dies (the OOM killer, an admin's kill -9) while a job runs: that job's monitor is
-    the driver's to talk to and finishes its run; the jobs after it run under monitors the driver
-    forks itself, and the night ends as it would have."""
-    trace = workdir / "trace"
-    gate, _ = gated_job(spool, workdir, "first")
-    for name in ("second", "third"):  # each job writes its monitor's parent
-        assert run_cli(["submit", name], stdin=f"cut -d' ' -f4 /proc/$PPID/stat >> {trace}\n".encode()).code == 0
-    driver = start_driver(spool)
-    spawner = parent_of(monitor_pid(spool, "first"))
-    os.kill(spawner, signal.SIGKILL)
-    wait_for(lambda: is_zombie(spawner) or not Path(f"/proc/{spawner}").exists(), what="the spawner to die")
-    gate.unlink()
-    _, err = driver.communicate(timeout=60)
-    assert driver.returncode == 0 and b"Traceback" not in err, err
-    assert all(result(spool, name)["state"] == "done" for name in ("first", "second", "third"))
-    parents = [int(line) for line in trace.read_text().split()]
-    assert parents and parents[-1] == driver.pid  # the last job's monitor: forked by the driver
-
-
 def test_a_waiting_monitor_that_died_is_passed_over(spool, workdir):
     """The monitors that wait for a run are killed (the OOM killer picks them too): the driver's next
     request to one of them fails whole, and the job goes to another monitor; nothing is lost."""
@@ -109,9 +84,8 @@ def test_a_waiting_monitor_that_died_is_passed_over(spool, workdir):
     assert run_cli(["submit", "second"], stdin=b"true\n").code == 0
     driver = start_driver(spool)
     busy = monitor_pid(spool, "first")
-    spawner = parent_of(busy)
-    waiting = wait_for(lambda: [int(pid) for pid in Path(f"/proc/{spawner}/task/{spawner}/children").read_text().split()
-                                if int(pid) != busy], what="a monitor forked ahead")
+    waiting = wait_for(lambda: [int(pid) for pid in Path(f"/proc/{driver.pid}/task/{driver.pid}/children").read_text().split()
+                                if int(pid) != busy], what="a monitor started ahead")
     for pid in waiting:
         os.kill(pid, signal.SIGKILL)
     gate.unlink()
@@ -120,32 +94,34 @@ def test_a_waiting_monitor_that_died_is_passed_over(spool, workdir):
     assert result(spool, "first")["state"] == result(spool, "second")["state"] == "done"
 
 
-def test_where_no_spawner_can_start_the_driver_forks_the_monitors_itself(spool, workdir, monkeypatch):
-    """An interpreter that cannot be started again (its file gone, say): the jobs still run, each
-    under a monitor that the driver forked, as before the spawner."""
+def test_where_no_monitor_can_be_started_each_job_fails_saying_so(spool, workdir, monkeypatch):
+    """An interpreter that cannot be started again (its file gone, say): each job is filed as failed,
+    never having run, with the reason; the driver ends normally."""
     from onite.drain.driver import Driver
     from onite.spool.paths import SpoolDir
 
-    trace = workdir / "trace"
-    for name in "ab":  # each job writes its monitor's parent
-        assert run_cli(["submit", name], stdin=f"cut -d' ' -f4 /proc/$PPID/stat >> {trace}\n".encode()).code == 0
+    marker = workdir / "ran"
+    for name in "ab":
+        assert run_cli(["submit", name], stdin=f"touch {marker}\n".encode()).code == 0
     monkeypatch.setattr("sys.executable", str(workdir / "no-such-python"))
     assert Driver(SpoolDir(spool)).run() == 0
-    assert result(spool, "a")["state"] == result(spool, "b")["state"] == "done"
-    assert trace.read_text().split() == [str(os.getpid())] * 2
+    for name in "ab":
+        res = result(spool, name)
+        assert res["state"] == "failed" and res["reason"].startswith("cannot start its monitor: "), res
+    assert not marker.exists()
 
 
 def test_a_monitor_serves_one_run_after_another(spool, workdir):
-    """Monitors are not forked per job: one that is done with a run (its job ended, what the job left
-    was ended, the run's pipe closed) waits for the next. Each job still has a monitor of its own
-    while it runs, and it is neither the driver nor the spawner."""
+    """Monitors are not started per job: one that is done with a run (its job ended, what the job left
+    was ended, the run's descriptors closed) waits for the next. Each job still has a monitor of its
+    own while it runs, and it is not the driver."""
     trace = workdir / "trace"
     for n in range(6):  # each job writes its monitor's pid
         assert run_cli(["submit", f"j{n}"], stdin=f"echo $PPID >> {trace}\n".encode()).code == 0
     driver = start_driver(spool)
     _, err = driver.communicate(timeout=60)
     assert driver.returncode == 0
-    assert b"Traceback" not in err, err  # nor from the spawner, whose last monitor the driver never took
+    assert b"Traceback" not in err, err  # nor from a monitor started ahead that the driver never took
     assert all(result(spool, f"j{n}")["state"] == "done" for n in range(6))
     monitors = trace.read_text().split()
     assert len(monitors) == 6 and len(set(monitors)) < 6
@@ -153,9 +129,9 @@ def test_a_monitor_serves_one_run_after_another(spool, workdir):
 
 
 def test_a_reused_monitor_outlives_a_killed_driver_only_until_its_run_is_over(spool, workdir):
-    """The driver dies while a job runs under a monitor of the spawner's (one that would serve the
-    next run): the monitor keeps the job, the next driver adopts the run, and once the job ends the
-    monitor records it and exits (it waits for no other run: its spawner died with the driver)."""
+    """The driver dies while a job runs under a monitor that would serve the next run: the monitor
+    keeps the job, the next driver adopts the run, and once the job ends the monitor records it and
+    exits (it waits for no other run: its driver is gone)."""
     assert run_cli(["submit", "first", "-p", "1"], stdin=b"true\n").code == 0
     gate, ledger = gated_job(spool, workdir, "second")
     driver = start_driver(spool)
@@ -174,20 +150,18 @@ def test_a_reused_monitor_outlives_a_killed_driver_only_until_its_run_is_over(sp
     wait_for(lambda: is_zombie(monitor), what="the monitor to exit once its run was over")
 
 
-def test_a_request_too_large_for_one_datagram_is_forked_here_and_the_spawner_serves_on(spool, workdir):
-    """A job whose environment does not fit in one datagram to the spawner (hundreds of KB): its
-    monitor is forked by the driver, and the next job's again by the spawner."""
+def test_a_job_whose_environment_is_larger_than_a_datagram_runs_with_it_whole(spool, workdir):
+    """A job whose environment is hundreds of KB: its Plan reaches its monitor whole (it travels in a
+    memory file, not in the datagram), and the next job runs under a monitor as usual."""
     trace = workdir / "trace"
     big = dict(os.environ, **{f"ONITE_TEST_BIG{n}": "x" * 100_000 for n in range(4)})  # one string: 128 KB at most
     for name, env in (("huge", big), ("after", None)):
-        body = f"echo ${{#ONITE_TEST_BIG3}} $(cut -d' ' -f4 /proc/$PPID/stat) >> {trace}\n"
+        body = f"echo ${{#ONITE_TEST_BIG3}} >> {trace}\n"
         assert run_cli(["submit", name], stdin=body.encode(), env=env).code == 0
     driver = start_driver(spool)
     driver.communicate(timeout=60)
     assert result(spool, "huge")["state"] == result(spool, "after")["state"] == "done"
-    (size, huge_parent), (_, after_parent) = (line.split() for line in trace.read_text().splitlines())
-    assert size == "100000" and int(huge_parent) == driver.pid
-    assert int(after_parent) != driver.pid  # the spawner's
+    assert trace.read_text().split() == ["100000", "0"]
 
 
 def test_a_monitor_whose_job_is_no_child_of_its_says_its_status_is_unknown():
@@ -230,7 +204,7 @@ def test_a_monitor_that_served_one_owner_serves_the_next_with_roots_ids_and_thei
 
 
 def test_a_killed_monitor_fails_its_run_and_its_job_is_killed_with_it(spool, workdir):
-    """The monitor of a running job is killed (the OOM killer, an admin): the driver hears its run's pipe
+    """The monitor of a running job is killed (the OOM killer, an admin): the driver hears its socket
     end without an end recorded, kills what runs of the job (nobody would report it), and files the
     job as failed, saying why; the next job runs under another monitor."""
     gate, ledger = gated_job(spool, workdir, "orphaned")
@@ -275,17 +249,17 @@ def test_a_job_whose_monitor_was_killed_is_retried_when_it_has_retries_left(spoo
 
 
 @needs_root
-def test_a_monitor_that_cannot_be_forked_fails_its_run_and_the_night_goes_on(spool, tmp_path):
-    """The spawner cannot fork a job's monitor (the machine's process table is full: here a pids cgroup
-    holds the driver and its spawner, and no more): the run's pipe says so, the job is filed as failed
-    with that reason and never ran, the next job gets the same, and the driver ends normally."""
+def test_a_monitor_that_cannot_be_started_fails_its_run_and_the_night_goes_on(spool, tmp_path):
+    """No monitor can be started (the machine's process table is full: here a pids cgroup holds the
+    driver and no more): the job is filed as failed with that reason and never ran, the next job gets
+    the same, and the driver ends normally."""
     pids = Path("/sys/fs/cgroup/pids")
     if not (pids / "cgroup.procs").exists():
         pytest.skip("no cgroup v1 pids controller at /sys/fs/cgroup/pids to fill the process table with")
     group = pids / f"onite-test-{uuid.uuid4().hex[:12]}"
     group.mkdir()
     try:
-        (group / "pids.max").write_text("2\n")  # the driver and its spawner
+        (group / "pids.max").write_text("1\n")  # the driver
         marker = tmp_path / "ran"
         for name in ("first", "second"):
             assert run_cli(["submit", name], stdin=f"touch {marker}\n".encode()).code == 0
