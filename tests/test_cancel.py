@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, needs_root, result, run_cli, start_driver, wait_for
+from conftest import REPO, log_lines, needs_root, result, run_cli, start_driver, wait_for
 
 
 def submit(name, *, user=None, body=b"true\n"):
@@ -132,26 +132,5 @@ def test_a_running_job_that_ends_on_its_own_as_it_is_cancelled_is_not_counted_ca
         os.kill(driver.pid, signal.SIGCONT)
     out, err = cancel.communicate(timeout=60)
     assert driver.wait(timeout=60) == 0
-    assert result(spool, "quick")["state"] == "done"
+    assert result(spool, "quick")["state"] == "done", "\n".join(log_lines(spool))
     assert (cancel.returncode, out.decode()) == (0, "quick: done\ncancelled 0 job(s)\n"), err
-
-
-def test_a_cancel_for_a_job_that_ended_and_is_not_filed_waits_for_the_filing(spool):
-    """A slot is freed when a job exits, before its end is read and filed (docs/internals.md): a cancel
-    request that comes in between is honoured once the job is filed, so that a retry it spooled is
-    withdrawn (dropped, the retry ran), and a job that ended on its own is not counted cancelled."""
-    from onite.drain.driver import Driver
-    from onite.spool.cancels import request_cancel
-    from onite.spool.paths import SpoolDir
-
-    driver = Driver(SpoolDir(spool))
-    driver.finisher.exited.add("flaky")  # its job exited; its monitor has not said how yet
-    request = request_cancel(driver.spool, "flaky")
-    driver.cancels.process()
-    assert request.exists()  # left for after the filing
-    submit("flaky")  # the filing spooled its retry
-    driver.finisher.exited.discard("flaky")
-    driver.cancels.process()
-    assert not request.exists()
-    assert result(spool, "flaky")["state"] == "cancelled"
-    assert queued(spool) == []

@@ -58,6 +58,8 @@ class CancelInbox:
             entries = cancel_inbox(d.spool)
         except OniteError:
             return
+        if entries:
+            d.finisher.reap()  # a job that ended on its own before its cancel was seen is filed as it ended
         for entry in entries:
             with d.finisher.guard(entry.name):  # a user's entry never stops the night
                 self._process(entry)
