@@ -492,22 +492,6 @@ def test_the_driver_survives_a_fuzzed_spool_for_a_whole_night(spool, workdir):
         assert "Traceback" not in r.err, (command, r)
 
 
-def test_a_namesake_is_not_claimed_over_a_run_that_ended_and_is_not_filed(spool):
-    """The next job starts before the one that ended is filed (docs/performance.md); a queued file with
-    that job's name (planted, or a retry from another host) must wait until the filing is done: its claim
-    would replace the ended run's claim in running/HOST/NAME and its run record."""
-    from onite.drain.driver import Driver
-    from onite.spool.paths import SpoolDir
-
-    submit("twin", "true\n", user="nobody")
-    driver = Driver(SpoolDir(spool))
-    driver.finisher.exited.add("twin")  # it ended, and is not filed yet
-    assert driver.picker.pick() is None
-    driver.finisher.exited.discard("twin")
-    picked = driver.picker.pick()
-    assert picked is not None and picked[0].name == "twin"
-
-
 # ---- 12. a name is one job's at a time: a namesake planted by hand takes nothing ------------------
 #
 # onite submit refuses a name that is queued or running; a file written straight into a queue

@@ -24,7 +24,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
 
 DETACH_LOOK = 1.0  # seconds `run --detach` watches its background driver before it says what that did
-# events that say why `onite run` did nothing (onite.drain.session); the terminal and detach say their words
+# events that say why `onite run` did nothing (onite.drain.driver); the terminal and detach say their words
 IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
 
 
@@ -46,7 +46,7 @@ def driver_target(spool: str | None, until: str | None, host: str | None) -> tup
 def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, host: str | None = None,
           scheduled: bool = False, echo=None, listener=None, tick=None, clock: Clock = SYSTEM) -> int:
     """``onite run`` in this process, on ``driver_target``'s spool and --until: drain now; the exit code
-    (onite.drain.session.run). ``echo``, ``listener`` and ``tick`` are how the command line shows the
+    (onite.drain.driver.Driver.run). ``echo``, ``listener`` and ``tick`` are how the command line shows the
     drain (onite.cli.progress).
 
     Raises:

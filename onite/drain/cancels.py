@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import TYPE_CHECKING
 
 from onite.core.errors import OniteError, SpoolIOError
 from onite.core.policy import may_touch
@@ -29,8 +28,8 @@ from onite.spool.files import remove_file
 from onite.spool.queued import find_queued
 from onite.spool.scan import Entry, cancel_inbox, find_running, user_name
 
-if TYPE_CHECKING:
-    from onite.drain.driver import Driver
+from onite.drain.finish import Finisher
+from onite.drain.night import Night
 
 FRESH_NS = 50_000_000  # an mtime this recent is looked at again: an entry made in the same tick may not show
 REQUEST_KEPT_NS = 86400 * 10**9  # a request for a job another host runs waits this long for that host's driver
@@ -39,15 +38,16 @@ REQUEST_KEPT_NS = 86400 * 10**9  # a request for a job another host runs waits t
 class CancelInbox:
     """Files withdrawn jobs and honours cancel requests, each time cancel/ changed."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.d = driver
+    def __init__(self, night: Night, finisher: Finisher) -> None:
+        self.night = night
+        self.finisher = finisher
         self._mtime = -1
 
     def process(self) -> None:
         """Look at cancel/ if it changed, and act on every entry in it."""
-        d = self.d
+        night = self.night
         try:
-            mtime = os.stat(d.spool.cancel_dir).st_mtime_ns
+            mtime = os.stat(night.spool.cancel_dir).st_mtime_ns
         except FileNotFoundError:
             return
         # the folder's mtime is the kernel's: compared with the kernel's clock
@@ -55,29 +55,29 @@ class CancelInbox:
             return
         self._mtime = mtime
         try:
-            entries = cancel_inbox(d.spool)
+            entries = cancel_inbox(night.spool)
         except OniteError:
             return
         if entries:
-            d.finisher.reap()  # a job that ended on its own before its cancel was seen is filed as it ended
+            self.finisher.reap()  # a job that ended on its own before its cancel was seen is filed as it ended
         for entry in entries:
-            with d.finisher.guard(entry.name):  # a user's entry never stops the night
+            with self.finisher.guard(entry.name):  # a user's entry never stops the night
                 self._process(entry)
 
     def _process(self, entry: Entry) -> None:
-        d = self.d
+        night = self.night
         requester = user_name(entry.uid)
         if entry.size or not stat.S_ISREG(entry.mode):  # a job its owner withdrew (or something else): file it
             try:
-                filed = file_withdrawn(d.spool, entry.path, by=requester, now=d.clock.now())
+                filed = file_withdrawn(night.spool, entry.path, by=requester, now=night.clock.now())
             except NotAJob as err:
-                d.log.event("refused", entry.name, owner=requester, reason=str(err))
+                night.log.event("refused", entry.name, owner=requester, reason=str(err))
                 return
             except SpoolIOError as err:  # a full disk: it stays in cancel/ for a later look
-                d.finisher.note_cannot_record(str(err), entry.name)
+                self.finisher.note_cannot_record(str(err), entry.name)
                 return
             except OniteError as err:
-                d.log.event("error", entry.name, error=str(err))
+                night.log.event("error", entry.name, error=str(err))
                 return
             if filed is not None:
                 self._filed(entry.name, requester, filed)
@@ -88,38 +88,38 @@ class CancelInbox:
         """A queued job filed as cancelled: count, log, tell its owner. One that was not filed (it would
         have replaced another user's kept result) is refused, and logged so: a ``cancelled`` line
         would stand for that user's job in the morning report."""
-        d = self.d
+        night = self.night
         if filed.result is None:
-            d.log.event("refused", name, owner=requester, reason=filed.note)
+            night.log.event("refused", name, owner=requester, reason=filed.note)
             return
-        d.counts["cancelled"] += 1
-        d.log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
-        d.notifier.notify(filed.result, filed.job, d.config)
+        night.counts["cancelled"] += 1
+        night.log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
+        night.notifier.notify(filed.result, filed.job, night.config)
 
     def _honour(self, request: Entry, requester: str) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""
-        d = self.d
-        name, own_only = request.name, d.config.own_only
-        run = d.running.get(name)
+        night = self.night
+        name, own_only = request.name, night.config.own_only
+        run = night.running.get(name)
         if run is not None:
             if may_touch(request.uid, run.owner.uid, own_only):
-                d.runner.stop(run, Stop.CANCEL, by=requester)
-                d.log.event("cancel", name, by=requester, was="running")
+                night.runner.stop(run, Stop.CANCEL, by=requester)
+                night.log.event("cancel", name, by=requester, was="running")
             else:
-                d.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
+                night.log.event("cancel-refused", name, by=requester, owner=run.owner.name)
             remove_file(request.path)
             return
-        for entry in find_queued(d.spool, name):
+        for entry in find_queued(night.spool, name):
             if not may_touch(request.uid, entry.uid, own_only):
-                d.log.event("cancel-refused", name, by=requester, owner=user_name(entry.uid))
+                night.log.event("cancel-refused", name, by=requester, owner=user_name(entry.uid))
                 continue
             try:
-                pending = withdraw(d.spool, entry)
-                filed = file_withdrawn(d.spool, pending, by=requester, now=d.clock.now())
+                pending = withdraw(night.spool, entry)
+                filed = file_withdrawn(night.spool, pending, by=requester, now=night.clock.now())
             except OniteError:
                 continue
             if filed is not None:
                 self._filed(name, requester, filed)
-        if find_running(d.spool, name) and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:
+        if find_running(night.spool, name) and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:
             return  # running on another host: its driver will honour the request
         remove_file(request.path)

@@ -53,7 +53,7 @@ from onite.core.window import plan
 from onite.drain.driver import Driver
 from onite.drain.heartbeat import BeatState, Heartbeat, Role
 from onite.drain.pack import check_capacity
-from onite.drain.session import lock_descriptor, take_host_lock
+from onite.drain.driver import lock_descriptor, take_host_lock
 from onite.drain.signals import SignalCatcher
 from onite.drain.wake import take_request
 from onite.spool.files import replace_file

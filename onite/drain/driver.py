@@ -1,25 +1,34 @@
 """The driver: drains one spool on one host, in queue order, up to ``slots`` jobs at once.
 
-Its loop, once recovery has dealt with what a dead driver left:
+``run()`` is a whole ``onite run``: it takes this host's lock
+(locks/driver.HOST.lock, flock, in a folder only root may enter: onite.spool.locks)
+for its whole life and says so in its world-readable heartbeat
+(driver.HOST.state, onite.drain.heartbeat: pid, who started it, when the next
+drain is due); a second driver logs who holds the lock and exits 0, or hands
+the drain to the host's idle daemon (onite.drain.wake). With the lock held
+it spools the recurring jobs that are due (onite.drain.instances), and with
+``scheduled`` drains only inside a night window a time of ``schedule`` opened
+(onite.core.window); a run that did nothing logs why (``nothing-due``, in the
+words of ``onite status``: onite.drain.verdicts). Signals are caught before
+this driver's pid is anywhere to be read and until it has let go of the lock.
 
-    reap finished jobs → file them (or spool a retry) → honour cancel
-    requests → start the first eligible jobs in order while a slot is free →
-    sleep until a job ends, a signal arrives, a deadline passes or the queue
-    may have changed.
+``drain()`` is one drain: recovery of what a dead driver of this host left
+(onite.drain.recovery), then the loop, whose every turn is
 
-The queue is looked at again after every job, so a job spooled at a higher
-priority during the night runs next. No job starts at or after the window
-end (``until``); the drain ends when nothing runs and nothing can start.
+    hear the runs that ended and file them (onite.drain.finish) → enforce
+    time limits → honour cancel requests (onite.drain.cancels) → start the
+    first eligible jobs in order while a slot is free (onite.drain.pick,
+    onite.drain.start) → sleep until a job ends, a signal arrives, a
+    deadline passes or the queue may have changed.
 
-The Driver holds the state its rooms share and delegates: picking
-(onite.drain.pick), claiming and starting (onite.drain.start), filing
-(onite.drain.finish), cancel/ (onite.drain.cancels), recovery
-(onite.drain.recovery, onite.drain.orphans), signals (onite.drain.signals);
-``run()`` is the whole ``onite run`` around one drain (onite.drain.session).
+The steps share the Night (onite.drain.night) and nothing else. The queue is
+looked at again after every job, so a job spooled at a higher priority
+during the night runs next. No job starts at or after the window end
+(``until``); the drain ends when nothing runs and nothing can start.
 ``onite daemon`` calls ``drain()`` under its own lock with the hooks
 ``only_timed``, ``linger=False``, ``tick`` and ``open_window()``
-(onite.drain.daemon, docs/scheduling.md). Time is the ``clock`` it is given
-(onite.core.clock): tests drive a night with a ManualClock.
+(docs/scheduling.md). Time is the ``clock`` it is given (onite.core.clock):
+tests drive a night with a ManualClock.
 """
 
 from __future__ import annotations
@@ -30,20 +39,22 @@ from contextlib import contextmanager
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
-from onite.core.config import Config
-from onite.core.errors import ConfigError
+from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused
+from onite.core.names import is_valid_name
 from onite.core.policy import window_end
-from onite.drain import session, signals
+from onite.drain import heartbeat as hb
+from onite.drain import signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
+from onite.drain.night import Night
 from onite.drain.orphans import Orphans
-from onite.drain.pack import Packer
+from onite.drain.pack import Packer, check_capacity
 from onite.drain.pick import Picker
 from onite.drain.recovery import Recovery
 from onite.drain.start import Starter
 from onite.exec.notify import Notifier
-from onite.exec.runner import Run, Runner
-from onite.spool.index import QueueIndex
+from onite.exec.runner import Runner
+from onite.spool import locks
 from onite.spool.log import ActivityLog
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
@@ -73,34 +84,33 @@ class Driver:
         daemon passes its own; ``run()`` makes one). ``clock``: the time it drains by.
         """
         self.spool = spool
-        self.config: Config = spool.config
+        self.config = spool.config
         self.host = host or default_host(self.config)
         self.clock = clock
-        self.running_dir = spool.running_dir(self.host)
-        self.pid, self.machine, self.euid = os.getpid(), os.uname().nodename, os.geteuid()
         self._slots_override, self._until_override = slots, until
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener, clock=clock)
-        self.lock_fd = lock_fd  # this host's driver lock, once held (each job's monitor inherits it)
+        self.lock_fd = lock_fd  # this host's driver lock, once held (each job's monitor gets it with its run)
         self._containment = None
+        self._limiter = None
         self._runner = runner
-        self.notifier = Notifier(spool, self.log, clock=clock)
-        self.index = QueueIndex(spool.queue_folders())  # paced by the real clock: it bounds cost, decides nothing
-        self.running: dict[str, Run] = {}
-        self.counts = {"done": 0, "failed": 0, "cancelled": 0, "retried": 0, "requeued": 0}
         self.signals: list[int] = [] if signals is None else signals
         self.wakeup_fd: int | None = None  # the signal catcher of run(), while it runs
-        self.stopping = self.hard_stop = self.window_closed = False
-        self.wake_at: datetime | None = None  # the earliest not-before time worth waiting for tonight
+        self.linger, self.tick, self.heartbeat = linger, tick, heartbeat
+        self._tick_at: datetime | None = None
         self._told_waiting: datetime | None = None  # the wake time the log was last told of (_say_waiting)
         self._told_waiting_at: float | None = None  # when (monotonic)
-        self.only_timed, self.linger, self.tick, self.heartbeat = only_timed, linger, tick, heartbeat
-        self._tick_at: datetime | None = None
         self.started_at = clock.now()
-        self.window_end = window_end(self.started_at, self.until)
-        self.picker, self.starter, self.finisher = Picker(self), Starter(self), Finisher(self)
-        self.cancels, self.recovery, self.orphans = CancelInbox(self), Recovery(self), Orphans(self)
-        self.packer = Packer(self)
-        self._limiter = None
+        self.night = Night(spool=spool, config=self.config, host=self.host, clock=clock, log=self.log,
+                           notifier=Notifier(spool, self.log, clock=clock), runner=runner, slots=0,
+                           window_end=window_end(self.started_at, self.until), only_timed=only_timed)
+        night = self.night
+        self.finisher = Finisher(night)
+        self.packer = Packer(night)
+        self.picker = Picker(night, self.finisher, self.packer)
+        self.starter = Starter(night, self.finisher)
+        self.cancels = CancelInbox(night, self.finisher)
+        self.recovery = Recovery(night, self.finisher, Orphans(night, self.containment, self.limiter,
+                                                                  self.make_runner))
 
     # ---- settings ------------------------------------------------------------------
 
@@ -123,10 +133,6 @@ class Driver:
         if self._runner is None:
             self._runner = self.make_runner()
         return self._runner
-
-    @runner.setter
-    def runner(self, value: Runner) -> None:
-        self._runner = value
 
     @property
     def containment(self):
@@ -151,6 +157,18 @@ class Driver:
     def until(self) -> dtime | None:
         return self._until_override or self.config.until
 
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.night.counts
+
+    @property
+    def only_timed(self) -> bool:
+        return self.night.only_timed
+
+    @property
+    def wake_at(self) -> datetime | None:
+        return self.night.wake_at
+
     def make_runner(self, executor: str | None = None) -> Runner:
         """A new executor of kind ``executor`` (default: onite.toml's).
 
@@ -160,40 +178,175 @@ class Driver:
         if (executor or self.config.executor) == "slurm":
             from onite.exec.slurm import SlurmRunner
 
-            return SlurmRunner(self.spool, self.config, switch_user=self.euid == 0, log=self.log, clock=self.clock)
+            return SlurmRunner(self.spool, self.config, switch_user=os.geteuid() == 0, log=self.log,
+                               clock=self.clock)
         from onite.exec.local import LocalRunner
 
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
-                           switch_user=self.euid == 0, containment=self.containment, lock_fd=self.lock_fd,
+                           switch_user=os.geteuid() == 0, containment=self.containment, lock_fd=self.lock_fd,
                            clock=self.clock, limiter=self.limiter)
 
-    # ---- a whole run, and one drain ------------------------------------------------
+    def reload(self) -> None:
+        """SIGHUP: read onite.toml again; a bad one keeps the settings before."""
+        night = self.night
+        try:
+            config = self.spool.reload_config()
+        except OniteError as err:
+            night.log.event("reload-failed", error=str(err), note="keeping the previous settings")
+            return
+        self.config = night.config = config
+        night.index.set_folders(self.spool.queue_folders())
+        night.runner.reload(config)
+        night.slots = self.slots
+        night.window_end = window_end(self.started_at, self.until)
+        night.log.event("reloaded", slots=night.slots, priorities=config.priorities)
+
+    # ---- a whole ``onite run``, and ``onite recover --host`` -----------------------------
 
     def run(self, *, scheduled: bool = False) -> int:
-        """Lock, spool due recurring jobs, drain (onite.drain.session.run); the exit code."""
-        return session.run(self, scheduled=scheduled)
+        """Take this host's lock, spool due recurring jobs, and drain; the exit code (0 also when another
+        driver holds the lock; 4 when runs could not be recorded). ``scheduled``: drain only inside a
+        night window that a time of ``schedule`` opened, else log that and return.
+
+        Raises:
+            SpoolError, Refused: the spool may not be drained by this user (SpoolDir.check_drainable).
+            ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack).
+        """
+        self.spool.check_drainable("onite run")
+        check_capacity(self.config, self.host)  # one line on stderr, as any bad setting: nothing is claimed
+        with signals.SignalCatcher(self.signals) as wakeup_fd:
+            self.wakeup_fd = wakeup_fd
+            lock = self._take_lock(hand_over=not scheduled)
+            if lock is None:
+                return 0
+            self.lock_fd = lock_descriptor(lock)
+            try:
+                self._start_heartbeat()
+                spool_recurring(self.spool, self.log, self.clock)
+                if scheduled and not self._inside_scheduled_window():
+                    return 0
+                self.drain(explain=True)
+            finally:
+                try:
+                    if self.heartbeat is not None:
+                        self.heartbeat.close()
+                finally:
+                    lock.release()
+                    self.log.close()
+        return EXIT_FAILURE if self.night.cannot_record else 0
 
     def recover_host(self) -> list[str]:
-        """``onite recover --host``: recover this driver's host's claims (onite.drain.session.recover_host)."""
-        return session.recover_host(self)
+        """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go; their names.
+
+        Raises:
+            Refused: a driver of that host holds its lock (it is alive).
+        """
+        night = self.night
+        lock = take_host_lock(self.spool, self.host,
+                              f"pid={night.pid} host={self.host} since={self.started_at.isoformat()} role=recover")
+        if lock is None:
+            raise Refused(f"a driver for host {self.host} is running (it holds {self.spool.lock_path(self.host).name})",
+                          "stop it there, or let it recover its own jobs")
+        try:
+            night.runner = self.runner
+            night.slots = self.slots
+            running_dir = night.running_dir
+            before = set(os.listdir(running_dir)) if running_dir.is_dir() else set()
+            self.log.event("recover-host", host=self.host, by=f"uid {night.euid}",
+                           claims=len([n for n in before if is_valid_name(n)]))
+            # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
+            self.recovery.may_reattach = False
+            self.recovery.recover()
+            return sorted(n for n in before if is_valid_name(n))
+        finally:
+            night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
+            lock.release()
+            self.log.close()
+
+    def _take_lock(self, *, hand_over: bool) -> locks.Lock | None:
+        """This host's driver lock, or None: another driver holds it (logged, with who it is), or, with
+        ``hand_over``, an idle daemon holds it and was told to drain now (logged as ``drain-handed``).
+
+        Raises:
+            Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks).
+        """
+        lock = take_host_lock(self.spool, self.host,
+                              f"pid={self.night.pid} host={self.host} since={self.started_at.isoformat()}")
+        if lock is None:
+            self._busy(hand_over)
+        return lock
+
+    def _busy(self, hand_over: bool) -> None:
+        """Another process holds this host's lock: say which (its heartbeat), or hand the drain to an idle daemon."""
+        beat = hb.read(self.spool.root, self.host)
+        if beat is None or not hb.is_alive(beat, self.clock.now()):
+            self.log.event("driver-busy", host=self.host, holder="unknown (no heartbeat)",
+                           note="another driver is draining this spool on this host; exiting")
+            return
+        role = "daemon" if beat.role == hb.Role.DAEMON else "driver"
+        if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
+            from onite.drain.wake import request_wake
+
+            if request_wake(self.spool, self.host, beat):
+                self.log.event("drain-handed", host=self.host, daemon=beat.pid,
+                               note="the daemon of this host was idle: it drains now")
+                return
+        self.log.event("driver-busy", host=self.host, pid=beat.pid, role=role,
+                       since=beat.since.isoformat(timespec="seconds"), started_by=beat.started_by,
+                       state=beat.state if role == "daemon" else None,
+                       note="another driver is draining this spool on this host; exiting")
+
+    def _start_heartbeat(self) -> None:
+        """Tell everyone this driver is alive, who started it and when the next drain is due (onite.drain.heartbeat)."""
+        self.heartbeat = hb.Heartbeat(self.spool.root, self.host, hb.Role.RUN, log=self.log, clock=self.clock)
+        upcoming = None
+        try:
+            from onite.drain.nextdrain import plan
+
+            upcoming = plan(self.spool, self.clock.now(), host=self.host, exclude_pid=self.night.pid).next
+        except (OniteError, OSError, ValueError):
+            pass
+        self.heartbeat.beat(next_drain=upcoming.when if upcoming else None, next_by=upcoming.by if upcoming else None)
+        if self.heartbeat.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
+            from onite.spool.cronrecords import refresh_record
+
+            refresh_record(self.spool.root, self.host, upcoming.when)
+
+    def _inside_scheduled_window(self) -> bool:
+        from onite.core.window import scheduled_window
+
+        now = self.clock.now()
+        window = scheduled_window(self.config.schedule, self.until, now)
+        if window is None or not window.is_open(now):
+            self.log.event("outside-window", host=self.host,
+                           last=window.opened.isoformat(timespec="minutes") if window else None,
+                           closed=window.closes.isoformat(timespec="minutes") if window and window.closes else None,
+                           note="outside the night window; nothing drained (onite run without --scheduled drains now)")
+            return False
+        return True
+
+    # ---- one drain ----------------------------------------------------------------------
 
     def drain(self, *, explain: bool = False) -> None:
         """Recover, run jobs until nothing can start, prune. The caller holds this host's lock.
         ``explain``: if nothing happened, log why (``nothing-due``: what is queued and why it waits)."""
+        night = self.night
+        night.runner = self.runner
+        night.slots = self.slots
         try:
-            os.makedirs(self.running_dir, mode=0o755, exist_ok=True)
+            os.makedirs(night.running_dir, mode=0o755, exist_ok=True)
         except OSError as err:  # a host's first drain on a full disk (or one out of inodes)
-            self.finisher.note_cannot_record(f"cannot make {self.running_dir}: {err.strerror}")
+            self.finisher.note_cannot_record(f"cannot make {night.running_dir}: {err.strerror}")
             return
         try:
-            self.packer.check()  # `onite run` checked it; a daemon's onite.toml may have been reloaded since
+            check_capacity(self.config, self.host)  # a daemon's onite.toml may have been reloaded since
         except ConfigError as err:
             self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
             return
-        local = self.runner.executor == "local"
-        self.log.event("driver-start", host=self.host, slots=self.slots,
-                       until=self.until.strftime("%H:%M") if self.until else None, executor=self.runner.executor,
-                       only="timed jobs" if self.only_timed else None,
+        local = night.runner.executor == "local"
+        self.log.event("driver-start", host=self.host, slots=night.slots,
+                       until=self.until.strftime("%H:%M") if self.until else None, executor=night.runner.executor,
+                       only="timed jobs" if night.only_timed else None,
                        contain=self.containment.describe() if local else None,
                        limits=self.limiter.describe() if local else None,
                        capacity=self._capacity_words() if local else None)
@@ -202,17 +355,125 @@ class Driver:
             try:
                 self._loop(wakeup_fd)
             finally:
-                self.runner.close()
+                night.runner.close()
                 self._remove_cgroup_folders()
-                self.notifier.finish(stop=self._must_stop_now)
+                night.notifier.finish(stop=self._must_stop_now)
             self.finisher.prune()
-        cannot_record = self.finisher.cannot_record
-        if explain and not any(self.counts.values()) and not (self.stopping or self.window_closed or cannot_record):
-            session.explain_idle(self)
-        self.log.event("driver-exit", done=self.counts["done"], failed=self.counts["failed"],
-                       cancelled=self.counts["cancelled"], left=len(self.index),
-                       reason="stopped" if self.stopping else "window closed" if self.window_closed
-                       else "cannot record" if cannot_record else "drained")
+        counts = night.counts
+        if explain and not any(counts.values()) and not (night.stopping or night.window_closed or night.cannot_record):
+            self._explain_idle()
+        self.log.event("driver-exit", done=counts["done"], failed=counts["failed"], cancelled=counts["cancelled"],
+                       left=len(night.index), reason="stopped" if night.stopping else "window closed"
+                       if night.window_closed else "cannot record" if night.cannot_record else "drained")
+
+    def _loop(self, wakeup_fd: int) -> None:
+        night = self.night
+        poller = select.poll()
+        poller.register(wakeup_fd, select.POLLIN)
+        registered: set[int] = set()
+        while True:
+            signals.handle(night, self.signals, self.reload)
+            if night.hard_stop:
+                signals.kill_all(night)
+            if self.heartbeat is not None:
+                self.heartbeat.tick()
+            if self.tick is not None and not night.stopping:
+                self._tick_at = self.tick(self, self.clock.now())
+            self.finisher.reap()
+            night.runner.tick(self.clock.monotonic())
+            if night.notifier.busy:
+                night.notifier.reap()
+            self.cancels.process()
+            self._start_jobs()
+            if not night.running and not night.runner.busy():
+                if night.stopping or night.hard_stop or night.window_closed:
+                    return
+                if night.wake_at is None or not self._lingers():
+                    # nothing runnable: one full listing to be sure before we leave
+                    night.index.refresh(force=True)
+                    self._start_jobs()  # not past a record that cannot be written: it would start again
+                    if not night.running and (night.wake_at is None or not self._lingers()):
+                        return
+                else:
+                    self._say_waiting()
+            fds = set(night.runner.wait_fds())
+            for fd in registered - fds:
+                poller.unregister(fd)
+            for fd in fds - registered:
+                poller.register(fd, select.POLLIN)
+            registered = fds
+            for fd, _ in poller.poll(self._timeout() * 1000):
+                if fd == wakeup_fd:
+                    try:
+                        os.read(wakeup_fd, 512)
+                    except BlockingIOError:
+                        pass
+
+    def _start_jobs(self) -> None:
+        """Start jobs in queue order while a slot is free, the window is open, the executor takes them,
+        and nothing (a stop, a record that cannot be written) says to start none."""
+        night = self.night
+        night.wake_at = None
+        while len(night.running) < night.slots and night.may_start():
+            if night.window_end is not None and self.clock.now() >= night.window_end:
+                if not night.window_closed:
+                    night.window_closed = True
+                    night.index.refresh(force=True)
+                    self.log.event("window-closed", until=self.until.isoformat(timespec="auto"),
+                                   left=len(night.index), note="jobs left stay queued for the next night")
+                return
+            if not self.starter.may_start():
+                return
+            picked = self.picker.pick()
+            if picked is None:
+                return
+            cand = picked.cand
+            with self.finisher.guard(cand.name, cand.path, night.running_dir / cand.name):
+                self.starter.start(picked)
+
+    def _say_waiting(self) -> None:
+        """Nothing runs, and the driver stays for a job's not-before time: say so once per time (a
+        hand-started ``onite run`` otherwise sits there for hours with nothing to say why)."""
+        when, now = self.night.wake_at, self.clock.monotonic()
+        if when is None or when == self._told_waiting or (when - self.clock.now()).total_seconds() < WAIT_WORTH_SAYING:
+            return
+        if self._told_waiting_at is not None and now - self._told_waiting_at < WAIT_WORTH_SAYING:
+            return  # at most once a minute: a user toggling holds on timed jobs must not fill the log
+        self._told_waiting, self._told_waiting_at = when, now
+        # the time is not said: a job's --at is its owner's, and the log is everyone's
+        self.log.event("waiting", note="nothing can start now: a queued job waits for a later --at time (onite "
+                                       "status shows it to its owner and root); jobs spooled meanwhile start at "
+                                       "once; INT or TERM stops this driver")
+
+    def _timeout(self) -> float:
+        """Seconds to sleep: until the next deadline, wake or tick, at most a poll interval."""
+        night = self.night
+        now_mono, now = self.clock.monotonic(), self.clock.now()
+        timeout = POLL if night.running else IDLE_POLL
+        if night.runner.needs_polling():
+            timeout = min(timeout, 0.05)
+        for deadline in (night.runner.next_deadline(), night.notifier.next_deadline()):
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - now_mono, 0.0))
+        for when in (night.wake_at, self._tick_at):
+            if when is not None:
+                timeout = min(timeout, max((when - now).total_seconds(), 0.0))
+        return max(timeout, 0.0)
+
+    def _lingers(self) -> bool:
+        """With nothing running, wait for the next not-before time? A driver that does not
+        linger still waits a moment for a job that is settling (being spooled right now), and
+        out a pause of an unavailable executor (the jobs it put back are tonight's work).
+        """
+        night = self.night
+        if self.linger or night.paused_until is not None:
+            return True
+        return night.wake_at is not None and night.wake_at - self.clock.now() <= SETTLE_WAIT
+
+    def _must_stop_now(self) -> bool:
+        """While waiting for the last notifiers: has a signal asked for an immediate exit?"""
+        signals.handle(self.night, self.signals, self.reload)
+        return self.night.hard_stop
 
     def _remove_cgroup_folders(self) -> None:
         """Remove the folders of this driver's job cgroups that nothing is left in (onite.exec.contain
@@ -230,6 +491,16 @@ class Driver:
 
         return capacity_text(self.packer.capacity())
 
+    def _explain_idle(self) -> None:
+        """Nothing started and nothing was filed: log why, in status's words (onite.drain.verdicts)."""
+        from onite.drain.verdicts import idle_summary
+
+        try:
+            queued, note = idle_summary(self.spool, self.clock.now(), euid=self.night.euid, host=self.host)
+        except OniteError as err:
+            queued, note = None, f"nothing was started (the queue could not be read: {err})"
+        self.log.event("nothing-due", queued=queued, note=note)
+
     @contextmanager
     def _catching(self):
         """The wakeup descriptor of the signal catcher ``run`` installed, or of one for this drain
@@ -245,133 +516,54 @@ class Driver:
     @property
     def stop_requested(self) -> bool:
         """INT, TERM or QUIT arrived while draining: the caller should exit too."""
-        return self.stopping or self.hard_stop
+        return self.night.stopping or self.night.hard_stop
 
     def open_window(self, now: datetime) -> None:
         """A scheduled drain time came during a timed-only drain: from now on run every job."""
-        self.only_timed = False
-        self.window_closed = False
-        self.window_end = window_end(now, self.until)
+        night = self.night
+        night.only_timed = False
+        night.window_closed = False
+        night.window_end = window_end(now, self.until)
         self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
                        note="a scheduled drain time came; every queued job may run now")
 
-    # ---- the loop ------------------------------------------------------------------------
 
-    def _loop(self, wakeup_fd: int) -> None:
-        poller = select.poll()
-        poller.register(wakeup_fd, select.POLLIN)
-        registered: set[int] = set()
-        while True:
-            signals.handle(self)
-            if self.hard_stop:
-                signals.kill_all(self)
-            if self.heartbeat is not None:
-                self.heartbeat.tick()
-            if self.tick is not None and not self.stopping:
-                self._tick_at = self.tick(self, self.clock.now())
-            self.finisher.reap()
-            self.runner.tick(self.clock.monotonic())
-            if self.notifier.busy:
-                self.notifier.reap()
-            self.cancels.process()
-            self._start_more()
-            if not self.running and not self.runner.busy():
-                if self.stopping or self.hard_stop or self.window_closed:
-                    return
-                if self.wake_at is None or not self._lingers():
-                    # nothing runnable: one full listing to be sure before we leave
-                    self.index.refresh(force=True)
-                    self._start_more()  # not past a record that cannot be written: it would start again
-                    if not self.running and (self.wake_at is None or not self._lingers()):
-                        return
-                else:
-                    self._say_waiting()
-            fds = set(self.runner.wait_fds())
-            for fd in registered - fds:
-                poller.unregister(fd)
-            for fd in fds - registered:
-                poller.register(fd, select.POLLIN)
-            registered = fds
-            for fd, _ in poller.poll(self._timeout() * 1000):
-                if fd == wakeup_fd:
-                    try:
-                        os.read(wakeup_fd, 512)
-                    except BlockingIOError:
-                        pass
+def take_host_lock(spool: SpoolDir, host: str, holder: str, timeout: float = 0.5) -> locks.Lock | None:
+    """flock ``host``'s driver lock (in the spool's root-only locks/ folder, onite.spool.locks) and write
+    ``holder`` into it; None if another process holds it after ``timeout`` seconds. The lock's
+    descriptor (``lock.fd``) goes to each job's monitor with its run, which keeps it until it has
+    recorded itself.
 
-    def _say_waiting(self) -> None:
-        """Nothing runs, and the driver stays for a job's not-before time: say so once per time (a
-        hand-started ``onite run`` otherwise sits there for hours with nothing to say why)."""
-        when, now = self.wake_at, self.clock.monotonic()
-        if when is None or when == self._told_waiting or (when - self.clock.now()).total_seconds() < WAIT_WORTH_SAYING:
-            return
-        if self._told_waiting_at is not None and now - self._told_waiting_at < WAIT_WORTH_SAYING:
-            return  # at most once a minute: a user toggling holds on timed jobs must not fill the log
-        self._told_waiting, self._told_waiting_at = when, now
-        # the time is not said: a job's --at is its owner's, and the log is everyone's
-        self.log.event("waiting", note="nothing can start now: a queued job waits for a later --at time (onite "
-                                       "status shows it to its owner and root); jobs spooled meanwhile start at "
-                                       "once; INT or TERM stops this driver")
+    Raises:
+        Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks).
+    """
+    locks.ensure_dir(spool.root)
+    return locks.take(spool.lock_path(host), timeout=timeout, holder=holder)
 
-    def _timeout(self) -> float:
-        """Seconds to sleep: until the next deadline, wake or tick, at most a poll interval."""
-        now_mono, now = self.clock.monotonic(), self.clock.now()
-        timeout = POLL if self.running else IDLE_POLL
-        if self.runner.needs_polling():
-            timeout = min(timeout, 0.05)
-        for deadline in (self.runner.next_deadline(), self.notifier.next_deadline()):
-            if deadline is not None:
-                timeout = min(timeout, max(deadline - now_mono, 0.0))
-        for when in (self.wake_at, self._tick_at):
-            if when is not None:
-                timeout = min(timeout, max((when - now).total_seconds(), 0.0))
-        return max(timeout, 0.0)
 
-    def _lingers(self) -> bool:
-        """With nothing running, wait for the next not-before time? A driver that does not
-        linger still waits a moment for a job that is settling (being spooled right now), and
-        out a pause of an unavailable executor (the jobs it put back are tonight's work).
-        """
-        if self.linger or self.starter.paused:
-            return True
-        return self.wake_at is not None and self.wake_at - self.clock.now() <= SETTLE_WAIT
+def lock_descriptor(lock: locks.Lock) -> int | None:
+    """The descriptor on which ``take_host_lock``'s lock is held (each job's monitor keeps it open
+    until it has recorded itself, so no other driver recovers its claim in between)."""
+    fd = getattr(lock, "fd", None)
+    return fd if isinstance(fd, int) and fd >= 0 else None
 
-    def _must_stop_now(self) -> bool:
-        """While waiting for the last notifiers: has a signal asked for an immediate exit?"""
-        signals.handle(self)
-        return self.hard_stop
 
-    def _start_more(self) -> None:
-        """Fill the free slots, unless the driver is stopping or cannot record what it starts."""
-        if not self.stopping and not self.hard_stop and not self.finisher.cannot_record:
-            self._start_jobs()
+def spool_recurring(spool: SpoolDir, log: ActivityLog, clock: Clock) -> list[str]:
+    """Spool the instances of recurring jobs that are due (at most one per template); their names."""
+    if not spool.recur_dir.is_dir():
+        return []
+    from onite.drain.instances import RecurScheduler
 
-    def _start_jobs(self) -> None:
-        """Start jobs in queue order while a slot is free, the window is open and the executor takes them."""
-        self.wake_at = None
-        while len(self.running) < self.slots:
-            if self.finisher.cannot_record or self.stopping or self.hard_stop:
-                return  # a start just failed to be recorded (a full disk): the next would too
-            if self.window_end is not None and self.clock.now() >= self.window_end:
-                if not self.window_closed:
-                    self.window_closed = True
-                    self.index.refresh(force=True)
-                    self.log.event("window-closed", until=self.until.isoformat(timespec="auto"), left=len(self.index),
-                                   note="jobs left stay queued for the next night")
-                return
-            if not self.starter.may_start():
-                return
-            picked = self.picker.pick()
-            if picked is None:
-                return
-            cand = picked.cand
-            with self.finisher.guard(cand.name, cand.path, self.running_dir / cand.name):
-                self.starter.start(*picked)
+    try:
+        return RecurScheduler(spool, log, clock=clock).spool_due(clock.now())
+    except OniteError as err:
+        log.event("recur-error", error=str(err), note="recurring jobs were not spooled")
+        return []
+    except Exception as err:  # noqa: BLE001 - what users put in recur/ must never stop the night's drain
+        import sys
+        import traceback
 
-    def note_wake(self, when: datetime) -> None:
-        """Something may become startable at ``when`` (a not-before time, a settling file): wake then,
-        if it is tonight."""
-        if self.window_end is not None and when >= self.window_end:
-            return  # not tonight
-        if self.wake_at is None or when < self.wake_at:
-            self.wake_at = when
+        traceback.print_exc(file=sys.stderr)
+        log.event("recur-error", error=f"{type(err).__name__}: {err}",
+                  note="recurring jobs were not spooled; please report this")
+        return []

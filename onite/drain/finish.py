@@ -20,29 +20,29 @@ filed and once when the drain ends.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from onite.core.clock import ctime_ns_upto
-from onite.core.errors import OniteError, Refused
+from onite.core.errors import NotFound, OniteError, Refused
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
 from onite.core.queue import retry_delay
-from onite.core.state import JobState, Outcome, Result, Stop
-from onite.drain.refusals import Refusals
+from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
+from onite.core.names import is_valid_name
+from onite.drain.night import Night
 from onite.exec.runner import Run
-from onite.spool.files import change_state, create_displacing, remove_file
+from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
 from onite.spool.queued import find_queued, settle as settle_names
-from onite.spool.results import write_result
+from onite.spool.results import may_replace_result, write_result
 from onite.spool.scan import user_name
 
-if TYPE_CHECKING:
-    from onite.drain.driver import Driver
 
 
 def _use(run: Run) -> dict:
@@ -55,6 +55,9 @@ def _use(run: Run) -> dict:
             and 0 <= cpu < 1e12 else None}
 
 
+PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
+
+
 def queued_ns(run: Run) -> int | None:
     """When ``run``'s job got its place in its queue (the kernel's ctime), in ns, rounded up to the
     microsecond a datetime keeps: None if not known."""
@@ -65,40 +68,39 @@ def _while_claimed(uid: int) -> str:  # why a file another user put under a clai
     return f"it was put in the queue while {user_name(uid)}'s job of that name was claimed: a name is one job's at a time"
 
 
-class Finisher(Refusals):
-    """Files the runs and jobs of one driver; says when nothing more may start."""
+class Finisher:
+    """Files the runs and jobs of one drain; says when nothing more may start."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.d = driver
-        self.cannot_record: str | None = None  # why nothing more may start: its records cannot be written
+    def __init__(self, night: Night) -> None:
+        self.night = night
         self._since_prune = 0
 
     # ---- runs that ended -------------------------------------------------------------
 
     def reap(self) -> None:
         """Log the starts the runner saw, and file each job that ended."""
-        d = self.d
-        finished = d.runner.reap()
-        d.runner.started()  # each run it names is marked announced
-        d.starter.log_starts(until=None)
+        night = self.night
+        finished = night.runner.reap()
+        night.runner.started()  # each run it names is marked announced
+        night.starts.flush()
         for run, outcome in finished:
-            d.running.pop(run.name, None)
+            night.running.pop(run.name, None)
             self._file(run, outcome)
 
     def _file(self, run: Run, outcome: Outcome) -> None:
         """File a run that ended (or put it back in its queue), its start logged first."""
-        d = self.d
-        d.starter.log_starts(until=run)
+        night = self.night
+        night.starts.flush(until=run)
         if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
-            self.put_back_unstarted(run, d.running_dir / run.name, run.unrecorded)
+            self.put_back_unstarted(run, night.running_dir / run.name, run.unrecorded)
         elif run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
-            d.starter.pause_starts(run, d.running_dir / run.name, run.unavailable)
+            self.pause_starts(run, night.running_dir / run.name, run.unavailable)
         elif run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
             self._requeue_interrupted(run)
         else:
             if not run.announced and outcome.reason and run.stopping is None:
-                d.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
-            self.record(run, outcome, d.clock.now())
+                night.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
+            self.record(run, outcome, night.clock.now())
 
     @staticmethod
     def _retryable(run: Run, outcome: Outcome) -> bool:
@@ -107,9 +109,9 @@ class Finisher(Refusals):
 
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
-        d, job = self.d, run.job
+        night, job = self.night, run.job
         self.clear_namesakes(run.name, run.owner.uid, since_ns=queued_ns(run))  # before its retry or its result
-        attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=d.host,
+        attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=night.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
         if self._retryable(run, outcome) and self._requeue_retry(run, attempt, now):
             return
@@ -117,71 +119,71 @@ class Finisher(Refusals):
             name=run.name, uid=run.owner.uid, user=run.owner.name, priority=run.rank or job.priority,
             urgent=run.rank == 0,
             state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code, signal=outcome.signal,
-            host=d.host, submitted=job.submitted, queued=run.queued_at, started=None if outcome.never_started else run.started,
+            host=night.host, submitted=job.submitted, queued=run.queued_at, started=None if outcome.never_started else run.started,
             finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
-            executor=d.runner.executor, external_id=run.external_id, recur=job.recur,
+            executor=night.runner.executor, external_id=run.external_id, recur=job.recur,
             stderr=job.stderr_mode, **_use(run),
         )
         try:
-            write_result(d.spool, result)
-            change_state(run.name, JobState.RUNNING, result.state, d.running_dir / run.name,
-                         d.spool.done_dir / run.name, "filing the finished job")
+            write_result(night.spool, result)
+            change_state(run.name, JobState.RUNNING, result.state, night.running_dir / run.name,
+                         night.spool.done_dir / run.name, "filing the finished job")
         except OniteError as err:
-            d.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
+            night.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
             self.note_cannot_record(str(err))
             return
-        d.counts[str(result.state)] += 1
+        night.counts[str(result.state)] += 1
         # logged before the record goes: a driver killed in between leaves the record, and recovery
         # logs the line only if it is not there (the run id tells: recovery._log_if_filed)
-        d.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
+        night.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
                     attempt=job.attempt, run=run.run_id)
-        remove_file(d.spool.run_record_path(d.host, run.name))
-        d.notifier.notify(result, job, d.config)
+        remove_file(night.spool.run_record_path(night.host, run.name))
+        night.notifier.notify(result, job, night.config)
         self._since_prune += 1
-        if self._since_prune >= max(50, d.config.keep // 10):
+        if self._since_prune >= max(50, night.config.keep // 10):
             self.prune(strays=False)
 
     def _requeue_retry(self, run: Run, attempt: Attempt, now: datetime) -> bool:
-        d = self.d
-        delay = retry_delay(d.config.retry_delay.total_seconds(), run.job.attempt)
+        night = self.night
+        delay = retry_delay(night.config.retry_delay.total_seconds(), run.job.attempt)
         job = replace(run.job, attempt=run.job.attempt + 1, not_before=now + timedelta(seconds=delay),
                       tried=run.job.tried + (attempt,), priority=run.rank or run.job.priority)
-        folder = d.spool.folder_for(run.rank, run.rank == 0)  # where it was claimed from, whatever its file says
+        folder = night.spool.folder_for(run.rank, run.rank == 0)  # where it was claimed from, whatever its file says
         try:
-            d.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
+            night.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
             # another user's file put there meanwhile is swapped out in the same step: put back as
             # soon as it is moved aside, it would otherwise keep the name from the retry
             displaced = create_displacing(folder, run.name, encode(job), run.owner.uid,
                                           owner=(run.owner.uid, run.owner.gid), durable=False, since_ns=queued_ns(run))
         except Refused:
-            d.log.event("retry-skipped", run.name, note="a new job of that name is queued")
+            night.log.event("retry-skipped", run.name, note="a new job of that name is queued")
             return False
         except OniteError as err:
-            d.log.event("retry-failed", run.name, error=str(err))
+            night.log.event("retry-failed", run.name, error=str(err))
             return False
         if displaced:
             self.set_aside_displaced(displaced, run.name, run.owner.uid)
         self.clear_namesakes(run.name, run.owner.uid, since_ns=queued_ns(run), settle=True)  # the claim holds the name
-        remove_file(d.running_dir / run.name)
-        remove_file(d.spool.run_record_path(d.host, run.name))
-        d.counts["retried"] += 1
-        d.log.event("retry", run.name, user=run.owner.name, attempt=job.attempt, of=run.job.retries + 1,
+        remove_file(night.running_dir / run.name)
+        remove_file(night.spool.run_record_path(night.host, run.name))
+        night.counts["retried"] += 1
+        night.log.event("retry", run.name, user=run.owner.name, attempt=job.attempt, of=run.job.retries + 1,
                     after=f"{delay:g}s", reason=attempt.reason)
         return True
 
     def _requeue_interrupted(self, run: Run) -> None:
-        d = self.d
+        night = self.night
         try:
-            requeued = self.requeue_file(d.running_dir / run.name, run.name, run.rank, queued_ns(run))
+            requeued = self.requeue_file(night.running_dir / run.name, run.name, run.rank, queued_ns(run))
         except OniteError as err:
-            d.log.event("error", run.name, error=str(err))
+            night.log.event("error", run.name, error=str(err))
             return
-        remove_file(d.spool.run_record_path(d.host, run.name))
+        remove_file(night.spool.run_record_path(night.host, run.name))
         if not requeued:
             return
-        d.counts["requeued"] += 1
-        d.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
+        night.counts["requeued"] += 1
+        night.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
     def requeue_file(self, path: Path, name: str, rank: int, since_ns: int | None = None) -> bool:
         """Put a claim at ``path`` back in the queue folder of ``rank`` (``since_ns``: when its job got its
@@ -194,14 +196,14 @@ class Finisher(Refusals):
             Refused: a new job of that name is queued meanwhile (the claim stays).
             NotFound, SpoolError, SpoolIOError: as the rename.
         """
-        d = self.d
+        night = self.night
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             st = None  # the rename below says so
         owner = st.st_uid if st is not None else None
-        folder = d.spool.folder_for(rank, rank == 0)
-        d.spool.ensure_queue_folder(folder)
+        folder = night.spool.folder_for(rank, rank == 0)
+        night.spool.ensure_queue_folder(folder)
         target = folder / name
         # a namesake planted in the target folder must not keep the claim from going back: it is moved
         # aside, and one put back since is replaced by the rename (which does not refuse a file; only
@@ -237,9 +239,9 @@ class Finisher(Refusals):
         beside it while it was written is seen here, and any later one is later (onite.drain.pick).
         Returns the other users' files it left: those queued before ``since_ns``."""
         if settle:
-            settle_names(self.d.spool, {name}, uid)
+            settle_names(self.night.spool, {name}, uid)
         earlier = []
-        for entry in find_queued(self.d.spool, name):
+        for entry in find_queued(self.night.spool, name):
             if entry.uid == uid:
                 continue
             if since_ns is not None and entry.ctime_ns <= since_ns:
@@ -264,7 +266,86 @@ class Finisher(Refusals):
         except OSError:
             return
         self.move_aside(entry.path, entry.name, st, reason, file_result=False)
-        self.d.picker.forget(Candidate(entry.rank, entry.name, entry.path, st.st_ctime_ns))
+        self.night.forget(Candidate(entry.rank, entry.name, entry.path, st.st_ctime_ns))
+
+    # ---- jobs that never ran, files that must not -------------------------------------
+
+    def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
+        """A queued job that can never run (its dependency failed): file it as failed."""
+        night = self.night
+        job = night.jobs.job_of(cand.name, cand.path)
+        result = unrun_result(name=cand.name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
+                              reason=reason, host=night.host, now=night.clock.now(), job=job, priority=cand.rank,
+                              urgent=cand.rank == 0)
+        if self.file_unrun(result, JobState.QUEUED, cand.path, "failing", gone_ok=True):
+            night.forget(cand)
+            night.log.event("failed", cand.name, user=result.user, reason=reason)
+            night.notifier.notify(result, job, night.config)
+
+    def file_unrun(self, result: Result, old: JobState, path: Path, why: str, *, gone_ok: bool = False) -> bool:
+        """File a job that never ran (or whose run nobody saw end): write its result, move it from
+        ``path`` into jobsdone/, count it. False if that failed (logged). ``gone_ok``: a file that
+        is gone already (a cancel or another host took it) counts as filed.
+        """
+        night = self.night
+        try:
+            write_result(night.spool, result)
+            change_state(result.name, old, result.state, path, night.spool.done_dir / result.name, why)
+        except OniteError as err:
+            if not (gone_ok and isinstance(err, NotFound)):
+                night.log.event("error", result.name, error=str(err))
+                return False
+        night.counts[str(result.state)] += 1
+        return True
+
+    def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
+                   file_result: bool = True) -> None:
+        """Never run it, never delete it: move it to refused/ and say why, in the log and (unless not
+        ``file_result``) a result."""
+        night = self.night
+        target = night.spool.refused_path(name, night.clock.now())
+        try:
+            move_file(path, target, "moving aside")
+        except NotFound:
+            return
+        except OniteError as err:
+            night.log.event("error", name, error=str(err))
+            return
+        owner = user_name(st.st_uid) if st else "?"
+        night.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(night.spool.root)))
+        # a second link says nothing of who put it here (anyone may link a file they can write): its
+        # inode's owner gets no result, no notice, and no failure a job of theirs could wait on
+        if file_result and st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
+                and st.st_nlink == 1 and may_replace_result(night.spool, name, st.st_uid):
+            result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
+                                  reason=f"refused: {reason}", host=night.host, now=night.clock.now())
+            try:
+                write_result(night.spool, result)
+            except OniteError:
+                return
+            night.notifier.notify(result, None, night.config)
+
+    @contextmanager
+    def guard(self, name: str, *paths: Path):
+        """Whatever a queued file makes go wrong while it is looked at or started, the night goes
+        on: the file is set aside (moved to refused/ from the first of ``paths`` where it is now)
+        with one log line, and the driver moves on to the next job. A file a user can write must
+        never stop the driver, and never make it retry the same failure forever."""
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 - see the docstring; the traceback goes to stderr
+            import traceback
+
+            reason = f"onite could not handle it ({type(err).__name__}: {err})"
+            self.night.log.event("error", name, error=reason, note="set aside in refused/; please report this")
+            traceback.print_exc(file=sys.stderr)
+            for path in paths:
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                self.move_aside(path, name, st, reason)
+                break
 
     # ---- when nothing can be recorded; retention ----------------------------------------
 
@@ -282,14 +363,34 @@ class Finisher(Refusals):
                 remove_file(run.record_path)
         self.note_cannot_record(why, run.name)
 
+    def pause_starts(self, run: Run, claimed: Path, err: str) -> None:
+        """The executor cannot take jobs now: put this one back in its queue (it keeps its attempt
+        count, but goes behind the jobs of its priority) and start nothing for a while, longer
+        each time in a row (PAUSE_FIRST doubling up to PAUSE_MAX). A job never fails for this."""
+        night = self.night
+        night.pause = min(max(night.pause * 2, PAUSE_FIRST), PAUSE_MAX)
+        night.paused_until = night.clock.monotonic() + night.pause
+        try:
+            self.requeue_file(claimed, run.name, run.rank, queued_ns(run))
+        except OniteError as move_err:
+            night.log.event("start-failed", run.name, user=run.owner.name, reason=err)
+            self.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}", never_started=True),
+                        night.clock.now())
+            return
+        if run.record_path:  # nothing was submitted: the claim is back, its record goes
+            remove_file(run.record_path)
+        night.counts["requeued"] += 1
+        night.log.event("executor-unavailable", run.name, reason=err, retry_in=f"{night.pause:g}s",
+                        note="the job is back in its queue; no job starts before then")
+
     def note_cannot_record(self, why: str, name: str = "") -> None:
         """A record could not be written: start nothing more (logged once; on stderr too, since the
         log may be what cannot be written)."""
-        if self.cannot_record is None:
-            self.cannot_record = why
-            self.d.log.event("cannot-record", name, error=why,
+        if self.night.cannot_record is None:
+            self.night.cannot_record = why
+            self.night.log.event("cannot-record", name, error=why,
                              note="no job starts until runs can be recorded; running jobs go on")
-            if self.d.log.echo is None:
+            if self.night.log.echo is None:
                 try:
                     print(f"onite: cannot record a run ({why}) — no job starts until it can; free space and "
                           f"run onite run again", file=sys.stderr)
@@ -300,21 +401,21 @@ class Finisher(Refusals):
         """Retention: the last ``keep`` finished jobs kept; with ``strays``, what crashed writes left too."""
         from onite.spool.retention import prune, remove_temp_files
 
-        d = self.d
+        night = self.night
         self._since_prune = 0
         try:
-            removed = prune(d.spool, d.config.keep, protect=set(d.running), strays=strays)
+            removed = prune(night.spool, night.config.keep, protect=set(night.running), strays=strays)
         except OniteError as err:
-            d.log.event("error", error=str(err), note="retention")
+            night.log.event("error", error=str(err), note="retention")
             return
         if removed:
-            d.log.event("pruned", removed=removed, keep=d.config.keep)
+            night.log.event("pruned", removed=removed, keep=night.config.keep)
         if strays:
             try:
                 # the age of a dot-name is read from its mtime, stamped by the kernel: compared with its clock
-                leftovers = remove_temp_files(d.spool, time.time())
+                leftovers = remove_temp_files(night.spool, time.time())
             except OniteError as err:
-                d.log.event("error", error=str(err), note="retention of temporary files")
+                night.log.event("error", error=str(err), note="retention of temporary files")
                 return
             if leftovers:
-                d.log.event("pruned", temporary=leftovers, note="files of writes that died (a crash or a kill)")
+                night.log.event("pruned", temporary=leftovers, note="files of writes that died (a crash or a kill)")

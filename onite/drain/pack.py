@@ -22,13 +22,11 @@ pick hands it to the start; recovery takes it from the run record).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from onite.core.admission import Admit, Busy, Head, Room, admit, latest_end, room
 from onite.core.resources import Need, host_capacity, request_of
 
-if TYPE_CHECKING:
-    from onite.drain.driver import Driver
+from onite.drain.night import Night
 
 def check_capacity(config, host: str) -> None:
     """Refuse to drain ``host`` (this machine's) where its capacity is empty, before anything is claimed or
@@ -46,8 +44,8 @@ def check_capacity(config, host: str) -> None:
 class Packer:
     """The driver's packing room: its host's capacity, and the head job of the current pick."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.d = driver
+    def __init__(self, night: Night) -> None:
+        self.night = night
         self._capacity: Need | None = None
         self.reason = ""  # the last admission's reason (why a job can never run, for its failure)
         # what one pick knows (begin): the room the running jobs leave, and the head job that waits for
@@ -57,7 +55,7 @@ class Packer:
 
     @property
     def enabled(self) -> bool:
-        return self.d.runner.executor == "local"
+        return self.night.runner.executor == "local"
 
     def capacity(self) -> Need:
         """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.
@@ -68,8 +66,8 @@ class Packer:
         if self._capacity is None:
             from onite.exec.limits import machine
 
-            self._capacity = host_capacity(self.d.config, self.d.host, machine(), slots=self.d.slots)
-        return Need(self._capacity.mem, self._capacity.cpus, self.d.slots)  # slots may change on a reload
+            self._capacity = host_capacity(self.night.config, self.night.host, machine(), slots=self.night.slots)
+        return Need(self._capacity.mem, self._capacity.cpus, self.night.slots)  # slots may change on a reload
 
     def check(self) -> None:
         """``check_capacity`` of this driver's host.
@@ -77,7 +75,7 @@ class Packer:
         Raises:
             ConfigError: as ``capacity``.
         """
-        check_capacity(self.d.config, self.d.host)
+        check_capacity(self.night.config, self.night.host)
 
     @staticmethod
     def need_of(mem: int | None, cpus: int | None) -> Need:
@@ -86,8 +84,8 @@ class Packer:
 
     def busy(self) -> list[Busy]:
         """The running jobs' requests and latest ends."""
-        grace = self.d.config.kill_grace
-        return [Busy(run.need, latest_end(run.started, run.job.timeout, grace)) for run in self.d.running.values()
+        grace = self.night.config.kill_grace
+        return [Busy(run.need, latest_end(run.started, run.job.timeout, grace)) for run in self.night.running.values()
                 if run.need is not None]
 
     def begin(self) -> None:
@@ -101,8 +99,8 @@ class Packer:
         if not self.enabled:
             return Admit.START
         if self._room is None:
-            self._room = room(self.d.host, self.capacity(), self.busy())
-        said = admit(name, need, latest_end(now, timeout, self.d.config.kill_grace), self._room, self._head,
-                     backfill=self.d.config.backfill)
+            self._room = room(self.night.host, self.capacity(), self.busy())
+        said = admit(name, need, latest_end(now, timeout, self.night.config.kill_grace), self._room, self._head,
+                     backfill=self.night.config.backfill)
         self._head, self.reason = said.head, said.reason
         return said.verdict

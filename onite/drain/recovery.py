@@ -13,8 +13,14 @@ its run record (onite.core.runrecord; docs/job-control.md, "Exactly once"):
   machine's run, or one from before a reboot: stop what is left of it
   (onite.drain.orphans) and run it again (or fail it, on_interrupt = fail):
   the one case of a rerun;
-- a Slurm job: file how it ended if it did (lost, if Slurm forgot it: it is
-  never run again), else re-attach it; an older onite's: stop it, run it again.
+- a Slurm job, which keeps running in the cluster when its driver dies: in
+  flight, it is re-attached and watched (where nothing would watch it,
+  ``onite recover --host``, it is cancelled and run again only once Slurm
+  says the cancel took it); ended while no driver watched it, filed as Slurm
+  says it ended; forgotten by Slurm (it ended more than MinJobAge ago), filed
+  as lost, since sbatch took it and it may have run; Slurm cannot be asked,
+  or a job does not leave after its cancel: the claim is left for the next
+  driver.
 
 A claim whose retry is already spooled (a driver killed between writing the
 retry and removing the claim) is dropped. One damaged claim never stops the
@@ -28,15 +34,15 @@ import stat
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from onite.drain.finish import queued_ns
-from onite.drain.outliving import OutlivingRuns
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
 from onite.core.job import Job
 from onite.core.names import is_valid_name
-from onite.core.runrecord import VERSION, RunRecord, admitted_need
+from onite.core.runrecord import RunRecord, admitted_need
 from onite.core.state import JobState, Outcome, Result, memory_outcome, outcome_from_status, unrun_result
+from onite.drain.finish import Finisher, queued_ns
+from onite.drain.night import Night
+from onite.drain.orphans import Orphans
 from onite.exec.contain import boot_id
 from onite.exec.runner import Run, Unavailable
 from onite.spool import runrecords
@@ -48,70 +54,70 @@ from onite.spool.queued import find_queued
 from onite.spool.results import read_result
 from onite.spool.scan import find_running, user_name
 
-if TYPE_CHECKING:
-    from onite.drain.driver import Driver
 
 
-class Recovery(OutlivingRuns):
+class Recovery:
     """Recovers one host's claims for a driver that holds that host's lock."""
 
-    def __init__(self, driver: Driver, *, may_reattach: bool = True) -> None:
-        self.d = driver
+    def __init__(self, night: Night, finisher: Finisher, orphans: Orphans, *, may_reattach: bool = True) -> None:
+        self.night = night
+        self.finisher = finisher
+        self.orphans = orphans
         self.may_reattach = may_reattach  # may take back runs that outlived their driver (Slurm)
 
     def recover(self) -> None:
         """Deal with every claim in running/HOST/ (see the module's docstring)."""
-        d = self.d
-        d.orphans.sweep_cgroups()
+        night = self.night
+        self.orphans.sweep_cgroups()
         try:
-            names = os.listdir(d.running_dir)
+            names = os.listdir(night.running_dir)
         except FileNotFoundError:
             return
         except OSError as err:
-            d.log.event("error", error=str(SpoolIOError(d.running_dir, "listing", err)), note="recovery skipped")
+            night.log.event("error", error=str(SpoolIOError(night.running_dir, "listing", err)), note="recovery skipped")
             return
         jobs = [n for n in names if is_valid_name(n)]
         for name in jobs:
             try:
                 self._claim(name)
             except Exception as err:  # noqa: BLE001 - one damaged claim must not stop the night
-                d.log.event("error", name, error=f"recovering it: {type(err).__name__}: {err}",
+                night.log.event("error", name, error=f"recovering it: {type(err).__name__}: {err}",
                             note="left in running/ for the next driver")
         for name in names:
             if name.endswith(RUN_RECORD) and name[: -len(RUN_RECORD)] not in jobs:
                 self._log_if_filed(name[: -len(RUN_RECORD)])
-                remove_file(d.running_dir / name)  # a run record whose job is gone
+                remove_file(night.running_dir / name)  # a run record whose job is gone
             elif name.startswith(".") and name.endswith(".tmp"):
-                remove_file(d.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
+                remove_file(night.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
 
     def _claim(self, name: str) -> None:
-        d = self.d
-        path = d.running_dir / name
-        record_path = d.spool.run_record_path(d.host, name)
+        night = self.night
+        path = night.running_dir / name
+        record_path = night.spool.run_record_path(night.host, name)
         rec = runrecords.read(record_path)
         info = rec.info if rec is not None else {}
-        if rec is not None and rec.version < VERSION or info.get("executor") == "slurm":
-            self._unmonitored(name, path, info)  # an older onite's run, or a Slurm job
+        if info.get("executor") == "slurm":
+            self._unmonitored(name, path, info)
             return
         if self._already_filed(name, path, info):
             return
         if rec is None or not rec.started_job:
             # The monitor records itself before it forks the job, and holds the driver lock until
             # then: a claim whose record has no monitor line was never started.
-            if rec is None:  # an older onite wrote the record after the start: look for its processes
-                what = d.orphans.stop_unrecorded(name)
-                rerun = not what.startswith("no run record, and none")
+            if rec is None:  # its driver died before it wrote the record: what did it start?
+                what = self.orphans.stop_unrecorded(name)
+                rerun = what.startswith("no run record;")
             else:
                 what, rerun = "it had not started", False
             self.requeue(name, path, info, what, rerun=rerun)
             return
         if rec.ended:
-            if not d.orphans.monitor_alive(rec):  # died after recording the end: its clean-up is ours
-                d.orphans.stop_orphans(rec)
+            if not self.orphans.monitor_alive(rec):  # died after recording the end: its clean-up is ours
+                self.orphans.stop_orphans(rec)
             self._file(name, path, rec)
             return
         machine = info.get("machine")
-        if machine and machine != d.machine:
+        if machine and machine != night.machine:
             self.requeue(name, path, info, f"it ran on {machine}, which cannot be checked from here; "
                          "how it ended is unknown", rerun=True)
             return
@@ -123,29 +129,29 @@ class Recovery(OutlivingRuns):
         # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
         rec = runrecords.read(record_path) or rec  # it may have ended just now
         if rec.ended:
-            d.orphans.stop_orphans(rec)
+            self.orphans.stop_orphans(rec)
             self._file(name, path, rec)
             return
-        what = d.orphans.stop_orphans(rec)
+        what = self.orphans.stop_orphans(rec)
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
     def _already_filed(self, name: str, path: Path, info: dict) -> bool:
         """The dead driver wrote the result but died before moving the job into jobsdone/: finish that."""
-        d = self.d
+        night = self.night
         try:
-            previous = read_result(d.spool, name)
+            previous = read_result(night.spool, name)
         except DamagedRecord:
             previous = None  # torn as its driver died: recovered as if it had not been written
         if previous is None or not info.get("run_id") or previous.run_id != info.get("run_id"):
             return False
         try:
-            change_state(name, JobState.RUNNING, previous.state, path, d.spool.done_dir / name,
+            change_state(name, JobState.RUNNING, previous.state, path, night.spool.done_dir / name,
                          "completing a finished job")
         except OniteError as err:
-            d.log.event("error", name, error=str(err))
+            night.log.event("error", name, error=str(err))
             return True
-        remove_file(d.spool.run_record_path(d.host, name))
-        d.log.event("recovered", name, action="its result was recorded; filed it")
+        remove_file(night.spool.run_record_path(night.host, name))
+        night.log.event("recovered", name, action="its result was recorded; filed it")
         self._log_result(previous)
         return True
 
@@ -153,20 +159,20 @@ class Recovery(OutlivingRuns):
         """A run record whose job is gone: if the job was filed (its result names this run), its
         driver died between filing it and logging how it ended, which the log, and the jobs that
         read their dependency's outcome there (onite.spool.log.Outcomes), must still be told."""
-        d = self.d
-        rec = runrecords.read(d.spool.run_record_path(d.host, name))
+        night = self.night
+        rec = runrecords.read(night.spool.run_record_path(night.host, name))
         run_id = rec.info.get("run_id") if rec is not None else None
         try:
-            previous = read_result(d.spool, name)
+            previous = read_result(night.spool, name)
         except OniteError:  # damaged, or unreadable: nothing to tell from it
             return
         if previous is not None and run_id and previous.run_id == run_id \
-                and not logged_final(d.spool.log_path, run_id):  # its driver died before it could log it
+                and not logged_final(night.spool.log_path, run_id):  # its driver died before it could log it
             self._log_result(previous)
 
     def _log_result(self, result: Result) -> None:
         """The line a driver logs as it files a job, for one whose driver died before it could."""
-        self.d.log.event(str(result.state), result.name, user=result.user, reason=result.reason or None,
+        self.night.log.event(str(result.state), result.name, user=result.user, reason=result.reason or None,
                          exit=result.exit_code, attempt=result.attempt, run=result.run_id or None,
                          note="logged by recovery: its driver died as it filed the job")
 
@@ -176,7 +182,7 @@ class Recovery(OutlivingRuns):
         Raises:
             OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account.
         """
-        d = self.d
+        night = self.night
 
         def when(key: str) -> datetime | None:
             try:
@@ -186,7 +192,7 @@ class Recovery(OutlivingRuns):
                 return None
 
         try:
-            job, st = d.picker.read_job(path)
+            job, st = night.jobs.read(path)
         except (JobFormatError, BadFile) as err:
             # The claim stays its owner's file, which they may still change (or a disk may damage):
             # what it says now cannot undo a run that started. A run whose record says it started
@@ -194,15 +200,15 @@ class Recovery(OutlivingRuns):
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or "run_id" not in info:
                 raise
-            job = _stand_in(name, info, when("queued") or when("started") or d.clock.now(), d.host)
-            d.log.event("warning", name, error=f"its job file changed while it ran ({err})",
+            job = _stand_in(name, info, when("queued") or when("started") or night.clock.now(), night.host)
+            night.log.event("warning", name, error=f"its job file changed while it ran ({err})",
                         note="recovered from its run record")
-        owner = d.picker.resolve(st.st_uid)
+        owner = night.jobs.owner(st.st_uid)
         rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
 
         run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
-                  started=when("started") or d.clock.now(), started_mono=d.clock.monotonic(),
-                  spool=str(d.spool.root), record_path=d.spool.run_record_path(d.host, name))
+                  started=when("started") or night.clock.now(), started_mono=night.clock.monotonic(),
+                  spool=str(night.spool.root), record_path=night.spool.run_record_path(night.host, name))
         run.queued_at = when("queued")
         run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
         deadline = when("deadline")  # and the time limit it started with: packing's estimate of its end
@@ -212,20 +218,20 @@ class Recovery(OutlivingRuns):
 
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
         """Take over a run whose monitor is alive: it is watched, limited and cancellable as if started here."""
-        d = self.d
+        night = self.night
         try:
             run = self._run_of(name, path, rec.info)
         except (OSError, OniteError, BadFile):
             return False
-        if not d.runner.adopt(run, rec):
+        if not night.runner.adopt(run, rec):
             return False
-        d.running[name] = run
-        d.log.event("recovered", name, action="adopted (still running)", monitor=rec.monitor_pid, pid=rec.job_pid)
+        night.running[name] = run
+        night.log.event("recovered", name, action="adopted (still running)", monitor=rec.monitor_pid, pid=rec.job_pid)
         return True
 
     def _file(self, name: str, path: Path, rec: RunRecord) -> None:
         """File a run that ended while no driver watched it, from what its monitor recorded."""
-        d = self.d
+        night = self.night
         try:
             run = self._run_of(name, path, rec.info)
         except (OSError, OniteError, BadFile) as err:
@@ -245,9 +251,9 @@ class Recovery(OutlivingRuns):
                 ended = datetime.fromisoformat(rec.ended_at)
             except ValueError:
                 ended = None
-        d.log.event("recovered", name, action="filed how it ended while no driver was running",
+        night.log.event("recovered", name, action="filed how it ended while no driver was running",
                     outcome=outcome.describe() or "exit 0")
-        d.finisher.record(run, outcome, ended if ended and ended.tzinfo else d.clock.now())
+        self.finisher.record(run, outcome, ended if ended and ended.tzinfo else night.clock.now())
 
     def _drop(self, name: str, path: Path, run: Run, *, queued: bool) -> None:
         """A later attempt is already spooled: this claim is stale, and must neither run nor be filed.
@@ -257,32 +263,32 @@ class Recovery(OutlivingRuns):
         and set the retry aside. (A later attempt that is running or finished holds or held the name
         by itself, and a namesake queued since may be a new job.)"""
         if queued:
-            self.d.finisher.clear_namesakes(name, run.owner.uid, since_ns=queued_ns(run), settle=True)
+            self.finisher.clear_namesakes(name, run.owner.uid, since_ns=queued_ns(run), settle=True)
         remove_file(path)
-        remove_file(self.d.spool.run_record_path(self.d.host, name))
-        self.d.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
+        remove_file(self.night.spool.run_record_path(self.night.host, name))
+        self.night.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
 
     def _retry_of(self, run: Run) -> str | None:
         """Where a later attempt of this job is already spooled: "queued", "running" (on another host)
         or "finished"; None if there is none. A driver killed between writing a retry and removing
         the claim leaves both."""
-        d = self.d
+        night = self.night
 
         def later(job: Job | None) -> bool:
             return job is not None and job.submitted == run.job.submitted and job.attempt > run.attempt
 
-        others = [e for e in find_running(d.spool, run.name) if e.host != d.host]
-        for entry in find_queued(d.spool, run.name) + others:
+        others = [e for e in find_running(night.spool, run.name) if e.host != night.host]
+        for entry in find_queued(night.spool, run.name) + others:
             if entry.uid != run.owner.uid:
                 continue  # another user's file says nothing of this job, whatever it claims (a namesake)
             try:
-                job, _ = d.picker.read_job(entry.path)
+                job, _ = night.jobs.read(entry.path)
             except (OSError, JobFormatError, BadFile):
                 continue
             if later(job):
                 return "running" if entry.host else "queued"
         try:
-            previous = read_result(d.spool, run.name)
+            previous = read_result(night.spool, run.name)
         except (DamagedRecord, SpoolIOError):
             return None
         if (previous is not None and previous.uid == run.owner.uid and previous.submitted == run.job.submitted
@@ -292,7 +298,7 @@ class Recovery(OutlivingRuns):
 
     def requeue(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:
         """Put a claim back in its queue (or fail it, with on_interrupt = fail, when it may have run)."""
-        d = self.d
+        night = self.night
         try:
             claimed = self._run_of(name, path, info)
         except (OSError, OniteError, BadFile):
@@ -301,51 +307,130 @@ class Recovery(OutlivingRuns):
         if retry:
             self._drop(name, path, claimed, queued=retry == "queued")
             return
-        record_path = d.spool.run_record_path(d.host, name)
-        if rerun and d.config.on_interrupt == "fail":
+        record_path = night.spool.run_record_path(night.host, name)
+        if rerun and night.config.on_interrupt == "fail":
             self._fail(name, path, info, what)
             remove_file(record_path)
             return
         rank = info.get("rank")
         if not isinstance(rank, int):
             try:
-                job, _ = d.picker.read_job(path)
+                job, _ = night.jobs.read(path)
                 rank = 0 if job.urgent else job.priority
             except (OSError, JobFormatError, BadFile):
-                rank = d.config.default_priority
+                rank = night.config.default_priority
         try:
             owner = os.lstat(path).st_uid
         except OSError:
             owner = None
-        if owner is not None and any(e.uid == owner for e in find_queued(d.spool, name)):
+        if owner is not None and any(e.uid == owner for e in find_queued(night.spool, name)):
             remove_file(path)  # a retry was already queued before the crash (another user's namesake is not)
             action, requeued = "dropped (its retry is already queued)", True
         else:
             try:
-                requeued = d.finisher.requeue_file(path, name, int(rank), queued_ns(claimed) if claimed else None)
+                requeued = self.finisher.requeue_file(path, name, int(rank), queued_ns(claimed) if claimed else None)
             except OniteError as err:
-                d.log.event("error", name, error=str(err))
+                night.log.event("error", name, error=str(err))
                 return
             action = ("rerun: requeued" if rerun else "requeued") if requeued else \
                 "set aside: another user's job of that name was queued before it"
         remove_file(record_path)
-        d.counts["requeued"] += requeued
-        d.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
+        night.counts["requeued"] += requeued
+        night.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
+
+    # ---- runs with no monitor of onite's: Slurm jobs ----------------------------------------
+
+    def _unmonitored(self, name: str, path: Path, info: dict) -> None:
+        """A claim of a Slurm run (``_take_back``). One its dead driver filed, or spooled the retry of, is
+        not again."""
+        if self._already_filed(name, path, info):
+            return
+        owner = _owner(path)
+        try:
+            if info.get("executor") == "slurm" and not (info.get("external_id") or info.get("slurm_job_id")):
+                info = self._submitted_as(info, owner)
+            if self._take_back(name, path, info):
+                return
+            what = self.orphans.stop_unmonitored(info, owner=owner)
+        except Unavailable as err:  # keep the claim rather than run the job twice
+            self.night.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
+            return
+        self.requeue(name, path, info, what, rerun=True)
+
+    def _submitted_as(self, info: dict, owner: int | None) -> dict:
+        """A Slurm run whose driver died as sbatch ran (its record has no job id): its job, if Slurm has
+        one for exactly this run (by the run's id), so that it is taken back, not run a second time.
+
+        Raises:
+            Unavailable: Slurm cannot be asked, or that sbatch is still there and cannot be stopped.
+        """
+        night = self.night
+        if owner is None:
+            return info
+        job_id = self.orphans.runner_of(info).job_of(info, str(night.spool.root), owner)
+        return {**info, "external_id": job_id, "slurm_job_id": job_id} if job_id else info
+
+    def _take_back(self, name: str, path: Path, info: dict) -> bool:
+        """A Slurm run (see the module's docstring); False if it never reached Slurm.
+
+        Raises:
+            Unavailable: it may still run, and cannot be stopped or asked about now.
+        """
+        night = self.night
+        if not info.get("external_id"):
+            return False
+        try:
+            run = self._run_of(name, path, info)
+        except (OSError, OniteError, BadFile):
+            return False
+        run.external_id = str(info["external_id"])
+        retry = self._retry_of(run)
+        if retry:
+            self._drop(name, path, run, queued=retry == "queued")
+            return True
+        runner = self.orphans.runner_of(info)
+        try:
+            ended = runner.unwatched_end(run)
+        except Unavailable:
+            if not self.may_reattach:
+                raise
+            ended = None  # a driver that watches keeps it, and asks again
+        if ended is None and self.may_reattach and night.runner.reattach(run):
+            night.running[name] = run
+            night.log.event("recovered", name, action="re-attached", slurm=run.external_id)
+            return True
+        if ended is None:  # nothing here will watch it: stop it, then see how it ended
+            what = self.orphans.stop_unmonitored(info, owner=run.owner.uid)
+            ended = runner.unwatched_end(run)
+            if ended is None or ended.cancelled_by is not None:
+                self.requeue(name, path, info, what, rerun=True)
+                return True
+        night.log.event("recovered", name, action="filed: it ended while no driver watched it", slurm=run.external_id)
+        self.finisher.record(run, ended, night.clock.now())
+        return True
 
     def _fail(self, name: str, path: Path, info: dict, what: str) -> None:
         """on_interrupt = fail: file a claim that may have run as failed, with what recovery found."""
-        d = self.d
+        night = self.night
         try:
-            job, st = d.picker.read_job(path)
+            job, st = night.jobs.read(path)
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
         started = datetime.fromisoformat(info["started"]) if info.get("started") else None
         result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
-                              reason=f"interrupted: {what}", host=d.host, now=d.clock.now(), job=job,
+                              reason=f"interrupted: {what}", host=night.host, now=night.clock.now(), job=job,
                               urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
-        if d.finisher.file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
-            d.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
-            d.notifier.notify(result, job, d.config)
+        if self.finisher.file_unrun(result, JobState.RUNNING, path, "failing an interrupted job"):
+            night.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
+            night.notifier.notify(result, job, night.config)
+
+
+def _owner(path: Path) -> int | None:
+    """The uid of a claim: only root renames into running/, so the file is still its owner's."""
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return None
 
 
 def _stand_in(name: str, info: dict, submitted: datetime, host: str) -> Job:

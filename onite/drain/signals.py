@@ -13,14 +13,9 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING
 
-from onite.core.errors import OniteError
-from onite.core.policy import window_end
 from onite.core.state import Stop
-
-if TYPE_CHECKING:
-    from onite.drain.driver import Driver
+from onite.drain.night import Night
 
 
 class SignalCatcher:
@@ -53,49 +48,33 @@ class SignalCatcher:
         os.close(self.write_fd)
 
 
-def handle(d: Driver) -> None:
-    """Act on the signals caught since the last turn, in the order they came."""
-    while d.signals:
-        sig = d.signals.pop(0)
+def handle(night: Night, signals: list[int], reload) -> None:
+    """Act on the ``signals`` caught since the last turn, in the order they came (``reload()``: HUP's
+    re-reading of onite.toml)."""
+    while signals:
+        sig = signals.pop(0)
         if sig in (signal.SIGINT, signal.SIGTERM):
-            if d.stopping:
-                d.hard_stop = True
-                d.log.event("signal", sig=signal.Signals(sig).name, action="kill running jobs and requeue them")
+            if night.stopping:
+                night.hard_stop = True
+                night.log.event("signal", sig=signal.Signals(sig).name, action="kill running jobs and requeue them")
             else:
-                d.stopping = True
-                d.log.event("signal", sig=signal.Signals(sig).name,
-                            action="finish running jobs, start none", running=len(d.running))
+                night.stopping = True
+                night.log.event("signal", sig=signal.Signals(sig).name,
+                                action="finish running jobs, start none", running=len(night.running))
         elif sig == signal.SIGQUIT:
-            d.hard_stop = d.stopping = True
-            d.log.event("signal", sig="SIGQUIT", action="kill running jobs and requeue them")
+            night.hard_stop = night.stopping = True
+            night.log.event("signal", sig="SIGQUIT", action="kill running jobs and requeue them")
         elif sig == signal.SIGUSR1:
-            _status_line(d)
+            queued = night.index.counts()
+            night.log.event("status", running=",".join(sorted(night.running)) or "-", slots=night.slots,
+                            queued=sum(queued.values()), done=night.counts["done"], failed=night.counts["failed"],
+                            cancelled=night.counts["cancelled"], stopping="yes" if night.stopping else None)
         elif sig == signal.SIGHUP:
-            _reload(d)
+            reload()
 
 
-def kill_all(d: Driver) -> None:
+def kill_all(night: Night) -> None:
     """The hard stop: kill every running job (each goes back to its queue when it has ended)."""
-    for run in list(d.running.values()):
+    for run in list(night.running.values()):
         if run.stopping != Stop.SHUTDOWN:
-            d.runner.kill(run, Stop.SHUTDOWN)
-
-
-def _status_line(d: Driver) -> None:
-    queued = d.index.counts()
-    d.log.event("status", running=",".join(sorted(d.running)) or "-", slots=d.slots,
-                queued=sum(queued.values()), done=d.counts["done"], failed=d.counts["failed"],
-                cancelled=d.counts["cancelled"], stopping="yes" if d.stopping else None)
-
-
-def _reload(d: Driver) -> None:
-    try:
-        config = d.spool.reload_config()
-    except OniteError as err:
-        d.log.event("reload-failed", error=str(err), note="keeping the previous settings")
-        return
-    d.config = config
-    d.index.set_folders(d.spool.queue_folders())
-    d.runner.reload(config)
-    d.window_end = window_end(d.started_at, d.until)
-    d.log.event("reloaded", slots=d.slots, priorities=config.priorities)
+            night.runner.kill(run, Stop.SHUTDOWN)

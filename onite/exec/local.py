@@ -19,7 +19,8 @@ it ended:
 The monitor tells the driver on its socket when the job started and ended;
 a run adopted from a dead driver has no socket, and its record says how it
 ended. A dead driver's runs are recovered here too: adopted while their
-monitor lives, answered by their record, or found by their environment.
+monitor lives, answered by their record, or, with no record, found by
+their environment.
 """
 
 from __future__ import annotations

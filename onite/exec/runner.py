@@ -134,8 +134,8 @@ class Runner(Protocol):
         return {}
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
-        """Make sure a dead driver's run of an old-format record is gone (``owner``: the claim's uid);
-        what was done."""
+        """Make sure a dead driver's run with no monitor of onite's (a Slurm job) is gone (``owner``: the
+        claim's uid); what was done."""
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """The same for a claim of ``spool`` with no run record, by the job's environment (``owner``: the
