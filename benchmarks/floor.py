@@ -48,7 +48,7 @@ def start_one(i: int, cont: contain.Containment, lim: limits.Limiter, null: int)
         groups = lim.groups(run_id, cgroup)
         plan = Plan(argv=(b"/bin/sh", os.fsencode(f"/dev/fd/{script}")), env=ENV, cwd=b"/", umask=0o022,
                     uid=None, gid=None, groups=(), script_fd=script, stdout_fd=null, stderr_fd=None,
-                    record_fd=null, record_path="", notify_fd=null, lock_fd=None, cgroup=cgroup,
+                    record_fd=null, record_path="", lock_fd=None, cgroup=cgroup,
                     contain=cont.kind, kill_grace=1.0, limit_groups=groups,
                     limit_steps=lim.steps(run_id, cgroup, None), usage_reads=lim.reads(run_id, cgroup))
         if cgroup:

@@ -144,7 +144,7 @@ class DrainView:
 
     def tick(self, driver, now: datetime) -> datetime:
         """The driver's per-turn hook: the queue's length, which only the driver may ask."""
-        count = len(driver.index)
+        count = len(driver.night.index)
         with self._lock:
             self.state.queued = count
         return now + timedelta(seconds=1)

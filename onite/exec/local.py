@@ -47,6 +47,7 @@ from onite.exec.runner import NoRecord, Run, Runner, SpawnError
 from onite.spool import runrecords
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
+CLOSE_WAIT = 2.0  # seconds a waiting monitor is given to exit once let go
 
 
 class Monitor:
@@ -128,13 +129,14 @@ class MonitorPool:
             OSError: no monitor could be started, or the one started could not be sent the plan.
         """
         while True:
+            fresh = not self.waiting
             mon = self.waiting.pop() if self.waiting else self._start()
             try:
                 monitor.send(mon.sock, plan)
                 break
             except OSError:
                 mon.close()  # it died meanwhile: the next one
-                if mon.proc is not None and not self.waiting:
+                if fresh:
                     raise
         mon.idle = False
         if not self.waiting:
@@ -169,9 +171,15 @@ class MonitorPool:
         return Monitor(ours, proc)
 
     def close(self) -> None:
-        """Let the waiting monitors go: each exits as its socket's end closes."""
+        """Let the waiting monitors go: each exits as its socket's end closes, and is reaped (a monitor
+        still busy, or adopted by a later driver, is not waited for)."""
         for mon in self.waiting:
             mon.close()
+            if mon.proc is not None:
+                try:
+                    mon.proc.wait(timeout=CLOSE_WAIT)
+                except subprocess.TimeoutExpired:
+                    pass
         self.waiting = []
         self.procs = [proc for proc in self.procs if proc.poll() is None]
 
