@@ -23,7 +23,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.names import check_name

@@ -26,7 +26,7 @@ from onite.spool.holds import job_mode
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, live_owners, name_taken, user_name, withdrawn_entries
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
 from onite.core.policy import owner_or_root
 

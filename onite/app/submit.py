@@ -20,7 +20,7 @@ from onite.spool.queued import contested, find_queued
 from onite.spool.scan import name_taken, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode
 from onite.core.request import Captured, SubmitRequest, build_job

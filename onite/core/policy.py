@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, time, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from onite.core.errors import Refused
-
-if TYPE_CHECKING:
-    from onite.exec.identity import Identity
+from onite.core.identity import Identity
 
 
 def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
