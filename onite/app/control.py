@@ -74,7 +74,7 @@ def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> Cancel
                                 f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)
         return CancelReport(name, "requested", f"running on {host}; its driver stops it within a second")
     for entry in queued:
-        if entry.uid == caller_uid or caller_uid == 0:
+        if owner_or_root(caller_uid, entry.uid):
             pending = withdraw(spool, entry)
             if can_file(spool):
                 by = user_name(caller_uid)

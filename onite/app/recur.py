@@ -27,7 +27,7 @@ from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.names import check_name
-from onite.core.policy import check_urgent
+from onite.core.policy import check_urgent, owner_or_root
 from onite.core.recurring import check_template_name, rule_fields, rule_of
 from onite.spool.recurstate import load_state, parse_time, template_files
 
@@ -113,7 +113,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
-    if caller_uid != 0 and st.st_uid != caller_uid:
+    if not owner_or_root(caller_uid, st.st_uid):
         raise Refused(f"recurring job {name!r} belongs to {user_name(st.st_uid)}",
                       "you may remove only your own recurring jobs")
     if not remove_file(path):

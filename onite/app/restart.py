@@ -132,7 +132,7 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
     owners = live_owners(spool, name)
-    if owners and caller_uid != 0 and caller_uid not in owners:  # another user's: never theirs to restart
+    if owners and not any(owner_or_root(caller_uid, uid) for uid in owners):  # another user's: never theirs to restart
         hint = f"the job of that name is {user_name(min(owners))}'s; only its owner or root may restart it"
     elif owners:
         hint = "it is queued or running; restart it once it has finished"

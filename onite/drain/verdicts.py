@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from onite.core.errors import JobFormatError
+from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.spool.deps import dependency_of, dependency_state
 from onite.spool.filecheck import BadFile, read_job_file
@@ -47,7 +48,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
                "position": position, "state": "held" if held else "queued", "kind": "", "reason": "",
                "until": None, "dependency": None, "private": False}
-        if euid != 0 and uid != euid:
+        if not owner_or_root(euid, uid):
             if held:  # the mode is public; what else the file says is not
                 found.append({**row, "kind": "held", "reason": "held", "private": True})
             continue

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from onite.core.errors import SpoolError, SpoolIOError
 from onite.core.names import SIDE
+from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import HOLD, SpoolDir
 from onite.spool.scan import token_entries
@@ -54,8 +55,7 @@ def read_holds(folder: Path) -> dict[str, frozenset[int]]:
 def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
     """Does a marker hold the queued job ``name`` of ``uid``: one owned by ``uid`` or by root?
     (Anyone may drop a file into hold/; another user's marker holds nothing of yours.)"""
-    owners = holds.get(name)
-    return owners is not None and (uid in owners or 0 in owners)
+    return any(owner_or_root(marker_uid, uid) for marker_uid in holds.get(name, ()))
 
 
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
