@@ -252,8 +252,8 @@ def test_printable_spells_a_byte_that_is_not_utf8():
 @pytest.mark.parametrize("text, message", [
     ("a = " + "[" * 5000, "nests arrays or tables too deeply"),
     ('max_job_size = "' + "9" * 5000 + '"', "max_job_size"),
-    ('max_job_size = "0"', "a size from 1 byte to 1T"),
-    ("max_job_size = 9999999999999999", "a size from 1 byte to 1T"),
+    ('max_job_size = "0"', "a size from 1K to 1T"),
+    ("max_job_size = 9999999999999999", "a size from 1K to 1T"),
     ('kill_grace = "99999999999999d"', "kill_grace"),
 ])
 def test_parse_config_raises_only_config_error(text, message):
