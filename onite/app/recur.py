@@ -88,9 +88,6 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
     spool.check()
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")
-    if not spool.recur_dir.is_dir():
-        raise SpoolError(f"{spool.recur_dir} is missing (a spool made by an older onite)",
-                            "run onite init to add it")
     try:
         create_file(spool.recur_dir, request.name, encode(job), mode=0o600)
     except Refused:

@@ -22,7 +22,6 @@ from dataclasses import replace
 from datetime import datetime
 
 from onite.spool.files import create_file
-from onite.spool.holds import job_mode
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, live_owners, name_taken, user_name, withdrawn_entries
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
@@ -73,10 +72,9 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
     owner = None if st.st_uid == caller.uid else (st.st_uid, st.st_gid)
     markers = prepare_holds(spool, [target], caller, hold=hold, owner=owner)
     try:
-        create_file(spool.folder_for(job.priority, job.urgent), target, encode(job),
-                       mode=job_mode(hold and markers is None), owner=owner)
+        create_file(spool.folder_for(job.priority, job.urgent), target, encode(job), owner=owner)
     except OniteError:
-        undo_holds(markers or [])
+        undo_holds(markers)
         raise
     give_way(spool, [target], markers, uid=st.st_uid)
     return target

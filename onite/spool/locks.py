@@ -27,7 +27,6 @@ from pathlib import Path
 from onite.core.errors import Refused, SpoolError, SpoolIOError
 
 LOCKS_DIR = "locks"
-LEGACY = ("recur.lock",)  # lock files onite kept at the spool's top before locks/ (and driver.HOST.lock)
 
 
 def locks_dir(root: Path) -> Path:
@@ -187,21 +186,3 @@ def is_locked(path: Path) -> bool:
         os.close(fd)  # closing drops our shared lock, if we got it
     return False
 
-
-def remove_legacy(root: Path) -> list[str]:
-    """Remove the lock files onite kept at the spool's top before locks/ (any user could open them,
-    and so hold them); return their names. Only the spool's owner's own files are removed."""
-    removed = []
-    try:
-        names = [n for n in os.listdir(root) if n in LEGACY or (n.startswith("driver.") and n.endswith(".lock"))]
-    except OSError:
-        return []
-    for name in names:
-        try:
-            st = os.lstat(f"{root}/{name}")
-            if st.st_uid == os.geteuid() or stat.S_ISLNK(st.st_mode):
-                os.unlink(f"{root}/{name}")
-                removed.append(name)
-        except OSError:
-            continue
-    return removed

@@ -99,9 +99,6 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     _make_dir(root / HOLD, queue_mode, created, root)
     _make_dir(root / "refused", 0o700, created, root)
     _make_dir(root / "locks", 0o700, created, root)  # no other user may open (and so hold) a lock
-    from onite.spool.locks import remove_legacy
-
-    remove_legacy(root)
     log = root / "onite.log"
     if not log.exists():
         replace_file(log, b"", mode=0o644, durable=True)
