@@ -303,7 +303,7 @@ def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool
     queue = spool / "jobs" / "P4"
     for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
         (queue / name).write_bytes(with_line(job_bytes(name, str(workdir)), at))
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1")
+    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
     watch.refresh()
     assert watch.timed() == 0 and watch.next_due(None) is None
 
@@ -327,7 +327,7 @@ def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
         with open("/proc/self/io") as io:
             return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1")
+    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
     before = read_bytes()
     watch.refresh()
     assert read_bytes() - before < 20 * HEADER_LIMIT + (1 << 20)  # the folders' listings aside

@@ -115,21 +115,12 @@ class _Room:
     def _measure(self):
         from onite.core.admission import Busy, room
         from onite.core.resources import host_capacity
-        from onite.core.runrecord import RunRecord
         from onite.exec.limits import machine
-        from onite.spool import runrecords
+        from onite.spool.runrecords import host_records
         from onite.spool.settings import default_host
 
         config = self.spool.config
-        try:
-            paths = list(self.spool.running_dir(self.host).glob("*@run"))
-        except OSError:
-            paths = []
-        running = []
-        for path in paths:
-            rec: RunRecord | None = runrecords.read(path)
-            if rec is not None:
-                running.append(Busy(rec.need, rec.latest_end()))
+        running = [Busy(rec.need, rec.latest_end()) for rec in host_records(self.spool, self.host)]
         slots = max(config.slots_for(self.host), len(running) + 1)
         capacity = host_capacity(config, self.host, machine() if self.host == default_host(config) else (None, None),
                                  slots=slots)

@@ -17,7 +17,7 @@ from onite.core.errors import SpoolError, SpoolIOError
 from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
 from onite.spool.files import discard
-from onite.spool.paths import HOLD, SpoolDir
+from onite.spool.paths import SpoolDir
 from onite.spool.scan import token_entries
 
 
@@ -58,7 +58,7 @@ def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:
-        raise SpoolError(f"no {HOLD}/ folder in {spool.root}", "run onite init to add it") from None
+        raise SpoolError(f"no folder {spool.hold_dir}", "run onite init to add it") from None
     except OSError as err:
         raise SpoolIOError(path, "holding a job with", err) from None
     try:

@@ -53,8 +53,8 @@ class _Seen:
 class TimedWatch:
     """Not-before times of the queued jobs this host may run, kept current cheaply."""
 
-    def __init__(self, folders: list[tuple[int, Path]], host: str) -> None:
-        self.index = QueueIndex(folders)
+    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path) -> None:
+        self.index = QueueIndex(folders, hold_dir=hold_dir)
         self.host = host
         self.jobs: dict[tuple[int, str], _Seen] = {}
         self.header_reads = 0  # how many job headers were read (tests and benchmarks look)
