@@ -63,7 +63,7 @@ def with_block(text: str, root: Path, entries: list[str]) -> str:
 
 
 def stray_lines(lines: list[str], root: Path) -> list[str]:
-    """Lines outside the block that start a driver of this spool (``onite cron | crontab -`` of old)."""
+    """Lines outside the block that start a driver of this spool (added by hand: ``onite cron | crontab -``)."""
     import shlex
 
     spool_arg = f"--spool {shlex.quote(str(root))}"
