@@ -90,7 +90,7 @@ def file_writes(source: str) -> list[tuple[int, str, str]]:
 # with no space: not a sentence for people), the ones no other string could be
 FOLDER_NAMES = ("jobs", "urgent", "running", "jobsdone", "stdout", "cancel", "refused", "recur", "hold", "locks")
 IN_A_PATH = re.compile(r"(?:^|/)(?:" + "|".join(FOLDER_NAMES) + r"|P)(?:/|$)")
-ANYWHERE = re.compile(r"onite\.toml|onite\.log|recur\.state|recur\.lock|jobsdone|@run\b|@result\b|@stderr\b"
+ANYWHERE = re.compile(r"onite\.toml|onite\.log|recur\.state|recur\.lock|driver\.lock|jobsdone|@run\b|@result\b|@stderr\b"
                       r"|^(?:driver|cron|daemon|wake)\.$|^\.(?:state|lock)$"
                       r"|(?:^|/)(?:driver|cron|daemon)\.[^/]*\.(?:state|lock)$|(?:^|/)wake\.[^/]*$")
 PATH_CONSTANTS = frozenset({"HOLD", "URGENT", "RESULT", "RUN_RECORD", "STDERR", "LOCKS_DIR"})
@@ -290,6 +290,7 @@ def test_the_write_checker_leaves_reads_alone():
     "f'{name}{RESULT}'",
     "f'driver.{host}.state'",
     "'onite.log'",
+    "root / 'driver.lock'",
     "('cron.', '.state')",
 ])
 def test_the_path_checker_finds_a_planted_spool_path(line):
