@@ -29,6 +29,7 @@ from pathlib import Path
 from onite.core.errors import Refused, SpoolError, SpoolIOError
 from onite.spool.paths import SpoolDir
 
+
 def ensure_dir(root: Path) -> Path:
     """SPOOL/locks/, made if missing; it must be a folder of this user that nobody else may enter.
 

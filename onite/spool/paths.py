@@ -31,8 +31,9 @@ RESULT = f"{SIDE}result"  # jobsdone/NAME@result
 RUN_RECORD = f"{SIDE}run"  # running/HOST/NAME@run
 STDERR = f"{SIDE}stderr"  # stdout/NAME@stderr: a job's stderr, when kept apart from its stdout
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
-# SPOOL/KIND.HOST.state: world-readable records of a host, each written by its own module
-HEARTBEAT, CRON_RECORD, DAEMON_STATE = "driver", "cron", "daemon"  # onite.drain.heartbeat, .spool.cronrecords, .drain.daemon
+# the KINDs of SPOOL/KIND.HOST.state, a host's world-readable records: its driver's heartbeat
+# (onite.drain.heartbeat), its cron entry (onite.spool.cronrecords), its daemon's schedule (onite.drain.daemon)
+HEARTBEAT, CRON_RECORD, DAEMON_STATE = "driver", "cron", "daemon"
 _STATE = ".state"
 
 
@@ -59,7 +60,6 @@ class SpoolDir:
         self._queue_dirs: dict[int, Path] = {}
         self._running_dirs: dict[str, Path] = {}
         self._folders: tuple[int, list[tuple[int, Path]]] | None = None
-        self._strings: tuple[str, str] | None = None
         self.location: Location | None = None  # how a command found it (onite.spool.locate), if it did
 
     # paths -------------------------------------------------------------
@@ -109,12 +109,8 @@ class SpoolDir:
     def finished_files(self, name: str) -> tuple[str, str, str, str]:
         """A finished job's files, as strings (retention removes thousands, and a Path costs more than
         an unlink): ``jobsdone/NAME@result``, ``jobsdone/NAME``, ``stdout/NAME``, ``stdout/NAME@stderr``."""
-        done, out = self._strings or self._make_strings()
+        done, out = str(self.done_dir), str(self.stdout_dir)  # a Path keeps its string
         return f"{done}/{name}{RESULT}", f"{done}/{name}", f"{out}/{name}", f"{out}/{name}{STDERR}"
-
-    def _make_strings(self) -> tuple[str, str]:
-        self._strings = (str(self.done_dir), str(self.stdout_dir))
-        return self._strings
 
     def output_path(self, name: str) -> Path:
         return self.stdout_dir / name
