@@ -147,7 +147,7 @@ def test_two_hard_links_that_keep_changing_mode_do_not_stall_the_night(spool, wo
         deadline = time.monotonic() + 30
         mode = 0o600
         while time.monotonic() < deadline and (first.exists() or second.exists()):
-            mode ^= 0o040  # 0600, 0640: never "held" (0400), always a fresh ctime
+            mode ^= 0o040  # 0600, 0640: always a fresh ctime
             for path in (first, second):
                 try:
                     os.chmod(path, mode)
@@ -271,12 +271,14 @@ def test_a_forged_cancel_never_replaces_another_users_result(spool, workdir):
 # ---- 8. a namesake planted elsewhere blocks nothing -------------------------------------------
 
 
-@pytest.mark.parametrize("mode", [0o600, 0o400], ids=["queued", "held-the-old-way"])
-def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spool, mode):
+@pytest.mark.parametrize("held", [False, True], ids=["queued", "held"])
+def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spool, held):
     """``daemon`` holds and cancels its own job while ``nobody`` has planted one of the same name at P1
-    (held the old way, by its mode, or not: neither is daemon's hold)."""
+    (held by a marker of nobody's, or not: neither is daemon's hold)."""
     submit("mine", "true\n", "--hold", user="daemon")
-    plant(spool / "jobs" / "P1" / "mine", job_file("mine", "/tmp"), mode=mode)
+    plant(spool / "jobs" / "P1" / "mine", job_file("mine", "/tmp"))
+    if held:
+        plant(spool / "hold" / "mine@nobody", b"")
     r = run_cli(["release", "mine"], user="daemon", cwd="/tmp")
     assert r.code == 0, r
     [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "mine" and j["user"] == "daemon"]
@@ -320,7 +322,8 @@ def test_a_namesake_planted_beside_a_users_job_holds_up_neither_their_wait_nor_t
     submit("build", "true\n", user="daemon")
     waiter = w.start(SpoolDir(spool), ["build"], daemon)["build"]  # daemon's wait, begun while it is queued
     assert drain(spool).returncode == 0
-    plant(spool / "jobs" / "P1" / "build", job_file("build", "/tmp"), mode=0o400)  # held the old way
+    plant(spool / "jobs" / "P1" / "build", job_file("build", "/tmp"))
+    plant(spool / "hold" / "build@nobody", b"")  # and held
     seen = w.look(SpoolDir(spool), "build", with_result=True, owner=waiter.owner, caller=daemon)
     assert w.judge(waiter, seen)[1].state == "done"
     plant(spool / "cancel" / "build@x", job_file("build", "/tmp"))  # nobody "withdraws" its own
@@ -805,7 +808,8 @@ def test_a_dependency_is_shown_as_its_owners_job_stands(spool, workdir):
     driver = start_driver(spool)
     try:
         wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
-        plant(spool / "jobs" / "P7" / "build", job_file("build", "/tmp"), 0o400)
+        plant(spool / "jobs" / "P7" / "build", job_file("build", "/tmp"))
+        plant(spool / "hold" / "build@nobody", b"")
         for args in (["list"], ["status"]):
             r = run_cli(args, user="daemon", cwd="/tmp")
             assert r.code == 0 and "after build (running)" in r.out, r

@@ -112,45 +112,18 @@ def test_a_cancelled_held_job_leaves_no_marker_and_a_stale_one_holds_no_new_job(
     assert listed() == [("y", "queued")] and list((spool / "hold").iterdir()) == []
 
 
-def test_the_old_mode_hold_is_still_held_and_a_spool_without_hold_holds_by_mode(spool, cli):
-    submit("old")
-    submit("new")
-    os.chmod(spool / "jobs" / "P4" / "old", 0o400)  # held as an older onite held it (the chmod moved it back)
-    assert listed() == [("new", "queued"), ("old", "held")]
-    assert drain(spool).returncode == 0 and started(spool) == ["new"]
-    assert cli(["release", "old"]).code == 0
-    assert stat.S_IMODE((spool / "jobs" / "P4" / "old").stat().st_mode) == 0o600
-    shutil.rmtree(spool / "hold")  # a spool made before hold/ existed
-    submit("older")
-    assert cli(["hold", "older"]).code == 0
-    assert stat.S_IMODE((spool / "jobs" / "P4" / "older").stat().st_mode) == 0o400
-    assert listed() == [("old", "queued"), ("older", "held")]
-    assert cli(["init"]).code == 0 and (spool / "hold").is_dir()  # init adds it
-
-
-@needs_root
-def test_root_holding_the_old_way_never_changes_a_file_linked_into_the_queue(spool, cli, tmp_path):
-    """On a spool without hold/, nobody links daemon's writable file into a queue under the name of
-    its own job (protected_hardlinks allows a link to a file its maker may write), and asks root to
-    hold the job: root changed the mode of daemon's file. Only job files (one link) are held."""
-    import pwd
-
+def test_a_job_files_mode_holds_nothing_and_a_hold_needs_the_hold_folder(spool, cli):
+    """The one hold is the marker: a job file its owner made read-only is queued and runs. A spool
+    whose hold/ is gone refuses a hold, and says how to repair it; nothing is spooled held without it."""
+    submit("readonly")
+    os.chmod(spool / "jobs" / "P4" / "readonly", 0o400)
+    assert listed() == [("readonly", "queued")]
+    assert drain(spool).returncode == 0 and started(spool) == ["readonly"]
     shutil.rmtree(spool / "hold")
-    shared = spool.parent / "shared"
-    shared.mkdir(mode=0o755)
-    theirs = shared / "theirs"
-    theirs.write_text("daemon's\n")
-    daemon = pwd.getpwnam("daemon")
-    os.chown(theirs, daemon.pw_uid, daemon.pw_gid)
-    os.chmod(theirs, 0o666)
-    submit("x", user="nobody")
-    pid = os.fork()
-    if pid == 0:
-        os.setgid(nobody().pw_gid)
-        os.setuid(nobody().pw_uid)
-        os.link(theirs, spool / "jobs" / "P3" / "x")
-        os._exit(0)
-    assert os.waitpid(pid, 0)[1] == 0
-    assert cli(["hold", "x"]).code == 0
-    assert stat.S_IMODE(theirs.stat().st_mode) == 0o666  # daemon's file is untouched
-    assert stat.S_IMODE((spool / "jobs" / "P4" / "x").stat().st_mode) == 0o400  # nobody's job is held
+    submit("x")
+    r = cli(["hold", "x"])
+    assert r.code == 4 and "run onite init" in r.err, r
+    r = run_cli(["submit", "y", "--hold"], stdin=b"true\n", cwd="/tmp")
+    assert r.code == 4 and "run onite init" in r.err, r
+    assert listed() == [("x", "queued")]
+    assert cli(["init"]).code == 0 and cli(["hold", "x"]).code == 0 and listed() == [("x", "held")]

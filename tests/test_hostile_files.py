@@ -235,7 +235,7 @@ def test_recover_is_refused_first_to_a_user(spool, cli):
 
 
 def test_the_log_shows_a_forged_line_as_one_inert_line(spool, cli):
-    with open(spool / "onite.log", "a") as log:  # a line onite never wrote (an older onite, a damaged disk)
+    with open(spool / "onite.log", "a") as log:  # a line onite never wrote (a damaged disk, a hand edit)
         log.write("2026-11-22T20:00:00+01:00 vm[1] done x reason=\x1b]0;pwned\x07 \u202eevil\n")
     r = cli(["log"])
     assert r.code == 0 and "\x1b" not in r.out and "\u202e" not in r.out and "\\e]0;pwned\\x07" in r.out
@@ -252,8 +252,8 @@ def test_printable_spells_a_byte_that_is_not_utf8():
 @pytest.mark.parametrize("text, message", [
     ("a = " + "[" * 5000, "nests arrays or tables too deeply"),
     ('max_job_size = "' + "9" * 5000 + '"', "max_job_size"),
-    ('max_job_size = "0"', "a size from 1 byte to 1T"),
-    ("max_job_size = 9999999999999999", "a size from 1 byte to 1T"),
+    ('max_job_size = "0"', "a size from 1K to 1T"),
+    ("max_job_size = 9999999999999999", "a size from 1K to 1T"),
     ('kill_grace = "99999999999999d"', "kill_grace"),
 ])
 def test_parse_config_raises_only_config_error(text, message):
@@ -303,13 +303,13 @@ def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool
     queue = spool / "jobs" / "P4"
     for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
         (queue / name).write_bytes(with_line(job_bytes(name, str(workdir)), at))
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1")
+    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
     watch.refresh()
     assert watch.timed() == 0 and watch.next_due(None) is None
 
 
 def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
-    """(a seventh look) nobody's held files, each with a 1 MiB header line of NULs (a sparse hole)
+    """(a seventh look) nobody's files, each with a 1 MiB header line of NULs (a sparse hole)
     after its ``at:``: the daemon's watch read each up to 1 MiB, searching what it had read again
     after every 16 KiB (30-90 ms a file, inline in its loop), and 3,000 of them started daemon's
     timed job a minute and a half late. Now one read of at most HEADER_LIMIT bytes a file, counted
@@ -322,13 +322,12 @@ def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
     for i in range(20):
         data = with_line(with_line(job_bytes(f"pad{i}", str(workdir)), at), b"x-pad: " + b"\0" * (1 << 20))
         (queue / f"pad{i}").write_bytes(data)
-        os.chmod(queue / f"pad{i}", 0o400)
 
     def read_bytes() -> int:
         with open("/proc/self/io") as io:
             return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
-    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1")
+    watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
     before = read_bytes()
     watch.refresh()
     assert read_bytes() - before < 20 * HEADER_LIMIT + (1 << 20)  # the folders' listings aside

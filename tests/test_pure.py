@@ -362,12 +362,14 @@ def test_a_file_being_spooled_is_settling_not_a_problem_until_it_is_claimed():
 
 def test_urgent_needs_an_admin():
     from onite.core.errors import Refused
-    from onite.exec.identity import Identity
+    from onite.core.identity import Identity
     from onite.core.policy import check_urgent, may_be_urgent, urgent_refusal
 
     alice = Identity(uid=1000, gid=1000, name="alice", home="/home/alice", shell="/bin/sh", groups=())
     root = Identity(uid=0, gid=0, name="root", home="/root", shell="/bin/sh", groups=())
     assert may_be_urgent(root, ()) and may_be_urgent(alice, ("alice",)) and not may_be_urgent(alice, ("bob",))
+    wheel = Identity(uid=1000, gid=1000, name="alice", home="/", shell="/bin/sh", groups=(10,), group_names=lambda: ["wheel"])
+    assert may_be_urgent(wheel, ("%wheel",)) and not may_be_urgent(alice, ("%wheel",))
     check_urgent(alice, ("alice",), "spool urgent jobs")
     with pytest.raises(Refused, match="only root and the admins named in onite.toml may spool urgent jobs"):
         check_urgent(alice, ("bob",), "spool urgent jobs")

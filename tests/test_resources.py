@@ -36,6 +36,18 @@ def test_sizes_are_read_as_slurm_writes_them(text, mib):
     assert parse_mem(text) == mib
 
 
+def test_a_bare_size_is_mib_everywhere():
+    """One parser: ``--mem 512``, ``default_mem = 512`` and ``max_job_size = 512`` all mean 512 MiB."""
+    from onite.core.config import parse_config
+    from onite.core.resources import parse_size
+
+    assert parse_size("512", what="x") == parse_size("512M", what="x") == 512 << 20
+    assert parse_size("100K", what="x") == 100 << 10
+    config = parse_config("max_job_size = 512\ndefault_mem = 512\n[hosts.a]\nmem = 512\n")
+    assert config.max_job_size == 512 << 20 and config.default_mem == parse_mem("512") == config.hosts["a"].mem == 512
+    assert parse_config('max_job_size = "512K"').max_job_size == 512 << 10
+
+
 @pytest.mark.parametrize("text", ["", "0", "0G", "4.5G", "4GB", "-1", "G", "4 G", "1P", "١G", "99999999999999999T"])
 def test_a_size_slurm_would_not_take_is_refused(text):
     with pytest.raises(InvalidInput):

@@ -189,6 +189,11 @@ def test_only_admins_may_spool_urgent_jobs(spool, workdir):
     submit("allowed", f"touch {marker}\n", "--urgent", user="nobody")
     drain(spool)
     assert marker.exists()
+    # a member of a group named there may too, at submit and at night
+    set_config(spool, admins=["%nogroup"])
+    submit("by-group", f"touch {marker}.group\n", "--urgent", user="nobody")
+    drain(spool)
+    assert (workdir / "rushed.group").exists()
 
 
 def test_nobody_cancels_its_own_running_job(spool, workdir):

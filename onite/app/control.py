@@ -10,13 +10,12 @@ cancellation at once. A hold is a marker that keeps the job's place
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from datetime import datetime
 
 from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
 from onite.spool.files import remove_file
-from onite.spool.holds import add_hold, is_held, job_mode, remove_holds
+from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
@@ -74,7 +73,7 @@ def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> Cancel
                                 f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)
         return CancelReport(name, "requested", f"running on {host}; its driver stops it within a second")
     for entry in queued:
-        if entry.uid == caller_uid or caller_uid == 0:
+        if owner_or_root(caller_uid, entry.uid):
             pending = withdraw(spool, entry)
             if can_file(spool):
                 by = user_name(caller_uid)
@@ -201,17 +200,14 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
 def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
     """Hold (or release) a queued job, keeping its place in its priority.
 
-    A hold is a marker hold/NAME@TOKEN owned by the job's owner (onite.spool):
-    the job file is left alone, so its ctime, which is its place in the
-    queue, does not change. Releasing removes the markers the caller may
-    remove, and gives back the owner-write bit of a job held the old way
-    (mode 0400; that chmod stamps a new ctime, so such a job still goes to
-    the back). A spool without hold/ (made by an older onite, not yet
-    re-initialised) is held the old way.
+    A hold is a marker hold/NAME@TOKEN owned by the job's owner (onite.spool.holds): the job file is
+    left alone, so its ctime, which is its place in the queue, does not change. Releasing removes
+    the markers the caller may remove.
 
     Raises:
         NotFound: not queued. Refused: not the caller's job (and not root); it started running as it
             was held; a marker the caller may not remove (root's) still holds it.
+        SpoolError, SpoolIOError: no hold/ folder, or a marker cannot be made or removed.
     """
     check_name(name)
     entries = find_queued(spool, name)
@@ -232,18 +228,13 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
 
 
 def _hold(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
-    """Hold the queued job of ``entries`` by a marker (by its mode where the spool has no hold/).
+    """Hold the queued job of ``entries`` by a marker.
 
     Raises:
-        Refused: it was claimed as it was held. SpoolIOError: the marker cannot be made.
+        Refused: it was claimed as it was held. SpoolError, SpoolIOError: the marker cannot be made.
     """
     name = entries[0].name
-    if all(is_held(e.mode) for e in entries):
-        return  # held already (by a marker, or the old way)
-    if not spool.hold_dir.is_dir():
-        if not [entry for entry in entries if _chmod_job(entry, job_mode(True), "holding")]:
-            raise Refused(f"job {name!r} is not a job file (a link, or not a regular file)",
-                          "the driver will move it aside")
+    if all(e.held for e in entries):
         return
     owner = None
     if caller_uid != entries[0].uid:  # root holding a user's job: the marker is the user's, to release
@@ -255,23 +246,15 @@ def _hold(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
 
 
 def _release(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
-    """Remove the caller's holds of the queued job of ``entries`` (root: the owner's and root's), and
-    give a job held the old way its write bit back.
+    """Remove the caller's holds of the queued job of ``entries`` (root: the owner's and root's).
 
     Raises:
         Refused: a hold the caller may not remove (root's) still holds it.
     """
     name, owner = entries[0].name, entries[0].uid
     remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
-    for entry in entries:
-        try:
-            mode = os.lstat(entry.path).st_mode
-        except FileNotFoundError:
-            continue
-        if is_held(mode):  # held the old way: the mode is the flag
-            _chmod_job(entry, job_mode(False), "releasing")
     mine = {(e.rank, e.uid) for e in entries}  # a namesake of another user's, held or not, is not this job
-    if any(is_held(e.mode) for e in find_queued(spool, name) if (e.rank, e.uid) in mine):
+    if any(e.held for e in find_queued(spool, name) if (e.rank, e.uid) in mine):
         raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
 
 
@@ -286,30 +269,3 @@ def _gid_of(entry: Entry) -> int:
             return pwd.getpwuid(entry.uid).pw_gid
         except KeyError:
             return entry.uid
-
-
-def _chmod_job(entry: Entry, mode: int, action: str) -> bool:
-    """Give the job file of ``entry`` ``mode``; False, touching nothing, if it is no job file: a
-    planted folder or fifo, or a hard link, which could be another user's file linked into the
-    queue (protected_hardlinks allows a link to any file its maker may write). Through an
-    O_NOFOLLOW descriptor: root must never chmod what a planted symlink points at."""
-    try:
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise NotFound(f"job {entry.name!r} left the queue", "see onite list") from None
-    except OSError as err:
-        raise SpoolIOError(entry.path, action, err) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return False
-        os.fchmod(fd, mode)
-    except OSError as err:
-        raise SpoolIOError(entry.path, action, err) from None
-    finally:
-        os.close(fd)
-    try:  # a chmod leaves the folder's mtime alone: touch it, so that a driver looks at the job again
-        os.utime(entry.path.parent)
-    except OSError:
-        pass  # a driver still looks at it before it decides it has nothing left to do
-    return True

@@ -29,6 +29,7 @@ from onite.app.common import open_spool
 from onite.core.schedule import validate_schedule
 from onite.core.errors import InvalidInput, Refused, SpoolError
 from onite.spool.cronrecords import CronRecord, record_path, write_record
+from onite.spool.files import remove_file
 
 # ---- the block (pure) --------------------------------------------------------------------
 
@@ -62,7 +63,7 @@ def with_block(text: str, root: Path, entries: list[str]) -> str:
 
 
 def stray_lines(lines: list[str], root: Path) -> list[str]:
-    """Lines outside the block that start a driver of this spool (``onite cron | crontab -`` of old)."""
+    """Lines outside the block that start a driver of this spool (added by hand: ``onite cron | crontab -``)."""
     import shlex
 
     spool_arg = f"--spool {shlex.quote(str(root))}"
@@ -181,14 +182,7 @@ def uninstall_entry(spool, host: str) -> Installed:
         while kept and not kept[-1].strip():
             kept.pop()  # the empty line install put before the block
         write_crontab("\n".join(kept) + "\n" if kept else "")
-    try:
-        os.unlink(record_path(spool.root, host))
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        from onite.core.errors import SpoolIOError
-
-        raise SpoolIOError(record_path(spool.root, host), "removing", err) from None
+    remove_file(record_path(spool.root, host))
     return Installed(spool.root, (), found, tuple(stray_lines(kept, spool.root)))
 
 

@@ -34,6 +34,7 @@ from onite.spool.queued import find_queued
 from onite.spool.results import read_result
 from onite.spool.scan import find_running, of_the_job, user_name
 from onite.core.errors import Refused
+from onite.core.policy import owner_or_root
 from onite.app.wait import PENDING, Final, judge, look, start
 
 POLL = 0.2  # seconds between looks while the output does not grow
@@ -116,10 +117,8 @@ def _check_owner(spool: SpoolDir, name: str, caller_uid: int) -> None:
     Raises:
         Refused: the job belongs to another user (and the caller is not root).
     """
-    if caller_uid == 0:
-        return
     entries = find_queued(spool, name) + find_running(spool, name)
-    if entries and all(entry.uid != caller_uid for entry in entries):  # a namesake beside the caller's own is not it
+    if entries and not any(owner_or_root(caller_uid, entry.uid) for entry in entries):  # a namesake is not it
         raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner and root may read it")
 

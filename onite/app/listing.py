@@ -1,7 +1,7 @@
 """What ``onite list`` and ``onite status`` show: one JobView per job, from the file system.
 
 Queued and running jobs are described from what anyone may see (folder,
-owner, mode, ctime, the driver's world-readable run records), never by
+owner, hold marker, ctime, the driver's world-readable run records), never by
 reading job files: other users' jobs are private, and listing 100,000 jobs
 must not open 100,000 files. Finished jobs come from their result records.
 
@@ -15,7 +15,6 @@ import time
 
 from datetime import datetime, timedelta, timezone
 
-from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats, queued_stats
 from onite.spool.results import read_results, result_names
@@ -63,17 +62,17 @@ def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | No
     users, clock = _Users(), _Clock()
     rows = queued_stats(spool)
     why = _Why(spool, rows, now, euid)
-    return [JobView(name=name, uid=uid, user=users(uid), state="held" if is_held(mode) else "queued",
+    return [JobView(name=name, uid=uid, user=users(uid), state="held" if held else "queued",
                     priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
-                    **why(name, uid, mode))
-            for position, (rank, ctime_ns, name, uid, mode) in enumerate(rows, 1)]
+                    **why(name, uid, held))
+            for position, (rank, ctime_ns, name, uid, held) in enumerate(rows, 1)]
 
 
 
 
-def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
+def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: datetime, *, euid: int,
                     host: str) -> dict[tuple[str, int], tuple[str, str]]:
-    """``(name, uid) → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, mode)``)
+    """``(name, uid) → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, held)``)
     whose files ``euid`` may read (root: all), as ``onite status`` decides them (onite.drain.verdicts.waiting_jobs,
     over queue.evaluate): ``("", "")`` for one that may start now; another user's held job is held.
     By owner too: another user's namesake's reason is never this job's.
@@ -91,12 +90,12 @@ def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, int]],
 
 class _Why:
     """The waiting fields of each queued job: read from the first EXAMINE jobs' files (those the
-    caller may read), known from the mode for every held job, unknown (None) for the rest."""
+    caller may read), known from its marker for every held job, unknown (None) for the rest."""
 
     HELD = {"waiting": "held", "waiting_kind": "held"}
     UNKNOWN: dict = {}
 
-    def __init__(self, spool: SpoolDir, rows: list[tuple[int, int, str, int, int]], now: datetime | None,
+    def __init__(self, spool: SpoolDir, rows: list[tuple[int, int, str, int, bool]], now: datetime | None,
                  euid: int | None) -> None:
         self.known: dict[tuple[str, int], tuple[str, str]] = {}
         if now is None:
@@ -110,13 +109,13 @@ class _Why:
         self.known = waiting_reasons(spool, rows[:EXAMINE], now, euid=os.geteuid() if euid is None else euid,
                                      host=default_host(spool.config))
 
-    def __call__(self, name: str, uid: int, mode: int) -> dict:
+    def __call__(self, name: str, uid: int, held: bool) -> dict:
         if self.off:
             return self.UNKNOWN
         found = self.known.get((name, uid))
         if found is not None:
             return {"waiting": found[1], "waiting_kind": found[0]}
-        return self.HELD if is_held(mode) else self.UNKNOWN
+        return self.HELD if held else self.UNKNOWN
 
 
 def running_views(spool: SpoolDir) -> list[JobView]:
@@ -183,7 +182,7 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
 
     A template made from JobView.to_json (``_queued_template``) is cut where
     the fields that vary go; the text between the name and the position
-    depends only on the owner, mode and folder, the text from the position to
+    depends only on the owner, the hold and the folder, the text from the position to
     the waiting fields only on the ctime, the rest only on why the job waits,
     and each is made once for all the jobs that share it.
     """
@@ -203,9 +202,9 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
     head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
     why = _Why(spool, head, now, None)
     for rank, rows in folders:
-        for ctime_ns, name, uid, mode in rows:
+        for ctime_ns, name, uid, held in rows:
             position += 1
-            queued = not is_held(mode)
+            queued = not held
             middle = middles.get((uid, queued, rank))
             if middle is None:
                 user = users.get(uid)
@@ -218,7 +217,7 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
             end = ends.get(ctime_ns)
             if end is None:
                 end = ends[ctime_ns] = pieces[7] + text(clock(ctime_ns).isoformat()) + pieces[8]
-            fields = why(name, uid, mode)
+            fields = why(name, uid, held)
             key = (fields.get("waiting"), fields.get("waiting_kind"))
             tail = tails.get(key)
             if tail is None:

@@ -23,11 +23,11 @@ from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.names import check_name
-from onite.core.policy import check_urgent
+from onite.core.policy import check_urgent, owner_or_root
 from onite.core.recurring import check_template_name, rule_fields, rule_of
 from onite.spool.recurstate import load_state, parse_time, template_files
 
@@ -88,9 +88,6 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
     spool.check()
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")
-    if not spool.recur_dir.is_dir():
-        raise SpoolError(f"{spool.recur_dir} is missing (a spool made by an older onite)",
-                            "run onite init to add it")
     try:
         create_file(spool.recur_dir, request.name, encode(job), mode=0o600)
     except Refused:
@@ -113,7 +110,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
-    if caller_uid != 0 and st.st_uid != caller_uid:
+    if not owner_or_root(caller_uid, st.st_uid):
         raise Refused(f"recurring job {name!r} belongs to {user_name(st.st_uid)}",
                       "you may remove only your own recurring jobs")
     if not remove_file(path):

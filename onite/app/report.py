@@ -261,10 +261,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     recorded = {r.name for r in results}
     recorded_runs = {(r.name, r.user) for r in results}
     views = [result_view(r) for r in results if wanted(r.user)]
-    # a job the log tells of and no record does: by name and owner; a final line naming no owner
-    # (an older onite's) by name alone
-    pruned = [log_view(final, told.starts.get(key)) for key, final in told.finals.items()
-              if key not in recorded_runs and (key[1] or key[0] not in recorded)]
+    # a job the log tells of and no record does: by name and owner
+    pruned = [log_view(final, told.starts.get(key)) for key, final in told.finals.items() if key not in recorded_runs]
     pruned = [view for view in pruned if wanted(view.user)]
     earlier = [view for view in (log_view(final, start) for final, start in told.earlier) if wanted(view.user)]
     jobs = views + pruned + earlier
@@ -378,7 +376,7 @@ def never_ran(job: JobView, told) -> bool:
         return True
     if job.exit_code is not None or job.signal is not None:
         return False
-    final = told.finals.get((job.name, job.user)) or told.finals.get((job.name, ""))
+    final = told.finals.get((job.name, job.user))
     start = told.starts.get((job.name, job.user))
     return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
 

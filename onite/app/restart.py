@@ -22,11 +22,10 @@ from dataclasses import replace
 from datetime import datetime
 
 from onite.spool.files import create_file
-from onite.spool.holds import job_mode
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, live_owners, name_taken, user_name, withdrawn_entries
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
 from onite.core.policy import owner_or_root
 
@@ -73,10 +72,9 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
     owner = None if st.st_uid == caller.uid else (st.st_uid, st.st_gid)
     markers = prepare_holds(spool, [target], caller, hold=hold, owner=owner)
     try:
-        create_file(spool.folder_for(job.priority, job.urgent), target, encode(job),
-                       mode=job_mode(hold and markers is None), owner=owner)
+        create_file(spool.folder_for(job.priority, job.urgent), target, encode(job), owner=owner)
     except OniteError:
-        undo_holds(markers or [])
+        undo_holds(markers)
         raise
     give_way(spool, [target], markers, uid=st.st_uid)
     return target
@@ -132,7 +130,7 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
     owners = live_owners(spool, name)
-    if owners and caller_uid != 0 and caller_uid not in owners:  # another user's: never theirs to restart
+    if owners and not any(owner_or_root(caller_uid, uid) for uid in owners):  # another user's: never theirs to restart
         hint = f"the job of that name is {user_name(min(owners))}'s; only its owner or root may restart it"
     elif owners:
         hint = "it is queued or running; restart it once it has finished"

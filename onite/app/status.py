@@ -1,7 +1,7 @@
 """``onite status``: which drivers run and since when, what runs for how long, what is queued, what
 waits and why, when the next drain is, and how last night went.
 
-Everything comes from what every user may see (folders, owners, modes,
+Everything comes from what every user may see (folders, owners, hold markers,
 the drivers' heartbeats, the driver's run records and the world-readable result records),
 except why a queued job waits: that needs its job file, which is private to
 its owner. So the reasons are read only for jobs the caller owns (every job
@@ -9,7 +9,7 @@ for root), only among the first EXAMINE queued jobs in run order (a queue of
 100,000 costs 200 reads, not 100,000), and decided by queue.evaluate with
 the driver's own dependency rule (onite.spool.deps), so that status never tells a
 different story from the driver. A held job is held for everyone to see
-(the mode says so); another user's job that is not held is only counted.
+(its marker says so); another user's job that is not held is only counted.
 
 A next drain is shown only when something will start one (onite.drain.nextdrain:
 a live daemon, the systemd timer, a cron entry that ``onite cron --install``
@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats
 from onite.spool.scan import running_entries
@@ -111,10 +110,10 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
                         f"or cancels them until a driver starts on {where} and recovers them (root: {fix})")
     queue: dict[str, int] = {"urgent": 0, **{f"P{p}": 0 for p in range(1, config.priorities + 1)}}
     held = 0
-    head: list[tuple[int, int, str, int, int]] = []  # (rank, ctime_ns, name, uid, mode) of the first EXAMINE
+    head: list[tuple[int, int, str, int, bool]] = []  # (rank, ctime_ns, name, uid, held) of the first EXAMINE
     for rank, rows in queued_folder_stats(spool):  # counts need no JobView (100,000 queued)
         queue["urgent" if rank == 0 else f"P{rank}"] += len(rows)
-        held += sum(is_held(mode) for _, _, _, mode in rows)
+        held += sum(row[3] for row in rows)
         if len(head) < EXAMINE:
             head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
     waiting = waiting_jobs(spool, head, now, euid=euid, host=this_host)

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from onite.spool.files import create_batch, create_file, remove_file
-from onite.spool.holds import add_hold, job_mode, read_holds, remove_holds
+from onite.spool.holds import add_hold, read_holds, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import contested, find_queued
 from onite.spool.scan import name_taken, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode
 from onite.core.request import Captured, SubmitRequest, build_job
@@ -89,15 +89,15 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     folder = spool.folder_for(job.priority, job.urgent)
     markers = prepare_holds(spool, [name], caller, hold=request.hold)
     try:
-        create_file(folder, name, encode(job), mode=job_mode(request.hold and markers is None))
+        create_file(folder, name, encode(job))
     except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
-        undo_holds(markers or [])
+        undo_holds(markers)
         raise
     give_way(spool, [name], markers)
     return job
 
 
-def give_way(spool: SpoolDir, names: list[str], markers: list | None, *, uid: int | None = None) -> None:
+def give_way(spool: SpoolDir, names: list[str], markers: list, *, uid: int | None = None) -> None:
     """Just after spooling jobs ``names``: take back each one that another user's file of its name
     got its place no later than (put in a queue folder by hand while this one was written: the name
     was free when it was checked), so that the driver, which gives a name to its earliest file, never
@@ -116,7 +116,7 @@ def give_way(spool: SpoolDir, names: list[str], markers: list | None, *, uid: in
         for entry in find_queued(spool, name):
             if entry.uid == uid:
                 remove_file(entry.path)
-    undo_holds([m for m in markers or [] if m.name.partition(SIDE)[0] in lost])
+    undo_holds([m for m in markers if m.name.partition(SIDE)[0] in lost])
     owners = ", ".join(sorted({user_name(rival.uid) for rival in rivals}))
     kept = len(set(names)) - len(lost)
     raise Refused(f"another user's job of the same name ({owners}'s) was spooled at the same moment: "
@@ -126,15 +126,14 @@ def give_way(spool: SpoolDir, names: list[str], markers: list | None, *, uid: in
 
 
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, *, hold: bool,
-                  owner: tuple[int, int] | None = None) -> list | None:
+                  owner: tuple[int, int] | None = None) -> list:
     """Before jobs ``names`` are spooled: remove the hold markers left of earlier jobs of those names
     (none is queued, so any marker there is stale: it would hold the new job), and with ``hold`` add
     one for each (owned by ``owner``, the jobs' owner, when root spools them for someone else); the
-    markers added, or None where the spool has no hold/ folder (the job file's mode then holds it, as
-    older onites did). The marker comes first, so that no driver ever sees the job unheld.
+    markers added. The marker comes first, so that no driver ever sees the job unheld.
 
     Raises:
-        SpoolIOError: hold/ cannot be listed, or a marker cannot be made.
+        SpoolError, SpoolIOError: hold/ is missing or cannot be listed, or a marker cannot be made.
     """
     holds = read_holds(spool.hold_dir)
     stale = [n for n in names if n in holds]
@@ -142,8 +141,6 @@ def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, *, hold: 
         remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
     if not hold:
         return []
-    if not spool.hold_dir.is_dir():
-        return None
     markers = []
     try:
         for name in names:
@@ -235,14 +232,12 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
     markers = prepare_holds(spool, list(names), caller, hold=False)  # stale markers of every name go
     if held:
         markers = prepare_holds(spool, held, caller, hold=True)
-    by_marker = markers is not None
-    files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines),
-              job_mode(request.hold and not by_marker)) for job, request in zip(jobs, requests))
+    files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines)) for job in jobs)
     try:
         create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
-        undo_holds([m for m in markers or [] if position[m.name.partition(SIDE)[0]] >= created])
+        undo_holds([m for m in markers if position[m.name.partition(SIDE)[0]] >= created])
         if created:
             err.what += f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to {jobs[created - 1].name})"
         else:

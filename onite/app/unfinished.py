@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_stats
 from onite.spool.scan import user_name
@@ -39,8 +38,8 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     # the log's times are whole seconds: a job spooled in the drain's last second came before its end
     end = data.until + timedelta(seconds=1) if data.kind == "drain" else data.until
     end_ns = int(end.timestamp() * 1e9)
-    held = sum(is_held(row[4]) for row in queue)
-    since = sum(not is_held(row[4]) and row[1] > end_ns for row in queue)
+    held = sum(row[4] for row in queue)
+    since = sum(not row[4] and row[1] > end_ns for row in queue)
     running = [v for v in running_views(spool) if data.user is None or v.user == data.user]
     data.left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
                  "refused": len(refused)}
@@ -54,14 +53,14 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
                                                      host=host or default_host(spool.config))}
     last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
-    for rank, ctime_ns, name, uid, mode in head:
+    for rank, ctime_ns, name, uid, held in head:
         mine = owner_or_root(data.reader, uid)
         row = why.get(name)
         if row is None:  # it could start now, or it is another user's and not held: its file is private
             kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)
         else:
             kind, reason = row["kind"], row["reason"]
-        state = "held" if is_held(mode) else "queued"
+        state = "held" if held else "queued"
         if not mine:  # "held: held (another user's …)" said nothing twice
             reason = PRIVATE if reason == state else f"{reason} ({PRIVATE})"
         data.waiting.append({"name": name, "user": owner(uid), "uid": uid, "priority": rank or None,

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from onite.spool.holds import is_held
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result, read_results
@@ -90,7 +89,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | 
     queued = of_the_job(find_queued(spool, name), owner, caller)
     live = None
     if queued:
-        live, owner = "held" if all(is_held(e.mode) for e in queued) else "queued", queued[0].uid
+        live, owner = "held" if all(e.held for e in queued) else "queued", queued[0].uid
     else:
         running = of_the_job(find_running(spool, name), owner, caller)
         if running:

@@ -8,7 +8,6 @@ back to a default on a machine that runs other people's jobs.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 from datetime import time, timedelta
 from typing import NamedTuple
@@ -142,7 +141,6 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
     return config
 
 
-_SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.IGNORECASE)
 MAX_SIZE = 1024**4  # 1T: max_job_size beyond this is a typo, not a job
 _TOP_KEYS = frozenset(f.name for f in fields(Config))  # every key of onite.toml is a field of Config
 _SLURM_KEYS = frozenset(SlurmConfig._fields)
@@ -237,16 +235,18 @@ class _Reader:
         return value
 
     def size(self, key: str) -> int:
-        value = self.data.get(key, self._default(key))
-        if isinstance(value, int) and not isinstance(value, bool):
-            size = value
-        else:
-            match = _SIZE.fullmatch(str(value).strip())
-            if not match or len(match.group(1)) > 20:
-                raise self._bad(key, value, 'a size in bytes or like "16M" or "1G"')
-            size = int(match.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[match.group(2).upper()]
+        """A size in bytes (onite.core.resources.parse_size: "16M", "1G"; a bare number is MiB)."""
+        if key not in self.data:
+            return self._default(key)
+        value = self.data[key]
+        from onite.core.resources import parse_size
+
+        try:
+            size = parse_size(str(value) if not isinstance(value, bool) else "x", what=key)
+        except InvalidInput:
+            size = 0
         if not 1 <= size <= MAX_SIZE:
-            raise self._bad(key, value, 'a size from 1 byte to 1T, e.g. "16M" or "1G"')
+            raise self._bad(key, value, 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)')
         return size
 
     def hosts(self, key: str) -> dict[str, HostConfig]:
@@ -265,8 +265,8 @@ class _Reader:
         return result
 
     def mem(self, key: str, *, zero: bool = False) -> int | None:
-        """A memory size in Slurm's words ("4G", "512M"; a bare number is MiB), in MiB; None when left
-        out (``zero``: 0 is allowed too)."""
+        """A memory size (onite.core.resources.parse_mem: "4G", "512M"; a bare number is MiB), in MiB;
+        None when left out (``zero``: 0 is allowed too)."""
         value = self.data.get(key)
         if value is None or value == "" or (zero and value in (0, "0")):
             return self._default(key) or None

@@ -1,7 +1,7 @@
 """A job as the commands show it (pure): one ``JobView`` for list, status, wait and the morning report.
 
 Queued and running jobs are described from what anyone may see (folder,
-owner, mode, ctime, the driver's world-readable run record), finished ones
+owner, hold marker, ctime, the driver's world-readable run record), finished ones
 from their result records (``result_view``). ``to_json`` is the document
 docs/json.md describes; its field names are stable.
 """

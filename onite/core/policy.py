@@ -12,17 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, time, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from onite.core.errors import Refused
-
-if TYPE_CHECKING:
-    from onite.exec.identity import Identity
+from onite.core.identity import Identity
 
 
 def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
-    """May ``caller_uid`` act on what ``owner_uid`` owns (hold, release, read output, restart)? Its
-    owner and root only: the one rule, written once."""
+    """May ``caller_uid`` act on what ``owner_uid`` owns? Its owner and root only: hold, release,
+    withdraw a queued job, read its output or file, restart it, remove a template; a hold marker
+    counts for a job only if its owner passes; a driver not run as root spools only its own."""
     return caller_uid == 0 or caller_uid == owner_uid
 
 

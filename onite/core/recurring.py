@@ -1,7 +1,7 @@
 """Recurring jobs as data (pure): a template's rule in its header, an instance's name and its job.
 
 A template is a job file (onite.core.jobfile) whose header carries its rule
-in two or three extra keys that older readers keep as they are::
+in two or three extra keys (a key onite.core.jobfile does not know is kept as it is)::
 
     recur-cron: 0 20 * * 1-5          or      recur-every: 25m
                                               recur-offset: 2m

@@ -1,8 +1,11 @@
 """Resource requests (pure): sizes in Slurm's words, what a job asks for, what a host has.
 
-A job may ask for memory (``--mem``, in MiB, written as Slurm writes it:
-``4G``, ``1536M``; a bare number is megabytes, as Slurm's ``--mem``) and
-CPUs (``--cpus``). A job that asks for nothing (and no spool default)
+Every size onite reads (``--mem``, ``default_mem``, ``reserve_mem``, a host's
+``mem``, ``max_job_size``) is written as Slurm writes one: a whole number
+and K, M, G or T (powers of 1024); a bare number is MiB, as Slurm's
+``--mem`` reads it. ``parse_size`` is the one parser.
+
+A job may ask for memory (``--mem``, kept in MiB) and CPUs (``--cpus``). A job that asks for nothing (and no spool default)
 counts for no memory and no CPU: it is bounded by ``slots`` alone, as
 before requests existed. A host's capacity is what its admin set, else
 what the machine has minus a reserve (onite.exec.limits measures it); a
@@ -22,22 +25,30 @@ from onite.core.errors import ConfigError, InvalidInput
 
 MAX_MEM = 1 << 30  # MiB: a PiB; beyond it a request is a typo
 MAX_CPUS = 4096
-_UNITS = {"": 1, "M": 1, "K": 0, "G": 1024, "T": 1024 * 1024}  # MiB per unit (K: rounded up to a MiB)
+MIB = 1 << 20
+_UNITS = {"K": 1 << 10, "": MIB, "M": MIB, "G": 1 << 30, "T": 1 << 40}  # bytes per unit: a bare number is MiB
 _SIZE = re.compile(r"([0-9]{1,16})([KMGT]?)", re.IGNORECASE)
 
 
-def parse_mem(text: str, *, what: str = "--mem") -> int:
-    """A memory size in Slurm's words (``4G``, ``512M``, ``100K``, ``2048`` = 2048M), in MiB
-    (kilobytes are rounded up to whole MiB, as Slurm does).
+def parse_size(text: str, *, what: str) -> int:
+    """A size in Slurm's words (``4G``, ``512M``, ``100K``, ``2048`` = 2048M), in bytes.
 
     Raises:
-        InvalidInput: not a whole number with an optional K, M, G or T; zero; more than MAX_MEM MiB.
+        InvalidInput: not a whole number with an optional K, M, G or T.
     """
     match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise InvalidInput(f"invalid {what} {str(text)[:40]!r}", "write a whole number and a unit, e.g. 4G or 512M")
-    number, unit = int(match.group(1)), match.group(2).upper()
-    mib = -(-number // 1024) if unit == "K" else number * _UNITS[unit]
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def parse_mem(text: str, *, what: str = "--mem") -> int:
+    """A memory size (``parse_size``) in MiB, kilobytes rounded up to whole MiB as Slurm does.
+
+    Raises:
+        InvalidInput: as parse_size; zero; more than MAX_MEM MiB.
+    """
+    mib = -(-parse_size(text, what=what) // MIB)
     if not 1 <= mib <= MAX_MEM:
         raise InvalidInput(f"invalid {what} {text.strip()[:40]!r}", "ask for 1M to 1024T")
     return mib

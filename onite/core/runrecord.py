@@ -22,9 +22,6 @@ before anyone acts on it, that outlives the driver (docs/job-control.md,
 - ``ended`` or ``failed``: how it ended, whether or not a driver was alive;
 - ``monitor`` and no end: it runs, or ran while its monitor was killed.
 
-Records written by onite before version 2 are one JSON object with the
-process ids; ``parse`` reads them too (``version`` 1).
-
 Reading, creating and extending the file is onite.spool.runrecords'; the
 monitor (onite.exec.monitor), which may import nothing of onite's, writes
 its event lines with ``json.dumps(event, separators=(",", ":"))``, the same
@@ -72,7 +69,7 @@ class RunRecord:
     @property
     def started_job(self) -> bool:
         """Was the job's process ever forked? (Not before the monitor line.)"""
-        return self.monitor_pid is not None or self.version < VERSION
+        return self.monitor_pid is not None
 
     @property
     def ended(self) -> bool:
@@ -102,7 +99,7 @@ class RunRecord:
 
 def admitted_need(info: dict) -> Need:
     """The request a run was admitted with, as the driver's first line of its record says (``mem`` MiB,
-    ``cpus``; nothing in a record of an onite before requests): what it holds while it runs, whatever
+    ``cpus``; 0 for what it does not say): what it holds while it runs, whatever
     its job file, which its owner may rewrite, says since."""
     return Need(*(value if (value := _int(info.get(key))) is not None and 0 <= value <= high else 0
                   for key, high in (("mem", MAX_MEM), ("cpus", MAX_CPUS))))
@@ -119,16 +116,15 @@ def line(data: dict) -> bytes:
 
 
 def parse(data: bytes) -> RunRecord | None:
-    """The record ``data`` holds; None if its first line is not a JSON object. A partial last line
-    (being written) and a damaged line are skipped: never an error for what the file holds."""
+    """The record ``data`` holds; None if its first line is not the driver's (a JSON object with the
+    ``record`` version). A partial last line (being written) and a damaged line are skipped: never an
+    error for what the file holds."""
     if not data.endswith(b"\n") and b"\n" in data:
         data = data[: data.rindex(b"\n") + 1]  # a partial last line is being written: not yet there
     lines = data.split(b"\n")
     first = _object(lines[0])
-    if first is None:
+    if first is None or _int(first.get("record")) is None:
         return None
-    if "record" not in first:  # version 1: one object, the process ids in it
-        return RunRecord(version=1, info=first, job_pid=_int(first.get("pid")))
     values: dict = {"monitor_pid": None, "monitor_ticks": None, "job_pid": None, "status": None,
                     "failed": None, "ended_at": None, "usage": None}
     events = []
@@ -151,8 +147,7 @@ def parse(data: bytes) -> RunRecord | None:
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None
         elif kind == Event.SUBMITTED and isinstance(event.get("external_id"), str) and not first.get("external_id"):
             first = {**first, "external_id": event["external_id"], "slurm_job_id": event["external_id"]}
-    version = _int(first.get("record")) or VERSION
-    return RunRecord(version=version, info=first, events=tuple(events), **values)
+    return RunRecord(version=first["record"], info=first, events=tuple(events), **values)
 
 
 def _object(raw: bytes) -> dict | None:

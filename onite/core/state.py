@@ -228,13 +228,13 @@ class Result:
             recur = v.optional_text(data, "recur")
             if recur is not None and not is_valid_name(recur):
                 raise ValueError(f"recur: {recur[:40]!r} is not a valid job name")
-            stderr = v.text(data, "stderr", "merged")  # records written before onite kept stderr apart
+            stderr = v.text(data, "stderr")
             if stderr not in ("merged", "separate"):
                 raise ValueError(f"stderr: {stderr[:40]!r} is not merged or separate")
             extra = data.get("extra", {})
             if not isinstance(extra, dict):
                 raise ValueError("extra: not an object")
-            cpu_time = data.get("cpu_time")  # records written before requests have none of these
+            cpu_time = data.get("cpu_time")  # null where unknown
             if cpu_time is not None and (isinstance(cpu_time, bool) or not isinstance(cpu_time, (int, float))
                                          or not 0 <= cpu_time < 1e12):
                 raise ValueError(f"cpu_time: {str(cpu_time)[:40]!r} is not a number of seconds")

@@ -55,8 +55,9 @@ from onite.drain.heartbeat import BeatState, Heartbeat, Role
 from onite.drain.pack import check_capacity
 from onite.drain.driver import lock_descriptor, take_host_lock
 from onite.drain.signals import SignalCatcher
-from onite.drain.wake import take_request
 from onite.spool.files import replace_file
+from onite.spool.locks import take_wake
+from onite.spool.paths import DAEMON_STATE
 from onite.spool.log import ActivityLog
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
@@ -87,7 +88,7 @@ class Daemon:
         self.signals: list[int] = []
         self.stopping = False
         self.recur = RecurScheduler(spool, self.log, clock=clock, read_budget=READ_BUDGET)
-        self.watch = TimedWatch(spool.queue_folders(), self.host)
+        self.watch = TimedWatch(spool.queue_folders(), self.host, spool.hold_dir)
         self.schedule: tuple[str, ...] = ()
         self.last: datetime | None = None  # the last schedule time handled
         self.next_scheduled: datetime | None = None
@@ -105,7 +106,7 @@ class Daemon:
 
     @property
     def state_path(self):
-        return self.spool.root / f"daemon.{self.host}.state"
+        return self.spool.state_path(DAEMON_STATE, self.host)
 
     # ---- life ----------------------------------------------------------------------
 
@@ -382,9 +383,9 @@ class Daemon:
     # ---- being told to drain now -------------------------------------------------------
 
     def _take_wake(self) -> bool:
-        """Was this daemon told to drain now? Takes the request (onite.drain.wake)."""
+        """Was this daemon told to drain now? Takes the request (onite.spool.locks.take_wake)."""
         try:
-            return take_request(self.spool, self.host)
+            return take_wake(self.spool, self.host)
         except OSError as err:
             self.log.event("warning", error=f"cannot take the wake request: {err.strerror}")
             return False

@@ -29,11 +29,11 @@ from typing import NamedTuple
 
 from onite.core.clock import SYSTEM, Clock
 from onite.exec.contain import boot_id, process_start_ticks
+from onite.spool.paths import HEARTBEAT, SpoolDir
 
 FORMAT = 1
 BEAT_EVERY = 30.0  # seconds between rewrites while nothing changes
 STALE_AFTER = 120.0  # a heartbeat from another machine not updated for this long is a dead driver
-PREFIX, SUFFIX = "driver.", ".state"
 
 
 class Role(StrEnum):
@@ -53,7 +53,8 @@ class BeatState(StrEnum):
 
 
 def heartbeat_path(root: Path, host: str) -> Path:
-    return Path(root) / f"{PREFIX}{host}{SUFFIX}"
+    """``SPOOL/driver.HOST.state``."""
+    return SpoolDir(root).state_path(HEARTBEAT, host)
 
 
 class Beat(NamedTuple):
@@ -177,20 +178,11 @@ def _read_path(path: Path) -> Beat | None:
 
 def beats(root: Path) -> list[Beat]:
     """Every heartbeat in the spool (alive or not), by host."""
-    from onite.core.names import is_valid_name
-
     found = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    for name in sorted(names):
-        if name.startswith(PREFIX) and name.endswith(SUFFIX):
-            host = name[len(PREFIX):-len(SUFFIX)]
-            if is_valid_name(host):
-                beat = _read_path(Path(root) / name)
-                if beat is not None and beat.host == host:
-                    found.append(beat)
+    for host, path in SpoolDir(root).state_paths(HEARTBEAT):
+        beat = _read_path(path)
+        if beat is not None and beat.host == host:
+            found.append(beat)
     return found
 
 

@@ -34,7 +34,7 @@ from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.exec.identity import resolve
 from onite.core.job import Job
 from onite.core.jobfile import encode
-from onite.core.policy import may_be_urgent, urgent_refusal
+from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.spool.recurstate import load_state, parse_time, save_state, state_lock, template_files
 
@@ -159,7 +159,7 @@ class RecurScheduler:
                 check_template_name(name)
             except OniteError as err:
                 problem = str(err)
-        if not problem and self.euid != 0 and st.st_uid != self.euid:
+        if not problem and not owner_or_root(self.euid, st.st_uid):
             problem = (f"owned by {user_name(st.st_uid)}; this driver runs as {user_name(self.euid)} "
                        "and spools only its own recurring jobs")
         if not problem:

@@ -6,8 +6,8 @@ admission rule (onite.core.admission.admit), so that status never tells a
 different story from the driver. A reason needs the job file, which is private to its
 owner: it is read only for jobs the asker owns (every job for root), and
 only among the first EXAMINE queued jobs in queue order (a queue of 100,000
-costs 200 reads, not 100,000). A held job is held for everyone to see (the
-mode says so); another user's job that is not held is only counted (so a
+costs 200 reads, not 100,000). A held job is held for everyone to see (its
+marker says so); another user's job that is not held is only counted (so a
 user who is not root sees room decided without the requests of other users'
 queued jobs, which their files keep private).
 """
@@ -17,10 +17,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from onite.core.errors import JobFormatError
+from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.spool.deps import dependency_of, dependency_state
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.spool.holds import is_held, read_holds
+from onite.spool.holds import read_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_state, queued_folder_stats
 from onite.spool.scan import Withdrawn, user_name
@@ -30,7 +31,7 @@ EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiti
 
 def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
                  host: str) -> list[dict]:
-    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, mode)``, in run order) cannot start now.
+    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, held)``, in run order) cannot start now.
 
     Jobs that may start are left out, as are other users' jobs that are not held.
     """
@@ -41,14 +42,13 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     # may fill them, and one listing each per job examined made root's status take minutes
     withdrawn = Withdrawn(spool)
     holds: dict | None = None
-    for position, (rank, ctime_ns, name, uid, mode) in enumerate(head, 1):
-        held = is_held(mode)
+    for position, (rank, ctime_ns, name, uid, held) in enumerate(head, 1):
         user = users.get(uid) or users.setdefault(uid, user_name(uid))
         row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
                "position": position, "state": "held" if held else "queued", "kind": "", "reason": "",
                "until": None, "dependency": None, "private": False}
-        if euid != 0 and uid != euid:
-            if held:  # the mode is public; what else the file says is not
+        if not owner_or_root(euid, uid):
+            if held:  # the marker is public; what the file says is not
                 found.append({**row, "kind": "held", "reason": "held", "private": True})
             continue
         try:
@@ -115,21 +115,12 @@ class _Room:
     def _measure(self):
         from onite.core.admission import Busy, room
         from onite.core.resources import host_capacity
-        from onite.core.runrecord import RunRecord
         from onite.exec.limits import machine
-        from onite.spool import runrecords
+        from onite.spool.runrecords import host_records
         from onite.spool.settings import default_host
 
         config = self.spool.config
-        try:
-            paths = list(self.spool.running_dir(self.host).glob("*@run"))
-        except OSError:
-            paths = []
-        running = []
-        for path in paths:
-            rec: RunRecord | None = runrecords.read(path)
-            if rec is not None:
-                running.append(Busy(rec.need, rec.latest_end()))
+        running = [Busy(rec.need, rec.latest_end()) for rec in host_records(self.spool, self.host)]
         slots = max(config.slots_for(self.host), len(running) + 1)
         capacity = host_capacity(config, self.host, machine() if self.host == default_host(config) else (None, None),
                                  slots=slots)

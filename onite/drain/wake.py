@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 from onite.drain.heartbeat import Beat
 from onite.exec.contain import process_start_ticks
-from onite.spool.locks import ensure_dir, locks_dir
+from onite.spool.locks import leave_wake
 from onite.spool.paths import SpoolDir
-
-
-def wake_path(spool: SpoolDir, host: str) -> Path:
-    """``locks/wake.HOST``: the request that HOST's daemon drain now (only the spool's owner may write it)."""
-    return locks_dir(spool.root) / f"wake.{host}"
 
 
 def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
@@ -31,11 +25,7 @@ def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
     Raises:
         Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (onite.spool.locks).
     """
-    ensure_dir(spool.root)
-    try:
-        fd = os.open(wake_path(spool, host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.close(fd)
-    except OSError:
+    if not leave_wake(spool, host):
         return False
     same_process = beat.machine == os.uname().nodename and (
         beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks)
@@ -47,14 +37,3 @@ def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
     return True
 
 
-def take_request(spool: SpoolDir, host: str) -> bool:
-    """Was HOST's daemon told to drain now? Takes (removes) the request.
-
-    Raises:
-        OSError: the request cannot be removed (the caller logs it).
-    """
-    try:
-        os.unlink(wake_path(spool, host))
-        return True
-    except FileNotFoundError:
-        return False

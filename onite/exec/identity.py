@@ -1,45 +1,15 @@
-"""Users as the system's account database knows them.
-
-A job's owner is the uid the kernel recorded on its file; this module turns
-that uid into the credentials the job runs with (uid, primary gid,
-supplementary groups) and the four variables that a login would set from
-the passwd entry (HOME, USER, LOGNAME, SHELL), which override whatever the
-job file says.
-"""
+"""Users as the system's account database knows them: a uid (the owner the kernel recorded on a job
+file) or the calling process, turned into an onite.core.identity.Identity."""
 
 from __future__ import annotations
 
+import functools
 import grp
 import os
 import pwd
-from typing import NamedTuple
 
 from onite.core.errors import Refused
-
-
-class Identity(NamedTuple):
-    """A user account: the credentials a job of theirs runs with."""
-
-    uid: int
-    gid: int
-    name: str
-    home: str
-    shell: str
-    groups: tuple[int, ...]
-
-    def login_env(self) -> dict[bytes, bytes]:
-        """What a login sets from the passwd entry; it overrides the captured environment."""
-        name = os.fsencode(self.name)
-        return {b"HOME": os.fsencode(self.home), b"USER": name, b"LOGNAME": name, b"SHELL": os.fsencode(self.shell)}
-
-    def group_names(self) -> list[str]:
-        names = []
-        for gid in self.groups:
-            try:
-                names.append(grp.getgrgid(gid).gr_name)
-            except KeyError:
-                pass
-        return names
+from onite.core.identity import Identity
 
 
 def resolve(uid: int) -> Identity:
@@ -48,22 +18,12 @@ def resolve(uid: int) -> Identity:
     Raises:
         Refused: no passwd entry (a file owned by a deleted or made-up uid).
     """
-    try:
-        entry = pwd.getpwuid(uid)
-    except KeyError:
-        raise Refused(f"uid {uid} has no account on this machine", "jobs run only as real users") from None
+    entry = _passwd(uid)
     try:
         groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
     except OSError:
         groups = (entry.pw_gid,)
-    return Identity(
-        uid=uid,
-        gid=entry.pw_gid,
-        name=entry.pw_name,
-        home=entry.pw_dir,
-        shell=entry.pw_shell or "/bin/sh",
-        groups=groups,
-    )
+    return _identity(entry, groups)
 
 
 def current() -> Identity:
@@ -73,10 +33,26 @@ def current() -> Identity:
     Raises:
         Refused: the effective uid has no passwd entry.
     """
-    uid = os.geteuid()
+    return _identity(_passwd(os.geteuid()), tuple(dict.fromkeys((os.getegid(), *os.getgroups()))))
+
+
+def _passwd(uid: int) -> pwd.struct_passwd:
     try:
-        entry = pwd.getpwuid(uid)
+        return pwd.getpwuid(uid)
     except KeyError:
         raise Refused(f"uid {uid} has no account on this machine", "jobs run only as real users") from None
-    return Identity(uid=uid, gid=entry.pw_gid, name=entry.pw_name, home=entry.pw_dir, shell=entry.pw_shell or "/bin/sh",
-                    groups=tuple(dict.fromkeys((os.getegid(), *os.getgroups()))))
+
+
+def _identity(entry: pwd.struct_passwd, groups: tuple[int, ...]) -> Identity:
+    return Identity(uid=entry.pw_uid, gid=entry.pw_gid, name=entry.pw_name, home=entry.pw_dir,
+                    shell=entry.pw_shell or "/bin/sh", groups=groups, group_names=functools.partial(_group_names, groups))
+
+
+def _group_names(gids: tuple[int, ...]) -> list[str]:
+    names = []
+    for gid in gids:
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            pass
+    return names

@@ -33,7 +33,7 @@ from onite.core.names import SIDE
 from onite.core.state import JobState, Result, unrun_result
 from onite.spool.filecheck import SLACK, read_up_to
 from onite.spool.files import change_state, discard, move_file
-from onite.spool.holds import is_held, remove_holds
+from onite.spool.holds import remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.results import may_replace_result, write_result
 from onite.spool.scan import Entry, user_name
@@ -47,12 +47,12 @@ def withdraw(spool: SpoolDir, entry: Entry) -> Path:
     """
     target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
     try:
-        change_state(entry.name, JobState.HELD if is_held(entry.mode) else JobState.QUEUED, JobState.CANCELLED,
+        change_state(entry.name, JobState.HELD if entry.held else JobState.QUEUED, JobState.CANCELLED,
                         entry.path, target, "cancelling")
     except NotFound:
         raise NotFound(f"job {entry.name!r} started running as you cancelled it",
                        f"run onite cancel {entry.name} again to stop it") from None
-    if is_held(entry.mode):  # its hold markers would hold the next job of that name
+    if entry.held:  # its hold markers would hold the next job of that name
         remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
     return target
 

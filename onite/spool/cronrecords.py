@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from onite.core.errors import OniteError
-from onite.core.names import is_valid_name
 from onite.spool.files import replace_file
+from onite.spool.paths import CRON_RECORD, SpoolDir
 
 FORMAT = 1
-PREFIX, SUFFIX = "cron.", ".state"
 
 
 def record_path(root: Path, host: str) -> Path:
-    return Path(root) / f"{PREFIX}{host}{SUFFIX}"
+    """``SPOOL/cron.HOST.state``."""
+    return SpoolDir(root).state_path(CRON_RECORD, host)
 
 
 class CronRecord(NamedTuple):
@@ -69,25 +69,20 @@ class CronRecord(NamedTuple):
 def read_records(root: Path) -> list[CronRecord]:
     """Every cron record of the spool, by host (damaged ones are skipped)."""
     found = []
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return []
-    for name in names:
-        if name.startswith(PREFIX) and name.endswith(SUFFIX) and is_valid_name(name[len(PREFIX):-len(SUFFIX)]):
+    for host, path in SpoolDir(root).state_paths(CRON_RECORD):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
-                fd = os.open(Path(root) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-                try:
-                    data = os.read(fd, 65536)
-                finally:
-                    os.close(fd)
-                import json  # here: a spool without cron records (every submit asks) need not load it
+                data = os.read(fd, 65536)
+            finally:
+                os.close(fd)
+            import json  # here: a spool without cron records (every submit asks) need not load it
 
-                record = CronRecord.from_json(json.loads(data))
-            except (OSError, ValueError, RecursionError):
-                continue
-            if record is not None and record.host == name[len(PREFIX):-len(SUFFIX)]:
-                found.append(record)
+            record = CronRecord.from_json(json.loads(data))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if record is not None and record.host == host:
+            found.append(record)
     return found
 
 
@@ -109,3 +104,4 @@ def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
             except OniteError:
                 pass
             return
+

@@ -114,8 +114,8 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
 BATCH_CHUNK = 512  # files made durable together by one syncfs(2) before they are given their names
 
 
-def create_batch(files: Iterable[tuple[Path, str, bytes, int]], *, owner: tuple[int, int] | None = None) -> int:
-    """Create each ``(folder, name, data, mode)`` in order, as ``create_file`` does one; return how many.
+def create_batch(files: Iterable[tuple[Path, str, bytes]], *, owner: tuple[int, int] | None = None) -> int:
+    """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does one; return how many.
 
     Each file is all or nothing and never replaces another, as with
     ``create_file``; the files get their names in the order given, so their
@@ -140,10 +140,10 @@ def create_batch(files: Iterable[tuple[Path, str, bytes, int]], *, owner: tuple[
     try:
         while True:
             failed = None
-            for folder, name, data, mode in chunk:
+            for folder, name, data in chunk:
                 folders.setdefault(folder)
                 try:
-                    pending.append((_write_unnamed(folder, name, data, mode, owner), folder, name))
+                    pending.append((_write_unnamed(folder, name, data, 0o600, owner), folder, name))
                 except SpoolIOError as err:
                     failed = err  # a full disk: the files written before it still get their names
                     break
@@ -195,7 +195,7 @@ def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple
 
 
 def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool) -> None:
-    """Give a fresh file its owner, all of ``data`` and its mode (last: a held job is 0400),
+    """Give a fresh file its owner, all of ``data`` and its mode (whatever the umask made of it),
     and flush it if ``durable``. Raises OSError."""
     if owner is not None:
         os.fchown(fd, *owner)

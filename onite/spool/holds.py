@@ -3,10 +3,7 @@
 A hold never touches the job file (which would stamp a new ctime, and so a
 new place): it is an empty marker hold/NAME@TOKEN, honoured only when its
 owner is the job's owner or root (anyone may add a file to the sticky hold/
-folder). A queued file whose owner-write bit is clear (mode 0400, how older
-onites held a job, and how a spool without hold/ still does) is held too.
-Listings (onite.spool.queued) report a job held by a marker with that bit
-cleared in its mode, so ``is_held(mode)`` answers for both kinds.
+folder). Listings (onite.spool.queued) say which queued jobs a marker holds.
 """
 
 from __future__ import annotations
@@ -18,28 +15,21 @@ from pathlib import Path
 
 from onite.core.errors import SpoolError, SpoolIOError
 from onite.core.names import SIDE
+from onite.core.policy import owner_or_root
 from onite.spool.files import discard
-from onite.spool.paths import HOLD, SpoolDir
+from onite.spool.paths import SpoolDir
 from onite.spool.scan import token_entries
-
-# A queued job whose owner cannot write it is held (older spools, and spools without hold/).
-QUEUED_MODE, HELD_MODE = 0o600, 0o400
 
 
 def is_held(mode: int) -> bool:
-    """Is a queued job held, by the mode a listing reports (a marker's hold clears its owner-write bit)?"""
-    return not mode & stat.S_IWUSR
-
-
-def job_mode(held: bool) -> int:
-    """The mode a job file is written with: held the old way (0400) where there is no hold/ folder."""
-    return HELD_MODE if held else QUEUED_MODE
+    """Always False: a job file's mode holds nothing (the one hold is the marker). Kept only while
+    onite.drain.pick and onite.drain.start still ask it (PENDING_ON_DRIVER_REWRITE)."""
+    return False
 
 
 def read_holds(folder: Path) -> dict[str, frozenset[int]]:
     """The hold markers in ``folder`` (SPOOL/hold): job name → the uids that own a marker of it. Only
-    regular files named NAME@TOKEN count (a symlink or a folder there is nobody's hold); no hold/
-    folder (a spool made by an older onite) holds nothing.
+    regular files named NAME@TOKEN count (a symlink or a folder there is nobody's hold).
 
     Raises:
         SpoolIOError: the folder cannot be listed.
@@ -54,8 +44,7 @@ def read_holds(folder: Path) -> dict[str, frozenset[int]]:
 def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
     """Does a marker hold the queued job ``name`` of ``uid``: one owned by ``uid`` or by root?
     (Anyone may drop a file into hold/; another user's marker holds nothing of yours.)"""
-    owners = holds.get(name)
-    return owners is not None and (uid in owners or 0 in owners)
+    return any(owner_or_root(marker_uid, uid) for marker_uid in holds.get(name, ()))
 
 
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
@@ -63,13 +52,13 @@ def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -
     another user's job gives the marker to that user, who may then release it).
 
     Raises:
-        SpoolError: no hold/ folder (the caller falls back to the mode). SpoolIOError: it cannot be made.
+        SpoolError: no hold/ folder. SpoolIOError: it cannot be made.
     """
     path = spool.hold_dir / f"{name}{SIDE}{os.getpid()}.{os.urandom(4).hex()}"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:
-        raise SpoolError(f"no {HOLD}/ folder in {spool.root}", "run onite init to add it") from None
+        raise SpoolError(f"no folder {spool.hold_dir}", "run onite init to add it") from None
     except OSError as err:
         raise SpoolIOError(path, "holding a job with", err) from None
     try:

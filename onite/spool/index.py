@@ -130,7 +130,7 @@ class QueueIndex:
         self.clock = clock
         self.folders = [_Folder(rank, path) for rank, path in folders]
         self.listings = 0  # how many directory listings so far (benchmarks report it)
-        if hold_dir is None and folders:  # the spool's hold/ folder, beside jobs/ (onite.spool)
+        if hold_dir is None and folders:  # PENDING_ON_DRIVER_REWRITE: onite.drain.driver passes spool.hold_dir
             hold_dir = folders[0][1].parent.parent / HOLD
         self.holds = HoldIndex(hold_dir)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from onite.core.errors import OniteError, Refused
+from onite.spool.paths import SpoolDir
 
 SYSTEM_SPOOL = Path("/var/spool/onite")
 SYSTEM_CONFIG = "/etc/onite.toml"  # the admin's one place for every user's default; ONITE_SYSTEM_CONFIG overrides
@@ -104,7 +105,7 @@ def system_spool(environ) -> tuple[Path, str]:
 def is_initialised_system_spool(path: Path) -> bool:
     """Has root initialised a spool at ``path`` (its jobs/ folder exists, and the spool is root's)?"""
     try:
-        return os.stat(path).st_uid == 0 and stat.S_ISDIR(os.stat(path / "jobs").st_mode)
+        return os.stat(path).st_uid == 0 and stat.S_ISDIR(os.stat(SpoolDir(path).jobs_dir).st_mode)
     except OSError:
         return False
 

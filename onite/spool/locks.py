@@ -10,6 +10,8 @@ lock is bounded: ``take`` gives up after ``timeout`` and says so.
   ``onite daemon`` for its whole life). The kernel drops a flock when its
   holder dies, so a crashed driver never leaves a stale lock behind.
 - ``locks/recur.lock``: one read-modify-write of recur.state at a time.
+- ``locks/wake.HOST``: not a lock but a request, left where only the spool's
+  owner may write, that HOST's idle daemon drain now (onite.drain.wake).
 
 Since users cannot probe the lock, whether a driver is alive is read from
 its world-readable heartbeat (onite.drain.heartbeat): everything that asks
@@ -25,13 +27,7 @@ import time
 from pathlib import Path
 
 from onite.core.errors import Refused, SpoolError, SpoolIOError
-
-LOCKS_DIR = "locks"
-LEGACY = ("recur.lock",)  # lock files onite kept at the spool's top before locks/ (and driver.HOST.lock)
-
-
-def locks_dir(root: Path) -> Path:
-    return Path(root) / LOCKS_DIR
+from onite.spool.paths import SpoolDir
 
 
 def ensure_dir(root: Path) -> Path:
@@ -44,7 +40,7 @@ def ensure_dir(root: Path) -> Path:
         SpoolError: it is not a folder, or belongs to someone else.
         SpoolIOError: it cannot be made or looked at.
     """
-    path = locks_dir(root)
+    path = SpoolDir(root).locks_dir
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -188,20 +184,28 @@ def is_locked(path: Path) -> bool:
     return False
 
 
-def remove_legacy(root: Path) -> list[str]:
-    """Remove the lock files onite kept at the spool's top before locks/ (any user could open them,
-    and so hold them); return their names. Only the spool's owner's own files are removed."""
-    removed = []
+def leave_wake(spool: SpoolDir, host: str) -> bool:
+    """Leave the request ``locks/wake.HOST``; False if it cannot be left.
+
+    Raises:
+        Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (``ensure_dir``).
+    """
+    ensure_dir(spool.root)
     try:
-        names = [n for n in os.listdir(root) if n in LEGACY or (n.startswith("driver.") and n.endswith(".lock"))]
+        os.close(os.open(spool.wake_path(host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     except OSError:
-        return []
-    for name in names:
-        try:
-            st = os.lstat(f"{root}/{name}")
-            if st.st_uid == os.geteuid() or stat.S_ISLNK(st.st_mode):
-                os.unlink(f"{root}/{name}")
-                removed.append(name)
-        except OSError:
-            continue
-    return removed
+        return False
+    return True
+
+
+def take_wake(spool: SpoolDir, host: str) -> bool:
+    """Was HOST's daemon asked to drain now (``leave_wake``)? Takes (removes) the request.
+
+    Raises:
+        OSError: the request cannot be removed (the caller logs it).
+    """
+    try:
+        os.unlink(spool.wake_path(host))
+        return True
+    except FileNotFoundError:
+        return False

@@ -3,9 +3,12 @@
 A spool is the folder tree of docs/spool-format.md; ``SpoolDir`` names its
 paths once (a driver asks for them several times per job, and building a
 Path costs more than the system call it is used for) and reads onite.toml
-when first asked (onite.spool.settings). Which spool a command uses is
-onite.spool.locate's to say. Nothing here writes but ``ensure_queue_folder``,
-which puts back a queue folder someone removed.
+when first asked (onite.spool.settings). Every path of a spool comes from
+here: no other module joins the spool's folder or file names into a path
+(tests/test_contracts.py checks it). Which spool a command uses is
+onite.spool.locate's to say. Nothing here writes but ``ensure_queue_folder``
+and ``ensure_running_folder``, which put back a folder someone removed (or
+that a host's first drain needs).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ RESULT = f"{SIDE}result"  # jobsdone/NAME@result
 RUN_RECORD = f"{SIDE}run"  # running/HOST/NAME@run
 STDERR = f"{SIDE}stderr"  # stdout/NAME@stderr: a job's stderr, when kept apart from its stdout
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
+# the KINDs of SPOOL/KIND.HOST.state, a host's world-readable records: its driver's heartbeat
+# (onite.drain.heartbeat), its cron entry (onite.spool.cronrecords), its daemon's schedule (onite.drain.daemon)
+HEARTBEAT, CRON_RECORD, DAEMON_STATE = "driver", "cron", "daemon"
+_STATE = ".state"
 
 
 class SpoolDir:
@@ -48,6 +55,7 @@ class SpoolDir:
         self.refused_dir = root / "refused"
         self.recur_dir = root / "recur"
         self.hold_dir = root / HOLD
+        self.locks_dir = root / "locks"
         self.urgent_dir = self.jobs_dir / URGENT
         self._queue_dirs: dict[int, Path] = {}
         self._running_dirs: dict[str, Path] = {}
@@ -69,7 +77,40 @@ class SpoolDir:
 
     def lock_path(self, host: str) -> Path:
         """``locks/driver.HOST.lock``: in a folder only the spool's owner may enter (onite.spool.locks)."""
-        return self.root / "locks" / f"driver.{host}.lock"
+        return self.locks_dir / f"driver.{host}.lock"
+
+    def recur_lock_path(self) -> Path:
+        """``locks/recur.lock``: one read-modify-write of ``recur.state`` at a time."""
+        return self.locks_dir / "recur.lock"
+
+    def wake_path(self, host: str) -> Path:
+        """``locks/wake.HOST``: the request that HOST's idle daemon drain now (onite.drain.wake)."""
+        return self.locks_dir / f"wake.{host}"
+
+    def recur_state_path(self) -> Path:
+        """``recur.state``: when each recurring job last fired (onite.spool.recurstate)."""
+        return self.root / "recur.state"
+
+    def state_path(self, kind: str, host: str) -> Path:
+        """``KIND.HOST.state`` (``kind``: HEARTBEAT, CRON_RECORD or DAEMON_STATE)."""
+        return self.root / f"{kind}.{host}{_STATE}"
+
+    def state_paths(self, kind: str) -> list[tuple[str, Path]]:
+        """Every ``KIND.HOST.state`` of the spool as (HOST, path), by host; a HOST that is no host name
+        (nothing onite wrote) is left out."""
+        prefix = f"{kind}."
+        try:
+            names = sorted(os.listdir(self.root))
+        except OSError:
+            return []
+        return [(host, self.root / name) for name in names if name.startswith(prefix) and name.endswith(_STATE)
+                and is_valid_name(host := name[len(prefix):-len(_STATE)])]
+
+    def finished_files(self, name: str) -> tuple[str, str, str, str]:
+        """A finished job's files, as strings (retention removes thousands, and a Path costs more than
+        an unlink): ``jobsdone/NAME@result``, ``jobsdone/NAME``, ``stdout/NAME``, ``stdout/NAME@stderr``."""
+        done, out = str(self.done_dir), str(self.stdout_dir)  # a Path keeps its string
+        return f"{done}/{name}{RESULT}", f"{done}/{name}", f"{out}/{name}", f"{out}/{name}{STDERR}"
 
     def output_path(self, name: str) -> Path:
         return self.stdout_dir / name
@@ -122,6 +163,19 @@ class SpoolDir:
             os.chmod(folder, mode)
         except OSError as err:
             raise SpoolIOError(folder, "making the queue folder", err) from None
+
+    def ensure_running_folder(self, host: str) -> Path:
+        """``running/HOST/``, made (0755) if missing: where HOST's driver claims jobs.
+
+        Raises:
+            SpoolIOError: it cannot be made (a full disk, one out of inodes).
+        """
+        path = self.running_dir(host)
+        try:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+        except OSError as err:
+            raise SpoolIOError(path, "making", err) from None
+        return path
 
     def refused_path(self, name: str, now) -> Path:
         """Where a file set aside as ``name`` at ``now`` goes: ``refused/NAME@TIME.RANDOM``."""

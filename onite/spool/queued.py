@@ -1,45 +1,41 @@
 """The queued jobs as anyone may see them: in queue order, held ones marked, without opening a file.
 
 Queue order is onite.core.queue's (``order_key``): urgent, then P1 … Pn,
-then the kernel's ctime, then the name. A job held by a marker in hold/
-(onite.spool.holds) is reported with its mode's owner-write bit cleared, so
-that ``is_held(mode)`` says held for both kinds of hold.
+then the kernel's ctime, then the name. A job is held when a marker in
+hold/ holds it (onite.spool.holds).
 """
 
 from __future__ import annotations
 
-import stat
 from collections.abc import Iterator
 
-from onite.spool.holds import held_by, is_held, read_holds
+from onite.spool.holds import held_by, read_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import Entry, find_running, job_stats, stat_entry
 
 
-def queued_stats(spool: SpoolDir) -> list[tuple[int, int, str, int, int]]:
-    """Every queued job as ``(rank, ctime_ns, name, uid, mode)``, in queue order: for listings of
+def queued_stats(spool: SpoolDir) -> list[tuple[int, int, str, int, bool]]:
+    """Every queued job as ``(rank, ctime_ns, name, uid, held)``, in queue order: for listings of
     100,000 jobs (one lstat a job, and little else)."""
     return [(rank, *row) for rank, rows in queued_folder_stats(spool) for row in rows]
 
 
-def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, str, int, int]]]]:
-    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, mode)``
-    (the mode of a job a marker holds without its owner-write bit, so that ``is_held`` says held)."""
+def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, str, int, bool]]]]:
+    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, held)``."""
     from onite.core.queue import sort_folder  # not at import: a submit, which only looks a name up, never sorts
 
     holds = read_holds(spool.hold_dir)
     for rank, folder in spool.queue_folders():
-        rows = [(st.st_ctime_ns, entry.name, st.st_uid, st.st_mode) for entry, st in job_stats(folder)]
+        rows = [(st.st_ctime_ns, entry.name, st.st_uid, bool(holds) and held_by(holds, entry.name, st.st_uid))
+                for entry, st in job_stats(folder)]
         sort_folder(rows, ctime=0, name=1)
-        if holds:
-            rows = [(c, n, u, m & ~stat.S_IWUSR if held_by(holds, n, u) else m) for c, n, u, m in rows]
         yield rank, rows
 
 
 def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None) -> list[Entry]:
-    """Queued jobs called ``name`` (normally one; two only after a race); a job a marker holds has its
-    mode's owner-write bit cleared, as in ``queued_folder_stats``. ``holds``: hold/ as the caller
-    read it (read_holds) for all the names it asks about; else it is read here if needed."""
+    """Queued jobs called ``name`` (normally one; two only after a race), each ``held`` if a marker
+    holds it. ``holds``: hold/ as the caller read it (read_holds) for all the names it asks about;
+    else it is read here if needed."""
     found = []
     for rank, folder in spool.queue_folders():
         entry = stat_entry(folder, name, rank=rank)
@@ -49,7 +45,7 @@ def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | N
         if holds is None:
             holds = read_holds(spool.hold_dir)
         if holds:
-            found = [e._replace(mode=e.mode & ~stat.S_IWUSR) if held_by(holds, e.name, e.uid) else e for e in found]
+            found = [e._replace(held=True) if held_by(holds, e.name, e.uid) else e for e in found]
     return found
 
 
@@ -64,7 +60,7 @@ def live_state(spool: SpoolDir, name: str, uid: int | None = None, *,
     """
     queued = [e for e in find_queued(spool, name, holds) if uid is None or e.uid == uid]
     if queued:
-        return "held" if all(is_held(e.mode) for e in queued) else "queued"
+        return "held" if all(e.held for e in queued) else "queued"
     return "running" if any(uid is None or e.uid == uid for e in find_running(spool, name)) else None
 
 

@@ -61,7 +61,7 @@ def load_state(spool: SpoolDir) -> dict[str, dict]:
     from onite.core.values import loads_object
 
     try:
-        data = loads_object(spool.root.joinpath("recur.state").read_bytes())
+        data = loads_object(spool.recur_state_path().read_bytes())
     except (OSError, ValueError):
         return {}
     if data.get("version") != STATE_FORMAT or not isinstance(data.get("templates"), dict):
@@ -74,7 +74,7 @@ def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
         SpoolIOError: it cannot be written.
     """
     data = {"version": STATE_FORMAT, "templates": dict(sorted(state.items()))}
-    replace_file(spool.root / "recur.state", (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
+    replace_file(spool.recur_state_path(), (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
 
 
 @contextmanager
@@ -88,9 +88,9 @@ def state_lock(spool: SpoolDir):
         SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as onite.spool.locks.take.
     """
     locks.ensure_dir(spool.root)
-    held = locks.take(locks.locks_dir(spool.root) / "recur.lock", timeout=RECUR_LOCK_WAIT)
+    held = locks.take(spool.recur_lock_path(), timeout=RECUR_LOCK_WAIT)
     if held is None:
-        raise SpoolError(f"another driver held {locks.locks_dir(spool.root) / 'recur.lock'} for {RECUR_LOCK_WAIT:.0f} s",
+        raise SpoolError(f"another driver held {spool.recur_lock_path()} for {RECUR_LOCK_WAIT:.0f} s",
                          "recurring jobs are spooled at the next chance")
     with held:
         yield

@@ -100,8 +100,8 @@ def result_record(result: Result) -> bytes:
 
 def kept_owner(spool: SpoolDir, name: str) -> tuple[int, int] | None:
     """Whose job's result of ``name`` is kept (its uid), and when that job got its place in the
-    queue, as the latest ctime in ns it stands for (else when it started, or finished, where an
-    older record does not say); None if none is kept (or it is damaged).
+    queue, as the latest ctime in ns it stands for (else when it started, or finished, where the
+    record does not say); None if none is kept (or it is damaged).
 
     Raises:
         SpoolIOError: it cannot be read.

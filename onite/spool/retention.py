@@ -46,14 +46,14 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
     records.sort(reverse=True)
     kept, beyond = _split_by_owner(spool, records, keep)
     removed = 0
-    done, stdout = str(spool.done_dir), str(spool.stdout_dir)  # strings: a Path a file costs more than its unlink
     hosts = spool.hosts()  # listed once, not once per record removed
     for _, name in beyond:
-        remove_file(f"{done}/{name}{RESULT}")
-        remove_file(f"{done}/{name}")
+        result, job, output, stderr = spool.finished_files(name)
+        remove_file(result)
+        remove_file(job)
         if name not in protect and not is_live(spool, name, hosts):
-            remove_file(f"{stdout}/{name}")
-            remove_file(f"{stdout}/{name}{STDERR}")
+            remove_file(output)
+            remove_file(stderr)
         removed += 1
     if strays:
         oldest_kept = kept[-1][0] if kept else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from onite.core.runrecord import RunRecord, first_line, line, parse
+from onite.spool.paths import RUN_RECORD, SpoolDir
 
 MAX_RECORD = 1 << 20  # bytes read of a record: it holds a few short lines
 
@@ -87,3 +88,14 @@ def read(path) -> RunRecord | None:
     finally:
         os.close(fd)
     return parse(data)
+
+
+def host_records(spool: SpoolDir, host: str) -> list[RunRecord]:
+    """The run records of HOST's claims that can be read, in no order."""
+    folder = spool.running_dir(host)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [rec for name in names if name.endswith(RUN_RECORD) and name[0] != "."
+            and (rec := read(f"{folder}/{name}")) is not None]

@@ -34,6 +34,7 @@ class Entry(NamedTuple):
     rank: int | None = None  # queued: 0 urgent, k for Pk
     host: str | None = None  # running: the claiming host
     size: int = 0
+    held: bool = False  # queued: a hold marker holds it (onite.spool.queued.find_queued)
 
 
 def job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:

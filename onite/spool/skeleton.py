@@ -15,7 +15,7 @@ from pathlib import Path
 from onite.core.config import parse_config
 from onite.core.errors import Refused, SpoolError, SpoolIOError
 from onite.spool.files import replace_file
-from onite.spool.paths import HOLD, STICKY_DIR, URGENT
+from onite.spool.paths import STICKY_DIR, SpoolDir
 
 
 def skeleton_config() -> str:
@@ -62,7 +62,8 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         except OSError as err:
             raise SpoolIOError(root.parent, "creating", err) from None
     _make_dir(root, 0o755 if system else 0o700, created, root)
-    config_path = root / "onite.toml"
+    spool = SpoolDir(root)
+    config_path = spool.config_path
     config_written = config_kept = False
     if config_path.exists():
         current = _read_text(config_path)
@@ -87,25 +88,21 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         priorities = priorities or parse_config(skel).priorities
         replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
         config_written = True
-        created.append("onite.toml")
+        created.append(config_path.name)
     queue_mode = STICKY_DIR if system else 0o755
-    _make_dir(root / "jobs", 0o755, created, root)
-    for folder in [URGENT] + [f"P{p}" for p in range(1, priorities + 1)]:
-        _make_dir(root / "jobs" / folder, queue_mode, created, root)
-    for folder in ("running", "jobsdone", "stdout"):
-        _make_dir(root / folder, 0o755, created, root)
-    _make_dir(root / "cancel", queue_mode, created, root)
-    _make_dir(root / "recur", queue_mode, created, root)
-    _make_dir(root / HOLD, queue_mode, created, root)
-    _make_dir(root / "refused", 0o700, created, root)
-    _make_dir(root / "locks", 0o700, created, root)  # no other user may open (and so hold) a lock
-    from onite.spool.locks import remove_legacy
-
-    remove_legacy(root)
-    log = root / "onite.log"
+    _make_dir(spool.jobs_dir, 0o755, created, root)
+    for folder in [spool.urgent_dir] + [spool.queue_dir(p) for p in range(1, priorities + 1)]:
+        _make_dir(folder, queue_mode, created, root)
+    for folder in (spool.running_root, spool.done_dir, spool.stdout_dir):
+        _make_dir(folder, 0o755, created, root)
+    for folder in (spool.cancel_dir, spool.recur_dir, spool.hold_dir):
+        _make_dir(folder, queue_mode, created, root)
+    _make_dir(spool.refused_dir, 0o700, created, root)
+    _make_dir(spool.locks_dir, 0o700, created, root)  # no other user may open (and so hold) a lock
+    log = spool.log_path
     if not log.exists():
         replace_file(log, b"", mode=0o644, durable=True)
-        created.append("onite.log")
+        created.append(log.name)
     else:
         try:
             os.chmod(log, 0o644)

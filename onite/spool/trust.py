@@ -25,27 +25,25 @@ import stat
 from pathlib import Path
 
 from onite.core.errors import Refused
-
-OWN_FOLDERS = ("jobs", "running", "jobsdone", "stdout", "refused")
-SHARED_FOLDERS = ("cancel", "recur", "hold")  # world-writable (system spool), sticky
-OWN_FILES = ("onite.toml", "onite.log")
+from onite.spool.paths import SpoolDir
 
 
 def problems(root: Path, owner: int) -> list[str]:
     """What makes the spool at ``root`` untrustworthy for a driver running as ``owner``, first first."""
     found: list[str] = []
     real = Path(os.path.realpath(root))
+    spool = SpoolDir(real)
     for folder in reversed(real.parents):
         found.extend(_above(folder, owner))
     found.extend(_own(real, owner, folder=True, name=str(root)))
-    for name in OWN_FOLDERS:
-        found.extend(_own(real / name, owner, folder=True))
-    for path in _children(real / "running"):
+    for path in (spool.jobs_dir, spool.running_root, spool.done_dir, spool.stdout_dir, spool.refused_dir,
+                 *_children(spool.running_root)):
         found.extend(_own(path, owner, folder=True))
-    for path in [*_children(real / "jobs"), *(real / name for name in SHARED_FOLDERS)]:
+    # world-writable on a system spool, and sticky
+    for path in [*_children(spool.jobs_dir), spool.cancel_dir, spool.recur_dir, spool.hold_dir]:
         found.extend(_shared(path, owner))
-    for name in OWN_FILES:
-        found.extend(_own(real / name, owner, folder=False))
+    for path in (spool.config_path, spool.log_path):
+        found.extend(_own(path, owner, folder=False))
     return found
 
 

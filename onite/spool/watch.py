@@ -8,10 +8,8 @@ the few header fields that matter (``at:``, ``pin:``), and:
 - lists a queue folder again only when its mtime changed (onite.spool.index);
 - reads the header of a job only when its name is new to it, and only up to
   the first ``env:`` line (the header's options come before the environment);
-- re-stats only the jobs held the old way (mode 0400) that carry a not-before
-  time (releasing one changes its file's ctime and mode but not its folder),
-  never every queued file; a job held by a marker in hold/ is asked about
-  the index's current markers (onite.spool.index.HoldIndex) each time.
+- asks whether a job is held of the index's current markers in hold/
+  (onite.spool.index.HoldIndex) each time, never of the job's file.
 
 A job is *due* at max(not-before, ctime): a job spooled with a not-before
 time already past is due when it appears. ``next_due(mark)`` ignores jobs due
@@ -31,7 +29,6 @@ from datetime import datetime
 from pathlib import Path
 
 from onite.spool.index import QueueIndex
-from onite.spool.holds import is_held
 from onite.core.timeparse import parse_stamp
 
 HEADER_LIMIT = 64 << 10  # submit writes at: and pin: within a job's first ~30 KiB (before env:, tried: and unknown lines)
@@ -44,7 +41,6 @@ class _Seen:
     ctime_ns: int
     not_before: datetime | None = None
     pin: str | None = None
-    held: bool = False  # held the old way, by its mode
     uid: int = -1
 
     def due_at(self) -> datetime | None:
@@ -57,8 +53,8 @@ class _Seen:
 class TimedWatch:
     """Not-before times of the queued jobs this host may run, kept current cheaply."""
 
-    def __init__(self, folders: list[tuple[int, Path]], host: str) -> None:
-        self.index = QueueIndex(folders)
+    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path) -> None:
+        self.index = QueueIndex(folders, hold_dir=hold_dir)
         self.host = host
         self.jobs: dict[tuple[int, str], _Seen] = {}
         self.header_reads = 0  # how many job headers were read (tests and benchmarks look)
@@ -80,24 +76,12 @@ class TimedWatch:
                     self._look(key, cand.path)
             for key in [k for k in self.jobs if k not in present]:
                 del self.jobs[key]
-        for key, seen in list(self.jobs.items()):
-            if seen.held and seen.not_before is not None:
-                self._look(key, self._path(key), seen)
 
-    def _path(self, key: tuple[int, str]) -> Path:
-        rank, name = key
-        for folder in self.index.folders:
-            if folder.rank == rank:
-                return folder.path / name
-        raise KeyError(key)
-
-    def _look(self, key: tuple[int, str], path: Path, known: _Seen | None = None) -> None:
+    def _look(self, key: tuple[int, str], path: Path) -> None:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             self.jobs.pop(key, None)
-            return
-        if known is not None and known.ctime_ns == st.st_ctime_ns:
             return
         if not stat.S_ISREG(st.st_mode):
             self.jobs[key] = _Seen(st.st_ctime_ns)  # never runs: the driver moves it aside
@@ -109,14 +93,14 @@ class TimedWatch:
         self.header_reads += 1
         # a time the job file cannot hold (naive, or out of bounds) makes it damaged: the driver refuses it
         not_before = parse_stamp(fields.get("at"))
-        self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), is_held(st.st_mode), st.st_uid)
+        self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), st.st_uid)
 
     def next_due(self, mark: datetime | None) -> datetime | None:
         """The earliest due time after ``mark`` of a timed job this host may run."""
         best = None
         holds = self.index.holds
         for (_, name), seen in self.jobs.items():
-            if seen.not_before is None or seen.held or (seen.pin and seen.pin != self.host):
+            if seen.not_before is None or (seen.pin and seen.pin != self.host):
                 continue
             if holds.held(name, seen.uid):
                 continue

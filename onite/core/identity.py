@@ -1,0 +1,33 @@
+"""A user account as a job runs under it (pure: onite.exec.identity asks the account database).
+
+A job's owner is the uid the kernel recorded on its file; its Identity is
+the credentials the job runs with (uid, primary gid, supplementary groups)
+and the four variables that a login would set from the passwd entry (HOME,
+USER, LOGNAME, SHELL), which override whatever the job file says.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Identity:
+    """A user account: the credentials a job of theirs runs with."""
+
+    uid: int
+    gid: int
+    name: str
+    home: str
+    shell: str
+    groups: tuple[int, ...]
+    #: the names of ``groups``, asked of the account database only when called (only a ``%group`` in
+    #: ``admins`` needs them, and a lookup per group costs every submit)
+    group_names: Callable[[], Iterable[str]] = field(default=tuple, compare=False, repr=False)
+
+    def login_env(self) -> dict[bytes, bytes]:
+        """What a login sets from the passwd entry; it overrides the captured environment."""
+        name = os.fsencode(self.name)
+        return {b"HOME": os.fsencode(self.home), b"USER": name, b"LOGNAME": name, b"SHELL": os.fsencode(self.shell)}
