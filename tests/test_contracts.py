@@ -172,8 +172,6 @@ WRITES_OF_OTHER_FILES = {
     ("onite/exec/limits.py", "discover"): "the folders of the cgroup v1 groups that hold jobs to their requests",
     ("onite/exec/limits.py", "remove"): "a run's cgroup v1 groups, once empty",
     ("onite/exec/limits.py", "_set"): "a cgroup's limit files (memory.max, cpu.max, …)",
-    ("onite/exec/monitor.py", "start"): "a traceback into $ONITE_DEBUG_MONITOR (debugging, off unless set)",
-    ("onite/exec/spawnserver.py", "_wait_and_run"): "a traceback into $ONITE_DEBUG_MONITOR (debugging, off unless set)",
 }
 
 # Strings of the spool's names outside onite/spool/paths.py that make no spool path: (module, function) → why.
@@ -182,18 +180,6 @@ NAMES_THAT_ARE_NO_SPOOL_PATH = {
     ("onite/spool/locate.py", "<module>"): "/etc/onite.toml, the machine's file that says where the system spool is",
     ("onite/spool/skeleton.py", "skeleton_config"): "the package's own skel/onite.toml, the text init writes",
     ("onite/spool/results.py", "damaged_note"): "a warning that names the damaged records, relative to the spool",
-}
-
-# Spool files written, and spool paths built, where the driver's and the monitor's rewrite goes;
-# each entry leaves with that rewrite, which calls the onite.spool function named here instead.
-PENDING_ON_DRIVER_REWRITE = {
-    ("onite/drain/driver.py", "Driver.drain"): "os.makedirs(running/HOST): SpoolDir.ensure_running_folder(host)",
-    ("onite/drain/pick.py", "Picker._settling_problem"): "os.unlink(a dead submit's dot-name): "
-                                                         "onite.spool.files.remove_file(path)",
-    ("onite/exec/launch.py", "run_outputs"): "os.unlink(stdout/NAME@stderr): onite.spool.files.remove_file(path)",
-    ("onite/exec/local.py", "LocalRunner._undo"): "os.unlink(running/HOST/NAME@run): onite.spool.files.remove_file",
-    ("onite/spool/index.py", "QueueIndex.__init__"): "hold/ told from the queue folders, for onite.drain.driver's "
-                                                      "QueueIndex(folders): it passes hold_dir=spool.hold_dir",
 }
 
 # Spool paths built in modules the command line's rewrite (onite/cli/) and the tests' branch
@@ -216,7 +202,7 @@ def test_only_the_spool_package_writes_files():
     """Outside onite/spool/ nothing creates, renames, removes or changes the mode of a file but the
     files of WRITES_OF_OTHER_FILES, which are no spool files: a spool file another module needs
     written is asked of onite.spool."""
-    allowed = WRITES_OF_OTHER_FILES.keys() | PENDING_ON_DRIVER_REWRITE.keys()
+    allowed = WRITES_OF_OTHER_FILES.keys()
     found = {(rel(path), scope): f"line {line}: {what}" for path in modules(outside="spool")
              for line, scope, what in file_writes(path.read_text())}
     assert {key: what for key, what in found.items() if key not in allowed} == {}
@@ -226,8 +212,7 @@ def test_only_the_spool_package_writes_files():
 def test_only_spooldir_builds_spool_paths():
     """Outside onite/spool/paths.py nothing joins the spool's folder or file names into a path: every
     spool path comes from SpoolDir."""
-    allowed = NAMES_THAT_ARE_NO_SPOOL_PATH.keys() | PENDING_ON_DRIVER_REWRITE.keys() \
-        | PENDING_ON_COMMAND_LINE_REWRITE.keys()
+    allowed = NAMES_THAT_ARE_NO_SPOOL_PATH.keys() | PENDING_ON_COMMAND_LINE_REWRITE.keys()
     found = {(rel(path), scope): f"line {line}: {text}" for path in modules(outside="spool/paths.py")
              for line, scope, text in spool_paths(path.read_text())}
     assert {key: text for key, text in found.items() if key not in allowed} == {}
@@ -235,11 +220,11 @@ def test_only_spooldir_builds_spool_paths():
 
 
 def test_what_waits_for_a_rewrite_is_still_there():
-    """An entry of PENDING_ON_DRIVER_REWRITE or PENDING_ON_COMMAND_LINE_REWRITE whose place no longer
-    writes or builds what it says goes from the list."""
+    """An entry of PENDING_ON_COMMAND_LINE_REWRITE whose place no longer builds what it says goes from
+    the list."""
     found = {(rel(path), scope) for path in modules(outside="spool/paths.py")
              for _, scope, _ in [*file_writes(path.read_text()), *spool_paths(path.read_text())]}
-    assert (PENDING_ON_DRIVER_REWRITE.keys() | PENDING_ON_COMMAND_LINE_REWRITE.keys()) - found == set()
+    assert PENDING_ON_COMMAND_LINE_REWRITE.keys() - found == set()
 
 
 # ---- each checker finds what it is there to find ----------------------------------------------

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
-from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused
+from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, SpoolIOError
 from onite.core.names import is_valid_name
 from onite.core.policy import window_end
 from onite.drain import heartbeat as hb
@@ -334,9 +334,9 @@ class Driver:
         night.runner = self.runner
         night.slots = self.slots
         try:
-            os.makedirs(night.running_dir, mode=0o755, exist_ok=True)
-        except OSError as err:  # a host's first drain on a full disk (or one out of inodes)
-            self.finisher.note_cannot_record(f"cannot make {night.running_dir}: {err.strerror}")
+            self.spool.ensure_running_folder(self.host)
+        except SpoolIOError as err:  # a host's first drain on a full disk (or one out of inodes)
+            self.finisher.note_cannot_record(str(err))
             return
         try:
             check_capacity(self.config, self.host)  # a daemon's onite.toml may have been reloaded since

@@ -27,7 +27,8 @@ from onite.core.config import Config
 from onite.core.errors import Refused
 from onite.core.job import Job
 from onite.core.queue import Meta
-from onite.exec.identity import Identity, resolve
+from onite.core.identity import Identity
+from onite.exec.identity import resolve
 from onite.exec.notify import Notifier
 from onite.exec.runner import Run, Runner
 from onite.spool.filecheck import Settling, file_problem, read_job_file
@@ -194,7 +195,7 @@ class Night:
     euid: int = field(default_factory=os.geteuid)
 
     def __post_init__(self) -> None:
-        self.index = QueueIndex(self.spool.queue_folders())  # paced by the real clock: it bounds cost, decides nothing
+        self.index = QueueIndex(self.spool.queue_folders(), hold_dir=self.spool.hold_dir)  # paced by the real clock: it bounds cost, decides nothing
         self.jobs = JobFiles(self.config.max_job_size, self.clock)
         self.starts = StartLog(self.log)
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from onite.core.admission import Admit
 from onite.core.errors import JobFormatError, OniteError, Refused
-from onite.core.policy import may_be_urgent, urgent_refusal
+from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
 from onite.core.resources import Need
 from onite.drain.finish import Finisher
@@ -31,7 +31,7 @@ from onite.drain.night import Night
 from onite.drain.pack import Packer
 from onite.spool.deps import dependency_of, dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, Settling
-from onite.spool.holds import is_held
+from onite.spool.files import remove_file
 from onite.spool.index import Candidate
 from onite.spool.recurstate import run_name_owner
 from onite.spool.results import kept_owner
@@ -134,7 +134,7 @@ class Picker:
         if seen.look is Look.OK:
             if night.only_timed and seen.meta.not_before is None:
                 return None  # untimed jobs wait for the scheduled drain
-            held = is_held(seen.st.st_mode) or night.index.holds.held(cand.name, seen.st.st_uid)
+            held = night.index.holds.held(cand.name, seen.st.st_uid)
             owner = seen.st.st_uid
             verdict = evaluate(seen.meta, held=held, now=now, host=night.host,
                                dependency=lambda dep: self.dependency(dep, owner))
@@ -243,7 +243,7 @@ class Picker:
                 return Inspection(Look.MOVED)
         if problem:
             return Inspection(Look.BAD, st, reason=problem)
-        if night.euid != 0 and st.st_uid != night.euid:
+        if not owner_or_root(night.euid, st.st_uid):
             if cand.name not in self._reported_foreign:
                 self._reported_foreign.add(cand.name)
                 night.log.event("skip", cand.name, owner=user_name(st.st_uid),
@@ -286,7 +286,7 @@ class Picker:
                     if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
                         other = entry.stat(follow_symlinks=False)
                         if (other.st_dev, other.st_ino) == key and other.st_uid == st.st_uid:
-                            os.unlink(entry.path)
+                            remove_file(entry.path)
                             self.night.log.event("recovered", cand.name,
                                              action="removed the second link a dead submit left", link=entry.name)
                             return "moved"

@@ -22,8 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.exec.runner import NoRecord, Run, SpawnError
+from onite.core.errors import SpoolIOError
+from onite.spool.files import remove_file
 from onite.spool.outputs import open_output
 
 
@@ -112,11 +114,9 @@ def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity:
     """
     if not run.job.stderr_separate and stderr_path is not None:
         try:
-            os.unlink(stderr_path)
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            raise SpawnError(f"cannot remove the old stderr file {stderr_path}: {err.strerror}") from None
+            remove_file(stderr_path)
+        except SpoolIOError as err:
+            raise SpawnError(f"cannot remove the old stderr file {stderr_path}: {err.cause.strerror}") from None
         stderr_path = None
     out, err = open_outputs(stdout_path, stderr_path, identity, append=append,
                             marker=attempt_marker(run) if append else None)

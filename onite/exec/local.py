@@ -39,12 +39,14 @@ from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 from onite.exec.launch import (SCRIPT, credentials_of, occupy_standard_descriptors, own_credentials, plan,
                                run_outputs)
 from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
+from onite.core.errors import SpoolIOError
 from onite.spool import runrecords
+from onite.spool.files import remove_file
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 CLOSE_WAIT = 2.0  # seconds a waiting monitor is given to exit once let go
@@ -314,8 +316,8 @@ class LocalRunner(Runner):
         limits.remove(run.groups)
         if run.record_path:
             try:
-                os.unlink(run.record_path)
-            except OSError:
+                remove_file(run.record_path)
+            except SpoolIOError:
                 pass
             run.record_path = None
 

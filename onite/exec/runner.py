@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from onite.core.job import Job
 from onite.core.resources import Need
 from onite.core.state import Outcome, Stop
-from onite.exec.identity import Identity
+from onite.core.identity import Identity
 
 if TYPE_CHECKING:
     from onite.core.config import Config

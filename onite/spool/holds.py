@@ -21,12 +21,6 @@ from onite.spool.paths import SpoolDir
 from onite.spool.scan import token_entries
 
 
-def is_held(mode: int) -> bool:
-    """Always False: a job file's mode holds nothing (the one hold is the marker). Kept only while
-    onite.drain.pick and onite.drain.start still ask it (PENDING_ON_DRIVER_REWRITE)."""
-    return False
-
-
 def read_holds(folder: Path) -> dict[str, frozenset[int]]:
     """The hold markers in ``folder`` (SPOOL/hold): job name → the uids that own a marker of it. Only
     regular files named NAME@TOKEN count (a symlink or a folder there is nobody's hold).

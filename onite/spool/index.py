@@ -49,7 +49,6 @@ from pathlib import Path
 
 from onite.core.names import NAME_PATTERN
 from onite.spool.holds import held_by, read_holds
-from onite.spool.paths import HOLD
 
 RACY_NS = 20_000_000  # a listing this close to the folder's mtime may have missed a same-tick add
 # A folder the driver itself changed is listed again at most once per this many times
@@ -130,8 +129,6 @@ class QueueIndex:
         self.clock = clock
         self.folders = [_Folder(rank, path) for rank, path in folders]
         self.listings = 0  # how many directory listings so far (benchmarks report it)
-        if hold_dir is None and folders:  # PENDING_ON_DRIVER_REWRITE: onite.drain.driver passes spool.hold_dir
-            hold_dir = folders[0][1].parent.parent / HOLD
         self.holds = HoldIndex(hold_dir)
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
