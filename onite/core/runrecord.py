@@ -9,22 +9,22 @@ only root may write (world-readable, so ``onite list`` shows who runs what):
     {"event": "ended", "status": 0, "at": "…", "usage": {…}}                      how it ended (a wait status), what it used
     {"event": "failed", "reason": "cannot enter its directory …", "at": "…"}      it could not be started
 
-The driver creates the file and writes the first line before it forks the
-job's monitor; the monitor appends the others, each with one write(2) on an
+The driver creates the file and writes the first line before it hands the
+run to a monitor; the monitor appends the others, each with one write(2) on an
 O_APPEND descriptor, so a reader sees whole lines plus at most one partial
 last line, which it ignores. Because the monitor records how the job ended
 before anyone acts on it, that outlives the driver (docs/job-control.md,
 "Exactly once"); the order of the lines is what recovery decides from:
 
 - no ``monitor`` line: the job was never started (the monitor writes it
-  before it forks the job, while it still holds the driver lock it
-  inherited, so no other driver can recover the claim in between);
+  before it forks the job, while it still holds the driver lock that came
+  with the run, so no other driver can recover the claim in between);
 - ``ended`` or ``failed``: how it ended, whether or not a driver was alive;
 - ``monitor`` and no end: it runs, or ran while its monitor was killed.
 
 Reading, creating and extending the file is onite.spool.runrecords'; the
-monitor (onite.exec.monitor), which may import nothing of onite's, writes
-its event lines with ``json.dumps(event, separators=(",", ":"))``, the same
+monitor (onite.exec.monitor), which imports only what it runs, writes its
+event lines with ``json.dumps(event, separators=(",", ":"))``, the same
 text as ``line`` (tests/test_pure.py checks that they agree).
 """
 
