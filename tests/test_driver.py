@@ -4,9 +4,10 @@ import os
 from datetime import datetime, timedelta
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
-from conftest import drain, kill_driver_mid_job, log_lines, result, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, drain, kill_driver_mid_job, log_lines, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
 
@@ -193,6 +194,81 @@ def test_an_adopted_job_keeps_its_time_limit(spool, workdir):
     assert drain(spool).returncode == 0
     rec = result(spool, "slow")
     assert rec["state"] == "failed" and rec["reason"] == "timeout"
+
+
+def test_a_time_limit_ends_the_job_while_no_driver_is_alive_and_its_dependent_fails(spool, workdir):
+    """The monitor, not the driver, enforces a job's time limit: with its driver killed, the job is ended at
+    its deadline (TERM, then KILL after kill_grace), recorded as timed out, and filed so by the next driver
+    however long after; the job that waits for it fails. What the job itself wrote is what the test judges."""
+    ledger = workdir / "ledger"
+    set_config(spool, kill_grace="1s")
+    submit("slow", f"echo start >> {ledger}; trap '' TERM; sleep 3; echo end >> {ledger}\n", "--timeout", "1s")
+    submit("next", f"echo next >> {ledger}\n", "--after", "slow")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "slow@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="the monitor to end the job and record it")
+    assert '"event":"stop","why":"timeout"' in record.read_text()
+    assert drain(spool).returncode == 0
+    assert ledger.read_text().split() == ["start"]  # killed before its sleep was over: no "end", no "next"
+    slow, nxt = result(spool, "slow"), result(spool, "next")
+    assert slow["state"] == "failed" and slow["reason"] == "timeout", slow
+    assert nxt["state"] == "failed" and "slow" in nxt["reason"], nxt
+
+
+def test_a_cancelled_job_whose_driver_died_is_filed_cancelled_however_it_exited(spool, workdir):
+    """A driver honours a cancel (the ``stop`` line in the run record, then the monitor ends the job) and
+    dies before it files the run; the job caught TERM and exited 0. The next driver files it as
+    cancelled, from the record, never as done."""
+    gate = workdir / "gate"
+    gate.touch()
+    submit("victim", f"trap 'sleep 1; exit 0' TERM; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "victim@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    from onite.spool.cancels import request_cancel
+    from onite.spool.paths import SpoolDir
+
+    request_cancel(SpoolDir(spool), "victim")
+    wait_for(lambda: '"event":"stop"' in record.read_text(), what="the driver to write the stop line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="the monitor to end the job")
+    assert drain(spool).returncode == 0
+    rec = result(spool, "victim")
+    assert rec["state"] == "cancelled" and rec["exit_code"] == 0, rec
+
+
+def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workdir):
+    """Under a file-size limit (ulimit -f) the failed job's retry, a large file, cannot be written
+    (EFBIG): as on a full disk, the driver keeps the run for the next driver, starts nothing more, says
+    so, and exits 4; the next driver spools the retry, which runs. Nothing was filed failed at attempt 1."""
+    import resource
+
+    ledger = workdir / "ledger"
+    set_config(spool, retry_delay="0.05")
+    # the environment and the text, each below the limit, and the retry, which holds both, above it
+    env = dict(os.environ, ONITE_TEST_BIG="x" * 30_000)
+    body = f"# {'x' * 30_000}\necho run >> {ledger}; [ -e {workdir}/flag ] && exit 0; touch {workdir}/flag; exit 1\n"
+    assert run_cli(["submit", "flaky", "--retries", "1"], stdin=body.encode(), env=env).code == 0
+    submit("after", f"echo after >> {ledger}\n", "-p", "7")
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "onite", "run"], env=env, capture_output=True, timeout=120,
+                          preexec_fn=limited)
+    assert proc.returncode == 4, proc.stderr
+    assert b"cannot record" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+    assert ledger.read_text().split() == ["run"]  # nothing more started
+    assert not (spool / "jobsdone" / "flaky@result").exists()
+    assert drain(spool).returncode == 0
+    assert ledger.read_text().split() == ["run", "run", "after"]
+    res = result(spool, "flaky")
+    assert res["state"] == "done" and res["attempt"] == 2 and len(res["attempts"]) == 2, res
 
 
 def test_a_job_whose_machine_died_runs_again_and_says_so(spool, workdir):

@@ -8,6 +8,7 @@ only root may write (world-readable, so ``onite list`` shows who runs what):
     {"event": "job", "pid": 4712}                                                  the job is running
     {"event": "ended", "status": 0, "at": "…", "usage": {…}}                      how it ended (a wait status), what it used
     {"event": "failed", "reason": "cannot enter its directory …", "at": "…"}      it could not be started
+    {"event": "stop", "why": "timeout", "by": null}                                it is being stopped, and why
 
 The driver creates the file and writes the first line before it hands the
 run to a monitor; the monitor appends the others, each with one write(2) on an
@@ -20,6 +21,11 @@ before anyone acts on it, that outlives the driver (docs/job-control.md,
   before it forks the job, while it still holds the driver lock that came
   with the run, so no other driver can recover the claim in between);
 - ``ended`` or ``failed``: how it ended, whether or not a driver was alive;
+  a ``stop`` line before the end says it was stopped (its time limit, by
+  its monitor; a cancel or a hard stop, by a driver, which writes the line
+  before it asks the monitor to stop the job), so whoever files the run
+  files it as timed out, cancelled or interrupted, whatever status the
+  job ended with;
 - ``monitor`` and no end: it runs, or ran while its monitor was killed.
 
 Reading, creating and extending the file is onite.spool.runrecords'; the
@@ -36,6 +42,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need
+from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 
 VERSION = 2
 MAX_GRACE = 86_400.0  # seconds: a kill grace read back from a record is at most a day
@@ -49,6 +56,7 @@ class Event(StrEnum):
     ENDED = "ended"  #: how the job ended (a wait status)
     FAILED = "failed"  #: it could not be started (the reason)
     SUBMITTED = "submitted"  #: Slurm has the job (its id: ``external_id``); the first line is written before sbatch runs
+    STOP = "stop"  #: it is being stopped (``why``: a Stop; ``by``: who cancelled it), before it is signalled
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,8 @@ class RunRecord:
     failed: str | None = None  # why it could not be started
     ended_at: str | None = None  # ISO 8601, when the monitor saw it end
     usage: dict | None = None  # what the job used (peak_mem bytes, cpu seconds, oom), said with ``ended``
+    stop: Stop | None = None  # why it was stopped, if a stop line came before its end
+    stopped_by: str | None = None  # who cancelled it
     events: tuple[dict, ...] = field(default=())
 
     @property
@@ -77,6 +87,19 @@ class RunRecord:
 
     def get(self, key: str, default=None):
         return self.info.get(key, default)
+
+    def outcome(self, need: Need | None) -> Outcome | None:
+        """How the run ended, as recorded (None: no end is recorded); ``need``: what it asked for (a job
+        the kernel killed for its memory is out of memory)."""
+        if self.status is not None:
+            ended = memory_outcome(outcome_from_status(self.status), self.usage, need)
+        elif self.failed is not None:
+            ended = Outcome(reason=self.failed, never_started=self.job_pid is None)
+        else:
+            return None
+        if self.stop is None or (self.stop == Stop.SHUTDOWN and ended.exit_code is not None):
+            return ended  # not stopped, or it ended on its own before the hard stop's KILL reached it
+        return stopped_outcome(ended, self.stop, self.stopped_by)
 
     @property
     def need(self) -> Need:
@@ -126,7 +149,7 @@ def parse(data: bytes) -> RunRecord | None:
     if first is None or _int(first.get("record")) is None:
         return None
     values: dict = {"monitor_pid": None, "monitor_ticks": None, "job_pid": None, "status": None,
-                    "failed": None, "ended_at": None, "usage": None}
+                    "failed": None, "ended_at": None, "usage": None, "stop": None, "stopped_by": None}
     events = []
     for raw in lines[1:]:
         event = _object(raw)
@@ -142,6 +165,10 @@ def parse(data: bytes) -> RunRecord | None:
             values["status"] = _int(event.get("status"))
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None
             values["usage"] = event.get("usage") if isinstance(event.get("usage"), dict) else None
+        elif kind == Event.STOP and values["stop"] is None and values["status"] is None and values["failed"] is None \
+                and event.get("why") in set(Stop):
+            values["stop"] = Stop(event["why"])
+            values["stopped_by"] = event.get("by") if isinstance(event.get("by"), str) else None
         elif kind == Event.FAILED:
             values["failed"] = str(event.get("reason") or "it could not be started")
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None

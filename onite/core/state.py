@@ -281,12 +281,15 @@ def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str
     before it started, or failed by recovery after its driver died (``started``: when that driver
     started it). No exit code, no signal, no queue time; it finished ``now``.
 
-    ``job`` (its job file, if it could be read) gives its priority, submit time, attempts, recurring
-    template and where its stderr went; without it, ``priority`` and ``submitted`` (else ``now``),
-    attempt 1 and stderr merged.
+    ``job`` (its job file, if it could be read) gives its priority, submit time, the attempts that ran
+    before (a retry stopped while it waited: its first start is the job's), recurring template and
+    where its stderr went; without it, ``priority`` and ``submitted`` (else ``now``), attempt 1 and
+    stderr merged.
     """
     if job is not None:
         priority, submitted = job.priority, job.submitted
+        if started is None and job.tried:
+            started = job.tried[0].started
     return Result(name=name, uid=uid, user=user, priority=priority, urgent=urgent, state=state, reason=reason,
                   exit_code=None, signal=None, host=host, submitted=submitted or now, queued=None, started=started,
                   finished=now, attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=run_id,

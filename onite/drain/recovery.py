@@ -39,7 +39,7 @@ from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIO
 from onite.core.job import Job
 from onite.core.names import is_valid_name
 from onite.core.runrecord import RunRecord, admitted_need
-from onite.core.state import JobState, Outcome, Result, memory_outcome, outcome_from_status, unrun_result
+from onite.core.state import JobState, Result, unrun_result
 from onite.drain.finish import Finisher, queued_ns
 from onite.drain.night import Night
 from onite.drain.orphans import Orphans
@@ -242,9 +242,7 @@ class Recovery:
             self._drop(name, path, run, queued=retry == "queued")
             return
         run.usage = rec.usage
-        # as a live driver files it (onite.exec.local): a job the kernel killed for its memory is out of memory
-        outcome = (memory_outcome(outcome_from_status(rec.status), rec.usage, run.need) if rec.status is not None
-                   else Outcome(reason=rec.failed or "", never_started=rec.failed is not None and rec.job_pid is None))
+        outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
         ended = None
         if rec.ended_at:
             try:

@@ -62,8 +62,8 @@ class Run:
     cgroup: str | None = None  # local: the job's cgroup, if jobs get one (onite.exec.contain)
     record_path: str | None = None  # running/HOST/NAME@run
     external_id: str | None = None  # e.g. a Slurm job id
-    timeout_at: float | None = None  # on the driver's monotonic clock
-    kill_at: float | None = None  # likewise: SIGKILL if still alive then
+    timeout_at: float | None = None  # slurm: when to cancel it, on the driver's monotonic clock
+    kill_at: float | None = None  # slurm: when to cancel it again if it is still there
     stopping: Stop | None = None  # why onite is stopping it
     cancelled_by: str | None = None
     queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
