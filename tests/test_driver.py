@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, drain, kill_driver_mid_job, log_lines, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
@@ -269,6 +271,57 @@ def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workd
     assert ledger.read_text().split() == ["run", "run", "after"]
     res = result(spool, "flaky")
     assert res["state"] == "done" and res["attempt"] == 2 and len(res["attempts"]) == 2, res
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbled", "zeroed", "deleted"])
+def test_a_damaged_run_record_is_read_as_damage(spool, workdir, damage):
+    """The run record of a running job is damaged while no driver runs (cut in half, garbled, zeroed,
+    deleted): recovery cannot know whether the job ran, so it stops what runs of it, keeps what is
+    left of the record in refused/, and runs the job again saying why (``rerun``), never as a job that
+    had not started (``requeued``)."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    gate.touch()
+    submit("hurt", f"echo run >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "hurt@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    data = record.read_bytes()
+    if damage == "deleted":
+        record.unlink()
+    else:
+        record.write_bytes({"cut": data[: len(data) // 2], "garbled": data.replace(b'"event"', b'"ev\xffnt"'),
+                            "zeroed": bytes(len(data))}[damage])
+    gate.unlink()
+    assert drain(spool).returncode == 0
+    [recovered] = [line for line in log_lines(spool) if " recovered hurt " in line]
+    assert "rerun" in recovered and ("damaged" in recovered or "missing" in recovered), recovered
+    assert result(spool, "hurt")["state"] == "done"
+    assert ledger.read_text().split() == ["run", "run"]
+    kept = list((spool / "refused").glob("hurt@run@*"))
+    assert (kept == []) == (damage == "deleted"), kept
+
+
+def test_a_run_whose_claimed_file_was_deleted_is_filed_as_lost(spool, workdir):
+    """The claimed job file is deleted while no driver runs (an admin's rm): its run record says a run
+    was started; recovery files the job as lost, with a result and a log line, never silently."""
+    gate = workdir / "gate"
+    gate.touch()
+    submit("gone", f"while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "gone@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    (spool / "running" / HOST / "gone").unlink()
+    gate.unlink()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="its monitor to record the end")
+    assert drain(spool).returncode == 0
+    res = result(spool, "gone")
+    assert res["state"] == "failed" and res["reason"].startswith("lost: its claimed job file was deleted"), res
+    assert any(" failed gone " in line and "lost" in line for line in log_lines(spool))
+    assert not record.exists()
 
 
 def test_a_job_whose_machine_died_runs_again_and_says_so(spool, workdir):

@@ -74,6 +74,7 @@ class RunRecord:
     usage: dict | None = None  # what the job used (peak_mem bytes, cpu seconds, oom), said with ``ended``
     stop: Stop | None = None  # why it was stopped, if a stop line came before its end
     stopped_by: str | None = None  # who cancelled it
+    damaged: bool = False  # a whole line of it cannot be read: what it lost cannot be known
     events: tuple[dict, ...] = field(default=())
 
     @property
@@ -150,10 +151,11 @@ def parse(data: bytes) -> RunRecord | None:
         return None
     values: dict = {"monitor_pid": None, "monitor_ticks": None, "job_pid": None, "status": None,
                     "failed": None, "ended_at": None, "usage": None, "stop": None, "stopped_by": None}
-    events = []
+    events, damaged = [], False
     for raw in lines[1:]:
         event = _object(raw)
         if event is None:
+            damaged = damaged or bool(raw.strip())
             continue
         events.append(event)
         kind = event.get("event")
@@ -173,8 +175,8 @@ def parse(data: bytes) -> RunRecord | None:
             values["failed"] = str(event.get("reason") or "it could not be started")
             values["ended_at"] = event.get("at") if isinstance(event.get("at"), str) else None
         elif kind == Event.SUBMITTED and isinstance(event.get("external_id"), str) and not first.get("external_id"):
-            first = {**first, "external_id": event["external_id"], "slurm_job_id": event["external_id"]}
-    return RunRecord(version=first["record"], info=first, events=tuple(events), **values)
+            first = {**first, "external_id": event["external_id"]}
+    return RunRecord(version=first["record"], info=first, events=tuple(events), damaged=damaged, **values)
 
 
 def _object(raw: bytes) -> dict | None:

@@ -301,6 +301,22 @@ class Finisher:
         night.counts[str(result.state)] += 1
         return True
 
+    def file_lost(self, result: Result) -> bool:
+        """File the result of a job whose claimed file is gone (there is nothing to move); count and log
+        it. False if it could not be written (logged), or would replace another user's kept result."""
+        night = self.night
+        try:
+            if not may_replace_result(night.spool, result.name, result.uid):
+                night.log.event("error", result.name, error="not filed over another user's kept result")
+                return False
+            write_result(night.spool, result)
+        except OniteError as err:
+            night.log.event("error", result.name, error=str(err))
+            return False
+        night.counts[str(result.state)] += 1
+        night.log.event(str(result.state), result.name, user=result.user, reason=result.reason, run=result.run_id or None)
+        return True
+
     def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
                    file_result: bool = True) -> None:
         """Never run it, never delete it: move it to refused/ and say why, in the log and (unless not

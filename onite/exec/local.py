@@ -43,9 +43,7 @@ from onite.exec.launch import (SCRIPT, credentials_of, occupy_standard_descripto
                                run_outputs)
 from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
-from onite.core.errors import SpoolIOError
 from onite.spool import runrecords
-from onite.spool.files import remove_file
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 CLOSE_WAIT = 2.0  # seconds a waiting monitor is given to exit once let go
@@ -203,7 +201,6 @@ class LocalRunner(Runner):
     """
 
     executor = "local"
-    writes_record = True
 
     def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
                  containment: contain.Containment | None = None, lock_fd: int | None = None,
@@ -233,39 +230,29 @@ class LocalRunner(Runner):
 
     # ---- starting --------------------------------------------------------------
 
+    def record_info(self, run: Run) -> dict:
+        """The run's cgroups and limits (decided here, made by its monitor) and its time limit's end,
+        for the first line of its record: recovery finds them there."""
+        run.cgroup = self.containment.job_cgroup(run.run_id)
+        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
+        deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
+        return {"boot": self._boot, "cgroup": run.cgroup, "contain": self.containment.kind, "deadline": deadline,
+                "groups": list(run.groups), "kill_grace": self.kill_grace}
+
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
-              record: tuple[str, dict] | None = None) -> None:
+              record_fd: int | None = None) -> None:
         """Start ``run`` under a monitor; returns at once (the monitor reports the start).
 
         Raises:
             SpawnError: its output files cannot be made, or no monitor can be started (the job is
                 recorded as failed).
-            NoRecord: its run record cannot be written: nothing was started.
+            NoRecord: its output or its text cannot be written: nothing was started.
         """
-        ident = self._identity(run)
-        run.cgroup = self.containment.job_cgroup(run.run_id)  # made by its monitor, as are its limits
-        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
-        record_fd = None
-        if record is not None:  # first: where nothing can be recorded, nothing may start
-            path, info = record
-            deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
-            try:
-                record_fd = runrecords.create(path, {**info, "boot": self._boot, "cgroup": run.cgroup,
-                                                     "contain": self.containment.kind, "deadline": deadline,
-                                                     "groups": list(run.groups),
-                                                     "kill_grace": self.kill_grace})
-            except runrecords.RecordError as error:
-                self._undo(run)
-                raise NoRecord(str(error)) from None
-            run.record_path = path
         try:
-            self._hand_to_monitor(run, ident, record_fd, output_path, stderr_path, append)
+            self._hand_to_monitor(run, self._identity(run), record_fd, output_path, stderr_path, append)
         except BaseException:
             self._undo(run)
             raise
-        finally:
-            if record_fd is not None:
-                os.close(record_fd)
         self.runs.append(run)
 
     def _identity(self, run: Run) -> Identity | None:
@@ -320,16 +307,10 @@ class LocalRunner(Runner):
 
     @staticmethod
     def _undo(run: Run) -> None:
-        """Nothing was started: its cgroup and record go (the claim is the driver's to put back)."""
+        """Nothing was started: its cgroups go (its claim and record are the driver's)."""
         if run.cgroup:
             contain.remove_cgroup(run.cgroup, wait=0)
         limits.remove(run.groups)
-        if run.record_path:
-            try:
-                remove_file(run.record_path)
-            except SpoolIOError:
-                pass
-            run.record_path = None
 
     # ---- stopping --------------------------------------------------------------
 
@@ -439,9 +420,6 @@ class LocalRunner(Runner):
     def wait_fds(self) -> list[int]:
         mons = [run.monitor for run in self.runs if run.monitor is not None] + self._lingering
         return [fd for fd in (mon.fileno() for mon in mons) if fd is not None]
-
-    def runinfo(self, run: Run) -> dict:
-        return {}
 
     # ---- a dead driver's runs --------------------------------------------------
 
