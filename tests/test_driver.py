@@ -333,9 +333,10 @@ def test_a_job_whose_machine_died_runs_again_and_says_so(spool, workdir):
     assert result(spool, "again")["state"] == "done"
 
 
-def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(spool, workdir):
-    """A driver killed after starting a job and before writing its run record: the next driver finds
-    the job's processes by ONITE_RUN_ID (even one that left for its own session), not a namesake's."""
+def test_a_job_whose_run_record_was_deleted_is_found_by_its_environment(spool, workdir):
+    """A job's run record is deleted while it runs and no driver is alive: the next driver finds the
+    job's processes by ONITE_RUN_ID (even one that left for its own session), not a namesake's, stops
+    them and runs the job again, saying why."""
     pids, rerun = workdir / "pids", workdir / "rerun"
     submit("victim", f"[ -e {rerun} ] && exit 0; echo $$ >> {pids}; setsid sleep 60 & sleep 60 & wait\n")
     namesake = subprocess.Popen(["sleep", "600"], env=dict(os.environ, ONITE_JOB="victim", ONITE_JOB_SPOOL="/elsewhere",
@@ -346,7 +347,7 @@ def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(sp
         wait_for((spool / "running" / HOST / "victim@run").exists, what="the run record")
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
-        (spool / "running" / HOST / "victim@run").unlink()  # as if killed just before writing it
+        (spool / "running" / HOST / "victim@run").unlink()
         leader = int(pids.read_text())
         wait_for(lambda: len(job_processes(spool, "victim")) == 3, what="the job's two sleeps")
         job_pids = job_processes(spool, "victim")
@@ -361,7 +362,8 @@ def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(sp
         namesake.kill()
         namesake.wait()
     [recovered] = [line for line in log_lines(spool) if " recovered victim " in line]
-    assert "requeued" in recovered and "3 of its processes, found by ONITE_RUN_ID, were stopped" in recovered
+    assert "rerun" in recovered and "its run record is missing" in recovered, recovered
+    assert "of its processes, found by ONITE_RUN_ID, were stopped" in recovered, recovered
     assert result(spool, "victim")["state"] == "done"
 
 
