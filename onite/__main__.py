@@ -93,19 +93,16 @@ def _output_failed(err: OutputFailure) -> int:
 
 def _dispatch(args: list[str]) -> int:
     import errno
+    import os
 
     import typer
 
-    import os
-
-    from typer._click.exceptions import NoArgsIsHelpError
-
     from onite.cli.commands import app
-    from onite.cli.completion import COMPLETE_VAR
+    from onite.cli.completion import ACTIONS, COMPLETE_VAR, act
 
     command = typer.main.get_command(app)
     if os.environ.get(COMPLETE_VAR):  # a shell asks for completions: typer answers, once its shells are known
-        from typer._completion_classes import completion_init
+        from typer.completion import completion_init
 
         completion_init()
     try:
@@ -120,41 +117,40 @@ def _dispatch(args: list[str]) -> int:
     except typer.Abort:
         _say("onite: aborted — nothing was changed")
         return 1
-    except NoArgsIsHelpError as err:  # bare `onite`, `onite recur`: their help, as --help prints it
-        sys.stdout.write(err.ctx.get_help() + "\n")
-        return 0
     except typer.TyperException as err:  # usage errors from the parser
-        message = _usage_message(err)
         sub, group = [], command  # the (sub)command the mistake is in: its --help explains it
         for arg in args:
             if arg in getattr(group, "commands", {}):
                 sub.append(arg)
                 group = group.commands[arg]
+        option = getattr(err, "option_name", None)
+        if option in ACTIONS and not sub:  # `onite --show-completion` with no SHELL (typer's options need a value)
+            act(option, None)  # the shell in use
+            return 0
         sub = " ".join(sub)
-        _say(f"onite: {message} — see: onite {sub + ' ' if sub else ''}--help")
+        _say(f"onite: {_usage_message(err)} — see: onite {sub + ' ' if sub else ''}--help")
         return getattr(err, "exit_code", 2)
     return result if isinstance(result, int) else 0
 
 
-# typer checks an option's type with pydantic, whose words name neither the value nor what it should be
-_TYPE_ERRORS = {"int_parsing": "is not a whole number", "string_unicode": "is not text (its bytes are not UTF-8)"}
-
-
 def _usage_message(err) -> str:
-    """The parser's message for a usage mistake, in words that quote what was typed."""
-    message = err.format_message() if hasattr(err, "format_message") else str(err)
-    errors = getattr(err.__cause__, "errors", None)
+    """The parser's message for a usage mistake; a number option given something else says what was
+    typed in words (click's own, ``'1.5' is not a valid int.``, reads as a programmer's)."""
+    typed, not_valid, _ = getattr(err, "message", "").rpartition(" is not a valid int")
     opts = getattr(getattr(err, "param", None), "opts", None)
-    if not callable(errors) or not opts:
-        return message
+    if not not_valid or not opts:
+        return err.format_message()
+    import ast
+
     try:
-        first = errors(include_url=False)[0]
-    except (IndexError, TypeError, ValueError):
-        return message
-    said = _TYPE_ERRORS.get(first.get("type"))
-    if said is None:
-        return message
-    return f"{' / '.join(opts)}: '{first.get('input')}' {said}"  # _say shows bytes that are not UTF-8 as typed
+        value = ast.literal_eval(typed)  # click quotes it with repr()
+        value.encode()
+        said = "is not a whole number"
+    except UnicodeEncodeError:
+        said = "is not text (its bytes are not UTF-8)"
+    except (ValueError, SyntaxError, AttributeError):
+        return err.format_message()
+    return f"{' / '.join(opts)}: '{value}' {said}"  # _say shows bytes that are not UTF-8 as typed
 
 
 def _defer_import(name: str) -> None:

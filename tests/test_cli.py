@@ -451,8 +451,8 @@ def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
 
 
 def test_a_number_option_given_something_else_says_what_was_typed(spool):
-    """typer checks an option's type with pydantic, which said 'Input should be a valid integer, unable
-    to parse string as an integer' (or 'as a unicode string' for bytes that are not UTF-8), quoting nothing."""
+    """The parser's own words ('Invalid value for ...: '1.5' is not a valid int.') are rewritten to quote
+    what was typed and say what it should be (or that its bytes are not text)."""
     r = _onite(spool, "submit", "ok", "-p", "1.5", stdin=b"true\n")
     assert r.returncode == 2 and r.stderr.decode() == (
         "onite: -p / --priority: '1.5' is not a whole number — see: onite submit --help\n"), r

@@ -243,7 +243,8 @@ def typer_options(command: str) -> dict[str, tuple[str, bool, tuple | None]]:
     for param in params:
         if param.param_type_name != "option":  # typer carries its own click: compare by what it says
             continue
-        limits = (param.min, param.max) if param.min is not None or param.max is not None else None
+        low, high = getattr(param.type, "min", None), getattr(param.type, "max", None)  # an IntRange's
+        limits = (low, high) if low is not None or high is not None else None
         for spelling in param.opts:
             found[spelling] = (param.name, param.is_flag, limits)
         for spelling in param.secondary_opts:  # --stderr-separate/--stderr-merged: the second sets it false

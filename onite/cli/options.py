@@ -21,7 +21,6 @@ from onite.core.resources import MAX_CPUS
 HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # -h as in every other tool; no command uses -h for more
 
 app = typer.Typer(
-    no_args_is_help=True,  # onite.__main__ prints that help on stdout, exit 0 (typer: stderr, exit 2)
     add_completion=False,  # typer's options cannot name a shell and detect one when none is named: ours can
     context_settings=HELP_NAMES,
     rich_markup_mode=None,
@@ -95,11 +94,10 @@ def _print_version(wanted: bool) -> None:
 
 
 def _show_completion(shell: Optional[str]) -> None:
-    # onite.cli.fastcli takes `onite --show-completion [SHELL]` first (typer cannot make SHELL optional)
     if shell is not None:
         from onite.cli import completion
 
-        print(completion.script(completion.choose_shell(shell, os.environ, action="--show-completion")))
+        completion.act("--show-completion", shell)
         raise typer.Exit(0)
 
 
@@ -107,13 +105,13 @@ def _install_completion(shell: Optional[str]) -> None:
     if shell is not None:
         from onite.cli import completion
 
-        chosen = completion.choose_shell(shell, os.environ, action="--install-completion")
-        print(f"{chosen} completion installed in {completion.install(chosen)}; it works in shells started from now on")
+        completion.act("--install-completion", shell)
         raise typer.Exit(0)
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)  # bare `onite`: its help on stdout, exit 0 (show_help)
 def _options(
+    ctx: typer.Context,
     spool: SpoolOpt = None,
     version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                           help="Print onite's version and exit.")] = False,
@@ -126,7 +124,18 @@ def _options(
         help="Install completion for SHELL (bash, zsh or fish; default: the shell you use).")] = None,
 ) -> None:
     """onite: spool batch jobs by day, run them at night in priority order, as their owners."""
+    if ctx.invoked_subcommand is None:
+        if spool is not None:
+            ctx.fail("Missing command.")
+        show_help(ctx)
     _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
+
+
+def show_help(ctx: typer.Context) -> None:
+    """Bare ``onite`` (or ``onite recur``): its help on stdout, exit 0, where click's no_args_is_help
+    says it on stderr, exit 2 -- as a usage mistake."""
+    print(ctx.get_help())
+    raise typer.Exit(0)
 
 
 def locate_spool(spool: str | None):
