@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         _fill_closed_streams()
         _watch_stdout()
-    code = _main(args, argv is None)
+    code = _main(args)
     try:  # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
         sys.stdout.flush()
     except BrokenPipeError as err:
@@ -30,19 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _main(args: list[str], as_program: bool) -> int:
-    _defer_import("inspect")
+def _main(args: list[str]) -> int:
     from onite.core.errors import EXIT_USAGE, OniteError
 
     try:
         _check_time_zone()
-        from onite.cli.fastcli import is_short, run
-
-        code = run(args)  # submit, find, list --json and run without typer's start-up, when well-formed (onite.cli.fastcli)
-        if code is not None:
-            if as_program and is_short(args):
-                _leave_now(code)
-            return code
         return _dispatch(args)
     except OniteError as err:
         _say(f"onite: {err}")
@@ -151,60 +143,6 @@ def _usage_message(err) -> str:
     except (ValueError, SyntaxError, AttributeError):
         return err.format_message()
     return f"{' / '.join(opts)}: '{value}' {said}"  # _say shows bytes that are not UTF-8 as typed
-
-
-def _defer_import(name: str) -> None:
-    """Put a stand-in for the standard module ``name`` in sys.modules that imports it when first used.
-
-    ``dataclasses`` imports ``inspect`` (and with it ast, dis, tokenize …) but
-    uses it only for a class without a docstring: that import is a sixth of
-    what ``onite submit`` costs beyond Python's own start-up. importlib's
-    LazyLoader cannot help: in Python 3.11 a second ``import inspect``
-    already loads it. The stand-in is a plain module whose ``__getattr__``
-    (called only for a name it lacks) imports the real one, puts it in
-    sys.modules and takes its names, so whoever imported the stand-in goes on
-    working; typer, which uses inspect, loads it at once.
-    """
-    if name in sys.modules:
-        return
-    import types
-
-    stand_in = types.ModuleType(name, f"stand-in for {name}, imported when first used (onite.__main__)")
-
-    def load(attribute: str):
-        if sys.modules.get(name) is stand_in:
-            del sys.modules[name]
-        import importlib
-
-        real = importlib.import_module(name)
-        stand_in.__dict__.update(real.__dict__)
-        return getattr(real, attribute)
-
-    stand_in.__getattr__ = load
-    sys.modules[name] = stand_in
-
-
-def _leave_now(code: int) -> None:
-    """End the process with ``code`` once its output is out, without tearing the interpreter down.
-
-    Python's own exit frees every module and object one by one: after a
-    submit that is a tenth of the command's time (docs/performance.md), spent
-    on memory the kernel frees anyway. Only for the fast path's short
-    commands, which leave no thread, child or unclosed file behind (a driver
-    exits the normal way), and only when run as a program (``main()``
-    without arguments: a test calling ``main(argv)`` gets its code back).
-
-    Raises:
-        OSError: the output cannot be written (main says so).
-    """
-    import os
-
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except ValueError:  # closed: nothing left to write
-        pass
-    os._exit(code)
 
 
 class OutputFailure(OSError):

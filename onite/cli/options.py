@@ -2,16 +2,20 @@
 
 onite's command line is a thin layer over the library (onite.app): each
 command parses its options, calls one library function and prints what it
-returns. The commands are in onite.cli.jobcmds (submit, list, cancel, …),
+returns. Each command and option is declared once, as a typer parameter: the
+commands are in onite.cli.jobcmds (submit, list, cancel, …),
 onite.cli.drivecmds (run, recover, daemon), onite.cli.recurcmds (recur …) and
 onite.cli.infocmds (output, log, cron, status, wait, report);
 onite.cli.commands gathers them into ``app``. Errors are raised as OniteError
-by the library and printed by ``onite.__main__`` as one line.
+by the library and printed by ``onite.__main__`` as one line. Here, and only
+in the command line, the clock is read (onite.core.clock.SYSTEM) and passed
+down.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -55,7 +59,7 @@ NotifyOnOpt = Annotated[Optional[str], typer.Option(
 MemOpt = Annotated[Optional[str], typer.Option(
     "--mem", metavar="SIZE", help="Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); "
     "held by the kernel where it can; default: default_mem in onite.toml.")]
-# a string, checked by onite (onite.core.resources.parse_cpus) as the fast path checks it: one wording
+# a string, checked by onite (onite.core.resources.parse_cpus): its words, not the parser's range check
 CpusOpt = Annotated[Optional[str], typer.Option(
     "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; default: default_cpus in onite.toml.")]
 
@@ -158,11 +162,23 @@ def open_spool(spool: str | None):
 
 
 def console(stderr: bool = False):
+    """A rich Console on stdout (or stderr) with a width it can print in."""
     from rich.console import Console
 
-    from onite.cli.shared import within_bounds
-
     return within_bounds(Console(stderr=stderr, highlight=False, soft_wrap=False))
+
+
+MAX_WIDTH = 1000  # columns: COLUMNS may say anything, and a report's timeline is as wide as the terminal
+
+
+def within_bounds(out):
+    """``out`` (a rich Console) with a width it can print in: COLUMNS=0 printed nothing at all, and
+    COLUMNS=99999999999 filled memory."""
+    if out.width < 1:
+        out.width = 80
+    elif out.width > MAX_WIDTH:
+        out.width = MAX_WIDTH
+    return out
 
 
 NARROW = 40  # columns below which a table cannot show a name: the plain layout, which the terminal folds
@@ -180,3 +196,19 @@ def ask(prompt: str) -> str:
     except EOFError:
         print()
         return ""
+
+
+def warn(line: str) -> None:
+    """One line on stderr, beside a command's output (which stays what it is, e.g. valid JSON)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def say(line: str) -> None:
+    """A line for the person at the keyboard, on stderr (stdout is for scripts); text a user chose is
+    spelt out (onite.core.safetext)."""
+    from onite.core.safetext import printable
+
+    warn(printable(line))
