@@ -1,7 +1,5 @@
 """The commands that drain: run (now, or in the background), recover --host, daemon."""
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import Annotated, Optional

@@ -1,7 +1,5 @@
 """The commands that show what happened: output, log, cron, status, wait, report."""
 
-from __future__ import annotations
-
 import os
 import sys
 from pathlib import Path

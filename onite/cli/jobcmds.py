@@ -1,7 +1,5 @@
 """The commands that spool jobs and change them: init, submit, list, find, uniqname, restart, cancel, hold, release."""
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import Annotated, Optional

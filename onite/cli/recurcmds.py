@@ -1,7 +1,5 @@
 """``onite recur``: recurring jobs, templates spooled as a job each time their rule fires."""
 
-from __future__ import annotations
-
 import os
 from typing import Annotated, Optional
 
