@@ -6,7 +6,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.app import run as run_app
 from onite.cli.options import SpoolOpt, app, ask, console, spool_of
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_SLOTS
@@ -29,6 +28,8 @@ def run(
     """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
     # on a terminal a live view of the drain; elsewhere (cron, a pipe, systemd) the log lines on stderr;
     # with --quiet nothing (onite.cli.progress)
+    from onite.app import run as run_app
+
     target, until_time = run_app.driver_target(spool_of(spool), until, host)
     if detach:
         code, text = run_app.detach_driver(target, slots, until, host, scheduled)
@@ -77,6 +78,8 @@ def recover(
     spool: SpoolOpt = None,
 ) -> None:
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
+    from onite.app import run as run_app
+
     target, claims = run_app.host_claims(spool_of(spool), host)
     if not claims:
         print(f"host {host} has no claimed jobs")
@@ -105,6 +108,8 @@ def daemon(
     spool: SpoolOpt = None,
 ) -> None:
     """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
+    from onite.app import run as run_app
+
     if wake:
         print(run_app.wake_daemon(spool_of(spool), host, SYSTEM.now()))
         return
