@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, is_plain, open_spool, spool_of, warn
+from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, is_plain, open_spool, spool_of,
+                               terminal, warn)
 from onite.core.clock import SYSTEM
 
 
@@ -150,8 +151,8 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
         return
     from onite.cli.statusview import render_status
 
-    out = console()
-    render_status(out, info, plain=is_plain(out, plain))
+    out = terminal()
+    render_status(out, info, plain=out is None or is_plain(out, plain))
 
 
 @app.command()

@@ -8,7 +8,7 @@ import typer
 from typer.core import TyperCommand
 
 from onite.cli.options import (CpusOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask,
-                               complete_any, complete_live, console, is_plain, locate_spool, open_spool, say, spool_of,
+                               complete_any, complete_live, is_plain, locate_spool, open_spool, say, spool_of, terminal,
                                warn)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
@@ -123,8 +123,9 @@ def list_(
         return
     from onite.cli.render import print_job_list
 
-    out = console()
-    print_job_list(views, when, detailed=all_, by_host=by_host, out=out, plain=is_plain(out, plain))
+    out = terminal()
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=out or sys.stdout,
+                   plain=out is None or is_plain(out, plain))
 
 
 @app.command()

@@ -191,6 +191,15 @@ def is_plain(out, plain: bool) -> bool:
     return plain or not out.is_terminal or out.width < NARROW
 
 
+def terminal():
+    """A Console on stdout if it is a terminal, else None: a pipe or a file gets plain lines, written
+    without rich, which is not even imported (a twentieth of a second)."""
+    try:
+        return console() if sys.stdout.isatty() else None
+    except (AttributeError, ValueError):  # none, or closed
+        return None
+
+
 def ask(prompt: str) -> str:
     """A line typed at the terminal; end of input (Ctrl-D) is an empty answer, as Enter is."""
     try:

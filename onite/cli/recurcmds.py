@@ -1,12 +1,13 @@
 """``onite recur``: recurring jobs, templates spooled as a job each time their rule fires."""
 
 import os
+import sys
 from typing import Annotated, Optional
 
 import typer
 
 from onite.cli.options import (CpusOpt, HELP_NAMES, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app,
-                               console, is_plain, open_spool, show_help)
+                               is_plain, open_spool, show_help, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_RETRIES
@@ -78,8 +79,8 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
         return
     from onite.cli.render import print_recur_list
 
-    out = console()
-    print_recur_list(views, when, out=out, plain=is_plain(out, plain))
+    out = terminal()
+    print_recur_list(views, when, out=out or sys.stdout, plain=out is None or is_plain(out, plain))
 
 
 @recur_app.command("remove")
