@@ -99,19 +99,11 @@ def _print_version(wanted: bool) -> None:
         raise typer.Exit(0)
 
 
-def _show_completion(shell: Optional[str]) -> None:
-    if shell is not None:
+def _completion(option: typer.CallbackParam, shell: Optional[str]) -> None:
+    if shell is not None:  # given without one, onite.__main__ acts for the shell in use
         from onite.cli import completion
 
-        completion.act("--show-completion", shell)
-        raise typer.Exit(0)
-
-
-def _install_completion(shell: Optional[str]) -> None:
-    if shell is not None:
-        from onite.cli import completion
-
-        completion.act("--install-completion", shell)
+        completion.act(option.opts[0], shell)
         raise typer.Exit(0)
 
 
@@ -122,11 +114,11 @@ def _options(
     version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                           help="Print onite's version and exit.")] = False,
     show_completion: Annotated[Optional[str], typer.Option(
-        "--show-completion", metavar="[SHELL]", is_eager=True, callback=_show_completion, show_default=False,
+        "--show-completion", metavar="[SHELL]", is_eager=True, callback=_completion, show_default=False,
         help="Print the completion script of SHELL (bash, zsh or fish; default: the shell you use), "
         "to install it by hand.")] = None,
     install_completion: Annotated[Optional[str], typer.Option(
-        "--install-completion", metavar="[SHELL]", is_eager=True, callback=_install_completion, show_default=False,
+        "--install-completion", metavar="[SHELL]", is_eager=True, callback=_completion, show_default=False,
         help="Install completion for SHELL (bash, zsh or fish; default: the shell you use).")] = None,
 ) -> None:
     """onite: spool batch jobs by day, run them at night in priority order, as their owners."""
