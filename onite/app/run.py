@@ -90,7 +90,7 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
     if beat.state == hb.BeatState.DRAINING:
         return f"the daemon of host {host} (pid {beat.pid}) is draining already"
     if not request_wake(target, host, beat):
-        raise SpoolError(f"cannot leave the request in {target.root / 'locks'}", "check the spool: onite init")
+        raise SpoolError(f"cannot leave the request in {target.locks_dir}", "check the spool: onite init")
     return f"told the daemon of host {host} (pid {beat.pid}) to drain now; onite status and onite log follow it"
 
 
