@@ -1,12 +1,8 @@
-"""SPOOL/cron.HOST.state: the spool's world-readable record of the cron entry that drains it on HOST.
+"""SPOOL/cron.HOST.state: the world-readable record of the cron entry that drains the spool on HOST.
 
-Nobody but root may read root's crontab, so ``onite cron --install``
-(onite.app.crontab) records what it installed here: the schedule, the
-command, when and by whom, and the next drain it will start, which a driver
-that cron started keeps current (``refresh_record``). ``onite status`` and
-``onite submit`` read it (onite.drain.nextdrain) to say when the next drain
-is. Only the spool's owner writes the spool's top folder, so users cannot
-forge a record; every field is still checked on reading.
+Nobody but root may read root's crontab, so ``onite cron --install`` records here what it
+installed and the next drain, which a driver that cron started keeps current; ``status`` and
+``submit`` read it. Only the spool's owner writes there; every field is still checked on reading.
 """
 
 from __future__ import annotations
@@ -24,12 +20,11 @@ FORMAT = 1
 
 
 def record_path(root: Path, host: str) -> Path:
-    """``SPOOL/cron.HOST.state``."""
     return SpoolDir(root).state_path(CRON_RECORD, host)
 
 
 class CronRecord(NamedTuple):
-    """What ``onite cron --install`` put in a crontab on ``host``, as the spool remembers it."""
+    """What ``onite cron --install`` put in a crontab on ``host``."""
 
     host: str
     machine: str
@@ -76,7 +71,7 @@ def read_records(root: Path) -> list[CronRecord]:
                 data = os.read(fd, 65536)
             finally:
                 os.close(fd)
-            import json  # here: a spool without cron records (every submit asks) need not load it
+            import json  # here: a submit on a spool without cron records need not load it
 
             record = CronRecord.from_json(json.loads(data))
         except (OSError, ValueError, RecursionError):
@@ -87,16 +82,14 @@ def read_records(root: Path) -> list[CronRecord]:
 
 
 def write_record(root: Path, record: CronRecord) -> None:
-    """Raises:
-        SpoolIOError: it cannot be written.
-    """
+    """Raises SpoolIOError."""
     from onite.core.jsontext import dumps
 
     replace_file(record_path(root, record.host), (dumps(record.to_json()) + "\n").encode(), mode=0o644, durable=True)
 
 
 def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
-    """A driver that cron started says when cron starts the next one (readers then need no croniter)."""
+    """A driver that cron started records when cron starts the next (readers then need no croniter)."""
     for record in read_records(root):
         if record.host == host and record.next_drain != next_drain:
             try:
