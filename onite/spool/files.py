@@ -180,12 +180,18 @@ def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None, durabl
     """Give a fresh file its owner, ``data`` and its mode (whatever the umask made of it). Raises OSError."""
     if owner is not None:
         os.fchown(fd, *owner)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    write_all(fd, data)
     os.fchmod(fd, mode)
     if durable:
         os.fsync(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``: one write(2), which O_APPEND makes atomic against other appends, unless short.
+    Raises OSError."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _make_durable(paths: list[str]) -> None:
