@@ -1,10 +1,8 @@
 """Which spool a command uses: --spool, else ONITE_SPOOL, else the system spool, else a personal one.
 
-The system spool is /var/spool/onite unless root's /etc/onite.toml (or the file
-ONITE_SYSTEM_CONFIG names) says ``spool = "/srv/onite"``; that file must be
-root's and writable by root only, since it chooses every user's spool. A user
-gets a personal spool ($XDG_STATE_HOME/onite) only where root has not set up a
-system spool (docs/admin-guide.md). Nothing here writes.
+The system spool is /var/spool/onite unless /etc/onite.toml (or ONITE_SYSTEM_CONFIG) says
+``spool = "/srv/onite"``. A user gets a personal spool ($XDG_STATE_HOME/onite) only where root
+has not set up a system spool (docs/admin-guide.md). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ class Source(StrEnum):
 
 
 class Location(NamedTuple):
-    """Which spool a command uses and why (so errors, status and --help can say where it came from)."""
+    """Which spool a command uses and why (for errors, status and --help)."""
 
     path: Path
     source: Source
@@ -49,24 +47,17 @@ class Location(NamedTuple):
         return f"{kind}{self.path} ({self.reason or self.source})"
 
 
-def system_config_path(environ) -> Path:
-    return Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
-
-
 def system_spool(environ) -> tuple[Path, str]:
-    """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml (or the
-    file ONITE_SYSTEM_CONFIG names), else /var/spool/onite.
-
-    The file must be root's (or the caller's own) and writable by nobody else: it decides which
-    spool root's own commands (and drivers) use.
+    """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml, else the default.
+    The file must be root's (or the caller's) and writable by nobody else: it chooses root's spool too.
 
     Raises:
-        ConfigError: the file cannot be read, is not root's or is writable by others, is not
-            TOML, has an unknown key, or its spool is not an absolute path.
+        ConfigError: it cannot be read, is not root's or is writable by others, is not TOML, has an
+            unknown key, or its spool is not an absolute path.
     """
     from onite.core.errors import ConfigError
 
-    path = system_config_path(environ)
+    path = Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
@@ -103,7 +94,7 @@ def system_spool(environ) -> tuple[Path, str]:
 
 
 def is_initialised_system_spool(path: Path) -> bool:
-    """Has root initialised a spool at ``path`` (its jobs/ folder exists, and the spool is root's)?"""
+    """Has root initialised a spool at ``path`` (root's, with a jobs/ folder)?"""
     try:
         return os.stat(path).st_uid == 0 and stat.S_ISDIR(os.stat(SpoolDir(path).jobs_dir).st_mode)
     except OSError:
@@ -111,11 +102,7 @@ def is_initialised_system_spool(path: Path) -> bool:
 
 
 def _absolute(path: str, given: str) -> Path:
-    """``path`` made absolute; a relative one needs the current directory, which may be gone.
-
-    Raises:
-        InvalidInput: it is relative and the current directory no longer exists.
-    """
+    """``path`` made absolute. Raises InvalidInput: it is relative and the current directory is gone."""
     try:
         return Path(path).absolute()
     except FileNotFoundError:
@@ -127,11 +114,7 @@ def _absolute(path: str, given: str) -> Path:
 
 def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
     """--spool, then ONITE_SPOOL, then the system spool for root and, once root has initialised it,
-    for everyone; a user gets a personal spool ($XDG_STATE_HOME/onite) only where there is none.
-
-    Raises:
-        ConfigError: /etc/onite.toml is bad (system_spool).
-    """
+    for everyone, else a personal spool. Raises ConfigError: /etc/onite.toml is bad (system_spool)."""
     if explicit:
         return Location(_absolute(explicit, "--spool"), Source.OPTION, "given with --spool")
     if environ.get("ONITE_SPOOL"):
@@ -149,11 +132,7 @@ def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", e
 
 
 def check_may_init(where: Location, euid: int) -> None:
-    """``onite init`` by a user must not touch the system spool: that is root's.
-
-    Raises:
-        Refused: a user asked to initialise the system spool.
-    """
+    """Raises Refused: a user asked to initialise the system spool, which is root's."""
     if euid == 0:
         return
     try:
