@@ -31,10 +31,7 @@ from onite.spool.scan import Entry, user_name
 
 def withdraw(spool: SpoolDir, entry: Entry) -> Path:
     """Move a queued job into cancel/, so that it can no longer run; return its new path.
-
-    Raises:
-        NotFound: a driver claimed it first.
-    """
+    Raises NotFound: a driver claimed it first."""
     target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
     try:
         change_state(entry.name, JobState.HELD if entry.held else JobState.QUEUED, JobState.CANCELLED,

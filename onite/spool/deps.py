@@ -35,10 +35,7 @@ def dependency_state(spool: SpoolDir, name: str, uid: int | None, withdrawn: Wit
     """The state of ``uid``'s job ``name`` as a dependency: PENDING while queued or running, else its
     latest outcome; FOREIGN if only another user's job has the name; MISSING if there is no such
     user or no trace. ``withdrawn``: cancel/ as the caller listed it, else it is listed here.
-
-    Raises:
-        SpoolIOError: a folder or result record cannot be read.
-    """
+    Raises SpoolIOError: a folder or result record cannot be read."""
     if uid is None:
         return DepState.MISSING
     owners = live_owners(spool, name)
@@ -75,10 +72,7 @@ def _logged_outcome(spool: SpoolDir, name: str, uid: int) -> DepState | None:
 
 def name_owner(spool: SpoolDir, name: str) -> int | None:
     """The uid of a user whose job (queued, running, withdrawn or kept) is called ``name``, if one can be told.
-
-    Raises:
-        SpoolIOError: a folder cannot be looked into.
-    """
+    Raises SpoolIOError: a folder cannot be looked into."""
     owners = live_owners(spool, name) | Withdrawn(spool).owners(name)
     if owners:
         return min(owners)

@@ -44,10 +44,7 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
                 owner: tuple[int, int] | None = None) -> Path:
     """Create ``folder/name`` holding ``data``, durably, all or nothing, never replacing a file.
 
-    Raises:
-        Refused: ``folder/name`` already exists.
-        SpoolIOError: the write failed (full disk, file-size limit, permissions, …).
-    """
+    Raises Refused: the name exists; SpoolError, SpoolIOError: the write failed."""
     tmp = _write_unnamed(folder, name, data, mode, owner, durable=True)
     _link_name(tmp, folder, name)
     fsync_dir(folder)
@@ -57,17 +54,13 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
 def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: int = 0o600,
                       owner: tuple[int, int] | None = None, durable: bool = True,
                       since_ns: int | None = None) -> str | None:
-    """Create ``folder/name`` for a job of ``uid`` whose name is its own (a retry, a recurring run): a
-    file of the name that is not ``uid``'s and was put there after ``since_ns`` (its ctime) is
-    exchanged with the new file in one step (renameat2(RENAME_EXCHANGE)), so no user can keep the
-    name by putting a file back the moment it is moved aside. Returns where the displaced file now is
-    (a dot-name in ``folder``, for the caller to set aside), or None if the name was free.
+    """Create ``folder/name`` for ``uid``'s job whose name is its own (a retry, a recurring run): another
+    user's file put there after ``since_ns`` is exchanged with it in one step (RENAME_EXCHANGE), so no
+    one can keep the name by putting a file back as it is moved aside. Returns the displaced file's
+    new path (a dot-name, for the caller to set aside), or None.
 
-    Raises:
-        Refused: a file of ``uid``'s, or one older than ``since_ns``, has the name; or the name is
-            taken and the file system cannot exchange (NFS), or it kept changing.
-        SpoolIOError: the write failed.
-    """
+    Raises Refused: ``uid``'s file or an older one has the name, or it cannot be exchanged (NFS) or
+    kept changing; SpoolIOError: the write failed."""
     tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
     final = f"{folder}/{name}"
     try:
@@ -105,16 +98,13 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
 def create_batch(files: Iterable[tuple[Path, str, bytes]], *, owner: tuple[int, int] | None = None) -> int:
     """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does; return how many.
 
-    One fsync per file would cost more than the rest of a submit, so each chunk of files is written
-    under dot-names, made durable together (``_make_durable``), and only then named, in order (so
-    their ctimes never decrease); each folder is fsync'ed once at the end. On any error or interrupt
-    the files already named stay and the dot-names of the others are removed; a write that fails
-    (a full disk) still lets the files of its chunk written before it be named.
+    An fsync per file would cost more than the rest of a submit, so each chunk is written under
+    dot-names, made durable together, then named in order (ctimes never decrease); each folder is
+    fsync'ed once at the end. On an error the files named stay and the other dot-names go; a write
+    that fails (a full disk) still lets the files written before it in its chunk be named.
 
-    Raises:
-        Refused: a name already exists (``created`` on the error: how many were made before it).
-        SpoolError, SpoolIOError: a write failed (``created`` likewise).
-    """
+    Raises Refused: a name exists; SpoolError, SpoolIOError: a write failed (``created`` on the
+    error: how many were made before it)."""
     created = 0
     folders: dict[Path, None] = {}
     pending: list[tuple[str, Path, str]] = []  # (tmp path, folder, name) written, not yet named
@@ -187,8 +177,7 @@ def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None, durabl
 
 
 def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data``: one write(2), which O_APPEND makes atomic against other appends, unless short.
-    Raises OSError."""
+    """Write all of ``data``: one write(2) (atomic against other appends with O_APPEND) unless short."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -215,13 +204,8 @@ def _make_durable(paths: list[str]) -> None:
 
 
 def _link_name(tmp: str, folder: Path, name: str) -> None:
-    """Give the written dot-name its name, never replacing a file: renameat2(RENAME_NOREPLACE), which
-    never gives the job two links, else link then unlink (a driver that sees the second link waits
-    for the unlink: filecheck.SETTLING).
-
-    Raises:
-        Refused: the name exists. SpoolIOError: any other failure.
-    """
+    """Give the dot-name its name, never replacing a file: RENAME_NOREPLACE, else link then unlink (a
+    driver that sees the second link waits: filecheck.SETTLING). Raises Refused, SpoolIOError."""
     final = folder / name
     try:
         if _rename_noreplace(tmp, str(final)):
@@ -258,11 +242,7 @@ def _renameat2(src: str, dst: str, flags: int) -> int | None:
 
 
 def _rename_noreplace(src: str, dst: str) -> bool:
-    """rename(2) that never replaces ``dst``; False where it cannot be done (then the caller links).
-
-    Raises:
-        FileExistsError: ``dst`` exists. OSError: any other failure.
-    """
+    """rename(2) that never replaces ``dst`` (FileExistsError); False where it cannot be done (link instead)."""
     code = _renameat2(src, dst, RENAME_NOREPLACE)
     if code is None or code in _UNSUPPORTED:
         return False
@@ -272,11 +252,7 @@ def _rename_noreplace(src: str, dst: str) -> bool:
 
 
 def _rename_exchange(a: str, b: str) -> bool:
-    """Swap the entries ``a`` and ``b`` in one step; False if ``b`` is gone meanwhile.
-
-    Raises:
-        Refused: the file system (or the C library) cannot exchange. OSError: any other failure.
-    """
+    """Swap ``a`` and ``b`` in one step; False if ``b`` is gone. Raises Refused where that cannot be done."""
     code = _renameat2(a, b, RENAME_EXCHANGE)
     if code is None or code in _UNSUPPORTED:
         raise _taken(b)
@@ -304,11 +280,7 @@ def fsync_dir(folder: Path) -> None:
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,
                  durable: bool = False) -> os.stat_result:
     """Write ``path`` atomically (dot-name, then rename), replacing it; ``durable``: flushed before the
-    rename. Returns the file's stat as written (the rename changes only its ctime).
-
-    Raises:
-        SpoolIOError: the write failed.
-    """
+    rename. Returns its stat as written (the rename changes only its ctime). Raises SpoolIOError."""
     folder, _, name = str(path).rpartition("/")
     tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
     try:
@@ -328,10 +300,8 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int
 def move_file(src: Path, dst: Path, action: str) -> None:
     """One atomic rename within the spool.
 
-    Raises:
-        NotFound: ``src`` is gone (another driver or a cancel got there first).
-        SpoolError: a folder of the spool is missing. SpoolIOError: any other failure.
-    """
+    Raises NotFound: ``src`` is gone (another driver or a cancel got there first); SpoolError: a folder
+    of the spool is missing; SpoolIOError."""
     try:
         os.rename(src, dst)
     except FileNotFoundError:
@@ -344,13 +314,9 @@ def move_file(src: Path, dst: Path, action: str) -> None:
 
 
 def change_state(name: str, old, new, src: Path, dst: Path, action: str) -> None:
-    """The one rename that moves job ``name`` from state ``old`` to ``new``: every change of a job's
-    state goes through here.
+    """The one rename that moves job ``name`` from state ``old`` to ``new``: every change of state goes here.
 
-    Raises:
-        InvalidTransition: ``old → new`` is no edge of onite.core.state (nothing was moved).
-        NotFound, SpoolError, SpoolIOError: as move_file.
-    """
+    Raises InvalidTransition: no edge of onite.core.state (nothing moved); else as move_file."""
     from onite.core.state import check_transition  # not at import: a submit never changes a state
 
     check_transition(name, old, new)
@@ -358,11 +324,7 @@ def change_state(name: str, old, new, src: Path, dst: Path, action: str) -> None
 
 
 def remove_file(path: Path | str) -> bool:
-    """Unlink ``path``; False if it was already gone (or is a folder).
-
-    Raises:
-        SpoolIOError: any other failure.
-    """
+    """Unlink ``path``; False if it was already gone (or is a folder). Raises SpoolIOError."""
     try:
         os.unlink(path)
         return True

@@ -22,10 +22,7 @@ from onite.spool.scan import listing, token_entries
 
 def read_holds(folder: Path) -> dict[str, frozenset[int]]:
     """The markers in ``folder`` (SPOOL/hold): job name → the uids owning one. Only regular files count.
-
-    Raises:
-        SpoolIOError: the folder cannot be listed.
-    """
+    Raises SpoolIOError: the folder cannot be listed."""
     owners: dict[str, set[int]] = {}
     for name, _, st in token_entries(folder):
         if stat.S_ISREG(st.st_mode):
@@ -40,11 +37,7 @@ def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
 
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
     """Hold ``name`` with a new marker owned by ``owner`` (root holding a user's job gives the marker
-    to that user, who may then release it).
-
-    Raises:
-        SpoolError: no hold/ folder. SpoolIOError: it cannot be made.
-    """
+    to that user, who may then release it). Raises SpoolError: no hold/ folder. SpoolIOError: it cannot be made."""
     path = spool.hold_dir / f"{name}{SIDE}{os.getpid()}.{os.urandom(4).hex()}"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -67,10 +60,7 @@ def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -
 def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int] | None = None) -> int:
     """Remove the markers of ``name`` (or of several names) owned by one of ``uids`` (None: all, which
     only root may); return how many went. Those this process may not remove are left.
-
-    Raises:
-        SpoolIOError: hold/ cannot be listed.
-    """
+    Raises SpoolIOError: hold/ cannot be listed."""
     names = {name} if isinstance(name, str) else set(name)
     wanted = None if uids is None else set(uids)
     removed = 0

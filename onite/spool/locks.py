@@ -24,11 +24,8 @@ _OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
 def ensure_dir(root: Path) -> Path:
     """SPOOL/locks/, made if missing: a folder of this user's, closed to others (a wider mode is narrowed).
 
-    Raises:
-        Refused: it is not this user's to make or use (the spool is root's).
-        SpoolError: it is not a folder, or root's spool has one of another user's.
-        SpoolIOError: it cannot be made or looked at.
-    """
+    Raises Refused: it is not this user's (the spool is root's); SpoolError: it is not a folder, or
+    root's spool has one of another user's; SpoolIOError."""
     path = SpoolDir(root).locks_dir
     try:
         os.mkdir(path, 0o700)
@@ -88,11 +85,8 @@ class Lock:
 def open_lock_file(path: Path) -> int:
     """A descriptor of the lock file ``path`` (made if missing): a regular file of this user's, 0600.
 
-    Raises:
-        Refused: this user may not open it (the spool is root's).
-        SpoolError: it is not a regular file of this user's.
-        SpoolIOError: any other failure.
-    """
+    Raises Refused: this user may not open it (the spool is root's); SpoolError: it is not a regular
+    file of this user's; SpoolIOError."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except PermissionError:
@@ -117,11 +111,7 @@ def open_lock_file(path: Path) -> int:
 
 def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
     """flock ``path`` exclusively, trying for at most ``timeout`` seconds; None if another holds it.
-    ``holder`` is written into the file, for root's eyes.
-
-    Raises:
-        Refused, SpoolError, SpoolIOError: as open_lock_file.
-    """
+    ``holder`` is written into the file, for root's eyes. Raises as open_lock_file."""
     fd = open_lock_file(path)
     deadline = time.monotonic() + timeout
     pause = 0.005
@@ -149,10 +139,7 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
 
 def leave_wake(spool: SpoolDir, host: str) -> bool:
     """Leave the request ``locks/wake.HOST`` that HOST's idle daemon drain now; False if it cannot be left.
-
-    Raises:
-        Refused, SpoolError, SpoolIOError: as ``ensure_dir``.
-    """
+    Raises as ``ensure_dir``."""
     ensure_dir(spool.root)
     try:
         os.close(os.open(spool.wake_path(host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
@@ -162,11 +149,7 @@ def leave_wake(spool: SpoolDir, host: str) -> bool:
 
 
 def take_wake(spool: SpoolDir, host: str) -> bool:
-    """Take (remove) the request ``leave_wake`` left; False if there was none.
-
-    Raises:
-        OSError: it cannot be removed.
-    """
+    """Take (remove) the request ``leave_wake`` left; False if there was none. Raises OSError."""
     try:
         os.unlink(spool.wake_path(host))
         return True

@@ -152,10 +152,7 @@ class ActivityLog:
 
 def tail(path: Path, lines: int) -> list[str]:
     """The last ``lines`` lines of the log, read from its end (the log may be large).
-
-    Raises:
-        SpoolIOError: it cannot be read (not a file, no permission, …).
-    """
+    Raises SpoolIOError: it cannot be read (not a file, no permission, …)."""
     if lines <= 0:
         return []
     try:
@@ -194,10 +191,7 @@ class Outcomes:
 
     def last(self, name: str, user: str) -> str | None:
         """"done", "failed" or "cancelled"; None if the log does not tell.
-
-        Raises:
-            SpoolIOError: the log cannot be read.
-        """
+        Raises SpoolIOError: the log cannot be read."""
         self._catch_up()
         return self._last.get((name, user))
 

@@ -20,11 +20,7 @@ from onite.spool.scan import is_live, user_name
 
 def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> int:
     """A descriptor appending to the job's output file, made afresh (``append``: a retry reopens its
-    owner's), owned by ``owner`` (uid, gid; None: this process), mode 0600.
-
-    Raises:
-        OSError: it cannot be made.
-    """
+    owner's), owned by ``owner`` (uid, gid; None: this process), mode 0600. Raises OSError: it cannot be made."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     if append:
         try:
@@ -122,11 +118,7 @@ def _no_output(spool: SpoolDir, name: str, *, empty: bool = False) -> NotFound |
 
 def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """No stdout/NAME@stderr: if NAME's output is there, its stderr is in it.
-
-    Raises:
-        Refused: the output belongs to another user.
-        NotFound: its stderr went with its stdout.
-    """
+    Raises Refused: the output belongs to another user; NotFound: its stderr went with its stdout."""
     try:
         owner = os.lstat(spool.output_path(name)).st_uid
     except FileNotFoundError:

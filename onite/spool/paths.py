@@ -33,8 +33,7 @@ class SpoolDir:
     """One spool on disk: the paths of its folders and files, and its settings (onite.toml)."""
 
     def __init__(self, root: Path, config: Config | None = None) -> None:
-        # Paths are made once: a driver asks for them several times per job, and building a Path
-        # costs more than the system call it is used for.
+        # made once: building a Path costs more than the system call a driver uses it for
         self.root = root = Path(root)
         self._config = config
         self.config_path = root / "onite.toml"
@@ -130,11 +129,7 @@ class SpoolDir:
         return self.urgent_dir if urgent else self.queue_dir(min(priority, self.config.priorities))
 
     def ensure_queue_folder(self, folder: Path) -> None:
-        """Make a queue folder someone removed (a job is put back into it), with the mode ``onite init`` gives it.
-
-        Raises:
-            SpoolIOError: it cannot be made.
-        """
+        """Make a queue folder someone removed (a job goes back into it) as ``onite init`` does. Raises SpoolIOError."""
         if folder.is_dir():
             return
         mode = STICKY_DIR if os.lstat(self.root).st_uid == 0 else 0o755
@@ -145,11 +140,7 @@ class SpoolDir:
             raise SpoolIOError(folder, "making the queue folder", err) from None
 
     def ensure_running_folder(self, host: str) -> Path:
-        """``running/HOST/``, made (0755) if missing.
-
-        Raises:
-            SpoolIOError: it cannot be made.
-        """
+        """``running/HOST/``, made (0755) if missing. Raises SpoolIOError."""
         path = self.running_dir(host)
         try:
             os.makedirs(path, mode=0o755, exist_ok=True)
@@ -177,11 +168,8 @@ class SpoolDir:
     def check_drainable(self, command: str) -> None:
         """May this process drain the spool (``command``: what to run as root, for the hint)?
 
-        Raises:
-            SpoolError: as check(), or running/ is missing.
-            Refused: running/ is not this user's to write, or someone else could have changed the
-                spool (onite.spool.trust).
-        """
+        Raises SpoolError: as check(), or running/ is missing; Refused: running/ is not this user's to
+        write, or someone else could have changed the spool (onite.spool.trust)."""
         self.check()
         if not self.running_root.is_dir():
             raise SpoolError(f"no running/ folder in {self.root}", "run onite init to repair the spool")
@@ -193,9 +181,7 @@ class SpoolDir:
         trust.check(self.root, os.geteuid(), command)
 
     def check(self) -> None:
-        """Raises:
-            SpoolError: the spool is missing or not an onite spool.
-        """
+        """Raises SpoolError: the spool is missing or not an onite spool."""
         if not self.root.exists():
             raise SpoolError(f"no spool at {self.root}", "create it with: onite init")
         if not self.root.is_dir():

@@ -46,10 +46,7 @@ def live_state(spool: SpoolDir, name: str, uid: int | None = None, *,
                holds: dict[str, frozenset[int]] | None = None) -> str | None:
     """Where job ``name`` (``uid``'s, if given) is: "queued", "held" (every queued file of it is held),
     "running", or None. The queue is looked at before running/, so a job claimed meanwhile is found.
-
-    Raises:
-        SpoolIOError: a folder cannot be looked into.
-    """
+    Raises SpoolIOError: a folder cannot be looked into."""
     queued = [e for e in find_queued(spool, name, holds) if uid is None or e.uid == uid]
     if queued:
         return "held" if all(e.held for e in queued) else "queued"
@@ -63,10 +60,7 @@ def contested(spool: SpoolDir, names: set[str], uid: int) -> list[Entry]:
     A check that a name is free, made before a job file gets the name, can be raced by a file put
     in the queue by hand; looked at again here, such a file is seen, and one put there later has a
     later ctime, so the driver gives the name to the earlier file (onite.drain.pick).
-
-    Raises:
-        SpoolIOError: a queue folder cannot be looked into.
-    """
+    Raises SpoolIOError: a queue folder cannot be looked into."""
     settle(spool, names, uid)
     rivals = []
     for entries in _named(spool, names).values():

@@ -56,10 +56,7 @@ def result_names(spool: SpoolDir) -> list[str]:
 
 def read_results(spool: SpoolDir, damaged: list[str] | None = None) -> list[Result]:
     """Every kept result that can be read, oldest finish first; the names of damaged ones go to ``damaged``.
-
-    Raises:
-        SpoolIOError: a record cannot be read.
-    """
+    Raises SpoolIOError: a record cannot be read."""
     records = []
     for name in result_names(spool):
         try:
@@ -91,11 +88,7 @@ def result_record(result: Result) -> bytes:
 
 def kept_owner(spool: SpoolDir, name: str) -> tuple[int, int] | None:
     """The uid of the kept result of ``name`` and the latest ctime (ns) its job can have had in the
-    queue; None if none is kept (or it is damaged).
-
-    Raises:
-        SpoolIOError: it cannot be read.
-    """
+    queue; None if none is kept (or it is damaged). Raises SpoolIOError: it cannot be read."""
     try:
         previous = read_result(spool, name)
     except DamagedRecord:

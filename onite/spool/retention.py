@@ -27,10 +27,7 @@ _OWNERS: dict[tuple[str, int, int], int] = {}  # (name, inode, mtime) → uid: r
 def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
     """Remove each user's finished jobs beyond their newest ``keep``; return how many went. ``strays``:
     also remove what no kept result explains (left by a crash or a cancel), older than every kept one.
-
-    Raises:
-        SpoolIOError: jobsdone/ cannot be listed.
-    """
+    Raises SpoolIOError: jobsdone/ cannot be listed."""
     records: list[tuple[int, str, int]] = []
     for entry in listing(spool.done_dir):
         if entry.name.endswith(RESULT) and entry.name[0] != ".":

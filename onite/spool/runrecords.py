@@ -24,10 +24,7 @@ class RecordError(Exception):
 def create(path: str, info: dict) -> int:
     """Create the record at ``path`` holding ``info`` as its first line, replacing a dead run's; return
     an O_APPEND descriptor for the monitor.
-
-    Raises:
-        RecordError: it cannot be written (a full disk, a missing folder): start nothing.
-    """
+    Raises RecordError: it cannot be written (a full disk, a missing folder): start nothing."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         try:

@@ -33,11 +33,7 @@ class Entry(NamedTuple):
 
 
 def listing(folder: Path) -> Iterator[os.DirEntry]:
-    """The entries of ``folder``; none if it is gone.
-
-    Raises:
-        SpoolIOError: the folder cannot be listed.
-    """
+    """The entries of ``folder``; none if it is gone. Raises SpoolIOError: the folder cannot be listed."""
     try:
         it = os.scandir(folder)
     except (FileNotFoundError, NotADirectoryError):
