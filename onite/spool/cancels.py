@@ -1,11 +1,8 @@
 """The cancel inbox, SPOOL/cancel/: jobs withdrawn from their queue, and requests to cancel a job.
 
-A user may rename only their own files in the sticky queue folders, and cannot touch running/ or
-jobsdone/. So cancelling your own queued job renames it into cancel/ at once (``withdraw``: it can
-never run after that) and a driver, or root, files it later (``file_withdrawn``); anything else
-is an empty request cancel/NAME@TOKEN, which a driver honours only if the rules let that
-requester cancel that job (onite.drain.cancels). Anyone can put anything in cancel/: what is not
-a withdrawn job file is set aside in refused/ (``NotAJob``).
+A user cannot touch running/ or jobsdone/, so cancelling your own queued job renames it into
+cancel/ (``withdraw``: it can never run after that) for a driver or root to file; anything else
+is an empty request cancel/NAME@TOKEN that a driver honours if the rules allow (onite.drain.cancels).
 """
 
 from __future__ import annotations
@@ -72,17 +69,11 @@ class Filed:
 
 def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, rank: int | None = None) -> Filed | None:
     """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result; None if
-    it was gone (filed by someone else).
+    it was gone. It must be a regular file with one link, opened without following a link, and is
+    checked again once moved under a dot-name into jobsdone/ (root's), so a file swapped in meanwhile
+    is caught. Its result never replaces another user's kept result: it goes to refused/ instead.
 
-    The entry is opened without following a link and must be a regular file with one link; it is
-    then moved under a dot-name into jobsdone/, which only root writes, and checked again there, so
-    a file swapped in meanwhile is caught. Its result never replaces the kept result of another
-    user's job of the name (results.may_replace_result): it is then set aside in refused/.
-
-    Raises:
-        NotAJob: it is not a job file; it was moved to refused/ (or removed).
-        SpoolIOError: the spool cannot be written.
-    """
+    Raises NotAJob: it is not a job file (it was set aside); SpoolIOError."""
     name = pending.name.partition(SIDE)[0]
     try:
         fd = os.open(pending, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
@@ -92,16 +83,13 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         _set_aside(spool, pending, name, f"not a job file ({err.strerror})")
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            what = "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file"
-            os.close(fd)
-            fd = -1
-            _set_aside(spool, pending, name, what)
+        one_file = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
         # bounded: anyone can drop a file in cancel/, and the driver reading it runs as root
-        data = read_up_to(fd, spool.config.max_job_size + SLACK)
+        data = read_up_to(fd, spool.config.max_job_size + SLACK) if one_file else b""
     finally:
-        if fd >= 0:
-            os.close(fd)
+        os.close(fd)
+    if not one_file:
+        _set_aside(spool, pending, name, "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file")
     staged = spool.done_dir / f".{name}@cancelled.{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
         move_file(pending, staged, "filing the cancelled job")

@@ -15,7 +15,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
 from onite.spool.scan import Withdrawn, live_owners, user_name
 
-_OUTCOMES: dict[str, object] = {}  # spool root → its log's Outcomes, read on as the log grows
+_OUTCOMES: dict[str, object] = {}  # spool root → its log's Outcomes
 
 
 def dependency_of(dep: str, uid: int) -> tuple[str, int | None]:
@@ -50,24 +50,17 @@ def dependency_state(spool: SpoolDir, name: str, uid: int | None, withdrawn: Wit
     withdrawers = (withdrawn if withdrawn is not None else Withdrawn(spool)).owners(name)
     if uid in withdrawers:
         return DepState.CANCELLED
-    if result is not None:  # another user's run of the name since: the log still tells how the owner's ended
-        told = _logged_outcome(spool, name, uid)
+    if result is not None:  # another user's run of the name since: the log may tell how the owner's ended
+        from onite.spool.log import Outcomes
+
+        # the log is read once per process, then only what is appended to it
+        event = _OUTCOMES.setdefault(str(spool.root), Outcomes(spool.log_path)).last(name, user_name(uid))
+        told = {"done": DepState.OK, "failed": DepState.FAILED, "cancelled": DepState.CANCELLED}.get(event)
         if told is not None:
             return told
     if owners or withdrawers or result is not None:
         return DepState.FOREIGN
     return DepState.MISSING
-
-
-def _logged_outcome(spool: SpoolDir, name: str, uid: int) -> DepState | None:
-    """The owner's outcome of ``name`` from onite.log (read once per process, then what is appended)."""
-    from onite.spool.log import Outcomes
-
-    outcomes = _OUTCOMES.get(str(spool.root))
-    if outcomes is None:
-        outcomes = _OUTCOMES[str(spool.root)] = Outcomes(spool.log_path)
-    event = outcomes.last(name, user_name(uid))
-    return {"done": DepState.OK, "failed": DepState.FAILED, "cancelled": DepState.CANCELLED}.get(event)
 
 
 def name_owner(spool: SpoolDir, name: str) -> int | None:

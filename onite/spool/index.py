@@ -1,16 +1,12 @@
 """The driver's view of the queue in memory, so that a pick costs the same at 100,000 queued jobs as at 100.
 
-Only names and kernel ctimes are kept. A queue folder is listed again only when its mtime changed:
-at once for someone else's change (a costly folder at most every FRESH_EVERY s), at most every
-RESCAN_EVERY s (or RESCAN_COST_SHARE times its last listing) for the driver's own claims. A new
-file sorts after every job already there (its ctime is new), so noticing it late never changes
-which job runs next. A listing within RACY_NS of the folder's mtime may have missed a same-tick
-add and is repeated; before deciding there is nothing to do the driver forces a full refresh.
-
-A job that cannot start for a lasting reason (held, pinned elsewhere) is *parked*: left out until
-its ctime changes, hold/ changes, or a forced refresh. An entry whose name is no job name is
-handed out once per listing through ``strays()``, for the driver to move aside; dot-names are
-writes in progress and are skipped.
+Only names and kernel ctimes are kept. A folder is listed again only when its mtime changed, and
+no more often than its listing's cost allows; a new file sorts after every job already there, so
+noticing it late never changes which job runs next. A listing within RACY_NS of the mtime may
+have missed a same-tick add and is repeated, and the driver forces a full look before it decides
+there is nothing to do. A job that waits for a lasting reason (held, pinned elsewhere) is
+*parked*: left out until its ctime or hold/ changes. An entry whose name is no job name is handed
+out once per listing (``strays``) for the driver to move aside; dot-names are writes in progress.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from onite.core.names import NAME_PATTERN
@@ -42,25 +38,22 @@ class Candidate:
     ctime_ns: int
 
 
+@dataclass(slots=True)
 class _Folder:
-    __slots__ = ("rank", "path", "names", "order", "head", "gone", "mtime_ns", "scanned_at", "touched", "racy",
-                 "sorted", "scan_seconds", "parked", "strays")
-
-    def __init__(self, rank: int, path: Path) -> None:
-        self.rank = rank
-        self.path = path
-        self.names: dict[str, int] = {}  # name → ctime_ns
-        self.order: list[tuple[int, str]] = []
-        self.head = 0  # order[:head] are gone: where a look for the next job starts
-        self.gone: set[str] = set()
-        self.mtime_ns = -1
-        self.scanned_at = float("-inf")
-        self.touched = False  # changed by the driver's own claims since its last listing
-        self.racy = False
-        self.sorted = True
-        self.scan_seconds = 0.0
-        self.parked: dict[str, int] = {}  # name → ctime
-        self.strays: set[str] = set()  # names that are no job names, not yet handed out
+    rank: int
+    path: Path
+    names: dict[str, int] = field(default_factory=dict)  # name → ctime_ns
+    order: list[tuple[int, str]] = field(default_factory=list)
+    head: int = 0  # order[:head] are gone: where a look for the next job starts
+    gone: set[str] = field(default_factory=set)
+    mtime_ns: int = -1
+    scanned_at: float = float("-inf")
+    touched: bool = False  # changed by the driver's own claims since its last listing
+    racy: bool = False
+    sorted: bool = True
+    scan_seconds: float = 0.0
+    parked: dict[str, int] = field(default_factory=dict)  # name → ctime
+    strays: set[str] = field(default_factory=set)  # names that are no job names, not yet handed out
 
     def clear(self) -> None:
         for part in (self.names, self.order, self.gone, self.parked, self.strays):

@@ -149,23 +149,20 @@ class Withdrawn:
     def unchanged(self) -> bool:
         """Is cancel/ as it was when listed (or not listed yet)? An entry made in the clock tick of the
         listing may be missed: for a dependency that only turns "cancelled" into "missing", a failure too."""
-        if self._paths is None:
-            return True
+        return self._paths is None or self._mtime() == self._mtime_ns
+
+    def _mtime(self) -> int | None:
         try:
-            return os.stat(self._folder).st_mtime_ns == self._mtime_ns
+            return os.stat(self._folder).st_mtime_ns
         except OSError:
-            return False
+            return None
 
     def _listing(self) -> dict[str, list[str]]:
         if self._paths is None:
-            try:
-                self._mtime_ns = os.stat(self._folder).st_mtime_ns
-            except OSError:
-                self._mtime_ns = None
-            paths: dict[str, list[str]] = {}
+            self._mtime_ns = self._mtime()
+            self._paths = {}
             for name, entry in token_names(self._folder):
-                paths.setdefault(name, []).append(entry.path)
-            self._paths = paths
+                self._paths.setdefault(name, []).append(entry.path)
         return self._paths
 
 
