@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from onite.core.errors import EXIT_REFUSED, JobFormatError, NotFound, OniteError, SpoolIOError
+from onite.core.errors import EXIT_REFUSED, JobFormatError, NotFound, OniteError
 from onite.core.job import Job
 from onite.core.jobfile import decode
 from onite.core.names import SIDE
 from onite.core.state import JobState, Result, unrun_result
 from onite.spool.filecheck import SLACK, read_up_to
-from onite.spool.files import change_state, discard, move_file
+from onite.spool.files import change_state, create_marker, discard, move_file, token
 from onite.spool.holds import remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.results import may_replace_result, write_result
@@ -29,7 +29,7 @@ from onite.spool.scan import Entry, user_name
 def withdraw(spool: SpoolDir, entry: Entry) -> Path:
     """Move a queued job into cancel/, so that it can no longer run; return its new path.
     Raises NotFound: a driver claimed it first."""
-    target = spool.cancel_dir / f"{entry.name}{SIDE}{_token()}"
+    target = spool.cancel_dir / f"{entry.name}{SIDE}{token()}"
     try:
         change_state(entry.name, JobState.HELD if entry.held else JobState.QUEUED, JobState.CANCELLED,
                      entry.path, target, "cancelling")
@@ -42,13 +42,8 @@ def withdraw(spool: SpoolDir, entry: Entry) -> Path:
 
 
 def request_cancel(spool: SpoolDir, name: str) -> Path:
-    """Leave an empty request cancel/NAME@TOKEN for the drivers. Raises SpoolIOError."""
-    path = spool.cancel_dir / f"{name}{SIDE}{_token()}"
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
-    except OSError as err:
-        raise SpoolIOError(path, "asking the driver to cancel", err) from None
-    return path
+    """Leave an empty request cancel/NAME@TOKEN for the drivers. Raises SpoolError, SpoolIOError."""
+    return create_marker(spool.cancel_dir, name, "asking the driver to cancel")
 
 
 class NotAJob(OniteError):
@@ -139,7 +134,3 @@ def _set_aside(spool: SpoolDir, path: Path, name: str, why: str) -> None:
 
 def _refused(spool: SpoolDir, name: str) -> Path:
     return spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"
-
-
-def _token() -> str:
-    return f"{os.getpid()}.{os.urandom(4).hex()}"

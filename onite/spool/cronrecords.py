@@ -40,41 +40,35 @@ class CronRecord(NamedTuple):
                 "next_drain": self.next_drain.isoformat() if self.next_drain else None}
 
     @classmethod
-    def from_json(cls, data) -> "CronRecord | None":
+    def from_json(cls, data: dict) -> "CronRecord | None":
         """The record ``data`` describes, or None if a field is missing or out of range."""
+        from onite.core import values
+
         try:
-            if not isinstance(data, dict) or data.get("version") != FORMAT:
+            schedule = data.get("schedule")
+            if data.get("version") != FORMAT or not isinstance(schedule, list) \
+                    or not all(isinstance(e, str) for e in schedule):
                 return None
-            schedule = data["schedule"]
-            if not isinstance(schedule, list) or not all(isinstance(e, str) and len(e) < 200 for e in schedule):
-                return None
-            texts = [data[k] for k in ("host", "machine", "command", "user")]
-            if not all(isinstance(t, str) and len(t) < 4096 for t in texts):
-                return None
-            installed = datetime.fromisoformat(data["installed"])
-            nxt = data.get("next_drain")
-            nxt = datetime.fromisoformat(nxt) if nxt is not None else None
-            if installed.tzinfo is None or (nxt is not None and nxt.tzinfo is None):
-                return None
-            return cls(data["host"], data["machine"], tuple(schedule), data["command"], installed, data["user"], nxt)
-        except (KeyError, TypeError, ValueError, OverflowError):
+            host, machine, command, user = (values.text(data, key) for key in ("host", "machine", "command", "user"))
+            return cls(host, machine, tuple(schedule), command, values.time(data, "installed"), user,
+                       values.optional_time(data, "next_drain"))
+        except ValueError:
             return None
 
 
 def read_records(root: Path) -> list[CronRecord]:
     """Every cron record of the spool, by host (damaged ones are skipped)."""
+    from onite.core.values import loads_object  # here: a submit on a spool without cron records needs no json
+
     found = []
     for host, path in SpoolDir(root).state_paths(CRON_RECORD):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
-                data = os.read(fd, 65536)
+                record = CronRecord.from_json(loads_object(os.read(fd, 65536)))
             finally:
                 os.close(fd)
-            import json  # here: a submit on a spool without cron records need not load it
-
-            record = CronRecord.from_json(json.loads(data))
-        except (OSError, ValueError, RecursionError):
+        except (OSError, ValueError):
             continue
         if record is not None and record.host == host:
             found.append(record)

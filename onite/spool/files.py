@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from onite.core.errors import NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.core.names import SIDE
 
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 AT_FDCWD = -100
@@ -34,6 +35,33 @@ def discard(path: Path | str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def token() -> str:
+    """A suffix no other file of a name has: this process's pid and a random number."""
+    return f"{os.getpid()}.{os.urandom(4).hex()}"
+
+
+def create_marker(folder: Path, name: str, action: str, owner: tuple[int, int] | None = None) -> Path:
+    """Create an empty ``folder/NAME@TOKEN`` (a hold, a cancel request), mode 0644, owned by ``owner``.
+    Raises SpoolError: no such folder; SpoolIOError."""
+    path = folder / f"{name}{SIDE}{token()}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise SpoolError(f"no folder {folder}", "run onite init to add it") from None
+    except OSError as err:
+        raise SpoolIOError(path, action, err) from None
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.fchmod(fd, 0o644)
+    except OSError as err:
+        discard(path)
+        raise SpoolIOError(path, action, err) from None
+    finally:
+        os.close(fd)
+    return path
 
 
 def _taken(path: Path | str) -> Refused:

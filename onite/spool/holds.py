@@ -12,10 +12,10 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from onite.core.errors import SpoolError, SpoolIOError
+from onite.core.errors import SpoolIOError
 from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
-from onite.spool.files import discard
+from onite.spool.files import create_marker
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import listing, token_entries
 
@@ -38,23 +38,7 @@ def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
     """Hold ``name`` with a new marker owned by ``owner`` (root holding a user's job gives the marker
     to that user, who may then release it). Raises SpoolError: no hold/ folder. SpoolIOError: it cannot be made."""
-    path = spool.hold_dir / f"{name}{SIDE}{os.getpid()}.{os.urandom(4).hex()}"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileNotFoundError:
-        raise SpoolError(f"no folder {spool.hold_dir}", "run onite init to add it") from None
-    except OSError as err:
-        raise SpoolIOError(path, "holding a job with", err) from None
-    try:
-        if owner is not None:
-            os.fchown(fd, *owner)
-        os.fchmod(fd, 0o644)
-    except OSError as err:
-        discard(path)
-        raise SpoolIOError(path, "holding a job with", err) from None
-    finally:
-        os.close(fd)
-    return path
+    return create_marker(spool.hold_dir, name, "holding a job with", owner)
 
 
 def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int] | None = None) -> int:

@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
-from onite.core.errors import OniteError, Refused
+from onite.core.errors import ConfigError, InvalidInput, OniteError, Refused
 from onite.spool.paths import SpoolDir
 
 SYSTEM_SPOOL = Path("/var/spool/onite")
@@ -55,27 +55,23 @@ def system_spool(environ) -> tuple[Path, str]:
         ConfigError: it cannot be read, is not root's or is writable by others, is not TOML, has an
             unknown key, or its spool is not an absolute path.
     """
-    from onite.core.errors import ConfigError
-
     path = Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"{path} is not a regular file", "make it one, or remove it")
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+                raise ConfigError(f"{path} must be root's and writable by root only (it chooses every user's spool)",
+                                  f"chown root {path} && chmod 644 {path}")
+            data = os.read(fd, 65536)
+        finally:
+            os.close(fd)
     except (FileNotFoundError, NotADirectoryError):
         return SYSTEM_SPOOL, "default"
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read: {err.strerror}", "make it readable by everyone (chmod 644)") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path} is not a regular file", "make it one, or remove it")
-        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-            raise ConfigError(f"{path} must be root's and writable by root only (it chooses every user's spool)",
-                              f"chown root {path} && chmod 644 {path}")
-        data = os.read(fd, 65536)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read: {err.strerror}", "make it readable by everyone (chmod 644)") from None
-    finally:
-        os.close(fd)
     import tomllib
 
     try:
@@ -106,8 +102,6 @@ def _absolute(path: str, given: str) -> Path:
     try:
         return Path(path).absolute()
     except FileNotFoundError:
-        from onite.core.errors import InvalidInput
-
         raise InvalidInput(f"{given} {path!r} is a relative path, and your current directory no longer exists",
                            "cd to a folder that exists, or give the spool's full path") from None
 
