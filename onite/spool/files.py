@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -129,45 +130,46 @@ def create_batch(files: Iterable[tuple[Path, str, bytes]], *, owner: tuple[int, 
     An fsync per file would cost more than the rest of a submit, so each chunk is written under
     dot-names, made durable together, then named in order (ctimes never decrease); each folder is
     fsync'ed once at the end. On an error the files named stay and the other dot-names go; a write
-    that fails (a full disk) still lets the files written before it in its chunk be named.
+    that fails (a full disk) still lets the files written before it be named.
 
     Raises Refused: a name exists; SpoolError, SpoolIOError: a write failed (``created`` on the
     error: how many were made before it)."""
-    created = 0
+    written = 0
     folders: dict[Path, None] = {}
-    pending: list[tuple[str, Path, str]] = []  # (tmp path, folder, name) written, not yet named
-    chunk = iter(files)
+    pending: deque[tuple[str, Path, str]] = deque()  # (tmp path, folder, name) written, not yet named
     try:
-        while True:
-            failed = None
-            for folder, name, data in chunk:
-                folders.setdefault(folder)
-                try:
-                    pending.append((_write_unnamed(folder, name, data, 0o600, owner), folder, name))
-                except SpoolIOError as err:
-                    failed = err
-                    break
-                if len(pending) >= BATCH_CHUNK:
-                    break
-            if pending:
-                _make_durable([tmp for tmp, _, _ in pending])
-                for tmp, folder, name in pending:
-                    _link_name(tmp, folder, name)
-                    created += 1
-                pending.clear()
-            elif failed is None:
+        failed = None
+        for folder, name, data in files:
+            folders.setdefault(folder)
+            try:
+                pending.append((_write_unnamed(folder, name, data, 0o600, owner), folder, name))
+            except SpoolIOError as err:
+                failed = err
                 break
-            if failed is not None:
-                raise failed
+            written += 1
+            if len(pending) >= BATCH_CHUNK:
+                _name_durably(pending)
+        _name_durably(pending)
+        if failed is not None:
+            raise failed
     except OniteError as err:
-        err.created = created
+        err.created = written - len(pending)
         raise
     finally:
         for tmp, _, _ in pending:
             discard(tmp)
         for folder in folders:
             fsync_dir(folder)
-    return created
+    return written
+
+
+def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
+    """Flush the written files together, then name each in turn, taking it off ``pending``."""
+    if pending:
+        _make_durable([tmp for tmp, _, _ in pending])
+        while pending:
+            _link_name(*pending[0])
+            pending.popleft()
 
 
 def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,

@@ -50,11 +50,7 @@ class Location(NamedTuple):
 def system_spool(environ) -> tuple[Path, str]:
     """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml, else the default.
     The file must be root's (or the caller's) and writable by nobody else: it chooses root's spool too.
-
-    Raises:
-        ConfigError: it cannot be read, is not root's or is writable by others, is not TOML, has an
-            unknown key, or its spool is not an absolute path.
-    """
+    Raises ConfigError: it cannot be read, is not so, is not TOML, or says something else."""
     path = Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)

@@ -47,12 +47,7 @@ def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> i
 
 def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool = False) -> BinaryIO:
     """The output of the latest (or running) run of ``name``, open for reading (``stderr``: its kept-apart stderr).
-
-    Raises:
-        InvalidInput: a bad name.
-        NotFound: no output kept for that name; with ``stderr``, also: its stderr was not kept apart.
-        Refused: it belongs to another user.
-    """
+    Raises InvalidInput: a bad name; NotFound: no such output; Refused: it belongs to another user."""
     check_name(name)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
     try:

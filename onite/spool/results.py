@@ -6,8 +6,6 @@ on disk is DamagedRecord, never a traceback, and listings leave it out and name 
 
 from __future__ import annotations
 
-import os
-
 from onite.core.clock import ctime_ns_upto
 from onite.core.errors import DamagedRecord, SpoolIOError
 from onite.core.names import is_valid_name
@@ -15,15 +13,12 @@ from onite.core.state import Result
 from onite.core.values import loads_object
 from onite.spool.files import replace_file
 from onite.spool.paths import RESULT, SpoolDir
+from onite.spool.scan import listing
 
 
 def read_result(spool: SpoolDir, name: str) -> Result | None:
     """The result of the latest finished run of ``name``, or None if there is none.
-
-    Raises:
-        DamagedRecord: it cannot be read back (torn, damaged, or another name's record).
-        SpoolIOError: it cannot be read.
-    """
+    Raises DamagedRecord: it cannot be read back (torn, damaged, another name's); SpoolIOError."""
     path = spool.result_path(name)
     try:
         data = path.read_bytes()
@@ -46,12 +41,8 @@ def read_result(spool: SpoolDir, name: str) -> Result | None:
 
 def result_names(spool: SpoolDir) -> list[str]:
     """The names of the jobs whose result is kept, unread."""
-    try:
-        with os.scandir(spool.done_dir) as it:
-            return [name for name in (entry.name[: -len(RESULT)] for entry in it if entry.name.endswith(RESULT))
-                    if is_valid_name(name)]
-    except FileNotFoundError:
-        return []
+    names = (entry.name[: -len(RESULT)] for entry in listing(spool.done_dir) if entry.name.endswith(RESULT))
+    return [name for name in names if is_valid_name(name)]
 
 
 def read_results(spool: SpoolDir, damaged: list[str] | None = None) -> list[Result]:

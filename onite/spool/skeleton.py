@@ -42,13 +42,8 @@ class InitReport:
 
 def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitReport:
     """Create (or complete) a spool: ``system`` (root's shared spool) with the multi-user modes of
-    docs/security.md, else private to the caller (0700).
-
-    Raises:
-        Refused: onite.toml was changed by hand and disagrees with ``priorities``, or another user made
-            part of the spool.
-        SpoolIOError: a folder or file cannot be created.
-    """
+    docs/security.md, else private to the caller (0700). Raises Refused: onite.toml was changed by hand
+    and disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
     created: list[str] = []
     skel = skeleton_config()
     _refuse_foreign(root, os.geteuid())
