@@ -54,9 +54,7 @@ def create_marker(folder: Path, name: str, action: str, owner: tuple[int, int] |
     except OSError as err:
         raise SpoolIOError(path, action, err) from None
     try:
-        if owner is not None:
-            os.fchown(fd, *owner)
-        os.fchmod(fd, 0o644)
+        _fill(fd, b"", 0o644, owner, durable=False)
     except OSError as err:
         discard(path)
         raise SpoolIOError(path, action, err) from None
