@@ -118,9 +118,20 @@ def test_drain_now_then_term_exits_cleanly(spool, workdir, daemons):
 
 
 def _lock_held(spool: Path) -> bool:
-    from onite.spool.locks import is_locked
+    """Does a live process hold the driver's lock? A shared, non-blocking flock, dropped at once."""
+    import fcntl
 
-    return is_locked(spool / "locks" / f"driver.{HOST}.lock")
+    try:
+        fd = os.open(spool / "locks" / f"driver.{HOST}.lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def test_term_while_a_job_runs_finishes_it_first(spool, workdir, daemons):

@@ -424,7 +424,10 @@ def test_a_dependency_is_a_name_or_user_colon_name():
 
 
 def test_the_log_tells_a_users_last_outcome_of_a_name(tmp_path):
-    from onite.spool.log import format_line, last_outcome
+    from onite.spool.log import Outcomes, format_line
+
+    def last_outcome(path, name, user):
+        return Outcomes(path).last(name, user)
 
     log = tmp_path / "onite.log"
     when = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)

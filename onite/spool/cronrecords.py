@@ -1,12 +1,8 @@
-"""SPOOL/cron.HOST.state: the spool's world-readable record of the cron entry that drains it on HOST.
+"""SPOOL/cron.HOST.state: the world-readable record of the cron entry that drains the spool on HOST.
 
-Nobody but root may read root's crontab, so ``onite cron --install``
-(onite.app.crontab) records what it installed here: the schedule, the
-command, when and by whom, and the next drain it will start, which a driver
-that cron started keeps current (``refresh_record``). ``onite status`` and
-``onite submit`` read it (onite.drain.nextdrain) to say when the next drain
-is. Only the spool's owner writes the spool's top folder, so users cannot
-forge a record; every field is still checked on reading.
+Nobody but root may read root's crontab, so ``onite cron --install`` records here what it
+installed and the next drain, which a driver that cron started keeps current; ``status`` and
+``submit`` read it. Only the spool's owner writes there; every field is still checked on reading.
 """
 
 from __future__ import annotations
@@ -24,12 +20,11 @@ FORMAT = 1
 
 
 def record_path(root: Path, host: str) -> Path:
-    """``SPOOL/cron.HOST.state``."""
     return SpoolDir(root).state_path(CRON_RECORD, host)
 
 
 class CronRecord(NamedTuple):
-    """What ``onite cron --install`` put in a crontab on ``host``, as the spool remembers it."""
+    """What ``onite cron --install`` put in a crontab on ``host``."""
 
     host: str
     machine: str
@@ -45,41 +40,35 @@ class CronRecord(NamedTuple):
                 "next_drain": self.next_drain.isoformat() if self.next_drain else None}
 
     @classmethod
-    def from_json(cls, data) -> "CronRecord | None":
+    def from_json(cls, data: dict) -> "CronRecord | None":
         """The record ``data`` describes, or None if a field is missing or out of range."""
+        from onite.core import values
+
         try:
-            if not isinstance(data, dict) or data.get("version") != FORMAT:
+            schedule = data.get("schedule")
+            if data.get("version") != FORMAT or not isinstance(schedule, list) \
+                    or not all(isinstance(e, str) for e in schedule):
                 return None
-            schedule = data["schedule"]
-            if not isinstance(schedule, list) or not all(isinstance(e, str) and len(e) < 200 for e in schedule):
-                return None
-            texts = [data[k] for k in ("host", "machine", "command", "user")]
-            if not all(isinstance(t, str) and len(t) < 4096 for t in texts):
-                return None
-            installed = datetime.fromisoformat(data["installed"])
-            nxt = data.get("next_drain")
-            nxt = datetime.fromisoformat(nxt) if nxt is not None else None
-            if installed.tzinfo is None or (nxt is not None and nxt.tzinfo is None):
-                return None
-            return cls(data["host"], data["machine"], tuple(schedule), data["command"], installed, data["user"], nxt)
-        except (KeyError, TypeError, ValueError, OverflowError):
+            host, machine, command, user = (values.text(data, key) for key in ("host", "machine", "command", "user"))
+            return cls(host, machine, tuple(schedule), command, values.time(data, "installed"), user,
+                       values.optional_time(data, "next_drain"))
+        except ValueError:
             return None
 
 
 def read_records(root: Path) -> list[CronRecord]:
     """Every cron record of the spool, by host (damaged ones are skipped)."""
+    from onite.core.values import loads_object  # here: a submit on a spool without cron records needs no json
+
     found = []
     for host, path in SpoolDir(root).state_paths(CRON_RECORD):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
-                data = os.read(fd, 65536)
+                record = CronRecord.from_json(loads_object(os.read(fd, 65536)))
             finally:
                 os.close(fd)
-            import json  # here: a spool without cron records (every submit asks) need not load it
-
-            record = CronRecord.from_json(json.loads(data))
-        except (OSError, ValueError, RecursionError):
+        except (OSError, ValueError):
             continue
         if record is not None and record.host == host:
             found.append(record)
@@ -87,16 +76,14 @@ def read_records(root: Path) -> list[CronRecord]:
 
 
 def write_record(root: Path, record: CronRecord) -> None:
-    """Raises:
-        SpoolIOError: it cannot be written.
-    """
+    """Raises SpoolIOError."""
     from onite.core.jsontext import dumps
 
     replace_file(record_path(root, record.host), (dumps(record.to_json()) + "\n").encode(), mode=0o644, durable=True)
 
 
 def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
-    """A driver that cron started says when cron starts the next one (readers then need no croniter)."""
+    """A driver that cron started records when cron starts the next (readers then need no croniter)."""
     for record in read_records(root):
         if record.host == host and record.next_drain != next_drain:
             try:

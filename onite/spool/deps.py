@@ -1,35 +1,25 @@
 """Where a dependency stands, as the spool shows it: one answer for the driver and ``onite status``.
 
-A job spooled ``--after NAME`` waits while NAME is queued or running, runs
-once NAME's latest result says done, and fails when that result says failed
-or cancelled, cannot be read (damaged), when NAME was withdrawn and not yet
-filed, or when NAME left no trace at all (queue.evaluate turns these states
-into a verdict). The
-driver adds what only it knows (jobs it runs or has not filed yet) before
-asking here; everyone else asks here directly.
-
-A job waits only for its own user's job of that name, as Slurm's
-``singleton`` counts only the user's own jobs: names are typed by hand, any
-user may spool any free name, and a job of someone else's under the name
-must neither hold this one back nor let it run (nor, by failing, fail it).
-Such a name is FOREIGN, and the job fails saying whose the name is. To wait
-for another user's job, name its user: ``USER:NAME`` (``dependency_of``).
+A job waits only for its own user's job of a name, as Slurm's ``singleton`` counts only the user's
+own jobs: anyone may spool a free name, and another user's job under it must neither hold this one
+back nor let it run (nor, by failing, fail it). ``USER:NAME`` names another user's job.
 """
 
 from __future__ import annotations
 
-from onite.core.names import split_dependency
-from onite.spool.paths import SpoolDir
-from onite.spool.results import read_result
-from onite.spool.scan import Withdrawn, live_owners
 from onite.core.errors import DamagedRecord
+from onite.core.names import split_dependency
 from onite.core.queue import DepState
 from onite.core.state import JobState
+from onite.spool.paths import SpoolDir
+from onite.spool.results import read_result
+from onite.spool.scan import Withdrawn, live_owners, user_name
+
+_OUTCOMES: dict[str, object] = {}  # spool root → its log's Outcomes
 
 
 def dependency_of(dep: str, uid: int) -> tuple[str, int | None]:
-    """The job name and owner's uid that the dependency ``dep`` of a job of ``uid`` names: ``NAME`` is
-    ``uid``'s own job, ``USER:NAME`` USER's (uid None: there is no such user)."""
+    """The job name and owner a dependency ``dep`` of ``uid``'s job names (uid None: no such user)."""
     user, name = split_dependency(dep)
     if user is None:
         return name, uid
@@ -42,15 +32,10 @@ def dependency_of(dep: str, uid: int) -> tuple[str, int | None]:
 
 
 def dependency_state(spool: SpoolDir, name: str, uid: int | None, withdrawn: Withdrawn | None = None) -> DepState:
-    """The state of user ``uid``'s job ``name`` as a dependency (both as ``dependency_of`` resolves a
-    job's ``after:``): pending while queued or running, else its latest outcome; FOREIGN if only
-    another user's job has the name; MISSING if there is no such user (``uid`` None) or no trace.
-    ``withdrawn``: cancel/ as the caller listed it for all the dependencies it asks about (else it
-    is listed here).
-
-    Raises:
-        SpoolIOError: a folder or result record cannot be read.
-    """
+    """The state of ``uid``'s job ``name`` as a dependency: PENDING while queued or running, else its
+    latest outcome; FOREIGN if only another user's job has the name; MISSING if there is no such
+    user or no trace. ``withdrawn``: cancel/ as the caller listed it, else it is listed here.
+    Raises SpoolIOError: a folder or result record cannot be read."""
     if uid is None:
         return DepState.MISSING
     owners = live_owners(spool, name)
@@ -65,8 +50,12 @@ def dependency_state(spool: SpoolDir, name: str, uid: int | None, withdrawn: Wit
     withdrawers = (withdrawn if withdrawn is not None else Withdrawn(spool)).owners(name)
     if uid in withdrawers:
         return DepState.CANCELLED
-    if result is not None:  # another user's run of the name since: the log still tells how the owner's ended
-        told = _logged_outcome(spool, name, uid)
+    if result is not None:  # another user's run of the name since: the log may tell how the owner's ended
+        from onite.spool.log import Outcomes
+
+        # the log is read once per process, then only what is appended to it
+        event = _OUTCOMES.setdefault(str(spool.root), Outcomes(spool.log_path)).last(name, user_name(uid))
+        told = {"done": DepState.OK, "failed": DepState.FAILED, "cancelled": DepState.CANCELLED}.get(event)
         if told is not None:
             return told
     if owners or withdrawers or result is not None:
@@ -74,30 +63,9 @@ def dependency_state(spool: SpoolDir, name: str, uid: int | None, withdrawn: Wit
     return DepState.MISSING
 
 
-_OUTCOMES: dict[str, object] = {}  # spool root → its log's Outcomes, read on as the log grows
-
-
-def _logged_outcome(spool: SpoolDir, name: str, uid: int) -> DepState | None:
-    """The owner's outcome of job ``name`` from onite.log, once the kept result is another user's (a
-    name is free again once its job has finished, and the one result record a name keeps is its
-    latest run's). The log is read once per process, then only what is appended to it."""
-    from onite.spool.log import Outcomes
-    from onite.spool.scan import user_name
-
-    outcomes = _OUTCOMES.get(str(spool.root))
-    if outcomes is None:
-        outcomes = _OUTCOMES[str(spool.root)] = Outcomes(spool.log_path)
-    event = outcomes.last(name, user_name(uid))
-    return {"done": DepState.OK, "failed": DepState.FAILED, "cancelled": DepState.CANCELLED}.get(event)
-
-
 def name_owner(spool: SpoolDir, name: str) -> int | None:
-    """The uid of a user whose job (queued, running, withdrawn or kept) has the name ``name``, for
-    saying whose it is; None if there is none that can be told.
-
-    Raises:
-        SpoolIOError: a folder cannot be looked into.
-    """
+    """The uid of a user whose job (queued, running, withdrawn or kept) is called ``name``, if one can be told.
+    Raises SpoolIOError: a folder cannot be looked into."""
     owners = live_owners(spool, name) | Withdrawn(spool).owners(name)
     if owners:
         return min(owners)

@@ -1,82 +1,93 @@
 """Every write and move of a file in a spool: all or nothing, never half a job, never a lost one.
 
-- A job's state is the folder its file is in, and every change of state is
-  one rename(2) within the spool's file system (``change_state``, checked
-  against the state machine of onite.core.state first), so a crash at any
-  instant leaves each job in exactly one state.
-- A new file is written under a dot-name in its target folder, fsync'ed,
-  then given its real name with renameat2(RENAME_NOREPLACE), or link(2)
-  where the file system has no such rename, neither of which replaces an
-  existing file; then the dot-name is removed: nobody ever sees half a job,
-  and two jobs of one name can never overwrite each other. Listings skip
-  dot-names.
-- Order within a folder comes from the kernel: the inode change time
-  (ctime) that the final rename or link stamped (onite.core.queue). A user
-  owns (and may edit) their own job file, so nothing written inside it
-  decides order, owner or rights; editing a job can only move it to the
-  back of its queue.
-- Records the driver owns (results, heartbeats, state files) are replaced
-  atomically (``replace_file``: a dot-name, then rename).
+- A job's state is the folder its file is in; every change of state is one rename(2) within the
+  spool (``change_state``, checked against onite.core.state first), so a crash leaves each job in
+  exactly one state.
+- A new file is written under a dot-name in its folder, fsync'ed, then named with
+  renameat2(RENAME_NOREPLACE), or link(2) where there is none: neither replaces a file, so nobody
+  sees half a job and two jobs of one name never overwrite each other. Listings skip dot-names.
+- Order within a folder is the ctime that naming stamped (onite.core.queue): a user may edit their
+  own job file, so nothing inside it decides order, owner or rights.
+- Records the driver owns (results, heartbeats, state files) are replaced atomically (``replace_file``).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
 from onite.core.errors import NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.core.names import SIDE
+
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+AT_FDCWD = -100
+_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP)  # NFS and friends: link and unlink instead
+DISPLACE_TRIES = 100  # a name that a user's file keeps taking and giving back between two system calls
+BATCH_CHUNK = 512  # files made durable together by one syncfs(2) before they are named
 
 
 def discard(path: Path | str) -> None:
-    """Unlink ``path`` if it is there; any error is ignored (a dot-name a failed write leaves)."""
+    """Unlink ``path`` if it is there, ignoring any error (a dot-name a failed write leaves)."""
     try:
         os.unlink(path)
     except OSError:
         pass
 
 
-# ---- writing jobs ------------------------------------------------------------
+def token() -> str:
+    """A suffix no other file of a name has: this process's pid and a random number."""
+    return f"{os.getpid()}.{os.urandom(4).hex()}"
+
+
+def create_marker(folder: Path, name: str, action: str, owner: tuple[int, int] | None = None) -> Path:
+    """Create an empty ``folder/NAME@TOKEN`` (a hold, a cancel request), mode 0644, owned by ``owner``.
+    Raises SpoolError: no such folder; SpoolIOError."""
+    path = folder / f"{name}{SIDE}{token()}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise SpoolError(f"no folder {folder}", "run onite init to add it") from None
+    except OSError as err:
+        raise SpoolIOError(path, action, err) from None
+    try:
+        _fill(fd, b"", 0o644, owner, durable=False)
+    except OSError as err:
+        discard(path)
+        raise SpoolIOError(path, action, err) from None
+    finally:
+        os.close(fd)
+    return path
+
+
+def _taken(path: Path | str) -> Refused:
+    return Refused(f"{path} already exists", "pick another name (or use --unique)")
 
 
 def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
-                owner: tuple[int, int] | None = None, durable: bool = True) -> Path:
-    """Create ``folder/name`` holding ``data``, all or nothing, never replacing a file.
+                owner: tuple[int, int] | None = None) -> Path:
+    """Create ``folder/name`` holding ``data``, durably, all or nothing, never replacing a file.
 
-    The file is written under a dot-name (``.name.PID.RANDOM.tmp``), flushed, then linked to its
-    name and the dot-name removed. On any failure nothing is left behind.
-
-    Raises:
-        Refused: ``folder/name`` already exists.
-        SpoolIOError: the write failed (full disk, file-size limit, permissions, …).
-    """
-    tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
+    Raises Refused: the name exists; SpoolError, SpoolIOError: the write failed."""
+    tmp = _write_unnamed(folder, name, data, mode, owner, durable=True)
     _link_name(tmp, folder, name)
-    if durable:
-        fsync_dir(folder)
+    fsync_dir(folder)
     return folder / name
-
-
-DISPLACE_TRIES = 100  # a name that a user's file keeps taking and giving back between two system calls
 
 
 def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: int = 0o600,
                       owner: tuple[int, int] | None = None, durable: bool = True,
                       since_ns: int | None = None) -> str | None:
-    """Create ``folder/name`` as ``create_file`` does, for a job of ``uid`` whose name is its own (a
-    retry while its claim holds the name, a recurring job's run): a file of the name that is not
-    ``uid``'s, put in the queue by hand, is exchanged with the new file in one step
-    (renameat2(RENAME_EXCHANGE)), so that no user can keep the name by putting a file back the
-    moment it is moved aside. ``since_ns``: only a file put there after this time (its ctime) is
-    displaced; an older one keeps the name. Return the path (a dot-name in ``folder``) where what
-    was displaced now is, for the caller to set aside; None if the name was free.
+    """Create ``folder/name`` for ``uid``'s job whose name is its own (a retry, a recurring run): another
+    user's file put there after ``since_ns`` is exchanged with it in one step (RENAME_EXCHANGE), so no
+    one can keep the name by putting a file back as it is moved aside. Returns the displaced file's
+    new path (a dot-name, for the caller to set aside), or None.
 
-    Raises:
-        Refused: a file of ``uid``'s own has the name, or one older than ``since_ns``; or the name
-            is taken and the file system cannot exchange (NFS), or it kept changing.
-        SpoolIOError: the write failed.
-    """
+    Raises Refused: ``uid``'s file or an older one has the name, or it cannot be exchanged (NFS) or
+    kept changing; SpoolIOError: the write failed."""
     tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
     final = f"{folder}/{name}"
     try:
@@ -95,7 +106,7 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
             except FileNotFoundError:
                 continue
             if there.st_uid == uid or (since_ns is not None and there.st_ctime_ns <= since_ns):
-                raise Refused(f"{final} already exists", "pick another name (or use --unique)")
+                raise _taken(final)
             try:
                 exchanged = _rename_exchange(tmp, final)
             except OSError as err:
@@ -111,69 +122,58 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
             fsync_dir(folder)
 
 
-BATCH_CHUNK = 512  # files made durable together by one syncfs(2) before they are given their names
-
-
 def create_batch(files: Iterable[tuple[Path, str, bytes]], *, owner: tuple[int, int] | None = None) -> int:
-    """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does one; return how many.
+    """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does; return how many.
 
-    Each file is all or nothing and never replaces another, as with
-    ``create_file``; the files get their names in the order given, so their
-    ctimes never decrease along the batch. What differs is durability: one
-    fsync per file costs more than everything else a submit does, so a
-    chunk of files is written under dot-names, made durable together
-    (syncfs(2) where it exists, else an fsync each), and only then linked to
-    their names, one by one; each folder is fsync'ed once at the end. On any
-    error or interruption the dot-names of files not yet named are removed:
-    the files before the failure stay created, the others were never seen.
-    A file that cannot be written (a full disk) is such a failure: the files
-    of its chunk written before it are still made durable and named.
+    An fsync per file would cost more than the rest of a submit, so each chunk is written under
+    dot-names, made durable together, then named in order (ctimes never decrease); each folder is
+    fsync'ed once at the end. On an error the files named stay and the other dot-names go; a write
+    that fails (a full disk) still lets the files written before it be named.
 
-    Raises:
-        Refused: a name already exists (``created`` on the error: how many were made before it).
-        SpoolError, SpoolIOError: a write failed (``created`` likewise).
-    """
-    created = 0
+    Raises Refused: a name exists; SpoolError, SpoolIOError: a write failed (``created`` on the
+    error: how many were made before it)."""
+    written = 0
     folders: dict[Path, None] = {}
-    pending: list[tuple[str, Path, str]] = []  # (tmp path, folder, name) written, not yet named
-    chunk = iter(files)
+    pending: deque[tuple[str, Path, str]] = deque()  # (tmp path, folder, name) written, not yet named
     try:
-        while True:
-            failed = None
-            for folder, name, data in chunk:
-                folders.setdefault(folder)
-                try:
-                    pending.append((_write_unnamed(folder, name, data, 0o600, owner), folder, name))
-                except SpoolIOError as err:
-                    failed = err  # a full disk: the files written before it still get their names
-                    break
-                if len(pending) >= BATCH_CHUNK:
-                    break
-            if pending:
-                _make_durable([tmp for tmp, _, _ in pending])
-                for tmp, folder, name in pending:
-                    _link_name(tmp, folder, name)
-                    created += 1
-                pending.clear()
-            elif failed is None:
+        failed = None
+        for folder, name, data in files:
+            folders.setdefault(folder)
+            try:
+                pending.append((_write_unnamed(folder, name, data, 0o600, owner), folder, name))
+            except SpoolIOError as err:
+                failed = err
                 break
-            if failed is not None:
-                raise failed
+            written += 1
+            if len(pending) >= BATCH_CHUNK:
+                _name_durably(pending)
+        _name_durably(pending)
+        if failed is not None:
+            raise failed
     except OniteError as err:
-        err.created = created
+        err.created = written - len(pending)
         raise
     finally:
         for tmp, _, _ in pending:
             discard(tmp)
         for folder in folders:
             fsync_dir(folder)
-    return created
+    return written
+
+
+def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
+    """Flush the written files together, then name each in turn, taking it off ``pending``."""
+    if pending:
+        _make_durable([tmp for tmp, _, _ in pending])
+        while pending:
+            _link_name(*pending[0])
+            pending.popleft()
 
 
 def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,
                    durable: bool = False) -> str:
-    """Write ``data`` under a dot-name in ``folder`` (flushed to disk if ``durable``); return that path.
-    On any failure, an interrupt included, the dot-name is removed."""
+    """Write ``data`` under a dot-name in ``folder`` and return its path; on any failure (an interrupt
+    too) the dot-name is removed."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -195,21 +195,25 @@ def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple
 
 
 def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool) -> None:
-    """Give a fresh file its owner, all of ``data`` and its mode (whatever the umask made of it),
-    and flush it if ``durable``. Raises OSError."""
+    """Give a fresh file its owner, ``data`` and its mode (whatever the umask made of it). Raises OSError."""
     if owner is not None:
         os.fchown(fd, *owner)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    write_all(fd, data)
     os.fchmod(fd, mode)
     if durable:
         os.fsync(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``: one write(2) (atomic against other appends with O_APPEND) unless short."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _make_durable(paths: list[str]) -> None:
-    """Flush the data of freshly written files to disk: one syncfs(2) for all, else an fsync each."""
-    syncfs = _syncfs()
+    """Flush freshly written files to disk: one syncfs(2) for all, else an fsync each."""
+    syncfs = _libc("syncfs")
     if syncfs is not None:
         fd = os.open(paths[0], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
@@ -227,29 +231,9 @@ def _make_durable(paths: list[str]) -> None:
             os.close(fd)
 
 
-_SYNCFS: list = []
-
-
-def _syncfs():
-    """libc's syncfs(fd), or None where there is none (it is not in the os module)."""
-    if not _SYNCFS:
-        try:
-            import ctypes
-
-            _SYNCFS.append(ctypes.CDLL(None, use_errno=True).syncfs)
-        except (ImportError, OSError, AttributeError):
-            _SYNCFS.append(None)
-    return _SYNCFS[0]
-
-
 def _link_name(tmp: str, folder: Path, name: str) -> None:
-    """Give the written dot-name its real name, never replacing a file: renameat2(RENAME_NOREPLACE)
-    where the file system has it (one step: the job never has two links), else link then unlink
-    (a driver that sees the second link waits a moment for the unlink: filecheck.SETTLING).
-
-    Raises:
-        Refused: the name exists. SpoolIOError: any other failure.
-    """
+    """Give the dot-name its name, never replacing a file: RENAME_NOREPLACE, else link then unlink (a
+    driver that sees the second link waits: filecheck.SETTLING). Raises Refused, SpoolIOError."""
     final = folder / name
     try:
         if _rename_noreplace(tmp, str(final)):
@@ -257,75 +241,58 @@ def _link_name(tmp: str, folder: Path, name: str) -> None:
         os.link(tmp, final)
     except FileExistsError:
         discard(tmp)
-        raise Refused(f"{final} already exists", "pick another name (or use --unique)") from None
+        raise _taken(final) from None
     except OSError as err:
         discard(tmp)
         raise SpoolIOError(final, "writing", err) from None
     discard(tmp)
 
 
-_RENAMEAT2: list = []
-RENAME_NOREPLACE = 1
-AT_FDCWD = -100
+@functools.cache
+def _libc(name: str):
+    """The C library's ``name`` (syncfs, renameat2: not in the os module), or None where it has none."""
+    try:
+        import ctypes
+
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (ImportError, OSError, AttributeError):
+        return None
 
 
-def _renameat2():
-    """The C library's renameat2, or None where it has none (looked up once)."""
-    if not _RENAMEAT2:
-        try:
-            import ctypes
+def _renameat2(src: str, dst: str, flags: int) -> int | None:
+    """renameat2(2): 0, or the errno it failed with; None where the C library has no renameat2."""
+    call = _libc("renameat2")
+    if call is None:
+        return None
+    import ctypes
 
-            _RENAMEAT2.append(ctypes.CDLL(None, use_errno=True).renameat2)
-        except (ImportError, OSError, AttributeError):
-            _RENAMEAT2.append(None)
-    return _RENAMEAT2[0]
+    return 0 if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) == 0 else ctypes.get_errno()
 
 
 def _rename_noreplace(src: str, dst: str) -> bool:
-    """rename(2) that fails with FileExistsError instead of replacing ``dst``; False where the
-    file system or the C library cannot (then the caller links and unlinks).
-
-    Raises:
-        FileExistsError: ``dst`` exists. OSError: any other failure of the rename itself.
-    """
-    call = _renameat2()
-    if call is None:
+    """rename(2) that never replaces ``dst`` (FileExistsError); False where it cannot be done (link instead)."""
+    code = _renameat2(src, dst, RENAME_NOREPLACE)
+    if code is None or code in _UNSUPPORTED:
         return False
-    import ctypes
-
-    if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # NFS and friends: link and unlink instead
-        return False
-    raise OSError(code, os.strerror(code), dst)
-
-
-RENAME_EXCHANGE = 2
+    if code:
+        raise OSError(code, os.strerror(code), dst)
+    return True
 
 
 def _rename_exchange(a: str, b: str) -> bool:
-    """Swap the entries ``a`` and ``b`` in one step; False if ``b`` is gone meanwhile.
-
-    Raises:
-        Refused: the file system (or the C library) cannot exchange. OSError: any other failure.
-    """
-    call = _renameat2()
-    if call is None:
-        raise Refused(f"{b} already exists", "pick another name (or use --unique)")
-    import ctypes
-
-    if call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
+    """Swap ``a`` and ``b`` in one step; False if ``b`` is gone. Raises Refused where that cannot be done."""
+    code = _renameat2(a, b, RENAME_EXCHANGE)
+    if code is None or code in _UNSUPPORTED:
+        raise _taken(b)
     if code == errno.ENOENT:
         return False
-    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-        raise Refused(f"{b} already exists", "pick another name (or use --unique)")
-    raise OSError(code, os.strerror(code), b)
+    if code:
+        raise OSError(code, os.strerror(code), b)
+    return True
 
 
 def fsync_dir(folder: Path) -> None:
+    """Make the names in ``folder`` durable; a file system that cannot fsync a folder is let be."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -333,20 +300,15 @@ def fsync_dir(folder: Path) -> None:
     try:
         os.fsync(fd)
     except OSError:
-        pass  # some file systems cannot fsync a directory; the rename is still atomic
+        pass
     finally:
         os.close(fd)
 
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,
                  durable: bool = False) -> os.stat_result:
-    """Write ``path`` atomically (dot-name, then rename), replacing it if it exists: records the
-    driver owns, and with ``durable`` (flushed before the rename) the spool's own files. Returns
-    the file's stat as written (the rename changes its ctime only).
-
-    Raises:
-        SpoolIOError: the write failed.
-    """
+    """Write ``path`` atomically (dot-name, then rename), replacing it; ``durable``: flushed before the
+    rename. Returns its stat as written (the rename changes only its ctime). Raises SpoolIOError."""
     folder, _, name = str(path).rpartition("/")
     tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
     try:
@@ -363,14 +325,11 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int
     return st
 
 
-
 def move_file(src: Path, dst: Path, action: str) -> None:
     """One atomic rename within the spool.
 
-    Raises:
-        NotFound: ``src`` is gone (another driver or a cancel got there first).
-        SpoolIOError: any other failure.
-    """
+    Raises NotFound: ``src`` is gone (another driver or a cancel got there first); SpoolError: a folder
+    of the spool is missing; SpoolIOError."""
     try:
         os.rename(src, dst)
     except FileNotFoundError:
@@ -383,22 +342,17 @@ def move_file(src: Path, dst: Path, action: str) -> None:
 
 
 def change_state(name: str, old, new, src: Path, dst: Path, action: str) -> None:
-    """The one rename that moves job ``name`` from state ``old`` to ``new``, along an edge of the
-    state machine (onite.core.state): every change of a job's state goes through here.
+    """The one rename that moves job ``name`` from state ``old`` to ``new``: every change of state goes here.
 
-    Raises:
-        InvalidTransition: ``old → new`` is no edge (a bug in the caller; nothing was moved).
-        NotFound, SpoolError, SpoolIOError: as move().
-    """
-    from onite.core.state import check_transition
+    Raises InvalidTransition: no edge of onite.core.state (nothing moved); else as move_file."""
+    from onite.core.state import check_transition  # not at import: a submit never changes a state
 
     check_transition(name, old, new)
     move_file(src, dst, action)
 
 
-
 def remove_file(path: Path | str) -> bool:
-    """Unlink ``path``; False if it was already gone."""
+    """Unlink ``path``; False if it was already gone (or is a folder). Raises SpoolIOError."""
     try:
         os.unlink(path)
         return True

@@ -1,9 +1,8 @@
 """Holds: a queued job skipped until released, keeping its place in its queue.
 
-A hold never touches the job file (which would stamp a new ctime, and so a
-new place): it is an empty marker hold/NAME@TOKEN, honoured only when its
-owner is the job's owner or root (anyone may add a file to the sticky hold/
-folder). Listings (onite.spool.queued) say which queued jobs a marker holds.
+A hold never touches the job file (a new ctime would be a new place): it is an empty marker
+hold/NAME@TOKEN, honoured only when its owner is the job's owner or root, since anyone may add a
+file to the sticky hold/ folder.
 """
 
 from __future__ import annotations
@@ -13,21 +12,17 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from onite.core.errors import SpoolError, SpoolIOError
+from onite.core.errors import SpoolIOError
 from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
-from onite.spool.files import discard
+from onite.spool.files import create_marker
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import token_entries
+from onite.spool.scan import listing, token_entries
 
 
 def read_holds(folder: Path) -> dict[str, frozenset[int]]:
-    """The hold markers in ``folder`` (SPOOL/hold): job name → the uids that own a marker of it. Only
-    regular files named NAME@TOKEN count (a symlink or a folder there is nobody's hold).
-
-    Raises:
-        SpoolIOError: the folder cannot be listed.
-    """
+    """The markers in ``folder`` (SPOOL/hold): job name → the uids owning one. Only regular files count.
+    Raises SpoolIOError: the folder cannot be listed."""
     owners: dict[str, set[int]] = {}
     for name, _, st in token_entries(folder):
         if stat.S_ISREG(st.st_mode):
@@ -36,65 +31,33 @@ def read_holds(folder: Path) -> dict[str, frozenset[int]]:
 
 
 def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
-    """Does a marker hold the queued job ``name`` of ``uid``: one owned by ``uid`` or by root?
-    (Anyone may drop a file into hold/; another user's marker holds nothing of yours.)"""
+    """Does a marker of ``uid`` or of root hold ``uid``'s queued job ``name``?"""
     return any(owner_or_root(marker_uid, uid) for marker_uid in holds.get(name, ()))
 
 
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
-    """Hold ``name`` with a new marker hold/NAME@TOKEN, owned by ``owner`` (uid, gid; root holding
-    another user's job gives the marker to that user, who may then release it).
-
-    Raises:
-        SpoolError: no hold/ folder. SpoolIOError: it cannot be made.
-    """
-    path = spool.hold_dir / f"{name}{SIDE}{os.getpid()}.{os.urandom(4).hex()}"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileNotFoundError:
-        raise SpoolError(f"no folder {spool.hold_dir}", "run onite init to add it") from None
-    except OSError as err:
-        raise SpoolIOError(path, "holding a job with", err) from None
-    try:
-        if owner is not None:
-            os.fchown(fd, *owner)
-        os.fchmod(fd, 0o644)
-    except OSError as err:
-        discard(path)
-        raise SpoolIOError(path, "holding a job with", err) from None
-    finally:
-        os.close(fd)
-    return path
+    """Hold ``name`` with a new marker owned by ``owner`` (root holding a user's job gives the marker
+    to that user, who may then release it). Raises SpoolError: no hold/ folder. SpoolIOError: it cannot be made."""
+    return create_marker(spool.hold_dir, name, "holding a job with", owner)
 
 
 def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int] | None = None) -> int:
-    """Remove the hold markers of ``name`` (or of any of several names) owned by one of ``uids``
-    (None: all, which only root may); how many went. Markers this process may not remove (another
-    user's) are left.
-
-    Raises:
-        SpoolIOError: hold/ cannot be listed.
-    """
+    """Remove the markers of ``name`` (or of several names) owned by one of ``uids`` (None: all, which
+    only root may); return how many went. Those this process may not remove are left.
+    Raises SpoolIOError: hold/ cannot be listed."""
     names = {name} if isinstance(name, str) else set(name)
     wanted = None if uids is None else set(uids)
     removed = 0
-    try:
-        it = os.scandir(spool.hold_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return 0
-    except OSError as err:
-        raise SpoolIOError(spool.hold_dir, "listing", err) from None
-    with it:
-        for entry in it:
-            if entry.name.partition(SIDE)[0] not in names or SIDE not in entry.name:
+    for entry in listing(spool.hold_dir):
+        if SIDE not in entry.name or entry.name.partition(SIDE)[0] not in names:
+            continue
+        try:
+            if wanted is not None and entry.stat(follow_symlinks=False).st_uid not in wanted:
                 continue
-            try:
-                if wanted is not None and entry.stat(follow_symlinks=False).st_uid not in wanted:
-                    continue
-                os.unlink(entry.path)
-                removed += 1
-            except (FileNotFoundError, PermissionError, IsADirectoryError):
-                continue  # a folder there is nobody's marker (read_holds): it holds nothing, and stays
-            except OSError as err:
-                raise SpoolIOError(Path(entry.path), "releasing a job: removing", err) from None
+            os.unlink(entry.path)
+            removed += 1
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            continue  # a folder there is nobody's marker: it holds nothing, and stays
+        except OSError as err:
+            raise SpoolIOError(Path(entry.path), "releasing a job: removing", err) from None
     return removed

@@ -1,41 +1,12 @@
-"""The driver's in-memory view of the queue, so that picking a job costs the same at
-100,000 queued jobs as at 100.
+"""The driver's view of the queue in memory, so that a pick costs the same at 100,000 queued jobs as at 100.
 
-Each queue folder is listed again only when its mtime says its entries
-changed: at once when someone else added or removed a file (a big folder,
-whose listing is costly, at most every ``fresh_every`` seconds), and at
-most every ``rescan_every`` seconds, or every RESCAN_COST_SHARE times as
-long as its last listing took if that is longer, when the driver's own
-claims are what changed it (a claim from a folder of 100,000 files must
-not cost a listing of 100,000 names). A file that enters a folder gets a
-new ctime, so it sorts after every job already there: noticing it late
-never changes which job runs next while earlier ones wait. A file added
-within one clock tick of a listing may leave the mtime unchanged, so such
-a listing is marked racy and repeated. Before a driver decides there is
-nothing left to do it lists every folder again (``refresh(force=True)``):
-no job is ever missed, at worst noticed a second late.
-
-A job the driver cannot start for a reason that lasts (held, pinned to
-another host, another user's under a non-root driver) is *parked*: left out
-of the order until its file's ctime changes, which the next listing of its
-folder sees, until the hold/ folder changes (a hold or release adds or
-removes a marker there and leaves the job file, and so its place, alone:
-every parked job is looked at again), or until a forced refresh. Ten
-thousand held jobs then cost nothing per pick.
-
-The hold markers (``holds``, a ``HoldIndex``) are listed again only when
-hold/'s mtime changes (or a listing was racy, as for queue folders), so
-asking whether a job is held costs a dict lookup.
-
-Only names and kernel ctimes are kept for every queued job; the few
-fields of a job file that eligibility needs are read lazily, once per file
-version (inode and ctime), and only for jobs that come up for a decision.
-
-An entry whose name is not a job name (onite.core.names: a newline, an escape
-sequence, bytes that are not UTF-8, ``;$()``) is never a job: it never
-enters the order, and the listing that finds it hands it out once through
-``strays()``, for the driver to move aside. Dot-names are writes in progress
-and are skipped.
+Only names and kernel ctimes are kept. A folder is listed again only when its mtime changed, and
+no more often than its listing's cost allows; a new file sorts after every job already there, so
+noticing it late never changes which job runs next. A listing within RACY_NS of the mtime may
+have missed a same-tick add and is repeated, and the driver forces a full look before it decides
+there is nothing to do. A job that waits for a lasting reason (held, pinned elsewhere) is
+*parked*: left out until its ctime or hold/ changes. An entry whose name is no job name is handed
+out once per listing (``strays``) for the driver to move aside; dot-names are writes in progress.
 """
 
 from __future__ import annotations
@@ -44,16 +15,17 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from onite.core.names import NAME_PATTERN
 from onite.spool.holds import held_by, read_holds
 
-RACY_NS = 20_000_000  # a listing this close to the folder's mtime may have missed a same-tick add
-# A folder the driver itself changed is listed again at most once per this many times
-# its last listing took, so that listing a big queue costs a bounded share of the drain.
-RESCAN_COST_SHARE = 20
+RACY_NS = 20_000_000
+RESCAN_EVERY = 1.0
+FRESH_EVERY = 0.05
+RESCAN_COST_SHARE = 20  # listing a big queue costs at most about 1/20 of the drain
+COMPACT_AT = 64  # gone names kept in a folder's order before it is compacted (if they are half of it)
 
 
 @dataclass(slots=True)
@@ -66,29 +38,44 @@ class Candidate:
     ctime_ns: int
 
 
+@dataclass(slots=True)
 class _Folder:
-    __slots__ = ("rank", "path", "names", "order", "head", "gone", "mtime_ns", "scanned_at", "touched", "racy",
-                 "sorted", "scan_seconds", "parked", "strays")
+    rank: int
+    path: Path
+    names: dict[str, int] = field(default_factory=dict)  # name → ctime_ns
+    order: list[tuple[int, str]] = field(default_factory=list)
+    head: int = 0  # order[:head] are gone: where a look for the next job starts
+    gone: set[str] = field(default_factory=set)
+    mtime_ns: int = -1
+    scanned_at: float = float("-inf")
+    touched: bool = False  # changed by the driver's own claims since its last listing
+    racy: bool = False
+    sorted: bool = True
+    scan_seconds: float = 0.0
+    parked: dict[str, int] = field(default_factory=dict)  # name → ctime
+    strays: set[str] = field(default_factory=set)  # names that are no job names, not yet handed out
 
-    def __init__(self, rank: int, path: Path) -> None:
-        self.rank = rank
-        self.path = path
-        self.names: dict[str, int] = {}  # name → ctime_ns
-        self.order: list[tuple[int, str]] = []
-        self.head = 0  # order[:head] are gone: where a look for the next job starts
-        self.gone: set[str] = set()
-        self.mtime_ns = -1
-        self.scanned_at = float("-inf")
-        self.touched = False
-        self.racy = False
-        self.sorted = True
-        self.scan_seconds = 0.0  # how long its last listing took
-        self.parked: dict[str, int] = {}  # name → ctime: out of the order until its file changes (park())
-        self.strays: set[str] = set()  # names that are no job names, found by the last listing, not yet handed out
+    def clear(self) -> None:
+        for part in (self.names, self.order, self.gone, self.parked, self.strays):
+            part.clear()
+
+    def compact_if_due(self) -> None:
+        if len(self.gone) > COMPACT_AT and len(self.gone) > len(self.order) // 2:
+            self.order = [(c, n) for c, n in self.order if self.names.get(n) == c]
+            self.head = 0
+            self.gone.clear()
+
+    def unpark(self) -> None:
+        for name, ctime_ns in self.parked.items():
+            if name not in self.names:
+                self.names[name] = ctime_ns
+                self.order.append((ctime_ns, name))
+                self.sorted = False
+        self.parked = {}
 
 
 class HoldIndex:
-    """The hold markers of SPOOL/hold/ (onite.spool.read_holds), listed again only when the folder changed."""
+    """The hold markers of SPOOL/hold/ (read_holds), listed again only when the folder changed."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -115,54 +102,42 @@ class HoldIndex:
         return changed
 
     def held(self, name: str, uid: int) -> bool:
-        """Does a marker of the job's owner (or root) hold the queued job ``name`` of ``uid``?"""
         return held_by(self.holds, name, uid)
 
 
 class QueueIndex:
     """Queued jobs in run order, kept current with as few directory listings as possible."""
 
-    def __init__(self, folders: list[tuple[int, Path]], *, rescan_every: float = 1.0,
-                 fresh_every: float = 0.05, clock=time.monotonic, hold_dir: Path | None = None) -> None:
-        self.rescan_every = rescan_every
-        self.fresh_every = fresh_every
-        self.clock = clock
+    def __init__(self, folders: list[tuple[int, Path]], *, hold_dir: Path | None = None) -> None:
         self.folders = [_Folder(rank, path) for rank, path in folders]
-        self.listings = 0  # how many directory listings so far (benchmarks report it)
+        self.listings = 0
         self.holds = HoldIndex(hold_dir)
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
-        """After a config reload that changed the number of priorities."""
+        """After a reload that changed the number of priorities."""
         known = {f.path: f for f in self.folders}
         self.folders = [known.get(path) or _Folder(rank, path) for rank, path in folders]
 
-    # ---- keeping current ------------------------------------------------------
-
     def refresh(self, *, force: bool = False) -> None:
-        now = self.clock()
+        now = time.monotonic()
         if self.holds.refresh():  # a hold or release: every parked job is looked at again
             for folder in self.folders:
-                self._unpark(folder)
+                folder.unpark()
         for folder in self.folders:
             try:
                 mtime = os.stat(folder.path).st_mtime_ns
             except FileNotFoundError:
-                folder.names.clear()
-                folder.order.clear()
-                folder.gone.clear()
-                folder.parked.clear()
-                folder.strays.clear()
+                folder.clear()
                 continue
-            changed = mtime != folder.mtime_ns or folder.racy
-            if not (changed or force):
+            if not (force or mtime != folder.mtime_ns or folder.racy):
                 continue
             if force:
-                self._unpark(folder)  # before a driver decides there is nothing to do, everything is looked at
+                folder.unpark()
                 limit = 0.0
             elif folder.touched:
-                limit = max(self.rescan_every, RESCAN_COST_SHARE * folder.scan_seconds)
-            else:  # someone else's change: at once, unless listing this folder is costly
-                limit = min(self.fresh_every, RESCAN_COST_SHARE * folder.scan_seconds)
+                limit = max(RESCAN_EVERY, RESCAN_COST_SHARE * folder.scan_seconds)
+            else:
+                limit = min(FRESH_EVERY, RESCAN_COST_SHARE * folder.scan_seconds)
             if now - folder.scanned_at >= limit:
                 self._scan(folder, mtime)
 
@@ -180,16 +155,16 @@ class QueueIndex:
                     if name in names:
                         present.add(name)
                         continue
-                    if not is_name(name):  # a write in progress (.NAME.tmp), or no job at all
+                    if not is_name(name):
                         if name[0] != ".":
                             folder.strays.add(name)
                         continue
-                    try:  # only a new (or parked) name costs a stat (from the listing's own folder handle)
+                    try:  # only a new (or parked) name costs a stat
                         ctime_ns = entry.stat(follow_symlinks=False).st_ctime_ns
                     except FileNotFoundError:
                         continue
                     if parked.get(name) == ctime_ns:
-                        still_parked[name] = ctime_ns  # unchanged since it was parked: it stays out
+                        still_parked[name] = ctime_ns
                         continue
                     present.add(name)
                     names[name] = ctime_ns
@@ -200,36 +175,26 @@ class QueueIndex:
             pass
         self.listings += 1
         folder.parked = still_parked
-        if len(present) < len(names):  # present holds only names in names: some left
+        if len(present) < len(names):
             for name in [n for n in names if n not in present]:
                 del names[name]
                 gone.add(name)
         folder.mtime_ns = mtime_ns
-        folder.scanned_at = self.clock()
+        folder.scanned_at = time.monotonic()
         folder.scan_seconds = time.perf_counter() - started
         folder.touched = False
         folder.racy = started_ns - mtime_ns < RACY_NS
-        if len(folder.gone) > 64 and len(folder.gone) > len(folder.order) // 2:
-            self._compact(folder)
-
-    @staticmethod
-    def _compact(folder: _Folder) -> None:
-        folder.order = [(c, n) for c, n in folder.order if folder.names.get(n) == c]
-        folder.head = 0
-        folder.gone.clear()
-
-    # ---- reading --------------------------------------------------------------
+        folder.compact_if_due()
 
     def candidates(self) -> Iterator[Candidate]:
-        """Queued jobs in run order (as last seen; a file may be gone by the time you open it)."""
+        """Queued jobs in run order, as last seen."""
         for folder in self.folders:
             if not folder.sorted:
                 folder.order.sort()
                 folder.sorted = True
                 folder.head = 0
             order, names = folder.order, folder.names
-            # Jobs leave a queue from its front: skip what has left once and for all,
-            # so that the next look does not walk past every job drained so far.
+            # jobs leave from the front: skip those once, not at every look
             head, end = folder.head, len(order)
             while head < end and names.get(order[head][1]) != order[head][0]:
                 head += 1
@@ -240,9 +205,7 @@ class QueueIndex:
                     yield Candidate(folder.rank, name, folder.path / name, ctime_ns)
 
     def strays(self) -> list[Candidate]:
-        """Entries of the queue folders whose names are no job names, each handed out once per
-        listing of its folder that finds it (ctime_ns 0: not looked at). Never jobs: the driver
-        moves them aside."""
+        """Entries whose names are no job names, each once per listing that finds it (ctime_ns 0)."""
         found = []
         for folder in self.folders:
             if folder.strays:
@@ -251,8 +214,7 @@ class QueueIndex:
         return found
 
     def namesakes(self, candidate: Candidate) -> list[Candidate]:
-        """The other queued jobs called ``candidate.name`` the index knows of, in other folders
-        (parked ones too): normally none, since onite submit refuses a name that is queued."""
+        """The jobs called ``candidate.name`` in other folders, parked ones too."""
         found = []
         for folder in self.folders:
             if folder.rank != candidate.rank:
@@ -262,57 +224,42 @@ class QueueIndex:
         return found
 
     def paths(self, name: str) -> list[str]:
-        """Where a job ``name`` is queued, as last seen (normally one folder, or none)."""
+        """Where a job ``name`` is queued, as last seen."""
         return [f"{folder.path}/{name}" for folder in self.folders if name in folder.names or name in folder.parked]
 
     def __len__(self) -> int:
-        return sum(len(folder.names) + len(folder.parked) for folder in self.folders)
+        return sum(self.counts().values())
 
     def counts(self) -> dict[int, int]:
         return {folder.rank: len(folder.names) + len(folder.parked) for folder in self.folders}
 
-    # ---- the driver's own changes ----------------------------------------------
+    def _folder(self, rank: int) -> _Folder | None:
+        return next((folder for folder in self.folders if folder.rank == rank), None)
 
     def forget(self, candidate: Candidate) -> None:
         """The driver moved this job out of its folder (claimed, failed or refused)."""
-        for folder in self.folders:
-            if folder.rank == candidate.rank:
-                if folder.names.get(candidate.name) == candidate.ctime_ns:
-                    del folder.names[candidate.name]
-                    folder.gone.add(candidate.name)
-                folder.touched = True
-                if len(folder.gone) > 64 and len(folder.gone) > len(folder.order) // 2:
-                    self._compact(folder)
-                return
+        folder = self._folder(candidate.rank)
+        if folder is not None:
+            if folder.names.get(candidate.name) == candidate.ctime_ns:
+                del folder.names[candidate.name]
+                folder.gone.add(candidate.name)
+            folder.touched = True
+            folder.compact_if_due()
 
     def park(self, candidate: Candidate) -> None:
-        """Leave this job out of ``candidates()`` until its file changes, hold/ changes (a hold or a
-        release) or a forced refresh: a held job, or one pinned to another host, then costs nothing
-        per pick, however many there are."""
-        for folder in self.folders:
-            if folder.rank == candidate.rank:
-                if folder.names.get(candidate.name) == candidate.ctime_ns:
-                    del folder.names[candidate.name]
-                    folder.parked[candidate.name] = candidate.ctime_ns
-                return
-
-    @staticmethod
-    def _unpark(folder: _Folder) -> None:
-        for name, ctime_ns in folder.parked.items():
-            if name not in folder.names:
-                folder.names[name] = ctime_ns
-                folder.order.append((ctime_ns, name))
-                folder.sorted = False
-        folder.parked = {}
+        """Leave this job out of ``candidates()`` until its file or hold/ changes, or a forced refresh."""
+        folder = self._folder(candidate.rank)
+        if folder is not None and folder.names.get(candidate.name) == candidate.ctime_ns:
+            del folder.names[candidate.name]
+            folder.parked[candidate.name] = candidate.ctime_ns
 
     def reorder(self, candidate: Candidate, ctime_ns: int) -> None:
-        """The file at this name changed (replaced, or hold/release): move it to its new place."""
-        for folder in self.folders:
-            if folder.rank == candidate.rank and candidate.name in folder.names:
-                folder.names[candidate.name] = ctime_ns
-                folder.order.append((ctime_ns, candidate.name))
-                folder.sorted = False
-                return
+        """The file at this name changed: move it to its new place."""
+        folder = self._folder(candidate.rank)
+        if folder is not None and candidate.name in folder.names:
+            folder.names[candidate.name] = ctime_ns
+            folder.order.append((ctime_ns, candidate.name))
+            folder.sorted = False
 
 
 def is_settling(st: os.stat_result, now_ns: int) -> bool:

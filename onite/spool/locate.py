@@ -1,10 +1,8 @@
 """Which spool a command uses: --spool, else ONITE_SPOOL, else the system spool, else a personal one.
 
-The system spool is /var/spool/onite unless root's /etc/onite.toml (or the file
-ONITE_SYSTEM_CONFIG names) says ``spool = "/srv/onite"``; that file must be
-root's and writable by root only, since it chooses every user's spool. A user
-gets a personal spool ($XDG_STATE_HOME/onite) only where root has not set up a
-system spool (docs/admin-guide.md). Nothing here writes.
+The system spool is /var/spool/onite unless /etc/onite.toml (or ONITE_SYSTEM_CONFIG) says
+``spool = "/srv/onite"``. A user gets a personal spool ($XDG_STATE_HOME/onite) only where root
+has not set up a system spool (docs/admin-guide.md). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
-from onite.core.errors import OniteError, Refused
+from onite.core.errors import ConfigError, InvalidInput, OniteError, Refused
 from onite.spool.paths import SpoolDir
 
 SYSTEM_SPOOL = Path("/var/spool/onite")
@@ -33,7 +31,7 @@ class Source(StrEnum):
 
 
 class Location(NamedTuple):
-    """Which spool a command uses and why (so errors, status and --help can say where it came from)."""
+    """Which spool a command uses and why (for errors, status and --help)."""
 
     path: Path
     source: Source
@@ -49,42 +47,27 @@ class Location(NamedTuple):
         return f"{kind}{self.path} ({self.reason or self.source})"
 
 
-def system_config_path(environ) -> Path:
-    return Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
-
-
 def system_spool(environ) -> tuple[Path, str]:
-    """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml (or the
-    file ONITE_SYSTEM_CONFIG names), else /var/spool/onite.
-
-    The file must be root's (or the caller's own) and writable by nobody else: it decides which
-    spool root's own commands (and drivers) use.
-
-    Raises:
-        ConfigError: the file cannot be read, is not root's or is writable by others, is not
-            TOML, has an unknown key, or its spool is not an absolute path.
-    """
-    from onite.core.errors import ConfigError
-
-    path = system_config_path(environ)
+    """The system spool's path, and where that came from: ``spool`` in /etc/onite.toml, else the default.
+    The file must be root's (or the caller's) and writable by nobody else: it chooses root's spool too.
+    Raises ConfigError: it cannot be read, is not so, is not TOML, or says something else."""
+    path = Path(environ.get("ONITE_SYSTEM_CONFIG") or SYSTEM_CONFIG)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"{path} is not a regular file", "make it one, or remove it")
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+                raise ConfigError(f"{path} must be root's and writable by root only (it chooses every user's spool)",
+                                  f"chown root {path} && chmod 644 {path}")
+            data = os.read(fd, 65536)
+        finally:
+            os.close(fd)
     except (FileNotFoundError, NotADirectoryError):
         return SYSTEM_SPOOL, "default"
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read: {err.strerror}", "make it readable by everyone (chmod 644)") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path} is not a regular file", "make it one, or remove it")
-        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-            raise ConfigError(f"{path} must be root's and writable by root only (it chooses every user's spool)",
-                              f"chown root {path} && chmod 644 {path}")
-        data = os.read(fd, 65536)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read: {err.strerror}", "make it readable by everyone (chmod 644)") from None
-    finally:
-        os.close(fd)
     import tomllib
 
     try:
@@ -103,7 +86,7 @@ def system_spool(environ) -> tuple[Path, str]:
 
 
 def is_initialised_system_spool(path: Path) -> bool:
-    """Has root initialised a spool at ``path`` (its jobs/ folder exists, and the spool is root's)?"""
+    """Has root initialised a spool at ``path`` (root's, with a jobs/ folder)?"""
     try:
         return os.stat(path).st_uid == 0 and stat.S_ISDIR(os.stat(SpoolDir(path).jobs_dir).st_mode)
     except OSError:
@@ -111,27 +94,17 @@ def is_initialised_system_spool(path: Path) -> bool:
 
 
 def _absolute(path: str, given: str) -> Path:
-    """``path`` made absolute; a relative one needs the current directory, which may be gone.
-
-    Raises:
-        InvalidInput: it is relative and the current directory no longer exists.
-    """
+    """``path`` made absolute. Raises InvalidInput: it is relative and the current directory is gone."""
     try:
         return Path(path).absolute()
     except FileNotFoundError:
-        from onite.core.errors import InvalidInput
-
         raise InvalidInput(f"{given} {path!r} is a relative path, and your current directory no longer exists",
                            "cd to a folder that exists, or give the spool's full path") from None
 
 
 def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
     """--spool, then ONITE_SPOOL, then the system spool for root and, once root has initialised it,
-    for everyone; a user gets a personal spool ($XDG_STATE_HOME/onite) only where there is none.
-
-    Raises:
-        ConfigError: /etc/onite.toml is bad (system_spool).
-    """
+    for everyone, else a personal spool. Raises ConfigError: /etc/onite.toml is bad (system_spool)."""
     if explicit:
         return Location(_absolute(explicit, "--spool"), Source.OPTION, "given with --spool")
     if environ.get("ONITE_SPOOL"):
@@ -149,11 +122,7 @@ def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", e
 
 
 def check_may_init(where: Location, euid: int) -> None:
-    """``onite init`` by a user must not touch the system spool: that is root's.
-
-    Raises:
-        Refused: a user asked to initialise the system spool.
-    """
+    """Raises Refused: a user asked to initialise the system spool, which is root's."""
     if euid == 0:
         return
     try:

@@ -1,21 +1,10 @@
 """Driver locks: mutual exclusion among drivers that no other user can take part in.
 
-Invariant: every lock file lives in SPOOL/locks/, a folder that only the
-spool's owner (root on a system spool) may enter (0700), and is itself
-0600: no other user can open a lock file, so none can hold one (flock(2)
-needs only a descriptor, and any descriptor would do). Every wait for a
-lock is bounded: ``take`` gives up after ``timeout`` and says so.
-
-- ``locks/driver.HOST.lock``: held by HOST's driver (``onite run``, or
-  ``onite daemon`` for its whole life). The kernel drops a flock when its
-  holder dies, so a crashed driver never leaves a stale lock behind.
-- ``locks/recur.lock``: one read-modify-write of recur.state at a time.
-- ``locks/wake.HOST``: not a lock but a request, left where only the spool's
-  owner may write, that HOST's idle daemon drain now (onite.drain.wake).
-
-Since users cannot probe the lock, whether a driver is alive is read from
-its world-readable heartbeat (onite.drain.heartbeat): everything that asks
-"is a driver running?" goes through that.
+Every lock file is 0600 in SPOOL/locks/, a folder only the spool's owner may enter (0700): flock(2)
+needs only a descriptor, so a user who could open a lock file could hold it. The kernel drops a
+flock when its holder dies, so a crashed driver leaves no stale lock; every wait for one is
+bounded. Users cannot probe a lock: whether a driver is alive is its heartbeat's to say
+(onite.drain.heartbeat).
 """
 
 from __future__ import annotations
@@ -29,25 +18,21 @@ from pathlib import Path
 from onite.core.errors import Refused, SpoolError, SpoolIOError
 from onite.spool.paths import SpoolDir
 
+_OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
+
 
 def ensure_dir(root: Path) -> Path:
-    """SPOOL/locks/, made if missing; it must be a folder of this user that nobody else may enter.
+    """SPOOL/locks/, made if missing: a folder of this user's, closed to others (a wider mode is narrowed).
 
-    A folder with group or other bits set is closed (0700): only its owner could have opened it.
-
-    Raises:
-        Refused: this user may not make it (the spool is someone else's: root's).
-        SpoolError: it is not a folder, or belongs to someone else.
-        SpoolIOError: it cannot be made or looked at.
-    """
+    Raises Refused: it is not this user's (the spool is root's); SpoolError: it is not a folder, or
+    root's spool has one of another user's; SpoolIOError."""
     path = SpoolDir(root).locks_dir
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     except PermissionError:
-        raise Refused(f"cannot make {path}: the locks of this spool are its owner's",
-                      "run the driver as the spool's owner (root: sudo onite run)") from None
+        raise Refused(f"cannot make {path}: the locks of this spool are its owner's", _OWNERS_ONLY) from None
     except OSError as err:
         raise SpoolIOError(path, "creating", err) from None
     try:
@@ -60,7 +45,7 @@ def ensure_dir(root: Path) -> Path:
     if st.st_uid != euid:
         if euid != 0:
             raise Refused(f"{path} belongs to {_user(st.st_uid)}: the locks of this spool are its owner's",
-                          "run the driver as the spool's owner (root: sudo onite run)")
+                          _OWNERS_ONLY)
         raise SpoolError(f"{path} belongs to {_user(st.st_uid)}, not root", "remove it and run onite init")
     if stat.S_IMODE(st.st_mode) != 0o700:
         try:
@@ -80,7 +65,7 @@ def _user(uid: int) -> str:
 
 
 class Lock:
-    """A held flock on a lock file; ``release`` (or the holder's death) lets it go."""
+    """A held flock; ``release`` (or the holder's death) lets it go."""
 
     def __init__(self, fd: int, path: Path) -> None:
         self.fd, self.path = fd, path
@@ -98,14 +83,10 @@ class Lock:
 
 
 def open_lock_file(path: Path) -> int:
-    """A descriptor of the lock file ``path`` (made 0600 if missing), checked: a regular file of this user
-    that nobody else may open (a wider mode is narrowed to 0600).
+    """A descriptor of the lock file ``path`` (made if missing): a regular file of this user's, 0600.
 
-    Raises:
-        Refused: this user may not open it (the spool is root's).
-        SpoolError: it is not a regular file of this user.
-        SpoolIOError: any other failure.
-    """
+    Raises Refused: this user may not open it (the spool is root's); SpoolError: it is not a regular
+    file of this user's; SpoolIOError."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except PermissionError:
@@ -130,12 +111,7 @@ def open_lock_file(path: Path) -> int:
 
 def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
     """flock ``path`` exclusively, trying for at most ``timeout`` seconds; None if another holds it.
-
-    ``holder`` is written into the file (for root's eyes: nobody else can read it).
-
-    Raises:
-        Refused, SpoolError, SpoolIOError: as open_lock_file.
-    """
+    ``holder`` is written into the file, for root's eyes. Raises as open_lock_file."""
     fd = open_lock_file(path)
     deadline = time.monotonic() + timeout
     pause = 0.005
@@ -157,39 +133,13 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{holder}\n".encode(), 0)
         except OSError:
-            pass  # the holder line is a courtesy; the flock is what counts
+            pass  # a courtesy; the flock is what counts
     return Lock(fd, path)
 
 
-def is_locked(path: Path) -> bool:
-    """Does a live process hold the lock at ``path``? Only the spool's owner can tell (nobody else
-    may open the file): for anyone else this is False, and the heartbeat is what to ask.
-
-    Probes with a shared, non-blocking flock that it drops at once. A driver
-    starting in that instant retries its own lock for a moment, so a probe
-    never makes a driver give up.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops our shared lock, if we got it
-    return False
-
-
 def leave_wake(spool: SpoolDir, host: str) -> bool:
-    """Leave the request ``locks/wake.HOST``; False if it cannot be left.
-
-    Raises:
-        Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (``ensure_dir``).
-    """
+    """Leave the request ``locks/wake.HOST`` that HOST's idle daemon drain now; False if it cannot be left.
+    Raises as ``ensure_dir``."""
     ensure_dir(spool.root)
     try:
         os.close(os.open(spool.wake_path(host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
@@ -199,11 +149,7 @@ def leave_wake(spool: SpoolDir, host: str) -> bool:
 
 
 def take_wake(spool: SpoolDir, host: str) -> bool:
-    """Was HOST's daemon asked to drain now (``leave_wake``)? Takes (removes) the request.
-
-    Raises:
-        OSError: the request cannot be removed (the caller logs it).
-    """
+    """Take (remove) the request ``leave_wake`` left; False if there was none. Raises OSError."""
     try:
         os.unlink(spool.wake_path(host))
         return True

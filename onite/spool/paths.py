@@ -1,14 +1,8 @@
-"""One spool on disk: where each of its folders and files is, and its settings.
+"""One spool on disk (docs/spool-format.md): where each of its folders and files is, and its settings.
 
-A spool is the folder tree of docs/spool-format.md; ``SpoolDir`` names its
-paths once (a driver asks for them several times per job, and building a
-Path costs more than the system call it is used for) and reads onite.toml
-when first asked (onite.spool.settings). Every path of a spool comes from
-here: no other module joins the spool's folder or file names into a path
-(tests/test_contracts.py checks it). Which spool a command uses is
-onite.spool.locate's to say. Nothing here writes but ``ensure_queue_folder``
-and ``ensure_running_folder``, which put back a folder someone removed (or
-that a host's first drain needs).
+Every path of a spool comes from ``SpoolDir``: no other module joins the spool's folder or file
+names into a path (tests/test_contracts.py). Nothing here writes but the two ``ensure_*`` methods,
+which make a folder someone removed (or a host's first drain needs).
 """
 
 from __future__ import annotations
@@ -25,15 +19,13 @@ from onite.spool.settings import load_config
 if TYPE_CHECKING:
     from onite.spool.locate import Location
 
-URGENT = "urgent"  # jobs/urgent/: the folder of urgent jobs, before every priority
-HOLD = "hold"  # SPOOL/hold/NAME@TOKEN: a job held without touching its file (onite.spool.holds)
-RESULT = f"{SIDE}result"  # jobsdone/NAME@result
-RUN_RECORD = f"{SIDE}run"  # running/HOST/NAME@run
-STDERR = f"{SIDE}stderr"  # stdout/NAME@stderr: a job's stderr, when kept apart from its stdout
+URGENT = "urgent"
+HOLD = "hold"
+RESULT = f"{SIDE}result"
+RUN_RECORD = f"{SIDE}run"
+STDERR = f"{SIDE}stderr"
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
-# the KINDs of SPOOL/KIND.HOST.state, a host's world-readable records: its driver's heartbeat
-# (onite.drain.heartbeat), its cron entry (onite.spool.cronrecords), its daemon's schedule (onite.drain.daemon)
-HEARTBEAT, CRON_RECORD, DAEMON_STATE = "driver", "cron", "daemon"
+HEARTBEAT, CRON_RECORD, DAEMON_STATE = "driver", "cron", "daemon"  # the KINDs of SPOOL/KIND.HOST.state
 _STATE = ".state"
 
 
@@ -41,8 +33,7 @@ class SpoolDir:
     """One spool on disk: the paths of its folders and files, and its settings (onite.toml)."""
 
     def __init__(self, root: Path, config: Config | None = None) -> None:
-        # The paths are made once: a driver asks for them several times per job,
-        # and building a Path costs more than the system call it is used for.
+        # made once: building a Path costs more than the system call a driver uses it for
         self.root = root = Path(root)
         self._config = config
         self.config_path = root / "onite.toml"
@@ -62,7 +53,6 @@ class SpoolDir:
         self._folders: tuple[int, list[tuple[int, Path]]] | None = None
         self.location: Location | None = None  # how a command found it (onite.spool.locate), if it did
 
-    # paths -------------------------------------------------------------
     def queue_dir(self, priority: int) -> Path:
         path = self._queue_dirs.get(priority)
         if path is None:
@@ -76,19 +66,15 @@ class SpoolDir:
         return path
 
     def lock_path(self, host: str) -> Path:
-        """``locks/driver.HOST.lock``: in a folder only the spool's owner may enter (onite.spool.locks)."""
         return self.locks_dir / f"driver.{host}.lock"
 
     def recur_lock_path(self) -> Path:
-        """``locks/recur.lock``: one read-modify-write of ``recur.state`` at a time."""
         return self.locks_dir / "recur.lock"
 
     def wake_path(self, host: str) -> Path:
-        """``locks/wake.HOST``: the request that HOST's idle daemon drain now (onite.drain.wake)."""
         return self.locks_dir / f"wake.{host}"
 
     def recur_state_path(self) -> Path:
-        """``recur.state``: when each recurring job last fired (onite.spool.recurstate)."""
         return self.root / "recur.state"
 
     def state_path(self, kind: str, host: str) -> Path:
@@ -96,8 +82,7 @@ class SpoolDir:
         return self.root / f"{kind}.{host}{_STATE}"
 
     def state_paths(self, kind: str) -> list[tuple[str, Path]]:
-        """Every ``KIND.HOST.state`` of the spool as (HOST, path), by host; a HOST that is no host name
-        (nothing onite wrote) is left out."""
+        """Every ``KIND.HOST.state`` as (HOST, path), by host; one whose HOST is no host name is left out."""
         prefix = f"{kind}."
         try:
             names = sorted(os.listdir(self.root))
@@ -107,9 +92,8 @@ class SpoolDir:
                 and is_valid_name(host := name[len(prefix):-len(_STATE)])]
 
     def finished_files(self, name: str) -> tuple[str, str, str, str]:
-        """A finished job's files, as strings (retention removes thousands, and a Path costs more than
-        an unlink): ``jobsdone/NAME@result``, ``jobsdone/NAME``, ``stdout/NAME``, ``stdout/NAME@stderr``."""
-        done, out = str(self.done_dir), str(self.stdout_dir)  # a Path keeps its string
+        """A finished job's result, job file, output and stderr, as strings (retention removes thousands)."""
+        done, out = str(self.done_dir), str(self.stdout_dir)
         return f"{done}/{name}{RESULT}", f"{done}/{name}", f"{out}/{name}", f"{out}/{name}{STDERR}"
 
     def output_path(self, name: str) -> Path:
@@ -119,12 +103,10 @@ class SpoolDir:
         return self.stdout_dir / f"{name}{STDERR}"
 
     def result_path(self, name: str) -> Path:
-        """``jobsdone/NAME@result``: the result record of NAME's latest finished run (onite.spool.results)."""
         return self.done_dir / f"{name}{RESULT}"
 
     def run_record_path(self, host: str, name: str) -> str:
-        """``running/HOST/NAME@run``: the run record of NAME's claim by HOST (onite.spool.runrecords); a
-        string, as the driver opens it once per job."""
+        """A string: the driver opens it once per job."""
         return f"{self.running_dir(host)}/{name}{RUN_RECORD}"
 
     @staticmethod
@@ -134,9 +116,7 @@ class SpoolDir:
 
     @property
     def config(self) -> Config:
-        if self._config is None:
-            self._config = load_config(self.config_path)
-        return self._config
+        return self.reload_config() if self._config is None else self._config
 
     def reload_config(self) -> Config:
         self._config = load_config(self.config_path)
@@ -154,12 +134,7 @@ class SpoolDir:
         return self.urgent_dir if urgent else self.queue_dir(min(priority, self.config.priorities))
 
     def ensure_queue_folder(self, folder: Path) -> None:
-        """Make a queue folder that someone removed (the driver puts a job back, or spools its
-        retry, into it), with the mode ``onite init`` gives it.
-
-        Raises:
-            SpoolIOError: it cannot be made.
-        """
+        """Make a queue folder someone removed (a job goes back into it) as ``onite init`` does. Raises SpoolIOError."""
         if folder.is_dir():
             return
         mode = STICKY_DIR if os.lstat(self.root).st_uid == 0 else 0o755
@@ -170,11 +145,7 @@ class SpoolDir:
             raise SpoolIOError(folder, "making the queue folder", err) from None
 
     def ensure_running_folder(self, host: str) -> Path:
-        """``running/HOST/``, made (0755) if missing: where HOST's driver claims jobs.
-
-        Raises:
-            SpoolIOError: it cannot be made (a full disk, one out of inodes).
-        """
+        """``running/HOST/``, made (0755) if missing. Raises SpoolIOError."""
         path = self.running_dir(host)
         try:
             os.makedirs(path, mode=0o755, exist_ok=True)
@@ -187,8 +158,7 @@ class SpoolDir:
         return self.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
 
     def hosts(self) -> list[str]:
-        """Hosts that have a running/ folder (that have ever claimed a job); a folder whose name is
-        no host name (nothing onite made) is left out."""
+        """Hosts that have a running/ folder; a folder whose name is no host name is left out."""
         try:
             with os.scandir(self.running_root) as it:
                 return sorted(e.name for e in it if is_valid_name(e.name) and e.is_dir(follow_symlinks=False))
@@ -203,11 +173,8 @@ class SpoolDir:
     def check_drainable(self, command: str) -> None:
         """May this process drain the spool (``command``: what to run as root, for the hint)?
 
-        Raises:
-            SpoolError: as check(), or its running/ folder is missing.
-            Refused: running/ belongs to someone else (the spool's owner drains it), or someone other
-                than this process's user could have changed the spool (onite.spool.trust).
-        """
+        Raises SpoolError: as check(), or running/ is missing; Refused: running/ is not this user's to
+        write, or someone else could have changed the spool (onite.spool.trust)."""
         self.check()
         if not self.running_root.is_dir():
             raise SpoolError(f"no running/ folder in {self.root}", "run onite init to repair the spool")
@@ -219,9 +186,7 @@ class SpoolDir:
         trust.check(self.root, os.geteuid(), command)
 
     def check(self) -> None:
-        """Raises:
-            SpoolError: the spool is missing or not an onite spool.
-        """
+        """Raises SpoolError: the spool is missing or not an onite spool."""
         if not self.root.exists():
             raise SpoolError(f"no spool at {self.root}", "create it with: onite init")
         if not self.root.is_dir():

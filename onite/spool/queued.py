@@ -1,9 +1,5 @@
-"""The queued jobs as anyone may see them: in queue order, held ones marked, without opening a file.
-
-Queue order is onite.core.queue's (``order_key``): urgent, then P1 … Pn,
-then the kernel's ctime, then the name. A job is held when a marker in
-hold/ holds it (onite.spool.holds).
-"""
+"""The queued jobs as anyone may see them: in queue order (onite.core.queue), held ones marked,
+without opening a file."""
 
 from __future__ import annotations
 
@@ -11,18 +7,20 @@ from collections.abc import Iterator
 
 from onite.spool.holds import held_by, read_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import Entry, find_running, job_stats, stat_entry
+from onite.spool.scan import Entry, find_running, job_stats, listing, stat_entry
+
+TICK_WAIT_LIMIT = 0.1  # s: at most this long for the kernel's coarse clock to pass a new file's ctime
+CLOCK_REALTIME_COARSE = 5  # Linux's id of the clock that stamps a new file's ctime (the time module has no name for it)
 
 
 def queued_stats(spool: SpoolDir) -> list[tuple[int, int, str, int, bool]]:
-    """Every queued job as ``(rank, ctime_ns, name, uid, held)``, in queue order: for listings of
-    100,000 jobs (one lstat a job, and little else)."""
+    """Every queued job as ``(rank, ctime_ns, name, uid, held)``, in queue order: one lstat a job."""
     return [(rank, *row) for rank, rows in queued_folder_stats(spool) for row in rows]
 
 
 def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, str, int, bool]]]]:
     """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, held)``."""
-    from onite.core.queue import sort_folder  # not at import: a submit, which only looks a name up, never sorts
+    from onite.core.queue import sort_folder  # not at import: a submit never sorts
 
     holds = read_holds(spool.hold_dir)
     for rank, folder in spool.queue_folders():
@@ -33,14 +31,9 @@ def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, 
 
 
 def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None) -> list[Entry]:
-    """Queued jobs called ``name`` (normally one; two only after a race), each ``held`` if a marker
-    holds it. ``holds``: hold/ as the caller read it (read_holds) for all the names it asks about;
-    else it is read here if needed."""
-    found = []
-    for rank, folder in spool.queue_folders():
-        entry = stat_entry(folder, name, rank=rank)
-        if entry:
-            found.append(entry)
+    """Queued jobs called ``name`` (normally one), each ``held`` if a marker holds it. ``holds``: hold/
+    as the caller read it (read_holds), else it is read here if needed."""
+    found = [entry for rank, folder in spool.queue_folders() if (entry := stat_entry(folder, name, rank=rank))]
     if found:
         if holds is None:
             holds = read_holds(spool.hold_dir)
@@ -51,37 +44,23 @@ def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | N
 
 def live_state(spool: SpoolDir, name: str, uid: int | None = None, *,
                holds: dict[str, frozenset[int]] | None = None) -> str | None:
-    """Where job ``name`` (``uid``'s, if given: a dependency is its owner's own job) is now: "queued",
-    "held" (every queued file of that name is held), "running", or None (neither). Queued folders
-    are looked at first, then running/: a job that moves on between the two looks is still found.
-
-    Raises:
-        SpoolIOError: a folder cannot be looked into.
-    """
+    """Where job ``name`` (``uid``'s, if given) is: "queued", "held" (every queued file of it is held),
+    "running", or None. The queue is looked at before running/, so a job claimed meanwhile is found.
+    Raises SpoolIOError: a folder cannot be looked into."""
     queued = [e for e in find_queued(spool, name, holds) if uid is None or e.uid == uid]
     if queued:
         return "held" if all(e.held for e in queued) else "queued"
     return "running" if any(uid is None or e.uid == uid for e in find_running(spool, name)) else None
 
 
-TICK_WAIT_LIMIT = 0.1  # s: at most this long for the kernel's coarse clock to pass a new file's ctime
-CLOCK_REALTIME_COARSE = 5  # Linux's id of the clock that stamps a new file's ctime (the time module has no name for it)
-
-
 def contested(spool: SpoolDir, names: set[str], uid: int) -> list[Entry]:
-    """Queued files of ``names`` owned by users other than ``uid`` that got their place no later than
-    ``uid``'s file of the same name (just created), once the kernel's clock has passed those files'
-    ctimes: what a name's new job must give way to.
+    """Queued files of ``names`` of users other than ``uid`` that got their place no later than ``uid``'s
+    file of the name (just created), looked at once the kernel's clock has passed its ctime.
 
-    Anyone may write into a queue folder, so a check that a name is free, made before a job file
-    gets that name, can be raced by a file put there by hand meanwhile (its owner may even have seen
-    the writer's temporary file). Looked at again afterwards, and past the clock tick its file was
-    stamped in, any such file is seen here; one put there later has a later ctime, and the driver
-    gives the name to the earlier file (onite.drain.pick).
-
-    Raises:
-        SpoolIOError: a queue folder cannot be looked into.
-    """
+    A check that a name is free, made before a job file gets the name, can be raced by a file put
+    in the queue by hand; looked at again here, such a file is seen, and one put there later has a
+    later ctime, so the driver gives the name to the earlier file (onite.drain.pick).
+    Raises SpoolIOError: a queue folder cannot be looked into."""
     settle(spool, names, uid)
     rivals = []
     for entries in _named(spool, names).values():
@@ -105,33 +84,11 @@ def settle(spool: SpoolDir, names: set[str], uid: int) -> None:
 
 
 def _named(spool: SpoolDir, names: set[str]) -> dict[str, list[Entry]]:
-    """The queued files of ``names``, by name: an lstat a name and folder for a few names, one
-    listing a folder for many (a batch of thousands)."""
-    import os
-    from pathlib import Path
-
+    """The queued files of ``names``, by name: an lstat a name for a few, a listing a folder for many."""
     found: dict[str, list[Entry]] = {}
     for rank, folder in spool.queue_folders():
-        if len(names) <= 8:
-            entries = [e for name in names if (e := stat_entry(folder, name, rank=rank))]
-        else:
-            entries = []
-            try:
-                with os.scandir(folder) as it:
-                    for item in it:
-                        if item.name in names:
-                            try:
-                                st = item.stat(follow_symlinks=False)
-                            except FileNotFoundError:
-                                continue
-                            entries.append(Entry(item.name, Path(item.path), st.st_uid, st.st_mode, st.st_ctime_ns,
-                                                 rank=rank, size=st.st_size))
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                from onite.core.errors import SpoolIOError
-
-                raise SpoolIOError(folder, "listing", err) from None
-        for entry in entries:
-            found.setdefault(entry.name, []).append(entry)
+        here = names if len(names) <= 8 else names.intersection(entry.name for entry in listing(folder))
+        for name in here:
+            if entry := stat_entry(folder, name, rank=rank):
+                found.setdefault(name, []).append(entry)
     return found

@@ -1,11 +1,8 @@
 """Recurring jobs on disk: the templates in SPOOL/recur/, and SPOOL/recur.state (what was spooled).
 
-Templates live in the sticky, world-writable folder recur/, each created
-mode 0600 by its owner with the all-or-nothing, never-replace write of a job
-(onite.spool.files); the file's owner uid is the template's owner. What was
-last spooled of each is kept in recur.state, written by the driver (root on
-a system spool, in a folder only root may write), so users cannot forge it;
-drivers of several hosts change it one at a time (``state_lock``).
+A template is written like a job, into the sticky recur/ folder; its file's owner is the
+template's owner. recur.state is written by the driver where only root may write, so users
+cannot forge it; drivers of several hosts change it one at a time (``state_lock``).
 """
 
 from __future__ import annotations
@@ -17,32 +14,21 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from onite.core.errors import SpoolError, SpoolIOError
+from onite.core.errors import SpoolError
 from onite.core.names import SIDE, is_valid_name
 from onite.spool import locks
 from onite.spool.files import replace_file
 from onite.spool.paths import SpoolDir
+from onite.spool.scan import listing
 
 STATE_FORMAT = 1
 RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
 
 
 def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
-    """The templates in recur/, by name, each with its lstat (dot-names and side files left out).
-
-    Raises:
-        SpoolIOError: recur/ cannot be listed.
-    """
-    try:
-        it = os.scandir(spool.recur_dir)
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        raise SpoolIOError(spool.recur_dir, "listing", err) from None
-    with it:
-        entries = sorted(it, key=lambda e: e.name)
-    for entry in entries:
-        if entry.name[0] == "." or SIDE in entry.name or not is_valid_name(entry.name):
+    """The templates in recur/, by name, each with its lstat. Raises SpoolIOError."""
+    for entry in sorted(listing(spool.recur_dir), key=lambda e: e.name):
+        if SIDE in entry.name or not is_valid_name(entry.name):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -52,12 +38,8 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
 
 
 def load_state(spool: SpoolDir) -> dict[str, dict]:
-    """NAME → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged, and
-    an entry that is not an object, or not a template's name, left out. The values of an entry are
-    checked where they are used (``parse_time``, ``rule_from_state``, ``known_priority``).
-
-    Raises: nothing.
-    """
+    """NAME → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
+    entry's values are checked where they are used (``parse_time``, ``rule_from_state``, …); never raises."""
     from onite.core.values import loads_object
 
     try:
@@ -70,23 +52,15 @@ def load_state(spool: SpoolDir) -> dict[str, dict]:
 
 
 def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
-    """Raises:
-        SpoolIOError: it cannot be written.
-    """
+    """Raises SpoolIOError."""
     data = {"version": STATE_FORMAT, "templates": dict(sorted(state.items()))}
     replace_file(spool.recur_state_path(), (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
 
 
 @contextmanager
 def state_lock(spool: SpoolDir):
-    """Drivers of several hosts may share a spool: one read-modify-write of recur.state at a time.
-
-    The lock is ``locks/recur.lock``, which only the spool's owner may open (onite.spool.locks), and the
-    wait for it is bounded.
-
-    Raises:
-        SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as onite.spool.locks.take.
-    """
+    """One read-modify-write of recur.state at a time, among the drivers of several hosts.
+    Raises SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as locks.take."""
     locks.ensure_dir(spool.root)
     held = locks.take(spool.recur_lock_path(), timeout=RECUR_LOCK_WAIT)
     if held is None:
@@ -97,20 +71,15 @@ def state_lock(spool: SpoolDir):
 
 
 def parse_time(text: object) -> datetime | None:
-    """A time recur.state holds (timeparse.parse_stamp: aware and in bounds), else None.
-
-    Raises: nothing.
-    """
+    """A time recur.state holds (aware and in bounds: timeparse.parse_stamp), else None."""
     from onite.core.timeparse import parse_stamp
 
     return parse_stamp(text)
 
 
 def run_name_owner(spool: SpoolDir, name: str) -> tuple[str, int, int] | None:
-    """If ``name`` is that of a run of a recurring job (``TEMPLATE-YYYYMMDDTHHMM``) whose template is
-    in recur/ and usable (a regular file with one link that holds a rule), and its time one the rule
-    fires at: the template's name, its owner and its ctime; else None. Such names are known in
-    advance, and are the template owner's."""
+    """The template's name, owner and ctime if ``name`` is that of a run (``TEMPLATE-YYYYMMDDTHHMM``)
+    of a usable template in recur/, at a time its rule fires; else None."""
     import stat
 
     from onite.core.errors import OniteError

@@ -1,12 +1,9 @@
 """Retention: keep each user's last ``keep`` finished jobs (result, job file, output); remove older ones.
 
-"Last" is by the time the result record was written (its mtime, set by the
-driver); "each user's" by the uid the record names. Counted over the whole
-spool, a user's own jobs (or files dropped in a queue, each refused and filed
-as theirs) would push everyone else's results out. Output of a job that is
-queued or running is never removed, nor anything newer than the oldest kept
-result. A job's output is stdout/NAME and, when its stderr was kept apart,
-stdout/NAME@stderr: the two go together.
+"Last" is by the result record's mtime, "each user's" by the uid it names: counted over the whole
+spool, one user's jobs (or files dropped in a queue, each filed as theirs) would push everyone
+else's out. The output of a queued or running job is never removed; stdout/NAME@stderr goes with
+stdout/NAME.
 """
 
 from __future__ import annotations
@@ -19,33 +16,30 @@ from onite.core.names import SIDE
 from onite.spool.files import remove_file
 from onite.spool.paths import RESULT, STDERR, SpoolDir
 from onite.spool.results import read_result
-from onite.spool.scan import is_live
+from onite.spool.scan import is_live, listing
+
+UNKNOWN_OWNER = -1  # a damaged record's: such records are kept ``keep`` among themselves
+OWNERS_KEPT = 1_000_000  # a bound on _OWNERS, never reached by a driver that prunes as it files
+TEMP_AGE = 3600  # seconds after which a dot-name .tmp file is a write that died (a crash, a kill)
+_OWNERS: dict[tuple[str, int, int], int] = {}  # (name, inode, mtime) → uid: records rarely change
 
 
 def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays: bool = True) -> int:
-    """Remove each user's finished jobs beyond their newest ``keep``; returns how many were removed.
-
-    ``strays=False`` skips the look for files no kept result explains (left by
-    a crash or a cancel): a driver prunes that way as it goes, and looks for
-    strays once, when it ends.
-    """
+    """Remove each user's finished jobs beyond their newest ``keep``; return how many went. ``strays``:
+    also remove what no kept result explains (left by a crash or a cancel), older than every kept one.
+    Raises SpoolIOError: jobsdone/ cannot be listed."""
     records: list[tuple[int, str, int]] = []
-    try:
-        with os.scandir(spool.done_dir) as it:
-            for entry in it:
-                if entry.name.endswith(RESULT) and entry.name[0] != ".":
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    records.append((st.st_mtime_ns, entry.name[: -len(RESULT)], st.st_ino))
-    except FileNotFoundError:
-        return 0
+    for entry in listing(spool.done_dir):
+        if entry.name.endswith(RESULT) and entry.name[0] != ".":
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            records.append((st.st_mtime_ns, entry.name[: -len(RESULT)], st.st_ino))
     if len(records) <= keep:
         return 0  # no one can have more than all of them
     records.sort(reverse=True)
     kept, beyond = _split_by_owner(spool, records, keep)
-    removed = 0
     hosts = spool.hosts()  # listed once, not once per record removed
     for _, name in beyond:
         result, job, output, stderr = spool.finished_files(name)
@@ -54,29 +48,20 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
         if name not in protect and not is_live(spool, name, hosts):
             remove_file(output)
             remove_file(stderr)
-        removed += 1
     if strays:
-        oldest_kept = kept[-1][0] if kept else None
-        _remove_strays(spool, {n for _, n in kept} | protect, oldest_kept)
-    return removed
-
-
-UNKNOWN_OWNER = -1  # a record whose owner cannot be read (damaged): such records are kept ``keep`` among themselves
-
-_OWNERS: dict[tuple[str, int, int], int] = {}  # (name, inode, mtime) -> uid: a driver prunes often, records rarely change
-OWNERS_KEPT = 1_000_000  # entries at most: a bound, never reached by a driver that prunes as it files
+        _remove_strays(spool, {n for _, n in kept} | protect, kept[-1][0] if kept else None)
+    return len(beyond)
 
 
 def remember_owner(name: str, st: os.stat_result, uid: int) -> None:
-    """The result record of ``name`` just written (``st``: its stat) names ``uid``: the next prune
-    need not read it to learn that."""
+    """The result of ``name`` just written (``st``) names ``uid``: the next prune need not read it."""
     if len(_OWNERS) < OWNERS_KEPT:
         _OWNERS[(name, st.st_ino, st.st_mtime_ns)] = uid
 
 
 def _split_by_owner(spool: SpoolDir, records: list[tuple[int, str, int]],
                     keep: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """``records`` (newest first) split into those kept, each owner's newest ``keep``, and those beyond."""
+    """``records`` (newest first) split into each owner's newest ``keep`` and those beyond."""
     counts: dict[int, int] = {}
     kept: list[tuple[int, str]] = []
     beyond: list[tuple[int, str]] = []
@@ -98,8 +83,7 @@ def _split_by_owner(spool: SpoolDir, records: list[tuple[int, str, int]],
 
 
 def _owner(spool: SpoolDir, name: str) -> int | None:
-    """The uid the result record of ``name`` names: UNKNOWN_OWNER if it is damaged, None if it
-    cannot be read now (gone, or an I/O error)."""
+    """The uid the result of ``name`` names: UNKNOWN_OWNER if damaged, None if unreadable now."""
     try:
         result = read_result(spool, name)
     except DamagedRecord:
@@ -109,14 +93,9 @@ def _owner(spool: SpoolDir, name: str) -> int | None:
     return None if result is None else result.uid
 
 
-TEMP_AGE = 3600  # seconds after which a dot-name .tmp file is a write that died (a crash, a kill)
-
-
 def remove_temp_files(spool: SpoolDir, now: float, *, older_than: float = TEMP_AGE) -> int:
-    """Remove the dot-name ``.tmp`` files that writers killed mid-write left behind (a submit's
-    ``jobs/Pk/.NAME.PID.RAND.tmp``, a record's ``jobsdone/.NAME@result.PID.tmp``, …), once they
-    are ``older_than`` seconds: no write takes that long, and on a shared spool the writer may be
-    another machine's, whose processes cannot be looked at. Returns how many were removed."""
+    """Remove the dot-name ``.tmp`` files of writers killed mid-write, once ``older_than`` seconds old
+    (the writer may be another machine's, whose processes cannot be looked at); return how many."""
     folders = [spool.done_dir, spool.stdout_dir, spool.cancel_dir, spool.recur_dir, spool.jobs_dir]
     folders += [folder for _, folder in spool.queue_folders()]
     folders += [spool.running_dir(host) for host in spool.hosts()]
@@ -132,22 +111,16 @@ def remove_temp_files(spool: SpoolDir, now: float, *, older_than: float = TEMP_A
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if now - st.st_mtime < older_than or stat.S_ISDIR(st.st_mode):
-                continue
-            if remove_file(entry.path):
+            if now - st.st_mtime >= older_than and not stat.S_ISDIR(st.st_mode) and remove_file(entry.path):
                 removed += 1
     return removed
 
 
 def _remove_strays(spool: SpoolDir, kept: set[str], oldest_kept_ns: int | None) -> None:
-    """Outputs and job files in jobsdone/ that no kept result explains and that are older than every kept one."""
+    """Outputs and job files in jobsdone/ that no kept result explains, older than every kept one."""
     hosts = spool.hosts()
     for folder in (spool.stdout_dir, spool.done_dir):
-        try:
-            entries = list(os.scandir(folder))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
+        for entry in list(listing(folder)):
             name = entry.name
             if folder == spool.stdout_dir and name.endswith(STDERR):
                 name = name[: -len(STDERR)]  # NAME@stderr goes with NAME's output

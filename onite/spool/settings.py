@@ -1,8 +1,4 @@
-"""A spool's settings as this machine reads them: onite.toml, and which host this driver is.
-
-``load_config`` is the only read of onite.toml (parsing it is onite.core.config's,
-pure); ``default_host`` is the one place that asks the machine its name.
-"""
+"""A spool's settings: the one read of onite.toml, and the one place that asks the machine its name."""
 
 from __future__ import annotations
 
@@ -14,11 +10,7 @@ from onite.core.errors import ConfigError
 
 
 def load_config(path: Path) -> Config:
-    """Read ``path``; a spool without onite.toml uses the defaults.
-
-    Raises:
-        ConfigError: unreadable or invalid.
-    """
+    """Read ``path``; a spool without onite.toml uses the defaults. Raises ConfigError: unreadable or invalid."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

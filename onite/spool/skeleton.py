@@ -1,14 +1,14 @@
 """``onite init``: make (or complete) a spool from the skeleton in spool-skel/, with the modes of docs/security.md.
 
-Idempotent: a folder that exists is given its mode again, a missing one is
-made, and an onite.toml someone changed is never overwritten. ``init`` never
-adopts what another user made (a folder of the spool or above it, a link):
-that user could then change what the driver runs.
+Idempotent: a folder that exists is given its mode again, a missing one is made, and an onite.toml
+someone changed is never overwritten. ``init`` never adopts what another user made (a folder of
+the spool or above it, a link): that user could then change what the driver runs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +27,6 @@ def skeleton_config() -> str:
 
 def with_priorities(text: str, priorities: int) -> str:
     """The skeleton text for ``priorities`` folders; the default priority is the middle one."""
-    import re
-
     text = re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
     return re.sub(r"(?m)^default_priority = \d+$", f"default_priority = {(priorities + 1) // 2}", text, count=1)
 
@@ -39,20 +37,13 @@ class InitReport:
 
     root: Path
     created: tuple[str, ...]
-    config_written: bool
     config_kept: bool  # an existing, changed onite.toml was left alone
 
 
 def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitReport:
-    """Create (or complete) a spool. Idempotent; never overwrites a changed onite.toml.
-
-    ``system`` (root installing a shared spool) sets the multi-user modes of
-    docs/security.md; otherwise the spool is private to the caller (0700).
-
-    Raises:
-        Refused: onite.toml exists, was changed, and disagrees with ``priorities``.
-        SpoolIOError: a folder or file cannot be created.
-    """
+    """Create (or complete) a spool: ``system`` (root's shared spool) with the multi-user modes of
+    docs/security.md, else private to the caller (0700). Raises Refused: onite.toml was changed by hand
+    and disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
     created: list[str] = []
     skel = skeleton_config()
     _refuse_foreign(root, os.geteuid())
@@ -64,9 +55,12 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     _make_dir(root, 0o755 if system else 0o700, created, root)
     spool = SpoolDir(root)
     config_path = spool.config_path
-    config_written = config_kept = False
+    config_kept = False
     if config_path.exists():
-        current = _read_text(config_path)
+        try:
+            current = config_path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise SpoolIOError(config_path, "reading", err) from None
         existing = parse_config(current, str(config_path))
         pristine = current == with_priorities(skel, existing.priorities)
         if priorities is not None and existing.priorities != priorities:
@@ -76,18 +70,13 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
                     "edit its priorities line, then run onite init again",
                 )
             replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
-            config_written = True
         else:
             config_kept = not pristine
             priorities = existing.priorities
-            try:
-                os.chmod(config_path, 0o644)  # only its owner may change what the driver runs
-            except OSError as err:
-                raise SpoolIOError(config_path, "setting the mode of", err) from None
+            _chmod(config_path, 0o644)  # only its owner may change what the driver runs
     else:
         priorities = priorities or parse_config(skel).priorities
         replace_file(config_path, with_priorities(skel, priorities).encode(), mode=0o644, durable=True)
-        config_written = True
         created.append(config_path.name)
     queue_mode = STICKY_DIR if system else 0o755
     _make_dir(spool.jobs_dir, 0o755, created, root)
@@ -99,34 +88,21 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         _make_dir(folder, queue_mode, created, root)
     _make_dir(spool.refused_dir, 0o700, created, root)
     _make_dir(spool.locks_dir, 0o700, created, root)  # no other user may open (and so hold) a lock
-    log = spool.log_path
-    if not log.exists():
-        replace_file(log, b"", mode=0o644, durable=True)
-        created.append(log.name)
+    if not spool.log_path.exists():
+        replace_file(spool.log_path, b"", mode=0o644, durable=True)
+        created.append(spool.log_path.name)
     else:
-        try:
-            os.chmod(log, 0o644)
-        except OSError as err:
-            raise SpoolIOError(log, "setting the mode of", err) from None
-    return InitReport(root, tuple(created), config_written, config_kept)
+        _chmod(spool.log_path, 0o644)
+    return InitReport(root, tuple(created), config_kept)
 
 
 def _refuse_foreign(root: Path, owner: int) -> None:
-    """``init`` never adopts what someone else made: a folder or file of the spool (or a folder
-    above it) that another user owns, or a link, would let that user change what the driver runs.
-
-    Raises:
-        Refused: with the first such path, and what to do.
-    """
+    """Raises Refused: a folder or file of the spool (or a folder above it) is another user's, or a link."""
     from onite.spool import trust
 
     found = [problem for problem in trust.problems(root, owner)
              if "belongs to" in problem or "symbolic link" in problem or "not a " in problem
              or "hard links" in problem]
-    for folder in reversed(Path(os.path.realpath(root)).parents):
-        st = os.lstat(folder) if os.path.lexists(folder) else None
-        if st is not None and st.st_uid not in (0, owner):
-            found.insert(0, f"{folder} belongs to uid {st.st_uid}")
     if found:
         raise Refused(f"onite init will not adopt {root}: {found[0]}",
                       "someone else made it: move it away (or chown it), then run onite init again")
@@ -141,14 +117,11 @@ def _make_dir(path: Path, mode: int, created: list[str], root: Path) -> None:
             raise SpoolError(f"{path} exists and is not a folder", "move it away and run onite init again") from None
     except OSError as err:
         raise SpoolIOError(path, "creating", err) from None
+    _chmod(path, mode)  # mkdir's mode is masked by the umask; the spool's modes are not negotiable
+
+
+def _chmod(path: Path, mode: int) -> None:
     try:
-        os.chmod(path, mode)  # mkdir's mode is masked by the umask; the spool's modes are not negotiable
+        os.chmod(path, mode)
     except OSError as err:
         raise SpoolIOError(path, "setting the mode of", err) from None
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise SpoolIOError(path, "reading", err) from None

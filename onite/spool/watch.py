@@ -1,22 +1,11 @@
-"""Which queued jobs carry a not-before time, and when the daemon must wake for them.
+"""When the sleeping daemon must wake for a queued job's not-before time (``--at``, a retry's back-off).
 
-The daemon sleeps between drains, yet a job spooled with ``--at`` (or a
-recurring instance, or a retry waiting out its back-off) must start when its
-time comes. ``TimedWatch`` keeps, for every queued job, its kernel ctime and
-the few header fields that matter (``at:``, ``pin:``), and:
-
-- lists a queue folder again only when its mtime changed (onite.spool.index);
-- reads the header of a job only when its name is new to it, and only up to
-  the first ``env:`` line (the header's options come before the environment);
-- asks whether a job is held of the index's current markers in hold/
-  (onite.spool.index.HoldIndex) each time, never of the job's file.
-
-A job is *due* at max(not-before, ctime): a job spooled with a not-before
-time already past is due when it appears. ``next_due(mark)`` ignores jobs due
-at or before ``mark``, the start of the daemon's last drain: a drain looked at
-those and left them (held, pinned elsewhere, waiting for a dependency, or
-past the window), so they wait for the next scheduled drain instead of waking
-the daemon again and again.
+``TimedWatch`` keeps each queued job's ctime and its ``at:`` and ``pin:`` fields: a folder is
+listed again only when it changed (onite.spool.index), a header is read once per new name, with
+one bounded read, and holds are asked of hold/'s markers, never of the job file. A job is due at
+max(not-before, ctime). ``next_due(mark)`` ignores jobs due at or before ``mark``, the start of
+the last drain, which looked at them and left them: they wait for the next drain rather than
+wake the daemon again and again.
 """
 
 from __future__ import annotations
@@ -24,30 +13,21 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
-from onite.spool.index import QueueIndex
 from onite.core.timeparse import parse_stamp
+from onite.spool.index import QueueIndex
 
 HEADER_LIMIT = 64 << 10  # submit writes at: and pin: within a job's first ~30 KiB (before env:, tried: and unknown lines)
 
 
-@dataclass(slots=True)
-class _Seen:
-    """The few fields of a queued file that decide when the daemon must wake for it."""
-
+class _Seen(NamedTuple):
     ctime_ns: int
     not_before: datetime | None = None
     pin: str | None = None
     uid: int = -1
-
-    def due_at(self) -> datetime | None:
-        if self.not_before is None:
-            return None
-        entered = datetime.fromtimestamp(self.ctime_ns / 1e9).astimezone()
-        return max(self.not_before, entered)
 
 
 class TimedWatch:
@@ -57,7 +37,7 @@ class TimedWatch:
         self.index = QueueIndex(folders, hold_dir=hold_dir)
         self.host = host
         self.jobs: dict[tuple[int, str], _Seen] = {}
-        self.header_reads = 0  # how many job headers were read (tests and benchmarks look)
+        self.header_reads = 0
         self._listings = -1
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
@@ -85,26 +65,21 @@ class TimedWatch:
             return
         if not stat.S_ISREG(st.st_mode):
             self.jobs[key] = _Seen(st.st_ctime_ns)  # never runs: the driver moves it aside
-            return
-        if st.st_nlink != 1:
+        elif st.st_nlink != 1:
             self.jobs.pop(key, None)  # being spooled right now: look again at the next listing
-            return
-        fields = _header_fields(path, st)
-        self.header_reads += 1
-        # a time the job file cannot hold (naive, or out of bounds) makes it damaged: the driver refuses it
-        not_before = parse_stamp(fields.get("at"))
-        self.jobs[key] = _Seen(st.st_ctime_ns, not_before, fields.get("pin"), st.st_uid)
+        else:
+            fields = _header_fields(path, st)
+            self.header_reads += 1
+            # a time the job file cannot hold makes it damaged: the driver refuses it
+            self.jobs[key] = _Seen(st.st_ctime_ns, parse_stamp(fields.get("at")), fields.get("pin"), st.st_uid)
 
     def next_due(self, mark: datetime | None) -> datetime | None:
         """The earliest due time after ``mark`` of a timed job this host may run."""
         best = None
-        holds = self.index.holds
         for (_, name), seen in self.jobs.items():
-            if seen.not_before is None or (seen.pin and seen.pin != self.host):
+            if seen.not_before is None or (seen.pin and seen.pin != self.host) or self.index.holds.held(name, seen.uid):
                 continue
-            if holds.held(name, seen.uid):
-                continue
-            due = seen.due_at()
+            due = max(seen.not_before, datetime.fromtimestamp(seen.ctime_ns / 1e9).astimezone())
             if (mark is None or due > mark) and (best is None or due < best):
                 best = due
         return best
@@ -114,9 +89,9 @@ class TimedWatch:
 
 
 def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
-    """``at`` and ``pin`` from a job file's header, reading no further than its first env: line."""
+    """``at`` and ``pin`` from a job file's header, read no further than its first env: line."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
         if err.errno in (errno.ENOENT, errno.ELOOP, errno.EACCES):
             return {}
@@ -125,8 +100,7 @@ def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
         fst = os.fstat(fd)
         if not stat.S_ISREG(fst.st_mode) or fst.st_ino != st.st_ino:
             return {}
-        # one bounded read: the daemon looks at every new name inline, and a user's file of a long
-        # header line (a sparse hole) must cost it no more than any other file
+        # one bounded read: a user's file of one long header line (a sparse hole) costs no more than any other
         data = os.read(fd, HEADER_LIMIT)
     finally:
         os.close(fd)
