@@ -13,21 +13,25 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    if argv is None:
-        _fill_closed_streams()
-        _watch_stdout()
-    code = _main(args)
-    try:  # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
-        sys.stdout.flush()
-    except BrokenPipeError as err:
-        return _reader_gone(err) or code  # the command's own failure, if it had one, stands
-    except OutputFailure as err:
-        failed = _output_failed(err)
-        return code or failed
-    except ValueError:  # closed: nothing left to write
-        pass
-    return code
+    try:  # an interrupt anywhere in onite's own code, its imports included, is one line and 130
+        args = sys.argv[1:] if argv is None else list(argv)
+        if argv is None:
+            _fill_closed_streams()
+            _watch_stdout()
+        code = _main(args)
+        try:  # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
+            sys.stdout.flush()
+        except BrokenPipeError as err:
+            return _reader_gone(err) or code  # the command's own failure, if it had one, stands
+        except OutputFailure as err:
+            failed = _output_failed(err)
+            return code or failed
+        except ValueError:  # closed: nothing left to write
+            pass
+        return code
+    except KeyboardInterrupt:
+        _say("onite: interrupted")
+        return 130
 
 
 def _main(args: list[str]) -> int:
