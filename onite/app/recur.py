@@ -84,7 +84,7 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
                     captured, config)
     check_capacity(config, job)
     job = replace(job, extra=job.extra + rule_fields(rule))
-    check_mail(SubmitRequest(name=request.name, body=b"", notify=request.notify), config)
+    check_mail(request.notify, config)
     spool.check()
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")

@@ -70,7 +70,7 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
     job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
                   not_before=not_before)
     owner = None if st.st_uid == caller.uid else (st.st_uid, st.st_gid)
-    markers = prepare_holds(spool, [target], caller, hold=hold, owner=owner)
+    markers = prepare_holds(spool, [target], caller, [target] if hold else [], owner=owner)
     try:
         create_file(spool.folder_for(job.priority, job.urgent), target, encode(job), owner=owner)
     except OniteError:
