@@ -1,9 +1,7 @@
 """A failed job's last lines of output, as the one who asks may see them (reading only).
 
-Invariant: the lines are read only for the job's owner and root, only from
-a regular file owned by the job's user and written during that run (never
-through a symlink: O_NOFOLLOW), and their control characters are spelt out
-(onite.core.safetext.printable). Anyone else is told the output is private.
+Invariant: the lines are read only for the job's owner and root, only from a regular file of the job's
+user written during that run (O_NOFOLLOW), with their control characters spelt out.
 """
 
 from __future__ import annotations
@@ -22,19 +20,16 @@ TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its widt
 
 @dataclass(frozen=True)
 class Tail:
-    """The end of a failed job's output, as its reader may see it: ``private`` when it is someone
-    else's; ``stream`` "stderr" when the job kept stderr apart, else "output"."""
+    """The end of a failed job's output, as its reader may see it."""
 
     lines: tuple[str, ...] = ()
-    private: bool = False
-    stream: str = "output"
+    private: bool = False  # someone else's
+    stream: str = "output"  # "stderr" when the job kept it apart
     kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
 
 
 def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
-    """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its
-    output. Only for its owner and root; only from a file of its user's written during that run (else
-    ``kept`` is false: none, or a later run's)."""
+    """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its output."""
     import stat
 
     from onite.exec.notify import output_tail
@@ -64,8 +59,6 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     # a retry's output follows the earlier attempts', after its marker line (onite.exec.launch.attempt_marker)
     marker = f"[onite] attempt {job.attempt} of {job.name}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
-    return Tail(lines=tuple(_cut(printable(line), TAIL_WIDTH) for line in text), stream=stream)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
+    cut = [printable(line) for line in text]
+    return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…" for line in cut),
+                stream=stream)
