@@ -68,14 +68,25 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
         job = replace(job, name=unique_name(request.name, lambda n: name_taken(spool, n)))
     else:
         refuse_taken(spool, [job.name], caller.uid)
-    markers = prepare_holds(spool, [job.name], caller, [job.name] if request.hold else [])
+    write_job(spool, job, caller, hold=request.hold)
+    return job
+
+
+def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
+              owner: tuple[int, int] | None = None) -> None:
+    """Write the job's file into its queue (``owner``'s, when root spools for someone else), held if
+    asked, and ``give_way`` if need be.
+
+    Raises:
+        Refused: the name was taken meanwhile. SpoolError, SpoolIOError: the write failed.
+    """
+    markers = prepare_holds(spool, [job.name], caller, [job.name] if hold else [], owner=owner)
     try:
-        create_file(spool.folder_for(job.priority, job.urgent), job.name, encode(job))
+        create_file(spool.folder_for(job.priority, job.urgent), job.name, encode(job), owner=owner)
     except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
         undo_holds(markers)
         raise
-    give_way(spool, [job.name], markers)
-    return job
+    give_way(spool, [job.name], markers, uid=owner[0] if owner else None)
 
 
 def check_after(spool: SpoolDir, jobs: list[Job], uid: int, *, unique: bool = False) -> None:
