@@ -51,10 +51,9 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     """Check the spool's policy and spool the job; return it as spooled (its final name, priority, times).
 
     Raises:
-        InvalidInput: bad name, priority, option, or an unknown dependency (exit 2).
-        Refused: cutoff passed, a driver runs with check_lock, urgent without
-            the right, or the name is already queued or running (exit 3).
-        SpoolError, SpoolIOError: the spool is missing, or the write failed (exit 4).
+        InvalidInput: bad name, priority, option, or an unknown dependency.
+        Refused: cutoff passed, a driver runs with check_lock, urgent without the right, the name is taken.
+        SpoolError, SpoolIOError: the spool is missing, or the write failed.
     """
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
@@ -74,8 +73,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
 
 def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
               owner: tuple[int, int] | None = None) -> None:
-    """Write the job's file into its queue (``owner``'s, when root spools for someone else), held if
-    asked, and ``give_way`` if need be.
+    """Write the job's file (``owner``'s, when root spools for someone else), held if asked; ``give_way``.
 
     Raises:
         Refused: the name was taken meanwhile. SpoolError, SpoolIOError: the write failed.
@@ -90,8 +88,7 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
 
 
 def check_after(spool: SpoolDir, jobs: list[Job], uid: int, *, unique: bool = False) -> None:
-    """Each job of ``jobs`` (a batch, in order) waits only for a job of user ``uid``'s that is spooled,
-    or comes earlier in the batch; never for itself (but for a ``unique`` job's base name).
+    """Each of ``jobs`` (in order) waits only for an earlier one or a spooled job of ``uid``'s, not itself.
 
     Raises:
         InvalidInput: a dependency that is none of those.
@@ -141,9 +138,8 @@ def give_way(spool: SpoolDir, names: list[str], markers: list, *, uid: int | Non
 
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
                   owner: tuple[int, int] | None = None) -> list:
-    """Before jobs ``names`` are spooled: remove their names' stale hold markers (none is queued, so a
-    marker would hold the new job), and add one for each of ``held`` (``owner``'s, when root spools for
-    someone else), first, so that no driver ever sees the job unheld; the markers added.
+    """Before jobs ``names`` are spooled: remove their names' stale hold markers (none is queued: one would
+    hold the new job), and add one for each of ``held`` (``owner``'s), first, so that no driver sees it unheld.
 
     Raises:
         SpoolError, SpoolIOError: hold/ is missing or cannot be listed, or a marker cannot be made.
@@ -169,9 +165,8 @@ def undo_holds(markers: list) -> None:
 
 
 def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
-    """Spool several jobs as one batch, in the order given, which is their run order within a priority;
-    return their names. Every job is checked before any is written; a job may wait for one earlier in
-    the batch; ``unique`` is not supported.
+    """Spool several jobs, checked before any is written, in the order given (their run order within a
+    priority); their names.
 
     Raises:
         InvalidInput: a bad or repeated name, a bad option, an unknown dependency (nothing written).
@@ -186,7 +181,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
     config = spool.config
     names: dict[str, None] = {}
     jobs: list[Job] = []
-    templates: dict[tuple, Job] = {}  # jobs that differ only in name and text share their parsed options
+    templates: dict[SubmitRequest, Job] = {}  # jobs that differ only in name and text share their parsed options
     for request in requests:
         if request.unique:
             raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
@@ -194,9 +189,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         if request.name in names:
             raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
         names[request.name] = None
-        key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
-               request.host, request.hold, request.stderr_separate, request.notify, request.notify_on,
-               request.mem, request.cpus)
+        key = replace(request, name="", body=b"")
         if not request.body:
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
@@ -235,9 +228,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
 
 
 def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
-    """The spool's rules for who may spool what, when.
-
-    Raises:
+    """Raises:
         Refused: urgent without the right, cutoff passed, or a driver runs under check_lock.
     """
     config = spool.config
