@@ -40,11 +40,14 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
         SpoolIOError: the spool or the output cannot be read.
     """
     watch = start(spool, [name], caller_uid)[name]
-    _check_owner(spool, name, caller_uid)
+    entries = find_queued(spool, name) + find_running(spool, name)
+    if entries and not any(owner_or_root(caller_uid, entry.uid) for entry in entries):  # a namesake is not it
+        raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
+                      "only its owner and root may read it")
     if owner is _LOOK:
         owner = job_owner(spool, name, caller_uid)
     if stderr:
-        _check_separate(spool, name, watch.live is not None)
+        _check_separate(spool, name, entries if watch.live is not None else None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
     earlier = _key(path) if watch.live in ("queued", "held") else None  # an earlier run's, not this one's
     handle: BinaryIO | None = None
@@ -92,28 +95,18 @@ def job_owner(spool: SpoolDir, name: str, caller_uid: int | None = None) -> int 
     return result.uid if result is not None else None
 
 
-def _check_owner(spool: SpoolDir, name: str, caller_uid: int) -> None:
+def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
     """Raises:
-        Refused: the queued or running job belongs to another user (and the caller is not root).
-    """
-    entries = find_queued(spool, name) + find_running(spool, name)
-    if entries and not any(owner_or_root(caller_uid, entry.uid) for entry in entries):  # a namesake is not it
-        raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
-                      "only its owner and root may read it")
-
-
-def _check_separate(spool: SpoolDir, name: str, live: bool) -> None:
-    """Raises:
-        NotFound: the job (its queued or running file, or its result) keeps stderr with its stdout,
-            so ``--follow --stderr`` would print nothing.
+        NotFound: the job (its ``live`` queued or running files, else its result) keeps stderr with its
+            stdout, so ``--follow --stderr`` would print nothing.
     """
     from onite.spool.filecheck import BadFile, read_job_file
 
     separate = None
-    if live:
-        for path in [e.path for e in find_queued(spool, name) + find_running(spool, name)]:
+    if live is not None:
+        for entry in live:
             try:
-                separate = read_job_file(path, spool.config.max_job_size)[0].stderr_separate
+                separate = read_job_file(entry.path, spool.config.max_job_size)[0].stderr_separate
                 break
             except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
                 continue
