@@ -227,11 +227,6 @@ def last_session(drains: Sequence[Drain], boundary: Callable[[datetime], datetim
     return Session(min(d.started for d in chosen), end, chosen)
 
 
-def in_window(drains: Sequence[Drain], start: datetime, end: datetime) -> list[Drain]:
-    """The drains that ran (some of the time) within [start, end)."""
-    return [d for d in drains if d.started < end and (d.ended is None or d.ended >= start)]
-
-
 @dataclass
 class JobEvents:
     """What the log says of the jobs of a window: each job's last final line and the start line

@@ -281,7 +281,8 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
     events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, boundary, now)
     every_drain = dr.drains_of(events, draining_hosts(spool.root, now))
     if kind != "drain":
-        return kind, day, start, end, dr.in_window(every_drain, start, end), events, every_drain
+        within = [d for d in every_drain if d.started < end and (d.ended is None or d.ended >= start)]
+        return kind, day, start, end, within, events, every_drain
     session = dr.last_session(every_drain, boundary)
     if session is None:  # no drain in the log: the last day
         return "since", None, now - RECENT, now, [], events, every_drain

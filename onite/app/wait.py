@@ -47,9 +47,8 @@ class Seen:
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | None = None,
          caller: int | None = None) -> Seen:
-    """Where job ``name`` is now, looked for in the order a job moves (queue, running/, records), so a
-    job moving between two looks is still found. The job is ``owner``'s, else as
-    onite.spool.scan.of_the_job picks it for ``caller``.
+    """Where job ``name`` (``owner``'s, else as of_the_job picks it for ``caller``) is now, looked for in
+    the order a job moves (queue, running/, records), so that one moving meanwhile is still found.
 
     Raises:
         SpoolIOError: a folder or record cannot be read. DamagedRecord: its result record is damaged.
@@ -191,7 +190,7 @@ def target(arg: str) -> Watch:
 
 
 def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:
-    """The first look at each name (two for one found nowhere: a requeue passes through nowhere), keyed as given.
+    """The first look at each name (two for one found nowhere: a requeue passes through nowhere).
 
     Raises:
         InvalidInput: a bad name.
@@ -218,12 +217,11 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
               announce: Callable[[str], None] | None = None, caller: int | None = None) -> JobsWaited:
-    """Look at each job until none is queued, held or running (or ``timeout`` seconds passed).
+    """Look at each job until none is queued, held or running (or ``timeout`` seconds passed);
     ``announce`` is told once, before the first pause, what is waited for.
 
     Raises:
-        InvalidInput: a bad name. NotFound: a name was never queued, running or finished.
-        SpoolIOError: the spool cannot be read.
+        InvalidInput, NotFound: as ``start``. SpoolIOError: the spool cannot be read.
     """
     caller = os.geteuid() if caller is None else caller
     watches = start(spool, names, caller)
@@ -319,8 +317,8 @@ class DrainsWaited:
 
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
-    """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since.
-    ``announce`` is told once, before the first pause, what is waited for.
+    """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since;
+    ``announce`` is told once what is waited for.
 
     Raises:
         SpoolIOError: the spool cannot be read.
