@@ -73,7 +73,8 @@ def _crontab(text: str | None = None) -> str:
     said = proc.stderr.decode("utf-8", "replace").strip() or f"exit {proc.returncode}"
     if text is not None:
         said = said.replace("\n", " ")
-        raise SpoolError(f"crontab refused the new table: {said}", "nothing was changed; check the schedule in onite.toml")
+        raise SpoolError(f"crontab refused the new table: {said}",
+                         "nothing was changed; check the schedule in onite.toml")
     if "no crontab" in said.lower():
         return ""
     raise SpoolError(f"crontab -l failed: {said}", "check that cron works: crontab -l")

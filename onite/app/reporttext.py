@@ -152,32 +152,25 @@ COLUMNS = tuple((title, False) for title in ("STATE", "NAME", "USER", "PRI", "HO
                                              "TRIES", "EXIT", "REASON"))
 
 
-def exit_text(view: JobView) -> str:
-    """The exit code, the signal's name, or ``-`` for a job that never ran."""
-    if view.exit_code is not None:
-        return str(view.exit_code)
-    if view.signal is not None:
-        return signal_name(view.signal)
-    return "-"
-
-
 def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
     """The cells of the report's table, one row per job, in the order of COLUMNS (the state as a
     word, or with ``marks`` as its symbol); within a day's window a start is a time of day."""
     day_long = data.until - data.since <= timedelta(hours=25)
     out = []
     for job in data.jobs:
+        never = data.never_ran(job)
         started = ""
-        if job.started is not None and not data.never_ran(job):
-            local = job.started.astimezone()
-            started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%dT%H:%M")
+        if job.started is not None and not never:
+            started = job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
         word = state_word(job)
-        took = "" if data.never_ran(job) else human_duration(job.duration)
+        code = str(job.exit_code) if job.exit_code is not None else \
+            signal_name(job.signal) if job.signal is not None else "-"
         out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
-                    printable(job.host or ""), started, took, job.used_mem(),
-                    human_duration(job.cpu_time) if job.cpu_time is not None else "", attempts_text(data, job), exit_text(job),
-                    printable(job.reason)])
+                    printable(job.host or ""), started, "" if never else human_duration(job.duration),
+                    job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
+                    attempts_text(data, job), code, printable(job.reason)])
     return out
+
 
 _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
