@@ -8,8 +8,11 @@ allow. A hold is a marker hold/NAME@TOKEN that leaves the job file, so its place
 from __future__ import annotations
 
 import os
+import pwd
+import time
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 
 from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
 from onite.spool.files import remove_file
@@ -20,7 +23,7 @@ from onite.spool.results import read_result
 from onite.spool.scan import Entry, find_running, of_the_job, user_name
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.names import check_name
-from onite.core.policy import owner_or_root
+from onite.core.policy import may_touch, owner_or_root
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,6 @@ def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> Cancel
         InvalidInput: a bad name. NotFound: no such job is queued or running.
         Refused: it belongs to someone else and own_only forbids it.
     """
-    from onite.core.policy import may_touch
-
     check_name(name)
     running, queued = find_running(spool, name), find_queued(spool, name)
     if not running and not queued:
@@ -86,8 +87,6 @@ def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
     Raises:
         SpoolError: the spool cannot be read.
     """
-    import time
-
     name = report.name
     if not report.waitable or not find_running(spool, name):
         return report
@@ -136,8 +135,6 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
     Raises:
         SpoolError: the spool cannot be read.
     """
-    from fnmatch import fnmatchcase
-
     from onite.app.listing import queued_views, running_views
 
     chosen, skipped, seen = [], [], set()
@@ -206,8 +203,6 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
 
 def _gid_of(entry: Entry) -> int:
     """The group of the job's file, else its owner's primary group."""
-    import pwd
-
     try:
         return os.lstat(entry.path).st_gid
     except OSError:

@@ -8,17 +8,22 @@ world-readable record of what was installed (onite.spool.cronrecords), for statu
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 from onite.app.common import open_spool
-from onite.core.schedule import validate_schedule
+from onite.core.schedule import next_drain, validate_schedule
 from onite.core.errors import InvalidInput, Refused, SpoolError
 from onite.spool.cronrecords import CronRecord, record_path, write_record
 from onite.spool.files import remove_file
+from onite.spool.settings import default_host
+from onite.drain.nextdrain import cron_daemon_running, when_text
 
 
 def markers(root: Path) -> tuple[str, str]:
@@ -56,8 +61,6 @@ def _crontab(text: str | None = None) -> str:
     Raises:
         SpoolError: there is no crontab command, or it failed, or refused the table.
     """
-    import subprocess
-
     argv = ["crontab", "-l" if text is None else "-"]
     feed = {"stdin": subprocess.DEVNULL} if text is None else {"input": text.encode("utf-8", "surrogateescape")}
     try:
@@ -102,8 +105,6 @@ def cron_command(spool: str | None, now: datetime, *, install: bool = False, uni
         raise InvalidInput("--install and --uninstall together", "give one of them")
     if not install and not uninstall:
         return cron_lines(spool)
-    from onite.spool.settings import default_host
-
     target = open_spool(spool)
     root, host = target.root, default_host(target.config)
     what = "install" if install else "uninstall"
@@ -121,11 +122,6 @@ def cron_command(spool: str | None, now: datetime, *, install: bool = False, uni
 def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
     """Write (or replace) this spool's block in the caller's crontab, and record it in the spool; what to
     say, and the crontab's other lines."""
-    import pwd
-
-    from onite.core.schedule import next_drain
-    from onite.drain.nextdrain import cron_daemon_running, when_text
-
     schedule, root = tuple(spool.config.schedule), spool.root
     if not schedule:
         raise InvalidInput("schedule in onite.toml is empty: there is no time to start a drain at",
@@ -168,8 +164,6 @@ def _uninstall(spool, host: str) -> tuple[list[str], list[str]]:
 def command_prefix() -> str:
     """How this onite was started, as a command a crontab can run (cron has a short PATH, hence
     absolute paths); an onite not found on PATH is named as it was started."""
-    import shutil
-
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "onite"
     if argv0.endswith("__main__.py") or argv0 == "-m" or argv0 == "-c":
         return f"{shlex.quote(sys.executable)} -m onite"

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from onite.spool.log import parse_line
+
 # the events a report reads; any other line is skipped before it is parsed
 WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
                     "refused"})
@@ -41,8 +43,6 @@ class Event:
         """``key=value`` of the line, unquoted."""
         if self._fields is None:
             if '"' in self._text:
-                from onite.spool.log import parse_line
-
                 parsed = parse_line(self._text)
                 self._fields = parsed["fields"] if parsed else {}
             else:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from onite.core.errors import DamagedRecord, JobFormatError, NotFound, Refused
+from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.outputs import open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
@@ -100,8 +102,6 @@ def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
         NotFound: the job (its ``live`` queued or running files, else its result) keeps stderr with its
             stdout, so ``--follow --stderr`` would print nothing.
     """
-    from onite.spool.filecheck import BadFile, read_job_file
-
     separate = None
     if live is not None:
         for entry in live:
@@ -130,8 +130,6 @@ def _key(path: Path) -> tuple[int, int, int] | None:
 def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool, owner: int | None) -> BinaryIO | None:
     """The output file of the followed job, or None if it is not there yet, or is not its owner's (an
     earlier job's, whose owner may chmod it to pass it off as this run's)."""
-    from onite.spool.outputs import open_job_output
-
     try:
         handle = open_job_output(spool, name, caller_uid, stderr=stderr)
     except NotFound:  # removed between the lstat and the open (retention): look again

@@ -13,14 +13,22 @@ import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from json.encoder import encode_basestring_ascii as quoted
 
+from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats, queued_stats
 from onite.spool.results import read_results, result_names
 from onite.spool.scan import Entry, withdrawn_entries, running_entries, user_name
+from onite.spool.settings import default_host
+from onite.core import values as v
+from onite.core.config import MAX_PRIORITIES
+from onite.core.job import MAX_RETRIES
 from onite.core.jobview import JobView, result_view
-from onite.drain.verdicts import EXAMINE, waiting_jobs
+from onite.core.jsontext import dumps
 from onite.core.policy import owner_or_root
+from onite.core.timeparse import parse_stamp
+from onite.drain.verdicts import EXAMINE, waiting_jobs
 
 
 def _when(ns: int) -> datetime:
@@ -48,8 +56,6 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
     """
     if now is None:
         return lambda name, uid, held: (None, None)
-    from onite.spool.settings import default_host
-
     euid = os.geteuid() if euid is None else euid
     known = {(row["name"], row["uid"]): (row["reason"], row["kind"])
              for row in waiting_jobs(spool, head, now, euid=euid, host=default_host(spool.config))}
@@ -111,8 +117,6 @@ def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
 
 
 def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
-    from onite.core.jsontext import dumps
-
     return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
 
 
@@ -120,8 +124,6 @@ def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
               damaged: list[str] | None = None) -> str:
     """``onite list --json``: the text of ``jobs_json(spool, list_jobs(…))``, in a fraction of the time
     for a long queue (queued jobs never become JobViews)."""
-    from onite.core.jsontext import dumps
-
     elements = [dumps(v.to_json(), depth=2) for v in running_views(spool)] if include_all else []
     elements += _queued_elements(spool, now)
     if include_all:
@@ -138,11 +140,9 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
     The text between the template's pieces (``_queued_template``) depends on the owner, the hold and
     the folder, on the ctime, or on why the job waits: each is made once for the jobs that share it.
     """
-    from json.encoder import encode_basestring_ascii as text
-
     pieces = _queued_template()
     start, name_to_position = pieces[0], pieces[1:7]
-    users = functools.cache(lambda uid: text(user_name(uid)))
+    users = functools.cache(lambda uid: quoted(user_name(uid)))
     middles: dict[tuple[int, bool, int], str] = {}
     ends: dict[int, str] = {}  # a batch of jobs shares a few thousand kernel ticks
     tails: dict[tuple, str] = {}
@@ -163,13 +163,13 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
                     piece + value for piece, value in zip(name_to_position, values)) + name_to_position[-1]
             end = ends.get(ctime_ns)
             if end is None:
-                end = ends[ctime_ns] = pieces[7] + text(clock(ctime_ns).isoformat()) + pieces[8]
+                end = ends[ctime_ns] = pieces[7] + quoted(clock(ctime_ns).isoformat()) + pieces[8]
             key = why(name, uid, held)
             tail = tails.get(key)
             if tail is None:
-                tail = tails[key] = "".join(("null" if value is None else text(value)) + piece
+                tail = tails[key] = "".join(("null" if value is None else quoted(value)) + piece
                                             for value, piece in zip(key, pieces[9:]))
-            elements.append(start + text(name) + middle + str(position) + end + tail)
+            elements.append(start + quoted(name) + middle + str(position) + end + tail)
     return elements
 
 
@@ -184,8 +184,6 @@ def _queued_template() -> list[str]:
     Raises:
         RuntimeError: to_json no longer writes _FIELDS, in that order (a test catches it).
     """
-    from onite.core.jsontext import dumps
-
     class Stamp:
         def isoformat(self) -> str:
             return "\0submitted"
@@ -204,12 +202,6 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
     """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
     ``queued`` and ``started`` as datetimes; a field missing or damaged is left out, an unreadable
     record gives {}."""
-    from onite.spool import runrecords
-    from onite.core import values as v
-    from onite.core.config import MAX_PRIORITIES
-    from onite.core.job import MAX_RETRIES
-    from onite.core.timeparse import parse_stamp
-
     record = runrecords.read(spool.run_record_path(host, name)) if host else None
     if record is None:
         return {}

@@ -7,8 +7,10 @@ user written during that run (O_NOFOLLOW), with their control characters spelt o
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
+from onite.exec.notify import output_tail
 from onite.spool.paths import SpoolDir
 from onite.core.jobview import JobView
 from onite.core.safetext import printable
@@ -24,21 +26,15 @@ class Tail:
 
     lines: tuple[str, ...] = ()
     private: bool = False  # someone else's
-    stream: str = "output"  # "stderr" when the job kept it apart
     kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
 
 
 def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its output."""
-    import stat
-
-    from onite.exec.notify import output_tail
-
-    stream = "stderr" if job.stderr == "separate" else "output"
     if not owner_or_root(reader, job.uid):
-        return Tail(private=True, stream=stream)
-    gone = Tail(stream=stream, kept=False)
-    path = spool.stderr_path(job.name) if stream == "stderr" else spool.output_path(job.name)
+        return Tail(private=True)
+    gone = Tail(kept=False)
+    path = spool.stderr_path(job.name) if job.stderr == "separate" else spool.output_path(job.name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -60,5 +56,4 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     marker = f"[onite] attempt {job.attempt} of {job.name}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
     cut = [printable(line) for line in text]
-    return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…" for line in cut),
-                stream=stream)
+    return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…" for line in cut))

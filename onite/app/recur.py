@@ -23,8 +23,11 @@ from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.names import check_name
 from onite.core.policy import check_urgent, owner_or_root
-from onite.core.recurring import check_template_name, rule_fields, rule_of
-from onite.core.request import SubmitRequest
+from onite.core.jsontext import dumps
+from onite.core.recurring import check_template_name, known_priority, rule_fields, rule_from_state, rule_of
+from onite.core.request import SubmitRequest, build_job
+from onite.core.rules import describe, parse_rule
+from onite.core.schedule import fire_times, next_fire
 from onite.spool.recurstate import load_state, parse_time, template_files
 
 
@@ -45,9 +48,7 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
         Refused: a template of that name exists, or --urgent without the right (exit 3).
         SpoolError, SpoolIOError: no recur/ folder, or the write failed.
     """
-    from onite.core.rules import parse_rule
     from onite.app.submit import check_capacity, check_mail
-    from onite.core.request import build_job
 
     check_template_name(request.name)
     rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
@@ -110,9 +111,6 @@ class TemplateView:
 
 def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
     """Every template, by name; those the caller cannot read (other users') as recur.state tells them."""
-    from onite.core.recurring import known_priority, rule_from_state
-    from onite.core.rules import describe
-
     state = load_state(spool)
     views = []
     for name, path, st in template_files(spool):
@@ -135,8 +133,6 @@ def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
 
 def _next_fire(rule, now: datetime) -> datetime | None:
     """The rule's next fire after ``now``, or None if it has none."""
-    from onite.core.schedule import next_fire
-
     try:
         return next_fire(rule, now)
     except InvalidInput:  # a cron rule that stops firing, or one past the last time onite takes
@@ -145,8 +141,6 @@ def _next_fire(rule, now: datetime) -> datetime | None:
 
 def templates_json(views: list[TemplateView], now: datetime) -> str:
     """``onite recur list --json``: the document of ``templates(spool, now)`` (docs/json.md)."""
-    from onite.core.jsontext import dumps
-
     return dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]})
 
 
@@ -164,8 +158,6 @@ def preview(spool: SpoolDir | None, name: str | None, rule, start: datetime, cou
         NotFound: no such template. Refused: another user's template no driver has read yet.
         InvalidInput: a bad rule or count. SpoolError: the template cannot be read.
     """
-    from onite.core.schedule import fire_times
-
     if count < 0:
         raise InvalidInput(f"invalid count {count}", "use -n 0 or more")
     if name is not None:
@@ -194,8 +186,6 @@ def _rule_of_template(spool: SpoolDir, name: str):
     except FileNotFoundError:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
     except PermissionError:
-        from onite.core.recurring import rule_from_state
-
         rule = rule_from_state(load_state(spool).get(name, {}))
         if rule is None:
             raise Refused(f"cannot read {name!r}: it belongs to {_owner_of(path)}",

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import functools
 import os
+import pwd
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
+from onite.app import drains as dr
+from onite.drain.heartbeat import draining_hosts
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
+from onite.core.jsontext import dumps
+from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
 SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first verdicts.EXAMINE
@@ -117,8 +122,6 @@ def is_timeout(job: JobView) -> bool:
 def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
     """The night of ``day``: [day 12:00, day+1 12:00), each noon with its own UTC offset. ``ref`` gives
     the zone: a zone with rules (zoneinfo) as is; a fixed offset stands for the machine's zone (TZ)."""
-    from onite.core.timeparse import local_time
-
     noons = (datetime.combine(day, NIGHT_STARTS), datetime.combine(day + timedelta(days=1), NIGHT_STARTS))
     if ref.tzinfo is not None and not isinstance(ref.tzinfo, timezone):
         # each as a fixed offset: datetimes sharing a zoneinfo subtract and compare by their wall clocks
@@ -148,8 +151,6 @@ def parse_night(text: str, now: datetime) -> date:
     if raw in ("today", "yesterday"):
         return now.date() - timedelta(days=raw == "yesterday")
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw):
-        from onite.core.timeparse import EARLIEST, LATEST
-
         try:
             day = date.fromisoformat(raw)
         except ValueError:
@@ -171,8 +172,6 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
     """
     if not text:
         return now - RECENT
-    from onite.core.timeparse import parse_duration, parse_when
-
     try:
         return now - parse_duration(text, what=option)
     except InvalidInput:
@@ -202,8 +201,6 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         InvalidInput: a bad --since, --until or --night, --night with either; an empty --user;
             --since after --until.
     """
-    from onite.app import drains as dr
-
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
@@ -262,9 +259,6 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
     Raises:
         InvalidInput: a bad --since, --until or --night; --since after --until.
     """
-    from onite.app import drains as dr
-    from onite.drain.heartbeat import draining_hosts
-
     boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
     day: date | None = None
     if night is not None:
@@ -323,8 +317,6 @@ def _number(text: str | None) -> float | None:
 @functools.cache
 def _uid(user: str) -> int:
     """The uid of a user named in the log (-1: no such account now)."""
-    import pwd
-
     try:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
@@ -345,7 +337,6 @@ def never_ran(job: JobView, told) -> bool:
 
 
 def to_json(data: ReportData) -> str:
-    from onite.core.jsontext import dumps as _dumps
     from onite.app.reporttext import failure_notes, failure_text, headline
 
     def job(view: JobView) -> dict:
@@ -360,7 +351,7 @@ def to_json(data: ReportData) -> str:
                          "output": list(lines) if tail and tail.kept and not tail.private else None,
                          "private": bool(tail and tail.private),
                          "command": note if note.startswith("onite output ") else None})
-    return _dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
+    return dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
                    "until": data.until.isoformat(), "now": data.now.isoformat(),
                    "night": data.night.isoformat() if data.night else None, "user": data.user,
                    "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,

@@ -11,12 +11,18 @@ import os
 from dataclasses import replace
 from datetime import datetime
 
+from onite.app.common import open_spool
+from onite.app.namecheck import dependency_problem, refuse_finished_of_others, refuse_run_names
+from onite.app.submit import check_policy, write_job
+from onite.exec import identity
+from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, live_owners, name_taken, user_name, withdrawn_entries
 from onite.core.errors import InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
 from onite.core.policy import owner_or_root
+from onite.core.request import SubmitRequest
 
 
 def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
@@ -31,10 +37,6 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
             policy (cutoff, check_lock, urgent).
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
-    from onite.app.namecheck import dependency_problem, refuse_finished_of_others, refuse_run_names
-    from onite.app.submit import check_policy, write_job
-    from onite.core.request import SubmitRequest
-
     check_name(name)
     target = new_name or name
     (check_base if unique else check_name)(target)
@@ -67,9 +69,6 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
         Refused: someone else's; or not a file onite may trust (a link, not regular, no account).
         SpoolIOError: it cannot be read; JobFormatError: it is not a job file.
     """
-    from onite.spool.filecheck import BadFile, read_job_file
-    from onite.exec.identity import resolve
-
     path = _finished_path(spool, name, caller_uid)
     try:
         st = os.lstat(path)
@@ -90,7 +89,7 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
     if opened.st_nlink != 1 or opened.st_uid != st.st_uid:
         raise Refused(f"{path} cannot be restarted: it changed as it was read, or has several links",
                       "spool the job anew with onite submit")
-    resolve(opened.st_uid)  # a job of a deleted account never runs again
+    identity.resolve(opened.st_uid)  # a job of a deleted account never runs again
     return job, opened
 
 
@@ -120,8 +119,5 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
 def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,
                 hold: bool = False) -> str:
     """``onite restart NAME``: ``restart`` as the caller, on the spool it names."""
-    from onite.app.common import open_spool
-    from onite.exec import identity
-
     target = open_spool(spool)
     return restart(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold)

@@ -9,15 +9,25 @@ will start one (onite.drain.nextdrain).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from onite.app.listing import running_views
+from onite.app.recur import upcoming
+from onite.app.report import build, night_of
+from onite.drain import heartbeat as hb
+from onite.drain.nextdrain import plan
+from onite.drain.verdicts import EXAMINE, waiting_jobs
+from onite.spool.log import parse_line, tail
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats
 from onite.spool.scan import running_entries
-from onite.drain.verdicts import EXAMINE, waiting_jobs
-from onite.app.listing import running_views
+from onite.spool.settings import default_host
+from onite.core.errors import SpoolIOError
 from onite.core.jobview import JobView
+from onite.core.jsontext import dumps
+from onite.core.schedule import next_drain
 
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
 
@@ -54,13 +64,6 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     Raises:
         SpoolIOError: a folder cannot be listed.
     """
-    import os
-
-    from onite.app.recur import upcoming
-    from onite.drain import heartbeat as hb
-    from onite.drain.nextdrain import plan
-    from onite.spool.settings import default_host
-
     config = spool.config
     euid = os.geteuid() if euid is None else euid
     this_host = host or default_host(config)
@@ -100,8 +103,6 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
         head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
     schedule_next = None
     if config.schedule:
-        from onite.core.schedule import next_drain
-
         schedule_next = next_drain(config.schedule, now)
     drain = plan(spool, now, host=this_host)
     damaged: list[str] = []
@@ -120,9 +121,6 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
 def containment_said(spool: SpoolDir) -> dict | None:
     """How jobs are contained, as the latest ``driver-start`` line in the log says (only a driver
     running as root can tell: a user's look would not find root's cgroups)."""
-    from onite.core.errors import SpoolIOError
-    from onite.spool.log import parse_line, tail
-
     try:
         lines = tail(spool.log_path, 2000)
     except SpoolIOError:
@@ -141,8 +139,6 @@ def containment_said(spool: SpoolDir) -> dict | None:
 def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None) -> dict:
     """How the last drain session went (``onite report``'s window), or, when onite.log tells of no
     drain, the night of yesterday. The names of damaged result records are added to ``damaged``."""
-    from onite.app.report import build, night_of
-
     data = build(spool, now, details=False)
     if data.kind != "drain":
         data = build(spool, now, night="yesterday", details=False)
@@ -155,8 +151,6 @@ def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None)
 
 
 def status_json(info: StatusInfo) -> str:
-    from onite.core.jsontext import dumps
-
     drain = info.drain
     return dumps({
         "version": 1,

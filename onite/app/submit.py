@@ -20,7 +20,7 @@ from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
-from onite.core.jobfile import encode
+from onite.core.jobfile import encode, env_text
 from onite.core.request import Captured, SubmitRequest, build_job
 from onite.core.names import SIDE, check_base, check_name, unique_name
 from onite.core.policy import check_urgent, cutoff_state
@@ -174,8 +174,6 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
             while writing (the jobs before it stay spooled: the message says how many).
         SpoolError, SpoolIOError: the spool is missing, or a write failed (likewise).
     """
-    from onite.core.jobfile import env_text
-
     if not requests:
         return []
     config = spool.config

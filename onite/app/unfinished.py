@@ -10,11 +10,15 @@ import contextlib
 import functools
 from datetime import timedelta
 
+from onite.app.listing import running_views
+from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_stats
 from onite.spool.scan import user_name
+from onite.spool.settings import default_host
 from onite.core.errors import InvalidInput
 from onite.core.policy import owner_or_root
+from onite.core.schedule import next_drain
 
 PRIVATE = "another user's job: other details private"
 
@@ -22,10 +26,6 @@ PRIVATE = "another user's job: other details private"
 def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     """Fill in what the window of ``data`` (a report.ReportData) left: jobs running now, queued (left
     before the window's end, or spooled since) with why each waits, held, and ``refused`` (log lines)."""
-    from onite.spool.settings import default_host
-    from onite.app.listing import running_views
-    from onite.drain.verdicts import EXAMINE, waiting_jobs
-
     owner = functools.cache(user_name)
     queue = [row for row in queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
     # the log's times are whole seconds: a job spooled in the drain's last second came before its end
@@ -64,8 +64,6 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
                              "priority": None, "urgent": False, "state": "refused", "kind": "refused",
                              "reason": event.fields.get("reason", ""), "command": None})
     if spool.config.schedule:
-        from onite.core.schedule import next_drain
-
         with contextlib.suppress(InvalidInput):
             data.next_drain = next_drain(spool.config.schedule, data.now)
 

@@ -22,6 +22,7 @@ from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import running_views, withdrawn_view
 from onite.core.jobview import JobView, outcome_counts, result_view
+from onite.core.jsontext import dumps
 from onite.drain.heartbeat import Role, live_beats
 from onite.core.names import check_dependency
 from onite.core.state import Result
@@ -345,8 +346,6 @@ def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock =
 
 def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
     """``onite wait --json`` (docs/json.md)."""
-    from onite.core.jsontext import dumps
-
     doc: dict = {"version": 1, "spool": str(spool.root), "exit_code": waited.exit_code,
                  "timed_out": waited.timed_out}
     if isinstance(waited, JobsWaited):
