@@ -116,10 +116,11 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     if held:
         it = names[0] if len(names) == 1 else f"{names[0]}…"
         return f"{head}; held: it will not run until onite release {it}"
+    later = job.not_before is not None and job.not_before > now
     parts = []
     if job.after:
         parts.append(f"waits for {', '.join(job.after)}")
-    if job.not_before is not None and job.not_before > now:
+    if later:
         parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
     if job.pin:
         parts.append(f"only on host {job.pin}")
@@ -127,7 +128,6 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
     draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
     daemons = [s for s in fits if s.by == "daemon"]
-    later = job.not_before is not None and job.not_before > now
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
     elif draining:

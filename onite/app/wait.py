@@ -9,11 +9,11 @@ cancel/. The decisions (``judge``, ``exit_status``, the lines) are pure; the pol
 from __future__ import annotations
 
 import os
-import pwd
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from onite.spool.deps import dependency_of
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result, read_results
@@ -182,12 +182,10 @@ def target(arg: str) -> Watch:
         InvalidInput: a bad name. NotFound: there is no such user.
     """
     user, name = check_dependency(arg, option="onite wait")
-    if user is None:
-        return Watch(name)
-    try:
-        return Watch(name, owner=pwd.getpwnam(user).pw_uid)
-    except KeyError:
-        raise NotFound(f"no user {user!r} (onite wait {arg})", "see onite list --all") from None
+    owner = dependency_of(arg, None)[1]
+    if user is not None and owner is None:
+        raise NotFound(f"no user {user!r} (onite wait {arg})", "see onite list --all")
+    return Watch(name, owner=owner)
 
 
 def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:
