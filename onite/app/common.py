@@ -10,8 +10,7 @@ from onite.spool.paths import SpoolDir
 
 
 def open_spool(spool: str | None) -> SpoolDir:
-    """The spool a command works on (``--spool``, else ONITE_SPOOL, else the default); a personal
-    default spool is created on first use.
+    """The spool a command works on (``--spool``, ONITE_SPOOL, the default; a personal one is made).
 
     Raises:
         SpoolError: there is no spool there (or it cannot be entered).

@@ -81,8 +81,7 @@ def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> Cancel
 
 
 def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
-    """How a job whose cancel was ``requested`` ended once its driver (which alone may signal it) stopped
-    it; ``report`` unchanged if it is not running, or still runs after kill_grace and a few seconds.
+    """How the job ended if its driver (which alone may signal it) stops it soon; else ``report``.
 
     Raises:
         SpoolError: the spool cannot be read.
@@ -103,8 +102,7 @@ def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
 
 
 def cancellable(spool: SpoolDir, caller_uid: int) -> list:
-    """The running, then queued, jobs (JobViews) of ``caller_uid``'s (root: every one) to pick from:
-    others' are left out even where own_only = false.
+    """The running, then queued, jobs (JobViews) of ``caller_uid``'s (root: all) to pick from, own_only or not.
 
     Raises:
         SpoolError: the spool cannot be read.
@@ -129,8 +127,7 @@ class Selection:
 
 
 def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
-    """The queued and running jobs whose names match one of ``patterns`` (fnmatch, case-sensitive), or
-    all with ``every``: root's pick every user's, others only their own, whatever own_only says.
+    """The jobs matching ``patterns`` (fnmatch) or, with ``every``, all: root's pick anyone's, others theirs.
 
     Raises:
         SpoolError: the spool cannot be read.
@@ -147,8 +144,7 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 
 def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
-    """What a driver does when it files a cancelled job: the log line, and the owner's notice if one is
-    wanted (a failing notifier is a log line, as at night)."""
+    """What a driver does on filing a cancelled job: the log line, the owner's notice if wanted."""
     from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
     from onite.exec.notify import Notifier
@@ -167,8 +163,7 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
 
 
 def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
-    """Hold (or release) a queued job, keeping its place in its priority. Releasing removes the markers
-    the caller may remove.
+    """Hold (or release: the markers the caller may remove) a queued job, keeping its place.
 
     Raises:
         NotFound: not queued. Refused: not the caller's job (and not root); it started running as it

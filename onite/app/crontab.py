@@ -32,8 +32,7 @@ def markers(root: Path) -> tuple[str, str]:
 
 
 def without_block(text: str, root: Path) -> tuple[list[str], bool]:
-    """The lines of crontab ``text`` without the block of spool ``root``, and whether there was one; no
-    empty line at the end."""
+    """The lines of crontab ``text`` without spool ``root``'s block (nor empty lines at the end); was it there?"""
     begin, end = markers(root)
     kept, inside, found = [], False, False
     for line in text.splitlines():
@@ -120,8 +119,7 @@ def cron_command(spool: str | None, now: datetime, *, install: bool = False, uni
 
 
 def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
-    """Write (or replace) this spool's block in the caller's crontab, and record it in the spool; what to
-    say, and the crontab's other lines."""
+    """Write (or replace) the spool's block in the caller's crontab, and record it; what to say, the other lines."""
     schedule, root = tuple(spool.config.schedule), spool.root
     if not schedule:
         raise InvalidInput("schedule in onite.toml is empty: there is no time to start a drain at",
@@ -151,8 +149,7 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
 
 
 def _uninstall(spool, host: str) -> tuple[list[str], list[str]]:
-    """Remove this spool's block from the caller's crontab, and its record from the spool; what to say,
-    and the crontab's other lines."""
+    """Remove the spool's block from the caller's crontab, and its record; what to say, the other lines."""
     kept, found = without_block(_crontab(), spool.root)
     if found:
         _crontab("\n".join(kept) + "\n" if kept else "")
@@ -162,8 +159,7 @@ def _uninstall(spool, host: str) -> tuple[list[str], list[str]]:
 
 
 def command_prefix() -> str:
-    """How this onite was started, as a command a crontab can run (cron has a short PATH, hence
-    absolute paths); an onite not found on PATH is named as it was started."""
+    """This onite as cron can run it: an absolute path (cron's PATH is short), else as it was started."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "onite"
     if argv0.endswith("__main__.py") or argv0 == "-m" or argv0 == "-c":
         return f"{shlex.quote(sys.executable)} -m onite"
@@ -172,8 +168,7 @@ def command_prefix() -> str:
 
 
 def crontab_entries(spool_root: object, schedule: Sequence[str], command: str) -> list[str]:
-    """The crontab entries that start ``onite run`` at each time of ``schedule``, each with
-    ``ONITE_STARTED_BY=cron`` so that the driver records who started it.
+    """The crontab entries that start ``onite run`` at each time of ``schedule`` (ONITE_STARTED_BY=cron).
 
     Raises:
         InvalidInput: an expression in the schedule is not valid cron.

@@ -29,8 +29,7 @@ _BLOCK = 1 << 16
 
 
 class Event:
-    """One line of onite.log, read back; its fields are parsed when first asked for (a night of 100,000
-    jobs is 300,000 lines, and most are only counted)."""
+    """One line of onite.log, its fields parsed when first asked for (most lines are only counted)."""
 
     __slots__ = ("when", "host", "pid", "event", "name", "_text", "_fields")
 
@@ -139,8 +138,7 @@ def _lines_back(path: Path) -> Iterator[str]:
 
 def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[[datetime], datetime],
             now: datetime) -> list[Event]:
-    """The events (oldest first) from ``start`` on, less SKEW; with ``start`` None, from the morning
-    (``boundary``) before the latest drain that ran a job, or LOOKBACK if there is none."""
+    """The events (oldest first) from ``start``, else the morning before the last drain that ran a job, less SKEW."""
     stop = start - SKEW if start is not None else now - LOOKBACK
     found: list[Event] = []
     busy: set[tuple[str, int]] = set()  # drivers whose job lines were read (after their start line)
@@ -215,8 +213,7 @@ def _int(text: str | None) -> int | None:
 
 
 def last_session(drains: Sequence[Drain], boundary: Callable[[datetime], datetime]) -> Session | None:
-    """The drains from the morning (``boundary``) before the latest drain that ran a job (or the latest
-    drain, if none did) to the end of the last of them; None if there are no drains."""
+    """The drains from the morning (``boundary``) before the latest that ran a job (else the latest); None: none."""
     if not drains:
         return None
     latest = max((d for d in drains if d.ran), key=lambda d: d.started, default=None) \
@@ -242,8 +239,7 @@ class JobEvents:
 
 
 def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEvents:
-    """The job lines of the events (oldest first) from ``start`` to ``end``, both included (the log's
-    times are whole seconds)."""
+    """The job lines of the events (oldest first) from ``start`` to ``end``, both included (whole seconds)."""
     found = JobEvents()
     pending: dict[tuple[str, str], Event] = {}  # start lines of runs not yet ended
     for event in events:

@@ -128,8 +128,7 @@ def _key(path: Path) -> tuple[int, int, int] | None:
 
 
 def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool, owner: int | None) -> BinaryIO | None:
-    """The output file of the followed job, or None if it is not there yet, or is not its owner's (an
-    earlier job's, whose owner may chmod it to pass it off as this run's)."""
+    """The followed job's output, or None if not there yet or not its owner's (an earlier run's, chmod-ed)."""
     try:
         handle = open_job_output(spool, name, caller_uid, stderr=stderr)
     except NotFound:  # removed between the lstat and the open (retention): look again

@@ -100,16 +100,14 @@ def withdrawn_view(entry: Entry) -> JobView:
 
 
 def finished_views(spool: SpoolDir, damaged: list[str] | None = None) -> list[JobView]:
-    """Finished jobs: kept result records, and cancelled jobs not yet filed. The names of damaged
-    records are added to ``damaged``."""
+    """Finished jobs: results, and cancelled jobs not yet filed; damaged records' names go to ``damaged``."""
     views = [result_view(r) for r in read_results(spool, damaged)]
     return views + [withdrawn_view(entry) for entry in withdrawn_entries(spool)]
 
 
 def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> list[JobView]:
-    """Queued jobs in run order (with ``now``: why each waits); with ``include_all`` also running and
-    finished ones (the names of damaged result records left out are added to ``damaged``)."""
+    """Queued jobs in run order (with ``now``: why each waits); with ``include_all``, running and finished too."""
     views = queued_views(spool, now)
     if include_all:
         views = running_views(spool) + views + finished_views(spool, damaged)
@@ -122,8 +120,7 @@ def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
 
 def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> str:
-    """``onite list --json``: the text of ``jobs_json(spool, list_jobs(…))``, in a fraction of the time
-    for a long queue (queued jobs never become JobViews)."""
+    """``onite list --json``: ``jobs_json(spool, list_jobs(…))``'s text, with no JobView of a queued job."""
     elements = [dumps(v.to_json(), depth=2) for v in running_views(spool)] if include_all else []
     elements += _queued_elements(spool, now)
     if include_all:
@@ -178,8 +175,7 @@ _FIELDS = ("name", "user", "uid", "state", "priority", "urgent", "position", "su
 
 @functools.cache
 def _queued_template() -> list[str]:
-    """JobView.to_json of a queued job, at depth 2, cut where the JSON text of each of _FIELDS goes:
-    made from to_json itself, so that the fast document follows it.
+    """JobView.to_json of a queued job (depth 2), cut where each of _FIELDS goes: to_json stays the one definition.
 
     Raises:
         RuntimeError: to_json no longer writes _FIELDS, in that order (a test catches it).
@@ -218,8 +214,7 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
 
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool) -> list[str]:
-    """Names of queued and running jobs (and, with ``finished``, kept results) that start with
-    ``prefix``, sorted: what a shell completes after ``onite cancel`` or ``onite output``."""
+    """The sorted names (of queued, running and, with ``finished``, kept jobs) that start with ``prefix``."""
     names = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
     if finished:
         names.update(result_names(spool))  # names only: no record is read

@@ -166,8 +166,7 @@ def preview(spool: SpoolDir | None, name: str | None, rule, start: datetime, cou
 
 
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
-    """The template and its rule; never opens what is not a regular file (root opening a device
-    planted in recur/ could have effects).
+    """The template and its rule; only from a regular file (root opening a planted device could have effects).
 
     Raises:
         BadFile, OSError (PermissionError: another user's template), JobFormatError, InvalidInput.

@@ -164,8 +164,7 @@ def parse_night(text: str, now: datetime) -> date:
 
 
 def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> datetime:
-    """A duration before ``now``, a time of day (the last one before ``now``) or a date-time;
-    None: 24 hours before ``now``.
+    """A duration before ``now``, the last time of day before it, or a date-time; None: 24 hours before.
 
     Raises:
         InvalidInput: neither a duration nor a time.
@@ -253,8 +252,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
 
 def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None, until: str | None):
-    """The window's kind, date (--night), start and end, its drains, the log's events from its start on,
-    and every drain they tell of.
+    """The window's kind, date, start and end, its drains, the log's events from its start, every drain.
 
     Raises:
         InvalidInput: a bad --since, --until or --night; --since after --until.
@@ -284,8 +282,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
 
 
 def log_view(final, start) -> JobView:
-    """A finished job as its log lines tell it: its last final line, and the start line of that run
-    if there is one (none: it never started)."""
+    """A finished job as its final log line tells it, with its run's start line if any (none: never started)."""
     fields = final.fields
     seconds = _number(fields.get("seconds"))
     started, finished = None, final.when

@@ -105,8 +105,7 @@ def failure_what(data: ReportData, job: JobView) -> str:
 
 
 def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]:
-    """What follows a failure's sentence: its last lines of output (as its reader may see them), and
-    the command that reads it all, or why there is none."""
+    """A failure's last lines of output (as its reader may see them), and the command that reads it all."""
     if data.was_pruned(job):
         return (), f"its record and output were pruned (keep = {data.keep}); the log told the rest"
     if data.was_replaced(job):
@@ -153,8 +152,7 @@ COLUMNS = tuple((title, False) for title in ("STATE", "NAME", "USER", "PRI", "HO
 
 
 def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
-    """The cells of the report's table, one row per job, in the order of COLUMNS (the state as a
-    word, or with ``marks`` as its symbol); within a day's window a start is a time of day."""
+    """The cells of the report's table, in the order of COLUMNS (the state as a word, or with ``marks`` a symbol)."""
     day_long = data.until - data.since <= timedelta(hours=25)
     out = []
     for job in data.jobs:
@@ -176,8 +174,7 @@ _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 
 
 
 def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
-    """Round local times to mark on a timeline from ``start`` to ``end``, at most ``most`` of them at
-    the finest step that allows it, each with its label."""
+    """At most ``most`` round local times (and labels) to mark on a timeline from ``start`` to ``end``."""
     seconds = max((end - start).total_seconds(), 1.0)
     most = max(most, 1)
     step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))

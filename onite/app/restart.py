@@ -27,8 +27,7 @@ from onite.core.request import SubmitRequest
 
 def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
             unique: bool = False, hold: bool = False, host: str | None = None) -> str:
-    """Spool the finished job ``name`` again (as ``new_name``, or with a unique suffix), from ``host``
-    (default: this one); its final name.
+    """Spool the finished job ``name`` again (as ``new_name``, or made unique) from ``host``; its final name.
 
     Raises:
         InvalidInput: a bad name; a dependency no longer known.
@@ -94,8 +93,7 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
 
 
 def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
-    """jobsdone/NAME; or the caller's own (anyone may write cancel/) latest withdrawn file of the name,
-    not yet filed by a driver.
+    """jobsdone/NAME, else the caller's own latest withdrawn file of the name (anyone may write cancel/).
 
     Raises:
         NotFound: neither is there.

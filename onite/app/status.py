@@ -119,8 +119,7 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
 
 
 def containment_said(spool: SpoolDir) -> dict | None:
-    """How jobs are contained, as the latest ``driver-start`` line in the log says (only a driver
-    running as root can tell: a user's look would not find root's cgroups)."""
+    """How jobs are contained, as the latest ``driver-start`` line says (only root's driver can tell)."""
     try:
         lines = tail(spool.log_path, 2000)
     except SpoolIOError:
@@ -137,8 +136,7 @@ def containment_said(spool: SpoolDir) -> dict | None:
 
 
 def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None) -> dict:
-    """How the last drain session went (``onite report``'s window), or, when onite.log tells of no
-    drain, the night of yesterday. The names of damaged result records are added to ``damaged``."""
+    """How the last drain session (else yesterday's night) went; damaged records' names go to ``damaged``."""
     data = build(spool, now, details=False)
     if data.kind != "drain":
         data = build(spool, now, night="yesterday", details=False)

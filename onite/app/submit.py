@@ -38,7 +38,8 @@ def capture(now: datetime) -> Captured:
     try:
         cwd = os.getcwdb()
     except FileNotFoundError:
-        raise InvalidInput("your current directory no longer exists", "cd to an existing directory and submit again") from None
+        raise InvalidInput("your current directory no longer exists",
+                           "cd to an existing directory and submit again") from None
     return Captured(env=dict(os.environb), cwd=cwd, umask=mask, host=os.uname().nodename, now=now)
 
 
@@ -165,8 +166,7 @@ def undo_holds(markers: list) -> None:
 
 
 def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
-    """Spool several jobs, checked before any is written, in the order given (their run order within a
-    priority); their names.
+    """Spool several jobs, all checked before any is written, in order (their order within a priority).
 
     Raises:
         InvalidInput: a bad or repeated name, a bad option, an unknown dependency (nothing written).
@@ -217,7 +217,8 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         unspooled = set(names[created:])
         undo_holds([m for m in markers if m.name.partition(SIDE)[0] in unspooled])
         if created:
-            err.what += f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to {jobs[created - 1].name})"
+            err.what += (f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to "
+                         f"{jobs[created - 1].name})")
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
         raise
@@ -247,8 +248,7 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
 
 
 def check_capacity(config: Config, job: Job) -> None:
-    """Refuse now, not tonight, a job that asks for more than any local host it may run on has
-    (onite.core.resources); Slurm's cluster says for itself.
+    """Refuse now a job bigger than any local host it may run on (onite.core.resources); Slurm says its own.
 
     Raises:
         Refused: it could never fit.

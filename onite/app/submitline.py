@@ -25,8 +25,7 @@ from onite.spool.scan import name_taken
 
 
 def command_text(argv: list[str], *, lines: bool = False) -> bytes:
-    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the words quoted for /bin/sh, so that
-    it runs exactly that argv, and a newline.
+    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the argv quoted for /bin/sh, and a newline.
 
     Raises:
         InvalidInput: no word after ``--``, or ``lines`` (whose jobs come from stdin) asked for too.
@@ -43,8 +42,7 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
                    confirm: bool = True) -> tuple[str | None, str | None]:
-    """``onite submit`` once parsed: spool the job (or, with ``lines``, the jobs); the line for stdout, if
-    any, and (with ``confirm``) the ``confirmation`` for stderr.
+    """``onite submit`` once parsed: spool the job(s); the line for stdout, and the ``confirmation``.
 
     Raises:
         InvalidInput, Refused, SpoolError, SpoolIOError: as onite.app.submit.
@@ -64,8 +62,7 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
 
 
 def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, Job]:
-    """``onite submit NAME``: spool the text on stdin (or the request's own, a command after ``--``) as
-    one job; the spool and the Job as spooled.
+    """``onite submit NAME``: spool stdin (or a command after ``--``) as one job; the spool and the Job.
 
     Raises:
         InvalidInput: as read_job_text; a command longer than max_job_size. And as submit().
@@ -82,8 +79,7 @@ def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tu
 
 
 def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, list[str]]:
-    """``onite submit NAME --lines``: each non-empty line of stdin is a job, NAME-00001, NAME-00002, …
-    (numbers wide enough to sort in the lines' order); the spool and the jobs' names.
+    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; the spool and the names.
 
     Raises:
         InvalidInput: no job lines, or NAME too long to be numbered; and whatever ``submit_many`` raises.

@@ -216,8 +216,7 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
               announce: Callable[[str], None] | None = None, caller: int | None = None) -> JobsWaited:
-    """Look at each job until none is queued, held or running (or ``timeout`` seconds passed);
-    ``announce`` is told once, before the first pause, what is waited for.
+    """Look at each job until none is queued, held or running, or ``timeout`` seconds passed.
 
     Raises:
         InvalidInput, NotFound: as ``start``. SpoolIOError: the spool cannot be read.
@@ -316,8 +315,7 @@ class DrainsWaited:
 
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
-    """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since;
-    ``announce`` is told once what is waited for.
+    """Wait while a driver (or a daemon with running jobs) drains; gather what finished since.
 
     Raises:
         SpoolIOError: the spool cannot be read.
