@@ -42,7 +42,7 @@ def test_local_times_match_astimezone_across_offset_changes(zone, monkeypatch):
     monkeypatch.setenv("TZ", zone)
     time.tzset()
     try:
-        clock = listing._Clock()
+        clock = listing._clock()
         # around the 2026 changes of offset in each of those zones, and plain days
         starts = [datetime(2026, month, day).timestamp() for month, day in
                   [(3, 29), (10, 25), (3, 8), (11, 1), (4, 5), (10, 4), (6, 1)]]

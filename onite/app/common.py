@@ -1,10 +1,4 @@
-"""What every command does first: open the spool it works on; read the job text on stdin.
-
-A command's spool is ``--spool``, else ONITE_SPOOL, else the default
-(onite.spool.locate); a personal default spool is made on first use. The job
-text comes from stdin, never from a terminal (that is a mistake, not an
-invitation to type), and is bounded by max_job_size.
-"""
+"""What every command does first: open the spool it works on; read the job text on stdin."""
 
 from __future__ import annotations
 
@@ -16,8 +10,7 @@ from onite.spool.paths import SpoolDir
 
 
 def open_spool(spool: str | None) -> SpoolDir:
-    """The spool a command works on (``--spool``, else ONITE_SPOOL, else the default); a personal
-    default spool is created on first use.
+    """The spool a command works on (``--spool``, ONITE_SPOOL, the default; a personal one is made).
 
     Raises:
         SpoolError: there is no spool there (or it cannot be entered).

@@ -1,17 +1,18 @@
-"""What users do to jobs already spooled: cancel (by name, pattern or --all), hold, release, find.
+"""What users do to jobs already spooled: cancel (by name, pattern or --all), hold, release.
 
-Cancelling your own queued job withdraws it into cancel/ at once; anything
-else is a request a driver honours if the rules allow (onite.spool.cancels,
-docs/security.md). Root, and the owner of a personal spool, file a
-cancellation at once. A hold is a marker that keeps the job's place
-(onite.spool.holds).
+Cancelling your own queued job withdraws it into cancel/ at once (and files it, for whoever may write
+jobsdone/: root, a personal spool's owner); anything else is a request a driver honours if the rules
+allow. A hold is a marker hold/NAME@TOKEN that leaves the job file, so its place, alone.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
+import time
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 
 from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
 from onite.spool.files import remove_file
@@ -22,7 +23,7 @@ from onite.spool.results import read_result
 from onite.spool.scan import Entry, find_running, of_the_job, user_name
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.names import check_name
-from onite.core.policy import owner_or_root
+from onite.core.policy import may_touch, owner_or_root
 
 
 @dataclass(frozen=True)
@@ -35,73 +36,56 @@ class CancelReport:
     waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
 
 
-def can_file(spool: SpoolDir) -> bool:
-    """Can this process write jobsdone/ (root, or the owner of a personal spool)?"""
-    return os.access(spool.done_dir, os.W_OK)
-
-
 def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> CancelReport:
     """Cancel the queued or running job ``name``.
 
     Raises:
-        InvalidInput: a bad name.
-        NotFound: no such job is queued or running.
+        InvalidInput: a bad name. NotFound: no such job is queued or running.
         Refused: it belongs to someone else and own_only forbids it.
     """
-    from onite.core.policy import may_touch
-
     check_name(name)
-    own_only = spool.config.own_only
-    running = find_running(spool, name)
-    queued = find_queued(spool, name)
+    running, queued = find_running(spool, name), find_queued(spool, name)
     if not running and not queued:
         raise NotFound(f"no job {name!r} is queued or running", "see onite list")
-    # Only the entries the caller may touch count: a same-named file someone else planted at
-    # another priority must not block the cancel of the caller's own job.
-    allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, own_only)]
+    # a same-named file someone else planted at another priority must not block the cancel of one's own job
+    allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
     if not allowed:
         owner = user_name((running + queued)[0].uid)
         raise Refused(f"job {name!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
-    running = [entry for entry in running if entry in allowed]
-    queued = [entry for entry in queued if entry in allowed]
-    if running:
+    if any(entry in allowed for entry in running):
+        from onite.drain.heartbeat import live_beats
+
         request_cancel(spool, name)
-        host = running[0].host
-        if not driver_alive(spool, host, now):
+        host = next(entry for entry in running if entry in allowed).host
+        if not any(beat.host == host for beat in live_beats(spool.root, now)):
             return CancelReport(name, "requested", f"running on {host}, but no driver is alive there (it died): the "
                                 f"job is stopped when a driver next starts on {host} — root can start one now: onite "
                                 f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)
         return CancelReport(name, "requested", f"running on {host}; its driver stops it within a second")
-    for entry in queued:
-        if owner_or_root(caller_uid, entry.uid):
-            pending = withdraw(spool, entry)
-            if can_file(spool):
-                by = user_name(caller_uid)
-                try:
-                    filed = file_withdrawn(spool, pending, by=by, now=now, rank=entry.rank)
-                except SpoolIOError as err:  # it is withdrawn all the same: back in cancel/, never to run
-                    return CancelReport(name, "cancelled", f"it will not run; its result could not be written "
-                                        f"({err.cause.strerror or err.cause}): a drain writes it once there is room", waitable=False)
-                if filed is not None:
-                    tell_filed(spool, filed, by, name)
-        else:
+    for entry in allowed:
+        if not owner_or_root(caller_uid, entry.uid):
             request_cancel(spool, name)
             return CancelReport(name, "requested", "a driver cancels it the next time it runs")
+        pending = withdraw(spool, entry)
+        if os.access(spool.done_dir, os.W_OK):  # root, or a personal spool's owner: file it now
+            by = user_name(caller_uid)
+            try:
+                filed = file_withdrawn(spool, pending, by=by, now=now, rank=entry.rank)
+            except SpoolIOError as err:  # it is withdrawn all the same: back in cancel/, never to run
+                return CancelReport(name, "cancelled", f"it will not run; its result could not be written "
+                                    f"({err.cause.strerror or err.cause}): a drain writes it once there is room",
+                                    waitable=False)
+            if filed is not None:
+                tell_filed(spool, filed, by, name)
     return CancelReport(name, "cancelled")
 
 
 def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
-    """How a job whose cancel was ``requested`` ended, once its driver has stopped it: its result's
-    state and reason ("cancelled", …), or ``report`` unchanged if it is not running or still runs
-    after kill_grace and a few seconds (its driver stops it later; onite list --all tells).
-
-    Polls: a running job is stopped by its driver, which alone may signal it.
+    """How the job ended if its driver (which alone may signal it) stops it soon; else ``report``.
 
     Raises:
         SpoolError: the spool cannot be read.
     """
-    import time
-
     name = report.name
     if not report.waitable or not find_running(spool, name):
         return report
@@ -117,17 +101,8 @@ def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
     return report
 
 
-def driver_alive(spool: SpoolDir, host: str, now: datetime) -> bool:
-    """Is a driver of ``host`` alive (its heartbeat, onite.drain.heartbeat), to act on a cancel request?"""
-    from onite.drain.heartbeat import live_beats
-
-    return any(beat.host == host for beat in live_beats(spool.root, now))
-
-
 def cancellable(spool: SpoolDir, caller_uid: int) -> list:
-    """The running, then queued, jobs (JobViews) that ``caller_uid`` may pick to cancel: its own, or
-    every one for root. Others' jobs are left out even where own_only = false: the pick list shows
-    what is yours.
+    """The running, then queued, jobs (JobViews) of ``caller_uid``'s (root: all) to pick from, own_only or not.
 
     Raises:
         SpoolError: the spool cannot be read.
@@ -138,12 +113,9 @@ def cancellable(spool: SpoolDir, caller_uid: int) -> list:
     return [v for v in running_views(spool) + queued if owner_or_root(caller_uid, v.uid)]
 
 
-PATTERN_CHARS = frozenset("*?[")  # no job name holds one (onite.core.names): an argument with one is a pattern
-
-
 def is_pattern(word: str) -> bool:
-    """Is this ``onite cancel`` argument a glob pattern (``'build-*'``) rather than a job's name?"""
-    return not PATTERN_CHARS.isdisjoint(word)
+    """Is this ``onite cancel`` argument a glob pattern (``'build-*'``)? No job name holds ``*?[``."""
+    return not frozenset("*?[").isdisjoint(word)
 
 
 @dataclass(frozen=True)
@@ -151,19 +123,15 @@ class Selection:
     """The jobs a pattern (or ``--all``) picks for a caller: theirs, and others' it leaves alone."""
 
     chosen: list  # JobViews, running then queued, each name once
-    skipped: list  # other users' matching jobs (a user's patterns touch only their own jobs)
+    skipped: list  # other users' matching jobs
 
 
 def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
-    """The queued and running jobs whose names match one of ``patterns`` (fnmatch, case-sensitive),
-    or all of them with ``every``: every user's for root, the caller's own otherwise (others' are
-    listed as skipped, whatever own_only says: a pattern must not reach further than the caller meant).
+    """The jobs matching ``patterns`` (fnmatch) or, with ``every``, all: root's pick anyone's, others theirs.
 
     Raises:
         SpoolError: the spool cannot be read.
     """
-    from fnmatch import fnmatchcase
-
     from onite.app.listing import queued_views, running_views
 
     chosen, skipped, seen = [], [], set()
@@ -176,10 +144,7 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 
 def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
-    """What a driver does when it files a cancelled job, done by ``cancel`` when it filed one itself
-    (root, or a personal spool's owner): the ``cancelled`` log line, and the owner's notice if one is
-    wanted. Waits for the notifier, at most notify_timeout; a failing one is a log line, as at night.
-    """
+    """What a driver does on filing a cancelled job: the log line, the owner's notice if wanted."""
     from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
     from onite.exec.notify import Notifier
@@ -191,18 +156,14 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
             return
         log.event("cancelled", name, user=filed.result.user, by=by, was="queued")
         notifier = Notifier(spool, log)
-        notifier.notify(filed.result, filed.job, spool.config)  # nothing, unless the result calls for one
+        notifier.notify(filed.result, filed.job, spool.config)
         notifier.finish()
     finally:
         log.close()
 
 
 def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
-    """Hold (or release) a queued job, keeping its place in its priority.
-
-    A hold is a marker hold/NAME@TOKEN owned by the job's owner (onite.spool.holds): the job file is
-    left alone, so its ctime, which is its place in the queue, does not change. Releasing removes
-    the markers the caller may remove.
+    """Hold (or release: the markers the caller may remove) a queued job, keeping its place.
 
     Raises:
         NotFound: not queued. Refused: not the caller's job (and not root); it started running as it
@@ -220,51 +181,26 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
     if not mine:
         raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")
-    if held:
-        _hold(spool, mine, caller_uid)
-    else:
-        _release(spool, mine, caller_uid)
+    owner = mine[0].uid
+    if held and not all(e.held for e in mine):
+        # root holding a user's job: the marker is the user's, to release
+        marker = add_hold(spool, name, None if caller_uid == owner else (owner, _gid_of(mine[0])))
+        if not find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
+            remove_file(marker)
+            raise Refused(f"job {name!r} started running as you held it", f"use onite cancel {name} to stop it")
+    elif not held:
+        remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
+        ours = {(e.rank, e.uid) for e in mine}  # a namesake of another user's, held or not, is not this job
+        if any(e.held for e in find_queued(spool, name) if (e.rank, e.uid) in ours):
+            raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
     return mine[0]
 
 
-def _hold(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
-    """Hold the queued job of ``entries`` by a marker.
-
-    Raises:
-        Refused: it was claimed as it was held. SpoolError, SpoolIOError: the marker cannot be made.
-    """
-    name = entries[0].name
-    if all(e.held for e in entries):
-        return
-    owner = None
-    if caller_uid != entries[0].uid:  # root holding a user's job: the marker is the user's, to release
-        owner = (entries[0].uid, _gid_of(entries[0]))
-    marker = add_hold(spool, name, owner)
-    if not find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
-        remove_file(marker)
-        raise Refused(f"job {name!r} started running as you held it", f"use onite cancel {name} to stop it")
-
-
-def _release(spool: SpoolDir, entries: list[Entry], caller_uid: int) -> None:
-    """Remove the caller's holds of the queued job of ``entries`` (root: the owner's and root's).
-
-    Raises:
-        Refused: a hold the caller may not remove (root's) still holds it.
-    """
-    name, owner = entries[0].name, entries[0].uid
-    remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
-    mine = {(e.rank, e.uid) for e in entries}  # a namesake of another user's, held or not, is not this job
-    if any(e.held for e in find_queued(spool, name) if (e.rank, e.uid) in mine):
-        raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
-
-
 def _gid_of(entry: Entry) -> int:
-    """The group of the job's file (for its marker), else its owner's primary group."""
+    """The group of the job's file, else its owner's primary group."""
     try:
         return os.lstat(entry.path).st_gid
     except OSError:
-        import pwd
-
         try:
             return pwd.getpwuid(entry.uid).pw_gid
         except KeyError:

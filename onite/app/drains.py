@@ -1,22 +1,11 @@
 """Drains and the night's events, read back from onite.log (pure, apart from reading the log).
 
-jobsdone/ keeps the last ``keep`` results; onite.log keeps every event. So
-what a report says about a night -- when its drains ran and how they ended,
-which jobs finished and how, how many attempts a retried job had, which
-files were refused -- comes from the log, and the result records add what
-the log does not hold (exit codes of earlier attempts, the output).
+A *drain* is one driver's run, from its ``driver-start`` line to its ``driver-exit`` line (same host,
+same pid). *The last drain session*, a report's default window, is every drain, on any host, that
+started after the morning (noon) before the latest drain that ran a job, up to the end of the last.
 
-A *drain* is one driver's run, from its ``driver-start`` line to its
-``driver-exit`` line (same host, same pid). *The last drain session*, the
-night a report shows by default, is every drain, on any host, that started
-after the morning before the latest drain that ran a job (the noon before it,
-local time, as onite.app.report counts nights), up to the end of the last of
-them: a night drained from 20:00, and again at 23:00 by a second schedule
-time, is one session; a personal queue drained at 14:00 is reported that
-afternoon.
-
-Invariant: the log is only read, from its end backwards and no further back
-than the window needs; a line onite did not write is skipped, never an error.
+Invariant: the log is only read, from its end backwards and no further back than the window needs;
+a line onite did not write is skipped, never an error.
 """
 
 from __future__ import annotations
@@ -28,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from onite.spool.log import parse_line
+
 # the events a report reads; any other line is skipped before it is parsed
 WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
                     "refused"})
@@ -38,8 +29,7 @@ _BLOCK = 1 << 16
 
 
 class Event:
-    """One line of onite.log, read back (onite.spool.log.format_line); its fields are read when first asked
-    for (a night of 100,000 jobs is 300,000 lines, and most are only counted)."""
+    """One line of onite.log, its fields parsed when first asked for (most lines are only counted)."""
 
     __slots__ = ("when", "host", "pid", "event", "name", "_text", "_fields")
 
@@ -52,16 +42,11 @@ class Event:
         """``key=value`` of the line, unquoted."""
         if self._fields is None:
             if '"' in self._text:
-                from onite.spool.log import parse_line
-
                 parsed = parse_line(self._text)
                 self._fields = parsed["fields"] if parsed else {}
             else:
                 self._fields = dict(word.split("=", 1) for word in self._text.split() if "=" in word[1:])
         return self._fields
-
-    def __repr__(self) -> str:
-        return f"Event({self.when.isoformat()} {self.host}[{self.pid}] {self.event} {self.name})"
 
 
 @dataclass
@@ -94,11 +79,8 @@ class Session:
     drains: tuple[Drain, ...]
 
 
-# ---- reading ---------------------------------------------------------------------------
-
-
 def log_paths(log_path: Path) -> list[Path]:
-    """onite.log, then the file logrotate made of it (``onite.log.1``), if any: older lines last."""
+    """onite.log, then logrotate's ``onite.log.1``: older lines last."""
     return [log_path, log_path.with_name(log_path.name + ".1")]
 
 
@@ -114,19 +96,18 @@ def read_back(paths: Iterable[Path]) -> Iterator[Event]:
                 yield event
 
 
-# a time of the log read once: a second holds many lines, and each parse makes a time zone
+# a second holds many lines, and each parse makes a time zone
 _when = functools.lru_cache(maxsize=1024)(datetime.fromisoformat)
 
 
 def _event(head: list[str], line: str) -> Event | None:
     """A wanted line as an Event; None for a line onite did not write."""
     host, _, pid = head[1].rpartition("[")
-    try:
-        when = _when(head[0])
-        number = int(pid[:-1]) if pid.endswith("]") else None
-    except ValueError:
+    if not host or not pid.endswith("]"):
         return None
-    if number is None or not host:
+    try:
+        when, number = _when(head[0]), int(pid[:-1])
+    except ValueError:
         return None
     rest = head[3] if len(head) > 3 else ""
     first = rest.split(" ", 1)[0]
@@ -135,17 +116,13 @@ def _event(head: list[str], line: str) -> Event | None:
 
 
 def _lines_back(path: Path) -> Iterator[str]:
-    """The lines of ``path`` from its last to its first, read a block at a time from its end."""
+    """The lines of ``path`` from its last to its first, a block at a time."""
     try:
         handle = open(path, "rb")
     except OSError:
         return
     with handle:
-        try:
-            at = os.fstat(handle.fileno()).st_size
-        except OSError:
-            return
-        rest = b""
+        at, rest = handle.seek(0, os.SEEK_END), b""
         while at > 0:
             step = min(_BLOCK, at)
             at -= step
@@ -161,9 +138,7 @@ def _lines_back(path: Path) -> Iterator[str]:
 
 def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[[datetime], datetime],
             now: datetime) -> list[Event]:
-    """The events (oldest first) from ``start`` on, less SKEW; with ``start`` None, from the morning
-    (``boundary``) before the latest drain that ran a job, found as the log is read back, or
-    LOOKBACK if there is none."""
+    """The events (oldest first) from ``start``, else the morning before the last drain that ran a job, less SKEW."""
     stop = start - SKEW if start is not None else now - LOOKBACK
     found: list[Event] = []
     busy: set[tuple[str, int]] = set()  # drivers whose job lines were read (after their start line)
@@ -183,13 +158,9 @@ def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[
     return found
 
 
-# ---- drains and sessions (pure) ----------------------------------------------------------
-
-
 def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Drain]:
-    """The drains the events (oldest first) tell of, in the order they started. A drain with no
-    exit line is running if it is the last of a host whose lock is held now; else it died, and
-    ended at its last line."""
+    """The drains the events (oldest first) tell of, in the order they started. A drain with no exit
+    line runs if it is the last of a host whose lock is held now; else it died at its last line."""
     open_: dict[tuple[str, int], Drain] = {}
     drains: list[Drain] = []
     for event in events:
@@ -242,8 +213,7 @@ def _int(text: str | None) -> int | None:
 
 
 def last_session(drains: Sequence[Drain], boundary: Callable[[datetime], datetime]) -> Session | None:
-    """The drains from the morning (``boundary``) before the latest drain that ran a job (or the latest
-    drain, if none did) to the end of the last of them; None if there are no drains."""
+    """The drains from the morning (``boundary``) before the latest that ran a job (else the latest); None: none."""
     if not drains:
         return None
     latest = max((d for d in drains if d.ran), key=lambda d: d.started, default=None) \
@@ -254,33 +224,22 @@ def last_session(drains: Sequence[Drain], boundary: Callable[[datetime], datetim
     return Session(min(d.started for d in chosen), end, chosen)
 
 
-def in_window(drains: Sequence[Drain], start: datetime, end: datetime) -> list[Drain]:
-    """The drains that ran (some of the time) within [start, end)."""
-    return [d for d in drains if d.started < end and (d.ended is None or d.ended >= start)]
-
-
-# ---- the jobs the log tells of (pure) -------------------------------------------------------
-
-
 @dataclass
 class JobEvents:
     """What the log says of the jobs of a window: each job's last final line and the start line
     before it, by (name, user: "" where a line names none), how many attempts a retried job was
-    allowed, the files refused. Keyed by owner too: the lines of another user's job of the same
-    name (a namesake) never stand for this one."""
+    allowed, the files refused."""
 
     finals: dict[tuple[str, str], Event] = field(default_factory=dict)
-    starts: dict[tuple[str, str], Event] = field(default_factory=dict)  # of the run each final line ends
-    # the earlier runs of a name in the window (spooled again, or restarted, after it ended): each
-    # final line with its run's start line (None: it never started)
+    starts: dict[tuple[str, str], Event | None] = field(default_factory=dict)  # of the run each final line ends
+    # the earlier runs of a name in the window, each final line with its run's start line (None: never started)
     earlier: list[tuple[Event, Event | None]] = field(default_factory=list)
     tries: dict[str, int] = field(default_factory=dict)
     refused: list[Event] = field(default_factory=list)
 
 
 def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEvents:
-    """The job lines of the events (oldest first) from ``start`` to ``end``, both included (the log's
-    times are whole seconds)."""
+    """The job lines of the events (oldest first) from ``start`` to ``end``, both included (whole seconds)."""
     found = JobEvents()
     pending: dict[tuple[str, str], Event] = {}  # start lines of runs not yet ended
     for event in events:
@@ -293,11 +252,7 @@ def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEv
             if key in found.finals:
                 found.earlier.append((found.finals[key], found.starts.get(key)))
             found.finals[key] = event
-            opened = pending.pop(key, None)  # a start line belongs to the run the next final line ends
-            if opened is not None:
-                found.starts[key] = opened
-            else:
-                found.starts.pop(key, None)
+            found.starts[key] = pending.pop(key, None)  # a start line belongs to the run the next final line ends
         elif event.event == "retry":
             tries = _int(event.fields.get("of"))
             if tries:

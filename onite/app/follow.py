@@ -1,23 +1,9 @@
 """``onite output NAME --follow``: print a job's output as it grows, and stop when the job has finished.
 
-Like ``pueue follow`` and ``tsp -t``, for a job in any state: a queued (or
-held) job is waited for until it starts; a running one is printed from the
-start of its output and followed; a finished one is printed whole. It ends
-when the job is neither queued nor running, as ``onite wait`` decides it
-(onite.app.wait: ``start``, ``look``, ``judge``), which also says how the job
-ended. A retry appends to the same output file, so a job that goes back to
-its queue for another attempt is followed through it.
-
-Which file is this run's: the output of an earlier run of the same name is
-kept until the new run starts, which replaces it by a new file (a new
-inode, onite.spool.outputs.open_output). So a job queued when the follow begins
-is shown only a file that differs from the one there then (inode and ctime:
-an inode number may be reused, its change time is not), and a file replaced
-while it is followed is finished, then the new one followed from its start.
-
-It looks every POLL seconds while nothing new arrives: a few lstats, never
-a job file, and the output is opened with the checks of ``onite output``
-(only its owner and root may read it).
+A queued job is waited for until it starts; the end is ``onite wait``'s (onite.app.wait). A new run
+replaces the output by a new file (onite.spool.outputs.open_output), so a file is this run's only if it
+differs (inode and ctime) from the one there when the follow began, and a file replaced while followed
+is finished, then the new one followed. Only the job's owner and root may read it.
 """
 
 from __future__ import annotations
@@ -28,19 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from onite.core.errors import DamagedRecord
+from onite.core.errors import DamagedRecord, JobFormatError, NotFound, Refused
+from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.outputs import open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
 from onite.spool.scan import find_running, of_the_job, user_name
-from onite.core.errors import Refused
 from onite.core.policy import owner_or_root
 from onite.app.wait import PENDING, Final, judge, look, start
 
 POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16
-
-
 _LOOK = object()  # follow's owner: not given, look it up
 
 
@@ -48,9 +33,8 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
            announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep,
            owner: int | None | object = _LOOK) -> Final:
     """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
-    written, until the job has finished; return how it ended. ``announce`` is told once when the
-    job has not started yet. ``owner``: the job's owner (``job_owner``), if the caller looked it up;
-    only an output file of theirs is copied.
+    written, until the job has finished; return how it ended. ``announce`` is told once if the job has
+    not started yet. Only an output file of the job's ``owner`` (``job_owner``, unless given) is copied.
 
     Raises:
         InvalidInput: a bad name. NotFound: no job of that name is queued, running or finished.
@@ -58,11 +42,14 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
         SpoolIOError: the spool or the output cannot be read.
     """
     watch = start(spool, [name], caller_uid)[name]
-    _check_owner(spool, name, caller_uid)
-    if owner is _LOOK:  # the caller may have looked already (to choose ``out``): job_owner
+    entries = find_queued(spool, name) + find_running(spool, name)
+    if entries and not any(owner_or_root(caller_uid, entry.uid) for entry in entries):  # a namesake is not it
+        raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
+                      "only its owner and root may read it")
+    if owner is _LOOK:
         owner = job_owner(spool, name, caller_uid)
     if stderr:
-        _check_separate(spool, name, watch.live is not None)
+        _check_separate(spool, name, entries if watch.live is not None else None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
     earlier = _key(path) if watch.live in ("queued", "held") else None  # an earlier run's, not this one's
     handle: BinaryIO | None = None
@@ -96,8 +83,7 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
 
 
 def job_owner(spool: SpoolDir, name: str, caller_uid: int | None = None) -> int | None:
-    """The uid of the job ``name`` a follow would follow (queued, running, else its latest result), or
-    None if there is none or it cannot be told.
+    """The uid of the job ``name`` a follow follows (queued, running, else its latest result), or None.
 
     Raises:
         SpoolIOError: a folder cannot be looked into.
@@ -111,33 +97,16 @@ def job_owner(spool: SpoolDir, name: str, caller_uid: int | None = None) -> int 
     return result.uid if result is not None else None
 
 
-def _check_owner(spool: SpoolDir, name: str, caller_uid: int) -> None:
-    """A queued or running job's output will be its owner's: refuse before waiting for it.
-
-    Raises:
-        Refused: the job belongs to another user (and the caller is not root).
+def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
+    """Raises:
+        NotFound: the job (its ``live`` queued or running files, else its result) keeps stderr with its
+            stdout, so ``--follow --stderr`` would print nothing.
     """
-    entries = find_queued(spool, name) + find_running(spool, name)
-    if entries and not any(owner_or_root(caller_uid, entry.uid) for entry in entries):  # a namesake is not it
-        raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
-                      "only its owner and root may read it")
-
-
-def _check_separate(spool: SpoolDir, name: str, live: bool) -> None:
-    """``--follow --stderr`` of a job whose stderr goes with its stdout would print nothing: say so.
-
-    Raises:
-        NotFound: the job (its queued or running file, or its result) keeps stderr with its stdout.
-    """
-    from onite.core.errors import JobFormatError, NotFound
-    from onite.spool.filecheck import BadFile, read_job_file
-
     separate = None
-    if live:
-        paths = [e.path for e in find_queued(spool, name) + find_running(spool, name)]
-        for path in paths:
+    if live is not None:
+        for entry in live:
             try:
-                separate = read_job_file(path, spool.config.max_job_size)[0].stderr_separate
+                separate = read_job_file(entry.path, spool.config.max_job_size)[0].stderr_separate
                 break
             except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
                 continue
@@ -159,11 +128,7 @@ def _key(path: Path) -> tuple[int, int, int] | None:
 
 
 def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool, owner: int | None) -> BinaryIO | None:
-    """The output file of the followed job, or None if it is not there yet, or is not its owner's: an
-    earlier job of that name's, whose owner may change its ctime (chmod) to pass it off as this run's."""
-    from onite.spool.outputs import open_job_output
-    from onite.core.errors import NotFound
-
+    """The followed job's output, or None if not there yet or not its owner's (an earlier run's, chmod-ed)."""
     try:
         handle = open_job_output(spool, name, caller_uid, stderr=stderr)
     except NotFound:  # removed between the lstat and the open (retention): look again

@@ -1,121 +1,82 @@
 """What ``onite list`` and ``onite status`` show: one JobView per job, from the file system.
 
-Queued and running jobs are described from what anyone may see (folder,
-owner, hold marker, ctime, the driver's world-readable run records), never by
-reading job files: other users' jobs are private, and listing 100,000 jobs
-must not open 100,000 files. Finished jobs come from their result records.
-
-``--json`` is documented in docs/json.md; its field names are stable.
+Invariant: queued and running jobs are described from what anyone may see (folder, owner, hold
+marker, ctime, the run records), never by reading job files but the first EXAMINE the caller may
+read (why they wait); finished jobs come from their result records.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import time
-
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from json.encoder import encode_basestring_ascii as quoted
 
+from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats, queued_stats
 from onite.spool.results import read_results, result_names
-from onite.spool.scan import withdrawn_entries, running_entries, user_name
+from onite.spool.scan import Entry, withdrawn_entries, running_entries, user_name
+from onite.spool.settings import default_host
+from onite.core import values as v
+from onite.core.config import MAX_PRIORITIES
+from onite.core.job import MAX_RETRIES
 from onite.core.jobview import JobView, result_view
-from onite.drain.verdicts import EXAMINE, waiting_jobs
+from onite.core.jsontext import dumps
 from onite.core.policy import owner_or_root
+from onite.core.timeparse import parse_stamp
+from onite.drain.verdicts import EXAMINE, waiting_jobs
 
 
 def _when(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9).astimezone()
 
 
-class _Clock:
-    """``_when`` for many timestamps: the same values (but within half a microsecond of a change of
-    UTC offset), the local time zone looked up once per second of timestamps, not once per job."""
+def _clock() -> Callable[[int], datetime]:
+    """``_when`` for many timestamps, the local zone looked up once per second of them, not once per job."""
+    @functools.cache
+    def zone(second: int) -> timezone:
+        local = time.localtime(second)
+        return timezone(timedelta(seconds=local.tm_gmtoff), local.tm_zone)
 
-    def __init__(self) -> None:
-        self._zones: dict[int, timezone] = {}
-
-    def __call__(self, ns: int) -> datetime:
-        second = ns // 1_000_000_000
-        zone = self._zones.get(second)
-        if zone is None:
-            local = time.localtime(second)
-            zone = self._zones[second] = timezone(timedelta(seconds=local.tm_gmtoff), local.tm_zone)
-        return datetime.fromtimestamp(ns / 1e9, zone)
+    return lambda ns: datetime.fromtimestamp(ns / 1e9, zone(ns // 1_000_000_000))
 
 
-class _Users:
-    """``user_name``, asked once per uid of a listing rather than once per job."""
-
-    def __init__(self) -> None:
-        self._names: dict[int, str] = {}
-
-    def __call__(self, uid: int) -> str:
-        name = self._names.get(uid)
-        if name is None:
-            name = self._names[uid] = user_name(uid)
-        return name
-
-
-def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
-    """Queued jobs in run order; with ``now``, each with why it waits (``waiting_reasons``)."""
-    users, clock = _Users(), _Clock()
-    rows = queued_stats(spool)
-    why = _Why(spool, rows, now, euid)
-    return [JobView(name=name, uid=uid, user=users(uid), state="held" if held else "queued",
-                    priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
-                    **why(name, uid, held))
-            for position, (rank, ctime_ns, name, uid, held) in enumerate(rows, 1)]
-
-
-
-
-def waiting_reasons(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: datetime, *, euid: int,
-                    host: str) -> dict[tuple[str, int], tuple[str, str]]:
-    """``(name, uid) → (kind, reason)`` for the queued jobs of ``head`` (``(rank, ctime_ns, name, uid, held)``)
-    whose files ``euid`` may read (root: all), as ``onite status`` decides them (onite.drain.verdicts.waiting_jobs,
-    over queue.evaluate): ``("", "")`` for one that may start now; another user's held job is held.
-    By owner too: another user's namesake's reason is never this job's.
+def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: datetime | None,
+         euid: int | None) -> Callable[[str, int, bool], tuple[str | None, str | None]]:
+    """``(name, uid, held) → (waiting, waiting_kind)`` of queued jobs: as onite.drain.verdicts decides
+    it for the jobs of ``head`` whose files ``euid`` may read ("" for one that may start now), "held"
+    for any held job, unknown (None) for the rest, and for every job without ``now``.
 
     Raises:
         SpoolIOError: a folder cannot be listed.
     """
-    found = {(row["name"], row["uid"]): (row["kind"], row["reason"])
-             for row in waiting_jobs(spool, head, now, euid=euid, host=host)}
+    if now is None:
+        return lambda name, uid, held: (None, None)
+    euid = os.geteuid() if euid is None else euid
+    known = {(row["name"], row["uid"]): (row["reason"], row["kind"])
+             for row in waiting_jobs(spool, head, now, euid=euid, host=default_host(spool.config))}
     for _, _, name, uid, _ in head:
-        if (name, uid) not in found and owner_or_root(euid, uid):
-            found[(name, uid)] = ("", "")
-    return found
+        if owner_or_root(euid, uid):
+            known.setdefault((name, uid), ("", ""))
+    return lambda name, uid, held: known.get((name, uid)) or (("held", "held") if held else (None, None))
 
 
-class _Why:
-    """The waiting fields of each queued job: read from the first EXAMINE jobs' files (those the
-    caller may read), known from its marker for every held job, unknown (None) for the rest."""
-
-    HELD = {"waiting": "held", "waiting_kind": "held"}
-    UNKNOWN: dict = {}
-
-    def __init__(self, spool: SpoolDir, rows: list[tuple[int, int, str, int, bool]], now: datetime | None,
-                 euid: int | None) -> None:
-        self.known: dict[tuple[str, int], tuple[str, str]] = {}
-        if now is None:
-            self.off = True
-            return
-        import os
-
-        from onite.spool.settings import default_host
-
-        self.off = False
-        self.known = waiting_reasons(spool, rows[:EXAMINE], now, euid=os.geteuid() if euid is None else euid,
-                                     host=default_host(spool.config))
-
-    def __call__(self, name: str, uid: int, held: bool) -> dict:
-        if self.off:
-            return self.UNKNOWN
-        found = self.known.get((name, uid))
-        if found is not None:
-            return {"waiting": found[1], "waiting_kind": found[0]}
-        return self.HELD if held else self.UNKNOWN
+def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
+    """Queued jobs in run order; with ``now``, each with why it waits (``_why``)."""
+    users, clock = functools.cache(user_name), _clock()
+    rows = queued_stats(spool)
+    why = _why(spool, rows[:EXAMINE], now, euid)
+    views = []
+    for position, (rank, ctime_ns, name, uid, held) in enumerate(rows, 1):
+        waiting, kind = why(name, uid, held)
+        views.append(JobView(name=name, uid=uid, user=users(uid), state="held" if held else "queued",
+                             priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
+                             waiting=waiting, waiting_kind=kind))
+    return views
 
 
 def running_views(spool: SpoolDir) -> list[JobView]:
@@ -123,32 +84,30 @@ def running_views(spool: SpoolDir) -> list[JobView]:
     for entry in running_entries(spool):
         info = _runinfo(spool, entry.host, entry.name)
         rank = info.get("rank")
-        views.append(JobView(
-            name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="running",
-            priority=rank or None, urgent=rank == 0,
-            submitted=info.get("queued") or _when(entry.ctime_ns),
-            host=entry.host,
-            started=info.get("started"),
-            attempt=info.get("attempt"), external_id=info.get("external_id"),
-        ))
+        views.append(JobView(name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="running",
+                             priority=rank or None, urgent=rank == 0,
+                             submitted=info.get("queued") or _when(entry.ctime_ns), host=entry.host,
+                             started=info.get("started"), attempt=info.get("attempt"),
+                             external_id=info.get("external_id")))
     return views
+
+
+def withdrawn_view(entry: Entry) -> JobView:
+    """A job cancelled while queued that no driver has filed yet (its file in cancel/)."""
+    when, user = _when(entry.ctime_ns), user_name(entry.uid)
+    return JobView(name=entry.name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
+                   submitted=when, finished=when, reason=f"cancelled by {user}")
 
 
 def finished_views(spool: SpoolDir, damaged: list[str] | None = None) -> list[JobView]:
-    """Finished jobs: kept result records, and cancelled jobs not yet filed. The names of damaged
-    records are added to ``damaged`` (spool.results)."""
+    """Finished jobs: results, and cancelled jobs not yet filed; damaged records' names go to ``damaged``."""
     views = [result_view(r) for r in read_results(spool, damaged)]
-    for entry in withdrawn_entries(spool):
-        views.append(JobView(name=entry.name, uid=entry.uid, user=user_name(entry.uid), state="cancelled",
-                             priority=None, urgent=False, submitted=_when(entry.ctime_ns),
-                             finished=_when(entry.ctime_ns), reason=f"cancelled by {user_name(entry.uid)}"))
-    return views
+    return views + [withdrawn_view(entry) for entry in withdrawn_entries(spool)]
 
 
 def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> list[JobView]:
-    """Queued jobs in run order (with ``now``: why each waits); with ``include_all`` also running and
-    finished ones (the names of damaged result records left out are added to ``damaged``)."""
+    """Queued jobs in run order (with ``now``: why each waits); with ``include_all``, running and finished too."""
     views = queued_views(spool, now)
     if include_all:
         views = running_views(spool) + views + finished_views(spool, damaged)
@@ -156,17 +115,12 @@ def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
 
 
 def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
-    from onite.core.jsontext import dumps
-
     return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
 
 
 def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> str:
-    """``onite list --json``: ``jobs_json(spool, list_jobs(spool, include_all, now, damaged))``, the same
-    text, in a fraction of the time for a long queue (queued jobs never become JobViews)."""
-    from onite.core.jsontext import dumps
-
+    """``onite list --json``: ``jobs_json(spool, list_jobs(…))``'s text, with no JobView of a queued job."""
     elements = [dumps(v.to_json(), depth=2) for v in running_views(spool)] if include_all else []
     elements += _queued_elements(spool, now)
     if include_all:
@@ -180,99 +134,71 @@ def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
 def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
     """The JSON text of each queued job, as ``dumps(view.to_json(), depth=2)`` would write it.
 
-    A template made from JobView.to_json (``_queued_template``) is cut where
-    the fields that vary go; the text between the name and the position
-    depends only on the owner, the hold and the folder, the text from the position to
-    the waiting fields only on the ctime, the rest only on why the job waits,
-    and each is made once for all the jobs that share it.
+    The text between the template's pieces (``_queued_template``) depends on the owner, the hold and
+    the folder, on the ctime, or on why the job waits: each is made once for the jobs that share it.
     """
-    from json.encoder import encode_basestring_ascii as text
-
     pieces = _queued_template()
-    users: dict[int, str] = {}
+    start, name_to_position = pieces[0], pieces[1:7]
+    users = functools.cache(lambda uid: quoted(user_name(uid)))
     middles: dict[tuple[int, bool, int], str] = {}
     ends: dict[int, str] = {}  # a batch of jobs shares a few thousand kernel ticks
     tails: dict[tuple, str] = {}
-    clock = _Clock()
-    start, name_to_position = pieces[0], pieces[1:7]
+    clock = _clock()
     elements = []
-    append = elements.append
     position = 0
     folders = list(queued_folder_stats(spool))
     head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
-    why = _Why(spool, head, now, None)
+    why = _why(spool, head, now, None)
     for rank, rows in folders:
         for ctime_ns, name, uid, held in rows:
             position += 1
-            queued = not held
-            middle = middles.get((uid, queued, rank))
+            middle = middles.get((uid, held, rank))
             if middle is None:
-                user = users.get(uid)
-                if user is None:
-                    user = users[uid] = text(user_name(uid))
-                values = (user, str(uid), '"queued"' if queued else '"held"', str(rank) if rank else "null",
+                values = (users(uid), str(uid), '"held"' if held else '"queued"', str(rank) if rank else "null",
                           "true" if rank == 0 else "false")
-                middle = middles[(uid, queued, rank)] = "".join(
+                middle = middles[(uid, held, rank)] = "".join(
                     piece + value for piece, value in zip(name_to_position, values)) + name_to_position[-1]
             end = ends.get(ctime_ns)
             if end is None:
-                end = ends[ctime_ns] = pieces[7] + text(clock(ctime_ns).isoformat()) + pieces[8]
-            fields = why(name, uid, held)
-            key = (fields.get("waiting"), fields.get("waiting_kind"))
+                end = ends[ctime_ns] = pieces[7] + quoted(clock(ctime_ns).isoformat()) + pieces[8]
+            key = why(name, uid, held)
             tail = tails.get(key)
             if tail is None:
-                tail = tails[key] = "".join(("null" if value is None else text(value)) + piece
+                tail = tails[key] = "".join(("null" if value is None else quoted(value)) + piece
                                             for value, piece in zip(key, pieces[9:]))
-            append(start + text(name) + middle + str(position) + end + tail)
+            elements.append(start + quoted(name) + middle + str(position) + end + tail)
     return elements
 
 
 _FIELDS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted", "waiting", "waiting_kind")
-_TEMPLATE: list[list[str]] = []
 
 
+@functools.cache
 def _queued_template() -> list[str]:
-    """JobView.to_json of a queued job, at depth 2, cut where the JSON text of each of _FIELDS goes.
-
-    Made from JobView.to_json itself, with markers in those fields, so that
-    the document keeps following whatever to_json says.
+    """JobView.to_json of a queued job (depth 2), cut where each of _FIELDS goes: to_json stays the one definition.
 
     Raises:
         RuntimeError: to_json no longer writes _FIELDS, in that order (a test catches it).
     """
-    if not _TEMPLATE:
-        class Stamp:
-            def isoformat(self) -> str:
-                return "\0submitted"
+    class Stamp:
+        def isoformat(self) -> str:
+            return "\0submitted"
 
-        sample = JobView(**{f: "\0" + f for f in _FIELDS if f != "submitted"}, submitted=Stamp())
-        from onite.core.jsontext import dumps
-
-        text = dumps(sample.to_json(), depth=2)
-        pieces = []
-        for field in _FIELDS:
-            before, marker, text = text.partition(json.dumps("\0" + field))
-            if not marker:
-                raise RuntimeError(f"JobView.to_json changed: update onite.app.listing._FIELDS ({field})")
-            pieces.append(before)
-        _TEMPLATE.append(pieces + [text])
-    return _TEMPLATE[0]
+    text = dumps(JobView(**{f: "\0" + f for f in _FIELDS if f != "submitted"}, submitted=Stamp()).to_json(), depth=2)
+    pieces = []
+    for field in _FIELDS:
+        before, marker, text = text.partition(json.dumps("\0" + field))
+        if not marker:
+            raise RuntimeError(f"JobView.to_json changed: update onite.app.listing._FIELDS ({field})")
+        pieces.append(before)
+    return pieces + [text]
 
 
 def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
-    """What a listing shows of a running job's run record (running/HOST/NAME@run, onite.core.runrecord):
-    ``rank``, ``attempt``, ``external_id``, and ``queued`` and ``started`` as datetimes. A field
-    that is missing or damaged is left out, and a record that cannot be read gives {}: a listing
-    shows what it can (the record is the driver's, written as the job starts)."""
-    from onite.spool import runrecords
-    from onite.core import values as v
-    from onite.core.config import MAX_PRIORITIES
-    from onite.core.job import MAX_RETRIES
-    from onite.core.timeparse import parse_stamp
-
-    if not host:
-        return {}
-    record = runrecords.read(spool.run_record_path(host, name))
+    """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
+    ``queued`` and ``started`` as datetimes; a field missing or damaged is left out, an unreadable
+    record gives {}."""
+    record = runrecords.read(spool.run_record_path(host, name)) if host else None
     if record is None:
         return {}
     data = record.info
@@ -288,8 +214,7 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
 
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool) -> list[str]:
-    """Names of queued and running jobs (and, with ``finished``, kept results) that start with
-    ``prefix``, sorted: what a shell completes after ``onite cancel`` or ``onite output``."""
+    """The sorted names (of queued, running and, with ``finished``, kept jobs) that start with ``prefix``."""
     names = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
     if finished:
         names.update(result_names(spool))  # names only: no record is read

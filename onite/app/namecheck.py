@@ -1,11 +1,7 @@
 """What a new job's name and its dependencies' names may be, against what the spool holds now.
 
-A name that is queued or running is one job's (``refuse_duplicate``); so is the name of another
-user's recurring job's run at a time its rule fires (``refuse_run_names``), and that of another
-user's finished job while its result is kept (``refuse_finished_of_others``); ``--after NAME``
-names a job of the owner's own (``dependency_problem``). ``refuse_taken`` makes every name check
-for ``onite submit`` and a batch (onite.app.submit); ``onite restart`` (onite.app.restart) says a
-live name its own way and makes the other two.
+A queued or running name is one job's; so is another user's recurring job's run name, and another
+user's finished job's name while its result is kept; ``--after NAME`` names a job of the owner's own.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ def refuse_taken(spool: SpoolDir, names: Sequence[str], uid: int) -> None:
 
 
 def refuse_duplicates(spool: SpoolDir, names: list[str]) -> None:
-    """``refuse_duplicate`` for many names: a big batch lists the queue once instead of looking 8 times a name.
+    """``refuse_duplicate`` for many names; a big batch lists each folder once instead.
 
     Raises:
         Refused: one of the names is queued or running.

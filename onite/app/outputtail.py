@@ -1,16 +1,16 @@
 """A failed job's last lines of output, as the one who asks may see them (reading only).
 
-Invariant: the lines are read only for the job's owner and root, only from
-a regular file owned by the job's user and written during that run (never
-through a symlink: O_NOFOLLOW), and their control characters are spelt out
-(onite.core.safetext.printable). Anyone else is told the output is private.
+Invariant: the lines are read only for the job's owner and root, only from a regular file of the job's
+user written during that run (O_NOFOLLOW), with their control characters spelt out.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
+from onite.exec.notify import output_tail
 from onite.spool.paths import SpoolDir
 from onite.core.jobview import JobView
 from onite.core.safetext import printable
@@ -22,28 +22,19 @@ TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its widt
 
 @dataclass(frozen=True)
 class Tail:
-    """The end of a failed job's output, as its reader may see it: ``private`` when it is someone
-    else's; ``stream`` "stderr" when the job kept stderr apart, else "output"."""
+    """The end of a failed job's output, as its reader may see it."""
 
     lines: tuple[str, ...] = ()
-    private: bool = False
-    stream: str = "output"
+    private: bool = False  # someone else's
     kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
 
 
 def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
-    """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its
-    output. Only for its owner and root; only from a file of its user's written during that run (else
-    ``kept`` is false: none, or a later run's)."""
-    import stat
-
-    from onite.exec.notify import output_tail
-
-    stream = "stderr" if job.stderr == "separate" else "output"
+    """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its output."""
     if not owner_or_root(reader, job.uid):
-        return Tail(private=True, stream=stream)
-    gone = Tail(stream=stream, kept=False)
-    path = spool.stderr_path(job.name) if stream == "stderr" else spool.output_path(job.name)
+        return Tail(private=True)
+    gone = Tail(kept=False)
+    path = spool.stderr_path(job.name) if job.stderr == "separate" else spool.output_path(job.name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -64,8 +55,5 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     # a retry's output follows the earlier attempts', after its marker line (onite.exec.launch.attempt_marker)
     marker = f"[onite] attempt {job.attempt} of {job.name}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
-    return Tail(lines=tuple(_cut(printable(line), TAIL_WIDTH) for line in text), stream=stream)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
+    cut = [printable(line) for line in text]
+    return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…" for line in cut))

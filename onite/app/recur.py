@@ -1,13 +1,8 @@
 """``onite recur``: add, remove, list and preview recurring jobs (templates in SPOOL/recur/).
 
-A template is a job file whose header carries its rule (onite.core.recurring),
-in the sticky, world-writable folder recur/ (onite.spool.recurstate), created
-mode 0600 by its owner with the same all-or-nothing, never-replace write as a
-job. As for jobs, the file's owner uid (set by the kernel) is the template's
-owner; nothing inside it decides who runs it. A user may remove only their
-own templates (root any). Other users' templates cannot be read (their
-environment is private): their rules are shown from SPOOL/recur.state,
-which the driver keeps. Spooling the instances is onite.drain.instances' work.
+A template is a job file whose header carries its rule (onite.core.recurring), written like a job
+(mode 0600, whole or not at all) into the sticky recur/; its file's owner is its owner. Other users'
+templates cannot be read: their rules are shown from recur.state, which the driver keeps public.
 """
 
 from __future__ import annotations
@@ -28,37 +23,21 @@ from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.names import check_name
 from onite.core.policy import check_urgent, owner_or_root
-from onite.core.recurring import check_template_name, rule_fields, rule_of
+from onite.core.jsontext import dumps
+from onite.core.recurring import check_template_name, known_priority, rule_fields, rule_from_state, rule_of
+from onite.core.request import SubmitRequest, build_job
+from onite.core.rules import describe, parse_rule
+from onite.core.schedule import fire_times, next_fire
 from onite.spool.recurstate import load_state, parse_time, template_files
-
-RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
-
-
-
-
-# ---- templates: add, remove, look ------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
-class RecurRequest:
-    """``onite recur add`` as typed."""
+class RecurRequest(SubmitRequest):
+    """``onite recur add`` as typed: the options of its jobs, and its rule."""
 
-    name: str
-    body: bytes
     cron: str | None = None
     every: str | None = None
     offset: str | None = None
-    priority: int | None = None
-    urgent: bool = False
-    after: tuple[str, ...] = ()
-    timeout: str | None = None
-    retries: int = 0
-    host: str | None = None
-    stderr_separate: bool | None = None  # None: the spool's stderr_separate, when the template is added
-    notify: str | None = None
-    notify_on: str | None = None
-    mem: str | None = None  # memory in Slurm's words ("4G"); None: the spool's default_mem
-    cpus: int | str | None = None  # CPUs; None: the spool's default_cpus
 
 
 def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
@@ -69,22 +48,15 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
         Refused: a template of that name exists, or --urgent without the right (exit 3).
         SpoolError, SpoolIOError: no recur/ folder, or the write failed.
     """
-    from onite.core.rules import parse_rule
     from onite.app.submit import check_capacity, check_mail
-    from onite.core.request import SubmitRequest, build_job
 
     check_template_name(request.name)
     rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
     config = spool.config
-    job = build_job(SubmitRequest(name=request.name, body=request.body, priority=request.priority,
-                                  urgent=request.urgent, after=request.after, timeout=request.timeout,
-                                  retries=request.retries, host=request.host,
-                                  stderr_separate=request.stderr_separate, notify=request.notify,
-                                  notify_on=request.notify_on, mem=request.mem, cpus=request.cpus),
-                    captured, config)
+    job = build_job(request, captured, config)
     check_capacity(config, job)
     job = replace(job, extra=job.extra + rule_fields(rule))
-    check_mail(SubmitRequest(name=request.name, body=b"", notify=request.notify), config)
+    check_mail(request.notify, config)
     spool.check()
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")
@@ -101,8 +73,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """Remove the template ``name`` (instances already spooled stay: cancel them as jobs).
 
     Raises:
-        NotFound: no such template.
-        Refused: it belongs to someone else and the caller is not root.
+        NotFound: no such template. Refused: it belongs to someone else and the caller is not root.
     """
     check_name(name, what="recurring job name")
     path = spool.recur_dir / name
@@ -139,41 +110,29 @@ class TemplateView:
 
 
 def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
-    """Every template, by name. Templates the caller cannot read (other users') are
-    described from recur.state, which the driver keeps world-readable.
-    """
-    from onite.core.recurring import known_priority, rule_from_state
-    from onite.core.rules import describe
-
+    """Every template, by name; those the caller cannot read (other users') as recur.state tells them."""
     state = load_state(spool)
     views = []
     for name, path, st in template_files(spool):
         known = state.get(name, {}) if state.get(name, {}).get("uid") == st.st_uid else {}
-        last = parse_time(known.get("last"))
+        problem = ""
         try:
             job, rule = _read_template(spool, path, st)
+            priority, urgent = job.priority, job.urgent
         except PermissionError:
             rule = rule_from_state(known)
             priority, urgent = known_priority(known)
-            views.append(TemplateView(
-                name=name, uid=st.st_uid, user=user_name(st.st_uid), rule=describe(rule) if rule else "?",
-                priority=priority, urgent=urgent, next=_next_fire(rule, now), last=last))
-            continue
         except (OSError, BadFile, OniteError) as err:
-            views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid), rule="?",
-                                      priority=None, urgent=False, next=None, last=last, problem=str(err)))
-            continue
-        views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid), rule=describe(rule),
-                                  priority=job.priority, urgent=job.urgent, next=_next_fire(rule, now), last=last))
+            rule, priority, urgent, problem = None, None, False, str(err)
+        views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid),
+                                  rule=describe(rule) if rule is not None else "?", priority=priority, urgent=urgent,
+                                  next=_next_fire(rule, now) if rule is not None else None,
+                                  last=parse_time(known.get("last")), problem=problem))
     return views
 
 
 def _next_fire(rule, now: datetime) -> datetime | None:
-    """The rule's next fire after ``now``, or None if there is no rule or it has no next fire."""
-    from onite.core.schedule import next_fire
-
-    if rule is None:
-        return None
+    """The rule's next fire after ``now``, or None if it has none."""
     try:
         return next_fire(rule, now)
     except InvalidInput:  # a cron rule that stops firing, or one past the last time onite takes
@@ -181,13 +140,8 @@ def _next_fire(rule, now: datetime) -> datetime | None:
 
 
 def templates_json(views: list[TemplateView], now: datetime) -> str:
-    """``onite recur list --json``: the document of ``templates(spool, now)`` (docs/json.md). Pure.
-
-    Raises: nothing; every field of a TemplateView is JSON-ready.
-    """
-    from onite.core.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
-
-    return _dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]})
+    """``onite recur list --json``: the document of ``templates(spool, now)`` (docs/json.md)."""
+    return dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]})
 
 
 def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
@@ -201,10 +155,9 @@ def preview(spool: SpoolDir | None, name: str | None, rule, start: datetime, cou
     """The next ``count`` fire times after ``start`` of the template ``name``, or of ``rule``.
 
     Raises:
-        NotFound: no such template. InvalidInput: a bad rule or count.
+        NotFound: no such template. Refused: another user's template no driver has read yet.
+        InvalidInput: a bad rule or count. SpoolError: the template cannot be read.
     """
-    from onite.core.schedule import fire_times
-
     if count < 0:
         raise InvalidInput(f"invalid count {count}", "use -n 0 or more")
     if name is not None:
@@ -213,8 +166,7 @@ def preview(spool: SpoolDir | None, name: str | None, rule, start: datetime, cou
 
 
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
-    """For display only (the scheduler checks more). Never opens what is not a regular file:
-    root opening a device someone planted in recur/ could have effects.
+    """The template and its rule; only from a regular file (root opening a planted device could have effects).
 
     Raises:
         BadFile, OSError (PermissionError: another user's template), JobFormatError, InvalidInput.
@@ -233,10 +185,7 @@ def _rule_of_template(spool: SpoolDir, name: str):
     except FileNotFoundError:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
     except PermissionError:
-        from onite.core.recurring import rule_from_state
-
-        known = load_state(spool).get(name, {})
-        rule = rule_from_state(known)
+        rule = rule_from_state(load_state(spool).get(name, {}))
         if rule is None:
             raise Refused(f"cannot read {name!r}: it belongs to {_owner_of(path)}",
                           "only its owner and root can see its rule until a driver has read it") from None
@@ -244,7 +193,6 @@ def _rule_of_template(spool: SpoolDir, name: str):
     except (OSError, BadFile) as err:
         raise SpoolError(f"cannot read recurring job {name!r}: {err}",
                          f"fix or remove it: onite recur remove {name}") from None
-
 
 
 def _owner_of(path: Path) -> str:

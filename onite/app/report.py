@@ -1,51 +1,34 @@
 """``onite report``: the morning report -- what failed and why, what still waits, what ran when.
 
-The window (``build``):
-
-- by default, the last drain session (onite.app.drains): every drain, on any host,
-  since the morning before the latest drain that ran a job, to the end of the
-  last one; with no drain in onite.log, the last 24 hours;
-- ``--night DATE``: the night of DATE, from noon that day to noon the next,
-  local time;
-- ``--since WHEN`` and ``--until WHEN``: from a time (or a duration before the
-  end) to another (default: now).
-
-A job belongs to the window when it finished in it or started in it;
-``--user`` keeps one user's jobs. The jobs are those the window's result
-records or its log lines say finished: jobsdone/ keeps the last ``keep``
-results but onite.log every event, so a job whose record was pruned is
-rebuilt from its log lines (its output went with its record) and counted as
-pruned. Failures come first.
-
-What is not finished -- left queued, held, running, refused -- is shown when
-no drain started after the window, so that the queue now is what the window
-left (onite.app.unfinished). A failed job's last lines of output are read as the
-caller, for the caller's own jobs only (root: anyone's; onite.app.outputtail);
-the HTML page (onite.cli.reportpage), meant to be shared, never holds output.
-The words all three outputs say are onite.app.reporttext's.
-
-Invariant: nothing here writes, prints or imports rich: the terminal's report
-is onite.cli.render's, the page onite.cli.reportpage's, so that ``--json``
-never loads rich.
+A job belongs to the window when it finished or started in it. jobsdone/ keeps the last ``keep``
+results but onite.log every event, so a job whose record was pruned is rebuilt from its log lines.
+What is not finished is shown only when no drain started after the window (then the queue now is what
+it left). Invariant: nothing here writes, prints or imports rich, so ``--json`` never loads it.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import pwd
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
+from onite.app import drains as dr
+from onite.drain.heartbeat import draining_hosts
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
+from onite.core.jsontext import dumps
+from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
 SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first verdicts.EXAMINE
 TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines when many did)
 RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
+NIGHT_STARTS = time(12, 0)  # a night runs from noon to the next noon
 
 
 @dataclass
@@ -82,7 +65,6 @@ class ReportData:
         return run_key(job) in self.pruned
 
     def was_replaced(self, job: JobView) -> bool:
-        """Is it an earlier run of a name, whose record and output a later run of the window replaced?"""
         return run_key(job) in self.earlier
 
     def is_damaged(self, job: JobView) -> bool:
@@ -137,20 +119,9 @@ def is_timeout(job: JobView) -> bool:
     return job.state == "failed" and job.reason == "timeout"  # Outcome.describe's word for it
 
 
-# ---- the window ------------------------------------------------------------------------
-
-NIGHT_STARTS = time(12, 0)  # a night runs from noon to the next noon
-
-
 def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
-    """The night of ``day``: [day 12:00, day+1 12:00) as aware datetimes, each noon with its own UTC offset
-    (23 or 25 hours across a change of daylight saving time).
-
-    ``ref`` gives the zone: a zone with rules (zoneinfo) is used as is; a fixed offset, as
-    ``datetime.now().astimezone()`` carries, stands for the machine's zone (TZ).
-    """
-    from onite.core.timeparse import local_time
-
+    """The night of ``day``: [day 12:00, day+1 12:00), each noon with its own UTC offset. ``ref`` gives
+    the zone: a zone with rules (zoneinfo) as is; a fixed offset stands for the machine's zone (TZ)."""
     noons = (datetime.combine(day, NIGHT_STARTS), datetime.combine(day + timedelta(days=1), NIGHT_STARTS))
     if ref.tzinfo is not None and not isinstance(ref.tzinfo, timezone):
         # each as a fixed offset: datetimes sharing a zoneinfo subtract and compare by their wall clocks
@@ -160,7 +131,7 @@ def night_window(day: date, ref: datetime) -> tuple[datetime, datetime]:
 
 
 def night_of(when: datetime) -> date:
-    """The date of the night ``when`` belongs to (the night of D runs from D 12:00 to D+1 12:00)."""
+    """The date of the night ``when`` belongs to."""
     local = when.astimezone()
     return local.date() - timedelta(days=local.time() < NIGHT_STARTS)
 
@@ -180,8 +151,6 @@ def parse_night(text: str, now: datetime) -> date:
     if raw in ("today", "yesterday"):
         return now.date() - timedelta(days=raw == "yesterday")
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw):
-        from onite.core.timeparse import EARLIEST, LATEST
-
         try:
             day = date.fromisoformat(raw)
         except ValueError:
@@ -195,35 +164,29 @@ def parse_night(text: str, now: datetime) -> date:
 
 
 def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> datetime:
-    """A duration before ``now``, a time of day (``19:00``: the last 19:00 before ``now``) or a date-time
-    (as it is); None: 24 hours before ``now``.
+    """A duration before ``now``, the last time of day before it, or a date-time; None: 24 hours before.
 
     Raises:
         InvalidInput: neither a duration nor a time.
     """
     if not text:
         return now - RECENT
-    from onite.core.timeparse import parse_duration, parse_when
-
     try:
         return now - parse_duration(text, what=option)
     except InvalidInput:
         pass
+    bad = InvalidInput(f"bad {option} {text!r}",
+                       "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
     raw = text.strip().lower()
-    if raw.startswith(("+", "tomorrow")):  # forms of a time to come: no report covers the future
-        raise _bad_time(option, text)
+    if raw.startswith(("+", "tomorrow")):  # no report covers the future
+        raise bad
     try:
         when = parse_when(text, now)
     except InvalidInput:
-        raise _bad_time(option, text) from None
+        raise bad from None
     if when > now and re.fullmatch(r"\d{1,2}:\d{2}", raw):  # "19:00" means the last 19:00, not the next one
         when -= timedelta(days=1)
     return when
-
-
-def _bad_time(option: str, text: str) -> InvalidInput:
-    return InvalidInput(f"bad {option} {text!r}",
-                        "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
 
 
 def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
@@ -237,8 +200,6 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         InvalidInput: a bad --since, --until or --night, --night with either; an empty --user;
             --since after --until.
     """
-    from onite.app import drains as dr
-
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
@@ -258,17 +219,14 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
     damaged: list[str] = []
     results = [r for r in read_results(spool, damaged) if inside(r.finished) or inside(r.started)]
-    recorded = {r.name for r in results}
     recorded_runs = {(r.name, r.user) for r in results}
     views = [result_view(r) for r in results if wanted(r.user)]
     # a job the log tells of and no record does: by name and owner
     pruned = [log_view(final, told.starts.get(key)) for key, final in told.finals.items() if key not in recorded_runs]
     pruned = [view for view in pruned if wanted(view.user)]
     earlier = [view for view in (log_view(final, start) for final, start in told.earlier) if wanted(view.user)]
-    jobs = views + pruned + earlier
-    jobs.sort(key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
-    # a job whose record is there but damaged is rebuilt from the log too, but was not pruned: its output
-    # may well be kept
+    jobs = sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    # a damaged record's job is rebuilt from the log too, but was not pruned: its output may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
                       keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier})
@@ -277,32 +235,28 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     data.current = not any(d.started > end for d in every_drain)
     if not details:
         return data
-    failures = data.failures
     from onite.app.outputtail import read_tail
 
+    failures = data.failures
     lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
     for job in failures[:SHOWN_FAILURES]:
         if not (data.was_pruned(job) or data.never_ran(job) or data.was_replaced(job) or data.is_damaged(job)):
             data.tails[run_key(job)] = read_tail(spool, job, reader, lines)
     if data.current:
-        refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         from onite.app.unfinished import unfinished
 
+        recorded = {r.name for r in results}
+        refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         unfinished(data, spool, refused, host)
     return data
 
 
 def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None, until: str | None):
-    """The window's kind, date (--night), start and end, its drains, the log's events from its start on,
-    and every drain they tell of.
+    """The window's kind, date, start and end, its drains, the log's events from its start, every drain.
 
     Raises:
         InvalidInput: a bad --since, --until or --night; --since after --until.
     """
-    from onite.app import drains as dr
-    from onite.drain.heartbeat import draining_hosts
-
-    log = dr.read_back(dr.log_paths(spool.log_path))
     boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
     day: date | None = None
     if night is not None:
@@ -316,10 +270,11 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
             raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
     else:
         kind, start, end = "drain", None, None
-    events = dr.collect(log, start, boundary, now)
+    events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, boundary, now)
     every_drain = dr.drains_of(events, draining_hosts(spool.root, now))
     if kind != "drain":
-        return kind, day, start, end, dr.in_window(every_drain, start, end), events, every_drain
+        within = [d for d in every_drain if d.started < end and (d.ended is None or d.ended >= start)]
+        return kind, day, start, end, within, events, every_drain
     session = dr.last_session(every_drain, boundary)
     if session is None:  # no drain in the log: the last day
         return "since", None, now - RECENT, now, [], events, every_drain
@@ -327,8 +282,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
 
 
 def log_view(final, start) -> JobView:
-    """A finished job as its log lines tell it (its record was pruned): its last final line, and the
-    start line of that run if there is one (none: it never started)."""
+    """A finished job as its final log line tells it, with its run's start line if any (none: never started)."""
     fields = final.fields
     seconds = _number(fields.get("seconds"))
     started, finished = None, final.when
@@ -357,11 +311,9 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _uid(user: str) -> int:
-    """The uid of a user named in the log (-1: no such account now); once per name, not once per job."""
-    import pwd
-
+    """The uid of a user named in the log (-1: no such account now)."""
     try:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
@@ -369,9 +321,9 @@ def _uid(user: str) -> int:
 
 
 def never_ran(job: JobView, told) -> bool:
-    """Did the job end without a process of it ever starting? (A failed dependency, a directory that
-    was gone, a cancel while queued, a refusal.) A record of a job onite could not start has a start
-    time but no exit status; the log then has no start line for that attempt."""
+    """Did the job end without a process of it ever starting (a failed dependency, a cancel while
+    queued, a refusal)? A record of a job onite could not start has a start time but no exit
+    status, and the log no start line for that attempt."""
     if job.started is None:
         return True
     if job.exit_code is not None or job.signal is not None:
@@ -381,11 +333,7 @@ def never_ran(job: JobView, told) -> bool:
     return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
 
 
-# ---- output --------------------------------------------------------------------------------
-
-
 def to_json(data: ReportData) -> str:
-    from onite.core.jsontext import dumps as _dumps  # json.dumps(indent=1)'s text, at C speed
     from onite.app.reporttext import failure_notes, failure_text, headline
 
     def job(view: JobView) -> dict:
@@ -400,7 +348,7 @@ def to_json(data: ReportData) -> str:
                          "output": list(lines) if tail and tail.kept and not tail.private else None,
                          "private": bool(tail and tail.private),
                          "command": note if note.startswith("onite output ") else None})
-    return _dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
+    return dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
                    "until": data.until.isoformat(), "now": data.now.isoformat(),
                    "night": data.night.isoformat() if data.night else None, "user": data.user,
                    "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,

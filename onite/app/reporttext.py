@@ -1,8 +1,6 @@
-"""The words of the morning report: the window, the headline, each failure, what is left, the table, the timeline (pure).
+"""The words of the morning report, shared by the terminal, the HTML page and ``--json`` (pure).
 
-Shared by the terminal (onite.cli.render), the HTML page (onite.cli.reportpage) and
-``--json``, so that all three say the same thing. Text from users is shown
-through onite.core.safetext.printable.
+Invariant: text from users is shown through onite.core.safetext.printable.
 """
 
 from __future__ import annotations
@@ -93,8 +91,8 @@ def failure_text(data: ReportData, job: JobView) -> str:
 
 
 def failure_what(data: ReportData, job: JobView) -> str:
-    """How a job failed: ``failed: exit 3 after 41s``, ``timed out after 2.0s (SIGKILL)``, ``never ran:
-    dependency build failed``; with ``, attempt 2/3`` if it was retried."""
+    """``failed: exit 3 after 41s``, ``timed out after 2.0s (SIGKILL)``, ``never ran: dependency build
+    failed``; with ``, attempt 2/3`` if it was retried."""
     took = human_duration(job.duration)
     if data.never_ran(job):
         what = f"never ran: {phrase(job.reason)}"
@@ -107,8 +105,7 @@ def failure_what(data: ReportData, job: JobView) -> str:
 
 
 def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]:
-    """What follows a failure's sentence: its last lines of output (as its reader may see them), and
-    a note: the command that reads it all, or why there is none."""
+    """A failure's last lines of output (as its reader may see them), and the command that reads it all."""
     if data.was_pruned(job):
         return (), f"its record and output were pruned (keep = {data.keep}); the log told the rest"
     if data.was_replaced(job):
@@ -148,53 +145,36 @@ def waiting_title(data: ReportData) -> str:
         text += f" (next drain {data.next_drain.astimezone():%Y-%m-%d %H:%M})"
     return text
 
-
-# ---- the table ---------------------------------------------------------------------------
-
-# (title, right-justified): all left-justified, so that each column starts under its title
-COLUMNS = (("STATE", False), ("NAME", False), ("USER", False), ("PRI", False), ("HOST", False),
-           ("STARTED", False), ("TOOK", False), ("MEM", False), ("CPU", False), ("TRIES", False), ("EXIT", False),
-           ("REASON", False))  # MEM: the most it used of what it asked for (312.5M/4G), so users learn to ask right
-
-
-def exit_text(view: JobView) -> str:
-    """The exit code, the signal's name, or ``-`` for a job that never ran."""
-    if view.exit_code is not None:
-        return str(view.exit_code)
-    if view.signal is not None:
-        return signal_name(view.signal)
-    return "-"
+# (title, right-justified), all left-justified: each column starts under its title. MEM: the most a job
+# used of what it asked for (312.5M/4G), so that users learn to ask right
+COLUMNS = tuple((title, False) for title in ("STATE", "NAME", "USER", "PRI", "HOST", "STARTED", "TOOK", "MEM", "CPU",
+                                             "TRIES", "EXIT", "REASON"))
 
 
 def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
-    """The cells of the report's table, one row per job, in the order of COLUMNS (the state as a
-    word, or with ``marks`` as its symbol)."""
-    # within a day's window the time of day is enough; a longer one needs the date
+    """The cells of the report's table, in the order of COLUMNS (the state as a word, or with ``marks`` a symbol)."""
     day_long = data.until - data.since <= timedelta(hours=25)
     out = []
     for job in data.jobs:
+        never = data.never_ran(job)
         started = ""
-        if job.started is not None and not data.never_ran(job):
-            local = job.started.astimezone()
-            started = local.strftime("%H:%M:%S") if day_long else local.strftime("%Y-%m-%dT%H:%M")
+        if job.started is not None and not never:
+            started = job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
         word = state_word(job)
-        took = "" if data.never_ran(job) else human_duration(job.duration)
+        code = str(job.exit_code) if job.exit_code is not None else \
+            signal_name(job.signal) if job.signal is not None else "-"
         out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
-                    printable(job.host or ""), started, took, job.used_mem(),
-                    human_duration(job.cpu_time) if job.cpu_time is not None else "", attempts_text(data, job), exit_text(job),
-                    printable(job.reason)])
+                    printable(job.host or ""), started, "" if never else human_duration(job.duration),
+                    job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
+                    attempts_text(data, job), code, printable(job.reason)])
     return out
 
-
-# ---- the timeline ---------------------------------------------------------------------------
 
 _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
 def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
-    """Round local times to mark on a timeline from ``start`` to ``end``, at most ``most`` of them
-    (the finest step that allows it: hours for a night), each with its label (HH:MM, or HH:MM:SS
-    when the step is under a minute)."""
+    """At most ``most`` round local times (and labels) to mark on a timeline from ``start`` to ``end``."""
     seconds = max((end - start).total_seconds(), 1.0)
     most = max(most, 1)
     step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))
@@ -211,8 +191,7 @@ def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str
 
 
 def timeline_span(data: ReportData) -> tuple[datetime, datetime]:
-    """The timeline's extent: the jobs' span, widened to whole seconds (at least one), so that a
-    night of short jobs still gets a time axis with ticks."""
+    """The jobs' span, widened to whole seconds (at least one), so that short jobs still get ticks."""
     start, end = data.span
     first = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
     last = datetime.fromtimestamp(max(math.ceil(end.timestamp()), first.timestamp() + 1), end.tzinfo)
@@ -220,8 +199,7 @@ def timeline_span(data: ReportData) -> tuple[datetime, datetime]:
 
 
 def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
-    """Where a job's bar lies on the timeline from ``start`` to ``end``, as fractions (0 to 1);
-    a job that never ran is a point at its end."""
+    """Where a job's bar lies on the timeline from ``start`` to ``end``, as fractions (0 to 1)."""
     seconds = max((end - start).total_seconds(), 1e-6)
     first = ((job.started or job.finished) - start).total_seconds() / seconds
     last = (job.finished - start).total_seconds() / seconds

@@ -1,18 +1,8 @@
-"""``onite restart NAME``: spool a finished job again, as ``pueue restart`` does.
+"""``onite restart NAME``: spool a finished job again from its file jobsdone/NAME, as ``pueue restart`` does.
 
-The job comes back from its own file, jobsdone/NAME, which the driver moved
-there when the job finished (done, failed or cancelled): the same text,
-environment, directory, umask and options (priority, timeout, retries,
-dependencies, host pin, stderr, notices). What belonged to the last run is
-reset: the attempt count and the attempts' history, the submit time, and a
-not-before time that has passed (a recurring instance's fire time, an old
-``--at``) -- a restarted job waits for the next drain, as a new one does.
-
-Who may: the job's owner, or root. The new queue file is owned by the job's
-owner whoever restarts it (root restarting alice's job spools alice's job),
-because the file's owner is whom the job runs as. Everything a submit checks
-is checked again (name free, dependencies known, cutoff, check_lock,
-urgent), and the file is created as a submit creates one: all or nothing.
+What belonged to the last run is reset (attempts, submit time, a not-before time that has passed).
+Invariant: only its owner or root may, the new file is the job's owner's whoever restarts it (its owner
+is whom it runs as), and everything a submit checks is checked again.
 """
 
 from __future__ import annotations
@@ -21,19 +11,23 @@ import os
 from dataclasses import replace
 from datetime import datetime
 
-from onite.spool.files import create_file
+from onite.app.common import open_spool
+from onite.app.namecheck import dependency_problem, refuse_finished_of_others, refuse_run_names
+from onite.app.submit import check_policy, write_job
+from onite.exec import identity
+from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, live_owners, name_taken, user_name, withdrawn_entries
-from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
+from onite.core.errors import InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
 from onite.core.policy import owner_or_root
+from onite.core.request import SubmitRequest
 
 
 def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
             unique: bool = False, hold: bool = False, host: str | None = None) -> str:
-    """Spool the finished job ``name`` again (as ``new_name``, or with a unique suffix); its final name.
-    ``host``: the host it is spooled from (default: this one).
+    """Spool the finished job ``name`` again (as ``new_name``, or made unique) from ``host``; its final name.
 
     Raises:
         InvalidInput: a bad name; a dependency no longer known.
@@ -42,11 +36,6 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
             policy (cutoff, check_lock, urgent).
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
-    from onite.core.jobfile import encode
-    from onite.app.namecheck import dependency_problem, refuse_finished_of_others, refuse_run_names
-    from onite.app.submit import check_policy, give_way, prepare_holds, undo_holds
-    from onite.core.request import SubmitRequest
-
     check_name(name)
     target = new_name or name
     (check_base if unique else check_name)(target)
@@ -55,8 +44,6 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
     for dep in job.after:
         problem = dependency_problem(spool, dep, st.st_uid)
         if problem:
-            from onite.core.errors import InvalidInput
-
             raise InvalidInput(f"job {name!r} waits for {dep!r}: {problem}", "spool it anew without that --after")
     if unique:
         target = unique_name(target, lambda n: name_taken(spool, n))
@@ -69,28 +56,18 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
     job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
                   not_before=not_before)
-    owner = None if st.st_uid == caller.uid else (st.st_uid, st.st_gid)
-    markers = prepare_holds(spool, [target], caller, hold=hold, owner=owner)
-    try:
-        create_file(spool.folder_for(job.priority, job.urgent), target, encode(job), owner=owner)
-    except OniteError:
-        undo_holds(markers)
-        raise
-    give_way(spool, [target], markers, uid=st.st_uid)
+    write_job(spool, job, caller, hold=hold, owner=None if st.st_uid == caller.uid else (st.st_uid, st.st_gid))
     return target
 
 
 def read_finished(spool: SpoolDir, name: str, caller_uid: int):
-    """The job file of finished job ``name`` (jobsdone/NAME) and its stat, if the caller may restart it.
+    """The job of finished job ``name`` and its file's stat, if the caller may restart it.
 
     Raises:
         NotFound: not kept (never finished, or retention removed it).
         Refused: someone else's; or not a file onite may trust (a link, not regular, no account).
         SpoolIOError: it cannot be read; JobFormatError: it is not a job file.
     """
-    from onite.spool.filecheck import BadFile, read_job_file
-    from onite.exec.identity import resolve
-
     path = _finished_path(spool, name, caller_uid)
     try:
         st = os.lstat(path)
@@ -111,14 +88,12 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
     if opened.st_nlink != 1 or opened.st_uid != st.st_uid:
         raise Refused(f"{path} cannot be restarted: it changed as it was read, or has several links",
                       "spool the job anew with onite submit")
-    resolve(opened.st_uid)  # a job of a deleted account never runs again
+    identity.resolve(opened.st_uid)  # a job of a deleted account never runs again
     return job, opened
 
 
 def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
-    """jobsdone/NAME; or, for a job the caller cancelled while queued and no driver has filed yet,
-    the caller's own withdrawn file in cancel/ (a sticky folder anyone may drop a file into: only
-    the caller's own files count).
+    """jobsdone/NAME, else the caller's own latest withdrawn file of the name (anyone may write cancel/).
 
     Raises:
         NotFound: neither is there.
@@ -141,9 +116,6 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
 
 def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,
                 hold: bool = False) -> str:
-    """``onite restart NAME``: spool the finished job again (onite.app.restart); its final name."""
-    from onite.app.common import open_spool
-    from onite.exec import identity
-
+    """``onite restart NAME``: ``restart`` as the caller, on the spool it names."""
     target = open_spool(spool)
     return restart(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold)

@@ -1,16 +1,14 @@
 """Spooling jobs: capture the caller's world, apply the spool's policy, write the files.
 
-``submit`` (one job) and ``submit_many`` (a batch) build each Job
-(onite.core.request.build_job, pure), check the policy (cutoff, a running
-driver with check_lock, urgent rights, names, dependencies) and write the job
-files atomically (onite.spool.files). Nothing is written unless every check
-passes.
+Invariant: nothing is written unless every check passes (options, capacity, cutoff, check_lock, urgent
+rights, names, dependencies); each job file is written whole or not at all (onite.spool.files).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from onite.spool.files import create_batch, create_file, remove_file
@@ -22,87 +20,101 @@ from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
-from onite.core.jobfile import encode
+from onite.core.jobfile import encode, env_text
 from onite.core.request import Captured, SubmitRequest, build_job
 from onite.core.names import SIDE, check_base, check_name, unique_name
 from onite.core.policy import check_urgent, cutoff_state
 from onite.app.namecheck import dependency_problem, refuse_taken
 
 
-
-
-
-
 def capture(now: datetime) -> Captured:
-    """The calling process's environment (bytes, exact), cwd, umask and host."""
+    """The calling process's environment (bytes, exact), cwd, umask and host.
+
+    Raises:
+        InvalidInput: the current directory no longer exists.
+    """
     mask = os.umask(0o077)
     os.umask(mask)
     try:
         cwd = os.getcwdb()
     except FileNotFoundError:
-        raise InvalidInput("your current directory no longer exists", "cd to an existing directory and submit again") from None
+        raise InvalidInput("your current directory no longer exists",
+                           "cd to an existing directory and submit again") from None
     return Captured(env=dict(os.environb), cwd=cwd, umask=mask, host=os.uname().nodename, now=now)
 
 
-
-
 def submit(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
-    """Check the spool's policy and spool the job; return its final name.
-
-    Raises:
-        InvalidInput, Refused, SpoolError, SpoolIOError: as spool_job.
-    """
+    """``spool_job``, returning the job's final name."""
     return spool_job(spool, request, captured, caller).name
 
 
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
-    """``submit``, returning the Job as spooled (its final name, priority, times) for submit's line.
+    """Check the spool's policy and spool the job; return it as spooled (its final name, priority, times).
 
     Raises:
-        InvalidInput: bad name, priority, option, or an unknown dependency (exit 2).
-        Refused: cutoff passed, a driver runs with check_lock, urgent without
-            the right, or the name is already queued or running (exit 3).
-        SpoolError, SpoolIOError: the spool is missing, or the write failed (exit 4).
+        InvalidInput: bad name, priority, option, or an unknown dependency.
+        Refused: cutoff passed, a driver runs with check_lock, urgent without the right, the name is taken.
+        SpoolError, SpoolIOError: the spool is missing, or the write failed.
     """
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, config)
     check_capacity(config, job)
-    check_mail(request, config)
+    check_mail(request.notify, config)
     spool.check()
     check_policy(spool, request, captured.now, caller)
-    for dep in job.after:
-        if dep == request.name and not request.unique:
-            raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
-        problem = dependency_problem(spool, dep, caller.uid)
-        if problem:
-            raise InvalidInput(problem, "check the name with onite list --all")
+    check_after(spool, [job], caller.uid, unique=request.unique)
     if request.unique:
-        name = unique_name(request.name, lambda n: name_taken(spool, n))
+        job = replace(job, name=unique_name(request.name, lambda n: name_taken(spool, n)))
     else:
-        name = request.name
-        refuse_taken(spool, [name], caller.uid)
-    if name != job.name:
-        from dataclasses import replace
-
-        job = replace(job, name=name)
-    folder = spool.folder_for(job.priority, job.urgent)
-    markers = prepare_holds(spool, [name], caller, hold=request.hold)
-    try:
-        create_file(folder, name, encode(job))
-    except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
-        undo_holds(markers)
-        raise
-    give_way(spool, [name], markers)
+        refuse_taken(spool, [job.name], caller.uid)
+    write_job(spool, job, caller, hold=request.hold)
     return job
 
 
+def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
+              owner: tuple[int, int] | None = None) -> None:
+    """Write the job's file (``owner``'s, when root spools for someone else), held if asked; ``give_way``.
+
+    Raises:
+        Refused: the name was taken meanwhile. SpoolError, SpoolIOError: the write failed.
+    """
+    markers = prepare_holds(spool, [job.name], caller, [job.name] if hold else [], owner=owner)
+    try:
+        create_file(spool.folder_for(job.priority, job.urgent), job.name, encode(job), owner=owner)
+    except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
+        undo_holds(markers)
+        raise
+    give_way(spool, [job.name], markers, uid=owner[0] if owner else None)
+
+
+def check_after(spool: SpoolDir, jobs: list[Job], uid: int, *, unique: bool = False) -> None:
+    """Each of ``jobs`` (in order) waits only for an earlier one or a spooled job of ``uid``'s, not itself.
+
+    Raises:
+        InvalidInput: a dependency that is none of those.
+    """
+    position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
+    known: set[str] = set()
+    for i, job in enumerate(jobs):
+        for dep in job.after:
+            if dep == job.name and not unique:
+                raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
+            if dep in position:
+                if position[dep] > i:
+                    raise InvalidInput(f"job {job.name!r} waits for {dep!r}, which comes later in the batch",
+                                       "put the jobs in the order they depend on each other")
+            elif dep not in known:
+                problem = dependency_problem(spool, dep, uid)
+                if problem:
+                    raise InvalidInput(problem, "check the name with onite list --all")
+                known.add(dep)
+
+
 def give_way(spool: SpoolDir, names: list[str], markers: list, *, uid: int | None = None) -> None:
-    """Just after spooling jobs ``names``: take back each one that another user's file of its name
-    got its place no later than (put in a queue folder by hand while this one was written: the name
-    was free when it was checked), so that the driver, which gives a name to its earliest file, never
-    runs theirs in place of this one unknown to its submitter (onite.spool.queued.contested).
-    ``uid``: the jobs' owner (the caller's, unless root spooled them for someone else).
+    """Just after spooling jobs ``names`` (of ``uid``, default the caller): take back each one that
+    another user's file of its name got its place no later than (put in a queue folder by hand as this
+    one was written), so that the driver never runs theirs in its place unknown to its submitter.
 
     Raises:
         Refused: names were taken back (the others stay spooled).
@@ -125,12 +137,10 @@ def give_way(spool: SpoolDir, names: list[str], markers: list, *, uid: int | Non
                   "spool it under a name of your own (--unique picks one)")
 
 
-def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, *, hold: bool,
+def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
                   owner: tuple[int, int] | None = None) -> list:
-    """Before jobs ``names`` are spooled: remove the hold markers left of earlier jobs of those names
-    (none is queued, so any marker there is stale: it would hold the new job), and with ``hold`` add
-    one for each (owned by ``owner``, the jobs' owner, when root spools them for someone else); the
-    markers added. The marker comes first, so that no driver ever sees the job unheld.
+    """Before jobs ``names`` are spooled: remove their names' stale hold markers (none is queued: one would
+    hold the new job), and add one for each of ``held`` (``owner``'s), first, so that no driver sees it unheld.
 
     Raises:
         SpoolError, SpoolIOError: hold/ is missing or cannot be listed, or a marker cannot be made.
@@ -139,11 +149,9 @@ def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, *, hold: 
     stale = [n for n in names if n in holds]
     if stale:
         remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})
-    if not hold:
-        return []
     markers = []
     try:
-        for name in names:
+        for name in held:
             markers.append(add_hold(spool, name, owner))
     except OniteError:
         undo_holds(markers)
@@ -158,16 +166,7 @@ def undo_holds(markers: list) -> None:
 
 
 def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
-    """Spool several jobs, in the order given, as one batch; return their names.
-
-    Every job is checked before any is written: names (each valid, none twice
-    in the batch, none queued or running), options, the spool's policy,
-    dependencies (a job may wait for one earlier in the batch). Then they are
-    written in order (``spool.create_batch``): each job is all or nothing,
-    and they enter their queues in the batch's order, which is their run
-    order within a priority (ties of the kernel's ctime are broken by name,
-    so names that sort in batch order keep it exact). ``unique`` is not
-    supported here: name the jobs.
+    """Spool several jobs, all checked before any is written, in order (their order within a priority).
 
     Raises:
         InvalidInput: a bad or repeated name, a bad option, an unknown dependency (nothing written).
@@ -175,16 +174,12 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
             while writing (the jobs before it stay spooled: the message says how many).
         SpoolError, SpoolIOError: the spool is missing, or a write failed (likewise).
     """
-    from dataclasses import replace
-
-    from onite.core.jobfile import env_text
-
     if not requests:
         return []
     config = spool.config
     names: dict[str, None] = {}
     jobs: list[Job] = []
-    templates: dict[tuple, Job] = {}  # jobs that differ only in name and text share their parsed options
+    templates: dict[SubmitRequest, Job] = {}  # jobs that differ only in name and text share their parsed options
     for request in requests:
         if request.unique:
             raise InvalidInput("a batch of jobs cannot use --unique", "name the jobs")
@@ -192,9 +187,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         if request.name in names:
             raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
         names[request.name] = None
-        key = (request.priority, request.urgent, request.after, request.at, request.timeout, request.retries,
-               request.host, request.hold, request.stderr_separate, request.notify, request.notify_on,
-               request.mem, request.cpus)
+        key = replace(request, name="", body=b"")
         if not request.body:
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
@@ -205,52 +198,36 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
                                "fix its first line: #!/path/to/interpreter [one argument]")
         jobs.append(replace(template, name=request.name, body=request.body))
-    for job in {id(t): t for t in templates.values()}.values():
+    for job in templates.values():
         check_capacity(config, job)
-    check_mail(requests[0], config)  # --notify is the same for every job of a batch
+    check_mail(requests[0].notify, config)  # --notify is the same for every job of a batch
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
         check_policy(spool, request, captured.now, caller)
-    position = {name: i for i, name in enumerate(names)}
-    known: set[str] = set()
-    for i, job in enumerate(jobs):
-        for dep in job.after:
-            if dep == job.name:
-                raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
-            if dep in position:
-                if position[dep] > i:
-                    raise InvalidInput(f"job {job.name!r} waits for {dep!r}, which comes later in the batch",
-                                       "put the jobs in the order they depend on each other")
-            elif dep not in known:
-                problem = dependency_problem(spool, dep, caller.uid)
-                if problem:
-                    raise InvalidInput(problem, "check the name with onite list --all")
-                known.add(dep)
-    refuse_taken(spool, list(names), caller.uid)
+    check_after(spool, jobs, caller.uid)
+    names = list(names)
+    refuse_taken(spool, names, caller.uid)
     env_lines = env_text(captured.env)
-    held = [job.name for job, request in zip(jobs, requests) if request.hold]
-    markers = prepare_holds(spool, list(names), caller, hold=False)  # stale markers of every name go
-    if held:
-        markers = prepare_holds(spool, held, caller, hold=True)
+    markers = prepare_holds(spool, names, caller, [r.name for r in requests if r.hold])
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines)) for job in jobs)
     try:
         create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
-        undo_holds([m for m in markers if position[m.name.partition(SIDE)[0]] >= created])
+        unspooled = set(names[created:])
+        undo_holds([m for m in markers if m.name.partition(SIDE)[0] in unspooled])
         if created:
-            err.what += f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to {jobs[created - 1].name})"
+            err.what += (f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to "
+                         f"{jobs[created - 1].name})")
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
         raise
-    give_way(spool, list(names), markers)
-    return list(names)
+    give_way(spool, names, markers)
+    return names
 
 
 def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
-    """The spool's rules for who may spool what, when.
-
-    Raises:
+    """Raises:
         Refused: urgent without the right, cutoff passed, or a driver runs under check_lock.
     """
     config = spool.config
@@ -271,9 +248,7 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
 
 
 def check_capacity(config: Config, job: Job) -> None:
-    """A job that asks for more than any host it may run on has is refused now, not failed tonight:
-    this machine's capacity (its memory and CPUs, less the reserve) and that of each ``[hosts.NAME]``
-    with ``mem`` and ``cpus`` (onite.core.resources). Slurm's cluster says for itself.
+    """Refuse now a job bigger than any local host it may run on (onite.core.resources); Slurm says its own.
 
     Raises:
         Refused: it could never fit.
@@ -289,24 +264,23 @@ def check_capacity(config: Config, job: Job) -> None:
 
     here = default_host(config)
     hosts = [job.pin] if job.pin else list(dict.fromkeys([here, *config.hosts]))
-    problem = ""
     for host in hosts:
-        capacity = host_capacity(config, host, machine() if host == here else (None, None))
-        problem = too_big(need, capacity)
+        problem = too_big(need, host_capacity(config, host, machine() if host == here else (None, None)))
         if not problem:
             return
-        problem = f"{problem} (host {host})" if len(hosts) == 1 else problem
+    if len(hosts) == 1:
+        problem += f" (host {hosts[0]})"
     raise Refused(f"job {job.name!r} can never run: {problem}",
                   "ask for less (--mem, --cpus), or ask the admin about the host's capacity")
 
 
-def check_mail(request: SubmitRequest, config: Config) -> None:
+def check_mail(notify: str | None, config: Config) -> None:
     """``--notify mail`` where mail cannot go out is said now, not found in the log the next morning.
 
     Raises:
-        InvalidInput: the request asks for mail and this machine has no sendmail (onite.exec.notify).
+        InvalidInput: mail is asked for and this machine has no sendmail (onite.exec.notify).
     """
-    if request.notify != "mail":
+    if notify != "mail":
         return
     from onite.exec.notify import find_sendmail
 

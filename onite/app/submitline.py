@@ -24,9 +24,7 @@ from onite.spool.scan import name_taken
 
 
 def command_text(argv: list[str], *, lines: bool = False) -> bytes:
-    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the words quoted for /bin/sh, so
-    that it runs exactly that argv (spaces, quotes, ``$``, newlines, backslashes, bytes that are not
-    UTF-8), and a newline.
+    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the argv quoted for /bin/sh, and a newline.
 
     Raises:
         InvalidInput: no word after ``--``, or ``lines`` (whose jobs come from stdin) asked for too.
@@ -43,9 +41,7 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
                    confirm: bool = True) -> tuple[str | None, str | None]:
-    """``onite submit`` once parsed, by either path: spool the job (or, with ``lines``, the jobs).
-    Returns the line for stdout, if any, and (with ``confirm``) the line that says on stderr what was
-    spooled and when it is expected to run.
+    """``onite submit`` once parsed: spool the job(s); the line for stdout, and the ``confirmation``.
 
     Raises:
         InvalidInput, Refused, SpoolError, SpoolIOError: as onite.app.submit.
@@ -65,8 +61,7 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
 
 
 def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, Job]:
-    """``onite submit NAME``: spool the text on stdin as one job (or the request's own text, a
-    command given after ``--``, with stdin left unread); return the spool and the Job as spooled.
+    """``onite submit NAME``: spool stdin (or a command after ``--``) as one job; the spool and the Job.
 
     Raises:
         InvalidInput: as read_job_text; a command longer than max_job_size. And as submit().
@@ -83,13 +78,7 @@ def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tu
 
 
 def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, list[str]]:
-    """``onite submit NAME --lines``: each non-empty line of stdin is a job, NAME-00001, NAME-00002, …;
-    return the spool and the jobs' names.
-
-    The numbers have five digits, more if there are more lines, so that the
-    names sort in the order of the lines; a job's text is its line and a
-    newline. With ``unique`` NAME first gets a unique suffix. The options of
-    ``request`` apply to every job; the whole input is at most max_job_size.
+    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; the spool and the names.
 
     Raises:
         InvalidInput: no job lines, or NAME too long to be numbered; and whatever ``submit_many`` raises.
@@ -113,12 +102,8 @@ def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tu
 
 
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
-    """Submit's line on stderr: what was spooled where, and when it is expected to run or why it will not.
-
-    ``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``; the reasons
-    are the job's own (held, waiting for a job, not before a time, pinned to a host), then what
-    will drain the spool (onite.drain.nextdrain), which never promises a drain that nothing will start.
-    """
+    """``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``: what was spooled
+    where, and when it is expected to run (onite.drain.nextdrain, which promises no drain nothing starts)."""
     from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
 
     what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]}"
@@ -126,10 +111,11 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     if held:
         it = names[0] if len(names) == 1 else f"{names[0]}…"
         return f"{head}; held: it will not run until onite release {it}"
+    later = job.not_before is not None and job.not_before > now
     parts = []
     if job.after:
         parts.append(f"waits for {', '.join(job.after)}")
-    if job.not_before is not None and job.not_before > now:
+    if later:
         parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
     if job.pin:
         parts.append(f"only on host {job.pin}")
@@ -137,7 +123,6 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
     draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
     daemons = [s for s in fits if s.by == "daemon"]
-    later = job.not_before is not None and job.not_before > now
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")
     elif draining:

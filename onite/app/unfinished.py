@@ -1,39 +1,32 @@
 """What a report's window left, as the spool is now: jobs running, queued (and why each waits), held, refused.
 
-Why a queued job waits is onite.drain.verdicts.waiting_jobs's answer -- the driver's
-own rule, onite.core.queue.evaluate -- read only where status may read it (the
-caller's own job files, every one for root, the first verdicts.EXAMINE in queue
-order); for a job that could start, the drain's end says why it was left.
-
-Invariant: nothing is written; only the first verdicts.EXAMINE queued jobs' files are read.
+Invariant: nothing is written; why a job waits is onite.drain.verdicts' answer, from the caller's own
+files (root: all) among the first EXAMINE queued; for a job that could start, the drain's end says why.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from datetime import timedelta
 
+from onite.app.listing import running_views
+from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_stats
 from onite.spool.scan import user_name
+from onite.spool.settings import default_host
 from onite.core.errors import InvalidInput
 from onite.core.policy import owner_or_root
+from onite.core.schedule import next_drain
 
 PRIVATE = "another user's job: other details private"
 
 
 def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     """Fill in what the window of ``data`` (a report.ReportData) left: jobs running now, queued (left
-    before the window's end, or spooled since) with why each waits, held, and ``refused``, the log's
-    lines of the files refused in the window."""
-    from onite.spool.settings import default_host
-    from onite.app.listing import running_views
-    from onite.drain.verdicts import EXAMINE, waiting_jobs
-
-    names: dict[int, str] = {}
-
-    def owner(uid: int) -> str:
-        return names.get(uid) or names.setdefault(uid, user_name(uid))
-
+    before the window's end, or spooled since) with why each waits, held, and ``refused`` (log lines)."""
+    owner = functools.cache(user_name)
     queue = [row for row in queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
     # the log's times are whole seconds: a job spooled in the drain's last second came before its end
     end = data.until + timedelta(seconds=1) if data.kind == "drain" else data.until
@@ -71,12 +64,8 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
                              "priority": None, "urgent": False, "state": "refused", "kind": "refused",
                              "reason": event.fields.get("reason", ""), "command": None})
     if spool.config.schedule:
-        from onite.core.schedule import next_drain
-
-        try:
+        with contextlib.suppress(InvalidInput):
             data.next_drain = next_drain(spool.config.schedule, data.now)
-        except InvalidInput:
-            data.next_drain = None
 
 
 def left_reason(last, spooled_after: bool, *, ready: bool) -> str:

@@ -1,51 +1,28 @@
 """``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended.
 
-It only looks, never changes the spool, and looks only at what every user
-may see: the queue and running folders (one lstat per folder), cancel/, the
-drivers' heartbeats (onite.drain.heartbeat) and the world-readable result records. No job file is opened.
-
-A job is still to finish while its name is queued (or held) or running. Once
-it is neither, its outcome is the newest of: a result record written since
-the wait began (a record that already existed while the job was queued
-belongs to an earlier run of the same name and is ignored), or its
-withdrawal into cancel/ (a cancelled queued job whose filing by a driver is
-still to come: its outcome is already decided, so the wait does not wait for
-a driver that may not run before tonight). A job that leaves the queue
-without either is looked at GONE_LOOKS more times (a requeue renames it from
-running/ back to its queue between two looks); if it stays gone, its outcome
-is unknown (its record was removed: retention, an admin) and counts as not
-done.
-
-Without names it waits while a driver is alive (``onite run``: its heartbeat), or
-while a daemon's host has jobs running (a daemon holds its lock for its
-whole life, drains or not), then sums up the jobs that finished since the
-earliest of those drains began.
-
-Exit statuses (docs/cli.md): 0 all done, 1 a name is unknown (said at once,
-before waiting), 2 usage, 5 some job failed, was cancelled or has an
-unknown outcome, 6 the timeout passed first.
-
-The decisions (``judge``, ``exit_status``, ``drain_since``, the lines) are
-pure; ``wait_jobs`` and ``wait_drains`` are the poll loops, with the clock
-and the sleep passed in.
+Invariant: it only looks, at what every user may see (queue and running folders, cancel/, heartbeats,
+result records); no job file is opened. A job is still to finish while queued, held or running; then
+its outcome is the newer of a result record written since the wait began and its withdrawal into
+cancel/. The decisions (``judge``, ``exit_status``, the lines) are pure; the poll loops take the clock.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from onite.spool.deps import dependency_of
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import find_running, of_the_job, user_name, withdrawn_entries
+from onite.spool.scan import find_running, of_the_job, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
-from onite.app.listing import running_views
+from onite.app.listing import running_views, withdrawn_view
 from onite.core.jobview import JobView, outcome_counts, result_view
+from onite.core.jsontext import dumps
 from onite.drain.heartbeat import Role, live_beats
 from onite.core.names import check_dependency
 from onite.core.state import Result
@@ -54,11 +31,8 @@ from onite.core.clock import SYSTEM, Clock
 EXIT_FAILED = 5  #: a job failed, was cancelled, or its outcome is unknown
 EXIT_TIMEOUT = 6  #: --timeout passed before every job (or drain) finished
 POLL_FIRST, POLL_MAX, POLL_GROWTH = 0.1, 1.0, 1.5  # seconds between looks: 0.1, 0.15, … up to 1
-GONE_LOOKS = 3  # looks that find a job nowhere, with no new record, before its outcome is unknown
+GONE_LOOKS = 3  # looks that find a job nowhere (a requeue passes through nowhere), with no new record, before "unknown"
 SHOWN_NAMES = 10  # names of failed jobs in a drain's summary line
-
-
-# ---- looking (effects: lstat, and a small read once a job has left) -----------------------
 
 
 @dataclass(frozen=True)
@@ -74,17 +48,11 @@ class Seen:
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | None = None,
          caller: int | None = None) -> Seen:
-    """Where job ``name`` is now: queued folders first, then running/, then its records. The job of
-    the name is ``owner``'s once known, else the ``caller``'s own, else the one that got its place
-    first (onite.spool.scan.of_the_job): a namesake another user planted is not it.
-
-    Looking in the order a job moves (queue → running/ → jobsdone/, whose record
-    is written before the job leaves running/) means a job that moves on
-    between two of these looks is still found.
+    """Where job ``name`` (``owner``'s, else as of_the_job picks it for ``caller``) is now, looked for in
+    the order a job moves (queue, running/, records), so that one moving meanwhile is still found.
 
     Raises:
-        SpoolIOError: a folder or record cannot be read.
-        DamagedRecord: its result record is damaged (the waiter cannot tell how it ended).
+        SpoolIOError: a folder or record cannot be read. DamagedRecord: its result record is damaged.
     """
     queued = of_the_job(find_queued(spool, name), owner, caller)
     live = None
@@ -100,18 +68,11 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | 
     if not live:
         pending = [e for e in withdrawn_entries(spool) if e.name == name and owner in (None, e.uid)]
         if pending:
-            entry = max(pending, key=lambda e: e.ctime_ns)
-            when = datetime.fromtimestamp(entry.ctime_ns / 1e9).astimezone()
-            user = user_name(entry.uid)
-            withdrawn = JobView(name=name, uid=entry.uid, user=user, state="cancelled", priority=None, urgent=False,
-                                submitted=when, finished=when, reason=f"cancelled by {user}")
+            withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
     result = read_result(spool, name)
     if result is not None and owner not in (None, result.uid):
         result = None  # another user's namesake's record is not how this job ended
     return Seen(name, live, result, withdrawn, owner if live else None)
-
-
-# ---- deciding (pure) -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -159,8 +120,8 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
         view = result_view(seen.result)
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
-    # cancel/ is anyone's to write: a withdrawal counts only as the job's owner's (the one seen live,
-    # else the one its record names), or another user could "cancel" a job that is done
+    # cancel/ is anyone's to write: a withdrawal counts only as the job's owner's, or another user
+    # could "cancel" a job that is done
     owner = watch.owner if watch.owner is not None else seen.result.uid if seen.result is not None else None
     if seen.withdrawn is not None and (owner is None or seen.withdrawn.uid == owner):
         candidates.append((seen.withdrawn.finished, Final(seen.name, "cancelled", seen.withdrawn,
@@ -186,13 +147,14 @@ def job_line(final: Final) -> str:
         return f"{final.name}: done"
     if final.state == "cancelled":
         return f"{final.name}: {final.reason or 'cancelled'}"
-    if final.state == "failed":
-        why = outcome_text(final.view) if final.view is not None else final.reason
-        return f"{final.name}: failed" + (f" ({why})" if why else "")
-    return f"{final.name}: {final.state}" + (f" ({final.reason})" if final.reason else "")
+    why = outcome_text(final.view) if final.state == "failed" and final.view is not None else final.reason
+    return f"{final.name}: {final.state}" + (f" ({why})" if why else "")
 
 
-# ---- waiting for named jobs ----------------------------------------------------------------
+def _pause(clock: Clock, delay: float, deadline: float | None) -> float:
+    """Sleep ``delay`` seconds, or until ``deadline``; the next delay."""
+    clock.sleep(delay if deadline is None else min(delay, max(deadline - clock.monotonic(), 0.0)))
+    return min(delay * POLL_GROWTH, POLL_MAX)
 
 
 @dataclass
@@ -217,20 +179,17 @@ def target(arg: str) -> Watch:
     """``NAME`` (the caller's job of that name, else whoever's has it) or ``USER:NAME`` (USER's) to watch.
 
     Raises:
-        InvalidInput: a bad name.
-        NotFound: there is no such user.
+        InvalidInput: a bad name. NotFound: there is no such user.
     """
     user, name = check_dependency(arg, option="onite wait")
-    if user is None:
-        return Watch(name)
-    try:
-        return Watch(name, owner=pwd.getpwnam(user).pw_uid)
-    except KeyError:
-        raise NotFound(f"no user {user!r} (onite wait {arg})", "see onite list --all") from None
+    owner = dependency_of(arg, None)[1]
+    if user is not None and owner is None:
+        raise NotFound(f"no user {user!r} (onite wait {arg})", "see onite list --all")
+    return Watch(name, owner=owner)
 
 
 def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:
-    """The first look at each name (two for one found nowhere), keyed as given.
+    """The first look at each name (two for one found nowhere: a requeue passes through nowhere).
 
     Raises:
         InvalidInput: a bad name.
@@ -240,11 +199,11 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
     watches, unknown = {n: target(n) for n in names}, []
     for name in names:
         watch = watches[name]
-        for _ in range(2):  # a job requeued between two lstats is nowhere for a moment
+        for _ in range(2):
             seen = look(spool, watch.name, with_result=True, owner=watch.owner, caller=caller)
             if seen.live or seen.result is not None or seen.withdrawn is not None:
                 break
-        if not (seen.live or seen.result is not None or seen.withdrawn is not None):
+        else:
             unknown.append(name)
             continue
         watches[name] = judge(watch, seen)[0] if seen.live else watch
@@ -252,18 +211,15 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1
                        else f"no jobs {listed} are queued, running or finished", "see onite list --all")
-    return {n: watches[n] for n in names}
+    return watches
 
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
               announce: Callable[[str], None] | None = None, caller: int | None = None) -> JobsWaited:
-    """Look at each job until none is queued, held or running (or ``timeout`` seconds passed).
-    ``announce`` is told once, before the first pause, what is waited for.
+    """Look at each job until none is queued, held or running, or ``timeout`` seconds passed.
 
     Raises:
-        InvalidInput: a bad name.
-        NotFound: a name was never queued, running or finished (before any waiting).
-        SpoolIOError: the spool cannot be read.
+        InvalidInput, NotFound: as ``start``. SpoolIOError: the spool cannot be read.
     """
     caller = os.geteuid() if caller is None else caller
     watches = start(spool, names, caller)
@@ -288,12 +244,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
         if announce is not None and delay == POLL_FIRST:
             announce("waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})"
                                                 for n in order if n not in finals))
-        pause = delay if deadline is None else min(delay, max(deadline - clock.monotonic(), 0.0))
-        clock.sleep(pause)
-        delay = min(delay * POLL_GROWTH, POLL_MAX)
-
-
-# ---- waiting for the drains ----------------------------------------------------------------
+        delay = _pause(clock, delay, deadline)
 
 
 @dataclass(frozen=True)
@@ -350,27 +301,21 @@ class DrainsWaited:
     def summary(self) -> str:
         """``drain finished: 12 done, 1 failed (build)``, or why there was nothing to wait for."""
         if not self.hosts:
-            return "no drain is running"  # an idle daemon is a driver, and not draining
+            return "no drain is running"
         if self.timed_out:
             return f"timed out: still draining on {', '.join(self.still)}"
-        parts = []
-        for state in ("done", "failed", "cancelled"):
+        parts = [f"{self.counts['done']} done"]
+        for state in ("failed", "cancelled"):
             names = [j.name for j in self.jobs if j.state == state]
-            if not names and state != "done":
-                continue
-            text = f"{len(names)} {state}"
-            if state != "done":
-                shown = ", ".join(names[:SHOWN_NAMES]) + (f", … {len(names) - SHOWN_NAMES} more"
-                                                          if len(names) > SHOWN_NAMES else "")
-                text += f" ({shown})"
-            parts.append(text)
+            if names:
+                more = f", … {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
+                parts.append(f"{len(names)} {state} ({', '.join(names[:SHOWN_NAMES])}{more})")
         return f"drain finished: {', '.join(parts)}"
 
 
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
-    """Wait while any driver (or a daemon with running jobs) drains, then gather what finished since.
-    ``announce`` is told once, before the first pause, what is waited for.
+    """Wait while a driver (or a daemon with running jobs) drains; gather what finished since.
 
     Raises:
         SpoolIOError: the spool cannot be read.
@@ -378,21 +323,17 @@ def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock =
     busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
     if not busy:
         return DrainsWaited([], None, [], [])
-    began = clock.now()
-    since = drain_since(busy, began)
+    since = drain_since(busy, clock.now())
     hosts = sorted({d.host for d in busy})
     deadline = None if timeout is None else clock.monotonic() + timeout
     delay = POLL_FIRST
     if announce is not None:
         announce(f"waiting for the drain on {', '.join(hosts)} (since {since:%Y-%m-%d %H:%M:%S})")
-    while True:
+    while busy:
         if deadline is not None and clock.monotonic() >= deadline:
             return DrainsWaited(hosts, since, [], sorted({d.host for d in busy}), timed_out=True)
-        clock.sleep(delay if deadline is None else min(delay, max(deadline - clock.monotonic(), 0.0)))
-        delay = min(delay * POLL_GROWTH, POLL_MAX)
+        delay = _pause(clock, delay, deadline)
         busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
-        if not busy:
-            break
         since = min(since, drain_since(busy, since))  # a driver that started meanwhile joins the wait
         hosts = sorted(set(hosts) | {d.host for d in busy})
     jobs = [result_view(r) for r in read_results(spool) if r.finished >= since]
@@ -401,8 +342,6 @@ def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock =
 
 def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
     """``onite wait --json`` (docs/json.md)."""
-    from onite.core.jsontext import dumps
-
     doc: dict = {"version": 1, "spool": str(spool.root), "exit_code": waited.exit_code,
                  "timed_out": waited.timed_out}
     if isinstance(waited, JobsWaited):
