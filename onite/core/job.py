@@ -1,17 +1,15 @@
 """A job (pure): the Job and Attempt models, valid by construction, and the limits of every field.
 
-A Job is what a job file holds (onite.core.jobfile writes and reads it): the
-submitter's word about the job. It never decides who owns the job (the
-file's owner uid does), where it stands in the queue (its folder and the
-kernel's ctime do), or whether it is held (a marker, or its mode, does).
-``Job.__post_init__`` checks every range (docs/spool-format.md lists them);
-the environment is checked wherever one enters a Job (``env_problem``: the
-job file's decode, and submit's build_job), not on every Job made.
+A Job is what a job file holds: the submitter's word. It never decides who
+owns the job (the file's uid), its place in the queue (its folder and ctime)
+or whether it is held (a marker). ``Job.__post_init__`` checks every range of
+docs/spool-format.md but the environment's, which ``env_problem`` checks where
+one enters a Job (decode, build_job).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -23,9 +21,9 @@ from onite.core.timeparse import MAX_DURATION, is_valid_time
 
 MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_AFTER = 64  # a job waits for at most this many others: each is looked at whenever it might start
-# Linux reads a script's "#!" line into a buffer of 256 bytes (BINPRM_BUF_SIZE): onite, which
-# starts the interpreter itself, holds a "#!" line to the same limit, as bytes after the "#!"
-MAX_SHEBANG = 255
+MAX_SHEBANG = 255  # bytes after "#!", as Linux reads them (BINPRM_BUF_SIZE, 256)
+MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 32 bits
+MAX_SIGNAL = 255
 
 
 class Attempt(NamedTuple):
@@ -40,19 +38,11 @@ class Attempt(NamedTuple):
     reason: str = ""
 
     def to_json(self) -> dict:
-        return {
-            "attempt": self.attempt,
-            "started": self.started.isoformat(),
-            "finished": self.finished.isoformat(),
-            "host": self.host,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "reason": self.reason,
-        }
+        return {**self._asdict(), "started": self.started.isoformat(), "finished": self.finished.isoformat()}
 
     @classmethod
     def from_json(cls, data: object) -> "Attempt":
-        """The attempt ``to_json`` wrote, every field checked (onite.core.values).
+        """The attempt ``to_json`` wrote, every field checked.
 
         Raises:
             ValueError: not an object, or a field of the wrong type or out of range.
@@ -70,10 +60,6 @@ class Attempt(NamedTuple):
             signal=v.optional_integer(data, "signal", 0, MAX_SIGNAL),
             reason=v.text(data, "reason", ""),
         )
-
-
-MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 32 bits
-MAX_SIGNAL = 255
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +88,7 @@ class Job:
     notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
     mem: int | None = None  # MiB of memory it asks for (--mem, else the spool's default_mem at submit); None: none
     cpus: int | None = None  # CPUs it asks for (--cpus, else default_cpus at submit); None: none
-    extra: tuple[tuple[str, str], ...] = field(default=())
+    extra: tuple[tuple[str, str], ...] = ()
 
     @property
     def stderr_mode(self) -> str:
@@ -119,8 +105,6 @@ class Job:
 
 
 def _job_problem(job: Job) -> str:
-    """What is wrong with the fields of ``job`` ("" if nothing): every range of docs/spool-format.md
-    but the environment's (``env_problem``, checked where an environment enters a Job)."""
     if not is_valid_name(job.name):
         return f"name {job.name[:40]!r} is not a valid job name"
     if not _whole(job.priority, 1, MAX_PRIORITIES):
@@ -169,9 +153,7 @@ def _whole(value: object, low: int, high: int) -> bool:
 
 
 def shebang_problem(body: bytes) -> str:
-    """Why the ``#!`` line that starts ``body`` can never be run ("" if it can, or there is none):
-    it holds a NUL byte (no path or argument can), or is longer than MAX_SHEBANG bytes.
-    The one check that submit and decode both make."""
+    """Why the ``#!`` line that starts ``body`` can never be run ("" if it can, or there is none)."""
     if not body.startswith(b"#!"):
         return ""
     end = body.find(b"\n")
@@ -184,8 +166,7 @@ def shebang_problem(body: bytes) -> str:
 
 
 def env_problem(env: dict[bytes, bytes]) -> str:
-    """Why ``env`` cannot be handed to execve ("" if it can): a name that is empty or holds ``=``
-    or a NUL byte, or a value that holds a NUL byte."""
+    """Why ``env`` cannot be handed to execve ("" if it can)."""
     for name, value in env.items():
         if not name or b"=" in name or b"\0" in name:
             return f"environment variable name {escape(name)[:40]!r} is empty or holds '=' or a NUL byte"
@@ -194,7 +175,7 @@ def env_problem(env: dict[bytes, bytes]) -> str:
     return ""
 
 
-# The header keys of a job file (onite.core.jobfile): an extra key may be none of them
+# the header keys of a job file (onite.core.jobfile): an extra key may be none of them
 HEADER_KEYS = frozenset(
     ("onite-job", "name", "priority", "submitted", "host", "umask", "cwd", "urgent",
      "timeout", "retries", "at", "pin", "recur", "attempt",
