@@ -1,9 +1,7 @@
 """A job as the commands show it (pure): one ``JobView`` for list, status, wait and the morning report.
 
-Queued and running jobs are described from what anyone may see (folder,
-owner, hold marker, ctime, the driver's world-readable run record), finished ones
-from their result records (``result_view``). ``to_json`` is the document
-docs/json.md describes; its field names are stable.
+Queued and running jobs are described from what anyone may see, finished ones
+from their result records (``result_view``). ``to_json`` is docs/json.md's document.
 """
 
 from __future__ import annotations
@@ -11,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from onite.core.state import Result
+from onite.core.resources import format_mem, human_bytes
+from onite.core.state import Result, json_fields
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,8 +43,6 @@ class JobView:
 
     def used_mem(self) -> str:
         """Memory used against memory asked, for a table: ``312.5M/4G``, ``312.5M``, or ""."""
-        from onite.core.resources import format_mem, human_bytes
-
         used = human_bytes(self.peak_mem) if self.peak_mem is not None else ""
         return f"{used or '?'}/{format_mem(self.mem)}" if self.mem else used
 
@@ -56,32 +53,13 @@ class JobView:
         return None
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "user": self.user,
-            "uid": self.uid,
-            "state": self.state,
-            "priority": self.priority,
-            "urgent": self.urgent,
-            "position": self.position,
-            "submitted": self.submitted.isoformat(),
-            "host": self.host,
-            "started": self.started.isoformat() if self.started else None,
-            "finished": self.finished.isoformat() if self.finished else None,
-            "duration": self.duration,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "reason": self.reason,
-            "attempt": self.attempt,
-            "external_id": self.external_id,
-            "stderr": self.stderr,
-            "waiting": self.waiting,
-            "waiting_kind": self.waiting_kind,
-            "mem": self.mem,
-            "cpus": self.cpus,
-            "peak_mem": self.peak_mem,
-            "cpu_time": self.cpu_time,
-        }
+        return json_fields(self, _JSON_KEYS)
+
+
+# docs/json.md's fields of a job, in order: their names are stable
+_JSON_KEYS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted", "host", "started",
+              "finished", "duration", "exit_code", "signal", "reason", "attempt", "external_id", "stderr", "waiting",
+              "waiting_kind", "mem", "cpus", "peak_mem", "cpu_time")
 
 
 def result_view(result: Result) -> JobView:
