@@ -1,26 +1,24 @@
 """Recurring jobs as data (pure): a template's rule in its header, an instance's name and its job.
 
-A template is a job file (onite.core.jobfile) whose header carries its rule
-in two or three extra keys (a key onite.core.jobfile does not know is kept as it is)::
-
-    recur-cron: 0 20 * * 1-5          or      recur-every: 25m
-                                              recur-offset: 2m
-
-When the rule fires, the driver spools an *instance*: an ordinary job named
-``NAME-YYYYMMDDTHHMM`` after the fire's local wall time (``SS`` added for
-fires off the minute, ``.2`` for the second pass of an hour the clocks
-repeat), with ``recur: NAME`` and not-before the fire time. The name is a
-function of the fire, so one fire is never spooled twice (onite.drain.instances).
+A template is a job file whose header holds its rule in extra keys
+(``recur-cron: 0 20 * * 1-5``, or ``recur-every: 25m`` and ``recur-offset: 2m``).
+Each fire spools an *instance*: the template's job named ``NAME-YYYYMMDDTHHMM``
+after the fire's local wall time (``SS`` and microseconds added off the minute,
+``.2`` for the second pass of a repeated hour), with ``recur: NAME`` and
+not-before the fire. The name is a function of the fire, so no fire is spooled twice.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, JobFormatError, OniteError
 from onite.core.job import Job
 from onite.core.names import MAX_NAME, check_name
+from onite.core.timeparse import format_duration
 
 RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
 # An instance adds "-YYYYMMDDTHHMM" (14), seconds (2), microseconds (6) and ".2" (2).
@@ -30,7 +28,6 @@ MAX_TEMPLATE_NAME = MAX_NAME - 24
 def rule_fields(rule) -> tuple[tuple[str, str], ...]:
     """The header lines that store ``rule`` in a template."""
     from onite.core.rules import CronRule
-    from onite.core.timeparse import format_duration
 
     if isinstance(rule, CronRule):
         return (("recur-cron", rule.expr),)
@@ -88,18 +85,9 @@ def instance_name(template: str, fire: datetime) -> str:
     return f"{template}-{stamp}"
 
 
-_INSTANCE = None  # the form of instance_name, compiled when first used
-
-
 def template_of(name: str) -> str | None:
-    """The template whose instance ``name`` would be (``NAME-20261122T2000`` → ``NAME``), or None if
-    it has no instance's form."""
-    global _INSTANCE
-    if _INSTANCE is None:
-        import re
-
-        _INSTANCE = re.compile(r"(.+)-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?")
-    found = _INSTANCE.fullmatch(name)
+    """The template whose instance ``name`` would be (``NAME-20261122T2000`` → ``NAME``), or None."""
+    found = re.fullmatch(r"(.+)-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?", name)
     return found.group(1) if found else None
 
 
@@ -142,10 +130,7 @@ def instance_job(template: Job, name: str, fire: datetime, now: datetime, priori
 
 
 def rule_from_state(known: dict):
-    """The rule a recur.state entry records, or None if it records none that is valid.
-
-    Raises: nothing.
-    """
+    """The rule a recur.state entry records, or None if it records none that is valid."""
     from onite.core.rules import parse_rule
 
     fields = known.get("fields")
@@ -162,12 +147,7 @@ def rule_from_state(known: dict):
 
 
 def known_priority(known: dict) -> tuple[int | None, bool]:
-    """The priority and urgency a recur.state entry records (None, False where it records none).
-
-    Raises: nothing.
-    """
-    from onite.core.config import MAX_PRIORITIES
-
+    """The priority and urgency a recur.state entry records (None, False where it records none)."""
     priority = known.get("priority")
     valid = isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= MAX_PRIORITIES
     return (priority if valid else None), known.get("urgent") is True
