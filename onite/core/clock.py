@@ -54,9 +54,7 @@ class ManualClock:
     """A clock that moves only when told (``advance``, ``set``, or ``sleep``, which advances it)."""
 
     def __init__(self, start: datetime, monotonic: float = 1000.0) -> None:
-        """Raises:
-            ValueError: ``start`` is naive.
-        """
+        """Raises ValueError: ``start`` is naive."""
         if start.tzinfo is None:
             raise ValueError("a ManualClock starts at an aware datetime")
         self._now = start
@@ -78,10 +76,7 @@ class ManualClock:
 
     def set(self, when: datetime) -> None:
         """Move the wall clock to ``when`` (and the monotonic one as far, never back).
-
-        Raises:
-            ValueError: ``when`` is before the clock's present reading.
-        """
+        Raises ValueError: ``when`` is before the clock's present reading."""
         step = (when - self._now).total_seconds()
         if step < 0:
             raise ValueError(f"a ManualClock does not go back ({when.isoformat()} is before {self._now.isoformat()})")

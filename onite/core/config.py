@@ -89,10 +89,7 @@ DEFAULTS = Config()  # each default is stated once, as its field's
 
 def parse_config(text: str, source: str = "onite.toml") -> Config:
     """Parse and validate the text of an onite.toml.
-
-    Raises:
-        ConfigError: bad TOML, an unknown key, or a bad value.
-    """
+    Raises ConfigError: bad TOML, an unknown key, or a bad value."""
     import tomllib
 
     try:

@@ -39,10 +39,7 @@ def _escape_char(ch: str) -> str:
 
 def unescape(text: str) -> bytes:
     """The inverse of ``escape``.
-
-    Raises:
-        JobFormatError: a backslash sequence that ``escape`` never writes.
-    """
+    Raises JobFormatError: a backslash sequence that ``escape`` never writes."""
     raw = text.encode("utf-8", "surrogateescape")  # a backslash is never part of a multi-byte character
     return _UNESCAPE.sub(_unescape_one, raw) if b"\\" in raw else raw
 

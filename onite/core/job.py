@@ -43,10 +43,7 @@ class Attempt(NamedTuple):
     @classmethod
     def from_json(cls, data: object) -> "Attempt":
         """The attempt ``to_json`` wrote, every field checked.
-
-        Raises:
-            ValueError: not an object, or a field of the wrong type or out of range.
-        """
+        Raises ValueError: not an object, or a field of the wrong type or out of range."""
         from onite.core import values as v
 
         if not isinstance(data, dict):
@@ -96,9 +93,7 @@ class Job:
         return "separate" if self.stderr_separate else "merged"
 
     def __post_init__(self) -> None:
-        """Raises:
-            ValueError: a field out of its range (docs/spool-format.md), saying which.
-        """
+        """Raises ValueError: a field out of its range (docs/spool-format.md), saying which."""
         problem = _job_problem(self)
         if problem:
             raise ValueError(problem)

@@ -1,18 +1,9 @@
 """The job file format, version 1 (docs/spool-format.md): encode and decode, pure.
 
-A header of ``key: value`` lines (values escaped by onite.core.escaping, the
-``env:`` lines last), a blank line, then the job text byte for byte::
-
-    onite-job: 1
-    name: nightly-report
-    priority: 3
-    ...
-    env: PS1=\\e[1m\\u \\$ \\n>
-
-    #!/bin/sh
-
-A user writes their own job file and root reads it: for any bytes ``decode``
-returns a valid Job or raises JobFormatError, and ``decode(encode(job)) == job``.
+``key: value`` header lines (escaped by onite.core.escaping, ``env:`` lines
+last), a blank line, then the job text byte for byte. A user writes their own
+job file and root reads it: for any bytes ``decode`` returns a valid Job or
+raises JobFormatError, and ``decode(encode(job)) == job``.
 """
 
 from __future__ import annotations
@@ -90,11 +81,8 @@ _REQUIRED = ("name", "priority", "submitted", "host", "umask", "cwd")
 
 def decode(data: bytes) -> Job:
     """Parse a job file.
-
-    Raises:
-        JobFormatError: not a job file, a newer format, a damaged header, a value out of its
-            range (docs/spool-format.md), or a ``#!`` line that can never run.
-    """
+    Raises JobFormatError: not a job file, a newer format, a damaged header, a value out of its range
+    (docs/spool-format.md), or a ``#!`` line that can never run."""
     if not data.startswith(MAGIC):
         raise JobFormatError("not an onite job file (no 'onite-job:' first line)", "spool it with onite submit")
     end = data.find(b"\n\n")
@@ -111,9 +99,8 @@ def decode(data: bytes) -> Job:
 
 
 def _decode_header(text: str, body: bytes) -> Job:
-    """Raises:
-        JobFormatError: as decode; ValueError and the like for a value that does not parse or is out of range.
-    """
+    """Raises JobFormatError: as decode; ValueError and the like for a value that does not parse or is out of
+    range."""
     fields: dict[str, str] = {}
     after: list[str] = []
     tried: list[Attempt] = []
@@ -196,10 +183,7 @@ _last_block: list = [None, None, None]  # the env block decoded last, its enviro
 def _env_block(block: str) -> tuple[dict[bytes, bytes], list[str]]:
     """The environment the ``env:`` lines of ``block`` hold (a copy), and its other lines. The jobs of a
     batch share their environment, and a driver decodes them one after another: the last block is kept.
-
-    Raises:
-        JobFormatError: a damaged env line, or an environment execve cannot take.
-    """
+    Raises JobFormatError: a damaged env line, or an environment execve cannot take."""
     if block != _last_block[0]:
         env: dict[bytes, bytes] = {}
         others = []

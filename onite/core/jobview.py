@@ -35,7 +35,8 @@ class JobView:
     external_id: str | None = None
     stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
     waiting: str | None = None  # queued jobs: why it cannot start now, "" if it may; None: not looked up
-    waiting_kind: str | None = None  # held, after, not_before, retry, pinned, resources, will_fail, unreadable; "" may start
+    # held, after, not_before, retry, pinned, resources, will_fail, unreadable; "" may start
+    waiting_kind: str | None = None
     mem: int | None = None  # finished jobs: MiB it asked for (onite.core.resources)
     cpus: int | None = None  # CPUs it asked for
     peak_mem: int | None = None  # bytes: the most memory it used at once

@@ -62,10 +62,7 @@ def is_valid_dependency(dep: str) -> bool:
 
 def check_name(name: str, *, what: str = "job name") -> str:
     """Return ``name`` if it is a valid job (or host) name.
-
-    Raises:
-        InvalidInput: with the reason it is not.
-    """
+    Raises InvalidInput: with the reason it is not."""
     if is_valid_name(name):
         return name
     if not name:
@@ -83,10 +80,7 @@ def check_name(name: str, *, what: str = "job name") -> str:
 
 def check_dependency(dep: str, *, option: str = "--after") -> tuple[str | None, str]:
     """``NAME`` or ``USER:NAME`` (given to ``option``) as (user or None, name).
-
-    Raises:
-        InvalidInput: with what is wrong with it.
-    """
+    Raises InvalidInput: with what is wrong with it."""
     user, name = split_dependency(dep)
     check_name(name, what="dependency name" if option == "--after" else "job name")
     if user is not None and USER_PATTERN.fullmatch(user) is None:
@@ -97,19 +91,13 @@ def check_dependency(dep: str, *, option: str = "--after") -> tuple[str | None, 
 
 def check_base(base: str) -> str:
     """A prefix for unique names, cut to leave room for the suffix.
-
-    Raises:
-        InvalidInput: the cut prefix is not a valid name.
-    """
+    Raises InvalidInput: the cut prefix is not a valid name."""
     return check_name(base[: MAX_NAME - SUFFIX_LEN], what="name base")
 
 
 def unique_name(base: str, taken: Callable[[str], bool], *, tries: int = 100) -> str:
     """``base`` plus a random suffix (``base-k3x9qa``) for which ``taken`` is false.
-
-    Raises:
-        InvalidInput: ``base`` is not a valid name prefix, or no free name was found.
-    """
+    Raises InvalidInput: ``base`` is not a valid name prefix, or no free name was found."""
     stem = check_base(base)
     alphabet = "abcdefghijkmnpqrstuvwxyz23456789"  # 32 letters, no look-alikes (l/1, o/0)
     for _ in range(tries):

@@ -60,9 +60,7 @@ def may_be_urgent(identity: Identity, admins: Iterable[str]) -> bool:
 
 
 def check_urgent(identity: Identity, admins: Iterable[str], what: str) -> None:
-    """Raises:
-        Refused: ``identity`` may not have jobs run urgent.
-    """
+    """Raises Refused: ``identity`` may not have jobs run urgent."""
     if not may_be_urgent(identity, admins):
         raise Refused(f"only root and the admins named in onite.toml may {what}", "drop --urgent, or ask an admin")
 

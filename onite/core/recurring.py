@@ -37,11 +37,8 @@ def rule_fields(rule) -> tuple[tuple[str, str], ...]:
 
 def rule_of(job: Job):
     """The rule a template's header stores.
-
-    Raises:
-        JobFormatError: no rule in it (it is not a template).
-        InvalidInput: the rule is not valid (an edited template).
-    """
+    Raises JobFormatError: no rule in it (it is not a template); InvalidInput: the rule is not valid (an edited
+    template)."""
     from onite.core.rules import parse_rule
 
     fields = {k: v for k, v in job.extra if k in RULE_KEYS}
@@ -53,9 +50,7 @@ def rule_of(job: Job):
 
 
 def check_template_name(name: str) -> str:
-    """Raises:
-        InvalidInput: not a job name, or too long to leave room for the instances' suffix.
-    """
+    """Raises InvalidInput: not a job name, or too long to leave room for the instances' suffix."""
     check_name(name, what="recurring job name")
     if len(name) > MAX_TEMPLATE_NAME:
         raise InvalidInput(f"recurring job name {name[:37]!r}... is {len(name)} characters long",

@@ -45,10 +45,7 @@ class SubmitRequest:
         """The request ``onite submit NAME`` makes with ``options`` (keyed by its fields; None or absent: not
         given): the one place that turns what the command line, its fast path and onite.api were given into a
         request. ``after`` may be one name or several.
-
-        Raises:
-            TypeError: an option that submit does not have.
-        """
+        Raises TypeError: an option that submit does not have."""
         unknown = set(options) - OPTIONS
         if unknown:
             raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(OPTIONS))}")
@@ -80,12 +77,9 @@ class Captured(NamedTuple):
 def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
     """The Job a request describes. The spool's defaults (stderr, timeout, mem, cpus) are written into it,
     so a later change of onite.toml does not change jobs already spooled (as Slurm's DefMemPerNode).
-
-    Raises:
-        InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice;
-            ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never
-            run; an environment variable execve cannot pass.
-    """
+    Raises InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice; ``--notify
+    command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an environment variable execve
+    cannot pass."""
     priorities = config.priorities
     priority = config.default_priority if request.priority is None else request.priority
     if not 1 <= priority <= priorities:

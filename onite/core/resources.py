@@ -25,10 +25,7 @@ _SIZE = re.compile(r"([0-9]{1,16})([KMGT]?)", re.IGNORECASE)
 
 def parse_size(text: str, *, what: str) -> int:
     """A size in Slurm's words (``4G``, ``512M``, ``100K``, ``2048`` = 2048M), in bytes.
-
-    Raises:
-        InvalidInput: not a whole number with an optional K, M, G or T.
-    """
+    Raises InvalidInput: not a whole number with an optional K, M, G or T."""
     match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise InvalidInput(f"invalid {what} {str(text)[:40]!r}", "write a whole number and a unit, e.g. 4G or 512M")
@@ -37,10 +34,7 @@ def parse_size(text: str, *, what: str) -> int:
 
 def parse_mem(text: str, *, what: str = "--mem") -> int:
     """A memory size (``parse_size``) in MiB, kilobytes rounded up to whole MiB as Slurm does.
-
-    Raises:
-        InvalidInput: as parse_size; zero; more than MAX_MEM MiB.
-    """
+    Raises InvalidInput: as parse_size; zero; more than MAX_MEM MiB."""
     mib = -(-parse_size(text, what=what) // MIB)
     if not 1 <= mib <= MAX_MEM:
         raise InvalidInput(f"invalid {what} {text.strip()[:40]!r}", "ask for 1M to 1024T")
@@ -65,10 +59,7 @@ def human_bytes(count: int) -> str:
 
 def parse_cpus(value: object, *, what: str = "--cpus") -> int:
     """A CPU count: a whole number from 1 to MAX_CPUS (leading zeros and blanks around it allowed).
-
-    Raises:
-        InvalidInput: anything else.
-    """
+    Raises InvalidInput: anything else."""
     text = str(value).strip()
     digits = text.lstrip("0")
     # never handed to int() when it is too long to be a count
@@ -131,10 +122,7 @@ def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, 
     """``host``'s capacity under ``config``: its ``[hosts.NAME] mem, cpus``, else ``machine``'s memory and
     CPUs (None: unknown, unbounded; another machine's host) less the reserve. The one place the driver,
     submit and status work it out.
-
-    Raises:
-        ConfigError: the reserve leaves nothing of the machine for jobs.
-    """
+    Raises ConfigError: the reserve leaves nothing of the machine for jobs."""
     override = config.hosts.get(host) or HostConfig()
     machine_mem, machine_cpus = machine
     mem = override.mem if override.mem is not None else (

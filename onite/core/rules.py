@@ -53,18 +53,13 @@ class Cron(NamedTuple):
 
 def validate_cron(expr: str) -> None:
     """Check a user's cron expression: five fields, valid, and firing at least once in 10 years.
-
-    Raises:
-        InvalidInput: it names what is wrong and what to write instead.
-    """
+    Raises InvalidInput: it names what is wrong and what to write instead."""
     compile_cron(expr)
 
 
 @lru_cache(maxsize=256)
 def compile_cron(expr: str) -> Cron:
-    """Raises:
-        InvalidInput: as validate_cron.
-    """
+    """Raises InvalidInput: as validate_cron."""
     from croniter import CroniterError, croniter
 
     if not isinstance(expr, str):
@@ -139,10 +134,7 @@ def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | Non
 @dataclass(frozen=True)
 class CronRule:
     """A five-field cron expression, validated (and its spacing normalised) when built.
-
-    Raises:
-        InvalidInput: the expression is not a valid five-field cron expression.
-    """
+    Raises InvalidInput: the expression is not a valid five-field cron expression."""
 
     expr: str
 
@@ -153,10 +145,7 @@ class CronRule:
 @dataclass(frozen=True)
 class EveryRule:
     """Every ``interval`` from local midnight + ``offset``.
-
-    Raises:
-        InvalidInput: interval not within 1m..1d, or offset negative or not shorter than the interval.
-    """
+    Raises InvalidInput: interval not within 1m..1d, or offset negative or not shorter than the interval."""
 
     interval: timedelta
     offset: timedelta = timedelta(0)
@@ -187,10 +176,7 @@ Rule = CronRule | EveryRule
 
 def parse_rule(*, cron: str | None = None, every: str | None = None, offset: str | None = None) -> Rule:
     """Build a rule from the user's ``--cron EXPR`` or ``--every DURATION [--offset DURATION]``.
-
-    Raises:
-        InvalidInput: neither or both of cron/every, offset without every, or a bad value.
-    """
+    Raises InvalidInput: neither or both of cron/every, offset without every, or a bad value."""
     if cron is not None and every is not None:
         raise InvalidInput(f"both --cron {cron!r} and --every {every!r} given",
                            "give one of them: --cron '0 20 * * *' or --every 25m [--offset 2m]")

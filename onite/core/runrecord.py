@@ -1,20 +1,10 @@
-"""The run record ``running/HOST/NAME@run``: what a run's driver and monitor say about it (the model: pure).
+"""The run record ``running/HOST/NAME@run`` (docs/spool-format.md): its model, pure.
 
-JSON lines, appended and never rewritten, in a folder only root may write::
-
-    {"record": 2, "run_id": …, "name": …, "rank": 3, "attempt": 1, "started": …, …}   the driver, before the start
-    {"event": "monitor", "pid": 4711, "ticks": 123456}                             the monitor, before the fork
-    {"event": "job", "pid": 4712}                                                  the job is running
-    {"event": "ended", "status": 0, "at": "…", "usage": {…}}                      how it ended, what it used
-    {"event": "failed", "reason": "cannot enter its directory …", "at": "…"}      it could not be started
-    {"event": "submitted", "external_id": "…"}                                     Slurm has the job
-
-Each line is one write(2) on an O_APPEND descriptor, so a reader sees whole
-lines and at most one partial last line, which it ignores. Recovery decides
-from their order (docs/internals.md): no ``monitor`` line, never started;
-``ended`` or ``failed``, over; ``monitor`` and no end, running or orphaned.
-The monitor writes its lines as ``line`` does (tests/test_pure.py checks it);
-the file is onite.spool.runrecords'.
+JSON lines, each one write(2) on an O_APPEND descriptor, never rewritten:
+the driver's first line, then the monitor's (``monitor`` before the fork,
+``job``, ``ended`` or ``failed``) and Slurm's ``submitted``. A reader ignores
+a partial last line; recovery decides from the order of the lines. The
+monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 
 from __future__ import annotations

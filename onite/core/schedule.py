@@ -1,19 +1,11 @@
 """Fire times for the drain schedule and for recurring jobs (pure: time is an argument).
 
-Fire times come back strictly increasing, never duplicated, also when the
-clocks change, under the DST policy of docs/scheduling.md (cronie's): a
-clock-time rule (its hour field names hours) fires once for a time the clocks
-skip (at the jump) or repeat (its first pass); a periodic rule (hour field
-``*``…) fires at every instant whose wall clock matches; an EveryRule counts
-real time from each local midnight.
-
-Times are wall-clock times in the zone of the ``after``/``start`` argument,
-and results come back in that zone. A ``ZoneInfo`` is used with its rules;
-the fixed offset that ``datetime.now().astimezone()`` attaches (named in
-``time.tzname``) stands for the machine's zone (TZ) with its rules; any other
-fixed offset is literal. A naive datetime raises ValueError. croniter sees
-only UTC wall clocks: it answers which dates match, and this module turns
-wall times into instants.
+Fire times come back strictly increasing and never duplicated, under the DST
+policy of docs/scheduling.md (cronie's), in the zone of the time they follow:
+a ZoneInfo with its rules; the fixed offset of ``datetime.now().astimezone()``
+(named in ``time.tzname``) as the machine's zone (TZ) with its rules; any
+other fixed offset literally. A naive time raises ValueError. croniter says
+which dates match; turning wall times into instants is done here.
 """
 
 from __future__ import annotations
@@ -61,9 +53,7 @@ class _Zone:
 
 
 def zone_of(at: datetime, name: str) -> _Zone:
-    """Raises:
-        ValueError: ``at`` is naive.
-    """
+    """Raises ValueError: ``at`` is naive."""
     if at.tzinfo is None or at.utcoffset() is None:
         raise ValueError(f"{name} must be an aware datetime (got naive {at.isoformat()})")
     tz = at.tzinfo
@@ -103,12 +93,8 @@ def _compiled(rule: Rule) -> Cron | None:
 
 def fires_after(rule: Rule, after: datetime, name: str = "after") -> Iterator[datetime]:
     """Fire times strictly after ``after``, increasing, in ``after``'s zone, all before timeparse.LATEST.
-
-    Raises:
-        ValueError: ``after`` is naive.
-        InvalidInput: a cron rule stops firing (a gap longer than MAX_YEARS_BETWEEN_FIRES), or the
-            next fire time would be at or after LATEST.
-    """
+    Raises ValueError: ``after`` is naive; InvalidInput: a cron rule stops firing (a gap longer than
+    MAX_YEARS_BETWEEN_FIRES), or the next fire time would be at or after LATEST."""
     zone = zone_of(after, name)
     cron = _compiled(rule)
     last = after.astimezone(timezone.utc)
@@ -141,21 +127,13 @@ def _past_latest(rule: Rule, last: datetime) -> None:
 
 def next_fire(rule: Rule, after: datetime) -> datetime:
     """The first fire time strictly after ``after``, in ``after``'s zone.
-
-    Raises:
-        ValueError: ``after`` is naive.
-        InvalidInput: as fires_after.
-    """
+    Raises ValueError: ``after`` is naive; InvalidInput: as fires_after."""
     return next(fires_after(rule, after))
 
 
 def fire_times(rule: Rule, start: datetime, count: int) -> list[datetime]:
     """The next ``count`` fire times strictly after ``start``, for previews.
-
-    Raises:
-        ValueError: ``start`` is naive or ``count`` is negative.
-        InvalidInput: as fires_after.
-    """
+    Raises ValueError: ``start`` is naive or ``count`` is negative; InvalidInput: as fires_after."""
     if count < 0:
         raise ValueError(f"count must be 0 or more, not {count}")
     fires = fires_after(rule, start, "start")
@@ -164,11 +142,7 @@ def fire_times(rule: Rule, start: datetime, count: int) -> list[datetime]:
 
 def next_drain(schedule: Sequence[str], after: datetime) -> datetime | None:
     """The earliest next fire over the drain schedule's cron expressions; None if it is empty.
-
-    Raises:
-        ValueError: ``after`` is naive.
-        InvalidInput: an expression is not valid.
-    """
+    Raises ValueError: ``after`` is naive; InvalidInput: an expression is not valid."""
     zone_of(after, "after")
     return min((next_fire(CronRule(expr), after) for expr in _schedule(schedule)), default=None)
 
@@ -176,11 +150,7 @@ def next_drain(schedule: Sequence[str], after: datetime) -> datetime | None:
 def last_fire(rule_or_schedule: Rule | Sequence[str], at_or_before: datetime, *, since: datetime) -> datetime | None:
     """The latest fire time in ``(since, at_or_before]``, or None: however many fires were missed, a
     driver catches up once (APScheduler's "coalesce").
-
-    Raises:
-        ValueError: a naive datetime.
-        InvalidInput: a schedule expression is not valid.
-    """
+    Raises ValueError: a naive datetime; InvalidInput: a schedule expression is not valid."""
     zone = zone_of(at_or_before, "at_or_before")
     zone_of(since, "since")
     if isinstance(rule_or_schedule, (CronRule, EveryRule)):
@@ -215,10 +185,8 @@ def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: _Zone)
 
 
 def _schedule(schedule: Sequence[str]) -> Sequence[str]:
-    """Raises:
-        TypeError: a bare string, which would be read as a sequence of one-character expressions.
-        InvalidInput: as validate_schedule.
-    """
+    """Raises TypeError: a bare string, which would be read as a sequence of one-character expressions; InvalidInput:
+    as validate_schedule."""
     if isinstance(schedule, str):
         raise TypeError(f"a schedule is a list of cron expressions, not the string {schedule!r}")
     return validate_schedule(tuple(schedule))
@@ -227,10 +195,7 @@ def _schedule(schedule: Sequence[str]) -> Sequence[str]:
 @lru_cache(maxsize=8)
 def validate_schedule(schedule: tuple[str, ...]) -> tuple[str, ...]:
     """``schedule`` of onite.toml, every expression checked (once per distinct schedule).
-
-    Raises:
-        InvalidInput: an expression is not valid cron; the message names onite.toml's key.
-    """
+    Raises InvalidInput: an expression is not valid cron; the message names onite.toml's key."""
     for expr in schedule:
         try:
             validate_cron(expr)

@@ -30,7 +30,7 @@ class JobState(StrEnum):
     HELD = "held"  #: queued but skipped until released
     RUNNING = "running"  #: claimed by a driver, its process (or Slurm job) alive
     DONE = "done"  #: finished with exit status 0
-    FAILED = "failed"  #: finished otherwise: exit status, signal, timeout, could not start, dependency failed, interrupted
+    FAILED = "failed"  #: finished otherwise: exit status, signal, timeout, not started, dependency failed, interrupted
     CANCELLED = "cancelled"  #: removed by a user or an admin before it finished
 
 
@@ -49,9 +49,7 @@ class InvalidTransition(Exception):
 
 
 def check_transition(name: str, old: JobState, new: JobState) -> None:
-    """Raises:
-        InvalidTransition: ``old → new`` is not an edge of the state machine.
-    """
+    """Raises InvalidTransition: ``old → new`` is not an edge of the state machine."""
     if new not in _ALLOWED.get(old, ()):
         raise InvalidTransition(name, old, new)
 
@@ -168,11 +166,8 @@ class Result:
     @classmethod
     def from_json(cls, data: object) -> "Result":
         """The record ``to_json`` wrote, every field checked.
-
-        Raises:
-            DamagedRecord: not an object, a field missing or of the wrong type, a value out of range
-                (a naive or absurd time, an int past 32 bits, a name that is no job's).
-        """
+        Raises DamagedRecord: not an object, a field missing or of the wrong type, a value out of range (a naive or
+        absurd time, an int past 32 bits, a name that is no job's)."""
         from onite.core import values as v
 
         try:

@@ -24,10 +24,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
 def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     """Parse ``90s``, ``2h``, ``1h30m``, ``1d`` or a bare number of seconds.
-
-    Raises:
-        InvalidInput: the text is not a duration longer than zero and at most MAX_DURATION.
-    """
+    Raises InvalidInput: the text is not a duration longer than zero and at most MAX_DURATION."""
     raw = text.strip().lower()
     if re.fullmatch(r"\d+(?:\.\d+)?", raw):
         raw += "s"
@@ -88,10 +85,7 @@ def parse_stamp(text: object) -> datetime | None:
 
 def parse_clock(text: str, *, what: str = "time") -> time:
     """Parse a wall-clock time ``HH:MM`` (24-hour), or ``HH:MM:SS``.
-
-    Raises:
-        InvalidInput: not a valid time of day.
-    """
+    Raises InvalidInput: not a valid time of day."""
     match = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", text.strip())
     if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59 or int(match.group(3) or 0) > 59:
         raise InvalidInput(f"bad {what} {text!r}", "write it as HH:MM, e.g. 07:00")
@@ -102,10 +96,7 @@ def parse_when(text: str, now: datetime) -> datetime:
     """A not-before time: ``now``, ``HH:MM`` (the next such time after ``now``), an ISO date-time
     (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h`` (a duration from
     now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
-
-    Raises:
-        InvalidInput: none of those forms, or a time not between the years 1900 and 9998.
-    """
+    Raises InvalidInput: none of those forms, or a time not between the years 1900 and 9998."""
     raw = text.strip()
     if raw.lower() == "now":  # a timed job that is due at once: a daemon runs it when it next looks
         return now

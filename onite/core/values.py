@@ -18,10 +18,7 @@ _MISSING = object()
 
 def loads_object(raw: bytes | str) -> dict:
     """The JSON object ``raw`` holds.
-
-    Raises:
-        ValueError: not JSON, nested too deeply, or not an object.
-    """
+    Raises ValueError: not JSON, nested too deeply, or not an object."""
     import json
 
     try:

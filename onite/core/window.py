@@ -41,10 +41,7 @@ def scheduled_window(schedule: Sequence[str], until: time | None, now: datetime,
                      since: datetime | None = None) -> Window | None:
     """The window, perhaps closed, of the latest schedule time in (``since``, ``now``] (``since``: LOOKBACK
     before ``now``), or None if there is none.
-
-    Raises:
-        InvalidInput: a schedule expression is not valid.
-    """
+    Raises InvalidInput: a schedule expression is not valid."""
     if not schedule:
         return None
     fire = last_fire(schedule, now, since=now - LOOKBACK if since is None else since)
@@ -64,10 +61,7 @@ class Plan:
 def plan(schedule: Sequence[str], until: time | None, last: datetime, now: datetime) -> Plan:
     """Is a scheduled drain due at ``now``, every schedule time up to ``last`` handled? Missed times are
     coalesced: only the latest counts, and only while its window is open.
-
-    Raises:
-        InvalidInput: a schedule expression is not valid.
-    """
+    Raises InvalidInput: a schedule expression is not valid."""
     if not schedule:
         return Plan(None, None, None, None)
     upcoming = next_drain(schedule, last)
