@@ -8,6 +8,7 @@ raises JobFormatError, and ``decode(encode(job)) == job``.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
 from onite.core.errors import InvalidInput, JobFormatError
@@ -36,31 +37,12 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
         f"umask: {job.umask:04o}",
         f"cwd: {escape(job.cwd)}",
     ]
-    if job.urgent:
-        lines.append("urgent: yes")
-    if job.timeout is not None:
-        lines.append(f"timeout: {_seconds(job.timeout)}")
-    if job.retries:
-        lines.append(f"retries: {job.retries}")
-    lines.extend(f"after: {dep}" for dep in job.after)
-    if job.not_before is not None:
-        lines.append(f"at: {job.not_before.isoformat()}")
-    if job.pin:
-        lines.append(f"pin: {job.pin}")
-    if job.recur:
-        lines.append(f"recur: {job.recur}")
-    if job.stderr_separate:
-        lines.append("stderr: separate")
-    if job.notify:
-        lines.append(f"notify: {job.notify}")
-    if job.notify_on:
-        lines.append(f"notify-on: {job.notify_on}")
-    if job.mem is not None:
-        lines.append(f"mem: {format_mem(job.mem)}")
-    if job.cpus is not None:
-        lines.append(f"cpus: {job.cpus}")
-    if job.attempt != 1:
-        lines.append(f"attempt: {job.attempt}")
+    for key, field, write, _ in _OPTIONAL:
+        value = getattr(job, field)
+        if key == "after":
+            lines.extend(f"after: {dep}" for dep in value)
+        elif value != _DEFAULTS[field]:
+            lines.append(f"{key}: {write(value)}")
     if job.tried:
         import json  # only retried jobs carry attempts; keep json off the submit path
 
@@ -130,9 +112,6 @@ def _decode_header(text: str, body: bytes) -> Job:
     missing = [k for k in _REQUIRED if k not in fields]
     if missing:
         raise JobFormatError(f"damaged job file: no {', '.join(missing)}", "spool the job again")
-    stderr = fields.get("stderr", "merged")
-    if stderr not in ("separate", "merged"):
-        raise ValueError(f"stderr: {stderr[:40]!r} (write separate or merged)")
     return Job(
         name=fields["name"],
         priority=int(fields["priority"]),
@@ -142,21 +121,10 @@ def _decode_header(text: str, body: bytes) -> Job:
         cwd=unescape(fields["cwd"]),
         env=env,
         body=body,
-        timeout=_timeout(fields["timeout"]) if "timeout" in fields else None,
-        retries=int(fields.get("retries", "0")),
         after=tuple(after),
-        not_before=datetime.fromisoformat(fields["at"]) if "at" in fields else None,
-        urgent=fields.get("urgent") == "yes",
-        pin=fields.get("pin") or None,
-        attempt=int(fields.get("attempt", "1")),
         tried=tuple(tried),
-        recur=fields.get("recur") or None,
-        stderr_separate=stderr == "separate",
-        notify=fields.get("notify") or None,
-        notify_on=fields.get("notify-on") or None,
-        mem=_request(fields, "mem"),
-        cpus=_request(fields, "cpus"),
         extra=tuple(extra),
+        **{field: read(fields[key]) for key, field, _, read in _OPTIONAL if key in fields},
     )
 
 
@@ -167,14 +135,38 @@ def _timeout(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def _request(fields: dict[str, str], key: str) -> int | None:
-    """The ``mem:`` (MiB, in Slurm's words) or ``cpus:`` header value; None when absent."""
-    if key not in fields:
-        return None
+def _stderr_separate(text: str) -> bool:
+    if text not in ("separate", "merged"):
+        raise ValueError(f"stderr: {text[:40]!r} (write separate or merged)")
+    return text == "separate"
+
+
+def _request(parse, text: str, what: str) -> int:
+    """The ``mem:`` or ``cpus:`` value as ``parse`` reads it, its InvalidInput a ValueError."""
     try:
-        return parse_mem(fields[key], what=key) if key == "mem" else parse_cpus(fields[key], what=key)
+        return parse(text, what=what)
     except InvalidInput as err:
         raise ValueError(err.what) from None
+
+
+# The header lines a job file may leave out, in the order encode writes them: key, Job field, how the value
+# is written and how it is read back. A line is written where the field is not its default; "after" repeats.
+_OPTIONAL = (
+    ("urgent", "urgent", lambda _: "yes", lambda text: text == "yes"),
+    ("timeout", "timeout", _seconds, _timeout),
+    ("retries", "retries", str, int),
+    ("after", "after", None, None),
+    ("at", "not_before", datetime.isoformat, datetime.fromisoformat),
+    ("pin", "pin", str, lambda text: text or None),
+    ("recur", "recur", str, lambda text: text or None),
+    ("stderr", "stderr_separate", lambda _: "separate", _stderr_separate),
+    ("notify", "notify", str, lambda text: text or None),
+    ("notify-on", "notify_on", str, lambda text: text or None),
+    ("mem", "mem", format_mem, lambda text: _request(parse_mem, text, "mem")),
+    ("cpus", "cpus", str, lambda text: _request(parse_cpus, text, "cpus")),
+    ("attempt", "attempt", str, int),
+)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Job)}
 
 
 _last_block: list = [None, None, None]  # the env block decoded last, its environment and its other lines
