@@ -1,12 +1,8 @@
 """Admission (pure): when a job's request may start on a host, in strict order or with backfill.
 
-A job starts when its request fits in what is free. In strict order nothing
-passes a job that waits for room (the head); with backfill a later job may
-start if it cannot delay the head's start, estimated as Slurm's backfill does
-from time limits (plus the kill grace; no limit: never ends). ``admit`` is the
-one rule: the driver starts jobs by it (onite.drain.pack) and ``onite list``
-says why a job waits in its words (onite.drain.verdicts). Apart from
-onite.core.resources so that a submit does not build these types at start-up.
+``admit`` is the one rule, for the driver (onite.drain.pack) and for why ``onite list`` says a job waits:
+in strict order nothing passes the first job that waits for room (the head); with backfill a later job may
+start where it cannot delay the head's start, estimated from time limits as Slurm's backfill does.
 """
 
 from __future__ import annotations

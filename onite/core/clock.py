@@ -1,10 +1,7 @@
 """Time, passed in: the one reading of the system's clocks, and a clock that tests drive.
 
-A ``Clock`` gives the wall clock (aware local datetimes), a monotonic one
-(seconds, for deadlines) and sleep. ``SYSTEM`` reads the machine's and is the
-only place onite reads the time to decide something, but for comparisons with
-the kernel's file timestamps and the monitor's own record lines (docs/internals.md,
-"Time"). ``ManualClock`` moves only when told.
+``SYSTEM`` is the only reading of the wall and monotonic clocks that decides anything (but the kernel's
+file timestamps and the monitor's lines: docs/internals.md, "Time"); ``ManualClock`` moves when told.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """onite.toml → a frozen, validated Config (pure: reading the file is onite.spool.settings').
 
-Every key and its default is documented in spool-skel/onite.toml and
-docs/configuration.md. A bad value or an unknown key is an error naming the
-file, the key and what to write: a typo never falls back to a default.
+Keys and defaults: spool-skel/onite.toml, docs/configuration.md. A bad value or an unknown key is an
+error naming the key and what to write: a typo never falls back to a default.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Bytes as one line of text and back (pure): how a job file's header holds any environment.
 
-A backslash escapes ``\\\\``, ``\\n``, ``\\r``, ``\\t``, ``\\e`` and ``\\xHH`` (other control
-bytes, C1 controls and bytes that are not UTF-8): ``unescape(escape(b)) == b`` for all bytes,
-and ``escape`` never writes a newline or a control character.
+``unescape(escape(b)) == b`` for all bytes, and ``escape`` never writes a newline or a control character.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """A user account as a job runs under it (pure: onite.exec.identity asks the account database).
 
-A job's owner is its file's uid; its Identity is the credentials the job runs
-with and what a login sets from the passwd entry, which overrides the job file.
+What a login sets from the passwd entry overrides the job file's environment.
 """
 
 from __future__ import annotations

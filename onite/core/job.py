@@ -1,10 +1,7 @@
 """A job (pure): the Job and Attempt models, valid by construction, and the limits of every field.
 
-A Job is what a job file holds: the submitter's word. It never decides who
-owns the job (the file's uid), its place in the queue (its folder and ctime)
-or whether it is held (a marker). ``Job.__post_init__`` checks every range of
-docs/spool-format.md but the environment's, which ``env_problem`` checks where
-one enters a Job (decode, build_job).
+A Job is the submitter's word: never who owns the job (the file's uid), its place (folder and ctime) or
+whether it is held (a marker). The environment is checked (``env_problem``) where one enters a Job.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The job file format, version 1 (docs/spool-format.md): encode and decode, pure.
 
-``key: value`` header lines (escaped by onite.core.escaping, ``env:`` lines
-last), a blank line, then the job text byte for byte. A user writes their own
-job file and root reads it: for any bytes ``decode`` returns a valid Job or
-raises JobFormatError, and ``decode(encode(job)) == job``.
+A user writes their own job file and root reads it: for any bytes ``decode`` returns a valid Job or raises
+JobFormatError, and ``decode(encode(job)) == job``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """A job as the commands show it (pure): one ``JobView`` for list, status, wait and the morning report.
 
-Queued and running jobs are described from what anyone may see, finished ones
-from their result records (``result_view``). ``to_json`` is docs/json.md's document.
+``to_json`` is docs/json.md's document.
 """
 
 from __future__ import annotations

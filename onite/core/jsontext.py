@@ -1,10 +1,7 @@
 """``dumps(obj)``: the text of ``json.dumps(obj, indent=1)``, at the speed of the C encoder.
 
-Asked to indent, ``json`` uses its pure-Python encoder, the largest cost of
-filing a job and of ``onite list --json`` (docs/performance.md). Here every
-container of scalars is encoded by the C encoder in one call, with separators
-that lay it out as the indenting encoder would; only the nesting above is
-walked in Python. tests/test_jsontext.py checks the text is byte for byte the same.
+``json`` indents with its pure-Python encoder (docs/performance.md); here each container of scalars is
+encoded by the C encoder, with separators laid out as indenting would (tests/test_jsontext.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Job and host names: what is allowed, and how unique names are made (pure).
 
-A job name is a file name in several spool folders, so it is kept to
-``[A-Za-z0-9][A-Za-z0-9._-]{0,99}``. The spool's side files are ``NAME@KIND``
-(``jobsdone/NAME@result``): no job name holds ``@``.
+A job name is a file name in spool folders; side files are ``NAME@KIND``: no job name holds ``@``.
 """
 
 from __future__ import annotations

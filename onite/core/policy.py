@@ -1,9 +1,7 @@
 """Who may do what, and when (pure: users, groups and the clock are arguments).
 
-Spooling closes at ``cutoff`` until the night's window ends (``until``, else
-midnight); only root and the ``admins`` of onite.toml (names, or ``%group``)
-may have jobs run urgent; a job is its owner's and root's, and with
-``own_only = false`` anyone may cancel it.
+Spooling closes at ``cutoff`` until ``until`` (else midnight); only root and the ``admins`` (names, or
+``%group``) may have jobs run urgent; a job is its owner's and root's (``own_only = false``: anyone cancels).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Ordering and eligibility: pure functions over what the driver knows of queued jobs.
 
-Order (``order_key``): urgent, then P1 … Pn, then the ctime the kernel stamped
-when the job entered its folder, then the name: nothing a user writes in a job
-file moves it ahead. Eligibility (``evaluate``): a queued job waits while it
-is held, not yet due, pinned to another host, or after a queued or running
-job; it fails without running when a dependency cannot succeed any more.
+Order: urgent, P1 … Pn, then the kernel's ctime, then the name: nothing a user writes moves a job ahead.
+A queued job waits while held, not yet due, pinned elsewhere or after a pending job, and fails without
+running when a dependency cannot succeed any more.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Recurring jobs as data (pure): a template's rule in its header, an instance's name and its job.
 
-A template is a job file whose header holds its rule in extra keys
-(``recur-cron: 0 20 * * 1-5``, or ``recur-every: 25m`` and ``recur-offset: 2m``).
-Each fire spools an *instance*: the template's job named ``NAME-YYYYMMDDTHHMM``
-after the fire's local wall time (``SS`` and microseconds added off the minute,
-``.2`` for the second pass of a repeated hour), with ``recur: NAME`` and
-not-before the fire. The name is a function of the fire, so no fire is spooled twice.
+A template is a job file whose extra header keys (RULE_KEYS) hold its rule. Each fire spools an instance
+named after the fire's local wall time (``NAME-YYYYMMDDTHHMM``; seconds where needed, ``.2`` for a
+repeated hour's second pass), so no fire is spooled twice.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """What a submit asks for, and the Job it makes (pure): ``SubmitRequest``, ``Captured``, ``build_job``.
 
-``build_job`` checks every option: whatever Job it returns makes a job file
-the driver reads back as it was written. Spooling it is onite.app.submit's.
+Whatever Job ``build_job`` returns makes a job file the driver reads back as it was written.
 """
 
 from __future__ import annotations

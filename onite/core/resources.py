@@ -1,11 +1,8 @@
 """Resource requests (pure): sizes in Slurm's words, what a job asks for, what a host has.
 
-Every size onite reads is a whole number and K, M, G or T (powers of 1024), a
-bare number MiB as Slurm's ``--mem`` reads it: ``parse_size`` is the one parser.
-A job that asks for nothing counts for no memory and no CPU (``slots`` bounds
-it). A host's capacity is what its admin set, else what the machine has
-(onite.exec.limits measures it) minus a reserve; when a request may start is
-onite.core.admission's.
+A size is a whole number and K, M, G or T (powers of 1024), a bare number MiB (``parse_size``, the one
+parser). A job that asks for nothing counts for no memory and no CPU. A host's capacity is what its admin
+set, else the machine's (onite.exec.limits) minus a reserve.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Schedule rules (pure): a cron expression or an interval, checked when the rule is built.
 
-``CronRule("0 20 * * *")``: five fields, compiled into the minutes of the day
-it fires and whether its dates matter. ``EveryRule(interval, offset)``: fires
-at local midnight + offset + k*interval (k = 1, 2, …) up to the next local
-midnight, so a recurring job has the same times every day. When a rule fires
-is onite.core.schedule's. croniter, imported where it is used (the CLI must
-start fast), is asked only calendar questions, on aware UTC datetimes.
+``EveryRule(interval, offset)`` fires at local midnight + offset + k*interval (k = 1, 2, …) up to the next
+midnight. croniter, imported where it is used (start-up), is asked only which dates match, in UTC.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The run record ``running/HOST/NAME@run`` (docs/spool-format.md): its model, pure.
 
-JSON lines, each one write(2) on an O_APPEND descriptor, never rewritten:
-the driver's first line, then the monitor's (``monitor`` before the fork,
-``job``, ``ended`` or ``failed``) and Slurm's ``submitted``. A reader ignores
-a partial last line; recovery decides from the order of the lines. The
+JSON lines, each one O_APPEND write(2): the driver's first line, then the monitor's (``monitor`` before
+the fork, ``job``, ``ended`` or ``failed``) or Slurm's ``submitted``; a partial last line is ignored. The
 monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 

@@ -1,8 +1,7 @@
 """Text from users, made safe to show on a terminal or in the log (pure).
 
-``printable`` spells every character a terminal would act on (or a log
-reader break a line at) as ``\\xHH`` (``\\n``, ``\\t``, ``\\r``, ``\\e`` by
-name), so what is shown is exactly what was there, and inert.
+``printable`` spells every character a terminal would act on, or a log reader break a line at, as an
+escape (``\\n``, ``\\e``, ``\\xHH``): what is shown is what was there, and inert.
 """
 
 from __future__ import annotations

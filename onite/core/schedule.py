@@ -1,11 +1,8 @@
 """Fire times for the drain schedule and for recurring jobs (pure: time is an argument).
 
-Fire times come back strictly increasing and never duplicated, under the DST
-policy of docs/scheduling.md (cronie's), in the zone of the time they follow:
-a ZoneInfo with its rules; the fixed offset of ``datetime.now().astimezone()``
-(named in ``time.tzname``) as the machine's zone (TZ) with its rules; any
-other fixed offset literally. A naive time raises ValueError. croniter says
-which dates match; turning wall times into instants is done here.
+Fire times come back strictly increasing, never duplicated, under docs/scheduling.md's DST policy, in
+the zone of the time they follow: a ZoneInfo with its rules, the fixed offset of
+``datetime.now().astimezone()`` as the machine's zone (TZ), any other offset literally.
 """
 
 from __future__ import annotations

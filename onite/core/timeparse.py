@@ -1,8 +1,7 @@
 """Durations, clock times and dates as users type them (pure: the clock is an argument).
 
-Every value is bounded so that no date arithmetic done with it overflows: a
-duration is longer than zero and at most MAX_DURATION; a time is aware and
-lies in [EARLIEST, LATEST), where converting it to any zone and adding a day stay valid.
+Every value is bounded so that no date arithmetic overflows: a duration is in (0, MAX_DURATION], a time
+aware and in [EARLIEST, LATEST).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Values read back from JSON records, checked (pure).
 
-A result, a run record, a job file's ``tried:`` line and the daemon's and
-recurring jobs' state files may be torn, damaged or (a ``tried:`` line)
-written by a user. Each reader here returns the value of the right type and
-range, or raises ValueError naming the field (never a TypeError, an
-OverflowError or a RecursionError); ``default`` is returned when the key is absent.
+Records may be torn, damaged or (a job file's ``tried:`` line) written by a user: each reader returns the
+value of the right type and range, ``default`` when the key is absent, or raises ValueError naming the field.
 """
 
 from __future__ import annotations

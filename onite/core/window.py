@@ -1,9 +1,7 @@
 """Night windows: when a scheduled drain may still run (pure: the clock is an argument).
 
-A time of ``schedule`` opens a window that closes at the first ``until`` at
-or after it (never, without ``until``). A drain that would start after its
-window closed is a missed night: it is skipped, never run in the morning
-(docs/scheduling.md, for ``run --scheduled`` and the daemon's catch-up).
+A schedule time opens a window closing at the first ``until`` after it (never, without ``until``); a
+drain that would start after its window closed is a missed night, skipped (docs/scheduling.md).
 """
 
 from __future__ import annotations
