@@ -6,12 +6,15 @@ error naming the key and what to write: a typo never falls back to a default.
 
 from __future__ import annotations
 
+import shlex
+import tomllib
 from dataclasses import dataclass, field, fields
 from datetime import time, timedelta
 from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name
+from onite.core.resources import MAX_CPUS, parse_mem, parse_size
 from onite.core.timeparse import parse_clock, parse_duration
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
@@ -89,8 +92,6 @@ DEFAULTS = Config()  # each default is stated once, as its field's
 def parse_config(text: str, source: str = "onite.toml") -> Config:
     """Parse and validate the text of an onite.toml.
     Raises ConfigError: bad TOML, an unknown key, or a bad value."""
-    import tomllib
-
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -215,8 +216,6 @@ class _Reader:
 
     def size(self, key: str) -> int:
         """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB)."""
-        from onite.core.resources import parse_size
-
         want = 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)'
         size = self._parsed(key, lambda value: parse_size("x" if isinstance(value, bool) else str(value), what=key),
                             want, ())
@@ -241,15 +240,11 @@ class _Reader:
 
     def mem(self, key: str, *, zero: bool = False) -> int | None:
         """A memory size in MiB ("4G", "512M"; a bare number is MiB); ``zero``: 0 is allowed too."""
-        from onite.core.resources import parse_mem
-
         return self._parsed(key, lambda value: parse_mem("x" if isinstance(value, bool) else str(value), what=key),
                             'a size such as "4G" or "512M" (a bare number is MiB)', ("", 0, "0") if zero else ("",))
 
     def cpus(self, key: str, *, zero: bool = False) -> int | None:
         """A CPU count; ``zero``: 0 is allowed too."""
-        from onite.core.resources import MAX_CPUS
-
         return self.integer(key, low=0 if zero else 1, high=MAX_CPUS) if key in self.data else self._default(key)
 
     def slurm(self, key: str) -> SlurmConfig:
@@ -276,8 +271,6 @@ class _Reader:
 
     def notify(self) -> dict:
         """The notification keys (docs/configuration.md), checked together: "command" needs a command."""
-        import shlex
-
         how = self.choice("notify", NOTIFY_HOW)
         command = self.data.get("notify_command", shlex.join(self._default("notify_command")))
         if not isinstance(command, str):

@@ -15,6 +15,8 @@ from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, JobFormatError, OniteError
 from onite.core.job import Job
 from onite.core.names import MAX_NAME, check_name
+from onite.core.rules import CronRule, parse_rule
+from onite.core.schedule import fires_after, zone_of
 from onite.core.timeparse import format_duration
 
 RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
@@ -24,8 +26,6 @@ MAX_TEMPLATE_NAME = MAX_NAME - 24
 
 def rule_fields(rule) -> tuple[tuple[str, str], ...]:
     """The header lines that store ``rule`` in a template."""
-    from onite.core.rules import CronRule
-
     if isinstance(rule, CronRule):
         return (("recur-cron", rule.expr),)
     fields = (("recur-every", format_duration(rule.interval)),)
@@ -36,8 +36,6 @@ def rule_of(job: Job):
     """The rule a template's header stores.
     Raises JobFormatError: no rule in it (it is not a template); InvalidInput: the rule is not valid (an edited
     template)."""
-    from onite.core.rules import parse_rule
-
     fields = {k: v for k, v in job.extra if k in RULE_KEYS}
     if "recur-cron" not in fields and "recur-every" not in fields:
         raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",
@@ -57,8 +55,6 @@ def check_template_name(name: str) -> str:
 
 def _is_second_pass(fire: datetime) -> bool:
     """Is ``fire`` the second time its wall clock reads this (an hour the clocks repeat)?"""
-    from onite.core.schedule import zone_of  # the schedule's own notion of "the machine's zone"
-
     zone = zone_of(fire, "fire")
     first = zone.instant(zone.wall(fire), 0)
     return fire.astimezone(timezone.utc) - first >= timedelta(seconds=1)
@@ -89,8 +85,6 @@ RUN_SEARCH_FIRES = 20_000  # at most this many fires looked at (a rule every min
 
 def is_run_of(rule, template: str, name: str) -> bool:
     """Is ``name`` the name ``instance_name`` gives one of ``rule``'s fires, not only its shape?"""
-    from onite.core.schedule import fires_after
-
     stamp = name[len(template) + 1:].removesuffix(".2")
     try:
         wall = datetime(int(stamp[0:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[11:13]),
@@ -123,8 +117,6 @@ def instance_job(template: Job, name: str, fire: datetime, now: datetime, priori
 
 def rule_from_state(known: dict):
     """The rule a recur.state entry records, or None if it records none that is valid."""
-    from onite.core.rules import parse_rule
-
     fields = known.get("fields")
     if not isinstance(fields, dict):
         return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from onite.core.config import HostConfig
 from onite.core.errors import ConfigError, InvalidInput
 
 MAX_MEM = 1 << 30  # MiB: a PiB; beyond it a request is a typo
@@ -120,11 +119,11 @@ def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, 
     CPUs (None: unknown, unbounded; another machine's host) less the reserve. The one place the driver,
     submit and status work it out.
     Raises ConfigError: the reserve leaves nothing of the machine for jobs."""
-    override = config.hosts.get(host) or HostConfig()
+    override = config.hosts.get(host)
+    set_mem, set_cpus = (override.mem, override.cpus) if override else (None, None)
     machine_mem, machine_cpus = machine
-    mem = override.mem if override.mem is not None else (
-        max(machine_mem - config.reserve_mem, 0) if machine_mem else MAX_MEM)
-    cpus = override.cpus if override.cpus is not None else (
+    mem = set_mem if set_mem is not None else (max(machine_mem - config.reserve_mem, 0) if machine_mem else MAX_MEM)
+    cpus = set_cpus if set_cpus is not None else (
         max(machine_cpus - config.reserve_cpus, 0) if machine_cpus else MAX_CPUS)
     if mem <= 0:
         raise ConfigError(f"onite.toml: reserve_mem = {format_mem(config.reserve_mem)} leaves no memory for jobs on "

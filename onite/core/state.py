@@ -11,6 +11,7 @@ rename(2), checked against these edges first (onite.spool.files.change_state):
 
 from __future__ import annotations
 
+import os
 import signal as _signal
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -98,8 +99,6 @@ def signal_name(number: int) -> str:
 
 def outcome_from_status(status: int) -> Outcome:
     """A waitpid() status → Outcome."""
-    import os
-
     if os.WIFSIGNALED(status):
         return Outcome(signal=os.WTERMSIG(status))
     return Outcome(exit_code=os.waitstatus_to_exitcode(status))
