@@ -16,6 +16,7 @@ from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name
 from onite.core.resources import MAX_CPUS, parse_mem, parse_size
 from onite.core.timeparse import parse_clock, parse_duration
+from onite.core.values import is_whole
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
 MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
@@ -156,7 +157,7 @@ class _Reader:
 
     def integer(self, key: str, *, low: int, high: int) -> int:
         value = self.data.get(key, self._default(key))
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if not is_whole(value, low, high):
             raise self._bad(key, value, f"a whole number from {low} to {high}")
         return value
 

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
 from onite.core.names import is_valid_dependency, is_valid_name
 from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
+from onite.core.values import is_whole
 
 MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_AFTER = 64  # a job waits for at most this many others: each is looked at whenever it might start
@@ -41,8 +43,6 @@ class Attempt(NamedTuple):
     def from_json(cls, data: object) -> "Attempt":
         """The attempt ``to_json`` wrote, every field checked.
         Raises ValueError: not an object, or a field of the wrong type or out of range."""
-        from onite.core import values as v
-
         if not isinstance(data, dict):
             raise ValueError("an attempt is not a JSON object")
         return cls(
@@ -99,19 +99,19 @@ class Job:
 def _job_problem(job: Job) -> str:
     if not is_valid_name(job.name):
         return f"name {job.name[:40]!r} is not a valid job name"
-    if not _whole(job.priority, 1, MAX_PRIORITIES):
+    if not is_whole(job.priority, 1, MAX_PRIORITIES):
         return f"priority {job.priority!r} is not 1 to {MAX_PRIORITIES}"
     if not is_valid_time(job.submitted):
         return f"submitted: {job.submitted!r} is not a time with its UTC offset, in the years 1900 to 9998"
-    if not _whole(job.umask, 0, 0o777):
+    if not is_whole(job.umask, 0, 0o777):
         return f"umask {job.umask!r} is not 0000 to 0777"
     if not isinstance(job.cwd, bytes) or not job.cwd.startswith(b"/") or b"\0" in job.cwd:
         return "cwd is not an absolute path without NUL bytes"
     if job.timeout is not None and not timedelta(0) < job.timeout <= MAX_DURATION:
         return f"timeout {job.timeout.total_seconds():g}s is not longer than 0 and at most {MAX_DURATION.days} days"
-    if not _whole(job.retries, 0, MAX_RETRIES):
+    if not is_whole(job.retries, 0, MAX_RETRIES):
         return f"retries {job.retries!r} is not 0 to {MAX_RETRIES}"
-    if not _whole(job.attempt, 1, job.retries + 1):
+    if not is_whole(job.attempt, 1, job.retries + 1):
         return f"attempt {job.attempt!r} is not 1 to retries + 1 ({job.retries + 1})"
     if len(job.tried) > MAX_RETRIES + 1:
         return f"more than {MAX_RETRIES + 1} attempts tried"
@@ -130,18 +130,14 @@ def _job_problem(job: Job) -> str:
         return f"notify must be mail, command or none, not {job.notify!r}"
     if job.notify_on is not None and job.notify_on not in NOTIFY_ON:
         return f"notify-on must be failure or always, not {job.notify_on!r}"
-    if job.mem is not None and not _whole(job.mem, 1, MAX_MEM):
+    if job.mem is not None and not is_whole(job.mem, 1, MAX_MEM):
         return f"mem {job.mem!r} is not 1 to {MAX_MEM} MiB"
-    if job.cpus is not None and not _whole(job.cpus, 1, MAX_CPUS):
+    if job.cpus is not None and not is_whole(job.cpus, 1, MAX_CPUS):
         return f"cpus {job.cpus!r} is not 1 to {MAX_CPUS}"
     for key, _ in job.extra:
         if "\n" in key or ": " in key or key in HEADER_KEYS or key in REPEATED_KEYS:
             return f"extra header key {key[:40]!r} cannot be written back"
     return shebang_problem(job.body)
-
-
-def _whole(value: object, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def shebang_problem(body: bytes) -> str:

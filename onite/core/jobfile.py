@@ -14,6 +14,7 @@ from onite.core.escaping import escape, unescape
 from onite.core.job import HEADER_KEYS, Attempt, Job, env_problem
 from onite.core.resources import format_mem, parse_cpus, parse_mem
 from onite.core.timeparse import MAX_DURATION
+from onite.core.values import loads_object
 
 FORMAT = 1
 MAGIC = b"onite-job: "
@@ -94,8 +95,6 @@ def _decode_header(text: str, body: bytes) -> Job:
         if key == "after":
             after.append(value)
         elif key == "tried":
-            from onite.core.values import loads_object
-
             tried.append(Attempt.from_json(loads_object(value)))
         elif key in HEADER_KEYS:
             fields[key] = value

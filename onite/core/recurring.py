@@ -18,6 +18,7 @@ from onite.core.names import MAX_NAME, check_name
 from onite.core.rules import CronRule, parse_rule
 from onite.core.schedule import fires_after, zone_of
 from onite.core.timeparse import format_duration
+from onite.core.values import is_whole
 
 RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
 # An instance adds "-YYYYMMDDTHHMM" (14), seconds (2), microseconds (6) and ".2" (2).
@@ -133,5 +134,4 @@ def rule_from_state(known: dict):
 def known_priority(known: dict) -> tuple[int | None, bool]:
     """The priority and urgency a recur.state entry records (None, False where it records none)."""
     priority = known.get("priority")
-    valid = isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= MAX_PRIORITIES
-    return (priority if valid else None), known.get("urgent") is True
+    return (priority if is_whole(priority, 1, MAX_PRIORITIES) else None), known.get("urgent") is True

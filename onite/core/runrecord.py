@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need
+from onite.core.values import is_whole
 
 VERSION = 2
 MAX_GRACE = 86_400.0  # seconds: a kill grace read back from a record is at most a day
@@ -115,4 +116,4 @@ def _object(raw: bytes) -> dict | None:
 
 
 def _int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and -(1 << 62) < value < 1 << 62 else None
+    return value if is_whole(value, -(1 << 62) + 1, (1 << 62) - 1) else None

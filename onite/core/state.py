@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord
 from onite.core.job import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
@@ -167,8 +168,6 @@ class Result:
         """The record ``to_json`` wrote, every field checked.
         Raises DamagedRecord: not an object, a field missing or of the wrong type, a value out of range (a naive or
         absurd time, an int past 32 bits, a name that is no job's)."""
-        from onite.core import values as v
-
         try:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")

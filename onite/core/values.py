@@ -27,6 +27,11 @@ def loads_object(raw: bytes | str) -> dict:
     return data
 
 
+def is_whole(value: object, low: int, high: int) -> bool:
+    """Is ``value`` a whole number (not a bool) from ``low`` to ``high``?"""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
 def _get(data: dict, key: str, default: object) -> object:
     value = data.get(key, default)
     if value is _MISSING:
@@ -37,7 +42,7 @@ def _get(data: dict, key: str, default: object) -> object:
 def integer(data: dict, key: str, low: int, high: int, default: object = _MISSING) -> int:
     """``data[key]``, a whole number from ``low`` to ``high``."""
     value = _get(data, key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_whole(value, low, high):
         raise ValueError(f"{key}: {_short(value)} is not a whole number from {low} to {high}")
     return value
 
