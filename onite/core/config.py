@@ -246,7 +246,9 @@ class _Reader:
 
     def cpus(self, key: str, *, zero: bool = False) -> int | None:
         """A CPU count; ``zero``: 0 is allowed too."""
-        return self.integer(key, low=0 if zero else 1, high=MAX_CPUS) if key in self.data else self._default(key)
+        if key not in self.data or (zero and self.data[key] == 0):
+            return self._default(key)
+        return self.integer(key, low=0 if zero else 1, high=MAX_CPUS)
 
     def slurm(self, key: str) -> SlurmConfig:
         table = self.data.get(key, {})

@@ -48,5 +48,5 @@ def _unescape_one(match: re.Match) -> bytes:
         return bytes([int(code[1:], 16)])
     if code in _UNNAMED:
         return _UNNAMED[code]
-    raise JobFormatError(f"bad escape '\\{code.decode('utf-8', 'backslashreplace')}' in a job file header",
-                         "the job file is damaged; spool it again")
+    shown = match.string[match.start():match.start() + 5].decode("utf-8", "surrogateescape")[:2]  # "\\" and a character
+    raise JobFormatError(f"bad escape '{shown}' in a job file header", "the job file is damaged; spool it again")
