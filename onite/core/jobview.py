@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,9 +49,7 @@ class JobView:
 
     @property
     def duration(self) -> float | None:
-        if self.started and self.finished:
-            return (self.finished - self.started).total_seconds()
-        return None
+        return (self.finished - self.started).total_seconds() if self.started and self.finished else None
 
     def to_json(self) -> dict:
         return json_fields(self, _JSON_KEYS)
@@ -75,7 +74,4 @@ def result_view(result: Result) -> JobView:
 
 def outcome_counts(views) -> dict[str, int]:
     """How many of ``views`` (finished jobs) ended done, failed and cancelled: always those three keys."""
-    counts = {"done": 0, "failed": 0, "cancelled": 0}
-    for view in views:
-        counts[view.state] = counts.get(view.state, 0) + 1
-    return counts
+    return {"done": 0, "failed": 0, "cancelled": 0, **Counter(view.state for view in views)}
