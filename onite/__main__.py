@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         _fill_closed_streams()
         _watch_stdout()
-    code = _main(args, argv is None)
+    code = _main(args)
     try:  # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
         sys.stdout.flush()
     except BrokenPipeError as err:
@@ -30,19 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _main(args: list[str], as_program: bool) -> int:
-    _defer_import("inspect")
+def _main(args: list[str]) -> int:
     from onite.core.errors import EXIT_USAGE, OniteError
 
     try:
         _check_time_zone()
-        from onite.cli.fastcli import is_short, run
-
-        code = run(args)  # submit, find, list --json and run without typer's start-up, when well-formed (onite.cli.fastcli)
-        if code is not None:
-            if as_program and is_short(args):
-                _leave_now(code)
-            return code
         return _dispatch(args)
     except OniteError as err:
         _say(f"onite: {err}")
@@ -93,19 +85,16 @@ def _output_failed(err: OutputFailure) -> int:
 
 def _dispatch(args: list[str]) -> int:
     import errno
+    import os
 
     import typer
 
-    import os
-
-    from typer._click.exceptions import NoArgsIsHelpError
-
     from onite.cli.commands import app
-    from onite.cli.completion import COMPLETE_VAR
+    from onite.cli.completion import ACTIONS, COMPLETE_VAR, act
 
     command = typer.main.get_command(app)
     if os.environ.get(COMPLETE_VAR):  # a shell asks for completions: typer answers, once its shells are known
-        from typer._completion_classes import completion_init
+        from typer.completion import completion_init
 
         completion_init()
     try:
@@ -120,95 +109,40 @@ def _dispatch(args: list[str]) -> int:
     except typer.Abort:
         _say("onite: aborted — nothing was changed")
         return 1
-    except NoArgsIsHelpError as err:  # bare `onite`, `onite recur`: their help, as --help prints it
-        sys.stdout.write(err.ctx.get_help() + "\n")
-        return 0
     except typer.TyperException as err:  # usage errors from the parser
-        message = _usage_message(err)
         sub, group = [], command  # the (sub)command the mistake is in: its --help explains it
         for arg in args:
             if arg in getattr(group, "commands", {}):
                 sub.append(arg)
                 group = group.commands[arg]
+        option = getattr(err, "option_name", None)
+        if option in ACTIONS and not sub:  # `onite --show-completion` with no SHELL (typer's options need a value)
+            act(option, None)  # the shell in use
+            return 0
         sub = " ".join(sub)
-        _say(f"onite: {message} — see: onite {sub + ' ' if sub else ''}--help")
+        _say(f"onite: {_usage_message(err)} — see: onite {sub + ' ' if sub else ''}--help")
         return getattr(err, "exit_code", 2)
     return result if isinstance(result, int) else 0
 
 
-# typer checks an option's type with pydantic, whose words name neither the value nor what it should be
-_TYPE_ERRORS = {"int_parsing": "is not a whole number", "string_unicode": "is not text (its bytes are not UTF-8)"}
-
-
 def _usage_message(err) -> str:
-    """The parser's message for a usage mistake, in words that quote what was typed."""
-    message = err.format_message() if hasattr(err, "format_message") else str(err)
-    errors = getattr(err.__cause__, "errors", None)
+    """The parser's message for a usage mistake; a number option given something else says what was
+    typed in words (click's own, ``'1.5' is not a valid int.``, reads as a programmer's)."""
+    typed, not_valid, _ = getattr(err, "message", "").rpartition(" is not a valid int")
     opts = getattr(getattr(err, "param", None), "opts", None)
-    if not callable(errors) or not opts:
-        return message
-    try:
-        first = errors(include_url=False)[0]
-    except (IndexError, TypeError, ValueError):
-        return message
-    said = _TYPE_ERRORS.get(first.get("type"))
-    if said is None:
-        return message
-    return f"{' / '.join(opts)}: '{first.get('input')}' {said}"  # _say shows bytes that are not UTF-8 as typed
-
-
-def _defer_import(name: str) -> None:
-    """Put a stand-in for the standard module ``name`` in sys.modules that imports it when first used.
-
-    ``dataclasses`` imports ``inspect`` (and with it ast, dis, tokenize …) but
-    uses it only for a class without a docstring: that import is a sixth of
-    what ``onite submit`` costs beyond Python's own start-up. importlib's
-    LazyLoader cannot help: in Python 3.11 a second ``import inspect``
-    already loads it. The stand-in is a plain module whose ``__getattr__``
-    (called only for a name it lacks) imports the real one, puts it in
-    sys.modules and takes its names, so whoever imported the stand-in goes on
-    working; typer, which uses inspect, loads it at once.
-    """
-    if name in sys.modules:
-        return
-    import types
-
-    stand_in = types.ModuleType(name, f"stand-in for {name}, imported when first used (onite.__main__)")
-
-    def load(attribute: str):
-        if sys.modules.get(name) is stand_in:
-            del sys.modules[name]
-        import importlib
-
-        real = importlib.import_module(name)
-        stand_in.__dict__.update(real.__dict__)
-        return getattr(real, attribute)
-
-    stand_in.__getattr__ = load
-    sys.modules[name] = stand_in
-
-
-def _leave_now(code: int) -> None:
-    """End the process with ``code`` once its output is out, without tearing the interpreter down.
-
-    Python's own exit frees every module and object one by one: after a
-    submit that is a tenth of the command's time (docs/performance.md), spent
-    on memory the kernel frees anyway. Only for the fast path's short
-    commands, which leave no thread, child or unclosed file behind (a driver
-    exits the normal way), and only when run as a program (``main()``
-    without arguments: a test calling ``main(argv)`` gets its code back).
-
-    Raises:
-        OSError: the output cannot be written (main says so).
-    """
-    import os
+    if not not_valid or not opts:
+        return err.format_message()
+    import ast
 
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except ValueError:  # closed: nothing left to write
-        pass
-    os._exit(code)
+        value = ast.literal_eval(typed)  # click quotes it with repr()
+        value.encode()
+        said = "is not a whole number"
+    except UnicodeEncodeError:
+        said = "is not text (its bytes are not UTF-8)"
+    except (ValueError, SyntaxError, AttributeError):
+        return err.format_message()
+    return f"{' / '.join(opts)}: '{value}' {said}"  # _say shows bytes that are not UTF-8 as typed
 
 
 class OutputFailure(OSError):

@@ -134,3 +134,31 @@ def test_a_running_job_that_ends_on_its_own_as_it_is_cancelled_is_not_counted_ca
     assert driver.wait(timeout=60) == 0
     assert result(spool, "quick")["state"] == "done", "\n".join(log_lines(spool))
     assert (cancel.returncode, out.decode()) == (0, "quick: done\ncancelled 0 job(s)\n"), err
+
+
+def test_a_job_cancelled_while_its_retry_waits_keeps_the_attempts_that_ran(spool, workdir):
+    """A job failed, and its retry waits out its back-off: a cancel now files it cancelled with the attempt
+    that ran (its start, its exit), not as if it never started; ``list --all`` shows that start."""
+    import json
+
+    from conftest import set_config
+
+    set_config(spool, retry_delay="1h")
+    ledger = workdir / "ledger"
+    assert run_cli(["submit", "flaky", "--retries", "2"], stdin=f"echo run >> {ledger}; exit 3\n".encode()).code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(" retry flaky " in line for line in log_lines(spool)), what="the retry to be spooled")
+        r = run_cli(["cancel", "flaky"])
+        assert r.code == 0, r
+        wait_for(lambda: (spool / "jobsdone" / "flaky@result").exists(), what="the cancel to be filed")
+    finally:
+        driver.terminate()
+        driver.communicate(timeout=60)
+    res = result(spool, "flaky")
+    assert res["state"] == "cancelled" and res["attempt"] == 2, res
+    [tried] = res["attempts"]
+    assert tried["exit_code"] == 3 and tried["started"] and res["started"] == tried["started"], res
+    assert ledger.read_text().split() == ["run"]
+    [listed] = [job for job in json.loads(run_cli(["list", "--all", "--json"]).out)["jobs"] if job["name"] == "flaky"]
+    assert listed["state"] == "cancelled" and listed["started"] == tried["started"], listed

@@ -1,14 +1,16 @@
 """The command-line contract: exit codes, one-line errors, --json documents, small commands."""
 
+import json
 import os
+import re
 import stat
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import NO_SYSTEM_CONFIG, REPO, ROOT, drain, run_cli, set_config
+from conftest import NO_SYSTEM_CONFIG, REPO, ROOT, drain, result, run_cli, set_config
 
 
 def submit(name, body="true\n", *args):
@@ -279,15 +281,18 @@ def test_log_json_reads_the_lines_back(spool, cli):
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["status", "--json"], ["list", "--json"], ["list", "--json", "--all"],
-                                  ["find", "queued"]], ids=" ".join)
+                                  ["find", "queued"], ["submit", "new"], ["submit", "more", "--lines"], ["list"],
+                                  ["list", "--all"], ["status"], ["recur", "list"]], ids=" ".join)
 def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
-    """rich is a tenth of a second of start-up (DESIGN.md: import it only where a command draws)."""
+    """rich is a twentieth of a second of start-up (DESIGN.md: import it only where a command draws: a
+    pipe gets plain lines), and pydantic, which typer 0.29 parses options with, more than that."""
     submit("queued")
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "onite", *argv], capture_output=True, text=True,
-                          env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)), timeout=60)
+                          input="true\n", env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)),
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "onite" in imported and not [m for m in imported if m == "rich" or m.startswith("rich.")]
+    assert "onite" in imported and not [m for m in imported if m.split(".")[0] in ("rich", "pydantic")]
 
 
 # ---- help and completion behave as in other tools (issue 14, item 5) ------------------------------
@@ -301,7 +306,7 @@ def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
                                          (["wait", "-h"], "Usage: onite wait")], ids=str)
 def test_bare_commands_and_dash_h_print_the_help_on_stdout(spool, cli, argv, usage):
     """Bare `onite` and `onite recur` print the multi-line help, as --help does, on stdout with exit 0;
-    -h is --help everywhere (also where the fast path looks first: submit, list, run, wait)."""
+    -h is --help everywhere."""
     r = cli(argv)
     assert (r.code, r.err) == (0, ""), r
     assert r.out.startswith(usage) and "--help" in r.out and r.out.count("\n") > 5
@@ -451,8 +456,8 @@ def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
 
 
 def test_a_number_option_given_something_else_says_what_was_typed(spool):
-    """typer checks an option's type with pydantic, which said 'Input should be a valid integer, unable
-    to parse string as an integer' (or 'as a unicode string' for bytes that are not UTF-8), quoting nothing."""
+    """The parser's own words ('Invalid value for ...: '1.5' is not a valid int.') are rewritten to quote
+    what was typed and say what it should be (or that its bytes are not text)."""
     r = _onite(spool, "submit", "ok", "-p", "1.5", stdin=b"true\n")
     assert r.returncode == 2 and r.stderr.decode() == (
         "onite: -p / --priority: '1.5' is not a whole number — see: onite submit --help\n"), r
@@ -481,3 +486,247 @@ def test_report_html_is_not_written_through_another_users_link_or_pipe_nor_to_a_
             f"onite: cannot write {planted}: it is another user's — write the page somewhere else\n", r
     r = _onite(spool, "report", "--html", str(disk))
     assert r.returncode == 2 and b"it is a disk" in r.stderr, r
+
+
+# ---- the spellings scripts use in loops: submit, find, list --json, run, wait --------------------
+
+STDIN = b"echo hello\n"
+LINES = b"echo one\n\n   \necho two\necho 'three'\n"
+B3 = "P4/b-0000[123]"  # the three jobs of LINES
+HOUR_AND_A_HALF = timedelta(hours=1, minutes=30)
+
+# (argv, stdin, jobs queued first, exit code, the job files after it (globs under jobs/), what the
+# jobs of the first glob hold); SPOOL is replaced by the spool's path
+SPELLINGS = [
+    (["submit", "a"], STDIN, [], 0, ["P4/a"], {"body": STDIN}),
+    (["submit", "a", "-p", "2"], STDIN, [], 0, ["P2/a"], {"priority": 2}),
+    (["submit", "-p", "7", "a"], STDIN, [], 0, ["P7/a"], {"priority": 7}),
+    (["submit", "a", "--priority", "1", "--hold"], STDIN, [], 0, ["P1/a"], {"held": True}),
+    (["submit", "a", "--priority=3", "--retries", "4", "--timeout", "1h30m"], STDIN, [], 0, ["P3/a"],
+     {"retries": 4, "timeout": HOUR_AND_A_HALF}),
+    (["submit", "a", "--at", "2099-01-02T03:04", "--host", "node-1"], STDIN, [], 0, ["P4/a"],
+     {"pin": "node-1", "not_before": "2099-01-02T03:04"}),
+    (["submit", "a", "--after", "dep1", "--after=dep2", "--after", "dep1"], STDIN, ["dep1", "dep2"], 0,
+     ["P4/a", "P4/dep1", "P4/dep2"], {"after": ("dep1", "dep2")}),
+    (["submit", "a", "--urgent"], STDIN, [], 0, ["urgent/a"], {"urgent": True}),
+    (["submit", "a", "--unique"], STDIN, [], 0, ["P4/a-??????"], {}),
+    (["submit", "a", "--spool", "SPOOL"], STDIN, [], 0, ["P4/a"], {}),
+    (["submit", "a", "--spool=SPOOL", "--hold", "--hold"], STDIN, [], 0, ["P4/a"], {"held": True}),
+    (["--spool", "SPOOL", "submit", "a"], STDIN, [], 0, ["P4/a"], {}),
+    (["--spool=SPOOL", "submit", "a", "-p", "5"], STDIN, [], 0, ["P5/a"], {"priority": 5}),
+    (["submit", "b", "--lines"], LINES, [], 0, [B3], {}),
+    (["submit", "b", "--lines", "-p", "1", "--hold", "--after", "dep1"], LINES, ["dep1"], 0,
+     ["P1/b-0000[123]", "P4/dep1"], {"held": True, "after": ("dep1",)}),
+    (["submit", "b", "--lines", "--unique"], LINES, [], 0, ["P4/b-??????-0000[123]"], {}),
+    (["submit", "a", "--stderr-separate"], STDIN, [], 0, ["P4/a"], {"stderr_separate": True}),
+    (["submit", "a", "--stderr-merged", "--hold"], STDIN, [], 0, ["P4/a"], {"stderr_separate": False, "held": True}),
+    (["submit", "b", "--lines", "--stderr-separate"], LINES, [], 0, [B3], {"stderr_separate": True}),
+    (["submit", "a", "--notify", "mail", "--notify-on", "always"], STDIN, [], 0, ["P4/a"],
+     {"notify": "mail", "notify_on": "always"}),
+    (["submit", "a", "--notify=none", "--notify-on=failure"], STDIN, [], 0, ["P4/a"],
+     {"notify": "none", "notify_on": "failure"}),
+    (["submit", "b", "--lines", "--notify", "mail"], LINES, [], 0, [B3], {"notify": "mail"}),
+    (["submit", "a", "-q"], STDIN, [], 0, ["P4/a"], {}),
+    (["submit", "a", "--quiet", "--unique"], STDIN, [], 0, ["P4/a-??????"], {}),
+    (["submit", "b", "--lines", "-q"], LINES, [], 0, [B3], {}),
+    (["submit", "a", "--after", "dep1", "--at", "tomorrow 05:00"], STDIN, ["dep1"], 0, ["P4/a", "P4/dep1"],
+     {"after": ("dep1",)}),
+    (["submit", "a", "--cpus", "1", "--mem", "64M"], STDIN, [], 0, ["P4/a"], {"cpus": 1, "mem": 64}),
+    (["submit", "a", "--cpus=0001"], STDIN, [], 0, ["P4/a"], {"cpus": 1}),
+    (["submit", "b", "--lines", "--mem", "96M", "--cpus", "1"], LINES, [], 0, [B3], {"cpus": 1, "mem": 96}),
+    # errors: one line on stderr, nothing spooled
+    (["submit", "a"], b"", [], 2, [], {}),
+    (["submit", "bad name"], STDIN, [], 2, [], {}),
+    (["submit", "x" * 101], STDIN, [], 2, [], {}),
+    (["submit", "a", "-p", "0"], STDIN, [], 2, [], {}),
+    (["submit", "a", "-p", "99"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--timeout", "soon"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--at", "25:00"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--after", "nosuch"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--after", "a"], STDIN, ["a"], 2, ["P4/a"], {}),
+    (["submit", "a", "--host", "../x"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--notify", "x"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--notify-on", "sometimes"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--cpus", "0"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--cpus", "lots"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--cpus", "0000015000"], STDIN, [], 2, [], {}),
+    (["submit", "b", "--lines", "--cpus", "5000"], LINES, [], 2, [], {}),
+    (["submit", "a", "--mem", "4.5G"], STDIN, [], 2, [], {}),
+    (["submit", "a", "--notify", "command"], STDIN, [], 2, [], {}),  # the spool has no notify_command
+    (["submit", "b", "--lines", "--notify", "command"], LINES, [], 2, [], {}),
+    (["submit", "dup"], STDIN, ["dup"], 3, ["P4/dup"], {}),
+    (["submit", "a", "--spool", "/nonexistent/spool"], STDIN, [], 4, [], {}),
+    (["submit", "b", "--lines"], b"\n  \n", [], 2, [], {}),
+    (["submit", "b", "--lines"], LINES, ["b-00002"], 3, ["P4/b-00002"], {}),
+    (["submit", "b" * 95, "--lines"], LINES, [], 2, [], {}),
+    (["find", "dep1"], b"", ["dep1"], 0, ["P4/dep1"], {}),
+    (["find", "nosuch"], b"", [], 1, [], {}),
+    (["find", "bad name"], b"", [], 2, [], {}),
+    (["--spool", "SPOOL", "find", "dep1"], b"", ["dep1"], 0, ["P4/dep1"], {}),
+    (["find", "dep1", "--spool", "/nonexistent/spool"], b"", [], 4, [], {}),
+    (["list", "--json"], b"", ["dep1", "dep2"], 0, ["P4/dep1", "P4/dep2"], {}),
+    (["list", "--json", "--all"], b"", ["dep1"], 0, ["P4/dep1"], {}),
+    (["--spool", "SPOOL", "list", "-a", "--json"], b"", [], 0, [], {}),
+    (["list", "--json", "--spool", "/nonexistent/spool"], b"", [], 4, [], {}),
+    (["run"], b"", ["r1", "r2"], 0, [], {}),
+    (["run", "--slots", "2", "--until", "23:59", "--host", "elsewhere"], b"", ["r1", "r2", "r3"], 0, [], {}),
+    (["--spool", "SPOOL", "run", "--spool=SPOOL"], b"", ["r1"], 0, [], {}),
+    (["run", "-q"], b"", ["r1"], 0, [], {}),
+    (["run", "--until", "25:00"], b"", ["r1"], 2, ["P4/r1"], {}),
+    (["run", "--host", "../x"], b"", ["r1"], 2, ["P4/r1"], {}),
+    (["run", "--spool", "/nonexistent/spool"], b"", [], 4, [], {}),
+    (["wait", "nosuch"], b"", [], 1, [], {}),
+    (["wait", "bad name"], b"", [], 2, [], {}),
+    (["wait", "dep1", "--timeout", "abc"], b"", ["dep1"], 2, ["P4/dep1"], {}),
+    (["wait"], b"", [], 0, [], {}),
+    (["wait", "--json"], b"", [], 0, [], {}),
+    (["wait", "dep1", "--timeout", "1s", "--json"], b"", ["dep1"], 6, ["P4/dep1"], {}),
+    (["--spool", "SPOOL", "wait", "dep1", "--timeout=1s"], b"", ["dep1"], 6, ["P4/dep1"], {}),
+]
+
+
+@pytest.mark.parametrize("argv, stdin, queued, code, after, holds", SPELLINGS,
+                         ids=[" ".join(a[0])[:60] for a in SPELLINGS])
+def test_each_spelling_spools_what_it_says_or_fails_in_one_line(spool, argv, stdin, queued, code, after, holds):
+    """The options scripts pass to submit, find, list --json, run and wait, in each spelling (before or
+    after the name, with = or a space, repeated), land in the job file; a mistake is one line, exit 2
+    (3 refused, 4 no spool) and spools nothing; a drain (run) leaves nothing queued."""
+    from fnmatch import fnmatch
+
+    from onite.core.jobfile import decode
+
+    set_config(spool, sendmail="/bin/true")  # --notify mail needs one (a machine here may have none)
+    for name in queued:
+        submit(name)
+    r = run_cli([a.replace("SPOOL", str(spool)) for a in argv], stdin=stdin)
+    assert r.code == code, r
+    if code == 1 and argv[0] == "find":
+        assert r.err == "", r  # not found is said by the exit code alone
+    elif code:
+        assert r.err.startswith("onite: ") and r.err.count("\n") == 1, r
+    files = sorted(str(p.relative_to(spool / "jobs")) for p in (spool / "jobs").rglob("*") if p.is_file())
+    assert all(any(fnmatch(f, glob) for glob in after) for f in files), files
+    assert all(any(fnmatch(f, glob) for f in files) for glob in after), files
+    if argv[0] == "run" and code == 0:
+        assert {result(spool, name)["state"] for name in queued} == {"done"}
+    for path in (f for f in files if after and fnmatch(f, after[0]) and f.split("/")[1] not in queued):
+        job = decode((spool / "jobs" / path).read_bytes())
+        seen = {key: getattr(job, key, None) for key in holds}
+        if "held" in holds:
+            seen["held"] = any((spool / "hold").glob(f"{job.name}@*"))
+        if "not_before" in holds:
+            seen["not_before"] = job.not_before.strftime("%Y-%m-%dT%H:%M")
+        assert seen == holds, path
+
+
+def _as_program(argv: list[str], spool, *, stdin: bytes = b"", stdout=None, unbuffered: bool = False):
+    """``python -m onite ARGV`` as a user runs it: standard output buffered, as a user's is, unless
+    ``unbuffered`` (PYTHONUNBUFFERED)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    env.update(ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), **({"PYTHONUNBUFFERED": "1"} if unbuffered else {}))
+    return subprocess.run([sys.executable, "-m", "onite", *argv], input=stdin, env=env, check=False, timeout=120,
+                          stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_nothing_a_command_wrote_is_lost_at_its_exit(spool):
+    """Every job line of a big --lines submit and the whole JSON document of a big listing arrive;
+    a --unique submit's final name is on stdout."""
+    lines = b"".join(b"echo %d\n" % i for i in range(3000))
+    done = _as_program(["submit", "many", "--lines"], spool, stdin=lines)
+    assert done.returncode == 0 and b"spooled 3000 jobs" in done.stderr, done.stderr
+    listed = _as_program(["list", "--json"], spool)
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)["jobs"]) == 3000  # a ~1 MB document, all of it
+    assert _as_program(["find", "many-00001"], spool).returncode == 0
+    one = _as_program(["submit", "one", "--unique"], spool, stdin=b"true\n")
+    assert one.returncode == 0 and re.fullmatch(rb"one-\w{6}\n", one.stdout), one
+
+
+@pytest.mark.parametrize("argv", [["submit", "gone", "--unique"], ["submit", "gone", "--unique", "-q"]])
+def test_a_submit_whose_reader_went_away_says_on_stderr_what_it_spooled(spool, argv):
+    """``onite submit --unique | (a reader that quits at once)``: the reader's choice, exit 0 as for
+    ``onite list | head``, but the job is spooled and its name, lost with stdout, is said on stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = _as_program(argv, spool, stdin=b"true\n", stdout=write)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Traceback" not in done.stderr.decode(), done.stderr
+    found = re.search(r"^onite: its output's reader went away before it read: the job is spooled as (gone-\w+)$",
+                      done.stderr.decode(), re.M)
+    assert found, done.stderr
+    assert run_cli(["find", found.group(1)]).code == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to fill standard output")
+@pytest.mark.parametrize("argv", [["submit", "full", "--unique"], ["submit", "full", "--unique", "-q"],
+                                  ["submit", "many", "--lines", "-q"], ["list", "--json"], ["list"], ["status"],
+                                  ["--help"]])
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_output_that_cannot_be_written_is_one_line_and_the_job_is_kept(spool, argv, unbuffered):
+    """Standard output redirected to a full disk: one line that says so, exit 4, no traceback; a
+    submit's job is spooled all the same, and that line names it (with -q nothing else does). Whether
+    the output is written as it goes (PYTHONUNBUFFERED) or when the command ends (a user's default)."""
+    with open("/dev/full", "wb") as full:
+        done = _as_program(argv, spool, stdin=b"true\n", stdout=full, unbuffered=unbuffered)
+    last = done.stderr.decode().splitlines()[-1]
+    assert done.returncode == 4 and "Traceback" not in done.stderr.decode(), done.stderr
+    if argv[0] != "submit":
+        assert last.startswith("onite: cannot write its output: No space left on device — "), last
+        return
+    said = (r"; spooled 1 job: (many-\d+) — " if "--lines" in argv else r"; the job is spooled as (full-\w+) — ")
+    found = re.match(r"onite: cannot write its output: No space left on device" + said, last)
+    assert found, last
+    assert run_cli(["find", found.group(1)]).code == 0
+
+
+@pytest.mark.parametrize("argv", [["submit", "shut", "--unique"], ["submit", "lines", "--lines"], ["list"],
+                                  ["status"], ["run", "-q"]])
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_command_run_with_its_stdout_or_stderr_closed_does_its_work_and_says_no_more(spool, argv, closed):
+    """``onite submit x >&-`` (cron, a daemon, some CI runners close it): Python gives None for the
+    stream; the command does its work, and what would go to the closed stream is dropped, as its caller
+    chose (with stderr closed, submit's ``spooled`` line must not go to stdout, after the name a script
+    captures); the exit status is the command's."""
+    assert run_cli(["submit", "queued"], stdin=b"true\n").code == 0
+    shut = ">&-" if closed == "stdout" else "2>&-"
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    done = subprocess.run(["sh", "-c", f'exec "$@" {shut}', "sh", sys.executable, "-m", "onite", *argv],
+                          input=b"true\n", capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, (done.returncode, done.stderr)
+    if argv[0] == "submit" and closed == "stderr":
+        [line] = done.stdout.decode().splitlines()  # what stdout says with stderr open, and nothing more
+        assert line.startswith("spooled 1 job: lines-" if "--lines" in argv else "shut-"), line
+    if argv[0] == "run":
+        assert json.loads((spool / "jobsdone" / "queued@result").read_text())["state"] == "done"
+
+
+def test_a_reader_that_stops_early_is_no_failure_whichever_command_it_reads(spool):
+    """``onite output NAME | head -1`` (typer's own handling of a broken pipe exits 1) exits 0, as
+    ``onite list | head`` does: the reader chose to stop."""
+    assert run_cli(["submit", "big"], stdin=b"seq 1 300000\n").code == 0
+    assert drain(spool).returncode == 0
+    for argv in (["output", "big"], ["list", "--all"], ["log", "-n", "1000"]):
+        proc = subprocess.Popen([sys.executable, "-m", "onite", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {
+                                    "ONITE_SPOOL": str(spool), "PYTHONPATH": str(REPO)})
+        proc.stdout.readline()
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and b"Traceback" not in err, (argv, proc.returncode, err)
+
+
+def test_a_submit_or_find_does_not_load_what_only_a_drain_or_a_listing_needs(spool):
+    """The queue's order (onite.core.queue) and the packing rule (onite.core.admission) are not imported by
+    a submit: each builds dataclasses at import, milliseconds of every submit's start-up. Nor is the
+    spool's skeleton (only a first personal spool needs it). ``find``, which scripts run in loops,
+    loads no more than it reads: not the results' and cancels' modules."""
+    unwanted = ("onite.core.queue", "onite.core.admission", "onite.spool.skeleton", "onite.core.state",
+                "onite.spool.cancels")
+    probe = ("import sys; from onite.__main__ import main; code = main(sys.argv[1:]);"
+             f"print(code, sorted(m for m in sys.modules if m in {unwanted!r}))")
+    env = dict(os.environ, ONITE_SPOOL=str(spool))
+    for argv in (["submit", "s1"], ["submit", "s2", "--mem", "1G", "--cpus", "1"], ["find", "s1"]):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,
+                             check=True).stdout.decode()
+        assert out.splitlines()[-1] == "0 []", (argv, out)

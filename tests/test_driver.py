@@ -4,9 +4,12 @@ import os
 from datetime import datetime, timedelta
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
-from conftest import drain, kill_driver_mid_job, log_lines, result, run_cli, set_config, start_driver, wait_for
+import pytest
+
+from conftest import REPO, drain, kill_driver_mid_job, log_lines, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
 
@@ -195,6 +198,132 @@ def test_an_adopted_job_keeps_its_time_limit(spool, workdir):
     assert rec["state"] == "failed" and rec["reason"] == "timeout"
 
 
+def test_a_time_limit_ends_the_job_while_no_driver_is_alive_and_its_dependent_fails(spool, workdir):
+    """The monitor, not the driver, enforces a job's time limit: with its driver killed, the job is ended at
+    its deadline (TERM, then KILL after kill_grace), recorded as timed out, and filed so by the next driver
+    however long after; the job that waits for it fails. What the job itself wrote is what the test judges."""
+    ledger = workdir / "ledger"
+    set_config(spool, kill_grace="1s")
+    submit("slow", f"echo start >> {ledger}; trap '' TERM; sleep 3; echo end >> {ledger}\n", "--timeout", "1s")
+    submit("next", f"echo next >> {ledger}\n", "--after", "slow")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "slow@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="the monitor to end the job and record it")
+    assert '"event":"stop","why":"timeout"' in record.read_text()
+    assert drain(spool).returncode == 0
+    assert ledger.read_text().split() == ["start"]  # killed before its sleep was over: no "end", no "next"
+    slow, nxt = result(spool, "slow"), result(spool, "next")
+    assert slow["state"] == "failed" and slow["reason"] == "timeout", slow
+    assert nxt["state"] == "failed" and "slow" in nxt["reason"], nxt
+
+
+def test_a_cancelled_job_whose_driver_died_is_filed_cancelled_however_it_exited(spool, workdir):
+    """A driver honours a cancel (the ``stop`` line in the run record, then the monitor ends the job) and
+    dies before it files the run; the job caught TERM and exited 0. The next driver files it as
+    cancelled, from the record, never as done."""
+    gate = workdir / "gate"
+    gate.touch()
+    submit("victim", f"trap 'sleep 1; exit 0' TERM; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "victim@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    from onite.spool.cancels import request_cancel
+    from onite.spool.paths import SpoolDir
+
+    request_cancel(SpoolDir(spool), "victim")
+    wait_for(lambda: '"event":"stop"' in record.read_text(), what="the driver to write the stop line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="the monitor to end the job")
+    assert drain(spool).returncode == 0
+    rec = result(spool, "victim")
+    assert rec["state"] == "cancelled" and rec["exit_code"] == 0, rec
+
+
+def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workdir):
+    """Under a file-size limit (ulimit -f) the failed job's retry, a large file, cannot be written
+    (EFBIG): as on a full disk, the driver keeps the run for the next driver, starts nothing more, says
+    so, and exits 4; the next driver spools the retry, which runs. Nothing was filed failed at attempt 1."""
+    import resource
+
+    ledger = workdir / "ledger"
+    set_config(spool, retry_delay="0.05")
+    # the environment and the text, each below the limit, and the retry, which holds both, above it
+    env = dict(os.environ, ONITE_TEST_BIG="x" * 30_000)
+    body = f"# {'x' * 30_000}\necho run >> {ledger}; [ -e {workdir}/flag ] && exit 0; touch {workdir}/flag; exit 1\n"
+    assert run_cli(["submit", "flaky", "--retries", "1"], stdin=body.encode(), env=env).code == 0
+    submit("after", f"echo after >> {ledger}\n", "-p", "7")
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "onite", "run"], env=env, capture_output=True, timeout=120,
+                          preexec_fn=limited)
+    assert proc.returncode == 4, proc.stderr
+    assert b"cannot record" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+    assert ledger.read_text().split() == ["run"]  # nothing more started
+    assert not (spool / "jobsdone" / "flaky@result").exists()
+    assert drain(spool).returncode == 0
+    assert ledger.read_text().split() == ["run", "run", "after"]
+    res = result(spool, "flaky")
+    assert res["state"] == "done" and res["attempt"] == 2 and len(res["attempts"]) == 2, res
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbled", "zeroed", "deleted"])
+def test_a_damaged_run_record_is_read_as_damage(spool, workdir, damage):
+    """The run record of a running job is damaged while no driver runs (cut in half, garbled, zeroed,
+    deleted): recovery cannot know whether the job ran, so it stops what runs of it, keeps what is
+    left of the record in refused/, and runs the job again saying why (``rerun``), never as a job that
+    had not started (``requeued``)."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    gate.touch()
+    submit("hurt", f"echo run >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "hurt@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    data = record.read_bytes()
+    if damage == "deleted":
+        record.unlink()
+    else:
+        record.write_bytes({"cut": data[: len(data) // 2], "garbled": data.replace(b'"event"', b'"ev\xffnt"'),
+                            "zeroed": bytes(len(data))}[damage])
+    gate.unlink()
+    assert drain(spool).returncode == 0
+    [recovered] = [line for line in log_lines(spool) if " recovered hurt " in line]
+    assert "rerun" in recovered and ("damaged" in recovered or "missing" in recovered), recovered
+    assert result(spool, "hurt")["state"] == "done"
+    assert ledger.read_text().split() == ["run", "run"]
+    kept = list((spool / "refused").glob("hurt@run@*"))
+    assert (kept == []) == (damage == "deleted"), kept
+
+
+def test_a_run_whose_claimed_file_was_deleted_is_filed_as_lost(spool, workdir):
+    """The claimed job file is deleted while no driver runs (an admin's rm): its run record says a run
+    was started; recovery files the job as lost, with a result and a log line, never silently."""
+    gate = workdir / "gate"
+    gate.touch()
+    submit("gone", f"while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "gone@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    (spool / "running" / HOST / "gone").unlink()
+    gate.unlink()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="its monitor to record the end")
+    assert drain(spool).returncode == 0
+    res = result(spool, "gone")
+    assert res["state"] == "failed" and res["reason"].startswith("lost: its claimed job file was deleted"), res
+    assert any(" failed gone " in line and "lost" in line for line in log_lines(spool))
+    assert not record.exists()
+
+
 def test_a_job_whose_machine_died_runs_again_and_says_so(spool, workdir):
     """Nothing recorded how it ended (its monitor died with it): the one case of a rerun, logged."""
     kill_driver_mid_job(spool, workdir, "again", machine_dies=True)
@@ -204,9 +333,10 @@ def test_a_job_whose_machine_died_runs_again_and_says_so(spool, workdir):
     assert result(spool, "again")["state"] == "done"
 
 
-def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(spool, workdir):
-    """A driver killed after starting a job and before writing its run record: the next driver finds
-    the job's processes by ONITE_RUN_ID (even one that left for its own session), not a namesake's."""
+def test_a_job_whose_run_record_was_deleted_is_found_by_its_environment(spool, workdir):
+    """A job's run record is deleted while it runs and no driver is alive: the next driver finds the
+    job's processes by ONITE_RUN_ID (even one that left for its own session), not a namesake's, stops
+    them and runs the job again, saying why."""
     pids, rerun = workdir / "pids", workdir / "rerun"
     submit("victim", f"[ -e {rerun} ] && exit 0; echo $$ >> {pids}; setsid sleep 60 & sleep 60 & wait\n")
     namesake = subprocess.Popen(["sleep", "600"], env=dict(os.environ, ONITE_JOB="victim", ONITE_JOB_SPOOL="/elsewhere",
@@ -217,7 +347,7 @@ def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(sp
         wait_for((spool / "running" / HOST / "victim@run").exists, what="the run record")
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
-        (spool / "running" / HOST / "victim@run").unlink()  # as if killed just before writing it
+        (spool / "running" / HOST / "victim@run").unlink()
         leader = int(pids.read_text())
         wait_for(lambda: len(job_processes(spool, "victim")) == 3, what="the job's two sleeps")
         job_pids = job_processes(spool, "victim")
@@ -232,7 +362,8 @@ def test_a_job_whose_run_record_was_never_written_is_found_by_its_environment(sp
         namesake.kill()
         namesake.wait()
     [recovered] = [line for line in log_lines(spool) if " recovered victim " in line]
-    assert "requeued" in recovered and "3 of its processes, found by ONITE_RUN_ID, were stopped" in recovered
+    assert "rerun" in recovered and "its run record is missing" in recovered, recovered
+    assert "of its processes, found by ONITE_RUN_ID, were stopped" in recovered, recovered
     assert result(spool, "victim")["state"] == "done"
 
 

@@ -167,7 +167,7 @@ def test_a_job_whose_environment_is_larger_than_a_datagram_runs_with_it_whole(sp
 def test_a_monitor_whose_job_is_no_child_of_its_says_its_status_is_unknown():
     """waitid fails with ECHILD (the job was reaped elsewhere): the monitor says the status is not
     known, it does not take that for exit 0."""
-    out = subprocess.run([sys.executable, "-c", "from onite.exec import jobend; print(jobend.wait_for(1))"],
+    out = subprocess.run([sys.executable, "-c", "from onite.exec import jobend; print(jobend.leader_exit(1))"],
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["None"]
 

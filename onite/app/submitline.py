@@ -1,9 +1,8 @@
 """``onite submit`` as typed: the job text on stdin, one job a line (``--lines``), or a command after ``--``.
 
-Both command-line paths (typer's, onite.cli.commands, and the fast one,
-onite.cli.fastcli) end here, so that they spool exactly the same jobs; the
-line that says what was spooled and when it is expected to run
-(``confirmation``) is made here and printed by the command line.
+The command line (onite.cli.jobcmds) ends here; the line that says what
+was spooled and when it is expected to run (``confirmation``) is made here
+and printed by the command line.
 """
 
 from __future__ import annotations

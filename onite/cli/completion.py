@@ -19,6 +19,7 @@ from onite.core.errors import InvalidInput, OniteError
 SHELLS = ("bash", "zsh", "fish")
 PROG = "onite"
 COMPLETE_VAR = "_ONITE_COMPLETE"  # what the scripts set to ask onite for completions
+ACTIONS = ("--show-completion", "--install-completion")  # onite's own options, whose SHELL may be left out
 
 
 class CompletionIOError(OniteError):
@@ -69,9 +70,23 @@ def _spelled() -> str:
     return ", ".join(SHELLS[:-1]) + " and " + SHELLS[-1]
 
 
+def act(option: str, shell: str | None) -> None:
+    """``--show-completion [SHELL]``: print the script; ``--install-completion [SHELL]``: install it.
+
+    Raises:
+        InvalidInput: as choose_shell.
+        CompletionIOError: as install.
+    """
+    chosen = choose_shell(shell, os.environ, action=option)
+    if option == "--show-completion":
+        print(script(chosen))
+    else:
+        print(f"{chosen} completion installed in {install(chosen)}; it works in shells started from now on")
+
+
 def script(shell: str) -> str:
     """The completion script of ``shell`` (one of SHELLS), as ``--show-completion`` prints it."""
-    from typer._completion_shared import get_completion_script
+    from typer.completion import get_completion_script
 
     return get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell)
 
@@ -82,7 +97,7 @@ def install(shell: str) -> Path:
     Raises:
         CompletionIOError: a start-up file or the script could not be written.
     """
-    from typer._completion_shared import install as typer_install
+    from typer.completion import install as typer_install
 
     try:
         _, path = typer_install(shell=shell, prog_name=PROG, complete_var=COMPLETE_VAR)

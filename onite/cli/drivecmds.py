@@ -1,15 +1,12 @@
 """The commands that drain: run (now, or in the background), recover --host, daemon."""
 
-from __future__ import annotations
-
+import os
 import sys
 from typing import Annotated, Optional
 
 import typer
 
-from onite.app import run as run_app
-from onite.cli import shared
-from onite.cli.options import SpoolOpt, app, ask, spool_of
+from onite.cli.options import SpoolOpt, app, ask, console, spool_of
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_SLOTS
 from onite.core.errors import InvalidInput
@@ -29,10 +26,49 @@ def run(
     spool: SpoolOpt = None,
 ) -> None:
     """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
-    # onite.cli.fastcli runs well-formed `onite run`s without typer: a driver of 100,000 jobs is smaller without it
-    code = shared.run_driver(spool_of(spool), detach=detach, slots=slots, until=until, host=host,
-                             verbose=verbose, quiet=quiet, scheduled=scheduled)
+    # on a terminal a live view of the drain; elsewhere (cron, a pipe, systemd) the log lines on stderr;
+    # with --quiet nothing (onite.cli.progress)
+    from onite.app import run as run_app
+
+    target, until_time = run_app.driver_target(spool_of(spool), until, host)
+    if detach:
+        code, text = run_app.detach_driver(target, slots, until, host, scheduled)
+        print(text)
+        raise typer.Exit(code)
+    from onite.cli.progress import LINES, LIVE, DrainView, choose_mode
+
+    mode = choose_mode(quiet=quiet, verbose=verbose, is_terminal=_is_terminal(sys.stderr),
+                       dumb=os.environ.get("TERM", "") in ("dumb", "unknown"))
+    view = DrainView(console(stderr=True)) if mode == LIVE else None
+    _ignore_late_signals()  # the driver's handlers save this and put it back as they let go: no gap
+    try:
+        if view is None:
+            code = run_app.drive(target, until_time, echo=sys.stderr if mode == LINES else None, slots=slots,
+                                 host=host, scheduled=scheduled)
+        else:
+            with view:
+                code = run_app.drive(target, until_time, listener=view.listener, tick=view.tick, slots=slots,
+                                     host=host, scheduled=scheduled)
+    finally:
+        _ignore_late_signals()
     raise typer.Exit(code)
+
+
+def _ignore_late_signals() -> None:
+    """A status or reload request that comes before the driver catches signals, or after it has let
+    go of its lock (its pid was read before), finds a process starting or about to exit, which must
+    not die of it. Set before the drain too: its signal catcher restores what it found, at once."""
+    import signal
+
+    for sig in (signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream is not None and os.isatty(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 @app.command()
@@ -42,6 +78,8 @@ def recover(
     spool: SpoolOpt = None,
 ) -> None:
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
+    from onite.app import run as run_app
+
     target, claims = run_app.host_claims(spool_of(spool), host)
     if not claims:
         print(f"host {host} has no claimed jobs")
@@ -70,6 +108,8 @@ def daemon(
     spool: SpoolOpt = None,
 ) -> None:
     """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
+    from onite.app import run as run_app
+
     if wake:
         print(run_app.wake_daemon(spool_of(spool), host, SYSTEM.now()))
         return

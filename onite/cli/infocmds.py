@@ -1,7 +1,5 @@
 """The commands that show what happened: output, log, cron, status, wait, report."""
 
-from __future__ import annotations
-
 import os
 import sys
 from pathlib import Path
@@ -9,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli import shared
-from onite.cli.options import JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, is_plain, open_spool, spool_of
+from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, is_plain, open_spool, spool_of,
+                               terminal, warn)
 from onite.core.clock import SYSTEM
 
 
@@ -32,16 +30,76 @@ def output(
 
     target = open_spool(spool)
     if follow:
-        raise typer.Exit(shared.follow_output(target, name, stderr=stderr, raw=raw))
+        raise typer.Exit(_follow_output(target, name, stderr=stderr, raw=raw))
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
         owner = os.fstat(handle.fileno()).st_uid
         note = newer_run_note(target, name, owner)
         if note is not None:
             print(f"onite: note: {note}", file=sys.stderr)
-        out = shared.output_sink(owner, raw)
+        out = _output_sink(owner, raw)
         while chunk := handle.read(1 << 16):
             out.write(chunk)
         getattr(out, "finish", out.flush)()
+
+
+def _follow_output(target, name: str, *, stderr: bool, raw: bool) -> int:
+    """``onite output NAME --follow``: copy the job's output to stdout as it grows; once it has
+    finished, say how on stderr; the exit code (``onite wait``'s: 0 done, 5 not)."""
+    from onite.app.follow import follow, job_owner
+    from onite.app.wait import exit_status, job_line
+    from onite.core.safetext import printable
+
+    owner = job_owner(target, name, os.geteuid())
+    sink = _output_sink(owner, raw)
+    try:
+        final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=_announce, owner=owner)
+    finally:
+        getattr(sink, "finish", sink.flush)()
+    print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path
+    return exit_status([final])
+
+
+def _announce(text: str) -> None:
+    """What a command waits for, on stderr: stdout is the outcome (wait) or the job's output, byte for byte."""
+    print(f"onite: {text}…", file=sys.stderr, flush=True)
+
+
+def _output_sink(owner: int | None, raw: bool):
+    """Where ``onite output`` writes the output of a job of ``owner``: stdout's bytes, or SpeltOut on a
+    terminal when the output is not the caller's own (nor its owner known) and ``raw`` was not asked."""
+    out = sys.stdout.buffer
+    if raw or owner == os.geteuid() or not sys.stdout.isatty():
+        return out
+    return SpeltOut(out)
+
+
+class SpeltOut:
+    """Another user's job output on its way to a terminal (root's, reading it): every control character
+    spelt out (onite.core.safetext.printable_output), lines and tabs kept. A job's output is what its
+    owner's programs wrote; as is, it could retitle root's window, write root's clipboard (OSC 52)
+    or hide what follows. ``--raw``, a pipe or a file get the bytes as they are."""
+
+    def __init__(self, out) -> None:
+        import codecs
+
+        self.out = out
+        self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character split between reads
+
+    def write(self, data: bytes) -> int:
+        from onite.core.safetext import printable_output
+
+        self.out.write(printable_output(self.decoder.decode(data)).encode())
+        return len(data)
+
+    def flush(self) -> None:  # a character split between two reads stays in the decoder until its end comes
+        self.out.flush()
+
+    def finish(self) -> None:
+        """The output is over: what is left of a split character is spelt out too."""
+        from onite.core.safetext import printable_output
+
+        self.out.write(printable_output(self.decoder.decode(b"", final=True)).encode())
+        self.out.flush()
 
 
 @app.command()
@@ -87,14 +145,14 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     if info.damaged:
         from onite.spool.results import damaged_note
 
-        shared.warn(damaged_note(info.damaged))
+        warn(damaged_note(info.damaged))
     if as_json:
         print(status_json(info))
         return
     from onite.cli.statusview import render_status
 
-    out = console()
-    render_status(out, info, plain=is_plain(out, plain))
+    out = terminal()
+    render_status(out, info, plain=out is None or is_plain(out, plain))
 
 
 @app.command()
@@ -105,8 +163,20 @@ def wait(
     spool: SpoolOpt = None,
 ) -> None:
     """Block until the named jobs (or the current drains) have finished; exit 0 if all were done, 5 if not."""
-    # onite.cli.fastcli runs well-formed waits without typer: scripts call it in loops
-    raise typer.Exit(shared.wait_command(names or [], timeout, spool_of(spool), as_json=as_json))
+    from onite.app import wait as waiting
+    from onite.core.safetext import printable
+    from onite.core.timeparse import parse_duration
+
+    limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
+    target = open_spool(spool)
+    if names:
+        waited = waiting.wait_jobs(target, names, timeout=limit, announce=_announce)
+    else:
+        waited = waiting.wait_drains(target, timeout=limit, announce=_announce)
+    lines = waited.lines() if names else [waited.summary()]
+    # a reason may quote a path a user chose (its directory): escaped, as list and report do
+    print(waiting.wait_json(target, waited) if as_json else "\n".join(printable(line) for line in lines))
+    raise typer.Exit(waited.exit_code)
 
 
 @app.command()
@@ -127,7 +197,7 @@ def report(
     if data.damaged:
         from onite.spool.results import damaged_note
 
-        shared.warn(damaged_note(data.damaged))
+        warn(damaged_note(data.damaged))
     if html:  # first: a page that cannot be written is an error, with no report printed before it
         from onite.cli.reportpage import write_html
 

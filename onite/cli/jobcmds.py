@@ -1,7 +1,5 @@
 """The commands that spool jobs and change them: init, submit, list, find, uniqname, restart, cancel, hold, release."""
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import Annotated, Optional
@@ -9,9 +7,9 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-from onite.cli import shared
-from onite.cli.options import (CpusOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask, complete_any,
-                               complete_live, console, is_plain, locate_spool, open_spool, spool_of)
+from onite.cli.options import (CpusOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask,
+                               complete_any, complete_live, is_plain, locate_spool, open_spool, say, spool_of, terminal,
+                               warn)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
@@ -76,8 +74,7 @@ def submit(
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
     command line that follows (quoted exactly; stdin is not read). Says on stderr when it is expected to run."""
-    # onite.cli.fastcli runs well-formed submits without typer: keep the two in step (tests/test_fastcli.py)
-    from onite.app.submitline import command_text
+    from onite.app.submitline import command_text, submit_command
     from onite.core.request import SubmitRequest
 
     argv = ctx.meta.get("onite.command")
@@ -85,7 +82,15 @@ def submit(
     request = SubmitRequest.of(name, body, dict(
         priority=priority, urgent=urgent, after=after, at=at, timeout=timeout, retries=retries, host=host, hold=hold,
         unique=unique, stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus))
-    shared.submit(request, spool_of(spool), lines=lines, quiet=quiet)
+    out, said = submit_command(request, spool_of(spool), lines=lines, now=SYSTEM.now(), confirm=not quiet)
+    if said is not None:
+        say(said)
+    if out is not None:
+        try:
+            print(out, flush=True)
+        except OSError as err:  # stdout on a full disk: the job is spooled, and its name must not go with the line
+            err.add_note(out if lines else f"the job is spooled as {out}")
+            raise
 
 
 @app.command("list")
@@ -97,32 +102,38 @@ def list_(
     spool: SpoolOpt = None,
 ) -> None:
     """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
-    from onite.app.listing import list_jobs
+    from onite.app.listing import list_jobs, list_json
 
-    if as_json:  # onite.cli.fastcli does the same without typer
-        shared.list_json(spool_of(spool), include_all=all_)
-        return
     target = open_spool(spool)
     when = SYSTEM.now()
-    damaged: list[str] = []
-    views = list_jobs(target, include_all=all_ or by_host, now=when, damaged=damaged)  # hosts: those of running and finished jobs
+    damaged: list[str] = []  # records that cannot be read: named on stderr, beside the listing
+    if as_json:
+        text = list_json(target, include_all=all_, now=when, damaged=damaged)
+    else:  # hosts: those of running and finished jobs
+        views = list_jobs(target, include_all=all_ or by_host, now=when, damaged=damaged)
     if damaged:
         from onite.spool.results import damaged_note
 
-        shared.warn(damaged_note(damaged))
+        warn(damaged_note(damaged))
+    if as_json:
+        print(text)
+        return
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return
     from onite.cli.render import print_job_list
 
-    out = console()
-    print_job_list(views, when, detailed=all_, by_host=by_host, out=out, plain=is_plain(out, plain))
+    out = terminal()
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=out or sys.stdout,
+                   plain=out is None or is_plain(out, plain))
 
 
 @app.command()
 def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Exit 0 if a job NAME is queued or running, 1 if not."""
-    if not shared.find(name, spool_of(spool)):
+    from onite.app.find import find as find_job
+
+    if not find_job(open_spool(spool), name):
         raise typer.Exit(1)
 
 

@@ -1,23 +1,28 @@
 """``onite recur``: recurring jobs, templates spooled as a job each time their rule fires."""
 
-from __future__ import annotations
-
 import os
+import sys
 from typing import Annotated, Optional
 
 import typer
 
 from onite.cli.options import (CpusOpt, HELP_NAMES, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app,
-                               console, is_plain, open_spool)
+                               is_plain, open_spool, show_help, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_RETRIES
 
 
-recur_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, context_settings=HELP_NAMES,
+recur_app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_NAMES,
                         pretty_exceptions_enable=False,
                         help="Recurring jobs: templates spooled as a job each time their rule fires.")
 app.add_typer(recur_app, name="recur")
+
+
+@recur_app.callback(invoke_without_command=True)  # bare `onite recur`: its help on stdout, exit 0
+def _recur(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        show_help(ctx)
 
 
 @recur_app.command("add")
@@ -74,8 +79,8 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
         return
     from onite.cli.render import print_recur_list
 
-    out = console()
-    print_recur_list(views, when, out=out, plain=is_plain(out, plain))
+    out = terminal()
+    print_recur_list(views, when, out=out or sys.stdout, plain=out is None or is_plain(out, plain))
 
 
 @recur_app.command("remove")

@@ -1,7 +1,7 @@
 """Rich renderables for people (tables, the report's timeline); pure apart from the Console passed in.
 
-Only commands that print for people import this module (rich costs ~60 ms
-to import); ``--json`` output never does.
+rich (~50 ms to import) is imported by the functions that draw with it:
+plain output (a pipe, --plain) and ``--json`` never load it.
 
 A table goes to a terminal as a rich table (long cells fold within their
 column). Anywhere else -- a pipe, a file, cron's mail -- or with ``--plain``
@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from onite.core.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
 from onite.core.jobview import JobView
 from onite.core.safetext import phrase, printable
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 STATE_STYLE = {
     "queued": "cyan",
@@ -51,8 +53,8 @@ def plain_rows(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
-    """Lines straight to a Console's file: rich neither wraps nor styles them."""
-    out.file.write("".join(line + "\n" for line in lines))
+    """Lines straight to a text file, or to a Console's file: rich neither wraps nor styles them."""
+    getattr(out, "file", out).write("".join(line + "\n" for line in lines))
 
 
 # (title, right-justified) of ``onite list``'s columns; DETAIL_COLUMNS follow with --all
@@ -89,6 +91,9 @@ def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting
 
 def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> Table:
     """``onite list`` for a terminal: the rows of ``job_rows``, states in colour."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for title, right in job_columns(detailed, waiting):
         table.add_column(title, justify="right" if right else "left", overflow="fold" if title in FOLDED else "ellipsis")
@@ -104,8 +109,9 @@ def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiti
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
                    plain: bool = False) -> None:
-    """``onite list`` on ``out`` (a rich Console): one table, or one per host with ``by_host``
-    (always detailed). ``plain`` (or more than LARGE_TABLE rows): the same columns as plain text."""
+    """``onite list`` on ``out``: one table, or one per host with ``by_host`` (always detailed);
+    ``plain`` (``out`` a text file or a Console), or more than LARGE_TABLE rows: the same columns as
+    plain text."""
     groups = [(None, views)] if not by_host else \
         [(host, [v for v in views if (v.host or "") == host]) for host in sorted({v.host or "" for v in views})]
     detailed = detailed or by_host
@@ -116,6 +122,8 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
             if plain:
                 write_lines(out, [title])
             else:
+                from rich.text import Text
+
                 out.print(Text(title, style="bold"))
         if plain:
             write_lines(out, plain_rows(job_columns(detailed, waiting),
@@ -129,6 +137,9 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
 
 def report_table(data, rows: Sequence[Sequence[str]]) -> Table:
     """``onite report``'s table: the cells of ``report.rows``, each job's state and reason in its state's colour."""
+    from rich.table import Table
+    from rich.text import Text
+
     from onite.app.reporttext import COLUMNS, state_word
 
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -148,6 +159,8 @@ def print_report(out, data, *, plain: bool) -> None:
     """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last
     lines of output and the command to read them all, what is not finished and why, the table, the
     timeline, the hosts. ``plain``: states in words, every line written as it is (never wrapped)."""
+    from rich.text import Text
+
     from onite.app import report
     from onite.app import reporttext as rep
 
@@ -262,6 +275,8 @@ def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width:
 
 def gantt_text(views: Sequence[JobView], lines: list[str], bars: list[tuple[int, int]]) -> Text:
     """``gantt_lines`` in colour: each bar in its job's state's style, the axis dim."""
+    from rich.text import Text
+
     from onite.app.reporttext import state_word
 
     text = Text(no_wrap=True, overflow="crop")
@@ -289,6 +304,9 @@ def recur_rows(views: Sequence, now: datetime) -> Iterator[list[str]]:
 
 def recur_table(views: Sequence, now: datetime) -> Table:
     """``onite recur list`` for a terminal (what is wrong in red)."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for title, right in RECUR_COLUMNS:
         table.add_column(title, justify="right" if right else "left",

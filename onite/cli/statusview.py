@@ -1,26 +1,37 @@
-"""``onite status`` as text for people: one line each, never wrapped; the running jobs as a table."""
+"""``onite status`` as text for people: one line each, never wrapped; the running jobs as a table.
+
+On a terminal the lines are rich Text (colours, never markup: a name or a
+reason may hold brackets); anywhere else they are plain lines on stdout, and
+rich is not imported.
+"""
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 
 from onite.app.status import StatusInfo
 
 
 def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
-    """The status as lines for people; ``plain``: the running jobs' table one line per job (docs/cli.md)."""
-    from rich.markup import escape as markup_escape
-
-    from onite.core.safetext import printable
-
-    def escape(text: str) -> str:  # text from users and files: no markup, no control characters
-        return markup_escape(printable(text))
+    """The status as lines for people on ``console`` (a rich Console), or on stdout if it is None;
+    ``plain``: the running jobs' table one line per job (docs/cli.md)."""
+    from onite.core.safetext import printable as escape  # text from users and files: no control characters
 
     from onite.core.cells import priority_text
     from onite.cli.render import human_duration, job_columns, job_rows, jobs_table, plain_rows, write_lines
     from onite.core.timeparse import parse_stamp
 
-    def say(line: str) -> None:  # one line each, never wrapped: scripts grep it, terminals fold it
+    def say(*parts: str | tuple[str, str]) -> None:  # each part text, or (text, style)
+        # one line each, never wrapped: scripts grep it, terminals fold it
+        if console is None:
+            sys.stdout.write("".join(part if isinstance(part, str) else part[0] for part in parts) + "\n")
+            return
+        from rich.text import Text
+
+        line = Text()
+        for part in parts:
+            line.append(*((part,) if isinstance(part, str) else part))
         console.print(line, soft_wrap=True)
 
     say(f"spool     {escape(info.location or info.spool)}")
@@ -34,8 +45,8 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
                                            f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)"
                                            if since else "",
                                            f"started by {d['started_by']}" if d.get("started_by") else "") if x) \
-                or escape(d["holder"] or "pid unknown")
-            say(f"driver    [green]running[/] on {escape(d['host'])} ({what}, {escape(detail)})")
+                or d["holder"] or "pid unknown"
+            say("driver    ", ("running", "green"), f" on {escape(d['host'])} ({what}, {escape(detail)})")
     else:
         last = info.last_driver
         ended = ""
@@ -53,20 +64,19 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
     elif drain is not None:
         from onite.drain.nextdrain import no_drain_text
 
-        say(f"next run  [yellow]none: {escape(no_drain_text(drain))}[/]")
+        say("next run  ", (f"none: {escape(no_drain_text(drain))}", "yellow"))
     if info.containment:
         kind = info.containment["kind"]
         colour = "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"
-        say(f"contain   [{colour}]{escape(kind)}[/] (as the last driver on {escape(info.containment['host'])} said)")
+        say("contain   ", (escape(kind), colour), f" (as the last driver on {escape(info.containment['host'])} said)")
         limits = info.containment.get("limits")
         if limits:  # requests pack either way; held by the kernel only where it has the controllers
             colour = "yellow" if limits.startswith("not enforced") else "green"
             capacity = info.containment.get("capacity")
             # the last driver's words, as the contain line's: this command measures nothing of root's cgroups
-            say(f"limits    last drain: [{colour}]{escape(limits)}[/]"
-                + (f"; capacity {escape(capacity)}" if capacity else ""))
+            say("limits    last drain: ", (escape(limits), colour), f"; capacity {escape(capacity)}" if capacity else "")
     for warning in info.warnings:
-        say(f"[red]warning[/]   {escape(warning)}")
+        say(("warning", "red"), f"   {escape(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
     say(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
     label = "waiting  "
@@ -74,7 +84,7 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
         pri = priority_text(row["urgent"], row["priority"])
         reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
         colour = "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"
-        say(f"{label} {escape(row['name'])} ({escape(row['user'])}, {pri}): [{colour}]{escape(reason)}[/]")
+        say(f"{label} {escape(row['name'])} ({escape(row['user'])}, {pri}): ", (escape(reason), colour))
         label = "         "
     if info.not_examined:
         say(f"{label} …and {info.not_examined} more not examined")
@@ -86,12 +96,13 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
             more = day["failed_total"] - len(day["failed"])
             failed = " (" + ", ".join(escape(n) for n in day["failed"]) + (f", … {more} more" if more else "") + ")"
         command = "onite report" if day.get("window") == "drain" else f"onite report --night {day['night']}"
-        say(f"last night [green]{c['done']} done[/], [red]{c['failed']} failed[/]{failed}, "
-            f"{c['cancelled']} cancelled ({command})")
+        say("last night ", (f"{c['done']} done", "green"), ", ", (f"{c['failed']} failed", "red"),
+            f"{failed}, {c['cancelled']} cancelled ({command})")
     if info.running:
         say(f"running   {len(info.running)}")
         if plain:
-            write_lines(console, plain_rows(job_columns(True), job_rows(info.running, info.now, detailed=True)))
+            rows = job_rows(info.running, info.now, detailed=True)
+            write_lines(console or sys.stdout, plain_rows(job_columns(True), rows))
         else:
             console.print(jobs_table(info.running, info.now, detailed=True))
     for rec in info.recurring:
@@ -99,4 +110,4 @@ def render_status(console, info: StatusInfo, *, plain: bool = False) -> None:
         wait = human_duration((when - info.now).total_seconds())
         pri = priority_text(rec.get("urgent"), rec.get("priority"), unknown="?")
         say(f"recurring {escape(rec['name'])} ({escape(rec['user'])}, {pri}, {escape(rec['rule'])}) "
-                      f"next {when:%Y-%m-%d %H:%M} (in {wait})")
+            f"next {when:%Y-%m-%d %H:%M} (in {wait})")

@@ -1,8 +1,9 @@
 """The run record ``running/HOST/NAME@run`` (docs/spool-format.md): its model, pure.
 
 JSON lines, each one O_APPEND write(2): the driver's first line, then the monitor's (``monitor`` before
-the fork, ``job``, ``ended`` or ``failed``) or Slurm's ``submitted``; a partial last line is ignored. The
-monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
+the fork, ``job``, ``ended`` or ``failed``), a ``stop`` line before the end of a run onite stopped (its
+monitor for a time limit, a driver for a cancel or a hard stop), or Slurm's ``submitted``; a partial last
+line is ignored. The monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need
+from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.core.values import is_whole
 
 VERSION = 2
@@ -30,6 +32,9 @@ class RunRecord:
     failed: str | None = None  # why it could not be started
     ended_at: str | None = None  # ISO 8601, when the monitor saw it end
     usage: dict | None = None  # what the job used (peak_mem bytes, cpu seconds, oom), said with ``ended``
+    stop: Stop | None = None  # why it was stopped, if a stop line came before its end
+    stopped_by: str | None = None  # who cancelled it
+    damaged: bool = False  # a whole line of it cannot be read: what it lost cannot be known
 
     @property
     def started_job(self) -> bool:
@@ -42,6 +47,19 @@ class RunRecord:
 
     def get(self, key: str, default=None):
         return self.info.get(key, default)
+
+    def outcome(self, need: Need | None) -> Outcome | None:
+        """How the run ended, as recorded (None: no end is recorded); ``need``: what it asked for (a job
+        the kernel killed for its memory is out of memory)."""
+        if self.status is not None:
+            ended = memory_outcome(outcome_from_status(self.status), self.usage, need)
+        elif self.failed is not None:
+            ended = Outcome(reason=self.failed, never_started=self.job_pid is None)
+        else:
+            return None
+        if self.stop is None or (self.stop == Stop.SHUTDOWN and ended.exit_code is not None):
+            return ended  # not stopped, or it ended on its own before the hard stop's KILL reached it
+        return stopped_outcome(ended, self.stop, self.stopped_by)
 
     @property
     def need(self) -> Need:
@@ -80,7 +98,7 @@ def line(data: dict) -> bytes:
 
 def parse(data: bytes) -> RunRecord | None:
     """The record ``data`` holds; None if its first line is not the driver's. A partial last line (being
-    written) and a damaged line are skipped."""
+    written) is skipped, and a damaged one marks the record ``damaged``."""
     if not data.endswith(b"\n") and b"\n" in data:
         data = data[: data.rindex(b"\n") + 1]
     lines = data.split(b"\n")
@@ -88,8 +106,10 @@ def parse(data: bytes) -> RunRecord | None:
     if first is None or _int(first.get("record")) is None:
         return None
     said: dict = {}
-    for event in map(_object, lines[1:]):
+    for raw in lines[1:]:
+        event = _object(raw)
         if event is None:
+            said["damaged"] = said.get("damaged", False) or bool(raw.strip())
             continue
         kind, at = event.get("event"), event.get("at")
         at = at if isinstance(at, str) else None
@@ -100,10 +120,13 @@ def parse(data: bytes) -> RunRecord | None:
         elif kind == "ended" and _int(event.get("status")) is not None:
             usage = event.get("usage")
             said.update(status=_int(event.get("status")), ended_at=at, usage=usage if isinstance(usage, dict) else None)
+        elif kind == "stop" and not said.keys() & {"stop", "status", "failed"} and event.get("why") in tuple(Stop):
+            by = event.get("by")
+            said.update(stop=Stop(event["why"]), stopped_by=by if isinstance(by, str) else None)
         elif kind == "failed":
             said.update(failed=str(event.get("reason") or "it could not be started"), ended_at=at)
         elif kind == "submitted" and isinstance(event.get("external_id"), str) and not first.get("external_id"):
-            first = {**first, "external_id": event["external_id"], "slurm_job_id": event["external_id"]}
+            first = {**first, "external_id": event["external_id"]}
     return RunRecord(info=first, **said)
 
 

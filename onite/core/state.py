@@ -245,10 +245,13 @@ def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str
                  started: datetime | None = None, run_id: str = "") -> Result:
     """The result record of a job no run of which was seen to end (refused, failed or cancelled before it
     started, or failed by recovery), finished ``now``. ``job``, its job file if it could be read, gives its
-    priority, submit time, attempts, template and stderr; else ``priority`` and ``submitted`` (or ``now``).
+    priority, submit time, the attempts that ran before (a retry stopped while it waited: its first start is the
+    job's), template and stderr; else ``priority`` and ``submitted`` (or ``now``).
     """
     if job is not None:
         priority, submitted = job.priority, job.submitted
+        if started is None and job.tried:
+            started = job.tried[0].started
     return Result(name=name, uid=uid, user=user, priority=priority, urgent=urgent, state=state, reason=reason,
                   exit_code=None, signal=None, host=host, submitted=submitted or now, queued=None, started=started,
                   finished=now, attempt=job.attempt if job else 1, attempts=job.tried if job else (), run_id=run_id,

@@ -111,6 +111,7 @@ class Driver:
         self.cancels = CancelInbox(night, self.finisher)
         self.recovery = Recovery(night, self.finisher, Orphans(night, self.containment, self.limiter,
                                                                   self.make_runner))
+        self.log.on_failure = self.finisher.note_cannot_record  # a night that cannot be logged stops
 
     # ---- settings ------------------------------------------------------------------
 

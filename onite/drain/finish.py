@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from onite.core.clock import ctime_ns_upto
-from onite.core.errors import NotFound, OniteError, Refused
+from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
 from onite.core.queue import retry_delay
@@ -85,7 +85,10 @@ class Finisher:
         night.starts.flush()
         for run, outcome in finished:
             night.running.pop(run.name, None)
-            self._file(run, outcome)
+            try:
+                self._file(run, outcome)
+            except SpoolIOError as err:  # its claim and record stay, for the next driver to file
+                self.note_cannot_record(str(err), run.name)
 
     def _file(self, run: Run, outcome: Outcome) -> None:
         """File a run that ended (or put it back in its queue), its start logged first."""
@@ -159,9 +162,9 @@ class Finisher:
         except Refused:
             night.log.event("retry-skipped", run.name, note="a new job of that name is queued")
             return False
-        except OniteError as err:
-            night.log.event("retry-failed", run.name, error=str(err))
-            return False
+        except OniteError as err:  # the claim and its record stay: the next driver spools the retry
+            self.note_cannot_record(f"spooling the retry: {err}", run.name)
+            return True
         if displaced:
             self.set_aside_displaced(displaced, run.name, run.owner.uid)
         self.clear_namesakes(run.name, run.owner.uid, since_ns=queued_ns(run), settle=True)  # the claim holds the name
@@ -298,6 +301,22 @@ class Finisher:
         night.counts[str(result.state)] += 1
         return True
 
+    def file_lost(self, result: Result) -> bool:
+        """File the result of a job whose claimed file is gone (there is nothing to move); count and log
+        it. False if it could not be written (logged), or would replace another user's kept result."""
+        night = self.night
+        try:
+            if not may_replace_result(night.spool, result.name, result.uid):
+                night.log.event("error", result.name, error="not filed over another user's kept result")
+                return False
+            write_result(night.spool, result)
+        except OniteError as err:
+            night.log.event("error", result.name, error=str(err))
+            return False
+        night.counts[str(result.state)] += 1
+        night.log.event(str(result.state), result.name, user=result.user, reason=result.reason, run=result.run_id or None)
+        return True
+
     def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
                    file_result: bool = True) -> None:
         """Never run it, never delete it: move it to refused/ and say why, in the log and (unless not
@@ -392,8 +411,9 @@ class Finisher:
                              note="no job starts until runs can be recorded; running jobs go on")
             if self.night.log.echo is None:
                 try:
-                    print(f"onite: cannot record a run ({why}) — no job starts until it can; free space and "
-                          f"run onite run again", file=sys.stderr)
+                    print(f"onite: cannot record a run ({why}) — no job starts until it can; free space (or "
+                          f"lift the quota or file-size limit, or mend the disk) and run onite run again",
+                          file=sys.stderr)
                 except (OSError, ValueError):
                     pass
 

@@ -39,7 +39,7 @@ from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIO
 from onite.core.job import Job
 from onite.core.names import is_valid_name
 from onite.core.runrecord import RunRecord, admitted_need
-from onite.core.state import JobState, Outcome, Result, memory_outcome, outcome_from_status, unrun_result
+from onite.core.state import JobState, Result, unrun_result
 from onite.drain.finish import Finisher, queued_ns
 from onite.drain.night import Night
 from onite.drain.orphans import Orphans
@@ -85,8 +85,10 @@ class Recovery:
                             note="left in running/ for the next driver")
         for name in names:
             if name.endswith(RUN_RECORD) and name[: -len(RUN_RECORD)] not in jobs:
-                self._log_if_filed(name[: -len(RUN_RECORD)])
-                remove_file(night.running_dir / name)  # a run record whose job is gone
+                try:
+                    self._unclaimed(name[: -len(RUN_RECORD)])
+                except OniteError as err:
+                    night.log.event("error", name, error=f"recovering it: {err}", note="left for the next driver")
             elif name.startswith(".") and name.endswith(".tmp"):
                 remove_file(night.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
 
@@ -95,21 +97,19 @@ class Recovery:
         path = night.running_dir / name
         record_path = night.spool.run_record_path(night.host, name)
         rec = runrecords.read(record_path)
-        info = rec.info if rec is not None else {}
+        if rec is None or rec.damaged:  # a claim always has a readable record: this is damage
+            self._damaged(name, path, record_path, rec)
+            return
+        info = rec.info
         if info.get("executor") == "slurm":
             self._unmonitored(name, path, info)
             return
         if self._already_filed(name, path, info):
             return
-        if rec is None or not rec.started_job:
+        if not rec.started_job:
             # The monitor records itself before it forks the job, and holds the driver lock until
             # then: a claim whose record has no monitor line was never started.
-            if rec is None:  # its driver died before it wrote the record: what did it start?
-                what = self.orphans.stop_unrecorded(name)
-                rerun = what.startswith("no run record;")
-            else:
-                what, rerun = "it had not started", False
-            self.requeue(name, path, info, what, rerun=rerun)
+            self.requeue(name, path, info, "it had not started", rerun=False)
             return
         if rec.ended:
             if not self.orphans.monitor_alive(rec):  # died after recording the end: its clean-up is ours
@@ -135,6 +135,70 @@ class Recovery:
         what = self.orphans.stop_orphans(rec)
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
+    def _damaged(self, name: str, path: Path, record_path: Path, rec: RunRecord | None) -> None:
+        """A claim whose record is gone, or cannot be read whole: its run may have started, and run,
+        and ended; nothing says. What still runs of it is stopped (its cgroup if the record names one,
+        every process carrying its run id), a damaged record is kept in refused/ for the admin, and
+        the job is run again (or failed, on_interrupt = fail), saying why."""
+        night = self.night
+        what = "its run record is missing"
+        try:
+            st = os.lstat(record_path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            label = f"{name}{RUN_RECORD}"
+            target = night.spool.refused_path(label, night.clock.now())
+            self.finisher.move_aside(record_path, label, st, "a damaged run record", file_result=False)
+            what = f"its run record was damaged (kept in refused/ as {target.name.rsplit('.', 1)[0]}…)"
+        stopped = self.orphans.stop_orphans(rec) if rec is not None else ""
+        found = self.orphans.stop_unrecorded(name)
+        self.requeue(name, path, rec.info if rec is not None else {}, "; ".join(filter(None, (what, stopped, found))),
+                     rerun=True)
+
+    def _unclaimed(self, name: str) -> None:
+        """A run record whose claim is gone. Its driver died as it started the job (the record comes
+        first: the job is still queued), or as it filed the run (a result of this run, or a retry of
+        it, is there): the record goes. Otherwise the claimed job file was deleted while no driver ran:
+        the job is filed as lost, with a result and a log line; a damaged record is set aside."""
+        night = self.night
+        record_path = night.spool.run_record_path(night.host, name)
+        rec = runrecords.read(record_path)
+        uid = rec.get("uid") if rec is not None else None
+        if rec is None or not isinstance(uid, int) or isinstance(uid, bool):
+            try:
+                st = os.lstat(record_path)
+            except FileNotFoundError:
+                return
+            self.finisher.move_aside(record_path, f"{name}{RUN_RECORD}", st, "a damaged run record of a job no longer "
+                                     "claimed", file_result=False)
+            return
+        started = _when(rec.info, "started")
+        if self._log_if_filed(name, rec) or self._superseded(name, uid, started):
+            remove_file(record_path)
+            return
+        reason = "lost: its claimed job file was deleted while no driver ran" + (
+            "; it had started" if rec.started_job else "; it had not started")
+        result = unrun_result(name=name, uid=uid, user=str(rec.get("user") or user_name(uid)), state=JobState.FAILED,
+                              reason=reason, host=night.host, now=night.clock.now(),
+                              priority=rec.get("rank") if isinstance(rec.get("rank"), int) else 0,
+                              started=started if rec.started_job else None, run_id=str(rec.get("run_id") or ""))
+        if self.finisher.file_lost(result):
+            remove_file(record_path)
+            night.log.event("recovered", name, action="filed as lost", why=reason)
+
+    def _superseded(self, name: str, uid: int, started: datetime | None) -> bool:
+        """Is ``uid``'s job ``name`` queued, running on a host, or finished since ``started``: its run
+        of a record without a claim was never claimed, or the job went on to another attempt?"""
+        night = self.night
+        if any(entry.uid == uid for entry in find_queued(night.spool, name) + find_running(night.spool, name)):
+            return True
+        try:
+            previous = read_result(night.spool, name)
+        except OniteError:
+            return False
+        return previous is not None and previous.uid == uid and (started is None or previous.finished >= started)
+
     def _already_filed(self, name: str, path: Path, info: dict) -> bool:
         """The dead driver wrote the result but died before moving the job into jobsdone/: finish that."""
         night = self.night
@@ -155,20 +219,22 @@ class Recovery:
         self._log_result(previous)
         return True
 
-    def _log_if_filed(self, name: str) -> None:
-        """A run record whose job is gone: if the job was filed (its result names this run), its
-        driver died between filing it and logging how it ended, which the log, and the jobs that
-        read their dependency's outcome there (onite.spool.log.Outcomes), must still be told."""
+    def _log_if_filed(self, name: str, rec: RunRecord) -> bool:
+        """Was the run of a record whose claim is gone filed (its result names this run), or is a later
+        attempt of it spooled? If it was filed and its driver died before it logged how it ended, the
+        log, and the jobs that read their dependency's outcome there (onite.spool.log.Outcomes), are
+        told now."""
         night = self.night
-        rec = runrecords.read(night.spool.run_record_path(night.host, name))
-        run_id = rec.info.get("run_id") if rec is not None else None
+        run_id = rec.info.get("run_id")
         try:
             previous = read_result(night.spool, name)
         except OniteError:  # damaged, or unreadable: nothing to tell from it
-            return
-        if previous is not None and run_id and previous.run_id == run_id \
-                and not logged_final(night.spool.log_path, run_id):  # its driver died before it could log it
+            return False
+        if previous is None or not run_id or previous.run_id != run_id:
+            return False
+        if not logged_final(night.spool.log_path, run_id):  # its driver died before it could log it
             self._log_result(previous)
+        return True
 
     def _log_result(self, result: Result) -> None:
         """The line a driver logs as it files a job, for one whose driver died before it could."""
@@ -185,11 +251,7 @@ class Recovery:
         night = self.night
 
         def when(key: str) -> datetime | None:
-            try:
-                value = datetime.fromisoformat(info[key])
-                return value if value.tzinfo else None
-            except (KeyError, TypeError, ValueError):
-                return None
+            return _when(info, key)
 
         try:
             job, st = night.jobs.read(path)
@@ -242,9 +304,7 @@ class Recovery:
             self._drop(name, path, run, queued=retry == "queued")
             return
         run.usage = rec.usage
-        # as a live driver files it (onite.exec.local): a job the kernel killed for its memory is out of memory
-        outcome = (memory_outcome(outcome_from_status(rec.status), rec.usage, run.need) if rec.status is not None
-                   else Outcome(reason=rec.failed or "", never_started=rec.failed is not None and rec.job_pid is None))
+        outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
         ended = None
         if rec.ended_at:
             try:
@@ -347,7 +407,7 @@ class Recovery:
             return
         owner = _owner(path)
         try:
-            if info.get("executor") == "slurm" and not (info.get("external_id") or info.get("slurm_job_id")):
+            if info.get("executor") == "slurm" and not info.get("external_id"):
                 info = self._submitted_as(info, owner)
             if self._take_back(name, path, info):
                 return
@@ -368,7 +428,7 @@ class Recovery:
         if owner is None:
             return info
         job_id = self.orphans.runner_of(info).job_of(info, str(night.spool.root), owner)
-        return {**info, "external_id": job_id, "slurm_job_id": job_id} if job_id else info
+        return {**info, "external_id": job_id} if job_id else info
 
     def _take_back(self, name: str, path: Path, info: dict) -> bool:
         """A Slurm run (see the module's docstring); False if it never reached Slurm.
@@ -430,6 +490,15 @@ def _owner(path: Path) -> int | None:
     try:
         return os.lstat(path).st_uid
     except OSError:
+        return None
+
+
+def _when(info: dict, key: str) -> datetime | None:
+    """The aware time a record's first line gives for ``key``, if it gives one."""
+    try:
+        value = datetime.fromisoformat(info[key])
+        return value if value.tzinfo else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -1,6 +1,6 @@
 """How a job's monitor waits for the job's end and ends what the job left running.
 
-The job's leader is waited for without being reaped (``wait_for``): until it is, its zombie keeps its
+The job's leader is waited for without being reaped (``leader_exit``): until it is, its zombie keeps its
 pid, process group and session, so signals to the group by that number reach only the job's
 processes; it is reaped once what it left is ended (or at once, when nothing was left). Its other
 processes come back to the monitor (a subreaper) as orphans and are reaped as they end.
@@ -29,23 +29,26 @@ def remove_groups(plan: Plan) -> None:
     limits.remove(plan.limit_groups)
 
 
-def wait_for(job: int):
-    """Reap the job's orphans (this monitor is their subreaper) until its leader has exited; the
-    leader's siginfo, the leader left unreaped (None: it is no child of this process any more).
+RUNNING = object()  # ``leader_exit``: the leader has not exited yet
+
+
+def leader_exit(job: int):
+    """Reap the job's orphans (this monitor is their subreaper) that have exited; the leader's siginfo
+    once it has exited, the leader left unreaped; RUNNING until then; None if it is no child of this
+    process any more (its status is lost).
 
     Until it is reaped, the leader is a zombie that keeps its pid, its process group and its
     session: no other process can be given that number, so the clean-up's signals to the group
-    reach only the job's processes. Reaped at once, its pid was free for the next job started
-    (another user's), which the clean-up then killed (found by an audit, 2026-11-24)."""
+    reach only the job's processes."""
     while True:
         try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
         except ChildProcessError:
             return None
         except InterruptedError:
             continue
         if info is None:
-            continue
+            return RUNNING
         if info.si_pid == job:
             return info
         try:
@@ -89,7 +92,7 @@ def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
 
 def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
     """End what the job left running: TERM, then KILL after kill_grace (onite.exec.contain). Its cgroup,
-    its process group (only while ``pinned``: its leader is an unreaped zombie, ``_wait_for``), and (as
+    its process group (only while ``pinned``: its leader is an unreaped zombie, ``leader_exit``), and (as
     a subreaper) every descendant of this monitor are the job's. False if something of it could not
     be ended."""
     def alive() -> bool:

@@ -82,7 +82,7 @@ def start(plan: Plan) -> tuple[int | None, str]:
             pass_fds=(plan.script_fd,), start_new_session=True, umask=plan.umask, restore_signals=True,
             user=plan.uid if switch else None, group=plan.gid if switch else None,
             extra_groups=list(plan.groups) if switch else None)
-        child.returncode = 0  # reaped by _wait_for, never by subprocess (which would poll for it later)
+        child.returncode = 0  # reaped by the monitor (onite.exec.jobend), never by subprocess (which would poll for it later)
         return child.pid, ""
     except OSError as err:
         if stage == "exec" and not err.filename:  # it failed before the exec: dropping to the owner

@@ -160,11 +160,10 @@ def open_outputs(stdout_path: Path, stderr_path: Path | None, identity: Identity
 
 
 def _output_error(message: str, err: OSError) -> SpawnError:
-    """A full disk is no fault of the job's: the driver stops starting jobs (NoRecord) instead
-    of failing one after another."""
-    import errno
-
-    return NoRecord(message) if err.errno in (errno.ENOSPC, errno.EDQUOT) else SpawnError(message)
+    """An output file onite cannot write (a full disk, a quota, a file-size limit, a failing or
+    read-only disk) is no fault of the job's: the driver stops starting jobs (NoRecord) instead of
+    failing one after another."""
+    return NoRecord(message)
 
 
 def occupy_standard_descriptors() -> None:

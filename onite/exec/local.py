@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
@@ -44,9 +43,7 @@ from onite.exec.launch import (SCRIPT, credentials_of, occupy_standard_descripto
                                run_outputs)
 from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
-from onite.core.errors import SpoolIOError
 from onite.spool import runrecords
-from onite.spool.files import remove_file
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
 CLOSE_WAIT = 2.0  # seconds a waiting monitor is given to exit once let go
@@ -57,11 +54,15 @@ class Monitor:
     (None for a monitor adopted from a dead driver, watched by its pidfd)."""
 
     def __init__(self, sock: socket.socket | None, proc: subprocess.Popen | None = None,
-                 pidfd: int | None = None) -> None:
-        self.sock, self.proc, self.pidfd = sock, proc, pidfd
+                 pidfd: int | None = None, pid: int | None = None) -> None:
+        self.sock, self.proc, self.pidfd, self.adopted_pid = sock, proc, pidfd, pid
         self.buffer = b""
         self.idle = False  # said ``idle``: done with its run, waiting for the next
         self.gone = False  # exited (its socket's end closed), or the adopted one's process ended
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else self.adopted_pid
 
     def fileno(self) -> int | None:
         """What the driver waits on: readable when it says something or is gone."""
@@ -136,6 +137,9 @@ class MonitorPool:
             try:
                 monitor.send(mon.sock, plan)
                 break
+            except monitor.Unsent:
+                self.waiting.append(mon)
+                raise
             except OSError:
                 mon.close()  # it died meanwhile: the next one
                 if fresh:
@@ -197,7 +201,6 @@ class LocalRunner(Runner):
     """
 
     executor = "local"
-    writes_record = True
 
     def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
                  containment: contain.Containment | None = None, lock_fd: int | None = None,
@@ -227,41 +230,29 @@ class LocalRunner(Runner):
 
     # ---- starting --------------------------------------------------------------
 
+    def record_info(self, run: Run) -> dict:
+        """The run's cgroups and limits (decided here, made by its monitor) and its time limit's end,
+        for the first line of its record: recovery finds them there."""
+        run.cgroup = self.containment.job_cgroup(run.run_id)
+        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
+        deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
+        return {"boot": self._boot, "cgroup": run.cgroup, "contain": self.containment.kind, "deadline": deadline,
+                "groups": list(run.groups), "kill_grace": self.kill_grace}
+
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
-              record: tuple[str, dict] | None = None) -> None:
+              record_fd: int | None = None) -> None:
         """Start ``run`` under a monitor; returns at once (the monitor reports the start).
 
         Raises:
             SpawnError: its output files cannot be made, or no monitor can be started (the job is
                 recorded as failed).
-            NoRecord: its run record cannot be written: nothing was started.
+            NoRecord: its output or its text cannot be written: nothing was started.
         """
-        ident = self._identity(run)
-        if run.job.timeout is not None:
-            run.timeout_at = run.started_mono + run.job.timeout.total_seconds()
-        run.cgroup = self.containment.job_cgroup(run.run_id)  # made by its monitor, as are its limits
-        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
-        record_fd = None
-        if record is not None:  # first: where nothing can be recorded, nothing may start
-            path, info = record
-            deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
-            try:
-                record_fd = runrecords.create(path, {**info, "boot": self._boot, "cgroup": run.cgroup,
-                                                     "contain": self.containment.kind, "deadline": deadline,
-                                                     "groups": list(run.groups),
-                                                     "kill_grace": self.kill_grace})
-            except runrecords.RecordError as error:
-                self._undo(run)
-                raise NoRecord(str(error)) from None
-            run.record_path = path
         try:
-            self._hand_to_monitor(run, ident, record_fd, output_path, stderr_path, append)
+            self._hand_to_monitor(run, self._identity(run), record_fd, output_path, stderr_path, append)
         except BaseException:
             self._undo(run)
             raise
-        finally:
-            if record_fd is not None:
-                os.close(record_fd)
         self.runs.append(run)
 
     def _identity(self, run: Run) -> Identity | None:
@@ -285,7 +276,10 @@ class LocalRunner(Runner):
             script_fd = os.memfd_create(job_label(run.name), 0)
             null = None
             try:
-                runrecords.write_all(script_fd, run.job.body)
+                try:
+                    runrecords.write_all(script_fd, run.job.body)
+                except OSError as error:  # a file-size limit, no memory: the driver's, not the job's
+                    raise NoRecord(f"cannot hand its text to its monitor: {error.strerror}") from None
                 os.lseek(script_fd, 0, os.SEEK_SET)
                 if record_fd is None:
                     null = record_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
@@ -297,10 +291,13 @@ class LocalRunner(Runner):
                     script_fd=script_fd, stdout_fd=out, stderr_fd=err, record_fd=record_fd,
                     record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=run.cgroup,
                     contain=self.containment.kind, kill_grace=self.kill_grace, limit_groups=run.groups,
+                    deadline=(run.started + run.job.timeout).timestamp() if run.job.timeout is not None else None,
                     limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.cpus),
                     memory_steps=self.limiter.memory_steps(run.run_id, run.cgroup, run.mem),
                     usage_reads=self.limiter.reads(run.run_id, run.cgroup))
                 run.monitor = self._pool.send(spec)
+            except monitor.Unsent as error:  # the plan could not be written: as a record that cannot be
+                raise NoRecord(f"cannot hand the run to its monitor: {error}") from None
             except OSError as error:
                 raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
             finally:
@@ -310,56 +307,32 @@ class LocalRunner(Runner):
 
     @staticmethod
     def _undo(run: Run) -> None:
-        """Nothing was started: its cgroup and record go (the claim is the driver's to put back)."""
+        """Nothing was started: its cgroups go (its claim and record are the driver's)."""
         if run.cgroup:
             contain.remove_cgroup(run.cgroup, wait=0)
         limits.remove(run.groups)
-        if run.record_path:
-            try:
-                remove_file(run.record_path)
-            except SpoolIOError:
-                pass
-            run.record_path = None
 
     # ---- stopping --------------------------------------------------------------
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """Begin stopping ``run``: SIGTERM to its processes now, SIGKILL after the grace period."""
-        if run.stopping is None:
-            run.stopping = why
-            run.cancelled_by = by
-        if run.kill_at is None:
-            run.kill_at = self.clock.monotonic() + self.kill_grace
-            self._signal(run, signal.SIGTERM)
+        """Ask ``run``'s monitor to stop its job (TERM, then KILL after the grace period; KILL at once
+        for a hard stop): the reason goes into the run record first, so that whoever files the run
+        files it as stopped, then the monitor is told (SIGUSR2)."""
+        if run.stopping is not None and not (why == Stop.SHUTDOWN and run.stopping != Stop.SHUTDOWN):
+            return
+        run.stopping, run.cancelled_by = why, by if why == Stop.CANCEL else run.cancelled_by
+        if run.record_path:
+            try:
+                runrecords.add_event(run.record_path, {"event": "stop", "why": str(why), "by": by})
+            except runrecords.RecordError:
+                pass  # the monitor then stops the job for no reason it can read: the driver still knows
+        pid = run.monitor.pid if run.monitor is not None else None
+        if pid is not None and not run.monitor.gone:
+            contain.signal_pid(pid, signal.SIGUSR2)
 
     def kill(self, run: Run, why: Stop) -> None:
-        """Kill ``run``'s processes at once (a hard stop)."""
-        if run.stopping is None:
-            run.stopping = why
-        self._signal(run, signal.SIGKILL)
-
-    @staticmethod
-    def _signal(run: Run, sig: int) -> None:
-        """Signal every process of the job: its group, and its cgroup if it has one. Before its
-        monitor said it started there is no process yet: the stop is applied when it does."""
-        if run.pgid is not None:
-            contain.signal_group(run.pgid, sig)
-        # before the job started its cgroup may hold its monitor (onite.exec.jobstart), which is not
-        # the job's to stop; an adopted run's record may not say when its job started
-        if run.cgroup and (run.pgid is not None or run.adopted):
-            if sig == signal.SIGKILL:
-                contain.kill_cgroup(run.cgroup)
-            else:
-                contain.signal_cgroup(run.cgroup, sig)
-
-    def tick(self, now_mono: float) -> None:
-        """Enforce time limits and kill deadlines."""
-        for run in self.runs:
-            if run.stopping is None and run.timeout_at is not None and now_mono >= run.timeout_at:
-                self.stop(run, Stop.TIMEOUT)
-            elif run.kill_at is not None and now_mono >= run.kill_at:
-                self._signal(run, signal.SIGKILL)
-                run.kill_at = None
+        """The hard stop: the monitor kills ``run``'s job at once."""
+        self.stop(run, why)
 
     # ---- hearing from monitors -------------------------------------------------
 
@@ -417,6 +390,8 @@ class LocalRunner(Runner):
             word, _, rest = message.partition(" ")
             if word == "started" and rest.isdigit():
                 self._note_start(run, int(rest))
+            elif word == "stop" and rest in set(Stop):
+                run.stopping = run.stopping or Stop(rest)
             elif word == "usage":
                 run.usage = parse_usage(rest)
             elif word == "unenforced":
@@ -437,24 +412,14 @@ class LocalRunner(Runner):
             if not run.announced:
                 run.announced = True
                 self._started.append(run)
-            if run.stopping is not None:  # a stop asked for before the job existed
-                self._signal(run, signal.SIGKILL if run.kill_at is None else signal.SIGTERM)
 
     def busy(self) -> bool:
         """Runs, or monitors still ending what their job left behind."""
         return bool(self.runs or self._lingering)
 
-    def next_deadline(self) -> float | None:
-        deadlines = [t for run in self.runs for t in (run.timeout_at if run.stopping is None else None, run.kill_at)
-                     if t is not None]
-        return min(deadlines) if deadlines else None
-
     def wait_fds(self) -> list[int]:
         mons = [run.monitor for run in self.runs if run.monitor is not None] + self._lingering
         return [fd for fd in (mon.fileno() for mon in mons) if fd is not None]
-
-    def runinfo(self, run: Run) -> dict:
-        return {}
 
     # ---- a dead driver's runs --------------------------------------------------
 
@@ -463,24 +428,24 @@ class LocalRunner(Runner):
         rec = runrecords.read(run.record_path) if run.record_path else None
         if rec is not None and rec.job_pid is not None:
             self._note_start(run, rec.job_pid)
-        if rec is not None and rec.status is not None:
+        if rec is not None and rec.ended:
             run.usage = rec.usage
-            return memory_outcome(outcome_from_status(rec.status), run.usage, run.need)
-        if rec is not None and rec.failed is not None:
-            return Outcome(reason=rec.failed, never_started=rec.job_pid is None)
+            run.stopping = None  # the record says whether it was stopped
+            return rec.outcome(run.need)
         # onite's machinery failed, not the job: a retry it has left is spooled (retryable), as for a
         # Slurm node that died; a dead driver's recovery reruns such a claim (onite.drain.recovery)
         if rec is not None and not rec.started_job:
             return Outcome(reason="its monitor was killed before it started the job: the job did not run",
                            retryable=True, never_started=True)
         # nobody watches what may still run of it, and a retry may follow at once: it is killed
-        self._signal(run, signal.SIGKILL)
+        if run.pgid is not None:
+            contain.signal_group(run.pgid, signal.SIGKILL)
         kill_leftovers(run.cgroup, run.groups, run.spool, run.name, run.run_id, known_pid=run.pgid is not None)
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:
-        """Take over a run whose monitor outlived its driver: watch the monitor, enforce the time
-        limit, honour cancels. False if the monitor is not that process any more."""
+        """Take over a run whose monitor outlived its driver (it still enforces the time limit): watch
+        it, and honour cancels through it. False if the monitor is not that process any more."""
         pid, ticks = rec.monitor_pid, rec.monitor_ticks
         if pid is None:
             return False
@@ -491,17 +456,12 @@ class LocalRunner(Runner):
         if ticks is not None and contain.process_start_ticks(pid) != ticks or select.select([pidfd], [], [], 0)[0]:
             os.close(pidfd)
             return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
-        run.monitor = Monitor(None, pidfd=pidfd)
+        run.monitor = Monitor(None, pidfd=pidfd, pid=pid)
         run.pgid = rec.job_pid
         run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
         run.adopted = run.announced = True
-        deadline = rec.get("deadline")
-        if isinstance(deadline, str):
-            try:
-                left = (datetime.fromisoformat(deadline) - self.clock.now()).total_seconds()
-                run.timeout_at = self.clock.monotonic() + left
-            except (ValueError, TypeError):
-                pass
+        if rec.stop is not None:
+            run.stopping, run.cancelled_by = rec.stop, rec.stopped_by
         self.runs.append(run)
         return True
 

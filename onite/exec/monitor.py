@@ -1,8 +1,59 @@
+"""A job's monitor: the process that starts a job, waits for it and records how it ended.
+
+A monitor is a fresh interpreter (``python -E -S``) that the local executor
+starts and keeps (onite.exec.local); it imports only this module and the
+exec modules it runs, and serves one run after another, each sent by the
+driver on the monitor's socket: a Plan, with the descriptors it names. As
+Slurm's slurmstepd and podman's conmon stand between their daemon and the
+job, the monitor, not the driver, is the job's parent, so the job's exit
+status outlives the driver. It never executes anything itself; for each
+run, in order, it
+
+1. closes every descriptor it does not need (``prepare``, once: it has left
+   the driver's session and drops the signals meant for the driver);
+2. appends its ``monitor`` line (pid and start time) to the run record
+   (onite.core.runrecord), then closes the driver lock that came with the
+   Plan: until that line exists no other driver can take the lock, so a
+   claim without it was never started (if the line cannot be written, it
+   starts nothing and tells the driver: ``unrecorded``); then makes the
+   job's cgroups and sets its limits (onite.exec.contain, onite.exec.limits:
+   the record names them already);
+3. starts the job's process (onite.exec.jobstart): born in the job's
+   cgroups, in a new session, with its output files as stdout and stderr,
+   it drops to the job's owner (supplementary groups, gid, uid: real,
+   effective and saved) and executes its interpreter in the job's
+   directory, which the monitor entered with the owner's rights: nothing is
+   opened, entered or looked up as root on the owner's behalf
+   (docs/security.md);
+4. records ``job`` once the interpreter runs (or ``failed`` with the
+   reason the owner would have got), and tells the driver;
+5. waits for the job's leader, ending the job when its time limit passes or
+   a driver asks (a ``stop`` line in the run record, then TERM,
+   ``kill_grace``, KILL: the monitor, not the driver, enforces the limit, so
+   a driver's death changes nothing); appends ``ended`` with its wait status
+   and what it used, tells the driver, then ends whatever the job left
+   behind (onite.exec.contain): TERM, ``kill_grace``, KILL;
+6. is done with the run once its ``ended`` line is on disk (on a full disk
+   it retries until it is, or until the driver has filed the job and removed
+   the record): it closes the run's descriptors and tells the driver
+   ``idle``. A monitor whose job left something it could not end exits
+   instead, and so does one whose driver is gone (its socket's end closed):
+   after a driver's death a monitor lives until its run is over.
+
+Every message to the driver is one datagram on the monitor's socket, one
+line per fact: ``started PID``, ``unenforced LIMITS``, ``stop WHY``, ``usage
+JSON``, ``ended STATUS``, ``failed REASON``, ``unrecorded REASON``, ``idle``.
+A driver asks the monitor to stop its job by writing a ``stop`` line into
+the run record and sending it SIGUSR2 (a driver that adopted the run after
+its driver died has no socket to it).
+"""
+
 from __future__ import annotations
 
 import json
 import marshal
 import os
+import select
 import signal
 import socket
 import time
@@ -36,6 +87,7 @@ class Plan:
     cgroup: str | None
     contain: str  # onite.exec.contain kind
     kill_grace: float
+    deadline: float | None = None  # when (time.time()) its time limit ends it: this monitor enforces it
     limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too (onite.exec.limits)
     limit_steps: tuple = ()  # its groups and CPU limit, before the fork (onite.exec.limits.Limiter.steps)
     memory_steps: tuple = ()  # its memory limit, after it (onite.exec.limits.Limiter.memory_steps)
@@ -51,6 +103,7 @@ def send(sock: socket.socket, plan: Plan) -> None:
     at all.
 
     Raises:
+        Unsent: it could not be written.
         OSError: it could not be sent (the monitor is gone).
     """
     fds = [getattr(plan, name) for name in FD_FIELDS if getattr(plan, name) is not None]
@@ -58,10 +111,17 @@ def send(sock: socket.socket, plan: Plan) -> None:
                    else getattr(plan, f.name) for f in fields(plan))
     data = os.memfd_create("onite-plan", os.MFD_CLOEXEC)
     try:
-        _write_all(data, marshal.dumps((values, plan.script_fd)))
+        try:
+            _write_all(data, marshal.dumps((values, plan.script_fd)))
+        except OSError as err:
+            raise Unsent(err.strerror or str(err)) from None
         socket.send_fds(sock, [b"run"], [data, *fds])
     finally:
         os.close(data)
+
+
+class Unsent(Exception):
+    """The Plan could not be written for its monitor (a file-size limit, no memory): nothing was sent."""
 
 
 def receive(sock: socket.socket) -> Plan | None:
@@ -128,14 +188,17 @@ def prepare(contained: bool) -> None:
         pass  # started as a session leader already
     # the driver's signals are caught and dropped, not ignored: a job's process inherits an ignored
     # signal across its exec, a caught one comes back to its default there (onite.exec.jobstart)
-    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}:
+    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGUSR2}:
         try:
-            if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-                       signal.SIGPIPE) or signal.getsignal(sig) is signal.SIG_IGN:
+            if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGPIPE) \
+                    or signal.getsignal(sig) is signal.SIG_IGN:
                 signal.signal(sig, _dropped)
         except (OSError, ValueError):
             pass
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _WAKE.extend(os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
+    signal.set_wakeup_fd(_WAKE[1], warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, _child)
+    signal.signal(signal.SIGUSR2, _asked)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())  # and a job inherits the monitor's (empty) mask
     if contained:
         contain.preload()
@@ -153,7 +216,7 @@ def run(plan: Plan, sock: socket.socket) -> int:
     held = {fd for fd in (plan.record_fd, plan.script_fd, plan.stdout_fd, plan.stderr_fd, plan.lock_fd)
             if fd is not None}
     try:
-        _close_all_but(held | {sock.fileno()})
+        _close_all_but(held | {sock.fileno(), *_WAKE})
         return _monitor(plan, sock, held)
     finally:
         for fd in held:
@@ -187,7 +250,7 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         jobend.signal_all(plan, job, signal.SIGKILL)
     _tell(sock, *(["unenforced " + ",".join(missed_memory + missed)] if missed or missed_memory else []),
           f"started {job}")
-    info = jobend.wait_for(job)
+    info = _watch(plan, sock, job)
     if info is None:
         _record_end(plan, sock, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
         return 0 if jobend.clean_up(plan, job, pinned=False) else 1
@@ -210,6 +273,78 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     finally:
         if not reaped:
             jobend.reap_leader(job)  # only now: its pid, group and session were the job's until here
+
+
+def _watch(plan: Plan, sock: socket.socket, job: int):
+    """Wait for the job's leader to exit (its siginfo; None if its status is lost), ending the job
+    when its time limit passes or a driver asks: the reason goes into the run record first (a
+    ``stop`` line: a driver writes its own before it sends SIGUSR2), then TERM to every process of
+    the job, then KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
+    deadline = None if plan.deadline is None else time.monotonic() + plan.deadline - time.time()
+    stopping, kill_at = None, None
+    while True:
+        info = jobend.leader_exit(job)
+        if info is not jobend.RUNNING:
+            return info
+        now = time.monotonic()
+        if stopping is None and _ASKED:
+            _ASKED.clear()
+            stopping = _asked_stop(plan)
+            if stopping is not None:
+                _tell(sock, f"stop {stopping}")
+                jobend.signal_all(plan, job, signal.SIGKILL if stopping == "shutdown" else signal.SIGTERM)
+                kill_at = now if stopping == "shutdown" else now + plan.kill_grace
+        if stopping is None and deadline is not None and now >= deadline:
+            stopping, kill_at = "timeout", now + plan.kill_grace
+            _record(plan, {"event": "stop", "why": stopping, "by": None})
+            _tell(sock, "stop timeout")
+            jobend.signal_all(plan, job, signal.SIGTERM)
+        if kill_at is not None and now >= kill_at:
+            jobend.signal_all(plan, job, signal.SIGKILL)
+            kill_at = now + KILL_AGAIN  # a fork bomb is caught on a later round
+        waits = [t - now for t in (deadline if stopping is None else None, kill_at) if t is not None]
+        try:
+            select.select([_WAKE[0]], [], [], max(min(waits), 0.0) if waits else None)
+            os.read(_WAKE[0], 512)
+        except (BlockingIOError, InterruptedError):
+            pass
+
+
+KILL_AGAIN = 0.05  # seconds between KILLs of a job that lingers after the first
+
+
+def _asked_stop(plan: Plan) -> str | None:
+    """The reason of the ``stop`` line a driver wrote into the run record before it sent SIGUSR2."""
+    try:
+        fd = os.open(plan.record_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 1 << 20)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    for raw in data.split(b"\n"):
+        if b'"stop"' in raw:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "stop" and event.get("why") in STOPS:
+                return event["why"]
+    return None
+
+
+STOPS = ("timeout", "cancel", "shutdown")  # onite.core.state.Stop, which this process does not import
+_ASKED: list[int] = []  # SIGUSR2 came: a driver asks this monitor to stop its job (the run record says why)
+_WAKE: list[int] = []  # the pipe SIGCHLD and SIGUSR2 write to, so that ``_watch`` wakes for them
+
+
+def _asked(signum, frame) -> None:
+    _ASKED.append(signum)
+
+
+def _child(signum, frame) -> None:
+    """A child exited: ``_watch`` wakes (through the wakeup pipe) and looks."""
 
 
 _TICKS: dict[int, int | None] = {}  # this monitor's start time: read once, however many runs it serves

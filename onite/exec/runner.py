@@ -62,8 +62,8 @@ class Run:
     cgroup: str | None = None  # local: the job's cgroup, if jobs get one (onite.exec.contain)
     record_path: str | None = None  # running/HOST/NAME@run
     external_id: str | None = None  # e.g. a Slurm job id
-    timeout_at: float | None = None  # on the driver's monotonic clock
-    kill_at: float | None = None  # likewise: SIGKILL if still alive then
+    timeout_at: float | None = None  # slurm: when to cancel it, on the driver's monotonic clock
+    kill_at: float | None = None  # slurm: when to cancel it again if it is still there
     stopping: Stop | None = None  # why onite is stopping it
     cancelled_by: str | None = None
     queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
@@ -97,14 +97,17 @@ class Runner(Protocol):
     """What the driver needs from an executor. Subclasses inherit the defaults below."""
 
     executor: ClassVar[str]  # "local" or "slurm", recorded in results and run records
-    # True if ``start`` writes the run record itself, before the job can run; else the driver writes
-    # it once ``start`` returned, with what ``runinfo`` adds (the Slurm job id)
-    writes_record: ClassVar[bool] = False
     runs: list[Run]  # the runs it is responsible for now
 
+    def record_info(self, run: Run) -> dict:
+        """What this executor adds to the first line of ``run``'s record (written before the claim), for
+        recovery after a driver's death: a local run's cgroups and limits, a Slurm job's name."""
+        return {}
+
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
-              record: tuple[str, dict] | None = None) -> None:
-        """Start ``run`` (``record``: the run record's path and first line, for a runner that writes it).
+              record_fd: int | None = None) -> None:
+        """Start ``run``; ``record_fd``: an O_APPEND descriptor of its record (``run.record_path``), which
+        the caller closes (a runner that keeps it dups it).
 
         Raises:
             SpawnError: it could not start (the reason is recorded); NoRecord: nothing could be
@@ -128,10 +131,6 @@ class Runner(Protocol):
 
     def wait_fds(self) -> list[int]:
         """Descriptors that become readable when a run may have changed."""
-
-    def runinfo(self, run: Run) -> dict:
-        """JSON-able facts recovery needs after a driver crash (added to the run record)."""
-        return {}
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
         """Make sure a dead driver's run with no monitor of onite's (a Slurm job) is gone (``owner``: the

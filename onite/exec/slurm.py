@@ -37,7 +37,7 @@ from onite.core.clock import SYSTEM, Clock
 from onite.core.config import Config
 from onite.core.errors import ConfigError
 from onite.exec.launch import job_environment, run_outputs
-from onite.exec.runner import NoRecord, Run, Runner, SpawnError, Unavailable
+from onite.exec.runner import Run, Runner, SpawnError, Unavailable
 from onite.spool import runrecords
 from onite.core.names import job_label
 from onite.core.state import Outcome, Stop, stopped_outcome
@@ -68,7 +68,6 @@ class SlurmRunner(Runner):
     """Runs each job as a Slurm batch job of its owner and reports how it ended."""
 
     executor = "slurm"
-    writes_record = True  # once sbatch has said the job's id (_submitted)
 
     def __init__(self, spool, config: Config, *, switch_user: bool, log=None, clock: Clock = SYSTEM) -> None:
         self.spool = spool
@@ -101,10 +100,11 @@ class SlurmRunner(Runner):
     # ---- starting --------------------------------------------------------------
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
-              record: tuple[str, dict] | None = None) -> None:
+              record_fd: int | None = None) -> None:
         """Submit ``run`` to Slurm as its owner; returns once sbatch runs (onite.exec.submission): the run
-        is announced (``started``), its record written (``record``), once sbatch has said its job id;
-        ``reap`` tells a submission that failed.
+        is announced (``started``), and its job id added to its record (``record_fd``, dup'ed: its run's
+        id is there already, to find the job by if the driver dies as sbatch runs), once sbatch has
+        said it; ``reap`` tells a submission that failed.
 
         Raises:
             SpawnError: with the reason.
@@ -126,13 +126,7 @@ class SlurmRunner(Runner):
         with run_outputs(run, output, stderr_file, identity, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         error = stderr_file if job.stderr_separate else None
-        record_fd = None
-        if record is not None:  # before sbatch: a driver that dies as it runs leaves the run's id to find its job by
-            try:
-                record_fd = runrecords.create(record[0], {**record[1], **self.runinfo(run)})
-            except runrecords.RecordError as err:
-                raise NoRecord(str(err)) from None
-            run.record_path = record[0]
+        record_fd = os.dup(record_fd) if record_fd is not None else None
         try:
             sub = self._launch(run, script, env, output, error)
         except BaseException:
@@ -380,9 +374,10 @@ class SlurmRunner(Runner):
 
     # ---- a dead driver's jobs in Slurm: taken back, or made sure none is left -------------------
 
-    def runinfo(self, run: Run) -> dict:
-        """What recovery needs: the Slurm job id (the driver also stores it as external_id)."""
-        return {"slurm_job_id": run.external_id, "slurm_name": job_label(run.name)}
+    def record_info(self, run: Run) -> dict:
+        """What recovery needs of a run whose driver died as sbatch ran: its Slurm job's name (its id
+        follows in a ``submitted`` line once sbatch says it)."""
+        return {"slurm_name": job_label(run.name)}
 
     def reattach(self, run: Run) -> bool:
         """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
@@ -426,7 +421,7 @@ class SlurmRunner(Runner):
         Raises:
             Unavailable: Slurm cannot be asked, or the job is still in flight after its cancel.
         """
-        job_id = info.get("external_id") or info.get("slurm_job_id")
+        job_id = info.get("external_id")
         if not job_id:
             return "it had not reached Slurm"
         answer = self._query([job_id])

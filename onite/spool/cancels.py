@@ -140,7 +140,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         move_file(staged, spool.refused_path(name, now), "setting aside a cancelled job")
         return Filed(None, job, f"not filed over the kept result of another user's {name} (kept in refused/)")
     result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED,
-                          reason=f"cancelled by {by}", host="", now=now, priority=priority, urgent=urgent,
+                          reason=f"cancelled by {by}", host="", now=now, job=job, priority=priority, urgent=urgent,
                           submitted=submitted)
     try:
         write_result(spool, result)

@@ -71,6 +71,9 @@ class ActivityLog:
 
     def __init__(self, path: Path, host: str, *, echo: TextIO | None = None, clock: Clock = SYSTEM,
                  listener=None) -> None:
+        """``on_failure(why)``, if set later, is told each time a line cannot be written (a driver
+        starts nothing more then)."""
+        self.on_failure = None
         self.path = path
         self.host = host
         self.echo = echo
@@ -90,8 +93,10 @@ class ActivityLog:
         return self._fd
 
     def _cannot_write(self, err: OSError) -> None:
-        """Say on stderr, once for each reason, that the log cannot be written: never a reason to stop
+        """Tell ``on_failure``, and say on stderr once for each reason, that the log cannot be written
         (stderr may be on the same full disk, or under the same file-size limit)."""
+        if self.on_failure is not None:
+            self.on_failure(f"cannot write the log {self.path}: {err.strerror}")
         if err.errno in self._said:
             return
         self._said.add(err.errno)

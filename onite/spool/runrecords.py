@@ -64,6 +64,24 @@ def append(fd: int, event: dict) -> None:
     write_all(fd, line(event))
 
 
+def add_event(path: str, event: dict) -> None:
+    """Append ``event`` to the record at ``path`` (a driver's ``stop`` line).
+
+    Raises:
+        RecordError: it cannot be opened or written.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise RecordError(f"cannot open {path}: {err.strerror}") from None
+    try:
+        write_all(fd, line(event))
+    except OSError as err:
+        raise RecordError(f"cannot write {path}: {err.strerror}") from None
+    finally:
+        os.close(fd)
+
+
 def write_all(fd: int, data: bytes) -> None:
     # one write: O_APPEND makes it atomic against other appends; a short write of a few
     # hundred bytes does not happen on a local file system, but is finished if it does
