@@ -182,14 +182,6 @@ NAMES_THAT_ARE_NO_SPOOL_PATH = {
     ("onite/spool/results.py", "damaged_note"): "a warning that names the damaged records, relative to the spool",
 }
 
-# Spool paths built in modules the command line's rewrite (onite/cli/) and the tests' branch
-# (onite/app/run.py) change; each entry leaves with it.
-PENDING_ON_COMMAND_LINE_REWRITE = {
-    ("onite/app/run.py", "wake_daemon"): "target.root / 'locks' in a message: target.locks_dir",
-    ("onite/cli/jobcmds.py", "init"): "report.root / 'onite.toml': SpoolDir(report.root).config_path",
-}
-
-
 def modules(*, outside: str) -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if not p.is_relative_to(PACKAGE / outside))
 
@@ -212,19 +204,11 @@ def test_only_the_spool_package_writes_files():
 def test_only_spooldir_builds_spool_paths():
     """Outside onite/spool/paths.py nothing joins the spool's folder or file names into a path: every
     spool path comes from SpoolDir."""
-    allowed = NAMES_THAT_ARE_NO_SPOOL_PATH.keys() | PENDING_ON_COMMAND_LINE_REWRITE.keys()
+    allowed = NAMES_THAT_ARE_NO_SPOOL_PATH.keys()
     found = {(rel(path), scope): f"line {line}: {text}" for path in modules(outside="spool/paths.py")
              for line, scope, text in spool_paths(path.read_text())}
     assert {key: text for key, text in found.items() if key not in allowed} == {}
     assert NAMES_THAT_ARE_NO_SPOOL_PATH.keys() <= found.keys(), "an entry that is no longer needed"
-
-
-def test_what_waits_for_a_rewrite_is_still_there():
-    """An entry of PENDING_ON_COMMAND_LINE_REWRITE whose place no longer builds what it says goes from
-    the list."""
-    found = {(rel(path), scope) for path in modules(outside="spool/paths.py")
-             for _, scope, _ in [*file_writes(path.read_text()), *spool_paths(path.read_text())]}
-    assert PENDING_ON_COMMAND_LINE_REWRITE.keys() - found == set()
 
 
 # ---- each checker finds what it is there to find ----------------------------------------------

@@ -440,3 +440,32 @@ def test_a_driver_started_by_hand_says_what_it_waits_for(spool, cli):
     [line] = [line for line in log_lines(spool) if " waiting " in line]
     assert "nothing can start now: a queued job waits for a later --at time" in line, line
     assert "until=" not in line and f"{datetime.now() + timedelta(hours=2):%H:%M}" not in line  # the job's own
+
+
+def test_a_driver_that_has_logged_its_exit_ignores_int_and_term(spool):
+    """``onite run`` is leaving once its exit is logged: an INT or a TERM that comes then (a second
+    Ctrl-C, a service manager's stop) neither kills it nor turns its exit 0 into a failure."""
+    script = ("import os, signal, sys; from onite.drain.driver import Driver; from onite.spool.paths import SpoolDir\n"
+              f"code = Driver(SpoolDir({str(spool)!r})).run(leaving=True)\n"
+              "os.kill(os.getpid(), signal.SIGTERM); os.kill(os.getpid(), signal.SIGINT)\n"
+              "print('still here', code)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert (done.returncode, done.stdout) == (0, "still here 0\n"), done.stderr
+    assert any(" driver-exit " in line for line in log_lines(spool))
+
+
+def test_an_interrupt_before_a_driver_has_its_lock_ends_it_in_one_line(spool):
+    """INT before the driver's pid is anywhere to be read (here: as soon as onite's own code runs):
+    one line and exit 130, never a traceback."""
+    script = ("import os, signal, sys; sys.argv = ['onite', 'run']; from onite.__main__ import main\n"
+              "signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))\n"
+              "signal.setitimer(signal.ITIMER_REAL, 0.001)\n"
+              "sys.exit(main())\n")
+    for _ in range(5):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=str(REPO), ONITE_SPOOL=str(spool)))
+        assert "Traceback" not in done.stderr, done.stderr
+        assert done.returncode in (0, 130), done
+        if done.returncode == 130:
+            assert done.stderr.strip().splitlines()[-1] == "onite: interrupted", done.stderr

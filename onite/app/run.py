@@ -56,7 +56,7 @@ def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, ho
 
     driver = Driver(target, host=host, slots=slots, until=until, echo=echo, listener=listener, tick=tick,
                     clock=clock)
-    return driver.run(scheduled=scheduled)
+    return driver.run(scheduled=scheduled, leaving=True)
 
 
 def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None = None, until: str | None = None,
@@ -67,7 +67,7 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
     from onite.drain.daemon import Daemon
 
     return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=echo,
-                  clock=clock).run()
+                  clock=clock).run(leaving=True)
 
 
 def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
@@ -90,7 +90,7 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
     if beat.state == hb.BeatState.DRAINING:
         return f"the daemon of host {host} (pid {beat.pid}) is draining already"
     if not request_wake(target, host, beat):
-        raise SpoolError(f"cannot leave the request in {target.root / 'locks'}", "check the spool: onite init")
+        raise SpoolError(f"cannot leave the request in {target.locks_dir}", "check the spool: onite init")
     return f"told the daemon of host {host} (pid {beat.pid}) to drain now; onite status and onite log follow it"
 
 

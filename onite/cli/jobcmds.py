@@ -32,7 +32,9 @@ def init(
     made = ", ".join(report.created) if report.created else "nothing new"
     print(f"{report.root}: {kind}; created {made}")
     if report.config_kept:
-        print(f"{report.root / 'onite.toml'}: kept as you changed it")
+        from onite.spool.paths import SpoolDir
+
+        print(f"{SpoolDir(report.root).config_path}: kept as you changed it")
 
 
 class CommandAfterDashes(TyperCommand):

@@ -110,8 +110,9 @@ class Daemon:
 
     # ---- life ----------------------------------------------------------------------
 
-    def run(self) -> int:
-        """Lock, catch up a missed night if its window is open, then wake and drain until stopped.
+    def run(self, *, leaving: bool = False) -> int:
+        """Lock, catch up a missed night if its window is open, then wake and drain until stopped
+        (``leaving``: the process ends with it: signals after it are ignored).
 
         Raises:
             Refused: the spool is not writable by this user, or another daemon runs for this host.
@@ -122,7 +123,7 @@ class Daemon:
         self.spool.check_drainable("onite daemon")
         self.schedule = validate_schedule(tuple(self.spool.config.schedule))
         check_capacity(self.spool.config, self.host)
-        with SignalCatcher(self.signals) as wakeup_fd:
+        with SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
             self._wakeup_fd = wakeup_fd
             lock = self._lock()
             if lock is None:

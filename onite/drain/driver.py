@@ -204,10 +204,11 @@ class Driver:
 
     # ---- a whole ``onite run``, and ``onite recover --host`` -----------------------------
 
-    def run(self, *, scheduled: bool = False) -> int:
+    def run(self, *, scheduled: bool = False, leaving: bool = False) -> int:
         """Take this host's lock, spool due recurring jobs, and drain; the exit code (0 also when another
         driver holds the lock; 4 when runs could not be recorded). ``scheduled``: drain only inside a
-        night window that a time of ``schedule`` opened, else log that and return.
+        night window that a time of ``schedule`` opened, else log that and return. ``leaving``: the
+        process ends with this run: signals that come after it are ignored (signals.SignalCatcher).
 
         Raises:
             SpoolError, Refused: the spool may not be drained by this user (SpoolDir.check_drainable).
@@ -215,7 +216,7 @@ class Driver:
         """
         self.spool.check_drainable("onite run")
         check_capacity(self.config, self.host)  # one line on stderr, as any bad setting: nothing is claimed
-        with signals.SignalCatcher(self.signals) as wakeup_fd:
+        with signals.SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
             self.wakeup_fd = wakeup_fd
             lock = self._take_lock(hand_over=not scheduled)
             if lock is None:

@@ -147,7 +147,7 @@ class Recovery:
         except FileNotFoundError:
             st = None
         if st is not None:
-            label = f"{name}{RUN_RECORD}"
+            label = night.spool.record_label(name)
             target = night.spool.refused_path(label, night.clock.now())
             self.finisher.move_aside(record_path, label, st, "a damaged run record", file_result=False)
             what = f"its run record was damaged (kept in refused/ as {target.name.rsplit('.', 1)[0]}…)"
@@ -170,7 +170,7 @@ class Recovery:
                 st = os.lstat(record_path)
             except FileNotFoundError:
                 return
-            self.finisher.move_aside(record_path, f"{name}{RUN_RECORD}", st, "a damaged run record of a job no longer "
+            self.finisher.move_aside(record_path, night.spool.record_label(name), st, "a damaged run record of a job no longer "
                                      "claimed", file_result=False)
             return
         started = _when(rec.info, "started")

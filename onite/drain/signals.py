@@ -23,8 +23,12 @@ class SignalCatcher:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
-    def __init__(self, sink: list[int]) -> None:
+    def __init__(self, sink: list[int], *, leaving: bool = False) -> None:
+        """``leaving``: the process ends after this catcher (``onite run``, ``onite daemon``): its signals
+        are ignored from then on, not given back to their default, so that an INT or TERM that comes
+        once the driver has logged its exit cannot kill it on its way out."""
         self.sink = sink
+        self.leaving = leaving
         self.saved: dict[int, object] = {}
 
     def __enter__(self) -> int:
@@ -42,7 +46,7 @@ class SignalCatcher:
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.saved.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.leaving else handler)
         signal.set_wakeup_fd(self.old_wakeup)
         os.close(self.read_fd)
         os.close(self.write_fd)

@@ -127,6 +127,11 @@ class SpoolDir:
         string, as the driver opens it once per job."""
         return f"{self.running_dir(host)}/{name}{RUN_RECORD}"
 
+    @staticmethod
+    def record_label(name: str) -> str:
+        """``NAME@run``: how a run record set aside in refused/ is named (``refused_path``)."""
+        return f"{name}{RUN_RECORD}"
+
     @property
     def config(self) -> Config:
         if self._config is None:
