@@ -1,22 +1,8 @@
 """Admission (pure): when a job's request may start on a host, in strict order or with backfill.
 
-A job starts when its request (onite.core.resources.Need) fits in what is
-free and a slot is free. In strict order a job that does not fit waits and
-nothing behind it starts; with backfill a later job may start only if it
-cannot delay the head job's start, estimated from time limits as Slurm's
-backfill does: running jobs end at the latest at their time limit (plus the
-kill grace), so the head job's start (its *shadow time*) is known once
-enough of them have; a later job may run if it ends before then, or if it
-fits beside the head job at that time. A job with no time limit never ends
-as far as estimates go. ``admit`` is the one rule: the driver
-(onite.drain.pack) starts jobs by it, and ``onite list`` and ``onite
-status`` (onite.drain.verdicts) say why a job waits in its words.
-
-Apart from onite.core.resources (sizes, requests, capacities) so that a
-command that only reads sizes (``submit --mem``) does not build these types
-at start-up.
-
-Invariant: no I/O and no clock: every time and amount is passed in.
+``admit`` is the one rule, for the driver (onite.drain.pack) and for why ``onite list`` says a job waits:
+in strict order nothing passes the first job that waits for room (the head); with backfill a later job may
+start where it cannot delay the head's start, estimated from time limits as Slurm's backfill does.
 """
 
 from __future__ import annotations
@@ -27,6 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from onite.core.resources import Need, too_big
+
 
 @dataclass(frozen=True)
 class Busy:
@@ -46,19 +33,16 @@ def free_room(capacity: Need, running: Iterable[Busy]) -> Need:
 
 @dataclass(frozen=True)
 class Reservation:
-    """The head job's place: when it can start at the latest (None: unknown, a job with no time
-    limit must end first) and what stays free beside it then."""
+    """When the head job can start at the latest (None: unknown) and what stays free beside it then."""
 
     at: datetime | None
     spare: Need
 
 
 def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
-    """The head job's reservation: running jobs end, in order of their latest end, until it fits.
-
-    Where it never fits before a job with no time limit ends, its start is unknown; what may run
-    beside it is then only what is free now beyond its request (whatever ends first, that much
-    stays free when it starts)."""
+    """The head job's reservation: running jobs end, in order of their latest end, until it fits. Where
+    only a job with no time limit could make room, its start is unknown, and what is free now beyond its
+    request is what may run beside it."""
     free = free_room(capacity, running)
     for busy in sorted((b for b in running if b.ends is not None), key=lambda b: b.ends):
         free = free + busy.need
@@ -68,8 +52,8 @@ def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
 
 
 def may_backfill(need: Need, ends: datetime | None, free: Need, head: Reservation) -> bool:
-    """May a job (``need``, ending at the latest at ``ends``) start now past the waiting head job
-    without delaying it? It must fit now, and end before the head's reservation or fit beside it."""
+    """May a job (``need``, ending at the latest at ``ends``) start now past the head job? It must fit now,
+    and end before the head's reservation or fit beside it."""
     if not need.fits(free):
         return False
     if head.at is not None and ends is not None and ends <= head.at:
@@ -78,11 +62,8 @@ def may_backfill(need: Need, ends: datetime | None, free: Need, head: Reservatio
 
 
 def latest_end(start: datetime, timeout: timedelta | None, grace: timedelta) -> datetime | None:
-    """When a job started at ``start`` has ended at the latest: its time limit and the kill grace."""
+    """When a job started at ``start`` has ended at the latest: its time limit and the kill grace (None: never)."""
     return None if timeout is None else start + timeout + grace
-
-
-# ---- admission: the one rule -----------------------------------------------------------
 
 
 class Admit(StrEnum):
@@ -97,7 +78,7 @@ class Admit(StrEnum):
 
 @dataclass(frozen=True)
 class Room:
-    """A host at one moment: its name and capacity, its running jobs, what they leave free (``room``)."""
+    """A host at one moment: its name and capacity, its running jobs, what they leave free."""
 
     host: str
     capacity: Need
@@ -117,8 +98,7 @@ def room(host: str, capacity: Need, running: Iterable[Busy]) -> Room:
 
 @dataclass(frozen=True)
 class Head:
-    """The first job of a pass over the queue that waits for room, and its reservation (None in strict
-    order, where nothing passes it)."""
+    """The first job of a pass over the queue that waits for room, and its reservation (None: strict order)."""
 
     name: str
     need: Need
@@ -132,8 +112,7 @@ def head_of(name: str, need: Need, where: Room, *, backfill: bool) -> Head:
 
 @dataclass(frozen=True)
 class Admission:
-    """``admit``'s answer: the verdict, its reason in the words ``onite list`` shows and the log
-    keeps, and the head job for the rest of the pass."""
+    """The verdict, its reason as ``onite list`` and the log say it, and the head job for the rest of the pass."""
 
     verdict: Admit
     reason: str = ""
@@ -142,12 +121,9 @@ class Admission:
 
 def admit(name: str, need: Need, ends: datetime | None, where: Room, head: Head | None, *,
           backfill: bool) -> Admission:
-    """May the ready job ``name``, asking for ``need`` and ending at the latest at ``ends``, start now
-    in ``where``, past ``head`` (the first job of this pass that waits for room; None: none yet)?
-
-    A pass looks at the ready jobs in queue order. The first that does not fit becomes the head: in
-    strict order every job behind it waits; with ``backfill`` one may start only where it cannot
-    delay the head (``may_backfill``). A request larger than the whole capacity never fits."""
+    """May the ready job ``name`` (asking for ``need``, ending at the latest at ``ends``) start now in
+    ``where``, past ``head`` (None: no job of this pass waits for room yet)? A pass looks at the ready
+    jobs in queue order; the first that does not fit becomes the head."""
     problem = too_big(need, where.capacity)
     if problem:
         return Admission(Admit.NEVER, f"{problem}: it can never run on host {where.host}", head)

@@ -1,8 +1,5 @@
-"""The text of what onite shows people (durations, times, priorities, outcomes, plain tables), without rich.
-
-Shared by the rich tables of render.py, the plain-text tables used past
-render.LARGE_TABLE rows and the HTML report, so that all three say the same
-thing; importing it costs nothing (``--json`` never loads rich).
+"""The words of what onite shows people (durations, times, priorities, outcomes, plain tables), without rich:
+the same in rich tables, plain tables and the HTML report.
 """
 
 from __future__ import annotations

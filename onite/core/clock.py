@@ -1,21 +1,7 @@
 """Time, passed in: the one reading of the system's clocks, and a clock that tests drive.
 
-onite decides by two clocks: the wall clock (aware local datetimes: windows,
-not-before times, cutoffs, what records and the log say) and a monotonic one
-(seconds: time limits, kill deadlines, pauses, polls). A ``Clock`` gives
-both, and sleeps. ``SYSTEM`` reads the machine's; ``ManualClock`` moves only
-when told, so a test drives a night's time instead of waiting for it (as
-huey passes ``now`` to its loop, and APScheduler its clock).
-
-Invariant: ``SystemClock`` is the only place onite reads the time of day or
-the monotonic clock to decide something. The command line makes one and
-passes it (or the ``now`` it read) down; the driver, the daemon, the
-executors, the notifier, the heartbeat and the activity log take the
-driver's. Two readings stay outside, on purpose: times compared with the
-kernel's file timestamps (an mtime, a ctime) use the kernel's clock
-(``time.time_ns``), since a driven clock would not match them; and a job's
-monitor (onite.exec.monitor), a forked copy of the driver that imports
-nothing of onite but onite.exec.contain, stamps its own record lines.
+``SYSTEM`` is the only reading of the wall and monotonic clocks that decides anything (but the kernel's
+file timestamps and the monitor's lines: docs/internals.md, "Time"); ``ManualClock`` moves when told.
 """
 
 from __future__ import annotations
@@ -24,13 +10,11 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
-
 _UTC_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def ctime_ns_upto(when: datetime) -> int:
-    """``when`` (an aware datetime from a kernel's ctime, kept to the microsecond) as the latest
-    ctime in ns it can stand for: a file whose ctime is at most this was there no later than it."""
+    """The latest ctime in ns that ``when`` (a kernel ctime kept to the microsecond) can stand for."""
     return (when - _UTC_EPOCH) // timedelta(microseconds=1) * 1000 + 999
 
 
@@ -67,11 +51,7 @@ class ManualClock:
     """A clock that moves only when told (``advance``, ``set``, or ``sleep``, which advances it)."""
 
     def __init__(self, start: datetime, monotonic: float = 1000.0) -> None:
-        """``start``: an aware datetime, the wall clock's first reading.
-
-        Raises:
-            ValueError: ``start`` is naive.
-        """
+        """Raises ValueError: ``start`` is naive."""
         if start.tzinfo is None:
             raise ValueError("a ManualClock starts at an aware datetime")
         self._now = start
@@ -93,10 +73,7 @@ class ManualClock:
 
     def set(self, when: datetime) -> None:
         """Move the wall clock to ``when`` (and the monotonic one as far, never back).
-
-        Raises:
-            ValueError: ``when`` is before the clock's present reading.
-        """
+        Raises ValueError: ``when`` is before the clock's present reading."""
         step = (when - self._now).total_seconds()
         if step < 0:
             raise ValueError(f"a ManualClock does not go back ({when.isoformat()} is before {self._now.isoformat()})")

@@ -1,18 +1,22 @@
 """onite.toml → a frozen, validated Config (pure: reading the file is onite.spool.settings').
 
-Every key and its default is documented in spool-skel/onite.toml and
-docs/configuration.md. A bad value or an unknown key is an error that names
-the file, the key and what to write instead: a typo must never silently fall
-back to a default on a machine that runs other people's jobs.
+Keys and defaults: spool-skel/onite.toml, docs/configuration.md. A bad value or an unknown key is an
+error naming the key and what to write: a typo never falls back to a default.
 """
 
 from __future__ import annotations
 
+import shlex
+import tomllib
 from dataclasses import dataclass, field, fields
 from datetime import time, timedelta
 from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput
+from onite.core.names import check_name
+from onite.core.resources import MAX_CPUS, parse_mem, parse_size
+from onite.core.timeparse import parse_clock, parse_duration
+from onite.core.values import is_whole
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
 MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
@@ -83,22 +87,12 @@ class Config:
         return override.slots if override is not None and override.slots is not None else self.slots
 
 
-# The one statement of each default is its field above: parse_config reads them from these.
-DEFAULTS = Config()
-SLURM_DEFAULTS = SlurmConfig()
-
-
-# ---- parsing ----------------------------------------------------------------
+DEFAULTS = Config()  # each default is stated once, as its field's
 
 
 def parse_config(text: str, source: str = "onite.toml") -> Config:
     """Parse and validate the text of an onite.toml.
-
-    Raises:
-        ConfigError: bad TOML, an unknown key, or a bad value.
-    """
-    import tomllib
-
+    Raises ConfigError: bad TOML, an unknown key, or a bad value."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -132,8 +126,8 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         contain=reader.boolean("contain"),
         default_mem=reader.mem("default_mem"),
         default_cpus=reader.cpus("default_cpus"),
-        reserve_mem=reader.mem("reserve_mem", zero=True) or 0,
-        reserve_cpus=reader.cpus("reserve_cpus", zero=True) or 0,
+        reserve_mem=reader.mem("reserve_mem", zero=True),
+        reserve_cpus=reader.cpus("reserve_cpus", zero=True),
         backfill=reader.boolean("backfill"),
         **reader.notify(),
     )
@@ -147,10 +141,8 @@ _SLURM_KEYS = frozenset(SlurmConfig._fields)
 
 
 class _Reader:
-    """Typed access to the parsed TOML that turns every bad value into a ConfigError.
-
-    A key left out takes its value from ``defaults`` (a Config, or a SlurmConfig for [slurm]).
-    """
+    """Typed access to the parsed TOML: a key left out takes its value from ``defaults`` (a Config,
+    SlurmConfig or HostConfig), and a bad value is a ConfigError."""
 
     def __init__(self, data: dict[str, object], source: str, defaults: object) -> None:
         self.data = data
@@ -165,7 +157,7 @@ class _Reader:
 
     def integer(self, key: str, *, low: int, high: int) -> int:
         value = self.data.get(key, self._default(key))
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if not is_whole(value, low, high):
             raise self._bad(key, value, f"a whole number from {low} to {high}")
         return value
 
@@ -175,29 +167,24 @@ class _Reader:
             raise self._bad(key, value, "true or false")
         return value
 
-    def clock(self, key: str) -> time | None:
+    def _parsed(self, key: str, parse, want: str, unset: tuple = ("",)):
+        """``parse(value)``, or the default where the key is left out or ``unset``; a ConfigError saying
+        ``want`` where ``parse`` refuses it."""
         value = self.data.get(key)
-        if value is None or value == "":
+        if key not in self.data or value in unset:
             return self._default(key)
-        if isinstance(value, time):
-            return value.replace(second=0, microsecond=0)
-        from onite.core.timeparse import parse_clock
-
         try:
-            return parse_clock(str(value), what=key)
-        except InvalidInput:
-            raise self._bad(key, value, '"HH:MM", e.g. "07:00", or leave it out') from None
+            return parse(value)
+        except (InvalidInput, TypeError):
+            raise self._bad(key, value, want) from None
+
+    def clock(self, key: str) -> time | None:
+        return self._parsed(key, lambda value: value.replace(second=0, microsecond=0) if isinstance(value, time)
+                            else parse_clock(str(value), what=key), '"HH:MM", e.g. "07:00", or leave it out')
 
     def duration(self, key: str) -> timedelta | None:
-        value = self.data.get(key)
-        if value is None or value == "":
-            return self._default(key)
-        from onite.core.timeparse import parse_duration
-
-        try:
-            return parse_duration(str(value), what=key)
-        except InvalidInput:
-            raise self._bad(key, value, 'a duration such as "90s", "30m" or "2h"') from None
+        return self._parsed(key, lambda value: parse_duration(str(value), what=key),
+                            'a duration such as "90s", "30m" or "2h"')
 
     def path(self, key: str, example: str = "/bin/sh") -> str:
         value = self.data.get(key, self._default(key))
@@ -225,28 +212,16 @@ class _Reader:
         return value
 
     def host(self, key: str) -> str | None:
-        value = self.data.get(key)
-        if value is None or value == "":
-            return self._default(key)
-        from onite.core.names import is_valid_name
-
-        if not isinstance(value, str) or not is_valid_name(value):
-            raise self._bad(key, value, "a host name of letters, digits, '.', '_' and '-'")
-        return value
+        return self._parsed(key, lambda value: check_name(value, what="host name"),
+                            "a host name of letters, digits, '.', '_' and '-'")
 
     def size(self, key: str) -> int:
-        """A size in bytes (onite.core.resources.parse_size: "16M", "1G"; a bare number is MiB)."""
-        if key not in self.data:
-            return self._default(key)
-        value = self.data[key]
-        from onite.core.resources import parse_size
-
-        try:
-            size = parse_size(str(value) if not isinstance(value, bool) else "x", what=key)
-        except InvalidInput:
-            size = 0
+        """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB)."""
+        want = 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)'
+        size = self._parsed(key, lambda value: parse_size("x" if isinstance(value, bool) else str(value), what=key),
+                            want, ())
         if not 1 <= size <= MAX_SIZE:
-            raise self._bad(key, value, 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)')
+            raise self._bad(key, self.data[key], want)
         return size
 
     def hosts(self, key: str) -> dict[str, HostConfig]:
@@ -265,28 +240,15 @@ class _Reader:
         return result
 
     def mem(self, key: str, *, zero: bool = False) -> int | None:
-        """A memory size (onite.core.resources.parse_mem: "4G", "512M"; a bare number is MiB), in MiB;
-        None when left out (``zero``: 0 is allowed too)."""
-        value = self.data.get(key)
-        if value is None or value == "" or (zero and value in (0, "0")):
-            return self._default(key) or None
-        from onite.core.resources import parse_mem
-
-        try:
-            return parse_mem(str(value) if not isinstance(value, bool) else "x", what=key)
-        except InvalidInput:
-            raise self._bad(key, value, 'a size such as "4G" or "512M" (a bare number is MiB)') from None
+        """A memory size in MiB ("4G", "512M"; a bare number is MiB); ``zero``: 0 is allowed too."""
+        return self._parsed(key, lambda value: parse_mem("x" if isinstance(value, bool) else str(value), what=key),
+                            'a size such as "4G" or "512M" (a bare number is MiB)', ("", 0, "0") if zero else ("",))
 
     def cpus(self, key: str, *, zero: bool = False) -> int | None:
-        """A CPU count; None when left out (``zero``: 0 is allowed too)."""
-        from onite.core.resources import MAX_CPUS
-
-        value = self.data.get(key)
-        if value is None or (zero and value == 0):
-            return self._default(key) or None
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CPUS:
-            raise self._bad(key, value, f"a whole number from {1 if not zero else 0} to {MAX_CPUS}")
-        return value
+        """A CPU count; ``zero``: 0 is allowed too."""
+        if key not in self.data or (zero and self.data[key] == 0):
+            return self._default(key)
+        return self.integer(key, low=0 if zero else 1, high=MAX_CPUS)
 
     def slurm(self, key: str) -> SlurmConfig:
         table = self.data.get(key, {})
@@ -296,13 +258,13 @@ class _Reader:
         if unknown:
             raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
                               "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step")
-        sub = _Reader(table, self.source, SLURM_DEFAULTS)
+        sub = _Reader(table, self.source, SlurmConfig())
         for optional in ("partition", "account"):
             if optional in table and not isinstance(table[optional], str):
                 raise self._bad(f"slurm.{optional}", table[optional], "a string")
         return SlurmConfig(
-            partition=table.get("partition") or SLURM_DEFAULTS.partition,  # "" is unset, as left out
-            account=table.get("account") or SLURM_DEFAULTS.account,
+            partition=table.get("partition") or None,  # "" is unset, as left out
+            account=table.get("account") or None,
             sbatch_args=sub.strings("sbatch_args"),
             max_jobs=sub.integer("max_jobs", low=1, high=1_000_000),
             poll=sub.duration("poll"),
@@ -312,8 +274,6 @@ class _Reader:
 
     def notify(self) -> dict:
         """The notification keys (docs/configuration.md), checked together: "command" needs a command."""
-        import shlex
-
         how = self.choice("notify", NOTIFY_HOW)
         command = self.data.get("notify_command", shlex.join(self._default("notify_command")))
         if not isinstance(command, str):

@@ -1,13 +1,5 @@
-"""Errors that onite reports to its users.
-
-Every error builds its own one-line message from data and carries the exit
-code of the command-line contract (docs/cli.md, EXIT STATUS):
-
-    0 success, 1 not found, 2 invalid input or usage, 3 refused by policy,
-    4 anything else (I/O, a broken spool, ...).
-
-The CLI is the only place that turns an OniteError into text and an exit
-code: ``onite: <what is wrong> — <what to do>``.
+"""Errors that onite reports to its users: each builds its one-line message from data and carries its
+exit code (docs/cli.md, EXIT STATUS). onite/__main__.py prints ``onite: <what is wrong> — <what to do>``.
 """
 
 from __future__ import annotations
@@ -56,8 +48,6 @@ class Refused(OniteError):
 class SpoolError(OniteError):
     """The spool is missing, unreadable, or not laid out as onite expects."""
 
-    exit_code = EXIT_FAILURE
-
 
 class ConfigError(OniteError):
     """onite.toml cannot be read or holds a bad value."""
@@ -68,19 +58,13 @@ class ConfigError(OniteError):
 class JobFormatError(OniteError):
     """A job file cannot be decoded (corrupt, or written by a newer onite)."""
 
-    exit_code = EXIT_FAILURE
-
 
 class DamagedRecord(OniteError):
     """A record onite wrote (a result, a run record) cannot be read back: torn by a crash, or damaged."""
 
-    exit_code = EXIT_FAILURE
-
 
 class SpoolIOError(OniteError):
     """An operating-system error while acting on a path in the spool."""
-
-    exit_code = EXIT_FAILURE
 
     def __init__(self, path: object, action: str, cause: OSError) -> None:
         reason = cause.strerror or str(cause)
@@ -92,7 +76,6 @@ class SpoolIOError(OniteError):
         self.cause = cause
 
 
-# errno → what the user can do about it
 _IO_HINTS = {
     errno.EPERM: "you lack the permission; ask the spool's administrator",
     errno.EACCES: "you lack the permission; ask the spool's administrator",

@@ -1,11 +1,6 @@
 """Bytes as one line of text and back (pure): how a job file's header holds any environment.
 
-A header value is UTF-8 text in which a backslash escapes ``\\\\``, ``\\n``,
-``\\r``, ``\\t``, ``\\e`` and ``\\xHH`` (any other control byte, and every byte
-that is not valid UTF-8), so that multi-line values, quotes, ``$``, non-UTF-8
-bytes and names such as ``BASH_FUNC_f%%`` round-trip exactly:
-``unescape(escape(b)) == b`` for all bytes ``b``, and ``escape`` never writes
-a newline or a control character.
+``unescape(escape(b)) == b`` for all bytes, and ``escape`` never writes a newline or a control character.
 """
 
 from __future__ import annotations
@@ -14,11 +9,10 @@ import re
 
 from onite.core.errors import JobFormatError
 
-
 _NAMED = {0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x1B: "\\e"}
 _PLAIN = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")  # printable ASCII but the backslash
-_UNESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|.)", re.DOTALL)
-_UNNAMED = {"\\": 0x5C, "n": 0x0A, "r": 0x0D, "t": 0x09, "e": 0x1B}
+_UNESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{2}|.)", re.DOTALL)
+_UNNAMED = {b"\\": b"\\", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"e": b"\x1b"}
 
 
 def escape(raw: bytes) -> str:
@@ -43,23 +37,16 @@ def _escape_char(ch: str) -> str:
 
 def unescape(text: str) -> bytes:
     """The inverse of ``escape``.
+    Raises JobFormatError: a backslash sequence that ``escape`` never writes."""
+    raw = text.encode("utf-8", "surrogateescape")  # a backslash is never part of a multi-byte character
+    return _UNESCAPE.sub(_unescape_one, raw) if b"\\" in raw else raw
 
-    Raises:
-        JobFormatError: a backslash sequence that ``escape`` never writes.
-    """
-    if "\\" not in text:
-        return text.encode("utf-8", "surrogateescape")
-    parts: list[bytes] = []
-    pos = 0
-    for match in _UNESCAPE.finditer(text):
-        parts.append(text[pos:match.start()].encode("utf-8", "surrogateescape"))
-        code = match.group(1)
-        if code[0] == "x" and len(code) == 3:
-            parts.append(bytes([int(code[1:], 16)]))
-        elif code in _UNNAMED:
-            parts.append(bytes([_UNNAMED[code]]))
-        else:
-            raise JobFormatError(f"bad escape '\\{code}' in a job file header", "the job file is damaged; spool it again")
-        pos = match.end()
-    parts.append(text[pos:].encode("utf-8", "surrogateescape"))
-    return b"".join(parts)
+
+def _unescape_one(match: re.Match) -> bytes:
+    code = match.group(1)
+    if len(code) == 3 and code.startswith(b"x"):
+        return bytes([int(code[1:], 16)])
+    if code in _UNNAMED:
+        return _UNNAMED[code]
+    shown = match.string[match.start():match.start() + 5].decode("utf-8", "surrogateescape")[:2]  # "\\" and a character
+    raise JobFormatError(f"bad escape '{shown}' in a job file header", "the job file is damaged; spool it again")

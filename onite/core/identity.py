@@ -1,9 +1,6 @@
 """A user account as a job runs under it (pure: onite.exec.identity asks the account database).
 
-A job's owner is the uid the kernel recorded on its file; its Identity is
-the credentials the job runs with (uid, primary gid, supplementary groups)
-and the four variables that a login would set from the passwd entry (HOME,
-USER, LOGNAME, SHELL), which override whatever the job file says.
+What a login sets from the passwd entry overrides the job file's environment.
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ class Identity:
     home: str
     shell: str
     groups: tuple[int, ...]
-    #: the names of ``groups``, asked of the account database only when called (only a ``%group`` in
-    #: ``admins`` needs them, and a lookup per group costs every submit)
+    #: the names of ``groups``, looked up only when called (only a ``%group`` in ``admins`` needs them)
     group_names: Callable[[], Iterable[str]] = field(default=tuple, compare=False, repr=False)
 
     def login_env(self) -> dict[bytes, bytes]:

@@ -1,31 +1,28 @@
 """A job (pure): the Job and Attempt models, valid by construction, and the limits of every field.
 
-A Job is what a job file holds (onite.core.jobfile writes and reads it): the
-submitter's word about the job. It never decides who owns the job (the
-file's owner uid does), where it stands in the queue (its folder and the
-kernel's ctime do), or whether it is held (a marker, or its mode, does).
-``Job.__post_init__`` checks every range (docs/spool-format.md lists them);
-the environment is checked wherever one enters a Job (``env_problem``: the
-job file's decode, and submit's build_job), not on every Job made.
+A Job is the submitter's word: never who owns the job (the file's uid), its place (folder and ctime) or
+whether it is held (a marker). The environment is checked (``env_problem``) where one enters a Job.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
 from onite.core.names import is_valid_dependency, is_valid_name
 from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
+from onite.core.values import is_whole
 
 MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_AFTER = 64  # a job waits for at most this many others: each is looked at whenever it might start
-# Linux reads a script's "#!" line into a buffer of 256 bytes (BINPRM_BUF_SIZE): onite, which
-# starts the interpreter itself, holds a "#!" line to the same limit, as bytes after the "#!"
-MAX_SHEBANG = 255
+MAX_SHEBANG = 255  # bytes after "#!", as Linux reads them (BINPRM_BUF_SIZE, 256)
+MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 32 bits
+MAX_SIGNAL = 255
 
 
 class Attempt(NamedTuple):
@@ -40,25 +37,12 @@ class Attempt(NamedTuple):
     reason: str = ""
 
     def to_json(self) -> dict:
-        return {
-            "attempt": self.attempt,
-            "started": self.started.isoformat(),
-            "finished": self.finished.isoformat(),
-            "host": self.host,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "reason": self.reason,
-        }
+        return {**self._asdict(), "started": self.started.isoformat(), "finished": self.finished.isoformat()}
 
     @classmethod
     def from_json(cls, data: object) -> "Attempt":
-        """The attempt ``to_json`` wrote, every field checked (onite.core.values).
-
-        Raises:
-            ValueError: not an object, or a field of the wrong type or out of range.
-        """
-        from onite.core import values as v
-
+        """The attempt ``to_json`` wrote, every field checked.
+        Raises ValueError: not an object, or a field of the wrong type or out of range."""
         if not isinstance(data, dict):
             raise ValueError("an attempt is not a JSON object")
         return cls(
@@ -70,10 +54,6 @@ class Attempt(NamedTuple):
             signal=v.optional_integer(data, "signal", 0, MAX_SIGNAL),
             reason=v.text(data, "reason", ""),
         )
-
-
-MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 32 bits
-MAX_SIGNAL = 255
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +82,7 @@ class Job:
     notify_on: str | None = None  # "failure", "always"; None: the spool's notify_on
     mem: int | None = None  # MiB of memory it asks for (--mem, else the spool's default_mem at submit); None: none
     cpus: int | None = None  # CPUs it asks for (--cpus, else default_cpus at submit); None: none
-    extra: tuple[tuple[str, str], ...] = field(default=())
+    extra: tuple[tuple[str, str], ...] = ()
 
     @property
     def stderr_mode(self) -> str:
@@ -110,32 +90,28 @@ class Job:
         return "separate" if self.stderr_separate else "merged"
 
     def __post_init__(self) -> None:
-        """Raises:
-            ValueError: a field out of its range (docs/spool-format.md), saying which.
-        """
+        """Raises ValueError: a field out of its range (docs/spool-format.md), saying which."""
         problem = _job_problem(self)
         if problem:
             raise ValueError(problem)
 
 
 def _job_problem(job: Job) -> str:
-    """What is wrong with the fields of ``job`` ("" if nothing): every range of docs/spool-format.md
-    but the environment's (``env_problem``, checked where an environment enters a Job)."""
     if not is_valid_name(job.name):
         return f"name {job.name[:40]!r} is not a valid job name"
-    if not _whole(job.priority, 1, MAX_PRIORITIES):
+    if not is_whole(job.priority, 1, MAX_PRIORITIES):
         return f"priority {job.priority!r} is not 1 to {MAX_PRIORITIES}"
     if not is_valid_time(job.submitted):
         return f"submitted: {job.submitted!r} is not a time with its UTC offset, in the years 1900 to 9998"
-    if not _whole(job.umask, 0, 0o777):
+    if not is_whole(job.umask, 0, 0o777):
         return f"umask {job.umask!r} is not 0000 to 0777"
     if not isinstance(job.cwd, bytes) or not job.cwd.startswith(b"/") or b"\0" in job.cwd:
         return "cwd is not an absolute path without NUL bytes"
     if job.timeout is not None and not timedelta(0) < job.timeout <= MAX_DURATION:
         return f"timeout {job.timeout.total_seconds():g}s is not longer than 0 and at most {MAX_DURATION.days} days"
-    if not _whole(job.retries, 0, MAX_RETRIES):
+    if not is_whole(job.retries, 0, MAX_RETRIES):
         return f"retries {job.retries!r} is not 0 to {MAX_RETRIES}"
-    if not _whole(job.attempt, 1, job.retries + 1):
+    if not is_whole(job.attempt, 1, job.retries + 1):
         return f"attempt {job.attempt!r} is not 1 to retries + 1 ({job.retries + 1})"
     if len(job.tried) > MAX_RETRIES + 1:
         return f"more than {MAX_RETRIES + 1} attempts tried"
@@ -154,9 +130,9 @@ def _job_problem(job: Job) -> str:
         return f"notify must be mail, command or none, not {job.notify!r}"
     if job.notify_on is not None and job.notify_on not in NOTIFY_ON:
         return f"notify-on must be failure or always, not {job.notify_on!r}"
-    if job.mem is not None and not _whole(job.mem, 1, MAX_MEM):
+    if job.mem is not None and not is_whole(job.mem, 1, MAX_MEM):
         return f"mem {job.mem!r} is not 1 to {MAX_MEM} MiB"
-    if job.cpus is not None and not _whole(job.cpus, 1, MAX_CPUS):
+    if job.cpus is not None and not is_whole(job.cpus, 1, MAX_CPUS):
         return f"cpus {job.cpus!r} is not 1 to {MAX_CPUS}"
     for key, _ in job.extra:
         if "\n" in key or ": " in key or key in HEADER_KEYS or key in REPEATED_KEYS:
@@ -164,14 +140,8 @@ def _job_problem(job: Job) -> str:
     return shebang_problem(job.body)
 
 
-def _whole(value: object, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
 def shebang_problem(body: bytes) -> str:
-    """Why the ``#!`` line that starts ``body`` can never be run ("" if it can, or there is none):
-    it holds a NUL byte (no path or argument can), or is longer than MAX_SHEBANG bytes.
-    The one check that submit and decode both make."""
+    """Why the ``#!`` line that starts ``body`` can never be run ("" if it can, or there is none)."""
     if not body.startswith(b"#!"):
         return ""
     end = body.find(b"\n")
@@ -184,8 +154,7 @@ def shebang_problem(body: bytes) -> str:
 
 
 def env_problem(env: dict[bytes, bytes]) -> str:
-    """Why ``env`` cannot be handed to execve ("" if it can): a name that is empty or holds ``=``
-    or a NUL byte, or a value that holds a NUL byte."""
+    """Why ``env`` cannot be handed to execve ("" if it can)."""
     for name, value in env.items():
         if not name or b"=" in name or b"\0" in name:
             return f"environment variable name {escape(name)[:40]!r} is empty or holds '=' or a NUL byte"
@@ -194,7 +163,7 @@ def env_problem(env: dict[bytes, bytes]) -> str:
     return ""
 
 
-# The header keys of a job file (onite.core.jobfile): an extra key may be none of them
+# the header keys of a job file (onite.core.jobfile): an extra key may be none of them
 HEADER_KEYS = frozenset(
     ("onite-job", "name", "priority", "submitted", "host", "umask", "cwd", "urgent",
      "timeout", "retries", "at", "pin", "recur", "attempt",

@@ -1,50 +1,23 @@
-"""The job file format, version 1: encode and decode, pure (docs/spool-format.md).
+"""The job file format, version 1 (docs/spool-format.md): encode and decode, pure.
 
-A job file is readable with ``cat``: a header of ``key: value`` lines, a blank
-line, then the job text, byte for byte::
-
-    onite-job: 1
-    name: nightly-report
-    priority: 3
-    submitted: 2026-11-22T14:03:11.512345+01:00
-    host: vm
-    umask: 0022
-    cwd: /home/alice/reports
-    timeout: 7200
-    after: backup
-    stderr: separate
-    env: HOME=/home/alice
-    env: PS1=\\e[1m\\u \\$ \\n> 
-
-    #!/bin/sh
-    ...
-
-Header values are UTF-8 text escaped by onite.core.escaping, so any
-environment -- multi-line values, quotes, ``$``, non-UTF-8 bytes, names such
-as ``BASH_FUNC_f%%`` -- round-trips exactly and needs no shell quoting: the
-driver hands it to execve() as it is. What the file says is the submitter's
-word (onite.core.job).
-
-A user can write anything into their own job file, and root reads it: for
-any bytes, ``decode`` returns a Job or raises JobFormatError, nothing else.
-A Job is valid by construction (onite.core.job), the environment is checked
-as it is decoded, and ``encode`` writes every valid Job so that ``decode``
-gives it back unchanged.
+A user writes their own job file and root reads it: for any bytes ``decode`` returns a valid Job or raises
+JobFormatError, and ``decode(encode(job)) == job``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
-from onite.core.errors import JobFormatError
+from onite.core.errors import InvalidInput, JobFormatError
 from onite.core.escaping import escape, unescape
 from onite.core.job import HEADER_KEYS, Attempt, Job, env_problem
-from onite.core.resources import format_mem
+from onite.core.resources import format_mem, parse_cpus, parse_mem
 from onite.core.timeparse import MAX_DURATION
+from onite.core.values import loads_object
 
 FORMAT = 1
 MAGIC = b"onite-job: "
-# ---- encode -----------------------------------------------------------------
 
 
 def env_text(env: dict[bytes, bytes]) -> str:
@@ -63,31 +36,12 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
         f"umask: {job.umask:04o}",
         f"cwd: {escape(job.cwd)}",
     ]
-    if job.urgent:
-        lines.append("urgent: yes")
-    if job.timeout is not None:
-        lines.append(f"timeout: {_seconds(job.timeout)}")
-    if job.retries:
-        lines.append(f"retries: {job.retries}")
-    lines.extend(f"after: {dep}" for dep in job.after)
-    if job.not_before is not None:
-        lines.append(f"at: {job.not_before.isoformat()}")
-    if job.pin:
-        lines.append(f"pin: {job.pin}")
-    if job.recur:
-        lines.append(f"recur: {job.recur}")
-    if job.stderr_separate:
-        lines.append("stderr: separate")
-    if job.notify:
-        lines.append(f"notify: {job.notify}")
-    if job.notify_on:
-        lines.append(f"notify-on: {job.notify_on}")
-    if job.mem is not None:
-        lines.append(f"mem: {format_mem(job.mem)}")
-    if job.cpus is not None:
-        lines.append(f"cpus: {job.cpus}")
-    if job.attempt != 1:
-        lines.append(f"attempt: {job.attempt}")
+    for key, field, write, _ in _OPTIONAL:
+        value = getattr(job, field)
+        if key == "after":
+            lines.extend(f"after: {dep}" for dep in value)
+        elif value != _DEFAULTS[field]:
+            lines.append(f"{key}: {write(value)}")
     if job.tried:
         import json  # only retried jobs carry attempts; keep json off the submit path
 
@@ -98,73 +52,49 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
 
 
 def _seconds(delta: timedelta) -> str:
-    """A duration in seconds, exactly (``7200``, ``0.25``): what ``float`` reads back to the same microsecond."""
+    """A duration in seconds, exactly (``7200``, ``0.25``), as ``float`` reads it back."""
     whole = delta.days * 86400 + delta.seconds
     return str(whole) if not delta.microseconds else f"{whole}.{delta.microseconds:06d}".rstrip("0")
 
-
-# ---- decode -----------------------------------------------------------------
 
 _REQUIRED = ("name", "priority", "submitted", "host", "umask", "cwd")
 
 
 def decode(data: bytes) -> Job:
-    """Parse a job file. Total: whatever ``data`` holds, a Job or JobFormatError.
-
-    Raises:
-        JobFormatError: not a job file, a newer format, a damaged header, a value out of its
-            range (docs/spool-format.md), or a ``#!`` line that can never run.
-    """
+    """Parse a job file.
+    Raises JobFormatError: not a job file, a newer format, a damaged header, a value out of its range
+    (docs/spool-format.md), or a ``#!`` line that can never run."""
     if not data.startswith(MAGIC):
         raise JobFormatError("not an onite job file (no 'onite-job:' first line)", "spool it with onite submit")
     end = data.find(b"\n\n")
     if end < 0:
         raise JobFormatError("damaged job file: the header has no end", "spool the job again")
-    header, body = data[:end], data[end + 2:]
     try:
-        text = header.decode("utf-8")
+        text = data[:end].decode("utf-8")
     except UnicodeDecodeError:
         raise JobFormatError("damaged job file: the header is not UTF-8", "spool the job again") from None
     try:
-        return _decode_header(text, body)
+        return _decode_header(text, data[end + 2:])
     except (ValueError, TypeError, OverflowError, RecursionError, KeyError) as err:
-        # the one error of a damaged file, whatever the damage: the driver refuses it and goes on
         raise JobFormatError(f"damaged job file: {str(err)[:200]}", "spool the job again") from None
 
 
 def _decode_header(text: str, body: bytes) -> Job:
-    """The Job of a header (``text``, UTF-8 decoded) and its ``body``.
-
-    Raises:
-        JobFormatError: as decode. ValueError (and the like, which decode turns into JobFormatError):
-            a value that does not parse, or a Job field out of range.
-    """
+    """Raises JobFormatError: as decode; ValueError and the like for a value that does not parse or is out of
+    range."""
     fields: dict[str, str] = {}
-    env: dict[bytes, bytes] = {}
     after: list[str] = []
     tried: list[Attempt] = []
     extra: list[tuple[str, str]] = []
-    start = text.find("\nenv: ")
-    if start >= 0:  # the env lines close the header (encode writes them last): parse them once per batch
-        block = _env_block(text[start + 1:])
-        if block is not None:
-            env, text = block, text[:start]
-    loose_env = False  # env lines among the others: checked below (a block is checked when first read)
-    for line in text.split("\n"):
+    head, sep, block = text.partition("\nenv: ")
+    env, others = _env_block("env: " + block) if sep else ({}, [])
+    for line in [*head.split("\n"), *others]:
         key, sep, value = line.partition(": ")
         if not sep:
             raise JobFormatError(f"damaged job file header line {line[:40]!r}", "spool the job again")
-        if key == "env":
-            name, eq, val = value.partition("=")
-            if not eq:
-                raise JobFormatError(f"damaged env line {value[:40]!r}", "spool the job again")
-            env[unescape(name)] = unescape(val)
-            loose_env = True
-        elif key == "after":
+        if key == "after":
             after.append(value)
         elif key == "tried":
-            from onite.core.values import loads_object
-
             tried.append(Attempt.from_json(loads_object(value)))
         elif key in HEADER_KEYS:
             fields[key] = value
@@ -179,8 +109,6 @@ def _decode_header(text: str, body: bytes) -> Job:
     missing = [k for k in _REQUIRED if k not in fields]
     if missing:
         raise JobFormatError(f"damaged job file: no {', '.join(missing)}", "spool the job again")
-    if loose_env:
-        _check_env(env)
     return Job(
         name=fields["name"],
         priority=int(fields["priority"]),
@@ -190,92 +118,74 @@ def _decode_header(text: str, body: bytes) -> Job:
         cwd=unescape(fields["cwd"]),
         env=env,
         body=body,
-        timeout=_timeout(fields["timeout"]) if "timeout" in fields else None,
-        retries=int(fields.get("retries", "0")),
         after=tuple(after),
-        not_before=datetime.fromisoformat(fields["at"]) if "at" in fields else None,
-        urgent=fields.get("urgent") == "yes",
-        pin=fields.get("pin") or None,
-        attempt=int(fields.get("attempt", "1")),
         tried=tuple(tried),
-        recur=fields.get("recur") or None,
-        stderr_separate=_stderr_separate(fields.get("stderr", "merged")),
-        notify=fields.get("notify") or None,
-        notify_on=fields.get("notify-on") or None,
-        mem=_request(fields, "mem"),
-        cpus=_request(fields, "cpus"),
         extra=tuple(extra),
+        **{field: read(fields[key]) for key, field, _, read in _OPTIONAL if key in fields},
     )
 
 
 def _timeout(text: str) -> timedelta:
-    """The ``timeout:`` header value, in seconds: longer than 0 and at most MAX_DURATION.
-
-    Raises:
-        ValueError: not a number, or out of that range (``inf``, ``nan``, ``1e20`` included).
-    """
     seconds = float(text)
-    if not 0 < seconds <= MAX_DURATION.total_seconds():
+    if not 0 < seconds <= MAX_DURATION.total_seconds():  # also inf, nan, 1e20
         raise ValueError(f"timeout {text[:40]!r} is not longer than 0 and at most {MAX_DURATION.days} days")
     return timedelta(seconds=seconds)
 
 
-def _request(fields: dict[str, str], key: str) -> int | None:
-    """The ``mem:`` (MiB, in Slurm's words) or ``cpus:`` header value; None when absent.
+def _stderr_separate(text: str) -> bool:
+    if text not in ("separate", "merged"):
+        raise ValueError(f"stderr: {text[:40]!r} (write separate or merged)")
+    return text == "separate"
 
-    Raises:
-        ValueError: a value that does not parse, or out of its range.
-    """
-    if key not in fields:
-        return None
-    from onite.core.errors import InvalidInput
-    from onite.core.resources import parse_cpus, parse_mem
 
+def _request(parse, text: str, what: str) -> int:
+    """The ``mem:`` or ``cpus:`` value as ``parse`` reads it, its InvalidInput a ValueError."""
     try:
-        return parse_mem(fields[key], what=key) if key == "mem" else parse_cpus(fields[key], what=key)
+        return parse(text, what=what)
     except InvalidInput as err:
         raise ValueError(err.what) from None
 
 
-def _check_env(env: dict[bytes, bytes]) -> None:
-    """Raises:
-        JobFormatError: an environment execve cannot take (``env_problem``).
-    """
-    problem = env_problem(env)
-    if problem:
-        raise JobFormatError(f"damaged job file: {problem}", "spool the job again")
+# The header lines a job file may leave out, in the order encode writes them: key, Job field, how the value
+# is written and how it is read back. A line is written where the field is not its default; "after" repeats.
+_OPTIONAL = (
+    ("urgent", "urgent", lambda _: "yes", lambda text: text == "yes"),
+    ("timeout", "timeout", _seconds, _timeout),
+    ("retries", "retries", str, int),
+    ("after", "after", None, None),
+    ("at", "not_before", datetime.isoformat, datetime.fromisoformat),
+    ("pin", "pin", str, lambda text: text or None),
+    ("recur", "recur", str, lambda text: text or None),
+    ("stderr", "stderr_separate", lambda _: "separate", _stderr_separate),
+    ("notify", "notify", str, lambda text: text or None),
+    ("notify-on", "notify_on", str, lambda text: text or None),
+    ("mem", "mem", format_mem, lambda text: _request(parse_mem, text, "mem")),
+    ("cpus", "cpus", str, lambda text: _request(parse_cpus, text, "cpus")),
+    ("attempt", "attempt", str, int),
+)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Job)}
 
 
-def _stderr_separate(value: str) -> bool:
-    """The ``stderr:`` header value: "separate" or "merged" (the default when the key is absent).
-
-    Raises:
-        ValueError: any other value.
-    """
-    if value not in ("separate", "merged"):
-        raise ValueError(f"stderr: {value[:40]!r} (write separate or merged)")
-    return value == "separate"
+_last_block: list = [None, None, None]  # the env block decoded last, its environment and its other lines
 
 
-_ENV_BLOCK: list = [None, None]  # the last env block decoded, and its environment
-
-
-def _env_block(block: str) -> dict[bytes, bytes] | None:
-    """The environment the ``env:`` lines ``block`` hold (a copy), or None if other lines are among them.
-
-    The jobs of a batch share their environment, and a driver decodes them
-    one after another: the last block's environment is kept.
-    """
-    if block == _ENV_BLOCK[0]:
-        return dict(_ENV_BLOCK[1])
-    env: dict[bytes, bytes] = {}
-    for line in block.split("\n"):
-        if not line.startswith("env: "):
-            return None
-        name, eq, val = line[5:].partition("=")
-        if not eq:
-            raise JobFormatError(f"damaged env line {line[5:45]!r}", "spool the job again")
-        env[unescape(name)] = unescape(val)
-    _check_env(env)
-    _ENV_BLOCK[:] = [block, env]
-    return dict(env)
+def _env_block(block: str) -> tuple[dict[bytes, bytes], list[str]]:
+    """The environment the ``env:`` lines of ``block`` hold (a copy), and its other lines. The jobs of a
+    batch share their environment, and a driver decodes them one after another: the last block is kept.
+    Raises JobFormatError: a damaged env line, or an environment execve cannot take."""
+    if block != _last_block[0]:
+        env: dict[bytes, bytes] = {}
+        others = []
+        for line in block.split("\n"):
+            if not line.startswith("env: "):
+                others.append(line)
+                continue
+            name, eq, val = line[5:].partition("=")
+            if not eq:
+                raise JobFormatError(f"damaged env line {line[5:45]!r}", "spool the job again")
+            env[unescape(name)] = unescape(val)
+        problem = env_problem(env)
+        if problem:
+            raise JobFormatError(f"damaged job file: {problem}", "spool the job again")
+        _last_block[:] = [block, env, others]
+    return dict(_last_block[1]), _last_block[2]

@@ -1,17 +1,16 @@
 """A job as the commands show it (pure): one ``JobView`` for list, status, wait and the morning report.
 
-Queued and running jobs are described from what anyone may see (folder,
-owner, hold marker, ctime, the driver's world-readable run record), finished ones
-from their result records (``result_view``). ``to_json`` is the document
-docs/json.md describes; its field names are stable.
+``to_json`` is docs/json.md's document.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from onite.core.state import Result
+from onite.core.resources import format_mem, human_bytes
+from onite.core.state import Result, json_fields
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +35,8 @@ class JobView:
     external_id: str | None = None
     stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
     waiting: str | None = None  # queued jobs: why it cannot start now, "" if it may; None: not looked up
-    waiting_kind: str | None = None  # held, after, not_before, retry, pinned, resources, will_fail, unreadable; "" may start
+    # held, after, not_before, retry, pinned, resources, will_fail, unreadable; "" may start
+    waiting_kind: str | None = None
     mem: int | None = None  # finished jobs: MiB it asked for (onite.core.resources)
     cpus: int | None = None  # CPUs it asked for
     peak_mem: int | None = None  # bytes: the most memory it used at once
@@ -44,44 +44,21 @@ class JobView:
 
     def used_mem(self) -> str:
         """Memory used against memory asked, for a table: ``312.5M/4G``, ``312.5M``, or ""."""
-        from onite.core.resources import format_mem, human_bytes
-
         used = human_bytes(self.peak_mem) if self.peak_mem is not None else ""
         return f"{used or '?'}/{format_mem(self.mem)}" if self.mem else used
 
     @property
     def duration(self) -> float | None:
-        if self.started and self.finished:
-            return (self.finished - self.started).total_seconds()
-        return None
+        return (self.finished - self.started).total_seconds() if self.started and self.finished else None
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "user": self.user,
-            "uid": self.uid,
-            "state": self.state,
-            "priority": self.priority,
-            "urgent": self.urgent,
-            "position": self.position,
-            "submitted": self.submitted.isoformat(),
-            "host": self.host,
-            "started": self.started.isoformat() if self.started else None,
-            "finished": self.finished.isoformat() if self.finished else None,
-            "duration": self.duration,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "reason": self.reason,
-            "attempt": self.attempt,
-            "external_id": self.external_id,
-            "stderr": self.stderr,
-            "waiting": self.waiting,
-            "waiting_kind": self.waiting_kind,
-            "mem": self.mem,
-            "cpus": self.cpus,
-            "peak_mem": self.peak_mem,
-            "cpu_time": self.cpu_time,
-        }
+        return json_fields(self, _JSON_KEYS)
+
+
+# docs/json.md's fields of a job, in order: their names are stable
+_JSON_KEYS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted", "host", "started",
+              "finished", "duration", "exit_code", "signal", "reason", "attempt", "external_id", "stderr", "waiting",
+              "waiting_kind", "mem", "cpus", "peak_mem", "cpu_time")
 
 
 def result_view(result: Result) -> JobView:
@@ -97,7 +74,4 @@ def result_view(result: Result) -> JobView:
 
 def outcome_counts(views) -> dict[str, int]:
     """How many of ``views`` (finished jobs) ended done, failed and cancelled: always those three keys."""
-    counts = {"done": 0, "failed": 0, "cancelled": 0}
-    for view in views:
-        counts[view.state] = counts.get(view.state, 0) + 1
-    return counts
+    return {"done": 0, "failed": 0, "cancelled": 0, **Counter(view.state for view in views)}

@@ -1,21 +1,7 @@
 """``dumps(obj)``: the text of ``json.dumps(obj, indent=1)``, at the speed of the C encoder.
 
-onite writes indented JSON (result records, ``--json`` documents) so that a
-person can read it with ``cat``. The standard library's C encoder does not
-indent: asked to, ``json`` falls back to its pure-Python encoder, which costs
-more than everything else a driver does to file a finished job, and seconds
-for ``onite list --json`` of 100,000 jobs. Here every container whose members
-are all scalars is encoded by the C encoder in one call, with separators that
-lay it out exactly as the indenting encoder would; only the nesting above
-those is walked in Python. The output is byte for byte that of
-``json.dumps(obj, indent=1)`` (tests/test_jsontext.py checks it).
-
-Why it is kept (measured 2026-11-24, 2 cores, tmpfs): the JSON of 100,000
-job views takes 2.85 s with ``json.dumps(indent=1)`` and 2.00 s with this;
-one result record (a driver writes one per job) 13.9 µs against 7.9 µs;
-``onite report --json`` of 5,000 results 0.72 s against 0.55 s. ``onite list
---json`` goes further (onite.app.listing splices queued jobs into a template:
-0.67 s for 100,000 against 2.85 s for views and ``json.dumps``).
+``json`` indents with its pure-Python encoder (docs/performance.md); here each container of scalars is
+encoded by the C encoder, with separators laid out as indenting would (tests/test_jsontext.py).
 """
 
 from __future__ import annotations
@@ -89,11 +75,8 @@ def _write(obj: object, depth: int, parts: list[str]) -> None:
 def _records(records: list | tuple, depth: int) -> str:
     """A list of non-empty dicts of scalars (``onite list --json``'s jobs) in one call of the C encoder.
 
-    Encoded with the separators of the members' depth, the dicts come out as
-    ``[{m,<nl+indent>m}, <nl+indent>{m}]``; a string holds no raw newline and
-    no scalar ends with "}", so "}," + newline + indent + "{" is found only
-    between two dicts, where the indenting encoder puts the closing brace of
-    one and the opening brace of the next on lines of their own.
+    No encoded string holds a raw newline and no scalar ends with "}", so "}," + newline + indent + "{"
+    is found only between two dicts: there the indenting encoder's braces go on lines of their own.
     """
     encoder = _flat(depth + 1)[0]
     outer, inner = " " * (depth + 1), " " * (depth + 2)

@@ -1,10 +1,6 @@
 """Job and host names: what is allowed, and how unique names are made (pure).
 
-A job name is also a file name in several spool folders, so it is kept to a
-safe alphabet: ``[A-Za-z0-9][A-Za-z0-9._-]{0,99}``. Nothing else (``../x``,
-``a/b``, spaces, newlines, the empty string) ever reaches the file system.
-The spool marks its own side files with ``@`` (``jobsdone/NAME@result``),
-a character no job name can contain, so they can never collide with a job.
+A job name is a file name in spool folders; side files are ``NAME@KIND``: no job name holds ``@``.
 """
 
 from __future__ import annotations
@@ -14,10 +10,14 @@ import re
 from collections.abc import Callable
 
 from onite.core.errors import InvalidInput
+from onite.core.safetext import printable
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_NAME = 100
 SIDE = "@"  # separates a job name from the kind of a spool side file
+# a user name as useradd and POSIX allow it (no ":", which separates it from the job's name)
+USER_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+SUFFIX_LEN = 7  # "-" and six characters
 
 
 def job_label(name: str) -> str:
@@ -37,7 +37,7 @@ def run_id_host(run_id: str) -> str | None:
 
 
 def is_run_id(text: str) -> bool:
-    """Is ``text`` shaped as ``make_run_id`` makes them (TIMESTAMP-HOST-DRIVERPID-SEQ)?"""
+    """Is ``text`` shaped as ``make_run_id`` makes them?"""
     parts = text.split("-")
     return (len(parts) >= 4 and len(parts[0]) == 15 and parts[0][8] == "T" and (parts[0][:8] + parts[0][9:]).isdigit()
             and parts[-1].isdigit() and parts[-2].isdigit() and is_valid_name("-".join(parts[1:-2])))
@@ -47,32 +47,22 @@ def is_valid_name(name: str) -> bool:
     return NAME_PATTERN.fullmatch(name) is not None
 
 
-# a user name as useradd and POSIX allow it (no ":", which separates it from the job's name)
-USER_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
-
-
 def split_dependency(dep: str) -> tuple[str | None, str]:
-    """An ``--after`` dependency as (user, job name): ``NAME`` is a job of the waiting job's own user
-    (user None), ``USER:NAME`` that user's job."""
+    """An ``--after`` dependency as (user, job name): ``NAME`` (user None: the waiting job's own) or ``USER:NAME``."""
     user, sep, name = dep.rpartition(":")
     return (user, name) if sep else (None, dep)
 
 
 def is_valid_dependency(dep: str) -> bool:
-    """``NAME`` or ``USER:NAME``, each part valid."""
     user, name = split_dependency(dep)
     return is_valid_name(name) and (user is None or USER_PATTERN.fullmatch(user) is not None)
 
 
 def check_name(name: str, *, what: str = "job name") -> str:
     """Return ``name`` if it is a valid job (or host) name.
-
-    Raises:
-        InvalidInput: with the reason it is not.
-    """
+    Raises InvalidInput: with the reason it is not."""
     if is_valid_name(name):
         return name
-    shown = name if len(name) <= 40 else name[:37] + "..."
     if not name:
         why = "it is empty"
     elif len(name) > MAX_NAME:
@@ -82,54 +72,34 @@ def check_name(name: str, *, what: str = "job name") -> str:
     else:
         why = "it may hold only letters, digits, '.', '_' and '-'"
     example = "node1 or build-02" if what == "host name" else "nightly-report or backup.2026-11-22"
-    from onite.core.safetext import printable  # the bytes as typed ('a\xff'), not Python's 'a\udcff'
-
+    shown = name if len(name) <= 40 else name[:37] + "..."
     raise InvalidInput(f"invalid {what} '{printable(shown)}': {why}", f"use e.g. {example}")
 
 
 def check_dependency(dep: str, *, option: str = "--after") -> tuple[str | None, str]:
     """``NAME`` or ``USER:NAME`` (given to ``option``) as (user or None, name).
-
-    Raises:
-        InvalidInput: with what is wrong with it.
-    """
+    Raises InvalidInput: with what is wrong with it."""
     user, name = split_dependency(dep)
     check_name(name, what="dependency name" if option == "--after" else "job name")
     if user is not None and USER_PATTERN.fullmatch(user) is None:
-        from onite.core.safetext import printable
-
         raise InvalidInput(f"invalid user name '{printable(user[:40])}' in {option} '{printable(dep[:80])}'",
                            "write NAME for a job of yours, USER:NAME for another user's")
     return user, name
 
 
-SUFFIX_LEN = 7  # "-" and six characters
-
-
 def check_base(base: str) -> str:
-    """A prefix for unique names: valid as a name once cut to leave room for the suffix.
-
-    Raises:
-        InvalidInput: with the reason it is not.
-    """
-    check_name(base[: MAX_NAME - SUFFIX_LEN], what="name base")
-    return base[: MAX_NAME - SUFFIX_LEN]
+    """A prefix for unique names, cut to leave room for the suffix.
+    Raises InvalidInput: the cut prefix is not a valid name."""
+    return check_name(base[: MAX_NAME - SUFFIX_LEN], what="name base")
 
 
 def unique_name(base: str, taken: Callable[[str], bool], *, tries: int = 100) -> str:
     """``base`` plus a random suffix (``base-k3x9qa``) for which ``taken`` is false.
-
-    Raises:
-        InvalidInput: ``base`` is not a valid name prefix, or no free name was found.
-    """
+    Raises InvalidInput: ``base`` is not a valid name prefix, or no free name was found."""
     stem = check_base(base)
+    alphabet = "abcdefghijkmnpqrstuvwxyz23456789"  # 32 letters, no look-alikes (l/1, o/0)
     for _ in range(tries):
-        candidate = f"{stem}-{_random_suffix()}"
+        candidate = f"{stem}-" + "".join(alphabet[byte % 32] for byte in os.urandom(6))
         if not taken(candidate):
             return candidate
     raise InvalidInput(f"no unused name found for {base!r}", "pick another base name")
-
-
-def _random_suffix() -> str:
-    alphabet = "abcdefghijkmnpqrstuvwxyz23456789"  # 32 letters, no look-alikes (l/1, o/0)
-    return "".join(alphabet[byte % 32] for byte in os.urandom(6))

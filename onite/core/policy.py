@@ -1,11 +1,7 @@
 """Who may do what, and when (pure: users, groups and the clock are arguments).
 
-- cutoff: after ``cutoff`` new jobs are refused until the night's window
-  closes (``until``), or until midnight when there is no ``until``.
-- urgent: only root and the ``admins`` of onite.toml (user names, or
-  ``%group`` for every member of a group).
-- cancelling a job: its owner, root, and with ``own_only = false`` anyone
-  (hold, release and output are its owner's and root's only: onite.app.control).
+Spooling closes at ``cutoff`` until ``until`` (else midnight); only root and the ``admins`` (names, or
+``%group``) may have jobs run urgent; a job is its owner's and root's (``own_only = false``: anyone cancels).
 """
 
 from __future__ import annotations
@@ -16,12 +12,12 @@ from typing import NamedTuple
 
 from onite.core.errors import Refused
 from onite.core.identity import Identity
+from onite.core.timeparse import local_time, next_clock
 
 
 def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
-    """May ``caller_uid`` act on what ``owner_uid`` owns? Its owner and root only: hold, release,
-    withdraw a queued job, read its output or file, restart it, remove a template; a hold marker
-    counts for a job only if its owner passes; a driver not run as root spools only its own."""
+    """May ``caller_uid`` act on what ``owner_uid`` owns (hold, release, withdraw, read, restart, remove a
+    template; a hold marker counts only if its owner passes)?"""
     return caller_uid == 0 or caller_uid == owner_uid
 
 
@@ -45,22 +41,15 @@ def cutoff_state(now: datetime, cutoff: time | None, until: time | None) -> Cuto
     if not closed:
         return CutoffState(False)
     day = now.date() if clock < reopen else now.date() + timedelta(days=1)
-    reopens = datetime.combine(day, reopen)
-    return CutoffState(True, reopens.astimezone() if now.tzinfo else reopens)
+    return CutoffState(True, local_time(datetime.combine(day, reopen), now))
 
 
 def is_admin(uid: int, user: str, groups: Iterable[str], admins: Iterable[str]) -> bool:
     """Root, a user named in ``admins``, or a member of a ``%group`` named there."""
     if uid == 0:
         return True
-    group_set = set(groups)
-    for admin in admins:
-        if admin.startswith("%"):
-            if admin[1:] in group_set:
-                return True
-        elif admin == user:
-            return True
-    return False
+    groups = set(groups)
+    return any(admin[1:] in groups if admin.startswith("%") else admin == user for admin in admins)
 
 
 def may_be_urgent(identity: Identity, admins: Iterable[str]) -> bool:
@@ -69,11 +58,7 @@ def may_be_urgent(identity: Identity, admins: Iterable[str]) -> bool:
 
 
 def check_urgent(identity: Identity, admins: Iterable[str], what: str) -> None:
-    """Refuse a user who asks for urgent jobs without the right (``what``: "spool urgent jobs").
-
-    Raises:
-        Refused: ``identity`` may not have jobs run urgent.
-    """
+    """Raises Refused: ``identity`` may not have jobs run urgent."""
     if not may_be_urgent(identity, admins):
         raise Refused(f"only root and the admins named in onite.toml may {what}", "drop --urgent, or ask an admin")
 
@@ -90,8 +75,4 @@ def may_touch(caller_uid: int, owner_uid: int, own_only: bool) -> bool:
 
 def window_end(start: datetime, until: time | None) -> datetime | None:
     """The first instant at or after ``start`` when the clock reads ``until`` (None: no end)."""
-    if until is None:
-        return None
-    from onite.core.timeparse import next_clock
-
-    return next_clock(until, start - timedelta(microseconds=1))
+    return None if until is None else next_clock(until, start - timedelta(microseconds=1))

@@ -1,16 +1,8 @@
 """Ordering and eligibility: pure functions over what the driver knows of queued jobs.
 
-Order (``order_key``): urgent before every priority, then P1 … Pn, then
-first-in-first-out by the ctime the kernel stamped when the job entered its
-folder, then by name (jobs spooled within one clock tick). The folder and
-the ctime are the only inputs: nothing a user writes inside a job file can
-move it ahead.
-
-Eligibility (``evaluate``): a queued job waits while it is held, its
-not-before time has not come, it is pinned to another host, or a job it
-depends on is queued or running. It fails without running when a
-dependency failed, was cancelled, no longer exists, or left a result record
-that cannot be read. Otherwise it is ready.
+Order: urgent, P1 … Pn, then the kernel's ctime, then the name: nothing a user writes moves a job ahead.
+A queued job waits while held, not yet due, pinned elsewhere or after a pending job, and fails without
+running when a dependency cannot succeed any more.
 """
 
 from __future__ import annotations
@@ -75,14 +67,19 @@ def order_key(rank: int, ctime_ns: int, name: str) -> tuple[int, int, str]:
 
 
 def sort_folder(rows: list, *, ctime: int, name: int) -> None:
-    """Sort the rows of one queue folder into queue order, in place: ``order_key`` with the rank
-    equal. ``ctime`` and ``name`` say where a row holds them (the driver's index, the listings).
-
-    Two stable sorts on one key each take a third of the time of one on the pair: many jobs share
-    a kernel tick, and pairs of str compare slowly.
-    """
+    """Sort the rows of one queue folder into queue order, in place (``ctime``, ``name``: their indexes in a
+    row). Two stable sorts on one key each take a third of the time of one on the pair."""
     rows.sort(key=itemgetter(name))
     rows.sort(key=itemgetter(ctime))
+
+
+_FAILS = {
+    DepState.FAILED: "dependency {} failed",
+    DepState.CANCELLED: "dependency {} was cancelled",
+    DepState.MISSING: "dependency {} no longer exists (cancelled or removed)",
+    DepState.DAMAGED: "the result record of dependency {} is damaged: whether it succeeded is unknown",
+    DepState.FOREIGN: "dependency {} is another user's job: a job waits only for its own user's jobs",
+}
 
 
 def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
@@ -98,16 +95,8 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
         state = dependency(dep)
         if state is DepState.PENDING:
             return Wait(f"after {dep}")
-        if state is DepState.FAILED:
-            return Fail(f"dependency {dep} failed")
-        if state is DepState.CANCELLED:
-            return Fail(f"dependency {dep} was cancelled")
-        if state is DepState.MISSING:
-            return Fail(f"dependency {dep} no longer exists (cancelled or removed)")
-        if state is DepState.DAMAGED:
-            return Fail(f"the result record of dependency {dep} is damaged: whether it succeeded is unknown")
-        if state is DepState.FOREIGN:
-            return Fail(f"dependency {dep} is another user's job: a job waits only for its own user's jobs")
+        if state in _FAILS:
+            return Fail(_FAILS[state].format(dep))
     return READY
 
 

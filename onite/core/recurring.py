@@ -1,26 +1,24 @@
 """Recurring jobs as data (pure): a template's rule in its header, an instance's name and its job.
 
-A template is a job file (onite.core.jobfile) whose header carries its rule
-in two or three extra keys (a key onite.core.jobfile does not know is kept as it is)::
-
-    recur-cron: 0 20 * * 1-5          or      recur-every: 25m
-                                              recur-offset: 2m
-
-When the rule fires, the driver spools an *instance*: an ordinary job named
-``NAME-YYYYMMDDTHHMM`` after the fire's local wall time (``SS`` added for
-fires off the minute, ``.2`` for the second pass of an hour the clocks
-repeat), with ``recur: NAME`` and not-before the fire time. The name is a
-function of the fire, so one fire is never spooled twice (onite.drain.instances).
+A template is a job file whose extra header keys (RULE_KEYS) hold its rule. Each fire spools an instance
+named after the fire's local wall time (``NAME-YYYYMMDDTHHMM``; seconds where needed, ``.2`` for a
+repeated hour's second pass), so no fire is spooled twice.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, JobFormatError, OniteError
 from onite.core.job import Job
 from onite.core.names import MAX_NAME, check_name
+from onite.core.rules import CronRule, parse_rule
+from onite.core.schedule import fires_after, zone_of
+from onite.core.timeparse import format_duration
+from onite.core.values import is_whole
 
 RULE_KEYS = ("recur-cron", "recur-every", "recur-offset")
 # An instance adds "-YYYYMMDDTHHMM" (14), seconds (2), microseconds (6) and ".2" (2).
@@ -29,9 +27,6 @@ MAX_TEMPLATE_NAME = MAX_NAME - 24
 
 def rule_fields(rule) -> tuple[tuple[str, str], ...]:
     """The header lines that store ``rule`` in a template."""
-    from onite.core.rules import CronRule
-    from onite.core.timeparse import format_duration
-
     if isinstance(rule, CronRule):
         return (("recur-cron", rule.expr),)
     fields = (("recur-every", format_duration(rule.interval)),)
@@ -40,13 +35,8 @@ def rule_fields(rule) -> tuple[tuple[str, str], ...]:
 
 def rule_of(job: Job):
     """The rule a template's header stores.
-
-    Raises:
-        JobFormatError: no rule in it (it is not a template).
-        InvalidInput: the rule is not valid (an edited template).
-    """
-    from onite.core.rules import parse_rule
-
+    Raises JobFormatError: no rule in it (it is not a template); InvalidInput: the rule is not valid (an edited
+    template)."""
     fields = {k: v for k, v in job.extra if k in RULE_KEYS}
     if "recur-cron" not in fields and "recur-every" not in fields:
         raise JobFormatError("not a recurring-job template (no recur-cron or recur-every line)",
@@ -56,9 +46,7 @@ def rule_of(job: Job):
 
 
 def check_template_name(name: str) -> str:
-    """Raises:
-        InvalidInput: not a job name, or too long to leave room for the instances' suffix.
-    """
+    """Raises InvalidInput: not a job name, or too long to leave room for the instances' suffix."""
     check_name(name, what="recurring job name")
     if len(name) > MAX_TEMPLATE_NAME:
         raise InvalidInput(f"recurring job name {name[:37]!r}... is {len(name)} characters long",
@@ -68,8 +56,6 @@ def check_template_name(name: str) -> str:
 
 def _is_second_pass(fire: datetime) -> bool:
     """Is ``fire`` the second time its wall clock reads this (an hour the clocks repeat)?"""
-    from onite.core.schedule import zone_of  # the schedule's own notion of "the machine's zone"
-
     zone = zone_of(fire, "fire")
     first = zone.instant(zone.wall(fire), 0)
     return fire.astimezone(timezone.utc) - first >= timedelta(seconds=1)
@@ -88,18 +74,9 @@ def instance_name(template: str, fire: datetime) -> str:
     return f"{template}-{stamp}"
 
 
-_INSTANCE = None  # the form of instance_name, compiled when first used
-
-
 def template_of(name: str) -> str | None:
-    """The template whose instance ``name`` would be (``NAME-20261122T2000`` → ``NAME``), or None if
-    it has no instance's form."""
-    global _INSTANCE
-    if _INSTANCE is None:
-        import re
-
-        _INSTANCE = re.compile(r"(.+)-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?")
-    found = _INSTANCE.fullmatch(name)
+    """The template whose instance ``name`` would be (``NAME-20261122T2000`` → ``NAME``), or None."""
+    found = re.fullmatch(r"(.+)-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?", name)
     return found.group(1) if found else None
 
 
@@ -109,8 +86,6 @@ RUN_SEARCH_FIRES = 20_000  # at most this many fires looked at (a rule every min
 
 def is_run_of(rule, template: str, name: str) -> bool:
     """Is ``name`` the name ``instance_name`` gives one of ``rule``'s fires, not only its shape?"""
-    from onite.core.schedule import fires_after
-
     stamp = name[len(template) + 1:].removesuffix(".2")
     try:
         wall = datetime(int(stamp[0:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[11:13]),
@@ -142,12 +117,7 @@ def instance_job(template: Job, name: str, fire: datetime, now: datetime, priori
 
 
 def rule_from_state(known: dict):
-    """The rule a recur.state entry records, or None if it records none that is valid.
-
-    Raises: nothing.
-    """
-    from onite.core.rules import parse_rule
-
+    """The rule a recur.state entry records, or None if it records none that is valid."""
     fields = known.get("fields")
     if not isinstance(fields, dict):
         return None
@@ -162,12 +132,6 @@ def rule_from_state(known: dict):
 
 
 def known_priority(known: dict) -> tuple[int | None, bool]:
-    """The priority and urgency a recur.state entry records (None, False where it records none).
-
-    Raises: nothing.
-    """
-    from onite.core.config import MAX_PRIORITIES
-
+    """The priority and urgency a recur.state entry records (None, False where it records none)."""
     priority = known.get("priority")
-    valid = isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= MAX_PRIORITIES
-    return (priority if valid else None), known.get("urgent") is True
+    return (priority if is_whole(priority, 1, MAX_PRIORITIES) else None), known.get("urgent") is True

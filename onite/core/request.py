@@ -1,10 +1,6 @@
 """What a submit asks for, and the Job it makes (pure): ``SubmitRequest``, ``Captured``, ``build_job``.
 
-``build_job`` turns a request (options as typed: times and durations not yet
-parsed), the submitter's world captured at submit time (environment, cwd,
-umask, host, clock) and the spool's settings into a Job, checking every
-option: whatever it returns is a job file the driver reads back as it was
-written. Spooling it is onite.app.submit's.
+Whatever Job ``build_job`` returns makes a job file the driver reads back as it was written.
 """
 
 from __future__ import annotations
@@ -18,6 +14,8 @@ from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
 from onite.core.names import check_dependency, check_name
+from onite.core.resources import parse_cpus, parse_mem
+from onite.core.timeparse import parse_duration, parse_when
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,14 +41,10 @@ class SubmitRequest:
 
     @classmethod
     def of(cls, name: str, body: bytes, options: Mapping[str, object]) -> "SubmitRequest":
-        """The request ``onite submit NAME`` makes with ``options`` (keyed by its fields: priority,
-        urgent, after, at, timeout, retries, host, hold, unique, stderr_separate, notify, notify_on, mem, cpus;
-        None or absent: not given). The one place that turns what the command line, its fast path and
-        onite.api were given into a request: ``after`` may be one name or several.
-
-        Raises:
-            TypeError: an option that submit does not have.
-        """
+        """The request ``onite submit NAME`` makes with ``options`` (keyed by its fields; None or absent: not
+        given): the one place that turns what the command line, its fast path and onite.api were given into a
+        request. ``after`` may be one name or several.
+        Raises TypeError: an option that submit does not have."""
         unknown = set(options) - OPTIONS
         if unknown:
             raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(OPTIONS))}")
@@ -80,18 +74,11 @@ class Captured(NamedTuple):
 
 
 def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
-    """The Job a request describes, with the spool's defaults from ``config`` (pure).
-
-    Where stderr goes is decided now and written into the job file (the
-    spool's default applies when the request does not say), so a later change
-    of onite.toml does not change jobs already spooled.
-
-    Raises:
-        InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice;
-            ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never
-            run; an environment variable execve cannot pass. Whatever passes makes a job file that
-            the driver reads back as it was written.
-    """
+    """The Job a request describes. The spool's defaults (stderr, timeout, mem, cpus) are written into it,
+    so a later change of onite.toml does not change jobs already spooled (as Slurm's DefMemPerNode).
+    Raises InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice; ``--notify
+    command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an environment variable execve
+    cannot pass."""
     priorities = config.priorities
     priority = config.default_priority if request.priority is None else request.priority
     if not 1 <= priority <= priorities:
@@ -122,20 +109,10 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
     if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
         raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
                            "ask the admin to set notify_command (--notify mail works where this machine can send mail)")
-    # the spool's defaults are the job's request from now on, as its timeout is (and as Slurm applies
-    # DefMemPerNode when a job is submitted): changing them later does not change queued jobs
-    mem, cpus = config.default_mem, config.default_cpus
-    if request.mem is not None or request.cpus is not None:
-        from onite.core.resources import parse_cpus, parse_mem
-
-        mem = parse_mem(request.mem) if request.mem is not None else mem
-        cpus = parse_cpus(request.cpus) if request.cpus is not None else cpus
-    timeout, not_before = config.timeout, None
-    if request.timeout or request.at:  # imported only when needed: a plain submit is start-up bound
-        from onite.core.timeparse import parse_duration, parse_when
-
-        timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
-        not_before = parse_when(request.at, captured.now) if request.at else None
+    mem = config.default_mem if request.mem is None else parse_mem(request.mem)
+    cpus = config.default_cpus if request.cpus is None else parse_cpus(request.cpus)
+    timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
+    not_before = parse_when(request.at, captured.now) if request.at else None
     try:
         return Job(
             name=name or request.name,

@@ -1,19 +1,8 @@
 """Resource requests (pure): sizes in Slurm's words, what a job asks for, what a host has.
 
-Every size onite reads (``--mem``, ``default_mem``, ``reserve_mem``, a host's
-``mem``, ``max_job_size``) is written as Slurm writes one: a whole number
-and K, M, G or T (powers of 1024); a bare number is MiB, as Slurm's
-``--mem`` reads it. ``parse_size`` is the one parser.
-
-A job may ask for memory (``--mem``, kept in MiB) and CPUs (``--cpus``). A job that asks for nothing (and no spool default)
-counts for no memory and no CPU: it is bounded by ``slots`` alone, as
-before requests existed. A host's capacity is what its admin set, else
-what the machine has minus a reserve (onite.exec.limits measures it); a
-reserve that leaves nothing is a configuration error, not a capacity of 0.
-
-When a request may start (packing, backfill) is onite.core.admission's.
-
-Invariant: no I/O and no clock: every time and amount is passed in.
+A size is a whole number and K, M, G or T (powers of 1024), a bare number MiB (``parse_size``, the one
+parser). A job that asks for nothing counts for no memory and no CPU. A host's capacity is what its admin
+set, else the machine's (onite.exec.limits) minus a reserve.
 """
 
 from __future__ import annotations
@@ -32,10 +21,7 @@ _SIZE = re.compile(r"([0-9]{1,16})([KMGT]?)", re.IGNORECASE)
 
 def parse_size(text: str, *, what: str) -> int:
     """A size in Slurm's words (``4G``, ``512M``, ``100K``, ``2048`` = 2048M), in bytes.
-
-    Raises:
-        InvalidInput: not a whole number with an optional K, M, G or T.
-    """
+    Raises InvalidInput: not a whole number with an optional K, M, G or T."""
     match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise InvalidInput(f"invalid {what} {str(text)[:40]!r}", "write a whole number and a unit, e.g. 4G or 512M")
@@ -44,10 +30,7 @@ def parse_size(text: str, *, what: str) -> int:
 
 def parse_mem(text: str, *, what: str = "--mem") -> int:
     """A memory size (``parse_size``) in MiB, kilobytes rounded up to whole MiB as Slurm does.
-
-    Raises:
-        InvalidInput: as parse_size; zero; more than MAX_MEM MiB.
-    """
+    Raises InvalidInput: as parse_size; zero; more than MAX_MEM MiB."""
     mib = -(-parse_size(text, what=what) // MIB)
     if not 1 <= mib <= MAX_MEM:
         raise InvalidInput(f"invalid {what} {text.strip()[:40]!r}", "ask for 1M to 1024T")
@@ -63,7 +46,7 @@ def format_mem(mib: int) -> str:
 
 
 def human_bytes(count: int) -> str:
-    """An amount of bytes for people, one decimal: ``4.0G``, ``312.5M``, ``800K``."""
+    """An amount of bytes for people: ``4.0G``, ``312.5M``, ``800K``."""
     for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20)):
         if count >= size:
             return f"{count / size:.1f}{unit}"
@@ -72,13 +55,10 @@ def human_bytes(count: int) -> str:
 
 def parse_cpus(value: object, *, what: str = "--cpus") -> int:
     """A CPU count: a whole number from 1 to MAX_CPUS (leading zeros and blanks around it allowed).
-
-    Raises:
-        InvalidInput: anything else.
-    """
+    Raises InvalidInput: anything else."""
     text = str(value).strip()
     digits = text.lstrip("0")
-    # the whole value is checked, and never handed to int() when it is too long to be a count
+    # never handed to int() when it is too long to be a count
     if not text.isascii() or not text.isdigit() or len(digits) > len(str(MAX_CPUS)) or \
             not 1 <= int(digits or "0") <= MAX_CPUS:
         raise InvalidInput(f"invalid {what} {text[:40]!r}", f"ask for 1 to {MAX_CPUS} CPUs")
@@ -91,11 +71,8 @@ def cpus_text(count: int) -> str:
 
 
 def capacity_text(capacity: Need) -> str:
-    """A capacity for the log and ``onite status``: ``23G memory, 2 CPUs`` (memory as ``--mem`` takes it)."""
+    """A capacity for the log and ``onite status``: ``23G memory, 2 CPUs``."""
     return f"{format_mem(capacity.mem)} memory, {cpus_text(capacity.cpus)}"
-
-
-# ---- packing ---------------------------------------------------------------------------
 
 
 class Need(NamedTuple):
@@ -133,45 +110,30 @@ class Need(NamedTuple):
 
 
 def request_of(mem: int | None, cpus: int | None) -> Need:
-    """What a job asks for, as its file says (the spool's defaults were applied when it was spooled:
-    onite.core.request); nothing said is nothing asked."""
+    """What a job asks for, as its file says (the spool's defaults were applied at submit)."""
     return Need(mem=mem or 0, cpus=cpus or 0)
 
 
-def capacity_of(machine_mem: int | None, machine_cpus: int | None, *, mem: int | None, cpus: int | None,
-                reserve_mem: int, reserve_cpus: int, slots: int) -> Need:
-    """A host's capacity: what the admin set (``mem``, ``cpus``), else what the machine has minus the
-    reserve. Unknown (None) machine amounts count as unbounded."""
-    total_mem = mem if mem is not None else (max(machine_mem - reserve_mem, 0) if machine_mem else MAX_MEM)
-    total_cpus = cpus if cpus is not None else (max(machine_cpus - reserve_cpus, 0) if machine_cpus else MAX_CPUS)
-    return Need(total_mem, total_cpus, slots)
-
-
 def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, slots: int = 1) -> Need:
-    """``host``'s capacity under ``config`` (a Config): its ``[hosts.NAME] mem, cpus``, else
-    ``machine`` (the memory and CPUs of the machine it runs on; (None, None) for another machine's
-    host, whose reserve only its own driver can check) less the reserve. The one place the driver,
+    """``host``'s capacity under ``config``: its ``[hosts.NAME] mem, cpus``, else ``machine``'s memory and
+    CPUs (None: unknown, unbounded; another machine's host) less the reserve. The one place the driver,
     submit and status work it out.
-
-    Raises:
-        ConfigError: the reserve leaves nothing of the machine for jobs (every job with a request
-            would otherwise be failed as too big; a ``[hosts.NAME]`` amount of 0 is refused when
-            onite.toml is read).
-    """
+    Raises ConfigError: the reserve leaves nothing of the machine for jobs."""
     override = config.hosts.get(host)
-    capacity = capacity_of(*machine, mem=override.mem if override else None,
-                           cpus=override.cpus if override else None, reserve_mem=config.reserve_mem,
-                           reserve_cpus=config.reserve_cpus, slots=slots)
+    set_mem, set_cpus = (override.mem, override.cpus) if override else (None, None)
     machine_mem, machine_cpus = machine
-    if capacity.mem <= 0:
+    mem = set_mem if set_mem is not None else (max(machine_mem - config.reserve_mem, 0) if machine_mem else MAX_MEM)
+    cpus = set_cpus if set_cpus is not None else (
+        max(machine_cpus - config.reserve_cpus, 0) if machine_cpus else MAX_CPUS)
+    if mem <= 0:
         raise ConfigError(f"onite.toml: reserve_mem = {format_mem(config.reserve_mem)} leaves no memory for jobs on "
                           f"host {host}, whose machine has {format_mem(machine_mem or 0)}",
                           f"lower reserve_mem, or set mem under [hosts.{host}]")
-    if capacity.cpus <= 0:
+    if cpus <= 0:
         raise ConfigError(f"onite.toml: reserve_cpus = {config.reserve_cpus} leaves no CPU for jobs on host {host}, "
                           f"whose machine has {cpus_text(machine_cpus or 0)}",
                           f"lower reserve_cpus, or set cpus under [hosts.{host}]")
-    return capacity
+    return Need(mem, cpus, slots)
 
 
 def too_big(need: Need, capacity: Need) -> str:

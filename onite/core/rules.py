@@ -1,28 +1,16 @@
 """Schedule rules (pure): a cron expression or an interval, checked when the rule is built.
 
-``CronRule("0 20 * * *")``: five fields (minute hour day-of-month month
-day-of-week), compiled into what the schedule engine needs (onite.core.schedule
-says when a rule fires). ``EveryRule(interval, offset)``: ``every 25m offset
-2m`` fires at local midnight + offset + k*interval, k = 1, 2, … while that
-instant is at or before the next local midnight; the count starts again
-every day, so a recurring job has the same times every day. The interval is
-1m to 1d; the offset at least 0 and shorter than the interval.
-
-croniter is imported inside functions because the CLI must start fast. It is
-asked only calendar questions (is an expression valid; which dates match),
-with wall clocks as aware UTC datetimes, a zone without DST: turning a wall
-time into an instant under onite's DST policy is onite.core.schedule's.
-Validation happens when a rule is built (``validate_cron``), so a bad
-expression is refused when it is typed, never found at night.
+``EveryRule(interval, offset)`` fires at local midnight + offset + k*interval (k = 1, 2, …) up to the next
+midnight. croniter, imported where it is used (start-up), is asked only which dates match, in UTC.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
-
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from onite.core.errors import InvalidInput
 from onite.core.timeparse import format_duration, parse_duration
@@ -30,10 +18,8 @@ from onite.core.timeparse import format_duration, parse_duration
 _DAY = timedelta(days=1)
 _MINUTE = timedelta(minutes=1)
 
-# croniter's own default is 50 years. An expression that cannot match (or matches only
-# every few decades, like `0 0 * 2 1#5`) would then cost a long search on every call.
-# 10 years still covers the longest gap a sensible expression has: 29 February, 8 years
-# across 2100.
+# croniter's default is 50 years, a long search on every call for an expression that cannot match;
+# 10 years still covers the longest gap of a sensible one (29 February, 8 years across 2100)
 MAX_YEARS_BETWEEN_FIRES = 10
 
 _FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
@@ -48,38 +34,28 @@ _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
 }
-# croniter's `R` picks a random value. Fire times must be the same on every computation.
-# (A pattern string, not a compiled one: re caches it, and import stays cheap.)
-_RANDOM = r"(?<![a-z])r(?![a-z])"
-# Any date croniter can start from will do; a fixed one keeps validation deterministic.
-_PROBE_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)
+_RANDOM = r"(?<![a-z])r(?![a-z])"  # croniter's R, a random value: fire times must be the same every time
+_PROBE_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)  # a fixed start keeps validation deterministic
 
 
-class Cron:
-    """What the day-by-day engine needs from one validated expression (read-only by
-    convention; a plain class because each dataclass costs a millisecond at import).
-    """
+class Cron(NamedTuple):
+    """What the day-by-day engine needs from one validated expression."""
 
-    __slots__ = ("expr", "minutes", "clock_hours", "every_day")
-
-    def __init__(self, expr: str, minutes: tuple[int, ...], clock_hours: bool, every_day: bool) -> None:
-        self.expr = expr
-        self.minutes = minutes  # the minutes of the day (hour*60 + minute) it fires, sorted
-        self.clock_hours = clock_hours  # the hour field names hours (DST policy: fire once)
-        self.every_day = every_day  # day-of-month, month and day-of-week are all wildcards
+    expr: str
+    minutes: tuple[int, ...]  # the minutes of the day (hour*60 + minute) it fires, sorted
+    clock_hours: bool  # the hour field names hours (DST policy: fire once)
+    every_day: bool  # day-of-month, month and day-of-week are all wildcards
 
 
 def validate_cron(expr: str) -> None:
     """Check a user's cron expression: five fields, valid, and firing at least once in 10 years.
-
-    Raises:
-        InvalidInput: it names what is wrong and what to write instead.
-    """
+    Raises InvalidInput: it names what is wrong and what to write instead."""
     compile_cron(expr)
 
 
 @lru_cache(maxsize=256)
 def compile_cron(expr: str) -> Cron:
+    """Raises InvalidInput: as validate_cron."""
     from croniter import CroniterError, croniter
 
     if not isinstance(expr, str):
@@ -94,22 +70,17 @@ def compile_cron(expr: str) -> Cron:
         raise InvalidInput(f"cron shorthand {expr!r} is not supported", f"write the five fields instead: '{five}'")
     fields = text.split(" ")
     if len(fields) == 6:
-        raise InvalidInput(
-            f"cron expression {expr!r} has 6 fields: onite takes no seconds or year field",
-            _FIVE_FIELDS_HINT,
-        )
+        raise InvalidInput(f"cron expression {expr!r} has 6 fields: onite takes no seconds or year field",
+                           _FIVE_FIELDS_HINT)
     if len(fields) != 5:
         count = f"{len(fields)} field" + ("" if len(fields) == 1 else "s")
         raise InvalidInput(f"cron expression {expr!r} has {count}, not 5", _FIVE_FIELDS_HINT)
     if re.search(_RANDOM, text, re.IGNORECASE):
-        raise InvalidInput(
-            f"cron expression {expr!r} uses R (a random value)",
-            "write the exact minutes and hours, so that fire times are predictable",
-        )
-    if not _is_valid(croniter, text):
+        raise InvalidInput(f"cron expression {expr!r} uses R (a random value)",
+                           "write the exact minutes and hours, so that fire times are predictable")
+    if not croniter.is_valid(text, strict=True):
         for i, field in enumerate(fields):
-            alone = " ".join(field if j == i else "*" for j in range(5))
-            if not _is_valid(croniter, alone):
+            if not croniter.is_valid(" ".join(field if j == i else "*" for j in range(5)), strict=True):
                 raise InvalidInput(
                     f"bad cron expression {expr!r}: {field!r} is not a valid {_FIELDS[i]} field",
                     f"the {_FIELDS[i]} field takes {_FIELD_RANGES[i]}, lists (1,5), ranges (1-5) and steps (*/2)",
@@ -122,10 +93,8 @@ def compile_cron(expr: str) -> Cron:
         probe = croniter(text, _PROBE_FROM, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
         probe.get_next(datetime)
     except CroniterError:
-        raise InvalidInput(
-            f"cron expression {expr!r} fires less than once in {MAX_YEARS_BETWEEN_FIRES} years",
-            "check its day-of-month, month and day-of-week fields",
-        ) from None
+        raise InvalidInput(f"cron expression {expr!r} fires less than once in {MAX_YEARS_BETWEEN_FIRES} years",
+                           "check its day-of-month, month and day-of-week fields") from None
     minute_field, hour_field = probe.expanded[0], probe.expanded[1]
     minutes = range(60) if minute_field == ["*"] else minute_field
     hours = range(24) if hour_field == ["*"] else hour_field
@@ -133,33 +102,19 @@ def compile_cron(expr: str) -> Cron:
         expr=text,
         minutes=tuple(sorted({h * 60 + m for h in hours for m in minutes})),
         clock_hours=not fields[1].startswith(("*", "?")),
-        every_day=(
-            all(f == ["*"] for f in probe.expanded[2:5])
-            and not probe.nth_weekday_of_month
-            and not getattr(probe, "nearest_weekday", None)
-        ),
+        every_day=(all(f == ["*"] for f in probe.expanded[2:5]) and not probe.nth_weekday_of_month
+                   and not probe.nearest_weekday),
     )
 
 
-def _is_valid(croniter: type, text: str) -> bool:
-    try:
-        return croniter.is_valid(text, strict=True)
-    except TypeError:
-        # Older croniter has no `strict`. The probe in _compile still refuses dates that
-        # never occur (30 February), with a less precise message.
-        return croniter.is_valid(text)
-
-
 def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | None:
-    """The first date on or after ``day`` (on or before, if backward) that the expression
-    matches, or None if there is none within MAX_YEARS_BETWEEN_FIRES.
-    """
+    """The first date on or after ``day`` (on or before, if backward) that the expression matches, or
+    None if there is none within MAX_YEARS_BETWEEN_FIRES."""
     if cron.every_day:
         return day
     from croniter import CroniterBadDateError, croniter
 
-    # The clock-time part of an expression does not depend on the date, so "does it
-    # match on this date" is a question about dates only. Ask it in UTC (see module doc).
+    # which dates match does not depend on the time of day: ask in UTC
     if backward:
         start = datetime.combine(day + _DAY, time(), timezone.utc)
     else:
@@ -175,38 +130,28 @@ def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | Non
 @dataclass(frozen=True)
 class CronRule:
     """A five-field cron expression, validated (and its spacing normalised) when built.
-
-    Raises:
-        InvalidInput: the expression is not a valid five-field cron expression.
-    """
+    Raises InvalidInput: the expression is not a valid five-field cron expression."""
 
     expr: str
 
     def __post_init__(self) -> None:
-        validate_cron(self.expr)
-        # Normalise spacing so that equal rules compare equal and describe() reads well.
-        object.__setattr__(self, "expr", " ".join(self.expr.split()))
+        object.__setattr__(self, "expr", compile_cron(self.expr).expr)
 
 
 @dataclass(frozen=True)
 class EveryRule:
-    """Every ``interval`` from local midnight + ``offset`` (see the module docstring).
-
-    Raises:
-        InvalidInput: interval not within 1m..1d, or offset negative or not shorter
-            than the interval.
-    """
+    """Every ``interval`` from local midnight + ``offset``.
+    Raises InvalidInput: interval not within 1m..1d, or offset negative or not shorter than the interval."""
 
     interval: timedelta
     offset: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
-        every, offset = format_duration(self.interval), _format_offset(self.offset)
+        every = format_duration(self.interval)
+        offset = ("-" if self.offset < timedelta(0) else "") + format_duration(abs(self.offset))
         if self.interval < _MINUTE:
-            raise InvalidInput(
-                f"interval {every} is too short: recurring jobs run at most once a minute",
-                "use --every 1m or longer",
-            )
+            raise InvalidInput(f"interval {every} is too short: recurring jobs run at most once a minute",
+                               "use --every 1m or longer")
         if self.interval > _DAY:
             raise InvalidInput(
                 f"interval {every} is longer than a day: the count restarts at every local midnight",
@@ -215,15 +160,11 @@ class EveryRule:
         if self.offset < timedelta(0):
             raise InvalidInput(f"offset {offset} is negative", f"use an offset from 0 up to less than {every}")
         if self.offset >= self.interval:
-            raise InvalidInput(
-                f"offset {offset} is not shorter than the interval {every}",
-                f"use an offset from 0 up to less than {every}",
-            )
+            raise InvalidInput(f"offset {offset} is not shorter than the interval {every}",
+                               f"use an offset from 0 up to less than {every}")
         if self.offset + self.interval > _DAY:
-            raise InvalidInput(
-                f"--every {every} --offset {offset} never fires: its first run would come after midnight",
-                "make offset + interval at most 1d",
-            )
+            raise InvalidInput(f"--every {every} --offset {offset} never fires: its first run would come after "
+                               "midnight", "make offset + interval at most 1d")
 
 
 Rule = CronRule | EveryRule
@@ -231,31 +172,21 @@ Rule = CronRule | EveryRule
 
 def parse_rule(*, cron: str | None = None, every: str | None = None, offset: str | None = None) -> Rule:
     """Build a rule from the user's ``--cron EXPR`` or ``--every DURATION [--offset DURATION]``.
-
-    Raises:
-        InvalidInput: neither or both of cron/every, offset without every, or a bad value.
-    """
+    Raises InvalidInput: neither or both of cron/every, offset without every, or a bad value."""
     if cron is not None and every is not None:
-        raise InvalidInput(
-            f"both --cron {cron!r} and --every {every!r} given",
-            "give one of them: --cron '0 20 * * *' or --every 25m [--offset 2m]",
-        )
+        raise InvalidInput(f"both --cron {cron!r} and --every {every!r} given",
+                           "give one of them: --cron '0 20 * * *' or --every 25m [--offset 2m]")
     if cron is not None:
         if offset is not None:
-            raise InvalidInput(
-                f"--offset {offset!r} goes with --every, not with --cron {cron!r}",
-                "put the offset into the cron expression's minute field, e.g. '2-59/25 * * * *'",
-            )
+            raise InvalidInput(f"--offset {offset!r} goes with --every, not with --cron {cron!r}",
+                               "put the offset into the cron expression's minute field, e.g. '2-59/25 * * * *'")
         return CronRule(cron)
     if every is not None:
         interval = parse_duration(every, what="interval")
         return EveryRule(interval, _parse_offset(offset) if offset is not None else timedelta(0))
     if offset is not None:
         raise InvalidInput(f"--offset {offset!r} needs --every", "write e.g. --every 25m --offset 2m")
-    raise InvalidInput(
-        "a recurring job needs a rule",
-        "give --cron '0 20 * * *' or --every 25m [--offset 2m]",
-    )
+    raise InvalidInput("a recurring job needs a rule", "give --cron '0 20 * * *' or --every 25m [--offset 2m]")
 
 
 def _parse_offset(text: str) -> timedelta:
@@ -268,17 +199,9 @@ def _parse_offset(text: str) -> timedelta:
     return parse_duration(raw, what="offset")
 
 
-def _format_offset(delta: timedelta) -> str:
-    if delta < timedelta(0):
-        return "-" + format_duration(-delta)
-    return format_duration(delta)
-
-
 def describe(rule: Rule) -> str:
     """``cron '0 20 * * *'`` or ``every 25m offset 2m``, for lists and logs."""
     if isinstance(rule, CronRule):
         return f"cron '{rule.expr}'"
-    if isinstance(rule, EveryRule):
-        text = f"every {format_duration(rule.interval)}"
-        return f"{text} offset {format_duration(rule.offset)}" if rule.offset else text
-    raise TypeError(f"not a schedule rule: {rule!r}")
+    text = f"every {format_duration(rule.interval)}"
+    return f"{text} offset {format_duration(rule.offset)}" if rule.offset else text

@@ -1,27 +1,23 @@
 """The job state machine and the result record (pure).
 
-A job's state is where its file is (docs/spool-format.md):
-
-    jobs/Pn/NAME, jobs/urgent/NAME   queued   (held when the file's owner-write bit is off)
-    running/HOST/NAME                 running  (claimed by the driver of HOST)
-    cancel/NAME@...                   cancelled, not yet filed by a driver
-    jobsdone/NAME + NAME@result       done, failed or cancelled: the result says which
-
-Every change of state is one rename(2) in the spool (spool.change_state), checked here first:
+A job's state is where its file is (docs/spool-format.md); every change is one
+rename(2), checked against these edges first (onite.spool.files.change_state):
 
     queued  → held, running, cancelled, failed (a dependency failed)
     held    → queued, cancelled
     running → done, failed, cancelled, queued (retry, recovery, hard stop)
-    done, failed, cancelled: final (spooling the same name again starts a new job)
+    done, failed, cancelled: final
 """
 
 from __future__ import annotations
 
+import os
 import signal as _signal
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord
 from onite.core.job import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
@@ -36,11 +32,9 @@ class JobState(StrEnum):
     HELD = "held"  #: queued but skipped until released
     RUNNING = "running"  #: claimed by a driver, its process (or Slurm job) alive
     DONE = "done"  #: finished with exit status 0
-    FAILED = "failed"  #: finished otherwise: exit status, signal, timeout, could not start, dependency failed, interrupted
+    FAILED = "failed"  #: finished otherwise: exit status, signal, timeout, not started, dependency failed, interrupted
     CANCELLED = "cancelled"  #: removed by a user or an admin before it finished
 
-
-FINAL = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
 
 _ALLOWED = {
     JobState.QUEUED: {JobState.HELD, JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},
@@ -57,9 +51,7 @@ class InvalidTransition(Exception):
 
 
 def check_transition(name: str, old: JobState, new: JobState) -> None:
-    """Raises:
-        InvalidTransition: ``old → new`` is not an edge of the state machine.
-    """
+    """Raises InvalidTransition: ``old → new`` is not an edge of the state machine."""
     if new not in _ALLOWED.get(old, ()):
         raise InvalidTransition(name, old, new)
 
@@ -108,8 +100,6 @@ def signal_name(number: int) -> str:
 
 def outcome_from_status(status: int) -> Outcome:
     """A waitpid() status → Outcome."""
-    import os
-
     if os.WIFSIGNALED(status):
         return Outcome(signal=os.WTERMSIG(status))
     return Outcome(exit_code=os.waitstatus_to_exitcode(status))
@@ -124,18 +114,11 @@ class Stop(StrEnum):
 
 
 def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | None) -> Outcome | None:
-    """How an attempt that onite stopped is recorded, or None if onite did not stop it.
-
-    ``stopping`` is why onite stopped it; ``ended`` carries the exit code or signal it ended with,
-    which are kept.
-    """
-    if stopping == Stop.TIMEOUT:
-        return Outcome(exit_code=ended.exit_code, signal=ended.signal, timed_out=True)
-    if stopping == Stop.CANCEL:
-        return Outcome(exit_code=ended.exit_code, signal=ended.signal, cancelled_by=cancelled_by or "?")
-    if stopping == Stop.SHUTDOWN:
-        return Outcome(exit_code=ended.exit_code, signal=ended.signal, reason="interrupted: the driver was stopped")
-    return None
+    """How an attempt that onite stopped (``stopping``: why) is recorded, keeping the exit code or signal it
+    ended with; None if onite did not stop it."""
+    why = {Stop.TIMEOUT: {"timed_out": True}, Stop.CANCEL: {"cancelled_by": cancelled_by or "?"},
+           Stop.SHUTDOWN: {"reason": "interrupted: the driver was stopped"}}.get(stopping)
+    return None if why is None else Outcome(exit_code=ended.exit_code, signal=ended.signal, **why)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,47 +157,17 @@ class Result:
         return (self.finished - self.started).total_seconds() if self.started else None
 
     def to_json(self) -> dict:
-        return {
-            "format": 1,
-            "name": self.name,
-            "uid": self.uid,
-            "user": self.user,
-            "priority": self.priority,
-            "urgent": self.urgent,
-            "state": str(self.state),
-            "reason": self.reason,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "host": self.host,
-            "submitted": self.submitted.isoformat(),
-            "queued": self.queued.isoformat() if self.queued else None,
-            "started": self.started.isoformat() if self.started else None,
-            "finished": self.finished.isoformat(),
-            "duration": self.duration,
-            "attempt": self.attempt,
-            "attempts": [a.to_json() for a in self.attempts],
-            "run_id": self.run_id,
-            "executor": self.executor,
-            "external_id": self.external_id,
-            "recur": self.recur,
-            "stderr": self.stderr,
-            "mem": self.mem,
-            "cpus": self.cpus,
-            "peak_mem": self.peak_mem,
-            "cpu_time": self.cpu_time,
-            **({"extra": self.extra} if self.extra else {}),
-        }
+        data = {"format": 1, **json_fields(self, _RESULT_KEYS), "state": str(self.state),
+                "attempts": [a.to_json() for a in self.attempts]}
+        if self.extra:
+            data["extra"] = self.extra
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> "Result":
-        """The record ``to_json`` wrote (also by earlier versions), every field checked.
-
-        Raises:
-            DamagedRecord: not an object, a field missing or of the wrong type, a value out of range
-                (a naive or absurd time, an int past 32 bits, a name that is no job's).
-        """
-        from onite.core import values as v
-
+        """The record ``to_json`` wrote, every field checked.
+        Raises DamagedRecord: not an object, a field missing or of the wrong type, a value out of range (a naive or
+        absurd time, an int past 32 bits, a name that is no job's)."""
         try:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
@@ -270,21 +223,30 @@ class Result:
             raise DamagedRecord(f"damaged result record: {str(err)[:200]}",
                                 "remove it, or restore it from a backup") from None
 
-    def with_state(self, state: JobState, reason: str) -> "Result":
-        return replace(self, state=state, reason=reason)
+
+# a result record's fields (docs/spool-format.md), in order, after "format"
+_RESULT_KEYS = ("name", "uid", "user", "priority", "urgent", "state", "reason", "exit_code", "signal", "host",
+                "submitted", "queued", "started", "finished", "duration", "attempt", "attempts", "run_id", "executor",
+                "external_id", "recur", "stderr", "mem", "cpus", "peak_mem", "cpu_time")
+
+
+def json_fields(record: object, keys: tuple[str, ...]) -> dict:
+    """The attributes of ``record`` named ``keys``; its times (submitted, queued, started, finished) in ISO 8601."""
+    data = {key: getattr(record, key) for key in keys}
+    for key in ("submitted", "queued", "started", "finished"):
+        value = data.get(key)
+        if value is not None:
+            data[key] = value.isoformat()
+    return data
 
 
 def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str, host: str, now: datetime,
                  job: Job | None = None, priority: int = 0, urgent: bool = False, submitted: datetime | None = None,
                  started: datetime | None = None, run_id: str = "") -> Result:
-    """The result record of a job no run of which was seen to end: refused, failed or cancelled
-    before it started, or failed by recovery after its driver died (``started``: when that driver
-    started it). No exit code, no signal, no queue time; it finished ``now``.
-
-    ``job`` (its job file, if it could be read) gives its priority, submit time, the attempts that ran
-    before (a retry stopped while it waited: its first start is the job's), recurring template and
-    where its stderr went; without it, ``priority`` and ``submitted`` (else ``now``), attempt 1 and
-    stderr merged.
+    """The result record of a job no run of which was seen to end (refused, failed or cancelled before it
+    started, or failed by recovery), finished ``now``. ``job``, its job file if it could be read, gives its
+    priority, submit time, the attempts that ran before (a retry stopped while it waited: its first start is the
+    job's), template and stderr; else ``priority`` and ``submitted`` (or ``now``).
     """
     if job is not None:
         priority, submitted = job.priority, job.submitted
@@ -297,8 +259,8 @@ def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str
 
 
 def memory_outcome(ended: Outcome, usage: dict | None, need: Need | None) -> Outcome:
-    """A job that failed after the kernel killed one of its processes for its memory limit is recorded
-    as out of memory, with what it asked for and its peak, not as a bare signal or exit status."""
+    """``ended``, or, if the job failed after the kernel killed one of its processes for its memory limit,
+    an out-of-memory outcome saying what it asked for and its peak."""
     used = usage or {}
     oom = used.get("oom")
     if ended.ok or not isinstance(oom, int) or oom < 1 or need is None or not need.mem:

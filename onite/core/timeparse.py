@@ -1,14 +1,7 @@
 """Durations, clock times and dates as users type them (pure: the clock is an argument).
 
-    parse_duration("1h30m") -> timedelta(hours=1, minutes=30)
-    parse_clock("07:00")    -> time(7, 0)
-    parse_when("02:00", now) -> the next 02:00 after ``now`` (aware datetime)
-
-Every value is bounded, so that nothing a user types (or a file holds) can overflow
-the date arithmetic done with it later: a duration is longer than zero and at
-most MAX_DURATION (366 days); a time is aware (it carries its UTC offset) and lies
-in [EARLIEST, LATEST), the years 1900 to 9998, where converting it to any zone
-and adding a day to it stay within what ``datetime`` can hold.
+Every value is bounded so that no date arithmetic overflows: a duration is in (0, MAX_DURATION], a time
+aware and in [EARLIEST, LATEST).
 """
 
 from __future__ import annotations
@@ -30,25 +23,13 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
 def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     """Parse ``90s``, ``2h``, ``1h30m``, ``1d`` or a bare number of seconds.
-
-    Raises:
-        InvalidInput: the text is not a duration longer than zero and at most MAX_DURATION.
-    """
+    Raises InvalidInput: the text is not a duration longer than zero and at most MAX_DURATION."""
     raw = text.strip().lower()
     if re.fullmatch(r"\d+(?:\.\d+)?", raw):
-        seconds = float(raw)
-    else:
-        pos, seconds = 0, 0.0
-        for match in _DURATION.finditer(raw):
-            if match.start() != pos:
-                break
-            seconds += float(match.group(1)) * _UNITS[match.group(2)]
-            pos = match.end()
-        if pos != len(raw) or not raw:
-            raise InvalidInput(
-                f"bad {what} {_shown(text)}",
-                "write it like 90s, 45m, 2h, 1h30m or 1d",
-            )
+        raw += "s"
+    if not re.fullmatch(r"(?:\d+(?:\.\d+)?[dhms])+", raw):
+        raise InvalidInput(f"bad {what} {_shown(text)}", "write it like 90s, 45m, 2h, 1h30m or 1d")
+    seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(raw))
     if not seconds <= MAX_DURATION.total_seconds():  # also inf, from a number of 400 digits
         raise InvalidInput(f"bad {what} {_shown(text)}: it is longer than {format_duration(MAX_DURATION)}",
                            f"write at most {format_duration(MAX_DURATION)}")
@@ -59,7 +40,6 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
 
 
 def _shown(text: str) -> str:
-    """``text`` quoted for an error message, cut short if it is long."""
     return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
@@ -69,20 +49,11 @@ def is_valid_time(when: object) -> bool:
             and EARLIEST <= when < LATEST)
 
 
-def check_time(when: datetime, text: str, *, what: str = "time") -> datetime:
-    """``when`` (parsed from ``text``) if it lies in [EARLIEST, LATEST).
-
-    Raises:
-        InvalidInput: it is outside those years.
-    """
+def _bounded(when: datetime, text: str) -> datetime:
     if not is_valid_time(when):
-        raise _out_of_bounds(text, what)
+        raise InvalidInput(f"bad time {_shown(text)}: it is not between the years {EARLIEST.year} and "
+                           f"{LATEST.year - 1}", "give a time in those years, e.g. 2026-11-23T02:00")
     return when
-
-
-def _out_of_bounds(text: str, what: str) -> InvalidInput:
-    return InvalidInput(f"bad {what} {_shown(text)}: it is not between the years {EARLIEST.year} and "
-                        f"{LATEST.year - 1}", "give a time in those years, e.g. 2026-11-23T02:00")
 
 
 def format_duration(delta: timedelta) -> str:
@@ -99,11 +70,8 @@ def format_duration(delta: timedelta) -> str:
 
 
 def parse_stamp(text: object) -> datetime | None:
-    """A time onite wrote in ISO 8601 (a lock file's, a log field's, a record's), or None if absent or
-    unreadable, naive or out of bounds (``is_valid_time``): such a file may be half-written, damaged or
-    from another version, and one bad field must not stop a listing.
-
-    Raises: nothing.
+    """A time onite wrote in ISO 8601, or None if absent, unreadable, naive or out of bounds: one bad
+    field of a half-written or damaged file must not stop a listing.
     """
     if not isinstance(text, str) or not text:
         return None
@@ -116,10 +84,7 @@ def parse_stamp(text: object) -> datetime | None:
 
 def parse_clock(text: str, *, what: str = "time") -> time:
     """Parse a wall-clock time ``HH:MM`` (24-hour), or ``HH:MM:SS``.
-
-    Raises:
-        InvalidInput: not a valid time of day.
-    """
+    Raises InvalidInput: not a valid time of day."""
     match = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", text.strip())
     if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59 or int(match.group(3) or 0) > 59:
         raise InvalidInput(f"bad {what} {text!r}", "write it as HH:MM, e.g. 07:00")
@@ -128,21 +93,17 @@ def parse_clock(text: str, *, what: str = "time") -> time:
 
 def parse_when(text: str, now: datetime) -> datetime:
     """A not-before time: ``now``, ``HH:MM`` (the next such time after ``now``), an ISO date-time
-    (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h``
-    (a duration from now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
-
-    Raises:
-        InvalidInput: none of those forms, or a time not between the years 1900 and 9998.
-    """
+    (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h`` (a duration from
+    now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
+    Raises InvalidInput: none of those forms, or a time not between the years 1900 and 9998."""
     raw = text.strip()
     if raw.lower() == "now":  # a timed job that is due at once: a daemon runs it when it next looks
         return now
     if raw.startswith("+"):
-        return check_time(now + parse_duration(raw[1:], what="delay"), text)
+        return _bounded(now + parse_duration(raw[1:], what="delay"), text)
     if raw.lower().startswith("tomorrow"):
         clock = parse_clock(raw[len("tomorrow"):].strip() or "00:00")
-        day = (now + timedelta(days=1)).date()
-        return _local(datetime.combine(day, clock), now)
+        return local_time(datetime.combine((now + timedelta(days=1)).date(), clock), now)
     if re.fullmatch(r"\d{1,2}:\d{2}", raw):
         return next_clock(parse_clock(raw), now)
     try:
@@ -152,27 +113,25 @@ def parse_when(text: str, now: datetime) -> datetime:
             f"bad time '{printable(text)}'",
             "write now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
         ) from None
-    if parsed.tzinfo:
-        return check_time(parsed, text)
-    if not EARLIEST.year <= parsed.year < LATEST.year:  # the local clock of year 1 or 9999 may not convert
-        raise _out_of_bounds(text, "time")
-    return check_time(_local(parsed, now), text)
+    if parsed.tzinfo is None and EARLIEST.year <= parsed.year < LATEST.year:  # year 1 or 9999 may not convert
+        parsed = local_time(parsed, now)
+    return _bounded(parsed, text)
 
 
 def resolve_wall(wall: datetime, instant: Callable[[datetime, int], datetime],
                  wall_of: Callable[[datetime], datetime]) -> datetime:
-    """The instant a naive wall-clock reading names in a zone, under onite's DST policy (cronie's): a
-    time the clocks repeat is its first pass, and a time they skip is the first instant after the
-    jump. The one DST resolver of onite: ``parse_when`` and the schedule (onite.core.schedule) use it.
+    """The instant a naive wall-clock reading names, under onite's DST policy (cronie's): a time the
+    clocks repeat is its first pass, one they skip the first instant after the jump. The one DST
+    resolver: ``parse_when`` and onite.core.schedule use it.
 
-    ``instant(wall, fold)``: the aware instant of a wall reading, with PEP 495's ``fold``;
+    ``instant(wall, fold)``: the aware instant of a wall reading (PEP 495's ``fold``);
     ``wall_of(at)``: the naive wall reading at an instant.
     """
     first = instant(wall, 0)
     if wall_of(first) == wall:
         return first
-    # In a gap, fold=1 maps before the jump and fold=0 after it (PEP 495). The jump lies between
-    # the two: find the first second whose wall clock is past ``wall``.
+    # In a gap, fold=1 maps before the jump and fold=0 after it (PEP 495): find the first second
+    # whose wall clock is past ``wall``.
     low, high = instant(wall, 1), first
     while high - low > timedelta(seconds=1):
         middle = low + timedelta(seconds=(high - low) // timedelta(seconds=1) // 2)
@@ -185,34 +144,21 @@ def resolve_wall(wall: datetime, instant: Callable[[datetime, int], datetime],
 
 def machine_instant(wall: datetime, fold: int) -> datetime:
     """The instant (UTC) of a naive wall reading in the machine's zone (TZ), with PEP 495's ``fold``."""
-    # naive timestamp() reads a wall clock in the machine's zone and follows PEP 495 for fold
-    # (naive astimezone() does not: it swaps the folds in a gap, CPython 3.11)
+    # naive timestamp() follows PEP 495 for fold (naive astimezone() swaps the folds in a gap, CPython 3.11)
     return datetime.fromtimestamp(wall.replace(fold=fold).timestamp(), timezone.utc)
 
 
-def _machine_wall(at: datetime) -> datetime:
-    return datetime.fromtimestamp(at.timestamp())
-
-
-def _local(naive: datetime, now: datetime) -> datetime:
-    """A naive wall-clock time in the machine's zone (TZ), with that date's own UTC offset, under
-    onite's DST policy (``resolve_wall``: naive ``astimezone()`` would put a skipped time an hour
-    early, before the jump).
-    """
+def local_time(naive: datetime, now: datetime) -> datetime:
+    """A naive wall-clock time in the machine's zone (TZ) as an aware datetime, under ``resolve_wall``'s
+    DST policy (``now`` only says whether to be aware)."""
     if now.tzinfo is None:
         return naive
-    return resolve_wall(naive, machine_instant, _machine_wall).astimezone()
+    return resolve_wall(naive, machine_instant, lambda at: datetime.fromtimestamp(at.timestamp())).astimezone()
 
 
 def next_clock(clock: time, after: datetime) -> datetime:
     """The first instant strictly after ``after`` whose local wall clock reads ``clock``."""
-    candidate = _local(datetime.combine(after.date(), clock), after)
+    candidate = local_time(datetime.combine(after.date(), clock), after)
     if candidate <= after:
-        candidate = _local(datetime.combine(after.date() + timedelta(days=1), clock), after)
+        candidate = local_time(datetime.combine(after.date() + timedelta(days=1), clock), after)
     return candidate
-
-
-def local_time(naive: datetime, now: datetime) -> datetime:
-    """A naive wall-clock time in the machine's zone (TZ) as an aware datetime with that date's own
-    UTC offset, under the DST policy of ``parse_when`` (``now`` only says whether to be aware)."""
-    return _local(naive, now)

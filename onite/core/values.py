@@ -1,28 +1,21 @@
 """Values read back from JSON records, checked (pure).
 
-Records onite writes as JSON -- a result (``jobsdone/NAME@result``), a run
-record (``running/HOST/NAME@run``), an attempt in a job file's ``tried:``
-line, the state files of the daemon and of recurring jobs -- are read back
-by root, and may have been torn by a crash, damaged on disk, or (a ``tried:``
-line, a personal spool) written by a user. Whatever they hold, reading one
-gives either the value the reader expects, of the right type and within its
-range, or ValueError with the field's name: never a TypeError, an
-OverflowError or a RecursionError from deep inside the reader.
+Records may be torn, damaged or (a job file's ``tried:`` line) written by a user: each reader returns the
+value of the right type and range, ``default`` when the key is absent, or raises ValueError naming the field.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from onite.core.timeparse import parse_stamp
+
 _MISSING = object()
 
 
 def loads_object(raw: bytes | str) -> dict:
     """The JSON object ``raw`` holds.
-
-    Raises:
-        ValueError: not JSON, nested too deeply, or not an object.
-    """
+    Raises ValueError: not JSON, nested too deeply, or not an object."""
     import json
 
     try:
@@ -34,6 +27,11 @@ def loads_object(raw: bytes | str) -> dict:
     return data
 
 
+def is_whole(value: object, low: int, high: int) -> bool:
+    """Is ``value`` a whole number (not a bool) from ``low`` to ``high``?"""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
 def _get(data: dict, key: str, default: object) -> object:
     value = data.get(key, default)
     if value is _MISSING:
@@ -42,32 +40,20 @@ def _get(data: dict, key: str, default: object) -> object:
 
 
 def integer(data: dict, key: str, low: int, high: int, default: object = _MISSING) -> int:
-    """``data[key]``, a whole number from ``low`` to ``high`` (``default`` if absent).
-
-    Raises:
-        ValueError: absent without a default, not a whole number, or out of range.
-    """
+    """``data[key]``, a whole number from ``low`` to ``high``."""
     value = _get(data, key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_whole(value, low, high):
         raise ValueError(f"{key}: {_short(value)} is not a whole number from {low} to {high}")
     return value
 
 
 def optional_integer(data: dict, key: str, low: int, high: int) -> int | None:
-    """``data[key]`` as ``integer`` does, or None if it is absent or null.
-
-    Raises:
-        ValueError: neither null nor a whole number in range.
-    """
+    """``data[key]`` as ``integer`` reads it, or None if it is absent or null."""
     return None if data.get(key) is None else integer(data, key, low, high)
 
 
 def text(data: dict, key: str, default: object = _MISSING) -> str:
-    """``data[key]``, a string (``default`` if absent).
-
-    Raises:
-        ValueError: absent without a default, or not a string.
-    """
+    """``data[key]``, a string."""
     value = _get(data, key, default)
     if not isinstance(value, str):
         raise ValueError(f"{key}: {_short(value)} is not a string")
@@ -75,20 +61,12 @@ def text(data: dict, key: str, default: object = _MISSING) -> str:
 
 
 def optional_text(data: dict, key: str) -> str | None:
-    """``data[key]``, a string, or None if it is absent or null.
-
-    Raises:
-        ValueError: neither null nor a string.
-    """
+    """``data[key]``, a string, or None if it is absent or null."""
     return None if data.get(key) is None else text(data, key)
 
 
 def boolean(data: dict, key: str, default: object = _MISSING) -> bool:
-    """``data[key]``, true or false (``default`` if absent).
-
-    Raises:
-        ValueError: absent without a default, or not a boolean.
-    """
+    """``data[key]``, true or false."""
     value = _get(data, key, default)
     if not isinstance(value, bool):
         raise ValueError(f"{key}: {_short(value)} is not true or false")
@@ -96,13 +74,7 @@ def boolean(data: dict, key: str, default: object = _MISSING) -> bool:
 
 
 def time(data: dict, key: str, default: object = _MISSING) -> datetime:
-    """``data[key]``, an ISO 8601 time with its UTC offset in onite's bounds (timeparse.is_valid_time).
-
-    Raises:
-        ValueError: absent without a default, not such a time.
-    """
-    from onite.core.timeparse import parse_stamp
-
+    """``data[key]``, an ISO 8601 time with its UTC offset, in onite's bounds (timeparse.is_valid_time)."""
     value = _get(data, key, default)
     if isinstance(value, datetime):  # the default
         return value
@@ -113,11 +85,7 @@ def time(data: dict, key: str, default: object = _MISSING) -> datetime:
 
 
 def optional_time(data: dict, key: str) -> datetime | None:
-    """``data[key]`` as ``time`` reads it, or None if it is absent, null or empty.
-
-    Raises:
-        ValueError: something else that is not such a time.
-    """
+    """``data[key]`` as ``time`` reads it, or None if it is absent, null or empty."""
     return None if data.get(key) in (None, "") else time(data, key)
 
 
