@@ -12,7 +12,18 @@ import io  # loaded with the interpreter: sys.stdout is one of its objects
 import sys
 
 
+class Interrupted(BaseException):
+    """SIGINT, raised where onite's code is (typer and click would take a KeyboardInterrupt for theirs)."""
+
+
+def _interrupt(signum, frame) -> None:
+    raise Interrupted
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    previous = signal.signal(signal.SIGINT, _interrupt)
     try:  # an interrupt anywhere in onite's own code, its imports included, is one line and 130
         args = sys.argv[1:] if argv is None else list(argv)
         if argv is None:
@@ -29,9 +40,24 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:  # closed: nothing left to write
             pass
         return code
-    except KeyboardInterrupt:
-        _say("onite: interrupted")
-        return 130
+    except (Interrupted, KeyboardInterrupt):
+        return _interrupted()
+    finally:
+        if signal.getsignal(signal.SIGINT) is _interrupt:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted() -> int:
+    """One line, nothing imported, no second interrupt: the exit code of an interrupted command."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sys.stderr.write("onite: interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return 130
 
 
 def _main(args: list[str]) -> int:
@@ -43,9 +69,8 @@ def _main(args: list[str]) -> int:
     except OniteError as err:
         _say(f"onite: {err}")
         return err.exit_code
-    except KeyboardInterrupt:
-        _say("onite: interrupted")
-        return 130
+    except (Interrupted, KeyboardInterrupt):
+        return _interrupted()
     except BrokenPipeError as err:
         return _reader_gone(err)
     except OutputFailure as err:
