@@ -302,13 +302,21 @@ def cli():
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``predicate`` until it returns a true value, and return that value. A file it reads that is
+    not there yet (FileNotFoundError: a result not yet filed, a record not yet written) means "not
+    yet", as False does; any other error is the test's failure."""
     deadline = time.monotonic() + timeout
+    missing = None
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except FileNotFoundError as err:
+            value, missing = None, err
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
+                                 + (f" (last: {missing})" if missing else ""))
         time.sleep(interval)
 
 
