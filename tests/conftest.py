@@ -10,7 +10,8 @@
   the Python installation sits under root's private home.
 - ``driver(...)``: starts ``python -m onite run`` as a real process that
   tests can signal and kill.
-- ``wait_for(predicate)``: polls with a deadline, never a bare sleep.
+- ``wait_for(predicate)``: polls with a deadline, never a bare sleep; ``next_ctime_tick()`` waits
+  for the kernel's next ctime, ``times_blocked(pid)`` counts a polling process's looks.
 """
 
 from __future__ import annotations
@@ -318,6 +319,33 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str
             raise AssertionError(f"timed out after {timeout}s waiting for {what}"
                                  + (f" (last: {missing})" if missing else ""))
         time.sleep(interval)
+
+
+def next_ctime_tick() -> None:
+    """Return once the kernel stamps a later ctime than it stamped on any file changed before the call.
+    It takes ctimes from a coarse clock, so two files changed a moment apart may share one; a test
+    that needs a file to come later in the queue (the kernel's ctime is its place) waits for the tick."""
+    fd, probe = tempfile.mkstemp(prefix="onite-ctime-")
+    try:
+        first = os.fstat(fd).st_ctime_ns
+        while True:
+            os.fchmod(fd, 0o600)  # a chmod stamps a new ctime, even to the same mode
+            if os.fstat(fd).st_ctime_ns > first:
+                return
+            time.sleep(0.001)
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def times_blocked(pid: int) -> int:
+    """How many times process ``pid`` has blocked (its voluntary context switches): a process that
+    polls, sleeping between its looks, blocks at least once a look."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches in /proc/{pid}/status")
 
 
 class OnTerminal:

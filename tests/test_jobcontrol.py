@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import datetime, time as dtime, timedelta
 
 import pytest
@@ -447,7 +446,11 @@ def test_a_dependent_failed_late_keeps_its_own_submit_time(spool, workdir):
     Spool(spool).submit_many([(f"held-{i:03d}", "true\n") for i in range(70)], priority=1, hold=True)
     driver = start_driver(spool, "--slots", "2")
     wait_for((workdir / "started").exists, what="the base job to start")
-    time.sleep(0.5)  # the free slot's picks look at the dependent and the held jobs meanwhile (no assertion on time)
+    # a status line is logged at the top of a turn of the loop: the turn that started base picked for the
+    # free slot too, looking at the dependent and the held jobs
+    os.kill(driver.pid, signal.SIGUSR1)
+    wait_for(lambda: any(" status " in line and "running=base" in line for line in log_lines(spool)),
+             what="the driver's status line")
     gate.unlink()
     assert driver.wait(60) == 0
     record = result(spool, "dependent")
