@@ -132,31 +132,43 @@ def check_exactly_once(spool: Path, ledger: Path, what: str) -> None:
 SYSCALLS = ["rename", "renameat2", "unlink", "write", "clone", "mkdir", "memfd_create", "sendmsg", "recvmsg"]
 
 
-@needs_strace
-def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_nothing(tmp_path):
-    """kill -9 of the driver before its Nth rename, unlink, write, fork, …, for every N."""
+@pytest.fixture(scope="module")
+def durable_steps(tmp_path_factory) -> dict[str, int]:
+    """How often an undisturbed driver makes each of SYSCALLS on the workload (counted once per module)."""
     from conftest import init_spool_at
 
-    probe_spool = init_spool_at(tmp_path / "probe")
-    workload(probe_spool, tmp_path)
+    folder = tmp_path_factory.mktemp("probe")
+    probe_spool = init_spool_at(folder / "spool")
+    workload(probe_spool, folder)
     counts = count_syscalls(probe_spool, SYSCALLS)
     forks = counts.get("clone", 0) + counts.get("sendmsg", 0)  # monitors forked here, or by the spawner
     assert counts.get("rename", 0) + counts.get("renameat2", 0) >= 6 and forks >= 4, counts
+    return counts
+
+
+@needs_strace
+@pytest.mark.parametrize("syscall", SYSCALLS)
+def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_nothing(tmp_path, durable_steps,
+                                                                                        syscall):
+    """kill -9 of the driver before its Nth rename, unlink, write, fork, …, for every N."""
+    from conftest import init_spool_at
+
+    total = durable_steps.get(syscall, 0)
     kills = 0
-    for syscall, total in sorted(counts.items()):
-        for n in range(1, total + 1):
-            where = tmp_path / f"{syscall}-{n}"
-            where.mkdir()
-            spool = init_spool_at(where / "spool")
-            ledger = workload(spool, where)
-            proc = subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-                                   "-e", f"inject={syscall}:signal=KILL:when={n}", *driver_argv()],
-                                  env=driver_env(spool), timeout=120, capture_output=True)
-            kills += proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
-            settle(spool)
-            check_exactly_once(spool, ledger, f"killed before {syscall} #{n}")
-            shutil.rmtree(where, ignore_errors=True)
-    assert kills >= 20, f"only {kills} kills: the injection did not take"
+    for n in range(1, total + 1):
+        where = tmp_path / f"{syscall}-{n}"
+        where.mkdir()
+        spool = init_spool_at(where / "spool")
+        ledger = workload(spool, where)
+        proc = subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
+                               "-e", f"inject={syscall}:signal=KILL:when={n}", *driver_argv()],
+                              env=driver_env(spool), timeout=120, capture_output=True)
+        kills += proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+        settle(spool)
+        check_exactly_once(spool, ledger, f"killed before {syscall} #{n}")
+        shutil.rmtree(where, ignore_errors=True)
+    # a driver may make one call fewer than the probe's (a message to the spawner fewer): the last N may miss
+    assert kills >= (total + 1) // 2, f"only {kills} kills of {total}: the injection did not take"
 
 
 KILLS = 16  # drivers killed by the random harness, each at a random moment of its drain
