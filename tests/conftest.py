@@ -92,27 +92,102 @@ def job_cgroup_folders() -> list[str]:
     return ([base] if base else []) + list(limits.discover(base).v1.values())
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_cgroups_left():
-    """After the session, remove the empty job cgroups its killed drivers and monitors left (tests kill
-    them on purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a
-    developer's machine nothing else would. Only run-id names made during the session, only empty
-    ones: the driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone. Then the
-    session's folders of job cgroups go, if empty, as a driver's go when it ends."""
-    started = time.time() - 1
-    yield
-    if not ROOT:
+SESSION_STARTED = time.time() - 1  # imported by pytest's own process before any test (or xdist worker) starts
+
+
+def pytest_sessionfinish(session):
+    """After the session (under pytest-xdist: once, in the process that ran the workers, after the
+    last), remove the empty job cgroups its killed drivers and monitors left (tests kill them on
+    purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a developer's
+    machine nothing else would. Only run-id names made during the session, only empty ones: the
+    driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone. Then the session's
+    folders of job cgroups go, if empty, as a driver's go when it ends. Not in a worker: another
+    worker's driver may be about to put a job in a cgroup it has just made."""
+    if not ROOT or hasattr(session.config, "workerinput"):
         return
     from onite.core.names import is_run_id
     from onite.exec import contain, limits
 
     for folder in job_cgroup_folders():
         def made_in_session(name: str, folder: str = folder) -> bool:
-            return is_run_id(name) and os.lstat(f"{folder}/{name}").st_ctime >= started
+            return is_run_id(name) and os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
 
         contain.sweep_stale([folder], made_in_session, older_than=0)
     limits.discover(None).remove_folders()
     contain.remove_base(contain.discover(True))
+
+
+def pytest_configure(config):
+    """In pytest's own process: the folder of the locks that xdist workers share (``_alone_or_together``)."""
+    if not hasattr(config, "workerinput"):
+        config.onite_shared = tempfile.mkdtemp(prefix="onite-tests-shared-")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, starting a worker: tell it where the shared locks are."""
+    node.workerinput["onite_shared"] = node.config.onite_shared
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(config.onite_shared, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's ``load`` (what ``-n`` does by default), except that the tests of the one Slurm
+    cluster (tests/test_slurm.py) go to one worker, as a whole and first (the largest unit): no worker
+    waits for the cluster's lock while the other holds it (``_alone_or_together``)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SlurmTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "slurm" if nodeid.startswith("tests/test_slurm.py::") else nodeid
+
+    return SlurmTogether(config, log)
+
+
+ALONE_FILES = ("test_ready_ahead.py",)  # each of their tests looks at the whole folder of job cgroups
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in ALONE_FILES:
+            item.add_marker(pytest.mark.alone)
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_together(request):
+    """Under pytest-xdist, a test marked ``alone`` runs while no other test does: it changes what every
+    test on the machine shares (the folder of job cgroups); and a test marked ``slurm`` runs while no
+    other one does (the cluster is one, and its tests wait for it to be idle). Every other test holds a
+    shared flock on a file of this run, an ``alone`` one an exclusive flock; each passes a turnstile (a
+    second flock) first, so that an ``alone`` test waiting for its turn is not passed by the next tests."""
+    import fcntl
+
+    shared = getattr(request.config, "workerinput", {}).get("onite_shared")
+    if shared is None:
+        yield
+        return
+    alone = request.node.get_closest_marker("alone") is not None
+    names = ["turnstile", "tests"] + (["slurm"] if request.node.get_closest_marker("slurm") else [])
+    turnstile, held, *cluster = (os.open(f"{shared}/{name}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                                 for name in names)
+    try:
+        for fd in cluster:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(held, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
+    finally:
+        for fd in (held, *cluster):
+            fcntl.flock(fd, fcntl.LOCK_UN)  # a child forked by the test may still hold the descriptor
+        for fd in (turnstile, held, *cluster):
+            os.close(fd)
 
 
 def nobody():

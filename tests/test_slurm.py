@@ -28,7 +28,7 @@ import onite.app.control  # noqa: F401
 import onite.app.submit  # noqa: F401
 from conftest import REPO, ROOT, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]  # one worker at a time uses the cluster
+pytestmark = pytest.mark.slurm
 HOST = os.uname().nodename.split(".")[0]
 SQUEUE_TIMEOUT = 30
 
