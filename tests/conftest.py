@@ -12,6 +12,10 @@
   tests can signal and kill.
 - ``wait_for(predicate)``: polls with a deadline, never a bare sleep; ``next_ctime_tick()`` waits
   for the kernel's next ctime, ``times_blocked(pid)`` counts a polling process's looks.
+
+The suite runs on pytest-xdist (README.md: ``-n auto``). What every test on the machine shares is
+guarded here: a test marked ``alone`` runs while no other does, the Slurm cluster's tests run one
+at a time on one worker, and the session's cgroup sweep runs once, after the last worker.
 """
 
 from __future__ import annotations
