@@ -2,10 +2,11 @@
 
 The drain itself is onite.drain's; what is here is the command around it: the
 options ``onite run`` and ``onite daemon`` share (``driver_target``), a driver
-in the background (``detach_driver``, which waits for that driver's own word:
-it started draining, or it ended, and then what it did, in the log's words), handing a drain to this host's
-daemon (``wake_daemon``), and a dead host's claims (``host_claims``,
-``recover_host``). Nothing here prints: the command line says what it returns.
+in the background (``detach_driver``, which waits for that driver's own word,
+that it drains, or its end, and says which, in the log's words), handing a
+drain to this host's daemon (``wake_daemon``), and a dead host's claims
+(``host_claims``, ``recover_host``). Nothing here prints: the command line says
+what it returns.
 """
 
 from __future__ import annotations
