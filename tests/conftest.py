@@ -167,9 +167,10 @@ def pytest_collection_modifyitems(items):
 def _alone_or_together(request):
     """Under pytest-xdist, a test marked ``alone`` runs while no other test does: it changes what every
     test on the machine shares (the folder of job cgroups); and a test marked ``slurm`` runs while no
-    other one does (the cluster is one, and its tests wait for it to be idle). Every other test holds a
-    shared flock on a file of this run, an ``alone`` one an exclusive flock; each passes a turnstile (a
-    second flock) first, so that an ``alone`` test waiting for its turn is not passed by the next tests."""
+    other ``slurm`` test does (the cluster is one, and its tests wait for it to be idle). Every other
+    test holds a shared flock on a file of this run, an ``alone`` one an exclusive flock; each passes a
+    turnstile (a second flock) first, so that an ``alone`` test waiting for its turn is not passed by the
+    next tests. A ``slurm`` test holds a third flock, exclusive, for the cluster."""
     import fcntl
 
     shared = getattr(request.config, "workerinput", {}).get("onite_shared")
