@@ -139,6 +139,13 @@ def pytest_unconfigure(config):
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker per core, and one more for the Slurm cluster's tests, which mostly wait
+    (for Slurm's scheduler tick, for sbatch's and the controller's time limits) while the others compute."""
+    return (os.cpu_count() or 1) + 1
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's ``load`` (what ``-n`` does by default), except that the tests of the one Slurm
     cluster (tests/test_slurm.py) go to one worker, as a whole and first (the largest unit): no worker
