@@ -10,7 +10,12 @@
   the Python installation sits under root's private home.
 - ``driver(...)``: starts ``python -m onite run`` as a real process that
   tests can signal and kill.
-- ``wait_for(predicate)``: polls with a deadline, never a bare sleep.
+- ``wait_for(predicate)``: polls with a deadline, never a bare sleep; ``next_ctime_tick()`` waits
+  for the kernel's next ctime, ``times_blocked(pid)`` counts a polling process's looks.
+
+The suite runs on pytest-xdist (README.md: ``-n auto``). What every test on the machine shares is
+guarded here: a test marked ``alone`` runs while no other does, the Slurm cluster's tests run one
+at a time on one worker, and the session's cgroup sweep runs once, after the last worker.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def _preload() -> None:
                  "importlib.resources", "json", "shlex", "shutil", "subprocess", "resource", "select", "signal",
                  "zoneinfo", "html", "grp", "pwd", "fcntl", "selectors", "traceback", "contextvars"):
         importlib.import_module(name)
-    # typer imports its parameter machinery (pydantic) lazily, on the first parse: parse once now
+    # typer builds its parameter machinery lazily, on the first parse: parse once now
     from contextlib import redirect_stderr, redirect_stdout
 
     from onite.__main__ import main
@@ -91,27 +96,101 @@ def job_cgroup_folders() -> list[str]:
     return ([base] if base else []) + list(limits.discover(base).v1.values())
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_cgroups_left():
-    """After the session, remove the empty job cgroups its killed drivers and monitors left (tests kill
-    them on purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a
-    developer's machine nothing else would. Only run-id names made during the session, only empty
-    ones: the driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone. Then the
-    session's folders of job cgroups go, if empty, as a driver's go when it ends."""
-    started = time.time() - 1
-    yield
-    if not ROOT:
+SESSION_STARTED = time.time() - 1  # imported by pytest's own process before any test (or xdist worker) starts
+
+
+def pytest_sessionfinish(session):
+    """After the session (under pytest-xdist: once, in the process that ran the workers, after the
+    last), remove the empty job cgroups its killed drivers and monitors left (tests kill them on
+    purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a developer's
+    machine nothing else would. Only run-id names made during the session, only empty ones: the
+    driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone. Then the session's
+    folders of job cgroups go, if empty, as a driver's go when it ends. Not in a worker: another
+    worker's driver may be about to put a job in a cgroup it has just made."""
+    if not ROOT or hasattr(session.config, "workerinput"):
         return
     from onite.core.names import is_run_id
     from onite.exec import contain, limits
 
     for folder in job_cgroup_folders():
         def made_in_session(name: str, folder: str = folder) -> bool:
-            return is_run_id(name) and os.lstat(f"{folder}/{name}").st_ctime >= started
+            return is_run_id(name) and os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
 
         contain.sweep_stale([folder], made_in_session, older_than=0)
     limits.discover(None).remove_folders()
     contain.remove_base(contain.discover(True))
+
+
+def pytest_configure(config):
+    """In pytest's own process: the folder of the locks that xdist workers share (``_alone_or_together``)."""
+    if not hasattr(config, "workerinput"):
+        config.onite_shared = tempfile.mkdtemp(prefix="onite-tests-shared-")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, starting a worker: tell it where the shared locks are."""
+    node.workerinput["onite_shared"] = node.config.onite_shared
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(config.onite_shared, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker per core, and one more for the Slurm cluster's tests, which mostly wait
+    (for Slurm's scheduler tick, for sbatch's and the controller's time limits) while the others compute."""
+    return (os.cpu_count() or 1) + 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's ``load`` (what ``-n`` does by default), except that the tests of the one Slurm
+    cluster (tests/test_slurm.py) go to one worker, as a whole and first (the largest unit): no worker
+    waits for the cluster's lock while the other holds it (``_alone_or_together``)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SlurmTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "slurm" if nodeid.startswith("tests/test_slurm.py::") else nodeid
+
+    return SlurmTogether(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_together(request):
+    """Under pytest-xdist, a test marked ``alone`` runs while no other test does: it changes what every
+    test on the machine shares (the folder of job cgroups); and a test marked ``slurm`` runs while no
+    other ``slurm`` test does (the cluster is one, and its tests wait for it to be idle). Every other
+    test holds a shared flock on a file of this run, an ``alone`` one an exclusive flock; each passes a
+    turnstile (a second flock) first, so that an ``alone`` test waiting for its turn is not passed by the
+    next tests. A ``slurm`` test holds a third flock, exclusive, for the cluster."""
+    import fcntl
+
+    shared = getattr(request.config, "workerinput", {}).get("onite_shared")
+    if shared is None:
+        yield
+        return
+    alone = request.node.get_closest_marker("alone") is not None
+    names = ["turnstile", "tests"] + (["slurm"] if request.node.get_closest_marker("slurm") else [])
+    turnstile, held, *cluster = (os.open(f"{shared}/{name}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                                 for name in names)
+    try:
+        for fd in cluster:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(held, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
+    finally:
+        for fd in (held, *cluster):
+            fcntl.flock(fd, fcntl.LOCK_UN)  # a child forked by the test may still hold the descriptor
+        for fd in (turnstile, held, *cluster):
+            os.close(fd)
 
 
 def nobody():
@@ -302,14 +381,49 @@ def cli():
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``predicate`` until it returns a true value, and return that value. A file it reads that is
+    not there yet (FileNotFoundError: a result not yet filed, a record not yet written) means "not
+    yet", as False does; any other error is the test's failure."""
     deadline = time.monotonic() + timeout
+    missing = None
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except FileNotFoundError as err:
+            value, missing = None, err
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
+                                 + (f" (last: {missing})" if missing else ""))
         time.sleep(interval)
+
+
+def next_ctime_tick() -> None:
+    """Return once the kernel stamps a later ctime than it stamped on any file changed before the call.
+    It takes ctimes from a coarse clock, so two files changed a moment apart may share one; a test
+    that needs a file to come later in the queue (the kernel's ctime is its place) waits for the tick."""
+    fd, probe = tempfile.mkstemp(prefix="onite-ctime-")
+    try:
+        first = os.fstat(fd).st_ctime_ns
+        while True:
+            os.fchmod(fd, 0o600)  # a chmod stamps a new ctime, even to the same mode
+            if os.fstat(fd).st_ctime_ns > first:
+                return
+            time.sleep(0.001)
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def times_blocked(pid: int) -> int:
+    """How many times process ``pid`` has blocked (its voluntary context switches): a process that
+    polls, sleeping between its looks, blocks at least once a look."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches in /proc/{pid}/status")
 
 
 class OnTerminal:

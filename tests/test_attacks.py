@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, nobody, result, run_cli, set_config,
-                      start_driver, wait_for)
+from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, next_ctime_tick, nobody, result, run_cli,
+                      set_config, start_driver, wait_for)
 from onite.core.job import Job
 from onite.core.jobfile import encode
 
@@ -212,7 +212,8 @@ def test_the_cancel_inbox_survives_files_links_and_folders_swapped_under_it(spoo
 
     driver = start_driver(spool, "-q")
     try:
-        time.sleep(4)  # the driver looks at cancel/ many times meanwhile (no assertion on time)
+        wait_for(lambda: sum(" vjob " in line for line in log_lines(spool)) >= 5,
+                 what="the driver to act on nobody's files in cancel/ five times")
         gate.unlink()
         assert driver.wait(60) == 0, driver.stderr.read()
     finally:
@@ -341,11 +342,26 @@ def test_a_namesake_planted_beside_a_users_job_holds_up_neither_their_wait_nor_t
     follower = threading.Thread(target=lambda: followed.append(
         run_cli(["output", "X", "-f"], user="daemon", cwd="/tmp", timeout=90)))
     follower.start()
-    time.sleep(0.5)  # no timing is asserted: the follower is waiting, or has refused (the bug)
+    wait_for(lambda: follows_or_ended(follower), what="the follower to wait for X, or to have refused")
     assert drain(spool).returncode == 0
     follower.join(120)
     [r] = followed
     assert (r.code, r.out) == (0, "daemon-output\n"), r
+
+
+def follows_or_ended(thread) -> bool:
+    """``run_cli``'s child in ``thread`` (a process forked by this one that became daemon) sleeps between
+    two of the follow's looks, or has ended."""
+    daemon = str(pwd.getpwnam("daemon").pw_uid)
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            if int(fields["PPid"]) == os.getpid() and fields["Uid"].split()[0] == daemon:
+                return open(f"/proc/{entry}/wchan").read() == "hrtimer_nanosleep"
+        except (OSError, KeyError):  # it ended meanwhile
+            continue
+    return not thread.is_alive()
 
 
 # ---- 9. every process a job starts ends with it ---------------------------------------------
@@ -771,7 +787,7 @@ def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_job
     plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
                    owner=(who.pw_uid, who.pw_gid))
     name = f"tick-{fire:%Y%m%dT%H%M}"
-    time.sleep(0.01)  # nobody's files come later than the template (the clock tick is far finer)
+    next_ctime_tick()  # nobody's files come later than the template
     keeper = keep_name(spool / "jobs" / "P3" / name, job_file(name, "/tmp") if kind == "file" else None)
     try:
         wait_for(lambda: (spool / "jobs" / "P3" / name).exists(), what="nobody's file")
@@ -957,7 +973,7 @@ def test_a_template_made_after_another_users_job_of_its_runs_name_takes_nothing(
     fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
     name = f"tick-{fire:%Y%m%dT%H%M}"
     submit(name, "true\n", "-p", "3", user="daemon")
-    time.sleep(0.01)  # a later ctime (the clock tick is far finer)
+    next_ctime_tick()
     who = nobody()
     plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
                    owner=(who.pw_uid, who.pw_gid))
@@ -973,7 +989,7 @@ def test_a_template_reserves_only_the_names_of_the_times_it_fires(spool):
     run of it, was refused at night as if the name were nobody's run's."""
     r = run_cli(["recur", "add", "dump", "--cron", "0 4 1 1 *"], stdin=b"true\n", user="nobody", cwd="/tmp")
     assert r.code == 0, r
-    time.sleep(0.01)  # daemon's job comes after the template
+    next_ctime_tick()  # daemon's job comes after the template
     submit("dump-20261125T0300", "true\n", user="daemon")
     assert drain(spool).returncode == 0
     res = result(spool, "dump-20261125T0300")
@@ -1019,7 +1035,7 @@ def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):
     """The job that got its place first (the kernel's ctime) keeps the name, even behind a namesake
     planted at a higher priority."""
     submit("early", "true\n", user="daemon")
-    time.sleep(0.01)  # a later ctime than daemon's job (the clock tick is far finer)
+    next_ctime_tick()  # a later ctime than daemon's job
     plant(spool / "jobs" / "P1" / "early", job_file("early", "/tmp"))
     assert drain(spool).returncode == 0
     assert result(spool, "early")["user"] == "daemon"
@@ -1160,7 +1176,7 @@ def test_a_submit_takes_its_job_back_if_a_namesake_got_there_first(spool):
     from onite.spool.paths import SpoolDir
 
     plant(spool / "jobs" / "P1" / "vic", job_file("vic", "/tmp"))
-    time.sleep(0.01)
+    next_ctime_tick()
 
     def write_then_give_way():
         from onite.app.submit import give_way
@@ -1190,7 +1206,7 @@ def test_an_empty_file_in_recur_takes_no_jobs_name(spool):
     assert result(spool, "backup-20261124T2000")["state"] == "done"
     r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *"], stdin=b"true\n", user="nobody", cwd="/tmp")
     assert r.code == 0, r
-    time.sleep(0.01)
+    next_ctime_tick()
     submit("nightly-20261124T0300", "true\n", user="daemon")  # a time nightly fires at
     assert drain(spool).returncode == 0
     refused = result(spool, "nightly-20261124T0300")  # its owner finds it in the morning, and why
@@ -1205,7 +1221,7 @@ def test_a_recurring_jobs_run_keeps_its_name_against_an_earlier_namesake(spool):
     assert r.code == 0, r
     name = "rt-20990101T0300"
     plant(spool / "jobs" / "P7" / name, job_file(name, "/tmp"))
-    time.sleep(0.01)
+    next_ctime_tick()
 
     def spool_the_run():
         fd = os.open(spool / "jobs" / "P4" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -137,6 +137,18 @@ def test_detach_runs_in_the_background(spool, workdir, cli):
     assert (workdir / "bg").read_text() == "ran\n"
 
 
+def test_detach_waits_for_its_drivers_word_however_slowly_it_starts(spool, workdir):
+    """A background driver that is slow to start (a loaded machine; here its Python holds its start two
+    seconds) is still told as draining: ``run --detach`` waits for the driver's word, not a set time."""
+    slow = workdir / "slow-start"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(2)\n")
+    submit("bg", f"echo ran > {workdir}/bg\n")
+    r = run_cli(["run", "--detach"], env=dict(os.environ, PYTHONPATH=str(slow)))
+    assert r.code == 0 and ": draining; it logs to " in r.out, r
+    wait_for(lambda: (spool / "jobsdone" / "bg@result").exists(), what="the detached driver to run the job")
+
+
 def test_a_killed_drivers_running_job_is_adopted_not_run_again(spool, workdir):
     """kill -9 of the driver mid-job: the job goes on under its monitor; the next driver adopts it,
     waits for it and files it once (docs/job-control.md, "Exactly once")."""

@@ -132,31 +132,46 @@ def check_exactly_once(spool: Path, ledger: Path, what: str) -> None:
 SYSCALLS = ["rename", "renameat2", "unlink", "write", "vfork", "clone", "mkdir", "memfd_create", "sendmsg"]
 
 
-@needs_strace
-def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_nothing(tmp_path):
-    """kill -9 of the driver before its Nth rename, unlink, write, fork, …, for every N."""
+@pytest.fixture(scope="module")
+def durable_steps(tmp_path_factory) -> dict[str, int]:
+    """How often an undisturbed driver makes each of SYSCALLS on the workload (counted once per module)."""
     from conftest import init_spool_at
 
-    probe_spool = init_spool_at(tmp_path / "probe")
-    workload(probe_spool, tmp_path)
+    folder = tmp_path_factory.mktemp("probe")
+    probe_spool = init_spool_at(folder / "spool")
+    workload(probe_spool, folder)
     counts = count_syscalls(probe_spool, SYSCALLS)
     forks = counts.get("sendmsg", 0)  # runs sent to monitors
     assert counts.get("rename", 0) + counts.get("renameat2", 0) >= 6 and forks >= 4, counts
+    return counts
+
+
+@needs_strace
+@pytest.mark.parametrize("syscall", SYSCALLS)
+def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_nothing(tmp_path, durable_steps,
+                                                                                        syscall):
+    """kill -9 of the driver before its Nth rename, unlink, write, fork, …, for every N."""
+    from conftest import init_spool_at
+
+    total = durable_steps.get(syscall, 0)
     kills = 0
-    for syscall, total in sorted(counts.items()):
-        for n in range(1, total + 1):
-            where = tmp_path / f"{syscall}-{n}"
-            where.mkdir()
-            spool = init_spool_at(where / "spool")
-            ledger = workload(spool, where)
-            proc = subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-                                   "-e", f"inject={syscall}:signal=KILL:when={n}", *driver_argv()],
-                                  env=driver_env(spool), timeout=120, capture_output=True)
-            kills += proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
-            settle(spool)
-            check_exactly_once(spool, ledger, f"killed before {syscall} #{n}")
-            shutil.rmtree(where, ignore_errors=True)
-    assert kills >= 20, f"only {kills} kills: the injection did not take"
+    for n in range(1, total + 1):
+        where = tmp_path / f"{syscall}-{n}"
+        where.mkdir()
+        spool = init_spool_at(where / "spool")
+        ledger = workload(spool, where)
+        proc = subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
+                               "-e", f"inject={syscall}:signal=KILL:when={n}", *driver_argv()],
+                              env=driver_env(spool), timeout=120, capture_output=True)
+        kills += proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+        settle(spool)
+        check_exactly_once(spool, ledger, f"killed before {syscall} #{n}")
+        shutil.rmtree(where, ignore_errors=True)
+    # a driver may make one call fewer than the probe's (a message to the spawner fewer): the last N may miss
+    assert kills >= (total + 1) // 2, f"only {kills} kills of {total}: the injection did not take"
+
+
+KILLS = 16  # drivers killed by the random harness, each at a random moment of its drain
 
 
 def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
@@ -202,11 +217,11 @@ def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
 
     spool_some(20)
     kills = 0
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 300  # only if drivers never get to be killed
     try:
-        while time.monotonic() < deadline:
+        while kills < KILLS and time.monotonic() < deadline:
             keep_drivers_running()
-            time.sleep(rng.uniform(0.05, 0.6))
+            time.sleep(rng.uniform(0.05, 0.6))  # a random moment of their drain is what is killed
             victim = drivers[rng.choice(sorted(drivers))]
             if victim.poll() is None:
                 victim.kill()
@@ -236,7 +251,7 @@ def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
     assert not lost, f"lost: {lost}"
     for name in names:
         assert finals[name][0] == "done", (name, finals[name])
-    assert kills >= 10
+    assert kills == KILLS
     reruns = [line for line in log_lines(spool) if " recovered " in line and "rerun" in line]
     assert not reruns, reruns  # only the drivers died: every monitor kept its job's end
 
@@ -579,6 +594,7 @@ def test_a_detached_driver_survives_signals_sent_at_once(spool, workdir):
     assert result(spool, "detached")["state"] == "done"
 
 
+@pytest.mark.alone  # it sweeps (or looks at) the folder of job cgroups that every driver here shares
 def test_empty_job_cgroups_that_killed_drivers_left_are_swept_once_old():
     """A driver killed between making a run's cgroup and writing its record leaves an empty cgroup no
     recovery can name, and one killed as it starts may leave the probe it makes to learn it may make
@@ -611,6 +627,7 @@ def test_empty_job_cgroups_that_killed_drivers_left_are_swept_once_old():
         os.rmdir(other)
 
 
+@pytest.mark.alone  # it sweeps (or looks at) the folder of job cgroups that every driver here shares
 def test_a_driver_leaves_no_empty_folder_of_job_cgroups_in_its_own_cgroup(spool, workdir):
     """A driver makes its jobs' cgroups in a folder under its own cgroup (``<cgroup>/onite``). Left
     there empty, it would keep whatever made the driver's cgroup (a supervisor that is not systemd)

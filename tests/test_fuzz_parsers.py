@@ -25,7 +25,7 @@ from onite.core.jobfile import decode, encode
 from onite.core.names import is_valid_name
 from onite.core.timeparse import EARLIEST, LATEST, MAX_DURATION, is_valid_time
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours=1)))
 
 
@@ -101,7 +101,7 @@ def test_decode_any_header(data):
     _decodes_or_refuses(data)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutated_job_files())
 def test_decode_mutated_job_files(data):
     _decodes_or_refuses(data)

@@ -220,7 +220,7 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
     """root follows its own queued job ``fx``; ``stdout/fx`` is still nobody's, from an earlier job of
     that name, full of escape sequences. nobody changes its ctime (chmod), which made the follow take
     it for the new run's output and copy it raw to root's terminal."""
-    from conftest import OnTerminal, as_user
+    from conftest import OnTerminal, as_user, times_blocked, wait_for
 
     submit("fx", b"printf 'A\\033]0;PWNED\\007B\\033]52;c;ZWNobyBoaQ==\\007\\n'\n", user="nobody")
     assert drain(spool).returncode == 0
@@ -230,7 +230,8 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
     terminal = OnTerminal(spool, ["output", "fx", "--follow"], stdin=False)
     terminal.until(b"waiting for it to start")
     assert as_user(lambda: os.chmod(spool / "stdout" / "fx", 0o640)) == ("ok", None)
-    time.sleep(1)  # several of the follow's looks
+    blocked = times_blocked(terminal.proc.pid)
+    wait_for(lambda: times_blocked(terminal.proc.pid) >= blocked + 3, what="several of the follow's looks")
     assert run_cli(["cancel", "fx"]).code == 0
     code, seen = terminal.finish()
     assert code == 5

@@ -599,9 +599,11 @@ def test_a_slurm_job_whose_driver_died_as_sbatch_ran_is_taken_back_by_its_run_id
     assert b'"submitted"' in lines[-1]
     record.write_bytes(b"".join(lines[:-1]))  # as if the driver had died before sbatch said the id
     assert not runinfo(slurm_spool, "halfway").get("external_id")
+    empty = workdir / "empty-slurm.conf"  # Slurm's commands refuse it at once (a missing one costs a minute of
+    empty.write_text("")                  # looking for the configuration elsewhere first)
     blind = subprocess.run([sys.executable, "-m", "onite", "run", "-q"], capture_output=True, timeout=120,
                            env=dict(os.environ, ONITE_SPOOL=str(slurm_spool), PYTHONPATH=str(REPO),
-                                    SLURM_CONF="/nonexistent/slurm.conf"))  # a driver that cannot ask Slurm
+                                    SLURM_CONF=str(empty)))  # a driver that cannot ask Slurm
     assert any(" recovered halfway " in line and "left claimed" in line for line in log_lines(slurm_spool)), blind
     assert record.exists() and slurm_state(job_id) == "RUNNING"  # kept, not cancelled nor requeued
     recovered = recover_then_release(slurm_spool, "halfway", gate, after="left claimed")

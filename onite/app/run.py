@@ -2,10 +2,11 @@
 
 The drain itself is onite.drain's; what is here is the command around it: the
 options ``onite run`` and ``onite daemon`` share (``driver_target``), a driver
-in the background (``detach_driver``, which watches it for DETACH_LOOK seconds
-and says what it did, in the log's words), handing a drain to this host's
-daemon (``wake_daemon``), and a dead host's claims (``host_claims``,
-``recover_host``). Nothing here prints: the command line says what it returns.
+in the background (``detach_driver``, which waits for that driver's own word,
+that it drains, or its end, and says which, in the log's words), handing a
+drain to this host's daemon (``wake_daemon``), and a dead host's claims
+(``host_claims``, ``recover_host``). Nothing here prints: the command line says
+what it returns.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from onite.drain import heartbeat as hb
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
 
-DETACH_LOOK = 1.0  # seconds `run --detach` watches its background driver before it says what that did
+# `run --detach` waits for its background driver's word; this bound only keeps a driver that never
+# gets to say it (a machine stalled for minutes) from holding the command line forever
+DETACH_WORD_BOUND = 300.0
+DETACH_REPORT = "ONITE_DETACH_REPORT"  # the descriptor on which a background driver says it drains
+DRAINING = b"draining\n"
 # events that say why `onite run` did nothing (onite.drain.driver); the terminal and detach say their words
 IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
 
@@ -54,9 +59,57 @@ def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, ho
     """
     from onite.drain.driver import Driver
 
+    word = _DrainingWord.taken()
+    if word is not None:
+        listener = word.listener(listener)
     driver = Driver(target, host=host, slots=slots, until=until, echo=echo, listener=listener, tick=tick,
                     clock=clock)
-    return driver.run(scheduled=scheduled, leaving=True)
+    try:
+        return driver.run(scheduled=scheduled, leaving=True)
+    finally:
+        if word is not None:
+            word.close()
+
+
+class _DrainingWord:
+    """How a background driver tells ``detach_driver`` that it drains: DRAINING on the descriptor named
+    by DETACH_REPORT, written at the driver's ``driver-start`` (it holds the lock and drains); its
+    exit, with that descriptor closed unsaid, is its other word."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+
+    @classmethod
+    def taken(cls) -> _DrainingWord | None:
+        """The descriptor ``detach_driver`` gave this process, or None in any other ``onite run``;
+        taken out of the environment and out of reach of what this process starts."""
+        value = os.environ.pop(DETACH_REPORT, None)
+        if value is None or not value.isdigit():
+            return None
+        try:
+            os.set_inheritable(int(value), False)
+        except OSError:
+            return None
+        return cls(int(value))
+
+    def listener(self, then):
+        """A log listener that says DRAINING at ``driver-start``, then tells ``then`` of every event."""
+        def tell(when, event, name, fields) -> None:
+            if event == "driver-start" and self.fd is not None:
+                try:
+                    os.write(self.fd, DRAINING)
+                except OSError:  # the command that started it is gone: nobody waits for the word
+                    pass
+                self.close()
+            if then is not None:
+                then(when, event, name, fields)
+
+        return tell
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
 
 
 def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None = None, until: str | None = None,
@@ -123,13 +176,18 @@ def recover_host(target: SpoolDir, host: str) -> list[str]:
 
 def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: str | None,
                   scheduled: bool = False) -> tuple[int, str]:
-    """Start ``onite run`` in the background, immune to hang-up, and watch it for DETACH_LOOK seconds:
-    return the exit code and a line saying what it did (draining; busy or nothing to do, in the log's
-    words; refused, with its error and exit code).
+    """Start ``onite run`` in the background, immune to hang-up, and wait for its word: it says on a pipe
+    that it took the lock and drains, or it ends without saying so (another driver, the daemon, outside
+    the window; or it refused). Return the exit code and a line saying which, in the log's words (refused:
+    with its error and exit code).
+
+    Raises:
+        SpoolError: the background driver cannot be started.
     """
-    import select
+    import signal
     import subprocess
-    import time
+
+    from onite.drain.signals import SignalCatcher
 
     argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
     argv += ["--slots", str(slots)] if slots else []
@@ -141,53 +199,34 @@ def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: 
     by = hb.started_by(hb.Role.RUN)
     if by in ("cron", "timer", "hand", "systemd"):
         env["ONITE_STARTED_BY"] = by  # the background driver's parent is this process, soon gone
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    import signal
-
-    from onite.drain.signals import SignalCatcher
-
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    word_r, word_w = os.pipe2(os.O_CLOEXEC)
+    env[DETACH_REPORT] = str(word_w)
     # Its pid is printed at once: it starts with the driver's signals blocked, so that a USR1 or a
     # HUP sent before it has installed its handlers waits for them instead of killing it.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SignalCatcher.SIGNALS)
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=write_fd,
-                                 start_new_session=True, close_fds=True, env=env)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w,
+                                 start_new_session=True, close_fds=True, pass_fds=(word_w,), env=env)
     except OSError as err:
-        os.close(read_fd)
-        from onite.core.errors import SpoolError
-
+        os.close(err_r)
+        os.close(word_r)
         raise SpoolError(f"cannot start the background driver ({sys.executable}): {err.strerror}",
                          "run onite run without --detach") from None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        os.close(write_fd)
-    host_name = host or default_host(target.config)
-    said, started, code = b"", False, None
-    deadline = time.monotonic() + DETACH_LOOK
+        os.close(err_w)
+        os.close(word_w)
     try:
-        while (left := deadline - time.monotonic()) > 0:
-            code = child.poll()
-            if code is not None:
-                break
-            beat = hb.read(target.root, host_name)
-            if beat is not None and beat.pid == child.pid and beat.state == hb.BeatState.DRAINING:
-                started = True
-                break
-            if select.select([read_fd], [], [], min(left, 0.05))[0]:
-                chunk = os.read(read_fd, 4096)
-                said += chunk
-                if not chunk:  # it closed stderr: it is exiting
-                    code = child.wait(max(deadline - time.monotonic(), 0.01))
-                    break
-    except subprocess.TimeoutExpired:
-        code = None
+        word, said, code = _await_word(child, word_r, err_r)
     finally:
-        os.close(read_fd)
+        os.close(word_r)
+        os.close(err_r)
     pid = child.pid
     running = f"driver started in the background (pid {pid})"
-    if started:
+    if word == DRAINING:
         return 0, f"{running}: draining; it logs to {target.log_path}"
-    if code is None:
+    if code is None:  # no word within DETACH_WORD_BOUND: it is alive, and onite.log will say the rest
         return 0, f"{running}; it logs to {target.log_path}"
     if code != 0:
         error = said.decode("utf-8", "replace").strip().splitlines()
@@ -196,22 +235,54 @@ def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: 
     return 0, f"the background driver (pid {pid}) {_what_it_did(target, pid)}"
 
 
+def _await_word(child, word_r: int, err_r: int) -> tuple[bytes, bytes, int | None]:
+    """The background driver's word (DRAINING, or the pipe's end as it ends unsaid), its stderr so far,
+    and, once it ended unsaid, its exit code (None while it runs: DETACH_WORD_BOUND passed)."""
+    import select
+    import subprocess
+    import time
+
+    deadline = time.monotonic() + DETACH_WORD_BOUND
+    word, said = b"", b""
+    open_fds = [word_r, err_r]
+    while word_r in open_fds and (left := deadline - time.monotonic()) > 0:
+        for fd in select.select(open_fds, [], [], left)[0]:
+            chunk = os.read(fd, 4096)
+            if fd == word_r:
+                word += chunk
+            else:
+                said += chunk
+            if not chunk:
+                open_fds.remove(fd)
+        if word == DRAINING:
+            return word, said, None
+    if word_r in open_fds:
+        return word, said, None
+    try:  # it ended unsaid: its exit is its word, and what it wrote on stderr says why
+        code = child.wait(max(deadline - time.monotonic(), 0.001))
+    except subprocess.TimeoutExpired:
+        return word, said, None
+    if err_r in open_fds:  # all it wrote is in the pipe now (a process it left may hold the pipe open)
+        os.set_blocking(err_r, False)
+        try:
+            while chunk := os.read(err_r, 65536):
+                said += chunk
+        except BlockingIOError:
+            pass
+    return word, said, code
+
+
 def _what_it_did(target: SpoolDir, pid: int) -> str:
-    """What the driver ``pid`` that ended logged: why it did nothing, or how its drain went."""
+    """Why the driver ``pid``, which ended without draining, did nothing, as it logged it."""
     from onite.spool.log import parse_line, tail
 
     events = [e for e in map(parse_line, tail(target.log_path, 200)) if e is not None and e["pid"] == pid]
-    for event in events:  # why it did nothing comes before its driver-exit line
+    for event in events:
         fields = event["fields"]
         if event["event"] == "drain-handed":
             return f"handed the drain over: {printable(idle_reason('drain-handed', fields))}"
         if event["event"] in IDLE_EVENTS:
             return f"did nothing: {printable(idle_reason(event['event'], fields))}"
-    for event in events:
-        fields = event["fields"]
-        if event["event"] == "driver-exit":
-            return (f"drained: {fields.get('done', '0')} done, {fields.get('failed', '0')} failed, "
-                    f"{fields.get('cancelled', '0')} cancelled, {fields.get('left', '0')} left queued")
     return f"ended at once; see onite log ({target.log_path})"
 
 
