@@ -176,16 +176,29 @@ KILLS = 16  # drivers killed by the random harness, each at a random moment of i
 
 def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
     """Three drivers (hosts) share the spool while jobs are spooled; one of them is killed -9 at
-    random moments, again and again. Seeded, so that a failure can be replayed."""
+    random moments, again and again. Seeded, so that a failure can be replayed. Killing drivers
+    changes no job's outcome: each ends as it would in a night where none died (a job over its time
+    limit times out, and what waits for it fails)."""
     rng = random.Random(int(os.environ.get("ONITE_CHAOS_SEED", "1124")))
     ledger = workdir / "ledger"
     set_config(spool, retry_delay="0.05", keep=500, kill_grace="1s")
     names = []
+    expected: dict[str, tuple[str, str | None]] = {}  # name -> (state, reason it fails with)
 
     def spool_some(count: int) -> None:
         for _ in range(count):
             name = f"j{len(names):03d}"
             names.append(name)
+            if rng.random() < 0.1:  # over its time limit, and a job that waits for it
+                body = f"echo \"{name} start $$\" >> {ledger}; sleep 2; echo \"{name} end $$\" >> {ledger}\n"
+                submit(name, body, "--timeout", "0.3", "-p", str(rng.randint(1, 7)))
+                expected[name] = ("failed", "timeout")
+                after = f"{name}-after"
+                submit(after, f"echo \"{after} start $$\" >> {ledger}\n", "--after", name)
+                names.append(after)
+                expected[after] = ("failed", None)
+                continue
+            expected[name] = ("done", None)
             pause = rng.choice(["0", "0.05", "0.2", "0.5"])
             fail = rng.random() < 0.2
             flag = workdir / f"{name}.failed"
@@ -250,7 +263,13 @@ def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
     lost = [name for name in names if name not in finals]
     assert not lost, f"lost: {lost}"
     for name in names:
-        assert finals[name][0] == "done", (name, finals[name])
+        assert finals[name][0] == expected[name][0], (name, finals[name])
+        if expected[name][1] is not None:
+            reason = json.loads((spool / "jobsdone" / f"{name}@result").read_text())["reason"]
+            assert reason == expected[name][1], (name, reason)
+    ended = {words[0] for words in ledger_lines(ledger) if words[1] == "end"}
+    assert not {name for name, want in expected.items() if want[1] == "timeout"} & ended  # none outran its limit
+    assert not {name for name in names if name.endswith("-after")} & set(starts)  # no dependent of one ran
     assert kills == KILLS
     reruns = [line for line in log_lines(spool) if " recovered " in line and "rerun" in line]
     assert not reruns, reruns  # only the drivers died: every monitor kept its job's end
