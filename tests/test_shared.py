@@ -261,10 +261,12 @@ def test_cron_install_is_idempotent_and_keeps_other_entries(spool, crontab, cron
 
 
 def test_a_cron_entry_without_a_cron_daemon_promises_nothing(spool, crontab, monkeypatch):
+    import onite.app.crontab
     import onite.drain.nextdrain
 
     monkeypatch.setattr(onite.drain.nextdrain, "CRON_PIDFILES", ())
-    monkeypatch.setattr(onite.drain.nextdrain, "cron_daemon_running", lambda: False)  # this machine may run a real cron
+    for module in (onite.drain.nextdrain, onite.app.crontab):  # this machine (or another test) may run a cron
+        monkeypatch.setattr(module, "cron_daemon_running", lambda: False)
     r = run_cli(["cron", "--install"])
     assert r.code == 0 and "warning: no cron daemon runs on this machine" in r.out
     doc = run_cli(["status", "--json"]).json()
