@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import REPO, drain, log_lines, result, run_cli, set_config, wait_for
+from conftest import REPO, drain, log_lines, needs_root, result, run_cli, set_config, wait_for
 from onite.core.window import plan, scheduled_window, window_of
 
 HOST = os.uname().nodename.split(".")[0]
@@ -424,3 +424,44 @@ def test_timed_watch_reads_only_new_headers(spool):
     assert run_cli(["release", "another"]).code == 0  # a release removes a marker in hold/: no job file changes
     fresh.refresh()
     assert fresh.next_due(None) is not None and fresh.header_reads == 32
+
+
+# ---- the spool's path ---------------------------------------------------------------------------
+
+
+@needs_root
+def test_a_users_symlink_on_the_spool_path_is_refused_at_start(spool, world_tmp):
+    """``onite run --spool /tmp/x`` where /tmp/x is another user's link to the spool: the link could be
+    pointed at a folder of theirs later, so root never drains through it; one line names it."""
+    link = world_tmp / "onite-r3"
+    link.symlink_to(spool)
+    os.lchown(link, 65534, 65534)
+    for command in (["run"], ["daemon"]):
+        r = run_cli([*command, "--spool", str(link)])
+        assert r.code == 3, r
+        assert f"{link} is a symbolic link that belongs to uid 65534" in r.err and r.err.count("\n") == 1, r
+    root_link = world_tmp / "root-link"
+    root_link.symlink_to(spool)  # root's own link, in a sticky folder: followed, and the real path used
+    assert run_cli(["run", "--spool", str(root_link)]).code == 0
+
+
+@needs_root
+def test_a_spool_path_that_leads_elsewhere_at_hup_is_refused(spool, world_tmp, daemons):
+    """The daemon resolved its spool's path at start; at HUP the path, now another user's link to a
+    folder of theirs, is refused (``reload-failed``) and the daemon goes on with the spool it drains."""
+    link = world_tmp / "spool-link"
+    link.symlink_to(spool)
+    set_config(spool, schedule=[FAR])
+    d = daemons(link)
+    d.started()
+    theirs = world_tmp / "theirs"
+    theirs.mkdir()
+    link.unlink()
+    link.symlink_to(theirs)
+    os.lchown(link, 65534, 65534)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: [line for line in log_lines(spool) if " reload-failed " in line], what="the reload to be refused")
+    [failed] = [line for line in log_lines(spool) if " reload-failed " in line]
+    assert f"{link} is a symbolic link that belongs to uid 65534" in failed, failed
+    assert d.proc.poll() is None
+    assert d.stop() == 0

@@ -33,15 +33,22 @@ DRAINING = b"draining\n"
 IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
 
 
-def driver_target(spool: str | None, until: str | None, host: str | None) -> tuple[SpoolDir, dtime | None]:
+def driver_target(spool: str | None, until: str | None, host: str | None,
+                  command: str = "onite run") -> tuple[SpoolDir, dtime | None]:
     """``onite run``'s and ``onite daemon``'s common options, checked: the spool and the --until time.
 
     Raises:
         SpoolError, InvalidInput: no spool there; a bad --until time or host name.
+        Refused: the way to the spool goes through a symbolic link another user could change.
     """
     from onite.core.timeparse import parse_clock
+    from onite.spool import trust
 
     target = open_spool(spool)
+    real = trust.resolve(target.root, os.geteuid(), command)  # from here on, the spool's real path
+    if real != target.root:
+        location, target = target.location, SpoolDir(real)
+        target.location = location
     until_time = parse_clock(until, what="--until time") if until else None
     if host:
         check_name(host, what="host name")
@@ -116,7 +123,7 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
                host: str | None = None, echo=None, clock: Clock = SYSTEM) -> int:
     """``onite daemon``: wake at the schedule's times and drain, until stopped; the exit code. ``echo``:
     where its log lines go too (stderr, for journald)."""
-    target, until_time = driver_target(spool, until, host)
+    target, until_time = driver_target(spool, until, host, "onite daemon")
     from onite.drain.daemon import Daemon
 
     return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=echo,

@@ -55,6 +55,7 @@ from onite.drain.heartbeat import BeatState, Heartbeat, Role
 from onite.drain.pack import check_capacity
 from onite.drain.driver import lock_descriptor, take_host_lock
 from onite.drain.signals import SignalCatcher
+from onite.spool import trust
 from onite.spool.files import replace_file
 from onite.spool.locks import take_wake
 from onite.spool.paths import DAEMON_STATE
@@ -356,6 +357,7 @@ class Daemon:
     def _reload(self) -> None:
         self.log.close()  # reopened by the next line: logrotate moved the old file away
         try:
+            trust.recheck(self.spool, os.geteuid(), "onite daemon")
             self.spool.reload_config()
         except OniteError as err:
             self.log.event("reload-failed", error=str(err), note="keeping the previous settings")

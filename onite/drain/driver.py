@@ -54,7 +54,7 @@ from onite.drain.recovery import Recovery
 from onite.drain.start import Starter
 from onite.exec.notify import Notifier
 from onite.exec.runner import Runner
-from onite.spool import locks
+from onite.spool import locks, trust
 from onite.spool.log import ActivityLog
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
@@ -191,6 +191,7 @@ class Driver:
         """SIGHUP: read onite.toml again; a bad one keeps the settings before."""
         night = self.night
         try:
+            trust.recheck(self.spool, os.geteuid(), "onite run")
             config = self.spool.reload_config()
         except OniteError as err:
             night.log.event("reload-failed", error=str(err), note="keeping the previous settings")

@@ -35,6 +35,52 @@ def problems(root: Path, owner: int) -> list[str]:
     return found
 
 
+def resolve(root: Path, owner: int, command: str) -> Path:
+    """The spool's real path, each component of ``root`` checked on the way (sshd's StrictModes): a
+    symbolic link anywhere on it must be root's or ``owner``'s, in a folder no one else may change, or
+    its owner could point it elsewhere later and have a root driver act on a folder of theirs. The
+    driver uses the real path from then on, and looks at ``root`` again only to reload.
+
+    Raises:
+        Refused: a link that is not to be trusted, naming it and its owner.
+    """
+    parts, current, hops = list(Path(os.path.abspath(root)).parts[1:]), Path("/"), 0
+    while parts:
+        candidate = current / parts.pop(0)
+        st = _lstat(candidate)
+        if st is None or not stat.S_ISLNK(st.st_mode):
+            current = candidate
+            continue
+        hops += 1
+        problem = _above(current, owner) or ([] if st.st_uid in (0, owner) else
+                                             [f"{candidate} is a symbolic link that belongs to uid {st.st_uid}"])
+        if problem or hops > 40:
+            why = problem[0] if problem else f"{candidate} leads through too many symbolic links"
+            raise Refused(f"{command} will not trust {root}: {why}",
+                          "give the spool's real path (or make the link root's, in a folder only root writes)")
+        target = Path(os.readlink(candidate))
+        parts = list(target.parts[1:] if target.is_absolute() else target.parts) + parts
+        if target.is_absolute():
+            current = Path("/")
+    return Path(os.path.normpath(current))
+
+
+def recheck(spool: SpoolDir, owner: int, command: str) -> None:
+    """At a reload: the path the spool was given by, resolved again, must still lead to the folder
+    being drained (a link on it that changed is refused, never followed), and that folder must still
+    be trusted.
+
+    Raises:
+        Refused: it leads elsewhere now, through a link not to be trusted, or the spool is not.
+    """
+    given = spool.location.path if spool.location is not None else spool.root
+    real = resolve(given, owner, command)
+    if real != spool.root:
+        raise Refused(f"the spool path {given} now leads to {real}, not {spool.root}",
+                      f"restart {command} to drain another spool")
+    check(spool.root, owner, command)
+
+
 def _children(folder: Path) -> list[Path]:
     """The entries of one of the spool's own folders (checked as folders)."""
     try:
