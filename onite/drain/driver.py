@@ -452,8 +452,6 @@ class Driver:
         night = self.night
         now_mono, now = self.clock.monotonic(), self.clock.now()
         timeout = POLL if night.running else IDLE_POLL
-        if night.runner.needs_polling():
-            timeout = min(timeout, 0.05)
         for deadline in (night.runner.next_deadline(), night.notifier.next_deadline()):
             if deadline is not None:
                 timeout = min(timeout, max(deadline - now_mono, 0.0))
