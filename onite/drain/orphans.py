@@ -1,10 +1,8 @@
 """Before a dead driver's run is run again: make sure nothing of it still runs.
 
-What belongs to the run is decided without trusting anything a user controls: its cgroup (named by
-the run record, in the driver's own subtree), its v1 groups, else its process group where a
-process of it carries the run's ONITE_RUN_ID (onite.exec.processes). A Slurm job is cancelled
-through Slurm, whichever executor is configured now; for a claim with no record, what carries a
-run id of this host and this spool's path is stopped.
+What belongs to the run is told without trusting anything a user controls: its cgroup and v1 groups
+as the run record names them, its process group where a process carries its ONITE_RUN_ID. A Slurm
+job is cancelled through Slurm, whichever executor is configured now.
 """
 
 from __future__ import annotations

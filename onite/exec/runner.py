@@ -1,9 +1,7 @@
 """What the driver asks of an executor (a ``Runner``), and the attempt it hands one (a ``Run``).
 
-Two executors implement the Protocol: onite.exec.local.LocalRunner (each job under a monitor) and
-onite.exec.slurm.SlurmRunner (each job a Slurm batch job). A runner never files a job: it reports
-how a run ended (an Outcome), and the driver records it (onite.drain.finish). Deadlines are read
-on the driver's clock, which the runner was made with.
+LocalRunner and SlurmRunner implement it. A runner never files a job: it reports how a run ended,
+and the driver records it (onite.drain.finish).
 """
 
 from __future__ import annotations
@@ -86,7 +84,8 @@ class Run:
 
 
 class Runner(Protocol):
-    """What the driver needs from an executor; the defaults below are inherited."""
+    """What the driver needs from an executor; the defaults below are inherited. Deadlines and
+    ``now_mono`` are on the driver's monotonic clock."""
 
     executor: ClassVar[str]  # "local" or "slurm", recorded in results and run records
     runs: list[Run]  # the runs it is responsible for now
@@ -105,19 +104,17 @@ class Runner(Protocol):
         """
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """Begin a graceful stop: TERM now, KILL after the grace period."""
+        """TERM now, KILL after the grace period."""
 
     def kill(self, run: Run, why: Stop) -> None:
         """Stop at once (the driver's hard stop)."""
 
-    def tick(self, now_mono: float) -> None:
-        """Enforce what is due at ``now_mono`` (the driver's clock)."""
+    def tick(self, now_mono: float) -> None: ...
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """The runs that ended since the last call, with how."""
 
-    def next_deadline(self) -> float | None:
-        """When (on the driver's monotonic clock) the driver must wake for this runner, or None."""
+    def next_deadline(self) -> float | None: ...
 
     def wait_fds(self) -> list[int]:
         """Descriptors that become readable when a run may have changed."""
@@ -126,11 +123,10 @@ class Runner(Protocol):
         """Make sure a dead driver's run with no monitor of onite's (a Slurm job) is gone; what was done."""
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        """The same for a claim of ``spool`` with no run record, by the job's environment."""
+        """The same for a claim of ``spool`` with no run record, found by the job's environment."""
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
-        """The executor's id of the job of a run whose record has none (its driver died as it handed
-        the job over), found by the run's id."""
+        """The executor's id of the job of a run whose driver died as it handed the job over."""
         return None
 
     def started(self) -> list[Run]:
@@ -153,8 +149,7 @@ class Runner(Protocol):
         """How a run that outlived its driver ended while none watched it; None: not ended, or unknown."""
         return None
 
-    def reload(self, config: Config) -> None:
-        """Take new settings after SIGHUP."""
+    def reload(self, config: Config) -> None: ...
 
     def close(self) -> None:
         """The drain is over: let go of what starting runs needs; runs go on."""
