@@ -1,14 +1,9 @@
 """Containment: every process a job starts ends when the job ends (or is stopped).
 
-A process group is not a container (a job leaves it with ``setsid``); a cgroup is, as systemd
-and Slurm use it. Where the driver can, each job runs in a cgroup v2 of its own,
-``<driver's cgroup>/onite/<run id>``, joined before it executes anything, and ``cgroup.kill``
-ends everything in it. Elsewhere the job's monitor is a child subreaper, so what the job leaves
-is re-parented to the monitor, which ends it. ``contain = false`` turns both off: only the job's
-process group is stopped. ``discover`` decides the kind once per driver.
-
-Only this module (and onite.exec.limits) knows cgroup paths. It runs as root (the driver) or in a
-job's monitor, and reads no file a user can write.
+A process group is not a container (``setsid`` leaves it); a cgroup is. Where the driver can, each
+job runs in a cgroup v2 of its own under the driver's own cgroup, and ``cgroup.kill`` ends it all;
+elsewhere the job's monitor is a subreaper that ends what the job left; ``contain = false`` stops
+only the job's process group. Runs as root or in a monitor, and reads no file a user can write.
 """
 
 from __future__ import annotations
@@ -142,9 +137,6 @@ def _own_cgroup(own: str) -> str | None:
     except OSError:
         pass
     return None
-
-
-# ---- acting on a job's processes (the driver and the monitor) ----------------------
 
 
 def read_file(path: str) -> bytes:

@@ -1,9 +1,7 @@
 """How one job is started: its command line, environment, credentials and output files.
 
-Text that starts with ``#!`` runs under that interpreter (Linux rules: the path, then at most one
-argument), anything else under ``shell``; the interpreter reads the text from a memfd as
-/dev/fd/N, so nothing is written to disk and stdin stays /dev/null. stdout and stderr go to
-stdout/NAME (and stdout/NAME@stderr for --stderr-separate), owned by the job's user, mode 0600.
+Text that starts with ``#!`` runs under that interpreter (the path, then at most one argument),
+anything else under ``shell``, reading the text as /dev/fd/N; stdin is /dev/null.
 """
 
 from __future__ import annotations

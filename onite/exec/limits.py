@@ -1,16 +1,9 @@
 """Requests held by the kernel: a job's memory and CPU limits in its cgroups, and what it used.
 
-cgroup v2 (memory and cpu enabled in the jobs' folder): the job's containment cgroup gets
-``memory.max`` (``memory.swap.max`` 0) and ``cpu.max``; its use is ``memory.peak``, ``cpu.stat``
-and ``memory.events``. cgroup v1: a group per job under the driver's own group of each controller,
-``<mount>/<driver's path>/onite/<run id>``, with ``memory.limit_in_bytes`` (and memsw) and
-``cpu.cfs_quota_us``; its use is ``memory.max_usage_in_bytes``, ``cpuacct.usage`` and
-``memory.oom_control``. Where neither is there, requests still pack (onite.core.resources) but
-nothing enforces them, and the monitor measures the job from its rusage.
-
-The job's process is born in its groups; its CPU limit is set before the fork, its memory limit
-once the monitor has left the groups (``apply_memory``). Runs in the monitor: imports only os,
-errno and onite.exec.contain.
+On cgroup v2 the job's containment cgroup holds them; on v1 a group per job and controller under
+the driver's own; elsewhere requests still pack but nothing enforces them, and the job is measured
+by its rusage. The CPU limit is set before the job's fork, the memory limit once its monitor has
+left its groups (``apply_memory``). Runs in the monitor: imports only os, errno and contain.
 """
 
 from __future__ import annotations
@@ -189,9 +182,6 @@ def _v1_paths(own: str) -> dict[str, str]:
     except (OSError, ValueError):
         pass
     return found
-
-
-# ---- the monitor's side: making, measuring, removing ---------------------------------
 
 
 def apply(steps: tuple[tuple, ...]) -> list[str]:

@@ -1,10 +1,8 @@
 """The local executor: each job under a monitor process (onite.exec.monitor), on this machine.
 
-Monitors are fresh interpreters this runner starts and keeps, each serving one run after another,
-one more started ahead whenever none waits. ``start`` opens the job's output files and sends its
-Plan to a waiting monitor, which records itself, starts the job and records how it ended, telling
-the driver on its socket. A run adopted from a dead driver has no socket: its monitor is watched
-by its pidfd, and its record says how it ended.
+Monitors are fresh interpreters kept waiting, one more started ahead whenever none waits. A run's
+output files are opened here and its Plan sent to a monitor, which tells how it went on its socket.
+A run adopted from a dead driver has no socket: its monitor is watched by its pidfd.
 """
 
 from __future__ import annotations
@@ -209,8 +207,6 @@ class LocalRunner(Runner):
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
 
-    # ---- starting --------------------------------------------------------------
-
     def record_info(self, run: Run) -> dict:
         """The run's cgroups and limits (made by its monitor) and its time limit's end: recovery finds
         them in its record."""
@@ -264,8 +260,6 @@ class LocalRunner(Runner):
             raise
         self.runs.append(run)
 
-    # ---- stopping --------------------------------------------------------------
-
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Ask ``run``'s monitor to stop its job: the reason goes into the run record first, so that
         whoever files the run files it as stopped, then SIGUSR2 tells the monitor."""
@@ -283,8 +277,6 @@ class LocalRunner(Runner):
     def kill(self, run: Run, why: Stop) -> None:
         """The hard stop: the monitor kills ``run``'s job at once."""
         self.stop(run, why)
-
-    # ---- hearing from monitors -------------------------------------------------
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Runs whose job has ended (or could not start), with their outcomes."""
@@ -373,8 +365,6 @@ class LocalRunner(Runner):
     def wait_fds(self) -> list[int]:
         mons = [run.monitor for run in self.runs if run.monitor is not None] + self._lingering
         return [fd for fd in (mon.fileno() for mon in mons) if fd is not None]
-
-    # ---- a dead driver's runs --------------------------------------------------
 
     def outcome_from_record(self, run: Run) -> Outcome:
         """How a run whose monitor is done with it without a word ended, as its run record says."""

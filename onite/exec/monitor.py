@@ -1,25 +1,13 @@
 """A job's monitor: the process that starts a job, waits for it and records how it ended.
 
-The monitor is the job's parent (as Slurm's slurmstepd is), so how a job ended outlives the
-driver. It is a fresh interpreter (``python -E -S``) the local executor starts and keeps
-(onite.exec.local); it imports only this module and the exec modules it runs, and serves one
-Plan after another, each sent with its descriptors on its socket. For each run it:
-
-- appends its ``monitor`` line to the run record, then closes the driver lock that came with the
-  Plan: until that line exists no other driver can recover the claim, so a claim without it never
-  started; a monitor that cannot write it starts nothing (``unrecorded``);
-- makes the job's cgroups and limits (onite.exec.contain, limits) and starts the job
-  (onite.exec.jobstart), then records ``job``;
-- waits for the job's leader, enforcing its time limit and the stops a driver asks for (a
-  ``stop`` line in the record, then SIGUSR2): TERM, ``kill_grace``, KILL; it is the monitor's to
-  enforce, so a driver's death changes nothing;
-- appends ``ended`` before it tells the driver, retrying on a full disk until the line is written
-  or the record is removed; then ends what the job left (onite.exec.jobend) and says ``idle``. A
-  monitor whose job left something it could not end exits instead, and so does one whose
-  driver's end of the socket is closed.
-
-Messages to the driver are lines of one datagram: ``started PID``, ``unenforced LIMITS``, ``stop
-WHY``, ``usage JSON``, ``ended STATUS``, ``failed REASON``, ``unrecorded REASON``, ``idle``.
+The monitor, not the driver, is the job's parent, so how a job ended outlives the driver. It is a
+fresh interpreter (``python -E -S``) kept by onite.exec.local, serving one Plan after another. It
+writes its ``monitor`` line into the run record before it starts the job, holding the driver lock
+until then (a claim without that line never started); it enforces the time limit and the stops
+written into the record (then SIGUSR2); it records ``ended`` before it tells the driver, retrying on
+a full disk, and only then ends what the job left and says ``idle``. Messages to the driver are
+lines of one datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``,
+``unrecorded``, ``idle``.
 """
 
 from __future__ import annotations
@@ -106,9 +94,6 @@ def receive(sock: socket.socket) -> Plan | None:
     theirs, here = f"/dev/fd/{script_fd}".encode(), f"/dev/fd/{plan['script_fd']}".encode()
     plan["argv"] = tuple(here if part == theirs else part for part in plan["argv"])
     return Plan(**plan)
-
-
-# ---- the monitor process ---------------------------------------------------------------
 
 
 def serve(fd: int, contained: bool) -> int:
@@ -285,9 +270,6 @@ def _asked_stop(plan: Plan) -> str | None:
             if isinstance(event, dict) and event.get("event") == "stop" and event.get("why") in STOPS:
                 return event["why"]
     return None
-
-
-# ---- talking to the record and the driver ------------------------------------------
 
 
 def _record(plan: Plan, event: dict) -> str | None:

@@ -1,18 +1,15 @@
 """Telling a job's owner how it ended: mail through the local sendmail, or the admin's hook command.
 
-``wants_notice`` and ``mail_message`` are pure; ``Notifier`` is the effect. A notice starts only
-once the job is filed, and never delays the next job: the notifier runs in its own session, never
-waited for, its stdin a memfd holding the whole message, its stderr a non-blocking pipe of which
-the last bytes are kept. At most MAX_RUNNING run at once; later notices wait in memory (bounded,
-one user's after another's, so one user's burst neither drops nor holds up anyone else's). The
-driver reaps them each turn, kills those past notify_timeout, and waits for the rest as it ends.
-Every failure is one ``notify-failed`` log line. Only a valid job name reaches a hook or a mail.
-Notifiers run with the driver's credentials, as atd runs sendmail (docs/security.md).
+A notice starts once the job is filed and never delays the next job: the notifier runs in its own
+session, never waited for, its stdin a memfd. At most MAX_RUNNING run at once, the rest wait (one
+user's after another's); those past notify_timeout are killed; every failure is one
+``notify-failed`` line. Notifiers run with the driver's credentials, as atd runs sendmail.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import signal
 import stat
@@ -25,6 +22,7 @@ from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_name
 from onite.core.state import JobState, Result
 from onite.exec.submission import memory_file
+from onite.spool.results import result_record
 
 SENDMAIL_PATHS = ("/usr/sbin/sendmail", "/usr/lib/sendmail")
 NO_SENDMAIL = "no sendmail (install an MTA or set sendmail in onite.toml)"
@@ -46,9 +44,6 @@ def find_sendmail(config) -> tuple[str | None, str]:
             return config.sendmail, ""
         return None, f"no sendmail at {config.sendmail} (install an MTA or fix sendmail in onite.toml)"
     return next((p for p in SENDMAIL_PATHS if os.path.exists(p)), None), NO_SENDMAIL
-
-
-# ---- deciding (pure) -----------------------------------------------------------------
 
 
 def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | None, config) -> str | None:
@@ -126,9 +121,6 @@ def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -
     return msg.as_bytes()
 
 
-# ---- acting --------------------------------------------------------------------------
-
-
 @dataclass
 class _Pending:
     """A notifier that was started and has not been reaped yet."""
@@ -198,8 +190,6 @@ class Notifier:
                 self.log.event("notify-failed", result.name, how="mail", reason=missing,
                                note="said once a drain")
             return
-        import pwd
-
         try:
             pwd.getpwnam(result.user)
         except KeyError:
@@ -212,8 +202,6 @@ class Notifier:
         if not config.notify_command:
             self.log.event("notify-failed", result.name, how="command", reason="onite.toml has no notify_command")
             return
-        from onite.spool.results import result_record
-
         env = dict(os.environ, ONITE_JOB=result.name, ONITE_USER=result.user, ONITE_STATE=str(result.state),
                    ONITE_SPOOL=str(self.spool.root), ONITE_EVENT="finished")
         self._start(result, "command", list(config.notify_command), result_record(result), env, config)
@@ -256,8 +244,6 @@ class Notifier:
         os.set_blocking(err_r, False)
         self.pending.append(_Pending(name=result.name, how=how, popen=popen, stderr_fd=err_r,
                                      deadline=self.clock.monotonic() + config.notify_timeout.total_seconds()))
-
-    # ---- watching ----------------------------------------------------------------------
 
     def reap(self, now_mono: float | None = None) -> None:
         """Log the notifiers that ended, kill those past their time; never blocks."""

@@ -1,9 +1,7 @@
 """Finding and stopping processes by what they carry, where no monitor or record names them.
 
-A job's processes all inherit ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL (onite.exec.launch):
-recovery finds by them the processes of a claim whose record a killed driver never wrote. An
-sbatch a dead driver left is found by its command line. Each is signalled through a pidfd
-(onite.exec.pids), never a later process given its pid. These waits run on the real clock.
+Every process of a job inherits ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL (onite.exec.launch).
+Each is signalled through a pidfd, never a later process given its pid.
 """
 
 from __future__ import annotations

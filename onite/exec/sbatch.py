@@ -1,15 +1,13 @@
 """How one onite job becomes one ``sbatch`` call (pure: no processes, no files, no clock).
 
-The exact environment goes in an export file (NAME=value records ended by NUL, read from an
-inherited descriptor) and sbatch runs with an empty environment, so no SBATCH_* variable of the
-user's becomes an option. sbatch runs as the job's owner (``#SBATCH`` lines get the owner's rights)
-behind a ``cd -- CWD`` done as the owner: Slurm would silently run a job whose directory it cannot
-enter in /tmp, and subprocess's ``cwd=`` enters it before it drops privileges. onite's own options
-come last, where they win over [slurm] sbatch_args and over #SBATCH lines.
+The environment goes in an export file and sbatch runs with an empty one (no SBATCH_* becomes an
+option), as the job's owner, behind a ``cd`` done as the owner (Slurm would run a job whose
+directory it cannot enter in /tmp). onite's own options come last, where they win.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shlex
@@ -120,8 +118,6 @@ def run_comment(run_id: str, spool: str) -> str:
 
 
 def spool_tag(spool: str) -> str:
-    import hashlib
-
     return hashlib.sha256(os.fsencode(spool)).hexdigest()[:16]
 
 

@@ -1,32 +1,30 @@
 """The slurm executor: each claimed job becomes one Slurm batch job, submitted as its owner.
 
-Order, windows, holds, dependencies, retries and results stay the driver's; this runner hands a
-claimed job to Slurm (onite.exec.sbatch), watches it with one ``squeue`` per poll for every job in
-flight (onite.exec.squeue), cancels it itself at its exact deadline (Slurm checks limits only every
-30 s or so), and repeats an ``scancel`` while a job lingers. Slurm jobs outlive the driver: the
-job id is in the run record, and recovery takes such a run back (``reattach``) rather than run it
-twice; one whose driver died as sbatch ran is found by the run's id in its comment, among its
-owner's jobs only (a comment is its owner's to write).
+One ``squeue`` per poll watches every job in flight; a time limit is enforced at its exact deadline
+(Slurm checks every 30 s or so); a cancel is an ``scancel``, repeated while the job lingers. Slurm
+jobs outlive the driver: recovery takes a run back by the job id in its record, or by the run's id
+in the job's comment, among its owner's jobs only (a comment is its owner's to write).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 
-from onite.exec import pids, processes, sbatch, squeue, submission
-from onite.exec.contain import is_zombie, process_start_ticks
 from onite.core.clock import SYSTEM, Clock
 from onite.core.config import Config
 from onite.core.errors import ConfigError
+from onite.core.names import job_label
+from onite.core.state import Outcome, Stop, stopped_outcome
+from onite.exec import pids, processes, sbatch, squeue, submission
+from onite.exec.contain import is_zombie, process_start_ticks
 from onite.exec.launch import job_environment, run_outputs
 from onite.exec.runner import Run, Runner, SpawnError, Unavailable
 from onite.spool import runrecords
-from onite.core.names import job_label
-from onite.core.state import Outcome, Stop, stopped_outcome
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
 RECANCEL = 10.0  # seconds before a cancel is repeated for a job that is still there
@@ -81,8 +79,6 @@ class SlurmRunner(Runner):
     def reload(self, config: Config) -> None:
         """New settings (SIGHUP); runs already in Slurm keep what they were submitted with."""
         self.config = config
-
-    # ---- starting --------------------------------------------------------------
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
@@ -213,8 +209,6 @@ class SlurmRunner(Runner):
         """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
         self._run_tool([self.scancel, "--quiet", f"--name={job_label(run.name)}", f"--user={run.owner.uid}"])
 
-    # ---- stopping ----------------------------------------------------------------
-
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
         if run.stopping is None:
@@ -243,8 +237,6 @@ class SlurmRunner(Runner):
                 self.stop(run, Stop.TIMEOUT)
             elif run.kill_at is not None and now_mono >= run.kill_at:
                 self._cancel(run)
-
-    # ---- watching ------------------------------------------------------------------
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Runs that ended in Slurm since the last poll, with their outcomes (polls when due)."""
@@ -349,8 +341,6 @@ class SlurmRunner(Runner):
     def wait_fds(self) -> list[int]:
         """The pidfds of the sbatch processes still running."""
         return [sub.pidfd for sub, _ in self._submitting.values() if sub.pidfd is not None]
-
-    # ---- a dead driver's jobs in Slurm: taken back, or made sure none is left -------------------
 
     def record_info(self, run: Run) -> dict:
         """Its Slurm job's name (its id follows in a ``submitted`` line once sbatch says it)."""
@@ -469,8 +459,6 @@ class SlurmRunner(Runner):
         Raises:
             Unavailable: it is still there after SIGKILL (a process stuck in the kernel).
         """
-        import signal
-
         argument = f"--comment={sbatch.run_comment(run_id, spool)}".encode()
         left = processes.with_argument(argument, uid)
         if not left:

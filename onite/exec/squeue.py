@@ -1,11 +1,8 @@
 """What Slurm says about onite's jobs, and how each ending becomes an Outcome (pure).
 
-One ``squeue -h -t all -j ID1,ID2,... -O ...`` answers for every job in flight (``-t all`` keeps a
-finished job for MinJobAge; after that it is gone, and onite records it as lost: no sacct). The
-JobState, not the exit code, says how a job ended. A job's owner may set its name or comment to any
-text (``scontrol update``), so the query asks for no field the owner can write (a job is onite's by
-its owner's uid), a line that does not look exactly as Slurm writes it is skipped, and no parser
-here raises.
+One ``squeue -t all -j IDS`` answers for every job in flight (a job ended more than MinJobAge ago
+is gone: lost). A job's owner may set its name or comment to anything, so no field the owner can
+write is asked for, a line that does not look as Slurm writes it is skipped, and nothing raises.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """An ``sbatch`` in flight: started as the job's owner, and never waited for by the driver's loop.
 
-sbatch runs as the job's owner, who may stop it, trace it, or have it enter a directory that never
-answers: a driver that waited for it would stop watching every other user's jobs. So its script,
-output and errors are memory files (no pipe that fills), and the loop looks at it when its pidfd
-says it ended, or kills it at its deadline.
+The owner may stop or trace it, so the loop never blocks on it: its script, output and errors are
+memory files, its end is seen through its pidfd, and it is killed at its deadline.
 """
 
 from __future__ import annotations
