@@ -18,27 +18,19 @@ from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, Sp
 from onite.core.names import is_valid_name
 from onite.core.policy import window_end
 from onite.core.resources import capacity_text
-from onite.core.window import scheduled_window
 from onite.drain import heartbeat as hb, signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
-from onite.drain.instances import RecurScheduler
-from onite.drain.nextdrain import plan
 from onite.drain.night import Night
 from onite.drain.orphans import Orphans
 from onite.drain.pack import Packer, check_capacity
 from onite.drain.pick import Picker
 from onite.drain.recovery import Recovery
 from onite.drain.start import Starter
-from onite.drain.verdicts import idle_summary
-from onite.drain.wake import request_wake
 from onite.exec import contain, limits
-from onite.exec.local import LocalRunner
 from onite.exec.notify import Notifier
 from onite.exec.runner import Runner
-from onite.exec.slurm import SlurmRunner
 from onite.spool import locks
-from onite.spool.cronrecords import refresh_record
 from onite.spool.log import ActivityLog
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
@@ -68,7 +60,7 @@ class Driver:
         self.clock = clock
         self._slots_override, self._until_override = slots, until
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener, clock=clock)
-        self.lock_fd = lock_fd  # this host's driver lock, once held: each job's monitor holds it until it has recorded itself
+        self.lock_fd = lock_fd  # this host's driver lock, once held: each job's monitor holds it until recorded
         # how jobs are contained and held to their requests here (onite.exec.contain, onite.exec.limits)
         self._containment = contain.discover(self.config.contain)
         self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None)
@@ -132,8 +124,12 @@ class Driver:
             ConfigError: the slurm executor, where Slurm's commands are not installed.
         """
         if (executor or self.config.executor) == "slurm":
+            from onite.exec.slurm import SlurmRunner
+
             return SlurmRunner(self.spool, self.config, switch_user=os.geteuid() == 0, log=self.log,
                                clock=self.clock)
+        from onite.exec.local import LocalRunner
+
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
                            switch_user=os.geteuid() == 0, containment=self._containment, lock_fd=self.lock_fd,
                            clock=self.clock, limiter=self._limiter)
@@ -175,6 +171,8 @@ class Driver:
             try:
                 self._start_heartbeat()
                 if self.spool.recur_dir.is_dir():
+                    from onite.drain.instances import RecurScheduler
+
                     RecurScheduler(self.spool, self.log, clock=self.clock).try_spool_due(self.clock.now())
                 if scheduled and not self._inside_scheduled_window():
                     return 0
@@ -226,6 +224,8 @@ class Driver:
             return
         role = "daemon" if beat.role == hb.Role.DAEMON else "driver"
         if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
+            from onite.drain.wake import request_wake
+
             if request_wake(self.spool, self.host, beat):
                 self.log.event("drain-handed", host=self.host, daemon=beat.pid,
                                note="the daemon of this host was idle: it drains now")
@@ -240,14 +240,20 @@ class Driver:
         self.heartbeat = hb.Heartbeat(self.spool.root, self.host, hb.Role.RUN, log=self.log, clock=self.clock)
         upcoming = None
         try:
+            from onite.drain.nextdrain import plan
+
             upcoming = plan(self.spool, self.clock.now(), host=self.host, exclude_pid=self.night.pid).next
         except (OniteError, OSError, ValueError):
             pass
         self.heartbeat.beat(next_drain=upcoming.when if upcoming else None, next_by=upcoming.by if upcoming else None)
         if self.heartbeat.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
+            from onite.spool.cronrecords import refresh_record
+
             refresh_record(self.spool.root, self.host, upcoming.when)
 
     def _inside_scheduled_window(self) -> bool:
+        from onite.core.window import scheduled_window
+
         now = self.clock.now()
         window = scheduled_window(self.config.schedule, self.until, now)
         if window is None or not window.is_open(now):
@@ -407,6 +413,8 @@ class Driver:
 
     def _explain_idle(self) -> None:
         """Nothing started and nothing was filed: log why, in status's words (onite.drain.verdicts)."""
+        from onite.drain.verdicts import idle_summary
+
         try:
             queued, note = idle_summary(self.spool, self.clock.now(), euid=self.night.euid, host=self.host)
         except OniteError as err:

@@ -89,7 +89,7 @@ class RecurScheduler:
             key = (st.st_ino, st.st_ctime_ns, st.st_size)
             known = self.templates.get(name)
             if (known is not None and known.key == key) or self._refused.get(name) == key:
-                continue  # read once per version: a refused one too (20 MB of them made the daemon spin)
+                continue  # read once per version, a refused one too
             changed.append((name, path, st))
         started = time.monotonic()
         self._looks += 1

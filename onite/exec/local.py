@@ -235,8 +235,9 @@ class LocalRunner(Runner):
                 null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if record_fd is None else None
                 try:
                     script = os.fsencode(f"/dev/fd/{script_fd}")
+                    argv = tuple(script if part == SCRIPT else part for part in interpreter(run.job.body, self.shell))
                     run.monitor = self._pool.send(monitor.Plan(
-                        argv=tuple(script if part == SCRIPT else part for part in interpreter(run.job.body, self.shell)),
+                        argv=argv,
                         env=job_environment(run, switch_user=self.switch_user), cwd=run.job.cwd, umask=run.job.umask,
                         uid=ident.uid if ident else None, gid=ident.gid if ident else None,
                         groups=tuple(ident.groups) if ident else (), script_fd=script_fd, stdout_fd=out,
