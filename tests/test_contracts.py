@@ -165,13 +165,11 @@ WRITES_OF_OTHER_FILES = {
     ("onite/exec/contain.py", "_mkdir"): "a job's cgroup, under /sys/fs/cgroup",
     ("onite/exec/contain.py", "remove_base"): "the folder of the jobs' cgroups, under /sys/fs/cgroup",
     ("onite/exec/contain.py", "_probe"): "a trial cgroup, made and removed at once, under /sys/fs/cgroup",
-    ("onite/exec/contain.py", "kill_cgroup"): "a cgroup's cgroup.kill",
     ("onite/exec/contain.py", "remove_cgroup"): "a job's cgroup, once empty",
-    ("onite/exec/contain.py", "_write"): "a cgroup's control files",
+    ("onite/exec/contain.py", "write_file"): "a cgroup's control files (cgroup.kill, memory.max, cpu.max, …)",
     ("onite/exec/contain.py", "sweep_stale"): "empty job cgroups left by dead runs",
     ("onite/exec/limits.py", "discover"): "the folders of the cgroup v1 groups that hold jobs to their requests",
     ("onite/exec/limits.py", "remove"): "a run's cgroup v1 groups, once empty",
-    ("onite/exec/limits.py", "_set"): "a cgroup's limit files (memory.max, cpu.max, …)",
 }
 
 # Strings of the spool's names outside onite/spool/paths.py that make no spool path: (module, function) → why.

@@ -1,17 +1,8 @@
 """The driver's side of cancelling: file the jobs users withdrew, honour the requests they left.
 
-cancel/ (onite.spool.cancels) holds two kinds of entry. A non-empty file is
-a job its owner *withdrew* from the queue: the driver *files* it into
-jobsdone/ with a ``cancelled`` result. An empty file cancel/NAME@TOKEN is a
-*request*: the driver *honours* it if its owner (the requester) may cancel
-job NAME (onite.core.policy.may_touch: the job's owner, root, or anyone where
-own_only = false): a running job is *stopped* (Stop.CANCEL), a queued one
-withdrawn and filed. A request for a job that runs on another host is left
-for that host's driver (for a day at most).
-
-cancel/ is looked at only when its mtime changed (or changed within the
-last 50 ms: a write in the same tick would not show); a user's entry never
-stops the night (the finisher's guard sets it aside).
+In cancel/, a non-empty file is a job its owner withdrew: it is filed as cancelled. An empty
+NAME@TOKEN is a request, honoured if its owner may cancel NAME: a running job is stopped, a queued
+one withdrawn; one for a job on another host is left for that host's driver, for a day at most.
 """
 
 from __future__ import annotations
@@ -85,9 +76,8 @@ class CancelInbox:
         self._honour(entry, requester)
 
     def _filed(self, name: str, requester: str, filed: Filed) -> None:
-        """A queued job filed as cancelled: count, log, tell its owner. One that was not filed (it would
-        have replaced another user's kept result) is refused, and logged so: a ``cancelled`` line
-        would stand for that user's job in the morning report."""
+        """A queued job filed as cancelled: count, log, tell its owner. One not filed (it would have
+        replaced another user's kept result) is logged as refused, not as that user's job cancelled."""
         night = self.night
         if filed.result is None:
             night.log.event("refused", name, owner=requester, reason=filed.note)

@@ -1,40 +1,10 @@
 """``onite daemon``: the driver for machines without cron, one long-running process per host.
 
-It holds this host's driver lock (locks/driver.HOST.lock) for its whole life,
-and keeps its heartbeat (driver.HOST.state, onite.drain.heartbeat: role daemon,
-``idle`` or ``draining``, the next scheduled drain) fresh, so users can see
-it runs and when it drains next. A cron ``onite run`` meanwhile logs "busy"
-and exits 0, unless the daemon is idle: then ``onite run`` (and ``onite
-daemon --wake``) hands the drain to it (``request_wake``). It sleeps, and wakes:
-
-- at each time of ``schedule`` (onite.toml): a full drain with the existing
-  Driver, honouring ``until``, exactly as ``onite run`` would;
-- when told to drain now (``request_wake``: the file locks/wake.HOST, which
-  only root may write, and a USR2 to cut the sleep short): a full drain, at
-  once; during a drain of timed jobs, that drain widens to every job;
-- when a queued job's not-before time comes (``submit --at``, a retry's
-  back-off), or a recurring job fires (it spools the instance first): a drain
-  that runs ONLY jobs carrying a not-before time that has come. Untimed jobs
-  wait for the scheduled drain; they never run by day because someone's
-  ``--at`` job did. (If a schedule time comes during such a drain, the drain
-  widens to every job.)
-
-Every drain is the Driver's own (Driver.drain(): recovery, order, slots,
-retries, cancel requests, retention); the daemon only decides when, and
-which kind. Between drains it polls every POLL seconds: the queue folders'
-mtimes (onite.spool.watch reads only new job headers), recur/ (onite.drain.instances), and
-the clock, so a suspend or a clock change costs at most one poll.
-
-Missed nights: SPOOL/daemon.HOST.state remembers the last schedule time
-handled. A schedule time missed while the daemon was down (or the machine
-asleep) is caught up ONCE, the latest one only, and only while its night
-window is still open (onite.core.window); otherwise it is logged and skipped.
-
-Signals: INT or TERM while sleeping → exit at once; while draining → as the
-driver (finish running jobs, start none, exit 0; a second one, or QUIT, kills
-and requeues them). HUP → re-read onite.toml (the schedule may change) and
-reopen onite.log (for logrotate). USR1 → a status line in the log. Every log
-line also goes to stderr, for journald.
+It holds this host's driver lock and heartbeat for its whole life, and decides when to drain and
+which kind: at a time of ``schedule`` and when told to (onite.drain.wake), a full drain; when a
+not-before time comes or a recurring job fires, a drain of only the jobs whose time has come,
+widened if a schedule time comes meanwhile. SPOOL/daemon.HOST.state keeps the last schedule time
+handled: one missed while it was down is caught up once, while its night window is open.
 """
 
 from __future__ import annotations
@@ -43,25 +13,26 @@ import json
 import os
 import select
 import signal
-import sys
 from datetime import datetime, time as dtime, timedelta
 
+from onite.core import values
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import InvalidInput, OniteError, Refused
-from onite.core.schedule import validate_schedule
+from onite.core.schedule import last_fire, next_drain, validate_schedule
 from onite.core.window import plan
-from onite.drain.driver import Driver
+from onite.drain import heartbeat as hb
+from onite.drain.driver import Driver, take_host_lock
 from onite.drain.heartbeat import BeatState, Heartbeat, Role
+from onite.drain.instances import READ_BUDGET, RecurScheduler
 from onite.drain.pack import check_capacity
-from onite.drain.driver import lock_descriptor, take_host_lock
 from onite.drain.signals import SignalCatcher
 from onite.spool import trust
 from onite.spool.files import replace_file
 from onite.spool.locks import take_wake
-from onite.spool.paths import DAEMON_STATE
 from onite.spool.log import ActivityLog
-from onite.spool.paths import SpoolDir
+from onite.spool.paths import DAEMON_STATE, SpoolDir
 from onite.spool.settings import default_host
+from onite.spool.watch import TimedWatch
 
 POLL = 2.0  # seconds between looks at the queue, recur/ and the clock while sleeping
 LOCK_RETRY = 5.0  # seconds between tries while another driver holds this host's lock
@@ -75,9 +46,6 @@ class Daemon:
 
     def __init__(self, spool: SpoolDir, *, host: str | None = None, slots: int | None = None,
                  until: dtime | None = None, drain_now: bool = False, echo=None, clock: Clock = SYSTEM) -> None:
-        from onite.drain.instances import READ_BUDGET, RecurScheduler
-        from onite.spool.watch import TimedWatch
-
         self.spool = spool
         self.clock = clock
         self.host = host or default_host(spool.config)
@@ -109,17 +77,15 @@ class Daemon:
     def state_path(self):
         return self.spool.state_path(DAEMON_STATE, self.host)
 
-    # ---- life ----------------------------------------------------------------------
-
     def run(self, *, leaving: bool = False) -> int:
         """Lock, catch up a missed night if its window is open, then wake and drain until stopped
-        (``leaving``: the process ends with it: signals after it are ignored).
+        (``leaving``: the process ends with it).
 
         Raises:
             Refused: the spool is not writable by this user, or another daemon runs for this host.
             InvalidInput: the schedule in onite.toml is not valid.
-            ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack); after a
-                reload, each drain logs that instead.
+            ConfigError: the reserve leaves nothing of this machine for jobs (after a reload, each drain
+                logs that instead).
         """
         self.spool.check_drainable("onite daemon")
         self.schedule = validate_schedule(tuple(self.spool.config.schedule))
@@ -130,7 +96,7 @@ class Daemon:
             if lock is None:
                 self.log.close()
                 return 0
-            self._lock_fd = lock_descriptor(lock)
+            self._lock_fd = lock.fd
             try:
                 self.heartbeat = Heartbeat(self.spool.root, self.host, Role.DAEMON, log=self.log, clock=self.clock)
                 self._main()
@@ -150,8 +116,6 @@ class Daemon:
         Raises:
             Refused: another daemon runs for this host (its heartbeat says so).
         """
-        from onite.drain import heartbeat as hb
-
         holder = f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=daemon"
         announced = False
         while True:
@@ -212,11 +176,7 @@ class Daemon:
             timeout = POLL if wake is None else min(POLL, max((wake - now).total_seconds(), 0.0))
             self._sleep(timeout)
 
-    # ---- the schedule ------------------------------------------------------------------
-
     def _plan_next(self) -> None:
-        from onite.core.schedule import next_drain
-
         self.next_scheduled = next_drain(self.schedule, self.last) if self.schedule else None
         if self.heartbeat is not None:
             self.heartbeat.beat(next_drain=self.next_scheduled, next_by="daemon" if self.next_scheduled else None)
@@ -234,8 +194,8 @@ class Daemon:
         return True
 
     def _due(self, now: datetime):
-        """The plan (onite.core.window) of a schedule time that has come and whose window is open, or None:
-        none has come, or the night's window closed first (logged as a missed night, and handled)."""
+        """The plan (onite.core.window) of a schedule time that has come and whose window is open; None
+        if none has come, or its window closed first (logged as a missed night, and handled)."""
         if self.next_scheduled is None or now < self.next_scheduled:
             return None
         step = plan(self.schedule, self.until, self.last, now)
@@ -253,16 +213,12 @@ class Daemon:
 
     def _handled(self, fire: datetime | None) -> None:
         """Every schedule time up to ``fire`` (and any that passed during a drain) is done."""
-        from onite.core.schedule import last_fire
-
         if fire is None:
             return
         latest = last_fire(self.schedule, self.clock.now(), since=fire) if self.schedule else None
         self.last = max(fire, latest) if latest else fire
         self._save_state()
         self._plan_next()
-
-    # ---- draining ----------------------------------------------------------------------
 
     def _drain(self, *, only_timed: bool) -> bool:
         """One Driver.drain(); False if it was stopped by a signal (then the daemon exits)."""
@@ -288,9 +244,8 @@ class Daemon:
         return True
 
     def _tick(self, driver: Driver, now: datetime) -> datetime | None:
-        """Called by the driver on every turn: spool recurring jobs; widen a timed drain when
-        a schedule time comes. Returns when it next has something to do.
-        """
+        """Called by the driver on every turn: spool recurring jobs; widen a timed drain when a schedule
+        time comes. Returns when it next has something to do."""
         self._spool_recurring(now)
         if driver.only_timed and self._take_wake():
             self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
@@ -307,28 +262,13 @@ class Daemon:
         nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.only_timed else None) if t]
         return min(nxt, default=None)
 
-    # ---- recurring jobs --------------------------------------------------------------
-
     def _spool_recurring(self, now: datetime) -> None:
-        """Spool due recurring instances; after an error, log it and leave them for a while."""
-        if self._recur_pause is not None and now < self._recur_pause:
-            return
-        try:
-            self.recur.spool_due(now)
-            self._recur_pause = None
-        except Exception as err:  # noqa: BLE001 - what users put in recur/ must never stop the daemon
-            if not isinstance(err, (OniteError, OSError)):
-                import traceback
-
-                traceback.print_exc(file=sys.stderr)
-            self._recur_pause = now + RECUR_PAUSE
-            self.log.event("recur-error", error=str(err) if isinstance(err, (OniteError, OSError)) else
-                           f"{type(err).__name__}: {err}", note=f"trying again at {self._recur_pause:%H:%M:%S}")
+        """Spool due recurring instances; after an error (logged), leave them for a while."""
+        if self._recur_pause is None or now >= self._recur_pause:
+            self._recur_pause = None if self.recur.try_spool_due(now) else now + RECUR_PAUSE
 
     def _next_recurring(self) -> datetime | None:
         return self._recur_pause or self.recur.next_fire()
-
-    # ---- signals, sleep, reload ------------------------------------------------------
 
     def _sleep(self, timeout: float) -> None:
         try:
@@ -383,8 +323,6 @@ class Daemon:
             return
         self._plan_next()
 
-    # ---- being told to drain now -------------------------------------------------------
-
     def _take_wake(self) -> bool:
         """Was this daemon told to drain now? Takes the request (onite.spool.locks.take_wake)."""
         try:
@@ -393,15 +331,8 @@ class Daemon:
             self.log.event("warning", error=f"cannot take the wake request: {err.strerror}")
             return False
 
-    # ---- the state file --------------------------------------------------------------
-
     def _load_state(self) -> datetime | None:
-        """The last drain time the state file records; None if there is none, or it is damaged (logged).
-
-        Raises: nothing.
-        """
-        from onite.core import values
-
+        """The last schedule time the state file records; None if there is none, or it is damaged (logged)."""
         try:
             data = values.loads_object(self.state_path.read_bytes())
             if data.get("version") != STATE_FORMAT:

@@ -1,49 +1,24 @@
 """The driver: drains one spool on one host, in queue order, up to ``slots`` jobs at once.
 
-``run()`` is a whole ``onite run``: it takes this host's lock
-(locks/driver.HOST.lock, flock, in a folder only root may enter: onite.spool.locks)
-for its whole life and says so in its world-readable heartbeat
-(driver.HOST.state, onite.drain.heartbeat: pid, who started it, when the next
-drain is due); a second driver logs who holds the lock and exits 0, or hands
-the drain to the host's idle daemon (onite.drain.wake). With the lock held
-it spools the recurring jobs that are due (onite.drain.instances), and with
-``scheduled`` drains only inside a night window a time of ``schedule`` opened
-(onite.core.window); a run that did nothing logs why (``nothing-due``, in the
-words of ``onite status``: onite.drain.verdicts). Signals are caught before
-this driver's pid is anywhere to be read and until it has let go of the lock.
-
-``drain()`` is one drain: recovery of what a dead driver of this host left
-(onite.drain.recovery), then the loop, whose every turn is
-
-    hear the runs that ended and file them (onite.drain.finish) → enforce
-    time limits → honour cancel requests (onite.drain.cancels) → start the
-    first eligible jobs in order while a slot is free (onite.drain.pick,
-    onite.drain.start) → sleep until a job ends, a signal arrives, a
-    deadline passes or the queue may have changed.
-
-The steps share the Night (onite.drain.night) and nothing else. The queue is
-looked at again after every job, so a job spooled at a higher priority
-during the night runs next. No job starts at or after the window end
-(``until``); the drain ends when nothing runs and nothing can start.
-``onite daemon`` calls ``drain()`` under its own lock with the hooks
-``only_timed``, ``linger=False``, ``tick`` and ``open_window()``
-(docs/scheduling.md). Time is the ``clock`` it is given (onite.core.clock):
-tests drive a night with a ManualClock.
+``run()`` is a whole ``onite run``: this host's lock (a second driver exits 0, or hands the drain to
+an idle daemon), the heartbeat, due recurring jobs, then ``drain()``: recovery, then the loop, whose
+steps share the Night: file what ended, honour cancels, start the first eligible jobs while a slot
+is free, sleep until something happens. No job starts at or after the window's end (``until``).
 """
 
 from __future__ import annotations
 
 import os
 import select
-from contextlib import contextmanager
+from contextlib import nullcontext
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, SpoolIOError
 from onite.core.names import is_valid_name
 from onite.core.policy import window_end
-from onite.drain import heartbeat as hb
-from onite.drain import signals
+from onite.core.resources import capacity_text
+from onite.drain import heartbeat as hb, signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
@@ -52,6 +27,7 @@ from onite.drain.pack import Packer, check_capacity
 from onite.drain.pick import Picker
 from onite.drain.recovery import Recovery
 from onite.drain.start import Starter
+from onite.exec import contain, limits
 from onite.exec.notify import Notifier
 from onite.exec.runner import Runner
 from onite.spool import locks, trust
@@ -72,16 +48,11 @@ class Driver:
                  until: dtime | None = None, echo=None, runner: Runner | None = None, only_timed: bool = False,
                  linger: bool = True, tick=None, signals: list[int] | None = None, listener=None,
                  lock_fd: int | None = None, heartbeat=None, clock: Clock = SYSTEM) -> None:
-        """``only_timed``: start only jobs that carry a not-before time that has come (the
-        daemon's wakes for ``--at`` times and recurring instances). ``linger=False``: when
-        nothing runs and nothing can start, return instead of waiting for a not-before
-        time (the daemon does its own waiting). ``tick(driver, now)``: called on every
-        turn of the loop; returns when it wants to be called next (or None). ``signals``:
-        the list caught signals go to (the daemon shares its own, so none is lost in between).
-        ``listener``: told of every logged event as data (onite.spool.log.ActivityLog; the live progress).
-        ``lock_fd``: the descriptor of this host's driver lock when the caller holds it (the daemon).
-        ``heartbeat``: the lock holder's onite.drain.heartbeat.Heartbeat, kept fresh on every turn (the
-        daemon passes its own; ``run()`` makes one). ``clock``: the time it drains by.
+        """``only_timed``: start only jobs whose not-before time has come (the daemon's timed wakes).
+        ``linger=False``: when nothing runs and nothing can start, return rather than wait for a
+        not-before time. ``tick(driver, now)``: called every turn; returns when it wants to be called
+        next. ``signals``: the list caught signals go to. ``listener``: told of every logged event.
+        ``lock_fd`` and ``heartbeat``: the daemon's, when it holds the lock.
         """
         self.spool = spool
         self.config = spool.config
@@ -89,9 +60,10 @@ class Driver:
         self.clock = clock
         self._slots_override, self._until_override = slots, until
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener, clock=clock)
-        self.lock_fd = lock_fd  # this host's driver lock, once held (each job's monitor gets it with its run)
-        self._containment = None
-        self._limiter = None
+        self.lock_fd = lock_fd  # this host's driver lock, once held: each job's monitor holds it until recorded
+        # how jobs are contained and held to their requests here (onite.exec.contain, onite.exec.limits)
+        self._containment = contain.discover(self.config.contain)
+        self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None)
         self._runner = runner
         self.signals: list[int] = [] if signals is None else signals
         self.wakeup_fd: int | None = None  # the signal catcher of run(), while it runs
@@ -109,19 +81,13 @@ class Driver:
         self.picker = Picker(night, self.finisher, self.packer)
         self.starter = Starter(night, self.finisher)
         self.cancels = CancelInbox(night, self.finisher)
-        self.recovery = Recovery(night, self.finisher, Orphans(night, self.containment, self.limiter,
+        self.recovery = Recovery(night, self.finisher, Orphans(night, self._containment, self._limiter,
                                                                   self.make_runner))
         self.log.on_failure = self.finisher.note_cannot_record  # a night that cannot be logged stops
 
-    # ---- settings ------------------------------------------------------------------
-
     @property
     def slots(self) -> int:
-        """Jobs at once: --slots, else [slurm] max_jobs for the slurm executor, else this host's slots.
-
-        With Slurm the cluster, not this host, runs the jobs: ``slots`` describes
-        this machine, ``max_jobs`` how many onite jobs may be in Slurm at once.
-        """
+        """Jobs at once: --slots, else [slurm] max_jobs for the slurm executor, else this host's slots."""
         if self._slots_override:
             return self._slots_override
         if self.runner.executor == "slurm":
@@ -130,29 +96,10 @@ class Driver:
 
     @property
     def runner(self) -> Runner:
-        """The executor: made when first needed (a local one needs the driver lock's descriptor)."""
+        """The executor, made when first needed (a local one needs the driver lock's descriptor)."""
         if self._runner is None:
             self._runner = self.make_runner()
         return self._runner
-
-    @property
-    def containment(self):
-        """How jobs are contained here (onite.exec.contain), decided once."""
-        if self._containment is None:
-            from onite.exec.contain import discover
-
-            self._containment = discover(self.config.contain)
-        return self._containment
-
-    @property
-    def limiter(self):
-        """How jobs are held to their requests here (onite.exec.limits), decided once."""
-        if self._limiter is None:
-            from onite.exec import contain, limits
-
-            cont = self.containment
-            self._limiter = limits.discover(cont.base if cont.kind == contain.CGROUP2 else None)
-        return self._limiter
 
     @property
     def until(self) -> dtime | None:
@@ -184,8 +131,8 @@ class Driver:
         from onite.exec.local import LocalRunner
 
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
-                           switch_user=os.geteuid() == 0, containment=self.containment, lock_fd=self.lock_fd,
-                           clock=self.clock, limiter=self.limiter)
+                           switch_user=os.geteuid() == 0, containment=self._containment, lock_fd=self.lock_fd,
+                           clock=self.clock, limiter=self._limiter)
 
     def reload(self) -> None:
         """SIGHUP: read onite.toml again; a bad one keeps the settings before."""
@@ -203,29 +150,31 @@ class Driver:
         night.window_end = window_end(self.started_at, self.until)
         night.log.event("reloaded", slots=night.slots, priorities=config.priorities)
 
-    # ---- a whole ``onite run``, and ``onite recover --host`` -----------------------------
-
     def run(self, *, scheduled: bool = False, leaving: bool = False) -> int:
         """Take this host's lock, spool due recurring jobs, and drain; the exit code (0 also when another
         driver holds the lock; 4 when runs could not be recorded). ``scheduled``: drain only inside a
-        night window that a time of ``schedule`` opened, else log that and return. ``leaving``: the
-        process ends with this run: signals that come after it are ignored (signals.SignalCatcher).
+        night window that a time of ``schedule`` opened. ``leaving``: the process ends with this run.
 
         Raises:
             SpoolError, Refused: the spool may not be drained by this user (SpoolDir.check_drainable).
             ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack).
         """
         self.spool.check_drainable("onite run")
-        check_capacity(self.config, self.host)  # one line on stderr, as any bad setting: nothing is claimed
+        check_capacity(self.config, self.host)
         with signals.SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
             self.wakeup_fd = wakeup_fd
-            lock = self._take_lock(hand_over=not scheduled)
+            lock = take_host_lock(self.spool, self.host,
+                                  f"pid={self.night.pid} host={self.host} since={self.started_at.isoformat()}")
             if lock is None:
+                self._busy(hand_over=not scheduled)
                 return 0
-            self.lock_fd = lock_descriptor(lock)
+            self.lock_fd = lock.fd
             try:
                 self._start_heartbeat()
-                spool_recurring(self.spool, self.log, self.clock)
+                if self.spool.recur_dir.is_dir():
+                    from onite.drain.instances import RecurScheduler
+
+                    RecurScheduler(self.spool, self.log, clock=self.clock).try_spool_due(self.clock.now())
                 if scheduled and not self._inside_scheduled_window():
                     return 0
                 self.drain(explain=True)
@@ -266,21 +215,9 @@ class Driver:
             lock.release()
             self.log.close()
 
-    def _take_lock(self, *, hand_over: bool) -> locks.Lock | None:
-        """This host's driver lock, or None: another driver holds it (logged, with who it is), or, with
-        ``hand_over``, an idle daemon holds it and was told to drain now (logged as ``drain-handed``).
-
-        Raises:
-            Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks).
-        """
-        lock = take_host_lock(self.spool, self.host,
-                              f"pid={self.night.pid} host={self.host} since={self.started_at.isoformat()}")
-        if lock is None:
-            self._busy(hand_over)
-        return lock
-
     def _busy(self, hand_over: bool) -> None:
-        """Another process holds this host's lock: say which (its heartbeat), or hand the drain to an idle daemon."""
+        """Another process holds this host's lock: say which (its heartbeat), or (``hand_over``) hand the
+        drain to its daemon if that is idle."""
         beat = hb.read(self.spool.root, self.host)
         if beat is None or not hb.is_alive(beat, self.clock.now()):
             self.log.event("driver-busy", host=self.host, holder="unknown (no heartbeat)",
@@ -300,7 +237,7 @@ class Driver:
                        note="another driver is draining this spool on this host; exiting")
 
     def _start_heartbeat(self) -> None:
-        """Tell everyone this driver is alive, who started it and when the next drain is due (onite.drain.heartbeat)."""
+        """Tell everyone this driver is alive, who started it and when the next drain is due."""
         self.heartbeat = hb.Heartbeat(self.spool.root, self.host, hb.Role.RUN, log=self.log, clock=self.clock)
         upcoming = None
         try:
@@ -328,17 +265,15 @@ class Driver:
             return False
         return True
 
-    # ---- one drain ----------------------------------------------------------------------
-
     def drain(self, *, explain: bool = False) -> None:
-        """Recover, run jobs until nothing can start, prune. The caller holds this host's lock.
-        ``explain``: if nothing happened, log why (``nothing-due``: what is queued and why it waits)."""
+        """Recover, run jobs until nothing can start, prune; the caller holds this host's lock.
+        ``explain``: if nothing happened, log why (``nothing-due``)."""
         night = self.night
         night.runner = self.runner
         night.slots = self.slots
         try:
             self.spool.ensure_running_folder(self.host)
-        except SpoolIOError as err:  # a host's first drain on a full disk (or one out of inodes)
+        except SpoolIOError as err:  # a host's first drain on a full disk
             self.finisher.note_cannot_record(str(err))
             return
         try:
@@ -350,16 +285,19 @@ class Driver:
         self.log.event("driver-start", host=self.host, slots=night.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=night.runner.executor,
                        only="timed jobs" if night.only_timed else None,
-                       contain=self.containment.describe() if local else None,
-                       limits=self.limiter.describe() if local else None,
-                       capacity=self._capacity_words() if local else None)
-        with self._catching() as wakeup_fd:
+                       contain=self._containment.describe() if local else None,
+                       limits=self._limiter.describe() if local else None,
+                       capacity=capacity_text(self.packer.capacity()) if local else None)
+        # the signal catcher ``run`` installed, or one for this drain (the daemon's signals list)
+        catcher = nullcontext(self.wakeup_fd) if self.wakeup_fd is not None else signals.SignalCatcher(self.signals)
+        with catcher as wakeup_fd:
             self.recovery.recover()
             try:
                 self._loop(wakeup_fd)
             finally:
                 night.runner.close()
-                self._remove_cgroup_folders()
+                self._limiter.remove_folders()  # those nothing is left in
+                contain.remove_base(self._containment)
                 night.notifier.finish(stop=self._must_stop_now)
             self.finisher.prune()
         counts = night.counts
@@ -435,13 +373,13 @@ class Driver:
                 self.starter.start(picked)
 
     def _say_waiting(self) -> None:
-        """Nothing runs, and the driver stays for a job's not-before time: say so once per time (a
-        hand-started ``onite run`` otherwise sits there for hours with nothing to say why)."""
+        """Nothing runs, and the driver stays for a job's not-before time: say so, once per time and at
+        most once a minute."""
         when, now = self.night.wake_at, self.clock.monotonic()
         if when is None or when == self._told_waiting or (when - self.clock.now()).total_seconds() < WAIT_WORTH_SAYING:
             return
         if self._told_waiting_at is not None and now - self._told_waiting_at < WAIT_WORTH_SAYING:
-            return  # at most once a minute: a user toggling holds on timed jobs must not fill the log
+            return
         self._told_waiting, self._told_waiting_at = when, now
         # the time is not said: a job's --at is its owner's, and the log is everyone's
         self.log.event("waiting", note="nothing can start now: a queued job waits for a later --at time (onite "
@@ -453,8 +391,6 @@ class Driver:
         night = self.night
         now_mono, now = self.clock.monotonic(), self.clock.now()
         timeout = POLL if night.running else IDLE_POLL
-        if night.runner.needs_polling():
-            timeout = min(timeout, 0.05)
         for deadline in (night.runner.next_deadline(), night.notifier.next_deadline()):
             if deadline is not None:
                 timeout = min(timeout, max(deadline - now_mono, 0.0))
@@ -464,10 +400,8 @@ class Driver:
         return max(timeout, 0.0)
 
     def _lingers(self) -> bool:
-        """With nothing running, wait for the next not-before time? A driver that does not
-        linger still waits a moment for a job that is settling (being spooled right now), and
-        out a pause of an unavailable executor (the jobs it put back are tonight's work).
-        """
+        """With nothing running, wait for the next not-before time? A driver that does not linger
+        still waits a moment for a job being spooled right now, and out an executor's pause."""
         night = self.night
         if self.linger or night.paused_until is not None:
             return True
@@ -478,22 +412,6 @@ class Driver:
         signals.handle(self.night, self.signals, self.reload)
         return self.night.hard_stop
 
-    def _remove_cgroup_folders(self) -> None:
-        """Remove the folders of this driver's job cgroups that nothing is left in (onite.exec.contain
-        and limits say which may go)."""
-        if self._limiter is not None:
-            self._limiter.remove_folders()
-        if self._containment is not None:
-            from onite.exec.contain import remove_base
-
-            remove_base(self._containment)
-
-    def _capacity_words(self) -> str:
-        """This host's capacity for the log: ``23G memory, 2 CPUs``."""
-        from onite.core.resources import capacity_text
-
-        return capacity_text(self.packer.capacity())
-
     def _explain_idle(self) -> None:
         """Nothing started and nothing was filed: log why, in status's words (onite.drain.verdicts)."""
         from onite.drain.verdicts import idle_summary
@@ -503,18 +421,6 @@ class Driver:
         except OniteError as err:
             queued, note = None, f"nothing was started (the queue could not be read: {err})"
         self.log.event("nothing-due", queued=queued, note=note)
-
-    @contextmanager
-    def _catching(self):
-        """The wakeup descriptor of the signal catcher ``run`` installed, or of one for this drain
-        (the daemon drains under its own catcher, sharing its list of signals)."""
-        if self.wakeup_fd is not None:
-            yield self.wakeup_fd
-            return
-        with signals.SignalCatcher(self.signals) as wakeup_fd:
-            yield wakeup_fd
-
-    # ---- hooks for onite daemon ------------------------------------------------------
 
     @property
     def stop_requested(self) -> bool:
@@ -532,41 +438,11 @@ class Driver:
 
 
 def take_host_lock(spool: SpoolDir, host: str, holder: str, timeout: float = 0.5) -> locks.Lock | None:
-    """flock ``host``'s driver lock (in the spool's root-only locks/ folder, onite.spool.locks) and write
-    ``holder`` into it; None if another process holds it after ``timeout`` seconds. The lock's
-    descriptor (``lock.fd``) goes to each job's monitor with its run, which keeps it until it has
-    recorded itself.
+    """flock ``host``'s driver lock (in the spool's root-only locks/ folder) with ``holder`` written into
+    it; None if another process holds it after ``timeout`` seconds.
 
     Raises:
         Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks).
     """
     locks.ensure_dir(spool.root)
     return locks.take(spool.lock_path(host), timeout=timeout, holder=holder)
-
-
-def lock_descriptor(lock: locks.Lock) -> int | None:
-    """The descriptor on which ``take_host_lock``'s lock is held (each job's monitor keeps it open
-    until it has recorded itself, so no other driver recovers its claim in between)."""
-    fd = getattr(lock, "fd", None)
-    return fd if isinstance(fd, int) and fd >= 0 else None
-
-
-def spool_recurring(spool: SpoolDir, log: ActivityLog, clock: Clock) -> list[str]:
-    """Spool the instances of recurring jobs that are due (at most one per template); their names."""
-    if not spool.recur_dir.is_dir():
-        return []
-    from onite.drain.instances import RecurScheduler
-
-    try:
-        return RecurScheduler(spool, log, clock=clock).spool_due(clock.now())
-    except OniteError as err:
-        log.event("recur-error", error=str(err), note="recurring jobs were not spooled")
-        return []
-    except Exception as err:  # noqa: BLE001 - what users put in recur/ must never stop the night's drain
-        import sys
-        import traceback
-
-        traceback.print_exc(file=sys.stderr)
-        log.event("recur-error", error=f"{type(err).__name__}: {err}",
-                  note="recurring jobs were not spooled; please report this")
-        return []

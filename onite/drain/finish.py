@@ -1,20 +1,8 @@
 """Filing what ends: a run's result, a retry, a requeue, a job that can never run, a file set aside.
 
-A run that ended is *filed*: its result record is written
-(onite.spool.results), then its claim is renamed from running/HOST/ into
-jobsdone/ (one rename along an edge of the state machine, onite.core.state),
-then its run record is removed. A crash between any two of these steps
-leaves what the next driver's recovery finishes (onite.drain.recovery). A
-failed run with retries left is not filed but spooled again, with its
-attempt and a not-before time for its back-off (onite.core.queue.retry_delay),
-and its claim removed. A run the driver stopped hard goes back to its queue.
-
-A queued file that can never run is never deleted: it is moved to refused/
-with one log line (and a failed result for its owner), and the night goes
-on (``guard``, onite.drain.refusals). Where a record cannot be written (a full disk), nothing more
-starts (``note_cannot_record``), and the driver exits non-zero once its
-running jobs are done. Retention (onite.spool.retention) runs as jobs are
-filed and once when the drain ends.
+A run is filed: result written, claim renamed into jobsdone/, end logged, record removed, in that
+order, so recovery finishes what a crash cut. A file that can never run is never deleted: it goes to
+refused/ with one log line. Where a record cannot be written, nothing more starts.
 """
 
 from __future__ import annotations
@@ -23,6 +11,7 @@ import os
 import stat
 import sys
 import time
+import traceback
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -32,17 +21,19 @@ from onite.core.clock import ctime_ns_upto
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
+from onite.core.names import is_valid_name
 from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
-from onite.core.names import is_valid_name
 from onite.drain.night import Night
 from onite.exec.runner import Run
 from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
 from onite.spool.queued import find_queued, settle as settle_names
 from onite.spool.results import may_replace_result, write_result
+from onite.spool.retention import prune, remove_temp_files
 from onite.spool.scan import user_name
 
+PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
 
 
 def _use(run: Run) -> dict:
@@ -55,12 +46,8 @@ def _use(run: Run) -> dict:
             and 0 <= cpu < 1e12 else None}
 
 
-PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
-
-
 def queued_ns(run: Run) -> int | None:
-    """When ``run``'s job got its place in its queue (the kernel's ctime), in ns, rounded up to the
-    microsecond a datetime keeps: None if not known."""
+    """When ``run``'s job got its place in its queue (the kernel's ctime) in ns, or None."""
     return None if run.queued_at is None else ctime_ns_upto(run.queued_at)
 
 
@@ -74,8 +61,6 @@ class Finisher:
     def __init__(self, night: Night) -> None:
         self.night = night
         self._since_prune = 0
-
-    # ---- runs that ended -------------------------------------------------------------
 
     def reap(self) -> None:
         """Log the starts the runner saw, and file each job that ended."""
@@ -136,8 +121,7 @@ class Finisher:
             self.note_cannot_record(str(err))
             return
         night.counts[str(result.state)] += 1
-        # logged before the record goes: a driver killed in between leaves the record, and recovery
-        # logs the line only if it is not there (the run id tells: recovery._log_if_filed)
+        # logged before the record goes: recovery logs it for a record left only if the log lacks its run id
         night.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
                     attempt=job.attempt, run=run.run_id)
@@ -155,8 +139,8 @@ class Finisher:
         folder = night.spool.folder_for(run.rank, run.rank == 0)  # where it was claimed from, whatever its file says
         try:
             night.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
-            # another user's file put there meanwhile is swapped out in the same step: put back as
-            # soon as it is moved aside, it would otherwise keep the name from the retry
+            # another user's file put there meanwhile is swapped out in the same step: moved aside
+            # first, it could be put back at once and keep the name from the retry
             displaced = create_displacing(folder, run.name, encode(job), run.owner.uid,
                                           owner=(run.owner.uid, run.owner.gid), durable=False, since_ns=queued_ns(run))
         except Refused:
@@ -189,11 +173,9 @@ class Finisher:
         night.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
     def requeue_file(self, path: Path, name: str, rank: int, since_ns: int | None = None) -> bool:
-        """Put a claim at ``path`` back in the queue folder of ``rank`` (``since_ns``: when its job got its
-        place in the queue, ``queued_ns``, if known). If another user's job of the name got its place
-        before it (a namesake the driver's view of the queue had not shown yet when it picked this
-        one), that job keeps the name: the claim is set aside instead, as the pick would have done
-        (False; True: requeued).
+        """Put a claim at ``path`` back in the queue folder of ``rank`` (``since_ns``: ``queued_ns``, if
+        known); True. If another user's job of the name was queued before it, that job keeps the name
+        and the claim is set aside instead, as the pick would have done: False.
 
         Raises:
             Refused: a new job of that name is queued meanwhile (the claim stays).
@@ -208,9 +190,8 @@ class Finisher:
         folder = night.spool.folder_for(rank, rank == 0)
         night.spool.ensure_queue_folder(folder)
         target = folder / name
-        # a namesake planted in the target folder must not keep the claim from going back: it is moved
-        # aside, and one put back since is replaced by the rename (which does not refuse a file; only
-        # the owner's own could be taken for a new job of theirs, and an earlier one: both are looked for)
+        # a namesake planted in the target folder is moved aside, and one put back since is replaced by
+        # the rename; only the owner's own file there is a new job of theirs
         if owner is not None:
             earlier = self.clear_namesakes(name, owner, since_ns=since_ns)
             if earlier:
@@ -229,18 +210,13 @@ class Finisher:
         return True
 
     def clear_namesakes(self, name: str, uid: int, *, since_ns: int | None = None, settle: bool = False) -> list:
-        """Move aside the queued jobs called ``name`` of owners other than ``uid``, whose job of that
-        name is claimed (running, being filed, requeued, recovered). onite submit refuses a name that
-        is queued or running, so such a file was put in a queue folder by hand meanwhile; left there
-        it would take the claimed job's retry, its place in recovery, or its result as the jobs that
-        wait for it (``--after``) see it. No result is written for it: the name's result is the
-        claimed job's. ``since_ns``: when the claimed job got its place in the queue (``queued_ns``);
-        a file queued before that is not a plant but the name's first job, which the driver's view of
-        the queue (up to 50 ms old) had not shown when it picked this one: it stays, and keeps the
-        name. ``settle``: ``uid``'s file of the name was just put back in a queue (a retry,
-        a requeue): first wait until the kernel's clock has passed its ctime, so that a file put
-        beside it while it was written is seen here, and any later one is later (onite.drain.pick).
-        Returns the other users' files it left: those queued before ``since_ns``."""
+        """Move aside (with no result: the name's is the claimed job's) the queued jobs called ``name``
+        of owners other than ``uid``, whose job of that name is claimed: put there by hand, such a file
+        would take the claimed job's retry, recovery or result. A file queued before ``since_ns`` (the
+        claimed job's ``queued_ns``) is the name's first job, which the driver's view of the queue had
+        not shown yet: it stays, and is returned. ``settle``: ``uid``'s file of the name was just put
+        back in a queue: first wait until the kernel's clock has passed its ctime, so that a file put
+        beside it meanwhile is seen here, and any later one is later."""
         if settle:
             settle_names(self.night.spool, {name}, uid)
         earlier = []
@@ -262,8 +238,7 @@ class Finisher:
         self.move_aside(Path(path), name, st, _while_claimed(uid), file_result=False)
 
     def set_aside_namesake(self, entry, reason: str) -> None:
-        """Move a queued namesake aside, and out of the picker's index (``entry``: its name, path and
-        rank, as an Entry of onite.spool.scan or a Candidate of onite.spool.index gives them)."""
+        """Move a queued namesake (an Entry or a Candidate) aside, and out of the picker's index."""
         try:
             st = os.lstat(entry.path)
         except OSError:
@@ -271,12 +246,13 @@ class Finisher:
         self.move_aside(entry.path, entry.name, st, reason, file_result=False)
         self.night.forget(Candidate(entry.rank, entry.name, entry.path, st.st_ctime_ns))
 
-    # ---- jobs that never ran, files that must not -------------------------------------
-
     def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
         """A queued job that can never run (its dependency failed): file it as failed."""
         night = self.night
-        job = night.jobs.job_of(cand.name, cand.path)
+        try:
+            job, _ = night.jobs.read(cand.path)
+        except Exception:  # noqa: BLE001 - what cannot be read is said by the reason
+            job = None
         result = unrun_result(name=cand.name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
                               reason=reason, host=night.host, now=night.clock.now(), job=job, priority=cand.rank,
                               urgent=cand.rank == 0)
@@ -287,9 +263,8 @@ class Finisher:
 
     def file_unrun(self, result: Result, old: JobState, path: Path, why: str, *, gone_ok: bool = False) -> bool:
         """File a job that never ran (or whose run nobody saw end): write its result, move it from
-        ``path`` into jobsdone/, count it. False if that failed (logged). ``gone_ok``: a file that
-        is gone already (a cancel or another host took it) counts as filed.
-        """
+        ``path`` into jobsdone/, count it; False if that failed (logged). ``gone_ok``: a file gone
+        already (a cancel or another host took it) counts as filed."""
         night = self.night
         try:
             write_result(night.spool, result)
@@ -302,8 +277,8 @@ class Finisher:
         return True
 
     def file_lost(self, result: Result) -> bool:
-        """File the result of a job whose claimed file is gone (there is nothing to move); count and log
-        it. False if it could not be written (logged), or would replace another user's kept result."""
+        """File the result of a job whose claimed file is gone; count and log it. False if it could not
+        be written (logged), or would replace another user's kept result."""
         night = self.night
         try:
             if not may_replace_result(night.spool, result.name, result.uid):
@@ -319,7 +294,7 @@ class Finisher:
 
     def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
                    file_result: bool = True) -> None:
-        """Never run it, never delete it: move it to refused/ and say why, in the log and (unless not
+        """Never run it, never delete it: move it to refused/ and say why, in the log and (with
         ``file_result``) a result."""
         night = self.night
         target = night.spool.refused_path(name, night.clock.now())
@@ -346,15 +321,12 @@ class Finisher:
 
     @contextmanager
     def guard(self, name: str, *paths: Path):
-        """Whatever a queued file makes go wrong while it is looked at or started, the night goes
-        on: the file is set aside (moved to refused/ from the first of ``paths`` where it is now)
-        with one log line, and the driver moves on to the next job. A file a user can write must
-        never stop the driver, and never make it retry the same failure forever."""
+        """Whatever a file a user can write makes go wrong while it is looked at or started, the night
+        goes on: the file is moved to refused/ (from the first of ``paths`` where it is) with one log
+        line, so that the driver never retries the same failure forever."""
         try:
             yield
         except Exception as err:  # noqa: BLE001 - see the docstring; the traceback goes to stderr
-            import traceback
-
             reason = f"onite could not handle it ({type(err).__name__}: {err})"
             self.night.log.event("error", name, error=reason, note="set aside in refused/; please report this")
             traceback.print_exc(file=sys.stderr)
@@ -366,13 +338,10 @@ class Finisher:
                 self.move_aside(path, name, st, reason)
                 break
 
-    # ---- when nothing can be recorded; retention ----------------------------------------
-
     def put_back_unstarted(self, run: Run, claimed: Path, why: str) -> None:
         """Nothing of ``run`` started, for nothing could be recorded (a full disk): put its job back in
-        its queue, start nothing more. Running jobs go on; the driver exits non-zero once they are
-        done (docs/job-control.md). Its record, if any, goes once the job is back (until then it tells
-        recovery that the claim never started)."""
+        its queue and start nothing more. Its record goes only once the job is back: until then it
+        tells recovery that the claim never started."""
         try:
             self.requeue_file(claimed, run.name, run.rank, queued_ns(run))
         except OniteError as err:
@@ -383,9 +352,9 @@ class Finisher:
         self.note_cannot_record(why, run.name)
 
     def pause_starts(self, run: Run, claimed: Path, err: str) -> None:
-        """The executor cannot take jobs now: put this one back in its queue (it keeps its attempt
-        count, but goes behind the jobs of its priority) and start nothing for a while, longer
-        each time in a row (PAUSE_FIRST doubling up to PAUSE_MAX). A job never fails for this."""
+        """The executor cannot take jobs now: put this one back in its queue (behind the jobs of its
+        priority) and start nothing for a while, PAUSE_FIRST doubling up to PAUSE_MAX. A job never
+        fails for this."""
         night = self.night
         night.pause = min(max(night.pause * 2, PAUSE_FIRST), PAUSE_MAX)
         night.paused_until = night.clock.monotonic() + night.pause
@@ -419,8 +388,6 @@ class Finisher:
 
     def prune(self, *, strays: bool = True) -> None:
         """Retention: the last ``keep`` finished jobs kept; with ``strays``, what crashed writes left too."""
-        from onite.spool.retention import prune, remove_temp_files
-
         night = self.night
         self._since_prune = 0
         try:

@@ -1,22 +1,9 @@
 """SPOOL/driver.HOST.state: the heartbeat by which every user can tell whether HOST's driver is alive.
 
-The driver's lock is private to the spool's owner (onite.spool.locks), so nobody
-else can probe it; the lock holder writes this world-readable JSON file
-instead, atomically replaced (a dot-name, then rename), when it takes the
-lock, when its state changes and every BEAT_EVERY seconds, and marks it
-``exited`` when it lets the lock go.
-
-Invariant: a heartbeat proves a live driver only together with the process
-it names. On the machine that wrote it, the driver is alive if and only if
-its state is not ``exited`` and a process with its pid, its start time
-(field 22 of /proc/PID/stat, so a reused pid is not mistaken for it) and
-its boot id exists. Seen from another machine sharing the spool (or where
-/proc hides other users' processes), it is alive while the file was updated
-within STALE_AFTER seconds. A heartbeat whose process is gone is a driver
-that died (a crash, ``kill -9``): no driver.
-
-Only the spool's owner writes the spool's top folder, so users cannot forge
-a heartbeat; every field is still range-checked on reading.
+The lock holder writes it (world-readable; the lock is not) when it takes the lock, on every change
+and every BEAT_EVERY seconds, and marks it ``exited`` as it lets go. It proves a live driver only
+with its process: on its machine, pid, start time and boot id must match; from another machine, it
+must be fresh (STALE_AFTER). Only the spool's owner writes there; every field is still checked.
 """
 
 from __future__ import annotations
@@ -27,8 +14,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
+from onite.core import values
 from onite.core.clock import SYSTEM, Clock
+from onite.core.errors import OniteError
+from onite.core.jsontext import dumps
 from onite.exec.contain import boot_id, process_start_ticks
+from onite.spool.files import remove_file, replace_file
 from onite.spool.paths import HEARTBEAT, SpoolDir
 
 FORMAT = 1
@@ -84,26 +75,21 @@ class Beat(NamedTuple):
     @classmethod
     def from_json(cls, data) -> "Beat | None":
         """The heartbeat ``data`` describes, or None if any field is missing or out of range."""
-        try:
-            if not isinstance(data, dict) or data.get("version") != FORMAT:
-                return None
-            pid, ticks = data["pid"], data.get("start_ticks")
-            if type(pid) is not int or not 0 < pid < 1 << 31:
-                return None
-            if ticks is not None and (type(ticks) is not int or ticks < 0):
-                return None
-            texts = [data[k] for k in ("host", "boot_id", "machine", "role", "started_by", "state")]
-            if not all(isinstance(t, str) and len(t) <= 200 for t in texts):
-                return None
-            next_by = data.get("next_by")
-            return cls(host=data["host"], pid=pid, start_ticks=ticks, boot_id=data["boot_id"],
-                       machine=data["machine"], role=Role(data["role"]), started_by=data["started_by"],
-                       since=_stamp(data["since"]), state=BeatState(data["state"]), updated=_stamp(data["updated"]),
-                       next_drain=_stamp(data.get("next_drain"), optional=True),
-                       next_by=next_by if isinstance(next_by, str) and len(next_by) <= 50 else None,
-                       ended=_stamp(data.get("ended"), optional=True))
-        except (KeyError, TypeError, ValueError, OverflowError):
+        if not isinstance(data, dict):
             return None
+        try:
+            texts = {key: values.text(data, key) for key in ("host", "boot_id", "machine", "started_by")}
+            next_by = data.get("next_by")
+            if values.integer(data, "version", FORMAT, FORMAT) and max(map(len, texts.values())) <= 200:
+                return cls(**texts, pid=values.integer(data, "pid", 1, (1 << 31) - 1),
+                           start_ticks=values.optional_integer(data, "start_ticks", 0, 1 << 62),
+                           role=Role(data["role"]), state=BeatState(data["state"]), since=values.time(data, "since"),
+                           updated=values.time(data, "updated"), next_drain=values.optional_time(data, "next_drain"),
+                           next_by=next_by if isinstance(next_by, str) and len(next_by) <= 50 else None,
+                           ended=values.optional_time(data, "ended"))
+        except (KeyError, TypeError, ValueError):
+            pass
+        return None
 
     @property
     def kind(self) -> str:
@@ -116,27 +102,13 @@ class Beat(NamedTuple):
         return f"pid={self.pid} host={self.host} since={self.since.isoformat()} role={self.kind} started_by={self.started_by}"
 
 
-def _stamp(text, *, optional: bool = False) -> datetime | None:
-    if text is None and optional:
-        return None
-    if not isinstance(text, str) or len(text) > 64:
-        raise ValueError("not a time")
-    when = datetime.fromisoformat(text)
-    if when.tzinfo is None:
-        raise ValueError("a time without its UTC offset")
-    return when
-
-
-# ---- liveness -------------------------------------------------------------------------
-
-
 def _proc_shows_others() -> bool:
     """Can this process see other users' processes in /proc (no ``hidepid``)? pid 1 is root's."""
     return os.path.exists("/proc/1/stat")
 
 
 def is_alive(beat: Beat, now: datetime, *, machine: str | None = None, boot: str | None = None) -> bool:
-    """Is the driver of this heartbeat alive? (The module's docstring says how that is decided.)"""
+    """Is the driver of this heartbeat alive (as the module's docstring says)?"""
     if beat.state == BeatState.EXITED:
         return False
     machine = os.uname().nodename if machine is None else machine
@@ -159,20 +131,8 @@ def read(root: Path, host: str) -> Beat | None:
 
 def _read_path(path: Path) -> Beat | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 16384)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    import json
-
-    try:
-        return Beat.from_json(json.loads(data))
-    except (ValueError, RecursionError):
+        return Beat.from_json(values.loads_object(path.read_bytes()))
+    except (OSError, ValueError):
         return None
 
 
@@ -192,19 +152,9 @@ def live_beats(root: Path, now: datetime) -> list[Beat]:
     return [b for b in beats(root) if is_alive(b, now, machine=machine, boot=boot)]
 
 
-def dead_beats(root: Path, now: datetime) -> list[Beat]:
-    """Heartbeats of drivers that died without saying so (not ``exited``, process gone)."""
-    machine, boot = os.uname().nodename, boot_id()
-    return [b for b in beats(root)
-            if b.state != BeatState.EXITED and not is_alive(b, now, machine=machine, boot=boot)]
-
-
 def draining_hosts(root: Path, now: datetime) -> list[str]:
     """Hosts where a driver is draining at ``now`` (a daemon between drains is not)."""
     return [beat.host for beat in live_beats(root, now) if beat.state != BeatState.IDLE]
-
-
-# ---- who started this driver --------------------------------------------------------------
 
 
 CRON_NAMES = ("cron", "crond", "cronie", "anacron")
@@ -240,9 +190,14 @@ def _on_terminal() -> bool:
 
 
 def _parent() -> str:
-    """The name of the parent process (its comm), or "" if unknown."""
+    """The name of the parent process, or "" if unknown."""
+    return comm(os.getppid())
+
+
+def comm(pid: int | str) -> str:
+    """The name (comm) of process ``pid``, or "" if unknown."""
     try:
-        with open(f"/proc/{os.getppid()}/comm", encoding="utf-8", errors="replace") as f:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
             return f.read(64).strip()
     except OSError:
         return ""
@@ -254,9 +209,6 @@ def _own_cgroup() -> str:
             return f.read(4096)
     except OSError:
         return ""
-
-
-# ---- writing ----------------------------------------------------------------------------
 
 
 class Heartbeat:
@@ -290,20 +242,13 @@ class Heartbeat:
             self.beat()
 
     def close(self) -> None:
-        """The lock is about to be let go: say so. Where that cannot be written (a full disk), the
-        heartbeat is removed instead (an unlink needs no room): one left saying ``draining`` would
-        describe a driver that is gone."""
+        """The lock is about to be let go: say so; where that cannot be written (a full disk), remove
+        the heartbeat instead, which needs no room."""
         self.beat(state=BeatState.EXITED, ended=self.clock.now())
         if self._failed:
-            from onite.spool.files import remove_file
-
             remove_file(self.path)
 
     def _write(self) -> None:
-        from onite.core.errors import OniteError
-        from onite.core.jsontext import dumps
-        from onite.spool.files import replace_file
-
         self._due = self.clock.monotonic() + BEAT_EVERY
         try:
             replace_file(self.path, (dumps(self.beat_.to_json()) + "\n").encode(), mode=0o644)

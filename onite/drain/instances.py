@@ -1,17 +1,8 @@
 """Spooling the instances of recurring jobs when their rules fire.
 
-When a template's rule fires, a driver (the daemon on its wakes, ``onite run``
-when it starts) spools an *instance* (onite.core.recurring: its name is a
-function of the fire), owned by the template's owner (uid and gid of the
-template file). The job is created with a no-replace write, and a fire whose
-instance is queued, running or has a result is never spooled again: one fire
-is never spooled twice.
-
-Missed fires are coalesced: each check spools at most ONE instance per
-template, for the latest fire since the last one spooled; the others are
-counted in the log. What was last spooled is kept in SPOOL/recur.state
-(onite.spool.recurstate), which users cannot forge. Templates are checked
-like queued jobs (onite.spool.filecheck) before they are used.
+An instance is its template owner's job, named after the fire (onite.core.recurring), written with
+no replace; a fire whose instance is queued, running or has a result is never spooled again. Missed
+fires are coalesced into the latest (SPOOL/recur.state keeps the last spooled).
 """
 
 from __future__ import annotations
@@ -19,57 +10,38 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from onite.spool.files import create_displacing, move_file
-from onite.spool.queued import find_queued, settle
-from onite.spool.results import read_result
-from onite.spool.paths import SpoolDir
-from onite.spool.scan import find_running, user_name
-from onite.core.errors import DamagedRecord, OniteError, Refused, SpoolIOError
 from onite.core.clock import SYSTEM, Clock
-from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
-from onite.exec.identity import resolve
+from onite.core.errors import DamagedRecord, OniteError, Refused, SpoolIOError
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
+from onite.core.rules import describe
+from onite.core.schedule import last_fire, next_fire
+from onite.exec.identity import resolve
+from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
+from onite.spool.files import create_displacing, move_file
+from onite.spool.index import is_settling
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import find_queued, settle
 from onite.spool.recurstate import load_state, parse_time, save_state, state_lock, template_files
+from onite.spool.results import read_result
+from onite.spool.scan import find_running, user_name
 
-STATE_FORMAT = 1
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
-
-
-# ---- instances (pure) --------------------------------------------------------------------------
-
-
-
-
-
-# ---- recur.state: what was spooled -----------------------------------------------------------
-
-
-
-
-
-
-
-
-
-# ---- spooling instances -------------------------------------------------------------------------
-
-
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 
 
 @dataclass
 class _Template:
-    """A recurring-job template as last read: its rule and next fire time, not its job, which is
-    read again when it fires (a user's templates, each up to max_job_size, would sit in root's
-    memory for the daemon's life)."""
+    """A recurring-job template as last read: its rule and next fire time, not its job, which is read
+    again when it fires (users' templates would otherwise sit in root's memory for the daemon's life)."""
 
     key: tuple[int, int, int]  # inode, ctime, size: a changed file is read again
     uid: int
@@ -80,15 +52,10 @@ class _Template:
 
 
 class RecurScheduler:
-    """Spools due instances. The daemon keeps one for its whole life (it looks at recur/
-    every REFRESH_EVERY seconds and reads a template again only when it changed);
-    ``onite run`` makes one, calls ``spool_due`` once and drops it.
-
-    ``read_budget``: the seconds one look may spend reading new versions of templates (the daemon's,
-    whose loop must not stall); the rest are read at the next looks, one owner's after another's,
-    so that a user who keeps making new versions of many large templates delays no one else's.
-    None (``onite run``): read them all.
-    """
+    """Spools due instances. The daemon keeps one for its life (it reads a template again only when
+    it changed); ``onite run`` uses one once. ``read_budget``: the seconds one look may spend reading
+    templates (the daemon's loop must not stall); the rest wait for the next looks, one owner's after
+    another's, so that no user's many large templates delay anyone else's. None: read them all."""
 
     def __init__(self, spool: SpoolDir, log, *, euid: int | None = None, clock: Clock = SYSTEM,
                  read_budget: float | None = None) -> None:
@@ -122,7 +89,7 @@ class RecurScheduler:
             key = (st.st_ino, st.st_ctime_ns, st.st_size)
             known = self.templates.get(name)
             if (known is not None and known.key == key) or self._refused.get(name) == key:
-                continue  # read once per version: a refused one too (20 MB of them made the daemon spin)
+                continue  # read once per version, a refused one too
             changed.append((name, path, st))
         started = time.monotonic()
         self._looks += 1
@@ -147,8 +114,6 @@ class RecurScheduler:
         """Read and check the template ``name`` (at ``path``, as ``st`` found it): it, and its job; None
         if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
-        from onite.spool.index import is_settling
-
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
                                may_settle=is_settling(st, time.time_ns()))
         if problem is SETTLING:
@@ -194,17 +159,28 @@ class RecurScheduler:
 
     @staticmethod
     def _next_after(name: str, tpl: _Template, after: datetime) -> datetime | None:
-        from onite.core.schedule import next_fire
-
         try:
             return next_fire(tpl.rule, after.astimezone())
         except OniteError:
             return None
 
+    def try_spool_due(self, now: datetime) -> bool:
+        """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop
+        a night); False after one."""
+        try:
+            self.spool_due(now)
+            return True
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            known = isinstance(err, (OniteError, OSError))
+            if not known:
+                traceback.print_exc(file=sys.stderr)
+            self.log.event("recur-error", error=str(err) if known else f"{type(err).__name__}: {err}",
+                           note="recurring jobs were not spooled; they are tried again later")
+            return False
+
     def spool_due(self, now: datetime) -> list[str]:
-        """Spool one instance for each template whose latest fire in (last spooled, now] is
-        not spooled yet; return the instances' names.
-        """
+        """Spool one instance for each template whose latest fire in (last spooled, now] is not
+        spooled yet; the instances' names."""
         self.refresh()
         due = [name for name, t in self.templates.items() if t.next is not None and t.next <= now]
         if not due:
@@ -225,9 +201,7 @@ class RecurScheduler:
                 tpl, job = current
                 try:
                     made = self._spool_one(name, tpl, job, now)
-                except Exception as err:  # noqa: BLE001 - one user's template must never stop the others' fires, nor the night
-                    import traceback
-
+                except Exception as err:  # noqa: BLE001 - one user's template must never stop the others' fires
                     traceback.print_exc(file=sys.stderr)
                     self.log.event("recur-error", name, error=f"{type(err).__name__}: {err}",
                                    note="this template is not used until it changes; please report this")
@@ -242,8 +216,8 @@ class RecurScheduler:
         return spooled
 
     def _reread(self, name: str) -> tuple[_Template, Job] | None:
-        """The template ``name`` as it is now, and its job, read again as it fires (its job is not
-        kept between looks); None, and it is forgotten, if it is gone, refused or replaced."""
+        """The template ``name`` as it is now, and its job, read again as it fires; None, and it is
+        forgotten, if it is gone, refused or replaced."""
         known = self.templates.pop(name, None)
         if known is None:
             return None
@@ -261,9 +235,6 @@ class RecurScheduler:
         return loaded if tpl.next is not None else None
 
     def _spool_one(self, name: str, tpl: _Template, template: Job, now: datetime) -> str | None:
-        from onite.core.schedule import last_fire
-        from onite.core.rules import describe
-
         baseline = self._baseline(name, tpl)
         fire = last_fire(tpl.rule, now, since=baseline.astimezone(now.tzinfo))
         if fire is None:
@@ -287,9 +258,8 @@ class RecurScheduler:
         return None
 
     def _write_instance(self, name: str, tpl: _Template, job: Job) -> bool | None:
-        """True: spooled. None: not spooled, and never will be (already there, or refused).
-        False: a write error; try again later.
-        """
+        """True: spooled. None: not spooled, and never will be (already there, or refused). False: a
+        write error; try again later."""
         try:
             owner = resolve(tpl.uid)
         except Refused as err:
@@ -333,10 +303,8 @@ class RecurScheduler:
         return True
 
     def _spooled_already(self, name: str, uid: int, since_ns: int) -> bool:
-        """Is the instance ``name`` queued, running or filed already, as the template owner's (``uid``)?
-        Its name is known in advance: a file of another user's put in a queue folder under it since
-        the template was made (``since_ns``) says nothing of this fire, and is moved aside (the
-        driver's picker refuses such a file too)."""
+        """Is the instance ``name`` queued, running or filed already, as ``uid``'s? Another user's file
+        put in a queue under its name since the template was made (``since_ns``) is moved aside."""
         queued = self._set_aside_others(name, uid, since_ns)
         if queued or any(entry.uid == uid for entry in find_running(self.spool, name)):
             return True
@@ -348,8 +316,7 @@ class RecurScheduler:
 
     def _set_aside_others(self, name: str, uid: int, since_ns: int) -> bool:
         """Move aside the queued files called ``name`` (a run of ``uid``'s recurring job, whose template
-        was made at ``since_ns``) of any other user put there since; whether one of ``uid``'s is
-        queued. (A file queued before the template keeps its name, as the driver's picker decides.)"""
+        was made at ``since_ns``) of other users put there since; whether one of ``uid``'s is queued."""
         mine = False
         for entry in find_queued(self.spool, name):
             if entry.uid == uid:
@@ -373,10 +340,8 @@ MAX_GONE = 10_000  # entries of recur.state kept for templates no longer in recu
 
 
 def _kept_state(state: dict[str, dict], present: set[str]) -> dict[str, dict]:
-    """The entries of recur.state to keep: every present template's, and the latest MAX_GONE of
-    those gone. A template moved out of recur/ and back (its owner pausing it) must find its last
-    fire, or it would count from its creation again and spool that fire a second time; a gone
-    template's entry reserves no name (onite.app.namecheck looks for the template)."""
+    """The entries of recur.state to keep: every present template's, and the latest MAX_GONE of those
+    gone (a template moved out of recur/ and back must find its last fire, or it would spool it again)."""
     gone = sorted((name for name in state if name not in present), key=lambda name: str(state[name].get("last")),
                   reverse=True)
     kept = set(gone[:MAX_GONE]) | present
@@ -384,9 +349,8 @@ def _kept_state(state: dict[str, dict], present: set[str]) -> dict[str, dict]:
 
 
 def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
-    """``items`` ((owner's uid, item), in name order) reordered one owner's after another's: the first
-    of each owner, then the second of each, and so on; the owner who goes first changes with each
-    ``look``, so that no owner's templates always take a look's whole budget first."""
+    """``items`` ((owner's uid, item), in name order) taken one owner's after another's; the owner who
+    goes first changes with each ``look``."""
     queues: dict[int, list] = {}
     for uid, item in items:
         queues.setdefault(uid, []).append(item)

@@ -1,25 +1,8 @@
-"""What will start the next drain of a spool, if anything, so that no command promises a run that will not happen.
+"""What will start the next drain of a spool, so that no command promises a run that will not happen.
 
-Invariant: a next drain is reported only when something will start one:
-
-- a live daemon: its heartbeat (onite.drain.heartbeat) says role ``daemon`` and
-  when its next scheduled drain is due;
-- the systemd timer ``onite-driver.timer``, enabled (``systemctl enable``
-  made the link ``/etc/systemd/system/timers.target.wants/onite-driver.timer``)
-  on a machine where systemd runs (``/run/systemd/system`` is a folder: the
-  test of sd_booted(3)). Its drains (``onite run --scheduled``) drain at the
-  times of ``schedule`` in onite.toml, so those are its times;
-- a cron entry that ``onite cron --install`` wrote, as the spool's record
-  says (onite.app.crontab), on a host where a cron daemon runs (its pid file,
-  else a process named cron or crond).
-
-Detection only reads files (no ``systemctl``, no ``crontab -l``, which
-only root may run on root's table), so it works for every user, in
-containers and without systemd as PID 1. A driver draining now is reported
-apart: it picks up jobs spooled meanwhile. Anything found that will not
-start a drain although it looks as if it would (a timer without systemd, a
-cron entry without cron, a daemon without a schedule) is a *problem*, said
-in words.
+A live daemon, the enabled systemd timer where systemd runs, or a cron entry ``onite cron
+--install`` wrote where a cron daemon runs; found by reading files only, so it works for every
+user. What looks as if it would start a drain but will not is a *problem*, said in words.
 """
 
 from __future__ import annotations
@@ -28,6 +11,12 @@ import os
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
+
+from onite.core.errors import OniteError
+from onite.drain import heartbeat as hb
+from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others, comm
+from onite.spool.cronrecords import read_records
+from onite.spool.settings import default_host
 
 SYSTEMD_UNITS = Path("/etc/systemd/system")  # where `systemctl enable` makes its links
 SYSTEMD_RUNNING = Path("/run/systemd/system")  # exists while systemd is the init system (sd_booted(3))
@@ -49,8 +38,8 @@ class Starter(NamedTuple):
 
 
 class DrainPlan(NamedTuple):
-    """What will drain the spool: the starters by time, the drivers draining now, what looks as if
-    it would start a drain but will not, and the one command that schedules drains if nothing does."""
+    """What will drain the spool: the starters by time, the drivers draining now, the problems, and
+    the one command that schedules drains if nothing does."""
 
     starters: tuple[Starter, ...]
     draining: tuple = ()  # the heartbeats (onite.drain.heartbeat.Beat) of the drivers draining now
@@ -80,9 +69,6 @@ def starter_text(starter: Starter, now: datetime) -> str:
     return f"next drain {when_text(starter.when, now)} by {LABEL.get(starter.by, starter.by)} on host {starter.host}"
 
 
-# ---- detection (effects: reading files) ----------------------------------------------------
-
-
 def timer_state() -> str | None:
     """``"enabled"``, ``"no-systemd"`` (enabled, but systemd does not run here), or None (not enabled)."""
     if not (SYSTEMD_UNITS / "timers.target.wants" / TIMER).exists():
@@ -92,41 +78,22 @@ def timer_state() -> str | None:
 
 def cron_daemon_running() -> bool:
     """Does a cron daemon run on this machine? (True where /proc hides other users' processes: unknown.)"""
-    from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others
-
     for pidfile in CRON_PIDFILES:
         try:
             with open(pidfile, encoding="utf-8", errors="replace") as f:
                 pid = f.read(32).strip()
         except OSError:
             continue
-        if pid.isdigit() and _comm(pid) in CRON_NAMES:
+        if pid.isdigit() and comm(pid) in CRON_NAMES:
             return True
     if not _proc_shows_others():
         return True
-    try:
-        with os.scandir("/proc") as it:
-            return any(entry.name.isdigit() and _comm(entry.name) in CRON_NAMES for entry in it)
-    except OSError:
-        return True
-
-
-def _comm(pid: str) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            return f.read(64).strip()
-    except OSError:
-        return ""
+    return any(entry.isdigit() and comm(entry) in CRON_NAMES for entry in os.listdir("/proc"))
 
 
 def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | None = None) -> DrainPlan:
     """What will drain ``spool`` after ``now`` (``host``: this machine's driver name, default from onite.toml;
     ``exclude_pid``: a driver asking about the drains after its own)."""
-    from onite.drain import heartbeat as hb
-    from onite.spool.settings import default_host
-    from onite.spool.cronrecords import read_records
-    from onite.core.errors import OniteError
-
     config = spool.config
     this_host = host or default_host(config)
     machine, boot = os.uname().nodename, hb.boot_id()
@@ -136,8 +103,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
     problems: list[str] = []
 
     def schedule_next(expressions, by: str, on: str, since: datetime | None = None) -> datetime | None:
-        # a driver's heartbeat says when the next drain is (readers then need no croniter), but only
-        # one started since the schedule was installed (``since``) knew that schedule
+        # a driver's heartbeat says when (readers need no croniter), if it started since ``since``
         cached = [b.next_drain for b in beats if b.host == on and b.next_by == by and b.next_drain and b.next_drain > now
                   and (since is None or b.since >= since)]
         if cached:

@@ -1,16 +1,9 @@
 """Picking the next job: the first queued job, in queue order, that may start now on this host.
 
-The queue index (onite.spool.index) gives the queued jobs in order without
-listing a folder per pick. Each candidate is looked at (``inspect``): its
-file must be one a root driver may trust (onite.spool.filecheck), its owner
-a real account, and an urgent job an admin's;
-then the few fields eligibility needs are read once per file version and
-``evaluate``d (onite.core.queue) with the driver's own view of dependencies.
-A job that waits for a reason that lasts (held, pinned elsewhere, another
-user's under a plain driver) is parked in the index, so that twenty
-thousand held jobs cost nothing per pick. A file that can never run is
-handed to the finisher to be refused (moved to refused/) or failed; the
-picked job is claimed by the starter (onite.drain.start).
+A candidate's file must be one a root driver may trust, its owner a real account, an urgent job an
+admin's; the fields eligibility needs are read once per version of its file. A job that waits for a
+reason that lasts (held, pinned elsewhere) is parked in the queue index, so that thousands of held
+jobs cost nothing per pick. A file that can never run is refused or failed.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from onite.core.admission import Admit
 from onite.core.errors import JobFormatError, OniteError, Refused
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
-from onite.core.resources import Need
+from onite.core.resources import Need, request_of
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.drain.pack import Packer
@@ -62,8 +55,7 @@ class Inspection:
 
 
 class Picked(NamedTuple):
-    """The job a pick chose, and what it was admitted with: the start holds it to exactly that, whatever
-    its owner writes into its file meanwhile (onite.drain.start)."""
+    """The job a pick chose, and what it was admitted with: the start holds it to exactly that."""
 
     cand: Candidate
     st: os.stat_result  # the stat it was judged by
@@ -84,8 +76,7 @@ class Picker:
         self.withdrawn = Withdrawn(night.spool)  # cancel/ by name, listed again once it changed
 
     def pick(self) -> Picked | None:
-        """The first job that may start now, with the stat it was judged by and what it was admitted
-        with; None if none may."""
+        """The first job that may start now; None if none may."""
         night = self.night
         now = night.clock.now()
         night.index.refresh()
@@ -106,16 +97,16 @@ class Picker:
                 with self.finisher.guard(cand.name, cand.path):
                     seen = self.inspect(cand)
                 if seen is None:  # the guard set it aside
-                    self.night.forget(cand)
+                    night.forget(cand)
                     continue
                 picked = self._judge(cand, seen, now)
                 if picked is True:
-                    need = self.packer.need_of(seen.meta.mem, seen.meta.cpus)
+                    need = request_of(seen.meta.mem, seen.meta.cpus)
                     admit = self.packer.admit(cand.name, need, seen.meta.timeout, now)
                     if admit in (Admit.START, Admit.BACKFILL):
                         problem, own_name = self._namesake_problem(cand, seen.st)
                         if problem:
-                            self.night.forget(cand)  # a result only where the name is not another job's
+                            night.forget(cand)  # a result only where the name is not another job's
                             self.finisher.move_aside(cand.path, cand.name, seen.st, problem, file_result=own_name)
                             continue
                         return Picked(cand, seen.st, need, seen.meta.timeout, admit is Admit.BACKFILL)
@@ -152,33 +143,23 @@ class Picker:
         elif seen.look is Look.FOREIGN:  # another user's, and this driver is not root
             night.index.park(cand)
         elif seen.look is Look.BAD:
-            self.night.forget(cand)
+            night.forget(cand)
             self.finisher.move_aside(cand.path, cand.name, seen.st, seen.reason)
         elif seen.look is Look.GONE:
-            self.night.forget(cand)
+            night.forget(cand)
         elif seen.look is Look.SETTLING:
-            # a submit between its link and its unlink (where there is no renameat2): look again in
-            # a moment. Jobs behind it are not held up: a user's pairs of links would otherwise
-            # delay everyone's night by SETTLE_LIMIT each
+            # look again in a moment; the jobs behind it are not held up by a user's pairs of links
             night.note_wake(now + timedelta(seconds=0.02))
         return seen.look if seen.look is Look.MOVED else None
 
     def _namesake_problem(self, cand: Candidate, st: os.stat_result) -> tuple[str, bool]:
         """Why a job about to start must not, because its name is another user's job's ("" if not),
-        and whether its result is its own to write (True where no other job has the name: the name
-        of a recurring job's run that is not running).
-        onite submit refuses a name that is queued or running, and takes its job back if another
-        user's file of the name got its place first while it wrote it (onite.spool.queued.contested);
-        a file put in a queue folder by hand beside another user's job of the same name would take
-        that job's place, its result and what waits for it (``--after``).
-
-        - The name of a recurring job's run is its template's owner's (if the template is older
-          than the file): another user's file of it is refused, whenever it was put there.
-        - Otherwise the file that got its place first keeps the name (the kernel's ctime, which no
-          user sets); with two of one ctime, neither (either could be the real one).
-        - One running on another host keeps it. (One running here is never beside a candidate: the
-          candidate waits, ``pick``.) A claim here that this driver does not run is one recovery
-          could not put back: the candidate's claim would replace it (a rename), so it is refused."""
+        and whether its result is its own to write. A file put in a queue by hand beside another
+        user's job of the same name would take that job's place, result and dependents: a recurring
+        job's run name is its template's owner's; otherwise the file queued first (the kernel's
+        ctime) keeps the name, and with two of one ctime neither; a job running on another host
+        keeps it; a claim here that this driver does not run (recovery could not put it back) would
+        be replaced by the candidate's claim."""
         night = self.night
         reserved = run_name_owner(night.spool, cand.name)
         if reserved is not None and reserved[2] < st.st_ctime_ns:
@@ -266,12 +247,10 @@ class Picker:
         return Inspection(Look.OK, st, night.jobs.keep(cand.name, key, job))
 
     def _settling_problem(self, cand: Candidate, st: os.stat_result) -> str | Settling:
-        """A queued file with a second link: a submit between its link and its unlink (where the
-        file system has no renameat2), for a moment only. Counted from when this driver first saw
-        it, not from the file's ctime, which its owner can keep fresh with chmod: after
-        SETTLE_LIMIT the submit has died (or it is no submit at all). Its own dot-name beside it,
-        same file, is then removed (the job was complete when it was linked); any other second
-        link is refused."""
+        """A queued file with a second link: a submit between its link and its unlink (no renameat2),
+        for a moment only, counted from when this driver first saw it (its owner can keep its ctime
+        fresh). After SETTLE_LIMIT the submit has died: its own dot-name beside it is removed (the job
+        was complete when linked); any other second link is refused."""
         key = (st.st_dev, st.st_ino)
         first = self._settling.setdefault(key, self.night.clock.monotonic())
         if len(self._settling) > 1000:
@@ -302,9 +281,8 @@ class Picker:
         return may_be_urgent(ident, self.night.config.admins)
 
     def dependency(self, name: str, uid: int) -> DepState:
-        """Where the dependency ``name`` of a job of ``uid`` stands, as this driver knows it: its own
-        runs first (onite.spool.deps: only the user's own job of that name counts).
-"""
+        """Where the dependency ``name`` of a job of ``uid`` stands: this driver's runs first, then the
+        spool's answer (onite.spool.deps: only the user's own job of that name counts)."""
         name, owner = dependency_of(name, uid)
         run = self.night.running.get(name)
         if run is not None and run.owner.uid == owner:

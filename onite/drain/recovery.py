@@ -1,30 +1,10 @@
 """Recovery: what a dead driver of this host left in running/HOST/, dealt with exactly once.
 
-A driver that starts (holding this host's lock, so no other driver of the
-host is alive) looks at every claim left in running/HOST/ and decides from
-its run record (onite.core.runrecord; docs/job-control.md, "Exactly once"):
-
-- a record whose result was written before the driver died: finish filing it;
-- no record, or no ``monitor`` line: the job never started; put it back;
-- ``ended`` or ``failed``: file how it ended, as its monitor recorded it;
-- a monitor still alive: adopt the run (watched, limited and cancellable as
-  if started here);
-- a monitor gone with no end recorded (kill -9, the OOM killer), another
-  machine's run, or one from before a reboot: stop what is left of it
-  (onite.drain.orphans) and run it again (or fail it, on_interrupt = fail):
-  the one case of a rerun;
-- a Slurm job, which keeps running in the cluster when its driver dies: in
-  flight, it is re-attached and watched (where nothing would watch it,
-  ``onite recover --host``, it is cancelled and run again only once Slurm
-  says the cancel took it); ended while no driver watched it, filed as Slurm
-  says it ended; forgotten by Slurm (it ended more than MinJobAge ago), filed
-  as lost, since sbatch took it and it may have run; Slurm cannot be asked,
-  or a job does not leave after its cancel: the claim is left for the next
-  driver.
-
-A claim whose retry is already spooled (a driver killed between writing the
-retry and removing the claim) is dropped. One damaged claim never stops the
-night: it is logged and left for the next driver.
+The starting driver holds the host's lock and decides each claim from its run record
+(docs/job-control.md, "Exactly once"): a run that ended is filed as recorded, one whose monitor
+lives is adopted, one that never started is requeued, a Slurm job is taken back; one whose record
+is damaged, or whose monitor died without an end, has what is left of it stopped and is run
+again (or failed): the one case of a rerun. One damaged claim never stops the night.
 """
 
 from __future__ import annotations
@@ -35,8 +15,9 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
-from onite.core.job import Job
+from onite.core.job import MAX_RETRIES, Job
 from onite.core.names import is_valid_name
 from onite.core.runrecord import RunRecord, admitted_need
 from onite.core.state import JobState, Result, unrun_result
@@ -55,7 +36,6 @@ from onite.spool.results import read_result
 from onite.spool.scan import find_running, user_name
 
 
-
 class Recovery:
     """Recovers one host's claims for a driver that holds that host's lock."""
 
@@ -66,7 +46,7 @@ class Recovery:
         self.may_reattach = may_reattach  # may take back runs that outlived their driver (Slurm)
 
     def recover(self) -> None:
-        """Deal with every claim in running/HOST/ (see the module's docstring)."""
+        """Deal with every claim in running/HOST/."""
         night = self.night
         self.orphans.sweep_cgroups()
         try:
@@ -107,8 +87,7 @@ class Recovery:
         if self._already_filed(name, path, info):
             return
         if not rec.started_job:
-            # The monitor records itself before it forks the job, and holds the driver lock until
-            # then: a claim whose record has no monitor line was never started.
+            # the monitor records itself before it forks the job, holding the driver lock until then
             self.requeue(name, path, info, "it had not started", rerun=False)
             return
         if rec.ended:
@@ -136,10 +115,8 @@ class Recovery:
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
     def _damaged(self, name: str, path: Path, record_path: Path, rec: RunRecord | None) -> None:
-        """A claim whose record is gone, or cannot be read whole: its run may have started, and run,
-        and ended; nothing says. What still runs of it is stopped (its cgroup if the record names one,
-        every process carrying its run id), a damaged record is kept in refused/ for the admin, and
-        the job is run again (or failed, on_interrupt = fail), saying why."""
+        """A claim whose record is gone, or cannot be read whole: nothing says whether it ran. What runs
+        of it is stopped, a damaged record kept in refused/, and the job run again, saying why."""
         night = self.night
         what = "its run record is missing"
         try:
@@ -157,10 +134,9 @@ class Recovery:
                      rerun=True)
 
     def _unclaimed(self, name: str) -> None:
-        """A run record whose claim is gone. Its driver died as it started the job (the record comes
-        first: the job is still queued), or as it filed the run (a result of this run, or a retry of
-        it, is there): the record goes. Otherwise the claimed job file was deleted while no driver ran:
-        the job is filed as lost, with a result and a log line; a damaged record is set aside."""
+        """A run record whose claim is gone. Its driver died as it started the job (still queued) or
+        as it filed the run (a result or retry of it is there): the record goes. Otherwise the claimed
+        file was deleted while no driver ran: the job is filed as lost. A damaged record is set aside."""
         night = self.night
         record_path = night.spool.run_record_path(night.host, name)
         rec = runrecords.read(record_path)
@@ -188,8 +164,8 @@ class Recovery:
             night.log.event("recovered", name, action="filed as lost", why=reason)
 
     def _superseded(self, name: str, uid: int, started: datetime | None) -> bool:
-        """Is ``uid``'s job ``name`` queued, running on a host, or finished since ``started``: its run
-        of a record without a claim was never claimed, or the job went on to another attempt?"""
+        """Is ``uid``'s job ``name`` queued, running, or finished since ``started`` (a record without a
+        claim whose run was never claimed, or went on to another attempt)?"""
         night = self.night
         if any(entry.uid == uid for entry in find_queued(night.spool, name) + find_running(night.spool, name)):
             return True
@@ -220,10 +196,8 @@ class Recovery:
         return True
 
     def _log_if_filed(self, name: str, rec: RunRecord) -> bool:
-        """Was the run of a record whose claim is gone filed (its result names this run), or is a later
-        attempt of it spooled? If it was filed and its driver died before it logged how it ended, the
-        log, and the jobs that read their dependency's outcome there (onite.spool.log.Outcomes), are
-        told now."""
+        """Was the run of a record whose claim is gone filed (its result names this run)? If its driver
+        died before it logged how it ended, the log (which dependents read) is told now."""
         night = self.night
         run_id = rec.info.get("run_id")
         try:
@@ -243,7 +217,7 @@ class Recovery:
                          note="logged by recovery: its driver died as it filed the job")
 
     def _run_of(self, name: str, path: Path, info: dict) -> Run:
-        """The Run of a claim, rebuilt from its job file and its run record.
+        """The Run of a claim, rebuilt from its job file and its run record (which it holds to).
 
         Raises:
             OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account.
@@ -256,9 +230,8 @@ class Recovery:
         try:
             job, st = night.jobs.read(path)
         except (JobFormatError, BadFile) as err:
-            # The claim stays its owner's file, which they may still change (or a disk may damage):
-            # what it says now cannot undo a run that started. A run whose record says it started
-            # is recovered from that record (only root writes it), never run again for its file.
+            # the claim is its owner's file, which they may change: a run that started is recovered
+            # from its record (only root writes it), never run again for what its file says now
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or "run_id" not in info:
                 raise
@@ -279,7 +252,7 @@ class Recovery:
         return run
 
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
-        """Take over a run whose monitor is alive: it is watched, limited and cancellable as if started here."""
+        """Take over a run whose monitor is alive, as if started here."""
         night = self.night
         try:
             run = self._run_of(name, path, rec.info)
@@ -317,11 +290,8 @@ class Recovery:
 
     def _drop(self, name: str, path: Path, run: Run, *, queued: bool) -> None:
         """A later attempt is already spooled: this claim is stale, and must neither run nor be filed.
-        ``queued``: that attempt waits in a queue, and the claim's driver may have died before
-        clearing the name for it (onite.drain.finish): another user's file of the name, put in a
-        queue while the claim held it, goes aside first, or its earlier ctime would give it the name
-        and set the retry aside. (A later attempt that is running or finished holds or held the name
-        by itself, and a namesake queued since may be a new job.)"""
+        ``queued``: that attempt waits in a queue, and the claim's driver may have died before it
+        cleared the name for it: another user's file of the name put there meanwhile goes aside."""
         if queued:
             self.finisher.clear_namesakes(name, run.owner.uid, since_ns=queued_ns(run), settle=True)
         remove_file(path)
@@ -329,9 +299,8 @@ class Recovery:
         self.night.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
 
     def _retry_of(self, run: Run) -> str | None:
-        """Where a later attempt of this job is already spooled: "queued", "running" (on another host)
-        or "finished"; None if there is none. A driver killed between writing a retry and removing
-        the claim leaves both."""
+        """Where a later attempt of this job is already spooled (its driver died between writing the
+        retry and removing the claim): "queued", "running" (on another host), "finished", or None."""
         night = self.night
 
         def later(job: Job | None) -> bool:
@@ -398,11 +367,8 @@ class Recovery:
         night.counts["requeued"] += requeued
         night.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
 
-    # ---- runs with no monitor of onite's: Slurm jobs ----------------------------------------
-
     def _unmonitored(self, name: str, path: Path, info: dict) -> None:
-        """A claim of a Slurm run (``_take_back``). One its dead driver filed, or spooled the retry of, is
-        not again."""
+        """A claim of a Slurm run (``_take_back``)."""
         if self._already_filed(name, path, info):
             return
         owner = _owner(path)
@@ -418,8 +384,8 @@ class Recovery:
         self.requeue(name, path, info, what, rerun=True)
 
     def _submitted_as(self, info: dict, owner: int | None) -> dict:
-        """A Slurm run whose driver died as sbatch ran (its record has no job id): its job, if Slurm has
-        one for exactly this run (by the run's id), so that it is taken back, not run a second time.
+        """A Slurm run whose driver died as sbatch ran (no job id recorded): its job, if Slurm has one
+        for exactly this run, so that it is taken back, not run a second time.
 
         Raises:
             Unavailable: Slurm cannot be asked, or that sbatch is still there and cannot be stopped.
@@ -431,7 +397,7 @@ class Recovery:
         return {**info, "external_id": job_id} if job_id else info
 
     def _take_back(self, name: str, path: Path, info: dict) -> bool:
-        """A Slurm run (see the module's docstring); False if it never reached Slurm.
+        """Re-attach, file or requeue a Slurm run; False if it never reached Slurm.
 
         Raises:
             Unavailable: it may still run, and cannot be stopped or asked about now.
@@ -486,7 +452,7 @@ class Recovery:
 
 
 def _owner(path: Path) -> int | None:
-    """The uid of a claim: only root renames into running/, so the file is still its owner's."""
+    """The uid of a claim (only root renames into running/: the file is still its owner's)."""
     try:
         return os.lstat(path).st_uid
     except OSError:
@@ -504,10 +470,7 @@ def _when(info: dict, key: str) -> datetime | None:
 
 def _stand_in(name: str, info: dict, submitted: datetime, host: str) -> Job:
     """The job of a claim whose file can no longer be read, as its run record tells it: enough to
-    watch the run and file how it ended (no retry: the job it would spool again is unknown)."""
-    from onite.core.config import MAX_PRIORITIES
-    from onite.core.job import MAX_RETRIES
-
+    watch the run and file it (not to retry it)."""
     rank = info.get("rank")
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= MAX_PRIORITIES else 1
     attempt = info.get("attempt")

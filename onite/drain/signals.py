@@ -1,12 +1,7 @@
 """Signals to a driver, caught into a list and acted on between turns of its loop.
 
-INT or TERM → start nothing new, let running jobs finish, exit 0; a second
-INT/TERM, or QUIT → kill the running jobs' process groups, put the jobs back
-in their queues, exit 0; USR1 → a status line in the log; HUP → re-read
-onite.toml; USR2 only wakes the loop (how ``onite run`` and ``onite daemon
---wake`` hand a drain to an idle daemon). A handler only appends the signal
-to a list and the wakeup descriptor makes the loop's poll return: nothing is
-done inside a handler.
+INT or TERM: start nothing, let running jobs finish; a second one, or QUIT: kill and requeue them;
+USR1: a status line; HUP: re-read onite.toml; USR2: only wake the loop.
 """
 
 from __future__ import annotations
@@ -24,9 +19,8 @@ class SignalCatcher:
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
     def __init__(self, sink: list[int], *, leaving: bool = False) -> None:
-        """``leaving``: the process ends after this catcher (``onite run``, ``onite daemon``): its signals
-        are ignored from then on, not given back to their default, so that an INT or TERM that comes
-        once the driver has logged its exit cannot kill it on its way out."""
+        """``leaving``: the process ends after this catcher: its signals are then ignored, not given back
+        to their default, so that one that comes once the driver has logged its exit cannot kill it."""
         self.sink = sink
         self.leaving = leaving
         self.saved: dict[int, object] = {}
@@ -36,8 +30,7 @@ class SignalCatcher:
         self.old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
         for sig in self.SIGNALS:
             self.saved[sig] = signal.signal(sig, self._handle)
-        # `onite run --detach` starts the driver with these blocked (its pid is printed before it
-        # gets here): what arrived meanwhile is delivered now, to the handler
+        # `onite run --detach` starts the driver with these blocked: what came meanwhile is handled now
         signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
         return self.read_fd
 
@@ -53,8 +46,7 @@ class SignalCatcher:
 
 
 def handle(night: Night, signals: list[int], reload) -> None:
-    """Act on the ``signals`` caught since the last turn, in the order they came (``reload()``: HUP's
-    re-reading of onite.toml)."""
+    """Act on the ``signals`` caught since the last turn, in the order they came."""
     while signals:
         sig = signals.pop(0)
         if sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,21 +1,8 @@
 """Starting a picked job: its run record, then its claim (one rename into running/HOST/), then the executor.
 
-The run gets an id unique across hosts and drivers, and its record
-(onite.spool.runrecords) is written first, in running/HOST/, where only root
-writes: so a claim never exists without its record, and a claim found
-without one (or with one that cannot be read) is damage, which recovery
-treats as such (onite.drain.recovery). The claim is the rename of the job
-file from its queue folder into running/HOST/ (onite.spool.files.change_state):
-whoever renames first owns the job, so two drivers, on one host or several,
-never start it twice; a claim that fails takes its record with it. The
-claimed file is checked again where no user can change it, and the executor
-starts it.
-
-Three ways a start can fail, three answers: the job cannot start (its
-directory is gone: it is filed as failed); nothing can be recorded (a full
-disk: it goes back to its queue and nothing more starts tonight); the
-executor takes no job now (the Slurm controller does not answer: it goes
-back to its queue and starts pause, PAUSE_FIRST doubling to PAUSE_MAX).
+The record comes first, where only root writes, so a claim never exists without one (a claim
+without a readable record is damage). Whoever renames first owns the job, so no two drivers start
+it; a claim that fails takes its record with it; the claimed file is checked again.
 """
 
 from __future__ import annotations
@@ -27,6 +14,7 @@ from datetime import datetime, timedelta
 from onite.core.errors import JobFormatError, NotFound
 from onite.core.job import Job
 from onite.core.names import make_run_id
+from onite.core.safetext import printable
 from onite.core.state import JobState, Outcome
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
@@ -57,43 +45,41 @@ class Starter:
         night.paused_until = None
         return True
 
-    def _new_run_id(self, now: datetime) -> str:
-        self._seq += 1
-        return make_run_id(now, self.night.host, self.night.pid, self._seq)
-
     def start(self, picked: Picked) -> None:
-        """Record, claim and start the job ``picked`` (judged by the stat it holds, admitted with its
-        request and time limit); a failure is filed, refused or put back."""
-        cand, st_seen = picked.cand, picked.st
-        night, finisher = self.night, self.finisher
-        job = night.jobs.parsed.get(cand.name, (None, None))[1]
-        if job is None:  # only the few jobs at the head are kept parsed
-            try:
-                job, _ = night.jobs.read(cand.path)
-            except (JobFormatError, BadFile, OSError):
-                night.jobs.forget(cand.name)  # the next pick looks at it again, and refuses it if it must
-                return
+        """Record, claim and start the job ``picked``, held to what it was admitted with; a failure is
+        filed, refused or put back."""
+        cand, night = picked.cand, self.night
+        try:
+            job, _ = night.jobs.read(cand.path)
+        except (JobFormatError, BadFile, OSError):
+            night.jobs.meta.pop(cand.name, None)  # the next pick looks at it again, and refuses it if it must
+            return
         now = night.clock.now()
+        self._seq += 1
         run = Run(name=cand.name, job=self._as_admitted(cand.name, job, picked, log=False),
-                  owner=night.jobs.owner(st_seen.st_uid), rank=cand.rank, run_id=self._new_run_id(now), started=now,
+                  owner=night.jobs.owner(picked.st.st_uid), rank=cand.rank,
+                  run_id=make_run_id(now, night.host, night.pid, self._seq), started=now,
                   started_mono=night.clock.monotonic(), spool=str(night.spool.root), need=picked.need,
                   backfilled=picked.backfilled, queued_at=datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone(),
                   record_path=night.spool.run_record_path(night.host, cand.name))
+        first = {"run_id": run.run_id, "name": run.name, "uid": run.owner.uid, "user": run.owner.name,
+                 "rank": run.rank, "attempt": run.attempt, "started": run.started.isoformat(),
+                 "queued": run.queued_at.isoformat(), "executor": night.runner.executor, "driver_pid": night.pid,
+                 "machine": night.machine, "mem": run.need.mem, "cpus": run.need.cpus}
         try:
-            record_fd = runrecords.create(run.record_path, {**self._first_line(run), **night.runner.record_info(run)})
+            record_fd = runrecords.create(run.record_path, {**first, **night.runner.record_info(run)})
         except runrecords.RecordError as err:  # nothing is claimed: the job stays queued
-            finisher.note_cannot_record(str(err), cand.name)
+            self.finisher.note_cannot_record(str(err), cand.name)
             return
         try:
-            if self._claim(picked, run, job):
+            if self._claim(picked, run):
                 self._hand_over(run, record_fd)
         finally:
             os.close(record_fd)
 
-    def _claim(self, picked: Picked, run: Run, picked_job: Job) -> bool:
-        """Claim ``run``'s job (its record is written; ``picked_job``: the job as the pick read it); False
-        if it is not ours to start (taken, refused)."""
-        night, finisher, cand = self.night, self.finisher, picked.cand
+    def _claim(self, picked: Picked, run: Run) -> bool:
+        """Claim ``run``'s job (its record is written); False if it is not ours to start (taken, refused)."""
+        night, cand = self.night, picked.cand
         target = night.running_dir / cand.name
         try:
             change_state(cand.name, JobState.QUEUED, JobState.RUNNING, cand.path, target, "claiming")
@@ -101,21 +87,18 @@ class Starter:
             remove_file(run.record_path)
             night.forget(cand)  # another host, or a cancel, got there first: not an error
             return False
-        night.index.forget(cand)
+        night.forget(cand)
         try:
-            job, st = night.jobs.claimed(cand.name, target, picked.st)
+            job, st = night.jobs.read(target)
             problem = night.jobs.problem(st, may_settle=False)  # claimed: no submit links it any more
         except (JobFormatError, BadFile, OSError) as err:
             st, problem = picked.st, str(err)
         if problem:
-            finisher.move_aside(target, cand.name, st, problem)
+            self.finisher.move_aside(target, cand.name, st, problem)
             remove_file(run.record_path)
             return False
-        if job is not picked_job:  # its owner rewrote it since the pick: it runs as it is now, but for its limits
-            run.job = self._as_admitted(cand.name, job, picked, log=True)
+        run.job = self._as_admitted(cand.name, job, picked, log=True)  # as its owner may have rewritten it
         if job.extra:  # a newer onite's keys, or a hand-written file's: ignored, never refused
-            from onite.core.safetext import printable
-
             night.log.event("warning", cand.name, note="header keys this onite does not know are ignored",
                             keys=printable(",".join(sorted({key[:40] for key, _ in job.extra}))[:200]))
         return True
@@ -142,9 +125,9 @@ class Starter:
         night.starts.claimed(run)  # its start is logged when its runner says it started
 
     def _as_admitted(self, name: str, job: Job, picked: Picked, *, log: bool) -> Job:
-        """The job, held to the request and time limit it was admitted with: its owner may have
-        rewritten its file since the pick (they own it), and a larger request would overfill the host,
-        a longer time limit delay the job backfill promised not to."""
+        """The job, held to the request and time limit it was admitted with: its owner may rewrite its
+        file after the pick, and a larger request would overfill the host, a longer time limit delay
+        the job backfill promised not to."""
         need, timeout = picked.need, picked.timeout
         if (job.mem or 0, job.cpus or 0, job.timeout) == (need.mem, need.cpus, timeout):
             return job
@@ -152,12 +135,3 @@ class Starter:
             self.night.log.event("warning", name, note="its file changed after it was admitted: it runs with the "
                                  "request and time limit it was admitted with")
         return replace(job, mem=need.mem or None, cpus=need.cpus or None, timeout=timeout)
-
-    def _first_line(self, run: Run) -> dict:
-        """What the driver says of a run in the first line of its record (onite.core.runrecord)."""
-        night = self.night
-        return {"run_id": run.run_id, "name": run.name, "uid": run.owner.uid, "user": run.owner.name,
-                "rank": run.rank, "attempt": run.attempt,
-                "started": run.started.isoformat(), "queued": run.queued_at.isoformat() if run.queued_at else None,
-                "executor": night.runner.executor, "driver_pid": night.pid, "machine": night.machine,
-                "mem": run.need.mem if run.need else 0, "cpus": run.need.cpus if run.need else 0}

@@ -1,45 +1,40 @@
 """Why queued jobs wait, in the driver's words: one answer for the driver, ``onite status`` and ``onite list``.
 
-The reasons come from queue.evaluate (onite.core.queue) with the driver's own
-dependency rule (onite.spool.deps), and for room from the driver's own
-admission rule (onite.core.admission.admit), so that status never tells a
-different story from the driver. A reason needs the job file, which is private to its
-owner: it is read only for jobs the asker owns (every job for root), and
-only among the first EXAMINE queued jobs in queue order (a queue of 100,000
-costs 200 reads, not 100,000). A held job is held for everyone to see (its
-marker says so); another user's job that is not held is only counted (so a
-user who is not root sees room decided without the requests of other users'
-queued jobs, which their files keep private).
+The same onite.core.queue.evaluate, dependency rule and admission rule the driver goes by. A job
+file is private to its owner: it is read only for the asker's jobs (root: all), among the first
+EXAMINE in queue order; another user's job is shown only if held (its marker is public).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from onite.core.errors import JobFormatError
+from onite.core.admission import Admit, Busy, admit, head_of, latest_end, room
+from onite.core.errors import ConfigError, JobFormatError
 from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
+from onite.core.resources import Need, host_capacity, request_of
+from onite.exec.limits import machine
 from onite.spool.deps import dependency_of, dependency_state
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.holds import read_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_state, queued_folder_stats
+from onite.spool.runrecords import host_records
 from onite.spool.scan import Withdrawn, user_name
+from onite.spool.settings import default_host
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
 
 
 def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
                  host: str) -> list[dict]:
-    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, held)``, in run order) cannot start now.
-
-    Jobs that may start are left out, as are other users' jobs that are not held.
-    """
+    """Why each of these queued jobs (``(rank, ctime_ns, name, uid, held)``, in run order) cannot start
+    now; jobs that may start, and other users' jobs that are not held, are left out."""
     users: dict[int, str] = {}
     found = []
     room = _Room(spool, host, now)
-    # cancel/ and hold/ are looked at once for the whole look, however many jobs it explains: anyone
-    # may fill them, and one listing each per job examined made root's status take minutes
+    # cancel/ and hold/ are listed once for the whole look: anyone may fill them
     withdrawn = Withdrawn(spool)
     holds: dict | None = None
     for position, (rank, ctime_ns, name, uid, held) in enumerate(head, 1):
@@ -98,13 +93,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
 
 
 class _Room:
-    """What the driver of this host would decide for the ready jobs, in queue order, by its own rule
-    (onite.core.admission.admit) and in its words: the capacity it works out, and the running jobs as
-    their run records (world-readable) say they were admitted (``mem``, ``cpus``, ``deadline``).
-
-    A job the rule starts is counted as running for the jobs behind it, as the driver's next pick
-    would. Slots are not a reason shown here: a job that waits only for a free slot is simply queued
-    (the room is measured as when the next slot frees, and a job counted as started takes none)."""
+    """What this host's driver would decide for the ready jobs, in queue order, by its own rule: its
+    capacity, and the running jobs as their (world-readable) run records say they were admitted. A
+    job the rule starts counts as running for those behind it; waiting for a slot is no reason shown."""
 
     def __init__(self, spool: SpoolDir, host: str, now: datetime) -> None:
         self.spool, self.host, self.now = spool, host, now
@@ -113,12 +104,6 @@ class _Room:
         self.problem = ""  # why no driver can start on this host (its capacity is empty)
 
     def _measure(self):
-        from onite.core.admission import Busy, room
-        from onite.core.resources import host_capacity
-        from onite.exec.limits import machine
-        from onite.spool.runrecords import host_records
-        from onite.spool.settings import default_host
-
         config = self.spool.config
         running = [Busy(rec.need, rec.latest_end()) for rec in host_records(self.spool, self.host)]
         slots = max(config.slots_for(self.host), len(running) + 1)
@@ -129,10 +114,6 @@ class _Room:
     def verdict(self, name: str, mem: int | None, cpus: int | None, timeout) -> tuple[str, str]:
         """Why a job that may start as far as the queue goes waits for room (``kind``, ``reason``), or
         ("", "") if the driver would start it."""
-        from onite.core.errors import ConfigError
-        from onite.core.admission import Admit, Busy, admit, head_of, latest_end
-        from onite.core.resources import Need, request_of
-
         config = self.spool.config
         if config.executor != "local" or self.problem:
             return ("resources", self.problem) if self.problem else ("", "")
@@ -158,8 +139,7 @@ class _Room:
 SHOWN_IDLE = 3  # waiting jobs named in a drain's "nothing is due" line
 
 
-# What the log, which every user reads, says of a waiting job: its kind of wait, never what its
-# file says (a dependency's name, a time, a host, a request: `onite status` shows those to the owner)
+# what the log, which every user reads, says of a waiting job: its kind of wait, never what its file says
 PUBLIC_REASONS = {"held": "held", "not_before": "not before a set time", "retry": "retry back-off",
                   "after": "waits for a dependency", "pinned": "pinned to another host",
                   "resources": "waits for room (memory or CPUs)", "will_fail": "will fail when picked",
@@ -168,8 +148,7 @@ PUBLIC_REASONS = {"held": "held", "not_before": "not before a set time", "retry"
 
 def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
     """Why a drain started nothing, for the log: how many jobs are queued, and one line saying why
-    none can start now, by the kind of each job's wait (waiting_jobs), in words that tell no one
-    what another user's job file says.
+    none can start now, by the kind of each job's wait, in words that tell no one what a file says.
 
     Raises:
         SpoolIOError: a folder cannot be listed.

@@ -1,10 +1,7 @@
 """Handing a drain to an idle daemon: the request ``locks/wake.HOST``, and a USR2 to cut its sleep short.
 
-``onite run`` finds this host's lock held by an idle daemon (its heartbeat
-says so), and ``onite daemon --wake`` is asked to: either leaves the request
-file, which only the spool's owner may write (locks/ is theirs alone), and
-signals the daemon if it runs on this machine; the daemon takes the request
-on its next look (it polls every few seconds anyway) and drains at once.
+``onite run`` that finds this host's lock held by an idle daemon, and ``onite daemon --wake``, leave
+the request (only the spool's owner may write locks/); the daemon takes it on its next look.
 """
 
 from __future__ import annotations
@@ -19,8 +16,8 @@ from onite.spool.paths import SpoolDir
 
 
 def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
-    """Tell HOST's daemon (its heartbeat ``beat``) to drain now: leave the request, then cut its sleep
-    short with USR2 if it runs on this machine. False if the request cannot be left.
+    """Tell HOST's daemon (its heartbeat ``beat``) to drain now: leave the request, then USR2 it if it
+    runs on this machine. False if the request cannot be left.
 
     Raises:
         Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (onite.spool.locks).

@@ -1,5 +1,4 @@
-"""Users as the system's account database knows them: a uid (the owner the kernel recorded on a job
-file) or the calling process, turned into an onite.core.identity.Identity."""
+"""Users as the account database knows them, as onite.core.identity.Identity: a uid, or the caller."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def resolve(uid: int) -> Identity:
 
 
 def current() -> Identity:
-    """The calling process's own account, with the groups it holds now (os.getgroups: no walk of
-    the group database, which ``getgrouplist`` costs on every submit).
+    """The calling process's own account, with the groups it holds now.
 
     Raises:
         Refused: the effective uid has no passwd entry.

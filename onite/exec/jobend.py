@@ -1,12 +1,10 @@
 """How a job's monitor waits for the job's end and ends what the job left running.
 
-The job's leader is waited for without being reaped (``leader_exit``): until it is, its zombie keeps its
-pid, process group and session, so signals to the group by that number reach only the job's
-processes; it is reaped once what it left is ended (or at once, when nothing was left). Its other
-processes come back to the monitor (a subreaper) as orphans and are reaped as they end.
-
-Runs in the monitor (onite.exec.monitor), which imports little: os, signal, time and onite's exec
-modules (tests/test_layers.py).
+The job's leader is waited for without being reaped (``leader_exit``): until it is, its zombie
+keeps its pid, process group and session, so signals to the group by that number reach only the
+job's processes. It is reaped once what it left is ended. Its other processes come back to the
+monitor (a subreaper) as orphans and are reaped as they end. Runs in the monitor: imports only
+os, signal, time and onite's exec modules.
 """
 
 from __future__ import annotations
@@ -21,6 +19,8 @@ from onite.exec import contain, limits, pids
 if TYPE_CHECKING:
     from onite.exec.monitor import Plan
 
+RUNNING = object()  # ``leader_exit``: the leader has not exited yet
+
 
 def remove_groups(plan: Plan) -> None:
     """Remove the run's emptied cgroups."""
@@ -29,17 +29,10 @@ def remove_groups(plan: Plan) -> None:
     limits.remove(plan.limit_groups)
 
 
-RUNNING = object()  # ``leader_exit``: the leader has not exited yet
-
-
 def leader_exit(job: int):
-    """Reap the job's orphans (this monitor is their subreaper) that have exited; the leader's siginfo
-    once it has exited, the leader left unreaped; RUNNING until then; None if it is no child of this
-    process any more (its status is lost).
-
-    Until it is reaped, the leader is a zombie that keeps its pid, its process group and its
-    session: no other process can be given that number, so the clean-up's signals to the group
-    reach only the job's processes."""
+    """Reap the job's orphans that have exited; the leader's siginfo once it has exited (left
+    unreaped), RUNNING until then, None if it is no child of this process any more (its status is
+    lost)."""
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
@@ -78,10 +71,9 @@ def reap_leader(job: int):
 
 
 def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
-    """Is anything of the job still running besides its leader's zombie (which is never reaped here)?
-    Its cgroup, its other children (as a subreaper, every descendant comes back to this monitor as an
-    orphan), and without containment its process group, looked at only while ``pinned`` (the leader
-    is unreaped: its number is still the job's)."""
+    """Is anything of the job still running besides its leader's zombie? Its cgroup, its other
+    children (every descendant comes back to this subreaper), and without containment its process
+    group, looked at only while ``pinned`` (the leader unreaped: its number is still the job's)."""
     children = reap_others(job)
     if plan.cgroup and contain.is_populated(plan.cgroup):  # a zombie is in no cgroup
         return True
@@ -91,10 +83,8 @@ def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
 
 
 def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
-    """End what the job left running: TERM, then KILL after kill_grace (onite.exec.contain). Its cgroup,
-    its process group (only while ``pinned``: its leader is an unreaped zombie, ``leader_exit``), and (as
-    a subreaper) every descendant of this monitor are the job's. False if something of it could not
-    be ended."""
+    """End what the job left running (TERM, then KILL after kill_grace) and remove its cgroups;
+    False if something of it could not be ended."""
     def alive() -> bool:
         return left_running(plan, job, pinned=pinned)
 
@@ -115,10 +105,8 @@ def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
 
 
 def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
-    """Send ``sig`` to everything of the job: its process group (only while ``pinned``: the leader,
-    alive or an unreaped zombie, keeps that number the job's), its cgroup and (as a subreaper) every
-    descendant of this monitor, each checked to be the process that was listed
-    (onite.exec.pids.signal_exact)."""
+    """Send ``sig`` to everything of the job: its process group (only while ``pinned``), its cgroup,
+    and every descendant of this subreaper, each checked to be the process that was listed."""
     if pinned:
         contain.signal_group(job, sig)
     if plan.cgroup:
@@ -149,6 +137,6 @@ def children() -> list[int]:
     """This process's children (zombies included), from /proc."""
     pid = os.getpid()
     try:
-        return [int(word) for word in contain.read_head(f"/proc/{pid}/task/{pid}/children", 1 << 16).split()]
-    except (OSError, ValueError):
+        return [int(word) for word in contain.read_file(f"/proc/{pid}/task/{pid}/children").split()]
+    except (OSError, ValueError):  # a kernel without CONFIG_PROC_CHILDREN
         return [child for child, _ in pids.descendants(pid) if pids.parent_of(child) == pid]

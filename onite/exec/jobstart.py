@@ -1,7 +1,6 @@
 """How a job's monitor starts the job's process, and the reason it records when that fails.
 
-Run in the monitor (onite.exec.monitor), which imports little: this module imports only os, errno
-and subprocess (checked by tests/test_layers.py).
+Runs in the monitor: imports only os, errno and subprocess.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ STAGES = {  # what the job's process was doing when it failed, for the reason re
 
 def join(plan: Plan) -> tuple[list[str], str]:
     """Move this monitor into the job's cgroups, so that the process it forks next is born in them;
-    the groups joined, and ``STAGE ERRNO WHAT`` if one could not be joined ("" if all were), for
-    ``reason``."""
+    the groups joined, and ``STAGE ERRNO WHAT`` if one could not be joined ("" if all were)."""
     joined: list[str] = []
     try:
         for path in ((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups):
@@ -37,8 +35,7 @@ def join(plan: Plan) -> tuple[list[str], str]:
 
 
 def leave(joined: list[str]) -> None:
-    """Back to the monitor's own cgroups (the parent of the jobs' folder) from the groups ``join``
-    joined."""
+    """Back to the monitor's own cgroups (the parent of the jobs' folder) from those ``join`` joined."""
     for path in reversed(joined):
         try:
             _move_here(os.path.dirname(os.path.dirname(path)))
@@ -47,24 +44,15 @@ def leave(joined: list[str]) -> None:
 
 
 def start(plan: Plan) -> tuple[int | None, str]:
-    """Start the job's process; its pid, or None and why not (``STAGE ERRNO WHAT`` for ``reason``).
+    """Start the job's process; its pid, or None and ``STAGE ERRNO WHAT`` for ``reason``.
 
-    The process is forked and executed by the C code of the standard library (subprocess), which
-    runs no Python between the fork and the exec: a Python child would copy most of this process's
-    pages on its way to the exec (docs/performance.md). What the child could not do there is done
-    here, around the fork:
-
-    - its cgroups: this monitor joins the job's cgroups, so that the process is born in them, and
-      goes back to its own once the process has executed its interpreter;
-    - its directory: this monitor enters it with the owner's rights (effective ids only: the real
-      and saved ids stay root's, so the owner cannot signal or trace this process meanwhile), and
-      the process inherits it; nothing is entered as root on the owner's behalf.
-
-    The process then starts a new session, takes its output files as stdout and stderr, drops to the
-    owner (supplementary groups, gid, uid: real, effective and saved) and executes the interpreter,
-    with every descriptor closed but its script's, and every signal at its default
-    (onite.exec.monitor.prepare).
-    """
+    subprocess's C code forks and executes, running no Python in the child. What the child cannot
+    do there is done here, around the fork: this monitor joins the job's cgroups, so that the
+    process is born in them, and enters the job's directory with the owner's effective ids (its
+    real and saved ids stay root's, so the owner cannot signal or trace it meanwhile): nothing is
+    entered as root on the owner's behalf. The child starts a new session, drops to the owner
+    (groups, gid, uid: real, effective and saved) and executes the interpreter with every
+    descriptor closed but its script's."""
     groups, failed = join(plan)
     if failed:
         leave(groups)
@@ -82,14 +70,14 @@ def start(plan: Plan) -> tuple[int | None, str]:
             pass_fds=(plan.script_fd,), start_new_session=True, umask=plan.umask, restore_signals=True,
             user=plan.uid if switch else None, group=plan.gid if switch else None,
             extra_groups=list(plan.groups) if switch else None)
-        child.returncode = 0  # reaped by the monitor (onite.exec.jobend), never by subprocess (which would poll for it later)
+        child.returncode = 0  # reaped by the monitor (onite.exec.jobend), never by subprocess
         return child.pid, ""
     except OSError as err:
         if stage == "exec" and not err.filename:  # it failed before the exec: dropping to the owner
             stage = "exec" if err.errno in (errno.EAGAIN, errno.ENOMEM) else "user"
         what = os.fsdecode(plan.argv[0]) if stage == "exec" and err.filename else ""
         return None, f"{stage} {err.errno or 0} {what}"
-    except (ValueError, subprocess.SubprocessError) as err:  # e.g. an embedded NUL byte: say so, never run on
+    except (ValueError, subprocess.SubprocessError) as err:  # e.g. an embedded NUL byte
         return None, f"{stage} 0 {type(err).__name__}"
     finally:
         if null is not None:
@@ -102,8 +90,8 @@ def start(plan: Plan) -> tuple[int | None, str]:
 
 
 def _move_here(cgroup: str) -> bool:
-    """Move this process into ``cgroup``; False if it is gone (the job then runs without it: the
-    monitor, a subreaper, still contains it).
+    """Move this process into ``cgroup``; False if it is gone (the monitor, a subreaper, still
+    contains the job).
 
     Raises:
         OSError: it cannot be joined.
@@ -134,7 +122,7 @@ def _enter_as_owner(plan: Plan) -> None:
         os.setresgid(-1, plan.gid, -1)
         os.setresuid(-1, plan.uid, -1)
         os.chdir(plan.cwd)
-    finally:  # whatever failed, this monitor goes on with root's ids (it may serve other owners' runs)
+    finally:  # whatever failed, this monitor goes on with root's ids (it serves other owners' runs)
         try:
             os.setresuid(-1, 0, -1)
             os.setresgid(-1, egid, -1)
@@ -143,11 +131,10 @@ def _enter_as_owner(plan: Plan) -> None:
             os._exit(70)  # cannot be: the saved uid is root's; never go on with the owner's rights
 
 
-
 def reason(report: str, plan: Plan) -> str:
     """The reason recorded for a job whose process failed before its interpreter ran. Every check
     behind it was made with the owner's rights, so it tells the owner nothing they could not learn
-    by trying themselves (a root-only look would be an oracle for private paths)."""
+    themselves (a root-only look would be an oracle for private paths)."""
     stage, _, rest = report.partition(" ")
     code_text, _, what = rest.partition(" ")
     code = int(code_text) if code_text.isdigit() else 0

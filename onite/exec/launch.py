@@ -1,17 +1,7 @@
-"""How one job is started (pure but for the output files): its command line, environment, credentials.
+"""How one job is started: its command line, environment, credentials and output files.
 
-- the job text is handed over in an anonymous memory file (memfd) that the
-  interpreter reads as /dev/fd/N: nothing is written to disk, bytes are
-  exact, and the job's stdin stays /dev/null;
-- text that starts with ``#!`` runs under that interpreter (Linux rules:
-  the path, then at most one argument); anything else under ``shell``;
-- the environment is the one captured at submit, with the owner's login
-  variables when the driver is root, and onite's own three (ONITE_JOB,
-  ONITE_RUN_ID, ONITE_JOB_SPOOL), by which recovery also finds the processes
-  of a run whose record a killed driver never wrote (onite.exec.processes);
-- stdout and stderr go to stdout/NAME, created by the driver, owned by the
-  job's user, mode 0600 (onite.spool.outputs); a job spooled with
-  --stderr-separate has its stderr in stdout/NAME@stderr instead.
+Text that starts with ``#!`` runs under that interpreter (the path, then at most one argument),
+anything else under ``shell``, reading the text as /dev/fd/N; stdin is /dev/null.
 """
 
 from __future__ import annotations
@@ -19,26 +9,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
+from onite.core.errors import SpoolIOError
 from onite.core.identity import Identity
 from onite.exec.runner import NoRecord, Run, SpawnError
-from onite.core.errors import SpoolIOError
 from onite.spool.files import remove_file
 from onite.spool.outputs import open_output
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How to start one job: its command line, environment, directory, umask and identity."""
-
-    argv: tuple[bytes, ...]  # the last element is replaced by the script's /dev/fd path
-    env: dict[bytes, bytes]
-    cwd: bytes
-    umask: int
-    identity: Identity | None  # None: run with the driver's own credentials
-
 
 SCRIPT = b"\0script\0"  # placeholder in argv for /dev/fd/N
 
@@ -55,11 +32,9 @@ def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
 
 
 def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
-    """The environment ``run`` starts with (pure): the one captured at submit; the owner's login
-    variables when the driver is root, whatever the job file says; then onite's own three, by which
-    recovery also finds the processes of a run whose record a killed driver never wrote
-    (onite.exec.processes.find_run_processes).
-    """
+    """The environment captured at submit; the owner's login variables when the driver is root,
+    whatever the job file says; then ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL, by which recovery
+    finds the processes of a run whose record a killed driver never wrote (onite.exec.processes)."""
     env = dict(run.job.env)
     if switch_user:
         env.update(run.owner.login_env())
@@ -69,24 +44,9 @@ def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
     return env
 
 
-def plan(run: Run, *, shell: str, switch_user: bool) -> Launch:
-    """What to execute for ``run`` (pure). ``switch_user``: the driver is root."""
-    return Launch(
-        argv=interpreter(run.job.body, shell),
-        env=job_environment(run, switch_user=switch_user),
-        cwd=run.job.cwd,
-        umask=run.job.umask,
-        identity=run.owner if switch_user else None,
-    )
-
-
 def own_credentials() -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
-    """This process's real, effective and saved uids and gids, and the groups it has the rights of.
-
-    The kernel grants a group's rights for the effective gid as for a
-    supplementary group, so the set counts both (root often has no
-    supplementary groups, where its account's group list is just its gid).
-    """
+    """This process's real, effective and saved uids and gids, and the groups it has the rights of
+    (the kernel grants the effective gid's as a supplementary group's)."""
     resgid = os.getresgid()
     return os.getresuid(), resgid, frozenset(os.getgroups()) | {resgid[1]}
 
@@ -104,13 +64,15 @@ def attempt_marker(run: Run) -> str:
 @contextmanager
 def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity: Identity | None, *,
                 append: bool) -> Iterator[tuple[int, int | None]]:
-    """The run's output files (``open_outputs``), open while the block runs: its stdout file and,
-    when the job keeps stderr apart, its stderr file ``stderr_path``; a retry (``append``) adds to
-    them after its attempt marker. A job that does not keep stderr apart has an older
-    ``stderr_path`` removed, so that another job's stderr cannot pass for this run's.
+    """The run's output files, open while the block runs: stdout and, when the job keeps stderr
+    apart, ``stderr_path``; a retry (``append``) adds to each after its attempt marker. A job that
+    does not keep stderr apart has an older ``stderr_path`` removed, so that another job's stderr
+    cannot pass for this run's.
 
     Raises:
-        SpawnError: a file cannot be created, written or removed (nothing is left open).
+        NoRecord: a file cannot be created or written (a full disk, a quota: no fault of the job's,
+            so the driver stops starting jobs rather than fail one after another).
+        SpawnError: the old stderr file cannot be removed.
     """
     if not run.job.stderr_separate and stderr_path is not None:
         try:
@@ -118,26 +80,6 @@ def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity:
         except SpoolIOError as err:
             raise SpawnError(f"cannot remove the old stderr file {stderr_path}: {err.cause.strerror}") from None
         stderr_path = None
-    out, err = open_outputs(stdout_path, stderr_path, identity, append=append,
-                            marker=attempt_marker(run) if append else None)
-    try:
-        yield out, err
-    finally:
-        os.close(out)
-        if err is not None:
-            os.close(err)
-
-
-def open_outputs(stdout_path: Path, stderr_path: Path | None, identity: Identity | None, *, append: bool,
-                 marker: str | None = None) -> tuple[int, int | None]:
-    """``open_output`` for the job's stdout file and, when kept apart, its stderr file.
-
-    A retry (``append``) adds to both, each after ``marker`` (a line saying
-    which attempt follows), so either file read alone shows where each attempt starts.
-
-    Raises:
-        SpawnError: a file cannot be created or written (nothing is left open).
-    """
     fds: list[int] = []
     try:
         for path in (stdout_path, stderr_path):
@@ -146,32 +88,23 @@ def open_outputs(stdout_path: Path, stderr_path: Path | None, identity: Identity
             try:
                 fds.append(open_output(path, (identity.uid, identity.gid) if identity else None, append=append))
             except OSError as err:
-                raise _output_error(f"cannot create its output file {path}: {err.strerror}", err) from None
-            if marker is not None:
-                try:
-                    os.write(fds[-1], marker.encode())
-                except OSError as err:
-                    raise _output_error(f"cannot write its output file {path}: {err.strerror}", err) from None
-    except BaseException:
+                raise NoRecord(f"cannot create its output file {path}: {err.strerror}") from None
+            try:
+                if append:
+                    os.write(fds[-1], attempt_marker(run).encode())
+            except OSError as err:
+                raise NoRecord(f"cannot write its output file {path}: {err.strerror}") from None
+        yield fds[0], fds[1] if len(fds) > 1 else None
+    finally:
         for fd in fds:
             os.close(fd)
-        raise
-    return fds[0], fds[1] if len(fds) > 1 else None
-
-
-def _output_error(message: str, err: OSError) -> SpawnError:
-    """An output file onite cannot write (a full disk, a quota, a file-size limit, a failing or
-    read-only disk) is no fault of the job's: the driver stops starting jobs (NoRecord) instead of
-    failing one after another."""
-    return NoRecord(message)
 
 
 def occupy_standard_descriptors() -> None:
     """Open /dev/null on whichever of descriptors 0, 1 and 2 is closed (a driver started with its
-    stdin closed): otherwise a job's script or output file could get one of those numbers, and the
-    job's own stdin, stdout and stderr would take its place."""
+    stdin closed): otherwise a job's script or output file could take one of those numbers."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
-            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one (those below are open)
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one

@@ -1,30 +1,13 @@
-"""The local executor: each job under a monitor process, on this machine.
+"""The local executor: each job under a monitor process (onite.exec.monitor), on this machine.
 
-``LocalRunner.start`` decides the command line and environment
-(onite.exec.launch), writes the run record's first line, opens the job's
-output files, and sends the run to a waiting monitor (onite.exec.monitor):
-monitors are fresh interpreters this runner starts and keeps, each serving
-one run after another, one more started ahead whenever none waits. The
-monitor records itself in the run record, starts the job and records how
-it ended:
-
-- when the driver is root the job never runs anything as root on its owner's
-  behalf: its directory is entered with the owner's rights, and its process
-  drops to the owner (setgroups, setgid, setuid: real, effective and saved
-  ids) before it looks up its interpreter (onite.exec.jobstart);
-- a new session: the job leads its own process group and has no
-  controlling terminal; where the machine allows, it runs in a cgroup of its
-  own, so that everything it starts can be ended with it (onite.exec.contain).
-
-The monitor tells the driver on its socket when the job started and ended;
-a run adopted from a dead driver has no socket, and its record says how it
-ended. A dead driver's runs are recovered here too: adopted while their
-monitor lives, answered by their record, or, with no record, found by
-their environment.
+Monitors are fresh interpreters kept waiting, one more started ahead whenever none waits. A run's
+output files are opened here and its Plan sent to a monitor, which tells how it went on its socket.
+A run adopted from a dead driver has no socket: its monitor is watched by its pidfd.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -38,11 +21,11 @@ from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
-from onite.core.identity import Identity
-from onite.exec.launch import (SCRIPT, credentials_of, occupy_standard_descriptors, own_credentials, plan,
-                               run_outputs)
+from onite.exec.launch import (SCRIPT, credentials_of, interpreter, job_environment, occupy_standard_descriptors,
+                               own_credentials, run_outputs)
 from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
+from onite.exec.submission import memory_file
 from onite.spool import runrecords
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
@@ -71,7 +54,7 @@ class Monitor:
         return self.sock.fileno() if self.sock is not None else self.pidfd
 
     def messages(self) -> list[str]:
-        """The lines it said since the last call, up to its ``idle`` (kept apart as ``self.idle``)."""
+        """The lines it said since the last call, but ``idle`` (which sets ``self.idle``)."""
         if self.sock is not None and not self.gone:
             while True:
                 try:
@@ -81,7 +64,8 @@ class Monitor:
                 except OSError:
                     data = b""
                 if not data:
-                    self._lost()
+                    self.gone = True
+                    self.close()
                     break
                 self.buffer += data
         lines = self.buffer.split(b"\n")
@@ -94,15 +78,10 @@ class Monitor:
 
     def is_done(self) -> bool:
         """Done with its run: it said ``idle`` (as ``messages`` read), or it is gone."""
-        if self.idle or self.gone:
-            return True
         if self.sock is None and self.pidfd is not None and select.select([self.pidfd], [], [], 0)[0]:
-            self._lost()
-        return self.gone
-
-    def _lost(self) -> None:
-        self.gone = True
-        self.close()
+            self.gone = True
+            self.close()
+        return self.idle or self.gone
 
     def close(self) -> None:
         """Let it go: a monitor whose socket is closed exits once its run, if any, is over."""
@@ -116,8 +95,7 @@ class Monitor:
 
 class MonitorPool:
     """The monitors a local runner keeps waiting: fresh interpreters (``python -E -S``, importing only
-    the monitor), started by this process with vfork and exec, never by forking the driver, each
-    serving one run after another."""
+    the monitor), never copies of the driver."""
 
     def __init__(self, contained: bool) -> None:
         self.contained = contained  # monitors make themselves subreapers (onite.exec.contain)
@@ -125,25 +103,33 @@ class MonitorPool:
         self.procs: list[subprocess.Popen] = []  # those started, until reaped
 
     def send(self, plan: monitor.Plan) -> Monitor:
-        """Hand ``plan`` to a waiting monitor, or to one started for it; when the last waiting one is
-        taken, one more is started ahead, so that the next start waits for none.
+        """Hand ``plan`` to a waiting monitor, or to one started for it, in one datagram: its data in
+        a memfd (no environment is too large), then its descriptors, so that a driver killed while
+        sending sent it whole or not at all. When the last waiting monitor is taken, one more is
+        started ahead.
 
         Raises:
+            NoRecord: the plan cannot be written (a file-size limit, no memory): nothing was sent.
             OSError: no monitor could be started, or the one started could not be sent the plan.
         """
-        while True:
-            fresh = not self.waiting
-            mon = self.waiting.pop() if self.waiting else self._start()
-            try:
-                monitor.send(mon.sock, plan)
-                break
-            except monitor.Unsent:
-                self.waiting.append(mon)
-                raise
-            except OSError:
-                mon.close()  # it died meanwhile: the next one
-                if fresh:
-                    raise
+        data, fds = plan.encode()
+        try:
+            data_fd = memory_file("onite-plan", data)
+        except OSError as err:
+            raise NoRecord(f"cannot hand the run to its monitor: {err.strerror}") from None
+        try:
+            while True:
+                fresh = not self.waiting
+                mon = self.waiting.pop() if self.waiting else self._start()
+                try:
+                    socket.send_fds(mon.sock, [b"run"], [data_fd, *fds])
+                    break
+                except OSError:
+                    mon.close()  # it died meanwhile: the next one
+                    if fresh:
+                        raise
+        finally:
+            os.close(data_fd)
         mon.idle = False
         if not self.waiting:
             try:
@@ -177,8 +163,7 @@ class MonitorPool:
         return Monitor(ours, proc)
 
     def close(self) -> None:
-        """Let the waiting monitors go: each exits as its socket's end closes, and is reaped (a monitor
-        still busy, or adopted by a later driver, is not waited for)."""
+        """Let the waiting monitors go, and reap them (a busy one is not waited for)."""
         for mon in self.waiting:
             mon.close()
             if mon.proc is not None:
@@ -191,14 +176,9 @@ class MonitorPool:
 
 
 class LocalRunner(Runner):
-    """Starts each job under a monitor (onite.exec.monitor), enforces time limits, reports
-    how jobs ended.
-
-    A time limit or a stop is SIGTERM to every process of the job (its group, and its cgroup
-    where jobs have one), then SIGKILL after ``kill_grace``. When a job's leader exits, its monitor
-    ends whatever it left running (onite.exec.contain), so no stray process outlives its job and the slot
-    bound means what it says; the driver waits for those monitors before it exits.
-    """
+    """Starts each job under a monitor and reports how jobs ended. The monitor enforces the time
+    limit and the stops asked of it: TERM to every process of the job, KILL after ``kill_grace``;
+    when the job's leader exits it ends whatever the job left, and the driver waits for it."""
 
     executor = "local"
 
@@ -206,7 +186,7 @@ class LocalRunner(Runner):
                  containment: contain.Containment | None = None, lock_fd: int | None = None,
                  clock: Clock = SYSTEM, limiter: limits.Limiter | None = None) -> None:
         self.shell = shell
-        self.clock = clock  # the driver's: time limits and kill deadlines are read on it
+        self.clock = clock
         self.kill_grace = kill_grace
         self.switch_user = switch_user
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
@@ -221,18 +201,15 @@ class LocalRunner(Runner):
         occupy_standard_descriptors()
 
     def close(self) -> None:
-        """Let the waiting monitors go (busy ones finish their runs)."""
         self._pool.close()
 
     def reload(self, config) -> None:
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
 
-    # ---- starting --------------------------------------------------------------
-
     def record_info(self, run: Run) -> dict:
-        """The run's cgroups and limits (decided here, made by its monitor) and its time limit's end,
-        for the first line of its record: recovery finds them there."""
+        """The run's cgroups and limits (made by its monitor) and its time limit's end: recovery finds
+        them in its record."""
         run.cgroup = self.containment.job_cgroup(run.run_id)
         run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
         deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
@@ -241,83 +218,52 @@ class LocalRunner(Runner):
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
-        """Start ``run`` under a monitor; returns at once (the monitor reports the start).
+        """Send ``run`` to a monitor; returns at once (the monitor says when the job started).
 
         Raises:
-            SpawnError: its output files cannot be made, or no monitor can be started (the job is
-                recorded as failed).
-            NoRecord: its output or its text cannot be written: nothing was started.
+            SpawnError: its old stderr file cannot be removed, or no monitor can be started.
+            NoRecord: its output files, its text or its plan cannot be written: nothing was started.
         """
+        # switching to the ids the driver has already changes nothing
+        ident = None if not self.switch_user or credentials_of(run.owner) == self._credentials else run.owner
         try:
-            self._hand_to_monitor(run, self._identity(run), record_fd, output_path, stderr_path, append)
+            with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
+                try:
+                    script_fd = memory_file(job_label(run.name), run.job.body)
+                except OSError as error:  # a file-size limit, no memory: the driver's, not the job's
+                    raise NoRecord(f"cannot hand its text to its monitor: {error.strerror}") from None
+                null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if record_fd is None else None
+                try:
+                    script = os.fsencode(f"/dev/fd/{script_fd}")
+                    argv = tuple(script if part == SCRIPT else part for part in interpreter(run.job.body, self.shell))
+                    run.monitor = self._pool.send(monitor.Plan(
+                        argv=argv,
+                        env=job_environment(run, switch_user=self.switch_user), cwd=run.job.cwd, umask=run.job.umask,
+                        uid=ident.uid if ident else None, gid=ident.gid if ident else None,
+                        groups=tuple(ident.groups) if ident else (), script_fd=script_fd, stdout_fd=out,
+                        stderr_fd=err, record_fd=record_fd if null is None else null,
+                        record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=run.cgroup,
+                        contain=self.containment.kind, kill_grace=self.kill_grace, limit_groups=run.groups,
+                        deadline=(run.started + run.job.timeout).timestamp() if run.job.timeout is not None else None,
+                        limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.cpus),
+                        memory_steps=self.limiter.memory_steps(run.run_id, run.cgroup, run.mem),
+                        usage_reads=self.limiter.reads(run.run_id, run.cgroup)))
+                except OSError as error:
+                    raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
+                finally:
+                    os.close(script_fd)
+                    if null is not None:
+                        os.close(null)
         except BaseException:
-            self._undo(run)
+            if run.cgroup:  # nothing was started: its cgroups go (its claim and record are the driver's)
+                contain.remove_cgroup(run.cgroup, wait=0)
+            limits.remove(run.groups)
             raise
         self.runs.append(run)
 
-    def _identity(self, run: Run) -> Identity | None:
-        """Whose credentials ``run``'s job takes: its owner's, None where they are the driver's own
-        (switching to the ids we already have changes nothing)."""
-        if not self.switch_user or credentials_of(run.owner) == self._credentials:
-            return None
-        return run.owner
-
-    def _hand_to_monitor(self, run: Run, ident: Identity | None, record_fd: int | None, output_path: Path,
-                         stderr_path: Path | None, append: bool) -> None:
-        """Open the run's output files and send the run to a monitor; ``run.monitor`` is the driver's
-        end of it.
-
-        Raises:
-            NoRecord: the disk is full (nothing could be recorded of the run either).
-            SpawnError: an output file cannot be made, or no monitor can be started.
-        """
-        launch = plan(run, shell=self.shell, switch_user=self.switch_user)
-        with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
-            script_fd = os.memfd_create(job_label(run.name), 0)
-            null = None
-            try:
-                try:
-                    runrecords.write_all(script_fd, run.job.body)
-                except OSError as error:  # a file-size limit, no memory: the driver's, not the job's
-                    raise NoRecord(f"cannot hand its text to its monitor: {error.strerror}") from None
-                os.lseek(script_fd, 0, os.SEEK_SET)
-                if record_fd is None:
-                    null = record_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-                script = os.fsencode(f"/dev/fd/{script_fd}")
-                spec = monitor.Plan(
-                    argv=tuple(script if part == SCRIPT else part for part in launch.argv), env=launch.env,
-                    cwd=launch.cwd, umask=launch.umask, uid=ident.uid if ident else None,
-                    gid=ident.gid if ident else None, groups=tuple(ident.groups) if ident else (),
-                    script_fd=script_fd, stdout_fd=out, stderr_fd=err, record_fd=record_fd,
-                    record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=run.cgroup,
-                    contain=self.containment.kind, kill_grace=self.kill_grace, limit_groups=run.groups,
-                    deadline=(run.started + run.job.timeout).timestamp() if run.job.timeout is not None else None,
-                    limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.cpus),
-                    memory_steps=self.limiter.memory_steps(run.run_id, run.cgroup, run.mem),
-                    usage_reads=self.limiter.reads(run.run_id, run.cgroup))
-                run.monitor = self._pool.send(spec)
-            except monitor.Unsent as error:  # the plan could not be written: as a record that cannot be
-                raise NoRecord(f"cannot hand the run to its monitor: {error}") from None
-            except OSError as error:
-                raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
-            finally:
-                os.close(script_fd)
-                if null is not None:
-                    os.close(null)
-
-    @staticmethod
-    def _undo(run: Run) -> None:
-        """Nothing was started: its cgroups go (its claim and record are the driver's)."""
-        if run.cgroup:
-            contain.remove_cgroup(run.cgroup, wait=0)
-        limits.remove(run.groups)
-
-    # ---- stopping --------------------------------------------------------------
-
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """Ask ``run``'s monitor to stop its job (TERM, then KILL after the grace period; KILL at once
-        for a hard stop): the reason goes into the run record first, so that whoever files the run
-        files it as stopped, then the monitor is told (SIGUSR2)."""
+        """Ask ``run``'s monitor to stop its job: the reason goes into the run record first, so that
+        whoever files the run files it as stopped, then SIGUSR2 tells the monitor."""
         if run.stopping is not None and not (why == Stop.SHUTDOWN and run.stopping != Stop.SHUTDOWN):
             return
         run.stopping, run.cancelled_by = why, by if why == Stop.CANCEL else run.cancelled_by
@@ -326,15 +272,12 @@ class LocalRunner(Runner):
                 runrecords.add_event(run.record_path, {"event": "stop", "why": str(why), "by": by})
             except runrecords.RecordError:
                 pass  # the monitor then stops the job for no reason it can read: the driver still knows
-        pid = run.monitor.pid if run.monitor is not None else None
-        if pid is not None and not run.monitor.gone:
-            contain.signal_pid(pid, signal.SIGUSR2)
+        if run.monitor is not None and run.monitor.pid is not None and not run.monitor.gone:
+            contain.signal_pid(run.monitor.pid, signal.SIGUSR2)
 
     def kill(self, run: Run, why: Stop) -> None:
         """The hard stop: the monitor kills ``run``'s job at once."""
         self.stop(run, why)
-
-    # ---- hearing from monitors -------------------------------------------------
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Runs whose job has ended (or could not start), with their outcomes."""
@@ -343,8 +286,8 @@ class LocalRunner(Runner):
             outcome = self._hear(run)
             if outcome is not None:
                 if run.stopping == Stop.SHUTDOWN and outcome.exit_code is not None:
-                    # the hard stop's SIGKILL can be neither caught nor turned into an exit code: the
-                    # job ended on its own first (before the driver heard it), so it is filed, not rerun
+                    # the hard stop's SIGKILL cannot be turned into an exit code: the job ended on its
+                    # own first, so it is filed, not rerun
                     run.stopping = None
                 finished.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         if finished:
@@ -353,10 +296,10 @@ class LocalRunner(Runner):
         lingering, self._lingering = self._lingering, []
         for mon in lingering:
             mon.messages()
-            self._done_or_lingering(mon)
+            self._release(mon)
         return finished
 
-    def _done_or_lingering(self, mon: Monitor) -> None:
+    def _release(self, mon: Monitor) -> None:
         """A monitor whose job ended: back to the pool once it is done with the run, else waited for
         (it ends what the job left behind)."""
         if mon.is_done():
@@ -365,9 +308,9 @@ class LocalRunner(Runner):
             self._lingering.append(mon)
 
     def started(self) -> list[Run]:
-        """Runs whose job's interpreter started since the last call."""
+        """Runs whose job's interpreter started since the last call, in the order they were claimed."""
         started, self._started = self._started, []
-        return sorted(started, key=lambda run: run.started_mono)  # in the order they were claimed
+        return sorted(started, key=lambda run: run.started_mono)
 
     def _hear(self, run: Run) -> Outcome | None:
         """Read what ``run``'s monitor said; its outcome once the job ended, else None."""
@@ -380,7 +323,7 @@ class LocalRunner(Runner):
                 return None
             # the monitor is done without a word of the end (adopted, or killed): the record decides
             ended = self._heard(run, mon.messages()) or self.outcome_from_record(run)
-        self._done_or_lingering(mon)
+        self._release(mon)
         return ended
 
     def _heard(self, run: Run, messages: list[str]) -> Outcome | None:
@@ -393,13 +336,16 @@ class LocalRunner(Runner):
             elif word == "stop" and rest in set(Stop):
                 run.stopping = run.stopping or Stop(rest)
             elif word == "usage":
-                run.usage = parse_usage(rest)
+                try:
+                    usage = json.loads(rest)
+                except ValueError:
+                    usage = None
+                run.usage = usage if isinstance(usage, dict) else None
             elif word == "unenforced":
                 run.unenforced = tuple(rest.split(","))
             elif word == "ended" and rest.lstrip("-").isdigit():
                 ended = memory_outcome(outcome_from_status(int(rest)), run.usage, run.need)
-            elif word == "failed":
-                # a job that started and whose status was lost fails too: it ran
+            elif word == "failed":  # a job that started and whose status was lost fails too: it ran
                 ended = Outcome(reason=rest or "it could not be started", never_started=run.pgid is None)
             elif word == "unrecorded":  # the monitor started nothing: the driver puts the claim back
                 run.unrecorded = rest or "it could not be written"
@@ -421,8 +367,6 @@ class LocalRunner(Runner):
         mons = [run.monitor for run in self.runs if run.monitor is not None] + self._lingering
         return [fd for fd in (mon.fileno() for mon in mons) if fd is not None]
 
-    # ---- a dead driver's runs --------------------------------------------------
-
     def outcome_from_record(self, run: Run) -> Outcome:
         """How a run whose monitor is done with it without a word ended, as its run record says."""
         rec = runrecords.read(run.record_path) if run.record_path else None
@@ -432,8 +376,7 @@ class LocalRunner(Runner):
             run.usage = rec.usage
             run.stopping = None  # the record says whether it was stopped
             return rec.outcome(run.need)
-        # onite's machinery failed, not the job: a retry it has left is spooled (retryable), as for a
-        # Slurm node that died; a dead driver's recovery reruns such a claim (onite.drain.recovery)
+        # onite's machinery failed, not the job: a retry it has left is spooled (retryable)
         if rec is not None and not rec.started_job:
             return Outcome(reason="its monitor was killed before it started the job: the job did not run",
                            retryable=True, never_started=True)
@@ -445,7 +388,7 @@ class LocalRunner(Runner):
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:
         """Take over a run whose monitor outlived its driver (it still enforces the time limit): watch
-        it, and honour cancels through it. False if the monitor is not that process any more."""
+        it by its pidfd, and stop it through its record. False if the monitor is not that process."""
         pid, ticks = rec.monitor_pid, rec.monitor_ticks
         if pid is None:
             return False
@@ -471,14 +414,3 @@ class LocalRunner(Runner):
         if killed:
             return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
         return "no run record, and none of its processes was running"
-
-
-def parse_usage(text: str) -> dict | None:
-    """The monitor's ``usage`` message to the driver: the JSON object ``usage`` made; None if damaged."""
-    import json
-
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None

@@ -1,51 +1,13 @@
 """A job's monitor: the process that starts a job, waits for it and records how it ended.
 
-A monitor is a fresh interpreter (``python -E -S``) that the local executor
-starts and keeps (onite.exec.local); it imports only this module and the
-exec modules it runs, and serves one run after another, each sent by the
-driver on the monitor's socket: a Plan, with the descriptors it names. As
-Slurm's slurmstepd and podman's conmon stand between their daemon and the
-job, the monitor, not the driver, is the job's parent, so the job's exit
-status outlives the driver. It never executes anything itself; for each
-run, in order, it
-
-1. closes every descriptor it does not need (``prepare``, once: it has left
-   the driver's session and drops the signals meant for the driver);
-2. appends its ``monitor`` line (pid and start time) to the run record
-   (onite.core.runrecord), then closes the driver lock that came with the
-   Plan: until that line exists no other driver can take the lock, so a
-   claim without it was never started (if the line cannot be written, it
-   starts nothing and tells the driver: ``unrecorded``); then makes the
-   job's cgroups and sets its limits (onite.exec.contain, onite.exec.limits:
-   the record names them already);
-3. starts the job's process (onite.exec.jobstart): born in the job's
-   cgroups, in a new session, with its output files as stdout and stderr,
-   it drops to the job's owner (supplementary groups, gid, uid: real,
-   effective and saved) and executes its interpreter in the job's
-   directory, which the monitor entered with the owner's rights: nothing is
-   opened, entered or looked up as root on the owner's behalf
-   (docs/security.md);
-4. records ``job`` once the interpreter runs (or ``failed`` with the
-   reason the owner would have got), and tells the driver;
-5. waits for the job's leader, ending the job when its time limit passes or
-   a driver asks (a ``stop`` line in the run record, then TERM,
-   ``kill_grace``, KILL: the monitor, not the driver, enforces the limit, so
-   a driver's death changes nothing); appends ``ended`` with its wait status
-   and what it used, tells the driver, then ends whatever the job left
-   behind (onite.exec.contain): TERM, ``kill_grace``, KILL;
-6. is done with the run once its ``ended`` line is on disk (on a full disk
-   it retries until it is, or until the driver has filed the job and removed
-   the record): it closes the run's descriptors and tells the driver
-   ``idle``. A monitor whose job left something it could not end exits
-   instead, and so does one whose driver is gone (its socket's end closed):
-   after a driver's death a monitor lives until its run is over.
-
-Every message to the driver is one datagram on the monitor's socket, one
-line per fact: ``started PID``, ``unenforced LIMITS``, ``stop WHY``, ``usage
-JSON``, ``ended STATUS``, ``failed REASON``, ``unrecorded REASON``, ``idle``.
-A driver asks the monitor to stop its job by writing a ``stop`` line into
-the run record and sending it SIGUSR2 (a driver that adopted the run after
-its driver died has no socket to it).
+The monitor, not the driver, is the job's parent, so how a job ended outlives the driver. It is a
+fresh interpreter (``python -E -S``) kept by onite.exec.local, serving one Plan after another. It
+writes its ``monitor`` line into the run record before it starts the job, holding the driver lock
+until then (a claim without that line never started); it enforces the time limit and the stops
+written into the record (then SIGUSR2); it records ``ended`` before it tells the driver, retrying on
+a full disk, and only then ends what the job left and says ``idle``. Messages to the driver are
+lines of one datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``,
+``unrecorded``, ``idle``.
 """
 
 from __future__ import annotations
@@ -65,6 +27,9 @@ from onite.exec import contain, jobend, jobstart, limits
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
 FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "lock_fd")
 IDLE = "idle"
+KILL_AGAIN = 0.05  # seconds between KILLs of a job that lingers after the first
+STOPS = ("timeout", "cancel", "shutdown")  # onite.core.state.Stop, which this process does not import
+LOST = "its exit status was lost (it was reaped by another process)"
 
 
 @dataclass(frozen=True)
@@ -87,46 +52,24 @@ class Plan:
     cgroup: str | None
     contain: str  # onite.exec.contain kind
     kill_grace: float
-    deadline: float | None = None  # when (time.time()) its time limit ends it: this monitor enforces it
-    limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too (onite.exec.limits)
-    limit_steps: tuple = ()  # its groups and CPU limit, before the fork (onite.exec.limits.Limiter.steps)
-    memory_steps: tuple = ()  # its memory limit, after it (onite.exec.limits.Limiter.memory_steps)
-    usage_reads: tuple = ()  # the files what it used is read from (onite.exec.limits.Limiter.reads)
+    deadline: float | None = None  # when (time.time()) its time limit ends it
+    limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too
+    limit_steps: tuple = ()  # onite.exec.limits.Limiter.steps
+    memory_steps: tuple = ()  # onite.exec.limits.Limiter.memory_steps
+    usage_reads: tuple = ()  # onite.exec.limits.Limiter.reads
 
-
-# ---- the wire: a Plan in a memfd, its descriptors beside it (SCM_RIGHTS) ---------------------
-
-
-def send(sock: socket.socket, plan: Plan) -> None:
-    """Send ``plan`` to a monitor in one datagram: the Plan itself travels in a memfd, so no job's
-    environment is too large for a datagram, and a driver killed while sending sent it whole or not
-    at all.
-
-    Raises:
-        Unsent: it could not be written.
-        OSError: it could not be sent (the monitor is gone).
-    """
-    fds = [getattr(plan, name) for name in FD_FIELDS if getattr(plan, name) is not None]
-    values = tuple(fds.index(getattr(plan, f.name)) + 1 if f.name in FD_FIELDS and getattr(plan, f.name) is not None
-                   else getattr(plan, f.name) for f in fields(plan))
-    data = os.memfd_create("onite-plan", os.MFD_CLOEXEC)
-    try:
-        try:
-            _write_all(data, marshal.dumps((values, plan.script_fd)))
-        except OSError as err:
-            raise Unsent(err.strerror or str(err)) from None
-        socket.send_fds(sock, [b"run"], [data, *fds])
-    finally:
-        os.close(data)
-
-
-class Unsent(Exception):
-    """The Plan could not be written for its monitor (a file-size limit, no memory): nothing was sent."""
+    def encode(self) -> tuple[bytes, list[int]]:
+        """What ``receive`` reads: the Plan's fields, each descriptor by its place among the
+        descriptors sent with it, and those descriptors."""
+        fds = [getattr(self, name) for name in FD_FIELDS if getattr(self, name) is not None]
+        values = tuple(fds.index(getattr(self, f.name)) + 1 if f.name in FD_FIELDS and getattr(self, f.name) is not None
+                       else getattr(self, f.name) for f in fields(self))
+        return marshal.dumps((values, self.script_fd)), fds
 
 
 def receive(sock: socket.socket) -> Plan | None:
-    """The next Plan the driver sends, with the descriptors received in place of the driver's
-    numbers; None once the driver's end is closed."""
+    """The next Plan the driver sends (its data in a memfd, then its descriptors), with the
+    descriptors received in place of the driver's numbers; None once the driver's end is closed."""
     while True:
         try:
             word, fds, _, _ = socket.recv_fds(sock, 16, 16)
@@ -153,66 +96,57 @@ def receive(sock: socket.socket) -> Plan | None:
     return Plan(**plan)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-# ---- the monitor process ---------------------------------------------------------------
-
-
 def serve(fd: int, contained: bool) -> int:
-    """The monitor's life: prepare, then run each Plan the driver sends on socket ``fd``, one after
-    another, saying ``idle`` after each; its exit code once the driver's end is closed, or this
-    monitor must not serve another run."""
+    """The monitor's life: run each Plan the driver sends on socket ``fd``, saying ``idle`` after
+    each, until the driver's end is closed or a run left something it could not end."""
     sock = socket.socket(fileno=fd)
     prepare(contained)
     for _ in range(MONITOR_RUNS):
         plan = receive(sock)
-        if plan is None:
-            return 0  # the driver ended or died, or has monitors enough
-        if run(plan, sock) != 0:
-            return 0  # something of the job could not be ended: no other run shares this process
-        if not _tell(sock, IDLE):
+        if plan is None or run(plan, sock) != 0 or not _tell(sock, IDLE):
             return 0
     return 0  # said by exiting, not by ``idle``: no run can be sent to it after it decided
 
 
 def prepare(contained: bool) -> None:
-    """Step 1 but for the descriptors: leave the driver's session, drop the driver's signals, and
-    (``contained``) become the reaper of the job's orphans."""
+    """Leave the driver's session, drop the driver's signals, and (``contained``) become the reaper
+    of the job's orphans."""
     try:
         os.setsid()  # a Ctrl-C at the driver's terminal is not for the jobs
     except PermissionError:
         pass  # started as a session leader already
-    # the driver's signals are caught and dropped, not ignored: a job's process inherits an ignored
-    # signal across its exec, a caught one comes back to its default there (onite.exec.jobstart)
+    # caught and dropped, not ignored: an ignored signal would stay ignored across the job's exec
     for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGUSR2}:
         try:
             if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGPIPE) \
                     or signal.getsignal(sig) is signal.SIG_IGN:
-                signal.signal(sig, _dropped)
+                signal.signal(sig, _ignore)
         except (OSError, ValueError):
             pass
     _WAKE.extend(os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
     signal.set_wakeup_fd(_WAKE[1], warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, _child)
+    signal.signal(signal.SIGCHLD, _ignore)  # only wakes ``_watch``, through the wakeup pipe
     signal.signal(signal.SIGUSR2, _asked)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())  # and a job inherits the monitor's (empty) mask
     if contained:
-        contain.preload()
         contain.set_subreaper()  # orphans of the job come to us, not to init
 
 
-def _dropped(signum, frame) -> None:
-    """A signal meant for the driver: the monitor goes on."""
+_ASKED: list[int] = []  # SIGUSR2 came: a driver asks this monitor to stop its job (the run record says why)
+_WAKE: list[int] = []  # the pipe SIGCHLD and SIGUSR2 write to, so that ``_watch`` wakes for them
+
+
+def _ignore(signum, frame) -> None:
+    pass
+
+
+def _asked(signum, frame) -> None:
+    _ASKED.append(signum)
 
 
 def run(plan: Plan, sock: socket.socket) -> int:
-    """Steps 2 to 6 of one run, telling the driver on ``sock``; 0 when the run is over and nothing of
-    it is left, 1 when something the job left could not be ended (this monitor must not serve
-    another run). Every descriptor of the run is closed when this returns."""
+    """One run, telling the driver on ``sock``: 0 when it is over and nothing of it is left, 1 when
+    something the job left could not be ended. Every descriptor of the run is closed on return."""
     held = {fd for fd in (plan.record_fd, plan.script_fd, plan.stdout_fd, plan.stderr_fd, plan.lock_fd)
             if fd is not None}
     try:
@@ -224,11 +158,10 @@ def run(plan: Plan, sock: socket.socket) -> int:
 
 
 def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
-    """Steps 2 to 6; ``held``: the run's descriptors still open (those closed here are taken out)."""
+    """``run``; ``held``: the run's descriptors still open (those closed here are taken out)."""
     pid = os.getpid()
-    unwritten = _record_error(plan, {"event": "monitor", "pid": pid, "ticks": _start_ticks(pid)})
-    if unwritten is not None:
-        # recovery takes a record without this line for a run that never started: so it must not
+    unwritten = _record(plan, {"event": "monitor", "pid": pid, "ticks": contain.process_start_ticks(pid)})
+    if unwritten is not None:  # recovery takes a record without this line for a run that never started
         _tell(sock, f"unrecorded {unwritten}")
         return 0
     if plan.lock_fd is not None:
@@ -243,7 +176,10 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
             held.discard(fd)
             os.close(fd)
     if job is None:
-        return _failed(plan, sock, jobstart.reason(report, plan))
+        reason = jobstart.reason(report, plan)
+        _record_end(plan, sock, {"event": "failed", "reason": reason, "at": _now()}, f"failed {reason}")
+        jobend.remove_groups(plan)
+        return 0
     _record(plan, {"event": "job", "pid": job})
     missed_memory, over = limits.apply_memory(plan.memory_steps)  # this monitor has left the job's groups
     if over:
@@ -256,11 +192,16 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         return 0 if jobend.clean_up(plan, job, pinned=False) else 1
     status, reaped = jobend.wait_status(info), False
     left = jobend.left_running(plan, job, pinned=True)
-    used = limits.usage(plan.usage_reads)  # read before its cgroups go: said with how it ended
-    if not left and not _complete(used):  # only its leader's rusage says what it used: reaped now
-        used, reaped = _usage(plan, used, jobend.reap_leader(job)), True
+    used = limits.usage(plan.usage_reads)  # read before its cgroups go
+    if "peak_mem" not in used or "cpu" not in used:
+        rusage = None
+        if not left:  # only its leader's rusage says the rest: reaped now
+            rusage, reaped = jobend.reap_leader(job), True
+        for key, value in (limits.rusage_usage(rusage) if rusage is not None else {}).items():
+            used.setdefault(key, value)
+        used["source"] = "rusage" if not plan.limit_groups else "cgroup+rusage"
     else:
-        used = _usage(plan, used, None)
+        used["source"] = "cgroup"
     if over:  # killed here for its memory, not by the kernel: counted as the kernel's kills are
         used["oom"] = used.get("oom", 0) + 1
     _record_end(plan, sock, {"event": "ended", "status": status, "at": _now(), "usage": used},
@@ -278,8 +219,8 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
 def _watch(plan: Plan, sock: socket.socket, job: int):
     """Wait for the job's leader to exit (its siginfo; None if its status is lost), ending the job
     when its time limit passes or a driver asks: the reason goes into the run record first (a
-    ``stop`` line: a driver writes its own before it sends SIGUSR2), then TERM to every process of
-    the job, then KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
+    driver writes its own ``stop`` line before it sends SIGUSR2), then TERM to every process of the
+    job, then KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
     deadline = None if plan.deadline is None else time.monotonic() + plan.deadline - time.time()
     stopping, kill_at = None, None
     while True:
@@ -310,9 +251,6 @@ def _watch(plan: Plan, sock: socket.socket, job: int):
             pass
 
 
-KILL_AGAIN = 0.05  # seconds between KILLs of a job that lingers after the first
-
-
 def _asked_stop(plan: Plan) -> str | None:
     """The reason of the ``stop`` line a driver wrote into the run record before it sent SIGUSR2."""
     try:
@@ -334,63 +272,7 @@ def _asked_stop(plan: Plan) -> str | None:
     return None
 
 
-STOPS = ("timeout", "cancel", "shutdown")  # onite.core.state.Stop, which this process does not import
-_ASKED: list[int] = []  # SIGUSR2 came: a driver asks this monitor to stop its job (the run record says why)
-_WAKE: list[int] = []  # the pipe SIGCHLD and SIGUSR2 write to, so that ``_watch`` wakes for them
-
-
-def _asked(signum, frame) -> None:
-    _ASKED.append(signum)
-
-
-def _child(signum, frame) -> None:
-    """A child exited: ``_watch`` wakes (through the wakeup pipe) and looks."""
-
-
-_TICKS: dict[int, int | None] = {}  # this monitor's start time: read once, however many runs it serves
-
-
-def _start_ticks(pid: int) -> int | None:
-    if pid not in _TICKS:
-        _TICKS[pid] = contain.process_start_ticks(pid)
-    return _TICKS[pid]
-
-
-def _complete(used: dict) -> bool:
-    """Do its cgroups say all a result records of what a job used?"""
-    return "peak_mem" in used and "cpu" in used
-
-
-def _usage(plan: Plan, used: dict, rusage) -> dict:
-    """What the job used: ``used``, from its cgroups (onite.exec.limits.usage), else from the rusage
-    of its leader."""
-    if not _complete(used):
-        for key, value in (limits.rusage_usage(rusage) if rusage is not None else {}).items():
-            used.setdefault(key, value)
-        used["source"] = "rusage" if not plan.limit_groups else "cgroup+rusage"
-    else:
-        used["source"] = "cgroup"
-    return used
-
-
-LOST = "its exit status was lost (it was reaped by another process)"
-
-
-def _failed(plan: Plan, sock: socket.socket, reason: str) -> int:
-    """The job's process could not be started: say why, remove its emptied cgroups."""
-    _record_end(plan, sock, {"event": "failed", "reason": reason, "at": _now()}, f"failed {reason}")
-    jobend.remove_groups(plan)
-    return 0
-
-
-# ---- talking to the record and the driver ------------------------------------------
-
-
-def _record(plan: Plan, event: dict) -> bool:
-    return _record_error(plan, event) is None
-
-
-def _record_error(plan: Plan, event: dict) -> str | None:
+def _record(plan: Plan, event: dict) -> str | None:
     """Append ``event`` to the run record; None, or why it could not be written."""
     try:
         os.write(plan.record_fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
@@ -400,11 +282,10 @@ def _record_error(plan: Plan, event: dict) -> str | None:
 
 
 def _record_end(plan: Plan, sock: socket.socket, event: dict, *message: str) -> None:
-    """Record how the job ended, then tell the driver (the lines of ``message`` at once: one wake-up).
-    On a full disk keep trying, once a
-    second, until the line is written or the driver has filed the job (the record is unlinked):
-    until one of them, this process is what keeps the job's exit status."""
-    written = _record(plan, event)
+    """Record how the job ended, then tell the driver. On a full disk keep trying once a second
+    until the line is written or the driver has filed the job (the record is unlinked): until
+    then, this process is what keeps the job's exit status."""
+    written = _record(plan, event) is None
     _tell(sock, *message)
     while not written:
         try:
@@ -413,12 +294,11 @@ def _record_end(plan: Plan, sock: socket.socket, event: dict, *message: str) -> 
         except OSError:
             return
         time.sleep(1.0)
-        written = _record(plan, event)
+        written = _record(plan, event) is None
 
 
 def _tell(sock: socket.socket, *lines: str) -> bool:
-    """Send ``lines`` to the driver in one datagram (one line each, whatever they hold); False if the
-    driver is gone (the record says it all)."""
+    """Send ``lines`` to the driver in one datagram; False if the driver is gone (the record says it all)."""
     try:
         sock.send("".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8", "replace"))
         return True
@@ -431,23 +311,10 @@ def _now() -> str:
 
 
 def _close_all_but(keep: set[int]) -> None:
-    """Close every descriptor from 3 up but ``keep``: one close_range per gap between kept ones."""
+    """Close every descriptor from 3 up but ``keep``."""
     low = 3
     for fd in sorted(keep):
         if fd > low:
             os.closerange(low, fd)
         low = max(low, fd + 1)
-    os.closerange(low, _max_fd())
-
-
-_MAX_FD: int | None = None  # this process's descriptor limit, read once: a monitor serves many runs
-
-
-def _max_fd() -> int:
-    global _MAX_FD
-    if _MAX_FD is None:
-        try:
-            _MAX_FD = os.sysconf("SC_OPEN_MAX")
-        except (ValueError, OSError):
-            _MAX_FD = 65536
-    return _MAX_FD
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))

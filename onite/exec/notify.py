@@ -1,35 +1,15 @@
 """Telling a job's owner how it ended: mail through the local sendmail, or the admin's hook command.
 
-``wants_notice`` (which notice, if any) and ``mail_message`` (the mail's
-bytes) are pure. ``Notifier`` is the effect, and holds these invariants:
-
-- a job's result record and state are filed before its notice starts, and
-  nothing a notifier does changes them;
-- a notice never delays the next job: the notifier is started as a child
-  process in its own session and never waited for; its stdin is a memory
-  file already holding the whole message (no pipe that a slow reader could
-  fill), its stdout goes to /dev/null and its stderr to a non-blocking pipe
-  of which only the last bytes are kept;
-- the driver reaps notifiers on each turn of its loop (``reap``), kills the
-  process group of any still running after notify_timeout, and waits for the
-  rest when it ends (``finish``), so a short ``onite run`` still delivers;
-- at most MAX_RUNNING notifiers run at once; later notices wait their turn
-  in memory (at most MAX_WAITING, and MAX_WAITING_PER_USER of one user's),
-  one user's after another's, so a burst of failing jobs cannot become a
-  burst of processes, and one user's burst (files dropped in a queue, each
-  refused and filed as theirs) neither drops nor holds up anyone else's;
-- every failure -- no sendmail, a hook that cannot start, exits non-zero or
-  hangs -- is one ``notify-failed`` line in the activity log, nothing more;
-- only a valid job name (onite.core.names) reaches a hook's environment or a mail:
-  the names come from file names, which anyone may choose.
-
-The notifier runs with the driver's credentials (root on a system spool, as
-atd runs sendmail): docs/security.md says why, and what it sees.
+A notice starts once the job is filed and never delays the next job: the notifier runs in its own
+session, never waited for, its stdin a memfd. At most MAX_RUNNING run at once, the rest wait (one
+user's after another's); those past notify_timeout are killed; every failure is one
+``notify-failed`` line. Notifiers run with the driver's credentials, as atd runs sendmail.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import signal
 import stat
@@ -41,6 +21,8 @@ from pathlib import Path
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_name
 from onite.core.state import JobState, Result
+from onite.exec.submission import memory_file
+from onite.spool.results import result_record
 
 SENDMAIL_PATHS = ("/usr/sbin/sendmail", "/usr/lib/sendmail")
 NO_SENDMAIL = "no sendmail (install an MTA or set sendmail in onite.toml)"
@@ -56,8 +38,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 def find_sendmail(config) -> tuple[str | None, str]:
     """The sendmail a mail notice goes through (``sendmail`` in onite.toml, else the first of
-    SENDMAIL_PATHS that exists), or None and why there is none: what the driver logs, and what
-    ``submit --notify mail`` says at once."""
+    SENDMAIL_PATHS that exists), or None and why there is none."""
     if config.sendmail:
         if os.path.exists(config.sendmail):
             return config.sendmail, ""
@@ -65,17 +46,10 @@ def find_sendmail(config) -> tuple[str | None, str]:
     return next((p for p in SENDMAIL_PATHS if os.path.exists(p)), None), NO_SENDMAIL
 
 
-# ---- deciding (pure) -----------------------------------------------------------------
-
-
 def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | None, config) -> str | None:
-    """"mail", "command" or None: the notice ``result`` calls for.
-
-    The job's own choice (``--notify``, ``--notify-on``) wins over the
-    spool's ``notify`` and ``notify_on``. "failure" means the state failed,
-    for any reason; "always" adds done and cancelled. Call it only for a
-    final result: a failed attempt that will be retried is not one.
-    """
+    """"mail", "command" or None: the notice a final ``result`` calls for. The job's ``--notify`` and
+    ``--notify-on`` win over the spool's; "failure" means failed, for any reason; "always" adds done
+    and cancelled."""
     how = job_notify or config.notify
     when = job_notify_on or config.notify_on
     if how not in ("mail", "command"):
@@ -115,11 +89,8 @@ def output_tail(data: bytes, *, cut: bool, lines: int = TAIL_LINES) -> bytes:
 
 
 def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -> bytes:
-    """The mail telling ``result.user`` how their job ended (RFC 5322, for ``sendmail -oi -t``).
-
-    ``output``: the tail of the job's output, or None if it has none from this
-    run. Bytes of it that are not UTF-8 are replaced.
-    """
+    """The mail telling ``result.user`` how their job ended (for ``sendmail -oi -t``); ``output``: the
+    tail of the job's output, or None if it has none from this run."""
     from email.message import EmailMessage
     from email.policy import default
     from email.utils import format_datetime
@@ -148,9 +119,6 @@ def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -
     lines += ["", f"All of its output: onite output {result.name} --spool {spool_root}", ""]
     msg.set_content("\n".join(lines), charset="utf-8")
     return msg.as_bytes()
-
-
-# ---- acting --------------------------------------------------------------------------
 
 
 @dataclass
@@ -222,8 +190,6 @@ class Notifier:
                 self.log.event("notify-failed", result.name, how="mail", reason=missing,
                                note="said once a drain")
             return
-        import pwd
-
         try:
             pwd.getpwnam(result.user)
         except KeyError:
@@ -236,8 +202,6 @@ class Notifier:
         if not config.notify_command:
             self.log.event("notify-failed", result.name, how="command", reason="onite.toml has no notify_command")
             return
-        from onite.spool.results import result_record
-
         env = dict(os.environ, ONITE_JOB=result.name, ONITE_USER=result.user, ONITE_STATE=str(result.state),
                    ONITE_SPOOL=str(self.spool.root), ONITE_EVENT="finished")
         self._start(result, "command", list(config.notify_command), result_record(result), env, config)
@@ -263,7 +227,7 @@ class Notifier:
         return output_tail(data, cut=start > 0)
 
     def _start(self, result: Result, how: str, argv: list[str], stdin: bytes, env: dict, config) -> None:
-        data_fd = _memory_file(stdin)
+        data_fd = memory_file("onite-notice", stdin)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
             popen = subprocess.Popen(argv, stdin=data_fd, stdout=subprocess.DEVNULL, stderr=err_w, cwd="/", env=env,
@@ -280,8 +244,6 @@ class Notifier:
         os.set_blocking(err_r, False)
         self.pending.append(_Pending(name=result.name, how=how, popen=popen, stderr_fd=err_r,
                                      deadline=self.clock.monotonic() + config.notify_timeout.total_seconds()))
-
-    # ---- watching ----------------------------------------------------------------------
 
     def reap(self, now_mono: float | None = None) -> None:
         """Log the notifiers that ended, kill those past their time; never blocks."""
@@ -368,12 +330,8 @@ class Notifier:
         return min((p.given_up_at or p.deadline for p in self.pending), default=None)
 
     def finish(self, stop=lambda: False) -> None:
-        """Start the notices still waiting and wait for every notifier, each at most until its time is up
-        (the driver is ending).
-
-        ``stop()``: True when the driver must exit now (a second INT or TERM, or QUIT): the
-        notifiers left are killed and logged as such.
-        """
+        """The driver is ending: start the notices still waiting and wait for every notifier, each at
+        most until its time is up; once ``stop()`` (a hard stop), those left are killed."""
         while self.busy:
             now_mono = self.clock.monotonic()
             if stop():
@@ -388,17 +346,3 @@ class Notifier:
                 self.clock.sleep(0.02)
         self._told_no_sendmail = False
 
-
-def _memory_file(data: bytes) -> int:
-    """A descriptor of a file holding ``data``, at offset 0: a notifier's stdin that can never block us."""
-    try:
-        fd = os.memfd_create("onite-notice", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        import tempfile
-
-        fd = os.dup(tempfile.TemporaryFile().fileno())
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd

@@ -1,9 +1,7 @@
-"""Processes named by their pids, safely: a pid is a number the kernel gives again once its
-process is reaped, so what is read of a process (its parent, group, start time, from /proc) and what
-is sent to it (through a pidfd, checked against that start time) never reaches a later process that
-got the same number.
-
-Used by a job's monitor after fork: imports only os and (lazily) signal, and onite.exec.contain.
+"""Processes named by their pids, safely: a pid is given again once its process is reaped, so
+what is sent to a process goes through a pidfd checked against its start time, and never reaches
+a later process of the same number. Runs in the monitor: imports only os, signal and
+onite.exec.contain.
 """
 
 from __future__ import annotations
@@ -14,13 +12,10 @@ from onite.exec.contain import process_start_ticks, stat_fields
 
 
 def descendants(pid: int) -> list[tuple[int, int]]:
-    """Every live descendant of ``pid``, from /proc (parents before children), each with its start
-    time (``process_start_ticks``), which tells it from a later process given the same pid."""
+    """Every live descendant of ``pid`` (parents before children), each with its start time."""
     children: dict[int, list[tuple[int, int]]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = stat_fields(int(entry))
+        fields = stat_fields(int(entry)) if entry.isdigit() else None
         if fields is not None:
             children.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
     found, todo = [], list(children.get(pid, ()))
@@ -31,28 +26,29 @@ def descendants(pid: int) -> list[tuple[int, int]]:
     return found
 
 
-def signal_exact(pid: int, ticks: int, sig: int) -> None:
-    """Send ``sig`` to the process ``pid`` that started at ``ticks``, never to a later one given its
-    pid: through a pidfd, opened, then checked against the start time (a pidfd names one process,
-    whatever becomes of its number)."""
-    import signal  # here: submit reads boot_id() from this module and need not pay for signal's enums
+def signal_exact(pid: int, ticks: int | None, sig: int) -> bool:
+    """Send ``sig`` to the process ``pid`` that started at ``ticks`` (None: whichever has the pid
+    now), through a pidfd opened before its start time is checked; whether it was sent."""
+    import signal  # here: submit reads boot_id() from contain and need not pay for signal's enums
 
     try:
         fd = os.pidfd_open(pid)
     except OSError:
-        return
+        return False
     try:
-        if process_start_ticks(pid) == ticks:
+        if ticks is None or process_start_ticks(pid) == ticks:
             signal.pidfd_send_signal(fd, sig)
+            return True
     except OSError:
         pass
     finally:
         os.close(fd)
+    return False
 
 
 def group_has_others(pgid: int, leader: int) -> bool:
-    """Is any process but ``leader`` (whose unreaped zombie keeps the group's number) left alive in
-    group ``pgid``? From /proc: a signal of 0 to the group would count the zombie."""
+    """Is any process but ``leader`` (whose unreaped zombie keeps the group's number) alive in group
+    ``pgid``? Read from /proc: a signal 0 to the group would count the zombie."""
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != leader:
             fields = stat_fields(int(entry))
@@ -65,23 +61,3 @@ def parent_of(pid: int) -> int | None:
     """The parent of ``pid`` (None if it is gone)."""
     fields = stat_fields(pid)
     return int(fields[1]) if fields is not None else None
-
-
-def with_argument(argument: bytes, uid: int) -> list[tuple[int, int]]:
-    """The live processes of ``uid`` (their /proc folder's owner) that have ``argument`` as one of their
-    command-line words, each with its start time (``process_start_ticks``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                words = handle.read(1 << 20).split(b"\0")
-        except OSError:
-            continue
-        fields = stat_fields(int(entry))
-        if argument in words and fields is not None and fields[0] not in (b"Z", b"X"):
-            found.append((int(entry), int(fields[19])))
-    return found

@@ -1,11 +1,7 @@
-"""Finding and stopping a job's processes by what they carry, when no monitor or record says which they are.
+"""Finding and stopping processes by what they carry, where no monitor or record names them.
 
-A driver killed between starting a job and writing its run record leaves a
-claim with no record; the job's processes, if any, are found by the
-environment every process of a job inherits (ONITE_JOB, ONITE_RUN_ID,
-ONITE_JOB_SPOOL: onite.exec.launch) and stopped through pidfds, so that a
-pid reused meanwhile is never hit. These are bounded waits for other
-processes to end: they run on the real clock.
+Every process of a job inherits ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL (onite.exec.launch).
+Each is signalled through a pidfd, never a later process given its pid.
 """
 
 from __future__ import annotations
@@ -14,49 +10,56 @@ import os
 import signal
 import time
 
-from onite.spool.filecheck import read_up_to
+from onite.exec import contain, limits
+from onite.exec.pids import signal_exact
 
 ENVIRON_LIMIT = 8 << 20  # bytes of a process's environment read: the kernel's own limit is lower
 KILL_SETTLE = 5.0  # seconds after SIGKILL in which processes still found are signalled again
 
 
-def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
-    """This machine's processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``:
-    read from each process's environment as it was started (/proc/PID/environ), which every
-    process of a job inherits. Processes this one may not read are skipped: a driver that is not
-    root runs only its own user's jobs.
-    """
-    wanted = {b"ONITE_JOB=" + name.encode(), b"ONITE_JOB_SPOOL=" + os.fsencode(spool)}
-    found = []
+def _scan(what: str, limit: int, uid: int | None = None):
+    """(pid, /proc/PID/``what``) of every process but this one (of ``uid`` only, if given) that
+    this process may read."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            fd = os.open(f"/proc/{entry.name}/environ", os.O_RDONLY | os.O_CLOEXEC)
+            if uid is not None and entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/{what}", "rb") as handle:
+                yield int(entry.name), handle.read(limit)
         except OSError:
             continue
-        try:
-            data = read_up_to(fd, ENVIRON_LIMIT)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        if b"ONITE_RUN_ID=" not in data:
-            continue
+
+
+def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
+    """This machine's processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``,
+    by their environment as it was started. A driver that is not root finds only its own user's."""
+    wanted = {b"ONITE_JOB=" + name.encode(), b"ONITE_JOB_SPOOL=" + os.fsencode(spool)}
+    found = []
+    for pid, data in _scan("environ", ENVIRON_LIMIT):
         variables = set(data.split(b"\0"))
-        if wanted <= variables:
-            run_id = next((v[len(b"ONITE_RUN_ID="):] for v in variables if v.startswith(b"ONITE_RUN_ID=")), b"")
-            if run_id_ok(run_id.decode("utf-8", "replace")):
-                found.append(int(entry.name))
+        run_id = next((v[len(b"ONITE_RUN_ID="):] for v in variables if v.startswith(b"ONITE_RUN_ID=")), None)
+        if run_id is not None and wanted <= variables and run_id_ok(run_id.decode("utf-8", "replace")):
+            found.append(pid)
+    return found
+
+
+def with_argument(argument: bytes, uid: int) -> list[tuple[int, int]]:
+    """The live processes of ``uid`` with ``argument`` as one of their command-line words, each with
+    its start time."""
+    found = []
+    for pid, data in _scan("cmdline", 1 << 20, uid):
+        fields = contain.stat_fields(pid)
+        if argument in data.split(b"\0") and fields is not None and fields[0] not in (b"Z", b"X"):
+            found.append((pid, int(fields[19])))
     return found
 
 
 def stop_processes(find, grace: float) -> int:
     """SIGTERM every process ``find()`` returns, then SIGKILL those still found after ``grace``
-    seconds. Each is signalled through a pidfd opened while it is known to match, so a pid reused
-    meanwhile is never hit; ``find`` runs again while waiting, which catches children started late.
-    Returns how many processes were signalled.
-    """
+    seconds; ``find`` runs again while waiting, which catches children started late. How many
+    processes were signalled."""
     signalled: set[int] = set()
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
@@ -65,19 +68,8 @@ def stop_processes(find, grace: float) -> int:
         if not pids:
             return len(signalled)
         for pid in pids:
-            if sig == signal.SIGTERM and pid in signalled:
-                continue
-            try:
-                pidfd = os.pidfd_open(pid)
-            except OSError:
-                continue
-            try:
-                signal.pidfd_send_signal(pidfd, sig)
+            if (sig == signal.SIGKILL or pid not in signalled) and signal_exact(pid, None, sig):
                 signalled.add(pid)
-            except OSError:
-                pass
-            finally:
-                os.close(pidfd)
         if sig == signal.SIGKILL and time.monotonic() > deadline + KILL_SETTLE:
             return len(signalled)
         if time.monotonic() >= deadline:
@@ -87,13 +79,9 @@ def stop_processes(find, grace: float) -> int:
 
 def kill_leftovers(cgroup: str | None, groups: tuple[str, ...], spool: str, name: str, run_id: str, *,
                    known_pid: bool) -> None:
-    """Kill what a run whose monitor is dead left running, and remove its groups (its monitor would
-    have). With the monitor gone, the run's cgroup and its v1 limit groups hold only the job's
-    processes, even where the monitor died between starting the job and recording its pid; where
-    it had neither (and no pid is known), they are found by their ONITE_RUN_ID, as recovery finds
-    those of a claim with no record (onite.drain.orphans)."""
-    from onite.exec import contain, limits
-
+    """Kill what a run whose monitor is dead left running, and remove its groups (as its monitor
+    would have). Its cgroup and v1 groups hold only the job's processes; where it had neither and
+    no pid is known, they are found by their ONITE_RUN_ID."""
     if cgroup:
         contain.kill_cgroup(cgroup)
         contain.remove_cgroup(cgroup)
@@ -104,16 +92,14 @@ def kill_leftovers(cgroup: str | None, groups: tuple[str, ...], spool: str, name
 
 
 def kill_groups(groups) -> bool:
-    """SIGKILL every process in these v1 groups (a run's, once its monitor is gone: they hold every
-    process it started, those that left its process group too); True if any was there."""
-    from onite.exec.contain import cgroup_pids, kill_cgroup
-
+    """SIGKILL every process in these v1 groups (a dead run's: they hold every process it started,
+    those that left its process group too); True if any was there."""
     killed = False
     for group in groups:
         for _ in range(50):  # a process forking meanwhile is caught on a later round
-            if not cgroup_pids(group):
+            if not contain.cgroup_pids(group):
                 break
             killed = True
-            kill_cgroup(group)
+            contain.kill_cgroup(group)
             time.sleep(0.01)
     return killed

@@ -1,17 +1,7 @@
 """What the driver asks of an executor (a ``Runner``), and the attempt it hands one (a ``Run``).
 
-Two executors implement the Protocol: onite.exec.local.LocalRunner (each job
-under a monitor process of its own, on this machine) and
-onite.exec.slurm.SlurmRunner (each job a Slurm batch job). The driver
-(onite.drain) knows only this interface: it claims a job, builds its Run,
-``start``s it, and from then on asks the runner what happened (``reap``,
-``started``) and what to wait for (``wait_fds``, ``next_deadline``), and
-tells it what to do (``stop``, ``kill``, ``tick``). Deadlines are read on the
-driver's clock (onite.core.clock), which the driver passes to ``tick`` and
-the runner was made with.
-
-A runner never files a job: it reports how a run ended (an Outcome), and the
-driver records it (onite.drain.finish).
+LocalRunner and SlurmRunner implement it. A runner never files a job: it reports how a run ended,
+and the driver records it (onite.drain.finish).
 """
 
 from __future__ import annotations
@@ -21,10 +11,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.resources import Need
 from onite.core.state import Outcome, Stop
-from onite.core.identity import Identity
 
 if TYPE_CHECKING:
     from onite.core.config import Config
@@ -37,13 +27,13 @@ class SpawnError(Exception):
 
 
 class Unavailable(SpawnError):
-    """The executor cannot take any job just now (the Slurm controller does not answer), and
-    nothing of this job was started: it goes back to its queue and the driver waits."""
+    """The executor cannot take any job just now (the Slurm controller does not answer), and nothing
+    of this job was started: it goes back to its queue and the driver waits."""
 
 
 class NoRecord(SpawnError):
-    """The run record cannot be written (a full disk): nothing was started, and the driver must
-    start nothing more until it can record what it starts."""
+    """Something of the run cannot be written (a full disk): nothing was started, and the driver
+    starts nothing more until it can record what it starts."""
 
 
 @dataclass(eq=False)
@@ -68,11 +58,11 @@ class Run:
     cancelled_by: str | None = None
     queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
     spool: str = ""  # the root of the spool it was claimed from (ONITE_JOB_SPOOL)
-    announced: bool = False  # its start was reported to the driver (local: the monitor said "started")
+    announced: bool = False  # its start was reported to the driver
     adopted: bool = False  # taken over from a driver that died
-    need: Need | None = None  # what it asks for, the spool's defaults applied (onite.core.resources)
+    need: Need | None = None  # what it was admitted with (onite.core.resources)
     groups: tuple[str, ...] = ()  # local: the cgroup v1 groups holding its limits (onite.exec.limits)
-    unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set (memory, cpu)
+    unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
     unrecorded: str | None = None  # local: why its monitor could not record itself (it started nothing)
@@ -94,20 +84,19 @@ class Run:
 
 
 class Runner(Protocol):
-    """What the driver needs from an executor. Subclasses inherit the defaults below."""
+    """What the driver needs from an executor; the defaults below are inherited. Deadlines and
+    ``now_mono`` are on the driver's monotonic clock."""
 
     executor: ClassVar[str]  # "local" or "slurm", recorded in results and run records
     runs: list[Run]  # the runs it is responsible for now
 
     def record_info(self, run: Run) -> dict:
-        """What this executor adds to the first line of ``run``'s record (written before the claim), for
-        recovery after a driver's death: a local run's cgroups and limits, a Slurm job's name."""
+        """What this executor adds to the first line of ``run``'s record, for recovery."""
         return {}
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
-        """Start ``run``; ``record_fd``: an O_APPEND descriptor of its record (``run.record_path``), which
-        the caller closes (a runner that keeps it dups it).
+        """Start ``run``; ``record_fd``: an O_APPEND descriptor of its record, which the caller closes.
 
         Raises:
             SpawnError: it could not start (the reason is recorded); NoRecord: nothing could be
@@ -115,64 +104,52 @@ class Runner(Protocol):
         """
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """Begin a graceful stop: TERM now, KILL after the grace period."""
+        """TERM now, KILL after the grace period."""
 
     def kill(self, run: Run, why: Stop) -> None:
         """Stop at once (the driver's hard stop)."""
 
-    def tick(self, now_mono: float) -> None:
-        """Enforce time limits and kill deadlines (``now_mono``: the driver's clock)."""
+    def tick(self, now_mono: float) -> None: ...
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """The runs that ended since the last call, with how."""
 
-    def next_deadline(self) -> float | None:
-        """When (on the driver's monotonic clock) the driver must wake for this runner, or None."""
+    def next_deadline(self) -> float | None: ...
 
     def wait_fds(self) -> list[int]:
         """Descriptors that become readable when a run may have changed."""
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
-        """Make sure a dead driver's run with no monitor of onite's (a Slurm job) is gone (``owner``: the
-        claim's uid); what was done."""
+        """Make sure a dead driver's run with no monitor of onite's (a Slurm job) is gone; what was done."""
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        """The same for a claim of ``spool`` with no run record, by the job's environment (``owner``: the
-        claim's uid, if known)."""
+        """The same for a claim of ``spool`` with no run record, found by the job's environment."""
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
-        """The executor's id of the job of a run whose record has none (its driver died as it handed the
-        job over), found by the run's id; None if there is none (default: no executor id to find)."""
+        """The executor's id of the job of a run whose driver died as it handed the job over."""
         return None
 
     def started(self) -> list[Run]:
-        """Runs whose start was confirmed since the last call, in claim order (for the log)."""
+        """Runs whose start was confirmed since the last call, in claim order."""
         return []
 
     def busy(self) -> bool:
         """Work still in flight: the driver waits for it before it exits."""
         return bool(self.runs)
 
-    def needs_polling(self) -> bool:
-        """Runs with no descriptor to wait on: the driver then polls every 50 ms (a runner that polls
-        at its own pace uses ``next_deadline``)."""
-        return False
-
     def adopt(self, run: Run, rec: RunRecord) -> bool:
-        """Take over a run whose monitor outlived its driver; True if it did (default: never)."""
+        """Take over a run whose monitor outlived its driver; True if it did."""
         return False
 
     def reattach(self, run: Run) -> bool:
-        """Take back a run that outlived its driver (a Slurm job); True if it did (default: never)."""
+        """Take back a run that outlived its driver (a Slurm job); True if it did."""
         return False
 
     def unwatched_end(self, run: Run) -> Outcome | None:
-        """How a run that outlived its driver ended while none watched it (a Slurm job); None: it
-        has not ended, or this executor cannot tell (default)."""
+        """How a run that outlived its driver ended while none watched it; None: not ended, or unknown."""
         return None
 
-    def reload(self, config: Config) -> None:
-        """Take new settings after SIGHUP."""
+    def reload(self, config: Config) -> None: ...
 
     def close(self) -> None:
-        """The drain is over: let go of what starting runs needs (the local monitors that wait); runs go on."""
+        """The drain is over: let go of what starting runs needs; runs go on."""

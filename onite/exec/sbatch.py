@@ -1,24 +1,13 @@
 """How one onite job becomes one ``sbatch`` call (pure: no processes, no files, no clock).
 
-The submission keeps onite's promises on a cluster:
-
-- the exact environment goes in an *export file* (NAME=value records
-  separated by NUL bytes, read by sbatch from an inherited descriptor), and
-  sbatch itself runs with an empty environment: a value may hold any byte,
-  and no SBATCH_* variable of the user's can turn into an sbatch option;
-- sbatch runs *as the job's owner*, so the ``#SBATCH`` lines in the job text
-  are honoured with the owner's rights, never root's;
-- sbatch runs behind ``cd -- CWD`` done as the owner: Slurm silently runs a
-  job whose directory it cannot enter in /tmp, so the directory is tried as
-  the owner first and a failure becomes a clear reason (Python's subprocess
-  changes directory *before* it drops privileges, so its ``cwd=`` cannot do
-  this check);
-- onite's own options come last on the command line, where they win over
-  [slurm] sbatch_args, and command-line options win over #SBATCH lines.
+The environment goes in an export file and sbatch runs with an empty one (no SBATCH_* becomes an
+option), as the job's owner, behind a ``cd`` done as the owner (Slurm would run a job whose
+directory it cannot enter in /tmp). onite's own options come last, where they win.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shlex
@@ -27,9 +16,7 @@ from datetime import timedelta
 from onite.core.config import SlurmConfig
 from onite.core.names import job_label
 
-# The kernel refuses execve() when one "NAME=value" string exceeds this
-# (MAX_ARG_STRLEN = 32 pages); slurmstepd would then fail the job late and obscurely.
-MAX_ENV_STRING = 128 * 1024
+MAX_ENV_STRING = 128 * 1024  # the kernel's MAX_ARG_STRLEN for one "NAME=value": past it slurmstepd fails late
 
 CD_FAILED = 121  # the wrapper's exit status when the owner cannot enter the job's directory
 _CD_WRAPPER = 'cd -- "$1" 2>/dev/null || exit %d; shift; exec "$@"' % CD_FAILED
@@ -37,10 +24,8 @@ _CD_WRAPPER = 'cd -- "$1" 2>/dev/null || exit %d; shift; exec "$@"' % CD_FAILED
 
 
 def script_text(body: bytes, shell: str) -> bytes:
-    """The batch script: the job text, behind ``#!SHELL`` when it names no interpreter.
-
-    sbatch refuses a script without ``#!``; locally such a text runs under ``shell``.
-    """
+    """The batch script: the job text, behind ``#!SHELL`` when it names no interpreter (sbatch
+    refuses a script without one)."""
     if body.startswith(b"#!"):
         return body
     return b"#!" + os.fsencode(shell) + b"\n" + body
@@ -52,14 +37,9 @@ def time_limit_minutes(timeout: timedelta) -> int:
 
 
 def nice_for(priority: int, urgent: bool, step: int) -> int:
-    """``--nice`` for an onite priority: users may not go below 0, so P1 and urgent get 0.
-
-    Slurm subtracts nice from a job's priority and clamps the result at 1, so
-    the step must exceed the spread of priorities Slurm itself gives jobs of
-    one onite priority (priority/basic: one less per job submitted), yet stay
-    well below the priorities themselves: a million, tried first, clamped
-    every job but P1 to 1 on the test cluster, which made them plain FIFO.
-    """
+    """``--nice`` for an onite priority: users may not go below 0, so P1 and urgent get 0. Slurm
+    clamps priority minus nice at 1, so ``step`` must exceed the spread Slurm gives jobs of one onite
+    priority, yet stay well below the priorities themselves (or every job but P1's becomes 1: FIFO)."""
     return 0 if urgent else (priority - 1) * step
 
 
@@ -77,11 +57,8 @@ def oversized_variable(env: dict[bytes, bytes]) -> str | None:
 
 
 def output_pattern(path: bytes) -> bytes:
-    """``path`` as an sbatch --output (or --error) pattern that names exactly that file.
-
-    sbatch expands %j and friends; %% is a literal %. A path holding a backslash
-    is taken literally by sbatch already, so it must not be escaped.
-    """
+    """``path`` as an sbatch --output (or --error) pattern that names exactly that file: % doubled,
+    but in a path holding a backslash, which sbatch takes literally already."""
     if b"\\" in path:
         return path
     return path.replace(b"%", b"%%")
@@ -92,12 +69,8 @@ _FLAGS = set("hHkOQsuvV")
 
 
 def unsupported_directive(script: bytes) -> str | None:
-    """Why an ``#SBATCH`` line of the script cannot run under onite, or None.
-
-    One onite job is one Slurm job that onite polls: a job array or a
-    heterogeneous job would be several, and ``--wait`` would block the driver.
-    Slurm reads directives until the first line that is neither blank nor a comment.
-    """
+    """Why an ``#SBATCH`` line (up to the first line that is neither blank nor a comment) cannot run
+    under onite, or None: one onite job is one Slurm job that onite polls."""
     for raw in script.split(b"\n")[1:]:
         line = raw.strip()
         if not line:
@@ -139,14 +112,12 @@ def _refused_word(word: str) -> str:
 
 
 def run_comment(run_id: str, spool: str) -> str:
-    """The Slurm comment of a run: ``onite:RUN_ID:SPOOLTAG``. Recovery finds by it a job that a
-    driver killed during sbatch never recorded (SPOOLTAG tells spools apart without showing paths)."""
+    """``onite:RUN_ID:SPOOLTAG``, by which recovery finds a job a driver killed during sbatch never
+    recorded (SPOOLTAG tells spools apart without showing paths)."""
     return f"onite:{run_id}:{spool_tag(spool)}"
 
 
 def spool_tag(spool: str) -> str:
-    import hashlib
-
     return hashlib.sha256(os.fsencode(spool)).hexdigest()[:16]
 
 
@@ -161,10 +132,8 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
                 timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig,
                 error: bytes | None = None, comment: str | None = None, mem: int | None = None,
                 cpus: int | None = None) -> list[bytes]:
-    """The sbatch command line for one job (the script goes to its stdin). ``error``: the file for
-    its stderr when kept apart; None sends stderr to ``output`` (sbatch's default without --error).
-    ``comment``: the run's run_comment. ``mem`` (MiB), ``cpus``: its request (onite.core.resources),
-    as Slurm's own --mem and --cpus-per-task."""
+    """The sbatch command line for one job (the script goes to its stdin). ``error``: its stderr file
+    when kept apart; ``mem`` (MiB) and ``cpus``: its request, as Slurm's --mem and --cpus-per-task."""
     argv = [os.fsencode(sbatch)]
     argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
     if slurm.partition:
@@ -209,8 +178,7 @@ def parse_job_id(stdout: bytes) -> str | None:
 SCRIPT_LIMIT = 4 * 1024 * 1024  # slurmctld's default max_script_size
 
 
-# What sbatch says when it never reached the controller, so nothing was submitted
-# (Slurm's own error strings: slurm_strerror of the connection and protocol errors).
+# what sbatch says when it never reached the controller, so nothing was submitted (slurm_strerror's words)
 _UNREACHED = ("unable to contact slurm controller", "connection refused", "communication connection failure",
               "zero bytes were transmitted or received", "slurmctld is not responding")
 

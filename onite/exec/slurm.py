@@ -1,46 +1,30 @@
 """The slurm executor: each claimed job becomes one Slurm batch job, submitted as its owner.
 
-Everything that is onite's stays in the driver (order, windows, holds,
-dependencies, retries, results, logs). This runner only hands a claimed job
-to Slurm (onite.exec.sbatch builds the call), watches it (onite.exec.squeue reads the
-answers) and stops it:
-
-- one ``squeue`` call per poll interval ([slurm] poll) covers every job in
-  flight, so the cost per poll does not grow with the number of jobs; the
-  driver wakes for it through ``next_deadline()``, there is no descriptor to
-  wait on;
-- a job's time limit is given to Slurm in whole minutes, but Slurm checks
-  limits only about every 30 s, so the runner also cancels the job itself at
-  the exact deadline, counted from the job's real start in Slurm;
-- a cancel (``onite cancel``, a timeout, the driver's hard stop) is an
-  ``scancel``, repeated while the job lingers: Slurm signals TERM, then KILL
-  after its KillWait;
-- Slurm jobs outlive the driver: ``runinfo`` keeps the job id in the run
-  record and ``reattach`` takes such a run back after a crash, instead of
-  running the job a second time; the jobs a dead driver left are found by
-  their ids, or, where it died while sbatch ran, by the run's id in their
-  comments (sbatch.run_comment), among the jobs of the run's owner only (a
-  comment is its owner's to write).
+One ``squeue`` per poll watches every job in flight; a time limit is enforced at its exact deadline
+(Slurm checks every 30 s or so); a cancel is an ``scancel``, repeated while the job lingers. Slurm
+jobs outlive the driver: recovery takes a run back by the job id in its record, or by the run's id
+in the job's comment, among its owner's jobs only (a comment is its owner's to write).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 
-from onite.exec import pids, sbatch, squeue, submission
-from onite.exec.contain import is_zombie, process_start_ticks
 from onite.core.clock import SYSTEM, Clock
 from onite.core.config import Config
 from onite.core.errors import ConfigError
+from onite.core.names import job_label
+from onite.core.state import Outcome, Stop, stopped_outcome
+from onite.exec import pids, processes, sbatch, squeue, submission
+from onite.exec.contain import is_zombie, process_start_ticks
 from onite.exec.launch import job_environment, run_outputs
 from onite.exec.runner import Run, Runner, SpawnError, Unavailable
 from onite.spool import runrecords
-from onite.core.names import job_label
-from onite.core.state import Outcome, Stop, stopped_outcome
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
 RECANCEL = 10.0  # seconds before a cancel is repeated for a job that is still there
@@ -78,8 +62,7 @@ class SlurmRunner(Runner):
         self.sbatch = find_tool("sbatch")
         self.squeue = find_tool("squeue")
         self.scancel = find_tool("scancel")
-        # Only the location of slurm.conf passes to sbatch: anything else in its
-        # environment (SBATCH_*) would act as options.
+        # only the location of slurm.conf passes to sbatch: anything else (SBATCH_*) would act as options
         self._tool_env = {k: os.environ[k] for k in ("SLURM_CONF",) if k in os.environ}
         self.runs: list[Run] = []
         self._next_poll: float | None = None
@@ -97,14 +80,11 @@ class SlurmRunner(Runner):
         """New settings (SIGHUP); runs already in Slurm keep what they were submitted with."""
         self.config = config
 
-    # ---- starting --------------------------------------------------------------
-
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
-        """Submit ``run`` to Slurm as its owner; returns once sbatch runs (onite.exec.submission): the run
-        is announced (``started``), and its job id added to its record (``record_fd``, dup'ed: its run's
-        id is there already, to find the job by if the driver dies as sbatch runs), once sbatch has
-        said it; ``reap`` tells a submission that failed.
+        """Submit ``run`` to Slurm as its owner; returns once sbatch runs (onite.exec.submission). Once
+        sbatch says the job id, it goes into the run's record (``record_fd``, dup'ed) and the run is
+        announced; ``reap`` tells a submission that failed.
 
         Raises:
             SpawnError: with the reason.
@@ -140,7 +120,7 @@ class SlurmRunner(Runner):
 
     def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None):
         job = run.job
-        env_fd = submission.memory_file(f"onite-env:{run.name}", sbatch.export_file(env), cloexec=False)
+        env_fd = submission.memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
         try:
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
                                       error=os.fsencode(error) if error is not None else None,
@@ -158,8 +138,8 @@ class SlurmRunner(Runner):
             os.close(env_fd)
 
     def _submitted(self, run: Run) -> Outcome | None:
-        """A submission that is over: its job id taken, its record written, the run announced; or why
-        it failed (``run.unavailable`` set if the controller never had it: nothing was submitted)."""
+        """A submission that is over: None once its job id is taken, or why it failed
+        (``run.unavailable`` set if the controller never had it)."""
         sub, script_size = self._submitting.pop(run.run_id)
         try:
             code, out, err = sub.result()
@@ -219,8 +199,8 @@ class SlurmRunner(Runner):
         return announced
 
     def close(self) -> None:
-        """The drain is over (an sbatch still runs only if it ended on an error): such an sbatch is left to
-        finish, and the next driver takes its job back by the run's id, as after a crash."""
+        """The drain is over: an sbatch still running (the drain ended on an error) is left to finish,
+        and the next driver takes its job back by the run's id, as after a crash."""
         for sub, _ in self._submitting.values():
             sub.close()
         self._submitting.clear()
@@ -228,8 +208,6 @@ class SlurmRunner(Runner):
     def _cancel_by_name(self, run: Run) -> None:
         """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
         self._run_tool([self.scancel, "--quiet", f"--name={job_label(run.name)}", f"--user={run.owner.uid}"])
-
-    # ---- stopping ----------------------------------------------------------------
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
@@ -259,8 +237,6 @@ class SlurmRunner(Runner):
                 self.stop(run, Stop.TIMEOUT)
             elif run.kill_at is not None and now_mono >= run.kill_at:
                 self._cancel(run)
-
-    # ---- watching ------------------------------------------------------------------
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Runs that ended in Slurm since the last poll, with their outcomes (polls when due)."""
@@ -353,8 +329,7 @@ class SlurmRunner(Runner):
             return None
 
     def next_deadline(self) -> float | None:
-        """The next poll while runs are in flight, an earlier time limit or cancel retry, or the deadline
-        of an sbatch (soon, where it cannot be waited for: no pidfd)."""
+        """The next poll, time limit, cancel retry or sbatch deadline (soon, where it has no pidfd)."""
         times = [t for run in self.runs
                  for t in (run.timeout_at if run.stopping is None else None, run.kill_at) if t is not None]
         if self.runs and self._next_poll is not None:
@@ -364,27 +339,18 @@ class SlurmRunner(Runner):
         return min(times) if times else None
 
     def wait_fds(self) -> list[int]:
-        """The pidfds of the sbatch processes still running (readable once one ends); the polls of
-        Slurm are in next_deadline()."""
+        """The pidfds of the sbatch processes still running."""
         return [sub.pidfd for sub, _ in self._submitting.values() if sub.pidfd is not None]
 
-    def needs_polling(self) -> bool:
-        """False: the poll interval is in next_deadline(); True would make the driver spin at 50 ms."""
-        return False
-
-    # ---- a dead driver's jobs in Slurm: taken back, or made sure none is left -------------------
-
     def record_info(self, run: Run) -> dict:
-        """What recovery needs of a run whose driver died as sbatch ran: its Slurm job's name (its id
-        follows in a ``submitted`` line once sbatch says it)."""
+        """Its Slurm job's name (its id follows in a ``submitted`` line once sbatch says it)."""
         return {"slurm_name": job_label(run.name)}
 
     def reattach(self, run: Run) -> bool:
         """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
         answer = self._query([run.external_id])
         if answer is None:
-            # The controller cannot say: keep the run rather than submit the job a second time.
-            known = True
+            known = True  # the controller cannot say: keep the run rather than submit the job twice
         else:
             status = answer.get(run.external_id)
             known = status is not None and status.uid == self._job_uid(run.owner.uid)
@@ -396,8 +362,8 @@ class SlurmRunner(Runner):
 
     def unwatched_end(self, run: Run) -> Outcome | None:
         """How a run a dead driver left in Slurm ended while no driver watched it: as Slurm says, or
-        lost if Slurm no longer knows its job (it ended more than MinJobAge ago, or the controller
-        lost it): sbatch took it, so it may have run, and it is not run again. None: still in flight.
+        lost if Slurm forgot it (sbatch took it, so it may have run: it is not run again). None: still
+        in flight.
 
         Raises:
             Unavailable: the controller cannot be asked.
@@ -435,9 +401,8 @@ class SlurmRunner(Runner):
         return self._cancel_and_wait(job_id, self._job_uid(owner), grace)
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        """A claim with no run record: the driver may have been killed while sbatch ran. A job it
-        submitted is found among its owner's (``owner``: the claim's) by its name and its comment
-        (sbatch.run_comment), and cancelled."""
+        """A claim with no run record: a job its killed driver's sbatch submitted is found among its
+        owner's by its name and comment (sbatch.run_comment), and cancelled."""
         label, uid = job_label(name), self._job_uid(owner)
         done = self._run_tool(squeue.search_argv(self.squeue, label, uid))
         if done is None or done.returncode != 0:
@@ -449,8 +414,8 @@ class SlurmRunner(Runner):
         return "no run record; " + "; ".join(self._cancel_and_wait(job_id, uid, grace) for job_id in found)
 
     def _cancel_and_wait(self, job_id: str, uid: int, grace: float) -> str:
-        """Cancel the job, and wait until Slurm says it is over: a job run again must not overlap with its
-        predecessor. Slurm kills what its TERM left after KillWait, so the wait is at least that long.
+        """Cancel the job, and wait (past Slurm's KillWait) until Slurm says it is over: a job run again
+        must not overlap with its predecessor.
 
         Raises:
             Unavailable: it is still in flight (or Slurm cannot say) at the end of the wait.
@@ -470,9 +435,8 @@ class SlurmRunner(Runner):
             time.sleep(0.2)
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
-        """The Slurm job of a run whose driver died as sbatch ran (its record has no job id): the one
-        job of ``owner`` named for the run whose comment names exactly its run id, in flight or ended
-        within MinJobAge; None if there is none (or not one).
+        """The Slurm job of a run whose driver died as sbatch ran: the one job of ``owner`` named for the
+        run whose comment names exactly its run id; None if there is none (or not one).
 
         Raises:
             Unavailable: Slurm cannot be asked (then nothing may be decided: the job may be running).
@@ -489,18 +453,14 @@ class SlurmRunner(Runner):
         return found[0] if len(found) == 1 else None
 
     def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
-        """An sbatch of the run that outlived its driver could still submit the job after the search
-        found none, and the job would run twice: it is killed first (it runs as the job's owner, who may
-        have stopped it). One that was killed may have handed the job to the controller as it died: the
-        search waits a moment for the controller to have it.
+        """Kill an sbatch of the run that outlived its driver (it could submit the job after the search
+        found none), and give the controller a moment to have what it sent as it died.
 
         Raises:
             Unavailable: it is still there after SIGKILL (a process stuck in the kernel).
         """
-        import signal
-
         argument = f"--comment={sbatch.run_comment(run_id, spool)}".encode()
-        left = pids.with_argument(argument, uid)
+        left = processes.with_argument(argument, uid)
         if not left:
             return
         for pid, ticks in left:

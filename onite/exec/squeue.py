@@ -1,19 +1,8 @@
 """What Slurm says about onite's jobs, and how each ending becomes an Outcome (pure).
 
-One ``squeue -h -t all -j ID1,ID2,... -O ...`` call answers for every job in
-flight: ``-t all`` keeps finished jobs in the answer for MinJobAge, and the
-``exit_code`` field is the raw wait status (768 is exit 3, 9 is SIGKILL). The
-JobState, not the exit code, says how a job ended: a job cancelled while
-pending has exit code 0, a job that trapped SIGTERM may exit 143.
-
-No accounting database is needed (sacct is not used): a job that ended more
-than MinJobAge ago is simply gone, which onite records as lost.
-
-A job's owner may rename it, or set its comment, to any text, newlines
-included (``scontrol update``): so the query asks for no field its owner can
-write (a job is told to be onite's by its owner's uid, which only Slurm
-sets), and every field must look exactly as Slurm writes it. A line that
-does not is skipped, never trusted, and no parser here raises.
+One ``squeue -t all -j IDS`` answers for every job in flight (a job ended more than MinJobAge ago
+is gone: lost). A job's owner may set its name or comment to anything, so no field the owner can
+write is asked for, a line that does not look as Slurm writes it is skipped, and nothing raises.
 """
 
 from __future__ import annotations
@@ -68,16 +57,14 @@ def query_argv(squeue: str, job_ids: list[str]) -> list[str]:
 
 
 def search_argv(squeue: str, name: str, uid: int, *, every: bool = False) -> list[str]:
-    """The squeue call that lists the jobs of user ``uid`` still in flight named ``name`` (``every``: and
-    those that ended within MinJobAge), with their comments (``uid``: another user's job of that
-    name, and what its comment says, is not looked at)."""
+    """The squeue call that lists user ``uid``'s jobs named ``name`` still in flight (``every``: and
+    those that ended within MinJobAge), with their comments."""
     return [squeue, "-h", *(["-t", "all"] if every else []), "-u", str(uid), "-n", name, "-O", "JobID:|,State:|,Comment:|"]
 
 
 def parse_search(text: str) -> list[tuple[str, str, str]]:
     """search_argv's lines → [(job id, state, comment)]; lines that do not parse are skipped. A comment
-    is its owner's text and may hold a newline: a line that would start another job's entry is then
-    read as one, so the caller acts only on the jobs of the owner it searched (search_argv's user)."""
+    may hold a newline and so forge a line: the caller acts only on the jobs of the owner it searched."""
     found = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.rstrip().removesuffix("|").split("|", 2)]
@@ -143,12 +130,8 @@ def decode_status(status: int | None) -> tuple[int | None, int | None]:
 
 
 def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
-    """How a finished Slurm job ended, as onite records it.
-
-    ``stopping`` is why onite itself cancelled it, if it did ("cancel",
-    "timeout", "shutdown"). A state other than CANCELLED means the job ended
-    on its own before the cancel took effect, and that is what is recorded.
-    """
+    """How a finished Slurm job ended; ``stopping``: why onite cancelled it, if it did (a state other
+    than CANCELLED means it ended on its own first, and that is recorded)."""
     exit_code, signal = decode_status(job.status)
     state = job.state
     if state == "COMPLETED":

@@ -1,12 +1,7 @@
 """An ``sbatch`` in flight: started as the job's owner, and never waited for by the driver's loop.
 
-``sbatch`` runs as the job's owner (onite.exec.slurm), so the owner may stop
-it (SIGSTOP), trace it, or have it enter a directory that never answers. A
-driver that waited for it would stop watching, time-limiting and starting
-every other user's jobs meanwhile. So it is started with its script, its
-output and its errors in memory files (no pipe that fills and blocks either
-side), and the driver's loop looks at it when its pidfd says it ended, or
-when its deadline passes (then it is killed: root may signal it).
+The owner may stop or trace it, so the loop never blocks on it: its script, output and errors are
+memory files, its end is seen through its pidfd, and it is killed at its deadline.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ class Submission:
     out_fd: int
     err_fd: int
     deadline: float  # on the driver's monotonic clock: killed if still running then
-    pidfd: int | None = None  # readable once it has exited (None: the kernel has no pidfd_open)
+    pidfd: int | None = None  # readable once it has exited (None: it is polled)
     record_fd: int | None = None  # its run's record (O_APPEND), where its job's id goes; closed with it
 
     def done(self) -> bool:
@@ -39,7 +34,7 @@ class Submission:
         return self.proc.returncode, _read_all(self.out_fd), _read_all(self.err_fd)
 
     def kill(self) -> None:
-        """It is past its deadline (or the driver ends): kill it, and reap it."""
+        """Kill it (it is past its deadline), and reap it."""
         try:
             self.proc.kill()
         except OSError:
@@ -54,8 +49,7 @@ class Submission:
 
 def launch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds: tuple[int, ...], deadline: float,
            ident=None) -> Submission:
-    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (an onite.exec.identity.Identity;
-    None: as this process), in ``/``.
+    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (None: as this process), in ``/``.
 
     Raises:
         OSError: it could not be started.
@@ -77,8 +71,8 @@ def launch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds:
         os.close(script_fd)
     try:
         pidfd = os.pidfd_open(proc.pid)
-    except (OSError, AttributeError):
-        pidfd = None
+    except OSError:
+        pidfd = None  # polled instead
     return Submission(proc=proc, out_fd=out_fd, err_fd=err_fd, deadline=deadline, pidfd=pidfd)
 
 
@@ -88,23 +82,23 @@ def _limit_files() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 
 
-def memory_file(name: str, data: bytes = b"", *, cloexec: bool = True) -> int:
-    """A file in memory holding ``data``, read from its start."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC if cloexec else 0)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def memory_file(name: str, data: bytes = b"") -> int:
+    """A file in memory holding ``data``, read from its start (close-on-exec: a child gets it by pass_fds).
+
+    Raises:
+        OSError: it cannot be made or written (no memory, a file-size limit).
+    """
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
 
 def _read_all(fd: int) -> bytes:
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks, size = [], 0
-    while size < OUTPUT_LIMIT:
-        chunk = os.read(fd, OUTPUT_LIMIT - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
+    return os.pread(fd, OUTPUT_LIMIT, 0)
