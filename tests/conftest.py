@@ -103,20 +103,19 @@ def pytest_sessionfinish(session):
     """After the session (under pytest-xdist: once, in the process that ran the workers, after the
     last), remove the empty job cgroups its killed drivers and monitors left (tests kill them on
     purpose): a driver sweeps such cgroups only once they are ten minutes old, and on a developer's
-    machine nothing else would. Only run-id names made during the session, only empty ones: the
+    machine nothing else would. Only monitors' slots and probes made during the session, only empty ones: the
     driver's own sweep (onite.exec.contain.sweep_stale), asked of those alone. Then the session's
     folders of job cgroups go, if empty, as a driver's go when it ends. Not in a worker: another
     worker's driver may be about to put a job in a cgroup it has just made."""
     if not ROOT or hasattr(session.config, "workerinput"):
         return
-    from onite.core.names import is_run_id
     from onite.exec import contain, limits
 
     for folder in job_cgroup_folders():
         def made_in_session(name: str, folder: str = folder) -> bool:
-            return is_run_id(name) and os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
+            return os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
 
-        contain.sweep_stale([folder], made_in_session, older_than=0)
+        contain.sweep_stale([folder], older_than=0, only=made_in_session)
     limits.discover(None).remove_folders()
     contain.remove_base(contain.discover(True))
 
@@ -493,30 +492,20 @@ def kill_driver_mid_job(spool: Path, workdir: Path, name: str, *, machine_dies: 
         kill_run(record)
 
 
-def run_record(path: Path) -> dict:
-    """The events of a run record (onite.core.runrecord), merged: the driver's line, then the monitor's."""
-    merged: dict = {}
-    for line in path.read_text().splitlines():
-        try:
-            merged.update(json.loads(line))
-        except ValueError:
-            continue
-    return merged
-
-
 def kill_run(record: Path) -> None:
     """kill -9 a run's monitor and its job's processes, as a machine that goes down does."""
     import signal
 
     wait_for(lambda: "job" in {json.loads(line).get("event") for line in record.read_text().splitlines()
                                if line.strip()}, what="the monitor to record the job")
-    info = run_record(record)
+    cgroup = None
     for line in record.read_text().splitlines():
         event = json.loads(line)
         if event.get("event") == "monitor":
             os.kill(event["pid"], signal.SIGKILL)
-    if info.get("cgroup"):
-        with open(f"{info['cgroup']}/cgroup.kill", "w") as handle:
+            cgroup = event.get("cgroup")
+    if cgroup:
+        with open(f"{cgroup}/cgroup.kill", "w") as handle:
             handle.write("1")
     else:
         [job] = [json.loads(line)["pid"] for line in record.read_text().splitlines() if '"event":"job"' in line]

@@ -615,30 +615,29 @@ def test_a_detached_driver_survives_signals_sent_at_once(spool, workdir):
 
 @pytest.mark.alone  # it sweeps (or looks at) the folder of job cgroups that every driver here shares
 def test_empty_job_cgroups_that_killed_drivers_left_are_swept_once_old():
-    """A driver killed between making a run's cgroup and writing its record leaves an empty cgroup no
-    recovery can name, and one killed as it starts may leave the probe it makes to learn it may make
-    cgroups: a starting driver removes those, but only empty ones, only run-id and probe names, and
-    only old ones (another driver's job may be about to join a young one)."""
-    from onite.core.names import is_run_id
+    """A monitor killed before it gave its slot's cgroup to a run leaves an empty cgroup no record
+    names, and a driver killed as it starts may leave the probe it makes to learn it may make cgroups:
+    a starting driver removes those, but only empty ones, only slot and probe names, and only old
+    ones (a monitor may be about to join a young one)."""
     from onite.exec import contain
 
     found = contain.discover(True)
     if found.kind != contain.CGROUP2:
         pytest.skip(f"no writable cgroup v2 tree here ({found.why}): nothing to sweep")
     leftover, busy, other, probe = (f"{found.base}/{n}" for n in
-                                    ("20261124T010203-sweeptest-99999-1", "20261124T010203-sweeptest-99999-2",
-                                     "not-a-run", f"{contain.PROBE}99999"))
+                                    (f"{contain.SLOT}99999-1", f"{contain.SLOT}99999-2", "not-a-slot",
+                                     f"{contain.PROBE}99999"))
     for path in (leftover, busy, other, probe):
         os.makedirs(path, exist_ok=True)
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         Path(f"{busy}/cgroup.procs").write_text(str(sleeper.pid))
-        contain.sweep_stale([found.base], is_run_id, older_than=3600)
+        contain.sweep_stale([found.base], older_than=3600)
         assert os.path.isdir(leftover) and os.path.isdir(probe)  # young: kept
-        contain.sweep_stale([found.base], is_run_id, older_than=0)
+        contain.sweep_stale([found.base], older_than=0)
         assert not os.path.exists(leftover) and not os.path.exists(probe)
         assert os.path.isdir(busy) and sleeper.poll() is None  # populated: kept, its process untouched
-        assert os.path.isdir(other)  # not a run's
+        assert os.path.isdir(other)  # not a slot's
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -317,11 +317,12 @@ def test_a_job_past_its_memory_is_killed_and_recorded_as_out_of_memory(spool, wo
     assert result(spool, "fine")["state"] == "done"
 
 
-def _run_record_line(spool, name):
-    import json
+def _run_groups(spool, name):
+    """The cgroup v1 groups a run's monitor gave its job (its line in the run record)."""
+    from onite.spool import runrecords
 
     [path] = list((spool / "running").glob(f"*/{name}@run"))
-    return json.loads(path.read_text().splitlines()[0])
+    return list(runrecords.read(path).groups)
 
 
 @needs_root
@@ -332,7 +333,7 @@ def test_the_limits_are_set_before_the_job_runs(spool, workdir):
     submit("lim", body, "--mem", "96M", "--cpus", "1")
     driver = start_driver(spool)
     wait_for(lambda: (workdir / "in").exists(), what="the job")
-    groups = _run_record_line(spool, "lim")["groups"]
+    groups = _run_groups(spool, "lim")
     mem_group = [g for g in groups if "/memory/" in g][0]
     assert 96 << 20 <= int(open(f"{mem_group}/memory.limit_in_bytes").read()) <= (96 << 20) + MONITOR_SLACK
     cpu_group = [g for g in groups if "/cpu/" in g]
@@ -507,7 +508,7 @@ def test_recovery_removes_the_limit_groups_a_dead_monitor_left(spool, workdir):
 
     set_config(spool, default_mem="64M")
     kill_driver_mid_job(spool, workdir, "lost", machine_dies=True)
-    groups = _run_record_line(spool, "lost")["groups"]
+    groups = _run_groups(spool, "lost")
     assert groups and all(os.path.isdir(g) for g in groups)
     assert drain(spool).returncode == 0
     assert not any(os.path.exists(g) for g in groups)

@@ -27,6 +27,8 @@ class RunRecord:
     info: dict  # the driver's first line
     monitor_pid: int | None = None
     monitor_ticks: int | None = None
+    cgroup: str | None = None  # the job's cgroup, as its monitor made it (its line says)
+    groups: tuple[str, ...] = ()  # the job's cgroup v1 groups, likewise
     job_pid: int | None = None
     status: int | None = None  # the job's wait status, once it ended
     failed: str | None = None  # why it could not be started
@@ -114,7 +116,10 @@ def parse(data: bytes) -> RunRecord | None:
         kind, at = event.get("event"), event.get("at")
         at = at if isinstance(at, str) else None
         if kind == "monitor":
-            said.update(monitor_pid=_int(event.get("pid")), monitor_ticks=_int(event.get("ticks")))
+            groups = event.get("groups")
+            said.update(monitor_pid=_int(event.get("pid")), monitor_ticks=_int(event.get("ticks")),
+                        cgroup=event.get("cgroup") if isinstance(event.get("cgroup"), str) else None,
+                        groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else ())
         elif kind == "job":
             said["job_pid"] = _int(event.get("pid"))
         elif kind == "ended" and _int(event.get("status")) is not None:

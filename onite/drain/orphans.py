@@ -11,7 +11,7 @@ import os
 import signal
 
 from onite.core.errors import OniteError
-from onite.core.names import is_run_id, run_id_host
+from onite.core.names import run_id_host
 from onite.core.runrecord import RunRecord
 from onite.drain.night import Night
 from onite.exec import contain, limits
@@ -33,7 +33,7 @@ class Orphans:
         night = self.night
         folders = [self.containment.base] if self.containment.base else []
         folders += list(self.limiter.v1.values())
-        removed = contain.sweep_stale(folders, is_run_id)
+        removed = contain.sweep_stale(folders)
         if removed:
             night.log.event("pruned", cgroups=removed, note="empty job cgroups that killed drivers left")
 
@@ -48,14 +48,14 @@ class Orphans:
         """Stop what is left of a run whose monitor is gone and remove its cgroups, as the monitor
         would have; what was done, for the log."""
         base = self.containment.base
-        cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
+        cgroup = rec.cgroup
         killed = False
         if cgroup and base and cgroup.startswith(f"{base}/") and "/" not in cgroup[len(base) + 1:]:
             killed = contain.is_populated(cgroup)
             if killed:
                 contain.kill_cgroup(cgroup)
             contain.remove_cgroup(cgroup)
-        groups = self.limiter.groups_of(rec.get("groups"))
+        groups = self.limiter.groups_of(list(rec.groups))
         if not killed:
             # its v1 limit groups hold every process it started, those that left its group (setsid) too
             killed = kill_groups(groups)

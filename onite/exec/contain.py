@@ -19,6 +19,7 @@ OFF = "off"
 SUBTREE = "onite"  # the folder under the driver's own cgroup that holds one cgroup per job
 PR_SET_CHILD_SUBREAPER = 36
 PROBE = ".probe-"  # the cgroup ``discover`` makes and removes at once to learn it may: PROBE + its pid
+SLOT = "monitor-"  # a job's cgroups: SLOT + its monitor's pid + "-" + a count (onite.exec.monitor.Slot)
 STALE_CGROUP_AGE = 600  # s: a job joins its cgroup within moments of its creation; one this old and empty is left over
 
 
@@ -291,12 +292,12 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def sweep_stale(folders: list[str], is_run_id, *, older_than: float = STALE_CGROUP_AGE,
-                now: float | None = None) -> int:
-    """Remove the empty job cgroups under ``folders`` (names that ``is_run_id``, and ``discover``'s
-    probes) older than ``older_than`` seconds; how many. A driver killed between making a run's
-    cgroup and writing its record leaves one that no recovery can name. A young one may be about
-    to be joined by another driver's job, and rmdir refuses a populated one."""
+def sweep_stale(folders: list[str], *, older_than: float = STALE_CGROUP_AGE, now: float | None = None,
+                only=None) -> int:
+    """Remove the empty job cgroups under ``folders`` (monitors' slots, and ``discover``'s probes) older
+    than ``older_than`` seconds; how many. A monitor killed before it gave a slot to a run leaves one
+    that no record names. A young one may be about to be joined by its monitor, and rmdir refuses a
+    populated one. ``only(name)``: of those, only the ones it says."""
     now = time.time() if now is None else now
     removed = 0
     for folder in folders:
@@ -305,9 +306,9 @@ def sweep_stale(folders: list[str], is_run_id, *, older_than: float = STALE_CGRO
         except OSError:
             continue
         for entry in entries:
-            probe = entry.name.startswith(PROBE) and entry.name[len(PROBE):].isdigit()
+            ours = (_numbered(entry.name, PROBE) or _numbered(entry.name, SLOT)) and (only is None or only(entry.name))
             try:
-                if not ((is_run_id(entry.name) or probe) and entry.is_dir(follow_symlinks=False)):
+                if not (ours and entry.is_dir(follow_symlinks=False)):
                     continue
                 if now - entry.stat(follow_symlinks=False).st_ctime < older_than or is_populated(entry.path):
                     continue
@@ -316,3 +317,9 @@ def sweep_stale(folders: list[str], is_run_id, *, older_than: float = STALE_CGRO
             except OSError:
                 continue  # busy, gone, or not ours to remove
     return removed
+
+
+def _numbered(name: str, prefix: str) -> bool:
+    """Is ``name`` ``prefix`` and numbers joined by "-" (a probe's, a slot's)?"""
+    rest = name[len(prefix):] if name.startswith(prefix) else ""
+    return bool(rest) and all(part.isdigit() for part in rest.split("-"))

@@ -21,17 +21,18 @@ STAGES = {  # what the job's process was doing when it failed, for the reason re
 }
 
 
-def join(plan: Plan) -> tuple[list[str], str]:
-    """Move this monitor into the job's cgroups, so that the process it forks next is born in them;
-    the groups joined, and ``STAGE ERRNO WHAT`` if one could not be joined ("" if all were)."""
-    joined: list[str] = []
+def join(paths, joined: tuple[list[str], str] = ((), "")) -> tuple[list[str], str]:
+    """Move this monitor into the cgroups ``paths`` (but those ``joined`` says it is in already), so
+    that the process it forks next is born in them; the groups it is in, and ``STAGE ERRNO WHAT`` if
+    one could not be joined ("" if all were)."""
+    done, failed = list(joined[0]), joined[1]
     try:
-        for path in ((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups):
-            if _move_here(path):
-                joined.append(path)
+        for path in paths:
+            if not failed and path not in done and _move_here(path):
+                done.append(path)
     except OSError as err:
-        return joined, f"cgroup {err.errno or 0} "
-    return joined, ""
+        failed = f"cgroup {err.errno or 0} "
+    return done, failed
 
 
 def leave(joined: list[str]) -> None:
@@ -47,13 +48,14 @@ def start(plan: Plan) -> tuple[int | None, str]:
     """Start the job's process; its pid, or None and ``STAGE ERRNO WHAT`` for ``reason``.
 
     subprocess's C code forks and executes, running no Python in the child. What the child cannot
-    do there is done here, around the fork: this monitor joins the job's cgroups, so that the
+    do there is done here, around the fork: this monitor joins the job's cgroups (those its Slot did not
+    join ahead), so that the
     process is born in them, and enters the job's directory with the owner's effective ids (its
     real and saved ids stay root's, so the owner cannot signal or trace it meanwhile): nothing is
     entered as root on the owner's behalf. The child starts a new session, drops to the owner
     (groups, gid, uid: real, effective and saved) and executes the interpreter with every
     descriptor closed but its script's."""
-    groups, failed = join(plan)
+    groups, failed = join(((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups), plan.joined)
     if failed:
         leave(groups)
         return None, failed

@@ -97,8 +97,8 @@ class MonitorPool:
     """The monitors a local runner keeps waiting: fresh interpreters (``python -E -S``, importing only
     the monitor), never copies of the driver."""
 
-    def __init__(self, contained: bool) -> None:
-        self.contained = contained  # monitors make themselves subreapers (onite.exec.contain)
+    def __init__(self, setup: dict) -> None:
+        self.setup = setup  # how jobs are contained and limited (onite.exec.monitor.serve)
         self.waiting: list[Monitor] = []
         self.procs: list[subprocess.Popen] = []  # those started, until reaped
 
@@ -150,7 +150,7 @@ class MonitorPool:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         boot = (f"import sys; sys.path.insert(0, {root!r}); from onite.exec.monitor import serve; "
-                f"sys.exit(serve({theirs.fileno()}, {self.contained!r}))")
+                f"sys.exit(serve({theirs.fileno()}, {self.setup!r}))")
         try:
             proc = subprocess.Popen([sys.executable, "-E", "-S", "-c", boot], pass_fds=(theirs.fileno(),),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
@@ -197,7 +197,8 @@ class LocalRunner(Runner):
         self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
-        self._pool = MonitorPool(self.containment.kind != contain.OFF)
+        self._pool = MonitorPool({"contain": self.containment.kind, "base": self.containment.base,
+                                  "v2": self.limiter.v2, "v1": dict(self.limiter.v1)})
         occupy_standard_descriptors()
 
     def close(self) -> None:
@@ -208,13 +209,11 @@ class LocalRunner(Runner):
         self.kill_grace = config.kill_grace.total_seconds()
 
     def record_info(self, run: Run) -> dict:
-        """The run's cgroups and limits (made by its monitor) and its time limit's end: recovery finds
-        them in its record."""
-        run.cgroup = self.containment.job_cgroup(run.run_id)
-        run.groups = self.limiter.groups(run.run_id, run.cgroup, run.cpus)
+        """The machine's boot, how jobs are contained, and the run's time limit's end, for recovery
+        (its monitor adds the cgroups it gives the job in its own line)."""
         deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
-        return {"boot": self._boot, "cgroup": run.cgroup, "contain": self.containment.kind, "deadline": deadline,
-                "groups": list(run.groups), "kill_grace": self.kill_grace}
+        return {"boot": self._boot, "contain": self.containment.kind, "deadline": deadline,
+                "kill_grace": self.kill_grace}
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
@@ -226,39 +225,30 @@ class LocalRunner(Runner):
         """
         # switching to the ids the driver has already changes nothing
         ident = None if not self.switch_user or credentials_of(run.owner) == self._credentials else run.owner
-        try:
-            with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
-                try:
-                    script_fd = memory_file(job_label(run.name), run.job.body)
-                except OSError as error:  # a file-size limit, no memory: the driver's, not the job's
-                    raise NoRecord(f"cannot hand its text to its monitor: {error.strerror}") from None
-                null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if record_fd is None else None
-                try:
-                    script = os.fsencode(f"/dev/fd/{script_fd}")
-                    argv = tuple(script if part == SCRIPT else part for part in interpreter(run.job.body, self.shell))
-                    run.monitor = self._pool.send(monitor.Plan(
-                        argv=argv,
-                        env=job_environment(run, switch_user=self.switch_user), cwd=run.job.cwd, umask=run.job.umask,
-                        uid=ident.uid if ident else None, gid=ident.gid if ident else None,
-                        groups=tuple(ident.groups) if ident else (), script_fd=script_fd, stdout_fd=out,
-                        stderr_fd=err, record_fd=record_fd if null is None else null,
-                        record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=run.cgroup,
-                        contain=self.containment.kind, kill_grace=self.kill_grace, limit_groups=run.groups,
-                        deadline=(run.started + run.job.timeout).timestamp() if run.job.timeout is not None else None,
-                        limit_steps=self.limiter.steps(run.run_id, run.cgroup, run.cpus),
-                        memory_steps=self.limiter.memory_steps(run.run_id, run.cgroup, run.mem),
-                        usage_reads=self.limiter.reads(run.run_id, run.cgroup)))
-                except OSError as error:
-                    raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
-                finally:
-                    os.close(script_fd)
-                    if null is not None:
-                        os.close(null)
-        except BaseException:
-            if run.cgroup:  # nothing was started: its cgroups go (its claim and record are the driver's)
-                contain.remove_cgroup(run.cgroup, wait=0)
-            limits.remove(run.groups)
-            raise
+        with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
+            try:
+                script_fd = memory_file(job_label(run.name), run.job.body)
+            except OSError as error:  # a file-size limit, no memory: the driver's, not the job's
+                raise NoRecord(f"cannot hand its text to its monitor: {error.strerror}") from None
+            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if record_fd is None else None
+            try:
+                script = os.fsencode(f"/dev/fd/{script_fd}")
+                argv = tuple(script if part == SCRIPT else part for part in interpreter(run.job.body, self.shell))
+                run.monitor = self._pool.send(monitor.Plan(
+                    argv=argv,
+                    env=job_environment(run, switch_user=self.switch_user), cwd=run.job.cwd, umask=run.job.umask,
+                    uid=ident.uid if ident else None, gid=ident.gid if ident else None,
+                    groups=tuple(ident.groups) if ident else (), script_fd=script_fd, stdout_fd=out,
+                    stderr_fd=err, record_fd=record_fd if null is None else null,
+                    record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=None,
+                    contain=self.containment.kind, kill_grace=self.kill_grace, mem=run.mem, cpus=run.cpus,
+                    deadline=(run.started + run.job.timeout).timestamp() if run.job.timeout is not None else None))
+            except OSError as error:
+                raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
+            finally:
+                os.close(script_fd)
+                if null is not None:
+                    os.close(null)
         self.runs.append(run)
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
@@ -383,7 +373,8 @@ class LocalRunner(Runner):
         # nobody watches what may still run of it, and a retry may follow at once: it is killed
         if run.pgid is not None:
             contain.signal_group(run.pgid, signal.SIGKILL)
-        kill_leftovers(run.cgroup, run.groups, run.spool, run.name, run.run_id, known_pid=run.pgid is not None)
+        kill_leftovers(rec.cgroup if rec else None, rec.groups if rec else (), run.spool, run.name, run.run_id,
+                       known_pid=run.pgid is not None)
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:
@@ -401,7 +392,6 @@ class LocalRunner(Runner):
             return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
         run.monitor = Monitor(None, pidfd=pidfd, pid=pid)
         run.pgid = rec.job_pid
-        run.cgroup = rec.get("cgroup") if isinstance(rec.get("cgroup"), str) else None
         run.adopted = run.announced = True
         if rec.stop is not None:
             run.stopping, run.cancelled_by = rec.stop, rec.stopped_by

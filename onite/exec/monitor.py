@@ -19,7 +19,7 @@ import select
 import signal
 import socket
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 
 from onite.exec import contain, jobend, jobstart, limits
@@ -52,6 +52,9 @@ class Plan:
     cgroup: str | None
     contain: str  # onite.exec.contain kind
     kill_grace: float
+    mem: int | None = None  # MiB it asked for (its limit)
+    cpus: int | None = None  # CPUs it asked for (its limit)
+    joined: tuple = ((), "")  # the monitor's: the cgroups it is in already (Slot), as jobstart.join says
     deadline: float | None = None  # when (time.time()) its time limit ends it
     limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too
     limit_steps: tuple = ()  # onite.exec.limits.Limiter.steps
@@ -96,16 +99,60 @@ def receive(sock: socket.socket) -> Plan | None:
     return Plan(**plan)
 
 
-def serve(fd: int, contained: bool) -> int:
+def serve(fd: int, setup: dict) -> int:
     """The monitor's life: run each Plan the driver sends on socket ``fd``, saying ``idle`` after
-    each, until the driver's end is closed or a run left something it could not end."""
+    each, until the driver's end is closed or a run left something it could not end. ``setup``:
+    how this driver contains and limits jobs (``contain``, ``base``, ``v2``, ``v1``: onite.exec.contain,
+    onite.exec.limits), which the cgroups it makes for its runs follow."""
     sock = socket.socket(fileno=fd)
-    prepare(contained)
-    for _ in range(MONITOR_RUNS):
-        plan = receive(sock)
-        if plan is None or run(plan, sock) != 0 or not _tell(sock, IDLE):
-            return 0
-    return 0  # said by exiting, not by ``idle``: no run can be sent to it after it decided
+    prepare(setup["contain"] != contain.OFF)
+    slot = Slot(setup)
+    try:
+        for _ in range(MONITOR_RUNS):
+            plan = receive(sock)
+            if plan is None or run(slot.take(plan), sock) != 0:
+                return 0
+            slot = Slot(setup)  # made and joined before it says it waits: off the next job's start
+            if not _tell(sock, IDLE):
+                return 0
+        return 0  # said by exiting, not by ``idle``: no run can be sent to it after it decided
+    finally:
+        slot.release()
+
+
+class Slot:
+    """The cgroups of this monitor's next job (``monitor-PID-N``: containment, and the v1 groups that
+    every job gets), made and joined while it waits. Joining a cgroup waits for one of the kernel's
+    RCU grace periods (milliseconds here) unless another join came just before: paid here, it stays
+    off the path from one job's end to the next one's start; a job is then born in them, and its
+    monitor leaves them while the job runs. A group asked for by one job only (a CPU limit's) is
+    made and joined as that job starts."""
+
+    count = 0
+
+    def __init__(self, setup: dict) -> None:
+        Slot.count += 1
+        self.name = f"{contain.SLOT}{os.getpid()}-{Slot.count}"
+        self.limiter = limits.Limiter(v2=setup["v2"], v1=setup["v1"])
+        cgroup = f"{setup['base']}/{self.name}" if setup["contain"] == contain.CGROUP2 and setup["base"] else None
+        self.cgroup = cgroup if cgroup and contain.make_cgroup(cgroup) else None  # else: the subreaper contains
+        groups = [path for path in self.limiter.groups(self.name, self.cgroup, None) if contain.make_cgroup(path)]
+        self.joined = jobstart.join(((self.cgroup,) if self.cgroup else ()) + tuple(groups))
+
+    def take(self, plan: Plan) -> Plan:
+        """``plan`` with the cgroups, limits and reads of this slot for its request."""
+        name, cgroup, lim = self.name, self.cgroup, self.limiter
+        self.joined, joined = ([], ""), self.joined  # the run's now: its clean-up removes them
+        return replace(plan, cgroup=cgroup, limit_groups=lim.groups(name, cgroup, plan.cpus), joined=joined,
+                       limit_steps=lim.steps(name, cgroup, plan.cpus),
+                       memory_steps=lim.memory_steps(name, cgroup, plan.mem), usage_reads=lim.reads(name, cgroup))
+
+    def release(self) -> None:
+        """This monitor ends: out of the slot's cgroups, and they go."""
+        paths, _ = self.joined
+        jobstart.leave(paths)
+        for path in reversed(paths):
+            contain.remove_cgroup(path, wait=0)
 
 
 def prepare(contained: bool) -> None:
@@ -160,15 +207,14 @@ def run(plan: Plan, sock: socket.socket) -> int:
 def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     """``run``; ``held``: the run's descriptors still open (those closed here are taken out)."""
     pid = os.getpid()
-    unwritten = _record(plan, {"event": "monitor", "pid": pid, "ticks": contain.process_start_ticks(pid)})
+    unwritten = _record(plan, {"event": "monitor", "pid": pid, "ticks": contain.process_start_ticks(pid),
+                               "cgroup": plan.cgroup, "groups": list(plan.limit_groups)})
     if unwritten is not None:  # recovery takes a record without this line for a run that never started
         _tell(sock, f"unrecorded {unwritten}")
         return 0
     if plan.lock_fd is not None:
         held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
-    if plan.cgroup:
-        contain.make_cgroup(plan.cgroup)  # the record names it already: recovery finds it, made or not
     missed = limits.apply(plan.limit_steps)
     job, report = jobstart.start(plan)
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):

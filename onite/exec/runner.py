@@ -49,7 +49,6 @@ class Run:
     started_mono: float  # on the driver's clock
     monitor: Monitor | None = None  # local: the job's monitor
     pgid: int | None = None  # local: the job's process group (its leader's pid), once it runs
-    cgroup: str | None = None  # local: the job's cgroup, if jobs get one (onite.exec.contain)
     record_path: str | None = None  # running/HOST/NAME@run
     external_id: str | None = None  # e.g. a Slurm job id
     timeout_at: float | None = None  # slurm: when to cancel it, on the driver's monotonic clock
@@ -61,7 +60,6 @@ class Run:
     announced: bool = False  # its start was reported to the driver
     adopted: bool = False  # taken over from a driver that died
     need: Need | None = None  # what it was admitted with (onite.core.resources)
-    groups: tuple[str, ...] = ()  # local: the cgroup v1 groups holding its limits (onite.exec.limits)
     unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
