@@ -291,7 +291,7 @@ def test_recur_state_any_bytes(scratch_spool, data):
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "last": v}).encode()))
 def test_daemon_state_any_bytes(scratch_spool, data):
-    from onite.drain.daemon import Daemon
+    from onite.app.daemon import Daemon
 
     class Log:
         def event(self, *args, **fields):

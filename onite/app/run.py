@@ -124,7 +124,7 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
     """``onite daemon``: wake at the schedule's times and drain, until stopped; the exit code. ``echo``:
     where its log lines go too (stderr, for journald)."""
     target, until_time = driver_target(spool, until, host, "onite daemon")
-    from onite.drain.daemon import Daemon
+    from onite.app.daemon import Daemon
 
     return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=echo,
                   clock=clock).run(leaving=True)
