@@ -24,7 +24,7 @@ import sys
 import time
 
 from onite.exec import contain, jobstart, limits
-from onite.exec.monitor import Plan
+from onite.exec.plan import Plan
 
 ENV = {b"PATH": b"/usr/local/bin:/usr/bin:/bin", b"LANG": b"C.UTF-8"}
 

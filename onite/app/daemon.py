@@ -87,7 +87,7 @@ class Daemon:
             ConfigError: the reserve leaves nothing of this machine for jobs (after a reload, each drain
                 logs that instead).
         """
-        self.spool.check_drainable("onite daemon")
+        trust.check_drainable(self.spool, "onite daemon")
         self.schedule = validate_schedule(tuple(self.spool.config.schedule))
         check_capacity(self.spool.config, self.host)
         with SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:

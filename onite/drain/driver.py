@@ -156,10 +156,10 @@ class Driver:
         night window that a time of ``schedule`` opened. ``leaving``: the process ends with this run.
 
         Raises:
-            SpoolError, Refused: the spool may not be drained by this user (SpoolDir.check_drainable).
+            SpoolError, Refused: the spool may not be drained by this user (onite.spool.trust.check_drainable).
             ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack).
         """
-        self.spool.check_drainable("onite run")
+        trust.check_drainable(self.spool, "onite run")
         check_capacity(self.config, self.host)
         with signals.SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
             self.wakeup_fd = wakeup_fd

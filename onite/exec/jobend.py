@@ -12,12 +12,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import TYPE_CHECKING
 
 from onite.exec import contain, limits, pids
+from onite.exec.plan import Plan
 
-if TYPE_CHECKING:
-    from onite.exec.monitor import Plan
 
 RUNNING = object()  # ``leader_exit``: the leader has not exited yet
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from onite.exec.monitor import Plan
+from onite.exec.plan import Plan
 
 STAGES = {  # what the job's process was doing when it failed, for the reason recorded
     "cgroup": "cannot join its cgroup",

@@ -21,6 +21,7 @@ from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
+from onite.exec.plan import Plan
 from onite.exec.launch import (SCRIPT, credentials_of, interpreter, job_environment, occupy_standard_descriptors,
                                own_credentials, run_outputs)
 from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
@@ -102,7 +103,7 @@ class MonitorPool:
         self.waiting: list[Monitor] = []
         self.procs: list[subprocess.Popen] = []  # those started, until reaped
 
-    def send(self, plan: monitor.Plan) -> Monitor:
+    def send(self, plan: Plan) -> Monitor:
         """Hand ``plan`` to a waiting monitor, or to one started for it, in one datagram: its data in
         a memfd (no environment is too large), then its descriptors, so that a driver killed while
         sending sent it whole or not at all. When the last waiting monitor is taken, one more is
@@ -234,7 +235,7 @@ class LocalRunner(Runner):
             try:
                 script = os.fsencode(f"/dev/fd/{script_fd}")
                 argv = tuple(script if part == SCRIPT else part for part in interpreter(run.job.body, self.shell))
-                run.monitor = self._pool.send(monitor.Plan(
+                run.monitor = self._pool.send(Plan(
                     argv=argv,
                     env=job_environment(run, switch_user=self.switch_user), cwd=run.job.cwd, umask=run.job.umask,
                     uid=ident.uid if ident else None, gid=ident.gid if ident else None,

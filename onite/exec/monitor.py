@@ -13,90 +13,22 @@ lines of one datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended
 from __future__ import annotations
 
 import json
-import marshal
 import os
 import select
 import signal
 import socket
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from datetime import datetime
 
 from onite.exec import contain, jobend, jobstart, limits
+from onite.exec.plan import Plan, receive
 
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
-FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "lock_fd")
 IDLE = "idle"
 KILL_AGAIN = 0.05  # seconds between KILLs of a job that lingers after the first
 STOPS = ("timeout", "cancel", "shutdown")  # onite.core.state.Stop, which this process does not import
 LOST = "its exit status was lost (it was reaped by another process)"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything the monitor needs for one run, decided by the driver."""
-
-    argv: tuple[bytes, ...]  # argv[0] is the program; the script's /dev/fd path already substituted
-    env: dict[bytes, bytes]
-    cwd: bytes
-    umask: int
-    uid: int | None  # None: keep the monitor's credentials
-    gid: int | None
-    groups: tuple[int, ...]
-    script_fd: int  # the memfd holding the job text, read by the interpreter as /dev/fd/N
-    stdout_fd: int
-    stderr_fd: int | None  # None: stderr goes with stdout
-    record_fd: int  # the run record, opened O_APPEND
-    record_path: str
-    lock_fd: int | None  # the driver lock (closed once the ``monitor`` line is written)
-    cgroup: str | None
-    contain: str  # onite.exec.contain kind
-    kill_grace: float
-    mem: int | None = None  # MiB it asked for (its limit)
-    cpus: int | None = None  # CPUs it asked for (its limit)
-    joined: tuple = ((), "")  # the monitor's: the cgroups it is in already (Slot), as jobstart.join says
-    deadline: float | None = None  # when (time.time()) its time limit ends it
-    limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too
-    limit_steps: tuple = ()  # onite.exec.limits.Limiter.steps
-    memory_steps: tuple = ()  # onite.exec.limits.Limiter.memory_steps
-    usage_reads: tuple = ()  # onite.exec.limits.Limiter.reads
-
-    def encode(self) -> tuple[bytes, list[int]]:
-        """What ``receive`` reads: the Plan's fields, each descriptor by its place among the
-        descriptors sent with it, and those descriptors."""
-        fds = [getattr(self, name) for name in FD_FIELDS if getattr(self, name) is not None]
-        values = tuple(fds.index(getattr(self, f.name)) + 1 if f.name in FD_FIELDS and getattr(self, f.name) is not None
-                       else getattr(self, f.name) for f in fields(self))
-        return marshal.dumps((values, self.script_fd)), fds
-
-
-def receive(sock: socket.socket) -> Plan | None:
-    """The next Plan the driver sends (its data in a memfd, then its descriptors), with the
-    descriptors received in place of the driver's numbers; None once the driver's end is closed."""
-    while True:
-        try:
-            word, fds, _, _ = socket.recv_fds(sock, 16, 16)
-        except InterruptedError:
-            continue
-        except OSError:
-            return None
-        if not word or not fds:
-            for fd in fds:
-                os.close(fd)
-            return None
-        break
-    try:
-        values, script_fd = marshal.loads(os.pread(fds[0], 1 << 30, 0))
-    finally:
-        os.close(fds[0])
-    plan = dict(zip([f.name for f in fields(Plan)], values))
-    for name in FD_FIELDS:
-        if plan[name] is not None:
-            plan[name] = fds[plan[name]]
-    # the interpreter reads the script as /dev/fd/N: N is its number here, not in the driver
-    theirs, here = f"/dev/fd/{script_fd}".encode(), f"/dev/fd/{plan['script_fd']}".encode()
-    plan["argv"] = tuple(here if part == theirs else part for part in plan["argv"])
-    return Plan(**plan)
 
 
 def serve(fd: int, setup: dict) -> int:

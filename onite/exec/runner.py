@@ -19,7 +19,6 @@ from onite.core.state import Outcome, Stop
 if TYPE_CHECKING:
     from onite.core.config import Config
     from onite.core.runrecord import RunRecord
-    from onite.exec.local import Monitor
 
 
 class SpawnError(Exception):
@@ -47,7 +46,7 @@ class Run:
     run_id: str
     started: datetime
     started_mono: float  # on the driver's clock
-    monitor: Monitor | None = None  # local: the job's monitor
+    monitor: object = None  # local: the driver's end of its monitor (onite.exec.local.Monitor)
     pgid: int | None = None  # local: the job's process group (its leader's pid), once it runs
     record_path: str | None = None  # running/HOST/NAME@run
     external_id: str | None = None  # e.g. a Slurm job id

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from onite.core.config import Config
-from onite.core.errors import Refused, SpoolError, SpoolIOError
+from onite.core.errors import SpoolError, SpoolIOError
 from onite.core.names import SIDE, is_valid_name
 from onite.spool.settings import load_config
 
-if TYPE_CHECKING:
-    from onite.spool.locate import Location
 
 URGENT = "urgent"
 HOLD = "hold"
@@ -51,7 +48,7 @@ class SpoolDir:
         self._queue_dirs: dict[int, Path] = {}
         self._running_dirs: dict[str, Path] = {}
         self._folders: tuple[int, list[tuple[int, Path]]] | None = None
-        self.location: Location | None = None  # how a command found it (onite.spool.locate), if it did
+        self.location = None  # the onite.spool.locate.Location a command found it by, if it did
 
     def queue_dir(self, priority: int) -> Path:
         path = self._queue_dirs.get(priority)
@@ -169,21 +166,6 @@ class SpoolDir:
 
     def exists(self) -> bool:
         return self.jobs_dir.is_dir()
-
-    def check_drainable(self, command: str) -> None:
-        """May this process drain the spool (``command``: what to run as root, for the hint)?
-
-        Raises SpoolError: as check(), or running/ is missing; Refused: running/ is not this user's to
-        write, or someone else could have changed the spool (onite.spool.trust)."""
-        self.check()
-        if not self.running_root.is_dir():
-            raise SpoolError(f"no running/ folder in {self.root}", "run onite init to repair the spool")
-        if not os.access(self.running_root, os.W_OK):
-            raise Refused(f"cannot write {self.running_root}: this spool is drained by its owner",
-                          f"run it as root (sudo {command}), or use your own spool")
-        from onite.spool import trust
-
-        trust.check(self.root, os.geteuid(), command)
 
     def check(self) -> None:
         """Raises SpoolError: the spool is missing or not an onite spool."""

@@ -101,7 +101,4 @@ def may_replace_result(spool: SpoolDir, name: str, uid: int) -> bool:
 
 def write_result(spool: SpoolDir, result: Result) -> None:
     """Write (or replace) ``jobsdone/NAME@result``, atomically. Raises SpoolIOError."""
-    from onite.spool.retention import remember_owner
-
-    st = replace_file(spool.result_path(result.name), result_record(result), mode=0o644)
-    remember_owner(result.name, st, result.uid)  # retention need not read back what was just written
+    replace_file(spool.result_path(result.name), result_record(result), mode=0o644)

@@ -19,7 +19,6 @@ from onite.spool.results import read_result
 from onite.spool.scan import is_live, listing
 
 UNKNOWN_OWNER = -1  # a damaged record's: such records are kept ``keep`` among themselves
-OWNERS_KEPT = 1_000_000  # a bound on _OWNERS, never reached by a driver that prunes as it files
 TEMP_AGE = 3600  # seconds after which a dot-name .tmp file is a write that died (a crash, a kill)
 _OWNERS: dict[tuple[str, int, int], int] = {}  # (name, inode, mtime) → uid: records rarely change
 
@@ -51,12 +50,6 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
     if strays:
         _remove_strays(spool, {n for _, n in kept} | protect, kept[-1][0] if kept else None)
     return len(beyond)
-
-
-def remember_owner(name: str, st: os.stat_result, uid: int) -> None:
-    """The result of ``name`` just written (``st``) names ``uid``: the next prune need not read it."""
-    if len(_OWNERS) < OWNERS_KEPT:
-        _OWNERS[(name, st.st_ino, st.st_mtime_ns)] = uid
 
 
 def _split_by_owner(spool: SpoolDir, records: list[tuple[int, str, int]],

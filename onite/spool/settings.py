@@ -25,9 +25,13 @@ def load_config(path: Path) -> Config:
         except OSError:
             owner = os.geteuid()
         if owner != os.geteuid():  # a user cannot fix the admin's file: tell them whom to ask
-            from onite.spool.scan import user_name
+            import pwd
 
-            err.hint = f"ask {user_name(owner)}, who owns {path.name} ({err.hint})"
+            try:
+                name = pwd.getpwuid(owner).pw_name
+            except KeyError:
+                name = str(owner)
+            err.hint = f"ask {name}, who owns {path.name} ({err.hint})"
         raise
 
 

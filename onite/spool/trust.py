@@ -13,7 +13,7 @@ import os
 import stat
 from pathlib import Path
 
-from onite.core.errors import Refused
+from onite.core.errors import Refused, SpoolError
 from onite.spool.paths import SpoolDir
 
 
@@ -33,6 +33,20 @@ def problems(root: Path, owner: int) -> list[str]:
     for path in (spool.config_path, spool.log_path):
         found.extend(_own(path, owner, folder=False))
     return found
+
+
+def check_drainable(spool: SpoolDir, command: str) -> None:
+    """May this process drain ``spool`` (``command``: what to run as root, for the hint)?
+
+    Raises SpoolError: as SpoolDir.check(), or running/ is missing; Refused: running/ is not this
+    user's to write, or someone else could have changed the spool."""
+    spool.check()
+    if not spool.running_root.is_dir():
+        raise SpoolError(f"no running/ folder in {spool.root}", "run onite init to repair the spool")
+    if not os.access(spool.running_root, os.W_OK):
+        raise Refused(f"cannot write {spool.running_root}: this spool is drained by its owner",
+                      f"run it as root (sudo {command}), or use your own spool")
+    check(spool.root, os.geteuid(), command)
 
 
 def resolve(root: Path, owner: int, command: str) -> Path:
