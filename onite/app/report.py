@@ -3,7 +3,7 @@
 A job belongs to the window when it finished or started in it. jobsdone/ keeps the last ``keep``
 results but onite.log every event, so a job whose record was pruned is rebuilt from its log lines.
 What is not finished is shown only when no drain started after the window (then the queue now is what
-it left). Invariant: nothing here writes, prints or imports rich, so ``--json`` never loads it.
+it left). Invariant: nothing here writes, prints or imports rich.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
-from onite.core.jsontext import dumps
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
@@ -332,29 +331,3 @@ def never_ran(job: JobView, told) -> bool:
     start = told.starts.get((job.name, job.user))
     return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
 
-
-def to_json(data: ReportData) -> str:
-    from onite.app.reporttext import failure_notes, failure_text, headline
-
-    def job(view: JobView) -> dict:
-        return {**view.to_json(), "ran": not data.never_ran(view), "tries": data.tries.get(view.name),
-                "pruned": data.was_pruned(view), "damaged": data.is_damaged(view), "replaced": data.was_replaced(view)}
-
-    failures = []
-    for view in data.failures[:SHOWN_FAILURES]:
-        tail = data.tails.get(run_key(view))
-        lines, note = failure_notes(data, view)
-        failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
-                         "output": list(lines) if tail and tail.kept and not tail.private else None,
-                         "private": bool(tail and tail.private),
-                         "command": note if note.startswith("onite output ") else None})
-    return dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
-                   "until": data.until.isoformat(), "now": data.now.isoformat(),
-                   "night": data.night.isoformat() if data.night else None, "user": data.user,
-                   "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,
-                   "pruned": len(data.pruned), "keep": data.keep,
-                   "drains": [d.to_json() for d in data.drains],
-                   "left": data.left if data.current else None,
-                   "next_drain": data.next_drain.isoformat() if data.next_drain else None,
-                   "hosts": data.hosts, "failures": failures, "waiting": data.waiting,
-                   "jobs": [job(j) for j in data.jobs]})

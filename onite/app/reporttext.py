@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 
 from onite.core.cells import human_duration, priority_label
 from onite.core.jobview import JobView
-from onite.app.report import ReportData, is_timeout, run_key
+from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
+from onite.core.jsontext import dumps
 from onite.core.safetext import phrase, printable
 from onite.core.state import signal_name
 
@@ -204,3 +205,28 @@ def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
     first = ((job.started or job.finished) - start).total_seconds() / seconds
     last = (job.finished - start).total_seconds() / seconds
     return min(max(first, 0.0), 1.0), min(max(last, 0.0), 1.0)
+
+
+def to_json(data: ReportData) -> str:
+    def job(view: JobView) -> dict:
+        return {**view.to_json(), "ran": not data.never_ran(view), "tries": data.tries.get(view.name),
+                "pruned": data.was_pruned(view), "damaged": data.is_damaged(view), "replaced": data.was_replaced(view)}
+
+    failures = []
+    for view in data.failures[:SHOWN_FAILURES]:
+        tail = data.tails.get(run_key(view))
+        lines, note = failure_notes(data, view)
+        failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
+                         "output": list(lines) if tail and tail.kept and not tail.private else None,
+                         "private": bool(tail and tail.private),
+                         "command": note if note.startswith("onite output ") else None})
+    return dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
+                   "until": data.until.isoformat(), "now": data.now.isoformat(),
+                   "night": data.night.isoformat() if data.night else None, "user": data.user,
+                   "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,
+                   "pruned": len(data.pruned), "keep": data.keep,
+                   "drains": [d.to_json() for d in data.drains],
+                   "left": data.left if data.current else None,
+                   "next_drain": data.next_drain.isoformat() if data.next_drain else None,
+                   "hosts": data.hosts, "failures": failures, "waiting": data.waiting,
+                   "jobs": [job(j) for j in data.jobs]})

@@ -203,7 +203,9 @@ def report(
 
         write_html(html, data)
     if as_json:
-        print(rep.to_json(data))
+        from onite.app.reporttext import to_json
+
+        print(to_json(data))
     else:
         from onite.cli.render import print_report
 
