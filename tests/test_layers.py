@@ -76,11 +76,14 @@ def test_no_module_imports_itself_back():
     for path in PACKAGE.rglob("*.py"):
         graph[module_name(path)] = set()
     for path in PACKAGE.rglob("*.py"):
-        for name in imports_of(path):
-            while name and name not in graph:  # "from onite.spool.paths import X" names a module; a symbol's parent is
-                name = name.rpartition(".")[0]
-            if name and not name.endswith("__init__") and name != "onite":
-                graph[module_name(path)].add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:  # "from a.b import c": c is a module or a's symbol
+                names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[module_name(path)].update(name for name in names if name in graph)
     done, path_now = set(), []
 
     def visit(module: str) -> None:
