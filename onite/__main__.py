@@ -1,13 +1,14 @@
-"""Entry point: ``onite`` and ``python -m onite``; the one place where errors become text and exit codes.
-
-An OniteError is one line on stderr, ``onite: <what is wrong> — <what to do>``, never a traceback; anything
-else that escapes is a bug and keeps its traceback.
-"""
+"""``onite`` and ``python -m onite``: the one place where an OniteError becomes one line on stderr, ``onite: <what
+is wrong> — <what to do>``, and an exit code; anything else that escapes is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
-import io  # loaded with the interpreter: sys.stdout is one of its objects
+import errno  # all but signal, which main sets first thing, are loaded with the interpreter
+import io
+import os
+import signal
 import sys
+import time
 
 
 class Interrupted(BaseException):
@@ -23,8 +24,6 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
     previous = signal.signal(signal.SIGINT, _interrupt)
     try:  # an interrupt anywhere in onite's own code, its imports included, is one line and 130
         if argv is None:
@@ -43,14 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _interrupted() -> int:
     """One line, nothing imported, no second interrupt: the exit code of an interrupted command."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        sys.stderr.write("onite: interrupted\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    _say("onite: interrupted", spelt=False)
     return 130
 
 
@@ -75,8 +68,6 @@ def _exit_code(step, *args) -> int:
     except BrokenPipeError as err:
         return _reader_gone(err)
     except OutputFailure as err:  # told from a full disk under the spool by where it happened, never by its errno
-        import errno
-
         _quiet_stdout()
         notes = "".join(f"; {note}" for note in getattr(err, "__notes__", ()))  # what the lost output said
         hint = "check the device it goes to" if err.errno == errno.EIO else "free some space where it goes"
@@ -96,10 +87,6 @@ def _reader_gone(err: OSError) -> int:
 
 
 def _dispatch(args: list[str]) -> int:
-    import errno
-    import os
-    import time
-
     if abs(time.localtime().tm_gmtoff) >= 86_400:  # TZ=UTC+24 is valid to the C library, not to datetime
         from onite.core.errors import InvalidInput
 
@@ -179,8 +166,6 @@ def _fill_closed_streams() -> None:
     dropped, and its descriptor becomes /dev/null, so that no file onite opens takes its number."""
     for fd, name in ((1, "stdout"), (2, "stderr")):
         if getattr(sys, name) is None:
-            import os
-
             null = os.open(os.devnull, os.O_WRONLY)
             if null != fd:
                 os.dup2(null, fd)
@@ -201,11 +186,14 @@ def _watch_stdout() -> None:
                                   line_buffering=stream.line_buffering, write_through=stream.write_through)
 
 
-def _say(line: str) -> None:
-    from onite.core.safetext import printable  # a message may quote a file name or a value a user chose
+def _say(line: str, *, spelt: bool = True) -> None:
+    """A line on stderr; ``spelt``: its control characters spelt out (it may quote what a user chose)."""
+    if spelt:
+        from onite.core.safetext import printable
 
+        line = printable(line)
     try:
-        sys.stderr.write(printable(line) + "\n")
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -213,8 +201,6 @@ def _say(line: str) -> None:
 
 def _quiet_stdout() -> None:
     """No traceback, no second error at exit, once standard output cannot be written."""
-    import os
-
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):
