@@ -1,14 +1,6 @@
-"""onite from Python: spool jobs from a program, many at a time, without a process per job.
-
-    from onite.api import Spool
-
-    spool = Spool()  # --spool's rules: ONITE_SPOOL, else /var/spool/onite for root, else ~/.local/state/onite
-    spool.submit("nightly-report", "make report\\n", priority=3)
-    names = spool.submit_many((f"convert-{i:05d}", f"convert {path}\\n") for i, path in enumerate(paths, 1))
-
-A job is what ``onite submit`` makes: its text runs under /bin/sh (or its ``#!`` interpreter) with the
-environment, current directory and umask of the calling process, unless ``env`` or ``cwd`` say otherwise.
-Errors are OniteError subclasses, each with a one-line message (``str(err)``) and the command line's ``exit_code``.
+"""onite from Python: ``Spool().submit(name, text, **options)`` and ``submit_many(pairs)``, without a process per
+job (docs/user-guide.md). A job runs with the calling process's environment, directory and umask unless ``env``
+or ``cwd`` say otherwise; errors are OniteError subclasses, with the command line's message and ``exit_code``.
 """
 
 from __future__ import annotations
@@ -35,9 +27,8 @@ class Spool:
 
     def submit(self, name: str, text: str | bytes, *, unique: bool = False, env: Mapping | None = None,
                cwd: str | bytes | None = None, **options) -> str:
-        """Spool one job; return its name (with ``unique``, NAME plus a unique suffix). ``options`` are
-        ``onite submit``'s: priority, urgent, after (names), at, timeout, retries, host, hold, stderr_separate
-        (True, False, or None for the spool's default), notify, notify_on, mem, cpus.
+        """Spool one job; return its name (with ``unique``, NAME plus a unique suffix). ``options``: those of
+        ``onite submit`` (priority, urgent, after, at, timeout, retries, host, hold, stderr_separate, notify, …).
 
         Raises:
             InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
@@ -50,14 +41,13 @@ class Spool:
 
     def submit_many(self, jobs: Iterable[tuple[str, str | bytes]], *, env: Mapping | None = None,
                     cwd: str | bytes | None = None, **options) -> list[str]:
-        """Spool ``(name, text)`` pairs as one batch, with the same options; return the names. Every job is checked
-        before any is written; then they are written in order (their order within a priority), each all or
-        nothing, with one flush to disk for many files (docs/performance.md). A job may wait (``after``) for one
-        earlier in the batch.
+        """Spool ``(name, text)`` pairs as one batch with the same options (``after`` may name a job earlier in
+        it): all checked before any is written, then written in order (their order within a priority), each all or
+        nothing, with one flush to disk for many (docs/performance.md); return the names.
 
         Raises:
-            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail; if writing stops
-            part way, the message says how many were spooled.
+            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail; if writing stops part
+            way, the message says how many were spooled.
         """
         from onite.app.submit import submit_many
         from onite.exec import identity
