@@ -7,9 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import DriverHostOpt, SlotsOpt, SpoolOpt, app, ask, console, spool_of
+from onite.cli.options import DriverHostOpt, SlotsOpt, SpoolOpt, app, confirm, console, spool_of
 from onite.core.clock import SYSTEM
-from onite.core.errors import InvalidInput
 
 
 @app.command()
@@ -24,8 +23,9 @@ def run(
                                           "(which otherwise gets a live view of the drain).")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing (onite.log has every event); "
                                         "for cron.")] = False,
-    scheduled: Annotated[bool, typer.Option("--scheduled", help="Drain only inside a night window opened by a time "
-                                            "of `schedule` (for timers that may start late); else log and exit 0.")] = False,
+    scheduled: Annotated[bool, typer.Option(
+        "--scheduled", help="Drain only inside a night window opened by a time of `schedule` (for timers that may "
+        "start late); else log and exit 0.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
@@ -85,14 +85,12 @@ def recover(
     if not claims:
         print(f"host {host} has no claimed jobs")
         return
-    if not force:
-        if not sys.stdin.isatty():
-            raise InvalidInput("recover needs a confirmation", "run it on a terminal, or add --force")
-        print(f"host {host} claimed: {', '.join(claims)}")
-        print("Only go on if that host is down and will not come back with these jobs still running there.")
-        if ask("requeue them? [y/N] ").lower() not in ("y", "yes"):
-            print("nothing changed")
-            return
+    if not force and not confirm("recover", "--force", [
+            f"host {host} claimed: {', '.join(claims)}",
+            "Only go on if that host is down and will not come back with these jobs still running there."],
+            "requeue them? [y/N] "):
+        print("nothing changed")
+        return
     done = run_app.recover_host(target, host)
     print(f"recovered {len(done)} job(s) of host {host}: {', '.join(done)}")
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, is_plain, open_spool, spool_of,
+from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_name, console, is_plain, open_spool, spool_of,
                                terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.safetext import printable
@@ -15,7 +15,7 @@ from onite.core.safetext import printable
 
 @app.command()
 def output(
-    name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_any)],
+    name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_name)],
     stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
                                          "--stderr-separate.")] = False,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Print the output as it grows until the job has "
@@ -171,8 +171,9 @@ def report(
     user: Annotated[Optional[str], typer.Option("--user", metavar="USER", help="Only this user's jobs.")] = None,
     html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the report as a "
                                                  "self-contained HTML page.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Report jobs from this time: 12h, "
-                                                 "19:00 or 2026-11-21T19:00 (default: the last drain session).")] = None,
+    since: Annotated[Optional[str], typer.Option(
+        "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
+        "last drain session).")] = None,
     until: Annotated[Optional[str], typer.Option("--until", metavar="WHEN", help="Report jobs up to this time: 2h, "
                                                  "07:00 or 2026-11-22T07:00 (default: now).")] = None,
     as_json: JsonOpt = False,

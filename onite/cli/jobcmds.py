@@ -9,11 +9,12 @@ from typer.core import TyperCommand
 
 from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NameArg, NotifyOnOpt,
                                NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
-                               app, ask, complete_any, complete_live, locate_spool, open_spool, say, spool_of, terminal,
+                               app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
                                warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
+from onite.core.safetext import printable
 
 
 @app.command()
@@ -147,7 +148,7 @@ def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolO
 @app.command()
 def restart(
     name: Annotated[str, typer.Argument(metavar="NAME", help="A finished job (done, failed or cancelled).",
-                                        autocompletion=complete_any)],
+                                        autocompletion=complete_name)],
     new_name: Annotated[Optional[str], typer.Option("--name", metavar="NEW", help="Spool it as NEW (e.g. while "
                                                     "NAME is queued again).")] = None,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to the name.")] = False,
@@ -164,7 +165,7 @@ def restart(
 def cancel(
     names: Annotated[Optional[list[str]], typer.Argument(
         metavar="NAME", help="Jobs to cancel, or quoted patterns ('build-*'); none: pick from a list.",
-        autocompletion=complete_live)] = None,
+        autocompletion=complete_name)] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every queued and running job of yours "
                                        "(root: everyone's).")] = False,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
@@ -192,7 +193,6 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> int:
     """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that ended or
     started since it was matched is said and skipped; any other error stops here."""
     from onite.app.control import await_cancel, cancel as cancel_job
-    from onite.core.safetext import printable
 
     done = 0
     for name in names:
@@ -212,10 +212,7 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> int:
 
 def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
     """The jobs patterns (or --all) pick for the caller, confirmed by root, and the other users they skip.
-
-    Raises:
-        InvalidInput: root without --yes where no terminal can confirm. NotFound: nothing of the caller's matches.
-    """
+    Raises NotFound: nothing of the caller's matches; InvalidInput: root without --yes off a terminal."""
     from onite.app.control import select_jobs
 
     picked = select_jobs(target, patterns, os.geteuid(), every=every)
@@ -224,15 +221,12 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
     if not picked.chosen:
         also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
         raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
-    if os.geteuid() == 0 and not yes:
-        if not sys.stdin.isatty():
-            raise InvalidInput(f"cancelling by {what} as root needs a confirmation",
-                               "run it on a terminal, or add --yes")
-        for view in picked.chosen:
-            print(f"  {view.name}  ({view.state}, {view.user})")
-        if ask(f"cancel these {len(picked.chosen)} job(s)? [y/N] ").lower() not in ("y", "yes"):
-            print("nothing cancelled")
-            raise typer.Exit(0)
+    if os.geteuid() == 0 and not yes and not confirm(
+            f"cancelling by {what} as root", "--yes", [f"  {view.name}  ({view.state}, {view.user})"
+                                                       for view in picked.chosen],
+            f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
+        print("nothing cancelled")
+        raise typer.Exit(0)
     return picked, others
 
 

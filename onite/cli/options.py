@@ -4,6 +4,7 @@ These modules do not use ``from __future__ import annotations``: typer reads eve
 each time it builds the command line, and as strings each one is compiled and evaluated again (30 ms).
 """
 
+import contextlib
 import os
 import sys
 from typing import Annotated, Optional
@@ -15,18 +16,13 @@ from onite.core.errors import InvalidInput, OniteError
 from onite.core.job import MAX_RETRIES
 from onite.core.resources import MAX_CPUS
 
-HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # -h as in every other tool; no command uses -h for more
 SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_ONITE_COMPLETE"  # what the completion scripts set to ask onite for completions
 ACTIONS = ("--show-completion", "--install-completion")  # onite's own options, whose SHELL may be left out
-
-app = typer.Typer(
-    add_completion=False,  # typer's options cannot name a shell and detect one when none is named: ours can
-    context_settings=HELP_NAMES,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
-)
+# -h as in every other tool; no completion options of typer's, which cannot find the shell when none is named
+SETTINGS = dict(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
+                rich_markup_mode=None, pretty_exceptions_enable=False)
+app = typer.Typer(**SETTINGS)  # its help: the docstring of _options
 
 
 def _spool_help() -> str:
@@ -41,22 +37,14 @@ def _spool_help() -> str:
         return text
 
 
-def complete_live(incomplete: str) -> list[str]:
-    """Shell completion of a queued or running job's name (cancel, hold, release)."""
-    return _complete(incomplete, finished=False)
-
-
-def complete_any(incomplete: str) -> list[str]:
-    """Shell completion of any job's name, finished ones included (output, restart)."""
-    return _complete(incomplete, finished=True)
-
-
-def _complete(incomplete: str, *, finished: bool) -> list[str]:
+def complete_name(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a job's name: a queued or running one, or (output, restart) a finished one too."""
     from onite.app.listing import completion_names
     from onite.spool.paths import SpoolDir
 
     try:
-        return completion_names(SpoolDir(locate_spool(None).path), incomplete, finished=finished)
+        return completion_names(SpoolDir(locate_spool(None).path), incomplete,
+                                finished=ctx.command.name in ("output", "restart"))
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
 
@@ -67,7 +55,7 @@ PlainOpt = Annotated[bool, typer.Option("--plain", help="One line per row, never
                                         "gets (docs/cli.md, OUTPUT FOR SCRIPTS).")]
 NameArg = Annotated[str, typer.Argument(metavar="NAME")]
 NamesArg = Annotated[list[str], typer.Argument(metavar="NAME")]
-LiveNamesArg = Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)]
+LiveNamesArg = Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_name)]
 # a job's options, shared by submit and recur add (whose every instance is such a job)
 PriorityOpt = Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N",
                                                     help="1 runs first; default from onite.toml.")]
@@ -143,8 +131,7 @@ def show_help(ctx: typer.Context) -> None:
 
 
 def complete_shell(action: str, named: str | None) -> None:
-    """``--show-completion [SHELL]``: print the script; ``--install-completion [SHELL]``: install it. SHELL is
-    the one named, else the shell onite was started from (shellingham), else $SHELL.
+    """``--show-completion [SHELL]``: print the script; ``--install-completion [SHELL]``: install it.
 
     Raises:
         InvalidInput: a shell onite cannot complete (sh, dash, ksh), or none found.
@@ -155,9 +142,16 @@ def complete_shell(action: str, named: str | None) -> None:
     from onite.core.safetext import printable
 
     how, spelt = f"name one of them, e.g. onite {action} {SHELLS[0]}", ", ".join(SHELLS[:-1]) + " and " + SHELLS[-1]
-    shell = named.strip().lower() if named else _detect_shell()
-    if named and shell not in SHELLS:
-        raise InvalidInput(f"onite cannot complete the shell {named!r}: it completes {spelt}", how)
+    if named:
+        shell = named.strip().lower()
+        if shell not in SHELLS:
+            raise InvalidInput(f"onite cannot complete the shell {named!r}: it completes {spelt}", how)
+    else:  # the nearest shell among onite's parent processes, else the login shell
+        shell = os.path.basename(os.environ.get("SHELL") or "").lower() or None
+        with contextlib.suppress(Exception):  # ShellDetectionFailure, or a /proc it cannot read
+            import shellingham
+
+            shell = shellingham.detect_shell()[0].lower() or shell
     if shell is None:
         raise InvalidInput(f"cannot tell which shell you use; onite completes {spelt}",
                            f"name yours, e.g. onite {action} {SHELLS[0]}")
@@ -173,19 +167,6 @@ def complete_shell(action: str, named: str | None) -> None:
         raise OniteError(f"cannot install {shell} completion: {where}: {err.strerror or err}",
                          f"print the script instead: onite --show-completion {shell}") from None
     print(f"{shell} completion installed in {path}; it works in shells started from now on")
-
-
-def _detect_shell() -> str | None:
-    """The nearest shell among onite's parent processes, else the basename of $SHELL."""
-    try:
-        import shellingham
-
-        name, _ = shellingham.detect_shell()
-        if name:
-            return name.lower()
-    except Exception:  # noqa: BLE001 - ShellDetectionFailure, or a /proc it cannot read: try $SHELL
-        pass
-    return os.path.basename(os.environ.get("SHELL") or "").lower() or None
 
 
 def locate_spool(spool: str | None):
@@ -244,6 +225,16 @@ def ask(prompt: str) -> str:
     except EOFError:
         print()
         return ""
+
+
+def confirm(what: str, flag: str, lines: list[str], question: str) -> bool:
+    """Did the person at the terminal answer yes, having read ``lines``?
+    Raises InvalidInput: no terminal to ask on (``flag`` confirms instead)."""
+    if not sys.stdin.isatty():
+        raise InvalidInput(f"{what} needs a confirmation", f"run it on a terminal, or add {flag}")
+    for line in lines:
+        print(line)
+    return ask(question).lower() in ("y", "yes")
 
 
 def say(line: str) -> None:
