@@ -153,7 +153,7 @@ def test_piped_list_is_one_line_per_row(spool, cli, workdir):
         cells = [re.split(r" {2,}", line) for line in r.out.splitlines()]
         titles = next(row for row in cells if row[0] == "#")
         rows = [row for row in cells if row[0] == "-" or row[0].isdigit()]
-        assert titles == [t for t, _ in render.job_columns(True)]
+        assert titles == [t for t, _ in render.job_table([], None, detailed=True).columns]
         assert sorted(row[1] for row in rows) == sorted([long_name, "queued-one", "vanished"])
         assert all(len(row) == len(titles) for row in rows), rows
         vanished = next(row for row in rows if row[1] == "vanished")

@@ -1,9 +1,5 @@
-"""What people read: list, recur list, report and status, as rich on a terminal or as plain lines.
-
-rich is imported only where a function draws with it. A plain table (a pipe, a file, ``--plain``) is one
-line per row, never wrapped, cells two spaces apart, each free of runs of spaces and control characters,
-``-`` if empty (docs/cli.md, OUTPUT FOR SCRIPTS).
-"""
+"""What people read of list, recur list, report and status: rich on a terminal (imported only to draw there), else
+plain lines that never wrap, cells two spaces apart (docs/cli.md, OUTPUT FOR SCRIPTS)."""
 
 from __future__ import annotations
 
@@ -21,15 +17,16 @@ STATE_STYLE = {"queued": "cyan", "held": "yellow", "running": "bold blue", "done
                "cancelled": "magenta", "timeout": "bold red", "refused": "red"}
 LARGE_TABLE = 2000  # rows past which a table is laid out as text: rich takes about a minute for 100,000
 INDENT = "    "  # of a sentence's lines after its first, and of what follows a failure
+GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
 
 
 class TableSpec(NamedTuple):
-    """A table's columns (title, right-justified), its rows of text, the columns that fold, each row's styles."""
+    """A table's columns (title, right-justified), its rows, the columns that fold, and each row's styles."""
 
     columns: Sequence[tuple[str, bool]]
     rows: list[list[str]]
-    folded: frozenset[str]
-    styles: Callable[[int, list[str]], dict[int, str]]
+    folded: tuple[str, ...]
+    styles: Callable[[int, list[str]], dict[int, str]]  # (row index, row) -> {column index: style}
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -47,7 +44,7 @@ def rich_table(spec: TableSpec):
                          overflow="fold" if title in spec.folded else "ellipsis")
     for i, row in enumerate(spec.rows):  # Text, never markup: a cell may quote a path a user chose, [link=…] included
         styles = spec.styles(i, row)
-        table.add_row(*(Text(cell, style=styles.get(col, "")) for col, cell in enumerate(row)))
+        table.add_row(*(Text.assemble((cell, styles.get(col, ""))) for col, cell in enumerate(row)))
     return table
 
 
@@ -62,18 +59,13 @@ def print_table(out, spec: TableSpec, *, plain: bool, large: bool = False) -> No
         out.print(rich_table(spec))
 
 
-JOB_COLUMNS = (("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False))
-WAITING_COLUMNS = (("WAITING", False),)  # why a queued job cannot start now: only when one cannot
-DETAIL_COLUMNS = (("HOST", False), ("STARTED", False), ("TOOK", True), ("MEM", True), ("CPU", True), ("RESULT", False))
-
-
-def job_columns(detailed: bool, waiting: bool = False) -> tuple[tuple[str, bool], ...]:
-    return JOB_COLUMNS + (WAITING_COLUMNS if waiting else ()) + (DETAIL_COLUMNS if detailed else ())
-
-
 def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> TableSpec:
     """``onite list``: position, name, user, priority, age, state (``waiting``: why it waits; ``detailed``:
     where, when and how it ran)."""
+    columns = [("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False)]
+    columns += [("WAITING", False)] if waiting else []
+    columns += [("HOST", False), ("STARTED", False), ("TOOK", True), ("MEM", True), ("CPU", True),
+                ("RESULT", False)] if detailed else []
     rows = []
     for view in views:
         row = [str(view.position or ""), printable(view.name), printable(view.user), priority_label(view),
@@ -85,16 +77,16 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
             row += [printable(view.host or ""), short_time(view.started, now), human_duration(took), view.used_mem(),
                     human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
         rows.append(row)
-    return TableSpec(job_columns(detailed, waiting), rows, frozenset({"NAME", "RESULT", "WAITING"}),
+    return TableSpec(columns, rows, ("NAME", "RESULT", "WAITING"),
                      lambda i, row: {5: STATE_STYLE.get(row[5], ""), 6: "yellow" if waiting else ""})
 
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
                    plain: bool = False) -> None:
     """``onite list`` on ``out``: one table, or one per host with ``by_host`` (always detailed)."""
-    groups = [(None, views)] if not by_host else \
-        [(host, [v for v in views if (v.host or "") == host]) for host in sorted({v.host or "" for v in views})]
-    for host, some in groups:
+    hosts = sorted({view.host or "" for view in views}) if by_host else [None]
+    for host in hosts:
+        some = views if host is None else [view for view in views if (view.host or "") == host]
         if host is not None and plain:
             write_lines(out, [host or "queued (no host yet)"])
         elif host is not None:
@@ -114,15 +106,14 @@ def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False
     rows = [[printable(view.name), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
              priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or "")] for view in views]
-    print_table(out, TableSpec(RECUR_COLUMNS, rows, frozenset({"NAME", "NOTE"}), lambda i, row: {6: "bold red"}),
-                plain=plain)
+    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NAME", "NOTE"), lambda i, row: {6: "bold red"}), plain=plain)
 
 
 def report_table(data, rows: list[list[str]]) -> TableSpec:
     """``onite report``'s table: each job's state and reason in its state's colour."""
     from onite.app.reporttext import COLUMNS, state_word
 
-    return TableSpec(COLUMNS, rows, frozenset({"NAME", "REASON"}),
+    return TableSpec(COLUMNS, rows, ("NAME", "REASON"),
                      lambda i, row: dict.fromkeys((0, len(row) - 1), STATE_STYLE.get(state_word(data.jobs[i]), "")))
 
 
@@ -175,16 +166,21 @@ def print_report(out, data, *, plain: bool) -> None:
     if not data.jobs:
         return
     say("")
-    start, end = rep.timeline_span(data)
-    never = {id(job) for job in data.jobs if data.never_ran(job)}
-    lines, bars = gantt_lines(data.jobs, start, end, out.width, never=never)
     large = len(data.jobs) > LARGE_TABLE
     print_table(out, report_table(data, rep.rows(data, marks=not words)), plain=plain, large=large)
+    lines, bars = gantt_lines(data, out.width)
     if plain or large:
         write_lines(out, ["", *lines])
-    else:
+    else:  # the timeline in colour: each bar in its job's state's style, the axis dim
+        timeline = Text(no_wrap=True, overflow="crop")
+        timeline.append(lines[0] + "\n" + lines[1] + "\n", style="dim")
+        for job, line, (a, b) in zip(data.jobs, lines[2:], bars):
+            timeline.append(line[:a])
+            timeline.append(line[a:b], style=STATE_STYLE.get(rep.state_word(job), ""))
+            timeline.append("\n")
+        timeline.rstrip()
         out.print()
-        out.print(gantt_text(data.jobs, lines, bars))
+        out.print(timeline)
     if len(data.hosts) > 1:
         say("")
         say("by host")
@@ -193,17 +189,13 @@ def print_report(out, data, *, plain: bool) -> None:
                 f"busy {human_duration(row['busy_seconds'])}")
 
 
-GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
+def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
+    """The report's timeline as lines ``width`` wide: a time axis (labels, a rule with ticks), then each job's
+    name and bar (█; × where a job that never ran ended); and the columns [from, to) of each bar, to colour it."""
+    from onite.app.reporttext import extent, ticks, timeline_span
 
-
-def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width: int,
-                never: set[int] = frozenset()) -> tuple[list[str], list[tuple[int, int]]]:
-    """The timeline as lines ``width`` wide: a time axis (labels, a rule with ticks), then each job's name and
-    bar (█; × where a job that never ran, one whose ``id`` is in ``never`` or with no start, ended); also the
-    columns [from, to) of each bar, to colour it."""
-    from onite.app.reporttext import extent, ticks
-
-    name_width = max(4, min(GANTT_NAME, max(len(v.name) for v in views)))
+    start, end = timeline_span(data)
+    name_width = max(4, min(GANTT_NAME, max(len(job.name) for job in data.jobs)))
     bar_width = max(width - name_width - 1, 16)
     seconds = max((end - start).total_seconds(), 1e-6)
     labels, rule, free = [" "] * bar_width, ["─"] * bar_width, 0
@@ -214,33 +206,16 @@ def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width:
             labels[col:col + len(label)] = label
             free = col + len(label) + 1
     indent = " " * (name_width + 1)
-    lines = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)]
-    bars = []
-    for view in views:
-        unrun = view.started is None or id(view) in never
-        first, last = extent(view, start, end)
+    lines, bars = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)], []
+    for job in data.jobs:
+        unrun = job.started is None or data.never_ran(job)
+        first, last = extent(job, start, end)
         a = min(int((last if unrun else first) * bar_width), bar_width - 1)
         b = a + 1 if unrun else max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
-        name = view.name if len(view.name) <= name_width else view.name[:name_width - 1] + "…"
+        name = job.name if len(job.name) <= name_width else job.name[:name_width - 1] + "…"
         lines.append(name.ljust(name_width) + " " * (a + 1) + ("×" if unrun else "█") * (b - a))
         bars.append((name_width + 1 + a, name_width + 1 + b))
     return lines, bars
-
-
-def gantt_text(views: Sequence[JobView], lines: list[str], bars: list[tuple[int, int]]):
-    """``gantt_lines`` in colour: each bar in its job's state's style, the axis dim."""
-    from rich.text import Text
-
-    from onite.app.reporttext import state_word
-
-    text = Text(no_wrap=True, overflow="crop")
-    text.append(lines[0] + "\n" + lines[1] + "\n", style="dim")
-    for view, line, (a, b) in zip(views, lines[2:], bars):
-        text.append(line[:a])
-        text.append(line[a:b], style=STATE_STYLE.get(state_word(view), ""))
-        text.append("\n")
-    text.rstrip()
-    return text
 
 
 def print_status(console, info, *, plain: bool = False) -> None:
@@ -258,42 +233,41 @@ def print_status(console, info, *, plain: bool = False) -> None:
 
             console.print(Text.assemble(*parts), soft_wrap=True)
 
+    def until(when: datetime) -> str:
+        return human_duration((when - info.now).total_seconds())
+
     say(f"spool     {esc(info.location or info.spool)}")
     for d in info.drivers:
         since = parse_stamp(d.get("since"))
-        what = "daemon" if d.get("role") == "daemon" else "driver"
-        if what == "daemon" and d.get("state"):
-            what += f", {d['state']}"
+        what = "daemon" + (f", {d['state']}" if d.get("state") else "") if d.get("role") == "daemon" else "driver"
         detail = ", ".join(x for x in (
             f"pid {d['pid']}" if d.get("pid") else "",
             f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)" if since else "",
             f"started by {d['started_by']}" if d.get("started_by") else "") if x) or d["holder"] or "pid unknown"
         say("driver    ", ("running", "green"), f" on {esc(d['host'])} ({what}, {esc(detail)})")
+    last = info.last_driver
     if not info.drivers:
-        last, ended = info.last_driver, ""
-        if last and not last["died"] and last.get("ended"):
-            ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, "
-                     f"started by {esc(last['started_by'])})")
+        ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, started by "
+                 f"{esc(last['started_by'])})" if last and not last["died"] and last.get("ended") else "")
         say(f"driver    not running{ended}")
     drain = info.drain
     if info.next_drain and drain is not None and drain.next is not None:
         from onite.drain.nextdrain import LABEL
 
-        wait = human_duration((info.next_drain - info.now).total_seconds())
-        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {wait}) by {LABEL.get(drain.next.by, drain.next.by)} "
-            f"on {esc(drain.next.host)}" + (f", until {info.until}" if info.until else ""))
+        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {until(info.next_drain)}) by "
+            f"{LABEL.get(drain.next.by, drain.next.by)} on {esc(drain.next.host)}"
+            + (f", until {info.until}" if info.until else ""))
     elif drain is not None:
         from onite.drain.nextdrain import no_drain_text
 
         say("next run  ", (f"none: {esc(no_drain_text(drain))}", "yellow"))
     if info.containment:
-        kind = info.containment["kind"]
-        colour = "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"
-        say("contain   ", (esc(kind), colour), f" (as the last driver on {esc(info.containment['host'])} said)")
-        limits, capacity = info.containment.get("limits"), info.containment.get("capacity")
+        kind, limits, capacity = (info.containment.get(key) for key in ("kind", "limits", "capacity"))
+        say("contain   ", (esc(kind), "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"),
+            f" (as the last driver on {esc(info.containment['host'])} said)")
         if limits:  # the last driver's words: this command measures nothing of root's cgroups
-            colour = "yellow" if limits.startswith("not enforced") else "green"
-            say("limits    last drain: ", (esc(limits), colour), f"; capacity {esc(capacity)}" if capacity else "")
+            say("limits    last drain: ", (esc(limits), "yellow" if limits.startswith("not enforced") else "green"),
+                f"; capacity {esc(capacity)}" if capacity else "")
     for warning in info.warnings:
         say(("warning", "red"), f"   {esc(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
@@ -301,18 +275,15 @@ def print_status(console, info, *, plain: bool = False) -> None:
     label = "waiting  "
     for row in info.waiting:
         reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
-        colour = "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"
         say(f"{label} {esc(row['name'])} ({esc(row['user'])}, {priority_text(row['urgent'], row['priority'])}): ",
-            (esc(reason), colour))
+            (esc(reason), "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"))
         label = "         "
     if info.not_examined:
         say(f"{label} …and {info.not_examined} more not examined")
     day = info.last_night
     if day:
-        c, failed = day["counts"], ""
-        if day["failed"]:
-            more = day["failed_total"] - len(day["failed"])
-            failed = " (" + ", ".join(esc(n) for n in day["failed"]) + (f", … {more} more" if more else "") + ")"
+        c, failed, more = day["counts"], day["failed"], day["failed_total"] - len(day["failed"])
+        failed = " (" + ", ".join(map(esc, failed)) + (f", … {more} more" if more else "") + ")" if failed else ""
         command = "onite report" if day.get("window") == "drain" else f"onite report --night {day['night']}"
         say("last night ", (f"{c['done']} done", "green"), ", ", (f"{c['failed']} failed", "red"),
             f"{failed}, {c['cancelled']} cancelled ({command})")
@@ -323,4 +294,4 @@ def print_status(console, info, *, plain: bool = False) -> None:
         when = datetime.fromisoformat(rec["next"])
         say(f"recurring {esc(rec['name'])} ({esc(rec['user'])}, "
             f"{priority_text(rec.get('urgent'), rec.get('priority'), unknown='?')}, {esc(rec['rule'])}) "
-            f"next {when:%Y-%m-%d %H:%M} (in {human_duration((when - info.now).total_seconds())})")
+            f"next {when:%Y-%m-%d %H:%M} (in {until(when)})")
