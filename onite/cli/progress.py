@@ -1,8 +1,7 @@
 """What ``onite run`` shows while it drains: a live view on a terminal, the log lines elsewhere, nothing with -q.
 
-The driver does not know it is watched: it tells its activity log's ``listener`` of every event and calls
-``tick`` on each turn of its loop, in its own thread. Rich redraws the view from another thread, so the
-view's state is read and changed under a lock, and the redraw never touches the driver.
+The driver tells ``listener`` every event it logs and calls ``tick`` each turn, in its thread; rich redraws
+from its own, so the view's state is changed and read under a lock, and the redraw never touches the driver.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from onite.app.run import IDLE_EVENTS, idle_reason
+from onite.cli.render import STATE_STYLE
 from onite.core.cells import human_duration, priority_text
 from onite.core.safetext import printable
 
@@ -118,10 +118,9 @@ class DrainView:
         """The driver's thread: each event of its log."""
         with self._lock:
             line = self.state.apply(when, event, name, fields)
-        if line is not None and self._live is not None:
-            line = printable(line)  # a reason may quote a path a user chose
-            style = {"✓": "green", "✗": "bold red", "⊘": "magenta"}.get(line[0], "yellow")
-            self._live.console.print(line, style=style, markup=False, highlight=False)
+        if line is not None and self._live is not None:  # printable: a reason may quote a path a user chose
+            style = STATE_STYLE[event] if event in FINAL else "yellow"
+            self._live.console.print(printable(line), style=style, markup=False, highlight=False)
 
     def tick(self, driver, now: datetime) -> datetime:
         """The driver's per-turn hook: the queue's length, which only the driver may ask."""

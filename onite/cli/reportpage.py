@@ -1,9 +1,7 @@
 """``onite report --html FILE``: the morning report as one self-contained page (pure, but for ``write_html``).
 
-It leads as the terminal report does: the headline, each failure, what is not finished, then the timeline
-and the table; on a phone (40rem and less) nothing scrolls sideways. No script and nothing fetched, so that
-it can be mailed or served as it is; every text from a user escaped, control characters spelt out; no job's
-output, which is private to its owner, where a page is meant to be shared.
+No script and nothing fetched, so that it can be mailed or served as it is; on a phone nothing scrolls sideways;
+every text from a user escaped; no job's output (private to its owner), where a page is meant to be shared.
 """
 
 from __future__ import annotations
