@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import signal
 import sys
 from typing import Annotated, Optional
 
@@ -65,8 +66,6 @@ def _watch(*, quiet: bool, verbose: bool):
 def _ignore_late_signals() -> None:
     """A status or reload request that comes before the driver catches signals, or after it has let go of its
     lock (its pid was read before), finds a process starting or about to exit, which must not die of it."""
-    import signal
-
     for sig in (signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)
 

@@ -1,5 +1,6 @@
 """The commands that show what happened: output, log, cron, status, wait, report."""
 
+import codecs
 import os
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import typer
 from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_name, console, is_plain, open_spool, spool_of,
                                terminal, warn_damaged)
 from onite.core.clock import SYSTEM
-from onite.core.safetext import printable
+from onite.core.safetext import printable, printable_output
 
 
 @app.command()
@@ -70,15 +71,11 @@ class Sink:
     could retitle root's window, write root's clipboard (OSC 52) or hide what follows."""
 
     def __init__(self, owner: int | None, raw: bool) -> None:
-        import codecs
-
         self.out = sys.stdout.buffer
         self.spell = not raw and owner != os.geteuid() and sys.stdout.isatty()
         self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character split between reads
 
     def write(self, data: bytes, final: bool = False) -> int:
-        from onite.core.safetext import printable_output
-
         self.out.write(printable_output(self.decoder.decode(data, final)).encode() if self.spell else data)
         return len(data)
 
@@ -153,10 +150,8 @@ def wait(
 
     limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
     target = open_spool(spool)
-    if names:
-        waited = waiting.wait_jobs(target, names, timeout=limit, announce=_announce)
-    else:
-        waited = waiting.wait_drains(target, timeout=limit, announce=_announce)
+    waited = (waiting.wait_jobs(target, names, timeout=limit, announce=_announce) if names
+              else waiting.wait_drains(target, timeout=limit, announce=_announce))
     lines = waited.lines() if names else [waited.summary()]
     # a reason may quote a path a user chose (its directory): escaped, as list and report do
     print(waiting.wait_json(target, waited) if as_json else "\n".join(printable(line) for line in lines))

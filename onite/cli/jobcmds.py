@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NameArg, NotifyOnOpt,
+from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
                                NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
                                app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
                                warn_damaged)
@@ -129,7 +129,7 @@ def list_(
 
 
 @app.command()
-def find(name: NameArg, spool: SpoolOpt = None) -> None:
+def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Exit 0 if a job NAME is queued or running, 1 if not."""
     from onite.app.find import find as find_job
 

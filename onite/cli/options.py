@@ -53,8 +53,6 @@ SpoolOpt = Annotated[Optional[str], typer.Option("--spool", metavar="DIR", help=
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
 PlainOpt = Annotated[bool, typer.Option("--plain", help="One line per row, never wrapped, states in words: what a pipe "
                                         "gets (docs/cli.md, OUTPUT FOR SCRIPTS).")]
-NameArg = Annotated[str, typer.Argument(metavar="NAME")]
-NamesArg = Annotated[list[str], typer.Argument(metavar="NAME")]
 LiveNamesArg = Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_name)]
 # a job's options, shared by submit and recur add (whose every instance is such a job)
 PriorityOpt = Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N",

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (SETTINGS, AfterOpt, CpusOpt, HostOpt, JsonOpt, MemOpt, NamesArg, NotifyOnOpt, NotifyOpt,
+from onite.cli.options import (SETTINGS, AfterOpt, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
                                PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt, app,
                                open_spool, show_help, terminal)
 from onite.core.clock import SYSTEM
@@ -86,7 +86,7 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
 
 
 @recur_app.command("remove")
-def recur_remove(names: NamesArg, spool: SpoolOpt = None) -> None:
+def recur_remove(names: Annotated[list[str], typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
     from onite.app.recur import remove
 
