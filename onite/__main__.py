@@ -1,19 +1,22 @@
-"""Entry point: ``onite`` and ``python -m onite``.
-
-This is the one place where errors become text and exit codes: an
-OniteError is printed as ``onite: <what is wrong> — <what to do>`` on
-stderr, never as a traceback. Anything else that escapes is a bug and keeps
-its traceback.
-"""
+"""``onite`` and ``python -m onite``: the one place where an OniteError becomes one line on stderr, ``onite: <what
+is wrong> — <what to do>``, and an exit code; anything else that escapes is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
-import io  # loaded with the interpreter: sys.stdout is one of its objects
+import errno  # all but signal, which main sets first thing, are loaded with the interpreter
+import io
+import os
+import signal
 import sys
+import time
 
 
 class Interrupted(BaseException):
     """SIGINT, raised where onite's code is (typer and click would take a KeyboardInterrupt for theirs)."""
+
+
+class OutputFailure(OSError):
+    """Standard output could not be written: a full disk, a quota, a failing device under it."""
 
 
 def _interrupt(signum, frame) -> None:
@@ -21,25 +24,15 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
     previous = signal.signal(signal.SIGINT, _interrupt)
     try:  # an interrupt anywhere in onite's own code, its imports included, is one line and 130
-        args = sys.argv[1:] if argv is None else list(argv)
         if argv is None:
             _fill_closed_streams()
             _watch_stdout()
-        code = _main(args)
-        try:  # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
-            sys.stdout.flush()
-        except BrokenPipeError as err:
-            return _reader_gone(err) or code  # the command's own failure, if it had one, stands
-        except OutputFailure as err:
-            failed = _output_failed(err)
-            return code or failed
-        except ValueError:  # closed: nothing left to write
-            pass
-        return code
+        code = _exit_code(_dispatch, sys.argv[1:] if argv is None else list(argv))
+        # what is still buffered goes now: a failure to write it is said here, not lost in Python's exit
+        flushed = _exit_code(_flush)
+        return code or flushed  # the command's own failure, if it had one, stands
     except (Interrupted, KeyboardInterrupt):
         return _interrupted()
     finally:
@@ -49,23 +42,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def _interrupted() -> int:
     """One line, nothing imported, no second interrupt: the exit code of an interrupted command."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        sys.stderr.write("onite: interrupted\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    _say("onite: interrupted", spelt=False)
     return 130
 
 
-def _main(args: list[str]) -> int:
-    from onite.core.errors import EXIT_USAGE, OniteError
+def _flush() -> None:
+    try:
+        sys.stdout.flush()
+    except ValueError:  # closed: nothing left to write
+        pass
+
+
+def _exit_code(step, *args) -> int:
+    """What ``step`` returns (0 for None), or the exit code of what it raised, said in one line."""
+    from onite.core.errors import EXIT_FAILURE, EXIT_USAGE, OniteError
 
     try:
-        _check_time_zone()
-        return _dispatch(args)
+        return step(*args) or 0
     except OniteError as err:
         _say(f"onite: {err}")
         return err.exit_code
@@ -73,25 +67,15 @@ def _main(args: list[str]) -> int:
         return _interrupted()
     except BrokenPipeError as err:
         return _reader_gone(err)
-    except OutputFailure as err:
-        return _output_failed(err)
+    except OutputFailure as err:  # told from a full disk under the spool by where it happened, never by its errno
+        _quiet_stdout()
+        notes = "".join(f"; {note}" for note in getattr(err, "__notes__", ()))  # what the lost output said
+        hint = "check the device it goes to" if err.errno == errno.EIO else "free some space where it goes"
+        _say(f"onite: cannot write its output: {err.strerror or err}{notes} — {hint} (or send it elsewhere)")
+        return EXIT_FAILURE
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
-
-
-def _check_time_zone() -> None:
-    """A TZ such as UTC+24 is valid to the C library, which puts local time 24 hours or more from UTC,
-    and then every local time onite reads fails in Python's datetime: one line, before anything."""
-    import time
-
-    if abs(time.localtime().tm_gmtoff) >= 86_400:
-        import os
-
-        from onite.core.errors import InvalidInput
-
-        raise InvalidInput(f"the time zone TZ={os.environ.get('TZ', '')!r} puts local time 24 hours or more from UTC, "
-                           "which onite cannot use", "set TZ to a zone such as UTC or Europe/Paris")
 
 
 def _reader_gone(err: OSError) -> int:
@@ -102,24 +86,16 @@ def _reader_gone(err: OSError) -> int:
     return 0
 
 
-def _output_failed(err: OutputFailure) -> int:
-    """Standard output cannot be written (a full disk under it): one line on stderr; EXIT_FAILURE."""
-    from onite.core.errors import EXIT_FAILURE
-
-    _quiet_stdout()
-    notes = "".join(f"; {note}" for note in getattr(err, "__notes__", ()))  # what the lost output said
-    _say(f"onite: cannot write its output: {err.strerror or err}{notes} — {_output_hint(err)}")
-    return EXIT_FAILURE
-
-
 def _dispatch(args: list[str]) -> int:
-    import errno
-    import os
+    if abs(time.localtime().tm_gmtoff) >= 86_400:  # TZ=UTC+24 is valid to the C library, not to datetime
+        from onite.core.errors import InvalidInput
 
+        raise InvalidInput(f"the time zone TZ={os.environ.get('TZ', '')!r} puts local time 24 hours or more from "
+                           "UTC, which onite cannot use", "set TZ to a zone such as UTC or Europe/Paris")
     import typer
 
     from onite.cli.commands import app
-    from onite.cli.completion import ACTIONS, COMPLETE_VAR, act
+    from onite.cli.options import ACTIONS, COMPLETE_VAR, complete_shell
 
     command = typer.main.get_command(app)
     if os.environ.get(COMPLETE_VAR):  # a shell asks for completions: typer answers, once its shells are known
@@ -146,17 +122,16 @@ def _dispatch(args: list[str]) -> int:
                 group = group.commands[arg]
         option = getattr(err, "option_name", None)
         if option in ACTIONS and not sub:  # `onite --show-completion` with no SHELL (typer's options need a value)
-            act(option, None)  # the shell in use
+            complete_shell(option, None)  # the shell in use
             return 0
-        sub = " ".join(sub)
-        _say(f"onite: {_usage_message(err)} — see: onite {sub + ' ' if sub else ''}--help")
+        _say(f"onite: {_usage_message(err)} — see: onite {''.join(s + ' ' for s in sub)}--help")
         return getattr(err, "exit_code", 2)
     return result if isinstance(result, int) else 0
 
 
 def _usage_message(err) -> str:
-    """The parser's message for a usage mistake; a number option given something else says what was
-    typed in words (click's own, ``'1.5' is not a valid int.``, reads as a programmer's)."""
+    """The parser's message; a number option given something else says what was typed in words (click's own,
+    ``'1.5' is not a valid int.``, reads as a programmer's)."""
     typed, not_valid, _ = getattr(err, "message", "").rpartition(" is not a valid int")
     opts = getattr(getattr(err, "param", None), "opts", None)
     if not not_valid or not opts:
@@ -174,10 +149,6 @@ def _usage_message(err) -> str:
     return f"{' / '.join(opts)}: '{value}' {said}"  # _say shows bytes that are not UTF-8 as typed
 
 
-class OutputFailure(OSError):
-    """Standard output could not be written: a full disk, a quota, a failing device under it."""
-
-
 class _StdoutFile(io.FileIO):
     """Standard output's file descriptor, whose failed writes say they are output failures."""
 
@@ -191,13 +162,10 @@ class _StdoutFile(io.FileIO):
 
 
 def _fill_closed_streams() -> None:
-    """Standard output or error closed (``>&-``): Python gives None for it. What onite would say
-    there is dropped, as the caller chose, and its descriptor becomes /dev/null, so that no file
-    onite opens takes its number (and what is said there)."""
+    """Standard output or error closed (``>&-``), which Python gives as None: what onite would say there is
+    dropped, and its descriptor becomes /dev/null, so that no file onite opens takes its number."""
     for fd, name in ((1, "stdout"), (2, "stderr")):
         if getattr(sys, name) is None:
-            import os
-
             null = os.open(os.devnull, os.O_WRONLY)
             if null != fd:
                 os.dup2(null, fd)
@@ -206,45 +174,35 @@ def _fill_closed_streams() -> None:
 
 
 def _watch_stdout() -> None:
-    """Have a failed write to standard output raise OutputFailure (with its errno), so that ``main``
-    tells it by where it happened, never by its errno alone: a full disk under the spool must not be
-    reported as output that could not be written. A reader gone (EPIPE) stays a BrokenPipeError."""
+    """Have a failed write to standard output raise OutputFailure; a reader gone (EPIPE) stays a BrokenPipeError.
+    A character the encoding cannot hold (PYTHONIOENCODING=ascii, the report's box drawing) is written escaped."""
     stream = sys.stdout
     try:
         raw = _StdoutFile(stream.fileno(), "w", closefd=False)
     except (AttributeError, ValueError, OSError):  # no stdout, or not a file descriptor: left as it is
         return
-    # a character the encoding cannot hold (PYTHONIOENCODING=ascii, the report's box drawing) is
-    # written escaped, never a traceback
     errors = "backslashreplace" if stream.errors == "strict" else stream.errors
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=errors,
                                   line_buffering=stream.line_buffering, write_through=stream.write_through)
 
 
-def _output_hint(err: OSError) -> str:
-    import errno
+def _say(line: str, *, spelt: bool = True) -> None:
+    """A line on stderr; ``spelt``: its control characters spelt out (it may quote what a user chose)."""
+    if spelt:
+        from onite.core.safetext import printable
 
-    if err.errno == errno.EIO:
-        return "check the device it goes to (or send it elsewhere)"
-    return "free some space where it goes (or send it elsewhere)"
-
-
-def _say(line: str) -> None:
-    from onite.core.safetext import printable  # a message may quote a file name or a value a user chose
-
+        line = printable(line)
     try:
-        sys.stderr.write(printable(line) + "\n")
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
 
 
 def _quiet_stdout() -> None:
-    import os
-
-    try:  # stdout's reader went away (onite list | head): no traceback, no second error at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    """No traceback, no second error at exit, once standard output cannot be written."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):
         pass
 

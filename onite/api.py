@@ -1,21 +1,6 @@
-"""onite from Python: spool jobs from a program, many at a time, without a process per job.
-
-    from onite.api import Spool
-
-    spool = Spool()  # --spool's rules: ONITE_SPOOL, else /var/spool/onite for root, else ~/.local/state/onite
-    spool.submit("nightly-report", "make report\\n", priority=3)
-    names = spool.submit_many((f"convert-{i:05d}", f"convert {path}\\n") for i, path in enumerate(paths, 1))
-
-A job is what ``onite submit`` makes: its text runs under /bin/sh (or its
-``#!`` interpreter) with the environment, current directory and umask of
-the calling process at the time of the call, unless ``env`` or ``cwd`` say
-otherwise. ``submit_many`` checks every job before it writes any, then
-writes them in order with one flush to disk for many files (docs/performance.md):
-within a priority they run in the order given, each job is all or nothing,
-and if writing stops part way the error says how many were spooled.
-
-Errors are onite.core.errors.OniteError subclasses; each has a one-line message
-(``str(err)``) and the ``exit_code`` the command line would use.
+"""onite from Python: ``Spool().submit(name, text, **options)`` and ``submit_many(pairs)``, without a process per
+job (docs/user-guide.md). A job runs with the calling process's environment, directory and umask unless ``env``
+or ``cwd`` say otherwise; errors are OniteError subclasses, with the command line's message and ``exit_code``.
 """
 
 from __future__ import annotations
@@ -42,33 +27,30 @@ class Spool:
 
     def submit(self, name: str, text: str | bytes, *, unique: bool = False, env: Mapping | None = None,
                cwd: str | bytes | None = None, **options) -> str:
-        """Spool one job; return its name (with ``unique``, NAME plus a unique suffix).
-
-        ``options``: priority, urgent, after (names), at, timeout, retries, host, hold,
-        stderr_separate (True, False, or None for the spool's default), notify, notify_on -- as for ``onite submit``.
+        """Spool one job; return its name (with ``unique``, NAME plus a unique suffix). ``options``: those of
+        ``onite submit`` (priority, urgent, after, at, timeout, retries, host, hold, stderr_separate, notify, …).
 
         Raises:
             InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
         """
-        from onite.exec import identity
         from onite.app.submit import submit
+        from onite.exec import identity
 
         request = _request(name, text, options, unique=unique)
         return submit(self._spool, request, _captured(env, cwd), identity.current())
 
     def submit_many(self, jobs: Iterable[tuple[str, str | bytes]], *, env: Mapping | None = None,
                     cwd: str | bytes | None = None, **options) -> list[str]:
-        """Spool ``(name, text)`` pairs in order, as one batch; return the names.
-
-        The options apply to every job. A job may wait (``after``) for a job
-        earlier in the same batch. Nothing is written unless every job passes
-        the checks; see the module's docstring for what happens if writing fails.
+        """Spool ``(name, text)`` pairs as one batch with the same options (``after`` may name a job earlier in
+        it): all checked before any is written, then written in order (their order within a priority), each all or
+        nothing, with one flush to disk for many (docs/performance.md); return the names.
 
         Raises:
-            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
+            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail; if writing stops part
+            way, the message says how many were spooled.
         """
-        from onite.exec import identity
         from onite.app.submit import submit_many
+        from onite.exec import identity
 
         requests = [_request(name, text, options) for name, text in jobs]
         return submit_many(self._spool, requests, _captured(env, cwd), identity.current())

@@ -78,13 +78,12 @@ def test_a_big_list_is_plain_text_laid_out_as_the_table(spool, cli):
     now = datetime.now().astimezone()
     for detailed in (False, True):
         views = listing.list_jobs(target, include_all=detailed, now=now)
-        assert render.any_waiting(views)  # the held job
+        assert any(view.waiting for view in views)  # the held job
+        spec = render.job_table(views, now, detailed=detailed, waiting=True)
         out = io.StringIO()
-        Console(file=out, width=300, color_system=None).print(render.jobs_table(views, now, detailed=detailed,
-                                                                                waiting=True))
+        Console(file=out, width=300, color_system=None).print(render.rich_table(spec))
         rich_lines = [line.rstrip() for line in out.getvalue().splitlines()]
-        plain = list(render.plain_table(render.job_columns(detailed, True),
-                                        render.job_rows(views, now, detailed=detailed, waiting=True)))
+        plain = list(render.plain_table(spec.columns, spec.rows))
         assert plain == rich_lines and len(plain) == len(views) + 1
     big = [(f"j{i:05d}", "true\n") for i in range(render.LARGE_TABLE + 1 - 5)]
     api.submit_many(big, priority=5)
@@ -154,7 +153,7 @@ def test_piped_list_is_one_line_per_row(spool, cli, workdir):
         cells = [re.split(r" {2,}", line) for line in r.out.splitlines()]
         titles = next(row for row in cells if row[0] == "#")
         rows = [row for row in cells if row[0] == "-" or row[0].isdigit()]
-        assert titles == [t for t, _ in render.job_columns(True)]
+        assert titles == [t for t, _ in render.job_table([], None, detailed=True).columns]
         assert sorted(row[1] for row in rows) == sorted([long_name, "queued-one", "vanished"])
         assert all(len(row) == len(titles) for row in rows), rows
         vanished = next(row for row in rows if row[1] == "vanished")

@@ -770,7 +770,7 @@ def test_a_big_report_is_plain_text_laid_out_as_the_table(spool, cli):
     data = report.build(SpoolDir(spool), datetime.now().astimezone())
     out = io.StringIO()
     console = Console(file=out, width=120, color_system=None, force_terminal=True, no_color=True)
-    console.print(render.report_table(data, reporttext.rows(data)))
+    console.print(render.rich_table(render.report_table(data, reporttext.rows(data))))
     assert [line.rstrip() for line in out.getvalue().splitlines()] == list(plain_table(reporttext.COLUMNS,
                                                                                           reporttext.rows(data)))
     for i in range(render.LARGE_TABLE):

@@ -1,15 +1,6 @@
-"""onite's command line: the typer application with every command registered (``app``).
+"""The whole command line: importing a command module registers its commands on onite.cli.options.app."""
 
-Importing a command module registers its commands on onite.cli.options.app;
-this module imports them all, so that ``from onite.cli.commands import app``
-is the whole command line (onite.__main__).
-"""
-
-from __future__ import annotations
-
-from onite.cli import drivecmds, infocmds, jobcmds, recurcmds
+from onite.cli import drivecmds, infocmds, jobcmds, recurcmds  # noqa: F401
 from onite.cli.options import app
-
-COMMANDS = (jobcmds, drivecmds, recurcmds, infocmds)  # imported for what they register on ``app``
 
 __all__ = ["app"]

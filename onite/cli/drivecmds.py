@@ -1,33 +1,35 @@
 """The commands that drain: run (now, or in the background), recover --host, daemon."""
 
+import contextlib
 import os
+import signal
 import sys
 from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import SpoolOpt, app, ask, console, spool_of
+from onite.cli.options import DriverHostOpt, SlotsOpt, SpoolOpt, app, confirm, console, spool_of
 from onite.core.clock import SYSTEM
-from onite.core.config import MAX_SLOTS
-from onite.core.errors import InvalidInput
 
 
 @app.command()
 def run(
-    detach: Annotated[bool, typer.Option("--detach", help="Run in the background, immune to hang-up, logging to onite.log.")] = False,
-    slots: Annotated[Optional[int], typer.Option("--slots", metavar="N", min=1, max=MAX_SLOTS, help="Jobs at once (default: slots in onite.toml).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM", help="Start no job at or after this time (HH:MM).")] = None,
-    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    detach: Annotated[bool, typer.Option("--detach", help="Run in the background, immune to hang-up, logging to "
+                                         "onite.log.")] = False,
+    slots: SlotsOpt = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM",
+                                                 help="Start no job at or after this time (HH:MM).")] = None,
+    host: DriverHostOpt = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print the log lines on stderr, also on a terminal "
                                           "(which otherwise gets a live view of the drain).")] = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing (onite.log has every event); for cron.")] = False,
-    scheduled: Annotated[bool, typer.Option("--scheduled", help="Drain only inside a night window opened by a time "
-                                            "of `schedule` (for timers that may start late); else log and exit 0.")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing (onite.log has every event); "
+                                        "for cron.")] = False,
+    scheduled: Annotated[bool, typer.Option(
+        "--scheduled", help="Drain only inside a night window opened by a time of `schedule` (for timers that may "
+        "start late); else log and exit 0.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
-    # on a terminal a live view of the drain; elsewhere (cron, a pipe, systemd) the log lines on stderr;
-    # with --quiet nothing (onite.cli.progress)
     from onite.app import run as run_app
 
     target, until_time = run_app.driver_target(spool_of(spool), until, host)
@@ -35,45 +37,43 @@ def run(
         code, text = run_app.detach_driver(target, slots, until, host, scheduled)
         print(text)
         raise typer.Exit(code)
-    from onite.cli.progress import LINES, LIVE, DrainView, choose_mode
-
-    mode = choose_mode(quiet=quiet, verbose=verbose, is_terminal=_is_terminal(sys.stderr),
-                       dumb=os.environ.get("TERM", "") in ("dumb", "unknown"))
-    view = DrainView(console(stderr=True)) if mode == LIVE else None
+    shown, view = _watch(quiet=quiet, verbose=verbose)
     _ignore_late_signals()  # the driver's handlers save this and put it back as they let go: no gap
     try:
-        if view is None:
-            code = run_app.drive(target, until_time, echo=sys.stderr if mode == LINES else None, slots=slots,
-                                 host=host, scheduled=scheduled)
-        else:
-            with view:
-                code = run_app.drive(target, until_time, listener=view.listener, tick=view.tick, slots=slots,
-                                     host=host, scheduled=scheduled)
+        with view:
+            code = run_app.drive(target, until_time, slots=slots, host=host, scheduled=scheduled, **shown)
     finally:
         _ignore_late_signals()
     raise typer.Exit(code)
 
 
-def _ignore_late_signals() -> None:
-    """A status or reload request that comes before the driver catches signals, or after it has let
-    go of its lock (its pid was read before), finds a process starting or about to exit, which must
-    not die of it. Set before the drain too: its signal catcher restores what it found, at once."""
-    import signal
+def _watch(*, quiet: bool, verbose: bool):
+    """How ``onite run`` shows its drain (onite.cli.progress): drive()'s keyword arguments, the context to drain in."""
+    from onite.cli.progress import LINES, LIVE, DrainView, choose_mode
 
+    try:
+        is_terminal = os.isatty(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        is_terminal = False
+    mode = choose_mode(quiet=quiet, verbose=verbose, is_terminal=is_terminal,
+                       dumb=os.environ.get("TERM", "") in ("dumb", "unknown"))
+    if mode != LIVE:
+        return {"echo": sys.stderr if mode == LINES else None}, contextlib.nullcontext()
+    view = DrainView(console(stderr=True))
+    return {"listener": view.listener, "tick": view.tick}, view
+
+
+def _ignore_late_signals() -> None:
+    """A status or reload request that comes before the driver catches signals, or after it has let go of its
+    lock (its pid was read before), finds a process starting or about to exit, which must not die of it."""
     for sig in (signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _is_terminal(stream) -> bool:
-    try:
-        return stream is not None and os.isatty(stream.fileno())
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 @app.command()
 def recover(
-    host: Annotated[str, typer.Option("--host", metavar="HOST", help="The host whose driver died and will not come back.")],
+    host: Annotated[str, typer.Option("--host", metavar="HOST",
+                                      help="The host whose driver died and will not come back.")],
     force: Annotated[bool, typer.Option("--force", help="Do not ask for confirmation.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -84,14 +84,12 @@ def recover(
     if not claims:
         print(f"host {host} has no claimed jobs")
         return
-    if not force:
-        if not sys.stdin.isatty():
-            raise InvalidInput("recover needs a confirmation", "run it on a terminal, or add --force")
-        print(f"host {host} claimed: {', '.join(claims)}")
-        print("Only go on if that host is down and will not come back with these jobs still running there.")
-        if ask("requeue them? [y/N] ").lower() not in ("y", "yes"):
-            print("nothing changed")
-            return
+    if not force and not confirm("recover", "--force", [
+            f"host {host} claimed: {', '.join(claims)}",
+            "Only go on if that host is down and will not come back with these jobs still running there."],
+            "requeue them? [y/N] "):
+        print("nothing changed")
+        return
     done = run_app.recover_host(target, host)
     print(f"recovered {len(done)} job(s) of host {host}: {', '.join(done)}")
 
@@ -100,14 +98,16 @@ def recover(
 def daemon(
     drain_now: Annotated[bool, typer.Option("--drain-now", help="Drain once at start (e.g. after maintenance), "
                                             "then follow the schedule.")] = False,
-    slots: Annotated[Optional[int], typer.Option("--slots", metavar="N", min=1, max=MAX_SLOTS, help="Jobs at once (default: slots in onite.toml).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM", help="Start no job at or after this time (HH:MM; default: until in onite.toml).")] = None,
-    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="This driver's host name (default: host in onite.toml, else the short hostname).")] = None,
+    slots: SlotsOpt = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM", help="Start no job at or after this "
+                                                 "time (HH:MM; default: until in onite.toml).")] = None,
+    host: DriverHostOpt = None,
     wake: Annotated[bool, typer.Option("--wake", help="Do not start a daemon: tell the one running for this host "
                                        "to drain now (root).")] = False,
     spool: SpoolOpt = None,
 ) -> None:
-    """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due (docs/scheduling.md)."""
+    """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due
+    (docs/scheduling.md)."""
     from onite.app import run as run_app
 
     if wake:

@@ -1,5 +1,6 @@
 """The commands that show what happened: output, log, cron, status, wait, report."""
 
+import codecs
 import os
 import sys
 from pathlib import Path
@@ -7,14 +8,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_any, console, is_plain, open_spool, spool_of,
-                               terminal, warn)
+from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_name, console, is_plain, open_spool, spool_of,
+                               terminal, warn_damaged)
 from onite.core.clock import SYSTEM
+from onite.core.safetext import printable, printable_output
 
 
 @app.command()
 def output(
-    name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_any)],
+    name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_name)],
     stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
                                          "--stderr-separate.")] = False,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Print the output as it grows until the job has "
@@ -36,25 +38,24 @@ def output(
         note = newer_run_note(target, name, owner)
         if note is not None:
             print(f"onite: note: {note}", file=sys.stderr)
-        out = _output_sink(owner, raw)
+        out = Sink(owner, raw)
         while chunk := handle.read(1 << 16):
             out.write(chunk)
-        getattr(out, "finish", out.flush)()
+        out.finish()
 
 
 def _follow_output(target, name: str, *, stderr: bool, raw: bool) -> int:
-    """``onite output NAME --follow``: copy the job's output to stdout as it grows; once it has
-    finished, say how on stderr; the exit code (``onite wait``'s: 0 done, 5 not)."""
+    """``onite output NAME --follow``: the job's output as it grows, then how it ended on stderr; ``wait``'s
+    exit code (0 done, 5 not)."""
     from onite.app.follow import follow, job_owner
     from onite.app.wait import exit_status, job_line
-    from onite.core.safetext import printable
 
     owner = job_owner(target, name, os.geteuid())
-    sink = _output_sink(owner, raw)
+    sink = Sink(owner, raw)
     try:
         final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=_announce, owner=owner)
     finally:
-        getattr(sink, "finish", sink.flush)()
+        sink.finish()
     print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path
     return exit_status([final])
 
@@ -64,42 +65,27 @@ def _announce(text: str) -> None:
     print(f"onite: {text}…", file=sys.stderr, flush=True)
 
 
-def _output_sink(owner: int | None, raw: bool):
-    """Where ``onite output`` writes the output of a job of ``owner``: stdout's bytes, or SpeltOut on a
-    terminal when the output is not the caller's own (nor its owner known) and ``raw`` was not asked."""
-    out = sys.stdout.buffer
-    if raw or owner == os.geteuid() or not sys.stdout.isatty():
-        return out
-    return SpeltOut(out)
+class Sink:
+    """Where ``onite output`` writes a job's output: stdout's bytes, but on a terminal another user's output
+    (root reading it) with every control character spelt out, lines and tabs kept, unless ``raw``: as is, it
+    could retitle root's window, write root's clipboard (OSC 52) or hide what follows."""
 
-
-class SpeltOut:
-    """Another user's job output on its way to a terminal (root's, reading it): every control character
-    spelt out (onite.core.safetext.printable_output), lines and tabs kept. A job's output is what its
-    owner's programs wrote; as is, it could retitle root's window, write root's clipboard (OSC 52)
-    or hide what follows. ``--raw``, a pipe or a file get the bytes as they are."""
-
-    def __init__(self, out) -> None:
-        import codecs
-
-        self.out = out
+    def __init__(self, owner: int | None, raw: bool) -> None:
+        self.out = sys.stdout.buffer
+        self.spell = not raw and owner != os.geteuid() and sys.stdout.isatty()
         self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character split between reads
 
-    def write(self, data: bytes) -> int:
-        from onite.core.safetext import printable_output
-
-        self.out.write(printable_output(self.decoder.decode(data)).encode())
+    def write(self, data: bytes, final: bool = False) -> int:
+        self.out.write(printable_output(self.decoder.decode(data, final)).encode() if self.spell else data)
         return len(data)
 
-    def flush(self) -> None:  # a character split between two reads stays in the decoder until its end comes
+    def flush(self) -> None:
         self.out.flush()
 
     def finish(self) -> None:
         """The output is over: what is left of a split character is spelt out too."""
-        from onite.core.safetext import printable_output
-
-        self.out.write(printable_output(self.decoder.decode(b"", final=True)).encode())
-        self.out.flush()
+        self.write(b"", final=True)
+        self.flush()
 
 
 @app.command()
@@ -111,13 +97,11 @@ def log(
     """Print the last lines of the activity log."""
     from onite.spool.log import log_json, tail
 
-    target = open_spool(spool)
+    tailed = tail(open_spool(spool).log_path, lines)
     if as_json:
-        print(log_json(tail(target.log_path, lines)))
+        print(log_json(tailed))
         return
-    from onite.core.safetext import printable
-
-    for line in tail(target.log_path, lines):  # onite escapes what it logs; a line from elsewhere may not be
+    for line in tailed:  # onite escapes what it logs; a line from elsewhere may not be
         print(printable(line))
 
 
@@ -140,39 +124,34 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     """Drivers running, queue sizes, running jobs, the next scheduled drain."""
     from onite.app.status import gather, status_json
 
-    target = open_spool(spool)
-    info = gather(target, SYSTEM.now())
-    if info.damaged:
-        from onite.spool.results import damaged_note
-
-        warn(damaged_note(info.damaged))
+    info = gather(open_spool(spool), SYSTEM.now())
+    warn_damaged(info.damaged)
     if as_json:
         print(status_json(info))
         return
-    from onite.cli.statusview import render_status
+    from onite.cli.render import print_status
 
-    out = terminal()
-    render_status(out, info, plain=out is None or is_plain(out, plain))
+    out, plain = terminal(plain)
+    print_status(out, info, plain=plain)
 
 
 @app.command()
 def wait(
-    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to wait for; none: the drains running now.")] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Give up after this long (exit 6): 90s, 45m, 2h.")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to wait for; none: the drains "
+                                                         "running now.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Give up after this long "
+                                                   "(exit 6): 90s, 45m, 2h.")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Block until the named jobs (or the current drains) have finished; exit 0 if all were done, 5 if not."""
     from onite.app import wait as waiting
-    from onite.core.safetext import printable
     from onite.core.timeparse import parse_duration
 
     limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
     target = open_spool(spool)
-    if names:
-        waited = waiting.wait_jobs(target, names, timeout=limit, announce=_announce)
-    else:
-        waited = waiting.wait_drains(target, timeout=limit, announce=_announce)
+    waited = (waiting.wait_jobs(target, names, timeout=limit, announce=_announce) if names
+              else waiting.wait_drains(target, timeout=limit, announce=_announce))
     lines = waited.lines() if names else [waited.summary()]
     # a reason may quote a path a user chose (its directory): escaped, as list and report do
     print(waiting.wait_json(target, waited) if as_json else "\n".join(printable(line) for line in lines))
@@ -181,11 +160,17 @@ def wait(
 
 @app.command()
 def report(
-    night: Annotated[Optional[str], typer.Option("--night", metavar="DATE", help="Report the night of this date, from noon to the next noon, local time: 2026-11-22, today or yesterday.")] = None,
+    night: Annotated[Optional[str], typer.Option("--night", metavar="DATE", help="Report the night of this date, "
+                                                 "from noon to the next noon, local time: 2026-11-22, today or "
+                                                 "yesterday.")] = None,
     user: Annotated[Optional[str], typer.Option("--user", metavar="USER", help="Only this user's jobs.")] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the report as a self-contained HTML page.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the last drain session).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="WHEN", help="Report jobs up to this time: 2h, 07:00 or 2026-11-22T07:00 (default: now).")] = None,
+    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the report as a "
+                                                 "self-contained HTML page.")] = None,
+    since: Annotated[Optional[str], typer.Option(
+        "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
+        "last drain session).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="WHEN", help="Report jobs up to this time: 2h, "
+                                                 "07:00 or 2026-11-22T07:00 (default: now).")] = None,
     as_json: JsonOpt = False,
     plain: PlainOpt = False,
     spool: SpoolOpt = None,
@@ -194,10 +179,7 @@ def report(
     from onite.app import report as rep
 
     data = rep.build(open_spool(spool), SYSTEM.now(), since, night=night, until=until, user=user)
-    if data.damaged:
-        from onite.spool.results import damaged_note
-
-        warn(damaged_note(data.damaged))
+    warn_damaged(data.damaged)
     if html:  # first: a page that cannot be written is an error, with no report printed before it
         from onite.cli.reportpage import write_html
 
@@ -206,10 +188,10 @@ def report(
         from onite.app.reporttext import to_json
 
         print(to_json(data))
-    else:
-        from onite.cli.render import print_report
+        return
+    from onite.cli.render import print_report
 
-        out = console()
-        print_report(out, data, plain=is_plain(out, plain))
-        if html:
-            print(f"HTML report written to {html}")
+    out = console()
+    print_report(out, data, plain=is_plain(out, plain))
+    if html:
+        print(f"HTML report written to {html}")

@@ -7,39 +7,39 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-from onite.cli.options import (CpusOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app, ask,
-                               complete_any, complete_live, is_plain, locate_spool, open_spool, say, spool_of, terminal,
-                               warn)
+from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
+                               NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
+                               app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
+                               warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
-from onite.core.job import MAX_RETRIES
+from onite.core.safetext import printable
 
 
 @app.command()
 def init(
-    priorities: Annotated[Optional[int], typer.Option("--priorities", metavar="N", min=1, max=MAX_PRIORITIES, help="Number of priority folders P1..Pn.")] = None,
+    priorities: Annotated[Optional[int], typer.Option("--priorities", metavar="N", min=1, max=MAX_PRIORITIES,
+                                                      help="Number of priority folders P1..Pn.")] = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
     from onite.spool.locate import check_may_init
+    from onite.spool.paths import SpoolDir
     from onite.spool.skeleton import init_spool
 
-    where = locate_spool(spool)
+    where, root = locate_spool(spool), os.geteuid() == 0
     check_may_init(where, os.geteuid())
-    report = init_spool(where.path, priorities, system=os.geteuid() == 0)
-    kind = "system spool (multi-user modes)" if os.geteuid() == 0 else "personal spool"
-    made = ", ".join(report.created) if report.created else "nothing new"
-    print(f"{report.root}: {kind}; created {made}")
+    report = init_spool(where.path, priorities, system=root)
+    kind = "system spool (multi-user modes)" if root else "personal spool"
+    print(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}")
     if report.config_kept:
-        from onite.spool.paths import SpoolDir
-
         print(f"{SpoolDir(report.root).config_path}: kept as you changed it")
 
 
 class CommandAfterDashes(TyperCommand):
-    """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's
-    command line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
+    """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's command
+    line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         if "--" in args:
@@ -54,17 +54,21 @@ class CommandAfterDashes(TyperCommand):
 @app.command(cls=CommandAfterDashes)
 def submit(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
-    priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
-    urgent: Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")] = False,
-    after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")] = None,
-    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")] = None,
-    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES, help="Retry a failed job this many times, with back-off.")] = 0,
-    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Run only on this host (when several share the spool).")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME",
+                                        help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
+    priority: PriorityOpt = None,
+    urgent: UrgentOpt = False,
+    after: AfterOpt = None,
+    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, "
+                                              "YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
+    timeout: TimeoutOpt = None,
+    retries: RetriesOpt = 0,
+    host: HostOpt = None,
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
-    unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to NAME and print the final name.")] = False,
-    lines: Annotated[bool, typer.Option("--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
+    unique: Annotated[bool, typer.Option("--unique",
+                                         help="Append a unique suffix to NAME and print the final name.")] = False,
+    lines: Annotated[bool, typer.Option(
+        "--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
@@ -98,7 +102,8 @@ def submit(
 @app.command("list")
 def list_(
     all_: Annotated[bool, typer.Option("--all", "-a", help="Also running and finished jobs.")] = False,
-    by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that ran them (implies --all).")] = False,
+    by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that "
+                                          "ran them (implies --all).")] = False,
     as_json: JsonOpt = False,
     plain: PlainOpt = False,
     spool: SpoolOpt = None,
@@ -106,28 +111,21 @@ def list_(
     """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
     from onite.app.listing import list_jobs, list_json
 
-    target = open_spool(spool)
-    when = SYSTEM.now()
-    damaged: list[str] = []  # records that cannot be read: named on stderr, beside the listing
+    target, when, damaged = open_spool(spool), SYSTEM.now(), []
     if as_json:
         text = list_json(target, include_all=all_, now=when, damaged=damaged)
-    else:  # hosts: those of running and finished jobs
-        views = list_jobs(target, include_all=all_ or by_host, now=when, damaged=damaged)
-    if damaged:
-        from onite.spool.results import damaged_note
-
-        warn(damaged_note(damaged))
-    if as_json:
+        warn_damaged(damaged)
         print(text)
         return
+    views = list_jobs(target, include_all=all_ or by_host, now=when, damaged=damaged)
+    warn_damaged(damaged)
     if not views:
         print("no jobs queued" if not all_ else "no jobs")
         return
     from onite.cli.render import print_job_list
 
-    out = terminal()
-    print_job_list(views, when, detailed=all_, by_host=by_host, out=out or sys.stdout,
-                   plain=out is None or is_plain(out, plain))
+    out, plain = terminal(plain)
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=out or sys.stdout, plain=plain)
 
 
 @app.command()
@@ -150,7 +148,7 @@ def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolO
 @app.command()
 def restart(
     name: Annotated[str, typer.Argument(metavar="NAME", help="A finished job (done, failed or cancelled).",
-                                        autocompletion=complete_any)],
+                                        autocompletion=complete_name)],
     new_name: Annotated[Optional[str], typer.Option("--name", metavar="NEW", help="Spool it as NEW (e.g. while "
                                                     "NAME is queued again).")] = None,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to the name.")] = False,
@@ -165,36 +163,36 @@ def restart(
 
 @app.command()
 def cancel(
-    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to cancel, or quoted patterns "
-                                                         "('build-*'); none: pick from a list.",
-                                                         autocompletion=complete_live)] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every queued and running job of yours (root: everyone's).")] = False,
+    names: Annotated[Optional[list[str]], typer.Argument(
+        metavar="NAME", help="Jobs to cancel, or quoted patterns ('build-*'); none: pick from a list.",
+        autocompletion=complete_name)] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every queued and running job of yours "
+                                       "(root: everyone's).")] = False,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
     from onite.app.control import is_pattern
 
-    target = open_spool(spool)
-    if all_ or any(is_pattern(n) for n in names or ()):
-        if all_ and names:
-            raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
-        named = [n for n in names or () if not is_pattern(n)]
-        picked = pick_by_pattern(target, [n for n in names or () if is_pattern(n)], every=all_, yes=yes)
-        matched = [v.name for v in picked.chosen if v.name not in named]
-        done = cancel_each(target, named + matched, matched)
-        users = ", ".join(sorted({v.user for v in picked.skipped}))
-        print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({users}): you may "
-                                            "cancel only yours" if picked.skipped else ""))
+    target, names = open_spool(spool), names or []
+    patterns = [n for n in names if is_pattern(n)]
+    if not all_ and not patterns:
+        _cancel_each(target, names or _pick_one(target), [])
         return
-    cancel_each(target, names or pick_interactively(target), [])
+    if all_ and names:
+        raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
+    picked, others = _pick_by_pattern(target, patterns, every=all_, yes=yes)
+    named = [n for n in names if n not in patterns]
+    matched = [v.name for v in picked.chosen if v.name not in named]
+    done = _cancel_each(target, named + matched, matched)
+    print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
+                                        "cancel only yours" if picked.skipped else ""))
 
 
-def cancel_each(target, names: list[str], matched: list[str]) -> int:
-    """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that
-    ended or started since it was matched is said and skipped; any other error stops here."""
+def _cancel_each(target, names: list[str], matched: list[str]) -> int:
+    """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that ended or
+    started since it was matched is said and skipped; any other error stops here."""
     from onite.app.control import await_cancel, cancel as cancel_job
-    from onite.core.safetext import printable
 
     done = 0
     for name in names:
@@ -207,40 +205,32 @@ def cancel_each(target, names: list[str], matched: list[str]) -> int:
             continue
         if report.action == "requested":
             report = await_cancel(target, report)
-        print(printable(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else "")))  # a reason may quote a path
+        print(printable(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
         done += report.action in ("cancelled", "requested")  # not a job that ended on its own meanwhile
     return done
 
 
-def pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
-    """The jobs patterns (or --all) pick for the caller (onite.app.control.Selection), confirmed by root.
-
-    Raises:
-        InvalidInput: root without --yes where no terminal can confirm.
-        NotFound: nothing of the caller's matches.
-    """
+def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
+    """The jobs patterns (or --all) pick for the caller, confirmed by root, and the other users they skip.
+    Raises NotFound: nothing of the caller's matches; InvalidInput: root without --yes off a terminal."""
     from onite.app.control import select_jobs
 
     picked = select_jobs(target, patterns, os.geteuid(), every=every)
-    what = "--all" if every else " ".join(repr(p) for p in patterns)
+    what = "--all" if every else " ".join(map(repr, patterns))
+    others = ", ".join(sorted({view.user for view in picked.skipped}))
     if not picked.chosen:
-        others = ""
-        if picked.skipped:
-            users = ", ".join(sorted({v.user for v in picked.skipped}))
-            others = f" (it matches {len(picked.skipped)} of other users': {users})"
-        raise NotFound(f"no queued or running job of yours matches {what}{others}", "see onite list")
-    if os.geteuid() == 0 and not yes:
-        if not sys.stdin.isatty():
-            raise InvalidInput(f"cancelling by {what} as root needs a confirmation", "run it on a terminal, or add --yes")
-        for view in picked.chosen:
-            print(f"  {view.name}  ({view.state}, {view.user})")
-        if ask(f"cancel these {len(picked.chosen)} job(s)? [y/N] ").lower() not in ("y", "yes"):
-            print("nothing cancelled")
-            raise typer.Exit(0)
-    return picked
+        also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
+        raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
+    if os.geteuid() == 0 and not yes and not confirm(
+            f"cancelling by {what} as root", "--yes", [f"  {view.name}  ({view.state}, {view.user})"
+                                                       for view in picked.chosen],
+            f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
+        print("nothing cancelled")
+        raise typer.Exit(0)
+    return picked, others
 
 
-def pick_interactively(target) -> list[str]:
+def _pick_one(target) -> list[str]:
     """The seed's numbered pick list: only on a terminal."""
     from onite.app.control import cancellable
 
@@ -262,13 +252,13 @@ def pick_interactively(target) -> list[str]:
 
 
 @app.command()
-def hold(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
+def hold(names: LiveNamesArg, spool: SpoolOpt = None) -> None:
     """Hold queued jobs: they keep their place but are skipped until released."""
     _set_hold(names, spool, held=True)
 
 
 @app.command()
-def release(names: Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_live)], spool: SpoolOpt = None) -> None:
+def release(names: LiveNamesArg, spool: SpoolOpt = None) -> None:
     """Release held jobs (they keep their place in their priority)."""
     _set_hold(names, spool, held=False)
 

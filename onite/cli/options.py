@@ -1,42 +1,32 @@
-"""The typer application and what its commands share: --spool, --json, --plain, completion, the terminal.
+"""The typer application and what its commands share: options, the spool, the terminal, shell completion.
 
-onite's command line is a thin layer over the library (onite.app): each
-command parses its options, calls one library function and prints what it
-returns. Each command and option is declared once, as a typer parameter: the
-commands are in onite.cli.jobcmds (submit, list, cancel, …),
-onite.cli.drivecmds (run, recover, daemon), onite.cli.recurcmds (recur …) and
-onite.cli.infocmds (output, log, cron, status, wait, report);
-onite.cli.commands gathers them into ``app``. Errors are raised as OniteError
-by the library and printed by ``onite.__main__`` as one line. Here, and only
-in the command line, the clock is read (onite.core.clock.SYSTEM) and passed
-down.
-
-These modules do not use ``from __future__ import annotations``: typer reads
-every command's annotations each time it builds the command line, and as
-strings each one is compiled and evaluated again (30 ms of every command).
+These modules do not use ``from __future__ import annotations``: typer reads every command's annotations
+each time it builds the command line, and as strings each one is compiled and evaluated again (30 ms).
 """
 
+import contextlib
 import os
 import sys
 from typing import Annotated, Optional
 
 import typer
 
+from onite.core.config import MAX_SLOTS
+from onite.core.errors import InvalidInput, OniteError
+from onite.core.job import MAX_RETRIES
 from onite.core.resources import MAX_CPUS
 
-HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # -h as in every other tool; no command uses -h for more
-
-app = typer.Typer(
-    add_completion=False,  # typer's options cannot name a shell and detect one when none is named: ours can
-    context_settings=HELP_NAMES,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    help="onite: spool batch jobs by day, run them at night in priority order, as their owners.",
-)
+SHELLS = ("bash", "zsh", "fish")
+COMPLETE_VAR = "_ONITE_COMPLETE"  # what the completion scripts set to ask onite for completions
+ACTIONS = ("--show-completion", "--install-completion")  # onite's own options, whose SHELL may be left out
+# -h as in every other tool; no completion options of typer's, which cannot find the shell when none is named
+SETTINGS = dict(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
+                rich_markup_mode=None, pretty_exceptions_enable=False)
+app = typer.Typer(**SETTINGS)  # its help: the docstring of _options
 
 
 def _spool_help() -> str:
-    """--spool's help, saying which spool is in use now and why (computed once, when the help is built)."""
+    """--spool's help, saying which spool is in use now and why."""
     text = ("Spool directory (default: $ONITE_SPOOL, else the system spool /var/spool/onite (spool in "
             "/etc/onite.toml) for root, and for everyone once root has set it up, else ~/.local/state/onite).")
     try:
@@ -47,13 +37,37 @@ def _spool_help() -> str:
         return text
 
 
+def complete_name(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a job's name: a queued or running one, or (output, restart) a finished one too."""
+    from onite.app.listing import completion_names
+    from onite.spool.paths import SpoolDir
+
+    try:
+        return completion_names(SpoolDir(locate_spool(None).path), incomplete,
+                                finished=ctx.command.name in ("output", "restart"))
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
+        return []
+
+
 SpoolOpt = Annotated[Optional[str], typer.Option("--spool", metavar="DIR", help=_spool_help(), show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
 PlainOpt = Annotated[bool, typer.Option("--plain", help="One line per row, never wrapped, states in words: what a pipe "
                                         "gets (docs/cli.md, OUTPUT FOR SCRIPTS).")]
-StderrOpt = Annotated[Optional[bool], typer.Option("--stderr-separate/--stderr-merged", show_default=False,
-                                                   help="Keep stderr apart from stdout (read it with onite output "
-                                                   "NAME --stderr), or with it; default: stderr_separate in onite.toml.")]
+LiveNamesArg = Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_name)]
+# a job's options, shared by submit and recur add (whose every instance is such a job)
+PriorityOpt = Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N",
+                                                    help="1 runs first; default from onite.toml.")]
+UrgentOpt = Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")]
+AfterOpt = Annotated[Optional[list[str]], typer.Option(
+    "--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")]
+TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")]
+RetriesOpt = Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES,
+                                         help="Retry a failed job this many times, with back-off.")]
+HostOpt = Annotated[Optional[str], typer.Option("--host", metavar="HOST",
+                                                help="Run only on this host (when several share the spool).")]
+StderrOpt = Annotated[Optional[bool], typer.Option(
+    "--stderr-separate/--stderr-merged", show_default=False, help="Keep stderr apart from stdout (read it with onite "
+    "output NAME --stderr), or with it; default: stderr_separate in onite.toml.")]
 NotifyOpt = Annotated[Optional[str], typer.Option(
     "--notify", metavar="mail|command|none", help="How to tell you it finished; default: notify in onite.toml.")]
 NotifyOnOpt = Annotated[Optional[str], typer.Option(
@@ -64,31 +78,12 @@ MemOpt = Annotated[Optional[str], typer.Option(
 # a string, checked by onite (onite.core.resources.parse_cpus): its words, not the parser's range check
 CpusOpt = Annotated[Optional[str], typer.Option(
     "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; default: default_cpus in onite.toml.")]
-
+SlotsOpt = Annotated[Optional[int], typer.Option("--slots", metavar="N", min=1, max=MAX_SLOTS,
+                                                 help="Jobs at once (default: slots in onite.toml).")]
+DriverHostOpt = Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="This driver's host name "
+                                                      "(default: host in onite.toml, else the short hostname).")]
 
 _GLOBAL: dict[str, str | None] = {"spool": None}
-
-
-def complete_live(incomplete: str) -> list[str]:
-    """Shell completion of a queued or running job's name (cancel, hold, release)."""
-    return _complete(incomplete, finished=False)
-
-
-def complete_any(incomplete: str) -> list[str]:
-    """Shell completion of any job's name, finished ones included (output)."""
-    return _complete(incomplete, finished=True)
-
-
-def _complete(incomplete: str, *, finished: bool) -> list[str]:
-    from onite.app.listing import completion_names
-
-    try:
-        target = locate_spool(None)
-        from onite.spool.paths import SpoolDir
-
-        return completion_names(SpoolDir(target.path), incomplete, finished=finished)
-    except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
-        return []
 
 
 def _print_version(wanted: bool) -> None:
@@ -101,13 +96,11 @@ def _print_version(wanted: bool) -> None:
 
 def _completion(option: typer.CallbackParam, shell: Optional[str]) -> None:
     if shell is not None:  # given without one, onite.__main__ acts for the shell in use
-        from onite.cli import completion
-
-        completion.act(option.opts[0], shell)
+        complete_shell(option.opts[0], shell)
         raise typer.Exit(0)
 
 
-@app.callback(invoke_without_command=True)  # bare `onite`: its help on stdout, exit 0 (show_help)
+@app.callback(invoke_without_command=True)
 def _options(
     ctx: typer.Context,
     spool: SpoolOpt = None,
@@ -130,17 +123,55 @@ def _options(
 
 
 def show_help(ctx: typer.Context) -> None:
-    """Bare ``onite`` (or ``onite recur``): its help on stdout, exit 0, where click's no_args_is_help
-    says it on stderr, exit 2 -- as a usage mistake."""
+    """Bare ``onite`` (or ``onite recur``): its help on stdout, exit 0 (click's no_args_is_help: stderr, exit 2)."""
     print(ctx.get_help())
     raise typer.Exit(0)
+
+
+def complete_shell(action: str, named: str | None) -> None:
+    """``--show-completion [SHELL]``: print the script; ``--install-completion [SHELL]``: install it.
+
+    Raises:
+        InvalidInput: a shell onite cannot complete (sh, dash, ksh), or none found.
+        OniteError: a start-up file or the script could not be written.
+    """
+    from typer import completion
+
+    from onite.core.safetext import printable
+
+    how, spelt = f"name one of them, e.g. onite {action} {SHELLS[0]}", ", ".join(SHELLS[:-1]) + " and " + SHELLS[-1]
+    if named:
+        shell = named.strip().lower()
+        if shell not in SHELLS:
+            raise InvalidInput(f"onite cannot complete the shell {named!r}: it completes {spelt}", how)
+    else:  # the nearest shell among onite's parent processes, else the login shell
+        shell = os.path.basename(os.environ.get("SHELL") or "").lower() or None
+        with contextlib.suppress(Exception):  # ShellDetectionFailure, or a /proc it cannot read
+            import shellingham
+
+            shell = shellingham.detect_shell()[0].lower() or shell
+    if shell is None:
+        raise InvalidInput(f"cannot tell which shell you use; onite completes {spelt}",
+                           f"name yours, e.g. onite {action} {SHELLS[0]}")
+    if shell not in SHELLS:
+        raise InvalidInput(f"your shell is {printable(shell)}, which onite cannot complete; it completes {spelt}", how)
+    if action == "--show-completion":
+        print(completion.get_completion_script(prog_name="onite", complete_var=COMPLETE_VAR, shell=shell))
+        return
+    try:
+        _, path = completion.install(shell=shell, prog_name="onite", complete_var=COMPLETE_VAR)
+    except OSError as err:
+        where = getattr(err, "filename", None) or "your home directory"
+        raise OniteError(f"cannot install {shell} completion: {where}: {err.strerror or err}",
+                         f"print the script instead: onite --show-completion {shell}") from None
+    print(f"{shell} completion installed in {path}; it works in shells started from now on")
 
 
 def locate_spool(spool: str | None):
     """Which spool ``--spool`` (given to the command or before it) names, or the default (onite.spool.locate)."""
     from onite.spool.locate import locate
 
-    return locate(spool or _GLOBAL["spool"], os.environ, os.geteuid())
+    return locate(spool_of(spool), os.environ, os.geteuid())
 
 
 def spool_of(spool: str | None) -> str | None:
@@ -155,27 +186,19 @@ def open_spool(spool: str | None):
     return open_target(spool_of(spool))
 
 
+MAX_WIDTH = 1000  # columns: COLUMNS may say anything, and a report's timeline is as wide as the terminal
+NARROW = 40  # columns below which a table cannot show a name: the plain layout, which the terminal folds
+
+
 def console(stderr: bool = False):
-    """A rich Console on stdout (or stderr) with a width it can print in."""
+    """A rich Console on stdout (or stderr), 1 to MAX_WIDTH columns wide (COLUMNS=0 printed nothing at all,
+    COLUMNS=99999999999 filled memory)."""
     from rich.console import Console
 
-    return within_bounds(Console(stderr=stderr, highlight=False, soft_wrap=False))
-
-
-MAX_WIDTH = 1000  # columns: COLUMNS may say anything, and a report's timeline is as wide as the terminal
-
-
-def within_bounds(out):
-    """``out`` (a rich Console) with a width it can print in: COLUMNS=0 printed nothing at all, and
-    COLUMNS=99999999999 filled memory."""
-    if out.width < 1:
-        out.width = 80
-    elif out.width > MAX_WIDTH:
-        out.width = MAX_WIDTH
+    out = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not 1 <= out.width <= MAX_WIDTH:
+        out.width = 80 if out.width < 1 else MAX_WIDTH
     return out
-
-
-NARROW = 40  # columns below which a table cannot show a name: the plain layout, which the terminal folds
 
 
 def is_plain(out, plain: bool) -> bool:
@@ -183,13 +206,14 @@ def is_plain(out, plain: bool) -> bool:
     return plain or not out.is_terminal or out.width < NARROW
 
 
-def terminal():
-    """A Console on stdout if it is a terminal, else None: a pipe or a file gets plain lines, written
-    without rich, which is not even imported (a twentieth of a second)."""
+def terminal(plain: bool):
+    """(a Console on stdout, whether its tables are plain) on a terminal; (None, True) elsewhere: a pipe or a
+    file gets plain lines, written without rich, which is not even imported (a twentieth of a second)."""
     try:
-        return console() if sys.stdout.isatty() else None
+        out = console() if sys.stdout.isatty() else None
     except (AttributeError, ValueError):  # none, or closed
-        return None
+        out = None
+    return out, out is None or is_plain(out, plain)
 
 
 def ask(prompt: str) -> str:
@@ -201,17 +225,29 @@ def ask(prompt: str) -> str:
         return ""
 
 
-def warn(line: str) -> None:
-    """One line on stderr, beside a command's output (which stays what it is, e.g. valid JSON)."""
+def confirm(what: str, flag: str, lines: list[str], question: str) -> bool:
+    """Did the person at the terminal answer yes, having read ``lines``?
+    Raises InvalidInput: no terminal to ask on (``flag`` confirms instead)."""
+    if not sys.stdin.isatty():
+        raise InvalidInput(f"{what} needs a confirmation", f"run it on a terminal, or add {flag}")
+    for line in lines:
+        print(line)
+    return ask(question).lower() in ("y", "yes")
+
+
+def say(line: str) -> None:
+    """One line on stderr, beside a command's output (which stays what it is, e.g. valid JSON), spelt out."""
+    from onite.core.safetext import printable
+
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
 
 
-def say(line: str) -> None:
-    """A line for the person at the keyboard, on stderr (stdout is for scripts); text a user chose is
-    spelt out (onite.core.safetext)."""
-    from onite.core.safetext import printable
+def warn_damaged(records: list[str]) -> None:
+    """Name on stderr the result records that could not be read back and were left out."""
+    if records:
+        from onite.spool.results import damaged_note
 
-    warn(printable(line))
+        say(damaged_note(records))

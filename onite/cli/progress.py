@@ -1,16 +1,7 @@
-"""What ``onite run`` shows while it drains: a live view on a terminal, log lines elsewhere.
+"""What ``onite run`` shows while it drains: a live view on a terminal, the log lines elsewhere, nothing with -q.
 
-The driver does not know it is watched. It tells its activity log of every
-event (onite.spool.log.ActivityLog's ``listener``) and calls its ``tick`` hook on
-each turn of its loop; ``DrainView`` keeps the counts and the running jobs
-from those calls, in the driver's thread. Rich redraws the view four times a
-second from its own thread, so the view's state is read and changed under a
-lock, and the redraw never touches the driver.
-
-Which mode a run gets (``choose_mode``) is pure: a terminal gets the live
-view; anything else (cron, a pipe, systemd) gets the log lines, plain, one
-per event, exactly as onite.log has them; ``--quiet`` gets nothing (the log
-file always has everything).
+The driver tells ``listener`` every event it logs and calls ``tick`` each turn, in its thread; rich redraws
+from its own, so the view's state is changed and read under a lock, and the redraw never touches the driver.
 """
 
 from __future__ import annotations
@@ -21,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from onite.app.run import IDLE_EVENTS, idle_reason
+from onite.cli.render import STATE_STYLE
 from onite.core.cells import human_duration, priority_text
 from onite.core.safetext import printable
 
@@ -29,13 +21,10 @@ FINAL = {"done", "failed", "cancelled"}
 
 
 def choose_mode(*, quiet: bool, verbose: bool, is_terminal: bool, dumb: bool) -> str:
-    """``quiet``: nothing; ``verbose``: the log lines even on a terminal; else a terminal that can
-    redraw gets the live view and anything else the log lines."""
+    """Nothing with ``quiet``; the log lines with ``verbose`` or where the live view cannot be drawn; else live."""
     if quiet:
         return QUIET
-    if verbose or not is_terminal or dumb:
-        return LINES
-    return LIVE
+    return LINES if verbose or not is_terminal or dumb else LIVE
 
 
 @dataclass
@@ -55,8 +44,7 @@ class DrainState:
 
     host: str = ""
     slots: int = 0
-    started: datetime | None = None
-    counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "failed": 0, "cancelled": 0, "retried": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "failed": 0, "cancelled": 0})
     running: dict[str, Running] = field(default_factory=dict)
     queued: int = 0
     note: str = ""
@@ -64,23 +52,23 @@ class DrainState:
 
     def apply(self, when: datetime, event: str, name: str, fields: dict) -> str | None:
         """Take one event into account; return a line worth keeping above the view, if any."""
+        user = fields.get("user", "")
         if event == "driver-start":
-            self.host, self.slots, self.started = str(fields.get("host", "")), int(fields.get("slots") or 0), when
+            self.host, self.slots = str(fields.get("host", "")), int(fields.get("slots") or 0)
         elif event == "start":
             priority = fields.get("priority")  # the log says "urgent" or the number
-            self.running[name] = Running(name, str(fields.get("user", "")), priority_text(priority == "urgent", priority),
-                                         when, int(fields.get("attempt") or 1))
+            self.running[name] = Running(name, str(user), priority_text(priority == "urgent", priority), when,
+                                         int(fields.get("attempt") or 1))
         elif event in FINAL:
-            was = self.running.pop(name, None)
             self.counts[event] += 1
-            return finished_line(event, name, fields, was)
-        elif event in ("retry", "requeued"):
+            return finished_line(event, name, fields, self.running.pop(name, None))
+        elif event == "retry":
             self.running.pop(name, None)
-            if event == "retry":
-                self.counts["retried"] += 1
-                return f"↻ {name} ({fields.get('user', '')}) will run again: attempt {fields.get('attempt')}, " \
-                       f"after {fields.get('after')} ({fields.get('reason') or 'failed'})"
-            return f"↺ {name} ({fields.get('user', '')}) back in its queue: {fields.get('reason', '')}"
+            return (f"↻ {name} ({user}) will run again: attempt {fields.get('attempt')}, after {fields.get('after')} "
+                    f"({fields.get('reason') or 'failed'})")
+        elif event == "requeued":
+            self.running.pop(name, None)
+            return f"↺ {name} ({user}) back in its queue: {fields.get('reason', '')}"
         elif event == "driver-exit":
             self.queued = int(fields.get("left") or 0)
         elif event == "start-failed":
@@ -90,7 +78,7 @@ class DrainState:
         elif event == "waiting":
             self.note = str(fields.get("note") or event)
             return f"… {self.note}"
-        elif event in ("window-closed", "executor-unavailable") or event == "signal":
+        elif event in ("window-closed", "executor-unavailable", "signal"):
             self.note = str(fields.get("note") or fields.get("action") or event)
             return f"! {event}: {self.note}"
         return None
@@ -101,11 +89,8 @@ class DrainState:
 
 
 def finished_line(event: str, name: str, fields: dict, was: Running | None) -> str:
-    """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``.
-
-    The hint ``onite output NAME`` is given only for a job that ran (this view saw it start): a job
-    failed before it started (its dependency failed) has no output of this run to read.
-    """
+    """``✓ build (alice) done in 2m13s`` / ``✗ test (bob) failed: exit 3 after 41s — onite output test``; the
+    hint only for a job this view saw start (one whose dependency failed has no output of this run)."""
     seconds = fields.get("seconds")
     took = human_duration(float(seconds)) if seconds not in (None, "") else ""
     who = fields.get("user") or (was.user if was else "") or fields.get("by") or ""
@@ -114,33 +99,28 @@ def finished_line(event: str, name: str, fields: dict, was: Running | None) -> s
         return f"✓ {name}{who} done" + (f" in {took}" if took else "")
     if event == "cancelled":
         return f"⊘ {name}{who} cancelled" + (f" by {fields['by']}" if fields.get("by") else "")
-    reason = fields.get("reason") or "failed"
-    if was is None:
-        return f"✗ {name}{who} failed: {reason}"
-    return f"✗ {name}{who} failed: {reason}" + (f" after {took}" if took else "") + f" — onite output {name}"
+    failed = f"✗ {name}{who} failed: {fields.get('reason') or 'failed'}"
+    return failed if was is None else failed + (f" after {took}" if took else "") + f" — onite output {name}"
 
 
 class DrainView:
-    """The live view of one drain: a bar of jobs finished of all seen, the running jobs and their
-    elapsed time, and a line per finished job kept above it."""
+    """The live view of one drain: a bar of jobs finished of all seen, the running jobs and their elapsed time,
+    and a line per finished job kept above it."""
 
-    def __init__(self, console, queued=lambda: 0) -> None:
+    def __init__(self, console) -> None:
         self.console = console
         self.state = DrainState()
-        self._queued = queued
         self._lock = threading.Lock()
         self._live = None
-        self._clock = time.monotonic
         self._opened = time.monotonic()
 
-    # ---- the driver's thread -------------------------------------------------------
     def listener(self, when: datetime, event: str, name: str, fields: dict) -> None:
+        """The driver's thread: each event of its log."""
         with self._lock:
             line = self.state.apply(when, event, name, fields)
-        if line is not None and self._live is not None:
-            line = printable(line)  # a reason may quote a path a user chose
-            style = {"✓": "green", "✗": "bold red", "⊘": "magenta"}.get(line[0], "yellow")
-            self._live.console.print(line, style=style, markup=False, highlight=False)
+        if line is not None and self._live is not None:  # printable: a reason may quote a path a user chose
+            style = STATE_STYLE[event] if event in FINAL else "yellow"
+            self._live.console.print(printable(line), style=style, markup=False, highlight=False)
 
     def tick(self, driver, now: datetime) -> datetime:
         """The driver's per-turn hook: the queue's length, which only the driver may ask."""
@@ -149,8 +129,8 @@ class DrainView:
             self.state.queued = count
         return now + timedelta(seconds=1)
 
-    # ---- rich's refresh thread ------------------------------------------------------
     def __rich__(self):
+        """rich's refresh thread: the view as it is now."""
         from rich.console import Group
         from rich.progress_bar import ProgressBar
         from rich.table import Table
@@ -159,8 +139,7 @@ class DrainView:
         with self._lock:
             state = self.state
             finished, running, queued = state.finished, list(state.running.values()), state.queued
-            counts = dict(state.counts)
-            host, slots, note = state.host, state.slots, state.note
+            counts, host, slots, note = dict(state.counts), state.host, state.slots, state.note
         now = datetime.now().astimezone()
         total = finished + len(running) + queued
         head = Table.grid(padding=(0, 1))
@@ -171,7 +150,7 @@ class DrainView:
             Text(f"{counts['failed']} failed", style="red" if counts["failed"] else ""),
             Text(f"{counts['cancelled']} cancelled", style="magenta" if counts["cancelled"] else ""),
             Text(f"{queued} queued", style="cyan"),
-            Text(f"elapsed {human_duration(self._clock() - self._opened)}", style="dim"),
+            Text(f"elapsed {human_duration(time.monotonic() - self._opened)}", style="dim"),
         )
         parts = [Text(f"onite run on {host or '?'}: {len(running)} of {slots or '?'} slots busy"
                       + (f" — {note}" if note else ""), style="bold"), head]
@@ -181,15 +160,13 @@ class DrainView:
                 table.add_column(column, justify="right" if column == "elapsed" else "left",
                                  overflow="ellipsis", no_wrap=True)
             for job in sorted(running, key=lambda r: r.since):
-                elapsed = human_duration((now - job.since).total_seconds())
                 attempt = f" (attempt {job.attempt})" if job.attempt > 1 else ""
                 table.add_row(Text(f"  ▶ {job.name}{attempt}", style="bold blue"), Text(job.user), Text(job.priority),
-                              Text(elapsed))  # Text, never markup
+                              Text(human_duration((now - job.since).total_seconds())))  # Text, never markup
             parts.append(table)
         return Group(*parts)
 
-    # ---- around the drain -------------------------------------------------------------
-    def __enter__(self) -> "DrainView":
+    def __enter__(self) -> DrainView:
         from rich.live import Live
 
         self._live = Live(self, console=self.console, refresh_per_second=4, transient=True,
@@ -201,7 +178,7 @@ class DrainView:
         live, self._live = self._live, None
         if live is not None:
             live.stop()
-        self.console.print(summary_line(self.state, self._clock() - self._opened), markup=False, highlight=False)
+        self.console.print(summary_line(self.state, time.monotonic() - self._opened), markup=False, highlight=False)
 
 
 def summary_line(state: DrainState, seconds: float) -> str:
@@ -211,9 +188,7 @@ def summary_line(state: DrainState, seconds: float) -> str:
         return f"onite run: nothing run — {state.note}"
     text = (f"onite run: {counts['done']} done, {counts['failed']} failed, {counts['cancelled']} cancelled "
             f"in {human_duration(seconds)}")
-    hints = []
-    if counts["failed"]:
-        hints.append("what failed: onite report")
+    hints = ["what failed: onite report"] if counts["failed"] else []
     if state.queued:
         text += f"; {state.queued} left queued"
         hints.append("why they wait: onite status")

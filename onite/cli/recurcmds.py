@@ -6,17 +6,20 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (CpusOpt, HELP_NAMES, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt, PlainOpt, SpoolOpt, StderrOpt, app,
-                               is_plain, open_spool, show_help, terminal)
+from onite.cli.options import (SETTINGS, AfterOpt, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
+                               PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt, app,
+                               open_spool, show_help, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
-from onite.core.job import MAX_RETRIES
 
-
-recur_app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_NAMES,
-                        pretty_exceptions_enable=False,
-                        help="Recurring jobs: templates spooled as a job each time their rule fires.")
+recur_app = typer.Typer(**SETTINGS, help="Recurring jobs: templates spooled as a job each time their rule fires.")
 app.add_typer(recur_app, name="recur")
+CronOpt = Annotated[Optional[str], typer.Option("--cron", metavar="EXPR",
+                                                help="Five-field cron expression, e.g. '0 20 * * 1-5'.")]
+EveryOpt = Annotated[Optional[str], typer.Option("--every", metavar="DUR",
+                                                 help="Interval from local midnight: 25m, 2h, 1d.")]
+OffsetOpt = Annotated[Optional[str], typer.Option("--offset", metavar="DUR",
+                                                  help="With --every: shift every fire by this much (2m).")]
 
 
 @recur_app.callback(invoke_without_command=True)  # bare `onite recur`: its help on stdout, exit 0
@@ -27,16 +30,17 @@ def _recur(ctx: typer.Context) -> None:
 
 @recur_app.command("add")
 def recur_add(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Template name (instances are NAME-YYYYMMDDTHHMM).")],
-    cron_expr: Annotated[Optional[str], typer.Option("--cron", metavar="EXPR", help="Five-field cron expression, e.g. '0 20 * * 1-5'.")] = None,
-    every: Annotated[Optional[str], typer.Option("--every", metavar="DUR", help="Interval from local midnight: 25m, 2h, 1d.")] = None,
-    offset: Annotated[Optional[str], typer.Option("--offset", metavar="DUR", help="With --every: shift every fire by this much (2m).")] = None,
-    priority: Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N", help="1 runs first; default from onite.toml.")] = None,
-    urgent: Annotated[bool, typer.Option("--urgent", help="Instances run before every priority (root and admins only).")] = False,
-    after: Annotated[Optional[list[str]], typer.Option("--after", metavar="NAME", help="Each instance waits for this job (repeatable).")] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit of each instance: 90s, 45m, 2h.")] = None,
-    retries: Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES, help="Retry a failed instance this many times.")] = 0,
-    host: Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="Instances run only on this host.")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Template name (instances are "
+                                        "NAME-YYYYMMDDTHHMM).")],
+    cron_expr: CronOpt = None,
+    every: EveryOpt = None,
+    offset: OffsetOpt = None,
+    priority: PriorityOpt = None,
+    urgent: UrgentOpt = False,
+    after: AfterOpt = None,
+    timeout: TimeoutOpt = None,
+    retries: RetriesOpt = 0,
+    host: HostOpt = None,
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
@@ -47,8 +51,10 @@ def recur_add(
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
     from onite.app.common import read_job_text
     from onite.app.recur import RecurRequest, add
-    from onite.exec import identity
     from onite.app.submit import capture
+    from onite.core.rules import describe
+    from onite.core.schedule import next_fire
+    from onite.exec import identity
 
     target = open_spool(spool)
     request = RecurRequest(name=name, body=read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
@@ -57,9 +63,6 @@ def recur_add(
                            notify=notify, notify_on=notify_on, mem=mem, cpus=cpus)
     when = SYSTEM.now()
     _, rule = add(target, request, capture(when), identity.current())
-    from onite.core.schedule import next_fire
-    from onite.core.rules import describe
-
     print(f"{name}: {describe(rule)}; next at {next_fire(rule, when).isoformat(timespec='seconds')}")
 
 
@@ -68,9 +71,8 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
     """Recurring jobs: name, owner, rule, next fire, priority."""
     from onite.app.recur import templates, templates_json
 
-    target = open_spool(spool)
     when = SYSTEM.now()
-    views = templates(target, when)
+    views = templates(open_spool(spool), when)
     if as_json:
         print(templates_json(views, when))
         return
@@ -79,8 +81,8 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
         return
     from onite.cli.render import print_recur_list
 
-    out = terminal()
-    print_recur_list(views, when, out=out or sys.stdout, plain=out is None or is_plain(out, plain))
+    out, plain = terminal(plain)
+    print_recur_list(views, when, out=out or sys.stdout, plain=plain)
 
 
 @recur_app.command("remove")
@@ -96,13 +98,15 @@ def recur_remove(names: Annotated[list[str], typer.Argument(metavar="NAME")], sp
 
 @recur_app.command("next")
 def recur_next(
-    name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A recurring job; or give a rule with --cron/--every.")] = None,
-    count: Annotated[int, typer.Option("-n", "--count", metavar="N", min=1, max=10000, help="How many fire times.")] = 5,
+    name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A recurring job; or give a rule with "
+                                                  "--cron/--every.")] = None,
+    count: Annotated[int, typer.Option("-n", "--count", metavar="N", min=1, max=10000,
+                                       help="How many fire times.")] = 5,
     start: Annotated[Optional[str], typer.Option("--from", metavar="WHEN", help="Start after this time (default: now): "
                                                  "2026-01-05T00:00, HH:MM, +2h.")] = None,
-    cron_expr: Annotated[Optional[str], typer.Option("--cron", metavar="EXPR", help="Preview this cron expression instead.")] = None,
-    every: Annotated[Optional[str], typer.Option("--every", metavar="DUR", help="Preview this interval instead.")] = None,
-    offset: Annotated[Optional[str], typer.Option("--offset", metavar="DUR", help="With --every.")] = None,
+    cron_expr: CronOpt = None,
+    every: EveryOpt = None,
+    offset: OffsetOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Print the next fire times, one per line, in ISO 8601 (local time)."""

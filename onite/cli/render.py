@@ -1,55 +1,32 @@
-"""Rich renderables for people (tables, the report's timeline); pure apart from the Console passed in.
-
-rich (~50 ms to import) is imported by the functions that draw with it:
-plain output (a pipe, --plain) and ``--json`` never load it.
-
-A table goes to a terminal as a rich table (long cells fold within their
-column). Anywhere else -- a pipe, a file, cron's mail -- or with ``--plain``
-it is written *plain* (``plain_rows``): one line per row, never wrapped,
-columns two spaces apart, every cell free of runs of spaces and of control
-characters, ``-`` for an empty cell, so that grep and awk see one row per line
-(docs/cli.md, "Output for scripts").
-"""
+"""What people read of list, recur list, report and status: rich on a terminal (imported only to draw there), else
+plain lines that never wrap, cells two spaces apart (docs/cli.md, OUTPUT FOR SCRIPTS)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 from onite.core.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
 from onite.core.jobview import JobView
 from onite.core.safetext import phrase, printable
 
-if TYPE_CHECKING:
-    from rich.table import Table
-    from rich.text import Text
-
-STATE_STYLE = {
-    "queued": "cyan",
-    "held": "yellow",
-    "running": "bold blue",
-    "done": "green",
-    "failed": "bold red",
-    "cancelled": "magenta",
-    "timeout": "bold red",
-    "refused": "red",
-}
+STATE_STYLE = {"queued": "cyan", "held": "yellow", "running": "bold blue", "done": "green", "failed": "bold red",
+               "cancelled": "magenta", "timeout": "bold red", "refused": "red"}
+LARGE_TABLE = 2000  # rows past which a table is laid out as text: rich takes about a minute for 100,000
+INDENT = "    "  # of a sentence's lines after its first, and of what follows a failure
+GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
 
 
-# A table of more rows than this is written as plain text: rich takes about a minute for 100,000 rows.
-LARGE_TABLE = 2000
+class TableSpec(NamedTuple):
+    """A table's columns (title, right-justified), its rows, the columns that fold, and each row's styles."""
 
-def plain_cell(text: str) -> str:
-    """A cell for a plain table: control characters spelt out, runs of spaces made one, ``-`` if empty."""
-    return phrase(text) or "-"
-
-
-def plain_rows(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:
-    """The lines of a plain table (docs/cli.md): every cell left-justified under its title."""
-    left = [(title, False) for title, _ in columns]
-    return plain_table(left, ([plain_cell(cell) for cell in row] for row in rows))
+    columns: Sequence[tuple[str, bool]]
+    rows: list[list[str]]
+    folded: tuple[str, ...]
+    styles: Callable[[int, list[str]], dict[int, str]]  # (row index, row) -> {column index: style}
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -57,108 +34,93 @@ def write_lines(out, lines: Iterable[str]) -> None:
     getattr(out, "file", out).write("".join(line + "\n" for line in lines))
 
 
-# (title, right-justified) of ``onite list``'s columns; DETAIL_COLUMNS follow with --all
-JOB_COLUMNS = (("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False))
-WAITING_COLUMNS = (("WAITING", False),)  # why a queued job cannot start now: only when one cannot
-DETAIL_COLUMNS = (("HOST", False), ("STARTED", False), ("TOOK", True), ("MEM", True), ("CPU", True), ("RESULT", False))
-FOLDED = {"NAME", "RESULT", "WAITING"}  # long names and reasons wrap within their column on a narrow terminal
+def rich_table(spec: TableSpec):
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for title, right in spec.columns:
+        table.add_column(title, justify="right" if right else "left",
+                         overflow="fold" if title in spec.folded else "ellipsis")
+    for i, row in enumerate(spec.rows):  # Text, never markup: a cell may quote a path a user chose, [link=…] included
+        styles = spec.styles(i, row)
+        table.add_row(*(Text.assemble((cell, styles.get(col, ""))) for col, cell in enumerate(row)))
+    return table
 
 
-def job_columns(detailed: bool, waiting: bool = False) -> tuple[tuple[str, bool], ...]:
-    return JOB_COLUMNS + (WAITING_COLUMNS if waiting else ()) + (DETAIL_COLUMNS if detailed else ())
+def print_table(out, spec: TableSpec, *, plain: bool, large: bool = False) -> None:
+    """``spec`` on ``out``: plain lines, laid out as text without rich (``large``), or a rich table."""
+    if plain:
+        write_lines(out, plain_table([(title, False) for title, _ in spec.columns],
+                                     ([phrase(cell) or "-" for cell in row] for row in spec.rows)))
+    elif large:
+        write_lines(out, plain_table(spec.columns, spec.rows))
+    else:
+        out.print(rich_table(spec))
 
 
-def any_waiting(views: Sequence[JobView]) -> bool:
-    """Does a job of ``views`` wait for something (so that the WAITING column is shown)?"""
-    return any(view.waiting for view in views)
-
-
-def job_rows(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> Iterator[list[str]]:
-    """``onite list``'s cells, as text: position, name, user, priority, age, state (with ``waiting``:
-    why it waits; detailed: where, when and how it ran). Text from users (a reason may quote a path)
-    is ``printable``."""
+def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> TableSpec:
+    """``onite list``: position, name, user, priority, age, state (``waiting``: why it waits; ``detailed``:
+    where, when and how it ran)."""
+    columns = [("#", True), ("NAME", False), ("USER", False), ("PRI", False), ("AGE", True), ("STATE", False)]
+    columns += [("WAITING", False)] if waiting else []
+    columns += [("HOST", False), ("STARTED", False), ("TOOK", True), ("MEM", True), ("CPU", True),
+                ("RESULT", False)] if detailed else []
+    rows = []
     for view in views:
         row = [str(view.position or ""), printable(view.name), printable(view.user), priority_label(view),
                human_duration((now - view.submitted).total_seconds()), view.state]
         if waiting:
-            row.append(printable(view.waiting or ""))  # a reason may quote a job file's host or name
+            row.append(printable(view.waiting or ""))
         if detailed:
             took = view.duration if view.finished else (now - view.started).total_seconds() if view.started else None
             row += [printable(view.host or ""), short_time(view.started, now), human_duration(took), view.used_mem(),
                     human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
-        yield row
-
-
-def jobs_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> Table:
-    """``onite list`` for a terminal: the rows of ``job_rows``, states in colour."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for title, right in job_columns(detailed, waiting):
-        table.add_column(title, justify="right" if right else "left", overflow="fold" if title in FOLDED else "ellipsis")
-    for row in job_rows(views, now, detailed=detailed, waiting=waiting):
-        # every cell Text, never markup: a reason or a result may quote a path a user chose, [link=…] included
-        cells = [Text(cell) for cell in row]
-        cells[5].stylize(STATE_STYLE.get(row[5], ""))
-        if waiting:
-            cells[6].stylize("yellow")
-        table.add_row(*cells)
-    return table
+        rows.append(row)
+    return TableSpec(columns, rows, ("NAME", "RESULT", "WAITING"),
+                     lambda i, row: {5: STATE_STYLE.get(row[5], ""), 6: "yellow" if waiting else ""})
 
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
                    plain: bool = False) -> None:
-    """``onite list`` on ``out``: one table, or one per host with ``by_host`` (always detailed);
-    ``plain`` (``out`` a text file or a Console), or more than LARGE_TABLE rows: the same columns as
-    plain text."""
-    groups = [(None, views)] if not by_host else \
-        [(host, [v for v in views if (v.host or "") == host]) for host in sorted({v.host or "" for v in views})]
-    detailed = detailed or by_host
-    for host, some in groups:
-        waiting = any_waiting(some)
-        if host is not None:
-            title = host or "queued (no host yet)"
-            if plain:
-                write_lines(out, [title])
-            else:
-                from rich.text import Text
+    """``onite list`` on ``out``: one table, or one per host with ``by_host`` (always detailed)."""
+    hosts = sorted({view.host or "" for view in views}) if by_host else [None]
+    for host in hosts:
+        some = views if host is None else [view for view in views if (view.host or "") == host]
+        if host is not None and plain:
+            write_lines(out, [host or "queued (no host yet)"])
+        elif host is not None:
+            from rich.text import Text
 
-                out.print(Text(title, style="bold"))
-        if plain:
-            write_lines(out, plain_rows(job_columns(detailed, waiting),
-                                        job_rows(some, now, detailed=detailed, waiting=waiting)))
-        elif len(views) > LARGE_TABLE:
-            write_lines(out, plain_table(job_columns(detailed, waiting),
-                                         job_rows(some, now, detailed=detailed, waiting=waiting)))
-        else:
-            out.print(jobs_table(some, now, detailed=detailed, waiting=waiting))
+            out.print(Text(host or "queued (no host yet)", style="bold"))
+        spec = job_table(some, now, detailed=detailed or by_host, waiting=any(view.waiting for view in some))
+        print_table(out, spec, plain=plain, large=len(views) > LARGE_TABLE)
 
 
-def report_table(data, rows: Sequence[Sequence[str]]) -> Table:
-    """``onite report``'s table: the cells of ``report.rows``, each job's state and reason in its state's colour."""
-    from rich.table import Table
-    from rich.text import Text
+RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", False), ("IN", True), ("PRI", False),
+                 ("NOTE", False))
 
+
+def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False) -> None:
+    """``onite recur list``: name, owner, rule, next fire, how soon, priority, what is wrong (in red)."""
+    rows = [[printable(view.name), printable(view.user), printable(view.rule), short_time(view.next, now),
+             human_duration((view.next - now).total_seconds()) if view.next else "",
+             priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or "")] for view in views]
+    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NAME", "NOTE"), lambda i, row: {6: "bold red"}), plain=plain)
+
+
+def report_table(data, rows: list[list[str]]) -> TableSpec:
+    """``onite report``'s table: each job's state and reason in its state's colour."""
     from onite.app.reporttext import COLUMNS, state_word
 
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for title, right in COLUMNS:
-        table.add_column(title, justify="right" if right else "left",
-                         overflow="fold" if title in ("NAME", "REASON") else "ellipsis")
-    for view, row in zip(data.jobs, rows):  # Text, not markup: a reason may quote a path with [brackets]
-        style = STATE_STYLE.get(state_word(view), "")
-        table.add_row(Text(row[0], style=style), *map(Text, row[1:-1]), Text(row[-1], style=style))
-    return table
-
-
-INDENT = "    "  # of a sentence's lines after its first, and of what follows a failure
+    return TableSpec(COLUMNS, rows, ("NAME", "REASON"),
+                     lambda i, row: dict.fromkeys((0, len(row) - 1), STATE_STYLE.get(state_word(data.jobs[i]), "")))
 
 
 def print_report(out, data, *, plain: bool) -> None:
-    """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last
-    lines of output and the command to read them all, what is not finished and why, the table, the
-    timeline, the hosts. ``plain``: states in words, every line written as it is (never wrapped)."""
+    """``onite report`` on ``out`` (a rich Console): the window, the headline, each failure with its last lines
+    of output and the command to read them all, what is not finished and why, the table, the timeline, the
+    hosts. ``plain``: states in words, every line written as it is (never wrapped)."""
     from rich.text import Text
 
     from onite.app import report
@@ -166,28 +128,16 @@ def print_report(out, data, *, plain: bool) -> None:
 
     words = plain or out.no_color
 
-    def say(text: str, style: str = "", *, crop: bool = False) -> None:
+    def say(text: str, style: str = "", *, crop: bool = False, mark: str = "") -> None:
         if plain:
             write_lines(out, [text])
         elif crop:  # a line of a job's output: cut at the terminal's edge, never folded into the next
             out.print(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
-        else:
-            folded(Text(text, style=style))
-
-    def folded(line: Text) -> None:
-        """A sentence folded at the terminal's edge between words, the lines after its first indented:
-        no text of a job's (a reason quoting a path) can start a line of its own, as if it were
-        another sentence."""
-        for i, part in enumerate(line.wrap(out, max(out.width - len(INDENT), 20))):
-            out.print(Text(INDENT) + part if i else part, no_wrap=True, crop=True)
-
-    def marked(word: str, text: str) -> None:
-        if words:
-            say(text)
-        else:
-            line = Text(rep.MARK.get(word, "?") + " ", style=STATE_STYLE.get(word, ""))
-            line.append(text)
-            folded(line)
+        else:  # folded between words, the lines after the first indented: no text of a job's starts a line
+            if mark and not words:
+                text, style = f"{rep.MARK.get(mark, '?')} {text}", STATE_STYLE.get(mark, "")
+            for i, part in enumerate(Text(text, style=style).wrap(out, max(out.width - len(INDENT), 20))):
+                out.print(Text(INDENT) + part if i else part, no_wrap=True, crop=True)
 
     say(f"onite report for {printable(data.spool)}: {rep.window_text(data)}")
     say(rep.headline(data), "bold")
@@ -195,7 +145,7 @@ def print_report(out, data, *, plain: bool) -> None:
     if failures:
         say("")
         for job in failures[:report.SHOWN_FAILURES]:
-            marked(rep.state_word(job), rep.failure_text(data, job))
+            say(rep.failure_text(data, job), mark=rep.state_word(job))
             lines, note = rep.failure_notes(data, job)
             for line in lines:
                 say("    │ " + line, "dim", crop=True)
@@ -207,7 +157,7 @@ def print_report(out, data, *, plain: bool) -> None:
         say("")
         say(rep.waiting_title(data), "bold")
         for row in data.waiting[:report.SHOWN_WAITING]:
-            marked(row["state"], rep.waiting_text(row))
+            say(rep.waiting_text(row), mark=row["state"])
         more = sum(data.left.values()) - min(len(data.waiting), report.SHOWN_WAITING)
         if more > 0:
             say(f"… and {more} more: onite list")
@@ -216,38 +166,36 @@ def print_report(out, data, *, plain: bool) -> None:
     if not data.jobs:
         return
     say("")
-    cells = rep.rows(data, marks=not words)
-    start, end = rep.timeline_span(data)
-    never = {id(job) for job in data.jobs if data.never_ran(job)}
-    lines, bars = gantt_lines(data.jobs, start, end, out.width, never=never)
-    if plain:
-        write_lines(out, [*plain_rows(rep.COLUMNS, cells), "", *lines])
-    elif len(data.jobs) > LARGE_TABLE:  # rich would take minutes: the same layout as plain text
-        write_lines(out, [*plain_table(rep.COLUMNS, cells), "", *lines])
-    else:
-        out.print(report_table(data, cells))
+    large = len(data.jobs) > LARGE_TABLE
+    print_table(out, report_table(data, rep.rows(data, marks=not words)), plain=plain, large=large)
+    lines, bars = gantt_lines(data, out.width)
+    if plain or large:
+        write_lines(out, ["", *lines])
+    else:  # the timeline in colour: each bar in its job's state's style, the axis dim
+        timeline = Text(no_wrap=True, overflow="crop")
+        timeline.append(lines[0] + "\n" + lines[1] + "\n", style="dim")
+        for job, line, (a, b) in zip(data.jobs, lines[2:], bars):
+            timeline.append(line[:a])
+            timeline.append(line[a:b], style=STATE_STYLE.get(rep.state_word(job), ""))
+            timeline.append("\n")
+        timeline.rstrip()
         out.print()
-        out.print(gantt_text(data.jobs, lines, bars))
-    hosts = data.hosts
-    if len(hosts) > 1:
+        out.print(timeline)
+    if len(data.hosts) > 1:
         say("")
         say("by host")
-        for host, row in hosts.items():
+        for host, row in data.hosts.items():
             say(f"  {printable(host)}: {row['jobs']} jobs ({row['share']:.0%}), {row['failed']} failed, "
                 f"busy {human_duration(row['busy_seconds'])}")
 
 
-GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
+def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
+    """The report's timeline as lines ``width`` wide: a time axis (labels, a rule with ticks), then each job's
+    name and bar (█; × where a job that never ran ended); and the columns [from, to) of each bar, to colour it."""
+    from onite.app.reporttext import extent, ticks, timeline_span
 
-
-def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width: int,
-                never: set[int] = frozenset()) -> tuple[list[str], list[tuple[int, int]]]:
-    """The timeline as lines of text ``width`` wide: a time axis (labels, then a rule with a tick under
-    each), then a line per job, its name and its bar (█; × where a job that never ran, one whose
-    ``id`` is in ``never`` or one with no start, ended). Also the columns [from, to) of each job's bar, to colour it."""
-    from onite.app.reporttext import extent, ticks
-
-    name_width = max(4, min(GANTT_NAME, max(len(v.name) for v in views)))
+    start, end = timeline_span(data)
+    name_width = max(4, min(GANTT_NAME, max(len(job.name) for job in data.jobs)))
     bar_width = max(width - name_width - 1, 16)
     seconds = max((end - start).total_seconds(), 1e-6)
     labels, rule, free = [" "] * bar_width, ["─"] * bar_width, 0
@@ -258,67 +206,92 @@ def gantt_lines(views: Sequence[JobView], start: datetime, end: datetime, width:
             labels[col:col + len(label)] = label
             free = col + len(label) + 1
     indent = " " * (name_width + 1)
-    lines = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)]
-    bars = []
-    for view in views:
-        unrun = view.started is None or id(view) in never
-        first, last = extent(view, start, end)
-        if unrun:
-            first = last
-        a = min(int(first * bar_width), bar_width - 1)
+    lines, bars = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)], []
+    for job in data.jobs:
+        unrun = job.started is None or data.never_ran(job)
+        first, last = extent(job, start, end)
+        a = min(int((last if unrun else first) * bar_width), bar_width - 1)
         b = a + 1 if unrun else max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
-        name = view.name if len(view.name) <= name_width else view.name[:name_width - 1] + "…"
+        name = job.name if len(job.name) <= name_width else job.name[:name_width - 1] + "…"
         lines.append(name.ljust(name_width) + " " * (a + 1) + ("×" if unrun else "█") * (b - a))
         bars.append((name_width + 1 + a, name_width + 1 + b))
     return lines, bars
 
 
-def gantt_text(views: Sequence[JobView], lines: list[str], bars: list[tuple[int, int]]) -> Text:
-    """``gantt_lines`` in colour: each bar in its job's state's style, the axis dim."""
-    from rich.text import Text
+def print_status(console, info, *, plain: bool = False) -> None:
+    """``onite status``: one line each, never wrapped (scripts grep it, terminals fold it), on ``console`` (a
+    rich Console) or plain on stdout if it is None; the running jobs as a table (``plain``: a line each)."""
+    from onite.core.timeparse import parse_stamp
 
-    from onite.app.reporttext import state_word
+    esc = printable  # text from users and files: no control characters
 
-    text = Text(no_wrap=True, overflow="crop")
-    text.append(lines[0] + "\n" + lines[1] + "\n", style="dim")
-    for view, line, (a, b) in zip(views, lines[2:], bars):
-        text.append(line[:a])
-        text.append(line[a:b], style=STATE_STYLE.get(state_word(view), ""))
-        text.append("\n")
-    text.rstrip()
-    return text
+    def say(*parts: str | tuple[str, str]) -> None:  # each part text, or (text, style)
+        if console is None:
+            sys.stdout.write("".join(part if isinstance(part, str) else part[0] for part in parts) + "\n")
+        else:
+            from rich.text import Text
 
+            console.print(Text.assemble(*parts), soft_wrap=True)
 
-RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", False), ("IN", True), ("PRI", False),
-                 ("NOTE", False))
+    def until(when: datetime) -> str:
+        return human_duration((when - info.now).total_seconds())
 
+    say(f"spool     {esc(info.location or info.spool)}")
+    for d in info.drivers:
+        since = parse_stamp(d.get("since"))
+        what = "daemon" + (f", {d['state']}" if d.get("state") else "") if d.get("role") == "daemon" else "driver"
+        detail = ", ".join(x for x in (
+            f"pid {d['pid']}" if d.get("pid") else "",
+            f"since {since:%Y-%m-%d %H:%M} ({human_duration((info.now - since).total_seconds())} ago)" if since else "",
+            f"started by {d['started_by']}" if d.get("started_by") else "") if x) or d["holder"] or "pid unknown"
+        say("driver    ", ("running", "green"), f" on {esc(d['host'])} ({what}, {esc(detail)})")
+    last = info.last_driver
+    if not info.drivers:
+        ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, started by "
+                 f"{esc(last['started_by'])})" if last and not last["died"] and last.get("ended") else "")
+        say(f"driver    not running{ended}")
+    drain = info.drain
+    if info.next_drain and drain is not None and drain.next is not None:
+        from onite.drain.nextdrain import LABEL
 
-def recur_rows(views: Sequence, now: datetime) -> Iterator[list[str]]:
-    """``onite recur list``'s cells: name, owner, rule, next fire, how soon, priority, what is wrong."""
-    for view in views:
-        pri = priority_text(view.urgent, view.priority, unknown="?")
-        wait = human_duration((view.next - now).total_seconds()) if view.next else ""
-        yield [printable(view.name), printable(view.user), printable(view.rule), short_time(view.next, now), wait,
-               pri, printable(view.problem or "")]
+        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {until(info.next_drain)}) by "
+            f"{LABEL.get(drain.next.by, drain.next.by)} on {esc(drain.next.host)}"
+            + (f", until {info.until}" if info.until else ""))
+    elif drain is not None:
+        from onite.drain.nextdrain import no_drain_text
 
-
-def recur_table(views: Sequence, now: datetime) -> Table:
-    """``onite recur list`` for a terminal (what is wrong in red)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for title, right in RECUR_COLUMNS:
-        table.add_column(title, justify="right" if right else "left",
-                         overflow="fold" if title in ("NAME", "NOTE") else "ellipsis")
-    for row in recur_rows(views, now):
-        table.add_row(*map(Text, row[:-1]), Text(row[-1], style="bold red"))
-    return table
-
-
-def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False) -> None:
-    """``onite recur list`` on ``out``: a table, or with ``plain`` one line per recurring job."""
-    if plain:
-        write_lines(out, plain_rows(RECUR_COLUMNS, recur_rows(views, now)))
-    else:
-        out.print(recur_table(views, now))
+        say("next run  ", (f"none: {esc(no_drain_text(drain))}", "yellow"))
+    if info.containment:
+        kind, limits, capacity = (info.containment.get(key) for key in ("kind", "limits", "capacity"))
+        say("contain   ", (esc(kind), "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"),
+            f" (as the last driver on {esc(info.containment['host'])} said)")
+        if limits:  # the last driver's words: this command measures nothing of root's cgroups
+            say("limits    last drain: ", (esc(limits), "yellow" if limits.startswith("not enforced") else "green"),
+                f"; capacity {esc(capacity)}" if capacity else "")
+    for warning in info.warnings:
+        say(("warning", "red"), f"   {esc(warning)}")
+    counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"
+    say(f"queued    {sum(info.queue.values())} ({counts})" + (f"; {info.held} held" if info.held else ""))
+    label = "waiting  "
+    for row in info.waiting:
+        reason = row["reason"] + (" (another user's job: other details private)" if row["private"] else "")
+        say(f"{label} {esc(row['name'])} ({esc(row['user'])}, {priority_text(row['urgent'], row['priority'])}): ",
+            (esc(reason), "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"))
+        label = "         "
+    if info.not_examined:
+        say(f"{label} …and {info.not_examined} more not examined")
+    day = info.last_night
+    if day:
+        c, failed, more = day["counts"], day["failed"], day["failed_total"] - len(day["failed"])
+        failed = " (" + ", ".join(map(esc, failed)) + (f", … {more} more" if more else "") + ")" if failed else ""
+        command = "onite report" if day.get("window") == "drain" else f"onite report --night {day['night']}"
+        say("last night ", (f"{c['done']} done", "green"), ", ", (f"{c['failed']} failed", "red"),
+            f"{failed}, {c['cancelled']} cancelled ({command})")
+    if info.running:
+        say(f"running   {len(info.running)}")
+        print_table(console or sys.stdout, job_table(info.running, info.now, detailed=True), plain=plain)
+    for rec in info.recurring:
+        when = datetime.fromisoformat(rec["next"])
+        say(f"recurring {esc(rec['name'])} ({esc(rec['user'])}, "
+            f"{priority_text(rec.get('urgent'), rec.get('priority'), unknown='?')}, {esc(rec['rule'])}) "
+            f"next {when:%Y-%m-%d %H:%M} (in {until(when)})")

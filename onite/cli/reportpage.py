@@ -1,25 +1,18 @@
 """``onite report --html FILE``: the morning report as one self-contained page (pure, but for ``write_html``).
 
-The page answers first what the terminal report answers first: the headline,
-then every failure (name, state, reason, attempts, the command that prints
-its output), then what is not finished, then the timeline and the table of
-all jobs. On a phone (40rem and less) nothing scrolls sideways: the table's
-rows stack, one cell a line, and long words break.
-
-Invariants: no script, nothing fetched (no font, image or style from
-anywhere), so that it can be mailed or served as it is; every text from a
-user (names, reasons, paths) is escaped, with control characters spelt out;
-no job's output is on it -- a page is meant to be shared, and output is
-private to its job's owner.
+No script and nothing fetched, so that it can be mailed or served as it is; on a phone nothing scrolls sideways;
+every text from a user escaped; no job's output (private to its owner), where a page is meant to be shared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html as _html
 import os
+import stat
 from pathlib import Path
 
-from onite.core.cells import human_duration, priority_label
+from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.errors import InvalidInput
 from onite.core.safetext import printable
 
@@ -124,30 +117,31 @@ def _mark(word: str) -> str:
     return f'<span class="mark {word}">{_STOPWATCH if word == "timeout" else MARK.get(word, "")}</span>'
 
 
+def _item(kind: str, word: str, name: str, who: str, what: str, rest: str) -> str:
+    return (f'<li class="{kind} {word}">{_mark(word)} <span class=name>{_esc(name)}</span> ({_esc(who)}) '
+            f'<span class="state {word}">{_esc(what)}</span>{rest}</li>')
+
+
 def _failure_item(data, job) -> str:
     from onite.app.reporttext import failure_notes, failure_what, state_word
 
-    word = state_word(job)
-    who = ", ".join(x for x in (printable(job.user), priority_label(job)) if x)
     _, note = failure_notes(data, job)
-    if note.startswith("onite output "):
-        note = f"<code>{_esc(note)}</code> (its owner or root)"
-    elif note:
-        note = _esc(note)
-    return (f'<li class="failure {word}">{_mark(word)} <span class=name>{_esc(job.name)}</span> ({_esc(who)}) '
-            f'<span class="state {word}">{_esc(failure_what(data, job))}</span>'
-            + (f'<span class=note>{note}</span>' if note else "") + "</li>")
+    note = f"<code>{_esc(note)}</code> (its owner or root)" if note.startswith("onite output ") else _esc(note)
+    who = ", ".join(x for x in (printable(job.user), priority_label(job)) if x)
+    return _item("failure", state_word(job), job.name, who, failure_what(data, job),
+                 f"<span class=note>{note}</span>" if note else "")
 
 
 def _waiting_item(row: dict) -> str:
-    from onite.core.cells import priority_text
-
-    state = row["state"]
-    who = ", ".join(x for x in (row["user"], priority_text(row["urgent"], row["priority"])) if x)
     command = f'<span class=note><code>{_esc(row["command"])}</code></span>' if row["command"] else ""
-    return (f'<li class="waiting {state}">{_mark(state)} '
-            f'<span class=name>{_esc(row["name"])}</span> ({_esc(who)}) <span class="state {state}">{state}</span>: '
-            f'<span class=reason>{_esc(row["reason"])}</span>{command}</li>')
+    who = ", ".join(x for x in (row["user"], priority_text(row["urgent"], row["priority"])) if x)
+    return _item("waiting", row["state"], row["name"], who, row["state"],
+                 f': <span class=reason>{_esc(row["reason"])}</span>{command}')
+
+
+def _section(key: str, title: str, items: list[str], after: str) -> str:
+    return (f"<section id={key}><h2>{_esc(title)}</h2>\n<ul class=list>\n" + "\n".join(items) + "\n</ul>"
+            + after + "</section>")
 
 
 def to_html(data) -> str:
@@ -162,19 +156,17 @@ def to_html(data) -> str:
     sections = []
     failures = data.failures
     if failures:
-        items = [_failure_item(data, job) for job in failures[:SHOWN_FAILURES]]
         more = len(failures) - SHOWN_FAILURES
-        sections.append(f"<section id=failures><h2>Failed ({len(failures)})</h2>\n<ul class=list>\n"
-                        + "\n".join(items) + "\n</ul>"
-                        + (f"<p>… and {more} more in the table below.</p>" if more > 0 else "") + "</section>")
+        sections.append(_section("failures", f"Failed ({len(failures)})",
+                                 [_failure_item(data, job) for job in failures[:SHOWN_FAILURES]],
+                                 f"<p>… and {more} more in the table below.</p>" if more > 0 else ""))
     if data.current and data.waiting:
         items = [_waiting_item(row) for row in data.waiting[:SHOWN_WAITING]]
         more = sum(data.left.values()) - len(items)
-        title_text = waiting_title(data)
-        sections.append(f"<section id=waiting><h2>{esc(title_text[0].upper() + title_text[1:])}</h2>\n"
-                        f"<ul class=list>\n" + "\n".join(items) + "\n</ul>"
-                        + (f"<p>… and {more} more: <code>onite list</code></p>" if more > 0 else "")
-                        + "<p>Why each waits, as it changes: <code>onite status</code></p></section>")
+        heading = waiting_title(data)
+        sections.append(_section("waiting", heading[0].upper() + heading[1:], items,
+                                 (f"<p>… and {more} more: <code>onite list</code></p>" if more > 0 else "")
+                                 + "<p>Why each waits, as it changes: <code>onite status</code></p>"))
     if data.jobs:
         head = "".join(f"<th>{esc(name)}</th>" for name, _ in COLUMNS)
         body = []
@@ -209,63 +201,58 @@ def to_html(data) -> str:
 
 
 def write_html(path: Path, data) -> None:
-    """Write the page to ``path``: a file is replaced all or nothing (a temporary file beside it,
-    renamed over it); a device, a pipe or a link to one (/dev/stdout) is written to, never replaced.
+    """Write the page to ``path``: a file is replaced all or nothing (a temporary file beside it, renamed over
+    it); a device, a pipe or a link to one (/dev/stdout) is written to, never replaced.
 
     Raises:
-        InvalidInput: ``path`` cannot be written, or is a folder or a link to a file.
+        InvalidInput: ``path`` cannot be written; it is a folder, a disk, a link to a file, another user's link
+            or pipe (planted where root writes its page: a link to a disk, or a pipe no one reads).
     """
-    import stat
-
     text = to_html(data).encode("utf-8")
     path = Path(path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        st = None
+        return _replace(path, text)
     except OSError as err:
-        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise InvalidInput(f"cannot write {path}: it is a folder", "give the page a file name")
-    if st is not None and stat.S_ISBLK(st.st_mode):
-        raise InvalidInput(f"cannot write {path}: it is a disk", "give the page a file name")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        if st.st_uid not in (0, os.geteuid()):  # planted where root writes its page (in /tmp): a link to a
-            # disk, or a pipe no one reads (root's report would wait for ever)
-            raise InvalidInput(f"cannot write {path}: it is another user's", "write the page somewhere else")
-        _write_through(path, text)
-    else:
-        _replace(path, text)
-
-
-def _write_through(path: Path, text: bytes) -> None:
-    """Write to a character device, a pipe, or what a link names if it is one of those: never through a
-    link to a file or a disk (a file is replaced, never written through)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)  # no O_CREAT, no O_TRUNC: nothing changes yet
+        raise _cannot(path, err) from None
+    _check_kind(path, st.st_mode)
+    if stat.S_ISREG(st.st_mode):
+        return _replace(path, text)
+    if st.st_uid not in (0, os.geteuid()):
+        raise InvalidInput(f"cannot write {path}: it is another user's", "write the page somewhere else")
+    try:  # no O_CREAT, no O_TRUNC: nothing changes before what it names is known
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as err:
-        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
+        raise _cannot(path, err) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode):
-            raise InvalidInput(f"{path} is a symbolic link to a file", "give the file's own path")
-        if stat.S_ISBLK(mode):
-            raise InvalidInput(f"cannot write {path}: it is a disk", "give the page a file name")
+        _check_kind(path, os.fstat(fd).st_mode, linked=True)
         view = memoryview(text)
         while view:
             view = view[os.write(fd, view):]
     except OSError as err:
-        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
+        raise _cannot(path, err) from None
     finally:
         os.close(fd)
+
+
+def _cannot(path: Path, err: OSError) -> InvalidInput:
+    return InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path")
+
+
+def _check_kind(path: Path, mode: int, *, linked: bool = False) -> None:
+    """Refuse a folder, a disk, and (``linked``: what a link names) a file, which is replaced, never written through."""
+    if stat.S_ISDIR(mode):
+        raise InvalidInput(f"cannot write {path}: it is a folder", "give the page a file name")
+    if stat.S_ISBLK(mode):
+        raise InvalidInput(f"cannot write {path}: it is a disk", "give the page a file name")
+    if linked and stat.S_ISREG(mode):
+        raise InvalidInput(f"{path} is a symbolic link to a file", "give the file's own path")
 
 
 def _replace(path: Path, text: bytes) -> None:
     import tempfile
 
-    tmp = None
     try:  # the page is made beside its name: what fails first is its folder's, and the message says so
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
@@ -277,9 +264,6 @@ def _replace(path: Path, text: bytes) -> None:
             os.fchmod(out.fileno(), 0o644)  # a page to be served or shared, not a secret
         os.replace(tmp, path)
     except OSError as err:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        raise InvalidInput(f"cannot write {path}: {err.strerror or err}", "choose a writable path") from None
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _cannot(path, err) from None
