@@ -429,10 +429,16 @@ class OnTerminal:
     """``onite ARGS`` as root on a terminal (a pty for its stdout and stderr, and its stdin unless
     ``stdin`` is False): what it writes there, byte for byte."""
 
-    def __init__(self, spool: Path, args: list[str], *, stdin: bool = True, env: dict | None = None) -> None:
+    def __init__(self, spool: Path, args: list[str], *, stdin: bool = True, env: dict | None = None,
+                 columns: int | None = None) -> None:
+        import fcntl
         import pty
+        import struct
+        import termios
 
         self.master, slave = pty.openpty()
+        if columns is not None:  # the terminal's own width, as a window of that size has
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
         self.proc = subprocess.Popen([sys.executable, "-m", "onite", *args],
                                      stdin=slave if stdin else subprocess.DEVNULL, stdout=slave, stderr=slave,
                                      env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), **(env or {})),

@@ -173,3 +173,33 @@ def test_a_terminal_too_narrow_for_a_table_gets_the_plain_lines(spool, columns):
     assert run_cli(["submit", "narrowjob"], stdin=b"true\n").code == 0
     code, seen = OnTerminal(spool, ["list"], stdin=False, env={"COLUMNS": columns, "LINES": "24"}).finish()
     assert code == 0 and b"narrowjob" in seen, seen
+
+
+@pytest.mark.parametrize("how", ["COLUMNS", "pty"])
+def test_list_all_at_80_columns_keeps_every_name_whole_and_each_row_on_one_line(spool, how, monkeypatch):
+    """At 80 columns (COLUMNS=80, or a terminal 80 wide) ``list --all`` leaves out the least useful columns (the
+    host, the memory …) rather than wrap a name, cut a user or a title, or split RESULT across lines."""
+    import re
+
+    from conftest import OnTerminal
+
+    names = ["build-nightly-reports-for-finance", "bob-held-longer-name-here", "slowish-task"]
+    api = Spool(spool)
+    api.submit(names[0], "true\n", priority=2)
+    api.submit(names[1], "exit 3\n")
+    api.submit(names[2], "sleep 30\n", timeout="1s")
+    assert drain(spool).returncode == 0
+    api.submit("queued-after-night-job-with-long-name", "true\n", hold=True)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    term = OnTerminal(spool, ["list", "--all"], env=({"COLUMNS": "80"} if how == "COLUMNS" else {}),
+                      columns=80 if how == "pty" else 200)
+    code, seen = term.finish()
+    assert code == 0, seen
+    text = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode())
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").splitlines()]
+    assert all(len(line) <= 80 for line in lines), text
+    assert len(lines) == 5, text  # the titles and one line a job
+    assert lines[0].split()[:3] == ["#", "NAME", "USER"] and lines[0].split()[-1] == "RESULT", text
+    for name in names + ["queued-after-night-job-with-long-name"]:
+        assert sum(name in line for line in lines) == 1, text
+    assert any(line.endswith("timeout") for line in lines) and any(" root " in line for line in lines[1:]), text

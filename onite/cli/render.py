@@ -21,12 +21,49 @@ GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in
 
 
 class TableSpec(NamedTuple):
-    """A table's columns (title, right-justified), its rows, the columns that fold, and each row's styles."""
+    """A table's columns (title, right-justified), its rows, the columns of free text that may end in … at the
+    terminal's edge (``cut``), each row's styles, and the columns to leave out, first to last, where the
+    terminal is too narrow for all (``drops``). No other cell is ever cut or folded: a name is what users type."""
 
     columns: Sequence[tuple[str, bool]]
     rows: list[list[str]]
-    folded: tuple[str, ...]
+    cut: tuple[str, ...]
     styles: Callable[[int, list[str]], dict[int, str]]  # (row index, row) -> {column index: style}
+    drops: tuple[str, ...] = ()
+
+
+GAP = 2  # columns between two cells of a table
+CUT_MIN = 10  # a column of free text narrower than this on the terminal is left out with the others
+
+
+def fit(spec: TableSpec, width: int) -> TableSpec | None:
+    """``spec`` with the columns that fit ``width``: whole cells, in one line each, the free text (``cut``) ending
+    in … at the edge; a column of ``drops`` left out at a time, then the free text, until they fit; None if even
+    that does not fit (plain lines, which the terminal folds: nothing is ever left out of a name)."""
+    from rich.cells import cell_len
+
+    keep = list(range(len(spec.columns)))
+    natural = {i: max([cell_len(spec.columns[i][0])] + [cell_len(row[i]) for row in spec.rows]) for i in keep}
+    titles = [title for title, _ in spec.columns]
+    drops = [titles.index(title) for title in (*spec.drops, *spec.cut) if title in titles]
+
+    def need(cols: list[int]) -> int:  # the free text takes what is left, down to CUT_MIN (or its title)
+        return sum(min(natural[i], max(CUT_MIN, len(titles[i]))) if titles[i] in spec.cut else natural[i]
+                   for i in cols) + GAP * (len(cols) - 1)
+
+    while need(keep) > width:
+        if not drops:
+            return None
+        keep.remove(drops.pop(0))
+    if len(keep) == len(spec.columns):
+        return spec
+    where = {old: new for new, old in enumerate(keep)}
+
+    def styles(i: int, row: list[str]) -> dict[int, str]:
+        return {where[col]: style for col, style in spec.styles(i, spec.rows[i]).items() if col in where}
+
+    return TableSpec([spec.columns[i] for i in keep], [[row[i] for i in keep] for row in spec.rows], spec.cut,
+                     styles)
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -40,8 +77,8 @@ def rich_table(spec: TableSpec):
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for title, right in spec.columns:
-        table.add_column(title, justify="right" if right else "left",
-                         overflow="fold" if title in spec.folded else "ellipsis")
+        table.add_column(title, justify="right" if right else "left", no_wrap=True,
+                         overflow="ellipsis" if title in spec.cut else "fold")
     for i, row in enumerate(spec.rows):  # Text, never markup: a cell may quote a path a user chose, [link=…] included
         styles = spec.styles(i, row)
         table.add_row(*(Text.assemble((cell, styles.get(col, ""))) for col, cell in enumerate(row)))
@@ -49,7 +86,11 @@ def rich_table(spec: TableSpec):
 
 
 def print_table(out, spec: TableSpec, *, plain: bool, large: bool = False) -> None:
-    """``spec`` on ``out``: plain lines, laid out as text without rich (``large``), or a rich table."""
+    """``spec`` on ``out``: plain lines, laid out as text without rich (``large``), or a rich table of the columns
+    that fit the terminal (``fit``)."""
+    if not plain:
+        fitted = fit(spec, out.width)
+        plain, spec = fitted is None, fitted or spec
     if plain:
         write_lines(out, plain_table([(title, False) for title, _ in spec.columns],
                                      ([phrase(cell) or "-" for cell in row] for row in spec.rows)))
@@ -57,6 +98,11 @@ def print_table(out, spec: TableSpec, *, plain: bool, large: bool = False) -> No
         write_lines(out, plain_table(spec.columns, spec.rows))
     else:
         out.print(rich_table(spec))
+
+
+# the columns ``onite list`` leaves out on a narrow terminal, first to last: where and how much before when and
+# whose; the name, the state and why it waits or how it ended stay
+LIST_DROPS = ("HOST", "CPU", "MEM", "STARTED", "AGE", "PRI", "#", "TOOK", "USER")
 
 
 def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> TableSpec:
@@ -77,8 +123,8 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
             row += [printable(view.host or ""), short_time(view.started, now), human_duration(took), view.used_mem(),
                     human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
         rows.append(row)
-    return TableSpec(columns, rows, ("NAME", "RESULT", "WAITING"),
-                     lambda i, row: {5: STATE_STYLE.get(row[5], ""), 6: "yellow" if waiting else ""})
+    return TableSpec(columns, rows, ("WAITING", "RESULT"),
+                     lambda i, row: {5: STATE_STYLE.get(row[5], ""), 6: "yellow" if waiting else ""}, LIST_DROPS)
 
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
@@ -106,15 +152,17 @@ def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False
     rows = [[printable(view.name), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
              priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or "")] for view in views]
-    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NAME", "NOTE"), lambda i, row: {6: "bold red"}), plain=plain)
+    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), lambda i, row: {6: "bold red"},
+                               ("PRI", "IN", "USER", "RULE")), plain=plain)
 
 
 def report_table(data, rows: list[list[str]]) -> TableSpec:
     """``onite report``'s table: each job's state and reason in its state's colour."""
     from onite.app.reporttext import COLUMNS, state_word
 
-    return TableSpec(COLUMNS, rows, ("NAME", "REASON"),
-                     lambda i, row: dict.fromkeys((0, len(row) - 1), STATE_STYLE.get(state_word(data.jobs[i]), "")))
+    return TableSpec(COLUMNS, rows, ("REASON",),
+                     lambda i, row: dict.fromkeys((0, len(row) - 1), STATE_STYLE.get(state_word(data.jobs[i]), "")),
+                     ("HOST", "CPU", "MEM", "TRIES", "PRI", "STARTED", "EXIT", "TOOK", "USER"))
 
 
 def print_report(out, data, *, plain: bool) -> None:
