@@ -212,16 +212,26 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def last_session(drains: Sequence[Drain], boundary: Callable[[datetime], datetime]) -> Session | None:
-    """The drains from the morning (``boundary``) before the latest that ran a job (else the latest); None: none."""
+def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], datetime | None]) -> Session | None:
+    """Last night: the latest drain that ran a job (else the latest), with the drains of its night window
+    (``night_opened``: when the window a time is in opened, None outside every window) that started before
+    the window closed, and the drains that ran at the same time as it (other hosts'); None: no drain. A
+    drain of the afternoon before (a test, a drain by hand outside the window) is no part of the night."""
     if not drains:
         return None
     latest = max((d for d in drains if d.ran), key=lambda d: d.started, default=None) \
         or max(drains, key=lambda d: d.started)
-    since = boundary(latest.started)
-    chosen = tuple(d for d in drains if d.started >= since)
+    opened = night_opened(latest.started)
+    chosen = [d for d in drains if _overlap(d, latest) or (
+        opened is not None and d.started >= opened and night_opened(d.started) == opened)]
     end = None if any(d.ended is None for d in chosen) else max(d.ended for d in chosen)
-    return Session(min(d.started for d in chosen), end, chosen)
+    return Session(min(d.started for d in chosen), end, tuple(chosen))
+
+
+def _overlap(a: Drain, b: Drain) -> bool:
+    """Did drains ``a`` and ``b`` run at the same time, at least for a moment (one still running: until now)?"""
+    return a.started <= (b.ended or datetime.max.replace(tzinfo=b.started.tzinfo)) and \
+        b.started <= (a.ended or datetime.max.replace(tzinfo=a.started.tzinfo))
 
 
 @dataclass

@@ -38,7 +38,7 @@ class ReportData:
     since: datetime  # the window's start
     until: datetime  # its end: now, unless --night or --until, or the last drain ended
     now: datetime
-    jobs: list[JobView]  # failures first, then in the order they started
+    jobs: list[JobView]  # the reader's own first (unless root); within each, failures first, then in the order they started
     night: date | None = None
     user: str | None = None
     damaged: list[str] = field(default_factory=list)  # names of result records that could not be read
@@ -48,6 +48,7 @@ class ReportData:
     pruned: set[tuple] = field(default_factory=set)  # ... for their records were pruned
     earlier: set[tuple] = field(default_factory=set)  # ... for a later run of the name replaced their record
     unrun: set[tuple] = field(default_factory=set)  # runs that never started a process
+    reruns: dict = field(default_factory=dict)  # (name, user) -> the runs of the window before the one shown
     tries: dict[str, int] = field(default_factory=dict)  # attempts a retried job was allowed
     tails: dict = field(default_factory=dict)  # onite.app.outputtail.Tail of the failures told in full, by run_key
     keep: int = 0
@@ -223,12 +224,22 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     # a job the log tells of and no record does: by name and owner
     pruned = [log_view(final, told.starts.get(key)) for key, final in told.finals.items() if key not in recorded_runs]
     pruned = [view for view in pruned if wanted(view.user)]
+    # a job run again in the window (restarted, spooled anew) is shown once, as its latest run; the runs
+    # before it are noted on it (``reruns``), never counted
+    latest = {(v.name, v.user): v for v in views + pruned}
     earlier = [view for view in (log_view(final, start) for final, start in told.earlier) if wanted(view.user)]
-    jobs = sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    reruns: dict[tuple[str, str], list[JobView]] = {}
+    for view in earlier:
+        if (view.name, view.user) in latest:
+            reruns.setdefault((view.name, view.user), []).append(view)
+    earlier = [view for view in earlier if (view.name, view.user) not in latest]
+    jobs = _own_first(sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished,
+                                                                      j.name)), user, reader)
     # a damaged record's job is rebuilt from the log too, but was not pruned: its output may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
-                      keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier})
+                      keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier},
+                      reruns=reruns)
     data.unrun = {run_key(job) for job in views + pruned if never_ran(job, told)}
     data.unrun |= {run_key(job) for job in earlier if job.started is None}  # its own start line, if any
     data.current = not any(d.started > end for d in every_drain)
@@ -274,10 +285,35 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
     if kind != "drain":
         within = [d for d in every_drain if d.started < end and (d.ended is None or d.ended >= start)]
         return kind, day, start, end, within, events, every_drain
-    session = dr.last_session(every_drain, boundary)
+    session = dr.last_session(every_drain, _night_opened(spool, now))
     if session is None:  # no drain in the log: the last day
         return "since", None, now - RECENT, now, [], events, every_drain
     return kind, None, session.start, session.end or now, list(session.drains), events, every_drain
+
+
+def _own_first(jobs: list[JobView], user: str | None, reader: int) -> list[JobView]:
+    """The reader's own jobs before other users' (each kept in its order), unless the reader is root or the
+    report is of one user: a user's morning starts with what is theirs to act on."""
+    if user is not None or reader == 0:
+        return jobs
+    return sorted(jobs, key=lambda job: job.uid != reader)
+
+
+def _night_opened(spool: SpoolDir, now: datetime):
+    """When the night window (a time of ``schedule`` to ``until``, docs/scheduling.md) that a time is in
+    opened; None outside every window, or with no schedule."""
+    from onite.core.window import scheduled_window
+
+    config = spool.config
+
+    def opened(when: datetime) -> datetime | None:
+        try:
+            window = scheduled_window(config.schedule, config.until, when)
+        except InvalidInput:  # a bad schedule is said by the driver and status; the report goes by the drains
+            return None
+        return window.opened if window is not None and window.is_open(when) else None
+
+    return opened
 
 
 def log_view(final, start) -> JobView:

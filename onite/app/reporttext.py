@@ -14,6 +14,7 @@ from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
 from onite.core.jsontext import dumps
 from onite.core.safetext import phrase, printable
 from onite.core.state import signal_name
+from onite.core.timeparse import format_duration, longer_limit
 
 
 def window_text(data: ReportData) -> str:
@@ -102,7 +103,38 @@ def failure_what(data: ReportData, job: JobView) -> str:
     else:
         what = f"failed: {phrase(job.reason) or 'failed'}" + (f" after {took}" if took else "")
     tries = attempts_text(data, job)
-    return what + (f", attempt {tries}" if tries else "")
+    rerun = rerun_note(data, job)
+    return what + (f", attempt {tries}" if tries else "") + (f" ({rerun})" if rerun else "")
+
+
+def rerun_note(data: ReportData, job: JobView) -> str:
+    """``after an earlier run: timeout``: the runs of the window before the one shown (a restart)."""
+    before = data.reruns.get((job.name, job.user))
+    if not before:
+        return ""
+    words = ", ".join(phrase(view.reason) or view.state for view in before)
+    return f"after {'an earlier run' if len(before) == 1 else f'{len(before)} earlier runs'}: {words}"
+
+
+def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]]:
+    """The failures told in full (the reader's own; root: all), and the names of the others' by user: a
+    user's report does not lead with what is not theirs to read or act on."""
+    if data.reader == 0:
+        return data.failures, {}
+    told, others = [], {}
+    for job in data.failures:
+        if job.uid == data.reader:
+            told.append(job)
+        else:
+            others.setdefault(job.user, []).append(job.name)
+    return told, others
+
+
+def others_failures_text(others: dict[str, list[str]]) -> str:
+    """``other users' failures (their output is private): bob: etl, slow; carol: x``."""
+    shown = "; ".join(f"{printable(user)}: {', '.join(map(printable, names[:5]))}" + (" …" if len(names) > 5 else "")
+                      for user, names in others.items())
+    return f"other users' failures (theirs to read): {shown}"
 
 
 def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]:
@@ -122,6 +154,18 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
     if tail is not None and not tail.kept:
         return (), "no output of this run is kept (removed, or a later run of that name replaced it)"
     return (tail.lines if tail else ()), output_command(job)
+
+
+def next_step(data: ReportData, job: JobView) -> str:
+    """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
+    rounded up), ``onite restart etl`` after another failure (once its output is read); "" where a restart would
+    not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran)."""
+    if job.state != "failed" or data.never_ran(job) or data.was_pruned(job) or data.was_replaced(job) \
+            or data.is_damaged(job):
+        return ""
+    if is_timeout(job):
+        return f"onite restart {job.name} --timeout {format_duration(longer_limit(job.duration or 0))}"
+    return f"onite restart {job.name}"
 
 
 def output_command(job: JobView) -> str:
@@ -167,7 +211,8 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
         out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
                     printable(job.host or ""), started, "" if never else human_duration(job.duration),
                     job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
-                    attempts_text(data, job), code, printable(job.reason)])
+                    attempts_text(data, job), code,
+                    printable(job.reason) + (f" ({rerun_note(data, job)})" if rerun_note(data, job) else "")])
     return out
 
 
@@ -219,7 +264,8 @@ def to_json(data: ReportData) -> str:
         failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
                          "output": list(lines) if tail and tail.kept and not tail.private else None,
                          "private": bool(tail and tail.private),
-                         "command": note if note.startswith("onite output ") else None})
+                         "command": note if note.startswith("onite output ") else None,
+                         "next": next_step(data, view) or None})
     return dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
                    "until": data.until.isoformat(), "now": data.now.isoformat(),
                    "night": data.night.isoformat() if data.night else None, "user": data.user,

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from onite.app.common import open_spool
 from onite.app.namecheck import dependency_problem, refuse_finished_of_others, refuse_run_names
-from onite.app.submit import check_policy, write_job
+from onite.app.submit import check_capacity, check_policy, write_job
 from onite.exec import identity
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
@@ -22,29 +22,34 @@ from onite.core.errors import InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
 from onite.core.names import check_base, check_name, unique_name
 from onite.core.policy import owner_or_root
-from onite.core.request import SubmitRequest
+from onite.core.request import JobChanges, SubmitRequest
 
 
 def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
-            unique: bool = False, hold: bool = False, host: str | None = None) -> str:
-    """Spool the finished job ``name`` again (as ``new_name``, or made unique) from ``host``; its final name.
+            unique: bool = False, hold: bool = False, host: str | None = None, changes: JobChanges = JobChanges()) -> str:
+    """Spool the finished job ``name`` again (as ``new_name``, or made unique) from ``host``, with ``changes``
+    (a longer time limit, another priority …); its final name.
 
     Raises:
-        InvalidInput: a bad name; a dependency no longer known.
+        InvalidInput: a bad name or change; a dependency no longer known.
         NotFound: no finished job of that name is kept.
         Refused: not the caller's job (and not root); the name is queued or running; the spool's
-            policy (cutoff, check_lock, urgent).
+            policy (cutoff, check_lock, urgent); a request larger than any host.
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
     check_name(name)
     target = new_name or name
     (check_base if unique else check_name)(target)
     job, st = read_finished(spool, name, caller.uid)
+    job = changes.apply(job, spool.config, now)
+    if changes.mem is not None or changes.cpus is not None:
+        check_capacity(spool.config, job)
     check_policy(spool, SubmitRequest(name=target, body=job.body, urgent=job.urgent), now, caller)
     for dep in job.after:
         problem = dependency_problem(spool, dep, st.st_uid)
         if problem:
-            raise InvalidInput(f"job {name!r} waits for {dep!r}: {problem}", "spool it anew without that --after")
+            raise InvalidInput(f"job {name!r} waits for {dep!r}: {problem}",
+                               "restart it with other dependencies (--after NAME), or spool it anew without them")
     if unique:
         target = unique_name(target, lambda n: name_taken(spool, n))
     elif is_live(spool, target):
@@ -115,7 +120,8 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
 
 
 def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,
-                hold: bool = False) -> str:
+                hold: bool = False, changes: JobChanges = JobChanges()) -> str:
     """``onite restart NAME``: ``restart`` as the caller, on the spool it names."""
     target = open_spool(spool)
-    return restart(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold)
+    return restart(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold,
+                   changes=changes)

@@ -136,16 +136,26 @@ def containment_said(spool: SpoolDir) -> dict | None:
 
 
 def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None) -> dict:
-    """How the last drain session (else yesterday's night) went; damaged records' names go to ``damaged``."""
+    """How the last drain session (else yesterday's night) went, or (``draining``) the one still running, so far;
+    damaged records' names go to ``damaged``."""
     data = build(spool, now, details=False)
     if data.kind != "drain":
         data = build(spool, now, night="yesterday", details=False)
     if damaged is not None:
         damaged.extend(data.damaged)
-    failed = [j.name for j in data.jobs if j.state == "failed"]
+    failed = list(dict.fromkeys(j.name for j in data.jobs if j.state == "failed"))
     return {"window": data.kind, "night": (data.night or night_of(data.since)).isoformat(),
             "since": data.since.isoformat(), "until": data.until.isoformat(), "counts": data.counts,
-            "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED], "failed_total": len(failed)}
+            "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED], "failed_total": len(failed),
+            "draining": data.kind == "drain" and data.draining, "next": _next_steps(data)}
+
+
+def _next_steps(data) -> list[str]:
+    """The next step for the caller's own failures among the first SHOWN_FAILED (onite.app.reporttext.next_step)."""
+    from onite.app.reporttext import next_step, told_failures
+
+    steps = (next_step(data, job) for job in told_failures(data)[0][:SHOWN_FAILED])
+    return [step for step in steps if step]
 
 
 def status_json(info: StatusInfo) -> str:

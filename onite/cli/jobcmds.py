@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
+from onite.cli.options import (AfterOpt, AtOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
                                NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
                                app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
                                warn_damaged)
@@ -59,10 +59,9 @@ def submit(
     priority: PriorityOpt = None,
     urgent: UrgentOpt = False,
     after: AfterOpt = None,
-    at: Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, "
-                                              "YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")] = None,
+    at: AtOpt = None,
     timeout: TimeoutOpt = None,
-    retries: RetriesOpt = 0,
+    retries: RetriesOpt = None,
     host: HostOpt = None,
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
     unique: Annotated[bool, typer.Option("--unique",
@@ -153,12 +152,30 @@ def restart(
                                                     "NAME is queued again).")] = None,
     unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to the name.")] = False,
     hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release lets it run.")] = False,
+    timeout: TimeoutOpt = None,
+    priority: PriorityOpt = None,
+    retries: RetriesOpt = None,
+    mem: MemOpt = None,
+    cpus: CpusOpt = None,
+    at: AtOpt = None,
+    after: AfterOpt = None,
     spool: SpoolOpt = None,
 ) -> None:
-    """Spool a finished job again: its text, environment, directory, umask and options; print its name."""
+    """Spool a finished job again: its text, environment, directory, umask and options, but for those given
+    (--timeout 2h after a timeout); print its name."""
     from onite.app.restart import restart_job
 
-    print(restart_job(spool_of(spool), name, SYSTEM.now(), new_name=new_name, unique=unique, hold=hold))
+    changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
+    print(restart_job(spool_of(spool), name, SYSTEM.now(), new_name=new_name, unique=unique, hold=hold,
+                      changes=changes))
+
+
+def job_changes(priority, timeout, retries, mem, cpus, at, after):
+    """The changes ``restart`` and ``edit`` were given (onite.core.request.JobChanges)."""
+    from onite.core.request import JobChanges
+
+    return JobChanges(priority=priority, timeout=timeout, retries=retries, mem=mem, cpus=cpus, at=at,
+                      after=None if after is None else tuple(after))
 
 
 @app.command()

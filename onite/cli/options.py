@@ -60,8 +60,10 @@ PriorityOpt = Annotated[Optional[int], typer.Option("-p", "--priority", metavar=
 UrgentOpt = Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")]
 AfterOpt = Annotated[Optional[list[str]], typer.Option(
     "--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")]
+AtOpt = Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, "
+                                              "YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")]
 TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")]
-RetriesOpt = Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES,
+RetriesOpt = Annotated[Optional[int], typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES,
                                          help="Retry a failed job this many times, with back-off.")]
 HostOpt = Annotated[Optional[str], typer.Option("--host", metavar="HOST",
                                                 help="Run only on this host (when several share the spool).")]

@@ -189,8 +189,8 @@ def print_report(out, data, *, plain: bool) -> None:
 
     say(f"onite report for {printable(data.spool)}: {rep.window_text(data)}")
     say(rep.headline(data), "bold")
-    failures = data.failures
-    if failures:
+    failures, others = rep.told_failures(data)
+    if failures or others:
         say("")
         for job in failures[:report.SHOWN_FAILURES]:
             say(rep.failure_text(data, job), mark=rep.state_word(job))
@@ -199,8 +199,13 @@ def print_report(out, data, *, plain: bool) -> None:
                 say("    │ " + line, "dim", crop=True)
             if note:
                 say("    " + note, "cyan" if note.startswith("onite ") else "")
+            step = rep.next_step(data, job)
+            if step:
+                say(f"    next: {step}", "cyan")
         if len(failures) > report.SHOWN_FAILURES:
             say(f"… and {len(failures) - report.SHOWN_FAILURES} more failed: see the table below")
+        if others:
+            say(rep.others_failures_text(others))
     if data.current and data.waiting:
         say("")
         say(rep.waiting_title(data), "bold")
@@ -333,8 +338,10 @@ def print_status(console, info, *, plain: bool = False) -> None:
         c, failed, more = day["counts"], day["failed"], day["failed_total"] - len(day["failed"])
         failed = " (" + ", ".join(map(esc, failed)) + (f", … {more} more" if more else "") + ")" if failed else ""
         command = "onite report" if day.get("window") == "drain" else f"onite report --night {day['night']}"
-        say("last night ", (f"{c['done']} done", "green"), ", ", (f"{c['failed']} failed", "red"),
-            f"{failed}, {c['cancelled']} cancelled ({command})")
+        say("so far    " if day.get("draining") else "last night ", (f"{c['done']} done", "green"), ", ",
+            (f"{c['failed']} failed", "red"), f"{failed}, {c['cancelled']} cancelled ({command})")
+        for i, step in enumerate(day.get("next", [])[:3]):
+            say("next      " if i == 0 else "          ", (esc(step), "cyan"))
     if info.running:
         say(f"running   {len(info.running)}")
         print_table(console or sys.stdout, job_table(info.running, info.now, detailed=True), plain=plain)

@@ -123,13 +123,15 @@ def _item(kind: str, word: str, name: str, who: str, what: str, rest: str) -> st
 
 
 def _failure_item(data, job) -> str:
-    from onite.app.reporttext import failure_notes, failure_what, state_word
+    from onite.app.reporttext import failure_notes, failure_what, next_step, state_word
 
     _, note = failure_notes(data, job)
     note = f"<code>{_esc(note)}</code> (its owner or root)" if note.startswith("onite output ") else _esc(note)
+    step = next_step(data, job)
     who = ", ".join(x for x in (printable(job.user), priority_label(job)) if x)
     return _item("failure", state_word(job), job.name, who, failure_what(data, job),
-                 f"<span class=note>{note}</span>" if note else "")
+                 (f"<span class=note>{note}</span>" if note else "")
+                 + (f"<span class=note>next: <code>{_esc(step)}</code></span>" if step else ""))
 
 
 def _waiting_item(row: dict) -> str:
@@ -147,19 +149,21 @@ def _section(key: str, title: str, items: list[str], after: str) -> str:
 def to_html(data) -> str:
     """The page: the headline, the failures, what is not finished, the timeline, the table."""
     from onite.app.report import SHOWN_FAILURES, SHOWN_WAITING
-    from onite.app.reporttext import COLUMNS, headline_parts, rows, state_word, waiting_title, window_text
+    from onite.app.reporttext import (COLUMNS, headline_parts, others_failures_text, rows, state_word, told_failures,
+                                      waiting_title, window_text)
 
     esc = _esc
     title = f"the night of {data.night.isoformat()}" if data.night else f"{data.now.astimezone():%Y-%m-%d %H:%M}"
     who = f"user <b>{esc(data.user)}</b>: " if data.user is not None else ""
     headline = ", ".join(f"<span class={key}>{esc(text)}</span>" for key, text in headline_parts(data))
     sections = []
-    failures = data.failures
-    if failures:
+    failures, others = told_failures(data)
+    if failures or others:
         more = len(failures) - SHOWN_FAILURES
-        sections.append(_section("failures", f"Failed ({len(failures)})",
+        sections.append(_section("failures", f"Failed ({len(data.failures)})",
                                  [_failure_item(data, job) for job in failures[:SHOWN_FAILURES]],
-                                 f"<p>… and {more} more in the table below.</p>" if more > 0 else ""))
+                                 (f"<p>… and {more} more in the table below.</p>" if more > 0 else "")
+                                 + (f"<p>{esc(others_failures_text(others))}</p>" if others else "")))
     if data.current and data.waiting:
         items = [_waiting_item(row) for row in data.waiting[:SHOWN_WAITING]]
         more = sum(data.left.values()) - len(items)

@@ -79,17 +79,9 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
     Raises InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice; ``--notify
     command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an environment variable execve
     cannot pass."""
-    priorities = config.priorities
-    priority = config.default_priority if request.priority is None else request.priority
-    if not 1 <= priority <= priorities:
-        raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {priorities} (last)")
-    if request.retries < 0 or request.retries > MAX_RETRIES:
-        raise InvalidInput(f"invalid retry count {request.retries}", f"use 0 to {MAX_RETRIES}")
-    if len(set(request.after)) > MAX_AFTER:
-        raise InvalidInput(f"the job waits for {len(set(request.after))} jobs (--after)",
-                           f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
-    for dep in request.after:
-        check_dependency(dep)
+    priority = check_priority(config.default_priority if request.priority is None else request.priority, config)
+    check_retries(request.retries)
+    after = check_after_names(request.after)
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
@@ -125,7 +117,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
             body=request.body,
             timeout=timeout,
             retries=request.retries,
-            after=tuple(dict.fromkeys(request.after)),
+            after=after,
             not_before=not_before,
             urgent=request.urgent,
             pin=request.host,
@@ -138,3 +130,73 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
         )
     except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)
         raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
+
+
+def check_priority(priority: int, config: Config) -> int:
+    """Raises InvalidInput: not one of the spool's priorities."""
+    if not 1 <= priority <= config.priorities:
+        raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {config.priorities} (last)")
+    return priority
+
+
+def check_retries(retries: int) -> int:
+    """Raises InvalidInput: fewer than none, or more than MAX_RETRIES."""
+    if retries < 0 or retries > MAX_RETRIES:
+        raise InvalidInput(f"invalid retry count {retries}", f"use 0 to {MAX_RETRIES}")
+    return retries
+
+
+def check_after_names(after: tuple[str, ...]) -> tuple[str, ...]:
+    """The dependencies, each once, in order. Raises InvalidInput: a bad name, or more than MAX_AFTER."""
+    if len(set(after)) > MAX_AFTER:
+        raise InvalidInput(f"the job waits for {len(set(after))} jobs (--after)",
+                           f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
+    for dep in after:
+        check_dependency(dep)
+    return tuple(dict.fromkeys(after))
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobChanges:
+    """What ``restart`` and ``edit`` may change of a spooled job, as typed (None: unchanged): submit's options
+    that make sense for a job whose text, environment and directory stay. ``after`` replaces the dependencies."""
+
+    priority: int | None = None
+    timeout: str | None = None
+    retries: int | None = None
+    mem: str | None = None
+    cpus: str | None = None
+    at: str | None = None
+    after: tuple[str, ...] | None = None
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def only_limits(self) -> bool:
+        """Does it leave the priority as it is (so that the job may keep its place)?"""
+        return self.priority is None
+
+    def apply(self, job: Job, config: Config, now: datetime) -> Job:
+        """``job`` with these changes, checked as submit checks them.
+        Raises InvalidInput: a bad priority, duration, time, retry count, size, CPU count or dependency."""
+        from dataclasses import replace
+
+        changed: dict = {}
+        if self.priority is not None:
+            changed["priority"] = check_priority(self.priority, config)
+        if self.timeout is not None:
+            changed["timeout"] = parse_duration(self.timeout, what="timeout")
+        if self.retries is not None:
+            changed["retries"] = check_retries(self.retries)
+        if self.mem is not None:
+            changed["mem"] = parse_mem(self.mem)
+        if self.cpus is not None:
+            changed["cpus"] = parse_cpus(self.cpus)
+        if self.at is not None:
+            changed["not_before"] = parse_when(self.at, now)
+        if self.after is not None:
+            changed["after"] = check_after_names(tuple(self.after))
+        try:
+            return replace(job, **changed)
+        except ValueError as err:
+            raise InvalidInput(f"cannot change job {job.name!r}: {err}", "check its options") from None

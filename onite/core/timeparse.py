@@ -6,6 +6,7 @@ aware and in [EARLIEST, LATEST).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from datetime import datetime, time, timedelta, timezone
@@ -54,6 +55,18 @@ def _bounded(when: datetime, text: str) -> datetime:
         raise InvalidInput(f"bad time {_shown(text)}: it is not between the years {EARLIEST.year} and "
                            f"{LATEST.year - 1}", "give a time in those years, e.g. 2026-11-23T02:00")
     return when
+
+
+_ROUND_LIMITS = (10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200, 10800, 14400, 21600, 28800, 43200,
+                 86400)  # seconds: the time limits a person would write
+
+
+def longer_limit(seconds: float) -> timedelta:
+    """Twice ``seconds``, rounded up to a limit a person would write (10s, 5m, 2h, 1d …), at most MAX_DURATION:
+    what to give a job that timed out after ``seconds``."""
+    want = 2 * max(seconds, 1.0)
+    limit = next((step for step in _ROUND_LIMITS if step >= want), 86400 * math.ceil(want / 86400))
+    return min(timedelta(seconds=limit), MAX_DURATION)
 
 
 def format_duration(delta: timedelta) -> str:
