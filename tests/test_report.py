@@ -309,7 +309,7 @@ def test_output_is_shown_to_its_owner_and_root_only(real_night):
     assert (failures["head"]["output"], failures["head"]["private"], failures["head"]["command"]) == (None, True, None)
     assert failures["nb-fail"]["output"] == ["nobody's secret"]
     text = report(real_night, user="nobody").out
-    assert "error: head broke" not in text and "    output is private: only root may read it" in text
+    assert "error: head broke" not in text and "output is private" not in text
     assert "nobody's secret" in text and "onite output nb-fail --stderr" in text
     # the held job of another user: held for all to see, its other details private
     assert "parked (root, P3) held: another user's job: other details private" in text  # not "held: held (…)"
@@ -665,8 +665,38 @@ def test_since_and_until(spool, cli):
                                   "--since before the --until\n")
 
 
-def test_two_drains_of_one_night_are_one_session(spool, cli, workdir):
-    """A second drain (the schedule's 23:00, or a manual one) belongs to the night of the first: both are reported."""
+def schedule_now(spool) -> None:
+    """A daily schedule whose time is this minute: tonight's window opened a moment ago and stays open."""
+    now = datetime.now().astimezone()
+    set_config(spool, schedule=[f"{now.minute} {now.hour} * * *"])
+
+
+def fake_drain(spool, when: datetime, name: str) -> None:
+    """A drain at ``when`` that ran ``name`` and failed it, as its driver writes the log and the record."""
+    stamp = lambda t: t.astimezone().replace(microsecond=0).isoformat()  # noqa: E731
+    lines = [f"{stamp(when)} vm[4242] driver-start host=vm slots=1 executor=local",
+             f"{stamp(when)} vm[4242] start {name} user={ME} priority=4 attempt=1 pid=4243 run=x-1",
+             f"{stamp(when + timedelta(seconds=5))} vm[4242] failed {name} user={ME} reason=\"exit 1\" exit=1 "
+             f"seconds=5 attempt=1 run=x-1",
+             f"{stamp(when + timedelta(seconds=6))} vm[4242] driver-exit done=0 failed=1 cancelled=0 left=0 "
+             f"reason=drained"]
+    log = Path(spool) / "onite.log"
+    log.write_text("".join(line + "\n" for line in lines) + log.read_text())
+    write(spool, name, when + timedelta(seconds=5), started=when, reason="exit 1", state="failed")
+
+
+def test_the_drains_of_tonights_window_are_one_session_and_an_afternoon_test_is_not(spool, cli, workdir):
+    """Last night is the drains of the night window (a time of ``schedule`` to ``until``) of the latest drain
+    that ran a job: a second drain in the window (a manual one, or a later schedule time) belongs to it, a
+    test drain of the afternoon before the window opened does not (its bars squeezed tonight's)."""
+    from onite.app.report import morning_before
+
+    now = datetime.now().astimezone()
+    opened = now.replace(second=0, microsecond=0)
+    if opened - morning_before(now, now) < timedelta(minutes=2):
+        pytest.skip("the night (noon to noon) began less than two minutes ago: no afternoon before this window")
+    fake_drain(spool, max(opened - timedelta(hours=3), morning_before(now, now) + timedelta(seconds=1)), "test-run")
+    schedule_now(spool)
     assert cli(["submit", "first", "-p", "2"], stdin=b"true\n").code == 0
     assert drain(spool).returncode == 0
     assert cli(["submit", "second", "-p", "2"], stdin=b"exit 3\n").code == 0
@@ -675,6 +705,18 @@ def test_two_drains_of_one_night_are_one_session(spool, cli, workdir):
     doc = cli(["report", "--json"]).json()
     assert doc["window"] == "drain" and len(doc["drains"]) == 3
     assert [j["name"] for j in doc["jobs"]] == ["second", "first"] and doc["headline"] == "1 done, 1 failed"
+    assert "test-run" not in cli(["status"]).out
+
+
+def test_without_a_schedule_last_night_is_the_last_drain(spool, cli):
+    """No schedule: the last drain that ran a job (and those running beside it), not the day's earlier ones."""
+    set_config(spool, schedule=[])
+    assert cli(["submit", "first", "-p", "2"], stdin=b"exit 3\n").code == 0
+    assert drain(spool).returncode == 0
+    assert cli(["submit", "second", "-p", "2"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    doc = cli(["report", "--json"]).json()
+    assert [j["name"] for j in doc["jobs"]] == ["second"] and len(doc["drains"]) == 1
 
 
 @pytest.mark.parametrize("word, day", [("today", date(2026, 11, 23)), ("yesterday", date(2026, 11, 22)),
@@ -857,25 +899,51 @@ def test_a_damaged_record_is_told_as_damaged_not_as_pruned(spool):
     assert [j["damaged"] for j in data["jobs"] if j["name"] == "build"] == [True]
 
 
-def test_a_name_run_again_in_the_night_keeps_its_earlier_failure_in_the_report(spool):
-    """(a sixth look) ``etl`` failed in the night's first drain; spooled again, it succeeded in the
-    second. The report and ``status`` read one record a name and the log's last line of each, so
-    they said ``2 done, 0 failed``: a user could hide a failure by running the name again, and a
-    job that failed twice counted once. Each run of the window counts, and is told."""
-    assert run_cli(["submit", "etl"], stdin=b"echo 'lost 3 tables'; exit 3\n", user="nobody", cwd="/tmp").code == 0
+def test_a_name_run_again_in_the_night_is_shown_once_with_its_earlier_failure_noted(spool, workdir):
+    """``etl`` failed in the night's first drain; restarted, it succeeded in the second. The report shows it once,
+    as its latest run, with the earlier failure noted (in its reason and the headline, so that running a name
+    again hides nothing)."""
+    schedule_now(spool)
+    body = f"cd {workdir}; [ -e etl.1 ] && exit 0; touch etl.1; echo 'lost 3 tables'; exit 3\n".encode()
+    assert run_cli(["submit", "etl"], stdin=body, user="nobody", cwd="/tmp").code == 0
     assert run_cli(["submit", "other"], stdin=b"true\n").code == 0
     assert drain(spool).returncode == 0
-    assert run_cli(["submit", "etl"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["restart", "etl"], user="nobody", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0
-    r = run_cli(["report"])
-    assert r.code == 0 and "2 done, 1 failed" in r.out, r.out
-    assert "etl (nobody, P4) failed: exit 3" in r.out
-    assert "a later run of etl replaced its record and output; the log told the rest" in r.out
+    r = run_cli(["report"], env=wide_env())
+    assert r.code == 0 and "2 done, 0 failed, 1 run again after a failure" in r.out, r.out
     data = json.loads(run_cli(["report", "--json"]).out)
-    assert data["counts"] == {"done": 2, "failed": 1, "cancelled": 0}
-    assert sorted((j["name"], j["state"], j["replaced"]) for j in data["jobs"]) == [
-        ("etl", "done", False), ("etl", "failed", True), ("other", "done", False)]
-    assert "1 failed (etl)" in run_cli(["status"]).out
-    assert run_cli(["submit", "etl"], stdin=b"exit 4\n", user="nobody", cwd="/tmp").code == 0  # a second failure
+    assert data["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
+    assert sorted((j["name"], j["state"]) for j in data["jobs"]) == [("etl", "done"), ("other", "done")]
+    [row] = [line for line in r.out.splitlines() if line.startswith("done") and " etl " in line]
+    assert row.endswith(" 0     (after an earlier run: exit 3)"), r.out
+    assert run_cli(["restart", "etl"], user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["restart", "etl"], stdin=b"", user="nobody", cwd="/tmp").code == 3  # queued: refused
     assert drain(spool).returncode == 0
-    assert json.loads(run_cli(["report", "--json"]).out)["counts"] == {"done": 2, "failed": 2, "cancelled": 0}
+    assert json.loads(run_cli(["report", "--json"]).out)["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
+
+
+def test_status_during_a_drain_is_not_last_night_and_names_each_failure_once(spool, workdir):
+    """While a drain runs, ``status`` tells it ``so far``, never as ``last night``; a job that failed twice
+    in the night (restarted) is named once, with the next step for it."""
+    schedule_now(spool)
+    gate = workdir / "gate"
+    gate.touch()
+    assert run_cli(["submit", "etl", "-p", "1"], stdin=b"exit 3\n").code == 0
+    assert drain(spool).returncode == 0
+    assert run_cli(["restart", "etl"]).code == 0
+    assert run_cli(["submit", "wait", "-p", "2"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode()).code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: sum(" failed etl " in line for line in log_lines(spool)) == 2
+                 and any(" start wait " in line for line in log_lines(spool)), what="etl's second failure, and wait")
+        out = run_cli(["status"]).out
+        assert "last night" not in out and "so far    0 done, 1 failed (etl), 0 cancelled" in out, out
+        assert "next      onite restart etl\n" in out, out
+    finally:
+        gate.unlink()
+        driver.communicate(timeout=60)
+    out = run_cli(["status"]).out
+    assert "last night 1 done, 1 failed (etl), 0 cancelled" in out, out
+
+

@@ -213,10 +213,10 @@ def _int(text: str | None) -> int | None:
 
 
 def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], datetime | None]) -> Session | None:
-    """Last night: the latest drain that ran a job (else the latest), with the drains of its night window
-    (``night_opened``: when the window a time is in opened, None outside every window) that started before
-    the window closed, and the drains that ran at the same time as it (other hosts'); None: no drain. A
-    drain of the afternoon before (a test, a drain by hand outside the window) is no part of the night."""
+    """Last night: the latest drain that ran a job (else the latest), with the drains of its night since the
+    night opened (``night_opened``: the night's first schedule time, None for a drain before it), and those
+    that ran at the same time as it (other hosts'); None: no drain. A drain of the afternoon before the
+    night opened (a test, a drain by hand) is no part of the night."""
     if not drains:
         return None
     latest = max((d for d in drains if d.ran), key=lambda d: d.started, default=None) \
@@ -229,9 +229,12 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
 
 
 def _overlap(a: Drain, b: Drain) -> bool:
-    """Did drains ``a`` and ``b`` run at the same time, at least for a moment (one still running: until now)?"""
-    return a.started <= (b.ended or datetime.max.replace(tzinfo=b.started.tzinfo)) and \
-        b.started <= (a.ended or datetime.max.replace(tzinfo=a.started.tzinfo))
+    """Did drains ``a`` and ``b`` run at the same time (one still running: until now)? The log's times are
+    whole seconds: a drain that started in the second the other ended came after it."""
+    def end(d: Drain) -> datetime:
+        return d.ended or datetime.max.replace(tzinfo=d.started.tzinfo)
+
+    return a.started == b.started or max(a.started, b.started) < min(end(a), end(b))
 
 
 @dataclass

@@ -300,18 +300,20 @@ def _own_first(jobs: list[JobView], user: str | None, reader: int) -> list[JobVi
 
 
 def _night_opened(spool: SpoolDir, now: datetime):
-    """When the night window (a time of ``schedule`` to ``until``, docs/scheduling.md) that a time is in
-    opened; None outside every window, or with no schedule."""
-    from onite.core.window import scheduled_window
+    """When the night a time belongs to opened: the first time of ``schedule`` since the noon before it
+    (docs/morning.md); None before that, or with no schedule."""
+    from onite.core.schedule import next_drain
 
-    config = spool.config
+    schedule = spool.config.schedule
 
     def opened(when: datetime) -> datetime | None:
+        if not schedule:
+            return None
         try:
-            window = scheduled_window(config.schedule, config.until, when)
+            first = next_drain(schedule, morning_before(when, now) - timedelta(microseconds=1))
         except InvalidInput:  # a bad schedule is said by the driver and status; the report goes by the drains
             return None
-        return window.opened if window is not None and window.is_open(when) else None
+        return first if first is not None and first <= when else None
 
     return opened
 

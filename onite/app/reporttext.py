@@ -47,6 +47,9 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     for key, words in left_words(data):
         if left.get(key):
             parts.append((key, f"{left[key]} {words}"))
+    rerun = sum(any(view.state == "failed" for view in before) for before in data.reruns.values())
+    if rerun:
+        parts.append(("failed", f"{rerun} run again after a failure"))
     if data.pruned:
         parts.append(("pruned", f"{len(data.pruned)} earlier results pruned (keep = {data.keep})"))
     return parts
@@ -212,7 +215,8 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
                     printable(job.host or ""), started, "" if never else human_duration(job.duration),
                     job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
                     attempts_text(data, job), code,
-                    printable(job.reason) + (f" ({rerun_note(data, job)})" if rerun_note(data, job) else "")])
+                    " ".join(x for x in (printable(job.reason), rerun_note(data, job) and f"({rerun_note(data, job)})")
+                             if x)])
     return out
 
 
