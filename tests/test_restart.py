@@ -110,3 +110,24 @@ def test_a_user_restarts_a_job_they_cancelled_before_a_driver_filed_it(spool, cl
     r = cli(["restart", "mine"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (0, "mine\n"), r
     assert queued_file(spool, "mine").stat().st_uid == nobody().pw_uid
+
+
+def test_a_timed_out_job_is_restarted_with_a_longer_limit_as_the_report_says(spool, cli):
+    """The report's line for a timed-out job gives the command to run it again with twice its time, rounded
+    (``next: onite restart slow --timeout 5s``); restart takes that and submit's other options for a rerun."""
+    assert cli(["submit", "slow", "--timeout", "1s"], stdin=b"sleep 30\n").code == 0
+    assert cli(["submit", "bad"], stdin=b"exit 3\n").code == 0
+    assert drain(spool).returncode == 0
+    text = cli(["report"], env=dict(os.environ, COLUMNS="200")).out
+    assert "    next: onite restart slow --timeout 5s\n" in text, text
+    assert "    onite output bad\n    next: onite restart bad\n" in text, text
+    r = cli(["restart", "slow", "--timeout", "5s", "-p", "2", "--retries", "1", "--mem", "64M", "--cpus", "1",
+             "--at", "+1h", "--after", "bad"])
+    assert (r.code, r.out) == (0, "slow\n"), r
+    job = decode(queued_file(spool, "slow").read_bytes())
+    assert queued_file(spool, "slow").parent.name == "P2"
+    assert (job.timeout.total_seconds(), job.retries, job.mem, job.cpus, job.after) == (5, 1, 64, 1, ("bad",))
+    assert job.not_before is not None
+    r = cli(["restart", "bad", "--timeout", "soon"])
+    assert (r.code, r.err) == (2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d\n"), r
+    assert not list((spool / "jobs").rglob("bad"))  # nothing spooled

@@ -57,7 +57,7 @@ def _bounded(when: datetime, text: str) -> datetime:
     return when
 
 
-_ROUND_LIMITS = (10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200, 10800, 14400, 21600, 28800, 43200,
+_ROUND_LIMITS = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200, 10800, 14400, 21600, 28800, 43200,
                  86400)  # seconds: the time limits a person would write
 
 
