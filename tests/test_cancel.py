@@ -162,3 +162,23 @@ def test_a_job_cancelled_while_its_retry_waits_keeps_the_attempts_that_ran(spool
     assert ledger.read_text().split() == ["run"]
     [listed] = [job for job in json.loads(run_cli(["list", "--all", "--json"]).out)["jobs"] if job["name"] == "flaky"]
     assert listed["state"] == "cancelled" and listed["started"] == tried["started"], listed
+
+
+@needs_root
+def test_a_pattern_cancel_names_the_jobs_it_dooms_for_users_and_root(spool):
+    """``cancel 'b*'`` says each queued job that will now fail because it waits (--after) for one it cancelled,
+    or for such a job: a user's own, after the cancel; root's list before its question shows them too."""
+    for name in ("b1", "b2", "b3", "other"):
+        submit(name, user="nobody")
+    assert run_cli(["submit", "load", "--after", "b2"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "sum", "--after", "load"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "free", "--after", "other"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["cancel", "b*"], user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    assert r.out.splitlines()[-3:] == ["cancelled 3 job(s)", "will fail: load (waits for b2)",
+                                       "will fail: sum (waits for load)"], r.out
+    for name in ("b1", "b2", "b3"):
+        submit(name, user="nobody")
+    shown = answered(spool, ["cancel", "b*"], "n\n")
+    assert "  will fail: load (waits for b2)\r\n  will fail: sum (waits for load)\r\ncancel these 3 job(s)?" in shown
+    assert shown.endswith("nothing cancelled\r\n") and len(queued(spool)) == 7

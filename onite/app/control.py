@@ -143,6 +143,54 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
     return Selection(chosen, skipped)
 
 
+def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[str, str]]:
+    """The queued jobs the caller may read (their own; root: all) that can no longer run once ``cancelled``
+    (JobViews) are: each waits (``--after``) for one of them, or for a job doomed so, as (its name, the
+    name it waits for), in queue order. A job file that cannot be read is left out (its driver says why).
+
+    Raises:
+        SpoolIOError: a queue folder cannot be listed.
+    """
+    from onite.core.names import split_dependency
+    from onite.spool.filecheck import BadFile, read_job_file
+    from onite.spool.scan import job_stats
+
+    gone = {(view.uid, view.name) for view in cancelled}
+    waiting = []
+    for _, folder in spool.queue_folders():
+        for entry, st in job_stats(folder):
+            if (st.st_uid, entry.name) in gone or not owner_or_root(caller_uid, st.st_uid):
+                continue
+            try:
+                job, _ = read_job_file(entry.path, spool.config.max_job_size)
+            except (OSError, BadFile, ValueError):
+                continue
+            if job.after:
+                waiting.append((st.st_uid, entry.name, job.after))
+    doomed: list[tuple[str, str]] = []
+    changed = True
+    while changed:  # a job that waits for a doomed one is doomed too
+        changed = False
+        for uid, name, after in waiting:
+            if (uid, name) in gone:
+                continue
+            for dep in after:
+                user, dep_name = split_dependency(dep)
+                if (_uid_of(user) if user else uid, dep_name) in gone:
+                    gone.add((uid, name))
+                    doomed.append((name, dep))
+                    changed = True
+                    break
+    return doomed
+
+
+def _uid_of(user: str) -> int:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return -1
+
+
 def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
     """What a driver does on filing a cancelled job: the log line, the owner's notice if wanted."""
     from onite.spool.settings import default_host

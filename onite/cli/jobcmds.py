@@ -198,12 +198,19 @@ def cancel(
         return
     if all_ and names:
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
-    picked, others = _pick_by_pattern(target, patterns, every=all_, yes=yes)
+    picked, others, doomed = _pick_by_pattern(target, patterns, every=all_, yes=yes)
     named = [n for n in names if n not in patterns]
     matched = [v.name for v in picked.chosen if v.name not in named]
     done = _cancel_each(target, named + matched, matched)
     print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
                                         "cancel only yours" if picked.skipped else ""))
+    for line in _doomed_lines(doomed):
+        print(line)
+
+
+def _doomed_lines(doomed: list[tuple[str, str]]) -> list[str]:
+    """What a pattern cancel dooms, said: ``will fail: load (waits for extract)``."""
+    return [printable(f"will fail: {name} (waits for {dep})") for name, dep in doomed]
 
 
 def _cancel_each(target, names: list[str], matched: list[str]) -> int:
@@ -228,9 +235,10 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> int:
 
 
 def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
-    """The jobs patterns (or --all) pick for the caller, confirmed by root, and the other users they skip.
+    """The jobs patterns (or --all) pick for the caller, confirmed by root, the other users they skip, and the
+    queued jobs that waiting for one of them will fail (root is shown them before answering).
     Raises NotFound: nothing of the caller's matches; InvalidInput: root without --yes off a terminal."""
-    from onite.app.control import select_jobs
+    from onite.app.control import doomed_by, select_jobs
 
     picked = select_jobs(target, patterns, os.geteuid(), every=every)
     what = "--all" if every else " ".join(map(repr, patterns))
@@ -238,13 +246,15 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
     if not picked.chosen:
         also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
         raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
+    doomed = doomed_by(target, picked.chosen, os.geteuid())
     if os.geteuid() == 0 and not yes and not confirm(
-            f"cancelling by {what} as root", "--yes", [f"  {view.name}  ({view.state}, {view.user})"
-                                                       for view in picked.chosen],
+            f"cancelling by {what} as root", "--yes", [printable(f"  {view.name}  ({view.state}, {view.user})")
+                                                       for view in picked.chosen]
+            + [f"  {line}" for line in _doomed_lines(doomed)],
             f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
         print("nothing cancelled")
         raise typer.Exit(0)
-    return picked, others
+    return picked, others, doomed
 
 
 def _pick_one(target) -> list[str]:
