@@ -487,10 +487,13 @@ document.getElementById('page').addEventListener('load', () => {
       name: box(li.querySelector('.name')), state: box(li.querySelector('.state'))})),
     rows: [...doc.querySelectorAll('tr.job')].map(tr => ({name: tr.querySelector('.name').textContent,
       cells: [...tr.querySelectorAll('td')].filter(td => td.textContent).map(box)})),
-    svg: box(doc.querySelector('svg.gantt')),
-    bars: [...doc.querySelectorAll('svg.gantt rect.bar')].map(r => ({state: r.classList[1], box: box(r)})),
-    labels: [...doc.querySelectorAll('svg.gantt .axis text')].filter(t => getComputedStyle(t).display != 'none')
-      .map(t => ({text: t.textContent, box: box(t)}))};
+    svg: box(doc.querySelector('.gantt')),
+    bars: [...doc.querySelectorAll('.gantt rect.bar')].map(r => ({state: r.classList[1], box: box(r)})),
+    labels: [...doc.querySelectorAll('.gantt .axis text')].filter(t => getComputedStyle(t).display != 'none')
+      .map(t => ({text: t.textContent, box: box(t)})),
+    chart: box(doc.querySelector('.gantt svg.axis')),
+    names: [...doc.querySelectorAll('.gantt .label')].map(l => ({name: l.textContent, box: box(l),
+      mark: box(l.nextElementSibling.querySelector('rect.bar, text.never'))}))};
   document.body.setAttribute('data-probe', JSON.stringify(found));
 });
 </script></body></html>"""
@@ -564,11 +567,12 @@ def test_the_page_in_chromium(real_night, world_tmp, size):
 
 
 @needs_chromium
-@pytest.mark.parametrize("width", [1280, 400])
+@pytest.mark.parametrize("width", [1280, 390])
 def test_the_timeline_in_chromium(real_night, world_tmp, width):
     """The whole page, tall enough to hold it: every bar, however short its job (a few milliseconds),
-    drawn at least three pixels wide in its state's colour; the axis labels (seconds, for a short
-    night) apart from each other and within the width."""
+    drawn at least three pixels wide in its state's colour, centred on its name's line, the name whole
+    and left of the chart; the axis labels (seconds, for a short night) apart from each other and within
+    the chart, the last one too (on a phone it was cut at the edge)."""
     from onite.cli.reportpage import HTML_COLOUR
 
     page = world_tmp / "report.html"
@@ -591,6 +595,13 @@ def test_the_timeline_in_chromium(real_night, world_tmp, width):
     boxes = sorted(label["box"] for label in labels)
     assert all(a[1] <= b[0] for a, b in zip(boxes, boxes[1:])), boxes  # no label over another
     assert all(0 <= box[0] and box[1] <= width for box in boxes)
+    chart = found["chart"]
+    assert all(chart[0] <= box[0] and box[1] <= chart[1] for box in boxes), (chart, boxes)
+    assert len(found["names"]) == 26
+    for row in found["names"]:  # a bar (or a cross) and its name on one line: their middles level
+        name, mark = row["box"], row["mark"]
+        assert abs((name[2] + name[3]) / 2 - (mark[2] + mark[3]) / 2) <= 2, (width, row)
+        assert name[1] <= chart[0] + 1, (width, row)  # the names' column, left of the chart
 
 
 # ---- windows ------------------------------------------------------------------------------------

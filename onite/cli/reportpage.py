@@ -20,6 +20,9 @@ from onite.core.safetext import printable
 HTML_COLOUR = {"done": "#2e7d32", "failed": "#c62828", "timeout": "#c62828", "cancelled": "#8e24aa",
                "queued": "#1565c0", "running": "#1565c0", "held": "#b26a00", "refused": "#c62828"}
 
+_TOP, _ROW = 18, 22  # the timeline's axis and (least) row heights, in pixels; across, everything is a percentage
+_LEFT, _RIGHT = 0.5, 99.5  # the bars' extent, in percent of the chart's width
+
 _CSS = """*{box-sizing:border-box}
 body{font-family:system-ui,sans-serif;margin:0 auto;padding:.6rem 1rem;color:#222;line-height:1.35;max-width:100rem}
 h1{font-size:1.3rem;margin:.2rem 0} h2{font-size:1.05rem;margin:1rem 0 .3rem}
@@ -30,18 +33,21 @@ ul.list{list-style:none;margin:0;padding:0}
 ul.list li{padding:.3rem .5rem;margin:.2rem 0;border-left:4px solid #ccc;background:#fafafa;overflow-wrap:anywhere}
 """ + "\n".join(f"ul.list li.{state}{{border-left-color:{colour}}}" for state, colour in HTML_COLOUR.items()) + """
 li .name{font-weight:600} li .state{font-weight:600} li .note{display:block;color:#555;font-size:.9em}
-svg.gantt{display:block;width:100%}
-svg.gantt text{font-family:system-ui,sans-serif;fill:#222;font-size:12px} svg.gantt .axis text{fill:#666;font-size:11px}
-svg.gantt line{stroke:#ddd;stroke-width:1}
-svg.gantt .never{font-size:16px;font-weight:700}
-""" + "\n".join(f"svg.gantt text.never.{state}{{fill:{colour}}}" for state, colour in HTML_COLOUR.items()) + """
+.gantt{display:grid;grid-template-columns:fit-content(40%) 1fr;column-gap:.5rem;align-items:stretch;width:100%}
+.gantt .label{font-size:12px;align-self:center;overflow-wrap:anywhere;line-height:1.2}
+.gantt svg{display:block;width:100%;height:100%;min-height:""" + str(_ROW) + """px;overflow:hidden}
+.gantt svg.axis{min-height:""" + str(_TOP) + """px}
+.gantt text{font-family:system-ui,sans-serif;fill:#222;font-size:12px} .gantt .axis text{fill:#666;font-size:11px}
+.gantt line{stroke:#ddd;stroke-width:1}
+.gantt .never{font-size:16px;font-weight:700}
+""" + "\n".join(f".gantt text.never.{state}{{fill:{colour}}}" for state, colour in HTML_COLOUR.items()) + """
 svg.icon{vertical-align:-0.1em}
 table.jobs{border-collapse:collapse;width:100%}
 table.jobs td,table.jobs th{padding:.2em .5em;border-bottom:1px solid #eee;text-align:left;white-space:nowrap}
 table.jobs th{background:#f5f5f5} table.jobs td.reason{white-space:normal}
 @media (max-width:40rem){
  body{padding:.4rem .5rem}
- svg.gantt .axis .minor{display:none}
+ .gantt .axis .minor{display:none}
  table.jobs thead{display:none}
  table.jobs,table.jobs tbody,table.jobs tr,table.jobs td{display:block;width:auto}
  table.jobs tr{border-bottom:1px solid #ccc;padding:.3rem 0}
@@ -52,8 +58,6 @@ table.jobs th{background:#f5f5f5} table.jobs td.reason{white-space:normal}
  table.jobs td:empty{display:none}
 }"""
 
-_TOP, _ROW = 22, 26  # the timeline's axis and row heights, in pixels; across, everything is a percentage
-_LEFT, _RIGHT = 0.5, 99.5  # the bars' extent, in percent of the width
 
 
 def _esc(text: str) -> str:
@@ -65,43 +69,43 @@ def _pct(value: float) -> str:
 
 
 def gantt_svg(data) -> str:
-    """The timeline as inline SVG as wide as the page: a time axis on top, then for each job its name
-    over its bar (at least a few pixels wide, however short the job); × where a job that never ran ended."""
+    """The timeline as wide as the page: a grid of two columns, each job's name (whole, wrapped if it must)
+    beside its row of the chart, a bar or a × centred on the name's line (at least a few pixels wide, however
+    short the job); a time axis on top, each label within the chart (the first starts at its tick, the last ends
+    at it); the ticks' lines down every row."""
     from onite.app.reporttext import extent, state_word, ticks, timeline_span
 
     start, end = timeline_span(data)
-    height = _TOP + _ROW * len(data.jobs) + 4
     span = _RIGHT - _LEFT
-    parts = [f'<svg class=gantt width="100%" height="{height}" role=img '
-             f'aria-label="timeline from {start.astimezone():%H:%M:%S} to {end.astimezone():%H:%M:%S}">',
-             "<g class=axis>"]
-    marks = ticks(start, end, 8)
-    for i, (when, label) in enumerate(marks):
-        x = _LEFT + span * (when - start).total_seconds() / max((end - start).total_seconds(), 1e-6)
+    marks = [(_LEFT + span * (when - start).total_seconds() / max((end - start).total_seconds(), 1e-6), label)
+             for when, label in ticks(start, end, 6)]
+    lines = "".join(f'<line x1="{_pct(x)}" y1="0" x2="{_pct(x)}" y2="100%"/>' for x, _ in marks)
+    axis = []
+    for i, (x, label) in enumerate(marks):
         minor = " class=minor" if i % 2 else ""
-        anchor = "end" if x > 88 else "start"
-        parts.append(f'<line x1="{_pct(x)}" y1="15" x2="{_pct(x)}" y2="{height - 2}"/>'
-                     f'<text{minor} x="{_pct(x)}" y="11" text-anchor="{anchor}">{_esc(label)}</text>')
-    parts.append("</g>")
-    for i, job in enumerate(data.jobs):
-        top = _TOP + i * _ROW
+        anchor = "start" if x < 25 else "end" if x > 75 else "middle"
+        axis.append(f'<text{minor} x="{_pct(x)}" y="12" text-anchor="{anchor}">{_esc(label)}</text>')
+    parts = [f'<div class=gantt role=img aria-label="timeline from {start.astimezone():%H:%M:%S} to '
+             f'{end.astimezone():%H:%M:%S}"><span></span>',
+             f'<svg class="axis" width="100%" height="{_TOP}">{lines}{"".join(axis)}</svg>']
+    for job in data.jobs:
         word = state_word(job)
         colour = HTML_COLOUR.get(word, "#555")
         took = "never ran" if data.never_ran(job) else human_duration(job.duration)
         tip = f"{job.name} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
-        parts.append(f'<g class=job><text x="4" y="{top + 10}">{_esc(job.name)}</text>')
         first, last = extent(job, start, end)
         if job.started is None or data.never_ran(job):
-            x = _LEFT + span * last
-            parts.append(f'<text class="never {word}" x="{_pct(x)}" y="{top + 24}" text-anchor="middle" '
-                         f'fill="{colour}"><title>{_esc(tip)}</title>×</text></g>')
-            continue
-        x, w = _LEFT + span * first, max(span * (last - first), 0.05)
-        # the stroke, of the bar's own colour, keeps a job of a few milliseconds a few pixels wide
-        parts.append(f'<rect class="bar {word}" x="{_pct(x)}" y="{top + 14}" width="{_pct(w)}" height="8" '
-                     f'fill="{colour}" stroke="{colour}" stroke-width="4" shape-rendering="crispEdges">'
-                     f'<title>{_esc(tip)}</title></rect></g>')
-    parts.append("</svg>")
+            mark = (f'<text class="never {word}" x="{_pct(_LEFT + span * last)}" y="50%" dy="0.35em" '
+                    f'text-anchor="middle" fill="{colour}"><title>{_esc(tip)}</title>×</text>')
+        else:
+            x, w = _LEFT + span * first, max(span * (last - first), 0.05)
+            # the stroke, of the bar's own colour, keeps a job of a few milliseconds a few pixels wide
+            mark = (f'<rect class="bar {word}" x="{_pct(x)}" y="50%" transform="translate(0,-4)" width="{_pct(w)}" '
+                    f'height="8" fill="{colour}" stroke="{colour}" stroke-width="4" shape-rendering="crispEdges">'
+                    f'<title>{_esc(tip)}</title></rect>')
+        parts.append(f'<span class=label>{_esc(job.name)}</span><svg class=row width="100%" height="{_ROW}">'
+                     f'{lines}{mark}</svg>')
+    parts.append("</div>")
     return "\n".join(parts)
 
 
