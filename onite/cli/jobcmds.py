@@ -1,4 +1,5 @@
-"""The commands that spool jobs and change them: init, submit, list, find, uniqname, restart, cancel, hold, release."""
+"""The commands that spool jobs and change them: init, submit, list, find, uniqname, restart, edit, cancel, hold,
+release."""
 
 import os
 import sys
@@ -168,6 +169,26 @@ def restart(
     changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
     print(restart_job(spool_of(spool), name, SYSTEM.now(), new_name=new_name, unique=unique, hold=hold,
                       changes=changes))
+
+
+@app.command()
+def edit(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A queued job (held or not).",
+                                        autocompletion=complete_name)],
+    timeout: TimeoutOpt = None,
+    priority: PriorityOpt = None,
+    retries: RetriesOpt = None,
+    mem: MemOpt = None,
+    cpus: CpusOpt = None,
+    at: AtOpt = None,
+    after: AfterOpt = None,
+    spool: SpoolOpt = None,
+) -> None:
+    """Change a queued job: it keeps its place unless -p moves it (to the end of its new priority);
+    --after replaces its dependencies."""
+    from onite.app.edit import edit_job
+
+    print(edit_job(spool_of(spool), name, SYSTEM.now(), job_changes(priority, timeout, retries, mem, cpus, at, after)))
 
 
 def job_changes(priority, timeout, retries, mem, cpus, at, after):

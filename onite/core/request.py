@@ -156,6 +156,16 @@ def check_after_names(after: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(after))
 
 
+LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an edit may change and keep its place
+
+
+def with_limits(job: Job, source: Job) -> Job:
+    """``job`` with the LIMITS of ``source`` (an edit of it)."""
+    from dataclasses import replace
+
+    return replace(job, **{name: getattr(source, name) for name in LIMITS})
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobChanges:
     """What ``restart`` and ``edit`` may change of a spooled job, as typed (None: unchanged): submit's options

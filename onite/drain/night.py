@@ -38,7 +38,7 @@ class JobFiles:
     def __init__(self, max_size: int, clock: Clock) -> None:
         self.max_size = max_size
         self.clock = clock
-        self.meta: dict[str, tuple[tuple[int, int, int], Meta]] = {}
+        self.meta: dict[str, tuple[tuple, Meta]] = {}  # by (inode, ctime, size, its edits)
         self._owners: dict[int, tuple[float, Identity | Refused]] = {}
 
     def read(self, path: Path) -> tuple[Job, os.stat_result]:
@@ -55,14 +55,14 @@ class JobFiles:
         return file_problem(st, max_size=self.max_size, now_ns=time.time_ns(), resolve_uid=self.owner,
                             may_settle=may_settle)
 
-    def keep(self, name: str, key: tuple[int, int, int], job: Job) -> Meta:
+    def keep(self, name: str, key: tuple, job: Job) -> Meta:
         """Keep the fields eligibility needs of ``name``'s file (version ``key``), and return them."""
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1,
                     mem=job.mem, cpus=job.cpus, timeout=job.timeout)
         self.meta[name] = (key, meta)
         return meta
 
-    def known(self, name: str, key: tuple[int, int, int]) -> Meta | None:
+    def known(self, name: str, key: tuple) -> Meta | None:
         cached = self.meta.get(name)
         return cached[1] if cached and cached[0] == key else None
 
@@ -151,7 +151,8 @@ class Night:
 
     def __post_init__(self) -> None:
         # paced by the real clock: it bounds cost, decides nothing
-        self.index = QueueIndex(self.spool.queue_folders(), hold_dir=self.spool.hold_dir)
+        self.index = QueueIndex(self.spool.queue_folders(), hold_dir=self.spool.hold_dir,
+                                edit_dir=self.spool.edit_dir)
         self.jobs = JobFiles(self.config.max_job_size, self.clock)
         self.starts = StartLog(self.log)
 

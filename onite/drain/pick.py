@@ -23,6 +23,7 @@ from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.drain.pack import Packer
 from onite.spool.deps import dependency_of, dependency_state
+from onite.spool.edits import edited
 from onite.spool.filecheck import SETTLING, BadFile, Settling
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
@@ -62,6 +63,7 @@ class Picked(NamedTuple):
     need: Need  # its request, as admitted (onite.drain.pack)
     timeout: timedelta | None  # its time limit, as admitted (backfill counted on it)
     backfilled: bool  # it starts past a job that waits for room (onite.drain.pack)
+    meta: Meta | None = None  # what it was judged by (its edits in it)
 
 
 class Picker:
@@ -109,7 +111,7 @@ class Picker:
                             night.forget(cand)  # a result only where the name is not another job's
                             self.finisher.move_aside(cand.path, cand.name, seen.st, problem, file_result=own_name)
                             continue
-                        return Picked(cand, seen.st, need, seen.meta.timeout, admit is Admit.BACKFILL)
+                        return Picked(cand, seen.st, need, seen.meta.timeout, admit is Admit.BACKFILL, seen.meta)
                     if admit is Admit.NEVER:
                         self.finisher.fail_unstarted(cand, seen.st, self.packer.reason)
                     elif not night.config.backfill:
@@ -232,7 +234,8 @@ class Picker:
             return Inspection(Look.FOREIGN, st)
         if cand.rank == 0 and not self._may_be_urgent(st.st_uid):
             return Inspection(Look.BAD, st, reason=urgent_refusal(user_name(st.st_uid)))
-        key = (st.st_ino, st.st_ctime_ns, st.st_size)
+        edits = night.index.edits.of(cand.name, st.st_uid)  # its new limits, if it was edited (onite.spool.edits)
+        key = (st.st_ino, st.st_ctime_ns, st.st_size, tuple(edits))
         meta = night.jobs.known(cand.name, key)
         if meta is not None:
             return Inspection(Look.OK, st, meta)
@@ -242,8 +245,9 @@ class Picker:
             return Inspection(Look.GONE)
         except (JobFormatError, BadFile) as err:
             return Inspection(Look.BAD, st, reason=str(err))
-        if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key:
+        if (st2.st_ino, st2.st_ctime_ns, st2.st_size) != key[:3]:
             return Inspection(Look.MOVED)
+        job, _ = edited(job, edits, night.jobs.max_size)
         return Inspection(Look.OK, st, night.jobs.keep(cand.name, key, job))
 
     def _settling_problem(self, cand: Candidate, st: os.stat_result) -> str | Settling:

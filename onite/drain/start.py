@@ -11,7 +11,7 @@ import os
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from onite.core.errors import JobFormatError, NotFound
+from onite.core.errors import JobFormatError, NotFound, OniteError
 from onite.core.job import Job
 from onite.core.names import make_run_id
 from onite.core.safetext import printable
@@ -22,7 +22,9 @@ from onite.drain.pick import Picked
 from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
 from onite.spool import runrecords
 from onite.spool.filecheck import BadFile
-from onite.spool.files import change_state, remove_file
+from onite.core.jobfile import encode
+from onite.spool.edits import read_edits, take, trusted
+from onite.spool.files import change_state, remove_file, replace_file
 
 
 class Starter:
@@ -97,11 +99,40 @@ class Starter:
             self.finisher.move_aside(target, cand.name, st, problem)
             remove_file(run.record_path)
             return False
+        job = self._take_edits(cand.name, job, st, picked, target)
+        if job is None:
+            try:
+                self.finisher.requeue_file(target, cand.name, cand.rank)
+            except OniteError as err:  # the claim stays: recovery puts it back
+                night.log.event("warning", cand.name, note=f"putting an edited job back failed: {err}")
+                return False
+            remove_file(run.record_path)
+            return False
         run.job = self._as_admitted(cand.name, job, picked, log=True)  # as its owner may have rewritten it
         if job.extra:  # a newer onite's keys, or a hand-written file's: ignored, never refused
             night.log.event("warning", cand.name, note="header keys this onite does not know are ignored",
                             keys=printable(",".join(sorted({key[:40] for key, _ in job.extra}))[:200]))
         return True
+
+    def _take_edits(self, name: str, job: Job, st: os.stat_result, picked: Picked, target) -> Job | None:
+        """The claimed job with the edits of it its owner or root made (onite.spool.edits), taken and written
+        into the claimed file; None if one came after the pick and changes what the pick went by (its
+        request, time limit, not-before time or dependencies): the job goes back in its queue, edited, for
+        the next pick to judge (it loses its place: the edit met the claim)."""
+        night = self.night
+        edits = trusted(read_edits(night.spool.edit_dir).get(name, []), st.st_uid)
+        if not edits:
+            return job
+        new, took = take(edits, job, night.jobs.max_size)
+        if not took or new == job:
+            return job
+        replace_file(target, encode(new), mode=0o600, owner=(st.st_uid, st.st_gid), durable=True)
+        meta = picked.meta
+        if meta is not None and ((new.after, new.not_before, new.timeout) != (meta.after, meta.not_before, meta.timeout)
+                                 or (new.mem or 0, new.cpus or 0) != (picked.need.mem, picked.need.cpus)):
+            night.log.event("requeued", name, reason="edited as it was claimed: its next pick judges it as edited")
+            return None
+        return new
 
     def _hand_over(self, run: Run, record_fd: int) -> None:
         """Have the executor start the claimed ``run``."""

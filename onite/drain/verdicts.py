@@ -16,6 +16,7 @@ from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, request_of
 from onite.exec.limits import machine
 from onite.spool.deps import dependency_of, dependency_state
+from onite.spool.edits import edited, read_edits, trusted
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.holds import read_holds
 from onite.spool.paths import SpoolDir
@@ -37,6 +38,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     # cancel/ and hold/ are listed once for the whole look: anyone may fill them
     withdrawn = Withdrawn(spool)
     holds: dict | None = None
+    edits: dict | None = None  # edit/, listed once if one of the jobs is the asker's
     for position, (rank, ctime_ns, name, uid, held) in enumerate(head, 1):
         user = users.get(uid) or users.setdefault(uid, user_name(uid))
         row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
@@ -53,6 +55,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         except (OSError, BadFile, JobFormatError) as err:
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
+        if edits is None:
+            edits = read_edits(spool.edit_dir)
+        job, _ = edited(job, trusted(edits.get(name, []), uid), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState, tuple[str, int | None]]] = []  # (after:, its state, its job and owner)
 
         def dependency(dep: str) -> DepState:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onite.core.names import NAME_PATTERN
+from onite.spool.edits import read_edits, trusted
 from onite.spool.holds import held_by, read_holds
 
 RACY_NS = 20_000_000
@@ -74,44 +75,64 @@ class _Folder:
         self.parked = {}
 
 
-class HoldIndex:
-    """The hold markers of SPOOL/hold/ (read_holds), listed again only when the folder changed."""
+class MarkerIndex:
+    """The markers of a folder of them (``read``: its reader), listed again only when the folder changed."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.holds: dict[str, frozenset[int]] = {}
+    def __init__(self, path: Path | None, read) -> None:
+        self.path, self.read = path, read
+        self.found: dict = {}
         self.mtime_ns = -1
         self.racy = False
 
     def refresh(self) -> bool:
-        """Look at hold/ again if it changed; True if the markers differ from the last look."""
+        """Look at the folder again if it changed; True if the markers differ from the last look."""
         if self.path is None:
             return False
         try:
             mtime = os.stat(self.path).st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):
-            changed, self.holds, self.mtime_ns = bool(self.holds), {}, -1
+            changed, self.found, self.mtime_ns = bool(self.found), {}, -1
             return changed
         if mtime == self.mtime_ns and not self.racy:
             return False
         started_ns = time.time_ns()
-        holds = read_holds(self.path)
+        found = self.read(self.path)
         self.mtime_ns = mtime
         self.racy = started_ns - mtime < RACY_NS
-        changed, self.holds = holds != self.holds, holds
+        changed, self.found = found != self.found, found
         return changed
 
+
+class HoldIndex(MarkerIndex):
+    """The hold markers of SPOOL/hold/ (read_holds)."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__(path, read_holds)
+
     def held(self, name: str, uid: int) -> bool:
-        return held_by(self.holds, name, uid)
+        return held_by(self.found, name, uid)
+
+
+class EditIndex(MarkerIndex):
+    """The edits of SPOOL/edit/ (onite.spool.edits)."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__(path, read_edits)
+
+    def of(self, name: str, uid: int) -> list:
+        """The edits of ``uid``'s job ``name`` its owner or root made, oldest first."""
+        return trusted(self.found.get(name, []), uid) if self.found else []
 
 
 class QueueIndex:
     """Queued jobs in run order, kept current with as few directory listings as possible."""
 
-    def __init__(self, folders: list[tuple[int, Path]], *, hold_dir: Path | None = None) -> None:
+    def __init__(self, folders: list[tuple[int, Path]], *, hold_dir: Path | None = None,
+                 edit_dir: Path | None = None) -> None:
         self.folders = [_Folder(rank, path) for rank, path in folders]
         self.listings = 0
         self.holds = HoldIndex(hold_dir)
+        self.edits = EditIndex(edit_dir)
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
         """After a reload that changed the number of priorities."""
@@ -123,6 +144,7 @@ class QueueIndex:
         if self.holds.refresh():  # a hold or release: every parked job is looked at again
             for folder in self.folders:
                 folder.unpark()
+        self.edits.refresh()  # an edit changes no hold and no host: a parked job stays parked
         for folder in self.folders:
             try:
                 mtime = os.stat(folder.path).st_mtime_ns

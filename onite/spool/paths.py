@@ -18,6 +18,7 @@ from onite.spool.settings import load_config
 
 URGENT = "urgent"
 HOLD = "hold"
+EDIT = "edit"
 RESULT = f"{SIDE}result"
 RUN_RECORD = f"{SIDE}run"
 STDERR = f"{SIDE}stderr"
@@ -43,6 +44,7 @@ class SpoolDir:
         self.refused_dir = root / "refused"
         self.recur_dir = root / "recur"
         self.hold_dir = root / HOLD
+        self.edit_dir = root / EDIT
         self.locks_dir = root / "locks"
         self.urgent_dir = self.jobs_dir / URGENT
         self._queue_dirs: dict[int, Path] = {}

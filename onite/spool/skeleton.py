@@ -84,7 +84,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         _make_dir(folder, queue_mode, created, root)
     for folder in (spool.running_root, spool.done_dir, spool.stdout_dir):
         _make_dir(folder, 0o755, created, root)
-    for folder in (spool.cancel_dir, spool.recur_dir, spool.hold_dir):
+    for folder in (spool.cancel_dir, spool.recur_dir, spool.hold_dir, spool.edit_dir):
         _make_dir(folder, queue_mode, created, root)
     _make_dir(spool.refused_dir, 0o700, created, root)
     _make_dir(spool.locks_dir, 0o700, created, root)  # no other user may open (and so hold) a lock

@@ -1,0 +1,118 @@
+"""``onite edit NAME``: change a queued job's limits, priority, not-before time or dependencies (as ``pueue
+edit`` and ``tsp -u`` do), keeping its place where the change allows.
+
+Invariant: a job keeps its place (its file, whose ctime is its place, is not touched) when its priority
+stays: the new limits are an edit beside it (onite.spool.edits), which the driver honours from its next
+pick and takes as it claims the job. A new priority moves the job to the end of its new folder. Either
+the edit applies before the job starts, or it fails with nothing changed: never half of it.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from onite.app.common import open_spool
+from onite.app.submit import check_after, check_capacity
+from onite.core.errors import DamagedRecord, InvalidInput, NotFound, Refused, SpoolIOError
+from onite.core.names import check_name
+from onite.core.policy import owner_or_root
+from onite.core.request import JobChanges
+from onite.exec import identity
+from onite.spool.edits import add_edit, edited, move_edited, read_edits, trusted, withdraw_edit
+from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.paths import SpoolDir
+from onite.spool.queued import find_queued
+from onite.spool.results import read_result
+from onite.spool.scan import find_running, user_name
+
+
+def edit(spool: SpoolDir, name: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
+    """Change queued job ``name`` as ``changes`` say; what became of it, in words.
+
+    Raises:
+        InvalidInput: a bad name or change; nothing to change.
+        NotFound: no queued job of that name.
+        Refused: not the caller's (and the caller is not root); it is running or has finished, or it started
+            while being changed (nothing changed); spool/edit is missing (root runs onite init).
+        SpoolError, SpoolIOError: the spool cannot be read or written.
+    """
+    check_name(name)
+    if not changes:
+        raise InvalidInput("nothing to change", "give one of --timeout, -p, --retries, --mem, --cpus, --at, --after")
+    entry = _queued(spool, name, caller_uid)
+    try:
+        job, st = read_job_file(entry.path, spool.config.max_job_size)
+    except FileNotFoundError:
+        raise Refused(f"job {name!r} started just now: it cannot be edited any more",
+                      f"change it for its next run: onite restart {name} …") from None
+    except (BadFile, ValueError) as err:
+        raise Refused(f"job {name!r} cannot be edited: {err}", "cancel it and spool it anew") from None
+    except OSError as err:
+        raise SpoolIOError(entry.path, "reading", err) from None
+    owner = None if st.st_uid == caller_uid else (st.st_uid, st.st_gid)
+    current, _ = edited(job, trusted(read_edits(spool.edit_dir).get(name, []), st.st_uid), spool.config.max_job_size)
+    new = changes.apply(current, spool.config, now)
+    if changes.mem is not None or changes.cpus is not None:
+        check_capacity(spool.config, new)
+    if changes.after is not None:
+        check_after(spool, [new], st.st_uid)
+    if new.priority != job.priority:
+        if job.urgent:
+            raise InvalidInput(f"job {name!r} is urgent: it runs before every priority", "leave out -p")
+        return _move(spool, entry.path, new, owner)
+    if not os.path.isdir(spool.edit_dir):
+        raise Refused(f"this spool has no {spool.edit_dir} folder yet", "ask root to run onite init")
+    marker = add_edit(spool.edit_dir, new, owner)
+    try:
+        there = os.lstat(entry.path)
+    except FileNotFoundError:
+        there = None
+    if there is not None and there.st_ino == st.st_ino:
+        for older in trusted(read_edits(spool.edit_dir).get(name, []), st.st_uid):  # the new one says it all
+            if older.path != marker and older.uid == os.geteuid():
+                withdraw_edit(older.path)
+        return f"{name}: changed; it keeps its place"
+    if withdraw_edit(marker):  # the driver had not taken it: nothing changed
+        raise Refused(f"job {name!r} started just now: nothing changed",
+                      f"change it for its next run: onite restart {name} …")
+    return f"{name}: changed as it started"
+
+
+def _queued(spool: SpoolDir, name: str, caller_uid: int):
+    """The queued file of ``name`` the caller may edit (the earliest, as the driver rules).
+    Raises NotFound, Refused: as ``edit``."""
+    entries = sorted(find_queued(spool, name), key=lambda e: (e.rank, e.ctime_ns))
+    mine = [e for e in entries if owner_or_root(caller_uid, e.uid)]
+    if mine:
+        return mine[0]
+    if entries:
+        raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}", "only its owner or root may edit it")
+    if find_running(spool, name):
+        raise Refused(f"job {name!r} is running: a running job cannot be edited",
+                      f"cancel it, or change it for its next run: onite restart {name} … once it has finished")
+    try:
+        finished = read_result(spool, name) is not None
+    except DamagedRecord:  # it finished all the same
+        finished = True
+    if finished:
+        raise Refused(f"job {name!r} has finished: it cannot be edited",
+                      f"spool it again with the new options: onite restart {name} …")
+    raise NotFound(f"no queued job {name!r}", "see onite list")
+
+
+def _move(spool: SpoolDir, path, new, owner) -> str:
+    """A new priority: the job, edited, at the end of its new folder."""
+    folder = spool.folder_for(new.priority, False)
+    done = move_edited(path, folder, new, owner)
+    if done == "started":
+        raise Refused(f"job {new.name!r} started just now: nothing changed",
+                      f"change it for its next run: onite restart {new.name} …")
+    if done == "changed":
+        return f"{new.name}: changed as it started (in its old priority)"
+    return f"{new.name}: changed; moved to P{new.priority}, after the jobs there"
+
+
+def edit_job(spool: str | None, name: str, now: datetime, changes: JobChanges) -> str:
+    """``onite edit NAME``: ``edit`` as the caller, on the spool it names."""
+    return edit(open_spool(spool), name, identity.current().uid, now, changes)

@@ -1,0 +1,151 @@
+"""Edits: a queued job's new limits, kept beside its file so that the job keeps its place.
+
+An edit never touches the job file (a new ctime would be a new place; docs/job-control.md, "Editing
+a queued job"): it is a file edit/NAME@TOKEN, the job's header as edited (no environment, no text),
+honoured only when its owner is the job's owner or root and it names the job's submit time; the
+latest wins, and only its limits (time limit, retries, memory, CPUs, not-before time, dependencies)
+count. The driver takes a job's edits as it claims the job, each with one unlink (an edit is the
+driver's if and only if that unlink is), and writes them into the claimed file; an editor that finds
+the job claimed unlinks its own edit: the one unlink that succeeds says whether the edit applies.
+A change of priority is no edit: the job file is swapped for the edited one (renameat2 EXCHANGE,
+so that a claim takes one or the other whole) and moved to its new folder.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import replace
+from pathlib import Path
+from typing import NamedTuple
+
+from onite.core.errors import JobFormatError, NotFound, Refused, SpoolIOError
+from onite.core.job import Job
+from onite.core.jobfile import encode
+from onite.core.names import SIDE
+from onite.core.policy import owner_or_root
+from onite.core.request import with_limits
+from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.files import (_UNSUPPORTED, RENAME_EXCHANGE, _rename_noreplace, _renameat2, _write_unnamed,
+                               create_file, discard, fsync_dir, move_file)
+from onite.spool.scan import token_entries
+
+EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
+
+
+class Edit(NamedTuple):
+    """One file of edit/: its path, owner and ctime."""
+
+    path: Path
+    uid: int
+    ctime_ns: int
+
+
+def read_edits(folder: Path | None) -> dict[str, list[Edit]]:
+    """The edits in ``folder`` (SPOOL/edit) by job name, oldest first; none if it is missing.
+    Raises SpoolIOError: it cannot be listed."""
+    found: dict[str, list[Edit]] = {}
+    if folder is None or not os.path.isdir(folder):
+        return found
+    for name, entry, st in token_entries(folder):
+        if stat.S_ISREG(st.st_mode):
+            found.setdefault(name, []).append(Edit(Path(entry.path), st.st_uid, st.st_ctime_ns))
+    for edits in found.values():
+        edits.sort(key=lambda e: (e.ctime_ns, e.path.name))
+    return found
+
+
+def trusted(edits: list[Edit], job_uid: int) -> list[Edit]:
+    """The edits of its owner or root, oldest first: anyone may add a file to the sticky edit/."""
+    return [e for e in edits if owner_or_root(e.uid, job_uid)]
+
+
+def edited(job: Job, edits: list[Edit], max_size: int) -> tuple[Job, Edit | None]:
+    """``job`` with the limits of the latest of ``edits`` (trusted ones) that is of this job, and that edit.
+    One that cannot be read, or is of an earlier job of the name, is none."""
+    for edit in reversed(edits):
+        limits = _read(edit, job, max_size)
+        if limits is not None:
+            return with_limits(job, limits), edit
+    return job, None
+
+
+def _read(edit: Edit, job: Job, max_size: int) -> Job | None:
+    try:
+        limits, _ = read_job_file(edit.path, max_size)
+    except (OSError, BadFile, JobFormatError):
+        return None
+    return limits if (limits.name, limits.submitted) == (job.name, job.submitted) else None
+
+
+def take(edits: list[Edit], job: Job, max_size: int) -> tuple[Job, bool]:
+    """The driver, having claimed ``job``: take each of ``edits`` (trusted ones) of it, and return it with the
+    limits of the latest taken, and whether any was; an edit of an earlier job of the name is removed."""
+    latest = None
+    for edit in edits:
+        limits = _read(edit, job, max_size)
+        if _unlink(edit.path) and limits is not None:
+            latest = limits
+    return (job, False) if latest is None else (with_limits(job, latest), True)
+
+
+def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:
+    """Write ``job``'s limits as a new edit of it, ``owner``'s. Raises SpoolError: no edit/; SpoolIOError."""
+    from onite.spool.files import token
+
+    return create_file(folder, f"{job.name}{SIDE}{token()}", encode(replace(job, env={}, body=EDIT_TEXT)),
+                       owner=owner)
+
+
+def withdraw_edit(path: Path) -> bool:
+    """Take back an edit the driver has not taken: True if it was still there (and so never applies)."""
+    return _unlink(path)
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise SpoolIOError(path, "taking an edit: removing", err) from None
+    return True
+
+
+def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | None) -> str:
+    """Put ``job`` (the queued file at ``path``, edited: a new priority) in ``folder`` at the end: swap the
+    file for the edited one in one step, then move it. ``"moved"``; ``"started"``: a claim took the file
+    first (nothing changed); ``"changed"``: a claim took the edited file before it moved (it runs edited).
+
+    Raises:
+        Refused: this file system cannot swap two files in one step; a job of the name is in ``folder``.
+        SpoolError, SpoolIOError: a write failed (the job stays as it was, or edited in its old folder).
+    """
+    tmp = _write_unnamed(path.parent, path.name, encode(job), 0o600, owner, durable=True)
+    target = folder / path.name
+    try:
+        code = _renameat2(tmp, str(path), RENAME_EXCHANGE)
+        if code is None or code in _UNSUPPORTED:
+            raise Refused(f"this file system cannot swap two files in one step, so job {job.name!r} cannot change "
+                          "its priority here", "cancel it and spool it again with -p")
+        if code == errno.ENOENT:
+            return "started"
+        if code:
+            raise SpoolIOError(path, "swapping a job for its edited self", OSError(code, os.strerror(code)))
+        try:
+            if not _rename_noreplace(str(path), str(target)):  # a file system without renameat2's flags
+                if os.path.lexists(target):
+                    raise FileExistsError(target)
+                move_file(path, target, "moving an edited job to its new priority")
+        except (FileNotFoundError, NotFound):
+            return "changed"
+        except FileExistsError:
+            raise Refused(f"job {job.name!r} was edited but stays in its old folder: a file of its name is in "
+                          f"{folder}", "see onite list") from None
+        except OSError as err:
+            raise SpoolIOError(path, "moving an edited job to its new priority", err) from None
+        fsync_dir(folder)
+        return "moved"
+    finally:
+        discard(tmp)

@@ -1,0 +1,149 @@
+"""``onite edit NAME``: a queued job changed in place (onite.app.edit, onite.spool.edits), keeping its place."""
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import REPO, drain, log_lines, needs_root, result, run_cli, start_driver, wait_for
+from onite.core.jobfile import decode
+
+
+def submit(name, *options, body=b"true\n", user=None):
+    r = run_cli(["submit", name, *options], stdin=body, user=user, cwd="/tmp")
+    assert r.code == 0, r
+
+
+def order(cli):
+    return [(row["name"], row["priority"]) for row in cli(["list", "--json"]).json()["jobs"]]
+
+
+def ran(spool):
+    return [line.split()[3] for line in log_lines(spool) if line.split()[2] == "start"]
+
+
+def test_an_edit_of_limits_keeps_the_job_in_its_place_and_the_driver_runs_it_edited(spool, cli):
+    for name in ("a", "b", "c"):
+        submit(name, "--mem", "10M")
+    before = order(cli)
+    r = cli(["edit", "b", "--timeout", "2h", "--retries", "2", "--mem", "20M", "--cpus", "1", "--after", "a"])
+    assert (r.code, r.out) == (0, "b: changed; it keeps its place\n"), r
+    assert order(cli) == before == [("a", 4), ("b", 4), ("c", 4)]
+    r = cli(["edit", "c", "--at", "+3h"])
+    assert r.code == 0 and "not before" in cli(["list"]).out.splitlines()[3], cli(["list"]).out
+    assert cli(["edit", "c", "--at", "now"]).code == 0
+    assert drain(spool).returncode == 0
+    assert ran(spool) == ["a", "b", "c"]
+    assert (result(spool, "b")["mem"], result(spool, "a")["mem"]) == (20, 10)
+    job = decode((spool / "jobsdone" / "b").read_bytes())  # what a restart reruns: the job as edited
+    assert (job.timeout.total_seconds(), job.retries, job.mem, job.cpus, job.after) == (7200, 2, 20, 1, ("a",))
+    assert not list((spool / "edit").iterdir())  # the driver took them
+
+
+def test_a_new_priority_moves_the_job_to_the_end_of_its_new_folder(spool, cli):
+    submit("x", "-p", "2")
+    for name in ("a", "b"):
+        submit(name)
+    r = cli(["edit", "b", "-p", "2", "--timeout", "1h"])
+    assert (r.code, r.out) == (0, "b: changed; moved to P2, after the jobs there\n"), r
+    assert order(cli) == [("x", 2), ("b", 2), ("a", 4)]
+    assert decode(next((spool / "jobs" / "P2").glob("b")).read_bytes()).timeout.total_seconds() == 3600
+    assert not list((spool / "jobs" / "P4").glob(".*")) and not list((spool / "jobs" / "P2").glob(".*"))
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["edit", "a"], 2, "onite: nothing to change — give one of --timeout, -p, --retries, --mem, --cpus, --at, "
+                       "--after\n"),
+    (["edit", "a", "--timeout", "soon"], 2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d\n"),
+    (["edit", "a", "-p", "9"], 2, "onite: invalid priority 9 — use 1 (first) to 7 (last)\n"),
+    (["edit", "a", "--after", "a"], 2, "onite: job 'a' cannot wait for itself — drop that --after\n"),
+    (["edit", "nosuch", "--retries", "1"], 1, "onite: no queued job 'nosuch' — see onite list\n"),
+])
+def test_edit_errors_change_nothing(spool, cli, argv, code, message):
+    submit("a")
+    r = cli(argv)
+    assert (r.code, r.err) == (code, message), r
+    assert not list((spool / "edit").iterdir()) and order(cli) == [("a", 4)]
+
+
+def test_a_running_or_finished_job_cannot_be_edited(spool, cli, workdir):
+    gate = workdir / "gate"
+    gate.touch()
+    submit("done-one")
+    submit("runs", body=f"touch {workdir}/on; while [ -e {gate} ]; do sleep 0.05; done\n".encode())
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: (workdir / "on").exists(), what="the job to start")
+        r = cli(["edit", "runs", "--timeout", "1h"])
+        assert (r.code, r.err) == (3, "onite: job 'runs' is running: a running job cannot be edited — cancel it, "
+                                      "or change it for its next run: onite restart runs … once it has finished\n"), r
+    finally:
+        gate.unlink()
+        driver.communicate(timeout=60)
+    r = cli(["edit", "done-one", "--timeout", "1h"])
+    assert (r.code, r.err) == (3, "onite: job 'done-one' has finished: it cannot be edited — spool it again with "
+                                  "the new options: onite restart done-one …\n"), r
+
+
+@needs_root
+def test_only_its_owner_or_root_edits_a_job(spool, cli):
+    submit("mine")
+    submit("theirs", user="nobody")
+    r = run_cli(["edit", "mine", "--timeout", "1h"], user="nobody", cwd="/tmp")
+    assert (r.code, r.err) == (3, "onite: job 'mine' belongs to root — only its owner or root may edit it\n"), r
+    assert cli(["edit", "theirs", "--mem", "20M"]).code == 0  # root's edit of nobody's job is nobody's
+    [marker] = list((spool / "edit").iterdir())
+    assert marker.stat().st_uid == os.stat(next((spool / "jobs").rglob("theirs"))).st_uid
+    # a file of another user's in edit/ changes nothing: the driver honours only the owner's and root's
+    assert run_cli(["edit", "theirs", "--mem", "30M"], user="nobody", cwd="/tmp").code == 0
+    planted = spool / "edit" / "mine@planted"
+    planted.write_bytes(next((spool / "edit").glob("theirs@*")).read_bytes().replace(b"theirs", b"mine"))
+    os.chown(planted, 65534, 65534)
+    assert drain(spool).returncode == 0
+    assert (result(spool, "theirs")["mem"], result(spool, "mine")["mem"]) == (30, None)
+
+
+def test_an_edit_racing_the_drivers_claim_applies_before_it_or_not_at_all(spool, workdir):
+    """Each edit either applies to the run (its result says 20M) or fails as ``started just now`` with nothing
+    changed (10M): never half; no job runs twice or is lost, however the edits and the claims interleave."""
+    names = [f"j{i:02d}" for i in range(24)]
+    api_env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    subprocess.run([sys.executable, "-m", "onite", "submit", "j", "--lines", "--mem", "10M", "-q"],
+                   input="\n".join("sleep 0.2" for _ in names).encode() + b"\n", env=api_env, check=True)
+    names = [f"j-{i:05d}" for i in range(1, len(names) + 1)]
+    driver = start_driver(spool, "-q")
+    outcomes = {}
+    try:
+        for i, name in enumerate(reversed(names)):  # the last ones are still queued when their edit comes
+            extra = ["-p", "3"] if i % 3 == 0 else []
+            r = subprocess.run([sys.executable, "-m", "onite", "edit", name, "--mem", "20M", *extra],
+                               env=api_env, capture_output=True, text=True)
+            assert r.returncode in (0, 3), r
+            outcomes[name] = r.returncode == 0
+            if r.returncode == 3:
+                assert r.stderr.startswith(f"onite: job '{name}' ") and "nothing changed" in r.stderr or \
+                    "running" in r.stderr or "finished" in r.stderr, r.stderr
+    finally:
+        driver.communicate(timeout=120)
+    assert sorted(ran(spool)) == sorted(names)  # each ran once
+    for name in names:
+        assert result(spool, name)["mem"] == (20 if outcomes[name] else 10), (name, outcomes[name])
+    assert any(outcomes.values())  # some edits came while their jobs were queued
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=400))
+def test_whatever_an_edit_file_holds_the_job_reads_as_its_own_or_edited(tmp_path, data):
+    """An edit is read back as a job file (onite.core.jobfile.decode): a file that is none is no edit."""
+    from onite.core.job import Job
+    from onite.spool.edits import Edit, edited
+
+    job = Job(name="a", priority=4, submitted=datetime.now().astimezone(), host="h", umask=0o22, cwd=b"/",
+              env={}, body=b"true\n")
+    path = tmp_path / "a@x"
+    path.write_bytes(data)
+    got, edit = edited(job, [Edit(path, 0, 0)], 1 << 20)
+    assert (got, edit) == (job, None) or got.name == "a"
