@@ -310,6 +310,13 @@ def test_output_is_shown_to_its_owner_and_root_only(real_night):
     assert failures["nb-fail"]["output"] == ["nobody's secret"]
     text = report(real_night, user="nobody").out
     assert "error: head broke" not in text and "output is private" not in text
+    # a user's report leads with their own: their failure told in full, others' named in one line after it
+    failures = section(text, "nb-fail (nobody, P3) failed: exit 4")
+    assert failures[0].startswith("nb-fail (nobody, P3) failed: exit 4"), text
+    assert "other users' failures (theirs to read): root: " in text and text.index("nb-fail (nobody") < \
+        text.index("other users' failures")
+    rows = [row for row in table_of(text)[1]]
+    assert [row[1] for row in rows[:2]] == ["nb-fail", "nb-ok"], rows
     assert "nobody's secret" in text and "onite output nb-fail --stderr" in text
     # the held job of another user: held for all to see, its other details private
     assert "parked (root, P3) held: another user's job: other details private" in text  # not "held: held (…)"
