@@ -522,7 +522,17 @@ def drain(spool: Path, *args: str, timeout: float = 120) -> subprocess.Completed
 
 
 def result(spool: Path, name: str) -> dict:
-    return json.loads((spool / "jobsdone" / f"{name}@result").read_text())
+    """The result record of job ``name``: a key, or a NAME that one user's kept job has."""
+    return json.loads((spool / "jobsdone" / f"{key_of(spool, name, 'jobsdone', '@result')}@result").read_text())
+
+
+def key_of(spool: Path, name: str, folder: str = "jobsdone", side: str = "") -> str:
+    """The key USER:NAME of the one job ``name`` has in ``folder`` (``side``: of its side file), else root's."""
+    if ":" in name:
+        return name
+    found = sorted(p.name[:len(p.name) - len(side)] for p in (spool / folder).glob(f"*:{name}{side}"))
+    found = [key for key in found if key.partition(":")[2] == name]
+    return found[0] if len(found) == 1 else f"root:{name}"
 
 
 def log_lines(spool: Path) -> list[str]:

@@ -62,3 +62,25 @@ def read_job_text(limit: int) -> bytes:
     if not body:
         raise InvalidInput("the job text on stdin is empty", "pipe or redirect a script: onite submit NAME < job.sh")
     return body
+
+
+def key_for(text: str, *, what: str = "job name") -> str:
+    """A command's job argument as a key: ``NAME`` is the caller's job, ``USER:NAME`` USER's.
+    Raises InvalidInput: neither."""
+    from onite.core.names import resolve
+
+    return resolve(text, me(), what=what)
+
+
+def me() -> str:
+    """The caller's user name (how their own jobs' keys begin)."""
+    from onite.spool.scan import user_name
+
+    return user_name(os.geteuid())
+
+
+def label(key: str) -> str:
+    """How job ``key`` is shown to the caller: NAME for their own, USER:NAME for another user's."""
+    from onite.core.names import shown
+
+    return shown(key, me())

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from json.encoder import encode_basestring_ascii as quoted
 
+from onite.app.common import label, me
 from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats, queued_stats
@@ -115,20 +116,24 @@ def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
 
 
 def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
-    return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
+    return dumps({"version": 1, "spool": str(spool.root), "jobs": [{**v.to_json(), "name": label(v.name)} for v in views]})
 
 
 def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> str:
     """``onite list --json``: ``jobs_json(spool, list_jobs(…))``'s text, with no JobView of a queued job."""
-    elements = [dumps(v.to_json(), depth=2) for v in running_views(spool)] if include_all else []
+    elements = [_element(v) for v in running_views(spool)] if include_all else []
     elements += _queued_elements(spool, now)
     if include_all:
-        elements += [dumps(v.to_json(), depth=2) for v in finished_views(spool, damaged)]
+        elements += [_element(v) for v in finished_views(spool, damaged)]
     head = dumps({"version": 1, "spool": str(spool.root), "jobs": []})
     if not elements:
         return head
     return head[:-len("[]\n}")] + "[\n  " + ",\n  ".join(elements) + "\n ]\n}"
+
+
+def _element(view: JobView) -> str:
+    return dumps({**view.to_json(), "name": label(view.name)}, depth=2)
 
 
 def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
@@ -166,7 +171,7 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
             if tail is None:
                 tail = tails[key] = "".join(("null" if value is None else quoted(value)) + piece
                                             for value, piece in zip(key, pieces[9:]))
-            elements.append(start + quoted(name) + middle + str(position) + end + tail)
+            elements.append(start + quoted(label(name)) + middle + str(position) + end + tail)
     return elements
 
 
@@ -214,8 +219,11 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
 
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool) -> list[str]:
-    """The sorted names (of queued, running and, with ``finished``, kept jobs) that start with ``prefix``."""
-    names = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
+    """The sorted names, as the caller types them, of their queued, running and, with ``finished``, kept
+    jobs that start with ``prefix`` (root: everyone's, as USER:NAME)."""
+    keys = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
     if finished:
-        names.update(result_names(spool))  # names only: no record is read
+        keys.update(result_names(spool))  # names only: no record is read
+    own = f"{me()}:"
+    names = (label(k) for k in keys if os.geteuid() == 0 or k.startswith(own))
     return sorted(n for n in names if n.startswith(prefix))

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from onite.app.common import label
 from onite.app.listing import running_views
 from onite.app.recur import upcoming
 from onite.app.report import build, night_of
@@ -73,7 +74,7 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     live = {b.host for b in alive}
     drivers = [{"host": beat.host, "running": True, "holder": beat.holder, "pid": beat.pid,
                 "since": beat.since.isoformat(), "role": beat.kind, "started_by": beat.started_by,
-                "state": str(beat.state), "jobs": [v.name for v in running if v.host == beat.host]}
+                "state": str(beat.state), "jobs": [label(v.name) for v in running if v.host == beat.host]}
                for beat in alive]
     dead = [beat for beat in every_beat if beat.host not in live]
     warnings = [f"the driver of host {beat.host} (pid {beat.pid}, started by {beat.started_by} at "
@@ -87,7 +88,7 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     for where in sorted({v.host for v in orphans}):
         # a driver that filed its job and exited since the listing is no dead one: only jobs still there count
         still = {e.name for e in running_entries(spool, where)}
-        names = ", ".join(v.name for v in orphans if v.host == where and v.name in still)
+        names = ", ".join(label(v.name) for v in orphans if v.host == where and v.name in still)
         if names:
             fix = "onite run" if where == this_host else \
                 f"onite run on {where}, or onite recover --host {where} if it is gone"
@@ -142,7 +143,7 @@ def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None)
         data = build(spool, now, night="yesterday", details=False)
     if damaged is not None:
         damaged.extend(data.damaged)
-    failed = [j.name for j in data.jobs if j.state == "failed"]
+    failed = list(dict.fromkeys(label(j.name) for j in data.jobs if j.state == "failed"))
     return {"window": data.kind, "night": (data.night or night_of(data.since)).isoformat(),
             "since": data.since.isoformat(), "until": data.until.isoformat(), "counts": data.counts,
             "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED], "failed_total": len(failed)}

@@ -30,7 +30,10 @@ def output(
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.spool.outputs import newer_run_note, open_job_output
 
+    from onite.app.common import key_for
+
     target = open_spool(spool)
+    name = key_for(name)
     if follow:
         raise typer.Exit(_follow_output(target, name, stderr=stderr, raw=raw))
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
@@ -47,10 +50,11 @@ def output(
 def _follow_output(target, name: str, *, stderr: bool, raw: bool) -> int:
     """``onite output NAME --follow``: the job's output as it grows, then how it ended on stderr; ``wait``'s
     exit code (0 done, 5 not)."""
-    from onite.app.follow import follow, job_owner
+    from onite.app.follow import follow
     from onite.app.wait import exit_status, job_line
+    from onite.spool.scan import key_uid
 
-    owner = job_owner(target, name, os.geteuid())
+    owner = key_uid(name)
     sink = Sink(owner, raw)
     try:
         final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=_announce, owner=owner)

@@ -141,8 +141,9 @@ def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt =
 def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolOpt = None) -> None:
     """Print an unused job name starting with BASE."""
     from onite.app.submit import uniqname as unused_name
+    from onite.exec import identity
 
-    print(unused_name(open_spool(spool), base))
+    print(unused_name(open_spool(spool), base, identity.current().name))
 
 
 @app.command()

@@ -12,6 +12,7 @@ import os
 import stat
 from pathlib import Path
 
+from onite.app.common import label as name_label
 from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.errors import InvalidInput
 from onite.core.safetext import printable
@@ -88,8 +89,8 @@ def gantt_svg(data) -> str:
         word = state_word(job)
         colour = HTML_COLOUR.get(word, "#555")
         took = "never ran" if data.never_ran(job) else human_duration(job.duration)
-        tip = f"{job.name} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
-        parts.append(f'<g class=job><text x="4" y="{top + 10}">{_esc(job.name)}</text>')
+        tip = f"{name_label(job.name)} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
+        parts.append(f'<g class=job><text x="4" y="{top + 10}">{_esc(name_label(job.name))}</text>')
         first, last = extent(job, start, end)
         if job.started is None or data.never_ran(job):
             x = _LEFT + span * last
@@ -128,7 +129,7 @@ def _failure_item(data, job) -> str:
     _, note = failure_notes(data, job)
     note = f"<code>{_esc(note)}</code> (its owner or root)" if note.startswith("onite output ") else _esc(note)
     who = ", ".join(x for x in (printable(job.user), priority_label(job)) if x)
-    return _item("failure", state_word(job), job.name, who, failure_what(data, job),
+    return _item("failure", state_word(job), name_label(job.name), who, failure_what(data, job),
                  f"<span class=note>{note}</span>" if note else "")
 
 

@@ -21,7 +21,6 @@ class DepState(Enum):
     CANCELLED = "cancelled"  #: it was cancelled
     MISSING = "missing"  #: neither queued, running nor finished (removed, or retention forgot it)
     DAMAGED = "damaged"  #: its result record cannot be read: whether it succeeded is unknown
-    FOREIGN = "foreign"  #: only another user's job has the name: it is not this job's to wait for
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +77,6 @@ _FAILS = {
     DepState.CANCELLED: "dependency {} was cancelled",
     DepState.MISSING: "dependency {} no longer exists (cancelled or removed)",
     DepState.DAMAGED: "the result record of dependency {} is damaged: whether it succeeded is unknown",
-    DepState.FOREIGN: "dependency {} is another user's job: a job waits only for its own user's jobs",
 }
 
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
-from onite.core.names import check_dependency, check_name
+from onite.core.names import check_name, job_key, resolve
 from onite.core.resources import parse_cpus, parse_mem
 from onite.core.timeparse import parse_duration, parse_when
 
@@ -73,8 +73,9 @@ class Captured(NamedTuple):
     extra: tuple[tuple[str, str], ...] = ()
 
 
-def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
-    """The Job a request describes. The spool's defaults (stderr, timeout, mem, cpus) are written into it,
+def build_job(request: SubmitRequest, captured: Captured, config: Config, user: str) -> Job:
+    """The Job a request of ``user``'s describes, named and waiting by keys (``USER:NAME``; ``--after NAME``
+    is ``user``'s job). The spool's defaults (stderr, timeout, mem, cpus) are written into it,
     so a later change of onite.toml does not change jobs already spooled (as Slurm's DefMemPerNode).
     Raises InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice; ``--notify
     command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an environment variable execve
@@ -88,8 +89,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
     if len(set(request.after)) > MAX_AFTER:
         raise InvalidInput(f"the job waits for {len(set(request.after))} jobs (--after)",
                            f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
-    for dep in request.after:
-        check_dependency(dep)
+    after = tuple(dict.fromkeys(resolve(dep, user, what="dependency name") for dep in request.after))
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
@@ -115,7 +115,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
     not_before = parse_when(request.at, captured.now) if request.at else None
     try:
         return Job(
-            name=name or request.name,
+            name=job_key(user, request.name),
             priority=priority,
             submitted=captured.now,
             host=captured.host,
@@ -125,7 +125,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
             body=request.body,
             timeout=timeout,
             retries=request.retries,
-            after=tuple(dict.fromkeys(request.after)),
+            after=after,
             not_before=not_before,
             urgent=request.urgent,
             pin=request.host,

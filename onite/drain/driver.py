@@ -15,7 +15,7 @@ from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, SpoolIOError
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.policy import window_end
 from onite.core.resources import capacity_text
 from onite.drain import heartbeat as hb, signals
@@ -205,11 +205,11 @@ class Driver:
             running_dir = night.running_dir
             before = set(os.listdir(running_dir)) if running_dir.is_dir() else set()
             self.log.event("recover-host", host=self.host, by=f"uid {night.euid}",
-                           claims=len([n for n in before if is_valid_name(n)]))
+                           claims=len([n for n in before if is_valid_key(n)]))
             # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
             self.recovery.may_reattach = False
             self.recovery.recover()
-            return sorted(n for n in before if is_valid_name(n))
+            return sorted(n for n in before if is_valid_key(n))
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
             lock.release()

@@ -15,7 +15,7 @@ from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, request_of
 from onite.exec.limits import machine
-from onite.spool.deps import dependency_of, dependency_state
+from onite.spool.deps import dependency_state
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.holds import read_holds
 from onite.spool.paths import SpoolDir
@@ -53,12 +53,11 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         except (OSError, BadFile, JobFormatError) as err:
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
-        asked: list[tuple[str, DepState, tuple[str, int | None]]] = []  # (after:, its state, its job and owner)
+        asked: list[tuple[str, DepState]] = []  # (after:, its state)
 
         def dependency(dep: str) -> DepState:
-            job_and_owner = dependency_of(dep, uid)
-            state = dependency_state(spool, *job_and_owner, withdrawn)
-            asked.append((dep, state, job_and_owner))
+            state = dependency_state(spool, dep, withdrawn)
+            asked.append((dep, state))
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
@@ -80,10 +79,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             if meta.retrying:
                 row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
         elif asked and asked[-1][1] is DepState.PENDING:
-            dep, _, job_and_owner = asked[-1]
+            dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, *job_and_owner, holds=holds) or "finishing"
+            dep_state = live_state(spool, dep, holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:
