@@ -151,7 +151,7 @@ def test_a_job_cancelled_while_its_retry_waits_keeps_the_attempts_that_ran(spool
         wait_for(lambda: any(" retry flaky " in line for line in log_lines(spool)), what="the retry to be spooled")
         r = run_cli(["cancel", "flaky"])
         assert r.code == 0, r
-        wait_for(lambda: (spool / "jobsdone" / "flaky@result").exists(), what="the cancel to be filed")
+        wait_for(lambda: (spool / "jobsdone" / "root:flaky@result").exists(), what="the cancel to be filed")
     finally:
         driver.terminate()
         driver.communicate(timeout=60)

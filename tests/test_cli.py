@@ -55,7 +55,7 @@ def test_personal_default_spool_is_created_on_first_use(world_tmp):
         r = run_cli(["submit", "mine"], stdin=b"true\n", env=env, cwd="/tmp")
         assert r.code == 0, r
         spool = home / ".local" / "state" / "onite"
-    assert (spool / "jobs" / "P4" / "mine").exists()
+    assert (spool / "jobs" / "P4" / "root:mine").exists()
     assert stat.S_IMODE(spool.stat().st_mode) == 0o700
 
 
@@ -698,7 +698,7 @@ def test_a_command_run_with_its_stdout_or_stderr_closed_does_its_work_and_says_n
         [line] = done.stdout.decode().splitlines()  # what stdout says with stderr open, and nothing more
         assert line.startswith("spooled 1 job: lines-" if "--lines" in argv else "shut-"), line
     if argv[0] == "run":
-        assert json.loads((spool / "jobsdone" / "queued@result").read_text())["state"] == "done"
+        assert json.loads((spool / "jobsdone" / "root:queued@result").read_text())["state"] == "done"
 
 
 def test_a_reader_that_stops_early_is_no_failure_whichever_command_it_reads(spool):

@@ -137,7 +137,7 @@ def test_listings_never_show_a_stray_name(spool, workdir, cli):
 @needs_root
 def test_a_template_whose_rule_overflows_is_refused_and_the_night_goes_on(spool, workdir, cli):
     template = with_line(job_bytes("overflow", str(workdir)), b"recur-every: 99999999999999d")
-    write_as("nobody", str(spool / "recur" / "overflow"), template)
+    write_as("nobody", str(spool / "recur" / "root:overflow"), template)
     marker = workdir / "good.ran"
     assert cli(["submit", "good"], stdin=f"touch {marker}\n".encode(), user="nobody", cwd=workdir).code == 0
     finished = drain(spool)

@@ -106,7 +106,7 @@ def test_only_the_owner_or_root_may_restart(spool, cli):
 def test_a_user_restarts_a_job_they_cancelled_before_a_driver_filed_it(spool, cli):
     assert cli(["submit", "mine"], stdin=b"echo mine\n", user="nobody", cwd="/tmp").code == 0
     assert cli(["cancel", "mine"], user="nobody").code == 0
-    assert not (spool / "jobsdone" / "mine").exists()  # withdrawn into cancel/, for a driver to file
+    assert not (spool / "jobsdone" / "root:mine").exists()  # withdrawn into cancel/, for a driver to file
     r = cli(["restart", "mine"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (0, "mine\n"), r
     assert queued_file(spool, "mine").stat().st_uid == nobody().pw_uid

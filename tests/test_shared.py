@@ -79,7 +79,7 @@ def test_nobody_submits_with_no_spool_named_and_roots_driver_runs_it(system, per
     # no system spool yet: nobody gets a personal one, and is told nothing drains it on its own
     before = run_cli(["submit", "early"], stdin=b"true\n", user="nobody", env=env, cwd=workdir)
     personal = personal_home / "state" / "onite"
-    assert before.code == 0 and (personal / "jobs" / "P4" / "early").exists(), before
+    assert before.code == 0 and (personal / "jobs" / "P4" / "root:early").exists(), before
     assert before.err.startswith(f"spooled early (P4) in {personal}; nothing drains this spool on its own"), before
     # root sets the system spool up (no spool named: /etc/onite.toml's)
     r = run_cli(["init"])
@@ -87,7 +87,7 @@ def test_nobody_submits_with_no_spool_named_and_roots_driver_runs_it(system, per
     r = run_cli(["submit", "nightly", "-p", "3"], stdin=f"id -u > {workdir}/who\n".encode(), user="nobody", env=env,
                 cwd=workdir)
     assert r.code == 0 and r.out == "", r
-    queued = system / "jobs" / "P3" / "nightly"
+    queued = system / "jobs" / "P3" / "root:nightly"
     assert queued.exists() and queued.stat().st_uid == nobody().pw_uid
     assert r.err == (f"spooled nightly (P3) in {system}; no drain is scheduled, so nothing will run it — "
                      "ask root to run: onite cron --install\n")
@@ -546,7 +546,7 @@ def test_daemon_wake_and_run_hand_the_drain_to_an_idle_daemon(spool, workdir):
         assert r.code == 0 and r.out == f"told the daemon of host {HOST} (pid {d.proc.pid}) to drain now; " \
                                         "onite status and onite log follow it\n"
         wait_for(lambda: (workdir / "ran").exists(), what="the daemon to drain")
-        wait_for(lambda: (spool / "jobsdone" / "missed@result").exists(), what="the job to be filed")
+        wait_for(lambda: (spool / "jobsdone" / "root:missed@result").exists(), what="the job to be filed")
         assert result(spool, "missed")["state"] == "done"
     finally:
         assert d.stop() == 0
