@@ -69,7 +69,7 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
 def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
     """Queued jobs in run order; with ``now``, each with why it waits (``_why``)."""
     users, clock = functools.cache(user_name), _clock()
-    rows = queued_stats(spool)
+    rows = queued_stats(spool, drain_usage(spool))
     why = _why(spool, rows[:EXAMINE], now, euid)
     views = []
     for position, (rank, ctime_ns, name, uid, held) in enumerate(rows, 1):
@@ -78,6 +78,29 @@ def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | No
                              priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
                              waiting=waiting, waiting_kind=kind))
     return views
+
+
+def drain_usage(spool: SpoolDir) -> dict[str, float] | None:
+    """With ``order = "fair"``: each user's running time in the drain running now (its results since
+    the drain began, and its running jobs so far), as its driver orders by it; else None."""
+    if spool.config.order != "fair":
+        return None
+    from onite.core.clock import SYSTEM
+    from onite.drain.heartbeat import live_beats
+
+    now = SYSTEM.now()
+    beats = live_beats(spool.root, now)
+    if not beats:
+        return {}
+    since = min(beat.since for beat in beats)
+    used: dict[str, float] = {}
+    for record in read_results(spool):
+        if record.started is not None and record.started >= since and record.duration is not None:
+            used[record.user] = used.get(record.user, 0.0) + record.duration
+    for view in running_views(spool):
+        if view.started is not None:
+            used[view.user] = used.get(view.user, 0.0) + max(0.0, (now - view.started).total_seconds())
+    return used
 
 
 def running_views(spool: SpoolDir) -> list[JobView]:
@@ -151,7 +174,7 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
     clock = _clock()
     elements = []
     position = 0
-    folders = list(queued_folder_stats(spool))
+    folders = list(queued_folder_stats(spool, drain_usage(spool)))
     head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
     why = _why(spool, head, now, None)
     for rank, rows in folders:

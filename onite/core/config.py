@@ -73,6 +73,7 @@ class Config:
     reserve_mem: int = 0  # MiB of the machine's memory kept out of the jobs' capacity
     reserve_cpus: int = 0  # CPUs likewise
     backfill: bool = False  # a later job may start past a waiting one if it cannot delay it
+    order: str = "fifo"  # within a priority: "fifo" (first in, first out) or "fair" (onite.core.queue.fair_order)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     notify: str = "none"  # how a job's owner is told it finished: "none", "mail", "command"
     notify_on: str = "failure"  # "failure" or "always" (also done and cancelled)
@@ -129,6 +130,7 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         reserve_mem=reader.mem("reserve_mem", zero=True),
         reserve_cpus=reader.cpus("reserve_cpus", zero=True),
         backfill=reader.boolean("backfill"),
+        order=reader.choice("order", ("fifo", "fair")),
         **reader.notify(),
     )
     reader.no_unknown_keys()

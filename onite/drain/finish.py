@@ -109,6 +109,8 @@ class Finisher:
             self.note_cannot_record(str(err))
             return
         night.counts[str(result.state)] += 1
+        if result.duration is not None:
+            night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + result.duration
         # logged before the record goes: recovery logs it for a record left only if the log lacks its run id
         night.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,

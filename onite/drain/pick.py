@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from datetime import timedelta
 from enum import StrEnum
 from typing import NamedTuple
@@ -18,7 +20,7 @@ from onite.core.admission import Admit
 from onite.core.errors import JobFormatError, Refused
 from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
-from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
+from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, fair_order
 from onite.core.resources import Need, request_of
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
@@ -89,7 +91,7 @@ class Picker:
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             self.packer.begin()
-            for cand in night.index.candidates():
+            for cand in self._in_order(night.index.candidates()):
                 if cand.name in night.running:  # a job of that name runs here: a second one waits its turn
                     continue
                 seen = None
@@ -112,6 +114,14 @@ class Picker:
             if not moved:
                 return None
         return None
+
+    def _in_order(self, cands):
+        """The candidates in the order the spool's ``order`` takes them (onite.core.queue.fair_order)."""
+        if self.night.config.order != "fair":
+            return cands
+        used = self.night.usage()
+        return [c for _, same in groupby(cands, key=attrgetter("rank"))
+                for c in fair_order(same, lambda c: split_key(c.name)[0], used)]
 
     def _judge(self, cand: Candidate, seen: Inspection, now) -> bool | Look | None:
         """Act on one look: True if the job may start now; Look.MOVED if the order changed under us."""

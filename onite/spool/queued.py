@@ -11,20 +11,24 @@ from onite.spool.scan import Entry, find_running, job_stats, key_uid, stat_entry
 
 
 
-def queued_stats(spool: SpoolDir) -> list[tuple[int, int, str, int, bool]]:
+def queued_stats(spool: SpoolDir, used: dict[str, float] | None = None) -> list[tuple[int, int, str, int, bool]]:
     """Every queued job as ``(rank, ctime_ns, name, uid, held)``, in queue order: one lstat a job."""
-    return [(rank, *row) for rank, rows in queued_folder_stats(spool) for row in rows]
+    return [(rank, *row) for rank, rows in queued_folder_stats(spool, used) for row in rows]
 
 
-def queued_folder_stats(spool: SpoolDir) -> Iterator[tuple[int, list[tuple[int, str, int, bool]]]]:
-    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, held)``."""
-    from onite.core.queue import sort_folder  # not at import: a submit never sorts
+def queued_folder_stats(spool: SpoolDir, used: dict[str, float] | None = None
+                        ) -> Iterator[tuple[int, list[tuple[int, str, int, bool]]]]:
+    """``queued_stats`` a folder at a time: its rank, and its jobs as ``(ctime_ns, name, uid, held)``.
+    With ``order = "fair"``, in the order the users take turns (``used``: their running time this drain)."""
+    from onite.core.queue import fair_order, sort_folder  # not at import: a submit never sorts
 
     holds = read_holds(spool.hold_dir)
     for rank, folder in spool.queue_folders():
         rows = [(st.st_ctime_ns, entry.name, st.st_uid, bool(holds) and held_by(holds, entry.name, st.st_uid))
                 for entry, st in job_stats(folder)]
         sort_folder(rows, ctime=0, name=1)
+        if spool.config.order == "fair":
+            rows = fair_order(rows, lambda row: row[1].partition(":")[0], used or {})
         yield rank, rows
 
 
