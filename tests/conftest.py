@@ -117,7 +117,10 @@ def pytest_sessionfinish(session):
 
     for folder in job_cgroup_folders():
         def made_in_session(name: str, folder: str = folder) -> bool:
-            return os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
+            try:
+                return os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
+            except FileNotFoundError:  # another session's monitor removed its slot meanwhile
+                return False
 
         contain.sweep_stale([folder], older_than=0, only=made_in_session)
     limits.discover(None, max_pids=1).remove_folders()
