@@ -28,7 +28,7 @@ def _pam_usable() -> str:
 
     import pamela  # noqa: F401  # the dependency, installed with onite
 
-    return load(os.path.dirname(pamela.__file__))
+    return load(os.path.dirname(pamela.__file__), "other")
 
 
 def _pids_controller() -> str:

@@ -157,7 +157,7 @@ def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/
     has those controllers, else on v1, else none; the pids limit (``max_pids``; 0: none) on v2 where
     ``v2_base`` has the pids controller, else on v1."""
     if os.geteuid() != 0:
-        return Limiter(why="the driver is not root")
+        return Limiter(why="the driver is not root", max_pids=max_pids)
     v2 = pids_v2 = None
     if v2_base is not None:
         v2 = v2_base if _enable(v2_base, ("memory", "cpu")) else None

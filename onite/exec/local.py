@@ -203,7 +203,7 @@ class LocalRunner(Runner):
         self._pool = MonitorPool({"contain": self.containment.kind, "base": self.containment.base,
                                   "v2": self.limiter.v2, "v1": dict(self.limiter.v1),
                                   "max_pids": self.limiter.max_pids, "pids_v2": self.limiter.pids_v2,
-                                  "pam": self.pam.path if self.pam.service else None})
+                                  "pam": self.pam.path if self.pam.service else None, "pam_service": self.pam.service})
         occupy_standard_descriptors()
 
     def close(self) -> None:

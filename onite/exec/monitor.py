@@ -36,11 +36,11 @@ def serve(fd: int, setup: dict) -> int:
     each, until the driver's end is closed or a run left something it could not end. ``setup``:
     how this driver contains and limits jobs (``contain``, ``base``, ``v2``, ``v1``: onite.exec.contain,
     onite.exec.limits), which the cgroups it makes for its runs follow; ``pam``: the folder pamela is
-    imported from where jobs get a PAM session (onite.exec.pam)."""
+    imported from where jobs get a PAM session of service ``pam_service`` (onite.exec.pam)."""
     sock = socket.socket(fileno=fd)
     prepare(setup["contain"] != contain.OFF or bool(setup["pam"]))  # a job started in a PAM session is an orphan
     if setup["pam"]:
-        pam.load(setup["pam"])  # here, ahead of the first run; a run that cannot open its session fails
+        pam.load(setup["pam"], setup["pam_service"])  # ahead of the first run; a run that cannot open its session fails
     slot = Slot(setup)
     try:
         for _ in range(MONITOR_RUNS):

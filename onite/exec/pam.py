@@ -48,14 +48,20 @@ def discover(mode: str, service: str, root: bool) -> Pam:
     return Pam(service, os.path.dirname(os.path.abspath(pamela.__file__)), required=required)
 
 
-def load(path: str) -> str:
-    """Import pamela from ``path`` (in a monitor, ahead of its first run); "" or why it cannot be."""
+_LOADED: list = []  # a handle of the service, never ended: its modules stay loaded in the monitor
+
+
+def load(path: str, service: str) -> str:
+    """Import pamela from ``path`` and load ``service``'s modules (in a monitor, ahead of its first
+    run: each session then costs a millisecond, not ten); "" or why it cannot be."""
     if path not in sys.path:
         sys.path.append(path)
     try:
-        __import__("pamela")
+        import pamela
+
+        _LOADED.append(pamela.pam_start(service, "root"))
     except Exception as err:
-        return f"pamela cannot be loaded: {type(err).__name__}: {err}"
+        return f"PAM cannot be loaded: {type(err).__name__}: {err}"
     return ""
 
 
