@@ -62,7 +62,7 @@ class Limiter:
 
     def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
         """The v1 controllers (name, folder) one run gets a group in: memory always (its peak and OOM
-        kills are read there); cpu where the job asks for CPUs; cpuacct only where no cgroup v2
+        kills are read there); pids always where it holds the pids limit; cpu where the job asks for CPUs; cpuacct only where no cgroup v2
         counts the job's CPU."""
         return [(controller, base) for controller, base in sorted(self.v1.items())
                 if controller in ("memory", "pids") or (controller == "cpu" and cpus is not None)
