@@ -2,9 +2,9 @@
 
 A child of the job's monitor opens it (account, then session) and forks the job, so that the job
 is born with what pam_limits and pam_loginuid set, and the monitor never has it; the monitor
-closes the session when the job has ended. The binding is pamela (ctypes over libpam), imported by the monitor from the
-folder the driver found it in (the monitor runs ``python -E -S``). Runs in the monitor: imports
-only os, json and sys, and pamela.
+closes the session when the job has ended. The binding is pamela (ctypes over libpam), imported
+by the monitor from the folder the driver found it in (the monitor runs ``python -E -S``). Runs
+in the monitor: imports only os, json and sys, and pamela.
 """
 
 from __future__ import annotations
