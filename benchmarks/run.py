@@ -411,7 +411,7 @@ def bench_real(plan: Plan) -> list[h.Result]:
                             note=note + ", `onite run --slots 2`"),
     ]
     if REAL_PAM in rate:
-        results.append(h.Result.from_stats(REAL_PAM, rate[REAL_PAM], "jobs/s", REAL_1,
+        results.append(h.Result.from_stats(REAL_PAM, rate[REAL_PAM], "jobs/s", REAL_1 + ", against xargs",
                                            note=note + f", pam = \"required\" (onite init's service file): "
                                            "the ratio is what a session costs a job"))
     return results
