@@ -151,6 +151,12 @@ class OniteSpool:
         elapsed, busy_after = time.perf_counter() - started, h.busy_cpu_seconds()
         return elapsed, None if busy is None or busy_after is None else busy_after - busy
 
+    def configure(self, **values: str) -> None:
+        """Set these keys of its onite.toml (the skeleton's lines for them replaced)."""
+        path = Path(self.root) / "onite.toml"
+        lines = [line for line in path.read_text().splitlines() if line.split("=")[0].strip() not in values]
+        path.write_text("\n".join(lines + [f'{key} = "{value}"' for key, value in values.items()]) + "\n")
+
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -309,6 +315,7 @@ OTHER_USER = "nobody"
 
 SLEEP_JOB = "sleep 0.01"
 REAL_1, REAL_2 = "onite: 10 ms jobs of another user, 1 slot", "onite: 10 ms jobs of another user, 2 slots"
+REAL_PAM = "onite: the same, 1 slot, each job in a PAM session of its owner's"
 XARGS_SLEEP_1, XARGS_SLEEP_2 = "xargs -P1: the same 10 ms jobs", "xargs -P2: the same 10 ms jobs"
 TSP_SLEEP_1, TSP_SLEEP_2 = "tsp -S 1: the same 10 ms jobs", "tsp -S 2: the same 10 ms jobs"
 
@@ -352,18 +359,25 @@ def bench_real(plan: Plan) -> list[h.Result]:
         raise peers.Skip(f"no user {OTHER_USER} to spool the jobs") from None
     n = max(40, plan.n // 4)
     has_tsp = shutil.which("tsp") is not None
-    runs: dict[str, list[float]] = {k: [] for k in (REAL_1, REAL_2, XARGS_SLEEP_1, XARGS_SLEEP_2, TSP_SLEEP_1,
-                                                     TSP_SLEEP_2)}
-    spool = OniteSpool()
-    os.chmod(spool.dir, 0o755)  # the jobs' directory: theirs to enter
+    runs: dict[str, list[float]] = {k: [] for k in (REAL_1, REAL_2, REAL_PAM, XARGS_SLEEP_1, XARGS_SLEEP_2,
+                                                     TSP_SLEEP_1, TSP_SLEEP_2)}
+    spool, pam_spool = OniteSpool(), OniteSpool()
+    spool.configure(pam="off")
+    service = pam_service()  # onite's PAM service, under a name of this run's
+    if service:
+        pam_spool.configure(pam="required", pam_service=service)
+    for made in (spool, pam_spool):
+        os.chmod(made.dir, 0o755)  # the jobs' directory: theirs to enter
     try:
         for _ in range(plan.repeats):
-            for slots, name in ((1, REAL_1), (2, REAL_2)):
-                spool.submit_lines([SLEEP_JOB] * n)
-                for folder, _, files in os.walk(os.path.join(spool.root, "jobs")):
+            for slots, name, where in ((1, REAL_1, spool), (2, REAL_2, spool), (1, REAL_PAM, pam_spool)):
+                if where is pam_spool and not service:
+                    continue
+                where.submit_lines([SLEEP_JOB] * n)
+                for folder, _, files in os.walk(os.path.join(where.root, "jobs")):
                     for file in files:
                         os.chown(os.path.join(folder, file), other.pw_uid, other.pw_gid)
-                runs[name].append(spool.drain("--slots", str(slots)))
+                runs[name].append(where.drain("--slots", str(slots)))
             for at_once, name in ((1, XARGS_SLEEP_1), (2, XARGS_SLEEP_2)):
                 started = time.perf_counter()
                 xargs_sleep(n, at_once)
@@ -373,6 +387,9 @@ def bench_real(plan: Plan) -> list[h.Result]:
                 runs[TSP_SLEEP_2].append(tsp_sleep(n, 2))
     finally:
         spool.close()
+        pam_spool.close()
+        if service:
+            os.unlink(f"/etc/pam.d/{service}")
     rate = {name: h.Stats.of(samples).rate(n) for name, samples in runs.items() if samples}
     note = f"N={n} `{SLEEP_JOB}` of {OTHER_USER}"
     results = [
@@ -393,7 +410,27 @@ def bench_real(plan: Plan) -> list[h.Result]:
         h.Result.from_stats(REAL_2 + ", against xargs", rate[REAL_2], "jobs/s", XARGS_SLEEP_2,
                             note=note + ", `onite run --slots 2`"),
     ]
+    if REAL_PAM in rate:
+        results.append(h.Result.from_stats(REAL_PAM, rate[REAL_PAM], "jobs/s", REAL_1 + ", against xargs",
+                                           note=note + f", pam = \"required\" (onite init's service file): "
+                                           "the ratio is what a session costs a job"))
     return results
+
+
+def pam_service() -> str | None:
+    """onite's PAM service file installed as /etc/pam.d/onite-bench-PID (the caller removes it); None
+    where this machine has no PAM or pamela cannot load libpam."""
+    from onite.exec.pam import discover
+    from onite.spool.skeleton import install_pam_service
+
+    name = f"onite-bench-{os.getpid()}"
+    if not os.path.isdir("/etc/pam.d") or not install_pam_service(Path("/etc/pam.d"), name).startswith(
+            "PAM: installed"):
+        return None
+    if discover("required", name, True).service is None:
+        os.unlink(f"/etc/pam.d/{name}")
+        return None
+    return name
 
 
 def other_users_drains(spool: OniteSpool, n: int, repeats: int) -> list[h.Result]:

@@ -343,6 +343,7 @@ def test_log_lines_cannot_be_forged(name, fields):
     "[slurm]\nmax_jobs = 1e9", 'notify = "command"', "notify_command = 'a \"'", "a = " + "[" * 2000,
     'cutoff = "25:00"', "cutoff = 07:00:00", 'until = "x"', "until = 1979-05-27T07:32:00Z", 'host = "a b"',
     'on_interrupt = "x"', 'sendmail = "rel"', "stderr_separate = 1",
+    "max_pids = 4194305", "max_pids = -1", 'pam = "on"', 'pam_service = "a/b"', 'pam_service = ".."', "pam_service = 1",
 ]), max_size=5).map("\n".join))
 def test_parse_config_any_text(text):
     from onite.core.config import Config, parse_config
@@ -351,6 +352,19 @@ def test_parse_config_any_text(text):
         assert isinstance(parse_config(text), Config)
     except ConfigError:
         pass
+
+
+@FUZZ
+@given(st.text(max_size=40))
+def test_pam_service_any_name(name):
+    """A PAM service is a file name in /etc/pam.d, never a path: a Config, or the one ConfigError."""
+    from onite.core.config import parse_config
+
+    try:
+        service = parse_config(f"pam_service = {json.dumps(name)}").pam_service
+    except ConfigError:
+        return
+    assert service == name and "/" not in service and not service.startswith(".") and service.isascii()
 
 
 @FUZZ

@@ -38,10 +38,11 @@ def imports_of(path: Path) -> set[str]:
 def test_the_monitor_imports_little():
     """A job's monitor is a fresh interpreter that imports only what it needs (it starts in a few
     milliseconds, and nothing of the driver is in it): os, select, signal, json, socket, time, dataclasses,
-    datetime, subprocess (its C fork and exec start the job) and the exec modules it runs."""
+    datetime, subprocess (its C fork and exec start the job) and the exec modules it runs; pamela (ctypes over
+    libpam) only where jobs get a PAM session, imported once as the monitor starts, before any job."""
     allowed = {"__future__", "os", "select", "signal", "json", "socket", "time", "dataclasses", "datetime",
                "subprocess", "onite.exec.contain", "onite.exec.limits", "onite.exec.jobstart", "onite.exec.jobend",
-               "onite.exec.plan"}
+               "onite.exec.plan", "onite.exec.pam"}
     assert imports_of(PACKAGE / "exec" / "monitor.py") <= allowed
     assert imports_of(PACKAGE / "exec" / "plan.py") <= {"__future__", "os", "marshal", "socket", "dataclasses"}
     assert imports_of(PACKAGE / "exec" / "jobend.py") <= {"__future__", "os", "signal", "time", "onite.exec.contain",
@@ -50,6 +51,7 @@ def test_the_monitor_imports_little():
     assert imports_of(PACKAGE / "exec" / "jobstart.py") <= {"__future__", "os", "errno", "subprocess", "onite.exec.plan"}
     assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
     assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "errno", "os", "onite.exec.contain"}
+    assert imports_of(PACKAGE / "exec" / "pam.py") <= {"__future__", "json", "os", "sys", "pamela"}
 
 
 @pytest.mark.parametrize("layer", LAYERS)

@@ -152,10 +152,21 @@ def test_seed_defaults():
     ("priorities = [", "not valid TOML"),
     ("check_lock = 1", "write true or false"),
     ('stderr_separate = "yes"', "write true or false"),
+    ("max_pids = -1", "max_pids = -1 is not valid — write a whole number from 0 to 4194304"),
+    ("max_pids = true", "max_pids = True is not valid"),
+    ('pam = "yes"', 'write "auto" or "required" or "off"'),
+    ('pam_service = "../shadow"', "pam_service = '../shadow' is not valid — write the name of a file in /etc/pam.d"),
+    ('pam_service = ""', "pam_service = '' is not valid"),
 ])
 def test_config_errors_name_key_and_fix(text, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("*", r"\*").replace("?", r"\?")):
         parse_config(text)
+
+
+def test_pam_and_pids_keys():
+    config = parse_config('max_pids = 0\npam = "required"\npam_service = "cron"\n')
+    assert (config.max_pids, config.pam, config.pam_service) == (0, "required", "cron")
+    assert (Config().max_pids, Config().pam, Config().pam_service) == (4096, "auto", "onite")
 
 
 def test_host_tables_override_slots():

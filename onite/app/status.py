@@ -132,7 +132,7 @@ def containment_said(spool: SpoolDir) -> dict | None:
         if event is not None and event["event"] == "driver-start" and event["fields"].get("contain"):
             fields = event["fields"]
             return {"host": event["host"], "kind": fields["contain"], "since": event["time"],
-                    "limits": fields.get("limits"), "capacity": fields.get("capacity")}
+                    "limits": fields.get("limits"), "capacity": fields.get("capacity"), "pam": fields.get("pam")}
     return None
 
 

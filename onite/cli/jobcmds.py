@@ -2,6 +2,7 @@
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -24,9 +25,9 @@ def init(
     spool: SpoolOpt = None,
 ) -> None:
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
-    from onite.spool.locate import check_may_init
+    from onite.spool.locate import Source, check_may_init
     from onite.spool.paths import SpoolDir
-    from onite.spool.skeleton import init_spool
+    from onite.spool.skeleton import PAM_DIR, init_spool, install_pam_service
 
     where, root = locate_spool(spool), os.geteuid() == 0
     check_may_init(where, os.geteuid())
@@ -35,6 +36,9 @@ def init(
     print(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}")
     if report.config_kept:
         print(f"{SpoolDir(report.root).config_path}: kept as you changed it")
+    config = SpoolDir(report.root).config
+    if root and where.source == Source.SYSTEM and config.pam != "off":
+        print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), config.pam_service))
 
 
 class CommandAfterDashes(TyperCommand):

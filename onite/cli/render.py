@@ -270,6 +270,9 @@ def print_status(console, info, *, plain: bool = False) -> None:
         if limits:  # the last driver's words: this command measures nothing of root's cgroups
             say("limits    last drain: ", (esc(limits), "yellow" if limits.startswith("not enforced") else "green"),
                 f"; capacity {esc(capacity)}" if capacity else "")
+        if info.containment.get("pam"):
+            pam = info.containment["pam"]
+            say("pam       last drain: ", (esc(pam), "yellow" if pam.startswith("no session") else "green"))
     for warning in info.warnings:
         say(("warning", "red"), f"   {esc(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"

@@ -23,6 +23,8 @@ MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 
 MAX_SLOTS = 4096  # jobs at once on one host, at most (slots, [hosts.NAME] slots, --slots)
 NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")
+PAM_MODES = ("auto", "required", "off")
+MAX_PIDS = 4_194_304  # the kernel's largest pid_max
 
 
 class SlurmConfig(NamedTuple):
@@ -81,6 +83,9 @@ class Config:
     sendmail: str | None = None  # None: the first of SENDMAIL_PATHS that exists
     notify_timeout: timedelta = timedelta(seconds=30)
     contain: bool = True  # every process a job starts ends with it (onite.exec.contain)
+    max_pids: int = 4096  # processes and threads one local job may have at once (its cgroup's pids.max; 0: no limit)
+    pam: str = "auto"  # a PAM session for each local job's owner: "auto" (where the service exists), "required", "off"
+    pam_service: str = "onite"  # the PAM service those sessions open (/etc/pam.d/NAME)
 
     def slots_for(self, host: str) -> int:
         """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
@@ -125,6 +130,9 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         hosts=reader.hosts("hosts"),
         slurm=reader.slurm("slurm"),
         contain=reader.boolean("contain"),
+        max_pids=reader.integer("max_pids", low=0, high=MAX_PIDS),
+        pam=reader.choice("pam", PAM_MODES),
+        pam_service=reader.pam_service("pam_service"),
         default_mem=reader.mem("default_mem"),
         default_cpus=reader.cpus("default_cpus"),
         reserve_mem=reader.mem("reserve_mem", zero=True),
@@ -216,6 +224,13 @@ class _Reader:
     def host(self, key: str) -> str | None:
         return self._parsed(key, lambda value: check_name(value, what="host name"),
                             "a host name of letters, digits, '.', '_' and '-'")
+
+    def pam_service(self, key: str) -> str:
+        value = self.data.get(key, self._default(key))
+        if not isinstance(value, str) or not value or not all(c.isalnum() or c in "._-" for c in value) \
+                or value.startswith(".") or not value.isascii():
+            raise self._bad(key, value, 'the name of a file in /etc/pam.d, e.g. "onite"')
+        return value
 
     def size(self, key: str) -> int:
         """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB)."""

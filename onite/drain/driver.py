@@ -63,7 +63,9 @@ class Driver:
         self.lock_fd = lock_fd  # this host's driver lock, once held: each job's monitor holds it until recorded
         # how jobs are contained and held to their requests here (onite.exec.contain, onite.exec.limits)
         self._containment = contain.discover(self.config.contain)
-        self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None)
+        self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None,
+                                        self.config.max_pids)
+        self._pam = None  # the PAM its local jobs get (onite.exec.pam.Pam), found as its local runner is made
         self._runner = runner
         self.signals: list[int] = [] if signals is None else signals
         self.wakeup_fd: int | None = None  # the signal catcher of run(), while it runs
@@ -129,10 +131,13 @@ class Driver:
             return SlurmRunner(self.spool, self.config, switch_user=os.geteuid() == 0, log=self.log,
                                clock=self.clock)
         from onite.exec.local import LocalRunner
+        from onite.exec.pam import discover
 
+        if self._pam is None:
+            self._pam = discover(self.config.pam, self.config.pam_service, os.geteuid() == 0)
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
                            switch_user=os.geteuid() == 0, containment=self._containment, lock_fd=self.lock_fd,
-                           clock=self.clock, limiter=self._limiter)
+                           clock=self.clock, limiter=self._limiter, pam=self._pam)
 
     def reload(self) -> None:
         """SIGHUP: read onite.toml again; a bad one keeps the settings before."""
@@ -282,11 +287,17 @@ class Driver:
             self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
             return
         local = night.runner.executor == "local"
+        pam = self._pam if local else None
+        if pam is not None and pam.required and pam.service is None:
+            self.log.event("error", host=self.host, error=f'pam = "required" in onite.toml, but {pam.why}',
+                           note="nothing is drained until it is fixed")
+            return
         self.log.event("driver-start", host=self.host, slots=night.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=night.runner.executor,
                        only="timed jobs" if night.only_timed else None,
                        contain=self._containment.describe() if local else None,
                        limits=self._limiter.describe() if local else None,
+                       pam=pam.describe() if pam is not None else None,
                        capacity=capacity_text(self.packer.capacity()) if local else None)
         # the signal catcher ``run`` installed, or one for this drain (the daemon's signals list)
         catcher = nullcontext(self.wakeup_fd) if self.wakeup_fd is not None else signals.SignalCatcher(self.signals)
