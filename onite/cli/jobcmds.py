@@ -5,9 +5,8 @@ import sys
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperCommand
 
-from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
+from onite.cli.options import (AfterOpt, OniteCommand, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
                                NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
                                app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
                                warn_damaged)
@@ -37,7 +36,7 @@ def init(
         print(f"{SpoolDir(report.root).config_path}: kept as you changed it")
 
 
-class CommandAfterDashes(TyperCommand):
+class CommandAfterDashes(OniteCommand):
     """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's command
     line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
 

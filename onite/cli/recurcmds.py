@@ -6,13 +6,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (SETTINGS, AfterOpt, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
+from onite.cli.options import (SETTINGS, AfterOpt, OniteTyper, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
                                PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt, app,
                                open_spool, show_help, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 
-recur_app = typer.Typer(**SETTINGS, help="Recurring jobs: templates spooled as a job each time their rule fires.")
+recur_app = OniteTyper(**SETTINGS, help="Recurring jobs: templates spooled as a job each time their rule fires.")
 app.add_typer(recur_app, name="recur")
 CronOpt = Annotated[Optional[str], typer.Option("--cron", metavar="EXPR",
                                                 help="Five-field cron expression, e.g. '0 20 * * 1-5'.")]
