@@ -125,7 +125,6 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     from onite.app.status import gather, status_json
 
     info = gather(open_spool(spool), SYSTEM.now())
-    warn_damaged(info.damaged)
     if as_json:
         print(status_json(info))
         return
