@@ -163,8 +163,9 @@ def report(
                                                  "from noon to the next noon, local time: 2026-11-22, today or "
                                                  "yesterday.")] = None,
     user: Annotated[Optional[str], typer.Option("--user", metavar="USER", help="Only this user's jobs.")] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the report as a "
-                                                 "self-contained HTML page.")] = None,
+    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Write the report as a "
+                                                 "self-contained HTML page instead of printing it, and say "
+                                                 "where (with --json: print the JSON too).")] = None,
     since: Annotated[Optional[str], typer.Option(
         "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
         "last drain session).")] = None,
@@ -179,10 +180,14 @@ def report(
 
     data = rep.build(open_spool(spool), SYSTEM.now(), since, night=night, until=until, user=user)
     warn_damaged(data.damaged)
-    if html:  # first: a page that cannot be written is an error, with no report printed before it
+    if html:  # a morning cron job that writes the page mails what it prints: one line
         from onite.cli.reportpage import write_html
 
         write_html(html, data)
+        if not as_json:
+            if not _is_stdout(html):
+                print(f"HTML report written to {printable(str(html))}")
+            return
     if as_json:
         from onite.app.reporttext import to_json
 
@@ -192,5 +197,11 @@ def report(
 
     out = console()
     print_report(out, data, plain=is_plain(out, plain))
-    if html:
-        print(f"HTML report written to {html}")
+
+
+def _is_stdout(path: Path) -> bool:
+    """Is ``path`` this process's standard output (``--html /dev/stdout``), which gets the page alone?"""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError):
+        return False
