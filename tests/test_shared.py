@@ -586,8 +586,11 @@ def test_a_bad_setting_tells_a_user_whom_to_ask(spool):
     """(a seventh look) a bad value in root's onite.toml told every user to edit a file only root may
     write; they are told to ask its owner, and root is told what to write."""
     set_config(spool, slots="two")
-    r = run_cli(["list"], user="nobody", cwd="/tmp")
+    r = run_cli(["submit", "x"], user="nobody", cwd="/tmp")
     assert r.code == 2 and r.err == (f"onite: {spool}/onite.toml: slots = 'two' is not valid — ask root, who owns "
                                      "onite.toml (write a whole number from 1 to 4096)\n"), r
-    r = run_cli(["list"])
+    r = run_cli(["list"], user="nobody", cwd="/tmp")  # reading the queue: said as a warning, and the queue shown
+    assert r.code == 0 and r.err.startswith(f"onite: warning: {spool}/onite.toml: slots = 'two' is not valid — ask "
+                                            "root, who owns onite.toml (write a whole number from 1 to 4096)"), r
+    r = run_cli(["cancel", "x"])
     assert r.code == 2 and r.err.endswith("is not valid — write a whole number from 1 to 4096\n"), r

@@ -30,7 +30,7 @@ def output(
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.spool.outputs import newer_run_note, open_job_output
 
-    target = open_spool(spool)
+    target = open_spool(spool, reading=True)
     if follow:
         raise typer.Exit(_follow_output(target, name, stderr=stderr, raw=raw))
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
@@ -97,7 +97,7 @@ def log(
     """Print the last lines of the activity log."""
     from onite.spool.log import log_json, tail
 
-    tailed = tail(open_spool(spool).log_path, lines)
+    tailed = tail(open_spool(spool, reading=True).log_path, lines)
     if as_json:
         print(log_json(tailed))
         return
@@ -111,12 +111,14 @@ def cron(
                                           "spool) as a marked block, replacing an earlier one, and record that "
                                           "drains are scheduled.")] = False,
     uninstall: Annotated[bool, typer.Option("--uninstall", help="Remove that block and the record.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --install: write this onite even where it lives in "
+                                        "a checkout or a home directory, or other users cannot run it.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print root crontab lines that start the driver at the times in `schedule` (--install: install them)."""
     from onite.app.crontab import cron_command
 
-    print(cron_command(spool_of(spool), SYSTEM.now(), install=install, uninstall=uninstall), end="")
+    print(cron_command(spool_of(spool), SYSTEM.now(), install=install, uninstall=uninstall, force=force), end="")
 
 
 @app.command()
@@ -124,7 +126,7 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     """Drivers running, queue sizes, running jobs, the next scheduled drain."""
     from onite.app.status import gather, status_json
 
-    info = gather(open_spool(spool), SYSTEM.now())
+    info = gather(open_spool(spool, reading=True), SYSTEM.now())
     if as_json:
         print(status_json(info))
         return
@@ -139,7 +141,7 @@ def wait(
     names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to wait for; none: the drains "
                                                          "running now.")] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Give up after this long "
-                                                   "(exit 6): 90s, 45m, 2h.")] = None,
+                                                   "(exit 6): 90s, 45m, 2h (a bare number is seconds).")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -148,7 +150,7 @@ def wait(
     from onite.core.timeparse import parse_duration
 
     limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
-    target = open_spool(spool)
+    target = open_spool(spool, reading=True)
     waited = (waiting.wait_jobs(target, names, timeout=limit, announce=_announce) if names
               else waiting.wait_drains(target, timeout=limit, announce=_announce))
     lines = waited.lines() if names else [waited.summary()]
@@ -178,7 +180,7 @@ def report(
     """The morning report: what failed and why, what still waits, what ran when (default: the last drain session)."""
     from onite.app import report as rep
 
-    data = rep.build(open_spool(spool), SYSTEM.now(), since, night=night, until=until, user=user)
+    data = rep.build(open_spool(spool, reading=True), SYSTEM.now(), since, night=night, until=until, user=user)
     warn_damaged(data.damaged)
     if html:  # a morning cron job that writes the page mails what it prints: one line
         from onite.cli.reportpage import write_html

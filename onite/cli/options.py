@@ -111,7 +111,8 @@ PriorityOpt = Annotated[Optional[int], typer.Option("-p", "--priority", metavar=
 UrgentOpt = Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")]
 AfterOpt = Annotated[Optional[list[str]], typer.Option(
     "--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")]
-TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")]
+TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m "
+                                                    "(a bare number is seconds).")]
 RetriesOpt = Annotated[int, typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES,
                                          help="Retry a failed job this many times, with back-off.")]
 HostOpt = Annotated[Optional[str], typer.Option("--host", metavar="HOST",
@@ -230,11 +231,19 @@ def spool_of(spool: str | None) -> str | None:
     return spool or _GLOBAL["spool"]
 
 
-def open_spool(spool: str | None):
-    """The spool a command works on, checked; a personal default spool is created on first use."""
+def open_spool(spool: str | None, *, reading: bool = False):
+    """The spool a command works on, checked; a personal default spool is created on first use. ``reading``: the
+    command only reads it, and goes on past a bad onite.toml, said once on stderr, with the defaults of what is
+    wrong (the driver and the admin's commands refuse it)."""
     from onite.app.common import open_spool as open_target
 
-    return open_target(spool_of(spool))
+    target = open_target(spool_of(spool), reading=reading)
+    target.reload_config()  # now: what is wrong is said before anything else
+    if target.config_faults:
+        first, more = target.config_faults[0], len(target.config_faults) - 1
+        say(f"onite: warning: {first}{f' (and {more} more)' if more else ''}; read as if left out here, but a "
+            "drain refuses the file until it is fixed")
+    return target
 
 
 MAX_WIDTH = 1000  # columns: COLUMNS may say anything, and a report's timeline is as wide as the terminal
