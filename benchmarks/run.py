@@ -476,8 +476,9 @@ def give_round_robin(spool: OniteSpool, folder: str, users: Sequence) -> None:
                 os.chown(os.path.join(path, file), owner.pw_uid, owner.pw_gid)
 
 
-def cli_spool(queued: int, kept: int) -> OniteSpool:
-    """A spool of ``kept`` results of one drain and ``queued`` jobs, of root and CLI_USERS in turn (as root)."""
+def cli_spool(queued: int, kept: int) -> tuple[OniteSpool, list[str]]:
+    """A spool of ``kept`` results of one drain and ``queued`` jobs, of root and CLI_USERS in turn (as root);
+    the users whose jobs they are."""
     import pwd
 
     spool = OniteSpool()
@@ -491,7 +492,7 @@ def cli_spool(queued: int, kept: int) -> OniteSpool:
     spool.drain()
     spool.submit_lines(["true"] * queued)  # b2-00001 …
     give_round_robin(spool, "jobs", users)
-    return spool
+    return spool, ["root" if os.geteuid() == 0 else "you", *(user.pw_name for user in users)]
 
 
 def bench_cli(plan: Plan) -> list[h.Result]:
@@ -499,8 +500,8 @@ def bench_cli(plan: Plan) -> list[h.Result]:
     each timed beside ``python -c pass`` in the same rounds (one of each in turn, so that the machine's load falls
     on all alike): the ratio is how many interpreter start-ups a command costs."""
     size = plan.sizes[0]
-    spool = cli_spool(size, size)
-    own = lambda i, batch: f"b{batch}-{1 + (len(CLI_USERS) + 1) * i:05d}"  # noqa: E731 - root's own jobs
+    spool, users = cli_spool(size, size)
+    own = lambda i, batch: f"b{batch}-{1 + len(users) * i:05d}"  # noqa: E731 - this user's own jobs
     rounds = plan.latency_repeats
     commands = {
         CLI_BASE: lambda i: [sys.executable, "-c", "pass"],
@@ -519,15 +520,15 @@ def bench_cli(plan: Plan) -> list[h.Result]:
             for name, argv in commands.items():
                 with open(spool.job, "rb") as stdin:
                     started = time.perf_counter()
-                    subprocess.run(argv(i + 2), stdin=stdin, stdout=subprocess.DEVNULL, env=spool.env,
-                                   cwd=spool.dir, check=True)
+                    subprocess.run(argv(i + 2), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=spool.env, cwd=spool.dir, check=True)
                     if i >= 0:
                         times[name].append(time.perf_counter() - started)
     finally:
         spool.close()
-    note = f"{size:,} queued and {size:,} kept results of root and {', '.join(CLI_USERS)}; median of {rounds} rounds"
+    note = f"{size:,} queued and {size:,} kept results of {', '.join(users)}; median of {rounds} rounds"
     results = [h.Result.from_stats(CLI_BASE, h.Stats.of(times[CLI_BASE]).scaled(1000), "ms", BASE_CLI,
-                                   note=f"timed in turns with each command below; ratio to the peers' baseline")]
+                                   note="timed in turns with each command below; ratio to the peers' baseline")]
     results += [h.Result.from_stats(f"onite {name}, 1k queued, 1k kept", h.Stats.of(times[name]).scaled(1000), "ms",
                                     CLI_BASE, note=note if name == "submit" else "")
                 for name in commands if name != CLI_BASE]
