@@ -462,6 +462,7 @@ def cpu_results(n: int, runs: Mapping[str, Sequence[float]], busy: Mapping[str, 
 
 
 CLI_BASE = "python -c pass, beside onite's commands"
+CLI_TYPER = "python -c 'import typer': the floor of a typer command line"
 CLI_USERS = ("nobody", "daemon", "bin")  # besides root, as root: a regular install's spool holds several users' jobs
 
 
@@ -505,6 +506,7 @@ def bench_cli(plan: Plan) -> list[h.Result]:
     rounds = plan.latency_repeats
     commands = {
         CLI_BASE: lambda i: [sys.executable, "-c", "pass"],
+        CLI_TYPER: lambda i: [sys.executable, "-c", "import typer"],
         "submit": lambda i: [*ONITE, "submit", f"one-{i}"],
         "find": lambda i: [*ONITE, "find", "b2-00500"],
         "list": lambda i: [*ONITE, "list"],
@@ -529,9 +531,11 @@ def bench_cli(plan: Plan) -> list[h.Result]:
     note = f"{size:,} queued and {size:,} kept results of {', '.join(users)}; median of {rounds} rounds"
     results = [h.Result.from_stats(CLI_BASE, h.Stats.of(times[CLI_BASE]).scaled(1000), "ms", BASE_CLI,
                                    note="timed in turns with each command below; ratio to the peers' baseline")]
+    results.append(h.Result.from_stats(CLI_TYPER, h.Stats.of(times[CLI_TYPER]).scaled(1000), "ms", CLI_BASE,
+                                       note="typer imported, nothing else: what no command of onite's can pass"))
     results += [h.Result.from_stats(f"onite {name}, 1k queued, 1k kept", h.Stats.of(times[name]).scaled(1000), "ms",
                                     CLI_BASE, note=note if name == "submit" else "")
-                for name in commands if name != CLI_BASE]
+                for name in commands if name not in (CLI_BASE, CLI_TYPER)]
     return results
 
 
