@@ -517,15 +517,17 @@ def bench_cli(plan: Plan) -> list[h.Result]:
         "--help": lambda i: [*ONITE, "--help"],
     }
     times: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}  # user and system time of the command's process
     try:
         for i in range(-2, rounds):  # two rounds of warm-up
             for name, argv in commands.items():
                 with open(spool.job, "rb") as stdin:
-                    started = time.perf_counter()
+                    before, started = children_cpu(), time.perf_counter()
                     subprocess.run(argv(i + 2), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    env=spool.env, cwd=spool.dir, check=True)
                     if i >= 0:
                         times[name].append(time.perf_counter() - started)
+                        cpu[name].append(children_cpu() - before)
     finally:
         spool.close()
     note = f"{size:,} queued and {size:,} kept results of {', '.join(users)}; median of {rounds} rounds"
@@ -536,7 +538,21 @@ def bench_cli(plan: Plan) -> list[h.Result]:
     results += [h.Result.from_stats(f"onite {name}, 1k queued, 1k kept", h.Stats.of(times[name]).scaled(1000), "ms",
                                     CLI_BASE, note=note if name == "submit" else "")
                 for name in commands if name not in (CLI_BASE, CLI_TYPER)]
+    # CPU time: what the machine's other load changes least (a busy machine stretches the wall time of all)
+    results += [h.Result.from_stats(f"{name}, CPU" if name in (CLI_BASE, CLI_TYPER) else f"onite {name}, CPU",
+                                    h.Stats.of(cpu[name]).scaled(1000), "ms CPU",
+                                    None if name == CLI_BASE else f"{CLI_BASE}, CPU",
+                                    note="user and system time of the process, the same rounds" if name == CLI_BASE
+                                    else "") for name in commands]
     return results
+
+
+def children_cpu() -> float:
+    """User and system seconds of every child this process has waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # --------------------------------------------------------------------------
