@@ -181,15 +181,13 @@ def install_problem(command: str) -> str | None:
     for path in paths:
         folder = next((f for f in [*reversed(_folders(path)), path] if not _mode(f) & 0o001), None)
         if folder is not None:
-            return f"other users cannot run {path}" + (f" (only its owner may enter {folder})" if folder != path else "")
+            return f"other users cannot run {path}" + (f" (only its owner may enter {folder})" * (folder != path))
     homes = [home.rstrip("/") for home in ("/root", "/home", os.path.expanduser("~")) if home.strip("/")]
     for path in paths:
         home = next((home for home in homes if path.startswith(home + "/")), None)
         if home is not None:
             return f"{path} is in the home directory {home}"
-        checkout = next((f for f in _folders(path) if f != "/" and (os.path.exists(os.path.join(f, ".git")) or
-                                                                     os.path.exists(os.path.join(f, "pyproject.toml")))),
-                        None)
+        checkout = next((folder for folder in _folders(path)[:-1] if _is_checkout(folder)), None)
         if checkout is not None:
             return f"{path} is in the checkout {checkout}"
     return None
@@ -201,6 +199,10 @@ def _folders(path: str) -> list[str]:
     while found[-1] != "/":
         found.append(os.path.dirname(found[-1]))
     return found
+
+
+def _is_checkout(folder: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, mark)) for mark in (".git", "pyproject.toml"))
 
 
 def _mode(path: str) -> int:

@@ -6,10 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (AfterOpt, OniteCommand, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
-                               NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
-                               app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
-                               warn_damaged)
+from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt, NotifyOpt,
+                               OniteCommand, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt,
+                               UrgentOpt, app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of,
+                               terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound

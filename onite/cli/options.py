@@ -238,8 +238,7 @@ def open_spool(spool: str | None, *, reading: bool = False):
     from onite.app.common import open_spool as open_target
 
     target = open_target(spool_of(spool), reading=reading)
-    target.reload_config()  # now: what is wrong is said before anything else
-    if target.config_faults:
+    if reading and target.reload_config() and target.config_faults:  # now: said before anything else
         first, more = target.config_faults[0], len(target.config_faults) - 1
         say(f"onite: warning: {first}{f' (and {more} more)' if more else ''}; read as if left out here, but a "
             "drain refuses the file until it is fixed")

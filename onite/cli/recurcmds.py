@@ -6,9 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from onite.cli.options import (SETTINGS, AfterOpt, OniteTyper, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
-                               PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt, app,
-                               open_spool, show_help, terminal)
+from onite.cli.options import (SETTINGS, AfterOpt, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
+                               OniteTyper, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt,
+                               UrgentOpt, app, open_spool, show_help, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 
