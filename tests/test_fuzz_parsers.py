@@ -346,12 +346,27 @@ def test_log_lines_cannot_be_forged(name, fields):
     "max_pids = 4194305", "max_pids = -1", 'pam = "on"', 'pam_service = "a/b"', 'pam_service = ".."', "pam_service = 1",
 ]), max_size=5).map("\n".join))
 def test_parse_config_any_text(text):
+    """Strict: a Config or a ConfigError. For a command that only reads: always a Config, each fault noted, and
+    the same Config as the strict parse where there is none."""
     from onite.core.config import Config, parse_config
 
     try:
-        assert isinstance(parse_config(text), Config)
+        strict = parse_config(text)
+        assert isinstance(strict, Config)
     except ConfigError:
-        pass
+        strict = None
+    skipped: list = []
+    lenient = parse_config(text, skipped=skipped)
+    assert isinstance(lenient, Config) and all(isinstance(err, ConfigError) for err in skipped)
+    assert (strict is None) == bool(skipped) and (strict is None or lenient == strict)
+
+
+def test_parse_config_for_a_reader_keeps_the_good_keys():
+    from onite.core.config import parse_config
+
+    skipped: list = []
+    config = parse_config("slot = 2\npriorities = 9\nkeep = -1\n", skipped=skipped)
+    assert config.priorities == 9 and config.keep == 50 and [err.key for err in skipped] == ["keep", "slot"]
 
 
 @FUZZ

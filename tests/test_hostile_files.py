@@ -167,7 +167,8 @@ def test_a_damaged_result_record_is_reported_not_treated_as_absent(spool, workdi
     assert cli(["submit", "dep"], stdin=b"true\n").code == 0
     assert drain(spool).returncode == 0 and result(spool, "dep")["state"] == "done"
     _damage(spool, "dep", data)
-    for args in (["list", "--all"], ["list", "--all", "--json"], ["report"], ["report", "--json"], ["status"]):
+    # (status tells last night from onite.log: it reads no result record)
+    for args in (["list", "--all"], ["list", "--all", "--json"], ["report"], ["report", "--json"]):
         r = cli(args)
         assert r.code == 0 and "Traceback" not in r.err, (args, r)
         assert "damaged result record(s) left out: jobsdone/dep@result" in r.err, (args, r)

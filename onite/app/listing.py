@@ -29,7 +29,6 @@ from onite.core.jobview import JobView, result_view
 from onite.core.jsontext import dumps
 from onite.core.policy import owner_or_root
 from onite.core.timeparse import parse_stamp
-from onite.drain.verdicts import EXAMINE, waiting_jobs
 
 
 def _when(ns: int) -> datetime:
@@ -57,6 +56,8 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
     """
     if now is None:
         return lambda name, uid, held: (None, None)
+    from onite.drain.verdicts import waiting_jobs  # the driver's rules: not what wait or status need of listing
+
     euid = os.geteuid() if euid is None else euid
     known = {(row["name"], row["uid"]): (row["reason"], row["kind"])
              for row in waiting_jobs(spool, head, now, euid=euid, host=default_host(spool.config))}
@@ -68,6 +69,8 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
 
 def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
     """Queued jobs in run order; with ``now``, each with why it waits (``_why``)."""
+    from onite.drain.verdicts import EXAMINE
+
     users, clock = functools.cache(user_name), _clock()
     rows = queued_stats(spool, drain_usage(spool))
     why = _why(spool, rows[:EXAMINE], now, euid)
@@ -175,6 +178,8 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
     elements = []
     position = 0
     folders = list(queued_folder_stats(spool, drain_usage(spool)))
+    from onite.drain.verdicts import EXAMINE
+
     head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
     why = _why(spool, head, now, None)
     for rank, rows in folders:

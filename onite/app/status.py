@@ -55,7 +55,6 @@ class StatusInfo:
     waiting: list[dict] = field(default_factory=list)
     not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
     last_night: dict = field(default_factory=dict)
-    damaged: list[str] = field(default_factory=list)  # result records that could not be read (left out)
     containment: dict | None = None  # how jobs are contained, as the last driver said: {"host", "kind"}
 
 
@@ -106,13 +105,12 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     if config.schedule:
         schedule_next = next_drain(config.schedule, now)
     drain = plan(spool, now, host=this_host)
-    damaged: list[str] = []
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         next_drain=drain.next.when if drain.next else None, schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=upcoming(spool, now, limit=10),
         waiting=waiting_jobs(spool, head, now, euid=euid, host=this_host),
-        not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now, damaged), damaged=damaged,
+        not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next, warnings=warnings + list(drain.problems), last_driver=last_driver,
         containment=containment_said(spool),
@@ -136,13 +134,11 @@ def containment_said(spool: SpoolDir) -> dict | None:
     return None
 
 
-def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None) -> dict:
-    """How the last drain session (else yesterday's night) went; damaged records' names go to ``damaged``."""
-    data = build(spool, now, details=False)
+def last_night(spool: SpoolDir, now: datetime) -> dict:
+    """How the last drain session (else yesterday's night) went, as onite.log tells it."""
+    data = build(spool, now, details=False, records=False)
     if data.kind != "drain":
-        data = build(spool, now, night="yesterday", details=False)
-    if damaged is not None:
-        damaged.extend(data.damaged)
+        data = build(spool, now, night="yesterday", details=False, records=False)
     failed = list(dict.fromkeys(label(j.name) for j in data.jobs if j.state == "failed"))
     return {"window": data.kind, "night": (data.night or night_of(data.since)).isoformat(),
             "since": data.since.isoformat(), "until": data.until.isoformat(), "counts": data.counts,

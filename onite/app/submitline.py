@@ -52,9 +52,7 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
         if confirm:
             job = build_job(replace(request, name=names[0], body=b"-", unique=False), capture(now), target.config, me())
             said = confirmation(target, names, job, held=request.hold, now=now)
-        out = f"spooled 1 job: {names[0]}" if len(names) == 1 else \
-            f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
-        return out, said
+        return "\n".join(names), said  # a name a line, for scripts; what was spooled is said on stderr
     target, job = submit_stdin(request, spool, now)
     said = confirmation(target, [label(job.name)], job, held=request.hold, now=now) if confirm else None
     return (label(job.name) if request.unique else None), said

@@ -6,12 +6,11 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperCommand
 
-from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
-                               NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
-                               app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
-                               warn_damaged)
+from onite.cli.options import (AfterOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt, NotifyOpt,
+                               OniteCommand, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt,
+                               UrgentOpt, app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of,
+                               terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
@@ -41,7 +40,7 @@ def init(
         print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), config.pam_service))
 
 
-class CommandAfterDashes(TyperCommand):
+class CommandAfterDashes(OniteCommand):
     """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's command
     line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
 
@@ -72,7 +71,8 @@ def submit(
     unique: Annotated[bool, typer.Option("--unique",
                                          help="Append a unique suffix to NAME and print the final name.")] = False,
     lines: Annotated[bool, typer.Option(
-        "--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
+        "--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order; prints their "
+        "names, one a line.")] = False,
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
@@ -99,7 +99,9 @@ def submit(
         try:
             print(out, flush=True)
         except OSError as err:  # stdout on a full disk: the job is spooled, and its name must not go with the line
-            err.add_note(out if lines else f"the job is spooled as {out}")
+            names = out.splitlines()
+            err.add_note(f"the job is spooled as {names[0]}" if len(names) == 1 else
+                         f"the jobs are spooled as {names[0]} to {names[-1]}")
             raise
 
 
@@ -115,7 +117,7 @@ def list_(
     """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
     from onite.app.listing import list_jobs, list_json
 
-    target, when, damaged = open_spool(spool), SYSTEM.now(), []
+    target, when, damaged = open_spool(spool, reading=True), SYSTEM.now(), []
     if as_json:
         text = list_json(target, include_all=all_, now=when, damaged=damaged)
         warn_damaged(damaged)
@@ -137,7 +139,7 @@ def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt =
     """Exit 0 if a job NAME is queued or running, 1 if not."""
     from onite.app.find import find as find_job
 
-    if not find_job(open_spool(spool), name):
+    if not find_job(open_spool(spool, reading=True), name):
         raise typer.Exit(1)
 
 
@@ -147,7 +149,7 @@ def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolO
     from onite.app.submit import uniqname as unused_name
     from onite.exec import identity
 
-    print(unused_name(open_spool(spool), base, identity.current().name))
+    print(unused_name(open_spool(spool, reading=True), base, identity.current().name))
 
 
 @app.command()

@@ -96,15 +96,36 @@ class Config:
 DEFAULTS = Config()  # each default is stated once, as its field's
 
 
-def parse_config(text: str, source: str = "onite.toml") -> Config:
-    """Parse and validate the text of an onite.toml.
-    Raises ConfigError: bad TOML, an unknown key, or a bad value."""
+def parse_config(text: str, source: str = "onite.toml", skipped: list[ConfigError] | None = None) -> Config:
+    """Parse and validate the text of an onite.toml. Given ``skipped``, a key that is wrong takes its default
+    instead (a table with a fault in it: all of it), and what was wrong goes to ``skipped`` (all defaults where
+    the file is no TOML): what a command that only reads the spool goes on with.
+    Raises ConfigError: bad TOML, an unknown key, or a bad value (without ``skipped``)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names") from None
+        return _refused(ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names"), skipped)
     except RecursionError:  # tomllib recurses into nested arrays and tables: "a = [[[[…"
-        raise ConfigError(f"{source} nests arrays or tables too deeply", "flatten it") from None
+        return _refused(ConfigError(f"{source} nests arrays or tables too deeply", "flatten it"), skipped)
+    while True:
+        try:
+            return _config_of(data, source)
+        except ConfigError as err:
+            if skipped is None or err.key not in data:
+                return _refused(err, skipped)
+            skipped.append(err)
+            data = {key: value for key, value in data.items() if key != err.key}
+
+
+def _refused(err: ConfigError, skipped: list[ConfigError] | None) -> Config:
+    """Raise ``err``; given ``skipped``, note it there and return the defaults instead."""
+    if skipped is None:
+        raise err
+    skipped.append(err)
+    return DEFAULTS
+
+
+def _config_of(data: dict, source: str) -> Config:
     reader = _Reader(data, source, DEFAULTS)
     priorities = reader.integer("priorities", low=1, high=MAX_PRIORITIES)
     config = Config(
@@ -154,16 +175,18 @@ class _Reader:
     """Typed access to the parsed TOML: a key left out takes its value from ``defaults`` (a Config,
     SlurmConfig or HostConfig), and a bad value is a ConfigError."""
 
-    def __init__(self, data: dict[str, object], source: str, defaults: object) -> None:
+    def __init__(self, data: dict[str, object], source: str, defaults: object, within: str | None = None) -> None:
         self.data = data
         self.source = source
         self.defaults = defaults
+        self.within = within  # the top-level key of the table read, if it is one: where its faults are
 
     def _default(self, key: str):
         return getattr(self.defaults, key)
 
     def _bad(self, key: str, value: object, want: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}")
+        return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}",
+                           self.within or key.split(".")[0])
 
     def integer(self, key: str, *, low: int, high: int) -> int:
         value = self.data.get(key, self._default(key))
@@ -249,7 +272,7 @@ class _Reader:
         for name, entry in table.items():
             if not isinstance(entry, dict) or set(entry) - {"slots", "mem", "cpus"}:
                 raise self._bad(f"hosts.{name}", entry, 'a table holding slots = N, mem = "64G", cpus = N')
-            sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig())
+            sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig(), key)
             host = HostConfig(slots=sub.integer("slots", low=1, high=MAX_SLOTS) if "slots" in entry else None,
                               mem=sub.mem("mem"), cpus=sub.cpus("cpus"))
             if host != HostConfig():  # an empty [hosts.NAME] overrides nothing
@@ -274,8 +297,9 @@ class _Reader:
         unknown = set(table) - _SLURM_KEYS
         if unknown:
             raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
-                              "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step")
-        sub = _Reader(table, self.source, SlurmConfig())
+                              "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step",
+                              key)
+        sub = _Reader(table, self.source, SlurmConfig(), key)
         for optional in ("partition", "account"):
             if optional in table and not isinstance(table[optional], str):
                 raise self._bad(f"slurm.{optional}", table[optional], "a string")
@@ -303,7 +327,7 @@ class _Reader:
             raise self._bad("notify_command", command, 'an absolute path first, e.g. "/usr/local/bin/onite-hook"')
         if how == "command" and not argv:
             raise ConfigError(f'{self.source}: notify = "command" needs notify_command',
-                              'set notify_command = "/path/to/hook", or use notify = "mail"')
+                              'set notify_command = "/path/to/hook", or use notify = "mail"', "notify")
         sendmail = self.data.get("sendmail", "")
         if sendmail != "":
             sendmail = self.path("sendmail", "/usr/sbin/sendmail")
@@ -318,4 +342,4 @@ class _Reader:
 
             close = difflib.get_close_matches(unknown[0], sorted(_TOP_KEYS), n=1)
             hint = f"did you mean {close[0]!r}?" if close else "see docs/configuration.md for the keys"
-            raise ConfigError(f"{self.source}: unknown key {unknown[0]!r}", hint)
+            raise ConfigError(f"{self.source}: unknown key {unknown[0]!r}", hint, unknown[0])
