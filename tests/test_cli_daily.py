@@ -82,8 +82,8 @@ def test_a_bad_key_in_onite_toml_stops_the_driver_not_a_user_reading_the_queue(s
     os.chmod(spool.parent, 0o755)
     with open(spool / "onite.toml", "a") as config:
         config.write("slot = 2\n")  # the admin's typo for slots
-    for args in (["list"], ["status"], ["find", "waiting"], ["output", "done-before"], ["wait", "done-before"],
-                 ["report"], ["list", "--json"]):
+    for args in (["list"], ["status"], ["find", "root:waiting"], ["output", "done-before"],
+                 ["wait", "root:done-before"], ["report"], ["list", "--json"]):
         for user in ("root", "nobody") if args[0] != "output" else ("root",):  # root's output is root's to read
             if user == "root":
                 done = onite(spool, *args)
