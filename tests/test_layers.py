@@ -88,7 +88,8 @@ def test_internals_names_every_module_once():
 
 
 def test_the_module_list_check_finds_a_planted_drift():
-    doc = "# x\n\n## Modules\n\n- `a.py` — a\n- `core/b.py` — b\n- `core/b.py` — b again\n- `gone.py` — c\n\n## Next\n`d.py`\n"
+    doc = ("# x\n\n## Modules\n\n- `a.py` — a\n- `core/b.py` — b\n- `core/b.py` — b again\n- `gone.py` — c\n"
+           "\n## Next\n`d.py`\n")
     assert module_list_problems(doc, {"a.py", "core/b.py", "new.py", "d.py"}) == {
         "not named": ["d.py", "new.py"], "no such module": ["gone.py"], "named twice": ["core/b.py"]}
 
