@@ -8,6 +8,9 @@ benchmarks/run.py``): onite's commands are run as that installation's
 
 Workloads (docs/performance.md says what each figure means):
 
+  real        (r) the goal's workload: 10 ms jobs (``sleep 0.01``) spooled by another user and
+              drained by root, 1 and 2 slots, beside xargs -P1/-P2 and task-spooler on the same
+              jobs, taking turns (as root)
   drain       (a) N trivial jobs (``true``) drained by one ``onite run``, 1 slot,
               against a bare subprocess loop of the same N; end to end with
               ``onite submit --lines``; (b) the same with 2 slots; the 1-slot rate
