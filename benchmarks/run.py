@@ -6,8 +6,11 @@ Run it with the interpreter onite is installed in (``.venv/bin/python
 benchmarks/run.py``): onite's commands are run as that installation's
 ``onite`` script, and ``python -c pass`` is timed with the same interpreter.
 
-Workloads (docs/performance.md says what each figure means):
+Workloads (benchmarks/README.md says what each measures; docs/performance.md has the latest figures):
 
+  real        (r) the goal's workload: 10 ms jobs (``sleep 0.01``) spooled by another user and
+              drained by root, 1 and 2 slots, beside xargs -P1/-P2 and task-spooler on the same
+              jobs, taking turns (as root)
   drain       (a) N trivial jobs (``true``) drained by one ``onite run``, 1 slot,
               against a bare subprocess loop of the same N; end to end with
               ``onite submit --lines``; (b) the same with 2 slots; the 1-slot rate

@@ -2,8 +2,10 @@
 every package's __init__ is empty."""
 
 import ast
+import collections
 import contextlib
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,32 @@ def test_the_folder_listing_is_the_layer_map():
     assert top == ["__init__.py", "__main__.py", "api.py"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
         [*LAYERS, "skel"])
+
+
+def module_list_problems(doc: str, tree: set[str]) -> dict[str, list[str]]:
+    """What the "Modules" section of ``doc`` gets wrong about ``tree`` (module paths under onite/): the
+    modules it does not name, the names of modules that do not exist, and the modules named twice."""
+    if "\n## Modules\n" not in doc:
+        return {"no '## Modules' section": [""]}
+    section = doc.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
+    named = collections.Counter(re.findall(r"`([\w/]+\.py)`", section))
+    return {"not named": sorted(tree - set(named)), "no such module": sorted(set(named) - tree),
+            "named twice": sorted(name for name, count in named.items() if count > 1)}
+
+
+def test_internals_names_every_module_once():
+    """docs/internals.md names every .py under onite/ once, and no module that does not exist: the map a
+    newcomer reads cannot drift from the tree."""
+    tree = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")}
+    problems = module_list_problems((REPO / "docs" / "internals.md").read_text(), tree)
+    assert {what: names for what, names in problems.items() if names} == {}
+
+
+def test_the_module_list_check_finds_a_planted_drift():
+    doc = ("# x\n\n## Modules\n\n- `a.py` — a\n- `core/b.py` — b\n- `core/b.py` — b again\n- `gone.py` — c\n"
+           "\n## Next\n`d.py`\n")
+    assert module_list_problems(doc, {"a.py", "core/b.py", "new.py", "d.py"}) == {
+        "not named": ["d.py", "new.py"], "no such module": ["gone.py"], "named twice": ["core/b.py"]}
 
 
 def module_name(path: Path) -> str:
