@@ -10,8 +10,7 @@ it (its containment cgroup and its v1 groups, made, joined, left and removed,
 what it used read back), ``bare``: in none. No driver, no monitor of its own,
 no record, no output file, no result: what a drain adds to a job is everything
 else. Prints the seconds the N jobs took (run.py turns it into a rate); no
-drain of onite's on one slot can go faster than this (docs/performance.md,
-"The ceiling").
+drain of onite's on one slot can go faster than this.
 
 Exit status 3 (and why on stderr) where ``contained`` has nothing to contain
 with: not root, or no cgroups.

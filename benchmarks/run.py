@@ -6,8 +6,11 @@ Run it with the interpreter onite is installed in (``.venv/bin/python
 benchmarks/run.py``): onite's commands are run as that installation's
 ``onite`` script, and ``python -c pass`` is timed with the same interpreter.
 
-Workloads (docs/performance.md says what each figure means):
+Workloads (benchmarks/README.md says what each measures; docs/performance.md has the latest figures):
 
+  real        (r) the goal's workload: 10 ms jobs (``sleep 0.01``) spooled by another user and
+              drained by root, 1 and 2 slots, beside xargs -P1/-P2 and task-spooler on the same
+              jobs, taking turns (as root)
   drain       (a) N trivial jobs (``true``) drained by one ``onite run``, 1 slot,
               against a bare subprocess loop of the same N; end to end with
               ``onite submit --lines``; (b) the same with 2 slots; the 1-slot rate
@@ -16,7 +19,8 @@ Workloads (docs/performance.md says what each figure means):
               task-spooler's), the cores each drain keeps busy, and so the most 2
               slots can gain on these cores; each against xargs running the same
               jobs one and two at a time; and (as root) another user's jobs
-  cli         (c) one ``onite submit`` and one ``onite find``, median wall time
+  cli         (c) submit, find, list, status, cancel, output, wait and --help on a spool of
+              1k queued and 1k kept results of several users, in turns with ``python -c pass``
   bulk        (d) ``onite submit NAME --lines``: jobs per second through one process
   list        (e) ``onite list --json`` with 1k, 10k and 100k queued
   scale       (f) cost per job while draining the front of a queue of 1k and of
@@ -150,6 +154,12 @@ class OniteSpool:
         self.run("run", "-q", *args)
         elapsed, busy_after = time.perf_counter() - started, h.busy_cpu_seconds()
         return elapsed, None if busy is None or busy_after is None else busy_after - busy
+
+    def configure(self, **values: str) -> None:
+        """Set these keys of its onite.toml (the skeleton's lines for them replaced)."""
+        path = Path(self.root) / "onite.toml"
+        lines = [line for line in path.read_text().splitlines() if line.split("=")[0].strip() not in values]
+        path.write_text("\n".join(lines + [f'{key} = "{value}"' for key, value in values.items()]) + "\n")
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -309,6 +319,7 @@ OTHER_USER = "nobody"
 
 SLEEP_JOB = "sleep 0.01"
 REAL_1, REAL_2 = "onite: 10 ms jobs of another user, 1 slot", "onite: 10 ms jobs of another user, 2 slots"
+REAL_PAM = "onite: the same, 1 slot, each job in a PAM session of its owner's"
 XARGS_SLEEP_1, XARGS_SLEEP_2 = "xargs -P1: the same 10 ms jobs", "xargs -P2: the same 10 ms jobs"
 TSP_SLEEP_1, TSP_SLEEP_2 = "tsp -S 1: the same 10 ms jobs", "tsp -S 2: the same 10 ms jobs"
 
@@ -352,18 +363,25 @@ def bench_real(plan: Plan) -> list[h.Result]:
         raise peers.Skip(f"no user {OTHER_USER} to spool the jobs") from None
     n = max(40, plan.n // 4)
     has_tsp = shutil.which("tsp") is not None
-    runs: dict[str, list[float]] = {k: [] for k in (REAL_1, REAL_2, XARGS_SLEEP_1, XARGS_SLEEP_2, TSP_SLEEP_1,
-                                                     TSP_SLEEP_2)}
-    spool = OniteSpool()
-    os.chmod(spool.dir, 0o755)  # the jobs' directory: theirs to enter
+    runs: dict[str, list[float]] = {k: [] for k in (REAL_1, REAL_2, REAL_PAM, XARGS_SLEEP_1, XARGS_SLEEP_2,
+                                                     TSP_SLEEP_1, TSP_SLEEP_2)}
+    spool, pam_spool = OniteSpool(), OniteSpool()
+    spool.configure(pam="off")
+    service = pam_service()  # onite's PAM service, under a name of this run's
+    if service:
+        pam_spool.configure(pam="required", pam_service=service)
+    for made in (spool, pam_spool):
+        os.chmod(made.dir, 0o755)  # the jobs' directory: theirs to enter
     try:
         for _ in range(plan.repeats):
-            for slots, name in ((1, REAL_1), (2, REAL_2)):
-                spool.submit_lines([SLEEP_JOB] * n)
-                for folder, _, files in os.walk(os.path.join(spool.root, "jobs")):
+            for slots, name, where in ((1, REAL_1, spool), (2, REAL_2, spool), (1, REAL_PAM, pam_spool)):
+                if where is pam_spool and not service:
+                    continue
+                where.submit_lines([SLEEP_JOB] * n)
+                for folder, _, files in os.walk(os.path.join(where.root, "jobs")):
                     for file in files:
                         os.chown(os.path.join(folder, file), other.pw_uid, other.pw_gid)
-                runs[name].append(spool.drain("--slots", str(slots)))
+                runs[name].append(where.drain("--slots", str(slots)))
             for at_once, name in ((1, XARGS_SLEEP_1), (2, XARGS_SLEEP_2)):
                 started = time.perf_counter()
                 xargs_sleep(n, at_once)
@@ -373,6 +391,9 @@ def bench_real(plan: Plan) -> list[h.Result]:
                 runs[TSP_SLEEP_2].append(tsp_sleep(n, 2))
     finally:
         spool.close()
+        pam_spool.close()
+        if service:
+            os.unlink(f"/etc/pam.d/{service}")
     rate = {name: h.Stats.of(samples).rate(n) for name, samples in runs.items() if samples}
     note = f"N={n} `{SLEEP_JOB}` of {OTHER_USER}"
     results = [
@@ -393,7 +414,27 @@ def bench_real(plan: Plan) -> list[h.Result]:
         h.Result.from_stats(REAL_2 + ", against xargs", rate[REAL_2], "jobs/s", XARGS_SLEEP_2,
                             note=note + ", `onite run --slots 2`"),
     ]
+    if REAL_PAM in rate:
+        results.append(h.Result.from_stats(REAL_PAM, rate[REAL_PAM], "jobs/s", REAL_1 + ", against xargs",
+                                           note=note + f", pam = \"required\" (onite init's service file): "
+                                           "the ratio is what a session costs a job"))
     return results
+
+
+def pam_service() -> str | None:
+    """onite's PAM service file installed as /etc/pam.d/onite-bench-PID (the caller removes it); None
+    where this machine has no PAM or pamela cannot load libpam."""
+    from onite.exec.pam import discover
+    from onite.spool.skeleton import install_pam_service
+
+    name = f"onite-bench-{os.getpid()}"
+    if not os.path.isdir("/etc/pam.d") or not install_pam_service(Path("/etc/pam.d"), name).startswith(
+            "PAM: installed"):
+        return None
+    if discover("required", name, True).service is None:
+        os.unlink(f"/etc/pam.d/{name}")
+        return None
+    return name
 
 
 def other_users_drains(spool: OniteSpool, n: int, repeats: int) -> list[h.Result]:
@@ -460,23 +501,98 @@ def cpu_results(n: int, runs: Mapping[str, Sequence[float]], busy: Mapping[str, 
 # (c) single commands
 
 
-def bench_cli(plan: Plan) -> list[h.Result]:
+CLI_BASE = "python -c pass, beside onite's commands"
+CLI_TYPER = "python -c 'import typer': the floor of a typer command line"
+CLI_USERS = ("nobody", "daemon", "bin")  # besides root, as root: a regular install's spool holds several users' jobs
+
+
+def give_round_robin(spool: OniteSpool, folder: str, users: Sequence) -> None:
+    """The files of SPOOL/``folder`` (a job's owner is its file's), given in turn to root and ``users``."""
+    turn = 0
+    for path, _, files in os.walk(os.path.join(spool.root, folder)):
+        for file in sorted(files):
+            owner = users[turn % (len(users) + 1) - 1] if turn % (len(users) + 1) else None
+            turn += 1
+            if owner is not None:
+                os.chown(os.path.join(path, file), owner.pw_uid, owner.pw_gid)
+
+
+def cli_spool(queued: int, kept: int) -> tuple[OniteSpool, list[str]]:
+    """A spool of ``kept`` results of one drain and ``queued`` jobs, of root and CLI_USERS in turn (as root);
+    the users whose jobs they are."""
+    import pwd
+
     spool = OniteSpool()
+    users = []
+    if os.geteuid() == 0:
+        os.chmod(spool.dir, 0o755)  # the jobs' directory: theirs to enter
+        users = [pwd.getpwnam(name) for name in CLI_USERS if name in {p.pw_name for p in pwd.getpwall()}]
+    set_keys(spool, keep=str(kept))
+    spool.submit_lines(["true"] * kept)  # b1-00001 …: root's own is each (len(users) + 1)th
+    give_round_robin(spool, "jobs", users)
+    spool.drain()
+    spool.submit_lines(["true"] * queued)  # b2-00001 …
+    give_round_robin(spool, "jobs", users)
+    return spool, ["root" if os.geteuid() == 0 else "you", *(user.pw_name for user in users)]
+
+
+def bench_cli(plan: Plan) -> list[h.Result]:
+    """The commands people type all day, on a spool of 1,000 queued jobs and 1,000 kept results of several users,
+    each timed beside ``python -c pass`` in the same rounds (one of each in turn, so that the machine's load falls
+    on all alike): the ratio is how many interpreter start-ups a command costs."""
+    size = plan.sizes[0]
+    spool, users = cli_spool(size, size)
+    own = lambda i, batch: f"b{batch}-{1 + len(users) * i:05d}"  # noqa: E731 - this user's own jobs
+    rounds = plan.latency_repeats
+    commands = {
+        CLI_BASE: lambda i: [sys.executable, "-c", "pass"],
+        CLI_TYPER: lambda i: [sys.executable, "-c", "import typer"],
+        "submit": lambda i: [*ONITE, "submit", f"one-{i}"],
+        "find": lambda i: [*ONITE, "find", "b2-00500"],
+        "list": lambda i: [*ONITE, "list"],
+        "status": lambda i: [*ONITE, "status"],
+        "cancel": lambda i: [*ONITE, "cancel", own(i, 2)],
+        "output": lambda i: [*ONITE, "output", own(i, 1)],
+        "wait": lambda i: [*ONITE, "wait", own(i, 1)],
+        "--help": lambda i: [*ONITE, "--help"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}  # user and system time of the command's process
     try:
-        count = iter(range(1_000_000))
-        submit = h.measure(lambda _: spool.run("submit", f"one-{next(count)}", stdin_path=spool.job),
-                           plan.latency_repeats, warmup=2)
-        find = h.measure(lambda _: spool.run("find", "one-0"), plan.latency_repeats, warmup=2)
-        help_ = h.measure(lambda _: spool.run("--help"), max(3, plan.latency_repeats // 4), warmup=1)
+        for i in range(-2, rounds):  # two rounds of warm-up
+            for name, argv in commands.items():
+                with open(spool.job, "rb") as stdin:
+                    before, started = children_cpu(), time.perf_counter()
+                    subprocess.run(argv(i + 2), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=spool.env, cwd=spool.dir, check=True)
+                    if i >= 0:
+                        times[name].append(time.perf_counter() - started)
+                        cpu[name].append(children_cpu() - before)
     finally:
         spool.close()
-    return [
-        h.Result.from_stats("onite submit: one job", submit.scaled(1000), "ms", BASE_CLI,
-                            note=f"`{' '.join(ONITE)} submit NAME < job.sh`, median of {plan.latency_repeats}"),
-        h.Result.from_stats("onite find", find.scaled(1000), "ms", BASE_CLI, note="a queued job: exit 0"),
-        h.Result.from_stats("onite --help", help_.scaled(1000), "ms", BASE_CLI,
-                            note="typer's full command line (what the fast path avoids)"),
-    ]
+    note = f"{size:,} queued and {size:,} kept results of {', '.join(users)}; median of {rounds} rounds"
+    results = [h.Result.from_stats(CLI_BASE, h.Stats.of(times[CLI_BASE]).scaled(1000), "ms", BASE_CLI,
+                                   note="timed in turns with each command below; ratio to the peers' baseline")]
+    results.append(h.Result.from_stats(CLI_TYPER, h.Stats.of(times[CLI_TYPER]).scaled(1000), "ms", CLI_BASE,
+                                       note="typer imported, nothing else: what no command of onite's can pass"))
+    results += [h.Result.from_stats(f"onite {name}, 1k queued, 1k kept", h.Stats.of(times[name]).scaled(1000), "ms",
+                                    CLI_BASE, note=note if name == "submit" else "")
+                for name in commands if name not in (CLI_BASE, CLI_TYPER)]
+    # CPU time: what the machine's other load changes least (a busy machine stretches the wall time of all)
+    results += [h.Result.from_stats(f"{name}, CPU" if name in (CLI_BASE, CLI_TYPER) else f"onite {name}, CPU",
+                                    h.Stats.of(cpu[name]).scaled(1000), "ms CPU",
+                                    None if name == CLI_BASE else f"{CLI_BASE}, CPU",
+                                    note="user and system time of the process, the same rounds" if name == CLI_BASE
+                                    else "") for name in commands]
+    return results
+
+
+def children_cpu() -> float:
+    """User and system seconds of every child this process has waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # --------------------------------------------------------------------------

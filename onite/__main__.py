@@ -94,11 +94,12 @@ def _dispatch(args: list[str]) -> int:
                            "UTC, which onite cannot use", "set TZ to a zone such as UTC or Europe/Paris")
     import typer
 
-    from onite.cli.commands import app
+    from onite.cli.commands import command_for
     from onite.cli.options import ACTIONS, COMPLETE_VAR, complete_shell
 
-    command = typer.main.get_command(app)
-    if os.environ.get(COMPLETE_VAR):  # a shell asks for completions: typer answers, once its shells are known
+    completing = bool(os.environ.get(COMPLETE_VAR))
+    command = command_for(args, everything=completing)
+    if completing:  # a shell asks for completions: typer answers, once its shells are known
         from typer.completion import completion_init
 
         completion_init()

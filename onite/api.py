@@ -43,7 +43,7 @@ class Spool:
                     cwd: str | bytes | None = None, **options) -> list[str]:
         """Spool ``(name, text)`` pairs as one batch with the same options (``after`` may name a job earlier in
         it): all checked before any is written, then written in order (their order within a priority), each all or
-        nothing, with one flush to disk for many (docs/performance.md); return the names.
+        nothing, with one flush to disk for many; return the names.
 
         Raises:
             InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail; if writing stops part

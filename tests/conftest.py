@@ -42,6 +42,10 @@ os.chmod(_ETC, 0o755)
 NO_SYSTEM_CONFIG = _ETC / "onite.toml"
 NO_SYSTEM_CONFIG.write_text(f'spool = "{_ETC}/no-system-spool"\n')
 os.environ["ONITE_SYSTEM_CONFIG"] = str(NO_SYSTEM_CONFIG)
+# nor on its PAM services: `onite init` of a test's system spool installs onite's in this folder
+TEST_PAM_DIR = _ETC / "pam.d"
+TEST_PAM_DIR.mkdir()
+os.environ["ONITE_PAM_DIR"] = str(TEST_PAM_DIR)
 
 
 def _preload() -> None:
@@ -93,7 +97,7 @@ def job_cgroup_folders() -> list[str]:
 
     found = contain.discover(True)
     base = found.base if found.kind == contain.CGROUP2 else None
-    return ([base] if base else []) + list(limits.discover(base).v1.values())
+    return ([base] if base else []) + list(limits.discover(base, max_pids=1).v1.values())
 
 
 SESSION_STARTED = time.time() - 1  # imported by pytest's own process before any test (or xdist worker) starts
@@ -113,10 +117,13 @@ def pytest_sessionfinish(session):
 
     for folder in job_cgroup_folders():
         def made_in_session(name: str, folder: str = folder) -> bool:
-            return os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
+            try:
+                return os.lstat(f"{folder}/{name}").st_ctime >= SESSION_STARTED
+            except FileNotFoundError:  # another session's monitor removed its slot meanwhile
+                return False
 
         contain.sweep_stale([folder], older_than=0, only=made_in_session)
-    limits.discover(None).remove_folders()
+    limits.discover(None, max_pids=1).remove_folders()
     contain.remove_base(contain.discover(True))
 
 
@@ -528,7 +535,17 @@ def drain(spool: Path, *args: str, timeout: float = 120) -> subprocess.Completed
 
 
 def result(spool: Path, name: str) -> dict:
-    return json.loads((spool / "jobsdone" / f"{name}@result").read_text())
+    """The result record of job ``name``: a key, or a NAME that one user's kept job has."""
+    return json.loads((spool / "jobsdone" / f"{key_of(spool, name, 'jobsdone', '@result')}@result").read_text())
+
+
+def key_of(spool: Path, name: str, folder: str = "jobsdone", side: str = "") -> str:
+    """The key USER:NAME of the one job ``name`` has in ``folder`` (``side``: of its side file), else root's."""
+    if ":" in name:
+        return name
+    found = sorted(p.name[:len(p.name) - len(side)] for p in (spool / folder).glob(f"*:{name}{side}"))
+    found = [key for key in found if key.partition(":")[2] == name]
+    return found[0] if len(found) == 1 else f"root:{name}"
 
 
 def log_lines(spool: Path) -> list[str]:

@@ -320,7 +320,7 @@ def test_recur_add_stores_the_request_and_its_instances_carry_it(spool):
 
     r = run_cli(["recur", "add", "nightly", "--every", "1h", "--mem", "1536M", "--cpus", "1"], stdin=b"true\n")
     assert r.code == 0, r
-    template = decode((spool / "recur" / "nightly").read_bytes())
+    template = decode((spool / "recur" / "root:nightly").read_bytes())
     assert (template.mem, template.cpus) == (1536, 1)
     instance = instance_job(template, "nightly", NOW, NOW, priorities=7)
     assert (instance.mem, instance.cpus) == (1536, 1)

@@ -139,7 +139,7 @@ def test_the_driver_refuses_a_spool_a_user_could_have_changed(world_tmp, change,
 
 
 def test_two_hard_links_that_keep_changing_mode_do_not_stall_the_night(spool, workdir):
-    first, second = spool / "jobs" / "P1" / "link-one", spool / "jobs" / "P1" / "link-two"
+    first, second = spool / "jobs" / "P1" / "root:link-one", spool / "jobs" / "P1" / "root:link-two"
     plant(first, job_file("link-one", "/tmp"))
 
     def churn():
@@ -234,7 +234,7 @@ def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
     from onite.spool.cancels import NotAJob, file_withdrawn
     from onite.spool.paths import SpoolDir
 
-    entry = spool / "cancel" / "vjob@x"
+    entry = spool / "cancel" / "root:vjob@x"
 
     def make():
         if kind == "symlink":
@@ -246,11 +246,11 @@ def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
             os.mkfifo(entry)
         else:
             entry.write_bytes(job_file("vjob", "/tmp"))
-            os.link(entry, spool / "cancel" / "vjob@y")
+            os.link(entry, spool / "cancel" / "root:vjob@y")
     assert as_user(make) == ("ok", None)
     with pytest.raises(NotAJob):
         file_withdrawn(SpoolDir(spool), entry, by="nobody", now=datetime.now().astimezone())
-    assert not os.path.lexists(spool / "jobsdone" / "vjob") and not (spool / "jobsdone" / "vjob@result").exists()
+    assert not os.path.lexists(spool / "jobsdone" / "root:vjob") and not (spool / "jobsdone" / "root:vjob@result").exists()
     assert not os.path.lexists(entry)
     assert drain(spool).returncode == 0  # and the driver, finding the rest, goes on
 
@@ -260,7 +260,7 @@ def test_a_forged_cancel_never_replaces_another_users_result(spool, workdir):
     assert drain(spool).returncode == 0
     before = result(spool, "vjob")
     submit("dependent", f"touch {workdir}/dependent-ran\n", "--after", "vjob")
-    plant(spool / "cancel" / "vjob@forged", job_file("vjob", "/tmp"))
+    plant(spool / "cancel" / "root:vjob@forged", job_file("vjob", "/tmp"))
     assert drain(spool).returncode == 0
     assert result(spool, "vjob") == before  # root's done job is still done
     assert result(spool, "dependent")["state"] == "done" and (workdir / "dependent-ran").exists()
@@ -277,17 +277,17 @@ def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spoo
     """``daemon`` holds and cancels its own job while ``nobody`` has planted one of the same name at P1
     (held by a marker of nobody's, or not: neither is daemon's hold)."""
     submit("mine", "true\n", "--hold", user="daemon")
-    plant(spool / "jobs" / "P1" / "mine", job_file("mine", "/tmp"))
+    plant(spool / "jobs" / "P1" / "root:mine", job_file("mine", "/tmp"))
     if held:
-        plant(spool / "hold" / "mine@nobody", b"")
+        plant(spool / "hold" / "root:mine@nobody", b"")
     r = run_cli(["release", "mine"], user="daemon", cwd="/tmp")
     assert r.code == 0, r
     [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "mine" and j["user"] == "daemon"]
     assert listed["waiting"] != "held", listed  # nobody's namesake's reason is not daemon's job's
     r = run_cli(["cancel", "mine"], user="daemon", cwd="/tmp")
     assert r.code == 0 and "cancelled" in r.out, r
-    assert (spool / "jobs" / "P1" / "mine").exists()  # nobody's own file: not daemon's to touch
-    assert not (spool / "jobs" / "P4" / "mine").exists()
+    assert (spool / "jobs" / "P1" / "root:mine").exists()  # nobody's own file: not daemon's to touch
+    assert not (spool / "jobs" / "P4" / "root:mine").exists()
 
 
 def test_roots_hold_and_release_reach_the_users_job_not_a_namesake_planted_beside_it(spool):
@@ -296,14 +296,14 @@ def test_roots_hold_and_release_reach_the_users_job_not_a_namesake_planted_besid
     of daemon's held ``Z`` failed, saying root's own hold still held it. Root's hold and release
     act on the file that got the name first, as the driver rules."""
     submit("X", "echo daemon-ran\n", "-p", "4", user="daemon")
-    plant(spool / "jobs" / "P1" / "X", job_file("X", "/tmp"))
+    plant(spool / "jobs" / "P1" / "root:X", job_file("X", "/tmp"))
     r = run_cli(["hold", "X"])
     assert r.code == 0, r
     assert [p.stat().st_uid for p in (spool / "hold").iterdir()] == [pwd.getpwnam("daemon").pw_uid]
     assert drain(spool).returncode == 0
     assert not any(" start X user=daemon" in line for line in log_lines(spool))
     submit("Z", "true\n", "-p", "4", "--hold", user="daemon")
-    plant(spool / "jobs" / "P1" / "Z", job_file("Z", "/tmp"))
+    plant(spool / "jobs" / "P1" / "root:Z", job_file("Z", "/tmp"))
     r = run_cli(["release", "Z"])
     assert r.code == 0, r
     [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "Z" and j["user"] == "daemon"]
@@ -323,12 +323,12 @@ def test_a_namesake_planted_beside_a_users_job_holds_up_neither_their_wait_nor_t
     submit("build", "true\n", user="daemon")
     waiter = w.start(SpoolDir(spool), ["build"], daemon)["build"]  # daemon's wait, begun while it is queued
     assert drain(spool).returncode == 0
-    plant(spool / "jobs" / "P1" / "build", job_file("build", "/tmp"))
-    plant(spool / "hold" / "build@nobody", b"")  # and held
+    plant(spool / "jobs" / "P1" / "root:build", job_file("build", "/tmp"))
+    plant(spool / "hold" / "root:build@nobody", b"")  # and held
     seen = w.look(SpoolDir(spool), "build", with_result=True, owner=waiter.owner, caller=daemon)
     assert w.judge(waiter, seen)[1].state == "done"
-    plant(spool / "cancel" / "build@x", job_file("build", "/tmp"))  # nobody "withdraws" its own
-    (spool / "jobs" / "P1" / "build").unlink()
+    plant(spool / "cancel" / "root:build@x", job_file("build", "/tmp"))  # nobody "withdraws" its own
+    (spool / "jobs" / "P1" / "root:build").unlink()
     seen = w.look(SpoolDir(spool), "build", with_result=True, owner=waiter.owner, caller=daemon)
     assert w.judge(waiter, seen)[1].state == "done"
     r = run_cli(["wait", "build", "--timeout", "20s"], user="daemon", cwd="/tmp")
@@ -337,7 +337,7 @@ def test_a_namesake_planted_beside_a_users_job_holds_up_neither_their_wait_nor_t
     import threading
 
     submit("X", "echo daemon-output\n", user="daemon")
-    plant(spool / "jobs" / "P1" / "X", job_file("X", "/tmp"))
+    plant(spool / "jobs" / "P1" / "root:X", job_file("X", "/tmp"))
     followed = []
     follower = threading.Thread(target=lambda: followed.append(
         run_cli(["output", "X", "-f"], user="daemon", cwd="/tmp", timeout=90)))
@@ -534,7 +534,7 @@ def test_a_namesake_planted_while_a_job_runs_takes_neither_its_retry_nor_its_res
            "--retries", "1", user="daemon")
     driver = start_driver(spool)
     wait_for((workdir / "tried").exists, what="the first attempt")
-    plant(spool / "jobs" / "P4" / "victim", job_file("victim", "/tmp", b"id > /tmp/nobody-ran\n"))
+    plant(spool / "jobs" / "P4" / "root:victim", job_file("victim", "/tmp", b"id > /tmp/nobody-ran\n"))
     gate.touch()
     assert driver.wait(timeout=120) == 0
     res = result(spool, "victim")
@@ -550,7 +550,7 @@ def test_a_namesake_planted_while_a_job_runs_cannot_let_what_waits_for_it_run(sp
     submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", user="daemon")
     driver = start_driver(spool)
     wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
-    plant(spool / "jobs" / "P7" / "build", job_file("build", "/tmp"))
+    plant(spool / "jobs" / "P7" / "root:build", job_file("build", "/tmp"))
     gate.touch()
     assert driver.wait(timeout=120) == 0
     assert result(spool, "build")["user"] == "daemon" and result(spool, "build")["state"] == "failed"
@@ -569,7 +569,7 @@ def test_another_users_job_of_a_failed_dependencys_name_cannot_let_what_waits_fo
     submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", "-p", "7", user="daemon")
     r = run_cli(["submit", "build", "-p", "1"], stdin=b"true\n", user="nobody", cwd="/tmp")
     assert r.code == 3 and "job 'build' is daemon's: it has finished and its result is kept" in r.err, r
-    plant_job(spool / "jobs" / "P1" / "build", job_file("build", "/tmp", b"true\n"))
+    plant_job(spool / "jobs" / "P1" / "root:build", job_file("build", "/tmp", b"true\n"))
     assert drain(spool).returncode == 0
     assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "failed")
     assert any(" refused build " in line and "daemon's finished job" in line for line in log_lines(spool)), \
@@ -593,11 +593,11 @@ def test_a_finished_jobs_result_and_output_stay_its_owners_until_retention_remov
     assert run_cli(["submit", "build"], stdin=b"true\n", cwd="/tmp").code == 3  # root's too: it would replace it
     assert drain(spool).returncode == 0
     assert result(spool, "build")["user"] == "daemon"
-    assert b"daemon-output" in (spool / "stdout" / "build").read_bytes()
+    assert b"daemon-output" in (spool / "stdout" / "root:build").read_bytes()
     submit("build", "echo again\n", user="daemon")  # its owner's next run replaces its own
     set_config(spool, keep=1)
     submit("other", "true\n", user="daemon")
-    assert drain(spool).returncode == 0 and not (spool / "jobsdone" / "build@result").exists()
+    assert drain(spool).returncode == 0 and not (spool / "jobsdone" / "root:build@result").exists()
     submit("build", "true\n", user="nobody")  # retention removed it: the name is free
 
 
@@ -614,7 +614,7 @@ def test_another_users_files_prune_none_of_a_users_results(spool):
     submit("mine", "true\n", user="nobody")
     assert drain(spool).returncode == 0
     assert result(spool, "payroll")["user"] == "daemon"
-    assert (spool / "stdout" / "payroll").read_bytes() == b"totals\n"
+    assert (spool / "stdout" / "root:payroll").read_bytes() == b"totals\n"
     nobodys = [p.name for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result") and p.name != "payroll@result"]
     assert len(nobodys) == 3, nobodys  # nobody's own beyond its three are pruned
     assert any(" pruned " in line for line in log_lines(spool))
@@ -634,12 +634,12 @@ def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world
     submit("build", "true\n", user="daemon")
     assert drain(spool).returncode == 0
     submit("deploy", "true\n", "--after", "build", "--hold", user="daemon")
-    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "build"), "nobody") == ("ok", None)
-    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "never"), "nobody") == ("ok", None)
+    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "root:build"), "nobody") == ("ok", None)
+    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "root:never"), "nobody") == ("ok", None)
     assert drain(spool).returncode == 0
     assert [line for line in log_lines(spool) if " refused build " in line and "hard links" in line]
     assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "done")
-    assert not (spool / "jobsdone" / "never@result").exists()  # no failure invented for daemon either
+    assert not (spool / "jobsdone" / "root:never@result").exists()  # no failure invented for daemon either
     assert run_cli(["release", "deploy"], user="daemon", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0
     assert result(spool, "deploy")["state"] == "done"
@@ -683,11 +683,11 @@ def test_a_name_planted_while_its_owners_job_runs_does_not_run_after_it(spool, w
     submit("build", _gated(gate, "echo daemon-build"), user="daemon")
     driver = start_driver(spool)
     wait_for(lambda: (spool / "running" / HOST / "build").exists(), what="daemon's build to start")
-    plant_job(spool / "jobs" / "P1" / "build", job_file("build", "/tmp", b"echo nobody-build\n"))
+    plant_job(spool / "jobs" / "P1" / "root:build", job_file("build", "/tmp", b"echo nobody-build\n"))
     gate.touch()
     assert driver.wait(timeout=120) == 0
     assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "done")
-    assert b"daemon-build" in (spool / "stdout" / "build").read_bytes()
+    assert b"daemon-build" in (spool / "stdout" / "root:build").read_bytes()
     assert _refused_as(spool, "build", "nobody"), log_lines(spool)[-8:]
 
 
@@ -703,12 +703,12 @@ def test_a_job_cannot_be_spooled_after_another_users_job(spool, workdir):
     text = job_file("deploy", "/tmp", f"touch {workdir}/deployed\n".encode(), after=("build",))
 
     def write():
-        fd = os.open(spool / "jobs" / "P1" / "deploy", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(spool / "jobs" / "P1" / "root:deploy", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, text)
         os.close(fd)
     assert as_user(write, "daemon") == ("ok", None)
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "deploy@result").exists(), what="deploy to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "root:deploy@result").exists(), what="deploy to be filed")
     gate.touch()
     assert driver.wait(timeout=120) == 0
     deploy = result(spool, "deploy")
@@ -758,9 +758,9 @@ def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_retry(spool, 
     os.chmod(workdir, 0o777)
     driver = start_driver(spool)
     wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
-    keeper = keep_name(spool / "jobs" / "P4" / "build", job_file("build", "/tmp"))
+    keeper = keep_name(spool / "jobs" / "P4" / "root:build", job_file("build", "/tmp"))
     try:
-        wait_for(lambda: (spool / "jobs" / "P4" / "build").exists(), what="nobody's file")
+        wait_for(lambda: (spool / "jobs" / "P4" / "root:build").exists(), what="nobody's file")
         gate.touch()
         wait_for(lambda: any(" retry build " in ln or " retry-skipped build " in ln for ln in log_lines(spool)),
                  what="the retry")
@@ -807,8 +807,8 @@ def test_a_folder_in_hold_denies_root_no_name(spool):
     """nobody makes a folder hold/rootjob@x (and a marker beside it): root's submit of rootjob, which
     clears stale markers of its name, failed with exit 4 on the folder."""
     def make():
-        os.mkdir(spool / "hold" / "rootjob@x")
-        open(spool / "hold" / "rootjob@y", "w").close()
+        os.mkdir(spool / "hold" / "root:rootjob@x")
+        open(spool / "hold" / "root:rootjob@y", "w").close()
     assert as_user(make) == ("ok", None)
     r = run_cli(["submit", "rootjob"], stdin=b"true\n", cwd="/tmp")
     assert r.code == 0, r
@@ -824,8 +824,8 @@ def test_a_dependency_is_shown_as_its_owners_job_stands(spool, workdir):
     driver = start_driver(spool)
     try:
         wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
-        plant(spool / "jobs" / "P7" / "build", job_file("build", "/tmp"))
-        plant(spool / "hold" / "build@nobody", b"")
+        plant(spool / "jobs" / "P7" / "root:build", job_file("build", "/tmp"))
+        plant(spool / "hold" / "root:build@nobody", b"")
         for args in (["list"], ["status"]):
             r = run_cli(args, user="daemon", cwd="/tmp")
             assert r.code == 0 and "after build (running)" in r.out, r
@@ -870,7 +870,7 @@ def test_a_refused_template_is_read_once_not_at_every_look(spool, tmp_path):
         if os.environ.get("ONITE_STRACE_TESTS") == "required":
             raise AssertionError("strace is required (ONITE_STRACE_TESTS=required) and missing")
         pytest.skip("needs strace (Debian: strace) to count the reads")
-    plant(spool / "recur" / "broken", job_file("broken", "/tmp") + b"", 0o600)  # a job, not a template: no rule
+    plant(spool / "recur" / "root:broken", job_file("broken", "/tmp") + b"", 0o600)  # a job, not a template: no rule
     script = ("import sys; from onite.spool.paths import SpoolDir; from onite.drain.instances import RecurScheduler\n"
               "class Log:\n    def event(self, *a, **k): print(a[0], file=sys.stderr)\n"
               "s = RecurScheduler(SpoolDir(sys.argv[1]), Log())\n"
@@ -956,9 +956,9 @@ def test_a_template_moved_out_and_back_never_spools_a_fire_twice(spool, world_tm
     for queued in (spool / "jobs").rglob("two-*"):
         queued.unlink()  # it ran, and retention pruned its result
     away = world_tmp / "two"
-    os.rename(spool / "recur" / "two", away)
+    os.rename(spool / "recur" / "root:two", away)
     assert [n for n in look(fire + timedelta(seconds=61)) if n.startswith("one-")]  # a save while two is away
-    os.rename(away, spool / "recur" / "two")
+    os.rename(away, spool / "recur" / "root:two")
     look(fire + timedelta(seconds=62))  # before two's next fire
     assert len(spooled) == 1, spooled
 
@@ -1006,7 +1006,7 @@ def test_another_users_run_of_a_finished_dependencys_name_fails_nothing(spool):
     submit("B", "true\n", "--after", "A", "--hold", user="daemon")
     # since the fifth look the name is daemon's while its result is kept: refused at submit, and at night
     assert run_cli(["submit", "A"], stdin=b"exit 3\n", user="nobody", cwd="/tmp").code == 3
-    plant_job(spool / "jobs" / "P1" / "A", job_file("A", "/tmp", b"exit 3\n"))
+    plant_job(spool / "jobs" / "P1" / "root:A", job_file("A", "/tmp", b"exit 3\n"))
     assert drain(spool).returncode == 0 and result(spool, "A")["user"] == "daemon"
     assert run_cli(["release", "B"], user="daemon", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0
@@ -1036,7 +1036,7 @@ def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):
     planted at a higher priority."""
     submit("early", "true\n", user="daemon")
     next_ctime_tick()  # a later ctime than daemon's job
-    plant(spool / "jobs" / "P1" / "early", job_file("early", "/tmp"))
+    plant(spool / "jobs" / "P1" / "root:early", job_file("early", "/tmp"))
     assert drain(spool).returncode == 0
     assert result(spool, "early")["user"] == "daemon"
     assert _refused_as(spool, "early", "nobody"), log_lines(spool)
@@ -1048,7 +1048,7 @@ def test_recovery_reruns_a_claim_whatever_namesake_is_queued_beside_it(spool, wo
     from conftest import kill_driver_mid_job
 
     kill_driver_mid_job(spool, workdir, "lost", machine_dies=True)
-    plant(spool / "jobs" / "P7" / "lost", job_file("lost", "/tmp"))
+    plant(spool / "jobs" / "P7" / "root:lost", job_file("lost", "/tmp"))
     assert drain(spool).returncode == 0
     assert any(" recovered lost " in line and "requeued" in line for line in log_lines(spool)), log_lines(spool)
     res = result(spool, "lost")
@@ -1061,7 +1061,7 @@ def test_a_recurring_jobs_run_name_is_its_owners(spool):
     it would run as the fire and the fire would be skipped as spooled already."""
     r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *"], stdin=b"true\n", user="daemon", cwd="/tmp")
     assert r.code == 0, r
-    plant(spool / "jobs" / "P4" / "nightly-20990101T0300", job_file("nightly-20990101T0300", "/tmp"))
+    plant(spool / "jobs" / "P4" / "root:nightly-20990101T0300", job_file("nightly-20990101T0300", "/tmp"))
     assert drain(spool).returncode == 0
     assert _refused_as(spool, "nightly-20990101T0300", "nobody"), log_lines(spool)
 
@@ -1071,7 +1071,7 @@ def test_a_retry_goes_back_to_the_folder_it_was_claimed_from(spool):
     job = Job(name="jumper", priority=1, retries=1, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
               cwd=b"/tmp", env={b"PATH": b"/usr/bin:/bin"}, body=b"exit 1\n")
     set_config(spool, retry_delay="0.05")
-    plant(spool / "jobs" / "P7" / "jumper", encode(job))
+    plant(spool / "jobs" / "P7" / "root:jumper", encode(job))
     assert drain(spool).returncode == 0
     starts = [line for line in log_lines(spool) if " start jumper " in line]
     assert len(starts) == 2 and all("priority=7" in line for line in starts), starts
@@ -1089,11 +1089,11 @@ def test_a_forged_withdrawal_never_stands_for_another_users_job_in_the_report(sp
     set_config(spool, keep=2)
     submit("backup", "echo disk full; exit 3\n")
     assert drain(spool).returncode == 0
-    plant(spool / "cancel" / "backup@x", job_file("backup", "/tmp"))
+    plant(spool / "cancel" / "root:backup@x", job_file("backup", "/tmp"))
     for name in ("later1", "later2", "later3"):
         submit(name, "true\n")
     assert drain(spool).returncode == 0
-    assert not (spool / "jobsdone" / "backup@result").exists()  # pruned: the report has the log only
+    assert not (spool / "jobsdone" / "root:backup@result").exists()  # pruned: the report has the log only
     assert not any(" cancelled backup " in line for line in log_lines(spool)), log_lines(spool)
     jobs = json.loads(run_cli(["report", "--json"]).out)["jobs"]
     assert [(j["user"], j["state"]) for j in jobs if j["name"] == "backup"] == [("root", "failed")], jobs
@@ -1102,7 +1102,7 @@ def test_a_forged_withdrawal_never_stands_for_another_users_job_in_the_report(sp
 def test_a_forged_withdrawal_never_makes_wait_say_a_done_job_was_cancelled(spool):
     submit("build", "true\n", user="daemon")
     assert drain(spool).returncode == 0
-    plant(spool / "cancel" / "build@forged", b"x\n")
+    plant(spool / "cancel" / "root:build@forged", b"x\n")
     r = run_cli(["wait", "build"], user="daemon", cwd="/tmp")
     assert r.code == 0 and r.out.strip() == "build: done", r
 
@@ -1151,7 +1151,7 @@ def test_a_jobs_leader_keeps_its_pid_until_what_it_left_is_ended(spool, workdir)
     submit("leaver", body, user="nobody")
     submit("next", "true\n", user="daemon")
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "next@result").exists(), what="the next job to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "root:next@result").exists(), what="the next job to be filed")
     pid = int(leader.read_text())
     with open(f"/proc/{pid}/stat", "rb") as handle:
         fields = handle.read().rsplit(b")", 1)[1].split()
@@ -1175,13 +1175,13 @@ def test_a_submit_takes_its_job_back_if_a_namesake_got_there_first(spool):
     nothing behind; the driver then runs nobody's file as nobody's own job, under nobody's name."""
     from onite.spool.paths import SpoolDir
 
-    plant(spool / "jobs" / "P1" / "vic", job_file("vic", "/tmp"))
+    plant(spool / "jobs" / "P1" / "root:vic", job_file("vic", "/tmp"))
     next_ctime_tick()
 
     def write_then_give_way():
         from onite.app.submit import give_way
 
-        fd = os.open(spool / "jobs" / "P4" / "vic", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(spool / "jobs" / "P4" / "root:vic", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, job_file("vic", "/tmp"))
         os.close(fd)
         try:
@@ -1192,7 +1192,7 @@ def test_a_submit_takes_its_job_back_if_a_namesake_got_there_first(spool):
 
     said = as_user(write_then_give_way, "daemon")
     assert said[0] == "ok" and "nobody's" in said[1] and "not spooled" in said[1], said
-    assert not (spool / "jobs" / "P4" / "vic").exists()
+    assert not (spool / "jobs" / "P4" / "root:vic").exists()
 
 
 def test_an_empty_file_in_recur_takes_no_jobs_name(spool):
@@ -1200,7 +1200,7 @@ def test_an_empty_file_in_recur_takes_no_jobs_name(spool):
     template older than it that fires at that time, not for any file of that name in recur/; and
     then its owner is told."""
     submit("backup-20261124T2000", "true\n", user="daemon")
-    plant(spool / "recur" / "backup", b"")
+    plant(spool / "recur" / "root:backup", b"")
     assert drain(spool).returncode == 0
     assert result(spool, "backup-20261124T2000")["user"] == "daemon"
     assert result(spool, "backup-20261124T2000")["state"] == "done"

@@ -28,10 +28,10 @@ def test_lines_become_jobs_that_run_in_order(spool, workdir, cli):
     lines = "".join(f"echo {i} >> {trace}\n" + ("\n" if i % 7 == 0 else "") for i in range(1, count + 1))
     r = cli(["submit", "batch", "--lines", "-p", "2"], stdin=lines.encode())
     assert r.code == 0, r
-    assert r.out == f"spooled {count} jobs: batch-00001 to batch-00{count}\n"
     names = [f"batch-{i:05d}" for i in range(1, count + 1)]
+    assert r.out == "".join(name + "\n" for name in names)  # a name a line, for scripts
     assert files_in(spool) == [f"jobs/P2/{n}" for n in names]
-    job = decode((spool / "jobs" / "P2" / "batch-00042").read_bytes())
+    job = decode((spool / "jobs" / "P2" / "root:batch-00042").read_bytes())
     assert job.body == f"echo 42 >> {trace}\n".encode() and job.priority == 2
     ctimes = [os.stat(spool / "jobs" / "P2" / n).st_ctime_ns for n in names]
     assert ctimes == sorted(ctimes)  # they entered the queue in order (many within one tick)
@@ -107,7 +107,7 @@ def test_api_submit_many_in_order_with_dependencies_inside_the_batch(spool, work
     names = api.submit_many(jobs[:1], priority=3) + api.submit_many(jobs[1:], priority=3, after=["step-1"],
                                                                     env={"PATH": "/usr/bin:/bin", "X": "y"})
     assert names == [n for n, _ in jobs]
-    assert decode((spool / "jobs" / "P3" / "step-2").read_bytes()).env == {b"PATH": b"/usr/bin:/bin", b"X": b"y"}
+    assert decode((spool / "jobs" / "P3" / "root:step-2").read_bytes()).env == {b"PATH": b"/usr/bin:/bin", b"X": b"y"}
     assert api.find("step-5") and not api.find("step-6")
     assert drain(spool).returncode == 0
     assert trace.read_text().split() == ["1", "2", "3", "4", "5"]
@@ -147,7 +147,7 @@ def failing_writer(monkeypatch, at, error):
 
 def test_a_failed_write_keeps_what_was_spooled_and_leaves_no_temporary_file(spool, monkeypatch):
     monkeypatch.setattr(files, "BATCH_CHUNK", 2)
-    failing_writer(monkeypatch, 4, SpoolIOError(spool / "jobs" / "P4" / "w-4", "writing", OSError(28, "No space left")))
+    failing_writer(monkeypatch, 4, SpoolIOError(spool / "jobs" / "P4" / "root:w-4", "writing", OSError(28, "No space left")))
     with pytest.raises(SpoolIOError) as caught:
         Spool(spool).submit_many([(f"w-{i}", "true\n") for i in range(1, 7)])
     assert "the first 3 of the 6 jobs were spooled: w-1 to w-3" in str(caught.value)
@@ -178,7 +178,7 @@ def test_a_name_taken_while_writing_stops_the_batch_there(spool, monkeypatch):
         Spool(spool).submit_many([(f"r-{i}", "true\n") for i in range(1, 5)])
     assert "the first 2 of the 4 jobs were spooled" in str(caught.value)
     assert files_in(spool) == ["jobs/P4/r-1", "jobs/P4/r-2", "jobs/P4/r-3"]
-    assert (spool / "jobs" / "P4" / "r-3").read_bytes() == b"someone else's job"
+    assert (spool / "jobs" / "P4" / "root:r-3").read_bytes() == b"someone else's job"
 
 
 def test_each_file_is_durable_before_it_is_named(spool, monkeypatch):

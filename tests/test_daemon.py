@@ -107,7 +107,7 @@ def test_drain_now_then_term_exits_cleanly(spool, workdir, daemons):
     submit("first", f"echo first >> {workdir}/trace\n", "-p", "2")
     submit("second", f"echo second >> {workdir}/trace\n", "-p", "1")
     d = daemons(spool, "--drain-now")
-    wait_for(lambda: (spool / "jobsdone" / "first@result").exists(), what="the drain")
+    wait_for(lambda: (spool / "jobsdone" / "root:first@result").exists(), what="the drain")
     assert (workdir / "trace").read_text() == "second\nfirst\n"
     assert d.proc.poll() is None  # it stays, waiting for the schedule
     assert d.stop() == 0
@@ -160,7 +160,7 @@ def test_the_daemon_holds_the_lock_and_an_onite_run_hands_it_the_drain(spool, da
     submit("waits", "true\n")
     proc = drain(spool)  # the daemon is idle: onite run hands it the drain instead of saying "busy"
     assert proc.returncode == 0 and b" drain-handed " in proc.stderr, proc.stderr
-    wait_for(lambda: (spool / "jobsdone" / "waits@result").exists(), what="the daemon to drain")
+    wait_for(lambda: (spool / "jobsdone" / "root:waits@result").exists(), what="the daemon to drain")
     assert d.logged("drain-now", mine=True) and result(spool, "waits")["state"] == "done"
     second = daemons(spool)
     assert second.proc.wait(60) == 3
@@ -187,11 +187,11 @@ def test_a_timed_job_runs_when_due_while_untimed_jobs_wait(spool, workdir, daemo
     d.started()
     submit("untimed", "echo untimed\n", "-p", "1")
     submit("timed", f"date +%s.%N > {workdir}/ran\n", "--at", "+3s", "-p", "4")
-    wait_for(lambda: (spool / "jobsdone" / "timed@result").exists(), what="the timed job")
+    wait_for(lambda: (spool / "jobsdone" / "root:timed@result").exists(), what="the timed job")
     rec = result(spool, "timed")
     from onite.core.jobfile import decode
 
-    not_before = decode((spool / "jobsdone" / "timed").read_bytes()).not_before
+    not_before = decode((spool / "jobsdone" / "root:timed").read_bytes()).not_before
     assert rec["state"] == "done" and datetime.fromisoformat(rec["started"]) >= not_before
     assert queued(spool) == ["untimed"]  # a wake for a not-before time runs only timed jobs
     starts = d.logged("driver-start")
@@ -208,10 +208,10 @@ def test_a_timed_job_spooled_late_still_runs(spool, workdir, daemons):
     d.started()
     past = (datetime.now().astimezone() - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
     submit("late", "true\n", "--at", past)
-    wait_for(lambda: (spool / "jobsdone" / "late@result").exists(), what="the late timed job")
+    wait_for(lambda: (spool / "jobsdone" / "root:late@result").exists(), what="the late timed job")
     submit("untimed", "true\n", "-p", "1")
     submit("asap", "true\n", "--at", "now")  # due at once: the daemon runs it, the untimed job waits
-    wait_for(lambda: (spool / "jobsdone" / "asap@result").exists(), what="the --at now job")
+    wait_for(lambda: (spool / "jobsdone" / "root:asap@result").exists(), what="the --at now job")
     assert result(spool, "asap")["state"] == "done" and queued(spool) == ["untimed"]
     assert d.stop() == 0
 
@@ -254,7 +254,7 @@ def test_a_missed_night_is_caught_up_once(spool, workdir, daemons):
     write_state(spool, now - timedelta(days=2, hours=1))  # the last drain handled was two nights ago
     submit("waiting", f"echo ran >> {workdir}/trace\n")
     d = daemons(spool)
-    wait_for(lambda: (spool / "jobsdone" / "waiting@result").exists(), what="the catch-up drain")
+    wait_for(lambda: (spool / "jobsdone" / "root:waiting@result").exists(), what="the catch-up drain")
     d.round_trip()
     catch_up = d.logged("catch-up")
     assert len(catch_up) == 1 and f"fire={fire.isoformat(timespec='minutes')}" in catch_up[0]

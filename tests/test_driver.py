@@ -70,7 +70,7 @@ def test_failed_job_does_not_stop_the_night(spool, workdir):
     assert result(spool, "fails")["reason"] == "exit 3"
     assert result(spool, "killed")["signal"] == 9 and result(spool, "killed")["reason"] == "signal 9 (SIGKILL)"
     assert result(spool, "works")["state"] == "done" and (workdir / "ok").read_text() == "fine\n"
-    assert (spool / "stdout" / "fails").read_text() == "boom\n"
+    assert (spool / "stdout" / "root:fails").read_text() == "boom\n"
 
 
 def test_output_and_records_of_a_finished_job(spool, cli):
@@ -78,13 +78,13 @@ def test_output_and_records_of_a_finished_job(spool, cli):
     drain(spool)
     r = cli(["output", "report"])
     assert r.code == 0 and r.out == "out\nerr\n"
-    assert oct((spool / "stdout" / "report").stat().st_mode & 0o777) == "0o600"
+    assert oct((spool / "stdout" / "root:report").stat().st_mode & 0o777) == "0o600"
     rec = result(spool, "report")
     for key in ("name", "user", "uid", "priority", "state", "submitted", "host", "started", "finished", "exit_code",
                 "signal", "reason", "attempt", "attempts", "run_id"):
         assert key in rec
     assert rec["host"] == HOST and rec["priority"] == 3 and rec["exit_code"] == 0
-    assert (spool / "jobsdone" / "report").exists() and not list((spool / "running").rglob("report*"))
+    assert (spool / "jobsdone" / "root:report").exists() and not list((spool / "running").rglob("report*"))
     listed = cli(["list", "--all", "--json"]).json()
     job = next(j for j in listed["jobs"] if j["name"] == "report")
     assert job["state"] == "done" and job["host"] == HOST and job["exit_code"] == 0 and job["duration"] is not None
@@ -133,7 +133,7 @@ def test_detach_runs_in_the_background(spool, workdir, cli):
     r = cli(["run", "--detach"])
     assert r.code == 0 and "driver started in the background (pid " in r.out and ": draining; it logs to " in r.out
     gate.unlink()
-    wait_for(lambda: (spool / "jobsdone" / "bg@result").exists(), what="the detached driver to run the job")
+    wait_for(lambda: (spool / "jobsdone" / "root:bg@result").exists(), what="the detached driver to run the job")
     assert (workdir / "bg").read_text() == "ran\n"
 
 
@@ -146,7 +146,7 @@ def test_detach_waits_for_its_drivers_word_however_slowly_it_starts(spool, workd
     submit("bg", f"echo ran > {workdir}/bg\n")
     r = run_cli(["run", "--detach"], env=dict(os.environ, PYTHONPATH=str(slow)))
     assert r.code == 0 and ": draining; it logs to " in r.out, r
-    wait_for(lambda: (spool / "jobsdone" / "bg@result").exists(), what="the detached driver to run the job")
+    wait_for(lambda: (spool / "jobsdone" / "root:bg@result").exists(), what="the detached driver to run the job")
 
 
 def test_a_killed_drivers_running_job_is_adopted_not_run_again(spool, workdir):
@@ -278,7 +278,7 @@ def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workd
     assert proc.returncode == 4, proc.stderr
     assert b"cannot record" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
     assert ledger.read_text().split() == ["run"]  # nothing more started
-    assert not (spool / "jobsdone" / "flaky@result").exists()
+    assert not (spool / "jobsdone" / "root:flaky@result").exists()
     assert drain(spool).returncode == 0
     assert ledger.read_text().split() == ["run", "run", "after"]
     res = result(spool, "flaky")
@@ -445,7 +445,7 @@ def test_a_driver_started_by_hand_says_what_it_waits_for(spool, cli):
     try:
         wait_for(lambda: any(" waiting " in line for line in log_lines(spool)), what="the waiting line")
         submit("meanwhile", "true\n")
-        wait_for(lambda: (spool / "jobsdone" / "meanwhile@result").exists(), what="the job spooled meanwhile")
+        wait_for(lambda: (spool / "jobsdone" / "root:meanwhile@result").exists(), what="the job spooled meanwhile")
     finally:
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(60) == 0

@@ -22,6 +22,7 @@ def order(cli):
 
 
 def ran(spool):
+    """The keys of the jobs started, in order."""
     return [line.split()[3] for line in log_lines(spool) if line.split()[2] == "start"]
 
 
@@ -36,10 +37,10 @@ def test_an_edit_of_limits_keeps_the_job_in_its_place_and_the_driver_runs_it_edi
     assert r.code == 0 and "not before" in cli(["list"]).out.splitlines()[3], cli(["list"]).out
     assert cli(["edit", "c", "--at", "now"]).code == 0
     assert drain(spool).returncode == 0
-    assert ran(spool) == ["a", "b", "c"]
+    assert ran(spool) == ["root:a", "root:b", "root:c"]
     assert (result(spool, "b")["mem"], result(spool, "a")["mem"]) == (20, 10)
-    job = decode((spool / "jobsdone" / "b").read_bytes())  # what a restart reruns: the job as edited
-    assert (job.timeout.total_seconds(), job.retries, job.mem, job.cpus, job.after) == (7200, 2, 20, 1, ("a",))
+    job = decode((spool / "jobsdone" / "root:b").read_bytes())  # what a restart reruns: the job as edited
+    assert (job.timeout.total_seconds(), job.retries, job.mem, job.cpus, job.after) == (7200, 2, 20, 1, ("root:a",))
     assert not list((spool / "edit").iterdir())  # the driver took them
 
 
@@ -50,14 +51,15 @@ def test_a_new_priority_moves_the_job_to_the_end_of_its_new_folder(spool, cli):
     r = cli(["edit", "b", "-p", "2", "--timeout", "1h"])
     assert (r.code, r.out) == (0, "b: changed; moved to P2, after the jobs there\n"), r
     assert order(cli) == [("x", 2), ("b", 2), ("a", 4)]
-    assert decode(next((spool / "jobs" / "P2").glob("b")).read_bytes()).timeout.total_seconds() == 3600
+    assert decode(next((spool / "jobs" / "P2").glob("root:b")).read_bytes()).timeout.total_seconds() == 3600
     assert not list((spool / "jobs" / "P4").glob(".*")) and not list((spool / "jobs" / "P2").glob(".*"))
 
 
 @pytest.mark.parametrize("argv, code, message", [
     (["edit", "a"], 2, "onite: nothing to change — give one of --timeout, -p, --retries, --mem, --cpus, --at, "
                        "--after\n"),
-    (["edit", "a", "--timeout", "soon"], 2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d\n"),
+    (["edit", "a", "--timeout", "soon"], 2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d "
+                                            "(a bare number is seconds)\n"),
     (["edit", "a", "-p", "9"], 2, "onite: invalid priority 9 — use 1 (first) to 7 (last)\n"),
     (["edit", "a", "--after", "a"], 2, "onite: job 'a' cannot wait for itself — drop that --after\n"),
     (["edit", "nosuch", "--retries", "1"], 1, "onite: no queued job 'nosuch' — see onite list\n"),
@@ -92,15 +94,18 @@ def test_a_running_or_finished_job_cannot_be_edited(spool, cli, workdir):
 def test_only_its_owner_or_root_edits_a_job(spool, cli):
     submit("mine")
     submit("theirs", user="nobody")
-    r = run_cli(["edit", "mine", "--timeout", "1h"], user="nobody", cwd="/tmp")
-    assert (r.code, r.err) == (3, "onite: job 'mine' belongs to root — only its owner or root may edit it\n"), r
-    assert cli(["edit", "theirs", "--mem", "20M"]).code == 0  # root's edit of nobody's job is nobody's
+    r = run_cli(["edit", "root:mine", "--timeout", "1h"], user="nobody", cwd="/tmp")
+    assert (r.code, r.err) == (3, "onite: job 'root:mine' belongs to root — only its owner or root may edit it\n"), r
+    r = run_cli(["edit", "mine", "--timeout", "1h"], user="nobody", cwd="/tmp")  # NAME is the caller's own job
+    assert (r.code, r.err) == (1, "onite: no queued job 'mine' — see onite list\n"), r
+    assert cli(["edit", "nobody:theirs", "--mem", "20M"]).code == 0  # root's edit of nobody's job is nobody's
     [marker] = list((spool / "edit").iterdir())
-    assert marker.stat().st_uid == os.stat(next((spool / "jobs").rglob("theirs"))).st_uid
+    assert marker.stat().st_uid == os.stat(next((spool / "jobs").rglob("nobody:theirs"))).st_uid
     # a file of another user's in edit/ changes nothing: the driver honours only the owner's and root's
     assert run_cli(["edit", "theirs", "--mem", "30M"], user="nobody", cwd="/tmp").code == 0
-    planted = spool / "edit" / "mine@planted"
-    planted.write_bytes(next((spool / "edit").glob("theirs@*")).read_bytes().replace(b"theirs", b"mine"))
+    planted = spool / "edit" / "root:mine@planted"
+    planted.write_bytes(next((spool / "edit").glob("nobody:theirs@*")).read_bytes()
+                        .replace(b"nobody:theirs", b"root:mine"))
     os.chown(planted, 65534, 65534)
     assert drain(spool).returncode == 0
     assert (result(spool, "theirs")["mem"], result(spool, "mine")["mem"]) == (30, None)
@@ -128,7 +133,7 @@ def test_an_edit_racing_the_drivers_claim_applies_before_it_or_not_at_all(spool,
                     "running" in r.stderr or "finished" in r.stderr, r.stderr
     finally:
         driver.communicate(timeout=120)
-    assert sorted(ran(spool)) == sorted(names)  # each ran once
+    assert sorted(ran(spool)) == sorted(f"root:{name}" for name in names)  # each ran once
     for name in names:
         assert result(spool, name)["mem"] == (20 if outcomes[name] else 10), (name, outcomes[name])
     assert any(outcomes.values())  # some edits came while their jobs were queued
@@ -141,9 +146,9 @@ def test_whatever_an_edit_file_holds_the_job_reads_as_its_own_or_edited(tmp_path
     from onite.core.job import Job
     from onite.spool.edits import Edit, edited
 
-    job = Job(name="a", priority=4, submitted=datetime.now().astimezone(), host="h", umask=0o22, cwd=b"/",
+    job = Job(name="root:a", priority=4, submitted=datetime.now().astimezone(), host="h", umask=0o22, cwd=b"/",
               env={}, body=b"true\n")
-    path = tmp_path / "a@x"
+    path = tmp_path / "root:a@x"
     path.write_bytes(data)
     got, edit = edited(job, [Edit(path, 0, 0)], 1 << 20)
-    assert (got, edit) == (job, None) or got.name == "a"
+    assert (got, edit) == (job, None) or got.name == "root:a"

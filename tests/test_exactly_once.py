@@ -762,7 +762,7 @@ def test_a_claim_whose_file_its_owner_changed_is_recovered_from_its_record_never
     [record] = list((spool / "running").glob("*/ended@run"))
     wait_for(lambda: '"ended"' in record.read_text(), what="the job to end while no driver runs")
     later = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "ended@result").exists(), what="the ended job to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "root:ended@result").exists(), what="the ended job to be filed")
     gates["running"].touch()
     assert later.wait(timeout=60) == 0
     for name in gates:
@@ -807,7 +807,7 @@ def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, work
     planted = job_file("b", "/tmp", b"true\n")
 
     def plant():
-        fd = os.open(spool / "jobs" / "P1" / "b", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(spool / "jobs" / "P1" / "root:b", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, planted)
         os.close(fd)
     assert as_user(plant) == ("ok", None)
@@ -817,7 +817,7 @@ def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, work
     traced.kill()  # (strace would hear of the death only once its delay is over)
     traced.wait(timeout=30)
     wait_for(lambda: not Path(f"/proc/{driver}").exists(), what="the driver to die")
-    assert (spool / "jobs" / "P1" / "b").stat().st_ctime_ns < (folder / "b").stat().st_ctime_ns
+    assert (spool / "jobs" / "P1" / "root:b").stat().st_ctime_ns < (folder / "b").stat().st_ctime_ns
     assert list((spool / "running").glob("*/b"))  # the stale claim is still there
 
     settle(spool)
@@ -849,7 +849,7 @@ def test_a_namesake_queued_before_a_claimed_job_is_not_set_aside_when_it_is_file
     driver.wait()
 
     def plant():
-        fd = os.open(spool / "jobs" / "P5" / "x", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(spool / "jobs" / "P5" / "root:x", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, job_file("x", "/tmp", f"touch {workdir}/daemons-ran\n".encode()))
         os.close(fd)
     assert as_user(plant, "daemon") == ("ok", None)

@@ -72,8 +72,8 @@ def test_follow_shows_a_running_job_step_by_step_and_ends_with_it(spool, workdir
     submit("steps", body)
     driver = start_driver(spool)
     try:
-        wait_for(lambda: (spool / "stdout" / "steps").exists()
-                 and b"step 1" in (spool / "stdout" / "steps").read_bytes(), what="the first step")
+        wait_for(lambda: (spool / "stdout" / "root:steps").exists()
+                 and b"step 1" in (spool / "stdout" / "root:steps").read_bytes(), what="the first step")
         follower = Follower(spool, "steps", "--follow")
         assert follower.read_until(b"steps step 1\n") == b"steps step 1\n"  # the output so far, at once
         gates[0].unlink()

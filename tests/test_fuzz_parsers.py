@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from onite.core.errors import ConfigError, DamagedRecord, InvalidInput, JobFormatError
 from onite.core.job import MAX_RETRIES, Attempt, Job, env_problem
 from onite.core.jobfile import decode, encode
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.timeparse import EARLIEST, LATEST, MAX_DURATION, is_valid_time
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -30,10 +30,10 @@ WHEN = datetime(2026, 11, 22, 14, 3, 11, 512345, tzinfo=timezone(timedelta(hours
 
 
 def good_job(**overrides) -> Job:
-    fields = dict(name="nightly", priority=3, submitted=WHEN, host="vm", umask=0o022, cwd=b"/home/alice",
+    fields = dict(name="alice:nightly", priority=3, submitted=WHEN, host="vm", umask=0o022, cwd=b"/home/alice",
                   env={b"PATH": b"/usr/bin:/bin", b"PS1": b"\x1b[1m$ "}, body=b"#!/bin/sh\necho hi\n",
-                  timeout=timedelta(hours=2), retries=2, attempt=2, after=("backup",),
-                  not_before=WHEN + timedelta(hours=8), pin="node1", recur="nightly-tpl",
+                  timeout=timedelta(hours=2), retries=2, attempt=2, after=("alice:backup",),
+                  not_before=WHEN + timedelta(hours=8), pin="node1", recur="alice:nightly-tpl",
                   tried=(Attempt(attempt=1, started=WHEN, finished=WHEN, host="vm", exit_code=1, reason="exit 1"),))
     fields.update(overrides)
     return Job(**fields)
@@ -110,8 +110,8 @@ def test_decode_mutated_job_files(data):
 # ---- what build_job accepts, decode reads back ------------------------------------------------
 
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
-dependencies_of_others = st.builds(lambda user, name: f"{user}:{name}",
-                                   st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,10}", fullmatch=True), names)
+keys = st.builds(lambda user, name: f"{user}:{name}",
+                 st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,10}", fullmatch=True), names)
 times = st.datetimes(min_value=datetime(1900, 1, 2), max_value=datetime(9998, 12, 30),
                      timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=-14)),
                                                 timezone(timedelta(hours=5, minutes=45, seconds=30))]))
@@ -123,15 +123,15 @@ env_values = st.binary(max_size=20).filter(lambda b: b"\0" not in b)
 def valid_jobs(draw) -> Job:
     retries = draw(st.integers(0, MAX_RETRIES))
     return Job(
-        name=draw(names), priority=draw(st.integers(1, 99)), submitted=draw(times),
+        name=draw(keys), priority=draw(st.integers(1, 99)), submitted=draw(times),
         host=draw(st.text(max_size=10)), umask=draw(st.integers(0, 0o777)),
         cwd=b"/" + draw(st.binary(max_size=20)).replace(b"\0", b""),
         env=draw(st.dictionaries(env_names, env_values, max_size=5)),
         body=draw(st.binary(max_size=40).filter(lambda b: not b.startswith(b"#!")) | st.just(b"#!/bin/sh -e\nx")),
         timeout=draw(st.none() | st.timedeltas(min_value=timedelta(microseconds=1), max_value=MAX_DURATION)),
         retries=retries, attempt=draw(st.integers(1, retries + 1)),
-        after=tuple(draw(st.lists(names | dependencies_of_others, max_size=3))), not_before=draw(st.none() | times),
-        urgent=draw(st.booleans()), pin=draw(st.none() | names), recur=draw(st.none() | names),
+        after=tuple(draw(st.lists(keys, max_size=3))), not_before=draw(st.none() | times),
+        urgent=draw(st.booleans()), pin=draw(st.none() | names), recur=draw(st.none() | keys),
         stderr_separate=draw(st.booleans()), notify=draw(st.sampled_from([None, "mail", "command", "none"])),
         notify_on=draw(st.sampled_from([None, "failure", "always"])),
         extra=tuple(draw(st.lists(st.tuples(st.from_regex(r"[a-z][a-z-]{0,8}", fullmatch=True)
@@ -161,7 +161,7 @@ def test_what_submit_accepts_the_driver_reads_back(env, body, timeout, at, cwd):
 
     captured = Captured(env=env, cwd=b"/" + cwd.replace(b"\0", b""), umask=0o022, host="vm", now=WHEN)
     try:
-        job = build_job(SubmitRequest(name="n", body=body, timeout=timeout, at=at), captured, Config())
+        job = build_job(SubmitRequest(name="n", body=body, timeout=timeout, at=at), captured, Config(), "alice")
     except InvalidInput:
         return
     assert decode(encode(job)) == job
@@ -172,7 +172,7 @@ def test_what_submit_accepts_the_driver_reads_back(env, body, timeout, at, cwd):
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=30)
     | st.sampled_from(["2026-11-22T20:00:00+01:00", "2026-11-22T20:00:00", "0001-01-01T00:00:00+14:00",
-                       "done", "failed", "cancelled", "merged", "separate", "nightly"]),
+                       "done", "failed", "cancelled", "merged", "separate", "alice:nightly"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
     max_leaves=10,
 )
@@ -181,11 +181,11 @@ json_values = st.recursive(
 def record_of(**overrides) -> dict:
     from onite.core.state import JobState, Result
 
-    result = Result(name="nightly", uid=1000, user="alice", priority=3, urgent=False, state=JobState.FAILED,
+    result = Result(name="alice:nightly", uid=1000, user="alice", priority=3, urgent=False, state=JobState.FAILED,
                     reason="exit 3", exit_code=3, signal=None, host="vm", submitted=WHEN, queued=WHEN,
                     started=WHEN, finished=WHEN + timedelta(seconds=5), attempt=2,
                     attempts=(Attempt(attempt=1, started=WHEN, finished=WHEN, host="vm", exit_code=3),),
-                    run_id="r1", recur="tpl", stderr="separate")
+                    run_id="r1", recur="alice:tpl", stderr="separate")
     return {**result.to_json(), **overrides}
 
 
@@ -213,7 +213,7 @@ def test_result_from_json_any_value(data):
         result = Result.from_json(data)
     except DamagedRecord:
         return
-    assert is_valid_name(result.name) and is_valid_time(result.finished)
+    assert is_valid_key(result.name) and is_valid_time(result.finished)
     assert Result.from_json(json.loads(json.dumps(result.to_json()))) == result
 
 
@@ -248,13 +248,13 @@ def scratch_spool():
 def test_read_result_any_bytes(scratch_spool, data):
     from onite.spool.results import read_result, read_results
 
-    scratch_spool.result_path("nightly").write_bytes(data)
+    scratch_spool.result_path("alice:nightly").write_bytes(data)
     try:
-        result = read_result(scratch_spool, "nightly")
+        result = read_result(scratch_spool, "alice:nightly")
     except DamagedRecord:
-        assert read_results(scratch_spool, damaged := []) == [] and damaged == ["nightly"]
+        assert read_results(scratch_spool, damaged := []) == [] and damaged == ["alice:nightly"]
         return
-    assert result is not None and result.name == "nightly"
+    assert result is not None and result.name == "alice:nightly"
 
 
 @FUZZ
@@ -266,22 +266,22 @@ def test_run_record_any_bytes(scratch_spool, data):
 
     folder = scratch_spool.running_dir("h1")
     folder.mkdir(exist_ok=True)
-    (folder / "job").write_bytes(b"x")
-    (folder / "job@run").write_bytes(data)
+    (folder / "root:job").write_bytes(b"x")
+    (folder / "root:job@run").write_bytes(data)
     view, = running_views(scratch_spool)
-    assert view.name == "job" and (view.started is None or is_valid_time(view.started))
+    assert view.name == "root:job" and (view.started is None or is_valid_time(view.started))
     assert view.attempt is None or isinstance(view.attempt, int)
 
 
 @FUZZ
-@given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "templates": {"t": v}}).encode()))
+@given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "templates": {"alice:t": v}}).encode()))
 def test_recur_state_any_bytes(scratch_spool, data):
     from onite.core.recurring import known_priority, rule_from_state
     from onite.spool.recurstate import load_state, parse_time
 
     (scratch_spool.root / "recur.state").write_bytes(data)
     for name, known in load_state(scratch_spool).items():
-        assert is_valid_name(name) and isinstance(known, dict)
+        assert is_valid_key(name) and isinstance(known, dict)
         rule_from_state(known)
         known_priority(known)
         when = parse_time(known.get("last"))
@@ -343,14 +343,43 @@ def test_log_lines_cannot_be_forged(name, fields):
     "[slurm]\nmax_jobs = 1e9", 'notify = "command"', "notify_command = 'a \"'", "a = " + "[" * 2000,
     'cutoff = "25:00"', "cutoff = 07:00:00", 'until = "x"', "until = 1979-05-27T07:32:00Z", 'host = "a b"',
     'on_interrupt = "x"', 'sendmail = "rel"', "stderr_separate = 1",
+    "max_pids = 4194305", "max_pids = -1", 'pam = "on"', 'pam_service = "a/b"', 'pam_service = ".."', "pam_service = 1",
 ]), max_size=5).map("\n".join))
 def test_parse_config_any_text(text):
+    """Strict: a Config or a ConfigError. For a command that only reads: always a Config, each fault noted, and
+    the same Config as the strict parse where there is none."""
     from onite.core.config import Config, parse_config
 
     try:
-        assert isinstance(parse_config(text), Config)
+        strict = parse_config(text)
+        assert isinstance(strict, Config)
     except ConfigError:
-        pass
+        strict = None
+    skipped: list = []
+    lenient = parse_config(text, skipped=skipped)
+    assert isinstance(lenient, Config) and all(isinstance(err, ConfigError) for err in skipped)
+    assert (strict is None) == bool(skipped) and (strict is None or lenient == strict)
+
+
+def test_parse_config_for_a_reader_keeps_the_good_keys():
+    from onite.core.config import parse_config
+
+    skipped: list = []
+    config = parse_config("slot = 2\npriorities = 9\nkeep = -1\n", skipped=skipped)
+    assert config.priorities == 9 and config.keep == 50 and [err.key for err in skipped] == ["keep", "slot"]
+
+
+@FUZZ
+@given(st.text(max_size=40))
+def test_pam_service_any_name(name):
+    """A PAM service is a file name in /etc/pam.d, never a path: a Config, or the one ConfigError."""
+    from onite.core.config import parse_config
+
+    try:
+        service = parse_config(f"pam_service = {json.dumps(name)}").pam_service
+    except ConfigError:
+        return
+    assert service == name and "/" not in service and not service.startswith(".") and service.isascii()
 
 
 @FUZZ
@@ -414,7 +443,8 @@ def test_recurring_rules_any_text(key, value):
 # ---- names read from directories ----------------------------------------------------------------
 
 file_names = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b
-                                                        and b not in (b".", b".."))
+                                                        and b not in (b".", b"..")) \
+    | st.sampled_from([b"root:build", b"nobody:x", b"build", b"root:", b":x"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -435,15 +465,15 @@ def test_listings_hold_only_job_names(scratch_spool, raw_names):
                 handle.write(b"x")
     views = list_jobs(scratch_spool, include_all=True)
     json.loads(list_json(scratch_spool, include_all=True))
-    assert all(is_valid_name(v.name) for v in views)
-    assert all(is_valid_name(e.name) for e in cancel_inbox(scratch_spool))
+    assert all(is_valid_key(v.name) for v in views)
+    assert all(is_valid_key(e.name) for e in cancel_inbox(scratch_spool))
     index = QueueIndex(scratch_spool.queue_folders())
     index.refresh(force=True)
     found = {c.name for c in index.candidates()}
     strays = {c.name for c in index.strays()}
     names = {os.fsdecode(raw) for raw in raw_names}
-    assert found == {n for n in names if is_valid_name(n)}
-    assert strays == {n for n in names if not is_valid_name(n) and not n.startswith(".")}
+    assert found == {n for n in names if is_valid_key(n)}
+    assert strays == {n for n in names if not is_valid_key(n) and not n.startswith(".")}
     assert index.strays() == []  # each is handed out once per listing
 
 

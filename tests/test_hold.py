@@ -30,7 +30,7 @@ def started(spool):
 def test_hold_and_release_keep_the_job_in_its_place(spool, cli):
     for name in ("a", "b", "c", "d"):
         submit(name)
-    path = spool / "jobs" / "P4" / "b"
+    path = spool / "jobs" / "P4" / "root:b"
     before = os.lstat(path)
     assert cli(["hold", "b"]).out == "b: held\n"
     assert listed() == [("a", "queued"), ("b", "held"), ("c", "queued"), ("d", "queued")]
@@ -107,7 +107,7 @@ def test_a_cancelled_held_job_leaves_no_marker_and_a_stale_one_holds_no_new_job(
     submit("x", "--hold")
     assert cli(["cancel", "x"]).code == 0
     assert list((spool / "hold").iterdir()) == []
-    (spool / "hold" / "y@stale").touch()  # left by a job that is gone (a crash, a cancel by its driver)
+    (spool / "hold" / "root:y@stale").touch()  # left by a job that is gone (a crash, a cancel by its driver)
     submit("y")
     assert listed() == [("y", "queued")] and list((spool / "hold").iterdir()) == []
 
@@ -116,7 +116,7 @@ def test_a_job_files_mode_holds_nothing_and_a_hold_needs_the_hold_folder(spool, 
     """The one hold is the marker: a job file its owner made read-only is queued and runs. A spool
     whose hold/ is gone refuses a hold, and says how to repair it; nothing is spooled held without it."""
     submit("readonly")
-    os.chmod(spool / "jobs" / "P4" / "readonly", 0o400)
+    os.chmod(spool / "jobs" / "P4" / "root:readonly", 0o400)
     assert listed() == [("readonly", "queued")]
     assert drain(spool).returncode == 0 and started(spool) == ["readonly"]
     shutil.rmtree(spool / "hold")

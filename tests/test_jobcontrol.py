@@ -284,7 +284,7 @@ def test_sigint_finishes_running_and_starts_nothing(spool, workdir):
     gate.unlink()
     assert driver.wait(30) == 0
     assert result(spool, "running")["state"] == "done" and (workdir / "out").read_text() == "finished\n"
-    assert (spool / "jobs" / "P2" / "waiting").exists()
+    assert (spool / "jobs" / "P2" / "root:waiting").exists()
 
 
 def test_double_sigterm_requeues_running_jobs(spool, workdir):
@@ -300,8 +300,8 @@ def test_double_sigterm_requeues_running_jobs(spool, workdir):
     assert driver.wait(30) == 0
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read(),
              what="the job to be killed")
-    assert (spool / "jobs" / "P3" / "long").exists()
-    assert not (spool / "jobsdone" / "long@result").exists()
+    assert (spool / "jobs" / "P3" / "root:long").exists()
+    assert not (spool / "jobsdone" / "root:long@result").exists()
     assert any(" requeued long " in line for line in log_lines(spool))
 
 
@@ -312,7 +312,7 @@ def test_sigquit_kills_and_requeues(spool, workdir):
     wait_for(pidfile.exists, what="the job to start")
     driver.send_signal(signal.SIGQUIT)
     assert driver.wait(30) == 0
-    assert (spool / "jobs" / "P4" / "q").exists()
+    assert (spool / "jobs" / "P4" / "root:q").exists()
 
 
 def test_a_job_that_ended_before_a_sigquit_was_heard_is_filed_not_run_again(spool, workdir):

@@ -2,8 +2,10 @@
 every package's __init__ is empty."""
 
 import ast
+import collections
 import contextlib
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -38,10 +40,11 @@ def imports_of(path: Path) -> set[str]:
 def test_the_monitor_imports_little():
     """A job's monitor is a fresh interpreter that imports only what it needs (it starts in a few
     milliseconds, and nothing of the driver is in it): os, select, signal, json, socket, time, dataclasses,
-    datetime, subprocess (its C fork and exec start the job) and the exec modules it runs."""
+    datetime, subprocess (its C fork and exec start the job) and the exec modules it runs; pamela (ctypes over
+    libpam) only where jobs get a PAM session, imported once as the monitor starts, before any job."""
     allowed = {"__future__", "os", "select", "signal", "json", "socket", "time", "dataclasses", "datetime",
                "subprocess", "onite.exec.contain", "onite.exec.limits", "onite.exec.jobstart", "onite.exec.jobend",
-               "onite.exec.plan"}
+               "onite.exec.plan", "onite.exec.pam"}
     assert imports_of(PACKAGE / "exec" / "monitor.py") <= allowed
     assert imports_of(PACKAGE / "exec" / "plan.py") <= {"__future__", "os", "marshal", "socket", "dataclasses"}
     assert imports_of(PACKAGE / "exec" / "jobend.py") <= {"__future__", "os", "signal", "time", "onite.exec.contain",
@@ -50,6 +53,7 @@ def test_the_monitor_imports_little():
     assert imports_of(PACKAGE / "exec" / "jobstart.py") <= {"__future__", "os", "errno", "subprocess", "onite.exec.plan"}
     assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
     assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "errno", "os", "onite.exec.contain"}
+    assert imports_of(PACKAGE / "exec" / "pam.py") <= {"__future__", "json", "os", "sys", "pamela"}
 
 
 @pytest.mark.parametrize("layer", LAYERS)
@@ -64,6 +68,32 @@ def test_the_folder_listing_is_the_layer_map():
     assert top == ["__init__.py", "__main__.py", "api.py"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
         [*LAYERS, "skel"])
+
+
+def module_list_problems(doc: str, tree: set[str]) -> dict[str, list[str]]:
+    """What the "Modules" section of ``doc`` gets wrong about ``tree`` (module paths under onite/): the
+    modules it does not name, the names of modules that do not exist, and the modules named twice."""
+    if "\n## Modules\n" not in doc:
+        return {"no '## Modules' section": [""]}
+    section = doc.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
+    named = collections.Counter(re.findall(r"`([\w/]+\.py)`", section))
+    return {"not named": sorted(tree - set(named)), "no such module": sorted(set(named) - tree),
+            "named twice": sorted(name for name, count in named.items() if count > 1)}
+
+
+def test_internals_names_every_module_once():
+    """docs/internals.md names every .py under onite/ once, and no module that does not exist: the map a
+    newcomer reads cannot drift from the tree."""
+    tree = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")}
+    problems = module_list_problems((REPO / "docs" / "internals.md").read_text(), tree)
+    assert {what: names for what, names in problems.items() if names} == {}
+
+
+def test_the_module_list_check_finds_a_planted_drift():
+    doc = ("# x\n\n## Modules\n\n- `a.py` — a\n- `core/b.py` — b\n- `core/b.py` — b again\n- `gone.py` — c\n"
+           "\n## Next\n`d.py`\n")
+    assert module_list_problems(doc, {"a.py", "core/b.py", "new.py", "d.py"}) == {
+        "not named": ["d.py", "new.py"], "no such module": ["gone.py"], "named twice": ["core/b.py"]}
 
 
 def module_name(path: Path) -> str:

@@ -65,7 +65,7 @@ def test_a_pinned_job_waits_for_its_host(spool, workdir, cli):
     for host in ("alpha", "gamma"):
         proc = start_driver(spool, "--host", host)
         assert proc.wait(60) == 0
-    assert (spool / "jobs" / "P4" / "pinned").exists() and not (workdir / "pinned").exists()
+    assert (spool / "jobs" / "P4" / "root:pinned").exists() and not (workdir / "pinned").exists()
     assert result(spool, "free")["host"] in ("alpha", "gamma")
     assert start_driver(spool, "--host", "beta").wait(60) == 0
     assert result(spool, "pinned")["host"] == "beta" and (workdir / "pinned").read_text() == "pinned\n"
@@ -107,7 +107,7 @@ def test_recover_a_host_that_never_comes_back(spool, workdir, cli):
     assert r.code == 2 and "--force" in r.err
     r = cli(["recover", "--host", "deadhost", "--force"])
     assert r.code == 0 and "recovered 1 job(s) of host deadhost: stranded" in r.out, r
-    assert (spool / "jobs" / "P4" / "stranded").exists()
+    assert (spool / "jobs" / "P4" / "root:stranded").exists()
     assert cli(["recover", "--host", "deadhost", "--force"]).out.startswith("host deadhost has no claimed jobs")
 
 

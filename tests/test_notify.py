@@ -56,7 +56,7 @@ def test_the_hook_gets_the_failed_jobs_record(spool, notices):
     assert drain(spool).returncode == 0
     assert noticed(notices) == ["broken"]
     record = (notices.dir / "broken.json").read_bytes()
-    assert record == (spool / "jobsdone" / "broken@result").read_bytes()  # exactly the result record
+    assert record == (spool / "jobsdone" / "root:broken@result").read_bytes()  # exactly the result record
     assert json.loads(record) == result(spool, "broken") and result(spool, "broken")["exit_code"] == 3
     env = dict(line.split("=", 1) for line in (notices.dir / "broken.env").read_text().splitlines() if "=" in line)
     assert (env["ONITE_JOB"], env["ONITE_STATE"], env["ONITE_EVENT"]) == ("broken", "failed", "finished")
@@ -80,7 +80,7 @@ def test_a_job_asks_for_what_the_spool_does_not_default_to(spool, notices):
     submit("told", "true\n", "--notify", "command", "--notify-on", "always")
     submit("quiet", "exit 1\n")
     submit("silenced", "exit 1\n", "--notify", "none")
-    assert "notify: command\nnotify-on: always\n" in (spool / "jobs" / "P4" / "told").read_text()
+    assert "notify: command\nnotify-on: always\n" in (spool / "jobs" / "P4" / "root:told").read_text()
     assert drain(spool).returncode == 0
     assert noticed(notices) == ["told"]
 
@@ -114,7 +114,7 @@ def test_a_queued_job_its_owner_cancels_during_the_night_is_told_with_always(spo
     driver = start_driver(spool)
     wait_for(started.exists, what="the first job to start")
     assert cli(["cancel", "second"], user="nobody", cwd="/tmp").code == 0
-    wait_for(lambda: (spool / "jobsdone" / "second@result").exists(), what="the cancel to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "root:second@result").exists(), what="the cancel to be filed")
     gate.unlink()
     assert driver.wait(60) == 0
     assert noticed(notices) == ["first", "second"]
@@ -146,7 +146,7 @@ def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):
 
 def test_a_refused_job_file_is_told(spool, notices):
     set_config(spool, notify="command", notify_command=notices.hook)
-    junk = spool / "jobs" / "P4" / "junk"
+    junk = spool / "jobs" / "P4" / "root:junk"
     junk.write_bytes(b"not a job\n")
     junk.chmod(0o600)
     assert drain(spool).returncode == 0
@@ -248,7 +248,7 @@ def test_one_users_burst_of_notices_drops_and_holds_up_no_one_elses(spool, workd
     r = run_cli(["submit", "payroll"], stdin=b"exit 1\n", user="daemon", cwd="/tmp")
     assert r.code == 0, r
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "payroll@result").exists(), what="daemon's job to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "root:payroll@result").exists(), what="daemon's job to be filed")
     gate.unlink()
     assert driver.wait(120) == 0
     order = (folder / "order").read_text().split()
@@ -386,7 +386,7 @@ def test_recur_add_takes_notify(spool, notices):
     r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *", "--notify", "command", "--notify-on", "always"],
                 stdin=b"true\n")
     assert r.code == 0, r
-    assert "notify: command\nnotify-on: always\n" in (spool / "recur" / "nightly").read_text()
+    assert "notify: command\nnotify-on: always\n" in (spool / "recur" / "root:nightly").read_text()
     r = run_cli(["recur", "add", "other", "--cron", "0 3 * * *", "--notify", "sms"], stdin=b"true\n")
     assert r.code == 2 and "invalid --notify 'sms'" in r.err
 

@@ -61,7 +61,7 @@ def test_merged_is_the_default_and_stderr_then_says_where_it_is(spool):
     assert b"stderr:" not in next((spool / "jobs").rglob("merged")).read_bytes()
     drain(spool)
     assert result(spool, "merged")["stderr"] == "merged"
-    assert not (spool / "stdout" / "merged@stderr").exists()
+    assert not (spool / "stdout" / "root:merged@stderr").exists()
     assert run_cli(["output", "merged"]).out == "out\nerr\n"
     r = run_cli(["output", "merged", "--stderr"])
     assert (r.code, r.out, r.err) == (1, "", merged_message("merged"))
@@ -90,7 +90,7 @@ def test_a_merged_run_drops_the_stderr_of_an_earlier_job_of_that_name(spool):
     assert run_cli(["output", "again", "--stderr"]).out == "old-err\n"
     submit("again", b"echo new-err >&2\n")
     drain(spool)
-    assert not (spool / "stdout" / "again@stderr").exists()
+    assert not (spool / "stdout" / "root:again@stderr").exists()
     assert run_cli(["output", "again"]).out == "new-err\n"
     assert run_cli(["output", "again", "--stderr"]).err == merged_message("again")
 
@@ -104,7 +104,7 @@ def test_a_retry_appends_to_both_files_after_its_marker(spool, workdir):
     rec = result(spool, "flaky")
     assert (rec["state"], rec["attempt"], rec["stderr"]) == ("done", 2, "separate")
     marker = r"\n\[onite\] attempt 2 of flaky, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n"
-    for path, word in ((spool / "stdout" / "flaky", "out"), (spool / "stdout" / "flaky@stderr", "err")):
+    for path, word in ((spool / "stdout" / "root:flaky", "out"), (spool / "stdout" / "root:flaky@stderr", "err")):
         assert re.fullmatch(rf"{word}-\d+\n{marker}{word}-\d+\n", path.read_text()), path.read_text()
 
 
@@ -134,7 +134,7 @@ def test_the_python_api_takes_the_option_too(spool):
 def test_recur_add_records_the_choice_in_the_template(spool):
     r = run_cli(["recur", "add", "nightly", "--every", "1d", "--stderr-separate"], stdin=b"true\n")
     assert r.code == 0, r
-    assert decode((spool / "recur" / "nightly").read_bytes()).stderr_separate
+    assert decode((spool / "recur" / "root:nightly").read_bytes()).stderr_separate
 
 
 @needs_root
@@ -152,7 +152,7 @@ def test_separate_stderr_is_private_to_its_owner(spool):
     for name in ("mine", "mine-merged"):
         r = run_cli(["output", name, "--stderr"], user="nobody")
         assert (r.code, r.out) == (3, "") and "belongs to root" in r.err and "root-secret" not in r.err
-    assert stat.S_IMODE(os.stat(spool / "stdout" / "mine@stderr").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(spool / "stdout" / "root:mine@stderr").st_mode) == 0o600
 
 
 def on_terminal(spool, args: list[str]) -> bytes:
@@ -225,11 +225,11 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
     submit("fx", b"printf 'A\\033]0;PWNED\\007B\\033]52;c;ZWNobyBoaQ==\\007\\n'\n", user="nobody")
     assert drain(spool).returncode == 0
     # its result is gone (retention), its output not yet (a stray until the next prune): the name is free
-    (spool / "jobsdone" / "fx@result").unlink()
+    (spool / "jobsdone" / "root:fx@result").unlink()
     assert run_cli(["submit", "fx", "--hold"], stdin=b"echo root-job\n").code == 0
     terminal = OnTerminal(spool, ["output", "fx", "--follow"], stdin=False)
     terminal.until(b"waiting for it to start")
-    assert as_user(lambda: os.chmod(spool / "stdout" / "fx", 0o640)) == ("ok", None)
+    assert as_user(lambda: os.chmod(spool / "stdout" / "root:fx", 0o640)) == ("ok", None)
     blocked = times_blocked(terminal.proc.pid)
     wait_for(lambda: times_blocked(terminal.proc.pid) >= blocked + 3, what="several of the follow's looks")
     assert run_cli(["cancel", "fx"]).code == 0

@@ -152,10 +152,21 @@ def test_seed_defaults():
     ("priorities = [", "not valid TOML"),
     ("check_lock = 1", "write true or false"),
     ('stderr_separate = "yes"', "write true or false"),
+    ("max_pids = -1", "max_pids = -1 is not valid — write a whole number from 0 to 4194304"),
+    ("max_pids = true", "max_pids = True is not valid"),
+    ('pam = "yes"', 'write "auto" or "required" or "off"'),
+    ('pam_service = "../shadow"', "pam_service = '../shadow' is not valid — write the name of a file in /etc/pam.d"),
+    ('pam_service = ""', "pam_service = '' is not valid"),
 ])
 def test_config_errors_name_key_and_fix(text, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("*", r"\*").replace("?", r"\?")):
         parse_config(text)
+
+
+def test_pam_and_pids_keys():
+    config = parse_config('max_pids = 0\npam = "required"\npam_service = "cron"\n')
+    assert (config.max_pids, config.pam, config.pam_service) == (0, "required", "cron")
+    assert (Config().max_pids, Config().pam, Config().pam_service) == (4096, "auto", "onite")
 
 
 def test_host_tables_override_slots():
@@ -413,52 +424,18 @@ def test_a_run_id_names_its_host_even_one_with_dashes():
     assert run_id_host("not-one") is None
 
 
-def test_a_dependency_is_a_name_or_user_colon_name():
-    from onite.core.names import is_valid_dependency, split_dependency
+def test_a_job_key_is_user_colon_name_and_a_command_resolves_a_name_to_it():
+    from onite.core.errors import InvalidInput
+    from onite.core.names import is_valid_key, resolve, shown, split_key
 
-    assert split_dependency("build") == (None, "build") and split_dependency("alice:build") == ("alice", "build")
-    for good in ("build", "alice:build", "_svc-1.x:b", "machine$:b"):
-        assert is_valid_dependency(good), good
-    for bad in ("", ":build", "alice:", "a b:build", "alice:../x", "9lives:x:y", "alice:b c", "x" * 33 + ":b"):
-        assert not is_valid_dependency(bad), bad
-
-
-def test_the_log_tells_a_users_last_outcome_of_a_name(tmp_path):
-    from onite.spool.log import Outcomes, format_line
-
-    def last_outcome(path, name, user):
-        return Outcomes(path).last(name, user)
-
-    log = tmp_path / "onite.log"
-    when = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)
-    log.write_text("".join([
-        format_line(when, "vm", 1, "done", "A", user="daemon", exit=0),
-        format_line(when, "vm", 1, "failed", "A", user="daemon", reason="exit 1"),
-        format_line(when, "vm", 1, "done", "A", user="nobody", exit=0),
-        format_line(when, "vm", 1, "start", "A", user="daemon"),
-        format_line(when, "vm", 1, "done", "AB", user="daemon", note="A "),
-    ]))
-    assert last_outcome(log, "A", "daemon") == "failed"
-    assert last_outcome(log, "A", "nobody") == "done"
-    assert last_outcome(log, "AB", "daemon") == "done" and last_outcome(log, "B", "daemon") is None
-    assert last_outcome(tmp_path / "none", "A", "daemon") is None
-
-
-def test_the_logs_outcomes_are_read_on_as_the_log_grows(tmp_path):
-    from onite.spool.log import Outcomes, format_line
-
-    log = tmp_path / "onite.log"
-    when = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)
-    log.write_text(format_line(when, "vm", 1, "done", "A", user="daemon"))
-    outcomes = Outcomes(log)
-    assert outcomes.last("A", "daemon") == "done"
-    with open(log, "a") as handle:
-        handle.write(format_line(when, "vm", 1, "failed", "A", user="daemon", reason="exit 1"))
-        handle.write('2026-11-25T03:00:00+00:00 vm[1] done A user=dae')  # a line still being written
-    assert outcomes.last("A", "daemon") == "failed"
-    with open(log, "a") as handle:
-        handle.write("mon\n")
-    assert outcomes.last("A", "daemon") == "done" and outcomes.last("A", "dae") is None
-    log.unlink()
-    log.write_text(format_line(when, "vm", 1, "cancelled", "A", user="daemon"))  # a new log
-    assert outcomes.last("A", "daemon") == "cancelled"
+    assert split_key("alice:build") == ("alice", "build")
+    for good in ("alice:build", "_svc-1.x:b", "machine$:b"):
+        assert is_valid_key(good), good
+    for bad in ("", "build", ":build", "alice:", "a b:build", "alice:../x", "9lives:x:y", "alice:b c",
+                "x" * 33 + ":b", "alice:b@run"):
+        assert not is_valid_key(bad), bad
+    assert resolve("build", "alice") == "alice:build" and resolve("bob:build", "alice") == "bob:build"
+    for bad in ("", "a b", "bob:", ":x", "9x:build", "bob:a/b"):
+        with pytest.raises(InvalidInput):
+            resolve(bad, "alice")
+    assert shown("alice:build", "alice") == "build" and shown("alice:build", "bob") == "alice:build"

@@ -180,7 +180,7 @@ def test_add_stores_a_private_template_and_refuses_a_duplicate(spool, cli, workd
                  "1h", "--retries", "2", "--host", "node2"], stdin=b"echo report\n", env=env, cwd=workdir, umask=0o027)
     assert r.code == 0, r
     assert r.out.startswith("report: cron '0 20 * * 1-5'; next at ")
-    path = spool / "recur" / "report"
+    path = spool / "recur" / "root:report"
     st = path.stat()
     assert oct(st.st_mode & 0o777) == "0o600" and st.st_uid == os.geteuid()
     job = decode(path.read_bytes())
@@ -252,7 +252,7 @@ def test_empty_list(spool, cli):
 def test_ownership_rules(spool, cli):
     r = run_cli(["recur", "add", "theirs", "--every", "1h", "-p", "5"], stdin=b"true\n", user="nobody")
     assert r.code == 0, r
-    assert (spool / "recur" / "theirs").stat().st_uid == nobody().pw_uid
+    assert (spool / "recur" / "root:theirs").stat().st_uid == nobody().pw_uid
     assert cli(["recur", "add", "mine", "--every", "2h"], stdin=b"true\n").code == 0
     # root sees everything
     listed = {t["name"]: t for t in cli(["recur", "list", "--json"]).json()["recurring"]}
@@ -262,7 +262,7 @@ def test_ownership_rules(spool, cli):
     assert seen["mine"]["user"] == "root" and seen["mine"]["rule"] == "?" and seen["theirs"]["rule"] == "every 1h"
     # nobody may not remove root's template, nor add one of the same name
     r = run_cli(["recur", "remove", "mine"], user="nobody")
-    assert r.code == 3 and "belongs to root" in r.err and (spool / "recur" / "mine").exists()
+    assert r.code == 3 and "belongs to root" in r.err and (spool / "recur" / "root:mine").exists()
     assert run_cli(["recur", "add", "mine", "--every", "1h"], stdin=b"true\n", user="nobody").code == 3
     assert run_cli(["recur", "remove", "nosuch"], user="nobody").code == 1
     # own templates: yes; root: any
@@ -352,10 +352,10 @@ def test_untrusted_templates_are_refused_and_logged(spool, workdir, how, reason)
     elif how == "symlink":
         target = plant(spool, "real", job)
         os.rename(target, workdir / "elsewhere")
-        os.symlink(workdir / "elsewhere", spool / "recur" / "bad")
+        os.symlink(workdir / "elsewhere", spool / "recur" / "root:bad")
     elif how == "hardlink":
         plant(spool, "bad", job)
-        os.link(spool / "recur" / "bad", workdir / "second-link")
+        os.link(spool / "recur" / "root:bad", workdir / "second-link")
     else:
         plant(spool, "bad", Job(**{**job.__dict__, "extra": ()}))
     drain(spool)

@@ -482,6 +482,33 @@ def test_cgroup_v2_limits_and_use_are_read_from_their_files(tmp_path):
 
 
 @needs_root
+def test_the_pids_limit_leaves_room_for_the_monitor_then_is_the_jobs(tmp_path):
+    """cgroup v2 where its folder has the pids controller (memory and cpu or not), else v1; set one above
+    ``max_pids`` while the monitor is in the group, then to it; nowhere with max_pids = 0."""
+    from onite.exec.limits import Limiter, apply, discover
+
+    base = tmp_path / "onite"
+    base.mkdir()
+    (base / "cgroup.controllers").write_text("hugetlb pids\n")
+    (base / "cgroup.subtree_control").write_text("")
+    limiter = discover(str(base), 50, mountinfo=str(tmp_path / "none"), own=str(tmp_path / "none"))
+    assert limiter.v2 is None and limiter.pids_v2 == str(base) and "+pids" in (base / "cgroup.subtree_control").read_text()
+    assert limiter.describe() == ("not enforced (no memory controller this driver may use); "
+                                  "at most 50 processes a job (cgroup v2 pids)")
+    job = base / "run-1"
+    job.mkdir()
+    assert apply(limiter.pids_steps("run-1", str(job), 1)) == [] and (job / "pids.max").read_text() == "51"
+    assert apply(limiter.pids_steps("run-1", str(job), 0)) == [] and (job / "pids.max").read_text() == "50"
+    assert apply(limiter.pids_steps("run-2", str(base / "run-2"), 0)) == ["pids"]  # its cgroup was not made
+    v1 = Limiter(v1={"memory": "/m/onite", "pids": "/p/onite"}, max_pids=50)
+    assert v1.groups("run-3") == ("/m/onite/run-3", "/p/onite/run-3")
+    assert v1.pids_steps("run-3", None, 1) == (("/p/onite/run-3/pids.max", "51", "pids"),)
+    assert v1.describe() == "cgroup v1 (memory); at most 50 processes a job (cgroup v1 pids)"
+    off = Limiter(v1={"memory": "/m/onite"})
+    assert off.pids_steps("run-4", None, 1) == () and off.describe() == "cgroup v1 (memory); no pids limit (max_pids = 0)"
+
+
+@needs_root
 def test_a_limit_that_cannot_be_set_is_named_for_the_start_line(tmp_path):
     """The job still runs (a limit is no reason not to), but the limits it asked for and did not get
     are named: the start line of the log says ``unenforced=memory``."""

@@ -14,7 +14,8 @@ PROBE = ('pwd >> {log}; printf "%s|\\n" "$ONITE_PROBE" >> {log}; umask >> {log}\
 
 
 def queued_file(spool, name):
-    [path] = list((spool / "jobs").rglob(name))
+    """The queued file of job ``name``: a key, or the NAME of one user's job."""
+    [path] = [p for p in (spool / "jobs").rglob(name if ":" in name else f"*:{name}") if p.is_file()]
     return path
 
 
@@ -32,8 +33,9 @@ def test_restart_of_a_failed_job_runs_it_again_with_its_environment_directory_an
     first = log.read_text()
     assert first == f"{workdir}\na 'b' \"c\" $d \\e\nsecond line|\n0027\n"
 
-    r = run_cli(["restart", "flaky"], env=dict(os.environ, ONITE_PROBE="not this one"), cwd="/", umask=0o022)
-    assert (r.code, r.out, r.err) == (0, "flaky\n", ""), r  # root restarts nobody's job: still nobody's
+    key = f"{user}:flaky" if user else "flaky"
+    r = run_cli(["restart", key], env=dict(os.environ, ONITE_PROBE="not this one"), cwd="/", umask=0o022)
+    assert (r.code, r.out, r.err) == (0, f"{key}\n", ""), r  # root restarts nobody's job: still nobody's
     path = queued_file(spool, "flaky")
     assert path.parent.name == "P2" and stat.S_IMODE(path.stat().st_mode) == 0o600
     if user:
@@ -51,8 +53,8 @@ def test_restart_refuses_a_name_that_is_queued_and_offers_another(spool, cli):
     assert drain(spool).returncode == 0
     assert cli(["submit", "twice"], stdin=b"echo the new one\n").code == 0
     r = cli(["restart", "twice"])
-    assert (r.code, r.err) == (3, "onite: a job named 'twice' is already queued or running — restart it as another "
-                                  "job: onite restart twice --name NEW, or --unique\n")
+    assert (r.code, r.err) == (3, "onite: your job 'twice' is already queued (P4) — pick another name, or use "
+                                  "--unique\n")
     r = cli(["restart", "twice", "--name", "twice-again", "--hold"])
     assert (r.code, r.out) == (0, "twice-again\n")
     path = queued_file(spool, "twice-again")
@@ -93,20 +95,23 @@ def test_restart_errors(spool, cli, argv, code, message):
 def test_only_the_owner_or_root_may_restart(spool, cli):
     assert cli(["submit", "roots"], stdin=b"true\n").code == 0
     assert drain(spool).returncode == 0
-    r = cli(["restart", "roots"], user="nobody")
-    assert (r.code, r.err) == (3, "onite: job 'roots' belongs to root — only its owner or root may restart it\n")
-    assert not list((spool / "jobs").rglob("roots"))
+    r = cli(["restart", "root:roots"], user="nobody")
+    assert (r.code, r.err) == (3, "onite: job 'root:roots' belongs to root — only its owner or root may restart it\n")
+    assert not list((spool / "jobs").rglob("*roots"))
+    r = cli(["restart", "roots"], user="nobody")  # NAME is the caller's own: nobody has none of that name
+    assert (r.code, r.err) == (1, "onite: no finished job 'roots' is kept — see onite list --all; each user's last "
+                                  "`keep` finished jobs are kept\n"), r
     assert cli(["submit", "queued"], stdin=b"true\n").code == 0  # (a seventh look: "restart it once it has finished")
-    r = cli(["restart", "queued"], user="nobody")
-    assert (r.code, r.err) == (1, "onite: no finished job 'queued' is kept — the job of that name is root's; only "
-                                  "its owner or root may restart it\n"), r
+    r = cli(["restart", "root:queued"], user="nobody")
+    assert (r.code, r.err) == (1, "onite: no finished job 'root:queued' is kept — it is queued or running; restart "
+                                  "it once it has finished\n"), r
 
 
 @needs_root
 def test_a_user_restarts_a_job_they_cancelled_before_a_driver_filed_it(spool, cli):
     assert cli(["submit", "mine"], stdin=b"echo mine\n", user="nobody", cwd="/tmp").code == 0
     assert cli(["cancel", "mine"], user="nobody").code == 0
-    assert not (spool / "jobsdone" / "mine").exists()  # withdrawn into cancel/, for a driver to file
+    assert not (spool / "jobsdone" / "nobody:mine").exists()  # withdrawn into cancel/, for a driver to file
     r = cli(["restart", "mine"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (0, "mine\n"), r
     assert queued_file(spool, "mine").stat().st_uid == nobody().pw_uid
@@ -126,8 +131,9 @@ def test_a_timed_out_job_is_restarted_with_a_longer_limit_as_the_report_says(spo
     assert (r.code, r.out) == (0, "slow\n"), r
     job = decode(queued_file(spool, "slow").read_bytes())
     assert queued_file(spool, "slow").parent.name == "P2"
-    assert (job.timeout.total_seconds(), job.retries, job.mem, job.cpus, job.after) == (5, 1, 64, 1, ("bad",))
+    assert (job.timeout.total_seconds(), job.retries, job.mem, job.cpus, job.after) == (5, 1, 64, 1, ("root:bad",))
     assert job.not_before is not None
     r = cli(["restart", "bad", "--timeout", "soon"])
-    assert (r.code, r.err) == (2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d\n"), r
-    assert not list((spool / "jobs").rglob("bad"))  # nothing spooled
+    assert (r.code, r.err) == (2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
+                                  "is seconds)\n"), r
+    assert not list((spool / "jobs").rglob("root:bad"))  # nothing spooled

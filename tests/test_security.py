@@ -46,7 +46,7 @@ def test_spool_modes_after_init(spool):
 def test_nobody_can_spool_and_see_the_queue_but_not_write_elsewhere(spool):
     submit("rootjob", "true\n")
     submit("nbjob", "true\n", user="nobody")
-    st = os.stat(spool / "jobs" / "P4" / "nbjob")
+    st = os.stat(spool / "jobs" / "P4" / "root:nbjob")
     assert st.st_uid == nobody().pw_uid and stat.S_IMODE(st.st_mode) == 0o600
     listed = run_cli(["list", "--json"], user="nobody").json()["jobs"]
     assert [(j["name"], j["user"]) for j in listed] == [("rootjob", "root"), ("nbjob", "nobody")]
@@ -57,11 +57,11 @@ def test_nobody_can_spool_and_see_the_queue_but_not_write_elsewhere(spool):
 
 def test_nobody_cannot_read_change_or_remove_roots_job(spool):
     submit("rootjob", "echo secret\n")
-    path = spool / "jobs" / "P4" / "rootjob"
+    path = spool / "jobs" / "P4" / "root:rootjob"
     assert as_nobody(lambda: open(path, "rb").read()) == ("oserror", errno.EACCES)
     assert as_nobody(lambda: open(path, "ab").close()) == ("oserror", errno.EACCES)
     assert as_nobody(lambda: os.unlink(path)) == ("oserror", errno.EPERM)
-    assert as_nobody(lambda: os.rename(path, spool / "jobs" / "P1" / "moved")) == ("oserror", errno.EPERM)
+    assert as_nobody(lambda: os.rename(path, spool / "jobs" / "P1" / "root:moved")) == ("oserror", errno.EPERM)
     assert as_nobody(lambda: os.chmod(path, 0o644)) == ("oserror", errno.EPERM)
     r = run_cli(["cancel", "rootjob"], user="nobody")
     assert r.code == 3 and "belongs to root" in r.err
@@ -85,7 +85,7 @@ def test_nobodys_job_runs_as_nobody_and_cannot_regain_root(spool, workdir):
     assert lines[4].split()[1:] == [str(entry.pw_uid)] * 4  # real, effective, saved, fs uid
     assert lines[5].split()[1:] == [str(entry.pw_gid)] * 4
     assert "PermissionError" in lines[7] and lines[8] == "0027"
-    out_st = os.stat(spool / "stdout" / "whoami")
+    out_st = os.stat(spool / "stdout" / "root:whoami")
     assert out_st.st_uid == entry.pw_uid and stat.S_IMODE(out_st.st_mode) == 0o600
 
 
@@ -97,7 +97,7 @@ def test_output_is_private_to_its_owner(spool):
     assert r.code == 3 and "belongs to root" in r.err and "root-secret" not in r.out
     assert run_cli(["output", "nbout"], user="nobody").out == "nobody-text\n"
     assert run_cli(["output", "nbout"]).out == "nobody-text\n"  # root sees all
-    assert as_nobody(lambda: open(spool / "stdout" / "rootout").read()) == ("oserror", errno.EACCES)
+    assert as_nobody(lambda: open(spool / "stdout" / "root:rootout").read()) == ("oserror", errno.EACCES)
 
 
 def make_root_job(world_tmp, body: str) -> Path:
@@ -115,10 +115,10 @@ def make_root_job(world_tmp, body: str) -> Path:
 def test_planted_symlink_never_runs_as_root(spool, world_tmp, workdir):
     marker = workdir / "pwned"
     target = make_root_job(world_tmp, f"touch {marker}\n")
-    assert as_nobody(lambda: os.symlink(target, spool / "jobs" / "P1" / "evil"))[0] == "ok"
+    assert as_nobody(lambda: os.symlink(target, spool / "jobs" / "P1" / "root:evil"))[0] == "ok"
     drain(spool)
     assert not marker.exists()
-    assert not (spool / "jobs" / "P1" / "evil").exists()
+    assert not (spool / "jobs" / "P1" / "root:evil").exists()
     refused = list((spool / "refused").iterdir())
     assert len(refused) == 1 and refused[0].is_symlink()  # kept as evidence
     assert any(" refused evil " in ln and "symbolic link" in ln for ln in log_lines(spool))
@@ -129,11 +129,11 @@ def test_planted_hard_link_never_runs(spool, world_tmp, workdir):
     target = make_root_job(world_tmp, f"touch {marker}\n")
     # The kernel's protected_hardlinks already stops nobody from linking root's file...
     protected = Path("/proc/sys/fs/protected_hardlinks").read_text().strip() == "1"
-    outcome = as_nobody(lambda: os.link(target, spool / "jobs" / "P1" / "evil"))
+    outcome = as_nobody(lambda: os.link(target, spool / "jobs" / "P1" / "root:evil"))
     assert outcome == ("oserror", errno.EPERM) if protected else outcome[0] == "ok"
     # ...and where it does not, the driver refuses a job file with a second link.
-    if not os.path.lexists(spool / "jobs" / "P1" / "evil"):
-        os.link(target, spool / "jobs" / "P1" / "evil")
+    if not os.path.lexists(spool / "jobs" / "P1" / "root:evil"):
+        os.link(target, spool / "jobs" / "P1" / "root:evil")
     drain(spool)
     assert not marker.exists()
     assert any(" refused evil " in ln and "hard links" in ln for ln in log_lines(spool))
@@ -142,9 +142,9 @@ def test_planted_hard_link_never_runs(spool, world_tmp, workdir):
 def test_copied_job_file_runs_as_whoever_placed_it(spool, workdir):
     out = workdir / "uid"
     submit("rootjob", f"id -u > {out}\n", "--hold")
-    data = (spool / "jobs" / "P4" / "rootjob").read_bytes()  # root's job, with HOME=/root and all
-    placed = as_nobody(lambda: (open(spool / "jobs" / "P1" / "copy", "xb").write(data),
-                                os.chmod(spool / "jobs" / "P1" / "copy", 0o600)) and "ok")
+    data = (spool / "jobs" / "P4" / "root:rootjob").read_bytes()  # root's job, with HOME=/root and all
+    placed = as_nobody(lambda: (open(spool / "jobs" / "P1" / "root:copy", "xb").write(data),
+                                os.chmod(spool / "jobs" / "P1" / "root:copy", 0o600)) and "ok")
     assert placed[0] == "ok"
     drain(spool)
     assert out.read_text().strip() == str(nobody().pw_uid)
@@ -180,7 +180,7 @@ def test_only_admins_may_spool_urgent_jobs(spool, workdir):
     # bypassing the command: the driver refuses a non-admin's file in jobs/urgent
     marker = workdir / "rushed"
     submit("sneaky", f"touch {marker}\n", user="nobody")
-    os.rename(spool / "jobs" / "P4" / "sneaky", spool / "jobs" / "urgent" / "sneaky")
+    os.rename(spool / "jobs" / "P4" / "root:sneaky", spool / "jobs" / "urgent" / "root:sneaky")
     drain(spool)
     assert not marker.exists()
     assert any(" refused sneaky " in ln and "urgent jobs need an admin" in ln for ln in log_lines(spool))
@@ -216,7 +216,7 @@ def test_nobody_cannot_cancel_roots_running_job_even_by_request_file(spool, work
     wait_for(lambda: (spool / "running" / HOST / "rootrun").exists(), what="root's job to start")
     assert run_cli(["cancel", "rootrun"], user="nobody").code == 3
     # a hand-made request file is refused by the driver too
-    assert as_nobody(lambda: open(spool / "cancel" / "rootrun@forged", "w").close())[0] == "ok"
+    assert as_nobody(lambda: open(spool / "cancel" / "root:rootrun@forged", "w").close())[0] == "ok"
     wait_for(lambda: any("cancel-refused rootrun" in ln for ln in log_lines(spool)), what="the refusal")
     gate.unlink()
     assert driver.wait(30) == 0

@@ -217,12 +217,12 @@ def test_stderr_kept_apart_goes_to_its_own_file_through_sbatch_error(slurm_spool
         assert run_cli(["output", name, "--stderr"], user=user).out_bytes == b"err \xfe\n"
     rec = result(slurm_spool, "sep-retried")
     assert (rec["state"], rec["attempt"]) == ("done", 2), rec
-    for path, data in ((slurm_spool / "stdout" / "sep-retried", b"out \xff\n"),
-                       (slurm_spool / "stdout" / "sep-retried@stderr", b"err \xfe\n")):
+    for path, data in ((slurm_spool / "stdout" / "root:sep-retried", b"out \xff\n"),
+                       (slurm_spool / "stdout" / "root:sep-retried@stderr", b"err \xfe\n")):
         first, marker, second = path.read_bytes().partition(b"\n[onite] attempt 2 of sep-retried, ")
         assert (first, second.split(b"\n", 1)[1]) == (data, data) and marker, path.read_bytes()
-    assert (slurm_spool / "stdout" / "merged").read_text() == "out\nerr\n"
-    assert not (slurm_spool / "stdout" / "merged@stderr").exists()
+    assert (slurm_spool / "stdout" / "root:merged").read_text() == "out\nerr\n"
+    assert not (slurm_spool / "stdout" / "root:merged@stderr").exists()
 
 
 def test_exit_codes_and_signals_are_recorded(slurm_spool):
@@ -368,7 +368,7 @@ def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool
         assert finish(driver, 30) == 0
     finally:
         stop(driver)
-    assert (slurm_spool / "jobs" / "P2" / "interrupted").exists()  # back in its queue for the next night
+    assert (slurm_spool / "jobs" / "P2" / "root:interrupted").exists()  # back in its queue for the next night
     assert slurm_state(job_id) == "CANCELLED"
     assert any(" requeued interrupted " in line for line in log_lines(slurm_spool))
 
@@ -448,7 +448,7 @@ def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slur
     assert rec["reason"].startswith(f"lost: Slurm forgot job {gone} while no driver watched it"), rec
     assert any(" recovered forgotten " in line and "ended while no driver watched it" in line
                for line in log_lines(slurm_spool))
-    assert not (slurm_spool / "jobs" / "P1" / "forgotten").exists()
+    assert not (slurm_spool / "jobs" / "P1" / "root:forgotten").exists()
 
 
 def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_it_again(slurm_spool, workdir):
@@ -465,7 +465,7 @@ def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_
     wait_for(lambda: slurm_state(job_id) == "FAILED", timeout=30, what="the job to end while no driver runs")
     r = run_cli(["recover", "--host", "gone", "--force"])
     assert r.code == 0, r
-    assert not (slurm_spool / "jobs" / "P3" / "ended").exists()
+    assert not (slurm_spool / "jobs" / "P3" / "root:ended").exists()
     rec = result(slurm_spool, "ended")
     assert (rec["state"], rec["exit_code"], rec["external_id"]) == ("failed", 4, job_id), rec
     assert starts.read_text() == "x\n"
@@ -541,7 +541,7 @@ def test_recover_host_waits_until_a_renamed_slurm_job_is_over_before_running_it_
     r = run_cli(["recover", "--host", "gone", "--force"])
     assert r.code == 0, r
     assert slurm_state(job_id) in ("CANCELLED", "FAILED"), slurm_state(job_id)  # over before it is requeued
-    assert (slurm_spool / "jobs" / "P3" / "stubborn").exists()
+    assert (slurm_spool / "jobs" / "P3" / "root:stubborn").exists()
     [line] = [line for line in log_lines(slurm_spool) if " recovered stubborn " in line]
     assert f"Slurm job {job_id} was cancelled" in line, line
 
@@ -648,7 +648,7 @@ def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_
     r = run_cli(["recover", "--host", "gone", "--force"])
     assert r.code == 0, r
     assert slurm_state(job_id) == "CANCELLED"  # nothing would watch it: it is cancelled, not re-attached
-    assert (slurm_spool / "jobs" / "P3" / "orphan").exists()
+    assert (slurm_spool / "jobs" / "P3" / "root:orphan").exists()
 
 
 # ---- refusals --------------------------------------------------------------------------------
@@ -691,10 +691,10 @@ def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spo
                  what="the driver to find the controller unreachable")
         [line] = [line for line in log_lines(slurm_spool) if " executor-unavailable " in line]
         assert "Unable to contact slurm controller (connect failure)" in line and "retry_in=15s" in line
-        assert (slurm_spool / "jobs" / "P4" / "unlucky").is_file()  # back in its queue, not failed
-        assert not (slurm_spool / "jobsdone" / "unlucky@result").exists()
+        assert (slurm_spool / "jobs" / "P4" / "root:unlucky").is_file()  # back in its queue, not failed
+        assert not (slurm_spool / "jobsdone" / "root:unlucky@result").exists()
         conf.write_text(real)  # the controller answers again; sbatch reads its config at every call
-        wait_for(lambda: (slurm_spool / "jobsdone" / "unlucky@result").exists(), timeout=90,
+        wait_for(lambda: (slurm_spool / "jobsdone" / "root:unlucky@result").exists(), timeout=90,
                  what="the driver to try again after its pause")
         if command[0] == "run":
             assert finish(driver, 60) == 0
@@ -703,7 +703,7 @@ def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spo
             os.killpg(driver.pid, signal.SIGTERM)
         finish(driver, 60)
     assert result(slurm_spool, "unlucky")["state"] == "done" and result(slurm_spool, "unlucky")["attempt"] == 1
-    assert (slurm_spool / "stdout" / "unlucky").read_text() == "lucky after all\n"
+    assert (slurm_spool / "stdout" / "root:unlucky").read_text() == "lucky after all\n"
 
 
 def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
@@ -852,4 +852,4 @@ def test_an_sbatch_that_writes_without_end_fills_no_memory(slurm_spool, workdir)
     flood = result(slurm_spool, "flood")
     assert flood["state"] == "failed" and "stopped at the limit" in flood["reason"], flood["reason"]
     assert result(slurm_spool, "fine")["state"] == "done"
-    assert (slurm_spool / "stdout" / "fine").stat().st_size == 10_000_000
+    assert (slurm_spool / "stdout" / "root:fine").stat().st_size == 10_000_000

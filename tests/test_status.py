@@ -71,21 +71,20 @@ def test_a_dependency_that_failed_says_the_job_will_fail(spool):
 
 
 def test_last_night(spool):
-    """Last night is the night of yesterday, noon to noon, whatever the time of day the test runs."""
+    """Last night is the night of yesterday, noon to noon, whatever the time of day the test runs; its jobs are
+    those onite.log tells of (their result records are not read), each as its final line says."""
     from datetime import date, timedelta
 
-    from onite.spool.paths import SpoolDir
-    from onite.spool.results import write_result
-    from onite.core.state import JobState, Result
+    from onite.spool.log import format_line
 
     yesterday = date.today() - timedelta(days=1)
+    lines = []
 
     def record(name: str, state: str, finished_hour: int, day: date = yesterday, reason: str = "") -> None:
         finished = datetime(day.year, day.month, day.day, finished_hour).astimezone()
-        write_result(SpoolDir(spool), Result(
-            name=name, uid=os.geteuid(), user="root", priority=4, urgent=False, state=JobState(state), reason=reason,
-            exit_code={"done": 0, "failed": 3}.get(state), signal=None, host="vm", submitted=finished,
-            queued=None, started=finished - timedelta(minutes=5), finished=finished, attempt=1))
+        fields = {"user": "root", "attempt": 1, **({"reason": reason} if reason else {})}
+        lines.append(format_line(finished - timedelta(minutes=5), "vm", 7, "start", name, **fields))
+        lines.append(format_line(finished, "vm", 7, state, name, **fields))
 
     record("ok1", "done", 20)
     record("ok2", "done", 23)
@@ -94,6 +93,8 @@ def test_last_night(spool):
     record("gone", "cancelled", 19, reason="cancelled by root")
     record("before", "failed", 11, reason="exit 1")  # yesterday morning: the night before
     record("tonight", "failed", 13, day=date.today(), reason="exit 1")  # today after noon: tonight's
+    with open(spool / "onite.log", "a") as log:
+        log.writelines(sorted(lines))
     doc = run_cli(["status", "--json"]).json()
     day = doc["last_night"]
     assert day["night"] == yesterday.isoformat() and day["since"].startswith(f"{yesterday.isoformat()}T12:00")

@@ -32,7 +32,7 @@ def test_submit_captures_env_cwd_umask_exactly(spool, workdir):
     env = dict(ENV, ONITE_SPOOL=str(spool))
     r = run_cli(["submit", "capture", "-p", "2"], stdin=b"echo hi\n", env=env, cwd=workdir, umask=0o027)
     assert r.code == 0, r
-    job = decode((spool / "jobs" / "P2" / "capture").read_bytes())
+    job = decode((spool / "jobs" / "P2" / "root:capture").read_bytes())
     assert job.cwd == os.fsencode(workdir) and job.umask == 0o027 and job.priority == 2
     assert {k.decode(): v.decode() for k, v in job.env.items()} == env
     assert job.body == b"echo hi\n"
@@ -51,7 +51,7 @@ def test_non_utf8_environment_and_odd_names_round_trip(spool, workdir):
         os._exit(run_cli(["submit", "envdump"], stdin=script).code)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     assert drain(spool).returncode == 0
-    assert result(spool, "envdump")["state"] == "done", (spool / "stdout" / "envdump").read_text()
+    assert result(spool, "envdump")["state"] == "done", (spool / "stdout" / "root:envdump").read_text()
     got = dict(item.split(b"=", 1) for item in (workdir / "env.out").read_bytes().split(b"\0"))
     login = {b"HOME", b"USER", b"LOGNAME", b"SHELL"} if os.geteuid() == 0 else set()
     for key, value in env.items():
@@ -63,10 +63,10 @@ def test_job_text_bytes_and_shebang(spool, workdir, cli):
     body = b"#!/usr/bin/python3\n# -*- coding: latin-1 -*-\nimport sys\nsys.stdout.buffer.write(bytes(range(256)))\n# \xff\xfe trailing bytes\n"
     assert cli(["submit", "bytes"], stdin=body).code == 0
     assert cli(["submit", "sh"], stdin=b"printf '%s\\n' \"$0\" | grep -q /dev/fd/ && echo shell-ok\n").code == 0
-    assert decode((spool / "jobs" / "P4" / "bytes").read_bytes()).body == body
+    assert decode((spool / "jobs" / "P4" / "root:bytes").read_bytes()).body == body
     drain(spool)
-    assert (spool / "stdout" / "bytes").read_bytes() == bytes(range(256))
-    assert (spool / "stdout" / "sh").read_text() == "shell-ok\n"
+    assert (spool / "stdout" / "root:bytes").read_bytes() == bytes(range(256))
+    assert (spool / "stdout" / "root:sh").read_text() == "shell-ok\n"
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "", "has space", "x" * 300, "new\nline", ".hidden", "-p"])
@@ -107,7 +107,7 @@ def test_too_large_job_is_refused(spool, cli):
 def test_huge_input_within_limit_is_kept_exactly(spool, cli):
     body = b"#!/bin/sh\nexit 0\n" + os.urandom(3 * 1024 * 1024)
     assert cli(["submit", "huge"], stdin=body).code == 0
-    assert decode((spool / "jobs" / "P4" / "huge").read_bytes()).body == body
+    assert decode((spool / "jobs" / "P4" / "root:huge").read_bytes()).body == body
 
 
 def test_file_size_limit_leaves_nothing_behind(spool, cli):
@@ -172,7 +172,7 @@ def test_check_lock_refuses_while_a_driver_runs(spool, cli, workdir):
 
 def test_at_now_is_due_at_once(spool, cli):
     assert cli(["submit", "asap", "--at", "now"], stdin=b"true\n").code == 0
-    job = decode((spool / "jobs" / "P4" / "asap").read_bytes())
+    job = decode((spool / "jobs" / "P4" / "root:asap").read_bytes())
     assert job.not_before is not None and job.not_before <= datetime.now().astimezone()
     assert drain(spool).returncode == 0
     assert result(spool, "asap")["state"] == "done"
@@ -181,7 +181,7 @@ def test_at_now_is_due_at_once(spool, cli):
 def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
     assert cli(["submit", "held", "--hold", "--host", "node7", "--timeout", "1h30m", "--retries", "2",
                 "--at", "23:59"], stdin=b"true\n").code == 0
-    path = spool / "jobs" / "P4" / "held"
+    path = spool / "jobs" / "P4" / "root:held"
     assert path.stat().st_mode & 0o777 == 0o600  # held by a marker, not by its mode (spool-format.md)
     [marker] = (spool / "hold").iterdir()
     assert marker.name.startswith("held@") and marker.stat().st_size == 0
@@ -263,7 +263,7 @@ def test_a_command_after_dashes_is_the_job_and_runs_that_exact_argv(spool, cli, 
     r = cli(["submit", "exact", "-p", "2", "--", sys.executable, "-c", probe, str(out), *words],
             stdin=b"echo this is not the job\n")
     assert (r.code, r.out) == (0, "") and r.err.startswith("spooled exact (P2)"), r
-    job = decode((spool / "jobs" / "P2" / "exact").read_bytes())  # -p 2 before -- is onite's; -p 7 after is not
+    job = decode((spool / "jobs" / "P2" / "root:exact").read_bytes())  # -p 2 before -- is onite's; -p 7 after is not
     assert b"not the job" not in job.body and job.body.endswith(b"\n")
     assert drain(spool).returncode == 0
     assert result(spool, "exact")["state"] == "done"

@@ -9,8 +9,10 @@ from onite.core.errors import InvalidInput
 from onite.spool.paths import SpoolDir
 
 
-def open_spool(spool: str | None) -> SpoolDir:
+def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     """The spool a command works on (``--spool``, ONITE_SPOOL, the default; a personal one is made).
+    ``reading``: for a command that only reads it, which goes on past a bad onite.toml with the defaults of
+    what is wrong (``SpoolDir.config_faults`` says what), as only the driver and the changes it acts on must not.
 
     Raises:
         SpoolError: there is no spool there (or it cannot be entered).
@@ -20,6 +22,8 @@ def open_spool(spool: str | None) -> SpoolDir:
     where = locate(spool, os.environ, os.geteuid())
     target = SpoolDir(where.path)
     target.location = where
+    if reading:
+        target.config_faults = []
     if where.personal_default and not target.exists():
         from onite.spool.skeleton import init_spool  # once per user: not on every submit's path
 
@@ -53,12 +57,35 @@ def read_stdin(limit: int) -> bytes:
 
 
 def read_job_text(limit: int) -> bytes:
-    """``read_stdin`` for one job's text, which may not be empty.
+    """``read_stdin`` for one job's text, which must hold something to run.
 
     Raises:
-        InvalidInput: as read_stdin, or stdin held nothing.
+        InvalidInput: as read_stdin, or stdin held nothing, or only white space.
     """
     body = read_stdin(limit)
-    if not body:
-        raise InvalidInput("the job text on stdin is empty", "pipe or redirect a script: onite submit NAME < job.sh")
+    if not body.strip():
+        raise InvalidInput(f"the job text on stdin is {'only white space' if body else 'empty'}",
+                           "pipe or redirect a script: onite submit NAME < job.sh")
     return body
+
+
+def key_for(text: str, *, what: str = "job name") -> str:
+    """A command's job argument as a key: ``NAME`` is the caller's job, ``USER:NAME`` USER's.
+    Raises InvalidInput: neither."""
+    from onite.core.names import resolve
+
+    return resolve(text, me(), what=what)
+
+
+def me() -> str:
+    """The caller's user name (how their own jobs' keys begin)."""
+    from onite.spool.scan import user_name
+
+    return user_name(os.geteuid())
+
+
+def label(key: str) -> str:
+    """How job ``key`` is shown to the caller: NAME for their own, USER:NAME for another user's."""
+    from onite.core.names import shown
+
+    return shown(key, me())

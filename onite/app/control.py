@@ -2,7 +2,7 @@
 
 Cancelling your own queued job withdraws it into cancel/ at once (and files it, for whoever may write
 jobsdone/: root, a personal spool's owner); anything else is a request a driver honours if the rules
-allow. A hold is a marker hold/NAME@TOKEN that leaves the job file, so its place, alone.
+allow. A command's NAME is the caller's job, USER:NAME any user's. A hold is a marker hold/KEY@TOKEN that leaves the job file, so its place, alone.
 """
 
 from __future__ import annotations
@@ -20,38 +20,37 @@ from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import Entry, find_running, of_the_job, user_name
+from onite.spool.scan import Entry, find_running, user_name
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
-from onite.core.names import check_name
 from onite.core.policy import may_touch, owner_or_root
+from onite.app.common import key_for, me
 
 
 @dataclass(frozen=True)
 class CancelReport:
     """What ``cancel`` did to a job: "cancelled", or "requested" of its driver."""
 
-    name: str
+    name: str  # the job's key
     action: str  # "cancelled", "requested"
     detail: str = ""
     waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
 
 
-def cancel(spool: SpoolDir, name: str, caller_uid: int, now: datetime) -> CancelReport:
-    """Cancel the queued or running job ``name``.
+def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> CancelReport:
+    """Cancel the queued or running job ``text`` (NAME: the caller's; USER:NAME).
 
     Raises:
         InvalidInput: a bad name. NotFound: no such job is queued or running.
         Refused: it belongs to someone else and own_only forbids it.
     """
-    check_name(name)
+    name = key_for(text)
     running, queued = find_running(spool, name), find_queued(spool, name)
     if not running and not queued:
-        raise NotFound(f"no job {name!r} is queued or running", "see onite list")
-    # a same-named file someone else planted at another priority must not block the cancel of one's own job
+        raise NotFound(f"no job {text!r} is queued or running", "see onite list")
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
     if not allowed:
         owner = user_name((running + queued)[0].uid)
-        raise Refused(f"job {name!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
+        raise Refused(f"job {text!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
     if any(entry in allowed for entry in running):
         from onite.drain.heartbeat import live_beats
 
@@ -127,13 +126,15 @@ class Selection:
 
 
 def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
-    """The jobs matching ``patterns`` (fnmatch) or, with ``every``, all: root's pick anyone's, others theirs.
+    """The jobs matching ``patterns`` (fnmatch on the key: ``b*`` is the caller's, ``*:b*`` anyone's) or,
+    with ``every``, all: root's pick anyone's, others theirs.
 
     Raises:
         SpoolError: the spool cannot be read.
     """
     from onite.app.listing import queued_views, running_views
 
+    patterns = [p if ":" in p else f"{me()}:{p}" for p in patterns]
     chosen, skipped, seen = [], [], set()
     for view in running_views(spool) + queued_views(spool):
         if view.name in seen or not (every or any(fnmatchcase(view.name, p) for p in patterns)):
@@ -145,50 +146,41 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[str, str]]:
     """The queued jobs the caller may read (their own; root: all) that can no longer run once ``cancelled``
-    (JobViews) are: each waits (``--after``) for one of them, or for a job doomed so, as (its name, the
-    name it waits for), in queue order. A job file that cannot be read is left out (its driver says why).
+    (JobViews) are: each waits (``--after``) for one of them, or for a job doomed so, as (its key, the
+    key it waits for), in queue order. A job file that cannot be read is left out (its driver says why);
+    a forgery is never read (job_stats leaves it out).
 
     Raises:
         SpoolIOError: a queue folder cannot be listed.
     """
-    from onite.core.names import split_dependency
     from onite.spool.filecheck import BadFile, read_job_file
     from onite.spool.scan import job_stats
 
-    gone = {(view.uid, view.name) for view in cancelled}
+    gone = {view.name for view in cancelled}
     waiting = []
     for _, folder in spool.queue_folders():
         for entry, st in job_stats(folder):
-            if (st.st_uid, entry.name) in gone or not owner_or_root(caller_uid, st.st_uid):
+            if entry.name in gone or not owner_or_root(caller_uid, st.st_uid):
                 continue
             try:
                 job, _ = read_job_file(entry.path, spool.config.max_job_size)
             except (OSError, BadFile, ValueError):
                 continue
             if job.after:
-                waiting.append((st.st_uid, entry.name, job.after))
+                waiting.append((entry.name, job.after))
     doomed: list[tuple[str, str]] = []
     changed = True
     while changed:  # a job that waits for a doomed one is doomed too
         changed = False
-        for uid, name, after in waiting:
-            if (uid, name) in gone:
+        for key, after in waiting:
+            if key in gone:
                 continue
-            for dep in after:
-                user, dep_name = split_dependency(dep)
-                if (_uid_of(user) if user else uid, dep_name) in gone:
-                    gone.add((uid, name))
-                    doomed.append((name, dep))
-                    changed = True
-                    break
+            dep = next((dep for dep in after if dep in gone), None)
+            if dep is not None:
+                gone.add(key)
+                doomed.append((key, dep))
+                changed = True
     return doomed
-
-
-def _uid_of(user: str) -> int:
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return -1
 
 
 def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
@@ -199,7 +191,7 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
 
     log = ActivityLog(spool.log_path, default_host(spool.config))
     try:
-        if filed.result is None:  # not filed over another user's kept result: refused, not this job's end
+        if filed.result is None:  # a forgery: refused, not this job's end
             log.event("refused", name, owner=by, reason=filed.note)
             return
         log.event("cancelled", name, user=filed.result.user, by=by, was="queued")
@@ -210,7 +202,7 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
         log.close()
 
 
-def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
+def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> Entry:
     """Hold (or release: the markers the caller may remove) a queued job, keeping its place.
 
     Raises:
@@ -218,16 +210,15 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
             was held; a marker the caller may not remove (root's) still holds it.
         SpoolError, SpoolIOError: no hold/ folder, or a marker cannot be made or removed.
     """
-    check_name(name)
+    name = key_for(text)
     entries = find_queued(spool, name)
     if not entries:
         if find_running(spool, name):
-            raise Refused(f"job {name!r} is already running", f"use onite cancel {name} to stop it")
-        raise NotFound(f"no job {name!r} is queued", "see onite list")
-    # a planted namesake is not ours to touch; root's hold goes to the job the name stands for
-    mine = of_the_job([entry for entry in entries if owner_or_root(caller_uid, entry.uid)], None, caller_uid)
+            raise Refused(f"job {text!r} is already running", f"use onite cancel {text} to stop it")
+        raise NotFound(f"no job {text!r} is queued", "see onite list")
+    mine = [entry for entry in entries if owner_or_root(caller_uid, entry.uid)]
     if not mine:
-        raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}",
+        raise Refused(f"job {text!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner or root may hold or release it")
     owner = mine[0].uid
     if held and not all(e.held for e in mine):
@@ -235,12 +226,11 @@ def set_hold(spool: SpoolDir, name: str, caller_uid: int, held: bool) -> Entry:
         marker = add_hold(spool, name, None if caller_uid == owner else (owner, _gid_of(mine[0])))
         if not find_queued(spool, name):  # a driver claimed it as we held it: no marker may outlive the job
             remove_file(marker)
-            raise Refused(f"job {name!r} started running as you held it", f"use onite cancel {name} to stop it")
+            raise Refused(f"job {text!r} started running as you held it", f"use onite cancel {text} to stop it")
     elif not held:
         remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
-        ours = {(e.rank, e.uid) for e in mine}  # a namesake of another user's, held or not, is not this job
-        if any(e.held for e in find_queued(spool, name) if (e.rank, e.uid) in ours):
-            raise Refused(f"job {name!r} is still held by a hold of root's", "ask root to release it")
+        if any(e.held for e in find_queued(spool, name)):
+            raise Refused(f"job {text!r} is still held by a hold of root's", "ask root to release it")
     return mine[0]
 
 

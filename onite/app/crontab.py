@@ -92,12 +92,14 @@ def cron_lines(spool: str | None) -> str:
     return crontab_lines(target.root, target.config.schedule, command_prefix())
 
 
-def cron_command(spool: str | None, now: datetime, *, install: bool = False, uninstall: bool = False) -> str:
-    """``onite cron [--install | --uninstall]``: the lines, or install or remove them; the text to print.
+def cron_command(spool: str | None, now: datetime, *, install: bool = False, uninstall: bool = False,
+                 force: bool = False) -> str:
+    """``onite cron [--install [--force] | --uninstall]``: the lines, or install or remove them; the text to print.
 
     Raises:
         InvalidInput: both options; a bad or empty schedule; a spool path a crontab cannot hold.
-        Refused: the spool is root's and this is not root. SpoolError: no spool there, or crontab failed.
+        Refused: the spool is root's and this is not root; the onite it would write is not installed for the
+            machine (``install_problem``), unless ``force``. SpoolError: no spool there, or crontab failed.
         SpoolIOError: the record could not be written.
     """
     if install and uninstall:
@@ -109,6 +111,9 @@ def cron_command(spool: str | None, now: datetime, *, install: bool = False, uni
     what = "install" if install else "uninstall"
     if not os.access(root, os.W_OK):
         raise Refused(f"the cron entry of {root} is its owner's to {what}", f"ask root: sudo onite cron --{what}")
+    problem = install_problem(command_prefix()) if install and not force else None
+    if problem:
+        raise Refused(f"{problem}, and a crontab entry must not depend on it", SYSTEM_INSTALL)
     lines, kept = _install(target, host, now) if install else _uninstall(target, host)
     strays = stray_lines(kept, root)
     if strays:
@@ -140,11 +145,12 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
     write_record(root, CronRecord(host, os.uname().nodename, schedule, command, now, user, upcoming))
     lines = [f"{'replaced' if replaced else 'installed'} the cron entry of {root} in your crontab:",
              *(f"  {entry}" for entry in entries)]
-    if upcoming is not None:
+    if not cron_daemon_running():  # then status and submit tell users that nothing is scheduled: so does this
+        lines.append("warning: no cron daemon runs on this machine: these entries start nothing, and users are "
+                     "told no drain is scheduled, until one runs — start it (systemctl enable --now cron)")
+    elif upcoming is not None:
         lines.append(f"next drain {when_text(upcoming, now)} by cron on host {host}; "
                      "onite status and onite submit tell every user so")
-    if not cron_daemon_running():
-        lines.append("warning: no cron daemon runs on this machine: nothing starts these entries until one does")
     return lines, kept
 
 
@@ -156,6 +162,55 @@ def _uninstall(spool, host: str) -> tuple[list[str], list[str]]:
     remove_file(record_path(spool.root, host))
     return [f"removed the cron entry of {spool.root} from your crontab" if found
             else f"your crontab had no cron entry of {spool.root} (onite cron --install writes one)"], kept
+
+
+SYSTEM_INSTALL = ("install onite for the machine (docs/admin-guide.md): /usr/bin/python3 -m venv /opt/onite/venv && "
+                  "/opt/onite/venv/bin/pip install . && ln -s /opt/onite/venv/bin/onite /usr/local/bin/onite, "
+                  "then run /usr/local/bin/onite cron --install (or add --force)")
+
+
+def install_problem(command: str) -> str | None:
+    """Why the onite that ``command`` runs should not start the night: its script, interpreter or package
+    cannot be reached by every user (each job's monitor runs as the job's owner), or lives in a home directory
+    or a checkout (a scratch folder); None if neither."""
+    import onite
+
+    words = shlex.split(command)
+    given = [words[0] if words else sys.executable, sys.executable, os.path.dirname(os.path.abspath(onite.__file__))]
+    paths = list(dict.fromkeys(given + [os.path.realpath(path) for path in given]))
+    for path in paths:
+        folder = next((f for f in [*reversed(_folders(path)), path] if not _mode(f) & 0o001), None)
+        if folder is not None:
+            return f"other users cannot run {path}" + (f" (only its owner may enter {folder})" * (folder != path))
+    homes = [home.rstrip("/") for home in ("/root", "/home", os.path.expanduser("~")) if home.strip("/")]
+    for path in paths:
+        home = next((home for home in homes if path.startswith(home + "/")), None)
+        if home is not None:
+            return f"{path} is in the home directory {home}"
+        checkout = next((folder for folder in _folders(path)[:-1] if _is_checkout(folder)), None)
+        if checkout is not None:
+            return f"{path} is in the checkout {checkout}"
+    return None
+
+
+def _folders(path: str) -> list[str]:
+    """The folders ``path`` is in, nearest first, ``/`` last."""
+    found = [os.path.dirname(path)]
+    while found[-1] != "/":
+        found.append(os.path.dirname(found[-1]))
+    return found
+
+
+def _is_checkout(folder: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, mark)) for mark in (".git", "pyproject.toml"))
+
+
+def _mode(path: str) -> int:
+    """``path``'s mode; all bits where it cannot be looked at (not this check's to say)."""
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return 0o7777
 
 
 def command_prefix() -> str:

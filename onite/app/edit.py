@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from onite.app.common import open_spool
+from onite.app.common import key_for, label, open_spool
 from onite.app.submit import check_after, check_capacity
 from onite.core.errors import DamagedRecord, InvalidInput, NotFound, Refused, SpoolIOError
-from onite.core.names import check_name
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges
 from onite.exec import identity
@@ -27,8 +26,9 @@ from onite.spool.results import read_result
 from onite.spool.scan import find_running, user_name
 
 
-def edit(spool: SpoolDir, name: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
-    """Change queued job ``name`` as ``changes`` say; what became of it, in words.
+def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
+    """Change queued job ``text`` (NAME: the caller's; USER:NAME) as ``changes`` say (``--after NAME`` is the
+    caller's job, as in submit); what became of it, in words.
 
     Raises:
         InvalidInput: a bad name or change; nothing to change.
@@ -37,30 +37,30 @@ def edit(spool: SpoolDir, name: str, caller_uid: int, now: datetime, changes: Jo
             while being changed (nothing changed); spool/edit is missing (root runs onite init).
         SpoolError, SpoolIOError: the spool cannot be read or written.
     """
-    check_name(name)
+    name = key_for(text)
     if not changes:
         raise InvalidInput("nothing to change", "give one of --timeout, -p, --retries, --mem, --cpus, --at, --after")
-    entry = _queued(spool, name, caller_uid)
+    entry = _queued(spool, name, text, caller_uid)
     try:
         job, st = read_job_file(entry.path, spool.config.max_job_size)
     except FileNotFoundError:
-        raise Refused(f"job {name!r} started just now: it cannot be edited any more",
-                      f"change it for its next run: onite restart {name} …") from None
+        raise Refused(f"job {text!r} started just now: it cannot be edited any more",
+                      f"change it for its next run: onite restart {text} …") from None
     except (BadFile, ValueError) as err:
-        raise Refused(f"job {name!r} cannot be edited: {err}", "cancel it and spool it anew") from None
+        raise Refused(f"job {text!r} cannot be edited: {err}", "cancel it and spool it anew") from None
     except OSError as err:
         raise SpoolIOError(entry.path, "reading", err) from None
     owner = None if st.st_uid == caller_uid else (st.st_uid, st.st_gid)
-    current, _ = edited(job, trusted(read_edits(spool.edit_dir).get(name, []), st.st_uid), spool.config.max_job_size)
-    new = changes.apply(current, spool.config, now)
+    current, _ = edited(job, trusted(read_edits(spool.edit_dir).get(name, []), name), spool.config.max_job_size)
+    new = changes.apply(current, spool.config, now, user_name(caller_uid))
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool.config, new)
     if changes.after is not None:
-        check_after(spool, [new], st.st_uid)
+        check_after(spool, [new])
     if new.priority != job.priority:
         if job.urgent:
-            raise InvalidInput(f"job {name!r} is urgent: it runs before every priority", "leave out -p")
-        return _move(spool, entry.path, new, owner)
+            raise InvalidInput(f"job {text!r} is urgent: it runs before every priority", "leave out -p")
+        return _move(spool, entry.path, new, owner, text)
     if not os.path.isdir(spool.edit_dir):
         raise Refused(f"this spool has no {spool.edit_dir} folder yet", "ask root to run onite init")
     marker = add_edit(spool.edit_dir, new, owner)
@@ -69,48 +69,49 @@ def edit(spool: SpoolDir, name: str, caller_uid: int, now: datetime, changes: Jo
     except FileNotFoundError:
         there = None
     if there is not None and there.st_ino == st.st_ino:
-        for older in trusted(read_edits(spool.edit_dir).get(name, []), st.st_uid):  # the new one says it all
+        for older in trusted(read_edits(spool.edit_dir).get(name, []), name):  # the new one says it all
             if older.path != marker and older.uid == os.geteuid():
                 withdraw_edit(older.path)
-        return f"{name}: changed; it keeps its place"
+        return f"{label(name)}: changed; it keeps its place"
     if withdraw_edit(marker):  # the driver had not taken it: nothing changed
-        raise Refused(f"job {name!r} started just now: nothing changed",
-                      f"change it for its next run: onite restart {name} …")
-    return f"{name}: changed as it started"
+        raise Refused(f"job {text!r} started just now: nothing changed",
+                      f"change it for its next run: onite restart {text} …")
+    return f"{label(name)}: changed as it started"
 
 
-def _queued(spool: SpoolDir, name: str, caller_uid: int):
-    """The queued file of ``name`` the caller may edit (the earliest, as the driver rules).
+def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
+    """The queued file of job ``name`` (a key; ``text`` as the caller wrote it) the caller may edit (the
+    earliest, as the driver rules; never a forgery: find_queued leaves it out).
     Raises NotFound, Refused: as ``edit``."""
     entries = sorted(find_queued(spool, name), key=lambda e: (e.rank, e.ctime_ns))
     mine = [e for e in entries if owner_or_root(caller_uid, e.uid)]
     if mine:
         return mine[0]
     if entries:
-        raise Refused(f"job {name!r} belongs to {user_name(entries[0].uid)}", "only its owner or root may edit it")
+        raise Refused(f"job {text!r} belongs to {user_name(entries[0].uid)}", "only its owner or root may edit it")
     if find_running(spool, name):
-        raise Refused(f"job {name!r} is running: a running job cannot be edited",
-                      f"cancel it, or change it for its next run: onite restart {name} … once it has finished")
+        raise Refused(f"job {text!r} is running: a running job cannot be edited",
+                      f"cancel it, or change it for its next run: onite restart {text} … once it has finished")
     try:
         finished = read_result(spool, name) is not None
     except DamagedRecord:  # it finished all the same
         finished = True
     if finished:
-        raise Refused(f"job {name!r} has finished: it cannot be edited",
-                      f"spool it again with the new options: onite restart {name} …")
-    raise NotFound(f"no queued job {name!r}", "see onite list")
+        raise Refused(f"job {text!r} has finished: it cannot be edited",
+                      f"spool it again with the new options: onite restart {text} …")
+    raise NotFound(f"no queued job {text!r}", "see onite list")
 
 
-def _move(spool: SpoolDir, path, new, owner) -> str:
+def _move(spool: SpoolDir, path, new, owner, text: str) -> str:
     """A new priority: the job, edited, at the end of its new folder."""
     folder = spool.folder_for(new.priority, False)
     done = move_edited(path, folder, new, owner)
     if done == "started":
-        raise Refused(f"job {new.name!r} started just now: nothing changed",
-                      f"change it for its next run: onite restart {new.name} …")
+        raise Refused(f"job {text!r} started just now: nothing changed",
+                      f"change it for its next run: onite restart {text} …")
     if done == "changed":
-        return f"{new.name}: changed as it started (in its old priority)"
-    return f"{new.name}: changed; moved to P{new.priority}, after the jobs there"
+        return f"{label(new.name)}: changed as it started (in its old priority)"
+    return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there"
 
 
 def edit_job(spool: str | None, name: str, now: datetime, changes: JobChanges) -> str:

@@ -3,16 +3,15 @@ imports only what it reads (not the cancel and hold machinery of onite.app.contr
 
 from __future__ import annotations
 
-from onite.core.names import check_name
+from onite.app.common import key_for
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live
 
 
 def find(spool: SpoolDir, name: str) -> bool:
-    """Is a job of this name queued or running (any host)?
+    """Is job ``name`` (NAME: the caller's, or USER:NAME) queued or running (any host)?
 
     Raises:
         InvalidInput: a bad name.
     """
-    check_name(name)
-    return is_live(spool, name)
+    return is_live(spool, key_for(name))

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from onite.core.errors import DamagedRecord, JobFormatError, NotFound, Refused
+from onite.core.errors import JobFormatError, NotFound, Refused
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.outputs import open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import find_running, of_the_job, user_name
+from onite.spool.scan import find_running, key_uid, user_name
 from onite.core.policy import owner_or_root
 from onite.app.wait import PENDING, Final, judge, look, start
 
@@ -34,7 +34,7 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
            owner: int | None | object = _LOOK) -> Final:
     """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
     written, until the job has finished; return how it ended. ``announce`` is told once if the job has
-    not started yet. Only an output file of the job's ``owner`` (``job_owner``, unless given) is copied.
+    not started yet. Only an output file of the job's ``owner`` (its key's user, unless given) is copied.
 
     Raises:
         InvalidInput: a bad name. NotFound: no job of that name is queued, running or finished.
@@ -43,11 +43,11 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
     """
     watch = start(spool, [name], caller_uid)[name]
     entries = find_queued(spool, name) + find_running(spool, name)
-    if entries and not any(owner_or_root(caller_uid, entry.uid) for entry in entries):  # a namesake is not it
+    if entries and not owner_or_root(caller_uid, entries[0].uid):
         raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner and root may read it")
     if owner is _LOOK:
-        owner = job_owner(spool, name, caller_uid)
+        owner = key_uid(name)
     if stderr:
         _check_separate(spool, name, entries if watch.live is not None else None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
@@ -80,21 +80,6 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
     finally:
         if handle is not None:
             handle.close()
-
-
-def job_owner(spool: SpoolDir, name: str, caller_uid: int | None = None) -> int | None:
-    """The uid of the job ``name`` a follow follows (queued, running, else its latest result), or None.
-
-    Raises:
-        SpoolIOError: a folder cannot be looked into.
-    """
-    for entry in of_the_job(find_queued(spool, name) + find_running(spool, name), None, caller_uid):
-        return entry.uid  # the caller's own, else the one that got its place first: not a namesake
-    try:
-        result = read_result(spool, name)
-    except DamagedRecord:
-        return None
-    return result.uid if result is not None else None
 
 
 def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:

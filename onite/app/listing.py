@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from json.encoder import encode_basestring_ascii as quoted
 
+from onite.app.common import label, me
 from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_folder_stats, queued_stats
@@ -28,7 +29,6 @@ from onite.core.jobview import JobView, result_view
 from onite.core.jsontext import dumps
 from onite.core.policy import owner_or_root
 from onite.core.timeparse import parse_stamp
-from onite.drain.verdicts import EXAMINE, waiting_jobs
 
 
 def _when(ns: int) -> datetime:
@@ -56,6 +56,8 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
     """
     if now is None:
         return lambda name, uid, held: (None, None)
+    from onite.drain.verdicts import waiting_jobs  # the driver's rules: not what wait or status need of listing
+
     euid = os.geteuid() if euid is None else euid
     known = {(row["name"], row["uid"]): (row["reason"], row["kind"])
              for row in waiting_jobs(spool, head, now, euid=euid, host=default_host(spool.config))}
@@ -67,8 +69,10 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
 
 def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
     """Queued jobs in run order; with ``now``, each with why it waits (``_why``)."""
+    from onite.drain.verdicts import EXAMINE
+
     users, clock = functools.cache(user_name), _clock()
-    rows = queued_stats(spool)
+    rows = queued_stats(spool, drain_usage(spool))
     why = _why(spool, rows[:EXAMINE], now, euid)
     views = []
     for position, (rank, ctime_ns, name, uid, held) in enumerate(rows, 1):
@@ -77,6 +81,29 @@ def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | No
                              priority=rank or None, urgent=rank == 0, submitted=clock(ctime_ns), position=position,
                              waiting=waiting, waiting_kind=kind))
     return views
+
+
+def drain_usage(spool: SpoolDir) -> dict[str, float] | None:
+    """With ``order = "fair"``: each user's running time in the drain running now (its results since
+    the drain began, and its running jobs so far), as its driver orders by it; else None."""
+    if spool.config.order != "fair":
+        return None
+    from onite.core.clock import SYSTEM
+    from onite.drain.heartbeat import live_beats
+
+    now = SYSTEM.now()
+    beats = live_beats(spool.root, now)
+    if not beats:
+        return {}
+    since = min(beat.since for beat in beats)
+    used: dict[str, float] = {}
+    for record in read_results(spool):
+        if record.started is not None and record.started >= since and record.duration is not None:
+            used[record.user] = used.get(record.user, 0.0) + record.duration
+    for view in running_views(spool):
+        if view.started is not None:
+            used[view.user] = used.get(view.user, 0.0) + max(0.0, (now - view.started).total_seconds())
+    return used
 
 
 def running_views(spool: SpoolDir) -> list[JobView]:
@@ -115,20 +142,24 @@ def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
 
 
 def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
-    return dumps({"version": 1, "spool": str(spool.root), "jobs": [v.to_json() for v in views]})
+    return dumps({"version": 1, "spool": str(spool.root), "jobs": [{**v.to_json(), "name": label(v.name)} for v in views]})
 
 
 def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> str:
     """``onite list --json``: ``jobs_json(spool, list_jobs(…))``'s text, with no JobView of a queued job."""
-    elements = [dumps(v.to_json(), depth=2) for v in running_views(spool)] if include_all else []
+    elements = [_element(v) for v in running_views(spool)] if include_all else []
     elements += _queued_elements(spool, now)
     if include_all:
-        elements += [dumps(v.to_json(), depth=2) for v in finished_views(spool, damaged)]
+        elements += [_element(v) for v in finished_views(spool, damaged)]
     head = dumps({"version": 1, "spool": str(spool.root), "jobs": []})
     if not elements:
         return head
     return head[:-len("[]\n}")] + "[\n  " + ",\n  ".join(elements) + "\n ]\n}"
+
+
+def _element(view: JobView) -> str:
+    return dumps({**view.to_json(), "name": label(view.name)}, depth=2)
 
 
 def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
@@ -146,7 +177,9 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
     clock = _clock()
     elements = []
     position = 0
-    folders = list(queued_folder_stats(spool))
+    folders = list(queued_folder_stats(spool, drain_usage(spool)))
+    from onite.drain.verdicts import EXAMINE
+
     head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
     why = _why(spool, head, now, None)
     for rank, rows in folders:
@@ -166,7 +199,7 @@ def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
             if tail is None:
                 tail = tails[key] = "".join(("null" if value is None else quoted(value)) + piece
                                             for value, piece in zip(key, pieces[9:]))
-            elements.append(start + quoted(name) + middle + str(position) + end + tail)
+            elements.append(start + quoted(label(name)) + middle + str(position) + end + tail)
     return elements
 
 
@@ -214,8 +247,11 @@ def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
 
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool) -> list[str]:
-    """The sorted names (of queued, running and, with ``finished``, kept jobs) that start with ``prefix``."""
-    names = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
+    """The sorted names, as the caller types them, of their queued, running and, with ``finished``, kept
+    jobs that start with ``prefix`` (root: everyone's, as USER:NAME)."""
+    keys = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
     if finished:
-        names.update(result_names(spool))  # names only: no record is read
+        keys.update(result_names(spool))  # names only: no record is read
+    own = f"{me()}:"
+    names = (label(k) for k in keys if os.geteuid() == 0 or k.startswith(own))
     return sorted(n for n in names if n.startswith(prefix))

@@ -21,7 +21,7 @@ from onite.spool.filecheck import BadFile, read_job_file
 from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.jobfile import encode
-from onite.core.names import check_name
+from onite.app.common import key_for, label
 from onite.core.policy import check_urgent, owner_or_root
 from onite.core.jsontext import dumps
 from onite.core.recurring import check_template_name, known_priority, rule_fields, rule_from_state, rule_of
@@ -53,7 +53,7 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
     check_template_name(request.name)
     rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
     config = spool.config
-    job = build_job(request, captured, config)
+    job = build_job(request, captured, config, caller.name)
     check_capacity(config, job)
     job = replace(job, extra=job.extra + rule_fields(rule))
     check_mail(request.notify, config)
@@ -61,9 +61,9 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")
     try:
-        create_file(spool.recur_dir, request.name, encode(job), mode=0o600)
+        create_file(spool.recur_dir, job.name, encode(job), mode=0o600)
     except Refused:
-        owner = _owner_of(spool.recur_dir / request.name)
+        owner = _owner_of(spool.recur_dir / job.name)
         raise Refused(f"a recurring job named {request.name!r} already exists ({owner})",
                       "pick another name, or remove it first: onite recur remove NAME") from None
     return job, rule
@@ -75,7 +75,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
     Raises:
         NotFound: no such template. Refused: it belongs to someone else and the caller is not root.
     """
-    check_name(name, what="recurring job name")
+    name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
         st = os.lstat(path)
@@ -103,7 +103,7 @@ class TemplateView:
     problem: str = ""
 
     def to_json(self) -> dict:
-        return {"name": self.name, "user": self.user, "uid": self.uid, "rule": self.rule,
+        return {"name": label(self.name), "user": self.user, "uid": self.uid, "rule": self.rule,
                 "priority": self.priority, "urgent": self.urgent,
                 "next": self.next.isoformat() if self.next else None,
                 "last": self.last.isoformat() if self.last else None, "problem": self.problem or None}
@@ -147,7 +147,7 @@ def templates_json(views: list[TemplateView], now: datetime) -> str:
 def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
     """The next due recurring jobs, soonest first, for ``onite status``."""
     views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))
-    return [{"name": v.name, "user": v.user, "rule": v.rule, "next": v.next.isoformat(),
+    return [{"name": label(v.name), "user": v.user, "rule": v.rule, "next": v.next.isoformat(),
              "priority": v.priority, "urgent": v.urgent} for v in views[:limit]]
 
 
@@ -178,7 +178,7 @@ def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job
 
 
 def _rule_of_template(spool: SpoolDir, name: str):
-    check_name(name, what="recurring job name")
+    name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
         return _read_template(spool, path, os.lstat(path))[1]

@@ -191,10 +191,12 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
 
 def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
           until: str | None = None, user: str | None = None, reader: int | None = None,
-          host: str | None = None, details: bool = True) -> ReportData:
+          host: str | None = None, details: bool = True, records: bool = True) -> ReportData:
     """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to
     ``until``), of one ``user``'s jobs or everyone's, read as uid ``reader`` (default: this process's)
     on ``host`` (default: this host). Without ``details``, only the jobs: no output, nothing unfinished.
+    Without ``records``, every job as onite.log tells it, its result record unread: how the window went
+    (states, reasons), for a thousandth of the cost of reading a thousand records.
 
     Raises:
         InvalidInput: a bad --since, --until or --night, --night with either; an empty --user;
@@ -218,7 +220,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         return user is None or owner == user
 
     damaged: list[str] = []
-    results = [r for r in read_results(spool, damaged) if inside(r.finished) or inside(r.started)]
+    results = [r for r in read_results(spool, damaged) if inside(r.finished) or inside(r.started)] if records else []
     recorded_runs = {(r.name, r.user) for r in results}
     views = [result_view(r) for r in results if wanted(r.user)]
     # a job the log tells of and no record does: by name and owner

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
+from onite.app.common import label
 from onite.core.cells import human_duration, priority_label
+from onite.core.names import split_key
 from onite.core.jobview import JobView
 from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
 from onite.core.jsontext import dumps
@@ -92,7 +94,7 @@ def attempts_text(data: ReportData, job: JobView) -> str:
 def failure_text(data: ReportData, job: JobView) -> str:
     """``bad (alice, P2) failed: exit 3 after 41s, attempt 2/3``: a failure in a sentence."""
     pri = priority_label(job)
-    return f"{printable(job.name)} ({printable(job.user)}" + (f", {pri}" if pri else "") + f") {failure_what(data, job)}"
+    return f"{printable(label(job.name))} ({printable(job.user)}" + (f", {pri}" if pri else "") + f") {failure_what(data, job)}"
 
 
 def failure_what(data: ReportData, job: JobView) -> str:
@@ -129,7 +131,7 @@ def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]
         if job.uid == data.reader:
             told.append(job)
         else:
-            others.setdefault(job.user, []).append(job.name)
+            others.setdefault(job.user, []).append(split_key(job.name)[1])
     return told, others
 
 
@@ -145,7 +147,7 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
     if data.was_pruned(job):
         return (), f"its record and output were pruned (keep = {data.keep}); the log told the rest"
     if data.was_replaced(job):
-        return (), f"a later run of {job.name} replaced its record and output; the log told the rest"
+        return (), f"a later run of {label(job.name)} replaced its record and output; the log told the rest"
     if data.is_damaged(job):
         return (), f"its result record jobsdone/{job.name}@result is damaged; the log told the rest ({output_command(job)})"
     if data.never_ran(job):
@@ -167,13 +169,13 @@ def next_step(data: ReportData, job: JobView) -> str:
             or data.is_damaged(job):
         return ""
     if is_timeout(job):
-        return f"onite restart {job.name} --timeout {format_duration(longer_limit(job.duration or 0))}"
-    return f"onite restart {job.name}"
+        return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"
+    return f"onite restart {label(job.name)}"
 
 
 def output_command(job: JobView) -> str:
     """The command that prints a job's output: its stderr, when it kept that apart."""
-    return f"onite output {job.name}" + (" --stderr" if job.stderr == "separate" else "")
+    return f"onite output {label(job.name)}" + (" --stderr" if job.stderr == "separate" else "")
 
 
 def waiting_text(row: dict) -> str:
@@ -211,7 +213,7 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
         word = state_word(job)
         code = str(job.exit_code) if job.exit_code is not None else \
             signal_name(job.signal) if job.signal is not None else "-"
-        out.append([MARK.get(word, word) if marks else word, job.name, printable(job.user), priority_label(job),
+        out.append([MARK.get(word, word) if marks else word, label(job.name), printable(job.user), priority_label(job),
                     printable(job.host or ""), started, "" if never else human_duration(job.duration),
                     job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
                     attempts_text(data, job), code,
@@ -258,14 +260,14 @@ def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
 
 def to_json(data: ReportData) -> str:
     def job(view: JobView) -> dict:
-        return {**view.to_json(), "ran": not data.never_ran(view), "tries": data.tries.get(view.name),
+        return {**view.to_json(), "name": label(view.name), "ran": not data.never_ran(view), "tries": data.tries.get(view.name),
                 "pruned": data.was_pruned(view), "damaged": data.is_damaged(view), "replaced": data.was_replaced(view)}
 
     failures = []
     for view in data.failures[:SHOWN_FAILURES]:
         tail = data.tails.get(run_key(view))
         lines, note = failure_notes(data, view)
-        failures.append({"name": view.name, "user": view.user, "reason": view.reason, "text": failure_text(data, view),
+        failures.append({"name": label(view.name), "user": view.user, "reason": view.reason, "text": failure_text(data, view),
                          "output": list(lines) if tail and tail.kept and not tail.private else None,
                          "private": bool(tail and tail.private),
                          "command": note if note.startswith("onite output ") else None,

@@ -1,4 +1,4 @@
-"""``onite restart NAME``: spool a finished job again from its file jobsdone/NAME, as ``pueue restart`` does.
+"""``onite restart NAME``: spool a finished job again from its file jobsdone/KEY, as ``pueue restart`` does.
 
 What belonged to the last run is reset (attempts, submit time, a not-before time that has passed).
 Invariant: only its owner or root may, the new file is the job's owner's whoever restarts it (its owner
@@ -11,24 +11,24 @@ import os
 from dataclasses import replace
 from datetime import datetime
 
-from onite.app.common import open_spool
-from onite.app.namecheck import dependency_problem, refuse_finished_of_others, refuse_run_names
-from onite.app.submit import check_capacity, check_policy, write_job
+from onite.app.common import key_for, label, open_spool
+from onite.app.submit import check_after, check_capacity, check_policy, refuse_taken, write_job
 from onite.exec import identity
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import is_live, live_owners, name_taken, user_name, withdrawn_entries
+from onite.spool.scan import is_live, name_taken, user_name, withdrawn_entries
 from onite.core.errors import InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
-from onite.core.names import check_base, check_name, unique_name
+from onite.core.names import check_base, check_name, job_key, split_key, unique_name
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges, SubmitRequest
 
 
-def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_name: str | None = None,
+def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_name: str | None = None,
             unique: bool = False, hold: bool = False, host: str | None = None, changes: JobChanges = JobChanges()) -> str:
-    """Spool the finished job ``name`` again (as ``new_name``, or made unique) from ``host``, with ``changes``
-    (a longer time limit, another priority …); its final name.
+    """Spool the finished job ``text`` (NAME: the caller's; USER:NAME) again (as ``new_name``, or made
+    unique) from ``host``, under its owner's name, with ``changes`` (a longer time limit, another priority …;
+    ``--after NAME`` is the caller's job, as in submit); its final name as the caller writes it.
 
     Raises:
         InvalidInput: a bad name or change; a dependency no longer known.
@@ -37,32 +37,30 @@ def restart(spool: SpoolDir, name: str, caller: Identity, now: datetime, *, new_
             policy (cutoff, check_lock, urgent); a request larger than any host.
         SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
     """
-    check_name(name)
-    target = new_name or name
-    (check_base if unique else check_name)(target)
+    name = key_for(text)
+    user, plain = split_key(name)
+    new = new_name or plain
+    (check_base if unique else check_name)(new)
     job, st = read_finished(spool, name, caller.uid)
-    job = changes.apply(job, spool.config, now)
+    job = changes.apply(job, spool.config, now, caller.name)
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool.config, job)
-    check_policy(spool, SubmitRequest(name=target, body=job.body, urgent=job.urgent), now, caller)
-    for dep in job.after:
-        problem = dependency_problem(spool, dep, st.st_uid)
-        if problem:
-            raise InvalidInput(f"job {name!r} waits for {dep!r}: {problem}",
-                               "restart it with other dependencies (--after NAME), or spool it anew without them")
+    check_policy(spool, SubmitRequest(name=new, body=job.body, urgent=job.urgent), now, caller)
+    try:
+        check_after(spool, [job], unique=True)
+    except InvalidInput as err:
+        raise InvalidInput(f"job {text!r}: {err.what}",
+                           "restart it with other dependencies (--after NAME), or spool it anew without them") from None
     if unique:
-        target = unique_name(target, lambda n: name_taken(spool, n))
-    elif is_live(spool, target):
-        raise Refused(f"a job named {target!r} is already queued or running",
-                      f"restart it as another job: onite restart {name} --name NEW, or --unique")
-    else:
-        refuse_finished_of_others(spool, [target], st.st_uid)
-        refuse_run_names(spool, [target], st.st_uid)
+        new = unique_name(new, lambda n: name_taken(spool, job_key(user, n)))
+    target = job_key(user, new)
+    if not unique:
+        refuse_taken(spool, [target], st.st_uid)
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
     job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
                   not_before=not_before)
     write_job(spool, job, caller, hold=hold, owner=None if st.st_uid == caller.uid else (st.st_uid, st.st_gid))
-    return target
+    return label(target)
 
 
 def read_finished(spool: SpoolDir, name: str, caller_uid: int):
@@ -77,17 +75,18 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise NotFound(f"no finished job {name!r} is kept", "it was filed or removed just now: try again") from None
+        raise NotFound(f"no finished job {label(name)!r} is kept",
+                       "it was filed or removed just now: try again") from None
     except OSError as err:
         raise SpoolIOError(path, "looking at", err) from None
     if not owner_or_root(caller_uid, st.st_uid):
-        raise Refused(f"job {name!r} belongs to {user_name(st.st_uid)}", "only its owner or root may restart it")
+        raise Refused(f"job {label(name)!r} belongs to {user_name(st.st_uid)}", "only its owner or root may restart it")
     try:
         job, opened = read_job_file(path, spool.config.max_job_size)
     except BadFile as err:
         raise Refused(f"{path} cannot be restarted: {err}", "spool the job anew with onite submit") from None
     except FileNotFoundError:
-        raise NotFound(f"no finished job {name!r} is kept", "retention removed it just now") from None
+        raise NotFound(f"no finished job {label(name)!r} is kept", "retention removed it just now") from None
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
     if opened.st_nlink != 1 or opened.st_uid != st.st_uid:
@@ -109,14 +108,11 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     withdrawn = [e for e in withdrawn_entries(spool) if e.name == name and e.uid == caller_uid]
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
-    owners = live_owners(spool, name)
-    if owners and not any(owner_or_root(caller_uid, uid) for uid in owners):  # another user's: never theirs to restart
-        hint = f"the job of that name is {user_name(min(owners))}'s; only its owner or root may restart it"
-    elif owners:
+    if is_live(spool, name):
         hint = "it is queued or running; restart it once it has finished"
     else:
         hint = "see onite list --all; each user's last `keep` finished jobs are kept"
-    raise NotFound(f"no finished job {name!r} is kept", hint)
+    raise NotFound(f"no finished job {label(name)!r} is kept", hint)
 
 
 def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,

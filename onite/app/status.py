@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from onite.app.common import label
 from onite.app.listing import running_views
 from onite.app.recur import upcoming
 from onite.app.report import build, night_of
@@ -54,7 +55,6 @@ class StatusInfo:
     waiting: list[dict] = field(default_factory=list)
     not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
     last_night: dict = field(default_factory=dict)
-    damaged: list[str] = field(default_factory=list)  # result records that could not be read (left out)
     containment: dict | None = None  # how jobs are contained, as the last driver said: {"host", "kind"}
 
 
@@ -73,7 +73,7 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     live = {b.host for b in alive}
     drivers = [{"host": beat.host, "running": True, "holder": beat.holder, "pid": beat.pid,
                 "since": beat.since.isoformat(), "role": beat.kind, "started_by": beat.started_by,
-                "state": str(beat.state), "jobs": [v.name for v in running if v.host == beat.host]}
+                "state": str(beat.state), "jobs": [label(v.name) for v in running if v.host == beat.host]}
                for beat in alive]
     dead = [beat for beat in every_beat if beat.host not in live]
     warnings = [f"the driver of host {beat.host} (pid {beat.pid}, started by {beat.started_by} at "
@@ -87,7 +87,7 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     for where in sorted({v.host for v in orphans}):
         # a driver that filed its job and exited since the listing is no dead one: only jobs still there count
         still = {e.name for e in running_entries(spool, where)}
-        names = ", ".join(v.name for v in orphans if v.host == where and v.name in still)
+        names = ", ".join(label(v.name) for v in orphans if v.host == where and v.name in still)
         if names:
             fix = "onite run" if where == this_host else \
                 f"onite run on {where}, or onite recover --host {where} if it is gone"
@@ -105,13 +105,12 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     if config.schedule:
         schedule_next = next_drain(config.schedule, now)
     drain = plan(spool, now, host=this_host)
-    damaged: list[str] = []
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         next_drain=drain.next.when if drain.next else None, schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=upcoming(spool, now, limit=10),
         waiting=waiting_jobs(spool, head, now, euid=euid, host=this_host),
-        not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now, damaged), damaged=damaged,
+        not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next, warnings=warnings + list(drain.problems), last_driver=last_driver,
         containment=containment_said(spool),
@@ -131,19 +130,17 @@ def containment_said(spool: SpoolDir) -> dict | None:
         if event is not None and event["event"] == "driver-start" and event["fields"].get("contain"):
             fields = event["fields"]
             return {"host": event["host"], "kind": fields["contain"], "since": event["time"],
-                    "limits": fields.get("limits"), "capacity": fields.get("capacity")}
+                    "limits": fields.get("limits"), "capacity": fields.get("capacity"), "pam": fields.get("pam")}
     return None
 
 
-def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None) -> dict:
-    """How the last drain session (else yesterday's night) went, or (``draining``) the one still running, so far;
-    damaged records' names go to ``damaged``."""
-    data = build(spool, now, details=False)
+def last_night(spool: SpoolDir, now: datetime) -> dict:
+    """How the last drain session (else yesterday's night) went, or (``draining``) the one still running, so far,
+    as onite.log tells it."""
+    data = build(spool, now, details=False, records=False)
     if data.kind != "drain":
-        data = build(spool, now, night="yesterday", details=False)
-    if damaged is not None:
-        damaged.extend(data.damaged)
-    failed = list(dict.fromkeys(j.name for j in data.jobs if j.state == "failed"))
+        data = build(spool, now, night="yesterday", details=False, records=False)
+    failed = list(dict.fromkeys(label(j.name) for j in data.jobs if j.state == "failed"))
     return {"window": data.kind, "night": (data.night or night_of(data.since)).isoformat(),
             "since": data.since.isoformat(), "until": data.until.isoformat(), "counts": data.counts,
             "timed_out": data.timed_out, "failed": failed[:SHOWN_FAILED], "failed_total": len(failed),
@@ -151,9 +148,13 @@ def last_night(spool: SpoolDir, now: datetime, damaged: list[str] | None = None)
 
 
 def _next_steps(data) -> list[str]:
-    """The next step for the caller's own failures among the first SHOWN_FAILED (onite.app.reporttext.next_step)."""
+    """The next step for the caller's own failures among the first SHOWN_FAILED (onite.app.reporttext.next_step).
+    Read without records, every run looks pruned: a pruned one's restart says itself that it is not kept."""
+    from dataclasses import replace
+
     from onite.app.reporttext import next_step, told_failures
 
+    data = replace(data, pruned=set())
     steps = (next_step(data, job) for job in told_failures(data)[0][:SHOWN_FAILED])
     return [step for step in steps if step]
 

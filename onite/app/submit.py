@@ -14,17 +14,15 @@ from datetime import datetime
 from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, read_holds, remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import contested, find_queued
-from onite.spool.scan import name_taken, user_name
+from onite.spool.scan import name_taken, running_entries, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode, env_text
 from onite.core.request import Captured, SubmitRequest, build_job
-from onite.core.names import SIDE, check_base, check_name, unique_name
+from onite.core.names import check_base, check_name, job_key, split_key, unique_name
 from onite.core.policy import check_urgent, cutoff_state
-from onite.app.namecheck import dependency_problem, refuse_taken
 
 
 def capture(now: datetime) -> Captured:
@@ -44,8 +42,8 @@ def capture(now: datetime) -> Captured:
 
 
 def submit(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
-    """``spool_job``, returning the job's final name."""
-    return spool_job(spool, request, captured, caller).name
+    """``spool_job``, returning the job's final name (not its key)."""
+    return split_key(spool_job(spool, request, captured, caller).name)[1]
 
 
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
@@ -58,14 +56,15 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     """
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
-    job = build_job(request, captured, config)
+    job = build_job(request, captured, config, caller.name)
     check_capacity(config, job)
     check_mail(request.notify, config)
     spool.check()
     check_policy(spool, request, captured.now, caller)
-    check_after(spool, [job], caller.uid, unique=request.unique)
+    check_after(spool, [job], unique=request.unique)
     if request.unique:
-        job = replace(job, name=unique_name(request.name, lambda n: name_taken(spool, n)))
+        name = unique_name(request.name, lambda n: name_taken(spool, job_key(caller.name, n)))
+        job = replace(job, name=job_key(caller.name, name))
     else:
         refuse_taken(spool, [job.name], caller.uid)
     write_job(spool, job, caller, hold=request.hold)
@@ -74,10 +73,10 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
 
 def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
               owner: tuple[int, int] | None = None) -> None:
-    """Write the job's file (``owner``'s, when root spools for someone else), held if asked; ``give_way``.
+    """Write the job's file (``owner``'s, when root spools for someone else), held if asked.
 
     Raises:
-        Refused: the name was taken meanwhile. SpoolError, SpoolIOError: the write failed.
+        Refused: the key was taken meanwhile. SpoolError, SpoolIOError: the write failed.
     """
     markers = prepare_holds(spool, [job.name], caller, [job.name] if hold else [], owner=owner)
     try:
@@ -85,56 +84,69 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
     except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
         undo_holds(markers)
         raise
-    give_way(spool, [job.name], markers, uid=owner[0] if owner else None)
 
 
-def check_after(spool: SpoolDir, jobs: list[Job], uid: int, *, unique: bool = False) -> None:
-    """Each of ``jobs`` (in order) waits only for an earlier one or a spooled job of ``uid``'s, not itself.
+def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> None:
+    """Each of ``jobs`` (in order, keyed) waits only for an earlier one or a spooled job, not itself.
 
     Raises:
         InvalidInput: a dependency that is none of those.
     """
+    from onite.core.queue import DepState
+    from onite.spool.deps import dependency_state
+
     position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
     for i, job in enumerate(jobs):
         for dep in job.after:
             if dep == job.name and not unique:
-                raise InvalidInput(f"job {dep!r} cannot wait for itself", "drop that --after")
+                raise InvalidInput(f"job {split_key(dep)[1]!r} cannot wait for itself", "drop that --after")
             if dep in position:
                 if position[dep] > i:
-                    raise InvalidInput(f"job {job.name!r} waits for {dep!r}, which comes later in the batch",
-                                       "put the jobs in the order they depend on each other")
+                    raise InvalidInput(f"job {split_key(job.name)[1]!r} waits for {split_key(dep)[1]!r}, which comes "
+                                       "later in the batch", "put the jobs in the order they depend on each other")
             elif dep not in known:
-                problem = dependency_problem(spool, dep, uid)
-                if problem:
-                    raise InvalidInput(problem, "check the name with onite list --all")
+                user, name = split_key(dep)
+                if dependency_state(spool, dep) is DepState.MISSING:
+                    raise InvalidInput(f"no job {name!r} of {user}'s is queued, running or finished (--after {dep})",
+                                       "check the name with onite list --all")
                 known.add(dep)
 
 
-def give_way(spool: SpoolDir, names: list[str], markers: list, *, uid: int | None = None) -> None:
-    """Just after spooling jobs ``names`` (of ``uid``, default the caller): take back each one that
-    another user's file of its name got its place no later than (put in a queue folder by hand as this
-    one was written), so that the driver never runs theirs in its place unknown to its submitter.
+def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
+    """One job a key at a time: refuse a key that is queued or running, or a file at it that is not
+    ``uid``'s (a forgery: the driver sets it aside; until then the key cannot be used).
 
     Raises:
-        Refused: names were taken back (the others stay spooled).
+        Refused: saying which.
     """
-    uid = os.geteuid() if uid is None else uid
-    rivals = contested(spool, set(names), uid)
-    if not rivals:
-        return
-    lost = sorted({rival.name for rival in rivals})
-    for name in lost:
-        for entry in find_queued(spool, name):
-            if entry.uid == uid:
-                remove_file(entry.path)
-    undo_holds([m for m in markers if m.name.partition(SIDE)[0] in lost])
-    owners = ", ".join(sorted({user_name(rival.uid) for rival in rivals}))
-    kept = len(set(names)) - len(lost)
-    raise Refused(f"another user's job of the same name ({owners}'s) was spooled at the same moment: "
-                  f"{', '.join(lost[:5])}{' …' if len(lost) > 5 else ''} not spooled"
-                  + (f" (the other {kept} jobs were)" if kept else ""),
-                  "spool it under a name of your own (--unique picks one)")
+    wanted = set(keys)
+    if len(wanted) < 64:
+        found = [e for key in wanted for e in _at_key(spool, key)]
+    else:  # a big batch lists each folder once
+        found = [e for e in _queued_at(spool, wanted)] + [e for e in running_entries(spool) if e.name in wanted]
+    for entry in sorted(found, key=lambda e: e.name):
+        name = split_key(entry.name)[1]
+        if entry.uid != uid:
+            raise Refused(f"a file at job {name!r}'s place is {user_name(entry.uid)}'s, not yours: a forgery, "
+                          "which the next driver sets aside", "pick another name, or ask the admin to remove it")
+        where = f"running now on {entry.host}" if entry.host else \
+            f"already queued ({'urgent' if entry.rank == 0 else f'P{entry.rank}'})"
+        raise Refused(f"your job {name!r} is {where}", "pick another name, or use --unique")
+
+
+def _at_key(spool: SpoolDir, key: str) -> list:
+    from onite.spool.scan import stat_entry
+
+    return [e for rank, folder in spool.queue_folders() if (e := stat_entry(folder, key, rank=rank))] + \
+        [e for host in spool.hosts() if (e := stat_entry(spool.running_dir(host), key, host=host))]
+
+
+def _queued_at(spool: SpoolDir, keys: set[str]) -> list:
+    from onite.spool.scan import listing, stat_entry
+
+    return [e for rank, folder in spool.queue_folders() for entry in listing(folder) if entry.name in keys
+            and (e := stat_entry(folder, entry.name, rank=rank))]
 
 
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
@@ -192,38 +204,37 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
         if template is None:
-            template = templates[key] = build_job(request, captured, config)
+            template = templates[key] = build_job(request, captured, config, caller.name)
         problem = shebang_problem(request.body)
         if problem:
             raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
                                "fix its first line: #!/path/to/interpreter [one argument]")
-        jobs.append(replace(template, name=request.name, body=request.body))
+        jobs.append(replace(template, name=job_key(caller.name, request.name), body=request.body))
     for job in templates.values():
         check_capacity(config, job)
     check_mail(requests[0].notify, config)  # --notify is the same for every job of a batch
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
         check_policy(spool, request, captured.now, caller)
-    check_after(spool, jobs, caller.uid)
-    names = list(names)
+    check_after(spool, jobs)
+    names = [job.name for job in jobs]
     refuse_taken(spool, names, caller.uid)
     env_lines = env_text(captured.env)
-    markers = prepare_holds(spool, names, caller, [r.name for r in requests if r.hold])
+    markers = prepare_holds(spool, names, caller, [job.name for job, r in zip(jobs, requests) if r.hold])
     files = ((spool.folder_for(job.priority, job.urgent), job.name, encode(job, env_lines=env_lines)) for job in jobs)
     try:
         create_batch(files)
     except OniteError as err:
         created = getattr(err, "created", 0)
         unspooled = set(names[created:])
-        undo_holds([m for m in markers if m.name.partition(SIDE)[0] in unspooled])
+        undo_holds([m for m in markers if m.name.partition("@")[0] in unspooled])
         if created:
-            err.what += (f" (the first {created} of the {len(jobs)} jobs were spooled: {jobs[0].name} to "
-                         f"{jobs[created - 1].name})")
+            err.what += (f" (the first {created} of the {len(jobs)} jobs were spooled: {requests[0].name} to "
+                         f"{requests[created - 1].name})")
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
         raise
-    give_way(spool, names, markers)
-    return names
+    return [r.name for r in requests]
 
 
 def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
@@ -289,10 +300,10 @@ def check_mail(notify: str | None, config: Config) -> None:
         raise InvalidInput(f"--notify mail: {missing}", "ask the admin for a mail transport, or use --notify none")
 
 
-def uniqname(spool: SpoolDir, base: str) -> str:
-    """``onite uniqname BASE``: a job name starting with BASE that no job uses (live or kept).
+def uniqname(spool: SpoolDir, base: str, user: str) -> str:
+    """``onite uniqname BASE``: a job name starting with BASE that no job of ``user``'s uses (live or kept).
 
     Raises:
         InvalidInput: a bad BASE, or no free name found.
     """
-    return unique_name(base, lambda n: name_taken(spool, n))
+    return unique_name(base, lambda n: name_taken(spool, job_key(user, n)))

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from onite.app.common import open_spool, read_job_text, read_stdin
+from onite.app.common import label, me, open_spool, read_job_text, read_stdin
 from onite.app.submit import capture, spool_job, submit_many
 from onite.core.errors import InvalidInput
 from onite.core.job import Job
-from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, unique_name
+from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, job_key, unique_name
 from onite.core.request import SubmitRequest, build_job
 from onite.exec import identity
 from onite.spool.paths import SpoolDir
@@ -50,14 +50,12 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
         target, names = submit_lines(request, spool, now)
         said = None
         if confirm:
-            job = build_job(replace(request, name=names[0], body=b"-", unique=False), capture(now), target.config)
+            job = build_job(replace(request, name=names[0], body=b"-", unique=False), capture(now), target.config, me())
             said = confirmation(target, names, job, held=request.hold, now=now)
-        out = f"spooled 1 job: {names[0]}" if len(names) == 1 else \
-            f"spooled {len(names)} jobs: {names[0]} to {names[-1]}"
-        return out, said
+        return "\n".join(names), said  # a name a line, for scripts; what was spooled is said on stderr
     target, job = submit_stdin(request, spool, now)
-    said = confirmation(target, [job.name], job, held=request.hold, now=now) if confirm else None
-    return (job.name if request.unique else None), said
+    said = confirmation(target, [label(job.name)], job, held=request.hold, now=now) if confirm else None
+    return (label(job.name) if request.unique else None), said
 
 
 def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, Job]:
@@ -91,14 +89,16 @@ def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tu
     room = MAX_NAME - 1 - width
     base = request.name
     check_name(base[:room], what="name base")
+    caller = identity.current()
     if request.unique:  # the base is cut, as for one --unique job, so that the whole suffix fits
-        base = unique_name(base[:room - SUFFIX_LEN], lambda n: name_taken(target, f"{n}-{1:0{width}d}"))
+        base = unique_name(base[:room - SUFFIX_LEN],
+                           lambda n: name_taken(target, job_key(caller.name, f"{n}-{1:0{width}d}")))
     elif len(base) > room:
         raise InvalidInput(f"the name base {base[:20]!r}… is too long to be numbered",
                            f"use at most {room} characters before -{'0' * width}")
     requests = [replace(request, name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
                 for i, line in enumerate(lines, 1)]
-    return target, submit_many(target, requests, capture(now), identity.current())
+    return target, submit_many(target, requests, capture(now), caller)
 
 
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
@@ -114,7 +114,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     later = job.not_before is not None and job.not_before > now
     parts = []
     if job.after:
-        parts.append(f"waits for {', '.join(job.after)}")
+        parts.append(f"waits for {', '.join(map(label, job.after))}")
     if later:
         parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
     if job.pin:

@@ -10,6 +10,7 @@ import contextlib
 import functools
 from datetime import timedelta
 
+from onite.app.common import label
 from onite.app.listing import running_views
 from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool.paths import SpoolDir
@@ -37,7 +38,7 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
     data.left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
                  "refused": len(refused)}
     for view in running:
-        data.waiting.append({"name": view.name, "user": view.user, "uid": view.uid, "priority": view.priority,
+        data.waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
                              "urgent": view.urgent, "state": "running", "kind": "running",
                              "reason": f"running on {view.host}" + (
                                  f" since {view.started.astimezone():%H:%M}" if view.started else ""),
@@ -56,11 +57,11 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
         state = "held" if held else "queued"
         if not mine:  # "held: held (another user's …)" said nothing twice
             reason = PRIVATE if reason == state else f"{reason} ({PRIVATE})"
-        data.waiting.append({"name": name, "user": owner(uid), "uid": uid, "priority": rank or None,
+        data.waiting.append({"name": label(name), "user": owner(uid), "uid": uid, "priority": rank or None,
                              "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
-                             "command": f"onite release {name}" if state == "held" and mine else None})
+                             "command": f"onite release {label(name)}" if state == "held" and mine else None})
     for event in refused:
-        data.waiting.append({"name": event.name, "user": event.fields.get("owner", "?"), "uid": None,
+        data.waiting.append({"name": label(event.name), "user": event.fields.get("owner", "?"), "uid": None,
                              "priority": None, "urgent": False, "state": "refused", "kind": "refused",
                              "reason": event.fields.get("reason", ""), "command": None})
     if spool.config.schedule:

@@ -13,18 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from onite.spool.deps import dependency_of
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import find_running, of_the_job, withdrawn_entries
+from onite.spool.scan import find_running, key_uid, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import running_views, withdrawn_view
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.jsontext import dumps
 from onite.drain.heartbeat import Role, live_beats
-from onite.core.names import check_dependency
+from onite.app.common import key_for, label
 from onite.core.state import Result
 from onite.core.clock import SYSTEM, Clock
 
@@ -48,18 +47,18 @@ class Seen:
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | None = None,
          caller: int | None = None) -> Seen:
-    """Where job ``name`` (``owner``'s, else as of_the_job picks it for ``caller``) is now, looked for in
+    """Where job ``name`` (a key) is now, looked for in
     the order a job moves (queue, running/, records), so that one moving meanwhile is still found.
 
     Raises:
         SpoolIOError: a folder or record cannot be read. DamagedRecord: its result record is damaged.
     """
-    queued = of_the_job(find_queued(spool, name), owner, caller)
+    queued = find_queued(spool, name)
     live = None
     if queued:
         live, owner = "held" if all(e.held for e in queued) else "queued", queued[0].uid
     else:
-        running = of_the_job(find_running(spool, name), owner, caller)
+        running = find_running(spool, name)
         if running:
             live, owner = "running", running[0].uid
     if live and not with_result:
@@ -71,7 +70,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | 
             withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
     result = read_result(spool, name)
     if result is not None and owner not in (None, result.uid):
-        result = None  # another user's namesake's record is not how this job ended
+        result = None  # not its key's user's: not how this job ended
     return Seen(name, live, result, withdrawn, owner if live else None)
 
 
@@ -143,12 +142,13 @@ def exit_status(finals: list[Final] | list[JobView], *, timed_out: bool = False)
 
 def job_line(final: Final) -> str:
     """``build: done``, ``build: failed (exit 3)``, ``build: cancelled by alice``, ``build: unknown (…)``."""
+    name = label(final.name)
     if final.state == "done":
-        return f"{final.name}: done"
+        return f"{name}: done"
     if final.state == "cancelled":
-        return f"{final.name}: {final.reason or 'cancelled'}"
+        return f"{name}: {final.reason or 'cancelled'}"
     why = outcome_text(final.view) if final.state == "failed" and final.view is not None else final.reason
-    return f"{final.name}: {final.state}" + (f" ({why})" if why else "")
+    return f"{name}: {final.state}" + (f" ({why})" if why else "")
 
 
 def _pause(clock: Clock, delay: float, deadline: float | None) -> float:
@@ -176,16 +176,16 @@ class JobsWaited:
 
 
 def target(arg: str) -> Watch:
-    """``NAME`` (the caller's job of that name, else whoever's has it) or ``USER:NAME`` (USER's) to watch.
+    """``NAME`` (the caller's job) or ``USER:NAME`` (USER's) to watch, by its key.
 
     Raises:
         InvalidInput: a bad name. NotFound: there is no such user.
     """
-    user, name = check_dependency(arg, option="onite wait")
-    owner = dependency_of(arg, None)[1]
-    if user is not None and owner is None:
-        raise NotFound(f"no user {user!r} (onite wait {arg})", "see onite list --all")
-    return Watch(name, owner=owner)
+    key = key_for(arg)
+    owner = key_uid(key)
+    if owner is None:
+        raise NotFound(f"no user {key.partition(':')[0]!r} (onite wait {arg})", "see onite list --all")
+    return Watch(key, owner=owner)
 
 
 def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:

@@ -30,7 +30,10 @@ def output(
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.spool.outputs import newer_run_note, open_job_output
 
-    target = open_spool(spool)
+    from onite.app.common import key_for
+
+    target = open_spool(spool, reading=True)
+    name = key_for(name)
     if follow:
         raise typer.Exit(_follow_output(target, name, stderr=stderr, raw=raw))
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
@@ -47,10 +50,11 @@ def output(
 def _follow_output(target, name: str, *, stderr: bool, raw: bool) -> int:
     """``onite output NAME --follow``: the job's output as it grows, then how it ended on stderr; ``wait``'s
     exit code (0 done, 5 not)."""
-    from onite.app.follow import follow, job_owner
+    from onite.app.follow import follow
     from onite.app.wait import exit_status, job_line
+    from onite.spool.scan import key_uid
 
-    owner = job_owner(target, name, os.geteuid())
+    owner = key_uid(name)
     sink = Sink(owner, raw)
     try:
         final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=_announce, owner=owner)
@@ -97,7 +101,7 @@ def log(
     """Print the last lines of the activity log."""
     from onite.spool.log import log_json, tail
 
-    tailed = tail(open_spool(spool).log_path, lines)
+    tailed = tail(open_spool(spool, reading=True).log_path, lines)
     if as_json:
         print(log_json(tailed))
         return
@@ -111,12 +115,14 @@ def cron(
                                           "spool) as a marked block, replacing an earlier one, and record that "
                                           "drains are scheduled.")] = False,
     uninstall: Annotated[bool, typer.Option("--uninstall", help="Remove that block and the record.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --install: write this onite even where it lives in "
+                                        "a checkout or a home directory, or other users cannot run it.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print root crontab lines that start the driver at the times in `schedule` (--install: install them)."""
     from onite.app.crontab import cron_command
 
-    print(cron_command(spool_of(spool), SYSTEM.now(), install=install, uninstall=uninstall), end="")
+    print(cron_command(spool_of(spool), SYSTEM.now(), install=install, uninstall=uninstall, force=force), end="")
 
 
 @app.command()
@@ -124,8 +130,7 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     """Drivers running, queue sizes, running jobs, the next scheduled drain."""
     from onite.app.status import gather, status_json
 
-    info = gather(open_spool(spool), SYSTEM.now())
-    warn_damaged(info.damaged)
+    info = gather(open_spool(spool, reading=True), SYSTEM.now())
     if as_json:
         print(status_json(info))
         return
@@ -140,7 +145,7 @@ def wait(
     names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to wait for; none: the drains "
                                                          "running now.")] = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Give up after this long "
-                                                   "(exit 6): 90s, 45m, 2h.")] = None,
+                                                   "(exit 6): 90s, 45m, 2h (a bare number is seconds).")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -149,7 +154,7 @@ def wait(
     from onite.core.timeparse import parse_duration
 
     limit = parse_duration(timeout, what="--timeout").total_seconds() if timeout is not None else None
-    target = open_spool(spool)
+    target = open_spool(spool, reading=True)
     waited = (waiting.wait_jobs(target, names, timeout=limit, announce=_announce) if names
               else waiting.wait_drains(target, timeout=limit, announce=_announce))
     lines = waited.lines() if names else [waited.summary()]
@@ -164,8 +169,9 @@ def report(
                                                  "from noon to the next noon, local time: 2026-11-22, today or "
                                                  "yesterday.")] = None,
     user: Annotated[Optional[str], typer.Option("--user", metavar="USER", help="Only this user's jobs.")] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the report as a "
-                                                 "self-contained HTML page.")] = None,
+    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Write the report as a "
+                                                 "self-contained HTML page instead of printing it, and say "
+                                                 "where (with --json: print the JSON too).")] = None,
     since: Annotated[Optional[str], typer.Option(
         "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
         "last drain session).")] = None,
@@ -178,12 +184,16 @@ def report(
     """The morning report: what failed and why, what still waits, what ran when (default: the last drain session)."""
     from onite.app import report as rep
 
-    data = rep.build(open_spool(spool), SYSTEM.now(), since, night=night, until=until, user=user)
+    data = rep.build(open_spool(spool, reading=True), SYSTEM.now(), since, night=night, until=until, user=user)
     warn_damaged(data.damaged)
-    if html:  # first: a page that cannot be written is an error, with no report printed before it
+    if html:  # a morning cron job that writes the page mails what it prints: one line
         from onite.cli.reportpage import write_html
 
         write_html(html, data)
+        if not as_json:
+            if not _is_stdout(html):
+                print(f"HTML report written to {printable(str(html))}")
+            return
     if as_json:
         from onite.app.reporttext import to_json
 
@@ -193,5 +203,11 @@ def report(
 
     out = console()
     print_report(out, data, plain=is_plain(out, plain))
-    if html:
-        print(f"HTML report written to {html}")
+
+
+def _is_stdout(path: Path) -> bool:
+    """Is ``path`` this process's standard output (``--html /dev/stdout``), which gets the page alone?"""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -3,15 +3,15 @@ release."""
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperCommand
 
 from onite.cli.options import (AfterOpt, AtOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
-                               NotifyOpt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
-                               app, ask, complete_name, confirm, locate_spool, open_spool, say, spool_of, terminal,
-                               warn_damaged)
+                               NotifyOpt, OniteCommand, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt,
+                               TimeoutOpt, UrgentOpt, app, ask, complete_name, confirm, locate_spool, open_spool, say,
+                               spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
@@ -25,9 +25,9 @@ def init(
     spool: SpoolOpt = None,
 ) -> None:
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
-    from onite.spool.locate import check_may_init
+    from onite.spool.locate import Source, check_may_init
     from onite.spool.paths import SpoolDir
-    from onite.spool.skeleton import init_spool
+    from onite.spool.skeleton import PAM_DIR, init_spool, install_pam_service
 
     where, root = locate_spool(spool), os.geteuid() == 0
     check_may_init(where, os.geteuid())
@@ -36,9 +36,12 @@ def init(
     print(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}")
     if report.config_kept:
         print(f"{SpoolDir(report.root).config_path}: kept as you changed it")
+    config = SpoolDir(report.root).config
+    if root and where.source == Source.SYSTEM and config.pam != "off":
+        print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), config.pam_service))
 
 
-class CommandAfterDashes(TyperCommand):
+class CommandAfterDashes(OniteCommand):
     """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's command
     line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
 
@@ -68,7 +71,8 @@ def submit(
     unique: Annotated[bool, typer.Option("--unique",
                                          help="Append a unique suffix to NAME and print the final name.")] = False,
     lines: Annotated[bool, typer.Option(
-        "--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order.")] = False,
+        "--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order; prints their "
+        "names, one a line.")] = False,
     stderr_separate: StderrOpt = None,
     notify: NotifyOpt = None,
     notify_on: NotifyOnOpt = None,
@@ -95,7 +99,9 @@ def submit(
         try:
             print(out, flush=True)
         except OSError as err:  # stdout on a full disk: the job is spooled, and its name must not go with the line
-            err.add_note(out if lines else f"the job is spooled as {out}")
+            names = out.splitlines()
+            err.add_note(f"the job is spooled as {names[0]}" if len(names) == 1 else
+                         f"the jobs are spooled as {names[0]} to {names[-1]}")
             raise
 
 
@@ -111,7 +117,7 @@ def list_(
     """Queued jobs in run order and why each waits (with --all: running and finished ones too)."""
     from onite.app.listing import list_jobs, list_json
 
-    target, when, damaged = open_spool(spool), SYSTEM.now(), []
+    target, when, damaged = open_spool(spool, reading=True), SYSTEM.now(), []
     if as_json:
         text = list_json(target, include_all=all_, now=when, damaged=damaged)
         warn_damaged(damaged)
@@ -133,7 +139,7 @@ def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt =
     """Exit 0 if a job NAME is queued or running, 1 if not."""
     from onite.app.find import find as find_job
 
-    if not find_job(open_spool(spool), name):
+    if not find_job(open_spool(spool, reading=True), name):
         raise typer.Exit(1)
 
 
@@ -141,8 +147,9 @@ def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt =
 def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolOpt = None) -> None:
     """Print an unused job name starting with BASE."""
     from onite.app.submit import uniqname as unused_name
+    from onite.exec import identity
 
-    print(unused_name(open_spool(spool), base))
+    print(unused_name(open_spool(spool, reading=True), base, identity.current().name))
 
 
 @app.command()
@@ -231,12 +238,15 @@ def cancel(
 
 def _doomed_lines(doomed: list[tuple[str, str]]) -> list[str]:
     """What a pattern cancel dooms, said: ``will fail: load (waits for extract)``."""
-    return [printable(f"will fail: {name} (waits for {dep})") for name, dep in doomed]
+    from onite.app.common import label
+
+    return [printable(f"will fail: {label(name)} (waits for {label(dep)})") for name, dep in doomed]
 
 
 def _cancel_each(target, names: list[str], matched: list[str]) -> int:
     """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that ended or
     started since it was matched is said and skipped; any other error stops here."""
+    from onite.app.common import label
     from onite.app.control import await_cancel, cancel as cancel_job
 
     done = 0
@@ -246,11 +256,11 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> int:
         except NotFound as err:
             if name not in matched:
                 raise
-            print(f"{name}: not cancelled ({err.what})")
+            print(printable(f"{label(name)}: not cancelled ({err.what})"))
             continue
         if report.action == "requested":
             report = await_cancel(target, report)
-        print(printable(f"{name}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
+        print(printable(f"{label(name)}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
         done += report.action in ("cancelled", "requested")  # not a job that ended on its own meanwhile
     return done
 
@@ -259,6 +269,7 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
     """The jobs patterns (or --all) pick for the caller, confirmed by root, the other users they skip, and the
     queued jobs that waiting for one of them will fail (root is shown them before answering).
     Raises NotFound: nothing of the caller's matches; InvalidInput: root without --yes off a terminal."""
+    from onite.app.common import label
     from onite.app.control import doomed_by, select_jobs
 
     picked = select_jobs(target, patterns, os.geteuid(), every=every)
@@ -269,7 +280,7 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
         raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
     doomed = doomed_by(target, picked.chosen, os.geteuid())
     if os.geteuid() == 0 and not yes and not confirm(
-            f"cancelling by {what} as root", "--yes", [printable(f"  {view.name}  ({view.state}, {view.user})")
+            f"cancelling by {what} as root", "--yes", [printable(f"  {label(view.name)}  ({view.state}, {view.user})")
                                                        for view in picked.chosen]
             + [f"  {line}" for line in _doomed_lines(doomed)],
             f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
@@ -280,6 +291,7 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
 
 def _pick_one(target) -> list[str]:
     """The seed's numbered pick list: only on a terminal."""
+    from onite.app.common import label
     from onite.app.control import cancellable
 
     if not sys.stdin.isatty():
@@ -289,7 +301,7 @@ def _pick_one(target) -> list[str]:
         print("you have no queued or running jobs")
         return []
     for number, view in enumerate(views, 1):
-        print(f"{number:3d}  {view.name}  ({view.state}, {view.user})")
+        print(printable(f"{number:3d}  {label(view.name)}  ({view.state}, {view.user})"))
     answer = ask("cancel which job? number, or Enter for none: ")
     if not answer:
         print("nothing cancelled")

@@ -10,6 +10,7 @@ import sys
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from onite.core.config import MAX_SLOTS
 from onite.core.errors import InvalidInput, OniteError
@@ -19,10 +20,60 @@ from onite.core.resources import MAX_CPUS
 SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_ONITE_COMPLETE"  # what the completion scripts set to ask onite for completions
 ACTIONS = ("--show-completion", "--install-completion")  # onite's own options, whose SHELL may be left out
+# the commands in `onite --help`: what users type every day first, the administrator's last; any other after them
+ORDER = ("submit", "list", "status", "cancel", "output", "wait", "find", "hold", "release", "restart", "uniqname",
+         "report", "log", "recur", "init", "run", "daemon", "recover", "cron")
+
+
+class OniteCommand(TyperCommand):
+    """A command whose usage line names its arguments as its help does: ``NAME``, ``[NAME]...`` (typer: ``{NAME}``)."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":
+                pieces += param.get_usage_pieces(ctx)
+                continue
+            var = param.metavar or param.name.upper()
+            pieces.append((var if param.required else f"[{var}]") + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
+class OniteGroup(TyperGroup):
+    """A group that lists its commands in ORDER, each with the whole first sentence of its help (click cuts it
+    at 45 columns with "...")."""
+
+    def list_commands(self, ctx) -> list[str]:
+        rank = {name: i for i, name in enumerate(ORDER)}
+        return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = [(name, _first_sentence(self.commands[name].help or "")) for name in self.list_commands(ctx)
+                if not self.commands[name].hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _first_sentence(text: str) -> str:
+    words = text.split("\n\n")[0].split()
+    for i, word in enumerate(words):
+        if word.endswith("."):
+            return " ".join(words[:i + 1])
+    return " ".join(words)
+
+
+class OniteTyper(typer.Typer):
+    """typer.Typer whose commands are OniteCommands unless they say otherwise."""
+
+    def command(self, name=None, *, cls=None, **kwargs):
+        return super().command(name, cls=cls or OniteCommand, **kwargs)
+
+
 # -h as in every other tool; no completion options of typer's, which cannot find the shell when none is named
-SETTINGS = dict(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
+SETTINGS = dict(cls=OniteGroup, add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
                 rich_markup_mode=None, pretty_exceptions_enable=False)
-app = typer.Typer(**SETTINGS)  # its help: the docstring of _options
+app = OniteTyper(**SETTINGS)  # its help: the docstring of _options
 
 
 def _spool_help() -> str:
@@ -62,7 +113,8 @@ AfterOpt = Annotated[Optional[list[str]], typer.Option(
     "--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")]
 AtOpt = Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, "
                                               "YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")]
-TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m.")]
+TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m "
+                                                    "(a bare number is seconds).")]
 RetriesOpt = Annotated[Optional[int], typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES,
                                          help="Retry a failed job this many times, with back-off.")]
 HostOpt = Annotated[Optional[str], typer.Option("--host", metavar="HOST",
@@ -181,11 +233,18 @@ def spool_of(spool: str | None) -> str | None:
     return spool or _GLOBAL["spool"]
 
 
-def open_spool(spool: str | None):
-    """The spool a command works on, checked; a personal default spool is created on first use."""
+def open_spool(spool: str | None, *, reading: bool = False):
+    """The spool a command works on, checked; a personal default spool is created on first use. ``reading``: the
+    command only reads it, and goes on past a bad onite.toml, said once on stderr, with the defaults of what is
+    wrong (the driver and the admin's commands refuse it)."""
     from onite.app.common import open_spool as open_target
 
-    return open_target(spool_of(spool))
+    target = open_target(spool_of(spool), reading=reading)
+    if reading and target.reload_config() and target.config_faults:  # now: said before anything else
+        first, more = target.config_faults[0], len(target.config_faults) - 1
+        say(f"onite: warning: {first}{f' (and {more} more)' if more else ''}; read as if left out here, but a "
+            "drain refuses the file until it is fixed")
+    return target
 
 
 MAX_WIDTH = 1000  # columns: COLUMNS may say anything, and a report's timeline is as wide as the terminal

@@ -7,19 +7,21 @@ from typing import Annotated, Optional
 import typer
 
 from onite.cli.options import (SETTINGS, AfterOpt, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
-                               PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt, app,
-                               open_spool, show_help, terminal)
+                               OniteTyper, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt,
+                               UrgentOpt, app, open_spool, show_help, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 
-recur_app = typer.Typer(**SETTINGS, help="Recurring jobs: templates spooled as a job each time their rule fires.")
+recur_app = OniteTyper(**SETTINGS, help="Recurring jobs: templates spooled as a job each time their rule fires.")
 app.add_typer(recur_app, name="recur")
 CronOpt = Annotated[Optional[str], typer.Option("--cron", metavar="EXPR",
                                                 help="Five-field cron expression, e.g. '0 20 * * 1-5'.")]
 EveryOpt = Annotated[Optional[str], typer.Option("--every", metavar="DUR",
-                                                 help="Interval from local midnight: 25m, 2h, 1d.")]
+                                                 help="Interval from local midnight: 25m, 2h, 1d "
+                                                 "(a bare number is seconds).")]
 OffsetOpt = Annotated[Optional[str], typer.Option("--offset", metavar="DUR",
-                                                  help="With --every: shift every fire by this much (2m).")]
+                                                  help="With --every: shift every fire by this much: 2m "
+                                                  "(a bare number is seconds).")]
 
 
 @recur_app.callback(invoke_without_command=True)  # bare `onite recur`: its help on stdout, exit 0
@@ -72,7 +74,7 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
     from onite.app.recur import templates, templates_json
 
     when = SYSTEM.now()
-    views = templates(open_spool(spool), when)
+    views = templates(open_spool(spool, reading=True), when)
     if as_json:
         print(templates_json(views, when))
         return
@@ -120,6 +122,6 @@ def recur_next(
     rule = parse_rule(cron=cron_expr, every=every, offset=offset) if name is None else None
     when = SYSTEM.now()
     start_at = parse_when(start, when) if start else when
-    target = open_spool(spool) if name is not None else None
+    target = open_spool(spool, reading=True) if name is not None else None
     for fire in preview(target, name, rule, start_at, count):
         print(fire.isoformat(timespec="seconds"))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
+from onite.app.common import label as name_label
 from onite.core.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
 from onite.core.jobview import JobView
 from onite.core.safetext import phrase, printable
@@ -114,7 +115,7 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
                 ("RESULT", False)] if detailed else []
     rows = []
     for view in views:
-        row = [str(view.position or ""), printable(view.name), printable(view.user), priority_label(view),
+        row = [str(view.position or ""), printable(name_label(view.name)), printable(view.user), priority_label(view),
                human_duration((now - view.submitted).total_seconds()), view.state]
         if waiting:
             row.append(printable(view.waiting or ""))
@@ -149,7 +150,7 @@ RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", Fal
 
 def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False) -> None:
     """``onite recur list``: name, owner, rule, next fire, how soon, priority, what is wrong (in red)."""
-    rows = [[printable(view.name), printable(view.user), printable(view.rule), short_time(view.next, now),
+    rows = [[printable(name_label(view.name)), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
              priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or "")] for view in views]
     print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), lambda i, row: {6: "bold red"},
@@ -248,7 +249,7 @@ def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
     from onite.app.reporttext import extent, ticks, timeline_span
 
     start, end = timeline_span(data)
-    name_width = max(4, min(GANTT_NAME, max(len(job.name) for job in data.jobs)))
+    name_width = max(4, min(GANTT_NAME, max(len(name_label(job.name)) for job in data.jobs)))
     bar_width = max(width - name_width - 1, 16)
     seconds = max((end - start).total_seconds(), 1e-6)
     labels, rule, free = [" "] * bar_width, ["─"] * bar_width, 0
@@ -265,7 +266,8 @@ def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
         first, last = extent(job, start, end)
         a = min(int((last if unrun else first) * bar_width), bar_width - 1)
         b = a + 1 if unrun else max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
-        name = job.name if len(job.name) <= name_width else job.name[:name_width - 1] + "…"
+        name = name_label(job.name)
+        name = name if len(name) <= name_width else name[:name_width - 1] + "…"
         lines.append(name.ljust(name_width) + " " * (a + 1) + ("×" if unrun else "█") * (b - a))
         bars.append((name_width + 1 + a, name_width + 1 + b))
     return lines, bars
@@ -321,6 +323,9 @@ def print_status(console, info, *, plain: bool = False) -> None:
         if limits:  # the last driver's words: this command measures nothing of root's cgroups
             say("limits    last drain: ", (esc(limits), "yellow" if limits.startswith("not enforced") else "green"),
                 f"; capacity {esc(capacity)}" if capacity else "")
+        if info.containment.get("pam"):
+            pam = info.containment["pam"]
+            say("pam       last drain: ", (esc(pam), "yellow" if pam.startswith("no session") else "green"))
     for warning in info.warnings:
         say(("warning", "red"), f"   {esc(warning)}")
     counts = ", ".join(f"{k} {v}" for k, v in info.queue.items() if v) or "empty"

@@ -12,6 +12,7 @@ import os
 import stat
 from pathlib import Path
 
+from onite.app.common import label as name_label
 from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.errors import InvalidInput
 from onite.core.safetext import printable
@@ -92,7 +93,7 @@ def gantt_svg(data) -> str:
         word = state_word(job)
         colour = HTML_COLOUR.get(word, "#555")
         took = "never ran" if data.never_ran(job) else human_duration(job.duration)
-        tip = f"{job.name} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
+        tip = f"{name_label(job.name)} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
         first, last = extent(job, start, end)
         if job.started is None or data.never_ran(job):
             mark = (f'<text class="never {word}" x="{_pct(_LEFT + span * last)}" y="50%" dy="0.35em" '
@@ -103,7 +104,7 @@ def gantt_svg(data) -> str:
             mark = (f'<rect class="bar {word}" x="{_pct(x)}" y="50%" transform="translate(0,-4)" width="{_pct(w)}" '
                     f'height="8" fill="{colour}" stroke="{colour}" stroke-width="4" shape-rendering="crispEdges">'
                     f'<title>{_esc(tip)}</title></rect>')
-        parts.append(f'<span class=label>{_esc(job.name)}</span><svg class=row width="100%" height="{_ROW}">'
+        parts.append(f'<span class=label>{_esc(name_label(job.name))}</span><svg class=row width="100%" height="{_ROW}">'
                      f'{lines}{mark}</svg>')
     parts.append("</div>")
     return "\n".join(parts)
@@ -133,7 +134,7 @@ def _failure_item(data, job) -> str:
     note = f"<code>{_esc(note)}</code> (its owner or root)" if note.startswith("onite output ") else _esc(note)
     step = next_step(data, job)
     who = ", ".join(x for x in (printable(job.user), priority_label(job)) if x)
-    return _item("failure", state_word(job), job.name, who, failure_what(data, job),
+    return _item("failure", state_word(job), name_label(job.name), who, failure_what(data, job),
                  (f"<span class=note>{note}</span>" if note else "")
                  + (f"<span class=note>next: <code>{_esc(step)}</code></span>" if step else ""))
 

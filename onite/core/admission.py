@@ -86,8 +86,9 @@ class Room:
     free: Need
 
     def with_started(self, busy: Busy) -> Room:
-        """This room once one more job runs."""
-        return room(self.host, self.capacity, (*self.running, busy))
+        """This room once one more job runs (what is free now, less its request: a queue's worth of jobs
+        started one after another costs as many subtractions, not their square)."""
+        return Room(self.host, self.capacity, (*self.running, busy), self.free - busy.need)
 
 
 def room(host: str, capacity: Need, running: Iterable[Busy]) -> Room:

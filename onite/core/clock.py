@@ -1,7 +1,8 @@
 """Time, passed in: the one reading of the system's clocks, and a clock that tests drive.
 
-``SYSTEM`` is the only reading of the wall and monotonic clocks that decides anything (but the kernel's
-file timestamps and the monitor's lines: docs/internals.md, "Time"); ``ManualClock`` moves when told.
+``SYSTEM`` is the only reading of the wall and monotonic clocks that decides anything, but for the kernel's
+file timestamps and the lines a job's monitor stamps (a process of its own that imports nothing of
+onite.core: docs/internals.md, "Time"); ``ManualClock`` moves when told.
 """
 
 from __future__ import annotations

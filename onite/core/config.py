@@ -23,6 +23,8 @@ MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 
 MAX_SLOTS = 4096  # jobs at once on one host, at most (slots, [hosts.NAME] slots, --slots)
 NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")
+PAM_MODES = ("auto", "required", "off")
+MAX_PIDS = 4_194_304  # the kernel's largest pid_max
 
 
 class SlurmConfig(NamedTuple):
@@ -73,6 +75,7 @@ class Config:
     reserve_mem: int = 0  # MiB of the machine's memory kept out of the jobs' capacity
     reserve_cpus: int = 0  # CPUs likewise
     backfill: bool = False  # a later job may start past a waiting one if it cannot delay it
+    order: str = "fifo"  # within a priority: "fifo" (first in, first out) or "fair" (onite.core.queue.fair_order)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     notify: str = "none"  # how a job's owner is told it finished: "none", "mail", "command"
     notify_on: str = "failure"  # "failure" or "always" (also done and cancelled)
@@ -80,6 +83,9 @@ class Config:
     sendmail: str | None = None  # None: the first of SENDMAIL_PATHS that exists
     notify_timeout: timedelta = timedelta(seconds=30)
     contain: bool = True  # every process a job starts ends with it (onite.exec.contain)
+    max_pids: int = 4096  # processes and threads one local job may have at once (its cgroup's pids.max; 0: no limit)
+    pam: str = "auto"  # a PAM session for each local job's owner: "auto" (where the service exists), "required", "off"
+    pam_service: str = "onite"  # the PAM service those sessions open (/etc/pam.d/NAME)
 
     def slots_for(self, host: str) -> int:
         """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
@@ -90,15 +96,36 @@ class Config:
 DEFAULTS = Config()  # each default is stated once, as its field's
 
 
-def parse_config(text: str, source: str = "onite.toml") -> Config:
-    """Parse and validate the text of an onite.toml.
-    Raises ConfigError: bad TOML, an unknown key, or a bad value."""
+def parse_config(text: str, source: str = "onite.toml", skipped: list[ConfigError] | None = None) -> Config:
+    """Parse and validate the text of an onite.toml. Given ``skipped``, a key that is wrong takes its default
+    instead (a table with a fault in it: all of it), and what was wrong goes to ``skipped`` (all defaults where
+    the file is no TOML): what a command that only reads the spool goes on with.
+    Raises ConfigError: bad TOML, an unknown key, or a bad value (without ``skipped``)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names") from None
+        return _refused(ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names"), skipped)
     except RecursionError:  # tomllib recurses into nested arrays and tables: "a = [[[[…"
-        raise ConfigError(f"{source} nests arrays or tables too deeply", "flatten it") from None
+        return _refused(ConfigError(f"{source} nests arrays or tables too deeply", "flatten it"), skipped)
+    while True:
+        try:
+            return _config_of(data, source)
+        except ConfigError as err:
+            if skipped is None or err.key not in data:
+                return _refused(err, skipped)
+            skipped.append(err)
+            data = {key: value for key, value in data.items() if key != err.key}
+
+
+def _refused(err: ConfigError, skipped: list[ConfigError] | None) -> Config:
+    """Raise ``err``; given ``skipped``, note it there and return the defaults instead."""
+    if skipped is None:
+        raise err
+    skipped.append(err)
+    return DEFAULTS
+
+
+def _config_of(data: dict, source: str) -> Config:
     reader = _Reader(data, source, DEFAULTS)
     priorities = reader.integer("priorities", low=1, high=MAX_PRIORITIES)
     config = Config(
@@ -124,11 +151,15 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         hosts=reader.hosts("hosts"),
         slurm=reader.slurm("slurm"),
         contain=reader.boolean("contain"),
+        max_pids=reader.integer("max_pids", low=0, high=MAX_PIDS),
+        pam=reader.choice("pam", PAM_MODES),
+        pam_service=reader.pam_service("pam_service"),
         default_mem=reader.mem("default_mem"),
         default_cpus=reader.cpus("default_cpus"),
         reserve_mem=reader.mem("reserve_mem", zero=True),
         reserve_cpus=reader.cpus("reserve_cpus", zero=True),
         backfill=reader.boolean("backfill"),
+        order=reader.choice("order", ("fifo", "fair")),
         **reader.notify(),
     )
     reader.no_unknown_keys()
@@ -144,16 +175,18 @@ class _Reader:
     """Typed access to the parsed TOML: a key left out takes its value from ``defaults`` (a Config,
     SlurmConfig or HostConfig), and a bad value is a ConfigError."""
 
-    def __init__(self, data: dict[str, object], source: str, defaults: object) -> None:
+    def __init__(self, data: dict[str, object], source: str, defaults: object, within: str | None = None) -> None:
         self.data = data
         self.source = source
         self.defaults = defaults
+        self.within = within  # the top-level key of the table read, if it is one: where its faults are
 
     def _default(self, key: str):
         return getattr(self.defaults, key)
 
     def _bad(self, key: str, value: object, want: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}")
+        return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}",
+                           self.within or key.split(".")[0])
 
     def integer(self, key: str, *, low: int, high: int) -> int:
         value = self.data.get(key, self._default(key))
@@ -215,6 +248,13 @@ class _Reader:
         return self._parsed(key, lambda value: check_name(value, what="host name"),
                             "a host name of letters, digits, '.', '_' and '-'")
 
+    def pam_service(self, key: str) -> str:
+        value = self.data.get(key, self._default(key))
+        if not isinstance(value, str) or not value or not all(c.isalnum() or c in "._-" for c in value) \
+                or value.startswith(".") or not value.isascii():
+            raise self._bad(key, value, 'the name of a file in /etc/pam.d, e.g. "onite"')
+        return value
+
     def size(self, key: str) -> int:
         """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB)."""
         want = 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)'
@@ -232,7 +272,7 @@ class _Reader:
         for name, entry in table.items():
             if not isinstance(entry, dict) or set(entry) - {"slots", "mem", "cpus"}:
                 raise self._bad(f"hosts.{name}", entry, 'a table holding slots = N, mem = "64G", cpus = N')
-            sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig())
+            sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig(), key)
             host = HostConfig(slots=sub.integer("slots", low=1, high=MAX_SLOTS) if "slots" in entry else None,
                               mem=sub.mem("mem"), cpus=sub.cpus("cpus"))
             if host != HostConfig():  # an empty [hosts.NAME] overrides nothing
@@ -257,8 +297,9 @@ class _Reader:
         unknown = set(table) - _SLURM_KEYS
         if unknown:
             raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
-                              "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step")
-        sub = _Reader(table, self.source, SlurmConfig())
+                              "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step",
+                              key)
+        sub = _Reader(table, self.source, SlurmConfig(), key)
         for optional in ("partition", "account"):
             if optional in table and not isinstance(table[optional], str):
                 raise self._bad(f"slurm.{optional}", table[optional], "a string")
@@ -286,7 +327,7 @@ class _Reader:
             raise self._bad("notify_command", command, 'an absolute path first, e.g. "/usr/local/bin/onite-hook"')
         if how == "command" and not argv:
             raise ConfigError(f'{self.source}: notify = "command" needs notify_command',
-                              'set notify_command = "/path/to/hook", or use notify = "mail"')
+                              'set notify_command = "/path/to/hook", or use notify = "mail"', "notify")
         sendmail = self.data.get("sendmail", "")
         if sendmail != "":
             sendmail = self.path("sendmail", "/usr/sbin/sendmail")
@@ -301,4 +342,4 @@ class _Reader:
 
             close = difflib.get_close_matches(unknown[0], sorted(_TOP_KEYS), n=1)
             hint = f"did you mean {close[0]!r}?" if close else "see docs/configuration.md for the keys"
-            raise ConfigError(f"{self.source}: unknown key {unknown[0]!r}", hint)
+            raise ConfigError(f"{self.source}: unknown key {unknown[0]!r}", hint, unknown[0])

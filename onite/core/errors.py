@@ -50,9 +50,13 @@ class SpoolError(OniteError):
 
 
 class ConfigError(OniteError):
-    """onite.toml cannot be read or holds a bad value."""
+    """onite.toml cannot be read or holds a bad value; ``key``: the top-level key at fault, if one is."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, what: str, hint: str = "", key: str | None = None) -> None:
+        super().__init__(what, hint)
+        self.key = key
 
 
 class JobFormatError(OniteError):

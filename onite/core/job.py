@@ -13,7 +13,7 @@ from typing import NamedTuple
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
-from onite.core.names import is_valid_dependency, is_valid_name
+from onite.core.names import is_valid_key, is_valid_name
 from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
 from onite.core.values import is_whole
@@ -97,8 +97,8 @@ class Job:
 
 
 def _job_problem(job: Job) -> str:
-    if not is_valid_name(job.name):
-        return f"name {job.name[:40]!r} is not a valid job name"
+    if not is_valid_key(job.name):
+        return f"name {job.name[:40]!r} is not a job key (USER:NAME)"
     if not is_whole(job.priority, 1, MAX_PRIORITIES):
         return f"priority {job.priority!r} is not 1 to {MAX_PRIORITIES}"
     if not is_valid_time(job.submitted):
@@ -118,14 +118,14 @@ def _job_problem(job: Job) -> str:
     if len(job.after) > MAX_AFTER:
         return f"it waits for {len(job.after)} jobs (after:), more than {MAX_AFTER}"
     for dep in job.after:
-        if not is_valid_dependency(dep):
-            return f"after: {dep[:40]!r} is not a valid job name (or USER:NAME)"
+        if not is_valid_key(dep):
+            return f"after: {dep[:40]!r} is not a job key (USER:NAME)"
     if job.not_before is not None and not is_valid_time(job.not_before):
         return f"at: {job.not_before!r} is not a time with its UTC offset, in the years 1900 to 9998"
     if job.pin is not None and not is_valid_name(job.pin):
         return f"pin: {job.pin[:40]!r} is not a valid host name"
-    if job.recur is not None and not is_valid_name(job.recur):
-        return f"recur: {job.recur[:40]!r} is not a valid job name"
+    if job.recur is not None and not is_valid_key(job.recur):
+        return f"recur: {job.recur[:40]!r} is not a job key (USER:NAME)"
     if job.notify is not None and job.notify not in NOTIFY_HOW:
         return f"notify must be mail, command or none, not {job.notify!r}"
     if job.notify_on is not None and job.notify_on not in NOTIFY_ON:

@@ -1,6 +1,6 @@
 """``dumps(obj)``: the text of ``json.dumps(obj, indent=1)``, at the speed of the C encoder.
 
-``json`` indents with its pure-Python encoder (docs/performance.md); here each container of scalars is
+``json`` indents with its pure-Python encoder; here each container of scalars is
 encoded by the C encoder, with separators laid out as indenting would (tests/test_jsontext.py).
 """
 

@@ -1,6 +1,8 @@
-"""Job and host names: what is allowed, and how unique names are made (pure).
+"""Job and host names: what is allowed, job keys, and how unique names are made (pure).
 
-A job name is a file name in spool folders; side files are ``NAME@KIND``: no job name holds ``@``.
+Each user has their own job names: a job's **key** ``USER:NAME`` is its file name in every spool
+folder, so two users' ``build`` live side by side. Side files are ``KEY@KIND``: no key holds ``@``.
+A command's ``NAME`` means the caller's job, ``USER:NAME`` any user's (``resolve``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,44 @@ MAX_NAME = 100
 SIDE = "@"  # separates a job name from the kind of a spool side file
 # a user name as useradd and POSIX allow it (no ":", which separates it from the job's name)
 USER_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+KEY_PATTERN = re.compile(rf"(?:{USER_PATTERN.pattern}):(?:{NAME_PATTERN.pattern})")
 SUFFIX_LEN = 7  # "-" and six characters
+
+
+KEY_SEP = ":"
+
+
+def job_key(user: str, name: str) -> str:
+    return f"{user}{KEY_SEP}{name}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """A key as (user, name); ("", key) for a string with no user."""
+    user, _, name = key.rpartition(KEY_SEP)
+    return user, name
+
+
+def is_valid_key(key: str) -> bool:
+    return KEY_PATTERN.fullmatch(key) is not None
+
+
+def shown(key: str, reader: str | None) -> str:
+    """How ``key`` is shown to user ``reader``: NAME for their own job, USER:NAME for another's."""
+    user, name = split_key(key)
+    return name if user == reader else key
+
+
+def resolve(text: str, caller: str, *, what: str = "job name") -> str:
+    """A command's job argument as a key: ``NAME`` is ``caller``'s job, ``USER:NAME`` USER's.
+    Raises InvalidInput: not a name or ``USER:NAME``."""
+    user, sep, name = text.rpartition(KEY_SEP)
+    check_name(name, what=what)
+    if not sep:
+        return job_key(caller, name)
+    if USER_PATTERN.fullmatch(user) is None:
+        raise InvalidInput(f"invalid user name '{printable(user[:40])}' in '{printable(text[:80])}'",
+                           "write NAME for a job of yours, USER:NAME for another user's")
+    return text
 
 
 def job_label(name: str) -> str:
@@ -47,17 +86,6 @@ def is_valid_name(name: str) -> bool:
     return NAME_PATTERN.fullmatch(name) is not None
 
 
-def split_dependency(dep: str) -> tuple[str | None, str]:
-    """An ``--after`` dependency as (user, job name): ``NAME`` (user None: the waiting job's own) or ``USER:NAME``."""
-    user, sep, name = dep.rpartition(":")
-    return (user, name) if sep else (None, dep)
-
-
-def is_valid_dependency(dep: str) -> bool:
-    user, name = split_dependency(dep)
-    return is_valid_name(name) and (user is None or USER_PATTERN.fullmatch(user) is not None)
-
-
 def check_name(name: str, *, what: str = "job name") -> str:
     """Return ``name`` if it is a valid job (or host) name.
     Raises InvalidInput: with the reason it is not."""
@@ -72,19 +100,8 @@ def check_name(name: str, *, what: str = "job name") -> str:
     else:
         why = "it may hold only letters, digits, '.', '_' and '-'"
     example = "node1 or build-02" if what == "host name" else "nightly-report or backup.2026-11-22"
-    shown = name if len(name) <= 40 else name[:37] + "..."
-    raise InvalidInput(f"invalid {what} '{printable(shown)}': {why}", f"use e.g. {example}")
-
-
-def check_dependency(dep: str, *, option: str = "--after") -> tuple[str | None, str]:
-    """``NAME`` or ``USER:NAME`` (given to ``option``) as (user or None, name).
-    Raises InvalidInput: with what is wrong with it."""
-    user, name = split_dependency(dep)
-    check_name(name, what="dependency name" if option == "--after" else "job name")
-    if user is not None and USER_PATTERN.fullmatch(user) is None:
-        raise InvalidInput(f"invalid user name '{printable(user[:40])}' in {option} '{printable(dep[:80])}'",
-                           "write NAME for a job of yours, USER:NAME for another user's")
-    return user, name
+    text = name if len(name) <= 40 else name[:37] + "..."
+    raise InvalidInput(f"invalid {what} '{printable(text)}': {why}", f"use e.g. {example}")
 
 
 def check_base(base: str) -> str:

@@ -1,17 +1,23 @@
 """Ordering and eligibility: pure functions over what the driver knows of queued jobs.
 
-Order: urgent, P1 … Pn, then the kernel's ctime, then the name: nothing a user writes moves a job ahead.
+Order: urgent, P1 … Pn, then the kernel's ctime, then the name: nothing a user writes moves a job ahead;
+with ``order = "fair"`` the users take turns within a priority (``fair_order``).
 A queued job waits while held, not yet due, pinned elsewhere or after a pending job, and fails without
 running when a dependency cannot succeed any more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from operator import itemgetter
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class DepState(Enum):
@@ -21,7 +27,6 @@ class DepState(Enum):
     CANCELLED = "cancelled"  #: it was cancelled
     MISSING = "missing"  #: neither queued, running nor finished (removed, or retention forgot it)
     DAMAGED = "damaged"  #: its result record cannot be read: whether it succeeded is unknown
-    FOREIGN = "foreign"  #: only another user's job has the name: it is not this job's to wait for
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,6 @@ _FAILS = {
     DepState.CANCELLED: "dependency {} was cancelled",
     DepState.MISSING: "dependency {} no longer exists (cancelled or removed)",
     DepState.DAMAGED: "the result record of dependency {} is damaged: whether it succeeded is unknown",
-    DepState.FOREIGN: "dependency {} is another user's job: a job waits only for its own user's jobs",
 }
 
 
@@ -98,6 +102,27 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
         if state in _FAILS:
             return Fail(_FAILS[state].format(dep))
     return READY
+
+
+def fair_order(items: Iterable[T], user_of: Callable[[T], str], used: Mapping[str, float]) -> list[T]:
+    """``items`` of one priority, in queue order, in the order ``order = "fair"`` takes them: each time
+    the oldest item of the user with the least running time ``used`` this drain (ties: the user whose
+    next item is older), counting each item taken as one more second of its user's. The driver takes
+    the first that may start, and orders again after each start with the real times; a list shows
+    the whole order as if every job took as long."""
+    queues: dict[str, deque[tuple[int, T]]] = {}
+    for position, item in enumerate(items):
+        queues.setdefault(user_of(item), deque()).append((position, item))
+    heap = [(used.get(user, 0.0), jobs[0][0], user) for user, jobs in queues.items()]
+    heapq.heapify(heap)
+    ordered = []
+    while heap:
+        seconds, _, user = heapq.heappop(heap)
+        jobs = queues[user]
+        ordered.append(jobs.popleft()[1])
+        if jobs:
+            heapq.heappush(heap, (seconds + 1.0, jobs[0][0], user))
+    return ordered
 
 
 def retry_delay(base_seconds: float, attempt: int, cap_seconds: float = 3600.0) -> float:

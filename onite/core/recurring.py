@@ -7,16 +7,15 @@ repeated hour's second pass), so no fire is spooled twice.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from onite.core.config import MAX_PRIORITIES
-from onite.core.errors import InvalidInput, JobFormatError, OniteError
+from onite.core.errors import InvalidInput, JobFormatError
 from onite.core.job import Job
 from onite.core.names import MAX_NAME, check_name
 from onite.core.rules import CronRule, parse_rule
-from onite.core.schedule import fires_after, zone_of
+from onite.core.schedule import zone_of
 from onite.core.timeparse import format_duration
 from onite.core.values import is_whole
 
@@ -72,33 +71,6 @@ def instance_name(template: str, fire: datetime) -> str:
     if _is_second_pass(fire):
         stamp += ".2"
     return f"{template}-{stamp}"
-
-
-def template_of(name: str) -> str | None:
-    """The template whose instance ``name`` would be (``NAME-20261122T2000`` → ``NAME``), or None."""
-    found = re.fullmatch(r"(.+)-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?", name)
-    return found.group(1) if found else None
-
-
-RUN_SEARCH = 3  # hours either side of a run name's wall time in which its fire is looked for (a DST shift)
-RUN_SEARCH_FIRES = 20_000  # at most this many fires looked at (a rule every minute has 360 in 6 h)
-
-
-def is_run_of(rule, template: str, name: str) -> bool:
-    """Is ``name`` the name ``instance_name`` gives one of ``rule``'s fires, not only its shape?"""
-    stamp = name[len(template) + 1:].removesuffix(".2")
-    try:
-        wall = datetime(int(stamp[0:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[11:13]),
-                        int(stamp[13:15] or 0), int(stamp[15:] or 0))  # template_of checked the digits
-        start = (wall - timedelta(hours=RUN_SEARCH)).astimezone()
-        for count, fire in enumerate(fires_after(rule, start)):
-            if count >= RUN_SEARCH_FIRES or fire.replace(tzinfo=None) > wall + timedelta(hours=RUN_SEARCH):
-                return False
-            if instance_name(template, fire) == name:
-                return True
-    except (ValueError, OverflowError, OniteError):
-        return False
-    return False
 
 
 def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:

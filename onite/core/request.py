@@ -13,7 +13,7 @@ from typing import NamedTuple
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
-from onite.core.names import check_dependency, check_name
+from onite.core.names import check_name, job_key, resolve
 from onite.core.resources import parse_cpus, parse_mem
 from onite.core.timeparse import parse_duration, parse_when
 
@@ -73,15 +73,16 @@ class Captured(NamedTuple):
     extra: tuple[tuple[str, str], ...] = ()
 
 
-def build_job(request: SubmitRequest, captured: Captured, config: Config, *, name: str | None = None) -> Job:
-    """The Job a request describes. The spool's defaults (stderr, timeout, mem, cpus) are written into it,
+def build_job(request: SubmitRequest, captured: Captured, config: Config, user: str) -> Job:
+    """The Job a request of ``user``'s describes, named and waiting by keys (``USER:NAME``; ``--after NAME``
+    is ``user``'s job). The spool's defaults (stderr, timeout, mem, cpus) are written into it,
     so a later change of onite.toml does not change jobs already spooled (as Slurm's DefMemPerNode).
     Raises InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice; ``--notify
     command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an environment variable execve
     cannot pass."""
     priority = check_priority(config.default_priority if request.priority is None else request.priority, config)
     check_retries(request.retries)
-    after = check_after_names(request.after)
+    after = check_after_names(request.after, user)
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
@@ -107,7 +108,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, *, nam
     not_before = parse_when(request.at, captured.now) if request.at else None
     try:
         return Job(
-            name=name or request.name,
+            name=job_key(user, request.name),
             priority=priority,
             submitted=captured.now,
             host=captured.host,
@@ -146,14 +147,13 @@ def check_retries(retries: int) -> int:
     return retries
 
 
-def check_after_names(after: tuple[str, ...]) -> tuple[str, ...]:
-    """The dependencies, each once, in order. Raises InvalidInput: a bad name, or more than MAX_AFTER."""
+def check_after_names(after: tuple[str, ...], user: str) -> tuple[str, ...]:
+    """The dependencies as keys (``NAME`` is ``user``'s job), each once, in order.
+    Raises InvalidInput: a bad name, or more than MAX_AFTER."""
     if len(set(after)) > MAX_AFTER:
         raise InvalidInput(f"the job waits for {len(set(after))} jobs (--after)",
                            f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
-    for dep in after:
-        check_dependency(dep)
-    return tuple(dict.fromkeys(after))
+    return tuple(dict.fromkeys(resolve(dep, user, what="dependency name") for dep in after))
 
 
 LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an edit may change and keep its place
@@ -186,8 +186,8 @@ class JobChanges:
         """Does it leave the priority as it is (so that the job may keep its place)?"""
         return self.priority is None
 
-    def apply(self, job: Job, config: Config, now: datetime) -> Job:
-        """``job`` with these changes, checked as submit checks them.
+    def apply(self, job: Job, config: Config, now: datetime, user: str) -> Job:
+        """``job`` with these changes, checked as submit checks them for ``user`` (``--after NAME`` is theirs).
         Raises InvalidInput: a bad priority, duration, time, retry count, size, CPU count or dependency."""
         from dataclasses import replace
 
@@ -205,7 +205,7 @@ class JobChanges:
         if self.at is not None:
             changed["not_before"] = parse_when(self.at, now)
         if self.after is not None:
-            changed["after"] = check_after_names(tuple(self.after))
+            changed["after"] = check_after_names(tuple(self.after), user)
         try:
             return replace(job, **changed)
         except ValueError as err:

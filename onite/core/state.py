@@ -21,7 +21,7 @@ from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord
 from onite.core.job import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need, format_mem, human_bytes
 
 MAX_ID = 2**32 - 1  # a uid
@@ -172,15 +172,15 @@ class Result:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             name = v.text(data, "name")
-            if not is_valid_name(name):
-                raise ValueError(f"name {name[:40]!r} is not a valid job name")
+            if not is_valid_key(name):
+                raise ValueError(f"name {name[:40]!r} is not a job key (USER:NAME)")
             finished = v.time(data, "finished")
             attempts = data.get("attempts", ())
             if not isinstance(attempts, (list, tuple)) or len(attempts) > MAX_RETRIES + 1:
                 raise ValueError(f"attempts: not a list of at most {MAX_RETRIES + 1} attempts")
             recur = v.optional_text(data, "recur")
-            if recur is not None and not is_valid_name(recur):
-                raise ValueError(f"recur: {recur[:40]!r} is not a valid job name")
+            if recur is not None and not is_valid_key(recur):
+                raise ValueError(f"recur: {recur[:40]!r} is not a job key (USER:NAME)")
             stderr = v.text(data, "stderr")
             if stderr not in ("merged", "separate"):
                 raise ValueError(f"stderr: {stderr[:40]!r} is not merged or separate")

@@ -29,7 +29,8 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     if re.fullmatch(r"\d+(?:\.\d+)?", raw):
         raw += "s"
     if not re.fullmatch(r"(?:\d+(?:\.\d+)?[dhms])+", raw):
-        raise InvalidInput(f"bad {what} {_shown(text)}", "write it like 90s, 45m, 2h, 1h30m or 1d")
+        raise InvalidInput(f"bad {what} {_shown(text)}", "write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
+                           "is seconds)")
     seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(raw))
     if not seconds <= MAX_DURATION.total_seconds():  # also inf, from a number of 400 digits
         raise InvalidInput(f"bad {what} {_shown(text)}: it is longer than {format_duration(MAX_DURATION)}",
@@ -115,20 +116,25 @@ def parse_when(text: str, now: datetime) -> datetime:
     if raw.startswith("+"):
         return _bounded(now + parse_duration(raw[1:], what="delay"), text)
     if raw.lower().startswith("tomorrow"):
-        clock = parse_clock(raw[len("tomorrow"):].strip() or "00:00")
+        try:
+            clock = parse_clock(raw[len("tomorrow"):].strip() or "00:00")
+        except InvalidInput:
+            raise _bad_when(text) from None
         return local_time(datetime.combine((now + timedelta(days=1)).date(), clock), now)
     if re.fullmatch(r"\d{1,2}:\d{2}", raw):
         return next_clock(parse_clock(raw), now)
     try:
         parsed = datetime.fromisoformat(raw)
     except ValueError:
-        raise InvalidInput(
-            f"bad time '{printable(text)}'",
-            "write now, HH:MM, YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)",
-        ) from None
+        raise _bad_when(text) from None
     if parsed.tzinfo is None and EARLIEST.year <= parsed.year < LATEST.year:  # year 1 or 9999 may not convert
         parsed = local_time(parsed, now)
     return _bounded(parsed, text)
+
+
+def _bad_when(text: str) -> InvalidInput:
+    return InvalidInput(f"bad time '{printable(text)}'", "write now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, "
+                        "'tomorrow HH:MM' or +DURATION (e.g. +2h)")
 
 
 def resolve_wall(wall: datetime, instant: Callable[[datetime, int], datetime],

@@ -15,7 +15,7 @@ from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, SpoolIOError
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.policy import window_end
 from onite.core.resources import capacity_text
 from onite.drain import heartbeat as hb, signals
@@ -63,7 +63,9 @@ class Driver:
         self.lock_fd = lock_fd  # this host's driver lock, once held: each job's monitor holds it until recorded
         # how jobs are contained and held to their requests here (onite.exec.contain, onite.exec.limits)
         self._containment = contain.discover(self.config.contain)
-        self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None)
+        self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None,
+                                        self.config.max_pids)
+        self._pam = None  # the PAM its local jobs get (onite.exec.pam.Pam), found as its local runner is made
         self._runner = runner
         self.signals: list[int] = [] if signals is None else signals
         self.wakeup_fd: int | None = None  # the signal catcher of run(), while it runs
@@ -129,10 +131,13 @@ class Driver:
             return SlurmRunner(self.spool, self.config, switch_user=os.geteuid() == 0, log=self.log,
                                clock=self.clock)
         from onite.exec.local import LocalRunner
+        from onite.exec.pam import discover
 
+        if self._pam is None:
+            self._pam = discover(self.config.pam, self.config.pam_service, os.geteuid() == 0)
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
                            switch_user=os.geteuid() == 0, containment=self._containment, lock_fd=self.lock_fd,
-                           clock=self.clock, limiter=self._limiter)
+                           clock=self.clock, limiter=self._limiter, pam=self._pam)
 
     def reload(self) -> None:
         """SIGHUP: read onite.toml again; a bad one keeps the settings before."""
@@ -205,11 +210,11 @@ class Driver:
             running_dir = night.running_dir
             before = set(os.listdir(running_dir)) if running_dir.is_dir() else set()
             self.log.event("recover-host", host=self.host, by=f"uid {night.euid}",
-                           claims=len([n for n in before if is_valid_name(n)]))
+                           claims=len([n for n in before if is_valid_key(n)]))
             # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
             self.recovery.may_reattach = False
             self.recovery.recover()
-            return sorted(n for n in before if is_valid_name(n))
+            return sorted(n for n in before if is_valid_key(n))
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
             lock.release()
@@ -282,11 +287,17 @@ class Driver:
             self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
             return
         local = night.runner.executor == "local"
+        pam = self._pam if local else None
+        if pam is not None and pam.required and pam.service is None:
+            self.log.event("error", host=self.host, error=f'pam = "required" in onite.toml, but {pam.why}',
+                           note="nothing is drained until it is fixed")
+            return
         self.log.event("driver-start", host=self.host, slots=night.slots,
                        until=self.until.strftime("%H:%M") if self.until else None, executor=night.runner.executor,
                        only="timed jobs" if night.only_timed else None,
                        contain=self._containment.describe() if local else None,
                        limits=self._limiter.describe() if local else None,
+                       pam=pam.describe() if pam is not None else None,
                        capacity=capacity_text(self.packer.capacity()) if local else None)
         # the signal catcher ``run`` installed, or one for this drain (the daemon's signals list)
         catcher = nullcontext(self.wakeup_fd) if self.wakeup_fd is not None else signals.SignalCatcher(self.signals)

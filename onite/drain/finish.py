@@ -17,21 +17,19 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from onite.core.clock import ctime_ns_upto
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.drain.night import Night
 from onite.exec.runner import Run
 from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
-from onite.spool.queued import find_queued, settle as settle_names
-from onite.spool.results import may_replace_result, write_result
+from onite.spool.results import write_result
 from onite.spool.retention import prune, remove_temp_files
-from onite.spool.scan import user_name
+from onite.spool.scan import key_uid, user_name
 
 PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
 
@@ -44,15 +42,6 @@ def _use(run: Run) -> dict:
             "peak_mem": peak if isinstance(peak, int) and not isinstance(peak, bool) and 0 <= peak < 1 << 62 else None,
             "cpu_time": float(cpu) if isinstance(cpu, (int, float)) and not isinstance(cpu, bool)
             and 0 <= cpu < 1e12 else None}
-
-
-def queued_ns(run: Run) -> int | None:
-    """When ``run``'s job got its place in its queue (the kernel's ctime) in ns, or None."""
-    return None if run.queued_at is None else ctime_ns_upto(run.queued_at)
-
-
-def _while_claimed(uid: int) -> str:  # why a file another user put under a claimed job's name is set aside
-    return f"it was put in the queue while {user_name(uid)}'s job of that name was claimed: a name is one job's at a time"
 
 
 class Finisher:
@@ -98,7 +87,6 @@ class Finisher:
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
         night, job = self.night, run.job
-        self.clear_namesakes(run.name, run.owner.uid, since_ns=queued_ns(run))  # before its retry or its result
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=night.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
         if self._retryable(run, outcome) and self._requeue_retry(run, attempt, now):
@@ -121,6 +109,8 @@ class Finisher:
             self.note_cannot_record(str(err))
             return
         night.counts[str(result.state)] += 1
+        if result.duration is not None:
+            night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + result.duration
         # logged before the record goes: recovery logs it for a record left only if the log lacks its run id
         night.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
@@ -139,10 +129,10 @@ class Finisher:
         folder = night.spool.folder_for(run.rank, run.rank == 0)  # where it was claimed from, whatever its file says
         try:
             night.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost
-            # another user's file put there meanwhile is swapped out in the same step: moved aside
-            # first, it could be put back at once and keep the name from the retry
+            # a forgery at the job's key is swapped out in the same step: moved aside first, it
+            # could be put back at once and keep the key from the retry
             displaced = create_displacing(folder, run.name, encode(job), run.owner.uid,
-                                          owner=(run.owner.uid, run.owner.gid), durable=False, since_ns=queued_ns(run))
+                                          owner=(run.owner.uid, run.owner.gid), durable=False)
         except Refused:
             night.log.event("retry-skipped", run.name, note="a new job of that name is queued")
             return False
@@ -150,8 +140,7 @@ class Finisher:
             self.note_cannot_record(f"spooling the retry: {err}", run.name)
             return True
         if displaced:
-            self.set_aside_displaced(displaced, run.name, run.owner.uid)
-        self.clear_namesakes(run.name, run.owner.uid, since_ns=queued_ns(run), settle=True)  # the claim holds the name
+            self.set_aside_displaced(displaced, run.name)
         remove_file(night.running_dir / run.name)
         remove_file(night.spool.run_record_path(night.host, run.name))
         night.counts["retried"] += 1
@@ -162,89 +151,40 @@ class Finisher:
     def _requeue_interrupted(self, run: Run) -> None:
         night = self.night
         try:
-            requeued = self.requeue_file(night.running_dir / run.name, run.name, run.rank, queued_ns(run))
+            self.requeue_file(night.running_dir / run.name, run.name, run.rank)
         except OniteError as err:
             night.log.event("error", run.name, error=str(err))
             return
         remove_file(night.spool.run_record_path(night.host, run.name))
-        if not requeued:
-            return
         night.counts["requeued"] += 1
         night.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
-    def requeue_file(self, path: Path, name: str, rank: int, since_ns: int | None = None) -> bool:
-        """Put a claim at ``path`` back in the queue folder of ``rank`` (``since_ns``: ``queued_ns``, if
-        known); True. If another user's job of the name was queued before it, that job keeps the name
-        and the claim is set aside instead, as the pick would have done: False.
+    def requeue_file(self, path: Path, name: str, rank: int) -> None:
+        """Put a claim at ``path`` back in the queue folder of ``rank``; a forgery at its key there is replaced.
 
         Raises:
-            Refused: a new job of that name is queued meanwhile (the claim stays).
+            Refused: the owner queued a new job of that name meanwhile (the claim stays).
             NotFound, SpoolError, SpoolIOError: as the rename.
         """
         night = self.night
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            st = None  # the rename below says so
-        owner = st.st_uid if st is not None else None
         folder = night.spool.folder_for(rank, rank == 0)
         night.spool.ensure_queue_folder(folder)
         target = folder / name
-        # a namesake planted in the target folder is moved aside, and one put back since is replaced by
-        # the rename; only the owner's own file there is a new job of theirs
-        if owner is not None:
-            earlier = self.clear_namesakes(name, owner, since_ns=since_ns)
-            if earlier:
-                self.move_aside(path, name, st, f"another user's job of that name ({user_name(earlier[0].uid)}'s) "
-                                                "was queued before it", file_result=False)
-                return False
         try:
             there = os.lstat(target).st_uid
         except FileNotFoundError:
             there = None
-        if there is not None and (owner is None or there == owner):
+        if there is not None and there == key_uid(name):
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
         change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
-        if owner is not None:
-            self.clear_namesakes(name, owner, since_ns=since_ns, settle=True)
-        return True
 
-    def clear_namesakes(self, name: str, uid: int, *, since_ns: int | None = None, settle: bool = False) -> list:
-        """Move aside (with no result: the name's is the claimed job's) the queued jobs called ``name``
-        of owners other than ``uid``, whose job of that name is claimed: put there by hand, such a file
-        would take the claimed job's retry, recovery or result. A file queued before ``since_ns`` (the
-        claimed job's ``queued_ns``) is the name's first job, which the driver's view of the queue had
-        not shown yet: it stays, and is returned. ``settle``: ``uid``'s file of the name was just put
-        back in a queue: first wait until the kernel's clock has passed its ctime, so that a file put
-        beside it meanwhile is seen here, and any later one is later."""
-        if settle:
-            settle_names(self.night.spool, {name}, uid)
-        earlier = []
-        for entry in find_queued(self.night.spool, name):
-            if entry.uid == uid:
-                continue
-            if since_ns is not None and entry.ctime_ns <= since_ns:
-                earlier.append(entry)
-            else:
-                self.set_aside_namesake(entry, _while_claimed(uid))
-        return earlier
-
-    def set_aside_displaced(self, path: str, name: str, uid: int) -> None:
-        """Move aside what ``create_displacing`` swapped out of the name ``name`` of ``uid``'s job."""
+    def set_aside_displaced(self, path: str, name: str) -> None:
+        """Move aside the forgery ``create_displacing`` swapped out of the key ``name``."""
         try:
             st = os.lstat(path)
         except OSError:
             return
-        self.move_aside(Path(path), name, st, _while_claimed(uid), file_result=False)
-
-    def set_aside_namesake(self, entry, reason: str) -> None:
-        """Move a queued namesake (an Entry or a Candidate) aside, and out of the picker's index."""
-        try:
-            st = os.lstat(entry.path)
-        except OSError:
-            return
-        self.move_aside(entry.path, entry.name, st, reason, file_result=False)
-        self.night.forget(Candidate(entry.rank, entry.name, entry.path, st.st_ctime_ns))
+        self.move_aside(Path(path), name, st, "a file at this key that is not its owner's", file_result=False)
 
     def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
         """A queued job that can never run (its dependency failed): file it as failed."""
@@ -278,12 +218,9 @@ class Finisher:
 
     def file_lost(self, result: Result) -> bool:
         """File the result of a job whose claimed file is gone; count and log it. False if it could not
-        be written (logged), or would replace another user's kept result."""
+        be written (logged)."""
         night = self.night
         try:
-            if not may_replace_result(night.spool, result.name, result.uid):
-                night.log.event("error", result.name, error="not filed over another user's kept result")
-                return False
             write_result(night.spool, result)
         except OniteError as err:
             night.log.event("error", result.name, error=str(err))
@@ -309,8 +246,8 @@ class Finisher:
         night.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(night.spool.root)))
         # a second link says nothing of who put it here (anyone may link a file they can write): its
         # inode's owner gets no result, no notice, and no failure a job of theirs could wait on
-        if file_result and st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
-                and st.st_nlink == 1 and may_replace_result(night.spool, name, st.st_uid):
+        if file_result and st is not None and is_valid_key(name) and stat.S_ISREG(st.st_mode) \
+                and st.st_nlink == 1 and key_uid(name) == st.st_uid:
             result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
                                   reason=f"refused: {reason}", host=night.host, now=night.clock.now())
             try:
@@ -343,7 +280,7 @@ class Finisher:
         its queue and start nothing more. Its record goes only once the job is back: until then it
         tells recovery that the claim never started."""
         try:
-            self.requeue_file(claimed, run.name, run.rank, queued_ns(run))
+            self.requeue_file(claimed, run.name, run.rank)
         except OniteError as err:
             why = f"{why}; and putting {run.name} back failed: {err} (recovery will)"
         else:
@@ -359,7 +296,7 @@ class Finisher:
         night.pause = min(max(night.pause * 2, PAUSE_FIRST), PAUSE_MAX)
         night.paused_until = night.clock.monotonic() + night.pause
         try:
-            self.requeue_file(claimed, run.name, run.rank, queued_ns(run))
+            self.requeue_file(claimed, run.name, run.rank)
         except OniteError as move_err:
             night.log.event("start-failed", run.name, user=run.owner.name, reason=err)
             self.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}", never_started=True),

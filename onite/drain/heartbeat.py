@@ -158,25 +158,29 @@ def draining_hosts(root: Path, now: datetime) -> list[str]:
 
 
 CRON_NAMES = ("cron", "crond", "cronie", "anacron")
+# a parent that is a shell or a login's tool: a person typed the command (``sudo onite run > log 2>&1 &``)
+HAND_NAMES = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "tcsh", "csh", "sudo", "su", "doas", "tmux",
+              "screen")
 
 
 def started_by(role: Role, environ=None) -> str:
     """What started this process: ``cron``, ``timer`` (onite-driver.timer), ``systemd`` (another unit),
-    ``daemon``, ``hand`` (a terminal), or ``program NAME`` (the parent's name)."""
+    ``daemon``, ``hand`` (a terminal, or a shell's command), or ``program NAME`` (the parent's name)."""
     environ = os.environ if environ is None else environ
     if role == Role.DAEMON:
-        return "systemd" if environ.get("INVOCATION_ID") else "hand" if _on_terminal() else f"program {_parent()}"
+        return "systemd" if environ.get("INVOCATION_ID") else _typed_or_program(_parent())
     said = environ.get("ONITE_STARTED_BY", "")
     if said in ("cron", "timer", "hand", "systemd"):
         return said
     if environ.get("INVOCATION_ID"):
         return "timer" if "onite-driver.service" in _own_cgroup() else "systemd"
     parent = _parent()
-    if parent in CRON_NAMES:
-        return "cron"
-    if _on_terminal():
-        return "hand"
-    return f"program {parent}" if parent else "hand"
+    return "cron" if parent in CRON_NAMES else _typed_or_program(parent)
+
+
+def _typed_or_program(parent: str) -> str:
+    """``hand`` for a command a person typed (on a terminal, or a shell's child), else ``program NAME``."""
+    return "hand" if _on_terminal() or not parent or parent in HAND_NAMES else f"program {parent}"
 
 
 def _on_terminal() -> bool:

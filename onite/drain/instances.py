@@ -20,6 +20,7 @@ from onite.core.errors import DamagedRecord, OniteError, Refused, SpoolIOError
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
+from onite.core.names import split_key
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import last_fire, next_fire
@@ -28,10 +29,10 @@ from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.spool.files import create_displacing, move_file
 from onite.spool.index import is_settling
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import find_queued, settle
+from onite.spool.queued import find_queued
 from onite.spool.recurstate import load_state, parse_time, save_state, state_lock, template_files
 from onite.spool.results import read_result
-from onite.spool.scan import find_running, user_name
+from onite.spool.scan import find_running, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
@@ -121,9 +122,11 @@ class RecurScheduler:
             return None
         if not problem:
             try:  # recur add's own limit: a longer name (a file put in recur/ by hand) leaves its runs no valid name
-                check_template_name(name)
+                check_template_name(split_key(name)[1])
             except OniteError as err:
                 problem = str(err)
+        if not problem and key_uid(name) != st.st_uid:
+            problem = f"a forgery: named as {split_key(name)[0]}'s recurring job, but {user_name(st.st_uid)}'s file"
         if not problem and not owner_or_root(self.euid, st.st_uid):
             problem = (f"owned by {user_name(st.st_uid)}; this driver runs as {user_name(self.euid)} "
                        "and spools only its own recurring jobs")
@@ -268,72 +271,37 @@ class RecurScheduler:
         if job.urgent and not may_be_urgent(owner, self.spool.config.admins):
             self.log.event("recur-refused", job.name, template=name, user=owner.name, reason=urgent_refusal(owner.name))
             return None
-        if self._spooled_already(job.name, tpl.uid, tpl.key[1]):
+        if self._spooled_already(job.name, tpl.uid):
             self.log.event("recur-skip", job.name, template=name, reason="this fire was spooled already")
             return None
         folder = self.spool.folder_for(job.priority, job.urgent)
         try:
-            # the run's name is known in advance: another user's file put back there as soon as it is
-            # moved aside is swapped out in the same step as the run is written
-            displaced = create_displacing(folder, job.name, encode(job), tpl.uid, mode=0o600, owner=(tpl.uid, tpl.gid),
-                                          since_ns=tpl.key[1])
+            # a forgery at the run's key, put back as soon as it is moved aside, is swapped out in the
+            # same step as the run is written
+            displaced = create_displacing(folder, job.name, encode(job), tpl.uid, mode=0o600, owner=(tpl.uid, tpl.gid))
         except Refused:
-            queued = find_queued(self.spool, job.name)
-            if any(entry.uid == tpl.uid for entry in queued):
-                self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
-                return None
-            if any(entry.ctime_ns <= tpl.key[1] for entry in queued):  # the name was another's before the template
-                self.log.event("recur-skip", job.name, template=name,
-                               reason="another user's job of that name was queued before the template was made")
-                return None
-            # only someone else's file, which could not be swapped out: the fire is not spooled yet
-            self.log.event("recur-error", job.name, template=name, error="its name is taken by another user's file",
-                           note="trying again later")
-            return False
+            self.log.event("recur-skip", job.name, template=name, reason="a job of that name is queued")
+            return None
         except OniteError as err:
             self.log.event("recur-error", job.name, template=name, error=str(err), note="trying again later")
             return False
         if displaced:
-            self._set_aside(displaced, job.name, tpl.uid)
-        try:  # a file of another user's put beside it while it was written (its temporary name told it)
-            settle(self.spool, {job.name}, tpl.uid)
-            self._set_aside_others(job.name, tpl.uid, tpl.key[1])
-        except OniteError:
-            pass  # the driver's picker refuses such a file too
+            try:
+                move_file(Path(displaced), self.spool.refused_path(job.name, self.clock.now()), "moving aside")
+                self.log.event("refused", job.name, reason="a forgery at the key of a recurring job's run")
+            except OniteError:
+                pass
         return True
 
-    def _spooled_already(self, name: str, uid: int, since_ns: int) -> bool:
-        """Is the instance ``name`` queued, running or filed already, as ``uid``'s? Another user's file
-        put in a queue under its name since the template was made (``since_ns``) is moved aside."""
-        queued = self._set_aside_others(name, uid, since_ns)
-        if queued or any(entry.uid == uid for entry in find_running(self.spool, name)):
+    def _spooled_already(self, name: str, uid: int) -> bool:
+        """Is the instance ``name`` queued, running or filed already?"""
+        if find_queued(self.spool, name) or find_running(self.spool, name):
             return True
         try:
             previous = read_result(self.spool, name)
         except (DamagedRecord, SpoolIOError):
             return True  # cannot tell: a fire is never spooled twice
         return previous is not None and previous.uid == uid
-
-    def _set_aside_others(self, name: str, uid: int, since_ns: int) -> bool:
-        """Move aside the queued files called ``name`` (a run of ``uid``'s recurring job, whose template
-        was made at ``since_ns``) of other users put there since; whether one of ``uid``'s is queued."""
-        mine = False
-        for entry in find_queued(self.spool, name):
-            if entry.uid == uid:
-                mine = True
-            elif entry.ctime_ns > since_ns:
-                self._set_aside(entry.path, name, uid)
-        return mine
-
-    def _set_aside(self, path, name: str, uid: int) -> None:
-        """Move a file of the run name ``name`` of ``uid``'s recurring job that is someone else's to refused/."""
-        try:
-            other = os.lstat(path).st_uid
-            move_file(Path(path), self.spool.refused_path(name, self.clock.now()), "moving aside")
-        except (OSError, OniteError):
-            return
-        self.log.event("refused", name, owner=user_name(other),
-                       reason=f"its name is that of {user_name(uid)}'s recurring job's runs")
 
 
 MAX_GONE = 10_000  # entries of recur.state kept for templates no longer in recur/

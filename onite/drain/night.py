@@ -136,6 +136,7 @@ class Night:
     jobs: JobFiles = field(init=False)
     starts: StartLog = field(init=False)
     running: dict[str, Run] = field(default_factory=dict)
+    used: dict[str, float] = field(default_factory=dict)  # user → seconds their runs filed this drain ran (order = "fair")
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("done", "failed", "cancelled", "retried", "requeued"), 0))
     stopping: bool = False  # INT or TERM: finish what runs, start nothing
@@ -164,6 +165,14 @@ class Night:
         """A queued job left its folder (claimed, failed, refused, gone): drop all that is kept of it."""
         self.index.forget(cand)
         self.jobs.meta.pop(cand.name, None)
+
+    def usage(self) -> dict[str, float]:
+        """Each user's running time this drain: their filed runs' and their running runs' so far."""
+        used = dict(self.used)
+        now = self.clock.monotonic()
+        for run in self.running.values():
+            used[run.owner.name] = used.get(run.owner.name, 0.0) + max(0.0, now - run.started_mono)
+        return used
 
     def may_start(self) -> bool:
         """Neither a stop nor a record that cannot be written keeps jobs from starting."""

@@ -10,26 +10,27 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from datetime import timedelta
 from enum import StrEnum
 from typing import NamedTuple
 
 from onite.core.admission import Admit
-from onite.core.errors import JobFormatError, OniteError, Refused
+from onite.core.errors import JobFormatError, Refused
+from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
-from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate
+from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, fair_order
 from onite.core.resources import Need, request_of
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.drain.pack import Packer
-from onite.spool.deps import dependency_of, dependency_state
+from onite.spool.deps import dependency_state
 from onite.spool.edits import edited
 from onite.spool.filecheck import SETTLING, BadFile, Settling
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
-from onite.spool.recurstate import run_name_owner
-from onite.spool.results import kept_owner
-from onite.spool.scan import Withdrawn, stat_entry, user_name
+from onite.spool.scan import Withdrawn, key_uid, user_name
 
 SETTLE_LIMIT = 2.0  # seconds a file with a second link may be a submit in progress (from first sight)
 
@@ -88,11 +89,11 @@ class Picker:
             except OSError:
                 continue
             label = os.fsdecode(os.fsencode(stray.name)[:200])  # refused/LABEL@TIME must fit in a file name
-            self.finisher.move_aside(stray.path, label, st, "its name is not a job name")
+            self.finisher.move_aside(stray.path, label, st, "its name is not a job key (USER:NAME)")
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             self.packer.begin()
-            for cand in night.index.candidates():
+            for cand in self._in_order(night.index.candidates()):
                 if cand.name in night.running:  # a job of that name runs here: a second one waits its turn
                     continue
                 seen = None
@@ -106,11 +107,6 @@ class Picker:
                     need = request_of(seen.meta.mem, seen.meta.cpus)
                     admit = self.packer.admit(cand.name, need, seen.meta.timeout, now)
                     if admit in (Admit.START, Admit.BACKFILL):
-                        problem, own_name = self._namesake_problem(cand, seen.st)
-                        if problem:
-                            night.forget(cand)  # a result only where the name is not another job's
-                            self.finisher.move_aside(cand.path, cand.name, seen.st, problem, file_result=own_name)
-                            continue
                         return Picked(cand, seen.st, need, seen.meta.timeout, admit is Admit.BACKFILL, seen.meta)
                     if admit is Admit.NEVER:
                         self.finisher.fail_unstarted(cand, seen.st, self.packer.reason)
@@ -121,6 +117,14 @@ class Picker:
                 return None
         return None
 
+    def _in_order(self, cands):
+        """The candidates in the order the spool's ``order`` takes them (onite.core.queue.fair_order)."""
+        if self.night.config.order != "fair":
+            return cands
+        used = self.night.usage()
+        return [c for _, same in groupby(cands, key=attrgetter("rank"))
+                for c in fair_order(same, lambda c: split_key(c.name)[0], used)]
+
     def _judge(self, cand: Candidate, seen: Inspection, now) -> bool | Look | None:
         """Act on one look: True if the job may start now; Look.MOVED if the order changed under us."""
         night = self.night
@@ -128,9 +132,7 @@ class Picker:
             if night.only_timed and seen.meta.not_before is None:
                 return None  # untimed jobs wait for the scheduled drain
             held = night.index.holds.held(cand.name, seen.st.st_uid)
-            owner = seen.st.st_uid
-            verdict = evaluate(seen.meta, held=held, now=now, host=night.host,
-                               dependency=lambda dep: self.dependency(dep, owner))
+            verdict = evaluate(seen.meta, held=held, now=now, host=night.host, dependency=self.dependency)
             if verdict is READY:
                 return True
             if held or (seen.meta.pin and seen.meta.pin != night.host):
@@ -154,59 +156,6 @@ class Picker:
             night.note_wake(now + timedelta(seconds=0.02))
         return seen.look if seen.look is Look.MOVED else None
 
-    def _namesake_problem(self, cand: Candidate, st: os.stat_result) -> tuple[str, bool]:
-        """Why a job about to start must not, because its name is another user's job's ("" if not),
-        and whether its result is its own to write. A file put in a queue by hand beside another
-        user's job of the same name would take that job's place, result and dependents: a recurring
-        job's run name is its template's owner's; otherwise the file queued first (the kernel's
-        ctime) keeps the name, and with two of one ctime neither; a job running on another host
-        keeps it; a claim here that this driver does not run (recovery could not put it back) would
-        be replaced by the candidate's claim."""
-        night = self.night
-        reserved = run_name_owner(night.spool, cand.name)
-        if reserved is not None and reserved[2] < st.st_ctime_ns:
-            template, owner = reserved[0], reserved[1]
-            if owner != st.st_uid:
-                return f"its name is that of {user_name(owner)}'s recurring job {template}'s runs", True
-        for other in night.index.namesakes(cand):
-            try:
-                ost = os.lstat(other.path)
-            except OSError:
-                continue
-            if ost.st_uid == st.st_uid:
-                continue  # the owner's own pair (a race of theirs)
-            if reserved is not None and reserved[2] < st.st_ctime_ns:  # the name is this job's owner's
-                self.finisher.set_aside_namesake(other, f"its name is that of {user_name(st.st_uid)}'s recurring "
-                                                     f"job {reserved[0]}'s runs")
-                continue
-            if ost.st_ctime_ns > st.st_ctime_ns:
-                continue  # a later file: refused when it comes to start
-            if ost.st_ctime_ns == st.st_ctime_ns:
-                self.finisher.set_aside_namesake(other, f"{user_name(st.st_uid)}'s job of that name was queued at "
-                                                     "the same moment: which is the real one cannot be told")
-                return (f"{user_name(ost.st_uid)}'s job of that name was queued at the same moment: which is the "
-                        "real one cannot be told"), False
-            return f"another user's job of that name ({user_name(ost.st_uid)}'s) was queued before it", False
-        try:
-            for host in night.spool.hosts():
-                entry = stat_entry(night.spool.running_dir(host), cand.name, host=host)
-                if entry is None:
-                    continue
-                if host == night.host:
-                    return (f"a claim of that name ({user_name(entry.uid)}'s) is still in running/{host}, not put "
-                            "back in its queue"), False
-                if entry.uid != st.st_uid:
-                    return f"another user's job of that name ({user_name(entry.uid)}'s) is running on {host}", False
-        except OniteError:  # running/ cannot be looked into: the claim that follows will say so
-            pass
-        try:  # its result would replace another user's kept one, and its output (submit refuses it); one
-            kept = kept_owner(night.spool, cand.name)  # queued before that job was (ctime) did not take its name
-        except OniteError:
-            kept = None
-        if kept is not None and kept[0] != st.st_uid and st.st_ctime_ns > kept[1]:
-            return f"its name is that of {user_name(kept[0])}'s finished job, whose result is kept", False
-        return "", False
-
     def inspect(self, cand: Candidate) -> Inspection:
         """Look at a queued file: may it run, and what does eligibility need of it?"""
         night = self.night
@@ -224,6 +173,8 @@ class Picker:
                 return Inspection(Look.SETTLING, st)
             if problem == "moved":
                 return Inspection(Look.MOVED)
+        if not problem and key_uid(cand.name) != st.st_uid:
+            problem = f"a forgery: named as {split_key(cand.name)[0]}'s job, but {user_name(st.st_uid)}'s file"
         if problem:
             return Inspection(Look.BAD, st, reason=problem)
         if not owner_or_root(night.euid, st.st_uid):
@@ -234,7 +185,7 @@ class Picker:
             return Inspection(Look.FOREIGN, st)
         if cand.rank == 0 and not self._may_be_urgent(st.st_uid):
             return Inspection(Look.BAD, st, reason=urgent_refusal(user_name(st.st_uid)))
-        edits = night.index.edits.of(cand.name, st.st_uid)  # its new limits, if it was edited (onite.spool.edits)
+        edits = night.index.edits.of(cand.name)  # its new limits, if it was edited (onite.spool.edits)
         key = (st.st_ino, st.st_ctime_ns, st.st_size, tuple(edits))
         meta = night.jobs.known(cand.name, key)
         if meta is not None:
@@ -284,14 +235,14 @@ class Picker:
             return False
         return may_be_urgent(ident, self.night.config.admins)
 
-    def dependency(self, name: str, uid: int) -> DepState:
-        """Where the dependency ``name`` of a job of ``uid`` stands: this driver's runs first, then the
-        spool's answer (onite.spool.deps: only the user's own job of that name counts)."""
-        name, owner = dependency_of(name, uid)
-        run = self.night.running.get(name)
+    def dependency(self, key: str) -> DepState:
+        """Where the dependency ``key`` stands: this driver's runs first, then the spool's answer
+        (onite.spool.deps)."""
+        owner = key_uid(key)
+        run = self.night.running.get(key)
         if run is not None and run.owner.uid == owner:
             return DepState.PENDING
-        for path in self.night.index.paths(name):  # queued: one look at its owner, not every folder's
+        for path in self.night.index.paths(key):  # queued: one look at its owner, not every folder's
             try:
                 if os.lstat(path).st_uid == owner:
                     return DepState.PENDING
@@ -299,4 +250,4 @@ class Picker:
                 pass  # gone since: the spool's own answer below says where it went
         if not self.withdrawn.unchanged():
             self.withdrawn = Withdrawn(self.night.spool)
-        return dependency_state(self.night.spool, name, owner, self.withdrawn)
+        return dependency_state(self.night.spool, key, self.withdrawn)

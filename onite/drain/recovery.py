@@ -18,10 +18,10 @@ from pathlib import Path
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
 from onite.core.job import MAX_RETRIES, Job
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.runrecord import RunRecord, admitted_need
 from onite.core.state import JobState, Result, unrun_result
-from onite.drain.finish import Finisher, queued_ns
+from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.drain.orphans import Orphans
 from onite.exec.contain import boot_id
@@ -56,7 +56,7 @@ class Recovery:
         except OSError as err:
             night.log.event("error", error=str(SpoolIOError(night.running_dir, "listing", err)), note="recovery skipped")
             return
-        jobs = [n for n in names if is_valid_name(n)]
+        jobs = [n for n in names if is_valid_key(n)]
         for name in jobs:
             try:
                 self._claim(name)
@@ -274,7 +274,7 @@ class Recovery:
             return
         retry = self._retry_of(run)
         if retry:
-            self._drop(name, path, run, queued=retry == "queued")
+            self._drop(name, path, run)
             return
         run.usage = rec.usage
         outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
@@ -288,12 +288,8 @@ class Recovery:
                     outcome=outcome.describe() or "exit 0")
         self.finisher.record(run, outcome, ended if ended and ended.tzinfo else night.clock.now())
 
-    def _drop(self, name: str, path: Path, run: Run, *, queued: bool) -> None:
-        """A later attempt is already spooled: this claim is stale, and must neither run nor be filed.
-        ``queued``: that attempt waits in a queue, and the claim's driver may have died before it
-        cleared the name for it: another user's file of the name put there meanwhile goes aside."""
-        if queued:
-            self.finisher.clear_namesakes(name, run.owner.uid, since_ns=queued_ns(run), settle=True)
+    def _drop(self, name: str, path: Path, run: Run) -> None:
+        """A later attempt is already spooled: this claim is stale, and must neither run nor be filed."""
         remove_file(path)
         remove_file(self.night.spool.run_record_path(self.night.host, name))
         self.night.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
@@ -309,7 +305,7 @@ class Recovery:
         others = [e for e in find_running(night.spool, run.name) if e.host != night.host]
         for entry in find_queued(night.spool, run.name) + others:
             if entry.uid != run.owner.uid:
-                continue  # another user's file says nothing of this job, whatever it claims (a namesake)
+                continue  # a forgery at its key says nothing of this job
             try:
                 job, _ = night.jobs.read(entry.path)
             except (OSError, JobFormatError, BadFile):
@@ -334,7 +330,7 @@ class Recovery:
             claimed = None
         retry = self._retry_of(claimed) if claimed is not None else None
         if retry:
-            self._drop(name, path, claimed, queued=retry == "queued")
+            self._drop(name, path, claimed)
             return
         record_path = night.spool.run_record_path(night.host, name)
         if rerun and night.config.on_interrupt == "fail":
@@ -353,18 +349,17 @@ class Recovery:
         except OSError:
             owner = None
         if owner is not None and any(e.uid == owner for e in find_queued(night.spool, name)):
-            remove_file(path)  # a retry was already queued before the crash (another user's namesake is not)
-            action, requeued = "dropped (its retry is already queued)", True
+            remove_file(path)  # a retry was already queued before the crash (not a forgery at its key)
+            action = "dropped (its retry is already queued)"
         else:
             try:
-                requeued = self.finisher.requeue_file(path, name, int(rank), queued_ns(claimed) if claimed else None)
+                self.finisher.requeue_file(path, name, int(rank))
             except OniteError as err:
                 night.log.event("error", name, error=str(err))
                 return
-            action = ("rerun: requeued" if rerun else "requeued") if requeued else \
-                "set aside: another user's job of that name was queued before it"
+            action = "rerun: requeued" if rerun else "requeued"
         remove_file(record_path)
-        night.counts["requeued"] += requeued
+        night.counts["requeued"] += 1
         night.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
 
     def _unmonitored(self, name: str, path: Path, info: dict) -> None:
@@ -412,7 +407,7 @@ class Recovery:
         run.external_id = str(info["external_id"])
         retry = self._retry_of(run)
         if retry:
-            self._drop(name, path, run, queued=retry == "queued")
+            self._drop(name, path, run)
             return True
         runner = self.orphans.runner_of(info)
         try:

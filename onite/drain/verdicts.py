@@ -15,7 +15,7 @@ from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, request_of
 from onite.exec.limits import machine
-from onite.spool.deps import dependency_of, dependency_state
+from onite.spool.deps import dependency_state
 from onite.spool.edits import edited, read_edits, trusted
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.holds import read_holds
@@ -57,13 +57,12 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             continue
         if edits is None:
             edits = read_edits(spool.edit_dir)
-        job, _ = edited(job, trusted(edits.get(name, []), uid), spool.config.max_job_size)  # as the driver sees it
-        asked: list[tuple[str, DepState, tuple[str, int | None]]] = []  # (after:, its state, its job and owner)
+        job, _ = edited(job, trusted(edits.get(name, []), name), spool.config.max_job_size)  # as the driver sees it
+        asked: list[tuple[str, DepState]] = []  # (after:, its state)
 
         def dependency(dep: str) -> DepState:
-            job_and_owner = dependency_of(dep, uid)
-            state = dependency_state(spool, *job_and_owner, withdrawn)
-            asked.append((dep, state, job_and_owner))
+            state = dependency_state(spool, dep, withdrawn)
+            asked.append((dep, state))
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
@@ -85,10 +84,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             if meta.retrying:
                 row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
         elif asked and asked[-1][1] is DepState.PENDING:
-            dep, _, job_and_owner = asked[-1]
+            dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, *job_and_owner, holds=holds) or "finishing"
+            dep_state = live_state(spool, dep, holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:

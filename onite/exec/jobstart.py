@@ -42,8 +42,9 @@ def leave(joined: list[str]) -> None:
             pass  # it stays in the job's cgroup: its end is recorded before that cgroup is killed
 
 
-def start(plan: Plan) -> tuple[int | None, str]:
+def start(plan: Plan, forked=None) -> tuple[int | None, str]:
     """Start the job's process; its pid, or None and ``STAGE ERRNO WHAT`` for ``reason``.
+    ``forked()`` is called once the process runs, before this monitor leaves its cgroups.
 
     subprocess's C code forks and executes, running no Python in the child. What the child cannot
     do there is done here, around the fork: this monitor joins the job's cgroups (those its Slot did not
@@ -71,6 +72,8 @@ def start(plan: Plan) -> tuple[int | None, str]:
             user=plan.uid if switch else None, group=plan.gid if switch else None,
             extra_groups=list(plan.groups) if switch else None)
         child.returncode = 0  # reaped by the monitor (onite.exec.jobend), never by subprocess
+        if forked is not None:
+            forked()
         return child.pid, ""
     except OSError as err:
         if stage == "exec" and not err.filename:  # it failed before the exec: dropping to the owner
@@ -139,6 +142,8 @@ def reason(report: str, plan: Plan) -> str:
     code_text, _, what = rest.partition(" ")
     code = int(code_text) if code_text.isdigit() else 0
     cwd = os.fsdecode(plan.cwd)
+    if stage == "pam":  # onite.exec.pam: PAM's own words
+        return what
     if stage == "chdir":
         if code == errno.ENOENT:
             return f"its directory {cwd} no longer exists"

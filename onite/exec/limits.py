@@ -1,9 +1,12 @@
-"""Requests held by the kernel: a job's memory and CPU limits in its cgroups, and what it used.
+"""Limits held by the kernel: a job's memory and CPU limits and its pids limit in its cgroups, and
+what it used.
 
 On cgroup v2 the job's containment cgroup holds them; on v1 a group per job and controller under
 the driver's own; elsewhere requests still pack but nothing enforces them, and the job is measured
 by its rusage. The CPU limit is set before the job's fork, the memory limit once its monitor has
-left its groups (``apply_memory``). Runs in the monitor: imports only os, errno and contain.
+left its groups (``apply_memory``); the pids limit is set while only the monitor is in the group,
+one above ``max_pids`` for the monitor, and to ``max_pids`` once it has left. Runs in the monitor:
+imports only os, errno and contain.
 """
 
 from __future__ import annotations
@@ -17,20 +20,25 @@ MIB = 1 << 20
 MONITOR_SLACK = 4 * MIB  # at most this much of a job's memory group may be its monitor's (apply_memory)
 PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
 SUBTREE = "onite"
-V1_CONTROLLERS = ("memory", "cpu", "cpuacct")
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 
 
 class Limiter:
     """How this driver holds jobs to their requests: ``v2`` (the containment cgroup's folder, where
-    memory and cpu are enabled) or ``v1`` (controller → the folder of the jobs' groups), or neither.
+    memory and cpu are enabled) or ``v1`` (controller → the folder of the jobs' groups), or neither;
+    and to ``max_pids`` processes (0: no limit), in the containment cgroup where ``pids_v2`` (its
+    folder) has the pids controller, else in a v1 pids group.
 
     A step, as ``steps`` and ``memory_steps`` return them, is (path, text, limit): a folder to make
     (text None) or a file to write; ``limit`` names the limit a failure leaves unset ("": none)."""
 
-    def __init__(self, *, v2: str | None = None, v1: dict[str, str] | None = None, why: str = "") -> None:
+    def __init__(self, *, v2: str | None = None, v1: dict[str, str] | None = None, why: str = "",
+                 max_pids: int = 0, pids_v2: str | None = None) -> None:
         self.v2 = v2
         self.v1 = v1 or {}
         self.why = why
+        self.max_pids = max_pids
+        self.pids_v2 = pids_v2
 
     @property
     def enforced(self) -> bool:
@@ -38,19 +46,26 @@ class Limiter:
         return self.v2 is not None or "memory" in self.v1
 
     def describe(self) -> str:
-        """``cgroup v1 (memory, cpu)``, or why limits are not enforced: for the log and ``onite status``."""
+        """``cgroup v1 (cpu, memory); at most 4096 processes a job``, or why limits are not enforced:
+        for the log and ``onite status``."""
         if self.v2 is not None:
-            return "cgroup v2 (memory, cpu)"
-        if self.v1:
-            return f"cgroup v1 ({', '.join(sorted(self.v1))})"
-        return f"not enforced ({self.why})" if self.why else "not enforced"
+            text = "cgroup v2 (memory, cpu)"
+        elif "memory" in self.v1:
+            text = f"cgroup v1 ({', '.join(sorted(set(self.v1) - {'pids'}))})"
+        else:
+            text = f"not enforced ({self.why})" if self.why else "not enforced"
+        if not self.max_pids:
+            return f"{text}; no pids limit (max_pids = 0)"
+        if self.pids_v2 is None and "pids" not in self.v1:
+            return f"{text}; no pids limit (no pids controller this driver may use)"
+        return f"{text}; at most {self.max_pids} processes a job (cgroup {'v2' if self.pids_v2 else 'v1'} pids)"
 
     def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
         """The v1 controllers (name, folder) one run gets a group in: memory always (its peak and OOM
-        kills are read there); cpu where the job asks for CPUs; cpuacct only where no cgroup v2
+        kills are read there); pids always where it holds the pids limit; cpu where the job asks for CPUs; cpuacct only where no cgroup v2
         counts the job's CPU."""
         return [(controller, base) for controller, base in sorted(self.v1.items())
-                if controller == "memory" or (controller == "cpu" and cpus is not None)
+                if controller in ("memory", "pids") or (controller == "cpu" and cpus is not None)
                 or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
 
     def groups(self, run_id: str, v2_cgroup: str | None = None, cpus: int | None = None) -> tuple[str, ...]:
@@ -71,6 +86,19 @@ class Limiter:
                 steps += [(f"{path}/cpu.cfs_period_us", str(PERIOD), ""),
                           (f"{path}/cpu.cfs_quota_us", str(cpus * PERIOD), "cpu")]
         return tuple(steps)
+
+    def pids_steps(self, run_id: str, v2_cgroup: str | None, room: int) -> tuple[tuple, ...]:
+        """The write that sets one run's pids limit, ``room`` above ``max_pids`` (its monitor, while
+        it is in the group), taken by ``apply``; none where there is no limit or no controller."""
+        if not self.max_pids:
+            return ()
+        if self.pids_v2 is not None:
+            where = v2_cgroup or f"{self.pids_v2}/{run_id}"
+        elif "pids" in self.v1:
+            where = f"{self.v1['pids']}/{run_id}"
+        else:
+            return ()
+        return ((f"{where}/pids.max", str(self.max_pids + room), "pids"),)
 
     def memory_steps(self, run_id: str, v2_cgroup: str | None, mem: int | None) -> tuple[tuple, ...]:
         """The writes that set one run's memory limit (``mem`` MiB; None: none), taken by
@@ -123,21 +151,22 @@ class Limiter:
         remove(tuple(dict.fromkeys(self.v1.values())))
 
 
-def discover(v2_base: str | None, *, mountinfo: str = "/proc/self/mountinfo",
+def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/self/mountinfo",
              own: str = "/proc/self/cgroup") -> Limiter:
-    """The limits this driver can set: v2 where the jobs' cgroup folder ``v2_base`` has the memory
-    and cpu controllers, else the v1 controllers, else none."""
+    """The limits this driver can set: memory and CPU on v2 where the jobs' cgroup folder ``v2_base``
+    has those controllers, else on v1, else none; the pids limit (``max_pids``; 0: none) on v2 where
+    ``v2_base`` has the pids controller, else on v1."""
     if os.geteuid() != 0:
-        return Limiter(why="the driver is not root")
+        return Limiter(why="the driver is not root", max_pids=max_pids)
+    v2 = pids_v2 = None
     if v2_base is not None:
-        if {"memory", "cpu"} <= _words(f"{v2_base}/cgroup.controllers"):
-            if {"memory", "cpu"} <= _words(f"{v2_base}/cgroup.subtree_control") \
-                    or write_file(f"{v2_base}/cgroup.subtree_control", "+memory +cpu") == 0:
-                return Limiter(v2=v2_base)
+        v2 = v2_base if _enable(v2_base, ("memory", "cpu")) else None
+        pids_v2 = v2_base if max_pids and _enable(v2_base, ("pids",)) else None
+    wanted = (() if v2 else ("memory", "cpu", "cpuacct")) + (("pids",) if max_pids and not pids_v2 else ())
     mounts = _v1_mounts(mountinfo)
     paths = _v1_paths(own)
     v1 = {}
-    for controller in V1_CONTROLLERS:
+    for controller in wanted:
         if controller not in mounts or controller not in paths:
             continue
         base = os.path.normpath(f"{mounts[controller]}/{paths[controller].strip('/')}/{SUBTREE}")
@@ -146,9 +175,18 @@ def discover(v2_base: str | None, *, mountinfo: str = "/proc/self/mountinfo",
         except OSError:
             continue
         v1[controller] = base
-    if "memory" not in v1:
-        return Limiter(why="no memory controller this driver may use")
-    return Limiter(v1=v1)
+    why = ""
+    if v2 is None and "memory" not in v1:  # CPU limits and usage go with the memory group, or not at all
+        v1, why = {key: base for key, base in v1.items() if key == "pids"}, "no memory controller this driver may use"
+    return Limiter(v2=v2, v1=v1, why=why, max_pids=max_pids, pids_v2=pids_v2)
+
+
+def _enable(v2_base: str, controllers: tuple[str, ...]) -> bool:
+    """Are ``controllers`` available to the cgroups in ``v2_base`` (enabled now if need be)?"""
+    if not set(controllers) <= _words(f"{v2_base}/cgroup.controllers"):
+        return False
+    return set(controllers) <= _words(f"{v2_base}/cgroup.subtree_control") \
+        or write_file(f"{v2_base}/cgroup.subtree_control", " ".join(f"+{name}" for name in controllers)) == 0
 
 
 def _v1_mounts(mountinfo: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
+from onite.exec.pam import Pam
 from onite.exec.plan import Plan
 from onite.exec.launch import (SCRIPT, credentials_of, interpreter, job_environment, occupy_standard_descriptors,
                                own_credentials, run_outputs)
@@ -185,7 +186,7 @@ class LocalRunner(Runner):
 
     def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
                  containment: contain.Containment | None = None, lock_fd: int | None = None,
-                 clock: Clock = SYSTEM, limiter: limits.Limiter | None = None) -> None:
+                 clock: Clock = SYSTEM, limiter: limits.Limiter | None = None, pam: Pam | None = None) -> None:
         self.shell = shell
         self.clock = clock
         self.kill_grace = kill_grace
@@ -193,13 +194,16 @@ class LocalRunner(Runner):
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
         self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
         self.limiter = limiter or limits.Limiter(why="not asked for")
+        self.pam = pam or Pam(why="not asked for")
         self.runs: list[Run] = []
         self._lingering: list[Monitor] = []  # monitors ending what their job left behind
         self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
         self._pool = MonitorPool({"contain": self.containment.kind, "base": self.containment.base,
-                                  "v2": self.limiter.v2, "v1": dict(self.limiter.v1)})
+                                  "v2": self.limiter.v2, "v1": dict(self.limiter.v1),
+                                  "max_pids": self.limiter.max_pids, "pids_v2": self.limiter.pids_v2,
+                                  "pam": self.pam.path if self.pam.service else None, "pam_service": self.pam.service})
         occupy_standard_descriptors()
 
     def close(self) -> None:
@@ -243,6 +247,7 @@ class LocalRunner(Runner):
                     stderr_fd=err, record_fd=record_fd if null is None else null,
                     record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=None,
                     contain=self.containment.kind, kill_grace=self.kill_grace, mem=run.mem, cpus=run.cpus,
+                    pam_service=self.pam.service, pam_user=run.owner.name if self.pam.service else None,
                     deadline=(run.started + run.job.timeout).timestamp() if run.job.timeout is not None else None))
             except OSError as error:
                 raise SpawnError(f"cannot start its monitor: {error.strerror}") from None

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from datetime import datetime
 
-from onite.exec import contain, jobend, jobstart, limits
+from onite.exec import contain, jobend, jobstart, limits, pam
 from onite.exec.plan import Plan, receive
 
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
@@ -35,9 +35,12 @@ def serve(fd: int, setup: dict) -> int:
     """The monitor's life: run each Plan the driver sends on socket ``fd``, saying ``idle`` after
     each, until the driver's end is closed or a run left something it could not end. ``setup``:
     how this driver contains and limits jobs (``contain``, ``base``, ``v2``, ``v1``: onite.exec.contain,
-    onite.exec.limits), which the cgroups it makes for its runs follow."""
+    onite.exec.limits), which the cgroups it makes for its runs follow; ``pam``: the folder pamela is
+    imported from where jobs get a PAM session of service ``pam_service`` (onite.exec.pam)."""
     sock = socket.socket(fileno=fd)
-    prepare(setup["contain"] != contain.OFF)
+    prepare(setup["contain"] != contain.OFF or bool(setup["pam"]))  # a job started in a PAM session is an orphan
+    if setup["pam"]:
+        pam.load(setup["pam"], setup["pam_service"])  # ahead of the first run; a run that cannot open its session fails
     slot = Slot(setup)
     try:
         for _ in range(MONITOR_RUNS):
@@ -65,10 +68,12 @@ class Slot:
     def __init__(self, setup: dict) -> None:
         Slot.count += 1
         self.name = f"{contain.SLOT}{os.getpid()}-{Slot.count}"
-        self.limiter = limits.Limiter(v2=setup["v2"], v1=setup["v1"])
+        self.limiter = limits.Limiter(v2=setup["v2"], v1=setup["v1"], max_pids=setup["max_pids"],
+                                      pids_v2=setup["pids_v2"])
         cgroup = f"{setup['base']}/{self.name}" if setup["contain"] == contain.CGROUP2 and setup["base"] else None
         self.cgroup = cgroup if cgroup and contain.make_cgroup(cgroup) else None  # else: the subreaper contains
         groups = [path for path in self.limiter.groups(self.name, self.cgroup, None) if contain.make_cgroup(path)]
+        limits.apply(self.limiter.pids_steps(self.name, self.cgroup, 1))  # set while the group is idle: room for us
         self.joined = jobstart.join(((self.cgroup,) if self.cgroup else ()) + tuple(groups))
 
     def take(self, plan: Plan) -> Plan:
@@ -76,7 +81,7 @@ class Slot:
         name, cgroup, lim = self.name, self.cgroup, self.limiter
         self.joined, joined = ([], ""), self.joined  # the run's now: its clean-up removes them
         return replace(plan, cgroup=cgroup, limit_groups=lim.groups(name, cgroup, plan.cpus), joined=joined,
-                       limit_steps=lim.steps(name, cgroup, plan.cpus),
+                       limit_steps=lim.steps(name, cgroup, plan.cpus), pids_steps=lim.pids_steps(name, cgroup, 0),
                        memory_steps=lim.memory_steps(name, cgroup, plan.mem), usage_reads=lim.reads(name, cgroup))
 
     def release(self) -> None:
@@ -148,7 +153,8 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         held.discard(plan.lock_fd)
         os.close(plan.lock_fd)
     missed = limits.apply(plan.limit_steps)
-    job, report = jobstart.start(plan)
+    job, report, missed_pids = _start(plan)
+    missed += missed_pids
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
         if fd is not None:
             held.discard(fd)
@@ -167,6 +173,7 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     info = _watch(plan, sock, job)
     if info is None:
         _record_end(plan, sock, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
+        _close_session(plan)
         return 0 if jobend.clean_up(plan, job, pinned=False) else 1
     status, reaped = jobend.wait_status(info), False
     left = jobend.left_running(plan, job, pinned=True)
@@ -184,6 +191,7 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         used["oom"] = used.get("oom", 0) + 1
     _record_end(plan, sock, {"event": "ended", "status": status, "at": _now(), "usage": used},
                 "usage " + json.dumps(used, separators=(",", ":")), f"ended {status}")
+    _close_session(plan)
     try:
         if not left:
             jobend.remove_groups(plan)
@@ -192,6 +200,28 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     finally:
         if not reaped:
             jobend.reap_leader(job)  # only now: its pid, group and session were the job's until here
+
+
+def _start(plan: Plan) -> tuple[int | None, str, list[str]]:
+    """Start the job (onite.exec.jobstart.start), in its owner's PAM session where it has one
+    (onite.exec.pam); its pid or None, the report or PAM's refusal, and the limits left unset. Its
+    pids limit comes down to its own once it runs, before this monitor (or the child that opened
+    the session) leaves its groups: at no moment may the job have more processes."""
+    missed: list[str] = []
+
+    def fork_job():
+        job, report = jobstart.start(plan, lambda: missed.extend(limits.apply(plan.pids_steps)))
+        return job, report, missed
+
+    if plan.pam_user is None:
+        return fork_job()
+    return pam.start(plan.pam_service, plan.pam_user, fork_job, lambda: jobstart.leave(list(plan.joined[0])))
+
+
+def _close_session(plan: Plan) -> None:
+    """The job's leader has ended and the driver knows: its owner's PAM session, if any, is closed."""
+    if plan.pam_user is not None:
+        pam.close(plan.pam_service, plan.pam_user)
 
 
 def _watch(plan: Plan, sock: socket.socket, job: int):

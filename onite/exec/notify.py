@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.state import JobState, Result
 from onite.exec.submission import memory_file
 from onite.spool.results import result_record
@@ -158,7 +158,7 @@ class Notifier:
             how = wants_notice(result, getattr(job, "notify", None), getattr(job, "notify_on", None), config)
             if how is None:
                 return
-            if not is_valid_name(result.name):  # it reaches a hook's environment and a mail's headers
+            if not is_valid_key(result.name):  # it reaches a hook's environment and a mail's headers
                 self.log.event("notify-failed", result.name, how=how, reason="not a valid job name")
                 return
             if len(self.pending) < MAX_RUNNING:

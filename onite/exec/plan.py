@@ -43,6 +43,9 @@ class Plan:
     limit_steps: tuple = ()  # onite.exec.limits.Limiter.steps
     memory_steps: tuple = ()  # onite.exec.limits.Limiter.memory_steps
     usage_reads: tuple = ()  # onite.exec.limits.Limiter.reads
+    pids_steps: tuple = ()  # onite.exec.limits.Limiter.pids_steps, taken once the monitor has left its groups
+    pam_service: str | None = None  # the PAM service of the session opened for its owner (None: none)
+    pam_user: str | None = None  # its owner's account name, for that session
 
     def encode(self) -> tuple[bytes, list[int]]:
         """What ``receive`` reads: the Plan's fields, each descriptor by its place among the

@@ -22,8 +22,8 @@ from onite.spool.filecheck import SLACK, read_up_to
 from onite.spool.files import change_state, create_marker, discard, move_file, token
 from onite.spool.holds import remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.results import may_replace_result, write_result
-from onite.spool.scan import Entry, user_name
+from onite.spool.results import write_result
+from onite.spool.scan import Entry, key_uid, user_name
 
 
 def withdraw(spool: SpoolDir, entry: Entry) -> Path:
@@ -66,7 +66,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result; None if
     it was gone. It must be a regular file with one link, opened without following a link, and is
     checked again once moved under a dot-name into jobsdone/ (root's), so a file swapped in meanwhile
-    is caught. Its result never replaces another user's kept result: it goes to refused/ instead.
+    is caught. A file that is not its key's user's (a forgery) goes to refused/ instead.
 
     Raises NotAJob: it is not a job file (it was set aside); SpoolIOError."""
     name = pending.name.partition(SIDE)[0]
@@ -99,9 +99,9 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         priority, urgent, submitted = job.priority, job.urgent, job.submitted
     except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
         job, priority, urgent, submitted = None, rank or 0, rank == 0, now
-    if not may_replace_result(spool, name, st.st_uid):
-        move_file(staged, spool.refused_path(name, now), "setting aside a cancelled job")
-        return Filed(None, job, f"not filed over the kept result of another user's {name} (kept in refused/)")
+    if st.st_uid != key_uid(name):
+        move_file(staged, spool.refused_path(name, now), "setting aside a forged cancel")
+        return Filed(None, job, f"a forgery: not {name.partition(':')[0]}'s file (kept in refused/)")
     result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED,
                           reason=f"cancelled by {by}", host="", now=now, job=job, priority=priority, urgent=urgent,
                           submitted=submitted)

@@ -1,8 +1,8 @@
 """Edits: a queued job's new limits, kept beside its file so that the job keeps its place.
 
 An edit never touches the job file (a new ctime would be a new place; docs/job-control.md, "Editing
-a queued job"): it is a file edit/NAME@TOKEN, the job's header as edited (no environment, no text),
-honoured only when its owner is the job's owner or root and it names the job's submit time; the
+a queued job"): it is a file edit/KEY@TOKEN, the job's header as edited (no environment, no text),
+honoured only when its owner is the key's user or root and it names the job's submit time; the
 latest wins, and only its limits (time limit, retries, memory, CPUs, not-before time, dependencies)
 count. The driver takes a job's edits as it claims the job, each with one unlink (an edit is the
 driver's if and only if that unlink is), and writes them into the claimed file; an editor that finds
@@ -29,7 +29,7 @@ from onite.core.request import with_limits
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.files import (_UNSUPPORTED, RENAME_EXCHANGE, _rename_noreplace, _renameat2, _write_unnamed,
                                create_file, discard, fsync_dir, move_file)
-from onite.spool.scan import token_entries
+from onite.spool.scan import key_uid, token_entries
 
 EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
 
@@ -56,9 +56,11 @@ def read_edits(folder: Path | None) -> dict[str, list[Edit]]:
     return found
 
 
-def trusted(edits: list[Edit], job_uid: int) -> list[Edit]:
-    """The edits of its owner or root, oldest first: anyone may add a file to the sticky edit/."""
-    return [e for e in edits if owner_or_root(e.uid, job_uid)]
+def trusted(edits: list[Edit], key: str) -> list[Edit]:
+    """The edits of job ``key`` made by the key's user or root, oldest first: anyone may add a file to the
+    sticky edit/."""
+    owner = key_uid(key)
+    return [e for e in edits if owner is not None and owner_or_root(e.uid, owner)]
 
 
 def edited(job: Job, edits: list[Edit], max_size: int) -> tuple[Job, Edit | None]:

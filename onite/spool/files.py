@@ -79,15 +79,14 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
 
 
 def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: int = 0o600,
-                      owner: tuple[int, int] | None = None, durable: bool = True,
-                      since_ns: int | None = None) -> str | None:
-    """Create ``folder/name`` for ``uid``'s job whose name is its own (a retry, a recurring run): another
-    user's file put there after ``since_ns`` is exchanged with it in one step (RENAME_EXCHANGE), so no
-    one can keep the name by putting a file back as it is moved aside. Returns the displaced file's
-    new path (a dot-name, for the caller to set aside), or None.
+                      owner: tuple[int, int] | None = None, durable: bool = True) -> str | None:
+    """Create ``folder/name`` for ``uid``'s job ``name`` (its key: a retry, a recurring run): a forgery
+    there (another user's file) is exchanged with it in one step (RENAME_EXCHANGE), so no one can keep
+    the key by putting a file back as it is moved aside. Returns the displaced file's new path (a
+    dot-name, for the caller to set aside), or None.
 
-    Raises Refused: ``uid``'s file or an older one has the name, or it cannot be exchanged (NFS) or
-    kept changing; SpoolIOError: the write failed."""
+    Raises Refused: ``uid``'s own file has the name, or it cannot be exchanged (NFS) or kept
+    changing; SpoolIOError: the write failed."""
     tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
     final = f"{folder}/{name}"
     try:
@@ -105,7 +104,7 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
                 there = os.lstat(final)
             except FileNotFoundError:
                 continue
-            if there.st_uid == uid or (since_ns is not None and there.st_ctime_ns <= since_ns):
+            if there.st_uid == uid:
                 raise _taken(final)
             try:
                 exchanged = _rename_exchange(tmp, final)

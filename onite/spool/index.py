@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onite.core.names import NAME_PATTERN
+from onite.core.names import KEY_PATTERN
 from onite.spool.edits import read_edits, trusted
 from onite.spool.holds import held_by, read_holds
 
@@ -119,9 +119,9 @@ class EditIndex(MarkerIndex):
     def __init__(self, path: Path | None) -> None:
         super().__init__(path, read_edits)
 
-    def of(self, name: str, uid: int) -> list:
-        """The edits of ``uid``'s job ``name`` its owner or root made, oldest first."""
-        return trusted(self.found.get(name, []), uid) if self.found else []
+    def of(self, key: str) -> list:
+        """The edits of job ``key`` its user or root made, oldest first."""
+        return trusted(self.found.get(key, []), key) if self.found else []
 
 
 class QueueIndex:
@@ -169,7 +169,7 @@ class QueueIndex:
         names, order, gone, parked = folder.names, folder.order, folder.gone, folder.parked
         present: set[str] = set()
         still_parked: dict[str, int] = {}
-        is_name = NAME_PATTERN.fullmatch
+        is_name = KEY_PATTERN.fullmatch
         try:
             with os.scandir(folder.path) as it:
                 for entry in it:
@@ -233,16 +233,6 @@ class QueueIndex:
             if folder.strays:
                 found.extend(Candidate(folder.rank, name, folder.path / name, 0) for name in sorted(folder.strays))
                 folder.strays.clear()
-        return found
-
-    def namesakes(self, candidate: Candidate) -> list[Candidate]:
-        """The jobs called ``candidate.name`` in other folders, parked ones too."""
-        found = []
-        for folder in self.folders:
-            if folder.rank != candidate.rank:
-                ctime_ns = folder.names.get(candidate.name, folder.parked.get(candidate.name))
-                if ctime_ns is not None:
-                    found.append(Candidate(folder.rank, candidate.name, folder.path / candidate.name, ctime_ns))
         return found
 
     def paths(self, name: str) -> list[str]:

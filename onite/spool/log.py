@@ -20,7 +20,7 @@ from typing import TextIO
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import SpoolIOError
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.safetext import UNSAFE_CHARS
 
 _NEEDS_QUOTES = re.compile(f'[\\s"\\\\{UNSAFE_CHARS}]')
@@ -31,7 +31,6 @@ _TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=("(?:[^"\\]|\\.)*"|\S*)|("(?:[^"
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.DOTALL)
 OUTCOMES = (b"done", b"failed", b"cancelled")  # the events that say how a run ended (its user in user=)
 OUTCOME_LOOKBACK = 8 << 20  # bytes of the log's end read for outcomes: older lines are not looked for
-OUTCOMES_KEPT = 200_000  # (name, user) outcomes kept at most (8 MB of log holds about 50,000)
 
 
 def _spell(match: re.Match) -> str:
@@ -57,7 +56,7 @@ def format_line(when: datetime, host: str, pid: int, event: str, name: str = "",
     """One line of the log, its newline included, whatever ``name`` and the fields hold."""
     parts = [when.isoformat(timespec="seconds"), f"{host}[{pid}]", event]
     if name:
-        parts.append(name if is_valid_name(name) else _quoted(name))  # a stray file's name, say
+        parts.append(name if is_valid_key(name) else _quoted(name))  # a stray file's name, say
     for key, value in fields.items():
         if value is None or value == "":
             continue
@@ -182,50 +181,6 @@ def tail(path: Path, lines: int) -> list[str]:
 def _is_outcome(raw: bytes) -> bool:
     event = raw.split(b" ", 3)[2:3]
     return bool(event) and event[0] in OUTCOMES
-
-
-class Outcomes:
-    """How the latest run of each (job name, user) ended, as the log's last OUTCOME_LOOKBACK bytes
-    tell: read once, then only what was appended since, at each question."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._ino: int | None = None
-        self._offset = 0
-        self._last: dict[tuple[str, str], str] = {}
-
-    def last(self, name: str, user: str) -> str | None:
-        """"done", "failed" or "cancelled"; None if the log does not tell.
-        Raises SpoolIOError: the log cannot be read."""
-        self._catch_up()
-        return self._last.get((name, user))
-
-    def _catch_up(self) -> None:
-        try:
-            with open(self.path, "rb") as handle:
-                st = os.fstat(handle.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    return
-                cut = False
-                if st.st_ino != self._ino or not 0 <= st.st_size - self._offset <= OUTCOME_LOOKBACK \
-                        or len(self._last) > OUTCOMES_KEPT:
-                    # a new log (rotated, truncated), much of it new, or a daemon's months of names: start again
-                    self._ino, self._last = st.st_ino, {}
-                    self._offset = max(0, st.st_size - OUTCOME_LOOKBACK)
-                    cut = self._offset > 0  # the first line read may be cut: it is no line
-                handle.seek(self._offset)
-                data = handle.read(st.st_size - self._offset)
-        except FileNotFoundError:
-            return
-        except OSError as err:
-            raise SpoolIOError(self.path, "reading", err) from None
-        end = data.rfind(b"\n") + 1  # a line still being written is read once it is whole
-        self._offset += end
-        for raw in data[:end].split(b"\n")[1 if cut else 0:]:
-            if _is_outcome(raw):
-                line = parse_line(raw.decode("utf-8", "replace"))
-                if line and line["name"] and "user" in line["fields"]:
-                    self._last[(line["name"], line["fields"]["user"])] = line["event"]
 
 
 def logged_final(path: Path, run_id: str) -> bool:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
-from onite.core.names import check_name
 from onite.core.policy import owner_or_root
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name
@@ -47,8 +46,7 @@ def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> i
 
 def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool = False) -> BinaryIO:
     """The output of the latest (or running) run of ``name``, open for reading (``stderr``: its kept-apart stderr).
-    Raises InvalidInput: a bad name; NotFound: no such output; Refused: it belongs to another user."""
-    check_name(name)
+    Raises NotFound: no such output; Refused: it belongs to another user."""
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -51,6 +51,8 @@ class SpoolDir:
         self._running_dirs: dict[str, Path] = {}
         self._folders: tuple[int, list[tuple[int, Path]]] | None = None
         self.location = None  # the onite.spool.locate.Location a command found it by, if it did
+        # a list: onite.toml's faults go there and their defaults are used (a command that only reads); None: refused
+        self.config_faults: list | None = None
 
     def queue_dir(self, priority: int) -> Path:
         path = self._queue_dirs.get(priority)
@@ -118,7 +120,7 @@ class SpoolDir:
         return self.reload_config() if self._config is None else self._config
 
     def reload_config(self) -> Config:
-        self._config = load_config(self.config_path)
+        self._config = load_config(self.config_path, self.config_faults)
         return self._config
 
     def queue_folders(self) -> list[tuple[int, Path]]:

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from onite.core.errors import SpoolError
-from onite.core.names import SIDE, is_valid_name
+from onite.core.names import SIDE, is_valid_key
 from onite.spool import locks
 from onite.spool.files import replace_file
 from onite.spool.paths import SpoolDir
@@ -26,9 +26,9 @@ RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another
 
 
 def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
-    """The templates in recur/, by name, each with its lstat. Raises SpoolIOError."""
+    """The templates in recur/, by key, each with its lstat. Raises SpoolIOError."""
     for entry in sorted(listing(spool.recur_dir), key=lambda e: e.name):
-        if SIDE in entry.name or not is_valid_name(entry.name):
+        if SIDE in entry.name or not is_valid_key(entry.name):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -38,7 +38,7 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
 
 
 def load_state(spool: SpoolDir) -> dict[str, dict]:
-    """NAME → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
+    """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
     entry's values are checked where they are used (``parse_time``, ``rule_from_state``, …); never raises."""
     from onite.core.values import loads_object
 
@@ -48,7 +48,7 @@ def load_state(spool: SpoolDir) -> dict[str, dict]:
         return {}
     if data.get("version") != STATE_FORMAT or not isinstance(data.get("templates"), dict):
         return {}
-    return {k: v for k, v in data["templates"].items() if isinstance(v, dict) and is_valid_name(k)}
+    return {k: v for k, v in data["templates"].items() if isinstance(v, dict) and is_valid_key(k)}
 
 
 def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
@@ -75,29 +75,3 @@ def parse_time(text: object) -> datetime | None:
     from onite.core.timeparse import parse_stamp
 
     return parse_stamp(text)
-
-
-def run_name_owner(spool: SpoolDir, name: str) -> tuple[str, int, int] | None:
-    """The template's name, owner and ctime if ``name`` is that of a run (``TEMPLATE-YYYYMMDDTHHMM``)
-    of a usable template in recur/, at a time its rule fires; else None."""
-    import stat
-
-    from onite.core.errors import OniteError
-    from onite.core.recurring import MAX_TEMPLATE_NAME, is_run_of, rule_of, template_of
-    from onite.spool.filecheck import BadFile, read_job_file
-
-    template = template_of(name)
-    if template is None or not is_valid_name(template) or len(template) > MAX_TEMPLATE_NAME:
-        return None  # a name recur add refuses is no template (the driver refuses such a file)
-    path = spool.recur_dir / template
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return None
-        job, fst = read_job_file(path, spool.config.max_job_size, one_link=True)
-        rule = rule_of(job)
-        if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid) or rule is None or not is_run_of(rule, template, name):
-            return None  # not a usable template, or not a time it fires: a name of that shape is anyone's
-    except (OSError, BadFile, OniteError, ValueError):
-        return None
-    return template, st.st_uid, st.st_ctime_ns

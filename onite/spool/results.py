@@ -6,9 +6,8 @@ on disk is DamagedRecord, never a traceback, and listings leave it out and name 
 
 from __future__ import annotations
 
-from onite.core.clock import ctime_ns_upto
 from onite.core.errors import DamagedRecord, SpoolIOError
-from onite.core.names import is_valid_name
+from onite.core.names import is_valid_key
 from onite.core.state import Result
 from onite.core.values import loads_object
 from onite.spool.files import replace_file
@@ -42,7 +41,7 @@ def read_result(spool: SpoolDir, name: str) -> Result | None:
 def result_names(spool: SpoolDir) -> list[str]:
     """The names of the jobs whose result is kept, unread."""
     names = (entry.name[: -len(RESULT)] for entry in listing(spool.done_dir) if entry.name.endswith(RESULT))
-    return [name for name in names if is_valid_name(name)]
+    return [name for name in names if is_valid_key(name)]
 
 
 def read_results(spool: SpoolDir, damaged: list[str] | None = None) -> list[Result]:
@@ -75,28 +74,6 @@ def result_record(result: Result) -> bytes:
     from onite.core.jsontext import dumps
 
     return (dumps(result.to_json()) + "\n").encode()
-
-
-def kept_owner(spool: SpoolDir, name: str) -> tuple[int, int] | None:
-    """The uid of the kept result of ``name`` and the latest ctime (ns) its job can have had in the
-    queue; None if none is kept (or it is damaged). Raises SpoolIOError: it cannot be read."""
-    try:
-        previous = read_result(spool, name)
-    except DamagedRecord:
-        return None  # it says nothing anyone can rely on
-    if previous is None:
-        return None
-    return previous.uid, ctime_ns_upto(previous.queued or previous.started or previous.finished)
-
-
-def may_replace_result(spool: SpoolDir, name: str, uid: int) -> bool:
-    """May a record of ``uid``'s job that never ran (refused, withdrawn) replace the kept result of
-    ``name``? Not another user's: a file anyone can drop in the spool must not fail someone else's job."""
-    try:
-        kept = kept_owner(spool, name)
-    except SpoolIOError:
-        return False
-    return kept is None or kept[0] == uid
 
 
 def write_result(spool: SpoolDir, result: Result) -> None:

@@ -7,6 +7,7 @@ user planted) is never an entry; the driver's queue index finds those and moves 
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from onite.core.errors import SpoolIOError
-from onite.core.names import SIDE, is_valid_name
+from onite.core.names import SIDE, is_valid_key
 from onite.spool.paths import SpoolDir
 
 
@@ -45,13 +46,16 @@ def listing(folder: Path) -> Iterator[os.DirEntry]:
 
 
 def job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
-    """The entries of ``folder`` named as jobs, with their lstat. Raises SpoolIOError."""
+    """The entries of ``folder`` named as jobs (keys) and owned by the key's user, with their lstat;
+    a forgery is left for the driver to set aside. Raises SpoolIOError."""
     for entry in listing(folder):
-        if is_valid_name(entry.name):
+        if is_valid_key(entry.name):
             try:
-                yield entry, entry.stat(follow_symlinks=False)
+                st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # claimed or cancelled while we looked
+            if st.st_uid == key_uid(entry.name):
+                yield entry, st
 
 
 def running_entries(spool: SpoolDir, host: str | None = None) -> list[Entry]:
@@ -64,20 +68,11 @@ def running_entries(spool: SpoolDir, host: str | None = None) -> list[Entry]:
     return result
 
 
-def of_the_job(entries: list[Entry], owner: int | None, caller: int | None) -> list[Entry]:
-    """Of the queued (or running) ``entries`` of one name, those of its job: ``owner``'s if known, else
-    the ``caller``'s, else those of whoever got the name first by ctime, as the driver rules."""
-    if not entries:
-        return entries
-    if owner is None:
-        own = [entry for entry in entries if entry.uid == caller]
-        owner = own[0].uid if own else min(entries, key=lambda entry: entry.ctime_ns).uid
-    return [entry for entry in entries if entry.uid == owner]
-
-
 def find_running(spool: SpoolDir, name: str) -> list[Entry]:
-    """The claims of job ``name``, at most one a host."""
-    return [entry for host in spool.hosts() if (entry := stat_entry(spool.running_dir(host), name, host=host))]
+    """The claims of job ``name`` (a key), at most one a host; a forgery at the key is none."""
+    uid = key_uid(name)
+    return [entry for host in spool.hosts()
+            if (entry := stat_entry(spool.running_dir(host), name, host=host)) and entry.uid == uid]
 
 
 def stat_entry(folder: Path, name: str, **extra) -> Entry | None:
@@ -104,7 +99,7 @@ def token_names(folder: Path) -> Iterator[tuple[str, os.DirEntry]]:
     """The ``NAME@TOKEN`` entries of cancel/ or hold/ whose NAME is a job name. Raises SpoolIOError."""
     for entry in listing(folder):
         name, sep, _ = entry.name.partition(SIDE)
-        if sep and is_valid_name(name):
+        if sep and is_valid_key(name):
             yield name, entry
 
 
@@ -115,8 +110,8 @@ def cancel_inbox(spool: SpoolDir) -> list[Entry]:
 
 
 def withdrawn_entries(spool: SpoolDir) -> list[Entry]:
-    """Jobs withdrawn from their queue that no driver has filed yet."""
-    return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode)]
+    """Jobs withdrawn from their queue that no driver has filed yet (not a forgery: its key's user's)."""
+    return [e for e in cancel_inbox(spool) if e.size and stat.S_ISREG(e.mode) and e.uid == key_uid(e.name)]
 
 
 class Withdrawn:
@@ -167,13 +162,10 @@ class Withdrawn:
 
 
 def is_live(spool: SpoolDir, name: str, hosts: list[str] | None = None) -> bool:
-    """Is a job ``name`` queued or running (``hosts``: spool.hosts(), if known)? Raises SpoolIOError."""
-    return any(True for _ in _live_stats(spool, name, hosts))  # stops at the first found
-
-
-def live_owners(spool: SpoolDir, name: str) -> set[int]:
-    """The uids of the queued and running jobs ``name``. Raises SpoolIOError."""
-    return {st.st_uid for st in _live_stats(spool, name, None)}
+    """Is job ``name`` (a key) queued or running (``hosts``: spool.hosts(), if known)? A forgery is not.
+    Raises SpoolIOError."""
+    uid = key_uid(name)
+    return any(st.st_uid == uid for st in _live_stats(spool, name, hosts))  # stops at the first found
 
 
 def _live_stats(spool: SpoolDir, name: str, hosts: list[str] | None) -> Iterator[os.stat_result]:
@@ -192,6 +184,22 @@ def _live_stats(spool: SpoolDir, name: str, hosts: list[str] | None) -> Iterator
 def name_taken(spool: SpoolDir, name: str) -> bool:
     """Used by a live job, a kept result or an output (so --unique never reuses an output)."""
     return is_live(spool, name) or spool.result_path(name).exists() or spool.output_path(name).exists()
+
+
+def key_uid(key: str) -> int | None:
+    """The uid of the user a job key names (``USER:NAME``), or None if USER has no account.
+    The file at a key is that job only if this uid owns it (a file anyone else put there is a forgery)."""
+    return _uid_of(key.partition(":")[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _uid_of(user: str) -> int | None:
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
 
 
 def user_name(uid: int) -> str:

@@ -9,30 +9,48 @@ from onite.core.config import Config, parse_config
 from onite.core.errors import ConfigError
 
 
-def load_config(path: Path) -> Config:
-    """Read ``path``; a spool without onite.toml uses the defaults. Raises ConfigError: unreadable or invalid."""
+def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
+    """Read ``path``; a spool without onite.toml uses the defaults. Given ``skipped``, what is wrong goes there
+    and its defaults are used instead (onite.core.config.parse_config).
+    Raises ConfigError: unreadable or invalid (without ``skipped``)."""
+    faults: list[ConfigError] = []
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return Config()
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}", "check its permissions") from None
-    try:
-        return parse_config(text, str(path))
-    except ConfigError as err:
+        faults.append(ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}",
+                                  "check its permissions"))
+        config = Config()
+    else:
         try:
-            owner = os.stat(path).st_uid
-        except OSError:
-            owner = os.geteuid()
-        if owner != os.geteuid():  # a user cannot fix the admin's file: tell them whom to ask
-            import pwd
+            config = parse_config(text, str(path), faults if skipped is not None else None)
+        except ConfigError as err:
+            faults.append(err)
+    if faults:
+        _whom_to_ask(path, faults)
+        if skipped is None:
+            raise faults[0]
+        skipped.extend(faults)
+    return config
 
-            try:
-                name = pwd.getpwuid(owner).pw_name
-            except KeyError:
-                name = str(owner)
-            err.hint = f"ask {name}, who owns {path.name} ({err.hint})"
-        raise
+
+def _whom_to_ask(path: Path, faults: list[ConfigError]) -> None:
+    """A user cannot fix the admin's file: the hints say whom to ask."""
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        owner = os.geteuid()
+    if owner == os.geteuid():
+        return
+    import pwd
+
+    try:
+        name = pwd.getpwuid(owner).pw_name
+    except KeyError:
+        name = str(owner)
+    for err in faults:
+        err.hint = f"ask {name}, who owns {path.name} ({err.hint})"
 
 
 def default_host(config: Config) -> str:

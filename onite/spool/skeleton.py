@@ -25,6 +25,32 @@ def skeleton_config() -> str:
     return resources.files("onite").joinpath("skel", "onite.toml").read_text(encoding="utf-8")
 
 
+PAM_DIR = "/etc/pam.d"  # where ``onite init`` installs the PAM service (ONITE_PAM_DIR: elsewhere)
+
+
+def install_pam_service(pam_dir: Path, service: str) -> str:
+    """Install the PAM service jobs' sessions open (spool-skel/pam.d-onite) as ``pam_dir/service``,
+    unless a file is there already: an admin's is never replaced. What it did, in words.
+
+    Raises:
+        SpoolIOError: it cannot be written.
+    """
+    from importlib import resources
+
+    from onite.core.errors import Refused as Taken
+    from onite.spool.files import create_file
+
+    target = pam_dir / service
+    if not pam_dir.is_dir():
+        return f"PAM: {pam_dir} does not exist (no PAM here): jobs get no PAM session"
+    text = resources.files("onite").joinpath("skel", "pam.d-onite").read_bytes()
+    try:
+        create_file(pam_dir, service, text, mode=0o644)
+    except Taken:
+        return f"PAM: kept {target} as it is"
+    return f"PAM: installed {target}: each job opens a session of its owner's (docs/admin-guide.md)"
+
+
 def with_priorities(text: str, priorities: int) -> str:
     """The skeleton text for ``priorities`` folders; the default priority is the middle one."""
     text = re.sub(r"(?m)^priorities = \d+$", f"priorities = {priorities}", text, count=1)
