@@ -190,3 +190,17 @@ def test_a_pattern_cancel_names_the_jobs_it_dooms_for_users_and_root(spool):
     assert ("  will fail: nobody:load (waits for nobody:b2)\r\n  will fail: nobody:sum (waits for nobody:load)\r\n"
             "cancel these 3 job(s)?") in shown, shown
     assert shown.endswith("nothing cancelled\r\n") and len(queued(spool)) == 7
+
+
+@needs_root
+def test_a_forgery_waiting_for_a_cancelled_job_is_not_named_doomed(spool, cli):
+    """Only a job at its own user's key counts as a dependent: a file nobody put at root's key is a forgery,
+    which the driver sets aside, not a job a cancel dooms."""
+    submit("b1")
+    assert run_cli(["submit", "load", "--after", "b1"], stdin=b"true\n").code == 0
+    load = next((spool / "jobs").rglob("root:load"))
+    forged = spool / "jobs" / "P2" / "root:fake"
+    forged.write_bytes(load.read_bytes().replace(b"name: root:load", b"name: root:fake"))
+    os.chown(forged, 65534, 65534)
+    r = cli(["cancel", "b*", "--yes"])
+    assert (r.code, r.out) == (0, "b1: cancelled\ncancelled 1 job(s)\nwill fail: load (waits for b1)\n"), r

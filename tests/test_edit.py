@@ -152,3 +152,26 @@ def test_whatever_an_edit_file_holds_the_job_reads_as_its_own_or_edited(tmp_path
     path.write_bytes(data)
     got, edit = edited(job, [Edit(path, 0, 0)], 1 << 20)
     assert (got, edit) == (job, None) or got.name == "root:a"
+
+
+@needs_root
+def test_a_forgery_at_a_key_is_never_edited_and_an_edit_of_another_user_never_counts(spool, cli):
+    """A file nobody put at root's key (a forgery) is no job of root's: ``edit`` finds none there; an edit
+    nobody writes for root's job is not root's nor the job's owner's, so the driver never honours it."""
+    submit("real")
+    real = next((spool / "jobs").rglob("root:real"))
+    forged = spool / "jobs" / "P2" / "root:fake"
+    forged.write_bytes(real.read_bytes().replace(b"name: root:real", b"name: root:fake"))
+    os.chown(forged, 65534, 65534)
+    r = cli(["edit", "fake", "--timeout", "1h"])
+    assert (r.code, r.err) == (1, "onite: no queued job 'fake' — see onite list\n"), r
+    assert not list((spool / "edit").iterdir())
+    assert cli(["edit", "real", "--mem", "20M"]).code == 0
+    [mine] = list((spool / "edit").iterdir())
+    planted = spool / "edit" / "root:real@planted"
+    planted.write_bytes(mine.read_bytes().replace(b"mem: 20", b"mem: 30"))
+    os.chown(planted, 65534, 65534)
+    os.utime(planted)  # the latest, were it counted
+    assert drain(spool).returncode == 0
+    assert result(spool, "real")["mem"] == 20
+    assert not (spool / "jobsdone" / "root:fake@result").exists()
