@@ -61,7 +61,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
-        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
+        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=user)
         if verdict is READY:
             kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout)
             if reason:
