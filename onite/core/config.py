@@ -80,6 +80,8 @@ class Config:
     sendmail: str | None = None  # None: the first of SENDMAIL_PATHS that exists
     notify_timeout: timedelta = timedelta(seconds=30)
     contain: bool = True  # every process a job starts ends with it (onite.exec.contain)
+    metrics_file: str | None = None  # where the driver writes Prometheus metrics (onite.drain.metrics)
+    metrics_users: bool = False  # metrics by user too (a ``user`` label)
 
     def slots_for(self, host: str) -> int:
         """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
@@ -129,6 +131,8 @@ def parse_config(text: str, source: str = "onite.toml") -> Config:
         reserve_mem=reader.mem("reserve_mem", zero=True),
         reserve_cpus=reader.cpus("reserve_cpus", zero=True),
         backfill=reader.boolean("backfill"),
+        metrics_file=reader.path("metrics_file", "/var/lib/prometheus/node-exporter/onite.prom", unset=True),
+        metrics_users=reader.boolean("metrics_users"),
         **reader.notify(),
     )
     reader.no_unknown_keys()
@@ -186,9 +190,12 @@ class _Reader:
         return self._parsed(key, lambda value: parse_duration(str(value), what=key),
                             'a duration such as "90s", "30m" or "2h"')
 
-    def path(self, key: str, example: str = "/bin/sh") -> str:
+    def path(self, key: str, example: str = "/bin/sh", *, unset: bool = False) -> str | None:
+        """An absolute path; ``unset``: leaving it out (or "") means none."""
+        if unset and self.data.get(key, "") == "":
+            return self._default(key)
         value = self.data.get(key, self._default(key))
-        if not isinstance(value, str) or not value.startswith("/"):
+        if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
             raise self._bad(key, value, f'an absolute path such as "{example}"')
         return value
 

@@ -120,7 +120,7 @@ class Finisher:
             night.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
             self.note_cannot_record(str(err))
             return
-        night.counts[str(result.state)] += 1
+        night.count(result)
         # logged before the record goes: recovery logs it for a record left only if the log lacks its run id
         night.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
@@ -273,7 +273,7 @@ class Finisher:
             if not (gone_ok and isinstance(err, NotFound)):
                 night.log.event("error", result.name, error=str(err))
                 return False
-        night.counts[str(result.state)] += 1
+        night.count(result)
         return True
 
     def file_lost(self, result: Result) -> bool:
@@ -288,7 +288,7 @@ class Finisher:
         except OniteError as err:
             night.log.event("error", result.name, error=str(err))
             return False
-        night.counts[str(result.state)] += 1
+        night.count(result)
         night.log.event(str(result.state), result.name, user=result.user, reason=result.reason, run=result.run_id or None)
         return True
 
@@ -307,6 +307,7 @@ class Finisher:
             return
         owner = user_name(st.st_uid) if st else "?"
         night.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(night.spool.root)))
+        night.metrics.refused()
         # a second link says nothing of who put it here (anyone may link a file they can write): its
         # inode's owner gets no result, no notice, and no failure a job of theirs could wait on
         if file_result and st is not None and is_valid_name(name) and stat.S_ISREG(st.st_mode) \
@@ -376,6 +377,7 @@ class Finisher:
         log may be what cannot be written)."""
         if self.night.cannot_record is None:
             self.night.cannot_record = why
+            self.night.metrics.cannot_record()
             self.night.log.event("cannot-record", name, error=why,
                              note="no job starts until runs can be recorded; running jobs go on")
             if self.night.log.echo is None:
