@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from onite.core.errors import DamagedRecord, SpoolIOError
+from onite.core.errors import OniteError
 from onite.core.state import Result
-from onite.spool.counters import BUCKETS, OUTCOMES, Counters, every_host, read_counters, write_counters
+from onite.spool.counters import BUCKETS, OUTCOMES, Counters, every_host, update_counters
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 
@@ -155,32 +155,29 @@ def metrics_text(spool: SpoolDir, now: datetime) -> str:
 
 
 class Metrics:
-    """The driver's side: counts what it files in its host's counters, saved at once, and writes
-    ``metrics_file`` when asked (``tick``), at most every MIN_EVERY seconds, or at once (``final``)."""
+    """The side of whoever files results (a driver; root cancelling a queued job): adds what it files to
+    its host's counters, and writes ``metrics_file`` when asked (``tick``), at most every MIN_EVERY
+    seconds, or at once (``final``). Where the counters cannot be saved (a full disk), the file still
+    says what this process counted."""
 
     def __init__(self, spool: SpoolDir, host: str, log, clock) -> None:
         self.spool, self.host, self.log, self.clock = spool, host, log, clock
-        self._counters: Counters | None = None
+        self._mine: Counters | None = None  # this host's, as last saved, and what could not be since
         self._dirty = False
         self._due = 0.0  # monotonic
         self._said: str | None = None  # the failure last logged, until a write succeeds
 
-    @property
-    def counters(self) -> Counters:
-        if self._counters is None:
-            try:
-                self._counters = read_counters(self.spool, self.host)
-            except (DamagedRecord, SpoolIOError) as err:
-                self.log.event("metrics-reset", host=self.host, error=str(err), note="its counts start again from 0")
-                self._counters = Counters(host=self.host)
-        return self._counters
-
-    def _save(self) -> None:
+    def _update(self, change) -> None:
         self._dirty = True
         try:
-            write_counters(self.spool, self.counters)
-        except SpoolIOError as err:
+            self._mine, reset = update_counters(self.spool, self.host, change)
+        except OniteError as err:
             self._failed(str(err))
+            if self._mine is not None:
+                change(self._mine)
+            return
+        if reset:
+            self.log.event("metrics-reset", host=self.host, error=reset, note="its counts start again from 0")
 
     def _failed(self, why: str) -> None:
         if why != self._said:
@@ -188,28 +185,25 @@ class Metrics:
             self.log.event("metrics-failed", error=why, note="the drain goes on")
 
     def filed(self, result: Result) -> None:
-        self.counters.file(result)
-        self._save()
+        self._update(lambda counters: counters.file(result))
 
     def refused(self) -> None:
-        self.counters.refused += 1
-        self._save()
+        self._update(lambda counters: setattr(counters, "refused", counters.refused + 1))
 
     def cannot_record(self) -> None:
-        self.counters.cannot_record += 1
-        self._save()
+        self._update(lambda counters: setattr(counters, "cannot_record", counters.cannot_record + 1))
 
     def drain_started(self, now: datetime) -> None:
-        self.counters.drain_started = now
-        self._save()
+        self._update(lambda counters: setattr(counters, "drain_started", now))
 
     def drain_ended(self, now: datetime, *, exit_status: int, completed: bool, leaving: bool) -> None:
-        """Save the drain's end and write the metrics now (``leaving``: this driver exits, so is not up)."""
-        counters = self.counters
-        counters.drain_ended, counters.drain_exit = now, exit_status
-        if completed:
-            counters.completed = now
-        self._save()
+        """Count the drain's end and write the metrics now (``leaving``: this driver exits, so is not up)."""
+        def ended(counters: Counters) -> None:
+            counters.drain_ended, counters.drain_exit = now, exit_status
+            if completed:
+                counters.completed = now
+
+        self._update(ended)
         self.tick(final=True, leaving=leaving)
 
     def tick(self, *, final: bool = False, leaving: bool = False) -> None:
@@ -218,10 +212,12 @@ class Metrics:
         started = self.clock.monotonic()
         if path is None or not self._dirty or (not final and started < self._due):
             return
-        counters = {**every_host(self.spool), self.host: self.counters}
         try:
             from prometheus_client import write_to_textfile
 
+            counters = every_host(self.spool)
+            if self._mine is not None:
+                counters[self.host] = self._mine
             write_to_textfile(path, registry(self.spool, self.clock.now(), euid=os.geteuid(), host=self.host,
                                              counters=counters, leaving=self.host if leaving else None))
         except Exception as err:  # noqa: BLE001 - no failure of the metrics stops a night; it is said once

@@ -1,8 +1,8 @@
 """SPOOL/metrics.HOST.state: what HOST's drivers have counted, kept apart from the results that
 retention removes, so that Prometheus' counters only ever grow.
 
-Only HOST's lock holder writes it (a driver as it files a run, sets a file aside, starts or ends a
-drain), replacing it atomically; everyone may read it. A file that cannot be read back whole is
+Whoever files a result on HOST (its driver; root cancelling a queued job) adds to it, under the
+flock of locks/metrics.HOST.lock, replacing it atomically; everyone may read it. A file that cannot be read back whole is
 DamagedRecord: readers take it as empty (a counter reset, which Prometheus' rate() allows for), and
 the driver says ``metrics-reset`` and writes it afresh.
 """
@@ -18,6 +18,7 @@ from onite.core import values
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord, SpoolIOError
 from onite.core.state import JobState, Result
+from onite.spool import locks
 from onite.spool.files import replace_file
 from onite.spool.paths import METRICS, SpoolDir
 
@@ -64,8 +65,8 @@ class Counters:
         """Count a finished job."""
         key = (outcome_of(result), "urgent" if result.urgent else str(result.priority), result.user)
         self.finished[key] = self.finished.get(key, 0) + 1
-        self.attempts += result.attempt
-        self.retries += result.attempt - 1
+        self.attempts += len(result.attempts)  # none for a job that never ran
+        self.retries += max(len(result.attempts) - 1, 0)
         if result.duration is not None:
             seconds = max(result.duration, 0.0)
             self.run_buckets[next((i for i, bound in enumerate(BUCKETS) if seconds <= bound), len(BUCKETS))] += 1
@@ -151,6 +152,20 @@ def every_host(spool: SpoolDir) -> dict[str, Counters]:
     return found
 
 
-def write_counters(spool: SpoolDir, counters: Counters) -> None:
-    """Replace ``counters.host``'s file (world-readable). Raises SpoolIOError."""
-    replace_file(spool.state_path(METRICS, counters.host), (json.dumps(counters.to_json()) + "\n").encode())
+def update_counters(spool: SpoolDir, host: str, change) -> tuple[Counters, str | None]:
+    """``change(counters)`` applied to ``host``'s counters and saved, under their lock: the counters
+    as saved, and why the file was started afresh (it was damaged), or None.
+    Raises SpoolIOError, SpoolError: the lock or the file cannot be read or written."""
+    locks.ensure_dir(spool.root)
+    lock = locks.take(spool.metrics_lock_path(host), timeout=10.0)
+    if lock is None:
+        raise SpoolIOError(spool.metrics_lock_path(host), "locking", TimeoutError("held for 10 s"))
+    with lock:
+        reset = None
+        try:
+            counters = read_counters(spool, host)
+        except DamagedRecord as err:
+            counters, reset = Counters(host=host), str(err)
+        change(counters)
+        replace_file(spool.state_path(METRICS, host), (json.dumps(counters.to_json()) + "\n").encode())
+    return counters, reset

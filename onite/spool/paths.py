@@ -65,6 +65,9 @@ class SpoolDir:
     def lock_path(self, host: str) -> Path:
         return self.locks_dir / f"driver.{host}.lock"
 
+    def metrics_lock_path(self, host: str) -> Path:
+        return self.locks_dir / f"metrics.{host}.lock"
+
     def recur_lock_path(self) -> Path:
         return self.locks_dir / "recur.lock"
 
