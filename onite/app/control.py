@@ -157,7 +157,9 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
             log.event("refused", name, owner=by, reason=filed.note)
             return
         log.event("cancelled", name, user=filed.result.user, by=by, was="queued")
-        Metrics(spool, default_host(spool.config), log, SYSTEM).filed(filed.result)
+        metrics = Metrics(spool, default_host(spool.config), log, SYSTEM)
+        metrics.filed(filed.result)
+        metrics.flush()
         notifier = Notifier(spool, log)
         notifier.notify(filed.result, filed.job, spool.config)
         notifier.finish()

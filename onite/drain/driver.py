@@ -212,6 +212,7 @@ class Driver:
             return sorted(n for n in before if is_valid_name(n))
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
+            night.metrics.flush()
             lock.release()
             self.log.close()
 

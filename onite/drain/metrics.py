@@ -155,29 +155,22 @@ def metrics_text(spool: SpoolDir, now: datetime) -> str:
 
 
 class Metrics:
-    """The side of whoever files results (a driver; root cancelling a queued job): adds what it files to
-    its host's counters, and writes ``metrics_file`` when asked (``tick``), at most every MIN_EVERY
-    seconds, or at once (``final``). Where the counters cannot be saved (a full disk), the file still
-    says what this process counted."""
+    """The side of whoever files results (a driver; root cancelling a queued job): what it counts is
+    added to its host's counters at each ``flush``, and a driver's ``tick`` flushes and writes
+    ``metrics_file`` at most every MIN_EVERY seconds, or at once (``final``): one update of the
+    counters a second, not one a job. What could not be saved (a full disk) is kept, shown in the
+    file all the same, and saved at a later flush."""
 
     def __init__(self, spool: SpoolDir, host: str, log, clock) -> None:
         self.spool, self.host, self.log, self.clock = spool, host, log, clock
-        self._mine: Counters | None = None  # this host's, as last saved, and what could not be since
-        self._dirty = False
+        self._pending: list = []  # changes to this host's counters, not saved yet
+        self._dirty = False  # something changed since metrics_file was last written
         self._due = 0.0  # monotonic
         self._said: str | None = None  # the failure last logged, until a write succeeds
 
-    def _update(self, change) -> None:
+    def _count(self, change) -> None:
+        self._pending.append(change)
         self._dirty = True
-        try:
-            self._mine, reset = update_counters(self.spool, self.host, change)
-        except OniteError as err:
-            self._failed(str(err))
-            if self._mine is not None:
-                change(self._mine)
-            return
-        if reset:
-            self.log.event("metrics-reset", host=self.host, error=reset, note="its counts start again from 0")
 
     def _failed(self, why: str) -> None:
         if why != self._said:
@@ -185,43 +178,64 @@ class Metrics:
             self.log.event("metrics-failed", error=why, note="the drain goes on")
 
     def filed(self, result: Result) -> None:
-        self._update(lambda counters: counters.file(result))
+        self._count(lambda counters: counters.file(result))
 
     def refused(self) -> None:
-        self._update(lambda counters: setattr(counters, "refused", counters.refused + 1))
+        self._count(lambda counters: setattr(counters, "refused", counters.refused + 1))
 
     def cannot_record(self) -> None:
-        self._update(lambda counters: setattr(counters, "cannot_record", counters.cannot_record + 1))
+        self._count(lambda counters: setattr(counters, "cannot_record", counters.cannot_record + 1))
 
     def drain_started(self, now: datetime) -> None:
-        self._update(lambda counters: setattr(counters, "drain_started", now))
+        self._count(lambda counters: setattr(counters, "drain_started", now))
 
     def drain_ended(self, now: datetime, *, exit_status: int, completed: bool, leaving: bool) -> None:
-        """Count the drain's end and write the metrics now (``leaving``: this driver exits, so is not up)."""
+        """Count the drain's end, save, and write the metrics now (``leaving``: this driver exits, so is not up)."""
         def ended(counters: Counters) -> None:
             counters.drain_ended, counters.drain_exit = now, exit_status
             if completed:
                 counters.completed = now
 
-        self._update(ended)
+        self._count(ended)
         self.tick(final=True, leaving=leaving)
 
-    def tick(self, *, final: bool = False, leaving: bool = False) -> None:
-        """Write ``metrics_file`` if something changed and it is due (``final``: now)."""
-        path = self.spool.config.metrics_file
-        started = self.clock.monotonic()
-        if path is None or not self._dirty or (not final and started < self._due):
+    def _apply(self, counters: Counters) -> None:
+        for change in self._pending:
+            change(counters)
+
+    def flush(self) -> None:
+        """Add what was counted to the host's counters, in one update under their lock."""
+        if not self._pending:
             return
         try:
-            from prometheus_client import write_to_textfile
+            _, reset = update_counters(self.spool, self.host, self._apply)
+        except OniteError as err:
+            self._failed(str(err))
+            return
+        self._pending = []
+        if reset:
+            self.log.event("metrics-reset", host=self.host, error=reset, note="its counts start again from 0")
 
-            counters = every_host(self.spool)
-            if self._mine is not None:
-                counters[self.host] = self._mine
-            write_to_textfile(path, registry(self.spool, self.clock.now(), euid=os.geteuid(), host=self.host,
-                                             counters=counters, leaving=self.host if leaving else None))
+    def tick(self, *, final: bool = False, leaving: bool = False) -> None:
+        """Flush, and write ``metrics_file``, if something changed and it is due (``final``: now)."""
+        started = self.clock.monotonic()
+        if not self._dirty or (not final and started < self._due):
+            return
+        self.flush()
+        path = self.spool.config.metrics_file
+        try:
+            if path is not None:
+                from prometheus_client import write_to_textfile
+
+                counters = every_host(self.spool)
+                if self._pending:  # not saved: shown all the same
+                    self._apply(counters.setdefault(self.host, Counters(host=self.host)))
+                write_to_textfile(path, registry(self.spool, self.clock.now(), euid=os.geteuid(), host=self.host,
+                                                 counters=counters, leaving=self.host if leaving else None))
         except Exception as err:  # noqa: BLE001 - no failure of the metrics stops a night; it is said once
             self._failed(f"writing {path}: {type(err).__name__}: {err}")
         else:
-            self._said, self._dirty = None, False
+            self._dirty = False
+            if not self._pending:
+                self._said = None
         self._due = started + max(MIN_EVERY, COST_FACTOR * (self.clock.monotonic() - started))
