@@ -145,9 +145,11 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 
 def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
-    """What a driver does on filing a cancelled job: the log line, the owner's notice if wanted."""
+    """What a driver does on filing a cancelled job: the log line, its count, the owner's notice if wanted."""
     from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
+    from onite.core.clock import SYSTEM
+    from onite.drain.metrics import Metrics
     from onite.exec.notify import Notifier
 
     log = ActivityLog(spool.log_path, default_host(spool.config))
@@ -156,6 +158,9 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
             log.event("refused", name, owner=by, reason=filed.note)
             return
         log.event("cancelled", name, user=filed.result.user, by=by, was="queued")
+        metrics = Metrics(spool, default_host(spool.config), log, SYSTEM)
+        metrics.filed(filed.result)
+        metrics.flush()
         notifier = Notifier(spool, log)
         notifier.notify(filed.result, filed.job, spool.config)
         notifier.finish()
