@@ -336,6 +336,7 @@ class Driver:
                 signals.kill_all(night)
             if self.heartbeat is not None:
                 self.heartbeat.tick()
+            night.metrics.tick()  # what the last turn filed; the last turn's is written by drain_ended
             if self.tick is not None and not night.stopping:
                 self._tick_at = self.tick(self, self.clock.now())
             self.finisher.reap()
@@ -344,7 +345,6 @@ class Driver:
                 night.notifier.reap()
             self.cancels.process()
             self._start_jobs()
-            night.metrics.tick()
             if not night.running and not night.runner.busy():
                 if night.stopping or night.hard_stop or night.window_closed:
                     return
