@@ -484,11 +484,11 @@ def kill_driver_mid_job(spool: Path, workdir: Path, name: str, *, machine_dies: 
     assert run_cli(["submit", name], stdin=f"[ -e {marker} ] && exit 0; touch {marker}; sleep 60\n".encode()).code == 0
     driver = start_driver(spool)
     wait_for(marker.exists, what="the job to start")
-    wait_for(lambda: any(p.name == f"{name}@run" for p in (spool / "running").glob("*/*")), what="the run record")
+    wait_for(lambda: any(p.name == f"root:{name}@run" for p in (spool / "running").glob("*/*")), what="the run record")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     if machine_dies:
-        [record] = [p for p in (spool / "running").glob(f"*/{name}@run")]
+        [record] = [p for p in (spool / "running").glob(f"*/root:{name}@run")]
         kill_run(record)
 
 
