@@ -479,7 +479,7 @@ def test_run_says_why_it_did_nothing(spool, workdir):
     proc = drain(spool)
     assert proc.returncode == 0
     line = [ln for ln in proc.stderr.decode().splitlines() if " nothing-due " in ln][0]
-    assert 'note="nothing is due: 2 queued, none can start now (parked: held; later: not before ' in line
+    assert 'note="nothing is due: 2 queued, none can start now (root:parked: held; root:later: not before ' in line
     assert any(" nothing-due " in ln for ln in log_lines(spool))  # the same words in the log
 
 
