@@ -222,7 +222,7 @@ def test_stderr_kept_apart_goes_to_its_own_file_through_sbatch_error(slurm_spool
     assert (rec["state"], rec["attempt"]) == ("done", 2), rec
     for path, data in ((slurm_spool / "stdout" / "root:sep-retried", b"out \xff\n"),
                        (slurm_spool / "stdout" / "root:sep-retried@stderr", b"err \xfe\n")):
-        first, marker, second = path.read_bytes().partition(b"\n[onite] attempt 2 of sep-retried, ")
+        first, marker, second = path.read_bytes().partition(b"\n[onite] attempt 2 of root:sep-retried, ")
         assert (first, second.split(b"\n", 1)[1]) == (data, data) and marker, path.read_bytes()
     assert (slurm_spool / "stdout" / "root:merged").read_text() == "out\nerr\n"
     assert not (slurm_spool / "stdout" / "root:merged@stderr").exists()
@@ -373,7 +373,7 @@ def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool
         stop(driver)
     assert (slurm_spool / "jobs" / "P2" / "root:interrupted").exists()  # back in its queue for the next night
     assert slurm_state(job_id) == "CANCELLED"
-    assert any(" requeued interrupted " in line for line in log_lines(slurm_spool))
+    assert any(" requeued root:interrupted " in line for line in log_lines(slurm_spool))
 
 
 @needs_root
@@ -719,9 +719,9 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
     from onite.exec.slurm import SlurmRunner
 
     now = datetime.now().astimezone()
-    job = Job(name="ghost", priority=1, submitted=now, host=HOST, umask=0o22, cwd=b"/", env={}, body=b"")
+    job = Job(name="root:ghost", priority=1, submitted=now, host=HOST, umask=0o22, cwd=b"/", env={}, body=b"")
     runner = SlurmRunner(None, load_config(slurm_spool / "onite.toml"), switch_user=False)
-    run = Run(name="ghost", job=job, owner=current(), rank=1, run_id="x", started=now, started_mono=0.0,
+    run = Run(name="root:ghost", job=job, owner=current(), rank=1, run_id="x", started=now, started_mono=0.0,
               external_id="987654321")
     assert runner.reattach(run) is False
     runner.runs.append(run)
