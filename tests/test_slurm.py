@@ -222,7 +222,7 @@ def test_stderr_kept_apart_goes_to_its_own_file_through_sbatch_error(slurm_spool
     assert (rec["state"], rec["attempt"]) == ("done", 2), rec
     for path, data in ((slurm_spool / "stdout" / "root:sep-retried", b"out \xff\n"),
                        (slurm_spool / "stdout" / "root:sep-retried@stderr", b"err \xfe\n")):
-        first, marker, second = path.read_bytes().partition(b"\n[onite] attempt 2 of root:sep-retried, ")
+        first, marker, second = path.read_bytes().partition(b"\n[onite] attempt 2 of sep-retried, ")
         assert (first, second.split(b"\n", 1)[1]) == (data, data) and marker, path.read_bytes()
     assert (slurm_spool / "stdout" / "root:merged").read_text() == "out\nerr\n"
     assert not (slurm_spool / "stdout" / "root:merged@stderr").exists()

@@ -58,7 +58,7 @@ def credentials_of(identity: Identity) -> tuple[tuple[int, ...], tuple[int, ...]
 
 def attempt_marker(run: Run) -> str:
     """The line a retry's output starts with, in each output file of the job."""
-    return f"\n[onite] attempt {run.attempt} of {run.name}, {run.started:%Y-%m-%d %H:%M:%S}\n"
+    return f"\n[onite] attempt {run.attempt} of {run.name.partition(':')[2]}, {run.started:%Y-%m-%d %H:%M:%S}\n"
 
 
 @contextmanager
