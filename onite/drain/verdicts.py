@@ -11,6 +11,7 @@ from datetime import datetime
 
 from onite.core.admission import Admit, Busy, admit, head_of, latest_end, room
 from onite.core.errors import ConfigError, JobFormatError
+from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, request_of
@@ -30,8 +31,10 @@ EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiti
 def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
                  host: str) -> list[dict]:
     """Why each of these queued jobs (``(rank, ctime_ns, name, uid, held)``, in run order) cannot start
-    now; jobs that may start, and other users' jobs that are not held, are left out."""
+    now; jobs that may start, and other users' jobs that are not held, are left out. Dependencies are
+    named as ``euid`` writes them (NAME for their own job)."""
     users: dict[int, str] = {}
+    reader = user_name(euid)
     found = []
     room = _Room(spool, host, now)
     # cancel/ and hold/ are listed once for the whole look: anyone may fill them
@@ -54,13 +57,14 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
         asked: list[tuple[str, DepState]] = []  # (after:, its state)
+        keys = {shown(dep, reader): dep for dep in job.after}
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep, withdrawn)
+            state = dependency_state(spool, keys[dep], withdrawn)
             asked.append((dep, state))
             return state
 
-        meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
+        meta = Meta(after=tuple(keys), not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
         if verdict is READY:
             kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout)
@@ -82,7 +86,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, dep, holds=holds) or "finishing"
+            dep_state = live_state(spool, keys[dep], holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:
