@@ -28,11 +28,14 @@ def test_a_users_pattern_cancels_only_their_own_jobs(spool, cli):
     for name, user in [("build-n1", "nobody"), ("build-n2", "nobody"), ("test-n", "nobody"), ("build-d", "daemon"),
                        ("build-root", None)]:
         submit(name, user=user)
-    r = cli(["cancel", "build-*"], user="daemon")
+    r = cli(["cancel", "build-*"], user="daemon")  # a pattern without a user: the caller's own names
+    assert (r.code, r.out) == (0, "build-d: cancelled\ncancelled 1 job(s)\n"), r
+    submit("build-d", user="daemon")
+    r = cli(["cancel", "*:build-*"], user="daemon")  # anyone's: daemon may cancel only theirs
     assert r.code == 0, r
     assert r.out == ("build-d: cancelled\n"
                      "cancelled 1 job(s); skipped 3 of other users' (nobody, root): you may cancel only yours\n")
-    assert queued(spool) == ["build-n1", "build-n2", "build-root", "test-n"]  # nobody's and root's survive
+    assert queued(spool) == ["nobody:build-n1", "nobody:build-n2", "nobody:test-n", "root:build-root"]  # nobody's, root's survive
     r = cli(["cancel", "build-n?", "test-n"], user="nobody")  # a pattern and a name together: the name first
     assert (r.code, r.out) == (0, "test-n: cancelled\nbuild-n1: cancelled\nbuild-n2: cancelled\n"
                                   "cancelled 3 job(s)\n"), r
@@ -43,7 +46,7 @@ def test_a_users_pattern_cancels_only_their_own_jobs(spool, cli):
     r = cli(["cancel", "--all"], user="nobody")  # nothing of theirs is left
     assert (r.code, r.err) == (1, "onite: no queued or running job of yours matches --all (it matches 1 of other "
                                   "users': root) — see onite list\n")
-    assert queued(spool) == ["build-root"]
+    assert queued(spool) == ["root:build-root"]
 
 
 def test_a_pattern_that_matches_nothing_and_all_with_names(spool, cli):
@@ -52,7 +55,7 @@ def test_a_pattern_that_matches_nothing_and_all_with_names(spool, cli):
     assert (r.code, r.out, r.err) == (1, "", "onite: no queued or running job of yours matches 'zeta-*' — see onite list\n")
     r = cli(["cancel", "--all", "alpha"])
     assert (r.code, r.err) == (2, "onite: --all cancels every job of yours and takes no NAME — drop the names, or --all\n")
-    assert queued(spool) == ["alpha"]
+    assert queued(spool) == ["root:alpha"]
 
 
 @needs_root
@@ -65,15 +68,15 @@ def test_root_cancels_everyones_after_a_yes_and_never_unasked_off_a_terminal(spo
     r = cli(["cancel", "--all"])  # stdin is a pipe: no one to ask
     assert (r.code, r.err) == (2, "onite: cancelling by --all as root needs a confirmation — run it on a terminal, "
                                   "or add --yes\n")
-    assert answered(spool, ["cancel", "job-*"], "n\n").endswith("cancel these 2 job(s)? [y/N] nothing cancelled\r\n")
-    assert queued(spool) == ["job-a", "job-b", "run-me"]
-    assert answered(spool, ["cancel", "job-*"], "y\n").endswith("job-a: cancelled\r\njob-b: cancelled\r\n"
-                                                               "cancelled 2 job(s)\r\n")
+    assert answered(spool, ["cancel", "*:job-*"], "n\n").endswith("cancel these 2 job(s)? [y/N] nothing cancelled\r\n")
+    assert queued(spool) == ["nobody:job-a", "nobody:run-me", "root:job-b"]
+    assert answered(spool, ["cancel", "*:job-*"], "y\n").endswith("nobody:job-a: cancelled\r\njob-b: cancelled\r\n"
+                                                                 "cancelled 2 job(s)\r\n")
     driver = start_driver(spool)
     try:
         wait_for(lambda: not queued(spool), what="run-me to start")
         r = cli(["cancel", "--all", "--yes"])
-        assert r.code == 0 and r.out.startswith("run-me: cancelled (cancelled by root"), r
+        assert r.code == 0 and r.out.startswith("nobody:run-me: cancelled (cancelled by root"), r
         assert result(spool, "run-me")["state"] == "cancelled"
     finally:
         gate.unlink(missing_ok=True)
@@ -121,7 +124,7 @@ def test_a_running_job_that_ends_on_its_own_as_it_is_cancelled_is_not_counted_ca
                          b'done; sleep 0.01; done\n')
     driver = start_driver(spool, "-q")
     try:
-        record = wait_for(lambda: next((spool / "running").glob("*/quick@run"), None), what="the job's run record")
+        record = wait_for(lambda: next((spool / "running").glob("*/root:quick@run"), None), what="the job's run record")
         wait_for(lambda: '"event":"job"' in record.read_text(), what="the job to start")
         os.kill(driver.pid, signal.SIGSTOP)  # the driver hears of neither the request nor the job's end
         cancel = subprocess.Popen([sys.executable, "-m", "onite", "cancel", "--all", "--yes"], stdout=subprocess.PIPE,
@@ -148,7 +151,7 @@ def test_a_job_cancelled_while_its_retry_waits_keeps_the_attempts_that_ran(spool
     assert run_cli(["submit", "flaky", "--retries", "2"], stdin=f"echo run >> {ledger}; exit 3\n".encode()).code == 0
     driver = start_driver(spool)
     try:
-        wait_for(lambda: any(" retry flaky " in line for line in log_lines(spool)), what="the retry to be spooled")
+        wait_for(lambda: any(" retry root:flaky " in line for line in log_lines(spool)), what="the retry to be spooled")
         r = run_cli(["cancel", "flaky"])
         assert r.code == 0, r
         wait_for(lambda: (spool / "jobsdone" / "root:flaky@result").exists(), what="the cancel to be filed")

@@ -1,6 +1,7 @@
 """``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.app.restart)."""
 
 import os
+import pwd
 import stat
 
 import pytest
@@ -13,8 +14,8 @@ PROBE = ('pwd >> {log}; printf "%s|\\n" "$ONITE_PROBE" >> {log}; umask >> {log}\
          'if [ -e {marker} ]; then exit 0; fi; touch {marker}; exit 3\n')
 
 
-def queued_file(spool, name):
-    [path] = list((spool / "jobs").rglob(name))
+def queued_file(spool, key):
+    [path] = list((spool / "jobs").rglob(key))
     return path
 
 
@@ -32,9 +33,11 @@ def test_restart_of_a_failed_job_runs_it_again_with_its_environment_directory_an
     first = log.read_text()
     assert first == f"{workdir}\na 'b' \"c\" $d \\e\nsecond line|\n0027\n"
 
-    r = run_cli(["restart", "flaky"], env=dict(os.environ, ONITE_PROBE="not this one"), cwd="/", umask=0o022)
-    assert (r.code, r.out, r.err) == (0, "flaky\n", ""), r  # root restarts nobody's job: still nobody's
-    path = queued_file(spool, "flaky")
+    shown = "nobody:flaky" if user else "flaky"  # root names nobody's job by its key
+    r = run_cli(["restart", shown], env=dict(os.environ, ONITE_PROBE="not this one"), cwd="/", umask=0o022)
+    assert (r.code, r.out, r.err) == (0, f"{shown}\n", ""), r  # root restarts nobody's job: still nobody's
+    key = f"{user or pwd.getpwuid(os.geteuid()).pw_name}:flaky"
+    path = queued_file(spool, key)
     assert path.parent.name == "P2" and stat.S_IMODE(path.stat().st_mode) == 0o600
     if user:
         assert path.stat().st_uid == nobody().pw_uid
@@ -55,12 +58,12 @@ def test_restart_refuses_a_name_that_is_queued_and_offers_another(spool, cli):
                                   "job: onite restart twice --name NEW, or --unique\n")
     r = cli(["restart", "twice", "--name", "twice-again", "--hold"])
     assert (r.code, r.out) == (0, "twice-again\n")
-    path = queued_file(spool, "twice-again")
+    path = queued_file(spool, "root:twice-again")
     assert decode(path.read_bytes()).body == b"echo once\n"
     assert [j["state"] for j in cli(["list", "--json"]).json()["jobs"] if j["name"] == "twice-again"] == ["held"]
     r = cli(["restart", "twice", "--unique"])
     assert r.code == 0 and r.out.startswith("twice-") and r.out.strip() != "twice-again"
-    assert decode(queued_file(spool, r.out.strip()).read_bytes()).body == b"echo once\n"
+    assert decode(queued_file(spool, f"root:{r.out.strip()}").read_bytes()).body == b"echo once\n"
 
 
 def test_restart_of_a_cancelled_job_and_a_past_not_before_time(spool, cli):
@@ -69,8 +72,8 @@ def test_restart_of_a_cancelled_job_and_a_past_not_before_time(spool, cli):
     assert drain(spool).returncode == 0
     assert cli(["cancel", "stopped"]).code == 0
     assert (cli(["restart", "later"]).code, cli(["restart", "stopped"]).code) == (0, 0)
-    assert decode(queued_file(spool, "later").read_bytes()).not_before is None  # due as a new job is
-    restarted = decode(queued_file(spool, "stopped").read_bytes())
+    assert decode(queued_file(spool, "root:later").read_bytes()).not_before is None  # due as a new job is
+    restarted = decode(queued_file(spool, "root:stopped").read_bytes())
     assert restarted.not_before.year == 2099 and restarted.priority == 6  # still to come: kept
 
 
@@ -93,20 +96,23 @@ def test_restart_errors(spool, cli, argv, code, message):
 def test_only_the_owner_or_root_may_restart(spool, cli):
     assert cli(["submit", "roots"], stdin=b"true\n").code == 0
     assert drain(spool).returncode == 0
-    r = cli(["restart", "roots"], user="nobody")
-    assert (r.code, r.err) == (3, "onite: job 'roots' belongs to root — only its owner or root may restart it\n")
-    assert not list((spool / "jobs").rglob("roots"))
+    r = cli(["restart", "roots"], user="nobody")  # nobody's own roots: there is none
+    assert (r.code, r.err) == (1, "onite: no finished job 'roots' is kept — see onite list --all; each user's last "
+                                  "`keep` finished jobs are kept\n"), r
+    r = cli(["restart", "root:roots"], user="nobody")
+    assert (r.code, r.err) == (3, "onite: job 'root:roots' belongs to root — only its owner or root may restart it\n")
+    assert not list((spool / "jobs").rglob("*roots"))
     assert cli(["submit", "queued"], stdin=b"true\n").code == 0  # (a seventh look: "restart it once it has finished")
-    r = cli(["restart", "queued"], user="nobody")
-    assert (r.code, r.err) == (1, "onite: no finished job 'queued' is kept — the job of that name is root's; only "
-                                  "its owner or root may restart it\n"), r
+    r = cli(["restart", "root:queued"], user="nobody")
+    assert (r.code, r.err) == (1, "onite: no finished job 'root:queued' is kept — it is queued or running; restart it "
+                                  "once it has finished\n"), r
 
 
 @needs_root
 def test_a_user_restarts_a_job_they_cancelled_before_a_driver_filed_it(spool, cli):
     assert cli(["submit", "mine"], stdin=b"echo mine\n", user="nobody", cwd="/tmp").code == 0
     assert cli(["cancel", "mine"], user="nobody").code == 0
-    assert not (spool / "jobsdone" / "root:mine").exists()  # withdrawn into cancel/, for a driver to file
+    assert not (spool / "jobsdone" / "nobody:mine").exists()  # withdrawn into cancel/, for a driver to file
     r = cli(["restart", "mine"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (0, "mine\n"), r
-    assert queued_file(spool, "mine").stat().st_uid == nobody().pw_uid
+    assert queued_file(spool, "nobody:mine").stat().st_uid == nobody().pw_uid

@@ -50,6 +50,9 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
         new = unique_name(new, lambda n: name_taken(spool, job_key(user, n)))
     target = job_key(user, new)
     if not unique:
+        if is_live(spool, target):
+            raise Refused(f"a job named {label(target)!r} is already queued or running",
+                          f"restart it as another job: onite restart {text} --name NEW, or --unique")
         refuse_taken(spool, [target], st.st_uid)
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
     job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
@@ -70,17 +73,18 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise NotFound(f"no finished job {name!r} is kept", "it was filed or removed just now: try again") from None
+        raise NotFound(f"no finished job {label(name)!r} is kept",
+                       "it was filed or removed just now: try again") from None
     except OSError as err:
         raise SpoolIOError(path, "looking at", err) from None
     if not owner_or_root(caller_uid, st.st_uid):
-        raise Refused(f"job {name!r} belongs to {user_name(st.st_uid)}", "only its owner or root may restart it")
+        raise Refused(f"job {label(name)!r} belongs to {user_name(st.st_uid)}", "only its owner or root may restart it")
     try:
         job, opened = read_job_file(path, spool.config.max_job_size)
     except BadFile as err:
         raise Refused(f"{path} cannot be restarted: {err}", "spool the job anew with onite submit") from None
     except FileNotFoundError:
-        raise NotFound(f"no finished job {name!r} is kept", "retention removed it just now") from None
+        raise NotFound(f"no finished job {label(name)!r} is kept", "retention removed it just now") from None
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
     if opened.st_nlink != 1 or opened.st_uid != st.st_uid:
@@ -106,7 +110,7 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
         hint = "it is queued or running; restart it once it has finished"
     else:
         hint = "see onite list --all; each user's last `keep` finished jobs are kept"
-    raise NotFound(f"no finished job {name!r} is kept", hint)
+    raise NotFound(f"no finished job {label(name)!r} is kept", hint)
 
 
 def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,

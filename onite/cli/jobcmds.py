@@ -189,8 +189,10 @@ def cancel(
     if all_ and names:
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
     picked, others = _pick_by_pattern(target, patterns, every=all_, yes=yes)
+    from onite.app.common import label
+
     named = [n for n in names if n not in patterns]
-    matched = [v.name for v in picked.chosen if v.name not in named]
+    matched = [label(v.name) for v in picked.chosen if label(v.name) not in named]
     done = _cancel_each(target, named + matched, matched)
     print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
                                         "cancel only yours" if picked.skipped else ""))
@@ -228,8 +230,10 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
     if not picked.chosen:
         also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
         raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
+    from onite.app.common import label
+
     if os.geteuid() == 0 and not yes and not confirm(
-            f"cancelling by {what} as root", "--yes", [f"  {view.name}  ({view.state}, {view.user})"
+            f"cancelling by {what} as root", "--yes", [f"  {label(view.name)}  ({view.state}, {view.user})"
                                                        for view in picked.chosen],
             f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
         print("nothing cancelled")
@@ -247,15 +251,17 @@ def _pick_one(target) -> list[str]:
     if not views:
         print("you have no queued or running jobs")
         return []
+    from onite.app.common import label
+
     for number, view in enumerate(views, 1):
-        print(f"{number:3d}  {view.name}  ({view.state}, {view.user})")
+        print(f"{number:3d}  {label(view.name)}  ({view.state}, {view.user})")
     answer = ask("cancel which job? number, or Enter for none: ")
     if not answer:
         print("nothing cancelled")
         return []
     if not answer.isdigit() or not 1 <= int(answer) <= len(views):
         raise InvalidInput(f"no job numbered {answer!r}", f"answer a number from 1 to {len(views)}")
-    return [views[int(answer) - 1].name]
+    return [label(views[int(answer) - 1].name)]
 
 
 @app.command()

@@ -35,6 +35,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     names is named as ``euid``'s user writes it (NAME for their own, USER:NAME for another's)."""
     reader = user_name(euid)
     users: dict[int, str] = {}
+    reader = user_name(euid)
     found = []
     room = _Room(spool, host, now)
     # cancel/ and hold/ are listed once for the whole look: anyone may fill them
@@ -57,9 +58,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
         asked: list[tuple[str, DepState]] = []  # (after:, its state)
+        keys = {shown(dep, reader): dep for dep in job.after}
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep, withdrawn)
+            state = dependency_state(spool, keys[dep], withdrawn)
             asked.append((dep, state))
             return state
 
@@ -87,7 +89,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, dep, holds=holds) or "finishing"
+            dep_state = live_state(spool, keys[dep], holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
                        reason=f"{verdict.reason.replace(dep, shown(dep, reader))} ({dep_state})")
         else:
