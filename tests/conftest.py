@@ -487,7 +487,7 @@ def start_driver(spool: Path, *args: str, env: dict | None = None) -> subprocess
 
 
 def kill_driver_mid_job(spool: Path, workdir: Path, name: str, *, machine_dies: bool = False) -> None:
-    """Spool ``name`` (a job that would sleep a minute), start a driver, and kill -9 it once the job runs
+    """Spool root's ``name`` (a job that would sleep a minute), start a driver, and kill -9 it once the job runs
     and its monitor has recorded it (what recovery reads). ``machine_dies``: the job and its monitor
     die too, as when the machine goes down (then nothing recorded how the job ended)."""
     import signal
@@ -497,11 +497,11 @@ def kill_driver_mid_job(spool: Path, workdir: Path, name: str, *, machine_dies: 
     assert run_cli(["submit", name], stdin=f"[ -e {marker} ] && exit 0; touch {marker}; sleep 60\n".encode()).code == 0
     driver = start_driver(spool)
     wait_for(marker.exists, what="the job to start")
-    wait_for(lambda: any(p.name == f"{name}@run" for p in (spool / "running").glob("*/*")), what="the run record")
+    wait_for(lambda: any(p.name == f"root:{name}@run" for p in (spool / "running").glob("*/*")), what="the run record")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     if machine_dies:
-        [record] = [p for p in (spool / "running").glob(f"*/{name}@run")]
+        [record] = [p for p in (spool / "running").glob(f"*/root:{name}@run")]
         kill_run(record)
 
 

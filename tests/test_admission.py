@@ -163,7 +163,7 @@ def test_a_job_rewritten_between_pick_and_start_runs_with_what_was_admitted(spoo
 
     def pick():
         picked = real_pick()
-        if picked is not None and picked[0].name == "grow" and not rewritten:
+        if picked is not None and picked[0].name == "root:grow" and not rewritten:
             _rewrite(picked[0].path, mem=1024, timeout=timedelta(days=2))
             rewritten.append(True)
         return picked
@@ -173,7 +173,7 @@ def test_a_job_rewritten_between_pick_and_start_runs_with_what_was_admitted(spoo
     assert rewritten
     res = result(spool, "grow")
     assert res["state"] == "done" and res["mem"] == 256, res
-    assert any(" warning grow " in line and "admitted" in line for line in log_lines(spool))
+    assert any(" warning root:grow " in line and "admitted" in line for line in log_lines(spool))
 
 
 def _kill_driver_while_kept_runs(spool, workdir):
@@ -182,11 +182,11 @@ def _kill_driver_while_kept_runs(spool, workdir):
 
     driver = start_driver(spool)
     wait_for((workdir / "kept.running").exists, what="the job")
-    [record] = list((spool / "running").glob("*/kept@run"))
+    [record] = list((spool / "running").glob("*/root:kept@run"))
     wait_for(lambda: '"event":"job"' in record.read_text(), what="the monitor to record the job")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    [claimed] = list((spool / "running").glob("*/kept"))
+    [claimed] = list((spool / "running").glob("*/root:kept"))
     return claimed
 
 
@@ -223,8 +223,8 @@ def test_recovery_takes_a_running_jobs_time_limit_from_its_run_record_for_backfi
     second.communicate(timeout=60)
     assert second.returncode == 0
     starts = [line.split()[3] for line in log_lines(spool) if line.split()[2:3] == ["start"]]
-    assert starts.index("head") < starts.index("filler"), starts
-    assert not any(" start filler " in line and "backfilled" in line for line in log_lines(spool))
+    assert starts.index("root:head") < starts.index("root:filler"), starts
+    assert not any(" start root:filler " in line and "backfilled" in line for line in log_lines(spool))
 
 
 def test_a_run_records_request_is_read_back_bounded():
@@ -295,7 +295,7 @@ def test_defaults_are_applied_at_submit_and_a_later_change_leaves_queued_jobs_al
     set_config(spool, default_mem="64M", default_cpus=1)
     submit("early", "true\n")
     submit("own", "true\n", "--cpus", "2")
-    [path] = list((spool / "jobs").glob("*/early"))
+    [path] = list((spool / "jobs").glob("*/root:early"))
     assert (decode(path.read_bytes()).mem, decode(path.read_bytes()).cpus) == (64, 1)
     set_config(spool, default_mem="128M", default_cpus=2)
     submit("late", "true\n")
@@ -311,7 +311,7 @@ def test_defaults_are_applied_at_submit_and_a_later_change_leaves_queued_jobs_al
 def test_lines_batches_carry_the_request(spool):
     r = run_cli(["submit", "batch", "--lines", "--mem", "96M", "--cpus", "1"], stdin=b"echo one\necho two\n")
     assert r.code == 0, r
-    jobs = [decode(p.read_bytes()) for p in sorted((spool / "jobs").glob("*/batch-*"))]
+    jobs = [decode(p.read_bytes()) for p in sorted((spool / "jobs").glob("*/root:batch-*"))]
     assert len(jobs) == 2 and all((j.mem, j.cpus) == (96, 1) for j in jobs)
 
 
@@ -322,7 +322,7 @@ def test_recur_add_stores_the_request_and_its_instances_carry_it(spool):
     assert r.code == 0, r
     template = decode((spool / "recur" / "root:nightly").read_bytes())
     assert (template.mem, template.cpus) == (1536, 1)
-    instance = instance_job(template, "nightly", NOW, NOW, priorities=7)
+    instance = instance_job(template, "root:nightly", NOW, NOW, priorities=7)
     assert (instance.mem, instance.cpus) == (1536, 1)
     r = run_cli(["recur", "add", "bad", "--every", "1h", "--cpus", "0"], stdin=b"true\n")
     assert r.code == 2 and r.err == f"onite: invalid --cpus '0' — ask for 1 to {MAX_CPUS} CPUs\n", r

@@ -55,6 +55,17 @@ def plant(path: Path, data: bytes, mode: int = 0o600) -> None:
     assert as_user(write) == ("ok", None)
 
 
+def plant_template(spool: Path, key: str, body: bytes, rule, owner: str) -> None:
+    """A template of ``owner``'s at ``key`` in recur/, as `recur add` would have written it three days ago."""
+    from onite.core.recurring import rule_fields
+    from onite.spool.files import create_file
+
+    who = pwd.getpwnam(owner)
+    job = Job(name=key, priority=3, submitted=datetime.now().astimezone() - timedelta(days=3), host="vm", umask=0o022,
+              cwd=b"/", env={b"PATH": b"/usr/bin:/bin"}, body=body, extra=rule_fields(rule))
+    create_file(spool / "recur", key, encode(job), owner=(who.pw_uid, who.pw_gid))
+
+
 def submit(name: str, body: str, *args: str, user: str | None = None) -> None:
     r = run_cli(["submit", name, *args], stdin=body.encode(), user=user, cwd="/tmp")
     assert r.code == 0, r
@@ -72,7 +83,8 @@ def test_a_forged_directory_gives_a_job_nothing_its_owner_could_not_read(spool, 
     (private / "a-file").write_text("x\n")
     cases = {"snoop": private, "missing": private / "no-such-dir", "notdir": private / "a-file"}
     for name, cwd in cases.items():
-        plant(spool / "jobs" / "P4" / name, job_file(name, cwd, f"cat secret.txt > {workdir}/{name}.out\n".encode()))
+        plant(spool / "jobs" / "P4" / f"nobody:{name}",
+              job_file(f"nobody:{name}", cwd, f"cat secret.txt > {workdir}/{name}.out\n".encode()))
     assert drain(spool).returncode == 0
     reasons = set()
     for name, cwd in cases.items():
@@ -139,8 +151,8 @@ def test_the_driver_refuses_a_spool_a_user_could_have_changed(world_tmp, change,
 
 
 def test_two_hard_links_that_keep_changing_mode_do_not_stall_the_night(spool, workdir):
-    first, second = spool / "jobs" / "P1" / "root:link-one", spool / "jobs" / "P1" / "root:link-two"
-    plant(first, job_file("link-one", "/tmp"))
+    first, second = spool / "jobs" / "P1" / "nobody:link-one", spool / "jobs" / "P1" / "nobody:link-two"
+    plant(first, job_file("nobody:link-one", "/tmp"))
 
     def churn():
         os.link(first, second)
@@ -164,7 +176,7 @@ def test_two_hard_links_that_keep_changing_mode_do_not_stall_the_night(spool, wo
         os.kill(churner, signal.SIGKILL)
         os.waitpid(churner, 0)
     assert (workdir / "trace").read_text().split() == ["a", "b", "c"]
-    refused = [line for line in log_lines(spool) if " refused link-" in line]
+    refused = [line for line in log_lines(spool) if " refused nobody:link-" in line]
     assert refused and all("hard links" in line for line in refused), refused
 
 
@@ -181,11 +193,11 @@ def test_the_cancel_inbox_survives_files_links_and_folders_swapped_under_it(spoo
         deadline = time.monotonic() + 8
         i = 0
         while time.monotonic() < deadline:
-            path = inbox / f"vjob@x{i % 3}"
+            path = inbox / f"nobody:vjob@x{i % 3}"
             kind = i % 4
             try:
                 if kind == 0:
-                    path.write_bytes(job_file("vjob", "/tmp"))
+                    path.write_bytes(job_file("nobody:vjob", "/tmp"))
                 elif kind == 1:
                     path.symlink_to("/etc/shadow")
                 elif kind == 2:
@@ -212,7 +224,7 @@ def test_the_cancel_inbox_survives_files_links_and_folders_swapped_under_it(spoo
 
     driver = start_driver(spool, "-q")
     try:
-        wait_for(lambda: sum(" vjob " in line for line in log_lines(spool)) >= 5,
+        wait_for(lambda: sum(" nobody:vjob " in line for line in log_lines(spool)) >= 5,
                  what="the driver to act on nobody's files in cancel/ five times")
         gate.unlink()
         assert driver.wait(60) == 0, driver.stderr.read()
@@ -234,7 +246,7 @@ def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
     from onite.spool.cancels import NotAJob, file_withdrawn
     from onite.spool.paths import SpoolDir
 
-    entry = spool / "cancel" / "root:vjob@x"
+    entry = spool / "cancel" / "nobody:vjob@x"
 
     def make():
         if kind == "symlink":
@@ -245,12 +257,13 @@ def test_what_is_not_a_withdrawn_job_file_is_set_aside_never_filed(spool, kind):
         elif kind == "fifo":
             os.mkfifo(entry)
         else:
-            entry.write_bytes(job_file("vjob", "/tmp"))
-            os.link(entry, spool / "cancel" / "root:vjob@y")
+            entry.write_bytes(job_file("nobody:vjob", "/tmp"))
+            os.link(entry, spool / "cancel" / "nobody:vjob@y")
     assert as_user(make) == ("ok", None)
     with pytest.raises(NotAJob):
         file_withdrawn(SpoolDir(spool), entry, by="nobody", now=datetime.now().astimezone())
-    assert not os.path.lexists(spool / "jobsdone" / "root:vjob") and not (spool / "jobsdone" / "root:vjob@result").exists()
+    assert not os.path.lexists(spool / "jobsdone" / "nobody:vjob")
+    assert not (spool / "jobsdone" / "nobody:vjob@result").exists()
     assert not os.path.lexists(entry)
     assert drain(spool).returncode == 0  # and the driver, finding the rest, goes on
 
@@ -260,76 +273,75 @@ def test_a_forged_cancel_never_replaces_another_users_result(spool, workdir):
     assert drain(spool).returncode == 0
     before = result(spool, "vjob")
     submit("dependent", f"touch {workdir}/dependent-ran\n", "--after", "vjob")
-    plant(spool / "cancel" / "root:vjob@forged", job_file("vjob", "/tmp"))
+    plant(spool / "cancel" / "root:vjob@forged", job_file("root:vjob", "/tmp"))
     assert drain(spool).returncode == 0
     assert result(spool, "vjob") == before  # root's done job is still done
     assert result(spool, "dependent")["state"] == "done" and (workdir / "dependent-ran").exists()
-    assert not any(" cancelled vjob " in line for line in log_lines(spool))  # no end of root's job: a refusal
-    [line] = [line for line in log_lines(spool) if " refused vjob " in line]
-    assert "not filed over" in line and "owner=nobody" in line
+    assert not any(" cancelled root:vjob " in line for line in log_lines(spool))  # no end of root's job: a refusal
+    [line] = [line for line in log_lines(spool) if " refused root:vjob " in line]
+    assert "a forgery" in line and "owner=nobody" in line
 
 
-# ---- 8. a namesake planted elsewhere blocks nothing -------------------------------------------
+# ---- 8. a forgery planted at a user's key blocks nothing ---------------------------------------
 
 
 @pytest.mark.parametrize("held", [False, True], ids=["queued", "held"])
-def test_a_namesake_planted_at_another_priority_blocks_no_cancel_or_release(spool, held):
-    """``daemon`` holds and cancels its own job while ``nobody`` has planted one of the same name at P1
+def test_a_forgery_planted_at_another_priority_blocks_no_cancel_or_release(spool, held):
+    """``daemon`` holds and cancels its own job while ``nobody`` has planted a file at its key in P1
     (held by a marker of nobody's, or not: neither is daemon's hold)."""
     submit("mine", "true\n", "--hold", user="daemon")
-    plant(spool / "jobs" / "P1" / "root:mine", job_file("mine", "/tmp"))
+    plant(spool / "jobs" / "P1" / "daemon:mine", job_file("daemon:mine", "/tmp"))
     if held:
-        plant(spool / "hold" / "root:mine@nobody", b"")
+        plant(spool / "hold" / "daemon:mine@nobody", b"")
     r = run_cli(["release", "mine"], user="daemon", cwd="/tmp")
     assert r.code == 0, r
-    [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "mine" and j["user"] == "daemon"]
-    assert listed["waiting"] != "held", listed  # nobody's namesake's reason is not daemon's job's
+    [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "daemon:mine"]
+    assert listed["user"] == "daemon" and listed["waiting"] != "held", listed  # nobody's forgery is not daemon's job
     r = run_cli(["cancel", "mine"], user="daemon", cwd="/tmp")
     assert r.code == 0 and "cancelled" in r.out, r
-    assert (spool / "jobs" / "P1" / "root:mine").exists()  # nobody's own file: not daemon's to touch
-    assert not (spool / "jobs" / "P4" / "root:mine").exists()
+    assert (spool / "jobs" / "P1" / "daemon:mine").exists()  # nobody's own file: not daemon's to touch
+    assert not (spool / "jobs" / "P4" / "daemon:mine").exists()
 
 
-def test_roots_hold_and_release_reach_the_users_job_not_a_namesake_planted_beside_it(spool):
-    """(a seventh look) nobody planted a file under the name of daemon's queued ``X`` at P1, listed
-    first: root's ``hold X`` said "held" but held nobody's file, and daemon's ran; root's ``release``
-    of daemon's held ``Z`` failed, saying root's own hold still held it. Root's hold and release
-    act on the file that got the name first, as the driver rules."""
+def test_roots_hold_and_release_reach_the_users_job_not_a_forgery_planted_at_its_key(spool):
+    """(a seventh look) nobody planted a file at the key of daemon's queued ``X`` in P1, listed first:
+    root's ``hold daemon:X`` must hold daemon's job, not nobody's file, and root's ``release
+    daemon:Z`` release daemon's held ``Z``."""
     submit("X", "echo daemon-ran\n", "-p", "4", user="daemon")
-    plant(spool / "jobs" / "P1" / "root:X", job_file("X", "/tmp"))
-    r = run_cli(["hold", "X"])
+    plant(spool / "jobs" / "P1" / "daemon:X", job_file("daemon:X", "/tmp"))
+    r = run_cli(["hold", "daemon:X"])
     assert r.code == 0, r
     assert [p.stat().st_uid for p in (spool / "hold").iterdir()] == [pwd.getpwnam("daemon").pw_uid]
     assert drain(spool).returncode == 0
-    assert not any(" start X user=daemon" in line for line in log_lines(spool))
+    assert not any(" start daemon:X " in line for line in log_lines(spool))
     submit("Z", "true\n", "-p", "4", "--hold", user="daemon")
-    plant(spool / "jobs" / "P1" / "root:Z", job_file("Z", "/tmp"))
-    r = run_cli(["release", "Z"])
+    plant(spool / "jobs" / "P1" / "daemon:Z", job_file("daemon:Z", "/tmp"))
+    r = run_cli(["release", "daemon:Z"])
     assert r.code == 0, r
-    [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "Z" and j["user"] == "daemon"]
-    assert listed["waiting"] != "held", listed
+    [listed] = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "daemon:Z"]
+    assert listed["user"] == "daemon" and listed["waiting"] != "held", listed
 
 
-def test_a_namesake_planted_beside_a_users_job_holds_up_neither_their_wait_nor_their_follow(spool):
-    """(an eighth look) daemon's ``build`` was done; nobody planted a file of its own called
-    ``build`` in P1 and held it: daemon's ``onite wait build`` waited for nobody's file, forever.
-    nobody's namesake beside daemon's queued ``X`` made daemon's ``onite output X -f`` refuse ("belongs
-    to nobody"). And a waiter that saw daemon's job was told "cancelled by nobody" once nobody's held
-    namesake came and went with a withdrawal. The job a name stands for is the caller's own."""
+def test_a_forgery_planted_at_a_users_key_holds_up_neither_their_wait_nor_their_follow(spool):
+    """(an eighth look) daemon's ``build`` was done; nobody planted a file at its key in P1 and held
+    it: daemon's ``onite wait build`` must not wait for nobody's file. nobody's forgery at the key of
+    daemon's queued ``X`` must not make daemon's ``onite output X -f`` refuse ("belongs to nobody").
+    And a waiter that saw daemon's job must not be told "cancelled by nobody" once nobody's held
+    forgery came and went with a withdrawal. The job at a key is its user's file only."""
     from onite.app import wait as w
     from onite.spool.paths import SpoolDir
 
     daemon = pwd.getpwnam("daemon").pw_uid
     submit("build", "true\n", user="daemon")
-    waiter = w.start(SpoolDir(spool), ["build"], daemon)["build"]  # daemon's wait, begun while it is queued
+    waiter = w.start(SpoolDir(spool), ["daemon:build"], daemon)["daemon:build"]  # daemon's wait, begun while queued
     assert drain(spool).returncode == 0
-    plant(spool / "jobs" / "P1" / "root:build", job_file("build", "/tmp"))
-    plant(spool / "hold" / "root:build@nobody", b"")  # and held
-    seen = w.look(SpoolDir(spool), "build", with_result=True, owner=waiter.owner, caller=daemon)
+    plant(spool / "jobs" / "P1" / "daemon:build", job_file("daemon:build", "/tmp"))
+    plant(spool / "hold" / "daemon:build@nobody", b"")  # and held
+    seen = w.look(SpoolDir(spool), "daemon:build", with_result=True, owner=waiter.owner, caller=daemon)
     assert w.judge(waiter, seen)[1].state == "done"
-    plant(spool / "cancel" / "root:build@x", job_file("build", "/tmp"))  # nobody "withdraws" its own
-    (spool / "jobs" / "P1" / "root:build").unlink()
-    seen = w.look(SpoolDir(spool), "build", with_result=True, owner=waiter.owner, caller=daemon)
+    plant(spool / "cancel" / "daemon:build@x", job_file("daemon:build", "/tmp"))  # nobody "withdraws" its forgery
+    (spool / "jobs" / "P1" / "daemon:build").unlink()
+    seen = w.look(SpoolDir(spool), "daemon:build", with_result=True, owner=waiter.owner, caller=daemon)
     assert w.judge(waiter, seen)[1].state == "done"
     r = run_cli(["wait", "build", "--timeout", "20s"], user="daemon", cwd="/tmp")
     assert (r.code, r.out) == (0, "build: done\n"), r
@@ -337,7 +349,7 @@ def test_a_namesake_planted_beside_a_users_job_holds_up_neither_their_wait_nor_t
     import threading
 
     submit("X", "echo daemon-output\n", user="daemon")
-    plant(spool / "jobs" / "P1" / "root:X", job_file("X", "/tmp"))
+    plant(spool / "jobs" / "P1" / "daemon:X", job_file("daemon:X", "/tmp"))
     followed = []
     follower = threading.Thread(target=lambda: followed.append(
         run_cli(["output", "X", "-f"], user="daemon", cwd="/tmp", timeout=90)))
@@ -456,14 +468,14 @@ def test_the_driver_survives_a_fuzzed_spool_for_a_whole_night(spool, workdir):
     good = [f"good{i}" for i in range(10)]
     for name in good:
         submit(name, f"echo {name} >> {workdir}/trace\n", "-p", str(rng.randint(1, 7)))
-    valid = job_file("x", "/tmp")
+    valid = job_file("nobody:x", "/tmp")
     folders = [spool / "jobs" / f"P{p}" for p in range(1, 8)] + [spool / "jobs" / "urgent"]
 
     def make_mess():
         made = 0
         for i in range(200):
             folder = rng.choice(folders + [spool / "cancel", spool / "recur", spool / "hold"])
-            name = f"f{i}" + rng.choice(["", "@x", ".y"])
+            name = rng.choice(["nobody:", "nobody:", "root:", ""]) + f"f{i}" + rng.choice(["", "@x", ".y"])
             path = folder / name
             kind = rng.randrange(9)
             try:
@@ -490,7 +502,7 @@ def test_the_driver_survives_a_fuzzed_spool_for_a_whole_night(spool, workdir):
                     with open(path, "wb") as handle:  # huge, sparse
                         handle.truncate(rng.choice([20, 40]) << 20)
                 else:
-                    path.write_bytes(valid.replace(b"name: x", f"name: {name}".encode()))
+                    path.write_bytes(valid.replace(b"name: nobody:x", f"name: {name}".encode()))
                 made += 1
             except OSError:
                 continue
@@ -511,11 +523,10 @@ def test_the_driver_survives_a_fuzzed_spool_for_a_whole_night(spool, workdir):
         assert "Traceback" not in r.err, (command, r)
 
 
-# ---- 12. a name is one job's at a time: a namesake planted by hand takes nothing ------------------
+# ---- 12. a key is its user's: a forgery planted by hand takes nothing ------------------------------
 #
-# onite submit refuses a name that is queued or running; a file written straight into a queue
-# folder is not refused by it. Each attack below worked before the driver checked namesakes too
-# (found by an audit, 2026-11-24): ``nobody`` plants a job under a name ``daemon``'s job holds.
+# onite submit refuses a key that is queued or running; a file written straight into a queue folder
+# is not refused by it. ``nobody`` plants a file at a key of ``daemon``'s (docs/spool-format.md, KEYS).
 
 
 def _gated(gate: Path, end: str) -> str:
@@ -527,78 +538,73 @@ def _refused_as(spool: Path, name: str, owner: str) -> list[str]:
     return [line for line in log_lines(spool) if f" refused {name} " in line and f"owner={owner}" in line]
 
 
-def test_a_namesake_planted_while_a_job_runs_takes_neither_its_retry_nor_its_result(spool, workdir):
+def test_a_forgery_planted_while_a_job_runs_takes_neither_its_retry_nor_its_result(spool, workdir):
     set_config(spool, retry_delay="0.05")
     gate = workdir / "gate"
     submit("victim", f"[ -e {workdir}/tried ] && exit 0; touch {workdir}/tried\n" + _gated(gate, "exit 1"),
            "--retries", "1", user="daemon")
     driver = start_driver(spool)
     wait_for((workdir / "tried").exists, what="the first attempt")
-    plant(spool / "jobs" / "P4" / "root:victim", job_file("victim", "/tmp", b"id > /tmp/nobody-ran\n"))
+    plant(spool / "jobs" / "P4" / "daemon:victim", job_file("daemon:victim", "/tmp", b"id > /tmp/nobody-ran\n"))
     gate.touch()
     assert driver.wait(timeout=120) == 0
-    res = result(spool, "victim")
+    res = result(spool, "daemon:victim")
     assert (res["user"], res["state"], res["attempt"]) == ("daemon", "done", 2), res
-    assert _refused_as(spool, "victim", "nobody"), log_lines(spool)
-    assert not any(" retry-skipped victim " in line for line in log_lines(spool))
+    assert _refused_as(spool, "daemon:victim", "nobody"), log_lines(spool)
+    assert not any(" retry-skipped daemon:victim " in line for line in log_lines(spool))
+    assert not os.path.exists("/tmp/nobody-ran")
 
 
-def test_a_namesake_planted_while_a_job_runs_cannot_let_what_waits_for_it_run(spool, workdir):
+def test_a_forgery_planted_while_a_job_runs_cannot_let_what_waits_for_it_run(spool, workdir):
     """``deploy --after build``: build fails, so deploy must never run, whatever ``nobody`` plants."""
     gate = workdir / "gate"
     submit("build", _gated(gate, "exit 1"), user="daemon")
     submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", user="daemon")
     driver = start_driver(spool)
-    wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
-    plant(spool / "jobs" / "P7" / "root:build", job_file("build", "/tmp"))
+    wait_for(lambda: any(p.name == "daemon:build" for p in (spool / "running").glob("*/*")), what="build to start")
+    plant(spool / "jobs" / "P7" / "daemon:build", job_file("daemon:build", "/tmp"))
     gate.touch()
     assert driver.wait(timeout=120) == 0
-    assert result(spool, "build")["user"] == "daemon" and result(spool, "build")["state"] == "failed"
-    assert result(spool, "deploy")["state"] == "failed" and not (workdir / "deployed").exists()
-    assert _refused_as(spool, "build", "nobody"), log_lines(spool)
+    assert result(spool, "daemon:build")["user"] == "daemon" and result(spool, "daemon:build")["state"] == "failed"
+    assert result(spool, "daemon:deploy")["state"] == "failed" and not (workdir / "deployed").exists()
+    assert _refused_as(spool, "daemon:build", "nobody"), log_lines(spool)
 
 
-def test_another_users_job_of_a_failed_dependencys_name_cannot_let_what_waits_for_it_run(spool, workdir):
+def test_another_users_file_at_a_failed_dependencys_key_cannot_let_what_waits_for_it_run(spool, workdir):
     """daemon's ``build`` failed; daemon's ``deploy --after build`` must fail too. ``nobody`` spools a
-    ``build`` of its own that succeeds first: before dependencies were bound to their owner, deploy
-    waited for it and ran on its success; until the fifth look it replaced daemon's result and
-    output. Now the name is daemon's while its result is kept: submit refuses it, and a file
-    written by hand is refused at night."""
+    ``build`` of its own that succeeds, and writes one by hand at daemon's key: neither is daemon's
+    build, and the file at daemon's key is refused at night."""
     submit("build", "exit 1\n", user="daemon")
-    assert drain(spool).returncode == 0 and result(spool, "build")["state"] == "failed"
+    assert drain(spool).returncode == 0 and result(spool, "daemon:build")["state"] == "failed"
     submit("deploy", f"touch {workdir}/deployed\n", "--after", "build", "-p", "7", user="daemon")
-    r = run_cli(["submit", "build", "-p", "1"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 3 and "job 'build' is daemon's: it has finished and its result is kept" in r.err, r
-    plant_job(spool / "jobs" / "P1" / "root:build", job_file("build", "/tmp", b"true\n"))
+    submit("build", "true\n", "-p", "1", user="nobody")  # its own build: another key
+    plant_job(spool / "jobs" / "P1" / "daemon:build", job_file("daemon:build", "/tmp", b"true\n"))
     assert drain(spool).returncode == 0
-    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "failed")
-    assert any(" refused build " in line and "daemon's finished job" in line for line in log_lines(spool)), \
-        log_lines(spool)[-8:]
-    deploy = result(spool, "deploy")
+    assert (result(spool, "daemon:build")["user"], result(spool, "daemon:build")["state"]) == ("daemon", "failed")
+    assert result(spool, "nobody:build")["state"] == "done"
+    assert _refused_as(spool, "daemon:build", "nobody"), log_lines(spool)[-8:]
+    deploy = result(spool, "daemon:deploy")
     assert deploy["state"] == "failed" and not (workdir / "deployed").exists(), deploy
-    assert "dependency build" in deploy["reason"], deploy
+    assert deploy["reason"] == "dependency build failed", deploy
 
 
-def test_a_finished_jobs_result_and_output_stay_its_owners_until_retention_removes_them(spool, workdir):
-    """(a fifth look) alice's ``build`` finished; bob spooled his own ``build`` (the name was free)
-    and its run replaced alice's result and output: she found only his job in the morning. Now the
-    name stays the owner's while the result is kept: others are refused, the owner may reuse it,
-    and once retention removes the result the name is free."""
+def test_a_finished_jobs_result_and_output_stay_its_owners(spool, workdir):
+    """(a fifth look) alice's ``build`` finished; bob's run of a ``build`` replaced alice's result and
+    output: she found only his job in the morning. Now bob's own ``build`` is another key, and a file
+    he writes at alice's key is refused: her result and output stay hers; she may reuse the name."""
     submit("build", "echo daemon-output\n", user="daemon")
     assert drain(spool).returncode == 0
-    r = run_cli(["submit", "build"], stdin=b"echo nobody-output\n", user="nobody", cwd="/tmp")
-    assert r.code == 3 and "pick another name, or use --unique" in r.err, r
-    r = run_cli(["submit", "build", "--unique"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 0 and "build-" in r.out, r
-    assert run_cli(["submit", "build"], stdin=b"true\n", cwd="/tmp").code == 3  # root's too: it would replace it
+    before = result(spool, "daemon:build")
+    submit("build", "echo nobody-output\n", user="nobody")
+    plant_job(spool / "jobs" / "P1" / "daemon:build", job_file("daemon:build", "/tmp", b"echo nobody-forged\n"))
     assert drain(spool).returncode == 0
-    assert result(spool, "build")["user"] == "daemon"
-    assert b"daemon-output" in (spool / "stdout" / "root:build").read_bytes()
+    assert result(spool, "daemon:build") == before
+    assert (spool / "stdout" / "daemon:build").read_bytes() == b"daemon-output\n"
+    assert (spool / "stdout" / "nobody:build").read_bytes() == b"nobody-output\n"
+    assert _refused_as(spool, "daemon:build", "nobody"), log_lines(spool)[-8:]
     submit("build", "echo again\n", user="daemon")  # its owner's next run replaces its own
-    set_config(spool, keep=1)
-    submit("other", "true\n", user="daemon")
-    assert drain(spool).returncode == 0 and not (spool / "jobsdone" / "root:build@result").exists()
-    submit("build", "true\n", user="nobody")  # retention removed it: the name is free
+    assert drain(spool).returncode == 0
+    assert (spool / "stdout" / "daemon:build").read_bytes() == b"again\n"
 
 
 def test_another_users_files_prune_none_of_a_users_results(spool):
@@ -610,19 +616,20 @@ def test_another_users_files_prune_none_of_a_users_results(spool):
     submit("payroll", "echo totals\n", user="daemon")
     assert drain(spool).returncode == 0
     for i in range(6):
-        plant(spool / "jobs" / "P1" / f"junk{i}", b"")
+        plant(spool / "jobs" / "P1" / f"nobody:junk{i}", b"")
     submit("mine", "true\n", user="nobody")
     assert drain(spool).returncode == 0
-    assert result(spool, "payroll")["user"] == "daemon"
-    assert (spool / "stdout" / "root:payroll").read_bytes() == b"totals\n"
-    nobodys = [p.name for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result") and p.name != "payroll@result"]
+    assert result(spool, "daemon:payroll")["user"] == "daemon"
+    assert (spool / "stdout" / "daemon:payroll").read_bytes() == b"totals\n"
+    nobodys = [p.name for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result")
+               and p.name != "daemon:payroll@result"]
     assert len(nobodys) == 3, nobodys  # nobody's own beyond its three are pruned
     assert any(" pruned " in line for line in log_lines(spool))
 
 
 def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world_tmp):
     """(a sixth look) nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
-    queue under the name of daemon's finished ``build``: the link was refused, and filed as daemon's
+    queue at the key of daemon's finished ``build`` (the link is daemon's file): the link was refused, and filed as daemon's
     failure, replacing daemon's kept result; daemon's ``deploy --after build`` then failed, and the
     report and daemon's notice said daemon's build had failed. A link says nothing of who put it
     there: it is set aside and logged, and nobody's result is filed for it."""
@@ -634,12 +641,12 @@ def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world
     submit("build", "true\n", user="daemon")
     assert drain(spool).returncode == 0
     submit("deploy", "true\n", "--after", "build", "--hold", user="daemon")
-    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "root:build"), "nobody") == ("ok", None)
-    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "root:never"), "nobody") == ("ok", None)
+    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "daemon:build"), "nobody") == ("ok", None)
+    assert as_user(lambda: os.link(shared, spool / "jobs" / "P3" / "daemon:never"), "nobody") == ("ok", None)
     assert drain(spool).returncode == 0
-    assert [line for line in log_lines(spool) if " refused build " in line and "hard links" in line]
-    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "done")
-    assert not (spool / "jobsdone" / "root:never@result").exists()  # no failure invented for daemon either
+    assert [line for line in log_lines(spool) if " refused daemon:build " in line and "hard links" in line]
+    assert (result(spool, "daemon:build")["user"], result(spool, "daemon:build")["state"]) == ("daemon", "done")
+    assert not (spool / "jobsdone" / "daemon:never@result").exists()  # no failure invented for daemon either
     assert run_cli(["release", "deploy"], user="daemon", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0
     assert result(spool, "deploy")["state"] == "done"
@@ -655,7 +662,7 @@ def test_a_reason_quoting_a_users_path_cannot_start_a_report_line_of_its_own(spo
     after its first are indented."""
     from conftest import OnTerminal
 
-    fake = "deploy (daemon, P3) failed: exit 1 after 12s"
+    fake = "daemon:deploy (daemon, P3) failed: exit 1 after 12s"
     home = world_tmp / "nobody"
     home.mkdir()
     os.chown(home, nobody().pw_uid, -1)
@@ -666,55 +673,29 @@ def test_a_reason_quoting_a_users_path_cannot_start_a_report_line_of_its_own(spo
     assert as_user(lambda: gone.rmdir() and None) == ("ok", None)
     assert drain(spool).returncode == 0
     plain = run_cli(["report"]).out
-    [sentence] = [line for line in plain.splitlines() if line.startswith("x1 (nobody")]
+    [sentence] = [line for line in plain.splitlines() if line.startswith("nobody:x1 (nobody")]
     assert "  " not in sentence and "\\u2800" in sentence, sentence
     code, seen = OnTerminal(spool, ["report"], env={"COLUMNS": "80", "LINES": "50"}).finish()
     lines = seen.decode().replace("\x1b[0m", "").replace("\x1b[1;31m", "").splitlines()
-    start = next(i for i, line in enumerate(lines) if "x1 (nobody" in line)
+    start = next(i for i, line in enumerate(lines) if "nobody:x1 (nobody" in line)
     assert lines[start + 1].startswith("    "), lines[start:start + 4]
     assert not [line for line in lines if line.lstrip("✗ ").startswith(fake) and not line.startswith(" ")], lines
 
 
 def test_a_name_planted_while_its_owners_job_runs_does_not_run_after_it(spool, workdir):
-    """nobody writes a ``build`` by hand into a queue while daemon's ``build`` runs: it waits (a name
-    is one job's at a time), and once daemon's has finished it must not run under the name, its
-    result replacing daemon's: it was queued after daemon's job was."""
+    """nobody writes a file by hand at the key of daemon's running ``build``: it waits (a key is one
+    job's at a time), and once daemon's has finished it must not run at the key, its result
+    replacing daemon's: it is a forgery."""
     gate = workdir / "gate"
     submit("build", _gated(gate, "echo daemon-build"), user="daemon")
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "running" / HOST / "build").exists(), what="daemon's build to start")
-    plant_job(spool / "jobs" / "P1" / "root:build", job_file("build", "/tmp", b"echo nobody-build\n"))
+    wait_for(lambda: (spool / "running" / HOST / "daemon:build").exists(), what="daemon's build to start")
+    plant_job(spool / "jobs" / "P1" / "daemon:build", job_file("daemon:build", "/tmp", b"echo nobody-build\n"))
     gate.touch()
     assert driver.wait(timeout=120) == 0
-    assert (result(spool, "build")["user"], result(spool, "build")["state"]) == ("daemon", "done")
-    assert b"daemon-build" in (spool / "stdout" / "root:build").read_bytes()
-    assert _refused_as(spool, "build", "nobody"), log_lines(spool)[-8:]
-
-
-def test_a_job_cannot_be_spooled_after_another_users_job(spool, workdir):
-    """``nobody`` holds the name ``build`` (say, it won a race for it): daemon's ``--after build`` is
-    refused at once, naming whose the name is. A job file daemon writes by hand gets no further: at
-    night it fails, saying why, instead of waiting for nobody's job and running on its success."""
-    gate = workdir / "gate"
-    submit("build", _gated(gate, "true"), user="nobody")
-    r = run_cli(["submit", "deploy", "--after", "build"], stdin=b"true\n", user="daemon", cwd="/tmp")
-    assert r.code == 2 and "job 'build' is nobody's: a job waits only for its own user's jobs" in r.err, r
-    assert not any((spool / "jobs").glob("*/deploy"))
-    text = job_file("deploy", "/tmp", f"touch {workdir}/deployed\n".encode(), after=("build",))
-
-    def write():
-        fd = os.open(spool / "jobs" / "P1" / "root:deploy", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, text)
-        os.close(fd)
-    assert as_user(write, "daemon") == ("ok", None)
-    driver = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "root:deploy@result").exists(), what="deploy to be filed")
-    gate.touch()
-    assert driver.wait(timeout=120) == 0
-    deploy = result(spool, "deploy")
-    assert deploy["state"] == "failed" and not (workdir / "deployed").exists(), deploy
-    assert "dependency build is another user's job" in deploy["reason"], deploy
-    assert result(spool, "build")["state"] == "done"
+    assert (result(spool, "daemon:build")["user"], result(spool, "daemon:build")["state"]) == ("daemon", "done")
+    assert (spool / "stdout" / "daemon:build").read_bytes() == b"daemon-build\n"
+    assert _refused_as(spool, "daemon:build", "nobody"), log_lines(spool)[-8:]
 
 
 def keep_name(target: Path, data: bytes | None) -> int:
@@ -747,7 +728,7 @@ def stop(pid: int) -> None:
 
 
 def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_retry(spool, workdir):
-    """While daemon's job runs, nobody keeps a file under its name in the folder its retry goes back
+    """While daemon's job runs, nobody keeps a file at its key in the folder its retry goes back
     to, putting it back the moment the driver moves it aside: the retry was dropped ("a new job of
     that name is queued"), and nobody's file ran under the name. The retry is written in one step
     with what is there swapped out, so it is never dropped."""
@@ -757,36 +738,33 @@ def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_retry(spool, 
            user="daemon")
     os.chmod(workdir, 0o777)
     driver = start_driver(spool)
-    wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
-    keeper = keep_name(spool / "jobs" / "P4" / "root:build", job_file("build", "/tmp"))
+    wait_for(lambda: any(p.name == "daemon:build" for p in (spool / "running").glob("*/*")), what="build to start")
+    keeper = keep_name(spool / "jobs" / "P4" / "daemon:build", job_file("daemon:build", "/tmp"))
     try:
-        wait_for(lambda: (spool / "jobs" / "P4" / "root:build").exists(), what="nobody's file")
+        wait_for(lambda: (spool / "jobs" / "P4" / "daemon:build").exists(), what="nobody's file")
         gate.touch()
-        wait_for(lambda: any(" retry build " in ln or " retry-skipped build " in ln for ln in log_lines(spool)),
-                 what="the retry")
+        wait_for(lambda: any(" retry daemon:build " in ln or " retry-skipped daemon:build " in ln
+                             for ln in log_lines(spool)), what="the retry")
     finally:
         stop(keeper)
     assert driver.wait(timeout=120) == 0
-    res = result(spool, "build")
+    res = result(spool, "daemon:build")
     assert (res["user"], res["state"], res["attempt"]) == ("daemon", "done", 2), (res, log_lines(spool))
     assert not any(" retry-skipped " in line for line in log_lines(spool))
-    assert not any(" start build " in line and "user=nobody" in line for line in log_lines(spool))
-    assert _refused_as(spool, "build", "nobody"), log_lines(spool)
+    assert not any(" start daemon:build " in line and "user=nobody" in line for line in log_lines(spool))
+    assert _refused_as(spool, "daemon:build", "nobody"), log_lines(spool)
 
 
 @pytest.mark.parametrize("kind", ["file", "folder"])
 def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_jobs_run(spool, kind):
-    """nobody keeps a file (or a folder) under the name of daemon's recurring job's due run (its
-    name is known in advance): the run was never spooled, and the fire was recorded as done. It is
+    """nobody keeps a file (or a folder) at the key of daemon's recurring job's due run (its key is
+    known in advance): the run was never spooled, and the fire was recorded as done. It is
     written in one step with what is there swapped out."""
-    from test_recur import old_template, plant as plant_template
     from onite.core.rules import parse_rule
 
     fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
-    who = pwd.getpwnam("daemon")
-    plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
-                   owner=(who.pw_uid, who.pw_gid))
-    name = f"tick-{fire:%Y%m%dT%H%M}"
+    plant_template(spool, "daemon:tick", b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *"), "daemon")
+    name = f"daemon:tick-{fire:%Y%m%dT%H%M}"
     next_ctime_tick()  # nobody's files come later than the template
     keeper = keep_name(spool / "jobs" / "P3" / name, job_file(name, "/tmp") if kind == "file" else None)
     try:
@@ -803,9 +781,9 @@ def test_a_name_put_back_each_time_it_is_moved_aside_cannot_take_a_recurring_job
     assert _refused_as(spool, name, "nobody"), log_lines(spool)
 
 
-def test_a_folder_in_hold_denies_root_no_name(spool):
-    """nobody makes a folder hold/rootjob@x (and a marker beside it): root's submit of rootjob, which
-    clears stale markers of its name, failed with exit 4 on the folder."""
+def test_a_folder_in_hold_denies_root_no_key(spool):
+    """nobody makes a folder hold/root:rootjob@x (and a marker beside it): root's submit of rootjob,
+    which clears stale markers of its key, failed with exit 4 on the folder."""
     def make():
         os.mkdir(spool / "hold" / "root:rootjob@x")
         open(spool / "hold" / "root:rootjob@y", "w").close()
@@ -816,43 +794,42 @@ def test_a_folder_in_hold_denies_root_no_name(spool):
 
 
 def test_a_dependency_is_shown_as_its_owners_job_stands(spool, workdir):
-    """daemon's deploy waits for daemon's running build; nobody's held namesake of build made
+    """daemon's deploy waits for daemon's running build; nobody's held forgery at build's key made
     status and list say "after build (held)"."""
     gate = workdir / "gate"
     submit("build", _gated(gate, "true"), user="daemon")
     submit("deploy", "true\n", "--after", "build", user="daemon")
     driver = start_driver(spool)
     try:
-        wait_for(lambda: any(p.name == "build" for p in (spool / "running").glob("*/*")), what="build to start")
-        plant(spool / "jobs" / "P7" / "root:build", job_file("build", "/tmp"))
-        plant(spool / "hold" / "root:build@nobody", b"")
+        wait_for(lambda: any(p.name == "daemon:build" for p in (spool / "running").glob("*/*")),
+                 what="build to start")
+        plant(spool / "jobs" / "P7" / "daemon:build", job_file("daemon:build", "/tmp"))
+        plant(spool / "hold" / "daemon:build@nobody", b"")
         for args in (["list"], ["status"]):
             r = run_cli(args, user="daemon", cwd="/tmp")
             assert r.code == 0 and "after build (running)" in r.out, r
     finally:
         gate.touch()
     assert driver.wait(timeout=120) == 0
-    assert result(spool, "deploy")["state"] == "done"
+    assert result(spool, "daemon:deploy")["state"] == "done"
 
 
 def test_a_template_whose_name_is_too_long_for_its_runs_stops_no_drain(spool, world_tmp):
     """nobody puts a template with a 90-character name (recur add allows 76: the runs' names would
     pass 100) in recur/, due now: building its run's job raised, and every onite run and the daemon
     died before draining. It is refused; the night goes on, other templates' fires included."""
-    from test_recur import old_template, plant as plant_template
     from onite.core.rules import parse_rule
 
     fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
     rule = parse_rule(cron=f"{fire.minute} {fire.hour} * * *")
-    who, victim = nobody(), pwd.getpwnam("daemon")
-    plant_template(spool, "p" * 90, old_template(b"true\n", rule), owner=(who.pw_uid, who.pw_gid))
-    plant_template(spool, "tick", old_template(b"true\n", rule), owner=(victim.pw_uid, victim.pw_gid))
+    plant_template(spool, "nobody:" + "p" * 90, b"true\n", rule, "nobody")
+    plant_template(spool, "daemon:tick", b"true\n", rule, "daemon")
     submit("plain", "true\n", user="daemon")
     proc = drain(spool)
     assert proc.returncode == 0, proc.stderr
-    assert result(spool, "plain")["state"] == "done"
-    assert result(spool, f"tick-{fire:%Y%m%dT%H%M}")["state"] == "done"
-    assert any(" recur-refused " + "p" * 90 in line and "use at most 76" in line for line in log_lines(spool)), \
+    assert result(spool, "daemon:plain")["state"] == "done"
+    assert result(spool, f"daemon:tick-{fire:%Y%m%dT%H%M}")["state"] == "done"
+    assert any(" recur-refused nobody:" + "p" * 90 in line and "use at most 76" in line for line in log_lines(spool)), \
         log_lines(spool)
 
 
@@ -870,7 +847,7 @@ def test_a_refused_template_is_read_once_not_at_every_look(spool, tmp_path):
         if os.environ.get("ONITE_STRACE_TESTS") == "required":
             raise AssertionError("strace is required (ONITE_STRACE_TESTS=required) and missing")
         pytest.skip("needs strace (Debian: strace) to count the reads")
-    plant(spool / "recur" / "root:broken", job_file("broken", "/tmp") + b"", 0o600)  # a job, not a template: no rule
+    plant(spool / "recur" / "nobody:broken", job_file("nobody:broken", "/tmp"), 0o600)  # a job, not a template: no rule
     script = ("import sys; from onite.spool.paths import SpoolDir; from onite.drain.instances import RecurScheduler\n"
               "class Log:\n    def event(self, *a, **k): print(a[0], file=sys.stderr)\n"
               "s = RecurScheduler(SpoolDir(sys.argv[1]), Log())\n"
@@ -880,7 +857,7 @@ def test_a_refused_template_is_read_once_not_at_every_look(spool, tmp_path):
                            str(spool)], env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr.decode().count("recur-refused") == 1, done.stderr
-    opens = [line for line in trace.read_text().splitlines() if line.split(", ")[1:2] == [f'"{spool}/recur/broken"']]
+    opens = [line for line in trace.read_text().splitlines() if line.split(", ")[1:2] == [f'"{spool}/recur/nobody:broken"']]
     assert len(opens) == 1, opens
 
 
@@ -910,7 +887,7 @@ def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(
         scheduler = RecurScheduler(SpoolDir(spool), Log(), read_budget=0.0)  # one template a look
         scheduler.refresh(force=True)
         scheduler.refresh(force=True)
-        assert "mine" in scheduler.templates, sorted(scheduler.templates)  # daemon's came within two looks
+        assert "daemon:mine" in scheduler.templates, sorted(scheduler.templates)  # daemon's came within two looks
         for _ in range(6):
             scheduler.refresh(force=True)
         assert len(scheduler.templates) == 7
@@ -922,7 +899,7 @@ def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(
     # one owner's after another's, and daemon's fire comes within two looks, not after nobody's six
     later = datetime.now().astimezone() + timedelta(hours=2)
     fired = scheduler.spool_due(later) + scheduler.spool_due(later)
-    assert len(fired) == 2 and any(name.startswith("mine-") for name in fired), fired
+    assert len(fired) == 2 and any(name.startswith("daemon:mine-") for name in fired), fired
 
 
 def test_a_template_moved_out_and_back_never_spools_a_fire_twice(spool, world_tmp):
@@ -942,7 +919,7 @@ def test_a_template_moved_out_and_back_never_spools_a_fire_twice(spool, world_tm
 
     class Log:
         def event(self, event, name=None, **fields):
-            if event == "recur-spooled" and name.startswith("two-"):
+            if event == "recur-spooled" and name.startswith("nobody:two-"):
                 spooled.append(name)
 
     def look(now):
@@ -950,130 +927,79 @@ def test_a_template_moved_out_and_back_never_spools_a_fire_twice(spool, world_tm
 
     probe = RecurScheduler(SpoolDir(spool), Log(), euid=0)
     probe.refresh(force=True)
-    fire = probe.templates["two"].next
+    fire = probe.templates["nobody:two"].next
     look(fire + timedelta(seconds=1))
     assert len(spooled) == 1, spooled
-    for queued in (spool / "jobs").rglob("two-*"):
+    for queued in (spool / "jobs").rglob("nobody:two-*"):
         queued.unlink()  # it ran, and retention pruned its result
     away = world_tmp / "two"
-    os.rename(spool / "recur" / "root:two", away)
-    assert [n for n in look(fire + timedelta(seconds=61)) if n.startswith("one-")]  # a save while two is away
-    os.rename(away, spool / "recur" / "root:two")
+    os.rename(spool / "recur" / "nobody:two", away)
+    assert [n for n in look(fire + timedelta(seconds=61)) if n.startswith("nobody:one-")]  # a save while two is away
+    os.rename(away, spool / "recur" / "nobody:two")
     look(fire + timedelta(seconds=62))  # before two's next fire
     assert len(spooled) == 1, spooled
 
 
-def test_a_template_made_after_another_users_job_of_its_runs_name_takes_nothing(spool):
-    """daemon's job is queued as ``tick-…``; nobody then makes a template ``tick`` whose due run has
-    that name: daemon's job was set aside, and nobody's run took its name and result. The name was
-    daemon's first: the fire is skipped."""
-    from test_recur import old_template, plant as plant_template
-    from onite.core.rules import parse_rule
-
-    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
-    name = f"tick-{fire:%Y%m%dT%H%M}"
-    submit(name, "true\n", "-p", "3", user="daemon")
-    next_ctime_tick()
-    who = nobody()
-    plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
-                   owner=(who.pw_uid, who.pw_gid))
-    assert drain(spool).returncode == 0
-    res = result(spool, name)
-    assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
-    assert any(" recur-skip " + name in line and "before the template" in line for line in log_lines(spool)), \
-        log_lines(spool)
-
-
-def test_a_template_reserves_only_the_names_of_the_times_it_fires(spool):
-    """nobody's template ``dump`` fires once a year: daemon's job ``dump-20261125T0300``, which is no
-    run of it, was refused at night as if the name were nobody's run's."""
-    r = run_cli(["recur", "add", "dump", "--cron", "0 4 1 1 *"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 0, r
-    next_ctime_tick()  # daemon's job comes after the template
-    submit("dump-20261125T0300", "true\n", user="daemon")
-    assert drain(spool).returncode == 0
-    res = result(spool, "dump-20261125T0300")
-    assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
-
-
-def test_another_users_run_of_a_finished_dependencys_name_fails_nothing(spool):
-    """daemon's A succeeded; daemon's B waits for it (held). nobody then spools and runs a job named
-    A (the name was free once daemon's finished), whose result replaced the one a name keeps: B failed
-    ("dependency A is another user's job"). Now nobody can take the name while daemon's result is
-    kept (neither by submit nor by a file written by hand): B runs."""
+def test_another_users_run_at_a_finished_dependencys_key_fails_nothing(spool):
+    """daemon's A succeeded; daemon's B waits for it (held). nobody then runs a job A of its own and
+    writes a failing one by hand at daemon's key: neither replaces daemon's result, and B runs."""
     submit("A", "true\n", user="daemon")
     assert drain(spool).returncode == 0
     submit("B", "true\n", "--after", "A", "--hold", user="daemon")
-    # since the fifth look the name is daemon's while its result is kept: refused at submit, and at night
-    assert run_cli(["submit", "A"], stdin=b"exit 3\n", user="nobody", cwd="/tmp").code == 3
-    plant_job(spool / "jobs" / "P1" / "root:A", job_file("A", "/tmp", b"exit 3\n"))
-    assert drain(spool).returncode == 0 and result(spool, "A")["user"] == "daemon"
+    submit("A", "exit 3\n", user="nobody")  # its own A: another key
+    plant_job(spool / "jobs" / "P1" / "daemon:A", job_file("daemon:A", "/tmp", b"exit 3\n"))
+    assert drain(spool).returncode == 0
+    assert (result(spool, "daemon:A")["user"], result(spool, "daemon:A")["state"]) == ("daemon", "done")
+    assert result(spool, "nobody:A")["state"] == "failed"
+    assert _refused_as(spool, "daemon:A", "nobody"), log_lines(spool)
     assert run_cli(["release", "B"], user="daemon", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0
-    assert result(spool, "B")["state"] == "done", (result(spool, "B"), log_lines(spool))
+    assert result(spool, "daemon:B")["state"] == "done", (result(spool, "daemon:B"), log_lines(spool))
 
 
-def test_a_recurring_jobs_run_name_is_refused_at_submit_once_known(spool):
-    """Once nobody's template ``tick`` has fired (recur.state, public, tells its rule), daemon's submit
-    of the name of one of its runs is refused at once, not at night; a name of another time is not."""
-    from test_recur import old_template, plant as plant_template
-    from onite.core.rules import parse_rule
-
-    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
-    who = nobody()
-    plant_template(spool, "tick", old_template(b"true\n", parse_rule(cron=f"{fire.minute} {fire.hour} * * *")),
-                   owner=(who.pw_uid, who.pw_gid))
-    assert drain(spool).returncode == 0 and result(spool, f"tick-{fire:%Y%m%dT%H%M}")["user"] == "nobody"
-    tomorrow = f"tick-{fire + timedelta(days=1):%Y%m%dT%H%M}"
-    r = run_cli(["submit", tomorrow], stdin=b"true\n", user="daemon", cwd="/tmp")
-    assert r.code == 3 and f"is the name of nobody's recurring job tick's run at that time" in r.err, r.err
-    other = f"tick-{fire + timedelta(days=1, minutes=1):%Y%m%dT%H%M}"
-    assert run_cli(["submit", other], stdin=b"true\n", user="daemon", cwd="/tmp").code == 0
-
-
-def test_a_namesake_queued_after_a_job_is_refused_wherever_it_is_queued(spool):
-    """The job that got its place first (the kernel's ctime) keeps the name, even behind a namesake
-    planted at a higher priority."""
+def test_a_forgery_at_a_queued_jobs_key_is_refused_wherever_it_is_queued(spool):
+    """A file at daemon's key planted at a higher priority than daemon's queued job is refused, and
+    daemon's job runs."""
     submit("early", "true\n", user="daemon")
     next_ctime_tick()  # a later ctime than daemon's job
-    plant(spool / "jobs" / "P1" / "root:early", job_file("early", "/tmp"))
+    plant(spool / "jobs" / "P1" / "daemon:early", job_file("daemon:early", "/tmp"))
     assert drain(spool).returncode == 0
-    assert result(spool, "early")["user"] == "daemon"
-    assert _refused_as(spool, "early", "nobody"), log_lines(spool)
-    assert not any(" start early " in line and "user=nobody" in line for line in log_lines(spool))
+    assert (result(spool, "daemon:early")["user"], result(spool, "daemon:early")["state"]) == ("daemon", "done")
+    assert _refused_as(spool, "daemon:early", "nobody"), log_lines(spool)
+    assert not any(" start daemon:early " in line and "user=nobody" in line for line in log_lines(spool))
 
 
-def test_recovery_reruns_a_claim_whatever_namesake_is_queued_beside_it(spool, workdir):
-    """A dead driver's claim is requeued; a namesake of another user's is no retry of it."""
+def test_recovery_reruns_a_claim_whatever_forgery_is_queued_at_its_key(spool, workdir):
+    """A dead driver's claim is requeued; another user's file at its key is no retry of it."""
     from conftest import kill_driver_mid_job
 
     kill_driver_mid_job(spool, workdir, "lost", machine_dies=True)
-    plant(spool / "jobs" / "P7" / "root:lost", job_file("lost", "/tmp"))
+    plant(spool / "jobs" / "P7" / "root:lost", job_file("root:lost", "/tmp"))
     assert drain(spool).returncode == 0
-    assert any(" recovered lost " in line and "requeued" in line for line in log_lines(spool)), log_lines(spool)
-    res = result(spool, "lost")
+    assert any(" recovered root:lost " in line and "requeued" in line for line in log_lines(spool)), log_lines(spool)
+    res = result(spool, "root:lost")
     assert (res["user"], res["state"]) == ("root", "done"), res
-    assert _refused_as(spool, "lost", "nobody"), log_lines(spool)
+    assert _refused_as(spool, "root:lost", "nobody"), log_lines(spool)
 
 
-def test_a_recurring_jobs_run_name_is_its_owners(spool):
-    """The name of a recurring job's run is known in advance (TEMPLATE-YYYYMMDDTHHMM): planted first,
-    it would run as the fire and the fire would be skipped as spooled already."""
+def test_a_recurring_jobs_run_key_is_its_owners(spool):
+    """The key of a recurring job's run is known in advance (USER:TEMPLATE-YYYYMMDDTHHMM): planted
+    first, it would run as the fire and the fire would be skipped as spooled already."""
     r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *"], stdin=b"true\n", user="daemon", cwd="/tmp")
     assert r.code == 0, r
-    plant(spool / "jobs" / "P4" / "root:nightly-20990101T0300", job_file("nightly-20990101T0300", "/tmp"))
+    plant(spool / "jobs" / "P4" / "daemon:nightly-20990101T0300", job_file("daemon:nightly-20990101T0300", "/tmp"))
     assert drain(spool).returncode == 0
-    assert _refused_as(spool, "nightly-20990101T0300", "nobody"), log_lines(spool)
+    assert _refused_as(spool, "daemon:nightly-20990101T0300", "nobody"), log_lines(spool)
 
 
 def test_a_retry_goes_back_to_the_folder_it_was_claimed_from(spool):
     """The priority written inside a job file never moves it ahead: nor does its retry."""
-    job = Job(name="jumper", priority=1, retries=1, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
+    job = Job(name="nobody:jumper", priority=1, retries=1, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
               cwd=b"/tmp", env={b"PATH": b"/usr/bin:/bin"}, body=b"exit 1\n")
     set_config(spool, retry_delay="0.05")
-    plant(spool / "jobs" / "P7" / "root:jumper", encode(job))
+    plant(spool / "jobs" / "P7" / "nobody:jumper", encode(job))
     assert drain(spool).returncode == 0
-    starts = [line for line in log_lines(spool) if " start jumper " in line]
+    starts = [line for line in log_lines(spool) if " start nobody:jumper " in line]
     assert len(starts) == 2 and all("priority=7" in line for line in starts), starts
     assert result(spool, "jumper")["priority"] == 7
 
@@ -1089,12 +1015,12 @@ def test_a_forged_withdrawal_never_stands_for_another_users_job_in_the_report(sp
     set_config(spool, keep=2)
     submit("backup", "echo disk full; exit 3\n")
     assert drain(spool).returncode == 0
-    plant(spool / "cancel" / "root:backup@x", job_file("backup", "/tmp"))
+    plant(spool / "cancel" / "root:backup@x", job_file("root:backup", "/tmp"))
     for name in ("later1", "later2", "later3"):
         submit(name, "true\n")
     assert drain(spool).returncode == 0
     assert not (spool / "jobsdone" / "root:backup@result").exists()  # pruned: the report has the log only
-    assert not any(" cancelled backup " in line for line in log_lines(spool)), log_lines(spool)
+    assert not any(" cancelled root:backup " in line for line in log_lines(spool)), log_lines(spool)
     jobs = json.loads(run_cli(["report", "--json"]).out)["jobs"]
     assert [(j["user"], j["state"]) for j in jobs if j["name"] == "backup"] == [("root", "failed")], jobs
 
@@ -1102,7 +1028,7 @@ def test_a_forged_withdrawal_never_stands_for_another_users_job_in_the_report(sp
 def test_a_forged_withdrawal_never_makes_wait_say_a_done_job_was_cancelled(spool):
     submit("build", "true\n", user="daemon")
     assert drain(spool).returncode == 0
-    plant(spool / "cancel" / "root:build@forged", b"x\n")
+    plant(spool / "cancel" / "daemon:build@forged", b"x\n")
     r = run_cli(["wait", "build"], user="daemon", cwd="/tmp")
     assert r.code == 0 and r.out.strip() == "build: done", r
 
@@ -1116,7 +1042,7 @@ def test_wait_spells_out_the_escapes_of_a_path_a_user_chose(spool, world_tmp):
     assert run_cli(["submit", "evil"], stdin=b"true\n", user="nobody", cwd=str(folder)).code == 0
     folder.rmdir()
     assert drain(spool).returncode == 0
-    r = run_cli(["wait", "evil"])
+    r = run_cli(["wait", "nobody:evil"])
     assert r.code == 5 and "\x1b" not in r.out and "\x07" not in r.out and "\\e]0;PWNED" in r.out, r
 
 
@@ -1125,11 +1051,11 @@ def test_root_reads_no_hard_linked_file_to_say_why_a_job_waits(spool):
     template to say why each waits: a file with a second link (links cost a user nothing) is not
     read, or one large file would be read and decoded once per link."""
     queue, recur = spool / "jobs" / "P4", spool / "recur"
-    plant(queue / "big", job_file("big", "/tmp"))
-    template = job_file("tpl", "/tmp").replace(b"\nenv: ", b"\nrecur-every: 1d\nenv: ", 1)
-    plant(recur / "tpl", template)
-    assert as_user(lambda: [os.link(queue / "big", queue / f"big{i}") for i in range(3)]
-                   + [os.link(recur / "tpl", recur / "tpl2")])[0] == "ok"
+    plant(queue / "nobody:big", job_file("nobody:big", "/tmp"))
+    template = job_file("nobody:tpl", "/tmp").replace(b"\nenv: ", b"\nrecur-every: 1d\nenv: ", 1)
+    plant(recur / "nobody:tpl", template)
+    assert as_user(lambda: [os.link(queue / "nobody:big", queue / f"nobody:big{i}") for i in range(3)]
+                   + [os.link(recur / "nobody:tpl", recur / "nobody:tpl2")])[0] == "ok"
     listed = run_cli(["list"])
     assert listed.code == 0 and listed.out.count("a hard link") == 4, listed
     templates = run_cli(["recur", "list"])
@@ -1151,7 +1077,7 @@ def test_a_jobs_leader_keeps_its_pid_until_what_it_left_is_ended(spool, workdir)
     submit("leaver", body, user="nobody")
     submit("next", "true\n", user="daemon")
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "root:next@result").exists(), what="the next job to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "daemon:next@result").exists(), what="the next job to be filed")
     pid = int(leader.read_text())
     with open(f"/proc/{pid}/stat", "rb") as handle:
         fields = handle.read().rsplit(b")", 1)[1].split()
@@ -1163,63 +1089,15 @@ def test_a_jobs_leader_keeps_its_pid_until_what_it_left_is_ended(spool, workdir)
     assert result(spool, "leaver")["state"] == "done" and result(spool, "next")["state"] == "done"
 
 
-# ---- 14. the name rules cannot be turned against another user's job ----------------------------
-#
-# A second audit (2026-11-24) raced them: submit announces a name by its temporary file before the
-# job file gets it, so a namesake put in another folder meanwhile got the earlier ctime.
+# ---- 14. the key rules cannot be turned against another user's job -----------------------------
 
 
-def test_a_submit_takes_its_job_back_if_a_namesake_got_there_first(spool):
-    """The race arranged in order: nobody's file is in P1 before daemon's job file gets the name
-    (daemon's check had found the name free). daemon's submit gives way, says so (exit 3), and leaves
-    nothing behind; the driver then runs nobody's file as nobody's own job, under nobody's name."""
-    from onite.spool.paths import SpoolDir
-
-    plant(spool / "jobs" / "P1" / "root:vic", job_file("vic", "/tmp"))
-    next_ctime_tick()
-
-    def write_then_give_way():
-        from onite.app.submit import give_way
-
-        fd = os.open(spool / "jobs" / "P4" / "root:vic", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, job_file("vic", "/tmp"))
-        os.close(fd)
-        try:
-            give_way(SpoolDir(spool), ["vic"], [])
-        except Exception as err:  # noqa: BLE001 - its text goes back to the test
-            return str(err)
-        return "spooled"
-
-    said = as_user(write_then_give_way, "daemon")
-    assert said[0] == "ok" and "nobody's" in said[1] and "not spooled" in said[1], said
-    assert not (spool / "jobs" / "P4" / "root:vic").exists()
-
-
-def test_an_empty_file_in_recur_takes_no_jobs_name(spool):
-    """A job named like a recurring job's run (NAME-YYYYMMDDTHHMM) is refused only for a usable
-    template older than it that fires at that time, not for any file of that name in recur/; and
-    then its owner is told."""
-    submit("backup-20261124T2000", "true\n", user="daemon")
-    plant(spool / "recur" / "root:backup", b"")
-    assert drain(spool).returncode == 0
-    assert result(spool, "backup-20261124T2000")["user"] == "daemon"
-    assert result(spool, "backup-20261124T2000")["state"] == "done"
-    r = run_cli(["recur", "add", "nightly", "--cron", "0 3 * * *"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 0, r
-    next_ctime_tick()
-    submit("nightly-20261124T0300", "true\n", user="daemon")  # a time nightly fires at
-    assert drain(spool).returncode == 0
-    refused = result(spool, "nightly-20261124T0300")  # its owner finds it in the morning, and why
-    assert refused["user"] == "daemon" and refused["state"] == "failed", refused
-    assert "nobody's recurring job nightly" in refused["reason"], refused
-
-
-def test_a_recurring_jobs_run_keeps_its_name_against_an_earlier_namesake(spool):
-    """nobody puts a file under the name of daemon's recurring job's next run before the run is
-    spooled (the run's temporary file tells the name): the run is its template owner's all the same."""
+def test_a_recurring_jobs_run_keeps_its_key_against_an_earlier_forgery(spool):
+    """nobody puts a file at the key of daemon's recurring job's next run before the run is spooled
+    (its key is known in advance): the run is its template owner's all the same."""
     r = run_cli(["recur", "add", "rt", "--cron", "0 3 * * *"], stdin=b"true\n", user="daemon", cwd="/tmp")
     assert r.code == 0, r
-    name = "rt-20990101T0300"
+    name = "daemon:rt-20990101T0300"
     plant(spool / "jobs" / "P7" / name, job_file(name, "/tmp"))
     next_ctime_tick()
 

@@ -30,10 +30,10 @@ def test_lines_become_jobs_that_run_in_order(spool, workdir, cli):
     assert r.code == 0, r
     names = [f"batch-{i:05d}" for i in range(1, count + 1)]
     assert r.out == "".join(name + "\n" for name in names)  # a name a line, for scripts
-    assert files_in(spool) == [f"jobs/P2/{n}" for n in names]
+    assert files_in(spool) == [f"jobs/P2/root:{n}" for n in names]
     job = decode((spool / "jobs" / "P2" / "root:batch-00042").read_bytes())
     assert job.body == f"echo 42 >> {trace}\n".encode() and job.priority == 2
-    ctimes = [os.stat(spool / "jobs" / "P2" / n).st_ctime_ns for n in names]
+    ctimes = [os.stat(spool / "jobs" / "P2" / f"root:{n}").st_ctime_ns for n in names]
     assert ctimes == sorted(ctimes)  # they entered the queue in order (many within one tick)
     listed = cli(["list", "--json"]).json()["jobs"]
     assert [j["name"] for j in listed] == names
@@ -47,11 +47,11 @@ def test_batch_options_apply_to_every_job(spool, cli):
             stdin=b"true\nfalse\n")
     assert r.code == 0, r
     for name in ("h-00001", "h-00002"):
-        path = spool / "jobs" / "P4" / name
+        path = spool / "jobs" / "P4" / f"root:{name}"
         job = decode(path.read_bytes())
         assert (path.stat().st_mode & 0o777, job.after, job.timeout.total_seconds(), job.retries) == \
-            (0o600, ("dep",), 300, 2)
-    assert sorted(p.name.partition("@")[0] for p in (spool / "hold").iterdir()) == ["h-00001", "h-00002"]
+            (0o600, ("root:dep",), 300, 2)
+    assert sorted(p.name.partition("@")[0] for p in (spool / "hold").iterdir()) == ["root:h-00001", "root:h-00002"]
     assert {j["state"] for j in cli(["list", "--json"]).json()["jobs"] if j["name"].startswith("h-")} == {"held"}
 
 
@@ -62,7 +62,9 @@ def test_unique_lines_keep_the_whole_suffix_even_for_a_long_base(spool, cli, bas
 
     r = cli(["submit", base, "--lines", "--unique"], stdin=b"true\ntrue\n")
     assert r.code == 0, r
-    names = sorted(p.name for p in (spool / "jobs" / "P4").iterdir())
+    keys = sorted(p.name for p in (spool / "jobs" / "P4").iterdir())
+    assert all(key.startswith("root:") for key in keys), keys
+    names = [key.removeprefix("root:") for key in keys]
     stem = re.escape(base[:100 - 1 - 5 - 7])
     assert len(names) == 2 and all(re.fullmatch(stem + r"-[a-z2-9]{6}-0000[12]", n) for n in names), names
     assert names[0][:-6] == names[1][:-6] and all(len(n) <= 100 for n in names)
@@ -153,7 +155,7 @@ def test_a_failed_write_keeps_what_was_spooled_and_leaves_no_temporary_file(spoo
     assert "the first 3 of the 6 jobs were spooled: w-1 to w-3" in str(caught.value)
     assert "free some space" in str(caught.value)
     # w-3 shared its chunk with w-4: written before the failure, it was still flushed and named
-    assert files_in(spool) == ["jobs/P4/w-1", "jobs/P4/w-2", "jobs/P4/w-3"]
+    assert files_in(spool) == ["jobs/P4/root:w-1", "jobs/P4/root:w-2", "jobs/P4/root:w-3"]
 
 
 def test_an_interrupted_batch_leaves_no_temporary_file(spool, monkeypatch):
@@ -161,7 +163,7 @@ def test_an_interrupted_batch_leaves_no_temporary_file(spool, monkeypatch):
     failing_writer(monkeypatch, 5, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         Spool(spool).submit_many([(f"k-{i}", "true\n") for i in range(1, 9)])
-    assert files_in(spool) == ["jobs/P4/k-1", "jobs/P4/k-2", "jobs/P4/k-3"]
+    assert files_in(spool) == ["jobs/P4/root:k-1", "jobs/P4/root:k-2", "jobs/P4/root:k-3"]
 
 
 def test_a_name_taken_while_writing_stops_the_batch_there(spool, monkeypatch):
@@ -169,7 +171,7 @@ def test_a_name_taken_while_writing_stops_the_batch_there(spool, monkeypatch):
     real = files._link_name
 
     def link(tmp, folder, name):
-        if name == "r-3":
+        if name == "root:r-3":
             (folder / name).write_bytes(b"someone else's job")
         return real(tmp, folder, name)
 
@@ -177,7 +179,7 @@ def test_a_name_taken_while_writing_stops_the_batch_there(spool, monkeypatch):
     with pytest.raises(Refused) as caught:
         Spool(spool).submit_many([(f"r-{i}", "true\n") for i in range(1, 5)])
     assert "the first 2 of the 4 jobs were spooled" in str(caught.value)
-    assert files_in(spool) == ["jobs/P4/r-1", "jobs/P4/r-2", "jobs/P4/r-3"]
+    assert files_in(spool) == ["jobs/P4/root:r-1", "jobs/P4/root:r-2", "jobs/P4/root:r-3"]
     assert (spool / "jobs" / "P4" / "root:r-3").read_bytes() == b"someone else's job"
 
 
@@ -190,8 +192,8 @@ def test_each_file_is_durable_before_it_is_named(spool, monkeypatch):
     monkeypatch.setattr(files, "_link_name", lambda tmp, folder, name: (events.append(("link", name)),
                                                                      real_link(tmp, folder, name)))
     Spool(spool).submit_many([(f"s-{i}", "true\n") for i in range(1, 6)])
-    assert events == [("sync", 3), ("link", "s-1"), ("link", "s-2"), ("link", "s-3"),
-                      ("sync", 2), ("link", "s-4"), ("link", "s-5")]
+    assert events == [("sync", 3), ("link", "root:s-1"), ("link", "root:s-2"), ("link", "root:s-3"),
+                      ("sync", 2), ("link", "root:s-4"), ("link", "root:s-5")]
 
 
 def test_list_json_is_still_the_same_document(spool, cli):
@@ -207,12 +209,13 @@ def test_a_batch_shares_one_decoded_environment_but_every_job_has_its_own_copy()
     from onite.core.jobfile import decode, encode
 
     env = {b"PATH": b"/bin", b"ODD\xff": b"two\nlines", b"Q": b"'\"$x\\"}
-    jobs = [Job(name=f"e{i}", priority=4, submitted=datetime.now(timezone.utc), host="h", umask=0o22, cwd=b"/",
-                env=dict(env), body=b"true\n", after=("x",) * (i % 2)) for i in range(3)]
+    jobs = [Job(name=f"root:e{i}", priority=4, submitted=datetime.now(timezone.utc), host="h", umask=0o22, cwd=b"/",
+                env=dict(env), body=b"true\n", after=("root:x",) * (i % 2)) for i in range(3)]
     decoded = [decode(encode(job)) for job in jobs]
     assert decoded == jobs
     decoded[0].env[b"CHANGED"] = b"1"
     assert decode(encode(jobs[1])).env == env
     # a header whose env lines are not all at its end (edited by hand) is read line by line
-    raw = encode(jobs[1]).replace(b"after: x\n", b"").replace(b"\nenv: PATH=/bin\n", b"\nenv: PATH=/bin\nafter: x\n")
-    assert decode(raw).env == env and decode(raw).after == ("x",)
+    raw = encode(jobs[1]).replace(b"after: root:x\n", b"").replace(b"\nenv: PATH=/bin\n",
+                                                                   b"\nenv: PATH=/bin\nafter: root:x\n")
+    assert decode(raw).env == env and decode(raw).after == ("root:x",)

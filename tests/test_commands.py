@@ -44,10 +44,11 @@ def test_cron_lines_name_the_spool_and_this_onite(spool, monkeypatch):
 def test_uniqname_avoids_live_and_kept_names(spool):
     assert run_cli(["submit", "taken"], stdin=b"true\n").code == 0
     target = common.open_spool(str(spool))
-    name = submit.uniqname(target, "taken")
+    me = common.me()
+    name = submit.uniqname(target, "taken", me)
     assert name.startswith("taken-") and not find.find(target, name)
     with pytest.raises(InvalidInput):
-        submit.uniqname(target, "../x")
+        submit.uniqname(target, "../x", me)
 
 
 def test_host_claims_checks_the_host_name_before_the_spool(spool, world_tmp):

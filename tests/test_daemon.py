@@ -88,6 +88,7 @@ def submit(name: str, body: str, *args: str):
 
 
 def queued(spool: Path) -> list[str]:
+    """The keys of the queued jobs."""
     return sorted(p.name for p in (spool / "jobs").rglob("*") if p.is_file())
 
 
@@ -113,7 +114,7 @@ def test_drain_now_then_term_exits_cleanly(spool, workdir, daemons):
     assert d.stop() == 0
     assert d.logged("daemon-exit")
     # logs go to onite.log and to stderr (journald)
-    assert "driver-start" in d.stderr and "done first" in d.stderr and "daemon-exit" in d.stderr
+    assert "driver-start" in d.stderr and "done root:first" in d.stderr and "daemon-exit" in d.stderr
     assert not _lock_held(spool)
 
 
@@ -147,7 +148,7 @@ def test_term_while_a_job_runs_finishes_it_first(spool, workdir, daemons):
     assert d.proc.poll() is None  # still waiting for its job
     gate.unlink()
     assert d.proc.wait(60) == 0
-    assert result(spool, "long")["state"] == "done" and queued(spool) == ["never"]
+    assert result(spool, "long")["state"] == "done" and queued(spool) == ["root:never"]
 
 
 def test_the_daemon_holds_the_lock_and_an_onite_run_hands_it_the_drain(spool, daemons):
@@ -193,11 +194,11 @@ def test_a_timed_job_runs_when_due_while_untimed_jobs_wait(spool, workdir, daemo
 
     not_before = decode((spool / "jobsdone" / "root:timed").read_bytes()).not_before
     assert rec["state"] == "done" and datetime.fromisoformat(rec["started"]) >= not_before
-    assert queued(spool) == ["untimed"]  # a wake for a not-before time runs only timed jobs
+    assert queued(spool) == ["root:untimed"]  # a wake for a not-before time runs only timed jobs
     starts = d.logged("driver-start")
     assert starts and all('only="timed jobs"' in line for line in starts)
     d.round_trip()
-    assert queued(spool) == ["untimed"]
+    assert queued(spool) == ["root:untimed"]
     assert d.stop() == 0
 
 
@@ -212,7 +213,7 @@ def test_a_timed_job_spooled_late_still_runs(spool, workdir, daemons):
     submit("untimed", "true\n", "-p", "1")
     submit("asap", "true\n", "--at", "now")  # due at once: the daemon runs it, the untimed job waits
     wait_for(lambda: (spool / "jobsdone" / "root:asap@result").exists(), what="the --at now job")
-    assert result(spool, "asap")["state"] == "done" and queued(spool) == ["untimed"]
+    assert result(spool, "asap")["state"] == "done" and queued(spool) == ["root:untimed"]
     assert d.stop() == 0
 
 
@@ -226,16 +227,16 @@ def test_a_recurring_job_is_spooled_and_run_by_the_daemon(spool, workdir, daemon
     submit("untimed", "true\n")
     d = daemons(spool)
     d.started()
-    wait_for(lambda: any(p.name.startswith("minutely-") and p.name.endswith("@result")
+    wait_for(lambda: any(p.name.startswith("root:minutely-") and p.name.endswith("@result")
                          for p in (spool / "jobsdone").iterdir()), timeout=90, what="an instance to run")
     (inst,) = [p.name[:-len("@result")] for p in (spool / "jobsdone").iterdir()
-               if p.name.startswith("minutely-") and p.name.endswith("@result")]
+               if p.name.startswith("root:minutely-") and p.name.endswith("@result")]
     rec = result(spool, inst)
-    assert rec["state"] == "done" and rec["recur"] == "minutely" and rec["priority"] == 2
-    stamp = inst[len("minutely-"):]  # with the fire's second unless it is 0
+    assert rec["state"] == "done" and rec["recur"] == "root:minutely" and rec["priority"] == 2
+    stamp = inst[len("root:minutely-"):]  # with the fire's second unless it is 0
     fire = datetime.strptime(stamp, "%Y%m%dT%H%M%S" if len(stamp) == 15 else "%Y%m%dT%H%M").astimezone()
     assert datetime.fromisoformat(rec["started"]) >= fire
-    assert "untimed" in queued(spool)  # the instance's wake ran only timed jobs
+    assert "root:untimed" in queued(spool)  # the instance's wake ran only timed jobs
     assert d.logged("recur-spooled")
     assert d.stop() == 0
 
@@ -279,7 +280,7 @@ def test_a_missed_night_whose_window_closed_is_skipped(spool, workdir, daemons):
     d = daemons(spool)
     wait_for(lambda: d.logged("missed-night"), what="the missed night to be logged")
     d.round_trip()
-    assert queued(spool) == ["waiting"] and not d.logged("driver-start")
+    assert queued(spool) == ["root:waiting"] and not d.logged("driver-start")
     assert datetime.fromisoformat(json.loads(state_file(spool).read_text())["last"]) == \
         fire.replace(second=0, microsecond=0)
     assert d.stop() == 0
@@ -292,7 +293,7 @@ def test_first_start_catches_nothing_up(spool, daemons):
     d = daemons(spool)
     d.started()
     d.round_trip()
-    assert queued(spool) == ["waiting"] and not d.logged("driver-start")
+    assert queued(spool) == ["root:waiting"] and not d.logged("driver-start")
     assert state_file(spool).exists()
     assert d.stop() == 0
 
@@ -324,7 +325,7 @@ def test_run_scheduled_outside_the_window_drains_nothing(spool):
     proc = drain(spool, "--scheduled")
     assert proc.returncode == 0
     outside = [line for line in log_lines(spool) if " outside-window " in line]
-    assert outside and "outside the night window" in outside[0] and queued(spool) == ["waiting"]
+    assert outside and "outside the night window" in outside[0] and queued(spool) == ["root:waiting"]
 
 
 def test_run_scheduled_inside_the_window_drains(spool):

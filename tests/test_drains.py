@@ -28,10 +28,9 @@ def drain_lines(host: str, pid: int, start: datetime, end: datetime | None, jobs
     lines = [format_line(start, host, pid, "driver-start", host=host, slots=1)]
     for i in range(jobs):
         when = start + timedelta(minutes=i + 1)
-        lines += [format_line(when, host, pid, "start", f"j-{host}-{pid}-{start:%d%H%M}-{i}", user="alice", priority=3,
-                              attempt=1),
-                  format_line(when, host, pid, "done", f"j-{host}-{pid}-{start:%d%H%M}-{i}", user="alice", exit=0,
-                              seconds="1.000", attempt=1)]
+        key = f"alice:j-{host}-{pid}-{start:%d%H%M}-{i}"
+        lines += [format_line(when, host, pid, "start", key, user="alice", priority=3, attempt=1),
+                  format_line(when, host, pid, "done", key, user="alice", exit=0, seconds="1.000", attempt=1)]
     if end is not None:
         lines.append(format_line(end, host, pid, "driver-exit", done=jobs, failed=0, cancelled=0, left=0, reason=reason))
     return lines
@@ -114,14 +113,14 @@ def test_the_window_closing_and_the_log_read_back(berlin_tz, tmp_path):
 
     # a log larger than a block, lines across the blocks' edges, read from its end: every line, newest first
     log = tmp_path / "onite.log"
-    many = [format_line(at(20, 0) + timedelta(seconds=i), "vm", 1, "done", f"job-{i:05d}", user="u" * (i % 50))
+    many = [format_line(at(20, 0) + timedelta(seconds=i), "vm", 1, "done", f"alice:job-{i:05d}", user="u" * (i % 50))
             for i in range(3000)]
     log.write_text("".join(many))
     back = list(dr.read_back(dr.log_paths(log)))
-    assert [e.name for e in back] == [f"job-{i:05d}" for i in reversed(range(3000))]
+    assert [e.name for e in back] == [f"alice:job-{i:05d}" for i in reversed(range(3000))]
     # onite.log.1 (logrotate's) is read after onite.log
-    (tmp_path / "onite.log.1").write_text(format_line(at(19, 23), "vm", 1, "done", "older"))
-    assert [e.name for e in dr.read_back(dr.log_paths(log))][-1] == "older"
+    (tmp_path / "onite.log.1").write_text(format_line(at(19, 23), "vm", 1, "done", "alice:older"))
+    assert [e.name for e in dr.read_back(dr.log_paths(log))][-1] == "alice:older"
 
 
 def test_collect_reads_back_no_further_than_the_window(berlin_tz):
@@ -138,4 +137,4 @@ def test_collect_reads_back_no_further_than_the_window(berlin_tz):
     assert found[0].when == at(22, 20) and found[-1].when == at(22, 22)
     assert min(e.when for e in read) >= at(21, 22)  # it stopped soon after the session's morning (less SKEW)
     told = dr.job_events(found, at(22, 20), at(22, 22))
-    assert sorted(told.finals) == [("j-vm-12-222000-0", "alice")]
+    assert sorted(told.finals) == [("alice:j-vm-12-222000-0", "alice")]

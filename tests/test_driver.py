@@ -53,7 +53,7 @@ def test_second_driver_logs_and_exits_at_once(spool, workdir):
     gate.touch()
     submit("hold-the-lock", f"while [ -e {gate} ]; do sleep 0.02; done\n")
     first = start_driver(spool)
-    wait_for(lambda: (spool / "running" / HOST / "hold-the-lock").exists(), what="claim")
+    wait_for(lambda: (spool / "running" / HOST / "root:hold-the-lock").exists(), what="claim")
     second = drain(spool)
     assert second.returncode == 0 and first.poll() is None  # it did not wait for the lock: the first still runs
     assert any("driver-busy" in line for line in log_lines(spool))
@@ -84,7 +84,7 @@ def test_output_and_records_of_a_finished_job(spool, cli):
                 "signal", "reason", "attempt", "attempts", "run_id"):
         assert key in rec
     assert rec["host"] == HOST and rec["priority"] == 3 and rec["exit_code"] == 0
-    assert (spool / "jobsdone" / "root:report").exists() and not list((spool / "running").rglob("report*"))
+    assert (spool / "jobsdone" / "root:report").exists() and not list((spool / "running").rglob("root:report*"))
     listed = cli(["list", "--all", "--json"]).json()
     job = next(j for j in listed["jobs"] if j["name"] == "report")
     assert job["state"] == "done" and job["host"] == HOST and job["exit_code"] == 0 and job["duration"] is not None
@@ -104,9 +104,10 @@ def test_retention_keeps_the_last_n(spool, cli):
         submit(f"job{i}", f"echo {i}\n", "-p", "4")
     drain(spool)
     kept = sorted(p.name for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result"))
-    assert kept == ["job3@result", "job4@result", "job5@result"]
-    assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["job3", "job4", "job5"]
-    assert sorted(p.name for p in (spool / "jobsdone").iterdir() if "@" not in p.name) == ["job3", "job4", "job5"]
+    assert kept == ["root:job3@result", "root:job4@result", "root:job5@result"]
+    assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["root:job3", "root:job4", "root:job5"]
+    assert sorted(p.name for p in (spool / "jobsdone").iterdir() if "@" not in p.name) == ["root:job3", "root:job4",
+                                                                                           "root:job5"]
 
 
 def test_vanished_directory_fails_with_a_clear_reason(spool, world_tmp):
@@ -158,18 +159,18 @@ def test_a_killed_drivers_running_job_is_adopted_not_run_again(spool, workdir):
                      f"echo end $$ >> {ledger}; exit 3\n")
     driver = start_driver(spool)
     wait_for(lambda: ledger.exists() and "start" in ledger.read_text(), what="the job to start")
-    wait_for(lambda: '"event":"job"' in (spool / "running" / HOST / "victim@run").read_text(), what="its record")
-    (spool / "running" / HOST / ".victim@run.999.tmp").write_text("{")  # as if killed while writing one
+    wait_for(lambda: '"event":"job"' in (spool / "running" / HOST / "root:victim@run").read_text(), what="its record")
+    (spool / "running" / HOST / ".root:victim@run.999.tmp").write_text("{")  # as if killed while writing one
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     leader = int(ledger.read_text().split()[1])
     assert os.path.exists(f"/proc/{leader}")  # a killed driver leaves its job running
     second = start_driver(spool)
-    wait_for(lambda: any(" recovered victim " in line for line in log_lines(spool)), what="recovery")
+    wait_for(lambda: any(" recovered root:victim " in line for line in log_lines(spool)), what="recovery")
     gate.unlink()
     assert second.wait(60) == 0
     assert ledger.read_text().split() == ["start", str(leader), "end", str(leader)]  # ran once
-    [recovered] = [line for line in log_lines(spool) if " recovered victim " in line]
+    [recovered] = [line for line in log_lines(spool) if " recovered root:victim " in line]
     assert "adopted" in recovered
     rec = result(spool, "victim")
     assert rec["state"] == "failed" and rec["exit_code"] == 3 and rec["attempt"] == 1
@@ -184,7 +185,7 @@ def test_a_job_that_ended_while_no_driver_ran_is_filed_from_its_record(spool, wo
     submit("orphan", f"echo start >> {ledger}; while [ -e {gate} ]; do sleep 0.02; done; exit 7\n")
     driver = start_driver(spool)
     wait_for(lambda: ledger.exists(), what="the job to start")
-    record = spool / "running" / HOST / "orphan@run"
+    record = spool / "running" / HOST / "root:orphan@run"
     wait_for(lambda: '"event":"job"' in record.read_text(), what="its record")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
@@ -194,7 +195,7 @@ def test_a_job_that_ended_while_no_driver_ran_is_filed_from_its_record(spool, wo
     assert ledger.read_text().split() == ["start"]
     rec = result(spool, "orphan")
     assert rec["state"] == "failed" and rec["exit_code"] == 7
-    assert any(" recovered orphan " in line and "while no driver was running" in line for line in log_lines(spool))
+    assert any(" recovered root:orphan " in line and "while no driver was running" in line for line in log_lines(spool))
 
 
 def test_an_adopted_job_keeps_its_time_limit(spool, workdir):
@@ -202,7 +203,7 @@ def test_an_adopted_job_keeps_its_time_limit(spool, workdir):
     submit("slow", f"touch {workdir}/started; sleep 60\n", "--timeout", "2s")
     driver = start_driver(spool)
     wait_for((workdir / "started").exists, what="the job to start")
-    wait_for(lambda: '"event":"job"' in (spool / "running" / HOST / "slow@run").read_text(), what="its record")
+    wait_for(lambda: '"event":"job"' in (spool / "running" / HOST / "root:slow@run").read_text(), what="its record")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     assert drain(spool).returncode == 0
@@ -219,7 +220,7 @@ def test_a_time_limit_ends_the_job_while_no_driver_is_alive_and_its_dependent_fa
     submit("slow", f"echo start >> {ledger}; trap '' TERM; sleep 3; echo end >> {ledger}\n", "--timeout", "1s")
     submit("next", f"echo next >> {ledger}\n", "--after", "slow")
     driver = start_driver(spool)
-    record = spool / "running" / HOST / "slow@run"
+    record = spool / "running" / HOST / "root:slow@run"
     wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
@@ -240,12 +241,12 @@ def test_a_cancelled_job_whose_driver_died_is_filed_cancelled_however_it_exited(
     gate.touch()
     submit("victim", f"trap 'sleep 1; exit 0' TERM; while [ -e {gate} ]; do sleep 0.05; done\n")
     driver = start_driver(spool)
-    record = spool / "running" / HOST / "victim@run"
+    record = spool / "running" / HOST / "root:victim@run"
     wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
     from onite.spool.cancels import request_cancel
     from onite.spool.paths import SpoolDir
 
-    request_cancel(SpoolDir(spool), "victim")
+    request_cancel(SpoolDir(spool), "root:victim")
     wait_for(lambda: '"event":"stop"' in record.read_text(), what="the driver to write the stop line")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
@@ -295,7 +296,7 @@ def test_a_damaged_run_record_is_read_as_damage(spool, workdir, damage):
     gate.touch()
     submit("hurt", f"echo run >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done\n")
     driver = start_driver(spool)
-    record = spool / "running" / HOST / "hurt@run"
+    record = spool / "running" / HOST / "root:hurt@run"
     wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
@@ -307,11 +308,11 @@ def test_a_damaged_run_record_is_read_as_damage(spool, workdir, damage):
                             "zeroed": bytes(len(data))}[damage])
     gate.unlink()
     assert drain(spool).returncode == 0
-    [recovered] = [line for line in log_lines(spool) if " recovered hurt " in line]
+    [recovered] = [line for line in log_lines(spool) if " recovered root:hurt " in line]
     assert "rerun" in recovered and ("damaged" in recovered or "missing" in recovered), recovered
     assert result(spool, "hurt")["state"] == "done"
     assert ledger.read_text().split() == ["run", "run"]
-    kept = list((spool / "refused").glob("hurt@run@*"))
+    kept = list((spool / "refused").glob("root:hurt@run@*"))
     assert (kept == []) == (damage == "deleted"), kept
 
 
@@ -322,17 +323,17 @@ def test_a_run_whose_claimed_file_was_deleted_is_filed_as_lost(spool, workdir):
     gate.touch()
     submit("gone", f"while [ -e {gate} ]; do sleep 0.05; done\n")
     driver = start_driver(spool)
-    record = spool / "running" / HOST / "gone@run"
+    record = spool / "running" / HOST / "root:gone@run"
     wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    (spool / "running" / HOST / "gone").unlink()
+    (spool / "running" / HOST / "root:gone").unlink()
     gate.unlink()
     wait_for(lambda: '"event":"ended"' in record.read_text(), what="its monitor to record the end")
     assert drain(spool).returncode == 0
     res = result(spool, "gone")
     assert res["state"] == "failed" and res["reason"].startswith("lost: its claimed job file was deleted"), res
-    assert any(" failed gone " in line and "lost" in line for line in log_lines(spool))
+    assert any(" failed root:gone " in line and "lost" in line for line in log_lines(spool))
     assert not record.exists()
 
 
@@ -340,7 +341,7 @@ def test_a_job_whose_machine_died_runs_again_and_says_so(spool, workdir):
     """Nothing recorded how it ended (its monitor died with it): the one case of a rerun, logged."""
     kill_driver_mid_job(spool, workdir, "again", machine_dies=True)
     drain(spool)
-    [recovered] = [line for line in log_lines(spool) if " recovered again " in line]
+    [recovered] = [line for line in log_lines(spool) if " recovered root:again " in line]
     assert "rerun" in recovered and "recorded no end" in recovered
     assert result(spool, "again")["state"] == "done"
 
@@ -351,18 +352,19 @@ def test_a_job_whose_run_record_was_deleted_is_found_by_its_environment(spool, w
     them and runs the job again, saying why."""
     pids, rerun = workdir / "pids", workdir / "rerun"
     submit("victim", f"[ -e {rerun} ] && exit 0; echo $$ >> {pids}; setsid sleep 60 & sleep 60 & wait\n")
-    namesake = subprocess.Popen(["sleep", "600"], env=dict(os.environ, ONITE_JOB="victim", ONITE_JOB_SPOOL="/elsewhere",
+    namesake = subprocess.Popen(["sleep", "600"], env=dict(os.environ, ONITE_JOB="root:victim",
+                                                          ONITE_JOB_SPOOL="/elsewhere",
                                                           ONITE_RUN_ID=f"20261123T010203-{HOST}-1-1"))
     try:
         driver = start_driver(spool)
         wait_for(lambda: pids.exists(), what="the job to start")
-        wait_for((spool / "running" / HOST / "victim@run").exists, what="the run record")
+        wait_for((spool / "running" / HOST / "root:victim@run").exists, what="the run record")
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
-        (spool / "running" / HOST / "victim@run").unlink()
+        (spool / "running" / HOST / "root:victim@run").unlink()
         leader = int(pids.read_text())
-        wait_for(lambda: len(job_processes(spool, "victim")) == 3, what="the job's two sleeps")
-        job_pids = job_processes(spool, "victim")
+        wait_for(lambda: len(job_processes(spool, "root:victim")) == 3, what="the job's two sleeps")
+        job_pids = job_processes(spool, "root:victim")
         assert leader in job_pids
         rerun.touch()
         drain(spool)
@@ -373,21 +375,21 @@ def test_a_job_whose_run_record_was_deleted_is_found_by_its_environment(spool, w
     finally:
         namesake.kill()
         namesake.wait()
-    [recovered] = [line for line in log_lines(spool) if " recovered victim " in line]
+    [recovered] = [line for line in log_lines(spool) if " recovered root:victim " in line]
     assert "rerun" in recovered and "its run record is missing" in recovered, recovered
     assert "of its processes, found by ONITE_RUN_ID, were stopped" in recovered, recovered
     assert result(spool, "victim")["state"] == "done"
 
 
-def job_processes(spool, name):
-    """Pids of processes whose environment says they are job ``name`` of ``spool``."""
+def job_processes(spool, key):
+    """Pids of processes whose environment says they are job ``key`` of ``spool``."""
     found = []
     for entry in os.listdir("/proc"):
         try:
             env = open(f"/proc/{entry}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if f"ONITE_JOB={name}".encode() in env and f"ONITE_JOB_SPOOL={spool}".encode() in env:
+        if f"ONITE_JOB={key}".encode() in env and f"ONITE_JOB_SPOOL={spool}".encode() in env:
             found.append(int(entry))
     return found
 
@@ -396,7 +398,7 @@ def test_a_job_knows_its_name_run_id_and_spool(spool, workdir):
     submit("curious", f'echo "$ONITE_JOB $ONITE_RUN_ID $ONITE_JOB_SPOOL" > {workdir}/seen\n')
     drain(spool)
     name, run_id, root = (workdir / "seen").read_text().split()
-    assert (name, run_id, root) == ("curious", result(spool, "curious")["run_id"], str(spool))
+    assert (name, run_id, root) == ("root:curious", result(spool, "curious")["run_id"], str(spool))
 
 
 def test_recovery_with_on_interrupt_fail(spool, workdir):
@@ -429,7 +431,7 @@ def test_the_log_says_a_job_is_done_before_the_next_one_starts_in_its_slot(spool
         hog.kill()
         hog.wait()
     events = [line.split()[2:4] for line in log_lines(spool) if line.split()[2] in ("start", "done", "failed")]
-    expected = [[what, f"j-{i:05}"] for i in range(1, len(names) + 1) for what in ("start", "done")]
+    expected = [[what, f"root:j-{i:05}"] for i in range(1, len(names) + 1) for what in ("start", "done")]
     assert events == expected, events
 
 

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -125,7 +124,7 @@ def check_exactly_once(spool: Path, ledger: Path, what: str) -> None:
     # and the log tells each end once (an eighth look: a driver killed between removing a filed job's
     # run record and logging its end left no line, and recovery could not know)
     ends = [line.split(" ")[3] for line in log_lines(spool) if line.split(" ")[2:3] == ["done"]]
-    assert sorted(ends) == ["a", "b", "c"], f"{what}: {ends}"
+    assert sorted(ends) == ["root:a", "root:b", "root:c"], f"{what}: {ends}"
 
 
 # vfork: the driver starts a monitor; sendmsg: it sends a monitor a run (onite.exec.local)
@@ -217,7 +216,7 @@ def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
             except (OSError, ValueError):
                 continue
             key = (rec["state"], rec["run_id"], rec["attempt"])
-            name = rec["name"]
+            name = rec["name"].removeprefix("root:")
             if name in finals:
                 assert finals[name] == key, f"the final result of {name} changed: {finals[name]} -> {key}"
             finals[name] = key
@@ -265,7 +264,7 @@ def test_several_drivers_killed_at_random_never_run_a_job_twice(spool, workdir):
     for name in names:
         assert finals[name][0] == expected[name][0], (name, finals[name])
         if expected[name][1] is not None:
-            reason = json.loads((spool / "jobsdone" / f"{name}@result").read_text())["reason"]
+            reason = json.loads((spool / "jobsdone" / f"root:{name}@result").read_text())["reason"]
             assert reason == expected[name][1], (name, reason)
     ended = {words[0] for words in ledger_lines(ledger) if words[1] == "end"}
     assert not {name for name, want in expected.items() if want[1] == "timeout"} & ended  # none outran its limit
@@ -360,9 +359,9 @@ def test_a_job_cancelled_on_a_full_disk_is_filed_once_there_is_room(small_disk):
     assert drain(spool).returncode == 4
     filler.unlink()
     assert drain(spool).returncode == 0
-    for name in ("rootjob", "userjob"):
-        assert result(spool, name)["state"] == "cancelled", name
-        assert (spool / "jobsdone" / name).exists(), name
+    for key in ("root:rootjob", "nobody:userjob"):
+        assert result(spool, key)["state"] == "cancelled", key
+        assert (spool / "jobsdone" / key).exists(), key
     assert not list((spool / "jobs").glob("*/*job"))
 
 
@@ -388,7 +387,7 @@ def test_a_log_and_a_stderr_over_the_file_size_limit_do_not_stop_a_drain(spool, 
     assert not [p for p in (spool / "running").glob("*/*") if "@" not in p.name and not p.name.startswith(".")]
     assert said.count("cannot write the log") <= 1, said
     settle(spool)
-    assert len(list((spool / "jobsdone").glob("u-*@result"))) == 60
+    assert len(list((spool / "jobsdone").glob("root:u-*@result"))) == 60
 
 
 def test_a_hosts_first_drain_out_of_inodes_is_one_line(world_tmp):
@@ -478,7 +477,7 @@ def test_a_job_whose_monitor_cannot_record_itself_never_starts(spool, workdir):
     try:
         wait_for(lambda: runs_of(ledger).get("opener") == 1, what="the first job to start")
         helpers = wait_for(lambda: python_descendants(driver.pid), what="the driver's monitors")
-        record = spool / "running" / HOST / "victim@run"
+        record = spool / "running" / HOST / "root:victim@run"
         tracer = subprocess.Popen([STRACE, "-qq", "-f", "-o", "/dev/null", "-P", str(record), "-e", "trace=write",
                                    "-e", "inject=write:error=EIO", *[f"-p{pid}" for pid in helpers]],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -516,7 +515,7 @@ def test_a_job_killed_for_its_memory_while_no_driver_was_alive_keeps_its_start(s
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
     gate.touch()
-    record = spool / "running" / HOST / "hog@run"
+    record = spool / "running" / HOST / "root:hog@run"
     wait_for(lambda: b'"event":"ended"' in record.read_bytes(), what="its monitor to record its end")
     settle(spool)
     done = result(spool, "hog")
@@ -540,7 +539,7 @@ def test_an_adopted_run_whose_job_never_started_is_filed_with_no_start(spool, wo
                                "-e", "inject=chdir:delay_enter=3000000", sys.executable, "-m", "onite", "run"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        record = spool / "running" / HOST / "gone@run"
+        record = spool / "running" / HOST / "root:gone@run"
         wait_for(lambda: record.exists() and b'"event":"monitor"' in record.read_bytes(), what="its monitor")
         state = json.loads(next(spool.glob("driver.*.state")).read_text())
         os.kill(state["pid"], signal.SIGKILL)
@@ -548,7 +547,7 @@ def test_an_adopted_run_whose_job_never_started_is_filed_with_no_start(spool, wo
     finally:
         os.killpg(tracer.pid, signal.SIGKILL)
         tracer.wait()
-    assert any(" recovered gone " in line and "adopted" in line for line in log_lines(spool)), log_lines(spool)
+    assert any(" recovered root:gone " in line and "adopted" in line for line in log_lines(spool)), log_lines(spool)
     done = result(spool, "gone")
     assert done["reason"] == f"its directory {gone} no longer exists" and done["started"] is None, done
 
@@ -713,7 +712,7 @@ def test_what_a_killed_run_left_outside_its_group_is_killed_by_its_v1_groups_bef
     env = dict(os.environ, PYTHONPATH=str(REPO))
     first = subprocess.Popen([sys.executable, "-c", SUBREAPER_DRIVER, str(spool)], env=env, start_new_session=True)
     wait_for(marker.exists, what="the job to start")
-    record = wait_for(lambda: next((spool / "running").glob("*/escaper@run"), None), what="the run record")
+    record = wait_for(lambda: next((spool / "running").glob("*/root:escaper@run"), None), what="the run record")
     monitor = wait_for(lambda: next((json.loads(line)["pid"] for line in record.read_text().splitlines()
                                      if '"monitor"' in line), None), what="the monitor's line")
     escaped = int(wait_for(lambda: pids.read_text().split() or None, what="the escaped process")[0])
@@ -751,15 +750,15 @@ def test_a_claim_whose_file_its_owner_changed_is_recovered_from_its_record_never
     driver = start_driver(spool)
     for name in gates:
         wait_for(lambda: (workdir / f"{name}.ledger").exists(), what=f"{name} to start")
-        wait_for(lambda: '"job"' in next((spool / "running").glob(f"*/{name}@run")).read_text(),
+        wait_for(lambda: '"job"' in next((spool / "running").glob(f"*/root:{name}@run")).read_text(),
                  what=f"{name}'s monitor to record it")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     for name in gates:
-        [claim] = list((spool / "running").glob(f"*/{name}"))
+        [claim] = list((spool / "running").glob(f"*/root:{name}"))
         claim.write_text("not a job any more\n")  # as its owner may
     gates["ended"].touch()
-    [record] = list((spool / "running").glob("*/ended@run"))
+    [record] = list((spool / "running").glob("*/root:ended@run"))
     wait_for(lambda: '"ended"' in record.read_text(), what="the job to end while no driver runs")
     later = start_driver(spool)
     wait_for(lambda: (spool / "jobsdone" / "root:ended@result").exists(), what="the ended job to be filed")
@@ -774,10 +773,9 @@ def test_a_claim_whose_file_its_owner_changed_is_recovered_from_its_record_never
 @needs_root
 @needs_strace
 def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, workdir, tmp_path):
-    """The driver spools a job's retry and is killed before it moves aside another user's file of the
-    name, put in a queue while the retry was being written (so with an earlier ctime than the
-    retry's). Recovery drops the stale claim and clears the name first: the retry runs, once, and
-    nobody's file never does (before, its earlier ctime gave it the name and set the retry aside)."""
+    """The driver spools a job's retry and is killed just after it got its key, while nobody's forgery
+    at that key, put in another queue while the retry was being written, has an earlier ctime than
+    the retry's. Recovery drops the stale claim: the retry runs, once, and nobody's file never does."""
     from conftest import as_user, init_spool_at
     from test_attacks import job_file
 
@@ -788,14 +786,14 @@ def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, work
                "--retries", "1", spool=target)
         return ledger
 
-    # which renameat2 of an undisturbed drain gives the retry its name (the first to jobs/P5/b)
+    # which renameat2 of an undisturbed drain gives the retry its key (the first to jobs/P5/root:b)
     (tmp_path / "probe").mkdir()
     spool_b(init_spool_at(tmp_path / "probe" / "spool"), tmp_path / "probe")
     trace = tmp_path / "trace"
     subprocess.run([STRACE, "-qq", "-o", str(trace), "-e", "trace=renameat2", *driver_argv()],
                    env=driver_env(tmp_path / "probe" / "spool"), check=True, timeout=120, capture_output=True)
     calls = [line for line in trace.read_text().splitlines() if line.startswith("renameat2(")]
-    n = next(i for i, line in enumerate(calls, 1) if '/jobs/P5/b"' in line)
+    n = next(i for i, line in enumerate(calls, 1) if '/jobs/P5/root:b"' in line)
 
     ledger = spool_b(spool, workdir)
     # hold the driver before that rename (long enough to plant) and after it (until it is killed)
@@ -803,68 +801,30 @@ def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, work
                                f"inject=renameat2:delay_enter=1000000:delay_exit=60000000:when={n}",
                                *driver_argv()], env=driver_env(spool))
     folder = spool / "jobs" / "P5"
-    wait_for(lambda: any(p.name.startswith(".b.") for p in folder.iterdir()), what="the retry being written")
-    planted = job_file("b", "/tmp", b"true\n")
+    wait_for(lambda: any(p.name.startswith(".root:b.") for p in folder.iterdir()), what="the retry being written")
+    planted = job_file("root:b", "/tmp", b"true\n")
 
     def plant():
         fd = os.open(spool / "jobs" / "P1" / "root:b", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, planted)
         os.close(fd)
     assert as_user(plant) == ("ok", None)
-    wait_for((folder / "b").exists, what="the retry to get its name")
+    wait_for((folder / "root:b").exists, what="the retry to get its key")
     [driver] = traced_driver(traced.pid)
     os.kill(driver, signal.SIGKILL)  # pending: the driver dies as soon as strace lets it go
     traced.kill()  # (strace would hear of the death only once its delay is over)
     traced.wait(timeout=30)
     wait_for(lambda: not Path(f"/proc/{driver}").exists(), what="the driver to die")
-    assert (spool / "jobs" / "P1" / "root:b").stat().st_ctime_ns < (folder / "b").stat().st_ctime_ns
-    assert list((spool / "running").glob("*/b"))  # the stale claim is still there
+    assert (spool / "jobs" / "P1" / "root:b").stat().st_ctime_ns < (folder / "root:b").stat().st_ctime_ns
+    assert list((spool / "running").glob("*/root:b"))  # the stale claim is still there
 
     settle(spool)
     res = result(spool, "b")
     assert (res["user"], res["state"], res["attempt"]) == ("root", "done", 2), res
     assert ledger.read_text() == "ran\nran\n"  # each attempt once
-    assert not any(" start b " in line and "user=nobody" in line for line in log_lines(spool)), log_lines(spool)
+    assert not any(" start root:b " in line and "user=nobody" in line for line in log_lines(spool)), log_lines(spool)
     assert any("dropped: its retry was already spooled" in line for line in log_lines(spool))
-
-
-@needs_root
-def test_a_namesake_queued_before_a_claimed_job_is_not_set_aside_when_it_is_filed(spool, workdir):
-    """The driver's view of the queue may be up to 50 ms old when it picks: another user's job of the
-    same name, queued just before, may not be in it yet. Filing the picked job then set that earlier
-    job aside as a plant; it is the name's first job, and stays to run. (Recovery files the picked
-    job here; its run record's queue time is moved past the earlier job's to stand for the old view.)"""
-    from test_attacks import job_file
-    from conftest import as_user
-
-    gate = workdir / "gate"
-    os.chmod(workdir, 0o777)
-    r = run_cli(["submit", "x", "-p", "2"], stdin=f"while [ ! -e {gate} ]; do sleep 0.05; done\n".encode(),
-                user="nobody", cwd="/tmp")
-    assert r.code == 0, r
-    driver = start_driver(spool)
-    record = wait_for(lambda: next((spool / "running").glob("*/x@run"), None), what="x's run record")
-    wait_for(lambda: '"job"' in record.read_text(), what="x's monitor to record it")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
-
-    def plant():
-        fd = os.open(spool / "jobs" / "P5" / "root:x", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, job_file("x", "/tmp", f"touch {workdir}/daemons-ran\n".encode()))
-        os.close(fd)
-    assert as_user(plant, "daemon") == ("ok", None)
-    first = record.read_bytes().split(b"\n", 1)[0]
-    queued = json.loads(first)["queued"]
-    later = (datetime.fromisoformat(queued) + timedelta(seconds=30)).isoformat()
-    assert len(later) == len(queued)
-    with open(record, "r+b") as handle:  # in place: the monitor appends to this very file
-        handle.write(first.replace(queued.encode(), later.encode()))
-    gate.touch()
-    wait_for(lambda: '"ended"' in record.read_text(), what="x to end while no driver runs")
-    assert drain(spool).returncode == 0
-    res = result(spool, "x")
-    assert (res["user"], res["state"]) == ("daemon", "done"), (res, log_lines(spool))
-    assert (workdir / "daemons-ran").exists()
+    assert any(" refused root:b " in line and "a forgery" in line for line in log_lines(spool)), log_lines(spool)
 
 
 @needs_root
@@ -889,7 +849,7 @@ def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, 
     finally:
         traced.kill()
         traced.wait(timeout=30)
-    find = lambda: find_run_processes(str(spool), "slow", lambda run_id: True)  # noqa: E731
+    find = lambda: find_run_processes(str(spool), "root:slow", lambda run_id: True)  # noqa: E731
     left = find()
     stop_processes(find, 0.0)
     assert not left, f"processes of the job still run, unwatched: {left}"
@@ -907,23 +867,23 @@ def test_a_job_filed_as_its_driver_died_still_gets_its_line_in_the_log(spool, wo
     logs the end only if the log does not already say it for that run: once, either way. The log
     is what the morning report and a dependency's outcome are read from."""
     submit("u1", "exit 3\n", spool=spool)
-    record = spool / "running" / HOST / "u1@run"
+    record = spool / "running" / HOST / "root:u1@run"
     subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-P", str(record), "-e", "trace=unlink",
                     "-e", "inject=unlink:signal=KILL:when=1", *driver_argv()],
                    env=driver_env(spool), timeout=120, capture_output=True)
     assert result(spool, "u1")["state"] == "failed" and record.exists()
     settle(spool)
-    lines = [line for line in log_lines(spool) if " failed u1 " in line]
+    lines = [line for line in log_lines(spool) if " failed root:u1 " in line]
     assert len(lines) == 1 and "exit=3" in lines[0] and "run=" in lines[0], log_lines(spool)
     assert not record.exists()
     # a record whose end the log lacks (a log that lost its last line) still gets it from recovery
     submit("u2", "exit 4\n", spool=spool)
-    record = spool / "running" / HOST / "u2@run"
+    record = spool / "running" / HOST / "root:u2@run"
     subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-P", str(record), "-e", "trace=unlink",
                     "-e", "inject=unlink:signal=KILL:when=1", *driver_argv()],
                    env=driver_env(spool), timeout=120, capture_output=True)
     log = spool / "onite.log"
-    log.write_text("".join(line + "\n" for line in log_lines(spool) if " failed u2 " not in line))
+    log.write_text("".join(line + "\n" for line in log_lines(spool) if " failed root:u2 " not in line))
     settle(spool)
-    lines = [line for line in log_lines(spool) if " failed u2 " in line]
+    lines = [line for line in log_lines(spool) if " failed root:u2 " in line]
     assert len(lines) == 1 and "logged by recovery" in lines[0], log_lines(spool)

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, REPO, result, run_cli
+from conftest import ROOT, REPO, key_of, result, run_cli
 
 PROBE = """\
 exec 2>&1
@@ -36,8 +36,9 @@ def drain_with_an_inherited_descriptor(spool, workdir):
 
 
 def facts(spool, name):
-    assert result(spool, name)["state"] == "done", (spool / "stdout" / name).read_text()
-    text = (spool / "stdout" / name).read_text()
+    output = spool / "stdout" / key_of(spool, name, "jobsdone", "@result")
+    assert result(spool, name)["state"] == "done", output.read_text()
+    text = output.read_text()
     found = dict((item.partition("=") if "=" in item else item.partition(":"))[::2] for item in text.split())
     assert set(found) == {"secret", "SigIgn", "SigBlk", "sid", "pid", "cwd", "umask"}, text
     return found
@@ -89,9 +90,9 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
 
     out_path, err_path = tmp_path / "j", tmp_path / "j@stderr"
     out_path.write_bytes(b"first\n")
-    job = Job(name="j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
+    job = Job(name="root:j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
               cwd=b"/", env={}, body=b"true\n", retries=1, attempt=2, stderr_separate=True)
-    run = Run(name="j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
+    run = Run(name="root:j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
               started_mono=0.0)
     with run_outputs(run, out_path, err_path, None, append=True) as (out, err):
         os.write(out, b"out\n")
@@ -104,7 +105,7 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
         raise AssertionError(f"fd {fd} left open")
     marker = "\n[onite] attempt 2 of j, 2026-11-22 22:00:00\n"
     assert out_path.read_text() == f"first\n{marker}out\n" and err_path.read_text() == f"{marker}err\n"
-    merged = Run(name="j", job=replace(job, attempt=1, stderr_separate=False), owner=current(), rank=1, run_id="r2",
+    merged = Run(name="root:j", job=replace(job, attempt=1, stderr_separate=False), owner=current(), rank=1, run_id="r2",
                  started=datetime(2026, 11, 22, 23, 0), started_mono=0.0)
     with run_outputs(merged, out_path, err_path, None, append=False) as (out, err):
         assert err is None
@@ -126,7 +127,7 @@ def test_a_monitor_gone_without_a_word_is_judged_by_its_run_record(tmp_path):
     from onite.exec.runner import Run
     from onite.spool import runrecords
 
-    job = Job(name="j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
+    job = Job(name="root:j", priority=1, submitted=datetime(2026, 11, 22, 21, 0).astimezone(), host="h", umask=0o22,
               cwd=b"/", env={}, body=b"true\n")
     runner = LocalRunner(shell="/bin/sh", kill_grace=1.0, switch_user=False)
 
@@ -137,7 +138,7 @@ def test_a_monitor_gone_without_a_word_is_judged_by_its_run_record(tmp_path):
         with open(record, "ab") as handle:
             for data in lines:
                 handle.write(line(data))
-        run = Run(name="j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
+        run = Run(name="root:j", job=job, owner=current(), rank=1, run_id="r", started=datetime(2026, 11, 22, 22, 0),
                   started_mono=0.0, record_path=str(record))
         return runner.outcome_from_record(run)
 

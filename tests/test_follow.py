@@ -127,8 +127,9 @@ def test_follow_of_a_finished_job_prints_it_and_exits(spool, cli):
 @needs_root
 def test_follow_of_another_users_job_is_refused_before_waiting(spool, cli):
     submit("roots", "true\n")
-    r = cli(["output", "roots", "-f"], user="nobody")
-    assert (r.code, r.err) == (3, "onite: the output of 'roots' belongs to root — only its owner and root may read it\n")
+    r = cli(["output", "root:roots", "-f"], user="nobody")
+    assert (r.code, r.err) == (3, "onite: the output of 'root:roots' belongs to root — only its owner and root may "
+                                  "read it\n")
 
 
 @pytest.mark.parametrize("stderr", [False, True])

@@ -500,3 +500,50 @@ def test_squeue_answers_parse_to_what_slurm_could_have_said_or_nothing(text):
         assert status.status is None or isinstance(status.status, int)
     for job_id, state, comment in parse_search(text):
         assert re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id, re.ASCII) and isinstance(comment, str)
+
+
+# ---- the counters file, metrics.HOST.state ---------------------------------------------------
+
+def counters_of() -> dict:
+    from onite.core.state import Result
+    from onite.spool.counters import Counters
+
+    counters = Counters(host="vm", drain_started=WHEN, drain_ended=WHEN, drain_exit=0, completed=WHEN)
+    counters.file(Result.from_json(record_of()))
+    return counters.to_json()
+
+
+@st.composite
+def mutated_counters(draw) -> dict:
+    record = counters_of()
+    parts = [record, record["drain"], record["run_seconds"], record["run_seconds"]["buckets"], record["finished"][0]]
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(parts))
+        key = draw(st.sampled_from(list(range(len(where))) if isinstance(where, list) else list(where)))
+        where[key] = draw(json_values)
+    return record
+
+
+@FUZZ
+@given(st.binary(max_size=300) | mutated_counters().map(lambda r: json.dumps(r).encode()))
+@example(b"[" * 100_000)
+@example(b"\xff\xfe")
+def test_counters_any_bytes(data):
+    """A counters file reads as counters that write back the same, or as DamagedRecord."""
+    from onite.spool.counters import parse_counters
+
+    try:
+        counters = parse_counters(data, "vm")
+    except DamagedRecord:
+        return
+    assert parse_counters(json.dumps(counters.to_json()).encode(), "vm") == counters
+
+
+def test_counters_round_trip():
+    from onite.spool.counters import parse_counters
+
+    record = counters_of()
+    assert parse_counters(json.dumps(record).encode(), "vm").to_json() == record
+    assert record["finished"] == [["failed", "3", "alice", 1]] and record["attempts"] == 1
+    with pytest.raises(DamagedRecord, match="damaged counters metrics.node2.state: it is the file of host 'vm'"):
+        parse_counters(json.dumps(record).encode(), "node2")

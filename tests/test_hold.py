@@ -42,7 +42,7 @@ def test_hold_and_release_keep_the_job_in_its_place(spool, cli):
     assert listed() == [("a", "queued"), ("b", "queued"), ("c", "queued"), ("d", "queued")]
     assert list((spool / "hold").iterdir()) == []
     assert drain(spool).returncode == 0
-    assert started(spool) == ["a", "b", "c", "d"]
+    assert started(spool) == ["root:a", "root:b", "root:c", "root:d"]
 
 
 def test_a_job_spooled_held_runs_in_its_place_once_released(spool, cli):
@@ -50,7 +50,7 @@ def test_a_job_spooled_held_runs_in_its_place_once_released(spool, cli):
     submit("later", "--hold")
     submit("last")
     assert drain(spool).returncode == 0
-    assert started(spool) == ["first", "last"] and listed() == [("later", "held")]
+    assert started(spool) == ["root:first", "root:last"] and listed() == [("later", "held")]
     submit("after-all")
     assert cli(["release", "later"]).code == 0
     assert listed() == [("later", "queued"), ("after-all", "queued")]
@@ -65,13 +65,13 @@ def test_a_running_driver_sees_a_release_and_runs_the_job_in_its_place(spool, wo
     submit("behind")
     driver = start_driver(spool)
     try:
-        wait_for(lambda: "gated" in started(spool), what="the gated job to start")
+        wait_for(lambda: "root:gated" in started(spool), what="the gated job to start")
         assert cli(["release", "waits"]).code == 0
         gate.unlink()
         assert driver.wait(60) == 0
     finally:
         gate.unlink(missing_ok=True)
-    assert started(spool) == ["gated", "waits", "behind"]  # not behind "behind", as a chmod would have put it
+    assert started(spool) == ["root:gated", "root:waits", "root:behind"]  # not behind "behind", as a chmod would have put it
 
 
 @needs_root
@@ -80,8 +80,8 @@ def test_only_the_owners_or_roots_marker_holds_a_job(spool, cli):
     submit("mine")
     # nobody drops markers for root's job, a symlink and a folder for its own: none of them holds anything
     hold = spool / "hold"
-    assert run_cli(["hold", "mine"], user="nobody").code == 3
-    for name in ("mine@x1", "theirs@link"):
+    assert run_cli(["hold", "root:mine"], user="nobody").code == 3
+    for name in ("root:mine@x1", "nobody:theirs@link"):
         pid = os.fork()
         if pid == 0:
             os.setgid(nobody().pw_gid)
@@ -92,15 +92,15 @@ def test_only_the_owners_or_roots_marker_holds_a_job(spool, cli):
                 open(hold / name, "w").close()
             os._exit(0)
         os.waitpid(pid, 0)
-    assert listed() == [("theirs", "queued"), ("mine", "queued")]
+    assert listed() == [("nobody:theirs", "queued"), ("mine", "queued")]
     # root holds nobody's job: the marker is nobody's, and nobody may release it
-    assert cli(["hold", "theirs"]).code == 0
-    markers = [p for p in hold.iterdir() if p.name.startswith("theirs@") and not p.is_symlink()]
+    assert cli(["hold", "nobody:theirs"]).code == 0
+    markers = [p for p in hold.iterdir() if p.name.startswith("nobody:theirs@") and not p.is_symlink()]
     assert [m.stat().st_uid for m in markers] == [nobody().pw_uid]
-    assert listed(user="nobody") == [("theirs", "held"), ("mine", "queued")]
+    assert listed(user="nobody") == [("theirs", "held"), ("root:mine", "queued")]
     r = run_cli(["release", "theirs"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (0, "theirs: released\n"), r
-    assert listed() == [("theirs", "queued"), ("mine", "queued")]
+    assert listed() == [("nobody:theirs", "queued"), ("mine", "queued")]
 
 
 def test_a_cancelled_held_job_leaves_no_marker_and_a_stale_one_holds_no_new_job(spool, cli):
@@ -118,7 +118,7 @@ def test_a_job_files_mode_holds_nothing_and_a_hold_needs_the_hold_folder(spool, 
     submit("readonly")
     os.chmod(spool / "jobs" / "P4" / "root:readonly", 0o400)
     assert listed() == [("readonly", "queued")]
-    assert drain(spool).returncode == 0 and started(spool) == ["readonly"]
+    assert drain(spool).returncode == 0 and started(spool) == ["root:readonly"]
     shutil.rmtree(spool / "hold")
     submit("x")
     r = cli(["hold", "x"])

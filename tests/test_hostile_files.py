@@ -76,7 +76,7 @@ HOSTILE = {
     "umask-huge": lambda d: with_line(d, b"umask: 77777777777777777777", replace=b"umask: "),
     "retries-huge": lambda d: with_line(d, b"retries: 99999999999999999999"),
     "after-evil": lambda d: with_line(d, b"after: a\\nb"),
-    "after-many": lambda d: with_line(d, b"after: a\n" * 65),  # each is looked at whenever it might start
+    "after-many": lambda d: with_line(d, b"after: nobody:a\n" * 65),  # each is looked at whenever it might start
 }
 # queued files whose names are no job names (issue 13, item 7)
 STRAYS = [b"forged\n2026-11-22T20:00:00+01:00 vm[1] done victim user=root", b"x;$(id)", b"\x1b[31mred\x1b[0m",
@@ -87,9 +87,9 @@ STRAYS = [b"forged\n2026-11-22T20:00:00+01:00 vm[1] done victim user=root", b"x;
 def test_hostile_job_files_are_refused_and_the_night_goes_on(spool, workdir, cli):
     queue = spool / "jobs" / "P4"
     for name, make in HOSTILE.items():
-        write_as("nobody", str(queue / name), make(job_bytes(name, str(workdir))))
+        write_as("nobody", str(queue / f"nobody:{name}"), make(job_bytes(f"nobody:{name}", str(workdir))))
     for raw in STRAYS:
-        write_as("nobody", os.fsencode(queue) + b"/" + raw, job_bytes("stray", str(workdir)))
+        write_as("nobody", os.fsencode(queue) + b"/" + raw, job_bytes("nobody:stray", str(workdir)))
     marker = workdir / "good.ran"
     assert cli(["submit", "good"], stdin=f"touch {marker}\n".encode(), user="nobody", cwd=workdir).code == 0
 
@@ -103,11 +103,12 @@ def test_hostile_job_files_are_refused_and_the_night_goes_on(spool, workdir, cli
     events = [parse_line(line) for line in log_lines(spool)]
     refusals = {e["name"]: e["fields"]["reason"] for e in events if e and e["event"] == "refused"}
     for name in HOSTILE:
-        assert "damaged job file" in refusals[name] or "never run" in refusals[name], (name, refusals[name])
-        assert result(spool, name)["state"] == "failed"
+        key = f"nobody:{name}"
+        assert "damaged job file" in refusals[key] or "never run" in refusals[key], (key, refusals[key])
+        assert result(spool, key)["state"] == "failed"
     for raw in STRAYS:
         label = os.fsdecode(raw[:200])
-        assert refusals[label] == "its name is not a job name"
+        assert refusals[label] == "its name is not a job key (USER:NAME)"
         assert not (spool / "jobsdone" / f"{label}@result").exists()  # no record, no notice: it is no job
     # nothing forged: every line of the log is one event that onite wrote, and no raw escape reached it
     text = (spool / "onite.log").read_text()
@@ -127,7 +128,7 @@ def test_listings_never_show_a_stray_name(spool, workdir, cli):
         write_as("nobody", os.fsencode(queue) + b"/" + raw, b"x")
     assert cli(["submit", "real"], stdin=b"true\n", user="nobody", cwd=workdir).code == 0
     listed = cli(["list", "--all", "--json"])
-    assert [job["name"] for job in listed.json()["jobs"]] == ["real"]
+    assert [job["name"] for job in listed.json()["jobs"]] == ["nobody:real"]
     for args in (["list"], ["status"], ["status", "--json"]):
         r = cli(args)
         assert r.code == 0 and "\x1b" not in r.out and "x;$(id)" not in r.out, (args, r)
@@ -136,15 +137,15 @@ def test_listings_never_show_a_stray_name(spool, workdir, cli):
 
 @needs_root
 def test_a_template_whose_rule_overflows_is_refused_and_the_night_goes_on(spool, workdir, cli):
-    template = with_line(job_bytes("overflow", str(workdir)), b"recur-every: 99999999999999d")
-    write_as("nobody", str(spool / "recur" / "root:overflow"), template)
+    template = with_line(job_bytes("nobody:overflow", str(workdir)), b"recur-every: 99999999999999d")
+    write_as("nobody", str(spool / "recur" / "nobody:overflow"), template)
     marker = workdir / "good.ran"
     assert cli(["submit", "good"], stdin=f"touch {marker}\n".encode(), user="nobody", cwd=workdir).code == 0
     finished = drain(spool)
     assert finished.returncode == 0 and b"Traceback" not in finished.stderr, finished.stderr.decode()
     assert marker.exists()
     events = [parse_line(line) for line in log_lines(spool)]
-    assert any(e["event"] == "recur-refused" and e["name"] == "overflow" and "longer than 366d" in e["fields"]["reason"]
+    assert any(e["event"] == "recur-refused" and e["name"] == "nobody:overflow" and "longer than 366d" in e["fields"]["reason"]
                for e in events if e)
     for args in (["status"], ["recur", "list"], ["recur", "list", "--json"]):
         r = cli(args)
@@ -156,22 +157,22 @@ def _damage(spool, name: str, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("data", [
-    b"[]", b"{\"name\": \"dep\"}", b"\xff", b"[" * 100_000,
-    json.dumps({"format": 1, "name": "dep", "uid": 0, "state": "done", "finished": "2026-11-22T20:00:00"}).encode(),
-    json.dumps({"format": 1, "name": "dep", "uid": 10**30, "state": "done",
+    b"[]", b"{\"name\": \"root:dep\"}", b"\xff", b"[" * 100_000,
+    json.dumps({"format": 1, "name": "root:dep", "uid": 0, "state": "done", "finished": "2026-11-22T20:00:00"}).encode(),
+    json.dumps({"format": 1, "name": "root:dep", "uid": 10**30, "state": "done",
                 "finished": "2026-11-22T20:00:00+00:00"}).encode(),
-    json.dumps({"format": 1, "name": "other", "uid": 0, "state": "done",
+    json.dumps({"format": 1, "name": "root:other", "uid": 0, "state": "done",
                 "finished": "2026-11-22T20:00:00+00:00"}).encode(),
 ])
 def test_a_damaged_result_record_is_reported_not_treated_as_absent(spool, workdir, cli, data):
     assert cli(["submit", "dep"], stdin=b"true\n").code == 0
     assert drain(spool).returncode == 0 and result(spool, "dep")["state"] == "done"
-    _damage(spool, "dep", data)
+    _damage(spool, "root:dep", data)
     # (status tells last night from onite.log: it reads no result record)
     for args in (["list", "--all"], ["list", "--all", "--json"], ["report"], ["report", "--json"]):
         r = cli(args)
         assert r.code == 0 and "Traceback" not in r.err, (args, r)
-        assert "damaged result record(s) left out: jobsdone/dep@result" in r.err, (args, r)
+        assert "damaged result record(s) left out: jobsdone/root:dep@result" in r.err, (args, r)
     assert cli(["submit", "after-dep", "--after", "dep"], stdin=b"true\n").code == 0
     finished = drain(spool)
     assert finished.returncode == 0 and b"Traceback" not in finished.stderr
@@ -183,8 +184,8 @@ def test_a_damaged_result_record_is_reported_not_treated_as_absent(spool, workdi
 def test_damaged_run_record_still_lists_the_running_job(spool, cli):
     folder = spool / "running" / "h1"
     folder.mkdir()
-    (folder / "job").write_bytes(b"x")
-    (folder / "job@run").write_bytes(json.dumps({"rank": "x", "queued": "0001-01-01T00:00:00+14:00",
+    (folder / "root:job").write_bytes(b"x")
+    (folder / "root:job@run").write_bytes(json.dumps({"rank": "x", "queued": "0001-01-01T00:00:00+14:00",
                                                  "started": 5, "attempt": 1e400}).encode().replace(b"Infinity", b"1e400"))
     r = cli(["list", "--all", "--json"])
     assert r.code == 0, r
@@ -225,7 +226,7 @@ def test_an_environment_execve_cannot_pass_is_refused_at_submit(env):
 
     captured = Captured(env=env, cwd=b"/", umask=0o022, host="vm", now=datetime.now().astimezone())
     with pytest.raises(InvalidInput, match="your environment cannot be passed to a job: .*(empty|NUL)"):
-        build_job(SubmitRequest(name="n", body=b"true\n"), captured, Config())
+        build_job(SubmitRequest(name="n", body=b"true\n"), captured, Config(), "root")
 
 
 @needs_root
@@ -287,7 +288,7 @@ def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
             self.events.append((event, name, fields))
 
     now = datetime.now(timezone.utc)
-    record = Result(name="ok", uid=0, user="root", priority=1, urgent=False, state=JobState.FAILED, reason="x",
+    record = Result(name="root:ok", uid=0, user="root", priority=1, urgent=False, state=JobState.FAILED, reason="x",
                     exit_code=1, signal=None, host="h", submitted=now, queued=None, started=None, finished=now,
                     attempt=1)
     log = Log()
@@ -303,7 +304,7 @@ def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool
 
     queue = spool / "jobs" / "P4"
     for name, at in (("naive", b"at: 2026-11-23T02:00:00"), ("year1", b"at: 0001-01-01T00:00:00+14:00")):
-        (queue / name).write_bytes(with_line(job_bytes(name, str(workdir)), at))
+        (queue / f"root:{name}").write_bytes(with_line(job_bytes(f"root:{name}", str(workdir)), at))
     watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
     watch.refresh()
     assert watch.timed() == 0 and watch.next_due(None) is None
@@ -321,8 +322,8 @@ def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
     queue = spool / "jobs" / "P4"
     at = b"at: 2099-01-01T02:00:00+00:00"
     for i in range(20):
-        data = with_line(with_line(job_bytes(f"pad{i}", str(workdir)), at), b"x-pad: " + b"\0" * (1 << 20))
-        (queue / f"pad{i}").write_bytes(data)
+        data = with_line(with_line(job_bytes(f"root:pad{i}", str(workdir)), at), b"x-pad: " + b"\0" * (1 << 20))
+        (queue / f"root:pad{i}").write_bytes(data)
 
     def read_bytes() -> int:
         with open("/proc/self/io") as io:

@@ -28,18 +28,18 @@ ODD_ENV = {
 
 
 def make_job(**overrides) -> Job:
-    fields = dict(name="nightly-report", priority=3, submitted=WHEN, host="vm", umask=0o027,
+    fields = dict(name="alice:nightly-report", priority=3, submitted=WHEN, host="vm", umask=0o027,
                   cwd=b"/home/al ice/\xffdir", env=dict(ODD_ENV), body=b"#!/bin/sh\necho hi\n\xff\x00\n")
     fields.update(overrides)
     return Job(**fields)
 
 
 def test_round_trip_is_exact():
-    job = make_job(timeout=timedelta(seconds=5400), retries=2, after=("backup", "build"),
+    job = make_job(timeout=timedelta(seconds=5400), retries=2, after=("alice:backup", "bob:build"),
                    not_before=WHEN + timedelta(hours=12), urgent=True, pin="node2", attempt=2,
                    tried=(Attempt(attempt=1, started=WHEN, finished=WHEN + timedelta(seconds=3), host="vm",
                                   exit_code=3, reason="exit 3"),),
-                   recur="backup")
+                   recur="alice:backup")
     assert decode(encode(job)) == job
 
 
@@ -55,7 +55,7 @@ def test_body_bytes_are_verbatim(body):
 
 def test_the_file_is_readable_text():
     text = encode(make_job()).split(b"\n\n", 1)[0].decode("utf-8")
-    assert text.startswith("onite-job: 1\nname: nightly-report\npriority: 3\n")
+    assert text.startswith("onite-job: 1\nname: alice:nightly-report\npriority: 3\n")
     assert "env: MULTI=line one\\nline two\\r\\n\\tindented" in text
     assert "env: BINARY=\\xff\\xfe\\x01\\x80 end" in text
     assert "env: BASH_FUNC_greet%%=() {  echo hi\\n}" in text
@@ -164,11 +164,11 @@ def _with(line: bytes, *, replace: bytes | None = None) -> bytes:
     (_with(b"attempt: 2"), r"attempt 2 is not 1 to retries \+ 1"),
     (_with(b"retries: 2\nattempt: 4"), r"attempt 4 is not 1 to retries \+ 1 \(3\)"),
     (_with(b"attempt: 0"), "attempt 0"),
-    (_with(b"name: a\\nb", replace=b"name: "), "is not a valid job name"),
-    (_with(b"name: ../x", replace=b"name: "), "'../x' is not a valid job name"),
-    (_with(b"after: ;$(id)"), r"after: ';\$\(id\)' is not a valid job name"),
+    (_with(b"name: a\\nb", replace=b"name: "), "is not a job key"),
+    (_with(b"name: ../x", replace=b"name: "), "'../x' is not a job key"),
+    (_with(b"after: ;$(id)"), r"after: ';\$\(id\)' is not a job key"),
     (_with(b"pin: a b"), "pin: 'a b' is not a valid host name"),
-    (_with(b"recur: x/y"), "recur: 'x/y' is not a valid job name"),
+    (_with(b"recur: x/y"), "recur: 'x/y' is not a job key"),
 ])
 def test_hostile_header_values_are_damage(data, message):
     with pytest.raises(JobFormatError, match=message):
@@ -208,7 +208,7 @@ def test_a_host_name_that_is_not_utf8_is_written():
 @pytest.mark.parametrize("field, value", [
     ("name", "a b"), ("priority", 0), ("priority", True), ("umask", 0o1000), ("cwd", b"rel"), ("cwd", b"/a\0"),
     ("timeout", timedelta(0)), ("timeout", timedelta(days=367)), ("retries", 101), ("attempt", 0),
-    ("after", ("ok", "not ok")), ("pin", ""), ("recur", "a/b"), ("submitted", WHEN.replace(tzinfo=None)),
+    ("after", ("alice:ok", "not ok")), ("after", ("alice:ok", "ok")), ("pin", ""), ("recur", "a/b"), ("submitted", WHEN.replace(tzinfo=None)),
     ("not_before", WHEN.replace(year=1)), ("extra", (("a\nb", "x"),)), ("extra", (("env", "x"),)),
     ("extra", (("priority", "1"),)),
 ])

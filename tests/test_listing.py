@@ -109,12 +109,14 @@ def test_list_says_why_each_queued_job_waits_in_its_table_and_json(spool, cli):
     expected = {"ready": ("", ""), "first": ("", ""), "later": ("not_before", "not before 2099-01-02 03:04"),
                 "after-it": ("after", "after first (queued)"), "elsewhere": ("pinned", "pinned to host node-zz"),
                 "held": ("held", "held")}
-    if ROOT:  # root reads every job; nobody sees root's jobs as they see theirs
-        expected.update({"theirs": ("not_before", "not before 2099-01-01 00:00"), "theirs-held": ("held", "held")})
+    if ROOT:  # root reads every job; nobody sees root's jobs (as root:NAME) as they see theirs
+        expected.update({"nobody:theirs": ("not_before", "not before 2099-01-01 00:00"),
+                         "nobody:theirs-held": ("held", "held")})
         seen = {j["name"]: (j["waiting_kind"], j["waiting"])
                 for j in run_cli(["list", "--json"], user="nobody", cwd="/tmp").json()["jobs"]}
-        assert seen == {**{n: (None, None) for n in expected if n not in ("held", "theirs", "theirs-held")},
-                        "held": ("held", "held"), "theirs": ("not_before", "not before 2099-01-01 00:00"),
+        assert seen == {**{f"root:{n}": (None, None) for n in expected
+                           if n not in ("held", "nobody:theirs", "nobody:theirs-held")},
+                        "root:held": ("held", "held"), "theirs": ("not_before", "not before 2099-01-01 00:00"),
                         "theirs-held": ("held", "held")}
     assert jobs == expected
     import re

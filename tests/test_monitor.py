@@ -33,9 +33,9 @@ def gated_job(spool: Path, workdir: Path, name: str) -> tuple[Path, Path]:
 
 
 def monitor_pid(spool: Path, name: str) -> int:
-    """The pid its monitor recorded, once it has (and its job runs)."""
+    """The pid the monitor of root's job ``name`` recorded, once it has (and its job runs)."""
     def recorded():
-        for record in (spool / "running").glob(f"*/{name}@run"):
+        for record in (spool / "running").glob(f"*/root:{name}@run"):
             events = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
             if any(e.get("event") == "job" for e in events):
                 return next(e["pid"] for e in events if e.get("event") == "monitor")
@@ -68,7 +68,7 @@ def test_a_killed_drivers_monitor_keeps_its_job_and_leaves_the_lock_to_the_next_
     driver.wait()
     assert not is_zombie(monitor)  # the job's monitor keeps the job
     second = start_driver(spool)  # it takes the lock at once: no monitor holds it
-    wait_for(lambda: any("adopted" in line and "survivor" in line for line in log_lines(spool)),
+    wait_for(lambda: any("adopted" in line and " root:survivor " in line for line in log_lines(spool)),
              what="the next driver to adopt the run")
     gate.unlink()
     second.communicate(timeout=60)
@@ -141,7 +141,7 @@ def test_a_reused_monitor_outlives_a_killed_driver_only_until_its_run_is_over(sp
     driver.wait()
     assert not is_zombie(monitor)
     second = start_driver(spool)
-    wait_for(lambda: any("adopted" in line and "second" in line for line in log_lines(spool)),
+    wait_for(lambda: any("adopted" in line and " root:second " in line for line in log_lines(spool)),
              what="the next driver to adopt the run")
     gate.unlink()
     second.communicate(timeout=60)
@@ -211,7 +211,7 @@ def test_a_killed_monitor_fails_its_run_and_its_job_is_killed_with_it(spool, wor
     assert run_cli(["submit", "next"], stdin=b"true\n").code == 0
     driver = start_driver(spool)
     monitor = monitor_pid(spool, "orphaned")
-    job = wait_for(lambda: next((json.loads(line)["pid"] for record in (spool / "running").glob("*/orphaned@run")
+    job = wait_for(lambda: next((json.loads(line)["pid"] for record in (spool / "running").glob("*/root:orphaned@run")
                                  for line in record.read_text().splitlines() if '"event":"job"' in line), None),
                    what="the job's pid")
     os.kill(monitor, signal.SIGKILL)

@@ -48,9 +48,9 @@ def test_three_hosts_share_240_jobs_exactly_once(spool, workdir, cli):
     runs = {path.name: len(path.read_text().split()) for path in ran.iterdir()}
     assert len(runs) == 240 and set(runs.values()) == {1}
     # onite's own view: the hosts in the log's finish lines, one per job
-    done = [line.split()[1].split("[")[0] for line in log_lines(spool) if " done j" in line]
+    done = [line.split()[1].split("[")[0] for line in log_lines(spool) if " done root:j" in line]
     assert len(done) == 240
-    hosts_in_log = Counter(line.split()[1].split("[")[0] for line in log_lines(spool) if " done j" in line)
+    hosts_in_log = Counter(line.split()[1].split("[")[0] for line in log_lines(spool) if " done root:j" in line)
     assert set(hosts_in_log) == set(HOSTS)
     for host, jobs in hosts_in_log.items():
         assert 0.15 <= jobs / 240 <= 0.55, hosts_in_log  # nobody starves
@@ -102,7 +102,7 @@ def test_recover_a_host_that_never_comes_back(spool, workdir, cli):
     wait_for(pidfile.exists, what="the job to start")
     os.kill(dead.pid, signal.SIGKILL)
     dead.wait()
-    kill_run(spool / "running" / "deadhost" / "stranded@run")  # the machine "died" with its processes
+    kill_run(spool / "running" / "deadhost" / "root:stranded@run")  # the machine "died" with its processes
     r = cli(["recover", "--host", "deadhost"], stdin=b"")
     assert r.code == 2 and "--force" in r.err
     r = cli(["recover", "--host", "deadhost", "--force"])
@@ -116,7 +116,7 @@ def test_recover_refuses_while_that_hosts_driver_lives(spool, workdir, cli):
     gate.touch()
     cli(["submit", "busy"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode())
     live = start_driver(spool, "--host", "livehost")
-    wait_for(lambda: (spool / "running" / "livehost" / "busy").exists(), what="the claim")
+    wait_for(lambda: (spool / "running" / "livehost" / "root:busy").exists(), what="the claim")
     r = cli(["recover", "--host", "livehost", "--force"])
     assert r.code == 3 and "is running" in r.err
     gate.unlink()

@@ -39,6 +39,7 @@ def notices(workdir):
 
 
 def noticed(folder):
+    """The keys of the jobs the hook was told of (it names its files by ONITE_JOB, the key)."""
     return sorted(p.stem for p in folder.dir.glob("*.json"))
 
 
@@ -54,14 +55,14 @@ def test_the_hook_gets_the_failed_jobs_record(spool, notices):
     submit("broken", "echo oops; exit 3\n")
     submit("fine", "true\n")
     assert drain(spool).returncode == 0
-    assert noticed(notices) == ["broken"]
-    record = (notices.dir / "broken.json").read_bytes()
+    assert noticed(notices) == ["root:broken"]
+    record = (notices.dir / "root:broken.json").read_bytes()
     assert record == (spool / "jobsdone" / "root:broken@result").read_bytes()  # exactly the result record
     assert json.loads(record) == result(spool, "broken") and result(spool, "broken")["exit_code"] == 3
-    env = dict(line.split("=", 1) for line in (notices.dir / "broken.env").read_text().splitlines() if "=" in line)
-    assert (env["ONITE_JOB"], env["ONITE_STATE"], env["ONITE_EVENT"]) == ("broken", "failed", "finished")
+    env = dict(line.split("=", 1) for line in (notices.dir / "root:broken.env").read_text().splitlines() if "=" in line)
+    assert (env["ONITE_JOB"], env["ONITE_STATE"], env["ONITE_EVENT"]) == ("root:broken", "failed", "finished")
     assert env["ONITE_SPOOL"] == str(spool) and env["ONITE_USER"] == result(spool, "broken")["user"]
-    assert events(spool, "notified") == ["broken how=command"]
+    assert events(spool, "notified") == ["root:broken how=command"]
 
 
 def test_notify_on_always_tells_every_end(spool, notices):
@@ -70,9 +71,9 @@ def test_notify_on_always_tells_every_end(spool, notices):
     submit("fine", "true\n")
     submit("waiting", "true\n", "--after", "broken")
     assert drain(spool).returncode == 0
-    assert noticed(notices) == ["broken", "fine", "waiting"]
-    states = {name: json.loads((notices.dir / f"{name}.json").read_text())["state"] for name in noticed(notices)}
-    assert states == {"broken": "failed", "fine": "done", "waiting": "failed"}  # a failed dependency is a failure
+    assert noticed(notices) == ["root:broken", "root:fine", "root:waiting"]
+    states = {key: json.loads((notices.dir / f"{key}.json").read_text())["state"] for key in noticed(notices)}
+    assert states == {"root:broken": "failed", "root:fine": "done", "root:waiting": "failed"}  # a failed dependency is a failure
 
 
 def test_a_job_asks_for_what_the_spool_does_not_default_to(spool, notices):
@@ -82,7 +83,7 @@ def test_a_job_asks_for_what_the_spool_does_not_default_to(spool, notices):
     submit("silenced", "exit 1\n", "--notify", "none")
     assert "notify: command\nnotify-on: always\n" in (spool / "jobs" / "P4" / "root:told").read_text()
     assert drain(spool).returncode == 0
-    assert noticed(notices) == ["told"]
+    assert noticed(notices) == ["root:told"]
 
 
 def test_a_job_that_opts_out_of_the_spools_default(spool, notices):
@@ -91,15 +92,15 @@ def test_a_job_that_opts_out_of_the_spools_default(spool, notices):
     submit("failures-only", "true\n", "--notify-on", "failure")
     submit("told", "true\n")
     assert drain(spool).returncode == 0
-    assert noticed(notices) == ["told"]
+    assert noticed(notices) == ["root:told"]
 
 
 def test_only_the_final_attempt_of_a_retried_job_is_told(spool, notices):
     set_config(spool, notify="command", notify_command=notices.hook, retry_delay="1s")
     submit("hopeless", "exit 7\n", "--retries", "1")
     assert drain(spool).returncode == 0
-    assert events(spool, "notified") == ["hopeless how=command"]
-    told = json.loads((notices.dir / "hopeless.json").read_text())
+    assert events(spool, "notified") == ["root:hopeless how=command"]
+    told = json.loads((notices.dir / "root:hopeless.json").read_text())
     assert told["attempt"] == 2 and len(told["attempts"]) == 2
 
 
@@ -114,11 +115,11 @@ def test_a_queued_job_its_owner_cancels_during_the_night_is_told_with_always(spo
     driver = start_driver(spool)
     wait_for(started.exists, what="the first job to start")
     assert cli(["cancel", "second"], user="nobody", cwd="/tmp").code == 0
-    wait_for(lambda: (spool / "jobsdone" / "root:second@result").exists(), what="the cancel to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "nobody:second@result").exists(), what="the cancel to be filed")
     gate.unlink()
     assert driver.wait(60) == 0
-    assert noticed(notices) == ["first", "second"]
-    assert json.loads((notices.dir / "second.json").read_text())["state"] == "cancelled"
+    assert noticed(notices) == ["nobody:second", "root:first"]
+    assert json.loads((notices.dir / "nobody:second.json").read_text())["state"] == "cancelled"
 
 
 @needs_root
@@ -127,21 +128,21 @@ def test_a_queued_job_root_cancels_by_day_is_told_and_logged(spool, notices, cli
     set_config(spool, notify="command", notify_command=notices.hook, notify_on="always")
     submit("theirs", "true\n", user="nobody")
     submit("quiet", "true\n", "--notify-on", "failure", user="nobody")
-    r = cli(["cancel", "theirs", "quiet"])
-    assert r.code == 0 and r.out == "theirs: cancelled\nquiet: cancelled\n", r
-    assert noticed(notices) == ["theirs"]  # the notice is sent before cancel returns
-    told = json.loads((notices.dir / "theirs.json").read_text())
+    r = cli(["cancel", "nobody:theirs", "nobody:quiet"])
+    assert r.code == 0 and r.out == "nobody:theirs: cancelled\nnobody:quiet: cancelled\n", r
+    assert noticed(notices) == ["nobody:theirs"]  # the notice is sent before cancel returns
+    told = json.loads((notices.dir / "nobody:theirs.json").read_text())
     assert (told["user"], told["state"], told["reason"]) == ("nobody", "cancelled", "cancelled by root")
-    assert [line.split()[:3] for line in events(spool, "cancelled")] == [["theirs", "user=nobody", "by=root"],
-                                                                         ["quiet", "user=nobody", "by=root"]]
+    assert [line.split()[:3] for line in events(spool, "cancelled")] == [["nobody:theirs", "user=nobody", "by=root"],
+                                                                         ["nobody:quiet", "user=nobody", "by=root"]]
 
 
 def test_a_job_failed_by_recovery_is_told(spool, notices, workdir):
     set_config(spool, notify="command", notify_command=notices.hook, on_interrupt="fail")
     kill_driver_mid_job(spool, workdir, "doomed", machine_dies=True)
     assert drain(spool).returncode == 0
-    assert noticed(notices) == ["doomed"]
-    assert "interrupted" in json.loads((notices.dir / "doomed.json").read_text())["reason"]
+    assert noticed(notices) == ["root:doomed"]
+    assert "interrupted" in json.loads((notices.dir / "root:doomed.json").read_text())["reason"]
 
 
 def test_a_refused_job_file_is_told(spool, notices):
@@ -150,8 +151,8 @@ def test_a_refused_job_file_is_told(spool, notices):
     junk.write_bytes(b"not a job\n")
     junk.chmod(0o600)
     assert drain(spool).returncode == 0
-    assert noticed(notices) == ["junk"]
-    told = json.loads((notices.dir / "junk.json").read_text())
+    assert noticed(notices) == ["root:junk"]
+    told = json.loads((notices.dir / "root:junk.json").read_text())
     assert told["state"] == "failed" and told["reason"].startswith("refused: ")
 
 
@@ -168,7 +169,7 @@ def test_a_failing_hook_is_logged_and_changes_nothing(spool, workdir):
     assert [result(spool, n)["state"] for n in ("one", "two", "three")] == ["failed", "failed", "done"]
     assert result(spool, "two")["exit_code"] == 3
     assert sorted(events(spool, "notify-failed")) == [
-        'one how=command exit=1 stderr="webhook said 500"', 'two how=command exit=1 stderr="webhook said 500"']
+        'root:one how=command exit=1 stderr="webhook said 500"', 'root:two how=command exit=1 stderr="webhook said 500"']
 
 
 def test_a_hanging_hook_is_killed_and_does_not_hold_up_the_jobs(spool, workdir):
@@ -180,9 +181,10 @@ def test_a_hanging_hook_is_killed_and_does_not_hold_up_the_jobs(spool, workdir):
     submit("three", "true\n")
     assert drain(spool).returncode == 0
     assert [result(spool, n)["state"] for n in ("one", "two", "three")] == ["failed", "failed", "done"]
-    assert sorted(events(spool, "notify-failed")) == ["one how=command reason=timeout", "two how=command reason=timeout"]
+    assert sorted(events(spool, "notify-failed")) == ["root:one how=command reason=timeout",
+                                                   "root:two how=command reason=timeout"]
     lines = log_lines(spool)
-    done = next(i for i, line in enumerate(lines) if " done three " in line)
+    done = next(i for i, line in enumerate(lines) if " done root:three " in line)
     assert done < next(i for i, line in enumerate(lines) if " notify-failed " in line)  # the jobs did not wait
     for pgid in map(int, pids.read_text().split()):  # the hook and its sleep: the whole group is gone
         wait_for(lambda: not live_in_group(pgid), what=f"process group {pgid} to die")
@@ -243,18 +245,18 @@ def test_one_users_burst_of_notices_drops_and_holds_up_no_one_elses(spool, workd
 
     def drop():
         for i in range(junk):
-            os.close(os.open(spool / "jobs" / "P1" / f"junk{i:03d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.close(os.open(spool / "jobs" / "P1" / f"nobody:junk{i:03d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     assert as_user(drop) == ("ok", None)
     r = run_cli(["submit", "payroll"], stdin=b"exit 1\n", user="daemon", cwd="/tmp")
     assert r.code == 0, r
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "root:payroll@result").exists(), what="daemon's job to be filed")
+    wait_for(lambda: (spool / "jobsdone" / "daemon:payroll@result").exists(), what="daemon's job to be filed")
     gate.unlink()
     assert driver.wait(120) == 0
     order = (folder / "order").read_text().split()
-    assert "payroll" in order[:2 * MAX_RUNNING], order.index("payroll") if "payroll" in order else order
+    assert "daemon:payroll" in order[:2 * MAX_RUNNING], order
     dropped = [e for e in events(spool, "notify-failed") if "too many notices at once" in e]
-    assert len(dropped) == 5 and all(e.startswith("junk") for e in dropped), dropped
+    assert len(dropped) == 5 and all(e.startswith("nobody:junk") for e in dropped), dropped
     assert len(order) == junk - 5 + 1
 
 
@@ -263,7 +265,7 @@ def test_a_hook_that_does_not_exist(spool, workdir):
     submit("one", "exit 1\n")
     assert drain(spool).returncode == 0
     assert result(spool, "one")["state"] == "failed"
-    assert events(spool, "notify-failed") == [f'one how=command reason="cannot start {workdir}/no-such-hook: no such file"']
+    assert events(spool, "notify-failed") == [f'root:one how=command reason="cannot start {workdir}/no-such-hook: no such file"']
 
 
 def test_a_hook_that_writes_a_lot_is_not_waited_for(spool, workdir):
@@ -271,7 +273,7 @@ def test_a_hook_that_writes_a_lot_is_not_waited_for(spool, workdir):
     set_config(spool, notify="command", notify_command=str(hook))
     submit("one", "exit 1\n")
     assert drain(spool).returncode == 0
-    assert events(spool, "notified") == ["one how=command"]
+    assert events(spool, "notified") == ["root:one how=command"]
 
 
 # ---- mail --------------------------------------------------------------------------------
@@ -308,7 +310,7 @@ def test_mail_tells_the_owner_with_the_end_of_the_output(spool, mailbox):
     assert "caf\ufffd" in lines  # bytes that are not UTF-8 are replaced
     assert f"onite output report --spool {spool}" in body
     assert "exit 3" in body and rec["host"] in body
-    assert events(spool, "notified") == ["report how=mail"]
+    assert events(spool, "notified") == ["root:report how=mail"]
 
 
 def test_a_configured_sendmail_that_is_missing_is_said_once(spool, workdir):
@@ -329,7 +331,7 @@ def test_no_sendmail_on_the_machine_is_said_once(spool):
     submit("two", "exit 1\n")
     assert drain(spool).returncode == 0
     [line] = events(spool, "notify-failed")
-    assert line.startswith(f'one how=mail reason="{NO_SENDMAIL}"')
+    assert line.startswith(f'root:one how=mail reason="{NO_SENDMAIL}"')
 
 
 # ---- another user's job (root) -----------------------------------------------------------
@@ -342,10 +344,10 @@ def test_a_job_of_nobody_is_told_by_root_run_notifiers(spool, notices, mailbox, 
     submit("theirs", "exit 4\n", user="nobody")
     submit("mailed", "echo nobody was here; exit 5\n", "--notify", "mail", user="nobody")
     assert drain(spool).returncode == 0
-    assert noticed(notices) == ["theirs"]
-    told = json.loads((notices.dir / "theirs.json").read_text())
+    assert noticed(notices) == ["nobody:theirs"]
+    told = json.loads((notices.dir / "nobody:theirs.json").read_text())
     assert (told["user"], told["state"], told["exit_code"]) == ("nobody", "failed", 4)
-    assert (notices.dir / "theirs.uid").read_text().strip() == "0"  # the admin's hook runs as the driver (docs/security.md)
+    assert (notices.dir / "nobody:theirs.uid").read_text().strip() == "0"  # the admin's hook runs as the driver (docs/security.md)
     [(_, msg)] = messages(mailbox)
     assert msg["To"] == "nobody" and "nobody was here" in msg.get_content()
 
@@ -363,7 +365,7 @@ def test_submit_refuses_a_bad_notify(spool, args, message):
     for extra in ([], ["--lines"]):
         r = run_cli(["submit", "a", *args, *extra], stdin=b"true\n")
         assert (r.code, r.err) == (2, message)
-    assert not list((spool / "jobs").rglob("a*"))
+    assert not list((spool / "jobs").rglob("root:a*"))
 
 
 def test_notify_mail_without_a_sendmail_is_refused_at_submit_time(spool, workdir, mailbox):
@@ -397,7 +399,7 @@ NOW = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
 
 
 def make_result(state=JobState.FAILED, reason="exit 3", **kw):
-    values = dict(name="job", uid=1000, user="alice", priority=4, urgent=False, state=state, reason=reason,
+    values = dict(name="alice:job", uid=1000, user="alice", priority=4, urgent=False, state=state, reason=reason,
                   exit_code=3, signal=None, host="vm", submitted=NOW, queued=NOW, started=NOW,
                   finished=NOW + timedelta(seconds=90), attempt=1)
     return Result(**{**values, **kw})

@@ -62,7 +62,7 @@ def test_not_a_terminal_gets_the_log_lines_and_quiet_nothing(spool):
     submit("silent", "echo hi\n")
     proc = subprocess.run([sys.executable, "-m", "onite", "run", "-q"], env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == b"" and proc.stderr == b""
-    assert " done silent " in "\n".join(log_lines(spool))
+    assert " done root:silent " in "\n".join(log_lines(spool))
 
 
 def run_on_pty(spool, *args: str, env_extra: dict | None = None, timeout: float = 90,
@@ -123,4 +123,4 @@ def test_no_color_and_verbose_on_a_terminal(spool):
     assert "\x1b[31m" not in screen and "\x1b[1;31m" not in screen  # no red: NO_COLOR is honoured
     submit("logged", "true\n")
     code, screen = run_on_pty(spool, "-v")
-    assert code == 0 and " done logged " in screen and "driver-exit" in screen and "▶" not in screen
+    assert code == 0 and " done root:logged " in screen and "driver-exit" in screen and "▶" not in screen

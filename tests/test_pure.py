@@ -231,9 +231,6 @@ def test_eligibility():
                     dependency=deps({"a": DepState.CANCELLED})) == Fail("dependency a was cancelled")
     assert "no longer exists" in evaluate(Meta(after=("gone",)), held=False, now=NOW, host="h",
                                           dependency=deps({})).reason
-    assert evaluate(Meta(after=("theirs",)), held=False, now=NOW, host="h",
-                    dependency=deps({"theirs": DepState.FOREIGN})) == Fail(
-        "dependency theirs is another user's job: a job waits only for its own user's jobs")
 
 
 def test_retry_backoff_doubles_and_caps():
@@ -390,12 +387,12 @@ def test_urgent_needs_an_admin():
 def test_the_result_of_a_job_that_never_ran():
     from onite.core.state import JobState, unrun_result
 
-    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.FAILED, reason="refused: x", host="h", now=NOW)
+    rec = unrun_result(name="alice:j", uid=1000, user="alice", state=JobState.FAILED, reason="refused: x", host="h", now=NOW)
     assert (rec.exit_code, rec.signal, rec.queued, rec.started, rec.duration) == (None, None, None, None, None)
     assert rec.submitted == rec.finished == NOW and (rec.priority, rec.urgent, rec.attempt, rec.attempts) == (0, False, 1, ())
     assert (rec.run_id, rec.recur, rec.stderr, rec.executor) == ("", None, "merged", "local")
     started = NOW - timedelta(hours=1)
-    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.CANCELLED, reason="cancelled by bob", host="",
+    rec = unrun_result(name="alice:j", uid=1000, user="alice", state=JobState.CANCELLED, reason="cancelled by bob", host="",
                        now=NOW, priority=3, submitted=started - timedelta(hours=1), started=started, run_id="r1")
     assert rec.to_json()["duration"] == 3600.0 and rec.priority == 3 and rec.run_id == "r1"
 
@@ -406,12 +403,12 @@ def test_the_result_of_a_job_that_never_ran_takes_what_its_job_file_says():
 
     spooled = NOW - timedelta(hours=5)
     tried = Attempt(attempt=1, started=spooled, finished=spooled, host="h", exit_code=1)
-    job = Job(name="j", priority=6, submitted=spooled, host="h", umask=0o22, cwd=b"/", env={}, body=b"true\n",
-              retries=1, attempt=2, tried=(tried,), recur="nightly", stderr_separate=True)
-    rec = unrun_result(name="j", uid=1000, user="alice", state=JobState.FAILED, reason="x", host="h", now=NOW,
+    job = Job(name="alice:j", priority=6, submitted=spooled, host="h", umask=0o22, cwd=b"/", env={}, body=b"true\n",
+              retries=1, attempt=2, tried=(tried,), recur="alice:nightly", stderr_separate=True)
+    rec = unrun_result(name="alice:j", uid=1000, user="alice", state=JobState.FAILED, reason="x", host="h", now=NOW,
                        job=job, priority=1)
     assert (rec.priority, rec.submitted, rec.attempt, rec.attempts) == (6, spooled, 2, (tried,))
-    assert (rec.recur, rec.stderr, job.stderr_mode) == ("nightly", "separate", "separate")
+    assert (rec.recur, rec.stderr, job.stderr_mode) == ("alice:nightly", "separate", "separate")
 
 
 def test_a_run_id_names_its_host_even_one_with_dashes():

@@ -36,7 +36,7 @@ def onite(*args: str, tz: str, stdin: bytes = b"", spool: Path | None = None) ->
 
 def template(**overrides) -> Job:
     rule = overrides.pop("rule", parse_rule(every="25m", offset="2m"))
-    fields = dict(name="backup", priority=7, submitted=WHEN, host="vm", umask=0o022, cwd=b"/srv",
+    fields = dict(name="root:backup", priority=7, submitted=WHEN, host="vm", umask=0o022, cwd=b"/srv",
                   env={b"PATH": b"/usr/bin:/bin", b"ODD": b"a\nb\xff"}, body=b"#!/bin/sh\necho backup\n",
                   extra=rule_fields(rule))
     fields.update(overrides)
@@ -49,7 +49,7 @@ def template(**overrides) -> Job:
 @pytest.mark.parametrize("rule", [parse_rule(cron="0 20 * * 1-5"), parse_rule(every="25m", offset="2m"),
                                   parse_rule(every="1h"), parse_rule(every="90s")], ids=describe)
 def test_template_round_trip_is_exact(rule):
-    job = template(rule=rule, timeout=timedelta(hours=2), retries=1, after=("build",), pin="node2")
+    job = template(rule=rule, timeout=timedelta(hours=2), retries=1, after=("root:build",), pin="node2")
     data = encode(job)
     assert decode(data) == job and encode(decode(data)) == data
     assert rule_of(decode(data)) == rule
@@ -70,14 +70,14 @@ def test_a_job_is_not_a_template():
 def test_instance_is_the_template_at_its_fire_time():
     fire = datetime(2026, 11, 22, 20, 0, tzinfo=BERLIN)
     now = fire + timedelta(seconds=3)
-    inst = instance_job(template(extra=(("x-note", "kept"),) + rule_fields(parse_rule(every="1h"))), "backup", fire,
-                        now, priorities=7)
-    assert inst.name == "backup-20261122T2000" and inst.recur == "backup"
+    inst = instance_job(template(extra=(("x-note", "kept"),) + rule_fields(parse_rule(every="1h"))), "root:backup",
+                        fire, now, priorities=7)
+    assert inst.name == "root:backup-20261122T2000" and inst.recur == "root:backup"
     assert inst.not_before == fire and inst.submitted == now
     assert inst.extra == (("x-note", "kept"),) and inst.body == b"#!/bin/sh\necho backup\n"
     assert inst.env == template().env and inst.cwd == b"/srv" and inst.priority == 7
     assert decode(encode(inst)) == inst
-    assert instance_job(template(), "backup", fire, now, priorities=4).priority == 4  # the spool has fewer now
+    assert instance_job(template(), "root:backup", fire, now, priorities=4).priority == 4  # the spool has fewer now
 
 
 def test_instance_names_are_one_per_fire():
@@ -184,7 +184,7 @@ def test_add_stores_a_private_template_and_refuses_a_duplicate(spool, cli, workd
     st = path.stat()
     assert oct(st.st_mode & 0o777) == "0o600" and st.st_uid == os.geteuid()
     job = decode(path.read_bytes())
-    assert job.name == "report" and job.priority == 2 and job.after == ("build",) and job.retries == 2
+    assert job.name == "root:report" and job.priority == 2 and job.after == ("root:build",) and job.retries == 2
     assert job.timeout == timedelta(hours=1) and job.pin == "node2" and job.umask == 0o027
     assert job.cwd == os.fsencode(workdir) and job.env == {k.encode(): v.encode() for k, v in env.items()}
     assert job.body == b"echo report\n" and job.not_before is None and job.recur is None
@@ -252,44 +252,47 @@ def test_empty_list(spool, cli):
 def test_ownership_rules(spool, cli):
     r = run_cli(["recur", "add", "theirs", "--every", "1h", "-p", "5"], stdin=b"true\n", user="nobody")
     assert r.code == 0, r
-    assert (spool / "recur" / "root:theirs").stat().st_uid == nobody().pw_uid
+    assert (spool / "recur" / "nobody:theirs").stat().st_uid == nobody().pw_uid
     assert cli(["recur", "add", "mine", "--every", "2h"], stdin=b"true\n").code == 0
-    # root sees everything
+    # root sees everything, another user's template by its key
     listed = {t["name"]: t for t in cli(["recur", "list", "--json"]).json()["recurring"]}
-    assert listed["theirs"]["user"] == "nobody" and listed["theirs"]["rule"] == "every 1h"
+    assert listed["nobody:theirs"]["user"] == "nobody" and listed["nobody:theirs"]["rule"] == "every 1h"
     # nobody cannot read root's template: name and owner, but not its rule (until a driver recorded it)
     seen = {t["name"]: t for t in run_cli(["recur", "list", "--json"], user="nobody").json()["recurring"]}
-    assert seen["mine"]["user"] == "root" and seen["mine"]["rule"] == "?" and seen["theirs"]["rule"] == "every 1h"
-    # nobody may not remove root's template, nor add one of the same name
-    r = run_cli(["recur", "remove", "mine"], user="nobody")
+    assert seen["root:mine"]["user"] == "root" and seen["root:mine"]["rule"] == "?"
+    assert seen["theirs"]["rule"] == "every 1h"
+    # nobody may not remove root's template; a "mine" of nobody's own is another template, beside root's
+    r = run_cli(["recur", "remove", "root:mine"], user="nobody")
     assert r.code == 3 and "belongs to root" in r.err and (spool / "recur" / "root:mine").exists()
-    assert run_cli(["recur", "add", "mine", "--every", "1h"], stdin=b"true\n", user="nobody").code == 3
+    assert run_cli(["recur", "add", "mine", "--every", "1h"], stdin=b"true\n", user="nobody").code == 0
+    assert sorted(os.listdir(spool / "recur")) == ["nobody:mine", "nobody:theirs", "root:mine"]
     assert run_cli(["recur", "remove", "nosuch"], user="nobody").code == 1
     # own templates: yes; root: any
     assert run_cli(["recur", "remove", "theirs"], user="nobody").code == 0
     assert cli(["recur", "add", "theirs2", "--every", "1h"], stdin=b"true\n").code == 0
-    assert cli(["recur", "remove", "mine", "theirs2"]).code == 0
+    assert cli(["recur", "remove", "mine", "theirs2", "nobody:mine"]).code == 0
     assert list((spool / "recur").iterdir()) == []
 
 
 # ---- instances spooled by `onite run` -----------------------------------------------------------
 
 
-def plant(spool: Path, name: str, job: Job, *, owner: tuple[int, int] | None = None, mode: int = 0o600) -> Path:
-    """A template as `recur add` would have written it, but created long ago (its `submitted`)."""
+def plant(spool: Path, key: str, job: Job, *, owner: tuple[int, int] | None = None, mode: int = 0o600) -> Path:
+    """A template as `recur add` would have written it at ``key``, but created long ago (its `submitted`)."""
     from onite.spool.files import create_file
 
-    return create_file(spool / "recur", name, encode(job), mode=mode, owner=owner)
+    return create_file(spool / "recur", key, encode(job), mode=mode, owner=owner)
 
 
-def old_template(body: bytes, rule, *, days: int = 3) -> Job:
-    return Job(name="x", priority=3, submitted=datetime.now().astimezone() - timedelta(days=days),
+def old_template(body: bytes, rule, *, days: int = 3, key: str = "root:x") -> Job:
+    return Job(name=key, priority=3, submitted=datetime.now().astimezone() - timedelta(days=days),
                host="vm", umask=0o022, cwd=b"/", env={b"PATH": b"/usr/bin:/bin"}, body=body, extra=rule_fields(rule))
 
 
-def instances(spool: Path, template_name: str) -> list[str]:
+def instances(spool: Path, template_key: str) -> list[str]:
+    """The keys of the finished instances of the template ``template_key``."""
     return sorted(p.name for p in (spool / "jobsdone").iterdir()
-                  if p.name.startswith(template_name + "-") and "@" not in p.name)
+                  if p.name.startswith(template_key + "-") and "@" not in p.name)
 
 
 def test_run_spools_one_instance_for_many_missed_fires(spool, workdir):
@@ -297,28 +300,28 @@ def test_run_spools_one_instance_for_many_missed_fires(spool, workdir):
     # daily, two hours ago: three days of fires were missed, and none comes during the test
     expected = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
     rule = parse_rule(cron=f"{expected.minute} {expected.hour} * * *")
-    plant(spool, "tick", old_template(f"date >> {trace}\n".encode(), rule))
+    plant(spool, "root:tick", old_template(f"date >> {trace}\n".encode(), rule, key="root:tick"))
     proc = drain(spool)
     assert proc.returncode == 0, proc.stderr
-    done = instances(spool, "tick")
-    assert done == [f"tick-{expected:%Y%m%dT%H%M}"]  # the missed fires coalesce into the latest one
+    done = instances(spool, "root:tick")
+    assert done == [f"root:tick-{expected:%Y%m%dT%H%M}"]  # the missed fires coalesce into the latest one
     rec = result(spool, done[0])
-    assert rec["state"] == "done" and rec["recur"] == "tick"
+    assert rec["state"] == "done" and rec["recur"] == "root:tick"
     fire = expected
     job = decode((spool / "jobsdone" / done[0]).read_bytes())
-    assert job.not_before == fire and job.recur == "tick" and not any(k.startswith("recur-") for k, _ in job.extra)
+    assert job.not_before == fire and job.recur == "root:tick" and not any(k.startswith("recur-") for k, _ in job.extra)
     spooled = [line for line in log_lines(spool) if " recur-spooled " in line]
     assert len(spooled) == 1 and "earlier fire(s) not spooled" in spooled[0]
-    state = json.loads((spool / "recur.state").read_text())["templates"]["tick"]
+    state = json.loads((spool / "recur.state").read_text())["templates"]["root:tick"]
     assert datetime.fromisoformat(state["last"]) == fire and state["rule"] == describe(rule)
     # the next run spools nothing: that fire is done, the next one has not come
     drain(spool)
-    assert instances(spool, "tick") == done
+    assert instances(spool, "root:tick") == done
     assert len([line for line in log_lines(spool) if " recur-spooled " in line]) == 1
     # even without recur.state, a fire whose instance ran is never spooled again
     (spool / "recur.state").unlink()
     drain(spool)
-    assert instances(spool, "tick") == done
+    assert instances(spool, "root:tick") == done
     assert any(" recur-skip " in line and "spooled already" in line for line in log_lines(spool))
 
 
@@ -326,10 +329,10 @@ def test_run_spools_one_instance_for_many_missed_fires(spool, workdir):
 @pytest.mark.root
 def test_instances_belong_to_the_templates_owner(spool, workdir, cli):
     who = nobody()
-    plant(spool, "theirs", old_template(b"id -un; umask\n", parse_rule(every="1h")),
+    plant(spool, "nobody:theirs", old_template(b"id -un; umask\n", parse_rule(every="1h"), key="nobody:theirs"),
           owner=(who.pw_uid, who.pw_gid))
     drain(spool)
-    (name,) = instances(spool, "theirs")
+    (name,) = instances(spool, "nobody:theirs")
     assert (spool / "jobsdone" / name).stat().st_uid == who.pw_uid
     rec = result(spool, name)
     assert rec["state"] == "done" and rec["user"] == "nobody"
@@ -344,26 +347,31 @@ def test_instances_belong_to_the_templates_owner(spool, workdir, cli):
     ("symlink", "a symbolic link"),
     ("hardlink", "has 2 hard links"),
     ("not-a-template", "not a recurring-job template"),
+    ("forgery", "a forgery: named as root's recurring job, but nobody's file"),
 ])
 def test_untrusted_templates_are_refused_and_logged(spool, workdir, how, reason):
     job = old_template(f"touch {workdir}/ran\n".encode(), parse_rule(every="1h"))
-    if how == "group-writable":
-        plant(spool, "bad", job, mode=0o620)
+    if how == "forgery":
+        if os.geteuid() != 0:
+            pytest.skip("needs root to plant a file of nobody's")
+        plant(spool, "root:bad", job, owner=(nobody().pw_uid, nobody().pw_gid))
+    elif how == "group-writable":
+        plant(spool, "root:bad", job, mode=0o620)
     elif how == "symlink":
-        target = plant(spool, "real", job)
+        target = plant(spool, "root:real", job)
         os.rename(target, workdir / "elsewhere")
         os.symlink(workdir / "elsewhere", spool / "recur" / "root:bad")
     elif how == "hardlink":
-        plant(spool, "bad", job)
+        plant(spool, "root:bad", job)
         os.link(spool / "recur" / "root:bad", workdir / "second-link")
     else:
-        plant(spool, "bad", Job(**{**job.__dict__, "extra": ()}))
+        plant(spool, "root:bad", Job(**{**job.__dict__, "extra": ()}))
     drain(spool)
     if how == "hardlink":  # a second link younger than 2 s may be a submit's link-then-unlink: look again
-        wait_for(lambda: drain(spool) and any(" recur-refused bad " in line for line in log_lines(spool)),
+        wait_for(lambda: drain(spool) and any(" recur-refused root:bad " in line for line in log_lines(spool)),
                  what="the hard-linked template to be refused")
-    assert not (workdir / "ran").exists() and instances(spool, "bad") == []
-    refused = [line for line in log_lines(spool) if " recur-refused bad " in line]
+    assert not (workdir / "ran").exists() and instances(spool, "root:bad") == []
+    refused = [line for line in log_lines(spool) if " recur-refused root:bad " in line]
     assert refused and reason in refused[0], log_lines(spool)
 
 
@@ -371,10 +379,10 @@ def test_run_scheduled_spools_recurring_jobs_even_outside_the_window(spool, work
     now = datetime.now().astimezone()
     fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)
     set_config(spool, schedule=[f"{fire.minute} {fire.hour} * * *"], until=until.strftime("%H:%M"))
-    plant(spool, "tick", old_template(b"true\n", parse_rule(every="1h")))
+    plant(spool, "root:tick", old_template(b"true\n", parse_rule(every="1h"), key="root:tick"))
     assert drain(spool, "--scheduled").returncode == 0
     queued = [p.name for p in (spool / "jobs" / "P3").iterdir()]
-    assert len(queued) == 1 and queued[0].startswith("tick-")  # spooled, waiting for the night
+    assert len(queued) == 1 and queued[0].startswith("root:tick-")  # spooled, waiting for the night
 
 
 def test_piped_recur_list_is_one_line_per_template(spool, cli):

@@ -1,6 +1,7 @@
 """``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.app.restart)."""
 
 import os
+import pwd
 import stat
 
 import pytest
@@ -57,12 +58,12 @@ def test_restart_refuses_a_name_that_is_queued_and_offers_another(spool, cli):
                                   "--unique\n")
     r = cli(["restart", "twice", "--name", "twice-again", "--hold"])
     assert (r.code, r.out) == (0, "twice-again\n")
-    path = queued_file(spool, "twice-again")
+    path = queued_file(spool, "root:twice-again")
     assert decode(path.read_bytes()).body == b"echo once\n"
     assert [j["state"] for j in cli(["list", "--json"]).json()["jobs"] if j["name"] == "twice-again"] == ["held"]
     r = cli(["restart", "twice", "--unique"])
     assert r.code == 0 and r.out.startswith("twice-") and r.out.strip() != "twice-again"
-    assert decode(queued_file(spool, r.out.strip()).read_bytes()).body == b"echo once\n"
+    assert decode(queued_file(spool, f"root:{r.out.strip()}").read_bytes()).body == b"echo once\n"
 
 
 def test_restart_of_a_cancelled_job_and_a_past_not_before_time(spool, cli):
@@ -71,8 +72,8 @@ def test_restart_of_a_cancelled_job_and_a_past_not_before_time(spool, cli):
     assert drain(spool).returncode == 0
     assert cli(["cancel", "stopped"]).code == 0
     assert (cli(["restart", "later"]).code, cli(["restart", "stopped"]).code) == (0, 0)
-    assert decode(queued_file(spool, "later").read_bytes()).not_before is None  # due as a new job is
-    restarted = decode(queued_file(spool, "stopped").read_bytes())
+    assert decode(queued_file(spool, "root:later").read_bytes()).not_before is None  # due as a new job is
+    restarted = decode(queued_file(spool, "root:stopped").read_bytes())
     assert restarted.not_before.year == 2099 and restarted.priority == 6  # still to come: kept
 
 

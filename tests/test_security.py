@@ -46,10 +46,10 @@ def test_spool_modes_after_init(spool):
 def test_nobody_can_spool_and_see_the_queue_but_not_write_elsewhere(spool):
     submit("rootjob", "true\n")
     submit("nbjob", "true\n", user="nobody")
-    st = os.stat(spool / "jobs" / "P4" / "root:nbjob")
+    st = os.stat(spool / "jobs" / "P4" / "nobody:nbjob")
     assert st.st_uid == nobody().pw_uid and stat.S_IMODE(st.st_mode) == 0o600
     listed = run_cli(["list", "--json"], user="nobody").json()["jobs"]
-    assert [(j["name"], j["user"]) for j in listed] == [("rootjob", "root"), ("nbjob", "nobody")]
+    assert [(j["name"], j["user"]) for j in listed] == [("root:rootjob", "root"), ("nbjob", "nobody")]
     for folder in ["running", "jobsdone", "stdout", ".", "jobs", "refused"]:
         outcome = as_nobody(lambda f=folder: open(spool / f / "planted", "w").close())
         assert outcome == ("oserror", errno.EACCES), folder
@@ -63,9 +63,9 @@ def test_nobody_cannot_read_change_or_remove_roots_job(spool):
     assert as_nobody(lambda: os.unlink(path)) == ("oserror", errno.EPERM)
     assert as_nobody(lambda: os.rename(path, spool / "jobs" / "P1" / "root:moved")) == ("oserror", errno.EPERM)
     assert as_nobody(lambda: os.chmod(path, 0o644)) == ("oserror", errno.EPERM)
-    r = run_cli(["cancel", "rootjob"], user="nobody")
+    r = run_cli(["cancel", "root:rootjob"], user="nobody")
     assert r.code == 3 and "belongs to root" in r.err
-    r = run_cli(["hold", "rootjob"], user="nobody")
+    r = run_cli(["hold", "root:rootjob"], user="nobody")
     assert r.code == 3 and "belongs to root" in r.err
     assert path.exists()
 
@@ -85,7 +85,7 @@ def test_nobodys_job_runs_as_nobody_and_cannot_regain_root(spool, workdir):
     assert lines[4].split()[1:] == [str(entry.pw_uid)] * 4  # real, effective, saved, fs uid
     assert lines[5].split()[1:] == [str(entry.pw_gid)] * 4
     assert "PermissionError" in lines[7] and lines[8] == "0027"
-    out_st = os.stat(spool / "stdout" / "root:whoami")
+    out_st = os.stat(spool / "stdout" / "nobody:whoami")
     assert out_st.st_uid == entry.pw_uid and stat.S_IMODE(out_st.st_mode) == 0o600
 
 
@@ -93,10 +93,10 @@ def test_output_is_private_to_its_owner(spool):
     submit("rootout", "echo root-secret\n")
     submit("nbout", "echo nobody-text\n", user="nobody")
     drain(spool)
-    r = run_cli(["output", "rootout"], user="nobody")
+    r = run_cli(["output", "root:rootout"], user="nobody")
     assert r.code == 3 and "belongs to root" in r.err and "root-secret" not in r.out
     assert run_cli(["output", "nbout"], user="nobody").out == "nobody-text\n"
-    assert run_cli(["output", "nbout"]).out == "nobody-text\n"  # root sees all
+    assert run_cli(["output", "nobody:nbout"]).out == "nobody-text\n"  # root sees all
     assert as_nobody(lambda: open(spool / "stdout" / "root:rootout").read()) == ("oserror", errno.EACCES)
 
 
@@ -104,7 +104,7 @@ def make_root_job(world_tmp, body: str) -> Path:
     """A valid job file owned by root, outside the queue (what an attacker would point at)."""
     private = world_tmp / "private"
     private.mkdir(mode=0o755)
-    job = Job(name="evil", priority=1, submitted=datetime.now(timezone.utc), host="x", umask=0o022, cwd=b"/tmp",
+    job = Job(name="root:evil", priority=1, submitted=datetime.now(timezone.utc), host="x", umask=0o022, cwd=b"/tmp",
               env={b"PATH": b"/usr/bin:/bin"}, body=body.encode())
     path = private / "roots-job"
     path.write_bytes(encode(job))
@@ -121,7 +121,7 @@ def test_planted_symlink_never_runs_as_root(spool, world_tmp, workdir):
     assert not (spool / "jobs" / "P1" / "root:evil").exists()
     refused = list((spool / "refused").iterdir())
     assert len(refused) == 1 and refused[0].is_symlink()  # kept as evidence
-    assert any(" refused evil " in ln and "symbolic link" in ln for ln in log_lines(spool))
+    assert any(" refused root:evil " in ln and "symbolic link" in ln for ln in log_lines(spool))
 
 
 def test_planted_hard_link_never_runs(spool, world_tmp, workdir):
@@ -136,42 +136,43 @@ def test_planted_hard_link_never_runs(spool, world_tmp, workdir):
         os.link(target, spool / "jobs" / "P1" / "root:evil")
     drain(spool)
     assert not marker.exists()
-    assert any(" refused evil " in ln and "hard links" in ln for ln in log_lines(spool))
+    assert any(" refused root:evil " in ln and "hard links" in ln for ln in log_lines(spool))
 
 
 def test_copied_job_file_runs_as_whoever_placed_it(spool, workdir):
     out = workdir / "uid"
     submit("rootjob", f"id -u > {out}\n", "--hold")
     data = (spool / "jobs" / "P4" / "root:rootjob").read_bytes()  # root's job, with HOME=/root and all
-    placed = as_nobody(lambda: (open(spool / "jobs" / "P1" / "root:copy", "xb").write(data),
-                                os.chmod(spool / "jobs" / "P1" / "root:copy", 0o600)) and "ok")
+    placed = as_nobody(lambda: (open(spool / "jobs" / "P1" / "nobody:copy", "xb").write(data),
+                                os.chmod(spool / "jobs" / "P1" / "nobody:copy", 0o600)) and "ok")
     assert placed[0] == "ok"
     drain(spool)
     assert out.read_text().strip() == str(nobody().pw_uid)
-    assert result(spool, "copy")["user"] == "nobody"
+    assert result(spool, "nobody:copy")["user"] == "nobody"
 
 
 def test_unsafe_files_are_moved_aside_not_run(spool, workdir, world_tmp):
     marker = workdir / "ran"
-    data = encode(Job(name="x", priority=1, submitted=datetime.now(timezone.utc), host="h", umask=0o022,
+    data = encode(Job(name="root:x", priority=1, submitted=datetime.now(timezone.utc), host="h", umask=0o022,
                       cwd=b"/tmp", env={b"PATH": b"/usr/bin:/bin"}, body=f"touch {marker}\n".encode()))
     p1 = spool / "jobs" / "P1"
-    (p1 / "ghost").write_bytes(data)
-    os.chown(p1 / "ghost", 54321, 54321)  # a uid with no account
-    (p1 / "shared").write_bytes(data)
-    os.chown(p1 / "shared", nobody().pw_uid, nobody().pw_gid)
-    os.chmod(p1 / "shared", 0o666)  # writable by others
-    os.mkfifo(p1 / "fifo")
-    (p1 / "garbage").write_bytes(b"rm -rf /\n")
-    os.chmod(p1 / "garbage", 0o600)
+    (p1 / "root:ghost").write_bytes(data)
+    os.chown(p1 / "root:ghost", 54321, 54321)  # a uid with no account
+    (p1 / "nobody:shared").write_bytes(data)
+    os.chown(p1 / "nobody:shared", nobody().pw_uid, nobody().pw_gid)
+    os.chmod(p1 / "nobody:shared", 0o666)  # writable by others
+    os.mkfifo(p1 / "root:fifo")
+    (p1 / "root:garbage").write_bytes(b"rm -rf /\n")
+    os.chmod(p1 / "root:garbage", 0o600)
     drain(spool, timeout=60)
     assert not marker.exists()
     reasons = {ln.split()[3]: ln for ln in log_lines(spool) if " refused " in ln}
-    assert "no account" in reasons["ghost"]
-    assert "writable by users other than its owner" in reasons["shared"]
-    assert "not a regular file" in reasons["fifo"]
-    assert "not an onite job file" in reasons["garbage"]
-    assert sorted(p.name.split("@")[0] for p in (spool / "refused").iterdir()) == ["fifo", "garbage", "ghost", "shared"]
+    assert "no account" in reasons["root:ghost"]
+    assert "writable by users other than its owner" in reasons["nobody:shared"]
+    assert "not a regular file" in reasons["root:fifo"]
+    assert "not an onite job file" in reasons["root:garbage"]
+    assert sorted(p.name.split("@")[0] for p in (spool / "refused").iterdir()) == [
+        "nobody:shared", "root:fifo", "root:garbage", "root:ghost"]
 
 
 def test_only_admins_may_spool_urgent_jobs(spool, workdir):
@@ -180,10 +181,10 @@ def test_only_admins_may_spool_urgent_jobs(spool, workdir):
     # bypassing the command: the driver refuses a non-admin's file in jobs/urgent
     marker = workdir / "rushed"
     submit("sneaky", f"touch {marker}\n", user="nobody")
-    os.rename(spool / "jobs" / "P4" / "root:sneaky", spool / "jobs" / "urgent" / "root:sneaky")
+    os.rename(spool / "jobs" / "P4" / "nobody:sneaky", spool / "jobs" / "urgent" / "nobody:sneaky")
     drain(spool)
     assert not marker.exists()
-    assert any(" refused sneaky " in ln and "urgent jobs need an admin" in ln for ln in log_lines(spool))
+    assert any(" refused nobody:sneaky " in ln and "urgent jobs need an admin" in ln for ln in log_lines(spool))
     # named in admins, nobody may
     set_config(spool, admins=["nobody"])
     submit("allowed", f"touch {marker}\n", "--urgent", user="nobody")
@@ -213,11 +214,11 @@ def test_nobody_cannot_cancel_roots_running_job_even_by_request_file(spool, work
     gate.touch()
     submit("rootrun", f"while [ -e {gate} ]; do sleep 0.05; done\n")
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "running" / HOST / "rootrun").exists(), what="root's job to start")
-    assert run_cli(["cancel", "rootrun"], user="nobody").code == 3
+    wait_for(lambda: (spool / "running" / HOST / "root:rootrun").exists(), what="root's job to start")
+    assert run_cli(["cancel", "root:rootrun"], user="nobody").code == 3
     # a hand-made request file is refused by the driver too
     assert as_nobody(lambda: open(spool / "cancel" / "root:rootrun@forged", "w").close())[0] == "ok"
-    wait_for(lambda: any("cancel-refused rootrun" in ln for ln in log_lines(spool)), what="the refusal")
+    wait_for(lambda: any("cancel-refused root:rootrun" in ln for ln in log_lines(spool)), what="the refusal")
     gate.unlink()
     assert driver.wait(30) == 0
     assert result(spool, "rootrun")["state"] == "done"
@@ -226,7 +227,7 @@ def test_nobody_cannot_cancel_roots_running_job_even_by_request_file(spool, work
 def test_own_only_false_lets_users_cancel_others_jobs_through_the_driver(spool):
     set_config(spool, own_only=False)
     submit("shared", "true\n")
-    r = run_cli(["cancel", "shared"], user="nobody")
+    r = run_cli(["cancel", "root:shared"], user="nobody")
     assert r.code == 0 and "requested" in r.out
     drain(spool)
     assert result(spool, "shared")["reason"] == "cancelled by nobody"

@@ -79,7 +79,7 @@ def test_nobody_submits_with_no_spool_named_and_roots_driver_runs_it(system, per
     # no system spool yet: nobody gets a personal one, and is told nothing drains it on its own
     before = run_cli(["submit", "early"], stdin=b"true\n", user="nobody", env=env, cwd=workdir)
     personal = personal_home / "state" / "onite"
-    assert before.code == 0 and (personal / "jobs" / "P4" / "root:early").exists(), before
+    assert before.code == 0 and (personal / "jobs" / "P4" / "nobody:early").exists(), before
     assert before.err.startswith(f"spooled early (P4) in {personal}; nothing drains this spool on its own"), before
     # root sets the system spool up (no spool named: /etc/onite.toml's)
     r = run_cli(["init"])
@@ -87,7 +87,7 @@ def test_nobody_submits_with_no_spool_named_and_roots_driver_runs_it(system, per
     r = run_cli(["submit", "nightly", "-p", "3"], stdin=f"id -u > {workdir}/who\n".encode(), user="nobody", env=env,
                 cwd=workdir)
     assert r.code == 0 and r.out == "", r
-    queued = system / "jobs" / "P3" / "root:nightly"
+    queued = system / "jobs" / "P3" / "nobody:nightly"
     assert queued.exists() and queued.stat().st_uid == nobody().pw_uid
     assert r.err == (f"spooled nightly (P3) in {system}; no drain is scheduled, so nothing will run it — "
                      "ask root to run: onite cron --install\n")
@@ -185,7 +185,7 @@ def test_submit_line_while_a_driver_drains(spool, workdir):
     submit("blocker", f"while [ -e {gate} ]; do sleep 0.02; done\n")
     driver = start_driver(spool)
     try:
-        wait_for(lambda: (spool / "running" / HOST / "blocker").exists(), what="the driver to drain")
+        wait_for(lambda: (spool / "running" / HOST / "root:blocker").exists(), what="the driver to drain")
         r = submit("next")
         assert r.err == f"spooled next (P4) in {spool}; a drain is running now on host {HOST}\n"
         r = submit("timed", "true\n", "--at", "+3h")  # (a seventh look: it read as "it runs now")
@@ -480,7 +480,7 @@ def test_run_says_why_it_did_nothing(spool, workdir):
     proc = drain(spool)
     assert proc.returncode == 0
     line = [ln for ln in proc.stderr.decode().splitlines() if " nothing-due " in ln][0]
-    assert 'note="nothing is due: 2 queued, none can start now (parked: held; later: not before ' in line
+    assert 'note="nothing is due: 2 queued, none can start now (root:parked: held; root:later: not before ' in line
     assert any(" nothing-due " in ln for ln in log_lines(spool))  # the same words in the log
 
 
@@ -490,7 +490,7 @@ def test_run_says_which_driver_holds_the_lock_and_so_does_detach(spool, workdir)
     submit("blocker", f"while [ -e {gate} ]; do sleep 0.02; done\n")
     first = start_driver(spool, env=onite_env(ONITE_STARTED_BY="cron"))
     try:
-        wait_for(lambda: (spool / "running" / HOST / "blocker").exists(), what="the first driver to drain")
+        wait_for(lambda: (spool / "running" / HOST / "root:blocker").exists(), what="the first driver to drain")
         proc = drain(spool)
         assert proc.returncode == 0
         busy = proc.stderr.decode()

@@ -124,10 +124,11 @@ def slurm_state(job_id: str) -> str:
 
 
 def runinfo(spool: Path, name: str) -> dict:
-    """What a run's record says (its first line, with the Slurm job id once sbatch has said it)."""
+    """What a run's record says (its first line, with the Slurm job id once sbatch has said it); ``name``:
+    a key, or root's NAME."""
     from onite.spool import runrecords
 
-    record = runrecords.read(spool / "running" / HOST / f"{name}@run")
+    record = runrecords.read(spool / "running" / HOST / f"{name if ':' in name else 'root:' + name}@run")
     return record.info if record is not None else {}
 
 
@@ -186,7 +187,7 @@ def test_jobs_run_in_slurm_as_their_owners_with_exact_env_and_cwd(slurm_spool, w
         assert (here / "multi.out").read_bytes() == raw[b"MULTI"] + b"\n"
         assert (here / "raw.out").read_bytes() == b"\xff\xfe not utf-8\n"
         assert (here / "login.out").read_text() == f"{home}|{user}|{user}"  # from passwd, as a login sets them
-        out = slurm_spool / "stdout" / name
+        out = slurm_spool / "stdout" / f"{user}:{name}"
         st = out.stat()
         assert st.st_uid == uid and stat.S_IMODE(st.st_mode) == 0o600
         assert out.read_text() == "to stdout\nto stderr\n"
@@ -197,6 +198,7 @@ def test_stderr_kept_apart_goes_to_its_own_file_through_sbatch_error(slurm_spool
     configure(slurm_spool, retry_delay="1s")
     both = "printf 'out \\377\\n'; printf 'err \\376\\n' >&2\n"  # bytes that are not UTF-8, exact
     flag = workdir / "failed-once"
+    me = pwd.getpwuid(os.getuid()).pw_name
     owners = [("sep-root", None, 0)] if ROOT else [("sep-mine", None, os.getuid())]
     if ROOT:
         owners.append(("sep-nobody", "nobody", pwd.getpwnam("nobody").pw_uid))
@@ -209,8 +211,9 @@ def test_stderr_kept_apart_goes_to_its_own_file_through_sbatch_error(slurm_spool
     for name, user, uid in owners:
         rec = result(slurm_spool, name)
         assert (rec["state"], rec["executor"], rec["stderr"]) == ("done", "slurm", "separate"), rec
-        for path, data in ((slurm_spool / "stdout" / name, b"out \xff\n"),
-                           (slurm_spool / "stdout" / f"{name}@stderr", b"err \xfe\n")):
+        key = f"{user or me}:{name}"
+        for path, data in ((slurm_spool / "stdout" / key, b"out \xff\n"),
+                           (slurm_spool / "stdout" / f"{key}@stderr", b"err \xfe\n")):
             st = path.stat()
             assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, 0o600)
             assert path.read_bytes() == data
@@ -307,7 +310,7 @@ def test_cancel_of_a_running_job_scancels_it(slurm_spool, workdir):
     driver = start_driver(slurm_spool)
     try:
         wait_for(marker.exists, timeout=30, what="the job to run in Slurm")
-        job_id = runinfo(slurm_spool, "long")["external_id"]
+        job_id = runinfo(slurm_spool, "nobody:long")["external_id"]
         assert slurm_state(job_id) == "RUNNING"
         r = run_cli(["cancel", "long"], user="nobody")
         assert r.code == 0, r
@@ -370,7 +373,7 @@ def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool
         stop(driver)
     assert (slurm_spool / "jobs" / "P2" / "root:interrupted").exists()  # back in its queue for the next night
     assert slurm_state(job_id) == "CANCELLED"
-    assert any(" requeued interrupted " in line for line in log_lines(slurm_spool))
+    assert any(" requeued root:interrupted " in line for line in log_lines(slurm_spool))
 
 
 @needs_root
@@ -437,7 +440,7 @@ def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slur
     job_id = runinfo(slurm_spool, "forgotten")["external_id"]
     gate.unlink()
     wait_for(lambda: slurm_state(job_id) == "COMPLETED", timeout=30, what="the job to end while no driver runs")
-    [record] = (slurm_spool / "running").glob("*/forgotten@run")
+    [record] = (slurm_spool / "running").glob("*/root:forgotten@run")
     gone = str(int(job_id) + 5_000_000)  # an id Slurm never had: as the record reads once Slurm forgot the job
     record.write_bytes(record.read_bytes().replace(f'"{job_id}"'.encode(), f'"{gone}"'.encode()))
     assert runinfo(slurm_spool, "forgotten")["external_id"] == gone
@@ -446,7 +449,7 @@ def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slur
     rec = result(slurm_spool, "forgotten")
     assert rec["state"] == "failed" and rec["external_id"] == gone, rec
     assert rec["reason"].startswith(f"lost: Slurm forgot job {gone} while no driver watched it"), rec
-    assert any(" recovered forgotten " in line and "ended while no driver watched it" in line
+    assert any(" recovered root:forgotten " in line and "ended while no driver watched it" in line
                for line in log_lines(slurm_spool))
     assert not (slurm_spool / "jobs" / "P1" / "root:forgotten").exists()
 
@@ -460,7 +463,7 @@ def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_
     kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm", "--host", "gone")
     from onite.spool import runrecords
 
-    job_id = runrecords.read(slurm_spool / "running" / "gone" / "ended@run").info["external_id"]
+    job_id = runrecords.read(slurm_spool / "running" / "gone" / "root:ended@run").info["external_id"]
     gate.unlink()
     wait_for(lambda: slurm_state(job_id) == "FAILED", timeout=30, what="the job to end while no driver runs")
     r = run_cli(["recover", "--host", "gone", "--force"])
@@ -510,10 +513,10 @@ def test_a_slurm_job_its_owner_renamed_is_still_cancelled_and_time_limited(slurm
     driver = start_driver(slurm_spool)
     try:
         wait_for(marker.exists, timeout=30, what="the job to run in Slurm")
-        job_id = runinfo(slurm_spool, "renamed")["external_id"]
+        job_id = runinfo(slurm_spool, "nobody:renamed")["external_id"]
         subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--init-groups", "scontrol", "update",
                         f"jobid={job_id}", "name=mine-now"], check=True, capture_output=True, timeout=SQUEUE_TIMEOUT)
-        assert run_cli(["cancel", "renamed"]).code == 0
+        assert run_cli(["cancel", "nobody:renamed"]).code == 0
         assert finish(driver, 60) == 0
     finally:
         stop(driver)
@@ -535,19 +538,19 @@ def test_recover_host_waits_until_a_renamed_slurm_job_is_over_before_running_it_
     kill_driver_when(slurm_spool, marker.exists, "the job to run in Slurm", "--host", "gone")
     from onite.spool import runrecords
 
-    job_id = runrecords.read(slurm_spool / "running" / "gone" / "stubborn@run").info["external_id"]
+    job_id = runrecords.read(slurm_spool / "running" / "gone" / "nobody:stubborn@run").info["external_id"]
     subprocess.run(["scontrol", "update", f"jobid={job_id}", "name=renamed"], check=True, capture_output=True,
                    timeout=SQUEUE_TIMEOUT)
     r = run_cli(["recover", "--host", "gone", "--force"])
     assert r.code == 0, r
     assert slurm_state(job_id) in ("CANCELLED", "FAILED"), slurm_state(job_id)  # over before it is requeued
-    assert (slurm_spool / "jobs" / "P3" / "root:stubborn").exists()
-    [line] = [line for line in log_lines(slurm_spool) if " recovered stubborn " in line]
+    assert (slurm_spool / "jobs" / "P3" / "nobody:stubborn").exists()
+    [line] = [line for line in log_lines(slurm_spool) if " recovered nobody:stubborn " in line]
     assert f"Slurm job {job_id} was cancelled" in line, line
 
 
 def recover_then_release(spool: Path, name: str, gate: Path, *, after: str | None = None) -> str:
-    """A driver that recovers ``name`` (a job held by ``gate``), then lets it end; its ``recovered`` line
+    """A driver that recovers job ``name`` (its key; a job held by ``gate``), then lets it end; its ``recovered`` line
     (``after``: there was one before, saying that)."""
     def recovered() -> list[str]:
         return [line for line in log_lines(spool) if f" recovered {name} " in line and (after is None or after not in line)]
@@ -570,11 +573,11 @@ def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(
     gate.touch()
     submit("unrecorded", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
     kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
-    [record] = (slurm_spool / "running").glob("*/unrecorded@run")
+    [record] = (slurm_spool / "running").glob("*/root:unrecorded@run")
     job_id = runinfo(slurm_spool, "unrecorded")["external_id"]
     record.unlink()  # as if the driver had been killed before writing it (an older onite wrote it after sbatch)
     assert slurm_state(job_id) == "RUNNING"
-    recovered = recover_then_release(slurm_spool, "unrecorded", gate)
+    recovered = recover_then_release(slurm_spool, "root:unrecorded", gate)
     assert slurm_state(job_id) == "CANCELLED"
     assert "requeued" in recovered and f"no run record; Slurm job {job_id} was cancelled" in recovered, recovered
     rec = result(slurm_spool, "unrecorded")
@@ -593,20 +596,20 @@ def test_a_slurm_job_whose_driver_died_as_sbatch_ran_is_taken_back_by_its_run_id
     submit("halfway", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n", user="nobody",
            cwd="/tmp")
     kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
-    [record] = (slurm_spool / "running").glob("*/halfway@run")
-    job_id = runinfo(slurm_spool, "halfway")["external_id"]
+    [record] = (slurm_spool / "running").glob("*/nobody:halfway@run")
+    job_id = runinfo(slurm_spool, "nobody:halfway")["external_id"]
     lines = record.read_bytes().splitlines(keepends=True)
     assert b'"submitted"' in lines[-1]
     record.write_bytes(b"".join(lines[:-1]))  # as if the driver had died before sbatch said the id
-    assert not runinfo(slurm_spool, "halfway").get("external_id")
+    assert not runinfo(slurm_spool, "nobody:halfway").get("external_id")
     empty = workdir / "empty-slurm.conf"  # Slurm's commands refuse it at once (a missing one costs a minute of
     empty.write_text("")                  # looking for the configuration elsewhere first)
     blind = subprocess.run([sys.executable, "-m", "onite", "run", "-q"], capture_output=True, timeout=120,
                            env=dict(os.environ, ONITE_SPOOL=str(slurm_spool), PYTHONPATH=str(REPO),
                                     SLURM_CONF=str(empty)))  # a driver that cannot ask Slurm
-    assert any(" recovered halfway " in line and "left claimed" in line for line in log_lines(slurm_spool)), blind
+    assert any(" recovered nobody:halfway " in line and "left claimed" in line for line in log_lines(slurm_spool)), blind
     assert record.exists() and slurm_state(job_id) == "RUNNING"  # kept, not cancelled nor requeued
-    recovered = recover_then_release(slurm_spool, "halfway", gate, after="left claimed")
+    recovered = recover_then_release(slurm_spool, "nobody:halfway", gate, after="left claimed")
     assert "re-attached" in recovered and f"slurm={job_id}" in recovered, recovered
     rec = result(slurm_spool, "halfway")
     assert (rec["state"], rec["external_id"]) == ("done", job_id), rec
@@ -624,14 +627,14 @@ def test_switching_to_local_cancels_what_a_dead_driver_left_in_slurm(slurm_spool
     path.write_text(path.read_text().split("\n[slurm]\n")[0] + "\n")
     local = start_driver(slurm_spool)
     try:
-        wait_for(lambda: any(" recovered moved " in line for line in log_lines(slurm_spool)), timeout=30,
+        wait_for(lambda: any(" recovered root:moved " in line for line in log_lines(slurm_spool)), timeout=30,
                  what="recovery by the local driver")
         gate.unlink()
         assert finish(local, 60) == 0
     finally:
         stop(local)
     assert slurm_state(job_id) == "CANCELLED"
-    recovered = [line for line in log_lines(slurm_spool) if " recovered moved " in line]
+    recovered = [line for line in log_lines(slurm_spool) if " recovered root:moved " in line]
     assert recovered and f"Slurm job {job_id} was cancelled" in recovered[0], recovered
     rec = result(slurm_spool, "moved")
     assert rec["state"] == "done" and rec["executor"] == "local"
@@ -644,7 +647,7 @@ def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_
     kill_driver_when(slurm_spool, marker.exists, "the job to run in Slurm", "--host", "gone")
     from onite.spool import runrecords
 
-    job_id = runrecords.read(slurm_spool / "running" / "gone" / "orphan@run").info["external_id"]
+    job_id = runrecords.read(slurm_spool / "running" / "gone" / "root:orphan@run").info["external_id"]
     r = run_cli(["recover", "--host", "gone", "--force"])
     assert r.code == 0, r
     assert slurm_state(job_id) == "CANCELLED"  # nothing would watch it: it is cancelled, not re-attached
@@ -716,9 +719,9 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
     from onite.exec.slurm import SlurmRunner
 
     now = datetime.now().astimezone()
-    job = Job(name="ghost", priority=1, submitted=now, host=HOST, umask=0o22, cwd=b"/", env={}, body=b"")
+    job = Job(name="root:ghost", priority=1, submitted=now, host=HOST, umask=0o22, cwd=b"/", env={}, body=b"")
     runner = SlurmRunner(None, load_config(slurm_spool / "onite.toml"), switch_user=False)
-    run = Run(name="ghost", job=job, owner=current(), rank=1, run_id="x", started=now, started_mono=0.0,
+    run = Run(name="root:ghost", job=job, owner=current(), rank=1, run_id="x", started=now, started_mono=0.0,
               external_id="987654321")
     assert runner.reattach(run) is False
     runner.runs.append(run)
@@ -741,11 +744,11 @@ def test_a_users_slurm_job_name_cannot_forge_what_squeue_says_of_another_users_j
     submit("att", f"while [ ! -e {gate} ]; do sleep 0.1; done\n", user="nobody", cwd="/tmp")
     driver = start_driver(slurm_spool)
     try:
-        vic = wait_for(lambda: runinfo(slurm_spool, "vic").get("external_id"), what="daemon's job in Slurm")
-        att = wait_for(lambda: runinfo(slurm_spool, "att").get("external_id"), what="nobody's job in Slurm")
+        vic = wait_for(lambda: runinfo(slurm_spool, "daemon:vic").get("external_id"), what="daemon's job in Slurm")
+        att = wait_for(lambda: runinfo(slurm_spool, "nobody:att").get("external_id"), what="nobody's job in Slurm")
         wait_for(lambda: slurm_state(vic) == "RUNNING", what="daemon's job to run")
-        for forged in (f"onite:att\n{vic}|FAILED|256|None|2020-01-01T00:00:00|1|",
-                       f"onite:att\n{vic}|RUNNING|\u00b2|None|N/A|1|"):
+        for forged in (f"onite:nobody:att\n{vic}|FAILED|256|None|2020-01-01T00:00:00|1|",
+                       f"onite:nobody:att\n{vic}|RUNNING|\u00b2|None|N/A|1|"):
             renamed = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", "update", f"jobid={att}",
                                       f"name={forged}"], capture_output=True, text=True, timeout=SQUEUE_TIMEOUT)
             assert renamed.returncode == 0, renamed.stderr
@@ -792,14 +795,14 @@ def test_a_slurm_claim_whose_retry_was_spooled_is_dropped_not_filed_again(slurm_
     configure(slurm_spool, retry_delay="1s")
     ledger, mark = workdir / "ledger", workdir / "mark"
     submit("rj", f"echo run >> {ledger}; if [ -e {mark} ]; then exit 0; fi; touch {mark}; exit 3\n", "--retries", "1")
-    claim = slurm_spool / "running" / HOST / "rj"
+    claim = slurm_spool / "running" / HOST / "root:rj"
     env = dict(os.environ, ONITE_SPOOL=str(slurm_spool), PYTHONPATH=str(REPO))
     subprocess.run([shutil.which("strace"), "-f", "-qq", "-o", "/dev/null", "-P", str(claim), "-e", "trace=unlink,unlinkat",
                     "-e", "inject=unlink,unlinkat:signal=KILL", sys.executable, "-m", "onite", "run", "-q"],
                    env=env, capture_output=True, timeout=120)
-    assert claim.exists() and list(slurm_spool.glob("jobs/P*/rj")), "the crash left no claim and retry"
+    assert claim.exists() and list(slurm_spool.glob("jobs/P*/root:rj")), "the crash left no claim and retry"
     assert drain(slurm_spool).returncode == 0
-    lines = [line for line in log_lines(slurm_spool) if " rj " in line]
+    lines = [line for line in log_lines(slurm_spool) if " root:rj " in line]
     assert not [line for line in lines if " retry-skipped " in line or " failed " in line], lines
     assert [line for line in lines if "dropped: its retry was already spooled" in line], lines
     assert (result(slurm_spool, "rj")["state"], result(slurm_spool, "rj")["attempt"]) == ("done", 2)
@@ -852,4 +855,4 @@ def test_an_sbatch_that_writes_without_end_fills_no_memory(slurm_spool, workdir)
     flood = result(slurm_spool, "flood")
     assert flood["state"] == "failed" and "stopped at the limit" in flood["reason"], flood["reason"]
     assert result(slurm_spool, "fine")["state"] == "done"
-    assert (slurm_spool / "stdout" / "root:fine").stat().st_size == 10_000_000
+    assert (slurm_spool / "stdout" / "daemon:fine").stat().st_size == 10_000_000

@@ -32,7 +32,7 @@ def test_running_driver_and_waiting_jobs(spool, workdir):
     assert run_cli(["release", "free"]).code == 0  # queued, runnable: not listed as waiting
     driver = start_driver(spool, "--slots", "1")
     try:
-        wait_for(lambda: (spool / "running" / HOST / "base").exists(), what="base to start")
+        wait_for(lambda: (spool / "running" / HOST / "root:base").exists(), what="base to start")
         doc = run_cli(["status", "--json"]).json()
         [drv] = doc["drivers"]
         assert drv["host"] == HOST and drv["pid"] == driver.pid and drv["role"] == "driver"
@@ -83,8 +83,8 @@ def test_last_night(spool):
     def record(name: str, state: str, finished_hour: int, day: date = yesterday, reason: str = "") -> None:
         finished = datetime(day.year, day.month, day.day, finished_hour).astimezone()
         fields = {"user": "root", "attempt": 1, **({"reason": reason} if reason else {})}
-        lines.append(format_line(finished - timedelta(minutes=5), "vm", 7, "start", name, **fields))
-        lines.append(format_line(finished, "vm", 7, state, name, **fields))
+        lines.append(format_line(finished - timedelta(minutes=5), "vm", 7, "start", f"root:{name}", **fields))
+        lines.append(format_line(finished, "vm", 7, state, f"root:{name}", **fields))
 
     record("ok1", "done", 20)
     record("ok2", "done", 23)
@@ -122,13 +122,13 @@ def test_other_users_see_reasons_only_for_their_own_jobs(spool, workdir):
     seen = run_cli(["status", "--json"], user="nobody")
     assert seen.code == 0, seen
     waiting = by_name(seen.json())
-    assert set(waiting) == {"root-held", "nb-later"}  # root-later: queued, its reason is root's business
-    assert waiting["root-held"]["private"] and waiting["root-held"]["reason"] == "held"
+    assert set(waiting) == {"root:root-held", "nb-later"}  # root-later: queued, its reason is root's business
+    assert waiting["root:root-held"]["private"] and waiting["root:root-held"]["reason"] == "held"
     assert waiting["nb-later"]["kind"] == "not_before" and not waiting["nb-later"]["private"]
     text = run_cli(["status"], user="nobody").out
-    assert "root-held (root, P4): held (another user's job: other details private)" in text
+    assert "root:root-held (root, P4): held (another user's job: other details private)" in text
     assert "root-later" not in text.split("waiting")[1]
-    assert set(by_name(run_cli(["status", "--json"]).json())) == {"root-held", "root-later", "nb-later"}
+    assert set(by_name(run_cli(["status", "--json"]).json())) == {"root-held", "root-later", "nobody:nb-later"}
 
 
 def test_last_night_is_the_last_drain(spool, workdir):
@@ -151,7 +151,7 @@ def test_last_night_is_the_last_drain(spool, workdir):
     submit(long_name, f"while [ -e {gate} ]; do sleep 0.02; done\n")
     driver = start_driver(spool)
     try:
-        wait_for(lambda: (spool / "running" / HOST / long_name).exists(), what="the job to start")
+        wait_for(lambda: (spool / "running" / HOST / f"root:{long_name}").exists(), what="the job to start")
         for args in (["status"], ["status", "--plain"]):
             text = run_cli(args, env=dict(os.environ, COLUMNS="50")).out
             rows = [re.split(r" {2,}", line) for line in text.splitlines()]
@@ -184,9 +184,9 @@ def test_a_look_lists_cancel_and_hold_once_however_many_jobs_it_explains(spool, 
     submit("base", "true\n", "--hold")
     for i in range(20):
         submit(f"child{i}", "true\n", "--after", "base")  # each says "after base (held)": a look at hold/
-        job = Job(name=f"gone{i}", priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
-                  cwd=b"/tmp", env={b"PATH": b"/bin"}, body=b"true\n", after=(f"nosuch{i}",))
-        (spool / "jobs" / "P4" / f"gone{i}").write_bytes(encode(job))  # written by hand: each a look at cancel/
+        job = Job(name=f"root:gone{i}", priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
+                  cwd=b"/tmp", env={b"PATH": b"/bin"}, body=b"true\n", after=(f"root:nosuch{i}",))
+        (spool / "jobs" / "P4" / f"root:gone{i}").write_bytes(encode(job))  # written by hand: each a look at cancel/
     for i in range(5):
         (spool / "cancel" / f"x{i}@t").write_bytes(b"")
         (spool / "hold" / f"y{i}@t").write_bytes(b"")

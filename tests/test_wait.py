@@ -41,8 +41,8 @@ def finish(proc, timeout=60):
     return proc.returncode, out, err
 
 
-def running(spool, name):
-    return any((spool / "running" / h / name).exists() for h in os.listdir(spool / "running"))
+def running(spool, key):
+    return any((spool / "running" / h / key).exists() for h in os.listdir(spool / "running"))
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def procs():
 def test_wait_blocks_until_the_job_ends_and_reports_it(spool, gate, procs, code, expected_exit, line):
     submit("build", gated(gate, code))
     procs.append(driver := start_driver(spool))
-    wait_for(lambda: running(spool, "build"), what="build to start")
+    wait_for(lambda: running(spool, "root:build"), what="build to start")
     procs.append(waiter := start_wait(spool, "build"))
     assert waiter.stderr.readline() == "onite: waiting for build (running)…\n"  # it looked, and blocks
     gate.unlink()
@@ -91,7 +91,7 @@ def test_wait_for_a_queued_job_that_is_cancelled(spool, gate, procs):
 def test_wait_for_a_running_job_that_is_cancelled(spool, gate, procs):
     submit("c2", gated(gate))
     procs.append(driver := start_driver(spool))
-    wait_for(lambda: running(spool, "c2"), what="c2 to start")
+    wait_for(lambda: running(spool, "root:c2"), what="c2 to start")
     procs.append(waiter := start_wait(spool, "c2", "--json"))
     assert run_cli(["cancel", "c2"]).code == 0
     rc, out, _ = finish(waiter)
@@ -119,7 +119,7 @@ def test_timeout_passes_first(spool, gate, procs):
     submit("slow", gated(gate))
     submit("never", "true\n", "--hold")
     procs.append(start_driver(spool))
-    wait_for(lambda: running(spool, "slow"), what="slow to start")
+    wait_for(lambda: running(spool, "root:slow"), what="slow to start")
     r = run_cli(["wait", "slow", "never", "--timeout", "1s"])
     assert r.code == 6, r
     assert r.out.splitlines() == ["slow: still running", "never: still held"]
@@ -142,7 +142,7 @@ def test_a_job_spooled_again_is_waited_for_not_its_earlier_run(spool, gate, proc
     submit("again", gated(gate))
     procs.append(waiter := start_wait(spool, "again"))
     procs.append(start_driver(spool))
-    wait_for(lambda: running(spool, "again"), what="the new run to start")
+    wait_for(lambda: running(spool, "root:again"), what="the new run to start")
     assert waiter.stderr.readline().startswith("onite: waiting for again (")
     assert waiter.poll() is None  # the failed record of the first run does not end the wait
     gate.unlink()
@@ -165,7 +165,7 @@ def test_wait_for_the_drain(spool, gate, procs, fail):
         submit("broken", "exit 7\n", "-p", "1")
     submit("long", gated(gate), "-p", "2")
     procs.append(driver := start_driver(spool))
-    wait_for(lambda: running(spool, "long"), what="long to start")
+    wait_for(lambda: running(spool, "root:long"), what="long to start")
     procs.append(waiter := start_wait(spool))
     assert waiter.stderr.readline().startswith("onite: waiting for the drain on ")  # it looked, and blocks
     gate.unlink()
@@ -180,7 +180,7 @@ def test_wait_for_the_drain(spool, gate, procs, fail):
 def test_wait_for_the_drain_times_out(spool, gate, procs):
     submit("long", gated(gate))
     procs.append(start_driver(spool))
-    wait_for(lambda: running(spool, "long"), what="long to start")
+    wait_for(lambda: running(spool, "root:long"), what="long to start")
     doc = run_cli(["wait", "--timeout", "1s", "--json"]).json()
     assert doc["exit_code"] == 6 and doc["timed_out"] and doc["still"] == doc["drivers"] and len(doc["still"]) == 1
 
@@ -281,19 +281,21 @@ def test_any_user_may_wait_for_anyone_s_job(spool, workdir):
     submit("roots", "true\n")
     submit("nobodys", "exit 1\n", user="nobody", cwd=workdir)
     assert drain(spool).returncode == 0
-    r = run_cli(["wait", "roots", "nobodys"], user="nobody", cwd=workdir)
-    assert (r.code, r.out.splitlines()) == (5, ["roots: done", "nobodys: failed (exit 1)"]), r
+    r = run_cli(["wait", "root:roots", "nobodys"], user="nobody", cwd=workdir)
+    assert (r.code, r.out.splitlines()) == (5, ["root:roots: done", "nobodys: failed (exit 1)"]), r
 
 
 @needs_root
 def test_user_colon_name_waits_for_that_user_s_job_of_the_name(spool, workdir):
-    """``onite wait nobody:build`` follows nobody's ``build``; ``root:build`` is no job of root's."""
+    """``onite wait nobody:build`` follows nobody's ``build``; root's ``build`` and ``root:build`` are no job."""
     submit("build", "exit 3\n", user="nobody", cwd=workdir)
     assert drain(spool).returncode == 0
     r = run_cli(["wait", "nobody:build"])
     assert (r.code, r.out.splitlines()) == (5, ["nobody:build: failed (exit 3)"]), r
-    r = run_cli(["wait", "build"])
+    r = run_cli(["wait", "build"], user="nobody", cwd=workdir)
     assert (r.code, r.out.splitlines()) == (5, ["build: failed (exit 3)"]), r
+    r = run_cli(["wait", "build"])  # root's own build: there is none
+    assert r.code == 1 and "'build'" in r.err, r
     r = run_cli(["wait", "root:build"], user="nobody", cwd=workdir)
     assert r.code == 1 and "root:build" in r.err, r
 

@@ -184,9 +184,11 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
 
 
 def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
-    """What a driver does on filing a cancelled job: the log line, the owner's notice if wanted."""
+    """What a driver does on filing a cancelled job: the log line, its count, the owner's notice if wanted."""
     from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
+    from onite.core.clock import SYSTEM
+    from onite.drain.metrics import Metrics
     from onite.exec.notify import Notifier
 
     log = ActivityLog(spool.log_path, default_host(spool.config))
@@ -195,6 +197,9 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
             log.event("refused", name, owner=by, reason=filed.note)
             return
         log.event("cancelled", name, user=filed.result.user, by=by, was="queued")
+        metrics = Metrics(spool, default_host(spool.config), log, SYSTEM)
+        metrics.filed(filed.result)
+        metrics.flush()
         notifier = Notifier(spool, log)
         notifier.notify(filed.result, filed.job, spool.config)
         notifier.finish()

@@ -22,6 +22,7 @@ from onite.spool.queued import find_queued
 from onite.spool.results import read_result
 from onite.spool.scan import find_running, key_uid, user_name
 from onite.core.policy import owner_or_root
+from onite.app.common import label
 from onite.app.wait import PENDING, Final, judge, look, start
 
 POLL = 0.2  # seconds between looks while the output does not grow
@@ -41,10 +42,11 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
         Refused: the job (or its output) belongs to another user.
         SpoolIOError: the spool or the output cannot be read.
     """
-    watch = start(spool, [name], caller_uid)[name]
+    shown = label(name)  # as the caller writes it: NAME for their own job
+    watch = start(spool, [shown], caller_uid)[shown]
     entries = find_queued(spool, name) + find_running(spool, name)
     if entries and not owner_or_root(caller_uid, entries[0].uid):
-        raise Refused(f"the output of {name!r} belongs to {user_name(entries[0].uid)}",
+        raise Refused(f"the output of {shown!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner and root may read it")
     if owner is _LOOK:
         owner = key_uid(name)
@@ -75,7 +77,7 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
                 continue
             if not told and announce is not None and watch.live in ("queued", "held"):
                 told = True
-                announce(f"{name} is {watch.live}; waiting for it to start")
+                announce(f"{shown} is {watch.live}; waiting for it to start")
             sleep(POLL)
     finally:
         if handle is not None:
@@ -99,8 +101,8 @@ def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
         result = read_result(spool, name)
         separate = None if result is None else result.stderr == "separate"
     if separate is False:
-        raise NotFound(f"job {name!r} keeps stderr with its stdout (it was spooled without --stderr-separate)",
-                       f"follow it with: onite output {name} --follow")
+        raise NotFound(f"job {label(name)!r} keeps stderr with its stdout (it was spooled without --stderr-separate)",
+                       f"follow it with: onite output {label(name)} --follow")
 
 
 def _key(path: Path) -> tuple[int, int, int] | None:

@@ -53,7 +53,7 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
         os.close(fd)
     text = output_tail(data, cut=start > 0, lines=lines).decode("utf-8", "replace").splitlines() if lines else []
     # a retry's output follows the earlier attempts', after its marker line (onite.exec.launch.attempt_marker)
-    marker = f"[onite] attempt {job.attempt} of {job.name}, "
+    marker = f"[onite] attempt {job.attempt} of {job.name.partition(':')[2]}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
     cut = [printable(line) for line in text]
     return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…" for line in cut))

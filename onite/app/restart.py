@@ -55,6 +55,9 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
         new = unique_name(new, lambda n: name_taken(spool, job_key(user, n)))
     target = job_key(user, new)
     if not unique:
+        if is_live(spool, target):
+            raise Refused(f"a job named {label(target)!r} is already queued or running",
+                          f"restart it as another job: onite restart {text} --name NEW, or --unique")
         refuse_taken(spool, [target], st.st_uid)
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
     job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),

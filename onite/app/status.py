@@ -109,7 +109,8 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         next_drain=drain.next.when if drain.next else None, schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=upcoming(spool, now, limit=10),
-        waiting=waiting_jobs(spool, head, now, euid=euid, host=this_host),
+        waiting=[{**row, "name": label(row["name"])}
+                 for row in waiting_jobs(spool, head, now, euid=euid, host=this_host)],
         not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=schedule_next, warnings=warnings + list(drain.problems), last_driver=last_driver,
@@ -169,7 +170,8 @@ def status_json(info: StatusInfo) -> str:
         "queue": info.queue,
         "queued": sum(info.queue.values()),
         "held": info.held,
-        "running": [{**v.to_json(), "elapsed": (info.now - v.started).total_seconds() if v.started else None}
+        "running": [{**v.to_json(), "name": label(v.name),
+                     "elapsed": (info.now - v.started).total_seconds() if v.started else None}
                     for v in info.running],
         "waiting": info.waiting,
         "not_examined": info.not_examined,

@@ -97,8 +97,8 @@ class Final:
 
     def to_json(self) -> dict:
         if self.view is not None:
-            return self.view.to_json()
-        return {"name": self.name, "state": self.state, "reason": self.reason}
+            return {**self.view.to_json(), "name": label(self.name)}
+        return {"name": label(self.name), "state": self.state, "reason": self.reason}
 
 
 PENDING = None  # judge's verdict while a job is still to finish
@@ -306,7 +306,7 @@ class DrainsWaited:
             return f"timed out: still draining on {', '.join(self.still)}"
         parts = [f"{self.counts['done']} done"]
         for state in ("failed", "cancelled"):
-            names = [j.name for j in self.jobs if j.state == state]
+            names = [label(j.name) for j in self.jobs if j.state == state]
             if names:
                 more = f", … {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
                 parts.append(f"{len(names)} {state} ({', '.join(names[:SHOWN_NAMES])}{more})")
@@ -347,11 +347,11 @@ def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
     if isinstance(waited, JobsWaited):
         doc["waited"] = "jobs"
         doc["jobs"] = [waited.finals[n].to_json() if n in waited.finals
-                       else {"name": n, "state": waited.still.get(n, "queued"), "reason": "not finished"}
+                       else {"name": label(n), "state": waited.still.get(n, "queued"), "reason": "not finished"}
                        for n in waited.names]
     else:
         doc.update({"waited": "drain", "drivers": waited.hosts,
                     "since": waited.since.isoformat() if waited.since else None, "still": waited.still,
                     "counts": waited.counts, "summary": waited.summary(),
-                    "jobs": [j.to_json() for j in waited.jobs]})
+                    "jobs": [{**j.to_json(), "name": label(j.name)} for j in waited.jobs]})
     return dumps(doc)

@@ -79,19 +79,20 @@ def recover(
 ) -> None:
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
     from onite.app import run as run_app
+    from onite.app.common import label
 
     target, claims = run_app.host_claims(spool_of(spool), host)
     if not claims:
         print(f"host {host} has no claimed jobs")
         return
     if not force and not confirm("recover", "--force", [
-            f"host {host} claimed: {', '.join(claims)}",
+            f"host {host} claimed: {', '.join(map(label, claims))}",
             "Only go on if that host is down and will not come back with these jobs still running there."],
             "requeue them? [y/N] "):
         print("nothing changed")
         return
     done = run_app.recover_host(target, host)
-    print(f"recovered {len(done)} job(s) of host {host}: {', '.join(done)}")
+    print(f"recovered {len(done)} job(s) of host {host}: {', '.join(map(label, done))}")
 
 
 @app.command()

@@ -126,6 +126,14 @@ def cron(
 
 
 @app.command()
+def metrics(spool: SpoolOpt = None) -> None:
+    """Print the spool's Prometheus metrics (text format), from its files: queue, outcomes, drains."""
+    from onite.drain.metrics import metrics_text
+
+    print(metrics_text(open_spool(spool), SYSTEM.now()), end="")
+
+
+@app.command()
 def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = None) -> None:
     """Drivers running, queue sizes, running jobs, the next scheduled drain."""
     from onite.app.status import gather, status_json

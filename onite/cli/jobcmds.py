@@ -227,8 +227,10 @@ def cancel(
     if all_ and names:
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
     picked, others, doomed = _pick_by_pattern(target, patterns, every=all_, yes=yes)
+    from onite.app.common import label
+
     named = [n for n in names if n not in patterns]
-    matched = [v.name for v in picked.chosen if v.name not in named]
+    matched = [label(v.name) for v in picked.chosen if label(v.name) not in named]
     done = _cancel_each(target, named + matched, matched)
     print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
                                         "cancel only yours" if picked.skipped else ""))
@@ -308,7 +310,7 @@ def _pick_one(target) -> list[str]:
         return []
     if not answer.isdigit() or not 1 <= int(answer) <= len(views):
         raise InvalidInput(f"no job numbered {answer!r}", f"answer a number from 1 to {len(views)}")
-    return [views[int(answer) - 1].name]
+    return [label(views[int(answer) - 1].name)]
 
 
 @app.command()

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from onite.app.common import label
 from onite.app.run import IDLE_EVENTS, idle_reason
 from onite.cli.render import STATE_STYLE
 from onite.core.cells import human_duration, priority_text
@@ -115,9 +116,9 @@ class DrainView:
         self._opened = time.monotonic()
 
     def listener(self, when: datetime, event: str, name: str, fields: dict) -> None:
-        """The driver's thread: each event of its log."""
+        """The driver's thread: each event of its log (a job by its key, shown as the viewer writes it)."""
         with self._lock:
-            line = self.state.apply(when, event, name, fields)
+            line = self.state.apply(when, event, label(name), fields)
         if line is not None and self._live is not None:  # printable: a reason may quote a path a user chose
             style = STATE_STYLE[event] if event in FINAL else "yellow"
             self._live.console.print(printable(line), style=style, markup=False, highlight=False)

@@ -86,6 +86,8 @@ class Config:
     max_pids: int = 4096  # processes and threads one local job may have at once (its cgroup's pids.max; 0: no limit)
     pam: str = "auto"  # a PAM session for each local job's owner: "auto" (where the service exists), "required", "off"
     pam_service: str = "onite"  # the PAM service those sessions open (/etc/pam.d/NAME)
+    metrics_file: str | None = None  # where the driver writes Prometheus metrics (onite.drain.metrics)
+    metrics_users: bool = False  # metrics by user too (a ``user`` label)
 
     def slots_for(self, host: str) -> int:
         """Slots on ``host``: its ``[hosts.NAME]`` override, else ``slots``."""
@@ -160,6 +162,8 @@ def _config_of(data: dict, source: str) -> Config:
         reserve_cpus=reader.cpus("reserve_cpus", zero=True),
         backfill=reader.boolean("backfill"),
         order=reader.choice("order", ("fifo", "fair")),
+        metrics_file=reader.path("metrics_file", "/var/lib/prometheus/node-exporter/onite.prom", unset=True),
+        metrics_users=reader.boolean("metrics_users"),
         **reader.notify(),
     )
     reader.no_unknown_keys()
@@ -219,9 +223,12 @@ class _Reader:
         return self._parsed(key, lambda value: parse_duration(str(value), what=key),
                             'a duration such as "90s", "30m" or "2h"')
 
-    def path(self, key: str, example: str = "/bin/sh") -> str:
+    def path(self, key: str, example: str = "/bin/sh", *, unset: bool = False) -> str | None:
+        """An absolute path; ``unset``: leaving it out (or "") means none."""
+        if unset and self.data.get(key, "") == "":
+            return self._default(key)
         value = self.data.get(key, self._default(key))
-        if not isinstance(value, str) or not value.startswith("/"):
+        if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
             raise self._bad(key, value, f'an absolute path such as "{example}"')
         return value
 

@@ -19,6 +19,8 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+from onite.core.names import shown
+
 
 class DepState(Enum):
     PENDING = "pending"  #: queued or running: wait for it
@@ -87,8 +89,9 @@ _FAILS = {
 
 
 def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
-             dependency: Callable[[str], DepState]) -> Verdict:
-    """May this queued job start now on ``host``?"""
+             dependency: Callable[[str], DepState], owner: str | None = None) -> Verdict:
+    """May this queued job start now on ``host``? A reason names a dependency as the job's ``owner``
+    writes it: NAME for their own job, USER:NAME for another user's."""
     if held:
         return Wait("held")
     if meta.pin and meta.pin != host:
@@ -98,9 +101,9 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
     for dep in meta.after:
         state = dependency(dep)
         if state is DepState.PENDING:
-            return Wait(f"after {dep}")
+            return Wait(f"after {shown(dep, owner)}")
         if state in _FAILS:
-            return Fail(_FAILS[state].format(dep))
+            return Fail(_FAILS[state].format(shown(dep, owner)))
     return READY
 
 

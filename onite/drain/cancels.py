@@ -82,7 +82,7 @@ class CancelInbox:
         if filed.result is None:
             night.log.event("refused", name, owner=requester, reason=filed.note)
             return
-        night.counts["cancelled"] += 1
+        night.count(filed.result)
         night.log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
         night.notifier.notify(filed.result, filed.job, night.config)
 

@@ -217,6 +217,7 @@ class Driver:
             return sorted(n for n in before if is_valid_key(n))
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
+            night.metrics.flush()
             lock.release()
             self.log.close()
 
@@ -299,6 +300,7 @@ class Driver:
                        limits=self._limiter.describe() if local else None,
                        pam=pam.describe() if pam is not None else None,
                        capacity=capacity_text(self.packer.capacity()) if local else None)
+        night.metrics.drain_started(self.clock.now())
         # the signal catcher ``run`` installed, or one for this drain (the daemon's signals list)
         catcher = nullcontext(self.wakeup_fd) if self.wakeup_fd is not None else signals.SignalCatcher(self.signals)
         with catcher as wakeup_fd:
@@ -314,9 +316,14 @@ class Driver:
         counts = night.counts
         if explain and not any(counts.values()) and not (night.stopping or night.window_closed or night.cannot_record):
             self._explain_idle()
+        reason = ("stopped" if night.stopping else "window closed" if night.window_closed
+                  else "cannot record" if night.cannot_record else "drained")
         self.log.event("driver-exit", done=counts["done"], failed=counts["failed"], cancelled=counts["cancelled"],
-                       left=len(night.index), reason="stopped" if night.stopping else "window closed"
-                       if night.window_closed else "cannot record" if night.cannot_record else "drained")
+                       left=len(night.index), reason=reason)
+        # a daemon stays up after its drain; onite run exits
+        night.metrics.drain_ended(self.clock.now(), exit_status=EXIT_FAILURE if night.cannot_record else 0,
+                                  completed=reason in ("drained", "window closed"),
+                                  leaving=self.heartbeat is None or self.heartbeat.beat_.role != hb.Role.DAEMON)
 
     def _loop(self, wakeup_fd: int) -> None:
         night = self.night
@@ -329,6 +336,7 @@ class Driver:
                 signals.kill_all(night)
             if self.heartbeat is not None:
                 self.heartbeat.tick()
+            night.metrics.tick()  # what the last turn filed; the last turn's is written by drain_ended
             if self.tick is not None and not night.stopping:
                 self._tick_at = self.tick(self, self.clock.now())
             self.finisher.reap()

@@ -108,7 +108,7 @@ class Finisher:
             night.log.event("error", run.name, error=str(err), note="the job stays in running/ until recovery")
             self.note_cannot_record(str(err))
             return
-        night.counts[str(result.state)] += 1
+        night.count(result)
         if result.duration is not None:
             night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + result.duration
         # logged before the record goes: recovery logs it for a record left only if the log lacks its run id
@@ -213,7 +213,7 @@ class Finisher:
             if not (gone_ok and isinstance(err, NotFound)):
                 night.log.event("error", result.name, error=str(err))
                 return False
-        night.counts[str(result.state)] += 1
+        night.count(result)
         return True
 
     def file_lost(self, result: Result) -> bool:
@@ -225,7 +225,7 @@ class Finisher:
         except OniteError as err:
             night.log.event("error", result.name, error=str(err))
             return False
-        night.counts[str(result.state)] += 1
+        night.count(result)
         night.log.event(str(result.state), result.name, user=result.user, reason=result.reason, run=result.run_id or None)
         return True
 
@@ -244,6 +244,7 @@ class Finisher:
             return
         owner = user_name(st.st_uid) if st else "?"
         night.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(night.spool.root)))
+        night.metrics.refused()
         # a second link says nothing of who put it here (anyone may link a file they can write): its
         # inode's owner gets no result, no notice, and no failure a job of theirs could wait on
         if file_result and st is not None and is_valid_key(name) and stat.S_ISREG(st.st_mode) \
@@ -313,6 +314,7 @@ class Finisher:
         log may be what cannot be written)."""
         if self.night.cannot_record is None:
             self.night.cannot_record = why
+            self.night.metrics.cannot_record()
             self.night.log.event("cannot-record", name, error=why,
                              note="no job starts until runs can be recorded; running jobs go on")
             if self.night.log.echo is None:

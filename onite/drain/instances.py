@@ -287,9 +287,11 @@ class RecurScheduler:
             return False
         if displaced:
             try:
+                owner_name = user_name(os.lstat(displaced).st_uid)
                 move_file(Path(displaced), self.spool.refused_path(job.name, self.clock.now()), "moving aside")
-                self.log.event("refused", job.name, reason="a forgery at the key of a recurring job's run")
-            except OniteError:
+                self.log.event("refused", job.name, owner=owner_name,
+                               reason="a forgery at the key of a recurring job's run")
+            except (OniteError, OSError):  # its owner removed it meanwhile
                 pass
         return True
 

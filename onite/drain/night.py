@@ -18,6 +18,8 @@ from onite.core.errors import Refused
 from onite.core.job import Job
 from onite.core.queue import Meta
 from onite.core.identity import Identity
+from onite.core.state import Result
+from onite.drain.metrics import Metrics
 from onite.exec.identity import resolve
 from onite.exec.notify import Notifier
 from onite.exec.runner import Run, Runner
@@ -135,6 +137,7 @@ class Night:
     index: QueueIndex = field(init=False)
     jobs: JobFiles = field(init=False)
     starts: StartLog = field(init=False)
+    metrics: Metrics = field(init=False)
     running: dict[str, Run] = field(default_factory=dict)
     used: dict[str, float] = field(default_factory=dict)  # user → seconds their runs filed this drain ran (order = "fair")
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
@@ -156,10 +159,16 @@ class Night:
                                 edit_dir=self.spool.edit_dir)
         self.jobs = JobFiles(self.config.max_job_size, self.clock)
         self.starts = StartLog(self.log)
+        self.metrics = Metrics(self.spool, self.host, self.log, self.clock)
 
     @property
     def running_dir(self) -> Path:
         return self.spool.running_dir(self.host)
+
+    def count(self, result: Result) -> None:
+        """A job was filed: count it tonight and in the host's counters (onite.drain.metrics)."""
+        self.counts[str(result.state)] += 1
+        self.metrics.filed(result)
 
     def forget(self, cand: Candidate) -> None:
         """A queued job left its folder (claimed, failed, refused, gone): drop all that is kept of it."""

@@ -132,7 +132,8 @@ class Picker:
             if night.only_timed and seen.meta.not_before is None:
                 return None  # untimed jobs wait for the scheduled drain
             held = night.index.holds.held(cand.name, seen.st.st_uid)
-            verdict = evaluate(seen.meta, held=held, now=now, host=night.host, dependency=self.dependency)
+            verdict = evaluate(seen.meta, held=held, now=now, host=night.host, dependency=self.dependency,
+                              owner=split_key(cand.name)[0])
             if verdict is READY:
                 return True
             if held or (seen.meta.pin and seen.meta.pin != night.host):

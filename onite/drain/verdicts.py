@@ -11,6 +11,7 @@ from datetime import datetime
 
 from onite.core.admission import Admit, Busy, admit, head_of, latest_end, room
 from onite.core.errors import ConfigError, JobFormatError
+from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, request_of
@@ -31,8 +32,11 @@ EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiti
 def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
                  host: str) -> list[dict]:
     """Why each of these queued jobs (``(rank, ctime_ns, name, uid, held)``, in run order) cannot start
-    now; jobs that may start, and other users' jobs that are not held, are left out."""
+    now; jobs that may start, and other users' jobs that are not held, are left out. A job a reason
+    names is named as ``euid``'s user writes it (NAME for their own, USER:NAME for another's)."""
+    reader = user_name(euid)
     users: dict[int, str] = {}
+    reader = user_name(euid)
     found = []
     room = _Room(spool, host, now)
     # cancel/ and hold/ are listed once for the whole look: anyone may fill them
@@ -59,16 +63,19 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             edits = read_edits(spool.edit_dir)
         job, _ = edited(job, trusted(edits.get(name, []), name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after:, its state)
+        keys = {shown(dep, reader): dep for dep in job.after}
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, dep, withdrawn)
+            state = dependency_state(spool, keys[dep], withdrawn)
             asked.append((dep, state))
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
-        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency)
+        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=user)
         if verdict is READY:
             kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout)
+            if reason and room.head is not None:
+                reason = reason.replace(room.head.name, shown(room.head.name, reader))
             if reason:
                 found.append({**row, "kind": kind, "reason": reason})
             continue
@@ -87,9 +94,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, dep, holds=holds) or "finishing"
+            dep_state = live_state(spool, keys[dep], holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": dep, "state": dep_state},
-                       reason=f"{verdict.reason} ({dep_state})")
+                       reason=f"{verdict.reason.replace(dep, shown(dep, reader))} ({dep_state})")
         else:
             row["kind"] = "pinned"
         found.append(row)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from onite.core.errors import SpoolIOError
 from onite.core.identity import Identity
+from onite.core.names import split_key
 from onite.exec.runner import NoRecord, Run, SpawnError
 from onite.spool.files import remove_file
 from onite.spool.outputs import open_output
@@ -57,8 +58,8 @@ def credentials_of(identity: Identity) -> tuple[tuple[int, ...], tuple[int, ...]
 
 
 def attempt_marker(run: Run) -> str:
-    """The line a retry's output starts with, in each output file of the job."""
-    return f"\n[onite] attempt {run.attempt} of {run.name}, {run.started:%Y-%m-%d %H:%M:%S}\n"
+    """The line a retry's output starts with, in each output file of the job (its owner's: by its NAME)."""
+    return f"\n[onite] attempt {run.attempt} of {split_key(run.name)[1]}, {run.started:%Y-%m-%d %H:%M:%S}\n"
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
-from onite.core.names import is_valid_key
+from onite.core.names import is_valid_key, shown
 from onite.core.state import JobState, Result
 from onite.exec.submission import memory_file
 from onite.spool.results import result_record
@@ -67,14 +67,15 @@ def _one_line(text: str, limit: int = 120) -> str:
 
 
 def subject(result: Result) -> str:
-    """``onite: job NAME failed (exit 3)``, ``… done``, ``… failed (timeout)``, ``… cancelled by alice``."""
+    """``onite: job NAME failed (exit 3)``, ``… done``, ``… failed (timeout)``, ``… cancelled by alice``: NAME as
+    its owner, who is told, writes it."""
     if result.state is JobState.CANCELLED:
         what = _one_line(result.reason or "cancelled")
     elif result.reason:
         what = f"{result.state} ({_one_line(result.reason)})"
     else:
         what = str(result.state)
-    return f"onite: job {result.name} {what}"
+    return f"onite: job {shown(result.name, result.user)} {what}"
 
 
 def output_tail(data: bytes, *, cut: bool, lines: int = TAIL_LINES) -> bytes:
@@ -103,7 +104,8 @@ def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -
     msg["X-Onite-Job"] = result.name
     duration = f"{result.duration:.1f} s" if result.duration is not None else None
     attempt = f"{result.attempt}" + (f" (of {len(result.attempts)} recorded)" if len(result.attempts) > 1 else "")
-    rows = [("job", result.name), ("state", str(result.state)), ("reason", _one_line(result.reason, 500) or None),
+    label = shown(result.name, result.user)  # as its owner, who reads the mail, writes it
+    rows = [("job", label), ("state", str(result.state)), ("reason", _one_line(result.reason, 500) or None),
             ("host", result.host or None), ("started", result.started.isoformat(timespec="seconds") if result.started
                                             else "never (the job did not start)"),
             ("finished", result.finished.isoformat(timespec="seconds")), ("duration", duration),
@@ -112,11 +114,11 @@ def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -
     if output is None:
         lines += ["", "There is no output of this run."]
     else:
-        shown = output.count(b"\n")
+        count = output.count(b"\n")
         text = output.decode("utf-8", "replace")
-        lines += ["", f"The last {shown} lines of its output:" if shown else "Its output is empty.", ""]
+        lines += ["", f"The last {count} lines of its output:" if count else "Its output is empty.", ""]
         lines += [text.rstrip("\n")] if text else []
-    lines += ["", f"All of its output: onite output {result.name} --spool {spool_root}", ""]
+    lines += ["", f"All of its output: onite output {label} --spool {spool_root}", ""]
     msg.set_content("\n".join(lines), charset="utf-8")
     return msg.as_bytes()
 

@@ -23,7 +23,7 @@ RESULT = f"{SIDE}result"
 RUN_RECORD = f"{SIDE}run"
 STDERR = f"{SIDE}stderr"
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
-HEARTBEAT, CRON_RECORD, DAEMON_STATE = "driver", "cron", "daemon"  # the KINDs of SPOOL/KIND.HOST.state
+HEARTBEAT, CRON_RECORD, DAEMON_STATE, METRICS = "driver", "cron", "daemon", "metrics"  # the KINDs of SPOOL/KIND.HOST.state
 _STATE = ".state"
 
 
@@ -69,6 +69,9 @@ class SpoolDir:
     def lock_path(self, host: str) -> Path:
         return self.locks_dir / f"driver.{host}.lock"
 
+    def metrics_lock_path(self, host: str) -> Path:
+        return self.locks_dir / f"metrics.{host}.lock"
+
     def recur_lock_path(self) -> Path:
         return self.locks_dir / "recur.lock"
 
@@ -79,7 +82,7 @@ class SpoolDir:
         return self.root / "recur.state"
 
     def state_path(self, kind: str, host: str) -> Path:
-        """``KIND.HOST.state`` (``kind``: HEARTBEAT, CRON_RECORD or DAEMON_STATE)."""
+        """``KIND.HOST.state`` (``kind``: HEARTBEAT, CRON_RECORD, DAEMON_STATE or METRICS)."""
         return self.root / f"{kind}.{host}{_STATE}"
 
     def state_paths(self, kind: str) -> list[tuple[str, Path]]:
