@@ -1,7 +1,6 @@
 """``onite restart NAME``: a finished job spooled again from jobsdone/NAME, as ``pueue restart`` (onite.app.restart)."""
 
 import os
-import pwd
 import stat
 
 import pytest
