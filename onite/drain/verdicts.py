@@ -57,16 +57,15 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         except (OSError, BadFile, JobFormatError) as err:
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
-        asked: list[tuple[str, DepState]] = []  # (after:, its state)
-        keys = {shown(dep, reader): dep for dep in job.after}
+        asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, keys[dep], withdrawn)
+            state = dependency_state(spool, dep, withdrawn)
             asked.append((dep, state))
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
-        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=user)
+        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=reader)
         if verdict is READY:
             kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout)
             if reason and room.head is not None:
@@ -89,9 +88,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, keys[dep], holds=holds) or "finishing"
-            row.update(kind="after", dependency={"name": dep, "state": dep_state},
-                       reason=f"{verdict.reason.replace(dep, shown(dep, reader))} ({dep_state})")
+            dep_state = live_state(spool, dep, holds=holds) or "finishing"
+            row.update(kind="after", dependency={"name": shown(dep, reader), "state": dep_state},
+                       reason=f"{verdict.reason} ({dep_state})")
         else:
             row["kind"] = "pinned"
         found.append(row)
