@@ -93,20 +93,23 @@ def _no_output(spool: SpoolDir, name: str, *, empty: bool = False) -> NotFound |
     ``empty``: its output file is there but empty; only a run that never started is told, else None."""
     from onite.spool.results import read_result  # not at import: only a missing output needs it
 
+    from onite.core.names import shown as _shown
+
+    shown = _shown(name, user_name(os.geteuid()))  # as its reader writes it: NAME for their own job
     try:
         if is_live(spool, name):  # a new run: its output is empty so far, the result is an earlier run's
-            return None if empty else NotFound(f"job {name!r} has no output yet",
-                                               f"it has not started; onite output {name} -f waits for it")
+            return None if empty else NotFound(f"job {shown!r} has no output yet",
+                                               f"it has not started; onite output {shown} -f waits for it")
         result = read_result(spool, name)
     except OniteError:  # damaged or unreadable: no reason to give
         result = None
     if result is not None and result.started is None and result.reason:
-        return NotFound(f"job {name!r} did not run: {result.reason}", "see onite list --all")
+        return NotFound(f"job {shown!r} did not run: {result.reason}", "see onite list --all")
     if empty:
         return None
     if result is None and not spool.done_dir.joinpath(name).exists():
-        return NotFound(f"no job {name!r} is queued, running or finished", "check the name with onite list --all")
-    return NotFound(f"no output kept for job {name!r}", "retention removed it (see onite list --all)")
+        return NotFound(f"no job {shown!r} is queued, running or finished", "check the name with onite list --all")
+    return NotFound(f"no output kept for job {shown!r}", "retention removed it (see onite list --all)")
 
 
 def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
