@@ -2,6 +2,7 @@
 
 import json
 import os
+import pwd
 import re
 import stat
 import subprocess
@@ -55,7 +56,8 @@ def test_personal_default_spool_is_created_on_first_use(world_tmp):
         r = run_cli(["submit", "mine"], stdin=b"true\n", env=env, cwd="/tmp")
         assert r.code == 0, r
         spool = home / ".local" / "state" / "onite"
-    assert (spool / "jobs" / "P4" / "root:mine").exists()
+    owner = "nobody" if ROOT else pwd.getpwuid(os.geteuid()).pw_name  # the job is its submitter's
+    assert (spool / "jobs" / "P4" / f"{owner}:mine").exists()
     assert stat.S_IMODE(spool.stat().st_mode) == 0o700
 
 
@@ -126,7 +128,7 @@ def test_log_tail(spool, cli):
     drain(spool)
     lines = cli(["log", "-n", "2"]).out.splitlines()
     assert len(lines) == 2 and lines[-1].split()[2] == "driver-exit"
-    assert any(" done logged " in line for line in cli(["log", "-n", "50"]).out.splitlines())
+    assert any(" done root:logged " in line for line in cli(["log", "-n", "50"]).out.splitlines())
 
 
 def test_cron_lines(spool, cli):
@@ -271,7 +273,7 @@ def test_log_json_reads_the_lines_back(spool, cli):
     events = cli(["log", "-n", "3", "--json"]).json()["events"]
     assert [e["event"] for e in events] == ["start", "failed", "driver-exit"]
     failed = events[1]
-    assert failed["name"] == "fails" and failed["fields"]["reason"] == "exit 3" and failed["fields"]["exit"] == "3"
+    assert failed["name"] == "root:fails" and failed["fields"]["reason"] == "exit 3" and failed["fields"]["exit"] == "3"
     assert events[2]["name"] is None and events[2]["fields"]["failed"] == "1"
     from datetime import timezone
 
