@@ -92,9 +92,6 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
     Raises:
         InvalidInput: a dependency that is none of those.
     """
-    from onite.core.queue import DepState
-    from onite.spool.deps import dependency_state
-
     position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
     for i, job in enumerate(jobs):
@@ -106,6 +103,9 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                     raise InvalidInput(f"job {split_key(job.name)[1]!r} waits for {split_key(dep)[1]!r}, which comes "
                                        "later in the batch", "put the jobs in the order they depend on each other")
             elif dep not in known:
+                from onite.core.queue import DepState  # not at import, nor for a job without --after:
+                from onite.spool.deps import dependency_state  # a submit loads no queue order
+
                 user, name = split_key(dep)
                 if dependency_state(spool, dep) is DepState.MISSING:
                     of = "" if user == split_key(job.name)[0] else f" of {user}'s"
