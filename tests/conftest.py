@@ -225,6 +225,7 @@ def spool(world_tmp, monkeypatch):
             assert main(["init"]) == 0
         finally:
             sys.stdout = saved
+    set_config(path, pam="off")  # whatever this machine's /etc/pam.d holds; tests/test_pam.py turns it on
     return path
 
 
@@ -266,6 +267,7 @@ def init_spool_at(path: Path) -> Path:
     """A spool made by ``onite init`` at ``path`` (for tests that need several)."""
     r = run_cli(["--spool", str(path), "init"])
     assert r.code == 0, r
+    set_config(path, pam="off")
     return path
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pwd
 import re
 import stat
 import subprocess
@@ -55,7 +56,8 @@ def test_personal_default_spool_is_created_on_first_use(world_tmp):
         r = run_cli(["submit", "mine"], stdin=b"true\n", env=env, cwd="/tmp")
         assert r.code == 0, r
         spool = home / ".local" / "state" / "onite"
-    assert (spool / "jobs" / "P4" / "root:mine").exists()
+    owner = "nobody" if ROOT else pwd.getpwuid(os.geteuid()).pw_name  # the job is its submitter's
+    assert (spool / "jobs" / "P4" / f"{owner}:mine").exists()
     assert stat.S_IMODE(spool.stat().st_mode) == 0o700
 
 
@@ -126,7 +128,7 @@ def test_log_tail(spool, cli):
     drain(spool)
     lines = cli(["log", "-n", "2"]).out.splitlines()
     assert len(lines) == 2 and lines[-1].split()[2] == "driver-exit"
-    assert any(" done logged " in line for line in cli(["log", "-n", "50"]).out.splitlines())
+    assert any(" done root:logged " in line for line in cli(["log", "-n", "50"]).out.splitlines())
 
 
 def test_cron_lines(spool, cli):
@@ -271,7 +273,7 @@ def test_log_json_reads_the_lines_back(spool, cli):
     events = cli(["log", "-n", "3", "--json"]).json()["events"]
     assert [e["event"] for e in events] == ["start", "failed", "driver-exit"]
     failed = events[1]
-    assert failed["name"] == "fails" and failed["fields"]["reason"] == "exit 3" and failed["fields"]["exit"] == "3"
+    assert failed["name"] == "root:fails" and failed["fields"]["reason"] == "exit 3" and failed["fields"]["exit"] == "3"
     assert events[2]["name"] is None and events[2]["fields"]["failed"] == "1"
     from datetime import timezone
 
@@ -495,47 +497,47 @@ def test_report_html_is_not_written_through_another_users_link_or_pipe_nor_to_a_
 
 STDIN = b"echo hello\n"
 LINES = b"echo one\n\n   \necho two\necho 'three'\n"
-B3 = "P4/b-0000[123]"  # the three jobs of LINES
+B3 = "P4/root:b-0000[123]"  # the three jobs of LINES
 HOUR_AND_A_HALF = timedelta(hours=1, minutes=30)
 
 # (argv, stdin, jobs queued first, exit code, the job files after it (globs under jobs/), what the
 # jobs of the first glob hold); SPOOL is replaced by the spool's path
 SPELLINGS = [
-    (["submit", "a"], STDIN, [], 0, ["P4/a"], {"body": STDIN}),
-    (["submit", "a", "-p", "2"], STDIN, [], 0, ["P2/a"], {"priority": 2}),
-    (["submit", "-p", "7", "a"], STDIN, [], 0, ["P7/a"], {"priority": 7}),
-    (["submit", "a", "--priority", "1", "--hold"], STDIN, [], 0, ["P1/a"], {"held": True}),
-    (["submit", "a", "--priority=3", "--retries", "4", "--timeout", "1h30m"], STDIN, [], 0, ["P3/a"],
+    (["submit", "a"], STDIN, [], 0, ["P4/root:a"], {"body": STDIN}),
+    (["submit", "a", "-p", "2"], STDIN, [], 0, ["P2/root:a"], {"priority": 2}),
+    (["submit", "-p", "7", "a"], STDIN, [], 0, ["P7/root:a"], {"priority": 7}),
+    (["submit", "a", "--priority", "1", "--hold"], STDIN, [], 0, ["P1/root:a"], {"held": True}),
+    (["submit", "a", "--priority=3", "--retries", "4", "--timeout", "1h30m"], STDIN, [], 0, ["P3/root:a"],
      {"retries": 4, "timeout": HOUR_AND_A_HALF}),
-    (["submit", "a", "--at", "2099-01-02T03:04", "--host", "node-1"], STDIN, [], 0, ["P4/a"],
+    (["submit", "a", "--at", "2099-01-02T03:04", "--host", "node-1"], STDIN, [], 0, ["P4/root:a"],
      {"pin": "node-1", "not_before": "2099-01-02T03:04"}),
     (["submit", "a", "--after", "dep1", "--after=dep2", "--after", "dep1"], STDIN, ["dep1", "dep2"], 0,
-     ["P4/a", "P4/dep1", "P4/dep2"], {"after": ("dep1", "dep2")}),
-    (["submit", "a", "--urgent"], STDIN, [], 0, ["urgent/a"], {"urgent": True}),
-    (["submit", "a", "--unique"], STDIN, [], 0, ["P4/a-??????"], {}),
-    (["submit", "a", "--spool", "SPOOL"], STDIN, [], 0, ["P4/a"], {}),
-    (["submit", "a", "--spool=SPOOL", "--hold", "--hold"], STDIN, [], 0, ["P4/a"], {"held": True}),
-    (["--spool", "SPOOL", "submit", "a"], STDIN, [], 0, ["P4/a"], {}),
-    (["--spool=SPOOL", "submit", "a", "-p", "5"], STDIN, [], 0, ["P5/a"], {"priority": 5}),
+     ["P4/root:a", "P4/root:dep1", "P4/root:dep2"], {"after": ("root:dep1", "root:dep2")}),
+    (["submit", "a", "--urgent"], STDIN, [], 0, ["urgent/root:a"], {"urgent": True}),
+    (["submit", "a", "--unique"], STDIN, [], 0, ["P4/root:a-??????"], {}),
+    (["submit", "a", "--spool", "SPOOL"], STDIN, [], 0, ["P4/root:a"], {}),
+    (["submit", "a", "--spool=SPOOL", "--hold", "--hold"], STDIN, [], 0, ["P4/root:a"], {"held": True}),
+    (["--spool", "SPOOL", "submit", "a"], STDIN, [], 0, ["P4/root:a"], {}),
+    (["--spool=SPOOL", "submit", "a", "-p", "5"], STDIN, [], 0, ["P5/root:a"], {"priority": 5}),
     (["submit", "b", "--lines"], LINES, [], 0, [B3], {}),
     (["submit", "b", "--lines", "-p", "1", "--hold", "--after", "dep1"], LINES, ["dep1"], 0,
-     ["P1/b-0000[123]", "P4/dep1"], {"held": True, "after": ("dep1",)}),
-    (["submit", "b", "--lines", "--unique"], LINES, [], 0, ["P4/b-??????-0000[123]"], {}),
-    (["submit", "a", "--stderr-separate"], STDIN, [], 0, ["P4/a"], {"stderr_separate": True}),
-    (["submit", "a", "--stderr-merged", "--hold"], STDIN, [], 0, ["P4/a"], {"stderr_separate": False, "held": True}),
+     ["P1/root:b-0000[123]", "P4/root:dep1"], {"held": True, "after": ("root:dep1",)}),
+    (["submit", "b", "--lines", "--unique"], LINES, [], 0, ["P4/root:b-??????-0000[123]"], {}),
+    (["submit", "a", "--stderr-separate"], STDIN, [], 0, ["P4/root:a"], {"stderr_separate": True}),
+    (["submit", "a", "--stderr-merged", "--hold"], STDIN, [], 0, ["P4/root:a"], {"stderr_separate": False, "held": True}),
     (["submit", "b", "--lines", "--stderr-separate"], LINES, [], 0, [B3], {"stderr_separate": True}),
-    (["submit", "a", "--notify", "mail", "--notify-on", "always"], STDIN, [], 0, ["P4/a"],
+    (["submit", "a", "--notify", "mail", "--notify-on", "always"], STDIN, [], 0, ["P4/root:a"],
      {"notify": "mail", "notify_on": "always"}),
-    (["submit", "a", "--notify=none", "--notify-on=failure"], STDIN, [], 0, ["P4/a"],
+    (["submit", "a", "--notify=none", "--notify-on=failure"], STDIN, [], 0, ["P4/root:a"],
      {"notify": "none", "notify_on": "failure"}),
     (["submit", "b", "--lines", "--notify", "mail"], LINES, [], 0, [B3], {"notify": "mail"}),
-    (["submit", "a", "-q"], STDIN, [], 0, ["P4/a"], {}),
-    (["submit", "a", "--quiet", "--unique"], STDIN, [], 0, ["P4/a-??????"], {}),
+    (["submit", "a", "-q"], STDIN, [], 0, ["P4/root:a"], {}),
+    (["submit", "a", "--quiet", "--unique"], STDIN, [], 0, ["P4/root:a-??????"], {}),
     (["submit", "b", "--lines", "-q"], LINES, [], 0, [B3], {}),
-    (["submit", "a", "--after", "dep1", "--at", "tomorrow 05:00"], STDIN, ["dep1"], 0, ["P4/a", "P4/dep1"],
-     {"after": ("dep1",)}),
-    (["submit", "a", "--cpus", "1", "--mem", "64M"], STDIN, [], 0, ["P4/a"], {"cpus": 1, "mem": 64}),
-    (["submit", "a", "--cpus=0001"], STDIN, [], 0, ["P4/a"], {"cpus": 1}),
+    (["submit", "a", "--after", "dep1", "--at", "tomorrow 05:00"], STDIN, ["dep1"], 0, ["P4/root:a", "P4/root:dep1"],
+     {"after": ("root:dep1",)}),
+    (["submit", "a", "--cpus", "1", "--mem", "64M"], STDIN, [], 0, ["P4/root:a"], {"cpus": 1, "mem": 64}),
+    (["submit", "a", "--cpus=0001"], STDIN, [], 0, ["P4/root:a"], {"cpus": 1}),
     (["submit", "b", "--lines", "--mem", "96M", "--cpus", "1"], LINES, [], 0, [B3], {"cpus": 1, "mem": 96}),
     # errors: one line on stderr, nothing spooled
     (["submit", "a"], b"", [], 2, [], {}),
@@ -546,7 +548,7 @@ SPELLINGS = [
     (["submit", "a", "--timeout", "soon"], STDIN, [], 2, [], {}),
     (["submit", "a", "--at", "25:00"], STDIN, [], 2, [], {}),
     (["submit", "a", "--after", "nosuch"], STDIN, [], 2, [], {}),
-    (["submit", "a", "--after", "a"], STDIN, ["a"], 2, ["P4/a"], {}),
+    (["submit", "a", "--after", "a"], STDIN, ["a"], 2, ["P4/root:a"], {}),
     (["submit", "a", "--host", "../x"], STDIN, [], 2, [], {}),
     (["submit", "a", "--notify", "x"], STDIN, [], 2, [], {}),
     (["submit", "a", "--notify-on", "sometimes"], STDIN, [], 2, [], {}),
@@ -557,34 +559,34 @@ SPELLINGS = [
     (["submit", "a", "--mem", "4.5G"], STDIN, [], 2, [], {}),
     (["submit", "a", "--notify", "command"], STDIN, [], 2, [], {}),  # the spool has no notify_command
     (["submit", "b", "--lines", "--notify", "command"], LINES, [], 2, [], {}),
-    (["submit", "dup"], STDIN, ["dup"], 3, ["P4/dup"], {}),
+    (["submit", "dup"], STDIN, ["dup"], 3, ["P4/root:dup"], {}),
     (["submit", "a", "--spool", "/nonexistent/spool"], STDIN, [], 4, [], {}),
     (["submit", "b", "--lines"], b"\n  \n", [], 2, [], {}),
-    (["submit", "b", "--lines"], LINES, ["b-00002"], 3, ["P4/b-00002"], {}),
+    (["submit", "b", "--lines"], LINES, ["b-00002"], 3, ["P4/root:b-00002"], {}),
     (["submit", "b" * 95, "--lines"], LINES, [], 2, [], {}),
-    (["find", "dep1"], b"", ["dep1"], 0, ["P4/dep1"], {}),
+    (["find", "dep1"], b"", ["dep1"], 0, ["P4/root:dep1"], {}),
     (["find", "nosuch"], b"", [], 1, [], {}),
     (["find", "bad name"], b"", [], 2, [], {}),
-    (["--spool", "SPOOL", "find", "dep1"], b"", ["dep1"], 0, ["P4/dep1"], {}),
+    (["--spool", "SPOOL", "find", "dep1"], b"", ["dep1"], 0, ["P4/root:dep1"], {}),
     (["find", "dep1", "--spool", "/nonexistent/spool"], b"", [], 4, [], {}),
-    (["list", "--json"], b"", ["dep1", "dep2"], 0, ["P4/dep1", "P4/dep2"], {}),
-    (["list", "--json", "--all"], b"", ["dep1"], 0, ["P4/dep1"], {}),
+    (["list", "--json"], b"", ["dep1", "dep2"], 0, ["P4/root:dep1", "P4/root:dep2"], {}),
+    (["list", "--json", "--all"], b"", ["dep1"], 0, ["P4/root:dep1"], {}),
     (["--spool", "SPOOL", "list", "-a", "--json"], b"", [], 0, [], {}),
     (["list", "--json", "--spool", "/nonexistent/spool"], b"", [], 4, [], {}),
     (["run"], b"", ["r1", "r2"], 0, [], {}),
     (["run", "--slots", "2", "--until", "23:59", "--host", "elsewhere"], b"", ["r1", "r2", "r3"], 0, [], {}),
     (["--spool", "SPOOL", "run", "--spool=SPOOL"], b"", ["r1"], 0, [], {}),
     (["run", "-q"], b"", ["r1"], 0, [], {}),
-    (["run", "--until", "25:00"], b"", ["r1"], 2, ["P4/r1"], {}),
-    (["run", "--host", "../x"], b"", ["r1"], 2, ["P4/r1"], {}),
+    (["run", "--until", "25:00"], b"", ["r1"], 2, ["P4/root:r1"], {}),
+    (["run", "--host", "../x"], b"", ["r1"], 2, ["P4/root:r1"], {}),
     (["run", "--spool", "/nonexistent/spool"], b"", [], 4, [], {}),
     (["wait", "nosuch"], b"", [], 1, [], {}),
     (["wait", "bad name"], b"", [], 2, [], {}),
-    (["wait", "dep1", "--timeout", "abc"], b"", ["dep1"], 2, ["P4/dep1"], {}),
+    (["wait", "dep1", "--timeout", "abc"], b"", ["dep1"], 2, ["P4/root:dep1"], {}),
     (["wait"], b"", [], 0, [], {}),
     (["wait", "--json"], b"", [], 0, [], {}),
-    (["wait", "dep1", "--timeout", "1s", "--json"], b"", ["dep1"], 6, ["P4/dep1"], {}),
-    (["--spool", "SPOOL", "wait", "dep1", "--timeout=1s"], b"", ["dep1"], 6, ["P4/dep1"], {}),
+    (["wait", "dep1", "--timeout", "1s", "--json"], b"", ["dep1"], 6, ["P4/root:dep1"], {}),
+    (["--spool", "SPOOL", "wait", "dep1", "--timeout=1s"], b"", ["dep1"], 6, ["P4/root:dep1"], {}),
 ]
 
 
@@ -612,7 +614,7 @@ def test_each_spelling_spools_what_it_says_or_fails_in_one_line(spool, argv, std
     assert all(any(fnmatch(f, glob) for f in files) for glob in after), files
     if argv[0] == "run" and code == 0:
         assert {result(spool, name)["state"] for name in queued} == {"done"}
-    for path in (f for f in files if after and fnmatch(f, after[0]) and f.split("/")[1] not in queued):
+    for path in (f for f in files if after and fnmatch(f, after[0]) and f.split("/")[1] not in [f"root:{q}" for q in queued]):
         job = decode((spool / "jobs" / path).read_bytes())
         seen = {key: getattr(job, key, None) for key in holds}
         if "held" in holds:

@@ -117,7 +117,7 @@ def test_retries_with_backoff_record_every_attempt(spool, workdir):
     assert [a["exit_code"] for a in rec["attempts"]] == [1, 1, 0]
     starts = [datetime.fromisoformat(a["started"]) for a in rec["attempts"]]
     assert starts[1] - starts[0] >= timedelta(minutes=1) and starts[2] - starts[1] >= timedelta(minutes=2)
-    assert sum(" retry flaky " in line for line in log_lines(spool)) == 2
+    assert sum(" retry root:flaky " in line for line in log_lines(spool)) == 2
 
 
 def test_retries_give_up_after_n(spool):
@@ -153,9 +153,10 @@ def test_a_dependency_on_another_users_job_names_its_user(spool, workdir):
     gate = workdir / "gate"
     submit("build", f"while [ ! -e {gate} ]; do sleep 0.05; done\n", "-p", "5", user="daemon", cwd="/tmp")
     r = run_cli(["submit", "report", "-p", "1", "--after", "build"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 2 and "job 'build' is daemon's: a job waits only for its own user's jobs" in r.err, r
+    assert r.code == 2 and "no job 'build' is queued, running or finished" in r.err, r  # nobody:build
     submit("report", f"echo ran > {workdir}/report\n", "-p", "1", "--after", "daemon:build", user="nobody", cwd="/tmp")
-    for bad, said in (("no-such-user:build", "no user 'no-such-user'"), ("root:build", "job 'build' is daemon's, not root's"),
+    for bad, said in (("no-such-user:build", "no job 'build' of no-such-user's is queued, running or finished"),
+                      ("root:build", "no job 'build' of root's is queued, running or finished"),
                       ("a b:build", "invalid user name 'a b'"), ("daemon:../x", "invalid dependency name")):
         r = run_cli(["submit", "other", "--after", bad], stdin=b"true\n", user="nobody", cwd="/tmp")
         assert r.code == 2 and said in r.err, (bad, r)
@@ -278,7 +279,7 @@ def test_sigint_finishes_running_and_starts_nothing(spool, workdir):
     submit("running", f"while [ -e {gate} ]; do sleep 0.02; done; echo finished > {workdir}/out\n", "-p", "1")
     submit("waiting", "true\n", "-p", "2")
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "running" / HOST / "running").exists(), what="the first job")
+    wait_for(lambda: (spool / "running" / HOST / "root:running").exists(), what="the first job")
     driver.send_signal(signal.SIGINT)
     wait_for(lambda: any("action=\"finish running jobs" in ln for ln in log_lines(spool)), what="the signal")
     gate.unlink()
@@ -302,7 +303,7 @@ def test_double_sigterm_requeues_running_jobs(spool, workdir):
              what="the job to be killed")
     assert (spool / "jobs" / "P3" / "root:long").exists()
     assert not (spool / "jobsdone" / "root:long@result").exists()
-    assert any(" requeued long " in line for line in log_lines(spool))
+    assert any(" requeued root:long " in line for line in log_lines(spool))
 
 
 def test_sigquit_kills_and_requeues(spool, workdir):
@@ -327,14 +328,14 @@ def test_a_job_that_ended_before_a_sigquit_was_heard_is_filed_not_run_again(spoo
     os.kill(driver.pid, signal.SIGSTOP)
     try:
         gate.unlink()
-        wait_for(lambda: any('"ended"' in p.read_text() for p in (spool / "running").glob("*/q@run")),
+        wait_for(lambda: any('"ended"' in p.read_text() for p in (spool / "running").glob("*/root:q@run")),
                  what="the monitor to record the end")
         driver.send_signal(signal.SIGQUIT)
     finally:
         os.kill(driver.pid, signal.SIGCONT)
     assert driver.wait(30) == 0
     assert result(spool, "q")["state"] == "done"
-    assert not any(" requeued q " in line for line in log_lines(spool))
+    assert not any(" requeued root:q " in line for line in log_lines(spool))
     assert drain(spool).returncode == 0
     assert ledger.read_text() == "start\nend\n"  # once
 
@@ -344,9 +345,9 @@ def test_usr1_logs_status_and_hup_reloads(spool, workdir):
     gate.touch()
     submit("busy", f"while [ -e {gate} ]; do sleep 0.02; done\n")
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "running" / HOST / "busy").exists(), what="the job to start")
+    wait_for(lambda: (spool / "running" / HOST / "root:busy").exists(), what="the job to start")
     driver.send_signal(signal.SIGUSR1)
-    wait_for(lambda: any(" status " in ln and "running=busy" in ln for ln in log_lines(spool)), what="status line")
+    wait_for(lambda: any(" status " in ln and "running=root:busy" in ln for ln in log_lines(spool)), what="status line")
     set_config(spool, slots=3)
     driver.send_signal(signal.SIGHUP)
     wait_for(lambda: any(" reloaded " in ln and "slots=3" in ln for ln in log_lines(spool)), what="reload")
@@ -378,14 +379,14 @@ def test_cancellable_lists_the_callers_running_then_queued_jobs_and_await_cancel
     wait_for(pidfile.exists, what="the job to start")
     target = SpoolDir(spool)
     assert [(v.name, v.state) for v in cancellable(target, os.geteuid())] == \
-        [("runner", "running"), ("later", "held"), ("last", "held")]
+        [("root:runner", "running"), ("root:later", "held"), ("root:last", "held")]
     assert cancellable(target, os.geteuid() + 4242) == []  # someone else's pick list
-    asked = CancelReport("later", "requested", "as asked")
+    asked = CancelReport("root:later", "requested", "as asked")
     assert await_cancel(target, asked) is asked  # not running: nothing to wait for
     report = cancel(target, "runner", os.geteuid(), datetime.now().astimezone())
     assert report.action == "requested"
     ended = await_cancel(target, report)
-    assert ended.name == "runner" and ended.action == "cancelled" and ended.detail.startswith("cancelled by "), ended
+    assert ended.name == "root:runner" and ended.action == "cancelled" and ended.detail.startswith("cancelled by "), ended
     assert driver.wait(30) == 0
 
 
@@ -453,7 +454,7 @@ def test_a_dependent_failed_late_keeps_its_own_submit_time(spool, workdir):
     # a status line is logged at the top of a turn of the loop: the turn that started base picked for the
     # free slot too, looking at the dependent and the held jobs
     os.kill(driver.pid, signal.SIGUSR1)
-    wait_for(lambda: any(" status " in line and "running=base" in line for line in log_lines(spool)),
+    wait_for(lambda: any(" status " in line and "running=root:base" in line for line in log_lines(spool)),
              what="the driver's status line")
     gate.unlink()
     assert driver.wait(60) == 0
@@ -489,5 +490,5 @@ def test_six_concurrent_submitters_then_two_slots(spool, workdir):
     assert drain(spool, "--slots", "2", timeout=300).returncode == 0
     assert len(os.listdir(ran)) == 240
     assert len([p for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result")]) == 50  # keep = 50
-    assert sum(" done s" in line for line in log_lines(spool)) == 240
+    assert sum(" done root:s" in line for line in log_lines(spool)) == 240
     assert not [p for p in (spool / "jobs").rglob("*") if p.is_file()]

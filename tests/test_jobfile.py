@@ -70,9 +70,9 @@ def test_escape_inverts(raw):
 
 
 def test_version_one_fixture_stays_readable():
-    # tests/data/job-v1 was written by onite's first format; it must decode forever.
+    # tests/data/job-v1 is format 1 as it will first be released (names are keys); it must decode forever.
     job = decode(Path(__file__).with_name("data").joinpath("job-v1").read_bytes())
-    assert job.name == "nightly-report" and job.priority == 3 and job.after == ("backup",)
+    assert job.name == "alice:nightly-report" and job.priority == 3 and job.after == ("alice:backup",)
     assert job.env[b"PS1"] == b"\\u@\\h\n$ "
     assert job.body == b"#!/bin/sh\necho report\n"
 

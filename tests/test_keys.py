@@ -40,7 +40,7 @@ def test_two_users_build_side_by_side(spool):
     assert seen["build"]["user"] == "nobody" and seen["daemon:build"]["user"] == "daemon"
     assert seen["then"]["waiting"] == "after daemon:build (queued)", seen["then"]
     r = run_cli(["submit", "build"], stdin=b"true\n", user="daemon", cwd="/tmp")
-    assert r.code == 3 and "your job 'build' is already queued" in r.err, r  # one name at a time, per user
+    assert r.code == 3 and "a job named 'build' is already queued" in r.err, r  # one name at a time, per user
 
     assert drain(spool).returncode == 0
     for user in ("daemon", "nobody"):

@@ -25,7 +25,7 @@ def submit(name, body, *args, user=None):
 
 
 def queued_job(spool, name):
-    return decode(next((spool / "jobs").rglob(name)).read_bytes())
+    return decode(next((spool / "jobs").rglob(f"root:{name}")).read_bytes())
 
 
 def merged_message(name):
@@ -38,12 +38,12 @@ def test_separate_streams_are_kept_exactly(spool):
     submit("both", BOTH, "--stderr-separate")
     submit(longest, BOTH, "--stderr-separate")
     assert queued_job(spool, "both").stderr_separate
-    assert b"\nstderr: separate\n" in next((spool / "jobs").rglob("both")).read_bytes()
+    assert b"\nstderr: separate\n" in next((spool / "jobs").rglob("root:both")).read_bytes()
     assert drain(spool).returncode == 0
     for name in ("both", longest):
         assert result(spool, name)["state"] == "done" and result(spool, name)["stderr"] == "separate"
-        assert (spool / "stdout" / name).read_bytes() == OUT_BYTES
-        assert (spool / "stdout" / f"{name}@stderr").read_bytes() == ERR_BYTES
+        assert (spool / "stdout" / f"root:{name}").read_bytes() == OUT_BYTES
+        assert (spool / "stdout" / f"root:{name}@stderr").read_bytes() == ERR_BYTES
         out = run_cli(["output", name])
         assert (out.code, out.out_bytes, out.err_bytes) == (0, OUT_BYTES, b"")
         err = run_cli(["output", name, "--stderr"])
@@ -58,7 +58,7 @@ def test_separate_streams_are_kept_exactly(spool):
 def test_merged_is_the_default_and_stderr_then_says_where_it_is(spool):
     submit("merged", b"echo out; echo err >&2\n")
     assert not queued_job(spool, "merged").stderr_separate
-    assert b"stderr:" not in next((spool / "jobs").rglob("merged")).read_bytes()
+    assert b"stderr:" not in next((spool / "jobs").rglob("root:merged")).read_bytes()
     drain(spool)
     assert result(spool, "merged")["stderr"] == "merged"
     assert not (spool / "stdout" / "root:merged@stderr").exists()
@@ -117,7 +117,7 @@ def test_retention_removes_both_files_and_strays(spool):
     submit("first", BOTH, "--stderr-separate")
     submit("second", BOTH, "--stderr-separate")
     drain(spool)
-    assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["second", "second@stderr"]
+    assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["root:second", "root:second@stderr"]
 
 
 def test_the_python_api_takes_the_option_too(spool):
@@ -144,13 +144,13 @@ def test_separate_stderr_is_private_to_its_owner(spool):
     submit("mine", b"echo root-out; echo root-secret >&2\n", "--stderr-separate")
     submit("mine-merged", b"echo root-secret >&2\n")
     drain(spool)
-    for name in ("theirs", "theirs@stderr"):
+    for name in ("nobody:theirs", "nobody:theirs@stderr"):
         st = os.stat(spool / "stdout" / name)
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (who.pw_uid, who.pw_gid, 0o600)
     assert run_cli(["output", "theirs", "--stderr"], user="nobody").out_bytes == ERR_BYTES
-    assert run_cli(["output", "theirs", "--stderr"]).out_bytes == ERR_BYTES  # root reads any
+    assert run_cli(["output", "nobody:theirs", "--stderr"]).out_bytes == ERR_BYTES  # root reads any
     for name in ("mine", "mine-merged"):
-        r = run_cli(["output", name, "--stderr"], user="nobody")
+        r = run_cli(["output", f"root:{name}", "--stderr"], user="nobody")
         assert (r.code, r.out) == (3, "") and "belongs to root" in r.err and "root-secret" not in r.err
     assert stat.S_IMODE(os.stat(spool / "stdout" / "root:mine@stderr").st_mode) == 0o600
 
@@ -172,13 +172,13 @@ def test_another_users_output_reaches_roots_terminal_with_its_escapes_spelt_out(
     submit("escapes", body, user="nobody")
     assert drain(spool).returncode == 0 and result(spool, "escapes")["state"] == "done"
     raw = b"line one\x1b]0;pwned\x07\n\tand \x1b]52;c;ZWNobyBvd25lZA==\x07two\r\n"
-    assert run_cli(["output", "escapes"]).out.encode() == raw  # a pipe: byte for byte
-    shown = on_terminal(spool, ["output", "escapes"])
+    assert run_cli(["output", "nobody:escapes"]).out.encode() == raw  # a pipe: byte for byte
+    shown = on_terminal(spool, ["output", "nobody:escapes"])
     assert b"\x1b" not in shown and b"\x07" not in shown, shown
     assert b"line one\\e]0;pwned\\x07" in shown and b"\\e]52;c;" in shown and b"two\\r" in shown
     assert b"\tand " in shown  # a tab stays a tab (the pty turns \n into \r\n)
-    assert b"\x1b]0;pwned\x07" in on_terminal(spool, ["output", "escapes", "--raw"])
-    followed = on_terminal(spool, ["output", "escapes", "--follow"])
+    assert b"\x1b]0;pwned\x07" in on_terminal(spool, ["output", "nobody:escapes", "--raw"])
+    followed = on_terminal(spool, ["output", "nobody:escapes", "--follow"])
     assert b"\x1b]" not in followed and b"\\e]0;pwned" in followed, followed
 
 
@@ -211,7 +211,7 @@ def test_a_character_split_between_two_reads_reaches_roots_terminal_whole(spool)
     """Spelling out reads the output 64 KiB at a time: a UTF-8 character across two reads stays one."""
     submit("accents", b"head -c 65535 /dev/zero | tr '\\000' a; printf '\\303\\251t\\303\\251\\n'\n", user="nobody")
     assert drain(spool).returncode == 0
-    shown = on_terminal(spool, ["output", "accents"])
+    shown = on_terminal(spool, ["output", "nobody:accents"])
     assert shown.endswith("aété\r\n".encode()) and b"\\x" not in shown, shown[-40:]
 
 
@@ -224,12 +224,11 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
 
     submit("fx", b"printf 'A\\033]0;PWNED\\007B\\033]52;c;ZWNobyBoaQ==\\007\\n'\n", user="nobody")
     assert drain(spool).returncode == 0
-    # its result is gone (retention), its output not yet (a stray until the next prune): the name is free
-    (spool / "jobsdone" / "root:fx@result").unlink()
+    # with keys nobody's run is nobody:fx, its output stdout/nobody:fx: root's fx is another job
     assert run_cli(["submit", "fx", "--hold"], stdin=b"echo root-job\n").code == 0
     terminal = OnTerminal(spool, ["output", "fx", "--follow"], stdin=False)
     terminal.until(b"waiting for it to start")
-    assert as_user(lambda: os.chmod(spool / "stdout" / "root:fx", 0o640)) == ("ok", None)
+    assert as_user(lambda: os.chmod(spool / "stdout" / "nobody:fx", 0o640)) == ("ok", None)
     blocked = times_blocked(terminal.proc.pid)
     wait_for(lambda: times_blocked(terminal.proc.pid) >= blocked + 3, what="several of the follow's looks")
     assert run_cli(["cancel", "fx"]).code == 0

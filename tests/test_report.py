@@ -51,8 +51,8 @@ needs_chromium = pytest.mark.skipif(
 FILLERS = [f"filler-{i}" for i in range(1, 8)]
 CHAIN = [f"chain-{i}" for i in range(1, 5)]
 LATE = [f"late-{i}" for i in range(1, 7)]
-FAILED = ["head", "headdep-1", "headdep-2", "slow", "stubborn", "vanish", "nb-fail"]
-DONE = ["blocker-a", "blocker-b", "hotfix", *FILLERS, "settle", "flaky", *CHAIN, "nb-ok", "gate-a", "gate-b"]
+FAILED = ["head", "headdep-1", "headdep-2", "slow", "stubborn", "vanish", "nobody:nb-fail"]  # as root reads them
+DONE = ["blocker-a", "blocker-b", "hotfix", *FILLERS, "settle", "flaky", *CHAIN, "nobody:nb-ok", "gate-a", "gate-b"]
 PRUNED = {"blocker-a", "blocker-b", "hotfix", *FILLERS, "settle"}  # the 11 oldest of root's 24: keep = 13 (nobody's 2 are kept)
 HEADLINE = "19 done, 7 failed (2 timed out), 6 left queued, 1 held, 1 refused, 11 earlier results pruned (keep = 13)"
 
@@ -131,12 +131,12 @@ def real_night():
         blockers.unlink()
         early = PRUNED - {"settle"}
         wait_for(lambda: (work / "settle.on").exists() and early <= {
-            p.name[:-len("@result")] for p in (spool / "jobsdone").glob("*@result")}, what="the early jobs' results")
+            p.name[:-len("@result")].removeprefix(f"{ME}:") for p in (spool / "jobsdone").glob("*@result")}, what="the early jobs' results")
         settling.unlink()
         wait_for(lambda: (work / "gate-a.on").exists() and (work / "gate-b.on").exists(), timeout=120,
                  what="the gate jobs (everything else ran)")
         night = set(DONE + FAILED) - {"gate-a", "gate-b"}
-        wait_for(lambda: night <= {p.name[:-len("@result")] for p in (spool / "jobsdone").glob("*@result")},
+        wait_for(lambda: night <= {p.name[:-len("@result")].removeprefix(f"{ME}:") for p in (spool / "jobsdone").glob("*@result")},
                  what="the night's results")
         for name in LATE:  # spooled late in the night, while the gates hold both slots
             submit(name, "true\n", "-p", "5")
@@ -234,10 +234,10 @@ def test_failures_come_first_with_their_reason_attempts_and_output(real_night):
     assert f"headdep-1 ({ME}, P3) never ran: dependency head failed" in failures
     assert f"headdep-2 ({ME}, P3) never ran: dependency headdep-1 failed" in failures
     assert f"vanish ({ME}, P3) never ran: its directory {real_night.work}/gone no longer exists" in failures
-    nb = failures.index(next(line for line in failures if line.startswith("nb-fail (")))
-    assert failures[nb].startswith("nb-fail (nobody, P3) failed: exit 4 after ")
+    nb = failures.index(next(line for line in failures if line.startswith("nobody:nb-fail (")))
+    assert failures[nb].startswith("nobody:nb-fail (nobody, P3) failed: exit 4 after ")
     # kept apart: its stderr, and the command that prints it
-    assert failures[nb + 1:nb + 3] == ["    │ nobody's secret", "    onite output nb-fail --stderr"]
+    assert failures[nb + 1:nb + 3] == ["    │ nobody's secret", "    onite output nobody:nb-fail --stderr"]
     # a job that never ran has nothing to read: no command that would answer "it has not run yet"
     assert "onite output headdep-1" not in text and "onite output vanish" not in text
 
@@ -294,7 +294,7 @@ def test_the_night_is_the_last_drain(real_night):
     # it may get there first on a busy machine)
     claims = {e[3]: int(next(w for w in e if w.startswith("run=")).rsplit("-", 1)[1]) for e in events if e[2] == "start"}
     starts = sorted(claims, key=claims.get)
-    assert starts.index("hotfix") < min(starts.index(n) for n in FILLERS)
+    assert starts.index(f"{ME}:hotfix") < min(starts.index(f"{ME}:{n}") for n in FILLERS)  # the log writes keys
     # a wider window finds the cancel in the log, though retention pruned its record
     wider = report_json(real_night, "--since", "1h")
     cancelled = next(j for j in wider["jobs"] if j["name"] == "early-cancel")
@@ -306,7 +306,8 @@ def test_the_night_is_the_last_drain(real_night):
 def test_output_is_shown_to_its_owner_and_root_only(real_night):
     doc = report_json(real_night, user="nobody")
     failures = {f["name"]: f for f in doc["failures"]}
-    assert (failures["head"]["output"], failures["head"]["private"], failures["head"]["command"]) == (None, True, None)
+    assert (failures["root:head"]["output"], failures["root:head"]["private"], failures["root:head"]["command"]) == \
+        (None, True, None)
     assert failures["nb-fail"]["output"] == ["nobody's secret"]
     text = report(real_night, user="nobody").out
     assert "error: head broke" not in text and "output is private" not in text
@@ -319,16 +320,16 @@ def test_output_is_shown_to_its_owner_and_root_only(real_night):
     assert [row[1] for row in rows[:2]] == ["nb-fail", "nb-ok"], rows
     assert "nobody's secret" in text and "onite output nb-fail --stderr" in text
     # the held job of another user: held for all to see, its other details private
-    assert "parked (root, P3) held: another user's job: other details private" in text  # not "held: held (…)"
-    assert "onite release parked" not in text
+    assert "root:parked (root, P3) held: another user's job: other details private" in text  # not "held: held (…)"
+    assert "onite release parked" not in text and "onite release root:parked" not in text
     # root reads everyone's
-    assert next(f for f in report_json(real_night)["failures"] if f["name"] == "nb-fail")["output"] == \
+    assert next(f for f in report_json(real_night)["failures"] if f["name"] == "nobody:nb-fail")["output"] == \
         ["nobody's secret"]
 
 
 def test_user_filter(real_night):
     doc = report_json(real_night, "--user", "nobody")
-    assert doc["user"] == "nobody" and sorted(j["name"] for j in doc["jobs"]) == ["nb-fail", "nb-ok"]
+    assert doc["user"] == "nobody" and sorted(j["name"] for j in doc["jobs"]) == ["nobody:nb-fail", "nobody:nb-ok"]
     assert doc["headline"] == "user nobody: 1 done, 1 failed" and doc["waiting"] == []
     r = report(real_night, "--user", "nosuchuser")
     assert r.out.splitlines()[1] == "user nosuchuser: 0 done, 0 failed"
@@ -619,13 +620,13 @@ def local(*fields) -> datetime:
 
 
 def write(spool, name, finished, started=None, user=ME, reason="", state="done"):
-    """A result record with chosen times, as the driver writes it (onite.spool.write_result)."""
+    """A result record with chosen times, as the driver writes it (onite.spool.write_result), at the key USER:NAME."""
     from onite.spool.paths import SpoolDir
     from onite.spool.results import write_result
     from onite.core.state import JobState, Result
 
     write_result(SpoolDir(spool), Result(
-        name=name, uid=os.geteuid(), user=user, priority=4, urgent=False, state=JobState(state), reason=reason,
+        name=name if ":" in name else f"{user}:{name}", uid=os.geteuid(), user=user, priority=4, urgent=False, state=JobState(state), reason=reason,
         exit_code=0 if state == "done" else None, signal=None, host="h1", submitted=finished - timedelta(hours=9),
         queued=None, started=started, finished=finished, attempt=1))
 
@@ -642,21 +643,21 @@ def test_report_night_is_noon_to_noon(spool, cli):
     assert doc["night"] == "2026-11-22" and doc["window"] == "night"
     assert datetime.fromisoformat(doc["since"]) == local(2026, 11, 22, 12, 0)
     assert datetime.fromisoformat(doc["until"]) == local(2026, 11, 23, 12, 0)
-    assert [j["name"] for j in doc["jobs"]] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
+    assert [j["name"] for j in doc["jobs"]] == ["bob:cancelled", "evening", "small-hours", "morning", "ran-late"]
     bob = cli(["report", "--night", "2026-11-22", "--user", "bob", "--json"]).json()
-    assert [j["name"] for j in bob["jobs"]] == ["cancelled"] and bob["counts"]["cancelled"] == 1
+    assert [j["name"] for j in bob["jobs"]] == ["bob:cancelled"] and bob["counts"]["cancelled"] == 1
     # nothing was drained since that night: what is queued now is what it left
     assert bob["left"] == {"queued": 0, "since": 0, "held": 0, "running": 0, "refused": 0}
 
     r = cli(["report", "--night", "2026-11-22"], env=wide_env())
     assert r.code == 0 and "the night of 2026-11-22 (2026-11-22 12:00 to 2026-11-23 12:00)" in r.out
     _, rows = table_of(r.out)
-    assert [row[1] for row in rows] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
+    assert [row[1] for row in rows] == ["bob:cancelled", "evening", "small-hours", "morning", "ran-late"]
     assert [row[5] for row in rows] == ["-", "20:00:00", "01:00:00", "06:00:00", "11:00:00"]
     assert [row[6] for row in rows] == ["-", "5m00s", "2h00m", "1h00m", "2h00m"]
     axis, bars = timeline_of(r.out)  # 18:00 to 13:00 on 187 columns: a tick every two hours
     assert axis.split() == ["18:00", "20:00", "22:00", "00:00", "02:00", "04:00", "06:00", "08:00", "10:00", "12:00"]
-    assert [line.split()[0] for line in bars] == ["cancelled", "evening", "small-hours", "morning", "ran-late"]
+    assert [line.split()[0] for line in bars] == ["bob:cancelled", "evening", "small-hours", "morning", "ran-late"]
     assert bars[0].split()[1] == "×" and all(set(line.split()[1]) == {"█"} for line in bars[1:])
     narrow = cli(["report", "--night", "2026-11-22"], env=wide_env(COLUMNS="80"))
     assert narrow.out.splitlines()[0] == f"onite report for {spool}: the night of 2026-11-22 (2026-11-22 12:00 to 2026-11-23 12:00)"
@@ -782,7 +783,8 @@ def test_report_usage_errors(spool, cli, args, message):
 
 def test_report_escapes_what_users_wrote(spool, cli, world_tmp):
     evil = "<img src=x onerror=alert(1)>&[/]"
-    write(spool, "odd", datetime.now().astimezone() - timedelta(hours=1), user=evil,
+    # a user name with a "/" cannot be a file name's USER: the record sits at root's key, its user field says evil
+    write(spool, f"{ME}:odd", datetime.now().astimezone() - timedelta(hours=1), user=evil,
           reason=f"no: {evil}\x1b[2J\nforged line", state="failed")
     path = world_tmp / "r.html"
     assert cli(["report", "--html", str(path), "--user", evil, "--json"]).code == 0
@@ -854,7 +856,7 @@ def test_a_drain_still_running(spool, cli, workdir):
     assert cli(["submit", "next", "-p", "3"], stdin=b"true\n").code == 0
     driver = start_driver(spool)
     try:
-        wait_for(lambda: any(p.name == "long" for p in (spool / "running").glob("*/*")), what="long to start")
+        wait_for(lambda: any(p.name == f"{ME}:long" for p in (spool / "running").glob("*/*")), what="long to start")
         doc = cli(["report", "--json"]).json()
         assert doc["window"] == "drain" and doc["drains"][0]["ended"] is None
         assert doc["headline"] == "0 done, 1 failed, 1 running, 1 queued"
@@ -911,7 +913,7 @@ def test_a_damaged_record_is_told_as_damaged_not_as_pruned(spool):
     r = run_cli(["report"])
     assert r.code == 0, r
     assert "pruned" not in r.out, r.out
-    assert "its result record jobsdone/build@result is damaged; the log told the rest (onite output build)" in r.out
+    assert "its result record jobsdone/root:build@result is damaged; the log told the rest (onite output build)" in r.out
     data = json.loads(run_cli(["report", "--json"]).out)
     assert data["pruned"] == 0 and data["counts"]["failed"] == 1
     assert [j["damaged"] for j in data["jobs"] if j["name"] == "build"] == [True]

@@ -81,7 +81,7 @@ def test_amounts_used_are_shown_with_one_decimal():
 
 def _job_bytes(**headers) -> bytes:
     head = "".join(f"{k}: {v}\n" for k, v in headers.items())
-    return (f"onite-job: 1\nname: j\npriority: 3\nsubmitted: 2026-11-22T14:03:11+01:00\nhost: vm\numask: 0022\n"
+    return (f"onite-job: 1\nname: root:j\npriority: 3\nsubmitted: 2026-11-22T14:03:11+01:00\nhost: vm\numask: 0022\n"
             f"cwd: /tmp\n{head}\necho hi\n").encode()
 
 
@@ -321,7 +321,7 @@ def _run_groups(spool, name):
     """The cgroup v1 groups a run's monitor gave its job (its line in the run record)."""
     from onite.spool import runrecords
 
-    [path] = list((spool / "running").glob(f"*/{name}@run"))
+    [path] = list((spool / "running").glob(f"*/root:{name}@run"))
     return list(runrecords.read(path).groups)
 
 
@@ -590,11 +590,11 @@ def test_a_v1_group_whose_folder_another_driver_removed_is_made_with_its_folder(
 
 def test_a_header_key_this_onite_does_not_know_is_logged_and_ignored(spool, workdir):
     submit("newer", "true\n")
-    [path] = list((spool / "jobs").glob("*/newer"))
+    [path] = list((spool / "jobs").glob("*/root:newer"))
     path.write_bytes(path.read_bytes().replace(b"onite-job: 1\n", b"onite-job: 1\ngpus: 2\n", 1))
     assert drain(spool).returncode == 0
     assert result(spool, "newer")["state"] == "done"
-    assert any(" warning newer " in line and "keys=gpus" in line for line in log_lines(spool)), log_lines(spool)
+    assert any(" warning root:newer " in line and "keys=gpus" in line for line in log_lines(spool)), log_lines(spool)
 
 
 @needs_root
@@ -614,13 +614,13 @@ def test_a_job_out_of_memory_while_no_driver_runs_is_filed_as_out_of_memory_and_
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     gate.unlink()
-    [record] = list((spool / "running").glob("*/hog@run"))
+    [record] = list((spool / "running").glob("*/root:hog@run"))
     wait_for(lambda: '"ended"' in record.read_text(), what="its monitor to record the end")
     assert drain(spool).returncode == 0
     res = result(spool, "hog")
     assert res["state"] == "failed" and res["reason"].startswith("out of memory (asked 64M, peaked "), res
     assert res["peak_mem"] > 0 and res["attempt"] == 1, res  # not retried
-    assert not any(" retry hog " in line for line in log_lines(spool)), log_lines(spool)
+    assert not any(" retry root:hog " in line for line in log_lines(spool)), log_lines(spool)
 
 
 @needs_root

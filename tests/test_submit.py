@@ -125,7 +125,7 @@ def test_duplicates_are_refused_and_unique_makes_names(spool, cli):
     assert r1.code == r2.code == 0
     names = {r1.out.strip(), r2.out.strip()}
     assert len(names) == 2 and all(n.startswith("dup-") for n in names)
-    assert sorted(p.name for p in queued_files(spool)) == sorted(["dup", *names])
+    assert sorted(p.name for p in queued_files(spool)) == sorted(f"root:{n}" for n in ["dup", *names])
 
 
 def test_concurrent_submits_of_one_name_leave_exactly_one(spool):
@@ -137,7 +137,7 @@ def test_concurrent_submits_of_one_name_leave_exactly_one(spool):
         proc.stdin.close()
     codes = [proc.wait(60) for proc in procs]
     assert codes.count(0) == 1 and set(codes) <= {0, 3}, codes
-    assert [p.name for p in queued_files(spool)] == ["race"]
+    assert [p.name for p in queued_files(spool)] == ["root:race"]
 
 
 def test_cutoff_refuses_and_says_when(spool, cli):
@@ -161,7 +161,7 @@ def test_check_lock_refuses_while_a_driver_runs(spool, cli, workdir):
     assert cli(["submit", "blocker"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode()).code == 0
     driver = start_driver(spool)
     try:
-        wait_for(lambda: (spool / "running" / os.uname().nodename.split(".")[0] / "blocker").exists(), what="claim")
+        wait_for(lambda: (spool / "running" / os.uname().nodename.split(".")[0] / "root:blocker").exists(), what="claim")
         r = cli(["submit", "during"], stdin=b"true\n")
         assert r.code == 3 and "a driver is draining the spool" in r.err
     finally:
@@ -184,7 +184,7 @@ def test_hold_flag_and_pinned_host_are_recorded(spool, cli):
     path = spool / "jobs" / "P4" / "root:held"
     assert path.stat().st_mode & 0o777 == 0o600  # held by a marker, not by its mode (spool-format.md)
     [marker] = (spool / "hold").iterdir()
-    assert marker.name.startswith("held@") and marker.stat().st_size == 0
+    assert marker.name.startswith("root:held@") and marker.stat().st_size == 0
     job = decode(path.read_bytes())
     assert job.pin == "node7" and job.timeout == timedelta(hours=1, minutes=30) and job.retries == 2
     assert job.not_before is not None
@@ -233,14 +233,14 @@ def test_a_batch_that_fills_the_disk_keeps_whole_jobs_and_says_how_many(small_di
     assert r.code == 4 and "file system is full" in r.err and r.err.count("\n") == 1, r
     spooled = sorted(p.name for p in (spool / "jobs" / "P4").iterdir())
     assert not [name for name in spooled if name.startswith(".")]  # no temporary file left
-    assert 0 < len(spooled) < 200 and spooled == [f"fill-{i:05d}" for i in range(1, len(spooled) + 1)]
+    assert 0 < len(spooled) < 200 and spooled == [f"root:fill-{i:05d}" for i in range(1, len(spooled) + 1)]
     n = len(spooled)
     assert f"(the first {n} of the 200 jobs were spooled: fill-00001 to fill-{n:05d})" in r.err
     from onite.core.jobfile import decode
 
     for name in spooled:  # every job that is there is whole
         job = decode((spool / "jobs" / "P4" / name).read_bytes())
-        assert job.body == b"echo %d %s\n" % (int(name[5:]), b"y" * 2000)
+        assert job.body == b"echo %d %s\n" % (int(name.rsplit("-", 1)[1]), b"y" * 2000)
 
 
 def test_a_priority_beyond_a_lowered_priorities_queues_last(spool):

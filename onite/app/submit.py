@@ -92,9 +92,6 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
     Raises:
         InvalidInput: a dependency that is none of those.
     """
-    from onite.core.queue import DepState
-    from onite.spool.deps import dependency_state
-
     position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
     for i, job in enumerate(jobs):
@@ -106,9 +103,13 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                     raise InvalidInput(f"job {split_key(job.name)[1]!r} waits for {split_key(dep)[1]!r}, which comes "
                                        "later in the batch", "put the jobs in the order they depend on each other")
             elif dep not in known:
+                from onite.core.queue import DepState  # not at import, nor for a job without --after:
+                from onite.spool.deps import dependency_state  # a submit loads no queue order
+
                 user, name = split_key(dep)
                 if dependency_state(spool, dep) is DepState.MISSING:
-                    raise InvalidInput(f"no job {name!r} of {user}'s is queued, running or finished (--after {dep})",
+                    of = "" if user == split_key(job.name)[0] else f" of {user}'s"
+                    raise InvalidInput(f"no job {name!r}{of} is queued, running or finished",
                                        "check the name with onite list --all")
                 known.add(dep)
 
@@ -130,9 +131,9 @@ def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
         if entry.uid != uid:
             raise Refused(f"a file at job {name!r}'s place is {user_name(entry.uid)}'s, not yours: a forgery, "
                           "which the next driver sets aside", "pick another name, or ask the admin to remove it")
-        where = f"running now on {entry.host}" if entry.host else \
-            f"already queued ({'urgent' if entry.rank == 0 else f'P{entry.rank}'})"
-        raise Refused(f"your job {name!r} is {where}", "pick another name, or use --unique")
+        where = f"running now (on {entry.host}, {user_name(entry.uid)})" if entry.host else \
+            f"already queued ({'urgent' if entry.rank == 0 else f'P{entry.rank}'}, {user_name(entry.uid)})"
+        raise Refused(f"a job named {name!r} is {where}", "pick another name, or use --unique")
 
 
 def _at_key(spool: SpoolDir, key: str) -> list:

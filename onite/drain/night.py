@@ -27,6 +27,7 @@ from onite.spool.filecheck import Settling, file_problem, read_job_file
 from onite.spool.index import Candidate, QueueIndex
 from onite.spool.log import ActivityLog
 from onite.spool.paths import SpoolDir
+from onite.spool.scan import forget_accounts
 
 IDENTITY_TTL = 1.0  # seconds an owner's account, as read from the system, is trusted
 
@@ -159,6 +160,7 @@ class Night:
                                 edit_dir=self.spool.edit_dir)
         self.jobs = JobFiles(self.config.max_job_size, self.clock)
         self.starts = StartLog(self.log)
+        forget_accounts()
         self.metrics = Metrics(self.spool, self.host, self.log, self.clock)
 
     @property

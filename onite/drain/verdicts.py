@@ -36,7 +36,6 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     names is named as ``euid``'s user writes it (NAME for their own, USER:NAME for another's)."""
     reader = user_name(euid)
     users: dict[int, str] = {}
-    reader = user_name(euid)
     found = []
     room = _Room(spool, host, now)
     # cancel/ and hold/ are listed once for the whole look: anyone may fill them
@@ -62,16 +61,15 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         if edits is None:
             edits = read_edits(spool.edit_dir)
         job, _ = edited(job, trusted(edits.get(name, []), name), spool.config.max_job_size)  # as the driver sees it
-        asked: list[tuple[str, DepState]] = []  # (after:, its state)
-        keys = {shown(dep, reader): dep for dep in job.after}
+        asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
 
         def dependency(dep: str) -> DepState:
-            state = dependency_state(spool, keys[dep], withdrawn)
+            state = dependency_state(spool, dep, withdrawn)
             asked.append((dep, state))
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
-        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=user)
+        verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=reader)
         if verdict is READY:
             kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout)
             if reason and room.head is not None:
@@ -94,9 +92,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_holds(spool.hold_dir)
-            dep_state = live_state(spool, keys[dep], holds=holds) or "finishing"
-            row.update(kind="after", dependency={"name": dep, "state": dep_state},
-                       reason=f"{verdict.reason.replace(dep, shown(dep, reader))} ({dep_state})")
+            dep_state = live_state(spool, dep, holds=holds) or "finishing"
+            row.update(kind="after", dependency={"name": shown(dep, reader), "state": dep_state},
+                       reason=f"{verdict.reason} ({dep_state})")
         else:
             row["kind"] = "pinned"
         found.append(row)

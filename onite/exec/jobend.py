@@ -102,6 +102,24 @@ def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
     return not left
 
 
+def end_unreported(plan: Plan) -> bool:
+    """End a job whose start was never reported: the child that opened its PAM session died after
+    forking it, so the job, an orphan, is this monitor's only child. Killed at once with what it
+    left (its driver files the run as failed and may spool a retry); False if something of it could
+    not be ended."""
+    ended = True
+    for orphan in children():
+        try:
+            os.kill(orphan, signal.SIGKILL)  # unreaped, so still the job's leader
+            os.waitid(os.P_PID, orphan, os.WEXITED | os.WNOWAIT)
+        except (ProcessLookupError, ChildProcessError):
+            continue
+        ended = clean_up(plan, orphan, pinned=True) and ended
+        reap_leader(orphan)
+    remove_groups(plan)
+    return ended
+
+
 def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
     """Send ``sig`` to everything of the job: its process group (only while ``pinned``), its cgroup,
     and every descendant of this subreaper, each checked to be the process that was listed."""

@@ -162,8 +162,9 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     if job is None:
         reason = jobstart.reason(report, plan)
         _record_end(plan, sock, {"event": "failed", "reason": reason, "at": _now()}, f"failed {reason}")
-        jobend.remove_groups(plan)
-        return 0
+        ended = jobend.end_unreported(plan)
+        _close_session(plan)
+        return 0 if ended else 1
     _record(plan, {"event": "job", "pid": job})
     missed_memory, over = limits.apply_memory(plan.memory_steps)  # this monitor has left the job's groups
     if over:

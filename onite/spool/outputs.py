@@ -80,12 +80,19 @@ def newer_run_note(spool: SpoolDir, name: str, owner: int) -> str | None:
             return None
     except OniteError:
         return None
-    return (f"a new run of {name} is queued and has not started: this is the output of its earlier run "
-            f"(onite output {name} -f waits for the new one)")
+    return (f"a new run of {_said(name)} is queued and has not started: this is the output of its earlier run "
+            f"(onite output {_said(name)} -f waits for the new one)")
+
+
+def _said(key: str) -> str:
+    """How job ``key`` is written to the reader (this process's user): NAME for their own, USER:NAME else."""
+    from onite.core.names import shown
+
+    return shown(key, user_name(os.geteuid()))
 
 
 def _not_yours(name: str, uid: int) -> Refused:
-    return Refused(f"the output of {name!r} belongs to {user_name(uid)}", "only its owner and root may read it")
+    return Refused(f"the output of {_said(name)!r} belongs to {user_name(uid)}", "only its owner and root may read it")
 
 
 def _no_output(spool: SpoolDir, name: str, *, empty: bool = False) -> NotFound | None:
@@ -95,18 +102,18 @@ def _no_output(spool: SpoolDir, name: str, *, empty: bool = False) -> NotFound |
 
     try:
         if is_live(spool, name):  # a new run: its output is empty so far, the result is an earlier run's
-            return None if empty else NotFound(f"job {name!r} has no output yet",
-                                               f"it has not started; onite output {name} -f waits for it")
+            return None if empty else NotFound(f"job {_said(name)!r} has no output yet",
+                                               f"it has not started; onite output {_said(name)} -f waits for it")
         result = read_result(spool, name)
     except OniteError:  # damaged or unreadable: no reason to give
         result = None
     if result is not None and result.started is None and result.reason:
-        return NotFound(f"job {name!r} did not run: {result.reason}", "see onite list --all")
+        return NotFound(f"job {_said(name)!r} did not run: {result.reason}", "see onite list --all")
     if empty:
         return None
     if result is None and not spool.done_dir.joinpath(name).exists():
-        return NotFound(f"no job {name!r} is queued, running or finished", "check the name with onite list --all")
-    return NotFound(f"no output kept for job {name!r}", "retention removed it (see onite list --all)")
+        return NotFound(f"no job {_said(name)!r} is queued, running or finished", "check the name with onite list --all")
+    return NotFound(f"no output kept for job {_said(name)!r}", "retention removed it (see onite list --all)")
 
 
 def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
@@ -120,5 +127,5 @@ def _no_stderr(spool: SpoolDir, name: str, caller_uid: int) -> None:
         raise SpoolIOError(spool.output_path(name), "looking at", err) from None
     if not owner_or_root(caller_uid, owner):
         raise _not_yours(name, owner)
-    raise NotFound(f"job {name!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
-                   f"read it with: onite output {name}")
+    raise NotFound(f"job {_said(name)!r} kept stderr with its stdout (it was spooled without --stderr-separate)",
+                   f"read it with: onite output {_said(name)}")

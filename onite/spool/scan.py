@@ -192,6 +192,12 @@ def key_uid(key: str) -> int | None:
     return _uid_of(key.partition(":")[0])
 
 
+def forget_accounts() -> None:
+    """Look every key's user up afresh: a long-lived process (the daemon) calls it at each drain, so an
+    account deleted and its uid given to another user never keeps vouching for the old user's keys."""
+    _uid_of.cache_clear()
+
+
 @functools.lru_cache(maxsize=4096)
 def _uid_of(user: str) -> int | None:
     import pwd
