@@ -934,8 +934,8 @@ def test_a_name_run_again_in_the_night_is_shown_once_with_its_earlier_failure_no
     assert r.code == 0 and "2 done, 0 failed, 1 run again after a failure" in r.out, r.out
     data = json.loads(run_cli(["report", "--json"]).out)
     assert data["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
-    assert sorted((j["name"], j["state"]) for j in data["jobs"]) == [("etl", "done"), ("other", "done")]
-    [row] = [line for line in r.out.splitlines() if line.startswith("done") and " etl " in line]
+    assert sorted((j["name"], j["state"]) for j in data["jobs"]) == [("nobody:etl", "done"), ("other", "done")]
+    [row] = [line for line in r.out.splitlines() if line.startswith("done") and " nobody:etl " in line]
     assert row.endswith(" 0     (after an earlier run: exit 3)"), r.out
     assert run_cli(["restart", "etl"], user="nobody", cwd="/tmp").code == 0
     assert run_cli(["restart", "etl"], stdin=b"", user="nobody", cwd="/tmp").code == 3  # queued: refused
@@ -955,8 +955,8 @@ def test_status_during_a_drain_is_not_last_night_and_names_each_failure_once(spo
     assert run_cli(["submit", "wait", "-p", "2"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode()).code == 0
     driver = start_driver(spool)
     try:
-        wait_for(lambda: sum(" failed etl " in line for line in log_lines(spool)) == 2
-                 and any(" start wait " in line for line in log_lines(spool)), what="etl's second failure, and wait")
+        wait_for(lambda: sum(" failed root:etl " in line for line in log_lines(spool)) == 2
+                 and any(" start root:wait " in line for line in log_lines(spool)), what="etl's second failure, and wait")
         out = run_cli(["status"]).out
         assert "last night" not in out and "so far    0 done, 1 failed (etl), 0 cancelled" in out, out
         assert "next      onite restart etl\n" in out, out

@@ -53,8 +53,8 @@ def test_restart_refuses_a_name_that_is_queued_and_offers_another(spool, cli):
     assert drain(spool).returncode == 0
     assert cli(["submit", "twice"], stdin=b"echo the new one\n").code == 0
     r = cli(["restart", "twice"])
-    assert (r.code, r.err) == (3, "onite: your job 'twice' is already queued (P4) — pick another name, or use "
-                                  "--unique\n")
+    assert (r.code, r.err) == (3, "onite: a job named 'twice' is already queued or running — restart it as another "
+                                  "job: onite restart twice --name NEW, or --unique\n")
     r = cli(["restart", "twice", "--name", "twice-again", "--hold"])
     assert (r.code, r.out) == (0, "twice-again\n")
     path = queued_file(spool, "root:twice-again")

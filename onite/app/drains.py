@@ -63,6 +63,9 @@ class Drain:
     until: str | None = None  # when its window closed (its --until, or until in onite.toml): HH:MM[:SS]
     ran: int = 0  # jobs it started or filed
     last_seen: datetime | None = None
+    # the drains of other hosts that ran at the same time, by the log's order (its times are whole seconds)
+    beside: list[Drain] = field(default_factory=list, repr=False, compare=False)
+    at: int = 0  # its driver-start line's place among the events read: the log's order, finer than its times
 
     def to_json(self) -> dict:
         return {"host": self.host, "pid": self.pid, "started": self.started.isoformat(),
@@ -163,7 +166,7 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
     line runs if it is the last of a host whose lock is held now; else it died at its last line."""
     open_: dict[tuple[str, int], Drain] = {}
     drains: list[Drain] = []
-    for event in events:
+    for at, event in enumerate(events):
         key = (event.host, event.pid)
         if event.event == "driver-start":
             for other_key, other in list(open_.items()):
@@ -171,7 +174,9 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
                     _died(other)
                     del open_[other_key]
             drain = Drain(event.host, event.pid, event.when, until=_clock(event.fields.get("until")),
-                          last_seen=event.when)
+                          last_seen=event.when, beside=list(open_.values()), at=at)
+            for other in open_.values():
+                other.beside.append(drain)
             open_[key] = drain
             drains.append(drain)
             continue
@@ -219,22 +224,13 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
     night opened (a test, a drain by hand) is no part of the night."""
     if not drains:
         return None
-    latest = max((d for d in drains if d.ran), key=lambda d: d.started, default=None) \
-        or max(drains, key=lambda d: d.started)
+    latest = max((d for d in drains if d.ran), key=lambda d: (d.started, d.at), default=None) \
+        or max(drains, key=lambda d: (d.started, d.at))
     opened = night_opened(latest.started)
-    chosen = [d for d in drains if _overlap(d, latest) or (
+    chosen = [d for d in drains if d is latest or any(d is other for other in latest.beside) or (
         opened is not None and d.started >= opened and night_opened(d.started) == opened)]
     end = None if any(d.ended is None for d in chosen) else max(d.ended for d in chosen)
     return Session(min(d.started for d in chosen), end, tuple(chosen))
-
-
-def _overlap(a: Drain, b: Drain) -> bool:
-    """Did drains ``a`` and ``b`` run at the same time (one still running: until now)? The log's times are
-    whole seconds: a drain that started in the second the other ended came after it."""
-    def end(d: Drain) -> datetime:
-        return d.ended or datetime.max.replace(tzinfo=d.started.tzinfo)
-
-    return a.started == b.started or max(a.started, b.started) < min(end(a), end(b))
 
 
 @dataclass

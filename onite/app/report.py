@@ -216,11 +216,21 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     def inside(when: datetime | None) -> bool:
         return when is not None and start <= when < results_end
 
+    # a drain that started in the second an earlier one filed a job: that job is in the window only
+    # if the window's own lines tell of its run
+    told_runs = {e.fields.get("run") for e in events if e.event in ("start", *dr.FINAL) and e.when == start} \
+        if kind == "drain" else set()
+
+    def in_window(record) -> bool:
+        if kind == "drain" and record.finished is not None and record.finished < start + timedelta(seconds=1):
+            return record.run_id in told_runs
+        return inside(record.finished) or inside(record.started)
+
     def wanted(owner: str) -> bool:
         return user is None or owner == user
 
     damaged: list[str] = []
-    results = [r for r in read_results(spool, damaged) if inside(r.finished) or inside(r.started)] if records else []
+    results = [r for r in read_results(spool, damaged) if in_window(r)] if records else []
     recorded_runs = {(r.name, r.user) for r in results}
     views = [result_view(r) for r in results if wanted(r.user)]
     # a job the log tells of and no record does: by name and owner
@@ -290,6 +300,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
     session = dr.last_session(every_drain, _night_opened(spool, now))
     if session is None:  # no drain in the log: the last day
         return "since", None, now - RECENT, now, [], events, every_drain
+    events = events[min(d.at for d in session.drains):]  # not a line of the second before it that an earlier drain wrote
     return kind, None, session.start, session.end or now, list(session.drains), events, every_drain
 
 
