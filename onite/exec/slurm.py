@@ -35,17 +35,12 @@ CANCEL_WAIT = 60.0  # seconds a cancelled job is waited for at least: past Slurm
 
 
 def find_tool(name: str) -> str:
-    """Absolute path of a Slurm client command (sbatch runs with an empty environment).
-
-    Raises:
-        ConfigError: the command is not installed.
-    """
+    """Absolute path of a Slurm client command (sbatch runs with an empty environment); ConfigError if missing."""
     path = shutil.which(name) or shutil.which(name, path=TOOL_PATH)
     if path is None:
         raise ConfigError(f'executor = "slurm" but the Slurm command {name} is not installed here',
                           'install the Slurm client commands (Debian: slurm-client), or set executor = "local"')
     return os.path.abspath(path)
-
 
 
 class SlurmRunner(Runner):
@@ -82,15 +77,9 @@ class SlurmRunner(Runner):
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
-        """Submit ``run`` to Slurm as its owner; returns once sbatch runs (onite.exec.submission). Once
-        sbatch says the job id, it goes into the run's record (``record_fd``, dup'ed) and the run is
-        announced; ``reap`` tells a submission that failed.
-
-        Raises:
-            SpawnError: with the reason.
-        """
+        """Start ``run``'s sbatch as its owner and return; its job id goes into the run's record
+        (``record_fd``, dup'ed) once sbatch says it, and ``reap`` tells a failure. SpawnError: why not."""
         job = run.job
-        identity = run.owner if self.switch_user else None
         env = job_environment(run, switch_user=self.switch_user)
         script = sbatch.script_text(job.body, self.config.shell)
         problem = sbatch.unsupported_directive(script)
@@ -103,7 +92,7 @@ class SlurmRunner(Runner):
         # as root first would tell a user about directories they may not enter
         output = Path(os.path.abspath(output_path))
         stderr_file = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
-        with run_outputs(run, output, stderr_file, identity, append=append):
+        with run_outputs(run, output, stderr_file, run.owner if self.switch_user else None, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         error = stderr_file if job.stderr_separate else None
         record_fd = os.dup(record_fd) if record_fd is not None else None
@@ -137,17 +126,10 @@ class SlurmRunner(Runner):
         finally:
             os.close(env_fd)
 
-    def _submitted(self, run: Run) -> Outcome | None:
-        """A submission that is over: None once its job id is taken, or why it failed
-        (``run.unavailable`` set if the controller never had it)."""
-        sub, script_size = self._submitting.pop(run.run_id)
-        try:
-            code, out, err = sub.result()
-            return self._took(run, code, out, err, script_size, sub.record_fd)
-        finally:
-            sub.close()
-
-    def _took(self, run: Run, code: int, out: bytes, err: bytes, script_size: int, record_fd: int | None) -> Outcome | None:
+    def _took(self, run: Run, sub: submission.Submission, script_size: int) -> Outcome | None:
+        """An sbatch that is over: None once its job id is taken, or why it failed (``run.unavailable``
+        set if the controller never had it)."""
+        code, out, err = sub.result()
         job_id, why = sbatch.answer(code, out, err, script_size=script_size, cwd=run.job.cwd, owner=run.owner.name)
         if job_id is None:
             run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
@@ -155,14 +137,14 @@ class SlurmRunner(Runner):
         # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
         answer = self._query([job_id])
-        if answer is not None and (answer.get(job_id) is None or answer[job_id].uid != self._job_uid(run.owner.uid)):
+        if answer is not None and self._owned(answer, job_id, run.owner.uid) is None:
             self._cancel_by_name(run)
             return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
                                   f"{run.owner.name}'s")
         run.external_id = job_id
-        if record_fd is not None:
+        if sub.record_fd is not None:
             try:
-                runrecords.append(record_fd, {"event": "submitted", "external_id": job_id})
+                runrecords.append(sub.record_fd, {"event": "submitted", "external_id": job_id})
             except OSError as error:  # recovery finds it by the run's id in its comment all the same
                 if self.log is not None:
                     self.log.event("warning", run.name, error=f"cannot record its Slurm job id: {error.strerror}")
@@ -188,7 +170,11 @@ class SlurmRunner(Runner):
                 self._cancel_by_name(run)  # it may have submitted the job before it hung
                 failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))
                 continue
-            outcome = self._submitted(run)
+            sub, script_size = self._submitting.pop(run.run_id)
+            try:
+                outcome = self._took(run, sub, script_size)
+            finally:
+                sub.close()
             if outcome is not None:  # a cancel (or stop) asked for while sbatch ran is what is recorded
                 failed.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         return failed
@@ -252,8 +238,8 @@ class SlurmRunner(Runner):
         if answer is None:
             return self._done(finished)
         for run in watched:
-            status = answer.get(run.external_id)
-            if status is None or status.uid != self._job_uid(run.owner.uid):
+            status = self._owned(answer, run.external_id, run.owner.uid)
+            if status is None:
                 finished.append((run, squeue.lost(run.external_id)))
                 continue
             self._note_start(run, status)
@@ -290,6 +276,18 @@ class SlurmRunner(Runner):
     def _job_uid(self, owner: int | None) -> int:
         """Whose Slurm jobs a run's are: its owner's, or the driver's where jobs are not run as their owners."""
         return owner if self.switch_user and owner is not None else os.geteuid()
+
+    def _owned(self, answer: dict[str, squeue.JobStatus], job_id: str, owner: int | None) -> squeue.JobStatus | None:
+        """What ``answer`` says of ``job_id`` if it is the job of ``owner`` (its owner may forge neither)."""
+        status = answer.get(job_id)
+        return status if status is not None and status.uid == self._job_uid(owner) else None
+
+    def _search(self, name: str, uid: int, *, every: bool = False) -> list[tuple[str, str, str]] | None:
+        """squeue.search_argv's answer, parsed; None if Slurm could not be asked."""
+        done = self._run_tool(squeue.search_argv(self.squeue, job_label(name), uid, every=every))
+        if done is None or done.returncode != 0:
+            return None
+        return squeue.parse_search(done.stdout.decode("utf-8", "replace"))
 
     def _query(self, job_ids: list[str]) -> dict[str, squeue.JobStatus] | None:
         """squeue's answer, or None while the controller cannot be asked (the runs stay as they are)."""
@@ -349,30 +347,21 @@ class SlurmRunner(Runner):
     def reattach(self, run: Run) -> bool:
         """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
         answer = self._query([run.external_id])
-        if answer is None:
-            known = True  # the controller cannot say: keep the run rather than submit the job twice
-        else:
-            status = answer.get(run.external_id)
-            known = status is not None and status.uid == self._job_uid(run.owner.uid)
-        if not known:
+        # the controller cannot say: keep the run rather than submit the job twice
+        if answer is not None and self._owned(answer, run.external_id, run.owner.uid) is None:
             return False
         self.runs.append(run)
         self._next_poll = self.clock.monotonic()  # look at once: it may have finished meanwhile
         return True
 
     def unwatched_end(self, run: Run) -> Outcome | None:
-        """How a run a dead driver left in Slurm ended while no driver watched it: as Slurm says, or
-        lost if Slurm forgot it (sbatch took it, so it may have run: it is not run again). None: still
-        in flight.
-
-        Raises:
-            Unavailable: the controller cannot be asked.
-        """
+        """How a run a dead driver left in Slurm ended unwatched: as Slurm says, or lost if Slurm forgot
+        it (it may have run: it is not run again); None: still in flight. Unavailable: Slurm cannot say."""
         answer = self._query([run.external_id])
         if answer is None:
             raise Unavailable("Slurm could not be asked how the job ended")
-        status = answer.get(run.external_id)
-        if status is None or status.uid != self._job_uid(run.owner.uid):
+        status = self._owned(answer, run.external_id, run.owner.uid)
+        if status is None:
             return squeue.lost(run.external_id, unwatched=True)
         if not status.is_final:
             return None
@@ -381,20 +370,16 @@ class SlurmRunner(Runner):
         return squeue.outcome(status, stopping=None, cancelled_by=None)
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
-        """A run that could not be re-attached: make sure no Slurm job of it is left (``owner``: the
-        claim's uid, whose job it must be).
-
-        Raises:
-            Unavailable: Slurm cannot be asked, or the job is still in flight after its cancel.
-        """
+        """A run that could not be re-attached: make sure no Slurm job of it (``owner``'s) is left.
+        Unavailable: Slurm cannot be asked, or the job is still in flight after its cancel."""
         job_id = info.get("external_id")
         if not job_id:
             return "it had not reached Slurm"
         answer = self._query([job_id])
         if answer is None:
             raise Unavailable(f"Slurm could not be asked about job {job_id}")
-        status = answer.get(job_id)
-        if status is None or status.uid != self._job_uid(owner):
+        status = self._owned(answer, job_id, owner)
+        if status is None:
             return f"Slurm no longer knows job {job_id}"
         if status.is_final:
             return f"Slurm job {job_id} had ended ({status.state})"
@@ -403,23 +388,19 @@ class SlurmRunner(Runner):
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """A claim with no run record: a job its killed driver's sbatch submitted is found among its
         owner's by its name and comment (sbatch.run_comment), and cancelled."""
-        label, uid = job_label(name), self._job_uid(owner)
-        done = self._run_tool(squeue.search_argv(self.squeue, label, uid))
-        if done is None or done.returncode != 0:
+        uid = self._job_uid(owner)
+        jobs = self._search(name, uid)
+        if jobs is None:
             return "no run record, and Slurm could not be asked whether a job of it was submitted"
-        found = [job_id for job_id, state, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
+        found = [job_id for job_id, state, comment in jobs
                  if state not in squeue.FINAL and (run_id := sbatch.run_of_comment(comment, spool)) and run_id_ok(run_id)]
         if not found:
             return "no run record, and none of its Slurm jobs in flight (sbatch never ran: its record comes first)"
         return "no run record; " + "; ".join(self._cancel_and_wait(job_id, uid, grace) for job_id in found)
 
     def _cancel_and_wait(self, job_id: str, uid: int, grace: float) -> str:
-        """Cancel the job, and wait (past Slurm's KillWait) until Slurm says it is over: a job run again
-        must not overlap with its predecessor.
-
-        Raises:
-            Unavailable: it is still in flight (or Slurm cannot say) at the end of the wait.
-        """
+        """Cancel the job and wait (past Slurm's KillWait) until Slurm says it is over: a job run again
+        must not overlap with its predecessor. Unavailable: still in flight (or unknown) at the end."""
         self._scancel(job_id, uid)
         deadline = time.monotonic() + max(grace, CANCEL_WAIT)
         while True:
@@ -436,29 +417,22 @@ class SlurmRunner(Runner):
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
         """The Slurm job of a run whose driver died as sbatch ran: the one job of ``owner`` named for the
-        run whose comment names exactly its run id; None if there is none (or not one).
-
-        Raises:
-            Unavailable: Slurm cannot be asked (then nothing may be decided: the job may be running).
-        """
+        run whose comment names exactly its run id, else None. Unavailable: Slurm cannot be asked (the
+        job may be running: nothing may be decided)."""
         if not info.get("run_id") or not info.get("name"):
             return None
         self._stop_left_sbatch(info["run_id"], spool, self._job_uid(owner))
-        done = self._run_tool(squeue.search_argv(self.squeue, job_label(info["name"]), self._job_uid(owner),
-                                                 every=True))
-        if done is None or done.returncode != 0:
+        jobs = self._search(info["name"], self._job_uid(owner), every=True)
+        if jobs is None:
             raise Unavailable("Slurm could not be asked for the job of this run")
-        found = [job_id for job_id, _, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
+        found = [job_id for job_id, _, comment in jobs
                  if sbatch.run_of_comment(comment, spool) == info["run_id"]]
         return found[0] if len(found) == 1 else None
 
     def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
         """Kill an sbatch of the run that outlived its driver (it could submit the job after the search
-        found none), and give the controller a moment to have what it sent as it died.
-
-        Raises:
-            Unavailable: it is still there after SIGKILL (a process stuck in the kernel).
-        """
+        found none), and give the controller a moment to take what it sent as it died. Unavailable: it
+        is still there after SIGKILL."""
         argument = f"--comment={sbatch.run_comment(run_id, spool)}".encode()
         left = processes.with_argument(argument, uid)
         if not left:

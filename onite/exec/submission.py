@@ -30,11 +30,9 @@ class Submission:
         return self.proc.poll() is not None
 
     def result(self) -> tuple[int, bytes, bytes]:
-        """Its exit status, stdout and stderr, once ``done``."""
         return self.proc.returncode, _read_all(self.out_fd), _read_all(self.err_fd)
 
     def kill(self) -> None:
-        """Kill it (it is past its deadline), and reap it."""
         try:
             self.proc.kill()
         except OSError:
@@ -49,11 +47,7 @@ class Submission:
 
 def launch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds: tuple[int, ...], deadline: float,
            ident=None) -> Submission:
-    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (None: as this process), in ``/``.
-
-    Raises:
-        OSError: it could not be started.
-    """
+    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (None: as this process), in ``/``; OSError if not."""
     script_fd = memory_file("onite-script", script)
     out_fd = memory_file("onite-sbatch-out")
     err_fd = memory_file("onite-sbatch-err")
@@ -77,17 +71,12 @@ def launch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds:
 
 
 def _limit_files() -> None:
-    """In the child, as its owner (who may not be able to read this interpreter's modules: nothing is
-    imported here): soft and hard limit alike, which the owner cannot raise again."""
+    """In the child, as its owner (nothing imported: it may not read our modules); a hard limit it cannot raise."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 
 
 def memory_file(name: str, data: bytes = b"") -> int:
-    """A file in memory holding ``data``, read from its start (close-on-exec: a child gets it by pass_fds).
-
-    Raises:
-        OSError: it cannot be made or written (no memory, a file-size limit).
-    """
+    """A close-on-exec file in memory holding ``data``, at its start; OSError if it cannot be made or written."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
         view = memoryview(data)
