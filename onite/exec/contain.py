@@ -17,6 +17,7 @@ SUBREAPER = "subreaper"
 OFF = "off"
 
 SUBTREE = "onite"  # the folder under the driver's own cgroup that holds one cgroup per job
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")  # the cgroup v1 hierarchies onite.exec.limits may use
 PR_SET_CHILD_SUBREAPER = 36
 PROBE = ".probe-"  # the cgroup ``discover`` makes and removes at once to learn it may: PROBE + its pid
 SLOT = "monitor-"  # a job's cgroups: SLOT + its monitor's pid + "-" + a count (onite.exec.monitor.Slot)
@@ -83,10 +84,10 @@ def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str
         return Containment(OFF, why="contain = false in onite.toml")
     if os.geteuid() != 0:
         return Containment(SUBREAPER, why="not root: no cgroup of its own")
-    mount = _cgroup2_mount(mountinfo)
+    mount = cgroup_mounts(mountinfo).get(CGROUP2)
     if mount is None:
         return Containment(SUBREAPER, why="no cgroup v2 file system is mounted")
-    relative = _own_cgroup(own)
+    relative = own_cgroups(own).get(CGROUP2)
     if relative is None:
         return Containment(SUBREAPER, why="this process is in no cgroup v2")
     base = os.path.normpath(f"{mount}/{relative.strip('/')}/{SUBTREE}") if relative.strip("/") else f"{mount}/{SUBTREE}"
@@ -114,30 +115,42 @@ def _probe(base: str) -> None:
     os.rmdir(probe)
 
 
-def _cgroup2_mount(mountinfo: str) -> str | None:
+def cgroup_mounts(mountinfo: str) -> dict[str, str]:
+    """Where each cgroup hierarchy is mounted first: CGROUP2 → its mount, and each v1 controller's."""
+    found: dict[str, str] = {}
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 # ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPEROPTIONS
                 left, sep, right = line.partition(" - ")
-                fields = left.split(" ")
-                if sep and right.split(" ", 1)[0] == "cgroup2" and len(fields) >= 5:
-                    return fields[4].replace("\\040", " ")
+                fields, parts = left.split(" "), right.split()
+                if not sep or not parts or len(fields) < 5:
+                    continue
+                names = [CGROUP2] if parts[0] == CGROUP2 else \
+                    parts[2].split(",") if parts[0] == "cgroup" and len(parts) >= 3 else []
+                for name in names:
+                    if name == CGROUP2 or name in V1_CONTROLLERS:
+                        found.setdefault(name, fields[4].replace("\\040", " "))
     except OSError:
         pass
-    return None
+    return found
 
 
-def _own_cgroup(own: str) -> str | None:
-    """This process's cgroup v2 path (the ``0::`` line of /proc/self/cgroup)."""
+def own_cgroups(own: str) -> dict[str, str]:
+    """This process's cgroups (/proc/self/cgroup): CGROUP2 → its v2 path (the ``0::`` line), and
+    each v1 controller's group (``N:memory:/path``)."""
+    found: dict[str, str] = {}
     try:
         with open(own, encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                if line.startswith("0::"):
-                    return line[3:].strip() or "/"
+                number, _, rest = line.rstrip("\n").partition(":")
+                controllers, _, path = rest.partition(":")
+                for name in [CGROUP2] if number == "0" and not controllers else controllers.split(","):
+                    if name == CGROUP2 or name in V1_CONTROLLERS:
+                        found.setdefault(name, path or "/")
     except OSError:
         pass
-    return None
+    return found
 
 
 def read_file(path: str) -> bytes:

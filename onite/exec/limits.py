@@ -14,13 +14,12 @@ from __future__ import annotations
 import errno
 import os
 
-from onite.exec.contain import make_cgroup, read_file, write_file
+from onite.exec.contain import cgroup_mounts, make_cgroup, own_cgroups, read_file, write_file
 
 MIB = 1 << 20
 MONITOR_SLACK = 4 * MIB  # at most this much of a job's memory group may be its monitor's (apply_memory)
 PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
 SUBTREE = "onite"
-V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 
 
 class Limiter:
@@ -163,8 +162,8 @@ def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/
         v2 = v2_base if _enable(v2_base, ("memory", "cpu")) else None
         pids_v2 = v2_base if max_pids and _enable(v2_base, ("pids",)) else None
     wanted = (() if v2 else ("memory", "cpu", "cpuacct")) + (("pids",) if max_pids and not pids_v2 else ())
-    mounts = _v1_mounts(mountinfo)
-    paths = _v1_paths(own)
+    mounts = cgroup_mounts(mountinfo)
+    paths = own_cgroups(own)
     v1 = {}
     for controller in wanted:
         if controller not in mounts or controller not in paths:
@@ -187,39 +186,6 @@ def _enable(v2_base: str, controllers: tuple[str, ...]) -> bool:
         return False
     return set(controllers) <= _words(f"{v2_base}/cgroup.subtree_control") \
         or write_file(f"{v2_base}/cgroup.subtree_control", " ".join(f"+{name}" for name in controllers)) == 0
-
-
-def _v1_mounts(mountinfo: str) -> dict[str, str]:
-    """Controller → where its v1 hierarchy is mounted (the first mount of each)."""
-    found: dict[str, str] = {}
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                left, sep, right = line.partition(" - ")
-                parts, fields = right.split(), left.split(" ")
-                if not sep or len(parts) < 3 or parts[0] != "cgroup" or len(fields) < 5:
-                    continue
-                for option in parts[2].split(","):
-                    if option in V1_CONTROLLERS:
-                        found.setdefault(option, fields[4].replace("\\040", " "))
-    except OSError:
-        pass
-    return found
-
-
-def _v1_paths(own: str) -> dict[str, str]:
-    """Controller → this process's v1 group (``N:memory:/path`` lines of /proc/self/cgroup)."""
-    found: dict[str, str] = {}
-    try:
-        with open(own, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                for controller in controllers.split(","):
-                    if controller in V1_CONTROLLERS:
-                        found[controller] = path or "/"
-    except (OSError, ValueError):
-        pass
-    return found
 
 
 def apply(steps: tuple[tuple, ...]) -> list[str]:
