@@ -11,18 +11,24 @@ import os
 from onite.exec.contain import process_start_ticks, stat_fields
 
 
-def descendants(pid: int) -> list[tuple[int, int]]:
-    """Every live descendant of ``pid`` (parents before children), each with its start time."""
-    children: dict[int, list[tuple[int, int]]] = {}
+def listed():
+    """(pid, /proc/PID/stat fields) of every process listed now."""
     for entry in os.listdir("/proc"):
         fields = stat_fields(int(entry)) if entry.isdigit() else None
         if fields is not None:
-            children.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
-    found, todo = [], list(children.get(pid, ()))
+            yield int(entry), fields
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every live descendant of ``pid`` (parents before children), each with its start time."""
+    tree: dict[int, list[tuple[int, int]]] = {}
+    for child, fields in listed():
+        tree.setdefault(int(fields[1]), []).append((child, int(fields[19])))
+    found, todo = [], list(tree.get(pid, ()))
     while todo:
         child = todo.pop()
         found.append(child)
-        todo.extend(children.get(child[0], ()))
+        todo.extend(tree.get(child[0], ()))
     return found
 
 
@@ -46,18 +52,8 @@ def signal_exact(pid: int, ticks: int | None, sig: int) -> bool:
     return False
 
 
-def group_has_others(pgid: int, leader: int) -> bool:
-    """Is any process but ``leader`` (whose unreaped zombie keeps the group's number) alive in group
-    ``pgid``? Read from /proc: a signal 0 to the group would count the zombie."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != leader:
-            fields = stat_fields(int(entry))
-            if fields is not None and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                return True
-    return False
-
-
-def parent_of(pid: int) -> int | None:
-    """The parent of ``pid`` (None if it is gone)."""
-    fields = stat_fields(pid)
-    return int(fields[1]) if fields is not None else None
+def group_has_others(leader: int) -> bool:
+    """Is any process but ``leader`` (whose unreaped zombie keeps the group's number) alive in its
+    process group? Read from /proc: a signal 0 to the group would count the zombie."""
+    return any(pid != leader and int(fields[2]) == leader and fields[0] not in (b"Z", b"X")
+               for pid, fields in listed())
