@@ -14,11 +14,10 @@ from pathlib import Path
 from onite.core.errors import SpoolIOError
 from onite.core.identity import Identity
 from onite.core.names import split_key
+from onite.exec.plan import SCRIPT
 from onite.exec.runner import NoRecord, Run, SpawnError
 from onite.spool.files import remove_file
 from onite.spool.outputs import open_output
-
-SCRIPT = b"\0script\0"  # placeholder in argv for /dev/fd/N
 
 
 def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:

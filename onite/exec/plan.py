@@ -13,13 +13,14 @@ import socket
 from dataclasses import dataclass, fields
 
 FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "lock_fd")
+SCRIPT = b"\0script\0"  # in argv: where /dev/fd/N of the script goes, N its number in the monitor
 
 
 @dataclass(frozen=True)
 class Plan:
     """Everything the monitor needs for one run, decided by the driver."""
 
-    argv: tuple[bytes, ...]  # argv[0] is the program; the script's /dev/fd path already substituted
+    argv: tuple[bytes, ...]  # argv[0] is the program; SCRIPT, as sent, is the script's /dev/fd path once received
     env: dict[bytes, bytes]
     cwd: bytes
     umask: int
@@ -53,7 +54,7 @@ class Plan:
         fds = [getattr(self, name) for name in FD_FIELDS if getattr(self, name) is not None]
         values = tuple(fds.index(getattr(self, f.name)) + 1 if f.name in FD_FIELDS and getattr(self, f.name) is not None
                        else getattr(self, f.name) for f in fields(self))
-        return marshal.dumps((values, self.script_fd)), fds
+        return marshal.dumps(values), fds
 
 
 def receive(sock: socket.socket) -> Plan | None:
@@ -72,14 +73,13 @@ def receive(sock: socket.socket) -> Plan | None:
             return None
         break
     try:
-        values, script_fd = marshal.loads(os.pread(fds[0], 1 << 30, 0))
+        values = marshal.loads(os.pread(fds[0], 1 << 30, 0))
     finally:
         os.close(fds[0])
     plan = dict(zip([f.name for f in fields(Plan)], values))
     for name in FD_FIELDS:
         if plan[name] is not None:
             plan[name] = fds[plan[name]]
-    # the interpreter reads the script as /dev/fd/N: N is its number here, not in the driver
-    theirs, here = f"/dev/fd/{script_fd}".encode(), f"/dev/fd/{plan['script_fd']}".encode()
-    plan["argv"] = tuple(here if part == theirs else part for part in plan["argv"])
+    here = f"/dev/fd/{plan['script_fd']}".encode()
+    plan["argv"] = tuple(here if part == SCRIPT else part for part in plan["argv"])
     return Plan(**plan)

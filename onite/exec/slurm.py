@@ -203,10 +203,6 @@ class SlurmRunner(Runner):
         if run.kill_at is None:
             self._cancel(run)
 
-    def kill(self, run: Run, why: Stop) -> None:
-        """The driver's hard stop: the same scancel; the driver waits for Slurm to confirm."""
-        self.stop(run, why)
-
     def _cancel(self, run: Run) -> None:
         if run.external_id is None:
             return  # sbatch still runs: the cancel is sent once it has said the job's id (_submitted)
