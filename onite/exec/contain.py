@@ -3,7 +3,9 @@
 A process group is not a container (``setsid`` leaves it); a cgroup is. Where the driver can, each
 job runs in a cgroup v2 of its own under the driver's own cgroup, ended by ``cgroup.kill``;
 elsewhere the job's monitor is a subreaper that ends what the job left; ``contain = false`` stops
-only the job's process group. Runs as root or in a monitor, and reads no file a user can write.
+only the job's process group. A process named by its pid is signalled through a pidfd checked
+against its start time, never a later process given that pid. Runs as root or in a monitor, and
+reads no file a user can write.
 """
 
 from __future__ import annotations
@@ -319,3 +321,51 @@ def _numbered(name: str, prefix: str) -> bool:
     """Is ``name`` ``prefix`` and numbers joined by "-" (a probe's, a slot's)?"""
     rest = name[len(prefix):] if name.startswith(prefix) else ""
     return bool(rest) and all(part.isdigit() for part in rest.split("-"))
+
+
+def listed():
+    """(pid, /proc/PID/stat fields) of every process listed now."""
+    for entry in os.listdir("/proc"):
+        fields = stat_fields(int(entry)) if entry.isdigit() else None
+        if fields is not None:
+            yield int(entry), fields
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every live descendant of ``pid`` (parents before children), each with its start time."""
+    tree: dict[int, list[tuple[int, int]]] = {}
+    for child, fields in listed():
+        tree.setdefault(int(fields[1]), []).append((child, int(fields[19])))
+    found, todo = [], list(tree.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(tree.get(child[0], ()))
+    return found
+
+
+def signal_exact(pid: int, ticks: int | None, sig: int) -> bool:
+    """Send ``sig`` to the process ``pid`` that started at ``ticks`` (None: whichever has the pid
+    now), through a pidfd opened before its start time is checked; whether it was sent."""
+    import signal  # here: submit reads boot_id() from contain and need not pay for signal's enums
+
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if ticks is None or process_start_ticks(pid) == ticks:
+            signal.pidfd_send_signal(fd, sig)
+            return True
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return False
+
+
+def group_has_others(leader: int) -> bool:
+    """Is any process but ``leader`` (whose unreaped zombie keeps the group's number) alive in its
+    process group? Read from /proc: a signal 0 to the group would count the zombie."""
+    return any(pid != leader and int(fields[2]) == leader and fields[0] not in (b"Z", b"X")
+               for pid, fields in listed())

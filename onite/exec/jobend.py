@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-from onite.exec import contain, limits, pids
+from onite.exec import contain, limits
 from onite.exec.plan import Plan
 
 
@@ -74,7 +74,7 @@ def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
         return True
     if plan.contain != contain.OFF:
         return children
-    return pinned and pids.group_has_others(job)
+    return pinned and contain.group_has_others(job)
 
 
 def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
@@ -126,8 +126,8 @@ def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
         else:
             contain.signal_cgroup(plan.cgroup, sig)
     if plan.contain != contain.OFF:
-        for pid, ticks in pids.descendants(os.getpid()):
-            pids.signal_exact(pid, ticks, sig)
+        for pid, ticks in contain.descendants(os.getpid()):
+            contain.signal_exact(pid, ticks, sig)
 
 
 def reap_others(job: int) -> bool:
@@ -150,4 +150,4 @@ def children() -> list[int]:
     try:
         return [int(word) for word in contain.read_file(f"/proc/{pid}/task/{pid}/children").split()]
     except (OSError, ValueError):  # a kernel without CONFIG_PROC_CHILDREN
-        return [child for child, fields in pids.listed() if int(fields[1]) == pid]
+        return [child for child, fields in contain.listed() if int(fields[1]) == pid]

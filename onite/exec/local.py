@@ -20,12 +20,11 @@ from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
 from onite.exec.pam import Pam
-from onite.exec.plan import Plan
+from onite.exec.plan import Plan, memory_file
 from onite.exec.launch import (credentials_of, interpreter, job_environment, occupy_standard_descriptors,
                                own_credentials, run_outputs)
 from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
-from onite.exec.submission import memory_file
 from onite.spool import runrecords
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones

@@ -21,7 +21,7 @@ from pathlib import Path
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_key, shown
 from onite.core.state import JobState, Result
-from onite.exec.submission import memory_file
+from onite.exec.plan import memory_file
 from onite.spool.results import result_record
 
 SENDMAIL_PATHS = ("/usr/sbin/sendmail", "/usr/lib/sendmail")

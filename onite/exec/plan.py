@@ -83,3 +83,17 @@ def receive(sock: socket.socket) -> Plan | None:
     here = f"/dev/fd/{plan['script_fd']}".encode()
     plan["argv"] = tuple(here if part == SCRIPT else part for part in plan["argv"])
     return Plan(**plan)
+
+
+def memory_file(name: str, data: bytes = b"") -> int:
+    """A close-on-exec file in memory holding ``data``, at its start; OSError if it cannot be made or written."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd

@@ -11,7 +11,7 @@ import signal
 import time
 
 from onite.exec import contain, limits
-from onite.exec.pids import signal_exact
+from onite.exec.contain import signal_exact
 
 ENVIRON_LIMIT = 8 << 20  # bytes of a process's environment read: the kernel's own limit is lower
 KILL_SETTLE = 5.0  # seconds after SIGKILL in which processes still found are signalled again

@@ -9,10 +9,12 @@ in the job's comment, among its owner's jobs only (a comment is its owner's to w
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
@@ -20,9 +22,10 @@ from onite.core.config import Config
 from onite.core.errors import ConfigError
 from onite.core.names import job_label
 from onite.core.state import Outcome, Stop, stopped_outcome
-from onite.exec import pids, processes, sbatch, squeue, submission
-from onite.exec.contain import is_zombie, process_start_ticks
+from onite.exec import processes, sbatch, squeue
+from onite.exec.contain import is_zombie, process_start_ticks, signal_exact
 from onite.exec.launch import job_environment, run_outputs
+from onite.exec.plan import memory_file
 from onite.exec.runner import Run, Runner, SpawnError, Unavailable
 from onite.spool import runrecords
 
@@ -32,6 +35,8 @@ TOOL_PATH = "/usr/local/bin:/usr/bin:/bin"
 SBATCH_GONE_WAIT = 10.0  # seconds a killed sbatch is waited for
 SUBMISSION_SETTLE = 1.0  # seconds the controller is given to take a submission its dying sbatch sent
 CANCEL_WAIT = 60.0  # seconds a cancelled job is waited for at least: past Slurm's KillWait (default 30 s)
+OUTPUT_LIMIT = 1 << 20  # bytes of sbatch's stdout or stderr read back (it says a line or two)
+FILE_LIMIT = 4 << 20  # bytes it may write to a file: its output files are memory, which a user tracing it must not fill
 
 
 def find_tool(name: str) -> str:
@@ -41,6 +46,69 @@ def find_tool(name: str) -> str:
         raise ConfigError(f'executor = "slurm" but the Slurm command {name} is not installed here',
                           'install the Slurm client commands (Debian: slurm-client), or set executor = "local"')
     return os.path.abspath(path)
+
+
+@dataclass
+class Submission:
+    """An ``sbatch`` in flight, as the job's owner, who may stop or trace it: the loop never blocks on
+    it (its script, output and errors are memory files, its end is seen through its pidfd), and it is
+    killed at its deadline."""
+
+    proc: subprocess.Popen
+    out_fd: int
+    err_fd: int
+    deadline: float  # on the driver's monotonic clock: killed if still running then
+    pidfd: int | None = None  # readable once it has exited (None: it is polled)
+    record_fd: int | None = None  # its run's record (O_APPEND), where its job's id goes; closed with it
+    script_size: int = 0
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def result(self) -> tuple[int, bytes, bytes]:
+        return self.proc.returncode, os.pread(self.out_fd, OUTPUT_LIMIT, 0), os.pread(self.err_fd, OUTPUT_LIMIT, 0)
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        for fd in (self.out_fd, self.err_fd, self.pidfd, self.record_fd):
+            if fd is not None:
+                os.close(fd)
+
+
+def launch_sbatch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds: tuple[int, ...],
+                  deadline: float, ident=None) -> Submission:
+    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (None: as this process), in ``/``; OSError if not."""
+    script_fd = memory_file("onite-script", script)
+    out_fd = memory_file("onite-sbatch-out")
+    err_fd = memory_file("onite-sbatch-err")
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=script_fd, stdout=out_fd, stderr=err_fd, env=env, cwd="/", umask=umask, pass_fds=pass_fds,
+            preexec_fn=_limit_files,
+            **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
+        )
+    except BaseException:
+        os.close(out_fd)
+        os.close(err_fd)
+        raise
+    finally:
+        os.close(script_fd)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:
+        pidfd = None  # polled instead
+    return Submission(proc=proc, out_fd=out_fd, err_fd=err_fd, deadline=deadline, pidfd=pidfd)
+
+
+def _limit_files() -> None:
+    """In the child, as its owner (nothing imported: it may not read our modules); a hard limit it cannot raise."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 
 
 class SlurmRunner(Runner):
@@ -63,8 +131,7 @@ class SlurmRunner(Runner):
         self._next_poll: float | None = None
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
-        # run id → (its sbatch in flight, its script's size)
-        self._submitting: dict[str, tuple[submission.Submission, int]] = {}
+        self._submitting: dict[str, Submission] = {}  # by run id
         self._announced: list[Run] = []  # runs Slurm has, not yet said to the driver (started())
 
     @property
@@ -102,14 +169,14 @@ class SlurmRunner(Runner):
             if record_fd is not None:
                 os.close(record_fd)
             raise
-        sub.record_fd = record_fd
-        self._submitting[run.run_id] = (sub, len(script))
+        sub.record_fd, sub.script_size = record_fd, len(script)
+        self._submitting[run.run_id] = sub
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
 
     def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None):
         job = run.job
-        env_fd = submission.memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
+        env_fd = memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
         try:
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
                                       error=os.fsencode(error) if error is not None else None,
@@ -118,19 +185,19 @@ class SlurmRunner(Runner):
                                       comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None,
                                       mem=run.need.mem if run.need else None, cpus=run.need.cpus if run.need else None)
             try:
-                return submission.launch(sbatch.as_owner_in(job.cwd, argv), script, env=self._tool_env,
-                                         umask=job.umask, pass_fds=(env_fd,), ident=run.owner if self.switch_user else None,
-                                         deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
+                return launch_sbatch(sbatch.as_owner_in(job.cwd, argv), script, env=self._tool_env, umask=job.umask,
+                                     pass_fds=(env_fd,), ident=run.owner if self.switch_user else None,
+                                     deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
             except OSError as err:
                 raise SpawnError(f"cannot run sbatch: {err.strerror or err}") from None
         finally:
             os.close(env_fd)
 
-    def _took(self, run: Run, sub: submission.Submission, script_size: int) -> Outcome | None:
+    def _took(self, run: Run, sub: Submission) -> Outcome | None:
         """An sbatch that is over: None once its job id is taken, or why it failed (``run.unavailable``
         set if the controller never had it)."""
         code, out, err = sub.result()
-        job_id, why = sbatch.answer(code, out, err, script_size=script_size, cwd=run.job.cwd, owner=run.owner.name)
+        job_id, why = sbatch.answer(code, out, err, script_size=sub.script_size, cwd=run.job.cwd, owner=run.owner.name)
         if job_id is None:
             run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
             return Outcome(reason=why, never_started=True)  # sbatch refused it: Slurm never had it
@@ -161,18 +228,17 @@ class SlurmRunner(Runner):
         failed = []
         now = self.clock.monotonic()
         for run in [r for r in self.runs if r.run_id in self._submitting]:
-            sub = self._submitting[run.run_id][0]
+            sub = self._submitting[run.run_id]
             if not sub.done():
                 if now < sub.deadline:
                     continue
                 sub.kill()
-                self._submitting.pop(run.run_id)[0].close()
+                self._submitting.pop(run.run_id).close()
                 self._cancel_by_name(run)  # it may have submitted the job before it hung
                 failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))
                 continue
-            sub, script_size = self._submitting.pop(run.run_id)
             try:
-                outcome = self._took(run, sub, script_size)
+                outcome = self._took(run, self._submitting.pop(run.run_id))
             finally:
                 sub.close()
             if outcome is not None:  # a cancel (or stop) asked for while sbatch ran is what is recorded
@@ -187,7 +253,7 @@ class SlurmRunner(Runner):
     def close(self) -> None:
         """The drain is over: an sbatch still running (the drain ended on an error) is left to finish,
         and the next driver takes its job back by the run's id, as after a crash."""
-        for sub, _ in self._submitting.values():
+        for sub in self._submitting.values():
             sub.close()
         self._submitting.clear()
 
@@ -328,13 +394,13 @@ class SlurmRunner(Runner):
                  for t in (run.timeout_at if run.stopping is None else None, run.kill_at) if t is not None]
         if self.runs and self._next_poll is not None:
             times.append(self._next_poll)
-        for sub, _ in self._submitting.values():
+        for sub in self._submitting.values():
             times.append(sub.deadline if sub.pidfd is not None else min(sub.deadline, self.clock.monotonic() + 0.02))
         return min(times) if times else None
 
     def wait_fds(self) -> list[int]:
         """The pidfds of the sbatch processes still running."""
-        return [sub.pidfd for sub, _ in self._submitting.values() if sub.pidfd is not None]
+        return [sub.pidfd for sub in self._submitting.values() if sub.pidfd is not None]
 
     def record_info(self, run: Run) -> dict:
         """Its Slurm job's name (its id follows in a ``submitted`` line once sbatch says it)."""
@@ -434,7 +500,7 @@ class SlurmRunner(Runner):
         if not left:
             return
         for pid, ticks in left:
-            pids.signal_exact(pid, ticks, signal.SIGKILL)
+            signal_exact(pid, ticks, signal.SIGKILL)
         deadline = time.monotonic() + SBATCH_GONE_WAIT
         while any(process_start_ticks(pid) == ticks and not is_zombie(pid) for pid, ticks in left):
             if time.monotonic() >= deadline:
