@@ -40,10 +40,6 @@ class Containment:
             return f"cgroup2 {self.base}"
         return f"{self.kind} ({self.why})" if self.why else self.kind
 
-    def job_cgroup(self, run_id: str) -> str | None:
-        """The path of one run's cgroup (its monitor makes it); None where jobs get no cgroup."""
-        return f"{self.base}/{run_id}" if self.kind == CGROUP2 else None
-
 
 def make_cgroup(path: str) -> bool:
     """Make a cgroup (or v1 group), and its folder first if another driver removed it as it ended;

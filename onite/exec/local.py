@@ -235,8 +235,8 @@ class LocalRunner(Runner):
         self.runs.append(run)
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """Ask ``run``'s monitor to stop its job: the reason goes into the run record first, so that
-        whoever files the run files it as stopped, then SIGUSR2 tells the monitor."""
+        """Ask ``run``'s monitor to stop its job: the reason goes into the run record first (whoever files
+        the run files it as stopped), then SIGUSR2 tells the monitor."""
         if run.stopping is not None and not (why == Stop.SHUTDOWN and run.stopping != Stop.SHUTDOWN):
             return
         run.stopping, run.cancelled_by = why, by if why == Stop.CANCEL else run.cancelled_by
@@ -356,8 +356,8 @@ class LocalRunner(Runner):
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:
-        """Take over a run whose monitor outlived its driver (it still enforces the time limit): watch
-        it by its pidfd, and stop it through its record. False if the monitor is not that process."""
+        """Watch a run whose monitor outlived its driver by its pidfd (stopped through its record); False if
+        the monitor is not that process."""
         pid, ticks = rec.monitor_pid, rec.monitor_ticks
         if pid is None:
             return False

@@ -87,8 +87,7 @@ def output_tail(data: bytes, *, cut: bool, lines: int = TAIL_LINES) -> bytes:
 
 
 def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -> bytes:
-    """The mail for ``sendmail -oi -t`` telling ``result.user`` how their job ended; ``output``: the
-    tail of its output, None if this run has none."""
+    """The mail for ``sendmail -oi -t`` telling ``result.user`` how their job ended (``output``: its tail)."""
     from email.message import EmailMessage
     from email.policy import default
     from email.utils import format_datetime
@@ -327,8 +326,8 @@ class Notifier:
         return min((p.deadline for p in self.pending), default=None)
 
     def finish(self, stop=lambda: False) -> None:
-        """The driver is ending: start the notices still waiting and wait for every notifier, each at
-        most until its time is up; once ``stop()`` (a hard stop), those left are killed."""
+        """The driver is ending: start the notices waiting and wait for every notifier, each at most until
+        its time is up; once ``stop()`` (a hard stop), those left are killed."""
         while self.busy:
             now_mono = self.clock.monotonic()
             if stop():

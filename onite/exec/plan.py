@@ -49,8 +49,7 @@ class Plan:
     pam_user: str | None = None  # its owner's account name, for that session
 
     def encode(self) -> tuple[bytes, list[int]]:
-        """What ``receive`` reads: the Plan's fields, each descriptor by its place among the
-        descriptors sent with it, and those descriptors."""
+        """What ``receive`` reads: the fields, each descriptor by its place among those sent, and those descriptors."""
         fds = [getattr(self, name) for name in FD_FIELDS if getattr(self, name) is not None]
         values = tuple(fds.index(getattr(self, f.name)) + 1 if f.name in FD_FIELDS and getattr(self, f.name) is not None
                        else getattr(self, f.name) for f in fields(self))
@@ -58,8 +57,8 @@ class Plan:
 
 
 def receive(sock: socket.socket) -> Plan | None:
-    """The next Plan the driver sends (its data in a memfd, then its descriptors), with the
-    descriptors received in place of the driver's numbers; None once the driver's end is closed."""
+    """The next Plan the driver sends, with the descriptors received in place of the driver's numbers;
+    None once the driver's end is closed."""
     while True:
         try:
             word, fds, _, _ = socket.recv_fds(sock, 16, 16)

@@ -74,8 +74,7 @@ class Run:
 
 
 class Runner(Protocol):
-    """What the driver needs from an executor; the defaults below are inherited. Deadlines and
-    ``now_mono`` are on the driver's monotonic clock."""
+    """What the driver needs from an executor (defaults inherited); times are on the driver's monotonic clock."""
 
     executor: ClassVar[str]  # "local" or "slurm", recorded in results and run records
     runs: list[Run]  # the runs it is responsible for now

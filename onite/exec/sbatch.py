@@ -68,8 +68,8 @@ _FLAGS = set("hHkOQsuvV")
 
 
 def unsupported_directive(script: bytes) -> str | None:
-    """Why an ``#SBATCH`` line (up to the first line that is neither blank nor a comment) cannot run
-    under onite, or None: one onite job is one Slurm job that onite polls."""
+    """Why an ``#SBATCH`` line of the script's header cannot run under onite (one onite job is one
+    Slurm job that onite polls), or None."""
     for raw in script.split(b"\n")[1:]:
         line = raw.strip()
         if not line:
@@ -126,8 +126,7 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
                 timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig,
                 error: bytes | None = None, comment: str | None = None, mem: int | None = None,
                 cpus: int | None = None) -> list[bytes]:
-    """The sbatch command line for one job (the script goes to its stdin); ``error``: its stderr file
-    when kept apart; ``mem`` (MiB), ``cpus``: its request."""
+    """The sbatch command line for one job (the script goes to its stdin)."""
     argv = [os.fsencode(sbatch)]
     argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
     if slurm.partition:

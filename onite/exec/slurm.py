@@ -183,7 +183,7 @@ class SlurmRunner(Runner):
                                       env_fd=env_fd, timeout=job.timeout, priority=job.priority,
                                       urgent=run.rank == 0, slurm=self.config.slurm,
                                       comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None,
-                                      mem=run.need.mem if run.need else None, cpus=run.need.cpus if run.need else None)
+                                      mem=run.mem, cpus=run.cpus)
             try:
                 return launch_sbatch(sbatch.as_owner_in(job.cwd, argv), script, env=self._tool_env, umask=job.umask,
                                      pass_fds=(env_fd,), ident=run.owner if self.switch_user else None,
@@ -194,8 +194,7 @@ class SlurmRunner(Runner):
             os.close(env_fd)
 
     def _took(self, run: Run, sub: Submission) -> Outcome | None:
-        """An sbatch that is over: None once its job id is taken, or why it failed (``run.unavailable``
-        set if the controller never had it)."""
+        """An sbatch that is over: None once its job id is taken, else why not (``run.unavailable`` if unreached)."""
         code, out, err = sub.result()
         job_id, why = sbatch.answer(code, out, err, script_size=sub.script_size, cwd=run.job.cwd, owner=run.owner.name)
         if job_id is None:
@@ -251,8 +250,7 @@ class SlurmRunner(Runner):
         return announced
 
     def close(self) -> None:
-        """The drain is over: an sbatch still running (the drain ended on an error) is left to finish,
-        and the next driver takes its job back by the run's id, as after a crash."""
+        """The drain is over: an sbatch still running is left to finish; the next driver takes its job back."""
         for sub in self._submitting.values():
             sub.close()
         self._submitting.clear()
@@ -449,7 +447,7 @@ class SlurmRunner(Runner):
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """A claim with no run record: a job its killed driver's sbatch submitted is found among its
-        owner's by its name and comment (sbatch.run_comment), and cancelled."""
+        owner's by its name and comment, and cancelled."""
         uid = self._job_uid(owner)
         jobs = self._search(name, uid)
         if jobs is None:
@@ -478,9 +476,8 @@ class SlurmRunner(Runner):
             time.sleep(0.2)
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
-        """The Slurm job of a run whose driver died as sbatch ran: the one job of ``owner`` named for the
-        run whose comment names exactly its run id, else None. Unavailable: Slurm cannot be asked (the
-        job may be running: nothing may be decided)."""
+        """The one job of ``owner`` named for a run whose driver died as sbatch ran and whose comment
+        names its run id, else None. Unavailable: Slurm cannot be asked (nothing may be decided)."""
         if not info.get("run_id") or not info.get("name"):
             return None
         self._stop_left_sbatch(info["run_id"], spool, self._job_uid(owner))
@@ -492,9 +489,8 @@ class SlurmRunner(Runner):
         return found[0] if len(found) == 1 else None
 
     def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
-        """Kill an sbatch of the run that outlived its driver (it could submit the job after the search
-        found none), and give the controller a moment to take what it sent as it died. Unavailable: it
-        is still there after SIGKILL."""
+        """Kill an sbatch of the run that outlived its driver (it could submit after the search), and give
+        the controller a moment to take what it sent as it died. Unavailable: it is still there after SIGKILL."""
         argument = f"--comment={sbatch.run_comment(run_id, spool)}".encode()
         left = processes.with_argument(argument, uid)
         if not left:

@@ -125,8 +125,8 @@ def decode_status(status: int | None) -> tuple[int | None, int | None]:
 
 
 def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
-    """How a finished Slurm job ended; ``stopping``: why onite cancelled it, if it did (a state other
-    than CANCELLED means it ended on its own first, and that is recorded)."""
+    """How a finished Slurm job ended; ``stopping``: why onite cancelled it (a state other than
+    CANCELLED: it ended on its own first, and that is recorded)."""
     exit_code, signal = decode_status(job.status)
     state = job.state
     if state == "COMPLETED":
