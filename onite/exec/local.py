@@ -154,11 +154,10 @@ class MonitorPool:
         """Let the waiting monitors go, and reap them (a busy one is not waited for)."""
         for mon in self.waiting:
             mon.close()
-            if mon.proc is not None:
-                try:
-                    mon.proc.wait(timeout=CLOSE_WAIT)
-                except subprocess.TimeoutExpired:
-                    pass
+            try:
+                mon.proc.wait(timeout=CLOSE_WAIT)  # a waiting monitor is one this pool started
+            except subprocess.TimeoutExpired:
+                pass
         self.waiting = []
         self.procs = [proc for proc in self.procs if proc.poll() is None]
 

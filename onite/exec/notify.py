@@ -315,8 +315,7 @@ class Notifier:
 
     @staticmethod
     def _close(pending: _Pending) -> None:
-        if pending.stderr_fd is not None:
-            Notifier._read_stderr(pending)
+        Notifier._read_stderr(pending)
         if pending.stderr_fd is not None:  # a child of the notifier still holds the pipe: let it go
             os.close(pending.stderr_fd)
             pending.stderr_fd = None
