@@ -43,7 +43,7 @@ def start_one(i: int, cont: contain.Containment, lim: limits.Limiter, null: int)
     try:
         os.write(script, b"true\n")
         os.lseek(script, 0, os.SEEK_SET)
-        cgroup = cont.job_cgroup(run_id)
+        cgroup = f"{cont.base}/{run_id}" if cont.kind == contain.CGROUP2 else None
         groups = lim.groups(run_id, cgroup)
         plan = Plan(argv=(b"/bin/sh", os.fsencode(f"/dev/fd/{script}")), env=ENV, cwd=b"/", umask=0o022,
                     uid=None, gid=None, groups=(), script_fd=script, stdout_fd=null, stderr_fd=None,

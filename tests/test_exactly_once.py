@@ -659,7 +659,7 @@ def test_a_driver_leaves_no_empty_folder_of_job_cgroups_in_its_own_cgroup(spool,
         pytest.skip(f"no writable cgroup v2 tree here ({found.why}): no folder of job cgroups")
     if Path(f"{found.base}/cgroup.subtree_control").read_text().strip():
         pytest.skip("the folder holds controllers for limits here: a driver leaves it (contain.remove_base)")
-    own = f"{contain._cgroup2_mount('/proc/self/mountinfo')}/onite-test-{uuid.uuid4().hex[:8]}"  # the driver's
+    own = f"{contain.cgroup_mounts('/proc/self/mountinfo')[contain.CGROUP2]}/onite-test-{uuid.uuid4().hex[:8]}"  # the driver's
     os.mkdir(own)
     try:
         submit("a", f"cat /proc/self/cgroup > {workdir}/a.cg\n")

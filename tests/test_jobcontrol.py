@@ -428,7 +428,7 @@ def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workd
     trace = workdir / "trace"
     submit("a", f"echo a >> {trace}\n")
     submit("b", f"echo b >> {trace}\n")
-    runner = UnavailableTwice(shell="/bin/sh", kill_grace=1.0, switch_user=False, clock=clock)
+    runner = UnavailableTwice(shell="/bin/sh", kill_grace=1.0, switch_user=False)
     assert Driver(SpoolDir(spool), runner=runner, clock=clock, tick=tick).run() == 0
     assert sorted(trace.read_text().split()) == ["a", "b"]
     for name in "ab":

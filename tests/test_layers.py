@@ -48,8 +48,7 @@ def test_the_monitor_imports_little():
     assert imports_of(PACKAGE / "exec" / "monitor.py") <= allowed
     assert imports_of(PACKAGE / "exec" / "plan.py") <= {"__future__", "os", "marshal", "socket", "dataclasses"}
     assert imports_of(PACKAGE / "exec" / "jobend.py") <= {"__future__", "os", "signal", "time", "onite.exec.contain",
-                                                          "onite.exec.limits", "onite.exec.pids", "onite.exec.plan"}
-    assert imports_of(PACKAGE / "exec" / "pids.py") <= {"__future__", "os", "signal", "onite.exec.contain"}
+                                                          "onite.exec.limits", "onite.exec.plan"}
     assert imports_of(PACKAGE / "exec" / "jobstart.py") <= {"__future__", "os", "errno", "subprocess", "onite.exec.plan"}
     assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
     assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "errno", "os", "onite.exec.contain"}

@@ -543,9 +543,9 @@ def test_recovery_removes_the_limit_groups_a_dead_monitor_left(spool, workdir):
 
 
 def _v1_memory_mount() -> str | None:
-    from onite.exec.limits import _v1_mounts
+    from onite.exec.contain import cgroup_mounts
 
-    return _v1_mounts("/proc/self/mountinfo").get("memory")
+    return cgroup_mounts("/proc/self/mountinfo").get("memory")
 
 
 @needs_root

@@ -1,9 +1,11 @@
 """Containment: every process a job starts ends when the job ends (or is stopped).
 
 A process group is not a container (``setsid`` leaves it); a cgroup is. Where the driver can, each
-job runs in a cgroup v2 of its own under the driver's own cgroup, and ``cgroup.kill`` ends it all;
+job runs in a cgroup v2 of its own under the driver's own cgroup, ended by ``cgroup.kill``;
 elsewhere the job's monitor is a subreaper that ends what the job left; ``contain = false`` stops
-only the job's process group. Runs as root or in a monitor, and reads no file a user can write.
+only the job's process group. A process named by its pid is signalled through a pidfd checked
+against its start time, never a later process given that pid. Runs as root or in a monitor, and
+reads no file a user can write.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ SUBREAPER = "subreaper"
 OFF = "off"
 
 SUBTREE = "onite"  # the folder under the driver's own cgroup that holds one cgroup per job
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")  # the cgroup v1 hierarchies onite.exec.limits may use
 PR_SET_CHILD_SUBREAPER = 36
 PROBE = ".probe-"  # the cgroup ``discover`` makes and removes at once to learn it may: PROBE + its pid
 SLOT = "monitor-"  # a job's cgroups: SLOT + its monitor's pid + "-" + a count (onite.exec.monitor.Slot)
@@ -24,8 +27,7 @@ STALE_CGROUP_AGE = 600  # s: a job joins its cgroup within moments of its creati
 
 
 class Containment:
-    """How this driver contains jobs: ``kind`` is CGROUP2, SUBREAPER or OFF; ``base`` the cgroup
-    folder that holds the jobs' cgroups (CGROUP2 only); ``why`` this kind, for the log."""
+    """``kind``: CGROUP2, SUBREAPER or OFF; ``base``: the folder of the jobs' cgroups (CGROUP2); ``why``."""
 
     def __init__(self, kind: str, base: str | None = None, why: str = "") -> None:
         self.kind = kind
@@ -33,20 +35,15 @@ class Containment:
         self.why = why
 
     def describe(self) -> str:
-        """``cgroup2 /sys/fs/cgroup/onite``, ``subreaper (why)``, ``off (why)``: for the log and ``onite status``."""
+        """``cgroup2 /sys/fs/cgroup/onite``, ``subreaper (why)``, ``off (why)``."""
         if self.kind == CGROUP2:
             return f"cgroup2 {self.base}"
         return f"{self.kind} ({self.why})" if self.why else self.kind
 
-    def job_cgroup(self, run_id: str) -> str | None:
-        """The path of one run's cgroup (its monitor makes it); None where jobs get no cgroup."""
-        return f"{self.base}/{run_id}" if self.kind == CGROUP2 else None
-
 
 def make_cgroup(path: str) -> bool:
-    """Make a run's cgroup (or v1 group), and its folder first if another driver in the same
-    cgroup removed it as it ended (``remove_base``). False if it cannot be made: the job then runs
-    without it, contained by its monitor, a subreaper."""
+    """Make a cgroup (or v1 group), and its folder first if another driver removed it as it ended;
+    False if it cannot be made (the job then runs without it, contained by its subreaper monitor)."""
     return _mkdir(path) or (_mkdir(os.path.dirname(path)) and _mkdir(path))
 
 
@@ -61,10 +58,9 @@ def _mkdir(path: str) -> bool:
 
 
 def remove_base(found: Containment) -> None:
-    """As the driver ends: remove the folder of its jobs' cgroups if it is empty and holds no
-    controllers. Left empty, it would keep a supervisor other than systemd from removing the
-    driver's cgroup; one that holds the memory and cpu controllers for limits would come back
-    without them if made again."""
+    """As the driver ends: remove the jobs' cgroup folder if empty and holding no controllers. Left
+    there, it would keep a supervisor other than systemd from removing the driver's cgroup; made again,
+    one that held the controllers for limits would come back without them."""
     if found.kind != CGROUP2 or found.base is None:
         return
     try:
@@ -76,17 +72,16 @@ def remove_base(found: Containment) -> None:
 
 
 def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str = "/proc/self/cgroup") -> Containment:
-    """The containment this process can give jobs. The cgroup v2 tree is found from the mount
-    table, and the jobs' folder goes under the driver's own cgroup, so that under systemd it is
-    inside the service's delegated subtree (``Delegate=yes``)."""
+    """The containment this process can give jobs: the jobs' folder goes under the driver's own
+    cgroup v2, so that under systemd it is inside the service's delegated subtree (``Delegate=yes``)."""
     if not enabled:
         return Containment(OFF, why="contain = false in onite.toml")
     if os.geteuid() != 0:
         return Containment(SUBREAPER, why="not root: no cgroup of its own")
-    mount = _cgroup2_mount(mountinfo)
+    mount = cgroup_mounts(mountinfo).get(CGROUP2)
     if mount is None:
         return Containment(SUBREAPER, why="no cgroup v2 file system is mounted")
-    relative = _own_cgroup(own)
+    relative = own_cgroups(own).get(CGROUP2)
     if relative is None:
         return Containment(SUBREAPER, why="this process is in no cgroup v2")
     base = os.path.normpath(f"{mount}/{relative.strip('/')}/{SUBTREE}") if relative.strip("/") else f"{mount}/{SUBTREE}"
@@ -103,49 +98,52 @@ def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str
 
 
 def _probe(base: str) -> None:
-    """Make the jobs' folder, and a cgroup in it, removed at once.
-
-    Raises:
-        OSError: this process may not.
-    """
+    """Make the jobs' folder, and a cgroup in it removed at once; OSError if this process may not."""
     os.makedirs(base, 0o755, exist_ok=True)
     probe = f"{base}/{PROBE}{os.getpid()}"
     os.mkdir(probe)
     os.rmdir(probe)
 
 
-def _cgroup2_mount(mountinfo: str) -> str | None:
+def cgroup_mounts(mountinfo: str) -> dict[str, str]:
+    """Where each cgroup hierarchy is mounted first: CGROUP2 → its mount, and each v1 controller's."""
+    found: dict[str, str] = {}
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 # ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPEROPTIONS
                 left, sep, right = line.partition(" - ")
-                fields = left.split(" ")
-                if sep and right.split(" ", 1)[0] == "cgroup2" and len(fields) >= 5:
-                    return fields[4].replace("\\040", " ")
+                fields, parts = left.split(" "), right.split()
+                if not sep or not parts or len(fields) < 5:
+                    continue
+                names = [CGROUP2] if parts[0] == CGROUP2 else \
+                    parts[2].split(",") if parts[0] == "cgroup" and len(parts) >= 3 else []
+                for name in names:
+                    if name == CGROUP2 or name in V1_CONTROLLERS:
+                        found.setdefault(name, fields[4].replace("\\040", " "))
     except OSError:
         pass
-    return None
+    return found
 
 
-def _own_cgroup(own: str) -> str | None:
-    """This process's cgroup v2 path (the ``0::`` line of /proc/self/cgroup)."""
+def own_cgroups(own: str) -> dict[str, str]:
+    """This process's cgroups: CGROUP2 → its v2 path (``0::``), each v1 controller → its group."""
+    found: dict[str, str] = {}
     try:
         with open(own, encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                if line.startswith("0::"):
-                    return line[3:].strip() or "/"
+                number, _, rest = line.rstrip("\n").partition(":")
+                controllers, _, path = rest.partition(":")
+                for name in [CGROUP2] if number == "0" and not controllers else controllers.split(","):
+                    if name == CGROUP2 or name in V1_CONTROLLERS:
+                        found.setdefault(name, path or "/")
     except OSError:
         pass
-    return None
+    return found
 
 
 def read_file(path: str) -> bytes:
-    """The contents of a small kernel file (a cgroup's, /proc's).
-
-    Raises:
-        OSError: it cannot be read.
-    """
+    """The contents of a small kernel file (a cgroup's, /proc's); OSError if it cannot be read."""
     with open(path, "rb") as handle:
         return handle.read()
 
@@ -180,8 +178,7 @@ def is_populated(path: str) -> bool:
 
 
 def kill_cgroup(path: str) -> None:
-    """SIGKILL every process in the cgroup: ``cgroup.kill``, or one by one (frozen, see
-    ``signal_cgroup``) where the kernel is older than 5.14."""
+    """SIGKILL every process in the cgroup: ``cgroup.kill``, or one by one (frozen) before Linux 5.14."""
     if write_file(f"{path}/cgroup.kill", "1") != 0:
         import signal
 
@@ -190,8 +187,8 @@ def kill_cgroup(path: str) -> None:
 
 def signal_cgroup(path: str, sig: int) -> bool:
     """Send ``sig`` to every process of the cgroup; False if there was none. The cgroup is frozen
-    meanwhile (where it can be): a frozen process can neither fork nor exit nor reap a child, so no
-    pid read from cgroup.procs is given to another process before it is signalled."""
+    meanwhile where it can be (a frozen process can neither fork nor exit nor reap), so no pid read
+    from cgroup.procs is given to another process before it is signalled."""
     frozen = _freeze(path)
     try:
         pids = cgroup_pids(path)
@@ -204,7 +201,7 @@ def signal_cgroup(path: str, sig: int) -> bool:
 
 
 def _freeze(path: str, wait: float = 0.2) -> bool:
-    """Freeze the cgroup and wait (at most ``wait`` s) until it is; False where there is no cgroup v2 freezer."""
+    """Freeze the cgroup, waiting at most ``wait`` s; False where there is no cgroup v2 freezer."""
     if write_file(f"{path}/cgroup.freeze", "1") != 0:
         return False
     deadline = time.monotonic() + wait
@@ -244,8 +241,7 @@ def set_subreaper() -> bool:
 
 
 def stat_fields(pid: int) -> list[bytes] | None:
-    """The fields of /proc/PID/stat after its name (state, ppid, pgrp, … start time at [19]), or
-    None if it is gone."""
+    """The fields of /proc/PID/stat after its name (state, ppid, pgrp, … start time at [19]), or None."""
     try:
         data = read_file(f"/proc/{pid}/stat")
     except OSError:
@@ -261,8 +257,7 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def is_zombie(pid: int) -> bool:
-    """Has ``pid`` exited, unreaped (or is it gone)? A monitor that exited with no driver to reap
-    it is a zombie of init's until init does."""
+    """Has ``pid`` exited, unreaped (or is it gone)? A dead monitor is init's zombie until reaped."""
     fields = stat_fields(pid)
     return fields is None or fields[0] in (b"Z", b"X")
 
@@ -294,10 +289,9 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 def sweep_stale(folders: list[str], *, older_than: float = STALE_CGROUP_AGE, now: float | None = None,
                 only=None) -> int:
-    """Remove the empty job cgroups under ``folders`` (monitors' slots, and ``discover``'s probes) older
-    than ``older_than`` seconds; how many. A monitor killed before it gave a slot to a run leaves one
-    that no record names. A young one may be about to be joined by its monitor, and rmdir refuses a
-    populated one. ``only(name)``: of those, only the ones it says."""
+    """Remove the empty job cgroups under ``folders`` (monitors' slots, ``discover``'s probes) older than
+    ``older_than`` s, of those ``only(name)`` says; how many. A monitor killed before it gave a slot to a
+    run leaves one no record names; a young one may be about to be joined."""
     now = time.time() if now is None else now
     removed = 0
     for folder in folders:
@@ -323,3 +317,51 @@ def _numbered(name: str, prefix: str) -> bool:
     """Is ``name`` ``prefix`` and numbers joined by "-" (a probe's, a slot's)?"""
     rest = name[len(prefix):] if name.startswith(prefix) else ""
     return bool(rest) and all(part.isdigit() for part in rest.split("-"))
+
+
+def listed():
+    """(pid, /proc/PID/stat fields) of every process listed now."""
+    for entry in os.listdir("/proc"):
+        fields = stat_fields(int(entry)) if entry.isdigit() else None
+        if fields is not None:
+            yield int(entry), fields
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every live descendant of ``pid`` (parents before children), each with its start time."""
+    tree: dict[int, list[tuple[int, int]]] = {}
+    for child, fields in listed():
+        tree.setdefault(int(fields[1]), []).append((child, int(fields[19])))
+    found, todo = [], list(tree.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(tree.get(child[0], ()))
+    return found
+
+
+def signal_exact(pid: int, ticks: int | None, sig: int) -> bool:
+    """Send ``sig`` to the process ``pid`` that started at ``ticks`` (None: whichever has the pid
+    now), through a pidfd opened before its start time is checked; whether it was sent."""
+    import signal  # here: submit reads boot_id() from contain and need not pay for signal's enums
+
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if ticks is None or process_start_ticks(pid) == ticks:
+            signal.pidfd_send_signal(fd, sig)
+            return True
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return False
+
+
+def group_has_others(leader: int) -> bool:
+    """Is any process but ``leader`` (whose unreaped zombie keeps the group's number) alive in its
+    process group? Read from /proc: a signal 0 to the group would count the zombie."""
+    return any(pid != leader and int(fields[2]) == leader and fields[0] not in (b"Z", b"X")
+               for pid, fields in listed())

@@ -12,11 +12,7 @@ from onite.core.identity import Identity
 
 
 def resolve(uid: int) -> Identity:
-    """The account behind ``uid``.
-
-    Raises:
-        Refused: no passwd entry (a file owned by a deleted or made-up uid).
-    """
+    """The account behind ``uid``; Refused if it has none (a file of a deleted or made-up uid)."""
     entry = _passwd(uid)
     try:
         groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
@@ -26,11 +22,7 @@ def resolve(uid: int) -> Identity:
 
 
 def current() -> Identity:
-    """The calling process's own account, with the groups it holds now.
-
-    Raises:
-        Refused: the effective uid has no passwd entry.
-    """
+    """The calling process's own account, with the groups it holds now; Refused if it has none."""
     return _identity(_passwd(os.geteuid()), tuple(dict.fromkeys((os.getegid(), *os.getgroups()))))
 
 

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-from onite.exec import contain, limits, pids
+from onite.exec import contain, limits
 from onite.exec.plan import Plan
 
 
@@ -21,7 +21,6 @@ RUNNING = object()  # ``leader_exit``: the leader has not exited yet
 
 
 def remove_groups(plan: Plan) -> None:
-    """Remove the run's emptied cgroups."""
     if plan.cgroup:
         contain.remove_cgroup(plan.cgroup)
     limits.remove(plan.limit_groups)
@@ -29,8 +28,7 @@ def remove_groups(plan: Plan) -> None:
 
 def leader_exit(job: int):
     """Reap the job's orphans that have exited; the leader's siginfo once it has exited (left
-    unreaped), RUNNING until then, None if it is no child of this process any more (its status is
-    lost)."""
+    unreaped), RUNNING until then, None if it is no child of this process (its status is lost)."""
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
@@ -69,15 +67,14 @@ def reap_leader(job: int):
 
 
 def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
-    """Is anything of the job still running besides its leader's zombie? Its cgroup, its other
-    children (every descendant comes back to this subreaper), and without containment its process
-    group, looked at only while ``pinned`` (the leader unreaped: its number is still the job's)."""
+    """Is anything of the job running besides its leader's zombie: its cgroup, this subreaper's other
+    children, or without containment its process group (only while ``pinned``: the leader unreaped)?"""
     children = reap_others(job)
     if plan.cgroup and contain.is_populated(plan.cgroup):  # a zombie is in no cgroup
         return True
     if plan.contain != contain.OFF:
         return children
-    return pinned and pids.group_has_others(job, job)
+    return pinned and contain.group_has_others(job)
 
 
 def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
@@ -103,10 +100,8 @@ def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
 
 
 def end_unreported(plan: Plan) -> bool:
-    """End a job whose start was never reported: the child that opened its PAM session died after
-    forking it, so the job, an orphan, is this monitor's only child. Killed at once with what it
-    left (its driver files the run as failed and may spool a retry); False if something of it could
-    not be ended."""
+    """Kill a job whose start was never reported (the child that opened its PAM session died after
+    forking it: the job is this monitor's only child) with what it left; False if something stays."""
     ended = True
     for orphan in children():
         try:
@@ -121,8 +116,8 @@ def end_unreported(plan: Plan) -> bool:
 
 
 def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
-    """Send ``sig`` to everything of the job: its process group (only while ``pinned``), its cgroup,
-    and every descendant of this subreaper, each checked to be the process that was listed."""
+    """Send ``sig`` to the job's process group (only while ``pinned``), its cgroup, and every
+    descendant of this subreaper, each checked to be the process that was listed."""
     if pinned:
         contain.signal_group(job, sig)
     if plan.cgroup:
@@ -131,8 +126,8 @@ def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
         else:
             contain.signal_cgroup(plan.cgroup, sig)
     if plan.contain != contain.OFF:
-        for pid, ticks in pids.descendants(os.getpid()):
-            pids.signal_exact(pid, ticks, sig)
+        for pid, ticks in contain.descendants(os.getpid()):
+            contain.signal_exact(pid, ticks, sig)
 
 
 def reap_others(job: int) -> bool:
@@ -155,4 +150,4 @@ def children() -> list[int]:
     try:
         return [int(word) for word in contain.read_file(f"/proc/{pid}/task/{pid}/children").split()]
     except (OSError, ValueError):  # a kernel without CONFIG_PROC_CHILDREN
-        return [child for child, _ in pids.descendants(pid) if pids.parent_of(child) == pid]
+        return [child for child, fields in contain.listed() if int(fields[1]) == pid]

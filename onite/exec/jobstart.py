@@ -11,18 +11,9 @@ import subprocess
 
 from onite.exec.plan import Plan
 
-STAGES = {  # what the job's process was doing when it failed, for the reason recorded
-    "cgroup": "cannot join its cgroup",
-    "user": "cannot switch to its owner",
-    "chdir": "cannot enter its directory",
-    "exec": "cannot start",
-}
-
-
 def join(paths, joined: tuple[list[str], str] = ((), "")) -> tuple[list[str], str]:
-    """Move this monitor into the cgroups ``paths`` (but those ``joined`` says it is in already), so
-    that the process it forks next is born in them; the groups it is in, and ``STAGE ERRNO WHAT`` if
-    one could not be joined ("" if all were)."""
+    """Move this monitor into the cgroups ``paths`` (but those ``joined`` has), so that the process it
+    forks next is born in them; the groups it is in, and ``cgroup ERRNO `` if one could not be joined."""
     done, failed = list(joined[0]), joined[1]
     try:
         for path in paths:
@@ -43,17 +34,15 @@ def leave(joined: list[str]) -> None:
 
 
 def start(plan: Plan, forked=None) -> tuple[int | None, str]:
-    """Start the job's process; its pid, or None and ``STAGE ERRNO WHAT`` for ``reason``.
-    ``forked()`` is called once the process runs, before this monitor leaves its cgroups.
+    """Start the job's process; its pid, or None and ``STAGE ERRNO WHAT`` for ``reason``; ``forked()``
+    runs once it does, before this monitor leaves its cgroups.
 
-    subprocess's C code forks and executes, running no Python in the child. What the child cannot
-    do there is done here, around the fork: this monitor joins the job's cgroups (those its Slot did not
-    join ahead), so that the
-    process is born in them, and enters the job's directory with the owner's effective ids (its
-    real and saved ids stay root's, so the owner cannot signal or trace it meanwhile): nothing is
-    entered as root on the owner's behalf. The child starts a new session, drops to the owner
-    (groups, gid, uid: real, effective and saved) and executes the interpreter with every
-    descriptor closed but its script's."""
+    subprocess's C code forks and executes, running no Python in the child, so the rest is done here
+    around the fork: this monitor joins the job's cgroups (so that the job is born in them) and
+    enters its directory with the owner's effective ids (real and saved stay root's, so the owner
+    cannot signal or trace it meanwhile): nothing is entered as root on the owner's behalf. The
+    child starts a new session, drops to the owner (groups, gid, uid: real, effective and saved) and
+    executes the interpreter with every descriptor closed but its script's."""
     groups, failed = join(((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups), plan.joined)
     if failed:
         leave(groups)
@@ -93,12 +82,8 @@ def start(plan: Plan, forked=None) -> tuple[int | None, str]:
 
 
 def _move_here(cgroup: str) -> bool:
-    """Move this process into ``cgroup``; False if it is gone (the monitor, a subreaper, still
-    contains the job).
-
-    Raises:
-        OSError: it cannot be joined.
-    """
+    """Move this process into ``cgroup``; False if it is gone (the subreaper still contains the job),
+    OSError if it cannot be joined."""
     try:
         fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -111,11 +96,7 @@ def _move_here(cgroup: str) -> bool:
 
 
 def _enter_as_owner(plan: Plan) -> None:
-    """Enter the job's directory with its owner's rights (the driver's own where it keeps them).
-
-    Raises:
-        OSError: the owner cannot enter it.
-    """
+    """Enter the job's directory with its owner's rights (or the monitor's own); OSError if it cannot."""
     if plan.uid is None:
         os.chdir(plan.cwd)
         return
@@ -136,8 +117,7 @@ def _enter_as_owner(plan: Plan) -> None:
 
 def reason(report: str, plan: Plan) -> str:
     """The reason recorded for a job whose process failed before its interpreter ran. Every check
-    behind it was made with the owner's rights, so it tells the owner nothing they could not learn
-    themselves (a root-only look would be an oracle for private paths)."""
+    behind it was made with the owner's rights: it is no oracle for paths the owner may not see."""
     stage, _, rest = report.partition(" ")
     code_text, _, what = rest.partition(" ")
     code = int(code_text) if code_text.isdigit() else 0
@@ -155,7 +135,8 @@ def reason(report: str, plan: Plan) -> str:
         if code == errno.ENOENT:
             return f"cannot start {program}: no such file"
         return f"cannot start {program}: {_words(code, what)}"
-    return f"{STAGES.get(stage, 'cannot start')}: {_words(code, what)}"
+    doing = {"cgroup": "cannot join its cgroup", "user": "cannot switch to its owner"}.get(stage, "cannot start")
+    return f"{doing}: {_words(code, what)}"
 
 
 def _words(code: int, fallback: str) -> str:

@@ -14,11 +14,10 @@ from pathlib import Path
 from onite.core.errors import SpoolIOError
 from onite.core.identity import Identity
 from onite.core.names import split_key
+from onite.exec.plan import SCRIPT
 from onite.exec.runner import NoRecord, Run, SpawnError
 from onite.spool.files import remove_file
 from onite.spool.outputs import open_output
-
-SCRIPT = b"\0script\0"  # placeholder in argv for /dev/fd/N
 
 
 def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
@@ -33,9 +32,8 @@ def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
 
 
 def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
-    """The environment captured at submit; the owner's login variables when the driver is root,
-    whatever the job file says; then ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL, by which recovery
-    finds the processes of a run whose record a killed driver never wrote (onite.exec.processes)."""
+    """The environment captured at submit; the owner's login variables when the driver is root; then
+    ONITE_JOB, ONITE_RUN_ID and ONITE_JOB_SPOOL, by which recovery finds a run's processes (processes.py)."""
     env = dict(run.job.env)
     if switch_user:
         env.update(run.owner.login_env())
@@ -46,8 +44,7 @@ def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
 
 
 def own_credentials() -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
-    """This process's real, effective and saved uids and gids, and the groups it has the rights of
-    (the kernel grants the effective gid's as a supplementary group's)."""
+    """This process's real, effective and saved uids and gids, and the groups it has the rights of."""
     resgid = os.getresgid()
     return os.getresuid(), resgid, frozenset(os.getgroups()) | {resgid[1]}
 
@@ -58,23 +55,18 @@ def credentials_of(identity: Identity) -> tuple[tuple[int, ...], tuple[int, ...]
 
 
 def attempt_marker(run: Run) -> str:
-    """The line a retry's output starts with, in each output file of the job (its owner's: by its NAME)."""
+    """The line a retry's output starts with, in each output file of the job."""
     return f"\n[onite] attempt {run.attempt} of {split_key(run.name)[1]}, {run.started:%Y-%m-%d %H:%M:%S}\n"
 
 
 @contextmanager
 def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity: Identity | None, *,
                 append: bool) -> Iterator[tuple[int, int | None]]:
-    """The run's output files, open while the block runs: stdout and, when the job keeps stderr
-    apart, ``stderr_path``; a retry (``append``) adds to each after its attempt marker. A job that
-    does not keep stderr apart has an older ``stderr_path`` removed, so that another job's stderr
-    cannot pass for this run's.
-
-    Raises:
-        NoRecord: a file cannot be created or written (a full disk, a quota: no fault of the job's,
-            so the driver stops starting jobs rather than fail one after another).
-        SpawnError: the old stderr file cannot be removed.
-    """
+    """The run's output files (stdout, and ``stderr_path`` when kept apart), open while the block runs; a
+    retry (``append``) adds to each after its attempt marker. An older ``stderr_path`` of a job that does
+    not keep stderr apart is removed, so that another job's cannot pass for this run's.
+    NoRecord: a file cannot be created or written (no fault of the job's: the driver stops starting
+    jobs); SpawnError: the old stderr file cannot be removed."""
     if not run.job.stderr_separate and stderr_path is not None:
         try:
             remove_file(stderr_path)
@@ -102,8 +94,7 @@ def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity:
 
 
 def occupy_standard_descriptors() -> None:
-    """Open /dev/null on whichever of descriptors 0, 1 and 2 is closed (a driver started with its
-    stdin closed): otherwise a job's script or output file could take one of those numbers."""
+    """Open /dev/null on any of descriptors 0-2 that is closed, so no job file takes its number."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)

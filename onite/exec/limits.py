@@ -1,12 +1,10 @@
-"""Limits held by the kernel: a job's memory and CPU limits and its pids limit in its cgroups, and
-what it used.
+"""Limits held by the kernel: a job's memory, CPU and pids limits in its cgroups, and what it used.
 
 On cgroup v2 the job's containment cgroup holds them; on v1 a group per job and controller under
-the driver's own; elsewhere requests still pack but nothing enforces them, and the job is measured
-by its rusage. The CPU limit is set before the job's fork, the memory limit once its monitor has
-left its groups (``apply_memory``); the pids limit is set while only the monitor is in the group,
-one above ``max_pids`` for the monitor, and to ``max_pids`` once it has left. Runs in the monitor:
-imports only os, errno and contain.
+the driver's own; elsewhere nothing enforces them, and the job is measured by its rusage. The CPU
+limit is set before the job's fork, the memory limit once its monitor has left its groups; the pids
+limit is one above ``max_pids`` while the monitor is in the group, ``max_pids`` once it has left.
+Runs in the monitor: imports only os, errno and contain.
 """
 
 from __future__ import annotations
@@ -14,23 +12,19 @@ from __future__ import annotations
 import errno
 import os
 
-from onite.exec.contain import make_cgroup, read_file, write_file
+from onite.exec.contain import cgroup_mounts, make_cgroup, own_cgroups, read_file, write_file
 
 MIB = 1 << 20
 MONITOR_SLACK = 4 * MIB  # at most this much of a job's memory group may be its monitor's (apply_memory)
 PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
 SUBTREE = "onite"
-V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 
 
 class Limiter:
-    """How this driver holds jobs to their requests: ``v2`` (the containment cgroup's folder, where
-    memory and cpu are enabled) or ``v1`` (controller → the folder of the jobs' groups), or neither;
-    and to ``max_pids`` processes (0: no limit), in the containment cgroup where ``pids_v2`` (its
-    folder) has the pids controller, else in a v1 pids group.
-
-    A step, as ``steps`` and ``memory_steps`` return them, is (path, text, limit): a folder to make
-    (text None) or a file to write; ``limit`` names the limit a failure leaves unset ("": none)."""
+    """How this driver holds jobs to their requests: on ``v2`` (the jobs' cgroup folder), ``v1``
+    (controller → the folder of the jobs' groups) or neither; ``max_pids`` (0: none) on ``pids_v2`` or v1.
+    A step is (path, text, limit): a folder to make (text None) or a file to write; ``limit``: the
+    limit a failure leaves unset ("": none)."""
 
     def __init__(self, *, v2: str | None = None, v1: dict[str, str] | None = None, why: str = "",
                  max_pids: int = 0, pids_v2: str | None = None) -> None:
@@ -46,8 +40,7 @@ class Limiter:
         return self.v2 is not None or "memory" in self.v1
 
     def describe(self) -> str:
-        """``cgroup v1 (cpu, memory); at most 4096 processes a job``, or why limits are not enforced:
-        for the log and ``onite status``."""
+        """``cgroup v1 (cpu, memory); at most 4096 processes a job``, or why limits are not enforced."""
         if self.v2 is not None:
             text = "cgroup v2 (memory, cpu)"
         elif "memory" in self.v1:
@@ -61,21 +54,18 @@ class Limiter:
         return f"{text}; at most {self.max_pids} processes a job (cgroup {'v2' if self.pids_v2 else 'v1'} pids)"
 
     def _controllers(self, v2_cgroup: str | None, cpus: int | None) -> list[tuple[str, str]]:
-        """The v1 controllers (name, folder) one run gets a group in: memory always (its peak and OOM
-        kills are read there); pids always where it holds the pids limit; cpu where the job asks for CPUs; cpuacct only where no cgroup v2
-        counts the job's CPU."""
+        """The v1 controllers (name, folder) one run gets a group in: memory and pids always, cpu for a
+        CPU limit, cpuacct where no cgroup v2 counts the job's CPU."""
         return [(controller, base) for controller, base in sorted(self.v1.items())
                 if controller in ("memory", "pids") or (controller == "cpu" and cpus is not None)
                 or (controller == "cpuacct" and v2_cgroup is None and self.v2 is None)]
 
     def groups(self, run_id: str, v2_cgroup: str | None = None, cpus: int | None = None) -> tuple[str, ...]:
-        """The v1 groups of one run, which its process joins (none on v2: its containment cgroup
-        holds the limits)."""
+        """The v1 groups of one run, which its process joins."""
         return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, cpus))
 
     def steps(self, run_id: str, v2_cgroup: str | None, cpus: int | None) -> tuple[tuple, ...]:
-        """What the monitor does before the job's process exists (``apply``): make its v1 groups and
-        set its CPU limit (``cpus``; None: none)."""
+        """Before the job's process exists (``apply``): make its v1 groups and set its CPU limit."""
         steps: list[tuple] = []
         if self.v2 is not None and cpus is not None:
             steps.append((f"{v2_cgroup or f'{self.v2}/{run_id}'}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
@@ -88,8 +78,7 @@ class Limiter:
         return tuple(steps)
 
     def pids_steps(self, run_id: str, v2_cgroup: str | None, room: int) -> tuple[tuple, ...]:
-        """The write that sets one run's pids limit, ``room`` above ``max_pids`` (its monitor, while
-        it is in the group), taken by ``apply``; none where there is no limit or no controller."""
+        """The write of one run's pids limit, ``room`` above ``max_pids`` (for its monitor), if any."""
         if not self.max_pids:
             return ()
         if self.pids_v2 is not None:
@@ -101,10 +90,8 @@ class Limiter:
         return ((f"{where}/pids.max", str(self.max_pids + room), "pids"),)
 
     def memory_steps(self, run_id: str, v2_cgroup: str | None, mem: int | None) -> tuple[tuple, ...]:
-        """The writes that set one run's memory limit (``mem`` MiB; None: none), taken by
-        ``apply_memory`` once the monitor has left the job's cgroups: set before, the limit would
-        hold the monitor as it forks, and the OOM killer would take the monitor (a root Python
-        process) rather than a small job."""
+        """The writes of one run's memory limit, taken once the monitor has left the job's cgroups
+        (``apply_memory``): set before, the OOM killer could take the monitor rather than a small job."""
         if mem is None:
             return ()
         if self.v2 is not None:
@@ -117,8 +104,7 @@ class Limiter:
         return ()
 
     def reads(self, run_id: str, v2_cgroup: str | None) -> tuple[tuple, ...]:
-        """The files the monitor reads what one run used from (``usage``), each (key, path, field,
-        scale): only those of the groups it has."""
+        """The files ``usage`` reads what one run used from, each (key, path, field, scale)."""
         reads: list[tuple] = []
         made = dict(self._controllers(v2_cgroup, None))  # the groups read from are made whatever it asks
         if "memory" in made:
@@ -146,16 +132,14 @@ class Limiter:
                      g[len(next(b for b in bases if g.startswith(b))):] and ".." not in g)
 
     def remove_folders(self) -> None:
-        """As the driver ends: remove its empty v1 folders of jobs' groups (as contain.remove_base);
-        a driver that finds its folder gone makes it again."""
+        """As the driver ends: remove its empty v1 folders (a driver that finds one gone makes it again)."""
         remove(tuple(dict.fromkeys(self.v1.values())))
 
 
 def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/self/mountinfo",
              own: str = "/proc/self/cgroup") -> Limiter:
-    """The limits this driver can set: memory and CPU on v2 where the jobs' cgroup folder ``v2_base``
-    has those controllers, else on v1, else none; the pids limit (``max_pids``; 0: none) on v2 where
-    ``v2_base`` has the pids controller, else on v1."""
+    """The limits this driver can set: memory and CPU on v2 where ``v2_base`` has those controllers,
+    else on v1, else none; the pids limit (``max_pids``; 0: none) on v2 where it can, else on v1."""
     if os.geteuid() != 0:
         return Limiter(why="the driver is not root", max_pids=max_pids)
     v2 = pids_v2 = None
@@ -163,8 +147,8 @@ def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/
         v2 = v2_base if _enable(v2_base, ("memory", "cpu")) else None
         pids_v2 = v2_base if max_pids and _enable(v2_base, ("pids",)) else None
     wanted = (() if v2 else ("memory", "cpu", "cpuacct")) + (("pids",) if max_pids and not pids_v2 else ())
-    mounts = _v1_mounts(mountinfo)
-    paths = _v1_paths(own)
+    mounts = cgroup_mounts(mountinfo)
+    paths = own_cgroups(own)
     v1 = {}
     for controller in wanted:
         if controller not in mounts or controller not in paths:
@@ -189,43 +173,8 @@ def _enable(v2_base: str, controllers: tuple[str, ...]) -> bool:
         or write_file(f"{v2_base}/cgroup.subtree_control", " ".join(f"+{name}" for name in controllers)) == 0
 
 
-def _v1_mounts(mountinfo: str) -> dict[str, str]:
-    """Controller → where its v1 hierarchy is mounted (the first mount of each)."""
-    found: dict[str, str] = {}
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                left, sep, right = line.partition(" - ")
-                parts, fields = right.split(), left.split(" ")
-                if not sep or len(parts) < 3 or parts[0] != "cgroup" or len(fields) < 5:
-                    continue
-                for option in parts[2].split(","):
-                    if option in V1_CONTROLLERS:
-                        found.setdefault(option, fields[4].replace("\\040", " "))
-    except OSError:
-        pass
-    return found
-
-
-def _v1_paths(own: str) -> dict[str, str]:
-    """Controller → this process's v1 group (``N:memory:/path`` lines of /proc/self/cgroup)."""
-    found: dict[str, str] = {}
-    try:
-        with open(own, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                for controller in controllers.split(","):
-                    if controller in V1_CONTROLLERS:
-                        found[controller] = path or "/"
-    except (OSError, ValueError):
-        pass
-    return found
-
-
 def apply(steps: tuple[tuple, ...]) -> list[str]:
-    """Take ``Limiter.steps`` (in a run's monitor, before its job runs); the limits left unset
-    (``memory``, ``cpu``). A job whose limit cannot be set runs without it, and its start line
-    says so."""
+    """Take ``Limiter.steps``; the limits left unset (a job runs without them, and its start line says so)."""
     missed: list[str] = []
     failed: list[str] = []  # folders not made: nothing is written in them
     for path, text, limit in steps:
@@ -243,13 +192,9 @@ def apply(steps: tuple[tuple, ...]) -> list[str]:
 
 
 def apply_memory(steps: tuple[tuple, ...]) -> tuple[list[str], bool]:
-    """Take ``Limiter.memory_steps`` (once the job's process exists and its monitor has left its
-    cgroups); the limits left unset, and whether the job is past its limit already.
-
-    The pages the monitor touched as it forked the job in the group stay charged there: the limit
-    leaves room for them (at most MONITOR_SLACK). cgroup v1 refuses a limit below what the group
-    holds (EBUSY): the job took more than that already, and its monitor kills it, as the kernel
-    would have."""
+    """Take ``Limiter.memory_steps``; the limits left unset, and whether the job is past its limit already.
+    The limit leaves room (at most MONITOR_SLACK) for the pages the monitor touched as it forked the
+    job. v1 refuses a limit below what the group holds (EBUSY): the monitor kills the job, as the kernel would."""
     missed: list[str] = []
     room = 0
     for path, text, limit in steps:
@@ -267,8 +212,7 @@ def apply_memory(steps: tuple[tuple, ...]) -> tuple[list[str], bool]:
 
 
 def usage(reads: tuple[tuple, ...]) -> dict:
-    """What a job used, from the files ``Limiter.reads`` named: ``peak_mem`` (bytes), ``cpu``
-    (seconds), ``oom`` (the kernel's kills for memory); a key no file gives is left out."""
+    """What a job used: ``peak_mem`` (bytes), ``cpu`` (seconds), ``oom`` (kills); a key no file gives is left out."""
     found: dict = {}
     for key, path, field, scale in reads:
         if key in found:
@@ -280,7 +224,7 @@ def usage(reads: tuple[tuple, ...]) -> dict:
 
 
 def rusage_usage(rusage) -> dict:
-    """What the job's leader and the children it waited for used (``os.wait4``), where no cgroup says."""
+    """What the job's leader and the children it waited for used, where no cgroup says."""
     return {"peak_mem": int(rusage.ru_maxrss) * 1024, "cpu": round(rusage.ru_utime + rusage.ru_stime, 3)}
 
 
@@ -320,7 +264,7 @@ def _words(path: str) -> set[str]:
 
 
 def machine() -> tuple[int | None, int | None]:
-    """What this machine has: MiB of memory (MemTotal) and the CPUs this process may use."""
+    """MiB of memory (MemTotal) and the CPUs this process may use."""
     mem = None
     try:
         for line in read_file("/proc/meminfo").splitlines():

@@ -1,8 +1,7 @@
 """The local executor: each job under a monitor process (onite.exec.monitor), on this machine.
 
-Monitors are fresh interpreters kept waiting, one more started ahead whenever none waits. A run's
-output files are opened here and its Plan sent to a monitor, which tells how it went on its socket.
-A run adopted from a dead driver has no socket: its monitor is watched by its pidfd.
+A run's output files are opened here and its Plan sent to a waiting monitor of the pool, which tells
+how it went on its socket; one adopted from a dead driver is watched by its pidfd.
 """
 
 from __future__ import annotations
@@ -16,18 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from onite.core.clock import SYSTEM, Clock
 from onite.core.names import job_label
 from onite.core.runrecord import RunRecord
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.exec import contain, limits, monitor
 from onite.exec.pam import Pam
-from onite.exec.plan import Plan
-from onite.exec.launch import (SCRIPT, credentials_of, interpreter, job_environment, occupy_standard_descriptors,
+from onite.exec.plan import Plan, memory_file
+from onite.exec.launch import (credentials_of, interpreter, job_environment, occupy_standard_descriptors,
                                own_credentials, run_outputs)
 from onite.exec.processes import find_run_processes, kill_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
-from onite.exec.submission import memory_file
 from onite.spool import runrecords
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
@@ -35,19 +32,15 @@ CLOSE_WAIT = 2.0  # seconds a waiting monitor is given to exit once let go
 
 
 class Monitor:
-    """The driver's end of one monitor: its socket, what it said of its run so far, and its process
-    (None for a monitor adopted from a dead driver, watched by its pidfd)."""
+    """The driver's end of one monitor: its socket (None: adopted, watched by its pidfd), what it said."""
 
     def __init__(self, sock: socket.socket | None, proc: subprocess.Popen | None = None,
                  pidfd: int | None = None, pid: int | None = None) -> None:
-        self.sock, self.proc, self.pidfd, self.adopted_pid = sock, proc, pidfd, pid
+        self.sock, self.proc, self.pidfd = sock, proc, pidfd
+        self.pid = proc.pid if proc is not None else pid
         self.buffer = b""
         self.idle = False  # said ``idle``: done with its run, waiting for the next
         self.gone = False  # exited (its socket's end closed), or the adopted one's process ended
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else self.adopted_pid
 
     def fileno(self) -> int | None:
         """What the driver waits on: readable when it says something or is gone."""
@@ -96,8 +89,8 @@ class Monitor:
 
 
 class MonitorPool:
-    """The monitors a local runner keeps waiting: fresh interpreters (``python -E -S``, importing only
-    the monitor), never copies of the driver."""
+    """The monitors kept waiting, one more started ahead when none waits: fresh interpreters
+    (``python -E -S``, importing only the monitor), never copies of the driver."""
 
     def __init__(self, setup: dict) -> None:
         self.setup = setup  # how jobs are contained and limited (onite.exec.monitor.serve)
@@ -105,15 +98,8 @@ class MonitorPool:
         self.procs: list[subprocess.Popen] = []  # those started, until reaped
 
     def send(self, plan: Plan) -> Monitor:
-        """Hand ``plan`` to a waiting monitor, or to one started for it, in one datagram: its data in
-        a memfd (no environment is too large), then its descriptors, so that a driver killed while
-        sending sent it whole or not at all. When the last waiting monitor is taken, one more is
-        started ahead.
-
-        Raises:
-            NoRecord: the plan cannot be written (a file-size limit, no memory): nothing was sent.
-            OSError: no monitor could be started, or the one started could not be sent the plan.
-        """
+        """Hand ``plan`` to a waiting monitor, or one started for it (onite.exec.plan: whole or not at
+        all). NoRecord: the plan cannot be written; OSError: no monitor could be started and sent it."""
         data, fds = plan.encode()
         try:
             data_fd = memory_file("onite-plan", data)
@@ -168,27 +154,24 @@ class MonitorPool:
         """Let the waiting monitors go, and reap them (a busy one is not waited for)."""
         for mon in self.waiting:
             mon.close()
-            if mon.proc is not None:
-                try:
-                    mon.proc.wait(timeout=CLOSE_WAIT)
-                except subprocess.TimeoutExpired:
-                    pass
+            try:
+                mon.proc.wait(timeout=CLOSE_WAIT)  # a waiting monitor is one this pool started
+            except subprocess.TimeoutExpired:
+                pass
         self.waiting = []
         self.procs = [proc for proc in self.procs if proc.poll() is None]
 
 
 class LocalRunner(Runner):
-    """Starts each job under a monitor and reports how jobs ended. The monitor enforces the time
-    limit and the stops asked of it: TERM to every process of the job, KILL after ``kill_grace``;
-    when the job's leader exits it ends whatever the job left, and the driver waits for it."""
+    """Starts each job under a monitor (which enforces its time limit and stops, and ends what it
+    left) and reports how jobs ended."""
 
     executor = "local"
 
     def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
                  containment: contain.Containment | None = None, lock_fd: int | None = None,
-                 clock: Clock = SYSTEM, limiter: limits.Limiter | None = None, pam: Pam | None = None) -> None:
+                 limiter: limits.Limiter | None = None, pam: Pam | None = None) -> None:
         self.shell = shell
-        self.clock = clock
         self.kill_grace = kill_grace
         self.switch_user = switch_user
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
@@ -214,20 +197,15 @@ class LocalRunner(Runner):
         self.kill_grace = config.kill_grace.total_seconds()
 
     def record_info(self, run: Run) -> dict:
-        """The machine's boot, how jobs are contained, and the run's time limit's end, for recovery
-        (its monitor adds the cgroups it gives the job in its own line)."""
+        """The machine's boot, the containment and the time limit's end, for recovery (the monitor adds its cgroups)."""
         deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
         return {"boot": self._boot, "contain": self.containment.kind, "deadline": deadline,
                 "kill_grace": self.kill_grace}
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
-        """Send ``run`` to a monitor; returns at once (the monitor says when the job started).
-
-        Raises:
-            SpawnError: its old stderr file cannot be removed, or no monitor can be started.
-            NoRecord: its output files, its text or its plan cannot be written: nothing was started.
-        """
+        """Send ``run`` to a monitor and return (the monitor says when the job started). SpawnError: its
+        old stderr file cannot be removed, or no monitor started; NoRecord: nothing could be written."""
         # switching to the ids the driver has already changes nothing
         ident = None if not self.switch_user or credentials_of(run.owner) == self._credentials else run.owner
         with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
@@ -237,10 +215,8 @@ class LocalRunner(Runner):
                 raise NoRecord(f"cannot hand its text to its monitor: {error.strerror}") from None
             null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if record_fd is None else None
             try:
-                script = os.fsencode(f"/dev/fd/{script_fd}")
-                argv = tuple(script if part == SCRIPT else part for part in interpreter(run.job.body, self.shell))
                 run.monitor = self._pool.send(Plan(
-                    argv=argv,
+                    argv=interpreter(run.job.body, self.shell),
                     env=job_environment(run, switch_user=self.switch_user), cwd=run.job.cwd, umask=run.job.umask,
                     uid=ident.uid if ident else None, gid=ident.gid if ident else None,
                     groups=tuple(ident.groups) if ident else (), script_fd=script_fd, stdout_fd=out,
@@ -258,8 +234,8 @@ class LocalRunner(Runner):
         self.runs.append(run)
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """Ask ``run``'s monitor to stop its job: the reason goes into the run record first, so that
-        whoever files the run files it as stopped, then SIGUSR2 tells the monitor."""
+        """Ask ``run``'s monitor to stop its job: the reason goes into the run record first (whoever files
+        the run files it as stopped), then SIGUSR2 tells the monitor."""
         if run.stopping is not None and not (why == Stop.SHUTDOWN and run.stopping != Stop.SHUTDOWN):
             return
         run.stopping, run.cancelled_by = why, by if why == Stop.CANCEL else run.cancelled_by
@@ -268,12 +244,8 @@ class LocalRunner(Runner):
                 runrecords.add_event(run.record_path, {"event": "stop", "why": str(why), "by": by})
             except runrecords.RecordError:
                 pass  # the monitor then stops the job for no reason it can read: the driver still knows
-        if run.monitor is not None and run.monitor.pid is not None and not run.monitor.gone:
+        if run.monitor is not None and not run.monitor.gone:
             contain.signal_pid(run.monitor.pid, signal.SIGUSR2)
-
-    def kill(self, run: Run, why: Stop) -> None:
-        """The hard stop: the monitor kills ``run``'s job at once."""
-        self.stop(run, why)
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Runs whose job has ended (or could not start), with their outcomes."""
@@ -296,8 +268,7 @@ class LocalRunner(Runner):
         return finished
 
     def _release(self, mon: Monitor) -> None:
-        """A monitor whose job ended: back to the pool once it is done with the run, else waited for
-        (it ends what the job left behind)."""
+        """A monitor whose job ended: back to the pool once done with the run, else waited for."""
         if mon.is_done():
             self._pool.release(mon)
         else:
@@ -384,8 +355,8 @@ class LocalRunner(Runner):
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:
-        """Take over a run whose monitor outlived its driver (it still enforces the time limit): watch
-        it by its pidfd, and stop it through its record. False if the monitor is not that process."""
+        """Watch a run whose monitor outlived its driver by its pidfd (stopped through its record); False if
+        the monitor is not that process."""
         pid, ticks = rec.monitor_pid, rec.monitor_ticks
         if pid is None:
             return False
@@ -398,7 +369,7 @@ class LocalRunner(Runner):
             return False  # the pid belongs to another process now, or it has exited (a zombie of init's)
         run.monitor = Monitor(None, pidfd=pidfd, pid=pid)
         run.pgid = rec.job_pid
-        run.adopted = run.announced = True
+        run.announced = True
         if rec.stop is not None:
             run.stopping, run.cancelled_by = rec.stop, rec.stopped_by
         self.runs.append(run)

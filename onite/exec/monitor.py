@@ -32,11 +32,9 @@ LOST = "its exit status was lost (it was reaped by another process)"
 
 
 def serve(fd: int, setup: dict) -> int:
-    """The monitor's life: run each Plan the driver sends on socket ``fd``, saying ``idle`` after
-    each, until the driver's end is closed or a run left something it could not end. ``setup``:
-    how this driver contains and limits jobs (``contain``, ``base``, ``v2``, ``v1``: onite.exec.contain,
-    onite.exec.limits), which the cgroups it makes for its runs follow; ``pam``: the folder pamela is
-    imported from where jobs get a PAM session of service ``pam_service`` (onite.exec.pam)."""
+    """Run each Plan the driver sends on socket ``fd``, saying ``idle`` after each, until the driver's
+    end is closed or a run left something it could not end. ``setup``: how jobs are contained and
+    limited (onite.exec.local.LocalRunner), and where pamela is imported from for PAM sessions."""
     sock = socket.socket(fileno=fd)
     prepare(setup["contain"] != contain.OFF or bool(setup["pam"]))  # a job started in a PAM session is an orphan
     if setup["pam"]:
@@ -56,12 +54,9 @@ def serve(fd: int, setup: dict) -> int:
 
 
 class Slot:
-    """The cgroups of this monitor's next job (``monitor-PID-N``: containment, and the v1 groups that
-    every job gets), made and joined while it waits. Joining a cgroup waits for one of the kernel's
-    RCU grace periods (milliseconds here) unless another join came just before: paid here, it stays
-    off the path from one job's end to the next one's start; a job is then born in them, and its
-    monitor leaves them while the job runs. A group asked for by one job only (a CPU limit's) is
-    made and joined as that job starts."""
+    """The cgroups of this monitor's next job (``monitor-PID-N``), made and joined while it waits: a
+    join waits for an RCU grace period (milliseconds), kept off the path from one job's end to the
+    next one's start. A group only one job asks for (a CPU limit's) is joined as that job starts."""
 
     count = 0
 
@@ -93,8 +88,7 @@ class Slot:
 
 
 def prepare(contained: bool) -> None:
-    """Leave the driver's session, drop the driver's signals, and (``contained``) become the reaper
-    of the job's orphans."""
+    """Leave the driver's session, drop its signals, and (``contained``) reap the job's orphans."""
     try:
         os.setsid()  # a Ctrl-C at the driver's terminal is not for the jobs
     except PermissionError:
@@ -129,8 +123,7 @@ def _asked(signum, frame) -> None:
 
 
 def run(plan: Plan, sock: socket.socket) -> int:
-    """One run, telling the driver on ``sock``: 0 when it is over and nothing of it is left, 1 when
-    something the job left could not be ended. Every descriptor of the run is closed on return."""
+    """One run, told on ``sock``: 0 when nothing of it is left, 1 when something could not be ended."""
     held = {fd for fd in (plan.record_fd, plan.script_fd, plan.stdout_fd, plan.stderr_fd, plan.lock_fd)
             if fd is not None}
     try:
@@ -204,10 +197,9 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
 
 
 def _start(plan: Plan) -> tuple[int | None, str, list[str]]:
-    """Start the job (onite.exec.jobstart.start), in its owner's PAM session where it has one
-    (onite.exec.pam); its pid or None, the report or PAM's refusal, and the limits left unset. Its
-    pids limit comes down to its own once it runs, before this monitor (or the child that opened
-    the session) leaves its groups: at no moment may the job have more processes."""
+    """Start the job, in its owner's PAM session where it has one; its pid or None, the report, and
+    the limits left unset. Its pids limit comes down to its own before this monitor (or the child
+    that opened the session) leaves its groups: at no moment may the job have more processes."""
     missed: list[str] = []
 
     def fork_job():
@@ -226,10 +218,9 @@ def _close_session(plan: Plan) -> None:
 
 
 def _watch(plan: Plan, sock: socket.socket, job: int):
-    """Wait for the job's leader to exit (its siginfo; None if its status is lost), ending the job
-    when its time limit passes or a driver asks: the reason goes into the run record first (a
-    driver writes its own ``stop`` line before it sends SIGUSR2), then TERM to every process of the
-    job, then KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
+    """Wait for the job's leader to exit (its siginfo; None if its status is lost). At its time limit
+    or a driver's SIGUSR2 the reason is in the run record first, then TERM to every process of the
+    job, KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
     deadline = None if plan.deadline is None else time.monotonic() + plan.deadline - time.time()
     stopping, kill_at = None, None
     while True:
@@ -291,9 +282,8 @@ def _record(plan: Plan, event: dict) -> str | None:
 
 
 def _record_end(plan: Plan, sock: socket.socket, event: dict, *message: str) -> None:
-    """Record how the job ended, then tell the driver. On a full disk keep trying once a second
-    until the line is written or the driver has filed the job (the record is unlinked): until
-    then, this process is what keeps the job's exit status."""
+    """Record how the job ended, then tell the driver. On a full disk retry each second until written
+    or the record is unlinked (filed): until then only this process keeps the job's exit status."""
     written = _record(plan, event) is None
     _tell(sock, *message)
     while not written:
@@ -307,7 +297,7 @@ def _record_end(plan: Plan, sock: socket.socket, event: dict, *message: str) -> 
 
 
 def _tell(sock: socket.socket, *lines: str) -> bool:
-    """Send ``lines`` to the driver in one datagram; False if the driver is gone (the record says it all)."""
+    """Send ``lines`` in one datagram; False if the driver is gone (the record says it all)."""
     try:
         sock.send("".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8", "replace"))
         return True

@@ -21,7 +21,7 @@ from pathlib import Path
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_key, shown
 from onite.core.state import JobState, Result
-from onite.exec.submission import memory_file
+from onite.exec.plan import memory_file
 from onite.spool.results import result_record
 
 SENDMAIL_PATHS = ("/usr/sbin/sendmail", "/usr/lib/sendmail")
@@ -37,8 +37,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 def find_sendmail(config) -> tuple[str | None, str]:
-    """The sendmail a mail notice goes through (``sendmail`` in onite.toml, else the first of
-    SENDMAIL_PATHS that exists), or None and why there is none."""
+    """onite.toml's ``sendmail``, else the first of SENDMAIL_PATHS that exists; or None and why none."""
     if config.sendmail:
         if os.path.exists(config.sendmail):
             return config.sendmail, ""
@@ -48,8 +47,7 @@ def find_sendmail(config) -> tuple[str | None, str]:
 
 def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | None, config) -> str | None:
     """"mail", "command" or None: the notice a final ``result`` calls for. The job's ``--notify`` and
-    ``--notify-on`` win over the spool's; "failure" means failed, for any reason; "always" adds done
-    and cancelled."""
+    ``--notify-on`` win over the spool's; "failure": failed, for any reason; "always" adds done and cancelled."""
     how = job_notify or config.notify
     when = job_notify_on or config.notify_on
     if how not in ("mail", "command"):
@@ -67,8 +65,7 @@ def _one_line(text: str, limit: int = 120) -> str:
 
 
 def subject(result: Result) -> str:
-    """``onite: job NAME failed (exit 3)``, ``… done``, ``… failed (timeout)``, ``… cancelled by alice``: NAME as
-    its owner, who is told, writes it."""
+    """``onite: job NAME failed (exit 3)``, ``… done``, ``… cancelled by alice``: NAME as its owner writes it."""
     if result.state is JobState.CANCELLED:
         what = _one_line(result.reason or "cancelled")
     elif result.reason:
@@ -90,8 +87,7 @@ def output_tail(data: bytes, *, cut: bool, lines: int = TAIL_LINES) -> bytes:
 
 
 def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -> bytes:
-    """The mail telling ``result.user`` how their job ended (for ``sendmail -oi -t``); ``output``: the
-    tail of the job's output, or None if it has none from this run."""
+    """The mail for ``sendmail -oi -t`` telling ``result.user`` how their job ended (``output``: its tail)."""
     from email.message import EmailMessage
     from email.policy import default
     from email.utils import format_datetime
@@ -130,11 +126,10 @@ class _Pending:
     name: str
     how: str
     popen: subprocess.Popen
-    deadline: float  # monotonic: killed if still running then
+    deadline: float  # monotonic: killed if still running then; once killed, given up on if still there
     stderr_fd: int | None
     stderr: bytearray = field(default_factory=bytearray)
     killed: str | None = None  # why it was killed ("timeout", "driver stopped")
-    given_up_at: float | None = None
 
 
 class Notifier:
@@ -248,7 +243,7 @@ class Notifier:
                                      deadline=self.clock.monotonic() + config.notify_timeout.total_seconds()))
 
     def reap(self, now_mono: float | None = None) -> None:
-        """Log the notifiers that ended, kill those past their time; never blocks."""
+        """Log the notifiers that ended, kill those past their time, start those waiting; never blocks."""
         now_mono = self.clock.monotonic() if now_mono is None else now_mono
         keep = []
         for pending in self.pending:
@@ -263,8 +258,7 @@ class Notifier:
             self._send(*self._next_waiting())
 
     def _next_waiting(self) -> tuple[Result, str, object]:
-        """The next notice to start: the first of the owner who has waited longest, who then goes
-        behind the others."""
+        """The first notice of the owner who has waited longest, who then goes behind the others."""
         uid = next(iter(self.waiting))
         queue = self.waiting.pop(uid)
         notice = queue.popleft()
@@ -277,9 +271,9 @@ class Notifier:
         self._read_stderr(pending)
         code = pending.popen.poll()
         if code is None:
-            if pending.killed is None and now_mono >= pending.deadline:
+            if now_mono >= pending.deadline and pending.killed is None:
                 self._kill(pending, "timeout", now_mono)
-            elif pending.given_up_at is not None and now_mono >= pending.given_up_at:
+            elif now_mono >= pending.deadline:
                 self._close(pending)  # killed, yet not gone (stuck in the kernel): stop watching it
                 self.log.event("notify-failed", pending.name, how=pending.how,
                                reason=f"{pending.killed}; it did not exit when killed (pid {pending.popen.pid})")
@@ -299,7 +293,7 @@ class Notifier:
 
     def _kill(self, pending: _Pending, why: str, now_mono: float) -> None:
         pending.killed = why
-        pending.given_up_at = now_mono + KILL_WAIT
+        pending.deadline = now_mono + KILL_WAIT
         try:
             os.killpg(pending.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -321,19 +315,18 @@ class Notifier:
 
     @staticmethod
     def _close(pending: _Pending) -> None:
-        if pending.stderr_fd is not None:
-            Notifier._read_stderr(pending)
+        Notifier._read_stderr(pending)
         if pending.stderr_fd is not None:  # a child of the notifier still holds the pipe: let it go
             os.close(pending.stderr_fd)
             pending.stderr_fd = None
 
     def next_deadline(self) -> float | None:
         """Monotonic time by which ``reap`` should run again, or None with nothing pending."""
-        return min((p.given_up_at or p.deadline for p in self.pending), default=None)
+        return min((p.deadline for p in self.pending), default=None)
 
     def finish(self, stop=lambda: False) -> None:
-        """The driver is ending: start the notices still waiting and wait for every notifier, each at
-        most until its time is up; once ``stop()`` (a hard stop), those left are killed."""
+        """The driver is ending: start the notices waiting and wait for every notifier, each at most until
+        its time is up; once ``stop()`` (a hard stop), those left are killed."""
         while self.busy:
             now_mono = self.clock.monotonic()
             if stop():

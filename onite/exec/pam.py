@@ -1,10 +1,9 @@
 """A PAM session for a local job's owner, as atd and cron open one: limits.conf, pam_loginuid.
 
-A child of the job's monitor opens it (account, then session) and forks the job, so that the job
-is born with what pam_limits and pam_loginuid set, and the monitor never has it; the monitor
-closes the session when the job has ended. The binding is pamela (ctypes over libpam), imported
-by the monitor from the folder the driver found it in (the monitor runs ``python -E -S``). Runs
-in the monitor: imports only os, json and sys, and pamela.
+A child of the job's monitor opens it and forks the job, so that the job, never the monitor, gets
+what pam_limits and pam_loginuid set; the monitor closes it once the job has ended. pamela (ctypes
+over libpam) is imported from the folder the driver found it in. Runs in the monitor: imports only
+os, json and sys, and pamela.
 """
 
 from __future__ import annotations
@@ -17,16 +16,15 @@ SERVICE_DIRS = ("/etc/pam.d", "/usr/lib/pam.d")  # where libpam looks for a serv
 
 
 class Pam:
-    """How this driver's jobs get their owner's account: ``service`` (None: no session), the folder
-    pamela is imported from, and ``why`` none is opened; ``required``: a drain starts no local job
-    without one."""
+    """``service`` (None: no session), the folder pamela is imported from, ``why`` none; ``required``:
+    no local job starts without one."""
 
     def __init__(self, service: str | None = None, path: str | None = None, why: str = "",
                  required: bool = False) -> None:
         self.service, self.path, self.why, self.required = service, path, why, required
 
     def describe(self) -> str:
-        """For the log and ``onite status``, once a drain: what applies to the jobs."""
+        """What applies to the jobs, for the log and ``onite status``."""
         if self.service is not None:
             return f"a session for each job's owner (service {self.service}: its limits and login uid)"
         return f"no session ({self.why}): job limits are the driver's"
@@ -52,8 +50,8 @@ _LOADED: list = []  # a handle of the service, never ended: its modules stay loa
 
 
 def load(path: str, service: str) -> str:
-    """Import pamela from ``path`` and load ``service``'s modules (in a monitor, ahead of its first
-    run: each session then costs a millisecond, not ten); "" or why it cannot be."""
+    """Import pamela from ``path`` and load ``service``'s modules (ahead of a monitor's first run: a
+    session then costs a millisecond, not ten); "" or why it cannot be."""
     if path not in sys.path:
         sys.path.append(path)
     try:
@@ -66,13 +64,10 @@ def load(path: str, service: str) -> str:
 
 
 def start(service: str, user: str, fork_job, leave) -> tuple[int | None, str, list]:
-    """Open ``user``'s session and run ``fork_job()`` (onite.exec.jobstart.start: the job's pid or
-    None, the report, the limits it could not set) in a child of this monitor, so that what
-    pam_limits and pam_loginuid set is the child's, and so the job's, never the monitor's (root
-    without CAP_SYS_RESOURCE could not raise its own hard limits back). The child exits once the
-    job runs: the job, an orphan, comes to the monitor, its subreaper. The monitor leaves its own
-    cgroups at once (the job's pids limit counts the child, not it). Returns what ``fork_job``
-    returned, or None and ``pam 0 WHY`` PAM refused (nothing was forked then)."""
+    """Open ``user``'s session in a child of this monitor and run ``fork_job()`` there (the job's pid or
+    None, the report, the limits unset), so that what pam_limits and pam_loginuid set is the job's, never
+    the monitor's. The child exits once the job runs: the job comes to the monitor, its subreaper, which
+    leaves its own cgroups at once. What ``fork_job`` returned, or None and ``pam 0 WHY``."""
     read, write = os.pipe2(os.O_CLOEXEC)
     child = os.fork()
     if child == 0:
@@ -100,7 +95,7 @@ def start(service: str, user: str, fork_job, leave) -> tuple[int | None, str, li
 
 
 def _open(service: str, user: str) -> str:
-    """Check ``user``'s account and open a session for it in this process; "" or why PAM refused."""
+    """Check ``user``'s account and open its session in this process; "" or why PAM refused."""
     try:
         import pamela
 
@@ -119,8 +114,7 @@ def _open(service: str, user: str) -> str:
 
 
 def close(service: str, user: str) -> None:
-    """Close ``user``'s session once its job has ended (a handle of its own: the one that opened it
-    was the child's)."""
+    """Close ``user``'s session once its job has ended (with a handle of its own)."""
     try:
         import pamela
 

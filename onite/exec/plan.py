@@ -13,13 +13,14 @@ import socket
 from dataclasses import dataclass, fields
 
 FD_FIELDS = ("script_fd", "stdout_fd", "stderr_fd", "record_fd", "lock_fd")
+SCRIPT = b"\0script\0"  # in argv: where /dev/fd/N of the script goes, N its number in the monitor
 
 
 @dataclass(frozen=True)
 class Plan:
     """Everything the monitor needs for one run, decided by the driver."""
 
-    argv: tuple[bytes, ...]  # argv[0] is the program; the script's /dev/fd path already substituted
+    argv: tuple[bytes, ...]  # argv[0] is the program; SCRIPT, as sent, is the script's /dev/fd path once received
     env: dict[bytes, bytes]
     cwd: bytes
     umask: int
@@ -48,17 +49,16 @@ class Plan:
     pam_user: str | None = None  # its owner's account name, for that session
 
     def encode(self) -> tuple[bytes, list[int]]:
-        """What ``receive`` reads: the Plan's fields, each descriptor by its place among the
-        descriptors sent with it, and those descriptors."""
+        """What ``receive`` reads: the fields, each descriptor by its place among those sent, and those descriptors."""
         fds = [getattr(self, name) for name in FD_FIELDS if getattr(self, name) is not None]
         values = tuple(fds.index(getattr(self, f.name)) + 1 if f.name in FD_FIELDS and getattr(self, f.name) is not None
                        else getattr(self, f.name) for f in fields(self))
-        return marshal.dumps((values, self.script_fd)), fds
+        return marshal.dumps(values), fds
 
 
 def receive(sock: socket.socket) -> Plan | None:
-    """The next Plan the driver sends (its data in a memfd, then its descriptors), with the
-    descriptors received in place of the driver's numbers; None once the driver's end is closed."""
+    """The next Plan the driver sends, with the descriptors received in place of the driver's numbers;
+    None once the driver's end is closed."""
     while True:
         try:
             word, fds, _, _ = socket.recv_fds(sock, 16, 16)
@@ -72,14 +72,27 @@ def receive(sock: socket.socket) -> Plan | None:
             return None
         break
     try:
-        values, script_fd = marshal.loads(os.pread(fds[0], 1 << 30, 0))
+        values = marshal.loads(os.pread(fds[0], 1 << 30, 0))
     finally:
         os.close(fds[0])
     plan = dict(zip([f.name for f in fields(Plan)], values))
     for name in FD_FIELDS:
         if plan[name] is not None:
             plan[name] = fds[plan[name]]
-    # the interpreter reads the script as /dev/fd/N: N is its number here, not in the driver
-    theirs, here = f"/dev/fd/{script_fd}".encode(), f"/dev/fd/{plan['script_fd']}".encode()
-    plan["argv"] = tuple(here if part == theirs else part for part in plan["argv"])
+    here = f"/dev/fd/{plan['script_fd']}".encode()
+    plan["argv"] = tuple(here if part == SCRIPT else part for part in plan["argv"])
     return Plan(**plan)
+
+
+def memory_file(name: str, data: bytes = b"") -> int:
+    """A close-on-exec file in memory holding ``data``, at its start; OSError if it cannot be made or written."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd

@@ -11,15 +11,14 @@ import signal
 import time
 
 from onite.exec import contain, limits
-from onite.exec.pids import signal_exact
+from onite.exec.contain import signal_exact
 
 ENVIRON_LIMIT = 8 << 20  # bytes of a process's environment read: the kernel's own limit is lower
 KILL_SETTLE = 5.0  # seconds after SIGKILL in which processes still found are signalled again
 
 
 def _scan(what: str, limit: int, uid: int | None = None):
-    """(pid, /proc/PID/``what``) of every process but this one (of ``uid`` only, if given) that
-    this process may read."""
+    """(pid, /proc/PID/``what``) of every process but this one (of ``uid`` only) this process may read."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -33,8 +32,8 @@ def _scan(what: str, limit: int, uid: int | None = None):
 
 
 def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
-    """This machine's processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``,
-    by their environment as it was started. A driver that is not root finds only its own user's."""
+    """The processes of job ``name`` of ``spool`` whose ONITE_RUN_ID passes ``run_id_ok``, by their
+    environment (a driver that is not root finds only its own user's)."""
     wanted = {b"ONITE_JOB=" + name.encode(), b"ONITE_JOB_SPOOL=" + os.fsencode(spool)}
     found = []
     for pid, data in _scan("environ", ENVIRON_LIMIT):
@@ -46,8 +45,7 @@ def find_run_processes(spool: str, name: str, run_id_ok) -> list[int]:
 
 
 def with_argument(argument: bytes, uid: int) -> list[tuple[int, int]]:
-    """The live processes of ``uid`` with ``argument`` as one of their command-line words, each with
-    its start time."""
+    """The live processes of ``uid`` with ``argument`` among their command-line words, with start times."""
     found = []
     for pid, data in _scan("cmdline", 1 << 20, uid):
         fields = contain.stat_fields(pid)
@@ -57,9 +55,8 @@ def with_argument(argument: bytes, uid: int) -> list[tuple[int, int]]:
 
 
 def stop_processes(find, grace: float) -> int:
-    """SIGTERM every process ``find()`` returns, then SIGKILL those still found after ``grace``
-    seconds; ``find`` runs again while waiting, which catches children started late. How many
-    processes were signalled."""
+    """SIGTERM what ``find()`` returns, SIGKILL what it still finds after ``grace`` s (found again while
+    waiting: children started late are caught); how many were signalled."""
     signalled: set[int] = set()
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
@@ -79,9 +76,8 @@ def stop_processes(find, grace: float) -> int:
 
 def kill_leftovers(cgroup: str | None, groups: tuple[str, ...], spool: str, name: str, run_id: str, *,
                    known_pid: bool) -> None:
-    """Kill what a run whose monitor is dead left running, and remove its groups (as its monitor
-    would have). Its cgroup and v1 groups hold only the job's processes; where it had neither and
-    no pid is known, they are found by their ONITE_RUN_ID."""
+    """Kill what a run whose monitor is dead left, and remove its groups; where it had none and no pid
+    is known, its processes are found by their ONITE_RUN_ID."""
     if cgroup:
         contain.kill_cgroup(cgroup)
         contain.remove_cgroup(cgroup)
@@ -92,8 +88,7 @@ def kill_leftovers(cgroup: str | None, groups: tuple[str, ...], spool: str, name
 
 
 def kill_groups(groups) -> bool:
-    """SIGKILL every process in these v1 groups (a dead run's: they hold every process it started,
-    those that left its process group too); True if any was there."""
+    """SIGKILL every process in these v1 groups (all a dead run started); True if any was there."""
     killed = False
     for group in groups:
         for _ in range(50):  # a process forking meanwhile is caught on a later round

@@ -1,8 +1,5 @@
-"""What the driver asks of an executor (a ``Runner``), and the attempt it hands one (a ``Run``).
-
-LocalRunner and SlurmRunner implement it. A runner never files a job: it reports how a run ended,
-and the driver records it (onite.drain.finish).
-"""
+"""What the driver asks of an executor (a ``Runner``: LocalRunner, SlurmRunner), and the attempt it
+hands one (a ``Run``). A runner never files a job: it reports how a run ended (onite.drain.finish)."""
 
 from __future__ import annotations
 
@@ -26,13 +23,11 @@ class SpawnError(Exception):
 
 
 class Unavailable(SpawnError):
-    """The executor cannot take any job just now (the Slurm controller does not answer), and nothing
-    of this job was started: it goes back to its queue and the driver waits."""
+    """The executor takes no job now (the Slurm controller does not answer); nothing of it was started."""
 
 
 class NoRecord(SpawnError):
-    """Something of the run cannot be written (a full disk): nothing was started, and the driver
-    starts nothing more until it can record what it starts."""
+    """Something of the run cannot be written (a full disk): nothing was started, nor is until it can be."""
 
 
 @dataclass(eq=False)
@@ -57,7 +52,6 @@ class Run:
     queued_at: datetime | None = None  # when it entered its queue (the kernel's ctime)
     spool: str = ""  # the root of the spool it was claimed from (ONITE_JOB_SPOOL)
     announced: bool = False  # its start was reported to the driver
-    adopted: bool = False  # taken over from a driver that died
     need: Need | None = None  # what it was admitted with (onite.core.resources)
     unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
@@ -67,12 +61,11 @@ class Run:
 
     @property
     def mem(self) -> int | None:
-        """The MiB of memory it asked for (None: no memory limit)."""
+        """The MiB of memory it asked for (None: no limit); ``cpus`` likewise."""
         return self.need.mem or None if self.need else None
 
     @property
     def cpus(self) -> int | None:
-        """The CPUs it asked for (None: no CPU limit)."""
         return self.need.cpus or None if self.need else None
 
     @property
@@ -81,8 +74,7 @@ class Run:
 
 
 class Runner(Protocol):
-    """What the driver needs from an executor; the defaults below are inherited. Deadlines and
-    ``now_mono`` are on the driver's monotonic clock."""
+    """What the driver needs from an executor (defaults inherited); times are on the driver's monotonic clock."""
 
     executor: ClassVar[str]  # "local" or "slurm", recorded in results and run records
     runs: list[Run]  # the runs it is responsible for now
@@ -94,17 +86,14 @@ class Runner(Protocol):
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
         """Start ``run``; ``record_fd``: an O_APPEND descriptor of its record, which the caller closes.
-
-        Raises:
-            SpawnError: it could not start (the reason is recorded); NoRecord: nothing could be
-                recorded, so nothing was started; Unavailable: the executor takes no job now.
-        """
+        Raises SpawnError (the reason is recorded), NoRecord or Unavailable."""
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """TERM now, KILL after the grace period."""
 
     def kill(self, run: Run, why: Stop) -> None:
-        """Stop at once (the driver's hard stop)."""
+        """Stop at once (the driver's hard stop): each runner's ``stop`` does it for Stop.SHUTDOWN."""
+        self.stop(run, why)
 
     def tick(self, now_mono: float) -> None: ...
 

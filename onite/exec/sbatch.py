@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import shlex
 from datetime import timedelta
 
@@ -22,10 +23,8 @@ CD_FAILED = 121  # the wrapper's exit status when the owner cannot enter the job
 _CD_WRAPPER = 'cd -- "$1" 2>/dev/null || exit %d; shift; exec "$@"' % CD_FAILED
 
 
-
 def script_text(body: bytes, shell: str) -> bytes:
-    """The batch script: the job text, behind ``#!SHELL`` when it names no interpreter (sbatch
-    refuses a script without one)."""
+    """The job text, behind ``#!SHELL`` when it names no interpreter (sbatch refuses a script without one)."""
     if body.startswith(b"#!"):
         return body
     return b"#!" + os.fsencode(shell) + b"\n" + body
@@ -57,8 +56,8 @@ def oversized_variable(env: dict[bytes, bytes]) -> str | None:
 
 
 def output_pattern(path: bytes) -> bytes:
-    """``path`` as an sbatch --output (or --error) pattern that names exactly that file: % doubled,
-    but in a path holding a backslash, which sbatch takes literally already."""
+    """``path`` as an sbatch --output/--error pattern naming exactly it: % doubled, but in a path
+    holding a backslash, which sbatch takes literally already."""
     if b"\\" in path:
         return path
     return path.replace(b"%", b"%%")
@@ -69,8 +68,8 @@ _FLAGS = set("hHkOQsuvV")
 
 
 def unsupported_directive(script: bytes) -> str | None:
-    """Why an ``#SBATCH`` line (up to the first line that is neither blank nor a comment) cannot run
-    under onite, or None: one onite job is one Slurm job that onite polls."""
+    """Why an ``#SBATCH`` line of the script's header cannot run under onite (one onite job is one
+    Slurm job that onite polls), or None."""
     for raw in script.split(b"\n")[1:]:
         line = raw.strip()
         if not line:
@@ -113,27 +112,21 @@ def _refused_word(word: str) -> str:
 
 def run_comment(run_id: str, spool: str) -> str:
     """``onite:RUN_ID:SPOOLTAG``, by which recovery finds a job a driver killed during sbatch never
-    recorded (SPOOLTAG tells spools apart without showing paths)."""
-    return f"onite:{run_id}:{spool_tag(spool)}"
-
-
-def spool_tag(spool: str) -> str:
-    return hashlib.sha256(os.fsencode(spool)).hexdigest()[:16]
+    recorded (SPOOLTAG, a hash, tells spools apart without showing paths)."""
+    return f"onite:{run_id}:{hashlib.sha256(os.fsencode(spool)).hexdigest()[:16]}"
 
 
 def run_of_comment(comment: str, spool: str) -> str | None:
     """The run id in a comment made by run_comment for ``spool``, else None."""
-    kind, _, rest = comment.strip().partition(":")
-    run_id, _, tag = rest.rpartition(":")
-    return run_id if kind == "onite" and run_id and tag == spool_tag(spool) else None
+    run_id = comment.strip().removeprefix("onite:").rpartition(":")[0]
+    return run_id if run_id and comment.strip() == run_comment(run_id, spool) else None
 
 
 def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: int,
                 timeout: timedelta | None, priority: int, urgent: bool, slurm: SlurmConfig,
                 error: bytes | None = None, comment: str | None = None, mem: int | None = None,
                 cpus: int | None = None) -> list[bytes]:
-    """The sbatch command line for one job (the script goes to its stdin). ``error``: its stderr file
-    when kept apart; ``mem`` (MiB) and ``cpus``: its request, as Slurm's --mem and --cpus-per-task."""
+    """The sbatch command line for one job (the script goes to its stdin)."""
     argv = [os.fsencode(sbatch)]
     argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
     if slurm.partition:
@@ -183,32 +176,14 @@ _UNREACHED = ("unable to contact slurm controller", "connection refused", "commu
               "zero bytes were transmitted or received", "slurmctld is not responding")
 
 
-def controller_unreached(stderr: bytes) -> bool:
-    """Did sbatch fail before the controller could take the job (retrying later is safe)?"""
-    text = stderr.decode("utf-8", "replace").lower()
-    return any(phrase in text for phrase in _UNREACHED)
-
-
 def refusal(stderr: bytes, script_size: int = 0) -> str:
     """sbatch's complaint as one line for a result record (with the likely cause of a cryptic one)."""
-    text = _one_line(stderr)
+    lines = [re.sub(r"^sbatch: (error: )?", "", line.strip()) for line in stderr.decode("utf-8", "replace").splitlines()]
+    text = " ".join(line for line in lines if line)[:500] or "no message"
     if script_size > SCRIPT_LIMIT:
         text += (f" (the job text is {script_size} bytes; Slurm takes 4 MiB unless "
                  "SchedulerParameters=max_script_size allows more)")
     return text
-
-
-def _one_line(stderr: bytes) -> str:
-    lines = []
-    for line in stderr.decode("utf-8", "replace").splitlines():
-        line = line.strip()
-        for prefix in ("sbatch: error: ", "sbatch: "):
-            if line.startswith(prefix):
-                line = line[len(prefix):]
-                break
-        if line:
-            lines.append(line)
-    return " ".join(lines)[:500] or "no message"
 
 
 def answer(code: int, stdout: bytes, stderr: bytes, *, script_size: int, cwd: bytes, owner: str) -> tuple[str | None, str]:
@@ -219,7 +194,7 @@ def answer(code: int, stdout: bytes, stderr: bytes, *, script_size: int, cwd: by
     job_id = parse_job_id(stdout) if code == 0 else None
     if job_id is not None:
         return job_id, ""
-    if controller_unreached(stderr):
+    if any(phrase in stderr.decode("utf-8", "replace").lower() for phrase in _UNREACHED):
         return None, f"{UNREACHED}: {refusal(stderr)}"
     return None, f"sbatch did not accept it: {refusal(stderr, script_size)}"
 

@@ -9,10 +9,12 @@ in the job's comment, among its owner's jobs only (a comment is its owner's to w
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
@@ -20,9 +22,10 @@ from onite.core.config import Config
 from onite.core.errors import ConfigError
 from onite.core.names import job_label
 from onite.core.state import Outcome, Stop, stopped_outcome
-from onite.exec import pids, processes, sbatch, squeue, submission
-from onite.exec.contain import is_zombie, process_start_ticks
+from onite.exec import processes, sbatch, squeue
+from onite.exec.contain import is_zombie, process_start_ticks, signal_exact
 from onite.exec.launch import job_environment, run_outputs
+from onite.exec.plan import memory_file
 from onite.exec.runner import Run, Runner, SpawnError, Unavailable
 from onite.spool import runrecords
 
@@ -32,20 +35,80 @@ TOOL_PATH = "/usr/local/bin:/usr/bin:/bin"
 SBATCH_GONE_WAIT = 10.0  # seconds a killed sbatch is waited for
 SUBMISSION_SETTLE = 1.0  # seconds the controller is given to take a submission its dying sbatch sent
 CANCEL_WAIT = 60.0  # seconds a cancelled job is waited for at least: past Slurm's KillWait (default 30 s)
+OUTPUT_LIMIT = 1 << 20  # bytes of sbatch's stdout or stderr read back (it says a line or two)
+FILE_LIMIT = 4 << 20  # bytes it may write to a file: its output files are memory, which a user tracing it must not fill
 
 
 def find_tool(name: str) -> str:
-    """Absolute path of a Slurm client command (sbatch runs with an empty environment).
-
-    Raises:
-        ConfigError: the command is not installed.
-    """
+    """Absolute path of a Slurm client command (sbatch runs with an empty environment); ConfigError if missing."""
     path = shutil.which(name) or shutil.which(name, path=TOOL_PATH)
     if path is None:
         raise ConfigError(f'executor = "slurm" but the Slurm command {name} is not installed here',
                           'install the Slurm client commands (Debian: slurm-client), or set executor = "local"')
     return os.path.abspath(path)
 
+
+@dataclass
+class Submission:
+    """An ``sbatch`` in flight, as the job's owner, who may stop or trace it: the loop never blocks on
+    it (its script, output and errors are memory files, its end is seen through its pidfd), and it is
+    killed at its deadline."""
+
+    proc: subprocess.Popen
+    out_fd: int
+    err_fd: int
+    deadline: float  # on the driver's monotonic clock: killed if still running then
+    pidfd: int | None = None  # readable once it has exited (None: it is polled)
+    record_fd: int | None = None  # its run's record (O_APPEND), where its job's id goes; closed with it
+    script_size: int = 0
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def result(self) -> tuple[int, bytes, bytes]:
+        return self.proc.returncode, os.pread(self.out_fd, OUTPUT_LIMIT, 0), os.pread(self.err_fd, OUTPUT_LIMIT, 0)
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        for fd in (self.out_fd, self.err_fd, self.pidfd, self.record_fd):
+            if fd is not None:
+                os.close(fd)
+
+
+def launch_sbatch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds: tuple[int, ...],
+                  deadline: float, ident=None) -> Submission:
+    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (None: as this process), in ``/``; OSError if not."""
+    script_fd = memory_file("onite-script", script)
+    out_fd = memory_file("onite-sbatch-out")
+    err_fd = memory_file("onite-sbatch-err")
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=script_fd, stdout=out_fd, stderr=err_fd, env=env, cwd="/", umask=umask, pass_fds=pass_fds,
+            preexec_fn=_limit_files,
+            **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
+        )
+    except BaseException:
+        os.close(out_fd)
+        os.close(err_fd)
+        raise
+    finally:
+        os.close(script_fd)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:
+        pidfd = None  # polled instead
+    return Submission(proc=proc, out_fd=out_fd, err_fd=err_fd, deadline=deadline, pidfd=pidfd)
+
+
+def _limit_files() -> None:
+    """In the child, as its owner (nothing imported: it may not read our modules); a hard limit it cannot raise."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 
 
 class SlurmRunner(Runner):
@@ -68,8 +131,7 @@ class SlurmRunner(Runner):
         self._next_poll: float | None = None
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
-        # run id → (its sbatch in flight, its script's size)
-        self._submitting: dict[str, tuple[submission.Submission, int]] = {}
+        self._submitting: dict[str, Submission] = {}  # by run id
         self._announced: list[Run] = []  # runs Slurm has, not yet said to the driver (started())
 
     @property
@@ -82,15 +144,9 @@ class SlurmRunner(Runner):
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
               record_fd: int | None = None) -> None:
-        """Submit ``run`` to Slurm as its owner; returns once sbatch runs (onite.exec.submission). Once
-        sbatch says the job id, it goes into the run's record (``record_fd``, dup'ed) and the run is
-        announced; ``reap`` tells a submission that failed.
-
-        Raises:
-            SpawnError: with the reason.
-        """
+        """Start ``run``'s sbatch as its owner and return; its job id goes into the run's record
+        (``record_fd``, dup'ed) once sbatch says it, and ``reap`` tells a failure. SpawnError: why not."""
         job = run.job
-        identity = run.owner if self.switch_user else None
         env = job_environment(run, switch_user=self.switch_user)
         script = sbatch.script_text(job.body, self.config.shell)
         problem = sbatch.unsupported_directive(script)
@@ -103,7 +159,7 @@ class SlurmRunner(Runner):
         # as root first would tell a user about directories they may not enter
         output = Path(os.path.abspath(output_path))
         stderr_file = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
-        with run_outputs(run, output, stderr_file, identity, append=append):
+        with run_outputs(run, output, stderr_file, run.owner if self.switch_user else None, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         error = stderr_file if job.stderr_separate else None
         record_fd = os.dup(record_fd) if record_fd is not None else None
@@ -113,56 +169,48 @@ class SlurmRunner(Runner):
             if record_fd is not None:
                 os.close(record_fd)
             raise
-        sub.record_fd = record_fd
-        self._submitting[run.run_id] = (sub, len(script))
+        sub.record_fd, sub.script_size = record_fd, len(script)
+        self._submitting[run.run_id] = sub
         run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
 
     def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None):
         job = run.job
-        env_fd = submission.memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
+        env_fd = memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
         try:
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
                                       error=os.fsencode(error) if error is not None else None,
                                       env_fd=env_fd, timeout=job.timeout, priority=job.priority,
                                       urgent=run.rank == 0, slurm=self.config.slurm,
                                       comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None,
-                                      mem=run.need.mem if run.need else None, cpus=run.need.cpus if run.need else None)
+                                      mem=run.mem, cpus=run.cpus)
             try:
-                return submission.launch(sbatch.as_owner_in(job.cwd, argv), script, env=self._tool_env,
-                                         umask=job.umask, pass_fds=(env_fd,), ident=run.owner if self.switch_user else None,
-                                         deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
+                return launch_sbatch(sbatch.as_owner_in(job.cwd, argv), script, env=self._tool_env, umask=job.umask,
+                                     pass_fds=(env_fd,), ident=run.owner if self.switch_user else None,
+                                     deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
             except OSError as err:
                 raise SpawnError(f"cannot run sbatch: {err.strerror or err}") from None
         finally:
             os.close(env_fd)
 
-    def _submitted(self, run: Run) -> Outcome | None:
-        """A submission that is over: None once its job id is taken, or why it failed
-        (``run.unavailable`` set if the controller never had it)."""
-        sub, script_size = self._submitting.pop(run.run_id)
-        try:
-            code, out, err = sub.result()
-            return self._took(run, code, out, err, script_size, sub.record_fd)
-        finally:
-            sub.close()
-
-    def _took(self, run: Run, code: int, out: bytes, err: bytes, script_size: int, record_fd: int | None) -> Outcome | None:
-        job_id, why = sbatch.answer(code, out, err, script_size=script_size, cwd=run.job.cwd, owner=run.owner.name)
+    def _took(self, run: Run, sub: Submission) -> Outcome | None:
+        """An sbatch that is over: None once its job id is taken, else why not (``run.unavailable`` if unreached)."""
+        code, out, err = sub.result()
+        job_id, why = sbatch.answer(code, out, err, script_size=sub.script_size, cwd=run.job.cwd, owner=run.owner.name)
         if job_id is None:
             run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
             return Outcome(reason=why, never_started=True)  # sbatch refused it: Slurm never had it
         # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
         answer = self._query([job_id])
-        if answer is not None and (answer.get(job_id) is None or answer[job_id].uid != self._job_uid(run.owner.uid)):
+        if answer is not None and self._owned(answer, job_id, run.owner.uid) is None:
             self._cancel_by_name(run)
             return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
                                   f"{run.owner.name}'s")
         run.external_id = job_id
-        if record_fd is not None:
+        if sub.record_fd is not None:
             try:
-                runrecords.append(record_fd, {"event": "submitted", "external_id": job_id})
+                runrecords.append(sub.record_fd, {"event": "submitted", "external_id": job_id})
             except OSError as error:  # recovery finds it by the run's id in its comment all the same
                 if self.log is not None:
                     self.log.event("warning", run.name, error=f"cannot record its Slurm job id: {error.strerror}")
@@ -179,16 +227,19 @@ class SlurmRunner(Runner):
         failed = []
         now = self.clock.monotonic()
         for run in [r for r in self.runs if r.run_id in self._submitting]:
-            sub = self._submitting[run.run_id][0]
+            sub = self._submitting[run.run_id]
             if not sub.done():
                 if now < sub.deadline:
                     continue
                 sub.kill()
-                self._submitting.pop(run.run_id)[0].close()
+                self._submitting.pop(run.run_id).close()
                 self._cancel_by_name(run)  # it may have submitted the job before it hung
                 failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))
                 continue
-            outcome = self._submitted(run)
+            try:
+                outcome = self._took(run, self._submitting.pop(run.run_id))
+            finally:
+                sub.close()
             if outcome is not None:  # a cancel (or stop) asked for while sbatch ran is what is recorded
                 failed.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         return failed
@@ -199,9 +250,8 @@ class SlurmRunner(Runner):
         return announced
 
     def close(self) -> None:
-        """The drain is over: an sbatch still running (the drain ended on an error) is left to finish,
-        and the next driver takes its job back by the run's id, as after a crash."""
-        for sub, _ in self._submitting.values():
+        """The drain is over: an sbatch still running is left to finish; the next driver takes its job back."""
+        for sub in self._submitting.values():
             sub.close()
         self._submitting.clear()
 
@@ -216,10 +266,6 @@ class SlurmRunner(Runner):
             run.cancelled_by = by
         if run.kill_at is None:
             self._cancel(run)
-
-    def kill(self, run: Run, why: Stop) -> None:
-        """The driver's hard stop: the same scancel; the driver waits for Slurm to confirm."""
-        self.stop(run, why)
 
     def _cancel(self, run: Run) -> None:
         if run.external_id is None:
@@ -252,8 +298,8 @@ class SlurmRunner(Runner):
         if answer is None:
             return self._done(finished)
         for run in watched:
-            status = answer.get(run.external_id)
-            if status is None or status.uid != self._job_uid(run.owner.uid):
+            status = self._owned(answer, run.external_id, run.owner.uid)
+            if status is None:
                 finished.append((run, squeue.lost(run.external_id)))
                 continue
             self._note_start(run, status)
@@ -290,6 +336,18 @@ class SlurmRunner(Runner):
     def _job_uid(self, owner: int | None) -> int:
         """Whose Slurm jobs a run's are: its owner's, or the driver's where jobs are not run as their owners."""
         return owner if self.switch_user and owner is not None else os.geteuid()
+
+    def _owned(self, answer: dict[str, squeue.JobStatus], job_id: str, owner: int | None) -> squeue.JobStatus | None:
+        """What ``answer`` says of ``job_id`` if it is the job of ``owner`` (its owner may forge neither)."""
+        status = answer.get(job_id)
+        return status if status is not None and status.uid == self._job_uid(owner) else None
+
+    def _search(self, name: str, uid: int, *, every: bool = False) -> list[tuple[str, str, str]] | None:
+        """squeue.search_argv's answer, parsed; None if Slurm could not be asked."""
+        done = self._run_tool(squeue.search_argv(self.squeue, job_label(name), uid, every=every))
+        if done is None or done.returncode != 0:
+            return None
+        return squeue.parse_search(done.stdout.decode("utf-8", "replace"))
 
     def _query(self, job_ids: list[str]) -> dict[str, squeue.JobStatus] | None:
         """squeue's answer, or None while the controller cannot be asked (the runs stay as they are)."""
@@ -334,13 +392,13 @@ class SlurmRunner(Runner):
                  for t in (run.timeout_at if run.stopping is None else None, run.kill_at) if t is not None]
         if self.runs and self._next_poll is not None:
             times.append(self._next_poll)
-        for sub, _ in self._submitting.values():
+        for sub in self._submitting.values():
             times.append(sub.deadline if sub.pidfd is not None else min(sub.deadline, self.clock.monotonic() + 0.02))
         return min(times) if times else None
 
     def wait_fds(self) -> list[int]:
         """The pidfds of the sbatch processes still running."""
-        return [sub.pidfd for sub, _ in self._submitting.values() if sub.pidfd is not None]
+        return [sub.pidfd for sub in self._submitting.values() if sub.pidfd is not None]
 
     def record_info(self, run: Run) -> dict:
         """Its Slurm job's name (its id follows in a ``submitted`` line once sbatch says it)."""
@@ -349,30 +407,21 @@ class SlurmRunner(Runner):
     def reattach(self, run: Run) -> bool:
         """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
         answer = self._query([run.external_id])
-        if answer is None:
-            known = True  # the controller cannot say: keep the run rather than submit the job twice
-        else:
-            status = answer.get(run.external_id)
-            known = status is not None and status.uid == self._job_uid(run.owner.uid)
-        if not known:
+        # the controller cannot say: keep the run rather than submit the job twice
+        if answer is not None and self._owned(answer, run.external_id, run.owner.uid) is None:
             return False
         self.runs.append(run)
         self._next_poll = self.clock.monotonic()  # look at once: it may have finished meanwhile
         return True
 
     def unwatched_end(self, run: Run) -> Outcome | None:
-        """How a run a dead driver left in Slurm ended while no driver watched it: as Slurm says, or
-        lost if Slurm forgot it (sbatch took it, so it may have run: it is not run again). None: still
-        in flight.
-
-        Raises:
-            Unavailable: the controller cannot be asked.
-        """
+        """How a run a dead driver left in Slurm ended unwatched: as Slurm says, or lost if Slurm forgot
+        it (it may have run: it is not run again); None: still in flight. Unavailable: Slurm cannot say."""
         answer = self._query([run.external_id])
         if answer is None:
             raise Unavailable("Slurm could not be asked how the job ended")
-        status = answer.get(run.external_id)
-        if status is None or status.uid != self._job_uid(run.owner.uid):
+        status = self._owned(answer, run.external_id, run.owner.uid)
+        if status is None:
             return squeue.lost(run.external_id, unwatched=True)
         if not status.is_final:
             return None
@@ -381,20 +430,16 @@ class SlurmRunner(Runner):
         return squeue.outcome(status, stopping=None, cancelled_by=None)
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
-        """A run that could not be re-attached: make sure no Slurm job of it is left (``owner``: the
-        claim's uid, whose job it must be).
-
-        Raises:
-            Unavailable: Slurm cannot be asked, or the job is still in flight after its cancel.
-        """
+        """A run that could not be re-attached: make sure no Slurm job of it (``owner``'s) is left.
+        Unavailable: Slurm cannot be asked, or the job is still in flight after its cancel."""
         job_id = info.get("external_id")
         if not job_id:
             return "it had not reached Slurm"
         answer = self._query([job_id])
         if answer is None:
             raise Unavailable(f"Slurm could not be asked about job {job_id}")
-        status = answer.get(job_id)
-        if status is None or status.uid != self._job_uid(owner):
+        status = self._owned(answer, job_id, owner)
+        if status is None:
             return f"Slurm no longer knows job {job_id}"
         if status.is_final:
             return f"Slurm job {job_id} had ended ({status.state})"
@@ -402,24 +447,20 @@ class SlurmRunner(Runner):
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """A claim with no run record: a job its killed driver's sbatch submitted is found among its
-        owner's by its name and comment (sbatch.run_comment), and cancelled."""
-        label, uid = job_label(name), self._job_uid(owner)
-        done = self._run_tool(squeue.search_argv(self.squeue, label, uid))
-        if done is None or done.returncode != 0:
+        owner's by its name and comment, and cancelled."""
+        uid = self._job_uid(owner)
+        jobs = self._search(name, uid)
+        if jobs is None:
             return "no run record, and Slurm could not be asked whether a job of it was submitted"
-        found = [job_id for job_id, state, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
+        found = [job_id for job_id, state, comment in jobs
                  if state not in squeue.FINAL and (run_id := sbatch.run_of_comment(comment, spool)) and run_id_ok(run_id)]
         if not found:
             return "no run record, and none of its Slurm jobs in flight (sbatch never ran: its record comes first)"
         return "no run record; " + "; ".join(self._cancel_and_wait(job_id, uid, grace) for job_id in found)
 
     def _cancel_and_wait(self, job_id: str, uid: int, grace: float) -> str:
-        """Cancel the job, and wait (past Slurm's KillWait) until Slurm says it is over: a job run again
-        must not overlap with its predecessor.
-
-        Raises:
-            Unavailable: it is still in flight (or Slurm cannot say) at the end of the wait.
-        """
+        """Cancel the job and wait (past Slurm's KillWait) until Slurm says it is over: a job run again
+        must not overlap with its predecessor. Unavailable: still in flight (or unknown) at the end."""
         self._scancel(job_id, uid)
         deadline = time.monotonic() + max(grace, CANCEL_WAIT)
         while True:
@@ -435,36 +476,27 @@ class SlurmRunner(Runner):
             time.sleep(0.2)
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
-        """The Slurm job of a run whose driver died as sbatch ran: the one job of ``owner`` named for the
-        run whose comment names exactly its run id; None if there is none (or not one).
-
-        Raises:
-            Unavailable: Slurm cannot be asked (then nothing may be decided: the job may be running).
-        """
+        """The one job of ``owner`` named for a run whose driver died as sbatch ran and whose comment
+        names its run id, else None. Unavailable: Slurm cannot be asked (nothing may be decided)."""
         if not info.get("run_id") or not info.get("name"):
             return None
         self._stop_left_sbatch(info["run_id"], spool, self._job_uid(owner))
-        done = self._run_tool(squeue.search_argv(self.squeue, job_label(info["name"]), self._job_uid(owner),
-                                                 every=True))
-        if done is None or done.returncode != 0:
+        jobs = self._search(info["name"], self._job_uid(owner), every=True)
+        if jobs is None:
             raise Unavailable("Slurm could not be asked for the job of this run")
-        found = [job_id for job_id, _, comment in squeue.parse_search(done.stdout.decode("utf-8", "replace"))
+        found = [job_id for job_id, _, comment in jobs
                  if sbatch.run_of_comment(comment, spool) == info["run_id"]]
         return found[0] if len(found) == 1 else None
 
     def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
-        """Kill an sbatch of the run that outlived its driver (it could submit the job after the search
-        found none), and give the controller a moment to have what it sent as it died.
-
-        Raises:
-            Unavailable: it is still there after SIGKILL (a process stuck in the kernel).
-        """
+        """Kill an sbatch of the run that outlived its driver (it could submit after the search), and give
+        the controller a moment to take what it sent as it died. Unavailable: it is still there after SIGKILL."""
         argument = f"--comment={sbatch.run_comment(run_id, spool)}".encode()
         left = processes.with_argument(argument, uid)
         if not left:
             return
         for pid, ticks in left:
-            pids.signal_exact(pid, ticks, signal.SIGKILL)
+            signal_exact(pid, ticks, signal.SIGKILL)
         deadline = time.monotonic() + SBATCH_GONE_WAIT
         while any(process_start_ticks(pid) == ticks and not is_zombie(pid) for pid, ticks in left):
             if time.monotonic() >= deadline:

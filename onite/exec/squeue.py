@@ -17,9 +17,7 @@ from onite.core.state import Outcome, stopped_outcome
 FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId")  # none its owner can write
 FORMAT = ",".join(f"{field}:|" for field in FIELDS)  # ":|" = natural width, then a "|" separator
 
-#: States in which a job will run no more. Everything else (PENDING, RUNNING,
-#: COMPLETING, CONFIGURING, SUSPENDED, REQUEUED, ...) is still in flight:
-#: COMPLETING in particular may still have processes to kill.
+#: States in which a job will run no more; all others (COMPLETING too: it may still have processes) are in flight.
 FINAL = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY",
     "PREEMPTED", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
@@ -30,8 +28,7 @@ STARTED = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING
 #: Endings caused by the cluster, not the job: a job spooled with --retries is tried again.
 RETRYABLE = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 
-# Signals above this are real-time signals; Slurm reports a launch failure
-# (e.g. the output file cannot be opened on the node) as FAILED "0:53".
+# Slurm reports a launch failure (an output file the node cannot open) as FAILED with a real-time signal ("0:53").
 _LAST_ORDINARY_SIGNAL = 31
 
 
@@ -52,13 +49,11 @@ class JobStatus:
 
 
 def query_argv(squeue: str, job_ids: list[str]) -> list[str]:
-    """The one squeue call that reports on ``job_ids``."""
     return [squeue, "-h", "-t", "all", "-j", ",".join(job_ids), "-O", FORMAT]
 
 
 def search_argv(squeue: str, name: str, uid: int, *, every: bool = False) -> list[str]:
-    """The squeue call that lists user ``uid``'s jobs named ``name`` still in flight (``every``: and
-    those that ended within MinJobAge), with their comments."""
+    """User ``uid``'s jobs named ``name`` in flight (``every``: and those ended within MinJobAge), with comments."""
     return [squeue, "-h", *(["-t", "all"] if every else []), "-u", str(uid), "-n", name, "-O", "JobID:|,State:|,Comment:|"]
 
 
@@ -82,8 +77,8 @@ _UID = re.compile(r"(?:[^()|]*\()?([0-9]{1,10})\)?", re.ASCII)
 
 
 def parse(text: str) -> dict[str, JobStatus]:
-    """squeue's lines → {job id: JobStatus}; lines that do not parse are skipped. An id seen twice is
-    left out (not told at all), as no answer of Slurm's holds one job twice."""
+    """squeue's lines → {job id: JobStatus}; lines that do not parse are skipped, and an id seen twice
+    (no answer of Slurm's holds one job twice) is left out."""
     found: dict[str, JobStatus] = {}
     twice: set[str] = set()
     for line in text.splitlines():
@@ -115,7 +110,7 @@ def _when(text: str) -> datetime | None:
 
 
 def is_unknown_ids(returncode: int, stderr: str) -> bool:
-    """squeue failed only because none of the ids exists any more (not a controller problem)."""
+    """squeue failed only because an id does not exist (not a controller problem)."""
     return returncode != 0 and "Invalid job id" in stderr
 
 
@@ -130,8 +125,8 @@ def decode_status(status: int | None) -> tuple[int | None, int | None]:
 
 
 def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
-    """How a finished Slurm job ended; ``stopping``: why onite cancelled it, if it did (a state other
-    than CANCELLED means it ended on its own first, and that is recorded)."""
+    """How a finished Slurm job ended; ``stopping``: why onite cancelled it (a state other than
+    CANCELLED: it ended on its own first, and that is recorded)."""
     exit_code, signal = decode_status(job.status)
     state = job.state
     if state == "COMPLETED":
@@ -154,8 +149,8 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
 
 
 def lost(job_id: str, *, unwatched: bool = False) -> Outcome:
-    """A job the controller no longer knows (it ended more than MinJobAge ago, or its state was lost);
-    ``unwatched``: it did so while no driver watched it (found by recovery)."""
+    """A job the controller no longer knows (ended more than MinJobAge ago, or its state was lost);
+    ``unwatched``: while no driver watched it."""
     if unwatched:
         return Outcome(reason=f"lost: Slurm forgot job {job_id} while no driver watched it; "
                               "how it ended is unknown, and it was not run again")
