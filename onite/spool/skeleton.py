@@ -14,7 +14,7 @@ from pathlib import Path
 
 from onite.core.config import parse_config
 from onite.core.errors import Refused, SpoolError, SpoolIOError
-from onite.spool.files import replace_file
+from onite.spool.files import create_file, replace_file
 from onite.spool.paths import STICKY_DIR, SpoolDir
 
 
@@ -31,14 +31,8 @@ PAM_DIR = "/etc/pam.d"  # where ``onite init`` installs the PAM service (ONITE_P
 def install_pam_service(pam_dir: Path, service: str) -> str:
     """Install the PAM service jobs' sessions open (spool-skel/pam.d-onite) as ``pam_dir/service``,
     unless a file is there already: an admin's is never replaced. What it did, in words.
-
-    Raises:
-        SpoolIOError: it cannot be written.
-    """
+    Raises SpoolIOError: it cannot be written."""
     from importlib import resources
-
-    from onite.core.errors import Refused as Taken
-    from onite.spool.files import create_file
 
     target = pam_dir / service
     if not pam_dir.is_dir():
@@ -46,7 +40,7 @@ def install_pam_service(pam_dir: Path, service: str) -> str:
     text = resources.files("onite").joinpath("skel", "pam.d-onite").read_bytes()
     try:
         create_file(pam_dir, service, text, mode=0o644)
-    except Taken:
+    except Refused:
         return f"PAM: kept {target} as it is"
     return f"PAM: installed {target}: each job opens a session of its owner's (docs/admin-guide.md)"
 
