@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pwd
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,8 +198,6 @@ def forget_accounts() -> None:
 
 @functools.lru_cache(maxsize=4096)
 def _uid_of(user: str) -> int | None:
-    import pwd
-
     try:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
@@ -207,8 +206,6 @@ def _uid_of(user: str) -> int | None:
 
 def user_name(uid: int) -> str:
     """The account name of ``uid``, or the number if it has none."""
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
