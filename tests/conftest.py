@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -573,3 +574,36 @@ def berlin_tz(monkeypatch):
     yield
     monkeypatch.undo()
     time_module.tzset()
+
+
+class ManualClock:
+    """A clock that moves only when told (``advance``, ``set``, or ``sleep``, which advances it)."""
+
+    def __init__(self, start: datetime, monotonic: float = 1000.0) -> None:
+        """Raises ValueError: ``start`` is naive."""
+        if start.tzinfo is None:
+            raise ValueError("a ManualClock starts at an aware datetime")
+        self._now = start
+        self._mono = monotonic
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks ``seconds`` on."""
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+
+    def set(self, when: datetime) -> None:
+        """Move the wall clock to ``when`` (and the monotonic one as far, never back).
+        Raises ValueError: ``when`` is before the clock's present reading."""
+        step = (when - self._now).total_seconds()
+        if step < 0:
+            raise ValueError(f"a ManualClock does not go back ({when.isoformat()} is before {self._now.isoformat()})")
+        self.advance(step)

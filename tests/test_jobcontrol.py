@@ -9,7 +9,7 @@ from datetime import datetime, time as dtime, timedelta
 
 import pytest
 
-from conftest import REPO, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, ManualClock, drain, log_lines, result, run_cli, set_config, start_driver, wait_for
 
 HOST = os.uname().nodename.split(".")[0]
 
@@ -103,7 +103,6 @@ def drive_to_wakes(clock):
 
 def test_retries_with_backoff_record_every_attempt(spool, workdir):
     """Back-off 1m, then 2m, on the driver's clock, which the test moves on (nothing waits three minutes)."""
-    from onite.core.clock import ManualClock
     from onite.drain.driver import Driver
     from onite.spool.paths import SpoolDir
 
@@ -221,7 +220,6 @@ def test_a_job_released_while_the_driver_runs_is_run_by_it(spool, workdir, cli):
 def test_not_before_time_waits_inside_the_window(spool, workdir):
     """Inside the night's window the driver waits for a not-before time (on its clock: the test moves it
     on once the untimed job is done), then runs the job."""
-    from onite.core.clock import ManualClock
     from onite.drain.driver import Driver
     from onite.spool.paths import SpoolDir
 
@@ -248,7 +246,6 @@ def test_without_a_window_future_jobs_wait_for_a_later_drain(spool, workdir, cli
 def test_until_window_leaves_the_rest_queued(spool, workdir, cli):
     """The window closes while the first job runs (the test moves the driver's clock past `until` once it
     runs): the jobs behind it stay queued for the next night."""
-    from onite.core.clock import ManualClock
     from onite.drain.driver import Driver
     from onite.spool.paths import SpoolDir
 
@@ -404,7 +401,6 @@ def test_cancel_queued_job_and_not_found(spool, cli):
 def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workdir):
     """A Slurm controller that does not answer is not the job's fault: it goes back, the driver waits
     (on its clock, which the test moves on: no pause is waited out in real time)."""
-    from onite.core.clock import ManualClock
     from onite.drain.driver import Driver
     from onite.exec.local import LocalRunner
     from onite.exec.runner import Unavailable

@@ -11,7 +11,7 @@ from onite.core.config import Config, SlurmConfig, parse_config
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name, job_label, unique_name
 from onite.core.policy import cutoff_state, is_admin, may_touch, owner_or_root
-from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, order_key, retry_delay
+from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay, sort_folder
 from onite.spool.skeleton import skeleton_config
 from onite.core.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
 
@@ -206,7 +206,12 @@ def test_admins_and_touching():
 
 def test_order_is_urgent_then_priority_then_fifo_then_name():
     jobs = [(3, 10, "c"), (1, 50, "b"), (0, 99, "u"), (1, 20, "a"), (3, 10, "a2")]
-    assert [j[2] for j in sorted(jobs, key=lambda j: order_key(*j))] == ["u", "a", "b", "a2", "c"]
+    ordered = []
+    for rank in sorted({j[0] for j in jobs}):  # the folders in run order, each sorted
+        rows = [j for j in jobs if j[0] == rank]
+        sort_folder(rows, ctime=1, name=2)
+        ordered += rows
+    assert [j[2] for j in ordered] == ["u", "a", "b", "a2", "c"]
 
 
 def deps(states):

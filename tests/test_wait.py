@@ -10,8 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import REPO, drain, needs_root, run_cli, start_driver, wait_for
-from onite.core.clock import ManualClock
+from conftest import REPO, ManualClock, drain, needs_root, run_cli, start_driver, wait_for
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 from onite.app import wait as w

@@ -192,17 +192,18 @@ class _Reader:
         return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}",
                            self.within or key.split(".")[0])
 
-    def integer(self, key: str, *, low: int, high: int) -> int:
+    def _checked(self, key: str, ok, want: str):
+        """The value of ``key`` (its default if left out); a ConfigError saying ``want`` where ``ok`` refuses it."""
         value = self.data.get(key, self._default(key))
-        if not is_whole(value, low, high):
-            raise self._bad(key, value, f"a whole number from {low} to {high}")
+        if not ok(value):
+            raise self._bad(key, value, want)
         return value
 
+    def integer(self, key: str, *, low: int, high: int) -> int:
+        return self._checked(key, lambda value: is_whole(value, low, high), f"a whole number from {low} to {high}")
+
     def boolean(self, key: str) -> bool:
-        value = self.data.get(key, self._default(key))
-        if not isinstance(value, bool):
-            raise self._bad(key, value, "true or false")
-        return value
+        return self._checked(key, lambda value: isinstance(value, bool), "true or false")
 
     def _parsed(self, key: str, parse, want: str, unset: tuple = ("",)):
         """``parse(value)``, or the default where the key is left out or ``unset``; a ConfigError saying
@@ -227,16 +228,13 @@ class _Reader:
         """An absolute path; ``unset``: leaving it out (or "") means none."""
         if unset and self.data.get(key, "") == "":
             return self._default(key)
-        value = self.data.get(key, self._default(key))
-        if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
-            raise self._bad(key, value, f'an absolute path such as "{example}"')
-        return value
+        return self._checked(key, lambda value: isinstance(value, str) and value.startswith("/") and "\0" not in value,
+                             f'an absolute path such as "{example}"')
 
     def strings(self, key: str) -> tuple[str, ...]:
-        value = self.data.get(key, list(self._default(key)))
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self._bad(key, value, 'a list of strings, e.g. ["alice", "%wheel"]')
-        return tuple(value)
+        return tuple(self._checked(key, lambda value: isinstance(value, (list, tuple))
+                                   and all(isinstance(v, str) and v for v in value),
+                                   'a list of strings, e.g. ["alice", "%wheel"]'))
 
     def schedule(self, key: str) -> tuple[str, ...]:
         exprs = self.strings(key)
@@ -246,21 +244,16 @@ class _Reader:
         return exprs
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
-        value = self.data.get(key, self._default(key))
-        if value not in choices:
-            raise self._bad(key, value, " or ".join(f'"{c}"' for c in choices))
-        return value
+        return self._checked(key, lambda value: value in choices, " or ".join(f'"{c}"' for c in choices))
 
     def host(self, key: str) -> str | None:
         return self._parsed(key, lambda value: check_name(value, what="host name"),
                             "a host name of letters, digits, '.', '_' and '-'")
 
     def pam_service(self, key: str) -> str:
-        value = self.data.get(key, self._default(key))
-        if not isinstance(value, str) or not value or not all(c.isalnum() or c in "._-" for c in value) \
-                or value.startswith(".") or not value.isascii():
-            raise self._bad(key, value, 'the name of a file in /etc/pam.d, e.g. "onite"')
-        return value
+        return self._checked(key, lambda value: isinstance(value, str) and value.isascii()
+                             and value[:1] not in ("", ".") and all(c.isalnum() or c in "._-" for c in value),
+                             'the name of a file in /etc/pam.d, e.g. "onite"')
 
     def size(self, key: str) -> int:
         """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB)."""

@@ -75,13 +75,6 @@ def run_id_host(run_id: str) -> str | None:
     return "-".join(parts[1:-2]) if len(parts) >= 4 else None
 
 
-def is_run_id(text: str) -> bool:
-    """Is ``text`` shaped as ``make_run_id`` makes them?"""
-    parts = text.split("-")
-    return (len(parts) >= 4 and len(parts[0]) == 15 and parts[0][8] == "T" and (parts[0][:8] + parts[0][9:]).isdigit()
-            and parts[-1].isdigit() and parts[-2].isdigit() and is_valid_name("-".join(parts[1:-2])))
-
-
 def is_valid_name(name: str) -> bool:
     return NAME_PATTERN.fullmatch(name) is not None
 

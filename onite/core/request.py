@@ -182,10 +182,6 @@ class JobChanges:
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
 
-    def only_limits(self) -> bool:
-        """Does it leave the priority as it is (so that the job may keep its place)?"""
-        return self.priority is None
-
     def apply(self, job: Job, config: Config, now: datetime, user: str) -> Job:
         """``job`` with these changes, checked as submit checks them for ``user`` (``--after NAME`` is theirs).
         Raises InvalidInput: a bad priority, duration, time, retry count, size, CPU count or dependency."""

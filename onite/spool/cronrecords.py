@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from onite.core import values
 from onite.core.errors import OniteError
 from onite.spool.files import replace_file
 from onite.spool.paths import CRON_RECORD, SpoolDir
@@ -42,8 +43,6 @@ class CronRecord(NamedTuple):
     @classmethod
     def from_json(cls, data: dict) -> "CronRecord | None":
         """The record ``data`` describes, or None if a field is missing or out of range."""
-        from onite.core import values
-
         try:
             schedule = data.get("schedule")
             if data.get("version") != FORMAT or not isinstance(schedule, list) \
@@ -58,14 +57,12 @@ class CronRecord(NamedTuple):
 
 def read_records(root: Path) -> list[CronRecord]:
     """Every cron record of the spool, by host (damaged ones are skipped)."""
-    from onite.core.values import loads_object  # here: a submit on a spool without cron records needs no json
-
     found = []
     for host, path in SpoolDir(root).state_paths(CRON_RECORD):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
-                record = CronRecord.from_json(loads_object(os.read(fd, 65536)))
+                record = CronRecord.from_json(values.loads_object(os.read(fd, 65536)))
             finally:
                 os.close(fd)
         except (OSError, ValueError):

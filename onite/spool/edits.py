@@ -28,7 +28,7 @@ from onite.core.policy import owner_or_root
 from onite.core.request import with_limits
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.files import (_UNSUPPORTED, RENAME_EXCHANGE, _rename_noreplace, _renameat2, _write_unnamed,
-                               create_file, discard, fsync_dir, move_file)
+                               create_file, discard, fsync_dir, move_file, token)
 from onite.spool.scan import key_uid, token_entries
 
 EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
@@ -87,25 +87,20 @@ def take(edits: list[Edit], job: Job, max_size: int) -> tuple[Job, bool]:
     latest = None
     for edit in edits:
         limits = _read(edit, job, max_size)
-        if _unlink(edit.path) and limits is not None:
+        if withdraw_edit(edit.path) and limits is not None:
             latest = limits
     return (job, False) if latest is None else (with_limits(job, latest), True)
 
 
 def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:
     """Write ``job``'s limits as a new edit of it, ``owner``'s. Raises SpoolError: no edit/; SpoolIOError."""
-    from onite.spool.files import token
-
     return create_file(folder, f"{job.name}{SIDE}{token()}", encode(replace(job, env={}, body=EDIT_TEXT)),
                        owner=owner)
 
 
 def withdraw_edit(path: Path) -> bool:
-    """Take back an edit the driver has not taken: True if it was still there (and so never applies)."""
-    return _unlink(path)
-
-
-def _unlink(path: Path) -> bool:
+    """Unlink an edit: True if it was still there, so this call (an editor's or the driver's) took it back
+    or took it. Raises SpoolIOError."""
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -119,11 +114,8 @@ def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | Non
     """Put ``job`` (the queued file at ``path``, edited: a new priority) in ``folder`` at the end: swap the
     file for the edited one in one step, then move it. ``"moved"``; ``"started"``: a claim took the file
     first (nothing changed); ``"changed"``: a claim took the edited file before it moved (it runs edited).
-
-    Raises:
-        Refused: this file system cannot swap two files in one step; a job of the name is in ``folder``.
-        SpoolError, SpoolIOError: a write failed (the job stays as it was, or edited in its old folder).
-    """
+    Raises Refused: this file system cannot swap two files in one step; a job of the name is in ``folder``.
+    SpoolError, SpoolIOError: a write failed (the job stays as it was, or edited in its old folder)."""
     tmp = _write_unnamed(path.parent, path.name, encode(job), 0o600, owner, durable=True)
     target = folder / path.name
     try:

@@ -76,7 +76,8 @@ class _Folder:
 
 
 class MarkerIndex:
-    """The markers of a folder of them (``read``: its reader), listed again only when the folder changed."""
+    """The markers of hold/ (``read``: read_holds) or edit/ (read_edits), listed again only when the folder
+    changed."""
 
     def __init__(self, path: Path | None, read) -> None:
         self.path, self.read = path, read
@@ -102,25 +103,12 @@ class MarkerIndex:
         changed, self.found = found != self.found, found
         return changed
 
-
-class HoldIndex(MarkerIndex):
-    """The hold markers of SPOOL/hold/ (read_holds)."""
-
-    def __init__(self, path: Path | None) -> None:
-        super().__init__(path, read_holds)
-
     def held(self, name: str, uid: int) -> bool:
+        """hold/: is ``uid``'s job ``name`` held by a marker of ``uid`` or root?"""
         return held_by(self.found, name, uid)
 
-
-class EditIndex(MarkerIndex):
-    """The edits of SPOOL/edit/ (onite.spool.edits)."""
-
-    def __init__(self, path: Path | None) -> None:
-        super().__init__(path, read_edits)
-
     def of(self, key: str) -> list:
-        """The edits of job ``key`` its user or root made, oldest first."""
+        """edit/: the edits of job ``key`` its user or root made, oldest first."""
         return trusted(self.found.get(key, []), key) if self.found else []
 
 
@@ -131,8 +119,8 @@ class QueueIndex:
                  edit_dir: Path | None = None) -> None:
         self.folders = [_Folder(rank, path) for rank, path in folders]
         self.listings = 0
-        self.holds = HoldIndex(hold_dir)
-        self.edits = EditIndex(edit_dir)
+        self.holds = MarkerIndex(hold_dir, read_holds)
+        self.edits = MarkerIndex(edit_dir, read_edits)
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
         """After a reload that changed the number of priorities."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import pwd
 import stat
 import time
 from pathlib import Path
@@ -56,8 +57,6 @@ def ensure_dir(root: Path) -> Path:
 
 
 def _user(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

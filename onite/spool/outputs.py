@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
+from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name
@@ -86,8 +87,6 @@ def newer_run_note(spool: SpoolDir, name: str, owner: int) -> str | None:
 
 def _said(key: str) -> str:
     """How job ``key`` is written to the reader (this process's user): NAME for their own, USER:NAME else."""
-    from onite.core.names import shown
-
     return shown(key, user_name(os.geteuid()))
 
 

@@ -31,7 +31,6 @@ class SpoolDir:
     """One spool on disk: the paths of its folders and files, and its settings (onite.toml)."""
 
     def __init__(self, root: Path, config: Config | None = None) -> None:
-        # made once: building a Path costs more than the system call a driver uses it for
         self.root = root = Path(root)
         self._config = config
         self.config_path = root / "onite.toml"
@@ -47,24 +46,16 @@ class SpoolDir:
         self.edit_dir = root / EDIT
         self.locks_dir = root / "locks"
         self.urgent_dir = self.jobs_dir / URGENT
-        self._queue_dirs: dict[int, Path] = {}
-        self._running_dirs: dict[str, Path] = {}
         self._folders: tuple[int, list[tuple[int, Path]]] | None = None
         self.location = None  # the onite.spool.locate.Location a command found it by, if it did
         # a list: onite.toml's faults go there and their defaults are used (a command that only reads); None: refused
         self.config_faults: list | None = None
 
     def queue_dir(self, priority: int) -> Path:
-        path = self._queue_dirs.get(priority)
-        if path is None:
-            path = self._queue_dirs[priority] = self.jobs_dir / f"P{priority}"
-        return path
+        return self.jobs_dir / f"P{priority}"
 
     def running_dir(self, host: str) -> Path:
-        path = self._running_dirs.get(host)
-        if path is None:
-            path = self._running_dirs[host] = self.running_root / host
-        return path
+        return self.running_root / host
 
     def lock_path(self, host: str) -> Path:
         return self.locks_dir / f"driver.{host}.lock"

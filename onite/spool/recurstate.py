@@ -16,6 +16,8 @@ from pathlib import Path
 
 from onite.core.errors import SpoolError
 from onite.core.names import SIDE, is_valid_key
+from onite.core.timeparse import parse_stamp
+from onite.core.values import loads_object
 from onite.spool import locks
 from onite.spool.files import replace_file
 from onite.spool.paths import SpoolDir
@@ -40,8 +42,6 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
 def load_state(spool: SpoolDir) -> dict[str, dict]:
     """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
     entry's values are checked where they are used (``parse_time``, ``rule_from_state``, …); never raises."""
-    from onite.core.values import loads_object
-
     try:
         data = loads_object(spool.recur_state_path().read_bytes())
     except (OSError, ValueError):
@@ -72,6 +72,4 @@ def state_lock(spool: SpoolDir):
 
 def parse_time(text: object) -> datetime | None:
     """A time recur.state holds (aware and in bounds: timeparse.parse_stamp), else None."""
-    from onite.core.timeparse import parse_stamp
-
     return parse_stamp(text)

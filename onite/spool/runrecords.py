@@ -54,10 +54,7 @@ def append(fd: int, event: dict) -> None:
 
 def add_event(path: str, event: dict) -> None:
     """Append ``event`` to the record at ``path`` (a driver's ``stop`` line).
-
-    Raises:
-        RecordError: it cannot be opened or written.
-    """
+    Raises RecordError: it cannot be opened or written."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pwd
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,20 +166,17 @@ def is_live(spool: SpoolDir, name: str, hosts: list[str] | None = None) -> bool:
     """Is job ``name`` (a key) queued or running (``hosts``: spool.hosts(), if known)? A forgery is not.
     Raises SpoolIOError."""
     uid = key_uid(name)
-    return any(st.st_uid == uid for st in _live_stats(spool, name, hosts))  # stops at the first found
-
-
-def _live_stats(spool: SpoolDir, name: str, hosts: list[str] | None) -> Iterator[os.stat_result]:
-    # without Entry objects: retention asks is_live of every job it removes
     hosts = spool.hosts() if hosts is None else hosts
-    folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in hosts]
-    for folder in folders:
+    # one lstat a folder, no Entry: retention asks is_live of every job it removes
+    for folder in [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in hosts]:
         try:
-            yield os.lstat(f"{folder}/{name}")
+            if os.lstat(f"{folder}/{name}").st_uid == uid:
+                return True
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as err:
             raise SpoolIOError(folder / name, "looking at", err) from None
+    return False
 
 
 def name_taken(spool: SpoolDir, name: str) -> bool:
@@ -200,8 +198,6 @@ def forget_accounts() -> None:
 
 @functools.lru_cache(maxsize=4096)
 def _uid_of(user: str) -> int | None:
-    import pwd
-
     try:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
@@ -210,8 +206,6 @@ def _uid_of(user: str) -> int | None:
 
 def user_name(uid: int) -> str:
     """The account name of ``uid``, or the number if it has none."""
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

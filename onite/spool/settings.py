@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 from onite.core.config import Config, parse_config
@@ -43,8 +44,6 @@ def _whom_to_ask(path: Path, faults: list[ConfigError]) -> None:
         owner = os.geteuid()
     if owner == os.geteuid():
         return
-    import pwd
-
     try:
         name = pwd.getpwuid(owner).pw_name
     except KeyError:

@@ -10,18 +10,18 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from onite.core.config import parse_config
 from onite.core.errors import Refused, SpoolError, SpoolIOError
-from onite.spool.files import replace_file
+from onite.spool import trust
+from onite.spool.files import create_file, replace_file
 from onite.spool.paths import STICKY_DIR, SpoolDir
 
 
 def skeleton_config() -> str:
     """The commented default onite.toml shipped in spool-skel/."""
-    from importlib import resources
-
     return resources.files("onite").joinpath("skel", "onite.toml").read_text(encoding="utf-8")
 
 
@@ -31,22 +31,14 @@ PAM_DIR = "/etc/pam.d"  # where ``onite init`` installs the PAM service (ONITE_P
 def install_pam_service(pam_dir: Path, service: str) -> str:
     """Install the PAM service jobs' sessions open (spool-skel/pam.d-onite) as ``pam_dir/service``,
     unless a file is there already: an admin's is never replaced. What it did, in words.
-
-    Raises:
-        SpoolIOError: it cannot be written.
-    """
-    from importlib import resources
-
-    from onite.core.errors import Refused as Taken
-    from onite.spool.files import create_file
-
+    Raises SpoolIOError: it cannot be written."""
     target = pam_dir / service
     if not pam_dir.is_dir():
         return f"PAM: {pam_dir} does not exist (no PAM here): jobs get no PAM session"
     text = resources.files("onite").joinpath("skel", "pam.d-onite").read_bytes()
     try:
         create_file(pam_dir, service, text, mode=0o644)
-    except Taken:
+    except Refused:
         return f"PAM: kept {target} as it is"
     return f"PAM: installed {target}: each job opens a session of its owner's (docs/admin-guide.md)"
 
@@ -124,8 +116,6 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
 
 def _refuse_foreign(root: Path, owner: int) -> None:
     """Raises Refused: a folder or file of the spool (or a folder above it) is another user's, or a link."""
-    from onite.spool import trust
-
     found = [problem for problem in trust.problems(root, owner)
              if "belongs to" in problem or "symbolic link" in problem or "not a " in problem
              or "hard links" in problem]

@@ -55,10 +55,7 @@ def resolve(root: Path, owner: int, command: str) -> Path:
     symbolic link anywhere on it must be root's or ``owner``'s, in a folder no one else may change, or
     its owner could point it elsewhere later and have a root driver act on a folder of theirs. The
     driver uses the real path from then on, and looks at ``root`` again only to reload.
-
-    Raises:
-        Refused: a link that is not to be trusted, naming it and its owner.
-    """
+    Raises Refused: a link that is not to be trusted, naming it and its owner."""
     parts, current, hops = list(Path(os.path.abspath(root)).parts[1:]), Path("/"), 0
     while parts:
         candidate = current / parts.pop(0)
@@ -84,10 +81,7 @@ def recheck(spool: SpoolDir, owner: int, command: str) -> None:
     """At a reload: the path the spool was given by, resolved again, must still lead to the folder
     being drained (a link on it that changed is refused, never followed), and that folder must still
     be trusted.
-
-    Raises:
-        Refused: it leads elsewhere now, through a link not to be trusted, or the spool is not.
-    """
+    Raises Refused: it leads elsewhere now, through a link not to be trusted, or the spool is not."""
     given = spool.location.path if spool.location is not None else spool.root
     real = resolve(given, owner, command)
     if real != spool.root:
