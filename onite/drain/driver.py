@@ -107,18 +107,6 @@ class Driver:
     def until(self) -> dtime | None:
         return self._until_override or self.config.until
 
-    @property
-    def counts(self) -> dict[str, int]:
-        return self.night.counts
-
-    @property
-    def only_timed(self) -> bool:
-        return self.night.only_timed
-
-    @property
-    def wake_at(self) -> datetime | None:
-        return self.night.wake_at
-
     def make_runner(self, executor: str | None = None) -> Runner:
         """A new executor of kind ``executor`` (default: onite.toml's).
 
@@ -253,7 +241,7 @@ class Driver:
         except (OniteError, OSError, ValueError):
             pass
         self.heartbeat.beat(next_drain=upcoming.when if upcoming else None, next_by=upcoming.by if upcoming else None)
-        if self.heartbeat.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
+        if self.heartbeat.beat_.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
             from onite.spool.cronrecords import refresh_record
 
             refresh_record(self.spool.root, self.host, upcoming.when)

@@ -25,6 +25,7 @@ from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.drain.night import Night
 from onite.exec.runner import Run
+from onite.spool.filecheck import read_job_file
 from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
 from onite.spool.results import write_result
@@ -190,7 +191,7 @@ class Finisher:
         """A queued job that can never run (its dependency failed): file it as failed."""
         night = self.night
         try:
-            job, _ = night.jobs.read(cand.path)
+            job, _ = read_job_file(cand.path, night.jobs.max_size)
         except Exception:  # noqa: BLE001 - what cannot be read is said by the reason
             job = None
         result = unrun_result(name=cand.name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,

@@ -27,7 +27,7 @@ from onite.drain.night import Night
 from onite.drain.pack import Packer
 from onite.spool.deps import dependency_state
 from onite.spool.edits import edited
-from onite.spool.filecheck import SETTLING, BadFile, Settling
+from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_file
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
 from onite.spool.scan import Withdrawn, key_uid, user_name
@@ -192,7 +192,7 @@ class Picker:
         if meta is not None:
             return Inspection(Look.OK, st, meta)
         try:
-            job, st2 = night.jobs.read(cand.path)
+            job, st2 = read_job_file(cand.path, night.jobs.max_size)
         except FileNotFoundError:
             return Inspection(Look.GONE)
         except (JobFormatError, BadFile) as err:
