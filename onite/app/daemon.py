@@ -236,7 +236,7 @@ class Daemon:
             driver.log.close()
             self.log.close()  # reopened at its next line: a HUP during the drain may mean logrotate
         self._after_reload()
-        if driver.stop_requested:
+        if driver.night.stopping:  # INT, TERM or QUIT (a hard stop stops too): the daemon exits too
             self.stopping = True
             return False
         if self._pending_fire is not None:

@@ -63,10 +63,7 @@ class JobFiles:
 
     def owner(self, uid: int) -> Identity:
         """The account of ``uid`` (onite.exec.identity.resolve), remembered for IDENTITY_TTL seconds.
-
-        Raises:
-            Refused: no such account.
-        """
+        Raises Refused: no such account."""
         now = self.clock.monotonic()
         known = self._owners.get(uid)
         if known is None or now - known[0] > IDENTITY_TTL:

@@ -69,10 +69,7 @@ class Orphans:
 
     def stop_unmonitored(self, info: dict, *, owner: int | None = None) -> str:
         """Make sure a dead driver's Slurm job is not still running before it is requeued.
-
-        Raises:
-            Unavailable: a Slurm job that may still run (Slurm cannot be asked, or it outlived its cancel).
-        """
+        Raises Unavailable: it may still run (Slurm cannot be asked, or it outlived its cancel)."""
         night = self.night
         return self.runner_of(info).recover(info, night.config.kill_grace.total_seconds(), owner=owner)
 

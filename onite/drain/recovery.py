@@ -142,12 +142,8 @@ class Recovery:
         rec = runrecords.read(record_path)
         uid = rec.get("uid") if rec is not None else None
         if rec is None or not isinstance(uid, int) or isinstance(uid, bool):
-            try:
-                st = os.lstat(record_path)
-            except FileNotFoundError:
-                return
-            self.finisher.move_aside(record_path, night.spool.record_label(name), st, "a damaged run record of a job no longer "
-                                     "claimed", file_result=False)
+            self.finisher.move_aside(record_path, night.spool.record_label(name), None,
+                                     "a damaged run record of a job no longer claimed", file_result=False)
             return
         started = _aware(rec.get("started"))
         if self._log_if_filed(name, rec) or self._superseded(name, uid, started):
@@ -159,7 +155,8 @@ class Recovery:
                               reason=reason, host=night.host, now=night.clock.now(),
                               priority=rec.get("rank") if isinstance(rec.get("rank"), int) else 0,
                               started=started if rec.started_job else None, run_id=str(rec.get("run_id") or ""))
-        if self.finisher.file_lost(result):
+        if self.finisher.file_unrun(result, JobState.RUNNING, None, "filing a lost job"):
+            night.log.event(str(result.state), name, user=result.user, reason=reason, run=result.run_id or None)
             remove_file(record_path)
             night.log.event("recovered", name, action="filed as lost", why=reason)
 
@@ -218,10 +215,7 @@ class Recovery:
 
     def _run_of(self, name: str, path: Path, info: dict) -> Run:
         """The Run of a claim, rebuilt from its job file and its run record (which it holds to).
-
-        Raises:
-            OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account.
-        """
+        Raises OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account."""
         night = self.night
         try:
             job, st = read_job_file(path, night.jobs.max_size)
@@ -367,10 +361,7 @@ class Recovery:
 
     def _take_back(self, name: str, path: Path, info: dict) -> bool:
         """Re-attach, file or requeue a Slurm run; False if it never reached Slurm.
-
-        Raises:
-            Unavailable: it may still run, and cannot be stopped or asked about now.
-        """
+        Raises Unavailable: it may still run, and cannot be stopped or asked about now."""
         night = self.night
         if not info.get("external_id"):
             return False
