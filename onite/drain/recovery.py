@@ -353,7 +353,9 @@ class Recovery:
                 info = {**info, "external_id": job_id} if job_id else info
             if self._take_back(name, path, info):
                 return
-            what = self.orphans.stop_unmonitored(info, owner=owner)
+            # make sure it is not still running before it is requeued
+            grace = self.night.config.kill_grace.total_seconds()
+            what = self.orphans.runner_of(info).recover(info, grace, owner=owner)
         except Unavailable as err:  # keep the claim rather than run the job twice
             self.night.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
             return
@@ -385,7 +387,7 @@ class Recovery:
             night.log.event("recovered", name, action="re-attached", slurm=run.external_id)
             return True
         if ended is None:  # nothing here will watch it: stop it, then see how it ended
-            what = self.orphans.stop_unmonitored(info, owner=run.owner.uid)
+            what = runner.recover(info, night.config.kill_grace.total_seconds(), owner=run.owner.uid)
             ended = runner.unwatched_end(run)
             if ended is None or ended.cancelled_by is not None:
                 self.requeue(name, path, info, what, rerun=True)
