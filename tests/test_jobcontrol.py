@@ -95,8 +95,8 @@ def drive_to_wakes(clock):
     """A driver's ``tick``: whenever it waits for a time (a not-before time, a back-off), let its clock
     jump there, so that it never waits in real time."""
     def tick(driver, now):
-        if driver.wake_at is not None and driver.wake_at > now:
-            clock.set(driver.wake_at)
+        if driver.night.wake_at is not None and driver.night.wake_at > now:
+            clock.set(driver.night.wake_at)
 
     return tick
 
@@ -418,8 +418,8 @@ def test_an_unavailable_executor_requeues_the_job_waits_and_goes_on(spool, workd
     clock = ManualClock(datetime.now().astimezone())
 
     def tick(driver, now):  # the driver waits out the executor's pause on its clock: let that time pass
-        if driver.wake_at is not None and driver.wake_at > now:
-            clock.set(driver.wake_at)
+        if driver.night.wake_at is not None and driver.night.wake_at > now:
+            clock.set(driver.night.wake_at)
 
     trace = workdir / "trace"
     submit("a", f"echo a >> {trace}\n")

@@ -236,7 +236,7 @@ class Daemon:
             driver.log.close()
             self.log.close()  # reopened at its next line: a HUP during the drain may mean logrotate
         self._after_reload()
-        if driver.stop_requested:
+        if driver.night.stopping:  # INT, TERM or QUIT (a hard stop stops too): the daemon exits too
             self.stopping = True
             return False
         if self._pending_fire is not None:
@@ -247,10 +247,10 @@ class Daemon:
         """Called by the driver on every turn: spool recurring jobs; widen a timed drain when a schedule
         time comes. Returns when it next has something to do."""
         self._spool_recurring(now)
-        if driver.only_timed and self._take_wake():
+        if driver.night.only_timed and self._take_wake():
             self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
             driver.open_window(now)
-        if driver.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
+        if driver.night.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
             self._sync_schedule()
             step = self._due(now)
             if step is not None:
@@ -259,7 +259,7 @@ class Daemon:
                 driver.open_window(now)
                 self._pending_fire = step.drain
                 self.next_scheduled = step.next
-        nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.only_timed else None) if t]
+        nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.night.only_timed else None) if t]
         return min(nxt, default=None)
 
     def _spool_recurring(self, now: datetime) -> None:

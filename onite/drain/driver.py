@@ -18,6 +18,7 @@ from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, Sp
 from onite.core.names import is_valid_key
 from onite.core.policy import window_end
 from onite.core.resources import capacity_text
+from onite.core.state import Stop
 from onite.drain import heartbeat as hb, signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
@@ -48,12 +49,9 @@ class Driver:
                  until: dtime | None = None, echo=None, runner: Runner | None = None, only_timed: bool = False,
                  linger: bool = True, tick=None, signals: list[int] | None = None, listener=None,
                  lock_fd: int | None = None, heartbeat=None, clock: Clock = SYSTEM) -> None:
-        """``only_timed``: start only jobs whose not-before time has come (the daemon's timed wakes).
-        ``linger=False``: when nothing runs and nothing can start, return rather than wait for a
-        not-before time. ``tick(driver, now)``: called every turn; returns when it wants to be called
-        next. ``signals``: the list caught signals go to. ``listener``: told of every logged event.
-        ``lock_fd`` and ``heartbeat``: the daemon's, when it holds the lock.
-        """
+        """``only_timed``: start only jobs whose not-before time has come. ``linger=False``: return
+        rather than wait for a not-before time. ``tick(driver, now)``: called every turn, returns when
+        to call it next. ``lock_fd`` and ``heartbeat``: the daemon's, when it holds the lock."""
         self.spool = spool
         self.config = spool.config
         self.host = host or default_host(self.config)
@@ -107,24 +105,9 @@ class Driver:
     def until(self) -> dtime | None:
         return self._until_override or self.config.until
 
-    @property
-    def counts(self) -> dict[str, int]:
-        return self.night.counts
-
-    @property
-    def only_timed(self) -> bool:
-        return self.night.only_timed
-
-    @property
-    def wake_at(self) -> datetime | None:
-        return self.night.wake_at
-
     def make_runner(self, executor: str | None = None) -> Runner:
         """A new executor of kind ``executor`` (default: onite.toml's).
-
-        Raises:
-            ConfigError: the slurm executor, where Slurm's commands are not installed.
-        """
+        Raises ConfigError: the slurm executor, where Slurm's commands are not installed."""
         if (executor or self.config.executor) == "slurm":
             from onite.exec.slurm import SlurmRunner
 
@@ -158,12 +141,9 @@ class Driver:
     def run(self, *, scheduled: bool = False, leaving: bool = False) -> int:
         """Take this host's lock, spool due recurring jobs, and drain; the exit code (0 also when another
         driver holds the lock; 4 when runs could not be recorded). ``scheduled``: drain only inside a
-        night window that a time of ``schedule`` opened. ``leaving``: the process ends with this run.
-
-        Raises:
-            SpoolError, Refused: the spool may not be drained by this user (onite.spool.trust.check_drainable).
-            ConfigError: the reserve leaves nothing of this machine for jobs (onite.drain.pack).
-        """
+        night window of ``schedule``. ``leaving``: the process ends with this run.
+        Raises SpoolError, Refused: the spool may not be drained by this user; ConfigError: the
+        reserve leaves nothing of this machine for jobs."""
         trust.check_drainable(self.spool, "onite run")
         check_capacity(self.config, self.host)
         with signals.SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
@@ -194,10 +174,7 @@ class Driver:
 
     def recover_host(self) -> list[str]:
         """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go; their names.
-
-        Raises:
-            Refused: a driver of that host holds its lock (it is alive).
-        """
+        Raises Refused: a driver of that host holds its lock (it is alive)."""
         night = self.night
         lock = take_host_lock(self.spool, self.host,
                               f"pid={night.pid} host={self.host} since={self.started_at.isoformat()} role=recover")
@@ -208,13 +185,12 @@ class Driver:
             night.runner = self.runner
             night.slots = self.slots
             running_dir = night.running_dir
-            before = set(os.listdir(running_dir)) if running_dir.is_dir() else set()
-            self.log.event("recover-host", host=self.host, by=f"uid {night.euid}",
-                           claims=len([n for n in before if is_valid_key(n)]))
+            claims = sorted(n for n in (os.listdir(running_dir) if running_dir.is_dir() else ()) if is_valid_key(n))
+            self.log.event("recover-host", host=self.host, by=f"uid {night.euid}", claims=len(claims))
             # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
             self.recovery.may_reattach = False
             self.recovery.recover()
-            return sorted(n for n in before if is_valid_key(n))
+            return claims
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
             night.metrics.flush()
@@ -253,7 +229,7 @@ class Driver:
         except (OniteError, OSError, ValueError):
             pass
         self.heartbeat.beat(next_drain=upcoming.when if upcoming else None, next_by=upcoming.by if upcoming else None)
-        if self.heartbeat.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
+        if self.heartbeat.beat_.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
             from onite.spool.cronrecords import refresh_record
 
             refresh_record(self.spool.root, self.host, upcoming.when)
@@ -332,8 +308,10 @@ class Driver:
         registered: set[int] = set()
         while True:
             signals.handle(night, self.signals, self.reload)
-            if night.hard_stop:
-                signals.kill_all(night)
+            if night.hard_stop:  # kill what runs: each goes back to its queue when it has ended
+                for run in list(night.running.values()):
+                    if run.stopping != Stop.SHUTDOWN:
+                        night.runner.kill(run, Stop.SHUTDOWN)
             if self.heartbeat is not None:
                 self.heartbeat.tick()
             night.metrics.tick()  # what the last turn filed; the last turn's is written by drain_ended
@@ -441,11 +419,6 @@ class Driver:
             queued, note = None, f"nothing was started (the queue could not be read: {err})"
         self.log.event("nothing-due", queued=queued, note=note)
 
-    @property
-    def stop_requested(self) -> bool:
-        """INT, TERM or QUIT arrived while draining: the caller should exit too."""
-        return self.night.stopping or self.night.hard_stop
-
     def open_window(self, now: datetime) -> None:
         """A scheduled drain time came during a timed-only drain: from now on run every job."""
         night = self.night
@@ -459,9 +432,6 @@ class Driver:
 def take_host_lock(spool: SpoolDir, host: str, holder: str, timeout: float = 0.5) -> locks.Lock | None:
     """flock ``host``'s driver lock (in the spool's root-only locks/ folder) with ``holder`` written into
     it; None if another process holds it after ``timeout`` seconds.
-
-    Raises:
-        Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks).
-    """
+    Raises Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks)."""
     locks.ensure_dir(spool.root)
     return locks.take(spool.lock_path(host), timeout=timeout, holder=holder)

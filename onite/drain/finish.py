@@ -25,6 +25,7 @@ from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.drain.night import Night
 from onite.exec.runner import Run
+from onite.spool.filecheck import read_job_file
 from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
 from onite.spool.results import write_result
@@ -79,17 +80,14 @@ class Finisher:
                 night.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
             self.record(run, outcome, night.clock.now())
 
-    @staticmethod
-    def _retryable(run: Run, outcome: Outcome) -> bool:
-        return (outcome.state is JobState.FAILED and (not outcome.reason or outcome.retryable)
-                and run.job.attempt <= run.job.retries)
-
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
         night, job = self.night, run.job
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=night.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
-        if self._retryable(run, outcome) and self._requeue_retry(run, attempt, now):
+        retryable = (outcome.state is JobState.FAILED and (not outcome.reason or outcome.retryable)
+                     and job.attempt <= job.retries)
+        if retryable and self._requeue_retry(run, attempt, now):
             return
         result = Result(
             name=run.name, uid=run.owner.uid, user=run.owner.name, priority=run.rank or job.priority,
@@ -139,8 +137,9 @@ class Finisher:
         except OniteError as err:  # the claim and its record stay: the next driver spools the retry
             self.note_cannot_record(f"spooling the retry: {err}", run.name)
             return True
-        if displaced:
-            self.set_aside_displaced(displaced, run.name)
+        if displaced:  # the forgery it swapped out
+            self.move_aside(Path(displaced), run.name, None, "a file at this key that is not its owner's",
+                            file_result=False)
         remove_file(night.running_dir / run.name)
         remove_file(night.spool.run_record_path(night.host, run.name))
         night.counts["retried"] += 1
@@ -161,11 +160,8 @@ class Finisher:
 
     def requeue_file(self, path: Path, name: str, rank: int) -> None:
         """Put a claim at ``path`` back in the queue folder of ``rank``; a forgery at its key there is replaced.
-
-        Raises:
-            Refused: the owner queued a new job of that name meanwhile (the claim stays).
-            NotFound, SpoolError, SpoolIOError: as the rename.
-        """
+        Raises Refused: the owner queued a new job of that name meanwhile (the claim stays); NotFound,
+        SpoolError, SpoolIOError: as the rename."""
         night = self.night
         folder = night.spool.folder_for(rank, rank == 0)
         night.spool.ensure_queue_folder(folder)
@@ -178,19 +174,11 @@ class Finisher:
             raise Refused(f"a new job {name!r} is already queued", f"the interrupted one stays in {path.parent}")
         change_state(name, JobState.RUNNING, JobState.QUEUED, path, target, "requeueing")
 
-    def set_aside_displaced(self, path: str, name: str) -> None:
-        """Move aside the forgery ``create_displacing`` swapped out of the key ``name``."""
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return
-        self.move_aside(Path(path), name, st, "a file at this key that is not its owner's", file_result=False)
-
     def fail_unstarted(self, cand: Candidate, st: os.stat_result, reason: str) -> None:
         """A queued job that can never run (its dependency failed): file it as failed."""
         night = self.night
         try:
-            job, _ = night.jobs.read(cand.path)
+            job, _ = read_job_file(cand.path, night.jobs.max_size)
         except Exception:  # noqa: BLE001 - what cannot be read is said by the reason
             job = None
         result = unrun_result(name=cand.name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
@@ -201,14 +189,15 @@ class Finisher:
             night.log.event("failed", cand.name, user=result.user, reason=reason)
             night.notifier.notify(result, job, night.config)
 
-    def file_unrun(self, result: Result, old: JobState, path: Path, why: str, *, gone_ok: bool = False) -> bool:
+    def file_unrun(self, result: Result, old: JobState, path: Path | None, why: str, *, gone_ok: bool = False) -> bool:
         """File a job that never ran (or whose run nobody saw end): write its result, move it from
-        ``path`` into jobsdone/, count it; False if that failed (logged). ``gone_ok``: a file gone
-        already (a cancel or another host took it) counts as filed."""
+        ``path`` (None: it is gone) into jobsdone/, count it; False if that failed (logged).
+        ``gone_ok``: a file gone already (a cancel or another host took it) counts as filed."""
         night = self.night
         try:
             write_result(night.spool, result)
-            change_state(result.name, old, result.state, path, night.spool.done_dir / result.name, why)
+            if path is not None:
+                change_state(result.name, old, result.state, path, night.spool.done_dir / result.name, why)
         except OniteError as err:
             if not (gone_ok and isinstance(err, NotFound)):
                 night.log.event("error", result.name, error=str(err))
@@ -216,24 +205,16 @@ class Finisher:
         night.count(result)
         return True
 
-    def file_lost(self, result: Result) -> bool:
-        """File the result of a job whose claimed file is gone; count and log it. False if it could not
-        be written (logged)."""
-        night = self.night
-        try:
-            write_result(night.spool, result)
-        except OniteError as err:
-            night.log.event("error", result.name, error=str(err))
-            return False
-        night.count(result)
-        night.log.event(str(result.state), result.name, user=result.user, reason=result.reason, run=result.run_id or None)
-        return True
-
     def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
                    file_result: bool = True) -> None:
         """Never run it, never delete it: move it to refused/ and say why, in the log and (with
-        ``file_result``) a result."""
+        ``file_result``) a result. ``st``: the file as judged (None: as it is now; gone, nothing to do)."""
         night = self.night
+        if st is None:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return
         target = night.spool.refused_path(name, night.clock.now())
         try:
             move_file(path, target, "moving aside")
@@ -242,12 +223,12 @@ class Finisher:
         except OniteError as err:
             night.log.event("error", name, error=str(err))
             return
-        owner = user_name(st.st_uid) if st else "?"
+        owner = user_name(st.st_uid)
         night.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(night.spool.root)))
-        night.metrics.refused()
+        night.metrics.one_more("refused")
         # a second link says nothing of who put it here (anyone may link a file they can write): its
         # inode's owner gets no result, no notice, and no failure a job of theirs could wait on
-        if file_result and st is not None and is_valid_key(name) and stat.S_ISREG(st.st_mode) \
+        if file_result and is_valid_key(name) and stat.S_ISREG(st.st_mode) \
                 and st.st_nlink == 1 and key_uid(name) == st.st_uid:
             result = unrun_result(name=name, uid=st.st_uid, user=owner, state=JobState.FAILED,
                                   reason=f"refused: {reason}", host=night.host, now=night.clock.now())
@@ -314,7 +295,7 @@ class Finisher:
         log may be what cannot be written)."""
         if self.night.cannot_record is None:
             self.night.cannot_record = why
-            self.night.metrics.cannot_record()
+            self.night.metrics.one_more("cannot_record")
             self.night.log.event("cannot-record", name, error=why,
                              note="no job starts until runs can be recorded; running jobs go on")
             if self.night.log.echo is None:

@@ -32,7 +32,6 @@ class Role(StrEnum):
 
     RUN = "run"  #: onite run: one drain
     DAEMON = "daemon"  #: onite daemon, for its whole life
-    RECOVER = "recover"  #: onite recover --host, for a moment
 
 
 class BeatState(StrEnum):
@@ -57,7 +56,7 @@ class Beat(NamedTuple):
     boot_id: str
     machine: str
     role: Role
-    started_by: str  # "cron", "timer", "daemon", "hand", "systemd", "program NAME"
+    started_by: str  # "cron", "timer", "hand", "systemd", "program NAME"
     since: datetime
     state: BeatState
     updated: datetime
@@ -93,7 +92,7 @@ class Beat(NamedTuple):
 
     @property
     def kind(self) -> str:
-        """``daemon`` or ``driver`` (``onite run``, and ``onite recover`` for its moment), as status says it."""
+        """``daemon`` or ``driver`` (``onite run``), as status says it."""
         return "daemon" if self.role == Role.DAEMON else "driver"
 
     @property
@@ -165,37 +164,28 @@ HAND_NAMES = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "tcsh", "csh",
 
 def started_by(role: Role, environ=None) -> str:
     """What started this process: ``cron``, ``timer`` (onite-driver.timer), ``systemd`` (another unit),
-    ``daemon``, ``hand`` (a terminal, or a shell's command), or ``program NAME`` (the parent's name)."""
+    ``hand`` (a terminal, or a shell's command), or ``program NAME`` (the parent's name)."""
     environ = os.environ if environ is None else environ
     if role == Role.DAEMON:
-        return "systemd" if environ.get("INVOCATION_ID") else _typed_or_program(_parent())
+        return "systemd" if environ.get("INVOCATION_ID") else _typed_or_program(comm(os.getppid()))
     said = environ.get("ONITE_STARTED_BY", "")
     if said in ("cron", "timer", "hand", "systemd"):
         return said
     if environ.get("INVOCATION_ID"):
-        return "timer" if "onite-driver.service" in _own_cgroup() else "systemd"
-    parent = _parent()
+        try:
+            with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
+                own = f.read(4096)
+        except OSError:
+            own = ""
+        return "timer" if "onite-driver.service" in own else "systemd"
+    parent = comm(os.getppid())
     return "cron" if parent in CRON_NAMES else _typed_or_program(parent)
 
 
 def _typed_or_program(parent: str) -> str:
     """``hand`` for a command a person typed (on a terminal, or a shell's child), else ``program NAME``."""
-    return "hand" if _on_terminal() or not parent or parent in HAND_NAMES else f"program {parent}"
-
-
-def _on_terminal() -> bool:
-    for fd in (0, 1, 2):
-        try:
-            if os.isatty(fd):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def _parent() -> str:
-    """The name of the parent process, or "" if unknown."""
-    return comm(os.getppid())
+    typed = any(os.isatty(fd) for fd in (0, 1, 2)) or not parent or parent in HAND_NAMES
+    return "hand" if typed else f"program {parent}"
 
 
 def comm(pid: int | str) -> str:
@@ -207,19 +197,10 @@ def comm(pid: int | str) -> str:
         return ""
 
 
-def _own_cgroup() -> str:
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
-            return f.read(4096)
-    except OSError:
-        return ""
-
-
 class Heartbeat:
     """The heartbeat of the driver holding HOST's lock: ``beat`` on every change, ``tick`` every turn."""
 
-    def __init__(self, root: Path, host: str, role: Role, *, by: str | None = None, clock: Clock = SYSTEM,
-                 log=None) -> None:
+    def __init__(self, root: Path, host: str, role: Role, *, clock: Clock = SYSTEM, log=None) -> None:
         self.path = heartbeat_path(root, host)
         self.clock = clock
         self.log = log
@@ -228,12 +209,8 @@ class Heartbeat:
         now = clock.now()
         pid = os.getpid()
         self.beat_ = Beat(host=host, pid=pid, start_ticks=process_start_ticks(pid), boot_id=boot_id(),
-                          machine=os.uname().nodename, role=role, started_by=by or started_by(role), since=now,
+                          machine=os.uname().nodename, role=role, started_by=started_by(role), since=now,
                           state=BeatState.IDLE if role == Role.DAEMON else BeatState.DRAINING, updated=now)
-
-    @property
-    def started_by(self) -> str:
-        return self.beat_.started_by
 
     def beat(self, **changes) -> None:
         """Write the heartbeat now, with ``changes`` (state, next_drain, next_by, ended)."""

@@ -68,8 +68,7 @@ class RecurScheduler:
         self._looks = 0  # which owner's templates are read first at a look (each owner in turn)
         self.templates: dict[str, _Template] = {}
         self._refreshed = float("-inf")
-        self._reported: dict[str, tuple] = {}  # name → what was last logged about it (log once)
-        self._refused: dict[str, tuple] = {}  # name → the version of it that was refused (read once)
+        self._refused: dict[str, tuple] = {}  # name → the version of it refused (read and logged once)
         self._state: dict[str, dict] = {}
 
     def next_fire(self) -> datetime | None:
@@ -102,12 +101,10 @@ class RecurScheduler:
             loaded = self._load(name, path, st)
             if loaded is not None:
                 tpl = loaded[0]
-                tpl.next = self._next_after(name, tpl, self._baseline(name, tpl))
+                tpl.next = _next_after(tpl, self._baseline(name, tpl))
                 self.templates[name] = tpl
         for name in set(self.templates) - seen:
             del self.templates[name]
-        for name in set(self._reported) - seen:
-            del self._reported[name]
         for name in set(self._refused) - seen:
             del self._refused[name]
 
@@ -142,15 +139,12 @@ class RecurScheduler:
                 return None
             except (OSError, BadFile, OniteError) as err:
                 problem = str(err)
-        self._report(name, (st.st_ino, st.st_ctime_ns), "recur-refused", owner=user_name(st.st_uid),
-                     reason=problem, note="this template is not used until it is fixed")
-        self._refused[name] = (st.st_ino, st.st_ctime_ns, st.st_size)
+        key = (st.st_ino, st.st_ctime_ns, st.st_size)
+        if self._refused.get(name, ())[:2] != key[:2]:  # once per version (inode, ctime)
+            self.log.event("recur-refused", name, owner=user_name(st.st_uid), reason=problem,
+                           note="this template is not used until it is fixed")
+        self._refused[name] = key
         return None
-
-    def _report(self, name: str, key: tuple, event: str, **fields) -> None:
-        if self._reported.get(name) != (key, event):
-            self._reported[name] = (key, event)
-            self.log.event(event, name, **fields)
 
     def _baseline(self, name: str, tpl: _Template) -> datetime:
         """Fires after this time are due: the last one spooled, or the template's creation."""
@@ -159,13 +153,6 @@ class RecurScheduler:
         if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
             return last
         return tpl.submitted
-
-    @staticmethod
-    def _next_after(name: str, tpl: _Template, after: datetime) -> datetime | None:
-        try:
-            return next_fire(tpl.rule, after.astimezone())
-        except OniteError:
-            return None
 
     def try_spool_due(self, now: datetime) -> bool:
         """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop
@@ -233,7 +220,7 @@ class RecurScheduler:
         if loaded is None:
             return None
         tpl = loaded[0]
-        tpl.next = known.next if tpl.key == known.key else self._next_after(name, tpl, self._baseline(name, tpl))
+        tpl.next = known.next if tpl.key == known.key else _next_after(tpl, self._baseline(name, tpl))
         self.templates[name] = tpl
         return loaded if tpl.next is not None else None
 
@@ -241,7 +228,7 @@ class RecurScheduler:
         baseline = self._baseline(name, tpl)
         fire = last_fire(tpl.rule, now, since=baseline.astimezone(now.tzinfo))
         if fire is None:
-            tpl.next = self._next_after(name, tpl, now)
+            tpl.next = _next_after(tpl, now)
             return None
         missed = _count_fires(tpl.rule, baseline, fire)
         job = instance_job(template, name, fire, now, self.spool.config.priorities)
@@ -252,7 +239,7 @@ class RecurScheduler:
         self._state[name] = {"uid": tpl.uid, "template": tpl.submitted.isoformat(), "last": fire.isoformat(),
                              "rule": describe(tpl.rule), "fields": dict(rule_fields(tpl.rule)),
                              "priority": template.priority, "urgent": template.urgent}
-        tpl.next = self._next_after(name, tpl, now)
+        tpl.next = _next_after(tpl, now)
         if spooled:
             self.log.event("recur-spooled", job.name, template=name, user=user_name(tpl.uid),
                            fire=fire.isoformat(timespec="seconds"), priority=job.priority,
@@ -304,6 +291,13 @@ class RecurScheduler:
         except (DamagedRecord, SpoolIOError):
             return True  # cannot tell: a fire is never spooled twice
         return previous is not None and previous.uid == uid
+
+
+def _next_after(tpl: _Template, after: datetime) -> datetime | None:
+    try:
+        return next_fire(tpl.rule, after.astimezone())
+    except OniteError:
+        return None
 
 
 MAX_GONE = 10_000  # entries of recur.state kept for templates no longer in recur/

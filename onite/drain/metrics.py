@@ -42,10 +42,7 @@ def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: 
     """A fresh CollectorRegistry holding the spool's metrics as ``euid`` may see them (a job file is
     read, to tell whether the job waits, only by its owner and root), the waits as ``host`` sees them.
     ``counters``: every host's. ``leaving``: a host whose driver is exiting, so no longer up.
-
-    Raises:
-        SpoolIOError: a folder cannot be listed.
-    """
+    Raises SpoolIOError: a folder cannot be listed."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
@@ -142,10 +139,7 @@ def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: 
 
 def metrics_text(spool: SpoolDir, now: datetime) -> str:
     """``onite metrics``: the spool's metrics in Prometheus' text format, from its files alone.
-
-    Raises:
-        SpoolIOError: a folder cannot be listed.
-    """
+    Raises SpoolIOError: a folder cannot be listed."""
     from prometheus_client import generate_latest
 
     from onite.spool.settings import default_host
@@ -180,11 +174,9 @@ class Metrics:
     def filed(self, result: Result) -> None:
         self._count(lambda counters: counters.file(result))
 
-    def refused(self) -> None:
-        self._count(lambda counters: setattr(counters, "refused", counters.refused + 1))
-
-    def cannot_record(self) -> None:
-        self._count(lambda counters: setattr(counters, "cannot_record", counters.cannot_record + 1))
+    def one_more(self, field: str) -> None:
+        """Count one more file set aside (``refused``), or drain stopped for a record (``cannot_record``)."""
+        self._count(lambda counters: setattr(counters, field, getattr(counters, field) + 1))
 
     def drain_started(self, now: datetime) -> None:
         self._count(lambda counters: setattr(counters, "drain_started", now))

@@ -69,13 +69,6 @@ def starter_text(starter: Starter, now: datetime) -> str:
     return f"next drain {when_text(starter.when, now)} by {LABEL.get(starter.by, starter.by)} on host {starter.host}"
 
 
-def timer_state() -> str | None:
-    """``"enabled"``, ``"no-systemd"`` (enabled, but systemd does not run here), or None (not enabled)."""
-    if not (SYSTEMD_UNITS / "timers.target.wants" / TIMER).exists():
-        return None
-    return "enabled" if SYSTEMD_RUNNING.is_dir() else "no-systemd"
-
-
 def cron_daemon_running() -> bool:
     """Does a cron daemon run on this machine? (True where /proc hides other users' processes: unknown.)"""
     for pidfile in CRON_PIDFILES:
@@ -123,16 +116,15 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
             starters.append(Starter("daemon", beat.host, beat.next_drain, f"pid {beat.pid}"))
         else:
             problems.append(f"the daemon on host {beat.host} has no schedule: it runs only --at and recurring jobs")
-    timer = timer_state()
-    if timer == "no-systemd":
+    timer_enabled = (SYSTEMD_UNITS / "timers.target.wants" / TIMER).exists()
+    if timer_enabled and not SYSTEMD_RUNNING.is_dir():
         problems.append(f"{TIMER} is enabled, but systemd is not running on this machine: it starts nothing")
-    elif timer == "enabled":
-        if not config.schedule:
-            problems.append(f"{TIMER} is enabled, but schedule in onite.toml is empty: its drains never open a window")
-        else:
-            when = schedule_next(config.schedule, "timer", this_host)
-            if when is not None:
-                starters.append(Starter("timer", this_host, when, TIMER))
+    elif timer_enabled and not config.schedule:
+        problems.append(f"{TIMER} is enabled, but schedule in onite.toml is empty: its drains never open a window")
+    elif timer_enabled:
+        when = schedule_next(config.schedule, "timer", this_host)
+        if when is not None:
+            starters.append(Starter("timer", this_host, when, TIMER))
     cron_here: bool | None = None
     cron_dead = False  # an entry is installed here, but no cron daemon runs: starting one is the fix
     for record in read_records(spool.root):
@@ -150,18 +142,12 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
             starters.append(Starter("cron", record.host, when, f"{record.user}'s crontab"))
     starters.sort(key=lambda s: s.when)
     draining = tuple(b for b in live if b.state == hb.BeatState.DRAINING)
-    by_hand = _personal(spool)
-    return DrainPlan(tuple(starters), draining, tuple(problems), fix_command(spool, config, cron_dead=cron_dead),
-                     by_hand)
-
-
-def _personal(spool) -> bool:
-    """Is this a spool its (non-root) owner drains by hand, as nothing is set up to?"""
-    try:
-        st = os.stat(spool.root)
+    try:  # a personal spool: its (non-root) owner drains it by hand, as nothing is set up to
+        owner = os.stat(spool.root).st_uid
     except OSError:
-        return False
-    return st.st_uid != 0 and st.st_uid == os.geteuid()
+        owner = 0
+    return DrainPlan(tuple(starters), draining, tuple(problems), fix_command(spool, config, cron_dead=cron_dead),
+                     by_hand=owner != 0 and owner == os.geteuid())
 
 
 def fix_command(spool, config, *, cron_dead: bool = False) -> str:

@@ -23,7 +23,7 @@ from onite.drain.metrics import Metrics
 from onite.exec.identity import resolve
 from onite.exec.notify import Notifier
 from onite.exec.runner import Run, Runner
-from onite.spool.filecheck import Settling, file_problem, read_job_file
+from onite.spool.filecheck import Settling, file_problem
 from onite.spool.index import Candidate, QueueIndex
 from onite.spool.log import ActivityLog
 from onite.spool.paths import SpoolDir
@@ -44,14 +44,6 @@ class JobFiles:
         self.meta: dict[str, tuple[tuple, Meta]] = {}  # by (inode, ctime, size, its edits)
         self._owners: dict[int, tuple[float, Identity | Refused]] = {}
 
-    def read(self, path: Path) -> tuple[Job, os.stat_result]:
-        """The job file at ``path``, read as onite.spool.filecheck reads one (no link followed, bounded).
-
-        Raises:
-            BadFile, JobFormatError, OSError: as read_job_file.
-        """
-        return read_job_file(path, self.max_size)
-
     def problem(self, st: os.stat_result, *, may_settle: bool = True) -> str | Settling:
         """Why a queued file must never run, SETTLING, or "" if it may (docs/security.md)."""
         # its ctime is the kernel's: compared with the kernel's clock
@@ -71,10 +63,7 @@ class JobFiles:
 
     def owner(self, uid: int) -> Identity:
         """The account of ``uid`` (onite.exec.identity.resolve), remembered for IDENTITY_TTL seconds.
-
-        Raises:
-            Refused: no such account.
-        """
+        Raises Refused: no such account."""
         now = self.clock.monotonic()
         known = self._owners.get(uid)
         if known is None or now - known[0] > IDENTITY_TTL:

@@ -67,15 +67,6 @@ class Orphans:
         limits.remove(groups)
         return "its processes were killed" if killed else "none of its processes was running"
 
-    def stop_unmonitored(self, info: dict, *, owner: int | None = None) -> str:
-        """Make sure a dead driver's Slurm job is not still running before it is requeued.
-
-        Raises:
-            Unavailable: a Slurm job that may still run (Slurm cannot be asked, or it outlived its cancel).
-        """
-        night = self.night
-        return self.runner_of(info).recover(info, night.config.kill_grace.total_seconds(), owner=owner)
-
     def stop_unrecorded(self, name: str) -> str:
         """A claim with no run record: what the run started carries a run id of this host (whose lock
         we hold: no live driver has one) and this spool's path; the executor looks for that."""

@@ -18,10 +18,7 @@ from onite.exec.limits import machine
 def check_capacity(config, host: str) -> None:
     """Refuse to drain ``host`` (this machine's) where its capacity is empty, before anything is
     claimed: every job with a request would otherwise be failed as too big.
-
-    Raises:
-        ConfigError: the reserve leaves nothing of this machine for jobs (onite.core.resources.host_capacity).
-    """
+    Raises ConfigError: the reserve leaves nothing of this machine for jobs."""
     if config.executor == "local":
         host_capacity(config, host, machine())
 
@@ -38,10 +35,7 @@ class Packer:
 
     def capacity(self) -> Need:
         """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.
-
-        Raises:
-            ConfigError: the reserve leaves nothing of this machine for jobs.
-        """
+        Raises ConfigError: the reserve leaves nothing of this machine for jobs."""
         if self._capacity is None:
             self._capacity = host_capacity(self.night.config, self.night.host, machine(), slots=self.night.slots)
         return Need(self._capacity.mem, self._capacity.cpus, self.night.slots)  # slots may change on a reload

@@ -27,7 +27,7 @@ from onite.drain.night import Night
 from onite.drain.pack import Packer
 from onite.spool.deps import dependency_state
 from onite.spool.edits import edited
-from onite.spool.filecheck import SETTLING, BadFile, Settling
+from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_file
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
 from onite.spool.scan import Withdrawn, key_uid, user_name
@@ -84,12 +84,8 @@ class Picker:
         now = night.clock.now()
         night.index.refresh()
         for stray in night.index.strays():  # a queued file whose name is no job's: never run, never listed
-            try:
-                st = os.lstat(stray.path)
-            except OSError:
-                continue
             label = os.fsdecode(os.fsencode(stray.name)[:200])  # refused/LABEL@TIME must fit in a file name
-            self.finisher.move_aside(stray.path, label, st, "its name is not a job key (USER:NAME)")
+            self.finisher.move_aside(stray.path, label, None, "its name is not a job key (USER:NAME)")
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             self.packer.begin()
@@ -184,15 +180,20 @@ class Picker:
                 night.log.event("skip", cand.name, owner=user_name(st.st_uid),
                             reason=f"this driver runs as {user_name(night.euid)} and runs only its own jobs")
             return Inspection(Look.FOREIGN, st)
-        if cand.rank == 0 and not self._may_be_urgent(st.st_uid):
-            return Inspection(Look.BAD, st, reason=urgent_refusal(user_name(st.st_uid)))
+        if cand.rank == 0:
+            try:
+                admin = may_be_urgent(night.jobs.owner(st.st_uid), night.config.admins)
+            except Refused:
+                admin = False
+            if not admin:
+                return Inspection(Look.BAD, st, reason=urgent_refusal(user_name(st.st_uid)))
         edits = night.index.edits.of(cand.name)  # its new limits, if it was edited (onite.spool.edits)
         key = (st.st_ino, st.st_ctime_ns, st.st_size, tuple(edits))
         meta = night.jobs.known(cand.name, key)
         if meta is not None:
             return Inspection(Look.OK, st, meta)
         try:
-            job, st2 = night.jobs.read(cand.path)
+            job, st2 = read_job_file(cand.path, night.jobs.max_size)
         except FileNotFoundError:
             return Inspection(Look.GONE)
         except (JobFormatError, BadFile) as err:
@@ -228,13 +229,6 @@ class Picker:
         except OSError:
             pass
         return f"has {st.st_nlink} hard links"
-
-    def _may_be_urgent(self, uid: int) -> bool:
-        try:
-            ident = self.night.jobs.owner(uid)
-        except Refused:
-            return False
-        return may_be_urgent(ident, self.night.config.admins)
 
     def dependency(self, key: str) -> DepState:
         """Where the dependency ``key`` stands: this driver's runs first, then the spool's answer

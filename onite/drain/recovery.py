@@ -27,7 +27,7 @@ from onite.drain.orphans import Orphans
 from onite.exec.contain import boot_id
 from onite.exec.runner import Run, Unavailable
 from onite.spool import runrecords
-from onite.spool.filecheck import BadFile
+from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.files import change_state, remove_file
 from onite.spool.log import logged_final
 from onite.spool.paths import RUN_RECORD
@@ -39,11 +39,11 @@ from onite.spool.scan import find_running, user_name
 class Recovery:
     """Recovers one host's claims for a driver that holds that host's lock."""
 
-    def __init__(self, night: Night, finisher: Finisher, orphans: Orphans, *, may_reattach: bool = True) -> None:
+    def __init__(self, night: Night, finisher: Finisher, orphans: Orphans) -> None:
         self.night = night
         self.finisher = finisher
         self.orphans = orphans
-        self.may_reattach = may_reattach  # may take back runs that outlived their driver (Slurm)
+        self.may_reattach = True  # may take back runs that outlived their driver (Slurm)
 
     def recover(self) -> None:
         """Deal with every claim in running/HOST/."""
@@ -142,14 +142,10 @@ class Recovery:
         rec = runrecords.read(record_path)
         uid = rec.get("uid") if rec is not None else None
         if rec is None or not isinstance(uid, int) or isinstance(uid, bool):
-            try:
-                st = os.lstat(record_path)
-            except FileNotFoundError:
-                return
-            self.finisher.move_aside(record_path, night.spool.record_label(name), st, "a damaged run record of a job no longer "
-                                     "claimed", file_result=False)
+            self.finisher.move_aside(record_path, night.spool.record_label(name), None,
+                                     "a damaged run record of a job no longer claimed", file_result=False)
             return
-        started = _when(rec.info, "started")
+        started = _aware(rec.get("started"))
         if self._log_if_filed(name, rec) or self._superseded(name, uid, started):
             remove_file(record_path)
             return
@@ -159,7 +155,8 @@ class Recovery:
                               reason=reason, host=night.host, now=night.clock.now(),
                               priority=rec.get("rank") if isinstance(rec.get("rank"), int) else 0,
                               started=started if rec.started_job else None, run_id=str(rec.get("run_id") or ""))
-        if self.finisher.file_lost(result):
+        if self.finisher.file_unrun(result, JobState.RUNNING, None, "filing a lost job"):
+            night.log.event(str(result.state), name, user=result.user, reason=reason, run=result.run_id or None)
             remove_file(record_path)
             night.log.event("recovered", name, action="filed as lost", why=reason)
 
@@ -218,35 +215,29 @@ class Recovery:
 
     def _run_of(self, name: str, path: Path, info: dict) -> Run:
         """The Run of a claim, rebuilt from its job file and its run record (which it holds to).
-
-        Raises:
-            OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account.
-        """
+        Raises OSError, JobFormatError, BadFile, Refused: the job file cannot be read, or its owner has no account."""
         night = self.night
-
-        def when(key: str) -> datetime | None:
-            return _when(info, key)
-
         try:
-            job, st = night.jobs.read(path)
+            job, st = read_job_file(path, night.jobs.max_size)
         except (JobFormatError, BadFile) as err:
             # the claim is its owner's file, which they may change: a run that started is recovered
             # from its record (only root writes it), never run again for what its file says now
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or "run_id" not in info:
                 raise
-            job = _stand_in(name, info, when("queued") or when("started") or night.clock.now(), night.host)
+            submitted = _aware(info.get("queued")) or _aware(info.get("started")) or night.clock.now()
+            job = _stand_in(name, info, submitted, night.host)
             night.log.event("warning", name, error=f"its job file changed while it ran ({err})",
                         note="recovered from its run record")
         owner = night.jobs.owner(st.st_uid)
         rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
 
         run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
-                  started=when("started") or night.clock.now(), started_mono=night.clock.monotonic(),
+                  started=_aware(info.get("started")) or night.clock.now(), started_mono=night.clock.monotonic(),
                   spool=str(night.spool.root), record_path=night.spool.run_record_path(night.host, name))
-        run.queued_at = when("queued")
+        run.queued_at = _aware(info.get("queued"))
         run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
-        deadline = when("deadline")  # and the time limit it started with: packing's estimate of its end
+        deadline = _aware(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
         if "deadline" in info and (info["deadline"] is None or (deadline is not None and deadline >= run.started)):
             run.job = replace(job, timeout=deadline - run.started if deadline is not None else None)
         return run
@@ -272,21 +263,14 @@ class Recovery:
         except (OSError, OniteError, BadFile) as err:
             self.requeue(name, path, rec.info, f"it ended, but its job file cannot be read ({err})", rerun=False)
             return
-        retry = self._retry_of(run)
-        if retry:
+        if self._retried(run):
             self._drop(name, path, run)
             return
         run.usage = rec.usage
         outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
-        ended = None
-        if rec.ended_at:
-            try:
-                ended = datetime.fromisoformat(rec.ended_at)
-            except ValueError:
-                ended = None
         night.log.event("recovered", name, action="filed how it ended while no driver was running",
-                    outcome=outcome.describe() or "exit 0")
-        self.finisher.record(run, outcome, ended if ended and ended.tzinfo else night.clock.now())
+                        outcome=outcome.describe() or "exit 0")
+        self.finisher.record(run, outcome, _aware(rec.ended_at) or night.clock.now())
 
     def _drop(self, name: str, path: Path, run: Run) -> None:
         """A later attempt is already spooled: this claim is stale, and must neither run nor be filed."""
@@ -294,9 +278,9 @@ class Recovery:
         remove_file(self.night.spool.run_record_path(self.night.host, name))
         self.night.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
 
-    def _retry_of(self, run: Run) -> str | None:
-        """Where a later attempt of this job is already spooled (its driver died between writing the
-        retry and removing the claim): "queued", "running" (on another host), "finished", or None."""
+    def _retried(self, run: Run) -> bool:
+        """Is a later attempt of this job already queued, running on another host or finished (its
+        driver died between writing the retry and removing the claim)?"""
         night = self.night
 
         def later(job: Job | None) -> bool:
@@ -307,19 +291,17 @@ class Recovery:
             if entry.uid != run.owner.uid:
                 continue  # a forgery at its key says nothing of this job
             try:
-                job, _ = night.jobs.read(entry.path)
+                job, _ = read_job_file(entry.path, night.jobs.max_size)
             except (OSError, JobFormatError, BadFile):
                 continue
             if later(job):
-                return "running" if entry.host else "queued"
+                return True
         try:
             previous = read_result(night.spool, run.name)
         except (DamagedRecord, SpoolIOError):
-            return None
-        if (previous is not None and previous.uid == run.owner.uid and previous.submitted == run.job.submitted
-                and previous.attempt > run.attempt):
-            return "finished"
-        return None
+            return False
+        return (previous is not None and previous.uid == run.owner.uid and previous.submitted == run.job.submitted
+                and previous.attempt > run.attempt)
 
     def requeue(self, name: str, path: Path, info: dict, what: str, *, rerun: bool) -> None:
         """Put a claim back in its queue (or fail it, with on_interrupt = fail, when it may have run)."""
@@ -328,8 +310,7 @@ class Recovery:
             claimed = self._run_of(name, path, info)
         except (OSError, OniteError, BadFile):
             claimed = None
-        retry = self._retry_of(claimed) if claimed is not None else None
-        if retry:
+        if claimed is not None and self._retried(claimed):
             self._drop(name, path, claimed)
             return
         record_path = night.spool.run_record_path(night.host, name)
@@ -340,14 +321,11 @@ class Recovery:
         rank = info.get("rank")
         if not isinstance(rank, int):
             try:
-                job, _ = night.jobs.read(path)
+                job, _ = read_job_file(path, night.jobs.max_size)
                 rank = 0 if job.urgent else job.priority
             except (OSError, JobFormatError, BadFile):
                 rank = night.config.default_priority
-        try:
-            owner = os.lstat(path).st_uid
-        except OSError:
-            owner = None
+        owner = _owner(path)
         if owner is not None and any(e.uid == owner for e in find_queued(night.spool, name)):
             remove_file(path)  # a retry was already queued before the crash (not a forgery at its key)
             action = "dropped (its retry is already queued)"
@@ -363,40 +341,29 @@ class Recovery:
         night.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
 
     def _unmonitored(self, name: str, path: Path, info: dict) -> None:
-        """A claim of a Slurm run (``_take_back``)."""
+        """A claim of a Slurm run (``_take_back``). One whose driver died as sbatch ran (no job id
+        recorded) takes Slurm's job for exactly this run, if it has one, so that it is taken back, not
+        run a second time."""
         if self._already_filed(name, path, info):
             return
         owner = _owner(path)
         try:
-            if info.get("executor") == "slurm" and not info.get("external_id"):
-                info = self._submitted_as(info, owner)
+            if not info.get("external_id") and owner is not None:
+                job_id = self.orphans.runner_of(info).job_of(info, str(self.night.spool.root), owner)
+                info = {**info, "external_id": job_id} if job_id else info
             if self._take_back(name, path, info):
                 return
-            what = self.orphans.stop_unmonitored(info, owner=owner)
+            # make sure it is not still running before it is requeued
+            grace = self.night.config.kill_grace.total_seconds()
+            what = self.orphans.runner_of(info).recover(info, grace, owner=owner)
         except Unavailable as err:  # keep the claim rather than run the job twice
             self.night.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
             return
         self.requeue(name, path, info, what, rerun=True)
 
-    def _submitted_as(self, info: dict, owner: int | None) -> dict:
-        """A Slurm run whose driver died as sbatch ran (no job id recorded): its job, if Slurm has one
-        for exactly this run, so that it is taken back, not run a second time.
-
-        Raises:
-            Unavailable: Slurm cannot be asked, or that sbatch is still there and cannot be stopped.
-        """
-        night = self.night
-        if owner is None:
-            return info
-        job_id = self.orphans.runner_of(info).job_of(info, str(night.spool.root), owner)
-        return {**info, "external_id": job_id} if job_id else info
-
     def _take_back(self, name: str, path: Path, info: dict) -> bool:
         """Re-attach, file or requeue a Slurm run; False if it never reached Slurm.
-
-        Raises:
-            Unavailable: it may still run, and cannot be stopped or asked about now.
-        """
+        Raises Unavailable: it may still run, and cannot be stopped or asked about now."""
         night = self.night
         if not info.get("external_id"):
             return False
@@ -405,8 +372,7 @@ class Recovery:
         except (OSError, OniteError, BadFile):
             return False
         run.external_id = str(info["external_id"])
-        retry = self._retry_of(run)
-        if retry:
+        if self._retried(run):
             self._drop(name, path, run)
             return True
         runner = self.orphans.runner_of(info)
@@ -421,7 +387,7 @@ class Recovery:
             night.log.event("recovered", name, action="re-attached", slurm=run.external_id)
             return True
         if ended is None:  # nothing here will watch it: stop it, then see how it ended
-            what = self.orphans.stop_unmonitored(info, owner=run.owner.uid)
+            what = runner.recover(info, night.config.kill_grace.total_seconds(), owner=run.owner.uid)
             ended = runner.unwatched_end(run)
             if ended is None or ended.cancelled_by is not None:
                 self.requeue(name, path, info, what, rerun=True)
@@ -434,10 +400,10 @@ class Recovery:
         """on_interrupt = fail: file a claim that may have run as failed, with what recovery found."""
         night = self.night
         try:
-            job, st = night.jobs.read(path)
+            job, st = read_job_file(path, night.jobs.max_size)
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
-        started = datetime.fromisoformat(info["started"]) if info.get("started") else None
+        started = _aware(info.get("started"))
         result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
                               reason=f"interrupted: {what}", host=night.host, now=night.clock.now(), job=job,
                               urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
@@ -454,12 +420,12 @@ def _owner(path: Path) -> int | None:
         return None
 
 
-def _when(info: dict, key: str) -> datetime | None:
-    """The aware time a record's first line gives for ``key``, if it gives one."""
+def _aware(text) -> datetime | None:
+    """The aware time ``text`` (from a run record) gives, if it gives one."""
     try:
-        value = datetime.fromisoformat(info[key])
+        value = datetime.fromisoformat(text)
         return value if value.tzinfo else None
-    except (KeyError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 
-from onite.core.state import Stop
 from onite.drain.night import Night
 
 
@@ -68,9 +67,3 @@ def handle(night: Night, signals: list[int], reload) -> None:
         elif sig == signal.SIGHUP:
             reload()
 
-
-def kill_all(night: Night) -> None:
-    """The hard stop: kill every running job (each goes back to its queue when it has ended)."""
-    for run in list(night.running.values()):
-        if run.stopping != Stop.SHUTDOWN:
-            night.runner.kill(run, Stop.SHUTDOWN)

@@ -21,7 +21,7 @@ from onite.drain.night import Night
 from onite.drain.pick import Picked
 from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
 from onite.spool import runrecords
-from onite.spool.filecheck import BadFile
+from onite.spool.filecheck import BadFile, read_job_file
 from onite.core.jobfile import encode
 from onite.spool.edits import read_edits, take, trusted
 from onite.spool.files import change_state, remove_file, replace_file
@@ -52,7 +52,7 @@ class Starter:
         filed, refused or put back."""
         cand, night = picked.cand, self.night
         try:
-            job, _ = night.jobs.read(cand.path)
+            job, _ = read_job_file(cand.path, night.jobs.max_size)
         except (JobFormatError, BadFile, OSError):
             night.jobs.meta.pop(cand.name, None)  # the next pick looks at it again, and refuses it if it must
             return
@@ -91,7 +91,7 @@ class Starter:
             return False
         night.forget(cand)
         try:
-            job, st = night.jobs.read(target)
+            job, st = read_job_file(target, night.jobs.max_size)
             problem = night.jobs.problem(st, may_settle=False)  # claimed: no submit links it any more
         except (JobFormatError, BadFile, OSError) as err:
             st, problem = picked.st, str(err)

@@ -158,10 +158,7 @@ PUBLIC_REASONS = {"held": "held", "not_before": "not before a set time", "retry"
 def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tuple[int, str]:
     """Why a drain started nothing, for the log: how many jobs are queued, and one line saying why
     none can start now, by the kind of each job's wait, in words that tell no one what a file says.
-
-    Raises:
-        SpoolIOError: a folder cannot be listed.
-    """
+    Raises SpoolIOError: a folder cannot be listed."""
     total, head = 0, []
     for rank, rows in queued_folder_stats(spool):
         total += len(rows)

@@ -18,10 +18,7 @@ from onite.spool.paths import SpoolDir
 def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
     """Tell HOST's daemon (its heartbeat ``beat``) to drain now: leave the request, then USR2 it if it
     runs on this machine. False if the request cannot be left.
-
-    Raises:
-        Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's (onite.spool.locks).
-    """
+    Raises Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's."""
     if not leave_wake(spool, host):
         return False
     same_process = beat.machine == os.uname().nodename and (
