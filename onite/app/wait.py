@@ -8,15 +8,14 @@ cancel/. The decisions (``judge``, ``exit_status``, the lines) are pure; the pol
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import find_queued
+from onite.spool.queued import live_state
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import find_running, key_uid, withdrawn_entries
+from onite.spool.scan import key_uid, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import running_views, withdrawn_view
@@ -42,36 +41,27 @@ class Seen:
     live: str | None  # "queued", "held" or "running": still to finish; None: neither
     result: Result | None = None  # its latest result record (read only when asked or not live)
     withdrawn: JobView | None = None  # cancelled while queued, not yet filed by a driver
-    owner: int | None = None  # the uid of its queued or running file, while live
 
 
-def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | None = None,
-         caller: int | None = None) -> Seen:
-    """Where job ``name`` (a key) is now, looked for in
-    the order a job moves (queue, running/, records), so that one moving meanwhile is still found.
+def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
+    """Where job ``name`` (a key) is now, looked for in the order a job moves (queue, running/, records), so that
+    one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is none).
 
     Raises:
         SpoolIOError: a folder or record cannot be read. DamagedRecord: its result record is damaged.
     """
-    queued = find_queued(spool, name)
-    live = None
-    if queued:
-        live, owner = "held" if all(e.held for e in queued) else "queued", queued[0].uid
-    else:
-        running = find_running(spool, name)
-        if running:
-            live, owner = "running", running[0].uid
+    live = live_state(spool, name)
     if live and not with_result:
-        return Seen(name, live, owner=owner)
+        return Seen(name, live)
     withdrawn = None
     if not live:
-        pending = [e for e in withdrawn_entries(spool) if e.name == name and owner in (None, e.uid)]
+        pending = [e for e in withdrawn_entries(spool) if e.name == name]
         if pending:
             withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
     result = read_result(spool, name)
-    if result is not None and owner not in (None, result.uid):
+    if result is not None and result.uid != key_uid(name):
         result = None  # not its key's user's: not how this job ended
-    return Seen(name, live, result, withdrawn, owner if live else None)
+    return Seen(name, live, result, withdrawn)
 
 
 @dataclass(frozen=True)
@@ -83,7 +73,6 @@ class Watch:
     seen_live: bool = False
     gone: int = 0  # looks in a row that found it nowhere, with no new record
     live: str | None = None  # where it was at the last look
-    owner: int | None = None  # whose job it was when last seen live
 
 
 @dataclass(frozen=True)
@@ -113,16 +102,12 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     """The next Watch and, once the job has finished, its Final (else PENDING)."""
     if seen.live:
         stale = record_key(seen.result) if not watch.seen_live else watch.stale
-        owner = seen.owner if seen.owner is not None else watch.owner
-        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live, owner=owner), PENDING
+        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
     candidates: list[tuple[datetime, Final]] = []
     if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
         view = result_view(seen.result)
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
-    # cancel/ is anyone's to write: a withdrawal counts only as the job's owner's, or another user
-    # could "cancel" a job that is done
-    owner = watch.owner if watch.owner is not None else seen.result.uid if seen.result is not None else None
-    if seen.withdrawn is not None and (owner is None or seen.withdrawn.uid == owner):
+    if seen.withdrawn is not None:
         candidates.append((seen.withdrawn.finished, Final(seen.name, "cancelled", seen.withdrawn,
                                                             seen.withdrawn.reason)))
     if candidates:
@@ -182,13 +167,12 @@ def target(arg: str) -> Watch:
         InvalidInput: a bad name. NotFound: there is no such user.
     """
     key = key_for(arg)
-    owner = key_uid(key)
-    if owner is None:
+    if key_uid(key) is None:
         raise NotFound(f"no user {key.partition(':')[0]!r} (onite wait {arg})", "see onite list --all")
-    return Watch(key, owner=owner)
+    return Watch(key)
 
 
-def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:
+def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
     """The first look at each name (two for one found nowhere: a requeue passes through nowhere).
 
     Raises:
@@ -200,7 +184,7 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
     for name in names:
         watch = watches[name]
         for _ in range(2):
-            seen = look(spool, watch.name, with_result=True, owner=watch.owner, caller=caller)
+            seen = look(spool, watch.name, with_result=True)
             if seen.live or seen.result is not None or seen.withdrawn is not None:
                 break
         else:
@@ -215,14 +199,13 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
 
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
-              announce: Callable[[str], None] | None = None, caller: int | None = None) -> JobsWaited:
+              announce: Callable[[str], None] | None = None) -> JobsWaited:
     """Look at each job until none is queued, held or running, or ``timeout`` seconds passed.
 
     Raises:
         InvalidInput, NotFound: as ``start``. SpoolIOError: the spool cannot be read.
     """
-    caller = os.geteuid() if caller is None else caller
-    watches = start(spool, names, caller)
+    watches = start(spool, names)
     order = list(watches)
     deadline = None if timeout is None else clock.monotonic() + timeout
     finals: dict[str, Final] = {}
@@ -232,8 +215,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             if name in finals:
                 continue
             watch = watches[name]
-            watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live,
-                                                     owner=watch.owner, caller=caller))
+            watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live))
             if final is not PENDING:
                 finals[name] = replace(final, name=name)  # said as it was asked for (daemon:build)
         if len(finals) == len(order):
