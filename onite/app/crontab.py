@@ -89,7 +89,11 @@ def cron_lines(spool: str | None) -> str:
         SpoolError: no spool there. InvalidInput: an expression of ``schedule`` is not valid cron.
     """
     target = open_spool(spool)
-    return crontab_lines(target.root, target.config.schedule, command_prefix())
+    entries = crontab_entries(target.root, target.config.schedule, command_prefix())
+    return "\n".join([
+        f"# onite: drain the spool {target.root} at the times of `schedule` in its onite.toml",
+        "# install them with: onite cron --install (it keeps root's other entries, and tells users a drain is scheduled)",
+        *entries]) + "\n"
 
 
 def cron_command(spool: str | None, now: datetime, *, install: bool = False, uninstall: bool = False,
@@ -233,16 +237,3 @@ def crontab_entries(spool_root: object, schedule: Sequence[str], command: str) -
     return [f"{' '.join(expr.split())} ONITE_STARTED_BY=cron {command} run --quiet --spool {shlex.quote(str(spool_root))}"
             for expr in schedule]
 
-
-def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> str:
-    """Root crontab lines that start ``onite run`` at each time of ``schedule``.
-
-    Raises:
-        InvalidInput: an expression in the schedule is not valid cron.
-    """
-    entries = crontab_entries(spool_root, schedule, command)
-    lines = [
-        f"# onite: drain the spool {spool_root} at the times of `schedule` in its onite.toml",
-        "# install them with: onite cron --install (it keeps root's other entries, and tells users a drain is scheduled)",
-    ]
-    return "\n".join(lines + entries) + "\n"
