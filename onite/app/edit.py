@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from onite.app.common import key_for, label, open_spool
+from onite.app.common import key_for, label
 from onite.app.submit import check_after, check_capacity
 from onite.core.errors import DamagedRecord, InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges
-from onite.exec import identity
 from onite.spool.edits import add_edit, edited, move_edited, read_edits, trusted, withdraw_edit
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
@@ -113,7 +112,3 @@ def _move(spool: SpoolDir, path, new, owner, text: str) -> str:
         return f"{label(new.name)}: changed as it started (in its old priority)"
     return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there"
 
-
-def edit_job(spool: str | None, name: str, now: datetime, changes: JobChanges) -> str:
-    """``onite edit NAME``: ``edit`` as the caller, on the spool it names."""
-    return edit(open_spool(spool), name, identity.current().uid, now, changes)

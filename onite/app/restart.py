@@ -11,7 +11,7 @@ import os
 from dataclasses import replace
 from datetime import datetime
 
-from onite.app.common import key_for, label, open_spool
+from onite.app.common import key_for, label
 from onite.app.submit import check_after, check_capacity, check_policy, refuse_taken, write_job
 from onite.exec import identity
 from onite.spool.filecheck import BadFile, read_job_file
@@ -117,10 +117,3 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
         hint = "see onite list --all; each user's last `keep` finished jobs are kept"
     raise NotFound(f"no finished job {label(name)!r} is kept", hint)
 
-
-def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,
-                hold: bool = False, changes: JobChanges = JobChanges()) -> str:
-    """``onite restart NAME``: ``restart`` as the caller, on the spool it names."""
-    target = open_spool(spool)
-    return restart(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold,
-                   changes=changes)

@@ -171,11 +171,12 @@ def restart(
 ) -> None:
     """Spool a finished job again: its text, environment, directory, umask and options, but for those given
     (--timeout 2h after a timeout); print its name."""
-    from onite.app.restart import restart_job
+    from onite.app.restart import restart as restart_job
+    from onite.exec import identity
 
     changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
-    print(restart_job(spool_of(spool), name, SYSTEM.now(), new_name=new_name, unique=unique, hold=hold,
-                      changes=changes))
+    print(restart_job(open_spool(spool), name, identity.current(), SYSTEM.now(), new_name=new_name, unique=unique,
+                      hold=hold, changes=changes))
 
 
 @app.command()
@@ -193,9 +194,11 @@ def edit(
 ) -> None:
     """Change a queued job: it keeps its place unless -p moves it (to the end of its new priority);
     --after replaces its dependencies."""
-    from onite.app.edit import edit_job
+    from onite.app.edit import edit as edit_job
+    from onite.exec import identity
 
-    print(edit_job(spool_of(spool), name, SYSTEM.now(), job_changes(priority, timeout, retries, mem, cpus, at, after)))
+    changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
+    print(edit_job(open_spool(spool), name, identity.current().uid, SYSTEM.now(), changes))
 
 
 def job_changes(priority, timeout, retries, mem, cpus, at, after):
