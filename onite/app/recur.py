@@ -27,7 +27,7 @@ from onite.core.jsontext import dumps
 from onite.core.recurring import check_template_name, known_priority, rule_fields, rule_from_state, rule_of
 from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
-from onite.core.schedule import fire_times, next_fire
+from onite.core.schedule import next_fire
 from onite.spool.recurstate import load_state, parse_time, template_files
 
 
@@ -151,20 +151,6 @@ def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
              "priority": v.priority, "urgent": v.urgent} for v in views[:limit]]
 
 
-def preview(spool: SpoolDir | None, name: str | None, rule, start: datetime, count: int) -> list[datetime]:
-    """The next ``count`` fire times after ``start`` of the template ``name``, or of ``rule``.
-
-    Raises:
-        NotFound: no such template. Refused: another user's template no driver has read yet.
-        InvalidInput: a bad rule or count. SpoolError: the template cannot be read.
-    """
-    if count < 0:
-        raise InvalidInput(f"invalid count {count}", "use -n 0 or more")
-    if name is not None:
-        rule = _rule_of_template(spool, name)
-    return fire_times(rule, start, count)
-
-
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
     """The template and its rule; only from a regular file (root opening a planted device could have effects).
 
@@ -177,7 +163,13 @@ def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job
     return job, rule_of(job)
 
 
-def _rule_of_template(spool: SpoolDir, name: str):
+def template_rule(spool: SpoolDir, name: str):
+    """The rule of the template ``name`` (``onite recur next NAME``).
+
+    Raises:
+        NotFound: no such template. Refused: another user's template no driver has read yet.
+        SpoolError: the template cannot be read.
+    """
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
