@@ -27,15 +27,8 @@ from onite.spool.scan import find_running, user_name
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
     """Change queued job ``text`` (NAME: the caller's; USER:NAME) as ``changes`` say (``--after NAME`` is the
-    caller's job, as in submit); what became of it, in words.
-
-    Raises:
-        InvalidInput: a bad name or change; nothing to change.
-        NotFound: no queued job of that name.
-        Refused: not the caller's (and the caller is not root); it is running or has finished, or it started
-            while being changed (nothing changed); spool/edit is missing (root runs onite init).
-        SpoolError, SpoolIOError: the spool cannot be read or written.
-    """
+    caller's job, as in submit); what became of it, in words. Refused: another's job, one running or finished,
+    or one that started while being changed (nothing changed)."""
     name = key_for(text)
     if not changes:
         raise InvalidInput("nothing to change", "give one of --timeout, -p, --retries, --mem, --cpus, --at, --after")

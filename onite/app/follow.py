@@ -33,13 +33,7 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool = False,
            announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Final:
     """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
     written, until the job has finished; return how it ended. ``announce`` is told once if the job has
-    not started yet. Only an output file of the job's owner (its key's user) is copied.
-
-    Raises:
-        InvalidInput: a bad name. NotFound: no job of that name is queued, running or finished.
-        Refused: the job (or its output) belongs to another user.
-        SpoolIOError: the spool or the output cannot be read.
-    """
+    not started yet. Only an output file of the job's owner (its key's user) is copied; Refused: another's job."""
     shown = label(name)  # as the caller writes it: NAME for their own job
     watch = start(spool, [shown])[shown]
     entries = find_queued(spool, name) + find_running(spool, name)
@@ -80,10 +74,8 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool = False,
 
 
 def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
-    """Raises:
-        NotFound: the job (its ``live`` queued or running files, else its result) keeps stderr with its
-            stdout, so ``--follow --stderr`` would print nothing.
-    """
+    """NotFound where the job (its ``live`` queued or running files, else its result) keeps stderr with its
+    stdout, so that ``--follow --stderr`` would print nothing."""
     separate = None
     if live is not None:
         for entry in live:

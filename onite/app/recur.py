@@ -41,13 +41,7 @@ class RecurRequest(SubmitRequest):
 
 
 def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
-    """Store a template (mode 0600, owned by the caller); return it and its rule.
-
-    Raises:
-        InvalidInput: a bad name, rule, priority or option (exit 2).
-        Refused: a template of that name exists, or --urgent without the right (exit 3).
-        SpoolError, SpoolIOError: no recur/ folder, or the write failed.
-    """
+    """Store a template (mode 0600, owned by the caller); return it and its rule (Refused: the name is taken)."""
     from onite.app.submit import check_capacity, check_mail
 
     check_template_name(request.name)
@@ -70,11 +64,7 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
 
 
 def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
-    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs).
-
-    Raises:
-        NotFound: no such template. Refused: it belongs to someone else and the caller is not root.
-    """
+    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs); its owner or root only."""
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
@@ -153,10 +143,7 @@ def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
 
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
     """The template and its rule; only from a regular file (root opening a planted device could have effects).
-
-    Raises:
-        BadFile, OSError (PermissionError: another user's template), JobFormatError, InvalidInput.
-    """
+    PermissionError: another user's template."""
     if not stat.S_ISREG(st.st_mode):
         raise BadFile("not a regular file")
     job, _ = read_job_file(path, spool.config.max_job_size, one_link=True)
@@ -164,12 +151,8 @@ def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job
 
 
 def template_rule(spool: SpoolDir, name: str):
-    """The rule of the template ``name`` (``onite recur next NAME``).
-
-    Raises:
-        NotFound: no such template. Refused: another user's template no driver has read yet.
-        SpoolError: the template cannot be read.
-    """
+    """The rule of the template ``name`` (``onite recur next NAME``); another user's as recur.state tells it,
+    Refused until a driver has read it."""
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:

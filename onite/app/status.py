@@ -59,11 +59,7 @@ class StatusInfo:
 
 
 def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
-    """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host).
-
-    Raises:
-        SpoolIOError: a folder cannot be listed.
-    """
+    """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host)."""
     config = spool.config
     euid = os.geteuid() if euid is None else euid
     this_host = host or default_host(config)

@@ -45,11 +45,7 @@ class Seen:
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
     """Where job ``name`` (a key) is now, looked for in the order a job moves (queue, running/, records), so that
-    one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is none).
-
-    Raises:
-        SpoolIOError: a folder or record cannot be read. DamagedRecord: its result record is damaged.
-    """
+    one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is none)."""
     live = live_state(spool, name)
     if live and not with_result:
         return Seen(name, live)
@@ -161,11 +157,7 @@ class JobsWaited:
 
 
 def target(arg: str) -> Watch:
-    """``NAME`` (the caller's job) or ``USER:NAME`` (USER's) to watch, by its key.
-
-    Raises:
-        InvalidInput: a bad name. NotFound: there is no such user.
-    """
+    """``NAME`` (the caller's job) or ``USER:NAME`` (USER's) to watch, by its key (NotFound: no such user)."""
     key = key_for(arg)
     if key_uid(key) is None:
         raise NotFound(f"no user {key.partition(':')[0]!r} (onite wait {arg})", "see onite list --all")
@@ -173,12 +165,8 @@ def target(arg: str) -> Watch:
 
 
 def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
-    """The first look at each name (two for one found nowhere: a requeue passes through nowhere).
-
-    Raises:
-        InvalidInput: a bad name.
-        NotFound: names that were never queued, running or finished (all of them, in one message).
-    """
+    """The first look at each name (two for one found nowhere: a requeue passes through nowhere); one NotFound
+    names every name never queued, running or finished."""
     names = list(dict.fromkeys(names))
     watches, unknown = {n: target(n) for n in names}, []
     for name in names:
@@ -200,11 +188,7 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
               announce: Callable[[str], None] | None = None) -> JobsWaited:
-    """Look at each job until none is queued, held or running, or ``timeout`` seconds passed.
-
-    Raises:
-        InvalidInput, NotFound: as ``start``. SpoolIOError: the spool cannot be read.
-    """
+    """Look at each job until none is queued, held or running, or ``timeout`` seconds passed."""
     watches = start(spool, names)
     order = list(watches)
     deadline = None if timeout is None else clock.monotonic() + timeout
@@ -297,11 +281,7 @@ class DrainsWaited:
 
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
-    """Wait while a driver (or a daemon with running jobs) drains; gather what finished since.
-
-    Raises:
-        SpoolIOError: the spool cannot be read.
-    """
+    """Wait while a driver (or a daemon with running jobs) drains; gather what finished since."""
     busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
     if not busy:
         return DrainsWaited([], None, [], [])
