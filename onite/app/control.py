@@ -1,9 +1,8 @@
 """What users do to jobs already spooled: cancel (by name, pattern or --all), hold, release.
 
 Cancelling your own queued job withdraws it into cancel/ at once (and files it, for whoever may write
-jobsdone/: root, a personal spool's owner); anything else is a request a driver honours if the rules
-allow. A command's NAME is the caller's job, USER:NAME any user's. A hold is a marker hold/KEY@TOKEN that leaves the job file, so its place, alone.
-"""
+jobsdone/); anything else is a request a driver honours if the rules allow. A hold is a marker
+hold/KEY@TOKEN that leaves the job file, so its place, alone."""
 
 from __future__ import annotations
 

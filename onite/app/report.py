@@ -1,10 +1,7 @@
 """``onite report``: the morning report -- what failed and why, what still waits, what ran when.
 
-A job belongs to the window when it finished or started in it. jobsdone/ keeps the last ``keep``
-results but onite.log every event, so a job whose record was pruned is rebuilt from its log lines.
-What is not finished is shown only when no drain started after the window (then the queue now is what
-it left). Invariant: nothing here writes, prints or imports rich.
-"""
+A job whose record was pruned (jobsdone/ keeps the last ``keep``) is rebuilt from its log lines.
+Invariant: nothing here writes, prints or imports rich."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""``onite run``, ``onite daemon``, ``onite recover --host``: a driver's options checked, and a driver started.
-
-The drain itself is onite.drain's; what is here is the command around it: the
-options ``onite run`` and ``onite daemon`` share (``driver_target``), a driver
-in the background (``detach_driver``, which waits for that driver's own word,
-that it drains, or its end, and says which, in the log's words), handing a
-drain to this host's daemon (``wake_daemon``), and a dead host's claims
-(``host_claims``, ``recover_host``). Nothing here prints: the command line says
-what it returns.
-"""
+"""``onite run``, ``onite daemon``, ``onite recover --host``: a driver's options checked, and a driver started
+(in this process, in the background, or by this host's daemon). Nothing here prints."""
 
 from __future__ import annotations
 

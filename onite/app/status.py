@@ -1,11 +1,7 @@
-"""``onite status``: which drivers run and since when, what runs, what is queued and why it waits, when
-the next drain is, and how last night went.
+"""``onite status``: drivers, what runs, what is queued and why it waits, the next drain, how last night went.
 
-Invariant: only what every user may see is read (folders, owners, hold markers, heartbeats, run and
-result records), but for why a queued job waits: the caller's own job files among the first EXAMINE,
-decided by the driver's own rules (onite.drain.verdicts). A next drain is shown only when something
-will start one (onite.drain.nextdrain).
-"""
+Invariant: only what every user may see is read, but for why a queued job waits: the caller's own job files
+among the first EXAMINE, decided by the driver's own rules (onite.drain.verdicts)."""
 
 from __future__ import annotations
 

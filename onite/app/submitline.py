@@ -1,9 +1,5 @@
-"""``onite submit`` as typed: the job text on stdin, one job a line (``--lines``), or a command after ``--``.
-
-The command line (onite.cli.jobcmds) ends here; the line that says what
-was spooled and when it is expected to run (``confirmation``) is made here
-and printed by the command line.
-"""
+"""``onite submit`` as typed: the job text on stdin, one job a line (``--lines``), or a command after ``--``;
+and the line saying what was spooled and when it is expected to run (``confirmation``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended.
 
-Invariant: it only looks, at what every user may see (queue and running folders, cancel/, heartbeats,
-result records); no job file is opened. A job is still to finish while queued, held or running; then
-its outcome is the newer of a result record written since the wait began and its withdrawal into
-cancel/. The decisions (``judge``, ``exit_status``, the lines) are pure; the poll loops take the clock.
-"""
+Invariant: it only looks, at what every user may see; no job file is opened. A job's outcome is the newer of
+a result record written since the wait began and its withdrawal into cancel/."""
 
 from __future__ import annotations
 
