@@ -215,7 +215,6 @@ class DriverSeen:
     """A driver that is alive (its heartbeat): whose, since when, and whether it is draining."""
 
     host: str
-    pid: int | None
     since: datetime | None  # from its heartbeat
     daemon: bool
     busy: bool  # a driver: always; a daemon: while jobs run on its host
@@ -227,13 +226,13 @@ def look_drivers(spool: SpoolDir, now: datetime) -> list[DriverSeen]:
     found, running = [], None
     for beat in live_beats(spool.root, now):
         if beat.role != Role.DAEMON:
-            found.append(DriverSeen(beat.host, beat.pid, beat.since, False, True))
+            found.append(DriverSeen(beat.host, beat.since, False, True))
             continue
         if running is None:
             running = running_views(spool)
         starts = [v.started for v in running if v.host == beat.host and v.started]
         busy = any(v.host == beat.host for v in running)
-        found.append(DriverSeen(beat.host, beat.pid, beat.since, True, busy, min(starts) if starts else None))
+        found.append(DriverSeen(beat.host, beat.since, True, busy, min(starts) if starts else None))
     return found
 
 
