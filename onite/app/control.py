@@ -90,14 +90,6 @@ def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
     return report
 
 
-def cancellable(spool: SpoolDir, caller_uid: int) -> list:
-    """The running, then queued, jobs (JobViews) of ``caller_uid``'s (root: all) to pick from, own_only or not."""
-    from onite.app.listing import queued_views, running_views
-
-    queued = queued_views(spool)
-    return [v for v in running_views(spool) + queued if owner_or_root(caller_uid, v.uid)]
-
-
 def is_pattern(word: str) -> bool:
     """Is this ``onite cancel`` argument a glob pattern (``'build-*'``)? No job name holds ``*?[``."""
     return not frozenset("*?[").isdisjoint(word)
@@ -113,7 +105,7 @@ class Selection:
 
 def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
     """The jobs matching ``patterns`` (fnmatch on the key: ``b*`` is the caller's, ``*:b*`` anyone's) or,
-    with ``every``, all: root's pick anyone's, others theirs."""
+    with ``every``, all: root's pick anyone's, others theirs (own_only or not), running then queued."""
     from onite.app.listing import queued_views, running_views
 
     patterns = [p if ":" in p else f"{me()}:{p}" for p in patterns]

@@ -297,11 +297,11 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
 def _pick_one(target) -> list[str]:
     """The seed's numbered pick list: only on a terminal."""
     from onite.app.common import label
-    from onite.app.control import cancellable
+    from onite.app.control import select_jobs
 
     if not sys.stdin.isatty():
         raise InvalidInput("no job name given", "name the job(s): onite cancel NAME…")
-    views = cancellable(target, os.geteuid())
+    views = select_jobs(target, [], os.geteuid(), every=True).chosen
     if not views:
         print("you have no queued or running jobs")
         return []
