@@ -28,11 +28,8 @@ class Spool:
     def submit(self, name: str, text: str | bytes, *, unique: bool = False, env: Mapping | None = None,
                cwd: str | bytes | None = None, **options) -> str:
         """Spool one job; return its name (with ``unique``, NAME plus a unique suffix). ``options``: those of
-        ``onite submit`` (priority, urgent, after, at, timeout, retries, host, hold, stderr_separate, notify, …).
-
-        Raises:
-            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail.
-        """
+        ``onite submit`` (priority, urgent, after, at, timeout, retries, host, hold, stderr_separate, notify, …);
+        it fails as ``onite submit`` would."""
         from onite.app.submit import submit
         from onite.exec import identity
 
@@ -42,13 +39,8 @@ class Spool:
     def submit_many(self, jobs: Iterable[tuple[str, str | bytes]], *, env: Mapping | None = None,
                     cwd: str | bytes | None = None, **options) -> list[str]:
         """Spool ``(name, text)`` pairs as one batch with the same options (``after`` may name a job earlier in
-        it): all checked before any is written, then written in order (their order within a priority), each all or
-        nothing, with one flush to disk for many; return the names.
-
-        Raises:
-            InvalidInput, Refused, SpoolError, SpoolIOError: as ``onite submit`` would fail; if writing stops part
-            way, the message says how many were spooled.
-        """
+        it): all checked before any is written, then written in order, each all or nothing, with one flush to disk
+        for many; return the names. If writing stops part way, the error says how many were spooled."""
         from onite.app.submit import submit_many
         from onite.exec import identity
 

@@ -331,17 +331,16 @@ def test_a_forgery_planted_at_a_users_key_holds_up_neither_their_wait_nor_their_
     from onite.app import wait as w
     from onite.spool.paths import SpoolDir
 
-    daemon = pwd.getpwnam("daemon").pw_uid
     submit("build", "true\n", user="daemon")
-    waiter = w.start(SpoolDir(spool), ["daemon:build"], daemon)["daemon:build"]  # daemon's wait, begun while queued
+    waiter = w.start(SpoolDir(spool), ["daemon:build"])["daemon:build"]  # daemon's wait, begun while queued
     assert drain(spool).returncode == 0
     plant(spool / "jobs" / "P1" / "daemon:build", job_file("daemon:build", "/tmp"))
     plant(spool / "hold" / "daemon:build@nobody", b"")  # and held
-    seen = w.look(SpoolDir(spool), "daemon:build", with_result=True, owner=waiter.owner, caller=daemon)
+    seen = w.look(SpoolDir(spool), "daemon:build", with_result=True)
     assert w.judge(waiter, seen)[1].state == "done"
     plant(spool / "cancel" / "daemon:build@x", job_file("daemon:build", "/tmp"))  # nobody "withdraws" its forgery
     (spool / "jobs" / "P1" / "daemon:build").unlink()
-    seen = w.look(SpoolDir(spool), "daemon:build", with_result=True, owner=waiter.owner, caller=daemon)
+    seen = w.look(SpoolDir(spool), "daemon:build", with_result=True)
     assert w.judge(waiter, seen)[1].state == "done"
     r = run_cli(["wait", "build", "--timeout", "20s"], user="daemon", cwd="/tmp")
     assert (r.code, r.out) == (0, "build: done\n"), r

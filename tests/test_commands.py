@@ -37,8 +37,9 @@ def test_command_prefix_is_an_absolute_path_cron_can_run(monkeypatch, tmp_path):
 def test_cron_lines_name_the_spool_and_this_onite(spool, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["-m"])
     target = common.open_spool(str(spool))
-    assert crontab.cron_lines(str(spool)) == crontab.crontab_lines(spool, target.config.schedule,
-                                                           f"{shlex.quote(sys.executable)} -m onite")
+    lines = crontab.cron_lines(str(spool)).splitlines()
+    assert lines[0] == f"# onite: drain the spool {spool} at the times of `schedule` in its onite.toml"
+    assert lines[2:] == crontab.crontab_entries(spool, target.config.schedule, f"{shlex.quote(sys.executable)} -m onite")
 
 
 def test_uniqname_avoids_live_and_kept_names(spool):

@@ -366,7 +366,7 @@ def test_cancel_a_running_job(spool, workdir, cli):
 
 def test_cancellable_lists_the_callers_running_then_queued_jobs_and_await_cancel_tells_how_one_ended(spool, workdir):
     from onite.spool.paths import SpoolDir
-    from onite.app.control import CancelReport, await_cancel, cancel, cancellable
+    from onite.app.control import CancelReport, await_cancel, cancel, select_jobs
 
     pidfile = workdir / "pid"
     submit("runner", f"echo $$ > {pidfile}; sleep 120\n")
@@ -375,9 +375,9 @@ def test_cancellable_lists_the_callers_running_then_queued_jobs_and_await_cancel
     driver = start_driver(spool)
     wait_for(pidfile.exists, what="the job to start")
     target = SpoolDir(spool)
-    assert [(v.name, v.state) for v in cancellable(target, os.geteuid())] == \
+    assert [(v.name, v.state) for v in select_jobs(target, [], os.geteuid(), every=True).chosen] == \
         [("root:runner", "running"), ("root:later", "held"), ("root:last", "held")]
-    assert cancellable(target, os.geteuid() + 4242) == []  # someone else's pick list
+    assert select_jobs(target, [], os.geteuid() + 4242, every=True).chosen == []  # someone else's pick list
     asked = CancelReport("root:later", "requested", "as asked")
     assert await_cancel(target, asked) is asked  # not running: nothing to wait for
     report = cancel(target, "runner", os.geteuid(), datetime.now().astimezone())

@@ -264,9 +264,9 @@ def test_drain_summary_names_failed_and_cancelled():
 
 
 def test_drain_since_is_the_earliest_drain():
-    a = w.DriverSeen("a", 1, NOW, False, True)
-    b = w.DriverSeen("b", 2, NOW - timedelta(days=3), True, True, NOW - timedelta(minutes=5))
-    idle = w.DriverSeen("c", 3, NOW - timedelta(days=9), True, False)
+    a = w.DriverSeen("a", NOW, False, True)
+    b = w.DriverSeen("b", NOW - timedelta(days=3), True, True, NOW - timedelta(minutes=5))
+    idle = w.DriverSeen("c", NOW - timedelta(days=9), True, False)
     assert w.drain_since([a, b, idle], NOW) == NOW - timedelta(minutes=5)  # a daemon's: its first running job
 
 

@@ -12,11 +12,7 @@ from onite.spool.paths import SpoolDir
 def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     """The spool a command works on (``--spool``, ONITE_SPOOL, the default; a personal one is made).
     ``reading``: for a command that only reads it, which goes on past a bad onite.toml with the defaults of
-    what is wrong (``SpoolDir.config_faults`` says what), as only the driver and the changes it acts on must not.
-
-    Raises:
-        SpoolError: there is no spool there (or it cannot be entered).
-    """
+    what is wrong (``SpoolDir.config_faults`` says what), as only the driver and the changes it acts on must not."""
     from onite.spool.locate import locate
 
     where = locate(spool, os.environ, os.geteuid())
@@ -33,11 +29,8 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
 
 
 def read_stdin(limit: int) -> bytes:
-    """The job text. A terminal on stdin is a mistake, not an invitation to type.
-
-    Raises:
-        InvalidInput: stdin is a terminal, closed, or larger than ``limit``.
-    """
+    """The job text, at most ``limit`` bytes. A terminal on stdin is a mistake (InvalidInput), not an
+    invitation to type."""
     try:
         fd = sys.stdin.fileno() if sys.stdin is not None else 0
         if os.isatty(fd):
@@ -57,11 +50,7 @@ def read_stdin(limit: int) -> bytes:
 
 
 def read_job_text(limit: int) -> bytes:
-    """``read_stdin`` for one job's text, which must hold something to run.
-
-    Raises:
-        InvalidInput: as read_stdin, or stdin held nothing, or only white space.
-    """
+    """``read_stdin`` for one job's text, which must hold something to run (not only white space)."""
     body = read_stdin(limit)
     if not body.strip():
         raise InvalidInput(f"the job text on stdin is {'only white space' if body else 'empty'}",

@@ -1,9 +1,8 @@
 """What users do to jobs already spooled: cancel (by name, pattern or --all), hold, release.
 
 Cancelling your own queued job withdraws it into cancel/ at once (and files it, for whoever may write
-jobsdone/: root, a personal spool's owner); anything else is a request a driver honours if the rules
-allow. A command's NAME is the caller's job, USER:NAME any user's. A hold is a marker hold/KEY@TOKEN that leaves the job file, so its place, alone.
-"""
+jobsdone/); anything else is a request a driver honours if the rules allow. A hold is a marker
+hold/KEY@TOKEN that leaves the job file, so its place, alone."""
 
 from __future__ import annotations
 
@@ -37,12 +36,7 @@ class CancelReport:
 
 
 def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> CancelReport:
-    """Cancel the queued or running job ``text`` (NAME: the caller's; USER:NAME).
-
-    Raises:
-        InvalidInput: a bad name. NotFound: no such job is queued or running.
-        Refused: it belongs to someone else and own_only forbids it.
-    """
+    """Cancel the queued or running job ``text`` (NAME: the caller's; USER:NAME); Refused where own_only forbids it."""
     name = key_for(text)
     running, queued = find_running(spool, name), find_queued(spool, name)
     if not running and not queued:
@@ -80,11 +74,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
 
 
 def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
-    """How the job ended if its driver (which alone may signal it) stops it soon; else ``report``.
-
-    Raises:
-        SpoolError: the spool cannot be read.
-    """
+    """How the job ended if its driver (which alone may signal it) stops it soon; else ``report``."""
     name = report.name
     if not report.waitable or not find_running(spool, name):
         return report
@@ -98,18 +88,6 @@ def await_cancel(spool: SpoolDir, report: CancelReport) -> CancelReport:
             return CancelReport(name, str(result.state) if result else "stopped", result.reason if result else "")
         time.sleep(0.1)
     return report
-
-
-def cancellable(spool: SpoolDir, caller_uid: int) -> list:
-    """The running, then queued, jobs (JobViews) of ``caller_uid``'s (root: all) to pick from, own_only or not.
-
-    Raises:
-        SpoolError: the spool cannot be read.
-    """
-    from onite.app.listing import queued_views, running_views
-
-    queued = queued_views(spool)
-    return [v for v in running_views(spool) + queued if owner_or_root(caller_uid, v.uid)]
 
 
 def is_pattern(word: str) -> bool:
@@ -127,11 +105,7 @@ class Selection:
 
 def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every: bool = False) -> Selection:
     """The jobs matching ``patterns`` (fnmatch on the key: ``b*`` is the caller's, ``*:b*`` anyone's) or,
-    with ``every``, all: root's pick anyone's, others theirs.
-
-    Raises:
-        SpoolError: the spool cannot be read.
-    """
+    with ``every``, all: root's pick anyone's, others theirs (own_only or not), running then queued."""
     from onite.app.listing import queued_views, running_views
 
     patterns = [p if ":" in p else f"{me()}:{p}" for p in patterns]
@@ -146,13 +120,8 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[str, str]]:
     """The queued jobs the caller may read (their own; root: all) that can no longer run once ``cancelled``
-    (JobViews) are: each waits (``--after``) for one of them, or for a job doomed so, as (its key, the
-    key it waits for), in queue order. A job file that cannot be read is left out (its driver says why);
-    a forgery is never read (job_stats leaves it out).
-
-    Raises:
-        SpoolIOError: a queue folder cannot be listed.
-    """
+    (JobViews) are, as (its key, the key it waits for), in queue order. A job file that cannot be read is left
+    out (its driver says why); a forgery is never read (job_stats leaves it out)."""
     from onite.spool.filecheck import BadFile, read_job_file
     from onite.spool.scan import job_stats
 
@@ -208,13 +177,8 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
 
 
 def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> Entry:
-    """Hold (or release: the markers the caller may remove) a queued job, keeping its place.
-
-    Raises:
-        NotFound: not queued. Refused: not the caller's job (and not root); it started running as it
-            was held; a marker the caller may not remove (root's) still holds it.
-        SpoolError, SpoolIOError: no hold/ folder, or a marker cannot be made or removed.
-    """
+    """Hold (or release: the markers the caller may remove) a queued job, keeping its place. Refused: another's
+    job, one that started as it was held, or a hold of root's left on it."""
     name = key_for(text)
     entries = find_queued(spool, name)
     if not entries:

@@ -55,11 +55,7 @@ def stray_lines(lines: list[str], root: Path) -> list[str]:
 
 
 def _crontab(text: str | None = None) -> str:
-    """The caller's crontab (``crontab -l``; "" if none); or, given ``text``, make it that (``crontab -``).
-
-    Raises:
-        SpoolError: there is no crontab command, or it failed, or refused the table.
-    """
+    """The caller's crontab (``crontab -l``; "" if none); or, given ``text``, make it that (``crontab -``)."""
     argv = ["crontab", "-l" if text is None else "-"]
     feed = {"stdin": subprocess.DEVNULL} if text is None else {"input": text.encode("utf-8", "surrogateescape")}
     try:
@@ -83,25 +79,20 @@ def _crontab(text: str | None = None) -> str:
 
 
 def cron_lines(spool: str | None) -> str:
-    """``onite cron``: root crontab lines that start this onite at the times of the spool's ``schedule``.
-
-    Raises:
-        SpoolError: no spool there. InvalidInput: an expression of ``schedule`` is not valid cron.
-    """
+    """``onite cron``: root crontab lines that start this onite at the times of the spool's ``schedule``."""
     target = open_spool(spool)
-    return crontab_lines(target.root, target.config.schedule, command_prefix())
+    entries = crontab_entries(target.root, target.config.schedule, command_prefix())
+    return "\n".join([
+        f"# onite: drain the spool {target.root} at the times of `schedule` in its onite.toml",
+        "# install them with: onite cron --install (it keeps root's other entries, and tells users a drain is scheduled)",
+        *entries]) + "\n"
 
 
 def cron_command(spool: str | None, now: datetime, *, install: bool = False, uninstall: bool = False,
                  force: bool = False) -> str:
     """``onite cron [--install [--force] | --uninstall]``: the lines, or install or remove them; the text to print.
-
-    Raises:
-        InvalidInput: both options; a bad or empty schedule; a spool path a crontab cannot hold.
-        Refused: the spool is root's and this is not root; the onite it would write is not installed for the
-            machine (``install_problem``), unless ``force``. SpoolError: no spool there, or crontab failed.
-        SpoolIOError: the record could not be written.
-    """
+    Refused: the spool is root's and this is not root; the onite it would write is not installed for the
+    machine (``install_problem``), unless ``force``."""
     if install and uninstall:
         raise InvalidInput("--install and --uninstall together", "give one of them")
     if not install and not uninstall:
@@ -223,26 +214,9 @@ def command_prefix() -> str:
 
 
 def crontab_entries(spool_root: object, schedule: Sequence[str], command: str) -> list[str]:
-    """The crontab entries that start ``onite run`` at each time of ``schedule`` (ONITE_STARTED_BY=cron).
-
-    Raises:
-        InvalidInput: an expression in the schedule is not valid cron.
-    """
+    """The crontab entries that start ``onite run`` at each time of ``schedule`` (ONITE_STARTED_BY=cron)."""
     validate_schedule(tuple(schedule))
     # --quiet: cron would mail every night's log lines; onite.log keeps them, and failures notify
     return [f"{' '.join(expr.split())} ONITE_STARTED_BY=cron {command} run --quiet --spool {shlex.quote(str(spool_root))}"
             for expr in schedule]
 
-
-def crontab_lines(spool_root: object, schedule: Sequence[str], command: str) -> str:
-    """Root crontab lines that start ``onite run`` at each time of ``schedule``.
-
-    Raises:
-        InvalidInput: an expression in the schedule is not valid cron.
-    """
-    entries = crontab_entries(spool_root, schedule, command)
-    lines = [
-        f"# onite: drain the spool {spool_root} at the times of `schedule` in its onite.toml",
-        "# install them with: onite cron --install (it keeps root's other entries, and tells users a drain is scheduled)",
-    ]
-    return "\n".join(lines + entries) + "\n"

@@ -1,12 +1,8 @@
 """Drains and the night's events, read back from onite.log (pure, apart from reading the log).
 
-A *drain* is one driver's run, from its ``driver-start`` line to its ``driver-exit`` line (same host,
-same pid). *The last drain session*, a report's default window, is every drain, on any host, that
-started after the morning (noon) before the latest drain that ran a job, up to the end of the last.
-
-Invariant: the log is only read, from its end backwards and no further back than the window needs;
-a line onite did not write is skipped, never an error.
-"""
+A *drain* is one driver's run, from its ``driver-start`` line to its ``driver-exit`` line (same host, same
+pid). The log is read from its end backwards, no further back than the window needs; a line onite did not
+write is skipped, never an error."""
 
 from __future__ import annotations
 

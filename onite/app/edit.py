@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from onite.app.common import key_for, label, open_spool
+from onite.app.common import key_for, label
 from onite.app.submit import check_after, check_capacity
 from onite.core.errors import DamagedRecord, InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges
-from onite.exec import identity
 from onite.spool.edits import add_edit, edited, move_edited, read_edits, trusted, withdraw_edit
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
@@ -28,15 +27,8 @@ from onite.spool.scan import find_running, user_name
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
     """Change queued job ``text`` (NAME: the caller's; USER:NAME) as ``changes`` say (``--after NAME`` is the
-    caller's job, as in submit); what became of it, in words.
-
-    Raises:
-        InvalidInput: a bad name or change; nothing to change.
-        NotFound: no queued job of that name.
-        Refused: not the caller's (and the caller is not root); it is running or has finished, or it started
-            while being changed (nothing changed); spool/edit is missing (root runs onite init).
-        SpoolError, SpoolIOError: the spool cannot be read or written.
-    """
+    caller's job, as in submit); what became of it, in words. Refused: another's job, one running or finished,
+    or one that started while being changed (nothing changed)."""
     name = key_for(text)
     if not changes:
         raise InvalidInput("nothing to change", "give one of --timeout, -p, --retries, --mem, --cpus, --at, --after")
@@ -113,7 +105,3 @@ def _move(spool: SpoolDir, path, new, owner, text: str) -> str:
         return f"{label(new.name)}: changed as it started (in its old priority)"
     return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there"
 
-
-def edit_job(spool: str | None, name: str, now: datetime, changes: JobChanges) -> str:
-    """``onite edit NAME``: ``edit`` as the caller, on the spool it names."""
-    return edit(open_spool(spool), name, identity.current().uid, now, changes)

@@ -27,29 +27,19 @@ from onite.app.wait import PENDING, Final, judge, look, start
 
 POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16
-_LOOK = object()  # follow's owner: not given, look it up
 
 
-def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr: bool = False,
-           announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep,
-           owner: int | None | object = _LOOK) -> Final:
+def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool = False,
+           announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Final:
     """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
     written, until the job has finished; return how it ended. ``announce`` is told once if the job has
-    not started yet. Only an output file of the job's ``owner`` (its key's user, unless given) is copied.
-
-    Raises:
-        InvalidInput: a bad name. NotFound: no job of that name is queued, running or finished.
-        Refused: the job (or its output) belongs to another user.
-        SpoolIOError: the spool or the output cannot be read.
-    """
+    not started yet. Only an output file of the job's owner (its key's user) is copied; Refused: another's job."""
     shown = label(name)  # as the caller writes it: NAME for their own job
-    watch = start(spool, [shown], caller_uid)[shown]
+    watch = start(spool, [shown])[shown]
     entries = find_queued(spool, name) + find_running(spool, name)
-    if entries and not owner_or_root(caller_uid, entries[0].uid):
+    if entries and not owner_or_root(os.geteuid(), entries[0].uid):
         raise Refused(f"the output of {shown!r} belongs to {user_name(entries[0].uid)}",
                       "only its owner and root may read it")
-    if owner is _LOOK:
-        owner = key_uid(name)
     if stderr:
         _check_separate(spool, name, entries if watch.live is not None else None)
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
@@ -62,14 +52,13 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
             grew = handle is not None and _copy(handle, out)
             if final is not PENDING:
                 return final
-            watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live, owner=watch.owner,
-                                             caller=caller_uid))
+            watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live))
             key = _key(path)
             if key is not None and key != earlier and (handle is None or key[0] != os.fstat(handle.fileno()).st_ino):
                 if handle is not None:  # a new run replaced the file: the rest of the old one first
                     _copy(handle, out)
                     handle.close()
-                handle = _open(spool, name, caller_uid, stderr, owner)
+                handle = _open(spool, name, stderr)
                 if handle is not None:
                     continue
                 earlier = key  # someone else's file: looked at again only once it changes
@@ -85,10 +74,8 @@ def follow(spool: SpoolDir, name: str, caller_uid: int, out: BinaryIO, *, stderr
 
 
 def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
-    """Raises:
-        NotFound: the job (its ``live`` queued or running files, else its result) keeps stderr with its
-            stdout, so ``--follow --stderr`` would print nothing.
-    """
+    """NotFound where the job (its ``live`` queued or running files, else its result) keeps stderr with its
+    stdout, so that ``--follow --stderr`` would print nothing."""
     separate = None
     if live is not None:
         for entry in live:
@@ -114,13 +101,13 @@ def _key(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_dev, st.st_ctime_ns
 
 
-def _open(spool: SpoolDir, name: str, caller_uid: int, stderr: bool, owner: int | None) -> BinaryIO | None:
+def _open(spool: SpoolDir, name: str, stderr: bool) -> BinaryIO | None:
     """The followed job's output, or None if not there yet or not its owner's (an earlier run's, chmod-ed)."""
     try:
-        handle = open_job_output(spool, name, caller_uid, stderr=stderr)
+        handle = open_job_output(spool, name, os.geteuid(), stderr=stderr)
     except NotFound:  # removed between the lstat and the open (retention): look again
         return None
-    if owner is not None and os.fstat(handle.fileno()).st_uid != owner:
+    if os.fstat(handle.fileno()).st_uid != key_uid(name):
         handle.close()
         return None
     return handle

@@ -49,11 +49,7 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
          euid: int | None) -> Callable[[str, int, bool], tuple[str | None, str | None]]:
     """``(name, uid, held) → (waiting, waiting_kind)`` of queued jobs: as onite.drain.verdicts decides
     it for the jobs of ``head`` whose files ``euid`` may read ("" for one that may start now), "held"
-    for any held job, unknown (None) for the rest, and for every job without ``now``.
-
-    Raises:
-        SpoolIOError: a folder cannot be listed.
-    """
+    for any held job, unknown (None) for the rest, and for every job without ``now``."""
     if now is None:
         return lambda name, uid, held: (None, None)
     from onite.drain.verdicts import waiting_jobs  # the driver's rules: not what wait or status need of listing
@@ -208,11 +204,8 @@ _FIELDS = ("name", "user", "uid", "state", "priority", "urgent", "position", "su
 
 @functools.cache
 def _queued_template() -> list[str]:
-    """JobView.to_json of a queued job (depth 2), cut where each of _FIELDS goes: to_json stays the one definition.
-
-    Raises:
-        RuntimeError: to_json no longer writes _FIELDS, in that order (a test catches it).
-    """
+    """JobView.to_json of a queued job (depth 2), cut where each of _FIELDS goes: to_json stays the one definition
+    (RuntimeError, which a test catches, if it no longer writes _FIELDS in that order)."""
     class Stamp:
         def isoformat(self) -> str:
             return "\0submitted"

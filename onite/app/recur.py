@@ -27,7 +27,7 @@ from onite.core.jsontext import dumps
 from onite.core.recurring import check_template_name, known_priority, rule_fields, rule_from_state, rule_of
 from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
-from onite.core.schedule import fire_times, next_fire
+from onite.core.schedule import next_fire
 from onite.spool.recurstate import load_state, parse_time, template_files
 
 
@@ -41,13 +41,7 @@ class RecurRequest(SubmitRequest):
 
 
 def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
-    """Store a template (mode 0600, owned by the caller); return it and its rule.
-
-    Raises:
-        InvalidInput: a bad name, rule, priority or option (exit 2).
-        Refused: a template of that name exists, or --urgent without the right (exit 3).
-        SpoolError, SpoolIOError: no recur/ folder, or the write failed.
-    """
+    """Store a template (mode 0600, owned by the caller); return it and its rule (Refused: the name is taken)."""
     from onite.app.submit import check_capacity, check_mail
 
     check_template_name(request.name)
@@ -70,11 +64,7 @@ def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> t
 
 
 def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
-    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs).
-
-    Raises:
-        NotFound: no such template. Refused: it belongs to someone else and the caller is not root.
-    """
+    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs); its owner or root only."""
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
@@ -151,33 +141,18 @@ def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
              "priority": v.priority, "urgent": v.urgent} for v in views[:limit]]
 
 
-def preview(spool: SpoolDir | None, name: str | None, rule, start: datetime, count: int) -> list[datetime]:
-    """The next ``count`` fire times after ``start`` of the template ``name``, or of ``rule``.
-
-    Raises:
-        NotFound: no such template. Refused: another user's template no driver has read yet.
-        InvalidInput: a bad rule or count. SpoolError: the template cannot be read.
-    """
-    if count < 0:
-        raise InvalidInput(f"invalid count {count}", "use -n 0 or more")
-    if name is not None:
-        rule = _rule_of_template(spool, name)
-    return fire_times(rule, start, count)
-
-
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
     """The template and its rule; only from a regular file (root opening a planted device could have effects).
-
-    Raises:
-        BadFile, OSError (PermissionError: another user's template), JobFormatError, InvalidInput.
-    """
+    PermissionError: another user's template."""
     if not stat.S_ISREG(st.st_mode):
         raise BadFile("not a regular file")
     job, _ = read_job_file(path, spool.config.max_job_size, one_link=True)
     return job, rule_of(job)
 
 
-def _rule_of_template(spool: SpoolDir, name: str):
+def template_rule(spool: SpoolDir, name: str):
+    """The rule of the template ``name`` (``onite recur next NAME``); another user's as recur.state tells it,
+    Refused until a driver has read it."""
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:

@@ -1,10 +1,7 @@
 """``onite report``: the morning report -- what failed and why, what still waits, what ran when.
 
-A job belongs to the window when it finished or started in it. jobsdone/ keeps the last ``keep``
-results but onite.log every event, so a job whose record was pruned is rebuilt from its log lines.
-What is not finished is shown only when no drain started after the window (then the queue now is what
-it left). Invariant: nothing here writes, prints or imports rich.
-"""
+A job whose record was pruned (jobsdone/ keeps the last ``keep``) is rebuilt from its log lines.
+Invariant: nothing here writes, prints or imports rich."""
 
 from __future__ import annotations
 
@@ -142,11 +139,7 @@ def morning_before(when: datetime, ref: datetime) -> datetime:
 
 
 def parse_night(text: str, now: datetime) -> date:
-    """``YYYY-MM-DD``, ``today`` or ``yesterday`` (``now``'s local date).
-
-    Raises:
-        InvalidInput: none of those.
-    """
+    """``YYYY-MM-DD``, ``today`` or ``yesterday`` (``now``'s local date); else InvalidInput."""
     raw = text.strip().lower()
     if raw in ("today", "yesterday"):
         return now.date() - timedelta(days=raw == "yesterday")
@@ -164,11 +157,7 @@ def parse_night(text: str, now: datetime) -> date:
 
 
 def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> datetime:
-    """A duration before ``now``, the last time of day before it, or a date-time; None: 24 hours before.
-
-    Raises:
-        InvalidInput: neither a duration nor a time.
-    """
+    """A duration before ``now``, the last time of day before it, or a date-time; None: 24 hours before."""
     if not text:
         return now - RECENT
     try:
@@ -192,16 +181,9 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
 def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
           until: str | None = None, user: str | None = None, reader: int | None = None,
           host: str | None = None, details: bool = True, records: bool = True) -> ReportData:
-    """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to
-    ``until``), of one ``user``'s jobs or everyone's, read as uid ``reader`` (default: this process's)
-    on ``host`` (default: this host). Without ``details``, only the jobs: no output, nothing unfinished.
-    Without ``records``, every job as onite.log tells it, its result record unread: how the window went
-    (states, reasons), for a thousandth of the cost of reading a thousand records.
-
-    Raises:
-        InvalidInput: a bad --since, --until or --night, --night with either; an empty --user;
-            --since after --until.
-    """
+    """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to ``until``), of
+    one ``user``'s jobs or everyone's, read as uid ``reader`` on ``host``. Without ``details``: no output, nothing
+    unfinished. Without ``records``: every job as onite.log tells it, no result record read (far cheaper)."""
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
@@ -274,11 +256,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
 
 def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None, until: str | None):
-    """The window's kind, date, start and end, its drains, the log's events from its start, every drain.
-
-    Raises:
-        InvalidInput: a bad --since, --until or --night; --since after --until.
-    """
+    """The window's kind, date, start and end, its drains, the log's events from its start, every drain."""
     boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
     day: date | None = None
     if night is not None:

@@ -11,7 +11,7 @@ import os
 from dataclasses import replace
 from datetime import datetime
 
-from onite.app.common import key_for, label, open_spool
+from onite.app.common import key_for, label
 from onite.app.submit import check_after, check_capacity, check_policy, refuse_taken, write_job
 from onite.exec import identity
 from onite.spool.filecheck import BadFile, read_job_file
@@ -27,16 +27,8 @@ from onite.core.request import JobChanges, SubmitRequest
 def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_name: str | None = None,
             unique: bool = False, hold: bool = False, host: str | None = None, changes: JobChanges = JobChanges()) -> str:
     """Spool the finished job ``text`` (NAME: the caller's; USER:NAME) again (as ``new_name``, or made
-    unique) from ``host``, under its owner's name, with ``changes`` (a longer time limit, another priority …;
-    ``--after NAME`` is the caller's job, as in submit); its final name as the caller writes it.
-
-    Raises:
-        InvalidInput: a bad name or change; a dependency no longer known.
-        NotFound: no finished job of that name is kept.
-        Refused: not the caller's job (and not root); the name is queued or running; the spool's
-            policy (cutoff, check_lock, urgent); a request larger than any host.
-        SpoolError, SpoolIOError: the spool is missing, the job file cannot be read, or the write failed.
-    """
+    unique) from ``host``, under its owner's name, with ``changes`` (``--after NAME`` is the caller's job, as in
+    submit), checked as a submit is; its final name as the caller writes it."""
     name = key_for(text)
     user, plain = split_key(name)
     new = new_name or plain
@@ -67,13 +59,8 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
 
 
 def read_finished(spool: SpoolDir, name: str, caller_uid: int):
-    """The job of finished job ``name`` and its file's stat, if the caller may restart it.
-
-    Raises:
-        NotFound: not kept (never finished, or retention removed it).
-        Refused: someone else's; or not a file onite may trust (a link, not regular, no account).
-        SpoolIOError: it cannot be read; JobFormatError: it is not a job file.
-    """
+    """The job of finished job ``name`` and its file's stat, if the caller may restart it: Refused for someone
+    else's, or a file onite may not trust (a link, not regular, several links, no account)."""
     path = _finished_path(spool, name, caller_uid)
     try:
         st = os.lstat(path)
@@ -100,11 +87,7 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
 
 
 def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
-    """jobsdone/NAME, else the caller's own latest withdrawn file of the name (anyone may write cancel/).
-
-    Raises:
-        NotFound: neither is there.
-    """
+    """jobsdone/NAME, else the caller's own latest withdrawn file of the name (anyone may write cancel/)."""
     path = spool.done_dir / name
     if os.path.lexists(path):
         return path
@@ -117,10 +100,3 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
         hint = "see onite list --all; each user's last `keep` finished jobs are kept"
     raise NotFound(f"no finished job {label(name)!r} is kept", hint)
 
-
-def restart_job(spool: str | None, name: str, now: datetime, *, new_name: str | None = None, unique: bool = False,
-                hold: bool = False, changes: JobChanges = JobChanges()) -> str:
-    """``onite restart NAME``: ``restart`` as the caller, on the spool it names."""
-    target = open_spool(spool)
-    return restart(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold,
-                   changes=changes)

@@ -1,13 +1,5 @@
-"""``onite run``, ``onite daemon``, ``onite recover --host``: a driver's options checked, and a driver started.
-
-The drain itself is onite.drain's; what is here is the command around it: the
-options ``onite run`` and ``onite daemon`` share (``driver_target``), a driver
-in the background (``detach_driver``, which waits for that driver's own word,
-that it drains, or its end, and says which, in the log's words), handing a
-drain to this host's daemon (``wake_daemon``), and a dead host's claims
-(``host_claims``, ``recover_host``). Nothing here prints: the command line says
-what it returns.
-"""
+"""``onite run``, ``onite daemon``, ``onite recover --host``: a driver's options checked, and a driver started
+(in this process, in the background, or by this host's daemon). Nothing here prints."""
 
 from __future__ import annotations
 
@@ -35,12 +27,8 @@ IDLE_EVENTS = ("driver-busy", "drain-handed", "nothing-due", "outside-window")
 
 def driver_target(spool: str | None, until: str | None, host: str | None,
                   command: str = "onite run") -> tuple[SpoolDir, dtime | None]:
-    """``onite run``'s and ``onite daemon``'s common options, checked: the spool and the --until time.
-
-    Raises:
-        SpoolError, InvalidInput: no spool there; a bad --until time or host name.
-        Refused: the way to the spool goes through a symbolic link another user could change.
-    """
+    """``onite run``'s and ``onite daemon``'s common options, checked: the spool (its real path: no way to it
+    through a link another user could change, else Refused) and the --until time."""
     from onite.core.timeparse import parse_clock
     from onite.spool import trust
 
@@ -57,13 +45,8 @@ def driver_target(spool: str | None, until: str | None, host: str | None,
 
 def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, host: str | None = None,
           scheduled: bool = False, echo=None, listener=None, tick=None, clock: Clock = SYSTEM) -> int:
-    """``onite run`` in this process, on ``driver_target``'s spool and --until: drain now; the exit code
-    (onite.drain.driver.Driver.run). ``echo``, ``listener`` and ``tick`` are how the command line shows the
-    drain (onite.cli.progress).
-
-    Raises:
-        SpoolError, Refused: the spool may not be drained by this user.
-    """
+    """``onite run`` in this process: drain now; the exit code. ``echo``, ``listener`` and ``tick`` are how the
+    command line shows the drain (onite.cli.progress)."""
     from onite.drain.driver import Driver
 
     word = _DrainingWord.taken()
@@ -131,12 +114,7 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
 
 
 def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
-    """``onite daemon --wake``: tell this host's daemon to drain now; the line to print.
-
-    Raises:
-        NotFound: no daemon is alive for that host. Refused: this user may not (the spool is root's).
-        InvalidInput: a bad host name. SpoolError: the request could not be left.
-    """
+    """``onite daemon --wake``: tell this host's daemon to drain now; the line to print (NotFound: none alive)."""
     from onite.drain.wake import request_wake
 
     if host:
@@ -156,11 +134,7 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
 
 def host_claims(spool: str | None, host: str) -> tuple[SpoolDir, list[str]]:
     """``onite recover --host HOST``, before it asks: the spool and the names of the jobs HOST has claimed.
-
-    Raises:
-        InvalidInput: a bad host name (checked first). SpoolError: no spool there. Refused: the caller
-            is neither root nor the owner of a personal spool (checked before anything in it is looked at).
-    """
+    Refused before anything is looked at: the caller is neither root nor a personal spool's owner."""
     from onite.spool.scan import running_entries
 
     check_name(host, what="host name")
@@ -171,11 +145,7 @@ def host_claims(spool: str | None, host: str) -> tuple[SpoolDir, list[str]]:
 
 
 def recover_host(target: SpoolDir, host: str) -> list[str]:
-    """``onite recover --host HOST``, once confirmed: requeue (or fail) HOST's claimed jobs; their names.
-
-    Raises:
-        Refused: a driver of that host holds its lock (it is alive). SpoolError: a job cannot be moved.
-    """
+    """``onite recover --host HOST``, once confirmed: requeue (or fail) HOST's claimed jobs; their names."""
     from onite.drain.driver import Driver
 
     return Driver(target, host=host).recover_host()
@@ -185,12 +155,7 @@ def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: 
                   scheduled: bool = False) -> tuple[int, str]:
     """Start ``onite run`` in the background, immune to hang-up, and wait for its word: it says on a pipe
     that it took the lock and drains, or it ends without saying so (another driver, the daemon, outside
-    the window; or it refused). Return the exit code and a line saying which, in the log's words (refused:
-    with its error and exit code).
-
-    Raises:
-        SpoolError: the background driver cannot be started.
-    """
+    the window; or it refused). Return the exit code and a line saying which, in the log's words."""
     import signal
     import subprocess
 

@@ -1,11 +1,7 @@
-"""``onite status``: which drivers run and since when, what runs, what is queued and why it waits, when
-the next drain is, and how last night went.
+"""``onite status``: drivers, what runs, what is queued and why it waits, the next drain, how last night went.
 
-Invariant: only what every user may see is read (folders, owners, hold markers, heartbeats, run and
-result records), but for why a queued job waits: the caller's own job files among the first EXAMINE,
-decided by the driver's own rules (onite.drain.verdicts). A next drain is shown only when something
-will start one (onite.drain.nextdrain).
-"""
+Invariant: only what every user may see is read, but for why a queued job waits: the caller's own job files
+among the first EXAMINE, decided by the driver's own rules (onite.drain.verdicts)."""
 
 from __future__ import annotations
 
@@ -59,11 +55,7 @@ class StatusInfo:
 
 
 def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
-    """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host).
-
-    Raises:
-        SpoolIOError: a folder cannot be listed.
-    """
+    """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host)."""
     config = spool.config
     euid = os.geteuid() if euid is None else euid
     this_host = host or default_host(config)

@@ -26,11 +26,7 @@ from onite.core.policy import check_urgent, cutoff_state
 
 
 def capture(now: datetime) -> Captured:
-    """The calling process's environment (bytes, exact), cwd, umask and host.
-
-    Raises:
-        InvalidInput: the current directory no longer exists.
-    """
+    """The calling process's environment (bytes, exact), cwd, umask and host. Raises InvalidInput: its cwd is gone."""
     mask = os.umask(0o077)
     os.umask(mask)
     try:
@@ -48,12 +44,7 @@ def submit(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: 
 
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
     """Check the spool's policy and spool the job; return it as spooled (its final name, priority, times).
-
-    Raises:
-        InvalidInput: bad name, priority, option, or an unknown dependency.
-        Refused: cutoff passed, a driver runs with check_lock, urgent without the right, the name is taken.
-        SpoolError, SpoolIOError: the spool is missing, or the write failed.
-    """
+    Raises InvalidInput (name, option, dependency), Refused (policy, name taken), SpoolError, SpoolIOError."""
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, config, caller.name)
@@ -73,11 +64,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
 
 def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
               owner: tuple[int, int] | None = None) -> None:
-    """Write the job's file (``owner``'s, when root spools for someone else), held if asked.
-
-    Raises:
-        Refused: the key was taken meanwhile. SpoolError, SpoolIOError: the write failed.
-    """
+    """Write the job's file (``owner``'s, when root spools for someone else), held if asked; nothing if it fails."""
     markers = prepare_holds(spool, [job.name], caller, [job.name] if hold else [], owner=owner)
     try:
         create_file(spool.folder_for(job.priority, job.urgent), job.name, encode(job), owner=owner)
@@ -87,11 +74,8 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
 
 
 def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> None:
-    """Each of ``jobs`` (in order, keyed) waits only for an earlier one or a spooled job, not itself.
-
-    Raises:
-        InvalidInput: a dependency that is none of those.
-    """
+    """Each of ``jobs`` (in order, keyed) waits only for an earlier one or a spooled job, not itself
+    (else InvalidInput)."""
     position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
     for i, job in enumerate(jobs):
@@ -115,12 +99,8 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
 
 
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
-    """One job a key at a time: refuse a key that is queued or running, or a file at it that is not
-    ``uid``'s (a forgery: the driver sets it aside; until then the key cannot be used).
-
-    Raises:
-        Refused: saying which.
-    """
+    """Refuse (Refused) a key that is queued or running, or a file at it that is not ``uid``'s (a forgery: the
+    driver sets it aside; until then the key cannot be used)."""
     wanted = set(keys)
     if len(wanted) < 64:
         found = [e for key in wanted for e in _at_key(spool, key)]
@@ -153,11 +133,7 @@ def _queued_at(spool: SpoolDir, keys: set[str]) -> list:
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
                   owner: tuple[int, int] | None = None) -> list:
     """Before jobs ``names`` are spooled: remove their names' stale hold markers (none is queued: one would
-    hold the new job), and add one for each of ``held`` (``owner``'s), first, so that no driver sees it unheld.
-
-    Raises:
-        SpoolError, SpoolIOError: hold/ is missing or cannot be listed, or a marker cannot be made.
-    """
+    hold the new job), and add one for each of ``held`` (``owner``'s), first, so that no driver sees it unheld."""
     holds = read_holds(spool.hold_dir)
     stale = [n for n in names if n in holds]
     if stale:
@@ -180,13 +156,7 @@ def undo_holds(markers: list) -> None:
 
 def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Captured, caller: Identity) -> list[str]:
     """Spool several jobs, all checked before any is written, in order (their order within a priority).
-
-    Raises:
-        InvalidInput: a bad or repeated name, a bad option, an unknown dependency (nothing written).
-        Refused: policy, or a name already queued or running (nothing written); a name taken
-            while writing (the jobs before it stay spooled: the message says how many).
-        SpoolError, SpoolIOError: the spool is missing, or a write failed (likewise).
-    """
+    A name taken while writing leaves the jobs before it spooled: the error says how many."""
     if not requests:
         return []
     config = spool.config
@@ -239,9 +209,8 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
 
 
 def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller: Identity) -> None:
-    """Raises:
-        Refused: urgent without the right, cutoff passed, or a driver runs under check_lock.
-    """
+    """Refuse (Refused) urgent without the right, a submit after the cutoff, or one while a driver runs
+    under check_lock."""
     config = spool.config
     if request.urgent:
         check_urgent(caller, config.admins, "spool urgent jobs")
@@ -260,12 +229,8 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
 
 
 def check_capacity(config: Config, job: Job) -> None:
-    """Refuse now a job bigger than any local host it may run on (onite.core.resources); Slurm says its own.
-
-    Raises:
-        Refused: it could never fit.
-        ConfigError: the reserve leaves nothing of this machine for jobs.
-    """
+    """Refuse (Refused) now a job bigger than any local host it may run on (onite.core.resources); Slurm
+    says its own."""
     from onite.core.resources import host_capacity, request_of, too_big
 
     need = request_of(job.mem, job.cpus)  # the spool's defaults are in the job already (onite.core.request)
@@ -287,11 +252,8 @@ def check_capacity(config: Config, job: Job) -> None:
 
 
 def check_mail(notify: str | None, config: Config) -> None:
-    """``--notify mail`` where mail cannot go out is said now, not found in the log the next morning.
-
-    Raises:
-        InvalidInput: mail is asked for and this machine has no sendmail (onite.exec.notify).
-    """
+    """``--notify mail`` where mail cannot go out (no sendmail) is an InvalidInput now, not a log line the
+    next morning."""
     if notify != "mail":
         return
     from onite.exec.notify import find_sendmail
@@ -302,9 +264,5 @@ def check_mail(notify: str | None, config: Config) -> None:
 
 
 def uniqname(spool: SpoolDir, base: str, user: str) -> str:
-    """``onite uniqname BASE``: a job name starting with BASE that no job of ``user``'s uses (live or kept).
-
-    Raises:
-        InvalidInput: a bad BASE, or no free name found.
-    """
+    """``onite uniqname BASE``: a job name starting with BASE that no job of ``user``'s uses (live or kept)."""
     return unique_name(base, lambda n: name_taken(spool, job_key(user, n)))

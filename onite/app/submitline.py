@@ -1,9 +1,5 @@
-"""``onite submit`` as typed: the job text on stdin, one job a line (``--lines``), or a command after ``--``.
-
-The command line (onite.cli.jobcmds) ends here; the line that says what
-was spooled and when it is expected to run (``confirmation``) is made here
-and printed by the command line.
-"""
+"""``onite submit`` as typed: the job text on stdin, one job a line (``--lines``), or a command after ``--``;
+and the line saying what was spooled and when it is expected to run (``confirmation``)."""
 
 from __future__ import annotations
 
@@ -24,11 +20,7 @@ from onite.spool.scan import name_taken
 
 
 def command_text(argv: list[str], *, lines: bool = False) -> bytes:
-    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the argv quoted for /bin/sh, and a newline.
-
-    Raises:
-        InvalidInput: no word after ``--``, or ``lines`` (whose jobs come from stdin) asked for too.
-    """
+    """The job text of ``onite submit NAME -- COMMAND ARGS…``: the argv quoted for /bin/sh, and a newline."""
     import shlex
 
     if lines:
@@ -41,11 +33,7 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
                    confirm: bool = True) -> tuple[str | None, str | None]:
-    """``onite submit`` once parsed: spool the job(s); the line for stdout, and the ``confirmation``.
-
-    Raises:
-        InvalidInput, Refused, SpoolError, SpoolIOError: as onite.app.submit.
-    """
+    """``onite submit`` once parsed: spool the job(s); the line for stdout, and the ``confirmation``."""
     if lines:
         target, names = submit_lines(request, spool, now)
         said = None
@@ -59,11 +47,7 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
 
 
 def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, Job]:
-    """``onite submit NAME``: spool stdin (or a command after ``--``) as one job; the spool and the Job.
-
-    Raises:
-        InvalidInput: as read_job_text; a command longer than max_job_size. And as submit().
-    """
+    """``onite submit NAME``: spool stdin (or a command after ``--``) as one job; the spool and the Job."""
     target = open_spool(spool)
     limit = target.config.max_job_size
     if not request.body:
@@ -76,11 +60,7 @@ def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tu
 
 
 def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, list[str]]:
-    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; the spool and the names.
-
-    Raises:
-        InvalidInput: no job lines, or NAME too long to be numbered; and whatever ``submit_many`` raises.
-    """
+    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; the spool and the names."""
     target = open_spool(spool)
     lines = [line for line in read_stdin(target.config.max_job_size).split(b"\n") if line.strip()]
     if not lines:

@@ -1,22 +1,18 @@
 """``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended.
 
-Invariant: it only looks, at what every user may see (queue and running folders, cancel/, heartbeats,
-result records); no job file is opened. A job is still to finish while queued, held or running; then
-its outcome is the newer of a result record written since the wait began and its withdrawal into
-cancel/. The decisions (``judge``, ``exit_status``, the lines) are pure; the poll loops take the clock.
-"""
+Invariant: it only looks, at what every user may see; no job file is opened. A job's outcome is the newer of
+a result record written since the wait began and its withdrawal into cancel/."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import find_queued
+from onite.spool.queued import live_state
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import find_running, key_uid, withdrawn_entries
+from onite.spool.scan import key_uid, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.app.listing import running_views, withdrawn_view
@@ -42,36 +38,23 @@ class Seen:
     live: str | None  # "queued", "held" or "running": still to finish; None: neither
     result: Result | None = None  # its latest result record (read only when asked or not live)
     withdrawn: JobView | None = None  # cancelled while queued, not yet filed by a driver
-    owner: int | None = None  # the uid of its queued or running file, while live
 
 
-def look(spool: SpoolDir, name: str, *, with_result: bool = False, owner: int | None = None,
-         caller: int | None = None) -> Seen:
-    """Where job ``name`` (a key) is now, looked for in
-    the order a job moves (queue, running/, records), so that one moving meanwhile is still found.
-
-    Raises:
-        SpoolIOError: a folder or record cannot be read. DamagedRecord: its result record is damaged.
-    """
-    queued = find_queued(spool, name)
-    live = None
-    if queued:
-        live, owner = "held" if all(e.held for e in queued) else "queued", queued[0].uid
-    else:
-        running = find_running(spool, name)
-        if running:
-            live, owner = "running", running[0].uid
+def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
+    """Where job ``name`` (a key) is now, looked for in the order a job moves (queue, running/, records), so that
+    one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is none)."""
+    live = live_state(spool, name)
     if live and not with_result:
-        return Seen(name, live, owner=owner)
+        return Seen(name, live)
     withdrawn = None
     if not live:
-        pending = [e for e in withdrawn_entries(spool) if e.name == name and owner in (None, e.uid)]
+        pending = [e for e in withdrawn_entries(spool) if e.name == name]
         if pending:
             withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
     result = read_result(spool, name)
-    if result is not None and owner not in (None, result.uid):
+    if result is not None and result.uid != key_uid(name):
         result = None  # not its key's user's: not how this job ended
-    return Seen(name, live, result, withdrawn, owner if live else None)
+    return Seen(name, live, result, withdrawn)
 
 
 @dataclass(frozen=True)
@@ -83,7 +66,6 @@ class Watch:
     seen_live: bool = False
     gone: int = 0  # looks in a row that found it nowhere, with no new record
     live: str | None = None  # where it was at the last look
-    owner: int | None = None  # whose job it was when last seen live
 
 
 @dataclass(frozen=True)
@@ -113,16 +95,12 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     """The next Watch and, once the job has finished, its Final (else PENDING)."""
     if seen.live:
         stale = record_key(seen.result) if not watch.seen_live else watch.stale
-        owner = seen.owner if seen.owner is not None else watch.owner
-        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live, owner=owner), PENDING
+        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
     candidates: list[tuple[datetime, Final]] = []
     if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
         view = result_view(seen.result)
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
-    # cancel/ is anyone's to write: a withdrawal counts only as the job's owner's, or another user
-    # could "cancel" a job that is done
-    owner = watch.owner if watch.owner is not None else seen.result.uid if seen.result is not None else None
-    if seen.withdrawn is not None and (owner is None or seen.withdrawn.uid == owner):
+    if seen.withdrawn is not None:
         candidates.append((seen.withdrawn.finished, Final(seen.name, "cancelled", seen.withdrawn,
                                                             seen.withdrawn.reason)))
     if candidates:
@@ -176,31 +154,22 @@ class JobsWaited:
 
 
 def target(arg: str) -> Watch:
-    """``NAME`` (the caller's job) or ``USER:NAME`` (USER's) to watch, by its key.
-
-    Raises:
-        InvalidInput: a bad name. NotFound: there is no such user.
-    """
+    """``NAME`` (the caller's job) or ``USER:NAME`` (USER's) to watch, by its key (NotFound: no such user)."""
     key = key_for(arg)
-    owner = key_uid(key)
-    if owner is None:
+    if key_uid(key) is None:
         raise NotFound(f"no user {key.partition(':')[0]!r} (onite wait {arg})", "see onite list --all")
-    return Watch(key, owner=owner)
+    return Watch(key)
 
 
-def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[str, Watch]:
-    """The first look at each name (two for one found nowhere: a requeue passes through nowhere).
-
-    Raises:
-        InvalidInput: a bad name.
-        NotFound: names that were never queued, running or finished (all of them, in one message).
-    """
+def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
+    """The first look at each name (two for one found nowhere: a requeue passes through nowhere); one NotFound
+    names every name never queued, running or finished."""
     names = list(dict.fromkeys(names))
     watches, unknown = {n: target(n) for n in names}, []
     for name in names:
         watch = watches[name]
         for _ in range(2):
-            seen = look(spool, watch.name, with_result=True, owner=watch.owner, caller=caller)
+            seen = look(spool, watch.name, with_result=True)
             if seen.live or seen.result is not None or seen.withdrawn is not None:
                 break
         else:
@@ -215,14 +184,9 @@ def start(spool: SpoolDir, names: list[str], caller: int | None = None) -> dict[
 
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
-              announce: Callable[[str], None] | None = None, caller: int | None = None) -> JobsWaited:
-    """Look at each job until none is queued, held or running, or ``timeout`` seconds passed.
-
-    Raises:
-        InvalidInput, NotFound: as ``start``. SpoolIOError: the spool cannot be read.
-    """
-    caller = os.geteuid() if caller is None else caller
-    watches = start(spool, names, caller)
+              announce: Callable[[str], None] | None = None) -> JobsWaited:
+    """Look at each job until none is queued, held or running, or ``timeout`` seconds passed."""
+    watches = start(spool, names)
     order = list(watches)
     deadline = None if timeout is None else clock.monotonic() + timeout
     finals: dict[str, Final] = {}
@@ -232,8 +196,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             if name in finals:
                 continue
             watch = watches[name]
-            watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live,
-                                                     owner=watch.owner, caller=caller))
+            watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live))
             if final is not PENDING:
                 finals[name] = replace(final, name=name)  # said as it was asked for (daemon:build)
         if len(finals) == len(order):
@@ -252,7 +215,6 @@ class DriverSeen:
     """A driver that is alive (its heartbeat): whose, since when, and whether it is draining."""
 
     host: str
-    pid: int | None
     since: datetime | None  # from its heartbeat
     daemon: bool
     busy: bool  # a driver: always; a daemon: while jobs run on its host
@@ -264,13 +226,13 @@ def look_drivers(spool: SpoolDir, now: datetime) -> list[DriverSeen]:
     found, running = [], None
     for beat in live_beats(spool.root, now):
         if beat.role != Role.DAEMON:
-            found.append(DriverSeen(beat.host, beat.pid, beat.since, False, True))
+            found.append(DriverSeen(beat.host, beat.since, False, True))
             continue
         if running is None:
             running = running_views(spool)
         starts = [v.started for v in running if v.host == beat.host and v.started]
         busy = any(v.host == beat.host for v in running)
-        found.append(DriverSeen(beat.host, beat.pid, beat.since, True, busy, min(starts) if starts else None))
+        found.append(DriverSeen(beat.host, beat.since, True, busy, min(starts) if starts else None))
     return found
 
 
@@ -315,11 +277,7 @@ class DrainsWaited:
 
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
-    """Wait while a driver (or a daemon with running jobs) drains; gather what finished since.
-
-    Raises:
-        SpoolIOError: the spool cannot be read.
-    """
+    """Wait while a driver (or a daemon with running jobs) drains; gather what finished since."""
     busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
     if not busy:
         return DrainsWaited([], None, [], [])

@@ -54,10 +54,9 @@ def _follow_output(target, name: str, *, stderr: bool, raw: bool) -> int:
     from onite.app.wait import exit_status, job_line
     from onite.spool.scan import key_uid
 
-    owner = key_uid(name)
-    sink = Sink(owner, raw)
+    sink = Sink(key_uid(name), raw)
     try:
-        final = follow(target, name, os.geteuid(), sink, stderr=stderr, announce=_announce, owner=owner)
+        final = follow(target, name, sink, stderr=stderr, announce=_announce)
     finally:
         sink.finish()
     print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path

@@ -171,11 +171,12 @@ def restart(
 ) -> None:
     """Spool a finished job again: its text, environment, directory, umask and options, but for those given
     (--timeout 2h after a timeout); print its name."""
-    from onite.app.restart import restart_job
+    from onite.app.restart import restart as restart_job
+    from onite.exec import identity
 
     changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
-    print(restart_job(spool_of(spool), name, SYSTEM.now(), new_name=new_name, unique=unique, hold=hold,
-                      changes=changes))
+    print(restart_job(open_spool(spool), name, identity.current(), SYSTEM.now(), new_name=new_name, unique=unique,
+                      hold=hold, changes=changes))
 
 
 @app.command()
@@ -193,9 +194,11 @@ def edit(
 ) -> None:
     """Change a queued job: it keeps its place unless -p moves it (to the end of its new priority);
     --after replaces its dependencies."""
-    from onite.app.edit import edit_job
+    from onite.app.edit import edit as edit_job
+    from onite.exec import identity
 
-    print(edit_job(spool_of(spool), name, SYSTEM.now(), job_changes(priority, timeout, retries, mem, cpus, at, after)))
+    changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
+    print(edit_job(open_spool(spool), name, identity.current().uid, SYSTEM.now(), changes))
 
 
 def job_changes(priority, timeout, retries, mem, cpus, at, after):
@@ -294,11 +297,11 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
 def _pick_one(target) -> list[str]:
     """The seed's numbered pick list: only on a terminal."""
     from onite.app.common import label
-    from onite.app.control import cancellable
+    from onite.app.control import select_jobs
 
     if not sys.stdin.isatty():
         raise InvalidInput("no job name given", "name the job(s): onite cancel NAME…")
-    views = cancellable(target, os.geteuid())
+    views = select_jobs(target, [], os.geteuid(), every=True).chosen
     if not views:
         print("you have no queued or running jobs")
         return []

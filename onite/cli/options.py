@@ -184,11 +184,7 @@ def show_help(ctx: typer.Context) -> None:
 
 def complete_shell(action: str, named: str | None) -> None:
     """``--show-completion [SHELL]``: print the script; ``--install-completion [SHELL]``: install it.
-
-    Raises:
-        InvalidInput: a shell onite cannot complete (sh, dash, ksh), or none found.
-        OniteError: a start-up file or the script could not be written.
-    """
+    InvalidInput: a shell onite cannot complete (sh, dash, ksh), or none found."""
     from typer import completion
 
     from onite.core.safetext import printable

@@ -112,8 +112,9 @@ def recur_next(
     spool: SpoolOpt = None,
 ) -> None:
     """Print the next fire times, one per line, in ISO 8601 (local time)."""
-    from onite.app.recur import preview
+    from onite.app.recur import template_rule
     from onite.core.rules import parse_rule
+    from onite.core.schedule import fire_times
     from onite.core.timeparse import parse_when
 
     if (name is not None) == any(v is not None for v in (cron_expr, every, offset)):
@@ -122,6 +123,7 @@ def recur_next(
     rule = parse_rule(cron=cron_expr, every=every, offset=offset) if name is None else None
     when = SYSTEM.now()
     start_at = parse_when(start, when) if start else when
-    target = open_spool(spool, reading=True) if name is not None else None
-    for fire in preview(target, name, rule, start_at, count):
+    if name is not None:
+        rule = template_rule(open_spool(spool, reading=True), name)
+    for fire in fire_times(rule, start_at, count):
         print(fire.isoformat(timespec="seconds"))

@@ -211,12 +211,8 @@ def to_html(data) -> str:
 
 def write_html(path: Path, data) -> None:
     """Write the page to ``path``: a file is replaced all or nothing (a temporary file beside it, renamed over
-    it); a device, a pipe or a link to one (/dev/stdout) is written to, never replaced.
-
-    Raises:
-        InvalidInput: ``path`` cannot be written; it is a folder, a disk, a link to a file, another user's link
-            or pipe (planted where root writes its page: a link to a disk, or a pipe no one reads).
-    """
+    it); a device, a pipe or a link to one (/dev/stdout) is written to, never replaced. InvalidInput: a folder,
+    a disk, a link to a file, another user's link or pipe (planted where root writes its page)."""
     text = to_html(data).encode("utf-8")
     path = Path(path)
     try:
