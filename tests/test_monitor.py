@@ -236,6 +236,7 @@ def test_a_job_whose_monitor_was_killed_is_retried_when_it_has_retries_left(spoo
     assert run_cli(["submit", "again", "--retries", "1"], stdin=body.encode()).code == 0
     driver = start_driver(spool)
     monitor = monitor_pid(spool, "again")
+    wait_for(lambda: ledger.read_text(), what="the job's first start")  # killed once it runs, not before
     Path(f"{ledger}.2").write_text("the retry need not wait\n")
     os.kill(monitor, signal.SIGKILL)
     driver.communicate(timeout=60)
