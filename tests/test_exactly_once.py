@@ -90,6 +90,28 @@ def driver_env(spool: Path) -> dict:
     return dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
 
 
+def drain_killing_at_second_chdir(spool: Path, key: str) -> list[int]:
+    """Drain under strace, which kills each traced process at its second chdir (a monitor, or the
+    child opening a PAM session: the one back to / once the job's interpreter runs); wait for the
+    driver's exit, then stop and return the processes of job ``key`` still running."""
+    from onite.exec import contain
+    from onite.exec.processes import find_run_processes, stop_processes
+
+    traced = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=chdir",
+                               "-e", "inject=chdir:signal=KILL:when=2", *driver_argv()], env=driver_env(spool))
+    try:  # strace waits for every process it traces: the driver's exit is what counts
+        [driver] = wait_for(lambda: traced_driver(traced.pid), what="the driver to start")
+        wait_for(lambda: not Path(f"/proc/{driver}").exists() or contain.is_zombie(driver), timeout=60,
+                 what="the driver to exit")
+    finally:
+        traced.kill()
+        traced.wait(timeout=30)
+    find = lambda: find_run_processes(str(spool), key, lambda run_id: True)  # noqa: E731
+    left = find()
+    stop_processes(find, 0.0)
+    return left
+
+
 def count_syscalls(spool: Path, syscalls: list[str]) -> dict[str, int]:
     """How often an undisturbed driver makes each system call on this workload (strace -c)."""
     out = spool.parent / "strace-count"
@@ -835,23 +857,9 @@ def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, 
     runs). The driver, alive, files the run as "monitor killed" and spools its retry: what the
     first copy left (its cgroup, its limit groups) must be killed first, or the retry runs beside
     it, unwatched; before, both copies ran on after the driver had exited."""
-    from onite.exec import contain
-    from onite.exec.processes import find_run_processes, stop_processes
-
     set_config(spool, retry_delay="0.05")
     submit("slow", "sleep 60\n", "--retries", "1", spool=spool)
-    traced = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=chdir",
-                               "-e", "inject=chdir:signal=KILL:when=2", *driver_argv()], env=driver_env(spool))
-    try:  # strace waits for every process it traces: the driver's exit is what counts
-        [driver] = wait_for(lambda: traced_driver(traced.pid), what="the driver to start")
-        wait_for(lambda: not Path(f"/proc/{driver}").exists() or contain.is_zombie(driver), timeout=60,
-                 what="the driver to exit")
-    finally:
-        traced.kill()
-        traced.wait(timeout=30)
-    find = lambda: find_run_processes(str(spool), "root:slow", lambda run_id: True)  # noqa: E731
-    left = find()
-    stop_processes(find, 0.0)
+    left = drain_killing_at_second_chdir(spool, "root:slow")
     assert not left, f"processes of the job still run, unwatched: {left}"
     lines = log_lines(spool)
     assert sum("monitor of this job was killed" in line and line.split()[2] == "start-failed"

@@ -208,11 +208,7 @@ def test_a_job_whose_session_opener_dies_as_it_starts_it_leaves_nothing_running(
     said so (strace kills it at its second chdir: the one back to / once the job's interpreter
     runs). The job, an orphan, is its monitor's child: the monitor ends it and files the run as
     failed; nothing of it runs on, unwatched, beside a retry."""
-    from test_exactly_once import STRACE, driver_argv, driver_env, traced_driver
-
-    from conftest import wait_for
-    from onite.exec import contain
-    from onite.exec.processes import find_run_processes, stop_processes
+    from test_exactly_once import STRACE, drain_killing_at_second_chdir
 
     if STRACE is None:
         pytest.skip("needs strace (Debian: strace) to kill the session's opener")
@@ -220,18 +216,7 @@ def test_a_job_whose_session_opener_dies_as_it_starts_it_leaves_nothing_running(
     set_config(spool, pam="required", pam_service=service, retry_delay="0.05")
     r = run_cli(["submit", "slow", "--retries", "1"], stdin=b"sleep 60\n", cwd=workdir)
     assert r.code == 0, r
-    traced = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=chdir",
-                               "-e", "inject=chdir:signal=KILL:when=2", *driver_argv()], env=driver_env(spool))
-    try:
-        [driver] = wait_for(lambda: traced_driver(traced.pid), what="the driver to start")
-        wait_for(lambda: not Path(f"/proc/{driver}").exists() or contain.is_zombie(driver), timeout=60,
-                 what="the driver to exit")
-    finally:
-        traced.kill()
-        traced.wait(timeout=30)
-    find = lambda: find_run_processes(str(spool), "root:slow", lambda run_id: True)  # noqa: E731
-    left = find()
-    stop_processes(find, 0.0)
+    left = drain_killing_at_second_chdir(spool, "root:slow")
     assert not left, f"processes of the job still run, unwatched: {left}"
     res = result(spool, "slow")
     assert res["state"] == "failed" and "the process opening it died" in res["reason"], res
