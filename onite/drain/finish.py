@@ -213,7 +213,10 @@ class Finisher:
         if st is None:
             try:
                 st = os.lstat(path)
-            except OSError:
+            except FileNotFoundError:
+                return
+            except OSError as err:
+                night.log.event("error", name, error=f"cannot look at {path}: {err.strerror}")
                 return
         target = night.spool.refused_path(name, night.clock.now())
         try:
