@@ -51,10 +51,14 @@ class Daemon:
         assert self.proc.poll() is None, self.stderr
 
     def round_trip(self) -> None:
-        """Prove the daemon went round its loop since now: ask for a status line and wait for it."""
-        before = len(self.logged("status"))
+        """Prove the daemon went round its loop since now: ask for a status line and wait for the
+        daemon's own (a drain running in it answers with a line of its own first)."""
+        def said() -> int:
+            return sum("role=daemon" in line for line in self.logged("status"))
+
+        before = said()
         self.proc.send_signal(signal.SIGUSR1)
-        wait_for(lambda: len(self.logged("status")) > before, what="the daemon's status line")
+        wait_for(lambda: said() > before, what="the daemon's status line")
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
