@@ -153,7 +153,22 @@ class OniteSpool:
         busy, started = h.busy_cpu_seconds(), time.perf_counter()
         self.run("run", "-q", *args)
         elapsed, busy_after = time.perf_counter() - started, h.busy_cpu_seconds()
+        refused = os.listdir(os.path.join(self.root, "refused"))
+        if refused:  # a figure of jobs set aside, not run, would be a false one
+            raise SystemExit(f"run.py: the drain refused {len(refused)} job files (e.g. {refused[0]}): no figure")
         return elapsed, None if busy is None or busy_after is None else busy_after - busy
+
+    def give_jobs(self, owner_of) -> None:
+        """Give each queued job file (the ``turn``-th, in name order) to ``owner_of(turn)`` (a pwd entry;
+        None: keep it): renamed to that user's key USER:NAME and owned by them, as their submit makes it."""
+        turn = 0
+        for folder, _, files in os.walk(os.path.join(self.root, "jobs")):
+            for file in sorted(files):
+                owner = owner_of(turn)
+                turn += 1
+                if owner is not None:
+                    os.chown(os.path.join(folder, file), owner.pw_uid, owner.pw_gid)
+                    os.rename(os.path.join(folder, file), os.path.join(folder, f"{owner.pw_name}:{file.partition(':')[2]}"))
 
     def configure(self, **values: str) -> None:
         """Set these keys of its onite.toml (the skeleton's lines for them replaced)."""
@@ -378,9 +393,7 @@ def bench_real(plan: Plan) -> list[h.Result]:
                 if where is pam_spool and not service:
                     continue
                 where.submit_lines([SLEEP_JOB] * n)
-                for folder, _, files in os.walk(os.path.join(where.root, "jobs")):
-                    for file in files:
-                        os.chown(os.path.join(folder, file), other.pw_uid, other.pw_gid)
+                where.give_jobs(lambda turn: other)
                 runs[name].append(where.drain("--slots", str(slots)))
             for at_once, name in ((1, XARGS_SLEEP_1), (2, XARGS_SLEEP_2)):
                 started = time.perf_counter()
@@ -416,7 +429,7 @@ def bench_real(plan: Plan) -> list[h.Result]:
     ]
     if REAL_PAM in rate:
         results.append(h.Result.from_stats(REAL_PAM, rate[REAL_PAM], "jobs/s", REAL_1 + ", against xargs",
-                                           note=note + f", pam = \"required\" (onite init's service file): "
+                                           note=note + ", pam = \"required\" (onite init's service file): "
                                            "the ratio is what a session costs a job"))
     return results
 
@@ -454,9 +467,7 @@ def other_users_drains(spool: OniteSpool, n: int, repeats: int) -> list[h.Result
     elapsed, cpus = [], []
     for _ in range(repeats):
         spool.submit_lines(["true"] * n)
-        for folder, _, files in os.walk(os.path.join(spool.root, "jobs")):
-            for name in files:
-                os.chown(os.path.join(folder, name), other.pw_uid, other.pw_gid)
+        spool.give_jobs(lambda turn: other)
         took, cpu = spool.drain_with_cpu()
         elapsed.append(took)
         cpus.append(cpu)
@@ -506,17 +517,6 @@ CLI_TYPER = "python -c 'import typer': the floor of a typer command line"
 CLI_USERS = ("nobody", "daemon", "bin")  # besides root, as root: a regular install's spool holds several users' jobs
 
 
-def give_round_robin(spool: OniteSpool, folder: str, users: Sequence) -> None:
-    """The files of SPOOL/``folder`` (a job's owner is its file's), given in turn to root and ``users``."""
-    turn = 0
-    for path, _, files in os.walk(os.path.join(spool.root, folder)):
-        for file in sorted(files):
-            owner = users[turn % (len(users) + 1) - 1] if turn % (len(users) + 1) else None
-            turn += 1
-            if owner is not None:
-                os.chown(os.path.join(path, file), owner.pw_uid, owner.pw_gid)
-
-
 def cli_spool(queued: int, kept: int) -> tuple[OniteSpool, list[str]]:
     """A spool of ``kept`` results of one drain and ``queued`` jobs, of root and CLI_USERS in turn (as root);
     the users whose jobs they are."""
@@ -528,11 +528,14 @@ def cli_spool(queued: int, kept: int) -> tuple[OniteSpool, list[str]]:
         os.chmod(spool.dir, 0o755)  # the jobs' directory: theirs to enter
         users = [pwd.getpwnam(name) for name in CLI_USERS if name in {p.pw_name for p in pwd.getpwall()}]
     set_keys(spool, keep=str(kept))
+    def in_turn(turn: int):  # root, then each of ``users``
+        return users[turn % (len(users) + 1) - 1] if turn % (len(users) + 1) else None
+
     spool.submit_lines(["true"] * kept)  # b1-00001 …: root's own is each (len(users) + 1)th
-    give_round_robin(spool, "jobs", users)
+    spool.give_jobs(in_turn)
     spool.drain()
     spool.submit_lines(["true"] * queued)  # b2-00001 …
-    give_round_robin(spool, "jobs", users)
+    spool.give_jobs(in_turn)
     return spool, ["root" if os.geteuid() == 0 else "you", *(user.pw_name for user in users)]
 
 
@@ -548,7 +551,7 @@ def bench_cli(plan: Plan) -> list[h.Result]:
         CLI_BASE: lambda i: [sys.executable, "-c", "pass"],
         CLI_TYPER: lambda i: [sys.executable, "-c", "import typer"],
         "submit": lambda i: [*ONITE, "submit", f"one-{i}"],
-        "find": lambda i: [*ONITE, "find", "b2-00500"],
+        "find": lambda i: [*ONITE, "find", own(rounds + 2, 2)],  # a job of root's that no round cancels
         "list": lambda i: [*ONITE, "list"],
         "status": lambda i: [*ONITE, "status"],
         "cancel": lambda i: [*ONITE, "cancel", own(i, 2)],
