@@ -138,3 +138,20 @@ def test_collect_reads_back_no_further_than_the_window(berlin_tz):
     assert min(e.when for e in read) >= at(21, 22)  # it stopped soon after the session's morning (less SKEW)
     told = dr.job_events(found, at(22, 20), at(22, 22))
     assert sorted(told.finals) == [("alice:j-vm-12-222000-0", "alice")]
+
+
+def test_the_last_drain_is_the_one_the_log_wrote_last_within_a_second(berlin_tz):
+    """The log's times are whole seconds: a drain that started in the second the one before it ended is
+    after it, by the lines' order; another host's drain that ran beside the last is part of it."""
+    second = at(22, 14)
+    first = drain_lines("vm", 10, second, second, jobs=0) + [
+        format_line(second, "vm", 10, "failed", "alice:a", user="alice", reason="exit 3")]
+    first.insert(1, first.pop())  # its job line before its exit line
+    last = [format_line(second, "vm", 11, "driver-start", host="vm", slots=1),
+            format_line(second, "other", 20, "driver-start", host="other", slots=1),
+            format_line(second, "vm", 11, "done", "alice:b", user="alice", exit=0),
+            format_line(second, "other", 20, "driver-exit", done=0, failed=0, cancelled=0, left=0, reason="drained"),
+            format_line(second, "vm", 11, "driver-exit", done=1, failed=0, cancelled=0, left=0, reason="drained")]
+    drains = dr.drains_of(events_of(first + last), ())
+    found = dr.last_session(drains, lambda when: None)  # no schedule: no night opened
+    assert sorted((d.host, d.pid) for d in found.drains) == [("other", 20), ("vm", 11)]
