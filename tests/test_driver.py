@@ -258,8 +258,10 @@ def test_a_cancelled_job_whose_driver_died_is_filed_cancelled_however_it_exited(
 
 def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workdir):
     """Under a file-size limit (ulimit -f) the failed job's retry, a large file, cannot be written
-    (EFBIG): as on a full disk, the driver keeps the run for the next driver, starts nothing more, says
-    so, and exits 4; the next driver spools the retry, which runs. Nothing was filed failed at attempt 1."""
+    (EFBIG): as on a full disk, the driver keeps the run for the next driver, starts nothing once it
+    knows, says so, and exits 4; the next driver spools the retry, which runs. Nothing was filed failed
+    at attempt 1. The job queued behind it started in the slot it left, before it was filed: it runs
+    to its end and is filed."""
     import resource
 
     ledger = workdir / "ledger"
@@ -269,6 +271,7 @@ def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workd
     body = f"# {'x' * 30_000}\necho run >> {ledger}; [ -e {workdir}/flag ] && exit 0; touch {workdir}/flag; exit 1\n"
     assert run_cli(["submit", "flaky", "--retries", "1"], stdin=body.encode(), env=env).code == 0
     submit("after", f"echo after >> {ledger}\n", "-p", "7")
+    submit("later", f"echo later >> {ledger}\n", "-p", "7")
 
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
@@ -278,10 +281,11 @@ def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workd
                           preexec_fn=limited)
     assert proc.returncode == 4, proc.stderr
     assert b"cannot record" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
-    assert ledger.read_text().split() == ["run"]  # nothing more started
+    assert ledger.read_text().split() == ["run", "after"]  # not `later`: nothing started once it was known
+    assert result(spool, "after")["state"] == "done"
     assert not (spool / "jobsdone" / "root:flaky@result").exists()
     assert drain(spool).returncode == 0
-    assert ledger.read_text().split() == ["run", "run", "after"]
+    assert ledger.read_text().split() == ["run", "after", "run", "later"]
     res = result(spool, "flaky")
     assert res["state"] == "done" and res["attempt"] == 2 and len(res["attempts"]) == 2, res
 

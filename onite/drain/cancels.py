@@ -50,7 +50,8 @@ class CancelInbox:
         except OniteError:
             return
         if entries:
-            self.finisher.reap()  # a job that ended on its own before its cancel was seen is filed as it ended
+            # a job that ended on its own before its cancel was seen is filed as it ended
+            self.finisher.file(self.finisher.reap())
         for entry in entries:
             with self.finisher.guard(entry.name):  # a user's entry never stops the night
                 self._process(entry)

@@ -317,12 +317,15 @@ class Driver:
             night.metrics.tick()  # what the last turn filed; the last turn's is written by drain_ended
             if self.tick is not None and not night.stopping:
                 self._tick_at = self.tick(self, self.clock.now())
-            self.finisher.reap()
+            ended = self.finisher.reap()
             night.runner.tick(self.clock.monotonic())
             if night.notifier.busy:
                 night.notifier.reap()
             self.cancels.process()
-            self._start_jobs()
+            self._start_jobs()  # the next jobs first: filing those that ended is then off their way
+            if ended:
+                self.finisher.file(ended)
+                self._start_jobs()  # what their results let start (a retry, a dependant)
             if not night.running and not night.runner.busy():
                 if night.stopping or night.hard_stop or night.window_closed:
                     return

@@ -52,18 +52,37 @@ class Finisher:
         self.night = night
         self._since_prune = 0
 
-    def reap(self) -> None:
-        """Log the starts the runner saw, and file each job that ended."""
+    def reap(self) -> list[tuple[Run, Outcome]]:
+        """Log the starts the runner saw, and take each run that ended out of those running. A run that
+        ended with a result is returned, for ``file`` once the slots it left are given to the next jobs
+        (its record is the monitor's already, so a crash in between loses nothing); any other is filed now,
+        for it says whether and what may start (a pause, a requeue)."""
         night = self.night
         finished = night.runner.reap()
         night.runner.started()  # each run it names is marked announced
         night.starts.flush()
+        now, ended = night.clock.monotonic(), []
         for run, outcome in finished:
             night.running.pop(run.name, None)
+            # its time counts for order = "fair" from now: the next pick comes before it is filed
+            night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + max(0.0, now - run.started_mono)
+            if run.stopping is None and (run.unrecorded is not None or run.unavailable is not None) \
+                    or run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
+                self.file([(run, outcome)])
+            else:
+                ended.append((run, outcome))
+                night.ended[run.name] = outcome
+        return ended
+
+    def file(self, ended: list[tuple[Run, Outcome]]) -> None:
+        """File each run of ``ended``."""
+        for run, outcome in ended:
             try:
                 self._file(run, outcome)
             except SpoolIOError as err:  # its claim and record stay, for the next driver to file
                 self.note_cannot_record(str(err), run.name)
+            finally:
+                self.night.ended.pop(run.name, None)
 
     def _file(self, run: Run, outcome: Outcome) -> None:
         """File a run that ended (or put it back in its queue), its start logged first."""
@@ -107,8 +126,6 @@ class Finisher:
             self.note_cannot_record(str(err))
             return
         night.count(result)
-        if result.duration is not None:
-            night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + result.duration
         # logged before the record goes: recovery logs it for a record left only if the log lacks its run id
         night.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,

@@ -18,7 +18,7 @@ from onite.core.errors import Refused
 from onite.core.job import Job
 from onite.core.queue import Meta
 from onite.core.identity import Identity
-from onite.core.state import Result
+from onite.core.state import Outcome, Result
 from onite.drain.metrics import Metrics
 from onite.exec.identity import resolve
 from onite.exec.notify import Notifier
@@ -129,7 +129,8 @@ class Night:
     starts: StartLog = field(init=False)
     metrics: Metrics = field(init=False)
     running: dict[str, Run] = field(default_factory=dict)
-    used: dict[str, float] = field(default_factory=dict)  # user → seconds their runs filed this drain ran (order = "fair")
+    ended: dict[str, Outcome] = field(default_factory=dict)  # runs that ended, not filed yet (onite.drain.finish)
+    used: dict[str, float] = field(default_factory=dict)  # user → seconds their runs that ended this drain ran (order = "fair")
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("done", "failed", "cancelled", "retried", "requeued"), 0))
     stopping: bool = False  # INT or TERM: finish what runs, start nothing
@@ -167,7 +168,7 @@ class Night:
         self.jobs.meta.pop(cand.name, None)
 
     def usage(self) -> dict[str, float]:
-        """Each user's running time this drain: their filed runs' and their running runs' so far."""
+        """Each user's running time this drain: their ended runs' and their running runs' so far."""
         used = dict(self.used)
         now = self.clock.monotonic()
         for run in self.running.values():

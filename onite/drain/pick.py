@@ -22,6 +22,7 @@ from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, fair_order
 from onite.core.resources import Need, request_of
+from onite.core.state import JobState
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.drain.pack import Packer
@@ -231,8 +232,11 @@ class Picker:
         return f"has {st.st_nlink} hard links"
 
     def dependency(self, key: str) -> DepState:
-        """Where the dependency ``key`` stands: this driver's runs first, then the spool's answer
+        """Where the dependency ``key`` stands: this driver's runs first (one that ended with status 0 and
+        is not filed yet is done; any other waits for its filing: a retry, a cancel), then the spool's answer
         (onite.spool.deps)."""
+        if key in self.night.ended:
+            return DepState.OK if self.night.ended[key].state is JobState.DONE else DepState.PENDING
         owner = key_uid(key)
         run = self.night.running.get(key)
         if run is not None and run.owner.uid == owner:
