@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, drain, kill_driver_mid_job, log_lines, result, run_cli, set_config, start_driver, wait_for
+from conftest import (REPO, drain, kill_driver_mid_job, log_lines, next_ctime_tick, result, run_cli, set_config,
+                      start_driver, wait_for)
 
 HOST = os.uname().nodename.split(".")[0]
 
@@ -96,6 +97,30 @@ def test_a_finished_name_can_be_spooled_again(spool, cli):
     submit("again", "echo second\n")
     drain(spool)
     assert cli(["output", "again"]).out == "second\n"
+
+
+def test_a_name_spooled_again_while_it_runs_starts_once_the_first_is_filed(spool, workdir):
+    """A job queued at a running job's key (written into the queue by hand: submit refuses the name)
+    waits for that run to be filed, though its slot is free as soon as it ends (filing comes after the
+    next start): it is never claimed onto the first one's claim. `marker`, queued behind it, starts in
+    the other slot: the driver has then listed the queue with the second `twice` in it."""
+    ledger, gate, queued = workdir / "ledger", workdir / "gate", spool / "jobs" / "P4" / "root:twice"
+    gate.touch()
+    submit("twice", f"echo two >> {ledger}\n")
+    os.rename(queued, workdir / "second")
+    submit("twice", f"echo one >> {ledger}; while [ -e {gate} ]; do sleep 0.02; done\n")
+    driver = start_driver(spool, "--slots", "2")
+    wait_for(lambda: ledger.exists() and ledger.read_text() == "one\n", what="the first run")
+    os.rename(workdir / "second", queued)
+    next_ctime_tick()
+    submit("marker", f"echo marker >> {ledger}\n")
+    wait_for(lambda: "marker" in ledger.read_text(), what="the marker job")
+    gate.unlink()
+    assert driver.wait(timeout=60) == 0, driver.stderr.read()
+    assert ledger.read_text().split() == ["one", "marker", "two"]
+    assert result(spool, "twice")["state"] == "done"
+    assert not list((spool / "refused").iterdir())
+    assert [line.split()[2] for line in log_lines(spool) if " root:twice " in line].count("done") == 2
 
 
 def test_retention_keeps_the_last_n(spool, cli):

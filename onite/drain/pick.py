@@ -91,7 +91,7 @@ class Picker:
             moved = False
             self.packer.begin()
             for cand in self._in_order(night.index.candidates()):
-                if cand.name in night.running:  # a job of that name runs here: a second one waits its turn
+                if cand.name in night.running or cand.name in night.ended:  # its claim is here: a second one waits
                     continue
                 seen = None
                 with self.finisher.guard(cand.name, cand.path):
