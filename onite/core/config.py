@@ -328,12 +328,10 @@ class _Reader:
         if how == "command" and not argv:
             raise ConfigError(f'{self.source}: notify = "command" needs notify_command',
                               'set notify_command = "/path/to/hook", or use notify = "mail"', "notify")
-        sendmail = self.data.get("sendmail", "")
-        if sendmail != "":
-            sendmail = self.path("sendmail", "/usr/sbin/sendmail")
+        sendmail = self.path("sendmail", "/usr/sbin/sendmail", unset=True)
         timeout = self.duration("notify_timeout")
         return {"notify": how, "notify_on": self.choice("notify_on", NOTIFY_ON), "notify_command": argv,
-                "sendmail": sendmail or self._default("sendmail"), "notify_timeout": timeout}
+                "sendmail": sendmail, "notify_timeout": timeout}
 
     def no_unknown_keys(self) -> None:
         unknown = sorted(set(self.data) - _TOP_KEYS)
