@@ -13,7 +13,6 @@ so that a claim takes one or the other whole) and moved to its new folder.
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -25,8 +24,8 @@ from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
 from onite.core.request import with_limits
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.spool.files import (_UNSUPPORTED, RENAME_EXCHANGE, _rename_noreplace, _renameat2, _write_unnamed,
-                               create_file, discard, fsync_dir, move_file, token)
+from onite.spool.files import (_rename_noreplace, _write_unnamed, create_file, discard, fsync_dir, move_file,
+                               rename_exchange, token)
 from onite.spool.scan import Marker, key_uid
 
 EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
@@ -94,14 +93,15 @@ def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | Non
     tmp = _write_unnamed(path.parent, path.name, encode(job), 0o600, owner, durable=True)
     target = folder / path.name
     try:
-        code = _renameat2(tmp, str(path), RENAME_EXCHANGE)
-        if code is None or code in _UNSUPPORTED:
+        try:
+            swapped = rename_exchange(tmp, str(path))
+        except OSError as err:
+            raise SpoolIOError(path, "swapping a job for its edited self", err) from None
+        if swapped is None:
             raise Refused(f"this file system cannot swap two files in one step, so job {job.name!r} cannot change "
                           "its priority here", "cancel it and spool it again with -p")
-        if code == errno.ENOENT:
+        if not swapped:
             return "started"
-        if code:
-            raise SpoolIOError(path, "swapping a job for its edited self", OSError(code, os.strerror(code)))
         try:
             if not _rename_noreplace(str(path), str(target)):  # a file system without renameat2's flags
                 if os.path.lexists(target):
