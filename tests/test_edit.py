@@ -144,13 +144,14 @@ def test_an_edit_racing_the_drivers_claim_applies_before_it_or_not_at_all(spool,
 def test_whatever_an_edit_file_holds_the_job_reads_as_its_own_or_edited(tmp_path, data):
     """An edit is read back as a job file (onite.core.jobfile.decode): a file that is none is no edit."""
     from onite.core.job import Job
-    from onite.spool.edits import Edit, edited
+    from onite.spool.edits import edited
+    from onite.spool.scan import Marker
 
     job = Job(name="root:a", priority=4, submitted=datetime.now().astimezone(), host="h", umask=0o22, cwd=b"/",
               env={}, body=b"true\n")
     path = tmp_path / "root:a@x"
     path.write_bytes(data)
-    got, edit = edited(job, [Edit(path, 0, 0)], 1 << 20)
+    got, edit = edited(job, [Marker(path, 0, 0)], 1 << 20)
     assert (got, edit) == (job, None) or got.name == "root:a"
 
 

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from onite.core.errors import InvalidInput
-from onite.core.rules import CronRule, EveryRule, describe, parse_rule, validate_cron
+from onite.core.rules import CronRule, EveryRule, compile_cron, describe, parse_rule
 from onite.core.schedule import (
     fire_times,
     last_fire,
@@ -238,7 +238,7 @@ def test_describe():
 )
 def test_cron_validation_messages(expr, message):
     with pytest.raises(InvalidInput, match=message) as caught:
-        validate_cron(expr)
+        compile_cron(expr)
     assert caught.value.exit_code == 2
     assert "\n" not in str(caught.value)
     with pytest.raises(InvalidInput):
@@ -251,7 +251,7 @@ def test_cron_validation_messages(expr, message):
      "*/15 2 * * *", "0 0 1W * *", "0 0 * * 7", "0 0 13 * 5", "30 2 * * THU"],
 )
 def test_valid_cron_expressions(expr):
-    validate_cron(expr)
+    compile_cron(expr)
 
 
 # ------------------------------------------------------------------ cron: calendar edge cases

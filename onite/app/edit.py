@@ -17,12 +17,12 @@ from onite.app.submit import check_after, check_capacity
 from onite.core.errors import DamagedRecord, InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges
-from onite.spool.edits import add_edit, edited, move_edited, read_edits, trusted, withdraw_edit
+from onite.spool.edits import add_edit, edited, move_edited, trusted, withdraw_edit
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import find_running, user_name
+from onite.spool.scan import find_running, read_markers, user_name
 
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
@@ -43,7 +43,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     except OSError as err:
         raise SpoolIOError(entry.path, "reading", err) from None
     owner = None if st.st_uid == caller_uid else (st.st_uid, st.st_gid)
-    current, _ = edited(job, trusted(read_edits(spool.edit_dir).get(name, []), name), spool.config.max_job_size)
+    current, _ = edited(job, trusted(read_markers(spool.edit_dir).get(name, []), name), spool.config.max_job_size)
     new = changes.apply(current, spool.config, now, user_name(caller_uid))
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool.config, new)
@@ -61,7 +61,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     except FileNotFoundError:
         there = None
     if there is not None and there.st_ino == st.st_ino:
-        for older in trusted(read_edits(spool.edit_dir).get(name, []), name):  # the new one says it all
+        for older in trusted(read_markers(spool.edit_dir).get(name, []), name):  # the new one says it all
             if older.path != marker and older.uid == os.geteuid():
                 withdraw_edit(older.path)
         return f"{label(name)}: changed; it keeps its place"

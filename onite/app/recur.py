@@ -28,7 +28,8 @@ from onite.core.recurring import check_template_name, known_priority, rule_field
 from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
-from onite.spool.recurstate import load_state, parse_time, template_files
+from onite.core.timeparse import parse_stamp
+from onite.spool.recurstate import load_state, template_files
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +118,7 @@ def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
         views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid),
                                   rule=describe(rule) if rule is not None else "?", priority=priority, urgent=urgent,
                                   next=_next_fire(rule, now) if rule is not None else None,
-                                  last=parse_time(known.get("last")), problem=problem))
+                                  last=parse_stamp(known.get("last")), problem=problem))
     return views
 
 

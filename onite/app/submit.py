@@ -12,9 +12,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from onite.spool.files import create_batch, create_file, remove_file
-from onite.spool.holds import add_hold, read_holds, remove_holds
+from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import name_taken, running_entries, user_name
+from onite.spool.scan import name_taken, read_markers, running_entries, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity
@@ -134,7 +134,7 @@ def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: lis
                   owner: tuple[int, int] | None = None) -> list:
     """Before jobs ``names`` are spooled: remove their names' stale hold markers (none is queued: one would
     hold the new job), and add one for each of ``held`` (``owner``'s), first, so that no driver sees it unheld."""
-    holds = read_holds(spool.hold_dir)
+    holds = read_markers(spool.hold_dir)
     stale = [n for n in names if n in holds]
     if stale:
         remove_holds(spool, stale, None if caller.uid == 0 else {caller.uid})

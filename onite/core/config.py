@@ -258,8 +258,7 @@ class _Reader:
     def size(self, key: str) -> int:
         """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB)."""
         want = 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)'
-        size = self._parsed(key, lambda value: parse_size("x" if isinstance(value, bool) else str(value), what=key),
-                            want, ())
+        size = self._parsed(key, lambda value: parse_size(str(value), what=key), want, ())
         if not 1 <= size <= MAX_SIZE:
             raise self._bad(key, self.data[key], want)
         return size
@@ -281,7 +280,7 @@ class _Reader:
 
     def mem(self, key: str, *, zero: bool = False) -> int | None:
         """A memory size in MiB ("4G", "512M"; a bare number is MiB); ``zero``: 0 is allowed too."""
-        return self._parsed(key, lambda value: parse_mem("x" if isinstance(value, bool) else str(value), what=key),
+        return self._parsed(key, lambda value: parse_mem(str(value), what=key),
                             'a size such as "4G" or "512M" (a bare number is MiB)', ("", 0, "0") if zero else ("",))
 
     def cpus(self, key: str, *, zero: bool = False) -> int | None:
@@ -328,12 +327,10 @@ class _Reader:
         if how == "command" and not argv:
             raise ConfigError(f'{self.source}: notify = "command" needs notify_command',
                               'set notify_command = "/path/to/hook", or use notify = "mail"', "notify")
-        sendmail = self.data.get("sendmail", "")
-        if sendmail != "":
-            sendmail = self.path("sendmail", "/usr/sbin/sendmail")
+        sendmail = self.path("sendmail", "/usr/sbin/sendmail", unset=True)
         timeout = self.duration("notify_timeout")
         return {"notify": how, "notify_on": self.choice("notify_on", NOTIFY_ON), "notify_command": argv,
-                "sendmail": sendmail or self._default("sendmail"), "notify_timeout": timeout}
+                "sendmail": sendmail, "notify_timeout": timeout}
 
     def no_unknown_keys(self) -> None:
         unknown = sorted(set(self.data) - _TOP_KEYS)

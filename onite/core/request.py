@@ -6,7 +6,7 @@ Whatever Job ``build_job`` returns makes a job file the driver reads back as it 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import NamedTuple
 
@@ -77,12 +77,12 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
     """The Job a request of ``user``'s describes, named and waiting by keys (``USER:NAME``; ``--after NAME``
     is ``user``'s job). The spool's defaults (stderr, timeout, mem, cpus) are written into it,
     so a later change of onite.toml does not change jobs already spooled (as Slurm's DefMemPerNode).
-    Raises InvalidInput: a bad priority, time, duration, retry count, host, dependency name or notice; ``--notify
-    command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an environment variable execve
-    cannot pass."""
-    priority = check_priority(config.default_priority if request.priority is None else request.priority, config)
-    check_retries(request.retries)
-    after = check_after_names(request.after, user)
+    Raises InvalidInput: a bad priority, time, duration, retry count, size, CPU count, host, dependency name or
+    notice; ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an
+    environment variable execve cannot pass."""
+    limits = JobChanges(priority=config.default_priority if request.priority is None else request.priority,
+                        retries=request.retries, after=request.after, mem=request.mem, cpus=request.cpus,
+                        timeout=request.timeout or None, at=request.at or None).parsed(config, captured.now, user)
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
@@ -102,58 +102,26 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
     if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
         raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
                            "ask the admin to set notify_command (--notify mail works where this machine can send mail)")
-    mem = config.default_mem if request.mem is None else parse_mem(request.mem)
-    cpus = config.default_cpus if request.cpus is None else parse_cpus(request.cpus)
-    timeout = parse_duration(request.timeout, what="timeout") if request.timeout else config.timeout
-    not_before = parse_when(request.at, captured.now) if request.at else None
+    defaults = {"timeout": config.timeout, "mem": config.default_mem, "cpus": config.default_cpus}
     try:
         return Job(
             name=job_key(user, request.name),
-            priority=priority,
             submitted=captured.now,
             host=captured.host,
             umask=captured.umask,
             cwd=captured.cwd,
             env=captured.env,
             body=request.body,
-            timeout=timeout,
-            retries=request.retries,
-            after=after,
-            not_before=not_before,
             urgent=request.urgent,
             pin=request.host,
             stderr_separate=config.stderr_separate if request.stderr_separate is None else request.stderr_separate,
             notify=request.notify,
             notify_on=request.notify_on,
-            mem=mem,
-            cpus=cpus,
             extra=captured.extra,
+            **{**defaults, **limits},
         )
     except ValueError as err:  # what no check above catches (e.g. a clock outside the years 1900 to 9998)
         raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
-
-
-def check_priority(priority: int, config: Config) -> int:
-    """Raises InvalidInput: not one of the spool's priorities."""
-    if not 1 <= priority <= config.priorities:
-        raise InvalidInput(f"invalid priority {priority}", f"use 1 (first) to {config.priorities} (last)")
-    return priority
-
-
-def check_retries(retries: int) -> int:
-    """Raises InvalidInput: fewer than none, or more than MAX_RETRIES."""
-    if retries < 0 or retries > MAX_RETRIES:
-        raise InvalidInput(f"invalid retry count {retries}", f"use 0 to {MAX_RETRIES}")
-    return retries
-
-
-def check_after_names(after: tuple[str, ...], user: str) -> tuple[str, ...]:
-    """The dependencies as keys (``NAME`` is ``user``'s job), each once, in order.
-    Raises InvalidInput: a bad name, or more than MAX_AFTER."""
-    if len(set(after)) > MAX_AFTER:
-        raise InvalidInput(f"the job waits for {len(set(after))} jobs (--after)",
-                           f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
-    return tuple(dict.fromkeys(resolve(dep, user, what="dependency name") for dep in after))
 
 
 LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an edit may change and keep its place
@@ -161,48 +129,57 @@ LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an
 
 def with_limits(job: Job, source: Job) -> Job:
     """``job`` with the LIMITS of ``source`` (an edit of it)."""
-    from dataclasses import replace
-
     return replace(job, **{name: getattr(source, name) for name in LIMITS})
 
 
 @dataclass(frozen=True, kw_only=True)
 class JobChanges:
-    """What ``restart`` and ``edit`` may change of a spooled job, as typed (None: unchanged): submit's options
-    that make sense for a job whose text, environment and directory stay. ``after`` replaces the dependencies."""
+    """Submit's options that set a job's priority and limits, as typed (None: not given): what ``restart`` and
+    ``edit`` may change of a spooled job, whose text, environment and directory stay. ``after`` replaces the
+    dependencies."""
 
     priority: int | None = None
-    timeout: str | None = None
     retries: int | None = None
-    mem: str | None = None
-    cpus: str | None = None
-    at: str | None = None
     after: tuple[str, ...] | None = None
+    mem: str | None = None
+    cpus: int | str | None = None
+    timeout: str | None = None
+    at: str | None = None
 
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
 
-    def apply(self, job: Job, config: Config, now: datetime, user: str) -> Job:
-        """``job`` with these changes, checked as submit checks them for ``user`` (``--after NAME`` is theirs).
-        Raises InvalidInput: a bad priority, duration, time, retry count, size, CPU count or dependency."""
-        from dataclasses import replace
-
+    def parsed(self, config: Config, now: datetime, user: str) -> dict:
+        """The Job fields the options given set, each checked as submit checks it (``--after NAME`` is
+        ``user``'s job). Raises InvalidInput: a bad priority, retry count, dependency, size, CPU count,
+        duration or time."""
         changed: dict = {}
         if self.priority is not None:
-            changed["priority"] = check_priority(self.priority, config)
-        if self.timeout is not None:
-            changed["timeout"] = parse_duration(self.timeout, what="timeout")
+            if not 1 <= self.priority <= config.priorities:
+                raise InvalidInput(f"invalid priority {self.priority}", f"use 1 (first) to {config.priorities} (last)")
+            changed["priority"] = self.priority
         if self.retries is not None:
-            changed["retries"] = check_retries(self.retries)
+            if not 0 <= self.retries <= MAX_RETRIES:
+                raise InvalidInput(f"invalid retry count {self.retries}", f"use 0 to {MAX_RETRIES}")
+            changed["retries"] = self.retries
+        if self.after is not None:
+            if len(set(self.after)) > MAX_AFTER:
+                raise InvalidInput(f"the job waits for {len(set(self.after))} jobs (--after)",
+                                   f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
+            changed["after"] = tuple(dict.fromkeys(resolve(dep, user, what="dependency name") for dep in self.after))
         if self.mem is not None:
             changed["mem"] = parse_mem(self.mem)
         if self.cpus is not None:
             changed["cpus"] = parse_cpus(self.cpus)
+        if self.timeout is not None:
+            changed["timeout"] = parse_duration(self.timeout, what="timeout")
         if self.at is not None:
             changed["not_before"] = parse_when(self.at, now)
-        if self.after is not None:
-            changed["after"] = check_after_names(tuple(self.after), user)
+        return changed
+
+    def apply(self, job: Job, config: Config, now: datetime, user: str) -> Job:
+        """``job`` with these changes. Raises InvalidInput: as ``parsed``, or a value out of a job's range."""
         try:
-            return replace(job, **changed)
+            return replace(job, **self.parsed(config, now, user))
         except ValueError as err:
             raise InvalidInput(f"cannot change job {job.name!r}: {err}", "check its options") from None

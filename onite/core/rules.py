@@ -47,15 +47,10 @@ class Cron(NamedTuple):
     every_day: bool  # day-of-month, month and day-of-week are all wildcards
 
 
-def validate_cron(expr: str) -> None:
-    """Check a user's cron expression: five fields, valid, and firing at least once in 10 years.
-    Raises InvalidInput: it names what is wrong and what to write instead."""
-    compile_cron(expr)
-
-
 @lru_cache(maxsize=256)
 def compile_cron(expr: str) -> Cron:
-    """Raises InvalidInput: as validate_cron."""
+    """A user's cron expression, checked: five fields, valid, and firing at least once in 10 years.
+    Raises InvalidInput: it names what is wrong and what to write instead."""
     from croniter import CroniterError, croniter
 
     if not isinstance(expr, str):

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from onite.core.errors import InvalidInput
 from onite.core.rules import (MAX_YEARS_BETWEEN_FIRES, Cron, CronRule, EveryRule, Rule, compile_cron, describe,
-                               matching_day, validate_cron)
+                               matching_day)
 from onite.core.timeparse import EARLIEST, LATEST, machine_instant, resolve_wall
 
 _DAY = timedelta(days=1)
@@ -195,7 +195,7 @@ def validate_schedule(schedule: tuple[str, ...]) -> tuple[str, ...]:
     Raises InvalidInput: an expression is not valid cron; the message names onite.toml's key."""
     for expr in schedule:
         try:
-            validate_cron(expr)
+            compile_cron(expr)
         except InvalidInput as err:
             raise InvalidInput(f"onite.toml: schedule: {err.what}", err.hint) from None
     return schedule

@@ -1,12 +1,7 @@
 """The job state machine and the result record (pure).
 
-A job's state is where its file is (docs/spool-format.md); every change is one
-rename(2), checked against these edges first (onite.spool.files.change_state):
-
-    queued  → held, running, cancelled, failed (a dependency failed)
-    held    → queued, cancelled
-    running → done, failed, cancelled, queued (retry, recovery, hard stop)
-    done, failed, cancelled: final
+A job's state is where its file is (docs/spool-format.md); every change is one rename(2), checked
+first against the edges of ``_ALLOWED`` (onite.spool.files.change_state); done, failed and cancelled are final.
 """
 
 from __future__ import annotations
@@ -37,9 +32,9 @@ class JobState(StrEnum):
 
 
 _ALLOWED = {
-    JobState.QUEUED: {JobState.HELD, JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},
+    JobState.QUEUED: {JobState.HELD, JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},  # failed: a dependency did
     JobState.HELD: {JobState.QUEUED, JobState.CANCELLED},
-    JobState.RUNNING: {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.QUEUED},
+    JobState.RUNNING: {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.QUEUED},  # queued: retry, recovery
 }
 
 

@@ -24,13 +24,14 @@ from onite.core.names import split_key
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import last_fire, next_fire
+from onite.core.timeparse import parse_stamp
 from onite.exec.identity import resolve
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.spool.files import create_displacing, move_file
 from onite.spool.index import is_settling
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
-from onite.spool.recurstate import load_state, parse_time, save_state, state_lock, template_files
+from onite.spool.recurstate import load_state, save_state, state_lock, template_files
 from onite.spool.results import read_result
 from onite.spool.scan import find_running, key_uid, user_name
 
@@ -149,7 +150,7 @@ class RecurScheduler:
     def _baseline(self, name: str, tpl: _Template) -> datetime:
         """Fires after this time are due: the last one spooled, or the template's creation."""
         known = self._state.get(name, {})
-        last = parse_time(known.get("last"))
+        last = parse_stamp(known.get("last"))
         if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
             return last
         return tpl.submitted

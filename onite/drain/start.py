@@ -23,8 +23,9 @@ from onite.exec.runner import NoRecord, Run, SpawnError, Unavailable
 from onite.spool import runrecords
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.core.jobfile import encode
-from onite.spool.edits import read_edits, take, trusted
+from onite.spool.edits import take, trusted
 from onite.spool.files import change_state, remove_file, replace_file
+from onite.spool.scan import read_markers
 
 
 class Starter:
@@ -120,7 +121,7 @@ class Starter:
         request, time limit, not-before time or dependencies): the job goes back in its queue, edited, for
         the next pick to judge (it loses its place: the edit met the claim)."""
         night = self.night
-        edits = trusted(read_edits(night.spool.edit_dir).get(name, []), name)
+        edits = trusted(read_markers(night.spool.edit_dir).get(name, []), name)
         if not edits:
             return job
         new, took = take(edits, job, night.jobs.max_size)

@@ -17,13 +17,12 @@ from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, request_of
 from onite.exec.limits import machine
 from onite.spool.deps import dependency_state
-from onite.spool.edits import edited, read_edits, trusted
+from onite.spool.edits import edited, trusted
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.spool.holds import read_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_state, queued_folder_stats
 from onite.spool.runrecords import host_records
-from onite.spool.scan import Withdrawn, user_name
+from onite.spool.scan import Withdrawn, read_markers, user_name
 from onite.spool.settings import default_host
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
@@ -59,7 +58,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
         if edits is None:
-            edits = read_edits(spool.edit_dir)
+            edits = read_markers(spool.edit_dir)
         job, _ = edited(job, trusted(edits.get(name, []), name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
 
@@ -91,7 +90,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         elif asked and asked[-1][1] is DepState.PENDING:
             dep = asked[-1][0]
             if holds is None:
-                holds = read_holds(spool.hold_dir)
+                holds = read_markers(spool.hold_dir)
             dep_state = live_state(spool, dep, holds=holds) or "finishing"
             row.update(kind="after", dependency={"name": shown(dep, reader), "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")

@@ -13,12 +13,9 @@ so that a claim takes one or the other whole) and moved to its new folder.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core.errors import JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.job import Job
@@ -27,43 +24,20 @@ from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
 from onite.core.request import with_limits
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.spool.files import (_UNSUPPORTED, RENAME_EXCHANGE, _rename_noreplace, _renameat2, _write_unnamed,
-                               create_file, discard, fsync_dir, move_file, token)
-from onite.spool.scan import key_uid, token_entries
+from onite.spool.files import (_rename_noreplace, _write_unnamed, create_file, discard, fsync_dir, move_file,
+                               rename_exchange, token)
+from onite.spool.scan import Marker, key_uid
 
 EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
 
 
-class Edit(NamedTuple):
-    """One file of edit/: its path, owner and ctime."""
-
-    path: Path
-    uid: int
-    ctime_ns: int
-
-
-def read_edits(folder: Path | None) -> dict[str, list[Edit]]:
-    """The edits in ``folder`` (SPOOL/edit) by job name, oldest first; none if it is missing.
-    Raises SpoolIOError: it cannot be listed."""
-    found: dict[str, list[Edit]] = {}
-    if folder is None or not os.path.isdir(folder):
-        return found
-    for name, entry, st in token_entries(folder):
-        if stat.S_ISREG(st.st_mode):
-            found.setdefault(name, []).append(Edit(Path(entry.path), st.st_uid, st.st_ctime_ns))
-    for edits in found.values():
-        edits.sort(key=lambda e: (e.ctime_ns, e.path.name))
-    return found
-
-
-def trusted(edits: list[Edit], key: str) -> list[Edit]:
-    """The edits of job ``key`` made by the key's user or root, oldest first: anyone may add a file to the
-    sticky edit/."""
+def trusted(edits: list[Marker], key: str) -> list[Marker]:
+    """The edits of job ``key`` (edit/, read_markers) made by the key's user or root, oldest first."""
     owner = key_uid(key)
     return [e for e in edits if owner is not None and owner_or_root(e.uid, owner)]
 
 
-def edited(job: Job, edits: list[Edit], max_size: int) -> tuple[Job, Edit | None]:
+def edited(job: Job, edits: list[Marker], max_size: int) -> tuple[Job, Marker | None]:
     """``job`` with the limits of the latest of ``edits`` (trusted ones) that is of this job, and that edit.
     One that cannot be read, or is of an earlier job of the name, is none."""
     for edit in reversed(edits):
@@ -73,7 +47,7 @@ def edited(job: Job, edits: list[Edit], max_size: int) -> tuple[Job, Edit | None
     return job, None
 
 
-def _read(edit: Edit, job: Job, max_size: int) -> Job | None:
+def _read(edit: Marker, job: Job, max_size: int) -> Job | None:
     try:
         limits, _ = read_job_file(edit.path, max_size)
     except (OSError, BadFile, JobFormatError):
@@ -81,7 +55,7 @@ def _read(edit: Edit, job: Job, max_size: int) -> Job | None:
     return limits if (limits.name, limits.submitted) == (job.name, job.submitted) else None
 
 
-def take(edits: list[Edit], job: Job, max_size: int) -> tuple[Job, bool]:
+def take(edits: list[Marker], job: Job, max_size: int) -> tuple[Job, bool]:
     """The driver, having claimed ``job``: take each of ``edits`` (trusted ones) of it, and return it with the
     limits of the latest taken, and whether any was; an edit of an earlier job of the name is removed."""
     latest = None
@@ -119,14 +93,15 @@ def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | Non
     tmp = _write_unnamed(path.parent, path.name, encode(job), 0o600, owner, durable=True)
     target = folder / path.name
     try:
-        code = _renameat2(tmp, str(path), RENAME_EXCHANGE)
-        if code is None or code in _UNSUPPORTED:
+        try:
+            swapped = rename_exchange(tmp, str(path))
+        except OSError as err:
+            raise SpoolIOError(path, "swapping a job for its edited self", err) from None
+        if swapped is None:
             raise Refused(f"this file system cannot swap two files in one step, so job {job.name!r} cannot change "
                           "its priority here", "cancel it and spool it again with -p")
-        if code == errno.ENOENT:
+        if not swapped:
             return "started"
-        if code:
-            raise SpoolIOError(path, "swapping a job for its edited self", OSError(code, os.strerror(code)))
         try:
             if not _rename_noreplace(str(path), str(target)):  # a file system without renameat2's flags
                 if os.path.lexists(target):

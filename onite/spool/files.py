@@ -107,9 +107,11 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
             if there.st_uid == uid:
                 raise _taken(final)
             try:
-                exchanged = _rename_exchange(tmp, final)
+                exchanged = rename_exchange(tmp, final)
             except OSError as err:
                 raise SpoolIOError(Path(final), "writing", err) from None
+            if exchanged is None:
+                raise _taken(final)
             if exchanged:
                 displaced, tmp = tmp, None
                 return displaced
@@ -278,11 +280,12 @@ def _rename_noreplace(src: str, dst: str) -> bool:
     return True
 
 
-def _rename_exchange(a: str, b: str) -> bool:
-    """Swap ``a`` and ``b`` in one step; False if ``b`` is gone. Raises Refused where that cannot be done."""
+def rename_exchange(a: str, b: str) -> bool | None:
+    """Swap ``a`` and ``b`` in one step; False if ``b`` is gone, None where that cannot be done (NFS).
+    Raises OSError."""
     code = _renameat2(a, b, RENAME_EXCHANGE)
     if code is None or code in _UNSUPPORTED:
-        raise _taken(b)
+        return None
     if code == errno.ENOENT:
         return False
     if code:

@@ -8,7 +8,6 @@ file to the sticky hold/ folder.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,22 +16,12 @@ from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
 from onite.spool.files import create_marker
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import listing, token_entries
+from onite.spool.scan import Marker, listing
 
 
-def read_holds(folder: Path) -> dict[str, frozenset[int]]:
-    """The markers in ``folder`` (SPOOL/hold): job name → the uids owning one. Only regular files count.
-    Raises SpoolIOError: the folder cannot be listed."""
-    owners: dict[str, set[int]] = {}
-    for name, _, st in token_entries(folder):
-        if stat.S_ISREG(st.st_mode):
-            owners.setdefault(name, set()).add(st.st_uid)
-    return {name: frozenset(uids) for name, uids in owners.items()}
-
-
-def held_by(holds: dict[str, frozenset[int]], name: str, uid: int) -> bool:
-    """Does a marker of ``uid`` or of root hold ``uid``'s queued job ``name``?"""
-    return any(owner_or_root(marker_uid, uid) for marker_uid in holds.get(name, ()))
+def held_by(holds: dict[str, list[Marker]], name: str, uid: int) -> bool:
+    """Does a marker of ``uid`` or of root in ``holds`` (hold/, read_markers) hold ``uid``'s queued job ``name``?"""
+    return any(owner_or_root(marker.uid, uid) for marker in holds.get(name, ()))
 
 
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onite.core.names import KEY_PATTERN
-from onite.spool.edits import read_edits, trusted
-from onite.spool.holds import held_by, read_holds
+from onite.spool.edits import trusted
+from onite.spool.holds import held_by
+from onite.spool.scan import read_markers
 
 RACY_NS = 20_000_000
 RESCAN_EVERY = 1.0
@@ -76,11 +77,10 @@ class _Folder:
 
 
 class MarkerIndex:
-    """The markers of hold/ (``read``: read_holds) or edit/ (read_edits), listed again only when the folder
-    changed."""
+    """The markers of hold/ or edit/ (read_markers), listed again only when the folder changed."""
 
-    def __init__(self, path: Path | None, read) -> None:
-        self.path, self.read = path, read
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
         self.found: dict = {}
         self.mtime_ns = -1
         self.racy = False
@@ -97,7 +97,7 @@ class MarkerIndex:
         if mtime == self.mtime_ns and not self.racy:
             return False
         started_ns = time.time_ns()
-        found = self.read(self.path)
+        found = read_markers(self.path)
         self.mtime_ns = mtime
         self.racy = started_ns - mtime < RACY_NS
         changed, self.found = found != self.found, found
@@ -119,8 +119,8 @@ class QueueIndex:
                  edit_dir: Path | None = None) -> None:
         self.folders = [_Folder(rank, path) for rank, path in folders]
         self.listings = 0
-        self.holds = MarkerIndex(hold_dir, read_holds)
-        self.edits = MarkerIndex(edit_dir, read_edits)
+        self.holds = MarkerIndex(hold_dir)
+        self.edits = MarkerIndex(edit_dir)
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
         """After a reload that changed the number of priorities."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onite.spool.holds import held_by, read_holds
+from onite.spool.holds import held_by
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import Entry, find_running, job_stats, key_uid, stat_entry
+from onite.spool.scan import Entry, Marker, find_running, job_stats, key_uid, read_markers, stat_entry
 
 
 
@@ -22,7 +22,7 @@ def queued_folder_stats(spool: SpoolDir, used: dict[str, float] | None = None
     With ``order = "fair"``, in the order the users take turns (``used``: their running time this drain)."""
     from onite.core.queue import fair_order, sort_folder  # not at import: a submit never sorts
 
-    holds = read_holds(spool.hold_dir)
+    holds = read_markers(spool.hold_dir)
     for rank, folder in spool.queue_folders():
         rows = [(st.st_ctime_ns, entry.name, st.st_uid, bool(holds) and held_by(holds, entry.name, st.st_uid))
                 for entry, st in job_stats(folder)]
@@ -32,21 +32,21 @@ def queued_folder_stats(spool: SpoolDir, used: dict[str, float] | None = None
         yield rank, rows
 
 
-def find_queued(spool: SpoolDir, name: str, holds: dict[str, frozenset[int]] | None = None) -> list[Entry]:
+def find_queued(spool: SpoolDir, name: str, holds: dict[str, list[Marker]] | None = None) -> list[Entry]:
     """The queued files of job ``name`` (a key; normally one), each ``held`` if a marker holds it; a
-    forgery at the key is none. ``holds``: hold/ as the caller read it (read_holds), else it is read here if needed."""
+    forgery at the key is none. ``holds``: hold/ as the caller read it (read_markers), else it is read here if needed."""
     uid = key_uid(name)
     found = [entry for rank, folder in spool.queue_folders()
              if (entry := stat_entry(folder, name, rank=rank)) and entry.uid == uid]
     if found:
         if holds is None:
-            holds = read_holds(spool.hold_dir)
+            holds = read_markers(spool.hold_dir)
         if holds:
             found = [e._replace(held=True) if held_by(holds, e.name, e.uid) else e for e in found]
     return found
 
 
-def live_state(spool: SpoolDir, name: str, *, holds: dict[str, frozenset[int]] | None = None) -> str | None:
+def live_state(spool: SpoolDir, name: str, *, holds: dict[str, list[Marker]] | None = None) -> str | None:
     """Where job ``name`` (a key) is: "queued", "held" (every queued file of it is held), "running", or
     None. The queue is looked at before running/, so a job claimed meanwhile is found.
     Raises SpoolIOError: a folder cannot be looked into."""

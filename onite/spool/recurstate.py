@@ -11,12 +11,10 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 
 from onite.core.errors import SpoolError
 from onite.core.names import SIDE, is_valid_key
-from onite.core.timeparse import parse_stamp
 from onite.core.values import loads_object
 from onite.spool import locks
 from onite.spool.files import replace_file
@@ -41,7 +39,7 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
 
 def load_state(spool: SpoolDir) -> dict[str, dict]:
     """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
-    entry's values are checked where they are used (``parse_time``, ``rule_from_state``, …); never raises."""
+    entry's values are checked where they are used (``parse_stamp``, ``rule_from_state``, …); never raises."""
     try:
         data = loads_object(spool.recur_state_path().read_bytes())
     except (OSError, ValueError):
@@ -68,8 +66,3 @@ def state_lock(spool: SpoolDir):
                          "recurring jobs are spooled at the next chance")
     with held:
         yield
-
-
-def parse_time(text: object) -> datetime | None:
-    """A time recur.state holds (aware and in bounds: timeparse.parse_stamp), else None."""
-    return parse_stamp(text)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from onite.core.runrecord import RunRecord, first_line, line, parse
-from onite.spool.files import write_all
+from onite.spool.files import discard, write_all
 from onite.spool.paths import RUN_RECORD, SpoolDir
 
 MAX_RECORD = 1 << 20  # bytes read of a record: it holds a few short lines
@@ -39,10 +39,7 @@ def create(path: str, info: dict) -> int:
         write_all(fd, first_line(info))
     except OSError as err:
         os.close(fd)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        discard(path)
         raise RecordError(f"cannot write {path}: {err.strerror}") from None
     return fd
 

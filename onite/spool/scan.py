@@ -104,6 +104,26 @@ def token_names(folder: Path) -> Iterator[tuple[str, os.DirEntry]]:
             yield name, entry
 
 
+class Marker(NamedTuple):
+    """A regular file ``NAME@TOKEN`` of hold/ or edit/: its path, owner and ctime."""
+
+    path: Path
+    uid: int
+    ctime_ns: int
+
+
+def read_markers(folder: Path) -> dict[str, list[Marker]]:
+    """The markers in ``folder`` (hold/, edit/) by job name, oldest first; none if it is missing. Anyone may
+    add one to these sticky folders: whose it is decides whether it counts. Raises SpoolIOError."""
+    found: dict[str, list[Marker]] = {}
+    for name, entry, st in token_entries(folder):
+        if stat.S_ISREG(st.st_mode):
+            found.setdefault(name, []).append(Marker(Path(entry.path), st.st_uid, st.st_ctime_ns))
+    for markers in found.values():
+        markers.sort(key=lambda m: (m.ctime_ns, m.path.name))
+    return found
+
+
 def cancel_inbox(spool: SpoolDir) -> list[Entry]:
     """cancel/: withdrawn jobs (non-empty files) and cancel requests (empty ones). Raises SpoolIOError."""
     return [Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size)

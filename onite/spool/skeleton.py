@@ -116,9 +116,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
 
 def _refuse_foreign(root: Path, owner: int) -> None:
     """Raises Refused: a folder or file of the spool (or a folder above it) is another user's, or a link."""
-    found = [problem for problem in trust.problems(root, owner)
-             if "belongs to" in problem or "symbolic link" in problem or "not a " in problem
-             or "hard links" in problem]
+    found = trust.problems(root, owner, modes=False)
     if found:
         raise Refused(f"onite init will not adopt {root}: {found[0]}",
                       "someone else made it: move it away (or chown it), then run onite init again")

@@ -17,22 +17,23 @@ from onite.core.errors import Refused, SpoolError
 from onite.spool.paths import SpoolDir
 
 
-def problems(root: Path, owner: int) -> list[str]:
-    """What makes the spool at ``root`` untrustworthy for a driver running as ``owner``, in order."""
+def problems(root: Path, owner: int, *, modes: bool = True) -> list[str]:
+    """What makes the spool at ``root`` untrustworthy for a driver running as ``owner``, in order; without
+    ``modes``, only whose each part is and what it is (what ``onite init`` cannot repair)."""
     found: list[str] = []
     real = Path(os.path.realpath(root))
     spool = SpoolDir(real)
     for folder in reversed(real.parents):
-        found.extend(_above(folder, owner))
-    found.extend(_own(real, owner, folder=True, name=str(root)))
+        found.extend(_above(folder, owner, modes))
+    found.extend(_own(real, owner, modes, folder=True, name=str(root)))
     for path in (spool.jobs_dir, spool.running_root, spool.done_dir, spool.stdout_dir, spool.refused_dir,
                  *_children(spool.running_root)):
-        found.extend(_own(path, owner, folder=True))
+        found.extend(_own(path, owner, modes, folder=True))
     edits = [spool.edit_dir] if os.path.lexists(spool.edit_dir) else []  # a spool made before edit/ existed
     for path in [*_children(spool.jobs_dir), spool.cancel_dir, spool.recur_dir, spool.hold_dir, *edits]:
-        found.extend(_own(path, owner, folder=True, shared=True))
+        found.extend(_own(path, owner, modes, folder=True, shared=True))
     for path in (spool.config_path, spool.log_path):
-        found.extend(_own(path, owner, folder=False))
+        found.extend(_own(path, owner, modes, folder=False))
     return found
 
 
@@ -116,18 +117,19 @@ def _lstat(path: Path) -> os.stat_result | None:
         return None
 
 
-def _above(folder: Path, owner: int) -> list[str]:
+def _above(folder: Path, owner: int, modes: bool = True) -> list[str]:
+    """A folder above the spool (``modes``: one that cannot be looked at, init makes it, is a problem too)."""
     st = _lstat(folder)
     if st is None:
-        return [f"{folder} cannot be looked at"]
+        return [f"{folder} cannot be looked at"] if modes else []
     if st.st_uid not in (0, owner):
         return [f"{folder} belongs to uid {st.st_uid}"]
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+    if modes and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
         return [f"{folder} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"]
     return []
 
 
-def _own(path: Path, owner: int, *, folder: bool, name: str | None = None, shared: bool = False) -> list[str]:
+def _own(path: Path, owner: int, modes: bool, *, folder: bool, name: str | None = None, shared: bool = False) -> list[str]:
     """A folder or file only ``owner`` may change (``shared``: or anyone, if it is sticky); a missing one
     is no problem (init makes it)."""
     st = _lstat(path)
@@ -144,7 +146,7 @@ def _own(path: Path, owner: int, *, folder: bool, name: str | None = None, share
         return [f"{shown} has {st.st_nlink} hard links"]
     if st.st_uid != owner:
         return [f"{shown} belongs to uid {st.st_uid}"]
-    if st.st_mode & 0o022 and not (shared and st.st_mode & stat.S_ISVTX):
+    if modes and st.st_mode & 0o022 and not (shared and st.st_mode & stat.S_ISVTX):
         sticky = " without the sticky bit" if shared else ""
         return [f"{shown} is writable by others{sticky} (mode {stat.S_IMODE(st.st_mode):04o})"]
     return []
