@@ -179,17 +179,17 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
 
 
 def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
-          until: str | None = None, user: str | None = None, reader: int | None = None,
-          host: str | None = None, details: bool = True, records: bool = True) -> ReportData:
+          until: str | None = None, user: str | None = None, details: bool = True,
+          records: bool = True) -> ReportData:
     """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to ``until``), of
-    one ``user``'s jobs or everyone's, read as uid ``reader`` on ``host``. Without ``details``: no output, nothing
+    one ``user``'s jobs or everyone's, as this process's user reads it. Without ``details``: no output, nothing
     unfinished. Without ``records``: every job as onite.log tells it, no result record read (far cheaper)."""
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
         raise InvalidInput(f"--night and {'--since' if since is not None else '--until'} cannot be used together",
                            "use --night DATE for a night (noon to noon), or --since/--until for a time range")
-    reader = os.geteuid() if reader is None else reader
+    reader = os.geteuid()
     kind, day, start, end, drains, events, every_drain = _window(spool, now, since, night, until)
     # the log's times are whole seconds: a job filed in the drain's last second is inside it
     results_end = end + timedelta(seconds=1) if kind == "drain" else end
@@ -251,7 +251,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
         recorded = {r.name for r in results}
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
-        unfinished(data, spool, refused, host)
+        unfinished(data, spool, refused)
     return data
 
 

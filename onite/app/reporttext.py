@@ -242,20 +242,21 @@ def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str
     return marks
 
 
-def timeline_span(data: ReportData) -> tuple[datetime, datetime]:
-    """The jobs' span, widened to whole seconds (at least one), so that short jobs still get ticks."""
+def timeline(data: ReportData, most: int) -> tuple[datetime, datetime, list[tuple[float, str]], list[tuple]]:
+    """The timeline of the jobs' span, widened to whole seconds (at least one, so that short jobs still get ticks):
+    its ends, at most ``most`` ticks (where, label), and each job's bar (job, from, to, never ran: a mark where it
+    ended); every place a fraction of the width, 0 to 1."""
     start, end = data.span
-    first = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
-    last = datetime.fromtimestamp(max(math.ceil(end.timestamp()), first.timestamp() + 1), end.tzinfo)
-    return first, last
+    start = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
+    end = datetime.fromtimestamp(max(math.ceil(end.timestamp()), start.timestamp() + 1), end.tzinfo)
+    seconds = (end - start).total_seconds()
 
+    def at(when: datetime) -> float:
+        return min(max((when - start).total_seconds() / seconds, 0.0), 1.0)
 
-def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
-    """Where a job's bar lies on the timeline from ``start`` to ``end``, as fractions (0 to 1)."""
-    seconds = max((end - start).total_seconds(), 1e-6)
-    first = ((job.started or job.finished) - start).total_seconds() / seconds
-    last = (job.finished - start).total_seconds() / seconds
-    return min(max(first, 0.0), 1.0), min(max(last, 0.0), 1.0)
+    bars = [(job, at(job.started or job.finished), at(job.finished), job.started is None or data.never_ran(job))
+            for job in data.jobs]
+    return start, end, [(at(when), text) for when, text in ticks(start, end, most)], bars
 
 
 def to_json(data: ReportData) -> str:

@@ -246,24 +246,21 @@ def print_report(out, data, *, plain: bool) -> None:
 def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
     """The report's timeline as lines ``width`` wide: a time axis (labels, a rule with ticks), then each job's
     name and bar (█; × where a job that never ran ended); and the columns [from, to) of each bar, to colour it."""
-    from onite.app.reporttext import extent, ticks, timeline_span
+    from onite.app.reporttext import timeline
 
-    start, end = timeline_span(data)
     name_width = max(4, min(GANTT_NAME, max(len(name_label(job.name)) for job in data.jobs)))
     bar_width = max(width - name_width - 1, 16)
-    seconds = max((end - start).total_seconds(), 1e-6)
+    _, _, marks, jobs = timeline(data, bar_width // 10)  # room for HH:MM:SS and a gap
     labels, rule, free = [" "] * bar_width, ["─"] * bar_width, 0
-    for when, label in ticks(start, end, bar_width // 10):  # room for HH:MM:SS and a gap
-        col = min(int((when - start).total_seconds() / seconds * bar_width), bar_width - 1)
+    for at, label in marks:
+        col = min(int(at * bar_width), bar_width - 1)
         rule[col] = "┬"
         if col >= free and col + len(label) <= bar_width:
             labels[col:col + len(label)] = label
             free = col + len(label) + 1
     indent = " " * (name_width + 1)
     lines, bars = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)], []
-    for job in data.jobs:
-        unrun = job.started is None or data.never_ran(job)
-        first, last = extent(job, start, end)
+    for job, first, last, unrun in jobs:
         a = min(int((last if unrun else first) * bar_width), bar_width - 1)
         b = a + 1 if unrun else max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
         name = name_label(job.name)

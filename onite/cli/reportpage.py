@@ -74,12 +74,11 @@ def gantt_svg(data) -> str:
     beside its row of the chart, a bar or a × centred on the name's line (at least a few pixels wide, however
     short the job); a time axis on top, each label within the chart (the first starts at its tick, the last ends
     at it); the ticks' lines down every row."""
-    from onite.app.reporttext import extent, state_word, ticks, timeline_span
+    from onite.app.reporttext import state_word, timeline
 
-    start, end = timeline_span(data)
+    start, end, ticks, bars = timeline(data, 6)
     span = _RIGHT - _LEFT
-    marks = [(_LEFT + span * (when - start).total_seconds() / max((end - start).total_seconds(), 1e-6), label)
-             for when, label in ticks(start, end, 6)]
+    marks = [(_LEFT + span * at, label) for at, label in ticks]
     lines = "".join(f'<line x1="{_pct(x)}" y1="0" x2="{_pct(x)}" y2="100%"/>' for x, _ in marks)
     axis = []
     for i, (x, label) in enumerate(marks):
@@ -89,13 +88,12 @@ def gantt_svg(data) -> str:
     parts = [f'<div class=gantt role=img aria-label="timeline from {start.astimezone():%H:%M:%S} to '
              f'{end.astimezone():%H:%M:%S}"><span></span>',
              f'<svg class="axis" width="100%" height="{_TOP}">{lines}{"".join(axis)}</svg>']
-    for job in data.jobs:
+    for job, first, last, unrun in bars:
         word = state_word(job)
         colour = HTML_COLOUR.get(word, "#555")
         took = "never ran" if data.never_ran(job) else human_duration(job.duration)
         tip = f"{name_label(job.name)} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
-        first, last = extent(job, start, end)
-        if job.started is None or data.never_ran(job):
+        if unrun:
             mark = (f'<text class="never {word}" x="{_pct(_LEFT + span * last)}" y="50%" dy="0.35em" '
                     f'text-anchor="middle" fill="{colour}"><title>{_esc(tip)}</title>×</text>')
         else:
