@@ -9,7 +9,7 @@ import math
 from datetime import datetime, timedelta
 
 from onite.app.common import label
-from onite.core.cells import human_duration, priority_label
+from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.names import split_key
 from onite.core.jobview import JobView
 from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
@@ -180,8 +180,6 @@ def output_command(job: JobView) -> str:
 
 def waiting_text(row: dict) -> str:
     """``late (alice, P3) queued: ready; left when the window closed at 07:00``."""
-    from onite.core.cells import priority_text
-
     pri = priority_text(row["urgent"], row["priority"])
     who = f"{printable(row['name'])} ({printable(row['user'])}" + (f", {pri}" if pri else "") + ")"
     said = "" if row["reason"] == row["state"] else f": {phrase(row['reason'])}"  # not "held: held"

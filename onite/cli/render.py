@@ -29,7 +29,7 @@ class TableSpec(NamedTuple):
     columns: Sequence[tuple[str, bool]]
     rows: list[list[str]]
     cut: tuple[str, ...]
-    styles: Callable[[int, list[str]], dict[int, str]]  # (row index, row) -> {column index: style}
+    styles: Callable[[int], dict[str, str]]  # row index -> {column title: style}
     drops: tuple[str, ...] = ()
 
 
@@ -58,13 +58,8 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
         keep.remove(drops.pop(0))
     if len(keep) == len(spec.columns):
         return spec
-    where = {old: new for new, old in enumerate(keep)}
-
-    def styles(i: int, row: list[str]) -> dict[int, str]:
-        return {where[col]: style for col, style in spec.styles(i, spec.rows[i]).items() if col in where}
-
     return TableSpec([spec.columns[i] for i in keep], [[row[i] for i in keep] for row in spec.rows], spec.cut,
-                     styles)
+                     spec.styles)
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -81,8 +76,8 @@ def rich_table(spec: TableSpec):
         table.add_column(title, justify="right" if right else "left", no_wrap=True,
                          overflow="ellipsis" if title in spec.cut else "fold")
     for i, row in enumerate(spec.rows):  # Text, never markup: a cell may quote a path a user chose, [link=…] included
-        styles = spec.styles(i, row)
-        table.add_row(*(Text.assemble((cell, styles.get(col, ""))) for col, cell in enumerate(row)))
+        styles = spec.styles(i)
+        table.add_row(*(Text.assemble((cell, styles.get(title, ""))) for (title, _), cell in zip(spec.columns, row)))
     return table
 
 
@@ -125,7 +120,7 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
                     human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
         rows.append(row)
     return TableSpec(columns, rows, ("WAITING", "RESULT"),
-                     lambda i, row: {5: STATE_STYLE.get(row[5], ""), 6: "yellow" if waiting else ""}, LIST_DROPS)
+                     lambda i: {"STATE": STATE_STYLE.get(rows[i][5], ""), "WAITING": "yellow"}, LIST_DROPS)
 
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
@@ -153,7 +148,7 @@ def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False
     rows = [[printable(name_label(view.name)), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
              priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or "")] for view in views]
-    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), lambda i, row: {6: "bold red"},
+    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), lambda i: {"NOTE": "bold red"},
                                ("PRI", "IN", "USER", "RULE")), plain=plain)
 
 
@@ -162,7 +157,7 @@ def report_table(data, rows: list[list[str]]) -> TableSpec:
     from onite.app.reporttext import COLUMNS, state_word
 
     return TableSpec(COLUMNS, rows, ("REASON",),
-                     lambda i, row: dict.fromkeys((0, len(row) - 1), STATE_STYLE.get(state_word(data.jobs[i]), "")),
+                     lambda i: dict.fromkeys(("STATE", "REASON"), STATE_STYLE.get(state_word(data.jobs[i]), "")),
                      ("HOST", "CPU", "MEM", "TRIES", "PRI", "STARTED", "EXIT", "TOOK", "USER"))
 
 

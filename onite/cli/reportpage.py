@@ -13,6 +13,10 @@ import stat
 from pathlib import Path
 
 from onite.app.common import label as name_label
+from onite.app.report import SHOWN_FAILURES, SHOWN_WAITING
+from onite.app.reporttext import (COLUMNS, MARK, failure_notes, failure_what, headline_parts, next_step,
+                                  others_failures_text, rows, state_word, timeline, told_failures, waiting_title,
+                                  window_text)
 from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.errors import InvalidInput
 from onite.core.safetext import printable
@@ -74,8 +78,6 @@ def gantt_svg(data) -> str:
     beside its row of the chart, a bar or a × centred on the name's line (at least a few pixels wide, however
     short the job); a time axis on top, each label within the chart (the first starts at its tick, the last ends
     at it); the ticks' lines down every row."""
-    from onite.app.reporttext import state_word, timeline
-
     start, end, ticks, bars = timeline(data, 6)
     span = _RIGHT - _LEFT
     marks = [(_LEFT + span * at, label) for at, label in ticks]
@@ -115,8 +117,6 @@ _STOPWATCH = ('<svg class=icon viewBox="0 0 16 16" width="0.9em" height="0.9em" 
 
 
 def _mark(word: str) -> str:
-    from onite.app.reporttext import MARK
-
     return f'<span class="mark {word}">{_STOPWATCH if word == "timeout" else MARK.get(word, "")}</span>'
 
 
@@ -126,8 +126,6 @@ def _item(kind: str, word: str, name: str, who: str, what: str, rest: str) -> st
 
 
 def _failure_item(data, job) -> str:
-    from onite.app.reporttext import failure_notes, failure_what, next_step, state_word
-
     _, note = failure_notes(data, job)
     note = f"<code>{_esc(note)}</code> (its owner or root)" if note.startswith("onite output ") else _esc(note)
     step = next_step(data, job)
@@ -151,10 +149,6 @@ def _section(key: str, title: str, items: list[str], after: str) -> str:
 
 def to_html(data) -> str:
     """The page: the headline, the failures, what is not finished, the timeline, the table."""
-    from onite.app.report import SHOWN_FAILURES, SHOWN_WAITING
-    from onite.app.reporttext import (COLUMNS, headline_parts, others_failures_text, rows, state_word, told_failures,
-                                      waiting_title, window_text)
-
     esc = _esc
     title = f"the night of {data.night.isoformat()}" if data.night else f"{data.now.astimezone():%Y-%m-%d %H:%M}"
     who = f"user <b>{esc(data.user)}</b>: " if data.user is not None else ""
