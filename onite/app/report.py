@@ -227,8 +227,9 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         if (view.name, view.user) in latest:
             reruns.setdefault((view.name, view.user), []).append(view)
     earlier = [view for view in earlier if (view.name, view.user) not in latest]
-    jobs = _own_first(sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished,
-                                                                      j.name)), user, reader)
+    jobs = sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    if user is None and reader != 0:  # a user's morning starts with what is theirs to act on
+        jobs.sort(key=lambda job: job.uid != reader)
     # a damaged record's job is rebuilt from the log too, but was not pruned: its output may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
@@ -280,14 +281,6 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
         return "since", None, now - RECENT, now, [], events, every_drain
     events = events[min(d.at for d in session.drains):]  # not a line of the second before it that an earlier drain wrote
     return kind, None, session.start, session.end or now, list(session.drains), events, every_drain
-
-
-def _own_first(jobs: list[JobView], user: str | None, reader: int) -> list[JobView]:
-    """The reader's own jobs before other users' (each kept in its order), unless the reader is root or the
-    report is of one user: a user's morning starts with what is theirs to act on."""
-    if user is not None or reader == 0:
-        return jobs
-    return sorted(jobs, key=lambda job: job.uid != reader)
 
 
 def _night_opened(spool: SpoolDir, now: datetime):

@@ -57,15 +57,11 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     return parts
 
 
-LEFT_WORDS = (("running", "running"), ("queued", "left queued"), ("since", "spooled since"), ("held", "held"),
-              ("refused", "refused"))
-
-
 def left_words(data: ReportData) -> tuple[tuple[str, str], ...]:
-    """LEFT_WORDS; while a drain of the window still runs, its queued jobs are not left: just queued."""
-    if data.draining:
-        return tuple((key, "queued" if key == "queued" else words) for key, words in LEFT_WORDS)
-    return LEFT_WORDS
+    """Each count of ``data.left`` and its words; while a drain of the window still runs, its queued jobs are
+    not left: just queued."""
+    return (("running", "running"), ("queued", "queued" if data.draining else "left queued"),
+            ("since", "spooled since"), ("held", "held"), ("refused", "refused"))
 
 
 def headline(data: ReportData) -> str:
@@ -208,15 +204,14 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
         started = ""
         if job.started is not None and not never:
             started = job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
-        word = state_word(job)
+        word, rerun = state_word(job), rerun_note(data, job)
         code = str(job.exit_code) if job.exit_code is not None else \
             signal_name(job.signal) if job.signal is not None else "-"
         out.append([MARK.get(word, word) if marks else word, label(job.name), printable(job.user), priority_label(job),
                     printable(job.host or ""), started, "" if never else human_duration(job.duration),
                     job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
                     attempts_text(data, job), code,
-                    " ".join(x for x in (printable(job.reason), rerun_note(data, job) and f"({rerun_note(data, job)})")
-                             if x)])
+                    " ".join(x for x in (printable(job.reason), rerun and f"({rerun})") if x)])
     return out
 
 

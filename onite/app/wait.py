@@ -153,19 +153,15 @@ class JobsWaited:
                 for n in self.names]
 
 
-def target(arg: str) -> Watch:
-    """``NAME`` (the caller's job) or ``USER:NAME`` (USER's) to watch, by its key (NotFound: no such user)."""
-    key = key_for(arg)
-    if key_uid(key) is None:
-        raise NotFound(f"no user {key.partition(':')[0]!r} (onite wait {arg})", "see onite list --all")
-    return Watch(key)
-
-
 def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
-    """The first look at each name (two for one found nowhere: a requeue passes through nowhere); one NotFound
-    names every name never queued, running or finished."""
+    """The first look at each name, ``NAME`` (the caller's job) or ``USER:NAME`` (USER's), by its key (two looks
+    for one found nowhere: a requeue passes through nowhere); NotFound for a user that does not exist, else one
+    naming every name never queued, running or finished."""
     names = list(dict.fromkeys(names))
-    watches, unknown = {n: target(n) for n in names}, []
+    watches, unknown = {n: Watch(key_for(n)) for n in names}, []
+    for name, watch in watches.items():
+        if key_uid(watch.name) is None:
+            raise NotFound(f"no user {watch.name.partition(':')[0]!r} (onite wait {name})", "see onite list --all")
     for name in names:
         watch = watches[name]
         for _ in range(2):
