@@ -116,13 +116,10 @@ _STOPWATCH = ('<svg class=icon viewBox="0 0 16 16" width="0.9em" height="0.9em" 
               '<path d="M8 9.5V6.5M6 1.5h4M8 1.5v2.5" stroke="currentColor" stroke-width="2" fill="none"/></svg>')
 
 
-def _mark(word: str) -> str:
-    return f'<span class="mark {word}">{_STOPWATCH if word == "timeout" else MARK.get(word, "")}</span>'
-
-
 def _item(kind: str, word: str, name: str, who: str, what: str, rest: str) -> str:
-    return (f'<li class="{kind} {word}">{_mark(word)} <span class=name>{_esc(name)}</span> ({_esc(who)}) '
-            f'<span class="state {word}">{_esc(what)}</span>{rest}</li>')
+    mark = _STOPWATCH if word == "timeout" else MARK.get(word, "")
+    return (f'<li class="{kind} {word}"><span class="mark {word}">{mark}</span> <span class=name>{_esc(name)}</span> '
+            f'({_esc(who)}) <span class="state {word}">{_esc(what)}</span>{rest}</li>')
 
 
 def _failure_item(data, job) -> str:
