@@ -297,17 +297,14 @@ def print_status(console, info, *, plain: bool = False) -> None:
         ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, started by "
                  f"{esc(last['started_by'])})" if last and not last["died"] and last.get("ended") else "")
         say(f"driver    not running{ended}")
-    drain = info.drain
-    if info.next_drain and drain is not None and drain.next is not None:
-        from onite.drain.nextdrain import LABEL
+    from onite.drain.nextdrain import LABEL, no_drain_text
 
-        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {until(info.next_drain)}) by "
-            f"{LABEL.get(drain.next.by, drain.next.by)} on {esc(drain.next.host)}"
-            + (f", until {info.until}" if info.until else ""))
-    elif drain is not None:
-        from onite.drain.nextdrain import no_drain_text
-
-        say("next run  ", (f"none: {esc(no_drain_text(drain))}", "yellow"))
+    nxt = info.drain.next
+    if nxt is not None:
+        say(f"next run  {nxt.when:%Y-%m-%d %H:%M} (in {until(nxt.when)}) by {LABEL.get(nxt.by, nxt.by)} on "
+            f"{esc(nxt.host)}" + (f", until {info.until}" if info.until else ""))
+    else:
+        say("next run  ", (f"none: {esc(no_drain_text(info.drain))}", "yellow"))
     if info.containment:
         kind, limits, capacity = (info.containment.get(key) for key in ("kind", "limits", "capacity"))
         say("contain   ", (esc(kind), "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"),
