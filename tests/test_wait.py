@@ -263,11 +263,20 @@ def test_drain_summary_names_failed_and_cancelled():
     assert w.DrainsWaited([], None, [], []).summary() == "no drain is running"
 
 
-def test_drain_since_is_the_earliest_drain():
-    a = w.DriverSeen("a", NOW, False, True)
-    b = w.DriverSeen("b", NOW - timedelta(days=3), True, True, NOW - timedelta(minutes=5))
-    idle = w.DriverSeen("c", NOW - timedelta(days=9), True, False)
-    assert w.drain_since([a, b, idle], NOW) == NOW - timedelta(minutes=5)  # a daemon's: its first running job
+def test_drain_since_is_the_earliest_drain(monkeypatch):
+    from types import SimpleNamespace
+
+    from onite.drain.heartbeat import Role
+
+    beats = [SimpleNamespace(host="a", role=Role.RUN, since=NOW),
+             SimpleNamespace(host="b", role=Role.DAEMON, since=NOW - timedelta(days=3)),
+             SimpleNamespace(host="c", role=Role.DAEMON, since=NOW - timedelta(days=9))]
+    running = [SimpleNamespace(host="b", started=NOW - timedelta(minutes=5))]
+    monkeypatch.setattr(w, "live_beats", lambda root, now: beats)
+    monkeypatch.setattr(w, "running_views", lambda spool: running)
+    found = w.draining(SimpleNamespace(root=None), NOW)
+    assert found == {"a": NOW, "b": NOW - timedelta(minutes=5)}  # a daemon's: its first running job; c is idle
+    assert min(found.values()) == NOW - timedelta(minutes=5)
 
 
 def test_missing_spool_is_one_line(world_tmp):

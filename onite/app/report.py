@@ -179,17 +179,17 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
 
 
 def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
-          until: str | None = None, user: str | None = None, reader: int | None = None,
-          host: str | None = None, details: bool = True, records: bool = True) -> ReportData:
+          until: str | None = None, user: str | None = None, details: bool = True,
+          records: bool = True) -> ReportData:
     """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to ``until``), of
-    one ``user``'s jobs or everyone's, read as uid ``reader`` on ``host``. Without ``details``: no output, nothing
+    one ``user``'s jobs or everyone's, as this process's user reads it. Without ``details``: no output, nothing
     unfinished. Without ``records``: every job as onite.log tells it, no result record read (far cheaper)."""
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
         raise InvalidInput(f"--night and {'--since' if since is not None else '--until'} cannot be used together",
                            "use --night DATE for a night (noon to noon), or --since/--until for a time range")
-    reader = os.geteuid() if reader is None else reader
+    reader = os.geteuid()
     kind, day, start, end, drains, events, every_drain = _window(spool, now, since, night, until)
     # the log's times are whole seconds: a job filed in the drain's last second is inside it
     results_end = end + timedelta(seconds=1) if kind == "drain" else end
@@ -227,8 +227,9 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         if (view.name, view.user) in latest:
             reruns.setdefault((view.name, view.user), []).append(view)
     earlier = [view for view in earlier if (view.name, view.user) not in latest]
-    jobs = _own_first(sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished,
-                                                                      j.name)), user, reader)
+    jobs = sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
+    if user is None and reader != 0:  # a user's morning starts with what is theirs to act on
+        jobs.sort(key=lambda job: job.uid != reader)
     # a damaged record's job is rebuilt from the log too, but was not pruned: its output may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
@@ -251,7 +252,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
         recorded = {r.name for r in results}
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
-        unfinished(data, spool, refused, host)
+        unfinished(data, spool, refused)
     return data
 
 
@@ -280,14 +281,6 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
         return "since", None, now - RECENT, now, [], events, every_drain
     events = events[min(d.at for d in session.drains):]  # not a line of the second before it that an earlier drain wrote
     return kind, None, session.start, session.end or now, list(session.drains), events, every_drain
-
-
-def _own_first(jobs: list[JobView], user: str | None, reader: int) -> list[JobView]:
-    """The reader's own jobs before other users' (each kept in its order), unless the reader is root or the
-    report is of one user: a user's morning starts with what is theirs to act on."""
-    if user is not None or reader == 0:
-        return jobs
-    return sorted(jobs, key=lambda job: job.uid != reader)
 
 
 def _night_opened(spool: SpoolDir, now: datetime):

@@ -9,7 +9,7 @@ import math
 from datetime import datetime, timedelta
 
 from onite.app.common import label
-from onite.core.cells import human_duration, priority_label
+from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.names import split_key
 from onite.core.jobview import JobView
 from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
@@ -57,15 +57,11 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     return parts
 
 
-LEFT_WORDS = (("running", "running"), ("queued", "left queued"), ("since", "spooled since"), ("held", "held"),
-              ("refused", "refused"))
-
-
 def left_words(data: ReportData) -> tuple[tuple[str, str], ...]:
-    """LEFT_WORDS; while a drain of the window still runs, its queued jobs are not left: just queued."""
-    if data.draining:
-        return tuple((key, "queued" if key == "queued" else words) for key, words in LEFT_WORDS)
-    return LEFT_WORDS
+    """Each count of ``data.left`` and its words; while a drain of the window still runs, its queued jobs are
+    not left: just queued."""
+    return (("running", "running"), ("queued", "queued" if data.draining else "left queued"),
+            ("since", "spooled since"), ("held", "held"), ("refused", "refused"))
 
 
 def headline(data: ReportData) -> str:
@@ -180,8 +176,6 @@ def output_command(job: JobView) -> str:
 
 def waiting_text(row: dict) -> str:
     """``late (alice, P3) queued: ready; left when the window closed at 07:00``."""
-    from onite.core.cells import priority_text
-
     pri = priority_text(row["urgent"], row["priority"])
     who = f"{printable(row['name'])} ({printable(row['user'])}" + (f", {pri}" if pri else "") + ")"
     said = "" if row["reason"] == row["state"] else f": {phrase(row['reason'])}"  # not "held: held"
@@ -210,15 +204,14 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
         started = ""
         if job.started is not None and not never:
             started = job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
-        word = state_word(job)
+        word, rerun = state_word(job), rerun_note(data, job)
         code = str(job.exit_code) if job.exit_code is not None else \
             signal_name(job.signal) if job.signal is not None else "-"
         out.append([MARK.get(word, word) if marks else word, label(job.name), printable(job.user), priority_label(job),
                     printable(job.host or ""), started, "" if never else human_duration(job.duration),
                     job.used_mem(), human_duration(job.cpu_time) if job.cpu_time is not None else "",
                     attempts_text(data, job), code,
-                    " ".join(x for x in (printable(job.reason), rerun_note(data, job) and f"({rerun_note(data, job)})")
-                             if x)])
+                    " ".join(x for x in (printable(job.reason), rerun and f"({rerun})") if x)])
     return out
 
 
@@ -242,20 +235,21 @@ def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str
     return marks
 
 
-def timeline_span(data: ReportData) -> tuple[datetime, datetime]:
-    """The jobs' span, widened to whole seconds (at least one), so that short jobs still get ticks."""
+def timeline(data: ReportData, most: int) -> tuple[datetime, datetime, list[tuple[float, str]], list[tuple]]:
+    """The timeline of the jobs' span, widened to whole seconds (at least one, so that short jobs still get ticks):
+    its ends, at most ``most`` ticks (where, label), and each job's bar (job, from, to, never ran: a mark where it
+    ended); every place a fraction of the width, 0 to 1."""
     start, end = data.span
-    first = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
-    last = datetime.fromtimestamp(max(math.ceil(end.timestamp()), first.timestamp() + 1), end.tzinfo)
-    return first, last
+    start = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
+    end = datetime.fromtimestamp(max(math.ceil(end.timestamp()), start.timestamp() + 1), end.tzinfo)
+    seconds = (end - start).total_seconds()
 
+    def at(when: datetime) -> float:
+        return min(max((when - start).total_seconds() / seconds, 0.0), 1.0)
 
-def extent(job: JobView, start: datetime, end: datetime) -> tuple[float, float]:
-    """Where a job's bar lies on the timeline from ``start`` to ``end``, as fractions (0 to 1)."""
-    seconds = max((end - start).total_seconds(), 1e-6)
-    first = ((job.started or job.finished) - start).total_seconds() / seconds
-    last = (job.finished - start).total_seconds() / seconds
-    return min(max(first, 0.0), 1.0), min(max(last, 0.0), 1.0)
+    bars = [(job, at(job.started or job.finished), at(job.finished), job.started is None or data.never_ran(job))
+            for job in data.jobs]
+    return start, end, [(at(when), text) for when, text in ticks(start, end, most)], bars
 
 
 def to_json(data: ReportData) -> str:

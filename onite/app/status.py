@@ -14,7 +14,7 @@ from onite.app.listing import running_views
 from onite.app.recur import upcoming
 from onite.app.report import build, night_of
 from onite.drain import heartbeat as hb
-from onite.drain.nextdrain import plan
+from onite.drain.nextdrain import DrainPlan, plan
 from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool.log import parse_line, tail
 from onite.spool.paths import SpoolDir
@@ -39,12 +39,11 @@ class StatusInfo:
     queue: dict[str, int]
     held: int
     running: list[JobView]
-    next_drain: datetime | None
     schedule: tuple[str, ...]
     until: str | None
+    drain: DrainPlan  # what will drain the spool next, or why nothing will
     recurring: list[dict] = field(default_factory=list)
     location: str = ""  # which spool, and why: "system spool /var/spool/onite (default: it exists)"
-    drain: object = None  # onite.drain.nextdrain.DrainPlan
     schedule_next: datetime | None = None  # the next time of `schedule`, whether or not anything starts a drain then
     warnings: list[str] = field(default_factory=list)
     last_driver: dict | None = None  # the latest heartbeat of a driver that is no longer alive
@@ -99,7 +98,7 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     drain = plan(spool, now, host=this_host)
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
-        next_drain=drain.next.when if drain.next else None, schedule=config.schedule,
+        schedule=config.schedule,
         until=config.until.strftime("%H:%M") if config.until else None, recurring=upcoming(spool, now, limit=10),
         waiting=[{**row, "name": label(row["name"])}
                  for row in waiting_jobs(spool, head, now, euid=euid, host=this_host)],
@@ -153,7 +152,7 @@ def _next_steps(data) -> list[str]:
 
 
 def status_json(info: StatusInfo) -> str:
-    drain = info.drain
+    nxt = info.drain.next
     return dumps({
         "version": 1,
         "spool": info.spool,
@@ -169,15 +168,15 @@ def status_json(info: StatusInfo) -> str:
         "not_examined": info.not_examined,
         "schedule": list(info.schedule),
         "until": info.until,
-        "next_drain": info.next_drain.isoformat() if info.next_drain else None,
+        "next_drain": nxt.when.isoformat() if nxt else None,
         "recurring": info.recurring,
         "last_night": info.last_night,
         "spool_location": info.location,
-        "drain_scheduled": info.next_drain is not None,
-        "next_drain_by": drain.next.by if drain and drain.next else None,
-        "next_drain_host": drain.next.host if drain and drain.next else None,
-        "drain_starters": [s.to_json() for s in drain.starters] if drain else [],
-        "no_drain_fix": drain.fix if drain and info.next_drain is None else None,
+        "drain_scheduled": nxt is not None,
+        "next_drain_by": nxt.by if nxt else None,
+        "next_drain_host": nxt.host if nxt else None,
+        "drain_starters": [s.to_json() for s in info.drain.starters],
+        "no_drain_fix": None if nxt else info.drain.fix,
         "schedule_next": info.schedule_next.isoformat() if info.schedule_next else None,
         "last_driver": info.last_driver,
         "warnings": info.warnings,

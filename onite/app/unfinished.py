@@ -24,7 +24,7 @@ from onite.core.schedule import next_drain
 PRIVATE = "another user's job: other details private"
 
 
-def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
+def unfinished(data, spool: SpoolDir, refused: list) -> None:
     """Fill in what the window of ``data`` (a report.ReportData) left: jobs running now, queued (left
     before the window's end, or spooled since) with why each waits, held, and ``refused`` (log lines)."""
     owner = functools.cache(user_name)
@@ -45,7 +45,7 @@ def unfinished(data, spool: SpoolDir, refused: list, host: str | None) -> None:
                              "command": None})
     head = queue[:EXAMINE]
     why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
-                                                     host=host or default_host(spool.config))}
+                                                     host=default_host(spool.config))}
     last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
     for rank, ctime_ns, name, uid, held in head:
         mine = owner_or_root(data.reader, uid)

@@ -153,19 +153,15 @@ class JobsWaited:
                 for n in self.names]
 
 
-def target(arg: str) -> Watch:
-    """``NAME`` (the caller's job) or ``USER:NAME`` (USER's) to watch, by its key (NotFound: no such user)."""
-    key = key_for(arg)
-    if key_uid(key) is None:
-        raise NotFound(f"no user {key.partition(':')[0]!r} (onite wait {arg})", "see onite list --all")
-    return Watch(key)
-
-
 def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
-    """The first look at each name (two for one found nowhere: a requeue passes through nowhere); one NotFound
-    names every name never queued, running or finished."""
+    """The first look at each name, ``NAME`` (the caller's job) or ``USER:NAME`` (USER's), by its key (two looks
+    for one found nowhere: a requeue passes through nowhere); NotFound for a user that does not exist, else one
+    naming every name never queued, running or finished."""
     names = list(dict.fromkeys(names))
-    watches, unknown = {n: target(n) for n in names}, []
+    watches, unknown = {n: Watch(key_for(n)) for n in names}, []
+    for name, watch in watches.items():
+        if key_uid(watch.name) is None:
+            raise NotFound(f"no user {watch.name.partition(':')[0]!r} (onite wait {name})", "see onite list --all")
     for name in names:
         watch = watches[name]
         for _ in range(2):
@@ -210,36 +206,20 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
         delay = _pause(clock, delay, deadline)
 
 
-@dataclass(frozen=True)
-class DriverSeen:
-    """A driver that is alive (its heartbeat): whose, since when, and whether it is draining."""
-
-    host: str
-    since: datetime | None  # from its heartbeat
-    daemon: bool
-    busy: bool  # a driver: always; a daemon: while jobs run on its host
-    first_start: datetime | None = None  # a daemon: when the earliest job running on its host started
-
-
-def look_drivers(spool: SpoolDir, now: datetime) -> list[DriverSeen]:
-    """Every driver alive at ``now``, as its heartbeat says."""
-    found, running = [], None
+def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
+    """The hosts draining at ``now``, each with when its drain began: a driver's lock time; a daemon drains only
+    while jobs run on its host, since the earliest of them started (``now`` if none says)."""
+    found, running = {}, None
     for beat in live_beats(spool.root, now):
         if beat.role != Role.DAEMON:
-            found.append(DriverSeen(beat.host, beat.since, False, True))
+            found[beat.host] = beat.since
             continue
         if running is None:
             running = running_views(spool)
-        starts = [v.started for v in running if v.host == beat.host and v.started]
-        busy = any(v.host == beat.host for v in running)
-        found.append(DriverSeen(beat.host, beat.since, True, busy, min(starts) if starts else None))
+        jobs = [v for v in running if v.host == beat.host]
+        if jobs:
+            found[beat.host] = min((v.started for v in jobs if v.started), default=now)
     return found
-
-
-def drain_since(drivers: list[DriverSeen], fallback: datetime) -> datetime:
-    """When the earliest of these drains began: a driver's lock time, a daemon's first running job."""
-    times = [(d.first_start if d.daemon else d.since) or fallback for d in drivers if d.busy]
-    return min(times, default=fallback)
 
 
 @dataclass
@@ -278,22 +258,22 @@ class DrainsWaited:
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
                 announce: Callable[[str], None] | None = None) -> DrainsWaited:
     """Wait while a driver (or a daemon with running jobs) drains; gather what finished since."""
-    busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
+    busy = draining(spool, clock.now())
     if not busy:
         return DrainsWaited([], None, [], [])
-    since = drain_since(busy, clock.now())
-    hosts = sorted({d.host for d in busy})
+    since = min(busy.values())
+    hosts = sorted(busy)
     deadline = None if timeout is None else clock.monotonic() + timeout
     delay = POLL_FIRST
     if announce is not None:
         announce(f"waiting for the drain on {', '.join(hosts)} (since {since:%Y-%m-%d %H:%M:%S})")
     while busy:
         if deadline is not None and clock.monotonic() >= deadline:
-            return DrainsWaited(hosts, since, [], sorted({d.host for d in busy}), timed_out=True)
+            return DrainsWaited(hosts, since, [], sorted(busy), timed_out=True)
         delay = _pause(clock, delay, deadline)
-        busy = [d for d in look_drivers(spool, clock.now()) if d.busy]
-        since = min(since, drain_since(busy, since))  # a driver that started meanwhile joins the wait
-        hosts = sorted(set(hosts) | {d.host for d in busy})
+        busy = draining(spool, clock.now())
+        since = min([since, *busy.values()])  # a driver that started meanwhile joins the wait
+        hosts = sorted(set(hosts) | set(busy))
     jobs = [result_view(r) for r in read_results(spool) if r.finished >= since]
     return DrainsWaited(hosts, since, jobs, [])
 

@@ -29,7 +29,7 @@ class TableSpec(NamedTuple):
     columns: Sequence[tuple[str, bool]]
     rows: list[list[str]]
     cut: tuple[str, ...]
-    styles: Callable[[int, list[str]], dict[int, str]]  # (row index, row) -> {column index: style}
+    styles: Callable[[int], dict[str, str]]  # row index -> {column title: style}
     drops: tuple[str, ...] = ()
 
 
@@ -58,13 +58,8 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
         keep.remove(drops.pop(0))
     if len(keep) == len(spec.columns):
         return spec
-    where = {old: new for new, old in enumerate(keep)}
-
-    def styles(i: int, row: list[str]) -> dict[int, str]:
-        return {where[col]: style for col, style in spec.styles(i, spec.rows[i]).items() if col in where}
-
     return TableSpec([spec.columns[i] for i in keep], [[row[i] for i in keep] for row in spec.rows], spec.cut,
-                     styles)
+                     spec.styles)
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -81,8 +76,8 @@ def rich_table(spec: TableSpec):
         table.add_column(title, justify="right" if right else "left", no_wrap=True,
                          overflow="ellipsis" if title in spec.cut else "fold")
     for i, row in enumerate(spec.rows):  # Text, never markup: a cell may quote a path a user chose, [link=…] included
-        styles = spec.styles(i, row)
-        table.add_row(*(Text.assemble((cell, styles.get(col, ""))) for col, cell in enumerate(row)))
+        styles = spec.styles(i)
+        table.add_row(*(Text.assemble((cell, styles.get(title, ""))) for (title, _), cell in zip(spec.columns, row)))
     return table
 
 
@@ -125,7 +120,7 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
                     human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
         rows.append(row)
     return TableSpec(columns, rows, ("WAITING", "RESULT"),
-                     lambda i, row: {5: STATE_STYLE.get(row[5], ""), 6: "yellow" if waiting else ""}, LIST_DROPS)
+                     lambda i: {"STATE": STATE_STYLE.get(rows[i][5], ""), "WAITING": "yellow"}, LIST_DROPS)
 
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
@@ -153,7 +148,7 @@ def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False
     rows = [[printable(name_label(view.name)), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
              priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or "")] for view in views]
-    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), lambda i, row: {6: "bold red"},
+    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), lambda i: {"NOTE": "bold red"},
                                ("PRI", "IN", "USER", "RULE")), plain=plain)
 
 
@@ -162,7 +157,7 @@ def report_table(data, rows: list[list[str]]) -> TableSpec:
     from onite.app.reporttext import COLUMNS, state_word
 
     return TableSpec(COLUMNS, rows, ("REASON",),
-                     lambda i, row: dict.fromkeys((0, len(row) - 1), STATE_STYLE.get(state_word(data.jobs[i]), "")),
+                     lambda i: dict.fromkeys(("STATE", "REASON"), STATE_STYLE.get(state_word(data.jobs[i]), "")),
                      ("HOST", "CPU", "MEM", "TRIES", "PRI", "STARTED", "EXIT", "TOOK", "USER"))
 
 
@@ -246,24 +241,21 @@ def print_report(out, data, *, plain: bool) -> None:
 def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
     """The report's timeline as lines ``width`` wide: a time axis (labels, a rule with ticks), then each job's
     name and bar (█; × where a job that never ran ended); and the columns [from, to) of each bar, to colour it."""
-    from onite.app.reporttext import extent, ticks, timeline_span
+    from onite.app.reporttext import timeline
 
-    start, end = timeline_span(data)
     name_width = max(4, min(GANTT_NAME, max(len(name_label(job.name)) for job in data.jobs)))
     bar_width = max(width - name_width - 1, 16)
-    seconds = max((end - start).total_seconds(), 1e-6)
+    _, _, marks, jobs = timeline(data, bar_width // 10)  # room for HH:MM:SS and a gap
     labels, rule, free = [" "] * bar_width, ["─"] * bar_width, 0
-    for when, label in ticks(start, end, bar_width // 10):  # room for HH:MM:SS and a gap
-        col = min(int((when - start).total_seconds() / seconds * bar_width), bar_width - 1)
+    for at, label in marks:
+        col = min(int(at * bar_width), bar_width - 1)
         rule[col] = "┬"
         if col >= free and col + len(label) <= bar_width:
             labels[col:col + len(label)] = label
             free = col + len(label) + 1
     indent = " " * (name_width + 1)
     lines, bars = [(indent + "".join(labels)).rstrip(), indent + "".join(rule)], []
-    for job in data.jobs:
-        unrun = job.started is None or data.never_ran(job)
-        first, last = extent(job, start, end)
+    for job, first, last, unrun in jobs:
         a = min(int((last if unrun else first) * bar_width), bar_width - 1)
         b = a + 1 if unrun else max(min(math.ceil(last * bar_width), bar_width), a + 1)  # however short, a job shows
         name = name_label(job.name)
@@ -305,17 +297,14 @@ def print_status(console, info, *, plain: bool = False) -> None:
         ended = (f" (the last one ended {parse_stamp(last['ended']):%Y-%m-%d %H:%M}, started by "
                  f"{esc(last['started_by'])})" if last and not last["died"] and last.get("ended") else "")
         say(f"driver    not running{ended}")
-    drain = info.drain
-    if info.next_drain and drain is not None and drain.next is not None:
-        from onite.drain.nextdrain import LABEL
+    from onite.drain.nextdrain import LABEL, no_drain_text
 
-        say(f"next run  {info.next_drain:%Y-%m-%d %H:%M} (in {until(info.next_drain)}) by "
-            f"{LABEL.get(drain.next.by, drain.next.by)} on {esc(drain.next.host)}"
-            + (f", until {info.until}" if info.until else ""))
-    elif drain is not None:
-        from onite.drain.nextdrain import no_drain_text
-
-        say("next run  ", (f"none: {esc(no_drain_text(drain))}", "yellow"))
+    nxt = info.drain.next
+    if nxt is not None:
+        say(f"next run  {nxt.when:%Y-%m-%d %H:%M} (in {until(nxt.when)}) by {LABEL.get(nxt.by, nxt.by)} on "
+            f"{esc(nxt.host)}" + (f", until {info.until}" if info.until else ""))
+    else:
+        say("next run  ", (f"none: {esc(no_drain_text(info.drain))}", "yellow"))
     if info.containment:
         kind, limits, capacity = (info.containment.get(key) for key in ("kind", "limits", "capacity"))
         say("contain   ", (esc(kind), "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"),

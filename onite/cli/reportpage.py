@@ -13,6 +13,10 @@ import stat
 from pathlib import Path
 
 from onite.app.common import label as name_label
+from onite.app.report import SHOWN_FAILURES, SHOWN_WAITING
+from onite.app.reporttext import (COLUMNS, MARK, failure_notes, failure_what, headline_parts, next_step,
+                                  others_failures_text, rows, state_word, timeline, told_failures, waiting_title,
+                                  window_text)
 from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.errors import InvalidInput
 from onite.core.safetext import printable
@@ -74,12 +78,9 @@ def gantt_svg(data) -> str:
     beside its row of the chart, a bar or a × centred on the name's line (at least a few pixels wide, however
     short the job); a time axis on top, each label within the chart (the first starts at its tick, the last ends
     at it); the ticks' lines down every row."""
-    from onite.app.reporttext import extent, state_word, ticks, timeline_span
-
-    start, end = timeline_span(data)
+    start, end, ticks, bars = timeline(data, 6)
     span = _RIGHT - _LEFT
-    marks = [(_LEFT + span * (when - start).total_seconds() / max((end - start).total_seconds(), 1e-6), label)
-             for when, label in ticks(start, end, 6)]
+    marks = [(_LEFT + span * at, label) for at, label in ticks]
     lines = "".join(f'<line x1="{_pct(x)}" y1="0" x2="{_pct(x)}" y2="100%"/>' for x, _ in marks)
     axis = []
     for i, (x, label) in enumerate(marks):
@@ -89,13 +90,12 @@ def gantt_svg(data) -> str:
     parts = [f'<div class=gantt role=img aria-label="timeline from {start.astimezone():%H:%M:%S} to '
              f'{end.astimezone():%H:%M:%S}"><span></span>',
              f'<svg class="axis" width="100%" height="{_TOP}">{lines}{"".join(axis)}</svg>']
-    for job in data.jobs:
+    for job, first, last, unrun in bars:
         word = state_word(job)
         colour = HTML_COLOUR.get(word, "#555")
         took = "never ran" if data.never_ran(job) else human_duration(job.duration)
         tip = f"{name_label(job.name)} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
-        first, last = extent(job, start, end)
-        if job.started is None or data.never_ran(job):
+        if unrun:
             mark = (f'<text class="never {word}" x="{_pct(_LEFT + span * last)}" y="50%" dy="0.35em" '
                     f'text-anchor="middle" fill="{colour}"><title>{_esc(tip)}</title>×</text>')
         else:
@@ -116,20 +116,13 @@ _STOPWATCH = ('<svg class=icon viewBox="0 0 16 16" width="0.9em" height="0.9em" 
               '<path d="M8 9.5V6.5M6 1.5h4M8 1.5v2.5" stroke="currentColor" stroke-width="2" fill="none"/></svg>')
 
 
-def _mark(word: str) -> str:
-    from onite.app.reporttext import MARK
-
-    return f'<span class="mark {word}">{_STOPWATCH if word == "timeout" else MARK.get(word, "")}</span>'
-
-
 def _item(kind: str, word: str, name: str, who: str, what: str, rest: str) -> str:
-    return (f'<li class="{kind} {word}">{_mark(word)} <span class=name>{_esc(name)}</span> ({_esc(who)}) '
-            f'<span class="state {word}">{_esc(what)}</span>{rest}</li>')
+    mark = _STOPWATCH if word == "timeout" else MARK.get(word, "")
+    return (f'<li class="{kind} {word}"><span class="mark {word}">{mark}</span> <span class=name>{_esc(name)}</span> '
+            f'({_esc(who)}) <span class="state {word}">{_esc(what)}</span>{rest}</li>')
 
 
 def _failure_item(data, job) -> str:
-    from onite.app.reporttext import failure_notes, failure_what, next_step, state_word
-
     _, note = failure_notes(data, job)
     note = f"<code>{_esc(note)}</code> (its owner or root)" if note.startswith("onite output ") else _esc(note)
     step = next_step(data, job)
@@ -153,10 +146,6 @@ def _section(key: str, title: str, items: list[str], after: str) -> str:
 
 def to_html(data) -> str:
     """The page: the headline, the failures, what is not finished, the timeline, the table."""
-    from onite.app.report import SHOWN_FAILURES, SHOWN_WAITING
-    from onite.app.reporttext import (COLUMNS, headline_parts, others_failures_text, rows, state_word, told_failures,
-                                      waiting_title, window_text)
-
     esc = _esc
     title = f"the night of {data.night.isoformat()}" if data.night else f"{data.now.astimezone():%Y-%m-%d %H:%M}"
     who = f"user <b>{esc(data.user)}</b>: " if data.user is not None else ""
