@@ -121,19 +121,10 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
                 error: bytes | None = None, comment: str | None = None, mem: int | None = None,
                 cpus: int | None = None) -> list[bytes]:
     """The sbatch command line for one job (the script goes to its stdin)."""
-    argv = [os.fsencode(sbatch)]
-    argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
-    if slurm.partition:
-        argv.append(os.fsencode(f"--partition={slurm.partition}"))
-    if slurm.account:
-        argv.append(os.fsencode(f"--account={slurm.account}"))
-    if timeout is not None:
-        argv.append(f"--time={time_limit_minutes(timeout)}".encode())
-    if mem:
-        argv.append(f"--mem={mem}M".encode())
-    if cpus:
-        argv.append(f"--cpus-per-task={cpus}".encode())
-    argv += [
+    chosen = {"partition": slurm.partition, "account": slurm.account,
+              "time": timeout is not None and time_limit_minutes(timeout), "mem": mem and f"{mem}M", "cpus-per-task": cpus}
+    argv = [sbatch, *slurm.sbatch_args, *(f"--{option}={value}" for option, value in chosen.items() if value)]
+    return [os.fsencode(arg) for arg in argv] + [
         b"--parsable",
         b"--no-requeue",  # a job that ran once must not run again behind onite's back (node failure)
         f"--job-name={job_label(name)}".encode(),
@@ -145,7 +136,6 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
         f"--nice={nice_for(priority, urgent, slurm.nice_step)}".encode(),
         *([f"--comment={comment}".encode()] if comment else []),
     ]
-    return argv
 
 
 def as_owner_in(cwd: bytes, argv: list[bytes]) -> list[bytes]:
