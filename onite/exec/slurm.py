@@ -62,9 +62,6 @@ class Submission:
     record_fd: int | None = None  # its run's record (O_APPEND), where its job's id goes; closed with it
     script_size: int = 0
 
-    def result(self) -> tuple[int, bytes, bytes]:
-        return self.proc.returncode, os.pread(self.out_fd, OUTPUT_LIMIT, 0), os.pread(self.err_fd, OUTPUT_LIMIT, 0)
-
     def close(self) -> None:
         for fd in (self.out_fd, self.err_fd, self.pidfd, self.record_fd):
             if fd is not None:
@@ -178,8 +175,9 @@ class SlurmRunner(Runner):
 
     def _took(self, run: Run, sub: Submission) -> Outcome | None:
         """An sbatch that is over: None once its job id is taken, else why not (``run.unavailable`` if unreached)."""
-        code, out, err = sub.result()
-        job_id, why = sbatch.answer(code, out, err, script_size=sub.script_size, cwd=run.job.cwd, owner=run.owner.name)
+        out, err = os.pread(sub.out_fd, OUTPUT_LIMIT, 0), os.pread(sub.err_fd, OUTPUT_LIMIT, 0)
+        job_id, why = sbatch.answer(sub.proc.returncode, out, err, script_size=sub.script_size, cwd=run.job.cwd,
+                                    owner=run.owner.name)
         if job_id is None:
             run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
             return Outcome(reason=why, never_started=True)  # sbatch refused it: Slurm never had it
