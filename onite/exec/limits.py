@@ -139,10 +139,8 @@ def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/
     else on v1, else none; the pids limit (``max_pids``; 0: none) on v2 where it can, else on v1."""
     if os.geteuid() != 0:
         return Limiter(why="the driver is not root", max_pids=max_pids)
-    v2 = pids_v2 = None
-    if v2_base is not None:
-        v2 = v2_base if _enable(v2_base, ("memory", "cpu")) else None
-        pids_v2 = v2_base if max_pids and _enable(v2_base, ("pids",)) else None
+    v2 = v2_base if v2_base is not None and _enable(v2_base, ("memory", "cpu")) else None
+    pids_v2 = v2_base if v2_base is not None and max_pids and _enable(v2_base, ("pids",)) else None
     wanted = (() if v2 else ("memory", "cpu", "cpuacct")) + (("pids",) if max_pids and not pids_v2 else ())
     mounts = cgroup_mounts(mountinfo)
     paths = own_cgroups(own)

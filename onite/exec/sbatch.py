@@ -122,7 +122,8 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
                 cpus: int | None = None) -> list[bytes]:
     """The sbatch command line for one job (the script goes to its stdin)."""
     chosen = {"partition": slurm.partition, "account": slurm.account,
-              "time": timeout is not None and time_limit_minutes(timeout), "mem": mem and f"{mem}M", "cpus-per-task": cpus}
+              "time": timeout is not None and time_limit_minutes(timeout),
+              "mem": mem and f"{mem}M", "cpus-per-task": cpus}
     argv = [sbatch, *slurm.sbatch_args, *(f"--{option}={value}" for option, value in chosen.items() if value)]
     return [os.fsencode(arg) for arg in argv] + [
         b"--parsable",

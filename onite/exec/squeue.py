@@ -149,7 +149,5 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
 def lost(job_id: str, *, unwatched: bool = False) -> Outcome:
     """A job the controller no longer knows (ended more than MinJobAge ago, or its state was lost);
     ``unwatched``: while no driver watched it."""
-    if unwatched:
-        return Outcome(reason=f"lost: Slurm forgot job {job_id} while no driver watched it; "
-                              "how it ended is unknown, and it was not run again")
-    return Outcome(reason=f"lost: Slurm forgot job {job_id}")
+    unwatched_text = " while no driver watched it; how it ended is unknown, and it was not run again"
+    return Outcome(reason=f"lost: Slurm forgot job {job_id}{unwatched_text if unwatched else ''}")
