@@ -84,7 +84,7 @@ def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str
     relative = own_cgroups(own).get(CGROUP2)
     if relative is None:
         return Containment(SUBREAPER, why="this process is in no cgroup v2")
-    base = os.path.normpath(f"{mount}/{relative.strip('/')}/{SUBTREE}") if relative.strip("/") else f"{mount}/{SUBTREE}"
+    base = os.path.normpath(f"{mount}/{relative}/{SUBTREE}")
     try:
         try:
             _probe(base)

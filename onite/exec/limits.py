@@ -64,11 +64,15 @@ class Limiter:
         """The v1 groups of one run, which its process joins."""
         return tuple(f"{base}/{run_id}" for _, base in self._controllers(v2_cgroup, cpus))
 
+    def _v2_group(self, run_id: str, v2_cgroup: str | None, base: str | None) -> str | None:
+        """Where ``base`` (a v2 folder holding a controller, or None) limits one run: its containment cgroup."""
+        return None if base is None else v2_cgroup or f"{base}/{run_id}"
+
     def steps(self, run_id: str, v2_cgroup: str | None, cpus: int | None) -> tuple[tuple, ...]:
         """Before the job's process exists (``apply``): make its v1 groups and set its CPU limit."""
         steps: list[tuple] = []
-        if self.v2 is not None and cpus is not None:
-            steps.append((f"{v2_cgroup or f'{self.v2}/{run_id}'}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
+        if cpus is not None and (v2 := self._v2_group(run_id, v2_cgroup, self.v2)) is not None:
+            steps.append((f"{v2}/cpu.max", f"{cpus * PERIOD} {PERIOD}", "cpu"))
         for controller, base in self._controllers(v2_cgroup, cpus):
             path = f"{base}/{run_id}"
             steps.append((path, None, "cpu" if controller == "cpu" else ""))
@@ -79,13 +83,9 @@ class Limiter:
 
     def pids_steps(self, run_id: str, v2_cgroup: str | None, room: int) -> tuple[tuple, ...]:
         """The write of one run's pids limit, ``room`` above ``max_pids`` (for its monitor), if any."""
-        if not self.max_pids:
-            return ()
-        if self.pids_v2 is not None:
-            where = v2_cgroup or f"{self.pids_v2}/{run_id}"
-        elif "pids" in self.v1:
-            where = f"{self.v1['pids']}/{run_id}"
-        else:
+        where = self._v2_group(run_id, v2_cgroup, self.pids_v2) or \
+            (f"{self.v1['pids']}/{run_id}" if "pids" in self.v1 else None)
+        if not self.max_pids or where is None:
             return ()
         return ((f"{where}/pids.max", str(self.max_pids + room), "pids"),)
 
@@ -94,9 +94,8 @@ class Limiter:
         (``apply_memory``): set before, the OOM killer could take the monitor rather than a small job."""
         if mem is None:
             return ()
-        if self.v2 is not None:
-            where = v2_cgroup or f"{self.v2}/{run_id}"
-            return ((f"{where}/memory.max", str(mem * MIB), "memory"), (f"{where}/memory.swap.max", "0", ""))
+        if (v2 := self._v2_group(run_id, v2_cgroup, self.v2)) is not None:
+            return ((f"{v2}/memory.max", str(mem * MIB), "memory"), (f"{v2}/memory.swap.max", "0", ""))
         if "memory" in self.v1:
             path = f"{self.v1['memory']}/{run_id}"
             return ((f"{path}/memory.limit_in_bytes", str(mem * MIB), "memory"),
@@ -104,22 +103,20 @@ class Limiter:
         return ()
 
     def reads(self, run_id: str, v2_cgroup: str | None) -> tuple[tuple, ...]:
-        """The files ``usage`` reads what one run used from, each (key, path, field, scale)."""
+        """The files ``usage`` reads what one run used from, each (key, path, field, scale): memory where
+        its limit is held, CPU from its cgroup v2 (cpu.stat needs no controller), else from v1 cpuacct."""
         reads: list[tuple] = []
-        made = dict(self._controllers(v2_cgroup, None))  # the groups read from are made whatever it asks
-        if "memory" in made:
-            group = f"{made['memory']}/{run_id}"
+        v2 = self._v2_group(run_id, v2_cgroup, self.v2)
+        if "memory" in self.v1:
+            group = f"{self.v1['memory']}/{run_id}"
             reads += [("peak_mem", f"{group}/memory.max_usage_in_bytes", None, 1),
                       ("oom", f"{group}/memory.oom_control", "oom_kill", 1)]
-        if "cpuacct" in made:
-            reads.append(("cpu", f"{made['cpuacct']}/{run_id}/cpuacct.usage", None, 1e9))
-        where = v2_cgroup or (f"{self.v2}/{run_id}" if self.v2 is not None else None)
-        if where is not None:
-            if self.v2 is not None and "memory" not in made:
-                reads += [("peak_mem", f"{where}/memory.peak", None, 1),
-                          ("oom", f"{where}/memory.events", "oom_kill", 1)]
-            if "cpuacct" not in made:
-                reads.append(("cpu", f"{where}/cpu.stat", "usage_usec", 1e6))
+        elif v2 is not None:
+            reads += [("peak_mem", f"{v2}/memory.peak", None, 1), ("oom", f"{v2}/memory.events", "oom_kill", 1)]
+        if v2_cgroup or v2:
+            reads.append(("cpu", f"{v2_cgroup or v2}/cpu.stat", "usage_usec", 1e6))
+        elif "cpuacct" in self.v1:
+            reads.append(("cpu", f"{self.v1['cpuacct']}/{run_id}/cpuacct.usage", None, 1e9))
         return tuple(reads)
 
     def groups_of(self, groups: object) -> tuple[str, ...]:
@@ -142,10 +139,8 @@ def discover(v2_base: str | None, max_pids: int = 0, *, mountinfo: str = "/proc/
     else on v1, else none; the pids limit (``max_pids``; 0: none) on v2 where it can, else on v1."""
     if os.geteuid() != 0:
         return Limiter(why="the driver is not root", max_pids=max_pids)
-    v2 = pids_v2 = None
-    if v2_base is not None:
-        v2 = v2_base if _enable(v2_base, ("memory", "cpu")) else None
-        pids_v2 = v2_base if max_pids and _enable(v2_base, ("pids",)) else None
+    v2 = v2_base if v2_base is not None and _enable(v2_base, ("memory", "cpu")) else None
+    pids_v2 = v2_base if v2_base is not None and max_pids and _enable(v2_base, ("pids",)) else None
     wanted = (() if v2 else ("memory", "cpu", "cpuacct")) + (("pids",) if max_pids and not pids_v2 else ())
     mounts = cgroup_mounts(mountinfo)
     paths = own_cgroups(own)

@@ -65,6 +65,10 @@ def output_pattern(path: bytes) -> bytes:
 
 # Short options of sbatch that take no argument: in "-vW" the W is an option of its own.
 _FLAGS = set("hHkOQsuvV")
+_ARRAY = "one onite job must be one Slurm job (no job arrays)"
+_WAIT = "sbatch must return at once (onite polls the job)"
+_HETJOB = "one onite job must be one Slurm job (no heterogeneous jobs)"
+_REFUSED = {"--array": _ARRAY, "-a": _ARRAY, "--wait": _WAIT, "-W": _WAIT, "hetjob": _HETJOB, "packjob": _HETJOB}
 
 
 def unsupported_directive(script: bytes) -> str | None:
@@ -83,31 +87,21 @@ def unsupported_directive(script: bytes) -> str | None:
         except ValueError:
             continue  # sbatch itself will complain about the quoting
         for word in words:
-            what = _refused_word(word)
+            what = _REFUSED.get(_option(word))
             if what:
                 return f"'#SBATCH {word}' is not supported: {what}"
     return None
 
 
-def _refused_word(word: str) -> str:
-    if word in ("hetjob", "packjob"):
-        return "one onite job must be one Slurm job (no heterogeneous jobs)"
+def _option(word: str) -> str:
+    """The option ``word`` gives (``--name``, or the first short one that is no flag: ``-vW`` → ``-W``)."""
     if word.startswith("--"):
-        option = word[2:].split("=", 1)[0]
-        if option == "array":
-            return "one onite job must be one Slurm job (no job arrays)"
-        if option == "wait":
-            return "sbatch must return at once (onite polls the job)"
-        return ""
-    if word.startswith("-") and len(word) > 1:
+        return word.split("=", 1)[0]
+    if word.startswith("-"):
         for letter in word[1:]:
-            if letter == "a":
-                return "one onite job must be one Slurm job (no job arrays)"
-            if letter == "W":
-                return "sbatch must return at once (onite polls the job)"
-            if letter not in _FLAGS:
-                break  # the rest is this option's argument
-    return ""
+            if letter not in _FLAGS or f"-{letter}" in _REFUSED:
+                return f"-{letter}"  # the rest is this option's argument
+    return word
 
 
 def run_comment(run_id: str, spool: str) -> str:
@@ -127,19 +121,11 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
                 error: bytes | None = None, comment: str | None = None, mem: int | None = None,
                 cpus: int | None = None) -> list[bytes]:
     """The sbatch command line for one job (the script goes to its stdin)."""
-    argv = [os.fsencode(sbatch)]
-    argv += [os.fsencode(arg) for arg in slurm.sbatch_args]
-    if slurm.partition:
-        argv.append(os.fsencode(f"--partition={slurm.partition}"))
-    if slurm.account:
-        argv.append(os.fsencode(f"--account={slurm.account}"))
-    if timeout is not None:
-        argv.append(f"--time={time_limit_minutes(timeout)}".encode())
-    if mem:
-        argv.append(f"--mem={mem}M".encode())
-    if cpus:
-        argv.append(f"--cpus-per-task={cpus}".encode())
-    argv += [
+    chosen = {"partition": slurm.partition, "account": slurm.account,
+              "time": timeout is not None and time_limit_minutes(timeout),
+              "mem": mem and f"{mem}M", "cpus-per-task": cpus}
+    argv = [sbatch, *slurm.sbatch_args, *(f"--{option}={value}" for option, value in chosen.items() if value)]
+    return [os.fsencode(arg) for arg in argv] + [
         b"--parsable",
         b"--no-requeue",  # a job that ran once must not run again behind onite's back (node failure)
         f"--job-name={job_label(name)}".encode(),
@@ -151,7 +137,6 @@ def sbatch_argv(sbatch: str, *, name: str, cwd: bytes, output: bytes, env_fd: in
         f"--nice={nice_for(priority, urgent, slurm.nice_step)}".encode(),
         *([f"--comment={comment}".encode()] if comment else []),
     ]
-    return argv
 
 
 def as_owner_in(cwd: bytes, argv: list[bytes]) -> list[bytes]:

@@ -62,48 +62,10 @@ class Submission:
     record_fd: int | None = None  # its run's record (O_APPEND), where its job's id goes; closed with it
     script_size: int = 0
 
-    def done(self) -> bool:
-        return self.proc.poll() is not None
-
-    def result(self) -> tuple[int, bytes, bytes]:
-        return self.proc.returncode, os.pread(self.out_fd, OUTPUT_LIMIT, 0), os.pread(self.err_fd, OUTPUT_LIMIT, 0)
-
-    def kill(self) -> None:
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
-        self.proc.wait()
-
     def close(self) -> None:
         for fd in (self.out_fd, self.err_fd, self.pidfd, self.record_fd):
             if fd is not None:
                 os.close(fd)
-
-
-def launch_sbatch(argv: list[bytes], script: bytes, *, env: dict, umask: int, pass_fds: tuple[int, ...],
-                  deadline: float, ident=None) -> Submission:
-    """Start ``argv`` with ``script`` on its stdin, as ``ident`` (None: as this process), in ``/``; OSError if not."""
-    script_fd = memory_file("onite-script", script)
-    out_fd = memory_file("onite-sbatch-out")
-    err_fd = memory_file("onite-sbatch-err")
-    try:
-        proc = subprocess.Popen(
-            argv, stdin=script_fd, stdout=out_fd, stderr=err_fd, env=env, cwd="/", umask=umask, pass_fds=pass_fds,
-            preexec_fn=_limit_files,
-            **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
-        )
-    except BaseException:
-        os.close(out_fd)
-        os.close(err_fd)
-        raise
-    finally:
-        os.close(script_fd)
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except OSError:
-        pidfd = None  # polled instead
-    return Submission(proc=proc, out_fd=out_fd, err_fd=err_fd, deadline=deadline, pidfd=pidfd)
 
 
 def _limit_files() -> None:
@@ -175,8 +137,10 @@ class SlurmRunner(Runner):
         self.runs.append(run)
 
     def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None):
+        """Start sbatch with ``script`` on its stdin, as the run's owner (when switching users), in ``/``."""
         job = run.job
         env_fd = memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
+        fds: list[int] = []  # its stdin, stdout and stderr
         try:
             argv = sbatch.sbatch_argv(self.sbatch, name=run.name, cwd=job.cwd, output=os.fsencode(output),
                                       error=os.fsencode(error) if error is not None else None,
@@ -184,19 +148,36 @@ class SlurmRunner(Runner):
                                       urgent=run.rank == 0, slurm=self.config.slurm,
                                       comment=sbatch.run_comment(run.run_id, run.spool) if run.spool else None,
                                       mem=run.mem, cpus=run.cpus)
-            try:
-                return launch_sbatch(sbatch.as_owner_in(job.cwd, argv), script, env=self._tool_env, umask=job.umask,
-                                     pass_fds=(env_fd,), ident=run.owner if self.switch_user else None,
-                                     deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
-            except OSError as err:
+            for name, data in (("onite-script", script), ("onite-sbatch-out", b""), ("onite-sbatch-err", b"")):
+                fds.append(memory_file(name, data))
+            ident = run.owner if self.switch_user else None
+            proc = subprocess.Popen(
+                sbatch.as_owner_in(job.cwd, argv), stdin=fds[0], stdout=fds[1], stderr=fds[2], env=self._tool_env,
+                cwd="/", umask=job.umask, pass_fds=(env_fd,), preexec_fn=_limit_files,
+                **({"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups)} if ident else {}),
+            )
+        except BaseException as err:
+            for fd in fds[1:]:
+                os.close(fd)
+            if isinstance(err, OSError):
                 raise SpawnError(f"cannot run sbatch: {err.strerror or err}") from None
+            raise
         finally:
             os.close(env_fd)
+            if fds:
+                os.close(fds[0])
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except OSError:
+            pidfd = None  # polled instead
+        return Submission(proc=proc, out_fd=fds[1], err_fd=fds[2], pidfd=pidfd,
+                          deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
 
     def _took(self, run: Run, sub: Submission) -> Outcome | None:
         """An sbatch that is over: None once its job id is taken, else why not (``run.unavailable`` if unreached)."""
-        code, out, err = sub.result()
-        job_id, why = sbatch.answer(code, out, err, script_size=sub.script_size, cwd=run.job.cwd, owner=run.owner.name)
+        out, err = os.pread(sub.out_fd, OUTPUT_LIMIT, 0), os.pread(sub.err_fd, OUTPUT_LIMIT, 0)
+        job_id, why = sbatch.answer(sub.proc.returncode, out, err, script_size=sub.script_size, cwd=run.job.cwd,
+                                    owner=run.owner.name)
         if job_id is None:
             run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
             return Outcome(reason=why, never_started=True)  # sbatch refused it: Slurm never had it
@@ -228,10 +209,11 @@ class SlurmRunner(Runner):
         now = self.clock.monotonic()
         for run in [r for r in self.runs if r.run_id in self._submitting]:
             sub = self._submitting[run.run_id]
-            if not sub.done():
+            if sub.proc.poll() is None:
                 if now < sub.deadline:
                     continue
-                sub.kill()
+                sub.proc.kill()
+                sub.proc.wait()
                 self._submitting.pop(run.run_id).close()
                 self._cancel_by_name(run)  # it may have submitted the job before it hung
                 failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))

@@ -60,14 +60,7 @@ def search_argv(squeue: str, name: str, uid: int, *, every: bool = False) -> lis
 def parse_search(text: str) -> list[tuple[str, str, str]]:
     """search_argv's lines → [(job id, state, comment)]; lines that do not parse are skipped. A comment
     may hold a newline and so forge a line: the caller acts only on the jobs of the owner it searched."""
-    found = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.rstrip().removesuffix("|").split("|", 2)]
-        if len(parts) == 3 and _JOB_ID.fullmatch(parts[0]):
-            state = parts[1].split()[0] if parts[1] else ""
-            if _STATE.fullmatch(state):
-                found.append((parts[0], state, parts[2]))
-    return found
+    return [(job_id, state, comment) for job_id, state, comment in _rows(text, 3)]
 
 
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?", re.ASCII)  # an array task is ID_TASK
@@ -76,20 +69,25 @@ _DIGITS = re.compile(r"[0-9]{1,12}", re.ASCII)  # str.isdigit would take "²", w
 _UID = re.compile(r"(?:[^()|]*\()?([0-9]{1,10})\)?", re.ASCII)
 
 
+def _rows(text: str, count: int):
+    """squeue's lines as lists of ``count`` fields cut at "|" (the last one takes the rest), whose first
+    two are a job id and a state (its first word: "CANCELLED by 0" in some versions) as Slurm writes them."""
+    for line in text.splitlines():
+        fields = [part.strip() for part in line.rstrip().removesuffix("|").split("|", count - 1)]
+        if len(fields) == count:
+            fields[1] = (fields[1].split() or [""])[0]
+            if _JOB_ID.fullmatch(fields[0]) and _STATE.fullmatch(fields[1]):
+                yield fields
+
+
 def parse(text: str) -> dict[str, JobStatus]:
     """squeue's lines → {job id: JobStatus}; lines that do not parse are skipped, and an id seen twice
     (no answer of Slurm's holds one job twice) is left out."""
     found: dict[str, JobStatus] = {}
     twice: set[str] = set()
-    for line in text.splitlines():
-        parts = line.rstrip().removesuffix("|").split("|")
-        if len(parts) != len(FIELDS):
-            continue
-        job_id, state, status, reason, start, user = (p.strip() for p in parts)
-        state = state.split()[0] if state else ""  # "CANCELLED by 0" in some versions
+    for job_id, state, status, reason, start, user in _rows(text, len(FIELDS)):
         owner = _UID.fullmatch(user)
-        if not _JOB_ID.fullmatch(job_id) or not _STATE.fullmatch(state) or owner is None \
-                or not (status == "" or _DIGITS.fullmatch(status)):
+        if owner is None or not (status == "" or _DIGITS.fullmatch(status)):
             continue
         if job_id in found:
             twice.add(job_id)
@@ -151,7 +149,5 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
 def lost(job_id: str, *, unwatched: bool = False) -> Outcome:
     """A job the controller no longer knows (ended more than MinJobAge ago, or its state was lost);
     ``unwatched``: while no driver watched it."""
-    if unwatched:
-        return Outcome(reason=f"lost: Slurm forgot job {job_id} while no driver watched it; "
-                              "how it ended is unknown, and it was not run again")
-    return Outcome(reason=f"lost: Slurm forgot job {job_id}")
+    unwatched_text = " while no driver watched it; how it ended is unknown, and it was not run again"
+    return Outcome(reason=f"lost: Slurm forgot job {job_id}{unwatched_text if unwatched else ''}")
