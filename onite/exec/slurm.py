@@ -240,7 +240,7 @@ class SlurmRunner(Runner):
     def _cancel_by_name(self, run: Run) -> None:
         """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
         self._run_tool([self.scancel, "--quiet", f"--name={job_label(run.name)}",
-                        f"--user={self._job_uid(run.owner.uid)}"])  # the Slurm jobs of the run's uid, as every scancel here
+                        f"--user={self._job_uid(run.owner.uid)}"])
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
