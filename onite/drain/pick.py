@@ -161,9 +161,7 @@ class Picker:
             st = os.lstat(cand.path)
         except FileNotFoundError:
             return Inspection(Look.GONE)
-        if st.st_ctime_ns != cand.ctime_ns:
-            night.index.reorder(cand, st.st_ctime_ns)
-            return Inspection(Look.MOVED)
+        # what may never run is judged before its place: changing its ctime over and over keeps none of it
         problem = night.jobs.problem(st)
         if problem is SETTLING:
             problem = self._settling_problem(cand, st)
@@ -171,6 +169,9 @@ class Picker:
                 return Inspection(Look.SETTLING, st)
             if problem == "moved":
                 return Inspection(Look.MOVED)
+        if not problem and st.st_ctime_ns != cand.ctime_ns:
+            night.index.reorder(cand, st.st_ctime_ns)
+            return Inspection(Look.MOVED)
         if not problem and key_uid(cand.name) != st.st_uid:
             problem = f"a forgery: named as {split_key(cand.name)[0]}'s job, but {user_name(st.st_uid)}'s file"
         if problem:
