@@ -49,10 +49,11 @@ class Spool:
 
     def find(self, name: str) -> bool:
         """Is a job of this name queued or running?"""
-        from onite.app.find import find
+        from onite.app.common import key_for
+        from onite.spool.scan import is_live
 
         self._spool.check()
-        return find(self._spool, name)
+        return is_live(self._spool, key_for(name))
 
 
 def _request(name: str, text: str | bytes, options: dict, *, unique: bool = False):

@@ -7,8 +7,9 @@ import sys
 import pytest
 
 from conftest import run_cli
-from onite.app import common, crontab, find, run, submit
+from onite.app import common, crontab, run, submit
 from onite.core.errors import InvalidInput, SpoolError
+from onite.spool.scan import is_live
 
 
 @pytest.mark.parametrize("argv0", ["-m", "-c", "/usr/lib/python3/site-packages/onite/__main__.py"])
@@ -47,7 +48,7 @@ def test_uniqname_avoids_live_and_kept_names(spool):
     target = common.open_spool(str(spool))
     me = common.me()
     name = submit.uniqname(target, "taken", me)
-    assert name.startswith("taken-") and not find.find(target, name)
+    assert name.startswith("taken-") and not is_live(target, common.key_for(name))
     with pytest.raises(InvalidInput):
         submit.uniqname(target, "../x", me)
 

@@ -137,9 +137,10 @@ def list_(
 @app.command()
 def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Exit 0 if a job NAME is queued or running, 1 if not."""
-    from onite.app.find import find as find_job
+    from onite.app.common import key_for  # scripts ask in loops: only what it reads is imported
+    from onite.spool.scan import is_live
 
-    if not find_job(open_spool(spool, reading=True), name):
+    if not is_live(open_spool(spool, reading=True), key_for(name)):
         raise typer.Exit(1)
 
 
