@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from datetime import datetime, time as dtime
@@ -49,57 +50,46 @@ def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, ho
     command line shows the drain (onite.cli.progress)."""
     from onite.drain.driver import Driver
 
-    word = _DrainingWord.taken()
-    if word is not None:
-        listener = word.listener(listener)
+    word = _detach_word()
+    if word:
+        listener = _saying_draining(word, listener)
     driver = Driver(target, host=host, slots=slots, until=until, echo=echo, listener=listener, tick=tick,
                     clock=clock)
     try:
         return driver.run(scheduled=scheduled, leaving=True)
     finally:
-        if word is not None:
-            word.close()
+        while word:
+            os.close(word.pop())
 
 
-class _DrainingWord:
-    """How a background driver tells ``detach_driver`` that it drains: DRAINING on the descriptor named
-    by DETACH_REPORT, written at the driver's ``driver-start`` (it holds the lock and drains); its
-    exit, with that descriptor closed unsaid, is its other word."""
+def _detach_word() -> list[int]:
+    """How a background driver tells ``detach_driver`` that it drains: DRAINING on the descriptor named by
+    DETACH_REPORT, written at its ``driver-start`` (it holds the lock and drains); its exit, with that descriptor
+    closed unsaid, is its other word. [the descriptor] in the driver detach_driver started, [] in any other
+    ``onite run``; taken out of the environment and out of reach of what this process starts."""
+    value = os.environ.pop(DETACH_REPORT, None)
+    if value is None or not value.isdigit():
+        return []
+    try:
+        os.set_inheritable(int(value), False)
+    except OSError:
+        return []
+    return [int(value)]
 
-    def __init__(self, fd: int) -> None:
-        self.fd: int | None = fd
 
-    @classmethod
-    def taken(cls) -> _DrainingWord | None:
-        """The descriptor ``detach_driver`` gave this process, or None in any other ``onite run``;
-        taken out of the environment and out of reach of what this process starts."""
-        value = os.environ.pop(DETACH_REPORT, None)
-        if value is None or not value.isdigit():
-            return None
-        try:
-            os.set_inheritable(int(value), False)
-        except OSError:
-            return None
-        return cls(int(value))
-
-    def listener(self, then):
-        """A log listener that says DRAINING at ``driver-start``, then tells ``then`` of every event."""
-        def tell(when, event, name, fields) -> None:
-            if event == "driver-start" and self.fd is not None:
-                try:
-                    os.write(self.fd, DRAINING)
-                except OSError:  # the command that started it is gone: nobody waits for the word
-                    pass
-                self.close()
-            if then is not None:
-                then(when, event, name, fields)
-
-        return tell
-
-    def close(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
+def _saying_draining(word: list[int], then):
+    """A log listener that says DRAINING on ``word``'s descriptor (then closed) at ``driver-start``, and tells
+    ``then`` of every event."""
+    def tell(when, event, name, fields) -> None:
+        if event == "driver-start" and word:
+            fd = word.pop()
+            with contextlib.suppress(OSError):  # the command that started it is gone: nobody waits for the word
+                os.write(fd, DRAINING)
             os.close(fd)
+        if then is not None:
+            then(when, event, name, fields)
+
+    return tell
 
 
 def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None = None, until: str | None = None,
@@ -142,13 +132,6 @@ def host_claims(spool: str | None, host: str) -> tuple[SpoolDir, list[str]]:
     if os.geteuid() != 0 and not os.access(target.running_root, os.W_OK):  # a personal spool's owner may
         raise Refused("onite recover is for root", "run it with sudo")
     return target, [entry.name for entry in running_entries(target, host)]
-
-
-def recover_host(target: SpoolDir, host: str) -> list[str]:
-    """``onite recover --host HOST``, once confirmed: requeue (or fail) HOST's claimed jobs; their names."""
-    from onite.drain.driver import Driver
-
-    return Driver(target, host=host).recover_host()
 
 
 def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: str | None,

@@ -80,6 +80,7 @@ def recover(
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
     from onite.app import run as run_app
     from onite.app.common import label
+    from onite.drain.driver import Driver
 
     target, claims = run_app.host_claims(spool_of(spool), host)
     if not claims:
@@ -91,7 +92,7 @@ def recover(
             "requeue them? [y/N] "):
         print("nothing changed")
         return
-    done = run_app.recover_host(target, host)
+    done = Driver(target, host=host).recover_host()  # requeued (or failed, per on_interrupt)
     print(f"recovered {len(done)} job(s) of host {host}: {', '.join(map(label, done))}")
 
 
