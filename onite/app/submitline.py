@@ -33,35 +33,29 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
                    confirm: bool = True) -> tuple[str | None, str | None]:
-    """``onite submit`` once parsed: spool the job(s); the line for stdout, and the ``confirmation``."""
+    """``onite submit`` once parsed: spool stdin (or a command after ``--``) as one job, or with ``lines`` a job a
+    line; the line for stdout, and the ``confirmation``."""
+    target = open_spool(spool)
     if lines:
-        target, names = submit_lines(request, spool, now)
+        names = submit_lines(request, target, now)
         said = None
         if confirm:
             job = build_job(replace(request, name=names[0], body=b"-", unique=False), capture(now), target.config, me())
             said = confirmation(target, names, job, held=request.hold, now=now)
         return "\n".join(names), said  # a name a line, for scripts; what was spooled is said on stderr
-    target, job = submit_stdin(request, spool, now)
-    said = confirmation(target, [label(job.name)], job, held=request.hold, now=now) if confirm else None
-    return (label(job.name) if request.unique else None), said
-
-
-def submit_stdin(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, Job]:
-    """``onite submit NAME``: spool stdin (or a command after ``--``) as one job; the spool and the Job."""
-    target = open_spool(spool)
     limit = target.config.max_job_size
     if not request.body:
         request = replace(request, body=read_job_text(limit))
     elif len(request.body) > limit:
         raise InvalidInput(f"the command is longer than max_job_size ({limit} bytes)",
                            "spool a short script that runs it instead")
-    captured = capture(now)
-    return target, spool_job(target, request, captured, identity.current())
+    job = spool_job(target, request, capture(now), identity.current())
+    said = confirmation(target, [label(job.name)], job, held=request.hold, now=now) if confirm else None
+    return (label(job.name) if request.unique else None), said
 
 
-def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tuple[SpoolDir, list[str]]:
-    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; the spool and the names."""
-    target = open_spool(spool)
+def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> list[str]:
+    """``onite submit NAME --lines``: a job a line, NAME-00001, NAME-00002, …; their names."""
     lines = [line for line in read_stdin(target.config.max_job_size).split(b"\n") if line.strip()]
     if not lines:
         raise InvalidInput("no job on stdin: every line is empty", "one command a line: onite submit NAME --lines < jobs.txt")
@@ -78,7 +72,7 @@ def submit_lines(request: SubmitRequest, spool: str | None, now: datetime) -> tu
                            f"use at most {room} characters before -{'0' * width}")
     requests = [replace(request, name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
                 for i, line in enumerate(lines, 1)]
-    return target, submit_many(target, requests, capture(now), caller)
+    return submit_many(target, requests, capture(now), caller)
 
 
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
