@@ -49,26 +49,30 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
         check_capacity(spool.config, new)
     if changes.after is not None:
         check_after(spool, [new])
-    if new.priority != job.priority:
+    if new.priority != job.priority:  # the job, edited, at the end of its new folder
         if job.urgent:
             raise InvalidInput(f"job {text!r} is urgent: it runs before every priority", "leave out -p")
-        return _move(spool, entry.path, new, owner, text)
-    if not os.path.isdir(spool.edit_dir):
-        raise Refused(f"this spool has no {spool.edit_dir} folder yet", "ask root to run onite init")
-    marker = add_edit(spool.edit_dir, new, owner)
-    try:
-        there = os.lstat(entry.path)
-    except FileNotFoundError:
-        there = None
-    if there is not None and there.st_ino == st.st_ino:
-        for older in trusted(read_markers(spool.edit_dir).get(name, []), name):  # the new one says it all
-            if older.path != marker and older.uid == os.geteuid():
-                withdraw_edit(older.path)
-        return f"{label(name)}: changed; it keeps its place"
-    if withdraw_edit(marker):  # the driver had not taken it: nothing changed
-        raise Refused(f"job {text!r} started just now: nothing changed",
-                      f"change it for its next run: onite restart {text} …")
-    return f"{label(name)}: changed as it started"
+        done = move_edited(entry.path, spool.folder_for(new.priority, False), new, owner)
+        if done == "changed":
+            return f"{label(new.name)}: changed as it started (in its old priority)"
+        if done != "started":
+            return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there"
+    else:
+        if not os.path.isdir(spool.edit_dir):
+            raise Refused(f"this spool has no {spool.edit_dir} folder yet", "ask root to run onite init")
+        marker = add_edit(spool.edit_dir, new, owner)
+        try:
+            there = os.lstat(entry.path)
+        except FileNotFoundError:
+            there = None
+        if there is not None and there.st_ino == st.st_ino:
+            for older in trusted(read_markers(spool.edit_dir).get(name, []), name):  # the new one says it all
+                if older.path != marker and older.uid == os.geteuid():
+                    withdraw_edit(older.path)
+            return f"{label(name)}: changed; it keeps its place"
+        if not withdraw_edit(marker):  # the driver took it as it claimed the job
+            return f"{label(name)}: changed as it started"
+    raise Refused(f"job {text!r} started just now: nothing changed", f"change it for its next run: onite restart {text} …")
 
 
 def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
@@ -92,16 +96,4 @@ def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
         raise Refused(f"job {text!r} has finished: it cannot be edited",
                       f"spool it again with the new options: onite restart {text} …")
     raise NotFound(f"no queued job {text!r}", "see onite list")
-
-
-def _move(spool: SpoolDir, path, new, owner, text: str) -> str:
-    """A new priority: the job, edited, at the end of its new folder."""
-    folder = spool.folder_for(new.priority, False)
-    done = move_edited(path, folder, new, owner)
-    if done == "started":
-        raise Refused(f"job {text!r} started just now: nothing changed",
-                      f"change it for its next run: onite restart {text} …")
-    if done == "changed":
-        return f"{label(new.name)}: changed as it started (in its old priority)"
-    return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there"
 
