@@ -78,15 +78,10 @@ class Daemon:
         return self.spool.state_path(DAEMON_STATE, self.host)
 
     def run(self, *, leaving: bool = False) -> int:
-        """Lock, catch up a missed night if its window is open, then wake and drain until stopped
-        (``leaving``: the process ends with it).
-
-        Raises:
-            Refused: the spool is not writable by this user, or another daemon runs for this host.
-            InvalidInput: the schedule in onite.toml is not valid.
-            ConfigError: the reserve leaves nothing of this machine for jobs (after a reload, each drain
-                logs that instead).
-        """
+        """Lock, catch up a missed night if its window is open, then wake and drain until stopped (``leaving``: the
+        process ends with it). Refused: the spool is not this user's to drain, or another daemon runs for this
+        host; InvalidInput: a bad schedule; ConfigError: the reserve leaves nothing for jobs (after a reload, each
+        drain logs that instead)."""
         trust.check_drainable(self.spool, "onite daemon")
         self.schedule = validate_schedule(tuple(self.spool.config.schedule))
         check_capacity(self.spool.config, self.host)
@@ -111,11 +106,8 @@ class Daemon:
         return 0
 
     def _lock(self):
-        """This host's driver lock; wait while a plain driver holds it, refuse a second daemon.
-
-        Raises:
-            Refused: another daemon runs for this host (its heartbeat says so).
-        """
+        """This host's driver lock; wait while a plain driver holds it (None: stopped meanwhile). Refused: another
+        daemon runs for this host (its heartbeat says so)."""
         holder = f"pid={os.getpid()} host={self.host} since={self.started_at.isoformat()} role=daemon"
         announced = False
         while True:
@@ -145,10 +137,7 @@ class Daemon:
             self.last = now
             self._save_state()
         self._plan_next()
-        self.log.event("daemon-start", host=self.host, schedule=",".join(self.schedule) or "-",
-                       until=self.until.strftime("%H:%M") if self.until else None,
-                       next=self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None,
-                       pid=os.getpid())
+        self.log.event("daemon-start", host=self.host, **self._plan_fields(), pid=os.getpid())
         drained = self._scheduled(now)
         if self.drain_now and not drained and not self.stopping:
             self.log.event("drain-now", note="draining once at start, then following the schedule")
@@ -175,6 +164,11 @@ class Daemon:
                        default=None)
             timeout = POLL if wake is None else min(POLL, max((wake - now).total_seconds(), 0.0))
             self._sleep(timeout)
+
+    def _plan_fields(self) -> dict:
+        """The schedule, the --until time and the next scheduled drain, as the log says them."""
+        return {"schedule": ",".join(self.schedule) or "-", "until": self.until.strftime("%H:%M") if self.until else None,
+                "next": self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None}
 
     def _plan_next(self) -> None:
         self.next_scheduled = next_drain(self.schedule, self.last) if self.schedule else None
@@ -290,8 +284,7 @@ class Daemon:
             elif sig == signal.SIGHUP:
                 self._reload()
             elif sig == signal.SIGUSR1:
-                self.log.event("status", host=self.host, role="daemon",
-                               next=self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None,
+                self.log.event("status", host=self.host, role="daemon", next=self._plan_fields()["next"],
                                recurring=len(self.recur.templates), timed=self.watch.timed())
 
     def _reload(self) -> None:
@@ -303,9 +296,7 @@ class Daemon:
             self.log.event("reload-failed", error=str(err), note="keeping the previous settings")
             return
         self._after_reload()
-        self.log.event("reloaded", schedule=",".join(self.schedule) or "-",
-                       until=self.until.strftime("%H:%M") if self.until else None,
-                       next=self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None)
+        self.log.event("reloaded", **self._plan_fields())
 
     def _after_reload(self) -> None:
         """The driver may have re-read onite.toml on HUP: follow its schedule and folders."""
