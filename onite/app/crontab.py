@@ -8,7 +8,6 @@ world-readable record of what was installed (onite.spool.cronrecords), for statu
 from __future__ import annotations
 
 import os
-import pwd
 import shlex
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from onite.app.common import open_spool
+from onite.app.common import me, open_spool
 from onite.core.schedule import next_drain, validate_schedule
 from onite.core.errors import InvalidInput, Refused, SpoolError
 from onite.spool.cronrecords import CronRecord, record_path, write_record
@@ -129,11 +128,7 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
     begin, end = markers(root)
     _crontab("\n".join(kept + ([""] if kept else []) + [begin, *entries, end]) + "\n")
     upcoming = next_drain(schedule, now)
-    try:
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        user = str(os.geteuid())
-    write_record(root, CronRecord(host, os.uname().nodename, schedule, command, now, user, upcoming))
+    write_record(root, CronRecord(host, os.uname().nodename, schedule, command, now, me(), upcoming))
     lines = [f"{'replaced' if replaced else 'installed'} the cron entry of {root} in your crontab:",
              *(f"  {entry}" for entry in entries)]
     if not cron_daemon_running():  # then status and submit tell users that nothing is scheduled: so does this

@@ -94,9 +94,7 @@ def _finished_path(spool: SpoolDir, name: str, caller_uid: int):
     withdrawn = [e for e in withdrawn_entries(spool) if e.name == name and e.uid == caller_uid]
     if withdrawn:
         return max(withdrawn, key=lambda e: e.ctime_ns).path
-    if is_live(spool, name):
-        hint = "it is queued or running; restart it once it has finished"
-    else:
-        hint = "see onite list --all; each user's last `keep` finished jobs are kept"
-    raise NotFound(f"no finished job {label(name)!r} is kept", hint)
+    raise NotFound(f"no finished job {label(name)!r} is kept",
+                   "it is queued or running; restart it once it has finished" if is_live(spool, name)
+                   else "see onite list --all; each user's last `keep` finished jobs are kept")
 

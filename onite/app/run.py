@@ -145,11 +145,10 @@ def detach_driver(target: SpoolDir, slots: int | None, until: str | None, host: 
     from onite.drain.signals import SignalCatcher
 
     argv = [sys.executable, "-m", "onite", "run", "--spool", str(target.root)]
-    argv += ["--slots", str(slots)] if slots else []
-    argv += ["--until", until] if until else []
-    argv += ["--host", host] if host else []
-    argv += ["--scheduled"] if scheduled else []
-    argv += ["--quiet"]  # it logs to onite.log; its stderr says only why it could not start
+    for option, value in (("--slots", slots and str(slots)), ("--until", until), ("--host", host)):
+        argv += [option, value] if value else []
+    # --quiet: it logs to onite.log; its stderr says only why it could not start
+    argv += ["--scheduled"] * scheduled + ["--quiet"]
     env = dict(os.environ)
     by = hb.started_by(hb.Role.RUN)
     if by in ("cron", "timer", "hand", "systemd"):
