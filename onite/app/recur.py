@@ -138,8 +138,8 @@ def templates_json(views: list[TemplateView], now: datetime) -> str:
 def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
     """The next due recurring jobs, soonest first, for ``onite status``."""
     views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))
-    return [{key: v.to_json()[key] for key in ("name", "user", "rule", "next", "priority", "urgent")}
-            for v in views[:limit]]
+    return [{key: view[key] for key in ("name", "user", "rule", "next", "priority", "urgent")}
+            for view in (v.to_json() for v in views[:limit])]
 
 
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
