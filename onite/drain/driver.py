@@ -23,7 +23,6 @@ from onite.drain import heartbeat as hb, signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
-from onite.drain.orphans import Orphans
 from onite.drain.pack import Packer, check_capacity
 from onite.drain.pick import Picker
 from onite.drain.recovery import Recovery
@@ -81,8 +80,7 @@ class Driver:
         self.picker = Picker(night, self.finisher, self.packer)
         self.starter = Starter(night, self.finisher)
         self.cancels = CancelInbox(night, self.finisher)
-        self.recovery = Recovery(night, self.finisher, Orphans(night, self._containment, self._limiter,
-                                                                  self.make_runner))
+        self.recovery = Recovery(night, self.finisher, self._containment, self._limiter, self.make_runner)
         self.log.on_failure = self.finisher.note_cannot_record  # a night that cannot be logged stops
 
     @property
@@ -205,7 +203,6 @@ class Driver:
             self.log.event("driver-busy", host=self.host, holder="unknown (no heartbeat)",
                            note="another driver is draining this spool on this host; exiting")
             return
-        role = "daemon" if beat.role == hb.Role.DAEMON else "driver"
         if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
             from onite.drain.wake import request_wake
 
@@ -213,9 +210,9 @@ class Driver:
                 self.log.event("drain-handed", host=self.host, daemon=beat.pid,
                                note="the daemon of this host was idle: it drains now")
                 return
-        self.log.event("driver-busy", host=self.host, pid=beat.pid, role=role,
+        self.log.event("driver-busy", host=self.host, pid=beat.pid, role=beat.kind,
                        since=beat.since.isoformat(timespec="seconds"), started_by=beat.started_by,
-                       state=beat.state if role == "daemon" else None,
+                       state=beat.state if beat.role == hb.Role.DAEMON else None,
                        note="another driver is draining this spool on this host; exiting")
 
     def _start_heartbeat(self) -> None:
