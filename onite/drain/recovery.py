@@ -25,6 +25,7 @@ from onite.core.job import MAX_RETRIES, Job
 from onite.core.names import is_valid_key, run_id_host
 from onite.core.runrecord import RunRecord, admitted_need
 from onite.core.state import JobState, Result, unrun_result
+from onite.core.timeparse import parse_stamp
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.exec import contain, limits
@@ -56,7 +57,10 @@ class Recovery:
     def recover(self) -> None:
         """Deal with every claim in running/HOST/."""
         night = self.night
-        self.sweep_cgroups()
+        folders = [self.containment.base] if self.containment.base else []
+        removed = contain.sweep_stale(folders + list(self.limiter.v1.values()))
+        if removed:  # empty, for their drivers were killed before they wrote a run record
+            night.log.event("pruned", cgroups=removed, note="empty job cgroups that killed drivers left")
         try:
             names = os.listdir(night.running_dir)
         except FileNotFoundError:
@@ -153,7 +157,7 @@ class Recovery:
             self.finisher.move_aside(record_path, night.spool.record_label(name), None,
                                      "a damaged run record of a job no longer claimed", file_result=False)
             return
-        started = _aware(rec.get("started"))
+        started = parse_stamp(rec.get("started"))
         if self._log_if_filed(name, rec) or self._superseded(name, uid, started):
             remove_file(record_path)
             return
@@ -233,7 +237,7 @@ class Recovery:
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or "run_id" not in info:
                 raise
-            submitted = _aware(info.get("queued")) or _aware(info.get("started")) or night.clock.now()
+            submitted = parse_stamp(info.get("queued")) or parse_stamp(info.get("started")) or night.clock.now()
             job = _stand_in(name, info, submitted, night.host)
             night.log.event("warning", name, error=f"its job file changed while it ran ({err})",
                         note="recovered from its run record")
@@ -241,11 +245,11 @@ class Recovery:
         rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
 
         run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
-                  started=_aware(info.get("started")) or night.clock.now(), started_mono=night.clock.monotonic(),
+                  started=parse_stamp(info.get("started")) or night.clock.now(), started_mono=night.clock.monotonic(),
                   spool=str(night.spool.root), record_path=night.spool.run_record_path(night.host, name))
-        run.queued_at = _aware(info.get("queued"))
+        run.queued_at = parse_stamp(info.get("queued"))
         run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
-        deadline = _aware(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
+        deadline = parse_stamp(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
         if "deadline" in info and (info["deadline"] is None or (deadline is not None and deadline >= run.started)):
             run.job = replace(job, timeout=deadline - run.started if deadline is not None else None)
         return run
@@ -278,7 +282,7 @@ class Recovery:
         outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
         night.log.event("recovered", name, action="filed how it ended while no driver was running",
                         outcome=outcome.describe() or "exit 0")
-        self.finisher.record(run, outcome, _aware(rec.ended_at) or night.clock.now())
+        self.finisher.record(run, outcome, parse_stamp(rec.ended_at) or night.clock.now())
 
     def _drop(self, name: str, path: Path, run: Run) -> None:
         """A later attempt is already spooled: this claim is stale, and must neither run nor be filed."""
@@ -411,7 +415,7 @@ class Recovery:
             job, st = read_job_file(path, night.jobs.max_size)
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
-        started = _aware(info.get("started"))
+        started = parse_stamp(info.get("started"))
         result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
                               reason=f"interrupted: {what}", host=night.host, now=night.clock.now(), job=job,
                               urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
@@ -419,15 +423,6 @@ class Recovery:
             night.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
             night.notifier.notify(result, job, night.config)
 
-
-    def sweep_cgroups(self) -> None:
-        """Remove the empty job cgroups that drivers killed before they wrote a run record left."""
-        night = self.night
-        folders = [self.containment.base] if self.containment.base else []
-        folders += list(self.limiter.v1.values())
-        removed = contain.sweep_stale(folders)
-        if removed:
-            night.log.event("pruned", cgroups=removed, note="empty job cgroups that killed drivers left")
 
     def monitor_alive(self, rec: RunRecord) -> bool:
         """Is the monitor a run record names still that process, and alive?"""
@@ -485,15 +480,6 @@ def _owner(path: Path) -> int | None:
     try:
         return os.lstat(path).st_uid
     except OSError:
-        return None
-
-
-def _aware(text) -> datetime | None:
-    """The aware time ``text`` (from a run record) gives, if it gives one."""
-    try:
-        value = datetime.fromisoformat(text)
-        return value if value.tzinfo else None
-    except (TypeError, ValueError):
         return None
 
 
