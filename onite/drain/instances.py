@@ -76,10 +76,10 @@ class RecurScheduler:
         """The earliest next fire over all usable templates (after ``refresh``)."""
         return min((t.next for t in self.templates.values() if t.next is not None), default=None)
 
-    def refresh(self) -> None:
-        """Look at recur/ again (at most every REFRESH_EVERY seconds)."""
+    def refresh(self, *, force: bool = False) -> None:
+        """Look at recur/ again (at most every REFRESH_EVERY seconds unless forced)."""
         now_mono = self.clock.monotonic()
-        if now_mono - self._refreshed < REFRESH_EVERY:
+        if not force and now_mono - self._refreshed < REFRESH_EVERY:
             return
         self._refreshed = now_mono
         self._state = load_state(self.spool)
