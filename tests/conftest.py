@@ -93,7 +93,7 @@ needs_root = pytest.mark.skipif(not ROOT, reason="needs root: acts as a second u
 
 def job_cgroup_folders() -> list[str]:
     """The folders a driver here makes job cgroups in: its cgroup v2 subtree and its v1 groups' folders
-    (onite.drain.orphans sweeps the same ones)."""
+    (onite.drain.recovery sweeps the same ones)."""
     from onite.exec import contain, limits
 
     found = contain.discover(True)

@@ -21,10 +21,9 @@ from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.schedule import last_fire, next_drain, validate_schedule
 from onite.core.window import plan
 from onite.drain import heartbeat as hb
-from onite.drain.driver import Driver, take_host_lock
+from onite.drain.driver import Driver, check_capacity, take_host_lock
 from onite.drain.heartbeat import BeatState, Heartbeat, Role
 from onite.drain.instances import READ_BUDGET, RecurScheduler
-from onite.drain.pack import check_capacity
 from onite.drain.signals import SignalCatcher
 from onite.spool import trust
 from onite.spool.files import replace_file

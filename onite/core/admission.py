@@ -1,6 +1,6 @@
 """Admission (pure): when a job's request may start on a host, in strict order or with backfill.
 
-``admit`` is the one rule, for the driver (onite.drain.pack) and for why ``onite list`` says a job waits:
+``admit`` is the one rule, for the driver (onite.drain.pick) and for why ``onite list`` says a job waits:
 in strict order nothing passes the first job that waits for room (the head); with backfill a later job may
 start where it cannot delay the head's start, estimated from time limits as Slurm's backfill does.
 """

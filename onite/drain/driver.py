@@ -17,18 +17,17 @@ from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, SpoolIOError
 from onite.core.names import is_valid_key
 from onite.core.policy import window_end
-from onite.core.resources import capacity_text
+from onite.core.resources import capacity_text, host_capacity
 from onite.core.state import Stop
 from onite.drain import heartbeat as hb, signals
 from onite.drain.cancels import CancelInbox
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
-from onite.drain.orphans import Orphans
-from onite.drain.pack import Packer, check_capacity
 from onite.drain.pick import Picker
 from onite.drain.recovery import Recovery
 from onite.drain.start import Starter
 from onite.exec import contain, limits
+from onite.exec.limits import machine
 from onite.exec.notify import Notifier
 from onite.exec.runner import Runner
 from onite.spool import locks, trust
@@ -77,12 +76,10 @@ class Driver:
                            window_end=window_end(self.started_at, self.until), only_timed=only_timed)
         night = self.night
         self.finisher = Finisher(night)
-        self.packer = Packer(night)
-        self.picker = Picker(night, self.finisher, self.packer)
+        self.picker = Picker(night, self.finisher)
         self.starter = Starter(night, self.finisher)
         self.cancels = CancelInbox(night, self.finisher)
-        self.recovery = Recovery(night, self.finisher, Orphans(night, self._containment, self._limiter,
-                                                                  self.make_runner))
+        self.recovery = Recovery(night, self.finisher, self._containment, self._limiter, self.make_runner)
         self.log.on_failure = self.finisher.note_cannot_record  # a night that cannot be logged stops
 
     @property
@@ -205,7 +202,6 @@ class Driver:
             self.log.event("driver-busy", host=self.host, holder="unknown (no heartbeat)",
                            note="another driver is draining this spool on this host; exiting")
             return
-        role = "daemon" if beat.role == hb.Role.DAEMON else "driver"
         if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
             from onite.drain.wake import request_wake
 
@@ -213,9 +209,9 @@ class Driver:
                 self.log.event("drain-handed", host=self.host, daemon=beat.pid,
                                note="the daemon of this host was idle: it drains now")
                 return
-        self.log.event("driver-busy", host=self.host, pid=beat.pid, role=role,
+        self.log.event("driver-busy", host=self.host, pid=beat.pid, role=beat.kind,
                        since=beat.since.isoformat(timespec="seconds"), started_by=beat.started_by,
-                       state=beat.state if role == "daemon" else None,
+                       state=beat.state if beat.role == hb.Role.DAEMON else None,
                        note="another driver is draining this spool on this host; exiting")
 
     def _start_heartbeat(self) -> None:
@@ -275,7 +271,7 @@ class Driver:
                        contain=self._containment.describe() if local else None,
                        limits=self._limiter.describe() if local else None,
                        pam=pam.describe() if pam is not None else None,
-                       capacity=capacity_text(self.packer.capacity()) if local else None)
+                       capacity=capacity_text(self.picker.capacity()) if local else None)
         night.metrics.drain_started(self.clock.now())
         # the signal catcher ``run`` installed, or one for this drain (the daemon's signals list)
         catcher = nullcontext(self.wakeup_fd) if self.wakeup_fd is not None else signals.SignalCatcher(self.signals)
@@ -430,6 +426,14 @@ class Driver:
         night.window_end = window_end(now, self.until)
         self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
                        note="a scheduled drain time came; every queued job may run now")
+
+
+def check_capacity(config, host: str) -> None:
+    """Refuse to drain ``host`` (this machine's) where its capacity is empty, before anything is
+    claimed: every job with a request would otherwise be failed as too big.
+    Raises ConfigError: the reserve leaves nothing of this machine for jobs."""
+    if config.executor == "local":
+        host_capacity(config, host, machine())
 
 
 def take_host_lock(spool: SpoolDir, host: str, holder: str, timeout: float = 0.5) -> locks.Lock | None:

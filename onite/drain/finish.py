@@ -89,9 +89,9 @@ class Finisher:
         night = self.night
         night.starts.flush(until=run)
         if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
-            self.put_back_unstarted(run, night.running_dir / run.name, run.unrecorded)
+            self.put_back_unstarted(run, run.unrecorded)
         elif run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
-            self.pause_starts(run, night.running_dir / run.name, run.unavailable)
+            self.pause_starts(run, run.unavailable)
         elif run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
             self._requeue_interrupted(run)
         else:
@@ -164,14 +164,19 @@ class Finisher:
                     after=f"{delay:g}s", reason=attempt.reason)
         return True
 
+    def _requeue_run(self, run: Run) -> None:
+        """Put ``run``'s claim back in its queue, then remove its record (until then it tells recovery
+        where the claim stands). Raises as ``requeue_file``."""
+        self.requeue_file(self.night.running_dir / run.name, run.name, run.rank)
+        remove_file(run.record_path)
+
     def _requeue_interrupted(self, run: Run) -> None:
         night = self.night
         try:
-            self.requeue_file(night.running_dir / run.name, run.name, run.rank)
+            self._requeue_run(run)
         except OniteError as err:
             night.log.event("error", run.name, error=str(err))
             return
-        remove_file(night.spool.run_record_path(night.host, run.name))
         night.counts["requeued"] += 1
         night.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
@@ -277,20 +282,16 @@ class Finisher:
                 self.move_aside(path, name, st, reason)
                 break
 
-    def put_back_unstarted(self, run: Run, claimed: Path, why: str) -> None:
+    def put_back_unstarted(self, run: Run, why: str) -> None:
         """Nothing of ``run`` started, for nothing could be recorded (a full disk): put its job back in
-        its queue and start nothing more. Its record goes only once the job is back: until then it
-        tells recovery that the claim never started."""
+        its queue and start nothing more."""
         try:
-            self.requeue_file(claimed, run.name, run.rank)
+            self._requeue_run(run)
         except OniteError as err:
             why = f"{why}; and putting {run.name} back failed: {err} (recovery will)"
-        else:
-            if run.record_path:
-                remove_file(run.record_path)
         self.note_cannot_record(why, run.name)
 
-    def pause_starts(self, run: Run, claimed: Path, err: str) -> None:
+    def pause_starts(self, run: Run, err: str) -> None:
         """The executor cannot take jobs now: put this one back in its queue (behind the jobs of its
         priority) and start nothing for a while, PAUSE_FIRST doubling up to PAUSE_MAX. A job never
         fails for this."""
@@ -298,14 +299,12 @@ class Finisher:
         night.pause = min(max(night.pause * 2, PAUSE_FIRST), PAUSE_MAX)
         night.paused_until = night.clock.monotonic() + night.pause
         try:
-            self.requeue_file(claimed, run.name, run.rank)
+            self._requeue_run(run)  # nothing was submitted
         except OniteError as move_err:
             night.log.event("start-failed", run.name, user=run.owner.name, reason=err)
             self.record(run, Outcome(reason=f"{err}; and requeueing it failed: {move_err}", never_started=True),
                         night.clock.now())
             return
-        if run.record_path:  # nothing was submitted: the claim is back, its record goes
-            remove_file(run.record_path)
         night.counts["requeued"] += 1
         night.log.event("executor-unavailable", run.name, reason=err, retry_in=f"{night.pause:g}s",
                         note="the job is back in its queue; no job starts before then")

@@ -65,11 +65,9 @@ class Beat(NamedTuple):
     ended: datetime | None = None
 
     def to_json(self) -> dict:
-        return {"version": FORMAT, "host": self.host, "pid": self.pid, "start_ticks": self.start_ticks,
-                "boot_id": self.boot_id, "machine": self.machine, "role": self.role, "started_by": self.started_by,
-                "since": self.since.isoformat(), "state": self.state, "updated": self.updated.isoformat(),
-                "next_drain": self.next_drain.isoformat() if self.next_drain else None, "next_by": self.next_by,
-                "ended": self.ended.isoformat() if self.ended else None}
+        """Every field, its times in ISO 8601."""
+        return {"version": FORMAT, **{key: value.isoformat() if isinstance(value, datetime) else value
+                                      for key, value in self._asdict().items()}}
 
     @classmethod
     def from_json(cls, data) -> "Beat | None":

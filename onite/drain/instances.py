@@ -99,19 +99,17 @@ class RecurScheduler:
                 self._refreshed = float("-inf")  # the rest at the next chance
                 break
             self.templates.pop(name, None)
-            loaded = self._load(name, path, st)
-            if loaded is not None:
-                tpl = loaded[0]
-                tpl.next = _next_after(tpl, self._baseline(name, tpl))
-                self.templates[name] = tpl
+            self._load(name, path, st)
         for name in set(self.templates) - seen:
             del self.templates[name]
         for name in set(self._refused) - seen:
             del self._refused[name]
 
-    def _load(self, name: str, path: Path, st: os.stat_result) -> tuple[_Template, Job] | None:
-        """Read and check the template ``name`` (at ``path``, as ``st`` found it): it, and its job; None
-        if it is refused (logged once per version), settling or replaced meanwhile."""
+    def _load(self, name: str, path: Path, st: os.stat_result,
+              known: _Template | None = None) -> tuple[_Template, Job] | None:
+        """Read and check the template ``name`` (at ``path``, as ``st`` found it), and keep it with its next
+        fire (``known``'s, if that was this version): it, and its job; None if it is refused (logged once
+        per version), settling or replaced meanwhile."""
         config = self.spool.config
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
                                may_settle=is_settling(st, time.time_ns()))
@@ -133,13 +131,17 @@ class RecurScheduler:
                 job, fst = read_job_file(path, config.max_job_size)
                 if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid):
                     return None  # replaced while we looked: the next refresh sees the new one
-                rule = rule_of(job)
-                return _Template(key=(st.st_ino, st.st_ctime_ns, st.st_size), uid=fst.st_uid,
-                                 gid=fst.st_gid, submitted=job.submitted, rule=rule), job
+                tpl = _Template(key=(st.st_ino, st.st_ctime_ns, st.st_size), uid=fst.st_uid, gid=fst.st_gid,
+                                submitted=job.submitted, rule=rule_of(job))
             except FileNotFoundError:
                 return None
             except (OSError, BadFile, OniteError) as err:
                 problem = str(err)
+            else:
+                same = known is not None and known.key == tpl.key
+                tpl.next = known.next if same else _next_after(tpl, self._baseline(name, tpl))
+                self.templates[name] = tpl
+                return tpl, job
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
         if self._refused.get(name, ())[:2] != key[:2]:  # once per version (inode, ctime)
             self.log.event("recur-refused", name, owner=user_name(st.st_uid), reason=problem,
@@ -217,13 +219,8 @@ class RecurScheduler:
             st = os.lstat(path)
         except OSError:
             return None
-        loaded = self._load(name, path, st)
-        if loaded is None:
-            return None
-        tpl = loaded[0]
-        tpl.next = known.next if tpl.key == known.key else _next_after(tpl, self._baseline(name, tpl))
-        self.templates[name] = tpl
-        return loaded if tpl.next is not None else None
+        loaded = self._load(name, path, st, known)
+        return loaded if loaded is not None and loaded[0].next is not None else None
 
     def _spool_one(self, name: str, tpl: _Template, template: Job, now: datetime) -> str | None:
         baseline = self._baseline(name, tpl)

@@ -3,7 +3,10 @@
 A candidate's file must be one a root driver may trust, its owner a real account, an urgent job an
 admin's; the fields eligibility needs are read once per version of its file. A job that waits for a
 reason that lasts (held, pinned elsewhere) is parked in the queue index, so that thousands of held
-jobs cost nothing per pick. A file that can never run is refused or failed.
+jobs cost nothing per pick. A file that can never run is refused or failed. A ready job must fit
+what this host has free (local executor only), by onite.core.admission.admit, the rule ``onite
+list`` and ``onite status`` go by too: in strict order the first job that does not fit waits and
+nothing behind it starts; with ``backfill`` a later job may pass it where that cannot delay it.
 """
 
 from __future__ import annotations
@@ -12,21 +15,21 @@ import os
 from dataclasses import dataclass
 from itertools import groupby
 from operator import attrgetter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import NamedTuple
 
-from onite.core.admission import Admit
+from onite.core.admission import Admission, Admit, Busy, Head, Room, admit, latest_end, room
 from onite.core.errors import JobFormatError, Refused
 from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, fair_order
-from onite.core.resources import Need, request_of
+from onite.core.resources import Need, host_capacity, request_of
 from onite.core.state import JobState
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
-from onite.drain.pack import Packer
 from onite.spool.deps import dependency_state
+from onite.exec.limits import machine
 from onite.spool.edits import edited
 from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_file
 from onite.spool.files import remove_file
@@ -62,19 +65,21 @@ class Picked(NamedTuple):
 
     cand: Candidate
     st: os.stat_result  # the stat it was judged by
-    need: Need  # its request, as admitted (onite.drain.pack)
+    need: Need  # its request, as admitted
     timeout: timedelta | None  # its time limit, as admitted (backfill counted on it)
-    backfilled: bool  # it starts past a job that waits for room (onite.drain.pack)
-    meta: Meta | None = None  # what it was judged by (its edits in it)
+    backfilled: bool  # it starts past a job that waits for room
+    meta: Meta  # what it was judged by (its edits in it)
 
 
 class Picker:
     """Chooses the next job for a driver; keeps what it read of the queue between picks."""
 
-    def __init__(self, night: Night, finisher: Finisher, packer: Packer) -> None:
+    def __init__(self, night: Night, finisher: Finisher) -> None:
         self.night = night
         self.finisher = finisher
-        self.packer = packer
+        self._capacity: Need | None = None
+        self._room: Room | None = None  # what the running jobs leave, measured once per pick
+        self._head: Head | None = None  # the first job of this pick that waits for room
         self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._reported_foreign: set[str] = set()
         self.withdrawn = Withdrawn(night.spool)  # cancel/ by name, listed again once it changed
@@ -89,7 +94,7 @@ class Picker:
             self.finisher.move_aside(stray.path, label, None, "its name is not a job key (USER:NAME)")
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
-            self.packer.begin()
+            self._room = self._head = None  # measured when the first ready job asks
             for cand in self._in_order(night.index.candidates()):
                 if cand.name in night.running or cand.name in night.ended:  # its claim is here: a second one waits
                     continue
@@ -102,17 +107,40 @@ class Picker:
                 picked = self._judge(cand, seen, now)
                 if picked is True:
                     need = request_of(seen.meta.mem, seen.meta.cpus)
-                    admit = self.packer.admit(cand.name, need, seen.meta.timeout, now)
-                    if admit in (Admit.START, Admit.BACKFILL):
-                        return Picked(cand, seen.st, need, seen.meta.timeout, admit is Admit.BACKFILL, seen.meta)
-                    if admit is Admit.NEVER:
-                        self.finisher.fail_unstarted(cand, seen.st, self.packer.reason)
+                    said = self._admit(cand.name, need, seen.meta.timeout, now)
+                    if said.verdict in (Admit.START, Admit.BACKFILL):
+                        return Picked(cand, seen.st, need, seen.meta.timeout, said.verdict is Admit.BACKFILL,
+                                      seen.meta)
+                    if said.verdict is Admit.NEVER:
+                        self.finisher.fail_unstarted(cand, seen.st, said.reason)
                     elif not night.config.backfill:
                         return None  # strict order: nothing behind a job that waits for room starts
                 moved = moved or picked is Look.MOVED
             if not moved:
                 return None
         return None
+
+    def capacity(self) -> Need:
+        """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.
+        Raises ConfigError: the reserve leaves nothing of this machine for jobs."""
+        if self._capacity is None:
+            self._capacity = host_capacity(self.night.config, self.night.host, machine(), slots=self.night.slots)
+        return Need(self._capacity.mem, self._capacity.cpus, self.night.slots)  # slots may change on a reload
+
+    def _admit(self, name: str, need: Need, timeout: timedelta | None, now: datetime) -> Admission:
+        """May the ready job ``name`` start now, as far as resources go?"""
+        night = self.night
+        if night.runner.executor != "local":
+            return Admission(Admit.START)
+        if self._room is None:
+            grace = night.config.kill_grace
+            busy = [Busy(run.need, latest_end(run.started, run.job.timeout, grace)) for run in night.running.values()
+                    if run.need is not None]
+            self._room = room(night.host, self.capacity(), busy)
+        said = admit(name, need, latest_end(now, timeout, night.config.kill_grace), self._room, self._head,
+                     backfill=night.config.backfill)
+        self._head = said.head
+        return said
 
     def _in_order(self, cands):
         """The candidates in the order the spool's ``order`` takes them (onite.core.queue.fair_order)."""

@@ -4,12 +4,16 @@ The starting driver holds the host's lock and decides each claim from its run re
 (docs/job-control.md, "Exactly once"): a run that ended is filed as recorded, one whose monitor
 lives is adopted, one that never started is requeued, a Slurm job is taken back; one whose record
 is damaged, or whose monitor died without an end, has what is left of it stopped and is run
-again (or failed): the one case of a rerun. One damaged claim never stops the night.
+again (or failed): the one case of a rerun. One damaged claim never stops the night. What belongs
+to a run is told without trusting anything a user controls: its cgroup and v1 groups as its record
+names them, its process group where a process carries its ONITE_RUN_ID; a Slurm job is cancelled
+through Slurm, whichever executor is configured now.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from dataclasses import replace
 from datetime import datetime
@@ -18,14 +22,16 @@ from pathlib import Path
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIOError
 from onite.core.job import MAX_RETRIES, Job
-from onite.core.names import is_valid_key
+from onite.core.names import is_valid_key, run_id_host
 from onite.core.runrecord import RunRecord, admitted_need
 from onite.core.state import JobState, Result, unrun_result
+from onite.core.timeparse import parse_stamp
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
-from onite.drain.orphans import Orphans
+from onite.exec import contain, limits
 from onite.exec.contain import boot_id
-from onite.exec.runner import Run, Unavailable
+from onite.exec.processes import find_run_processes, kill_groups
+from onite.exec.runner import Run, Runner, Unavailable
 from onite.spool import runrecords
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.files import change_state, remove_file
@@ -39,16 +45,22 @@ from onite.spool.scan import find_running, user_name
 class Recovery:
     """Recovers one host's claims for a driver that holds that host's lock."""
 
-    def __init__(self, night: Night, finisher: Finisher, orphans: Orphans) -> None:
+    def __init__(self, night: Night, finisher: Finisher, containment: contain.Containment, limiter: limits.Limiter,
+                 make_runner) -> None:
         self.night = night
         self.finisher = finisher
-        self.orphans = orphans
+        self.containment = containment
+        self.limiter = limiter
+        self.make_runner = make_runner  # an executor of another kind, for a run the configured one did not start
         self.may_reattach = True  # may take back runs that outlived their driver (Slurm)
 
     def recover(self) -> None:
         """Deal with every claim in running/HOST/."""
         night = self.night
-        self.orphans.sweep_cgroups()
+        folders = [self.containment.base] if self.containment.base else []
+        removed = contain.sweep_stale(folders + list(self.limiter.v1.values()))
+        if removed:  # empty, for their drivers were killed before they wrote a run record
+            night.log.event("pruned", cgroups=removed, note="empty job cgroups that killed drivers left")
         try:
             names = os.listdir(night.running_dir)
         except FileNotFoundError:
@@ -91,8 +103,8 @@ class Recovery:
             self.requeue(name, path, info, "it had not started", rerun=False)
             return
         if rec.ended:
-            if not self.orphans.monitor_alive(rec):  # died after recording the end: its clean-up is ours
-                self.orphans.stop_orphans(rec)
+            if not self.monitor_alive(rec):  # died after recording the end: its clean-up is ours
+                self.stop_orphans(rec)
             self._file(name, path, rec)
             return
         machine = info.get("machine")
@@ -108,10 +120,10 @@ class Recovery:
         # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
         rec = runrecords.read(record_path) or rec  # it may have ended just now
         if rec.ended:
-            self.orphans.stop_orphans(rec)
+            self.stop_orphans(rec)
             self._file(name, path, rec)
             return
-        what = self.orphans.stop_orphans(rec)
+        what = self.stop_orphans(rec)
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
     def _damaged(self, name: str, path: Path, record_path: Path, rec: RunRecord | None) -> None:
@@ -128,8 +140,8 @@ class Recovery:
             target = night.spool.refused_path(label, night.clock.now())
             self.finisher.move_aside(record_path, label, st, "a damaged run record", file_result=False)
             what = f"its run record was damaged (kept in refused/ as {target.name.rsplit('.', 1)[0]}…)"
-        stopped = self.orphans.stop_orphans(rec) if rec is not None else ""
-        found = self.orphans.stop_unrecorded(name)
+        stopped = self.stop_orphans(rec) if rec is not None else ""
+        found = self.stop_unrecorded(name)
         self.requeue(name, path, rec.info if rec is not None else {}, "; ".join(filter(None, (what, stopped, found))),
                      rerun=True)
 
@@ -145,7 +157,7 @@ class Recovery:
             self.finisher.move_aside(record_path, night.spool.record_label(name), None,
                                      "a damaged run record of a job no longer claimed", file_result=False)
             return
-        started = _aware(rec.get("started"))
+        started = parse_stamp(rec.get("started"))
         if self._log_if_filed(name, rec) or self._superseded(name, uid, started):
             remove_file(record_path)
             return
@@ -225,7 +237,7 @@ class Recovery:
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or "run_id" not in info:
                 raise
-            submitted = _aware(info.get("queued")) or _aware(info.get("started")) or night.clock.now()
+            submitted = parse_stamp(info.get("queued")) or parse_stamp(info.get("started")) or night.clock.now()
             job = _stand_in(name, info, submitted, night.host)
             night.log.event("warning", name, error=f"its job file changed while it ran ({err})",
                         note="recovered from its run record")
@@ -233,11 +245,11 @@ class Recovery:
         rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
 
         run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
-                  started=_aware(info.get("started")) or night.clock.now(), started_mono=night.clock.monotonic(),
+                  started=parse_stamp(info.get("started")) or night.clock.now(), started_mono=night.clock.monotonic(),
                   spool=str(night.spool.root), record_path=night.spool.run_record_path(night.host, name))
-        run.queued_at = _aware(info.get("queued"))
+        run.queued_at = parse_stamp(info.get("queued"))
         run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
-        deadline = _aware(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
+        deadline = parse_stamp(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
         if "deadline" in info and (info["deadline"] is None or (deadline is not None and deadline >= run.started)):
             run.job = replace(job, timeout=deadline - run.started if deadline is not None else None)
         return run
@@ -270,7 +282,7 @@ class Recovery:
         outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
         night.log.event("recovered", name, action="filed how it ended while no driver was running",
                         outcome=outcome.describe() or "exit 0")
-        self.finisher.record(run, outcome, _aware(rec.ended_at) or night.clock.now())
+        self.finisher.record(run, outcome, parse_stamp(rec.ended_at) or night.clock.now())
 
     def _drop(self, name: str, path: Path, run: Run) -> None:
         """A later attempt is already spooled: this claim is stale, and must neither run nor be filed."""
@@ -349,13 +361,13 @@ class Recovery:
         owner = _owner(path)
         try:
             if not info.get("external_id") and owner is not None:
-                job_id = self.orphans.runner_of(info).job_of(info, str(self.night.spool.root), owner)
+                job_id = self.runner_of(info).job_of(info, str(self.night.spool.root), owner)
                 info = {**info, "external_id": job_id} if job_id else info
             if self._take_back(name, path, info):
                 return
             # make sure it is not still running before it is requeued
             grace = self.night.config.kill_grace.total_seconds()
-            what = self.orphans.runner_of(info).recover(info, grace, owner=owner)
+            what = self.runner_of(info).recover(info, grace, owner=owner)
         except Unavailable as err:  # keep the claim rather than run the job twice
             self.night.log.event("recovered", name, action="left claimed for the next driver", why=str(err))
             return
@@ -375,7 +387,7 @@ class Recovery:
         if self._retried(run):
             self._drop(name, path, run)
             return True
-        runner = self.orphans.runner_of(info)
+        runner = self.runner_of(info)
         try:
             ended = runner.unwatched_end(run)
         except Unavailable:
@@ -403,7 +415,7 @@ class Recovery:
             job, st = read_job_file(path, night.jobs.max_size)
         except (OSError, JobFormatError, BadFile):
             job, st = None, os.lstat(path)
-        started = _aware(info.get("started"))
+        started = parse_stamp(info.get("started"))
         result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.FAILED,
                               reason=f"interrupted: {what}", host=night.host, now=night.clock.now(), job=job,
                               urgent=bool(job and job.urgent), started=started, run_id=info.get("run_id", ""))
@@ -412,20 +424,62 @@ class Recovery:
             night.notifier.notify(result, job, night.config)
 
 
+    def monitor_alive(self, rec: RunRecord) -> bool:
+        """Is the monitor a run record names still that process, and alive?"""
+        pid = rec.monitor_pid
+        if not pid or pid <= 1:
+            return False
+        return contain.process_start_ticks(pid) == rec.monitor_ticks and not contain.is_zombie(pid)
+
+    def stop_orphans(self, rec: RunRecord) -> str:
+        """Stop what is left of a run whose monitor is gone and remove its cgroups, as the monitor
+        would have; what was done, for the log."""
+        base = self.containment.base
+        cgroup = rec.cgroup
+        killed = False
+        if cgroup and base and cgroup.startswith(f"{base}/") and "/" not in cgroup[len(base) + 1:]:
+            killed = contain.is_populated(cgroup)
+            if killed:
+                contain.kill_cgroup(cgroup)
+            contain.remove_cgroup(cgroup)
+        groups = self.limiter.groups_of(list(rec.groups))
+        if not killed:
+            # its v1 limit groups hold every process it started, those that left its group (setsid) too
+            killed = kill_groups(groups)
+            pgid, run_id = rec.job_pid, str(rec.get("run_id") or "")
+            if pgid and pgid > 1 and run_id and contain.signal_group(pgid, 0) and pgid in find_run_processes(
+                    str(self.night.spool.root), str(rec.get("name") or ""), lambda found: found == run_id):
+                os.killpg(pgid, signal.SIGKILL)  # a process of that run leads it (ONITE_RUN_ID)
+                killed = True
+        limits.remove(groups)
+        return "its processes were killed" if killed else "none of its processes was running"
+
+    def stop_unrecorded(self, name: str) -> str:
+        """A claim with no run record: what the run started carries a run id of this host (whose lock
+        we hold: no live driver has one) and this spool's path; the executor looks for that."""
+        night = self.night
+        ours = lambda run_id: run_id_host(run_id) == night.host  # noqa: E731
+        return night.runner.recover_unrecorded(name, str(night.spool.root), ours,
+                                               night.config.kill_grace.total_seconds(),
+                                               owner=_owner(night.running_dir / name))
+
+    def runner_of(self, info: dict) -> Runner:
+        """The executor that started the run (after a change of ``executor`` a Slurm job must still be cancelled)."""
+        night = self.night
+        executor = info.get("executor") or night.runner.executor
+        if executor == night.runner.executor:
+            return night.runner
+        try:
+            return self.make_runner(executor)
+        except OniteError:
+            return night.runner
+
+
 def _owner(path: Path) -> int | None:
     """The uid of a claim (only root renames into running/: the file is still its owner's)."""
     try:
         return os.lstat(path).st_uid
     except OSError:
-        return None
-
-
-def _aware(text) -> datetime | None:
-    """The aware time ``text`` (from a run record) gives, if it gives one."""
-    try:
-        value = datetime.fromisoformat(text)
-        return value if value.tzinfo else None
-    except (TypeError, ValueError):
         return None
 
 

@@ -129,8 +129,8 @@ class Starter:
             return job
         replace_file(target, encode(new), mode=0o600, owner=(st.st_uid, st.st_gid), durable=True)
         meta = picked.meta
-        if meta is not None and ((new.after, new.not_before, new.timeout) != (meta.after, meta.not_before, meta.timeout)
-                                 or (new.mem or 0, new.cpus or 0) != (picked.need.mem, picked.need.cpus)):
+        if ((new.after, new.not_before, new.timeout) != (meta.after, meta.not_before, meta.timeout)
+                or (new.mem or 0, new.cpus or 0) != (picked.need.mem, picked.need.cpus)):
             night.log.event("requeued", name, reason="edited as it was claimed: its next pick judges it as edited")
             return None
         return new
@@ -138,15 +138,14 @@ class Starter:
     def _hand_over(self, run: Run, record_fd: int) -> None:
         """Have the executor start the claimed ``run``."""
         night, finisher = self.night, self.finisher
-        target = night.running_dir / run.name
         try:
             night.runner.start(run, night.spool.output_path(run.name), append=run.job.attempt > 1,
                                stderr_path=night.spool.stderr_path(run.name), record_fd=record_fd)
         except NoRecord as err:
-            finisher.put_back_unstarted(run, target, str(err))
+            finisher.put_back_unstarted(run, str(err))
             return
         except Unavailable as err:
-            finisher.pause_starts(run, target, str(err))
+            finisher.pause_starts(run, str(err))
             return
         except SpawnError as err:
             night.log.event("start-failed", run.name, user=run.owner.name, reason=str(err))

@@ -129,7 +129,7 @@ class _Room:
             try:
                 self.room = self._measure()
             except ConfigError as err:
-                self.problem = f"waits: {err.what}"  # the driver refuses to start (onite.drain.pack)
+                self.problem = f"waits: {err.what}"  # the driver refuses to start (onite.drain.pick)
                 return "resources", self.problem
         need, ends = request_of(mem, cpus), latest_end(self.now, timeout, config.kill_grace)
         said = admit(name, need, ends, self.room, self.head, backfill=config.backfill)

@@ -55,7 +55,7 @@ class Run:
     need: Need | None = None  # what it was admitted with (onite.core.resources)
     unenforced: tuple[str, ...] = ()  # local: the limits it asked for that could not be set
     usage: dict | None = None  # what it used, once it ended: peak_mem (bytes), cpu (seconds), oom
-    backfilled: bool = False  # started past a job that waits for room (onite.drain.pack)
+    backfilled: bool = False  # started past a job that waits for room (onite.drain.pick)
     unrecorded: str | None = None  # local: why its monitor could not record itself (it started nothing)
     unavailable: str | None = None  # slurm: why the controller did not take it (nothing was submitted)
 
