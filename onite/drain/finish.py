@@ -66,8 +66,7 @@ class Finisher:
             night.running.pop(run.name, None)
             # its time counts for order = "fair" from now: the next pick comes before it is filed
             night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + max(0.0, now - run.started_mono)
-            if run.stopping is None and (run.unrecorded is not None or run.unavailable is not None) \
-                    or run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
+            if self._goes_back(run, outcome):
                 self.file([(run, outcome)])
             else:
                 ended.append((run, outcome))
@@ -84,20 +83,27 @@ class Finisher:
             finally:
                 self.night.ended.pop(run.name, None)
 
+    @staticmethod
+    def _goes_back(run: Run, outcome: Outcome) -> bool:
+        """The run's job goes back to its queue with no result: its monitor started nothing, the executor
+        took nothing, or a hard stop ended it."""
+        return (run.stopping is None and (run.unrecorded is not None or run.unavailable is not None)
+                or run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None)
+
     def _file(self, run: Run, outcome: Outcome) -> None:
         """File a run that ended (or put it back in its queue), its start logged first."""
         night = self.night
         night.starts.flush(until=run)
-        if run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
-            self.put_back_unstarted(run, run.unrecorded)
-        elif run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
-            self.pause_starts(run, run.unavailable)
-        elif run.stopping == Stop.SHUTDOWN and outcome.cancelled_by is None:
-            self._requeue_interrupted(run)
-        else:
+        if not self._goes_back(run, outcome):
             if not run.announced and outcome.reason and run.stopping is None:
                 night.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
             self.record(run, outcome, night.clock.now())
+        elif run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
+            self.put_back_unstarted(run, run.unrecorded)
+        elif run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
+            self.pause_starts(run, run.unavailable)
+        else:
+            self._requeue_interrupted(run)
 
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
