@@ -61,11 +61,13 @@ class Finisher:
         finished = night.runner.reap()
         night.runner.started()  # each run it names is marked announced
         night.starts.flush()
-        now, ended = night.clock.monotonic(), []
+        now, ended = night.clock.now(), []
         for run, outcome in finished:
             night.running.pop(run.name, None)
-            # its time counts for order = "fair" from now: the next pick comes before it is filed
-            night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + max(0.0, now - run.started_mono)
+            # its time (since its recorded start, an adopted run's too) counts for order = "fair" from now:
+            # the next pick comes before it is filed
+            used = max(0.0, (now - run.started).total_seconds())
+            night.used[run.owner.name] = night.used.get(run.owner.name, 0.0) + used
             if self._goes_back(run, outcome):
                 self.file([(run, outcome)])
             else:
