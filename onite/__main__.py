@@ -92,12 +92,21 @@ def _dispatch(args: list[str]) -> int:
 
         raise InvalidInput(f"the time zone TZ={os.environ.get('TZ', '')!r} puts local time 24 hours or more from "
                            "UTC, which onite cannot use", "set TZ to a zone such as UTC or Europe/Paris")
-    import typer
-
-    from onite.cli.commands import command_for
-    from onite.cli.options import ACTIONS, COMPLETE_VAR, complete_shell
+    from onite.cli.options import COMPLETE_VAR
 
     completing = bool(os.environ.get(COMPLETE_VAR))
+    if not completing:  # the everyday command lines need no typer (onite.cli.fastpath)
+        from onite.cli.fastpath import parse
+
+        parsed = parse(args)
+        if parsed is not None:
+            func, kwargs = parsed
+            result = func(**kwargs)
+            return result if isinstance(result, int) else 0
+    import typer
+
+    from onite.cli.typerapp import ACTIONS, command_for, complete_shell
+
     command = command_for(args, everything=completing)
     if completing:  # a shell asks for completions: typer answers, once its shells are known
         from typer.completion import completion_init

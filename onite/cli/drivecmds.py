@@ -6,29 +6,27 @@ import signal
 import sys
 from typing import Annotated, Optional
 
-import typer
-
-from onite.cli.options import DriverHostOpt, SlotsOpt, SpoolOpt, app, confirm, console, spool_of
+from onite.cli.options import DriverHostOpt, Opt, SlotsOpt, SpoolOpt, command, confirm, console, spool_of
 from onite.core.clock import SYSTEM
 
 
-@app.command()
+@command()
 def run(
-    detach: Annotated[bool, typer.Option("--detach", help="Run in the background, immune to hang-up, logging to "
-                                         "onite.log.")] = False,
+    detach: Annotated[bool, Opt("--detach", help="Run in the background, immune to hang-up, logging to "
+                                "onite.log.")] = False,
     slots: SlotsOpt = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM",
-                                                 help="Start no job at or after this time (HH:MM).")] = None,
+    until: Annotated[Optional[str], Opt("--until", metavar="HH:MM",
+                                        help="Start no job at or after this time (HH:MM).")] = None,
     host: DriverHostOpt = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print the log lines on stderr, also on a terminal "
-                                          "(which otherwise gets a live view of the drain).")] = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print nothing (onite.log has every event); "
-                                        "for cron.")] = False,
-    scheduled: Annotated[bool, typer.Option(
+    verbose: Annotated[bool, Opt("-v", "--verbose", help="Print the log lines on stderr, also on a terminal "
+                                 "(which otherwise gets a live view of the drain).")] = False,
+    quiet: Annotated[bool, Opt("-q", "--quiet", help="Print nothing (onite.log has every event); "
+                               "for cron.")] = False,
+    scheduled: Annotated[bool, Opt(
         "--scheduled", help="Drain only inside a night window opened by a time of `schedule` (for timers that may "
         "start late); else log and exit 0.")] = False,
     spool: SpoolOpt = None,
-) -> None:
+) -> int:
     """Drain the queue now: lock, spool due recurring jobs, recover, run jobs in order, record results."""
     from onite.app import run as run_app
 
@@ -36,7 +34,7 @@ def run(
     if detach:
         code, text = run_app.detach_driver(target, slots, until, host, scheduled)
         print(text)
-        raise typer.Exit(code)
+        return code
     shown, view = _watch(quiet=quiet, verbose=verbose)
     _ignore_late_signals()  # the driver's handlers save this and put it back as they let go: no gap
     try:
@@ -44,7 +42,7 @@ def run(
             code = run_app.drive(target, until_time, slots=slots, host=host, scheduled=scheduled, **shown)
     finally:
         _ignore_late_signals()
-    raise typer.Exit(code)
+    return code
 
 
 def _watch(*, quiet: bool, verbose: bool):
@@ -70,11 +68,11 @@ def _ignore_late_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-@app.command()
+@command()
 def recover(
-    host: Annotated[str, typer.Option("--host", metavar="HOST",
-                                      help="The host whose driver died and will not come back.")],
-    force: Annotated[bool, typer.Option("--force", help="Do not ask for confirmation.")] = False,
+    host: Annotated[str, Opt("--host", metavar="HOST",
+                             help="The host whose driver died and will not come back.")],
+    force: Annotated[bool, Opt("--force", help="Do not ask for confirmation.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
@@ -96,16 +94,16 @@ def recover(
     print(f"recovered {len(done)} job(s) of host {host}: {', '.join(map(label, done))}")
 
 
-@app.command()
+@command()
 def daemon(
-    drain_now: Annotated[bool, typer.Option("--drain-now", help="Drain once at start (e.g. after maintenance), "
-                                            "then follow the schedule.")] = False,
+    drain_now: Annotated[bool, Opt("--drain-now", help="Drain once at start (e.g. after maintenance), "
+                                   "then follow the schedule.")] = False,
     slots: SlotsOpt = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="HH:MM", help="Start no job at or after this "
-                                                 "time (HH:MM; default: until in onite.toml).")] = None,
+    until: Annotated[Optional[str], Opt("--until", metavar="HH:MM", help="Start no job at or after this "
+                                        "time (HH:MM; default: until in onite.toml).")] = None,
     host: DriverHostOpt = None,
-    wake: Annotated[bool, typer.Option("--wake", help="Do not start a daemon: tell the one running for this host "
-                                       "to drain now (root).")] = False,
+    wake: Annotated[bool, Opt("--wake", help="Do not start a daemon: tell the one running for this host "
+                              "to drain now (root).")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due
@@ -115,5 +113,5 @@ def daemon(
     if wake:
         print(run_app.wake_daemon(spool_of(spool), host, SYSTEM.now()))
         return
-    raise typer.Exit(run_app.run_daemon(spool_of(spool), drain_now=drain_now, slots=slots, until=until, host=host,
+    return (run_app.run_daemon(spool_of(spool), drain_now=drain_now, slots=slots, until=until, host=host,
                                         echo=sys.stderr))

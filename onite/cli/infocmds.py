@@ -6,25 +6,23 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
-
-from onite.cli.options import (JsonOpt, PlainOpt, SpoolOpt, app, complete_name, console, is_plain, open_spool, spool_of,
-                               terminal, warn_damaged)
+from onite.cli.options import (Arg, JsonOpt, Opt, PlainOpt, SpoolOpt, command, complete_name, console, is_plain,
+                               open_spool, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.safetext import printable, printable_output
 
 
-@app.command()
+@command()
 def output(
-    name: Annotated[str, typer.Argument(metavar="NAME", autocompletion=complete_name)],
-    stderr: Annotated[bool, typer.Option("--stderr", help="Print its stderr, kept apart when it was spooled with "
-                                         "--stderr-separate.")] = False,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Print the output as it grows until the job has "
-                                         "finished (a queued job: once it starts), then how it ended, on stderr; "
-                                         "exit 0 if it was done, 5 if not.")] = False,
-    raw: Annotated[bool, typer.Option("--raw", help="Another user's output (root reading it) byte for byte on a "
-                                      "terminal too, escape sequences included (by default they are spelt out "
-                                      "there; a pipe or a file always gets the bytes).")] = False,
+    name: Annotated[str, Arg(metavar="NAME", autocompletion=complete_name)],
+    stderr: Annotated[bool, Opt("--stderr", help="Print its stderr, kept apart when it was spooled with "
+                                "--stderr-separate.")] = False,
+    follow: Annotated[bool, Opt("-f", "--follow", help="Print the output as it grows until the job has "
+                                "finished (a queued job: once it starts), then how it ended, on stderr; "
+                                "exit 0 if it was done, 5 if not.")] = False,
+    raw: Annotated[bool, Opt("--raw", help="Another user's output (root reading it) byte for byte on a "
+                             "terminal too, escape sequences included (by default they are spelt out "
+                             "there; a pipe or a file always gets the bytes).")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
@@ -35,7 +33,7 @@ def output(
     target = open_spool(spool, reading=True)
     name = key_for(name)
     if follow:
-        raise typer.Exit(_follow_output(target, name, stderr=stderr, raw=raw))
+        return _follow_output(target, name, stderr=stderr, raw=raw)
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
         owner = os.fstat(handle.fileno()).st_uid
         note = newer_run_note(target, name, owner)
@@ -91,9 +89,9 @@ class Sink:
         self.flush()
 
 
-@app.command()
+@command()
 def log(
-    lines: Annotated[int, typer.Option("-n", "--lines", metavar="N", min=0, help="How many of the last lines.")] = 20,
+    lines: Annotated[int, Opt("-n", "--lines", metavar="N", min=0, help="How many of the last lines.")] = 20,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -108,14 +106,14 @@ def log(
         print(printable(line))
 
 
-@app.command()
+@command()
 def cron(
-    install: Annotated[bool, typer.Option("--install", help="Write them into your crontab (root's, for the system "
-                                          "spool) as a marked block, replacing an earlier one, and record that "
-                                          "drains are scheduled.")] = False,
-    uninstall: Annotated[bool, typer.Option("--uninstall", help="Remove that block and the record.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="With --install: write this onite even where it lives in "
-                                        "a checkout or a home directory, or other users cannot run it.")] = False,
+    install: Annotated[bool, Opt("--install", help="Write them into your crontab (root's, for the system "
+                                 "spool) as a marked block, replacing an earlier one, and record that "
+                                 "drains are scheduled.")] = False,
+    uninstall: Annotated[bool, Opt("--uninstall", help="Remove that block and the record.")] = False,
+    force: Annotated[bool, Opt("--force", help="With --install: write this onite even where it lives in "
+                               "a checkout or a home directory, or other users cannot run it.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Print root crontab lines that start the driver at the times in `schedule` (--install: install them)."""
@@ -124,7 +122,7 @@ def cron(
     print(cron_command(spool_of(spool), SYSTEM.now(), install=install, uninstall=uninstall, force=force), end="")
 
 
-@app.command()
+@command()
 def metrics(spool: SpoolOpt = None) -> None:
     """Print the spool's Prometheus metrics (text format), from its files: queue, outcomes, drains."""
     from onite.drain.metrics import metrics_text
@@ -132,7 +130,7 @@ def metrics(spool: SpoolOpt = None) -> None:
     print(metrics_text(open_spool(spool), SYSTEM.now()), end="")
 
 
-@app.command()
+@command()
 def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = None) -> None:
     """Drivers running, queue sizes, running jobs, the next scheduled drain."""
     from onite.app.status import gather, status_json
@@ -147,12 +145,12 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
     print_status(out, info, plain=plain)
 
 
-@app.command()
+@command()
 def wait(
-    names: Annotated[Optional[list[str]], typer.Argument(metavar="NAME", help="Jobs to wait for; none: the drains "
-                                                         "running now.")] = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Give up after this long "
-                                                   "(exit 6): 90s, 45m, 2h (a bare number is seconds).")] = None,
+    names: Annotated[Optional[list[str]], Arg(metavar="NAME", help="Jobs to wait for; none: the drains "
+                                              "running now.")] = None,
+    timeout: Annotated[Optional[str], Opt("--timeout", metavar="DUR", help="Give up after this long "
+                                          "(exit 6): 90s, 45m, 2h (a bare number is seconds).")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
@@ -167,23 +165,23 @@ def wait(
     lines = waited.lines() if names else [waited.summary()]
     # a reason may quote a path a user chose (its directory): escaped, as list and report do
     print(waiting.wait_json(target, waited) if as_json else "\n".join(printable(line) for line in lines))
-    raise typer.Exit(waited.exit_code)
+    return waited.exit_code
 
 
-@app.command()
+@command()
 def report(
-    night: Annotated[Optional[str], typer.Option("--night", metavar="DATE", help="Report the night of this date, "
-                                                 "from noon to the next noon, local time: 2026-11-22, today or "
-                                                 "yesterday.")] = None,
-    user: Annotated[Optional[str], typer.Option("--user", metavar="USER", help="Only this user's jobs.")] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Write the report as a "
-                                                 "self-contained HTML page instead of printing it, and say "
-                                                 "where (with --json: print the JSON too).")] = None,
-    since: Annotated[Optional[str], typer.Option(
+    night: Annotated[Optional[str], Opt("--night", metavar="DATE", help="Report the night of this date, "
+                                        "from noon to the next noon, local time: 2026-11-22, today or "
+                                        "yesterday.")] = None,
+    user: Annotated[Optional[str], Opt("--user", metavar="USER", help="Only this user's jobs.")] = None,
+    html: Annotated[Optional[Path], Opt("--html", metavar="FILE", help="Write the report as a "
+                                        "self-contained HTML page instead of printing it, and say "
+                                        "where (with --json: print the JSON too).")] = None,
+    since: Annotated[Optional[str], Opt(
         "--since", metavar="WHEN", help="Report jobs from this time: 12h, 19:00 or 2026-11-21T19:00 (default: the "
         "last drain session).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="WHEN", help="Report jobs up to this time: 2h, "
-                                                 "07:00 or 2026-11-22T07:00 (default: now).")] = None,
+    until: Annotated[Optional[str], Opt("--until", metavar="WHEN", help="Report jobs up to this time: 2h, "
+                                        "07:00 or 2026-11-22T07:00 (default: now).")] = None,
     as_json: JsonOpt = False,
     plain: PlainOpt = False,
     spool: SpoolOpt = None,

@@ -6,22 +6,20 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
-
-from onite.cli.options import (AfterOpt, AtOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
-                               NotifyOpt, OniteCommand, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt,
-                               TimeoutOpt, UrgentOpt, app, ask, complete_name, confirm, locate_spool, open_spool, say,
-                               spool_of, terminal, warn_damaged)
+from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
+                               NotifyOpt, Opt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt,
+                               UrgentOpt, ask, command, command_line, complete_name, confirm, locate_spool,
+                               open_spool, say, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
 from onite.core.safetext import printable
 
 
-@app.command()
+@command()
 def init(
-    priorities: Annotated[Optional[int], typer.Option("--priorities", metavar="N", min=1, max=MAX_PRIORITIES,
-                                                      help="Number of priority folders P1..Pn.")] = None,
+    priorities: Annotated[Optional[int], Opt("--priorities", metavar="N", min=1, max=MAX_PRIORITIES,
+                                             help="Number of priority folders P1..Pn.")] = None,
     spool: SpoolOpt = None,
 ) -> None:
     """Create the spool (idempotent; never overwrites a changed onite.toml)."""
@@ -41,25 +39,10 @@ def init(
         print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), config.pam_service))
 
 
-class CommandAfterDashes(OniteCommand):
-    """``onite submit NAME [options] -- COMMAND ARGS…``: the words after the first ``--`` are the job's command
-    line, taken away before the parser sees them (so ``-x`` among them is never an option)."""
-
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
-        if "--" in args:
-            at = args.index("--")
-            args, ctx.meta["onite.command"] = args[:at], args[at + 1:]
-        return super().parse_args(ctx, args)
-
-    def collect_usage_pieces(self, ctx) -> list[str]:
-        return super().collect_usage_pieces(ctx) + ["[-- COMMAND [ARGS]...]"]
-
-
-@app.command(cls=CommandAfterDashes)
+@command(after_dashes=True)
 def submit(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(metavar="NAME",
-                                        help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
+    name: Annotated[str, Arg(metavar="NAME",
+                             help="Job name: letters, digits, '.', '_', '-' (100 at most).")],
     priority: PriorityOpt = None,
     urgent: UrgentOpt = False,
     after: AfterOpt = None,
@@ -67,10 +50,10 @@ def submit(
     timeout: TimeoutOpt = None,
     retries: RetriesOpt = None,
     host: HostOpt = None,
-    hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
-    unique: Annotated[bool, typer.Option("--unique",
-                                         help="Append a unique suffix to NAME and print the final name.")] = False,
-    lines: Annotated[bool, typer.Option(
+    hold: Annotated[bool, Opt("--hold", help="Spool it held; onite release NAME lets it run.")] = False,
+    unique: Annotated[bool, Opt("--unique",
+                                help="Append a unique suffix to NAME and print the final name.")] = False,
+    lines: Annotated[bool, Opt(
         "--lines", help="Each non-empty line of stdin is a job: NAME-00001, NAME-00002, … in order; prints their "
         "names, one a line.")] = False,
     stderr_separate: StderrOpt = None,
@@ -78,8 +61,8 @@ def submit(
     notify_on: NotifyOnOpt = None,
     mem: MemOpt = None,
     cpus: CpusOpt = None,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Do not say on stderr what was spooled and when it "
-                                        "is expected to run.")] = False,
+    quiet: Annotated[bool, Opt("-q", "--quiet", help="Do not say on stderr what was spooled and when it "
+                               "is expected to run.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
@@ -87,7 +70,7 @@ def submit(
     from onite.app.submitline import command_text, submit_command
     from onite.core.request import SubmitRequest
 
-    argv = ctx.meta.get("onite.command")
+    argv = command_line()
     body = command_text(argv, lines=lines) if argv is not None else b""
     request = SubmitRequest.of(name, body, dict(
         priority=priority, urgent=urgent, after=after, at=at, timeout=timeout, retries=retries, host=host, hold=hold,
@@ -105,11 +88,11 @@ def submit(
             raise
 
 
-@app.command("list")
+@command("list")
 def list_(
-    all_: Annotated[bool, typer.Option("--all", "-a", help="Also running and finished jobs.")] = False,
-    by_host: Annotated[bool, typer.Option("--by-host", help="Group running and finished jobs by the host that "
-                                          "ran them (implies --all).")] = False,
+    all_: Annotated[bool, Opt("--all", "-a", help="Also running and finished jobs.")] = False,
+    by_host: Annotated[bool, Opt("--by-host", help="Group running and finished jobs by the host that "
+                                 "ran them (implies --all).")] = False,
     as_json: JsonOpt = False,
     plain: PlainOpt = False,
     spool: SpoolOpt = None,
@@ -134,18 +117,18 @@ def list_(
     print_job_list(views, when, detailed=all_, by_host=by_host, out=out or sys.stdout, plain=plain)
 
 
-@app.command()
-def find(name: Annotated[str, typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
+@command()
+def find(name: Annotated[str, Arg(metavar="NAME")], spool: SpoolOpt = None) -> Optional[int]:
     """Exit 0 if a job NAME is queued or running, 1 if not."""
     from onite.app.common import key_for  # scripts ask in loops: only what it reads is imported
     from onite.spool.scan import is_live
 
     if not is_live(open_spool(spool, reading=True), key_for(name)):
-        raise typer.Exit(1)
+        return 1
 
 
-@app.command()
-def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolOpt = None) -> None:
+@command()
+def uniqname(base: Annotated[str, Arg(metavar="BASE")], spool: SpoolOpt = None) -> None:
     """Print an unused job name starting with BASE."""
     from onite.app.submit import uniqname as unused_name
     from onite.exec import identity
@@ -153,14 +136,14 @@ def uniqname(base: Annotated[str, typer.Argument(metavar="BASE")], spool: SpoolO
     print(unused_name(open_spool(spool, reading=True), base, identity.current().name))
 
 
-@app.command()
+@command()
 def restart(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="A finished job (done, failed or cancelled).",
-                                        autocompletion=complete_name)],
-    new_name: Annotated[Optional[str], typer.Option("--name", metavar="NEW", help="Spool it as NEW (e.g. while "
-                                                    "NAME is queued again).")] = None,
-    unique: Annotated[bool, typer.Option("--unique", help="Append a unique suffix to the name.")] = False,
-    hold: Annotated[bool, typer.Option("--hold", help="Spool it held; onite release lets it run.")] = False,
+    name: Annotated[str, Arg(metavar="NAME", help="A finished job (done, failed or cancelled).",
+                             autocompletion=complete_name)],
+    new_name: Annotated[Optional[str], Opt("--name", metavar="NEW", help="Spool it as NEW (e.g. while "
+                                           "NAME is queued again).")] = None,
+    unique: Annotated[bool, Opt("--unique", help="Append a unique suffix to the name.")] = False,
+    hold: Annotated[bool, Opt("--hold", help="Spool it held; onite release lets it run.")] = False,
     timeout: TimeoutOpt = None,
     priority: PriorityOpt = None,
     retries: RetriesOpt = None,
@@ -180,10 +163,10 @@ def restart(
                       hold=hold, changes=changes))
 
 
-@app.command()
+@command()
 def edit(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="A queued job (held or not).",
-                                        autocompletion=complete_name)],
+    name: Annotated[str, Arg(metavar="NAME", help="A queued job (held or not).",
+                             autocompletion=complete_name)],
     timeout: TimeoutOpt = None,
     priority: PriorityOpt = None,
     retries: RetriesOpt = None,
@@ -210,14 +193,14 @@ def job_changes(priority, timeout, retries, mem, cpus, at, after):
                       after=None if after is None else tuple(after))
 
 
-@app.command()
+@command()
 def cancel(
-    names: Annotated[Optional[list[str]], typer.Argument(
+    names: Annotated[Optional[list[str]], Arg(
         metavar="NAME", help="Jobs to cancel, or quoted patterns ('build-*'); none: pick from a list.",
         autocompletion=complete_name)] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every queued and running job of yours "
-                                       "(root: everyone's).")] = False,
-    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
+    all_: Annotated[bool, Opt("--all", help="Every queued and running job of yours "
+                              "(root: everyone's).")] = False,
+    yes: Annotated[bool, Opt("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
@@ -230,7 +213,11 @@ def cancel(
         return
     if all_ and names:
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
-    picked, others, doomed = _pick_by_pattern(target, patterns, every=all_, yes=yes)
+    chosen = _pick_by_pattern(target, patterns, every=all_, yes=yes)
+    if chosen is None:
+        print("nothing cancelled")
+        return
+    picked, others, doomed = chosen
     from onite.app.common import label
 
     named = [n for n in names if n not in patterns]
@@ -273,7 +260,7 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> int:
 
 def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
     """The jobs patterns (or --all) pick for the caller, confirmed by root, the other users they skip, and the
-    queued jobs that waiting for one of them will fail (root is shown them before answering).
+    queued jobs that waiting for one of them will fail (root is shown them before answering); None: root said no.
     Raises NotFound: nothing of the caller's matches; InvalidInput: root without --yes off a terminal."""
     from onite.app.common import label
     from onite.app.control import doomed_by, select_jobs
@@ -290,8 +277,7 @@ def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
                                                        for view in picked.chosen]
             + [f"  {line}" for line in _doomed_lines(doomed)],
             f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
-        print("nothing cancelled")
-        raise typer.Exit(0)
+        return None
     return picked, others, doomed
 
 
@@ -317,13 +303,13 @@ def _pick_one(target) -> list[str]:
     return [label(views[int(answer) - 1].name)]
 
 
-@app.command()
+@command()
 def hold(names: LiveNamesArg, spool: SpoolOpt = None) -> None:
     """Hold queued jobs: they keep their place but are skipped until released."""
     _set_hold(names, spool, held=True)
 
 
-@app.command()
+@command()
 def release(names: LiveNamesArg, spool: SpoolOpt = None) -> None:
     """Release held jobs (they keep their place in their priority)."""
     _set_hold(names, spool, held=False)

@@ -1,79 +1,71 @@
-"""The typer application and what its commands share: options, the spool, the terminal, shell completion.
+"""What onite's commands share: how they declare their options, the spool, the terminal.
+
+A command is a function registered with ``@command``, whose parameters are annotated with ``Opt`` and ``Arg``,
+which take what ``typer.Option`` and ``typer.Argument`` take. That is its one declaration: onite.cli.typerapp
+makes the typer command line of it (help, errors, completion), and onite.cli.fastpath parses the everyday
+cases of it without importing typer. A command returns its exit code (None: 0).
 
 These modules do not use ``from __future__ import annotations``: typer reads every command's annotations
 each time it builds the command line, and as strings each one is compiled and evaluated again (30 ms).
 """
 
-import contextlib
 import os
 import sys
+from collections.abc import Callable
 from typing import Annotated, Optional
 
-import typer
-from typer.core import TyperCommand, TyperGroup
-
 from onite.core.config import MAX_SLOTS
-from onite.core.errors import InvalidInput, OniteError
+from onite.core.errors import InvalidInput
 from onite.core.job import MAX_RETRIES
 from onite.core.resources import MAX_CPUS
 
-SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_ONITE_COMPLETE"  # what the completion scripts set to ask onite for completions
-ACTIONS = ("--show-completion", "--install-completion")  # onite's own options, whose SHELL may be left out
-# the commands in `onite --help`: what users type every day first, the administrator's last; any other after them
-ORDER = ("submit", "list", "status", "cancel", "output", "wait", "find", "hold", "release", "restart", "uniqname",
-         "report", "log", "recur", "init", "run", "daemon", "recover", "cron")
 
 
-class OniteCommand(TyperCommand):
-    """A command whose usage line names its arguments as its help does: ``NAME``, ``[NAME]...`` (typer: ``{NAME}``)."""
+class Opt:
+    """An option, declared as to ``typer.Option``: its names, then its settings (metavar, help, min, max, ...);
+    a callable ``help`` is asked only when help is shown."""
 
-    def collect_usage_pieces(self, ctx) -> list[str]:
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if param.param_type_name != "argument":
-                pieces += param.get_usage_pieces(ctx)
-                continue
-            var = param.metavar or param.name.upper()
-            pieces.append((var if param.required else f"[{var}]") + ("..." if param.nargs != 1 else ""))
-        return pieces
+    def __init__(self, *decls: str, **settings) -> None:
+        self.decls, self.settings = decls, settings
 
 
-class OniteGroup(TyperGroup):
-    """A group that lists its commands in ORDER, each with the whole first sentence of its help (click cuts it
-    at 45 columns with "...")."""
-
-    def list_commands(self, ctx) -> list[str]:
-        rank = {name: i for i, name in enumerate(ORDER)}
-        return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
-
-    def format_commands(self, ctx, formatter) -> None:
-        rows = [(name, _first_sentence(self.commands[name].help or "")) for name in self.list_commands(ctx)
-                if not self.commands[name].hidden]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+class Arg(Opt):
+    """An argument, declared as to ``typer.Argument``."""
 
 
-def _first_sentence(text: str) -> str:
-    words = text.split("\n\n")[0].split()
-    for i, word in enumerate(words):
-        if word.endswith("."):
-            return " ".join(words[:i + 1])
-    return " ".join(words)
+class Command:
+    """A registered command: its function, the group it is in (``recur``), and whether the words after ``--``
+    are the job's command line (``submit NAME -- make -j8``) rather than arguments."""
+
+    def __init__(self, func: Callable, group: str | None, after_dashes: bool) -> None:
+        self.func, self.group, self.after_dashes = func, group, after_dashes
 
 
-class OniteTyper(typer.Typer):
-    """typer.Typer whose commands are OniteCommands unless they say otherwise."""
-
-    def command(self, name=None, *, cls=None, **kwargs):
-        return super().command(name, cls=cls or OniteCommand, **kwargs)
+COMMANDS: dict[tuple[str | None, str], Command] = {}  # (group, name): every command, once its module is imported
+GROUPS: dict[str, str] = {}  # a group of commands: its help
 
 
-# -h as in every other tool; no completion options of typer's, which cannot find the shell when none is named
-SETTINGS = dict(cls=OniteGroup, add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
-                rich_markup_mode=None, pretty_exceptions_enable=False)
-app = OniteTyper(**SETTINGS)  # its help: the docstring of _options
+def command(name: str | None = None, *, group: str | None = None, after_dashes: bool = False):
+    """Register a command function under ``name`` (default: its own, as typer names it)."""
+    def register(func: Callable) -> Callable:
+        COMMANDS[(group, name or func.__name__.lower().replace("_", "-"))] = Command(func, group, after_dashes)
+        return func
+    return register
+
+
+_GLOBAL: dict[str, Optional[object]] = {"spool": None, "command": None}  # what the parser saw beside the options
+
+
+def set_parsed(**seen) -> None:
+    """What the parser found around a command's own options: ``spool``, given before its name; ``command``, the
+    words after ``--``."""
+    _GLOBAL.update(seen)
+
+
+def command_line() -> list[str] | None:
+    """The words after ``--`` (``onite submit NAME -- COMMAND ARGS``), None without ``--``."""
+    return _GLOBAL["command"]
 
 
 def _spool_help() -> str:
@@ -88,7 +80,7 @@ def _spool_help() -> str:
         return text
 
 
-def complete_name(ctx: typer.Context, incomplete: str) -> list[str]:
+def complete_name(ctx, incomplete: str) -> list[str]:
     """Shell completion of a job's name: a queued or running one, or (output, restart) a finished one too."""
     from onite.app.listing import completion_names
     from onite.spool.paths import SpoolDir
@@ -100,122 +92,42 @@ def complete_name(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
 
 
-SpoolOpt = Annotated[Optional[str], typer.Option("--spool", metavar="DIR", help=_spool_help(), show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/json.md).")]
-PlainOpt = Annotated[bool, typer.Option("--plain", help="One line per row, never wrapped, states in words: what a pipe "
-                                        "gets (docs/cli.md, OUTPUT FOR SCRIPTS).")]
-LiveNamesArg = Annotated[list[str], typer.Argument(metavar="NAME", autocompletion=complete_name)]
+SpoolOpt = Annotated[Optional[str], Opt("--spool", metavar="DIR", help=_spool_help, show_default=False)]
+JsonOpt = Annotated[bool, Opt("--json", help="One JSON document on stdout (docs/json.md).")]
+PlainOpt = Annotated[bool, Opt("--plain", help="One line per row, never wrapped, states in words: what a pipe "
+                               "gets (docs/cli.md, OUTPUT FOR SCRIPTS).")]
+LiveNamesArg = Annotated[list[str], Arg(metavar="NAME", autocompletion=complete_name)]
 # a job's options, shared by submit and recur add (whose every instance is such a job)
-PriorityOpt = Annotated[Optional[int], typer.Option("-p", "--priority", metavar="N",
-                                                    help="1 runs first; default from onite.toml.")]
-UrgentOpt = Annotated[bool, typer.Option("--urgent", help="Run before every priority (root and admins only).")]
-AfterOpt = Annotated[Optional[list[str]], typer.Option(
+PriorityOpt = Annotated[Optional[int], Opt("-p", "--priority", metavar="N",
+                                           help="1 runs first; default from onite.toml.")]
+UrgentOpt = Annotated[bool, Opt("--urgent", help="Run before every priority (root and admins only).")]
+AfterOpt = Annotated[Optional[list[str]], Opt(
     "--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")]
-AtOpt = Annotated[Optional[str], typer.Option("--at", metavar="WHEN", help="Not before this time: now, HH:MM, "
-                                              "YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")]
-TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m "
+AtOpt = Annotated[Optional[str], Opt("--at", metavar="WHEN", help="Not before this time: now, HH:MM, "
+                                     "YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")]
+TimeoutOpt = Annotated[Optional[str], Opt("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m "
                                                     "(a bare number is seconds).")]
-RetriesOpt = Annotated[Optional[int], typer.Option("--retries", metavar="N", min=0, max=MAX_RETRIES,
+RetriesOpt = Annotated[Optional[int], Opt("--retries", metavar="N", min=0, max=MAX_RETRIES,
                                          help="Retry a failed job this many times, with back-off.")]
-HostOpt = Annotated[Optional[str], typer.Option("--host", metavar="HOST",
-                                                help="Run only on this host (when several share the spool).")]
-StderrOpt = Annotated[Optional[bool], typer.Option(
+HostOpt = Annotated[Optional[str], Opt("--host", metavar="HOST",
+                                       help="Run only on this host (when several share the spool).")]
+StderrOpt = Annotated[Optional[bool], Opt(
     "--stderr-separate/--stderr-merged", show_default=False, help="Keep stderr apart from stdout (read it with onite "
     "output NAME --stderr), or with it; default: stderr_separate in onite.toml.")]
-NotifyOpt = Annotated[Optional[str], typer.Option(
+NotifyOpt = Annotated[Optional[str], Opt(
     "--notify", metavar="mail|command|none", help="How to tell you it finished; default: notify in onite.toml.")]
-NotifyOnOpt = Annotated[Optional[str], typer.Option(
+NotifyOnOpt = Annotated[Optional[str], Opt(
     "--notify-on", metavar="failure|always", help="When to tell you; default: notify_on in onite.toml.")]
-MemOpt = Annotated[Optional[str], typer.Option(
+MemOpt = Annotated[Optional[str], Opt(
     "--mem", metavar="SIZE", help="Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); "
     "held by the kernel where it can; default: default_mem in onite.toml.")]
 # a string, checked by onite (onite.core.resources.parse_cpus): its words, not the parser's range check
-CpusOpt = Annotated[Optional[str], typer.Option(
+CpusOpt = Annotated[Optional[str], Opt(
     "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; default: default_cpus in onite.toml.")]
-SlotsOpt = Annotated[Optional[int], typer.Option("--slots", metavar="N", min=1, max=MAX_SLOTS,
-                                                 help="Jobs at once (default: slots in onite.toml).")]
-DriverHostOpt = Annotated[Optional[str], typer.Option("--host", metavar="HOST", help="This driver's host name "
-                                                      "(default: host in onite.toml, else the short hostname).")]
-
-_GLOBAL: dict[str, str | None] = {"spool": None}
-
-
-def _print_version(wanted: bool) -> None:
-    if wanted:
-        from onite import __version__
-
-        print(f"onite {__version__}")
-        raise typer.Exit(0)
-
-
-def _completion(option: typer.CallbackParam, shell: Optional[str]) -> None:
-    if shell is not None:  # given without one, onite.__main__ acts for the shell in use
-        complete_shell(option.opts[0], shell)
-        raise typer.Exit(0)
-
-
-@app.callback(invoke_without_command=True)
-def _options(
-    ctx: typer.Context,
-    spool: SpoolOpt = None,
-    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
-                                          help="Print onite's version and exit.")] = False,
-    show_completion: Annotated[Optional[str], typer.Option(
-        "--show-completion", metavar="[SHELL]", is_eager=True, callback=_completion, show_default=False,
-        help="Print the completion script of SHELL (bash, zsh or fish; default: the shell you use), "
-        "to install it by hand.")] = None,
-    install_completion: Annotated[Optional[str], typer.Option(
-        "--install-completion", metavar="[SHELL]", is_eager=True, callback=_completion, show_default=False,
-        help="Install completion for SHELL (bash, zsh or fish; default: the shell you use).")] = None,
-) -> None:
-    """onite: spool batch jobs by day, run them at night in priority order, as their owners."""
-    if ctx.invoked_subcommand is None:
-        if spool is not None:
-            ctx.fail("Missing command.")
-        show_help(ctx)
-    _GLOBAL["spool"] = spool  # `onite --spool DIR list` as well as `onite list --spool DIR`
-
-
-def show_help(ctx: typer.Context) -> None:
-    """Bare ``onite`` (or ``onite recur``): its help on stdout, exit 0 (click's no_args_is_help: stderr, exit 2)."""
-    print(ctx.get_help())
-    raise typer.Exit(0)
-
-
-def complete_shell(action: str, named: str | None) -> None:
-    """``--show-completion [SHELL]``: print the script; ``--install-completion [SHELL]``: install it.
-    InvalidInput: a shell onite cannot complete (sh, dash, ksh), or none found."""
-    from typer import completion
-
-    from onite.core.safetext import printable
-
-    how, spelt = f"name one of them, e.g. onite {action} {SHELLS[0]}", ", ".join(SHELLS[:-1]) + " and " + SHELLS[-1]
-    if named:
-        shell = named.strip().lower()
-        if shell not in SHELLS:
-            raise InvalidInput(f"onite cannot complete the shell {named!r}: it completes {spelt}", how)
-    else:  # the nearest shell among onite's parent processes, else the login shell
-        shell = os.path.basename(os.environ.get("SHELL") or "").lower() or None
-        with contextlib.suppress(Exception):  # ShellDetectionFailure, or a /proc it cannot read
-            import shellingham
-
-            shell = shellingham.detect_shell()[0].lower() or shell
-    if shell is None:
-        raise InvalidInput(f"cannot tell which shell you use; onite completes {spelt}",
-                           f"name yours, e.g. onite {action} {SHELLS[0]}")
-    if shell not in SHELLS:
-        raise InvalidInput(f"your shell is {printable(shell)}, which onite cannot complete; it completes {spelt}", how)
-    if action == "--show-completion":
-        print(completion.get_completion_script(prog_name="onite", complete_var=COMPLETE_VAR, shell=shell))
-        return
-    try:
-        _, path = completion.install(shell=shell, prog_name="onite", complete_var=COMPLETE_VAR)
-    except OSError as err:
-        where = getattr(err, "filename", None) or "your home directory"
-        raise OniteError(f"cannot install {shell} completion: {where}: {err.strerror or err}",
-                         f"print the script instead: onite --show-completion {shell}") from None
-    print(f"{shell} completion installed in {path}; it works in shells started from now on")
-
+SlotsOpt = Annotated[Optional[int], Opt("--slots", metavar="N", min=1, max=MAX_SLOTS,
+                                        help="Jobs at once (default: slots in onite.toml).")]
+DriverHostOpt = Annotated[Optional[str], Opt("--host", metavar="HOST", help="This driver's host name "
+                                             "(default: host in onite.toml, else the short hostname).")]
 
 def locate_spool(spool: str | None):
     """Which spool ``--spool`` (given to the command or before it) names, or the default (onite.spool.locate)."""

@@ -4,36 +4,27 @@ import os
 import sys
 from typing import Annotated, Optional
 
-import typer
-
-from onite.cli.options import (SETTINGS, AfterOpt, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
-                               OniteTyper, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt,
-                               UrgentOpt, app, open_spool, show_help, terminal)
+from onite.cli.options import (GROUPS, AfterOpt, Arg, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
+                               Opt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
+                               command, open_spool, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 
-recur_app = OniteTyper(**SETTINGS, help="Recurring jobs: templates spooled as a job each time their rule fires.")
-app.add_typer(recur_app, name="recur")
-CronOpt = Annotated[Optional[str], typer.Option("--cron", metavar="EXPR",
-                                                help="Five-field cron expression, e.g. '0 20 * * 1-5'.")]
-EveryOpt = Annotated[Optional[str], typer.Option("--every", metavar="DUR",
-                                                 help="Interval from local midnight: 25m, 2h, 1d "
-                                                 "(a bare number is seconds).")]
-OffsetOpt = Annotated[Optional[str], typer.Option("--offset", metavar="DUR",
-                                                  help="With --every: shift every fire by this much: 2m "
-                                                  "(a bare number is seconds).")]
+GROUPS["recur"] = "Recurring jobs: templates spooled as a job each time their rule fires."
+CronOpt = Annotated[Optional[str], Opt("--cron", metavar="EXPR",
+                                       help="Five-field cron expression, e.g. '0 20 * * 1-5'.")]
+EveryOpt = Annotated[Optional[str], Opt("--every", metavar="DUR",
+                                        help="Interval from local midnight: 25m, 2h, 1d "
+                                        "(a bare number is seconds).")]
+OffsetOpt = Annotated[Optional[str], Opt("--offset", metavar="DUR",
+                                         help="With --every: shift every fire by this much: 2m "
+                                         "(a bare number is seconds).")]
 
 
-@recur_app.callback(invoke_without_command=True)  # bare `onite recur`: its help on stdout, exit 0
-def _recur(ctx: typer.Context) -> None:
-    if ctx.invoked_subcommand is None:
-        show_help(ctx)
-
-
-@recur_app.command("add")
+@command("add", group="recur")
 def recur_add(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Template name (instances are "
-                                        "NAME-YYYYMMDDTHHMM).")],
+    name: Annotated[str, Arg(metavar="NAME", help="Template name (instances are "
+                             "NAME-YYYYMMDDTHHMM).")],
     cron_expr: CronOpt = None,
     every: EveryOpt = None,
     offset: OffsetOpt = None,
@@ -68,7 +59,7 @@ def recur_add(
     print(f"{name}: {describe(rule)}; next at {next_fire(rule, when).isoformat(timespec='seconds')}")
 
 
-@recur_app.command("list")
+@command("list", group="recur")
 def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = None) -> None:
     """Recurring jobs: name, owner, rule, next fire, priority."""
     from onite.app.recur import templates, templates_json
@@ -87,8 +78,8 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
     print_recur_list(views, when, out=out or sys.stdout, plain=plain)
 
 
-@recur_app.command("remove")
-def recur_remove(names: Annotated[list[str], typer.Argument(metavar="NAME")], spool: SpoolOpt = None) -> None:
+@command("remove", group="recur")
+def recur_remove(names: Annotated[list[str], Arg(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
     from onite.app.recur import remove
 
@@ -98,14 +89,14 @@ def recur_remove(names: Annotated[list[str], typer.Argument(metavar="NAME")], sp
         print(f"{name}: removed")
 
 
-@recur_app.command("next")
+@command("next", group="recur")
 def recur_next(
-    name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A recurring job; or give a rule with "
-                                                  "--cron/--every.")] = None,
-    count: Annotated[int, typer.Option("-n", "--count", metavar="N", min=1, max=10000,
-                                       help="How many fire times.")] = 5,
-    start: Annotated[Optional[str], typer.Option("--from", metavar="WHEN", help="Start after this time (default: now): "
-                                                 "2026-01-05T00:00, HH:MM, +2h.")] = None,
+    name: Annotated[Optional[str], Arg(metavar="NAME", help="A recurring job; or give a rule with "
+                                       "--cron/--every.")] = None,
+    count: Annotated[int, Opt("-n", "--count", metavar="N", min=1, max=10000,
+                              help="How many fire times.")] = 5,
+    start: Annotated[Optional[str], Opt("--from", metavar="WHEN", help="Start after this time (default: now): "
+                                        "2026-01-05T00:00, HH:MM, +2h.")] = None,
     cron_expr: CronOpt = None,
     every: EveryOpt = None,
     offset: OffsetOpt = None,
