@@ -6,7 +6,7 @@ whether it is held (a marker). The environment is checked (``env_problem``) wher
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -94,6 +94,14 @@ class Job:
         problem = _job_problem(self)
         if problem:
             raise ValueError(problem)
+
+
+LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an edit may change and keep its place
+
+
+def with_limits(job: Job, source: Job) -> Job:
+    """``job`` with the LIMITS of ``source`` (an edit of it)."""
+    return replace(job, **{name: getattr(source, name) for name in LIMITS})
 
 
 def _job_problem(job: Job) -> str:
