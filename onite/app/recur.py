@@ -12,7 +12,7 @@ import stat
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
@@ -82,8 +82,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list")
 
 
-@dataclass(frozen=True, kw_only=True)
-class TemplateView:
+class TemplateView(NamedTuple):
     """What ``onite recur list`` and ``onite status`` show of one template."""
 
     name: str
