@@ -21,6 +21,7 @@ from onite.core.values import is_whole
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
 MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
+MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_SLOTS = 4096  # jobs at once on one host, at most (slots, [hosts.NAME] slots, --slots)
 NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")

@@ -11,14 +11,13 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from onite.core import values as v
-from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
+from onite.core.config import MAX_PRIORITIES, MAX_RETRIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
 from onite.core.names import is_valid_key, is_valid_name
 from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
 from onite.core.values import is_whole
 
-MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_AFTER = 64  # a job waits for at most this many others: each is looked at whenever it might start
 MAX_SHEBANG = 255  # bytes after "#!", as Linux reads them (BINPRM_BUF_SIZE, 256)
 MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 32 bits
