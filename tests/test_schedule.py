@@ -570,3 +570,20 @@ def test_last_fire_matches_fire_times():
             # arithmetic, and 03:00 - 1s would land in the spring-forward gap).
             just_before = (fire.astimezone(timezone.utc) - timedelta(seconds=1)).astimezone(BERLIN)
             assert last_fire(rule, just_before, since=start) == previous
+
+
+@pytest.mark.parametrize("expr", ["0 20 * * *", "0 23 * * *", "* * * * *", "0 * * * *", "* 3 * * *", "5,5 20,0 * * *",
+                                  "3,1 2,0 * * *", "59 23 * * *", "60 20 * * *", "0 24 * * *", "00 20 * * *"])
+def test_a_plain_daily_expression_compiles_as_croniter_compiles_it(expr, monkeypatch):
+    """compile_cron reads plain daily minutes and hours without croniter: the same Cron, or the same error."""
+    from onite.core import rules
+
+    def compiled():
+        try:
+            return rules.compile_cron.__wrapped__(expr)
+        except InvalidInput as err:
+            return str(err)
+
+    plain = compiled()
+    monkeypatch.setattr(rules, "_daily", lambda text, fields: None)
+    assert plain == compiled()

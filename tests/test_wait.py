@@ -272,8 +272,8 @@ def test_drain_since_is_the_earliest_drain(monkeypatch):
              SimpleNamespace(host="b", role=Role.DAEMON, since=NOW - timedelta(days=3)),
              SimpleNamespace(host="c", role=Role.DAEMON, since=NOW - timedelta(days=9))]
     running = [SimpleNamespace(host="b", started=NOW - timedelta(minutes=5))]
-    monkeypatch.setattr(w, "live_beats", lambda root, now: beats)
-    monkeypatch.setattr(w, "running_views", lambda spool: running)
+    monkeypatch.setattr("onite.drain.heartbeat.live_beats", lambda root, now: beats)  # draining imports them
+    monkeypatch.setattr("onite.app.listing.running_views", lambda spool: running)
     found = w.draining(SimpleNamespace(root=None), NOW)
     assert found == {"a": NOW, "b": NOW - timedelta(minutes=5)}  # a daemon's: its first running job; c is idle
     assert min(found.values()) == NOW - timedelta(minutes=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -67,10 +68,15 @@ def key_for(text: str, *, what: str = "job name") -> str:
 
 
 def me() -> str:
-    """The caller's user name (how their own jobs' keys begin)."""
+    """The caller's user name (how their own jobs' keys begin), looked up once: ``list`` labels every job with it."""
+    return _account(os.geteuid())
+
+
+@functools.lru_cache(maxsize=8)
+def _account(uid: int) -> str:
     from onite.spool.scan import user_name
 
-    return user_name(os.geteuid())
+    return user_name(uid)
 
 
 def label(key: str) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
+from typing import NamedTuple
 
 from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
 from onite.spool.files import remove_file
@@ -25,8 +25,7 @@ from onite.core.policy import may_touch, owner_or_root
 from onite.app.common import key_for, me
 
 
-@dataclass(frozen=True)
-class CancelReport:
+class CancelReport(NamedTuple):
     """What ``cancel`` did to a job: "cancelled", or "requested" of its driver."""
 
     name: str  # the job's key
@@ -95,8 +94,7 @@ def is_pattern(word: str) -> bool:
     return not frozenset("*?[").isdisjoint(word)
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     """The jobs a pattern (or ``--all``) picks for a caller: theirs, and others' it leaves alone."""
 
     chosen: list  # JobViews, running then queued, each name once

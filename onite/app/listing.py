@@ -23,8 +23,7 @@ from onite.spool.results import read_results, result_names
 from onite.spool.scan import Entry, withdrawn_entries, running_entries, user_name
 from onite.spool.settings import default_host
 from onite.core import values as v
-from onite.core.config import MAX_PRIORITIES
-from onite.core.job import MAX_RETRIES
+from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.jobview import JobView, result_view
 from onite.core.jsontext import dumps
 from onite.core.policy import owner_or_root

@@ -12,13 +12,13 @@ import stat
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.app.common import key_for, label
@@ -30,6 +30,9 @@ from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
 from onite.spool.recurstate import load_state, template_files
+
+if TYPE_CHECKING:
+    from onite.core.identity import Identity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +82,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list")
 
 
-@dataclass(frozen=True, kw_only=True)
-class TemplateView:
+class TemplateView(NamedTuple):
     """What ``onite recur list`` and ``onite status`` show of one template."""
 
     name: str

@@ -190,6 +190,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         raise InvalidInput(f"--night and {'--since' if since is not None else '--until'} cannot be used together",
                            "use --night DATE for a night (noon to noon), or --since/--until for a time range")
     reader = os.geteuid()
+    _uid.cache_clear()
     kind, day, start, end, drains, events, every_drain = _window(spool, now, since, night, until)
     # the log's times are whole seconds: a job filed in the drain's last second is inside it
     results_end = end + timedelta(seconds=1) if kind == "drain" else end
@@ -333,8 +334,9 @@ def _number(text: str | None) -> float | None:
 
 
 @functools.cache
+@functools.lru_cache(maxsize=1024)
 def _uid(user: str) -> int:
-    """The uid of a user named in the log (-1: no such account now)."""
+    """The uid of a user named in the log (-1: no such account now), looked up once a report (build clears it)."""
     try:
         return pwd.getpwnam(user).pw_uid
     except KeyError:

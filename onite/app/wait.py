@@ -6,8 +6,8 @@ a result record written since the wait began and its withdrawal into cancel/."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_state
@@ -15,10 +15,8 @@ from onite.spool.results import read_result, read_results
 from onite.spool.scan import key_uid, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
-from onite.app.listing import running_views, withdrawn_view
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.jsontext import dumps
-from onite.drain.heartbeat import Role, live_beats
 from onite.app.common import key_for, label
 from onite.core.state import Result
 from onite.core.clock import SYSTEM, Clock
@@ -30,8 +28,7 @@ GONE_LOOKS = 3  # looks that find a job nowhere (a requeue passes through nowher
 SHOWN_NAMES = 10  # names of failed jobs in a drain's summary line
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(NamedTuple):
     """One look at one job name."""
 
     name: str
@@ -50,6 +47,8 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
     if not live:
         pending = [e for e in withdrawn_entries(spool) if e.name == name]
         if pending:
+            from onite.app.listing import withdrawn_view  # a job cancelled while queued, not yet filed: rare
+
             withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
     result = read_result(spool, name)
     if result is not None and result.uid != key_uid(name):
@@ -57,8 +56,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
     return Seen(name, live, result, withdrawn)
 
 
-@dataclass(frozen=True)
-class Watch:
+class Watch(NamedTuple):
     """What the waiter knows of one name between looks."""
 
     name: str
@@ -68,8 +66,7 @@ class Watch:
     live: str | None = None  # where it was at the last look
 
 
-@dataclass(frozen=True)
-class Final:
+class Final(NamedTuple):
     """How a waited-for job ended: ``done``, ``failed``, ``cancelled``, or ``unknown``."""
 
     name: str
@@ -95,7 +92,7 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     """The next Watch and, once the job has finished, its Final (else PENDING)."""
     if seen.live:
         stale = record_key(seen.result) if not watch.seen_live else watch.stale
-        return replace(watch, stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
+        return watch._replace(stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
     candidates: list[tuple[datetime, Final]] = []
     if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
         view = result_view(seen.result)
@@ -104,8 +101,8 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
         candidates.append((seen.withdrawn.finished, Final(seen.name, "cancelled", seen.withdrawn,
                                                             seen.withdrawn.reason)))
     if candidates:
-        return replace(watch, gone=0, live=None), max(candidates, key=lambda c: c[0])[1]
-    watch = replace(watch, gone=watch.gone + 1, live=None)
+        return watch._replace(gone=0, live=None), max(candidates, key=lambda c: c[0])[1]
+    watch = watch._replace(gone=watch.gone + 1, live=None)
     if watch.gone >= GONE_LOOKS:
         return watch, Final(seen.name, "unknown", None, UNKNOWN_REASON)
     return watch, PENDING
@@ -135,8 +132,7 @@ def _pause(clock: Clock, delay: float, deadline: float | None) -> float:
     return min(delay * POLL_GROWTH, POLL_MAX)
 
 
-@dataclass
-class JobsWaited:
+class JobsWaited(NamedTuple):
     """What ``wait_jobs`` found: each name's Final, or where it still was when time ran out."""
 
     names: list[str]
@@ -194,7 +190,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             watch = watches[name]
             watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live))
             if final is not PENDING:
-                finals[name] = replace(final, name=name)  # said as it was asked for (daemon:build)
+                finals[name] = final._replace(name=name)  # said as it was asked for (daemon:build)
         if len(finals) == len(order):
             return JobsWaited(order, finals, {})
         if deadline is not None and clock.monotonic() >= deadline:
@@ -209,6 +205,9 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
 def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
     """The hosts draining at ``now``, each with when its drain began: a driver's lock time; a daemon drains only
     while jobs run on its host, since the earliest of them started (``now`` if none says)."""
+    from onite.app.listing import running_views  # wait_drains only: not wait NAME's
+    from onite.drain.heartbeat import Role, live_beats
+
     found, running = {}, None
     for beat in live_beats(spool.root, now):
         if beat.role != Role.DAEMON:
@@ -222,8 +221,7 @@ def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
     return found
 
 
-@dataclass
-class DrainsWaited:
+class DrainsWaited(NamedTuple):
     """What ``wait_drains`` found: the drains' hosts and the jobs that finished since they began."""
 
     hosts: list[str]

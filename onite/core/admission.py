@@ -8,15 +8,14 @@ start where it cannot delay the head's start, estimated from time limits as Slur
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import NamedTuple
 
 from onite.core.resources import Need, too_big
 
 
-@dataclass(frozen=True)
-class Busy:
+class Busy(NamedTuple):
     """A running job's request and when it ends at the latest (None: no time limit)."""
 
     need: Need
@@ -31,8 +30,7 @@ def free_room(capacity: Need, running: Iterable[Busy]) -> Need:
     return free
 
 
-@dataclass(frozen=True)
-class Reservation:
+class Reservation(NamedTuple):
     """When the head job can start at the latest (None: unknown) and what stays free beside it then."""
 
     at: datetime | None
@@ -76,8 +74,7 @@ class Admit(StrEnum):
     NEVER = "never"  #: it asks for more than the host has at all
 
 
-@dataclass(frozen=True)
-class Room:
+class Room(NamedTuple):
     """A host at one moment: its name and capacity, its running jobs, what they leave free."""
 
     host: str
@@ -97,8 +94,7 @@ def room(host: str, capacity: Need, running: Iterable[Busy]) -> Room:
     return Room(host, capacity, running, free_room(capacity, running))
 
 
-@dataclass(frozen=True)
-class Head:
+class Head(NamedTuple):
     """The first job of a pass over the queue that waits for room, and its reservation (None: strict order)."""
 
     name: str
@@ -111,8 +107,7 @@ def head_of(name: str, need: Need, where: Room, *, backfill: bool) -> Head:
     return Head(name, need, reserve(where.capacity, list(where.running), need) if backfill else None)
 
 
-@dataclass(frozen=True)
-class Admission:
+class Admission(NamedTuple):
     """The verdict, its reason as ``onite list`` and the log say it, and the head job for the rest of the pass."""
 
     verdict: Admit

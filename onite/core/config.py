@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import shlex
 import tomllib
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
 from datetime import time, timedelta
+from types import MappingProxyType
 from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput
@@ -20,6 +21,7 @@ from onite.core.values import is_whole
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
 MAX_PRIORITIES = 99  # priority folders P1 … P99 at most; a job's priority is 1 … 99
+MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_SLOTS = 4096  # jobs at once on one host, at most (slots, [hosts.NAME] slots, --slots)
 NOTIFY_HOW = ("none", "mail", "command")
 NOTIFY_ON = ("failure", "always")
@@ -46,9 +48,9 @@ class HostConfig(NamedTuple):
     cpus: int | None = None  # CPUs likewise (default: the machine's, minus reserve_cpus)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Config:
-    """A spool's settings (see docs/configuration.md for each key)."""
+class Config(NamedTuple):
+    """A spool's settings (see docs/configuration.md for each key). A NamedTuple: every command reads one, and
+    so ``onite find`` needs no dataclasses (nor the inspect they import)."""
 
     priorities: int = 7
     default_priority: int = 4
@@ -69,14 +71,14 @@ class Config:
     max_job_size: int = 16 * 1024 * 1024
     executor: str = "local"
     stderr_separate: bool = False  # default of submit --stderr-separate
-    hosts: dict[str, HostConfig] = field(default_factory=dict)  # host name → its overrides
+    hosts: Mapping[str, HostConfig] = MappingProxyType({})  # host name → its overrides
     default_mem: int | None = None  # MiB a job that does not say asks for (None: none)
     default_cpus: int | None = None  # CPUs a job that does not say asks for (None: none)
     reserve_mem: int = 0  # MiB of the machine's memory kept out of the jobs' capacity
     reserve_cpus: int = 0  # CPUs likewise
     backfill: bool = False  # a later job may start past a waiting one if it cannot delay it
     order: str = "fifo"  # within a priority: "fifo" (first in, first out) or "fair" (onite.core.queue.fair_order)
-    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    slurm: SlurmConfig = SlurmConfig()
     notify: str = "none"  # how a job's owner is told it finished: "none", "mail", "command"
     notify_on: str = "failure"  # "failure" or "always" (also done and cancelled)
     notify_command: tuple[str, ...] = ()  # the admin's hook: an absolute path and its arguments
@@ -171,7 +173,7 @@ def _config_of(data: dict, source: str) -> Config:
 
 
 MAX_SIZE = 1024**4  # 1T: max_job_size beyond this is a typo, not a job
-_TOP_KEYS = frozenset(f.name for f in fields(Config))  # every key of onite.toml is a field of Config
+_TOP_KEYS = frozenset(Config._fields)  # every key of onite.toml is a field of Config
 _SLURM_KEYS = frozenset(SlurmConfig._fields)
 
 

@@ -6,19 +6,18 @@ whether it is held (a marker). The environment is checked (``env_problem``) wher
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from onite.core import values as v
-from onite.core.config import MAX_PRIORITIES, NOTIFY_HOW, NOTIFY_ON
+from onite.core.config import MAX_PRIORITIES, MAX_RETRIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
 from onite.core.names import is_valid_key, is_valid_name
 from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
 from onite.core.values import is_whole
 
-MAX_RETRIES = 100  # a job is tried at most MAX_RETRIES + 1 times
 MAX_AFTER = 64  # a job waits for at most this many others: each is looked at whenever it might start
 MAX_SHEBANG = 255  # bytes after "#!", as Linux reads them (BINPRM_BUF_SIZE, 256)
 MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 32 bits
@@ -94,6 +93,14 @@ class Job:
         problem = _job_problem(self)
         if problem:
             raise ValueError(problem)
+
+
+LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an edit may change and keep its place
+
+
+def with_limits(job: Job, source: Job) -> Job:
+    """``job`` with the LIMITS of ``source`` (an edit of it)."""
+    return replace(job, **{name: getattr(source, name) for name in LIMITS})
 
 
 def _job_problem(job: Job) -> str:

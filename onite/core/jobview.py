@@ -6,16 +6,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from onite.core.resources import format_mem, human_bytes
 from onite.core.state import Result, json_fields
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobView:
-    """One job as ``onite list`` and ``onite status`` show it."""
+class JobView(NamedTuple):
+    """One job as ``onite list`` and ``onite status`` show it (a NamedTuple: list makes one per job, and a frozen
+    dataclass is made several times slower)."""
 
     name: str
     uid: int

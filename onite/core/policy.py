@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, time, timedelta
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from onite.core.errors import Refused
-from onite.core.identity import Identity
 from onite.core.timeparse import local_time, next_clock
+
+if TYPE_CHECKING:  # an annotation only: list, status, output and cancel need no Identity
+    from onite.core.identity import Identity
 
 
 def owner_or_root(caller_uid: int, owner_uid: int) -> bool:

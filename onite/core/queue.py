@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from operator import itemgetter
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -44,21 +44,18 @@ class Meta:
     timeout: timedelta | None = None
 
 
-@dataclass(frozen=True)
-class Ready:
+class Ready(NamedTuple):
     """The job may start now."""
 
 
-@dataclass(frozen=True)
-class Wait:
+class Wait(NamedTuple):
     """The job may not start yet: why, and (if known) until when."""
 
     reason: str
     until: datetime | None = None  # when it may become ready by itself (a not-before time)
 
 
-@dataclass(frozen=True)
-class Fail:
+class Fail(NamedTuple):
     """The job can never run (a dependency failed or was cancelled): the reason it fails with."""
 
     reason: str

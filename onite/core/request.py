@@ -124,14 +124,6 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
         raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
 
 
-LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an edit may change and keep its place
-
-
-def with_limits(job: Job, source: Job) -> Job:
-    """``job`` with the LIMITS of ``source`` (an edit of it)."""
-    return replace(job, **{name: getattr(source, name) for name in LIMITS})
-
-
 @dataclass(frozen=True, kw_only=True)
 class JobChanges:
     """Submit's options that set a job's priority and limits, as typed (None: not given): what ``restart`` and

@@ -35,6 +35,7 @@ _MACROS = {
     "@annually": "0 0 1 1 *",
 }
 _RANDOM = r"(?<![a-z])r(?![a-z])"  # croniter's R, a random value: fire times must be the same every time
+_PLAIN_FIELD = re.compile(r"\*|(?:0|[1-9][0-9]?)(?:,(?:0|[1-9][0-9]?))*")  # *, 5 or 0,30
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)  # a fixed start keeps validation deterministic
 
 
@@ -51,8 +52,6 @@ class Cron(NamedTuple):
 def compile_cron(expr: str) -> Cron:
     """A user's cron expression, checked: five fields, valid, and firing at least once in 10 years.
     Raises InvalidInput: it names what is wrong and what to write instead."""
-    from croniter import CroniterError, croniter
-
     if not isinstance(expr, str):
         raise InvalidInput(f"cron expression {expr!r} is not text", _FIVE_FIELDS_HINT)
     text = " ".join(expr.split())
@@ -73,6 +72,11 @@ def compile_cron(expr: str) -> Cron:
     if re.search(_RANDOM, text, re.IGNORECASE):
         raise InvalidInput(f"cron expression {expr!r} uses R (a random value)",
                            "write the exact minutes and hours, so that fire times are predictable")
+    daily = _daily(text, fields)
+    if daily is not None:
+        return daily
+    from croniter import CroniterError, croniter
+
     if not croniter.is_valid(text, strict=True):
         for i, field in enumerate(fields):
             if not croniter.is_valid(" ".join(field if j == i else "*" for j in range(5)), strict=True):
@@ -100,6 +104,19 @@ def compile_cron(expr: str) -> Cron:
         every_day=(all(f == ["*"] for f in probe.expanded[2:5]) and not probe.nth_weekday_of_month
                    and not probe.nearest_weekday),
     )
+
+
+def _daily(text: str, fields: list[str]) -> Cron | None:
+    """An expression of plain minutes and hours every day (the default schedule's ``0 20 * * *``) compiled as
+    croniter compiles it, without importing croniter (a fifth of ``onite status``); None: any other."""
+    if fields[2:] != ["*", "*", "*"] or not all(_PLAIN_FIELD.fullmatch(field) for field in fields[:2]):
+        return None
+    minutes, hours = ({int(v) for v in field.split(",")} if field != "*" else set(range(size))
+                      for field, size in zip(fields, (60, 24)))
+    if max(minutes) > 59 or max(hours) > 23:
+        return None  # croniter says what is wrong
+    return Cron(expr=text, minutes=tuple(sorted({h * 60 + m for h in hours for m in minutes})),
+                clock_hours=fields[1] != "*", every_day=True)
 
 
 def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | None:

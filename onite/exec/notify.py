@@ -13,16 +13,18 @@ import pwd
 import re
 import signal
 import stat
-import subprocess
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_key, shown
 from onite.core.state import JobState, Result
-from onite.exec.plan import memory_file
 from onite.spool.results import result_record
+
+if TYPE_CHECKING:
+    import subprocess
 
 SENDMAIL_PATHS = ("/usr/sbin/sendmail", "/usr/lib/sendmail")
 NO_SENDMAIL = "no sendmail (install an MTA or set sendmail in onite.toml)"
@@ -224,6 +226,10 @@ class Notifier:
         return output_tail(data, cut=start > 0)
 
     def _start(self, result: Result, how: str, argv: list[str], stdin: bytes, env: dict, config) -> None:
+        import subprocess  # these two only where a notice starts: cancel files its job with a Notifier too
+
+        from onite.exec.plan import memory_file
+
         data_fd = memory_file("onite-notice", stdin)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:

@@ -18,11 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from onite.core.errors import JobFormatError, NotFound, Refused, SpoolIOError
-from onite.core.job import Job
+from onite.core.job import Job, with_limits
 from onite.core.jobfile import encode
 from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
-from onite.core.request import with_limits
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.files import (_rename_noreplace, _write_unnamed, create_file, discard, fsync_dir, move_file,
                                rename_exchange, token)
