@@ -14,9 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Annotated, Optional
 
-from onite.core.config import MAX_SLOTS
+from onite.core.config import MAX_RETRIES, MAX_SLOTS
 from onite.core.errors import InvalidInput
-from onite.core.job import MAX_RETRIES
 from onite.core.resources import MAX_CPUS
 
 COMPLETE_VAR = "_ONITE_COMPLETE"  # what the completion scripts set to ask onite for completions
