@@ -135,7 +135,7 @@ def test_api_checks_everything_first(spool):
 
 def failing_writer(monkeypatch, at, error):
     """Make the ``at``-th file of a batch fail while it is written."""
-    real = files._write_unnamed
+    real = files.write_unnamed
     calls = []
 
     def write(folder, name, data, mode, owner):
@@ -144,7 +144,7 @@ def failing_writer(monkeypatch, at, error):
             raise error
         return real(folder, name, data, mode, owner)
 
-    monkeypatch.setattr(files, "_write_unnamed", write)
+    monkeypatch.setattr(files, "write_unnamed", write)
 
 
 def test_a_failed_write_keeps_what_was_spooled_and_leaves_no_temporary_file(spool, monkeypatch):

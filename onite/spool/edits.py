@@ -23,8 +23,8 @@ from onite.core.jobfile import encode
 from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
 from onite.spool.filecheck import BadFile, read_job_file
-from onite.spool.files import (_rename_noreplace, _write_unnamed, create_file, discard, fsync_dir, move_file,
-                               rename_exchange, token)
+from onite.spool.files import (create_file, discard, fsync_dir, move_file, rename_exchange, rename_noreplace, token,
+                               write_unnamed)
 from onite.spool.scan import Marker, key_uid
 
 EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
@@ -89,7 +89,7 @@ def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | Non
     first (nothing changed); ``"changed"``: a claim took the edited file before it moved (it runs edited).
     Raises Refused: this file system cannot swap two files in one step; a job of the name is in ``folder``.
     SpoolError, SpoolIOError: a write failed (the job stays as it was, or edited in its old folder)."""
-    tmp = _write_unnamed(path.parent, path.name, encode(job), 0o600, owner, durable=True)
+    tmp = write_unnamed(path.parent, path.name, encode(job), 0o600, owner, durable=True)
     target = folder / path.name
     try:
         try:
@@ -102,7 +102,7 @@ def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | Non
         if not swapped:
             return "started"
         try:
-            if not _rename_noreplace(str(path), str(target)):  # a file system without renameat2's flags
+            if not rename_noreplace(str(path), str(target)):  # a file system without renameat2's flags
                 if os.path.lexists(target):
                     raise FileExistsError(target)
                 move_file(path, target, "moving an edited job to its new priority")

@@ -72,7 +72,7 @@ def create_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600,
     """Create ``folder/name`` holding ``data``, durably, all or nothing, never replacing a file.
 
     Raises Refused: the name exists; SpoolError, SpoolIOError: the write failed."""
-    tmp = _write_unnamed(folder, name, data, mode, owner, durable=True)
+    tmp = write_unnamed(folder, name, data, mode, owner, durable=True)
     _link_name(tmp, folder, name)
     fsync_dir(folder)
     return folder / name
@@ -87,12 +87,12 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
 
     Raises Refused: ``uid``'s own file has the name, or it cannot be exchanged (NFS) or kept
     changing; SpoolIOError: the write failed."""
-    tmp = _write_unnamed(folder, name, data, mode, owner, durable=durable)
+    tmp = write_unnamed(folder, name, data, mode, owner, durable=durable)
     final = f"{folder}/{name}"
     try:
         for _ in range(DISPLACE_TRIES):
             try:
-                if not _rename_noreplace(tmp, final):
+                if not rename_noreplace(tmp, final):
                     _link_name(tmp, folder, name)  # no renameat2 here: a name taken is refused
                 tmp = None
                 return None
@@ -141,7 +141,7 @@ def create_batch(files: Iterable[tuple[Path, str, bytes]], *, owner: tuple[int, 
         for folder, name, data in files:
             folders.setdefault(folder)
             try:
-                pending.append((_write_unnamed(folder, name, data, 0o600, owner), folder, name))
+                pending.append((write_unnamed(folder, name, data, 0o600, owner), folder, name))
             except SpoolIOError as err:
                 failed = err
                 break
@@ -171,7 +171,7 @@ def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
             pending.popleft()
 
 
-def _write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,
+def write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,
                    durable: bool = False) -> str:
     """Write ``data`` under a dot-name in ``folder`` and return its path; on any failure (an interrupt
     too) the dot-name is removed."""
@@ -237,7 +237,7 @@ def _link_name(tmp: str, folder: Path, name: str) -> None:
     driver that sees the second link waits: filecheck.SETTLING). Raises Refused, SpoolIOError."""
     final = folder / name
     try:
-        if _rename_noreplace(tmp, str(final)):
+        if rename_noreplace(tmp, str(final)):
             return
         os.link(tmp, final)
     except FileExistsError:
@@ -270,7 +270,7 @@ def _renameat2(src: str, dst: str, flags: int) -> int | None:
     return 0 if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) == 0 else ctypes.get_errno()
 
 
-def _rename_noreplace(src: str, dst: str) -> bool:
+def rename_noreplace(src: str, dst: str) -> bool:
     """rename(2) that never replaces ``dst`` (FileExistsError); False where it cannot be done (link instead)."""
     code = _renameat2(src, dst, RENAME_NOREPLACE)
     if code is None or code in _UNSUPPORTED:
