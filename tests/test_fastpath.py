@@ -6,9 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onite.cli import fastpath, options
-from onite.cli.commands import COMMANDS
+from onite.cli.commands import every_command
 from onite.cli.typerapp import command_for
 
+COMMANDS = every_command()
 TOP = sorted(name for group, name in COMMANDS if group is None)
 VALUES = ["3", "0", "-1", "x", "", " 4", "+2", "1_0", "٣", "99999", "a=b", "b*", "-", "--", "--help", "-h",
           "--nosuch", "-qa", "-p3", "--spool", "/tmp/s", "--all=1", "--priority=2", "--timeout=10"]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Union, get_args, get_origin
 
-from onite.cli.commands import COMMANDS
+from onite.cli.commands import top_command
 from onite.cli.options import Arg, Opt, set_parsed
 
 UNDERSTOOD = {"metavar", "help", "min", "max", "show_default", "autocompletion"}  # settings that change no parse
@@ -26,7 +26,7 @@ def parse(args: list[str]) -> tuple[Callable, dict] | None:
         if spool is not None or args[at] != "--spool" or at + 1 == len(args) or args[at + 1].startswith("-"):
             return None
         spool, at = args[at + 1], at + 2
-    command = COMMANDS.get((None, args[at])) if at < len(args) else None
+    command = top_command(args[at]) if at < len(args) else None
     if command is None:
         return None
     rest, words = args[at + 1:], None

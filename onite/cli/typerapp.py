@@ -11,7 +11,7 @@ from typing import Annotated, Optional, get_args, get_origin
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from onite.cli.commands import COMMANDS, GROUPS
+from onite.cli.commands import GROUPS, every_command
 from onite.cli.options import COMPLETE_VAR, Arg, Opt, SpoolOpt, set_parsed
 from onite.core.errors import InvalidInput, OniteError
 
@@ -90,9 +90,10 @@ def command_for(args: list[str], *, everything: bool = False, run: Callable = ca
     command's parameters costs more than running most of them; every command for help, completion (``everything``),
     and a name that is no command's (click's error then suggests one). ``run`` runs the command's function."""
     name = _command_name(args)
-    chosen = {key: value for key, value in COMMANDS.items() if name == (key[0] or key[1])}  # key: (group, name)
+    commands = every_command()
+    chosen = {key: value for key, value in commands.items() if name == (key[0] or key[1])}  # key: (group, name)
     if everything or not chosen:
-        chosen = COMMANDS
+        chosen = commands
     app = typer.Typer(**SETTINGS)
     app.callback(invoke_without_command=True)(_typer_function(_options, call))
     groups = {}
