@@ -52,13 +52,18 @@ class Daemon:
 
     def round_trip(self) -> None:
         """Prove the daemon went round its loop since now: ask for a status line and wait for the
-        daemon's own (a drain running in it answers with a line of its own first)."""
-        def said() -> int:
-            return sum("role=daemon" in line for line in self.logged("status"))
+        daemon's own. A drain still running in it answers instead (its line has no role=daemon): then
+        ask again."""
+        def said(by_daemon: bool) -> int:
+            return sum(("role=daemon" in line) == by_daemon for line in self.logged("status"))
 
-        before = said()
-        self.proc.send_signal(signal.SIGUSR1)
-        wait_for(lambda: said() > before, what="the daemon's status line")
+        before = said(True)
+        while True:
+            by_drain = said(False)
+            self.proc.send_signal(signal.SIGUSR1)
+            wait_for(lambda: said(True) > before or said(False) > by_drain, what="a status line")
+            if said(True) > before:
+                return
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
