@@ -23,7 +23,7 @@ COMPLETE_VAR = "_ONITE_COMPLETE"  # what the completion scripts set to ask onite
 
 class Opt:
     """An option, declared as to ``typer.Option``: its names, then its settings (metavar, help, min, max, ...);
-    a callable ``help`` is asked only when help is shown."""
+    a callable ``help`` is called only when typer builds the command line."""
 
     def __init__(self, *decls: str, **settings) -> None:
         self.decls, self.settings = decls, settings
@@ -34,11 +34,11 @@ class Arg(Opt):
 
 
 class Command:
-    """A registered command: its function, the group it is in (``recur``), and whether the words after ``--``
-    are the job's command line (``submit NAME -- make -j8``) rather than arguments."""
+    """A registered command: its function, and whether the words after ``--`` are the job's command line
+    (``submit NAME -- make -j8``) rather than arguments."""
 
-    def __init__(self, func: Callable, group: str | None, after_dashes: bool) -> None:
-        self.func, self.group, self.after_dashes = func, group, after_dashes
+    def __init__(self, func: Callable, after_dashes: bool) -> None:
+        self.func, self.after_dashes = func, after_dashes
 
 
 COMMANDS: dict[tuple[str | None, str], Command] = {}  # (group, name): every command, once its module is imported
@@ -48,7 +48,7 @@ GROUPS: dict[str, str] = {}  # a group of commands: its help
 def command(name: str | None = None, *, group: str | None = None, after_dashes: bool = False):
     """Register a command function under ``name`` (default: its own, as typer names it)."""
     def register(func: Callable) -> Callable:
-        COMMANDS[(group, name or func.__name__.lower().replace("_", "-"))] = Command(func, group, after_dashes)
+        COMMANDS[(group, name or func.__name__.lower().replace("_", "-"))] = Command(func, after_dashes)
         return func
     return register
 
