@@ -334,7 +334,6 @@ def _number(text: str | None) -> float | None:
 
 
 @functools.cache
-@functools.lru_cache(maxsize=1024)
 def _uid(user: str) -> int:
     """The uid of a user named in the log (-1: no such account now), looked up once a report (build clears it)."""
     try:
