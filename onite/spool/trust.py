@@ -29,8 +29,7 @@ def problems(root: Path, owner: int, *, modes: bool = True) -> list[str]:
     for path in (spool.jobs_dir, spool.running_root, spool.done_dir, spool.stdout_dir, spool.refused_dir,
                  *_children(spool.running_root)):
         found.extend(_own(path, owner, modes, folder=True))
-    edits = [spool.edit_dir] if os.path.lexists(spool.edit_dir) else []  # a spool made before edit/ existed
-    for path in [*_children(spool.jobs_dir), spool.cancel_dir, spool.recur_dir, spool.hold_dir, *edits]:
+    for path in [*_children(spool.jobs_dir), spool.cancel_dir, spool.recur_dir, spool.hold_dir, spool.edit_dir]:
         found.extend(_own(path, owner, modes, folder=True, shared=True))
     for path in (spool.config_path, spool.log_path):
         found.extend(_own(path, owner, modes, folder=False))
