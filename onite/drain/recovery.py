@@ -423,7 +423,6 @@ class Recovery:
             night.log.event("recovered", name, action="failed (on_interrupt = fail)", processes=what)
             night.notifier.notify(result, job, night.config)
 
-
     def monitor_alive(self, rec: RunRecord) -> bool:
         """Is the monitor a run record names still that process, and alive?"""
         pid = rec.monitor_pid

@@ -172,7 +172,7 @@ def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
 
 
 def write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,
-                   durable: bool = False) -> str:
+                  durable: bool = False) -> str:
     """Write ``data`` under a dot-name in ``folder`` and return its path; on any failure (an interrupt
     too) the dot-name is removed."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
