@@ -25,7 +25,7 @@ def seen_after(parse, args: list[str]):
     or None where it takes nothing."""
     options.set_parsed(spool="unset", command="unset")
     parsed = parse(args)
-    return None if parsed is None else (*parsed, options._GLOBAL["spool"], options._GLOBAL["command"])
+    return None if parsed is None else (*parsed, options.spool_of(None), options.command_line())
 
 
 def typer_parse(args: list[str]):
