@@ -8,7 +8,6 @@ is seen through files the jobs write. No timing is asserted.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -143,7 +142,7 @@ def _rewrite(path, **fields) -> None:
     """What a job's owner may do to their file: write it again, in place (a real second write)."""
     job = decode(path.read_bytes())
     with open(path, "r+b") as handle:
-        handle.write(encode(replace(job, **fields)))
+        handle.write(encode(job._replace(**fields)))
         handle.truncate()
 
 

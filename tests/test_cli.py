@@ -291,7 +291,8 @@ def test_log_json_reads_the_lines_back(spool, cli):
 def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
     """rich is a twentieth of a second of start-up (DESIGN.md: import it only where a command draws: a
     pipe gets plain lines), and pydantic, which typer 0.29 parses options with, more than that; typer itself
-    only for help and a group's commands (onite.cli.fastpath parses the rest)."""
+    only for help and a group's commands (onite.cli.fastpath parses the rest). Nor dataclasses (with inspect,
+    and milliseconds for each class it builds): the values these commands make are NamedTuples."""
     submit("queued")
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "onite", *argv], capture_output=True, text=True,
                           input="true\n", env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)),
@@ -300,6 +301,7 @@ def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "onite" in imported and not [m for m in imported if m.split(".")[0] in ("rich", "pydantic")]
     assert ("typer" in imported) == (argv[0] in ("--help", "recur"))
+    assert "dataclasses" not in imported or argv[0] in ("--help", "recur")
 
 
 # ---- help and completion behave as in other tools (issue 14, item 5) ------------------------------

@@ -80,7 +80,6 @@ def test_a_missing_interpreter_and_a_vanished_directory_are_reasons(spool, workd
 
 
 def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
-    from dataclasses import replace
     from datetime import datetime
 
     from onite.exec.launch import run_outputs
@@ -105,7 +104,7 @@ def test_run_outputs_marks_a_retry_in_each_file_and_closes_them(tmp_path):
         raise AssertionError(f"fd {fd} left open")
     marker = "\n[onite] attempt 2 of j, 2026-11-22 22:00:00\n"
     assert out_path.read_text() == f"first\n{marker}out\n" and err_path.read_text() == f"{marker}err\n"
-    merged = Run(name="root:j", job=replace(job, attempt=1, stderr_separate=False), owner=current(), rank=1, run_id="r2",
+    merged = Run(name="root:j", job=job._replace(attempt=1, stderr_separate=False), owner=current(), rank=1, run_id="r2",
                  started=datetime(2026, 11, 22, 23, 0), started_mono=0.0)
     with run_outputs(merged, out_path, err_path, None, append=False) as (out, err):
         assert err is None

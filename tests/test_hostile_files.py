@@ -273,8 +273,6 @@ def test_a_heartbeat_with_odd_digits_is_no_driver():
 
 
 def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
-    from dataclasses import replace
-
     from onite.spool.paths import SpoolDir
     from onite.core.config import Config
     from onite.exec.notify import Notifier
@@ -293,7 +291,7 @@ def test_the_notifier_never_hands_an_invalid_name_to_a_hook(spool):
                     attempt=1)
     log = Log()
     notifier = Notifier(SpoolDir(spool), log)
-    notifier.notify(replace(record, name="a;$(id)\nb"), None, Config(notify="command", notify_command=("/bin/true",)))
+    notifier.notify(record._replace(name="a;$(id)\nb"), None, Config(notify="command", notify_command=("/bin/true",)))
     assert notifier.pending == [] and log.events == [("notify-failed", "a;$(id)\nb",
                                                       {"how": "command", "reason": "not a valid job name"})]
 

@@ -365,7 +365,7 @@ def test_untrusted_templates_are_refused_and_logged(spool, workdir, how, reason)
         plant(spool, "root:bad", job)
         os.link(spool / "recur" / "root:bad", workdir / "second-link")
     else:
-        plant(spool, "root:bad", Job(**{**job.__dict__, "extra": ()}))
+        plant(spool, "root:bad", job._replace(extra=()))
     drain(spool)
     if how == "hardlink":  # a second link younger than 2 s may be a submit's link-then-unlink: look again
         wait_for(lambda: drain(spool) and any(" recur-refused root:bad " in line for line in log_lines(spool)),

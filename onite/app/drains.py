@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.spool.log import parse_line
 
@@ -45,23 +45,21 @@ class Event:
         return self._fields
 
 
-@dataclass
 class Drain:
     """One driver's run. ``ended`` None: still running (its host's lock is held) or cut off by the
-    window; ``reason`` as driver-exit says (``drained``, ``window closed``, ``stopped``) or ``died``."""
+    window; ``reason`` as driver-exit says (``drained``, ``window closed``, ``stopped``) or ``died``;
+    ``left``: the jobs its queue still held when it ended; ``until``: when its window closed (its --until,
+    or until in onite.toml), HH:MM[:SS]; ``ran``: the jobs it started or filed; ``beside``: the drains of
+    other hosts that ran at the same time, by the log's order (its times are whole seconds); ``at``: its
+    driver-start line's place among the events read, the log's order, finer than its times."""
 
-    host: str
-    pid: int
-    started: datetime
-    ended: datetime | None = None
-    reason: str = ""
-    left: int | None = None  # jobs its queue still held when it ended
-    until: str | None = None  # when its window closed (its --until, or until in onite.toml): HH:MM[:SS]
-    ran: int = 0  # jobs it started or filed
-    last_seen: datetime | None = None
-    # the drains of other hosts that ran at the same time, by the log's order (its times are whole seconds)
-    beside: list[Drain] = field(default_factory=list, repr=False, compare=False)
-    at: int = 0  # its driver-start line's place among the events read: the log's order, finer than its times
+    __slots__ = ("host", "pid", "started", "ended", "reason", "left", "until", "ran", "last_seen", "beside", "at")
+
+    def __init__(self, host: str, pid: int, started: datetime, *, until: str | None, beside: list[Drain],
+                 at: int) -> None:
+        self.host, self.pid, self.started, self.until, self.beside, self.at = host, pid, started, until, beside, at
+        self.ended: datetime | None = None
+        self.reason, self.left, self.ran, self.last_seen = "", None, 0, started
 
     def to_json(self) -> dict:
         return {"host": self.host, "pid": self.pid, "started": self.started.isoformat(),
@@ -69,8 +67,7 @@ class Drain:
                 "left": self.left, "until": self.until}
 
 
-@dataclass(frozen=True)
-class Session:
+class Session(NamedTuple):
     """The drains of one night: from the first one's start to the last one's end (None: one still runs)."""
 
     start: datetime
@@ -170,7 +167,7 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
                     _died(other)
                     del open_[other_key]
             drain = Drain(event.host, event.pid, event.when, until=_clock(event.fields.get("until")),
-                          last_seen=event.when, beside=list(open_.values()), at=at)
+                          beside=list(open_.values()), at=at)
             for other in open_.values():
                 other.beside.append(drain)
             open_[key] = drain
@@ -229,23 +226,22 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
     return Session(min(d.started for d in chosen), end, tuple(chosen))
 
 
-@dataclass
-class JobEvents:
+class JobEvents(NamedTuple):
     """What the log says of the jobs of a window: each job's last final line and the start line
     before it, by (name, user: "" where a line names none), how many attempts a retried job was
     allowed, the files refused."""
 
-    finals: dict[tuple[str, str], Event] = field(default_factory=dict)
-    starts: dict[tuple[str, str], Event | None] = field(default_factory=dict)  # of the run each final line ends
+    finals: dict[tuple[str, str], Event]
+    starts: dict[tuple[str, str], Event | None]  # of the run each final line ends
     # the earlier runs of a name in the window, each final line with its run's start line (None: never started)
-    earlier: list[tuple[Event, Event | None]] = field(default_factory=list)
-    tries: dict[str, int] = field(default_factory=dict)
-    refused: list[Event] = field(default_factory=list)
+    earlier: list[tuple[Event, Event | None]]
+    tries: dict[str, int]
+    refused: list[Event]
 
 
 def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEvents:
     """The job lines of the events (oldest first) from ``start`` to ``end``, both included (whole seconds)."""
-    found = JobEvents()
+    found = JobEvents({}, {}, [], {}, [])
     pending: dict[tuple[str, str], Event] = {}  # start lines of runs not yet ended
     for event in events:
         if not (start <= event.when <= end) or not event.name:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from onite.exec.notify import output_tail
 from onite.spool.paths import SpoolDir
@@ -20,8 +20,7 @@ TAIL_BYTES = 8192  # read from the end of the file: enough for the few lines sho
 TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its width)
 
 
-@dataclass(frozen=True)
-class Tail:
+class Tail(NamedTuple):
     """The end of a failed job's output, as its reader may see it."""
 
     lines: tuple[str, ...] = ()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -35,25 +34,18 @@ if TYPE_CHECKING:
     from onite.core.identity import Identity
 
 
-@dataclass(frozen=True, kw_only=True)
-class RecurRequest(SubmitRequest):
-    """``onite recur add`` as typed: the options of its jobs, and its rule."""
-
-    cron: str | None = None
-    every: str | None = None
-    offset: str | None = None
-
-
-def add(spool: SpoolDir, request: RecurRequest, captured, caller: Identity) -> tuple[Job, object]:
-    """Store a template (mode 0600, owned by the caller); return it and its rule (Refused: the name is taken)."""
+def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, cron: str | None = None,
+        every: str | None = None, offset: str | None = None) -> tuple[Job, object]:
+    """Store a template of the jobs ``request`` asks for, spooled by the rule ``cron``, or ``every`` with its
+    ``offset`` (mode 0600, owned by the caller); return it and its rule (Refused: the name is taken)."""
     from onite.app.submit import check_capacity, check_mail
 
     check_template_name(request.name)
-    rule = parse_rule(cron=request.cron, every=request.every, offset=request.offset)
+    rule = parse_rule(cron=cron, every=every, offset=offset)
     config = spool.config
     job = build_job(request, captured, config, caller.name)
     check_capacity(config, job)
-    job = replace(job, extra=job.extra + rule_fields(rule))
+    job = job._replace(extra=job.extra + rule_fields(rule))
     check_mail(request.notify, config)
     spool.check()
     if request.urgent:

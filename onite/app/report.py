@@ -9,8 +9,8 @@ import functools
 import os
 import pwd
 import re
-from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
+from typing import NamedTuple
 
 from onite.app import drains as dr
 from onite.drain.heartbeat import draining_hosts
@@ -27,8 +27,7 @@ RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
 NIGHT_STARTS = time(12, 0)  # a night runs from noon to the next noon
 
 
-@dataclass
-class ReportData:
+class ReportData(NamedTuple):
     """The jobs of one morning report, the window they come from, and what the window left."""
 
     spool: str
@@ -38,20 +37,20 @@ class ReportData:
     jobs: list[JobView]  # the reader's own first (unless root); within each, failures first, then in the order they started
     night: date | None = None
     user: str | None = None
-    damaged: list[str] = field(default_factory=list)  # names of result records that could not be read
+    damaged: list[str] = []  # names of result records that could not be read
     kind: str = "since"  # "drain": the last drain session; "night": --night; "since": a time range
-    drains: list = field(default_factory=list)  # onite.app.drains.Drain, of the window
+    drains: list = []  # onite.app.drains.Drain, of the window
     # runs (``run_key``: a name may have run more than once in a window) rebuilt from the log ...
-    pruned: set[tuple] = field(default_factory=set)  # ... for their records were pruned
-    earlier: set[tuple] = field(default_factory=set)  # ... for a later run of the name replaced their record
-    unrun: set[tuple] = field(default_factory=set)  # runs that never started a process
-    reruns: dict = field(default_factory=dict)  # (name, user) -> the runs of the window before the one shown
-    tries: dict[str, int] = field(default_factory=dict)  # attempts a retried job was allowed
-    tails: dict = field(default_factory=dict)  # onite.app.outputtail.Tail of the failures told in full, by run_key
+    pruned: set[tuple] = frozenset()  # ... for their records were pruned
+    earlier: set[tuple] = frozenset()  # ... for a later run of the name replaced their record
+    unrun: set[tuple] = frozenset()  # runs that never started a process
+    reruns: dict = {}  # (name, user) -> the runs of the window before the one shown
+    tries: dict[str, int] = {}  # attempts a retried job was allowed
+    tails: dict = {}  # onite.app.outputtail.Tail of the failures told in full, by run_key
     keep: int = 0
     current: bool = False  # no drain started after the window: the queue now is what it left
-    waiting: list[dict] = field(default_factory=list)  # jobs not finished: running, queued, held, refused
-    left: dict[str, int] = field(default_factory=dict)  # how many: queued, since, held, running, refused
+    waiting: list[dict] = []  # jobs not finished: running, queued, held, refused
+    left: dict[str, int] = {}  # how many: queued, since, held, running, refused
     next_drain: datetime | None = None
     reader: int = 0  # the uid the report is read as
 
@@ -231,29 +230,28 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     jobs = sorted(views + pruned + earlier, key=lambda j: (j.state != "failed", j.started or j.finished, j.name))
     if user is None and reader != 0:  # a user's morning starts with what is theirs to act on
         jobs.sort(key=lambda job: job.uid != reader)
+    unrun = {run_key(job) for job in views + pruned if never_ran(job, told)}
+    unrun |= {run_key(job) for job in earlier if job.started is None}  # its own start line, if any
     # a damaged record's job is rebuilt from the log too, but was not pruned: its output may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
                       keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier},
-                      reruns=reruns)
-    data.unrun = {run_key(job) for job in views + pruned if never_ran(job, told)}
-    data.unrun |= {run_key(job) for job in earlier if job.started is None}  # its own start line, if any
-    data.current = not any(d.started > end for d in every_drain)
+                      reruns=reruns, unrun=unrun, current=not any(d.started > end for d in every_drain))
     if not details:
         return data
     from onite.app.outputtail import read_tail
 
     failures = data.failures
     lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
-    for job in failures[:SHOWN_FAILURES]:
-        if not (data.was_pruned(job) or data.never_ran(job) or data.was_replaced(job) or data.is_damaged(job)):
-            data.tails[run_key(job)] = read_tail(spool, job, reader, lines)
+    data = data._replace(tails={run_key(job): read_tail(spool, job, reader, lines) for job in failures[:SHOWN_FAILURES]
+                                if not (data.was_pruned(job) or data.never_ran(job) or data.was_replaced(job)
+                                        or data.is_damaged(job))})
     if data.current:
         from onite.app.unfinished import unfinished
 
         recorded = {r.name for r in results}
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
-        unfinished(data, spool, refused)
+        data = unfinished(data, spool, refused)
     return data
 
 

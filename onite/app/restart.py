@@ -8,7 +8,6 @@ is whom it runs as), and everything a submit checks is checked again.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from datetime import datetime
 
 from onite.app.common import key_for, label
@@ -52,8 +51,8 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
                           f"restart it as another job: onite restart {text} --name NEW, or --unique")
         refuse_taken(spool, [target], st.st_uid)
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
-    job = replace(job, name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
-                  not_before=not_before)
+    job = job._replace(name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
+                       not_before=not_before)
     write_job(spool, job, caller, hold=hold, owner=None if st.st_uid == caller.uid else (st.st_uid, st.st_gid))
     return label(target)
 

@@ -6,8 +6,8 @@ among the first EXAMINE, decided by the driver's own rules (onite.drain.verdicts
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from onite.app.common import label
 from onite.app.listing import running_views
@@ -29,8 +29,7 @@ from onite.core.schedule import next_drain
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
 
 
-@dataclass
-class StatusInfo:
+class StatusInfo(NamedTuple):
     """What ``onite status`` shows: drivers, queue sizes, running and waiting jobs, what comes next."""
 
     spool: str
@@ -42,15 +41,15 @@ class StatusInfo:
     schedule: tuple[str, ...]
     until: str | None
     drain: DrainPlan  # what will drain the spool next, or why nothing will
-    recurring: list[dict] = field(default_factory=list)
-    location: str = ""  # which spool, and why: "system spool /var/spool/onite (default: it exists)"
-    schedule_next: datetime | None = None  # the next time of `schedule`, whether or not anything starts a drain then
-    warnings: list[str] = field(default_factory=list)
-    last_driver: dict | None = None  # the latest heartbeat of a driver that is no longer alive
-    waiting: list[dict] = field(default_factory=list)
-    not_examined: int = 0  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
-    last_night: dict = field(default_factory=dict)
-    containment: dict | None = None  # how jobs are contained, as the last driver said: {"host", "kind"}
+    recurring: list[dict]
+    location: str  # which spool, and why: "system spool /var/spool/onite (default: it exists)"
+    schedule_next: datetime | None  # the next time of `schedule`, whether or not anything starts a drain then
+    warnings: list[str]
+    last_driver: dict | None  # the latest heartbeat of a driver that is no longer alive
+    waiting: list[dict]
+    not_examined: int  # queued jobs beyond the first EXAMINE, whose reasons were not looked up
+    last_night: dict
+    containment: dict | None  # how jobs are contained, as the last driver said: {"host", "kind"}
 
 
 def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
@@ -142,11 +141,9 @@ def last_night(spool: SpoolDir, now: datetime) -> dict:
 def _next_steps(data) -> list[str]:
     """The next step for the caller's own failures among the first SHOWN_FAILED (onite.app.reporttext.next_step).
     Read without records, every run looks pruned: a pruned one's restart says itself that it is not kept."""
-    from dataclasses import replace
-
     from onite.app.reporttext import next_step, told_failures
 
-    data = replace(data, pruned=set())
+    data = data._replace(pruned=set())
     steps = (next_step(data, job) for job in told_failures(data)[0][:SHOWN_FAILED])
     return [step for step in steps if step]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from onite.spool.files import create_batch, create_file, remove_file
@@ -55,7 +54,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     check_after(spool, [job], unique=request.unique)
     if request.unique:
         name = unique_name(request.name, lambda n: name_taken(spool, job_key(caller.name, n)))
-        job = replace(job, name=job_key(caller.name, name))
+        job = job._replace(name=job_key(caller.name, name))
     else:
         refuse_taken(spool, [job.name], caller.uid)
     write_job(spool, job, caller, hold=request.hold)
@@ -170,7 +169,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         if request.name in names:
             raise InvalidInput(f"job name {request.name!r} appears twice in the batch", "give each job its own name")
         names[request.name] = None
-        key = replace(request, name="", body=b"")
+        key = request._replace(name="", body=b"")
         if not request.body:
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
         template = templates.get(key)
@@ -180,7 +179,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         if problem:
             raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
                                "fix its first line: #!/path/to/interpreter [one argument]")
-        jobs.append(replace(template, name=job_key(caller.name, request.name), body=request.body))
+        jobs.append(template._replace(name=job_key(caller.name, request.name), body=request.body))
     for job in templates.values():
         check_capacity(config, job)
     check_mail(requests[0].notify, config)  # --notify is the same for every job of a batch

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from onite.app.common import label, me, open_spool, read_job_text, read_stdin
@@ -40,12 +39,12 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
         names = submit_lines(request, target, now)
         said = None
         if confirm:
-            job = build_job(replace(request, name=names[0], body=b"-", unique=False), capture(now), target.config, me())
+            job = build_job(request._replace(name=names[0], body=b"-", unique=False), capture(now), target.config, me())
             said = confirmation(target, names, job, held=request.hold, now=now)
         return "\n".join(names), said  # a name a line, for scripts; what was spooled is said on stderr
     limit = target.config.max_job_size
     if not request.body:
-        request = replace(request, body=read_job_text(limit))
+        request = request._replace(body=read_job_text(limit))
     elif len(request.body) > limit:
         raise InvalidInput(f"the command is longer than max_job_size ({limit} bytes)",
                            "spool a short script that runs it instead")
@@ -70,7 +69,7 @@ def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> lis
     elif len(base) > room:
         raise InvalidInput(f"the name base {base[:20]!r}… is too long to be numbered",
                            f"use at most {room} characters before -{'0' * width}")
-    requests = [replace(request, name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
+    requests = [request._replace(name=f"{base}-{i:0{width}d}", body=line + b"\n", unique=False)
                 for i, line in enumerate(lines, 1)]
     return submit_many(target, requests, capture(now), caller)
 

@@ -24,9 +24,9 @@ from onite.core.schedule import next_drain
 PRIVATE = "another user's job: other details private"
 
 
-def unfinished(data, spool: SpoolDir, refused: list) -> None:
-    """Fill in what the window of ``data`` (a report.ReportData) left: jobs running now, queued (left
-    before the window's end, or spooled since) with why each waits, held, and ``refused`` (log lines)."""
+def unfinished(data, spool: SpoolDir, refused: list):
+    """``data`` (a report.ReportData) with what its window left: jobs running now, queued (left before the
+    window's end, or spooled since) with why each waits, held, and ``refused`` (log lines)."""
     owner = functools.cache(user_name)
     queue = [row for row in queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
     # the log's times are whole seconds: a job spooled in the drain's last second came before its end
@@ -35,14 +35,15 @@ def unfinished(data, spool: SpoolDir, refused: list) -> None:
     held = sum(row[4] for row in queue)
     since = sum(not row[4] and row[1] > end_ns for row in queue)
     running = [v for v in running_views(spool) if data.user is None or v.user == data.user]
-    data.left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
-                 "refused": len(refused)}
+    left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
+            "refused": len(refused)}
+    waiting = []
     for view in running:
-        data.waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
-                             "urgent": view.urgent, "state": "running", "kind": "running",
-                             "reason": f"running on {view.host}" + (
-                                 f" since {view.started.astimezone():%H:%M}" if view.started else ""),
-                             "command": None})
+        waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
+                        "urgent": view.urgent, "state": "running", "kind": "running",
+                        "reason": f"running on {view.host}" + (
+                            f" since {view.started.astimezone():%H:%M}" if view.started else ""),
+                        "command": None})
     head = queue[:EXAMINE]
     why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
                                                      host=default_host(spool.config))}
@@ -57,16 +58,18 @@ def unfinished(data, spool: SpoolDir, refused: list) -> None:
         state = "held" if held else "queued"
         if not mine:  # "held: held (another user's …)" said nothing twice
             reason = PRIVATE if reason == state else f"{reason} ({PRIVATE})"
-        data.waiting.append({"name": label(name), "user": owner(uid), "uid": uid, "priority": rank or None,
-                             "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
-                             "command": f"onite release {label(name)}" if state == "held" and mine else None})
+        waiting.append({"name": label(name), "user": owner(uid), "uid": uid, "priority": rank or None,
+                        "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
+                        "command": f"onite release {label(name)}" if state == "held" and mine else None})
     for event in refused:
-        data.waiting.append({"name": label(event.name), "user": event.fields.get("owner", "?"), "uid": None,
-                             "priority": None, "urgent": False, "state": "refused", "kind": "refused",
-                             "reason": event.fields.get("reason", ""), "command": None})
+        waiting.append({"name": label(event.name), "user": event.fields.get("owner", "?"), "uid": None,
+                        "priority": None, "urgent": False, "state": "refused", "kind": "refused",
+                        "reason": event.fields.get("reason", ""), "command": None})
+    drain = None
     if spool.config.schedule:
         with contextlib.suppress(InvalidInput):
-            data.next_drain = next_drain(spool.config.schedule, data.now)
+            drain = next_drain(spool.config.schedule, data.now)
+    return data._replace(left=left, waiting=waiting, next_drain=drain)
 
 
 def left_reason(last, spooled_after: bool, *, ready: bool) -> str:

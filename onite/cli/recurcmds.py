@@ -43,19 +43,19 @@ def recur_add(
 ) -> None:
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
     from onite.app.common import read_job_text
-    from onite.app.recur import RecurRequest, add
+    from onite.app.recur import add
     from onite.app.submit import capture
+    from onite.core.request import SubmitRequest
     from onite.core.rules import describe
     from onite.core.schedule import next_fire
     from onite.exec import identity
 
     target = open_spool(spool)
-    request = RecurRequest(name=name, body=read_job_text(target.config.max_job_size), cron=cron_expr, every=every,
-                           offset=offset, priority=priority, urgent=urgent, after=tuple(after or ()),
-                           timeout=timeout, retries=retries, host=host, stderr_separate=stderr_separate,
-                           notify=notify, notify_on=notify_on, mem=mem, cpus=cpus)
+    request = SubmitRequest(name=name, body=read_job_text(target.config.max_job_size), priority=priority,
+                            urgent=urgent, after=tuple(after or ()), timeout=timeout, retries=retries, host=host,
+                            stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus)
     when = SYSTEM.now()
-    _, rule = add(target, request, capture(when), identity.current())
+    _, rule = add(target, request, capture(when), identity.current(), cron=cron_expr, every=every, offset=offset)
     print(f"{name}: {describe(rule)}; next at {next_fire(rule, when).isoformat(timespec='seconds')}")
 
 

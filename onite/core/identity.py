@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Identity:
+class Identity(NamedTuple):
     """A user account: the credentials a job of theirs runs with."""
 
     uid: int
@@ -21,7 +20,7 @@ class Identity:
     shell: str
     groups: tuple[int, ...]
     #: the names of ``groups``, looked up only when called (only a ``%group`` in ``admins`` needs them)
-    group_names: Callable[[], Iterable[str]] = field(default=tuple, compare=False, repr=False)
+    group_names: Callable[[], Iterable[str]] = tuple
 
     def login_env(self) -> dict[bytes, bytes]:
         """What a login sets from the passwd entry; it overrides the captured environment."""

@@ -6,7 +6,6 @@ whether it is held (a marker). The environment is checked (``env_problem``) wher
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -55,10 +54,7 @@ class Attempt(NamedTuple):
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Job:
-    """Everything a job file holds. ``env`` maps bytes to bytes, in the submitter's order."""
-
+class _JobFields(NamedTuple):
     name: str
     priority: int
     submitted: datetime
@@ -83,16 +79,30 @@ class Job:
     cpus: int | None = None  # CPUs it asks for (--cpus, else default_cpus at submit); None: none
     extra: tuple[tuple[str, str], ...] = ()
 
+
+class Job(_JobFields):
+    """Everything a job file holds. ``env`` maps bytes to bytes, in the submitter's order. Made, or changed with
+    ``_replace``, only if every field is in its range (docs/spool-format.md); else ValueError, saying which."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **fields) -> Job:
+        return _valid(super().__new__(cls, *args, **fields))
+
+    def _replace(self, **changes) -> Job:
+        return _valid(super()._replace(**changes))
+
     @property
     def stderr_mode(self) -> str:
         """Where its stderr goes, as result records say it: "separate" (stdout/NAME@stderr) or "merged"."""
         return "separate" if self.stderr_separate else "merged"
 
-    def __post_init__(self) -> None:
-        """Raises ValueError: a field out of its range (docs/spool-format.md), saying which."""
-        problem = _job_problem(self)
-        if problem:
-            raise ValueError(problem)
+
+def _valid(job: Job) -> Job:
+    problem = _job_problem(job)
+    if problem:
+        raise ValueError(problem)
+    return job
 
 
 LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an edit may change and keep its place
@@ -100,7 +110,7 @@ LIMITS = ("timeout", "retries", "mem", "cpus", "not_before", "after")  # what an
 
 def with_limits(job: Job, source: Job) -> Job:
     """``job`` with the LIMITS of ``source`` (an edit of it)."""
-    return replace(job, **{name: getattr(source, name) for name in LIMITS})
+    return job._replace(**{name: getattr(source, name) for name in LIMITS})
 
 
 def _job_problem(job: Job) -> str:

@@ -6,7 +6,6 @@ JobFormatError, and ``decode(encode(job)) == job``.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime, timedelta
 
 from onite.core.errors import InvalidInput, JobFormatError
@@ -163,7 +162,7 @@ _OPTIONAL = (
     ("cpus", "cpus", str, lambda text: _request(parse_cpus, text, "cpus")),
     ("attempt", "attempt", str, int),
 )
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Job)}
+_DEFAULTS = Job._field_defaults
 
 
 _last_block: list = [None, None, None]  # the env block decoded last, its environment and its other lines

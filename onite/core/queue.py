@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from operator import itemgetter
@@ -31,8 +30,7 @@ class DepState(Enum):
     DAMAGED = "damaged"  #: its result record cannot be read: whether it succeeded is unknown
 
 
-@dataclass(frozen=True, slots=True)
-class Meta:
+class Meta(NamedTuple):
     """The part of a job file the scheduler needs (kept in memory for every queued job)."""
 
     after: tuple[str, ...] = ()

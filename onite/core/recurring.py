@@ -7,7 +7,6 @@ repeated hour's second pass), so no fire is spooled twice.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from onite.core.config import MAX_PRIORITIES
@@ -75,8 +74,7 @@ def instance_name(template: str, fire: datetime) -> str:
 
 def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:
     """The job an instance is: the template's text, world and options, not before ``fire``."""
-    return replace(
-        template,
+    return template._replace(
         name=instance_name(name, fire),
         priority=min(template.priority, priorities),
         submitted=now,

@@ -6,7 +6,6 @@ Whatever Job ``build_job`` returns makes a job file the driver reads back as it 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import NamedTuple
 
@@ -18,8 +17,7 @@ from onite.core.resources import parse_cpus, parse_mem
 from onite.core.timeparse import parse_duration, parse_when
 
 
-@dataclass(frozen=True, kw_only=True)
-class SubmitRequest:
+class SubmitRequest(NamedTuple):
     """What the user asked for, as typed (times and durations not yet parsed)."""
 
     name: str
@@ -59,7 +57,7 @@ class SubmitRequest:
                    mem=None if options.get("mem") is None else str(options.get("mem")), cpus=options.get("cpus"))
 
 
-OPTIONS = frozenset(f.name for f in fields(SubmitRequest)) - {"name", "body"}  # submit's options
+OPTIONS = frozenset(SubmitRequest._fields) - {"name", "body"}  # submit's options
 
 
 class Captured(NamedTuple):
@@ -124,8 +122,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
         raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobChanges:
+class JobChanges(NamedTuple):
     """Submit's options that set a job's priority and limits, as typed (None: not given): what ``restart`` and
     ``edit`` may change of a spooled job, whose text, environment and directory stay. ``after`` replaces the
     dependencies."""
@@ -139,7 +136,7 @@ class JobChanges:
     at: str | None = None
 
     def __bool__(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in fields(self))
+        return any(value is not None for value in self)
 
     def parsed(self, config: Config, now: datetime, user: str) -> dict:
         """The Job fields the options given set, each checked as submit checks it (``--after NAME`` is
@@ -172,6 +169,6 @@ class JobChanges:
     def apply(self, job: Job, config: Config, now: datetime, user: str) -> Job:
         """``job`` with these changes. Raises InvalidInput: as ``parsed``, or a value out of a job's range."""
         try:
-            return replace(job, **self.parsed(config, now, user))
+            return job._replace(**self.parsed(config, now, user))
         except ValueError as err:
             raise InvalidInput(f"cannot change job {job.name!r}: {err}", "check its options") from None

@@ -7,7 +7,6 @@ midnight. croniter, imported where it is used (start-up), is asked only which da
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
 from typing import NamedTuple
@@ -139,44 +138,55 @@ def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | Non
     return hit.date()
 
 
-@dataclass(frozen=True)
-class CronRule:
+class _CronFields(NamedTuple):
+    expr: str
+
+
+class CronRule(_CronFields):
     """A five-field cron expression, validated (and its spacing normalised) when built.
     Raises InvalidInput: the expression is not a valid five-field cron expression."""
 
-    expr: str
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "expr", compile_cron(self.expr).expr)
+    def __new__(cls, expr: str) -> CronRule:
+        return super().__new__(cls, compile_cron(expr).expr)
 
 
-@dataclass(frozen=True)
-class EveryRule:
-    """Every ``interval`` from local midnight + ``offset``.
-    Raises InvalidInput: interval not within 1m..1d, or offset negative or not shorter than the interval."""
-
+class _EveryFields(NamedTuple):
     interval: timedelta
     offset: timedelta = timedelta(0)
 
-    def __post_init__(self) -> None:
-        every = format_duration(self.interval)
-        offset = ("-" if self.offset < timedelta(0) else "") + format_duration(abs(self.offset))
-        if self.interval < _MINUTE:
-            raise InvalidInput(f"interval {every} is too short: recurring jobs run at most once a minute",
-                               "use --every 1m or longer")
-        if self.interval > _DAY:
-            raise InvalidInput(
-                f"interval {every} is longer than a day: the count restarts at every local midnight",
-                "use --every 1d or shorter, or --cron for weekly or monthly jobs (e.g. --cron '0 3 * * 1')",
-            )
-        if self.offset < timedelta(0):
-            raise InvalidInput(f"offset {offset} is negative", f"use an offset from 0 up to less than {every}")
-        if self.offset >= self.interval:
-            raise InvalidInput(f"offset {offset} is not shorter than the interval {every}",
-                               f"use an offset from 0 up to less than {every}")
-        if self.offset + self.interval > _DAY:
-            raise InvalidInput(f"--every {every} --offset {offset} never fires: its first run would come after "
-                               "midnight", "make offset + interval at most 1d")
+
+class EveryRule(_EveryFields):
+    """Every ``interval`` from local midnight + ``offset``.
+    Raises InvalidInput: interval not within 1m..1d, or offset negative or not shorter than the interval."""
+
+    __slots__ = ()
+
+    def __new__(cls, interval: timedelta, offset: timedelta = timedelta(0)) -> EveryRule:
+        _check_every(interval, offset)
+        return super().__new__(cls, interval, offset)
+
+
+def _check_every(interval: timedelta, start: timedelta) -> None:
+    every = format_duration(interval)
+    offset = ("-" if start < timedelta(0) else "") + format_duration(abs(start))
+    if interval < _MINUTE:
+        raise InvalidInput(f"interval {every} is too short: recurring jobs run at most once a minute",
+                           "use --every 1m or longer")
+    if interval > _DAY:
+        raise InvalidInput(
+            f"interval {every} is longer than a day: the count restarts at every local midnight",
+            "use --every 1d or shorter, or --cron for weekly or monthly jobs (e.g. --cron '0 3 * * 1')",
+        )
+    if start < timedelta(0):
+        raise InvalidInput(f"offset {offset} is negative", f"use an offset from 0 up to less than {every}")
+    if start >= interval:
+        raise InvalidInput(f"offset {offset} is not shorter than the interval {every}",
+                           f"use an offset from 0 up to less than {every}")
+    if start + interval > _DAY:
+        raise InvalidInput(f"--every {every} --offset {offset} never fires: its first run would come after "
+                           "midnight", "make offset + interval at most 1d")
 
 
 Rule = CronRule | EveryRule

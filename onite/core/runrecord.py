@@ -9,8 +9,8 @@ line is ignored. The monitor writes its lines as ``line`` does (tests/test_pure.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
@@ -20,8 +20,7 @@ VERSION = 2
 MAX_GRACE = 86_400.0  # seconds: a kill grace read back from a record is at most a day
 
 
-@dataclass(frozen=True)
-class RunRecord:
+class RunRecord(NamedTuple):
     """What a run record says (``parse``)."""
 
     info: dict  # the driver's first line

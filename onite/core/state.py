@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import signal as _signal
-from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES
@@ -51,8 +51,7 @@ def check_transition(name: str, old: JobState, new: JobState) -> None:
         raise InvalidTransition(name, old, new)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
+class Outcome(NamedTuple):
     """How one attempt ended. Exactly one cause: exit_code, signal, or a reason."""
 
     exit_code: int | None = None
@@ -116,8 +115,7 @@ def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | N
     return None if why is None else Outcome(exit_code=ended.exit_code, signal=ended.signal, **why)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Result:
+class Result(NamedTuple):
     """The result record of a finished job: ``jobsdone/NAME@result`` (JSON, world-readable)."""
 
     name: str
@@ -145,7 +143,7 @@ class Result:
     cpus: int | None = None  # CPUs it asked for, likewise
     peak_mem: int | None = None  # bytes: the most memory it used at once (its cgroup, else its rusage)
     cpu_time: float | None = None  # seconds of CPU it used
-    extra: dict = field(default_factory=dict)
+    extra: dict = {}  # shared by every Result without one: never changed
 
     @property
     def duration(self) -> float | None:

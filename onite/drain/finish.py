@@ -13,7 +13,6 @@ import sys
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -147,8 +146,8 @@ class Finisher:
     def _requeue_retry(self, run: Run, attempt: Attempt, now: datetime) -> bool:
         night = self.night
         delay = retry_delay(night.config.retry_delay.total_seconds(), run.job.attempt)
-        job = replace(run.job, attempt=run.job.attempt + 1, not_before=now + timedelta(seconds=delay),
-                      tried=run.job.tried + (attempt,), priority=run.rank or run.job.priority)
+        job = run.job._replace(attempt=run.job.attempt + 1, not_before=now + timedelta(seconds=delay),
+                              tried=run.job.tried + (attempt,), priority=run.rank or run.job.priority)
         folder = night.spool.folder_for(run.rank, run.rank == 0)  # where it was claimed from, whatever its file says
         try:
             night.spool.ensure_queue_folder(folder)  # removed by someone: the retry must not be lost

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import stat
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -251,7 +250,7 @@ class Recovery:
         run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
         deadline = parse_stamp(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
         if "deadline" in info and (info["deadline"] is None or (deadline is not None and deadline >= run.started)):
-            run.job = replace(job, timeout=deadline - run.started if deadline is not None else None)
+            run.job = job._replace(timeout=deadline - run.started if deadline is not None else None)
         return run
 
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:

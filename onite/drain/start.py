@@ -8,7 +8,6 @@ it; a claim that fails takes its record with it; the claimed file is checked aga
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 from onite.core.errors import JobFormatError, NotFound, OniteError
@@ -165,4 +164,4 @@ class Starter:
         if log:
             self.night.log.event("warning", name, note="its file changed after it was admitted: it runs with the "
                                  "request and time limit it was admitted with")
-        return replace(job, mem=need.mem or None, cpus=need.cpus or None, timeout=timeout)
+        return job._replace(mem=need.mem or None, cpus=need.cpus or None, timeout=timeout)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.core.errors import EXIT_REFUSED, JobFormatError, NotFound, OniteError
 from onite.core.job import Job
@@ -52,8 +52,7 @@ class NotAJob(OniteError):
     exit_code = EXIT_REFUSED
 
 
-@dataclass(frozen=True)
-class Filed:
+class Filed(NamedTuple):
     """What ``file_withdrawn`` did: the cancelled ``result`` it wrote (None: ``note`` says why not) and
     the ``job`` as read (None if damaged)."""
 

@@ -14,7 +14,6 @@ so that a claim takes one or the other whole) and moved to its new folder.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from onite.core.errors import JobFormatError, NotFound, Refused, SpoolIOError
@@ -67,7 +66,7 @@ def take(edits: list[Marker], job: Job, max_size: int) -> tuple[Job, bool]:
 
 def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:
     """Write ``job``'s limits as a new edit of it, ``owner``'s. Raises SpoolError: no edit/; SpoolIOError."""
-    return create_file(folder, f"{job.name}{SIDE}{token()}", encode(replace(job, env={}, body=EDIT_TEXT)),
+    return create_file(folder, f"{job.name}{SIDE}{token()}", encode(job._replace(env={}, body=EDIT_TEXT)),
                        owner=owner)
 
 
