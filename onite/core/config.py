@@ -49,8 +49,8 @@ class HostConfig(NamedTuple):
 
 
 class Config(NamedTuple):
-    """A spool's settings (see docs/configuration.md for each key). A NamedTuple: every command reads one, and
-    so ``onite find`` needs no dataclasses (nor the inspect they import)."""
+    """A spool's settings (see docs/configuration.md for each key). A NamedTuple, like every value the everyday
+    commands make: they need no dataclasses (nor the inspect they import)."""
 
     priorities: int = 7
     default_priority: int = 4
