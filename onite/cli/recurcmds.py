@@ -51,9 +51,9 @@ def recur_add(
     from onite.exec import identity
 
     target = open_spool(spool)
-    request = SubmitRequest(name=name, body=read_job_text(target.config.max_job_size), priority=priority,
-                            urgent=urgent, after=tuple(after or ()), timeout=timeout, retries=retries, host=host,
-                            stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus)
+    request = SubmitRequest.of(name, read_job_text(target.config.max_job_size), dict(
+        priority=priority, urgent=urgent, after=after, timeout=timeout, retries=retries, host=host,
+        stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus))
     when = SYSTEM.now()
     _, rule = add(target, request, capture(when), identity.current(), cron=cron_expr, every=every, offset=offset)
     print(f"{name}: {describe(rule)}; next at {next_fire(rule, when).isoformat(timespec='seconds')}")
