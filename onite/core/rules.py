@@ -168,9 +168,9 @@ class EveryRule(_EveryFields):
         return super().__new__(cls, interval, offset)
 
 
-def _check_every(interval: timedelta, start: timedelta) -> None:
+def _check_every(interval: timedelta, offset: timedelta) -> None:
     every = format_duration(interval)
-    offset = ("-" if start < timedelta(0) else "") + format_duration(abs(start))
+    shift = ("-" if offset < timedelta(0) else "") + format_duration(abs(offset))
     if interval < _MINUTE:
         raise InvalidInput(f"interval {every} is too short: recurring jobs run at most once a minute",
                            "use --every 1m or longer")
@@ -179,13 +179,13 @@ def _check_every(interval: timedelta, start: timedelta) -> None:
             f"interval {every} is longer than a day: the count restarts at every local midnight",
             "use --every 1d or shorter, or --cron for weekly or monthly jobs (e.g. --cron '0 3 * * 1')",
         )
-    if start < timedelta(0):
-        raise InvalidInput(f"offset {offset} is negative", f"use an offset from 0 up to less than {every}")
-    if start >= interval:
-        raise InvalidInput(f"offset {offset} is not shorter than the interval {every}",
+    if offset < timedelta(0):
+        raise InvalidInput(f"offset {shift} is negative", f"use an offset from 0 up to less than {every}")
+    if offset >= interval:
+        raise InvalidInput(f"offset {shift} is not shorter than the interval {every}",
                            f"use an offset from 0 up to less than {every}")
-    if start + interval > _DAY:
-        raise InvalidInput(f"--every {every} --offset {offset} never fires: its first run would come after "
+    if offset + interval > _DAY:
+        raise InvalidInput(f"--every {every} --offset {shift} never fires: its first run would come after "
                            "midnight", "make offset + interval at most 1d")
 
 
