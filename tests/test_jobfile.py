@@ -215,3 +215,5 @@ def test_a_host_name_that_is_not_utf8_is_written():
 def test_a_job_is_valid_by_construction(field, value):
     with pytest.raises(ValueError):
         make_job(**{field: value})
+    with pytest.raises(ValueError):  # nor can a valid one be changed into it (the driver's retries, edits)
+        make_job()._replace(**{field: value})
