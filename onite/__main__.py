@@ -86,7 +86,7 @@ def _reader_gone(err: OSError) -> int:
     return 0
 
 
-def _dispatch(args: list[str]) -> int:
+def _dispatch(args: list[str]) -> int | None:
     if abs(time.localtime().tm_gmtoff) >= 86_400:  # TZ=UTC+24 is valid to the C library, not to datetime
         from onite.core.errors import InvalidInput
 
@@ -101,8 +101,7 @@ def _dispatch(args: list[str]) -> int:
         parsed = parse(args)
         if parsed is not None:
             func, kwargs = parsed
-            result = func(**kwargs)
-            return result if isinstance(result, int) else 0
+            return func(**kwargs)
     import typer
 
     from onite.cli.typerapp import ACTIONS, command_for, complete_shell
@@ -136,7 +135,7 @@ def _dispatch(args: list[str]) -> int:
             return 0
         _say(f"onite: {_usage_message(err)} — see: onite {''.join(s + ' ' for s in sub)}--help")
         return getattr(err, "exit_code", 2)
-    return result if isinstance(result, int) else 0
+    return result  # a command returns its exit code, None for 0 (_exit_code)
 
 
 def _usage_message(err) -> str:

@@ -3,9 +3,8 @@ onite.cli.options.COMMANDS when imported."""
 
 import importlib
 
-from onite.cli.options import COMMANDS, GROUPS, Command
+from onite.cli.options import COMMANDS, Command
 
-__all__ = ["COMMANDS", "GROUPS", "every_command", "top_command"]
 MODULES = ("jobcmds", "infocmds", "drivecmds", "recurcmds")  # the most typed first
 
 
