@@ -105,7 +105,7 @@ def daemon(
     wake: Annotated[bool, Opt("--wake", help="Do not start a daemon: tell the one running for this host "
                               "to drain now (root).")] = False,
     spool: SpoolOpt = None,
-) -> None:
+) -> Optional[int]:
     """Stay running: drain at the times in `schedule`, run --at jobs and recurring jobs when due
     (docs/scheduling.md)."""
     from onite.app import run as run_app
@@ -113,5 +113,5 @@ def daemon(
     if wake:
         print(run_app.wake_daemon(spool_of(spool), host, SYSTEM.now()))
         return
-    return (run_app.run_daemon(spool_of(spool), drain_now=drain_now, slots=slots, until=until, host=host,
-                                        echo=sys.stderr))
+    return run_app.run_daemon(spool_of(spool), drain_now=drain_now, slots=slots, until=until, host=host,
+                              echo=sys.stderr)

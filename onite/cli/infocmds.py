@@ -24,7 +24,7 @@ def output(
                              "terminal too, escape sequences included (by default they are spelt out "
                              "there; a pipe or a file always gets the bytes).")] = False,
     spool: SpoolOpt = None,
-) -> None:
+) -> Optional[int]:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.spool.outputs import newer_run_note, open_job_output
 
@@ -153,7 +153,7 @@ def wait(
                                           "(exit 6): 90s, 45m, 2h (a bare number is seconds).")] = None,
     as_json: JsonOpt = False,
     spool: SpoolOpt = None,
-) -> None:
+) -> Optional[int]:
     """Block until the named jobs (or the current drains) have finished; exit 0 if all were done, 5 if not."""
     from onite.app import wait as waiting
     from onite.core.timeparse import parse_duration
