@@ -856,7 +856,9 @@ def test_a_drain_still_running(spool, cli, workdir):
     assert cli(["submit", "next", "-p", "3"], stdin=b"true\n").code == 0
     driver = start_driver(spool)
     try:
-        wait_for(lambda: any(p.name == f"{ME}:long" for p in (spool / "running").glob("*/*")), what="long to start")
+        # the next job starts before the one before it is filed: wait for quick's filing too (its record goes last)
+        wait_for(lambda: {p.name for p in (spool / "running").glob("*/*")} == {f"{ME}:long", f"{ME}:long@run"},
+                 what="long to start, and quick to be filed")
         doc = cli(["report", "--json"]).json()
         assert doc["window"] == "drain" and doc["drains"][0]["ended"] is None
         assert doc["headline"] == "0 done, 1 failed, 1 running, 1 queued"
