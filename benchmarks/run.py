@@ -4,7 +4,9 @@
 
 Run it with the interpreter onite is installed in (``.venv/bin/python
 benchmarks/run.py``): onite's commands are run as that installation's
-``onite`` script, and ``python -c pass`` is timed with the same interpreter.
+``onite`` script, and ``python -c pass`` is timed with the same interpreter;
+``cli`` times a regular (not editable) install of the same files beside its
+own interpreter.
 
 Workloads (benchmarks/README.md says what each measures; docs/performance.md has the latest figures):
 
@@ -514,6 +516,9 @@ def cpu_results(n: int, runs: Mapping[str, Sequence[float]], busy: Mapping[str, 
 
 CLI_BASE = "python -c pass, beside onite's commands"
 CLI_TYPER = "python -c 'import typer': the floor of a typer command line"
+CLI_STDLIB = "python -c 'import pathlib, datetime, json, tomllib, …': the standard library's floor"
+STDLIB = ("pathlib", "datetime", "json", "tomllib", "typing", "enum", "signal", "functools")
+BASELINES = (CLI_BASE, CLI_STDLIB, CLI_TYPER)
 CLI_USERS = ("nobody", "daemon", "bin")  # besides root, as root: a regular install's spool holds several users' jobs
 
 
@@ -547,17 +552,19 @@ def bench_cli(plan: Plan) -> list[h.Result]:
     spool, users = cli_spool(size, size)
     own = lambda i, batch: f"b{batch}-{1 + len(users) * i:05d}"  # noqa: E731 - this user's own jobs
     rounds = plan.latency_repeats
+    python, onite = regular_install(os.path.join(spool.dir, "install"))
     commands = {
-        CLI_BASE: lambda i: [sys.executable, "-c", "pass"],
-        CLI_TYPER: lambda i: [sys.executable, "-c", "import typer"],
-        "submit": lambda i: [*ONITE, "submit", f"one-{i}"],
-        "find": lambda i: [*ONITE, "find", own(rounds + 2, 2)],  # a job of root's that no round cancels
-        "list": lambda i: [*ONITE, "list"],
-        "status": lambda i: [*ONITE, "status"],
-        "cancel": lambda i: [*ONITE, "cancel", own(i, 2)],
-        "output": lambda i: [*ONITE, "output", own(i, 1)],
-        "wait": lambda i: [*ONITE, "wait", own(i, 1)],
-        "--help": lambda i: [*ONITE, "--help"],
+        CLI_BASE: lambda i: [python, "-c", "pass"],
+        CLI_STDLIB: lambda i: [python, "-c", f"import {', '.join(STDLIB)}"],
+        CLI_TYPER: lambda i: [python, "-c", "import typer"],
+        "submit": lambda i: [onite, "submit", f"one-{i}"],
+        "find": lambda i: [onite, "find", own(rounds + 2, 2)],  # a job of root's that no round cancels
+        "list": lambda i: [onite, "list"],
+        "status": lambda i: [onite, "status"],
+        "cancel": lambda i: [onite, "cancel", own(i, 2)],
+        "output": lambda i: [onite, "output", own(i, 1)],
+        "wait": lambda i: [onite, "wait", own(i, 1)],
+        "--help": lambda i: [onite, "--help"],
     }
     times: dict[str, list[float]] = {name: [] for name in commands}
     cpu: dict[str, list[float]] = {name: [] for name in commands}  # user and system time of the command's process
@@ -576,18 +583,47 @@ def bench_cli(plan: Plan) -> list[h.Result]:
     note = f"{size:,} queued and {size:,} kept results of {', '.join(users)}; median of {rounds} rounds"
     results = [h.Result.from_stats(CLI_BASE, h.Stats.of(times[CLI_BASE]).scaled(1000), "ms", BASE_CLI,
                                    note="timed in turns with each command below; ratio to the peers' baseline")]
+    results.append(h.Result.from_stats(CLI_STDLIB, h.Stats.of(times[CLI_STDLIB]).scaled(1000), "ms", CLI_BASE,
+                                       note="the standard modules every everyday command imports, nothing else"))
     results.append(h.Result.from_stats(CLI_TYPER, h.Stats.of(times[CLI_TYPER]).scaled(1000), "ms", CLI_BASE,
                                        note="typer imported, nothing else: what no command of onite's can pass"))
     results += [h.Result.from_stats(f"onite {name}, 1k queued, 1k kept", h.Stats.of(times[name]).scaled(1000), "ms",
                                     CLI_BASE, note=note if name == "submit" else "")
-                for name in commands if name not in (CLI_BASE, CLI_TYPER)]
+                for name in commands if name not in BASELINES]
     # CPU time: what the machine's other load changes least (a busy machine stretches the wall time of all)
-    results += [h.Result.from_stats(f"{name}, CPU" if name in (CLI_BASE, CLI_TYPER) else f"onite {name}, CPU",
+    results += [h.Result.from_stats(f"{name}, CPU" if name in BASELINES else f"onite {name}, CPU",
                                     h.Stats.of(cpu[name]).scaled(1000), "ms CPU",
                                     None if name == CLI_BASE else f"{CLI_BASE}, CPU",
                                     note="user and system time of the process, the same rounds" if name == CLI_BASE
                                     else "") for name in commands]
     return results
+
+
+def regular_install(folder: str) -> tuple[str, str]:
+    """onite as a regular (not editable) install has it, in a venv made in ``folder``: its interpreter and
+    its ``onite`` script.
+
+    The venv sees this installation's packages (typer, rich …) through a .pth line, which site does not
+    scan for .pth files of its own; onite's files are copied in and compiled, as pip's wheel install does.
+    An editable install's finder imports pathlib, re and more into every start-up, ``python -c pass``'s
+    too: about 20 ms here, which halves every ratio against it.
+    """
+    import compileall
+    import importlib.util
+    import site
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
+    python = os.path.join(folder, "bin", "python")
+    packages = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    Path(packages, "installed.pth").write_text("".join(f"{path}\n" for path in site.getsitepackages()))
+    source = list(importlib.util.find_spec("onite").submodule_search_locations)[0]
+    shutil.copytree(source, os.path.join(packages, "onite"), ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(os.path.join(packages, "onite"), quiet=1)
+    script = os.path.join(folder, "bin", "onite")
+    Path(script).write_text(f"#!{python}\nimport sys\nfrom onite.__main__ import main\nsys.exit(main())\n")
+    os.chmod(script, 0o755)
+    return python, script
 
 
 def children_cpu() -> float:
