@@ -114,6 +114,15 @@ def test_only_the_head_of_a_long_queue_is_examined(spool):
     assert "…and 5 more not examined" in run_cli(["status"]).out
 
 
+def test_a_long_queue_that_waits_only_for_a_drain_says_so(spool):
+    r = run_cli(["submit", "many", "--lines"], stdin=b"".join(b"true\n" for _ in range(st.EXAMINE + 5)))
+    assert r.code == 0, r
+    out = run_cli(["status"]).out
+    assert (f"waiting   none of the first {st.EXAMINE} waits for more than a drain (of the jobs you may read); "
+            "5 more not examined") in out
+    assert "…and" not in out
+
+
 @needs_root
 def test_other_users_see_reasons_only_for_their_own_jobs(spool, workdir):
     submit("root-held", "true\n", "--hold")

@@ -325,8 +325,12 @@ def print_status(console, info, *, plain: bool = False) -> None:
         say(f"{label} {esc(row['name'])} ({esc(row['user'])}, {priority_text(row['urgent'], row['priority'])}): ",
             (esc(reason), "red" if row["kind"] in ("will_fail", "unreadable") else "yellow"))
         label = "         "
-    if info.not_examined:
+    if info.not_examined and info.waiting:
         say(f"{label} …and {info.not_examined} more not examined")
+    elif info.not_examined:  # the first EXAMINE all wait for a drain, and no more
+        examined = sum(info.queue.values()) - info.not_examined
+        say(f"{label} none of the first {examined} waits for more than a drain (of the jobs you may read); "
+            f"{info.not_examined} more not examined")
     day = info.last_night
     if day:
         c, failed, more = day["counts"], day["failed"], day["failed_total"] - len(day["failed"])
