@@ -4,8 +4,8 @@ benchmarks/floor.py starts jobs with onite's job-starting code (onite.exec.jobst
 limits) and no driver: these tests run it on a few jobs and check that it says how long they took
 and leaves no cgroup behind. benchmarks/run.py's CPU figures (what a job costs, how many cores a
 drain keeps busy, what bounds two slots) are checked as arithmetic on given samples, and the
-machine's busy CPU as read from /proc/stat. Nothing here is timed (docs/performance.md says what
-it measures).
+machine's busy CPU as read from /proc/stat; the command figures' regular install of the tree is
+checked to run its own copy. Nothing here is timed (docs/performance.md says what it measures).
 """
 
 from __future__ import annotations
@@ -118,3 +118,13 @@ def test_an_ext4_without_a_journal_is_told_from_one_with(bench, tmp_path):
     assert not harness.has_journal("254:0", sys_block=str(sys_block), jbd2=str(jbd2))
     assert harness.has_journal("8:1", sys_block=str(sys_block), jbd2=str(jbd2))  # cannot tell: not said
     assert harness.filesystem_type("/proc/self") == "proc"
+
+
+def test_the_cli_figures_run_a_regular_install_of_this_tree(bench, tmp_path):
+    """Its own copy of onite, and no editable finder importing pathlib into the baseline's start-up."""
+    python, onite = bench.regular_install(str(tmp_path / "install"))
+    probe = subprocess.run([python, "-c", "import sys; before = 'pathlib' in sys.modules; import onite; "
+                            "print(before, onite.__file__)"], capture_output=True, text=True, check=True, cwd=tmp_path)
+    before, where = probe.stdout.split()
+    assert before == "False" and where.startswith(str(tmp_path / "install"))
+    assert subprocess.run([onite, "--version"], capture_output=True, text=True).stdout == "onite 0.1.0\n"
