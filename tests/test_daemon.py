@@ -197,7 +197,8 @@ def test_a_timed_job_runs_when_due_while_untimed_jobs_wait(spool, workdir, daemo
     d.started()
     submit("untimed", "echo untimed\n", "-p", "1")
     submit("timed", f"date +%s.%N > {workdir}/ran\n", "--at", "+3s", "-p", "4")
-    wait_for(lambda: (spool / "jobsdone" / "root:timed@result").exists(), what="the timed job")
+    # its job file, read below, moves into jobsdone/ after its result is written: wait for the file itself
+    wait_for(lambda: (spool / "jobsdone" / "root:timed").exists(), what="the timed job to be filed")
     rec = result(spool, "timed")
     from onite.core.jobfile import decode
 
