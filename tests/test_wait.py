@@ -229,6 +229,40 @@ def test_judge_a_withdrawal_newer_than_the_record_wins():
     assert w.job_line(verdict) == "j: done"
 
 
+def test_judge_tells_the_running_claims_own_result_from_an_earlier_runs():
+    own = w.Seen("j", "running", record("j", "failed", "r2", exit_code=1), runs=frozenset({"r2"}))
+    assert own.filing and w.judge(w.Watch("j"), own)[1].state == "failed"
+    earlier = w.Seen("j", "running", record("j", "done", "r1"), runs=frozenset({"r2"}))
+    watch, verdict = w.judge(w.Watch("j"), earlier)
+    assert not earlier.filing and verdict is w.PENDING and watch.stale == w.record_key(earlier.result)
+
+
+def test_a_job_seen_running_while_its_result_is_filed_ends_with_that_result(spool):
+    """The driver writes a run's result before it moves the job out of running/: a first look in between
+    sees the job running beside its own result, which is no earlier run's (the run records say whose)."""
+    from onite.spool import runrecords
+
+    submit("j", "exit 3\n")
+    assert drain(spool).returncode == 0
+    target = SpoolDir(spool)
+    key = "root:j" if os.geteuid() == 0 else f"{user_name(os.geteuid())}:j"
+    host = target.hosts()[0]
+    filed, claim = target.done_dir / key, target.running_dir(host) / key
+    result = w.look(target, key, with_result=True).result
+    os.rename(filed, claim)  # as it stood mid-filing: the result written, the claim and its record still there
+    os.close(runrecords.create(target.run_record_path(host, key), {"run_id": result.run_id, "name": key}))
+
+    class Filing(ManualClock):  # the driver finishes the filing while the waiter pauses
+        def sleep(self, seconds):
+            if claim.exists():
+                os.rename(claim, filed)
+                os.unlink(target.run_record_path(host, key))
+            super().sleep(seconds)
+
+    waited = w.wait_jobs(target, ["j"], timeout=30, clock=Filing(NOW))
+    assert [w.job_line(waited.finals["j"])] == ["j: failed (exit 3)"] and waited.exit_code == w.EXIT_FAILED
+
+
 def test_exit_status():
     done, failed = w.Final("a", "done"), w.Final("b", "failed")
     assert w.exit_status([done, done]) == 0

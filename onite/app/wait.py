@@ -1,7 +1,8 @@
 """``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended.
 
 Invariant: it only looks, at what every user may see; no job file is opened. A job's outcome is the newer of
-a result record written since the wait began and its withdrawal into cancel/."""
+a result record written since the wait began (or the result of the run its claim's record names: the driver
+writes a result before it moves the claim) and its withdrawal into cancel/."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import NamedTuple
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_state
 from onite.spool.results import read_result, read_results
+from onite.spool.runrecords import claim_runs
 from onite.spool.scan import key_uid, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
@@ -35,25 +37,37 @@ class Seen(NamedTuple):
     live: str | None  # "queued", "held" or "running": still to finish; None: neither
     result: Result | None = None  # its latest result record (read only when asked or not live)
     withdrawn: JobView | None = None  # cancelled while queued, not yet filed by a driver
+    runs: frozenset[str] = frozenset()  # running with a result: the run ids its claims' records name
+
+    @property
+    def filing(self) -> bool:
+        """Running, but its result is its claim's own run's: it has ended, and the driver is filing it."""
+        return self.result is not None and self.result.run_id in self.runs
 
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
     """Where job ``name`` (a key) is now, looked for in the order a job moves (queue, running/, records), so that
-    one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is none)."""
-    live = live_state(spool, name)
-    if live and not with_result:
-        return Seen(name, live)
-    withdrawn = None
-    if not live:
-        pending = [e for e in withdrawn_entries(spool) if e.name == name]
-        if pending:
-            from onite.app.listing import withdrawn_view  # a job cancelled while queued, not yet filed: rare
+    one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is none).
+    Running with a result: whose run the result is, by the claim's record, read after the result (a claim
+    whose record is gone was filed meanwhile: looked at again)."""
+    for _ in range(2):
+        live = live_state(spool, name)
+        if live and not with_result:
+            return Seen(name, live)
+        withdrawn = None
+        if not live:
+            pending = [e for e in withdrawn_entries(spool) if e.name == name]
+            if pending:
+                from onite.app.listing import withdrawn_view  # a job cancelled while queued, not yet filed: rare
 
-            withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
-    result = read_result(spool, name)
-    if result is not None and result.uid != key_uid(name):
-        result = None  # not its key's user's: not how this job ended
-    return Seen(name, live, result, withdrawn)
+                withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
+        result = read_result(spool, name)
+        if result is not None and result.uid != key_uid(name):
+            result = None  # not its key's user's: not how this job ended
+        runs = claim_runs(spool, name) if live == "running" and result is not None else frozenset()
+        if runs or live != "running" or result is None:
+            break
+    return Seen(name, live, result, withdrawn, runs)
 
 
 class Watch(NamedTuple):
@@ -90,7 +104,7 @@ def record_key(result: Result | None) -> tuple | None:
 
 def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     """The next Watch and, once the job has finished, its Final (else PENDING)."""
-    if seen.live:
+    if seen.live and not seen.filing:
         stale = record_key(seen.result) if not watch.seen_live else watch.stale
         return watch._replace(stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
     candidates: list[tuple[datetime, Final]] = []
@@ -167,7 +181,7 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
         else:
             unknown.append(name)
             continue
-        watches[name] = judge(watch, seen)[0] if seen.live else watch
+        watches[name] = judge(watch, seen)[0] if seen.live and not seen.filing else watch
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1

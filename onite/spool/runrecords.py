@@ -80,6 +80,15 @@ def read(path) -> RunRecord | None:
     return parse(data)
 
 
+def claim_runs(spool: SpoolDir, name: str) -> frozenset[str]:
+    """The run ids the records of job ``name``'s claims (a key's, on any host) name; empty where none
+    can be read (filed meanwhile, or damaged)."""
+    from onite.spool.scan import find_running
+
+    records = (read(spool.run_record_path(entry.host, name)) for entry in find_running(spool, name))
+    return frozenset(str(rec.info.get("run_id")) for rec in records if rec is not None)
+
+
 def host_records(spool: SpoolDir, host: str) -> list[RunRecord]:
     """The run records of HOST's claims that can be read, in no order."""
     folder = spool.running_dir(host)
