@@ -13,7 +13,6 @@ from typing import NamedTuple
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_state
 from onite.spool.results import read_result, read_results
-from onite.spool.runrecords import claim_runs
 from onite.spool.scan import key_uid, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
@@ -64,8 +63,12 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
         result = read_result(spool, name)
         if result is not None and result.uid != key_uid(name):
             result = None  # not its key's user's: not how this job ended
-        runs = claim_runs(spool, name) if live == "running" and result is not None else frozenset()
-        if runs or live != "running" or result is None:
+        if live != "running" or result is None:
+            return Seen(name, live, result, withdrawn)
+        from onite.spool.runrecords import claim_runs  # rare: a running job that has a result
+
+        runs = claim_runs(spool, name)
+        if runs:
             break
     return Seen(name, live, result, withdrawn, runs)
 
