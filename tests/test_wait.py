@@ -229,38 +229,58 @@ def test_judge_a_withdrawal_newer_than_the_record_wins():
     assert w.job_line(verdict) == "j: done"
 
 
-def test_judge_tells_the_running_claims_own_result_from_an_earlier_runs():
-    own = w.Seen("j", "running", record("j", "failed", "r2", exit_code=1), runs=frozenset({"r2"}))
-    assert own.filing and w.judge(w.Watch("j"), own)[1].state == "failed"
-    earlier = w.Seen("j", "running", record("j", "done", "r1"), runs=frozenset({"r2"}))
-    watch, verdict = w.judge(w.Watch("j"), earlier)
-    assert not earlier.filing and verdict is w.PENDING and watch.stale == w.record_key(earlier.result)
+def test_judge_takes_the_result_filed_with_the_file_it_saw_live_for_its_own():
+    """The driver writes a result before it moves the job's file into jobsdone/: a look in between sees the job
+    live beside its own result. The file's inode tells whose result it is once the file is filed."""
+    for live in ("running", "queued"):
+        watch, verdict = w.judge(w.Watch("j"), w.Seen("j", live, record("j", "failed", "r2", exit_code=1),
+                                                      files=frozenset({7})))
+        assert verdict is w.PENDING and watch.stale is not None
+        _, verdict = w.judge(watch, w.Seen("j", None, record("j", "failed", "r2", exit_code=1), filed=7))
+        assert verdict.state == "failed"
+    # an earlier run's result, and jobsdone/ still holds that run's file: not this job's end
+    watch, _ = w.judge(w.Watch("j"), w.Seen("j", "running", record("j", "done", "r1"), files=frozenset({7})))
+    watch, verdict = w.judge(watch, w.Seen("j", None, record("j", "done", "r1"), filed=3))
+    assert verdict is w.PENDING and watch.gone == 1
 
 
-def test_a_job_seen_running_while_its_result_is_filed_ends_with_that_result(spool):
-    """The driver writes a run's result before it moves the job out of running/: a first look in between
-    sees the job running beside its own result, which is no earlier run's (the run records say whose)."""
+def test_a_job_seen_live_while_its_result_is_filed_ends_with_that_result(spool):
+    """A run's result is written before its claim leaves running/, and a queued job failed unrun (its dependency
+    failed) has its result written before its file leaves the queue: a wait's first look in between sees the job
+    live beside its own result, which is no earlier run's."""
+    from onite.core.state import unrun_result
     from onite.spool import runrecords
+    from onite.spool.results import write_result
 
     submit("j", "exit 3\n")
     assert drain(spool).returncode == 0
+    submit("q", "true\n")
     target = SpoolDir(spool)
-    key = "root:j" if os.geteuid() == 0 else f"{user_name(os.geteuid())}:j"
+    me = user_name(os.geteuid())
+    key, queued = f"{me}:j", f"{me}:q"
     host = target.hosts()[0]
-    filed, claim = target.done_dir / key, target.running_dir(host) / key
     result = w.look(target, key, with_result=True).result
-    os.rename(filed, claim)  # as it stood mid-filing: the result written, the claim and its record still there
+    # as j stood mid-filing: its result written, its claim and record still there
+    os.rename(target.done_dir / key, target.running_dir(host) / key)
+    moves = {target.running_dir(host) / key: target.done_dir / key}
     os.close(runrecords.create(target.run_record_path(host, key), {"run_id": result.run_id, "name": key}))
+    # as q stood while the driver failed it unrun: its result written, its file still queued
+    write_result(target, unrun_result(name=queued, uid=os.geteuid(), user=me, state=JobState.FAILED,
+                                      reason="its dependency p failed", host=host, now=datetime.now().astimezone()))
+    folder = next(folder for _, folder in target.queue_folders() if (folder / queued).exists())
+    moves[folder / queued] = target.done_dir / queued
 
-    class Filing(ManualClock):  # the driver finishes the filing while the waiter pauses
+    class Filing(ManualClock):  # the driver finishes the filings while the waiter pauses
         def sleep(self, seconds):
-            if claim.exists():
-                os.rename(claim, filed)
+            for before, after in list(moves.items()):
+                os.rename(before, after)
+                del moves[before]
+            if os.path.exists(target.run_record_path(host, key)):
                 os.unlink(target.run_record_path(host, key))
             super().sleep(seconds)
 
-    waited = w.wait_jobs(target, ["j"], timeout=30, clock=Filing(NOW))
-    assert [w.job_line(waited.finals["j"])] == ["j: failed (exit 3)"] and waited.exit_code == w.EXIT_FAILED
+    waited = w.wait_jobs(target, ["j", "q"], timeout=30, clock=Filing(NOW))
+    assert waited.lines() == ["j: failed (exit 3)", "q: failed (its dependency p failed)"]
 
 
 def test_exit_status():

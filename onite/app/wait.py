@@ -1,8 +1,8 @@
 """``onite wait``: block until named jobs, or the drains running now, have finished; say how they ended.
 
 Invariant: it only looks, at what every user may see; no job file is opened. A job's outcome is the newer of
-a result record written since the wait began (or the result of the run its claim's record names: the driver
-writes a result before it moves the claim) and its withdrawal into cancel/."""
+a result record written since the wait began (or the one filed with the very file last seen queued or running:
+the driver writes a result before it moves the job's file into jobsdone/) and its withdrawal into cancel/."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import NamedTuple
 
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import live_state
+from onite.spool.queued import live_entries
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import key_uid, withdrawn_entries
+from onite.spool.scan import key_uid, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.core.jobview import JobView, outcome_counts, result_view
@@ -36,41 +36,31 @@ class Seen(NamedTuple):
     live: str | None  # "queued", "held" or "running": still to finish; None: neither
     result: Result | None = None  # its latest result record (read only when asked or not live)
     withdrawn: JobView | None = None  # cancelled while queued, not yet filed by a driver
-    runs: frozenset[str] = frozenset()  # running with a result: the run ids its claims' records name
-
-    @property
-    def filing(self) -> bool:
-        """Running, but its result is its claim's own run's: it has ended, and the driver is filing it."""
-        return self.result is not None and self.result.run_id in self.runs
+    files: frozenset[int] = frozenset()  # live: the inodes of its files there
+    filed: int | None = None  # not live: the inode of jobsdone/NAME, looked at before its result was read
 
 
 def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
-    """Where job ``name`` (a key) is now, looked for in the order a job moves (queue, running/, records), so that
-    one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is none).
-    Running with a result: whose run the result is, by the claim's record, read after the result (a claim
-    whose record is gone was filed meanwhile: looked at again)."""
-    for _ in range(2):
-        live = live_state(spool, name)
-        if live and not with_result:
-            return Seen(name, live)
-        withdrawn = None
-        if not live:
-            pending = [e for e in withdrawn_entries(spool) if e.name == name]
-            if pending:
-                from onite.app.listing import withdrawn_view  # a job cancelled while queued, not yet filed: rare
+    """Where job ``name`` (a key) is now, looked for in the order a job moves (queue, running/, jobsdone/, records),
+    so that one moving meanwhile is still found. Only its key's user's files and records are its (a forgery is
+    none)."""
+    live, entries = live_entries(spool, name)
+    files = frozenset(e.ino for e in entries)
+    if live and not with_result:
+        return Seen(name, live, files=files)
+    withdrawn, filed = None, None
+    if not live:
+        pending = [e for e in withdrawn_entries(spool) if e.name == name]
+        if pending:
+            from onite.app.listing import withdrawn_view  # a job cancelled while queued, not yet filed: rare
 
-                withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
-        result = read_result(spool, name)
-        if result is not None and result.uid != key_uid(name):
-            result = None  # not its key's user's: not how this job ended
-        if live != "running" or result is None:
-            return Seen(name, live, result, withdrawn)
-        from onite.spool.runrecords import claim_runs  # rare: a running job that has a result
-
-        runs = claim_runs(spool, name)
-        if runs:
-            break
-    return Seen(name, live, result, withdrawn, runs)
+            withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
+        done = stat_entry(spool.done_dir, name)
+        filed = done.ino if done is not None and done.uid == key_uid(name) else None
+    result = read_result(spool, name)
+    if result is not None and result.uid != key_uid(name):
+        result = None  # not its key's user's: not how this job ended
+    return Seen(name, live, result, withdrawn, files, filed)
 
 
 class Watch(NamedTuple):
@@ -79,6 +69,7 @@ class Watch(NamedTuple):
     name: str
     stale: tuple | None = None  # key of the record of an earlier run, seen while this one was live
     seen_live: bool = False
+    files: frozenset[int] = frozenset()  # the inodes of its files at the last look that found it live
     gone: int = 0  # looks in a row that found it nowhere, with no new record
     live: str | None = None  # where it was at the last look
 
@@ -107,11 +98,13 @@ def record_key(result: Result | None) -> tuple | None:
 
 def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     """The next Watch and, once the job has finished, its Final (else PENDING)."""
-    if seen.live and not seen.filing:
+    if seen.live:
         stale = record_key(seen.result) if not watch.seen_live else watch.stale
-        return watch._replace(stale=stale, seen_live=True, gone=0, live=seen.live), PENDING
+        return watch._replace(stale=stale, seen_live=True, gone=0, live=seen.live, files=seen.files), PENDING
+    # the file last seen live is in jobsdone/: the result read after is its own, though it was there already
+    filed = seen.filed is not None and seen.filed in watch.files
     candidates: list[tuple[datetime, Final]] = []
-    if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale):
+    if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale or filed):
         view = result_view(seen.result)
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
     if seen.withdrawn is not None:
@@ -184,7 +177,7 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
         else:
             unknown.append(name)
             continue
-        watches[name] = judge(watch, seen)[0] if seen.live and not seen.filing else watch
+        watches[name] = judge(watch, seen)[0] if seen.live else watch
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1

@@ -50,7 +50,14 @@ def live_state(spool: SpoolDir, name: str, *, holds: dict[str, list[Marker]] | N
     """Where job ``name`` (a key) is: "queued", "held" (every queued file of it is held), "running", or
     None. The queue is looked at before running/, so a job claimed meanwhile is found.
     Raises SpoolIOError: a folder cannot be looked into."""
+    return live_entries(spool, name, holds=holds)[0]
+
+
+def live_entries(spool: SpoolDir, name: str, *,
+                 holds: dict[str, list[Marker]] | None = None) -> tuple[str | None, list[Entry]]:
+    """``live_state``, and the files it found there."""
     queued = find_queued(spool, name, holds)
     if queued:
-        return "held" if all(e.held for e in queued) else "queued"
-    return "running" if find_running(spool, name) else None
+        return "held" if all(e.held for e in queued) else "queued", queued
+    running = find_running(spool, name)
+    return "running" if running else None, running

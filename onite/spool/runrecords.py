@@ -13,7 +13,6 @@ import os
 from onite.core.runrecord import RunRecord, first_line, line, parse
 from onite.spool.files import discard, write_all
 from onite.spool.paths import RUN_RECORD, SpoolDir
-from onite.spool.scan import find_running
 
 MAX_RECORD = 1 << 20  # bytes read of a record: it holds a few short lines
 
@@ -79,13 +78,6 @@ def read(path) -> RunRecord | None:
     finally:
         os.close(fd)
     return parse(data)
-
-
-def claim_runs(spool: SpoolDir, name: str) -> frozenset[str]:
-    """The run ids the records of job ``name``'s claims (a key's, on any host) name; empty where none
-    can be read (filed meanwhile, or damaged)."""
-    records = (read(spool.run_record_path(entry.host, name)) for entry in find_running(spool, name))
-    return frozenset(str(rec.info.get("run_id")) for rec in records if rec is not None)
 
 
 def host_records(spool: SpoolDir, host: str) -> list[RunRecord]:

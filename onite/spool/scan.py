@@ -32,6 +32,7 @@ class Entry(NamedTuple):
     host: str | None = None  # running: the claiming host
     size: int = 0
     held: bool = False  # queued: a hold marker holds it
+    ino: int = 0  # the file's inode (stat_entry): it keeps it through each rename from state to state
 
 
 def listing(folder: Path) -> Iterator[os.DirEntry]:
@@ -84,7 +85,7 @@ def stat_entry(folder: Path, name: str, **extra) -> Entry | None:
         return None
     except OSError as err:
         raise SpoolIOError(folder / name, "looking at", err) from None
-    return Entry(name, folder / name, st.st_uid, st.st_mode, st.st_ctime_ns, **extra)
+    return Entry(name, folder / name, st.st_uid, st.st_mode, st.st_ctime_ns, ino=st.st_ino, **extra)
 
 
 def token_entries(folder: Path) -> Iterator[tuple[str, os.DirEntry, os.stat_result]]:
