@@ -8,6 +8,7 @@ import os
 import pty
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -135,12 +136,22 @@ def test_a_running_job_that_ends_on_its_own_as_it_is_cancelled_is_not_counted_ca
                                   stderr=subprocess.PIPE, env=dict(os.environ, ONITE_SPOOL=str(spool),
                                                                    PYTHONPATH=str(REPO)))
         wait_for(lambda: not record.exists() or '"event":"ended"' in record.read_text(), what="the job to end")
+        submit("later", body=b"sleep 0.3\n")  # keeps the drain going past the driver's next looks at cancel/
+        # and cancel/ no longer fresh: the driver looks again at a folder it has seen only while it may change
+        from onite.drain.cancels import FRESH_NS
+
+        wait_for(lambda: time.time_ns() - (spool / "cancel").stat().st_mtime_ns > FRESH_NS, what="cancel/ to age")
     finally:
         os.kill(driver.pid, signal.SIGCONT)
     out, err = cancel.communicate(timeout=60)
     assert driver.wait(timeout=60) == 0
     assert result(spool, "quick")["state"] == "done", "\n".join(log_lines(spool))
     assert (cancel.returncode, out.decode()) == (0, "quick: done\ncancelled 0 job(s)\n"), err
+    # the request died with the run it came too late for: the next job of that name is not cancelled by it
+    assert result(spool, "later")["state"] == "done" and list((spool / "cancel").iterdir()) == []
+    submit("quick")
+    assert start_driver(spool, "-q").wait(timeout=60) == 0
+    assert result(spool, "quick")["state"] == "done", "\n".join(log_lines(spool))
 
 
 def test_a_job_cancelled_while_its_retry_waits_keeps_the_attempts_that_ran(spool, workdir):

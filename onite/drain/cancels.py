@@ -111,6 +111,8 @@ class CancelInbox:
                 continue
             if filed is not None:
                 self._filed(name, requester, filed)
-        if find_running(night.spool, name) and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:
+        # a claim here that no run holds has ended, unfiled yet: the request came too late and goes with it
+        if any(entry.host != night.host for entry in find_running(night.spool, name)) \
+                and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:
             return  # running on another host: its driver will honour the request
         remove_file(request.path)
