@@ -143,18 +143,14 @@ class Result(NamedTuple):
     cpus: int | None = None  # CPUs it asked for, likewise
     peak_mem: int | None = None  # bytes: the most memory it used at once (its cgroup, else its rusage)
     cpu_time: float | None = None  # seconds of CPU it used
-    extra: dict = {}  # shared by every Result without one: never changed
 
     @property
     def duration(self) -> float | None:
         return (self.finished - self.started).total_seconds() if self.started else None
 
     def to_json(self) -> dict:
-        data = {"format": 1, **json_fields(self, _RESULT_KEYS), "state": str(self.state),
+        return {"format": 1, **json_fields(self, _RESULT_KEYS), "state": str(self.state),
                 "attempts": [a.to_json() for a in self.attempts]}
-        if self.extra:
-            data["extra"] = self.extra
-        return data
 
     @classmethod
     def from_json(cls, data: object) -> "Result":
@@ -177,9 +173,6 @@ class Result(NamedTuple):
             stderr = v.text(data, "stderr")
             if stderr not in ("merged", "separate"):
                 raise ValueError(f"stderr: {stderr[:40]!r} is not merged or separate")
-            extra = data.get("extra", {})
-            if not isinstance(extra, dict):
-                raise ValueError("extra: not an object")
             cpu_time = data.get("cpu_time")  # null where unknown
             if cpu_time is not None and (isinstance(cpu_time, bool) or not isinstance(cpu_time, (int, float))
                                          or not 0 <= cpu_time < 1e12):
@@ -210,7 +203,6 @@ class Result(NamedTuple):
                 cpus=v.optional_integer(data, "cpus", 0, MAX_CPUS),
                 peak_mem=v.optional_integer(data, "peak_mem", 0, 1 << 62),
                 cpu_time=None if cpu_time is None else float(cpu_time),
-                extra=extra,
             )
         except ValueError as err:  # JobState("x") and Attempt.from_json say ValueError too
             raise DamagedRecord(f"damaged result record: {str(err)[:200]}",
