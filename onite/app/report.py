@@ -9,7 +9,9 @@ import functools
 import os
 import pwd
 import re
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime, time, timedelta, timezone
+from types import MappingProxyType
 from typing import NamedTuple
 
 from onite.app import drains as dr
@@ -25,10 +27,12 @@ SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first
 TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines when many did)
 RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
 NIGHT_STARTS = time(12, 0)  # a night runs from noon to the next noon
+EMPTY: Mapping = MappingProxyType({})  # a default no report may change
 
 
 class ReportData(NamedTuple):
-    """The jobs of one morning report, the window they come from, and what the window left."""
+    """The jobs of one morning report, the window they come from, and what the window left. Its defaults are
+    read-only (shared by every report): what a report holds is made anew, never changed in place."""
 
     spool: str
     since: datetime  # the window's start
@@ -37,20 +41,20 @@ class ReportData(NamedTuple):
     jobs: list[JobView]  # the reader's own first (unless root); within each, failures first, then in the order they started
     night: date | None = None
     user: str | None = None
-    damaged: list[str] = []  # names of result records that could not be read
+    damaged: Sequence[str] = ()  # names of result records that could not be read
     kind: str = "since"  # "drain": the last drain session; "night": --night; "since": a time range
-    drains: list = []  # onite.app.drains.Drain, of the window
+    drains: Sequence = ()  # onite.app.drains.Drain, of the window
     # runs (``run_key``: a name may have run more than once in a window) rebuilt from the log ...
     pruned: set[tuple] = frozenset()  # ... for their records were pruned
     earlier: set[tuple] = frozenset()  # ... for a later run of the name replaced their record
     unrun: set[tuple] = frozenset()  # runs that never started a process
-    reruns: dict = {}  # (name, user) -> the runs of the window before the one shown
-    tries: dict[str, int] = {}  # attempts a retried job was allowed
-    tails: dict = {}  # onite.app.outputtail.Tail of the failures told in full, by run_key
+    reruns: Mapping = EMPTY  # (name, user) -> the runs of the window before the one shown
+    tries: Mapping[str, int] = EMPTY  # attempts a retried job was allowed
+    tails: Mapping = EMPTY  # onite.app.outputtail.Tail of the failures told in full, by run_key
     keep: int = 0
     current: bool = False  # no drain started after the window: the queue now is what it left
-    waiting: list[dict] = []  # jobs not finished: running, queued, held, refused
-    left: dict[str, int] = {}  # how many: queued, since, held, running, refused
+    waiting: Sequence[dict] = ()  # jobs not finished: running, queued, held, refused
+    left: Mapping[str, int] = EMPTY  # how many: queued, since, held, running, refused
     next_drain: datetime | None = None
     reader: int = 0  # the uid the report is read as
 
