@@ -48,7 +48,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
     files = frozenset(e.ino for e in entries)
     if live and not with_result:
         return Seen(name, live, files=files)
-    withdrawn, filed = None, None
+    withdrawn, filed, uid = None, None, key_uid(name)
     if not live:
         pending = [e for e in withdrawn_entries(spool) if e.name == name]
         if pending:
@@ -56,9 +56,9 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
 
             withdrawn = withdrawn_view(max(pending, key=lambda e: e.ctime_ns))
         done = stat_entry(spool.done_dir, name)
-        filed = done.ino if done is not None and done.uid == key_uid(name) else None
+        filed = done.ino if done is not None and done.uid == uid else None
     result = read_result(spool, name)
-    if result is not None and result.uid != key_uid(name):
+    if result is not None and result.uid != uid:
         result = None  # not its key's user's: not how this job ended
     return Seen(name, live, result, withdrawn, files, filed)
 

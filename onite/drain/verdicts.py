@@ -20,7 +20,7 @@ from onite.spool.deps import dependency_state
 from onite.spool.edits import edited, trusted
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import live_state, queued_folder_stats
+from onite.spool.queued import live_entries, queued_folder_stats
 from onite.spool.runrecords import host_records
 from onite.spool.scan import Withdrawn, read_markers, user_name
 from onite.spool.settings import default_host
@@ -91,7 +91,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             dep = asked[-1][0]
             if holds is None:
                 holds = read_markers(spool.hold_dir)
-            dep_state = live_state(spool, dep, holds=holds) or "finishing"
+            dep_state = live_entries(spool, dep, holds=holds)[0] or "finishing"
             row.update(kind="after", dependency={"name": shown(dep, reader), "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:

@@ -46,16 +46,11 @@ def find_queued(spool: SpoolDir, name: str, holds: dict[str, list[Marker]] | Non
     return found
 
 
-def live_state(spool: SpoolDir, name: str, *, holds: dict[str, list[Marker]] | None = None) -> str | None:
-    """Where job ``name`` (a key) is: "queued", "held" (every queued file of it is held), "running", or
-    None. The queue is looked at before running/, so a job claimed meanwhile is found.
-    Raises SpoolIOError: a folder cannot be looked into."""
-    return live_entries(spool, name, holds=holds)[0]
-
-
 def live_entries(spool: SpoolDir, name: str, *,
                  holds: dict[str, list[Marker]] | None = None) -> tuple[str | None, list[Entry]]:
-    """``live_state``, and the files it found there."""
+    """Where job ``name`` (a key) is: "queued", "held" (every queued file of it is held), "running", or
+    None; and its files there. The queue is looked at before running/, so a job claimed meanwhile is found.
+    Raises SpoolIOError: a folder cannot be looked into."""
     queued = find_queued(spool, name, holds)
     if queued:
         return "held" if all(e.held for e in queued) else "queued", queued
