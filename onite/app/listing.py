@@ -13,19 +13,17 @@ import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from json.encoder import encode_basestring_ascii as quoted
 
 from onite.app.common import label, me
 from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import queued_folder_stats, queued_stats
+from onite.spool.queued import queued_stats
 from onite.spool.results import read_results, result_names
 from onite.spool.scan import Entry, withdrawn_entries, running_entries, user_name
 from onite.spool.settings import default_host
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.jobview import JobView, result_view
-from onite.core.jsontext import dumps
 from onite.core.policy import owner_or_root
 from onite.core.timeparse import parse_stamp
 
@@ -137,86 +135,13 @@ def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
 
 
 def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
-    return dumps({"version": 1, "spool": str(spool.root), "jobs": [{**v.to_json(), "name": label(v.name)} for v in views]})
+    return json.dumps({"version": 1, "spool": str(spool.root), "jobs": [{**v.to_json(), "name": label(v.name)} for v in views]}, indent=1)
 
 
 def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> str:
-    """``onite list --json``: ``jobs_json(spool, list_jobs(…))``'s text, with no JobView of a queued job."""
-    elements = [_element(v) for v in running_views(spool)] if include_all else []
-    elements += _queued_elements(spool, now)
-    if include_all:
-        elements += [_element(v) for v in finished_views(spool, damaged)]
-    head = dumps({"version": 1, "spool": str(spool.root), "jobs": []})
-    if not elements:
-        return head
-    return head[:-len("[]\n}")] + "[\n  " + ",\n  ".join(elements) + "\n ]\n}"
-
-
-def _element(view: JobView) -> str:
-    return dumps({**view.to_json(), "name": label(view.name)}, depth=2)
-
-
-def _queued_elements(spool: SpoolDir, now: datetime | None = None) -> list[str]:
-    """The JSON text of each queued job, as ``dumps(view.to_json(), depth=2)`` would write it.
-
-    The text between the template's pieces (``_queued_template``) depends on the owner, the hold and
-    the folder, on the ctime, or on why the job waits: each is made once for the jobs that share it.
-    """
-    pieces = _queued_template()
-    start, name_to_position = pieces[0], pieces[1:7]
-    users = functools.cache(lambda uid: quoted(user_name(uid)))
-    middles: dict[tuple[int, bool, int], str] = {}
-    ends: dict[int, str] = {}  # a batch of jobs shares a few thousand kernel ticks
-    tails: dict[tuple, str] = {}
-    clock = _clock()
-    elements = []
-    position = 0
-    folders = list(queued_folder_stats(spool, drain_usage(spool)))
-    from onite.drain.verdicts import EXAMINE
-
-    head = [(rank, *row) for rank, rows in folders for row in rows[:EXAMINE]][:EXAMINE]
-    why = _why(spool, head, now, None)
-    for rank, rows in folders:
-        for ctime_ns, name, uid, held in rows:
-            position += 1
-            middle = middles.get((uid, held, rank))
-            if middle is None:
-                values = (users(uid), str(uid), '"held"' if held else '"queued"', str(rank) if rank else "null",
-                          "true" if rank == 0 else "false")
-                middle = middles[(uid, held, rank)] = "".join(
-                    piece + value for piece, value in zip(name_to_position, values)) + name_to_position[-1]
-            end = ends.get(ctime_ns)
-            if end is None:
-                end = ends[ctime_ns] = pieces[7] + quoted(clock(ctime_ns).isoformat()) + pieces[8]
-            key = why(name, uid, held)
-            tail = tails.get(key)
-            if tail is None:
-                tail = tails[key] = "".join(("null" if value is None else quoted(value)) + piece
-                                            for value, piece in zip(key, pieces[9:]))
-            elements.append(start + quoted(label(name)) + middle + str(position) + end + tail)
-    return elements
-
-
-_FIELDS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted", "waiting", "waiting_kind")
-
-
-@functools.cache
-def _queued_template() -> list[str]:
-    """JobView.to_json of a queued job (depth 2), cut where each of _FIELDS goes: to_json stays the one definition
-    (RuntimeError, which a test catches, if it no longer writes _FIELDS in that order)."""
-    class Stamp:
-        def isoformat(self) -> str:
-            return "\0submitted"
-
-    text = dumps(JobView(**{f: "\0" + f for f in _FIELDS if f != "submitted"}, submitted=Stamp()).to_json(), depth=2)
-    pieces = []
-    for field in _FIELDS:
-        before, marker, text = text.partition(json.dumps("\0" + field))
-        if not marker:
-            raise RuntimeError(f"JobView.to_json changed: update onite.app.listing._FIELDS ({field})")
-        pieces.append(before)
-    return pieces + [text]
+    """``onite list --json`` (docs/json.md)."""
+    return jobs_json(spool, list_jobs(spool, include_all=include_all, now=now, damaged=damaged))
 
 
 def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:

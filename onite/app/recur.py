@@ -7,6 +7,7 @@ templates cannot be read: their rules are shown from recur.state, which the driv
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from datetime import datetime
@@ -22,7 +23,6 @@ from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.app.common import key_for, label
 from onite.core.policy import check_urgent, owner_or_root
-from onite.core.jsontext import dumps
 from onite.core.recurring import check_template_name, known_priority, rule_fields, rule_from_state, rule_of
 from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
@@ -126,7 +126,7 @@ def _next_fire(rule, now: datetime) -> datetime | None:
 
 def templates_json(views: list[TemplateView], now: datetime) -> str:
     """``onite recur list --json``: the document of ``templates(spool, now)`` (docs/json.md)."""
-    return dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]})
+    return json.dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1)
 
 
 def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:

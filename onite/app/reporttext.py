@@ -5,6 +5,7 @@ Invariant: text from users is shown through onite.core.safetext.printable.
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime, timedelta
 
@@ -13,7 +14,6 @@ from onite.core.cells import human_duration, priority_label, priority_text
 from onite.core.names import split_key
 from onite.core.jobview import JobView
 from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
-from onite.core.jsontext import dumps
 from onite.core.safetext import phrase, printable
 from onite.core.state import signal_name
 from onite.core.timeparse import format_duration, longer_limit
@@ -266,7 +266,7 @@ def to_json(data: ReportData) -> str:
                          "private": bool(tail and tail.private),
                          "command": note if note.startswith("onite output ") else None,
                          "next": next_step(data, view) or None})
-    return dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
+    return json.dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
                    "until": data.until.isoformat(), "now": data.now.isoformat(),
                    "night": data.night.isoformat() if data.night else None, "user": data.user,
                    "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,
@@ -275,4 +275,4 @@ def to_json(data: ReportData) -> str:
                    "left": data.left if data.current else None,
                    "next_drain": data.next_drain.isoformat() if data.next_drain else None,
                    "hosts": data.hosts, "failures": failures, "waiting": data.waiting,
-                   "jobs": [job(j) for j in data.jobs]})
+                   "jobs": [job(j) for j in data.jobs]}, indent=1)

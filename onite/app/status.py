@@ -5,6 +5,7 @@ among the first EXAMINE, decided by the driver's own rules (onite.drain.verdicts
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime
 from typing import NamedTuple
@@ -23,7 +24,6 @@ from onite.spool.scan import running_entries
 from onite.spool.settings import default_host
 from onite.core.errors import SpoolIOError
 from onite.core.jobview import JobView
-from onite.core.jsontext import dumps
 from onite.core.schedule import next_drain
 
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
@@ -150,7 +150,7 @@ def _next_steps(data) -> list[str]:
 
 def status_json(info: StatusInfo) -> str:
     nxt = info.drain.next
-    return dumps({
+    return json.dumps({
         "version": 1,
         "spool": info.spool,
         "now": info.now.isoformat(),
@@ -178,4 +178,4 @@ def status_json(info: StatusInfo) -> str:
         "last_driver": info.last_driver,
         "warnings": info.warnings,
         "containment": info.containment,
-    })
+    }, indent=1)

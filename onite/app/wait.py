@@ -6,6 +6,7 @@ the driver writes a result before it moves the job's file into jobsdone/) and it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
@@ -17,7 +18,6 @@ from onite.spool.scan import key_uid, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.core.jobview import JobView, outcome_counts, result_view
-from onite.core.jsontext import dumps
 from onite.app.common import key_for, label
 from onite.core.state import Result
 from onite.core.clock import SYSTEM, Clock
@@ -300,4 +300,4 @@ def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
                     "since": waited.since.isoformat() if waited.since else None, "still": waited.still,
                     "counts": waited.counts, "summary": waited.summary(),
                     "jobs": [{**j.to_json(), "name": label(j.name)} for j in waited.jobs]})
-    return dumps(doc)
+    return json.dumps(doc, indent=1)

@@ -8,6 +8,7 @@ must be fresh (STALE_AFTER). Only the spool's owner writes there; every field is
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime
 from enum import StrEnum
@@ -17,7 +18,6 @@ from typing import NamedTuple
 from onite.core import values
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import OniteError
-from onite.core.jsontext import dumps
 from onite.exec.contain import boot_id, process_start_ticks
 from onite.spool.files import remove_file, replace_file
 from onite.spool.paths import HEARTBEAT, SpoolDir
@@ -230,7 +230,7 @@ class Heartbeat:
     def _write(self) -> None:
         self._due = self.clock.monotonic() + BEAT_EVERY
         try:
-            replace_file(self.path, (dumps(self.beat_.to_json()) + "\n").encode(), mode=0o644)
+            replace_file(self.path, (json.dumps(self.beat_.to_json(), indent=1) + "\n").encode(), mode=0o644)
             self._failed = False
         except OniteError as err:
             if not self._failed and self.log is not None:  # once, not every 30 seconds

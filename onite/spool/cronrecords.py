@@ -74,9 +74,9 @@ def read_records(root: Path) -> list[CronRecord]:
 
 def write_record(root: Path, record: CronRecord) -> None:
     """Raises SpoolIOError."""
-    from onite.core.jsontext import dumps
+    import json
 
-    replace_file(record_path(root, record.host), (dumps(record.to_json()) + "\n").encode(), mode=0o644, durable=True)
+    replace_file(record_path(root, record.host), (json.dumps(record.to_json(), indent=1) + "\n").encode(), mode=0o644, durable=True)
 
 
 def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:

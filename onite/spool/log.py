@@ -198,6 +198,6 @@ def logged_final(path: Path, run_id: str) -> bool:
 
 def log_json(lines: list[str]) -> str:
     """``onite log --json`` (docs/json.md); a line onite did not write is kept as text."""
-    from onite.core.jsontext import dumps  # json.dumps(indent=1)'s text, at C speed
+    import json
 
-    return dumps({"version": 1, "events": [parse_line(line) or {"text": line} for line in lines]})
+    return json.dumps({"version": 1, "events": [parse_line(line) or {"text": line} for line in lines]}, indent=1)

@@ -71,9 +71,9 @@ def damaged_note(damaged: list[str]) -> str:
 
 def result_record(result: Result) -> bytes:
     """The bytes of ``jobsdone/NAME@result`` (also what a notify hook reads on stdin)."""
-    from onite.core.jsontext import dumps
+    import json
 
-    return (dumps(result.to_json()) + "\n").encode()
+    return (json.dumps(result.to_json(), indent=1) + "\n").encode()
 
 
 def write_result(spool: SpoolDir, result: Result) -> None:
