@@ -185,19 +185,17 @@ def kill_cgroup(path: str) -> None:
         signal_cgroup(path, signal.SIGKILL)
 
 
-def signal_cgroup(path: str, sig: int) -> bool:
-    """Send ``sig`` to every process of the cgroup; False if there was none. The cgroup is frozen
-    meanwhile where it can be (a frozen process can neither fork nor exit nor reap), so no pid read
-    from cgroup.procs is given to another process before it is signalled."""
+def signal_cgroup(path: str, sig: int) -> None:
+    """Send ``sig`` to every process of the cgroup. The cgroup is frozen meanwhile where it can be (a
+    frozen process can neither fork nor exit nor reap), so no pid read from cgroup.procs is given to
+    another process before it is signalled."""
     frozen = _freeze(path)
     try:
-        pids = cgroup_pids(path)
-        for pid in pids:
+        for pid in cgroup_pids(path):
             signal_pid(pid, sig)
     finally:
         if frozen:
             write_file(f"{path}/cgroup.freeze", "0")
-    return bool(pids)
 
 
 def _freeze(path: str, wait: float = 0.2) -> bool:
@@ -215,19 +213,17 @@ def _freeze(path: str, wait: float = 0.2) -> bool:
     return True
 
 
-def remove_cgroup(path: str, wait: float = 2.0) -> bool:
+def remove_cgroup(path: str, wait: float = 2.0) -> None:
     """Remove an emptied cgroup (it stays busy for a moment after its last process was killed)."""
     deadline = time.monotonic() + wait
     while True:
         try:
             os.rmdir(path)
-            return True
-        except FileNotFoundError:
-            return True
         except OSError as err:
-            if err.errno != errno.EBUSY or time.monotonic() > deadline:
-                return False
-        time.sleep(0.01)
+            if err.errno == errno.EBUSY and time.monotonic() <= deadline:
+                time.sleep(0.01)
+                continue
+        return
 
 
 def set_subreaper() -> bool:
@@ -287,12 +283,11 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def sweep_stale(folders: list[str], *, older_than: float = STALE_CGROUP_AGE, now: float | None = None,
-                only=None) -> int:
+def sweep_stale(folders: list[str], *, older_than: float = STALE_CGROUP_AGE, only=None) -> int:
     """Remove the empty job cgroups under ``folders`` (monitors' slots, ``discover``'s probes) older than
     ``older_than`` s, of those ``only(name)`` says; how many. A monitor killed before it gave a slot to a
     run leaves one no record names; a young one may be about to be joined."""
-    now = time.time() if now is None else now
+    now = time.time()
     removed = 0
     for folder in folders:
         try:

@@ -34,8 +34,6 @@ def leader_exit(job: int):
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
         except ChildProcessError:
             return None
-        except InterruptedError:
-            continue
         if info is None:
             return RUNNING
         if info.si_pid == job:
@@ -57,13 +55,10 @@ def wait_status(info) -> int:
 
 def reap_leader(job: int):
     """Reap the job's leader (a zombie by now); its rusage, or None if it is gone already."""
-    while True:
-        try:
-            return os.wait4(job, 0)[2]
-        except ChildProcessError:
-            return None
-        except InterruptedError:
-            continue
+    try:
+        return os.wait4(job, 0)[2]
+    except ChildProcessError:
+        return None
 
 
 def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import errno
 import os
 
-from onite.exec.contain import cgroup_mounts, make_cgroup, own_cgroups, read_file, write_file
+from onite.exec.contain import SUBTREE, cgroup_mounts, make_cgroup, own_cgroups, read_file, write_file
 
 MIB = 1 << 20
 MONITOR_SLACK = 4 * MIB  # at most this much of a job's memory group may be its monitor's (apply_memory)
 PERIOD = 100_000  # µs: the CPU quota's period (cpu.max, cpu.cfs_period_us)
-SUBTREE = "onite"
 
 
 class Limiter:

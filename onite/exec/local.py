@@ -43,9 +43,7 @@ class Monitor:
         self.gone = False  # exited (its socket's end closed), or the adopted one's process ended
 
     def fileno(self) -> int | None:
-        """What the driver waits on: readable when it says something or is gone."""
-        if self.gone:
-            return None
+        """What the driver waits on: readable when it says something or is gone (None once gone)."""
         return self.sock.fileno() if self.sock is not None else self.pidfd
 
     def messages(self) -> list[str]:
@@ -54,7 +52,7 @@ class Monitor:
             while True:
                 try:
                     data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
-                except (BlockingIOError, InterruptedError):
+                except BlockingIOError:
                     break
                 except OSError:
                     data = b""
@@ -128,7 +126,7 @@ class MonitorPool:
 
     def release(self, mon: Monitor) -> None:
         """A monitor done with its run: kept waiting if it said ``idle`` (and not too many wait)."""
-        if mon.sock is not None and mon.idle and not mon.gone and len(self.waiting) < MAX_WAITING:
+        if mon.sock is not None and mon.idle and len(self.waiting) < MAX_WAITING:
             self.waiting.append(mon)
         else:
             mon.close()
@@ -138,7 +136,7 @@ class MonitorPool:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         boot = (f"import sys; sys.path.insert(0, {root!r}); from onite.exec.monitor import serve; "
-                f"sys.exit(serve({theirs.fileno()}, {self.setup!r}))")
+                f"serve({theirs.fileno()}, {self.setup!r})")
         try:
             proc = subprocess.Popen([sys.executable, "-E", "-S", "-c", boot], pass_fds=(theirs.fileno(),),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)

@@ -31,7 +31,7 @@ STOPS = ("timeout", "cancel", "shutdown")  # onite.core.state.Stop, which this p
 LOST = "its exit status was lost (it was reaped by another process)"
 
 
-def serve(fd: int, setup: dict) -> int:
+def serve(fd: int, setup: dict) -> None:
     """Run each Plan the driver sends on socket ``fd``, saying ``idle`` after each, until the driver's
     end is closed or a run left something it could not end. ``setup``: how jobs are contained and
     limited (onite.exec.local.LocalRunner), and where pamela is imported from for PAM sessions."""
@@ -44,11 +44,10 @@ def serve(fd: int, setup: dict) -> int:
         for _ in range(MONITOR_RUNS):
             plan = receive(sock)
             if plan is None or run(slot.take(plan), sock) != 0:
-                return 0
+                return
             slot = Slot(setup)  # made and joined before it says it waits: off the next job's start
             if not _tell(sock, IDLE):
-                return 0
-        return 0  # said by exiting, not by ``idle``: no run can be sent to it after it decided
+                return
     finally:
         slot.release()
 
@@ -247,7 +246,7 @@ def _watch(plan: Plan, sock: socket.socket, job: int):
         try:
             select.select([_WAKE[0]], [], [], max(min(waits), 0.0) if waits else None)
             os.read(_WAKE[0], 512)
-        except (BlockingIOError, InterruptedError):
+        except BlockingIOError:
             pass
 
 

@@ -133,6 +133,26 @@ class _Pending:
     stderr: bytearray = field(default_factory=bytearray)
     killed: str | None = None  # why it was killed ("timeout", "driver stopped")
 
+    def read_stderr(self) -> None:
+        """Keep the last STDERR_KEEP bytes of what it wrote to stderr so far."""
+        while self.stderr_fd is not None:
+            try:
+                chunk = os.read(self.stderr_fd, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                os.close(self.stderr_fd)
+                self.stderr_fd = None
+                return
+            self.stderr += chunk
+            del self.stderr[:-STDERR_KEEP]
+
+    def close(self) -> None:
+        self.read_stderr()
+        if self.stderr_fd is not None:  # a child of the notifier still holds the pipe: let it go
+            os.close(self.stderr_fd)
+            self.stderr_fd = None
+
 
 class Notifier:
     """Starts the driver's notices and watches them; ``notify`` never raises and never blocks."""
@@ -174,10 +194,7 @@ class Notifier:
 
     def _send(self, result: Result, how: str, config) -> None:
         try:
-            if how == "mail":
-                self._mail(result, config)
-            else:
-                self._command(result, config)
+            (self._mail if how == "mail" else self._command)(result, config)
         except Exception as err:  # noqa: BLE001 - see notify()
             self.log.event("notify-failed", result.name, how=how, reason=f"{type(err).__name__}: {err}")
 
@@ -257,7 +274,7 @@ class Notifier:
                 if not self._check(pending, now_mono):
                     keep.append(pending)
             except Exception as err:  # noqa: BLE001 - see notify()
-                self._close(pending)
+                pending.close()
                 self.log.event("notify-failed", pending.name, how=pending.how, reason=f"{type(err).__name__}: {err}")
         self.pending = keep
         while self.waiting and len(self.pending) < MAX_RUNNING:
@@ -274,18 +291,18 @@ class Notifier:
 
     def _check(self, pending: _Pending, now_mono: float) -> bool:
         """True once ``pending`` is over (and logged)."""
-        self._read_stderr(pending)
+        pending.read_stderr()
         code = pending.popen.poll()
         if code is None:
             if now_mono >= pending.deadline and pending.killed is None:
                 self._kill(pending, "timeout", now_mono)
             elif now_mono >= pending.deadline:
-                self._close(pending)  # killed, yet not gone (stuck in the kernel): stop watching it
+                pending.close()  # killed, yet not gone (stuck in the kernel): stop watching it
                 self.log.event("notify-failed", pending.name, how=pending.how,
                                reason=f"{pending.killed}; it did not exit when killed (pid {pending.popen.pid})")
                 return True
             return False
-        self._close(pending)
+        pending.close()
         if pending.killed:
             self.log.event("notify-failed", pending.name, how=pending.how, reason=pending.killed)
         elif code == 0:
@@ -304,27 +321,6 @@ class Notifier:
             os.killpg(pending.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-    @staticmethod
-    def _read_stderr(pending: _Pending) -> None:
-        while pending.stderr_fd is not None:
-            try:
-                chunk = os.read(pending.stderr_fd, 65536)
-            except BlockingIOError:
-                return
-            if not chunk:
-                os.close(pending.stderr_fd)
-                pending.stderr_fd = None
-                return
-            pending.stderr += chunk
-            del pending.stderr[:-STDERR_KEEP]
-
-    @staticmethod
-    def _close(pending: _Pending) -> None:
-        Notifier._read_stderr(pending)
-        if pending.stderr_fd is not None:  # a child of the notifier still holds the pipe: let it go
-            os.close(pending.stderr_fd)
-            pending.stderr_fd = None
 
     def next_deadline(self) -> float | None:
         """Monotonic time by which ``reap`` should run again, or None with nothing pending."""

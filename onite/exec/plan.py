@@ -59,18 +59,14 @@ class Plan:
 def receive(sock: socket.socket) -> Plan | None:
     """The next Plan the driver sends, with the descriptors received in place of the driver's numbers;
     None once the driver's end is closed."""
-    while True:
-        try:
-            word, fds, _, _ = socket.recv_fds(sock, 16, 16)
-        except InterruptedError:
-            continue
-        except OSError:
-            return None
-        if not word or not fds:
-            for fd in fds:
-                os.close(fd)
-            return None
-        break
+    try:
+        word, fds, _, _ = socket.recv_fds(sock, 16, 16)
+    except OSError:
+        return None
+    if not word or not fds:
+        for fd in fds:
+            os.close(fd)
+        return None
     try:
         values = marshal.loads(os.pread(fds[0], 1 << 30, 0))
     finally:
