@@ -209,8 +209,6 @@ def usage(reads: tuple[tuple, ...]) -> dict:
     """What a job used: ``peak_mem`` (bytes), ``cpu`` (seconds), ``oom`` (kills); a key no file gives is left out."""
     found: dict = {}
     for key, path, field, scale in reads:
-        if key in found:
-            continue
         value = _number(path) if field is None else _keyed(path, field)
         if value is not None:
             found[key] = round(value / scale, 3) if scale != 1 else value
