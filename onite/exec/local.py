@@ -48,7 +48,7 @@ class Monitor:
 
     def messages(self) -> list[str]:
         """The lines it said since the last call, but ``idle`` (which sets ``self.idle``)."""
-        if self.sock is not None and not self.gone:
+        if self.sock is not None:
             while True:
                 try:
                     data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
@@ -280,8 +280,6 @@ class LocalRunner(Runner):
     def _hear(self, run: Run) -> Outcome | None:
         """Read what ``run``'s monitor said; its outcome once the job ended, else None."""
         mon = run.monitor
-        if mon is None:
-            return Outcome(reason="it could not be started", never_started=True)
         ended = self._heard(run, mon.messages())
         if ended is None:
             if not mon.is_done():
@@ -329,7 +327,7 @@ class LocalRunner(Runner):
         return bool(self.runs or self._lingering)
 
     def wait_fds(self) -> list[int]:
-        mons = [run.monitor for run in self.runs if run.monitor is not None] + self._lingering
+        mons = [run.monitor for run in self.runs] + self._lingering
         return [fd for fd in (mon.fileno() for mon in mons) if fd is not None]
 
     def outcome_from_record(self, run: Run) -> Outcome:
