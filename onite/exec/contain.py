@@ -71,17 +71,17 @@ def remove_base(found: Containment) -> None:
         pass  # a job's cgroup is in it (another driver's, a dead run's), or it is gone
 
 
-def discover(enabled: bool, *, mountinfo: str = "/proc/self/mountinfo", own: str = "/proc/self/cgroup") -> Containment:
+def discover(enabled: bool) -> Containment:
     """The containment this process can give jobs: the jobs' folder goes under the driver's own
     cgroup v2, so that under systemd it is inside the service's delegated subtree (``Delegate=yes``)."""
     if not enabled:
         return Containment(OFF, why="contain = false in onite.toml")
     if os.geteuid() != 0:
         return Containment(SUBREAPER, why="not root: no cgroup of its own")
-    mount = cgroup_mounts(mountinfo).get(CGROUP2)
+    mount = cgroup_mounts("/proc/self/mountinfo").get(CGROUP2)
     if mount is None:
         return Containment(SUBREAPER, why="no cgroup v2 file system is mounted")
-    relative = own_cgroups(own).get(CGROUP2)
+    relative = own_cgroups("/proc/self/cgroup").get(CGROUP2)
     if relative is None:
         return Containment(SUBREAPER, why="this process is in no cgroup v2")
     base = os.path.normpath(f"{mount}/{relative}/{SUBTREE}")
@@ -198,11 +198,11 @@ def signal_cgroup(path: str, sig: int) -> None:
             write_file(f"{path}/cgroup.freeze", "0")
 
 
-def _freeze(path: str, wait: float = 0.2) -> bool:
-    """Freeze the cgroup, waiting at most ``wait`` s; False where there is no cgroup v2 freezer."""
+def _freeze(path: str) -> bool:
+    """Freeze the cgroup, waiting at most 0.2 s; False where there is no cgroup v2 freezer."""
     if write_file(f"{path}/cgroup.freeze", "1") != 0:
         return False
-    deadline = time.monotonic() + wait
+    deadline = time.monotonic() + 0.2
     while time.monotonic() < deadline:
         try:
             if b"frozen 1" in read_file(f"{path}/cgroup.events"):

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from onite.exec import contain, limits
+from onite.exec import contain
 from onite.exec.contain import signal_exact
 
 ENVIRON_LIMIT = 8 << 20  # bytes of a process's environment read: the kernel's own limit is lower
@@ -72,19 +72,6 @@ def stop_processes(find, grace: float) -> int:
         if time.monotonic() >= deadline:
             sig = signal.SIGKILL
         time.sleep(0.05)
-
-
-def kill_leftovers(cgroup: str | None, groups: tuple[str, ...], spool: str, name: str, run_id: str, *,
-                   known_pid: bool) -> None:
-    """Kill what a run whose monitor is dead left, and remove its groups; where it had none and no pid
-    is known, its processes are found by their ONITE_RUN_ID."""
-    if cgroup:
-        contain.kill_cgroup(cgroup)
-        contain.remove_cgroup(cgroup)
-    kill_groups(groups)
-    limits.remove(groups)
-    if not cgroup and not groups and not known_pid and spool:
-        stop_processes(lambda: find_run_processes(spool, name, lambda found: found == run_id), 0.0)
 
 
 def kill_groups(groups) -> bool:
