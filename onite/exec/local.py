@@ -38,7 +38,6 @@ class Monitor:
                  pidfd: int | None = None, pid: int | None = None) -> None:
         self.sock, self.proc, self.pidfd = sock, proc, pidfd
         self.pid = proc.pid if proc is not None else pid
-        self.buffer = b""
         self.idle = False  # said ``idle``: done with its run, waiting for the next
         self.gone = False  # exited (its socket's end closed), or the adopted one's process ended
 
@@ -47,23 +46,21 @@ class Monitor:
         return self.sock.fileno() if self.sock is not None else self.pidfd
 
     def messages(self) -> list[str]:
-        """The lines it said since the last call, but ``idle`` (which sets ``self.idle``)."""
-        if self.sock is not None:
-            while True:
-                try:
-                    data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    break
-                except OSError:
-                    data = b""
-                if not data:
-                    self.gone = True
-                    self.close()
-                    break
-                self.buffer += data
-        lines = self.buffer.split(b"\n")
-        self.buffer = lines.pop()
-        said = [line.decode("utf-8", "replace") for line in lines]
+        """The lines it said since the last call, but ``idle`` (which sets ``self.idle``). A datagram holds
+        whole lines (onite.exec.monitor._tell)."""
+        said: list[str] = []
+        while self.sock is not None:
+            try:
+                data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.gone = True
+                self.close()
+            else:
+                said += [line.decode("utf-8", "replace") for line in data.rstrip(b"\n").split(b"\n")]
         if monitor.IDLE in said:
             self.idle = True
             said = [line for line in said if line != monitor.IDLE]
