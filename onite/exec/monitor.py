@@ -87,11 +87,8 @@ class Slot:
 
 
 def prepare(contained: bool) -> None:
-    """Leave the driver's session, drop its signals, and (``contained``) reap the job's orphans."""
-    try:
-        os.setsid()  # a Ctrl-C at the driver's terminal is not for the jobs
-    except PermissionError:
-        pass  # started as a session leader already
+    """Drop the driver's signals, and (``contained``) reap the job's orphans; MonitorPool started this
+    process in a session of its own: a Ctrl-C at the driver's terminal is not for the jobs."""
     # caught and dropped, not ignored: an ignored signal would stay ignored across the job's exec
     for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGUSR2}:
         try:
