@@ -28,7 +28,7 @@ def _rank_label(rank: int) -> str:
 
 
 class _Families:
-    """A prometheus-client collector of families built beforehand: one registry, one look at the spool."""
+    """A prometheus-client collector of families built beforehand: one look at the spool."""
 
     def __init__(self, families: list) -> None:
         self.families = families
@@ -37,13 +37,12 @@ class _Families:
         return iter(self.families)
 
 
-def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: dict[str, Counters],
-             leaving: str | None = None):
-    """A fresh CollectorRegistry holding the spool's metrics as ``euid`` may see them (a job file is
+def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: dict[str, Counters],
+              leaving: str | None = None):
+    """A collector of the spool's metrics as ``euid`` may see them (a job file is
     read, to tell whether the job waits, only by its owner and root), the waits as ``host`` sees them.
     ``counters``: every host's. ``leaving``: a host whose driver is exiting, so no longer up.
     Raises SpoolIOError: a folder cannot be listed."""
-    from prometheus_client import CollectorRegistry
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
 
@@ -132,9 +131,7 @@ def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: 
         for name, value in zip(drains, (c.drain_started, c.drain_ended, c.drain_exit, c.completed)):
             if value is not None:
                 drains[name].add_metric([h], value.timestamp() if isinstance(value, datetime) else value)
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Families(families + [finished, *per_host.values(), run_time, *drains.values()]))
-    return reg
+    return _Families(families + [finished, *per_host.values(), run_time, *drains.values()])
 
 
 def metrics_text(spool: SpoolDir, now: datetime) -> str:
@@ -144,7 +141,7 @@ def metrics_text(spool: SpoolDir, now: datetime) -> str:
 
     from onite.spool.settings import default_host
 
-    return generate_latest(registry(spool, now, euid=os.geteuid(), host=default_host(spool.config),
+    return generate_latest(collector(spool, now, euid=os.geteuid(), host=default_host(spool.config),
                                     counters=every_host(spool))).decode()
 
 
@@ -222,7 +219,7 @@ class Metrics:
                 counters = every_host(self.spool)
                 if self._pending:  # not saved: shown all the same
                     self._apply(counters.setdefault(self.host, Counters(host=self.host)))
-                write_to_textfile(path, registry(self.spool, self.clock.now(), euid=os.geteuid(), host=self.host,
+                write_to_textfile(path, collector(self.spool, self.clock.now(), euid=os.geteuid(), host=self.host,
                                                  counters=counters, leaving=self.host if leaving else None))
         except Exception as err:  # noqa: BLE001 - no failure of the metrics stops a night; it is said once
             self._failed(f"writing {path}: {type(err).__name__}: {err}")
