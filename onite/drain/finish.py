@@ -123,12 +123,11 @@ class Finisher:
             return
         result = Result(
             name=run.name, uid=run.owner.uid, user=run.owner.name, priority=run.rank or job.priority,
-            urgent=run.rank == 0,
-            state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code, signal=outcome.signal,
-            host=night.host, submitted=job.submitted, queued=run.queued_at, started=None if outcome.never_started else run.started,
-            finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
-            executor=night.runner.executor, external_id=run.external_id, recur=job.recur,
-            stderr=job.stderr_mode, **_use(run),
+            urgent=run.rank == 0, state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code,
+            signal=outcome.signal, host=night.host, submitted=job.submitted, queued=run.queued_at,
+            started=None if outcome.never_started else run.started, finished=now, attempt=job.attempt,
+            attempts=job.tried + (attempt,), run_id=run.run_id, executor=night.runner.executor,
+            external_id=run.external_id, recur=job.recur, stderr=job.stderr_mode, **_use(run),
         )
         try:
             write_result(night.spool, result)

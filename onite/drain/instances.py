@@ -13,6 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import zip_longest
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
@@ -38,6 +39,7 @@ from onite.spool.scan import find_running, key_uid, user_name
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
+_GAP = object()  # where one owner has no more items
 
 
 @dataclass
@@ -317,13 +319,9 @@ def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
     for uid, item in items:
         queues.setdefault(uid, []).append(item)
     owners = sorted(queues)
-    if owners:
-        first = look % len(owners)
-        owners = owners[first:] + owners[:first]
-    ordered = []
-    for turn in range(max((len(q) for q in queues.values()), default=0)):
-        ordered += [queues[uid][turn] for uid in owners if turn < len(queues[uid])]
-    return ordered
+    first = look % len(owners) if owners else 0
+    turns = zip_longest(*(queues[uid] for uid in owners[first:] + owners[:first]), fillvalue=_GAP)
+    return [item for turn in turns for item in turn if item is not _GAP]
 
 
 def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:

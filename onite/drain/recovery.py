@@ -226,11 +226,11 @@ class Recovery:
             night.log.event("warning", name, error=f"its job file changed while it ran ({err})",
                         note="recovered from its run record")
         rank = info.get("rank") if isinstance(info.get("rank"), int) else 0 if job.urgent else job.priority
-        run = Run(name=name, job=job, owner=night.jobs.owner(st.st_uid), rank=rank, run_id=str(info.get("run_id") or ""),
-                  started=parse_stamp(info.get("started")) or night.clock.now(), started_mono=night.clock.monotonic(),
-                  spool=str(night.spool.root), record_path=night.spool.run_record_path(night.host, name))
-        run.queued_at = parse_stamp(info.get("queued"))
-        run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
+        run = Run(name=name, job=job, owner=night.jobs.owner(st.st_uid), rank=rank,
+                  run_id=str(info.get("run_id") or ""), started=parse_stamp(info.get("started")) or night.clock.now(),
+                  started_mono=night.clock.monotonic(), spool=str(night.spool.root),
+                  record_path=night.spool.run_record_path(night.host, name), queued_at=parse_stamp(info.get("queued")),
+                  need=admitted_need(info))  # it holds what it was admitted with, not what its file says now
         deadline = parse_stamp(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
         if "deadline" in info and (info["deadline"] is None or (deadline is not None and deadline >= run.started)):
             run.job = job._replace(timeout=deadline - run.started if deadline is not None else None)
