@@ -107,11 +107,9 @@ class RecurScheduler:
         for name in set(self._refused) - seen:
             del self._refused[name]
 
-    def _load(self, name: str, path: Path, st: os.stat_result,
-              known: _Template | None = None) -> tuple[_Template, Job] | None:
+    def _load(self, name: str, path: Path, st: os.stat_result) -> tuple[_Template, Job] | None:
         """Read and check the template ``name`` (at ``path``, as ``st`` found it), and keep it with its next
-        fire (``known``'s, if that was this version): it, and its job; None if it is refused (logged once
-        per version), settling or replaced meanwhile."""
+        fire: it, and its job; None if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
                                may_settle=is_settling(st, time.time_ns()))
@@ -140,8 +138,7 @@ class RecurScheduler:
             except (OSError, BadFile, OniteError) as err:
                 problem = str(err)
             else:
-                same = known is not None and known.key == tpl.key
-                tpl.next = known.next if same else _next_after(tpl, self._baseline(name, tpl))
+                tpl.next = _next_after(tpl, self._baseline(name, tpl))
                 self.templates[name] = tpl
                 return tpl, job
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
@@ -213,15 +210,13 @@ class RecurScheduler:
     def _reread(self, name: str) -> tuple[_Template, Job] | None:
         """The template ``name`` as it is now, and its job, read again as it fires; None, and it is
         forgotten, if it is gone, refused or replaced."""
-        known = self.templates.pop(name, None)
-        if known is None:
-            return None
+        self.templates.pop(name, None)
         path = self.spool.recur_dir / name
         try:
             st = os.lstat(path)
         except OSError:
             return None
-        loaded = self._load(name, path, st, known)
+        loaded = self._load(name, path, st)
         return loaded if loaded is not None and loaded[0].next is not None else None
 
     def _spool_one(self, name: str, tpl: _Template, template: Job, now: datetime) -> str | None:

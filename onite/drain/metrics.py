@@ -10,6 +10,7 @@ driver's side: it counts what the driver files and writes ``metrics_file``; a fa
 from __future__ import annotations
 
 import os
+from collections import Counter
 from datetime import datetime
 
 from onite.core.errors import OniteError
@@ -65,23 +66,19 @@ def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters:
 
     ranks = [rank for rank, _ in spool.queue_folders()]
     zero = {} if users else {(_rank_label(rank),): 0 for rank in ranks}
-    queued, held, waiting, oldest = dict(zero), dict(zero), dict(zero), {}
+    queued, held, waiting, oldest = Counter(zero), Counter(zero), Counter(zero), {}
     stats = queued_stats(spool)
     for rank, ctime_ns, _, uid, is_held in stats:
         key = (_rank_label(rank), *who(uid))
-        queued[key] = queued.get(key, 0) + 1
+        queued[key] += 1
         if is_held:
-            held[key] = held.get(key, 0) + 1
+            held[key] += 1
         else:
             oldest[key[:1]] = min(oldest.get(key[:1], ctime_ns), ctime_ns)
     for row in waiting_jobs(spool, stats[:EXAMINE], now, euid=euid, host=host):
         if row["kind"] in WAITS:
-            key = ("urgent" if row["urgent"] else str(row["priority"]), *((row["user"],) if users else ()))
-            waiting[key] = waiting.get(key, 0) + 1
-    running: dict[tuple, float] = {}
-    for entry in running_entries(spool):
-        key = (entry.host, *who(entry.uid))
-        running[key] = running.get(key, 0) + 1
+            waiting[("urgent" if row["urgent"] else str(row["priority"]), *((row["user"],) if users else ()))] += 1
+    running = Counter((entry.host, *who(entry.uid)) for entry in running_entries(spool))
     alive = {beat.host for beat in hb.live_beats(spool.root, now)} - {leaving}
     up = {(h,): float(h in alive) for h in {*counters, *(beat.host for beat in hb.beats(spool.root))}}
     families = [
@@ -117,10 +114,9 @@ def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters:
         ("onite_last_completed_drain_timestamp_seconds", "When the host's last drain that ran to its end (it "
                                                          "drained the queue, or its window closed) ended (Unix time)."))}
     for h, c in sorted(counters.items()):
-        rows = {} if users else {(o, _rank_label(r)): 0 for o in OUTCOMES for r in ranks}
+        rows = Counter() if users else Counter({(o, _rank_label(r)): 0 for o in OUTCOMES for r in ranks})
         for (outcome, priority, user), count in c.finished.items():
-            key = (outcome, priority, *((user,) if users else ()))
-            rows[key] = rows.get(key, 0) + count
+            rows[(outcome, priority, *((user,) if users else ()))] += count
         for key, count in sorted(rows.items()):
             finished.add_metric([h, *key], count)
         for name, value in zip(per_host, (c.attempts, c.retries, c.refused, c.cannot_record)):
