@@ -92,10 +92,10 @@ class Recovery:
             self._damaged(name, path, record_path, rec)
             return
         info = rec.info
+        if self._already_filed(name, path, info):
+            return
         if info.get("executor") == "slurm":
             self._unmonitored(name, path, info)
-            return
-        if self._already_filed(name, path, info):
             return
         if not rec.started_job:
             # the monitor records itself before it forks the job, holding the driver lock until then
@@ -331,8 +331,6 @@ class Recovery:
         """A claim of a Slurm run (``_take_back``). One whose driver died as sbatch ran (no job id
         recorded) takes Slurm's job for exactly this run, if it has one, so that it is taken back, not
         run a second time."""
-        if self._already_filed(name, path, info):
-            return
         owner = _owner(path)
         try:
             if not info.get("external_id") and owner is not None:
