@@ -199,19 +199,18 @@ class Driver:
         drain to its daemon if that is idle."""
         beat = hb.read(self.spool.root, self.host)
         if beat is None or not hb.is_alive(beat, self.clock.now()):
-            self.log.event("driver-busy", host=self.host, holder="unknown (no heartbeat)",
-                           note="another driver is draining this spool on this host; exiting")
-            return
-        if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
-            from onite.drain.wake import request_wake
+            holder = {"holder": "unknown (no heartbeat)"}
+        else:
+            if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
+                from onite.drain.wake import request_wake
 
-            if request_wake(self.spool, self.host, beat):
-                self.log.event("drain-handed", host=self.host, daemon=beat.pid,
-                               note="the daemon of this host was idle: it drains now")
-                return
-        self.log.event("driver-busy", host=self.host, pid=beat.pid, role=beat.kind,
-                       since=beat.since.isoformat(timespec="seconds"), started_by=beat.started_by,
-                       state=beat.state if beat.role == hb.Role.DAEMON else None,
+                if request_wake(self.spool, self.host, beat):
+                    self.log.event("drain-handed", host=self.host, daemon=beat.pid,
+                                   note="the daemon of this host was idle: it drains now")
+                    return
+            holder = {"pid": beat.pid, "role": beat.kind, "since": beat.since.isoformat(timespec="seconds"),
+                      "started_by": beat.started_by, "state": beat.state if beat.role == hb.Role.DAEMON else None}
+        self.log.event("driver-busy", host=self.host, **holder,
                        note="another driver is draining this spool on this host; exiting")
 
     def _start_heartbeat(self) -> None:

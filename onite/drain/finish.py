@@ -99,12 +99,18 @@ class Finisher:
             if not run.announced and outcome.reason and run.stopping is None:
                 night.log.event("start-failed", run.name, user=run.owner.name, reason=outcome.reason)
             self.record(run, outcome, night.clock.now())
-        elif run.unrecorded is not None and run.stopping is None:  # its monitor started nothing
+        elif run.stopping is None and run.unrecorded is not None:  # its monitor started nothing
             self.put_back_unstarted(run, run.unrecorded)
-        elif run.unavailable is not None and run.stopping is None:  # nothing was submitted: back to its queue
+        elif run.stopping is None:  # the executor took nothing: back to its queue
             self.pause_starts(run, run.unavailable)
-        else:
-            self._requeue_interrupted(run)
+        else:  # a hard stop
+            try:
+                self._requeue_run(run)
+            except OniteError as err:
+                night.log.event("error", run.name, error=str(err))
+                return
+            night.counts["requeued"] += 1
+            night.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
     def record(self, run: Run, outcome: Outcome, now: datetime) -> None:
         """File how ``run`` ended at ``now`` (or spool its retry), log it and tell its owner."""
@@ -117,12 +123,11 @@ class Finisher:
             return
         result = Result(
             name=run.name, uid=run.owner.uid, user=run.owner.name, priority=run.rank or job.priority,
-            urgent=run.rank == 0,
-            state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code, signal=outcome.signal,
-            host=night.host, submitted=job.submitted, queued=run.queued_at, started=None if outcome.never_started else run.started,
-            finished=now, attempt=job.attempt, attempts=job.tried + (attempt,), run_id=run.run_id,
-            executor=night.runner.executor, external_id=run.external_id, recur=job.recur,
-            stderr=job.stderr_mode, **_use(run),
+            urgent=run.rank == 0, state=outcome.state, reason=outcome.describe(), exit_code=outcome.exit_code,
+            signal=outcome.signal, host=night.host, submitted=job.submitted, queued=run.queued_at,
+            started=None if outcome.never_started else run.started, finished=now, attempt=job.attempt,
+            attempts=job.tried + (attempt,), run_id=run.run_id, executor=night.runner.executor,
+            external_id=run.external_id, recur=job.recur, stderr=job.stderr_mode, **_use(run),
         )
         try:
             write_result(night.spool, result)
@@ -176,16 +181,6 @@ class Finisher:
         where the claim stands). Raises as ``requeue_file``."""
         self.requeue_file(self.night.running_dir / run.name, run.name, run.rank)
         remove_file(run.record_path)
-
-    def _requeue_interrupted(self, run: Run) -> None:
-        night = self.night
-        try:
-            self._requeue_run(run)
-        except OniteError as err:
-            night.log.event("error", run.name, error=str(err))
-            return
-        night.counts["requeued"] += 1
-        night.log.event("requeued", run.name, user=run.owner.name, reason="the driver was stopped")
 
     def requeue_file(self, path: Path, name: str, rank: int) -> None:
         """Put a claim at ``path`` back in the queue folder of ``rank``; a forgery at its key there is replaced.

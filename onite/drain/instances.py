@@ -13,6 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import zip_longest
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
@@ -38,6 +39,7 @@ from onite.spool.scan import find_running, key_uid, user_name
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
+_GAP = object()  # where one owner has no more items
 
 
 @dataclass
@@ -105,11 +107,9 @@ class RecurScheduler:
         for name in set(self._refused) - seen:
             del self._refused[name]
 
-    def _load(self, name: str, path: Path, st: os.stat_result,
-              known: _Template | None = None) -> tuple[_Template, Job] | None:
+    def _load(self, name: str, path: Path, st: os.stat_result) -> tuple[_Template, Job] | None:
         """Read and check the template ``name`` (at ``path``, as ``st`` found it), and keep it with its next
-        fire (``known``'s, if that was this version): it, and its job; None if it is refused (logged once
-        per version), settling or replaced meanwhile."""
+        fire: it, and its job; None if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
                                may_settle=is_settling(st, time.time_ns()))
@@ -138,8 +138,7 @@ class RecurScheduler:
             except (OSError, BadFile, OniteError) as err:
                 problem = str(err)
             else:
-                same = known is not None and known.key == tpl.key
-                tpl.next = known.next if same else _next_after(tpl, self._baseline(name, tpl))
+                tpl.next = _next_after(tpl, self._baseline(name, tpl))
                 self.templates[name] = tpl
                 return tpl, job
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
@@ -211,15 +210,13 @@ class RecurScheduler:
     def _reread(self, name: str) -> tuple[_Template, Job] | None:
         """The template ``name`` as it is now, and its job, read again as it fires; None, and it is
         forgotten, if it is gone, refused or replaced."""
-        known = self.templates.pop(name, None)
-        if known is None:
-            return None
+        self.templates.pop(name, None)
         path = self.spool.recur_dir / name
         try:
             st = os.lstat(path)
         except OSError:
             return None
-        loaded = self._load(name, path, st, known)
+        loaded = self._load(name, path, st)
         return loaded if loaded is not None and loaded[0].next is not None else None
 
     def _spool_one(self, name: str, tpl: _Template, template: Job, now: datetime) -> str | None:
@@ -317,13 +314,9 @@ def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
     for uid, item in items:
         queues.setdefault(uid, []).append(item)
     owners = sorted(queues)
-    if owners:
-        first = look % len(owners)
-        owners = owners[first:] + owners[:first]
-    ordered = []
-    for turn in range(max((len(q) for q in queues.values()), default=0)):
-        ordered += [queues[uid][turn] for uid in owners if turn < len(queues[uid])]
-    return ordered
+    first = look % len(owners) if owners else 0
+    turns = zip_longest(*(queues[uid] for uid in owners[first:] + owners[:first]), fillvalue=_GAP)
+    return [item for turn in turns for item in turn if item is not _GAP]
 
 
 def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:

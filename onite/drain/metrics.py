@@ -10,6 +10,7 @@ driver's side: it counts what the driver files and writes ``metrics_file``; a fa
 from __future__ import annotations
 
 import os
+from collections import Counter
 from datetime import datetime
 
 from onite.core.errors import OniteError
@@ -28,7 +29,7 @@ def _rank_label(rank: int) -> str:
 
 
 class _Families:
-    """A prometheus-client collector of families built beforehand: one registry, one look at the spool."""
+    """A prometheus-client collector of families built beforehand: one look at the spool."""
 
     def __init__(self, families: list) -> None:
         self.families = families
@@ -37,13 +38,12 @@ class _Families:
         return iter(self.families)
 
 
-def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: dict[str, Counters],
-             leaving: str | None = None):
-    """A fresh CollectorRegistry holding the spool's metrics as ``euid`` may see them (a job file is
+def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: dict[str, Counters],
+              leaving: str | None = None):
+    """A collector of the spool's metrics as ``euid`` may see them (a job file is
     read, to tell whether the job waits, only by its owner and root), the waits as ``host`` sees them.
     ``counters``: every host's. ``leaving``: a host whose driver is exiting, so no longer up.
     Raises SpoolIOError: a folder cannot be listed."""
-    from prometheus_client import CollectorRegistry
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
 
@@ -66,23 +66,19 @@ def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: 
 
     ranks = [rank for rank, _ in spool.queue_folders()]
     zero = {} if users else {(_rank_label(rank),): 0 for rank in ranks}
-    queued, held, waiting, oldest = dict(zero), dict(zero), dict(zero), {}
+    queued, held, waiting, oldest = Counter(zero), Counter(zero), Counter(zero), {}
     stats = queued_stats(spool)
     for rank, ctime_ns, _, uid, is_held in stats:
         key = (_rank_label(rank), *who(uid))
-        queued[key] = queued.get(key, 0) + 1
+        queued[key] += 1
         if is_held:
-            held[key] = held.get(key, 0) + 1
+            held[key] += 1
         else:
             oldest[key[:1]] = min(oldest.get(key[:1], ctime_ns), ctime_ns)
     for row in waiting_jobs(spool, stats[:EXAMINE], now, euid=euid, host=host):
         if row["kind"] in WAITS:
-            key = ("urgent" if row["urgent"] else str(row["priority"]), *((row["user"],) if users else ()))
-            waiting[key] = waiting.get(key, 0) + 1
-    running: dict[tuple, float] = {}
-    for entry in running_entries(spool):
-        key = (entry.host, *who(entry.uid))
-        running[key] = running.get(key, 0) + 1
+            waiting[("urgent" if row["urgent"] else str(row["priority"]), *((row["user"],) if users else ()))] += 1
+    running = Counter((entry.host, *who(entry.uid)) for entry in running_entries(spool))
     alive = {beat.host for beat in hb.live_beats(spool.root, now)} - {leaving}
     up = {(h,): float(h in alive) for h in {*counters, *(beat.host for beat in hb.beats(spool.root))}}
     families = [
@@ -118,10 +114,9 @@ def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: 
         ("onite_last_completed_drain_timestamp_seconds", "When the host's last drain that ran to its end (it "
                                                          "drained the queue, or its window closed) ended (Unix time)."))}
     for h, c in sorted(counters.items()):
-        rows = {} if users else {(o, _rank_label(r)): 0 for o in OUTCOMES for r in ranks}
+        rows = Counter() if users else Counter({(o, _rank_label(r)): 0 for o in OUTCOMES for r in ranks})
         for (outcome, priority, user), count in c.finished.items():
-            key = (outcome, priority, *((user,) if users else ()))
-            rows[key] = rows.get(key, 0) + count
+            rows[(outcome, priority, *((user,) if users else ()))] += count
         for key, count in sorted(rows.items()):
             finished.add_metric([h, *key], count)
         for name, value in zip(per_host, (c.attempts, c.retries, c.refused, c.cannot_record)):
@@ -132,9 +127,7 @@ def registry(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters: 
         for name, value in zip(drains, (c.drain_started, c.drain_ended, c.drain_exit, c.completed)):
             if value is not None:
                 drains[name].add_metric([h], value.timestamp() if isinstance(value, datetime) else value)
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Families(families + [finished, *per_host.values(), run_time, *drains.values()]))
-    return reg
+    return _Families(families + [finished, *per_host.values(), run_time, *drains.values()])
 
 
 def metrics_text(spool: SpoolDir, now: datetime) -> str:
@@ -144,7 +137,7 @@ def metrics_text(spool: SpoolDir, now: datetime) -> str:
 
     from onite.spool.settings import default_host
 
-    return generate_latest(registry(spool, now, euid=os.geteuid(), host=default_host(spool.config),
+    return generate_latest(collector(spool, now, euid=os.geteuid(), host=default_host(spool.config),
                                     counters=every_host(spool))).decode()
 
 
@@ -222,7 +215,7 @@ class Metrics:
                 counters = every_host(self.spool)
                 if self._pending:  # not saved: shown all the same
                     self._apply(counters.setdefault(self.host, Counters(host=self.host)))
-                write_to_textfile(path, registry(self.spool, self.clock.now(), euid=os.geteuid(), host=self.host,
+                write_to_textfile(path, collector(self.spool, self.clock.now(), euid=os.geteuid(), host=self.host,
                                                  counters=counters, leaving=self.host if leaving else None))
         except Exception as err:  # noqa: BLE001 - no failure of the metrics stops a night; it is said once
             self._failed(f"writing {path}: {type(err).__name__}: {err}")

@@ -104,8 +104,7 @@ class Picker:
                 if seen is None:  # the guard set it aside
                     night.forget(cand)
                     continue
-                picked = self._judge(cand, seen, now)
-                if picked is True:
+                if self._ready(cand, seen, now):
                     need = request_of(seen.meta.mem, seen.meta.cpus)
                     said = self._admit(cand.name, need, seen.meta.timeout, now)
                     if said.verdict in (Admit.START, Admit.BACKFILL):
@@ -115,7 +114,7 @@ class Picker:
                         self.finisher.fail_unstarted(cand, seen.st, said.reason)
                     elif not night.config.backfill:
                         return None  # strict order: nothing behind a job that waits for room starts
-                moved = moved or picked is Look.MOVED
+                moved = moved or seen.look is Look.MOVED
             if not moved:
                 return None
         return None
@@ -150,12 +149,12 @@ class Picker:
         return [c for _, same in groupby(cands, key=attrgetter("rank"))
                 for c in fair_order(same, lambda c: split_key(c.name)[0], used)]
 
-    def _judge(self, cand: Candidate, seen: Inspection, now) -> bool | Look | None:
-        """Act on one look: True if the job may start now; Look.MOVED if the order changed under us."""
+    def _ready(self, cand: Candidate, seen: Inspection, now) -> bool:
+        """Act on one look: True if the job may start now."""
         night = self.night
         if seen.look is Look.OK:
             if night.only_timed and seen.meta.not_before is None:
-                return None  # untimed jobs wait for the scheduled drain
+                return False  # untimed jobs wait for the scheduled drain
             held = night.index.holds.held(cand.name, seen.st.st_uid)
             verdict = evaluate(seen.meta, held=held, now=now, host=night.host, dependency=self.dependency,
                               owner=split_key(cand.name)[0])
@@ -180,7 +179,7 @@ class Picker:
         elif seen.look is Look.SETTLING:
             # look again in a moment; the jobs behind it are not held up by a user's pairs of links
             night.note_wake(now + timedelta(seconds=0.02))
-        return seen.look if seen.look is Look.MOVED else None
+        return False
 
     def inspect(self, cand: Candidate) -> Inspection:
         """Look at a queued file: may it run, and what does eligibility need of it?"""

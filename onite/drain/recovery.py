@@ -92,10 +92,10 @@ class Recovery:
             self._damaged(name, path, record_path, rec)
             return
         info = rec.info
+        if self._already_filed(name, path, info):
+            return
         if info.get("executor") == "slurm":
             self._unmonitored(name, path, info)
-            return
-        if self._already_filed(name, path, info):
             return
         if not rec.started_job:
             # the monitor records itself before it forks the job, holding the driver lock until then
@@ -157,7 +157,19 @@ class Recovery:
                                      "a damaged run record of a job no longer claimed", file_result=False)
             return
         started = parse_stamp(rec.get("started"))
-        if self._log_if_filed(name, rec) or self._superseded(name, uid, started):
+        try:
+            previous = read_result(night.spool, name)
+        except OniteError:  # damaged, or unreadable: nothing to tell from it
+            previous = None
+        run_id = rec.info.get("run_id")
+        if previous is not None and run_id and previous.run_id == run_id:  # its run was filed
+            if not logged_final(night.spool.log_path, run_id):  # its driver died before it logged the end
+                self._log_result(previous)
+            remove_file(record_path)
+            return
+        # its job is queued, running, or finished since (its run was never claimed, or went on to another attempt)
+        if any(entry.uid == uid for entry in find_queued(night.spool, name) + find_running(night.spool, name)) or (
+                previous is not None and previous.uid == uid and (started is None or previous.finished >= started)):
             remove_file(record_path)
             return
         reason = "lost: its claimed job file was deleted while no driver ran" + (
@@ -170,18 +182,6 @@ class Recovery:
             night.log.event(str(result.state), name, user=result.user, reason=reason, run=result.run_id or None)
             remove_file(record_path)
             night.log.event("recovered", name, action="filed as lost", why=reason)
-
-    def _superseded(self, name: str, uid: int, started: datetime | None) -> bool:
-        """Is ``uid``'s job ``name`` queued, running, or finished since ``started`` (a record without a
-        claim whose run was never claimed, or went on to another attempt)?"""
-        night = self.night
-        if any(entry.uid == uid for entry in find_queued(night.spool, name) + find_running(night.spool, name)):
-            return True
-        try:
-            previous = read_result(night.spool, name)
-        except OniteError:
-            return False
-        return previous is not None and previous.uid == uid and (started is None or previous.finished >= started)
 
     def _already_filed(self, name: str, path: Path, info: dict) -> bool:
         """The dead driver wrote the result but died before moving the job into jobsdone/: finish that."""
@@ -201,21 +201,6 @@ class Recovery:
         remove_file(night.spool.run_record_path(night.host, name))
         night.log.event("recovered", name, action="its result was recorded; filed it")
         self._log_result(previous)
-        return True
-
-    def _log_if_filed(self, name: str, rec: RunRecord) -> bool:
-        """Was the run of a record whose claim is gone filed (its result names this run)? If its driver
-        died before it logged how it ended, the log (which dependents read) is told now."""
-        night = self.night
-        run_id = rec.info.get("run_id")
-        try:
-            previous = read_result(night.spool, name)
-        except OniteError:  # damaged, or unreadable: nothing to tell from it
-            return False
-        if previous is None or not run_id or previous.run_id != run_id:
-            return False
-        if not logged_final(night.spool.log_path, run_id):  # its driver died before it could log it
-            self._log_result(previous)
         return True
 
     def _log_result(self, result: Result) -> None:
@@ -240,14 +225,12 @@ class Recovery:
             job = _stand_in(name, info, submitted, night.host)
             night.log.event("warning", name, error=f"its job file changed while it ran ({err})",
                         note="recovered from its run record")
-        owner = night.jobs.owner(st.st_uid)
-        rank = info.get("rank") if isinstance(info.get("rank"), int) else job.priority
-
-        run = Run(name=name, job=job, owner=owner, rank=rank, run_id=str(info.get("run_id") or ""),
-                  started=parse_stamp(info.get("started")) or night.clock.now(), started_mono=night.clock.monotonic(),
-                  spool=str(night.spool.root), record_path=night.spool.run_record_path(night.host, name))
-        run.queued_at = parse_stamp(info.get("queued"))
-        run.need = admitted_need(info)  # it holds what it was admitted with, not what its file says now
+        rank = info.get("rank") if isinstance(info.get("rank"), int) else 0 if job.urgent else job.priority
+        run = Run(name=name, job=job, owner=night.jobs.owner(st.st_uid), rank=rank,
+                  run_id=str(info.get("run_id") or ""), started=parse_stamp(info.get("started")) or night.clock.now(),
+                  started_mono=night.clock.monotonic(), spool=str(night.spool.root),
+                  record_path=night.spool.run_record_path(night.host, name), queued_at=parse_stamp(info.get("queued")),
+                  need=admitted_need(info))  # it holds what it was admitted with, not what its file says now
         deadline = parse_stamp(info.get("deadline"))  # and the time limit it started with: packing's estimate of its end
         if "deadline" in info and (info["deadline"] is None or (deadline is not None and deadline >= run.started)):
             run.job = job._replace(timeout=deadline - run.started if deadline is not None else None)
@@ -274,8 +257,7 @@ class Recovery:
         except (OSError, OniteError, BadFile) as err:
             self.requeue(name, path, rec.info, f"it ended, but its job file cannot be read ({err})", rerun=False)
             return
-        if self._retried(run):
-            self._drop(name, path, run)
+        if self._dropped_if_retried(name, path, run):
             return
         run.usage = rec.usage
         outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
@@ -283,20 +265,19 @@ class Recovery:
                         outcome=outcome.describe() or "exit 0")
         self.finisher.record(run, outcome, parse_stamp(rec.ended_at) or night.clock.now())
 
-    def _drop(self, name: str, path: Path, run: Run) -> None:
-        """A later attempt is already spooled: this claim is stale, and must neither run nor be filed."""
+    def _dropped_if_retried(self, name: str, path: Path, run: Run) -> bool:
+        """A later attempt of this job is already queued, running on another host or finished (its driver
+        died between writing the retry and removing the claim): this claim is stale, and must neither run
+        nor be filed; it is removed."""
+        if not self._retried(run):
+            return False
         remove_file(path)
         remove_file(self.night.spool.run_record_path(self.night.host, name))
         self.night.log.event("recovered", name, action="dropped: its retry was already spooled", attempt=run.attempt)
+        return True
 
     def _retried(self, run: Run) -> bool:
-        """Is a later attempt of this job already queued, running on another host or finished (its
-        driver died between writing the retry and removing the claim)?"""
         night = self.night
-
-        def later(job: Job | None) -> bool:
-            return job is not None and job.submitted == run.job.submitted and job.attempt > run.attempt
-
         others = [e for e in find_running(night.spool, run.name) if e.host != night.host]
         for entry in find_queued(night.spool, run.name) + others:
             if entry.uid != run.owner.uid:
@@ -305,7 +286,7 @@ class Recovery:
                 job, _ = read_job_file(entry.path, night.jobs.max_size)
             except (OSError, JobFormatError, BadFile):
                 continue
-            if later(job):
+            if job.submitted == run.job.submitted and job.attempt > run.attempt:
                 return True
         try:
             previous = read_result(night.spool, run.name)
@@ -321,21 +302,16 @@ class Recovery:
             claimed = self._run_of(name, path, info)
         except (OSError, OniteError, BadFile):
             claimed = None
-        if claimed is not None and self._retried(claimed):
-            self._drop(name, path, claimed)
+        if claimed is not None and self._dropped_if_retried(name, path, claimed):
             return
         record_path = night.spool.run_record_path(night.host, name)
         if rerun and night.config.on_interrupt == "fail":
             self._fail(name, path, info, what)
             remove_file(record_path)
             return
-        rank = info.get("rank")
+        rank = claimed.rank if claimed is not None else info.get("rank")
         if not isinstance(rank, int):
-            try:
-                job, _ = read_job_file(path, night.jobs.max_size)
-                rank = 0 if job.urgent else job.priority
-            except (OSError, JobFormatError, BadFile):
-                rank = night.config.default_priority
+            rank = night.config.default_priority
         owner = _owner(path)
         if owner is not None and any(e.uid == owner for e in find_queued(night.spool, name)):
             remove_file(path)  # a retry was already queued before the crash (not a forgery at its key)
@@ -355,8 +331,6 @@ class Recovery:
         """A claim of a Slurm run (``_take_back``). One whose driver died as sbatch ran (no job id
         recorded) takes Slurm's job for exactly this run, if it has one, so that it is taken back, not
         run a second time."""
-        if self._already_filed(name, path, info):
-            return
         owner = _owner(path)
         try:
             if not info.get("external_id") and owner is not None:
@@ -383,8 +357,7 @@ class Recovery:
         except (OSError, OniteError, BadFile):
             return False
         run.external_id = str(info["external_id"])
-        if self._retried(run):
-            self._drop(name, path, run)
+        if self._dropped_if_retried(name, path, run):
             return True
         runner = self.runner_of(info)
         try:
