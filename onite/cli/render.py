@@ -81,16 +81,16 @@ def rich_table(spec: TableSpec):
     return table
 
 
-def print_table(out, spec: TableSpec, *, plain: bool, large: bool = False) -> None:
-    """``spec`` on ``out``: plain lines, laid out as text without rich (``large``), or a rich table of the columns
-    that fit the terminal (``fit``)."""
+def print_table(out, spec: TableSpec, *, plain: bool) -> None:
+    """``spec`` on ``out``: plain lines, laid out as text without rich (past LARGE_TABLE rows), or a rich table of
+    the columns that fit the terminal (``fit``)."""
     if not plain:
         fitted = fit(spec, out.width)
         plain, spec = fitted is None, fitted or spec
     if plain:
         write_lines(out, plain_table([(title, False) for title, _ in spec.columns],
                                      ([phrase(cell) or "-" for cell in row] for row in spec.rows)))
-    elif large:
+    elif len(spec.rows) > LARGE_TABLE:
         write_lines(out, plain_table(spec.columns, spec.rows))
     else:
         out.print(rich_table(spec))
@@ -136,7 +136,7 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
 
             out.print(Text(host or "queued (no host yet)", style="bold"))
         spec = job_table(some, now, detailed=detailed or by_host, waiting=any(view.waiting for view in some))
-        print_table(out, spec, plain=plain, large=len(views) > LARGE_TABLE)
+        print_table(out, spec, plain=plain)
 
 
 RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", False), ("IN", True), ("PRI", False),
@@ -215,10 +215,9 @@ def print_report(out, data, *, plain: bool) -> None:
     if not data.jobs:
         return
     say("")
-    large = len(data.jobs) > LARGE_TABLE
-    print_table(out, report_table(data, rep.rows(data, marks=not words)), plain=plain, large=large)
+    print_table(out, report_table(data, rep.rows(data, marks=not words)), plain=plain)
     lines, bars = gantt_lines(data, out.width)
-    if plain or large:
+    if plain or len(data.jobs) > LARGE_TABLE:
         write_lines(out, ["", *lines])
     else:  # the timeline in colour: each bar in its job's state's style, the axis dim
         timeline = Text(no_wrap=True, overflow="crop")
