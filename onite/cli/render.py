@@ -58,8 +58,7 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
         keep.remove(drops.pop(0))
     if len(keep) == len(spec.columns):
         return spec
-    return TableSpec([spec.columns[i] for i in keep], [[row[i] for i in keep] for row in spec.rows], spec.cut,
-                     spec.styles)
+    return spec._replace(columns=[spec.columns[i] for i in keep], rows=[[row[i] for i in keep] for row in spec.rows])
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -305,14 +304,13 @@ def print_status(console, info, *, plain: bool = False) -> None:
     else:
         say("next run  ", (f"none: {esc(no_drain_text(info.drain))}", "yellow"))
     if info.containment:
-        kind, limits, capacity = (info.containment.get(key) for key in ("kind", "limits", "capacity"))
+        kind, limits, capacity, pam = (info.containment.get(key) for key in ("kind", "limits", "capacity", "pam"))
         say("contain   ", (esc(kind), "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"),
             f" (as the last driver on {esc(info.containment['host'])} said)")
         if limits:  # the last driver's words: this command measures nothing of root's cgroups
             say("limits    last drain: ", (esc(limits), "yellow" if limits.startswith("not enforced") else "green"),
                 f"; capacity {esc(capacity)}" if capacity else "")
-        if info.containment.get("pam"):
-            pam = info.containment["pam"]
+        if pam:
             say("pam       last drain: ", (esc(pam), "yellow" if pam.startswith("no session") else "green"))
     for warning in info.warnings:
         say(("warning", "red"), f"   {esc(warning)}")
