@@ -24,8 +24,9 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    previous = signal.signal(signal.SIGINT, _interrupt)
+    previous = signal.getsignal(signal.SIGINT)
     try:  # an interrupt anywhere in onite's own code, its imports included, is one line and 130
+        signal.signal(signal.SIGINT, _interrupt)  # inside: the first interrupt may come as it is set
         if argv is None:
             _fill_closed_streams()
             _watch_stdout()
