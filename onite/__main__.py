@@ -24,8 +24,9 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    previous = signal.signal(signal.SIGINT, _interrupt)
+    previous = signal.getsignal(signal.SIGINT)
     try:  # an interrupt anywhere in onite's own code, its imports included, is one line and 130
+        signal.signal(signal.SIGINT, _interrupt)  # inside: the first interrupt may come as it is set
         if argv is None:
             _fill_closed_streams()
             _watch_stdout()
@@ -74,6 +75,9 @@ def _exit_code(step, *args) -> int:
         _say(f"onite: cannot write its output: {err.strerror or err}{notes} — {hint} (or send it elsewhere)")
         return EXIT_FAILURE
     except SystemExit as exit_:
+        cause = exit_.__context__  # click turns a broken pipe into exit 1: it is the reader's choice, as above
+        if isinstance(cause, OSError) and cause.errno == errno.EPIPE:
+            return _reader_gone(cause)
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
 
@@ -115,11 +119,6 @@ def _dispatch(args: list[str]) -> int | None:
         result = command.main(args=args, prog_name="onite", standalone_mode=False)
     except typer.Exit as exit_:
         return exit_.exit_code
-    except SystemExit as exit_:  # typer turns a broken pipe into exit 1: it is the reader's choice, as elsewhere
-        cause = exit_.__context__
-        if isinstance(cause, OSError) and cause.errno == errno.EPIPE:
-            return _reader_gone(cause)
-        raise
     except typer.Abort:
         _say("onite: aborted — nothing was changed")
         return 1

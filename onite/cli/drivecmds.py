@@ -39,10 +39,9 @@ def run(
     _ignore_late_signals()  # the driver's handlers save this and put it back as they let go: no gap
     try:
         with view:
-            code = run_app.drive(target, until_time, slots=slots, host=host, scheduled=scheduled, **shown)
+            return run_app.drive(target, until_time, slots=slots, host=host, scheduled=scheduled, **shown)
     finally:
         _ignore_late_signals()
-    return code
 
 
 def _watch(*, quiet: bool, verbose: bool):

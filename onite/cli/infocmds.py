@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 from onite.cli.options import (Arg, JsonOpt, Opt, PlainOpt, SpoolOpt, command, complete_name, console, is_plain,
-                               open_spool, spool_of, terminal, warn_damaged)
+                               open_spool, say, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.safetext import printable, printable_output
 
@@ -26,9 +26,8 @@ def output(
     spool: SpoolOpt = None,
 ) -> Optional[int]:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
-    from onite.spool.outputs import newer_run_note, open_job_output
-
     from onite.app.common import key_for
+    from onite.spool.outputs import newer_run_note, open_job_output
 
     target = open_spool(spool, reading=True)
     name = key_for(name)
@@ -38,7 +37,7 @@ def output(
         owner = os.fstat(handle.fileno()).st_uid
         note = newer_run_note(target, name, owner)
         if note is not None:
-            print(f"onite: note: {note}", file=sys.stderr)
+            say(f"onite: note: {note}")
         out = Sink(owner, raw)
         while chunk := handle.read(1 << 16):
             out.write(chunk)
@@ -57,13 +56,13 @@ def _follow_output(target, name: str, *, stderr: bool, raw: bool) -> int:
         final = follow(target, name, sink, stderr=stderr, announce=_announce)
     finally:
         sink.finish()
-    print(f"onite: {printable(job_line(final))}", file=sys.stderr, flush=True)  # a reason may quote a path
+    say(f"onite: {job_line(final)}")
     return exit_status([final])
 
 
 def _announce(text: str) -> None:
     """What a command waits for, on stderr: stdout is the outcome (wait) or the job's output, byte for byte."""
-    print(f"onite: {text}…", file=sys.stderr, flush=True)
+    say(f"onite: {text}…")
 
 
 class Sink:
@@ -76,9 +75,8 @@ class Sink:
         self.spell = not raw and owner != os.geteuid() and sys.stdout.isatty()
         self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character split between reads
 
-    def write(self, data: bytes, final: bool = False) -> int:
+    def write(self, data: bytes, final: bool = False) -> None:
         self.out.write(printable_output(self.decoder.decode(data, final)).encode() if self.spell else data)
-        return len(data)
 
     def flush(self) -> None:
         self.out.flush()

@@ -30,13 +30,12 @@ def init(
     where, root = locate_spool(spool), os.geteuid() == 0
     check_may_init(where, os.geteuid())
     report = init_spool(where.path, priorities, system=root)
-    kind = "system spool (multi-user modes)" if root else "personal spool"
+    kind, made = "system spool (multi-user modes)" if root else "personal spool", SpoolDir(report.root)
     print(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}")
     if report.config_kept:
-        print(f"{SpoolDir(report.root).config_path}: kept as you changed it")
-    config = SpoolDir(report.root).config
-    if root and where.source == Source.SYSTEM and config.pam != "off":
-        print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), config.pam_service))
+        print(f"{made.config_path}: kept as you changed it")
+    if root and where.source == Source.SYSTEM and made.config.pam != "off":
+        print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), made.config.pam_service))
 
 
 @command(after_dashes=True)
@@ -204,7 +203,8 @@ def cancel(
     spool: SpoolOpt = None,
 ) -> None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
-    from onite.app.control import is_pattern
+    from onite.app.common import label
+    from onite.app.control import doomed_by, is_pattern, select_jobs
 
     target, names = open_spool(spool), names or []
     patterns = [n for n in names if is_pattern(n)]
@@ -213,27 +213,28 @@ def cancel(
         return
     if all_ and names:
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
-    chosen = _pick_by_pattern(target, patterns, every=all_, yes=yes)
-    if chosen is None:
+    picked = select_jobs(target, patterns, os.geteuid(), every=all_)
+    what = "--all" if all_ else " ".join(map(repr, patterns))
+    others = ", ".join(sorted({view.user for view in picked.skipped}))
+    if not picked.chosen:
+        also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
+        raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
+    # the queued jobs that waiting for one of these will fail: root is shown them before answering
+    doomed = [printable(f"will fail: {label(name)} (waits for {label(dep)})")
+              for name, dep in doomed_by(target, picked.chosen, os.geteuid())]
+    if os.geteuid() == 0 and not yes and not confirm(
+            f"cancelling by {what} as root", "--yes", [printable(f"  {label(view.name)}  ({view.state}, {view.user})")
+                                                       for view in picked.chosen] + [f"  {line}" for line in doomed],
+            f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
         print("nothing cancelled")
         return
-    picked, others, doomed = chosen
-    from onite.app.common import label
-
     named = [n for n in names if n not in patterns]
     matched = [label(v.name) for v in picked.chosen if label(v.name) not in named]
     done = _cancel_each(target, named + matched, matched)
     print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
                                         "cancel only yours" if picked.skipped else ""))
-    for line in _doomed_lines(doomed):
+    for line in doomed:
         print(line)
-
-
-def _doomed_lines(doomed: list[tuple[str, str]]) -> list[str]:
-    """What a pattern cancel dooms, said: ``will fail: load (waits for extract)``."""
-    from onite.app.common import label
-
-    return [printable(f"will fail: {label(name)} (waits for {label(dep)})") for name, dep in doomed]
 
 
 def _cancel_each(target, names: list[str], matched: list[str]) -> int:
@@ -256,29 +257,6 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> int:
         print(printable(f"{label(name)}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
         done += report.action in ("cancelled", "requested")  # not a job that ended on its own meanwhile
     return done
-
-
-def _pick_by_pattern(target, patterns: list[str], *, every: bool, yes: bool):
-    """The jobs patterns (or --all) pick for the caller, confirmed by root, the other users they skip, and the
-    queued jobs that waiting for one of them will fail (root is shown them before answering); None: root said no.
-    Raises NotFound: nothing of the caller's matches; InvalidInput: root without --yes off a terminal."""
-    from onite.app.common import label
-    from onite.app.control import doomed_by, select_jobs
-
-    picked = select_jobs(target, patterns, os.geteuid(), every=every)
-    what = "--all" if every else " ".join(map(repr, patterns))
-    others = ", ".join(sorted({view.user for view in picked.skipped}))
-    if not picked.chosen:
-        also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
-        raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
-    doomed = doomed_by(target, picked.chosen, os.geteuid())
-    if os.geteuid() == 0 and not yes and not confirm(
-            f"cancelling by {what} as root", "--yes", [printable(f"  {label(view.name)}  ({view.state}, {view.user})")
-                                                       for view in picked.chosen]
-            + [f"  {line}" for line in _doomed_lines(doomed)],
-            f"cancel these {len(picked.chosen)} job(s)? [y/N] "):
-        return None
-    return picked, others, doomed
 
 
 def _pick_one(target) -> list[str]:

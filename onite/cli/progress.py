@@ -109,19 +109,22 @@ class DrainView:
     and a line per finished job kept above it."""
 
     def __init__(self, console) -> None:
+        from rich.live import Live
+
         self.console = console
         self.state = DrainState()
         self._lock = threading.Lock()
-        self._live = None
+        self._live = Live(self, console=console, refresh_per_second=4, transient=True, redirect_stdout=False,
+                          redirect_stderr=False)
         self._opened = time.monotonic()
 
     def listener(self, when: datetime, event: str, name: str, fields: dict) -> None:
         """The driver's thread: each event of its log (a job by its key, shown as the viewer writes it)."""
         with self._lock:
             line = self.state.apply(when, event, label(name), fields)
-        if line is not None and self._live is not None:  # printable: a reason may quote a path a user chose
+        if line is not None:  # printable: a reason may quote a path a user chose
             style = STATE_STYLE[event] if event in FINAL else "yellow"
-            self._live.console.print(printable(line), style=style, markup=False, highlight=False)
+            self.console.print(printable(line), style=style, markup=False, highlight=False)
 
     def tick(self, driver, now: datetime) -> datetime:
         """The driver's per-turn hook: the queue's length, which only the driver may ask."""
@@ -168,17 +171,11 @@ class DrainView:
         return Group(*parts)
 
     def __enter__(self) -> DrainView:
-        from rich.live import Live
-
-        self._live = Live(self, console=self.console, refresh_per_second=4, transient=True,
-                          redirect_stdout=False, redirect_stderr=False)
         self._live.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        live, self._live = self._live, None
-        if live is not None:
-            live.stop()
+        self._live.stop()
         self.console.print(summary_line(self.state, time.monotonic() - self._opened), markup=False, highlight=False)
 
 

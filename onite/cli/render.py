@@ -58,8 +58,7 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
         keep.remove(drops.pop(0))
     if len(keep) == len(spec.columns):
         return spec
-    return TableSpec([spec.columns[i] for i in keep], [[row[i] for i in keep] for row in spec.rows], spec.cut,
-                     spec.styles)
+    return spec._replace(columns=[spec.columns[i] for i in keep], rows=[[row[i] for i in keep] for row in spec.rows])
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -81,16 +80,16 @@ def rich_table(spec: TableSpec):
     return table
 
 
-def print_table(out, spec: TableSpec, *, plain: bool, large: bool = False) -> None:
-    """``spec`` on ``out``: plain lines, laid out as text without rich (``large``), or a rich table of the columns
-    that fit the terminal (``fit``)."""
+def print_table(out, spec: TableSpec, *, plain: bool) -> None:
+    """``spec`` on ``out``: plain lines, laid out as text without rich (past LARGE_TABLE rows), or a rich table of
+    the columns that fit the terminal (``fit``)."""
     if not plain:
         fitted = fit(spec, out.width)
         plain, spec = fitted is None, fitted or spec
     if plain:
         write_lines(out, plain_table([(title, False) for title, _ in spec.columns],
                                      ([phrase(cell) or "-" for cell in row] for row in spec.rows)))
-    elif large:
+    elif len(spec.rows) > LARGE_TABLE:
         write_lines(out, plain_table(spec.columns, spec.rows))
     else:
         out.print(rich_table(spec))
@@ -136,7 +135,7 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
 
             out.print(Text(host or "queued (no host yet)", style="bold"))
         spec = job_table(some, now, detailed=detailed or by_host, waiting=any(view.waiting for view in some))
-        print_table(out, spec, plain=plain, large=len(views) > LARGE_TABLE)
+        print_table(out, spec, plain=plain)
 
 
 RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", False), ("IN", True), ("PRI", False),
@@ -215,10 +214,9 @@ def print_report(out, data, *, plain: bool) -> None:
     if not data.jobs:
         return
     say("")
-    large = len(data.jobs) > LARGE_TABLE
-    print_table(out, report_table(data, rep.rows(data, marks=not words)), plain=plain, large=large)
+    print_table(out, report_table(data, rep.rows(data, marks=not words)), plain=plain)
     lines, bars = gantt_lines(data, out.width)
-    if plain or large:
+    if plain or len(data.jobs) > LARGE_TABLE:
         write_lines(out, ["", *lines])
     else:  # the timeline in colour: each bar in its job's state's style, the axis dim
         timeline = Text(no_wrap=True, overflow="crop")
@@ -306,14 +304,13 @@ def print_status(console, info, *, plain: bool = False) -> None:
     else:
         say("next run  ", (f"none: {esc(no_drain_text(info.drain))}", "yellow"))
     if info.containment:
-        kind, limits, capacity = (info.containment.get(key) for key in ("kind", "limits", "capacity"))
+        kind, limits, capacity, pam = (info.containment.get(key) for key in ("kind", "limits", "capacity", "pam"))
         say("contain   ", (esc(kind), "green" if kind.startswith(("cgroup2", "subreaper")) else "yellow"),
             f" (as the last driver on {esc(info.containment['host'])} said)")
         if limits:  # the last driver's words: this command measures nothing of root's cgroups
             say("limits    last drain: ", (esc(limits), "yellow" if limits.startswith("not enforced") else "green"),
                 f"; capacity {esc(capacity)}" if capacity else "")
-        if info.containment.get("pam"):
-            pam = info.containment["pam"]
+        if pam:
             say("pam       last drain: ", (esc(pam), "yellow" if pam.startswith("no session") else "green"))
     for warning in info.warnings:
         say(("warning", "red"), f"   {esc(warning)}")
