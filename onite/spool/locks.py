@@ -22,7 +22,7 @@ from onite.spool.scan import user_name
 _OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
 
 
-def ensure_dir(root: Path) -> Path:
+def ensure_dir(root: Path) -> None:
     """SPOOL/locks/, made if missing: a folder of this user's, closed to others (a wider mode is narrowed).
 
     Raises Refused: it is not this user's (the spool is root's); SpoolError: it is not a folder, or
@@ -53,7 +53,6 @@ def ensure_dir(root: Path) -> Path:
             os.chmod(path, 0o700)
         except OSError as err:
             raise SpoolIOError(path, "closing", err) from None
-    return path
 
 
 class Lock:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.core.config import parse_config
 from onite.core.errors import Refused, SpoolError, SpoolIOError
@@ -49,8 +49,7 @@ def with_priorities(text: str, priorities: int) -> str:
     return re.sub(r"(?m)^default_priority = \d+$", f"default_priority = {(priorities + 1) // 2}", text, count=1)
 
 
-@dataclass(frozen=True)
-class InitReport:
+class InitReport(NamedTuple):
     """What ``init_spool`` did."""
 
     root: Path
