@@ -250,37 +250,34 @@ def _libc(name: str):
         return None
 
 
-def _renameat2(src: str, dst: str, flags: int) -> int | None:
-    """renameat2(2): 0, or the errno it failed with; None where the C library has no renameat2."""
+def _renameat2(src: str, dst: str, flags: int) -> bool:
+    """renameat2(2): True if done, False where it cannot be done (no renameat2 in the C library, or a file
+    system without ``flags``). Raises OSError."""
     call = _libc("renameat2")
     if call is None:
-        return None
+        return False
     import ctypes
 
-    return 0 if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) == 0 else ctypes.get_errno()
+    if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _UNSUPPORTED:
+        return False
+    raise OSError(code, os.strerror(code), dst)
 
 
 def rename_noreplace(src: str, dst: str) -> bool:
     """rename(2) that never replaces ``dst`` (FileExistsError); False where it cannot be done (link instead)."""
-    code = _renameat2(src, dst, RENAME_NOREPLACE)
-    if code is None or code in _UNSUPPORTED:
-        return False
-    if code:
-        raise OSError(code, os.strerror(code), dst)
-    return True
+    return _renameat2(src, dst, RENAME_NOREPLACE)
 
 
 def rename_exchange(a: str, b: str) -> bool | None:
     """Swap ``a`` and ``b`` in one step; False if ``b`` is gone, None where that cannot be done (NFS).
     Raises OSError."""
-    code = _renameat2(a, b, RENAME_EXCHANGE)
-    if code is None or code in _UNSUPPORTED:
-        return None
-    if code == errno.ENOENT:
+    try:
+        return _renameat2(a, b, RENAME_EXCHANGE) or None
+    except FileNotFoundError:
         return False
-    if code:
-        raise OSError(code, os.strerror(code), b)
-    return True
 
 
 def fsync_dir(folder: Path) -> None:

@@ -58,8 +58,8 @@ def ensure_dir(root: Path) -> None:
 class Lock:
     """A held flock; ``release`` (or the holder's death) lets it go."""
 
-    def __init__(self, fd: int, path: Path) -> None:
-        self.fd, self.path = fd, path
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -125,7 +125,7 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
             os.pwrite(fd, f"{holder}\n".encode(), 0)
         except OSError:
             pass  # a courtesy; the flock is what counts
-    return Lock(fd, path)
+    return Lock(fd)
 
 
 def leave_wake(spool: SpoolDir, host: str) -> bool:
