@@ -43,7 +43,7 @@ def withdraw(spool: SpoolDir, entry: Entry) -> Path:
 
 def request_cancel(spool: SpoolDir, name: str) -> Path:
     """Leave an empty request cancel/NAME@TOKEN for the drivers. Raises SpoolError, SpoolIOError."""
-    return create_marker(spool.cancel_dir, name, "leaving a cancel request in")
+    return create_marker(spool.cancel_dir, name, "asking the driver to cancel")
 
 
 class NotAJob(OniteError):

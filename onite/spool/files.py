@@ -47,7 +47,7 @@ def create_marker(folder: Path, name: str, action: str, owner: tuple[int, int] |
     """Create an empty ``folder/NAME@TOKEN`` (a hold, a cancel request), mode 0644, owned by ``owner``.
     Raises SpoolError: no such folder; SpoolIOError."""
     path = folder / f"{name}{SIDE}{token()}"
-    _write_new(str(path), folder, b"", 0o644, owner, False, action)
+    _write_new(str(path), path, b"", 0o644, owner, False, action)
     return path
 
 
@@ -163,26 +163,26 @@ def write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[
                   durable: bool = False) -> str:
     """Write ``data`` under a dot-name in ``folder`` and return its path."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
-    _write_new(tmp, folder, data, mode, owner, durable, "creating a job in")
+    _write_new(tmp, folder / name, data, mode, owner, durable, "writing")
     return tmp
 
 
-def _write_new(path: str, folder: Path, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool,
+def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool,
                action: str) -> None:
-    """Create ``path`` in ``folder``, never through a link or over a file, holding ``data``; on any failure
-    (an interrupt too) it is removed. Raises SpoolError: no such folder; SpoolIOError."""
+    """Create ``path`` (the file ``shown``, or its dot-name), never through a link or over a file, holding
+    ``data``; on any failure (an interrupt too) it is removed. Raises SpoolError: no folder; SpoolIOError."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:
-        raise SpoolError(f"no folder {folder}", "run onite init to create the spool's folders") from None
+        raise SpoolError(f"no folder {shown.parent}", "run onite init to create the spool's folders") from None
     except OSError as err:
-        raise SpoolIOError(folder, action, err) from None
+        raise SpoolIOError(shown, action, err) from None
     written = False
     try:
         _fill(fd, data, mode, owner, durable)
         written = True
     except OSError as err:
-        raise SpoolIOError(folder, action, err) from None
+        raise SpoolIOError(shown, action, err) from None
     finally:
         os.close(fd)
         if not written:

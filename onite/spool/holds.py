@@ -26,7 +26,7 @@ def held_by(holds: dict[str, list[Marker]], name: str, uid: int) -> bool:
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:
     """Hold ``name`` with a new marker owned by ``owner`` (root holding a user's job gives the marker
     to that user, who may then release it). Raises SpoolError: no hold/ folder. SpoolIOError: it cannot be made."""
-    return create_marker(spool.hold_dir, name, "leaving a hold marker in", owner)
+    return create_marker(spool.hold_dir, name, "holding a job with", owner)
 
 
 def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int] | None = None) -> int:
