@@ -47,19 +47,7 @@ def create_marker(folder: Path, name: str, action: str, owner: tuple[int, int] |
     """Create an empty ``folder/NAME@TOKEN`` (a hold, a cancel request), mode 0644, owned by ``owner``.
     Raises SpoolError: no such folder; SpoolIOError."""
     path = folder / f"{name}{SIDE}{token()}"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileNotFoundError:
-        raise SpoolError(f"no folder {folder}", "run onite init to add it") from None
-    except OSError as err:
-        raise SpoolIOError(path, action, err) from None
-    try:
-        _fill(fd, b"", 0o644, owner, durable=False)
-    except OSError as err:
-        discard(path)
-        raise SpoolIOError(path, action, err) from None
-    finally:
-        os.close(fd)
+    _write_new(str(path), path, b"", 0o644, owner, False, action)
     return path
 
 
@@ -173,26 +161,32 @@ def _name_durably(pending: deque[tuple[str, Path, str]]) -> None:
 
 def write_unnamed(folder: Path, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, *,
                   durable: bool = False) -> str:
-    """Write ``data`` under a dot-name in ``folder`` and return its path; on any failure (an interrupt
-    too) the dot-name is removed."""
+    """Write ``data`` under a dot-name in ``folder`` and return its path."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
+    _write_new(tmp, folder / name, data, mode, owner, durable, "writing")
+    return tmp
+
+
+def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool,
+               action: str) -> None:
+    """Create ``path`` (the file ``shown``, or its dot-name), never through a link or over a file, holding
+    ``data``; on any failure (an interrupt too) it is removed. Raises SpoolError: no folder; SpoolIOError."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:
-        raise SpoolError(f"no folder {folder}", "run onite init to create the spool's folders") from None
+        raise SpoolError(f"no folder {shown.parent}", "run onite init to create the spool's folders") from None
     except OSError as err:
-        raise SpoolIOError(folder, "creating a job in", err) from None
+        raise SpoolIOError(shown, action, err) from None
     written = False
     try:
         _fill(fd, data, mode, owner, durable)
         written = True
     except OSError as err:
-        raise SpoolIOError(folder / name, "writing", err) from None
+        raise SpoolIOError(shown, action, err) from None
     finally:
         os.close(fd)
         if not written:
-            discard(tmp)
-    return tmp
+            discard(path)
 
 
 def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool) -> None:
@@ -215,16 +209,12 @@ def write_all(fd: int, data: bytes) -> None:
 def _make_durable(paths: list[str]) -> None:
     """Flush freshly written files to disk: one syncfs(2) for all, else an fsync each."""
     syncfs = _libc("syncfs")
-    if syncfs is not None:
-        fd = os.open(paths[0], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        try:
-            if syncfs(fd) == 0:
-                return
-        finally:
-            os.close(fd)
     for path in paths:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
+            if syncfs is not None and syncfs(fd) == 0:
+                return
+            syncfs = None
             os.fsync(fd)
         except OSError as err:
             raise SpoolIOError(path, "flushing", err) from None
@@ -260,37 +250,34 @@ def _libc(name: str):
         return None
 
 
-def _renameat2(src: str, dst: str, flags: int) -> int | None:
-    """renameat2(2): 0, or the errno it failed with; None where the C library has no renameat2."""
+def _renameat2(src: str, dst: str, flags: int) -> bool:
+    """renameat2(2): True if done, False where it cannot be done (no renameat2 in the C library, or a file
+    system without ``flags``). Raises OSError."""
     call = _libc("renameat2")
     if call is None:
-        return None
+        return False
     import ctypes
 
-    return 0 if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) == 0 else ctypes.get_errno()
+    if call(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _UNSUPPORTED:
+        return False
+    raise OSError(code, os.strerror(code), dst)
 
 
 def rename_noreplace(src: str, dst: str) -> bool:
     """rename(2) that never replaces ``dst`` (FileExistsError); False where it cannot be done (link instead)."""
-    code = _renameat2(src, dst, RENAME_NOREPLACE)
-    if code is None or code in _UNSUPPORTED:
-        return False
-    if code:
-        raise OSError(code, os.strerror(code), dst)
-    return True
+    return _renameat2(src, dst, RENAME_NOREPLACE)
 
 
 def rename_exchange(a: str, b: str) -> bool | None:
     """Swap ``a`` and ``b`` in one step; False if ``b`` is gone, None where that cannot be done (NFS).
     Raises OSError."""
-    code = _renameat2(a, b, RENAME_EXCHANGE)
-    if code is None or code in _UNSUPPORTED:
-        return None
-    if code == errno.ENOENT:
+    try:
+        return _renameat2(a, b, RENAME_EXCHANGE) or None
+    except FileNotFoundError:
         return False
-    if code:
-        raise OSError(code, os.strerror(code), b)
-    return True
 
 
 def fsync_dir(folder: Path) -> None:
@@ -308,23 +295,21 @@ def fsync_dir(folder: Path) -> None:
 
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,
-                 durable: bool = False) -> os.stat_result:
+                 durable: bool = False) -> None:
     """Write ``path`` atomically (dot-name, then rename), replacing it; ``durable``: flushed before the
-    rename. Returns its stat as written (the rename changes only its ctime). Raises SpoolIOError."""
+    rename. Raises SpoolIOError."""
     folder, _, name = str(path).rpartition("/")
     tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _fill(fd, data, mode, owner, durable)
-            st = os.fstat(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
     except OSError as err:
         discard(tmp)
         raise SpoolIOError(path, "writing", err) from None
-    return st
 
 
 def move_file(src: Path, dst: Path, action: str) -> None:

@@ -12,11 +12,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from onite.core.errors import SpoolIOError
-from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
 from onite.spool.files import create_marker
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import Marker, listing
+from onite.spool.scan import Marker, token_names
 
 
 def held_by(holds: dict[str, list[Marker]], name: str, uid: int) -> bool:
@@ -37,8 +36,8 @@ def remove_holds(spool: SpoolDir, name: str | Iterable[str], uids: Iterable[int]
     names = {name} if isinstance(name, str) else set(name)
     wanted = None if uids is None else set(uids)
     removed = 0
-    for entry in listing(spool.hold_dir):
-        if SIDE not in entry.name or entry.name.partition(SIDE)[0] not in names:
+    for key, entry in token_names(spool.hold_dir):
+        if key not in names:
             continue
         try:
             if wanted is not None and entry.stat(follow_symlinks=False).st_uid not in wanted:

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import fcntl
 import os
-import pwd
 import stat
 import time
 from pathlib import Path
 
 from onite.core.errors import Refused, SpoolError, SpoolIOError
 from onite.spool.paths import SpoolDir
+from onite.spool.scan import user_name
 
 _OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
 
 
-def ensure_dir(root: Path) -> Path:
+def ensure_dir(root: Path) -> None:
     """SPOOL/locks/, made if missing: a folder of this user's, closed to others (a wider mode is narrowed).
 
     Raises Refused: it is not this user's (the spool is root's); SpoolError: it is not a folder, or
@@ -45,29 +45,21 @@ def ensure_dir(root: Path) -> Path:
     euid = os.geteuid()
     if st.st_uid != euid:
         if euid != 0:
-            raise Refused(f"{path} belongs to {_user(st.st_uid)}: the locks of this spool are its owner's",
+            raise Refused(f"{path} belongs to {user_name(st.st_uid)}: the locks of this spool are its owner's",
                           _OWNERS_ONLY)
-        raise SpoolError(f"{path} belongs to {_user(st.st_uid)}, not root", "remove it and run onite init")
+        raise SpoolError(f"{path} belongs to {user_name(st.st_uid)}, not root", "remove it and run onite init")
     if stat.S_IMODE(st.st_mode) != 0o700:
         try:
             os.chmod(path, 0o700)
         except OSError as err:
             raise SpoolIOError(path, "closing", err) from None
-    return path
-
-
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 class Lock:
     """A held flock; ``release`` (or the holder's death) lets it go."""
 
-    def __init__(self, fd: int, path: Path) -> None:
-        self.fd, self.path = fd, path
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -96,7 +88,7 @@ def open_lock_file(path: Path) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise SpoolError(f"{path} is not a lock file of {_user(os.geteuid())}", "remove it and run onite init")
+            raise SpoolError(f"{path} is not a lock file of {user_name(os.geteuid())}", "remove it and run onite init")
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)
     except OSError as err:
@@ -133,7 +125,7 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
             os.pwrite(fd, f"{holder}\n".encode(), 0)
         except OSError:
             pass  # a courtesy; the flock is what counts
-    return Lock(fd, path)
+    return Lock(fd)
 
 
 def leave_wake(spool: SpoolDir, host: str) -> bool:

@@ -14,6 +14,7 @@ from typing import BinaryIO
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.core.names import shown
 from onite.core.policy import owner_or_root
+from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name
 
@@ -34,10 +35,7 @@ def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> i
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # an older output (or something planted): never write through it
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        discard(path)
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
     if owner is not None:
         os.fchown(fd, *owner)

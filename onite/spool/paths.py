@@ -30,9 +30,9 @@ _STATE = ".state"
 class SpoolDir:
     """One spool on disk: the paths of its folders and files, and its settings (onite.toml)."""
 
-    def __init__(self, root: Path, config: Config | None = None) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root = Path(root)
-        self._config = config
+        self._config: Config | None = None
         self.config_path = root / "onite.toml"
         self.log_path = root / "onite.log"
         self.jobs_dir = root / "jobs"
@@ -46,7 +46,6 @@ class SpoolDir:
         self.edit_dir = root / EDIT
         self.locks_dir = root / "locks"
         self.urgent_dir = self.jobs_dir / URGENT
-        self._folders: tuple[int, list[tuple[int, Path]]] | None = None
         self.location = None  # the onite.spool.locate.Location a command found it by, if it did
         # a list: onite.toml's faults go there and their defaults are used (a command that only reads); None: refused
         self.config_faults: list | None = None
@@ -119,10 +118,7 @@ class SpoolDir:
 
     def queue_folders(self) -> list[tuple[int, Path]]:
         """(rank, folder) in run order: urgent first (rank 0), then P1 … Pn."""
-        priorities = self.config.priorities
-        if self._folders is None or self._folders[0] != priorities:
-            self._folders = (priorities, [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, priorities + 1)])
-        return list(self._folders[1])
+        return [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, self.config.priorities + 1)]
 
     def folder_for(self, priority: int, urgent: bool) -> Path:
         """The queue folder of a job; a priority beyond ``priorities`` (lowered since) is the last."""

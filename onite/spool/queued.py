@@ -10,7 +10,6 @@ from onite.spool.paths import SpoolDir
 from onite.spool.scan import Entry, Marker, find_running, job_stats, key_uid, read_markers, stat_entry
 
 
-
 def queued_stats(spool: SpoolDir, used: dict[str, float] | None = None) -> list[tuple[int, int, str, int, bool]]:
     """Every queued job as ``(rank, ctime_ns, name, uid, held)``, in queue order: one lstat a job."""
     return [(rank, *row) for rank, rows in queued_folder_stats(spool, used) for row in rows]

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from onite.core.errors import SpoolError
-from onite.core.names import SIDE, is_valid_key
+from onite.core.names import is_valid_key
 from onite.core.values import loads_object
 from onite.spool import locks
 from onite.spool.files import replace_file
@@ -28,7 +28,7 @@ RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another
 def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
     """The templates in recur/, by key, each with its lstat. Raises SpoolIOError."""
     for entry in sorted(listing(spool.recur_dir), key=lambda e: e.name):
-        if SIDE in entry.name or not is_valid_key(entry.name):
+        if not is_valid_key(entry.name):
             continue
         try:
             st = entry.stat(follow_symlinks=False)

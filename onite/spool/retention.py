@@ -86,8 +86,8 @@ def _owner(spool: SpoolDir, name: str) -> int | None:
     return None if result is None else result.uid
 
 
-def remove_temp_files(spool: SpoolDir, now: float, *, older_than: float = TEMP_AGE) -> int:
-    """Remove the dot-name ``.tmp`` files of writers killed mid-write, once ``older_than`` seconds old
+def remove_temp_files(spool: SpoolDir, now: float) -> int:
+    """Remove the dot-name ``.tmp`` files of writers killed mid-write, once TEMP_AGE seconds old
     (the writer may be another machine's, whose processes cannot be looked at); return how many."""
     folders = [spool.done_dir, spool.stdout_dir, spool.cancel_dir, spool.recur_dir, spool.jobs_dir]
     folders += [folder for _, folder in spool.queue_folders()]
@@ -104,7 +104,7 @@ def remove_temp_files(spool: SpoolDir, now: float, *, older_than: float = TEMP_A
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if now - st.st_mtime >= older_than and not stat.S_ISDIR(st.st_mode) and remove_file(entry.path):
+            if now - st.st_mtime >= TEMP_AGE and not stat.S_ISDIR(st.st_mode) and remove_file(entry.path):
                 removed += 1
     return removed
 

@@ -13,21 +13,16 @@ from onite.core.errors import ConfigError
 def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
     """Read ``path``; a spool without onite.toml uses the defaults. Given ``skipped``, what is wrong goes there
     and its defaults are used instead (onite.core.config.parse_config).
-    Raises ConfigError: unreadable or invalid (without ``skipped``)."""
+    Raises ConfigError: unreadable or invalid (without ``skipped``: the first fault)."""
     faults: list[ConfigError] = []
     try:
-        text = path.read_text(encoding="utf-8")
+        config = parse_config(path.read_text(encoding="utf-8"), str(path), faults)
     except FileNotFoundError:
         return Config()
     except (OSError, UnicodeDecodeError) as err:
         faults.append(ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}",
                                   "check its permissions"))
         config = Config()
-    else:
-        try:
-            config = parse_config(text, str(path), faults if skipped is not None else None)
-        except ConfigError as err:
-            faults.append(err)
     if faults:
         _whom_to_ask(path, faults)
         if skipped is None:

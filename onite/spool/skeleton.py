@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from onite.core.config import parse_config
 from onite.core.errors import Refused, SpoolError, SpoolIOError
@@ -49,8 +49,7 @@ def with_priorities(text: str, priorities: int) -> str:
     return re.sub(r"(?m)^default_priority = \d+$", f"default_priority = {(priorities + 1) // 2}", text, count=1)
 
 
-@dataclass(frozen=True)
-class InitReport:
+class InitReport(NamedTuple):
     """What ``init_spool`` did."""
 
     root: Path
@@ -64,7 +63,10 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     and disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
     created: list[str] = []
     skel = skeleton_config()
-    _refuse_foreign(root, os.geteuid())
+    foreign = trust.problems(root, os.geteuid(), modes=False)
+    if foreign:
+        raise Refused(f"onite init will not adopt {root}: {foreign[0]}",
+                      "someone else made it: move it away (or chown it), then run onite init again")
     if not root.parent.exists():  # e.g. ~/.local/state on a fresh account
         try:
             os.makedirs(root.parent, mode=0o755 if system else 0o700, exist_ok=True)
@@ -112,14 +114,6 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     else:
         _chmod(spool.log_path, 0o644)
     return InitReport(root, tuple(created), config_kept)
-
-
-def _refuse_foreign(root: Path, owner: int) -> None:
-    """Raises Refused: a folder or file of the spool (or a folder above it) is another user's, or a link."""
-    found = trust.problems(root, owner, modes=False)
-    if found:
-        raise Refused(f"onite init will not adopt {root}: {found[0]}",
-                      "someone else made it: move it away (or chown it), then run onite init again")
 
 
 def _make_dir(path: Path, mode: int, created: list[str], root: Path) -> None:

@@ -54,20 +54,16 @@ class TimedWatch:
                 present.add(key)
                 if key not in self.jobs:
                     self._look(key, cand.path)
-            for key in [k for k in self.jobs if k not in present]:
-                del self.jobs[key]
+            self.jobs = {key: seen for key, seen in self.jobs.items() if key in present}
 
     def _look(self, key: tuple[int, str], path: Path) -> None:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            self.jobs.pop(key, None)
             return
         if not stat.S_ISREG(st.st_mode):
             self.jobs[key] = _Seen(st.st_ctime_ns)  # never runs: the driver moves it aside
-        elif st.st_nlink != 1:
-            self.jobs.pop(key, None)  # being spooled right now: look again at the next listing
-        else:
+        elif st.st_nlink == 1:  # else being spooled right now: looked at again at the next listing
             fields = _header_fields(path, st)
             self.header_reads += 1
             # a time the job file cannot hold makes it damaged: the driver refuses it
