@@ -13,7 +13,6 @@ through Slurm, whichever executor is configured now.
 from __future__ import annotations
 
 import os
-import signal
 import stat
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.exec import contain, limits
 from onite.exec.contain import boot_id
-from onite.exec.processes import find_run_processes, kill_groups
+from onite.exec.processes import stop_leftovers
 from onite.exec.runner import Run, Runner, Unavailable
 from onite.spool import runrecords
 from onite.spool.filecheck import BadFile, read_job_file
@@ -403,26 +402,9 @@ class Recovery:
         return contain.process_start_ticks(pid) == rec.monitor_ticks and not contain.is_zombie(pid)
 
     def stop_orphans(self, rec: RunRecord) -> str:
-        """Stop what is left of a run whose monitor is gone and remove its cgroups, as the monitor
-        would have; what was done, for the log."""
-        base = self.containment.base
-        cgroup = rec.cgroup
-        killed = False
-        if cgroup and base and cgroup.startswith(f"{base}/") and "/" not in cgroup[len(base) + 1:]:
-            killed = contain.is_populated(cgroup)
-            if killed:
-                contain.kill_cgroup(cgroup)
-            contain.remove_cgroup(cgroup)
-        groups = self.limiter.groups_of(list(rec.groups))
-        if not killed:
-            # its v1 limit groups hold every process it started, those that left its group (setsid) too
-            killed = kill_groups(groups)
-            pgid, run_id = rec.job_pid, str(rec.get("run_id") or "")
-            if pgid and pgid > 1 and run_id and contain.signal_group(pgid, 0) and pgid in find_run_processes(
-                    str(self.night.spool.root), str(rec.get("name") or ""), lambda found: found == run_id):
-                os.killpg(pgid, signal.SIGKILL)  # a process of that run leads it (ONITE_RUN_ID)
-                killed = True
-        limits.remove(groups)
+        """Stop what is left of a run whose monitor is gone (onite.exec.processes.stop_leftovers); for the log."""
+        killed = stop_leftovers(rec, self.containment, self.limiter, str(self.night.spool.root),
+                                str(rec.get("name") or ""), str(rec.get("run_id") or ""))
         return "its processes were killed" if killed else "none of its processes was running"
 
     def stop_unrecorded(self, name: str) -> str:

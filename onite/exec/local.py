@@ -23,7 +23,7 @@ from onite.exec.pam import Pam
 from onite.exec.plan import Plan, memory_file
 from onite.exec.launch import (credentials_of, interpreter, job_environment, occupy_standard_descriptors,
                                own_credentials, run_outputs)
-from onite.exec.processes import find_run_processes, kill_groups, stop_processes
+from onite.exec.processes import find_run_processes, stop_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError
 from onite.spool import runrecords
 
@@ -340,18 +340,8 @@ class LocalRunner(Runner):
         if rec is not None and not rec.started_job:
             return Outcome(reason="its monitor was killed before it started the job: the job did not run",
                            retryable=True, never_started=True)
-        # nobody watches what may still run of it, and a retry may follow at once: it is killed, its groups
-        # removed; where it had none and no pid is known, its processes are found by their ONITE_RUN_ID
-        cgroup, groups = (rec.cgroup, rec.groups) if rec is not None else (None, ())
-        if run.pgid is not None:
-            contain.signal_group(run.pgid, signal.SIGKILL)
-        if cgroup:
-            contain.kill_cgroup(cgroup)
-            contain.remove_cgroup(cgroup)
-        kill_groups(groups)
-        limits.remove(groups)
-        if not cgroup and not groups and run.pgid is None and run.spool:
-            stop_processes(lambda: find_run_processes(run.spool, run.name, lambda found: found == run.run_id), 0.0)
+        # nobody watches what may still run of it, and a retry may follow at once: it is stopped now
+        stop_leftovers(rec, self.containment, self.limiter, run.spool, run.name, run.run_id, run.pgid)
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from onite.exec import contain
+from onite.exec import contain, limits
 from onite.exec.contain import signal_exact
 
 ENVIRON_LIMIT = 8 << 20  # bytes of a process's environment read: the kernel's own limit is lower
@@ -72,6 +72,34 @@ def stop_processes(find, grace: float) -> int:
         if time.monotonic() >= deadline:
             sig = signal.SIGKILL
         time.sleep(0.05)
+
+
+def stop_leftovers(rec, containment: contain.Containment, limiter: limits.Limiter, spool: str, name: str,
+                   run_id: str, pgid: int | None = None) -> bool:
+    """Stop what is left of run ``run_id`` of job ``name`` whose monitor is gone and remove its groups, as the
+    monitor would have; True if any of it ran. Only what its run record ``rec`` (None if unreadable) names
+    and this driver may touch is signalled: its cgroup right under the jobs' folder, its v1 groups, its
+    process group where a process of that run (its ONITE_RUN_ID) leads it; where it has no groups and
+    nothing was killed so far, its processes found by their ONITE_RUN_ID."""
+    base, killed = containment.base, False
+    cgroup, groups = (rec.cgroup, limiter.groups_of(list(rec.groups))) if rec is not None else (None, ())
+    pgid = (rec.job_pid if rec is not None else None) or pgid
+    ours = lambda found: found == run_id  # noqa: E731
+    if cgroup and base and cgroup.startswith(f"{base}/") and "/" not in cgroup[len(base) + 1:]:
+        killed = contain.is_populated(cgroup)
+        if killed:
+            contain.kill_cgroup(cgroup)
+        contain.remove_cgroup(cgroup)
+    if not killed:
+        killed = kill_groups(groups)  # they hold every process it started, those that left its group too
+        if pgid and pgid > 1 and run_id and contain.signal_group(pgid, 0) and pgid in find_run_processes(
+                spool, name, ours):
+            os.killpg(pgid, signal.SIGKILL)
+            killed = True
+        if not killed and not cgroup and not groups and run_id:  # its leader gone, or never known
+            killed = stop_processes(lambda: find_run_processes(spool, name, ours), 0.0) > 0
+    limits.remove(groups)
+    return killed
 
 
 def kill_groups(groups) -> bool:
