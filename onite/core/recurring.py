@@ -43,13 +43,12 @@ def rule_of(job: Job):
                       offset=fields.get("recur-offset"))
 
 
-def check_template_name(name: str) -> str:
+def check_template_name(name: str) -> None:
     """Raises InvalidInput: not a job name, or too long to leave room for the instances' suffix."""
     check_name(name, what="recurring job name")
     if len(name) > MAX_TEMPLATE_NAME:
         raise InvalidInput(f"recurring job name {name[:37]!r}... is {len(name)} characters long",
                            f"use at most {MAX_TEMPLATE_NAME}: its instances add the fire time to it")
-    return name
 
 
 def _is_second_pass(fire: datetime) -> bool:
