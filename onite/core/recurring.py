@@ -51,13 +51,6 @@ def check_template_name(name: str) -> None:
                            f"use at most {MAX_TEMPLATE_NAME}: its instances add the fire time to it")
 
 
-def _is_second_pass(fire: datetime) -> bool:
-    """Is ``fire`` the second time its wall clock reads this (an hour the clocks repeat)?"""
-    zone = zone_of(fire, "fire")
-    first = zone.instant(zone.wall(fire), 0)
-    return fire.astimezone(timezone.utc) - first >= timedelta(seconds=1)
-
-
 def instance_name(template: str, fire: datetime) -> str:
     """``NAME-20261122T2000``: the job name of the instance for ``fire`` (local wall time)."""
     wall = fire.replace(tzinfo=None)
@@ -66,8 +59,9 @@ def instance_name(template: str, fire: datetime) -> str:
         stamp += wall.strftime("%S")
     if wall.microsecond:
         stamp += wall.strftime("%f")
-    if _is_second_pass(fire):
-        stamp += ".2"
+    zone = zone_of(fire, "fire")
+    if fire.astimezone(timezone.utc) - zone.instant(zone.wall(fire), 0) >= timedelta(seconds=1):
+        stamp += ".2"  # the second time its wall clock reads this, in an hour the clocks repeat
     return f"{template}-{stamp}"
 
 
