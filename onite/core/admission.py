@@ -43,7 +43,7 @@ def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
         free = free + busy.need
         if head.fits(free):
             return Reservation(busy.ends, free - head)
-    return Reservation(None, (now - head).clamped())
+    return Reservation(None, Need(*(max(amount, 0) for amount in now - head)))
 
 
 def may_backfill(need: Need, ends: datetime | None, free: Need, head: Reservation) -> bool:

@@ -92,10 +92,6 @@ class Need(NamedTuple):
         """Does this request fit in ``room``?"""
         return self.mem <= room.mem and self.cpus <= room.cpus and self.slots <= room.slots
 
-    def clamped(self) -> Need:
-        """No amount below zero."""
-        return Need(max(self.mem, 0), max(self.cpus, 0), max(self.slots, 0))
-
     def shortage(self, room: Need) -> str:
         """What this request lacks in ``room``, in words: ``4G memory (2G free)``, ``2 CPUs (1 free)``."""
         parts = []
