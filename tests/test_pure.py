@@ -9,7 +9,7 @@ from onite.core.cells import priority_text
 from onite.core.config import Config, SlurmConfig, parse_config
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name, job_label, unique_name
-from onite.core.policy import cutoff_state, is_admin, may_touch, owner_or_root
+from onite.core.policy import cutoff_state, may_touch, owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay, sort_folder
 from onite.spool.skeleton import skeleton_config
 from onite.core.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
@@ -193,10 +193,7 @@ def test_cutoff_without_until_reopens_at_midnight():
     assert not cutoff_state(NOW, None, None).closed
 
 
-def test_admins_and_touching():
-    assert is_admin(0, "root", [], [])
-    assert is_admin(1000, "alice", [], ["alice"]) and not is_admin(1001, "bob", [], ["alice"])
-    assert is_admin(1001, "bob", ["wheel"], ["%wheel"]) and not is_admin(1001, "bob", ["users"], ["%wheel"])
+def test_who_may_touch_a_job():
     assert may_touch(5, 5, True) and may_touch(0, 5, True) and not may_touch(6, 5, True) and may_touch(6, 5, False)
     assert owner_or_root(5, 5) and owner_or_root(0, 5) and not owner_or_root(6, 5) and not owner_or_root(5, 0)
 
@@ -382,6 +379,13 @@ def test_urgent_needs_an_admin():
     assert may_be_urgent(root, ()) and may_be_urgent(alice, ("alice",)) and not may_be_urgent(alice, ("bob",))
     wheel = Identity(uid=1000, gid=1000, name="alice", home="/", shell="/bin/sh", groups=(10,), group_names=lambda: ["wheel"])
     assert may_be_urgent(wheel, ("%wheel",)) and not may_be_urgent(alice, ("%wheel",))
+    assert not may_be_urgent(wheel._replace(group_names=lambda: ["users"]), ("%wheel", "bob"))
+
+    def unasked():
+        raise AssertionError("groups looked up where admins names no %group")
+
+    assert not may_be_urgent(alice._replace(group_names=unasked), ("bob",))
+    assert may_be_urgent(root._replace(group_names=unasked), ("%wheel",))
     check_urgent(alice, ("alice",), "spool urgent jobs")
     with pytest.raises(Refused, match="only root and the admins named in onite.toml may spool urgent jobs"):
         check_urgent(alice, ("bob",), "spool urgent jobs")

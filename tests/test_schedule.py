@@ -479,8 +479,6 @@ def test_naive_datetime_is_a_programming_error(call):
 
 def test_fire_times_count():
     assert fire_times(CronRule("0 20 * * *"), MONDAY, 0) == []
-    with pytest.raises(ValueError, match="count must be 0 or more"):
-        fire_times(CronRule("0 20 * * *"), MONDAY, -1)
 
 
 # ------------------------------------------------------------------ the drain schedule
@@ -514,8 +512,6 @@ def test_next_drain_empty_schedule():
 def test_next_drain_refuses_bad_expression():
     with pytest.raises(InvalidInput, match=r"'0 25 \* \* \*': '25' is not a valid hour field"):
         next_drain(["0 20 * * *", "0 25 * * *"], MONDAY)
-    with pytest.raises(TypeError, match="a schedule is a list of cron expressions"):
-        next_drain("0 20 * * *", MONDAY)
 
 
 # ------------------------------------------------------------------ catch-up

@@ -24,10 +24,7 @@ class Busy(NamedTuple):
 
 def free_room(capacity: Need, running: Iterable[Busy]) -> Need:
     """What is free of ``capacity`` while ``running`` run."""
-    free = capacity
-    for busy in running:
-        free = free - busy.need
-    return free
+    return capacity - sum((busy.need for busy in running), Need(0, 0, 0))
 
 
 class Reservation(NamedTuple):
@@ -41,12 +38,12 @@ def reserve(capacity: Need, running: list[Busy], head: Need) -> Reservation:
     """The head job's reservation: running jobs end, in order of their latest end, until it fits. Where
     only a job with no time limit could make room, its start is unknown, and what is free now beyond its
     request is what may run beside it."""
-    free = free_room(capacity, running)
+    free = now = free_room(capacity, running)
     for busy in sorted((b for b in running if b.ends is not None), key=lambda b: b.ends):
         free = free + busy.need
         if head.fits(free):
             return Reservation(busy.ends, free - head)
-    return Reservation(None, (free_room(capacity, running) - head).clamped())
+    return Reservation(None, Need(*(max(amount, 0) for amount in now - head)))
 
 
 def may_backfill(need: Need, ends: datetime | None, free: Need, head: Reservation) -> bool:

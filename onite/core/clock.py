@@ -9,33 +9,22 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Protocol
 
 
-class Clock(Protocol):
-    """Wall time, monotonic time, and a way to let time pass."""
+class Clock:
+    """The machine's wall time, monotonic time, and a way to let time pass."""
 
     def now(self) -> datetime:
         """The wall clock: an aware datetime in the machine's zone."""
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back (for deadlines)."""
-
-    def sleep(self, seconds: float) -> None:
-        """Let ``seconds`` pass."""
-
-
-class SystemClock:
-    """The machine's clocks."""
-
-    def now(self) -> datetime:
         return datetime.now().astimezone()
 
     def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (for deadlines)."""
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` pass."""
         time.sleep(max(seconds, 0.0))
 
 
-SYSTEM = SystemClock()
+SYSTEM = Clock()

@@ -167,6 +167,9 @@ def _config_of(data: dict, source: str) -> Config:
         metrics_file=reader.path("metrics_file", "/var/lib/prometheus/node-exporter/onite.prom", unset=True),
         metrics_users=reader.boolean("metrics_users"),
         **reader.notify(),
+        sendmail=reader.path("sendmail", "/usr/sbin/sendmail", unset=True),
+        notify_timeout=reader.duration("notify_timeout"),
+        notify_on=reader.choice("notify_on", NOTIFY_ON),
     )
     reader.no_unknown_keys()
     return config
@@ -315,7 +318,7 @@ class _Reader:
         )
 
     def notify(self) -> dict:
-        """The notification keys (docs/configuration.md), checked together: "command" needs a command."""
+        """``notify`` and ``notify_command``, checked together: "command" needs a command."""
         how = self.choice("notify", NOTIFY_HOW)
         command = self.data.get("notify_command", shlex.join(self._default("notify_command")))
         if not isinstance(command, str):
@@ -329,10 +332,7 @@ class _Reader:
         if how == "command" and not argv:
             raise ConfigError(f'{self.source}: notify = "command" needs notify_command',
                               'set notify_command = "/path/to/hook", or use notify = "mail"', "notify")
-        sendmail = self.path("sendmail", "/usr/sbin/sendmail", unset=True)
-        timeout = self.duration("notify_timeout")
-        return {"notify": how, "notify_on": self.choice("notify_on", NOTIFY_ON), "notify_command": argv,
-                "sendmail": sendmail, "notify_timeout": timeout}
+        return {"notify": how, "notify_command": argv}
 
     def no_unknown_keys(self) -> None:
         unknown = sorted(set(self.data) - _TOP_KEYS)

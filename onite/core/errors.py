@@ -76,7 +76,6 @@ class SpoolIOError(OniteError):
             f"{action} {path}: {reason}",
             _IO_HINTS.get(cause.errno or 0, "check the spool's permissions and free space"),
         )
-        self.path = path
         self.cause = cause
 
 

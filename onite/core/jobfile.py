@@ -39,7 +39,7 @@ def encode(job: Job, *, env_lines: str | None = None) -> bytes:
         value = getattr(job, field)
         if key == "after":
             lines.extend(f"after: {dep}" for dep in value)
-        elif value != _DEFAULTS[field]:
+        elif value != Job._field_defaults[field]:
             lines.append(f"{key}: {write(value)}")
     if job.tried:
         import json  # only retried jobs carry attempts; keep json off the submit path
@@ -162,7 +162,6 @@ _OPTIONAL = (
     ("cpus", "cpus", str, lambda text: _request(parse_cpus, text, "cpus")),
     ("attempt", "attempt", str, int),
 )
-_DEFAULTS = Job._field_defaults
 
 
 _last_block: list = [None, None, None]  # the env block decoded last, its environment and its other lines

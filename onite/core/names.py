@@ -17,13 +17,11 @@ from onite.core.safetext import printable
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_NAME = 100
 SIDE = "@"  # separates a job name from the kind of a spool side file
-# a user name as useradd and POSIX allow it (no ":", which separates it from the job's name)
+KEY_SEP = ":"  # separates a key's user from its name
+# a user name as useradd and POSIX allow it (no KEY_SEP)
 USER_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
-KEY_PATTERN = re.compile(rf"(?:{USER_PATTERN.pattern}):(?:{NAME_PATTERN.pattern})")
+KEY_PATTERN = re.compile(rf"(?:{USER_PATTERN.pattern}){KEY_SEP}(?:{NAME_PATTERN.pattern})")
 SUFFIX_LEN = 7  # "-" and six characters
-
-
-KEY_SEP = ":"
 
 
 def job_key(user: str, name: str) -> str:
@@ -103,12 +101,12 @@ def check_base(base: str) -> str:
     return check_name(base[: MAX_NAME - SUFFIX_LEN], what="name base")
 
 
-def unique_name(base: str, taken: Callable[[str], bool], *, tries: int = 100) -> str:
+def unique_name(base: str, taken: Callable[[str], bool]) -> str:
     """``base`` plus a random suffix (``base-k3x9qa``) for which ``taken`` is false.
     Raises InvalidInput: ``base`` is not a valid name prefix, or no free name was found."""
     stem = check_base(base)
     alphabet = "abcdefghijkmnpqrstuvwxyz23456789"  # 32 letters, no look-alikes (l/1, o/0)
-    for _ in range(tries):
+    for _ in range(100):
         candidate = f"{stem}-" + "".join(alphabet[byte % 32] for byte in os.urandom(6))
         if not taken(candidate):
             return candidate

@@ -6,7 +6,6 @@ Spooling closes at ``cutoff`` until ``until`` (else midnight); only root and the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime, time, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -46,20 +45,16 @@ def cutoff_state(now: datetime, cutoff: time | None, until: time | None) -> Cuto
     return CutoffState(True, local_time(datetime.combine(day, reopen), now))
 
 
-def is_admin(uid: int, user: str, groups: Iterable[str], admins: Iterable[str]) -> bool:
-    """Root, a user named in ``admins``, or a member of a ``%group`` named there."""
-    if uid == 0:
+def may_be_urgent(identity: Identity, admins: tuple[str, ...]) -> bool:
+    """May ``identity`` have jobs run urgent: root, a user named in ``admins``, or a member of a ``%group`` named
+    there (its groups are looked up only for that)?"""
+    if identity.uid == 0 or identity.name in admins:
         return True
-    groups = set(groups)
-    return any(admin[1:] in groups if admin.startswith("%") else admin == user for admin in admins)
+    groups = {admin[1:] for admin in admins if admin.startswith("%")}
+    return bool(groups) and not groups.isdisjoint(identity.group_names())
 
 
-def may_be_urgent(identity: Identity, admins: Iterable[str]) -> bool:
-    """May ``identity`` have jobs run urgent (root, or an admin named in onite.toml)?"""
-    return is_admin(identity.uid, identity.name, identity.group_names(), admins)
-
-
-def check_urgent(identity: Identity, admins: Iterable[str], what: str) -> None:
+def check_urgent(identity: Identity, admins: tuple[str, ...], what: str) -> None:
     """Raises Refused: ``identity`` may not have jobs run urgent."""
     if not may_be_urgent(identity, admins):
         raise Refused(f"only root and the admins named in onite.toml may {what}", "drop --urgent, or ask an admin")

@@ -16,9 +16,9 @@ from enum import Enum
 from operator import itemgetter
 from typing import NamedTuple, TypeVar
 
-T = TypeVar("T")
-
 from onite.core.names import shown
+
+T = TypeVar("T")
 
 
 class DepState(Enum):
@@ -118,6 +118,6 @@ def fair_order(items: Iterable[T], user_of: Callable[[T], str], used: Mapping[st
     return ordered
 
 
-def retry_delay(base_seconds: float, attempt: int, cap_seconds: float = 3600.0) -> float:
+def retry_delay(base_seconds: float, attempt: int) -> float:
     """Back-off before attempt ``attempt + 1``: base, 2×base, 4×base … capped at an hour."""
-    return min(base_seconds * (2 ** max(attempt - 1, 0)), cap_seconds)
+    return min(base_seconds * (2 ** max(attempt - 1, 0)), 3600.0)

@@ -43,20 +43,12 @@ def rule_of(job: Job):
                       offset=fields.get("recur-offset"))
 
 
-def check_template_name(name: str) -> str:
+def check_template_name(name: str) -> None:
     """Raises InvalidInput: not a job name, or too long to leave room for the instances' suffix."""
     check_name(name, what="recurring job name")
     if len(name) > MAX_TEMPLATE_NAME:
         raise InvalidInput(f"recurring job name {name[:37]!r}... is {len(name)} characters long",
                            f"use at most {MAX_TEMPLATE_NAME}: its instances add the fire time to it")
-    return name
-
-
-def _is_second_pass(fire: datetime) -> bool:
-    """Is ``fire`` the second time its wall clock reads this (an hour the clocks repeat)?"""
-    zone = zone_of(fire, "fire")
-    first = zone.instant(zone.wall(fire), 0)
-    return fire.astimezone(timezone.utc) - first >= timedelta(seconds=1)
 
 
 def instance_name(template: str, fire: datetime) -> str:
@@ -67,8 +59,9 @@ def instance_name(template: str, fire: datetime) -> str:
         stamp += wall.strftime("%S")
     if wall.microsecond:
         stamp += wall.strftime("%f")
-    if _is_second_pass(fire):
-        stamp += ".2"
+    zone = zone_of(fire, "fire")
+    if fire.astimezone(timezone.utc) - zone.instant(zone.wall(fire), 0) >= timedelta(seconds=1):
+        stamp += ".2"  # the second time its wall clock reads this, in an hour the clocks repeat
     return f"{template}-{stamp}"
 
 

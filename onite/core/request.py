@@ -46,15 +46,13 @@ class SubmitRequest(NamedTuple):
         unknown = set(options) - OPTIONS
         if unknown:
             raise TypeError(f"unknown option {sorted(unknown)[0]!r}; the options are {', '.join(sorted(OPTIONS))}")
-        after = options.get("after") or ()
-        retries = options.get("retries")
-        return cls(name=name, body=body, priority=options.get("priority"), urgent=bool(options.get("urgent")),
-                   after=(after,) if isinstance(after, str) else tuple(after), at=options.get("at"),
-                   timeout=options.get("timeout"), retries=0 if retries is None else retries,
-                   host=options.get("host"), hold=bool(options.get("hold")), unique=bool(options.get("unique")),
-                   stderr_separate=options.get("stderr_separate"), notify=options.get("notify"),
-                   notify_on=options.get("notify_on"),
-                   mem=None if options.get("mem") is None else str(options.get("mem")), cpus=options.get("cpus"))
+        given = {key: value for key, value in options.items() if value is not None}
+        after = given.pop("after", None) or ()
+        for flag in ("urgent", "hold", "unique"):
+            given[flag] = bool(given.get(flag))
+        if "mem" in given:
+            given["mem"] = str(given["mem"])
+        return cls(name=name, body=body, after=(after,) if isinstance(after, str) else tuple(after), **given)
 
 
 OPTIONS = frozenset(SubmitRequest._fields) - {"name", "body"}  # submit's options

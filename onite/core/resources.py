@@ -92,16 +92,11 @@ class Need(NamedTuple):
         """Does this request fit in ``room``?"""
         return self.mem <= room.mem and self.cpus <= room.cpus and self.slots <= room.slots
 
-    def clamped(self) -> Need:
-        """No amount below zero."""
-        return Need(max(self.mem, 0), max(self.cpus, 0), max(self.slots, 0))
-
     def shortage(self, room: Need) -> str:
         """What this request lacks in ``room``, in words: ``4G memory (2G free)``, ``2 CPUs (1 free)``."""
         parts = []
         if self.mem > room.mem:
-            parts.append(f"{format_mem(self.mem)} memory ({format_mem(max(room.mem, 0)) if room.mem > 0 else 'none'}"
-                         " free)")
+            parts.append(f"{format_mem(self.mem)} memory ({format_mem(room.mem) if room.mem > 0 else 'none'} free)")
         if self.cpus > room.cpus:
             parts.append(f"{cpus_text(self.cpus)} ({max(room.cpus, 0)} free)")
         if self.slots > room.slots:

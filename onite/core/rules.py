@@ -51,8 +51,6 @@ class Cron(NamedTuple):
 def compile_cron(expr: str) -> Cron:
     """A user's cron expression, checked: five fields, valid, and firing at least once in 10 years.
     Raises InvalidInput: it names what is wrong and what to write instead."""
-    if not isinstance(expr, str):
-        raise InvalidInput(f"cron expression {expr!r} is not text", _FIVE_FIELDS_HINT)
     text = " ".join(expr.split())
     if not text:
         raise InvalidInput("empty cron expression", _FIVE_FIELDS_HINT)
@@ -164,29 +162,25 @@ class EveryRule(_EveryFields):
     __slots__ = ()
 
     def __new__(cls, interval: timedelta, offset: timedelta = timedelta(0)) -> EveryRule:
-        _check_every(interval, offset)
+        every = format_duration(interval)
+        shift = ("-" if offset < timedelta(0) else "") + format_duration(abs(offset))
+        if interval < _MINUTE:
+            raise InvalidInput(f"interval {every} is too short: recurring jobs run at most once a minute",
+                               "use --every 1m or longer")
+        if interval > _DAY:
+            raise InvalidInput(
+                f"interval {every} is longer than a day: the count restarts at every local midnight",
+                "use --every 1d or shorter, or --cron for weekly or monthly jobs (e.g. --cron '0 3 * * 1')",
+            )
+        if offset < timedelta(0):
+            raise InvalidInput(f"offset {shift} is negative", f"use an offset from 0 up to less than {every}")
+        if offset >= interval:
+            raise InvalidInput(f"offset {shift} is not shorter than the interval {every}",
+                               f"use an offset from 0 up to less than {every}")
+        if offset + interval > _DAY:
+            raise InvalidInput(f"--every {every} --offset {shift} never fires: its first run would come after "
+                               "midnight", "make offset + interval at most 1d")
         return super().__new__(cls, interval, offset)
-
-
-def _check_every(interval: timedelta, offset: timedelta) -> None:
-    every = format_duration(interval)
-    shift = ("-" if offset < timedelta(0) else "") + format_duration(abs(offset))
-    if interval < _MINUTE:
-        raise InvalidInput(f"interval {every} is too short: recurring jobs run at most once a minute",
-                           "use --every 1m or longer")
-    if interval > _DAY:
-        raise InvalidInput(
-            f"interval {every} is longer than a day: the count restarts at every local midnight",
-            "use --every 1d or shorter, or --cron for weekly or monthly jobs (e.g. --cron '0 3 * * 1')",
-        )
-    if offset < timedelta(0):
-        raise InvalidInput(f"offset {shift} is negative", f"use an offset from 0 up to less than {every}")
-    if offset >= interval:
-        raise InvalidInput(f"offset {shift} is not shorter than the interval {every}",
-                           f"use an offset from 0 up to less than {every}")
-    if offset + interval > _DAY:
-        raise InvalidInput(f"--every {every} --offset {shift} never fires: its first run would come after "
-                           "midnight", "make offset + interval at most 1d")
 
 
 Rule = CronRule | EveryRule

@@ -130,9 +130,7 @@ def next_fire(rule: Rule, after: datetime) -> datetime:
 
 def fire_times(rule: Rule, start: datetime, count: int) -> list[datetime]:
     """The next ``count`` fire times strictly after ``start``, for previews.
-    Raises ValueError: ``start`` is naive or ``count`` is negative; InvalidInput: as fires_after."""
-    if count < 0:
-        raise ValueError(f"count must be 0 or more, not {count}")
+    Raises ValueError: ``start`` is naive; InvalidInput: as fires_after."""
     fires = fires_after(rule, start, "start")
     return [next(fires) for _ in range(count)]
 
@@ -141,7 +139,7 @@ def next_drain(schedule: Sequence[str], after: datetime) -> datetime | None:
     """The earliest next fire over the drain schedule's cron expressions; None if it is empty.
     Raises ValueError: ``after`` is naive; InvalidInput: an expression is not valid."""
     zone_of(after, "after")
-    return min((next_fire(CronRule(expr), after) for expr in _schedule(schedule)), default=None)
+    return min((next_fire(CronRule(expr), after) for expr in validate_schedule(tuple(schedule))), default=None)
 
 
 def last_fire(rule_or_schedule: Rule | Sequence[str], at_or_before: datetime, *, since: datetime) -> datetime | None:
@@ -153,7 +151,7 @@ def last_fire(rule_or_schedule: Rule | Sequence[str], at_or_before: datetime, *,
     if isinstance(rule_or_schedule, (CronRule, EveryRule)):
         rules: list[Rule] = [rule_or_schedule]
     else:
-        rules = [CronRule(expr) for expr in _schedule(rule_or_schedule)]
+        rules = [CronRule(expr) for expr in validate_schedule(tuple(rule_or_schedule))]
     found = [_last_fire(rule, at_or_before, since, zone) for rule in rules]
     latest = max((at for at in found if at is not None), default=None)
     return latest.astimezone(zone.tz) if latest is not None else None
@@ -179,14 +177,6 @@ def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: _Zone)
         if before:
             return before[-1] if before[-1] > since else None
         day -= _DAY
-
-
-def _schedule(schedule: Sequence[str]) -> Sequence[str]:
-    """Raises TypeError: a bare string, which would be read as a sequence of one-character expressions; InvalidInput:
-    as validate_schedule."""
-    if isinstance(schedule, str):
-        raise TypeError(f"a schedule is a list of cron expressions, not the string {schedule!r}")
-    return validate_schedule(tuple(schedule))
 
 
 @lru_cache(maxsize=8)

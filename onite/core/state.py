@@ -41,14 +41,11 @@ _ALLOWED = {
 class InvalidTransition(Exception):
     """A bug: code tried to move a job along an edge the state machine does not have."""
 
-    def __init__(self, name: str, old: JobState, new: JobState) -> None:
-        super().__init__(f"job {name!r} cannot go from {old} to {new}")
-
 
 def check_transition(name: str, old: JobState, new: JobState) -> None:
     """Raises InvalidTransition: ``old → new`` is not an edge of the state machine."""
     if new not in _ALLOWED.get(old, ()):
-        raise InvalidTransition(name, old, new)
+        raise InvalidTransition(f"job {name!r} cannot go from {old} to {new}")
 
 
 class Outcome(NamedTuple):

@@ -73,11 +73,9 @@ def boolean(data: dict, key: str, default: object = _MISSING) -> bool:
     return value
 
 
-def time(data: dict, key: str, default: object = _MISSING) -> datetime:
+def time(data: dict, key: str) -> datetime:
     """``data[key]``, an ISO 8601 time with its UTC offset, in onite's bounds (timeparse.is_valid_time)."""
-    value = _get(data, key, default)
-    if isinstance(value, datetime):  # the default
-        return value
+    value = _get(data, key, _MISSING)
     when = parse_stamp(value)
     if when is None:
         raise ValueError(f"{key}: {_short(value)} is not a time with its UTC offset, in the years 1900 to 9998")

@@ -7,8 +7,8 @@ drain that would start after its window closed is a missed night, skipped (docs/
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, time, timedelta
+from typing import NamedTuple
 
 from onite.core.rules import CronRule
 from onite.core.schedule import last_fire, next_drain, next_fire
@@ -16,8 +16,7 @@ from onite.core.schedule import last_fire, next_drain, next_fire
 LOOKBACK = timedelta(hours=24)  # --scheduled: how far back a schedule time may open tonight's window
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(NamedTuple):
     """The night window that the schedule time ``opened`` began; ``closes`` None: no end."""
 
     opened: datetime
@@ -40,14 +39,11 @@ def scheduled_window(schedule: Sequence[str], until: time | None, now: datetime,
     """The window, perhaps closed, of the latest schedule time in (``since``, ``now``] (``since``: LOOKBACK
     before ``now``), or None if there is none.
     Raises InvalidInput: a schedule expression is not valid."""
-    if not schedule:
-        return None
     fire = last_fire(schedule, now, since=now - LOOKBACK if since is None else since)
     return window_of(fire, until) if fire is not None else None
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What the daemon does about the schedule at ``now``."""
 
     drain: datetime | None  # the schedule time whose night to drain now (None: nothing due)
@@ -60,8 +56,6 @@ def plan(schedule: Sequence[str], until: time | None, last: datetime, now: datet
     """Is a scheduled drain due at ``now``, every schedule time up to ``last`` handled? Missed times are
     coalesced: only the latest counts, and only while its window is open.
     Raises InvalidInput: a schedule expression is not valid."""
-    if not schedule:
-        return Plan(None, None, None, None)
     upcoming = next_drain(schedule, last)
     if upcoming is None or upcoming > now:
         return Plan(None, None, None, upcoming)
