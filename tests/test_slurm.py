@@ -720,7 +720,7 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
 
     now = datetime.now().astimezone()
     job = Job(name="root:ghost", priority=1, submitted=now, host=HOST, umask=0o22, cwd=b"/", env={}, body=b"")
-    runner = SlurmRunner(None, load_config(slurm_spool / "onite.toml"), switch_user=False)
+    runner = SlurmRunner(load_config(slurm_spool / "onite.toml"), switch_user=False)
     run = Run(name="root:ghost", job=job, owner=current(), rank=1, run_id="x", started=now, started_mono=0.0,
               external_id="987654321")
     assert runner.reattach(run) is False

@@ -108,8 +108,7 @@ class Driver:
         if (executor or self.config.executor) == "slurm":
             from onite.exec.slurm import SlurmRunner
 
-            return SlurmRunner(self.spool, self.config, switch_user=os.geteuid() == 0, log=self.log,
-                               clock=self.clock)
+            return SlurmRunner(self.config, switch_user=os.geteuid() == 0, log=self.log, clock=self.clock)
         from onite.exec.local import LocalRunner
         from onite.exec.pam import discover
 
@@ -306,7 +305,7 @@ class Driver:
             if night.hard_stop:  # kill what runs: each goes back to its queue when it has ended
                 for run in list(night.running.values()):
                     if run.stopping != Stop.SHUTDOWN:
-                        night.runner.kill(run, Stop.SHUTDOWN)
+                        night.runner.stop(run, Stop.SHUTDOWN)
             if self.heartbeat is not None:
                 self.heartbeat.tick()
             night.metrics.tick()  # what the last turn filed; the last turn's is written by drain_ended

@@ -89,11 +89,7 @@ class Runner(Protocol):
         Raises SpawnError (the reason is recorded), NoRecord or Unavailable."""
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """TERM now, KILL after the grace period."""
-
-    def kill(self, run: Run, why: Stop) -> None:
-        """Stop at once (the driver's hard stop): each runner's ``stop`` does it for Stop.SHUTDOWN."""
-        self.stop(run, why)
+        """TERM now, KILL after the grace period; with Stop.SHUTDOWN (the driver's hard stop), as soon as it can."""
 
     def tick(self, now_mono: float) -> None: ...
 

@@ -78,8 +78,7 @@ class SlurmRunner(Runner):
 
     executor = "slurm"
 
-    def __init__(self, spool, config: Config, *, switch_user: bool, log=None, clock: Clock = SYSTEM) -> None:
-        self.spool = spool
+    def __init__(self, config: Config, *, switch_user: bool, log=None, clock: Clock = SYSTEM) -> None:
         self.clock = clock  # the driver's: polls, time limits and cancel retries are read on it
         self.config = config
         self.switch_user = switch_user
