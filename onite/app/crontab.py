@@ -161,8 +161,7 @@ def install_problem(command: str) -> str | None:
     or a checkout (a scratch folder); None if neither."""
     import onite
 
-    words = shlex.split(command)
-    given = [words[0] if words else sys.executable, sys.executable, os.path.dirname(os.path.abspath(onite.__file__))]
+    given = [shlex.split(command)[0], sys.executable, os.path.dirname(os.path.abspath(onite.__file__))]
     paths = list(dict.fromkeys(given + [os.path.realpath(path) for path in given]))
     for path in paths:
         folder = next((f for f in [*reversed(_folders(path)), path] if not _mode(f) & 0o001), None)

@@ -264,11 +264,7 @@ class Daemon:
         return self._recur_pause or self.recur.next_fire()
 
     def _sleep(self, timeout: float) -> None:
-        try:
-            ready = select.select([self._wakeup_fd], [], [], max(timeout, 0.0))[0]
-        except InterruptedError:
-            return
-        if ready:
+        if select.select([self._wakeup_fd], [], [], timeout)[0]:
             try:
                 os.read(self._wakeup_fd, 512)
             except BlockingIOError:
