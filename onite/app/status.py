@@ -68,9 +68,8 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
     warnings = [f"the driver of host {beat.host} (pid {beat.pid}, started by {beat.started_by} at "
                 f"{beat.since:%Y-%m-%d %H:%M}) died without finishing" for beat in dead if beat.state != "exited"]
     last = max(dead, key=lambda beat: beat.updated, default=None)
-    last_driver = last and {"host": last.host, "pid": last.pid, "role": "daemon" if last.role == "daemon" else "driver",
-                            "started_by": last.started_by, "since": last.since.isoformat(),
-                            "ended": last.ended.isoformat() if last.ended else None,
+    last_driver = last and {"host": last.host, "pid": last.pid, "role": last.kind, "started_by": last.started_by,
+                            "since": last.since.isoformat(), "ended": last.ended.isoformat() if last.ended else None,
                             "died": last.state != "exited", "updated": last.updated.isoformat()}
     orphans = [v for v in running if v.host not in live]
     for where in sorted({v.host for v in orphans}):
