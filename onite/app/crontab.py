@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from onite.app.common import me, open_spool
 from onite.core.schedule import next_drain, validate_schedule
@@ -179,11 +179,8 @@ def install_problem(command: str) -> str | None:
 
 
 def _folders(path: str) -> list[str]:
-    """The folders ``path`` is in, nearest first, ``/`` last."""
-    found = [os.path.dirname(path)]
-    while found[-1] != "/":
-        found.append(os.path.dirname(found[-1]))
-    return found
+    """The folders ``path`` is in, nearest first, ``/`` (or ``.``, for a relative path) last."""
+    return [str(folder) for folder in PurePosixPath(path).parents]
 
 
 def _is_checkout(folder: str) -> bool:
