@@ -204,6 +204,7 @@ def _clock(text: str | None) -> str | None:
 
 
 def integer(text: str | None) -> int | None:
+    """A log field as an int; None if it is missing or not one."""
     try:
         return int(text) if text is not None else None
     except ValueError:

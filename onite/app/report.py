@@ -226,7 +226,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     pruned = [view for view in pruned if wanted(view.user)]
     # a job run again in the window (restarted, spooled anew) is shown once, as its latest run; the runs
     # before it are noted on it (``reruns``), never counted
-    latest = {(v.name, v.user): v for v in views + pruned}
+    latest = {(v.name, v.user) for v in views + pruned}
     earlier = [view for view in (log_view(final, start) for final, start in told.earlier) if wanted(view.user)]
     reruns: dict[tuple[str, str], list[JobView]] = {}
     for view in earlier:
@@ -310,7 +310,7 @@ def log_view(final, start) -> JobView:
     if start is not None and start.fields.get("attempt") == fields.get("attempt") and start.when <= final.when:
         # the log's times are whole seconds; its ``seconds`` field is the run's length
         started = start.when
-        if seconds is not None and start.when + timedelta(seconds=seconds) <= final.when + timedelta(seconds=1):
+        if seconds is not None and 0 <= seconds <= (final.when - start.when).total_seconds() + 1:  # false for nan, inf
             finished = start.when + timedelta(seconds=seconds)
     priority = start.fields.get("priority") if start is not None else None
     user = fields.get("user") or (start.fields.get("user") if start is not None else "") or "?"
