@@ -35,6 +35,12 @@ def test_command_prefix_is_an_absolute_path_cron_can_run(monkeypatch, tmp_path):
     assert crontab.command_prefix() == shlex.quote(str(script))  # no argv[0]: "onite", looked up
 
 
+def test_install_problem_of_a_command_not_on_path_ends():
+    """``command_prefix`` gives a bare name when onite is not on PATH: its folders end at ``.``, not in a loop."""
+    problem = crontab.install_problem("onite-not-on-path")
+    assert problem is None or isinstance(problem, str)
+
+
 def test_cron_lines_name_the_spool_and_this_onite(spool, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["-m"])
     target = common.open_spool(str(spool))

@@ -476,3 +476,14 @@ def test_a_spool_path_that_leads_elsewhere_at_hup_is_refused(spool, world_tmp, d
     assert f"{link} is a symbolic link that belongs to uid 65534" in failed, failed
     assert d.proc.poll() is None
     assert d.stop() == 0
+
+
+def test_a_schedule_reloaded_while_waiting_for_the_lock_is_planned_once_it_is_taken(spool):
+    """A HUP while the daemon waits for another driver's lock re-reads onite.toml before any schedule time is
+    handled: nothing is planned yet (it is, once the lock is taken), and nothing fails."""
+    from onite.app.daemon import Daemon as InProcess
+    from onite.spool.paths import SpoolDir
+
+    daemon = InProcess(SpoolDir(spool))
+    daemon._sync_schedule()  # its schedule, () until it starts, is not onite.toml's: as after a reload
+    assert (daemon.schedule, daemon.next_scheduled) == (daemon.spool.config.schedule, None)

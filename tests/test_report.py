@@ -969,3 +969,20 @@ def test_status_during_a_drain_is_not_last_night_and_names_each_failure_once(spo
     assert "last night 1 done, 1 failed (etl), 0 cancelled" in out, out
 
 
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-inf", "1e400", "-5"])
+def test_a_run_the_log_alone_tells_with_an_impossible_length_ends_at_its_line(spool, seconds):
+    """A ``seconds=`` onite never writes (a hand-edited log) is no error: the run ends at its final line."""
+    from onite.app import report
+    from onite.spool.paths import SpoolDir
+
+    when = datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=5)
+    lines = [f"{when.isoformat()} vm[4242] driver-start host=vm slots=1",
+             f"{when.isoformat()} vm[4242] start odd user={ME} priority=4 attempt=1 run=x-1",
+             f"{(when + timedelta(seconds=5)).isoformat()} vm[4242] done odd user={ME} exit=0 seconds={seconds} "
+             "attempt=1 run=x-1",
+             f"{(when + timedelta(seconds=6)).isoformat()} vm[4242] driver-exit reason=drained"]
+    (Path(spool) / "onite.log").write_text("".join(line + "\n" for line in lines))
+    job, = report.build(SpoolDir(spool), datetime.now().astimezone()).jobs
+    assert (job.started, job.finished) == (when, when + timedelta(seconds=5))

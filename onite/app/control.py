@@ -42,8 +42,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
         raise NotFound(f"no job {text!r} is queued or running", "see onite list")
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
     if not allowed:
-        owner = user_name((running + queued)[0].uid)
-        raise Refused(f"job {text!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
+        raise Refused(f"job {text!r} belongs to {user_name((running + queued)[0].uid)}", "you may cancel only your own jobs (own_only = true)")
     if any(entry in allowed for entry in running):
         from onite.drain.heartbeat import live_beats
 
@@ -174,7 +173,7 @@ def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
         log.close()
 
 
-def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> Entry:
+def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> None:
     """Hold (or release: the markers the caller may remove) a queued job, keeping its place. Refused: another's
     job, one that started as it was held, or a hold of root's left on it."""
     name = key_for(text)
@@ -198,7 +197,6 @@ def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> Entry:
         remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
         if any(e.held for e in find_queued(spool, name)):
             raise Refused(f"job {text!r} is still held by a hold of root's", "ask root to release it")
-    return mine[0]
 
 
 def _gid_of(entry: Entry) -> int:

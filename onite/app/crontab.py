@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from onite.app.common import me, open_spool
 from onite.core.schedule import next_drain, validate_schedule
@@ -161,8 +161,7 @@ def install_problem(command: str) -> str | None:
     or a checkout (a scratch folder); None if neither."""
     import onite
 
-    words = shlex.split(command)
-    given = [words[0] if words else sys.executable, sys.executable, os.path.dirname(os.path.abspath(onite.__file__))]
+    given = [shlex.split(command)[0], sys.executable, os.path.dirname(os.path.abspath(onite.__file__))]
     paths = list(dict.fromkeys(given + [os.path.realpath(path) for path in given]))
     for path in paths:
         folder = next((f for f in [*reversed(_folders(path)), path] if not _mode(f) & 0o001), None)
@@ -180,11 +179,8 @@ def install_problem(command: str) -> str | None:
 
 
 def _folders(path: str) -> list[str]:
-    """The folders ``path`` is in, nearest first, ``/`` last."""
-    found = [os.path.dirname(path)]
-    while found[-1] != "/":
-        found.append(os.path.dirname(found[-1]))
-    return found
+    """The folders ``path`` is in, nearest first, ``/`` (or ``.``, for a relative path) last."""
+    return [str(folder) for folder in PurePosixPath(path).parents]
 
 
 def _is_checkout(folder: str) -> bool:

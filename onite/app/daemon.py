@@ -170,7 +170,8 @@ class Daemon:
                 "next": self.next_scheduled.isoformat(timespec="minutes") if self.next_scheduled else None}
 
     def _plan_next(self) -> None:
-        self.next_scheduled = next_drain(self.schedule, self.last) if self.schedule else None
+        # before the lock is taken (a reload while waiting for it) no schedule time is handled yet: nothing to plan
+        self.next_scheduled = next_drain(self.schedule, self.last) if self.schedule and self.last else None
         if self.heartbeat is not None:
             self.heartbeat.beat(next_drain=self.next_scheduled, next_by="daemon" if self.next_scheduled else None)
 
@@ -264,11 +265,7 @@ class Daemon:
         return self._recur_pause or self.recur.next_fire()
 
     def _sleep(self, timeout: float) -> None:
-        try:
-            ready = select.select([self._wakeup_fd], [], [], max(timeout, 0.0))[0]
-        except InterruptedError:
-            return
-        if ready:
+        if select.select([self._wakeup_fd], [], [], timeout)[0]:
             try:
                 os.read(self._wakeup_fd, 512)
             except BlockingIOError:

@@ -179,7 +179,7 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
         drain.last_seen = event.when
         if event.event == "driver-exit":
             drain.ended, drain.reason = event.when, event.fields.get("reason", "")
-            drain.left = _int(event.fields.get("left"))
+            drain.left = integer(event.fields.get("left"))
             del open_[key]
         elif event.event in ("start", *FINAL):
             drain.ran += 1
@@ -203,7 +203,8 @@ def _clock(text: str | None) -> str | None:
     return text[:5] if len(text) == 8 and text.endswith(":00") else text
 
 
-def _int(text: str | None) -> int | None:
+def integer(text: str | None) -> int | None:
+    """A log field as an int; None if it is missing or not one."""
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -255,7 +256,7 @@ def job_events(events: Sequence[Event], start: datetime, end: datetime) -> JobEv
             found.finals[key] = event
             found.starts[key] = pending.pop(key, None)  # a start line belongs to the run the next final line ends
         elif event.event == "retry":
-            tries = _int(event.fields.get("of"))
+            tries = integer(event.fields.get("of"))
             if tries:
                 found.tries[event.name] = tries
         elif event.event == "refused":

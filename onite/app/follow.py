@@ -29,8 +29,7 @@ POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16
 
 
-def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool = False,
-           announce: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> Final:
+def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce: Callable[[str], None]) -> Final:
     """Copy the output of job ``name`` (with ``stderr``: its kept-apart stderr) to ``out`` as it is
     written, until the job has finished; return how it ended. ``announce`` is told once if the job has
     not started yet. Only an output file of the job's owner (its key's user) is copied; Refused: another's job."""
@@ -64,10 +63,10 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool = False,
                 earlier = key  # someone else's file: looked at again only once it changes
             if final is not PENDING or grew:
                 continue
-            if not told and announce is not None and watch.live in ("queued", "held"):
+            if not told and watch.live in ("queued", "held"):
                 told = True
                 announce(f"{shown} is {watch.live}; waiting for it to start")
-            sleep(POLL)
+            time.sleep(POLL)
     finally:
         if handle is not None:
             handle.close()

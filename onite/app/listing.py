@@ -42,16 +42,16 @@ def _clock() -> Callable[[int], datetime]:
     return lambda ns: datetime.fromtimestamp(ns / 1e9, zone(ns // 1_000_000_000))
 
 
-def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: datetime | None,
-         euid: int | None) -> Callable[[str, int, bool], tuple[str | None, str | None]]:
+def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]],
+         now: datetime | None) -> Callable[[str, int, bool], tuple[str | None, str | None]]:
     """``(name, uid, held) → (waiting, waiting_kind)`` of queued jobs: as onite.drain.verdicts decides
-    it for the jobs of ``head`` whose files ``euid`` may read ("" for one that may start now), "held"
+    it for the jobs of ``head`` whose files this process may read ("" for one that may start now), "held"
     for any held job, unknown (None) for the rest, and for every job without ``now``."""
     if now is None:
         return lambda name, uid, held: (None, None)
     from onite.drain.verdicts import waiting_jobs  # the driver's rules: not what wait or status need of listing
 
-    euid = os.geteuid() if euid is None else euid
+    euid = os.geteuid()
     known = {(row["name"], row["uid"]): (row["reason"], row["kind"])
              for row in waiting_jobs(spool, head, now, euid=euid, host=default_host(spool.config))}
     for _, _, name, uid, _ in head:
@@ -60,13 +60,13 @@ def _why(spool: SpoolDir, head: list[tuple[int, int, str, int, bool]], now: date
     return lambda name, uid, held: known.get((name, uid)) or (("held", "held") if held else (None, None))
 
 
-def queued_views(spool: SpoolDir, now: datetime | None = None, *, euid: int | None = None) -> list[JobView]:
+def queued_views(spool: SpoolDir, now: datetime | None = None) -> list[JobView]:
     """Queued jobs in run order; with ``now``, each with why it waits (``_why``)."""
     from onite.drain.verdicts import EXAMINE
 
     users, clock = functools.cache(user_name), _clock()
     rows = queued_stats(spool, drain_usage(spool))
-    why = _why(spool, rows[:EXAMINE], now, euid)
+    why = _why(spool, rows[:EXAMINE], now)
     views = []
     for position, (rank, ctime_ns, name, uid, held) in enumerate(rows, 1):
         waiting, kind = why(name, uid, held)
@@ -119,36 +119,30 @@ def withdrawn_view(entry: Entry) -> JobView:
                    submitted=when, finished=when, reason=f"cancelled by {user}")
 
 
-def finished_views(spool: SpoolDir, damaged: list[str] | None = None) -> list[JobView]:
-    """Finished jobs: results, and cancelled jobs not yet filed; damaged records' names go to ``damaged``."""
-    views = [result_view(r) for r in read_results(spool, damaged)]
-    return views + [withdrawn_view(entry) for entry in withdrawn_entries(spool)]
-
-
 def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> list[JobView]:
-    """Queued jobs in run order (with ``now``: why each waits); with ``include_all``, running and finished too."""
+    """Queued jobs in run order (with ``now``: why each waits); with ``include_all``, running and finished too
+    (results, and cancelled jobs not yet filed; damaged records' names go to ``damaged``)."""
     views = queued_views(spool, now)
     if include_all:
-        views = running_views(spool) + views + finished_views(spool, damaged)
+        finished = [result_view(r) for r in read_results(spool, damaged)]
+        views = running_views(spool) + views + finished + [withdrawn_view(e) for e in withdrawn_entries(spool)]
     return views
-
-
-def jobs_json(spool: SpoolDir, views: list[JobView]) -> str:
-    return json.dumps({"version": 1, "spool": str(spool.root), "jobs": [{**v.to_json(), "name": label(v.name)} for v in views]}, indent=1)
 
 
 def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | None = None,
               damaged: list[str] | None = None) -> str:
     """``onite list --json`` (docs/json.md)."""
-    return jobs_json(spool, list_jobs(spool, include_all=include_all, now=now, damaged=damaged))
+    views = list_jobs(spool, include_all=include_all, now=now, damaged=damaged)
+    return json.dumps({"version": 1, "spool": str(spool.root), "jobs": [{**v.to_json(), "name": label(v.name)}
+                                                                         for v in views]}, indent=1)
 
 
-def _runinfo(spool: SpoolDir, host: str | None, name: str) -> dict:
+def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
     ``queued`` and ``started`` as datetimes; a field missing or damaged is left out, an unreadable
     record gives {}."""
-    record = runrecords.read(spool.run_record_path(host, name)) if host else None
+    record = runrecords.read(spool.run_record_path(host, name))
     if record is None:
         return {}
     data = record.info

@@ -129,11 +129,11 @@ def templates_json(views: list[TemplateView], now: datetime) -> str:
     return json.dumps({"version": 1, "now": now.isoformat(), "recurring": [v.to_json() for v in views]}, indent=1)
 
 
-def upcoming(spool: SpoolDir, now: datetime, limit: int = 10) -> list[dict]:
-    """The next due recurring jobs, soonest first, for ``onite status``."""
+def upcoming(spool: SpoolDir, now: datetime) -> list[dict]:
+    """The next 10 due recurring jobs, soonest first, for ``onite status``."""
     views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))
     return [{key: view[key] for key in ("name", "user", "rule", "next", "priority", "urgent")}
-            for view in (v.to_json() for v in views[:limit])]
+            for view in (v.to_json() for v in views[:10])]
 
 
 def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:

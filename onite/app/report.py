@@ -5,9 +5,7 @@ Invariant: nothing here writes, prints or imports rich."""
 
 from __future__ import annotations
 
-import functools
 import os
-import pwd
 import re
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime, time, timedelta, timezone
@@ -18,6 +16,7 @@ from onite.app import drains as dr
 from onite.drain.heartbeat import draining_hosts
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
+from onite.spool.scan import key_uid
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
@@ -69,6 +68,11 @@ class ReportData(NamedTuple):
 
     def is_damaged(self, job: JobView) -> bool:
         return job.name in self.damaged and not self.was_replaced(job)
+
+    def from_log(self, job: JobView) -> bool:
+        """Is this run told by the log alone (its record pruned, replaced or damaged), or did it never run?
+        Then no output of it is read, and no restart reruns it."""
+        return self.was_pruned(job) or self.never_ran(job) or self.was_replaced(job) or self.is_damaged(job)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -182,18 +186,16 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
 
 
 def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: str | None = None,
-          until: str | None = None, user: str | None = None, details: bool = True,
-          records: bool = True) -> ReportData:
+          until: str | None = None, user: str | None = None, records: bool = True) -> ReportData:
     """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to ``until``), of
-    one ``user``'s jobs or everyone's, as this process's user reads it. Without ``details``: no output, nothing
-    unfinished. Without ``records``: every job as onite.log tells it, no result record read (far cheaper)."""
+    one ``user``'s jobs or everyone's, as this process's user reads it. Without ``records``: every job as
+    onite.log tells it, no result record read, no output, nothing unfinished (far cheaper)."""
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
         raise InvalidInput(f"--night and {'--since' if since is not None else '--until'} cannot be used together",
                            "use --night DATE for a night (noon to noon), or --since/--until for a time range")
     reader = os.geteuid()
-    _uid.cache_clear()
     kind, day, start, end, drains, events, every_drain = _window(spool, now, since, night, until)
     # the log's times are whole seconds: a job filed in the drain's last second is inside it
     results_end = end + timedelta(seconds=1) if kind == "drain" else end
@@ -224,7 +226,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     pruned = [view for view in pruned if wanted(view.user)]
     # a job run again in the window (restarted, spooled anew) is shown once, as its latest run; the runs
     # before it are noted on it (``reruns``), never counted
-    latest = {(v.name, v.user): v for v in views + pruned}
+    latest = {(v.name, v.user) for v in views + pruned}
     earlier = [view for view in (log_view(final, start) for final, start in told.earlier) if wanted(view.user)]
     reruns: dict[tuple[str, str], list[JobView]] = {}
     for view in earlier:
@@ -241,15 +243,14 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
                       keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier},
                       reruns=reruns, unrun=unrun, current=not any(d.started > end for d in every_drain))
-    if not details:
+    if not records:
         return data
     from onite.app.outputtail import read_tail
 
     failures = data.failures
     lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
     data = data._replace(tails={run_key(job): read_tail(spool, job, reader, lines) for job in failures[:SHOWN_FAILURES]
-                                if not (data.was_pruned(job) or data.never_ran(job) or data.was_replaced(job)
-                                        or data.is_damaged(job))})
+                                if not data.from_log(job)})
     if data.current:
         from onite.app.unfinished import unfinished
 
@@ -291,13 +292,9 @@ def _night_opened(spool: SpoolDir, now: datetime):
     (docs/morning.md); None before that, or with no schedule."""
     from onite.core.schedule import next_drain
 
-    schedule = spool.config.schedule
-
     def opened(when: datetime) -> datetime | None:
-        if not schedule:
-            return None
         try:
-            first = next_drain(schedule, morning_before(when, now) - timedelta(microseconds=1))
+            first = next_drain(spool.config.schedule, morning_before(when, now) - timedelta(microseconds=1))
         except InvalidInput:  # a bad schedule is said by the driver and status; the report goes by the drains
             return None
         return first if first is not None and first <= when else None
@@ -313,18 +310,18 @@ def log_view(final, start) -> JobView:
     if start is not None and start.fields.get("attempt") == fields.get("attempt") and start.when <= final.when:
         # the log's times are whole seconds; its ``seconds`` field is the run's length
         started = start.when
-        if seconds is not None and start.when + timedelta(seconds=seconds) <= final.when + timedelta(seconds=1):
+        if seconds is not None and 0 <= seconds <= (final.when - start.when).total_seconds() + 1:  # false for nan, inf
             finished = start.when + timedelta(seconds=seconds)
     priority = start.fields.get("priority") if start is not None else None
     user = fields.get("user") or (start.fields.get("user") if start is not None else "") or "?"
     reason = fields.get("reason", "")
     if final.event == "cancelled" and not reason:
         reason = f"cancelled by {fields.get('by', '?')}"
-    exit_code = _number(fields.get("exit"))
-    return JobView(name=final.name, uid=_uid(user), user=user, state=final.event,
+    uid = key_uid(user)  # -1: no such account now
+    return JobView(name=final.name, uid=-1 if uid is None else uid, user=user, state=final.event,
                    priority=int(priority) if priority and priority.isdigit() else None, urgent=priority == "urgent",
                    submitted=started or final.when, host=final.host, started=started, finished=finished,
-                   exit_code=int(exit_code) if exit_code is not None else None, reason=reason,
+                   exit_code=dr.integer(fields.get("exit")), reason=reason,
                    attempt=int(fields["attempt"]) if fields.get("attempt", "").isdigit() else None)
 
 
@@ -333,15 +330,6 @@ def _number(text: str | None) -> float | None:
         return float(text) if text not in (None, "") else None
     except ValueError:
         return None
-
-
-@functools.cache
-def _uid(user: str) -> int:
-    """The uid of a user named in the log (-1: no such account now), looked up once a report (build clears it)."""
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return -1
 
 
 def never_ran(job: JobView, told) -> bool:

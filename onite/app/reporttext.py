@@ -161,8 +161,7 @@ def next_step(data: ReportData, job: JobView) -> str:
     """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
     rounded up), ``onite restart etl`` after another failure (once its output is read); "" where a restart would
     not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran)."""
-    if job.state != "failed" or data.never_ran(job) or data.was_pruned(job) or data.was_replaced(job) \
-            or data.is_damaged(job):
+    if job.state != "failed" or data.from_log(job):
         return ""
     if is_timeout(job):
         return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"

@@ -11,22 +11,22 @@ import os
 from datetime import datetime
 
 from onite.app.common import key_for, label
-from onite.app.submit import check_after, check_capacity, check_policy, refuse_taken, write_job
+from onite.app.submit import check_after, check_capacity, check_policy, refuse_taken, uniqname, write_job
 from onite.exec import identity
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import is_live, name_taken, user_name, withdrawn_entries
+from onite.spool.scan import is_live, user_name, withdrawn_entries
 from onite.core.errors import InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
-from onite.core.names import check_base, check_name, job_key, split_key, unique_name
+from onite.core.names import check_base, check_name, job_key, split_key
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges, SubmitRequest
 
 
 def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_name: str | None = None,
-            unique: bool = False, hold: bool = False, host: str | None = None, changes: JobChanges = JobChanges()) -> str:
+            unique: bool = False, hold: bool = False, changes: JobChanges = JobChanges()) -> str:
     """Spool the finished job ``text`` (NAME: the caller's; USER:NAME) again (as ``new_name``, or made
-    unique) from ``host``, under its owner's name, with ``changes`` (``--after NAME`` is the caller's job, as in
+    unique) from this host, under its owner's name, with ``changes`` (``--after NAME`` is the caller's job, as in
     submit), checked as a submit is; its final name as the caller writes it."""
     name = key_for(text)
     user, plain = split_key(name)
@@ -42,16 +42,14 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
     except InvalidInput as err:
         raise InvalidInput(f"job {text!r}: {err.what}",
                            "restart it with other dependencies (--after NAME), or spool it anew without them") from None
-    if unique:
-        new = unique_name(new, lambda n: name_taken(spool, job_key(user, n)))
-    target = job_key(user, new)
+    target = job_key(user, uniqname(spool, new, user) if unique else new)
     if not unique:
         if is_live(spool, target):
             raise Refused(f"a job named {label(target)!r} is already queued or running",
                           f"restart it as another job: onite restart {text} --name NEW, or --unique")
         refuse_taken(spool, [target], st.st_uid)
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
-    job = job._replace(name=target, submitted=now, host=host or os.uname().nodename, attempt=1, tried=(),
+    job = job._replace(name=target, submitted=now, host=os.uname().nodename, attempt=1, tried=(),
                        not_before=not_before)
     write_job(spool, job, caller, hold=hold, owner=None if st.st_uid == caller.uid else (st.st_uid, st.st_gid))
     return label(target)

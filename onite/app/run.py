@@ -9,7 +9,6 @@ import sys
 from datetime import datetime, time as dtime
 
 from onite.app.common import open_spool
-from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import NotFound, Refused, SpoolError
 from onite.core.names import check_name
 from onite.core.safetext import printable
@@ -45,7 +44,7 @@ def driver_target(spool: str | None, until: str | None, host: str | None,
 
 
 def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, host: str | None = None,
-          scheduled: bool = False, echo=None, listener=None, tick=None, clock: Clock = SYSTEM) -> int:
+          scheduled: bool = False, echo=None, listener=None, tick=None) -> int:
     """``onite run`` in this process: drain now; the exit code. ``echo``, ``listener`` and ``tick`` are how the
     command line shows the drain (onite.cli.progress)."""
     from onite.drain.driver import Driver
@@ -53,8 +52,7 @@ def drive(target: SpoolDir, until: dtime | None, *, slots: int | None = None, ho
     word = _detach_word()
     if word:
         listener = _saying_draining(word, listener)
-    driver = Driver(target, host=host, slots=slots, until=until, echo=echo, listener=listener, tick=tick,
-                    clock=clock)
+    driver = Driver(target, host=host, slots=slots, until=until, echo=echo, listener=listener, tick=tick)
     try:
         return driver.run(scheduled=scheduled, leaving=True)
     finally:
@@ -93,14 +91,13 @@ def _saying_draining(word: list[int], then):
 
 
 def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None = None, until: str | None = None,
-               host: str | None = None, echo=None, clock: Clock = SYSTEM) -> int:
+               host: str | None = None, echo=None) -> int:
     """``onite daemon``: wake at the schedule's times and drain, until stopped; the exit code. ``echo``:
     where its log lines go too (stderr, for journald)."""
     target, until_time = driver_target(spool, until, host, "onite daemon")
     from onite.app.daemon import Daemon
 
-    return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=echo,
-                  clock=clock).run(leaving=True)
+    return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=echo).run(leaving=True)
 
 
 def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:

@@ -52,11 +52,10 @@ class StatusInfo(NamedTuple):
     containment: dict | None  # how jobs are contained, as the last driver said: {"host", "kind"}
 
 
-def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str | None = None) -> StatusInfo:
-    """Look at the spool as user ``euid`` (default: this process's) on ``host`` (default: this host)."""
+def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
+    """Look at the spool as this process's user, on this host."""
     config = spool.config
-    euid = os.geteuid() if euid is None else euid
-    this_host = host or default_host(config)
+    this_host = default_host(config)
     running = running_views(spool)
     every_beat = hb.beats(spool.root)
     alive = hb.live_beats(spool.root, now)
@@ -69,9 +68,8 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
     warnings = [f"the driver of host {beat.host} (pid {beat.pid}, started by {beat.started_by} at "
                 f"{beat.since:%Y-%m-%d %H:%M}) died without finishing" for beat in dead if beat.state != "exited"]
     last = max(dead, key=lambda beat: beat.updated, default=None)
-    last_driver = last and {"host": last.host, "pid": last.pid, "role": "daemon" if last.role == "daemon" else "driver",
-                            "started_by": last.started_by, "since": last.since.isoformat(),
-                            "ended": last.ended.isoformat() if last.ended else None,
+    last_driver = last and {"host": last.host, "pid": last.pid, "role": last.kind, "started_by": last.started_by,
+                            "since": last.since.isoformat(), "ended": last.ended.isoformat() if last.ended else None,
                             "died": last.state != "exited", "updated": last.updated.isoformat()}
     orphans = [v for v in running if v.host not in live]
     for where in sorted({v.host for v in orphans}):
@@ -91,20 +89,17 @@ def gather(spool: SpoolDir, now: datetime, *, euid: int | None = None, host: str
         queue["urgent" if rank == 0 else f"P{rank}"] += len(rows)
         held += sum(row[3] for row in rows)
         head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
-    schedule_next = None
-    if config.schedule:
-        schedule_next = next_drain(config.schedule, now)
     drain = plan(spool, now, host=this_host)
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         schedule=config.schedule,
-        until=config.until.strftime("%H:%M") if config.until else None, recurring=upcoming(spool, now, limit=10),
+        until=config.until.strftime("%H:%M") if config.until else None, recurring=upcoming(spool, now),
         waiting=[{**row, "name": label(row["name"])}
-                 for row in waiting_jobs(spool, head, now, euid=euid, host=this_host)],
+                 for row in waiting_jobs(spool, head, now, euid=os.geteuid(), host=this_host)],
         not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
-        schedule_next=schedule_next, warnings=warnings + list(drain.problems), last_driver=last_driver,
-        containment=containment_said(spool),
+        schedule_next=next_drain(config.schedule, now),
+        warnings=warnings + list(drain.problems), last_driver=last_driver, containment=containment_said(spool),
     )
 
 
@@ -128,9 +123,9 @@ def containment_said(spool: SpoolDir) -> dict | None:
 def last_night(spool: SpoolDir, now: datetime) -> dict:
     """How the last drain session (else yesterday's night) went, or (``draining``) the one still running, so far,
     as onite.log tells it."""
-    data = build(spool, now, details=False, records=False)
+    data = build(spool, now, records=False)
     if data.kind != "drain":
-        data = build(spool, now, night="yesterday", details=False, records=False)
+        data = build(spool, now, night="yesterday", records=False)
     failed = list(dict.fromkeys(label(j.name) for j in data.jobs if j.state == "failed"))
     return {"window": data.kind, "night": (data.night or night_of(data.since)).isoformat(),
             "since": data.since.isoformat(), "until": data.until.isoformat(), "counts": data.counts,

@@ -53,8 +53,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     check_policy(spool, request, captured.now, caller)
     check_after(spool, [job], unique=request.unique)
     if request.unique:
-        name = unique_name(request.name, lambda n: name_taken(spool, job_key(caller.name, n)))
-        job = job._replace(name=job_key(caller.name, name))
+        job = job._replace(name=job_key(caller.name, uniqname(spool, request.name, caller.name)))
     else:
         refuse_taken(spool, [job.name], caller.uid)
     write_job(spool, job, caller, hold=request.hold)
@@ -172,14 +171,13 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         key = request._replace(name="", body=b"")
         if not request.body:
             raise InvalidInput(f"the text of job {request.name!r} is empty", "give every job a command")
-        template = templates.get(key)
-        if template is None:
-            template = templates[key] = build_job(request, captured, config, caller.name)
+        if key not in templates:
+            templates[key] = build_job(request, captured, config, caller.name)
         problem = shebang_problem(request.body)
         if problem:
             raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
                                "fix its first line: #!/path/to/interpreter [one argument]")
-        jobs.append(template._replace(name=job_key(caller.name, request.name), body=request.body))
+        jobs.append(templates[key]._replace(name=job_key(caller.name, request.name), body=request.body))
     for job in templates.values():
         check_capacity(config, job)
     check_mail(requests[0].notify, config)  # --notify is the same for every job of a batch

@@ -66,9 +66,8 @@ def unfinished(data, spool: SpoolDir, refused: list):
                         "priority": None, "urgent": False, "state": "refused", "kind": "refused",
                         "reason": event.fields.get("reason", ""), "command": None})
     drain = None
-    if spool.config.schedule:
-        with contextlib.suppress(InvalidInput):
-            drain = next_drain(spool.config.schedule, data.now)
+    with contextlib.suppress(InvalidInput):
+        drain = next_drain(spool.config.schedule, data.now)
     return data._replace(left=left, waiting=waiting, next_drain=drain)
 
 

@@ -163,13 +163,11 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
     """The first look at each name, ``NAME`` (the caller's job) or ``USER:NAME`` (USER's), by its key (two looks
     for one found nowhere: a requeue passes through nowhere); NotFound for a user that does not exist, else one
     naming every name never queued, running or finished."""
-    names = list(dict.fromkeys(names))
     watches, unknown = {n: Watch(key_for(n)) for n in names}, []
     for name, watch in watches.items():
         if key_uid(watch.name) is None:
             raise NotFound(f"no user {watch.name.partition(':')[0]!r} (onite wait {name})", "see onite list --all")
-    for name in names:
-        watch = watches[name]
+    for name, watch in watches.items():
         for _ in range(2):
             seen = look(spool, watch.name, with_result=True)
             if seen.live or seen.result is not None or seen.withdrawn is not None:
