@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from conftest import drain, kill_driver_mid_job, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 from onite.core.config import Config, parse_config
 from onite.core.errors import ConfigError
-from onite.exec.notify import NO_SENDMAIL, mail_message, output_tail, subject, wants_notice
+from onite.exec.notify import NO_SENDMAIL, mail_message, subject, wants_notice
+from onite.spool.outputs import last_lines
 from onite.core.state import JobState, Result
 
 
@@ -441,12 +442,13 @@ def test_mail_message_headers_and_body():
     assert "no output of this run" in never.get_content() and "never" in never.get_content()
 
 
-def test_output_tail():
+def test_last_lines():
     data = b"".join(b"%d\n" % i for i in range(1, 201))
-    assert output_tail(data, cut=False) == b"".join(b"%d\n" % i for i in range(101, 201))
-    assert output_tail(b"partial\nwhole\n", cut=True) == b"whole\n"
-    assert output_tail(b"", cut=False) == b""
-    assert output_tail(b"no newline", cut=False) == b"no newline\n"
+    assert last_lines(data, cut=False, lines=100) == b"".join(b"%d\n" % i for i in range(101, 201))
+    assert last_lines(b"partial\nwhole\n", cut=True, lines=100) == b"whole\n"
+    assert last_lines(b"", cut=False, lines=100) == b""
+    assert last_lines(b"no newline", cut=False, lines=100) == b"no newline\n"
+    assert last_lines(data, cut=False, lines=0) == b""
 
 
 # ---- configuration -----------------------------------------------------------------------

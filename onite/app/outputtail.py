@@ -6,11 +6,9 @@ user written during that run (O_NOFOLLOW), with their control characters spelt o
 
 from __future__ import annotations
 
-import os
-import stat
 from typing import NamedTuple
 
-from onite.exec.notify import output_tail
+from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
 from onite.core.jobview import JobView
 from onite.core.safetext import printable
@@ -32,25 +30,11 @@ def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
     """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its output."""
     if not owner_or_root(reader, job.uid):
         return Tail(private=True)
-    gone = Tail(kept=False)
     path = spool.stderr_path(job.name) if job.stderr == "separate" else spool.output_path(job.name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return gone
-    try:
-        st = os.fstat(fd)
-        # another run's file (a later job of that name, or one before) is not this failure's
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != job.uid or job.started is None or \
-                not job.started.timestamp() - 2 <= st.st_mtime <= job.finished.timestamp() + 2:
-            return gone
-        start = max(0, st.st_size - TAIL_BYTES)
-        data = os.pread(fd, TAIL_BYTES, start) if lines else b""
-    except OSError:
-        return gone
-    finally:
-        os.close(fd)
-    text = output_tail(data, cut=start > 0, lines=lines).decode("utf-8", "replace").splitlines() if lines else []
+    data = run_tail(path, job.uid, job.started, job.finished, max_bytes=TAIL_BYTES, lines=lines)
+    if data is None:
+        return Tail(kept=False)  # removed, or another run's file (a later job of that name, or one before)
+    text = data.decode("utf-8", "replace").splitlines()
     # a retry's output follows the earlier attempts', after its marker line (onite.exec.launch.attempt_marker)
     marker = f"[onite] attempt {job.attempt} of {job.name.partition(':')[2]}, "
     text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]

@@ -12,7 +12,6 @@ import os
 import pwd
 import re
 import signal
-import stat
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_key, shown
 from onite.core.state import JobState, Result
+from onite.spool.outputs import run_tail
 from onite.spool.results import result_record
 
 if TYPE_CHECKING:
@@ -75,17 +75,6 @@ def subject(result: Result) -> str:
     else:
         what = str(result.state)
     return f"onite: job {shown(result.name, result.user)} {what}"
-
-
-def output_tail(data: bytes, *, cut: bool, lines: int = TAIL_LINES) -> bytes:
-    """The last ``lines`` lines of ``data``; ``cut``: data starts inside a line, which is dropped."""
-    if cut:
-        newline = data.find(b"\n")
-        data = data[newline + 1:] if newline >= 0 else b""
-    parts = data.split(b"\n")
-    if parts and parts[-1] == b"":
-        parts.pop()
-    return b"\n".join(parts[-lines:]) + (b"\n" if parts else b"")
 
 
 def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -> bytes:
@@ -211,7 +200,8 @@ class Notifier:
         except KeyError:
             self.log.event("notify-failed", result.name, how="mail", reason=f"no account {result.user!r} to mail")
             return
-        message = mail_message(result, self._output_tail(result), self.spool.root)
+        message = mail_message(result, run_tail(self.spool.output_path(result.name), result.uid, result.started, result.finished,
+                                                max_bytes=TAIL_BYTES, lines=TAIL_LINES), self.spool.root)
         self._start(result, "mail", [sendmail, "-oi", "-t"], message, dict(os.environ), config)
 
     def _command(self, result: Result, config) -> None:
@@ -221,26 +211,6 @@ class Notifier:
         env = dict(os.environ, ONITE_JOB=result.name, ONITE_USER=result.user, ONITE_STATE=str(result.state),
                    ONITE_SPOOL=str(self.spool.root), ONITE_EVENT="finished")
         self._start(result, "command", list(config.notify_command), result_record(result), env, config)
-
-    def _output_tail(self, result: Result) -> bytes | None:
-        """The end of stdout/NAME if it is this run's and the job's user's own file, else None."""
-        if result.started is None:
-            return None  # never ran: stdout/NAME, if any, is an older run's
-        try:
-            fd = os.open(self.spool.output_path(result.name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != result.uid or st.st_mtime < result.started.timestamp() - 2:
-                return None
-            start = max(0, st.st_size - TAIL_BYTES)
-            data = os.pread(fd, TAIL_BYTES, start)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        return output_tail(data, cut=start > 0)
 
     def _start(self, result: Result, how: str, argv: list[str], stdin: bytes, env: dict, config) -> None:
         import subprocess  # these two only where a notice starts: cancel files its job with a Notifier too

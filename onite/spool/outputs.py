@@ -8,6 +8,8 @@ whatever their mode says.
 from __future__ import annotations
 
 import os
+import stat
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,6 +19,43 @@ from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name
+
+
+def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
+             lines: int) -> bytes | None:
+    """The last ``lines`` whole lines among the last ``max_bytes`` of the output file at ``path``, if it is
+    a regular file of ``uid`` written during the run from ``started`` to ``finished`` (2 s of slack), else
+    None: a later or an earlier run's file (or one planted there) is not this run's. Reads only."""
+    if started is None:
+        return None  # never ran: a file there is an older run's
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or \
+                not started.timestamp() - 2 <= st.st_mtime <= finished.timestamp() + 2:
+            return None
+        start = max(0, st.st_size - max_bytes)
+        data = os.pread(fd, max_bytes, start) if lines else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return last_lines(data, cut=start > 0, lines=lines)
+
+
+def last_lines(data: bytes, *, cut: bool, lines: int) -> bytes:
+    """The last ``lines`` lines of ``data``; ``cut``: data starts inside a line, which is dropped."""
+    if cut:
+        newline = data.find(b"\n")
+        data = data[newline + 1:] if newline >= 0 else b""
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    parts = parts[len(parts) - lines:] if lines < len(parts) else parts
+    return b"\n".join(parts) + (b"\n" if parts else b"")
 
 
 def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> int:
