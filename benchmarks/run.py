@@ -553,6 +553,7 @@ def bench_cli(plan: Plan) -> list[h.Result]:
     own = lambda i, batch: f"b{batch}-{1 + len(users) * i:05d}"  # noqa: E731 - this user's own jobs
     rounds = plan.latency_repeats
     python, onite = regular_install(os.path.join(spool.dir, "install"))
+    env = {key: value for key, value in spool.env.items() if key != "PYTHONPATH"}  # the install's own onite
     commands = {
         CLI_BASE: lambda i: [python, "-c", "pass"],
         CLI_STDLIB: lambda i: [python, "-c", f"import {', '.join(STDLIB)}"],
@@ -574,7 +575,7 @@ def bench_cli(plan: Plan) -> list[h.Result]:
                 with open(spool.job, "rb") as stdin:
                     before, started = children_cpu(), time.perf_counter()
                     subprocess.run(argv(i + 2), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   env=spool.env, cwd=spool.dir, check=True)
+                                   env=env, cwd=spool.dir, check=True)
                     if i >= 0:
                         times[name].append(time.perf_counter() - started)
                         cpu[name].append(children_cpu() - before)

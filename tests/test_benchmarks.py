@@ -123,8 +123,10 @@ def test_an_ext4_without_a_journal_is_told_from_one_with(bench, tmp_path):
 def test_the_cli_figures_run_a_regular_install_of_this_tree(bench, tmp_path):
     """Its own copy of onite, and no editable finder importing pathlib into the baseline's start-up."""
     python, onite = bench.regular_install(str(tmp_path / "install"))
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}  # as bench_cli runs it
     probe = subprocess.run([python, "-c", "import sys; before = 'pathlib' in sys.modules; import onite; "
-                            "print(before, onite.__file__)"], capture_output=True, text=True, check=True, cwd=tmp_path)
+                            "print(before, onite.__file__)"], capture_output=True, text=True, check=True, cwd=tmp_path,
+                           env=env)
     before, where = probe.stdout.split()
     assert before == "False" and where.startswith(str(tmp_path / "install"))
     assert subprocess.run([onite, "--version"], capture_output=True, text=True).stdout == "onite 0.1.0\n"
