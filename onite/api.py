@@ -69,9 +69,5 @@ def _captured(env: Mapping | None, cwd: str | bytes | None):
     from onite.app.submit import capture
     from onite.core.clock import SYSTEM
 
-    captured = capture(SYSTEM.now())
-    if env is not None:
-        captured = captured._replace(env={os.fsencode(k): os.fsencode(v) for k, v in env.items()})
-    if cwd is not None:
-        captured = captured._replace(cwd=os.fsencode(os.path.abspath(cwd)))
-    return captured
+    return capture(SYSTEM.now(), env=None if env is None else {os.fsencode(k): os.fsencode(v) for k, v in env.items()},
+                   cwd=None if cwd is None else os.fsencode(os.path.abspath(cwd)))

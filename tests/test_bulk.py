@@ -115,6 +115,18 @@ def test_api_submit_many_in_order_with_dependencies_inside_the_batch(spool, work
     assert trace.read_text().split() == ["1", "2", "3", "4", "5"]
 
 
+def test_the_api_spools_from_a_directory_that_is_gone_when_given_a_cwd(spool, tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    api = Spool(spool)
+    with pytest.raises(InvalidInput, match="current directory no longer exists"):
+        api.submit("here", "true\n")
+    assert api.submit("there", "true\n", cwd=str(tmp_path)) == "there"
+    assert decode((spool / "jobs" / "P4" / "root:there").read_bytes()).cwd == os.fsencode(tmp_path)
+
+
 def test_api_checks_everything_first(spool):
     api = Spool(spool)
     with pytest.raises(InvalidInput, match="appears twice"):

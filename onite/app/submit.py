@@ -24,16 +24,19 @@ from onite.core.names import check_base, check_name, job_key, split_key, unique_
 from onite.core.policy import check_urgent, cutoff_state
 
 
-def capture(now: datetime) -> Captured:
-    """The calling process's environment (bytes, exact), cwd, umask and host. Raises InvalidInput: its cwd is gone."""
+def capture(now: datetime, *, env: dict[bytes, bytes] | None = None, cwd: bytes | None = None) -> Captured:
+    """The calling process's environment (bytes, exact), cwd, umask and host; ``env`` and ``cwd``, where given,
+    instead of its own. Raises InvalidInput: its cwd is gone, and no ``cwd`` is given."""
     mask = os.umask(0o077)
     os.umask(mask)
-    try:
-        cwd = os.getcwdb()
-    except FileNotFoundError:
-        raise InvalidInput("your current directory no longer exists",
-                           "cd to an existing directory and submit again") from None
-    return Captured(env=dict(os.environb), cwd=cwd, umask=mask, host=os.uname().nodename, now=now)
+    if cwd is None:
+        try:
+            cwd = os.getcwdb()
+        except FileNotFoundError:
+            raise InvalidInput("your current directory no longer exists",
+                               "cd to an existing directory and submit again") from None
+    return Captured(env=dict(os.environb) if env is None else env, cwd=cwd, umask=mask, host=os.uname().nodename,
+                    now=now)
 
 
 def submit(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
