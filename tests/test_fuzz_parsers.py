@@ -548,3 +548,44 @@ def test_counters_round_trip():
     assert record["finished"] == [["failed", "3", "alice", 1]] and record["attempts"] == 1
     with pytest.raises(DamagedRecord, match="damaged counters metrics.node2.state: it is the file of host 'vm'"):
         parse_counters(json.dumps(record).encode(), "node2")
+
+
+LOG_VALUES = NASTY.map(lambda raw: raw.decode("utf-8", "replace")) | texts
+
+
+@st.composite
+def drain_logs(draw) -> list[str]:
+    """onite.log of a drain whose job lines' fields hold anything (a hand-edited log), with raw lines among them."""
+    from onite.spool.log import format_line
+
+    start = datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=30)
+    lines = [format_line(start, "vm", 4242, "driver-start", host="vm", slots=1)]
+    for i in range(draw(st.integers(1, 4))):
+        when = start + timedelta(seconds=10 * i + 1)
+        name = draw(st.sampled_from(["root:a", "root:b", "nobody:c", "x", ""]))
+        fields = {key: draw(LOG_VALUES) for key in draw(st.lists(st.sampled_from(
+            ["user", "priority", "attempt", "run", "pid", "exit", "seconds", "reason", "by", "owner"]), max_size=5))}
+        lines.append(format_line(when, "vm", 4242, "start", name, **fields))
+        event = draw(st.sampled_from(["done", "failed", "cancelled", "retried", "requeued", "refused", "timeout"]))
+        lines.append(format_line(when + timedelta(seconds=draw(st.integers(0, 5))), "vm", 4242, event, name, **fields))
+        if draw(st.booleans()):
+            lines.append(draw(texts).replace("\n", " ") + "\n")
+    lines.append(format_line(start + timedelta(minutes=1), "vm", 4242, "driver-exit", reason="drained"))
+    return lines
+
+
+@FUZZ
+@given(drain_logs())
+@example([f"{datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)} vm[1] driver-start\n",
+          f"{datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)} vm[1] done root:a seconds=nan\n"])
+def test_the_report_and_status_read_any_drain_log(scratch_spool, lines):
+    """A hand-edited onite.log never stops ``report`` or ``status``: what they cannot read they leave out."""
+    from onite.app import report, reporttext, status
+
+    scratch_spool.log_path.write_bytes("".join(lines).encode("utf-8", "surrogateescape"))
+    now = datetime.now().astimezone()
+    for records in (True, False):
+        data = report.build(scratch_spool, now, records=records)
+        json.loads(reporttext.to_json(data))
+        reporttext.rows(data)
+    status.last_night(scratch_spool, now)

@@ -271,7 +271,7 @@ def to_json(data: ReportData) -> str:
                    "headline": headline(data), "counts": data.counts, "timed_out": data.timed_out,
                    "pruned": len(data.pruned), "keep": data.keep,
                    "drains": [d.to_json() for d in data.drains],
-                   "left": data.left if data.current else None,
+                   "left": dict(data.left) if data.current else None,
                    "next_drain": data.next_drain.isoformat() if data.next_drain else None,
                    "hosts": data.hosts, "failures": failures, "waiting": data.waiting,
                    "jobs": [job(j) for j in data.jobs]}, indent=1)

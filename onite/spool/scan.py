@@ -221,7 +221,7 @@ def forget_accounts() -> None:
 def _uid_of(user: str) -> int | None:
     try:
         return pwd.getpwnam(user).pw_uid
-    except KeyError:
+    except (KeyError, ValueError):  # no such account; a NUL, which no account name holds
         return None
 
 
