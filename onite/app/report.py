@@ -17,6 +17,7 @@ from onite.drain.heartbeat import draining_hosts
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
 from onite.spool.scan import key_uid
+from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
@@ -319,10 +320,16 @@ def log_view(final, start) -> JobView:
         reason = f"cancelled by {fields.get('by', '?')}"
     uid = key_uid(user)  # -1: no such account now
     return JobView(name=final.name, uid=-1 if uid is None else uid, user=user, state=final.event,
-                   priority=int(priority) if priority and priority.isdigit() else None, urgent=priority == "urgent",
+                   priority=_whole(priority, MAX_PRIORITIES), urgent=priority == "urgent",
                    submitted=started or final.when, host=final.host, started=started, finished=finished,
                    exit_code=dr.integer(fields.get("exit")), reason=reason,
-                   attempt=int(fields["attempt"]) if fields.get("attempt", "").isdigit() else None)
+                   attempt=_whole(fields.get("attempt"), MAX_RETRIES + 1))
+
+
+def _whole(text: str | None, most: int) -> int | None:
+    """A log field that holds a number from 1 to ``most``, as an int; None for anything else."""
+    value = dr.integer(text) if text and text.isascii() and text.isdigit() else None
+    return value if value is not None and 1 <= value <= most else None
 
 
 def _number(text: str | None) -> float | None:
