@@ -214,6 +214,20 @@ def test_cancel_without_a_name_offers_a_numbered_list_on_a_terminal(spool, answe
     assert run_cli(["find", "second"]).code == (1 if answer == b"2\n" else 0)
 
 
+@pytest.mark.parametrize("answer", ["3", "0", "\u00b3", "x"])
+def test_a_pick_that_names_no_job_cancels_nothing_in_one_line(spool, answer):
+    from conftest import OnTerminal
+
+    submit("first")
+    submit("second")
+    terminal = OnTerminal(spool, ["cancel"])
+    terminal.until(b"cancel which job?")
+    terminal.write(answer.encode() + b"\n")
+    code, seen = terminal.finish()
+    assert code == 2 and b"no job numbered" in seen and b"Traceback" not in seen, seen
+    assert run_cli(["find", "first"]).code == 0 and run_cli(["find", "second"]).code == 0
+
+
 def test_list_by_host_shows_the_jobs_each_host_ran(spool, cli):
     submit("ran")
     assert drain(spool).returncode == 0

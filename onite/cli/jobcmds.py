@@ -276,7 +276,7 @@ def _pick_one(target) -> list[str]:
     if not answer:
         print("nothing cancelled")
         return []
-    if not answer.isdigit() or not 1 <= int(answer) <= len(views):
+    if answer not in {str(number) for number in range(1, len(views) + 1)}:
         raise InvalidInput(f"no job numbered {answer!r}", f"answer a number from 1 to {len(views)}")
     return [label(views[int(answer) - 1].name)]
 
