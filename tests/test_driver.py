@@ -163,6 +163,16 @@ def test_detach_runs_in_the_background(spool, workdir, cli):
     assert (workdir / "bg").read_text() == "ran\n"
 
 
+@pytest.mark.parametrize("value", ["\u00b3", "9" * 5000, "-1", "x"])
+def test_a_run_given_a_detach_descriptor_that_is_none_just_drains(spool, value):
+    """ONITE_DETACH_REPORT is for the driver ``run --detach`` starts; any other value is ignored."""
+    submit("plain", "true\n")
+    done = subprocess.run([sys.executable, "-m", "onite", "run"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), ONITE_DETACH_REPORT=value))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done
+    assert (spool / "jobsdone" / "root:plain@result").exists()
+
+
 def test_detach_waits_for_its_drivers_word_however_slowly_it_starts(spool, workdir):
     """A background driver that is slow to start (a loaded machine; here its Python holds its start two
     seconds) is still told as draining: ``run --detach`` waits for the driver's word, not a set time."""

@@ -66,11 +66,11 @@ def _detach_word() -> list[int]:
     closed unsaid, is its other word. [the descriptor] in the driver detach_driver started, [] in any other
     ``onite run``; taken out of the environment and out of reach of what this process starts."""
     value = os.environ.pop(DETACH_REPORT, None)
-    if value is None or not value.isdigit():
+    if value is None or not value.isascii() or not value.isdigit():
         return []
     try:
         os.set_inheritable(int(value), False)
-    except OSError:
+    except (OSError, ValueError):  # not a descriptor of this process; more digits than int() takes
         return []
     return [int(value)]
 
