@@ -42,7 +42,8 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
         raise NotFound(f"no job {text!r} is queued or running", "see onite list")
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
     if not allowed:
-        raise Refused(f"job {text!r} belongs to {user_name((running + queued)[0].uid)}", "you may cancel only your own jobs (own_only = true)")
+        owner = user_name((running + queued)[0].uid)
+        raise Refused(f"job {text!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
     if any(entry in allowed for entry in running):
         from onite.drain.heartbeat import live_beats
 

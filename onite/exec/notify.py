@@ -200,8 +200,9 @@ class Notifier:
         except KeyError:
             self.log.event("notify-failed", result.name, how="mail", reason=f"no account {result.user!r} to mail")
             return
-        message = mail_message(result, run_tail(self.spool.output_path(result.name), result.uid, result.started, result.finished,
-                                                max_bytes=TAIL_BYTES, lines=TAIL_LINES), self.spool.root)
+        tail = run_tail(self.spool.output_path(result.name), result.uid, result.started, result.finished,
+                        max_bytes=TAIL_BYTES, lines=TAIL_LINES)
+        message = mail_message(result, tail, self.spool.root)
         self._start(result, "mail", [sendmail, "-oi", "-t"], message, dict(os.environ), config)
 
     def _command(self, result: Result, config) -> None:

@@ -76,7 +76,8 @@ def write_record(root: Path, record: CronRecord) -> None:
     """Raises SpoolIOError."""
     import json
 
-    replace_file(record_path(root, record.host), (json.dumps(record.to_json(), indent=1) + "\n").encode(), mode=0o644, durable=True)
+    text = json.dumps(record.to_json(), indent=1) + "\n"
+    replace_file(record_path(root, record.host), text.encode(), mode=0o644, durable=True)
 
 
 def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
