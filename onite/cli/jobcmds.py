@@ -30,7 +30,8 @@ def init(
     where, root = locate_spool(spool), os.geteuid() == 0
     check_may_init(where, os.geteuid())
     report = init_spool(where.path, priorities, system=root)
-    kind, made = "system spool (multi-user modes)" if root else "personal spool", SpoolDir(report.root)
+    kind = "system spool (multi-user modes)" if root else "personal spool"
+    made = SpoolDir(report.root)
     print(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}")
     if report.config_kept:
         print(f"{made.config_path}: kept as you changed it")
@@ -219,7 +220,7 @@ def cancel(
     if not picked.chosen:
         also = f" (it matches {len(picked.skipped)} of other users': {others})" if picked.skipped else ""
         raise NotFound(f"no queued or running job of yours matches {what}{also}", "see onite list")
-    # the queued jobs that waiting for one of these will fail: root is shown them before answering
+    # the queued jobs that will fail, for they wait for one of these: root is shown them before answering
     doomed = [printable(f"will fail: {label(name)} (waits for {label(dep)})")
               for name, dep in doomed_by(target, picked.chosen, os.geteuid())]
     if os.geteuid() == 0 and not yes and not confirm(

@@ -10,6 +10,7 @@ import os
 import signal
 import time
 
+from onite.core.runrecord import RunRecord
 from onite.exec import contain, limits
 from onite.exec.contain import signal_exact
 
@@ -74,7 +75,7 @@ def stop_processes(find, grace: float) -> int:
         time.sleep(0.05)
 
 
-def stop_leftovers(rec, containment: contain.Containment, limiter: limits.Limiter, spool: str, name: str,
+def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limiter: limits.Limiter, spool: str, name: str,
                    run_id: str, pgid: int | None = None) -> bool:
     """Stop what is left of run ``run_id`` of job ``name`` whose monitor is gone and remove its groups, as the
     monitor would have; True if any of it ran. Only what its run record ``rec`` (None if unreadable) names
