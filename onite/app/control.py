@@ -11,8 +11,8 @@ import pwd
 import time
 from datetime import datetime
 from fnmatch import fnmatchcase
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
 from onite.spool.files import remove_file
 from onite.spool.holds import add_hold, remove_holds
@@ -25,7 +25,7 @@ from onite.core.policy import may_touch, owner_or_root
 from onite.app.common import key_for, me
 
 
-class CancelReport(NamedTuple):
+class CancelReport(Record):
     """What ``cancel`` did to a job: "cancelled", or "requested" of its driver."""
 
     name: str  # the job's key
@@ -94,7 +94,7 @@ def is_pattern(word: str) -> bool:
     return not frozenset("*?[").isdisjoint(word)
 
 
-class Selection(NamedTuple):
+class Selection(Record):
     """The jobs a pattern (or ``--all``) picks for a caller: theirs, and others' it leaves alone."""
 
     chosen: list  # JobViews, running then queued, each name once

@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.spool.log import parse_line
 
 # the events a report reads; any other line is skipped before it is parsed
@@ -67,7 +67,7 @@ class Drain:
                 "left": self.left, "until": self.until}
 
 
-class Session(NamedTuple):
+class Session(Record):
     """The drains of one night: from the first one's start to the last one's end (None: one still runs)."""
 
     start: datetime
@@ -227,7 +227,7 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
     return Session(min(d.started for d in chosen), end, tuple(chosen))
 
 
-class JobEvents(NamedTuple):
+class JobEvents(Record):
     """What the log says of the jobs of a window: each job's last final line and the start line
     before it, by (name, user: "" where a line names none), how many attempts a retried job was
     allowed, the files refused."""

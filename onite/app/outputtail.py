@@ -6,8 +6,7 @@ user written during that run (O_NOFOLLOW), with their control characters spelt o
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from onite.core.record import Record
 from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
 from onite.core.jobview import JobView
@@ -18,7 +17,7 @@ TAIL_BYTES = 8192  # read from the end of the file: enough for the few lines sho
 TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its width)
 
 
-class Tail(NamedTuple):
+class Tail(Record):
     """The end of a failed job's output, as its reader may see it."""
 
     lines: tuple[str, ...] = ()

@@ -12,8 +12,9 @@ import os
 import stat
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
+from onite.core.record import Record
 from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
@@ -74,7 +75,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
         raise NotFound(f"no recurring job {name!r}", "see onite recur list")
 
 
-class TemplateView(NamedTuple):
+class TemplateView(Record):
     """What ``onite recur list`` and ``onite status`` show of one template."""
 
     name: str

@@ -10,9 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime, time, timedelta, timezone
 from types import MappingProxyType
-from typing import NamedTuple
 
 from onite.app import drains as dr
+from onite.core.record import Record
 from onite.drain.heartbeat import draining_hosts
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
@@ -30,7 +30,7 @@ NIGHT_STARTS = time(12, 0)  # a night runs from noon to the next noon
 EMPTY: Mapping = MappingProxyType({})  # a default no report may change
 
 
-class ReportData(NamedTuple):
+class ReportData(Record):
     """The jobs of one morning report, the window they come from, and what the window left. Its defaults are
     read-only (shared by every report): what a report holds is made anew, never changed in place."""
 

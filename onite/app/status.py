@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime
-from typing import NamedTuple
 
 from onite.app.common import label
 from onite.app.listing import running_views
 from onite.app.recur import upcoming
 from onite.app.report import build, night_of
+from onite.core.record import Record
 from onite.drain import heartbeat as hb
 from onite.drain.nextdrain import DrainPlan, plan
 from onite.drain.verdicts import EXAMINE, waiting_jobs
@@ -29,7 +29,7 @@ from onite.core.schedule import next_drain
 SHOWN_FAILED = 10  # names of failed jobs in last night's summary
 
 
-class StatusInfo(NamedTuple):
+class StatusInfo(Record):
     """What ``onite status`` shows: drivers, queue sizes, running and waiting jobs, what comes next."""
 
     spool: str

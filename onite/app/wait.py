@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_entries
 from onite.spool.results import read_result, read_results
@@ -29,7 +29,7 @@ GONE_LOOKS = 3  # looks that find a job nowhere (a requeue passes through nowher
 SHOWN_NAMES = 10  # names of failed jobs in a drain's summary line
 
 
-class Seen(NamedTuple):
+class Seen(Record):
     """One look at one job name."""
 
     name: str
@@ -63,7 +63,7 @@ def look(spool: SpoolDir, name: str, *, with_result: bool = False) -> Seen:
     return Seen(name, live, result, withdrawn, files, filed)
 
 
-class Watch(NamedTuple):
+class Watch(Record):
     """What the waiter knows of one name between looks."""
 
     name: str
@@ -74,7 +74,7 @@ class Watch(NamedTuple):
     live: str | None = None  # where it was at the last look
 
 
-class Final(NamedTuple):
+class Final(Record):
     """How a waited-for job ended: ``done``, ``failed``, ``cancelled``, or ``unknown``."""
 
     name: str
@@ -142,7 +142,7 @@ def _pause(clock: Clock, delay: float, deadline: float | None) -> float:
     return min(delay * POLL_GROWTH, POLL_MAX)
 
 
-class JobsWaited(NamedTuple):
+class JobsWaited(Record):
     """What ``wait_jobs`` found: each name's Final, or where it still was when time ran out."""
 
     names: list[str]
@@ -229,7 +229,7 @@ def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
     return found
 
 
-class DrainsWaited(NamedTuple):
+class DrainsWaited(Record):
     """What ``wait_drains`` found: the drains' hosts and the jobs that finished since they began."""
 
     hosts: list[str]

@@ -7,11 +7,11 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import NamedTuple
 
 from onite.app.common import label as name_label
 from onite.core.cells import human_duration, outcome_text, plain_table, priority_label, priority_text, short_time
 from onite.core.jobview import JobView
+from onite.core.record import Record
 from onite.core.safetext import phrase, printable
 
 STATE_STYLE = {"queued": "cyan", "held": "yellow", "running": "bold blue", "done": "green", "failed": "bold red",
@@ -21,7 +21,7 @@ INDENT = "    "  # of a sentence's lines after its first, and of what follows a 
 GANTT_NAME = 24  # the widest name column of the timeline; a longer name ends in …
 
 
-class TableSpec(NamedTuple):
+class TableSpec(Record):
     """A table's columns (title, right-justified), its rows, the columns of free text that may end in … at the
     terminal's edge (``cut``), each row's styles, and the columns to leave out, first to last, where the
     terminal is too narrow for all (``drops``). No other cell is ever cut or folded: a name is what users type."""

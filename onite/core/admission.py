@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.core.resources import Need, too_big
 
 
-class Busy(NamedTuple):
+class Busy(Record):
     """A running job's request and when it ends at the latest (None: no time limit)."""
 
     need: Need
@@ -27,7 +27,7 @@ def free_room(capacity: Need, running: Iterable[Busy]) -> Need:
     return capacity - sum((busy.need for busy in running), Need(0, 0, 0))
 
 
-class Reservation(NamedTuple):
+class Reservation(Record):
     """When the head job can start at the latest (None: unknown) and what stays free beside it then."""
 
     at: datetime | None
@@ -71,7 +71,7 @@ class Admit(StrEnum):
     NEVER = "never"  #: it asks for more than the host has at all
 
 
-class Room(NamedTuple):
+class Room(Record):
     """A host at one moment: its name and capacity, its running jobs, what they leave free."""
 
     host: str
@@ -91,7 +91,7 @@ def room(host: str, capacity: Need, running: Iterable[Busy]) -> Room:
     return Room(host, capacity, running, free_room(capacity, running))
 
 
-class Head(NamedTuple):
+class Head(Record):
     """The first job of a pass over the queue that waits for room, and its reservation (None: strict order)."""
 
     name: str
@@ -104,7 +104,7 @@ def head_of(name: str, need: Need, where: Room, *, backfill: bool) -> Head:
     return Head(name, need, reserve(where.capacity, list(where.running), need) if backfill else None)
 
 
-class Admission(NamedTuple):
+class Admission(Record):
     """The verdict, its reason as ``onite list`` and the log say it, and the head job for the rest of the pass."""
 
     verdict: Admit

@@ -11,10 +11,10 @@ import tomllib
 from collections.abc import Mapping
 from datetime import time, timedelta
 from types import MappingProxyType
-from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name
+from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, parse_mem, parse_size
 from onite.core.timeparse import parse_clock, parse_duration
 from onite.core.values import is_whole
@@ -29,7 +29,7 @@ PAM_MODES = ("auto", "required", "off")
 MAX_PIDS = 4_194_304  # the kernel's largest pid_max
 
 
-class SlurmConfig(NamedTuple):
+class SlurmConfig(Record):
     """The ``[slurm]`` table: how the slurm executor hands jobs to the cluster."""
 
     partition: str | None = None
@@ -40,7 +40,7 @@ class SlurmConfig(NamedTuple):
     nice_step: int = 10_000  # --nice added per onite priority level (P1 and urgent: 0)
 
 
-class HostConfig(NamedTuple):
+class HostConfig(Record):
     """A ``[hosts.NAME]`` table: what overrides the spool's settings on host NAME (None: nothing)."""
 
     slots: int | None = None
@@ -48,9 +48,9 @@ class HostConfig(NamedTuple):
     cpus: int | None = None  # CPUs likewise (default: the machine's, minus reserve_cpus)
 
 
-class Config(NamedTuple):
-    """A spool's settings (see docs/configuration.md for each key). A NamedTuple, like every value the everyday
-    commands make: they need no dataclasses (nor the inspect they import)."""
+class Config(Record):
+    """A spool's settings (see docs/configuration.md for each key). A Record (onite.core.record), like every value
+    the everyday commands make: they need no dataclasses (nor the inspect they import)."""
 
     priorities: int = 7
     default_priority: int = 4

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+
+from onite.core.record import Record
 
 
-class Identity(NamedTuple):
+class Identity(Record):
     """A user account: the credentials a job of theirs runs with."""
 
     uid: int

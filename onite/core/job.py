@@ -7,12 +7,12 @@ whether it is held (a marker). The environment is checked (``env_problem``) wher
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import NamedTuple
 
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES, NOTIFY_HOW, NOTIFY_ON
 from onite.core.escaping import escape
 from onite.core.names import is_valid_key, is_valid_name
+from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, MAX_MEM
 from onite.core.timeparse import MAX_DURATION, is_valid_time
 from onite.core.values import is_whole
@@ -23,7 +23,7 @@ MAX_STATUS = 2**31 - 1  # an exit code, as waitpid or Slurm reports it, fits in 
 MAX_SIGNAL = 255
 
 
-class Attempt(NamedTuple):
+class Attempt(Record):
     """One finished try of a job that is retried (kept in the job file between tries)."""
 
     attempt: int
@@ -54,7 +54,7 @@ class Attempt(NamedTuple):
         )
 
 
-class _JobFields(NamedTuple):
+class _JobFields(Record):
     name: str
     priority: int
     submitted: datetime

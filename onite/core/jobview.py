@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.core.resources import format_mem, human_bytes
 from onite.core.state import Result, json_fields
 
 
-class JobView(NamedTuple):
-    """One job as ``onite list`` and ``onite status`` show it (a NamedTuple: list makes one per job, and a frozen
-    dataclass is made several times slower)."""
+class JobView(Record):
+    """One job as ``onite list`` and ``onite status`` show it (a Record, a NamedTuple: list makes one per job, and a
+    frozen dataclass is made several times slower)."""
 
     name: str
     uid: int

@@ -7,9 +7,10 @@ Spooling closes at ``cutoff`` until ``until`` (else midnight); only root and the
 from __future__ import annotations
 
 from datetime import datetime, time, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from onite.core.errors import Refused
+from onite.core.record import Record
 from onite.core.timeparse import local_time, next_clock
 
 if TYPE_CHECKING:  # an annotation only: list, status, output and cancel need no Identity
@@ -22,7 +23,7 @@ def owner_or_root(caller_uid: int, owner_uid: int) -> bool:
     return caller_uid == 0 or caller_uid == owner_uid
 
 
-class CutoffState(NamedTuple):
+class CutoffState(Record):
     """Whether spooling is closed now, and when it opens again."""
 
     closed: bool

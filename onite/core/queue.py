@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from enum import Enum
 from operator import itemgetter
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from onite.core.names import shown
+from onite.core.record import Record
 
 T = TypeVar("T")
 
@@ -30,7 +31,7 @@ class DepState(Enum):
     DAMAGED = "damaged"  #: its result record cannot be read: whether it succeeded is unknown
 
 
-class Meta(NamedTuple):
+class Meta(Record):
     """The part of a job file the scheduler needs (kept in memory for every queued job)."""
 
     after: tuple[str, ...] = ()
@@ -42,18 +43,18 @@ class Meta(NamedTuple):
     timeout: timedelta | None = None
 
 
-class Ready(NamedTuple):
+class Ready(Record):
     """The job may start now."""
 
 
-class Wait(NamedTuple):
+class Wait(Record):
     """The job may not start yet: why, and (if known) until when."""
 
     reason: str
     until: datetime | None = None  # when it may become ready by itself (a not-before time)
 
 
-class Fail(NamedTuple):
+class Fail(Record):
     """The job can never run (a dependency failed or was cancelled): the reason it fails with."""
 
     reason: str

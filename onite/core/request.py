@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import NamedTuple
 
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
 from onite.core.names import check_name, job_key, resolve
+from onite.core.record import Record
 from onite.core.resources import parse_cpus, parse_mem
 from onite.core.timeparse import parse_duration, parse_when
 
 
-class SubmitRequest(NamedTuple):
+class SubmitRequest(Record):
     """What the user asked for, as typed (times and durations not yet parsed)."""
 
     name: str
@@ -58,7 +58,7 @@ class SubmitRequest(NamedTuple):
 OPTIONS = frozenset(SubmitRequest._fields) - {"name", "body"}  # submit's options
 
 
-class Captured(NamedTuple):
+class Captured(Record):
     """The submitter's world, captured at submit time."""
 
     env: dict[bytes, bytes]
@@ -120,7 +120,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
         raise InvalidInput(f"cannot spool job {request.name!r}: {err}", "check its options") from None
 
 
-class JobChanges(NamedTuple):
+class JobChanges(Record):
     """Submit's options that set a job's priority and limits, as typed (None: not given): what ``restart`` and
     ``edit`` may change of a spooled job, whose text, environment and directory stay. ``after`` replaces the
     dependencies."""

@@ -8,9 +8,9 @@ set, else the machine's (onite.exec.limits) minus a reserve.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput
+from onite.core.record import Record
 
 MAX_MEM = 1 << 30  # MiB: a PiB; beyond it a request is a typo
 MAX_CPUS = 4096
@@ -75,7 +75,7 @@ def capacity_text(capacity: Need) -> str:
     return f"{format_mem(capacity.mem)} memory, {cpus_text(capacity.cpus)}"
 
 
-class Need(NamedTuple):
+class Need(Record):
     """An amount of each resource: memory (MiB), CPUs, slots. A request, what is free, a capacity."""
 
     mem: int = 0

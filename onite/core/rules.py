@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
-from typing import NamedTuple
 
 from onite.core.errors import InvalidInput
+from onite.core.record import Record
 from onite.core.timeparse import format_duration, parse_duration
 
 _DAY = timedelta(days=1)
@@ -38,7 +38,7 @@ _PLAIN_FIELD = re.compile(r"\*|(?:0|[1-9][0-9]?)(?:,(?:0|[1-9][0-9]?))*")  # *, 
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)  # a fixed start keeps validation deterministic
 
 
-class Cron(NamedTuple):
+class Cron(Record):
     """What the day-by-day engine needs from one validated expression."""
 
     expr: str
@@ -136,7 +136,7 @@ def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | Non
     return hit.date()
 
 
-class _CronFields(NamedTuple):
+class _CronFields(Record):
     expr: str
 
 
@@ -150,7 +150,7 @@ class CronRule(_CronFields):
         return super().__new__(cls, compile_cron(expr).expr)
 
 
-class _EveryFields(NamedTuple):
+class _EveryFields(Record):
     interval: timedelta
     offset: timedelta = timedelta(0)
 

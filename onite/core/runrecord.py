@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
 from onite.core.values import is_whole
@@ -20,7 +20,7 @@ VERSION = 2
 MAX_GRACE = 86_400.0  # seconds: a kill grace read back from a record is at most a day
 
 
-class RunRecord(NamedTuple):
+class RunRecord(Record):
     """What a run record says (``parse``)."""
 
     info: dict  # the driver's first line

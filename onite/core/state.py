@@ -10,13 +10,13 @@ import os
 import signal as _signal
 from datetime import datetime
 from enum import StrEnum
-from typing import NamedTuple
 
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import DamagedRecord
 from onite.core.job import MAX_RETRIES, MAX_SIGNAL, MAX_STATUS, Attempt, Job
 from onite.core.names import is_valid_key
+from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need, format_mem, human_bytes
 
 MAX_ID = 2**32 - 1  # a uid
@@ -48,7 +48,7 @@ def check_transition(name: str, old: JobState, new: JobState) -> None:
         raise InvalidTransition(f"job {name!r} cannot go from {old} to {new}")
 
 
-class Outcome(NamedTuple):
+class Outcome(Record):
     """How one attempt ended. Exactly one cause: exit_code, signal, or a reason."""
 
     exit_code: int | None = None
@@ -112,7 +112,7 @@ def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | N
     return None if why is None else Outcome(exit_code=ended.exit_code, signal=ended.signal, **why)
 
 
-class Result(NamedTuple):
+class Result(Record):
     """The result record of a finished job: ``jobsdone/NAME@result`` (JSON, world-readable)."""
 
     name: str

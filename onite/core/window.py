@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, time, timedelta
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.core.rules import CronRule
 from onite.core.schedule import last_fire, next_drain, next_fire
 
 LOOKBACK = timedelta(hours=24)  # --scheduled: how far back a schedule time may open tonight's window
 
 
-class Window(NamedTuple):
+class Window(Record):
     """The night window that the schedule time ``opened`` began; ``closes`` None: no end."""
 
     opened: datetime
@@ -43,7 +43,7 @@ def scheduled_window(schedule: Sequence[str], until: time | None, now: datetime,
     return window_of(fire, until) if fire is not None else None
 
 
-class Plan(NamedTuple):
+class Plan(Record):
     """What the daemon does about the schedule at ``now``."""
 
     drain: datetime | None  # the schedule time whose night to drain now (None: nothing due)

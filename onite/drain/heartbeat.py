@@ -13,11 +13,11 @@ import os
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core import values
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import OniteError
+from onite.core.record import Record
 from onite.exec.contain import boot_id, process_start_ticks
 from onite.spool.files import remove_file, replace_file
 from onite.spool.paths import HEARTBEAT, SpoolDir
@@ -47,7 +47,7 @@ def heartbeat_path(root: Path, host: str) -> Path:
     return SpoolDir(root).state_path(HEARTBEAT, host)
 
 
-class Beat(NamedTuple):
+class Beat(Record):
     """One heartbeat: who holds HOST's driver lock, since when, started by what, doing what."""
 
     host: str

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core.errors import OniteError
+from onite.core.record import Record
 from onite.drain import heartbeat as hb
 from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others, comm
 from onite.spool.cronrecords import read_records
@@ -25,7 +25,7 @@ CRON_PIDFILES = ("/run/crond.pid", "/var/run/crond.pid", "/run/cron.pid")
 LABEL = {"daemon": "the daemon", "timer": "the systemd timer", "cron": "cron"}
 
 
-class Starter(NamedTuple):
+class Starter(Record):
     """Something that will start a drain: ``by`` (daemon, timer, cron) on ``host``, next at ``when``."""
 
     by: str
@@ -37,7 +37,7 @@ class Starter(NamedTuple):
         return {"by": self.by, "host": self.host, "when": self.when.isoformat(), "detail": self.detail}
 
 
-class DrainPlan(NamedTuple):
+class DrainPlan(Record):
     """What will drain the spool: the starters by time, the drivers draining now, the problems, and
     the one command that schedules drains if nothing does."""
 

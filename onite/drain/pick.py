@@ -17,13 +17,13 @@ from itertools import groupby
 from operator import attrgetter
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import NamedTuple
 
 from onite.core.admission import Admission, Admit, Busy, Head, Room, admit, latest_end, room
 from onite.core.errors import JobFormatError, Refused
 from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, fair_order
+from onite.core.record import Record
 from onite.core.resources import Need, host_capacity, request_of
 from onite.core.state import JobState
 from onite.drain.finish import Finisher
@@ -60,7 +60,7 @@ class Inspection:
     reason: str = ""
 
 
-class Picked(NamedTuple):
+class Picked(Record):
     """The job a pick chose, and what it was admitted with: the start holds it to exactly that."""
 
     cand: Candidate

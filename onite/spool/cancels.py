@@ -11,12 +11,12 @@ import os
 import stat
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core.errors import EXIT_REFUSED, JobFormatError, NotFound, OniteError
 from onite.core.job import Job
 from onite.core.jobfile import decode
 from onite.core.names import SIDE
+from onite.core.record import Record
 from onite.core.state import JobState, Result, unrun_result
 from onite.spool.filecheck import SLACK, read_up_to
 from onite.spool.files import change_state, create_marker, discard, move_file, token
@@ -52,7 +52,7 @@ class NotAJob(OniteError):
     exit_code = EXIT_REFUSED
 
 
-class Filed(NamedTuple):
+class Filed(Record):
     """What ``file_withdrawn`` did: the cancelled ``result`` it wrote (None: ``note`` says why not) and
     the ``job`` as read (None if damaged)."""
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core import values
 from onite.core.errors import OniteError
+from onite.core.record import Record
 from onite.spool.files import replace_file
 from onite.spool.paths import CRON_RECORD, SpoolDir
 
@@ -24,7 +24,7 @@ def record_path(root: Path, host: str) -> Path:
     return SpoolDir(root).state_path(CRON_RECORD, host)
 
 
-class CronRecord(NamedTuple):
+class CronRecord(Record):
     """What ``onite cron --install`` put in a crontab on ``host``."""
 
     host: str

@@ -11,9 +11,9 @@ import os
 import stat
 from enum import StrEnum
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core.errors import ConfigError, InvalidInput, OniteError, Refused
+from onite.core.record import Record
 from onite.spool.paths import SpoolDir
 
 SYSTEM_SPOOL = Path("/var/spool/onite")
@@ -30,7 +30,7 @@ class Source(StrEnum):
     PERSONAL = "personal"  #: a user's own, where there is no system spool ($XDG_STATE_HOME/onite)
 
 
-class Location(NamedTuple):
+class Location(Record):
     """Which spool a command uses and why (for errors, status and --help)."""
 
     path: Path

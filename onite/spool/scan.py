@@ -13,14 +13,14 @@ import pwd
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core.errors import SpoolIOError
 from onite.core.names import SIDE, is_valid_key
+from onite.core.record import Record
 from onite.spool.paths import SpoolDir
 
 
-class Entry(NamedTuple):
+class Entry(Record):
     """A queued job, a claim or an entry of cancel/, as the file system shows it, without reading it."""
 
     name: str
@@ -105,7 +105,7 @@ def token_names(folder: Path) -> Iterator[tuple[str, os.DirEntry]]:
             yield name, entry
 
 
-class Marker(NamedTuple):
+class Marker(Record):
     """A regular file ``NAME@TOKEN`` of hold/ or edit/: its path, owner and ctime."""
 
     path: Path

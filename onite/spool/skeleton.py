@@ -11,10 +11,10 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import NamedTuple
 
 from onite.core.config import parse_config
 from onite.core.errors import Refused, SpoolError, SpoolIOError
+from onite.core.record import Record
 from onite.spool import trust
 from onite.spool.files import create_file, replace_file
 from onite.spool.paths import STICKY_DIR, SpoolDir
@@ -49,7 +49,7 @@ def with_priorities(text: str, priorities: int) -> str:
     return re.sub(r"(?m)^default_priority = \d+$", f"default_priority = {(priorities + 1) // 2}", text, count=1)
 
 
-class InitReport(NamedTuple):
+class InitReport(Record):
     """What ``init_spool`` did."""
 
     root: Path

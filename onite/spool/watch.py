@@ -15,15 +15,15 @@ import os
 import stat
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
 
+from onite.core.record import Record
 from onite.core.timeparse import parse_stamp
 from onite.spool.index import QueueIndex
 
 HEADER_LIMIT = 64 << 10  # submit writes at: and pin: within a job's first ~30 KiB (before env:, tried: and unknown lines)
 
 
-class _Seen(NamedTuple):
+class _Seen(Record):
     ctime_ns: int
     not_before: datetime | None = None
     pin: str | None = None
