@@ -11,6 +11,7 @@ from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name, job_label, unique_name
 from onite.core.policy import cutoff_state, may_touch, owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, evaluate, retry_delay, sort_folder
+from onite.core.record import Record
 from onite.spool.skeleton import skeleton_config
 from onite.core.timeparse import format_duration, parse_clock, parse_duration, parse_stamp, parse_when
 
@@ -81,6 +82,33 @@ def test_stamps_onite_wrote_parse_and_damaged_ones_are_none():
     assert parse_stamp("2026-11-22T21:00:00+00:00") == NOW
     assert parse_stamp(None) is None and parse_stamp("") is None
     assert parse_stamp("21:00 yesterday") is None and parse_stamp(42) is None
+
+
+def test_a_record_is_a_namedtuple_of_its_annotated_fields():
+    class Pair(Record):
+        """Two numbers."""
+
+        low: int
+        high: int = 9
+        LIMIT = 100  # not annotated: a class attribute, no field
+
+        def __new__(cls, low: int, high: int = 9) -> "Pair":
+            return super().__new__(cls, min(low, high), max(low, high))
+
+        def width(self) -> int:
+            return self.high - self.low
+
+    pair = Pair(5, 2)
+    assert (pair, pair.width(), tuple(pair), Pair(3)) == (Pair(2, 5), 3, (2, 5), (3, 9))
+    assert (Pair._fields, Pair._field_defaults, Pair.LIMIT, Pair.__doc__) == (("low", "high"), {"high": 9}, 100,
+                                                                             "Two numbers.")
+    assert pair._replace(high=7) == (2, 7) and repr(pair) == "Pair(low=2, high=5)" and not hasattr(pair, "__dict__")
+    with pytest.raises(AttributeError):
+        pair.low = 1
+    with pytest.raises(TypeError, match="follows one with a default"):
+        class Bad(Record):  # noqa: F841 - the class statement is what fails
+            first: int = 0
+            second: int
 
 
 def test_priority_text():

@@ -16,6 +16,9 @@ class _Fields(type):
         if not bases:  # Record itself
             return super().__new__(mcls, name, bases, body)
         fields = list(body.get("__annotations__", {}))
+        has_default = [field in body for field in fields]
+        if has_default != sorted(has_default):  # namedtuple would give the defaults to the last fields
+            raise TypeError(f"{name}: a field without a default follows one with a default")
         defaults = [body.pop(field) for field in fields if field in body]
         tuple_type = namedtuple(name, fields, defaults=defaults, module=body["__module__"])
         body.setdefault("__slots__", ())
