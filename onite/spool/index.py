@@ -263,5 +263,7 @@ class QueueIndex:
 
 
 def is_settling(st: os.stat_result, now_ns: int) -> bool:
-    """A second hard link that is a submit's link-then-unlink in progress, not an attack."""
+    """A second hard link that is a submit's link-then-unlink in progress, not an attack. Counted from
+    the ctime, which its owner can keep fresh, where the picker counts from its first sight: an
+    ``onite run`` looks at recur/ once, and would see a stale link for the first time at every run."""
     return st.st_nlink == 2 and stat.S_ISREG(st.st_mode) and now_ns - st.st_ctime_ns < 2_000_000_000
