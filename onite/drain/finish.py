@@ -58,7 +58,6 @@ class Finisher:
         for it says whether and what may start (a pause, a requeue)."""
         night = self.night
         finished = night.runner.reap()
-        night.runner.started()  # each run it names is marked announced
         night.starts.flush()
         now, ended = night.clock.now(), []
         for run, outcome in finished:

@@ -175,7 +175,6 @@ class LocalRunner(Runner):
         self.pam = pam or Pam(why="not asked for")
         self.runs: list[Run] = []
         self._lingering: list[Monitor] = []  # monitors ending what their job left behind
-        self._started: list[Run] = []
         self._credentials = own_credentials()
         self._boot = contain.boot_id()
         self._pool = MonitorPool({"contain": self.containment.kind, "base": self.containment.base,
@@ -269,11 +268,6 @@ class LocalRunner(Runner):
         else:
             self._lingering.append(mon)
 
-    def started(self) -> list[Run]:
-        """Runs whose job's interpreter started since the last call, in the order they were claimed."""
-        started, self._started = self._started, []
-        return sorted(started, key=lambda run: run.started_mono)
-
     def _hear(self, run: Run) -> Outcome | None:
         """Read what ``run``'s monitor said; its outcome once the job ended, else None."""
         mon = run.monitor
@@ -315,9 +309,7 @@ class LocalRunner(Runner):
     def _note_start(self, run: Run, pid: int) -> None:
         if run.pgid is None:
             run.pgid = pid
-            if not run.announced:
-                run.announced = True
-                self._started.append(run)
+            run.announced = True
 
     def busy(self) -> bool:
         """Runs, or monitors still ending what their job left behind."""

@@ -111,10 +111,6 @@ class Runner(Protocol):
         """The executor's id of the job of a run whose driver died as it handed the job over."""
         return None
 
-    def started(self) -> list[Run]:
-        """Runs whose start was confirmed since the last call, in claim order."""
-        return []
-
     def busy(self) -> bool:
         """Work still in flight: the driver waits for it before it exits."""
         return bool(self.runs)

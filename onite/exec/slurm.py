@@ -93,7 +93,6 @@ class SlurmRunner(Runner):
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
         self._submitting: dict[str, Submission] = {}  # by run id
-        self._announced: list[Run] = []  # runs Slurm has, not yet said to the driver (started())
 
     @property
     def poll_interval(self) -> float:
@@ -195,7 +194,6 @@ class SlurmRunner(Runner):
                 if self.log is not None:
                     self.log.event("warning", run.name, error=f"cannot record its Slurm job id: {error.strerror}")
         run.announced = True
-        self._announced.append(run)
         if run.stopping is not None:  # stopped while sbatch ran: now there is a job to cancel
             self._cancel(run)
         if self._next_poll is None:
@@ -224,11 +222,6 @@ class SlurmRunner(Runner):
             if outcome is not None:  # a cancel (or stop) asked for while sbatch ran is what is recorded
                 failed.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         return failed
-
-    def started(self) -> list[Run]:
-        """Runs whose job Slurm has now (their sbatch said its id), in claim order."""
-        announced, self._announced = self._announced, []
-        return announced
 
     def close(self) -> None:
         """The drain is over: an sbatch still running is left to finish; the next driver takes its job back."""
