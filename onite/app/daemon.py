@@ -76,15 +76,15 @@ class Daemon:
     def state_path(self):
         return self.spool.state_path(DAEMON_STATE, self.host)
 
-    def run(self, *, leaving: bool = False) -> int:
-        """Lock, catch up a missed night if its window is open, then wake and drain until stopped (``leaving``: the
-        process ends with it). Refused: the spool is not this user's to drain, or another daemon runs for this
-        host; InvalidInput: a bad schedule; ConfigError: the reserve leaves nothing for jobs (after a reload, each
+    def run(self) -> int:
+        """Lock, catch up a missed night if its window is open, then wake and drain until stopped (the process
+        ends with it). Refused: the spool is not this user's to drain, or another daemon runs for this host;
+        InvalidInput: a bad schedule; ConfigError: the reserve leaves nothing for jobs (after a reload, each
         drain logs that instead)."""
         trust.check_drainable(self.spool, "onite daemon")
         self.schedule = validate_schedule(tuple(self.spool.config.schedule))
         check_capacity(self.spool.config, self.host)
-        with SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
+        with SignalCatcher(self.signals, leaving=True) as wakeup_fd:
             self._wakeup_fd = wakeup_fd
             lock = self._lock()
             if lock is None:
