@@ -138,7 +138,7 @@ class Daemon:
         self._plan_next()
         self.log.event("daemon-start", host=self.host, **self._plan_fields(), pid=os.getpid())
         drained = self._scheduled(now)
-        if self.drain_now and not drained and not self.stopping:
+        if self.drain_now and not drained:
             self.log.event("drain-now", note="draining once at start, then following the schedule")
             self._drain(only_timed=False)
         while not self.stopping:
@@ -205,11 +205,9 @@ class Daemon:
             return None
         return step
 
-    def _handled(self, fire: datetime | None) -> None:
+    def _handled(self, fire: datetime) -> None:
         """Every schedule time up to ``fire`` (and any that passed during a drain) is done."""
-        if fire is None:
-            return
-        latest = last_fire(self.schedule, self.clock.now(), since=fire) if self.schedule else None
+        latest = last_fire(self.schedule, self.clock.now(), since=fire)
         self.last = max(fire, latest) if latest else fire
         self._save_state()
         self._plan_next()
