@@ -76,15 +76,15 @@ class Daemon:
     def state_path(self):
         return self.spool.state_path(DAEMON_STATE, self.host)
 
-    def run(self, *, leaving: bool = False) -> int:
-        """Lock, catch up a missed night if its window is open, then wake and drain until stopped (``leaving``: the
-        process ends with it). Refused: the spool is not this user's to drain, or another daemon runs for this
-        host; InvalidInput: a bad schedule; ConfigError: the reserve leaves nothing for jobs (after a reload, each
+    def run(self) -> int:
+        """Lock, catch up a missed night if its window is open, then wake and drain until stopped (the process
+        ends with it). Refused: the spool is not this user's to drain, or another daemon runs for this host;
+        InvalidInput: a bad schedule; ConfigError: the reserve leaves nothing for jobs (after a reload, each
         drain logs that instead)."""
         trust.check_drainable(self.spool, "onite daemon")
         self.schedule = validate_schedule(tuple(self.spool.config.schedule))
         check_capacity(self.spool.config, self.host)
-        with SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
+        with SignalCatcher(self.signals, leaving=True) as wakeup_fd:
             self._wakeup_fd = wakeup_fd
             lock = self._lock()
             if lock is None:
@@ -138,7 +138,7 @@ class Daemon:
         self._plan_next()
         self.log.event("daemon-start", host=self.host, **self._plan_fields(), pid=os.getpid())
         drained = self._scheduled(now)
-        if self.drain_now and not drained and not self.stopping:
+        if self.drain_now and not drained:
             self.log.event("drain-now", note="draining once at start, then following the schedule")
             self._drain(only_timed=False)
         while not self.stopping:
@@ -205,11 +205,9 @@ class Daemon:
             return None
         return step
 
-    def _handled(self, fire: datetime | None) -> None:
+    def _handled(self, fire: datetime) -> None:
         """Every schedule time up to ``fire`` (and any that passed during a drain) is done."""
-        if fire is None:
-            return
-        latest = last_fire(self.schedule, self.clock.now(), since=fire) if self.schedule else None
+        latest = last_fire(self.schedule, self.clock.now(), since=fire)
         self.last = max(fire, latest) if latest else fire
         self._save_state()
         self._plan_next()

@@ -97,7 +97,7 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
     target, until_time = driver_target(spool, until, host, "onite daemon")
     from onite.app.daemon import Daemon
 
-    return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=echo).run(leaving=True)
+    return Daemon(target, host=host, slots=slots, until=until_time, drain_now=drain_now, echo=echo).run()
 
 
 def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:

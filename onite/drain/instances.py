@@ -13,7 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import zip_longest
+from itertools import islice, takewhile, zip_longest
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
@@ -24,7 +24,7 @@ from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.names import split_key
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.core.rules import describe
-from onite.core.schedule import last_fire, next_fire
+from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
 from onite.exec.identity import resolve
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
@@ -111,6 +111,7 @@ class RecurScheduler:
         """Read and check the template ``name`` (at ``path``, as ``st`` found it), and keep it with its next
         fire: it, and its job; None if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
+        key = (st.st_ino, st.st_ctime_ns, st.st_size)
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
                                may_settle=is_settling(st, time.time_ns()))
         if problem is SETTLING:
@@ -131,8 +132,7 @@ class RecurScheduler:
                 job, fst = read_job_file(path, config.max_job_size)
                 if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid):
                     return None  # replaced while we looked: the next refresh sees the new one
-                tpl = _Template(key=(st.st_ino, st.st_ctime_ns, st.st_size), uid=fst.st_uid, gid=fst.st_gid,
-                                submitted=job.submitted, rule=rule_of(job))
+                tpl = _Template(key=key, uid=fst.st_uid, gid=fst.st_gid, submitted=job.submitted, rule=rule_of(job))
             except FileNotFoundError:
                 return None
             except (OSError, BadFile, OniteError) as err:
@@ -141,7 +141,6 @@ class RecurScheduler:
                 tpl.next = _next_after(tpl, self._baseline(name, tpl))
                 self.templates[name] = tpl
                 return tpl, job
-        key = (st.st_ino, st.st_ctime_ns, st.st_size)
         if self._refused.get(name, ())[:2] != key[:2]:  # once per version (inode, ctime)
             self.log.event("recur-refused", name, owner=user_name(st.st_uid), reason=problem,
                            note="this template is not used until it is fixed")
@@ -319,13 +318,7 @@ def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
     return [item for turn in turns for item in turn if item is not _GAP]
 
 
-def _count_fires(rule, since: datetime, fire: datetime, cap: int = 10_000) -> int:
-    """How many fires in (since, fire) were coalesced into ``fire`` (at most ``cap``)."""
-    from onite.core.schedule import fires_after  # the lazy generator: stop at `fire` without a list
-
-    count = 0
-    for at in fires_after(rule, since.astimezone(fire.tzinfo)):
-        if at >= fire or count >= cap:
-            break
-        count += 1
-    return count
+def _count_fires(rule, since: datetime, fire: datetime) -> int:
+    """How many fires in (since, fire) were coalesced into ``fire``: at most 10,000, counted one at a time."""
+    earlier = takewhile(lambda at: at < fire, fires_after(rule, since.astimezone(fire.tzinfo)))
+    return sum(1 for _ in islice(earlier, 10_000))

@@ -131,7 +131,6 @@ class SlurmRunner(Runner):
             raise
         sub.record_fd, sub.script_size = record_fd, len(script)
         self._submitting[run.run_id] = sub
-        run.timeout_at = None  # set once Slurm reports the real start
         self.runs.append(run)
 
     def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None):
@@ -244,7 +243,7 @@ class SlurmRunner(Runner):
 
     def _cancel(self, run: Run) -> None:
         if run.external_id is None:
-            return  # sbatch still runs: the cancel is sent once it has said the job's id (_submitted)
+            return  # sbatch still runs: the cancel is sent once it has said the job's id (_took)
         self._scancel(run.external_id, self._job_uid(run.owner.uid))
         now = self.clock.monotonic()
         run.kill_at = now + RECANCEL
