@@ -47,7 +47,7 @@ class ReportData(Record):
     # runs (``run_key``: a name may have run more than once in a window) rebuilt from the log ...
     pruned: set[tuple] = frozenset()  # ... for their records were pruned
     earlier: set[tuple] = frozenset()  # ... for a later run of the name replaced their record
-    unrun: set[tuple] = frozenset()  # runs that never started a process
+    unrun: set[tuple] = frozenset()  # runs that never started a process: every job with no start is one
     reruns: Mapping = EMPTY  # (name, user) -> the runs of the window before the one shown
     tries: Mapping[str, int] = EMPTY  # attempts a retried job was allowed
     tails: Mapping = EMPTY  # onite.app.outputtail.Tail of the failures told in full, by run_key
@@ -96,7 +96,7 @@ class ReportData(Record):
     def hosts(self) -> dict[str, dict]:
         """Per host: how many jobs it ran, how they ended, its busy time and its share of the jobs."""
         table: dict[str, dict] = {}
-        ran = [j for j in self.jobs if j.started is not None and not self.never_ran(j)]
+        ran = [j for j in self.jobs if not self.never_ran(j)]
         for job in ran:
             row = table.setdefault(job.host or "?", {"jobs": 0, "done": 0, "failed": 0, "cancelled": 0,
                                                       "busy_seconds": 0.0})

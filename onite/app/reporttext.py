@@ -200,9 +200,7 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
     out = []
     for job in data.jobs:
         never = data.never_ran(job)
-        started = ""
-        if job.started is not None and not never:
-            started = job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
+        started = "" if never else job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
         word, rerun = state_word(job), rerun_note(data, job)
         code = str(job.exit_code) if job.exit_code is not None else \
             signal_name(job.signal) if job.signal is not None else "-"
@@ -246,8 +244,7 @@ def timeline(data: ReportData, most: int) -> tuple[datetime, datetime, list[tupl
     def at(when: datetime) -> float:
         return min(max((when - start).total_seconds() / seconds, 0.0), 1.0)
 
-    bars = [(job, at(job.started or job.finished), at(job.finished), job.started is None or data.never_ran(job))
-            for job in data.jobs]
+    bars = [(job, at(job.started or job.finished), at(job.finished), data.never_ran(job)) for job in data.jobs]
     return start, end, [(at(when), text) for when, text in ticks(start, end, most)], bars
 
 
