@@ -41,14 +41,12 @@ def window_text(data: ReportData) -> str:
 
 def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     """The headline's parts, each with what it counts: ``("failed", "2 failed (1 timed out)")``."""
-    counts, left = data.counts, data.left
+    counts = data.counts
     failed = f"{counts['failed']} failed" + (f" ({data.timed_out} timed out)" if data.timed_out else "")
     parts = [("done", f"{counts['done']} done"), ("failed", failed)]
     if counts["cancelled"]:
         parts.append(("cancelled", f"{counts['cancelled']} cancelled"))
-    for key, words in left_words(data):
-        if left.get(key):
-            parts.append((key, f"{left[key]} {words}"))
+    parts += left_parts(data)
     rerun = sum(any(view.state == "failed" for view in before) for before in data.reruns.values())
     if rerun:
         parts.append(("failed", f"{rerun} run again after a failure"))
@@ -57,11 +55,12 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     return parts
 
 
-def left_words(data: ReportData) -> tuple[tuple[str, str], ...]:
-    """Each count of ``data.left`` and its words; while a drain of the window still runs, its queued jobs are
-    not left: just queued."""
-    return (("running", "running"), ("queued", "queued" if data.draining else "left queued"),
-            ("since", "spooled since"), ("held", "held"), ("refused", "refused"))
+def left_parts(data: ReportData) -> list[tuple[str, str]]:
+    """Each count of ``data.left`` that is not 0, in words: ``("queued", "6 left queued")``; while a drain of the
+    window still runs, its queued jobs are not left: just queued."""
+    words = (("running", "running"), ("queued", "queued" if data.draining else "left queued"),
+             ("since", "spooled since"), ("held", "held"), ("refused", "refused"))
+    return [(key, f"{data.left[key]} {said}") for key, said in words if data.left.get(key)]
 
 
 def headline(data: ReportData) -> str:
@@ -182,8 +181,7 @@ def waiting_text(row: dict) -> str:
 
 
 def waiting_title(data: ReportData) -> str:
-    parts = [f"{data.left[key]} {words}" for key, words in left_words(data) if data.left.get(key)]
-    text = "not finished: " + ", ".join(parts)
+    text = "not finished: " + ", ".join(said for _, said in left_parts(data))
     if data.next_drain is not None:
         text += f" (next drain {data.next_drain.astimezone():%Y-%m-%d %H:%M})"
     return text
