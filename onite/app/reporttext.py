@@ -21,14 +21,14 @@ from onite.core.timeparse import format_duration, longer_limit
 
 def window_text(data: ReportData) -> str:
     """What the report covers, in words."""
-    if data.kind == "night" and data.night is not None:
+    if data.kind == "night":
         return (f"the night of {data.night.isoformat()} "
                 f"({data.since.astimezone():%Y-%m-%d %H:%M} to {data.until.astimezone():%Y-%m-%d %H:%M})")
     if data.kind == "drain":
         hosts = ", ".join(dict.fromkeys(printable(d.host) for d in data.drains))
         start, end = data.since.astimezone(), data.until.astimezone()
         what = "the last drain" if len(data.drains) == 1 else f"the last {len(data.drains)} drains"
-        if any(d.ended is None for d in data.drains):
+        if data.draining:
             return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}"
         clock = "%H:%M" if end - start >= timedelta(hours=1) else "%H:%M:%S"  # a short drain: to the second
         to = f"{end:{clock}}" if end.date() == start.date() else f"{end:%Y-%m-%d {clock}}"
@@ -131,7 +131,7 @@ def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]
 
 
 def others_failures_text(others: dict[str, list[str]]) -> str:
-    """``other users' failures (their output is private): bob: etl, slow; carol: x``."""
+    """``other users' failures (theirs to read): bob: etl, slow; carol: x``."""
     shown = "; ".join(f"{printable(user)}: {', '.join(map(printable, names[:5]))}" + (" …" if len(names) > 5 else "")
                       for user, names in others.items())
     return f"other users' failures (theirs to read): {shown}"
@@ -160,7 +160,7 @@ def next_step(data: ReportData, job: JobView) -> str:
     """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
     rounded up), ``onite restart etl`` after another failure (once its output is read); "" where a restart would
     not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran)."""
-    if job.state != "failed" or data.from_log(job):
+    if data.from_log(job):
         return ""
     if is_timeout(job):
         return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"
@@ -214,9 +214,9 @@ _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 
 
 
 def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
-    """At most ``most`` round local times (and labels) to mark on a timeline from ``start`` to ``end``."""
-    seconds = max((end - start).total_seconds(), 1.0)
-    most = max(most, 1)
+    """At most ``most`` (1 or more) round local times (and labels) to mark on a timeline from ``start`` to ``end``,
+    a second or more after it (as ``timeline`` widens it)."""
+    seconds = (end - start).total_seconds()
     step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))
     label = "%H:%M:%S" if step < 60 else "%H:%M" if step < 86400 else "%m-%d"
     # round in local time, so that hour ticks fall on the hour in zones half an hour off UTC
