@@ -263,7 +263,6 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
 def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None, until: str | None):
     """The window's kind, date, start and end, its drains, the log's events from its start, every drain."""
-    boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
     day: date | None = None
     if night is not None:
         kind, day = "night", parse_night(night, now)
@@ -276,7 +275,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
             raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
     else:
         kind, start, end = "drain", None, None
-    events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, boundary, now)
+    events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, lambda when: morning_before(when, now), now)
     every_drain = dr.drains_of(events, draining_hosts(spool.root, now))
     if kind != "drain":
         within = [d for d in every_drain if d.started < end and (d.ended is None or d.ended >= start)]
