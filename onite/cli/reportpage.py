@@ -203,7 +203,6 @@ def write_html(path: Path, data) -> None:
     it); a device, a pipe or a link to one (/dev/stdout) is written to, never replaced. InvalidInput: a folder,
     a disk, a link to a file, another user's link or pipe (planted where root writes its page)."""
     text = to_html(data).encode("utf-8")
-    path = Path(path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
