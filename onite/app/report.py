@@ -107,13 +107,6 @@ class ReportData(Record):
             row["share"] = row["jobs"] / len(ran)
         return dict(sorted(table.items()))
 
-    @property
-    def span(self) -> tuple[datetime, datetime]:
-        """From the first start (or end, for a job that never ran) to the last end: the timeline's extent."""
-        if not self.jobs:
-            return self.since, self.until
-        return min(j.started or j.finished for j in self.jobs), max(j.finished for j in self.jobs)
-
 
 def run_key(job: JobView) -> tuple:
     """One run of a job in a report: its name, owner and end."""
@@ -211,7 +204,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         if kind == "drain" else set()
 
     def in_window(record) -> bool:
-        if kind == "drain" and record.finished is not None and record.finished < start + timedelta(seconds=1):
+        if kind == "drain" and record.finished < start + timedelta(seconds=1):
             return record.run_id in told_runs
         return inside(record.finished) or inside(record.started)
 

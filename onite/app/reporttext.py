@@ -231,10 +231,11 @@ def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str
 
 
 def timeline(data: ReportData, most: int) -> tuple[datetime, datetime, list[tuple[float, str]], list[tuple]]:
-    """The timeline of the jobs' span, widened to whole seconds (at least one, so that short jobs still get ticks):
-    its ends, at most ``most`` ticks (where, label), and each job's bar (job, from, to, never ran: a mark where it
-    ended); every place a fraction of the width, 0 to 1."""
-    start, end = data.span
+    """The timeline of the jobs (one or more), from the first start (or end, of a job that never ran) to the last end,
+    widened to whole seconds (at least one, so that short jobs still get ticks): its ends, at most ``most`` ticks
+    (where, label), and each job's bar (job, from, to, never ran: a mark where it ended); every place a fraction of
+    the width, 0 to 1."""
+    start, end = min(job.started or job.finished for job in data.jobs), max(job.finished for job in data.jobs)
     start = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
     end = datetime.fromtimestamp(max(math.ceil(end.timestamp()), start.timestamp() + 1), end.tzinfo)
     seconds = (end - start).total_seconds()
