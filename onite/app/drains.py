@@ -80,6 +80,10 @@ def log_paths(log_path: Path) -> list[Path]:
     return [log_path, log_path.with_name(log_path.name + ".1")]
 
 
+# a second holds many lines, and each parse makes a time zone
+_when = functools.lru_cache(maxsize=1024)(datetime.fromisoformat)
+
+
 def read_back(paths: Iterable[Path]) -> Iterator[Event]:
     """The wanted events of the log, newest first, across ``paths`` (newest file first)."""
     for path in paths:
@@ -87,28 +91,17 @@ def read_back(paths: Iterable[Path]) -> Iterator[Event]:
             head = line.split(" ", 3)
             if len(head) < 3 or head[2] not in WANTED:
                 continue
-            event = _event(head, line)
-            if event is not None:
-                yield event
-
-
-# a second holds many lines, and each parse makes a time zone
-_when = functools.lru_cache(maxsize=1024)(datetime.fromisoformat)
-
-
-def _event(head: list[str], line: str) -> Event | None:
-    """A wanted line as an Event; None for a line onite did not write."""
-    host, _, pid = head[1].rpartition("[")
-    if not host or not pid.endswith("]"):
-        return None
-    try:
-        when, number = _when(head[0]), int(pid[:-1])
-    except ValueError:
-        return None
-    rest = head[3] if len(head) > 3 else ""
-    first = rest.split(" ", 1)[0]
-    name = first if first and "=" not in first else ""  # a job name has no "="
-    return Event(when, host, number, head[2], name, line if '"' in rest else rest)
+            host, _, pid = head[1].rpartition("[")
+            if not host or not pid.endswith("]"):
+                continue
+            try:
+                when, number = _when(head[0]), int(pid[:-1])
+            except ValueError:
+                continue
+            rest = head[3] if len(head) > 3 else ""
+            first = rest.split(" ", 1)[0]
+            name = first if first and "=" not in first else ""  # a job name has no "="
+            yield Event(when, host, number, head[2], name, line if '"' in rest else rest)
 
 
 def _lines_back(path: Path) -> Iterator[str]:
@@ -193,7 +186,7 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
 
 
 def _died(drain: Drain) -> None:
-    drain.ended, drain.reason = drain.last_seen or drain.started, "died"
+    drain.ended, drain.reason = drain.last_seen, "died"
 
 
 def _clock(text: str | None) -> str | None:
@@ -221,7 +214,7 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
     latest = max((d for d in drains if d.ran), key=lambda d: (d.started, d.at), default=None) \
         or max(drains, key=lambda d: (d.started, d.at))
     opened = night_opened(latest.started)
-    chosen = [d for d in drains if d is latest or any(d is other for other in latest.beside) or (
+    chosen = [d for d in drains if d is latest or d in latest.beside or (
         opened is not None and d.started >= opened and night_opened(d.started) == opened)]
     end = None if any(d.ended is None for d in chosen) else max(d.ended for d in chosen)
     return Session(min(d.started for d in chosen), end, tuple(chosen))

@@ -47,7 +47,7 @@ class ReportData(Record):
     # runs (``run_key``: a name may have run more than once in a window) rebuilt from the log ...
     pruned: set[tuple] = frozenset()  # ... for their records were pruned
     earlier: set[tuple] = frozenset()  # ... for a later run of the name replaced their record
-    unrun: set[tuple] = frozenset()  # runs that never started a process
+    unrun: set[tuple] = frozenset()  # runs that never started a process: every job with no start is one
     reruns: Mapping = EMPTY  # (name, user) -> the runs of the window before the one shown
     tries: Mapping[str, int] = EMPTY  # attempts a retried job was allowed
     tails: Mapping = EMPTY  # onite.app.outputtail.Tail of the failures told in full, by run_key
@@ -96,7 +96,7 @@ class ReportData(Record):
     def hosts(self) -> dict[str, dict]:
         """Per host: how many jobs it ran, how they ended, its busy time and its share of the jobs."""
         table: dict[str, dict] = {}
-        ran = [j for j in self.jobs if j.started is not None and not self.never_ran(j)]
+        ran = [j for j in self.jobs if not self.never_ran(j)]
         for job in ran:
             row = table.setdefault(job.host or "?", {"jobs": 0, "done": 0, "failed": 0, "cancelled": 0,
                                                       "busy_seconds": 0.0})
@@ -106,13 +106,6 @@ class ReportData(Record):
         for row in table.values():
             row["share"] = row["jobs"] / len(ran)
         return dict(sorted(table.items()))
-
-    @property
-    def span(self) -> tuple[datetime, datetime]:
-        """From the first start (or end, for a job that never ran) to the last end: the timeline's extent."""
-        if not self.jobs:
-            return self.since, self.until
-        return min(j.started or j.finished for j in self.jobs), max(j.finished for j in self.jobs)
 
 
 def run_key(job: JobView) -> tuple:
@@ -211,7 +204,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         if kind == "drain" else set()
 
     def in_window(record) -> bool:
-        if kind == "drain" and record.finished is not None and record.finished < start + timedelta(seconds=1):
+        if kind == "drain" and record.finished < start + timedelta(seconds=1):
             return record.run_id in told_runs
         return inside(record.finished) or inside(record.started)
 
@@ -263,7 +256,6 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
 def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None, until: str | None):
     """The window's kind, date, start and end, its drains, the log's events from its start, every drain."""
-    boundary = lambda when: morning_before(when, now)  # noqa: E731 - the morning before a drain
     day: date | None = None
     if night is not None:
         kind, day = "night", parse_night(night, now)
@@ -276,7 +268,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
             raise InvalidInput(f"--since {since} is not before --until {until}", "give a --since before the --until")
     else:
         kind, start, end = "drain", None, None
-    events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, boundary, now)
+    events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, lambda when: morning_before(when, now), now)
     every_drain = dr.drains_of(events, draining_hosts(spool.root, now))
     if kind != "drain":
         within = [d for d in every_drain if d.started < end and (d.ended is None or d.ended >= start)]

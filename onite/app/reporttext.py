@@ -21,14 +21,14 @@ from onite.core.timeparse import format_duration, longer_limit
 
 def window_text(data: ReportData) -> str:
     """What the report covers, in words."""
-    if data.kind == "night" and data.night is not None:
+    if data.kind == "night":
         return (f"the night of {data.night.isoformat()} "
                 f"({data.since.astimezone():%Y-%m-%d %H:%M} to {data.until.astimezone():%Y-%m-%d %H:%M})")
     if data.kind == "drain":
         hosts = ", ".join(dict.fromkeys(printable(d.host) for d in data.drains))
         start, end = data.since.astimezone(), data.until.astimezone()
         what = "the last drain" if len(data.drains) == 1 else f"the last {len(data.drains)} drains"
-        if any(d.ended is None for d in data.drains):
+        if data.draining:
             return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}"
         clock = "%H:%M" if end - start >= timedelta(hours=1) else "%H:%M:%S"  # a short drain: to the second
         to = f"{end:{clock}}" if end.date() == start.date() else f"{end:%Y-%m-%d {clock}}"
@@ -41,14 +41,12 @@ def window_text(data: ReportData) -> str:
 
 def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     """The headline's parts, each with what it counts: ``("failed", "2 failed (1 timed out)")``."""
-    counts, left = data.counts, data.left
+    counts = data.counts
     failed = f"{counts['failed']} failed" + (f" ({data.timed_out} timed out)" if data.timed_out else "")
     parts = [("done", f"{counts['done']} done"), ("failed", failed)]
     if counts["cancelled"]:
         parts.append(("cancelled", f"{counts['cancelled']} cancelled"))
-    for key, words in left_words(data):
-        if left.get(key):
-            parts.append((key, f"{left[key]} {words}"))
+    parts += left_parts(data)
     rerun = sum(any(view.state == "failed" for view in before) for before in data.reruns.values())
     if rerun:
         parts.append(("failed", f"{rerun} run again after a failure"))
@@ -57,11 +55,12 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     return parts
 
 
-def left_words(data: ReportData) -> tuple[tuple[str, str], ...]:
-    """Each count of ``data.left`` and its words; while a drain of the window still runs, its queued jobs are
-    not left: just queued."""
-    return (("running", "running"), ("queued", "queued" if data.draining else "left queued"),
-            ("since", "spooled since"), ("held", "held"), ("refused", "refused"))
+def left_parts(data: ReportData) -> list[tuple[str, str]]:
+    """Each count of ``data.left`` that is not 0, in words: ``("queued", "6 left queued")``; while a drain of the
+    window still runs, its queued jobs are not left: just queued."""
+    words = (("running", "running"), ("queued", "queued" if data.draining else "left queued"),
+             ("since", "spooled since"), ("held", "held"), ("refused", "refused"))
+    return [(key, f"{data.left[key]} {said}") for key, said in words if data.left.get(key)]
 
 
 def headline(data: ReportData) -> str:
@@ -132,7 +131,7 @@ def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]
 
 
 def others_failures_text(others: dict[str, list[str]]) -> str:
-    """``other users' failures (their output is private): bob: etl, slow; carol: x``."""
+    """``other users' failures (theirs to read): bob: etl, slow; carol: x``."""
     shown = "; ".join(f"{printable(user)}: {', '.join(map(printable, names[:5]))}" + (" …" if len(names) > 5 else "")
                       for user, names in others.items())
     return f"other users' failures (theirs to read): {shown}"
@@ -161,7 +160,7 @@ def next_step(data: ReportData, job: JobView) -> str:
     """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
     rounded up), ``onite restart etl`` after another failure (once its output is read); "" where a restart would
     not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran)."""
-    if job.state != "failed" or data.from_log(job):
+    if data.from_log(job):
         return ""
     if is_timeout(job):
         return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"
@@ -182,8 +181,7 @@ def waiting_text(row: dict) -> str:
 
 
 def waiting_title(data: ReportData) -> str:
-    parts = [f"{data.left[key]} {words}" for key, words in left_words(data) if data.left.get(key)]
-    text = "not finished: " + ", ".join(parts)
+    text = "not finished: " + ", ".join(said for _, said in left_parts(data))
     if data.next_drain is not None:
         text += f" (next drain {data.next_drain.astimezone():%Y-%m-%d %H:%M})"
     return text
@@ -200,9 +198,7 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
     out = []
     for job in data.jobs:
         never = data.never_ran(job)
-        started = ""
-        if job.started is not None and not never:
-            started = job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
+        started = "" if never else job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
         word, rerun = state_word(job), rerun_note(data, job)
         code = str(job.exit_code) if job.exit_code is not None else \
             signal_name(job.signal) if job.signal is not None else "-"
@@ -218,9 +214,9 @@ _STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 
 
 
 def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str]]:
-    """At most ``most`` round local times (and labels) to mark on a timeline from ``start`` to ``end``."""
-    seconds = max((end - start).total_seconds(), 1.0)
-    most = max(most, 1)
+    """At most ``most`` (1 or more) round local times (and labels) to mark on a timeline from ``start`` to ``end``,
+    a second or more after it (as ``timeline`` widens it)."""
+    seconds = (end - start).total_seconds()
     step = next((s for s in _STEPS if seconds / s <= most), 86400 * math.ceil(seconds / 86400 / most))
     label = "%H:%M:%S" if step < 60 else "%H:%M" if step < 86400 else "%m-%d"
     # round in local time, so that hour ticks fall on the hour in zones half an hour off UTC
@@ -235,10 +231,11 @@ def ticks(start: datetime, end: datetime, most: int) -> list[tuple[datetime, str
 
 
 def timeline(data: ReportData, most: int) -> tuple[datetime, datetime, list[tuple[float, str]], list[tuple]]:
-    """The timeline of the jobs' span, widened to whole seconds (at least one, so that short jobs still get ticks):
-    its ends, at most ``most`` ticks (where, label), and each job's bar (job, from, to, never ran: a mark where it
-    ended); every place a fraction of the width, 0 to 1."""
-    start, end = data.span
+    """The timeline of the jobs (one or more), from the first start (or end, of a job that never ran) to the last end,
+    widened to whole seconds (at least one, so that short jobs still get ticks): its ends, at most ``most`` ticks
+    (where, label), and each job's bar (job, from, to, never ran: a mark where it ended); every place a fraction of
+    the width, 0 to 1."""
+    start, end = min(job.started or job.finished for job in data.jobs), max(job.finished for job in data.jobs)
     start = datetime.fromtimestamp(math.floor(start.timestamp()), start.tzinfo)
     end = datetime.fromtimestamp(max(math.ceil(end.timestamp()), start.timestamp() + 1), end.tzinfo)
     seconds = (end - start).total_seconds()
@@ -246,8 +243,7 @@ def timeline(data: ReportData, most: int) -> tuple[datetime, datetime, list[tupl
     def at(when: datetime) -> float:
         return min(max((when - start).total_seconds() / seconds, 0.0), 1.0)
 
-    bars = [(job, at(job.started or job.finished), at(job.finished), job.started is None or data.never_ran(job))
-            for job in data.jobs]
+    bars = [(job, at(job.started or job.finished), at(job.finished), data.never_ran(job)) for job in data.jobs]
     return start, end, [(at(when), text) for when, text in ticks(start, end, most)], bars
 
 

@@ -58,7 +58,7 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
     this_host = default_host(config)
     running = running_views(spool)
     every_beat = hb.beats(spool.root)
-    alive = hb.live_beats(spool.root, now)
+    alive = [beat for beat in every_beat if hb.is_alive(beat, now)]
     live = {b.host for b in alive}
     drivers = [{"host": beat.host, "running": True, "holder": beat.holder, "pid": beat.pid,
                 "since": beat.since.isoformat(), "role": beat.kind, "started_by": beat.started_by,

@@ -132,7 +132,7 @@ def job_line(final: Final) -> str:
         return f"{name}: done"
     if final.state == "cancelled":
         return f"{name}: {final.reason or 'cancelled'}"
-    why = outcome_text(final.view) if final.state == "failed" and final.view is not None else final.reason
+    why = outcome_text(final.view) if final.state == "failed" else final.reason
     return f"{name}: {final.state}" + (f" ({why})" if why else "")
 
 
@@ -155,8 +155,7 @@ class JobsWaited(Record):
         return exit_status(list(self.finals.values()), timed_out=self.timed_out)
 
     def lines(self) -> list[str]:
-        return [job_line(self.finals[n]) if n in self.finals else f"{n}: still {self.still.get(n, 'queued')}"
-                for n in self.names]
+        return [job_line(self.finals[n]) if n in self.finals else f"{n}: still {self.still[n]}" for n in self.names]
 
 
 def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
@@ -291,7 +290,7 @@ def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
     if isinstance(waited, JobsWaited):
         doc["waited"] = "jobs"
         doc["jobs"] = [waited.finals[n].to_json() if n in waited.finals
-                       else {"name": label(n), "state": waited.still.get(n, "queued"), "reason": "not finished"}
+                       else {"name": label(n), "state": waited.still[n], "reason": "not finished"}
                        for n in waited.names]
     else:
         doc.update({"waited": "drain", "drivers": waited.hosts,

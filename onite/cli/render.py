@@ -329,14 +329,13 @@ def print_status(console, info, *, plain: bool = False) -> None:
         say(f"{label} none of the first {examined} waits for more than a drain (of the jobs you may read); "
             f"{info.not_examined} more not examined")
     day = info.last_night
-    if day:
-        c, failed, more = day["counts"], day["failed"], day["failed_total"] - len(day["failed"])
-        failed = " (" + ", ".join(map(esc, failed)) + (f", … {more} more" if more else "") + ")" if failed else ""
-        command = "onite report" if day.get("window") == "drain" else f"onite report --night {day['night']}"
-        say("so far    " if day.get("draining") else "last night ", (f"{c['done']} done", "green"), ", ",
-            (f"{c['failed']} failed", "red"), f"{failed}, {c['cancelled']} cancelled ({command})")
-        for i, step in enumerate(day.get("next", [])[:3]):
-            say("next      " if i == 0 else "          ", (esc(step), "cyan"))
+    c, failed, more = day["counts"], day["failed"], day["failed_total"] - len(day["failed"])
+    failed = " (" + ", ".join(map(esc, failed)) + (f", … {more} more" if more else "") + ")" if failed else ""
+    command = "onite report" if day["window"] == "drain" else f"onite report --night {day['night']}"
+    say("so far    " if day["draining"] else "last night ", (f"{c['done']} done", "green"), ", ",
+        (f"{c['failed']} failed", "red"), f"{failed}, {c['cancelled']} cancelled ({command})")
+    for i, step in enumerate(day["next"][:3]):
+        say("next      " if i == 0 else "          ", (esc(step), "cyan"))
     if info.running:
         say(f"running   {len(info.running)}")
         print_table(console or sys.stdout, job_table(info.running, info.now, detailed=True), plain=plain)

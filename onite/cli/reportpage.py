@@ -93,7 +93,7 @@ def gantt_svg(data) -> str:
     for job, first, last, unrun in bars:
         word = state_word(job)
         colour = HTML_COLOUR.get(word, "#555")
-        took = "never ran" if data.never_ran(job) else human_duration(job.duration)
+        took = "never ran" if unrun else human_duration(job.duration)
         tip = f"{name_label(job.name)} ({job.user}): {word}, {took}" + (f", {job.reason}" if job.reason else "")
         if unrun:
             mark = (f'<text class="never {word}" x="{_pct(_LEFT + span * last)}" y="50%" dy="0.35em" '
@@ -203,7 +203,6 @@ def write_html(path: Path, data) -> None:
     it); a device, a pipe or a link to one (/dev/stdout) is written to, never replaced. InvalidInput: a folder,
     a disk, a link to a file, another user's link or pipe (planted where root writes its page)."""
     text = to_html(data).encode("utf-8")
-    path = Path(path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
