@@ -574,15 +574,16 @@ def drain_logs(draw) -> list[str]:
     return lines
 
 
+NINE_MINUTES_AGO = (datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)).isoformat()
+
+
 @FUZZ
 @given(drain_logs())
-@example([f"{(datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)).isoformat()} vm[1] driver-start\n",
-          f"{(datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)).isoformat()} vm[1] done root:a seconds=nan\n"])
-@example([f"{(datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)).isoformat()} vm[1] driver-start\n",
-          f"{(datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)).isoformat()} vm[1] start root:a "
-          f"priority=\u00b3 attempt={'1' * 5000}\n",
-          f"{(datetime.now().astimezone().replace(microsecond=0) - timedelta(minutes=9)).isoformat()} vm[1] done root:a "
-          f"attempt={'1' * 5000} exit={'9' * 5000}\n"])
+@example([f"{NINE_MINUTES_AGO} vm[1] driver-start\n",
+          f"{NINE_MINUTES_AGO} vm[1] done root:a seconds=nan\n"])
+@example([f"{NINE_MINUTES_AGO} vm[1] driver-start\n",
+          f"{NINE_MINUTES_AGO} vm[1] start root:a priority=\u00b3 attempt={'1' * 5000}\n",
+          f"{NINE_MINUTES_AGO} vm[1] done root:a attempt={'1' * 5000} exit={'9' * 5000}\n"])
 def test_the_report_and_status_read_any_drain_log(scratch_spool, lines):
     """A hand-edited onite.log never stops ``report`` or ``status``: what they cannot read they leave out."""
     from onite.app import report, reporttext, status

@@ -75,8 +75,8 @@ def stop_processes(find, grace: float) -> int:
         time.sleep(0.05)
 
 
-def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limiter: limits.Limiter, spool: str, name: str,
-                   run_id: str, pgid: int | None = None) -> bool:
+def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limiter: limits.Limiter, spool: str,
+                   name: str, run_id: str, pgid: int | None = None) -> bool:
     """Stop what is left of run ``run_id`` of job ``name`` whose monitor is gone and remove its groups, as the
     monitor would have; True if any of it ran. Only what its run record ``rec`` (None if unreadable) names
     and this driver may touch is signalled: its cgroup right under the jobs' folder, its v1 groups, its
