@@ -147,7 +147,24 @@ def test_the_driver_refuses_a_spool_a_user_could_have_changed(world_tmp, change,
         assert run_cli(["--spool", str(spool), "run", "-q"]).code == 0
 
 
-# ---- 5. links that keep changing never stall the driver ------------------------------------------
+# ---- 5. links never stall the driver, nor lead root's writes astray ------------------------------
+
+def test_a_file_root_rewrites_is_never_written_through_a_name_planted_beside_it(tmp_path):
+    """replace_file writes under a dot-name no one can guess, created anew: a hard link or a symlink planted
+    at a name a writer could predict (``.NAME.PID.tmp``) is neither truncated nor followed."""
+    from onite.spool.files import replace_file
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    target = tmp_path / "state.json"
+    os.link(victim, tmp_path / f".state.json.{os.getpid()}.tmp")
+    os.symlink(victim, tmp_path / f".state.json.{os.getpid()}.0.tmp")
+    for data in (b"one\n", b"two\n"):
+        replace_file(target, data, mode=0o640)
+        assert target.read_bytes() == data and stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert victim.read_bytes() == b"precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".state.json.")) == [
+        f".state.json.{os.getpid()}.0.tmp", f".state.json.{os.getpid()}.tmp"]  # the plants, left as they were
 
 
 def test_two_hard_links_that_keep_changing_mode_do_not_stall_the_night(spool, workdir):

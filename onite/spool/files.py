@@ -296,16 +296,10 @@ def fsync_dir(folder: Path) -> None:
 
 def replace_file(path: Path, data: bytes, *, mode: int = 0o644, owner: tuple[int, int] | None = None,
                  durable: bool = False) -> None:
-    """Write ``path`` atomically (dot-name, then rename), replacing it; ``durable``: flushed before the
-    rename. Raises SpoolIOError."""
-    folder, _, name = str(path).rpartition("/")
-    tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
+    """Write ``path`` atomically, replacing it: a new dot-name no one can guess or plant (``write_unnamed``),
+    then a rename; ``durable``: flushed before the rename. Raises SpoolError: no folder; SpoolIOError."""
+    tmp = write_unnamed(path.parent, path.name, data, mode, owner, durable=durable)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            _fill(fd, data, mode, owner, durable)
-        finally:
-            os.close(fd)
         os.rename(tmp, path)
     except OSError as err:
         discard(tmp)
