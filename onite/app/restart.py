@@ -18,16 +18,17 @@ from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name, withdrawn_entries
 from onite.core.errors import InvalidInput, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
+from onite.core.job import Job
 from onite.core.names import check_base, check_name, job_key, split_key
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges, SubmitRequest
 
 
 def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_name: str | None = None,
-            unique: bool = False, hold: bool = False, changes: JobChanges = JobChanges()) -> str:
+            unique: bool = False, hold: bool = False, changes: JobChanges = JobChanges()) -> Job:
     """Spool the finished job ``text`` (NAME: the caller's; USER:NAME) again (as ``new_name``, or made
     unique) from this host, under its owner's name, with ``changes`` (``--after NAME`` is the caller's job, as in
-    submit), checked as a submit is; its final name as the caller writes it."""
+    submit), checked as a submit is; the job spooled."""
     name = key_for(text)
     user, plain = split_key(name)
     new = new_name or plain
@@ -52,7 +53,7 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
     job = job._replace(name=target, submitted=now, host=os.uname().nodename, attempt=1, tried=(),
                        not_before=not_before)
     write_job(spool, job, caller, hold=hold, owner=None if st.st_uid == caller.uid else (st.st_uid, st.st_gid))
-    return label(target)
+    return job
 
 
 def read_finished(spool: SpoolDir, name: str, caller_uid: int):

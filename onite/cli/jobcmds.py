@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
-                               NotifyOpt, Opt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt,
-                               UrgentOpt, ask, command, command_line, complete_name, confirm, locate_spool,
+                               NotifyOpt, Opt, PlainOpt, PriorityOpt, QuietOpt, RetriesOpt, SpoolOpt, StderrOpt,
+                               TimeoutOpt, UrgentOpt, ask, command, command_line, complete_name, confirm, locate_spool,
                                open_spool, say, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
@@ -61,8 +61,7 @@ def submit(
     notify_on: NotifyOnOpt = None,
     mem: MemOpt = None,
     cpus: CpusOpt = None,
-    quiet: Annotated[bool, Opt("-q", "--quiet", help="Do not say on stderr what was spooled and when it "
-                               "is expected to run.")] = False,
+    quiet: QuietOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
@@ -151,16 +150,23 @@ def restart(
     cpus: CpusOpt = None,
     at: AtOpt = None,
     after: AfterOpt = None,
+    quiet: QuietOpt = False,
     spool: SpoolOpt = None,
 ) -> None:
     """Spool a finished job again: its text, environment, directory, umask and options, but for those given
-    (--timeout 2h after a timeout); print its name."""
+    (--timeout 2h after a timeout); print its name, and say on stderr when it is expected to run."""
+    from onite.app.common import label
     from onite.app.restart import restart as restart_job
+    from onite.app.submitline import confirmation
     from onite.exec import identity
 
     changes = job_changes(priority, timeout, retries, mem, cpus, at, after)
-    print(restart_job(open_spool(spool), name, identity.current(), SYSTEM.now(), new_name=new_name, unique=unique,
-                      hold=hold, changes=changes))
+    target, now = open_spool(spool), SYSTEM.now()
+    job = restart_job(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold,
+                      changes=changes)
+    if not quiet:
+        say(confirmation(target, [label(job.name)], job, held=hold, now=now))
+    print(label(job.name))
 
 
 @command()

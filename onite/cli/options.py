@@ -108,6 +108,8 @@ TimeoutOpt = Annotated[Optional[str], Opt("--timeout", metavar="DUR", help="Time
                                                     "(a bare number is seconds).")]
 RetriesOpt = Annotated[Optional[int], Opt("--retries", metavar="N", min=0, max=MAX_RETRIES,
                                          help="Retry a failed job this many times, with back-off.")]
+QuietOpt = Annotated[bool, Opt("-q", "--quiet", help="Do not say on stderr what was spooled and when it is "
+                                "expected to run.")]
 HostOpt = Annotated[Optional[str], Opt("--host", metavar="HOST",
                                        help="Run only on this host (when several share the spool).")]
 StderrOpt = Annotated[Optional[bool], Opt(
