@@ -122,6 +122,15 @@ def test_timeout_passes_first(spool, gate, procs):
     r = run_cli(["wait", "slow", "never", "--timeout", "1s"])
     assert r.code == 6, r
     assert r.out.splitlines() == ["slow: still running", "never: still held"]
+    assert r.err == "onite: waiting for slow (running), never (held)…\n", r  # a drain runs: nothing to warn of
+
+
+def test_waiting_for_a_queued_job_that_no_drain_will_run_says_so(spool):
+    submit("idle", "true\n")
+    r = run_cli(["wait", "idle", "--timeout", "1s"])
+    assert (r.code, r.out) == (6, "idle: still queued\n"), r
+    assert r.err.startswith("onite: no drain is scheduled, so nothing will start one — "), r
+    assert r.err.endswith("; waiting for idle (queued)…\n"), r
 
 
 def test_several_names_mixed(spool):
@@ -142,7 +151,7 @@ def test_a_job_spooled_again_is_waited_for_not_its_earlier_run(spool, gate, proc
     procs.append(waiter := start_wait(spool, "again"))
     procs.append(start_driver(spool))
     wait_for(lambda: running(spool, "root:again"), what="the new run to start")
-    assert waiter.stderr.readline().startswith("onite: waiting for again (")
+    assert "waiting for again (queued)…" in waiter.stderr.readline()
     assert waiter.poll() is None  # the failed record of the first run does not end the wait
     gate.unlink()
     assert finish(waiter)[:2] == (0, "again: done\n")

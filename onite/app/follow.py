@@ -23,7 +23,8 @@ from onite.spool.results import read_result
 from onite.spool.scan import find_running, key_uid, user_name
 from onite.core.policy import owner_or_root
 from onite.app.common import label
-from onite.app.wait import PENDING, Final, judge, look, start
+from onite.app.wait import PENDING, Final, judge, look, start, undrained
+from onite.core.clock import SYSTEM
 
 POLL = 0.2  # seconds between looks while the output does not grow
 CHUNK = 1 << 16
@@ -65,7 +66,8 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
                 continue
             if not told and watch.live in ("queued", "held"):
                 told = True
-                announce(f"{shown} is {watch.live}; waiting for it to start")
+                note = undrained(spool, SYSTEM.now()) if watch.live == "queued" else ""
+                announce(f"{note}{shown} is {watch.live}; waiting for it to start")
             time.sleep(POLL)
     finally:
         if handle is not None:

@@ -204,9 +204,19 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             still = {n: watches[n].live or "finishing" for n in order if n not in finals}
             return JobsWaited(order, finals, still, timed_out=True)
         if announce is not None and delay == POLL_FIRST:
-            announce("waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})"
-                                                for n in order if n not in finals))
+            left = [n for n in order if n not in finals]
+            queued = any(watches[n].live == "queued" for n in left)
+            announce(undrained(spool, clock.now()) * queued + "waiting for "
+                     + ", ".join(f"{n} ({watches[n].live or 'finishing'})" for n in left))
         delay = _pause(clock, delay, deadline)
+
+
+def undrained(spool: SpoolDir, now: datetime) -> str:
+    """``no drain is scheduled, so nothing will start one — FIX; `` if nothing will drain the spool, else ''."""
+    from onite.drain.nextdrain import no_drain_text, plan
+
+    drain = plan(spool, now)
+    return "" if drain.starters or drain.draining else f"{no_drain_text(drain)}; "
 
 
 def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
