@@ -180,8 +180,13 @@ def test_broken_pipe_is_quiet(spool):
 def test_version_and_help(cli):
     from onite import __version__
 
-    r = cli(["--help"])
-    assert r.code == 0 and "submit" in r.out and "run" in r.out
+    from onite.cli.commands import every_command
+    from onite.cli.typerapp import ORDER
+
+    r = cli(["--help"], env=dict(os.environ, COLUMNS="80"))
+    listed = [line.split()[0] for line in r.out.partition("Commands:\n")[2].splitlines() if line[2:3].strip()]
+    assert r.code == 0 and listed == list(ORDER), r.out  # every command, the everyday ones first
+    assert set(ORDER) == {group or name for group, name in every_command()}
     assert cli(["--version"]).out == f"onite {__version__}\n"
 
 

@@ -17,9 +17,9 @@ from onite.core.errors import InvalidInput, OniteError
 
 SHELLS = ("bash", "zsh", "fish")
 ACTIONS = ("--show-completion", "--install-completion")  # onite's own options, whose SHELL may be left out
-# the commands in `onite --help`: what users type every day first, the administrator's last; any other after them
-ORDER = ("submit", "list", "status", "cancel", "output", "wait", "find", "hold", "release", "restart", "uniqname",
-         "report", "log", "recur", "init", "run", "daemon", "recover", "cron")
+# the commands in `onite --help`: what users type every day first, the administrator's last (each command is here)
+ORDER = ("submit", "list", "status", "cancel", "output", "wait", "find", "hold", "release", "restart", "edit",
+         "uniqname", "report", "log", "recur", "init", "run", "daemon", "recover", "cron", "metrics")
 
 
 class OniteCommand(TyperCommand):
