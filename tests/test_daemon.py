@@ -237,6 +237,9 @@ def test_a_recurring_job_is_spooled_and_run_by_the_daemon(spool, workdir, daemon
     submit("untimed", "true\n")
     d = daemons(spool)
     d.started()
+    r = run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n")
+    assert r.code == 0 and r.err.startswith("hourly: the daemon on host ") and r.err.endswith(
+        " spools and runs each run as it fires\n"), r
     wait_for(lambda: any(p.name.startswith("root:minutely-") and p.name.endswith("@result")
                          for p in (spool / "jobsdone").iterdir()), timeout=90, what="an instance to run")
     (inst,) = [p.name[:-len("@result")] for p in (spool / "jobsdone").iterdir()

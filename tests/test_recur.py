@@ -180,6 +180,7 @@ def test_add_stores_a_private_template_and_refuses_a_duplicate(spool, cli, workd
                  "1h", "--retries", "2", "--host", "node2"], stdin=b"echo report\n", env=env, cwd=workdir, umask=0o027)
     assert r.code == 0, r
     assert r.out.startswith("report: cron '0 20 * * 1-5'; next at ")
+    assert r.err.startswith("report: no drain is scheduled, so nothing will run it — "), r  # what spools its runs
     path = spool / "recur" / "root:report"
     st = path.stat()
     assert oct(st.st_mode & 0o777) == "0o600" and st.st_uid == os.geteuid()

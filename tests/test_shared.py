@@ -253,6 +253,9 @@ def test_cron_install_is_idempotent_and_keeps_other_entries(spool, crontab, cron
     assert datetime.fromisoformat(doc["next_drain"]).strftime("%H:%M") == "21:00"
     assert f"by cron on {HOST}" in run_cli(["status"]).out
     assert "; next drain " in submit("after-install").err and f"21:00 by cron on host {HOST}\n" in submit("two").err
+    r = run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n")
+    assert r.err.startswith("hourly: each run is spooled by the first drain after it fires; next drain "), r
+    assert r.err.endswith(f"21:00 by cron on host {HOST}\n"), r
     r = run_cli(["cron", "--uninstall"])
     assert r.code == 0 and r.out.startswith("removed the cron entry")
     assert crontab.read_text() == "MAILTO=ops\n15 4 * * * /usr/local/bin/backup\n"

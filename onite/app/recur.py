@@ -60,6 +60,21 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     return job, rule
 
 
+def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
+    """What will spool the runs of the template ``job`` (onite.drain.nextdrain): a daemon when each fires, else
+    each drain that starts (cron, the timer), else nothing; said on stderr by ``recur add``."""
+    from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text
+
+    drain, name = plan(spool, now), label(job.name)
+    fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
+    daemons = [s for s in fits if s.by == "daemon"]
+    if daemons:
+        return f"{name}: {LABEL['daemon']} on host {daemons[0].host} spools and runs each run as it fires"
+    if fits:
+        return f"{name}: each run is spooled by the first drain after it fires; {starter_text(fits[0], now)}"
+    return f"{name}: {no_drain_text(drain, for_job=True)}"
+
+
 def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
     """Remove the template ``name`` (instances already spooled stay: cancel them as jobs); its owner or root only."""
     name = key_for(name, what="recurring job name")

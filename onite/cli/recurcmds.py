@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 from onite.cli.options import (GROUPS, AfterOpt, Arg, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
                                Opt, PlainOpt, PriorityOpt, RetriesOpt, SpoolOpt, StderrOpt, TimeoutOpt, UrgentOpt,
-                               command, open_spool, terminal)
+                               command, open_spool, say, terminal)
 from onite.core.clock import SYSTEM
 from onite.core.errors import InvalidInput
 
@@ -43,7 +43,7 @@ def recur_add(
 ) -> None:
     """Store the job text on stdin as a recurring job, with your environment, directory and umask."""
     from onite.app.common import read_job_text
-    from onite.app.recur import add
+    from onite.app.recur import add, spooled_when
     from onite.app.submit import capture
     from onite.core.request import SubmitRequest
     from onite.core.rules import describe
@@ -55,8 +55,9 @@ def recur_add(
         priority=priority, urgent=urgent, after=after, timeout=timeout, retries=retries, host=host,
         stderr_separate=stderr_separate, notify=notify, notify_on=notify_on, mem=mem, cpus=cpus))
     when = SYSTEM.now()
-    _, rule = add(target, request, capture(when), identity.current(), cron=cron_expr, every=every, offset=offset)
+    job, rule = add(target, request, capture(when), identity.current(), cron=cron_expr, every=every, offset=offset)
     print(f"{name}: {describe(rule)}; next at {next_fire(rule, when).isoformat(timespec='seconds')}")
+    say(spooled_when(target, job, when))
 
 
 @command("list", group="recur")
