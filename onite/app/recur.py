@@ -66,7 +66,7 @@ def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
     from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text
 
     drain, name = plan(spool, now), label(job.name)
-    fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
+    fits = drain.starters_for(job.pin)
     daemons = [s for s in fits if s.by == "daemon"]
     if daemons:
         return f"{name}: {LABEL['daemon']} on host {daemons[0].host} spools and runs each run as it fires"

@@ -93,7 +93,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     if job.pin:
         parts.append(f"only on host {job.pin}")
     drain = plan(spool, now)
-    fits = [s for s in drain.starters if not job.pin or s.host == job.pin]
+    fits = drain.starters_for(job.pin)
     draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
     daemons = [s for s in fits if s.by == "daemon"]
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is

@@ -51,6 +51,10 @@ class DrainPlan(Record):
     def next(self) -> Starter | None:
         return self.starters[0] if self.starters else None
 
+    def starters_for(self, pin: str | None) -> list[Starter]:
+        """The starters whose drains may run a job pinned to host ``pin`` (any, unpinned)."""
+        return [s for s in self.starters if not pin or s.host == pin]
+
 
 def when_text(when: datetime, now: datetime) -> str:
     """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00``."""
