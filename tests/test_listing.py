@@ -176,7 +176,8 @@ def test_a_terminal_too_narrow_for_a_table_gets_the_plain_lines(spool, columns):
 @pytest.mark.parametrize("how", ["COLUMNS", "pty"])
 def test_list_all_at_80_columns_keeps_every_name_whole_and_each_row_on_one_line(spool, how, monkeypatch):
     """At 80 columns (COLUMNS=80, or a terminal 80 wide) ``list --all`` leaves out the least useful columns (the
-    host, the memory …) rather than wrap a name, cut a user or a title, or split RESULT across lines."""
+    host, the memory …) rather than wrap a name, cut a user or a title, or split RESULT across lines; a RESULT
+    too long for what is left ends in … (rich, left to itself, narrowed every column alike: ``USE``, ``P``)."""
     import re
 
     from conftest import OnTerminal
@@ -186,6 +187,7 @@ def test_list_all_at_80_columns_keeps_every_name_whole_and_each_row_on_one_line(
     api.submit(names[0], "true\n", priority=2)
     api.submit(names[1], "exit 3\n")
     api.submit(names[2], "sleep 30\n", timeout="1s")
+    api.submit("its-dependant", "true\n", after=[names[1]])  # fails: 'dependency bob-held-longer-name-here failed'
     assert drain(spool).returncode == 0
     api.submit("queued-after-night-job-with-long-name", "true\n", hold=True)
     monkeypatch.delenv("COLUMNS", raising=False)
@@ -196,8 +198,11 @@ def test_list_all_at_80_columns_keeps_every_name_whole_and_each_row_on_one_line(
     text = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode())
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").splitlines()]
     assert all(len(line) <= 80 for line in lines), text
-    assert len(lines) == 5, text  # the titles and one line a job
-    assert lines[0].split()[:3] == ["#", "NAME", "USER"] and lines[0].split()[-1] == "RESULT", text
-    for name in names + ["queued-after-night-job-with-long-name"]:
+    assert len(lines) == 6, text  # the titles and one line a job
+    every = ["#", "NAME", "USER", "PRI", "AGE", "STATE", "WAITING", "HOST", "STARTED", "TOOK", "MEM", "CPU", "RESULT"]
+    titles = lines[0].split()  # whole titles, in order, the user, the state and how each ended among them
+    assert titles == [title for title in every if title in titles] and {"USER", "STATE", "RESULT"} <= set(titles), text
+    assert any(line.endswith("…") and "its-dependant" in line for line in lines), text
+    for name in names + ["queued-after-night-job-with-long-name", "its-dependant"]:
         assert sum(name in line for line in lines) == 1, text
     assert any(line.endswith("timeout") for line in lines) and any(" root " in line for line in lines[1:]), text

@@ -31,6 +31,7 @@ class TableSpec(Record):
     cut: tuple[str, ...]
     styles: Callable[[int], dict[str, str]]  # row index -> {column title: style}
     drops: tuple[str, ...] = ()
+    widths: tuple[tuple[str, int], ...] = ()  # (title, width) of the free text that ``fit`` cut to the terminal
 
 
 GAP = 2  # columns between two cells of a table
@@ -56,9 +57,16 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
         if not drops:
             return None
         keep.remove(drops.pop(0))
-    if len(keep) == len(spec.columns):
-        return spec
-    return spec._replace(columns=[spec.columns[i] for i in keep], rows=[[row[i] for i in keep] for row in spec.rows])
+    # the free text shares what the other columns leave, the shortest first, each up to its natural width: rich,
+    # given a table too wide, would narrow every column alike, cutting names and users
+    free = sorted((i for i in keep if titles[i] in spec.cut), key=natural.get)
+    room = width - sum(natural[i] for i in keep if i not in free) - GAP * (len(keep) - 1)
+    widths = []
+    for n, i in enumerate(free):
+        widths.append((titles[i], min(natural[i], room // (len(free) - n))))
+        room -= widths[-1][1]
+    return spec._replace(columns=[spec.columns[i] for i in keep], rows=[[row[i] for i in keep] for row in spec.rows],
+                         widths=tuple(widths))
 
 
 def write_lines(out, lines: Iterable[str]) -> None:
@@ -71,8 +79,9 @@ def rich_table(spec: TableSpec):
     from rich.text import Text
 
     table = Table(box=None, header_style="bold", pad_edge=False)
+    widths = dict(spec.widths)
     for title, right in spec.columns:
-        table.add_column(title, justify="right" if right else "left", no_wrap=True,
+        table.add_column(title, justify="right" if right else "left", no_wrap=True, width=widths.get(title),
                          overflow="ellipsis" if title in spec.cut else "fold")
     for i, row in enumerate(spec.rows):  # Text, never markup: a cell may quote a path a user chose, [link=…] included
         styles = spec.styles(i)
