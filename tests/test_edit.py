@@ -176,3 +176,45 @@ def test_a_forgery_at_a_key_is_never_edited_and_an_edit_of_another_user_never_co
     assert drain(spool).returncode == 0
     assert result(spool, "real")["mem"] == 20
     assert not (spool / "jobsdone" / "root:fake@result").exists()
+
+
+# ---- a dependency cycle: no job of it could ever run -----------------------------------------------------------
+
+@given(st.dictionaries(st.sampled_from("abcdef"), st.lists(st.sampled_from("abcdefg"), max_size=3), max_size=6),
+       st.lists(st.sampled_from("abcdefg"), min_size=1, max_size=3))
+def test_a_cycle_is_found_exactly_when_the_job_can_reach_itself(graph, after):
+    """dependency_cycle follows what each queued job waits for: it answers a path of real edges back to the
+    job, a shortest one, whenever there is one, and None when there is none."""
+    from onite.core.queue import dependency_cycle
+
+    graph = {key: deps for key, deps in graph.items() if key != "z"}
+    found = dependency_cycle("z", after, lambda key: graph.get(key, ()))
+    edges = {**graph, "z": after}
+    reach, todo = set(), list(after)
+    while todo:
+        key = todo.pop()
+        if key not in reach:
+            reach.add(key)
+            todo.extend(edges.get(key, ()) if key != "z" else ())
+    assert (found is not None) == ("z" in reach)
+    if found is not None:
+        assert found[0] == found[-1] == "z" and "z" not in found[1:-1]
+        assert all(b in edges.get(a, ()) for a, b in zip(found, found[1:]))
+
+
+def test_an_edit_a_submit_or_a_restart_that_would_close_a_dependency_cycle_is_refused(spool, cli):
+    submit("first")
+    assert drain(spool).returncode == 0  # `first` has finished: a job may name it
+    submit("second", "--after", "first")
+    submit("third", "--after", "second")
+    before = cli(["list", "--json"]).json()
+    cycle = "first → third → second → first"  # first would wait for third, which waits for second …
+    r = cli(["edit", "second", "--after", "third"])
+    assert (r.code, r.err) == (2, "onite: job 'second' would wait for itself: second → third → second, and none of "
+                                  "them would ever run — drop that --after, or first change what the others wait "
+                                  "for (onite edit NAME --after …)\n"), r
+    for argv in (["submit", "first", "--after", "third"], ["restart", "first", "--after", "third"]):
+        r = cli(argv, stdin=b"true\n")
+        assert r.code == 2 and f"would wait for itself: {cycle}," in r.err, (argv, r)
+    assert cli(["list", "--json"]).json()["jobs"] == before["jobs"]  # nothing spooled, nothing changed
+    assert cli(["edit", "third", "--after", "first"]).code == 0  # a chain is no cycle

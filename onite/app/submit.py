@@ -20,7 +20,7 @@ from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode, env_text
 from onite.core.request import Captured, SubmitRequest, build_job
-from onite.core.names import check_base, check_name, job_key, split_key, unique_name
+from onite.core.names import check_base, check_name, job_key, shown, split_key, unique_name
 from onite.core.policy import check_urgent, cutoff_state
 
 
@@ -97,6 +97,39 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                     raise InvalidInput(f"no job {name!r}{of} is queued, running or finished",
                                        "check the name with onite list --all")
                 known.add(dep)
+        _refuse_cycle(spool, job)
+
+
+def _refuse_cycle(spool: SpoolDir, job: Job) -> None:
+    """InvalidInput if ``job`` would wait for itself through queued jobs (A after B, B after A: neither would ever
+    run), as far as the caller can read them (their own; root: all), each as edited (onite.spool.edits)."""
+    if not job.after:
+        return
+    from onite.core.queue import dependency_cycle
+    from onite.spool.edits import edited, trusted
+    from onite.spool.filecheck import BadFile, read_job_file
+    from onite.spool.queued import find_queued
+
+    limit, edits = spool.config.max_job_size, None
+
+    def after_of(key: str) -> tuple[str, ...]:
+        nonlocal edits
+        for entry in find_queued(spool, key):
+            try:
+                queued, _ = read_job_file(entry.path, limit)
+            except (OSError, BadFile, ValueError):  # another user's (private), or gone: not followed
+                continue
+            if edits is None:
+                edits = read_markers(spool.edit_dir)
+            return edited(queued, trusted(edits.get(key, []), key), limit)[0].after
+        return ()
+
+    cycle = dependency_cycle(job.name, job.after, after_of)
+    if cycle is not None:
+        owner = split_key(job.name)[0]
+        raise InvalidInput(f"job {split_key(job.name)[1]!r} would wait for itself: "
+                           f"{' → '.join(shown(key, owner) for key in cycle)}, and none of them would ever run",
+                           "drop that --after, or first change what the others wait for (onite edit NAME --after …)")
 
 
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:

@@ -98,6 +98,23 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
     return READY
 
 
+def dependency_cycle(name: str, after: Iterable[str], after_of: Callable[[str], Iterable[str]]) -> list[str] | None:
+    """The jobs through which job ``name``, waiting for ``after``, would wait for itself (``[name, a, …, name]``,
+    a shortest such), or None. ``after_of(key)``: what queued job ``key`` waits for (nothing if it is not queued,
+    or cannot be read)."""
+    paths = {dep: [name, dep] for dep in after}
+    todo = deque(paths)
+    while todo:
+        key = todo.popleft()
+        if key == name:
+            return paths[key]
+        for dep in after_of(key):
+            if dep not in paths:
+                paths[dep] = paths[key] + [dep]
+                todo.append(dep)
+    return None
+
+
 def fair_order(items: Iterable[T], user_of: Callable[[T], str], used: Mapping[str, float]) -> list[T]:
     """``items`` of one priority, in queue order, in the order ``order = "fair"`` takes them: each time
     the oldest item of the user with the least running time ``used`` this drain (ties: the user whose
