@@ -24,6 +24,9 @@ from onite.core.names import check_base, check_name, job_key, shown, split_key, 
 from onite.core.policy import check_urgent, cutoff_state
 
 
+CYCLE_LOOKS = 200  # queued jobs read, at most, to find whether a job would wait for itself
+
+
 def capture(now: datetime, *, env: dict[bytes, bytes] | None = None, cwd: bytes | None = None) -> Captured:
     """The calling process's environment (bytes, exact), cwd, umask and host; ``env`` and ``cwd``, where given,
     instead of its own. Raises InvalidInput: its cwd is gone, and no ``cwd`` is given."""
@@ -110,10 +113,13 @@ def _refuse_cycle(spool: SpoolDir, job: Job) -> None:
     from onite.spool.filecheck import BadFile, read_job_file
     from onite.spool.queued import find_queued
 
-    limit, edits = spool.config.max_job_size, None
+    limit, edits, followed = spool.config.max_job_size, None, 0
 
     def after_of(key: str) -> tuple[str, ...]:
-        nonlocal edits
+        nonlocal edits, followed
+        followed += 1
+        if followed > CYCLE_LOOKS:  # a chain another user made as long as they like costs a submit no more
+            return ()
         for entry in find_queued(spool, key):
             try:
                 queued, _ = read_job_file(entry.path, limit)
