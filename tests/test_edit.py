@@ -218,3 +218,16 @@ def test_an_edit_a_submit_or_a_restart_that_would_close_a_dependency_cycle_is_re
         assert r.code == 2 and f"would wait for itself: {cycle}," in r.err, (argv, r)
     assert cli(["list", "--json"]).json()["jobs"] == before["jobs"]  # nothing spooled, nothing changed
     assert cli(["edit", "third", "--after", "first"]).code == 0  # a chain is no cycle
+
+
+@needs_root
+def test_the_cycle_check_steps_over_what_is_not_a_job_file(spool, cli):
+    """A queued file of another user that is no job (damaged, a hard link) is not followed: root's submit after
+    it is judged as before, never stopped by it."""
+    from conftest import nobody
+
+    bad = spool / "jobs" / "P4" / "nobody:bad"
+    bad.write_bytes(b"\x00not a job\n")
+    os.chown(bad, nobody().pw_uid, nobody().pw_gid)
+    r = cli(["submit", "after-bad", "--after", "nobody:bad"], stdin=b"true\n")
+    assert r.code == 0, r

@@ -15,7 +15,7 @@ from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import name_taken, read_markers, running_entries, user_name
 from onite.core.config import Config
-from onite.core.errors import InvalidInput, OniteError, Refused
+from onite.core.errors import InvalidInput, JobFormatError, OniteError, Refused
 from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode, env_text
@@ -122,8 +122,10 @@ def _refuse_cycle(spool: SpoolDir, job: Job) -> None:
             return ()
         for entry in find_queued(spool, key):
             try:
-                queued, _ = read_job_file(entry.path, limit)
-            except (OSError, BadFile, ValueError):  # another user's (private), or gone: not followed
+                queued, st = read_job_file(entry.path, limit, one_link=True)
+            except (OSError, BadFile, JobFormatError):  # another user's (private), gone, or not a job: not followed
+                continue
+            if st.st_uid != entry.uid:  # swapped since it was listed
                 continue
             if edits is None:
                 edits = read_markers(spool.edit_dir)
