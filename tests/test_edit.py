@@ -216,8 +216,12 @@ def test_an_edit_a_submit_or_a_restart_that_would_close_a_dependency_cycle_is_re
     for argv in (["submit", "first", "--after", "third"], ["restart", "first", "--after", "third"]):
         r = cli(argv, stdin=b"true\n")
         assert r.code == 2 and f"would wait for itself: {cycle}," in r.err, (argv, r)
+    r = cli(["restart", "first", "--after", "first"])  # its new run would be the `first` it waits for
+    assert (r.code, r.err.partition(" — ")[0]) == (2, "onite: restarting 'first': job 'first' cannot wait for itself"), r
     assert cli(["list", "--json"]).json()["jobs"] == before["jobs"]  # nothing spooled, nothing changed
-    assert cli(["edit", "third", "--after", "first"]).code == 0  # a chain is no cycle
+    for argv in (["restart", "first", "--after", "third", "--name", "other"], ["restart", "first", "--after", "third",
+                 "--unique"], ["submit", "first", "--after", "third", "--unique"], ["edit", "third", "--after", "first"]):
+        assert cli(argv, stdin=b"true\n").code == 0, argv  # under another name, or a chain: no cycle
 
 
 @needs_root

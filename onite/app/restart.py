@@ -38,12 +38,12 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool.config, job)
     check_policy(spool, SubmitRequest(name=new, body=job.body, urgent=job.urgent), now, caller)
-    try:
-        check_after(spool, [job], unique=True)
-    except InvalidInput as err:
-        raise InvalidInput(f"job {text!r}: {err.what}",
-                           "restart it with other dependencies (--after NAME), or spool it anew without them") from None
     target = job_key(user, uniqname(spool, new, user) if unique else new)
+    try:
+        check_after(spool, [job._replace(name=target)], unique=unique)
+    except InvalidInput as err:
+        raise InvalidInput(f"restarting {text!r}: {err.what}",
+                           "restart it with other dependencies (--after NAME), or spool it anew without them") from None
     if not unique:
         if is_live(spool, target):
             raise Refused(f"a job named {label(target)!r} is already queued or running",

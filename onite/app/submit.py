@@ -78,8 +78,8 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
 
 
 def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> None:
-    """Each of ``jobs`` (in order, keyed) waits only for an earlier one or a spooled job, not itself
-    (else InvalidInput)."""
+    """Each of ``jobs`` (in order, keyed) waits only for an earlier one or a spooled job, not itself, even through
+    queued jobs (else InvalidInput). ``unique``: each name is a base, to be made unique."""
     position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
     for i, job in enumerate(jobs):
@@ -100,7 +100,8 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                     raise InvalidInput(f"no job {name!r}{of} is queued, running or finished",
                                        "check the name with onite list --all")
                 known.add(dep)
-        _refuse_cycle(spool, job)
+        if not unique:  # a name made unique is new: no job waits for it yet
+            _refuse_cycle(spool, job)
 
 
 def _refuse_cycle(spool: SpoolDir, job: Job) -> None:

@@ -205,9 +205,8 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             return JobsWaited(order, finals, still, timed_out=True)
         if announce is not None and delay == POLL_FIRST:
             left = [n for n in order if n not in finals]
-            queued = any(watches[n].live == "queued" for n in left)
-            announce(undrained(spool, clock.now()) * queued + "waiting for "
-                     + ", ".join(f"{n} ({watches[n].live or 'finishing'})" for n in left))
+            note = undrained(spool, clock.now()) if any(watches[n].live == "queued" for n in left) else ""
+            announce(note + "waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})" for n in left))
         delay = _pause(clock, delay, deadline)
 
 
