@@ -82,6 +82,7 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
     queued jobs (else InvalidInput). ``unique``: each name is a base, to be made unique."""
     position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
+    after_of = None
     for i, job in enumerate(jobs):
         for dep in job.after:
             if dep == job.name and not unique:
@@ -100,26 +101,39 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                     raise InvalidInput(f"no job {name!r}{of} is queued, running or finished",
                                        "check the name with onite list --all")
                 known.add(dep)
-        if not unique:  # a name made unique is new: no job waits for it yet
-            _refuse_cycle(spool, job)
+        if job.after and not unique:  # a name made unique is new: no job waits for it yet
+            after_of = after_of or _waits_for(spool)
+            _refuse_cycle(job, after_of)
 
 
-def _refuse_cycle(spool: SpoolDir, job: Job) -> None:
-    """InvalidInput if ``job`` would wait for itself through queued jobs (A after B, B after A: neither would ever
-    run), as far as the caller can read them (their own; root: all), each as edited (onite.spool.edits)."""
-    if not job.after:
-        return
+def _refuse_cycle(job: Job, after_of) -> None:
+    """InvalidInput if ``job`` would wait for itself (A after B, B after A: neither would ever run)."""
     from onite.core.queue import dependency_cycle
+
+    cycle = dependency_cycle(job.name, job.after, after_of)
+    if cycle is not None:
+        owner = split_key(job.name)[0]
+        raise InvalidInput(f"job {split_key(job.name)[1]!r} would wait for itself: "
+                           f"{' → '.join(shown(key, owner) for key in cycle)}, and none of them would ever run",
+                           "drop that --after, or first change what the others wait for (onite edit NAME --after …)")
+
+
+def _waits_for(spool: SpoolDir):
+    """``key → what queued job key waits for``, as far as the caller can read it (their own; root: all), as edited
+    (onite.spool.edits); each read once, CYCLE_LOOKS at most, for the whole batch."""
+    import functools
+
     from onite.spool.edits import edited, trusted
     from onite.spool.filecheck import BadFile, read_job_file
     from onite.spool.queued import find_queued
 
-    limit, edits, followed = spool.config.max_job_size, None, 0
+    limit, edits, looks = spool.config.max_job_size, None, 0
 
+    @functools.cache
     def after_of(key: str) -> tuple[str, ...]:
-        nonlocal edits, followed
-        followed += 1
-        if followed > CYCLE_LOOKS:  # a chain another user made as long as they like costs a submit no more
+        nonlocal edits, looks
+        looks += 1
+        if looks > CYCLE_LOOKS:  # a chain another user made as long as they like costs a submit no more
             return ()
         for entry in find_queued(spool, key):
             try:
@@ -133,12 +147,7 @@ def _refuse_cycle(spool: SpoolDir, job: Job) -> None:
             return edited(queued, trusted(edits.get(key, []), key), limit)[0].after
         return ()
 
-    cycle = dependency_cycle(job.name, job.after, after_of)
-    if cycle is not None:
-        owner = split_key(job.name)[0]
-        raise InvalidInput(f"job {split_key(job.name)[1]!r} would wait for itself: "
-                           f"{' → '.join(shown(key, owner) for key in cycle)}, and none of them would ever run",
-                           "drop that --after, or first change what the others wait for (onite edit NAME --after …)")
+    return after_of
 
 
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
