@@ -4,6 +4,8 @@
 import os
 from datetime import datetime
 
+import pytest
+
 from conftest import drain, needs_root, run_cli, start_driver, wait_for
 from onite.app import status as st
 
@@ -237,3 +239,24 @@ def test_a_new_cron_schedule_beats_what_an_earlier_drivers_heartbeat_said(spool)
                                    next_drain=None))
     [cron] = [s for s in plan(SpoolDir(spool), now).starters if s.by == "cron"]
     assert cron.when == due, (cron.when, due)
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_on_an_80_column_terminal_a_long_line_folds_between_words_under_its_label(spool, plain, monkeypatch):
+    """The terminal folded status's long lines wherever the edge fell (``ask root to ru`` / ``n: onite``); they
+    now fold between words, under the label. With --plain each stays one line, as a script greps it."""
+    import re
+
+    from conftest import OnTerminal
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, seen = OnTerminal(spool, ["status", *(["--plain"] if plain else [])], stdin=False, columns=80).finish()
+    assert code == 0, seen
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).replace("\r\n", "\n").splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("next run  none: no drain is scheduled")]
+    if plain:
+        assert lines[at].endswith("onite cron --install") and len(lines[at]) > 80, lines
+    else:
+        assert all(len(line.rstrip()) <= 80 for line in lines), lines
+        assert lines[at + 1].startswith(" " * 10 + lines[at + 1].strip()) and lines[at + 1].strip(), lines
+        assert " ".join(line.strip() for line in lines[at:at + 2]).endswith("onite cron --install"), lines

@@ -272,20 +272,28 @@ def gantt_lines(data, width: int) -> tuple[list[str], list[tuple[int, int]]]:
     return lines, bars
 
 
+STATUS_LABEL = 10  # the width of status's labels ("next run  "), under which its folded lines go on
+
+
 def print_status(console, info, *, plain: bool = False) -> None:
-    """``onite status``: one line each, never wrapped (scripts grep it, terminals fold it), on ``console`` (a
-    rich Console) or plain on stdout if it is None; the running jobs as a table (``plain``: a line each)."""
+    """``onite status``: a line each, on ``console`` (a rich Console) folded between words under its label; plain
+    (``plain``, or no ``console``: stdout) never folded, as scripts grep it; the running jobs as a table."""
     from onite.core.timeparse import parse_stamp
 
     esc = printable  # text from users and files: no control characters
 
     def say(*parts: str | tuple[str, str]) -> None:  # each part text, or (text, style)
-        if console is None:
-            sys.stdout.write("".join(part if isinstance(part, str) else part[0] for part in parts) + "\n")
-        else:
-            from rich.text import Text
+        if console is None or plain:
+            write_lines(console or sys.stdout, ["".join(part if isinstance(part, str) else part[0] for part in parts)])
+            return
+        from rich.text import Text
 
-            console.print(Text.assemble(*parts), soft_wrap=True)
+        text, room = Text.assemble(*parts), console.width - STATUS_LABEL
+        if room < 30 or text.cell_len <= console.width:  # too narrow to fold under a label: the terminal folds it
+            console.print(text, soft_wrap=True)
+            return
+        for i, line in enumerate(text[STATUS_LABEL:].wrap(console, room)):
+            console.print(Text.assemble(text[:STATUS_LABEL] if i == 0 else " " * STATUS_LABEL, line), soft_wrap=True)
 
     def until(when: datetime) -> str:
         return human_duration((when - info.now).total_seconds())
