@@ -215,3 +215,20 @@ def test_a_forgery_waiting_for_a_cancelled_job_is_not_named_doomed(spool, cli):
     os.chown(forged, 65534, 65534)
     r = cli(["cancel", "b*", "--yes"])
     assert (r.code, r.out) == (0, "b1: cancelled\ncancelled 1 job(s)\nwill fail: load (waits for b1)\n"), r
+
+
+@needs_root
+def test_a_pattern_cancel_judges_dependants_as_edited_and_steps_over_a_file_that_is_no_job(spool, cli):
+    """What a job waits for is what its latest edit says (``edit --after``), as the driver judges it; and a
+    file anyone dropped in a queue that is no job (damaged) neither stops root's pattern cancel nor is named."""
+    for name in ("old", "new"):
+        submit(name)
+    assert run_cli(["submit", "dep", "--after", "old"], stdin=b"true\n").code == 0
+    assert cli(["edit", "dep", "--after", "new"]).code == 0
+    junk = spool / "jobs" / "P4" / "nobody:junk"
+    junk.write_bytes(b"\x00not a job\n")
+    os.chown(junk, 65534, 65534)
+    r = cli(["cancel", "o*", "--yes"])
+    assert (r.code, r.out) == (0, "old: cancelled\ncancelled 1 job(s)\n"), r  # dep waits for new now
+    r = cli(["cancel", "n*", "--yes"])
+    assert (r.code, r.out) == (0, "new: cancelled\ncancelled 1 job(s)\nwill fail: dep (waits for new)\n"), r

@@ -235,3 +235,6 @@ def test_the_cycle_check_steps_over_what_is_not_a_job_file(spool, cli):
     os.chown(bad, nobody().pw_uid, nobody().pw_gid)
     r = cli(["submit", "after-bad", "--after", "nobody:bad"], stdin=b"true\n")
     assert r.code == 0, r
+    r = cli(["edit", "nobody:bad", "-p", "2"])  # said as a refusal of this edit, not as a submit's error
+    assert (r.code, r.err) == (3, "onite: job 'nobody:bad' cannot be edited: not an onite job file (no 'onite-job:' "
+                                  "first line) — cancel it and spool it anew\n"), r

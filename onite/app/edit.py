@@ -14,7 +14,7 @@ from datetime import datetime
 
 from onite.app.common import key_for, label
 from onite.app.submit import check_after, check_capacity
-from onite.core.errors import DamagedRecord, InvalidInput, NotFound, Refused, SpoolIOError
+from onite.core.errors import DamagedRecord, InvalidInput, JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.policy import owner_or_root
 from onite.core.request import JobChanges
 from onite.spool.edits import add_edit, edited, move_edited, trusted, withdraw_edit
@@ -38,8 +38,9 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     except FileNotFoundError:
         raise Refused(f"job {text!r} started just now: it cannot be edited any more",
                       f"change it for its next run: onite restart {text} …") from None
-    except (BadFile, ValueError) as err:
-        raise Refused(f"job {text!r} cannot be edited: {err}", "cancel it and spool it anew") from None
+    except (BadFile, JobFormatError) as err:
+        raise Refused(f"job {text!r} cannot be edited: {getattr(err, 'what', err)}",
+                      "cancel it and spool it anew") from None
     except OSError as err:
         raise SpoolIOError(entry.path, "reading", err) from None
     owner = None if st.st_uid == caller_uid else (st.st_uid, st.st_gid)

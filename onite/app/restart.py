@@ -16,7 +16,7 @@ from onite.exec import identity
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name, withdrawn_entries
-from onite.core.errors import InvalidInput, NotFound, Refused, SpoolIOError
+from onite.core.errors import InvalidInput, JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.names import check_base, check_name, job_key, split_key
@@ -71,8 +71,9 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
         raise Refused(f"job {label(name)!r} belongs to {user_name(st.st_uid)}", "only its owner or root may restart it")
     try:
         job, opened = read_job_file(path, spool.config.max_job_size)
-    except BadFile as err:
-        raise Refused(f"{path} cannot be restarted: {err}", "spool the job anew with onite submit") from None
+    except (BadFile, JobFormatError) as err:
+        raise Refused(f"{path} cannot be restarted: {getattr(err, 'what', err)}",
+                      "spool the job anew with onite submit") from None
     except FileNotFoundError:
         raise NotFound(f"no finished job {label(name)!r} is kept", "retention removed it just now") from None
     except OSError as err:
