@@ -238,3 +238,22 @@ def test_the_cycle_check_steps_over_what_is_not_a_job_file(spool, cli):
     r = cli(["edit", "nobody:bad", "-p", "2"])  # said as a refusal of this edit, not as a submit's error
     assert (r.code, r.err) == (3, "onite: job 'nobody:bad' cannot be edited: not an onite job file (no 'onite-job:' "
                                   "first line) — cancel it and spool it anew\n"), r
+
+
+@needs_root
+def test_a_cycle_through_another_users_job_fails_at_the_drain_instead_of_waiting_for_ever(spool, cli):
+    """nobody cannot read root's job, so nobody's edit that closes a cycle through it is not refused; the driver,
+    once it has nothing else to start, fails the jobs of the cycle, saying so, and what waits for them fails next."""
+    submit("theirs", user="nobody")
+    assert cli(["submit", "mine", "--after", "nobody:theirs"], stdin=b"true\n").code == 0
+    assert cli(["submit", "later", "--after", "mine"], stdin=b"true\n").code == 0
+    assert cli(["submit", "free"], stdin=b"true\n").code == 0
+    assert run_cli(["edit", "theirs", "--after", "root:mine"], user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert result(spool, "free")["state"] == "done"
+    assert result(spool, "mine")["reason"] == ("dependency cycle: mine → nobody:theirs → mine (none of them could "
+                                               "ever run)")
+    assert result(spool, "nobody:theirs")["reason"] == ("dependency cycle: theirs → root:mine → theirs (none of them "
+                                                        "could ever run)")
+    assert (result(spool, "later")["state"], result(spool, "later")["reason"]) == ("failed", "dependency mine failed")
+    assert not list((spool / "jobs").rglob("*:*"))  # nothing left queued for ever

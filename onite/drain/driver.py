@@ -328,6 +328,8 @@ class Driver:
                     night.index.refresh(force=True)
                     self._start_jobs()  # not past a record that cannot be written: it would start again
                     if not night.running and (night.wake_at is None or not self._lingers()):
+                        if self.picker.fail_cycles():
+                            continue  # what waited for those fails at the next pick
                         return
                 else:
                     self._say_waiting()
