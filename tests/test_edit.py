@@ -202,6 +202,29 @@ def test_a_cycle_is_found_exactly_when_the_job_can_reach_itself(graph, after):
         assert all(b in edges.get(a, ()) for a, b in zip(found, found[1:]))
 
 
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.lists(st.sampled_from("abcdefghij"), max_size=3), max_size=8))
+def test_cycles_names_exactly_the_jobs_that_reach_themselves(graph):
+    """What the driver fails at a drain's end: each job that waits for itself through the others, with a cycle of
+    real edges through it; never one that only waits for a cycle, or for a job not in the graph."""
+    from onite.core.queue import cycles
+
+    def reaches_itself(start):
+        seen, todo = set(), [dep for dep in graph[start] if dep in graph]
+        while todo:
+            key = todo.pop()
+            if key == start:
+                return True
+            if key not in seen:
+                seen.add(key)
+                todo.extend(dep for dep in graph[key] if dep in graph)
+        return False
+
+    found = cycles(graph)
+    assert set(found) == {key for key in graph if reaches_itself(key)}
+    for key, cycle in found.items():
+        assert cycle[0] == cycle[-1] == key and all(b in graph[a] for a, b in zip(cycle, cycle[1:]))
+
+
 def test_an_edit_a_submit_or_a_restart_that_would_close_a_dependency_cycle_is_refused(spool, cli):
     submit("first")
     assert drain(spool).returncode == 0  # `first` has finished: a job may name it

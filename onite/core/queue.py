@@ -115,6 +115,32 @@ def dependency_cycle(name: str, after: Iterable[str], after_of: Callable[[str], 
     return None
 
 
+def cycles(after: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
+    """Each job of ``after`` (its key → the keys it waits for) that waits for itself through the others, with a
+    shortest such cycle (``dependency_cycle``). What can reach no cycle is peeled off first (what waits for no
+    job here, then what waited only for those, …), so a long chain costs no more than its length."""
+    deps = {key: {dep for dep in waits if dep in after} for key, waits in after.items()}
+    waiters: dict[str, list[str]] = {}
+    for key, waits in deps.items():
+        for dep in waits:
+            waiters.setdefault(dep, []).append(key)
+    left, count = set(deps), {key: len(waits) for key, waits in deps.items()}
+    free = [key for key, n in count.items() if n == 0]
+    while free:
+        key = free.pop()
+        left.discard(key)
+        for waiter in waiters.get(key, ()):
+            count[waiter] -= 1
+            if count[waiter] == 0:
+                free.append(waiter)
+    found = {}
+    for key in sorted(left):  # on a cycle, or waiting for one
+        cycle = dependency_cycle(key, sorted(deps[key] & left), lambda dep: sorted(deps[dep] & left))
+        if cycle is not None:
+            found[key] = cycle
+    return found
+
+
 def fair_order(items: Iterable[T], user_of: Callable[[T], str], used: Mapping[str, float]) -> list[T]:
     """``items`` of one priority, in queue order, in the order ``order = "fair"`` takes them: each time
     the oldest item of the user with the least running time ``used`` this drain (ties: the user whose

@@ -22,7 +22,7 @@ from onite.core.admission import Admission, Admit, Busy, Head, Room, admit, late
 from onite.core.errors import JobFormatError, Refused
 from onite.core.names import shown, split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
-from onite.core.queue import READY, DepState, Fail, Meta, Wait, dependency_cycle, evaluate, fair_order
+from onite.core.queue import READY, DepState, Fail, Meta, Wait, cycles, evaluate, fair_order
 from onite.core.record import Record
 from onite.core.resources import Need, host_capacity, request_of
 from onite.core.state import JobState
@@ -130,32 +130,13 @@ class Picker:
                 seen = self.inspect(cand)
                 if seen.look is Look.OK and seen.meta.after:
                     waiting.setdefault(cand.name, (cand, seen))
-        after = {key: {dep for dep in seen.meta.after if dep in waiting} for key, (_, seen) in waiting.items()}
-        waiters: dict[str, list[str]] = {}
-        for key, deps in after.items():
-            for dep in deps:
-                waiters.setdefault(dep, []).append(key)
-        # what waits for no job here (its dependencies are timed, held or done) can reach no cycle: peeled,
-        # then what waited only for it, and so on; what is left is on a cycle, or waits for one
-        left, count = set(after), {key: len(deps) for key, deps in after.items()}
-        free = [key for key, n in count.items() if n == 0]
-        while free:
-            key = free.pop()
-            left.discard(key)
-            for waiter in waiters.get(key, ()):
-                count[waiter] -= 1
-                if count[waiter] == 0:
-                    free.append(waiter)
-        failed = False
-        for key in sorted(left):
-            cycle = dependency_cycle(key, sorted(after[key] & left), lambda dep: sorted(after[dep] & left))
-            if cycle is not None:
-                cand, seen = waiting[key]
-                owner = split_key(key)[0]
-                self.finisher.fail_unstarted(cand, seen.st, "dependency cycle: " + " → ".join(
-                    shown(dep, owner) for dep in cycle) + " (none of them could ever run)")
-                failed = True
-        return failed
+        found = cycles({key: seen.meta.after for key, (_, seen) in waiting.items()})
+        for key, cycle in found.items():
+            cand, seen = waiting[key]
+            owner = split_key(key)[0]
+            self.finisher.fail_unstarted(cand, seen.st, "dependency cycle: " + " → ".join(
+                shown(dep, owner) for dep in cycle) + " (none of them could ever run)")
+        return bool(found)
 
     def capacity(self) -> Need:
         """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.
