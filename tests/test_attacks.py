@@ -1126,3 +1126,24 @@ def test_a_recurring_jobs_run_keeps_its_key_against_an_earlier_forgery(spool):
     assert drain(spool).returncode == 0
     assert result(spool, name)["user"] == "daemon" and result(spool, name)["state"] == "done"
     assert _refused_as(spool, name, "nobody"), log_lines(spool)
+
+
+def test_an_edit_whose_retries_leave_the_jobs_attempt_out_of_range_is_none(spool):
+    """nobody queues a file saying ``attempt: 2`` of ``retries: 1`` (as a retry is) and an edit of it with
+    ``retries: 0``: the edited job could not exist, so the edit counts for nothing. It stopped root's
+    ``list``, ``status``, ``cancel 'b*'`` and ``edit`` with a traceback, and the driver set the job aside."""
+    job = Job(name="nobody:x", priority=4, submitted=datetime.now().astimezone(), host="vm", umask=0o022,
+              cwd=b"/tmp", env={b"PATH": b"/usr/bin:/bin"}, body=b"true\n", retries=1, attempt=2)
+    plant(spool / "jobs" / "P4" / "nobody:x", encode(job))
+    plant(spool / "edit" / "nobody:x@1", encode(job._replace(retries=0, attempt=1, env={})))
+    submit("b1", "true\n", "--at", "+1d")
+    for args in (["list"], ["status"], ["edit", "nobody:x", "--timeout", "1h"]):
+        r = run_cli(args)
+        assert r.code == 0 and "Traceback" not in r.err, r
+    assert "nobody:x" in run_cli(["list"]).out
+    r = run_cli(["cancel", "b*", "--yes"])
+    assert (r.code, r.out) == (0, "b1: cancelled\ncancelled 1 job(s)\n"), r
+    assert drain(spool).returncode == 0
+    assert result(spool, "nobody:x")["state"] == "done"
+    assert not [line for line in log_lines(spool) if " error " in line]
+    assert os.listdir(spool / "edit") == []

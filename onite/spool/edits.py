@@ -37,20 +37,27 @@ def trusted(edits: list[Marker], key: str) -> list[Marker]:
 
 def edited(job: Job, edits: list[Marker], max_size: int) -> tuple[Job, Marker | None]:
     """``job`` with the limits of the latest of ``edits`` (trusted ones) that is of this job, and that edit.
-    One that cannot be read, or is of an earlier job of the name, is none."""
+    One that cannot be read, is of an earlier job of the name, or does not fit it, is none."""
     for edit in reversed(edits):
-        limits = _read(edit, job, max_size)
-        if limits is not None:
-            return with_limits(job, limits), edit
+        new = _apply(edit, job, max_size)
+        if new is not None:
+            return new, edit
     return job, None
 
 
-def _read(edit: Marker, job: Job, max_size: int) -> Job | None:
+def _apply(edit: Marker, job: Job, max_size: int) -> Job | None:
+    """``job`` with the limits of ``edit``; None if it cannot be read, is of an earlier job of the name, or
+    leaves the job out of range (its owner writes it: ``retries`` below the queued file's ``attempt``)."""
     try:
         limits, _ = read_job_file(edit.path, max_size)
     except (OSError, BadFile, JobFormatError):
         return None
-    return limits if (limits.name, limits.submitted) == (job.name, job.submitted) else None
+    if (limits.name, limits.submitted) != (job.name, job.submitted):
+        return None
+    try:
+        return with_limits(job, limits)
+    except ValueError:
+        return None
 
 
 def take(edits: list[Marker], job: Job, max_size: int) -> tuple[Job, bool]:
@@ -58,10 +65,10 @@ def take(edits: list[Marker], job: Job, max_size: int) -> tuple[Job, bool]:
     limits of the latest taken, and whether any was; an edit of an earlier job of the name is removed."""
     latest = None
     for edit in edits:
-        limits = _read(edit, job, max_size)
-        if withdraw_edit(edit.path) and limits is not None:
-            latest = limits
-    return (job, False) if latest is None else (with_limits(job, latest), True)
+        new = _apply(edit, job, max_size)
+        if withdraw_edit(edit.path) and new is not None:
+            latest = new
+    return (job, False) if latest is None else (latest, True)
 
 
 def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:
