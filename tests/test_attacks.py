@@ -23,7 +23,7 @@ import pytest
 
 from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, next_ctime_tick, nobody, result, run_cli,
                       set_config, start_driver, wait_for)
-from onite.core.job import Job
+from onite.core.job import Attempt, Job
 from onite.core.jobfile import encode
 
 pytestmark = needs_root
@@ -1147,3 +1147,19 @@ def test_an_edit_whose_retries_leave_the_jobs_attempt_out_of_range_is_none(spool
     assert result(spool, "nobody:x")["state"] == "done"
     assert not [line for line in log_lines(spool) if " error " in line]
     assert os.listdir(spool / "edit") == []
+
+
+def test_a_job_file_with_more_tried_attempts_than_came_before_stops_no_night(spool):
+    """nobody's file says ``retries: 1`` and holds 101 ``tried:`` lines (the most a result may list): its
+    retry would have held 102, and root's driver died with a traceback as its run failed, leaving root's
+    job running unwatched. Such a file is damaged: a job has had ``attempt`` − 1 attempts before."""
+    when = datetime.now().astimezone()
+    tried = tuple(Attempt(attempt=1, started=when, finished=when, host="vm", exit_code=1) for _ in range(101))
+    lines = b"".join(b"\ntried: " + json.dumps(t.to_json()).encode() for t in tried)
+    text = job_file("nobody:x", "/tmp", b"false\n", retries=1).replace(b"\nenv: ", lines + b"\nenv: ", 1)
+    plant(spool / "jobs" / "P4" / "nobody:x", text)
+    submit("b1", "true\n")
+    assert drain(spool).returncode == 0
+    assert result(spool, "b1")["state"] == "done"
+    rec = result(spool, "nobody:x")
+    assert rec["state"] == "failed" and "101 attempts tried before attempt 1" in rec["reason"], rec

@@ -134,6 +134,8 @@ def _with(line: bytes, *, replace: bytes | None = None) -> bytes:
     (_with(b"timeout: 0.0000001"), "timeout 0s is not longer than 0"),
     (_with(b"timeout: 31622401"), "at most 366 days"),
     (_with(b"tried: x"), "damaged job file"),
+    (_with(b'tried: {"attempt": 1, "started": "2026-01-01T00:00:00+00:00", "finished": "2026-01-01T00:00:00+00:00"}'),
+     "1 attempts tried before attempt 1"),
     (_with(b"tried: []"), "not an object"),
     (_with(b"tried: " + b"[" * 100_000), "damaged job file"),
     (_with(b'tried: {"attempt": 1, "started": "2026-01-01T00:00:00", "finished": "2026-01-01T00:00:00+00:00"}'),

@@ -130,8 +130,8 @@ def _job_problem(job: Job) -> str:
         return f"retries {job.retries!r} is not 0 to {MAX_RETRIES}"
     if not is_whole(job.attempt, 1, job.retries + 1):
         return f"attempt {job.attempt!r} is not 1 to retries + 1 ({job.retries + 1})"
-    if len(job.tried) > MAX_RETRIES + 1:
-        return f"more than {MAX_RETRIES + 1} attempts tried"
+    if len(job.tried) >= job.attempt:  # one more is added at each retry, and a result holds them all
+        return f"{len(job.tried)} attempts tried before attempt {job.attempt}"
     if len(job.after) > MAX_AFTER:
         return f"it waits for {len(job.after)} jobs (after:), more than {MAX_AFTER}"
     for dep in job.after:
