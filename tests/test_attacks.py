@@ -1163,3 +1163,49 @@ def test_a_job_file_with_more_tried_attempts_than_came_before_stops_no_night(spo
     assert result(spool, "b1")["state"] == "done"
     rec = result(spool, "nobody:x")
     assert rec["state"] == "failed" and "101 attempts tried before attempt 1" in rec["reason"], rec
+
+
+def test_a_socket_swapped_in_and_out_of_a_queue_is_no_job_file_to_any_reader(spool):
+    """nobody swaps a socket with each of its 50 queued files over and over (renameat2 EXCHANGE):
+    opening a socket fails with ENXIO, which read_job_file's callers that expect a symlink swapped in
+    (BadFile) did not expect, nor did the daemon's watch of timed jobs (it raised at a look at new
+    names, which nothing in the daemon's loop catches). A socket met as the file is opened is no job file, as a symlink is."""
+    import socket
+
+    from onite.spool.filecheck import BadFile, read_job_file
+    from onite.spool.paths import SpoolDir
+    from onite.spool.watch import TimedWatch
+
+    queue, stop = spool / "jobs" / "P4", spool / "stop-swapping"
+
+    def swap():
+        from onite.spool.files import rename_exchange
+
+        pairs = []
+        for i in range(50):
+            fd = os.open(queue / f"nobody:s{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, job_file(f"nobody:s{i}", "/tmp"))
+            os.close(fd)
+            socket.socket(socket.AF_UNIX).bind(str(queue / f".s{i}"))
+            pairs.append((str(queue / f".s{i}"), str(queue / f"nobody:s{i}")))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not stop.exists():
+            for pair in pairs:
+                rename_exchange(*pair)
+
+    swapper = as_user(swap, background=True)
+    try:
+        wait_for(lambda: len(os.listdir(queue)) == 100, what="the files and sockets")
+        sockets, looks, deadline = 0, 0, time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for i in range(50):
+                try:
+                    read_job_file(queue / f"nobody:s{i}", 1 << 20)
+                except BadFile as err:
+                    sockets += "a socket" in str(err)
+            TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir).refresh()  # a daemon's first look
+            looks += 1
+        assert sockets and looks, (sockets, looks)  # the race was met
+    finally:
+        stop.touch()
+        os.waitpid(swapper, 0)

@@ -63,13 +63,15 @@ def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid:
 def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
     """Open ``path`` without following a symlink and decode it; the stat is of the open file.
     ``one_link``: refuse a second hard link (links cost nothing, and would have root decode one large
-    file over and over). Raises BadFile: not a regular file, a symlink, too large, or a refused hard
-    link; JobFormatError: not a job file; OSError: it vanished or cannot be read."""
+    file over and over). Raises BadFile: not a regular file (a symlink, a socket), too large, or a
+    refused hard link; JobFormatError: not a job file; OSError: it vanished or cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
         if err.errno == errno.ELOOP:  # a symlink swapped in since we looked
             raise BadFile("a symbolic link, not a job file") from None
+        if err.errno == errno.ENXIO:  # a socket swapped in since we looked: it cannot be opened
+            raise BadFile("a socket, not a job file") from None
         raise
     try:
         st = os.fstat(fd)
