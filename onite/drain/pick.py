@@ -125,11 +125,16 @@ class Picker:
         when a drain has nothing left it can start; True if one was failed (what waits for it fails next)."""
         night = self.night
         waiting: dict[str, tuple[Candidate, Inspection]] = {}
-        for cand in night.index.candidates():
-            if cand.name not in night.running and cand.name not in night.ended:
+        for cand in list(night.index.candidates()):
+            if cand.name in night.running or cand.name in night.ended:
+                continue
+            seen = None
+            with self.finisher.guard(cand.name, cand.path):  # as pick looks: what goes wrong sets the file aside
                 seen = self.inspect(cand)
-                if seen.look is Look.OK and seen.meta.after:
-                    waiting.setdefault(cand.name, (cand, seen))
+            if seen is None:
+                night.forget(cand)
+            elif seen.look is Look.OK and seen.meta.after:
+                waiting.setdefault(cand.name, (cand, seen))
         found = cycles({key: seen.meta.after for key, (_, seen) in waiting.items()})
         for key, cycle in found.items():
             cand, seen = waiting[key]
