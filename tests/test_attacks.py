@@ -1149,6 +1149,30 @@ def test_an_edit_whose_retries_leave_the_jobs_attempt_out_of_range_is_none(spool
     assert os.listdir(spool / "edit") == []
 
 
+def test_a_flood_of_edits_of_a_users_own_job_is_read_no_further_than_its_newest_four(spool):
+    """Each look at a queued job read every edit of it its owner made: nobody's thousands of edits (never its
+    job's: another submit time) had root's list, status and the driver read them all, at every look. Only the
+    newest four count; the driver still removes them all as it claims the job."""
+    assert run_cli(["submit", "flood"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["edit", "flood", "--at", "+1d"], user="nobody", cwd="/tmp").code == 0  # a real edit
+    junk = encode(Job(name="nobody:flood", priority=4, submitted=datetime(2020, 1, 1).astimezone(), host="vm",
+                      umask=0o022, cwd=b"/", env={}, body=b"true\n"))
+
+    def waiting() -> str:
+        (row,) = [j for j in run_cli(["list", "--json"]).json()["jobs"] if j["name"] == "nobody:flood"]
+        return row["waiting"] or ""
+
+    next_ctime_tick()
+    for i in range(3):
+        plant(spool / "edit" / f"nobody:flood@junk{i}", junk)
+    assert waiting().startswith("not before "), waiting()  # the real edit is among the newest four
+    next_ctime_tick()
+    plant(spool / "edit" / "nobody:flood@junk3", junk)
+    assert waiting() == "", waiting()  # now it is not: the flood is read no further
+    assert drain(spool).returncode == 0
+    assert result(spool, "nobody:flood")["state"] == "done" and os.listdir(spool / "edit") == []
+
+
 def test_a_job_file_with_more_tried_attempts_than_came_before_stops_no_night(spool):
     """nobody's file says ``retries: 1`` and holds 101 ``tried:`` lines (the most a result may list): its
     retry would have held 102, and root's driver died with a traceback as its run failed, leaving root's

@@ -27,6 +27,7 @@ from onite.spool.files import (create_file, discard, fsync_dir, move_file, renam
 from onite.spool.scan import Marker, key_uid
 
 EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
+EDITS_READ = 4  # a job's newest edits read, at most: `onite edit` removes the older ones; more are a flood
 
 
 def trusted(edits: list[Marker], key: str) -> list[Marker]:
@@ -37,8 +38,9 @@ def trusted(edits: list[Marker], key: str) -> list[Marker]:
 
 def edited(job: Job, edits: list[Marker], max_size: int) -> tuple[Job, Marker | None]:
     """``job`` with the limits of the latest of ``edits`` (trusted ones) that is of this job, and that edit.
-    One that cannot be read, is of an earlier job of the name, or does not fit it, is none."""
-    for edit in reversed(edits):
+    One that cannot be read, is of an earlier job of the name, or does not fit it, is none; only the newest
+    EDITS_READ count (a user's thousands would have every look read them all)."""
+    for edit in reversed(edits[-EDITS_READ:]):
         new = _apply(edit, job, max_size)
         if new is not None:
             return new, edit
@@ -62,10 +64,11 @@ def _apply(edit: Marker, job: Job, max_size: int) -> Job | None:
 
 def take(edits: list[Marker], job: Job, max_size: int) -> tuple[Job, bool]:
     """The driver, having claimed ``job``: take each of ``edits`` (trusted ones) of it, and return it with the
-    limits of the latest taken, and whether any was; an edit of an earlier job of the name is removed."""
-    latest = None
-    for edit in edits:
-        new = _apply(edit, job, max_size)
+    limits of the latest taken, and whether any was (of the newest EDITS_READ, as ``edited`` judges); an edit of
+    an earlier job of the name, or past those, is removed unread."""
+    latest, unread = None, len(edits) - EDITS_READ
+    for i, edit in enumerate(edits):
+        new = _apply(edit, job, max_size) if i >= unread else None
         if withdraw_edit(edit.path) and new is not None:
             latest = new
     return (job, False) if latest is None else (latest, True)
