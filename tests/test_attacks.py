@@ -25,6 +25,7 @@ from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, next
                       set_config, start_driver, wait_for)
 from onite.core.job import Attempt, Job
 from onite.core.jobfile import encode
+from onite.exec.contain import signal_pid
 
 pytestmark = needs_root
 HOST = os.uname().nodename.split(".")[0]
@@ -1233,3 +1234,76 @@ def test_a_socket_swapped_in_and_out_of_a_queue_is_no_job_file_to_any_reader(spo
     finally:
         stop.touch()
         os.waitpid(swapper, 0)
+
+
+def test_a_job_its_owner_stops_before_its_exec_cannot_hang_its_monitor(spool, workdir):
+    """Between its drop to the owner and its exec, a job's process is its owner's to signal, while its
+    monitor waits for the exec (subprocess's pipe). nobody SIGSTOPs each new child of the monitors as
+    soon as it may: one in ten or so was caught before its exec, and its monitor waited for ever: its
+    time limit unenforced, its run never ended, the drain never over (found by an audit, 2026-11-30).
+    A child stopped there is now killed, and its run ends as killed."""
+    set_config(spool, kill_grace="1s")
+    jobs = 40
+    for i in range(jobs):
+        submit(f"s{i}", "true\n", "--timeout", "3s", user="nobody")
+    done = workdir / "done"
+    driver = start_driver(spool)
+
+    def children(pid: int) -> list[int]:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+                return [int(word) for word in handle.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    def state(pid: int) -> str | None:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+        except (OSError, IndexError):
+            return None
+
+    def cmdline(pid: int) -> bytes:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                return handle.read()
+        except OSError:
+            return b""
+
+    def stopper():  # only the monitors' new children: no other process of the machine's
+        seen = set()
+        while not done.exists():
+            for pid in {child for monitor in children(driver.pid) for child in children(monitor)} - seen:
+                seen.add(pid)
+                for _ in range(50_000):
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                    except PermissionError:  # still root's
+                        continue
+                    except ProcessLookupError:
+                        break
+                    while state(pid) not in ("T", "Z", None):  # a stop sent during its exec comes after it
+                        time.sleep(0.001)
+                    if not cmdline(pid).startswith(b"/bin/sh"):  # stopped before its exec: the attack
+                        break
+                    try:
+                        os.kill(pid, signal.SIGCONT)  # after it: the job's own, left to run
+                    except ProcessLookupError:
+                        pass
+                    break
+
+    pid = as_user(stopper, background=True)
+    try:
+        # a job stopped after its exec is stopped by its time limit
+        wait_for(lambda: driver.poll() is not None, timeout=120, what="the drain to end")
+    finally:
+        done.touch()
+        os.waitpid(pid, 0)
+        if driver.poll() is None:  # the test failed: what it stopped goes, and the driver
+            for child in {child for monitor in children(driver.pid) for child in children(monitor)}:
+                signal_pid(child, signal.SIGKILL)
+            driver.kill()
+    ended = {line.split()[3]: line for line in log_lines(spool) if line.split()[2] in ("done", "failed")}
+    assert set(ended) == {f"nobody:s{i}" for i in range(jobs)}
+    killed = [key for key, line in ended.items() if 'reason="signal 9 (SIGKILL)"' in line]
+    assert killed, ended  # stopped before its exec: killed, not waited for

@@ -49,7 +49,8 @@ def test_the_monitor_imports_little():
     assert imports_of(PACKAGE / "exec" / "plan.py") <= {"__future__", "os", "marshal", "socket", "dataclasses"}
     assert imports_of(PACKAGE / "exec" / "jobend.py") <= {"__future__", "os", "signal", "time", "onite.exec.contain",
                                                           "onite.exec.limits", "onite.exec.plan"}
-    assert imports_of(PACKAGE / "exec" / "jobstart.py") <= {"__future__", "os", "errno", "subprocess", "onite.exec.plan"}
+    assert imports_of(PACKAGE / "exec" / "jobstart.py") <= {"__future__", "os", "errno", "signal", "subprocess",
+                                                            "onite.exec.plan"}
     assert {name for name in imports_of(PACKAGE / "exec" / "contain.py") if name.startswith("onite")} == set()
     assert imports_of(PACKAGE / "exec" / "limits.py") <= {"__future__", "errno", "os", "onite.exec.contain"}
     assert imports_of(PACKAGE / "exec" / "pam.py") <= {"__future__", "json", "os", "sys", "pamela"}

@@ -1,12 +1,13 @@
 """How a job's monitor starts the job's process, and the reason it records when that fails.
 
-Runs in the monitor: imports only os, errno and subprocess.
+Runs in the monitor: imports only os, errno, signal and subprocess.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 
 from onite.exec.plan import Plan
@@ -47,7 +48,7 @@ def start(plan: Plan, forked=None) -> tuple[int | None, str]:
     if failed:
         leave(groups)
         return None, failed
-    stage, null = "chdir", None
+    stage, null, chld = "chdir", None, signal.signal(signal.SIGCHLD, _kill_stopped)
     try:
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         _enter_as_owner(plan)
@@ -72,12 +73,30 @@ def start(plan: Plan, forked=None) -> tuple[int | None, str]:
     except (ValueError, subprocess.SubprocessError) as err:  # e.g. an embedded NUL byte
         return None, f"{stage} 0 {type(err).__name__}"
     finally:
+        signal.signal(signal.SIGCHLD, chld)
         if null is not None:
             os.close(null)
         leave(groups)
         try:
             os.chdir("/")
         except OSError:
+            pass
+
+
+def _kill_stopped(signum, frame) -> None:
+    """SIGCHLD while ``start`` waits for the exec: a child stopped between its drop to the owner and its
+    exec (the owner may signal it from then on) would keep this monitor waiting for ever, its time limit
+    unenforced and its run never ended. It is killed: its run ends as killed by signal 9."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WSTOPPED | os.WNOHANG)
+        except ChildProcessError:
+            return
+        if info is None:
+            return
+        try:
+            os.kill(info.si_pid, signal.SIGKILL)  # unreaped: its pid is still its own
+        except ProcessLookupError:
             pass
 
 
