@@ -1307,3 +1307,51 @@ def test_a_job_its_owner_stops_before_its_exec_cannot_hang_its_monitor(spool, wo
     assert set(ended) == {f"nobody:s{i}" for i in range(jobs)}
     killed = [key for key, line in ended.items() if 'reason="signal 9 (SIGKILL)"' in line]
     assert killed, ended  # stopped before its exec: killed, not waited for
+
+
+def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_the_driver(spool, workdir):
+    """A retry appends to its owner's output file, which the owner may open and hold a lease on
+    (fcntl F_SETLEASE: the owner of a file may). nobody took a read lease on stdout/nobody:leasy
+    once its first attempt ended: root's driver, opening it for the retry, waited until the kernel
+    broke the lease (lease-break-time, 45 s by default), starting nothing for anyone meanwhile, and
+    again at every retry of every such job (found by an audit, 2026-11-30). The open no longer waits:
+    a file its owner holds so is replaced by a new one, as another user's would be."""
+    set_config(spool, retry_delay="3")
+    tried, done, said = workdir / "tried", workdir / "done", workdir / "said"
+    submit("leasy", f"[ -e {tried} ] && {{ echo second; exit 0; }}; touch {tried}; echo first; exit 1\n",
+           "--retries", "1", user="nobody")
+    output = spool / "stdout" / "nobody:leasy"
+
+    def holder():
+        import fcntl
+
+        broken = []
+        signal.signal(signal.SIGIO, lambda signum, frame: broken.append(signum))  # the kernel asks for it back
+        while not done.exists():  # until the first attempt has ended: no one else has it open to write
+            try:
+                fd = os.open(output, os.O_RDONLY)
+            except FileNotFoundError:
+                time.sleep(0.001)
+                continue
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+                break
+            except OSError:
+                os.close(fd)
+                time.sleep(0.001)
+        inode = os.fstat(fd).st_ino
+        while not done.exists():
+            time.sleep(0.01)
+        said.write_text(f"{inode} {len(broken)}")
+
+    pid = as_user(holder, background=True)
+    try:
+        assert drain(spool).returncode == 0
+    finally:
+        done.touch()
+        os.waitpid(pid, 0)
+    leased, broken = (int(word) for word in said.read_text().split())
+    assert broken  # the driver opened it while nobody held it
+    res = result(spool, "leasy")
+    assert (res["state"], res["attempt"]) == ("done", 2), res
+    assert os.stat(output).st_ino != leased and b"second" in output.read_bytes()

@@ -63,13 +63,14 @@ def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> i
     owner's), owned by ``owner`` (uid, gid; None: this process), mode 0600. Raises OSError: it cannot be made."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     if append:
-        try:
-            fd = os.open(path, flags)
+        try:  # O_NONBLOCK: a lease its owner holds on it would keep this open waiting (lease-break-time)
+            fd = os.open(path, flags | os.O_NONBLOCK)
             st = os.fstat(fd)
             if owner is None or st.st_uid == owner[0]:
+                os.set_blocking(fd, True)
                 return fd
             os.close(fd)
-        except FileNotFoundError:
+        except (FileNotFoundError, BlockingIOError):  # a leased file is made afresh, as another's is
             pass
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
