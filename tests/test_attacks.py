@@ -1355,3 +1355,38 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_the_driver(spool
     res = result(spool, "leasy")
     assert (res["state"], res["attempt"]) == ("done", 2), res
     assert os.stat(output).st_ino != leased and b"second" in output.read_bytes()
+
+
+def test_a_jobs_leader_its_owner_traces_from_outside_still_ends_at_its_time_limit(spool, workdir):
+    """nobody ptraces its own job's leader from a process of its own outside the job (PTRACE_SEIZE,
+    as its owner may) and never waits for it: a traced zombie is seen by its tracer only, so when
+    the time limit killed the job, root's monitor never saw its leader exit and sent SIGKILL every
+    50 ms for ever: the run never ended, its slot stayed taken and the drain never ended (found by
+    an audit, 2026-11-30). A leader that is a zombie its monitor cannot wait for has ended."""
+    set_config(spool, kill_grace="1s")
+    leader, done, said = workdir / "leader", workdir / "done", workdir / "said"
+    submit("traced", f"echo $$ > {leader}; sleep 300\n", "--timeout", "3s", user="nobody")
+    submit("after", "true\n", user="daemon")
+
+    def tracer():
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        while not (leader.exists() and leader.read_text().strip()):
+            time.sleep(0.01)
+        said.write_text(str(libc.ptrace(0x4206, int(leader.read_text()), None, None)))  # PTRACE_SEIZE
+        while not done.exists():
+            time.sleep(0.05)  # never waits for its tracee
+
+    pid = as_user(tracer, background=True)
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: driver.poll() is not None, timeout=60, what="the drain to end")
+    finally:
+        done.touch()
+        os.waitpid(pid, 0)
+        if driver.poll() is None:
+            driver.kill()
+    assert said.read_text() == "0"  # the leader was traced
+    assert result(spool, "traced")["reason"] == "timeout"
+    assert result(spool, "after")["state"] == "done"

@@ -35,13 +35,38 @@ def leader_exit(job: int):
         except ChildProcessError:
             return None
         if info is None:
-            return RUNNING
+            return _traced_exit(job) or RUNNING
         if info.si_pid == job:
             return info
         try:
             os.waitpid(info.si_pid, 0)
         except ChildProcessError:
             pass
+
+
+class _Exited:
+    """A leader's exit read from /proc, shaped as the siginfo ``os.waitid`` gives."""
+
+    def __init__(self, pid: int, status: int) -> None:
+        self.si_pid = pid
+        if os.WIFEXITED(status):
+            self.si_code, self.si_status = os.CLD_EXITED, os.WEXITSTATUS(status)
+        else:
+            self.si_code = os.CLD_DUMPED if os.WCOREDUMP(status) else os.CLD_KILLED
+            self.si_status = os.WTERMSIG(status)
+
+
+def _traced_exit(job: int):
+    """The leader's exit (from /proc) if it is a zombie that ``waitid`` does not show this process: a
+    traced zombie is seen by its tracer only (its owner may trace it from outside the job) and comes
+    back to this process when the tracer lets it go. None while any thread of it runs."""
+    fields = contain.stat_fields(job)
+    try:
+        if fields is None or fields[0] != b"Z" or len(fields) < 50 or os.listdir(f"/proc/{job}/task") != [str(job)]:
+            return None
+        return _Exited(job, int(fields[49]))  # field 52: the exit status, as waitpid gives it
+    except (OSError, ValueError):
+        return None
 
 
 def wait_status(info) -> int:
@@ -54,11 +79,13 @@ def wait_status(info) -> int:
 
 
 def reap_leader(job: int):
-    """Reap the job's leader (a zombie by now); its rusage, or None if it is gone already."""
+    """Reap the job's leader (a zombie by now); its rusage, or None if it is gone already or a tracer
+    holds it (it is reaped as an orphan once it comes back)."""
     try:
-        return os.wait4(job, 0)[2]
+        pid, _, rusage = os.wait4(job, os.WNOHANG)
     except ChildProcessError:
         return None
+    return rusage if pid else None
 
 
 def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:

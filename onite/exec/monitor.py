@@ -43,8 +43,8 @@ def serve(fd: int, setup: dict) -> None:
     try:
         for _ in range(MONITOR_RUNS):
             plan = receive(sock)
-            if plan is None or run(slot.take(plan), sock) != 0:
-                return
+            if plan is None or run(slot.take(plan), sock) != 0 or jobend.children():
+                return  # a child left: a leader its owner's tracer still holds, which no next run may meet
             slot = Slot(setup)  # made and joined before it says it waits: off the next job's start
             if not _tell(sock, IDLE):
                 return
