@@ -1390,3 +1390,55 @@ def test_a_jobs_leader_its_owner_traces_from_outside_still_ends_at_its_time_limi
     assert said.read_text() == "0"  # the leader was traced
     assert result(spool, "traced")["reason"] == "timeout"
     assert result(spool, "after")["state"] == "done"
+
+
+def test_a_lease_its_owner_holds_on_a_queued_file_stops_no_daemon(spool, workdir):
+    """The owner of a file may take a lease on it (fcntl F_SETLEASE), and then root's non-blocking open
+    fails with EAGAIN (a blocking one would wait lease-break-time, 45 s). nobody writes a job file,
+    leases it and names it in a queue: the daemon's watch of timed jobs let the error escape, and root's
+    daemon died with a traceback (the driver set it aside as "please report this"; found by an audit,
+    2026-11-30). A leased file is no job file to read: the night goes on."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    daemon = subprocess.Popen([sys.executable, "-m", "onite", "daemon"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, start_new_session=True,
+                              env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO)))
+    wait_for(lambda: any(" daemon-start " in line for line in log_lines(spool)), what="the daemon")
+    queue, done, held = spool / "jobs" / "P4", workdir / "done", workdir / "held"
+    text = job_file("nobody:leased", "/tmp")
+
+    def lease():
+        import fcntl
+
+        signal.signal(signal.SIGIO, lambda signum, frame: None)  # asked to give it back: it does not
+        fd = os.open(queue / ".leased", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, text)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        os.rename(queue / ".leased", queue / "nobody:leased")
+        held.touch()
+        while not done.exists():  # taken again each time the kernel breaks it
+            try:
+                if fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
+                    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+            except OSError:
+                pass
+            time.sleep(0.002)
+
+    pid = as_user(lease, background=True)
+    try:
+        wait_for(held.exists, what="the leased file")
+        submit("timed", "true\n", "--at", "+2s", user="daemon")
+        wait_for(lambda: daemon.poll() is not None or result(spool, "daemon:timed")["state"] == "done",
+                 what="the timed job")
+        assert daemon.poll() is None
+        assert result(spool, "daemon:timed")["state"] == "done"
+    finally:
+        done.touch()
+        os.waitpid(pid, 0)
+        if daemon.poll() is None:
+            daemon.terminate()
+        _, err = daemon.communicate(timeout=60)
+    assert b"Traceback" not in err, err.decode()[-2000:]

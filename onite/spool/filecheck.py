@@ -63,8 +63,8 @@ def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid:
 def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
     """Open ``path`` without following a symlink and decode it; the stat is of the open file.
     ``one_link``: refuse a second hard link (links cost nothing, and would have root decode one large
-    file over and over). Raises BadFile: not a regular file (a symlink, a socket), too large, or a
-    refused hard link; JobFormatError: not a job file; OSError: it vanished or cannot be read."""
+    file over and over). Raises BadFile: not a regular file (a symlink, a socket), too large, a refused
+    hard link, or leased by its owner; JobFormatError: not a job file; OSError: it vanished or cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
@@ -72,6 +72,8 @@ def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple
             raise BadFile("a symbolic link, not a job file") from None
         if err.errno == errno.ENXIO:  # a socket swapped in since we looked: it cannot be opened
             raise BadFile("a socket, not a job file") from None
+        if err.errno == errno.EAGAIN:  # its owner holds a lease on it (F_SETLEASE): no reader may open it
+            raise BadFile("leased by its owner, not a job file to read") from None
         raise
     try:
         st = os.fstat(fd)

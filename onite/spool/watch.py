@@ -89,7 +89,8 @@ def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
-        if err.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EACCES):  # gone, a symlink, a socket
+        # gone, a symlink, a socket, or leased by its owner (F_SETLEASE)
+        if err.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EACCES, errno.EAGAIN):
             return {}
         raise
     try:
