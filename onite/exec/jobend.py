@@ -27,49 +27,39 @@ def remove_groups(plan: Plan) -> None:
 
 
 def leader_exit(job: int):
-    """Reap the job's orphans that have exited; the leader's siginfo once it has exited (left
-    unreaped), RUNNING until then, None if it is no child of this process (its status is lost)."""
+    """Reap the job's orphans that have exited; the leader's wait status (as ``waitpid`` gives it) once it
+    has exited (left unreaped), RUNNING until then, None if it is no child of this process (its status is
+    lost)."""
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
         except ChildProcessError:
             return None
         if info is None:
-            return _traced_exit(job) or RUNNING
+            traced = _traced_exit(job)
+            return RUNNING if traced is None else traced
         if info.si_pid == job:
-            return info
+            return _wait_status(info)
         try:
             os.waitpid(info.si_pid, 0)
         except ChildProcessError:
             pass
 
 
-class _Exited:
-    """A leader's exit read from /proc, shaped as the siginfo ``os.waitid`` gives."""
-
-    def __init__(self, pid: int, status: int) -> None:
-        self.si_pid = pid
-        if os.WIFEXITED(status):
-            self.si_code, self.si_status = os.CLD_EXITED, os.WEXITSTATUS(status)
-        else:
-            self.si_code = os.CLD_DUMPED if os.WCOREDUMP(status) else os.CLD_KILLED
-            self.si_status = os.WTERMSIG(status)
-
-
-def _traced_exit(job: int):
-    """The leader's exit (from /proc) if it is a zombie that ``waitid`` does not show this process: a
+def _traced_exit(job: int) -> int | None:
+    """The leader's wait status (from /proc) if it is a zombie that ``waitid`` does not show this process: a
     traced zombie is seen by its tracer only (its owner may trace it from outside the job) and comes
     back to this process when the tracer lets it go. None while any thread of it runs."""
     fields = contain.stat_fields(job)
     try:
         if fields is None or fields[0] != b"Z" or len(fields) < 50 or os.listdir(f"/proc/{job}/task") != [str(job)]:
             return None
-        return _Exited(job, int(fields[49]))  # field 52: the exit status, as waitpid gives it
+        return int(fields[49])  # field 52: the exit status, as waitpid gives it
     except (OSError, ValueError):
         return None
 
 
-def wait_status(info) -> int:
+def _wait_status(info) -> int:
     """The wait status (as ``waitpid`` gives it) that a waitid siginfo describes."""
     if info.si_code == os.CLD_EXITED:
         return (info.si_status & 0xFF) << 8

@@ -160,12 +160,12 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         jobend.signal_all(plan, job, signal.SIGKILL)
     _tell(sock, *(["unenforced " + ",".join(missed_memory + missed)] if missed or missed_memory else []),
           f"started {job}")
-    info = _watch(plan, sock, job)
-    if info is None:
+    status = _watch(plan, sock, job)
+    if status is None:
         _record_end(plan, sock, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
         _close_session(plan)
         return 0 if jobend.clean_up(plan, job, pinned=False) else 1
-    status, reaped = jobend.wait_status(info), False
+    reaped = False
     left = jobend.left_running(plan, job, pinned=True)
     used = limits.usage(plan.usage_reads)  # read before its cgroups go
     if "peak_mem" not in used or "cpu" not in used:
@@ -214,15 +214,15 @@ def _close_session(plan: Plan) -> None:
 
 
 def _watch(plan: Plan, sock: socket.socket, job: int):
-    """Wait for the job's leader to exit (its siginfo; None if its status is lost). At its time limit
+    """Wait for the job's leader to exit (its wait status; None if its status is lost). At its time limit
     or a driver's SIGUSR2 the reason is in the run record first, then TERM to every process of the
     job, KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
     deadline = None if plan.deadline is None else time.monotonic() + plan.deadline - time.time()
     stopping, kill_at = None, None
     while True:
-        info = jobend.leader_exit(job)
-        if info is not jobend.RUNNING:
-            return info
+        status = jobend.leader_exit(job)
+        if status is not jobend.RUNNING:
+            return status
         now = time.monotonic()
         if stopping is None and _ASKED:
             _ASKED.clear()
