@@ -134,7 +134,7 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
                 job, _ = read_job_file(entry.path, limit, one_link=True)
             except (OSError, BadFile, JobFormatError):  # anyone may put a file in a queue: it stops no cancel
                 continue
-            job, _ = edited(job, trusted(edits.get(entry.name, []), entry.name), limit)  # as the driver will judge it
+            job, _ = edited(job, trusted(edits, entry.name), limit)  # as the driver will judge it
             if job.after:
                 waiting.append((entry.name, job.after))
     doomed: list[tuple[str, str]] = []

@@ -44,7 +44,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     except OSError as err:
         raise SpoolIOError(entry.path, "reading", err) from None
     owner = None if st.st_uid == caller_uid else (st.st_uid, st.st_gid)
-    current, _ = edited(job, trusted(read_markers(spool.edit_dir).get(name, []), name), spool.config.max_job_size)
+    current, _ = edited(job, trusted(read_markers(spool.edit_dir), name), spool.config.max_job_size)
     new = changes.apply(current, spool.config, now, user_name(caller_uid))
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool.config, new)
@@ -67,7 +67,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
         except FileNotFoundError:
             there = None
         if there is not None and there.st_ino == st.st_ino:
-            for older in trusted(read_markers(spool.edit_dir).get(name, []), name):  # the new one says it all
+            for older in trusted(read_markers(spool.edit_dir), name):  # the new one says it all
                 if older.path != marker and older.uid == os.geteuid():
                     withdraw_edit(older.path)
             return f"{label(name)}: changed; it keeps its place"

@@ -144,7 +144,7 @@ def _waits_for(spool: SpoolDir):
                 continue
             if edits is None:
                 edits = read_markers(spool.edit_dir)
-            return edited(queued, trusted(edits.get(key, []), key), limit)[0].after
+            return edited(queued, trusted(edits, key), limit)[0].after
         return ()
 
     return after_of

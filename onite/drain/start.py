@@ -120,7 +120,7 @@ class Starter:
         request, time limit, not-before time or dependencies): the job goes back in its queue, edited, for
         the next pick to judge (it loses its place: the edit met the claim)."""
         night = self.night
-        edits = trusted(read_markers(night.spool.edit_dir).get(name, []), name)
+        edits = trusted(read_markers(night.spool.edit_dir), name)
         if not edits:
             return job
         new, took = take(edits, job, night.jobs.max_size)

@@ -59,7 +59,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             continue
         if edits is None:
             edits = read_markers(spool.edit_dir)
-        job, _ = edited(job, trusted(edits.get(name, []), name), spool.config.max_job_size)  # as the driver sees it
+        job, _ = edited(job, trusted(edits, name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
 
         def dependency(dep: str) -> DepState:

@@ -30,10 +30,11 @@ EDIT_TEXT = b"true\n"  # an edit's job text: never run, never read
 EDITS_READ = 4  # a job's newest edits read, at most: `onite edit` removes the older ones; more are a flood
 
 
-def trusted(edits: list[Marker], key: str) -> list[Marker]:
-    """The edits of job ``key`` (edit/, read_markers) made by the key's user or root, oldest first."""
+def trusted(markers: dict[str, list[Marker]], key: str) -> list[Marker]:
+    """The edits of job ``key`` among ``markers`` (edit/, as read_markers reads it) made by the key's user or
+    root, oldest first."""
     owner = key_uid(key)
-    return [e for e in edits if owner is not None and owner_or_root(e.uid, owner)]
+    return [e for e in markers.get(key, []) if owner is not None and owner_or_root(e.uid, owner)]
 
 
 def edited(job: Job, edits: list[Marker], max_size: int) -> tuple[Job, Marker | None]:

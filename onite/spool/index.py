@@ -109,7 +109,7 @@ class MarkerIndex:
 
     def of(self, key: str) -> list:
         """edit/: the edits of job ``key`` its user or root made, oldest first."""
-        return trusted(self.found.get(key, []), key) if self.found else []
+        return trusted(self.found, key)
 
 
 class QueueIndex:
