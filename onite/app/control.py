@@ -20,7 +20,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
 from onite.spool.scan import Entry, find_running, read_markers, user_name
-from onite.core.errors import DamagedRecord, JobFormatError, NotFound, Refused, SpoolIOError
+from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.policy import may_touch, owner_or_root
 from onite.app.common import key_for, me
 
@@ -120,23 +120,17 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
     """The queued jobs the caller may read (their own; root: all) that can no longer run once ``cancelled``
     (JobViews) are, as (its key, the key it waits for), in queue order. A job file that cannot be read is left
     out (its driver says why); a forgery is never read (job_stats leaves it out)."""
-    from onite.spool.edits import edited, trusted
-    from onite.spool.filecheck import BadFile, read_job_file
+    from onite.spool.edits import read_edited
     from onite.spool.scan import job_stats
 
     gone = {view.name for view in cancelled}
     waiting, edits, limit = [], read_markers(spool.edit_dir), spool.config.max_job_size
     for _, folder in spool.queue_folders():
         for entry, st in job_stats(folder):
-            if entry.name in gone or not owner_or_root(caller_uid, st.st_uid):
-                continue
-            try:
-                job, _ = read_job_file(entry.path, limit, one_link=True)
-            except (OSError, BadFile, JobFormatError):  # anyone may put a file in a queue: it stops no cancel
-                continue
-            job, _ = edited(job, trusted(edits, entry.name), limit)  # as the driver will judge it
-            if job.after:
-                waiting.append((entry.name, job.after))
+            if entry.name not in gone and owner_or_root(caller_uid, st.st_uid):
+                job = read_edited(entry.path, entry.name, st.st_uid, edits, limit)
+                if job is not None and job.after:
+                    waiting.append((entry.name, job.after))
     doomed: list[tuple[str, str]] = []
     changed = True
     while changed:  # a job that waits for a doomed one is doomed too

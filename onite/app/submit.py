@@ -15,7 +15,7 @@ from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import name_taken, read_markers, running_entries, user_name
 from onite.core.config import Config
-from onite.core.errors import InvalidInput, JobFormatError, OniteError, Refused
+from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode, env_text
@@ -123,8 +123,7 @@ def _waits_for(spool: SpoolDir):
     (onite.spool.edits); each read once, CYCLE_LOOKS at most, for the whole batch."""
     import functools
 
-    from onite.spool.edits import edited, trusted
-    from onite.spool.filecheck import BadFile, read_job_file
+    from onite.spool.edits import read_edited
     from onite.spool.queued import find_queued
 
     limit, edits, looks = spool.config.max_job_size, None, 0
@@ -136,15 +135,11 @@ def _waits_for(spool: SpoolDir):
         if looks > CYCLE_LOOKS:  # a chain another user made as long as they like costs a submit no more
             return ()
         for entry in find_queued(spool, key):
-            try:
-                queued, st = read_job_file(entry.path, limit, one_link=True)
-            except (OSError, BadFile, JobFormatError):  # another user's (private), gone, or not a job: not followed
-                continue
-            if st.st_uid != entry.uid:  # swapped since it was listed
-                continue
             if edits is None:
                 edits = read_markers(spool.edit_dir)
-            return edited(queued, trusted(edits, key), limit)[0].after
+            job = read_edited(entry.path, key, entry.uid, edits, limit)  # another user's is private: not followed
+            if job is not None:
+                return job.after
         return ()
 
     return after_of

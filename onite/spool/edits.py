@@ -63,6 +63,16 @@ def _apply(edit: Marker, job: Job, max_size: int) -> Job | None:
         return None
 
 
+def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int) -> Job | None:
+    """The queued job ``key`` at ``path`` (``uid``'s file) as the driver judges it, with its trusted edits among
+    ``markers`` (edit/); None for a file not to read: gone, private, no job, a second link, or swapped since."""
+    try:
+        job, st = read_job_file(path, max_size, one_link=True)
+    except (OSError, BadFile, JobFormatError):  # anyone may put a file in a queue: it stops no reader
+        return None
+    return edited(job, trusted(markers, key), max_size)[0] if st.st_uid == uid else None
+
+
 def take(edits: list[Marker], job: Job, max_size: int) -> tuple[Job, bool]:
     """The driver, having claimed ``job``: take each of ``edits`` (trusted ones) of it, and return it with the
     limits of the latest taken, and whether any was (of the newest EDITS_READ, as ``edited`` judges); an edit of
