@@ -164,9 +164,10 @@ def restart(
     target, now = open_spool(spool), SYSTEM.now()
     job = restart_job(target, name, identity.current(), now, new_name=new_name, unique=unique, hold=hold,
                       changes=changes)
+    spooled = label(job.name)
     if not quiet:
-        say(confirmation(target, [label(job.name)], job, held=hold, now=now))
-    print(label(job.name))
+        say(confirmation(target, [spooled], job, held=hold, now=now))
+    print(spooled)
 
 
 @command()
