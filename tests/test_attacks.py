@@ -1,4 +1,4 @@
-"""Attacks on the root driver by a plain user (issue 13), each made as that user would make it.
+"""Attacks on the root driver by a plain user, each made as that user would make it.
 
 Every test here is an attack that worked on onite before this suite existed: a real second
 user (``nobody``, and ``daemon`` where two users are needed) writes files, makes links and
@@ -322,7 +322,7 @@ def test_a_forgery_planted_at_another_priority_blocks_no_cancel_or_release(spool
 
 
 def test_roots_hold_and_release_reach_the_users_job_not_a_forgery_planted_at_its_key(spool):
-    """(a seventh look) nobody planted a file at the key of daemon's queued ``X`` in P1, listed first:
+    """Nobody planted a file at the key of daemon's queued ``X`` in P1, listed first:
     root's ``hold daemon:X`` must hold daemon's job, not nobody's file, and root's ``release
     daemon:Z`` release daemon's held ``Z``."""
     submit("X", "echo daemon-ran\n", "-p", "4", user="daemon")
@@ -341,7 +341,7 @@ def test_roots_hold_and_release_reach_the_users_job_not_a_forgery_planted_at_its
 
 
 def test_a_forgery_planted_at_a_users_key_holds_up_neither_their_wait_nor_their_follow(spool):
-    """(an eighth look) daemon's ``build`` was done; nobody planted a file at its key in P1 and held
+    """Daemon's ``build`` was done; nobody planted a file at its key in P1 and held
     it: daemon's ``onite wait build`` must not wait for nobody's file. nobody's forgery at the key of
     daemon's queued ``X`` must not make daemon's ``onite output X -f`` refuse ("belongs to nobody").
     And a waiter that saw daemon's job must not be told "cancelled by nobody" once nobody's held
@@ -606,7 +606,7 @@ def test_another_users_file_at_a_failed_dependencys_key_cannot_let_what_waits_fo
 
 
 def test_a_finished_jobs_result_and_output_stay_its_owners(spool, workdir):
-    """(a fifth look) alice's ``build`` finished; bob's run of a ``build`` replaced alice's result and
+    """Alice's ``build`` finished; bob's run of a ``build`` replaced alice's result and
     output: she found only his job in the morning. Now bob's own ``build`` is another key, and a file
     he writes at alice's key is refused: her result and output stay hers; she may reuse the name."""
     submit("build", "echo daemon-output\n", user="daemon")
@@ -625,7 +625,7 @@ def test_a_finished_jobs_result_and_output_stay_its_owners(spool, workdir):
 
 
 def test_another_users_files_prune_none_of_a_users_results(spool):
-    """(a seventh look) ``keep`` counted every user's results together, and every file the driver
+    """``keep`` counted every user's results together, and every file the driver
     refuses is filed as its owner's: nobody dropped empty files into a queue (no job, no disk) and
     root's drain pruned daemon's finished ``payroll``, its output gone and its name free. Now each
     user keeps their own last ``keep``."""
@@ -645,7 +645,7 @@ def test_another_users_files_prune_none_of_a_users_results(spool):
 
 
 def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world_tmp):
-    """(a sixth look) nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
+    """Nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
     queue at the key of daemon's finished ``build`` (the link is daemon's file): the link was refused, and filed as daemon's
     failure, replacing daemon's kept result; daemon's ``deploy --after build`` then failed, and the
     report and daemon's notice said daemon's build had failed. A link says nothing of who put it
@@ -671,7 +671,7 @@ def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world
 
 
 def test_a_reason_quoting_a_users_path_cannot_start_a_report_line_of_its_own(spool, world_tmp):
-    """(a sixth look) nobody spools a job from a directory named with runs of spaces (or blanks that
+    """Nobody spools a job from a directory named with runs of spaces (or blanks that
     pass for them: the braille blank) around a sentence shaped like a failure of daemon's, then
     removes it: the reason quotes the path, and on an 80-column terminal, or a reader folding the
     plain report at 80, root read a line of its own saying daemon's ``deploy`` failed. A reason's
@@ -879,7 +879,7 @@ def test_a_refused_template_is_read_once_not_at_every_look(spool, tmp_path):
 
 
 def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(spool):
-    """(a seventh look) nobody's templates, each with a body up to max_job_size (a sparse hole costs
+    """Nobody's templates, each with a body up to max_job_size (a sparse hole costs
     no disk), were kept whole in the daemon's memory for its life: 600 of them took 9 GB of root's.
     And a look at recur/ read every new version inline: a user who kept making them (a chmod is a
     new version) stalled the daemon. Now a template's job is read again when it fires, and a
@@ -912,7 +912,7 @@ def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(
     finally:
         tracemalloc.stop()
     assert held < 4 << 20, held  # not one template's body, let alone six
-    # (an eighth look) each fire reads its template again: a look's fires keep to the budget too,
+    # each fire reads its template again: a look's fires keep to the budget too,
     # one owner's after another's, and daemon's fire comes within two looks, not after nobody's six
     later = datetime.now().astimezone() + timedelta(hours=2)
     fired = scheduler.spool_due(later) + scheduler.spool_due(later)
@@ -920,7 +920,7 @@ def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(
 
 
 def test_a_template_moved_out_and_back_never_spools_a_fire_twice(spool, world_tmp):
-    """(an eighth look) nobody pauses its template by moving it out of recur/, and back before its
+    """Nobody pauses its template by moving it out of recur/, and back before its
     next fire: recur.state had forgotten it while it was away, so its last fire counted from its
     creation again, and once that fire's result was pruned the same fire was spooled and run a
     second time. A gone template's entry is kept."""

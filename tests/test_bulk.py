@@ -78,7 +78,7 @@ def test_a_taken_name_refuses_the_whole_batch(spool, cli):
 
 
 def test_the_api_raises_the_one_error_class_the_user_guide_names(spool):
-    """(a seventh look) the user guide says ``except onite.api.OniteError:``; there was none, so
+    """The user guide says ``except onite.api.OniteError:``; there was none, so
     that line itself raised AttributeError the moment a submit failed."""
     import onite.api
 

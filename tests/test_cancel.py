@@ -119,7 +119,7 @@ def test_is_pattern(word, pattern):
 
 
 def test_a_running_job_that_ends_on_its_own_as_it_is_cancelled_is_not_counted_cancelled(spool):
-    """(a sixth look) ``cancel --all`` counted every job it asked a driver to stop: one that ended on
+    """``cancel --all`` counted every job it asked a driver to stop: one that ended on
     its own first (exit 0, the moment its request appeared, while its driver was busy: here stopped
     with SIGSTOP) was said ``quick: done`` and counted in ``cancelled 1 job(s)``. Only the jobs it
     cancelled count."""

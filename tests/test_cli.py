@@ -323,7 +323,7 @@ def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
     assert "dataclasses" not in imported or argv[0] in ("--help", "recur")
 
 
-# ---- help and completion behave as in other tools (issue 14, item 5) ------------------------------
+# ---- help and completion behave as in other tools ------------------------------
 
 
 @pytest.mark.parametrize("argv, usage", [([], "Usage: onite [OPTIONS] COMMAND"), (["recur"], "Usage: onite recur"),

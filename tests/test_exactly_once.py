@@ -3,8 +3,8 @@
 Every job here appends to a ledger (outside the spool) when it starts and ends, so the
 tests count real runs, not what onite says about them. The crash harness kills the driver
 with ``strace --inject`` at each of its durable steps in turn (before the Nth rename,
-unlink, write, monitor start, mkdir, request to a monitor: every point between two steps), as the fault campaign of
-issue 18 did, then lets the next driver recover; the random harness kills several
+unlink, write, monitor start, mkdir, request to a monitor: every point between two steps),
+then lets the next driver recover; the random harness kills several
 drivers sharing one spool at random moments while jobs are spooled. Each ledger must show
 every job run exactly once per attempt, none lost, no two copies at once, and no final
 result ever changed (docs/job-control.md, "Exactly once").
@@ -143,7 +143,7 @@ def check_exactly_once(spool: Path, ledger: Path, what: str) -> None:
         assert result(spool, name)["state"] == "done", f"{what}: {name}"
     assert result(spool, "b")["attempt"] == 2
     assert not [p for p in (spool / "running").glob("*/*") if not p.name.startswith(".")], what
-    # and the log tells each end once (an eighth look: a driver killed between removing a filed job's
+    # and the log tells each end once (a driver killed between removing a filed job's
     # run record and logging its end left no line, and recovery could not know)
     ends = [line.split(" ")[3] for line in log_lines(spool) if line.split(" ")[2:3] == ["done"]]
     assert sorted(ends) == ["root:a", "root:b", "root:c"], f"{what}: {ends}"
@@ -188,7 +188,7 @@ def test_a_driver_killed_before_any_durable_step_runs_nothing_twice_and_loses_no
         settle(spool)
         check_exactly_once(spool, ledger, f"killed before {syscall} #{n}")
         shutil.rmtree(where, ignore_errors=True)
-    # a driver may make one call fewer than the probe's (a message to the spawner fewer): the last N may miss
+    # a driver may make one call fewer than the probe's (one message to a monitor fewer): the last N may miss
     assert kills >= (total + 1) // 2, f"only {kills} kills of {total}: the injection did not take"
 
 
@@ -347,7 +347,7 @@ def test_a_full_disk_starts_nothing_and_loses_nothing(small_disk, workdir):
 
 
 def test_a_full_disk_stops_a_drain_of_a_long_queue_at_once(small_disk):
-    """(a sixth look) With 300 jobs queued on a full disk the driver claimed one job after another,
+    """With 300 jobs queued on a full disk the driver claimed one job after another,
     failing each one's record and putting it back, and never looked at a signal: it ran for minutes,
     deaf to TERM. Now it stops at the first start it cannot record, and exits 4."""
     mnt, spool = small_disk
@@ -368,7 +368,7 @@ def test_a_full_disk_stops_a_drain_of_a_long_queue_at_once(small_disk):
 
 
 def test_a_job_cancelled_on_a_full_disk_is_filed_once_there_is_room(small_disk):
-    """(a sixth look) A queued job cancelled while the disk was full was deleted: no queue file, no
+    """A queued job cancelled while the disk was full was deleted: no queue file, no
     cancel/ entry, no result, no log line, whether root filed it at once or a driver filed a user's
     withdrawal. It stays withdrawn (it never runs) and is filed as cancelled once there is room."""
     mnt, spool = small_disk
@@ -388,7 +388,7 @@ def test_a_job_cancelled_on_a_full_disk_is_filed_once_there_is_room(small_disk):
 
 
 def test_a_log_and_a_stderr_over_the_file_size_limit_do_not_stop_a_drain(spool, workdir):
-    """(a sixth look) Under ``ulimit -f`` with stderr a file (cron's ``2>>file``), once onite.log
+    """Under ``ulimit -f`` with stderr a file (cron's ``2>>file``), once onite.log
     reached the limit the driver's line saying so could not be written either, and it died mid-drain:
     exit 1, a finished job left claimed, the rest unrun. Its drain goes on; it says so once."""
     import resource
@@ -413,7 +413,7 @@ def test_a_log_and_a_stderr_over_the_file_size_limit_do_not_stop_a_drain(spool, 
 
 
 def test_a_hosts_first_drain_out_of_inodes_is_one_line(world_tmp):
-    """(a sixth look) A host's first drain makes running/HOST/; on a file system out of inodes that
+    """A host's first drain makes running/HOST/; on a file system out of inodes that
     ended in a traceback, exit 1. It is one line, exit 4, and the queue is as it was."""
     if not ROOT:
         pytest.skip("needs root to mount a small tmpfs")
@@ -523,7 +523,7 @@ def test_a_job_whose_monitor_cannot_record_itself_never_starts(spool, workdir):
 
 @needs_root
 def test_a_job_killed_for_its_memory_while_no_driver_was_alive_keeps_its_start(spool, workdir):
-    """(an eighth look) a job that ran, and was killed for its memory while no driver was alive, was
+    """A job that ran, and was killed for its memory while no driver was alive, was
     filed by recovery with no start, as if it had never run: "never started" was read from a reason
     on a run not yet announced, and a recovered run never is. Only a start that failed says so now."""
     ledger, gate = workdir / "ledger", workdir / "gate"
@@ -548,7 +548,7 @@ def test_a_job_killed_for_its_memory_while_no_driver_was_alive_keeps_its_start(s
 @needs_strace
 @needs_root
 def test_an_adopted_run_whose_job_never_started_is_filed_with_no_start(spool, world_tmp):
-    """(an eighth look) a job whose directory was gone, its driver killed while its monitor was
+    """A job whose directory was gone, its driver killed while its monitor was
     finding that out (strace holds each chdir 3 s): the next driver adopted the live monitor and
     filed the job with the claim's start, though it never started."""
     gone = world_tmp / "gone"
@@ -576,7 +576,7 @@ def test_an_adopted_run_whose_job_never_started_is_filed_with_no_start(spool, wo
 
 @needs_strace
 def test_a_job_whose_exit_status_was_lost_keeps_its_start(spool, workdir):
-    """(an eighth look) a job that ran, whose monitor lost its exit status (strace makes its waitid
+    """A job that ran, whose monitor lost its exit status (strace makes its waitid
     fail with ECHILD, as when something else reaps it), was filed with no start, and ``output``
     said it did not run: a ``failed`` line after the job's own is not a start that failed."""
     ledger = workdir / "ledger"
@@ -870,8 +870,8 @@ def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, 
 @needs_strace
 def test_a_job_filed_as_its_driver_died_still_gets_its_line_in_the_log(spool, workdir):
     """The driver is killed as it removes the run record of a job it has just filed (result
-    written, job moved to jobsdone/, its end logged: since the eighth look the line comes before
-    the record goes, as a kill between the two left no line at all). Recovery finds the record and
+    written, job moved to jobsdone/, its end logged: the line comes before
+    the record goes, as a kill between the two would leave no line at all). Recovery finds the record and
     logs the end only if the log does not already say it for that run: once, either way. The log
     is what the morning report and a dependency's outcome are read from."""
     submit("u1", "exit 3\n", spool=spool)

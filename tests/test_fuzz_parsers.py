@@ -1,4 +1,4 @@
-"""Every parser of a file a user (or a damaged disk) can write is total (issue 13).
+"""Every parser of a file a user (or a damaged disk) can write is total.
 
 For each parser: arbitrary bytes or text, and structured inputs that mutate a
 valid file so that the deep code is reached; the result is a value or the

@@ -1,4 +1,4 @@
-"""A plain user's hostile files never stop the night, never crash a command (issue 13).
+"""A plain user's hostile files never stop the night, never crash a command.
 
 Job files with values no submit writes, file names that are no job names, a
 recurring template whose rule overflows, damaged result records: the driver
@@ -55,7 +55,7 @@ def with_line(data: bytes, line: bytes, replace: bytes | None = None) -> bytes:
     return head + b"\n" + line + rest[rest.index(b"\n"):]
 
 
-# the hostile job files of issue 13 (item 1), each a file a user can write into jobs/P4
+# hostile job files, each a file a user can write into jobs/P4
 HOSTILE = {
     "nul-shebang": lambda d: d.replace(b"\n\ntrue\n", b"\n\n#!/bin/sh\x00x\nid\n"),
     "long-shebang": lambda d: d.replace(b"\n\ntrue\n", b"\n\n#!" + b"/" * 300 + b"\nid\n"),
@@ -78,7 +78,7 @@ HOSTILE = {
     "after-evil": lambda d: with_line(d, b"after: a\\nb"),
     "after-many": lambda d: with_line(d, b"after: nobody:a\n" * 65),  # each is looked at whenever it might start
 }
-# queued files whose names are no job names (issue 13, item 7)
+# queued files whose names are no job names
 STRAYS = [b"forged\n2026-11-22T20:00:00+01:00 vm[1] done victim user=root", b"x;$(id)", b"\x1b[31mred\x1b[0m",
           b"\xff\xfe-not-utf8", b"a" * 101]
 
@@ -309,7 +309,7 @@ def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool
 
 
 def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
-    """(a seventh look) nobody's files, each with a 1 MiB header line of NULs (a sparse hole)
+    """Nobody's files, each with a 1 MiB header line of NULs (a sparse hole)
     after its ``at:``: the daemon's watch read each up to 1 MiB, searching what it had read again
     after every 16 KiB (30-90 ms a file, inline in its loop), and 3,000 of them started daemon's
     timed job a minute and a half late. Now one read of at most HEADER_LIMIT bytes a file, counted

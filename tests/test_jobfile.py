@@ -112,7 +112,7 @@ def test_stderr_separate_is_a_header_line_only_when_set():
         decode(data.replace(b"\numask:", b"\nstderr: apart\numask:", 1))
 
 
-# ---- hostile job files: decode is total (issue 13) ------------------------------------------------
+# ---- hostile job files: decode is total ------------------------------------------------
 
 GOOD = encode(make_job(env={b"PATH": b"/bin"}, body=b"echo hi\n"))
 

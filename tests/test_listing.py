@@ -164,7 +164,7 @@ def test_piped_list_is_one_line_per_row(spool, cli, workdir):
 
 @pytest.mark.parametrize("columns", ["1", "12"])
 def test_a_terminal_too_narrow_for_a_table_gets_the_plain_lines(spool, columns):
-    """(a sixth look) On a terminal of 1 to 10 columns ``onite list`` printed blank lines or ``…``: a
+    """On a terminal of 1 to 10 columns ``onite list`` printed blank lines or ``…``: a
     table had no room for a name. Below 40 columns it writes the plain lines, which the terminal folds."""
     from conftest import OnTerminal
 

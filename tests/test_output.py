@@ -1,4 +1,4 @@
-"""A job's output: stdout/NAME, and its stderr apart in stdout/NAME@stderr when it asks (issue 9).
+"""A job's output: stdout/NAME, and its stderr apart in stdout/NAME@stderr when it asks.
 
 Real spools, real drains, real processes; the bytes each stream wrote are
 compared exactly, including bytes that are not UTF-8.
@@ -239,8 +239,7 @@ def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spoo
 
 def test_output_says_why_a_job_has_none(spool):
     """A job that never ran says why (its dependency failed), a queued one that it has not started,
-    and a name of no job that there is none; each exits 1 (fifth look: all three said "it has not
-    run yet, or retention removed it")."""
+    and a name of no job that there is none; each exits 1."""
     submit("dep", b"exit 1\n")
     drain(spool)
     submit("after", b"true\n", "--after", "dep")
@@ -250,13 +249,13 @@ def test_output_says_why_a_job_has_none(spool):
     submit("later", b"true\n", "--at", "tomorrow 05:00")
     r = run_cli(["output", "later"])
     assert r.code == 1 and r.err.startswith("onite: job 'later' has no output yet — it has not started"), r
-    assert "onite output later -f waits for it" in r.err, r  # (seventh look: it named `onite status later`)
+    assert "onite output later -f waits for it" in r.err, r
     r = run_cli(["output", "nosuch"])
     assert r.code == 1 and r.err.startswith("onite: no job 'nosuch' is queued, running or finished"), r
 
 
 def test_output_of_a_job_that_never_started_says_why(spool, world_tmp):
-    """(a seventh look) a job whose directory was gone, or whose interpreter was missing, never
+    """A job whose directory was gone, or whose interpreter was missing, never
     started; the report said so, but ``output`` printed nothing and exited 0, and ``list --all``
     showed a start time. Now its result has no start, and ``output`` says why it did not run."""
     gone = world_tmp / "gone"
@@ -273,13 +272,13 @@ def test_output_of_a_job_that_never_started_says_why(spool, world_tmp):
         assert r.code == 1 and r.err.startswith(f"onite: job '{name}' did not run: {why}"), r
         [listed] = [j for j in run_cli(["list", "--all", "--json"]).json()["jobs"] if j["name"] == name]
         assert listed["started"] is None, listed
-    submit("gonedir", b"echo again\n", "--hold")  # (an eighth look) a new run: not the old reason
+    submit("gonedir", b"echo again\n", "--hold")  # a new run: not the old reason
     r = run_cli(["output", "gonedir"])
     assert r.code == 0 and "did not run" not in r.err and "a new run of gonedir is queued" in r.err, r
 
 
 def test_output_of_an_earlier_run_says_a_new_one_is_queued(spool):
-    """(a seventh look) ``hello`` ran, and was spooled again: until the new run started, ``output``
+    """``hello`` ran, and was spooled again: until the new run started, ``output``
     printed the earlier run's output with nothing to say it was not today's."""
     submit("hello", b"echo first run\n")
     drain(spool)

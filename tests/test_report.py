@@ -905,7 +905,7 @@ def test_the_report_on_an_ascii_stdout_escapes_what_it_cannot_write(spool):
 
 
 def test_a_damaged_record_is_told_as_damaged_not_as_pruned(spool):
-    """(a sixth look) A torn result record (a crash, a bad disk, a hand edit) was counted in the
+    """A torn result record (a crash, a bad disk, a hand edit) was counted in the
     headline as ``1 earlier results pruned (keep = 50)`` and told as ``its record and output were
     pruned``, while the output was still there. It is rebuilt from the log, and said to be damaged."""
     assert run_cli(["submit", "build"], stdin=b"echo 'error: disk quota'; exit 2\n").code == 0

@@ -1,4 +1,4 @@
-"""Requests (issue 19): jobs say what they need, the driver packs them, the kernel holds them to it.
+"""Requests: jobs say what they need, the driver packs them, the kernel holds them to it.
 
 Real drivers, real processes, real cgroups. Overlap is observed through
 files the jobs write (``*.running`` while a job runs, gated on a file the

@@ -102,7 +102,7 @@ def test_only_the_owner_or_root_may_restart(spool, cli):
     r = cli(["restart", "roots"], user="nobody")  # NAME is the caller's own: nobody has none of that name
     assert (r.code, r.err) == (1, "onite: no finished job 'roots' is kept — see onite list --all; each user's last "
                                   "`keep` finished jobs are kept\n"), r
-    assert cli(["submit", "queued"], stdin=b"true\n").code == 0  # (a seventh look: "restart it once it has finished")
+    assert cli(["submit", "queued"], stdin=b"true\n").code == 0  # ("restart it once it has finished")
     r = cli(["restart", "root:queued"], user="nobody")
     assert (r.code, r.err) == (1, "onite: no finished job 'root:queued' is kept — it is queued or running; restart "
                                   "it once it has finished\n"), r

@@ -1,5 +1,5 @@
 """A shared machine: users' jobs reach root's spool, every command says honestly what it did and what will
-happen, and no user can hold a lock (issue 14 items 1-4, issue 13 item 4; docs/admin-guide.md).
+happen, and no user can hold a lock (docs/admin-guide.md).
 
 Real users (``nobody``), real processes, real locks; the machine's own /etc/onite.toml, /var/spool/onite,
 systemd and cron are never used: the tests make their own (ONITE_SYSTEM_CONFIG, onite.drain.nextdrain's paths,
@@ -188,7 +188,7 @@ def test_submit_line_while_a_driver_drains(spool, workdir):
         wait_for(lambda: (spool / "running" / HOST / "root:blocker").exists(), what="the driver to drain")
         r = submit("next")
         assert r.err == f"spooled next (P4) in {spool}; a drain is running now on host {HOST}\n"
-        r = submit("timed", "true\n", "--at", "+3h")  # (a seventh look: it read as "it runs now")
+        r = submit("timed", "true\n", "--at", "+3h")  # (it read as "it runs now")
         assert r.err.startswith(f"spooled timed (P4) in {spool}; not before "), r
         assert r.err.endswith(f"; a drain is running now on host {HOST} (it starts it then, if it is still draining)\n"), r
     finally:
@@ -573,8 +573,7 @@ def test_only_root_wakes_roots_daemon(spool):
 @needs_root
 def test_the_log_says_why_nothing_is_due_without_what_users_job_files_say(spool, workdir):
     """The log is every user's to read: its nothing-due line names each waiting job's kind of wait,
-    never its dependency, time or host, which daemon's private job file holds (fifth look: nobody
-    read daemon's `--after layoffs-q3-payroll`, `--at 2031-…` and `--host secret-node-7` there)."""
+    never its dependency, time or host, which daemon's private job file holds."""
     r = run_cli(["submit", "layoffs-q3-payroll", "--hold"], stdin=b"true\n", user="daemon", cwd="/tmp")
     assert r.code == 0, r
     for args in (["--after", "layoffs-q3-payroll"], ["--at", "2031-01-01 03:00"], ["--host", "secret-node-7"]):
@@ -587,7 +586,7 @@ def test_the_log_says_why_nothing_is_due_without_what_users_job_files_say(spool,
 
 
 def test_a_bad_setting_tells_a_user_whom_to_ask(spool):
-    """(a seventh look) a bad value in root's onite.toml told every user to edit a file only root may
+    """A bad value in root's onite.toml told every user to edit a file only root may
     write; they are told to ask its owner, and root is told what to write."""
     set_config(spool, slots="two")
     r = run_cli(["submit", "x"], user="nobody", cwd="/tmp")

@@ -586,7 +586,7 @@ def test_a_slurm_job_whose_run_record_was_never_written_is_found_by_its_comment(
 
 
 def test_a_slurm_job_whose_driver_died_as_sbatch_ran_is_taken_back_by_its_run_id(slurm_spool, workdir):
-    """(a sixth look) A driver killed while sbatch ran left no record of the job, and the next one
+    """A driver killed while sbatch ran left no record of the job, and the next one
     cancelled the job it found and ran it again: with sbatch beside the loop the window is wider, and a
     job finished meanwhile ran twice. The record is now written before sbatch runs, the job's id
     appended once it is known; a record without it is looked up in Slurm by the run's id (in the
@@ -731,7 +731,7 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
 
 @needs_root
 def test_a_users_slurm_job_name_cannot_forge_what_squeue_says_of_another_users_job(slurm_spool, workdir):
-    """(a sixth look) nobody renames its own Slurm job to ``onite:att`` + a newline + a line shaped as
+    """Nobody renames its own Slurm job to ``onite:att`` + a newline + a line shaped as
     squeue's answer for daemon's running job (``ID|FAILED|256|…``): the driver filed daemon's job as
     failed while it ran, failed what waited for it, and started its retry beside it; a ``²`` for a
     status crashed the driver. squeue is asked for nothing a user can write, and trusts no line that
@@ -767,7 +767,7 @@ def test_a_users_slurm_job_name_cannot_forge_what_squeue_says_of_another_users_j
 
 
 def test_an_sbatch_that_names_a_job_that_is_not_the_owners_starts_nothing_watched(slurm_spool, workdir):
-    """(a sixth look) sbatch runs as the job's owner, who may trace it and have it print another
+    """Sbatch runs as the job's owner, who may trace it and have it print another
     job id (``0``): the driver took it, squeue then refused the whole list of ids for that one, and
     every job in flight was filed as lost while it ran. An id sbatch gives must be a job Slurm knows
     as the owner's; else the run fails, and what sbatch did submit is cancelled."""
@@ -788,7 +788,7 @@ def test_an_sbatch_that_names_a_job_that_is_not_the_owners_starts_nothing_watche
 @pytest.mark.skipif(shutil.which("strace") is None and os.environ.get("ONITE_STRACE_TESTS") != "required",
                     reason="needs strace (Debian: strace) to kill the driver as it removes a claim")
 def test_a_slurm_claim_whose_retry_was_spooled_is_dropped_not_filed_again(slurm_spool, workdir):
-    """(a sixth look) A driver killed between spooling a failed Slurm job's retry and removing its
+    """A driver killed between spooling a failed Slurm job's retry and removing its
     claim: the next one re-attached the claim, filed the first attempt as a final failure (and told
     its owner), logged the retry as skipped, then ran the retry. The stale claim is dropped, as a
     local one is."""
@@ -811,7 +811,7 @@ def test_a_slurm_claim_whose_retry_was_spooled_is_dropped_not_filed_again(slurm_
 
 @needs_root
 def test_a_user_who_stops_their_own_sbatch_holds_up_no_one_elses_job(slurm_spool, workdir):
-    """(a sixth look) sbatch runs as the job's owner, who may stop it (SIGSTOP, found in /proc): the
+    """Sbatch runs as the job's owner, who may stop it (SIGSTOP, found in /proc): the
     driver waited for it, up to 60 s, and meanwhile polled nothing, enforced no time limit and
     started nothing, for every user (daemon's ``--timeout 5s`` job ran on and was filed done). Here
     nobody's sbatch stops itself as it starts (a wrapper first in the driver's PATH stands for the
@@ -836,7 +836,7 @@ def test_a_user_who_stops_their_own_sbatch_holds_up_no_one_elses_job(slurm_spool
 
 
 def test_an_sbatch_that_writes_without_end_fills_no_memory(slurm_spool, workdir):
-    """(a sixth look) sbatch's output goes to files in memory, and a user tracing their own sbatch may
+    """Sbatch's output goes to files in memory, and a user tracing their own sbatch may
     have it write without end: it may write 4 MiB to a file, then it is stopped (SIGXFSZ) and the
     job fails; the driver and the other jobs go on (the limit is not passed on to the jobs)."""
     tools = workdir / "tools"

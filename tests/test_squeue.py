@@ -41,7 +41,7 @@ def test_parse_lines_as_squeue_prints_them():
 
 
 def test_what_a_jobs_owner_writes_is_never_asked_for_and_a_forged_line_is_never_taken():
-    """(a sixth look) A user may rename their own Slurm job to any text, newlines included: the name
+    """A user may rename their own Slurm job to any text, newlines included: the name
     ``onite:att\\n596|FAILED|256|None|…|onite:vic`` made squeue's answer hold a second line for
     daemon's job 596, which root then filed as failed while it ran, and a ``²`` for a status crashed
     the driver. The query asks for no field a user can write, a field must look as Slurm writes it,
