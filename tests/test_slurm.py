@@ -430,7 +430,7 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
 
 
 def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slurm_spool, workdir):
-    """(a ninth look) A driver killed while its Slurm job ran, and the next driver started after Slurm
+    """A driver killed while its Slurm job ran, and the next driver started after Slurm
     had forgotten the finished job (MinJobAge; the next night's driver always does): the job was
     requeued and run a second time. sbatch took it, so it may have run: it is now filed as lost."""
     starts, gate = workdir / "starts", workdir / "gate"
@@ -455,7 +455,7 @@ def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slur
 
 
 def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_it_again(slurm_spool, workdir):
-    """(a ninth look) `onite recover --host` cancelled what still ran and requeued everything, also a
+    """`onite recover --host` cancelled what still ran and requeued everything, also a
     job Slurm said had ended while no driver watched it: that job ran twice. It is now filed as it ended."""
     starts, gate = workdir / "starts", workdir / "gate"
     gate.touch()
@@ -475,7 +475,7 @@ def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_
 
 
 def test_an_sbatch_that_outlived_its_driver_is_stopped_before_the_job_is_looked_for(slurm_spool, workdir):
-    """(a ninth look) A driver killed while sbatch ran (slow, or stopped by the job's owner): the next
+    """A driver killed while sbatch ran (slow, or stopped by the job's owner): the next
     driver found no job of the run in Slurm and ran it again, and the first sbatch, still alive,
     submitted it too: it ran twice, once unrecorded. That sbatch is now killed before the search."""
     tools, starts, pidfile = workdir / "tools", workdir / "starts", workdir / "sbatch.pid"
@@ -505,7 +505,7 @@ def test_an_sbatch_that_outlived_its_driver_is_stopped_before_the_job_is_looked_
 
 @needs_root
 def test_a_slurm_job_its_owner_renamed_is_still_cancelled_and_time_limited(slurm_spool, workdir):
-    """(a ninth look) onite cancelled a job with `scancel --name=onite:NAME ID`, so an owner who renamed
+    """Onite cancelled a job with `scancel --name=onite:NAME ID`, so an owner who renamed
     their own job (`scontrol update`) had it outlive `onite cancel`, root's included, and its time
     limit. It is now told by its id and its owner's uid, which the owner cannot change."""
     marker = workdir / "started"
@@ -527,7 +527,7 @@ def test_a_slurm_job_its_owner_renamed_is_still_cancelled_and_time_limited(slurm
 
 @needs_root
 def test_recover_host_waits_until_a_renamed_slurm_job_is_over_before_running_it_again(slurm_spool, workdir):
-    """(a ninth look) recover --host cancelled by name, so a job its owner renamed kept running while
+    """Recover --host cancelled by name, so a job its owner renamed kept running while
     its rerun started beside it; and a job still in flight when kill_grace ran out was requeued all the
     same. The cancel now goes by the owner's uid, and the claim is requeued only once Slurm says the
     job is over (Slurm kills what ignores TERM after KillWait)."""
