@@ -322,7 +322,7 @@ def test_a_forgery_planted_at_another_priority_blocks_no_cancel_or_release(spool
 
 
 def test_roots_hold_and_release_reach_the_users_job_not_a_forgery_planted_at_its_key(spool):
-    """Nobody planted a file at the key of daemon's queued ``X`` in P1, listed first:
+    """nobody planted a file at the key of daemon's queued ``X`` in P1, listed first:
     root's ``hold daemon:X`` must hold daemon's job, not nobody's file, and root's ``release
     daemon:Z`` release daemon's held ``Z``."""
     submit("X", "echo daemon-ran\n", "-p", "4", user="daemon")
@@ -341,7 +341,7 @@ def test_roots_hold_and_release_reach_the_users_job_not_a_forgery_planted_at_its
 
 
 def test_a_forgery_planted_at_a_users_key_holds_up_neither_their_wait_nor_their_follow(spool):
-    """Daemon's ``build`` was done; nobody planted a file at its key in P1 and held
+    """daemon's ``build`` was done; nobody planted a file at its key in P1 and held
     it: daemon's ``onite wait build`` must not wait for nobody's file. nobody's forgery at the key of
     daemon's queued ``X`` must not make daemon's ``onite output X -f`` refuse ("belongs to nobody").
     And a waiter that saw daemon's job must not be told "cancelled by nobody" once nobody's held
@@ -645,7 +645,7 @@ def test_another_users_files_prune_none_of_a_users_results(spool):
 
 
 def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world_tmp):
-    """Nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
+    """nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
     queue at the key of daemon's finished ``build`` (the link is daemon's file): the link was refused, and filed as daemon's
     failure, replacing daemon's kept result; daemon's ``deploy --after build`` then failed, and the
     report and daemon's notice said daemon's build had failed. A link says nothing of who put it
@@ -671,7 +671,7 @@ def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world
 
 
 def test_a_reason_quoting_a_users_path_cannot_start_a_report_line_of_its_own(spool, world_tmp):
-    """Nobody spools a job from a directory named with runs of spaces (or blanks that
+    """nobody spools a job from a directory named with runs of spaces (or blanks that
     pass for them: the braille blank) around a sentence shaped like a failure of daemon's, then
     removes it: the reason quotes the path, and on an 80-column terminal, or a reader folding the
     plain report at 80, root read a line of its own saying daemon's ``deploy`` failed. A reason's
@@ -879,7 +879,7 @@ def test_a_refused_template_is_read_once_not_at_every_look(spool, tmp_path):
 
 
 def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(spool):
-    """Nobody's templates, each with a body up to max_job_size (a sparse hole costs
+    """nobody's templates, each with a body up to max_job_size (a sparse hole costs
     no disk), were kept whole in the daemon's memory for its life: 600 of them took 9 GB of root's.
     And a look at recur/ read every new version inline: a user who kept making them (a chmod is a
     new version) stalled the daemon. Now a template's job is read again when it fires, and a
@@ -920,7 +920,7 @@ def test_a_users_large_templates_hold_no_root_memory_and_take_no_one_elses_turn(
 
 
 def test_a_template_moved_out_and_back_never_spools_a_fire_twice(spool, world_tmp):
-    """Nobody pauses its template by moving it out of recur/, and back before its
+    """nobody pauses its template by moving it out of recur/, and back before its
     next fire: recur.state had forgotten it while it was away, so its last fire counted from its
     creation again, and once that fire's result was pruned the same fire was spooled and run a
     second time. A gone template's entry is kept."""

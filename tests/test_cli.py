@@ -382,7 +382,7 @@ def test_install_completion_for_a_named_shell(cli, world_tmp):
     assert r.code == 0 and "complete --command onite" in (home / ".config" / "fish" / "completions" / "onite.fish").read_text()
 
 
-# ---- a ninth look: odd environments and odd paths (each crashed, misled, or did harm before) -------
+# ---- odd environments and odd paths (each crashed, misled, or did harm before) -------
 
 
 def _onite(spool, *args, env=None, cwd=None, stdin=b""):

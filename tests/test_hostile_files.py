@@ -309,7 +309,7 @@ def test_a_naive_or_absurd_not_before_time_is_ignored_by_the_daemons_watch(spool
 
 
 def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
-    """Nobody's files, each with a 1 MiB header line of NULs (a sparse hole)
+    """nobody's files, each with a 1 MiB header line of NULs (a sparse hole)
     after its ``at:``: the daemon's watch read each up to 1 MiB, searching what it had read again
     after every 16 KiB (30-90 ms a file, inline in its loop), and 3,000 of them started daemon's
     timed job a minute and a half late. Now one read of at most HEADER_LIMIT bytes a file, counted

@@ -731,7 +731,7 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
 
 @needs_root
 def test_a_users_slurm_job_name_cannot_forge_what_squeue_says_of_another_users_job(slurm_spool, workdir):
-    """Nobody renames its own Slurm job to ``onite:att`` + a newline + a line shaped as
+    """nobody renames its own Slurm job to ``onite:att`` + a newline + a line shaped as
     squeue's answer for daemon's running job (``ID|FAILED|256|…``): the driver filed daemon's job as
     failed while it ran, failed what waited for it, and started its retry beside it; a ``²`` for a
     status crashed the driver. squeue is asked for nothing a user can write, and trusts no line that
