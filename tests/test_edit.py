@@ -280,3 +280,38 @@ def test_a_cycle_through_another_users_job_fails_at_the_drain_instead_of_waiting
                                                         "could ever run)")
     assert (result(spool, "later")["state"], result(spool, "later")["reason"]) == ("failed", "dependency mine failed")
     assert not list((spool / "jobs").rglob("*:*"))  # nothing left queued for ever
+
+
+@needs_root
+def test_a_held_job_on_a_cycle_keeps_the_cycle_waiting_until_it_is_released(spool, cli):
+    """A held job is left out of the drain's cycle search: the jobs of its cycle stay queued, unfailed, while it
+    is held (its owner may yet change what it waits for); once released, the next drain fails them."""
+    submit("theirs", user="nobody")
+    assert cli(["submit", "mine", "--after", "nobody:theirs"], stdin=b"true\n").code == 0
+    assert run_cli(["edit", "theirs", "--after", "root:mine"], user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["hold", "theirs"], user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert not list((spool / "jobsdone").glob("*@result"))
+    assert sorted(row["name"] for row in cli(["list", "--all", "--json"]).json()["jobs"]) == ["mine", "theirs"]
+    assert run_cli(["release", "theirs"], user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert result(spool, "mine")["reason"].startswith("dependency cycle: mine → nobody:theirs → mine")
+    assert result(spool, "nobody:theirs")["reason"].startswith("dependency cycle: theirs → root:mine → theirs")
+
+
+def test_the_cycle_check_follows_at_most_cycle_looks_jobs_and_the_driver_fails_a_longer_cycle(spool, cli):
+    """``submit``, ``edit`` and ``restart`` follow at most CYCLE_LOOKS queued jobs: a cycle they can see whole is
+    refused; one longer than that is let through, and the driver fails it at the drain's end."""
+    from onite.app.submit import CYCLE_LOOKS
+
+    chain = [f"c{i:03d}" for i in range(CYCLE_LOOKS + 2)]  # c000 ← c001 ← … each waits for the one before
+    submit(chain[0])
+    for before, name in zip(chain, chain[1:CYCLE_LOOKS + 1]):
+        submit(name, "--after", before)
+    r = cli(["edit", chain[0], "--after", chain[CYCLE_LOOKS]])  # c200 … c001 read: c000 is reached
+    assert r.code == 2 and f"job '{chain[0]}' would wait for itself: {chain[0]} → {chain[CYCLE_LOOKS]} → " in r.err, r
+    submit(chain[-1], "--after", chain[-2])
+    assert cli(["edit", chain[0], "--after", chain[-1]]).code == 0  # c201 … c001: one look more than the limit
+    assert drain(spool).returncode == 0
+    for name in chain:
+        assert result(spool, name)["reason"].startswith(f"dependency cycle: {name} → "), name
