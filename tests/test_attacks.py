@@ -460,6 +460,68 @@ def test_the_subreaper_contains_jobs_where_there_is_no_cgroup(spool, workdir):
         wait_for(lambda: not alive(pid), what=f"escaped pid {pid} to end")
 
 
+HOP = """\
+exec 3>{alive}
+python3 -c '
+import os, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(sys.argv[1] + ".started", "w").close()
+while not os.path.exists(sys.argv[1]):  # each generation forks the next, leaves its session and exits
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+' {stop} &
+sleep 0.5
+"""
+
+
+@pytest.mark.parametrize("contain", ["as found", "v1 groups"])
+def test_a_process_that_keeps_forking_away_and_ignores_term_ends_with_the_job(spool, workdir, contain):
+    """A job leaves behind a process that forks a new one and exits, again and again, each in a session of its
+    own, ignoring SIGTERM: its pid is never the same twice, so no list of pids read once can end it, and no look
+    at /proc finds it for sure. Each generation holds a fifo open: the last one gone, its reader sees the end.
+    A cgroup v2 is killed whole; where the monitor contains the job as a subreaper, the job's v1 pids group
+    first takes no new process, then what it holds is killed."""
+    stop, alive_fifo = workdir / "stop", workdir / "alive"
+    os.mkfifo(alive_fifo)
+    os.chmod(alive_fifo, 0o666)
+    reader = os.open(alive_fifo, os.O_RDONLY | os.O_NONBLOCK)
+
+    def all_gone() -> bool:
+        try:
+            return os.read(reader, 1) == b""  # no writer left
+        except BlockingIOError:
+            return False
+
+    try:
+        assert run_cli(["submit", "hop"], stdin=HOP.format(alive=alive_fifo, stop=stop).encode(), user="nobody",
+                       cwd="/tmp").code == 0
+        if contain == "v1 groups":
+            from onite.drain.driver import Driver
+            from onite.exec import limits
+            from onite.exec.contain import SUBREAPER, Containment
+            from onite.exec.local import LocalRunner
+            from onite.spool.paths import SpoolDir
+
+            limiter = limits.discover(None, max_pids=100)
+            if "pids" not in limiter.v1:
+                pytest.skip("no cgroup v1 pids controller on this machine")
+            runner = LocalRunner(shell="/bin/sh", kill_grace=1.0, switch_user=True, limiter=limiter,
+                                 containment=Containment(SUBREAPER, why="a test"))
+            driver = Driver(SpoolDir(spool), runner=runner)
+            driver._containment = runner.containment
+            assert driver.run() == 0
+        else:
+            set_config(spool, kill_grace="1s")
+            assert drain(spool).returncode == 0
+        assert result(spool, "nobody:hop")["state"] == "done"
+        assert (workdir / "stop.started").exists()  # it did start hopping
+        wait_for(all_gone, timeout=20, what="every generation of the hopping process to end")
+    finally:
+        stop.touch()  # whatever is left stops by itself
+        os.close(reader)
+
+
 def test_contain_false_lets_a_job_leave_a_daemon_behind(spool, workdir):
     set_config(spool, contain=False)
     pids = workdir / "pids"

@@ -185,6 +185,23 @@ def kill_cgroup(path: str) -> None:
         signal_cgroup(path, signal.SIGKILL)
 
 
+def kill_groups(groups: tuple[str, ...]) -> bool:
+    """SIGKILL every process in these v1 groups (all a run started, those that left its process group and
+    session too); True if any was there. Their pids group first takes no new process (``pids.max`` 0): one
+    that keeps forking a successor and exiting, its pid never the same twice, cannot outrun the kills."""
+    for group in groups:
+        write_file(f"{group}/pids.max", "0")  # only the pids group has the file
+    killed = False
+    for group in groups:
+        for _ in range(50):  # a process still exiting (or forking, where there is no pids group) is caught later
+            if not cgroup_pids(group):
+                break
+            killed = True
+            kill_cgroup(group)
+            time.sleep(0.01)
+    return killed
+
+
 def signal_cgroup(path: str, sig: int) -> None:
     """Send ``sig`` to every process of the cgroup. The cgroup is frozen meanwhile where it can be (a
     frozen process can neither fork nor exit nor reap), so no pid read from cgroup.procs is given to

@@ -129,7 +129,7 @@ def end_unreported(plan: Plan) -> bool:
 
 def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
     """Send ``sig`` to the job's process group (only while ``pinned``), its cgroup, and every
-    descendant of this subreaper, each checked to be the process that was listed."""
+    descendant of this subreaper, each checked to be the process that was listed; SIGKILL also to its v1 groups."""
     if pinned:
         contain.signal_group(job, sig)
     if plan.cgroup:
@@ -138,6 +138,8 @@ def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
         else:
             contain.signal_cgroup(plan.cgroup, sig)
     if plan.contain != contain.OFF:
+        if sig == signal.SIGKILL:  # the v1 groups hold all it started, and take no new process from now
+            contain.kill_groups(plan.limit_groups)
         for pid, ticks in contain.descendants(os.getpid()):
             contain.signal_exact(pid, ticks, sig)
 

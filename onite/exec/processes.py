@@ -92,7 +92,7 @@ def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limi
             contain.kill_cgroup(cgroup)
         contain.remove_cgroup(cgroup)
     if not killed:
-        killed = kill_groups(groups)  # they hold every process it started, those that left its group too
+        killed = contain.kill_groups(groups)
         if pgid and pgid > 1 and run_id and contain.signal_group(pgid, 0) and pgid in find_run_processes(
                 spool, name, ours):
             os.killpg(pgid, signal.SIGKILL)
@@ -100,17 +100,4 @@ def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limi
         if not killed and not cgroup and not groups and run_id:  # its leader gone, or never known
             killed = stop_processes(lambda: find_run_processes(spool, name, ours), 0.0) > 0
     limits.remove(groups)
-    return killed
-
-
-def kill_groups(groups) -> bool:
-    """SIGKILL every process in these v1 groups (all a dead run started); True if any was there."""
-    killed = False
-    for group in groups:
-        for _ in range(50):  # a process forking meanwhile is caught on a later round
-            if not contain.cgroup_pids(group):
-                break
-            killed = True
-            contain.kill_cgroup(group)
-            time.sleep(0.01)
     return killed
