@@ -1504,3 +1504,51 @@ def test_a_lease_its_owner_holds_on_a_queued_file_stops_no_daemon(spool, workdir
             daemon.terminate()
         _, err = daemon.communicate(timeout=60)
     assert b"Traceback" not in err, err.decode()[-2000:]
+
+
+# ---- root's commands in the morning, on what users made ------------------------------------------
+
+
+def hold_lease(path: Path, held: Path, done: Path) -> int:
+    """``nobody`` takes a write lease on its own file ``path`` (fcntl F_SETLEASE F_WRLCK: the owner of a
+    file may, once no one else has it open), touches ``held``, and keeps it (taken again whenever the
+    kernel breaks it) until ``done`` exists; return the holder's pid, to reap."""
+    def lease():
+        import fcntl
+
+        signal.signal(signal.SIGIO, lambda signum, frame: None)  # asked to give it back: it does not
+        fd = os.open(path, os.O_RDONLY)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        held.touch()
+        while not done.exists():
+            try:
+                if fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
+                    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+            except OSError:
+                pass
+            time.sleep(0.002)
+
+    return as_user(lease, background=True)
+
+
+def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_roots_output_command(spool, workdir):
+    """nobody takes a write lease on the output file of its finished job (its own file, which no one
+    else has open): root's ``onite output nobody:leasy`` (and ``-f``) blocked in open() until the
+    kernel broke the lease, lease-break-time (45 s) later (found by an audit, 2026-12-01). Root's
+    command does not wait on a user's lease: it says in one line that the owner holds the file."""
+    submit("leasy", "echo hello\n", user="nobody")
+    assert drain(spool).returncode == 0 and result(spool, "nobody:leasy")["state"] == "done"
+    held, done = workdir / "held", workdir / "done"
+    pid = hold_lease(spool / "stdout" / "nobody:leasy", held, done)
+    try:
+        wait_for(held.exists, what="nobody's lease")
+        for args in (["output", "nobody:leasy"], ["output", "nobody:leasy", "-f"]):
+            r = run_cli(args, timeout=20)  # well under lease-break-time: the open does not wait for it
+            assert r.code == 4 and r.out == "", r
+            assert r.err.startswith("onite: the output of 'nobody:leasy' is held by nobody") and \
+                r.err.count("\n") == 1 and " — " in r.err, r
+    finally:
+        done.touch()
+        os.waitpid(pid, 0)
+    r = run_cli(["output", "nobody:leasy"])  # let go: read as ever
+    assert (r.code, r.out) == (0, "hello\n"), r

@@ -87,16 +87,19 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
     """The output of the latest (or running) run of ``name``, open for reading (``stderr``: its kept-apart stderr).
     Raises NotFound: no such output; Refused: it belongs to another user."""
     path = spool.stderr_path(name) if stderr else spool.output_path(name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:  # O_NONBLOCK: a lease its owner holds on it would keep this open waiting (lease-break-time, 45 s)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         if stderr:
             _no_stderr(spool, name, caller_uid)
         raise _no_output(spool, name) from None
     except PermissionError:
         raise _not_yours(name, os.lstat(path).st_uid) from None
+    except BlockingIOError:
+        raise _leased(name, path) from None
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
+    os.set_blocking(fd, True)
     st = os.fstat(fd)
     if not owner_or_root(caller_uid, st.st_uid):
         os.close(fd)  # readable by mode, but output is private to its owner
@@ -130,6 +133,17 @@ def _said(key: str) -> str:
 
 def _not_yours(name: str, uid: int) -> Refused:
     return Refused(f"the output of {_said(name)!r} belongs to {user_name(uid)}", "only its owner and root may read it")
+
+
+def _leased(name: str, path: Path) -> OniteError:
+    """The output file's owner holds a lease on it (fcntl F_SETLEASE): opening it would wait until the
+    kernel breaks the lease, so it is not opened."""
+    try:
+        holder = user_name(os.lstat(path).st_uid)
+    except OSError:
+        holder = "its owner"
+    return OniteError(f"the output of {_said(name)!r} is held by {holder} (a lease on the file)",
+                      f"try again once {holder} lets it go")
 
 
 def _no_output(spool: SpoolDir, name: str, *, empty: bool = False) -> NotFound | None:
