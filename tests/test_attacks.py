@@ -1552,3 +1552,39 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_roots_output_com
         os.waitpid(pid, 0)
     r = run_cli(["output", "nobody:leasy"])  # let go: read as ever
     assert (r.code, r.out) == (0, "hello\n"), r
+
+
+def test_a_users_sparse_templates_cost_roots_recur_list_and_status_no_more_than_their_headers(spool):
+    """nobody copies its template into 300 whose bodies are sparse holes of max_job_size (no disk):
+    root's ``onite recur list`` and ``onite status`` read and decoded each whole, 24 MiB a template
+    (600 of them: recur list 68 s, status 21 s; found by an audit, 2026-12-01). What they show is in
+    a template's header: only a bounded head of each is read."""
+    from onite.app.recur import templates
+    from onite.spool.paths import SpoolDir
+
+    r = run_cli(["recur", "add", "t0", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    data = (spool / "recur" / "nobody:t0").read_bytes()
+    size = (16 << 20) + (8 << 20) - 4096  # max_job_size and the room for the environment: still a template
+
+    def copies():
+        for i in range(1, 300):
+            fd = os.open(spool / "recur" / f"nobody:t{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, data)
+            os.ftruncate(fd, size)
+            os.close(fd)
+
+    assert as_user(copies) == ("ok", None)
+
+    def read_so_far() -> int:
+        return int(next(line for line in Path("/proc/self/io").read_text().splitlines()
+                        if line.startswith("rchar:")).split()[1])
+
+    before = read_so_far()
+    views = templates(SpoolDir(spool), datetime.now().astimezone())
+    assert read_so_far() - before < 300 << 20, "a template's body was read"  # not 7 GB
+    assert len(views) == 300 and {(v.rule, v.priority, v.problem) for v in views} == {("every 1h", 4, "")}, views[:2]
+    r = run_cli(["recur", "list"], timeout=15)  # well under what it took to read them whole
+    assert r.code == 0 and "nobody:t299" in r.out and "every 1h" in r.out, r
+    r = run_cli(["status"], timeout=15)
+    assert r.code == 0 and "recurring nobody:t" in r.out, r

@@ -19,7 +19,7 @@ from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
-from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.filecheck import BadFile, TooLong, read_job_file, read_job_head
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.app.common import key_for, label
@@ -117,10 +117,10 @@ def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
     for name, path, st in template_files(spool):
         known = state.get(name, {}) if state.get(name, {}).get("uid") == st.st_uid else {}
         problem = ""
-        try:
-            job, rule = _read_template(spool, path, st)
+        try:  # its header only: a body may be a hole of max_job_size, costing its owner no disk
+            job, rule = _read_template(spool, path, st, head=True)
             priority, urgent = job.priority, job.urgent
-        except PermissionError:
+        except (PermissionError, TooLong):  # another user's, or a header no template needs: as the driver saw it
             rule = rule_from_state(known)
             priority, urgent = known_priority(known)
         except (OSError, BadFile, OniteError) as err:
@@ -152,12 +152,12 @@ def upcoming(spool: SpoolDir, now: datetime) -> list[dict]:
             for view in (v.to_json() for v in views[:10])]
 
 
-def _read_template(spool: SpoolDir, path: Path, st: os.stat_result) -> tuple[Job, object]:
-    """The template and its rule; only from a regular file (root opening a planted device could have effects).
-    PermissionError: another user's template."""
+def _read_template(spool: SpoolDir, path: Path, st: os.stat_result, *, head: bool = False) -> tuple[Job, object]:
+    """The template and its rule (``head``: its header only, its body cut: read_job_head); only from a regular
+    file (root opening a planted device could have effects). PermissionError: another user's template."""
     if not stat.S_ISREG(st.st_mode):
         raise BadFile("not a regular file")
-    job, _ = read_job_file(path, spool.config.max_job_size, one_link=True)
+    job, _ = (read_job_head if head else read_job_file)(path, spool.config.max_job_size, one_link=True)
     return job, rule_of(job)
 
 

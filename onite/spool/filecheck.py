@@ -60,11 +60,59 @@ def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid:
     return ""
 
 
+HEAD_LIMIT = 256 << 10  # bytes of a file read_job_head reads at most: a header (environment included) fits
+
+
+class TooLong(Exception):
+    """A file whose header does not end within HEAD_LIMIT bytes (read_job_head)."""
+
+
 def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
     """Open ``path`` without following a symlink and decode it; the stat is of the open file.
     ``one_link``: refuse a second hard link (links cost nothing, and would have root decode one large
     file over and over). Raises BadFile: not a regular file (a symlink, a socket), too large, a refused
     hard link, or leased by its owner; JobFormatError: not a job file; OSError: it vanished or cannot be read."""
+    fd, st = _open_checked(path, one_link)
+    try:
+        data = read_up_to(fd, max_size + SLACK)
+        if len(data) > max_size + SLACK:
+            raise BadFile("larger than max_job_size")
+    finally:
+        os.close(fd)
+    return decode(data), st
+
+
+def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
+    """As read_job_file, but only the header and the first line of the body are read (the job's body is
+    cut there): for a reader that shows what a header says, as a body may be a hole of max_job_size,
+    which costs its owner no disk. Raises as read_job_file, and TooLong: the header does not end within
+    HEAD_LIMIT bytes."""
+    fd, st = _open_checked(path, one_link)
+    try:
+        if st.st_size > max_size + SLACK:
+            raise BadFile("larger than max_job_size")
+        data = b""
+        while True:
+            end = data.find(b"\n\n")
+            if end >= 0 and data.find(b"\n", end + 2) >= 0:
+                break  # the header and the body's first line (a #! line is checked)
+            if len(data) >= HEAD_LIMIT:
+                if end < 0:
+                    raise TooLong(f"its header is longer than {HEAD_LIMIT} bytes")
+                break
+            chunk = os.read(fd, min(64 << 10, HEAD_LIMIT - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    line = data.find(b"\n", end + 2) if end >= 0 else -1
+    return decode(data if line < 0 else data[:line + 1]), st
+
+
+def _open_checked(path: Path, one_link: bool) -> tuple[int, os.stat_result]:
+    """``path`` opened without following a symlink, not waiting for a lease, with its stat: a regular file
+    (``one_link``: of one link). Raises BadFile, OSError."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
@@ -81,12 +129,10 @@ def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple
             raise BadFile("not a regular file")
         if one_link and st.st_nlink != 1:
             raise BadFile("a hard link, not a job file")
-        data = read_up_to(fd, max_size + SLACK)
-        if len(data) > max_size + SLACK:
-            raise BadFile("larger than max_job_size")
-    finally:
+    except BaseException:
         os.close(fd)
-    return decode(data), st
+        raise
+    return fd, st
 
 
 def read_up_to(fd: int, limit: int) -> bytes:
