@@ -1378,10 +1378,11 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_the_driver(spool
     broke the lease (lease-break-time, 45 s by default), starting nothing for anyone meanwhile, and
     again at every retry of every such job (found by an audit, 2026-11-30). The open no longer waits:
     a file its owner holds so is replaced by a new one, as another user's would be."""
-    set_config(spool, retry_delay="3")
-    tried, done, said = workdir / "tried", workdir / "done", workdir / "said"
-    submit("leasy", f"[ -e {tried} ] && {{ echo second; exit 0; }}; touch {tried}; echo first; exit 1\n",
-           "--retries", "1", user="nobody")
+    set_config(spool, retry_delay="0.5")
+    tried, done, said, leased = workdir / "tried", workdir / "done", workdir / "said", workdir / "leased"
+    # the first attempt lets its output go (a lease needs no writer), and fails once nobody holds the lease
+    submit("leasy", f"[ -e {tried} ] && {{ echo second; exit 0; }}; touch {tried}; echo first; exec >/dev/null 2>&1; "
+                    f"while [ ! -e {leased} ]; do sleep 0.01; done; exit 1\n", "--retries", "1", user="nobody")
     output = spool / "stdout" / "nobody:leasy"
 
     def holder():
@@ -1389,7 +1390,7 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_the_driver(spool
 
         broken = []
         signal.signal(signal.SIGIO, lambda signum, frame: broken.append(signum))  # the kernel asks for it back
-        while not done.exists():  # until the first attempt has ended: no one else has it open to write
+        while True:  # until no one has it open to write: the first attempt has let it go
             try:
                 fd = os.open(output, os.O_RDONLY)
             except FileNotFoundError:
@@ -1401,6 +1402,7 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_the_driver(spool
             except OSError:
                 os.close(fd)
                 time.sleep(0.001)
+        leased.touch()
         inode = os.fstat(fd).st_ino
         while not done.exists():
             time.sleep(0.01)
