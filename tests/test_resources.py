@@ -335,7 +335,10 @@ def test_the_limits_are_set_before_the_job_runs(spool, workdir):
     wait_for(lambda: (workdir / "in").exists(), what="the job")
     groups = _run_groups(spool, "lim")
     mem_group = [g for g in groups if "/memory/" in g][0]
-    assert 96 << 20 <= int(open(f"{mem_group}/memory.limit_in_bytes").read()) <= (96 << 20) + MONITOR_SLACK
+    # the memory limit comes once the monitor has left the job's groups, a moment after the job's start
+    wait_for(lambda: int(open(f"{mem_group}/memory.limit_in_bytes").read()) <= (96 << 20) + MONITOR_SLACK,
+             what="the memory limit")
+    assert 96 << 20 <= int(open(f"{mem_group}/memory.limit_in_bytes").read())
     cpu_group = [g for g in groups if "/cpu/" in g]
     if cpu_group:
         assert int(open(f"{cpu_group[0]}/cpu.cfs_quota_us").read()) == 100_000
