@@ -1483,13 +1483,7 @@ def test_a_lease_its_owner_holds_on_a_queued_file_stops_no_daemon(spool, workdir
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
         os.rename(queue / ".leased", queue / "nobody:leased")
         held.touch()
-        while not done.exists():  # taken again each time the kernel breaks it
-            try:
-                if fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
-                    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-            except OSError:
-                pass
-            time.sleep(0.002)
+        keep_lease(fd, done)
 
     pid = as_user(lease, background=True)
     try:
@@ -1511,6 +1505,19 @@ def test_a_lease_its_owner_holds_on_a_queued_file_stops_no_daemon(spool, workdir
 # ---- root's commands in the morning, on what users made ------------------------------------------
 
 
+def keep_lease(fd: int, done: Path) -> None:
+    """Keep a write lease on ``fd``, taken again each time the kernel breaks it, until ``done`` exists."""
+    import fcntl
+
+    while not done.exists():
+        try:
+            if fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        except OSError:
+            pass
+        time.sleep(0.002)
+
+
 def hold_lease(path: Path, held: Path, done: Path) -> int:
     """``nobody`` takes a write lease on its own file ``path`` (fcntl F_SETLEASE F_WRLCK: the owner of a
     file may, once no one else has it open), touches ``held``, and keeps it (taken again whenever the
@@ -1522,13 +1529,7 @@ def hold_lease(path: Path, held: Path, done: Path) -> int:
         fd = os.open(path, os.O_RDONLY)
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
         held.touch()
-        while not done.exists():
-            try:
-                if fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
-                    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-            except OSError:
-                pass
-            time.sleep(0.002)
+        keep_lease(fd, done)
 
     return as_user(lease, background=True)
 
