@@ -156,6 +156,7 @@ class QueueIndex:
         started = time.perf_counter()
         names, order, gone, parked = folder.names, folder.order, folder.gone, folder.parked
         present: set[str] = set()
+        strays: set[str] = set()  # only this listing's: a name gone since an earlier one is no longer kept
         still_parked: dict[str, int] = {}
         is_name = KEY_PATTERN.fullmatch
         try:
@@ -167,7 +168,7 @@ class QueueIndex:
                         continue
                     if not is_name(name):
                         if name[0] != ".":
-                            folder.strays.add(name)
+                            strays.add(name)
                         continue
                     try:  # only a new (or parked) name costs a stat
                         ctime_ns = entry.stat(follow_symlinks=False).st_ctime_ns
@@ -185,6 +186,7 @@ class QueueIndex:
             pass
         self.listings += 1
         folder.parked = still_parked
+        folder.strays = strays
         if len(present) < len(names):
             for name in [n for n in names if n not in present]:
                 del names[name]
