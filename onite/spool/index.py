@@ -27,7 +27,7 @@ RACY_NS = 20_000_000
 RESCAN_EVERY = 1.0
 FRESH_EVERY = 0.05
 RESCAN_COST_SHARE = 20  # listing a big queue costs at most about 1/20 of the drain
-COMPACT_AT = 64  # gone names kept in a folder's order before it is compacted (if they are half of it)
+COMPACT_AT = 64  # stale entries kept in a folder's order before it is compacted (if they are half of it)
 
 
 @dataclass(slots=True)
@@ -47,7 +47,6 @@ class _Folder:
     names: dict[str, int] = field(default_factory=dict)  # name → ctime_ns
     order: list[tuple[int, str]] = field(default_factory=list)
     head: int = 0  # order[:head] are gone: where a look for the next job starts
-    gone: set[str] = field(default_factory=set)
     mtime_ns: int = -1
     scanned_at: float = float("-inf")
     touched: bool = False  # changed by the driver's own claims since its last listing
@@ -58,14 +57,18 @@ class _Folder:
     strays: set[str] = field(default_factory=set)  # names that are no job names, not yet handed out
 
     def clear(self) -> None:
-        for part in (self.names, self.order, self.gone, self.parked, self.strays):
+        for part in (self.names, self.order, self.parked, self.strays):
             part.clear()
 
     def compact_if_due(self) -> None:
-        if len(self.gone) > COMPACT_AT and len(self.gone) > len(self.order) // 2:
-            self.order = [(c, n) for c, n in self.order if self.names.get(n) == c]
+        # every name has one entry in order; the rest are stale: a name gone, or back again (or
+        # unparked, or reordered) under a new entry. Counting gone names would miss those back again.
+        stale = len(self.order) - len(self.names)
+        if stale > COMPACT_AT and stale > len(self.order) // 2:
+            seen: set[str] = set()
+            self.order = [(c, n) for c, n in self.order
+                          if self.names.get(n) == c and not (n in seen or seen.add(n))]
             self.head = 0
-            self.gone.clear()
 
     def unpark(self) -> None:
         for name, ctime_ns in self.parked.items():
@@ -154,7 +157,7 @@ class QueueIndex:
     def _scan(self, folder: _Folder, mtime_ns: int) -> None:
         started_ns = time.time_ns()
         started = time.perf_counter()
-        names, order, gone, parked = folder.names, folder.order, folder.gone, folder.parked
+        names, order, parked = folder.names, folder.order, folder.parked
         present: set[str] = set()
         strays: set[str] = set()  # only this listing's: a name gone since an earlier one is no longer kept
         still_parked: dict[str, int] = {}
@@ -180,7 +183,6 @@ class QueueIndex:
                     present.add(name)
                     names[name] = ctime_ns
                     order.append((ctime_ns, name))
-                    gone.discard(name)
                     folder.sorted = False
         except FileNotFoundError:
             pass
@@ -190,7 +192,6 @@ class QueueIndex:
         if len(present) < len(names):
             for name in [n for n in names if n not in present]:
                 del names[name]
-                gone.add(name)
         folder.mtime_ns = mtime_ns
         folder.scanned_at = time.monotonic()
         folder.scan_seconds = time.perf_counter() - started
@@ -244,7 +245,6 @@ class QueueIndex:
         if folder is not None:
             if folder.names.get(candidate.name) == candidate.ctime_ns:
                 del folder.names[candidate.name]
-                folder.gone.add(candidate.name)
             folder.touched = True
             folder.compact_if_due()
 
