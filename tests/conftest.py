@@ -210,7 +210,36 @@ def world_tmp():
     path = Path(tempfile.mkdtemp(prefix="onite-test-", dir="/tmp"))
     os.chmod(path, 0o755)
     yield path
+    end_processes_under(path)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def end_processes_under(folder: Path) -> None:
+    """SIGKILL whatever still runs on a spool in ``folder`` (a driver a failed test left, its monitors, their
+    jobs: each carries ONITE_SPOOL or ONITE_JOB_SPOOL), so that it outlives neither the test nor its folder."""
+    import signal
+
+    mark = os.fsencode(str(folder)) + b"/"
+    for _ in range(20):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(v.startswith((b"ONITE_SPOOL=", b"ONITE_JOB_SPOOL=")) and v.partition(b"=")[2].startswith(mark)
+                   for v in environ):
+                found.append(int(entry))
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
 
 
 @pytest.fixture
