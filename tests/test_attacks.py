@@ -1393,7 +1393,7 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_the_driver(spool
         while True:  # until no one has it open to write: the first attempt has let it go
             try:
                 fd = os.open(output, os.O_RDONLY)
-            except FileNotFoundError:
+            except OSError:  # not made yet, or made but not yet given to nobody
                 time.sleep(0.001)
                 continue
             try:
