@@ -1557,11 +1557,55 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_roots_output_com
     assert (r.code, r.out) == (0, "hello\n"), r
 
 
+def read_so_far() -> int:
+    """Bytes this process has read so far (/proc/self/io rchar): what a look cost, whatever the machine's speed."""
+    return int(next(line for line in Path("/proc/self/io").read_text().splitlines()
+                    if line.startswith("rchar:")).split()[1])
+
+
+def test_a_users_sparse_queued_jobs_cost_roots_list_and_the_driver_no_more_than_their_headers(spool):
+    """nobody cuts 200 of its queued jobs to max_job_size, their bodies sparse holes (no disk): root's ``list``,
+    ``status``, ``metrics`` and ``report``, saying why each waits, read each whole (list 7 s), and the
+    driver read each again whenever nobody changed its ctime (a chmod). Why a job waits, and whether it may
+    start, is in its header: only a bounded head of each is read (the driver reads a job whole to start it)."""
+    from onite.drain.verdicts import waiting_jobs
+    from onite.spool.paths import SpoolDir
+    from onite.spool.queued import queued_stats
+
+    for i in range(200):
+        r = run_cli(["submit", f"w{i:03d}", "--after", "gate"] if i else ["submit", "gate", "--hold"],
+                    stdin=b"true\n", user="nobody", cwd="/tmp")
+        assert r.code == 0, r
+    size = (16 << 20) + (8 << 20) - 4096  # max_job_size and the room for the environment: still a job file
+
+    def cut():
+        for path in (spool / "jobs" / "P4").iterdir():
+            os.truncate(path, size)
+
+    assert as_user(cut) == ("ok", None)
+    target = SpoolDir(spool)
+    head = queued_stats(target)
+    before = read_so_far()
+    rows = waiting_jobs(target, head, datetime.now().astimezone(), euid=0, host="vm")
+    assert read_so_far() - before < 100 << 20, "a job's body was read"  # not 4.8 GB
+    assert len(rows) == 200 and {row["kind"] for row in rows} == {"held", "after"}, rows[:2]
+    r = run_cli(["list", "--all"], timeout=15)  # well under what it took to read them whole
+    assert r.code == 0 and "nobody:w199" in r.out, r
+    from onite.drain.driver import Driver
+    from onite.exec.local import LocalRunner
+
+    before = read_so_far()
+    driver = Driver(target, runner=LocalRunner(shell="/bin/sh", kill_grace=1.0, switch_user=True))
+    assert driver.run() == 0  # one look at each: none may start
+    assert read_so_far() - before < 100 << 20, "the driver read a job's body"
+    assert not list((spool / "jobsdone").iterdir())
+
+
 def test_a_users_sparse_templates_cost_roots_recur_list_and_status_no_more_than_their_headers(spool):
     """nobody copies its template into 300 whose bodies are sparse holes of max_job_size (no disk):
     root's ``onite recur list`` and ``onite status`` read and decoded each whole, 24 MiB a template
-    (600 of them: recur list 68 s, status 21 s; found by an audit, 2026-12-01). What they show is in
-    a template's header: only a bounded head of each is read."""
+    (600 of them: recur list 68 s, status 21 s). What they show is in a template's header: only a
+    bounded head of each is read."""
     from onite.app.recur import templates
     from onite.spool.paths import SpoolDir
 
@@ -1578,10 +1622,6 @@ def test_a_users_sparse_templates_cost_roots_recur_list_and_status_no_more_than_
             os.close(fd)
 
     assert as_user(copies) == ("ok", None)
-
-    def read_so_far() -> int:
-        return int(next(line for line in Path("/proc/self/io").read_text().splitlines()
-                        if line.startswith("rchar:")).split()[1])
 
     before = read_so_far()
     views = templates(SpoolDir(spool), datetime.now().astimezone())

@@ -150,6 +150,31 @@ def test_every_valid_job_round_trips(job):
     assert decode(encode(job)) == job
 
 
+@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutated_job_files() | st.binary(max_size=300) | valid_jobs().map(encode),
+       st.sampled_from([0, 1, 70_000, 300_000]))
+def test_reading_a_jobs_head_says_what_reading_it_whole_says_of_its_header(tmp_path_factory, data, padding):
+    """read_job_head (what may start, why a job waits) is read_job_file with the body cut after its first line:
+    the same job but for the body, or the same error (BadFile, JobFormatError), never another; a header made
+    longer than HEAD_LIMIT (a large environment) is read whole."""
+    from onite.spool.filecheck import BadFile, read_job_file, read_job_head
+
+    if padding and b"\n\n" in data:  # a header line of that many bytes, or as much more body
+        head, _, body = data.partition(b"\n\n")
+        data = head + b"\nenv: PAD=" + b"x" * padding + b"\n\n" + body if padding > 1 else data + b"x" * 70_000
+    path = tmp_path_factory.mktemp("head") / "job"
+    path.write_bytes(data)
+
+    def outcome(read):
+        try:
+            job, _ = read(path, 16 << 20)
+        except (BadFile, JobFormatError) as err:
+            return type(err)
+        return job._replace(body=job.body.split(b"\n", 1)[0])
+
+    assert outcome(read_job_head) == outcome(read_job_file)
+
+
 @FUZZ
 @given(st.dictionaries(st.binary(max_size=8), st.binary(max_size=8), max_size=4), st.binary(max_size=300),
        st.none() | st.text(max_size=12) | st.sampled_from(["1e5", "366d", "0.0000001", "90s"]),

@@ -19,7 +19,7 @@ from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import user_name
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
-from onite.spool.filecheck import BadFile, TooLong, read_job_file, read_job_head
+from onite.spool.filecheck import BadFile, read_job_file, read_job_head
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.app.common import key_for, label
@@ -120,7 +120,7 @@ def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
         try:  # its header only: a body may be a hole of max_job_size, costing its owner no disk
             job, rule = _read_template(spool, path, st, head=True)
             priority, urgent = job.priority, job.urgent
-        except (PermissionError, TooLong):  # another user's, or a header no template needs: as the driver saw it
+        except PermissionError:  # another user's: as the driver saw it
             rule = rule_from_state(known)
             priority, urgent = known_priority(known)
         except (OSError, BadFile, OniteError) as err:

@@ -31,7 +31,7 @@ from onite.drain.night import Night
 from onite.spool.deps import dependency_state
 from onite.exec.limits import machine
 from onite.spool.edits import edited
-from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_file
+from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_head
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
 from onite.spool.scan import Withdrawn, key_uid, user_name
@@ -246,7 +246,7 @@ class Picker:
         if meta is not None:
             return Inspection(Look.OK, st, meta)
         try:
-            job, st2 = read_job_file(cand.path, night.jobs.max_size)
+            job, st2 = read_job_head(cand.path, night.jobs.max_size)  # its body is read as it starts
         except FileNotFoundError:
             return Inspection(Look.GONE)
         except (JobFormatError, BadFile) as err:

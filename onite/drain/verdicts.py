@@ -18,7 +18,7 @@ from onite.core.resources import Need, host_capacity, request_of
 from onite.exec.limits import machine
 from onite.spool.deps import dependency_state
 from onite.spool.edits import edited, trusted
-from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import live_entries, queued_folder_stats
 from onite.spool.runrecords import host_records
@@ -51,7 +51,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
                 found.append({**row, "kind": "held", "reason": "held", "private": True})
             continue
         try:
-            job, _ = read_job_file(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size, one_link=True)
+            job, _ = read_job_head(spool.folder_for(rank, rank == 0) / name, spool.config.max_job_size, one_link=True)
         except FileNotFoundError:
             continue  # claimed or cancelled while we looked
         except (OSError, BadFile, JobFormatError) as err:

@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from onite.core.errors import Refused
+from onite.core.errors import JobFormatError, Refused
 from onite.core.job import Job
 from onite.core.jobfile import decode
 
@@ -60,11 +60,7 @@ def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid:
     return ""
 
 
-HEAD_LIMIT = 256 << 10  # bytes of a file read_job_head reads at most: a header (environment included) fits
-
-
-class TooLong(Exception):
-    """A file whose header does not end within HEAD_LIMIT bytes (read_job_head)."""
+HEAD_LIMIT = 256 << 10  # bytes read_job_head reads at first: a header (environment included) fits
 
 
 def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
@@ -83,27 +79,28 @@ def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple
 
 
 def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
-    """As read_job_file, but only the header and the first line of the body are read (the job's body is
-    cut there): for a reader that shows what a header says, as a body may be a hole of max_job_size,
-    which costs its owner no disk. Raises as read_job_file, and TooLong: the header does not end within
-    HEAD_LIMIT bytes."""
+    """As read_job_file, for a reader that needs what a job's header says (why it waits, whether it may start):
+    the body is cut after its first line (whose ``#!`` is checked). A body may be a sparse hole of max_job_size,
+    which costs its owner no disk and would cost each reader a read of it. A header longer than HEAD_LIMIT (a
+    large environment) is read on, whole; one with a NUL byte (a hole is NULs) is no job file. Raises as
+    read_job_file."""
     fd, st = _open_checked(path, one_link)
     try:
         if st.st_size > max_size + SLACK:
             raise BadFile("larger than max_job_size")
         data = b""
-        while True:
+        while len(data) < HEAD_LIMIT and (chunk := os.read(fd, 64 << 10)):
+            data += chunk
             end = data.find(b"\n\n")
             if end >= 0 and data.find(b"\n", end + 2) >= 0:
-                break  # the header and the body's first line (a #! line is checked)
-            if len(data) >= HEAD_LIMIT:
-                if end < 0:
-                    raise TooLong(f"its header is longer than {HEAD_LIMIT} bytes")
-                break
-            chunk = os.read(fd, min(64 << 10, HEAD_LIMIT - len(data)))
-            if not chunk:
-                break
-            data += chunk
+                break  # the header and the body's first line
+        end = data.find(b"\n\n")
+        if b"\0" in (data if end < 0 else data[:end]):
+            raise JobFormatError("a NUL byte in its header")
+        if end < 0 and len(data) >= HEAD_LIMIT:
+            data += read_up_to(fd, max_size + SLACK - len(data))
+            if len(data) > max_size + SLACK:
+                raise BadFile("larger than max_job_size")
     finally:
         os.close(fd)
     line = data.find(b"\n", end + 2) if end >= 0 else -1
