@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from onite.core.errors import JobFormatError, NotFound, Refused
-from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.outputs import open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
@@ -81,7 +81,7 @@ def _check_separate(spool: SpoolDir, name: str, live: list | None) -> None:
     if live is not None:
         for entry in live:
             try:
-                separate = read_job_file(entry.path, spool.config.max_job_size)[0].stderr_separate
+                separate = read_job_head(entry.path, spool.config.max_job_size)[0].stderr_separate
                 break
             except (OSError, BadFile, JobFormatError):  # moved on, or unreadable: the follow itself will tell
                 continue

@@ -21,7 +21,7 @@ from onite.core.job import Job, with_limits
 from onite.core.jobfile import encode
 from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
-from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.files import (create_file, discard, fsync_dir, move_file, rename_exchange, rename_noreplace, token,
                                write_unnamed)
 from onite.spool.scan import Marker, key_uid
@@ -52,7 +52,7 @@ def _apply(edit: Marker, job: Job, max_size: int) -> Job | None:
     """``job`` with the limits of ``edit``; None if it cannot be read, is of an earlier job of the name, or
     leaves the job out of range (its owner writes it: ``retries`` below the queued file's ``attempt``)."""
     try:
-        limits, _ = read_job_file(edit.path, max_size)
+        limits, _ = read_job_head(edit.path, max_size)
     except (OSError, BadFile, JobFormatError):
         return None
     if (limits.name, limits.submitted) != (job.name, job.submitted):
@@ -67,7 +67,7 @@ def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Ma
     """The queued job ``key`` at ``path`` (``uid``'s file) as the driver judges it, with its trusted edits among
     ``markers`` (edit/); None for a file not to read: gone, private, no job, a second link, or swapped since."""
     try:
-        job, st = read_job_file(path, max_size, one_link=True)
+        job, st = read_job_head(path, max_size, one_link=True)
     except (OSError, BadFile, JobFormatError):  # anyone may put a file in a queue: it stops no reader
         return None
     return edited(job, trusted(markers, key), max_size)[0] if st.st_uid == uid else None
