@@ -895,3 +895,51 @@ def test_a_job_filed_as_its_driver_died_still_gets_its_line_in_the_log(spool, wo
     settle(spool)
     lines = [line for line in log_lines(spool) if " failed root:u2 " in line]
     assert len(lines) == 1 and "logged by recovery" in lines[0], log_lines(spool)
+
+
+def test_a_log_line_a_full_disk_cut_never_swallows_the_next_drains_lines(small_disk):
+    """nobody fills the spool's disk with a dot-file in a queue (no listing shows it) and removes it later.
+    The driver's first line on the full disk crossed a page of onite.log and was cut where the room ended;
+    the next drain's driver-start line was appended to that half line, so no drain seemed to start: the
+    morning report ended at the drain before, and daemon's payroll, run and filed, was in no report.
+    A line is written whole or not at all, and the next starts on a line of its own."""
+    import re
+    from datetime import datetime, timezone
+
+    from conftest import as_user
+    from onite.spool.log import format_line, parse_line
+
+    mnt, spool = small_disk
+    assert run_cli(["submit", "early"], stdin=b"true\n", user="daemon", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert run_cli(["submit", "payroll"], stdin=b"true\n", user="daemon", cwd="/tmp").code == 0
+    log = spool / "onite.log"
+    room = 4096 - log.stat().st_size % 4096
+    pad = room - 100 if room > 200 else room + 4096 - 100  # an earlier night's line: 100 bytes left in this page
+    head = format_line(datetime(2020, 1, 1, tzinfo=timezone.utc), "vm", 1, "warning", note="")
+    with open(log, "a") as handle:
+        handle.write(head[:-1] + "note=" + "x" * (pad - len(head) - 5) + "\n")
+    assert 4096 - log.stat().st_size % 4096 == 100
+    hog = spool / "jobs" / "P4" / ".hog"
+
+    def fill_it() -> int:
+        with open(hog, "wb") as handle:
+            try:
+                while True:
+                    handle.write(b"\0" * 4096)
+                    handle.flush()
+            except OSError:
+                pass
+        return hog.stat().st_size
+
+    assert as_user(fill_it)[0] == "oserror"  # its buffer's last flush: the disk is full
+    assert drain(spool).returncode == 4
+    stopped = time.time()
+    as_user(lambda: os.unlink(hog))  # the disk frees again
+    wait_for(lambda: time.time() >= stopped + 2, what="a later second than the stopped drain's (the log's times)")
+    assert drain(spool).returncode == 0
+    assert [line for line in log_lines(spool) if parse_line(line) is None] == []
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]")
+    assert [line for line in log_lines(spool) if len(stamp.findall(line)) > 1] == []  # no line glued to another
+    jobs = run_cli(["report", "--json"], user="daemon", cwd="/tmp").json()["jobs"]
+    assert {(j["name"], j["state"]) for j in jobs} >= {("payroll", "done")}, jobs

@@ -3,7 +3,9 @@
     2026-11-22T20:00:01+01:00 vm[4711] start nightly-report user=alice priority=3 attempt=1
 
 Each line is one write(2) on an O_APPEND descriptor, so concurrent writers' lines never
-interleave. Names, reasons and file names come from users, so a value that holds a space, a quote,
+interleave; a write that runs out of room (a full disk, a file-size limit) is cut where the room ended,
+and that half line is truncated away, so that the next line, perhaps the next drain's, is not appended
+to it. Names, reasons and file names come from users, so a value that holds a space, a quote,
 a backslash or a character safetext spells out is written quoted and escaped: no value can forge a
 line or reach a terminal, and ``parse_line`` gives back exactly what was logged.
 """
@@ -107,16 +109,40 @@ class ActivityLog:
         self.clock = clock
         self.listener = listener
         self._fd: int | None = None
+        self._cut = False  # the log ends in a half line: the next line starts with a newline
         self._said: set[int | None] = set()  # the errnos already said on stderr
         self.pid = os.getpid()
 
     def _open(self) -> int | None:
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
             except OSError as err:
                 self._cannot_write(err)
+            else:
+                self._cut = _ends_cut(self._fd)  # a writer killed with a half line written
         return self._fd
+
+    def _write(self, fd: int, data: bytes) -> None:
+        """Append ``data``, a whole line, or nothing. Raises OSError."""
+        if self._cut:
+            data = b"\n" + data
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(fd, data[written:])  # after a short write, the next says why (ENOSPC, EFBIG)
+        except OSError:
+            if written:
+                self._cut = True  # unless the half line goes: then the next line starts with a newline
+                try:
+                    end = os.lseek(fd, 0, os.SEEK_CUR)  # where this process's last write ended
+                    if os.fstat(fd).st_size == end:  # no other line came after it
+                        os.ftruncate(fd, end - written)  # shrinking a file needs no room
+                        self._cut = data[:1] == b"\n"
+                except OSError:
+                    pass
+            raise
+        self._cut = False
 
     def _cannot_write(self, err: OSError) -> None:
         """Tell ``on_failure``, and say on stderr once a reason (stderr may be on the same full disk)."""
@@ -136,7 +162,7 @@ class ActivityLog:
         fd = self._open()
         if fd is not None:
             try:
-                os.write(fd, line.encode("utf-8", "replace"))
+                self._write(fd, line.encode("utf-8", "replace"))
             except OSError as err:
                 self._cannot_write(err)
         if self.echo is not None:
@@ -152,6 +178,15 @@ class ActivityLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _ends_cut(fd: int) -> bool:
+    """Does the file end without a newline (a half line)?"""
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    except OSError:
+        return False
 
 
 def tail(path: Path, lines: int) -> list[str]:
