@@ -943,3 +943,44 @@ def test_a_log_line_a_full_disk_cut_never_swallows_the_next_drains_lines(small_d
     assert [line for line in log_lines(spool) if len(stamp.findall(line)) > 1] == []  # no line glued to another
     jobs = run_cli(["report", "--json"], user="daemon", cwd="/tmp").json()["jobs"]
     assert {(j["name"], j["state"]) for j in jobs} >= {("payroll", "done")}, jobs
+
+
+def test_a_drain_a_users_output_stopped_on_a_full_disk_is_told_as_it_is(small_disk, workdir):
+    """nobody's job writes until the spool's disk is full, beside daemon's payroll, which then ends (exit 0):
+    its result cannot be written, and the driver exits 4. The morning report said payroll was 'running on vm
+    since 08:27' (nothing ran), that daemon's other job 'waits for the next drain' (which stops the same way
+    while the disk is full), and nowhere that the drain stopped; status said nothing of the full disk.
+    Each now says what is so; once there is room, payroll is filed once and its output is whole."""
+    mnt, spool = small_disk
+    set_config(spool, slots=2)
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    assert run_cli(["submit", "hog", "-p", "1"], stdin=b"head -c 9000000 /dev/zero\n", user="nobody",
+                   cwd="/tmp").code == 0
+    assert run_cli(["submit", "payroll", "-p", "1"], stdin=f"echo start >> {ledger}\nwhile [ ! -e {gate} ]; do "
+                   f"sleep 0.05; done\necho end >> {ledger}\n".encode(), user="daemon", cwd="/tmp").code == 0
+    assert run_cli(["submit", "later", "-p", "2"], stdin=b"true\n", user="daemon", cwd="/tmp").code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: ledger.exists() and any(" error nobody:hog " in line for line in log_lines(spool)),
+                 what="the disk to fill (hog's result cannot be written)")
+        gate.touch()
+        assert driver.wait(timeout=60) == 4
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    report = run_cli(["report", "--json"], user="daemon", cwd="/tmp").json()
+    said = {row["name"]: row["reason"] for row in report["waiting"]}
+    assert said["payroll"].startswith("ended at ") and "not filed" in said["payroll"], said
+    assert "could not record" in said["later"], said
+    text = run_cli(["report"], user="daemon", cwd="/tmp").out
+    assert "stopped: it could not record" in text, text
+    status = run_cli(["status", "--json"], user="daemon", cwd="/tmp").json()
+    assert any("file system" in w and "full" in w for w in status["warnings"]), status["warnings"]
+    (spool / "stdout" / "nobody:hog").unlink()  # root makes room
+    assert drain(spool).returncode == 0
+    assert ledger.read_text() == "start\nend\n"
+    assert result(spool, "daemon:payroll")["state"] == "done"
+    assert result(spool, "daemon:later")["state"] == "done"
+    status = run_cli(["status", "--json"], user="daemon", cwd="/tmp").json()
+    assert not any("file system" in w for w in status["warnings"]), status["warnings"]

@@ -32,7 +32,10 @@ def window_text(data: ReportData) -> str:
             return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}"
         clock = "%H:%M" if end - start >= timedelta(hours=1) else "%H:%M:%S"  # a short drain: to the second
         to = f"{end:{clock}}" if end.date() == start.date() else f"{end:%Y-%m-%d {clock}}"
-        return f"{what}, {start:%Y-%m-%d {clock}} to {to} on {hosts}"
+        stopped = [printable(d.host) for d in data.drains if d.reason == "cannot record"]
+        return f"{what}, {start:%Y-%m-%d {clock}} to {to} on {hosts}" + (
+            f"; stopped: it could not record a run on {', '.join(dict.fromkeys(stopped))} (a full disk?): "
+            f"onite.log says what" if stopped else "")
     text = f"jobs finished since {data.since.astimezone():%Y-%m-%d %H:%M}"
     if data.until < data.now:
         text += f" until {data.until.astimezone():%Y-%m-%d %H:%M}"

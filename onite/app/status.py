@@ -99,8 +99,27 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
         not_examined=sum(queue.values()) - len(head), last_night=last_night(spool, now),
         location=spool.location.describe() if spool.location else str(spool.root), drain=drain,
         schedule_next=next_drain(config.schedule, now),
-        warnings=warnings + list(drain.problems), last_driver=last_driver, containment=containment_said(spool),
+        warnings=warnings + full_disk(spool.root) + list(drain.problems), last_driver=last_driver,
+        containment=containment_said(spool),
     )
+
+
+FULL_BYTES, FULL_INODES = 256 << 10, 64  # less free than this on the spool's file system: it is full
+
+
+def full_disk(root) -> list[str]:
+    """A warning if the spool's file system is (nearly) full, as a user's job sees it."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return []
+    free = st.f_bavail * st.f_frsize
+    inodes = st.f_favail if st.f_files else None  # 0 files: a file system that does not count inodes
+    if free >= FULL_BYTES and (inodes is None or inodes >= FULL_INODES):
+        return []
+    return [f"the spool's file system is full ({free >> 10} KiB" + (f", {inodes} inodes" if inodes is not None else "")
+            + " free): jobs' output is cut short, and a driver that cannot record a run starts nothing more"
+            " until there is room (root: the largest files of stdout/ are jobs' output)"]
 
 
 def containment_said(spool: SpoolDir) -> dict | None:

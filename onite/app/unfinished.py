@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from onite.app.common import label
 from onite.app.listing import running_views
+from onite.drain.heartbeat import live_beats
 from onite.drain.verdicts import EXAMINE, waiting_jobs
+from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_stats
 from onite.spool.scan import user_name
@@ -22,6 +24,7 @@ from onite.core.policy import owner_or_root
 from onite.core.schedule import next_drain
 
 PRIVATE = "another user's job: other details private"
+CANNOT = "cannot record"  # a drain's end (driver-exit reason=) when a write it needed failed
 
 
 def unfinished(data, spool: SpoolDir, refused: list):
@@ -38,12 +41,11 @@ def unfinished(data, spool: SpoolDir, refused: list):
     left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
             "refused": len(refused)}
     waiting = []
+    live = {beat.host for beat in live_beats(spool.root, data.now)}
     for view in running:
         waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
                         "urgent": view.urgent, "state": "running", "kind": "running",
-                        "reason": f"running on {view.host}" + (
-                            f" since {view.started.astimezone():%H:%M}" if view.started else ""),
-                        "command": None})
+                        "reason": running_reason(spool, view, view.host in live, data.drains), "command": None})
     head = queue[:EXAMINE]
     why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
                                                      host=default_host(spool.config))}
@@ -71,6 +73,22 @@ def unfinished(data, spool: SpoolDir, refused: list):
     return data._replace(left=left, waiting=waiting, next_drain=drain)
 
 
+def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
+    """``running on vm since 20:14``; for a claim no live driver watches, what its run record says of it."""
+    since = f" since {view.started.astimezone():%H:%M}" if view.started else ""
+    if alive:
+        return f"running on {view.host}{since}"
+    record = runrecords.read(spool.run_record_path(view.host, view.name))
+    ended = None
+    if record is not None and record.ended and record.ended_at:
+        with contextlib.suppress(ValueError):
+            ended = datetime.fromisoformat(record.ended_at).astimezone()
+    what = f"ended at {ended:%H:%M}" if ended else f"started on {view.host}{since}"
+    last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
+    why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT else ""
+    return f"{what}, not filed: no driver runs on {view.host}{why}; the next drain there files it"
+
+
 def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
     """Why a job that could start (``ready``; else: whose reasons are private) is still queued."""
     if spooled_after:
@@ -79,6 +97,8 @@ def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
         return f"{'ready; ' if ready else ''}left when the window closed" + (f" at {last.until}" if last.until else "")
     if last is not None and last.reason == "stopped":
         return f"{'ready; ' if ready else ''}left when the drain was stopped"
+    if last is not None and last.reason == CANNOT:
+        return f"{'ready; ' if ready else ''}left when the drain stopped, as it could not record a run (a full disk?)"
     if last is not None and last.ended is None:
         return "ready: waits for a free slot of the drain running now" if ready else "waits"
     return "ready: waits for the next drain" if ready else "waits"
