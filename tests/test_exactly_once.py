@@ -317,13 +317,12 @@ def small_disk(world_tmp, monkeypatch):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def fill(mnt: Path) -> Path:
-    """Fill the small disk mounted at ``mnt`` with one file; that file."""
-    filler = mnt / "filler"
+def fill(filler: Path, chunk: int = 65536) -> Path:
+    """Fill the small disk with the file ``filler``, ``chunk`` bytes at a time; that file."""
     with open(filler, "wb") as handle:
         try:
             while True:
-                handle.write(b"\0" * 65536)
+                handle.write(b"\0" * chunk)
                 handle.flush()
         except OSError:
             pass
@@ -335,7 +334,7 @@ def test_a_full_disk_starts_nothing_and_loses_nothing(small_disk, workdir):
     ledger = workdir / "ledger"
     for i in range(20):
         submit(f"j{i:02d}", f"echo 'j{i:02d} start' >> {ledger}\n", spool=spool)
-    filler = fill(mnt)
+    filler = fill(mnt / "filler")
     proc = drain(spool)
     assert proc.returncode == 4, proc.stderr
     assert b"cannot record" in proc.stderr, proc.stderr
@@ -353,7 +352,7 @@ def test_a_full_disk_stops_a_drain_of_a_long_queue_at_once(small_disk):
     mnt, spool = small_disk
     r = run_cli(["submit", "L", "--lines", "-q"], stdin=b"".join(b"echo %d\n" % i for i in range(300)))
     assert r.code == 0, r
-    filler = fill(mnt)
+    filler = fill(mnt / "filler")
     driver = start_driver(spool, "-q")
     try:
         code = driver.wait(timeout=60)
@@ -375,7 +374,7 @@ def test_a_job_cancelled_on_a_full_disk_is_filed_once_there_is_room(small_disk):
     submit("rootjob", "echo a\n", spool=spool)
     assert run_cli(["submit", "userjob"], stdin=b"echo b\n", user="nobody", cwd="/tmp").code == 0
     assert run_cli(["cancel", "userjob"], user="nobody", cwd="/tmp").code == 0  # withdrawn; a driver files it
-    filler = fill(mnt)
+    filler = fill(mnt / "filler")
     r = run_cli(["cancel", "rootjob"])
     assert r.code == 0 and "it will not run" in r.out, r
     assert drain(spool).returncode == 4
@@ -922,17 +921,7 @@ def test_a_log_line_a_full_disk_cut_never_swallows_the_next_drains_lines(small_d
     assert 4096 - log.stat().st_size % 4096 == 100
     hog = spool / "jobs" / "P4" / ".hog"
 
-    def fill_it() -> int:
-        with open(hog, "wb") as handle:
-            try:
-                while True:
-                    handle.write(b"\0" * 4096)
-                    handle.flush()
-            except OSError:
-                pass
-        return hog.stat().st_size
-
-    assert as_user(fill_it)[0] == "oserror"  # its buffer's last flush: the disk is full
+    assert as_user(lambda: fill(hog, 4096))[0] == "oserror"  # its buffer's last flush: the disk is full
     assert drain(spool).returncode == 4
     stopped = time.time()
     as_user(lambda: os.unlink(hog))  # the disk frees again
