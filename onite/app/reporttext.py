@@ -17,6 +17,7 @@ from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
 from onite.core.safetext import phrase, printable
 from onite.core.state import signal_name
 from onite.core.timeparse import format_duration, longer_limit
+from onite.spool.log import CANNOT_RECORD
 
 
 def window_text(data: ReportData) -> str:
@@ -32,7 +33,7 @@ def window_text(data: ReportData) -> str:
             return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}"
         clock = "%H:%M" if end - start >= timedelta(hours=1) else "%H:%M:%S"  # a short drain: to the second
         to = f"{end:{clock}}" if end.date() == start.date() else f"{end:%Y-%m-%d {clock}}"
-        stopped = [printable(d.host) for d in data.drains if d.reason == "cannot record"]
+        stopped = [printable(d.host) for d in data.drains if d.reason == CANNOT_RECORD]
         return f"{what}, {start:%Y-%m-%d {clock}} to {to} on {hosts}" + (
             f"; stopped: it could not record a run on {', '.join(dict.fromkeys(stopped))} (a full disk?): "
             f"onite.log says what" if stopped else "")

@@ -15,6 +15,7 @@ from onite.app.listing import running_views
 from onite.drain.heartbeat import live_beats
 from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool import runrecords
+from onite.spool.log import CANNOT_RECORD
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import queued_stats
 from onite.spool.scan import user_name
@@ -24,7 +25,6 @@ from onite.core.policy import owner_or_root
 from onite.core.schedule import next_drain
 
 PRIVATE = "another user's job: other details private"
-CANNOT = "cannot record"  # a drain's end (driver-exit reason=) when a write it needed failed
 
 
 def unfinished(data, spool: SpoolDir, refused: list):
@@ -85,7 +85,7 @@ def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
             ended = datetime.fromisoformat(record.ended_at).astimezone()
     what = f"ended at {ended:%H:%M}" if ended else f"started on {view.host}{since}"
     last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
-    why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT else ""
+    why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT_RECORD else ""
     return f"{what}, not filed: no driver runs on {view.host}{why}; the next drain there files it"
 
 
@@ -97,7 +97,7 @@ def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
         return f"{'ready; ' if ready else ''}left when the window closed" + (f" at {last.until}" if last.until else "")
     if last is not None and last.reason == "stopped":
         return f"{'ready; ' if ready else ''}left when the drain was stopped"
-    if last is not None and last.reason == CANNOT:
+    if last is not None and last.reason == CANNOT_RECORD:
         return f"{'ready; ' if ready else ''}left when the drain stopped, as it could not record a run (a full disk?)"
     if last is not None and last.ended is None:
         return "ready: waits for a free slot of the drain running now" if ready else "waits"

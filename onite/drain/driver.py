@@ -31,7 +31,7 @@ from onite.exec.limits import machine
 from onite.exec.notify import Notifier
 from onite.exec.runner import Runner
 from onite.spool import locks, trust
-from onite.spool.log import ActivityLog
+from onite.spool.log import CANNOT_RECORD, ActivityLog
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
 
@@ -287,7 +287,7 @@ class Driver:
         if explain and not any(counts.values()) and not (night.stopping or night.window_closed or night.cannot_record):
             self._explain_idle()
         reason = ("stopped" if night.stopping else "window closed" if night.window_closed
-                  else "cannot record" if night.cannot_record else "drained")
+                  else CANNOT_RECORD if night.cannot_record else "drained")
         self.log.event("driver-exit", done=counts["done"], failed=counts["failed"], cancelled=counts["cancelled"],
                        left=len(night.index), reason=reason)
         # a daemon stays up after its drain; onite run exits

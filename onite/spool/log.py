@@ -31,6 +31,7 @@ _SPELLED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\x
 _UNSPELLED = {spelled[1]: char for char, spelled in _SPELLED.items()}
 _TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=("(?:[^"\\]|\\.)*"|\S*)|("(?:[^"\\]|\\.)*")|(\S+)')
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.DOTALL)
+CANNOT_RECORD = "cannot record"  # driver-exit reason= of a drain stopped by a write it needed (a full disk)
 OUTCOMES = (b"done", b"failed", b"cancelled")  # the events that say how a run ended (its user in user=)
 OUTCOME_LOOKBACK = 8 << 20  # bytes of the log's end read for outcomes: older lines are not looked for
 
