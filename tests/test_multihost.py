@@ -121,3 +121,40 @@ def test_recover_refuses_while_that_hosts_driver_lives(spool, workdir, cli):
     assert r.code == 3 and "is running" in r.err
     gate.unlink()
     assert live.wait(60) == 0
+
+
+def test_a_copy_of_a_job_claimed_on_a_live_host_waits_for_that_run(spool, workdir):
+    """nobody copies its own job, claimed and running on alpha, back into a queue (no submit refuses it there):
+    beta's driver started the copy while alpha's run went on, two runs of one key at once, and root's cancel
+    reached alpha's only. A key claimed on a host whose driver lives waits, as one claimed on the same host
+    does; a dead host's claim holds nothing back (its driver's last retry runs)."""
+    from conftest import as_user
+
+    go = workdir / "go"
+    body = f"touch {workdir}/started.$$; while [ ! -e {go} ]; do sleep 0.05; done\n"
+    assert run_cli(["submit", "dup"], stdin=body.encode(), user="nobody", cwd="/tmp").code == 0
+    alpha = start_driver(spool, "--host", "alpha")
+    beta = None
+    try:
+        wait_for(lambda: list(workdir.glob("started.*")), what="alpha's run")
+        claimed = spool / "running" / "alpha" / "nobody:dup"
+
+        def copy_back():
+            data = claimed.read_bytes()
+            tmp = spool / "jobs" / "P4" / ".copy"
+            tmp.write_bytes(data)
+            os.chmod(tmp, 0o600)
+            os.rename(tmp, spool / "jobs" / "P4" / "nobody:dup")
+
+        assert as_user(copy_back) == ("ok", None)
+        beta = start_driver(spool, "--host", "beta")
+        wait_for(lambda: beta.poll() is not None, what="beta to leave the copy queued and end")
+        assert beta.returncode == 0
+        assert len(list(workdir.glob("started.*"))) == 1  # one run at a time
+    finally:
+        go.touch()
+        assert alpha.wait(60) == 0
+        if beta is not None and beta.poll() is None:
+            beta.kill()
+    # beta left the copy (alpha may run it once its first run has ended, as a copy made on one host waits there)
+    assert {line.split()[1].split("[")[0] for line in log_lines(spool) if " start nobody:dup " in line} == {"alpha"}

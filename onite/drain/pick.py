@@ -27,6 +27,7 @@ from onite.core.record import Record
 from onite.core.resources import Need, host_capacity, request_of
 from onite.core.state import JobState
 from onite.drain.finish import Finisher
+from onite.drain.heartbeat import live_beats
 from onite.drain.night import Night
 from onite.spool.deps import dependency_state
 from onite.exec.limits import machine
@@ -34,7 +35,7 @@ from onite.spool.edits import edited
 from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_head
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
-from onite.spool.scan import Withdrawn, key_uid, user_name
+from onite.spool.scan import Withdrawn, find_running, key_uid, user_name
 
 SETTLE_LIMIT = 2.0  # seconds a file with a second link may be a submit in progress (from first sight)
 
@@ -108,6 +109,8 @@ class Picker:
                     need = request_of(seen.meta.mem, seen.meta.cpus)
                     said = self._admit(cand.name, need, seen.meta.timeout, now)
                     if said.verdict in (Admit.START, Admit.BACKFILL):
+                        if self._claimed_elsewhere(cand.name, now):
+                            continue  # a copy of a job running on another host: it waits, as on this one
                         return Picked(cand, seen.st, need, seen.meta.timeout, said.verdict is Admit.BACKFILL,
                                       seen.meta)
                     if said.verdict is Admit.NEVER:
@@ -118,6 +121,13 @@ class Picker:
             if not moved:
                 return None
         return None
+
+    def _claimed_elsewhere(self, name: str, now: datetime) -> bool:
+        """Is ``name`` claimed on another host whose driver lives (its owner may copy a running job back into a
+        queue)? A dead host's claim holds nothing back: the retry its driver spooled before it died runs."""
+        night = self.night
+        others = {entry.host for entry in find_running(night.spool, name)} - {night.host}
+        return bool(others) and any(beat.host in others for beat in live_beats(night.spool.root, now))
 
     def fail_cycles(self) -> bool:
         """Fail each queued job that waits for itself through other queued jobs (a cycle made through another
