@@ -185,20 +185,22 @@ def kill_cgroup(path: str) -> None:
         signal_cgroup(path, signal.SIGKILL)
 
 
-def kill_groups(groups: tuple[str, ...]) -> bool:
+def kill_groups(groups: tuple[str, ...], rounds: int = 50) -> bool:
     """SIGKILL every process in these v1 groups (all a run started, those that left its process group and
-    session too); True if any was there. Their pids group first takes no new process (``pids.max`` 0): one
-    that keeps forking a successor and exiting, its pid never the same twice, cannot outrun the kills."""
+    session too), looking again up to ``rounds`` times; True if any was there. Their pids group first takes no
+    new process (``pids.max`` 0): one that keeps forking a successor and exiting, its pid never the same
+    twice, cannot outrun the kills."""
     for group in groups:
         write_file(f"{group}/pids.max", "0")  # only the pids group has the file
     killed = False
     for group in groups:
-        for _ in range(50):  # a process still exiting (or forking, where there is no pids group) is caught later
+        for round_ in range(rounds):  # a process still exiting (or forking, with no pids group) is caught later
             if not cgroup_pids(group):
                 break
             killed = True
             kill_cgroup(group)
-            time.sleep(0.01)
+            if round_ + 1 < rounds:
+                time.sleep(0.01)
     return killed
 
 

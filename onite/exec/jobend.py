@@ -139,7 +139,7 @@ def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
             contain.signal_cgroup(plan.cgroup, sig)
     if plan.contain != contain.OFF:
         if sig == signal.SIGKILL:  # the v1 groups hold all it started, and take no new process from now
-            contain.kill_groups(plan.limit_groups)
+            contain.kill_groups(plan.limit_groups, rounds=1)  # clean_up looks again
         for pid, ticks in contain.descendants(os.getpid()):
             contain.signal_exact(pid, ticks, sig)
 
