@@ -10,6 +10,8 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
+
 from conftest import kill_run, REPO, log_lines, result, run_cli, start_driver, wait_for
 
 HOSTS = ["alpha", "beta", "gamma"]
@@ -123,11 +125,13 @@ def test_recover_refuses_while_that_hosts_driver_lives(spool, workdir, cli):
     assert live.wait(60) == 0
 
 
-def test_a_copy_of_a_job_claimed_on_a_live_host_waits_for_that_run(spool, workdir):
+@pytest.mark.parametrize("alpha_dies", [False, True])
+def test_a_copy_of_a_job_running_on_another_host_waits_for_that_run(spool, workdir, alpha_dies):
     """nobody copies its own job, claimed and running on alpha, back into a queue (no submit refuses it there):
     beta's driver started the copy while alpha's run went on, two runs of one key at once, and root's cancel
-    reached alpha's only. A key claimed on a host whose driver lives waits, as one claimed on the same host
-    does; a dead host's claim holds nothing back (its driver's last retry runs)."""
+    reached alpha's only. A key claimed on another host waits while that claim's run record says its run has
+    not ended, whether alpha's driver lives or was killed (its monitor runs on); a claim whose run ended holds
+    nothing back (the retry a dying driver spooled runs)."""
     from conftest import as_user
 
     go = workdir / "go"
@@ -147,13 +151,17 @@ def test_a_copy_of_a_job_claimed_on_a_live_host_waits_for_that_run(spool, workdi
             os.rename(tmp, spool / "jobs" / "P4" / "nobody:dup")
 
         assert as_user(copy_back) == ("ok", None)
+        if alpha_dies:
+            alpha.kill()
+            alpha.wait(30)
         beta = start_driver(spool, "--host", "beta")
         wait_for(lambda: beta.poll() is not None, what="beta to leave the copy queued and end")
         assert beta.returncode == 0
         assert len(list(workdir.glob("started.*"))) == 1  # one run at a time
     finally:
         go.touch()
-        assert alpha.wait(60) == 0
+        if not alpha_dies:
+            assert alpha.wait(60) == 0
         if beta is not None and beta.poll() is None:
             beta.kill()
     # beta left the copy (alpha may run it once its first run has ended, as a copy made on one host waits there)

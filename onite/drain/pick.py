@@ -27,11 +27,11 @@ from onite.core.record import Record
 from onite.core.resources import Need, host_capacity, request_of
 from onite.core.state import JobState
 from onite.drain.finish import Finisher
-from onite.drain.heartbeat import live_beats
 from onite.drain.night import Night
 from onite.spool.deps import dependency_state
 from onite.exec.limits import machine
 from onite.spool.edits import edited
+from onite.spool import runrecords
 from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_head
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
@@ -109,7 +109,7 @@ class Picker:
                     need = request_of(seen.meta.mem, seen.meta.cpus)
                     said = self._admit(cand.name, need, seen.meta.timeout, now)
                     if said.verdict in (Admit.START, Admit.BACKFILL):
-                        if self._claimed_elsewhere(cand.name, now):
+                        if self._claimed_elsewhere(cand.name):
                             continue  # a copy of a job running on another host: it waits, as on this one
                         return Picked(cand, seen.st, need, seen.meta.timeout, said.verdict is Admit.BACKFILL,
                                       seen.meta)
@@ -122,12 +122,17 @@ class Picker:
                 return None
         return None
 
-    def _claimed_elsewhere(self, name: str, now: datetime) -> bool:
-        """Is ``name`` claimed on another host whose driver lives (its owner may copy a running job back into a
-        queue)? A dead host's claim holds nothing back: the retry its driver spooled before it died runs."""
+    def _claimed_elsewhere(self, name: str) -> bool:
+        """Is ``name`` claimed on another host by a run that has not ended, as its run record (root's) says? Its
+        owner may copy a running job back into a queue. A claim whose run ended holds nothing back: the retry
+        its driver spooled before it died runs."""
         night = self.night
-        others = {entry.host for entry in find_running(night.spool, name)} - {night.host}
-        return bool(others) and any(beat.host in others for beat in live_beats(night.spool.root, now))
+        for entry in find_running(night.spool, name):
+            if entry.host != night.host:
+                record = runrecords.read(night.spool.run_record_path(entry.host, name))
+                if record is None or not record.ended:
+                    return True
+        return False
 
     def fail_cycles(self) -> bool:
         """Fail each queued job that waits for itself through other queued jobs (a cycle made through another
