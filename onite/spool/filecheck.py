@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from onite.core.errors import JobFormatError, Refused
+from onite.core.errors import Refused
 from onite.core.job import Job
 from onite.core.jobfile import decode
 
@@ -82,7 +82,7 @@ def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple
     """As read_job_file, for a reader that needs what a job's header says (why it waits, whether it may start):
     the body is cut after its first line (whose ``#!`` is checked). A body may be a sparse hole of max_job_size,
     which costs its owner no disk and would cost each reader a read of it. A header longer than HEAD_LIMIT (a
-    large environment) is read on, whole; one with a NUL byte (a hole is NULs) is no job file. Raises as
+    large environment), or with a NUL byte, is read whole: it is judged as read_job_file judges it. Raises as
     read_job_file."""
     fd, st = _open_checked(path, one_link)
     try:
@@ -95,12 +95,12 @@ def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple
             if end >= 0 and data.find(b"\n", end + 2) >= 0:
                 break  # the header and the body's first line
         end = data.find(b"\n\n")
-        if b"\0" in (data if end < 0 else data[:end]):
-            raise JobFormatError("a NUL byte in its header")
-        if end < 0 and len(data) >= HEAD_LIMIT:
+        header = data if end < 0 else data[:end]
+        if (end < 0 and len(data) >= HEAD_LIMIT) or b"\0" in header:  # judged whole, as read_job_file judges it
             data += read_up_to(fd, max_size + SLACK - len(data))
             if len(data) > max_size + SLACK:
                 raise BadFile("larger than max_job_size")
+            return decode(data), st
     finally:
         os.close(fd)
     line = data.find(b"\n", end + 2) if end >= 0 else -1
