@@ -166,3 +166,38 @@ def test_a_copy_of_a_job_running_on_another_host_waits_for_that_run(spool, workd
             beta.kill()
     # beta left the copy (alpha may run it once its first run has ended, as a copy made on one host waits there)
     assert {line.split()[1].split("[")[0] for line in log_lines(spool) if " start nobody:dup " in line} == {"alpha"}
+
+
+def test_a_copy_of_a_job_whose_run_on_another_host_ended_runs(spool, workdir):
+    """alpha's driver dies while its monitor runs nobody's job on; the job ends, and its monitor records that in
+    the run record, but alpha's claim stays until alpha's next driver files it. A copy of the job queued meanwhile
+    (as the retry a dying driver spooled) is not held back by that claim: beta runs it, and leaves alpha's claim
+    to alpha's recovery."""
+    from conftest import as_user
+
+    go = workdir / "go"
+    body = f"touch {workdir}/started.$$; while [ ! -e {go} ]; do sleep 0.05; done\n"
+    assert run_cli(["submit", "again"], stdin=body.encode(), user="nobody", cwd="/tmp").code == 0
+    alpha = start_driver(spool, "--host", "alpha")
+    wait_for(lambda: list(workdir.glob("started.*")), what="alpha's run")
+    claimed = spool / "running" / "alpha" / "nobody:again"
+    record = spool / "running" / "alpha" / "nobody:again@run"
+    alpha.kill()
+    alpha.wait(30)
+    go.touch()  # the job ends under its monitor, which records it
+    wait_for(lambda: b'"event":"ended"' in record.read_bytes(), what="the monitor's record of the end")
+    assert claimed.exists()
+
+    def copy_back():
+        tmp = spool / "jobs" / "P4" / ".copy"
+        tmp.write_bytes(claimed.read_bytes())
+        os.chmod(tmp, 0o600)
+        os.rename(tmp, spool / "jobs" / "P4" / "nobody:again")
+
+    assert as_user(copy_back) == ("ok", None)
+    assert start_driver(spool, "--host", "beta").wait(60) == 0
+    starts = [line.split()[1].split("[")[0] for line in log_lines(spool) if " start nobody:again " in line]
+    assert starts == ["alpha", "beta"] and len(list(workdir.glob("started.*"))) == 2
+    assert claimed.exists() and record.exists()  # alpha's to file
+    assert start_driver(spool, "--host", "alpha").wait(60) == 0
+    assert not claimed.exists() and not record.exists()
