@@ -26,7 +26,7 @@ import pytest
 import onite.cli.commands  # noqa: F401
 import onite.app.control  # noqa: F401
 import onite.app.submit  # noqa: F401
-from conftest import REPO, ROOT, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, ROOT, as_user, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
 pytestmark = pytest.mark.slurm
 HOST = os.uname().nodename.split(".")[0]
@@ -427,6 +427,38 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "survivor")["state"] == "done"
     assert result(slurm_spool, "survivor")["external_id"] == job_id
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
+
+
+@needs_root
+def test_a_slurm_job_onite_stopped_is_filed_as_stopped_after_its_driver_died(slurm_spool, workdir):
+    """A driver killed after it cancelled nobody's Slurm jobs (one at its time limit, one at nobody's
+    `onite cancel`), while Slurm waited out KillWait: the next driver filed both as `cancelled by
+    scancel, outside onite` (the time limit no timeout, the cancel not nobody's). The stop now goes
+    into the run record before the scancel, as a local run's does, and the next driver files each as
+    onite stopped it."""
+    stubborn = "trap 'echo term >> {0}' TERM; touch {0}.started; while :; do sleep 0.1; done\n"
+    timed, cancelled = workdir / "timed", workdir / "cancelled"
+    submit("timed", stubborn.format(timed), "--timeout", "3s", user="nobody", cwd=workdir)
+    submit("cancelled", stubborn.format(cancelled), user="nobody", cwd=workdir)
+    driver = start_driver(slurm_spool)
+    try:
+        # Slurm sends SIGTERM at onite's scancel, SIGKILL after KillWait (5 s): the driver is killed in between
+        wait_for(timed.exists, timeout=60, what="the time limit's SIGTERM")
+        from onite.__main__ import main
+
+        canceller = as_user(lambda: main(["cancel", "cancelled"]), background=True)  # it waits for the end
+        wait_for(cancelled.exists, timeout=30, what="the cancel's SIGTERM")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+        os.waitpid(canceller, 0)
+    finally:
+        stop(driver)
+    ids = [runinfo(slurm_spool, f"nobody:{name}")["external_id"] for name in ("timed", "cancelled")]
+    wait_for(lambda: all(slurm_state(job_id) == "CANCELLED" for job_id in ids), timeout=60,
+             what="Slurm to end both while no driver runs")
+    assert finish(start_driver(slurm_spool), 60) == 0
+    assert [result(slurm_spool, name)["reason"] for name in ("timed", "cancelled")] == ["timeout", "cancelled by nobody"]
+    assert result(slurm_spool, "timed")["state"] == "failed"
 
 
 def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slurm_spool, workdir):

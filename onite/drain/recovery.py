@@ -22,7 +22,7 @@ from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIO
 from onite.core.job import MAX_RETRIES, Job
 from onite.core.names import is_valid_key, run_id_host
 from onite.core.runrecord import RunRecord, admitted_need
-from onite.core.state import JobState, Result, unrun_result
+from onite.core.state import JobState, Result, Stop, unrun_result
 from onite.core.timeparse import parse_stamp
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
@@ -94,7 +94,7 @@ class Recovery:
         if self._already_filed(name, path, info):
             return
         if info.get("executor") == "slurm":
-            self._unmonitored(name, path, info)
+            self._unmonitored(name, path, rec)
             return
         if not rec.started_job:
             # the monitor records itself before it forks the job, holding the driver lock until then
@@ -326,16 +326,16 @@ class Recovery:
         night.counts["requeued"] += 1
         night.log.event("recovered", name, action=action, why=what, driver=info.get("driver_pid"))
 
-    def _unmonitored(self, name: str, path: Path, info: dict) -> None:
+    def _unmonitored(self, name: str, path: Path, rec: RunRecord) -> None:
         """A claim of a Slurm run (``_take_back``). One whose driver died as sbatch ran (no job id
         recorded) takes Slurm's job for exactly this run, if it has one, so that it is taken back, not
         run a second time."""
-        owner = _owner(path)
+        owner, info = _owner(path), rec.info
         try:
             if not info.get("external_id") and owner is not None:
                 job_id = self.runner_of(info).job_of(info, str(self.night.spool.root), owner)
                 info = {**info, "external_id": job_id} if job_id else info
-            if self._take_back(name, path, info):
+            if self._take_back(name, path, info, rec):
                 return
             # make sure it is not still running before it is requeued
             grace = self.night.config.kill_grace.total_seconds()
@@ -345,9 +345,9 @@ class Recovery:
             return
         self.requeue(name, path, info, what, rerun=True)
 
-    def _take_back(self, name: str, path: Path, info: dict) -> bool:
-        """Re-attach, file or requeue a Slurm run; False if it never reached Slurm.
-        Raises Unavailable: it may still run, and cannot be stopped or asked about now."""
+    def _take_back(self, name: str, path: Path, info: dict, rec: RunRecord) -> bool:
+        """Re-attach, file or requeue a Slurm run (stopped, if its record says onite stopped it); False if
+        it never reached Slurm. Raises Unavailable: it may still run, and cannot be stopped or asked about now."""
         night = self.night
         if not info.get("external_id"):
             return False
@@ -356,6 +356,7 @@ class Recovery:
         except (OSError, OniteError, BadFile):
             return False
         run.external_id = str(info["external_id"])
+        run.stopping, run.cancelled_by = rec.stop, rec.stopped_by
         if self._dropped_if_retried(name, path, run):
             return True
         runner = self.runner_of(info)
@@ -372,7 +373,8 @@ class Recovery:
         if ended is None:  # nothing here will watch it: stop it, then see how it ended
             what = runner.recover(info, night.config.kill_grace.total_seconds(), owner=run.owner.uid)
             ended = runner.unwatched_end(run)
-            if ended is None or ended.cancelled_by is not None:
+            # cancelled by this recovery (or outside onite), not by an `onite cancel` its record holds: run again
+            if ended is None or ended.cancelled_by is not None and run.stopping != Stop.CANCEL:
                 self.requeue(name, path, info, what, rerun=True)
                 return True
         night.log.event("recovered", name, action="filed: it ended while no driver watched it", slurm=run.external_id)

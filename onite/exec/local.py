@@ -24,7 +24,7 @@ from onite.exec.plan import Plan, memory_file
 from onite.exec.launch import (credentials_of, interpreter, job_environment, occupy_standard_descriptors,
                                own_credentials, run_outputs)
 from onite.exec.processes import find_run_processes, stop_leftovers, stop_processes
-from onite.exec.runner import NoRecord, Run, Runner, SpawnError
+from onite.exec.runner import NoRecord, Run, Runner, SpawnError, record_stop
 from onite.spool import runrecords
 
 MAX_WAITING = 8  # monitors kept waiting beyond the busy ones
@@ -233,11 +233,7 @@ class LocalRunner(Runner):
         if run.stopping is not None and not (why == Stop.SHUTDOWN and run.stopping != Stop.SHUTDOWN):
             return
         run.stopping, run.cancelled_by = why, by if why == Stop.CANCEL else run.cancelled_by
-        if run.record_path:
-            try:
-                runrecords.add_event(run.record_path, {"event": "stop", "why": str(why), "by": by})
-            except runrecords.RecordError:
-                pass  # the monitor then stops the job for no reason it can read: the driver still knows
+        record_stop(run, why, by)  # the monitor reads it there
         if run.monitor is not None and not run.monitor.gone:
             contain.signal_pid(run.monitor.pid, signal.SIGUSR2)
 

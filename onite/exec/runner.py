@@ -12,6 +12,7 @@ from onite.core.identity import Identity
 from onite.core.job import Job
 from onite.core.resources import Need
 from onite.core.state import Outcome, Stop
+from onite.spool import runrecords
 
 if TYPE_CHECKING:
     from onite.core.config import Config
@@ -71,6 +72,16 @@ class Run:
     @property
     def attempt(self) -> int:
         return self.job.attempt
+
+
+def record_stop(run: Run, why: Stop, by: str | None) -> None:
+    """Write why onite stops ``run`` into its record, before the stop: whoever files the run (the next
+    driver too, if this one dies first) files it as stopped. One that cannot be written stops nothing."""
+    if run.record_path:
+        try:
+            runrecords.add_event(run.record_path, {"event": "stop", "why": str(why), "by": by})
+        except runrecords.RecordError:
+            pass  # the driver that stops it still knows
 
 
 class Runner(Protocol):

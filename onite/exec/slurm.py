@@ -26,7 +26,7 @@ from onite.exec import processes, sbatch, squeue
 from onite.exec.contain import is_zombie, process_start_ticks, signal_exact
 from onite.exec.launch import job_environment, run_outputs
 from onite.exec.plan import memory_file
-from onite.exec.runner import Run, Runner, SpawnError, Unavailable
+from onite.exec.runner import Run, Runner, SpawnError, Unavailable, record_stop
 from onite.spool import runrecords
 
 SBATCH_TIMEOUT = 60.0  # sbatch returns in milliseconds; a controller that does not answer costs ~20 s
@@ -238,6 +238,7 @@ class SlurmRunner(Runner):
         if run.stopping is None:
             run.stopping = why
             run.cancelled_by = by
+            record_stop(run, why, by)  # a driver that dies before Slurm confirms leaves why to the next
         if run.kill_at is None:
             self._cancel(run)
 
@@ -386,6 +387,8 @@ class SlurmRunner(Runner):
             return False
         self.runs.append(run)
         self._next_poll = self.clock.monotonic()  # look at once: it may have finished meanwhile
+        if run.stopping is not None:  # its dead driver's cancel may not have reached Slurm
+            self._cancel(run)
         return True
 
     def unwatched_end(self, run: Run) -> Outcome | None:
@@ -401,7 +404,7 @@ class SlurmRunner(Runner):
             return None
         if status.start is not None:
             run.started = status.start
-        return squeue.outcome(status, stopping=None, cancelled_by=None)
+        return squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
         """A run that could not be re-attached: make sure no Slurm job of it (``owner``'s) is left.
