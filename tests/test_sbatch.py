@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 
 from onite.core.config import SlurmConfig
-from onite.exec.sbatch import (CD_FAILED, MAX_ENV_STRING, as_owner_in, export_file, nice_for, output_pattern,
-                          oversized_variable, parse_job_id, refusal, run_comment, run_of_comment, sbatch_argv, script_text,
+from onite.exec.sbatch import (CD_FAILED, CUT, MAX_ENV_STRING, UNSENT, as_owner_in, export_file, lost_controller,
+                          nice_for, output_pattern, oversized_variable, parse_job_id, refusal, run_comment, run_of_comment, sbatch_argv, script_text,
                           time_limit_minutes, unsupported_directive)
 
 
@@ -132,3 +132,17 @@ def test_refusal_of_a_big_script_says_why():
     err = b"sbatch: error: Batch job submission failed: Pathname of a file, directory or other parameter too long\n"
     assert refusal(err, 5 << 20).endswith(f"(the job text is {5 << 20} bytes; Slurm takes 4 MiB unless "
                                           "SchedulerParameters=max_script_size allows more)")
+
+
+def test_what_sbatch_says_of_the_controller_is_told_apart_but_only_sends_the_driver_to_ask():
+    """Lost after sending (the job may be submitted) wins over never reached, which an #SBATCH value its
+    refusal echoes can also put in its words; neither is taken on its word (onite.exec.slurm asks Slurm)."""
+    said = b"sbatch: error: Batch job submission failed: "
+    assert lost_controller(said + b"Unable to contact slurm controller (connect failure)\n") == UNSENT
+    assert lost_controller(said + b"Zero Bytes were transmitted or received\n") == CUT
+    assert lost_controller(said + b"Socket timed out on send/recv operation\n") == CUT
+    assert lost_controller(b"sbatch: error: invalid partition specified: connection refused\n" + said
+                           + b"Unable to contact slurm controller (receive failure)\n") == CUT
+    assert lost_controller(b"sbatch: error: invalid partition specified: connection refused\n") == UNSENT
+    assert lost_controller(said + b"Invalid partition name specified\n") is None
+

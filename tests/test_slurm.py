@@ -741,6 +741,129 @@ def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spo
     assert (slurm_spool / "stdout" / "root:unlucky").read_text() == "lucky after all\n"
 
 
+@needs_root
+def test_what_a_users_sbatch_says_of_the_controller_holds_up_no_one_elses_job(slurm_spool, workdir):
+    """sbatch runs as the job's owner, and its words decided that the controller was down: nobody's
+    `#SBATCH --partition="connection refused"` (sbatch's refusal echoes it), or a traced sbatch
+    that prints `Unable to contact slurm controller`, had root's driver put the job back in its queue
+    and start no job for anyone for 15 s, again each time it came up, for ever (such a job never
+    fails): with max_jobs = 1 daemon's job never ran. The driver now asks Slurm itself; Slurm
+    answers and has no job of that run, so the job fails with sbatch's words."""
+    tools = workdir / "tools"
+    tools.mkdir()
+    (tools / "sbatch").write_text('#!/bin/sh\ncase "$*" in *onite:nobody:liar*)\n  echo "sbatch: error: Batch job '
+                                  'submission failed: Unable to contact slurm controller (connect failure)" >&2; exit 1\n'
+                                  f'esac\nexec {shutil.which("sbatch")} "$@"\n')
+    (tools / "sbatch").chmod(0o755)
+    configure(slurm_spool, slurm={"max_jobs": 1})
+    submit("echoes", '#!/bin/sh\n#SBATCH --partition="connection refused"\ntrue\n', "-p", "1", user="nobody", cwd="/tmp")
+    submit("liar", "true\n", "-p", "1", user="nobody", cwd="/tmp")
+    submit("vic", "true\n", "-p", "2", user="daemon", cwd="/tmp")
+    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
+    try:
+        assert finish(driver, timeout=120) == 0
+    finally:
+        stop(driver)
+    assert not [line for line in log_lines(slurm_spool) if " executor-unavailable " in line]
+    echoes, liar = result(slurm_spool, "echoes"), result(slurm_spool, "liar")
+    assert echoes["state"] == "failed" and echoes["reason"].startswith(
+        "sbatch did not accept it: invalid partition specified: connection refused"), echoes
+    assert liar["state"] == "failed" and "Unable to contact slurm controller" in liar["reason"], liar
+    assert result(slurm_spool, "vic")["state"] == "done"
+
+
+class ControllerProxy:
+    """A TCP proxy in front of slurmctld (point SLURM_CONF's SlurmctldPort at ``port``) that loses the answer to
+    the first request holding ``marker``, after slurmctld has received it: it closes the client's connection
+    (``held`` False: the client reads "Zero Bytes were transmitted or received"), or holds it open unanswered
+    until the client gives up ("Socket timed out on send/recv operation" after MessageTimeout). Every
+    other request passes both ways."""
+
+    def __init__(self, marker: bytes, *, held: bool) -> None:
+        import socket
+        import threading
+
+        self.marker, self.held, self.lost = marker, held, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            server = socket.create_connection(("127.0.0.1", 6817))
+            lose = threading.Event()
+            threading.Thread(target=self._requests, args=(client, server, lose), daemon=True).start()
+            threading.Thread(target=self._answers, args=(server, client, lose), daemon=True).start()
+
+    def _requests(self, client, server, lose) -> None:
+        seen = b""
+        try:
+            while data := client.recv(65536):
+                seen += data
+                with self._lock:
+                    if not lose.is_set() and self.lost == 0 and self.marker in seen:
+                        self.lost += 1
+                        lose.set()
+                server.sendall(data)
+        except OSError:
+            pass
+        server.close()
+
+    def _answers(self, server, client, lose) -> None:
+        import socket
+
+        try:
+            while data := server.recv(65536):
+                if not lose.is_set():
+                    client.sendall(data)
+                elif not self.held:
+                    break
+        except OSError:
+            pass
+        if not (lose.is_set() and self.held):
+            client.shutdown(socket.SHUT_RDWR)
+            client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["closed", "held"])
+def test_a_submission_whose_answer_is_lost_runs_once_and_is_watched(slurm_spool, world_tmp, workdir, held):
+    """sbatch's request reached the controller, which submitted the job, and its answer was lost: the
+    connection closed (sbatch says "Zero Bytes were transmitted or received"), or no answer came within
+    MessageTimeout ("Socket timed out on send/recv operation"). The first was taken for a controller
+    that never had the job: it went back to its queue and was submitted again, and ran twice; the
+    second for a refusal: the job was filed as failed (`sbatch did not accept it`) while it ran,
+    unwatched. The driver now looks for the run's job in Slurm (by its comment) and watches the one
+    it finds."""
+    ledger = workdir / "ledger"
+    submit("lossy", f"echo $SLURM_JOB_ID >> {ledger}\n", "--retries", "1")
+    with ControllerProxy(b"onite:root:lossy", held=held) as proxy:
+        conf = world_tmp / "slurm.conf"
+        conf.write_text(Path("/etc/slurm/slurm.conf").read_text() + f"\nSlurmctldPort={proxy.port}\nMessageTimeout=2\n")
+        driver = start_driver(slurm_spool, env=dict(os.environ, SLURM_CONF=str(conf)))
+        try:
+            assert finish(driver, 120) == 0
+        finally:
+            stop(driver)
+        assert proxy.lost == 1
+    rec = result(slurm_spool, "lossy")
+    assert (rec["state"], rec["attempt"]) == ("done", 1), rec
+    assert ledger.read_text().split() == [rec["external_id"]]
+
+
 def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
     from datetime import datetime
 

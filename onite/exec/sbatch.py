@@ -156,9 +156,21 @@ def parse_job_id(stdout: bytes) -> str | None:
 SCRIPT_LIMIT = 4 * 1024 * 1024  # slurmctld's default max_script_size
 
 
-# what sbatch says when it never reached the controller, so nothing was submitted (slurm_strerror's words)
-_UNREACHED = ("unable to contact slurm controller", "connection refused", "communication connection failure",
-              "zero bytes were transmitted or received", "slurmctld is not responding")
+# What sbatch says when it lost the controller (slurm_strerror's words): before it sent the job (nothing was
+# submitted), or after (the controller may have taken it). sbatch runs as the job's owner, who may have it say
+# anything (a traced sbatch, or an #SBATCH value its refusal echoes), so these words only send the driver to
+# ask Slurm itself (onite.exec.slurm).
+_CUT = ("zero bytes were transmitted or received", "socket timed out on send/recv operation",
+        "unable to contact slurm controller (send failure)", "unable to contact slurm controller (receive failure)",
+        "unable to contact slurm controller (shutdown failure)", "slurmctld is not responding")
+_UNSENT = ("unable to contact slurm controller (connect failure)", "connection refused", "communication connection failure")
+CUT, UNSENT = "cut", "unsent"
+
+
+def lost_controller(stderr: bytes) -> str | None:
+    """CUT if sbatch says it lost the controller after sending the job, UNSENT if before, else None."""
+    text = stderr.decode("utf-8", "replace").lower()
+    return next((kind for kind, words in ((CUT, _CUT), (UNSENT, _UNSENT)) if any(w in text for w in words)), None)
 
 
 def refusal(stderr: bytes, script_size: int = 0) -> str:
@@ -172,16 +184,13 @@ def refusal(stderr: bytes, script_size: int = 0) -> str:
 
 
 def answer(code: int, stdout: bytes, stderr: bytes, *, script_size: int, cwd: bytes, owner: str) -> tuple[str | None, str]:
-    """What an sbatch that ran as ``owner`` said: (its job id, ""), or (None, why it submitted nothing).
-    A reason that starts with UNREACHED: the controller never had the job (try again later)."""
+    """What an sbatch that ran as ``owner`` said: (its job id, ""), or (None, why it gave none)."""
     if code == CD_FAILED:
         return None, f"its directory {os.fsdecode(cwd)} is not accessible to {owner}"
     job_id = parse_job_id(stdout) if code == 0 else None
     if job_id is not None:
         return job_id, ""
-    if any(phrase in stderr.decode("utf-8", "replace").lower() for phrase in _UNREACHED):
-        return None, f"{UNREACHED}: {refusal(stderr)}"
     return None, f"sbatch did not accept it: {refusal(stderr, script_size)}"
 
 
-UNREACHED = "the Slurm controller does not answer"
+UNREACHED = "the Slurm controller does not answer"  # an Unavailable's reason starts so

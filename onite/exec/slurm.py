@@ -68,6 +68,21 @@ class Submission:
                 os.close(fd)
 
 
+@dataclass
+class Unsure:
+    """A run whose sbatch ended without a job id it can be held to (it lost the controller, or hung and was
+    killed), and may have submitted the job all the same: Slurm is asked for it at ``at``."""
+
+    at: float  # on the driver's monotonic clock
+    fails_with: str  # the run's reason if Slurm answers and has no job of it
+    unsent: str | None  # sbatch said it never reached the controller: the Unavailable reason if Slurm cannot be asked
+    record_fd: int | None  # its run's record, where the id goes once found
+
+    def close(self) -> None:
+        if self.record_fd is not None:
+            os.close(self.record_fd)
+
+
 def _limit_files() -> None:
     """In the child, as its owner (nothing imported: it may not read our modules); a hard limit it cannot raise."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
@@ -93,6 +108,7 @@ class SlurmRunner(Runner):
         self._started: set[str] = set()  # job ids whose real start has been seen
         self._unreachable = False
         self._submitting: dict[str, Submission] = {}  # by run id
+        self._unsure: dict[str, Unsure] = {}  # by run id
 
     @property
     def poll_interval(self) -> float:
@@ -171,13 +187,17 @@ class SlurmRunner(Runner):
                           deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
 
     def _took(self, run: Run, sub: Submission) -> Outcome | None:
-        """An sbatch that is over: None once its job id is taken, else why not (``run.unavailable`` if unreached)."""
+        """An sbatch that is over: None once its job id is taken (or Slurm is to be asked for it), else why not."""
         out, err = os.pread(sub.out_fd, OUTPUT_LIMIT, 0), os.pread(sub.err_fd, OUTPUT_LIMIT, 0)
         job_id, why = sbatch.answer(sub.proc.returncode, out, err, script_size=sub.script_size, cwd=run.job.cwd,
                                     owner=run.owner.name)
         if job_id is None:
-            run.unavailable = why if why.startswith(sbatch.UNREACHED) else None
-            return Outcome(reason=why, never_started=True)  # sbatch refused it: Slurm never had it
+            lost = sbatch.lost_controller(err)
+            if lost is None:
+                return Outcome(reason=why, never_started=True)  # sbatch refused it: Slurm never had it
+            unsent = f"{sbatch.UNREACHED}: {sbatch.refusal(err)}" if lost == sbatch.UNSENT else None
+            self._doubt(run, sub, why, unsent)
+            return None
         # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
         answer = self._query([job_id])
@@ -185,10 +205,15 @@ class SlurmRunner(Runner):
             self._cancel_by_name(run)
             return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
                                   f"{run.owner.name}'s")
+        self._taken(run, job_id, sub.record_fd)
+        return None
+
+    def _taken(self, run: Run, job_id: str, record_fd: int | None) -> None:
+        """``run`` is Slurm's job ``job_id``: it is recorded, and watched from now on."""
         run.external_id = job_id
-        if sub.record_fd is not None:
+        if record_fd is not None:
             try:
-                runrecords.append(sub.record_fd, {"event": "submitted", "external_id": job_id})
+                runrecords.append(record_fd, {"event": "submitted", "external_id": job_id})
             except OSError as error:  # recovery finds it by the run's id in its comment all the same
                 if self.log is not None:
                     self.log.event("warning", run.name, error=f"cannot record its Slurm job id: {error.strerror}")
@@ -197,39 +222,69 @@ class SlurmRunner(Runner):
             self._cancel(run)
         if self._next_poll is None:
             self._next_poll = self.clock.monotonic() + self.poll_interval
-        return None
+
+    def _doubt(self, run: Run, sub: Submission, fails_with: str, unsent: str | None) -> None:
+        """sbatch's word cannot settle whether it submitted the job (its owner may make it say anything):
+        Slurm is asked for the run's job once the controller has had a moment to take what it was sent."""
+        self._unsure[run.run_id] = Unsure(at=self.clock.monotonic() + SUBMISSION_SETTLE, fails_with=fails_with,
+                                          unsent=unsent, record_fd=sub.record_fd)
+        sub.record_fd = None  # the Unsure's now
+
+    def _settle(self, run: Run, unsure: Unsure) -> Outcome | None:
+        """An unsure run, once Slurm answers: its one job in Slurm (its owner's, with its run's comment) is
+        taken, else it fails; while Slurm cannot be asked it waits (Unavailable if sbatch never reached it)."""
+        found = self._jobs_of_run(run.name, run.run_id, run.spool, self._job_uid(run.owner.uid))
+        if found is None and unsure.unsent is None:
+            unsure.at = self.clock.monotonic() + self.poll_interval  # it may be in Slurm: ask again
+            return None
+        del self._unsure[run.run_id]
+        try:
+            if found is None:  # sbatch never reached the controller, which still does not answer
+                run.unavailable = unsure.unsent
+                return Outcome(reason=unsure.unsent, never_started=True)
+            if len(found) == 1:
+                self._taken(run, found[0], unsure.record_fd)
+                return None
+            return Outcome(reason=unsure.fails_with, never_started=True)
+        finally:
+            unsure.close()
 
     def _collect_submissions(self) -> list[tuple[Run, Outcome]]:
-        """The submissions that are over (or past their deadline: killed), each settled."""
+        """The submissions that are over (or past their deadline: killed), and the unsure runs Slurm is to be
+        asked about now, each settled."""
         failed = []
         now = self.clock.monotonic()
-        for run in [r for r in self.runs if r.run_id in self._submitting]:
-            sub = self._submitting[run.run_id]
-            if sub.proc.poll() is None:
+        for run in [r for r in self.runs if r.run_id in self._submitting or r.run_id in self._unsure]:
+            sub, unsure = self._submitting.get(run.run_id), self._unsure.get(run.run_id)
+            if unsure is not None:
+                if now < unsure.at:
+                    continue
+                outcome = self._settle(run, unsure)
+            elif sub.proc.poll() is None:
                 if now < sub.deadline:
                     continue
                 sub.proc.kill()
                 sub.proc.wait()
+                # it may have sent the job before it hung
+                self._doubt(run, sub, f"sbatch did not return within {SBATCH_TIMEOUT:g} s", None)
+                outcome = None
+            else:
+                outcome = self._took(run, sub)
+            if sub is not None:
                 self._submitting.pop(run.run_id).close()
-                self._cancel_by_name(run)  # it may have submitted the job before it hung
-                failed.append((run, Outcome(reason=f"sbatch did not return within {SBATCH_TIMEOUT:g} s")))
-                continue
-            try:
-                outcome = self._took(run, self._submitting.pop(run.run_id))
-            finally:
-                sub.close()
             if outcome is not None:  # a cancel (or stop) asked for while sbatch ran is what is recorded
                 failed.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
         return failed
 
     def close(self) -> None:
         """The drain is over: an sbatch still running is left to finish; the next driver takes its job back."""
-        for sub in self._submitting.values():
-            sub.close()
+        for held in [*self._submitting.values(), *self._unsure.values()]:
+            held.close()
         self._submitting.clear()
+        self._unsure.clear()
 
     def _cancel_by_name(self, run: Run) -> None:
-        """An sbatch that hung may still have submitted the job: cancel whatever carries its name."""
+        """sbatch named a job that is not the owner's: cancel whatever it submitted under the job's name."""
         self._run_tool([self.scancel, "--quiet", f"--name={job_label(run.name)}",
                         f"--user={self._job_uid(run.owner.uid)}"])
 
@@ -369,6 +424,7 @@ class SlurmRunner(Runner):
             times.append(self._next_poll)
         for sub in self._submitting.values():
             times.append(sub.deadline if sub.pidfd is not None else min(sub.deadline, self.clock.monotonic() + 0.02))
+        times.extend(unsure.at for unsure in self._unsure.values())
         return min(times) if times else None
 
     def wait_fds(self) -> list[int]:
@@ -458,12 +514,17 @@ class SlurmRunner(Runner):
         if not info.get("run_id") or not info.get("name"):
             return None
         self._stop_left_sbatch(info["run_id"], spool, self._job_uid(owner))
-        jobs = self._search(info["name"], self._job_uid(owner), every=True)
-        if jobs is None:
+        found = self._jobs_of_run(info["name"], info["run_id"], spool, self._job_uid(owner))
+        if found is None:
             raise Unavailable("Slurm could not be asked for the job of this run")
-        found = [job_id for job_id, _, comment in jobs
-                 if sbatch.run_of_comment(comment, spool) == info["run_id"]]
         return found[0] if len(found) == 1 else None
+
+    def _jobs_of_run(self, name: str, run_id: str, spool: str, uid: int) -> list[str] | None:
+        """The ids of ``uid``'s jobs named for ``name`` whose comment names run ``run_id`` of ``spool``, in
+        flight or ended within MinJobAge; None if Slurm could not be asked."""
+        jobs = self._search(name, uid, every=True)
+        return None if jobs is None else [job_id for job_id, _, comment in jobs
+                                          if sbatch.run_of_comment(comment, spool) == run_id]
 
     def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
         """Kill an sbatch of the run that outlived its driver (it could submit after the search), and give
