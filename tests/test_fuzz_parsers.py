@@ -507,7 +507,7 @@ def test_listings_hold_only_job_names(scratch_spool, raw_names):
 
 SQUEUE_PIECES = st.sampled_from(["5", "6", "5_1", "|", "\n", "RUNNING", "FAILED", "CANCELLED by 0", "256", "\u00b2",
                                  "\u0661", "None", "N/A", "2026-11-22T04:49:19", "1000", "alice(1000)", "(", ")",
-                                 " ", "", "onite:x", "9" * 30])
+                                 " ", "", "onite:x", "9" * 30, "-60000"])
 
 
 @FUZZ
@@ -524,6 +524,7 @@ def test_squeue_answers_parse_to_what_slurm_could_have_said_or_nothing(text):
         assert isinstance(status, JobStatus) and re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id, re.ASCII)
         assert re.fullmatch(r"[A-Z_]+", status.state, re.ASCII) and isinstance(status.uid, int)
         assert status.status is None or isinstance(status.status, int)
+        assert status.nice is None or isinstance(status.nice, int)
     for job_id, state, comment in parse_search(text):
         assert re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id, re.ASCII) and isinstance(comment, str)
 

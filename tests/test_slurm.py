@@ -277,6 +277,41 @@ def test_priority_order_when_the_cluster_is_full(slurm_spool, workdir):
     assert trace.read_text().split() == ["p1", "p2", "p3"]
 
 
+@needs_root
+def test_a_user_who_lowers_their_slurm_jobs_nice_does_not_pass_another_users_job(slurm_spool, workdir):
+    """Jobs waiting in Slurm start in onite's order by their --nice, which Slurm lets a job's owner
+    lower to 0 (`scontrol update jobid=J nice=0`): nobody's P7 job, waiting behind a blocker with
+    daemon's P2 job, started first once the node was free. The driver now reads each job's nice as
+    it polls, and cancels a job whose nice is below the one it was submitted with."""
+    trace, gate, blocked = workdir / "trace", workdir / "gate", workdir / "blocked"
+    gate.touch()
+    trace.touch(mode=0o666)
+    trace.chmod(0o666)  # both users' jobs add to it
+    exclusive = "#!/bin/sh\n#SBATCH --exclusive\n"  # one job at a time on the node
+    submit("blocker", f"{exclusive}touch {blocked}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(blocked.exists, timeout=30, what="the blocker to run")
+        submit("first", f"{exclusive}echo daemon >> {trace}\n", "-p", "2", user="daemon", cwd="/tmp")
+        submit("jumper", f"{exclusive}echo nobody >> {trace}\n", "-p", "7", user="nobody", cwd="/tmp")
+        jumper = wait_for(lambda: runinfo(slurm_spool, "nobody:jumper").get("external_id"), timeout=30,
+                          what="nobody's job in Slurm")
+        wait_for(lambda: runinfo(slurm_spool, "daemon:first").get("external_id"), timeout=30, what="daemon's job in Slurm")
+        lowered = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", "update", f"jobid={jumper}", "nice=0"],
+                                 capture_output=True, text=True, timeout=SQUEUE_TIMEOUT)
+        assert lowered.returncode == 0, lowered.stderr  # Slurm lets it
+        wait_for(lambda: slurm_state(jumper) == "CANCELLED", timeout=30, what="the driver to cancel nobody's job")
+        gate.unlink()
+        assert finish(driver, 60) == 0
+    finally:
+        gate.unlink(missing_ok=True)
+        stop(driver)
+    assert trace.read_text().split() == ["daemon"]
+    jumped = result(slurm_spool, "nobody:jumper")
+    assert jumped["state"] == "cancelled" and "its nice in Slurm was lowered from 60000 to 0" in jumped["reason"], jumped
+    assert result(slurm_spool, "daemon:first")["state"] == "done"
+
+
 def test_max_jobs_is_the_slot_count_and_order_holds(slurm_spool, workdir):
     configure(slurm_spool, slurm={"max_jobs": 1})
     trace = workdir / "trace"

@@ -27,9 +27,9 @@ def test_a_search_by_name_reads_ids_states_and_comments():
 
 
 def test_parse_lines_as_squeue_prints_them():
-    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|1000|\n"
-            "29|PENDING|0|Priority|2026-11-22T09:00:00|alice(1000)|\n"
-            "30|RUNNING|0|None|2026-11-22T04:50:01|0|\n"
+    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|1000|30000|\n"
+            "29|PENDING|0|Priority|2026-11-22T09:00:00|alice(1000)|0|\n"
+            "30|RUNNING|0|None|2026-11-22T04:50:01|0|-5|\n"
             "garbage\n\n")
     got = parse(text)
     assert set(got) == {"28", "29", "30"}
@@ -38,6 +38,7 @@ def test_parse_lines_as_squeue_prints_them():
     assert got["28"].start == datetime(2026, 11, 22, 4, 49, 19).astimezone()
     assert got["29"].start is None and got["29"].uid == 1000  # a pending job's StartTime is only the scheduler's guess
     assert got["30"].uid == 0 and not got["30"].is_final
+    assert [got[job_id].nice for job_id in ("28", "29", "30")] == [30000, 0, -5]  # its owner may lower a positive one
 
 
 def test_what_a_jobs_owner_writes_is_never_asked_for_and_a_forged_line_is_never_taken():
@@ -47,15 +48,16 @@ def test_what_a_jobs_owner_writes_is_never_asked_for_and_a_forged_line_is_never_
     the driver. The query asks for no field a user can write, a field must look as Slurm writes it,
     and an id told twice is not taken at all."""
     assert "Name" not in query_argv("squeue", ["1"])[-1] and "Comment" not in query_argv("squeue", ["1"])[-1]
-    assert parse("31|RUNNING|\u00b2|None|N/A|1|\n") == {}
-    assert parse("\u0661|RUNNING|0|None|N/A|1|\n") == {}  # an Arabic-Indic one is a digit to str.isdigit
-    assert parse("5|RUNNING|0|None|N/A|1|\n5|FAILED|256|None|N/A|1|\n") == {}
-    assert parse("7|running|0|None|N/A|1|\n7 x|RUNNING|0|None|N/A|1|\n") == {}
+    assert parse("31|RUNNING|\u00b2|None|N/A|1|0|\n") == {}
+    assert parse("\u0661|RUNNING|0|None|N/A|1|0|\n") == {}  # an Arabic-Indic one is a digit to str.isdigit
+    assert parse("5|RUNNING|0|None|N/A|1|0|\n5|FAILED|256|None|N/A|1|0|\n") == {}
+    assert parse("7|running|0|None|N/A|1|0|\n7 x|RUNNING|0|None|N/A|1|0|\n") == {}
 
 
 def test_unparsable_start_time_is_none():
-    assert parse("5|FAILED|4021|JobLaunchFailure||1000|\n")["5"].start is None
-    assert parse("5|COMPLETED|0|None|N/A|1000|\n")["5"].start is None
+    assert parse("5|FAILED|4021|JobLaunchFailure||1000|0|\n")["5"].start is None
+    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|\n")["5"].start is None
+    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|\n")["5"].nice is None  # no nice is no reason to lose a job
 
 
 def test_unknown_ids_are_told_apart_from_an_unreachable_controller():

@@ -24,6 +24,7 @@ from onite.core.names import is_valid_key, run_id_host
 from onite.core.runrecord import RunRecord, admitted_need
 from onite.core.state import JobState, Result, Stop, unrun_result
 from onite.core.timeparse import parse_stamp
+from onite.core.values import is_whole
 from onite.drain.finish import Finisher
 from onite.drain.night import Night
 from onite.exec import contain, limits
@@ -357,6 +358,7 @@ class Recovery:
             return False
         run.external_id = str(info["external_id"])
         run.stopping, run.cancelled_by = rec.stop, rec.stopped_by
+        run.nice = info["slurm_nice"] if is_whole(info.get("slurm_nice"), 0, 1 << 31) else None
         if self._dropped_if_retried(name, path, run):
             return True
         runner = self.runner_of(info)

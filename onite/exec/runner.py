@@ -59,6 +59,7 @@ class Run:
     backfilled: bool = False  # started past a job that waits for room (onite.drain.pick)
     unrecorded: str | None = None  # local: why its monitor could not record itself (it started nothing)
     unavailable: str | None = None  # slurm: why the controller did not take it (nothing was submitted)
+    nice: int | None = None  # slurm: the --nice it was submitted with (its place among the jobs waiting in Slurm)
 
     @property
     def mem(self) -> int | None:

@@ -146,6 +146,7 @@ class SlurmRunner(Runner):
                 os.close(record_fd)
             raise
         sub.record_fd, sub.script_size = record_fd, len(script)
+        run.nice = self._nice(run)
         self._submitting[run.run_id] = sub
         self.runs.append(run)
 
@@ -337,6 +338,10 @@ class SlurmRunner(Runner):
                 if status.state != "CANCELLED" and run.stopping in (Stop.SHUTDOWN, Stop.CANCEL):
                     run.stopping = None  # it ended on its own first: record what it did, do not requeue
                 finished.append((run, squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)))
+            elif run.stopping is None and None not in (status.nice, run.nice) and status.nice < run.nice:
+                # Slurm lets its owner lower it, to start before the jobs that wait in Slurm ahead of it
+                self.stop(run, Stop.CANCEL, by=f"onite: its nice in Slurm was lowered from {run.nice} to "
+                                               f"{status.nice}, and its place among waiting jobs is onite's")
         return self._done(finished)
 
     def _done(self, finished: list[tuple[Run, Outcome]]) -> list[tuple[Run, Outcome]]:
@@ -432,8 +437,12 @@ class SlurmRunner(Runner):
         return [sub.pidfd for sub in self._submitting.values() if sub.pidfd is not None]
 
     def record_info(self, run: Run) -> dict:
-        """Its Slurm job's name (its id follows in a ``submitted`` line once sbatch says it)."""
-        return {"slurm_name": job_label(run.name)}
+        """Its Slurm job's name and nice (its id follows in a ``submitted`` line once sbatch says it)."""
+        return {"slurm_name": job_label(run.name), "slurm_nice": self._nice(run)}
+
+    def _nice(self, run: Run) -> int:
+        """The --nice ``run`` is submitted with: its place among the jobs waiting in Slurm."""
+        return sbatch.nice_for(run.job.priority, run.rank == 0, self.config.slurm.nice_step)
 
     def reattach(self, run: Run) -> bool:
         """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""

@@ -14,7 +14,8 @@ from datetime import datetime
 
 from onite.core.state import Outcome, stopped_outcome
 
-FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId")  # none its owner can write
+# none its owner can write, but Nice, which they may lower (Slurm lets them) and is read to see if they did
+FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId", "Nice")
 FORMAT = ",".join(f"{field}:|" for field in FIELDS)  # ":|" = natural width, then a "|" separator
 
 #: States in which a job will run no more; all others (COMPLETING too: it may still have processes) are in flight.
@@ -42,6 +43,7 @@ class JobStatus:
     reason: str
     uid: int | None  # its owner's (squeue prints the number, or NAME(NUMBER))
     start: datetime | None  # only once the job has really started
+    nice: int | None = None
 
     @property
     def is_final(self) -> bool:
@@ -67,6 +69,7 @@ _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?", re.ASCII)  # an array task is ID_TAS
 _STATE = re.compile(r"[A-Z_]+", re.ASCII)
 _DIGITS = re.compile(r"[0-9]{1,12}", re.ASCII)  # str.isdigit would take "²", which int() refuses
 _UID = re.compile(r"(?:[^()|]*\()?([0-9]{1,10})\)?", re.ASCII)
+_NICE = re.compile(r"-?[0-9]{1,10}", re.ASCII)
 
 
 def _rows(text: str, count: int):
@@ -85,7 +88,7 @@ def parse(text: str) -> dict[str, JobStatus]:
     (no answer of Slurm's holds one job twice) is left out."""
     found: dict[str, JobStatus] = {}
     twice: set[str] = set()
-    for job_id, state, status, reason, start, user in _rows(text, len(FIELDS)):
+    for job_id, state, status, reason, start, user, nice in _rows(text, len(FIELDS)):
         owner = _UID.fullmatch(user)
         if owner is None or not (status == "" or _DIGITS.fullmatch(status)):
             continue
@@ -94,6 +97,7 @@ def parse(text: str) -> dict[str, JobStatus]:
         found[job_id] = JobStatus(
             job_id=job_id, state=state, status=int(status) if status else None, reason=reason,
             uid=int(owner.group(1)), start=_when(start) if state in STARTED else None,
+            nice=int(nice) if _NICE.fullmatch(nice) else None,
         )
     for job_id in twice:
         del found[job_id]
