@@ -226,8 +226,10 @@ class SlurmRunner(Runner):
 
     def _doubt(self, run: Run, sub: Submission, fails_with: str, unsent: str | None) -> None:
         """sbatch's word cannot settle whether it submitted the job (its owner may make it say anything):
-        Slurm is asked for the run's job once the controller has had a moment to take what it was sent."""
-        self._unsure[run.run_id] = Unsure(at=self.clock.monotonic() + SUBMISSION_SETTLE, fails_with=fails_with,
+        Slurm is asked for the run's job, at once if sbatch says it sent nothing (it tried to connect for
+        MessageTimeout first), else once the controller has had a moment to take what it may have been sent."""
+        settle = 0.0 if unsent else SUBMISSION_SETTLE
+        self._unsure[run.run_id] = Unsure(at=self.clock.monotonic() + settle, fails_with=fails_with,
                                           unsent=unsent, record_fd=sub.record_fd)
         sub.record_fd = None  # the Unsure's now
 
