@@ -403,3 +403,48 @@ def test_piped_recur_list_is_one_line_per_template(spool, cli):
         by_name = {row[0]: row for row in rows[1:]}
         assert by_name[long_name][2] == "cron '17 3 * * 1-5'" and by_name["often"][2] == "every 25m offset 2m"
         assert all(len(row) == len(RECUR_COLUMNS) and row[-1] == "-" for row in rows[1:])
+
+
+def plant_as(user: str, spool: Path, key: str, job: Job) -> None:
+    """``user`` writes the template ``job`` into recur/ by hand (mode 0600), as anyone may."""
+    from conftest import as_user
+
+    def write():
+        fd = os.open(spool / "recur" / key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, encode(job))
+        os.close(fd)
+
+    assert as_user(write, user) == ("ok", None)
+
+
+@needs_root
+def test_a_run_its_owner_cancelled_is_not_spooled_again_by_the_next_driver(spool, workdir):
+    """A driver killed (-9) after spooling a recurring job's run and before recur.state recorded it (or one that
+    could not write recur.state) leaves that fire to the next driver, which must not spool it again while its
+    run is anywhere. nobody cancelled the run meanwhile, so it waited in cancel/ for a driver to file it: the
+    next driver spooled the same fire a second time, and ran it."""
+    import shutil
+    import signal
+
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("ONITE_STRACE_TESTS") == "required":
+            raise AssertionError("strace is required (ONITE_STRACE_TESTS=required) and missing")
+        pytest.skip("needs strace (Debian: strace) to kill the driver between two steps")
+    ledger = workdir / "ledger"
+    plant_as("nobody", spool, "nobody:tick",
+             old_template(f"echo ran >> {ledger}\n".encode(), parse_rule(every="1h"), key="nobody:tick"))
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    # the driver's first rename is its heartbeat's; its second, recur.state's, comes once the run is spooled
+    killed = subprocess.run([strace, "-qq", "-o", "/dev/null", "-e", "trace=rename",
+                             "-e", "inject=rename:signal=KILL:when=2", sys.executable, "-m", "onite", "run", "-q"],
+                            env=env, capture_output=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed
+    [run] = [p.name for p in (spool / "jobs" / "P3").iterdir() if not p.name.startswith(".")]
+    assert run.startswith("nobody:tick-") and not (spool / "recur.state").exists()
+    r = run_cli(["cancel", run.partition(":")[2]], user="nobody", cwd="/tmp")
+    assert r.code == 0 and "cancelled" in r.out, r
+    assert drain(spool).returncode == 0
+    assert not ledger.exists(), ledger.read_text()
+    assert result(spool, run)["state"] == "cancelled"
+    assert [line for line in log_lines(spool) if " recur-spooled " in line][1:] == []

@@ -17,24 +17,24 @@ from itertools import islice, takewhile, zip_longest
 from pathlib import Path
 
 from onite.core.clock import SYSTEM, Clock
-from onite.core.errors import DamagedRecord, OniteError, Refused, SpoolIOError
+from onite.core.errors import OniteError, Refused, SpoolIOError
 from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.names import split_key
+from onite.core.queue import DepState
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
 from onite.exec.identity import resolve
+from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.spool.files import create_displacing, move_file
 from onite.spool.index import is_settling
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import find_queued
 from onite.spool.recurstate import load_state, save_state, state_lock, template_files
-from onite.spool.results import read_result
-from onite.spool.scan import find_running, key_uid, user_name
+from onite.spool.scan import Withdrawn, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
@@ -73,6 +73,7 @@ class RecurScheduler:
         self._refreshed = float("-inf")
         self._refused: dict[str, tuple] = {}  # name → the version of it refused (read and logged once)
         self._state: dict[str, dict] = {}
+        self._withdrawn = Withdrawn(spool)  # cancel/ by name: listed afresh at each look (and once it changed)
 
     def next_fire(self) -> datetime | None:
         """The earliest next fire over all usable templates (after ``refresh``)."""
@@ -181,6 +182,7 @@ class RecurScheduler:
         self._looks += 1
         with state_lock(self.spool):
             self._state = load_state(self.spool)
+            self._withdrawn = Withdrawn(self.spool)  # what it learnt of a name is not kept for the daemon's life
             # each fire reads its template again: a look spends at most the read budget on them, one
             # owner's after another's, and what is left stays due for the next look
             for i, name in enumerate(_by_owner_in_turn([(self.templates[n].uid, n) for n in sorted(due)], self._looks)):
@@ -252,7 +254,7 @@ class RecurScheduler:
         if job.urgent and not may_be_urgent(owner, self.spool.config.admins):
             self.log.event("recur-refused", job.name, template=name, user=owner.name, reason=urgent_refusal(owner.name))
             return None
-        if self._spooled_already(job.name, tpl.uid):
+        if self._spooled_already(job.name):
             self.log.event("recur-skip", job.name, template=name, reason="this fire was spooled already")
             return None
         folder = self.spool.folder_for(job.priority, job.urgent)
@@ -276,15 +278,14 @@ class RecurScheduler:
                 pass
         return True
 
-    def _spooled_already(self, name: str, uid: int) -> bool:
-        """Is the instance ``name`` queued, running or filed already?"""
-        if find_queued(self.spool, name) or find_running(self.spool, name):
-            return True
+    def _spooled_already(self, name: str) -> bool:
+        """Is the instance ``name`` queued, running, withdrawn (cancelled, not yet filed) or filed already?"""
+        if not self._withdrawn.unchanged():
+            self._withdrawn = Withdrawn(self.spool)
         try:
-            previous = read_result(self.spool, name)
-        except (DamagedRecord, SpoolIOError):
+            return dependency_state(self.spool, name, self._withdrawn) is not DepState.MISSING
+        except SpoolIOError:
             return True  # cannot tell: a fire is never spooled twice
-        return previous is not None and previous.uid == uid
 
 
 def _next_after(tpl: _Template, after: datetime) -> datetime | None:
