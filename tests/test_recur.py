@@ -448,3 +448,24 @@ def test_a_run_its_owner_cancelled_is_not_spooled_again_by_the_next_driver(spool
     assert not ledger.exists(), ledger.read_text()
     assert result(spool, run)["state"] == "cancelled"
     assert [line for line in log_lines(spool) if " recur-spooled " in line][1:] == []
+
+
+@needs_root
+def test_a_templates_own_creation_time_cannot_make_the_driver_count_its_missed_fires_for_ever(spool):
+    """nobody writes 20 templates by hand, each saying it was made in 1900 (``submitted:``, its owner's word), with a
+    rule that fires on most days (``0 0 1-30 * *``): the driver counted the fires missed since then for its log
+    line, asking croniter about each day, 10,000 of them: 7 to 10 s of root's ``onite run`` a template before it
+    drained anything (and again at each fire, for a template whose ``submitted`` changed). Missed fires are counted
+    back 7 days at most."""
+    rule = parse_rule(cron="0 0 1-30 * *")
+    for i in range(20):
+        key = f"nobody:old{i}"
+        plant_as("nobody", spool, key, old_template(b"true\n", rule, key=key)._replace(
+            submitted=datetime(1900, 1, 2, tzinfo=timezone.utc), cwd=b"/tmp"))
+    assert run_cli(["submit", "mine"], stdin=b"true\n").code == 0
+    proc = drain(spool, timeout=60)  # each template cost 7 s or more: 20 of them, minutes
+    assert proc.returncode == 0, proc.stderr
+    assert result(spool, "root:mine")["state"] == "done"
+    spooled = [line for line in log_lines(spool) if " recur-spooled nobody:old" in line]
+    assert len(spooled) == 20 and all("in the 7 days before it (earlier not counted)" in line
+                                      for line in spooled), spooled

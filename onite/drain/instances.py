@@ -38,6 +38,7 @@ from onite.spool.scan import Withdrawn, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
+COUNT_BACK = timedelta(days=7)  # how far before a fire the earlier fires it coalesced are counted
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 _GAP = object()  # where one owner has no more items
 
@@ -226,7 +227,6 @@ class RecurScheduler:
         if fire is None:
             tpl.next = _next_after(tpl, now)
             return None
-        missed = _count_fires(tpl.rule, baseline, fire)
         job = instance_job(template, name, fire, now, self.spool.config.priorities)
         spooled = self._write_instance(name, tpl, job)
         if spooled is False:
@@ -239,7 +239,7 @@ class RecurScheduler:
         if spooled:
             self.log.event("recur-spooled", job.name, template=name, user=user_name(tpl.uid),
                            fire=fire.isoformat(timespec="seconds"), priority=job.priority,
-                           coalesced=f"{missed} earlier fire(s) not spooled" if missed else None)
+                           coalesced=_coalesced(tpl.rule, baseline, fire))
             return job.name
         return None
 
@@ -319,7 +319,13 @@ def _by_owner_in_turn(items: list[tuple[int, object]], look: int) -> list:
     return [item for turn in turns for item in turn if item is not _GAP]
 
 
-def _count_fires(rule, since: datetime, fire: datetime) -> int:
-    """How many fires in (since, fire) were coalesced into ``fire``: at most 10,000, counted one at a time."""
-    earlier = takewhile(lambda at: at < fire, fires_after(rule, since.astimezone(fire.tzinfo)))
-    return sum(1 for _ in islice(earlier, 10_000))
+def _coalesced(rule, since: datetime, fire: datetime) -> str | None:
+    """What the log says of the fires in (since, fire) coalesced into ``fire``: how many, counted one at a time (at
+    most 10,000) back to COUNT_BACK before it. ``since`` may be a template's ``submitted``, its owner's word, and a
+    cron rule's count asks croniter about each day: from 1900, 10,000 days, seconds of root's drain a template."""
+    start = max(since, fire - COUNT_BACK)
+    earlier = takewhile(lambda at: at < fire, fires_after(rule, start.astimezone(fire.tzinfo)))
+    missed = sum(1 for _ in islice(earlier, 10_000))
+    if start > since:
+        return f"{missed} earlier fire(s) not spooled in the {COUNT_BACK.days} days before it (earlier not counted)"
+    return f"{missed} earlier fire(s) not spooled" if missed else None
