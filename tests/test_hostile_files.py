@@ -152,6 +152,26 @@ def test_a_template_whose_rule_overflows_is_refused_and_the_night_goes_on(spool,
         assert r.code == 0 and "Traceback" not in r.err, (args, r)
 
 
+@needs_root
+def test_a_cron_expression_longer_than_any_rule_needs_is_refused(spool, workdir, cli):
+    """nobody's templates whose cron expression names one minute 60,000 times (120 KB, a `recur add` argument):
+    croniter parses an expression each time it is asked, and root's `onite status`, `recur list` and the driver's
+    every look asked it several times a template, 2.8 s each (3 templates: status 8.6 s). An expression is at most
+    512 characters: `recur add` refuses a longer one, the driver a template holding one."""
+    long = ",".join(["7"] * 60_000) + " 3 * * 1"
+    r = cli(["recur", "add", "long", "--cron", long], stdin=b"true\n", user="nobody", cwd=str(workdir))
+    assert r.code == 2 and "at most 512" in r.err, r
+    template = with_line(job_bytes("nobody:long", str(workdir)), b"recur-cron: " + long.encode())
+    write_as("nobody", str(spool / "recur" / "nobody:long"), template)
+    finished = drain(spool)
+    assert finished.returncode == 0 and b"Traceback" not in finished.stderr, finished.stderr.decode()
+    events = [parse_line(line) for line in log_lines(spool)]
+    assert any(e["event"] == "recur-refused" and e["name"] == "nobody:long" and "at most 512" in e["fields"]["reason"]
+               for e in events if e), log_lines(spool)
+    listed = cli(["recur", "list", "--json"]).json()["recurring"]
+    assert [(t["name"], t["rule"]) for t in listed] == [("nobody:long", "?")] and "at most 512" in listed[0]["problem"]
+
+
 def _damage(spool, name: str, data: bytes) -> None:
     (spool / "jobsdone" / f"{name}@result").write_bytes(data)
 
