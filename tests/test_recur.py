@@ -469,3 +469,30 @@ def test_a_templates_own_creation_time_cannot_make_the_driver_count_its_missed_f
     spooled = [line for line in log_lines(spool) if " recur-spooled nobody:old" in line]
     assert len(spooled) == 20 and all("in the 7 days before it (earlier not counted)" in line
                                       for line in spooled), spooled
+
+
+@needs_root
+def test_a_clock_set_back_holds_back_no_recurring_job(spool):
+    """A driver ran while the clock was a year ahead (a wrong date, put right later): it spooled that day's fire
+    and recur.state recorded it, so every fire until then counted as spooled: nobody's hourly template was silent
+    for a year. A recorded time later than now holds nothing back (the fire spooled is still spooled once)."""
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    r = run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+
+    class Log:
+        def event(self, *args, **fields):
+            pass
+
+    def look(at):
+        return RecurScheduler(SpoolDir(spool), Log(), euid=0).spool_due(at)  # as each `onite run` does
+
+    now = datetime.now().astimezone()
+    assert len(look(now + timedelta(days=365))) == 1  # the clock a year ahead
+    back = now + timedelta(hours=2)  # put right, two hours on
+    hour = back.replace(minute=0, second=0, microsecond=0)
+    assert look(back) == [f"nobody:hourly-{hour:%Y%m%dT%H%M}"]
+    assert look(back + timedelta(minutes=1)) == []  # that fire once
+    assert look(back + timedelta(hours=1)) == [f"nobody:hourly-{hour + timedelta(hours=1):%Y%m%dT%H%M}"]

@@ -26,7 +26,7 @@ from onite.core.queue import DepState
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
-from onite.core.timeparse import parse_stamp
+from onite.core.timeparse import EARLIEST, parse_stamp
 from onite.exec.identity import resolve
 from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
@@ -38,6 +38,7 @@ from onite.spool.scan import Withdrawn, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
+CLOCK_SLACK = timedelta(minutes=2)  # a time recorded this far ahead of now is another host's clock, not one set back
 COUNT_BACK = timedelta(days=7)  # how far before a fire the earlier fires it coalesced are counted
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 _GAP = object()  # where one owner has no more items
@@ -140,7 +141,7 @@ class RecurScheduler:
             except (OSError, BadFile, OniteError) as err:
                 problem = str(err)
             else:
-                tpl.next = _next_after(tpl, self._baseline(name, tpl))
+                tpl.next = _next_after(tpl, self._baseline(name, tpl, self.clock.now()))
                 self.templates[name] = tpl
                 return tpl, job
         if self._refused.get(name, ())[:2] != key[:2]:  # once per version (inode, ctime)
@@ -149,13 +150,17 @@ class RecurScheduler:
         self._refused[name] = key
         return None
 
-    def _baseline(self, name: str, tpl: _Template) -> datetime:
-        """Fires after this time are due: the last one spooled, or the template's creation."""
+    def _baseline(self, name: str, tpl: _Template, now: datetime) -> datetime:
+        """Fires after this time are due: the last one spooled, or the template's creation. One later than ``now``
+        (and than another host's clock could be ahead) does not count: the clock was set back since, and every
+        fire would wait for it to come back there; the latest fire up to now is due, spooled unless its run is."""
         known = self._state.get(name, {})
         last = parse_stamp(known.get("last"))
-        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
-            return last
-        return tpl.submitted
+        trusted = known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat()
+        for at in ([last] if last is not None and trusted else []) + [tpl.submitted]:
+            if at <= now + CLOCK_SLACK:
+                return at
+        return EARLIEST
 
     def try_spool_due(self, now: datetime) -> bool:
         """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop
@@ -222,7 +227,7 @@ class RecurScheduler:
         return loaded if loaded is not None and loaded[0].next is not None else None
 
     def _spool_one(self, name: str, tpl: _Template, template: Job, now: datetime) -> str | None:
-        baseline = self._baseline(name, tpl)
+        baseline = self._baseline(name, tpl, now)
         fire = last_fire(tpl.rule, now, since=baseline.astimezone(now.tzinfo))
         if fire is None:
             tpl.next = _next_after(tpl, now)
