@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, next_ctime_tick, nobody, result, run_cli,
-                      set_config, start_driver, wait_for)
+from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, next_ctime_tick, nobody, read_so_far,
+                      result, run_cli, set_config, start_driver, wait_for)
 from onite.core.job import Attempt, Job
 from onite.core.jobfile import encode
 from onite.exec.contain import signal_pid
@@ -1555,12 +1555,6 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_roots_output_com
         os.waitpid(pid, 0)
     r = run_cli(["output", "nobody:leasy"])  # let go: read as ever
     assert (r.code, r.out) == (0, "hello\n"), r
-
-
-def read_so_far() -> int:
-    """Bytes this process has read so far (/proc/self/io rchar): what a look cost, whatever the machine's speed."""
-    return int(next(line for line in Path("/proc/self/io").read_text().splitlines()
-                    if line.startswith("rchar:")).split()[1])
 
 
 def test_a_users_sparse_queued_jobs_cost_roots_list_and_the_driver_no_more_than_their_headers(spool):

@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import REPO, drain, log_lines, needs_root, nobody, result, run_cli, set_config, wait_for
+from conftest import (REPO, as_user, drain, log_lines, needs_root, nobody, read_so_far, result, run_cli, set_config,
+                      wait_for)
 from onite.core.job import Job
 from onite.core.jobfile import decode, encode
 from onite.app.recur import TemplateView, templates_json
@@ -407,8 +408,6 @@ def test_piped_recur_list_is_one_line_per_template(spool, cli):
 
 def plant_as(user: str, spool: Path, key: str, job: Job) -> None:
     """``user`` writes the template ``job`` into recur/ by hand (mode 0600), as anyone may."""
-    from conftest import as_user
-
     def write():
         fd = os.open(spool / "recur" / key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, encode(job))
@@ -496,3 +495,37 @@ def test_a_clock_set_back_holds_back_no_recurring_job(spool):
     assert look(back) == [f"nobody:hourly-{hour:%Y%m%dT%H%M}"]
     assert look(back + timedelta(minutes=1)) == []  # that fire once
     assert look(back + timedelta(hours=1)) == [f"nobody:hourly-{hour + timedelta(hours=1):%Y%m%dT%H%M}"]
+
+
+@needs_root
+def test_a_users_sparse_templates_cost_each_onite_run_no_more_than_their_headers(spool):
+    """nobody copies its yearly template into 100 whose bodies are sparse holes of max_job_size (no disk): each
+    ``onite run`` (cron's, the timer's) read every template whole to learn its rule, 24 MiB a template, 2.4 GB
+    and 6 s a run for 100 (a minute for 1,000), though none was due. A template's rule is in its header: only
+    a bounded head is read to learn it, and a template is read whole only when it fires."""
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    r = run_cli(["recur", "add", "t0", "--cron", "0 3 1 1 *"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    data = (spool / "recur" / "nobody:t0").read_bytes()
+    size = (16 << 20) + (8 << 20) - 4096  # max_job_size and the room for the environment: still a template
+
+    def copies():
+        for i in range(1, 100):
+            fd = os.open(spool / "recur" / f"nobody:t{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, data)
+            os.ftruncate(fd, size)
+            os.close(fd)
+
+    assert as_user(copies) == ("ok", None)
+
+    class Log:
+        def event(self, event, *args, **fields):
+            raise AssertionError(f"nothing here is due or refused: {event} {args} {fields}")
+
+    before = read_so_far()
+    scheduler = RecurScheduler(SpoolDir(spool), Log(), euid=0)  # as each `onite run` makes one
+    assert scheduler.spool_due(datetime.now().astimezone()) == []
+    assert len(scheduler.templates) == 100
+    assert read_so_far() - before < 100 << 20, "a template's body was read"  # not 2.4 GB

@@ -29,7 +29,7 @@ from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import EARLIEST, parse_stamp
 from onite.exec.identity import resolve
 from onite.spool.deps import dependency_state
-from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
+from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file, read_job_head
 from onite.spool.files import create_displacing, move_file
 from onite.spool.index import is_settling
 from onite.spool.paths import SpoolDir
@@ -110,9 +110,10 @@ class RecurScheduler:
         for name in set(self._refused) - seen:
             del self._refused[name]
 
-    def _load(self, name: str, path: Path, st: os.stat_result) -> tuple[_Template, Job] | None:
+    def _load(self, name: str, path: Path, st: os.stat_result, *, whole: bool = False) -> tuple[_Template, Job] | None:
         """Read and check the template ``name`` (at ``path``, as ``st`` found it), and keep it with its next
-        fire: it, and its job; None if it is refused (logged once per version), settling or replaced meanwhile."""
+        fire: it, and its job (``whole``: all of it; else its header, which holds its rule: a body may be a sparse
+        hole of max_job_size); None if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
         problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
@@ -132,7 +133,7 @@ class RecurScheduler:
                        "and spools only its own recurring jobs")
         if not problem:
             try:
-                job, fst = read_job_file(path, config.max_job_size)
+                job, fst = (read_job_file if whole else read_job_head)(path, config.max_job_size)
                 if (fst.st_ino, fst.st_uid) != (st.st_ino, st.st_uid):
                     return None  # replaced while we looked: the next refresh sees the new one
                 tpl = _Template(key=key, uid=fst.st_uid, gid=fst.st_gid, submitted=job.submitted, rule=rule_of(job))
@@ -223,7 +224,7 @@ class RecurScheduler:
             st = os.lstat(path)
         except OSError:
             return None
-        loaded = self._load(name, path, st)
+        loaded = self._load(name, path, st, whole=True)
         return loaded if loaded is not None and loaded[0].next is not None else None
 
     def _spool_one(self, name: str, tpl: _Template, template: Job, now: datetime) -> str | None:
