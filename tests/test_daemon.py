@@ -490,3 +490,21 @@ def test_a_schedule_reloaded_while_waiting_for_the_lock_is_planned_once_it_is_ta
     daemon = InProcess(SpoolDir(spool))
     daemon._sync_schedule()  # its schedule, () until it starts, is not onite.toml's: as after a reload
     assert (daemon.schedule, daemon.next_scheduled) == (daemon.spool.config.schedule, None)
+
+
+def test_a_clock_set_back_holds_back_no_scheduled_drain(spool, daemons):
+    """The daemon handled a drain while the clock was a year ahead (a wrong date, NTP put it right later): it
+    planned its next drain after that day, a year on, and drained nothing at the schedule's times meanwhile
+    (restarted too). A handled time later than now (beyond how far another host's clock may be ahead) was
+    recorded under a clock set back since: the daemon plans from now."""
+    now = datetime.now().astimezone()
+    soon = (now + timedelta(hours=2)).replace(second=0, microsecond=0)
+    set_config(spool, schedule=[daily_at(soon)])
+    write_state(spool, now + timedelta(days=365))
+    d = daemons(spool)
+    d.started()
+    d.round_trip()
+    beat = json.loads((spool / f"driver.{HOST}.state").read_text())
+    assert datetime.fromisoformat(beat["next_drain"]) == soon, beat
+    assert datetime.fromisoformat(json.loads(state_file(spool).read_text())["last"]) <= datetime.now().astimezone()
+    assert d.stop() == 0

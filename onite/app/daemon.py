@@ -16,7 +16,7 @@ import signal
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core import values
-from onite.core.clock import SYSTEM, Clock
+from onite.core.clock import SYSTEM, Clock, set_back_since
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.schedule import last_fire, next_drain, validate_schedule
 from onite.core.window import plan
@@ -190,6 +190,10 @@ class Daemon:
     def _due(self, now: datetime):
         """The plan (onite.core.window) of a schedule time that has come and whose window is open; None
         if none has come, or its window closed first (logged as a missed night, and handled)."""
+        if set_back_since(self.last, now):  # drains handled while the clock was ahead: plan from now
+            self.last = now
+            self._save_state()
+            self._plan_next()
         if self.next_scheduled is None or now < self.next_scheduled:
             return None
         step = plan(self.schedule, self.until, self.last, now)

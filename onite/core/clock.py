@@ -8,7 +8,10 @@ onite.core: docs/internals.md, "Time"); tests drive a clock of their own (tests/
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
+
+# how far another host's clock may be ahead of this one's (NTP keeps them much closer)
+CLOCK_SLACK = timedelta(minutes=2)
 
 
 class Clock:
@@ -28,3 +31,9 @@ class Clock:
 
 
 SYSTEM = Clock()
+
+
+def set_back_since(recorded: datetime, now: datetime) -> bool:
+    """Was the clock set back since ``recorded`` was written? It is later than ``now``, beyond CLOCK_SLACK: what
+    was done at that time (a fire spooled, a drain handled) must not hold back what comes before it again."""
+    return recorded > now + CLOCK_SLACK

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from itertools import islice, takewhile, zip_longest
 from pathlib import Path
 
-from onite.core.clock import SYSTEM, Clock
+from onite.core.clock import SYSTEM, Clock, set_back_since
 from onite.core.errors import OniteError, Refused, SpoolIOError
 from onite.core.job import Job
 from onite.core.jobfile import encode
@@ -38,7 +38,6 @@ from onite.spool.scan import Withdrawn, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
-CLOCK_SLACK = timedelta(minutes=2)  # a time recorded this far ahead of now is another host's clock, not one set back
 COUNT_BACK = timedelta(days=7)  # how far before a fire the earlier fires it coalesced are counted
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 _GAP = object()  # where one owner has no more items
@@ -152,14 +151,14 @@ class RecurScheduler:
         return None
 
     def _baseline(self, name: str, tpl: _Template, now: datetime) -> datetime:
-        """Fires after this time are due: the last one spooled, or the template's creation. One later than ``now``
-        (and than another host's clock could be ahead) does not count: the clock was set back since, and every
-        fire would wait for it to come back there; the latest fire up to now is due, spooled unless its run is."""
+        """Fires after this time are due: the last one spooled, or the template's creation. One recorded under a
+        clock set back since does not count (every fire would wait for the clock to come back there): the
+        latest fire up to now is due, spooled unless its run is there already."""
         known = self._state.get(name, {})
         last = parse_stamp(known.get("last"))
         trusted = known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat()
         for at in ([last] if last is not None and trusted else []) + [tpl.submitted]:
-            if at <= now + CLOCK_SLACK:
+            if not set_back_since(at, now):
                 return at
         return EARLIEST
 
