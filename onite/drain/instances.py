@@ -26,7 +26,7 @@ from onite.core.queue import DepState
 from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
-from onite.core.timeparse import EARLIEST, parse_stamp
+from onite.core.timeparse import parse_stamp
 from onite.exec.identity import resolve
 from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file, read_job_head
@@ -151,16 +151,15 @@ class RecurScheduler:
         return None
 
     def _baseline(self, name: str, tpl: _Template, now: datetime) -> datetime:
-        """Fires after this time are due: the last one spooled, or the template's creation. One recorded under a
-        clock set back since does not count (every fire would wait for the clock to come back there): the
-        latest fire up to now is due, spooled unless its run is there already."""
+        """Fires after this time are due: the last one spooled, or the template's creation. A last one recorded
+        under a clock set back since does not count (every fire would wait for the clock to come back there):
+        the latest fire since the template's creation is due, spooled unless its run is there already."""
         known = self._state.get(name, {})
         last = parse_stamp(known.get("last"))
-        trusted = known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat()
-        for at in ([last] if last is not None and trusted else []) + [tpl.submitted]:
-            if not set_back_since(at, now):
-                return at
-        return EARLIEST
+        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
+            if not set_back_since(last, now):
+                return last
+        return tpl.submitted
 
     def try_spool_due(self, now: datetime) -> bool:
         """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop
