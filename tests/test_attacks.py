@@ -27,7 +27,7 @@ from onite.core.job import Attempt, Job
 from onite.core.jobfile import encode
 from onite.exec.contain import signal_pid
 
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.attack]
 HOST = os.uname().nodename.split(".")[0]
 
 

@@ -204,6 +204,7 @@ def test_a_pattern_cancel_names_the_jobs_it_dooms_for_users_and_root(spool):
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_forgery_waiting_for_a_cancelled_job_is_not_named_doomed(spool, cli):
     """Only a job at its own user's key counts as a dependent: a file nobody put at root's key is a forgery,
     which the driver sets aside, not a job a cancel dooms."""
@@ -218,6 +219,7 @@ def test_a_forgery_waiting_for_a_cancelled_job_is_not_named_doomed(spool, cli):
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_pattern_cancel_judges_dependants_as_edited_and_steps_over_a_file_that_is_no_job(spool, cli):
     """What a job waits for is what its latest edit says (``edit --after``), as the driver judges it; and a
     file anyone dropped in a queue that is no job (damaged) neither stops root's pattern cancel nor is named."""

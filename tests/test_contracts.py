@@ -1,7 +1,8 @@
-"""One home per rule, held by tests: only onite/spool/ writes the spool's files, and only SpoolDir
-(onite/spool/paths.py) builds a path from the spool's folder and file names.
+"""One home per rule, held by tests: only onite/spool/ writes the spool's files, only SpoolDir
+(onite/spool/paths.py) builds a path from the spool's folder and file names, and docs/security.md's
+count of the attack tests is the tests marked ``attack``.
 
-Each checker reads the package's source (an AST, no import) and is shown to find a violation
+Each checker of the package reads its source (an AST, no import) and is shown to find a violation
 planted in a few lines of source, so that a checker that finds nothing is known to be looking.
 """
 
@@ -272,3 +273,43 @@ def test_the_path_checker_leaves_words_and_sentences_alone():
               "    spool.jobs_dir / name; spool.state_path(HEARTBEAT, host); name.endswith(RESULT)\n"
               "    raise ValueError(f'no job in {spool.root}/jobs: see onite.log')\n")
     assert spool_paths(source) == []
+
+
+# ---- (c) the attack tests docs/security.md counts and names -------------------------------------
+
+def attack_tests() -> dict[str, tuple[list[str], list[str]]]:
+    """By file: the test functions marked ``attack`` (a decorator, or the module's ``pytestmark``), and those of
+    them that are property-based fuzzers (``@given``)."""
+    found = {}
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        whole = any(isinstance(node, ast.Assign) and "pytest.mark.attack" in ast.unparse(node.value)
+                    and any(getattr(target, "id", None) == "pytestmark" for target in node.targets) for node in tree.body)
+        marked, fuzzers = [], []
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                decorators = [ast.unparse(d) for d in node.decorator_list]
+                if whole or "pytest.mark.attack" in decorators:
+                    marked.append(node.name)
+                    if any(d.startswith("given(") for d in decorators):
+                        fuzzers.append(node.name)
+        if marked:
+            found[path.name] = (marked, fuzzers)
+    return found
+
+
+def test_security_md_counts_the_attack_tests_and_names_only_them():
+    """docs/security.md's count of the attack tests (and README's) is the number of tests marked ``attack``, and
+    every test its table of attacks names is one of them."""
+    found = attack_tests()
+    total = sum(len(marked) for marked, _ in found.values())
+    fuzzers = sum(len(fuzz) for _, fuzz in found.values())
+    doc = (REPO / "docs" / "security.md").read_text()
+    section = doc[doc.index("## The attacks the test suite makes"):]
+    section = section[:section.index("\n## ")]
+    said = re.search(r"\*\*(\d+)\s+attack\s+tests,\s+all\s+refused\*\*.*?(\d+)\s+attacks\s+made\s+as\s+a\s+user.*?"
+                     r"(\d+)\s+property-based\s+fuzzers", section, re.S)
+    assert said and tuple(map(int, said.groups())) == (total, total - fuzzers, fuzzers), (total, fuzzers)
+    assert f"the {total} attacks the tests make" in (REPO / "README.md").read_text()
+    marked = {name for names, _ in found.values() for name in names}
+    assert set(re.findall(r"`(test_[a-z0-9_]+)`", section)) - marked == set()

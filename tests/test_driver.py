@@ -474,6 +474,7 @@ def test_the_log_says_a_job_is_done_before_the_next_one_starts_in_its_slot(spool
     assert events == expected, events
 
 
+@pytest.mark.attack
 def test_a_driver_started_by_hand_says_what_it_waits_for(spool, cli):
     """A hand-started ``onite run`` with only a job ``--at`` hours away stayed for
     it, holding the host's lock and running what users spooled meanwhile, with nothing on its

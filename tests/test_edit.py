@@ -156,6 +156,7 @@ def test_whatever_an_edit_file_holds_the_job_reads_as_its_own_or_edited(tmp_path
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_forgery_at_a_key_is_never_edited_and_an_edit_of_another_user_never_counts(spool, cli):
     """A file nobody put at root's key (a forgery) is no job of root's: ``edit`` finds none there; an edit
     nobody writes for root's job is not root's nor the job's owner's, so the driver never honours it."""
@@ -248,6 +249,7 @@ def test_an_edit_a_submit_or_a_restart_that_would_close_a_dependency_cycle_is_re
 
 
 @needs_root
+@pytest.mark.attack
 def test_the_cycle_check_steps_over_what_is_not_a_job_file(spool, cli):
     """A queued file of another user that is no job (damaged, a hard link) is not followed: root's submit after
     it is judged as before, never stopped by it."""
@@ -264,6 +266,7 @@ def test_the_cycle_check_steps_over_what_is_not_a_job_file(spool, cli):
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_cycle_through_another_users_job_fails_at_the_drain_instead_of_waiting_for_ever(spool, cli):
     """nobody cannot read root's job, so nobody's edit that closes a cycle through it is not refused; the driver,
     once it has nothing else to start, fails the jobs of the cycle, saying so, and what waits for them fails next."""

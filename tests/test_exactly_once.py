@@ -896,6 +896,7 @@ def test_a_job_filed_as_its_driver_died_still_gets_its_line_in_the_log(spool, wo
     assert len(lines) == 1 and "logged by recovery" in lines[0], log_lines(spool)
 
 
+@pytest.mark.attack
 def test_a_log_line_a_full_disk_cut_never_swallows_the_next_drains_lines(small_disk):
     """nobody fills the spool's disk with a dot-file in a queue (no listing shows it) and removes it later.
     The driver's first line on the full disk crossed a page of onite.log and was cut where the room ended;
@@ -934,6 +935,7 @@ def test_a_log_line_a_full_disk_cut_never_swallows_the_next_drains_lines(small_d
     assert {(j["name"], j["state"]) for j in jobs} >= {("payroll", "done")}, jobs
 
 
+@pytest.mark.attack
 def test_a_drain_a_users_output_stopped_on_a_full_disk_is_told_as_it_is(small_disk, workdir):
     """nobody's job writes until the spool's disk is full, beside daemon's payroll, which then ends (exit 0):
     its result cannot be written, and the driver exits 4. The morning report said payroll was 'running on vm

@@ -91,18 +91,21 @@ def _decodes_or_refuses(data: bytes) -> None:
 @FUZZ
 @given(st.binary(max_size=400))
 @example(b"onite-job: 1\n\n")
+@pytest.mark.attack
 def test_decode_any_bytes(data):
     _decodes_or_refuses(data)
 
 
 @FUZZ
 @given(st.binary(max_size=300).map(lambda b: b"onite-job: 1\n" + b))
+@pytest.mark.attack
 def test_decode_any_header(data):
     _decodes_or_refuses(data)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutated_job_files())
+@pytest.mark.attack
 def test_decode_mutated_job_files(data):
     _decodes_or_refuses(data)
 
@@ -146,6 +149,7 @@ def valid_jobs(draw) -> Job:
 
 @FUZZ
 @given(valid_jobs())
+@pytest.mark.attack
 def test_every_valid_job_round_trips(job):
     assert decode(encode(job)) == job
 
@@ -153,6 +157,7 @@ def test_every_valid_job_round_trips(job):
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutated_job_files() | st.binary(max_size=300) | valid_jobs().map(encode),
        st.sampled_from([0, 1, 70_000, 300_000]))
+@pytest.mark.attack
 def test_reading_a_jobs_head_says_what_reading_it_whole_says_of_its_header(tmp_path_factory, data, padding):
     """read_job_head (what may start, why a job waits) is read_job_file with the body cut after its first line:
     the same job but for the body, or the same error (BadFile, JobFormatError), never another; a header made
@@ -180,6 +185,7 @@ def test_reading_a_jobs_head_says_what_reading_it_whole_says_of_its_header(tmp_p
        st.none() | st.text(max_size=12) | st.sampled_from(["1e5", "366d", "0.0000001", "90s"]),
        st.none() | st.text(max_size=12) | st.sampled_from(["+2h", "9998-12-31T23:59", "0001-01-01T00:00"]),
        st.binary(max_size=20))
+@pytest.mark.attack
 def test_what_submit_accepts_the_driver_reads_back(env, body, timeout, at, cwd):
     from onite.core.config import Config
     from onite.core.request import Captured, SubmitRequest, build_job
@@ -231,6 +237,7 @@ def mutated_records(draw) -> dict:
 
 @FUZZ
 @given(json_values | mutated_records())
+@pytest.mark.attack
 def test_result_from_json_any_value(data):
     from onite.core.state import Result
 
@@ -246,6 +253,7 @@ def test_result_from_json_any_value(data):
 @given(json_values | st.builds(lambda k, v: {**record_of()["attempts"][0], k: v},
                                st.sampled_from(["attempt", "started", "finished", "host", "exit_code", "signal",
                                                 "reason"]), json_values))
+@pytest.mark.attack
 def test_attempt_from_json_any_value(data):
     try:
         attempt = Attempt.from_json(data)
@@ -270,6 +278,7 @@ def scratch_spool():
 @given(st.binary(max_size=300) | mutated_records().map(lambda r: json.dumps(r).encode()))
 @example(b"[" * 100_000)
 @example(b"\xff\xfe")
+@pytest.mark.attack
 def test_read_result_any_bytes(scratch_spool, data):
     from onite.spool.results import read_result, read_results
 
@@ -286,6 +295,7 @@ def test_read_result_any_bytes(scratch_spool, data):
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode())
        | st.builds(lambda k, v: json.dumps({"rank": 3, "attempt": 1, "started": WHEN.isoformat(), k: v}).encode(),
                    st.sampled_from(["rank", "attempt", "started", "queued", "external_id"]), json_values))
+@pytest.mark.attack
 def test_run_record_any_bytes(scratch_spool, data):
     from onite.app.listing import running_views
 
@@ -300,6 +310,7 @@ def test_run_record_any_bytes(scratch_spool, data):
 
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "templates": {"alice:t": v}}).encode()))
+@pytest.mark.attack
 def test_recur_state_any_bytes(scratch_spool, data):
     from onite.core.recurring import known_priority, rule_from_state
     from onite.core.timeparse import parse_stamp
@@ -316,6 +327,7 @@ def test_recur_state_any_bytes(scratch_spool, data):
 
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps({"version": 1, "last": v}).encode()))
+@pytest.mark.attack
 def test_daemon_state_any_bytes(scratch_spool, data):
     from onite.app.daemon import Daemon
 
@@ -339,6 +351,7 @@ texts = st.text(max_size=80) | st.text(alphabet=" \"\\=\n\r\t\x1b\x00\u2028\udcf
 @given(texts)
 @example("2026-11-22T20:00:01+01:00 vm[4711] start")
 @example('2026-11-22T20:00:01+01:00 vm[x] start "')
+@pytest.mark.attack
 def test_log_parse_line_any_text(line):
     from onite.spool.log import parse_line
 
@@ -348,6 +361,7 @@ def test_log_parse_line_any_text(line):
 
 @FUZZ
 @given(texts, st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True), texts, max_size=4))
+@pytest.mark.attack
 def test_log_lines_cannot_be_forged(name, fields):
     import re
 
@@ -371,6 +385,7 @@ def test_log_lines_cannot_be_forged(name, fields):
     'on_interrupt = "x"', 'sendmail = "rel"', "stderr_separate = 1",
     "max_pids = 4194305", "max_pids = -1", 'pam = "on"', 'pam_service = "a/b"', 'pam_service = ".."', "pam_service = 1",
 ]), max_size=5).map("\n".join))
+@pytest.mark.attack
 def test_parse_config_any_text(text):
     """Strict: a Config or a ConfigError. For a command that only reads: always a Config, each fault noted, and
     the same Config as the strict parse where there is none."""
@@ -397,6 +412,7 @@ def test_parse_config_for_a_reader_keeps_the_good_keys():
 
 @FUZZ
 @given(st.text(max_size=40))
+@pytest.mark.attack
 def test_pam_service_any_name(name):
     """A PAM service is a file name in /etc/pam.d, never a path: a Config, or the one ConfigError."""
     from onite.core.config import parse_config
@@ -410,6 +426,7 @@ def test_pam_service_any_name(name):
 
 @FUZZ
 @given(texts)
+@pytest.mark.attack
 def test_heartbeats_any_text(line):
     """A driver's heartbeat (SPOOL/driver.HOST.state) read back: a Beat, or None."""
     import json
@@ -425,6 +442,7 @@ def test_heartbeats_any_text(line):
 
 @FUZZ
 @given(texts | st.sampled_from(["99999999999999d", "1e5", "0.0000001", "366d", "367d", "9" * 400, "1h30m"]))
+@pytest.mark.attack
 def test_durations_any_text(text):
     from onite.core.timeparse import parse_duration
 
@@ -438,6 +456,7 @@ def test_durations_any_text(text):
 @FUZZ
 @given(texts | st.sampled_from(["+999999999h", "+99999999999999999999d", "0001-01-01T00:00", "9999-12-31T23:59",
                                 "9999-12-31T23:59-14:00", "tomorrow 25:00", "23:59", "1900-01-01T00:00"]))
+@pytest.mark.attack
 def test_times_any_text(text):
     from onite.core.timeparse import parse_when
 
@@ -452,6 +471,7 @@ def test_times_any_text(text):
 @given(st.sampled_from(["recur-cron", "recur-every", "recur-offset"]), texts
        | st.sampled_from(["99999999999999d", "0 0 31 2 *", "* * * * * *", "0 0 1 1 *", "1d", "25m",
                           ",".join(["7"] * 300) + " 3 * * 1", "0 0 " + ",".join(["L"] * 300) + " * *"]))
+@pytest.mark.attack
 def test_recurring_rules_any_text(key, value):
     from onite.core.recurring import rule_of
     from onite.core.rules import MAX_CRON_LENGTH, CronRule
@@ -478,6 +498,7 @@ file_names = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b a
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(file_names, min_size=1, max_size=6, unique=True))
+@pytest.mark.attack
 def test_listings_hold_only_job_names(scratch_spool, raw_names):
     from onite.spool.scan import cancel_inbox
     from onite.spool.index import QueueIndex
@@ -516,6 +537,7 @@ SQUEUE_PIECES = st.sampled_from(["5", "6", "5_1", "|", "\n", "RUNNING", "FAILED"
 @FUZZ
 @given(st.lists(SQUEUE_PIECES | st.text(max_size=12), max_size=40).map("".join))
 @example("31|RUNNING|\u00b2|None|N/A|1|\n")
+@pytest.mark.attack
 def test_squeue_answers_parse_to_what_slurm_could_have_said_or_nothing(text):
     """squeue.parse and parse_search never raise (a name with a newline crashed the driver), and take
     only ids, states, statuses and uids that look as Slurm writes them."""
@@ -558,6 +580,7 @@ def mutated_counters(draw) -> dict:
 @given(st.binary(max_size=300) | mutated_counters().map(lambda r: json.dumps(r).encode()))
 @example(b"[" * 100_000)
 @example(b"\xff\xfe")
+@pytest.mark.attack
 def test_counters_any_bytes(data):
     """A counters file reads as counters that write back the same, or as DamagedRecord."""
     from onite.spool.counters import parse_counters
@@ -613,6 +636,7 @@ NINE_MINUTES_AGO = (datetime.now().astimezone().replace(microsecond=0) - timedel
 @example([f"{NINE_MINUTES_AGO} vm[1] driver-start\n",
           f"{NINE_MINUTES_AGO} vm[1] start root:a priority=\u00b3 attempt={'1' * 5000}\n",
           f"{NINE_MINUTES_AGO} vm[1] done root:a attempt={'1' * 5000} exit={'9' * 5000}\n"])
+@pytest.mark.attack
 def test_the_report_and_status_read_any_drain_log(scratch_spool, lines):
     """A hand-edited onite.log never stops ``report`` or ``status``: what they cannot read they leave out."""
     from onite.app import report, reporttext, status

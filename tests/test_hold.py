@@ -9,6 +9,8 @@ import os
 import shutil
 import stat
 
+import pytest
+
 from conftest import drain, log_lines, needs_root, nobody, run_cli, start_driver, wait_for
 
 
@@ -75,6 +77,7 @@ def test_a_running_driver_sees_a_release_and_runs_the_job_in_its_place(spool, wo
 
 
 @needs_root
+@pytest.mark.attack
 def test_only_the_owners_or_roots_marker_holds_a_job(spool, cli):
     submit("theirs", user="nobody")
     submit("mine")

@@ -21,6 +21,8 @@ from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.spool.log import parse_line
 
+pytestmark = pytest.mark.attack
+
 
 def write_as(user: str, path: bytes | str, data: bytes, mode: int = 0o600) -> None:
     """Create ``path`` holding ``data`` as ``user`` would: in a child that has become that user."""

@@ -126,6 +126,7 @@ def test_recover_refuses_while_that_hosts_driver_lives(spool, workdir, cli):
 
 
 @pytest.mark.parametrize("alpha_dies", [False, True])
+@pytest.mark.attack
 def test_a_copy_of_a_job_running_on_another_host_waits_for_that_run(spool, workdir, alpha_dies):
     """nobody copies its own job, claimed and running on alpha, back into a queue (no submit refuses it there):
     beta's driver started the copy while alpha's run went on, two runs of one key at once, and root's cancel

@@ -228,6 +228,7 @@ def test_a_burst_of_failures_runs_a_few_hooks_at_a_time_and_the_jobs_go_on(spool
 
 
 @needs_root
+@pytest.mark.attack
 def test_one_users_burst_of_notices_drops_and_holds_up_no_one_elses(spool, workdir):
     """nobody dropped 1,100 empty files into a queue: each was refused and filed as
     nobody's failure, each wanted a notice, and the shared queue of waiting notices was full when

@@ -9,6 +9,8 @@ import re
 import stat
 import time
 
+import pytest
+
 from conftest import drain, needs_root, nobody, result, run_cli, set_config
 from onite.core.jobfile import decode
 
@@ -165,6 +167,7 @@ def on_terminal(spool, args: list[str]) -> bytes:
 
 
 @needs_root
+@pytest.mark.attack
 def test_another_users_output_reaches_roots_terminal_with_its_escapes_spelt_out(spool):
     """nobody's job writes escape sequences (a new window title, OSC 52: root's clipboard): on root's
     terminal ``onite output`` spells them out, lines and tabs kept; ``--raw``, and a pipe, get the bytes."""
@@ -189,6 +192,7 @@ def test_your_own_output_reaches_your_terminal_as_it_is(spool):
 
 
 @needs_root
+@pytest.mark.attack
 def test_rich_markup_in_a_path_a_user_chose_is_shown_as_written(spool, world_tmp):
     """A failed job's reason quotes its directory, a name nobody chose: ``[link=…]`` and ``[conceal]``
     in it must reach root's terminal as those characters, not as a hyperlink and hidden text."""
@@ -216,6 +220,7 @@ def test_a_character_split_between_two_reads_reaches_roots_terminal_whole(spool)
 
 
 @needs_root
+@pytest.mark.attack
 def test_following_your_job_never_shows_an_earlier_users_output_of_its_name(spool):
     """root follows its own queued job ``fx``; ``stdout/fx`` is still nobody's, from an earlier job of
     that name, full of escape sequences. nobody changes its ctime (chmod), which made the follow take

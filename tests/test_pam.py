@@ -77,6 +77,7 @@ def _output(name: str, user: str, workdir: Path) -> str:
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_job_gets_its_owners_limits_and_login_uid(account, spool, workdir):
     user, service = account
     set_config(spool, pam="required", pam_service=service)
@@ -153,6 +154,7 @@ def test_required_without_the_service_drains_nothing(spool, workdir):
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_fork_bomb_stops_at_the_pids_limit_and_the_night_goes_on(spool, workdir):
     why = _pids_controller()
     if why:

@@ -450,6 +450,7 @@ def test_a_run_its_owner_cancelled_is_not_spooled_again_by_the_next_driver(spool
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_templates_own_creation_time_cannot_make_the_driver_count_its_missed_fires_for_ever(spool):
     """nobody writes 20 templates by hand, each saying it was made in 1900 (``submitted:``, its owner's word), with a
     rule that fires on most days (``0 0 1-30 * *``): the driver counted the fires missed since then for its log
@@ -498,6 +499,7 @@ def test_a_clock_set_back_holds_back_no_recurring_job(spool):
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_users_sparse_templates_cost_each_onite_run_no_more_than_their_headers(spool):
     """nobody copies its yearly template into 100 whose bodies are sparse holes of max_job_size (no disk): each
     ``onite run`` (cron's, the timer's) read every template whole to learn its rule, 24 MiB a template, 2.4 GB

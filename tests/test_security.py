@@ -10,11 +10,13 @@ import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+
 from conftest import as_user, drain, log_lines, needs_root, nobody, result, run_cli, set_config, start_driver, wait_for
 from onite.core.job import Job
 from onite.core.jobfile import encode
 
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.attack]
 HOST = os.uname().nodename.split(".")[0]
 
 

@@ -106,6 +106,7 @@ def test_nobody_submits_with_no_spool_named_and_roots_driver_runs_it(system, per
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_user_cannot_init_the_system_spool(system, personal_home, workdir):
     env = nobody_env(os.environ["ONITE_SYSTEM_CONFIG"], personal_home, workdir)
     assert run_cli(["init"]).code == 0
@@ -118,6 +119,7 @@ def test_a_user_cannot_init_the_system_spool(system, personal_home, workdir):
     assert own.code == 0 and "personal spool" in own.out
 
 
+@pytest.mark.attack
 def test_a_system_config_anyone_may_write_is_refused_in_one_line(system):
     config = Path(os.environ["ONITE_SYSTEM_CONFIG"])
     os.chmod(config, 0o666)
@@ -282,6 +284,7 @@ def test_a_cron_entry_without_a_cron_daemon_promises_nothing(spool, crontab, mon
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_user_cannot_install_roots_cron_entry(spool, crontab):
     r = run_cli(["cron", "--install"], user="nobody", cwd="/tmp")
     assert r.code == 3 and r.err == f"onite: the cron entry of {spool} is its owner's to install — ask root: sudo onite cron --install\n"
@@ -360,6 +363,7 @@ time.sleep(600)
 
 @needs_root
 @pytest.mark.parametrize("how", ["LOCK_SH", "LOCK_EX"])
+@pytest.mark.attack
 def test_nobody_holding_every_lock_it_can_open_stops_nothing(spool, workdir, how):
     set_config(spool, check_lock=True)
     # a spool drained before (lock files, heartbeat, recur.state exist)
@@ -411,6 +415,7 @@ def test_lock_folder_and_files_are_closed_if_found_open(spool):
 
 
 @needs_root
+@pytest.mark.attack
 def test_users_cannot_open_any_lock(spool):
     drain(spool)
     paths = [spool / "locks", *(spool / "locks").iterdir()]
@@ -557,6 +562,7 @@ def test_daemon_wake_and_run_hand_the_drain_to_an_idle_daemon(spool, workdir):
 
 
 @needs_root
+@pytest.mark.attack
 def test_only_root_wakes_roots_daemon(spool):
     from test_daemon import Daemon
 
@@ -571,6 +577,7 @@ def test_only_root_wakes_roots_daemon(spool):
 
 
 @needs_root
+@pytest.mark.attack
 def test_the_log_says_why_nothing_is_due_without_what_users_job_files_say(spool, workdir):
     """The log is every user's to read: its nothing-due line names each waiting job's kind of wait,
     never its dependency, time or host, which daemon's private job file holds."""

@@ -278,6 +278,7 @@ def test_priority_order_when_the_cluster_is_full(slurm_spool, workdir):
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_user_who_lowers_their_slurm_jobs_nice_does_not_pass_another_users_job(slurm_spool, workdir):
     """Jobs waiting in Slurm start in onite's order by their --nice, which Slurm lets a job's owner
     lower to 0 (`scontrol update jobid=J nice=0`): nobody's P7 job, waiting behind a blocker with
@@ -541,6 +542,7 @@ def test_recover_host_files_a_slurm_job_that_ended_meanwhile_instead_of_running_
     assert starts.read_text() == "x\n"
 
 
+@pytest.mark.attack
 def test_an_sbatch_that_outlived_its_driver_is_stopped_before_the_job_is_looked_for(slurm_spool, workdir):
     """A driver killed while sbatch ran (slow, or stopped by the job's owner): the next
     driver found no job of the run in Slurm and ran it again, and the first sbatch, still alive,
@@ -571,6 +573,7 @@ def test_an_sbatch_that_outlived_its_driver_is_stopped_before_the_job_is_looked_
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_slurm_job_its_owner_renamed_is_still_cancelled_and_time_limited(slurm_spool, workdir):
     """Onite cancelled a job with `scancel --name=onite:NAME ID`, so an owner who renamed
     their own job (`scontrol update`) had it outlive `onite cancel`, root's included, and its time
@@ -593,6 +596,7 @@ def test_a_slurm_job_its_owner_renamed_is_still_cancelled_and_time_limited(slurm
 
 
 @needs_root
+@pytest.mark.attack
 def test_recover_host_waits_until_a_renamed_slurm_job_is_over_before_running_it_again(slurm_spool, workdir):
     """Recover --host cancelled by name, so a job its owner renamed kept running while
     its rerun started beside it; and a job still in flight when kill_grace ran out was requeued all the
@@ -777,6 +781,7 @@ def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spo
 
 
 @needs_root
+@pytest.mark.attack
 def test_what_a_users_sbatch_says_of_the_controller_holds_up_no_one_elses_job(slurm_spool, workdir):
     """sbatch runs as the job's owner, and its words decided that the controller was down: nobody's
     `#SBATCH --partition="connection refused"` (sbatch's refusal echoes it), or a traced sbatch
@@ -920,6 +925,7 @@ def test_a_job_slurm_forgot_is_recorded_as_lost(slurm_spool):
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_users_slurm_job_name_cannot_forge_what_squeue_says_of_another_users_job(slurm_spool, workdir):
     """nobody renames its own Slurm job to ``onite:att`` + a newline + a line shaped as
     squeue's answer for daemon's running job (``ID|FAILED|256|…``): the driver filed daemon's job as
@@ -956,6 +962,7 @@ def test_a_users_slurm_job_name_cannot_forge_what_squeue_says_of_another_users_j
     assert ledger.read_text().count("start") == 1
 
 
+@pytest.mark.attack
 def test_an_sbatch_that_names_a_job_that_is_not_the_owners_starts_nothing_watched(slurm_spool, workdir):
     """Sbatch runs as the job's owner, who may trace it and have it print another
     job id (``0``): the driver took it, squeue then refused the whole list of ids for that one, and
@@ -1000,6 +1007,7 @@ def test_a_slurm_claim_whose_retry_was_spooled_is_dropped_not_filed_again(slurm_
 
 
 @needs_root
+@pytest.mark.attack
 def test_a_user_who_stops_their_own_sbatch_holds_up_no_one_elses_job(slurm_spool, workdir):
     """Sbatch runs as the job's owner, who may stop it (SIGSTOP, found in /proc): the
     driver waited for it, up to 60 s, and meanwhile polled nothing, enforced no time limit and

@@ -41,6 +41,7 @@ def test_parse_lines_as_squeue_prints_them():
     assert [got[job_id].nice for job_id in ("28", "29", "30")] == [30000, 0, -5]  # its owner may lower a positive one
 
 
+@pytest.mark.attack
 def test_what_a_jobs_owner_writes_is_never_asked_for_and_a_forged_line_is_never_taken():
     """A user may rename their own Slurm job to any text, newlines included: the name
     ``onite:att\\n596|FAILED|256|None|…|onite:vic`` made squeue's answer hold a second line for

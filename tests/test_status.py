@@ -174,6 +174,7 @@ def test_last_night_is_the_last_drain(spool, workdir):
         driver.wait(timeout=60)
 
 
+@pytest.mark.attack
 def test_a_look_lists_cancel_and_hold_once_however_many_jobs_it_explains(spool, tmp_path):
     """Anyone may fill cancel/ and hold/. Listing them once per job explained made root's status
     take minutes (200 jobs × 100,000 files): a look lists each at most once (strace counts it)."""
