@@ -319,3 +319,17 @@ def test_the_cycle_check_follows_at_most_cycle_looks_jobs_and_the_driver_fails_a
     failed = {line.split()[3]: line for line in log_lines(spool) if line.split()[2] == "failed"}
     assert sorted(failed) == [f"root:{name}" for name in chain]  # results past `keep` are pruned: the log says it
     assert all(f'reason="dependency cycle: {name} → ' in failed[f"root:{name}"] for name in chain)
+
+
+def test_a_new_priority_after_an_edit_runs_as_the_later_edit_says(spool, cli):
+    """An edit of limits leaves a marker in edit/; a later edit with -p moves the job, edited, to its new folder.
+    The older marker must not undo the later edit (found by a fault campaign: the job ran with the older edit's
+    time limit and memory, though the -p edit had been acknowledged)."""
+    submit("a", "--mem", "10M")
+    assert cli(["edit", "a", "--timeout", "1h", "--mem", "20M"]).out == "a: changed; it keeps its place\n"
+    r = cli(["edit", "a", "-p", "2", "--timeout", "2h", "--mem", "30M"])
+    assert (r.code, r.out) == (0, "a: changed; moved to P2, after the jobs there\n"), r
+    assert [row["priority"] for row in cli(["list", "--json"]).json()["jobs"]] == [2]
+    assert drain(spool).returncode == 0
+    job = decode((spool / "jobsdone" / "root:a").read_bytes())
+    assert (job.timeout.total_seconds(), job.mem, result(spool, "a")["mem"]) == (7200, 30, 30)

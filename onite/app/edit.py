@@ -53,10 +53,21 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     if new.priority != job.priority:  # the job, edited, at the end of its new folder
         if job.urgent:
             raise InvalidInput(f"job {text!r} is urgent: it runs before every priority", "leave out -p")
-        done = move_edited(entry.path, spool.folder_for(new.priority, False), new, owner)
+        # its limits are an edit too, the newest, so that no older edit undoes them, whichever file a claim takes
+        marker = add_edit(spool.edit_dir, new, owner) if os.path.isdir(spool.edit_dir) else None
+        try:
+            done = move_edited(entry.path, spool.folder_for(new.priority, False), new, owner)
+        except BaseException:
+            if marker is None or withdraw_edit(marker):
+                raise
+            done = "changed"  # a claim took the edit meanwhile: the run goes by it
+        if done == "started" and marker is not None and not withdraw_edit(marker):
+            done = "changed"
         if done == "changed":
             return f"{label(new.name)}: changed as it started (in its old priority)"
         if done != "started":
+            if marker is not None:
+                _withdraw_older(spool, name, marker)
             return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there"
     else:
         if not os.path.isdir(spool.edit_dir):
@@ -67,13 +78,18 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
         except FileNotFoundError:
             there = None
         if there is not None and there.st_ino == st.st_ino:
-            for older in trusted(read_markers(spool.edit_dir), name):  # the new one says it all
-                if older.path != marker and older.uid == os.geteuid():
-                    withdraw_edit(older.path)
+            _withdraw_older(spool, name, marker)
             return f"{label(name)}: changed; it keeps its place"
         if not withdraw_edit(marker):  # the driver took it as it claimed the job
             return f"{label(name)}: changed as it started"
     raise Refused(f"job {text!r} started just now: nothing changed", f"change it for its next run: onite restart {text} …")
+
+
+def _withdraw_older(spool: SpoolDir, name: str, marker) -> None:
+    """Remove the caller's earlier edits of job ``name``: ``marker``, the newest, says it all."""
+    for older in trusted(read_markers(spool.edit_dir), name):
+        if older.path != marker and older.uid == os.geteuid():
+            withdraw_edit(older.path)
 
 
 def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):

@@ -7,8 +7,9 @@ latest wins, and only its limits (time limit, retries, memory, CPUs, not-before 
 count. The driver takes a job's edits as it claims the job, each with one unlink (an edit is the
 driver's if and only if that unlink is), and writes them into the claimed file; an editor that finds
 the job claimed unlinks its own edit: the one unlink that succeeds says whether the edit applies.
-A change of priority is no edit: the job file is swapped for the edited one (renameat2 EXCHANGE,
-so that a claim takes one or the other whole) and moved to its new folder.
+A change of priority moves the job: the job file is swapped for the edited one (renameat2 EXCHANGE,
+so that a claim takes one or the other whole) and moved to its new folder; its limits are written as
+an edit first too, the newest, so that an older edit does not undo them.
 """
 
 from __future__ import annotations
