@@ -850,6 +850,35 @@ def test_a_retry_whose_driver_died_before_clearing_its_name_keeps_it(spool, work
 
 @needs_root
 @needs_strace
+def test_an_edit_the_driver_took_as_it_claimed_the_job_outlives_the_driver_killed_before_writing_it(spool):
+    """nobody's edit, acknowledged (`changed; it keeps its place`), is taken by the driver as it claims the job;
+    the driver is killed before the claimed file holds it (strace holds its fchown of the file as edited, the
+    first fchown a driver makes). Recovery puts the job back in its queue, never started: it must run as
+    edited. Found by a fault campaign: the edit was gone with the driver, and the job ran as first spooled."""
+    r = run_cli(["submit", "x", "--mem", "10M"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    r = run_cli(["edit", "x", "--mem", "20M", "--timeout", "1h"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "x: changed; it keeps its place\n"), r
+    traced = subprocess.Popen([STRACE, "-qq", "-o", "/dev/null", "-e", "trace=fchown",
+                               "-e", "inject=fchown:delay_enter=60000000:when=1", *driver_argv()],
+                              env=driver_env(spool))
+    claims = spool / "running" / HOST
+    wait_for(lambda: not list((spool / "edit").iterdir()) and list(claims.glob(".nobody:x.*.tmp")),
+             what="the driver to take the edit and write the claim as edited")
+    [driver] = traced_driver(traced.pid)
+    os.kill(driver, signal.SIGKILL)
+    traced.kill()
+    traced.wait(timeout=30)
+    wait_for(lambda: not Path(f"/proc/{driver}").exists(), what="the driver to die")
+    assert b"mem: 10M" in (claims / "nobody:x").read_bytes()  # the claim as first spooled
+    settle(spool)
+    assert any("recovered nobody:x action=requeued" in line for line in log_lines(spool)), log_lines(spool)
+    assert result(spool, "nobody:x")["mem"] == 20
+    assert b"timeout: 3600" in (spool / "jobsdone" / "nobody:x").read_bytes()
+
+
+@needs_root
+@needs_strace
 def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, workdir):
     """The job's monitor is killed just after it started the job, before it recorded the job's pid
     (strace kills each monitor at its second chdir: the one back to / once the job's interpreter

@@ -35,7 +35,8 @@ from onite.spool import runrecords
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.files import change_state, remove_file
 from onite.spool.log import logged_final
-from onite.spool.paths import RUN_RECORD
+from onite.spool.edits import put_back
+from onite.spool.paths import RUN_RECORD, TAKEN_EDIT
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
 from onite.spool.scan import find_running, user_name
@@ -82,6 +83,8 @@ class Recovery:
                     night.log.event("error", name, error=f"recovering it: {err}", note="left for the next driver")
             elif name.startswith(".") and name.endswith(".tmp"):
                 remove_file(night.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
+            elif name.endswith(TAKEN_EDIT):  # its claim was dealt with (an edit to put back went with ``requeue``)
+                remove_file(night.running_dir / name)
 
     def _claim(self, name: str) -> None:
         night = self.night
@@ -317,6 +320,8 @@ class Recovery:
             remove_file(path)  # a retry was already queued before the crash (not a forgery at its key)
             action = "dropped (its retry is already queued)"
         else:
+            # an edit the dead driver took as it claimed the job, before the claimed file held it: for the next claim
+            put_back(night.spool.taken_edit_path(night.host, name), night.spool.edit_dir, name)
             try:
                 self.finisher.requeue_file(path, name, int(rank))
             except OniteError as err:

@@ -123,10 +123,13 @@ class Starter:
         edits = trusted(read_markers(night.spool.edit_dir), name)
         if not edits:
             return job
-        new, took = take(edits, job, night.jobs.max_size)
+        kept = night.spool.taken_edit_path(night.host, name)  # until the claimed file holds it
+        new, took = take(edits, job, night.jobs.max_size, kept)
+        if took and new != job:
+            replace_file(target, encode(new), mode=0o600, owner=(st.st_uid, st.st_gid), durable=True)
+        remove_file(kept)
         if not took or new == job:
             return job
-        replace_file(target, encode(new), mode=0o600, owner=(st.st_uid, st.st_gid), durable=True)
         meta = picked.meta
         if ((new.after, new.not_before, new.timeout) != (meta.after, meta.not_before, meta.timeout)
                 or (new.mem or 0, new.cpus or 0) != (picked.need.mem, picked.need.cpus)):

@@ -4,9 +4,11 @@ An edit never touches the job file (a new ctime would be a new place; docs/job-c
 a queued job"): it is a file edit/KEY@TOKEN, the job's header as edited (no environment, no text),
 honoured only when its owner is the key's user or root and it names the job's submit time; the
 latest wins, and only its limits (time limit, retries, memory, CPUs, not-before time, dependencies)
-count. The driver takes a job's edits as it claims the job, each with one unlink (an edit is the
-driver's if and only if that unlink is), and writes them into the claimed file; an editor that finds
-the job claimed unlinks its own edit: the one unlink that succeeds says whether the edit applies.
+count. The driver takes a job's edits as it claims the job, each with one rename or unlink (an edit is
+the driver's if and only if that call succeeds), and writes them into the claimed file; an editor that
+finds the job claimed unlinks its own edit: the one call that succeeds says whether the edit applies.
+The latest is renamed beside the claim (running/HOST/KEY@edit) and stays there until the claimed file
+holds it, so that a driver killed in between does not lose it: recovery puts it back.
 A change of priority moves the job: the job file is swapped for the edited one (renameat2 EXCHANGE,
 so that a claim takes one or the other whole) and moved to its new folder; its limits are written as
 an edit first too, the newest, so that an older edit does not undo them.
@@ -74,16 +76,38 @@ def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Ma
     return edited(job, trusted(markers, key), max_size)[0] if st.st_uid == uid else None
 
 
-def take(edits: list[Marker], job: Job, max_size: int) -> tuple[Job, bool]:
-    """The driver, having claimed ``job``: take each of ``edits`` (trusted ones) of it, and return it with the
-    limits of the latest taken, and whether any was (of the newest EDITS_READ, as ``edited`` judges); an edit of
-    an earlier job of the name, or past those, is removed unread."""
-    latest, unread = None, len(edits) - EDITS_READ
-    for i, edit in enumerate(edits):
-        new = _apply(edit, job, max_size) if i >= unread else None
-        if withdraw_edit(edit.path) and new is not None:
+def take(edits: list[Marker], job: Job, max_size: int, kept: Path) -> tuple[Job, bool]:
+    """The driver, having claimed ``job``: take each of ``edits`` (trusted ones, oldest first) of it, and return it
+    with the limits of the latest taken, and whether any was (of the newest EDITS_READ, as ``edited`` judges). That
+    one is taken first, by a rename to ``kept``, not an unlink: a driver killed before the claimed file holds it
+    leaves it there for recovery to put back (``put_back``). The older ones, an edit of an earlier job of the name,
+    and those past the newest EDITS_READ are removed unread."""
+    latest = None
+    for i, edit in enumerate(reversed(edits)):
+        new = _apply(edit, job, max_size) if latest is None and i < EDITS_READ else None
+        if new is None:
+            withdraw_edit(edit.path)
+        elif _rename(edit.path, kept, "taking an edit: moving"):
             latest = new
     return (job, False) if latest is None else (latest, True)
+
+
+def put_back(kept: Path, folder: Path, name: str) -> bool:
+    """Put an edit a driver took as it claimed job ``name`` (``take``) back into ``folder`` (edit/) as the newest
+    (its newer edits, if any, were taken first), for the job's next claim: that driver was killed before the
+    claimed file held it. False if there was none. Raises SpoolIOError."""
+    return _rename(kept, folder / f"{name}{SIDE}{token()}", "putting back an edit: moving")
+
+
+def _rename(path: Path, target: Path, action: str) -> bool:
+    """Rename ``path``: False if it was gone (an editor took its edit back). Raises SpoolIOError."""
+    try:
+        os.rename(path, target)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise SpoolIOError(path, action, err) from None
+    return True
 
 
 def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:

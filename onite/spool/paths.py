@@ -21,6 +21,7 @@ HOLD = "hold"
 EDIT = "edit"
 RESULT = f"{SIDE}result"
 RUN_RECORD = f"{SIDE}run"
+TAKEN_EDIT = f"{SIDE}edit"
 STDERR = f"{SIDE}stderr"
 STICKY_DIR = 0o1777  # anyone may add; only a file's owner (or root) may rename or remove it
 HEARTBEAT, CRON_RECORD, DAEMON_STATE, METRICS = "driver", "cron", "daemon", "metrics"  # the KINDs of SPOOL/KIND.HOST.state
@@ -102,6 +103,10 @@ class SpoolDir:
     def run_record_path(self, host: str, name: str) -> str:
         """A string: the driver opens it once per job."""
         return f"{self.running_dir(host)}/{name}{RUN_RECORD}"
+
+    def taken_edit_path(self, host: str, name: str) -> Path:
+        """``running/HOST/NAME@edit``: the edit HOST's driver took as it claimed NAME, until the claimed file holds it."""
+        return self.running_dir(host) / f"{name}{TAKEN_EDIT}"
 
     @staticmethod
     def record_label(name: str) -> str:
