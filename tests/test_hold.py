@@ -130,3 +130,35 @@ def test_a_job_files_mode_holds_nothing_and_a_hold_needs_the_hold_folder(spool, 
     assert r.code == 4 and "run onite init" in r.err, r
     assert listed() == [("x", "queued")]
     assert cli(["init"]).code == 0 and cli(["hold", "x"]).code == 0 and listed() == [("x", "held")]
+
+
+@needs_root
+def test_a_hold_acknowledged_between_the_drivers_pick_and_its_claim_keeps_the_job_from_running(spool, workdir):
+    """The driver has picked nobody's job and is about to claim it (strace holds its rename of the job file) when
+    nobody holds it: ``onite hold`` finds it still queued and says ``held``. The claim must not start it: the
+    driver puts it back in its queue, held (it loses its place, as an edit that meets the claim does). Before,
+    it ran. Found by reading the code for a fault campaign."""
+    import subprocess
+
+    import pytest
+    from test_exactly_once import HOST, STRACE, driver_argv, driver_env, traced_driver
+
+    if STRACE is None:
+        pytest.skip("needs strace to hold the driver before its claim")
+    ledger = workdir / "ledger"
+    submit("x", user="nobody", body=f"echo ran >> {ledger}\n".encode())
+    queued = spool / "jobs" / "P4" / "nobody:x"
+    traced = subprocess.Popen([STRACE, "-qq", "-o", "/dev/null", "-P", str(queued), "-e", "trace=rename",
+                               "-e", "inject=rename:delay_enter=60000000:when=1", *driver_argv()], env=driver_env(spool))
+    wait_for(lambda: (spool / "running" / HOST / "nobody:x@run").exists(), what="the driver to pick the job")
+    r = run_cli(["hold", "x"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "x: held\n"), r
+    [driver] = traced_driver(traced.pid)
+    traced.kill()  # strace lets the driver go on: it claims the job
+    traced.wait(timeout=30)
+    wait_for(lambda: not os.path.exists(f"/proc/{driver}"), what="the driver to exit")
+    assert not ledger.exists(), "the held job ran"
+    assert any("requeued nobody:x" in line and "held as it was claimed" in line for line in log_lines(spool))
+    assert listed(user="nobody") == [("x", "held")]
+    assert run_cli(["release", "x"], user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0 and ledger.read_text() == "ran\n"

@@ -99,12 +99,17 @@ class Starter:
             self.finisher.move_aside(target, cand.name, st, problem)
             remove_file(run.record_path)
             return False
-        job = self._take_edits(cand.name, job, st, picked, target)
+        # a hold made since the pick: `onite hold` looked after making it, found the job queued and said
+        # "held", so it must not start (as with an edit, one of the two sees the other)
+        held = night.index.held_now(cand.name, st.st_uid)
+        if held:
+            night.log.event("requeued", cand.name, reason="held as it was claimed")
+        job = None if held else self._take_edits(cand.name, job, st, picked, target)
         if job is None:
             try:
                 self.finisher.requeue_file(target, cand.name, cand.rank)
             except OniteError as err:  # the claim stays: recovery puts it back
-                night.log.event("warning", cand.name, note=f"putting an edited job back failed: {err}")
+                night.log.event("warning", cand.name, note=f"putting a job back failed: {err}")
                 return False
             remove_file(run.record_path)
             return False

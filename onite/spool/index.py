@@ -130,11 +130,19 @@ class QueueIndex:
         known = {f.path: f for f in self.folders}
         self.folders = [known.get(path) or _Folder(rank, path) for rank, path in folders]
 
-    def refresh(self, *, force: bool = False) -> None:
-        now = time.monotonic()
+    def held_now(self, name: str, uid: int) -> bool:
+        """Is ``uid``'s job ``name`` held by hold/ as it is now (one stat of the folder if it did not change)?"""
+        self._look_at_holds()
+        return self.holds.held(name, uid)
+
+    def _look_at_holds(self) -> None:
         if self.holds.refresh():  # a hold or release: every parked job is looked at again
             for folder in self.folders:
                 folder.unpark()
+
+    def refresh(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        self._look_at_holds()
         self.edits.refresh()  # an edit changes no hold and no host: a parked job stays parked
         for folder in self.folders:
             try:
