@@ -234,3 +234,36 @@ def test_a_pattern_cancel_judges_dependants_as_edited_and_steps_over_a_file_that
     assert (r.code, r.out) == (0, "old: cancelled\ncancelled 1 job(s)\n"), r  # dep waits for new now
     r = cli(["cancel", "n*", "--yes"])
     assert (r.code, r.out) == (0, "new: cancelled\ncancelled 1 job(s)\nwill fail: dep (waits for new)\n"), r
+
+
+@needs_root
+def test_a_job_waiting_for_a_cancelled_job_fails_though_an_earlier_run_of_that_name_is_done(spool, workdir):
+    """nobody's `x` ran and is done; it is spooled again (held), `d` waits for it, and nobody cancels it while the
+    driver files another job (strace holds the driver there): the withdrawn `x` waits in cancel/ for the driver's
+    next look at it, and the driver, picking next, found no `x` queued and took the earlier run's result for how
+    `x` ended: `d` ran, though the `x` it waited for was cancelled. Found by reading the code for a fault campaign."""
+    from test_exactly_once import HOST, STRACE, driver_argv, driver_env, traced_driver
+
+    if STRACE is None:
+        pytest.skip("needs strace to hold the driver as it files a job")
+    ledger = workdir / "ledger"
+    submit("x", user="nobody")
+    assert subprocess.run([sys.executable, "-m", "onite", "run"], env=driver_env(spool), timeout=120).returncode == 0
+    assert run_cli(["restart", "x", "--hold"], user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["submit", "d", "--after", "x"], stdin=f"echo ran >> {ledger}\n".encode(), user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    assert run_cli(["submit", "e", "-p", "1"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    claim = spool / "running" / HOST / "nobody:e"
+    traced = subprocess.Popen([STRACE, "-qq", "-o", "/dev/null", "-P", str(claim), "-e", "trace=rename",
+                               "-e", "inject=rename:delay_enter=60000000:when=1", *driver_argv()], env=driver_env(spool))
+    # its result written, the driver is held before it moves e's claim into jobsdone/
+    wait_for((spool / "jobsdone" / "nobody:e@result").exists, what="the driver to file e")
+    r = run_cli(["cancel", "x"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "x: cancelled\n"), r
+    [driver] = traced_driver(traced.pid)
+    traced.kill()  # strace lets the driver go on
+    traced.wait(timeout=30)
+    wait_for(lambda: not os.path.exists(f"/proc/{driver}"), what="the driver to exit")
+    assert not ledger.exists(), "d ran though the x it waited for was cancelled"
+    assert (result(spool, "nobody:d")["state"], result(spool, "nobody:d")["reason"]) == \
+        ("failed", "dependency x was cancelled")

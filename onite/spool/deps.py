@@ -24,12 +24,13 @@ def dependency_state(spool: SpoolDir, key: str, withdrawn: Withdrawn | None = No
         return DepState.MISSING
     if is_live(spool, key):
         return DepState.PENDING
+    # withdrawn, not yet filed: the latest job of the name was cancelled, whatever an earlier one's result says
+    if uid in (withdrawn if withdrawn is not None else Withdrawn(spool)).owners(key):
+        return DepState.CANCELLED
     try:
         result = read_result(spool, key)
     except DamagedRecord:
         return DepState.DAMAGED
     if result is not None and result.uid == uid:
         return {JobState.DONE: DepState.OK, JobState.CANCELLED: DepState.CANCELLED}.get(result.state, DepState.FAILED)
-    if uid in (withdrawn if withdrawn is not None else Withdrawn(spool)).owners(key):
-        return DepState.CANCELLED
     return DepState.MISSING

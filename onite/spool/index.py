@@ -21,9 +21,8 @@ from pathlib import Path
 from onite.core.names import KEY_PATTERN
 from onite.spool.edits import trusted
 from onite.spool.holds import held_by
-from onite.spool.scan import read_markers
+from onite.spool.scan import RACY_NS, read_markers
 
-RACY_NS = 20_000_000
 RESCAN_EVERY = 1.0
 FRESH_EVERY = 0.05
 RESCAN_COST_SHARE = 20  # listing a big queue costs at most about 1/20 of the drain

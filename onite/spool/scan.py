@@ -11,6 +11,7 @@ import functools
 import os
 import pwd
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from onite.core.errors import SpoolIOError
 from onite.core.names import SIDE, is_valid_key
 from onite.core.record import Record
 from onite.spool.paths import SpoolDir
+
+RACY_NS = 20_000_000  # a listing this soon after its folder's mtime may have missed an entry made in that tick
 
 
 class Entry(Record):
@@ -147,6 +150,7 @@ class Withdrawn:
         self._paths: dict[str, list[str]] | None = None
         self._owners: dict[str, frozenset[int]] = {}
         self._mtime_ns: int | None = None
+        self._racy = False
 
     def owners(self, name: str) -> frozenset[int]:
         """The uids whose job ``name`` is withdrawn and not yet filed. Raises SpoolIOError."""
@@ -164,9 +168,9 @@ class Withdrawn:
         return found
 
     def unchanged(self) -> bool:
-        """Is cancel/ as it was when listed (or not listed yet)? An entry made in the clock tick of the
-        listing may be missed: for a dependency that only turns "cancelled" into "missing", a failure too."""
-        return self._paths is None or self._mtime() == self._mtime_ns
+        """Is cancel/ as it was when listed (or not listed yet)? A listing made in the clock tick of the folder's
+        last change may have missed an entry made in that tick (the mtime would not show it): it is never kept."""
+        return self._paths is None or (self._mtime() == self._mtime_ns and not self._racy)
 
     def _mtime(self) -> int | None:
         try:
@@ -177,6 +181,7 @@ class Withdrawn:
     def _listing(self) -> dict[str, list[str]]:
         if self._paths is None:
             self._mtime_ns = self._mtime()
+            self._racy = self._mtime_ns is None or time.time_ns() - self._mtime_ns < RACY_NS
             self._paths = {}
             for name, entry in token_names(self._folder):
                 self._paths.setdefault(name, []).append(entry.path)
