@@ -879,6 +879,32 @@ def test_an_edit_the_driver_took_as_it_claimed_the_job_outlives_the_driver_kille
 
 @needs_root
 @needs_strace
+def test_a_job_its_owner_cancelled_keeps_its_result_when_the_driver_filing_it_is_killed(spool):
+    """nobody withdraws its queued job (`onite cancel`: `cancelled`); the driver, filing it, has moved it out of
+    cancel/ into jobsdone/ under a dot-name (strace holds it just after that rename) when it is killed. The job
+    must still end with its `cancelled` result. Before, it had none: the dot-name was left for retention to remove,
+    and `list`, `wait` and its dependants found no trace of it. Found by reading the code for a fault campaign."""
+    assert run_cli(["submit", "x"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["cancel", "x"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "x: cancelled\n"), r
+    [pending] = list((spool / "cancel").iterdir())
+    traced = subprocess.Popen([STRACE, "-qq", "-o", "/dev/null", "-P", str(pending), "-e", "trace=rename",
+                               "-e", "inject=rename:delay_exit=60000000:when=1", *driver_argv()], env=driver_env(spool))
+    wait_for(lambda: not pending.exists(), what="the driver to move the withdrawn job out of cancel/")
+    [driver] = traced_driver(traced.pid)
+    os.kill(driver, signal.SIGKILL)
+    traced.kill()
+    traced.wait(timeout=30)
+    wait_for(lambda: not Path(f"/proc/{driver}").exists(), what="the driver to die")
+    settle(spool)
+    done = result(spool, "nobody:x")
+    assert (done["state"], done["reason"]) == ("cancelled", "cancelled by nobody"), done
+    r = run_cli(["wait", "x"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (5, "x: cancelled by nobody\n"), r
+
+
+@needs_root
+@needs_strace
 def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, workdir):
     """The job's monitor is killed just after it started the job, before it recorded the job's pid
     (strace kills each monitor at its second chdir: the one back to / once the job's interpreter

@@ -65,7 +65,9 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     """Turn a withdrawn job (cancel/NAME@TOKEN) into jobsdone/NAME with a ``cancelled`` result; None if
     it was gone. It must be a regular file with one link, opened without following a link, and is
     checked again once moved under a dot-name into jobsdone/ (root's), so a file swapped in meanwhile
-    is caught. A file that is not its key's user's (a forgery) goes to refused/ instead.
+    is caught. A file that is not its key's user's (a forgery) goes to refused/ instead. The result is
+    written first, while the job is still in cancel/: a filer killed before the job left it leaves it to
+    the next look, one killed after leaves its result.
 
     Raises NotAJob: it is not a job file (it was set aside); SpoolIOError."""
     name = pending.name.partition(SIDE)[0]
@@ -84,6 +86,17 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         os.close(fd)
     if not one_file:
         _set_aside(spool, pending, name, "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file")
+    try:
+        job = decode(data)
+        priority, urgent, submitted = job.priority, job.urgent, job.submitted
+    except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
+        job, priority, urgent, submitted = None, rank or 0, rank == 0, now
+    forged = st.st_uid != key_uid(name)
+    result = None if forged else unrun_result(
+        name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED, reason=f"cancelled by {by}",
+        host="", now=now, job=job, priority=priority, urgent=urgent, submitted=submitted)
+    if result is not None:  # before the job leaves cancel/: a filer killed at any step after leaves its result
+        write_result(spool, result)
     staged = spool.done_dir / f".{name}@cancelled.{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
         move_file(pending, staged, "filing the cancelled job")
@@ -93,19 +106,10 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     if (now_st.st_dev, now_st.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now_st.st_mode) \
             or now_st.st_nlink != 1:
         _set_aside(spool, staged, name, "it was swapped while it was filed")
-    try:
-        job = decode(data)
-        priority, urgent, submitted = job.priority, job.urgent, job.submitted
-    except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
-        job, priority, urgent, submitted = None, rank or 0, rank == 0, now
-    if st.st_uid != key_uid(name):
+    if forged:
         move_file(staged, spool.refused_path(name, now), "setting aside a forged cancel")
         return Filed(None, job, f"a forgery: not {name.partition(':')[0]}'s file (kept in refused/)")
-    result = unrun_result(name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED,
-                          reason=f"cancelled by {by}", host="", now=now, job=job, priority=priority, urgent=urgent,
-                          submitted=submitted)
     try:
-        write_result(spool, result)
         move_file(staged, spool.done_dir / name, "filing the cancelled job")
     except OniteError:
         # the job is all that is left of it: back into cancel/ for the next look (a rename needs no
