@@ -154,6 +154,40 @@ def test_a_running_job_that_ends_on_its_own_as_it_is_cancelled_is_not_counted_ca
     assert result(spool, "quick")["state"] == "done", "\n".join(log_lines(spool))
 
 
+@needs_root
+def test_a_cancel_that_meets_a_run_ended_but_not_yet_filed_cancels_the_retry_it_is_filed_with(spool, workdir):
+    """A job's first attempt fails while its driver is busy (stopped with SIGSTOP, its end recorded by its
+    monitor); its owner cancels it then: a request, `requested`. The driver, going on, took the run as ended and
+    the request as too late for it, dropped the request, then spooled the retry, which ran: the job ran again
+    after its cancel. The request waits for the run's filing: its retry is cancelled, never started. Found by
+    reading the code for a fault campaign."""
+    import signal
+
+    from conftest import set_config
+
+    set_config(spool, retry_delay="0.05", kill_grace="1s")
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    r = run_cli(["submit", "x", "--retries", "1"], user="nobody", cwd="/tmp",
+                stdin=f"echo ran >> {ledger}; while [ ! -e {gate} ]; do sleep 0.05; done; exit 1\n".encode())
+    assert r.code == 0, r
+    driver = start_driver(spool, "-q")
+    try:
+        record = wait_for(lambda: next((spool / "running").glob("*/nobody:x@run"), None), what="the job's run record")
+        wait_for(lambda: '"event":"job"' in record.read_text(), what="the job to start")
+        os.kill(driver.pid, signal.SIGSTOP)  # the driver hears of neither the job's end nor the request
+        gate.touch()
+        wait_for(lambda: '"event":"ended"' in record.read_text(), what="the job to end")
+        r = run_cli(["cancel", "x"], user="nobody", cwd="/tmp")  # no answer from the driver: the request is said
+        assert r.code == 0 and r.out.startswith("x: requested"), r
+    finally:
+        os.kill(driver.pid, signal.SIGCONT)
+    assert driver.wait(timeout=60) == 0
+    assert ledger.read_text() == "ran\n", "\n".join(log_lines(spool))
+    res = result(spool, "nobody:x")
+    assert (res["state"], res["reason"], res["attempt"]) == ("cancelled", "cancelled by nobody", 2), res
+    assert list((spool / "cancel").iterdir()) == []
+
+
 def test_a_job_cancelled_while_its_retry_waits_keeps_the_attempts_that_ran(spool, workdir):
     """A job failed, and its retry waits out its back-off: a cancel now files it cancelled with the attempt
     that ran (its start, its exit), not as if it never started; ``list --all`` shows that start."""

@@ -92,6 +92,10 @@ class CancelInbox:
         night = self.night
         name, own_only = request.name, night.config.own_only
         run = night.running.get(name)
+        if run is None and name in night.ended:
+            # it ended, not filed yet: kept until it is (the driver looks again then), for a retry it is filed with
+            self._mtime = -1
+            return
         if run is not None:
             if may_touch(request.uid, run.owner.uid, own_only):
                 night.runner.stop(run, Stop.CANCEL, by=requester)

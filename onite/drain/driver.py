@@ -319,6 +319,7 @@ class Driver:
             self._start_jobs()  # the next jobs first: filing those that ended is then off their way
             if ended:
                 self.finisher.file(ended)
+                self.cancels.process()  # a request kept for one of them: its retry is cancelled before it starts
                 self._start_jobs()  # what their results let start (a retry, a dependant)
             if not night.running and not night.runner.busy():
                 if night.stopping or night.hard_stop or night.window_closed:
