@@ -903,6 +903,25 @@ def test_a_job_its_owner_cancelled_keeps_its_result_when_the_driver_filing_it_is
     assert (r.code, r.out) == (5, "x: cancelled by nobody\n"), r
 
 
+@needs_strace
+def test_a_driver_killed_as_it_creates_a_run_record_leaves_nothing_refused(spool, workdir):
+    """The driver is killed before it writes the first line of a job's new run record (the record is created
+    empty, before the job is claimed): nothing of the job happened. The next driver must run it once and set
+    nothing aside: before, it moved the empty record to refused/ as damaged, with a `refused` line in the log
+    and one more `refused` in the counts, for an admin to look into. Found by a fault campaign."""
+    ledger = workdir / "ledger"
+    submit("x", f"echo ran >> {ledger}\n", spool=spool)
+    record = spool / "running" / HOST / "root:x@run"
+    proc = subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-P", str(record), "-e", "trace=write",
+                           "-e", "inject=write:signal=KILL:when=1", *driver_argv()],
+                          env=driver_env(spool), timeout=120, capture_output=True)
+    assert record.exists() and record.stat().st_size == 0, proc.stderr
+    settle(spool)
+    assert ledger.read_text() == "ran\n" and result(spool, "x")["state"] == "done"
+    assert not list((spool / "refused").iterdir()), log_lines(spool)
+    assert not [line for line in log_lines(spool) if line.split()[2] == "refused"]
+
+
 @needs_root
 @needs_strace
 def test_a_job_whose_monitor_dies_as_it_starts_it_leaves_nothing_running(spool, workdir):

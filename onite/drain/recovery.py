@@ -148,13 +148,17 @@ class Recovery:
                      rerun=True)
 
     def _unclaimed(self, name: str) -> None:
-        """A run record whose claim is gone. Its driver died as it started the job (still queued) or
-        as it filed the run (a result or retry of it is there): the record goes. Otherwise the claimed
-        file was deleted while no driver ran: the job is filed as lost. A damaged record is set aside."""
+        """A run record whose claim is gone. Its driver died as it started the job (still queued, the record
+        perhaps still empty) or as it filed the run (a result or retry of it is there): the record goes.
+        Otherwise the claimed file was deleted while no driver ran: the job is filed as lost. A damaged record
+        is set aside."""
         night = self.night
         record_path = night.spool.run_record_path(night.host, name)
         rec = runrecords.read(record_path)
         uid = rec.get("uid") if rec is not None else None
+        if rec is None and _empty(record_path):  # its driver died as it created it, before any claim: nothing ran
+            remove_file(record_path)
+            return
         if rec is None or not isinstance(uid, int) or isinstance(uid, bool):
             self.finisher.move_aside(record_path, night.spool.record_label(name), None,
                                      "a damaged run record of a job no longer claimed", file_result=False)
@@ -435,6 +439,13 @@ class Recovery:
             return self.make_runner(executor)
         except OniteError:
             return night.runner
+
+
+def _empty(path: str) -> bool:
+    try:
+        return os.lstat(path).st_size == 0
+    except OSError:
+        return False
 
 
 def _owner(path: Path) -> int | None:
