@@ -301,3 +301,77 @@ def test_a_job_waiting_for_a_cancelled_job_fails_though_an_earlier_run_of_that_n
     assert not ledger.exists(), "d ran though the x it waited for was cancelled"
     assert (result(spool, "nobody:d")["state"], result(spool, "nobody:d")["reason"]) == \
         ("failed", "dependency x was cancelled")
+
+
+def _held_cli(spool, path, log, *argv):
+    """``onite ARGV`` as root under strace, which holds its first lstat of ``path`` until strace is killed; it
+    is there once ``log`` (strace's output) names the path."""
+    from test_exactly_once import STRACE, driver_env
+
+    if STRACE is None:
+        pytest.skip("needs strace to hold a command between its looks")
+    return subprocess.Popen([STRACE, "-qq", "-o", str(log), "-P", str(path), "-e", "trace=newfstatat,lstat",
+                             "-e", "inject=newfstatat,lstat:delay_enter=60000000:when=1",
+                             sys.executable, "-m", "onite", *argv], env=driver_env(spool),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _let_go(tracer):
+    """Kill strace: the process it held goes on; (exit code, stdout, stderr) of that process, once it has ended."""
+    [child] = [int(pid) for task in os.listdir(f"/proc/{tracer.pid}/task")
+               for pid in open(f"/proc/{tracer.pid}/task/{task}/children").read().split()]
+    tracer.kill()
+    tracer.wait(timeout=30)
+    wait_for(lambda: not os.path.exists(f"/proc/{child}"), what="the command to end")
+    return child
+
+
+def test_a_cancel_that_looks_as_the_job_is_claimed_finds_it_running(spool, workdir):
+    """``onite cancel x`` looked at running/ and then at the queue; the driver claimed x in between (strace holds
+    the command before its look at the queue): it said `no job 'x' is queued or running` (exit 1), and x ran. It
+    must find the job and have its driver stop it. Found by reading the code for a fault campaign."""
+    from test_exactly_once import HOST
+
+    gate, log = workdir / "gate", workdir / "strace.log"
+    submit("x", body=f"while [ ! -e {gate} ]; do sleep 0.05; done\n".encode())
+    queued = spool / "jobs" / "P4" / "root:x"
+    cancel = _held_cli(spool, queued, log, "cancel", "x")
+    try:
+        wait_for(lambda: log.exists() and str(queued) in log.read_text(), what="cancel to look at the queue")
+        driver = start_driver(spool, "-q")
+        wait_for((spool / "running" / HOST / "root:x").exists, what="the driver to claim x")
+        _let_go(cancel)
+        out, err = cancel.communicate(timeout=60)
+    finally:
+        gate.touch()
+    assert driver.wait(timeout=60) == 0
+    assert out.startswith("x: cancelled") or out.startswith("x: requested"), (out, err)
+    assert result(spool, "x")["state"] == "cancelled"
+
+
+def test_a_cancel_that_looks_as_a_killed_drivers_claim_is_requeued_finds_it_queued(spool, workdir):
+    """The other way round: a claim a killed driver left is put back in its queue by the next driver's recovery
+    while ``onite cancel x`` is between its look at running/ (strace holds it there) and the queue: the queue is
+    looked at again, and x is cancelled before it can run again (that driver is held before its new claim)."""
+    from test_exactly_once import HOST, STRACE, driver_argv, driver_env
+
+    ledger, log, driver_log = workdir / "ledger", workdir / "strace.log", workdir / "driver-strace.log"
+    submit("x", body=f"echo ran >> {ledger}\n".encode())
+    subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-e", "trace=sendmsg", "-e", "inject=sendmsg:signal=KILL:when=1",
+                    *driver_argv()], env=driver_env(spool), timeout=120, capture_output=True)
+    claim = spool / "running" / HOST / "root:x"
+    assert claim.exists()  # claimed, never handed to a monitor
+    cancel = _held_cli(spool, claim, log, "cancel", "x")
+    queued = spool / "jobs" / "P4" / "root:x"
+    driver = subprocess.Popen([STRACE, "-qq", "-o", str(driver_log), "-P", str(queued), "-e", "trace=rename",
+                               "-e", "inject=rename:delay_enter=60000000:when=1", *driver_argv()], env=driver_env(spool))
+    try:
+        wait_for(lambda: log.exists() and str(claim) in log.read_text(), what="cancel to look at running/")
+        wait_for(lambda: driver_log.exists() and str(queued) in driver_log.read_text(),
+                 what="recovery to put x back in its queue, and the driver to claim it again")
+        _let_go(cancel)
+        out, err = cancel.communicate(timeout=60)
+    finally:
+        _let_go(driver)  # its claim finds x gone
+    assert out == "x: cancelled\n", err
+    assert not ledger.exists() and result(spool, "x")["state"] == "cancelled"

@@ -37,7 +37,10 @@ class CancelReport(Record):
 def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> CancelReport:
     """Cancel the queued or running job ``text`` (NAME: the caller's; USER:NAME); Refused where own_only forbids it."""
     name = key_for(text)
-    running, queued = find_running(spool, name), find_queued(spool, name)
+    # the queue, running/, the queue again: a claim, or a requeue, between two looks is not taken for no job
+    queued, running = find_queued(spool, name), find_running(spool, name)
+    if not running and not queued:
+        queued = find_queued(spool, name)
     if not running and not queued:
         raise NotFound(f"no job {text!r} is queued or running", "see onite list")
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
