@@ -967,19 +967,30 @@ def test_an_sbatch_that_names_a_job_that_is_not_the_owners_starts_nothing_watche
     """Sbatch runs as the job's owner, who may trace it and have it print another
     job id (``0``): the driver took it, squeue then refused the whole list of ids for that one, and
     every job in flight was filed as lost while it ran. An id sbatch gives must be a job Slurm knows
-    as the owner's; else the run fails, and what sbatch did submit is cancelled."""
+    as the owner's; else the run fails, and what sbatch did submit is cancelled: that run's job only, not the
+    owner's job of the same name from another spool."""
     tools = workdir / "tools"
     tools.mkdir()
     (tools / "sbatch").write_text(f"#!/bin/sh\n{shutil.which('sbatch')} \"$@\" && echo 0\n")
     (tools / "sbatch").chmod(0o755)
     submit("forged", "sleep 30\n")
-    env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}")
-    driver = start_driver(slurm_spool, env=env)
-    assert finish(driver, timeout=120) == 0
-    got = result(slurm_spool, "forged")
-    assert got["state"] == "failed" and "sbatch said it submitted job 0, which Slurm does not know" in got["reason"], got
-    wait_for(lambda: not subprocess.run(["squeue", "-h", "-n", "onite:forged"], capture_output=True, text=True,
-                                        timeout=SQUEUE_TIMEOUT).stdout.strip(), what="its real Slurm job to be cancelled")
+    other = subprocess.run(["sbatch", "--parsable", "--job-name=onite:root:forged", "--comment=another spool's",
+                            f"--output={workdir}/other.out", "--wrap", "sleep 300"],
+                           capture_output=True, text=True, check=True, timeout=SQUEUE_TIMEOUT).stdout.strip()
+    try:
+        env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}")
+        driver = start_driver(slurm_spool, env=env)
+        assert finish(driver, timeout=120) == 0
+        got = result(slurm_spool, "forged")
+        assert got["state"] == "failed" and "sbatch said it submitted job 0, which Slurm does not know" in got["reason"]
+
+        def left() -> list[str]:
+            return subprocess.run(["squeue", "-h", "-n", "onite:root:forged", "-o", "%i"], capture_output=True, text=True,
+                                  timeout=SQUEUE_TIMEOUT).stdout.split()
+
+        wait_for(lambda: left() == [other], what="its real Slurm job to be cancelled, and only it")
+    finally:
+        subprocess.run(["scancel", "--quiet", other], capture_output=True, timeout=SQUEUE_TIMEOUT)
 
 
 @pytest.mark.skipif(shutil.which("strace") is None and os.environ.get("ONITE_STRACE_TESTS") != "required",

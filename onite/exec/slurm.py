@@ -203,7 +203,7 @@ class SlurmRunner(Runner):
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
         answer = self._query([job_id])
         if answer is not None and self._owned(answer, job_id, run.owner.uid) is None:
-            self._cancel_by_name(run)
+            self._cancel_submitted(run)
             return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
                                   f"{run.owner.name}'s")
         self._taken(run, job_id, sub.record_fd)
@@ -286,10 +286,12 @@ class SlurmRunner(Runner):
         self._submitting.clear()
         self._unsure.clear()
 
-    def _cancel_by_name(self, run: Run) -> None:
-        """sbatch named a job that is not the owner's: cancel whatever it submitted under the job's name."""
-        self._run_tool([self.scancel, "--quiet", f"--name={job_label(run.name)}",
-                        f"--user={self._job_uid(run.owner.uid)}"])
+    def _cancel_submitted(self, run: Run) -> None:
+        """sbatch named a job that is not the owner's: cancel what it submitted for ``run`` (found by the run in its
+        comment), never the owner's job of that name from another spool."""
+        uid = self._job_uid(run.owner.uid)
+        for job_id in self._jobs_of_run(run.name, run.run_id, run.spool, uid) or ():
+            self._scancel(job_id, uid)
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
