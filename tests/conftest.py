@@ -460,6 +460,25 @@ def read_so_far() -> int:
                     if line.startswith("rchar:")).split()[1])
 
 
+def sparse_templates(spool: Path, rule: list[str], count: int) -> None:
+    """nobody's template ``t0`` (``recur add t0 RULE``) and its copies ``t1``.. up to ``count`` templates, each
+    cut to max_job_size: bodies of sparse holes that cost nobody no disk, and each reader that reads them whole
+    24 MiB."""
+    r = run_cli(["recur", "add", "t0", *rule], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    data = (spool / "recur" / "nobody:t0").read_bytes()
+    size = (16 << 20) + (8 << 20) - 4096  # max_job_size and the room for the environment: still a template
+
+    def copies():
+        for i in range(1, count):
+            fd = os.open(spool / "recur" / f"nobody:t{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, data)
+            os.ftruncate(fd, size)
+            os.close(fd)
+
+    assert as_user(copies) == ("ok", None)
+
+
 def times_blocked(pid: int) -> int:
     """How many times process ``pid`` has blocked (its voluntary context switches): a process that
     polls, sleeping between its looks, blocks at least once a look."""

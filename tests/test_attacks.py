@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, next_ctime_tick, nobody, read_so_far,
-                      result, run_cli, set_config, start_driver, wait_for)
+                      result, run_cli, set_config, sparse_templates, start_driver, wait_for)
 from onite.core.job import Attempt, Job
 from onite.core.jobfile import encode
 from onite.exec.contain import signal_pid
@@ -1603,19 +1603,7 @@ def test_a_users_sparse_templates_cost_roots_recur_list_and_status_no_more_than_
     from onite.app.recur import templates
     from onite.spool.paths import SpoolDir
 
-    r = run_cli(["recur", "add", "t0", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 0, r
-    data = (spool / "recur" / "nobody:t0").read_bytes()
-    size = (16 << 20) + (8 << 20) - 4096  # max_job_size and the room for the environment: still a template
-
-    def copies():
-        for i in range(1, 300):
-            fd = os.open(spool / "recur" / f"nobody:t{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.write(fd, data)
-            os.ftruncate(fd, size)
-            os.close(fd)
-
-    assert as_user(copies) == ("ok", None)
+    sparse_templates(spool, ["--every", "1h"], 300)
 
     before = read_so_far()
     views = templates(SpoolDir(spool), datetime.now().astimezone())

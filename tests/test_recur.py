@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import (REPO, as_user, drain, log_lines, needs_root, nobody, read_so_far, result, run_cli, set_config,
-                      wait_for)
+                      sparse_templates, wait_for)
 from onite.core.job import Job
 from onite.core.jobfile import decode, encode
 from onite.app.recur import TemplateView, templates_json
@@ -508,19 +508,7 @@ def test_a_users_sparse_templates_cost_each_onite_run_no_more_than_their_headers
     from onite.drain.instances import RecurScheduler
     from onite.spool.paths import SpoolDir
 
-    r = run_cli(["recur", "add", "t0", "--cron", "0 3 1 1 *"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 0, r
-    data = (spool / "recur" / "nobody:t0").read_bytes()
-    size = (16 << 20) + (8 << 20) - 4096  # max_job_size and the room for the environment: still a template
-
-    def copies():
-        for i in range(1, 100):
-            fd = os.open(spool / "recur" / f"nobody:t{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.write(fd, data)
-            os.ftruncate(fd, size)
-            os.close(fd)
-
-    assert as_user(copies) == ("ok", None)
+    sparse_templates(spool, ["--cron", "0 3 1 1 *"], 100)
 
     class Log:
         def event(self, event, *args, **fields):
