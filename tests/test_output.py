@@ -294,3 +294,32 @@ def test_output_of_an_earlier_run_says_a_new_one_is_queued(spool):
     assert r.code == 0 and r.out == "first run\n", r
     assert r.err.startswith("onite: note: a new run of hello is queued and has not started: this is the output of "
                             "its earlier run (onite output hello -f waits for the new one)"), r
+
+
+@needs_root
+@pytest.mark.attack
+@pytest.mark.parametrize("follow", [[], ["--follow"]], ids=["output", "follow"])
+def test_a_users_output_made_a_huge_sparse_file_costs_roots_output_command_no_more_than_its_data(spool, follow):
+    """nobody's job prints a line and ends; nobody then truncates its own output (``stdout/`` is traversable, the
+    file its own) to 1 TiB, a hole that costs no disk: root's ``onite output nobody:x`` (and ``-f``) read the
+    NULs on and on. Only the file's data is read, and its line is printed."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, as_user
+
+    submit("sparse", b"echo its line\n", user="nobody")
+    assert drain(spool).returncode == 0 and result(spool, "nobody:sparse")["state"] == "done"
+    assert as_user(lambda: os.truncate(spool / "stdout" / "nobody:sparse", 1 << 40)) == ("ok", None)
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "onite", "output", "nobody:sparse", *follow], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    bound, got = 64 << 20, b""
+    try:
+        while len(got) < bound and (chunk := proc.stdout.read1(1 << 20)):
+            got += chunk
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(got) < bound, "root's output command read the hole on and on"
+    assert got.startswith(b"its line\n")

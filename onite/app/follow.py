@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from onite.core.errors import JobFormatError, NotFound, Refused
 from onite.spool.filecheck import BadFile, read_job_head
-from onite.spool.outputs import open_job_output
+from onite.spool.outputs import copy_data, open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.queued import find_queued
 from onite.spool.results import read_result
@@ -27,7 +27,6 @@ from onite.app.wait import PENDING, Final, judge, look, start, undrained
 from onite.core.clock import SYSTEM
 
 POLL = 0.2  # seconds between looks while the output does not grow
-CHUNK = 1 << 16
 
 
 def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce: Callable[[str], None]) -> Final:
@@ -116,10 +115,7 @@ def _open(spool: SpoolDir, name: str, stderr: bool) -> BinaryIO | None:
 
 def _copy(handle: BinaryIO, out: BinaryIO) -> bool:
     """Copy what ``handle`` has past its position to ``out``; True if there was anything."""
-    copied = False
-    while chunk := handle.read(CHUNK):
-        out.write(chunk)
-        copied = True
+    copied = copy_data(handle.fileno(), out.write)
     if copied:
         out.flush()
     return copied

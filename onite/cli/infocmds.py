@@ -27,7 +27,7 @@ def output(
 ) -> Optional[int]:
     """Print the captured output of your job NAME (its latest run): stdout, with stderr unless kept apart."""
     from onite.app.common import key_for
-    from onite.spool.outputs import newer_run_note, open_job_output
+    from onite.spool.outputs import copy_data, newer_run_note, open_job_output
 
     target = open_spool(spool, reading=True)
     name = key_for(name)
@@ -39,8 +39,7 @@ def output(
         if note is not None:
             say(f"onite: note: {note}")
         out = Sink(owner, raw)
-        while chunk := handle.read(1 << 16):
-            out.write(chunk)
+        copy_data(handle.fileno(), out.write)
         out.finish()
 
 

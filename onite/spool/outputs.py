@@ -7,6 +7,7 @@ whatever their mode says.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from datetime import datetime
@@ -56,6 +57,32 @@ def last_lines(data: bytes, *, cut: bool, lines: int) -> bytes:
         parts.pop()
     parts = parts[len(parts) - lines:] if lines < len(parts) else parts
     return b"\n".join(parts) + (b"\n" if parts else b"")
+
+
+def copy_data(fd: int, write, *, end: int | None = None) -> bool:
+    """Copy what output file ``fd`` holds from its offset up to ``end`` (None: its size now) to ``write``, leaving
+    the offset there; True if anything was copied. Holes are skipped: its owner may truncate it far longer at no
+    cost in disk (no write of a job's makes one), and a reader would read those NULs without bound; and a file
+    that grows as it is read is read only to its size when the copy began."""
+    pos = os.lseek(fd, 0, os.SEEK_CUR)
+    end = os.fstat(fd).st_size if end is None else end
+    copied = False
+    while pos < end:
+        try:
+            pos = min(os.lseek(fd, pos, os.SEEK_DATA), end)
+            stop = min(os.lseek(fd, pos, os.SEEK_HOLE), end) if pos < end else end
+        except OSError as err:
+            if err.errno != errno.ENXIO:  # ENXIO: a hole to the end, or the file was cut shorter
+                raise
+            break
+        while pos < stop and (chunk := os.pread(fd, min(1 << 16, stop - pos), pos)):
+            write(chunk)
+            pos += len(chunk)
+            copied = True
+        if pos < stop:  # cut shorter meanwhile
+            break
+    os.lseek(fd, pos, os.SEEK_SET)
+    return copied
 
 
 def open_output(path: Path, owner: tuple[int, int] | None, *, append: bool) -> int:
