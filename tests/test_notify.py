@@ -336,6 +336,23 @@ def test_no_sendmail_on_the_machine_is_said_once(spool):
     assert line.startswith(f'root:one how=mail reason="{NO_SENDMAIL}"')
 
 
+def test_a_reason_with_a_unicode_line_separator_still_reaches_the_owner_by_mail(spool, mailbox, world_tmp):
+    """A job spooled from a directory whose name holds U+2028, gone before it runs: its reason quotes the path,
+    which the mail's Subject takes. The email module takes U+2028 for a line break in a header and refused the
+    whole message: the owner was never told their job failed."""
+    set_config(spool, notify="mail", sendmail=mailbox.sendmail)
+    gone = world_tmp / "gone\u2028Bcc: x"
+    gone.mkdir()
+    assert run_cli(["submit", "lost"], stdin=b"true\n", cwd=str(gone)).code == 0
+    gone.rmdir()
+    assert drain(spool).returncode == 0
+    assert result(spool, "lost")["state"] == "failed"
+    [(_, msg)] = messages(mailbox)
+    assert msg["Subject"].startswith("onite: job lost failed") and "\u2028" not in msg["Subject"]
+    assert msg["Bcc"] is None
+    assert events(spool, "notify-failed") == []
+
+
 # ---- another user's job (root) -----------------------------------------------------------
 
 

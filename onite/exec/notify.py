@@ -35,7 +35,7 @@ MAX_RUNNING = 8  # notifiers at once: a burst of failures must not become a burs
 MAX_WAITING = 1000  # notices waiting for one of those; beyond that they are logged and dropped
 MAX_WAITING_PER_USER = 100  # of them one user's
 KILL_WAIT = 5.0  # seconds to wait for a killed notifier to be reaped before giving up on it
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")  # and what the email module takes for line breaks
 
 
 def find_sendmail(config) -> tuple[str | None, str]:
