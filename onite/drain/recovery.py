@@ -83,8 +83,8 @@ class Recovery:
                     night.log.event("error", name, error=f"recovering it: {err}", note="left for the next driver")
             elif name.startswith(".") and name.endswith(".tmp"):
                 remove_file(night.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
-            elif name.endswith(TAKEN_EDIT):  # its claim was dealt with (an edit to put back went with ``requeue``)
-                remove_file(night.running_dir / name)
+            elif name.endswith(TAKEN_EDIT) and not os.path.lexists(night.running_dir / name[: -len(TAKEN_EDIT)]):
+                remove_file(night.running_dir / name)  # its claim was dealt with (``requeue`` puts an edit back)
 
     def _claim(self, name: str) -> None:
         night = self.night
