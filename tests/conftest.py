@@ -168,6 +168,12 @@ def pytest_xdist_make_scheduler(config, log):
     return SlurmTogether(config, log)
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked ``alone`` first: one waits for every running test to end, and later in the session it would
+    leave the other workers idle behind a long one (a minute of kills under strace)."""
+    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
+
+
 @pytest.fixture(autouse=True)
 def _alone_or_together(request):
     """Under pytest-xdist, a test marked ``alone`` runs while no other test does: it changes what every
