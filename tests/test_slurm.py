@@ -572,6 +572,65 @@ def test_an_sbatch_that_outlived_its_driver_is_stopped_before_the_job_is_looked_
     assert starts.read_text().split() == [rec["external_id"]]
 
 
+def copying_sbatch(tools: Path, then: str) -> None:
+    """An sbatch in ``tools`` that submits the job twice (as an owner who copies their run's comment onto a
+    second job would), then does ``then`` (its shell words) instead of answering."""
+    tools.mkdir()
+    (tools / "sbatch").write_text(f'#!/bin/sh\nscript=$(mktemp)\ncat > "$script"\n'
+                                  f'for copy in 1 2; do {shutil.which("sbatch")} "$@" < "$script" > /dev/null; done\n'
+                                  f'rm -f "$script"\n{then}\n')
+    (tools / "sbatch").chmod(0o755)
+
+
+def test_an_unsure_submission_slurm_holds_two_jobs_of_fails_with_both_cancelled(slurm_spool, workdir):
+    """sbatch said it could not reach the controller, and Slurm then held two jobs of the owner with the
+    run's comment: the run failed and both ran on, unwatched. Neither can be told for the run's own:
+    both are cancelled, and the reason says so."""
+    starts = workdir / "starts"
+    copying_sbatch(workdir / "tools", 'echo "sbatch: error: Batch job submission failed: Unable to contact '
+                                      'slurm controller (connect failure)" >&2; exit 1')
+    submit("twice", f"echo $SLURM_JOB_ID >> {starts}; sleep 300\n")
+    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{workdir / 'tools'}:{os.environ['PATH']}"))
+    try:
+        assert finish(driver, timeout=120) == 0
+    finally:
+        stop(driver)
+    rec = result(slurm_spool, "twice")
+    assert rec["state"] == "failed" and "Slurm holds 2 jobs of its owner with its run's comment" in rec["reason"], rec
+    copies = rec["reason"].rpartition("(")[2].partition(")")[0].split(", ")
+    assert len(copies) == 2
+    wait_for(lambda: all(slurm_state(job_id) == "CANCELLED" for job_id in copies), timeout=60,
+             what="both copies to be cancelled")
+
+
+def test_a_dead_drivers_run_slurm_holds_two_jobs_of_is_run_once_they_are_over(slurm_spool, workdir):
+    """A driver killed while sbatch ran, and Slurm holding two jobs with the run's comment: the next driver
+    took neither (it cannot tell which is the run's), said the run had not reached Slurm and ran it again
+    beside both. It now cancels both, waits until they are over, and only then runs the job again."""
+    starts, pidfile = workdir / "starts", workdir / "sbatch.pid"
+    copying_sbatch(workdir / "tools", f"echo $$ > {pidfile}; kill -STOP $$")
+    # the two copies run on until cancelled; the run the next driver starts ends at once
+    submit("copied", f'echo $SLURM_JOB_ID >> {starts}; [ "$(wc -l < {starts})" -gt 2 ] || sleep 300\n')
+    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{workdir / 'tools'}:{os.environ['PATH']}"))
+    try:
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=60, what="sbatch to submit twice")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+        wait_for(lambda: starts.exists() and len(starts.read_text().split()) == 2, timeout=60,
+                 what="both copies to run")
+        copies = starts.read_text().split()
+        assert finish(start_driver(slurm_spool), 180) == 0
+    finally:
+        stop(driver)
+        subprocess.run(["pkill", "-KILL", "-F", str(pidfile)], capture_output=True)
+    assert all(slurm_state(job_id) == "CANCELLED" for job_id in copies)
+    rec = result(slurm_spool, "copied")
+    assert rec["state"] == "done" and rec["external_id"] not in copies, rec
+    assert starts.read_text().split()[:2] == copies and len(starts.read_text().split()) == 3
+    [line] = [line for line in log_lines(slurm_spool) if " recovered " in line and "root:copied" in line]
+    assert "no Slurm job of it is in flight" in line, line
+
+
 @needs_root
 @pytest.mark.attack
 def test_a_slurm_job_its_owner_renamed_is_still_cancelled_and_time_limited(slurm_spool, workdir):

@@ -248,6 +248,11 @@ class SlurmRunner(Runner):
             if len(found) == 1:
                 self._taken(run, found[0], unsure.record_fd)
                 return None
+            if found:  # its owner copied its comment: none can be told for its own, and none runs on unwatched
+                for job_id in found:
+                    self._scancel(job_id, self._job_uid(run.owner.uid))
+                return Outcome(reason=f"{unsure.fails_with}; Slurm holds {len(found)} jobs of its owner with its "
+                               f"run's comment ({', '.join(found)}), all cancelled", never_started=True)
             return Outcome(reason=unsure.fails_with, never_started=True)
         finally:
             unsure.close()
@@ -480,7 +485,7 @@ class SlurmRunner(Runner):
         Unavailable: Slurm cannot be asked, or the job is still in flight after its cancel."""
         job_id = info.get("external_id")
         if not job_id:
-            return "it had not reached Slurm"
+            return "no Slurm job of it is in flight"
         answer = self._query([job_id])
         if answer is None:
             raise Unavailable(f"Slurm could not be asked about job {job_id}")
@@ -523,14 +528,20 @@ class SlurmRunner(Runner):
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
         """The one job of ``owner`` named for a run whose driver died as sbatch ran and whose comment
-        names its run id, else None. Unavailable: Slurm cannot be asked (nothing may be decided)."""
+        names its run id, else None: none, or several (each then cancelled, and over). Unavailable: Slurm
+        cannot be asked, or a copy is still in flight after its cancel (nothing may be decided)."""
         if not info.get("run_id") or not info.get("name"):
             return None
         self._stop_left_sbatch(info["run_id"], spool, self._job_uid(owner))
-        found = self._jobs_of_run(info["name"], info["run_id"], spool, self._job_uid(owner))
+        uid = self._job_uid(owner)
+        found = self._jobs_of_run(info["name"], info["run_id"], spool, uid)
         if found is None:
             raise Unavailable("Slurm could not be asked for the job of this run")
-        return found[0] if len(found) == 1 else None
+        if len(found) > 1:  # its owner copied its comment: none can be told for its own, and none runs on unwatched
+            for job_id in found:
+                self._cancel_and_wait(job_id, uid, CANCEL_WAIT)
+            return None
+        return found[0] if found else None
 
     def _jobs_of_run(self, name: str, run_id: str, spool: str, uid: int) -> list[str] | None:
         """The ids of ``uid``'s jobs named for ``name`` whose comment names run ``run_id`` of ``spool``, in
