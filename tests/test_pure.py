@@ -181,6 +181,8 @@ def test_seed_defaults():
     ('stderr_separate = "yes"', "write true or false"),
     ("max_pids = -1", "max_pids = -1 is not valid — write a whole number from 0 to 4194304"),
     ("max_pids = true", "max_pids = True is not valid"),
+    ("max_templates = 0", "max_templates = 0 is not valid — write a whole number from 1 to 10000000"),
+    ('max_templates = "50"', "max_templates = '50' is not valid"),
     ('pam = "yes"', 'write "auto" or "required" or "off"'),
     ('pam_service = "../shadow"', "pam_service = '../shadow' is not valid — write the name of a file in /etc/pam.d"),
     ('pam_service = ""', "pam_service = '' is not valid"),
@@ -194,6 +196,10 @@ def test_pam_and_pids_keys():
     config = parse_config('max_pids = 0\npam = "required"\npam_service = "cron"\n')
     assert (config.max_pids, config.pam, config.pam_service) == (0, "required", "cron")
     assert (Config().max_pids, Config().pam, Config().pam_service) == (4096, "auto", "onite")
+
+
+def test_max_templates_key():
+    assert Config().max_templates == 100 and parse_config("max_templates = 3\n").max_templates == 3
 
 
 def test_host_tables_override_slots():

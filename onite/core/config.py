@@ -57,6 +57,7 @@ class Config(Record):
     cutoff: time | None = None
     check_lock: bool = False
     keep: int = 50
+    max_templates: int = 100  # recurring-job templates of each user but root that are used (the first, by name)
     own_only: bool = True
     shell: str = "/bin/sh"
     slots: int = 1
@@ -138,6 +139,7 @@ def _config_of(data: dict, source: str) -> Config:
         cutoff=reader.clock("cutoff"),
         check_lock=reader.boolean("check_lock"),
         keep=reader.integer("keep", low=0, high=10_000_000),
+        max_templates=reader.integer("max_templates", low=1, high=10_000_000),
         own_only=reader.boolean("own_only"),
         shell=reader.path("shell"),
         slots=reader.integer("slots", low=1, high=MAX_SLOTS),
