@@ -1603,6 +1603,7 @@ def test_a_users_sparse_templates_cost_roots_recur_list_and_status_no_more_than_
     from onite.app.recur import templates
     from onite.spool.paths import SpoolDir
 
+    set_config(spool, max_templates=300)  # all of them used (beyond it they are not read at all)
     sparse_templates(spool, ["--every", "1h"], 300)
 
     before = read_so_far()
@@ -1613,3 +1614,70 @@ def test_a_users_sparse_templates_cost_roots_recur_list_and_status_no_more_than_
     assert r.code == 0 and "nobody:t299" in r.out and "every 1h" in r.out, r
     r = run_cli(["status"], timeout=15)
     assert r.code == 0 and "recurring nobody:t" in r.out, r
+
+
+def test_a_users_templates_beyond_max_templates_are_not_read_nor_run(spool):
+    """nobody writes copies of its template into recur/ by hand, without end (``recur add`` stops at
+    max_templates; a file written there asks no one): each cost every look of the driver, ``onite status`` and
+    ``recur list`` a decode and croniter's (1.2 ms: 20,000 of them, 25 s of everyone's status and of every drain).
+    Each user's first max_templates by name are used, the rest never read nor run; the driver says so in one line
+    for nobody, not one a template; root's templates have no limit."""
+    from onite.core.rules import parse_rule
+
+    set_config(spool, max_templates=3)
+    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
+    rule = parse_rule(cron=f"{fire.minute} {fire.hour} * * *")
+    plant_template(spool, "nobody:t0", b"true\n", rule, "nobody")
+    copy = (spool / "recur" / "nobody:t0").read_bytes()
+    for i in range(1, 10):
+        plant(spool / "recur" / f"nobody:t{i}", copy)
+    plant(spool / "recur" / "nobody:u-garbage", b"\xff" * 4096)  # decoded, it would be refused by name
+    for i in range(5):
+        plant_template(spool, f"root:r{i}", b"true\n", rule, "root")
+    proc = drain(spool)
+    assert proc.returncode == 0, proc.stderr
+    stamp = f"{fire:%Y%m%dT%H%M}"
+    for name in ["nobody:t0", "nobody:t1", "nobody:t2", *(f"root:r{i}" for i in range(5))]:
+        assert result(spool, f"{name}-{stamp}")["state"] == "done", name
+    assert sorted(p.name for p in (spool / "jobsdone").glob("nobody:*@result")) == \
+        [f"nobody:t{i}-{stamp}@result" for i in range(3)]
+    refused = [line for line in log_lines(spool) if " recur-refused " in line]
+    assert len(refused) == 1 and "owner=nobody" in refused[0] and "8 of nobody's" in refused[0] \
+        and "max_templates = 3" in refused[0], refused
+    assert drain(spool).returncode == 0  # each driver run says it once
+    assert len([line for line in log_lines(spool) if " recur-refused " in line]) == 2
+
+
+def test_templates_beyond_max_templates_cost_status_and_recur_list_no_read(spool):
+    """``onite status`` and ``recur list`` (root's and everyone's) read none of nobody's templates beyond
+    max_templates: files of garbage there, decoded, would show as broken templates; huge ones (a sparse 1 GB
+    file) cost nothing. ``recur list`` says in one line on stderr how many of nobody's are not used."""
+    from onite.app.recur import templates
+    from onite.spool.paths import SpoolDir
+
+    set_config(spool, max_templates=3)
+    sparse_templates(spool, ["--every", "1h"], 3)
+    plant(spool / "recur" / "nobody:t3", b"garbage\n" * 512)
+
+    def huge():
+        with open(spool / "recur" / "nobody:t4", "xb") as f:
+            f.truncate(1 << 30)
+    assert as_user(huge) == ("ok", None)
+    assert run_cli(["recur", "add", "mine", "--every", "2h"], stdin=b"true\n", cwd="/tmp").code == 0
+
+    aside: dict[int, int] = {}
+    before = read_so_far()
+    views = templates(SpoolDir(spool), datetime.now().astimezone(), aside)
+    assert read_so_far() - before < 1 << 20
+    assert [v.name for v in views] == ["nobody:t0", "nobody:t1", "nobody:t2", "root:mine"], views
+    assert {v.problem for v in views} == {""} and aside == {nobody().pw_uid: 2}
+    for user in (None, "nobody"):
+        r = run_cli(["recur", "list"], user=user, timeout=15)
+        assert r.code == 0 and "t2 " in r.out and "t3" not in r.out and "t4" not in r.out, r
+        assert r.err.strip().splitlines() == [
+            "2 of nobody's recurring jobs are not used: each user's first 3 by name are (max_templates = 3); "
+            "remove some (onite recur remove NAME), or ask the admin to raise max_templates"], r
+    r = run_cli(["recur", "list", "--json"], timeout=15)
+    assert r.code == 0 and len(r.json()["recurring"]) == 4 and "2 of nobody's" in r.err, r
+    r = run_cli(["status"], timeout=15)
+    assert r.code == 0 and "recurring nobody:t" in r.out and "t3" not in r.out and "t4" not in r.out, r

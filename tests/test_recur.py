@@ -519,3 +519,23 @@ def test_a_users_sparse_templates_cost_each_onite_run_no_more_than_their_headers
     assert scheduler.spool_due(datetime.now().astimezone()) == []
     assert len(scheduler.templates) == 100
     assert read_so_far() - before < 100 << 20, "a template's body was read"  # not 2.4 GB
+
+
+@needs_root
+def test_recur_add_refuses_a_users_template_beyond_max_templates(spool):
+    """nobody may have max_templates templates: one more is refused (exit 2, one line naming the limit and what
+    to do), and nothing is written. Adding a name nobody has already is refused as before (not the limit); root
+    has no limit."""
+    set_config(spool, max_templates=3)
+    for i in range(3):
+        assert run_cli(["recur", "add", f"t{i}", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["recur", "add", "t3", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 2 and "may have 3 (max_templates)" in r.err and "onite recur remove" in r.err, r
+    assert len(r.err.strip().splitlines()) == 1, r
+    assert sorted(os.listdir(spool / "recur")) == ["nobody:t0", "nobody:t1", "nobody:t2"]
+    r = run_cli(["recur", "add", "t0", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code != 0 and "already exists" in r.err and "max_templates" not in r.err, r
+    for i in range(5):
+        assert run_cli(["recur", "add", f"r{i}", "--every", "1h"], stdin=b"true\n", cwd="/tmp").code == 0
+    assert run_cli(["recur", "remove", "t1"], user="nobody").code == 0
+    assert run_cli(["recur", "add", "t3", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0

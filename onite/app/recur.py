@@ -29,7 +29,7 @@ from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
-from onite.spool.recurstate import load_state, template_files
+from onite.spool.recurstate import load_state, template_files, used_templates
 
 if TYPE_CHECKING:
     from onite.core.identity import Identity
@@ -51,6 +51,11 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     spool.check()
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")
+    mine = sum(st.st_uid == caller.uid and name != job.name for name, _, st in template_files(spool))
+    if caller.uid and mine >= config.max_templates:  # root's have no limit
+        raise InvalidInput(f"you have {mine} recurring jobs; each user may have {config.max_templates} "
+                           f"(max_templates)", "remove one first (onite recur remove NAME), "
+                           "or ask the admin to raise max_templates")
     try:
         create_file(spool.recur_dir, job.name, encode(job), mode=0o600)
     except Refused:
@@ -110,11 +115,15 @@ class TemplateView(Record):
                 "last": self.last.isoformat() if self.last else None, "problem": self.problem or None}
 
 
-def templates(spool: SpoolDir, now: datetime) -> list[TemplateView]:
-    """Every template, by name; those the caller cannot read (other users') as recur.state tells them."""
+def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None = None) -> list[TemplateView]:
+    """Every template used (``used_templates``), by name; those the caller cannot read (other users') as
+    recur.state tells them. Given ``set_aside``, it gets by uid how many of each user's are not used (not read)."""
     state = load_state(spool)
     views = []
-    for name, path, st in template_files(spool):
+    used, aside = used_templates(spool)
+    if set_aside is not None:
+        set_aside.update(aside)
+    for name, path, st in used:
         known = state.get(name, {}) if state.get(name, {}).get("uid") == st.st_uid else {}
         problem = ""
         try:  # its header only: a body may be a hole of max_job_size, costing its owner no disk

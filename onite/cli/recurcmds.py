@@ -64,9 +64,14 @@ def recur_add(
 def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = None) -> None:
     """Recurring jobs: name, owner, rule, next fire, priority."""
     from onite.app.recur import templates, templates_json
+    from onite.spool.recurstate import set_aside_text
+    from onite.spool.scan import user_name
 
     when = SYSTEM.now()
-    views = templates(open_spool(spool, reading=True), when)
+    target, aside = open_spool(spool, reading=True), {}
+    views = templates(target, when, aside)
+    for uid, count in sorted(aside.items()):
+        say(set_aside_text(user_name(uid), count, target.config.max_templates))
     if as_json:
         print(templates_json(views, when))
         return

@@ -33,7 +33,7 @@ from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file
 from onite.spool.files import create_displacing, move_file
 from onite.spool.index import is_settling
 from onite.spool.paths import SpoolDir
-from onite.spool.recurstate import load_state, save_state, state_lock, template_files
+from onite.spool.recurstate import load_state, save_state, set_aside_text, state_lock, template_files, used_templates
 from onite.spool.scan import Withdrawn, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
@@ -73,6 +73,7 @@ class RecurScheduler:
         self.templates: dict[str, _Template] = {}
         self._refreshed = float("-inf")
         self._refused: dict[str, tuple] = {}  # name → the version of it refused (read and logged once)
+        self._capped: set[int] = set()  # owners whose templates beyond max_templates were logged (once a run)
         self._state: dict[str, dict] = {}
         self._withdrawn = Withdrawn(spool)  # cancel/ by name: listed afresh at each look (and once it changed)
 
@@ -89,7 +90,12 @@ class RecurScheduler:
         self._state = load_state(self.spool)
         seen = set()
         changed: list[tuple[str, Path, os.stat_result]] = []
-        for name, path, st in template_files(self.spool):
+        used, aside = used_templates(self.spool)
+        for uid in sorted(set(aside) - self._capped):
+            self._capped.add(uid)
+            self.log.event("recur-refused", owner=user_name(uid),
+                           reason=set_aside_text(user_name(uid), aside[uid], self.spool.config.max_templates))
+        for name, path, st in used:
             seen.add(name)
             key = (st.st_ino, st.st_ctime_ns, st.st_size)
             known = self.templates.get(name)

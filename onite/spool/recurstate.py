@@ -37,6 +37,26 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
         yield entry.name, Path(entry.path), st
 
 
+def used_templates(spool: SpoolDir) -> tuple[list[tuple[str, Path, os.stat_result]], dict[int, int]]:
+    """The templates that are used (``template_files``): each user's first ``max_templates`` by name (the file's
+    owner's: a user cannot make files another owns), root's all; and by uid, how many of each user's are set
+    aside beyond them, which no one reads (one user's thousands must not slow anyone else's drain or status)."""
+    cap = spool.config.max_templates
+    used, counts = [], {}
+    for found in template_files(spool):
+        uid = found[2].st_uid
+        counts[uid] = counts.get(uid, 0) + 1
+        if not uid or counts[uid] <= cap:
+            used.append(found)
+    return used, {uid: count - cap for uid, count in counts.items() if uid and count > cap}
+
+
+def set_aside_text(user: str, count: int, cap: int) -> str:
+    """What the driver's log and ``recur list`` say of a user's ``count`` templates set aside."""
+    return (f"{count} of {user}'s recurring jobs are not used: each user's first {cap} by name are "
+            f"(max_templates = {cap}); remove some (onite recur remove NAME), or ask the admin to raise max_templates")
+
+
 def load_state(spool: SpoolDir) -> dict[str, dict]:
     """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
     entry's values are checked where they are used (``parse_stamp``, ``rule_from_state``, …); never raises."""
