@@ -495,7 +495,46 @@ def test_a_clock_set_back_holds_back_no_recurring_job(spool):
     hour = back.replace(minute=0, second=0, microsecond=0)
     assert look(back) == [f"nobody:hourly-{hour:%Y%m%dT%H%M}"]
     assert look(back + timedelta(minutes=1)) == []  # that fire once
+    next(spool.glob(f"jobs/*/nobody:hourly-{hour:%Y%m%dT%H%M}")).unlink()  # it ran (the year-ahead run still waits)
     assert look(back + timedelta(hours=1)) == [f"nobody:hourly-{hour + timedelta(hours=1):%Y%m%dT%H%M}"]
+
+
+@needs_root
+def test_a_templates_fires_wait_for_its_last_run_and_never_pile_up(spool):
+    """An hourly job whose run is still queued (or running) at the next hour: each hour spooled one more run
+    behind or beside it, without end. Its fires now wait for it: one recur-skip line names the run, and once it
+    has ended the latest fire is spooled (the hour it waited through coalesced into it)."""
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    r = run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    said = []
+
+    class Log:
+        def event(self, event, *args, **fields):
+            said.append((event, args, fields))
+
+    scheduler = RecurScheduler(SpoolDir(spool), Log(), euid=0)  # as the daemon keeps one
+
+    def look(at):
+        return scheduler.spool_due(at)
+
+    hour = (datetime.now().astimezone() + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    first = f"nobody:hourly-{hour:%Y%m%dT%H%M}"
+    assert look(hour + timedelta(minutes=1)) == [first]
+    assert look(hour + timedelta(hours=1, minutes=1)) == []  # the first run is still queued
+    assert look(hour + timedelta(hours=1, minutes=3)) == []
+    # an `onite run` meanwhile (a scheduler of its own) waits too
+    assert RecurScheduler(SpoolDir(spool), Log(), euid=0).spool_due(hour + timedelta(hours=1, minutes=4)) == []
+    skips = [fields for event, _, fields in said if event == "recur-skip"]
+    assert len(skips) == 2 and all("is still queued or running" in f["reason"] for f in skips), said  # once each
+    assert all(f"hourly-{hour:%Y%m%dT%H%M}" in f["reason"] for f in skips)
+    assert run_cli(["cancel", first], user="nobody").code == 0  # it ended (cancelled, as done or failed would)
+    third = f"nobody:hourly-{hour + timedelta(hours=2):%Y%m%dT%H%M}"
+    assert look(hour + timedelta(hours=2, minutes=1)) == [third]
+    [spooled] = [fields for event, args, fields in said if event == "recur-spooled" and args == (third,)]
+    assert spooled["coalesced"] == "1 earlier fire(s) not spooled", spooled
 
 
 @needs_root

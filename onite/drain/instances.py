@@ -37,7 +37,7 @@ from onite.spool.recurstate import load_state, save_state, set_aside_text, state
 from onite.spool.scan import Withdrawn, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
-RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...)
+RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...), or while one runs
 COUNT_BACK = timedelta(days=7)  # how far before a fire the earlier fires it coalesced are counted
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 _GAP = object()  # where one owner has no more items
@@ -75,6 +75,7 @@ class RecurScheduler:
         self._refused: dict[str, tuple] = {}  # name → the version of it refused (read and logged once)
         self._capped: set[int] = set()  # owners whose templates beyond max_templates were logged (once a run)
         self._state: dict[str, dict] = {}
+        self._waiting: dict[str, str] = {}  # template → its run still queued or running that its fires wait for (logged)
         self._withdrawn = Withdrawn(spool)  # cancel/ by name: listed afresh at each look (and once it changed)
 
     def next_fire(self) -> datetime | None:
@@ -160,12 +161,28 @@ class RecurScheduler:
         """Fires after this time are due: the last one spooled, or the template's creation. A last one recorded
         under a clock set back since does not count (every fire would wait for the clock to come back there):
         the latest fire since the template's creation is due, spooled unless its run is there already."""
+        return parse_stamp(self._known(name, tpl, now).get("last")) or tpl.submitted
+
+    def _known(self, name: str, tpl: _Template, now: datetime) -> dict:
+        """What recur.state says of this template's last fire spooled: nothing if it is of another template of
+        that name, or if it was recorded under a clock set back since."""
         known = self._state.get(name, {})
+        if known.get("uid") != tpl.uid or known.get("template") != tpl.submitted.isoformat():
+            return {}
         last = parse_stamp(known.get("last"))
-        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
-            if not set_back_since(last, now):
-                return last
-        return tpl.submitted
+        return known if last is not None and not set_back_since(last, now) else {}
+
+    def _run_in_flight(self, name: str, tpl: _Template, now: datetime) -> str | None:
+        """The run this template spooled last, if it is still queued (held too) or running: its later fires wait
+        for it, one at most spooled once it ends (coalesced), never piled up behind or beside it."""
+        run = self._known(name, tpl, now).get("run")
+        if not isinstance(run, str) or not run.startswith(f"{name}-"):
+            return None
+        try:
+            pending = dependency_state(self.spool, run, self._withdrawn) is DepState.PENDING
+        except SpoolIOError:
+            pending = True  # cannot tell: nothing is piled up
+        return run if pending else None
 
     def try_spool_due(self, now: datetime) -> bool:
         """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop
@@ -237,13 +254,22 @@ class RecurScheduler:
         if fire is None:
             tpl.next = _next_after(tpl, now)
             return None
+        running = self._run_in_flight(name, tpl, now)
+        if running is not None:
+            tpl.next = now + RETRY_AFTER
+            if self._waiting.get(name) != running:  # once a run waited for, not at each look
+                self._waiting[name] = running
+                self.log.event("recur-skip", name, user=user_name(tpl.uid), fire=fire.isoformat(timespec="seconds"),
+                               reason=f"its last run {split_key(running)[1]} is still queued or running",
+                               note="its latest fire is spooled once that run ends")
+            return None
         job = instance_job(template, name, fire, now, self.spool.config.priorities)
         spooled = self._write_instance(name, tpl, job)
         if spooled is False:
             tpl.next = now + RETRY_AFTER
             return None
         self._state[name] = {"uid": tpl.uid, "template": tpl.submitted.isoformat(), "last": fire.isoformat(),
-                             "rule": describe(tpl.rule), "fields": dict(rule_fields(tpl.rule)),
+                             "run": job.name, "rule": describe(tpl.rule), "fields": dict(rule_fields(tpl.rule)),
                              "priority": template.priority, "urgent": template.urgent}
         tpl.next = _next_after(tpl, now)
         if spooled:
