@@ -138,3 +138,21 @@ def test_a_timed_out_job_is_restarted_with_a_longer_limit_as_the_report_says(spo
     assert (r.code, r.err) == (2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
                                   "is seconds)\n"), r
     assert not list((spool / "jobs").rglob("root:bad"))  # nothing spooled
+
+
+@needs_root
+@pytest.mark.attack
+def test_a_finished_job_others_may_write_is_not_restarted(spool, cli, workdir):
+    """nobody's kept job file, made writable by all (its owner's own chmod, or a careless umask on a withdrawn
+    one): daemon wrote a command into it, and nobody's `onite restart` spooled it and ran it as nobody. A
+    finished file is trusted as the driver trusts a queued one: its owner's alone, or it is not restarted."""
+    assert cli(["submit", "mine"], stdin=b"echo mine\n", user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    kept = spool / "jobsdone" / "nobody:mine"
+    assert kept.stat().st_uid == nobody().pw_uid
+    assert cli(["restart", "mine", "--name", "again"], user="nobody", cwd="/tmp").code == 0  # as kept: fine
+    os.chmod(kept, 0o666)  # as nobody may
+    r = cli(["restart", "mine"], user="nobody", cwd="/tmp")
+    assert r.code == 3 and "cannot be restarted: writable by users other than its owner" in r.err, r
+    assert len(r.err.splitlines()) == 1
+    assert not list((spool / "jobs").rglob("nobody:mine"))

@@ -8,12 +8,13 @@ is whom it runs as), and everything a submit checks is checked again.
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime
 
 from onite.app.common import key_for, label
 from onite.app.submit import check_after, check_capacity, check_policy, refuse_taken, uniqname, write_job
 from onite.exec import identity
-from onite.spool.filecheck import BadFile, read_job_file
+from onite.spool.filecheck import BadFile, file_problem, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import is_live, user_name, withdrawn_entries
 from onite.core.errors import InvalidInput, JobFormatError, NotFound, Refused, SpoolIOError
@@ -78,10 +79,13 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
         raise NotFound(f"no finished job {label(name)!r} is kept", "retention removed it just now") from None
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
-    if opened.st_nlink != 1 or opened.st_uid != st.st_uid:
-        raise Refused(f"{path} cannot be restarted: it changed as it was read, or has several links",
-                      "spool the job anew with onite submit")
-    identity.resolve(opened.st_uid)  # a job of a deleted account never runs again
+    # as the driver trusts a queued file: its owner's alone (a file others may write runs what they wrote),
+    # one link, an account (a job of a deleted account never runs again)
+    problem = "it changed as it was read" if opened.st_uid != st.st_uid else file_problem(
+        opened, max_size=spool.config.max_job_size, now_ns=time.time_ns(), resolve_uid=identity.resolve,
+        may_settle=False)
+    if problem:
+        raise Refused(f"{path} cannot be restarted: {problem}", "spool the job anew with onite submit")
     return job, opened
 
 
