@@ -323,3 +323,58 @@ def test_a_users_output_made_a_huge_sparse_file_costs_roots_output_command_no_mo
         proc.wait()
     assert len(got) < bound, "root's output command read the hole on and on"
     assert got.startswith(b"its line\n")
+
+
+# ---- max_output -------------------------------------------------------------------------------------------------
+
+WRITES_FOREVER = b"while :; do head -c 65536 /dev/zero; sleep 0.01; done\n"  # about 6 MB a second, without end
+STOPPED = "stopped: it wrote more output than max_output"
+
+
+@needs_root
+@pytest.mark.attack
+def test_a_job_that_writes_without_end_is_stopped_at_max_output_and_the_night_goes_on(spool):
+    """nobody's job writes without end (here its stderr, kept apart): with no limit it would fill the disk under the
+    spool, and every user's night would stop with it. Past max_output its monitor stops it, as at its time limit;
+    daemon's job after it runs."""
+    set_config(spool, max_output="1M", kill_grace="1s")
+    submit("flood", b"exec >&2\n" + WRITES_FOREVER, "-p", "1", "--stderr-separate", user="nobody")
+    submit("after", b"echo fine\n", "-p", "2", user="daemon")
+    assert drain(spool).returncode == 0  # the flood would have kept it running for ever
+    flood = result(spool, "nobody:flood")
+    assert (flood["state"], flood["reason"]) == ("failed", STOPPED), flood
+    assert (spool / "stdout" / "nobody:flood@stderr").stat().st_size > 1 << 20
+    assert result(spool, "daemon:after")["state"] == "done"
+    assert (spool / "stdout" / "daemon:after").read_bytes() == b"fine\n"
+
+
+def test_each_run_may_write_max_output_a_retry_appending_too(spool, workdir):
+    """A retry appends to its output file: only what that run writes counts, not what the runs before it wrote."""
+    set_config(spool, max_output="1M", retry_delay="0.05s")
+    flag = workdir / "failed-once"
+    body = f"head -c 700000 /dev/zero; [ -e {flag} ] && exit 0; touch {flag}; exit 1\n".encode()
+    submit("twice", body, "--retries", "1")
+    assert drain(spool).returncode == 0
+    rec = result(spool, "twice")
+    assert (rec["state"], rec["attempt"]) == ("done", 2), rec
+    assert (spool / "stdout" / "root:twice").stat().st_size > 1_400_000  # both runs' 700,000 bytes, and markers
+
+
+def test_max_output_is_held_while_no_driver_is_alive(spool, workdir):
+    """The monitor holds the limit: a driver killed as its job writes without end changes nothing; the job is
+    stopped, and the next driver files it with the reason its monitor recorded."""
+    from conftest import start_driver, wait_for
+    import signal
+
+    set_config(spool, max_output="1M", kill_grace="1s")
+    started = workdir / "started"
+    submit("orphan", f"touch {started}\n".encode() + WRITES_FOREVER)
+    driver = start_driver(spool)
+    wait_for(started.exists, what="the job to start")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.communicate()
+    record = next((spool / "running").glob("*/root:orphan@run"))
+    wait_for(lambda: b'"why":"output"' in record.read_bytes(), timeout=60, what="its monitor to stop it")
+    assert drain(spool).returncode == 0
+    rec = result(spool, "orphan")
+    assert (rec["state"], rec["reason"]) == ("failed", STOPPED), rec

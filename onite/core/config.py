@@ -70,6 +70,7 @@ class Config(Record):
     on_interrupt: str = "requeue"
     host: str | None = None
     max_job_size: int = 16 * 1024 * 1024
+    max_output: int | None = None  # bytes one run of a local job may write to its output files (None: no limit)
     executor: str = "local"
     stderr_separate: bool = False  # default of submit --stderr-separate
     hosts: Mapping[str, HostConfig] = MappingProxyType({})  # host name → its overrides
@@ -152,6 +153,7 @@ def _config_of(data: dict, source: str) -> Config:
         on_interrupt=reader.choice("on_interrupt", ("requeue", "fail")),
         host=reader.host("host"),
         max_job_size=reader.size("max_job_size"),
+        max_output=reader.size("max_output", unset=True),
         executor=reader.choice("executor", ("local", "slurm")),
         stderr_separate=reader.boolean("stderr_separate"),
         hosts=reader.hosts("hosts"),
@@ -262,11 +264,12 @@ class _Reader:
                              and value[:1] not in ("", ".") and all(c.isalnum() or c in "._-" for c in value),
                              'the name of a file in /etc/pam.d, e.g. "onite"')
 
-    def size(self, key: str) -> int:
-        """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB)."""
+    def size(self, key: str, *, unset: bool = False) -> int | None:
+        """A size in bytes from 1K to 1T ("16M", "1G"; a bare number is MiB); ``unset``: leaving it out (or "")
+        means none."""
         want = 'a size from 1K to 1T such as "16M" or "1G" (a bare number is MiB)'
-        size = self._parsed(key, lambda value: parse_size(str(value), what=key), want, ())
-        if not 1 <= size <= MAX_SIZE:
+        size = self._parsed(key, lambda value: parse_size(str(value), what=key), want, ("",) if unset else ())
+        if size is not None and not 1 <= size <= MAX_SIZE:
             raise self._bad(key, self.data[key], want)
         return size
 

@@ -102,13 +102,15 @@ class Stop(StrEnum):
     TIMEOUT = "timeout"  #: its time limit passed
     CANCEL = "cancel"  #: someone cancelled it
     SHUTDOWN = "shutdown"  #: the driver was stopped hard; the job goes back to its queue
+    OUTPUT = "output"  #: it wrote more output than max_output
 
 
 def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | None) -> Outcome | None:
     """How an attempt that onite stopped (``stopping``: why) is recorded, keeping the exit code or signal it
     ended with; None if onite did not stop it."""
     why = {Stop.TIMEOUT: {"timed_out": True}, Stop.CANCEL: {"cancelled_by": cancelled_by or "?"},
-           Stop.SHUTDOWN: {"reason": "interrupted: the driver was stopped"}}.get(stopping)
+           Stop.SHUTDOWN: {"reason": "interrupted: the driver was stopped"},
+           Stop.OUTPUT: {"reason": "stopped: it wrote more output than max_output"}}.get(stopping)
     return None if why is None else Outcome(exit_code=ended.exit_code, signal=ended.signal, **why)
 
 

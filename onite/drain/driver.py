@@ -116,7 +116,7 @@ class Driver:
             self._pam = discover(self.config.pam, self.config.pam_service, os.geteuid() == 0)
         return LocalRunner(shell=self.config.shell, kill_grace=self.config.kill_grace.total_seconds(),
                            switch_user=os.geteuid() == 0, containment=self._containment, lock_fd=self.lock_fd,
-                           limiter=self._limiter, pam=self._pam)
+                           limiter=self._limiter, pam=self._pam, max_output=self.config.max_output)
 
     def reload(self) -> None:
         """SIGHUP: read onite.toml again; a bad one keeps the settings before."""

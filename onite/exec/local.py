@@ -165,9 +165,10 @@ class LocalRunner(Runner):
 
     def __init__(self, *, shell: str, kill_grace: float, switch_user: bool,
                  containment: contain.Containment | None = None, lock_fd: int | None = None,
-                 limiter: limits.Limiter | None = None, pam: Pam | None = None) -> None:
+                 limiter: limits.Limiter | None = None, pam: Pam | None = None, max_output: int | None = None) -> None:
         self.shell = shell
         self.kill_grace = kill_grace
+        self.max_output = max_output
         self.switch_user = switch_user
         self.containment = containment or contain.Containment(contain.OFF, why="not asked for")
         self.lock_fd = lock_fd  # the driver lock: each monitor holds it until its first record line
@@ -189,6 +190,7 @@ class LocalRunner(Runner):
     def reload(self, config) -> None:
         self.shell = config.shell
         self.kill_grace = config.kill_grace.total_seconds()
+        self.max_output = config.max_output
 
     def record_info(self, run: Run) -> dict:
         """The machine's boot, the containment and the time limit's end, for recovery (the monitor adds its cgroups)."""
@@ -216,7 +218,8 @@ class LocalRunner(Runner):
                     groups=tuple(ident.groups) if ident else (), script_fd=script_fd, stdout_fd=out,
                     stderr_fd=err, record_fd=record_fd if null is None else null,
                     record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=None,
-                    contain=self.containment.kind, kill_grace=self.kill_grace, mem=run.mem, cpus=run.cpus,
+                    contain=self.containment.kind, kill_grace=self.kill_grace, max_output=self.max_output,
+                    mem=run.mem, cpus=run.cpus,
                     pam_service=self.pam.service, pam_user=run.owner.name if self.pam.service else None,
                     deadline=(run.started + run.job.timeout).timestamp() if run.job.timeout is not None else None))
             except OSError as error:

@@ -27,7 +27,8 @@ from onite.exec.plan import Plan, receive
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
 IDLE = "idle"
 KILL_AGAIN = 0.05  # seconds between KILLs of a job that lingers after the first
-STOPS = ("timeout", "cancel", "shutdown")  # onite.core.state.Stop, which this process does not import
+STOPS = ("timeout", "cancel", "shutdown", "output")  # onite.core.state.Stop, which this process does not import
+OUTPUT_CHECK = 0.25  # seconds between two looks at how much a job limited by max_output has written
 LOST = "its exit status was lost (it was reaped by another process)"
 
 
@@ -144,8 +145,9 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     missed = limits.apply(plan.limit_steps)
     job, report, missed_pids = _start(plan)
     missed += missed_pids
+    outputs = _sizes((plan.stdout_fd, plan.stderr_fd)) if plan.max_output is not None and job is not None else {}
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
-        if fd is not None:
+        if fd is not None and fd not in outputs:
             held.discard(fd)
             os.close(fd)
     if job is None:
@@ -160,7 +162,7 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         jobend.signal_all(plan, job, signal.SIGKILL)
     _tell(sock, *(["unenforced " + ",".join(missed_memory + missed)] if missed or missed_memory else []),
           f"started {job}")
-    status = _watch(plan, sock, job)
+    status = _watch(plan, sock, job, outputs)
     if status is None:
         _record_end(plan, sock, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
         _close_session(plan)
@@ -213,11 +215,26 @@ def _close_session(plan: Plan) -> None:
         pam.close(plan.pam_service, plan.pam_user)
 
 
-def _watch(plan: Plan, sock: socket.socket, job: int):
-    """Wait for the job's leader to exit (its wait status; None if its status is lost). At its time limit
-    or a driver's SIGUSR2 the reason is in the run record first, then TERM to every process of the
-    job, KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
+def _sizes(fds) -> dict[int, int]:
+    """Each of the output descriptors ``fds`` (None: none) and its file's size now."""
+    return {fd: os.fstat(fd).st_size for fd in fds if fd is not None}
+
+
+def _written(outputs: dict[int, int]) -> int:
+    """Bytes written to the output files since ``_sizes`` (a retry appends: only this run's count)."""
+    try:
+        return sum(max(os.fstat(fd).st_size - size, 0) for fd, size in outputs.items())
+    except OSError:
+        return 0
+
+
+def _watch(plan: Plan, sock: socket.socket, job: int, outputs: dict[int, int]):
+    """Wait for the job's leader to exit (its wait status; None if its status is lost). At its time limit,
+    past max_output (``outputs``: the output files and their sizes at its start; looked at every OUTPUT_CHECK)
+    or at a driver's SIGUSR2 the reason is in the run record first, then TERM to every process of the job,
+    KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
     deadline = None if plan.deadline is None else time.monotonic() + plan.deadline - time.time()
+    look_at_output = time.monotonic() + OUTPUT_CHECK if outputs else None
     stopping, kill_at = None, None
     while True:
         status = jobend.leader_exit(job)
@@ -232,14 +249,19 @@ def _watch(plan: Plan, sock: socket.socket, job: int):
                 jobend.signal_all(plan, job, signal.SIGKILL if stopping == "shutdown" else signal.SIGTERM)
                 kill_at = now if stopping == "shutdown" else now + plan.kill_grace
         if stopping is None and deadline is not None and now >= deadline:
-            stopping, kill_at = "timeout", now + plan.kill_grace
+            stopping = "timeout"
+        if stopping is None and look_at_output is not None and now >= look_at_output:
+            look_at_output = now + OUTPUT_CHECK
+            stopping = "output" if _written(outputs) > plan.max_output else None
+        if stopping in ("timeout", "output") and kill_at is None:
+            kill_at = now + plan.kill_grace
             _record(plan, {"event": "stop", "why": stopping, "by": None})
-            _tell(sock, "stop timeout")
+            _tell(sock, f"stop {stopping}")
             jobend.signal_all(plan, job, signal.SIGTERM)
         if kill_at is not None and now >= kill_at:
             jobend.signal_all(plan, job, signal.SIGKILL)
             kill_at = now + KILL_AGAIN  # a fork bomb is caught on a later round
-        waits = [t - now for t in (deadline if stopping is None else None, kill_at) if t is not None]
+        waits = [t - now for t in (*((deadline, look_at_output) if stopping is None else ()), kill_at) if t is not None]
         try:
             select.select([_WAKE[0]], [], [], max(min(waits), 0.0) if waits else None)
             os.read(_WAKE[0], 512)

@@ -40,6 +40,7 @@ class Plan:
     cpus: int | None = None  # CPUs it asked for (its limit)
     joined: tuple = ((), "")  # the monitor's: the cgroups it is in already (Slot), as jobstart.join says
     deadline: float | None = None  # when (time.time()) its time limit ends it
+    max_output: int | None = None  # bytes it may write to its output files (None: no limit)
     limit_groups: tuple[str, ...] = ()  # cgroup v1 groups holding its limits, joined too
     limit_steps: tuple = ()  # onite.exec.limits.Limiter.steps
     memory_steps: tuple = ()  # onite.exec.limits.Limiter.memory_steps
