@@ -149,6 +149,15 @@ def kill_driver_when(spool: Path, ready, what: str, *args: str) -> None:
         stop(driver)
 
 
+def drain_with_tools(spool: Path, tools: Path, timeout: float = 120) -> None:
+    """A drain whose PATH finds ``tools`` (commands standing for or wrapping Slurm's) first: it ends by itself, exit 0."""
+    driver = start_driver(spool, env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
+    try:
+        assert finish(driver, timeout=timeout) == 0
+    finally:
+        stop(driver)
+
+
 def stop(driver: subprocess.Popen) -> None:
     if driver.poll() is None:
         os.killpg(driver.pid, signal.SIGKILL)
@@ -590,11 +599,7 @@ def test_an_unsure_submission_slurm_holds_two_jobs_of_fails_with_both_cancelled(
     copying_sbatch(workdir / "tools", 'echo "sbatch: error: Batch job submission failed: Unable to contact '
                                       'slurm controller (connect failure)" >&2; exit 1')
     submit("twice", f"echo $SLURM_JOB_ID >> {starts}; sleep 300\n")
-    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{workdir / 'tools'}:{os.environ['PATH']}"))
-    try:
-        assert finish(driver, timeout=120) == 0
-    finally:
-        stop(driver)
+    drain_with_tools(slurm_spool, workdir / "tools")
     rec = result(slurm_spool, "twice")
     assert rec["state"] == "failed" and "Slurm holds 2 jobs of its owner with its run's comment" in rec["reason"], rec
     copies = rec["reason"].rpartition("(")[2].partition(")")[0].split(", ")
@@ -858,11 +863,7 @@ def test_what_a_users_sbatch_says_of_the_controller_holds_up_no_one_elses_job(sl
     submit("echoes", '#!/bin/sh\n#SBATCH --partition="connection refused"\ntrue\n', "-p", "1", user="nobody", cwd="/tmp")
     submit("liar", "true\n", "-p", "1", user="nobody", cwd="/tmp")
     submit("vic", "true\n", "-p", "2", user="daemon", cwd="/tmp")
-    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
-    try:
-        assert finish(driver, timeout=120) == 0
-    finally:
-        stop(driver)
+    drain_with_tools(slurm_spool, tools)
     assert not [line for line in log_lines(slurm_spool) if " executor-unavailable " in line]
     echoes, liar = result(slurm_spool, "echoes"), result(slurm_spool, "liar")
     assert echoes["state"] == "failed" and echoes["reason"].startswith(
@@ -1093,11 +1094,7 @@ def test_a_user_who_stops_their_own_sbatch_holds_up_no_one_elses_job(slurm_spool
     configure(slurm_spool, slots=3)
     submit("vic", "sleep 30\n", "--timeout", "5s", "-p", "1", user="daemon", cwd="/tmp")
     submit("att", "true\n", "-p", "2", user="nobody", cwd="/tmp")
-    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
-    try:
-        assert finish(driver, timeout=180) == 0
-    finally:
-        stop(driver)
+    drain_with_tools(slurm_spool, tools, timeout=180)
     vic, att = result(slurm_spool, "vic"), result(slurm_spool, "att")
     assert (vic["state"], vic["reason"]) == ("failed", "timeout"), vic
     assert att["state"] == "failed" and "sbatch did not return within 60 s" in att["reason"], att
@@ -1115,11 +1112,7 @@ def test_an_sbatch_that_writes_without_end_fills_no_memory(slurm_spool, workdir)
     (tools / "sbatch").chmod(0o755)
     submit("flood", "true\n", user="nobody", cwd="/tmp")
     submit("fine", "head -c 10000000 /dev/zero\n", user="daemon", cwd="/tmp")  # the limit is sbatch's, not the job's
-    driver = start_driver(slurm_spool, env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
-    try:
-        assert finish(driver, timeout=120) == 0
-    finally:
-        stop(driver)
+    drain_with_tools(slurm_spool, tools)
     flood = result(slurm_spool, "flood")
     assert flood["state"] == "failed" and "stopped at the limit" in flood["reason"], flood["reason"]
     assert result(slurm_spool, "fine")["state"] == "done"
