@@ -1648,6 +1648,33 @@ def test_a_users_templates_beyond_max_templates_are_not_read_nor_run(spool):
     assert len([line for line in log_lines(spool) if " recur-refused " in line]) == 2
 
 
+def test_links_another_user_made_to_a_users_file_do_not_set_its_templates_aside(spool, world_tmp):
+    """daemon has left a file writable by all; nobody links it into recur/ max_templates times, under names that
+    sort first (a link keeps its file's owner: daemon's, as a template is counted). They were counted as daemon's
+    templates, and daemon's own were set aside, never run, and `recur add` refused daemon one more. A file of
+    several links counts after its owner's own: daemon's templates run, and daemon may add one."""
+    from onite.core.rules import parse_rule
+
+    set_config(spool, max_templates=3)
+    fire = (datetime.now().astimezone() - timedelta(hours=2)).replace(second=0, microsecond=0)
+    rule = parse_rule(cron=f"{fire.minute} {fire.hour} * * *")
+    plant_template(spool, "daemon:nightly", b"true\n", rule, "daemon")
+    shared = world_tmp / "shared"
+    shared.write_bytes(b"notes\n")
+    os.chown(shared, pwd.getpwnam("daemon").pw_uid, pwd.getpwnam("daemon").pw_gid)
+    os.chmod(shared, 0o666)  # daemon's own carelessness: a file anyone may write (and so link)
+
+    def links():
+        for i in range(3):
+            os.link(shared, spool / "recur" / f"daemon:a{i}")
+    assert as_user(links) == ("ok", None)
+    proc = drain(spool)
+    assert proc.returncode == 0, proc.stderr
+    assert result(spool, f"daemon:nightly-{fire:%Y%m%dT%H%M}")["state"] == "done"
+    r = run_cli(["recur", "add", "more", "--every", "1h"], stdin=b"true\n", user="daemon", cwd="/tmp")
+    assert r.code == 0, r
+
+
 def test_templates_beyond_max_templates_cost_status_and_recur_list_no_read(spool):
     """``onite status`` and ``recur list`` (root's and everyone's) read none of nobody's templates beyond
     max_templates: files of garbage there, decoded, would show as broken templates; huge ones (a sparse 1 GB

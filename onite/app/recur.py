@@ -51,7 +51,9 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     spool.check()
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")
-    mine = sum(st.st_uid == caller.uid and name != job.name for name, _, st in template_files(spool))
+    # a file of several links may be another user's link to one of the caller's (used_templates)
+    mine = sum(st.st_uid == caller.uid and st.st_nlink == 1 and name != job.name
+               for name, _, st in template_files(spool))
     if caller.uid and mine >= config.max_templates:  # root's have no limit
         raise InvalidInput(f"you have {mine} recurring jobs; each user may have {config.max_templates} "
                            f"(max_templates)", "remove one first (onite recur remove NAME), "

@@ -39,15 +39,19 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
 
 def used_templates(spool: SpoolDir) -> tuple[list[tuple[str, Path, os.stat_result]], dict[int, int]]:
     """The templates that are used (``template_files``): each user's first ``max_templates`` by name (the file's
-    owner's: a user cannot make files another owns), root's all; and by uid, how many of each user's are set
-    aside beyond them, which no one reads (one user's thousands must not slow anyone else's drain or status)."""
+    owner's: a user cannot make files another owns; its files of one link first), root's all; and by uid, how many
+    of each user's are set aside beyond them, which no one reads (one user's thousands must not slow anyone else's
+    drain or status)."""
     cap = spool.config.max_templates
     used, counts = [], {}
-    for found in template_files(spool):
+    # a file of several links counts after its owner's own: anyone may link a file its owner left writable by
+    # all, and the link keeps that owner (a template is only ever used with one link: it sets none aside)
+    for found in sorted(template_files(spool), key=lambda found: found[2].st_nlink != 1):
         uid = found[2].st_uid
         counts[uid] = counts.get(uid, 0) + 1
         if not uid or counts[uid] <= cap:
             used.append(found)
+    used.sort(key=lambda found: found[0])
     return used, {uid: count - cap for uid, count in counts.items() if uid and count > cap}
 
 
