@@ -378,3 +378,24 @@ def test_max_output_is_held_while_no_driver_is_alive(spool, workdir):
     assert drain(spool).returncode == 0
     rec = result(spool, "orphan")
     assert (rec["state"], rec["reason"]) == ("failed", STOPPED), rec
+
+
+def test_a_job_stopped_for_its_output_is_filed_so_when_the_driver_is_stopped_hard_meanwhile(spool, workdir):
+    """Its monitor stops a job past max_output; the job takes its kill_grace to end (it ignores TERM), and meanwhile
+    the driver is stopped hard (QUIT). Its record's first stop line says output, and a recovering driver files it so;
+    the live driver put it back in its queue as interrupted, to write as much again the next night."""
+    from conftest import start_driver, wait_for
+    import signal
+
+    set_config(spool, max_output="1M", kill_grace="2s")
+    submit("flood", b"trap '' TERM\n" + WRITES_FOREVER)
+    driver = start_driver(spool)
+
+    def stopped():
+        return any(b'"why":"output"' in p.read_bytes() for p in (spool / "running").glob("*/root:flood@run"))
+    wait_for(stopped, timeout=60, what="its monitor to stop it")
+    driver.send_signal(signal.SIGQUIT)
+    assert driver.wait(60) == 0
+    assert not list((spool / "jobs").rglob("root:flood")), "put back in its queue"
+    rec = result(spool, "flood")
+    assert (rec["state"], rec["reason"]) == ("failed", STOPPED), rec

@@ -246,6 +246,7 @@ class LocalRunner(Runner):
         for run in self.runs:
             outcome = self._hear(run)
             if outcome is not None:
+                self._first_stop(run)
                 if run.stopping == Stop.SHUTDOWN and outcome.exit_code is not None:
                     # the hard stop's SIGKILL cannot be turned into an exit code: the job ended on its
                     # own first, so it is filed, not rerun
@@ -259,6 +260,17 @@ class LocalRunner(Runner):
             mon.messages()
             self._release(mon)
         return finished
+
+    @staticmethod
+    def _first_stop(run: Run) -> None:
+        """A run stopped twice (its monitor's time limit or max_output, or a cancel, then a hard stop) ended for
+        the first: its record's first stop line, which a recovering driver files it by. Not put back in its
+        queue as interrupted, to run (and write) again."""
+        if run.stopping is None or not run.record_path:
+            return
+        rec = runrecords.read(run.record_path)
+        if rec is not None and rec.stop is not None:
+            run.stopping, run.cancelled_by = rec.stop, rec.stopped_by
 
     def _release(self, mon: Monitor) -> None:
         """A monitor whose job ended: back to the pool once done with the run, else waited for."""
