@@ -538,6 +538,40 @@ def test_a_templates_fires_wait_for_its_last_run_and_never_pile_up(spool):
 
 
 @needs_root
+def test_a_run_a_killed_driver_spooled_but_never_recorded_still_holds_back_the_next_fire(spool):
+    """A driver killed after it wrote a fire's run into the queue and before it saved recur.state (which it writes
+    once a look, after every template's run): recur.state named no run, or an older one long ended, so the next
+    fire was spooled beside the first, still queued. A queued or running run of the template's is found by its
+    name as well."""
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    r = run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+
+    class Log:
+        def event(self, event, *args, **fields):
+            pass
+
+    def look(at):  # a driver of its own each time
+        return RecurScheduler(SpoolDir(spool), Log(), euid=0).spool_due(at)
+
+    hour = (datetime.now().astimezone() + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    state = spool / "recur.state"
+    before = state.read_bytes() if state.exists() else None
+    first = f"nobody:hourly-{hour:%Y%m%dT%H%M}"
+    assert look(hour + timedelta(minutes=1)) == [first]
+    if before is None:  # the driver was killed before it saved recur.state: it is as it was
+        state.unlink()
+    else:
+        state.write_bytes(before)
+    assert list(spool.glob(f"jobs/*/{first}"))  # still queued
+    assert look(hour + timedelta(hours=1, minutes=1)) == []
+    next(spool.glob(f"jobs/*/{first}")).unlink()  # it ran
+    assert look(hour + timedelta(hours=1, minutes=2)) == [f"nobody:hourly-{hour + timedelta(hours=1):%Y%m%dT%H%M}"]
+
+
+@needs_root
 @pytest.mark.attack
 def test_a_users_sparse_templates_cost_each_onite_run_no_more_than_their_headers(spool):
     """nobody copies its yearly template into 100 whose bodies are sparse holes of max_job_size (no disk): each

@@ -8,6 +8,7 @@ fires are coalesced into the latest (SPOOL/recur.state keeps the last spooled).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -23,7 +24,7 @@ from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.names import split_key
 from onite.core.queue import DepState
-from onite.core.recurring import check_template_name, instance_job, rule_fields, rule_of
+from onite.core.recurring import check_template_name, instance_job, instance_name, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
@@ -34,13 +35,14 @@ from onite.spool.files import create_displacing, move_file
 from onite.spool.index import is_settling
 from onite.spool.paths import SpoolDir
 from onite.spool.recurstate import load_state, save_state, set_aside_text, state_lock, template_files, used_templates
-from onite.spool.scan import Withdrawn, key_uid, user_name
+from onite.spool.scan import Withdrawn, key_uid, listing, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...), or while one runs
 COUNT_BACK = timedelta(days=7)  # how far before a fire the earlier fires it coalesced are counted
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 _GAP = object()  # where one owner has no more items
+_RUN_SUFFIX = re.compile(r"-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?\Z")  # a run's -STAMP (instance_name)
 
 
 @dataclass
@@ -76,6 +78,7 @@ class RecurScheduler:
         self._capped: set[int] = set()  # owners whose templates beyond max_templates were logged (once a run)
         self._state: dict[str, dict] = {}
         self._waiting: dict[str, str] = {}  # template → its run still queued or running that its fires wait for (logged)
+        self._queued_runs: dict[str, list[str]] | None = None  # template → names of its runs in the queues, running/
         self._withdrawn = Withdrawn(spool)  # cancel/ by name: listed afresh at each look (and once it changed)
 
     def next_fire(self) -> datetime | None:
@@ -172,17 +175,44 @@ class RecurScheduler:
         last = parse_stamp(known.get("last"))
         return known if last is not None and not set_back_since(last, now) else {}
 
-    def _run_in_flight(self, name: str, tpl: _Template, now: datetime) -> str | None:
+    def _run_in_flight(self, name: str, tpl: _Template, now: datetime, fire: datetime) -> str | None:
         """The run this template spooled last, if it is still queued (held too) or running: its later fires wait
         for it, one at most spooled once it ends (coalesced), never piled up behind or beside it."""
         run = self._known(name, tpl, now).get("run")
-        if not isinstance(run, str) or not run.startswith(f"{name}-"):
-            return None
-        try:
-            pending = dependency_state(self.spool, run, self._withdrawn) is DepState.PENDING
-        except SpoolIOError:
-            pending = True  # cannot tell: nothing is piled up
-        return run if pending else None
+        runs = [run] if isinstance(run, str) and run.startswith(f"{name}-") else []
+        # and any run of it there by its name, for a fire up to ``fire``: a driver killed after it spooled one and before
+        # it saved recur.state (once a look) left that run unrecorded, and recur.state names an older one, or none (a
+        # later one was spooled under a clock set ahead since: it holds nothing back, as in ``_known``)
+        latest = instance_name(name, fire)
+        runs += [other for other in self._runs_there().get(name, ()) if other not in runs and other <= latest]
+        for run in runs:
+            try:
+                pending = dependency_state(self.spool, run, self._withdrawn) is DepState.PENDING  # its owner's only
+            except SpoolIOError:
+                pending = True  # cannot tell: nothing is piled up
+            if pending:
+                return run
+        return None
+
+    def _runs_there(self) -> dict[str, list[str]]:
+        """By template, the names of its runs in the queue folders and running/ (its owner's files: one another
+        user put there under its name costs no more), listed once a look."""
+        if self._queued_runs is None:
+            self._queued_runs = {}
+            folders = [folder for _, folder in self.spool.queue_folders()]
+            for folder in folders + [self.spool.running_dir(host) for host in self.spool.hosts()]:
+                try:
+                    for entry in listing(folder):
+                        stamp = _RUN_SUFFIX.search(entry.name)
+                        tpl = self.templates.get(entry.name[:stamp.start()]) if stamp is not None else None
+                        try:
+                            if tpl is not None and entry.stat(follow_symlinks=False).st_uid == tpl.uid:
+                                self._queued_runs.setdefault(entry.name[:stamp.start()], []).append(entry.name)
+                        except FileNotFoundError:
+                            continue
+                except (SpoolIOError, OSError):
+                    continue  # its runs there are not known: recur.state's is
+        return self._queued_runs
 
     def try_spool_due(self, now: datetime) -> bool:
         """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop
@@ -211,6 +241,7 @@ class RecurScheduler:
         with state_lock(self.spool):
             self._state = load_state(self.spool)
             self._withdrawn = Withdrawn(self.spool)  # what it learnt of a name is not kept for the daemon's life
+            self._queued_runs = None  # listed afresh at each look, once a fire asks
             # each fire reads its template again: a look spends at most the read budget on them, one
             # owner's after another's, and what is left stays due for the next look
             for i, name in enumerate(_by_owner_in_turn([(self.templates[n].uid, n) for n in sorted(due)], self._looks)):
@@ -254,7 +285,7 @@ class RecurScheduler:
         if fire is None:
             tpl.next = _next_after(tpl, now)
             return None
-        running = self._run_in_flight(name, tpl, now)
+        running = self._run_in_flight(name, tpl, now, fire)
         if running is not None:
             tpl.next = now + RETRY_AFTER
             if self._waiting.get(name) != running:  # once a run waited for, not at each look
