@@ -180,9 +180,9 @@ class RecurScheduler:
         for it, one at most spooled once it ends (coalesced), never piled up behind or beside it."""
         run = self._known(name, tpl, now).get("run")
         runs = [run] if isinstance(run, str) and run.startswith(f"{name}-") else []
-        # and any run of it there by its name, for a fire up to ``fire``: a driver killed after it spooled one and before
-        # it saved recur.state (once a look) left that run unrecorded, and recur.state names an older one, or none (a
-        # later one was spooled under a clock set ahead since: it holds nothing back, as in ``_known``)
+        # and any run of it there by its name, for a fire up to ``fire``: a driver killed after it spooled one and
+        # before it saved recur.state (once a look) left that run unrecorded, and recur.state names an older one, or
+        # none (a later one was spooled under a clock set ahead since: it holds nothing back, as in ``_known``)
         latest = instance_name(name, fire)
         runs += [other for other in self._runs_there().get(name, ()) if other not in runs and other <= latest]
         for run in runs:
