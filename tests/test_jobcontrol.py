@@ -488,3 +488,25 @@ def test_six_concurrent_submitters_then_two_slots(spool, workdir):
     assert len([p for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result")]) == 50  # keep = 50
     assert sum(" done root:s" in line for line in log_lines(spool)) == 240
     assert not [p for p in (spool / "jobs").rglob("*") if p.is_file()]
+
+
+def test_a_cancelled_job_still_ending_when_the_driver_is_stopped_hard_is_filed_cancelled(spool, workdir):
+    """A running job is cancelled, and takes its kill_grace to end (it ignores TERM); meanwhile the driver is stopped
+    hard (QUIT). Its record's first stop line is the cancel, as a recovering driver files it: the live driver put it
+    back in its queue as interrupted, and the next drain ran the job its owner had cancelled."""
+    import threading
+
+    set_config(spool, kill_grace="2s")
+    pidfile = workdir / "pid"
+    submit("victim", f"trap '' TERM; echo $$ > {pidfile}; while :; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    wait_for(pidfile.exists, what="the job to start")
+    cancel = threading.Thread(target=run_cli, args=(["cancel", "victim"],))
+    cancel.start()
+    wait_for(lambda: any(b'"why":"cancel"' in p.read_bytes() for p in (spool / "running").glob("*/root:victim@run")),
+             what="the cancel's stop line")
+    driver.send_signal(signal.SIGQUIT)
+    assert driver.wait(60) == 0
+    cancel.join(60)
+    assert not list((spool / "jobs").rglob("root:victim")), "put back in its queue"
+    assert result(spool, "victim")["state"] == "cancelled"
