@@ -12,13 +12,14 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, strategies as st
 
 from conftest import (REPO, as_user, drain, log_lines, needs_root, nobody, read_so_far, result, run_cli, set_config,
                       sparse_templates, wait_for)
 from onite.core.job import Job
 from onite.core.jobfile import decode, encode
 from onite.app.recur import TemplateView, templates_json
-from onite.core.recurring import instance_job, instance_name, rule_fields, rule_of
+from onite.core.recurring import instance_job, instance_name, rule_fields, rule_of, template_of
 from onite.core.schedule import fire_times
 from onite.core.rules import describe, parse_rule
 
@@ -88,6 +89,16 @@ def test_instance_names_are_one_per_fire():
     fires = fire_times(parse_rule(cron="17 * * * *"), datetime(2026, 10, 25, 1, 30, tzinfo=BERLIN), 3)
     names = [instance_name("t", f) for f in fires]
     assert names == ["t-20261025T0217", "t-20261025T0217.2", "t-20261025T0317"]
+    assert [template_of(name) for name in names] == ["t"] * 3
+    assert [template_of(name) for name in ("t", "t-2026", "-20261025T0217", "t-20261025T0217x")] == [None] * 4
+
+
+@given(name=st.from_regex(r"[a-z0-9_][a-z0-9_.-]{0,40}:[a-z0-9_][a-z0-9_.-]{0,40}", fullmatch=True),
+       fire=st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1),
+                         timezones=st.sampled_from([BERLIN, timezone.utc, ZoneInfo("America/St_Johns")])))
+def test_a_runs_name_gives_back_its_template(name, fire):
+    """What the driver reads in a queue's names (template_of) is what it wrote (instance_name), for every fire."""
+    assert template_of(instance_name(name, fire)) == name
 
 
 # ---- onite recur next: seed 002's table, exactly -------------------------------------------

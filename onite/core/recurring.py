@@ -7,6 +7,7 @@ repeated hour's second pass), so no fire is spooled twice.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 from onite.core.config import MAX_PRIORITIES
@@ -63,6 +64,15 @@ def instance_name(template: str, fire: datetime) -> str:
     if fire.astimezone(timezone.utc) - zone.instant(zone.wall(fire), 0) >= timedelta(seconds=1):
         stamp += ".2"  # the second time its wall clock reads this, in an hour the clocks repeat
     return f"{template}-{stamp}"
+
+
+_STAMP = re.compile(r"-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?\Z")  # what instance_name adds
+
+
+def template_of(run: str) -> str | None:
+    """The template a run's name (``instance_name``'s) is of, None for a name no instance has."""
+    stamp = _STAMP.search(run)
+    return run[:stamp.start()] if stamp is not None and stamp.start() else None
 
 
 def instance_job(template: Job, name: str, fire: datetime, now: datetime, priorities: int) -> Job:

@@ -8,7 +8,6 @@ fires are coalesced into the latest (SPOOL/recur.state keeps the last spooled).
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 import traceback
@@ -24,7 +23,7 @@ from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.names import split_key
 from onite.core.queue import DepState
-from onite.core.recurring import check_template_name, instance_job, instance_name, rule_fields, rule_of
+from onite.core.recurring import check_template_name, instance_job, instance_name, rule_fields, rule_of, template_of
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
@@ -42,7 +41,6 @@ RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (fu
 COUNT_BACK = timedelta(days=7)  # how far before a fire the earlier fires it coalesced are counted
 READ_BUDGET = 0.25  # s of reading templates a daemon's look at recur/ may spend (new versions wait for the next)
 _GAP = object()  # where one owner has no more items
-_RUN_SUFFIX = re.compile(r"-\d{8}T\d{4}(?:\d{2}(?:\d{6})?)?(?:\.2)?\Z")  # a run's -STAMP (instance_name)
 
 
 @dataclass
@@ -203,11 +201,11 @@ class RecurScheduler:
             for folder in folders + [self.spool.running_dir(host) for host in self.spool.hosts()]:
                 try:
                     for entry in listing(folder):
-                        stamp = _RUN_SUFFIX.search(entry.name)
-                        tpl = self.templates.get(entry.name[:stamp.start()]) if stamp is not None else None
+                        of = template_of(entry.name)
+                        tpl = self.templates.get(of) if of is not None else None
                         try:
                             if tpl is not None and entry.stat(follow_symlinks=False).st_uid == tpl.uid:
-                                self._queued_runs.setdefault(entry.name[:stamp.start()], []).append(entry.name)
+                                self._queued_runs.setdefault(of, []).append(entry.name)
                         except FileNotFoundError:
                             continue
                 except (SpoolIOError, OSError):
