@@ -297,3 +297,17 @@ def test_a_job_waits_for_at_most_64_others(spool, cli):
     assert r.code == 2 and "waits for 65 jobs" in r.err, r
     assert cli(["find", "many"]).code == 1
     assert cli(["submit", "enough", *many[:128]], stdin=b"true\n").code == 0
+
+
+@pytest.mark.parametrize("option, message", [
+    ("--at", "onite: bad time '' — write now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION "
+             "(e.g. +2h)\n"),
+    ("--timeout", "onite: bad timeout '' — write it like 90s, 45m, 2h, 1h30m or 1d (a bare number is seconds)\n"),
+])
+@pytest.mark.parametrize("extra", [[], ["--urgent", "--hold"]])
+def test_an_empty_at_or_timeout_is_refused_not_dropped(spool, cli, option, message, extra):
+    """`onite submit --at "$WHEN" NAME` with WHEN unset spooled a job due at once, and an empty --timeout one with
+    the spool's default, as if neither had been given; edit refused them. Refused alike, nothing spooled."""
+    r = cli(["submit", option, "", *extra, "emptyopt"], stdin=b"true\n")
+    assert (r.code, r.err) == (2, message), r
+    assert not queued_files(spool)

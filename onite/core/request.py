@@ -78,7 +78,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
     environment variable execve cannot pass."""
     limits = JobChanges(priority=config.default_priority if request.priority is None else request.priority,
                         retries=request.retries, after=request.after, mem=request.mem, cpus=request.cpus,
-                        timeout=request.timeout or None, at=request.at or None).parsed(config, captured.now, user)
+                        timeout=request.timeout, at=request.at).parsed(config, captured.now, user)
     if request.host is not None:
         check_name(request.host, what="host name")
     if not request.body:
