@@ -759,3 +759,53 @@ def test_a_submit_or_find_does_not_load_what_only_a_drain_or_a_listing_needs(spo
         out = subprocess.run([sys.executable, "-c", probe, *argv], input=b"true\n", env=env, capture_output=True,
                              check=True).stdout.decode()
         assert out.splitlines()[-1] == "0 []", (argv, out)
+
+
+def test_a_spool_behind_a_folder_closed_to_the_user_is_one_line_not_a_traceback(spool, world_tmp):
+    """pathlib's is_dir raises past a folder the caller may not enter: `--spool /root/x/spool`, or a personal
+    spool under a HOME the user cannot enter, was a PermissionError traceback on every command."""
+    if not ROOT:
+        pytest.skip("needs root to act as nobody")
+    closed = world_tmp / "closed"
+    closed.mkdir(mode=0o700)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(closed), "ONITE_SYSTEM_CONFIG": str(NO_SYSTEM_CONFIG)}
+    reach = f"cannot reach the spool {closed / 'spool'}: a folder on its path is closed to you (permission denied)"
+    for args in (["list"], ["submit", "x"], ["status"], ["cancel", "x"], ["find", "x"], ["output", "x"],
+                 ["hold", "x"], ["wait", "x"]):
+        r = run_cli([*args, "--spool", str(closed / "spool")], stdin=b"true\n", env=env, user="nobody", cwd="/tmp")
+        assert (r.code, r.err) == (4, f"onite: {reach} — ask its administrator, or use --spool\n"), (args, r)
+    for path in (closed / "spool", closed / "deeper" / "spool"):
+        r = run_cli(["init", "--spool", str(path)], env=env, user="nobody", cwd="/tmp")
+        assert r.code == 4 and r.err.startswith(f"onite: creating {closed}/") and r.err.count("\n") == 1, r
+        assert ": Permission denied — " in r.err, r
+    r = run_cli(["list"], env=env, user="nobody", cwd="/tmp")  # the personal default, under that HOME
+    assert r.code == 4 and r.err.startswith("onite: cannot reach the spool ") and r.err.count("\n") == 1, r
+
+
+def test_a_spool_path_too_long_to_look_at_is_one_line(spool, cli):
+    r = cli(["list", "--spool", "/tmp/" + "a" * 5000])
+    assert r.code == 4 and r.err.startswith("onite: looking at /tmp/aaa") and "File name too long" in r.err, r
+    assert r.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["--spool", "", "submit", "x"], ["submit", "x", "--spool", ""],
+                                  ["list", "--spool", ""], ["--spool", "", "status"]])
+def test_an_empty_spool_option_is_refused_not_taken_for_the_default(spool, cli, args):
+    """`onite --spool "$DIR" submit` with DIR unset spooled into the default spool, not the one meant."""
+    r = cli(args, stdin=b"true\n")
+    assert (r.code, r.err) == (2, "onite: --spool is empty — give the spool's folder, or leave --spool out for the "
+                                  "default\n"), r
+    assert cli(["find", "x"]).code == 1
+
+
+def test_a_relative_home_does_not_put_a_spool_under_the_current_directory(world_tmp):
+    """HOME=rel made the personal spool rel/.local/state/onite, under whatever folder the command ran in: a job
+    submitted in one folder was not in `onite list` run from another. The account's home is used instead."""
+    here = world_tmp / "here"
+    here.mkdir(mode=0o777)
+    os.chmod(here, 0o777)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "rel", "ONITE_SYSTEM_CONFIG": str(NO_SYSTEM_CONFIG)}
+    user = "nobody" if ROOT else None
+    r = run_cli(["submit", "mine"], stdin=b"true\n", env=env, user=user, cwd=here)
+    assert not (here / "rel").exists(), r
+    assert "rel/.local" not in r.err and "Traceback" not in r.err, r

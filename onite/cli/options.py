@@ -139,7 +139,7 @@ def locate_spool(spool: str | None):
 
 def spool_of(spool: str | None) -> str | None:
     """The --spool a command was given: after its name, else before it (``onite --spool DIR list``)."""
-    return spool or _GLOBAL["spool"]
+    return spool if spool is not None else _GLOBAL["spool"]
 
 
 def open_spool(spool: str | None, *, reading: bool = False):

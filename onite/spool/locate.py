@@ -102,10 +102,30 @@ def _absolute(path: str, given: str) -> Path:
                            "cd to a folder that exists, or give the spool's full path") from None
 
 
+def _home(environ, euid: int) -> str:
+    """$HOME, if absolute; else (unset, empty, relative: a spool that would follow the current directory) the
+    account's home. Raises InvalidInput: neither is absolute."""
+    home = environ.get("HOME") or ""
+    if home.startswith("/"):
+        return home
+    import pwd
+
+    try:
+        home = pwd.getpwuid(euid).pw_dir
+    except KeyError:
+        home = ""
+    if not home.startswith("/"):
+        raise InvalidInput(f"HOME={environ.get('HOME', '')!r} is not an absolute path, and your account has no home "
+                           "folder to find your spool in", "set HOME to your home folder, or give --spool DIR")
+    return home
+
+
 def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", euid: int) -> Location:
     """--spool, then ONITE_SPOOL, then the system spool for root and, once root has initialised it,
     for everyone, else a personal spool. Raises ConfigError: /etc/onite.toml is bad (system_spool)."""
-    if explicit:
+    if explicit is not None:
+        if not explicit:
+            raise InvalidInput("--spool is empty", "give the spool's folder, or leave --spool out for the default")
         return Location(_absolute(explicit, "--spool"), Source.OPTION, "given with --spool")
     if environ.get("ONITE_SPOOL"):
         return Location(_absolute(environ["ONITE_SPOOL"], "$ONITE_SPOOL"), Source.ENVIRONMENT, "from $ONITE_SPOOL")
@@ -117,7 +137,7 @@ def locate(explicit: str | None, environ: "os._Environ[str] | dict[str, str]", e
         return Location(system, Source.SYSTEM, f"default: it exists{where}")
     state_home = environ.get("XDG_STATE_HOME") or ""
     if not state_home.startswith("/"):  # the XDG spec says relative values are ignored
-        state_home = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".local", "state")
+        state_home = os.path.join(_home(environ, euid), ".local", "state")
     return Location(Path(state_home) / "onite", Source.PERSONAL, f"default: there is no system spool at {system}")
 
 

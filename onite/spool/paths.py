@@ -164,15 +164,36 @@ class SpoolDir:
             raise SpoolIOError(self.running_root, "listing", err) from None
 
     def exists(self) -> bool:
-        return self.jobs_dir.is_dir()
+        """Is there a spool here? Raises SpoolError, SpoolIOError: its path cannot be looked at (as ``check``)."""
+        return _is_dir(self.jobs_dir, self.root)
 
     def check(self) -> None:
-        """Raises SpoolError: the spool is missing or not an onite spool."""
-        if not self.root.exists():
+        """Raises SpoolError: the spool is missing, out of reach or not an onite spool; SpoolIOError: its path
+        cannot be looked at (too long, an I/O error)."""
+        folder = _is_dir(self.root, self.root, missing=None)
+        if folder is None:
             raise SpoolError(f"no spool at {self.root}", "create it with: onite init")
-        if not self.root.is_dir():
+        if not folder:
             raise SpoolError(f"{self.root} is not a folder, so not a spool", "give --spool the spool's folder")
         if not os.access(self.root, os.X_OK):
             raise SpoolError(f"cannot enter the spool {self.root}: permission denied", "ask its administrator, or use --spool")
-        if not self.jobs_dir.is_dir():
+        if not _is_dir(self.jobs_dir, self.root):
             raise SpoolError(f"{self.root} is not an onite spool (no jobs/ folder)", "create it with: onite init")
+
+
+def _is_dir(path: Path, root: Path, *, missing: bool | None = False) -> bool | None:
+    """Is ``path`` a folder (False: something else; ``missing``: nothing there)? pathlib's is_dir raises past
+    a folder closed to the caller (``--spool /root/x``, HOME=/root) or a name too long.
+    Raises SpoolError: a folder on the way to ``root`` is closed to the caller; SpoolIOError: another failure."""
+    import errno
+    import stat
+
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return missing if path == root else False
+    except OSError as err:
+        if err.errno == errno.EACCES:
+            raise SpoolError(f"cannot reach the spool {root}: a folder on its path is closed to you (permission "
+                             "denied)", "ask its administrator, or use --spool") from None
+        raise SpoolIOError(path, "looking at", err) from None

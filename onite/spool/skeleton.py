@@ -67,7 +67,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     if foreign:
         raise Refused(f"onite init will not adopt {root}: {foreign[0]}",
                       "someone else made it: move it away (or chown it), then run onite init again")
-    if not root.parent.exists():  # e.g. ~/.local/state on a fresh account
+    if not os.path.exists(root.parent):  # e.g. ~/.local/state on a fresh account (False too where it cannot be seen)
         try:
             os.makedirs(root.parent, mode=0o755 if system else 0o700, exist_ok=True)
         except OSError as err:
