@@ -809,3 +809,18 @@ def test_a_relative_home_does_not_put_a_spool_under_the_current_directory(world_
     r = run_cli(["submit", "mine"], stdin=b"true\n", env=env, user=user, cwd=here)
     assert not (here / "rel").exists(), r
     assert "rel/.local" not in r.err and "Traceback" not in r.err, r
+
+
+@pytest.mark.parametrize("args, message", [
+    (["cancel"], "onite: no job name given — name the job(s): onite cancel NAME…\n"),
+    (["cancel", "--all"], "onite: cancelling by --all as root needs a confirmation — run it on a terminal, or add "
+                          "--yes\n"),
+])
+def test_cancel_with_stdin_closed_is_one_line_not_a_traceback(spool, cli, args, message):
+    """`onite cancel <&-`: stdin closed is no terminal to ask on (Python gives it as None)."""
+    if args[-1] == "--all" and not ROOT:
+        pytest.skip("only root is asked to confirm")
+    assert cli(["submit", "kept"], stdin=b"true\n").code == 0
+    r = cli(args, stdin=None)
+    assert (r.code, r.err) == (2, message), r
+    assert cli(["find", "kept"]).code == 0

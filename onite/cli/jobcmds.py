@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
                                NotifyOpt, Opt, PlainOpt, PriorityOpt, QuietOpt, RetriesOpt, SpoolOpt, StderrOpt,
                                TimeoutOpt, UrgentOpt, ask, command, command_line, complete_name, confirm, locate_spool,
-                               open_spool, say, spool_of, terminal, warn_damaged)
+                               on_terminal, open_spool, say, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
 from onite.core.errors import InvalidInput, NotFound
@@ -272,7 +272,7 @@ def _pick_one(target) -> list[str]:
     from onite.app.common import label
     from onite.app.control import select_jobs
 
-    if not sys.stdin.isatty():
+    if not on_terminal():
         raise InvalidInput("no job name given", "name the job(s): onite cancel NAME…")
     views = select_jobs(target, [], os.geteuid(), every=True).chosen
     if not views:

@@ -195,10 +195,18 @@ def ask(prompt: str) -> str:
         return ""
 
 
+def on_terminal() -> bool:
+    """Is stdin a terminal? Not when it is closed (``<&-``, which Python gives as None)."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 def confirm(what: str, flag: str, lines: list[str], question: str) -> bool:
     """Did the person at the terminal answer yes, having read ``lines``?
     Raises InvalidInput: no terminal to ask on (``flag`` confirms instead)."""
-    if not sys.stdin.isatty():
+    if not on_terminal():
         raise InvalidInput(f"{what} needs a confirmation", f"run it on a terminal, or add {flag}")
     for line in lines:
         print(line)
