@@ -824,3 +824,20 @@ def test_cancel_with_stdin_closed_is_one_line_not_a_traceback(spool, cli, args, 
     r = cli(args, stdin=None)
     assert (r.code, r.err) == (2, message), r
     assert cli(["find", "kept"]).code == 0
+
+
+def test_a_personal_spool_made_under_umask_0777_leaves_no_closed_folders_in_home(world_tmp):
+    """The first submit makes ~/.local/state for the personal spool: under umask 0777 it made them d---------, so
+    that submit failed and every later command (and every other program's ~/.local) was shut out."""
+    home = world_tmp / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "ONITE_SYSTEM_CONFIG": str(NO_SYSTEM_CONFIG)}
+    user = None
+    if ROOT:
+        os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
+        user = "nobody"
+    r = run_cli(["submit", "mine"], stdin=b"true\n", env=env, user=user, cwd="/tmp", umask=0o777)
+    assert r.code == 0, r
+    for folder in (home / ".local", home / ".local" / "state"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    assert run_cli(["find", "mine"], env=env, user=user, cwd="/tmp").code == 0

@@ -68,10 +68,13 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
         raise Refused(f"onite init will not adopt {root}: {foreign[0]}",
                       "someone else made it: move it away (or chown it), then run onite init again")
     if not os.path.exists(root.parent):  # e.g. ~/.local/state on a fresh account (False too where it cannot be seen)
+        mask = os.umask(0o022 if system else 0o077)  # not the caller's: umask 0777 left a d--------- ~/.local
         try:
             os.makedirs(root.parent, mode=0o755 if system else 0o700, exist_ok=True)
         except OSError as err:
             raise SpoolIOError(root.parent, "creating", err) from None
+        finally:
+            os.umask(mask)
     _make_dir(root, 0o755 if system else 0o700, created, root)
     spool = SpoolDir(root)
     config_path = spool.config_path
