@@ -156,3 +156,16 @@ def test_a_finished_job_others_may_write_is_not_restarted(spool, cli, workdir):
     assert r.code == 3 and "cannot be restarted: writable by users other than its owner" in r.err, r
     assert len(r.err.splitlines()) == 1
     assert not list((spool / "jobs").rglob("nobody:mine"))
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "onite: invalid job name '': it is empty — use e.g. nightly-report or backup.2026-11-22\n"),
+    (["--unique"], "onite: invalid name base '': it is empty — use e.g. nightly-report or backup.2026-11-22\n"),
+])
+def test_restart_with_an_empty_new_name_is_refused_not_spooled_under_the_old_one(spool, cli, extra, message):
+    """`onite restart old --name "$NEW"` with NEW unset spooled the job again as `old`, as if --name were not given."""
+    assert cli(["submit", "old"], stdin=b"true\n").code == 0
+    assert drain(spool).returncode == 0
+    r = cli(["restart", "old", "--name", "", *extra])
+    assert (r.code, r.err) == (2, message), r
+    assert cli(["find", "old"]).code == 1

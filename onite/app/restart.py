@@ -32,7 +32,7 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
     submit), checked as a submit is; the job spooled."""
     name = key_for(text)
     user, plain = split_key(name)
-    new = new_name or plain
+    new = plain if new_name is None else new_name  # --name "" is a bad name, not no --name
     (check_base if unique else check_name)(new)
     job, st = read_finished(spool, name, caller.uid)
     job = changes.apply(job, spool.config, now, caller.name)
