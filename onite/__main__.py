@@ -71,7 +71,9 @@ def _exit_code(step, *args) -> int:
     except OutputFailure as err:  # told from a full disk under the spool by where it happened, never by its errno
         _quiet_stdout()
         notes = "".join(f"; {note}" for note in getattr(err, "__notes__", ()))  # what the lost output said
-        hint = "check the device it goes to" if err.errno == errno.EIO else "free some space where it goes"
+        hint = {errno.EIO: "check the device it goes to",
+                errno.EFBIG: "it is larger than your file-size limit: raise it (ulimit -f)"}.get(
+                    err.errno, "free some space where it goes")
         _say(f"onite: cannot write its output: {err.strerror or err}{notes} — {hint} (or send it elsewhere)")
         return EXIT_FAILURE
     except SystemExit as exit_:

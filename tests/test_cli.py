@@ -841,3 +841,17 @@ def test_a_personal_spool_made_under_umask_0777_leaves_no_closed_folders_in_home
     for folder in (home / ".local", home / ".local" / "state"):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     assert run_cli(["find", "mine"], env=env, user=user, cwd="/tmp").code == 0
+
+
+def test_output_past_the_file_size_limit_says_so_not_to_free_space(spool, tmp_path):
+    """`(ulimit -f 1; onite list > file)`: EFBIG is the user's own limit, which no freeing of space lifts."""
+    import resource
+
+    assert run_cli(["submit", "many", "--lines", "-q"], stdin=b"true\n" * 100).code == 0
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    with open(tmp_path / "listing", "wb") as out:
+        done = subprocess.run([sys.executable, "-m", "onite", "list"], env=env, stdout=out, stderr=subprocess.PIPE,
+                              timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)))
+    assert done.returncode == 4 and done.stderr.decode() == (
+        "onite: cannot write its output: File too large — it is larger than your file-size limit: raise it "
+        "(ulimit -f) (or send it elsewhere)\n"), done.stderr
