@@ -311,3 +311,29 @@ def test_an_empty_at_or_timeout_is_refused_not_dropped(spool, cli, option, messa
     r = cli(["submit", option, "", *extra, "emptyopt"], stdin=b"true\n")
     assert (r.code, r.err) == (2, message), r
     assert not queued_files(spool)
+
+
+def test_a_current_directory_too_long_to_enter_is_refused_at_submit_not_failed_at_night(spool, world_tmp):
+    """A job spooled from a folder whose path is 4096 bytes or more was taken, and failed at night ("cannot enter
+    its directory …: file name too long"): chdir cannot take such a path. Refused now, nothing spooled."""
+    part = "d" * 200
+    deep, fd = world_tmp, os.open(world_tmp, os.O_RDONLY)
+    while len(os.fsencode(deep)) < 4096:  # made a step at a time: mkdir takes no path this long either
+        os.mkdir(part, dir_fd=fd)
+        fd, old = os.open(part, os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+        deep = deep / part
+    os.close(fd)
+
+    def enter():  # a step at a time: chdir takes no path this long
+        os.chdir(world_tmp)
+        for _ in range(len(deep.relative_to(world_tmp).parts)):
+            os.chdir(part)
+
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "onite", "submit", "deep"], input=b"true\n", env=env,
+                          capture_output=True, timeout=120, preexec_fn=enter)
+    assert done.returncode == 2 and done.stderr.decode() == (
+        f"onite: your current directory's path is {len(os.fsencode(deep))} bytes long, and no job can start in a "
+        "directory whose path is longer than 4095 — cd to a folder with a shorter path and submit again\n"), done
+    assert not queued_files(spool)

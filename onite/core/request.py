@@ -17,6 +17,9 @@ from onite.core.resources import parse_cpus, parse_mem
 from onite.core.timeparse import parse_duration, parse_when
 
 
+PATH_MAX = 4096  # Linux: a path given to chdir and exec, its NUL included
+
+
 class SubmitRequest(Record):
     """What the user asked for, as typed (times and durations not yet parsed)."""
 
@@ -87,6 +90,10 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
     if problem:
         raise InvalidInput(f"the text of job {request.name!r} can never run: {problem}",
                            "fix its first line: #!/path/to/interpreter [one argument]")
+    if len(captured.cwd) >= PATH_MAX:  # chdir refuses it (ENAMETOOLONG): the job would fail at night, never run
+        raise InvalidInput(f"your current directory's path is {len(captured.cwd)} bytes long, and no job can start in "
+                           f"a directory whose path is longer than {PATH_MAX - 1}",
+                           "cd to a folder with a shorter path and submit again")
     problem = env_problem(captured.env)
     if problem:
         raise InvalidInput(f"your environment cannot be passed to a job: {problem}",
