@@ -337,3 +337,19 @@ def test_a_current_directory_too_long_to_enter_is_refused_at_submit_not_failed_a
         f"onite: your current directory's path is {len(os.fsencode(deep))} bytes long, and no job can start in a "
         "directory whose path is longer than 4095 — cd to a folder with a shorter path and submit again\n"), done
     assert not queued_files(spool)
+
+
+def test_a_spool_on_a_read_only_file_system_says_so_to_root_not_to_run_as_root(small_disk, cli):
+    """Root's `onite run` on a spool whose file system is mounted read-only was told "this spool is drained by its
+    owner — run it as root (sudo onite run)": running/ not writable read as another owner's. Every write says
+    read-only; so does the driver now. Submit is refused alike, and list still reads."""
+    spool = small_disk / "spool"
+    assert cli(["init", "--spool", str(spool)]).code == 0
+    assert cli(["submit", "kept", "--spool", str(spool)], stdin=b"true\n").code == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    r = cli(["run", "--spool", str(spool)])
+    assert (r.code, r.err) == (4, f"onite: cannot write {spool}/running: the spool's file system is read-only — "
+                                  "remount it read-write, then drain it\n"), r
+    r = cli(["submit", "more", "--spool", str(spool)], stdin=b"true\n")
+    assert r.code == 4 and "Read-only file system — the spool's file system is read-only\n" in r.err, r
+    assert cli(["find", "kept", "--spool", str(spool)]).code == 0
