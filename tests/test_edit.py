@@ -333,3 +333,26 @@ def test_a_new_priority_after_an_edit_runs_as_the_later_edit_says(spool, cli):
     assert drain(spool).returncode == 0
     job = decode((spool / "jobsdone" / "root:a").read_bytes())
     assert (job.timeout.total_seconds(), job.mem, result(spool, "a")["mem"]) == (7200, 30, 30)
+
+
+@pytest.mark.parametrize("change, patched", [(["--mem", "20M"], "onite.app.edit.add_edit"),
+                                             (["-p", "2"], "onite.spool.edits.rename_exchange")])
+def test_an_edit_that_a_cancel_overtakes_says_the_job_was_cancelled_not_started(spool, monkeypatch, change, patched):
+    """A cancel that takes the queued job as it is being edited: the edit said `started just now`, or `changed as
+    it started` (exit 0), of a job no driver ever ran. It says the job was cancelled, and exits 3."""
+    import importlib
+
+    module, _, attr = patched.rpartition(".")
+    original = getattr(importlib.import_module(module), attr)
+
+    def cancel_first(*args, **kwargs):  # the cancel comes just before the edit's own write
+        assert run_cli(["cancel", "racing"]).code == 0
+        return original(*args, **kwargs)
+
+    assert run_cli(["submit", "racing"], stdin=b"true\n").code == 0
+    monkeypatch.setattr(patched, cancel_first)
+    r = run_cli(["edit", "racing", *change])
+    monkeypatch.undo()
+    assert r.code == 3 and r.err.startswith("onite: job 'racing' was cancelled just now: ") and \
+        r.err.endswith(" — see onite list --all\n"), r
+    assert result(spool, "racing")["state"] == "cancelled"

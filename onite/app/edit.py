@@ -36,8 +36,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     try:
         job, st = read_job_file(entry.path, spool.config.max_job_size)
     except FileNotFoundError:
-        raise Refused(f"job {text!r} started just now: it cannot be edited any more",
-                      f"change it for its next run: onite restart {text} …") from None
+        raise _left(spool, name, text, None, "it cannot be edited any more") from None
     except (BadFile, JobFormatError) as err:
         raise Refused(f"job {text!r} cannot be edited: {getattr(err, 'what', err)}",
                       "cancel it and spool it anew") from None
@@ -64,6 +63,8 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
         if done == "started" and marker is not None and not withdraw_edit(marker):
             done = "changed"
         if done == "changed":
+            if _cancelled(spool, name, job):
+                raise _left(spool, name, text, job, "nothing left to change")
             return f"{label(new.name)}: changed as it started (in its old priority)"
         if done != "started":
             if marker is not None:
@@ -80,9 +81,29 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
         if there is not None and there.st_ino == st.st_ino:
             _withdraw_older(spool, name, marker)
             return f"{label(name)}: changed; it keeps its place"
-        if not withdraw_edit(marker):  # the driver took it as it claimed the job
+        if not withdraw_edit(marker):  # the driver took it as it claimed the job, or a cancel took it
+            if _cancelled(spool, name, job):
+                raise _left(spool, name, text, job, "nothing left to change")
             return f"{label(name)}: changed as it started"
-    raise Refused(f"job {text!r} started just now: nothing changed", f"change it for its next run: onite restart {text} …")
+    raise _left(spool, name, text, job, "nothing changed")
+
+
+def _cancelled(spool: SpoolDir, name: str, job) -> bool:
+    """Was this queued job (``job``: as read; None: not read) cancelled before it started? Its result says so."""
+    try:
+        record = read_result(spool, name)
+    except (DamagedRecord, SpoolIOError):
+        return False
+    return (record is not None and record.started is None and record.state == "cancelled"
+            and (job is None or record.submitted == job.submitted))
+
+
+def _left(spool: SpoolDir, name: str, text: str, job, what: str) -> Refused:
+    """The job left its queue as it was being edited: a driver claimed it, or a cancel took it (not told to
+    have started)."""
+    if _cancelled(spool, name, job):
+        return Refused(f"job {text!r} was cancelled just now: {what}", "see onite list --all")
+    return Refused(f"job {text!r} started just now: {what}", f"change it for its next run: onite restart {text} …")
 
 
 def _withdraw_older(spool: SpoolDir, name: str, marker) -> None:
