@@ -302,11 +302,15 @@ def test_a_held_job_on_a_cycle_keeps_the_cycle_waiting_until_it_is_released(spoo
     assert result(spool, "nobody:theirs")["reason"].startswith("dependency cycle: theirs → root:mine → theirs")
 
 
-def test_the_cycle_check_follows_at_most_cycle_looks_jobs_and_the_driver_fails_a_longer_cycle(spool, cli):
+def test_the_cycle_check_follows_at_most_cycle_looks_jobs_and_the_driver_fails_a_longer_cycle(spool, cli,
+                                                                                               monkeypatch):
     """``submit``, ``edit`` and ``restart`` follow at most CYCLE_LOOKS queued jobs: a cycle they can see whole is
-    refused; one longer than that is let through, and the driver fails it at the drain's end."""
-    from onite.app.submit import CYCLE_LOOKS
+    refused; one longer than that is let through, and the driver fails it at the drain's end. (CYCLE_LOOKS is 20
+    here, in the commands this process forks: 200 made the chain cost 20 s of submits.)"""
+    from onite.app import submit as submitting
 
+    CYCLE_LOOKS = 20
+    monkeypatch.setattr(submitting, "CYCLE_LOOKS", CYCLE_LOOKS)
     chain = [f"c{i:03d}" for i in range(CYCLE_LOOKS + 2)]  # c000 ← c001 ← … each waits for the one before
     submit(chain[0])
     for before, name in zip(chain, chain[1:CYCLE_LOOKS + 1]):
