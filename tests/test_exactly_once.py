@@ -883,7 +883,12 @@ def test_a_job_its_owner_cancelled_keeps_its_result_when_the_driver_filing_it_is
     """nobody withdraws its queued job (`onite cancel`: `cancelled`); the driver, filing it, has moved it out of
     cancel/ into jobsdone/ under a dot-name (strace holds it just after that rename) when it is killed. The job
     must still end with its `cancelled` result. Before, it had none: the dot-name was left for retention to remove,
-    and `list`, `wait` and its dependants found no trace of it. Found by reading the code for a fault campaign."""
+    and `list`, `wait` and its dependants found no trace of it. Found by reading the code for a fault campaign.
+    Its job file, left under the dot-name, is put in place once a minute old (at a drain's end), so that it can be
+    restarted: before, it was removed an hour later, and `onite restart` found nothing."""
+    from onite.spool.cancels import STAGED_AGE, finish_filings
+    from onite.spool.paths import SpoolDir
+
     assert run_cli(["submit", "x"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
     r = run_cli(["cancel", "x"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (0, "x: cancelled\n"), r
@@ -901,6 +906,12 @@ def test_a_job_its_owner_cancelled_keeps_its_result_when_the_driver_filing_it_is
     assert (done["state"], done["reason"]) == ("cancelled", "cancelled by nobody"), done
     r = run_cli(["wait", "x"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (5, "x: cancelled by nobody\n"), r
+    assert run_cli(["restart", "x"], user="nobody", cwd="/tmp").code == 1  # staged: not in place yet
+    assert finish_filings(SpoolDir(spool), time.time()) == 0  # its filer may still be at it
+    assert finish_filings(SpoolDir(spool), time.time() + STAGED_AGE) == 1  # as a drain's end a minute on does
+    assert not [p for p in (spool / "jobsdone").iterdir() if p.name.startswith(".")]
+    r = run_cli(["restart", "x"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "x\n"), r
 
 
 @needs_strace

@@ -24,6 +24,7 @@ from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.drain.night import Night
 from onite.exec.runner import Run
+from onite.spool.cancels import finish_filings
 from onite.spool.filecheck import read_job_file
 from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
@@ -339,10 +340,13 @@ class Finisher:
             night.log.event("pruned", removed=removed, keep=night.config.keep)
         if strays:
             try:
-                # the age of a dot-name is read from its mtime, stamped by the kernel: compared with its clock
+                # a dot-name's age is read from times the kernel stamps: compared with its clock
+                placed = finish_filings(night.spool, time.time())
                 leftovers = remove_temp_files(night.spool, time.time())
             except OniteError as err:
                 night.log.event("error", error=str(err), note="retention of temporary files")
                 return
+            if placed:
+                night.log.event("recovered", filed=placed, note="cancelled jobs a killed filer left between two moves")
             if leftovers:
                 night.log.event("pruned", temporary=leftovers, note="files of writes that died (a crash or a kill)")

@@ -15,15 +15,19 @@ from pathlib import Path
 from onite.core.errors import EXIT_REFUSED, JobFormatError, NotFound, OniteError
 from onite.core.job import Job
 from onite.core.jobfile import decode
-from onite.core.names import SIDE
+from onite.core.names import SIDE, is_valid_key
 from onite.core.record import Record
 from onite.core.state import JobState, Result, unrun_result
 from onite.spool.filecheck import SLACK, read_up_to
-from onite.spool.files import change_state, create_marker, discard, move_file, token
+from onite.spool.files import change_state, create_marker, discard, move_file, rename_noreplace, token
 from onite.spool.holds import remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.results import write_result
+from onite.spool.results import read_result, write_result
 from onite.spool.scan import Entry, key_uid, user_name
+
+
+STAGED = "@cancelled."  # jobsdone/.KEY@cancelled.PID.X.tmp: a withdrawn job between file_withdrawn's two moves
+STAGED_AGE = 60  # seconds: the two moves follow each other at once; a job staged this long lost its filer
 
 
 def withdraw(spool: SpoolDir, entry: Entry) -> Path:
@@ -97,7 +101,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         host="", now=now, job=job, priority=priority, urgent=urgent, submitted=submitted)
     if result is not None:  # before the job leaves cancel/: a filer killed at any step after leaves its result
         write_result(spool, result)
-    staged = spool.done_dir / f".{name}@cancelled.{os.getpid()}.{os.urandom(3).hex()}.tmp"
+    staged = spool.done_dir / f".{name}{STAGED}{os.getpid()}.{os.urandom(3).hex()}.tmp"
     try:
         move_file(pending, staged, "filing the cancelled job")
         now_st = os.lstat(staged)
@@ -137,3 +141,32 @@ def _set_aside(spool: SpoolDir, path: Path, name: str, why: str) -> None:
 
 def _refused(spool: SpoolDir, name: str) -> Path:
     return spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"
+
+
+def finish_filings(spool: SpoolDir, now: float) -> int:
+    """Put in place each cancelled job that a filer killed between its two moves left staged in jobsdone/
+    (``file_withdrawn``), once STAGED_AGE old: its owner's file of one link, whose cancelled result is there and
+    which no later job file of the name has replaced; how many. Without it, ``onite restart`` found nothing."""
+    try:
+        with os.scandir(spool.done_dir) as it:
+            staged = [entry for entry in it if entry.name.startswith(".") and STAGED in entry.name
+                      and entry.name.endswith(".tmp")]
+    except OSError:
+        return 0
+    placed = 0
+    for entry in staged:
+        name = entry.name[1:entry.name.index(STAGED)]
+        try:
+            st = entry.stat(follow_symlinks=False)
+            result = read_result(spool, name) if is_valid_key(name) else None
+        except (OSError, OniteError):
+            continue
+        if (now - st.st_ctime < STAGED_AGE or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
+                or st.st_uid != key_uid(name) or result is None or result.state != JobState.CANCELLED
+                or result.uid != st.st_uid):
+            continue  # not one: the hourly sweep of dot-names removes it
+        try:
+            placed += rename_noreplace(entry.path, str(spool.done_dir / name))
+        except OSError:  # a later run's job file is there: this one is stale
+            continue
+    return placed
