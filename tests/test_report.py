@@ -973,3 +973,20 @@ def test_a_run_the_log_alone_tells_with_an_impossible_length_ends_at_its_line(sp
     (Path(spool) / "onite.log").write_text("".join(line + "\n" for line in lines))
     job, = report.build(SpoolDir(spool), datetime.now().astimezone()).jobs
     assert (job.started, job.finished) == (when, when + timedelta(seconds=5))
+
+
+@needs_root
+def test_a_cancel_the_driver_files_as_it_starts_is_not_counted_as_pruned(spool):
+    """A user's cancel of a queued job on a system spool is filed by the next driver as it starts, in the
+    second of its start line: the report said ``2 earlier results pruned (keep = 50)`` of two cancels whose
+    records were there, and showed them from the log (no priority)."""
+    for name in ("tmp-a", "tmp-b"):
+        assert run_cli(["submit", name], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+        assert run_cli(["cancel", name], user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "ok"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    r = run_cli(["report"])
+    assert r.code == 0 and "pruned" not in r.out, r.out
+    data = json.loads(run_cli(["report", "--json"]).out)
+    assert data["pruned"] == 0 and data["counts"]["cancelled"] == 2, data["counts"]
+    assert [j["pruned"] for j in data["jobs"] if j["state"] == "cancelled"] == [False, False]

@@ -199,13 +199,14 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         return when is not None and start <= when < results_end
 
     # a drain that started in the second an earlier one filed a job: that job is in the window only
-    # if the window's own lines tell of its run
-    told_runs = {e.fields.get("run") for e in events if e.event in ("start", *dr.FINAL) and e.when == start} \
-        if kind == "drain" else set()
+    # if the window's own lines tell of its run (a job that never ran, e.g. a cancel the driver files as it
+    # starts, has no run id: by its name and owner)
+    told_runs = {e.fields.get("run") or (e.name, e.fields.get("user", "")) for e in events
+                 if e.event in ("start", *dr.FINAL) and e.when == start} if kind == "drain" else set()
 
     def in_window(record) -> bool:
         if kind == "drain" and record.finished < start + timedelta(seconds=1):
-            return record.run_id in told_runs
+            return (record.run_id or (record.name, record.user)) in told_runs
         return inside(record.finished) or inside(record.started)
 
     def wanted(owner: str) -> bool:
