@@ -360,3 +360,16 @@ def test_an_edit_that_a_cancel_overtakes_says_the_job_was_cancelled_not_started(
     assert r.code == 3 and r.err.startswith("onite: job 'racing' was cancelled just now: ") and \
         r.err.endswith(" — see onite list --all\n"), r
     assert result(spool, "racing")["state"] == "cancelled"
+
+
+@pytest.mark.parametrize("command", ["edit", "restart"])
+def test_the_help_of_edit_and_restart_says_an_option_left_out_keeps_the_jobs_value(spool, command):
+    """``onite edit --help`` said of -p ``default from onite.toml`` and of --mem and --cpus ``default:
+    default_mem in onite.toml``: a user left -p out expecting the default priority, but edit and restart
+    keep the job's own value (restart of a P1 job spools it at P1)."""
+    r = run_cli([command, "--help"])
+    assert r.code == 0, r
+    text = " ".join(r.out.split())  # as wrapped at any width
+    assert "onite.toml" not in text.split("--spool")[0], r.out
+    for option in ("--priority N", "--mem SIZE", "--cpus N"):
+        assert "not given: as it was" in text.split(option)[1].split(" --")[0], r.out

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
+from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, KeptCpusOpt, KeptMemOpt,
+                               KeptPriorityOpt, LiveNamesArg, MemOpt, NotifyOnOpt,
                                NotifyOpt, Opt, PlainOpt, PriorityOpt, QuietOpt, RetriesOpt, SpoolOpt, StderrOpt,
                                TimeoutOpt, UrgentOpt, ask, command, command_line, complete_name, confirm, locate_spool,
                                on_terminal, open_spool, say, spool_of, terminal, warn_damaged)
@@ -144,10 +145,10 @@ def restart(
     unique: Annotated[bool, Opt("--unique", help="Append a unique suffix to the name.")] = False,
     hold: Annotated[bool, Opt("--hold", help="Spool it held; onite release lets it run.")] = False,
     timeout: TimeoutOpt = None,
-    priority: PriorityOpt = None,
+    priority: KeptPriorityOpt = None,
     retries: RetriesOpt = None,
-    mem: MemOpt = None,
-    cpus: CpusOpt = None,
+    mem: KeptMemOpt = None,
+    cpus: KeptCpusOpt = None,
     at: AtOpt = None,
     after: AfterOpt = None,
     quiet: QuietOpt = False,
@@ -175,10 +176,10 @@ def edit(
     name: Annotated[str, Arg(metavar="NAME", help="A queued job (held or not).",
                              autocompletion=complete_name)],
     timeout: TimeoutOpt = None,
-    priority: PriorityOpt = None,
+    priority: KeptPriorityOpt = None,
     retries: RetriesOpt = None,
-    mem: MemOpt = None,
-    cpus: CpusOpt = None,
+    mem: KeptMemOpt = None,
+    cpus: KeptCpusOpt = None,
     at: AtOpt = None,
     after: AfterOpt = None,
     spool: SpoolOpt = None,
