@@ -399,3 +399,17 @@ def test_a_job_stopped_for_its_output_is_filed_so_when_the_driver_is_stopped_har
     assert not list((spool / "jobs").rglob("root:flood")), "put back in its queue"
     rec = result(spool, "flood")
     assert (rec["state"], rec["reason"]) == ("failed", STOPPED), rec
+
+
+def test_the_report_proposes_no_plain_restart_of_a_job_stopped_at_max_output(spool):
+    """The morning report said ``next: onite restart big`` under a job stopped at max_output: run again as it
+    was spooled, it writes as much again and is stopped again. As for a job that never ran, no next step."""
+    set_config(spool, max_output="1K", kill_grace="1s")
+    submit("big", WRITES_FOREVER)
+    submit("bad", b"exit 3\n")
+    assert drain(spool).returncode == 0
+    assert result(spool, "big")["reason"] == STOPPED
+    out = run_cli(["report"]).out
+    assert "next: onite restart bad" in out and "restart big" not in out, out
+    nexts = {job["name"]: job["next"] for job in run_cli(["report", "--json"]).json()["failures"]}
+    assert (nexts["big"], nexts["bad"]) == (None, "onite restart bad"), nexts

@@ -15,7 +15,7 @@ from onite.core.names import split_key
 from onite.core.jobview import JobView
 from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
 from onite.core.safetext import phrase, printable
-from onite.core.state import signal_name
+from onite.core.state import OUTPUT_STOPPED, signal_name
 from onite.core.timeparse import format_duration, longer_limit
 from onite.spool.log import CANNOT_RECORD
 
@@ -163,8 +163,9 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
 def next_step(data: ReportData, job: JobView) -> str:
     """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
     rounded up), ``onite restart etl`` after another failure (once its output is read); "" where a restart would
-    not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran)."""
-    if data.from_log(job):
+    not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran; it was stopped at
+    max_output: run as it was, it writes as much again)."""
+    if data.from_log(job) or job.reason == OUTPUT_STOPPED:
         return ""
     if is_timeout(job):
         return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"

@@ -105,12 +105,15 @@ class Stop(StrEnum):
     OUTPUT = "output"  #: it wrote more output than max_output
 
 
+OUTPUT_STOPPED = "stopped: it wrote more output than max_output"  # the reason of a run stopped for it
+
+
 def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | None) -> Outcome | None:
     """How an attempt that onite stopped (``stopping``: why) is recorded, keeping the exit code or signal it
     ended with; None if onite did not stop it."""
     why = {Stop.TIMEOUT: {"timed_out": True}, Stop.CANCEL: {"cancelled_by": cancelled_by or "?"},
            Stop.SHUTDOWN: {"reason": "interrupted: the driver was stopped"},
-           Stop.OUTPUT: {"reason": "stopped: it wrote more output than max_output"}}.get(stopping)
+           Stop.OUTPUT: {"reason": OUTPUT_STOPPED}}.get(stopping)
     return None if why is None else Outcome(exit_code=ended.exit_code, signal=ended.signal, **why)
 
 
