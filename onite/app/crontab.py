@@ -133,7 +133,7 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
              *(f"  {entry}" for entry in entries)]
     if not cron_daemon_running():  # then status and submit tell users that nothing is scheduled: so does this
         lines.append("warning: no cron daemon runs on this machine: these entries start nothing, and users are "
-                     "told no drain is scheduled, until one runs — start it (systemctl enable --now cron)")
+                     "told no drain is scheduled, until one runs — start it (e.g. service cron start)")
     elif upcoming is not None:
         lines.append(f"next drain {when_text(upcoming, now)} by cron on host {host}; "
                      "onite status and onite submit tell every user so")
