@@ -204,6 +204,7 @@ def test_add_stores_a_private_template_and_refuses_a_duplicate(spool, cli, workd
     assert rule_of(job) == parse_rule(cron="0 20 * * 1-5")
     again = cli(["recur", "add", "report", "--every", "1h"], stdin=b"true\n")
     assert again.code == 3 and "a recurring job named 'report' already exists" in again.err
+    assert "remove it first: onite recur remove report" in again.err, again  # the command to run, not NAME
     assert decode(path.read_bytes()) == job
 
 

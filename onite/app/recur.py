@@ -63,7 +63,7 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     except Refused:
         owner = _owner_of(spool.recur_dir / job.name)
         raise Refused(f"a recurring job named {request.name!r} already exists ({owner})",
-                      "pick another name, or remove it first: onite recur remove NAME") from None
+                      f"pick another name, or remove it first: onite recur remove {label(job.name)}") from None
     return job, rule
 
 
