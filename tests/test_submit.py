@@ -353,3 +353,18 @@ def test_a_spool_on_a_read_only_file_system_says_so_to_root_not_to_run_as_root(s
     r = cli(["submit", "more", "--spool", str(spool)], stdin=b"true\n")
     assert r.code == 4 and "Read-only file system — the spool's file system is read-only\n" in r.err, r
     assert cli(["find", "kept", "--spool", str(spool)]).code == 0
+
+
+def test_a_job_spooled_after_one_that_failed_is_told_it_will_fail_too(spool):
+    """``onite submit dep2 --after fail2`` when fail2 had failed said ``waits for fail2``, while onite list said
+    ``will fail: dependency fail2 failed``: the submitter learned it only in the morning. It says so at once,
+    and what to do."""
+    assert run_cli(["submit", "fail2"], stdin=b"exit 1\n", cwd="/tmp").code == 0
+    assert run_cli(["submit", "fine"], stdin=b"true\n", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    r = run_cli(["submit", "dep2", "--after", "fail2"], stdin=b"true\n", cwd="/tmp")
+    assert r.code == 0, r
+    assert "waits for fail2, which failed: it will fail too, unless fail2 runs again first (onite restart fail2)" \
+        in r.err, r.err
+    r = run_cli(["submit", "dep3", "--after", "fine"], stdin=b"true\n", cwd="/tmp")
+    assert r.code == 0 and "waits for fine;" in r.err and "fail" not in r.err, r.err

@@ -11,7 +11,7 @@ from onite.app.common import label, me, open_spool, read_job_text, read_stdin
 from onite.app.submit import capture, spool_job, submit_many
 from onite.core.errors import InvalidInput
 from onite.core.job import Job
-from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, job_key, unique_name
+from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, job_key, split_key, unique_name
 from onite.core.request import SubmitRequest, build_job
 from onite.exec import identity
 from onite.spool.paths import SpoolDir
@@ -74,6 +74,25 @@ def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> lis
     return submit_many(target, requests, capture(now), caller)
 
 
+def _ended_badly(spool: SpoolDir, job: Job) -> str:
+    """``, which failed: it will fail too, unless … (onite restart build)``: said now, not found in the morning."""
+    from onite.core.queue import DepState
+    from onite.spool.deps import dependency_state
+    from onite.core.errors import SpoolIOError
+
+    for dep in job.after:
+        try:
+            state = dependency_state(spool, dep)
+        except SpoolIOError:
+            continue  # cannot tell: the drain does
+        if state in (DepState.FAILED, DepState.CANCELLED):
+            name = label(dep)
+            how = f" (onite restart {name})" if split_key(dep)[0] == split_key(job.name)[0] else ""  # theirs to restart
+            return (f", which {'failed' if state is DepState.FAILED else 'was cancelled'}: it will fail too, "
+                    f"unless {name} runs again first{how}")
+    return ""
+
+
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
     """``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``: what was spooled
     where, and when it is expected to run (onite.drain.nextdrain, which promises no drain nothing starts)."""
@@ -87,7 +106,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     later = job.not_before is not None and job.not_before > now
     parts = []
     if job.after:
-        parts.append(f"waits for {', '.join(map(label, job.after))}")
+        parts.append(f"waits for {', '.join(map(label, job.after))}" + _ended_badly(spool, job))
     if later:
         parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
     if job.pin:
