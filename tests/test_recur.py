@@ -280,7 +280,8 @@ def test_ownership_rules(spool, cli):
     assert r.code == 3 and "belongs to root" in r.err and (spool / "recur" / "root:mine").exists()
     assert run_cli(["recur", "add", "mine", "--every", "1h"], stdin=b"true\n", user="nobody").code == 0
     assert sorted(os.listdir(spool / "recur")) == ["nobody:mine", "nobody:theirs", "root:mine"]
-    assert run_cli(["recur", "remove", "nosuch"], user="nobody").code == 1
+    r = run_cli(["recur", "remove", "nosuch"], user="nobody")  # the name as the user wrote it, not nobody:nosuch
+    assert r.code == 1 and r.err == "onite: no recurring job 'nosuch' — see onite recur list\n", r
     # own templates: yes; root: any
     assert run_cli(["recur", "remove", "theirs"], user="nobody").code == 0
     assert cli(["recur", "add", "theirs2", "--every", "1h"], stdin=b"true\n").code == 0

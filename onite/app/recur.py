@@ -89,12 +89,12 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
+        raise NotFound(f"no recurring job {label(name)!r}", "see onite recur list") from None
     if not owner_or_root(caller_uid, st.st_uid):
-        raise Refused(f"recurring job {name!r} belongs to {user_name(st.st_uid)}",
+        raise Refused(f"recurring job {label(name)!r} belongs to {user_name(st.st_uid)}",
                       "you may remove only your own recurring jobs")
     if not remove_file(path):
-        raise NotFound(f"no recurring job {name!r}", "see onite recur list")
+        raise NotFound(f"no recurring job {label(name)!r}", "see onite recur list")
 
 
 class TemplateView(Record):
@@ -180,11 +180,11 @@ def template_rule(spool: SpoolDir, name: str):
     try:
         return _read_template(spool, path, os.lstat(path))[1]
     except FileNotFoundError:
-        raise NotFound(f"no recurring job {name!r}", "see onite recur list") from None
+        raise NotFound(f"no recurring job {label(name)!r}", "see onite recur list") from None
     except PermissionError:
         rule = rule_from_state(load_state(spool).get(name, {}))
         if rule is None:
-            raise Refused(f"cannot read {name!r}: it belongs to {_owner_of(path)}",
+            raise Refused(f"cannot read {label(name)!r}: it belongs to {_owner_of(path)}",
                           "only its owner and root can see its rule until a driver has read it") from None
         return rule
     except (OSError, BadFile) as err:
