@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import NO_SYSTEM_CONFIG, REPO, ROOT, drain, result, run_cli, set_config
+from conftest import NO_SYSTEM_CONFIG, REPO, ROOT, drain, needs_root, result, run_cli, set_config
 
 
 def submit(name, body="true\n", *args):
@@ -855,3 +855,14 @@ def test_output_past_the_file_size_limit_says_so_not_to_free_space(spool, tmp_pa
     assert done.returncode == 4 and done.stderr.decode() == (
         "onite: cannot write its output: File too large — it is larger than your file-size limit: raise it "
         "(ulimit -f) (or send it elsewhere)\n"), done.stderr
+
+
+@needs_root
+def test_a_user_running_init_on_a_shared_spool_root_set_up_is_told_it_is_ready(spool):
+    """A user given ONITE_SPOOL=/srv/team (a spool root set up, not the system one) ran ``onite init``, as the
+    README's first step does, and was told ``onite init will not adopt …: belongs to uid 0 — someone else made
+    it: move it away (or chown it)``: advice to break a working spool. As for the system spool: it is ready."""
+    r = run_cli(["init"], user="nobody", cwd="/tmp")
+    assert r.code == 3, r
+    assert r.err == (f"onite: the spool {spool} is root's: root set it up, and only root runs onite init on it — "
+                     "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)\n"), r

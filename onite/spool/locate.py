@@ -154,3 +154,6 @@ def check_may_init(where: Location, euid: int) -> None:
             raise Refused(f"the system spool {where.path} is root's: root set it up, and only root runs onite init on it",
                           "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)")
         raise Refused(f"the system spool {where.path} is root's to create", "ask root to run: sudo onite init")
+    elif is_initialised_system_spool(where.path):  # a shared spool root set up elsewhere ($ONITE_SPOOL, --spool)
+        raise Refused(f"the spool {where.path} is root's: root set it up, and only root runs onite init on it",
+                      "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)")
