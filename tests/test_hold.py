@@ -162,3 +162,16 @@ def test_a_hold_acknowledged_between_the_drivers_pick_and_its_claim_keeps_the_jo
     assert listed(user="nobody") == [("x", "held")]
     assert run_cli(["release", "x"], user="nobody", cwd="/tmp").code == 0
     assert drain(spool).returncode == 0 and ledger.read_text() == "ran\n"
+
+
+@pytest.mark.parametrize("command", ["hold", "release"])
+def test_a_pattern_given_to_hold_or_release_is_said_to_be_one(spool, cli, command):
+    """After ``onite cancel 'tmp-*'``, ``onite release 'tick-*'`` said ``invalid job name 'tick-*': it may hold only
+    letters, digits, …``, as if the user had mistyped a name. It says that only cancel takes patterns, and
+    touches none of the names given."""
+    assert cli(["submit", "tick-1", "--hold"], stdin=b"true\n").code == 0
+    r = cli([command, "tick-1", "tick-*"])
+    assert r.code == 2, r
+    assert r.err == (f"onite: 'tick-*' is a pattern, and onite {command} takes job names — name each job "
+                     "(onite list shows them); only onite cancel takes patterns\n"), r
+    assert r.out == "", r  # not tick-1 before it

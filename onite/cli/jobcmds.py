@@ -303,8 +303,12 @@ def release(names: LiveNamesArg, spool: SpoolOpt = None) -> None:
 
 
 def _set_hold(names: list[str], spool: str | None, *, held: bool) -> None:
-    from onite.app.control import set_hold
+    from onite.app.control import is_pattern, set_hold
 
+    for name in names:  # after cancel 'tmp-*', not "invalid job name"; and before any name is changed
+        if is_pattern(name):
+            raise InvalidInput(f"{name!r} is a pattern, and onite {'hold' if held else 'release'} takes job names",
+                               "name each job (onite list shows them); only onite cancel takes patterns")
     target = open_spool(spool)
     for name in names:
         set_hold(target, name, os.geteuid(), held)
