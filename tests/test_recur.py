@@ -252,7 +252,7 @@ def test_templates_json_is_the_documented_document():
     text = templates_json([view], now)
     assert json.loads(text) == {"version": 1, "now": "2026-11-22T21:00:00+00:00", "recurring": [
         {"name": "nightly", "user": "alice", "uid": 1000, "rule": "cron '0 20 * * *'", "priority": 3,
-         "urgent": False, "next": "2026-11-23T20:00:00+00:00", "last": None, "problem": None}]}
+         "urgent": False, "next": "2026-11-23T20:00:00+00:00", "last": None, "problem": None, "waits_for": None}]}
     assert text.startswith('{\n "version": 1,') and templates_json([], now).endswith('"recurring": []\n}')
 
 
@@ -625,3 +625,26 @@ def test_recur_add_refuses_a_users_template_beyond_max_templates(spool):
         assert run_cli(["recur", "add", f"r{i}", "--every", "1h"], stdin=b"true\n", cwd="/tmp").code == 0
     assert run_cli(["recur", "remove", "t1"], user="nobody").code == 0
     assert run_cli(["recur", "add", "t3", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+
+
+@needs_root
+def test_status_says_a_templates_next_fire_waits_for_its_run_still_queued(spool):
+    """While a template's last run is queued, its next fires are skipped (recur-skip, in the log only), but
+    ``onite status`` said ``recurring hourly … next 15:00 (in 20m)`` as if a run would come then. It says the
+    fires wait for that run, and --json names it (``waits_for``)."""
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    class Log:
+        def event(self, *args, **fields):
+            pass
+
+    assert run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["recurring"][0]["waits_for"] is None
+    hour = (datetime.now().astimezone() + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    assert RecurScheduler(SpoolDir(spool), Log(), euid=0).spool_due(hour + timedelta(minutes=1)) \
+        == [f"nobody:hourly-{hour:%Y%m%dT%H%M}"]  # queued: no driver runs it here
+    [rec] = run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["recurring"]
+    assert rec["waits_for"] == f"hourly-{hour:%Y%m%dT%H%M}", rec
+    out = run_cli(["status"], user="nobody", cwd="/tmp").out
+    assert f"; skipped while its run hourly-{hour:%Y%m%dT%H%M} is queued or running" in out, out

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from onite.core.record import Record
 from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import user_name
-from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
+from onite.spool.scan import is_live, user_name
+from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError, SpoolIOError
 from onite.spool.filecheck import BadFile, read_job_file, read_job_head
 from onite.core.job import Job
 from onite.core.jobfile import encode
@@ -109,12 +109,14 @@ class TemplateView(Record):
     next: datetime | None
     last: datetime | None  # the latest fire spooled (from recur.state)
     problem: str = ""
+    waits_for: str = ""  # its last run, still queued or running: its fires are skipped until it ends
 
     def to_json(self) -> dict:
         return {"name": label(self.name), "user": self.user, "uid": self.uid, "rule": self.rule,
                 "priority": self.priority, "urgent": self.urgent,
                 "next": self.next.isoformat() if self.next else None,
-                "last": self.last.isoformat() if self.last else None, "problem": self.problem or None}
+                "last": self.last.isoformat() if self.last else None, "problem": self.problem or None,
+                "waits_for": self.waits_for or None}
 
 
 def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None = None) -> list[TemplateView]:
@@ -139,8 +141,21 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
         views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid),
                                   rule=describe(rule) if rule is not None else "?", priority=priority, urgent=urgent,
                                   next=_next_fire(rule, now) if rule is not None else None,
-                                  last=parse_stamp(known.get("last")), problem=problem))
+                                  last=parse_stamp(known.get("last")), problem=problem,
+                                  waits_for=_run_waited_for(spool, name, known)))
     return views
+
+
+def _run_waited_for(spool: SpoolDir, name: str, known: dict) -> str:
+    """The run recur.state names for template ``name``, if it is still queued or running (the driver skips the
+    template's fires until it ends: recur-skip), else ""."""
+    run = known.get("run")
+    if not isinstance(run, str) or not run.startswith(f"{name}-"):
+        return ""
+    try:
+        return label(run) if is_live(spool, run) else ""
+    except SpoolIOError:
+        return ""  # cannot tell: said as if not
 
 
 def _next_fire(rule, now: datetime) -> datetime | None:
@@ -159,7 +174,7 @@ def templates_json(views: list[TemplateView], now: datetime) -> str:
 def upcoming(spool: SpoolDir, now: datetime) -> list[dict]:
     """The next 10 due recurring jobs, soonest first, for ``onite status``."""
     views = sorted((v for v in templates(spool, now) if v.next), key=lambda v: (v.next, v.name))
-    return [{key: view[key] for key in ("name", "user", "rule", "next", "priority", "urgent")}
+    return [{key: view[key] for key in ("name", "user", "rule", "next", "priority", "urgent", "waits_for")}
             for view in (v.to_json() for v in views[:10])]
 
 

@@ -360,4 +360,5 @@ def print_status(console, info, *, plain: bool = False) -> None:
         when = datetime.fromisoformat(rec["next"])
         say(f"recurring {esc(rec['name'])} ({esc(rec['user'])}, "
             f"{priority_text(rec.get('urgent'), rec.get('priority'), unknown='?')}, {esc(rec['rule'])}) "
-            f"next {when:%Y-%m-%d %H:%M} (in {until(when)})")
+            f"next {when:%Y-%m-%d %H:%M} (in {until(when)})"
+            + (f"; skipped while its run {esc(rec['waits_for'])} is queued or running" if rec.get("waits_for") else ""))
