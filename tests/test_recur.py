@@ -616,7 +616,8 @@ def test_recur_add_refuses_a_users_template_beyond_max_templates(spool):
     for i in range(3):
         assert run_cli(["recur", "add", f"t{i}", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
     r = run_cli(["recur", "add", "t3", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
-    assert r.code == 2 and "may have 3 (max_templates)" in r.err and "onite recur remove" in r.err, r
+    assert r.code == 2 and "you have 3 recurring jobs; each user may have 3 (max_templates)" in r.err, r
+    assert "onite recur remove" in r.err, r
     assert len(r.err.strip().splitlines()) == 1, r
     assert sorted(os.listdir(spool / "recur")) == ["nobody:t0", "nobody:t1", "nobody:t2"]
     r = run_cli(["recur", "add", "t0", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")

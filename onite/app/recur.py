@@ -55,7 +55,8 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     mine = sum(st.st_uid == caller.uid and st.st_nlink == 1 and name != job.name
                for name, _, st in template_files(spool))
     if caller.uid and mine >= config.max_templates:  # root's have no limit
-        raise InvalidInput(f"you have {mine} recurring jobs; each user may have {config.max_templates} "
+        raise InvalidInput(f"you have {mine} recurring job{'s' if mine != 1 else ''}; each user may have "
+                           f"{config.max_templates} "
                            f"(max_templates)", "remove one first (onite recur remove NAME), "
                            "or ask the admin to raise max_templates")
     try:
