@@ -175,3 +175,19 @@ def test_a_pattern_given_to_hold_or_release_is_said_to_be_one(spool, cli, comman
     assert r.err == (f"onite: 'tick-*' is a pattern, and onite {command} takes job names — name each job "
                      "(onite list shows them); only onite cancel takes patterns\n"), r
     assert r.out == "", r  # not tick-1 before it
+
+
+def test_each_name_is_held_released_or_cancelled_though_one_before_it_fails(spool, cli):
+    """`hold a nosuch b` stopped at nosuch, and b was never held (likewise release and cancel). As kill(1) and rm(1)
+    go, each name is done in turn: the one that fails is said in one line, the exit code is its, the rest are done."""
+    for name in ("a", "b"):
+        assert cli(["submit", name], stdin=b"true\n").code == 0
+    r = cli(["hold", "a", "nosuch", "b"])
+    assert (r.code, r.out, r.err) == (1, "a: held\nb: held\n", "onite: no job 'nosuch' is queued — see onite list\n"), r
+    assert [row["state"] for row in cli(["list", "--json"]).json()["jobs"]] == ["held", "held"]
+    r = cli(["release", "nosuch", "a", "b"])
+    assert (r.code, r.out) == (1, "a: released\nb: released\n"), r
+    r = cli(["cancel", "a", "nosuch", "b"])
+    assert (r.code, r.out) == (1, "a: cancelled\nb: cancelled\n"), r
+    assert r.err == "onite: no job 'nosuch' is queued or running — see onite list\n", r
+    assert cli(["list", "--json"]).json()["jobs"] == []

@@ -13,7 +13,7 @@ from onite.cli.options import (AfterOpt, Arg, AtOpt, CpusOpt, HostOpt, JsonOpt, 
                                on_terminal, open_spool, say, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
 from onite.core.config import MAX_PRIORITIES
-from onite.core.errors import InvalidInput, NotFound
+from onite.core.errors import InvalidInput, NotFound, OniteError
 from onite.core.safetext import printable
 
 
@@ -210,7 +210,7 @@ def cancel(
                               "(root: everyone's).")] = False,
     yes: Annotated[bool, Opt("-y", "--yes", help="Do not ask root to confirm a pattern or --all.")] = False,
     spool: SpoolOpt = None,
-) -> None:
+) -> int | None:
     """Cancel queued or running jobs (your own, unless you are root or own_only = false)."""
     from onite.app.common import label
     from onite.app.control import doomed_by, is_pattern, select_jobs
@@ -218,8 +218,7 @@ def cancel(
     target, names = open_spool(spool), names or []
     patterns = [n for n in names if is_pattern(n)]
     if not all_ and not patterns:
-        _cancel_each(target, names or _pick_one(target), [])
-        return
+        return _cancel_each(target, names or _pick_one(target), [])[1]
     if all_ and names:
         raise InvalidInput("--all cancels every job of yours and takes no NAME", "drop the names, or --all")
     picked = select_jobs(target, patterns, os.geteuid(), every=all_)
@@ -239,33 +238,51 @@ def cancel(
         return
     named = [n for n in names if n not in patterns]
     matched = [label(v.name) for v in picked.chosen if label(v.name) not in named]
-    done = _cancel_each(target, named + matched, matched)
+    done, failed = _cancel_each(target, named + matched, matched)
     print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
                                         "cancel only yours" if picked.skipped else ""))
     for line in doomed:
         print(line)
+    return failed
 
 
-def _cancel_each(target, names: list[str], matched: list[str]) -> int:
-    """Cancel each job, saying how it went; how many were. A job in ``matched`` (by a pattern) that ended or
-    started since it was matched is said and skipped; any other error stops here."""
+def _each(names: list[str], act) -> int | None:
+    """``act`` on each name in turn, as kill(1) and rm(1) go: one that fails is said in one line, and the others
+    are still done; the exit code of the first that failed (None: none did)."""
+    failed = None
+    for name in names:
+        try:
+            act(name)
+        except OniteError as err:
+            say(f"onite: {err}")
+            failed = failed or err.exit_code
+    return failed
+
+
+def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int, int | None]:
+    """Cancel each job, saying how it went (``_each``); how many were, and the exit code. A job in ``matched``
+    (by a pattern) that ended or started since it was matched is said and skipped, not an error."""
     from onite.app.common import label
     from onite.app.control import await_cancel, cancel as cancel_job
 
     done = 0
-    for name in names:
+
+    def cancel_one(name: str) -> None:
+        nonlocal done
         try:
             report = cancel_job(target, name, os.geteuid(), SYSTEM.now())
         except NotFound as err:
             if name not in matched:
                 raise
             print(printable(f"{label(name)}: not cancelled ({err.what})"))
-            continue
+            return
         if report.action == "requested":
             report = await_cancel(target, report)
         print(printable(f"{label(name)}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
         done += report.action in ("cancelled", "requested")  # not a job that ended on its own meanwhile
-    return done
+
+    failed = _each(names, cancel_one)
+    return done, failed
 
 
 def _pick_one(target) -> list[str]:
@@ -291,18 +308,18 @@ def _pick_one(target) -> list[str]:
 
 
 @command()
-def hold(names: LiveNamesArg, spool: SpoolOpt = None) -> None:
+def hold(names: LiveNamesArg, spool: SpoolOpt = None) -> int | None:
     """Hold queued jobs: they keep their place but are skipped until released."""
-    _set_hold(names, spool, held=True)
+    return _set_hold(names, spool, held=True)
 
 
 @command()
-def release(names: LiveNamesArg, spool: SpoolOpt = None) -> None:
+def release(names: LiveNamesArg, spool: SpoolOpt = None) -> int | None:
     """Release held jobs (they keep their place in their priority)."""
-    _set_hold(names, spool, held=False)
+    return _set_hold(names, spool, held=False)
 
 
-def _set_hold(names: list[str], spool: str | None, *, held: bool) -> None:
+def _set_hold(names: list[str], spool: str | None, *, held: bool) -> int | None:
     from onite.app.control import is_pattern, set_hold
 
     for name in names:  # after cancel 'tmp-*', not "invalid job name"; and before any name is changed
@@ -310,6 +327,9 @@ def _set_hold(names: list[str], spool: str | None, *, held: bool) -> None:
             raise InvalidInput(f"{name!r} is a pattern, and onite {'hold' if held else 'release'} takes job names",
                                "name each job (onite list shows them); only onite cancel takes patterns")
     target = open_spool(spool)
-    for name in names:
+
+    def set_one(name: str) -> None:
         set_hold(target, name, os.geteuid(), held)
         print(f"{name}: {'held' if held else 'released'}")
+
+    return _each(names, set_one)
