@@ -162,35 +162,21 @@ class RecurScheduler:
         """Fires after this time are due: the last one spooled, or the template's creation. A last one recorded
         under a clock set back since does not count (every fire would wait for the clock to come back there):
         the latest fire since the template's creation is due, spooled unless its run is there already."""
-        return parse_stamp(self._known(name, tpl, now).get("last")) or tpl.submitted
-
-    def _known(self, name: str, tpl: _Template, now: datetime) -> dict:
-        """What recur.state says of this template's last fire spooled: nothing if it is of another template of
-        that name, or if it was recorded under a clock set back since."""
         known = self._state.get(name, {})
-        if known.get("uid") != tpl.uid or known.get("template") != tpl.submitted.isoformat():
-            return {}
         last = parse_stamp(known.get("last"))
-        return known if last is not None and not set_back_since(last, now) else {}
+        if last is not None and known.get("uid") == tpl.uid and known.get("template") == tpl.submitted.isoformat():
+            if not set_back_since(last, now):
+                return last
+        return tpl.submitted
 
-    def _run_in_flight(self, name: str, tpl: _Template, now: datetime, fire: datetime) -> str | None:
-        """The run this template spooled last, if it is still queued (held too) or running: its later fires wait
-        for it, one at most spooled once it ends (coalesced), never piled up behind or beside it."""
-        run = self._known(name, tpl, now).get("run")
-        runs = [run] if isinstance(run, str) and run.startswith(f"{name}-") else []
-        # and any run of it there by its name, for a fire up to ``fire``: a driver killed after it spooled one and
-        # before it saved recur.state (once a look) left that run unrecorded, and recur.state names an older one, or
-        # none (a later one was spooled under a clock set ahead since: it holds nothing back, as in ``_known``)
+    def _run_in_flight(self, name: str, fire: datetime) -> str | None:
+        """A run of this template still queued (held too) or running, for a fire up to ``fire``: its later fires
+        wait for it, one at most spooled once it ends (coalesced), never piled up behind or beside it. Found by
+        name in the queues and running/, so also one a driver killed before it saved recur.state spooled; one
+        spooled for a later fire (a clock set ahead since) holds nothing back, as in ``_baseline``."""
         latest = instance_name(name, fire)
-        runs += [other for other in self._runs_there().get(name, ()) if other not in runs and other <= latest]
-        for run in runs:
-            try:
-                pending = dependency_state(self.spool, run, self._withdrawn) is DepState.PENDING  # its owner's only
-            except SpoolIOError:
-                pending = True  # cannot tell: nothing is piled up
-            if pending:
-                return run
-        return None
+        runs = [run for run in self._runs_there().get(name, ()) if run <= latest]
+        return min(runs) if runs else None
 
     def _runs_there(self) -> dict[str, list[str]]:
         """By template, the names of its runs in the queue folders and running/ (its owner's files: one another
@@ -283,7 +269,7 @@ class RecurScheduler:
         if fire is None:
             tpl.next = _next_after(tpl, now)
             return None
-        running = self._run_in_flight(name, tpl, now, fire)
+        running = self._run_in_flight(name, fire)
         if running is not None:
             tpl.next = now + RETRY_AFTER
             if self._waiting.get(name) != running:  # once a run waited for, not at each look
