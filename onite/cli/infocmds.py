@@ -31,8 +31,18 @@ def output(
 
     target = open_spool(spool, reading=True)
     name = key_for(name)
-    if follow:
-        return _follow_output(target, name, stderr=stderr, raw=raw)
+    if follow:  # the output as it grows, then how it ended on stderr; wait's exit code (0 done, 5 not)
+        from onite.app.follow import follow as follow_job
+        from onite.app.wait import exit_status, job_line
+        from onite.spool.scan import key_uid
+
+        sink = Sink(key_uid(name), raw)
+        try:
+            final = follow_job(target, name, sink, stderr=stderr, announce=_announce)
+        finally:
+            sink.finish()
+        say(f"onite: {job_line(final)}")
+        return exit_status([final])
     with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
         owner = os.fstat(handle.fileno()).st_uid
         note = newer_run_note(target, name, owner)
@@ -41,22 +51,6 @@ def output(
         out = Sink(owner, raw)
         copy_data(handle.fileno(), out.write)
         out.finish()
-
-
-def _follow_output(target, name: str, *, stderr: bool, raw: bool) -> int:
-    """``onite output NAME --follow``: the job's output as it grows, then how it ended on stderr; ``wait``'s
-    exit code (0 done, 5 not)."""
-    from onite.app.follow import follow
-    from onite.app.wait import exit_status, job_line
-    from onite.spool.scan import key_uid
-
-    sink = Sink(key_uid(name), raw)
-    try:
-        final = follow(target, name, sink, stderr=stderr, announce=_announce)
-    finally:
-        sink.finish()
-    say(f"onite: {job_line(final)}")
-    return exit_status([final])
 
 
 def _announce(text: str) -> None:
