@@ -2,7 +2,6 @@
 release."""
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -114,7 +113,7 @@ def list_(
     from onite.cli.render import print_job_list
 
     out, plain = terminal(plain)
-    print_job_list(views, when, detailed=all_, by_host=by_host, out=out or sys.stdout, plain=plain)
+    print_job_list(views, when, detailed=all_, by_host=by_host, out=out, plain=plain)
 
 
 @command()

@@ -186,13 +186,13 @@ def is_plain(out, plain: bool) -> bool:
 
 
 def terminal(plain: bool):
-    """(a Console on stdout, whether its tables are plain) on a terminal; (None, True) elsewhere: a pipe or a
-    file gets plain lines, written without rich, which is not even imported (a twentieth of a second)."""
+    """(a Console on stdout, whether its tables are plain) on a terminal; (sys.stdout, True) elsewhere: a pipe or
+    a file gets plain lines, written without rich, which is not even imported (a twentieth of a second)."""
     try:
         out = console() if sys.stdout.isatty() else None
     except (AttributeError, ValueError):  # none, or closed
         out = None
-    return out, out is None or is_plain(out, plain)
+    return (sys.stdout, True) if out is None else (out, is_plain(out, plain))
 
 
 def ask(prompt: str) -> str:

@@ -1,7 +1,6 @@
 """``onite recur``: recurring jobs, templates spooled as a job each time their rule fires."""
 
 import os
-import sys
 from typing import Annotated, Optional
 
 from onite.cli.options import (GROUPS, AfterOpt, Arg, CpusOpt, HostOpt, JsonOpt, MemOpt, NotifyOnOpt, NotifyOpt,
@@ -81,7 +80,7 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
     from onite.cli.render import print_recur_list
 
     out, plain = terminal(plain)
-    print_recur_list(views, when, out=out or sys.stdout, plain=plain)
+    print_recur_list(views, when, out=out, plain=plain)
 
 
 @command("remove", group="recur")

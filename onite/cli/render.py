@@ -4,7 +4,6 @@ plain lines that never wrap, cells two spaces apart (docs/cli.md, OUTPUT FOR SCR
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
@@ -276,15 +275,15 @@ STATUS_LABEL = 10  # the width of status's labels ("next run  "), under which it
 
 
 def print_status(console, info, *, plain: bool = False) -> None:
-    """``onite status``: a line each, on ``console`` (a rich Console) folded between words under its label; plain
-    (``plain``, or no ``console``: stdout) never folded, as scripts grep it; the running jobs as a table."""
+    """``onite status``: a line each, on ``console`` (a rich Console) folded between words under its label;
+    ``plain`` (``console`` may then be a text file) never folded, as scripts grep it; the running jobs as a table."""
     from onite.core.timeparse import parse_stamp
 
     esc = printable  # text from users and files: no control characters
 
     def say(*parts: str | tuple[str, str]) -> None:  # each part text, or (text, style)
-        if console is None or plain:
-            write_lines(console or sys.stdout, ["".join(part if isinstance(part, str) else part[0] for part in parts)])
+        if plain:
+            write_lines(console, ["".join(part if isinstance(part, str) else part[0] for part in parts)])
             return
         from rich.text import Text
 
@@ -355,7 +354,7 @@ def print_status(console, info, *, plain: bool = False) -> None:
         say("next      " if i == 0 else "          ", (esc(step), "cyan"))
     if info.running:
         say(f"running   {len(info.running)}")
-        print_table(console or sys.stdout, job_table(info.running, info.now, detailed=True), plain=plain)
+        print_table(console, job_table(info.running, info.now, detailed=True), plain=plain)
     for rec in info.recurring:
         when = datetime.fromisoformat(rec["next"])
         say(f"recurring {esc(rec['name'])} ({esc(rec['user'])}, "
