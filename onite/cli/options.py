@@ -119,9 +119,9 @@ NotifyOpt = Annotated[Optional[str], Opt(
     "--notify", metavar="mail|command|none", help="How to tell you it finished; default: notify in onite.toml.")]
 NotifyOnOpt = Annotated[Optional[str], Opt(
     "--notify-on", metavar="failure|always", help="When to tell you; default: notify_on in onite.toml.")]
-MemOpt = Annotated[Optional[str], Opt(
-    "--mem", metavar="SIZE", help="Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); "
-    "held by the kernel where it can; default: default_mem in onite.toml.")]
+MEM_HELP = ("Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); held by the kernel where it "
+            "can; ")
+MemOpt = Annotated[Optional[str], Opt("--mem", metavar="SIZE", help=MEM_HELP + "default: default_mem in onite.toml.")]
 # a string, checked by onite (onite.core.resources.parse_cpus): its words, not the parser's range check
 CpusOpt = Annotated[Optional[str], Opt(
     "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; default: default_cpus in onite.toml.")]
@@ -129,9 +129,7 @@ CpusOpt = Annotated[Optional[str], Opt(
 # onite.toml's default
 KeptPriorityOpt = Annotated[Optional[int], Opt("-p", "--priority", metavar="N",
                                                help="1 runs first; not given: as it was.")]
-KeptMemOpt = Annotated[Optional[str], Opt(
-    "--mem", metavar="SIZE", help="Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); "
-    "held by the kernel where it can; not given: as it was.")]
+KeptMemOpt = Annotated[Optional[str], Opt("--mem", metavar="SIZE", help=MEM_HELP + "not given: as it was.")]
 KeptCpusOpt = Annotated[Optional[str], Opt(
     "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; not given: as it was.")]
 SlotsOpt = Annotated[Optional[int], Opt("--slots", metavar="N", min=1, max=MAX_SLOTS,
