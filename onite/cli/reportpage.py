@@ -235,10 +235,9 @@ def _cannot(path: Path, err: OSError) -> InvalidInput:
 
 def _check_kind(path: Path, mode: int, *, linked: bool = False) -> None:
     """Refuse a folder, a disk, and (``linked``: what a link names) a file, which is replaced, never written through."""
-    if stat.S_ISDIR(mode):
-        raise InvalidInput(f"cannot write {path}: it is a folder", "give the page a file name")
-    if stat.S_ISBLK(mode):
-        raise InvalidInput(f"cannot write {path}: it is a disk", "give the page a file name")
+    kind = "a folder" if stat.S_ISDIR(mode) else "a disk" if stat.S_ISBLK(mode) else None
+    if kind is not None:
+        raise InvalidInput(f"cannot write {path}: it is {kind}", "give the page a file name")
     if linked and stat.S_ISREG(mode):
         raise InvalidInput(f"{path} is a symbolic link to a file", "give the file's own path")
 
