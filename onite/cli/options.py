@@ -123,15 +123,14 @@ MEM_HELP = ("Memory it needs, as Slurm writes it: 4G, 512M (a bare number is meg
             "can; ")
 MemOpt = Annotated[Optional[str], Opt("--mem", metavar="SIZE", help=MEM_HELP + "default: default_mem in onite.toml.")]
 # a string, checked by onite (onite.core.resources.parse_cpus): its words, not the parser's range check
-CpusOpt = Annotated[Optional[str], Opt(
-    "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; default: default_cpus in onite.toml.")]
+CPUS_HELP = f"CPUs it needs, 1 to {MAX_CPUS}; "
+CpusOpt = Annotated[Optional[str], Opt("--cpus", metavar="N", help=CPUS_HELP + "default: default_cpus in onite.toml.")]
 # edit and restart change a job that already has its options: one left out keeps the job's value, not
 # onite.toml's default
 KeptPriorityOpt = Annotated[Optional[int], Opt("-p", "--priority", metavar="N",
                                                help="1 runs first; not given: as it was.")]
 KeptMemOpt = Annotated[Optional[str], Opt("--mem", metavar="SIZE", help=MEM_HELP + "not given: as it was.")]
-KeptCpusOpt = Annotated[Optional[str], Opt(
-    "--cpus", metavar="N", help=f"CPUs it needs, 1 to {MAX_CPUS}; not given: as it was.")]
+KeptCpusOpt = Annotated[Optional[str], Opt("--cpus", metavar="N", help=CPUS_HELP + "not given: as it was.")]
 SlotsOpt = Annotated[Optional[int], Opt("--slots", metavar="N", min=1, max=MAX_SLOTS,
                                         help="Jobs at once (default: slots in onite.toml).")]
 DriverHostOpt = Annotated[Optional[str], Opt("--host", metavar="HOST", help="This driver's host name "
