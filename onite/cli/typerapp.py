@@ -68,11 +68,9 @@ class OniteGroup(TyperGroup):
 
 
 def _first_sentence(text: str) -> str:
-    words = text.split("\n\n")[0].split()
-    for i, word in enumerate(words):
-        if word.endswith("."):
-            return " ".join(words[:i + 1])
-    return " ".join(words)
+    paragraph = " ".join(text.split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[:end + 1]
 
 
 # -h as in every other tool; no completion options of typer's, which cannot find the shell when none is named
