@@ -86,7 +86,7 @@ class DrainState:
 
     @property
     def finished(self) -> int:
-        return self.counts["done"] + self.counts["failed"] + self.counts["cancelled"]
+        return sum(self.counts.values())
 
 
 def finished_line(event: str, name: str, fields: dict, was: Running | None) -> str:
