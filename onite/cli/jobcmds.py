@@ -285,7 +285,7 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int, int
 
 
 def _pick_one(target) -> list[str]:
-    """The seed's numbered pick list: only on a terminal."""
+    """The job picked by its number from a list of those you may cancel: only on a terminal."""
     from onite.app.common import label
     from onite.app.control import select_jobs
 

@@ -167,8 +167,8 @@ NARROW = 40  # columns below which a table cannot show a name: the plain layout,
 
 
 def console(stderr: bool = False):
-    """A rich Console on stdout (or stderr), 1 to MAX_WIDTH columns wide (COLUMNS=0 printed nothing at all,
-    COLUMNS=99999999999 filled memory)."""
+    """A rich Console on stdout (or stderr), 1 to MAX_WIDTH columns wide (rich, left to COLUMNS, prints nothing at
+    all for COLUMNS=0 and fills memory for COLUMNS=99999999999)."""
     from rich.console import Console
 
     out = Console(stderr=stderr, highlight=False, soft_wrap=False)
