@@ -50,7 +50,7 @@ def parse_parameters(func: Callable, args: list[str]) -> dict | None:
     positional: list[str] = []
     words = iter(args)
     for word in words:
-        if word == "--" or (word.startswith("-") and word != "-" and not _is_option(word)):
+        if word.startswith("-") and word != "-" and not _is_option(word):
             return None  # `-- NAME`, `-qa`, `-p3`: typer's
         if not _is_option(word):
             positional.append(word)
