@@ -30,11 +30,12 @@ class Spool:
         """Spool one job; return its name (with ``unique``, NAME plus a unique suffix). ``options``: those of
         ``onite submit`` (priority, urgent, after, at, timeout, retries, host, hold, stderr_separate, notify, …);
         it fails as ``onite submit`` would."""
-        from onite.app.submit import submit
+        from onite.app.submit import spool_job
+        from onite.core.names import split_key
         from onite.exec import identity
 
         request = _request(name, text, options, unique=unique)
-        return submit(self._spool, request, _captured(env, cwd), identity.current())
+        return split_key(spool_job(self._spool, request, _captured(env, cwd), identity.current()).name)[1]
 
     def submit_many(self, jobs: Iterable[tuple[str, str | bytes]], *, env: Mapping | None = None,
                     cwd: str | bytes | None = None, **options) -> list[str]:

@@ -42,11 +42,6 @@ def capture(now: datetime, *, env: dict[bytes, bytes] | None = None, cwd: bytes 
                     now=now)
 
 
-def submit(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> str:
-    """``spool_job``, returning the job's final name (not its key)."""
-    return split_key(spool_job(spool, request, captured, caller).name)[1]
-
-
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
     """Check the spool's policy and spool the job; return it as spooled (its final name, priority, times).
     Raises InvalidInput (name, option, dependency), Refused (policy, name taken), SpoolError, SpoolIOError."""
@@ -152,7 +147,7 @@ def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
     if len(wanted) < 64:
         found = [e for key in wanted for e in _at_key(spool, key)]
     else:  # a big batch lists each folder once
-        found = [e for e in _queued_at(spool, wanted)] + [e for e in running_entries(spool) if e.name in wanted]
+        found = _queued_at(spool, wanted) + [e for e in running_entries(spool) if e.name in wanted]
     for entry in sorted(found, key=lambda e: e.name):
         name = split_key(entry.name)[1]
         if entry.uid != uid:
