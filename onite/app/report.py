@@ -1,10 +1,16 @@
 """``onite report``: the morning report -- what failed and why, what still waits, what ran when.
 
 A job whose record was pruned (jobsdone/ keeps the last ``keep``) is rebuilt from its log lines.
-Invariant: nothing here writes, prints or imports rich."""
+Invariants: nothing here writes, prints or imports rich. A failed job's last lines are read only for the
+job's owner and root, only from a regular file of the job's user written during that run (O_NOFOLLOW),
+with their control characters spelt out. What the window left is the spool as it is now; why a job waits
+is onite.drain.verdicts' answer, from the caller's own files (root: all) among the first EXAMINE queued;
+for a job that could start, the drain's end says why."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -12,14 +18,25 @@ from datetime import date, datetime, time, timedelta, timezone
 from types import MappingProxyType
 
 from onite.app import drains as dr
+from onite.app.common import label
+from onite.app.listing import running_views
 from onite.core.record import Record
-from onite.drain.heartbeat import draining_hosts
+from onite.drain.heartbeat import draining_hosts, live_beats
+from onite.drain.verdicts import EXAMINE, waiting_jobs
+from onite.spool import runrecords
+from onite.spool.log import CANNOT_RECORD
+from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
+from onite.spool.queued import queued_stats
 from onite.spool.results import read_results
-from onite.spool.scan import key_uid
+from onite.spool.scan import key_uid, user_name
+from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
+from onite.core.policy import owner_or_root
+from onite.core.safetext import printable
+from onite.core.schedule import next_drain
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
@@ -28,6 +45,9 @@ TAIL_LINES = 5  # of a failed job's output, when few jobs failed (fewer lines wh
 RECENT = timedelta(hours=24)  # the window when onite.log tells of no drain
 NIGHT_STARTS = time(12, 0)  # a night runs from noon to the next noon
 EMPTY: Mapping = MappingProxyType({})  # a default no report may change
+TAIL_BYTES = 8192  # read from the end of a failed job's output: enough for the few lines shown
+TAIL_WIDTH = 200  # a longer line of output is cut (a terminal crops at its width)
+PRIVATE = "another user's job: other details private"
 
 
 class ReportData(Record):
@@ -50,7 +70,7 @@ class ReportData(Record):
     unrun: set[tuple] = frozenset()  # runs that never started a process: every job with no start is one
     reruns: Mapping = EMPTY  # (name, user) -> the runs of the window before the one shown
     tries: Mapping[str, int] = EMPTY  # attempts a retried job was allowed
-    tails: Mapping = EMPTY  # onite.app.outputtail.Tail of the failures told in full, by run_key
+    tails: Mapping = EMPTY  # Tail of the failures told in full, by run_key
     keep: int = 0
     current: bool = False  # no drain started after the window: the queue now is what it left
     waiting: Sequence[dict] = ()  # jobs not finished: running, queued, held, refused
@@ -240,15 +260,11 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
                       reruns=reruns, unrun=unrun, current=not any(d.started > end for d in every_drain))
     if not records:
         return data
-    from onite.app.outputtail import read_tail
-
     failures = data.failures
     lines = TAIL_LINES if len(failures) <= 3 else 2 if len(failures) <= 8 else 0
     data = data._replace(tails={run_key(job): read_tail(spool, job, reader, lines) for job in failures[:SHOWN_FAILURES]
                                 if not data.from_log(job)})
     if data.current:
-        from onite.app.unfinished import unfinished
-
         recorded = {r.name for r in results}
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         data = unfinished(data, spool, refused)
@@ -284,7 +300,6 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
 def _night_opened(spool: SpoolDir, now: datetime):
     """When the night a time belongs to opened: the first time of ``schedule`` since the noon before it
     (docs/morning.md); None before that, or with no schedule."""
-    from onite.core.schedule import next_drain
 
     def opened(when: datetime) -> datetime | None:
         try:
@@ -344,3 +359,105 @@ def never_ran(job: JobView, told) -> bool:
     start = told.starts.get((job.name, job.user))
     return final is not None and (start is None or start.fields.get("attempt") != final.fields.get("attempt"))
 
+
+class Tail(Record):
+    """The end of a failed job's output, as its reader may see it."""
+
+    lines: tuple[str, ...] = ()
+    private: bool = False  # someone else's
+    kept: bool = True  # false: no output of that run is kept (removed, or replaced by a later run's)
+
+
+def read_tail(spool: SpoolDir, job: JobView, reader: int, lines: int) -> Tail:
+    """The last ``lines`` lines of what ``job`` printed: its stderr when it kept that apart, else its output."""
+    if not owner_or_root(reader, job.uid):
+        return Tail(private=True)
+    path = spool.stderr_path(job.name) if job.stderr == "separate" else spool.output_path(job.name)
+    data = run_tail(path, job.uid, job.started, job.finished, max_bytes=TAIL_BYTES, lines=lines)
+    if data is None:
+        return Tail(kept=False)  # removed, or another run's file (a later job of that name, or one before)
+    text = data.decode("utf-8", "replace").splitlines()
+    # a retry's output follows the earlier attempts', after its marker line (onite.exec.launch.attempt_marker)
+    marker = f"[onite] attempt {job.attempt} of {job.name.partition(':')[2]}, "
+    text = text[max((i + 1 for i, line in enumerate(text) if line.startswith(marker)), default=0):]
+    cut = [printable(line) for line in text]
+    return Tail(lines=tuple(line if len(line) <= TAIL_WIDTH else line[:TAIL_WIDTH - 1] + "…" for line in cut))
+
+
+def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
+    """``data`` with what its window left: jobs running now, queued (left before the
+    window's end, or spooled since) with why each waits, held, and ``refused`` (log lines)."""
+    owner = functools.cache(user_name)
+    queue = [row for row in queued_stats(spool) if data.user is None or owner(row[3]) == data.user]
+    # the log's times are whole seconds: a job spooled in the drain's last second came before its end
+    end = data.until + timedelta(seconds=1) if data.kind == "drain" else data.until
+    end_ns = int(end.timestamp() * 1e9)
+    held = sum(row[4] for row in queue)
+    since = sum(not row[4] and row[1] > end_ns for row in queue)
+    running = [v for v in running_views(spool) if data.user is None or v.user == data.user]
+    left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
+            "refused": len(refused)}
+    waiting = []
+    live = {beat.host for beat in live_beats(spool.root, data.now)}
+    for view in running:
+        waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
+                        "urgent": view.urgent, "state": "running", "kind": "running",
+                        "reason": running_reason(spool, view, view.host in live, data.drains), "command": None})
+    head = queue[:EXAMINE]
+    why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
+                                                     host=default_host(spool.config))}
+    last = max(data.drains, key=lambda d: d.ended or data.now, default=None)
+    for rank, ctime_ns, name, uid, held in head:
+        mine = owner_or_root(data.reader, uid)
+        row = why.get(name)
+        if row is None:  # it could start now, or it is another user's and not held: its file is private
+            kind, reason = "left", left_reason(last, ctime_ns > end_ns, ready=mine)
+        else:
+            kind, reason = row["kind"], row["reason"]
+        state = "held" if held else "queued"
+        if not mine:  # "held: held (another user's …)" said nothing twice
+            reason = PRIVATE if reason == state else f"{reason} ({PRIVATE})"
+        waiting.append({"name": label(name), "user": owner(uid), "uid": uid, "priority": rank or None,
+                        "urgent": rank == 0, "state": state, "kind": kind, "reason": reason,
+                        "command": f"onite release {label(name)}" if state == "held" and mine else None})
+    for event in refused:
+        waiting.append({"name": label(event.name), "user": event.fields.get("owner", "?"), "uid": None,
+                        "priority": None, "urgent": False, "state": "refused", "kind": "refused",
+                        "reason": event.fields.get("reason", ""), "command": None})
+    drain = None
+    with contextlib.suppress(InvalidInput):
+        drain = next_drain(spool.config.schedule, data.now)
+    return data._replace(left=left, waiting=waiting, next_drain=drain)
+
+
+def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
+    """``running on vm since 20:14``; for a claim no live driver watches, what its run record says of it."""
+    since = f" since {view.started.astimezone():%H:%M}" if view.started else ""
+    if alive:
+        return f"running on {view.host}{since}"
+    record = runrecords.read(spool.run_record_path(view.host, view.name))
+    ended = None
+    if record is not None and record.ended and record.ended_at:
+        with contextlib.suppress(ValueError):
+            ended = datetime.fromisoformat(record.ended_at).astimezone()
+    what = f"ended at {ended:%H:%M}" if ended else f"started on {view.host}{since}"
+    last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
+    why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT_RECORD else ""
+    return f"{what}, not filed: no driver runs on {view.host}{why}; the next drain there files it"
+
+
+def left_reason(last, spooled_after: bool, *, ready: bool) -> str:
+    """Why a job that could start (``ready``; else: whose reasons are private) is still queued, after the
+    window's ``last`` drain (None: none)."""
+    if spooled_after:
+        return "spooled after the drain"
+    ends = {"window closed": "left when the window closed" + (f" at {last.until}" if last and last.until else ""),
+            "stopped": "left when the drain was stopped",
+            CANNOT_RECORD: "left when the drain stopped, as it could not record a run (a full disk?)"}
+    left = ends.get(last.reason) if last is not None else None
+    if left:
+        return f"{'ready; ' if ready else ''}{left}"
+    if not ready:
+        return "waits"
+    running = last is not None and last.ended is None
+    return f"ready: waits for {'a free slot of the drain running now' if running else 'the next drain'}"
