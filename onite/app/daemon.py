@@ -9,6 +9,7 @@ handled: one missed while it was down is caught up once, while its night window 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -16,7 +17,7 @@ import signal
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core import values
-from onite.core.clock import SYSTEM, Clock, set_back_since
+from onite.core.clock import SYSTEM, set_back_since
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.schedule import last_fire, next_drain, validate_schedule
 from onite.core.window import plan
@@ -44,18 +45,18 @@ class Daemon:
     """One host's long-running driver. ``run()`` returns the process exit code."""
 
     def __init__(self, spool: SpoolDir, *, host: str | None = None, slots: int | None = None,
-                 until: dtime | None = None, drain_now: bool = False, echo=None, clock: Clock = SYSTEM) -> None:
+                 until: dtime | None = None, drain_now: bool = False, echo=None) -> None:
         self.spool = spool
-        self.clock = clock
+        self.clock = SYSTEM
         self.host = host or default_host(spool.config)
         self.slots = slots
         self._until_override = until
         self.drain_now = drain_now
         self.echo = echo
-        self.log = ActivityLog(spool.log_path, self.host, echo=echo, clock=clock)
+        self.log = ActivityLog(spool.log_path, self.host, echo=echo, clock=self.clock)
         self.signals: list[int] = []
         self.stopping = False
-        self.recur = RecurScheduler(spool, self.log, clock=clock, read_budget=READ_BUDGET)
+        self.recur = RecurScheduler(spool, self.log, clock=self.clock, read_budget=READ_BUDGET)
         self.watch = TimedWatch(spool.queue_folders(), self.host, spool.hold_dir)
         self.schedule: tuple[str, ...] = ()
         self.last: datetime | None = None  # the last schedule time handled
@@ -268,10 +269,8 @@ class Daemon:
 
     def _sleep(self, timeout: float) -> None:
         if select.select([self._wakeup_fd], [], [], timeout)[0]:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 os.read(self._wakeup_fd, 512)
-            except BlockingIOError:
-                pass
 
     def _handle_signals(self) -> None:
         while self.signals:

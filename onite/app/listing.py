@@ -7,6 +7,7 @@ read (why they wait); finished jobs come from their result records.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -150,10 +151,8 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     for key, read in (("rank", lambda: v.integer(data, "rank", 0, MAX_PRIORITIES)),
                       ("attempt", lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
                       ("external_id", lambda: v.optional_text(data, "external_id"))):
-        try:
+        with contextlib.suppress(ValueError):
             info[key] = read()
-        except ValueError:
-            pass
     return info
 
 

@@ -181,10 +181,8 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
     """A duration before ``now``, the last time of day before it, or a date-time; None: 24 hours before."""
     if not text:
         return now - RECENT
-    try:
+    with contextlib.suppress(InvalidInput):
         return now - parse_duration(text, what=option)
-    except InvalidInput:
-        pass
     bad = InvalidInput(f"bad {option} {text!r}",
                        "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
     raw = text.strip().lower()

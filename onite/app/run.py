@@ -215,11 +215,9 @@ def _await_word(child, word_r: int, err_r: int) -> tuple[bytes, bytes, int | Non
         return word, said, None
     if err_r in open_fds:  # all it wrote is in the pipe now (a process it left may hold the pipe open)
         os.set_blocking(err_r, False)
-        try:
+        with contextlib.suppress(BlockingIOError):
             while chunk := os.read(err_r, 65536):
                 said += chunk
-        except BlockingIOError:
-            pass
     return word, said, code
 
 
