@@ -227,11 +227,9 @@ def _what_it_did(target: SpoolDir, pid: int) -> str:
 
     events = [e for e in map(parse_line, tail(target.log_path, 200)) if e is not None and e["pid"] == pid]
     for event in events:
-        fields = event["fields"]
-        if event["event"] == "drain-handed":
-            return f"handed the drain over: {printable(idle_reason('drain-handed', fields))}"
         if event["event"] in IDLE_EVENTS:
-            return f"did nothing: {printable(idle_reason(event['event'], fields))}"
+            did = "handed the drain over" if event["event"] == "drain-handed" else "did nothing"
+            return f"{did}: {printable(idle_reason(event['event'], event['fields']))}"
     return f"ended at once; see onite log ({target.log_path})"
 
 
