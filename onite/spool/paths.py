@@ -16,9 +16,6 @@ from onite.core.names import SIDE, is_valid_name
 from onite.spool.settings import load_config
 
 
-URGENT = "urgent"
-HOLD = "hold"
-EDIT = "edit"
 RESULT = f"{SIDE}result"
 RUN_RECORD = f"{SIDE}run"
 TAKEN_EDIT = f"{SIDE}edit"
@@ -43,10 +40,10 @@ class SpoolDir:
         self.cancel_dir = root / "cancel"
         self.refused_dir = root / "refused"
         self.recur_dir = root / "recur"
-        self.hold_dir = root / HOLD
-        self.edit_dir = root / EDIT
+        self.hold_dir = root / "hold"
+        self.edit_dir = root / "edit"
         self.locks_dir = root / "locks"
-        self.urgent_dir = self.jobs_dir / URGENT
+        self.urgent_dir = self.jobs_dir / "urgent"
         self.location = None  # the onite.spool.locate.Location a command found it by, if it did
         # a list: onite.toml's faults go there and their defaults are used (a command that only reads); None: refused
         self.config_faults: list | None = None
