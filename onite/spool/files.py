@@ -178,8 +178,13 @@ def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int,
     except OSError as err:
         raise SpoolIOError(shown, action, err) from None
     written = False
-    try:
-        _fill(fd, data, mode, owner, durable)
+    try:  # its owner, data and mode (whatever the umask made of it)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        write_all(fd, data)
+        os.fchmod(fd, mode)
+        if durable:
+            os.fsync(fd)
         written = True
     except OSError as err:
         raise SpoolIOError(shown, action, err) from None
@@ -187,16 +192,6 @@ def _write_new(path: str, shown: Path, data: bytes, mode: int, owner: tuple[int,
         os.close(fd)
         if not written:
             discard(path)
-
-
-def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool) -> None:
-    """Give a fresh file its owner, ``data`` and its mode (whatever the umask made of it). Raises OSError."""
-    if owner is not None:
-        os.fchown(fd, *owner)
-    write_all(fd, data)
-    os.fchmod(fd, mode)
-    if durable:
-        os.fsync(fd)
 
 
 def write_all(fd: int, data: bytes) -> None:
