@@ -73,8 +73,10 @@ class Lock:
         self.release()
 
 
-def open_lock_file(path: Path) -> int:
-    """A descriptor of the lock file ``path`` (made if missing): a regular file of this user's, 0600.
+def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
+    """flock the lock file ``path`` (made if missing: a regular file of this user's, 0600) exclusively,
+    trying for at most ``timeout`` seconds; None if another holds it. ``holder`` is written into the
+    file, for root's eyes.
 
     Raises Refused: this user may not open it (the spool is root's); SpoolError: it is not a regular
     file of this user's; SpoolIOError."""
@@ -97,13 +99,6 @@ def open_lock_file(path: Path) -> int:
     except SpoolError:
         os.close(fd)
         raise
-    return fd
-
-
-def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
-    """flock ``path`` exclusively, trying for at most ``timeout`` seconds; None if another holds it.
-    ``holder`` is written into the file, for root's eyes. Raises as open_lock_file."""
-    fd = open_lock_file(path)
     deadline = time.monotonic() + timeout
     pause = 0.005
     while True:
