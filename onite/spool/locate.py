@@ -149,11 +149,10 @@ def check_may_init(where: Location, euid: int) -> None:
         system, _ = system_spool(os.environ)
     except OniteError:
         system = SYSTEM_SPOOL
-    if where.source == Source.SYSTEM or where.path == system:
-        if is_initialised_system_spool(where.path):
-            raise Refused(f"the system spool {where.path} is root's: root set it up, and only root runs onite init on it",
-                          "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)")
-        raise Refused(f"the system spool {where.path} is root's to create", "ask root to run: sudo onite init")
-    elif is_initialised_system_spool(where.path):  # a shared spool root set up elsewhere ($ONITE_SPOOL, --spool)
-        raise Refused(f"the spool {where.path} is root's: root set it up, and only root runs onite init on it",
+    system_path = where.source == Source.SYSTEM or where.path == system
+    if is_initialised_system_spool(where.path):  # elsewhere too: a shared spool ($ONITE_SPOOL, --spool)
+        raise Refused(f"the {'system ' if system_path else ''}spool {where.path} is root's: root set it up, and only "
+                      "root runs onite init on it",
                       "it is ready: onite submit NAME < job.sh (for a spool of your own: onite init --spool DIR)")
+    if system_path:
+        raise Refused(f"the system spool {where.path} is root's to create", "ask root to run: sudo onite init")
