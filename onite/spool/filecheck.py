@@ -70,12 +70,9 @@ def read_job_file(path: Path, max_size: int, *, one_link: bool = False) -> tuple
     hard link, or leased by its owner; JobFormatError: not a job file; OSError: it vanished or cannot be read."""
     fd, st = _open_checked(path, one_link)
     try:
-        data = read_up_to(fd, max_size + SLACK)
-        if len(data) > max_size + SLACK:
-            raise BadFile("larger than max_job_size")
+        return decode(_read_rest(fd, b"", max_size)), st
     finally:
         os.close(fd)
-    return decode(data), st
 
 
 def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple[Job, os.stat_result]:
@@ -97,14 +94,19 @@ def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple
         end = data.find(b"\n\n")
         header = data if end < 0 else data[:end]
         if (end < 0 and len(data) >= HEAD_LIMIT) or b"\0" in header:  # judged whole, as read_job_file judges it
-            data += read_up_to(fd, max_size + SLACK - len(data))
-            if len(data) > max_size + SLACK:
-                raise BadFile("larger than max_job_size")
-            return decode(data), st
+            return decode(_read_rest(fd, data, max_size)), st
     finally:
         os.close(fd)
     line = data.find(b"\n", end + 2) if end >= 0 else -1
     return decode(data if line < 0 else data[:line + 1]), st
+
+
+def _read_rest(fd: int, data: bytes, max_size: int) -> bytes:
+    """``data`` (read of ``fd`` so far) and the rest of the file. Raises BadFile: larger than max_job_size."""
+    data += read_up_to(fd, max_size + SLACK - len(data))
+    if len(data) > max_size + SLACK:
+        raise BadFile("larger than max_job_size")
+    return data
 
 
 def _open_checked(path: Path, one_link: bool) -> tuple[int, os.stat_result]:
