@@ -99,10 +99,14 @@ def put_back(kept: Path, folder: Path, name: str) -> bool:
     return _rename(kept, folder / f"{name}{SIDE}{token()}", "putting back an edit: moving")
 
 
-def _rename(path: Path, target: Path, action: str) -> bool:
-    """Rename ``path``: False if it was gone (an editor took its edit back). Raises SpoolIOError."""
+def _rename(path: Path, target: Path | None, action: str) -> bool:
+    """Rename ``path`` (``target`` None: unlink it): False if it was gone, so another call took it (an editor
+    took its edit back, or the driver took it). Raises SpoolIOError."""
     try:
-        os.rename(path, target)
+        if target is None:
+            os.unlink(path)
+        else:
+            os.rename(path, target)
     except FileNotFoundError:
         return False
     except OSError as err:
@@ -119,13 +123,7 @@ def add_edit(folder: Path, job: Job, owner: tuple[int, int] | None) -> Path:
 def withdraw_edit(path: Path) -> bool:
     """Unlink an edit: True if it was still there, so this call (an editor's or the driver's) took it back
     or took it. Raises SpoolIOError."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    except OSError as err:
-        raise SpoolIOError(path, "taking an edit: removing", err) from None
-    return True
+    return _rename(path, None, "taking an edit: removing")
 
 
 def move_edited(path: Path, folder: Path, job: Job, owner: tuple[int, int] | None) -> str:
