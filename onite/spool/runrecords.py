@@ -57,7 +57,7 @@ def add_event(path: str, event: dict) -> None:
     except OSError as err:
         raise RecordError(f"cannot open {path}: {err.strerror}") from None
     try:
-        write_all(fd, line(event))
+        append(fd, event)
     except OSError as err:
         raise RecordError(f"cannot write {path}: {err.strerror}") from None
     finally:
