@@ -392,7 +392,7 @@ def test_a_file_being_spooled_is_settling_not_a_problem_until_it_is_claimed():
         return os.stat_result((stat.S_IFREG | 0o644, 1, 1, nlink, 1000, 1000, 10, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, ctime_ns))
 
     def problem(s, **kw):
-        return file_problem(s, max_size=1 << 20, now_ns=now_ns, resolve_uid=lambda uid: None, **kw)
+        return file_problem(s, max_size=1 << 20, resolve_uid=lambda uid: None, **kw)
 
     assert problem(st(1)) == ""
     assert problem(st(2)) is SETTLING

@@ -8,7 +8,6 @@ is whom it runs as), and everything a submit checks is checked again.
 from __future__ import annotations
 
 import os
-import time
 from datetime import datetime
 
 from onite.app.common import key_for, label
@@ -82,8 +81,7 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
     # as the driver trusts a queued file: its owner's alone (a file others may write runs what they wrote),
     # one link, an account (a job of a deleted account never runs again)
     problem = "it changed as it was read" if opened.st_uid != st.st_uid else file_problem(
-        opened, max_size=spool.config.max_job_size, now_ns=time.time_ns(), resolve_uid=identity.resolve,
-        may_settle=False)
+        opened, max_size=spool.config.max_job_size, resolve_uid=identity.resolve, may_settle=False)
     if problem:
         raise Refused(f"{path} cannot be restarted: {problem}", "spool the job anew with onite submit")
     return job, opened

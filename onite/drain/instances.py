@@ -123,7 +123,7 @@ class RecurScheduler:
         hole of max_job_size); None if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
-        problem = file_problem(st, max_size=config.max_job_size, now_ns=time.time_ns(), resolve_uid=resolve,
+        problem = file_problem(st, max_size=config.max_job_size, resolve_uid=resolve,
                                may_settle=is_settling(st, time.time_ns()))
         if problem is SETTLING:
             self._refreshed = float("-inf")  # look again at the next chance

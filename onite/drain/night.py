@@ -7,7 +7,6 @@ runner and runs, and what the night has decided so far) and changes only what it
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -46,9 +45,7 @@ class JobFiles:
 
     def problem(self, st: os.stat_result, *, may_settle: bool = True) -> str | Settling:
         """Why a queued file must never run, SETTLING, or "" if it may (docs/security.md)."""
-        # its ctime is the kernel's: compared with the kernel's clock
-        return file_problem(st, max_size=self.max_size, now_ns=time.time_ns(), resolve_uid=self.owner,
-                            may_settle=may_settle)
+        return file_problem(st, max_size=self.max_size, resolve_uid=self.owner, may_settle=may_settle)
 
     def keep(self, name: str, key: tuple, job: Job) -> Meta:
         """Keep the fields eligibility needs of ``name``'s file (version ``key``), and return them."""

@@ -35,7 +35,7 @@ class Settling:
 SETTLING = Settling()
 
 
-def file_problem(st: os.stat_result, *, max_size: int, now_ns: int, resolve_uid: Callable[[int], object],
+def file_problem(st: os.stat_result, *, max_size: int, resolve_uid: Callable[[int], object],
                  may_settle: bool = True) -> str | Settling:
     """Why a spool file must never be acted on, SETTLING (look again soon), or "" if it may be trusted.
     ``resolve_uid`` raises Refused for a uid with no account; ``may_settle=False`` (a claimed file):
