@@ -59,13 +59,13 @@ def last_lines(data: bytes, *, cut: bool, lines: int) -> bytes:
     return b"\n".join(parts) + (b"\n" if parts else b"")
 
 
-def copy_data(fd: int, write, *, end: int | None = None) -> bool:
-    """Copy what output file ``fd`` holds from its offset up to ``end`` (None: its size now) to ``write``, leaving
+def copy_data(fd: int, write) -> bool:
+    """Copy what output file ``fd`` holds from its offset up to its size now to ``write``, leaving
     the offset there; True if anything was copied. Holes are skipped: its owner may truncate it far longer at no
     cost in disk (no write of a job's makes one), and a reader would read those NULs without bound; and a file
     that grows as it is read is read only to its size when the copy began."""
     pos = os.lseek(fd, 0, os.SEEK_CUR)
-    end = os.fstat(fd).st_size if end is None else end
+    end = os.fstat(fd).st_size
     copied = False
     while pos < end:
         try:
