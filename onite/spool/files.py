@@ -111,7 +111,7 @@ def create_displacing(folder: Path, name: str, data: bytes, uid: int, *, mode: i
             fsync_dir(folder)
 
 
-def create_batch(files: Iterable[tuple[Path, str, bytes]], *, owner: tuple[int, int] | None = None) -> int:
+def create_batch(files: Iterable[tuple[Path, str, bytes]]) -> int:
     """Create each ``(folder, name, data)`` in order, mode 0600, as ``create_file`` does; return how many.
 
     An fsync per file would cost more than the rest of a submit, so each chunk is written under
@@ -129,7 +129,7 @@ def create_batch(files: Iterable[tuple[Path, str, bytes]], *, owner: tuple[int, 
         for folder, name, data in files:
             folders.setdefault(folder)
             try:
-                pending.append((write_unnamed(folder, name, data, 0o600, owner), folder, name))
+                pending.append((write_unnamed(folder, name, data, 0o600, None), folder, name))
             except SpoolIOError as err:
                 failed = err
                 break
