@@ -19,7 +19,7 @@ from onite.core.values import loads_object
 from onite.spool import locks
 from onite.spool.files import replace_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import listing
+from onite.spool.scan import key_stats
 
 STATE_FORMAT = 1
 RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
@@ -27,13 +27,7 @@ RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another
 
 def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
     """The templates in recur/, by key, each with its lstat. Raises SpoolIOError."""
-    for entry in sorted(listing(spool.recur_dir), key=lambda e: e.name):
-        if not is_valid_key(entry.name):
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue
+    for entry, st in sorted(key_stats(spool.recur_dir), key=lambda found: found[0].name):
         yield entry.name, Path(entry.path), st
 
 

@@ -50,17 +50,20 @@ def listing(folder: Path) -> Iterator[os.DirEntry]:
         yield from it
 
 
-def job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
-    """The entries of ``folder`` named as jobs (keys) and owned by the key's user, with their lstat;
-    a forgery is left for the driver to set aside. Raises SpoolIOError."""
+def key_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
+    """The entries of ``folder`` named as jobs (keys), with their lstat. Raises SpoolIOError."""
     for entry in listing(folder):
         if is_valid_key(entry.name):
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # claimed or cancelled while we looked
-            if st.st_uid == key_uid(entry.name):
-                yield entry, st
+            yield entry, st
+
+
+def job_stats(folder: Path) -> Iterator[tuple[os.DirEntry, os.stat_result]]:
+    """``key_stats`` owned by the key's user; a forgery is left for the driver to set aside. Raises SpoolIOError."""
+    return ((entry, st) for entry, st in key_stats(folder) if st.st_uid == key_uid(entry.name))
 
 
 def running_entries(spool: SpoolDir, host: str | None = None) -> list[Entry]:
