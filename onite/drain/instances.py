@@ -29,9 +29,8 @@ from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
 from onite.exec.identity import resolve
 from onite.spool.deps import dependency_state
-from onite.spool.filecheck import SETTLING, BadFile, file_problem, read_job_file, read_job_head
+from onite.spool.filecheck import SETTLING, BadFile, file_problem, is_settling, read_job_file, read_job_head
 from onite.spool.files import create_displacing, move_file
-from onite.spool.index import is_settling
 from onite.spool.paths import SpoolDir
 from onite.spool.recurstate import load_state, save_state, set_aside_text, state_lock, template_files, used_templates
 from onite.spool.scan import Withdrawn, key_uid, listing, user_name

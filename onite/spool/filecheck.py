@@ -60,6 +60,13 @@ def file_problem(st: os.stat_result, *, max_size: int, resolve_uid: Callable[[in
     return ""
 
 
+def is_settling(st: os.stat_result, now_ns: int) -> bool:
+    """A second hard link that is a submit's link-then-unlink in progress, not an attack. Counted from
+    the ctime, which its owner can keep fresh, where the picker counts from its first sight: an
+    ``onite run`` looks at recur/ once, and would see a stale link for the first time at every run."""
+    return st.st_nlink == 2 and stat.S_ISREG(st.st_mode) and now_ns - st.st_ctime_ns < 2_000_000_000
+
+
 HEAD_LIMIT = 256 << 10  # bytes read_job_head reads at first: a header (environment included) fits
 
 

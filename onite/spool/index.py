@@ -12,7 +12,6 @@ out once per listing (``strays``) for the driver to move aside; dot-names are wr
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -269,10 +268,3 @@ class QueueIndex:
             folder.names[candidate.name] = ctime_ns
             folder.order.append((ctime_ns, candidate.name))
             folder.sorted = False
-
-
-def is_settling(st: os.stat_result, now_ns: int) -> bool:
-    """A second hard link that is a submit's link-then-unlink in progress, not an attack. Counted from
-    the ctime, which its owner can keep fresh, where the picker counts from its first sight: an
-    ``onite run`` looks at recur/ once, and would see a stale link for the first time at every run."""
-    return st.st_nlink == 2 and stat.S_ISREG(st.st_mode) and now_ns - st.st_ctime_ns < 2_000_000_000
