@@ -11,7 +11,7 @@ import pwd
 import pytest
 
 from conftest import drain, log_lines, run_cli
-from test_attacks import job_file, plant
+from test_attacks import HOST, job_file, plant
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as the users daemon and nobody")
 
@@ -88,6 +88,21 @@ def test_a_forged_key_is_refused_and_never_counted(spool):
     assert any(" refused daemon:evil " in line and "a forgery" in line for line in log_lines(spool))
     assert not (spool / "jobsdone" / "daemon:evil@result").exists()
     submit("evil", "true\n", user="daemon")
+
+
+def test_a_file_of_another_users_in_running_is_refused_for_a_big_batch_as_for_one_job(spool):
+    """A file of nobody's at daemon's key in running/ (only a driver moves files there; made here by hand):
+    daemon's submit of that name says whose file it is, whether it spools one job or a batch of 100 (looked up
+    by a listing of each folder, not key by key): the two lookups are one rule."""
+    running = spool / "running" / HOST
+    running.mkdir(parents=True, exist_ok=True)
+    (running / "daemon:big-00050").write_bytes(job_file("daemon:big-00050", "/tmp"))
+    nobody = pwd.getpwnam("nobody")
+    os.chown(running / "daemon:big-00050", nobody.pw_uid, nobody.pw_gid)
+    for args, stdin in ((["submit", "big-00050"], b"true\n"), (["submit", "big", "--lines"], b"true\n" * 100)):
+        r = run_cli(args, stdin=stdin, user="daemon", cwd="/tmp")
+        assert r.code == 3 and "nobody's, not yours: a forgery" in r.err, (args, r)
+    assert sorted(os.listdir(spool / "jobs" / "P4")) == []
 
 
 def test_a_forged_cancel_or_hold_at_another_users_key_does_nothing(spool):

@@ -13,7 +13,7 @@ from datetime import datetime
 from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import name_taken, read_markers, running_entries, user_name
+from onite.spool.scan import name_taken, read_markers, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity
@@ -143,11 +143,7 @@ def _waits_for(spool: SpoolDir):
 def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
     """Refuse (Refused) a key that is queued or running, or a file at it that is not ``uid``'s (a forgery: the
     driver sets it aside; until then the key cannot be used)."""
-    wanted = set(keys)
-    if len(wanted) < 64:
-        found = [e for key in wanted for e in _at_key(spool, key)]
-    else:  # a big batch lists each folder once
-        found = _queued_at(spool, wanted) + [e for e in running_entries(spool) if e.name in wanted]
+    found = _entries_at(spool, set(keys))
     for entry in sorted(found, key=lambda e: e.name):
         name = split_key(entry.name)[1]
         if entry.uid != uid:
@@ -158,18 +154,18 @@ def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
         raise Refused(f"a job named {name!r} is {where}", "pick another name, or use --unique")
 
 
-def _at_key(spool: SpoolDir, key: str) -> list:
-    from onite.spool.scan import stat_entry
-
-    return [e for rank, folder in spool.queue_folders() if (e := stat_entry(folder, key, rank=rank))] + \
-        [e for host in spool.hosts() if (e := stat_entry(spool.running_dir(host), key, host=host))]
-
-
-def _queued_at(spool: SpoolDir, keys: set[str]) -> list:
+def _entries_at(spool: SpoolDir, keys: set[str]) -> list:
+    """What lies at ``keys`` in the queue folders and running/, forgeries too: a few keys are looked up one by one,
+    a big batch's in one listing of each folder."""
     from onite.spool.scan import listing, stat_entry
 
-    return [e for rank, folder in spool.queue_folders() for entry in listing(folder) if entry.name in keys
-            and (e := stat_entry(folder, entry.name, rank=rank))]
+    folders = [(folder, {"rank": rank}) for rank, folder in spool.queue_folders()] + \
+        [(spool.running_dir(host), {"host": host}) for host in spool.hosts()]
+    found = []
+    for folder, where in folders:
+        names = keys if len(keys) < 64 else [entry.name for entry in listing(folder) if entry.name in keys]
+        found += [e for name in names if (e := stat_entry(folder, name, **where))]
+    return found
 
 
 def prepare_holds(spool: SpoolDir, names: list[str], caller: Identity, held: list[str], *,
