@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from onite.app import drains as dr
-from onite.spool.log import format_line
+from onite.core.errors import SpoolIOError
+from onite.spool.log import format_line, lines_back, tail
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -155,3 +159,17 @@ def test_the_last_drain_is_the_one_the_log_wrote_last_within_a_second(berlin_tz)
     drains = dr.drains_of(events_of(first + last), ())
     found = dr.last_session(drains, lambda when: None)  # no schedule: no night opened
     assert sorted((d.host, d.pid) for d in found.drains) == [("other", 20), ("vm", 11)]
+
+
+def test_the_log_is_read_back_line_by_line_across_its_blocks(tmp_path):
+    """One reader of the log from its end (status, report, onite log): lines longer than its block, lines
+    ending on a block's edge, empty lines skipped; a log that is no regular file is an error, a missing one empty."""
+    lines = ["x" * n for n in (1, 65535, 65536, 3, 0, 70000, 131072, 5)]
+    path = tmp_path / "onite.log"
+    path.write_bytes("\n".join(lines).encode() + b"\n")
+    assert list(lines_back(path)) == [line for line in reversed(lines) if line]
+    assert tail(path, 2) == [lines[-2], lines[-1]] and tail(path, 0) == []
+    assert list(lines_back(tmp_path / "none")) == [] and tail(tmp_path / "none", 5) == []
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(SpoolIOError):
+        tail(tmp_path / "fifo", 5)

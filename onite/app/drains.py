@@ -6,14 +6,15 @@ write is skipped, never an error."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from onite.core.record import Record
-from onite.spool.log import parse_line
+from onite.core.errors import SpoolIOError
+from onite.spool.log import lines_back, parse_line
 
 # the events a report reads; any other line is skipped before it is parsed
 WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
@@ -21,7 +22,6 @@ WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "do
 FINAL = ("done", "failed", "cancelled")
 SKEW = timedelta(minutes=10)  # read this much further back: hosts' clocks differ, their lines interleave
 LOOKBACK = timedelta(days=45)  # no drain that ran a job in this long: there is no last session
-_BLOCK = 1 << 16
 
 
 class Event:
@@ -105,24 +105,9 @@ def read_back(paths: Iterable[Path]) -> Iterator[Event]:
 
 
 def _lines_back(path: Path) -> Iterator[str]:
-    """The lines of ``path`` from its last to its first, a block at a time."""
-    try:
-        handle = open(path, "rb")
-    except OSError:
-        return
-    with handle:
-        at, rest = handle.seek(0, os.SEEK_END), b""
-        while at > 0:
-            step = min(_BLOCK, at)
-            at -= step
-            handle.seek(at)
-            lines = (handle.read(step) + rest).split(b"\n")
-            rest = lines[0]  # may begin in the block before
-            for raw in reversed(lines[1:]):
-                if raw:
-                    yield raw.decode("utf-8", "replace")
-        if rest:
-            yield rest.decode("utf-8", "replace")
+    """``lines_back``; none from a log file that cannot be read."""
+    with contextlib.suppress(SpoolIOError):
+        yield from lines_back(path)
 
 
 def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[[datetime], datetime],

@@ -12,10 +12,12 @@ line or reach a terminal, and ``parse_line`` gives back exactly what was logged.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -191,27 +193,37 @@ def _ends_cut(fd: int) -> bool:
 
 
 def tail(path: Path, lines: int) -> list[str]:
-    """The last ``lines`` lines of the log, read from its end (the log may be large).
-    Raises SpoolIOError: it cannot be read (not a file, no permission, …)."""
-    if lines <= 0:
-        return []
-    try:
-        with open(path, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise IsADirectoryError(21, "not a regular file", str(path))
-            size = handle.seek(0, os.SEEK_END)
-            block, data = 8192, b""
-            while size > 0 and data.count(b"\n") <= lines:
-                step = min(block, size)
-                size -= step
-                handle.seek(size)
-                data = handle.read(step) + data
-                block *= 2
+    """The last ``lines`` lines of the log. Raises SpoolIOError, as ``lines_back``."""
+    return list(itertools.islice(lines_back(path), max(lines, 0)))[::-1]
+
+
+def lines_back(path: Path) -> Iterator[str]:
+    """The log's lines from its last to its first, read from its end a block at a time (the log may be large);
+    none if it is missing. Raises SpoolIOError: it cannot be read (not a regular file, no permission, …)."""
+    try:  # O_NONBLOCK: a FIFO put at its place is refused, not waited on
+        handle = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
     except FileNotFoundError:
-        return []
+        return
     except OSError as err:
         raise SpoolIOError(path, "reading", err) from None
-    return data.decode("utf-8", "replace").splitlines()[-lines:]
+    with handle:
+        try:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise IsADirectoryError(21, "not a regular file", str(path))
+            at, rest = handle.seek(0, os.SEEK_END), b""
+            while at > 0:
+                step = min(1 << 16, at)
+                at -= step
+                handle.seek(at)
+                lines = (handle.read(step) + rest).split(b"\n")
+                rest = lines[0]  # may begin in the block before
+                for raw in reversed(lines[1:]):
+                    if raw:
+                        yield raw.decode("utf-8", "replace")
+        except OSError as err:
+            raise SpoolIOError(path, "reading", err) from None
+        if rest:
+            yield rest.decode("utf-8", "replace")
 
 
 def _is_outcome(raw: bytes) -> bool:
