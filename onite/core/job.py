@@ -54,7 +54,10 @@ class Attempt(Record):
         )
 
 
-class _JobFields(Record):
+class Job(Record):
+    """Everything a job file holds. ``env`` maps bytes to bytes, in the submitter's order. Made, or changed with
+    ``_replace``, only if every field is in its range (docs/spool-format.md); else ValueError, saying which."""
+
     name: str
     priority: int
     submitted: datetime
@@ -78,13 +81,6 @@ class _JobFields(Record):
     mem: int | None = None  # MiB of memory it asks for (--mem, else the spool's default_mem at submit); None: none
     cpus: int | None = None  # CPUs it asks for (--cpus, else default_cpus at submit); None: none
     extra: tuple[tuple[str, str], ...] = ()
-
-
-class Job(_JobFields):
-    """Everything a job file holds. ``env`` maps bytes to bytes, in the submitter's order. Made, or changed with
-    ``_replace``, only if every field is in its range (docs/spool-format.md); else ValueError, saying which."""
-
-    __slots__ = ()
 
     def __new__(cls, *args, **fields) -> Job:
         return _valid(super().__new__(cls, *args, **fields))

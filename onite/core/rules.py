@@ -143,30 +143,22 @@ def matching_day(cron: Cron, day: date, *, backward: bool = False) -> date | Non
     return hit.date()
 
 
-class _CronFields(Record):
-    expr: str
-
-
-class CronRule(_CronFields):
+class CronRule(Record):
     """A five-field cron expression, validated (and its spacing normalised) when built.
     Raises InvalidInput: the expression is not a valid five-field cron expression."""
 
-    __slots__ = ()
+    expr: str
 
     def __new__(cls, expr: str) -> CronRule:
         return super().__new__(cls, compile_cron(expr).expr)
 
 
-class _EveryFields(Record):
-    interval: timedelta
-    offset: timedelta = timedelta(0)
-
-
-class EveryRule(_EveryFields):
+class EveryRule(Record):
     """Every ``interval`` from local midnight + ``offset``.
     Raises InvalidInput: interval not within 1m..1d, or offset negative or not shorter than the interval."""
 
-    __slots__ = ()
+    interval: timedelta
+    offset: timedelta = timedelta(0)
 
     def __new__(cls, interval: timedelta, offset: timedelta = timedelta(0)) -> EveryRule:
         every = format_duration(interval)
