@@ -14,6 +14,7 @@ from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from functools import lru_cache
 
 from onite.core.errors import InvalidInput
+from onite.core.record import Record
 from onite.core.rules import (MAX_YEARS_BETWEEN_FIRES, Cron, CronRule, EveryRule, Rule, compile_cron, describe,
                                matching_day)
 from onite.core.timeparse import EARLIEST, LATEST, machine_instant, resolve_wall
@@ -22,13 +23,10 @@ _DAY = timedelta(days=1)
 _MINUTE = timedelta(minutes=1)
 
 
-class _Zone:
+class _Zone(Record):
     """Wall clock <-> instants in one zone. ``tz=None`` is the machine's zone (TZ)."""
 
-    __slots__ = ("tz",)
-
-    def __init__(self, tz: tzinfo | None) -> None:
-        self.tz = tz
+    tz: tzinfo | None
 
     def wall(self, at: datetime) -> datetime:
         """The naive wall-clock reading at the instant ``at``."""
