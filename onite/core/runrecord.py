@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, MAX_MEM, Need
 from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status, stopped_outcome
-from onite.core.values import is_whole
+from onite.core.values import is_whole, loads_object
 
 VERSION = 2
 MAX_GRACE = 86_400.0  # seconds: a kill grace read back from a record is at most a day
@@ -136,10 +136,9 @@ def parse(data: bytes) -> RunRecord | None:
 
 def _object(raw: bytes) -> dict | None:
     try:
-        value = json.loads(raw) if raw.strip() else None
-    except (ValueError, RecursionError):
+        return loads_object(raw)
+    except ValueError:
         return None
-    return value if isinstance(value, dict) else None
 
 
 def _int(value) -> int | None:
