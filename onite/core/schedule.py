@@ -10,54 +10,29 @@ from __future__ import annotations
 import time as _time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
 
 from onite.core.errors import InvalidInput
-from onite.core.record import Record
 from onite.core.rules import (MAX_YEARS_BETWEEN_FIRES, Cron, CronRule, EveryRule, Rule, compile_cron, describe,
                                matching_day)
-from onite.core.timeparse import EARLIEST, LATEST, machine_instant, resolve_wall
+from onite.core.timeparse import EARLIEST, LATEST, MACHINE, Zone
 
 _DAY = timedelta(days=1)
 _MINUTE = timedelta(minutes=1)
 
 
-class _Zone(Record):
-    """Wall clock <-> instants in one zone. ``tz=None`` is the machine's zone (TZ)."""
-
-    tz: tzinfo | None
-
-    def wall(self, at: datetime) -> datetime:
-        """The naive wall-clock reading at the instant ``at``."""
-        return at.astimezone(self.tz).replace(tzinfo=None)
-
-    def instant(self, wall: datetime, fold: int) -> datetime:
-        """The instant (UTC) of a naive wall-clock reading, ``fold`` as in PEP 495."""
-        if self.tz is None:
-            return machine_instant(wall, fold)
-        return wall.replace(tzinfo=self.tz, fold=fold).astimezone(timezone.utc)
-
-    def clock_instant(self, wall: datetime) -> datetime:
-        """The instant a clock-time rule fires for ``wall`` (``resolve_wall``)."""
-        return resolve_wall(wall, self.instant, self.wall)
-
-    def midnight(self, day: date) -> datetime:
-        """The instant the local date ``day`` begins."""
-        return self.clock_instant(datetime.combine(day, time()))
-
-
-def zone_of(at: datetime, name: str) -> _Zone:
+def zone_of(at: datetime, name: str) -> Zone:
     """Raises ValueError: ``at`` is naive."""
     if at.tzinfo is None or at.utcoffset() is None:
         raise ValueError(f"{name} must be an aware datetime (got naive {at.isoformat()})")
     tz = at.tzinfo
     if isinstance(tz, timezone) and tz is not timezone.utc and at.tzname() in _time.tzname:
-        return _Zone(None)
-    return _Zone(tz)
+        return MACHINE
+    return Zone(tz)
 
 
-def _day_fires(rule: Rule, cron: Cron | None, day: date, zone: _Zone) -> list[datetime]:
+def _day_fires(rule: Rule, cron: Cron | None, day: date, zone: Zone) -> list[datetime]:
     """The fire instants (UTC, sorted, unique) that belong to the local date ``day``."""
     start, end = zone.midnight(day), zone.midnight(day + _DAY)
     if cron is None:
@@ -155,7 +130,7 @@ def last_fire(rule_or_schedule: Rule | Sequence[str], at_or_before: datetime, *,
     return latest.astimezone(zone.tz) if latest is not None else None
 
 
-def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: _Zone) -> datetime | None:
+def _last_fire(rule: Rule, at_or_before: datetime, since: datetime, zone: Zone) -> datetime | None:
     cron = _compiled(rule)
     if since >= at_or_before:
         return None

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
 
 from onite.core.errors import InvalidInput
+from onite.core.record import Record
 from onite.core.safetext import printable
 
 MAX_DURATION = timedelta(days=366)  # the longest duration onite takes: timeouts, delays, intervals
@@ -137,42 +137,54 @@ def _bad_when(text: str) -> InvalidInput:
                         "'tomorrow HH:MM' or +DURATION (e.g. +2h)")
 
 
-def resolve_wall(wall: datetime, instant: Callable[[datetime, int], datetime],
-                 wall_of: Callable[[datetime], datetime]) -> datetime:
-    """The instant a naive wall-clock reading names, under onite's DST policy (cronie's): a time the
-    clocks repeat is its first pass, one they skip the first instant after the jump. The one DST
-    resolver: ``parse_when`` and onite.core.schedule use it.
+class Zone(Record):
+    """Wall clock <-> instants in one zone. ``tz=None`` is the machine's zone (TZ)."""
 
-    ``instant(wall, fold)``: the aware instant of a wall reading (PEP 495's ``fold``);
-    ``wall_of(at)``: the naive wall reading at an instant.
-    """
-    first = instant(wall, 0)
-    if wall_of(first) == wall:
-        return first
-    # In a gap, fold=1 maps before the jump and fold=0 after it (PEP 495): find the first second
-    # whose wall clock is past ``wall``.
-    low, high = instant(wall, 1), first
-    while high - low > timedelta(seconds=1):
-        middle = low + timedelta(seconds=(high - low) // timedelta(seconds=1) // 2)
-        if wall_of(middle) > wall:
-            high = middle
-        else:
-            low = middle
-    return high
+    tz: tzinfo | None
+
+    def wall(self, at: datetime) -> datetime:
+        """The naive wall-clock reading at the instant ``at``."""
+        return at.astimezone(self.tz).replace(tzinfo=None)
+
+    def instant(self, wall: datetime, fold: int) -> datetime:
+        """The instant (UTC) of a naive wall-clock reading, ``fold`` as in PEP 495."""
+        if self.tz is None:
+            # naive timestamp() follows PEP 495 for fold (naive astimezone() swaps the folds in a gap, CPython 3.11)
+            return datetime.fromtimestamp(wall.replace(fold=fold).timestamp(), timezone.utc)
+        return wall.replace(tzinfo=self.tz, fold=fold).astimezone(timezone.utc)
+
+    def clock_instant(self, wall: datetime) -> datetime:
+        """The instant a naive wall-clock reading names, under onite's DST policy (cronie's): a time the
+        clocks repeat is its first pass, one they skip the first instant after the jump. The one DST
+        resolver: ``parse_when``, the cutoff and onite.core.schedule use it."""
+        first = self.instant(wall, 0)
+        if self.wall(first) == wall:
+            return first
+        # In a gap, fold=1 maps before the jump and fold=0 after it (PEP 495): find the first second
+        # whose wall clock is past ``wall``.
+        low, high = self.instant(wall, 1), first
+        while high - low > timedelta(seconds=1):
+            middle = low + timedelta(seconds=(high - low) // timedelta(seconds=1) // 2)
+            if self.wall(middle) > wall:
+                high = middle
+            else:
+                low = middle
+        return high
+
+    def midnight(self, day: date) -> datetime:
+        """The instant the local date ``day`` begins."""
+        return self.clock_instant(datetime.combine(day, time()))
 
 
-def machine_instant(wall: datetime, fold: int) -> datetime:
-    """The instant (UTC) of a naive wall reading in the machine's zone (TZ), with PEP 495's ``fold``."""
-    # naive timestamp() follows PEP 495 for fold (naive astimezone() swaps the folds in a gap, CPython 3.11)
-    return datetime.fromtimestamp(wall.replace(fold=fold).timestamp(), timezone.utc)
+MACHINE = Zone(None)
 
 
 def local_time(naive: datetime, now: datetime) -> datetime:
-    """A naive wall-clock time in the machine's zone (TZ) as an aware datetime, under ``resolve_wall``'s
+    """A naive wall-clock time in the machine's zone (TZ) as an aware datetime, under ``Zone.clock_instant``'s
     DST policy (``now`` only says whether to be aware)."""
     if now.tzinfo is None:
         return naive
-    return resolve_wall(naive, machine_instant, lambda at: datetime.fromtimestamp(at.timestamp())).astimezone()
+    return MACHINE.clock_instant(naive).astimezone()
 
 
 def next_clock(clock: time, after: datetime) -> datetime:
