@@ -49,8 +49,7 @@ class HostConfig(Record):
 
 
 class Config(Record):
-    """A spool's settings (see docs/configuration.md for each key). A Record (onite.core.record), like every value
-    the everyday commands make: they need no dataclasses (nor the inspect they import)."""
+    """A spool's settings (see docs/configuration.md for each key)."""
 
     priorities: int = 7
     default_priority: int = 4

@@ -14,8 +14,7 @@ from onite.core.state import Result, json_fields
 
 
 class JobView(Record):
-    """One job as ``onite list`` and ``onite status`` show it (a Record, a NamedTuple: list makes one per job, and a
-    frozen dataclass is made several times slower)."""
+    """One job as ``onite list`` and ``onite status`` show it."""
 
     name: str
     uid: int
