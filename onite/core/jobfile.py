@@ -7,6 +7,7 @@ JobFormatError, and ``decode(encode(job)) == job``.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from onite.core.errors import InvalidInput, JobFormatError
 from onite.core.escaping import escape, unescape
@@ -115,7 +116,7 @@ def _decode_header(text: str, body: bytes) -> Job:
         host=unescape(fields["host"]).decode("utf-8", "replace"),
         umask=int(fields["umask"], 8),
         cwd=unescape(fields["cwd"]),
-        env=env,
+        env=dict(env),
         body=body,
         after=tuple(after),
         tried=tuple(tried),
@@ -164,26 +165,23 @@ _OPTIONAL = (
 )
 
 
-_last_block: list = [None, None, None]  # the env block decoded last, its environment and its other lines
-
-
+@lru_cache(maxsize=1)
 def _env_block(block: str) -> tuple[dict[bytes, bytes], list[str]]:
-    """The environment the ``env:`` lines of ``block`` hold (a copy), and its other lines. The jobs of a
-    batch share their environment, and a driver decodes them one after another: the last block is kept.
+    """The environment the ``env:`` lines of ``block`` hold, and its other lines. The jobs of a batch share
+    their environment, and a driver decodes them one after another: the last block is kept (``decode``
+    copies its environment into each Job).
     Raises JobFormatError: a damaged env line, or an environment execve cannot take."""
-    if block != _last_block[0]:
-        env: dict[bytes, bytes] = {}
-        others = []
-        for line in block.split("\n"):
-            if not line.startswith("env: "):
-                others.append(line)
-                continue
-            name, eq, val = line[5:].partition("=")
-            if not eq:
-                raise JobFormatError(f"damaged env line {line[5:45]!r}", "spool the job again")
-            env[unescape(name)] = unescape(val)
-        problem = env_problem(env)
-        if problem:
-            raise JobFormatError(f"damaged job file: {problem}", "spool the job again")
-        _last_block[:] = [block, env, others]
-    return dict(_last_block[1]), _last_block[2]
+    env: dict[bytes, bytes] = {}
+    others = []
+    for line in block.split("\n"):
+        if not line.startswith("env: "):
+            others.append(line)
+            continue
+        name, eq, val = line[5:].partition("=")
+        if not eq:
+            raise JobFormatError(f"damaged env line {line[5:45]!r}", "spool the job again")
+        env[unescape(name)] = unescape(val)
+    problem = env_problem(env)
+    if problem:
+        raise JobFormatError(f"damaged job file: {problem}", "spool the job again")
+    return env, others
