@@ -48,17 +48,13 @@ def handle(night: Night, signals: list[int], reload) -> None:
     """Act on the ``signals`` caught since the last turn, in the order they came."""
     while signals:
         sig = signals.pop(0)
-        if sig in (signal.SIGINT, signal.SIGTERM):
-            if night.stopping:
-                night.hard_stop = True
-                night.log.event("signal", sig=signal.Signals(sig).name, action="kill running jobs and requeue them")
-            else:
-                night.stopping = True
-                night.log.event("signal", sig=signal.Signals(sig).name,
-                                action="finish running jobs, start none", running=len(night.running))
-        elif sig == signal.SIGQUIT:
+        if sig in (signal.SIGINT, signal.SIGTERM) and not night.stopping:
+            night.stopping = True
+            night.log.event("signal", sig=signal.Signals(sig).name,
+                            action="finish running jobs, start none", running=len(night.running))
+        elif sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):  # a second INT or TERM, or QUIT
             night.hard_stop = night.stopping = True
-            night.log.event("signal", sig="SIGQUIT", action="kill running jobs and requeue them")
+            night.log.event("signal", sig=signal.Signals(sig).name, action="kill running jobs and requeue them")
         elif sig == signal.SIGUSR1:
             queued = night.index.counts()
             night.log.event("status", running=",".join(sorted(night.running)) or "-", slots=night.slots,
