@@ -97,13 +97,8 @@ class Picker:
             moved = False
             self._room = self._head = None  # measured when the first ready job asks
             for cand in self._in_order(night.index.candidates()):
-                if cand.name in night.running or cand.name in night.ended:  # its claim is here: a second one waits
-                    continue
-                seen = None
-                with self.finisher.guard(cand.name, cand.path):
-                    seen = self.inspect(cand)
-                if seen is None:  # the guard set it aside
-                    night.forget(cand)
+                seen = self._look(cand)
+                if seen is None:
                     continue
                 if self._ready(cand, seen, now):
                     need = request_of(seen.meta.mem, seen.meta.cpus)
@@ -121,6 +116,19 @@ class Picker:
             if not moved:
                 return None
         return None
+
+    def _look(self, cand: Candidate) -> Inspection | None:
+        """``inspect`` a candidate, guarded: None if its claim is here (a second one waits) or the guard
+        set it aside (what goes wrong with it is never retried)."""
+        night = self.night
+        if cand.name in night.running or cand.name in night.ended:
+            return None
+        seen = None
+        with self.finisher.guard(cand.name, cand.path):
+            seen = self.inspect(cand)
+        if seen is None:
+            night.forget(cand)
+        return seen
 
     def _claimed_elsewhere(self, name: str) -> bool:
         """Is ``name`` claimed on another host by a run that has not ended, as its run record (root's) says? Its
@@ -141,14 +149,8 @@ class Picker:
         night = self.night
         waiting: dict[str, tuple[Candidate, Inspection]] = {}
         for cand in list(night.index.candidates()):
-            if cand.name in night.running or cand.name in night.ended:
-                continue
-            seen = None
-            with self.finisher.guard(cand.name, cand.path):  # as pick looks: what goes wrong sets the file aside
-                seen = self.inspect(cand)
-            if seen is None:
-                night.forget(cand)
-            elif seen.look is Look.OK and seen.meta.after:
+            seen = self._look(cand)
+            if seen is not None and seen.look is Look.OK and seen.meta.after:
                 waiting.setdefault(cand.name, (cand, seen))
         found = cycles({key: seen.meta.after for key, (_, seen) in waiting.items()})
         for key, cycle in found.items():
