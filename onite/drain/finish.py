@@ -22,6 +22,7 @@ from onite.core.jobfile import encode
 from onite.core.names import is_valid_key
 from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
+from onite.core.values import is_whole
 from onite.drain.night import Night
 from onite.exec.runner import Run
 from onite.spool.cancels import finish_filings
@@ -40,7 +41,7 @@ def _use(run: Run) -> dict:
     used = run.usage or {}
     peak, cpu = used.get("peak_mem"), used.get("cpu")
     return {"mem": run.need.mem or None if run.need else None, "cpus": run.need.cpus or None if run.need else None,
-            "peak_mem": peak if isinstance(peak, int) and not isinstance(peak, bool) and 0 <= peak < 1 << 62 else None,
+            "peak_mem": peak if is_whole(peak, 0, (1 << 62) - 1) else None,
             "cpu_time": float(cpu) if isinstance(cpu, (int, float)) and not isinstance(cpu, bool)
             and 0 <= cpu < 1e12 else None}
 

@@ -459,9 +459,7 @@ def _owner(path: Path) -> int | None:
 def _stand_in(name: str, info: dict, submitted: datetime, host: str) -> Job:
     """The job of a claim whose file can no longer be read, as its run record tells it: enough to
     watch the run and file it (not to retry it)."""
-    rank = info.get("rank")
-    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= MAX_PRIORITIES else 1
-    attempt = info.get("attempt")
-    attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= MAX_RETRIES + 1 else 1
+    rank = info["rank"] if is_whole(info.get("rank"), 0, MAX_PRIORITIES) else 1
+    attempt = info["attempt"] if is_whole(info.get("attempt"), 1, MAX_RETRIES + 1) else 1
     return Job(name=name, priority=max(rank, 1), urgent=rank == 0, submitted=submitted, host=host, umask=0o022,
                cwd=b"/", env={}, body=b"", attempt=attempt, retries=attempt - 1)
