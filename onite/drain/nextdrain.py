@@ -157,15 +157,12 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
 def fix_command(spool, config, *, cron_dead: bool = False) -> str:
     """The one command that schedules drains of ``spool``, said to whoever asks (``cron_dead``: its
     entry is in a crontab here, but no cron daemon runs to read it)."""
-    command = "onite cron --install"
+    own = os.access(spool.root, os.W_OK)
     if cron_dead:
-        return "start the cron daemon (e.g. service cron start), or run: onite daemon" if os.access(
-            spool.root, os.W_OK) else "ask root to start the cron daemon (or to run: onite daemon)"
-    if not config.schedule:
-        command = "set schedule in onite.toml, then run: onite cron --install"
-    if os.access(spool.root, os.W_OK):
-        return command
-    return f"ask root to run: {command}"
+        return ("start the cron daemon (e.g. service cron start), or run: onite daemon" if own
+                else "ask root to start the cron daemon (or to run: onite daemon)")
+    command = "onite cron --install" if config.schedule else "set schedule in onite.toml, then run: onite cron --install"
+    return command if own else f"ask root to run: {command}"
 
 
 def no_drain_text(drain: DrainPlan, *, for_job: bool = False) -> str:
