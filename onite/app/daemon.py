@@ -1,7 +1,7 @@
 """``onite daemon``: the driver for machines without cron, one long-running process per host.
 
 It holds this host's driver lock and heartbeat for its whole life, and decides when to drain and
-which kind: at a time of ``schedule`` and when told to (onite.drain.wake), a full drain; when a
+which kind: at a time of ``schedule`` and when told to (onite.drain.heartbeat.request_wake), a full drain; when a
 not-before time comes or a recurring job fires, a drain of only the jobs whose time has come,
 widened if a schedule time comes meanwhile. SPOOL/daemon.HOST.state keeps the last schedule time
 handled: one missed while it was down is caught up once, while its night window is open.

@@ -102,8 +102,6 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
 
 def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
     """``onite daemon --wake``: tell this host's daemon to drain now; the line to print (NotFound: none alive)."""
-    from onite.drain.wake import request_wake
-
     if host:
         check_name(host, what="host name")
     target = open_spool(spool)
@@ -114,7 +112,7 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
                        "start one (systemctl start onite, or onite daemon), or drain now: onite run")
     if beat.state == hb.BeatState.DRAINING:
         return f"the daemon of host {host} (pid {beat.pid}) is draining already"
-    if not request_wake(target, host, beat):
+    if not hb.request_wake(target, host, beat):
         raise SpoolError(f"cannot leave the request in {target.locks_dir}", "check the spool: onite init")
     return f"told the daemon of host {host} (pid {beat.pid}) to drain now; onite status and onite log follow it"
 

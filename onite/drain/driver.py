@@ -201,9 +201,7 @@ class Driver:
             holder = {"holder": "unknown (no heartbeat)"}
         else:
             if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
-                from onite.drain.wake import request_wake
-
-                if request_wake(self.spool, self.host, beat):
+                if hb.request_wake(self.spool, self.host, beat):
                     self.log.event("drain-handed", host=self.host, daemon=beat.pid,
                                    note="the daemon of this host was idle: it drains now")
                     return

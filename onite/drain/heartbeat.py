@@ -4,12 +4,15 @@ The lock holder writes it (world-readable; the lock is not) when it takes the lo
 and every BEAT_EVERY seconds, and marks it ``exited`` as it lets go. It proves a live driver only
 with its process: on its machine, pid, start time and boot id must match; from another machine, it
 must be fresh (STALE_AFTER). Only the spool's owner writes there; every field is still checked.
+``onite run`` that finds the lock held by an idle daemon, and ``onite daemon --wake``, hand it the
+drain (``request_wake``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -20,6 +23,7 @@ from onite.core.errors import OniteError
 from onite.core.record import Record
 from onite.exec.contain import boot_id, process_start_ticks
 from onite.spool.files import remove_file, replace_file
+from onite.spool.locks import leave_wake
 from onite.spool.paths import HEARTBEAT, SpoolDir
 
 FORMAT = 1
@@ -152,6 +156,23 @@ def live_beats(root: Path, now: datetime) -> list[Beat]:
 def draining_hosts(root: Path, now: datetime) -> list[str]:
     """Hosts where a driver is draining at ``now`` (a daemon between drains is not)."""
     return [beat.host for beat in live_beats(root, now) if beat.state != BeatState.IDLE]
+
+
+def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
+    """Hand a drain to HOST's idle daemon (its heartbeat ``beat``): leave the request ``locks/wake.HOST``,
+    which the daemon takes on its next look, then USR2 it to cut its sleep short if it runs on this
+    machine. False if the request cannot be left (only the spool's owner may write locks/).
+    Raises Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's."""
+    if not leave_wake(spool, host):
+        return False
+    same_process = beat.machine == os.uname().nodename and (
+        beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks)
+    if same_process:
+        try:
+            os.kill(beat.pid, signal.SIGUSR2)
+        except OSError:
+            pass  # it polls for the request every few seconds anyway
+    return True
 
 
 CRON_NAMES = ("cron", "crond", "cronie", "anacron")
