@@ -20,7 +20,7 @@ from onite.spool.deps import dependency_state
 from onite.spool.edits import edited, trusted
 from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import live_entries, queued_folder_stats
+from onite.spool.queued import live_entries, queued_stats
 from onite.spool.runrecords import host_records
 from onite.spool.scan import Withdrawn, read_markers, user_name
 from onite.spool.settings import default_host
@@ -158,14 +158,11 @@ def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tup
     """Why a drain started nothing, for the log: how many jobs are queued, and one line saying why
     none can start now, by the kind of each job's wait, in words that tell no one what a file says.
     Raises SpoolIOError: a folder cannot be listed."""
-    total, head = 0, []
-    for rank, rows in queued_folder_stats(spool):
-        total += len(rows)
-        if len(head) < EXAMINE:
-            head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
+    stats = queued_stats(spool)
+    total = len(stats)
     if not total:
         return 0, "nothing is due: the queue is empty"
-    rows = waiting_jobs(spool, head, now, euid=euid, host=host)
+    rows = waiting_jobs(spool, stats[:EXAMINE], now, euid=euid, host=host)
     parts = [f"{row['name']}: {PUBLIC_REASONS.get(row['kind'], 'cannot start yet')}" for row in rows[:SHOWN_IDLE]]
     more = total - len(parts)
     return total, (f"nothing is due: {total} queued, none can start now ("
