@@ -67,9 +67,8 @@ class Picked(Record):
     cand: Candidate
     st: os.stat_result  # the stat it was judged by
     need: Need  # its request, as admitted
-    timeout: timedelta | None  # its time limit, as admitted (backfill counted on it)
     backfilled: bool  # it starts past a job that waits for room
-    meta: Meta  # what it was judged by (its edits in it)
+    meta: Meta  # what it was judged by (its edits in it), its time limit as admitted (backfill counted on it)
 
 
 class Picker:
@@ -106,8 +105,7 @@ class Picker:
                     if said.verdict in (Admit.START, Admit.BACKFILL):
                         if self._claimed_elsewhere(cand.name):
                             continue  # a copy of a job running on another host: it waits, as on this one
-                        return Picked(cand, seen.st, need, seen.meta.timeout, said.verdict is Admit.BACKFILL,
-                                      seen.meta)
+                        return Picked(cand, seen.st, need, said.verdict is Admit.BACKFILL, seen.meta)
                     if said.verdict is Admit.NEVER:
                         self.finisher.fail_unstarted(cand, seen.st, said.reason)
                     elif not night.config.backfill:

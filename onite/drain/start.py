@@ -166,7 +166,7 @@ class Starter:
         """The job, held to the request and time limit it was admitted with: its owner may rewrite its
         file after the pick, and a larger request would overfill the host, a longer time limit delay
         the job backfill promised not to."""
-        need, timeout = picked.need, picked.timeout
+        need, timeout = picked.need, picked.meta.timeout
         if (job.mem or 0, job.cpus or 0, job.timeout) == (need.mem, need.cpus, timeout):
             return job
         if log:
