@@ -392,7 +392,7 @@ class Driver:
         for when in (night.wake_at, self._tick_at):
             if when is not None:
                 timeout = min(timeout, max((when - now).total_seconds(), 0.0))
-        return max(timeout, 0.0)
+        return timeout
 
     def _lingers(self) -> bool:
         """With nothing running, wait for the next not-before time? A driver that does not linger
@@ -435,9 +435,9 @@ def check_capacity(config, host: str) -> None:
         host_capacity(config, host, machine())
 
 
-def take_host_lock(spool: SpoolDir, host: str, holder: str, timeout: float = 0.5) -> locks.Lock | None:
+def take_host_lock(spool: SpoolDir, host: str, holder: str) -> locks.Lock | None:
     """flock ``host``'s driver lock (in the spool's root-only locks/ folder) with ``holder`` written into
-    it; None if another process holds it after ``timeout`` seconds.
+    it; None if another process holds it after half a second.
     Raises Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks)."""
     locks.ensure_dir(spool.root)
-    return locks.take(spool.lock_path(host), timeout=timeout, holder=holder)
+    return locks.take(spool.lock_path(host), timeout=0.5, holder=holder)
