@@ -187,7 +187,7 @@ class RecurScheduler:
                 try:
                     for entry in listing(folder):
                         of = template_of(entry.name)
-                        tpl = self.templates.get(of) if of is not None else None
+                        tpl = self.templates.get(of)
                         try:
                             if tpl is not None and entry.stat(follow_symlinks=False).st_uid == tpl.uid:
                                 self._queued_runs.setdefault(of, []).append(entry.name)
