@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from contextlib import suppress
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -78,7 +79,7 @@ class Beat(Record):
         """The heartbeat ``data`` describes, or None if any field is missing or out of range."""
         if not isinstance(data, dict):
             return None
-        try:
+        with suppress(KeyError, TypeError, ValueError):
             texts = {key: values.text(data, key) for key in ("host", "boot_id", "machine", "started_by")}
             next_by = data.get("next_by")
             if values.integer(data, "version", FORMAT, FORMAT) and max(map(len, texts.values())) <= 200:
@@ -88,8 +89,6 @@ class Beat(Record):
                            updated=values.time(data, "updated"), next_drain=values.optional_time(data, "next_drain"),
                            next_by=next_by if isinstance(next_by, str) and len(next_by) <= 50 else None,
                            ended=values.optional_time(data, "ended"))
-        except (KeyError, TypeError, ValueError):
-            pass
         return None
 
     @property
@@ -127,24 +126,16 @@ def is_alive(beat: Beat, now: datetime, *, machine: str | None = None, boot: str
 
 def read(root: Path, host: str) -> Beat | None:
     """HOST's heartbeat as written (alive or not), or None if there is none (or it is damaged)."""
-    return _read_path(heartbeat_path(root, host))
-
-
-def _read_path(path: Path) -> Beat | None:
     try:
-        return Beat.from_json(values.loads_object(path.read_bytes()))
+        return Beat.from_json(values.loads_object(heartbeat_path(root, host).read_bytes()))
     except (OSError, ValueError):
         return None
 
 
 def beats(root: Path) -> list[Beat]:
     """Every heartbeat in the spool (alive or not), by host."""
-    found = []
-    for host, path in SpoolDir(root).state_paths(HEARTBEAT):
-        beat = _read_path(path)
-        if beat is not None and beat.host == host:
-            found.append(beat)
-    return found
+    return [beat for host, _ in SpoolDir(root).state_paths(HEARTBEAT)
+            if (beat := read(root, host)) is not None and beat.host == host]
 
 
 def live_beats(root: Path, now: datetime) -> list[Beat]:
@@ -168,10 +159,8 @@ def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
     same_process = beat.machine == os.uname().nodename and (
         beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks)
     if same_process:
-        try:
+        with suppress(OSError):  # it polls for the request every few seconds anyway
             os.kill(beat.pid, signal.SIGUSR2)
-        except OSError:
-            pass  # it polls for the request every few seconds anyway
     return True
 
 
@@ -219,7 +208,7 @@ def comm(pid: int | str) -> str:
 class Heartbeat:
     """The heartbeat of the driver holding HOST's lock: ``beat`` on every change, ``tick`` every turn."""
 
-    def __init__(self, root: Path, host: str, role: Role, *, clock: Clock = SYSTEM, log=None) -> None:
+    def __init__(self, root: Path, host: str, role: Role, *, log, clock: Clock = SYSTEM) -> None:
         self.path = heartbeat_path(root, host)
         self.clock = clock
         self.log = log
@@ -254,6 +243,6 @@ class Heartbeat:
             replace_file(self.path, (json.dumps(self.beat_.to_json(), indent=1) + "\n").encode(), mode=0o644)
             self._failed = False
         except OniteError as err:
-            if not self._failed and self.log is not None:  # once, not every 30 seconds
+            if not self._failed:  # once, not every 30 seconds
                 self.log.event("warning", error=str(err), note="the heartbeat was not written: status may say no driver runs")
             self._failed = True
