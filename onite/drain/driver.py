@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import select
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
@@ -214,12 +214,10 @@ class Driver:
         """Tell everyone this driver is alive, who started it and when the next drain is due."""
         self.heartbeat = hb.Heartbeat(self.spool.root, self.host, hb.Role.RUN, log=self.log, clock=self.clock)
         upcoming = None
-        try:
+        with suppress(OniteError, OSError, ValueError):
             from onite.drain.nextdrain import plan
 
             upcoming = plan(self.spool, self.clock.now(), host=self.host, exclude_pid=self.night.pid).next
-        except (OniteError, OSError, ValueError):
-            pass
         self.heartbeat.beat(next_drain=upcoming.when if upcoming else None, next_by=upcoming.by if upcoming else None)
         if self.heartbeat.beat_.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
             from onite.spool.cronrecords import refresh_record
@@ -340,10 +338,8 @@ class Driver:
             registered = fds
             for fd, _ in poller.poll(self._timeout() * 1000):
                 if fd == wakeup_fd:
-                    try:
+                    with suppress(BlockingIOError):
                         os.read(wakeup_fd, 512)
-                    except BlockingIOError:
-                        pass
 
     def _start_jobs(self) -> None:
         """Start jobs in queue order while a slot is free, the window is open, the executor takes them,

@@ -12,7 +12,7 @@ import stat
 import sys
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -321,12 +321,10 @@ class Finisher:
             self.night.log.event("cannot-record", name, error=why,
                              note="no job starts until runs can be recorded; running jobs go on")
             if self.night.log.echo is None:
-                try:
+                with suppress(OSError, ValueError):
                     print(f"onite: cannot record a run ({why}) — no job starts until it can; free space (or "
                           f"lift the quota or file-size limit, or mend the disk) and run onite run again",
                           file=sys.stderr)
-                except (OSError, ValueError):
-                    pass
 
     def prune(self, *, strays: bool = True) -> None:
         """Retention: the last ``keep`` finished jobs kept; with ``strays``, what crashed writes left too."""

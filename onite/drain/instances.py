@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice, takewhile, zip_longest
@@ -319,13 +320,11 @@ class RecurScheduler:
             self.log.event("recur-error", job.name, template=name, error=str(err), note="trying again later")
             return False
         if displaced:
-            try:
+            with suppress(OniteError, OSError):  # its owner removed it meanwhile
                 owner_name = user_name(os.lstat(displaced).st_uid)
                 move_file(Path(displaced), self.spool.refused_path(job.name, self.clock.now()), "moving aside")
                 self.log.event("refused", job.name, owner=owner_name,
                                reason="a forgery at the key of a recurring job's run")
-            except (OniteError, OSError):  # its owner removed it meanwhile
-                pass
         return True
 
     def _spooled_already(self, name: str) -> bool:

@@ -12,6 +12,7 @@ nothing behind it starts; with ``backfill`` a later job may pass it where that c
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from dataclasses import dataclass
 from itertools import groupby
 from operator import attrgetter
@@ -284,18 +285,15 @@ class Picker:
             return SETTLING
         self._settling.pop(key, None)
         prefix = f".{cand.name}."
-        try:
-            with os.scandir(cand.path.parent) as it:
-                for entry in it:
-                    if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
-                        other = entry.stat(follow_symlinks=False)
-                        if (other.st_dev, other.st_ino) == key and other.st_uid == st.st_uid:
-                            remove_file(entry.path)
-                            self.night.log.event("recovered", cand.name,
+        with suppress(OSError), os.scandir(cand.path.parent) as it:
+            for entry in it:
+                if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                    other = entry.stat(follow_symlinks=False)
+                    if (other.st_dev, other.st_ino) == key and other.st_uid == st.st_uid:
+                        remove_file(entry.path)
+                        self.night.log.event("recovered", cand.name,
                                              action="removed the second link a dead submit left", link=entry.name)
-                            return "moved"
-        except OSError:
-            pass
+                        return "moved"
         return f"has {st.st_nlink} hard links"
 
     def dependency(self, key: str) -> DepState:
@@ -309,11 +307,9 @@ class Picker:
         if run is not None and run.owner.uid == owner:
             return DepState.PENDING
         for path in self.night.index.paths(key):  # queued: one look at its owner, not every folder's
-            try:
+            with suppress(OSError):  # gone since: the spool's own answer below says where it went
                 if os.lstat(path).st_uid == owner:
                     return DepState.PENDING
-            except OSError:
-                pass  # gone since: the spool's own answer below says where it went
         if not self.withdrawn.unchanged():
             self.withdrawn = Withdrawn(self.night.spool)
         return dependency_state(self.night.spool, key, self.withdrawn)
