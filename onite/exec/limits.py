@@ -118,13 +118,11 @@ class Limiter:
             reads.append(("cpu", f"{self.v1['cpuacct']}/{run_id}/cpuacct.usage", None, 1e9))
         return tuple(reads)
 
-    def groups_of(self, groups: object) -> tuple[str, ...]:
+    def groups_of(self, groups: tuple[str, ...]) -> tuple[str, ...]:
         """The v1 groups a dead run's record names that are this driver's to touch: a run's own group
         right under one of its folders (a record is root's, but it is checked all the same)."""
-        if not isinstance(groups, list):
-            return ()
         bases = tuple(f"{base}/" for base in self.v1.values())
-        return tuple(g for g in groups if isinstance(g, str) and g.startswith(bases) and "/" not in
+        return tuple(g for g in groups if g.startswith(bases) and "/" not in
                      g[len(next(b for b in bases if g.startswith(b))):] and ".." not in g)
 
     def remove_folders(self) -> None:
@@ -213,11 +211,6 @@ def usage(reads: tuple[tuple, ...]) -> dict:
         if value is not None:
             found[key] = round(value / scale, 3) if scale != 1 else value
     return found
-
-
-def rusage_usage(rusage) -> dict:
-    """What the job's leader and the children it waited for used, where no cgroup says."""
-    return {"peak_mem": int(rusage.ru_maxrss) * 1024, "cpu": round(rusage.ru_utime + rusage.ru_stime, 3)}
 
 
 def remove(groups: tuple[str, ...]) -> None:

@@ -170,15 +170,15 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     reaped = False
     left = jobend.left_running(plan, job, pinned=True)
     used = limits.usage(plan.usage_reads)  # read before its cgroups go
+    source = "cgroup"
     if "peak_mem" not in used or "cpu" not in used:
-        rusage = None
-        if not left:  # only its leader's rusage says the rest: reaped now
+        source = "rusage" if not plan.limit_groups else "cgroup+rusage"
+        if not left:  # only the rusage of its leader (and the children it waited for) says the rest: reaped now
             rusage, reaped = jobend.reap_leader(job), True
-        for key, value in (limits.rusage_usage(rusage) if rusage is not None else {}).items():
-            used.setdefault(key, value)
-        used["source"] = "rusage" if not plan.limit_groups else "cgroup+rusage"
-    else:
-        used["source"] = "cgroup"
+            if rusage is not None:
+                used.setdefault("peak_mem", int(rusage.ru_maxrss) * 1024)
+                used.setdefault("cpu", round(rusage.ru_utime + rusage.ru_stime, 3))
+    used["source"] = source
     if over:  # killed here for its memory, not by the kernel: counted as the kernel's kills are
         used["oom"] = used.get("oom", 0) + 1
     _record_end(plan, sock, {"event": "ended", "status": status, "at": _now(), "usage": used},

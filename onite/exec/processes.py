@@ -83,7 +83,7 @@ def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limi
     process group where a process of that run (its ONITE_RUN_ID) leads it; where it has no groups and
     nothing was killed so far, its processes found by their ONITE_RUN_ID."""
     base, killed = containment.base, False
-    cgroup, groups = (rec.cgroup, limiter.groups_of(list(rec.groups))) if rec is not None else (None, ())
+    cgroup, groups = (rec.cgroup, limiter.groups_of(rec.groups)) if rec is not None else (None, ())
     pgid = (rec.job_pid if rec is not None else None) or pgid
     ours = lambda found: found == run_id  # noqa: E731
     if cgroup and base and cgroup.startswith(f"{base}/") and "/" not in cgroup[len(base) + 1:]:
