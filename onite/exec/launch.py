@@ -43,15 +43,13 @@ def job_environment(run: Run, *, switch_user: bool) -> dict[bytes, bytes]:
     return env
 
 
-def own_credentials() -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
-    """This process's real, effective and saved uids and gids, and the groups it has the rights of."""
+def credentials(identity: Identity | None = None) -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
+    """The real, effective and saved uids and gids, and the groups with their rights, of this process, or
+    of a process that runs as ``identity``: where the two are equal, switching to ``identity`` changes nothing."""
+    if identity is not None:
+        return (identity.uid,) * 3, (identity.gid,) * 3, frozenset(identity.groups) | {identity.gid}
     resgid = os.getresgid()
     return os.getresuid(), resgid, frozenset(os.getgroups()) | {resgid[1]}
-
-
-def credentials_of(identity: Identity) -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]:
-    """What ``own_credentials`` reads in a process that runs as ``identity``."""
-    return (identity.uid,) * 3, (identity.gid,) * 3, frozenset(identity.groups) | {identity.gid}
 
 
 def attempt_marker(run: Run) -> str:
@@ -60,24 +58,21 @@ def attempt_marker(run: Run) -> str:
 
 
 @contextmanager
-def run_outputs(run: Run, stdout_path: Path, stderr_path: Path | None, identity: Identity | None, *,
+def run_outputs(run: Run, stdout_path: Path, stderr_path: Path, identity: Identity | None, *,
                 append: bool) -> Iterator[tuple[int, int | None]]:
     """The run's output files (stdout, and ``stderr_path`` when kept apart), open while the block runs; a
     retry (``append``) adds to each after its attempt marker. An older ``stderr_path`` of a job that does
     not keep stderr apart is removed, so that another job's cannot pass for this run's.
     NoRecord: a file cannot be created or written (no fault of the job's: the driver stops starting
     jobs); SpawnError: the old stderr file cannot be removed."""
-    if not run.job.stderr_separate and stderr_path is not None:
+    if not run.job.stderr_separate:
         try:
             remove_file(stderr_path)
         except SpoolIOError as err:
             raise SpawnError(f"cannot remove the old stderr file {stderr_path}: {err.cause.strerror}") from None
-        stderr_path = None
     fds: list[int] = []
     try:
-        for path in (stdout_path, stderr_path):
-            if path is None:
-                continue
+        for path in (stdout_path, stderr_path) if run.job.stderr_separate else (stdout_path,):
             try:
                 fds.append(open_output(path, (identity.uid, identity.gid) if identity else None, append=append))
             except OSError as err:

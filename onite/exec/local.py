@@ -21,8 +21,7 @@ from onite.core.state import Outcome, Stop, memory_outcome, outcome_from_status,
 from onite.exec import contain, limits, monitor
 from onite.exec.pam import Pam
 from onite.exec.plan import Plan, memory_file
-from onite.exec.launch import (credentials_of, interpreter, job_environment, occupy_standard_descriptors,
-                               own_credentials, run_outputs)
+from onite.exec.launch import credentials, interpreter, job_environment, occupy_standard_descriptors, run_outputs
 from onite.exec.processes import find_run_processes, stop_leftovers, stop_processes
 from onite.exec.runner import NoRecord, Run, Runner, SpawnError, record_stop
 from onite.spool import runrecords
@@ -176,7 +175,7 @@ class LocalRunner(Runner):
         self.pam = pam or Pam(why="not asked for")
         self.runs: list[Run] = []
         self._lingering: list[Monitor] = []  # monitors ending what their job left behind
-        self._credentials = own_credentials()
+        self._credentials = credentials()
         self._boot = contain.boot_id()
         self._pool = MonitorPool({"contain": self.containment.kind, "base": self.containment.base,
                                   "v2": self.limiter.v2, "v1": dict(self.limiter.v1),
@@ -198,25 +197,23 @@ class LocalRunner(Runner):
         return {"boot": self._boot, "contain": self.containment.kind, "deadline": deadline,
                 "kill_grace": self.kill_grace}
 
-    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
-              record_fd: int | None = None) -> None:
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path, record_fd: int) -> None:
         """Send ``run`` to a monitor and return (the monitor says when the job started). SpawnError: its
         old stderr file cannot be removed, or no monitor started; NoRecord: nothing could be written."""
         # switching to the ids the driver has already changes nothing
-        ident = None if not self.switch_user or credentials_of(run.owner) == self._credentials else run.owner
+        ident = None if not self.switch_user or credentials(run.owner) == self._credentials else run.owner
         with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
             try:
                 script_fd = memory_file(job_label(run.name), run.job.body)
             except OSError as error:  # a file-size limit, no memory: the driver's, not the job's
                 raise NoRecord(f"cannot hand its text to its monitor: {error.strerror}") from None
-            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if record_fd is None else None
             try:
                 run.monitor = self._pool.send(Plan(
                     argv=interpreter(run.job.body, self.shell),
                     env=job_environment(run, switch_user=self.switch_user), cwd=run.job.cwd, umask=run.job.umask,
                     uid=ident.uid if ident else None, gid=ident.gid if ident else None,
                     groups=tuple(ident.groups) if ident else (), script_fd=script_fd, stdout_fd=out,
-                    stderr_fd=err, record_fd=record_fd if null is None else null,
+                    stderr_fd=err, record_fd=record_fd,
                     record_path=run.record_path or "", lock_fd=self.lock_fd, cgroup=None,
                     contain=self.containment.kind, kill_grace=self.kill_grace, max_output=self.max_output,
                     mem=run.mem, cpus=run.cpus,
@@ -226,8 +223,6 @@ class LocalRunner(Runner):
                 raise SpawnError(f"cannot start its monitor: {error.strerror}") from None
             finally:
                 os.close(script_fd)
-                if null is not None:
-                    os.close(null)
         self.runs.append(run)
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:

@@ -95,9 +95,9 @@ class Runner(Protocol):
         """What this executor adds to the first line of ``run``'s record, for recovery."""
         return {}
 
-    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
-              record_fd: int | None = None) -> None:
-        """Start ``run``; ``record_fd``: an O_APPEND descriptor of its record, which the caller closes.
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path, record_fd: int) -> None:
+        """Start ``run``; ``stderr_path``: its stderr file, kept apart if its job asks; ``record_fd``: an
+        O_APPEND descriptor of its record, which the caller closes.
         Raises SpawnError (the reason is recorded), NoRecord or Unavailable."""
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:

@@ -118,8 +118,7 @@ class SlurmRunner(Runner):
         """New settings (SIGHUP); runs already in Slurm keep what they were submitted with."""
         self.config = config
 
-    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path | None = None,
-              record_fd: int | None = None) -> None:
+    def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path, record_fd: int) -> None:
         """Start ``run``'s sbatch as its owner and return; its job id goes into the run's record
         (``record_fd``, dup'ed) once sbatch says it, and ``reap`` tells a failure. SpawnError: why not."""
         job = run.job
@@ -134,16 +133,15 @@ class SlurmRunner(Runner):
         # its directory is entered as the owner, by the wrapper sbatch runs behind (as_owner_in): a look
         # as root first would tell a user about directories they may not enter
         output = Path(os.path.abspath(output_path))
-        stderr_file = Path(os.path.abspath(stderr_path)) if stderr_path is not None else None
+        stderr_file = Path(os.path.abspath(stderr_path))
         with run_outputs(run, output, stderr_file, run.owner if self.switch_user else None, append=append):
             pass  # created here, for the owner, so that Slurm (which opens them as the owner) only appends
         error = stderr_file if job.stderr_separate else None
-        record_fd = os.dup(record_fd) if record_fd is not None else None
+        record_fd = os.dup(record_fd)
         try:
             sub = self._launch(run, script, env, output, error)
         except BaseException:
-            if record_fd is not None:
-                os.close(record_fd)
+            os.close(record_fd)
             raise
         sub.record_fd, sub.script_size = record_fd, len(script)
         run.nice = self._nice(run)
@@ -203,7 +201,11 @@ class SlurmRunner(Runner):
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
         answer = self._query([job_id])
         if answer is not None and self._owned(answer, job_id, run.owner.uid) is None:
-            self._cancel_submitted(run)
+            # cancel what it submitted (found by the run in its comment), never the owner's job of that name
+            # from another spool
+            uid = self._job_uid(run.owner.uid)
+            for submitted in self._jobs_of_run(run.name, run.run_id, run.spool, uid) or ():
+                self._scancel(submitted, uid)
             return Outcome(reason=f"sbatch said it submitted job {job_id}, which Slurm does not know as "
                                   f"{run.owner.name}'s")
         self._taken(run, job_id, sub.record_fd)
@@ -290,13 +292,6 @@ class SlurmRunner(Runner):
             held.close()
         self._submitting.clear()
         self._unsure.clear()
-
-    def _cancel_submitted(self, run: Run) -> None:
-        """sbatch named a job that is not the owner's: cancel what it submitted for ``run`` (found by the run in its
-        comment), never the owner's job of that name from another spool."""
-        uid = self._job_uid(run.owner.uid)
-        for job_id in self._jobs_of_run(run.name, run.run_id, run.spool, uid) or ():
-            self._scancel(job_id, uid)
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
         """Cancel ``run`` in Slurm (TERM, then KILL after Slurm's KillWait)."""
@@ -532,8 +527,8 @@ class SlurmRunner(Runner):
         cannot be asked, or a copy is still in flight after its cancel (nothing may be decided)."""
         if not info.get("run_id") or not info.get("name"):
             return None
-        self._stop_left_sbatch(info["run_id"], spool, self._job_uid(owner))
         uid = self._job_uid(owner)
+        self._stop_left_sbatch(info["run_id"], spool, uid)
         found = self._jobs_of_run(info["name"], info["run_id"], spool, uid)
         if found is None:
             raise Unavailable("Slurm could not be asked for the job of this run")
