@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from contextlib import suppress
 
 CGROUP2 = "cgroup2"
 SUBREAPER = "subreaper"
@@ -63,12 +64,9 @@ def remove_base(found: Containment) -> None:
     one that held the controllers for limits would come back without them."""
     if found.kind != CGROUP2 or found.base is None:
         return
-    try:
-        if read_file(f"{found.base}/cgroup.subtree_control").strip():
-            return
-        os.rmdir(found.base)
-    except OSError:
-        pass  # a job's cgroup is in it (another driver's, a dead run's), or it is gone
+    with suppress(OSError):  # a job's cgroup is in it (another driver's, a dead run's), or it is gone
+        if not read_file(f"{found.base}/cgroup.subtree_control").strip():
+            os.rmdir(found.base)
 
 
 def discover(enabled: bool) -> Containment:
@@ -108,37 +106,31 @@ def _probe(base: str) -> None:
 def cgroup_mounts(mountinfo: str) -> dict[str, str]:
     """Where each cgroup hierarchy is mounted first: CGROUP2 → its mount, and each v1 controller's."""
     found: dict[str, str] = {}
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                # ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPEROPTIONS
-                left, sep, right = line.partition(" - ")
-                fields, parts = left.split(" "), right.split()
-                if not sep or not parts or len(fields) < 5:
-                    continue
-                names = [CGROUP2] if parts[0] == CGROUP2 else \
-                    parts[2].split(",") if parts[0] == "cgroup" and len(parts) >= 3 else []
-                for name in names:
-                    if name == CGROUP2 or name in V1_CONTROLLERS:
-                        found.setdefault(name, fields[4].replace("\\040", " "))
-    except OSError:
-        pass
+    with suppress(OSError), open(mountinfo, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            # ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPEROPTIONS
+            left, sep, right = line.partition(" - ")
+            fields, parts = left.split(" "), right.split()
+            if not sep or not parts or len(fields) < 5:
+                continue
+            names = [CGROUP2] if parts[0] == CGROUP2 else \
+                parts[2].split(",") if parts[0] == "cgroup" and len(parts) >= 3 else []
+            for name in names:
+                if name == CGROUP2 or name in V1_CONTROLLERS:
+                    found.setdefault(name, fields[4].replace("\\040", " "))
     return found
 
 
 def own_cgroups(own: str) -> dict[str, str]:
     """This process's cgroups: CGROUP2 → its v2 path (``0::``), each v1 controller → its group."""
     found: dict[str, str] = {}
-    try:
-        with open(own, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                number, _, rest = line.rstrip("\n").partition(":")
-                controllers, _, path = rest.partition(":")
-                for name in [CGROUP2] if number == "0" and not controllers else controllers.split(","):
-                    if name == CGROUP2 or name in V1_CONTROLLERS:
-                        found.setdefault(name, path or "/")
-    except OSError:
-        pass
+    with suppress(OSError), open(own, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            number, _, rest = line.rstrip("\n").partition(":")
+            controllers, _, path = rest.partition(":")
+            for name in [CGROUP2] if number == "0" and not controllers else controllers.split(","):
+                if name == CGROUP2 or name in V1_CONTROLLERS:
+                    found.setdefault(name, path or "/")
     return found
 
 
@@ -287,10 +279,8 @@ def boot_id() -> str:
 
 def signal_pid(pid: int, sig: int) -> None:
     """Send ``sig`` to ``pid``; nothing if it is gone (or not ours to signal)."""
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def signal_group(pgid: int, sig: int) -> bool:

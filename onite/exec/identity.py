@@ -6,6 +6,7 @@ import functools
 import grp
 import os
 import pwd
+from contextlib import suppress
 
 from onite.core.errors import Refused
 from onite.core.identity import Identity
@@ -41,8 +42,6 @@ def _identity(entry: pwd.struct_passwd, groups: tuple[int, ...]) -> Identity:
 def _group_names(gids: tuple[int, ...]) -> list[str]:
     names = []
     for gid in gids:
-        try:
+        with suppress(KeyError):
             names.append(grp.getgrgid(gid).gr_name)
-        except KeyError:
-            pass
     return names

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 from onite.core.names import job_label
@@ -114,10 +115,8 @@ class MonitorPool:
             os.close(data_fd)
         mon.idle = False
         if not self.waiting:
-            try:
+            with suppress(OSError):  # the next start tries again
                 self.waiting.append(self._start())
-            except OSError:
-                pass  # the next start tries again
         return mon
 
     def release(self, mon: Monitor) -> None:
@@ -148,10 +147,8 @@ class MonitorPool:
         """Let the waiting monitors go, and reap them (a busy one is not waited for)."""
         for mon in self.waiting:
             mon.close()
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 mon.proc.wait(timeout=CLOSE_WAIT)  # a waiting monitor is one this pool started
-            except subprocess.TimeoutExpired:
-                pass
         self.waiting = []
         self.procs = [proc for proc in self.procs if proc.poll() is None]
 

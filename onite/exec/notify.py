@@ -13,6 +13,7 @@ import pwd
 import re
 import signal
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -288,10 +289,8 @@ class Notifier:
     def _kill(self, pending: _Pending, why: str, now_mono: float) -> None:
         pending.killed = why
         pending.deadline = now_mono + KILL_WAIT
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(pending.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def next_deadline(self) -> float | None:
         """Monotonic time by which ``reap`` should run again, or None with nothing pending."""

@@ -3,6 +3,7 @@ hands one (a ``Run``). A runner never files a job: it reports how a run ended (o
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -79,10 +80,8 @@ def record_stop(run: Run, why: Stop, by: str | None) -> None:
     """Write why onite stops ``run`` into its record, before the stop: whoever files the run (the next
     driver too, if this one dies first) files it as stopped. One that cannot be written stops nothing."""
     if run.record_path:
-        try:
+        with suppress(runrecords.RecordError):  # the driver that stops it still knows
             runrecords.add_event(run.record_path, {"event": "stop", "why": str(why), "by": by})
-        except runrecords.RecordError:
-            pass  # the driver that stops it still knows
 
 
 class Runner(Protocol):
