@@ -55,9 +55,7 @@ def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | No
     when = job_notify_on or config.notify_on
     if how not in ("mail", "command"):
         return None
-    if result.state is JobState.FAILED:
-        return how
-    if when == "always" and result.state in (JobState.DONE, JobState.CANCELLED):
+    if result.state is JobState.FAILED or when == "always" and result.state in (JobState.DONE, JobState.CANCELLED):
         return how
     return None
 

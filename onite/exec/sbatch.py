@@ -25,9 +25,7 @@ _CD_WRAPPER = 'cd -- "$1" 2>/dev/null || exit %d; shift; exec "$@"' % CD_FAILED
 
 def script_text(body: bytes, shell: str) -> bytes:
     """The job text, behind ``#!SHELL`` when it names no interpreter (sbatch refuses a script without one)."""
-    if body.startswith(b"#!"):
-        return body
-    return b"#!" + os.fsencode(shell) + b"\n" + body
+    return body if body.startswith(b"#!") else b"#!" + os.fsencode(shell) + b"\n" + body
 
 
 def time_limit_minutes(timeout: timedelta) -> int:
@@ -58,9 +56,7 @@ def oversized_variable(env: dict[bytes, bytes]) -> str | None:
 def output_pattern(path: bytes) -> bytes:
     """``path`` as an sbatch --output/--error pattern naming exactly it: % doubled, but in a path
     holding a backslash, which sbatch takes literally already."""
-    if b"\\" in path:
-        return path
-    return path.replace(b"%", b"%%")
+    return path if b"\\" in path else path.replace(b"%", b"%%")
 
 
 # Short options of sbatch that take no argument: in "-vW" the W is an option of its own.
@@ -146,10 +142,8 @@ def as_owner_in(cwd: bytes, argv: list[bytes]) -> list[bytes]:
 
 def parse_job_id(stdout: bytes) -> str | None:
     """The job id from ``sbatch --parsable`` ("123" or "123;cluster"), or None."""
-    text = stdout.decode("ascii", "replace").strip().splitlines()
-    if not text:
-        return None
-    job_id = text[-1].split(";", 1)[0].strip()
+    lines = stdout.decode("ascii", "replace").strip().splitlines() or [""]
+    job_id = lines[-1].split(";", 1)[0].strip()
     return job_id if job_id.isdigit() else None
 
 
