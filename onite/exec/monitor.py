@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from onite.exec import contain, jobend, jobstart, limits, pam
-from onite.exec.plan import Plan, receive
+from onite.exec.plan import FD_FIELDS, Plan, receive
 
 MONITOR_RUNS = 1000  # runs one monitor serves before it exits (a bound on what it may have leaked)
 IDLE = "idle"
@@ -121,8 +121,7 @@ def _asked(signum, frame) -> None:
 
 def run(plan: Plan, sock: socket.socket) -> int:
     """One run, told on ``sock``: 0 when nothing of it is left, 1 when something could not be ended."""
-    held = {fd for fd in (plan.record_fd, plan.script_fd, plan.stdout_fd, plan.stderr_fd, plan.lock_fd)
-            if fd is not None}
+    held = {getattr(plan, name) for name in FD_FIELDS} - {None}
     try:
         _close_all_but(held | {sock.fileno(), *_WAKE})
         return _monitor(plan, sock, held)
@@ -145,7 +144,9 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     missed = limits.apply(plan.limit_steps)
     job, report, missed_pids = _start(plan)
     missed += missed_pids
-    outputs = _sizes((plan.stdout_fd, plan.stderr_fd)) if plan.max_output is not None and job is not None else {}
+    outputs = {}  # where max_output limits it: its output files and their sizes as it starts
+    if plan.max_output is not None and job is not None:
+        outputs = {fd: os.fstat(fd).st_size for fd in (plan.stdout_fd, plan.stderr_fd) if fd is not None}
     for fd in (plan.script_fd, plan.stdout_fd, plan.stderr_fd):
         if fd is not None and fd not in outputs:
             held.discard(fd)
@@ -215,13 +216,8 @@ def _close_session(plan: Plan) -> None:
         pam.close(plan.pam_service, plan.pam_user)
 
 
-def _sizes(fds) -> dict[int, int]:
-    """Each of the output descriptors ``fds`` (None: none) and its file's size now."""
-    return {fd: os.fstat(fd).st_size for fd in fds if fd is not None}
-
-
 def _written(outputs: dict[int, int]) -> int:
-    """Bytes written to the output files since ``_sizes`` (a retry appends: only this run's count)."""
+    """Bytes written to the output files since the job started (a retry appends: only this run's count)."""
     try:
         return sum(max(os.fstat(fd).st_size - size, 0) for fd, size in outputs.items())
     except OSError:
