@@ -649,3 +649,16 @@ def test_status_says_a_templates_next_fire_waits_for_its_run_still_queued(spool)
     assert rec["waits_for"] == f"hourly-{hour:%Y%m%dT%H%M}", rec
     out = run_cli(["status"], user="nobody", cwd="/tmp").out
     assert f"; skipped while its run hourly-{hour:%Y%m%dT%H%M} is queued or running" in out, out
+
+
+@needs_root
+def test_status_and_the_driver_find_a_templates_run_in_flight_one_way(spool):
+    """A run recur.state never named (a driver killed before it saved it, or the owner's own job under a run's
+    name) holds the template's fires back for the driver; status and recur list say it waits for that run too
+    (by name in the queues, as the driver finds it), and for no other user's job of such a name."""
+    assert run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    for user in ("daemon", "nobody"):
+        r = run_cli(["submit", "hourly-20261130T1400"], stdin=b"true\n", user=user, cwd="/tmp")
+        assert r.code == 0, r
+        [rec] = run_cli(["recur", "list", "--json"], user="nobody", cwd="/tmp").json()["recurring"]
+        assert rec["waits_for"] == (None if user == "daemon" else "hourly-20261130T1400"), (user, rec)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from onite.core.record import Record
 from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import is_live, user_name
-from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError, SpoolIOError
+from onite.spool.scan import user_name
+from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
 from onite.spool.filecheck import BadFile, read_job_file, read_job_head
 from onite.core.job import Job
 from onite.core.jobfile import encode
@@ -29,7 +29,7 @@ from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
-from onite.spool.recurstate import load_state, template_files, used_templates
+from onite.spool.recurstate import load_state, runs_in_flight, template_files, used_templates
 
 if TYPE_CHECKING:
     from onite.core.identity import Identity
@@ -126,6 +126,7 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
     state = load_state(spool)
     views = []
     used, aside = used_templates(spool)
+    runs = runs_in_flight(spool, {name: st.st_uid for name, _, st in used})
     if set_aside is not None:
         set_aside.update(aside)
     for name, path, st in used:
@@ -143,20 +144,8 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
                                   rule=describe(rule) if rule is not None else "?", priority=priority, urgent=urgent,
                                   next=_next_fire(rule, now) if rule is not None else None,
                                   last=parse_stamp(known.get("last")), problem=problem,
-                                  waits_for=_run_waited_for(spool, name, known)))
+                                  waits_for=label(min(runs[name])) if name in runs else ""))
     return views
-
-
-def _run_waited_for(spool: SpoolDir, name: str, known: dict) -> str:
-    """The run recur.state names for template ``name``, if it is still queued or running (the driver skips the
-    template's fires until it ends: recur-skip), else ""."""
-    run = known.get("run")
-    if not isinstance(run, str) or not run.startswith(f"{name}-"):
-        return ""
-    try:
-        return label(run) if is_live(spool, run) else ""
-    except SpoolIOError:
-        return ""  # cannot tell: said as if not
 
 
 def _next_fire(rule, now: datetime) -> datetime | None:

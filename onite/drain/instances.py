@@ -24,7 +24,7 @@ from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.names import split_key
 from onite.core.queue import DepState
-from onite.core.recurring import check_template_name, instance_job, instance_name, rule_fields, rule_of, template_of
+from onite.core.recurring import check_template_name, instance_job, instance_name, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
@@ -33,8 +33,9 @@ from onite.spool.deps import dependency_state
 from onite.spool.filecheck import SETTLING, BadFile, file_problem, is_settling, read_job_file, read_job_head
 from onite.spool.files import create_displacing, move_file
 from onite.spool.paths import SpoolDir
-from onite.spool.recurstate import load_state, save_state, set_aside_text, state_lock, template_files, used_templates
-from onite.spool.scan import Withdrawn, key_uid, listing, user_name
+from onite.spool.recurstate import (load_state, runs_in_flight, save_state, set_aside_text, state_lock, template_files,
+                                    used_templates)
+from onite.spool.scan import Withdrawn, key_uid, user_name
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...), or while one runs
@@ -179,23 +180,9 @@ class RecurScheduler:
         return min(runs) if runs else None
 
     def _runs_there(self) -> dict[str, list[str]]:
-        """By template, the names of its runs in the queue folders and running/ (its owner's files: one another
-        user put there under its name costs no more), listed once a look."""
+        """``runs_in_flight`` of the templates, listed once a look."""
         if self._queued_runs is None:
-            self._queued_runs = {}
-            folders = [folder for _, folder in self.spool.queue_folders()]
-            for folder in folders + [self.spool.running_dir(host) for host in self.spool.hosts()]:
-                try:
-                    for entry in listing(folder):
-                        of = template_of(entry.name)
-                        tpl = self.templates.get(of)
-                        try:
-                            if tpl is not None and entry.stat(follow_symlinks=False).st_uid == tpl.uid:
-                                self._queued_runs.setdefault(of, []).append(entry.name)
-                        except FileNotFoundError:
-                            continue
-                except (SpoolIOError, OSError):
-                    continue  # its runs there are not known: recur.state's is
+            self._queued_runs = runs_in_flight(self.spool, {name: tpl.uid for name, tpl in self.templates.items()})
         return self._queued_runs
 
     def try_spool_due(self, now: datetime) -> bool:
@@ -284,7 +271,7 @@ class RecurScheduler:
             tpl.next = now + RETRY_AFTER
             return None
         self._state[name] = {"uid": tpl.uid, "template": tpl.submitted.isoformat(), "last": fire.isoformat(),
-                             "run": job.name, "rule": describe(tpl.rule), "fields": dict(rule_fields(tpl.rule)),
+                             "rule": describe(tpl.rule), "fields": dict(rule_fields(tpl.rule)),
                              "priority": template.priority, "urgent": template.urgent}
         tpl.next = _next_after(tpl, now)
         if spooled:

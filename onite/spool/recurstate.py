@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from onite.core.errors import SpoolError
+from onite.core.errors import SpoolError, SpoolIOError
 from onite.core.names import is_valid_key
+from onite.core.recurring import template_of
 from onite.core.values import loads_object
 from onite.spool import locks
 from onite.spool.files import replace_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import key_stats
+from onite.spool.scan import key_stats, listing
 
 STATE_FORMAT = 1
 RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
@@ -29,6 +30,24 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
     """The templates in recur/, by key, each with its lstat. Raises SpoolIOError."""
     for entry, st in sorted(key_stats(spool.recur_dir), key=lambda found: found[0].name):
         yield entry.name, Path(entry.path), st
+
+
+def runs_in_flight(spool: SpoolDir, owners: dict[str, int]) -> dict[str, list[str]]:
+    """By template of ``owners`` (its name: its owner's uid), the names of its runs queued (held too) or running:
+    the files named as its runs in the queue folders and running/ that its owner owns (one another user put there
+    under such a name holds nothing back). A folder that cannot be listed is passed over."""
+    runs: dict[str, list[str]] = {}
+    folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in spool.hosts()]
+    for folder in folders:
+        try:
+            for entry in listing(folder):
+                of = template_of(entry.name)
+                with suppress(FileNotFoundError):
+                    if of in owners and entry.stat(follow_symlinks=False).st_uid == owners[of]:
+                        runs.setdefault(of, []).append(entry.name)
+        except (SpoolIOError, OSError):
+            continue
+    return runs
 
 
 def used_templates(spool: SpoolDir) -> tuple[list[tuple[str, Path, os.stat_result]], dict[int, int]]:
