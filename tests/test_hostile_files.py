@@ -273,6 +273,16 @@ def test_printable_spells_a_byte_that_is_not_utf8():
     assert printable("x\udcff\x1b[1m\u202e") == "x\\xff\\e[1m\\u202e"  # print() would crash on \udcff
 
 
+def test_a_jobs_output_shown_to_another_user_spells_the_letters_drawn_as_blanks():
+    """``onite output`` to a terminal keeps newlines and tabs, and spells what ``printable`` spells: a line of
+    Hangul fillers or braille blanks (letters str.isprintable passes) too, which could pose as empty lines."""
+    from onite.core.safetext import printable, printable_output
+
+    for text in ("\u3164\u3164", "ok\u2800", "\uffa0\u115f\u1160"):
+        assert printable_output(text) == printable(text) != text
+    assert printable_output("a\tb\n\u3164\n") == "a\tb\n\\u3164\n"
+
+
 @pytest.mark.parametrize("text, message", [
     ("a = " + "[" * 5000, "nests arrays or tables too deeply"),
     ('max_job_size = "' + "9" * 5000 + '"', "max_job_size"),

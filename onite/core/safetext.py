@@ -29,11 +29,14 @@ def _spell(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def _is_safe(text: str) -> bool:
+    """No unsafe character in ``text``: the common case, told cheaply."""
+    return text.isprintable() and (text.isascii() or not re.search(BLANKS, text))
+
+
 def printable(text: str) -> str:
     """``text`` with every unsafe character spelt out (``\\n``, ``\\e``, ``\\x07``, ``\\u202e``, ``\\xff``)."""
-    if text.isprintable() and (text.isascii() or not re.search(BLANKS, text)):  # the common case, cheap
-        return text
-    return re.sub(UNSAFE, _spell, text)
+    return text if _is_safe(text) else re.sub(UNSAFE, _spell, text)
 
 
 def phrase(text: str) -> str:
@@ -44,6 +47,4 @@ def phrase(text: str) -> str:
 
 def printable_output(text: str) -> str:
     """A job's output as another user's terminal may show it: ``printable``, but newlines and tabs kept."""
-    if text.isprintable():
-        return text
-    return re.sub(_OUTPUT_UNSAFE, _spell, text)
+    return text if _is_safe(text) else re.sub(_OUTPUT_UNSAFE, _spell, text)
