@@ -353,6 +353,7 @@ def test_a_damaged_run_record_is_read_as_damage(spool, workdir, damage):
     assert ledger.read_text().split() == ["run", "run"]
     kept = list((spool / "refused").glob("root:hurt@run@*"))
     assert (kept == []) == (damage == "deleted"), kept
+    assert all(f"kept in refused/ as {path.name})" in recovered for path in kept), recovered  # its very name
 
 
 def test_a_run_whose_claimed_file_was_deleted_is_filed_as_lost(spool, workdir):

@@ -231,26 +231,27 @@ class Finisher:
         return True
 
     def move_aside(self, path: Path, name: str, st: os.stat_result | None, reason: str, *,
-                   file_result: bool = True) -> None:
+                   file_result: bool = True) -> Path | None:
         """Never run it, never delete it: move it to refused/ and say why, in the log and (with
-        ``file_result``) a result. ``st``: the file as judged (None: as it is now; gone, nothing to do)."""
+        ``file_result``) a result. ``st``: the file as judged (None: as it is now; gone, nothing to do).
+        Where it was moved, or None: it was not."""
         night = self.night
         if st is None:
             try:
                 st = os.lstat(path)
             except FileNotFoundError:
-                return
+                return None
             except OSError as err:
                 night.log.event("error", name, error=f"cannot look at {path}: {err.strerror}")
-                return
+                return None
         target = night.spool.refused_path(name, night.clock.now())
         try:
             move_file(path, target, "moving aside")
         except NotFound:
-            return
+            return None
         except OniteError as err:
             night.log.event("error", name, error=str(err))
-            return
+            return None
         owner = user_name(st.st_uid)
         night.log.event("refused", name, owner=owner, reason=reason, moved_to=str(target.relative_to(night.spool.root)))
         night.metrics.one_more("refused")
@@ -263,8 +264,9 @@ class Finisher:
             try:
                 write_result(night.spool, result)
             except OniteError:
-                return
+                return target
             night.notifier.notify(result, None, night.config)
+        return target
 
     @contextmanager
     def guard(self, name: str, *paths: Path):

@@ -138,10 +138,10 @@ class Recovery:
         except FileNotFoundError:
             st = None
         if st is not None:
-            label = night.spool.record_label(name)
-            target = night.spool.refused_path(label, night.clock.now())
-            self.finisher.move_aside(record_path, label, st, "a damaged run record", file_result=False)
-            what = f"its run record was damaged (kept in refused/ as {target.name.rsplit('.', 1)[0]}…)"
+            target = self.finisher.move_aside(record_path, night.spool.record_label(name), st, "a damaged run record",
+                                              file_result=False)
+            what = f"its run record was damaged (kept in refused/ as {target.name})" if target else \
+                "its run record was damaged"
         stopped = self.stop_orphans(rec) if rec is not None else ""
         found = self.stop_unrecorded(name)
         self.requeue(name, path, rec.info if rec is not None else {}, "; ".join(filter(None, (what, stopped, found))),
