@@ -359,33 +359,39 @@ def at(text: str) -> datetime:
 NIGHTLY = ["0 20 * * *", "0 23 * * *"]
 
 
+@pytest.mark.usefixtures("berlin_tz")  # schedule and until are the machine's wall times
 def test_plan_nothing_due():
     step = plan(NIGHTLY, time(7), last=at("2026-01-05T20:00"), now=at("2026-01-05T21:00"))
     assert step.drain is None and step.skipped is None and step.next == at("2026-01-05T23:00")
 
 
+@pytest.mark.usefixtures("berlin_tz")
 def test_plan_due_now():
     step = plan(NIGHTLY, time(7), last=at("2026-01-05T20:00"), now=at("2026-01-05T23:00:01"))
     assert step.drain == at("2026-01-05T23:00") and step.handled == at("2026-01-05T23:00")
     assert step.next == at("2026-01-06T20:00")
 
 
+@pytest.mark.usefixtures("berlin_tz")
 def test_plan_coalesces_missed_nights_into_the_latest():
     step = plan(NIGHTLY, time(7), last=at("2026-01-02T23:00"), now=at("2026-01-06T02:00"))
     assert step.drain == at("2026-01-05T23:00") and step.next == at("2026-01-06T20:00")
 
 
+@pytest.mark.usefixtures("berlin_tz")
 def test_plan_skips_a_night_whose_window_closed():
     step = plan(NIGHTLY, time(7), last=at("2026-01-04T23:00"), now=at("2026-01-06T10:00"))
     assert step.drain is None and step.skipped == window_of(at("2026-01-05T23:00"), time(7))
     assert step.skipped.closes == at("2026-01-06T07:00") and step.handled == at("2026-01-05T23:00")
 
 
+@pytest.mark.usefixtures("berlin_tz")
 def test_plan_without_until_always_catches_up():
     step = plan(NIGHTLY, None, last=at("2026-01-04T23:00"), now=at("2026-01-06T10:00"))
     assert step.drain == at("2026-01-05T23:00")
 
 
+@pytest.mark.usefixtures("berlin_tz")
 def test_plan_empty_schedule():
     assert plan([], time(7), last=at("2026-01-04T23:00"), now=at("2026-01-06T10:00")).next is None
 
@@ -394,11 +400,13 @@ def test_plan_empty_schedule():
     ("2026-01-05T20:00:30", True), ("2026-01-06T06:59", True), ("2026-01-06T07:00", False),
     ("2026-01-06T10:00", False), ("2026-01-05T19:59", False),
 ])
+@pytest.mark.usefixtures("berlin_tz")
 def test_scheduled_window_for_a_late_timer(now, inside):
     window = scheduled_window(["0 20 * * *"], time(7), at(now))
     assert (window is not None and window.is_open(at(now))) is inside
 
 
+@pytest.mark.usefixtures("berlin_tz")
 def test_scheduled_window_across_the_spring_forward_night():
     # 02:30 does not exist on 2026-03-29 in Berlin: the drain time is 03:00, and its window runs to 07:00
     window = scheduled_window(["30 2 * * *"], time(7), at("2026-03-29T03:10").replace(fold=0))

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, time, timedelta
 
+from onite.core.policy import window_end
 from onite.core.record import Record
-from onite.core.rules import CronRule
-from onite.core.schedule import last_fire, next_drain, next_fire
+from onite.core.schedule import last_fire, next_drain
 
 LOOKBACK = timedelta(hours=24)  # --scheduled: how far back a schedule time may open tonight's window
 
@@ -27,11 +27,9 @@ class Window(Record):
 
 
 def window_of(fire: datetime, until: time | None) -> Window:
-    """The window a schedule time opens, closing at the first ``until`` (a wall time in ``fire``'s zone,
-    under the schedule's DST policy) at or after it."""
-    if until is None:
-        return Window(fire, None)
-    return Window(fire, next_fire(CronRule(f"{until.minute} {until.hour} * * *"), fire - timedelta(microseconds=1)))
+    """The window a schedule time opens, closing where a driver started then stops starting jobs
+    (``policy.window_end``: the first ``until`` at or after it)."""
+    return Window(fire, window_end(fire, until))
 
 
 def scheduled_window(schedule: Sequence[str], until: time | None, now: datetime, *,
