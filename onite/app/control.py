@@ -71,7 +71,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
                                     f"({err.cause.strerror or err.cause}): a drain writes it once there is room",
                                     waitable=False)
             if filed is not None:
-                tell_filed(spool, filed, by, name)
+                file_cancelled(spool, filed, by, name)
     return CancelReport(name, "cancelled")
 
 
@@ -149,25 +149,20 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
     return doomed
 
 
-def tell_filed(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
+def file_cancelled(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
     """What a driver does on filing a cancelled job: the log line, its count, the owner's notice if wanted."""
     from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
     from onite.core.clock import SYSTEM
+    from onite.drain.cancels import tell_filed
     from onite.drain.metrics import Metrics
     from onite.exec.notify import Notifier
 
     log = ActivityLog(spool.log_path, default_host(spool.config))
     try:
-        if filed.result is None:  # a forgery: refused, not this job's end
-            log.event("refused", name, owner=by, reason=filed.note)
-            return
-        log.event("cancelled", name, user=filed.result.user, by=by, was="queued")
-        metrics = Metrics(spool, default_host(spool.config), log, SYSTEM)
-        metrics.filed(filed.result)
+        metrics, notifier = Metrics(spool, default_host(spool.config), log, SYSTEM), Notifier(spool, log)
+        tell_filed(filed, name, by, log, metrics.filed, notifier, spool.config)
         metrics.flush()
-        notifier = Notifier(spool, log)
-        notifier.notify(filed.result, filed.job, spool.config)
         notifier.finish()
     finally:
         log.close()

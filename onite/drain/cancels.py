@@ -80,12 +80,7 @@ class CancelInbox:
         """A queued job filed as cancelled: count, log, tell its owner. One not filed (it would have
         replaced another user's kept result) is logged as refused, not as that user's job cancelled."""
         night = self.night
-        if filed.result is None:
-            night.log.event("refused", name, owner=requester, reason=filed.note)
-            return
-        night.count(filed.result)
-        night.log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
-        night.notifier.notify(filed.result, filed.job, night.config)
+        tell_filed(filed, name, requester, night.log, night.count, night.notifier, night.config)
 
     def _honour(self, request: Entry, requester: str) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""
@@ -120,3 +115,15 @@ class CancelInbox:
                 and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:
             return  # running on another host: its driver will honour the request
         remove_file(request.path)
+
+
+def tell_filed(filed: Filed, name: str, requester: str, log, count, notifier, config) -> None:
+    """A queued job filed as cancelled (by a driver, or by root's cancel with none running): ``count`` it, log
+    it, tell its owner. One not filed (it would have replaced another user's kept result) is logged as
+    refused, not as that user's job cancelled."""
+    if filed.result is None:
+        log.event("refused", name, owner=requester, reason=filed.note)
+        return
+    count(filed.result)
+    log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
+    notifier.notify(filed.result, filed.job, config)
