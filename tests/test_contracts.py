@@ -94,7 +94,7 @@ IN_A_PATH = re.compile(r"(?:^|/)(?:" + "|".join(FOLDER_NAMES) + r"|P)(?:/|$)")
 ANYWHERE = re.compile(r"onite\.toml|onite\.log|recur\.state|recur\.lock|driver\.lock|jobsdone|@run\b|@result\b|@stderr\b"
                       r"|^(?:driver|cron|daemon|wake)\.$|^\.(?:state|lock)$"
                       r"|(?:^|/)(?:driver|cron|daemon)\.[^/]*\.(?:state|lock)$|(?:^|/)wake\.[^/]*$")
-PATH_CONSTANTS = frozenset({"HOLD", "URGENT", "RESULT", "RUN_RECORD", "STDERR", "LOCKS_DIR"})
+PATH_CONSTANTS = frozenset({"RESULT", "RUN_RECORD", "STDERR"})
 PATH_CALLS = frozenset({"join", "joinpath", "with_name", "Path", "PurePath"})
 
 
