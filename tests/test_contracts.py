@@ -248,7 +248,7 @@ def test_the_write_checker_leaves_reads_alone():
 @pytest.mark.parametrize("line", [
     "spool.root / 'jobs'",
     "root / 'jobs' / f'P{n}'",
-    "spool.root / HOLD",
+    "spool.root / RESULT",
     "os.path.join(root, 'running', host)",
     "Path(root, 'locks')",
     "root.joinpath('stdout', name)",
