@@ -8,6 +8,7 @@ test removes); no timing is asserted.
 from __future__ import annotations
 
 import os
+import subprocess
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -638,3 +639,25 @@ def test_the_smallest_request_starts_another_users_job_and_its_monitor_survives(
     assert tiny["state"] == "done" and tiny["user"] == "nobody", tiny["reason"]
     assert greedy["state"] == "failed" and greedy["reason"].startswith("out of memory (asked 1M"), greedy
     assert not any("monitor" in line for line in log_lines(spool) if " failed " in line)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/memory"),
+                    reason="needs root and a cgroup v1 memory hierarchy at /sys/fs/cgroup/memory")
+def test_a_v1_group_with_a_process_in_it_is_populated():
+    """A v1 group has no cgroup.events: whether it holds a process is read from its cgroup.procs (the sweep
+    of leftover groups passes over a populated one), and a group that is gone holds none."""
+    from onite.exec import contain
+
+    path = f"/sys/fs/cgroup/memory/onite-test-{os.getpid()}"
+    os.mkdir(path)
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not contain.is_populated(path)
+        with open(f"{path}/cgroup.procs", "w") as procs:
+            procs.write(str(proc.pid))
+        assert contain.is_populated(path)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.rmdir(path)
+    assert not contain.is_populated(path)

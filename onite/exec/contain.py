@@ -161,12 +161,13 @@ def cgroup_pids(path: str) -> list[int]:
 def is_populated(path: str) -> bool:
     """Does any process live in the cgroup at ``path``?"""
     try:
-        for line in read_file(f"{path}/cgroup.events").splitlines():
-            if line.startswith(b"populated "):
-                return line.split()[1] != b"0"
-    except OSError:
-        return False
-    return bool(cgroup_pids(path))  # a cgroup v1 group has no cgroup.events
+        events = read_file(f"{path}/cgroup.events")
+    except OSError:  # gone, or a cgroup v1 group, which has no cgroup.events
+        return bool(cgroup_pids(path))
+    for line in events.splitlines():
+        if line.startswith(b"populated "):
+            return line.split()[1] != b"0"
+    return bool(cgroup_pids(path))
 
 
 def kill_cgroup(path: str) -> None:
