@@ -281,6 +281,20 @@ def test_a_command_after_dashes_that_cannot_be_a_job(spool, cli, argv, message):
     assert not list((spool / "jobs").rglob("x*"))
 
 
+@pytest.mark.parametrize("command, warning", [
+    (["/nonexistent/cmd", "x"], "warning: '/nonexistent/cmd' is not a file you may run now"),
+    (["no-such-command-here"], "warning: no command 'no-such-command-here' in PATH now"),
+    (["./not-here.sh"], "warning: './not-here.sh' is not a file you may run now"),
+    (["true"], None), (["cd", "/tmp"], None), ([sys.executable, "-c", "pass"], None),
+])
+def test_a_command_after_dashes_found_nowhere_is_spooled_with_a_warning(spool, cli, command, warning):
+    """A command that cannot run now would fail at night ("not found"): it is spooled (it may be built by then),
+    and stderr says so in one line; a command in PATH, or the shell's own, is spooled with no warning."""
+    r = cli(["submit", "--unique", "w", "-q", "--", *command], stdin=None)
+    assert r.code == 0 and len(r.out.split()) == 1, r
+    assert (warning in r.err and len(r.err.splitlines()) == 1) if warning else r.err == "", r
+
+
 def test_a_command_after_dashes_with_the_spool_before_the_command(spool, cli):
     r = cli(["--spool", str(spool), "submit", "--unique", "u", "--", "echo", "hi"], stdin=None)
     assert r.code == 0 and r.out.startswith("u-"), r

@@ -30,6 +30,24 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
     return os.fsencode(shlex.join(argv)) + b"\n"
 
 
+# what /bin/sh runs itself, found in no PATH: a command line may start with one
+SHELL_BUILTINS = frozenset(". : alias bg break cd command continue eval exec exit export fc fg getopts hash jobs local "
+                           "read readonly return set shift source times trap type ulimit umask unalias unset wait".split())
+
+
+def missing_command(argv: list[str]) -> str | None:
+    """The warning for a command after ``--`` that is found nowhere now (in PATH, or a file that may be run, from
+    here): the job would fail at night unless it appears by then. None: it is there, or the shell's own."""
+    import shutil
+
+    command = argv[0]
+    if command in SHELL_BUILTINS or shutil.which(command) is not None:
+        return None
+    if "/" in command:
+        return f"warning: {command!r} is not a file you may run now: the job fails at night unless it is by then"
+    return f"warning: no command {command!r} in PATH now: the job fails at night unless it is there by then"
+
+
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
                    confirm: bool = True) -> tuple[str | None, str | None]:
     """``onite submit`` once parsed: spool stdin (or a command after ``--``) as one job, or with ``lines`` a job a

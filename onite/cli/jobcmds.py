@@ -66,7 +66,7 @@ def submit(
 ) -> None:
     """Spool the job text on stdin, with your environment, directory and umask; or, after --, the
     command line that follows (quoted exactly; stdin is not read). Says on stderr when it is expected to run."""
-    from onite.app.submitline import command_text, submit_command
+    from onite.app.submitline import command_text, missing_command, submit_command
     from onite.core.request import SubmitRequest
 
     argv = command_line()
@@ -77,6 +77,8 @@ def submit(
     out, said = submit_command(request, spool_of(spool), lines=lines, now=SYSTEM.now(), confirm=not quiet)
     if said is not None:
         say(said)
+    if argv and (missing := missing_command(argv)):
+        say(missing)
     if out is not None:
         try:
             print(out, flush=True)
