@@ -80,7 +80,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     except FileNotFoundError:
         return None
     except OSError as err:  # a symlink (ELOOP); a fifo without a writer opens (O_NONBLOCK)
-        _set_aside(spool, pending, name, f"not a job file ({err.strerror})")
+        _set_aside(spool, pending, name, f"not a job file ({err.strerror})", now)
     try:
         st = os.fstat(fd)
         one_file = stat.S_ISREG(st.st_mode) and st.st_nlink == 1
@@ -89,7 +89,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     finally:
         os.close(fd)
     if not one_file:
-        _set_aside(spool, pending, name, "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file")
+        _set_aside(spool, pending, name, "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file", now)
     try:
         job = decode(data)
         priority, urgent, submitted = job.priority, job.urgent, job.submitted
@@ -109,7 +109,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         return None  # filed meanwhile by someone else: not an error
     if (now_st.st_dev, now_st.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now_st.st_mode) \
             or now_st.st_nlink != 1:
-        _set_aside(spool, staged, name, "it was swapped while it was filed")
+        _set_aside(spool, staged, name, "it was swapped while it was filed", now)
     if forged:
         move_file(staged, spool.refused_path(name, now), "setting aside a forged cancel")
         return Filed(None, job, f"a forgery: not {name.partition(':')[0]}'s file (kept in refused/)")
@@ -118,7 +118,7 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     except OniteError:
         # the job is all that is left of it: back into cancel/ for the next look (a rename needs no
         # room on a full disk), failing that into refused/
-        for target in (pending, _refused(spool, name)):
+        for target in (pending, spool.refused_path(name, now)):
             try:
                 os.rename(staged, target)
                 break
@@ -128,19 +128,15 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
     return Filed(result, job)
 
 
-def _set_aside(spool: SpoolDir, path: Path, name: str, why: str) -> None:
+def _set_aside(spool: SpoolDir, path: Path, name: str, why: str, now: datetime) -> None:
     """Move what is not a job out of cancel/ into refused/, where only root looks; raise NotAJob."""
     try:
-        os.rename(path, _refused(spool, name))
+        os.rename(path, spool.refused_path(name, now))
     except FileNotFoundError:
         pass
     except OSError:
         discard(path)
     raise NotAJob(f"{path.name} in cancel/ is {why}", "it was set aside in refused/")
-
-
-def _refused(spool: SpoolDir, name: str) -> Path:
-    return spool.refused_dir / f"{name}{SIDE}cancel.{os.urandom(4).hex()}"
 
 
 def finish_filings(spool: SpoolDir, now: float) -> int:

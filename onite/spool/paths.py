@@ -148,7 +148,7 @@ class SpoolDir:
 
     def refused_path(self, name: str, now) -> Path:
         """Where a file set aside as ``name`` at ``now`` goes: ``refused/NAME@TIME.RANDOM``."""
-        return self.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(2).hex()}"
+        return self.refused_dir / f"{name}{SIDE}{now:%Y%m%dT%H%M%S}.{os.urandom(4).hex()}"
 
     def hosts(self) -> list[str]:
         """Hosts that have a running/ folder; a folder whose name is no host name is left out."""
