@@ -183,7 +183,7 @@ class Recovery:
             "; it had started" if rec.started_job else "; it had not started")
         result = unrun_result(name=name, uid=uid, user=str(rec.get("user") or user_name(uid)), state=JobState.FAILED,
                               reason=reason, host=night.host, now=night.clock.now(),
-                              priority=rec.get("rank") if isinstance(rec.get("rank"), int) else 0,
+                              priority=_recorded_rank(rec.info, 0),
                               started=started if rec.started_job else None, run_id=str(rec.get("run_id") or ""))
         if self.finisher.file_unrun(result, JobState.RUNNING, None, "filing a lost job"):
             night.log.event(str(result.state), name, user=result.user, reason=reason, run=result.run_id or None)
@@ -232,7 +232,7 @@ class Recovery:
             job = _stand_in(name, info, submitted, night.host)
             night.log.event("warning", name, error=f"its job file changed while it ran ({err})",
                         note="recovered from its run record")
-        rank = info.get("rank") if isinstance(info.get("rank"), int) else 0 if job.urgent else job.priority
+        rank = _recorded_rank(info, 0 if job.urgent else job.priority)
         run = Run(name=name, job=job, owner=night.jobs.owner(st.st_uid), rank=rank,
                   run_id=str(info.get("run_id") or ""), started=parse_stamp(info.get("started")) or night.clock.now(),
                   started_mono=night.clock.monotonic(), spool=str(night.spool.root),
@@ -316,9 +316,7 @@ class Recovery:
             self._fail(name, path, info, what)
             remove_file(record_path)
             return
-        rank = claimed.rank if claimed is not None else info.get("rank")
-        if not isinstance(rank, int):
-            rank = night.config.default_priority
+        rank = claimed.rank if claimed is not None else _recorded_rank(info, night.config.default_priority)
         owner = _owner(path)
         if owner is not None and any(e.uid == owner for e in find_queued(night.spool, name)):
             remove_file(path)  # a retry was already queued before the crash (not a forgery at its key)
@@ -327,7 +325,7 @@ class Recovery:
             # an edit the dead driver took as it claimed the job, before the claimed file held it: for the next claim
             put_back(night.spool.taken_edit_path(night.host, name), night.spool.edit_dir, name)
             try:
-                self.finisher.requeue_file(path, name, int(rank))
+                self.finisher.requeue_file(path, name, rank)
             except OniteError as err:
                 night.log.event("error", name, error=str(err))
                 return
@@ -456,10 +454,16 @@ def _owner(path: Path) -> int | None:
         return None
 
 
+def _recorded_rank(info: dict, fallback: int) -> int:
+    """The queue a run record says its job came from (0: urgent), or ``fallback`` where it says none that is."""
+    rank = info.get("rank")
+    return rank if is_whole(rank, 0, MAX_PRIORITIES) else fallback
+
+
 def _stand_in(name: str, info: dict, submitted: datetime, host: str) -> Job:
     """The job of a claim whose file can no longer be read, as its run record tells it: enough to
     watch the run and file it (not to retry it)."""
-    rank = info["rank"] if is_whole(info.get("rank"), 0, MAX_PRIORITIES) else 1
+    rank = _recorded_rank(info, 1)
     attempt = info["attempt"] if is_whole(info.get("attempt"), 1, MAX_RETRIES + 1) else 1
     return Job(name=name, priority=max(rank, 1), urgent=rank == 0, submitted=submitted, host=host, umask=0o022,
                cwd=b"/", env={}, body=b"", attempt=attempt, retries=attempt - 1)
