@@ -37,8 +37,9 @@ def runs_in_flight(spool: SpoolDir, owners: dict[str, int]) -> dict[str, list[st
     the files named as its runs in the queue folders and running/ that its owner owns (one another user put there
     under such a name holds nothing back). A folder that cannot be listed is passed over."""
     runs: dict[str, list[str]] = {}
-    folders = [folder for _, folder in spool.queue_folders()] + [spool.running_dir(host) for host in spool.hosts()]
-    for folder in folders:
+    if not owners:  # no listing for no template: a queue may hold 100,000 jobs
+        return runs
+    for folder in [folder for _, folder in spool.queue_folders()] + [spool.running_dir(h) for h in spool.hosts()]:
         try:
             for entry in listing(folder):
                 of = template_of(entry.name)
