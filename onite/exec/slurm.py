@@ -199,8 +199,8 @@ class SlurmRunner(Runner):
             return None
         # sbatch ran as the owner, who may trace it and make it say another job's id: the job must
         # be there, and theirs (a controller that cannot say is trusted, as at a re-attach)
-        answer = self._query([job_id])
-        if answer is not None and self._owned(answer, job_id, run.owner.uid) is None:
+        asked, status = self._ours(job_id, run.owner.uid)
+        if asked and status is None:
             # cancel what it submitted (found by the run in its comment), never the owner's job of that name
             # from another spool
             uid = self._job_uid(run.owner.uid)
@@ -381,6 +381,12 @@ class SlurmRunner(Runner):
         status = answer.get(job_id)
         return status if status is not None and status.uid == self._job_uid(owner) else None
 
+    def _ours(self, job_id: str, owner: int | None) -> tuple[bool, squeue.JobStatus | None]:
+        """Slurm asked for ``job_id``: (False, None) if it could not be asked (each caller says what that
+        means for it), else (True, its status if it is ``owner``'s job, or None: Slurm knows no such job of theirs)."""
+        answer = self._query([job_id])
+        return (False, None) if answer is None else (True, self._owned(answer, job_id, owner))
+
     def _search(self, name: str, uid: int, *, every: bool = False) -> list[tuple[str, str, str]] | None:
         """squeue.search_argv's answer, parsed; None if Slurm could not be asked."""
         done = self._run_tool(squeue.search_argv(self.squeue, job_label(name), uid, every=every))
@@ -450,9 +456,9 @@ class SlurmRunner(Runner):
 
     def reattach(self, run: Run) -> bool:
         """Take back a run a dead driver left in Slurm; False if Slurm no longer knows it."""
-        answer = self._query([run.external_id])
+        asked, status = self._ours(run.external_id, run.owner.uid)
         # the controller cannot say: keep the run rather than submit the job twice
-        if answer is not None and self._owned(answer, run.external_id, run.owner.uid) is None:
+        if asked and status is None:
             return False
         self.runs.append(run)
         self._next_poll = self.clock.monotonic()  # look at once: it may have finished meanwhile
@@ -463,10 +469,9 @@ class SlurmRunner(Runner):
     def unwatched_end(self, run: Run) -> Outcome | None:
         """How a run a dead driver left in Slurm ended unwatched: as Slurm says, or lost if Slurm forgot
         it (it may have run: it is not run again); None: still in flight. Unavailable: Slurm cannot say."""
-        answer = self._query([run.external_id])
-        if answer is None:
+        asked, status = self._ours(run.external_id, run.owner.uid)
+        if not asked:
             raise Unavailable("Slurm could not be asked how the job ended")
-        status = self._owned(answer, run.external_id, run.owner.uid)
         if status is None:
             return squeue.lost(run.external_id, unwatched=True)
         if not status.is_final:
@@ -481,10 +486,9 @@ class SlurmRunner(Runner):
         job_id = info.get("external_id")
         if not job_id:
             return "no Slurm job of it is in flight"
-        answer = self._query([job_id])
-        if answer is None:
+        asked, status = self._ours(job_id, owner)
+        if not asked:
             raise Unavailable(f"Slurm could not be asked about job {job_id}")
-        status = self._owned(answer, job_id, owner)
         if status is None:
             return f"Slurm no longer knows job {job_id}"
         if status.is_final:
