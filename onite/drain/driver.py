@@ -14,6 +14,7 @@ from contextlib import nullcontext, suppress
 from datetime import datetime, time as dtime, timedelta
 
 from onite.core.clock import SYSTEM, Clock
+from onite.core.config import Config
 from onite.core.errors import EXIT_FAILURE, ConfigError, OniteError, Refused, SpoolIOError
 from onite.core.names import is_valid_key
 from onite.core.policy import window_end
@@ -52,16 +53,16 @@ class Driver:
         rather than wait for a not-before time. ``tick(driver, now)``: called every turn, returns when
         to call it next. ``lock_fd`` and ``heartbeat``: the daemon's, when it holds the lock."""
         self.spool = spool
-        self.config = spool.config
-        self.host = host or default_host(self.config)
+        config = spool.config  # the night's from now on (Driver.config)
+        self.host = host or default_host(config)
         self.clock = clock
         self._slots_override, self._until_override = slots, until
         self.log = ActivityLog(spool.log_path, self.host, echo=echo, listener=listener, clock=clock)
         self.lock_fd = lock_fd  # this host's driver lock, once held: each job's monitor holds it until recorded
         # how jobs are contained and held to their requests here (onite.exec.contain, onite.exec.limits)
-        self._containment = contain.discover(self.config.contain)
+        self._containment = contain.discover(config.contain)
         self._limiter = limits.discover(self._containment.base if self._containment.kind == contain.CGROUP2 else None,
-                                        self.config.max_pids)
+                                        config.max_pids)
         self._pam = None  # the PAM its local jobs get (onite.exec.pam.Pam), found as its local runner is made
         self._runner = runner
         self.signals: list[int] = [] if signals is None else signals
@@ -71,16 +72,22 @@ class Driver:
         self._told_waiting: datetime | None = None  # the wake time the log was last told of (_say_waiting)
         self._told_waiting_at: float | None = None  # when (monotonic)
         self.started_at = clock.now()
-        self.night = Night(spool=spool, config=self.config, host=self.host, clock=clock, log=self.log,
+        self.night = Night(spool=spool, config=config, host=self.host, clock=clock, log=self.log,
                            notifier=Notifier(spool, self.log, clock=clock), runner=runner, slots=0,
-                           window_end=window_end(self.started_at, self.until), only_timed=only_timed)
+                           window_end=None, only_timed=only_timed)
         night = self.night
+        night.window_end = window_end(self.started_at, self.until)  # until is read from the night's settings
         self.finisher = Finisher(night)
         self.picker = Picker(night, self.finisher)
         self.starter = Starter(night, self.finisher)
         self.cancels = CancelInbox(night, self.finisher)
         self.recovery = Recovery(night, self.finisher, self._containment, self._limiter, self.make_runner)
         self.log.on_failure = self.finisher.note_cannot_record  # a night that cannot be logged stops
+
+    @property
+    def config(self) -> Config:
+        """onite.toml's settings, as last (re)loaded: the night's, which its steps share."""
+        return self.night.config
 
     @property
     def slots(self) -> int:
@@ -127,7 +134,7 @@ class Driver:
         except OniteError as err:
             night.log.event("reload-failed", error=str(err), note="keeping the previous settings")
             return
-        self.config = night.config = config
+        night.config = config
         night.index.set_folders(self.spool.queue_folders())
         night.runner.reload(config)
         night.slots = self.slots
