@@ -1564,7 +1564,7 @@ def test_a_users_sparse_queued_jobs_cost_roots_list_and_the_driver_no_more_than_
     start, is in its header: only a bounded head of each is read (the driver reads a job whole to start it)."""
     from onite.drain.verdicts import waiting_jobs
     from onite.spool.paths import SpoolDir
-    from onite.spool.queued import queued_stats
+    from onite.spool.scan import queued_stats
 
     for i in range(200):
         r = run_cli(["submit", f"w{i:03d}", "--after", "gate"] if i else ["submit", "gate", "--hold"],

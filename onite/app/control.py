@@ -17,9 +17,8 @@ from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
 from onite.spool.files import remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import Entry, find_running, read_markers, user_name
+from onite.spool.scan import Entry, find_queued, find_running, job_stats, read_markers, user_name
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.policy import may_touch, owner_or_root
 from onite.app.common import key_for, me
@@ -124,7 +123,6 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
     (JobViews) are, as (its key, the key it waits for), in queue order. A job file that cannot be read is left
     out (its driver says why); a forgery is never read (job_stats leaves it out)."""
     from onite.spool.edits import read_edited
-    from onite.spool.scan import job_stats
 
     gone = {view.name for view in cancelled}
     waiting, edits, limit = [], read_markers(spool.edit_dir), spool.config.max_job_size

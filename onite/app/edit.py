@@ -20,9 +20,8 @@ from onite.core.request import JobChanges
 from onite.spool.edits import add_edit, edited, move_edited, trusted, withdraw_edit
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import find_queued
 from onite.spool.results import read_result
-from onite.spool.scan import find_running, read_markers, user_name
+from onite.spool.scan import find_queued, find_running, read_markers, user_name
 
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:

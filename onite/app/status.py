@@ -19,8 +19,7 @@ from onite.drain.nextdrain import DrainPlan, plan
 from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool.log import parse_line, tail
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import queued_folder_stats
-from onite.spool.scan import running_entries
+from onite.spool.scan import queued_folder_stats, running_entries
 from onite.spool.settings import default_host
 from onite.core.errors import SpoolIOError
 from onite.core.jobview import JobView

@@ -13,7 +13,7 @@ from datetime import datetime
 from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import name_taken, read_markers, user_name
+from onite.spool.scan import find_queued, listing, name_taken, read_markers, stat_entry, user_name
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity
@@ -119,7 +119,6 @@ def _waits_for(spool: SpoolDir):
     import functools
 
     from onite.spool.edits import read_edited
-    from onite.spool.queued import find_queued
 
     limit, edits, looks = spool.config.max_job_size, None, 0
 
@@ -157,8 +156,6 @@ def refuse_taken(spool: SpoolDir, keys: Sequence[str], uid: int) -> None:
 def _entries_at(spool: SpoolDir, keys: set[str]) -> list:
     """What lies at ``keys`` in the queue folders and running/, forgeries too: a few keys are looked up one by one,
     a big batch's in one listing of each folder."""
-    from onite.spool.scan import listing, stat_entry
-
     folders = [(folder, {"rank": rank}) for rank, folder in spool.queue_folders()] + \
         [(spool.running_dir(host), {"host": host}) for host in spool.hosts()]
     found = []

@@ -12,9 +12,8 @@ from datetime import datetime
 
 from onite.core.record import Record
 from onite.spool.paths import SpoolDir
-from onite.spool.queued import live_entries
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import key_uid, stat_entry, withdrawn_entries
+from onite.spool.scan import key_uid, live_entries, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.core.jobview import JobView, outcome_counts, result_view

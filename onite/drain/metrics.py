@@ -17,7 +17,7 @@ from onite.core.errors import OniteError
 from onite.core.state import Result
 from onite.spool.counters import BUCKETS, OUTCOMES, Counters, every_host, update_counters
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import user_name
+from onite.spool.scan import queued_stats, running_entries, user_name
 
 MIN_EVERY = 1.0  # seconds between two writes of metrics_file during a drain, at least
 COST_FACTOR = 10  # … and at least this many times what the last one took: at most a tenth of the driver's time
@@ -49,8 +49,6 @@ def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters:
 
     from onite.drain import heartbeat as hb
     from onite.drain.verdicts import EXAMINE, waiting_jobs
-    from onite.spool.queued import queued_stats
-    from onite.spool.scan import running_entries
 
     users = spool.config.metrics_users
     names: dict[int, str] = {}

@@ -15,12 +15,7 @@ from onite.core.errors import SpoolIOError
 from onite.core.policy import owner_or_root
 from onite.spool.files import create_marker
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import Marker, token_names
-
-
-def held_by(holds: dict[str, list[Marker]], name: str, uid: int) -> bool:
-    """Does a marker of ``uid`` or of root in ``holds`` (hold/, read_markers) hold ``uid``'s queued job ``name``?"""
-    return any(owner_or_root(marker.uid, uid) for marker in holds.get(name, ()))
+from onite.spool.scan import token_names
 
 
 def add_hold(spool: SpoolDir, name: str, owner: tuple[int, int] | None = None) -> Path:

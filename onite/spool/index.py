@@ -19,8 +19,7 @@ from pathlib import Path
 
 from onite.core.names import KEY_PATTERN
 from onite.spool.edits import trusted
-from onite.spool.holds import held_by
-from onite.spool.scan import RACY_NS, read_markers
+from onite.spool.scan import RACY_NS, held_by, read_markers
 
 RESCAN_EVERY = 1.0
 FRESH_EVERY = 0.05

@@ -19,7 +19,7 @@ from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import is_live, user_name
+from onite.spool.scan import find_queued, is_live, user_name
 
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
@@ -142,8 +142,6 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
 def newer_run_note(spool: SpoolDir, name: str, owner: int) -> str | None:
     """What ``output`` says beside a finished run's output when ``owner``'s job ``name`` is queued
     again (yesterday's output is not today's); None if it is not."""
-    from onite.spool.queued import find_queued
-
     try:
         if not any(entry.uid == owner for entry in find_queued(spool, name)):
             return None
