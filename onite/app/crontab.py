@@ -128,7 +128,7 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
     begin, end = markers(root)
     _crontab("\n".join(kept + ([""] if kept else []) + [begin, *entries, end]) + "\n")
     upcoming = next_drain(schedule, now)
-    write_record(root, CronRecord(host, os.uname().nodename, schedule, command, now, me(), upcoming))
+    write_record(spool, CronRecord(host, os.uname().nodename, schedule, command, now, me(), upcoming))
     lines = [f"{'replaced' if replaced else 'installed'} the cron entry of {root} in your crontab:",
              *(f"  {entry}" for entry in entries)]
     if not cron_daemon_running():  # then status and submit tell users that nothing is scheduled: so does this
@@ -145,7 +145,7 @@ def _uninstall(spool, host: str) -> tuple[list[str], list[str]]:
     kept, found = without_block(_crontab(), spool.root)
     if found:
         _crontab("\n".join(kept) + "\n" if kept else "")
-    remove_file(record_path(spool.root, host))
+    remove_file(record_path(spool, host))
     return [f"removed the cron entry of {spool.root} from your crontab" if found
             else f"your crontab had no cron entry of {spool.root} (onite cron --install writes one)"], kept
 

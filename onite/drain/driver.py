@@ -229,7 +229,7 @@ class Driver:
         if self.heartbeat.beat_.started_by == "cron" and upcoming is not None and upcoming.by == "cron":
             from onite.spool.cronrecords import refresh_record
 
-            refresh_record(self.spool.root, self.host, upcoming.when)
+            refresh_record(self.spool, self.host, upcoming.when)
 
     def _inside_scheduled_window(self) -> bool:
         from onite.core.window import scheduled_window
@@ -442,5 +442,5 @@ def take_host_lock(spool: SpoolDir, host: str, holder: str) -> locks.Lock | None
     """flock ``host``'s driver lock (in the spool's root-only locks/ folder) with ``holder`` written into
     it; None if another process holds it after half a second.
     Raises Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks)."""
-    locks.ensure_dir(spool.root)
+    locks.ensure_dir(spool)
     return locks.take(spool.lock_path(host), timeout=0.5, holder=holder)

@@ -131,7 +131,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
             starters.append(Starter("timer", this_host, when, TIMER))
     cron_here: bool | None = None
     cron_dead = False  # an entry is installed here, but no cron daemon runs: starting one is the fix
-    for record in read_records(spool.root):
+    for record in read_records(spool):
         if record.machine == machine:
             if cron_here is None:
                 cron_here = cron_daemon_running()

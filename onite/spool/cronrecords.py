@@ -20,8 +20,8 @@ from onite.spool.paths import CRON_RECORD, SpoolDir
 FORMAT = 1
 
 
-def record_path(root: Path, host: str) -> Path:
-    return SpoolDir(root).state_path(CRON_RECORD, host)
+def record_path(spool: SpoolDir, host: str) -> Path:
+    return spool.state_path(CRON_RECORD, host)
 
 
 class CronRecord(Record):
@@ -55,10 +55,10 @@ class CronRecord(Record):
             return None
 
 
-def read_records(root: Path) -> list[CronRecord]:
+def read_records(spool: SpoolDir) -> list[CronRecord]:
     """Every cron record of the spool, by host (damaged ones are skipped)."""
     found = []
-    for host, path in SpoolDir(root).state_paths(CRON_RECORD):
+    for host, path in spool.state_paths(CRON_RECORD):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
@@ -72,20 +72,20 @@ def read_records(root: Path) -> list[CronRecord]:
     return found
 
 
-def write_record(root: Path, record: CronRecord) -> None:
+def write_record(spool: SpoolDir, record: CronRecord) -> None:
     """Raises SpoolIOError."""
     import json
 
     text = json.dumps(record.to_json(), indent=1) + "\n"
-    replace_file(record_path(root, record.host), text.encode(), mode=0o644, durable=True)
+    replace_file(record_path(spool, record.host), text.encode(), mode=0o644, durable=True)
 
 
-def refresh_record(root: Path, host: str, next_drain: datetime | None) -> None:
+def refresh_record(spool: SpoolDir, host: str, next_drain: datetime | None) -> None:
     """A driver that cron started records when cron starts the next (readers then need no croniter)."""
-    for record in read_records(root):
+    for record in read_records(spool):
         if record.host == host and record.next_drain != next_drain:
             try:
-                write_record(root, record._replace(next_drain=next_drain))
+                write_record(spool, record._replace(next_drain=next_drain))
             except OniteError:
                 pass
             return

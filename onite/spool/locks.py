@@ -22,12 +22,12 @@ from onite.spool.scan import user_name
 _OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
 
 
-def ensure_dir(root: Path) -> None:
+def ensure_dir(spool: SpoolDir) -> None:
     """SPOOL/locks/, made if missing: a folder of this user's, closed to others (a wider mode is narrowed).
 
     Raises Refused: it is not this user's (the spool is root's); SpoolError: it is not a folder, or
     root's spool has one of another user's; SpoolIOError."""
-    path = SpoolDir(root).locks_dir
+    path = spool.locks_dir
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -126,7 +126,7 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
 def leave_wake(spool: SpoolDir, host: str) -> bool:
     """Leave the request ``locks/wake.HOST`` that HOST's idle daemon drain now; False if it cannot be left.
     Raises as ``ensure_dir``."""
-    ensure_dir(spool.root)
+    ensure_dir(spool)
     try:
         os.close(os.open(spool.wake_path(host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     except OSError:
