@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from onite.core.errors import SpoolIOError
-from onite.core.policy import owner_or_root
 from onite.spool.files import create_marker
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import token_names
