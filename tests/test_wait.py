@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, ManualClock, drain, needs_root, run_cli, start_driver, wait_for
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import user_name
+from onite.spool.accounts import user_name
 from onite.app import wait as w
 from onite.core.state import JobState, Result
 

@@ -75,7 +75,7 @@ def me() -> str:
 @functools.lru_cache(maxsize=8)
 def _account(uid: int) -> str:
     """Keyed by uid: a process that forks and changes its uid (as the tests' run_cli does) gets its new name."""
-    from onite.spool.scan import user_name
+    from onite.spool.accounts import user_name
 
     return user_name(uid)
 

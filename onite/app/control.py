@@ -18,7 +18,8 @@ from onite.spool.files import remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
-from onite.spool.scan import Entry, find_queued, find_running, job_stats, read_markers, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import Entry, find_queued, find_running, job_stats, read_markers
 from onite.core.errors import DamagedRecord, NotFound, Refused, SpoolIOError
 from onite.core.policy import may_touch, owner_or_root
 from onite.app.common import key_for, me

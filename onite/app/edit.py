@@ -21,7 +21,8 @@ from onite.spool.edits import add_edit, edited, move_edited, trusted, withdraw_e
 from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
-from onite.spool.scan import find_queued, find_running, read_markers, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import find_queued, find_running, read_markers
 
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:

@@ -19,7 +19,8 @@ from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.outputs import copy_data, open_job_output
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
-from onite.spool.scan import find_queued, find_running, key_uid, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import find_queued, find_running, key_uid
 from onite.core.policy import owner_or_root
 from onite.app.common import label
 from onite.app.wait import PENDING, Final, judge, look, start, undrained

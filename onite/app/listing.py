@@ -19,7 +19,8 @@ from onite.app.common import label, me
 from onite.spool import runrecords
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results, result_names
-from onite.spool.scan import Entry, queued_stats, running_entries, user_name, withdrawn_entries
+from onite.spool.accounts import user_name
+from onite.spool.scan import Entry, queued_stats, running_entries, withdrawn_entries
 from onite.spool.settings import default_host
 from onite.core import values as v
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from onite.core.record import Record
 from onite.spool.files import create_file, remove_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import user_name
+from onite.spool.accounts import user_name
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, SpoolError
 from onite.spool.filecheck import BadFile, read_job_file, read_job_head
 from onite.core.job import Job

@@ -28,7 +28,8 @@ from onite.spool.log import CANNOT_RECORD
 from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_results
-from onite.spool.scan import key_uid, queued_stats, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import key_uid, queued_stats
 from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.errors import InvalidInput

@@ -15,7 +15,8 @@ from onite.app.submit import check_after, check_capacity, check_policy, refuse_t
 from onite.exec import identity
 from onite.spool.filecheck import BadFile, file_problem, read_job_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import is_live, user_name, withdrawn_entries
+from onite.spool.accounts import user_name
+from onite.spool.scan import is_live, withdrawn_entries
 from onite.core.errors import InvalidInput, JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
 from onite.core.job import Job

@@ -13,7 +13,8 @@ from datetime import datetime
 from onite.spool.files import create_batch, create_file, remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import find_queued, listing, name_taken, read_markers, stat_entry, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import find_queued, listing, name_taken, read_markers, stat_entry
 from onite.core.config import Config
 from onite.core.errors import InvalidInput, OniteError, Refused
 from onite.core.identity import Identity

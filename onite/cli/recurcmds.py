@@ -64,7 +64,7 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
     """Recurring jobs: name, owner, rule, next fire, priority."""
     from onite.app.recur import templates, templates_json
     from onite.spool.recurstate import set_aside_text
-    from onite.spool.scan import user_name
+    from onite.spool.accounts import user_name
 
     when = SYSTEM.now()
     target, aside = open_spool(spool, reading=True), {}

@@ -16,7 +16,8 @@ from onite.core.policy import may_touch
 from onite.core.state import Stop
 from onite.spool.cancels import Filed, NotAJob, file_withdrawn, withdraw
 from onite.spool.files import remove_file
-from onite.spool.scan import Entry, cancel_inbox, find_queued, find_running, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import Entry, cancel_inbox, find_queued, find_running
 
 from onite.drain.finish import Finisher
 from onite.drain.night import Night

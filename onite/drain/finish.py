@@ -31,7 +31,8 @@ from onite.spool.files import change_state, create_displacing, move_file, remove
 from onite.spool.index import Candidate
 from onite.spool.results import write_result
 from onite.spool.retention import prune, remove_temp_files
-from onite.spool.scan import key_uid, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import key_uid
 
 PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
 

@@ -35,7 +35,8 @@ from onite.spool.files import create_displacing, move_file
 from onite.spool.paths import SpoolDir
 from onite.spool.recurstate import (load_state, runs_in_flight, save_state, set_aside_text, state_lock, template_files,
                                     used_templates)
-from onite.spool.scan import Withdrawn, key_uid, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import Withdrawn, key_uid
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...), or while one runs

@@ -17,7 +17,8 @@ from onite.core.errors import OniteError
 from onite.core.state import Result
 from onite.spool.counters import BUCKETS, OUTCOMES, Counters, every_host, update_counters
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import queued_stats, running_entries, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import queued_stats, running_entries
 
 MIN_EVERY = 1.0  # seconds between two writes of metrics_file during a drain, at least
 COST_FACTOR = 10  # … and at least this many times what the last one took: at most a tenth of the driver's time

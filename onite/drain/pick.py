@@ -36,7 +36,8 @@ from onite.spool import runrecords
 from onite.spool.filecheck import SETTLING, BadFile, Settling, read_job_head
 from onite.spool.files import remove_file
 from onite.spool.index import Candidate
-from onite.spool.scan import Withdrawn, find_running, key_uid, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import Withdrawn, find_running, key_uid
 
 SETTLE_LIMIT = 2.0  # seconds a file with a second link may be a submit in progress (from first sight)
 

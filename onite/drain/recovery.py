@@ -38,7 +38,8 @@ from onite.spool.log import logged_final
 from onite.spool.edits import put_back
 from onite.spool.paths import RUN_RECORD, TAKEN_EDIT
 from onite.spool.results import read_result
-from onite.spool.scan import find_queued, find_running, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import find_queued, find_running
 
 
 class Recovery:

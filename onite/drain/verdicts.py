@@ -21,7 +21,8 @@ from onite.spool.edits import edited, trusted
 from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.paths import SpoolDir
 from onite.spool.runrecords import host_records
-from onite.spool.scan import Withdrawn, live_entries, queued_stats, read_markers, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import Withdrawn, live_entries, queued_stats, read_markers
 from onite.spool.settings import default_host
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up

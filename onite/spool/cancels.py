@@ -23,7 +23,8 @@ from onite.spool.files import change_state, create_marker, discard, move_file, r
 from onite.spool.holds import remove_holds
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, write_result
-from onite.spool.scan import Entry, key_uid, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import Entry, key_uid
 
 
 STAGED = "@cancelled."  # jobsdone/.KEY@cancelled.PID.X.tmp: a withdrawn job between file_withdrawn's two moves

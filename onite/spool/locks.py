@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from onite.core.errors import Refused, SpoolError, SpoolIOError
+from onite.spool.accounts import user_name
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import user_name
 
 _OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
 

@@ -19,7 +19,8 @@ from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import find_queued, is_live, user_name
+from onite.spool.accounts import user_name
+from onite.spool.scan import find_queued, is_live
 
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,

@@ -285,11 +285,3 @@ def _uid_of(user: str) -> int | None:
         return pwd.getpwnam(user).pw_uid
     except (KeyError, ValueError):  # no such account; a NUL, which no account name holds
         return None
-
-
-def user_name(uid: int) -> str:
-    """The account name of ``uid``, or the number if it has none."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)

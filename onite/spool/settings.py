@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import pwd
 from pathlib import Path
 
 from onite.core.config import Config, parse_config
 from onite.core.errors import ConfigError
+from onite.spool.accounts import user_name
 
 
 def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
@@ -39,10 +39,7 @@ def _whom_to_ask(path: Path, faults: list[ConfigError]) -> None:
         owner = os.geteuid()
     if owner == os.geteuid():
         return
-    try:
-        name = pwd.getpwuid(owner).pw_name
-    except KeyError:
-        name = str(owner)
+    name = user_name(owner)
     for err in faults:
         err.hint = f"ask {name}, who owns {path.name} ({err.hint})"
 
