@@ -149,9 +149,9 @@ def test_a_job_spooled_again_is_waited_for_not_its_earlier_run(spool, gate, proc
     assert drain(spool).returncode == 0
     submit("again", gated(gate))
     procs.append(waiter := start_wait(spool, "again"))
+    assert "waiting for again (queued)…" in waiter.stderr.readline()  # its word, before any driver claims it
     procs.append(start_driver(spool))
     wait_for(lambda: running(spool, "root:again"), what="the new run to start")
-    assert "waiting for again (queued)…" in waiter.stderr.readline()
     assert waiter.poll() is None  # the failed record of the first run does not end the wait
     gate.unlink()
     assert finish(waiter)[:2] == (0, "again: done\n")
