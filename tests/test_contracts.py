@@ -313,3 +313,29 @@ def test_security_md_counts_the_attack_tests_and_names_only_them():
     assert f"the {total} attacks the tests make" in (REPO / "README.md").read_text()
     marked = {name for names, _ in found.values() for name in names}
     assert set(re.findall(r"`(test_[a-z0-9_]+)`", section)) - marked == set()
+
+
+def _resolves(dotted: str) -> bool:
+    """Does ``onite.<dotted>`` name a module, or a name a module defines (a class's attribute too)?"""
+    import importlib
+
+    parts = f"onite.{dotted}".split(".")
+    for i in range(len(parts), 1, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attribute in parts[i:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_the_docs_name_only_modules_and_functions_that_exist():
+    """Every `app.x`, `core.x.y`, `spool.x` … the docs name in backquotes is there: a rename or a removal
+    that leaves a doc naming the old place fails here, not in a reader's hands."""
+    named = {(doc.name, m.group(1)) for doc in (REPO / "docs").glob("*.md")
+             for m in re.finditer(r"`(?:onite\.)?((?:app|cli|core|drain|exec|spool)\.[A-Za-z_][\w.]*)`", doc.read_text())}
+    assert named and [pair for pair in sorted(named) if not _resolves(pair[1])] == []
