@@ -662,3 +662,25 @@ def test_status_and_the_driver_find_a_templates_run_in_flight_one_way(spool):
         assert r.code == 0, r
         [rec] = run_cli(["recur", "list", "--json"], user="nobody", cwd="/tmp").json()["recurring"]
         assert rec["waits_for"] == (None if user == "daemon" else "hourly-20261130T1400"), (user, rec)
+
+
+@needs_root
+@pytest.mark.attack
+def test_a_forged_template_and_a_forged_run_at_another_users_keys_wait_for_nothing(spool):
+    """nobody plants recur/daemon:hourly (a template at daemon's key) and jobs/P3/daemon:hourly-… (a run at
+    daemon's key), both its own files: the driver refuses both as forgeries. recur list and status said daemon's
+    recurring job waits for that run (runs_in_flight took the template file's owner for the run's, not the key's
+    user); a file at a key that is not its key's user's is no run of anything."""
+    run = "daemon:hourly-20261130T1400"
+
+    def plant():
+        for path in (spool / "recur" / "daemon:hourly", spool / "jobs" / "P3" / run):
+            path.write_bytes(b"true\n")
+
+    assert as_user(plant) == ("ok", None)
+    [rec] = run_cli(["recur", "list", "--json"]).json()["recurring"]
+    assert rec["name"] == "daemon:hourly" and rec["user"] == "nobody", rec
+    assert rec["waits_for"] is None, rec
+    from onite.spool.paths import SpoolDir
+    from onite.spool.recurstate import runs_in_flight
+    assert runs_in_flight(SpoolDir(spool), {"daemon:hourly": pwd.getpwnam("nobody").pw_uid}) == {}

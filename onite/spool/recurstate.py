@@ -20,7 +20,7 @@ from onite.core.values import loads_object
 from onite.spool import locks
 from onite.spool.files import replace_file
 from onite.spool.paths import SpoolDir
-from onite.spool.scan import key_stats, listing
+from onite.spool.scan import key_stats, key_uid, listing
 
 STATE_FORMAT = 1
 RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
@@ -34,8 +34,9 @@ def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]
 
 def runs_in_flight(spool: SpoolDir, owners: dict[str, int]) -> dict[str, list[str]]:
     """By template of ``owners`` (its name: its owner's uid), the names of its runs queued (held too) or running:
-    the files named as its runs in the queue folders and running/ that its owner owns (one another user put there
-    under such a name holds nothing back). A folder that cannot be listed is passed over."""
+    the files named as its runs in the queue folders and running/ that its owner owns and that are their key's
+    user's (one another user put there under such a name, or at another user's key, holds nothing back). A folder
+    that cannot be listed is passed over."""
     runs: dict[str, list[str]] = {}
     if not owners:  # no listing for no template: a queue may hold 100,000 jobs
         return runs
@@ -44,7 +45,7 @@ def runs_in_flight(spool: SpoolDir, owners: dict[str, int]) -> dict[str, list[st
             for entry in listing(folder):
                 of = template_of(entry.name)
                 with suppress(FileNotFoundError):
-                    if of in owners and entry.stat(follow_symlinks=False).st_uid == owners[of]:
+                    if of in owners and entry.stat(follow_symlinks=False).st_uid == owners[of] == key_uid(entry.name):
                         runs.setdefault(of, []).append(entry.name)
         except (SpoolIOError, OSError):
             continue
