@@ -77,7 +77,7 @@ def set_aside_text(user: str, count: int, cap: int) -> str:
 
 
 def load_state(spool: SpoolDir) -> dict[str, dict]:
-    """KEY → {uid, template, last, run, rule, fields, priority, urgent}; empty if missing or damaged. An
+    """KEY → {uid, template, last, rule, fields, priority, urgent}; empty if missing or damaged. An
     entry's values are checked where they are used (``parse_stamp``, ``rule_from_state``, …); never raises."""
     try:
         data = loads_object(spool.recur_state_path().read_bytes())
