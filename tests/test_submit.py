@@ -295,6 +295,20 @@ def test_a_command_after_dashes_found_nowhere_is_spooled_with_a_warning(spool, c
     assert (warning in r.err and len(r.err.splitlines()) == 1) if warning else r.err == "", r
 
 
+def test_a_command_after_dashes_is_the_shells_own_only_if_bin_sh_has_it(spool, cli):
+    """``source`` is bash's, not POSIX sh's: where /bin/sh is dash the job fails at night ("source: not found"),
+    yet submit said nothing (it took ``source`` for the shell's own). The warning follows what /bin/sh has."""
+    import subprocess
+
+    has_source = subprocess.run(["/bin/sh", "-c", "source /dev/null"], stderr=subprocess.DEVNULL).returncode == 0
+    r = cli(["submit", "--unique", "w", "-q", "--", "source", "/dev/null"], stdin=None)
+    assert r.code == 0 and len(r.out.split()) == 1, r
+    if has_source:
+        assert r.err == "", r
+    else:
+        assert "warning: no command 'source' in PATH now" in r.err and len(r.err.splitlines()) == 1, r
+
+
 def test_a_command_after_dashes_with_the_spool_before_the_command(spool, cli):
     r = cli(["--spool", str(spool), "submit", "--unique", "u", "--", "echo", "hi"], stdin=None)
     assert r.code == 0 and r.out.startswith("u-"), r

@@ -30,14 +30,15 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
     return os.fsencode(shlex.join(argv)) + b"\n"
 
 
-# what /bin/sh runs itself, found in no PATH: a command line may start with one
-SHELL_BUILTINS = frozenset(". : alias bg break cd command continue eval exec exit export fc fg getopts hash jobs local "
-                           "read readonly return set shift source times trap type ulimit umask unalias unset wait".split())
+# what every /bin/sh (POSIX) runs itself, found in no PATH: a command line may start with one; any other word
+# found in no PATH is asked of /bin/sh (bash's ``source`` is dash's "not found")
+SHELL_BUILTINS = frozenset(". : alias bg break cd command continue eval exec exit export fc fg getopts hash jobs "
+                           "read readonly return set shift times trap type ulimit umask unalias unset wait".split())
 
 
 def missing_command(argv: list[str]) -> str | None:
     """The warning for a command after ``--`` that is found nowhere now (in PATH, or a file that may be run, from
-    here): the job would fail at night unless it appears by then. None: it is there, or the shell's own."""
+    here): the job would fail at night unless it appears by then. None: it is there, or /bin/sh's own."""
     import shutil
 
     command = argv[0]
@@ -45,7 +46,20 @@ def missing_command(argv: list[str]) -> str | None:
         return None
     if "/" in command:
         return f"warning: {command!r} is not a file you may run now: the job fails at night unless it is by then"
+    if _shell_has(command):
+        return None
     return f"warning: no command {command!r} in PATH now: the job fails at night unless it is there by then"
+
+
+def _shell_has(word: str) -> bool:
+    """Does /bin/sh, which runs the job, know ``word`` as its own (``command -v``)? True if it cannot be asked."""
+    import subprocess
+
+    try:
+        return subprocess.run(["/bin/sh", "-c", 'command -v -- "$1"', "sh", word], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return True
 
 
 def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, now: datetime,
