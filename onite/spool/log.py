@@ -210,19 +210,26 @@ def lines_back(path: Path) -> Iterator[str]:
         try:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 raise IsADirectoryError(21, "not a regular file", str(path))
-            at, rest = handle.seek(0, os.SEEK_END), b""
+            # the line being read back is kept in pieces, its last first, and joined once whole: joining each
+            # block to all of it read so far would cost a long line (a zeroed stretch) its length squared
+            at, pieces = handle.seek(0, os.SEEK_END), []
             while at > 0:
                 step = min(1 << 16, at)
                 at -= step
                 handle.seek(at)
-                lines = (handle.read(step) + rest).split(b"\n")
-                rest = lines[0]  # may begin in the block before
-                for raw in reversed(lines[1:]):
+                block = handle.read(step)
+                lines = block.split(b"\n")
+                if len(lines) == 1:  # no line ends here
+                    pieces.append(block)
+                    continue
+                pieces.append(lines[-1])
+                for raw in [b"".join(reversed(pieces)), *reversed(lines[1:-1])]:
                     if raw:
                         yield raw.decode("utf-8", "replace")
+                pieces = [lines[0]]  # may begin in the block before
         except OSError as err:
             raise SpoolIOError(path, "reading", err) from None
-        if rest:
+        if rest := b"".join(reversed(pieces)):
             yield rest.decode("utf-8", "replace")
 
 
