@@ -684,3 +684,16 @@ def test_a_forged_template_and_a_forged_run_at_another_users_keys_wait_for_nothi
     from onite.spool.paths import SpoolDir
     from onite.spool.recurstate import runs_in_flight
     assert runs_in_flight(SpoolDir(spool), {"daemon:hourly": pwd.getpwnam("nobody").pw_uid}) == {}
+
+
+@needs_root
+def test_status_says_no_wait_for_a_run_of_a_later_fire_as_the_driver_waits_for_none(spool):
+    """A run spooled for a later fire than the next (a clock set back since, or the owner's own job under such a
+    name) holds nothing back for the driver (docs/scheduling.md); recur list and status said the next fire waited
+    for it."""
+    assert run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "hourly-20991231T2300"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    [rec] = run_cli(["recur", "list", "--json"], user="nobody", cwd="/tmp").json()["recurring"]
+    assert rec["waits_for"] is None, rec
+    [rec] = run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["recurring"]
+    assert rec["waits_for"] is None, rec

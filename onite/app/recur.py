@@ -24,7 +24,8 @@ from onite.core.job import Job
 from onite.core.jobfile import encode
 from onite.app.common import key_for, label
 from onite.core.policy import check_urgent, owner_or_root
-from onite.core.recurring import check_template_name, known_priority, rule_fields, rule_from_state, rule_of
+from onite.core.recurring import (check_template_name, instance_name, known_priority, rule_fields, rule_from_state,
+                                  rule_of)
 from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
@@ -140,11 +141,14 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
             priority, urgent = known_priority(known)
         except (OSError, BadFile, OniteError) as err:
             rule, priority, urgent, problem = None, None, False, str(err)
+        upcoming_fire = _next_fire(rule, now) if rule is not None else None
+        # as the driver will look at that fire: a run spooled for a later one holds nothing back
+        waits = [run for run in runs.get(name, ())
+                 if upcoming_fire is None or run <= instance_name(name, upcoming_fire)]
         views.append(TemplateView(name=name, uid=st.st_uid, user=user_name(st.st_uid),
                                   rule=describe(rule) if rule is not None else "?", priority=priority, urgent=urgent,
-                                  next=_next_fire(rule, now) if rule is not None else None,
-                                  last=parse_stamp(known.get("last")), problem=problem,
-                                  waits_for=label(min(runs[name])) if name in runs else ""))
+                                  next=upcoming_fire, last=parse_stamp(known.get("last")), problem=problem,
+                                  waits_for=label(min(waits)) if waits else ""))
     return views
 
 
