@@ -192,6 +192,9 @@ def _ends_cut(fd: int) -> bool:
         return False
 
 
+LONGEST_LINE = 1 << 20  # what is kept of a line read back: onite writes none longer than a few KiB
+
+
 def tail(path: Path, lines: int) -> list[str]:
     """The last ``lines`` lines of the log. Raises SpoolIOError, as ``lines_back``."""
     return list(itertools.islice(lines_back(path), max(lines, 0)))[::-1]
@@ -210,9 +213,9 @@ def lines_back(path: Path) -> Iterator[str]:
         try:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 raise IsADirectoryError(21, "not a regular file", str(path))
-            # the line being read back is kept in pieces, its last first, and joined once whole: joining each
-            # block to all of it read so far would cost a long line (a zeroed stretch) its length squared
-            at, pieces = handle.seek(0, os.SEEK_END), []
+            # the line being read back is kept in pieces, its last first, and joined once whole; of a line
+            # longer than LONGEST_LINE (a zeroed stretch a crash left) only its end is kept
+            at, pieces, kept = handle.seek(0, os.SEEK_END), [], 0
             while at > 0:
                 step = min(1 << 16, at)
                 at -= step
@@ -220,13 +223,15 @@ def lines_back(path: Path) -> Iterator[str]:
                 block = handle.read(step)
                 lines = block.split(b"\n")
                 if len(lines) == 1:  # no line ends here
-                    pieces.append(block)
+                    if kept < LONGEST_LINE:
+                        pieces.append(block)
+                        kept += len(block)
                     continue
                 pieces.append(lines[-1])
                 for raw in [b"".join(reversed(pieces)), *reversed(lines[1:-1])]:
                     if raw:
                         yield raw.decode("utf-8", "replace")
-                pieces = [lines[0]]  # may begin in the block before
+                pieces, kept = [lines[0]], len(lines[0])  # it may begin in the block before
         except OSError as err:
             raise SpoolIOError(path, "reading", err) from None
         if rest := b"".join(reversed(pieces)):
