@@ -30,19 +30,14 @@ def command_text(argv: list[str], *, lines: bool = False) -> bytes:
     return os.fsencode(shlex.join(argv)) + b"\n"
 
 
-# what every /bin/sh (POSIX) runs itself, found in no PATH: a command line may start with one; any other word
-# found in no PATH is asked of /bin/sh (bash's ``source`` is dash's "not found")
-SHELL_BUILTINS = frozenset(". : alias bg break cd command continue eval exec exit export fc fg getopts hash jobs "
-                           "read readonly return set shift times trap type ulimit umask unalias unset wait".split())
-
-
 def missing_command(argv: list[str]) -> str | None:
     """The warning for a command after ``--`` that is found nowhere now (in PATH, or a file that may be run, from
-    here): the job would fail at night unless it appears by then. None: it is there, or /bin/sh's own."""
+    here): the job would fail at night unless it appears by then. None: it is there, or /bin/sh's own (asked of
+    /bin/sh, which runs the job, only for a word found in no PATH)."""
     import shutil
 
     command = argv[0]
-    if command in SHELL_BUILTINS or shutil.which(command) is not None:
+    if shutil.which(command) is not None:
         return None
     if "/" in command:
         return f"warning: {command!r} is not a file you may run now: the job fails at night unless it is by then"
