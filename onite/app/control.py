@@ -153,7 +153,7 @@ def file_cancelled(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
     from onite.spool.settings import default_host
     from onite.spool.log import ActivityLog
     from onite.core.clock import SYSTEM
-    from onite.drain.cancels import tell_filed
+    from onite.spool.cancels import tell_filed
     from onite.drain.metrics import Metrics
     from onite.exec.notify import Notifier
 

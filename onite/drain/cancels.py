@@ -14,7 +14,7 @@ import time
 from onite.core.errors import OniteError, SpoolIOError
 from onite.core.policy import may_touch
 from onite.core.state import Stop
-from onite.spool.cancels import Filed, NotAJob, file_withdrawn, withdraw
+from onite.spool.cancels import Filed, NotAJob, file_withdrawn, tell_filed, withdraw
 from onite.spool.files import remove_file
 from onite.spool.accounts import user_name
 from onite.spool.scan import Entry, cancel_inbox, find_queued, find_running
@@ -116,14 +116,3 @@ class CancelInbox:
             return  # running on another host: its driver will honour the request
         remove_file(request.path)
 
-
-def tell_filed(filed: Filed, name: str, requester: str, log, count, notifier, config) -> None:
-    """A queued job filed as cancelled (by a driver, or by root's cancel with none running): ``count`` it, log
-    it, tell its owner. One not filed (it would have replaced another user's kept result) is logged as
-    refused, not as that user's job cancelled."""
-    if filed.result is None:
-        log.event("refused", name, owner=requester, reason=filed.note)
-        return
-    count(filed.result)
-    log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
-    notifier.notify(filed.result, filed.job, config)

@@ -167,3 +167,15 @@ def finish_filings(spool: SpoolDir, now: float) -> int:
         except OSError:  # a later run's job file is there: this one is stale
             continue
     return placed
+
+
+def tell_filed(filed: Filed, name: str, requester: str, log, count, notifier, config) -> None:
+    """A queued job filed as cancelled (by a driver, or by root's cancel with none running): ``count`` it, log
+    it, tell its owner. One not filed (it would have replaced another user's kept result) is logged as
+    refused, not as that user's job cancelled."""
+    if filed.result is None:
+        log.event("refused", name, owner=requester, reason=filed.note)
+        return
+    count(filed.result)
+    log.event("cancelled", name, user=filed.result.user, by=requester, was="queued")
+    notifier.notify(filed.result, filed.job, config)
