@@ -36,7 +36,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     try:
         job, st = read_job_file(entry.path, spool.config.max_job_size)
     except FileNotFoundError:
-        raise _left(spool, name, text, None, "it cannot be edited any more") from None
+        raise _left(text, "it cannot be edited any more", _cancelled(spool, name, None)) from None
     except (BadFile, JobFormatError) as err:
         raise Refused(f"job {text!r} cannot be edited: {getattr(err, 'what', err)}",
                       "cancel it and spool it anew") from None
@@ -64,7 +64,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
             done = "changed"
         if done == "changed":
             if _cancelled(spool, name, job):
-                raise _left(spool, name, text, job, "nothing left to change")
+                raise _left(text, "nothing left to change", cancelled=True)
             return f"{label(new.name)}: changed as it started (in its old priority)"
         if done != "started":
             if marker is not None:
@@ -83,9 +83,9 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
             return f"{label(name)}: changed; it keeps its place"
         if not withdraw_edit(marker):  # the driver took it as it claimed the job, or a cancel took it
             if _cancelled(spool, name, job):
-                raise _left(spool, name, text, job, "nothing left to change")
+                raise _left(text, "nothing left to change", cancelled=True)
             return f"{label(name)}: changed as it started"
-    raise _left(spool, name, text, job, "nothing changed")
+    raise _left(text, "nothing changed", _cancelled(spool, name, job))
 
 
 def _cancelled(spool: SpoolDir, name: str, job) -> bool:
@@ -98,10 +98,10 @@ def _cancelled(spool: SpoolDir, name: str, job) -> bool:
             and (job is None or record.submitted == job.submitted))
 
 
-def _left(spool: SpoolDir, name: str, text: str, job, what: str) -> Refused:
-    """The job left its queue as it was being edited: a driver claimed it, or a cancel took it (not told to
-    have started)."""
-    if _cancelled(spool, name, job):
+def _left(text: str, what: str, cancelled: bool) -> Refused:
+    """The job left its queue as it was being edited: a cancel took it (``cancelled``, as ``_cancelled`` says:
+    not told to have started), else a driver claimed it."""
+    if cancelled:
         return Refused(f"job {text!r} was cancelled just now: {what}", "see onite list --all")
     return Refused(f"job {text!r} started just now: {what}", f"change it for its next run: onite restart {text} …")
 
