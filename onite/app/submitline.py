@@ -9,7 +9,7 @@ from datetime import datetime
 
 from onite.app.common import label, me, open_spool, read_job_text, read_stdin
 from onite.app.submit import capture, spool_job, submit_many
-from onite.core.errors import InvalidInput
+from onite.core.errors import InvalidInput, SpoolIOError
 from onite.core.job import Job
 from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, job_key, split_key, unique_name
 from onite.core.request import SubmitRequest, build_job
@@ -105,7 +105,6 @@ def _ended_badly(spool: SpoolDir, job: Job) -> str:
     """``, which failed: it will fail too, unless … (onite restart build)``: said now, not found in the morning."""
     from onite.core.queue import DepState
     from onite.spool.deps import dependency_state
-    from onite.core.errors import SpoolIOError
 
     for dep in job.after:
         try:

@@ -7,7 +7,9 @@ which make a folder someone removed (or a host's first drain needs).
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 from onite.core.config import Config
@@ -182,9 +184,6 @@ def _is_dir(path: Path, root: Path, *, missing: bool | None = False) -> bool | N
     """Is ``path`` a folder (False: something else; ``missing``: nothing there)? pathlib's is_dir raises past
     a folder closed to the caller (``--spool /root/x``, HOME=/root) or a name too long.
     Raises SpoolError: a folder on the way to ``root`` is closed to the caller; SpoolIOError: another failure."""
-    import errno
-    import stat
-
     try:
         return stat.S_ISDIR(os.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
