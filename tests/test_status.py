@@ -234,7 +234,7 @@ def test_a_new_cron_schedule_beats_what_an_earlier_drivers_heartbeat_said(spool)
     beat = hb.Beat(host="h2", pid=1, start_ticks=None, boot_id="gone", machine="elsewhere", role=hb.Role.RUN,
                    started_by="cron", since=now - timedelta(hours=2), state=hb.BeatState.EXITED,
                    updated=now - timedelta(hours=2), next_drain=stale, next_by="cron", ended=now - timedelta(hours=2))
-    hb.heartbeat_path(spool, "h2").write_text(json.dumps(beat.to_json()))
+    SpoolDir(spool).state_path(hb.HEARTBEAT, "h2").write_text(json.dumps(beat.to_json()))
     write_record(SpoolDir(spool), CronRecord(host="h2", machine="elsewhere", schedule=(f"{due.minute} {due.hour} * * *",),
                                    command="onite run", installed=now - timedelta(hours=1), user="root",
                                    next_drain=None))

@@ -52,7 +52,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
 
         request_cancel(spool, name)
         host = next(entry for entry in running if entry in allowed).host
-        if not any(beat.host == host for beat in live_beats(spool.root, now)):
+        if not any(beat.host == host for beat in live_beats(spool, now)):
             return CancelReport(name, "requested", f"running on {host}, but no driver is alive there (it died): the "
                                 f"job is stopped when a driver next starts on {host} — root can start one now: onite "
                                 f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)

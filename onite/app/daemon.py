@@ -93,7 +93,7 @@ class Daemon:
                 return 0
             self._lock_fd = lock.fd
             try:
-                self.heartbeat = Heartbeat(self.spool.root, self.host, Role.DAEMON, log=self.log, clock=self.clock)
+                self.heartbeat = Heartbeat(self.spool, self.host, Role.DAEMON, log=self.log, clock=self.clock)
                 self._main()
             finally:
                 try:
@@ -114,7 +114,7 @@ class Daemon:
             lock = take_host_lock(self.spool, self.host, holder)
             if lock is not None:
                 return lock
-            beat = hb.read(self.spool.root, self.host)
+            beat = hb.read(self.spool, self.host)
             alive = beat is not None and hb.is_alive(beat, self.clock.now())
             if alive and beat.role == Role.DAEMON:
                 raise Refused(f"an onite daemon already runs for host {self.host} (pid {beat.pid}, since "

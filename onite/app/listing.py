@@ -86,7 +86,7 @@ def drain_usage(spool: SpoolDir) -> dict[str, float] | None:
     from onite.drain.heartbeat import live_beats
 
     now = SYSTEM.now()
-    beats = live_beats(spool.root, now)
+    beats = live_beats(spool, now)
     if not beats:
         return {}
     since = min(beat.since for beat in beats)

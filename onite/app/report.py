@@ -284,7 +284,7 @@ def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None
     else:
         kind, start, end = "drain", None, None
     events = dr.collect(dr.read_back(dr.log_paths(spool.log_path)), start, lambda when: morning_before(when, now), now)
-    every_drain = dr.drains_of(events, draining_hosts(spool.root, now))
+    every_drain = dr.drains_of(events, draining_hosts(spool, now))
     if kind != "drain":
         within = [d for d in every_drain if d.started < end and (d.ended is None or d.ended >= start)]
         return kind, day, start, end, within, events, every_drain
@@ -396,7 +396,7 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
     left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
             "refused": len(refused)}
     waiting = []
-    live = {beat.host for beat in live_beats(spool.root, data.now)}
+    live = {beat.host for beat in live_beats(spool, data.now)}
     for view in running:
         waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
                         "urgent": view.urgent, "state": "running", "kind": "running",

@@ -106,7 +106,7 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
         check_name(host, what="host name")
     target = open_spool(spool)
     host = host or default_host(target.config)
-    beat = hb.read(target.root, host)
+    beat = hb.read(target, host)
     if beat is None or beat.role != hb.Role.DAEMON or not hb.is_alive(beat, now):
         raise NotFound(f"no onite daemon runs for host {host}",
                        "start one (systemctl start onite, or onite daemon), or drain now: onite run")

@@ -56,7 +56,7 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
     config = spool.config
     this_host = default_host(config)
     running = running_views(spool)
-    every_beat = hb.beats(spool.root)
+    every_beat = hb.beats(spool)
     alive = [beat for beat in every_beat if hb.is_alive(beat, now)]
     live = {b.host for b in alive}
     drivers = [{"host": beat.host, "running": True, "holder": beat.holder, "pid": beat.pid,

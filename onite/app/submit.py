@@ -257,7 +257,7 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
     if config.check_lock:
         from onite.drain.heartbeat import draining_hosts
 
-        hosts = draining_hosts(spool.root, now)
+        hosts = draining_hosts(spool, now)
         if hosts:
             raise Refused(f"a driver is draining the spool (on {', '.join(hosts)}) and check_lock is on",
                           "submit again when it has finished (see onite status)")

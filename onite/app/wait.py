@@ -224,7 +224,7 @@ def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
     from onite.drain.heartbeat import Role, live_beats
 
     found, running = {}, None
-    for beat in live_beats(spool.root, now):
+    for beat in live_beats(spool, now):
         if beat.role != Role.DAEMON:
             found[beat.host] = beat.since
             continue

@@ -203,7 +203,7 @@ class Driver:
     def _busy(self, hand_over: bool) -> None:
         """Another process holds this host's lock: say which (its heartbeat), or (``hand_over``) hand the
         drain to its daemon if that is idle."""
-        beat = hb.read(self.spool.root, self.host)
+        beat = hb.read(self.spool, self.host)
         if beat is None or not hb.is_alive(beat, self.clock.now()):
             holder = {"holder": "unknown (no heartbeat)"}
         else:
@@ -219,7 +219,7 @@ class Driver:
 
     def _start_heartbeat(self) -> None:
         """Tell everyone this driver is alive, who started it and when the next drain is due."""
-        self.heartbeat = hb.Heartbeat(self.spool.root, self.host, hb.Role.RUN, log=self.log, clock=self.clock)
+        self.heartbeat = hb.Heartbeat(self.spool, self.host, hb.Role.RUN, log=self.log, clock=self.clock)
         upcoming = None
         with suppress(OniteError, OSError, ValueError):
             from onite.drain.nextdrain import plan

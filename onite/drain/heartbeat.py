@@ -16,7 +16,6 @@ import signal
 from contextlib import suppress
 from datetime import datetime
 from enum import StrEnum
-from pathlib import Path
 
 from onite.core import values
 from onite.core.clock import SYSTEM, Clock
@@ -45,11 +44,6 @@ class BeatState(StrEnum):
     DRAINING = "draining"  #: a drain runs
     IDLE = "idle"  #: a daemon between drains
     EXITED = "exited"  #: it let the lock go
-
-
-def heartbeat_path(root: Path, host: str) -> Path:
-    """``SPOOL/driver.HOST.state``."""
-    return SpoolDir(root).state_path(HEARTBEAT, host)
 
 
 class Beat(Record):
@@ -124,29 +118,29 @@ def is_alive(beat: Beat, now: datetime, *, machine: str | None = None, boot: str
     return (now - beat.updated).total_seconds() <= STALE_AFTER
 
 
-def read(root: Path, host: str) -> Beat | None:
+def read(spool: SpoolDir, host: str) -> Beat | None:
     """HOST's heartbeat as written (alive or not), or None if there is none (or it is damaged)."""
     try:
-        return Beat.from_json(values.loads_object(heartbeat_path(root, host).read_bytes()))
+        return Beat.from_json(values.loads_object(spool.state_path(HEARTBEAT, host).read_bytes()))
     except (OSError, ValueError):
         return None
 
 
-def beats(root: Path) -> list[Beat]:
+def beats(spool: SpoolDir) -> list[Beat]:
     """Every heartbeat in the spool (alive or not), by host."""
-    return [beat for host, _ in SpoolDir(root).state_paths(HEARTBEAT)
-            if (beat := read(root, host)) is not None and beat.host == host]
+    return [beat for host, _ in spool.state_paths(HEARTBEAT)
+            if (beat := read(spool, host)) is not None and beat.host == host]
 
 
-def live_beats(root: Path, now: datetime) -> list[Beat]:
+def live_beats(spool: SpoolDir, now: datetime) -> list[Beat]:
     """The heartbeats of drivers alive at ``now``, by host: every driver of the spool that is alive."""
     machine, boot = os.uname().nodename, boot_id()
-    return [b for b in beats(root) if is_alive(b, now, machine=machine, boot=boot)]
+    return [b for b in beats(spool) if is_alive(b, now, machine=machine, boot=boot)]
 
 
-def draining_hosts(root: Path, now: datetime) -> list[str]:
+def draining_hosts(spool: SpoolDir, now: datetime) -> list[str]:
     """Hosts where a driver is draining at ``now`` (a daemon between drains is not)."""
-    return [beat.host for beat in live_beats(root, now) if beat.state != BeatState.IDLE]
+    return [beat.host for beat in live_beats(spool, now) if beat.state != BeatState.IDLE]
 
 
 def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
@@ -208,8 +202,8 @@ def comm(pid: int | str) -> str:
 class Heartbeat:
     """The heartbeat of the driver holding HOST's lock: ``beat`` on every change, ``tick`` every turn."""
 
-    def __init__(self, root: Path, host: str, role: Role, *, log, clock: Clock = SYSTEM) -> None:
-        self.path = heartbeat_path(root, host)
+    def __init__(self, spool: SpoolDir, host: str, role: Role, *, log, clock: Clock = SYSTEM) -> None:
+        self.path = spool.state_path(HEARTBEAT, host)
         self.clock = clock
         self.log = log
         self._due = 0.0

@@ -78,8 +78,8 @@ def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters:
         if row["kind"] in WAITS:
             waiting[("urgent" if row["urgent"] else str(row["priority"]), *((row["user"],) if users else ()))] += 1
     running = Counter((entry.host, *who(entry.uid)) for entry in running_entries(spool))
-    alive = {beat.host for beat in hb.live_beats(spool.root, now)} - {leaving}
-    up = {(h,): float(h in alive) for h in {*counters, *(beat.host for beat in hb.beats(spool.root))}}
+    alive = {beat.host for beat in hb.live_beats(spool, now)} - {leaving}
+    up = {(h,): float(h in alive) for h in {*counters, *(beat.host for beat in hb.beats(spool))}}
     families = [
         gauge("onite_queued_jobs", "Jobs in the queue, held and waiting ones included, by priority.",
               ["priority"], queued),

@@ -94,7 +94,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
     config = spool.config
     this_host = host or default_host(config)
     machine, boot = os.uname().nodename, hb.boot_id()
-    beats = hb.beats(spool.root)
+    beats = hb.beats(spool)
     live = [b for b in beats if b.pid != exclude_pid and hb.is_alive(b, now, machine=machine, boot=boot)]
     starters: list[Starter] = []
     problems: list[str] = []
