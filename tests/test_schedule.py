@@ -18,6 +18,7 @@ from onite.core.schedule import (
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
+LONDON = ZoneInfo("Europe/London")
 DEFAULT_SCHEDULE = ["0 20 * * *", "0 23 * * *"]
 # A Monday in winter: no clock change anywhere near it.
 MONDAY = datetime(2026, 1, 5, tzinfo=BERLIN)
@@ -131,11 +132,29 @@ def test_every_counts_real_time_on_dst_days(day, hours):
     assert fires[hours * 15].strftime("%H:%M") == "00:04"
 
 
-def test_every_100m_across_spring_forward():
-    fires = fire_times(parse_rule(every="100m"), at("2026-03-29T00:00"), 14)
-    # 13 fires fit in the 23-hour day; after 02:00 CET the wall clock reads an hour more.
-    assert iso(fires[:3]) == ["2026-03-29T01:40+01:00", "2026-03-29T04:20+02:00", "2026-03-29T06:00+02:00"]
-    assert iso(fires[12:]) == ["2026-03-29T22:40+02:00", "2026-03-30T01:40+02:00"]
+def test_every_100m_keeps_its_clock_times_across_spring_forward():
+    fires = fire_times(parse_rule(every="100m"), at("2026-03-29T00:00"), 15)
+    # an interval of over an hour names clock times, the same every day: 03:20 comes an hour after 01:40
+    assert iso(fires[:3]) == ["2026-03-29T01:40+01:00", "2026-03-29T03:20+02:00", "2026-03-29T05:00+02:00"]
+    assert iso(fires[13:]) == ["2026-03-29T23:20+02:00", "2026-03-30T01:40+02:00"]
+
+
+@pytest.mark.parametrize("zone", [BERLIN, NEW_YORK, LONDON])
+@pytest.mark.parametrize(("every", "times"), [("1d", ["00:00"]), ("12h", ["00:00", "12:00"]),
+                                              ("8h", ["00:00", "08:00", "16:00"]), ("23h", ["23:00"])])
+def test_every_of_hours_fires_at_the_same_clock_times_every_day_of_the_year(zone, every, times):
+    fires = fire_times(parse_rule(every=every), datetime(2026, 1, 1, tzinfo=zone), 365 * len(times))
+    assert_strictly_increasing(fires)
+    assert [t.strftime("%H:%M") for t in fires] == times[1:] + times * 364 + times[:1]
+    days = [t.date() for t in fires if t.strftime("%H:%M") == times[-1]]
+    assert {b - a for a, b in zip(days, days[1:])} == {timedelta(days=1)}  # no day left out
+
+
+@pytest.mark.parametrize("zone", [BERLIN, NEW_YORK, LONDON])
+def test_every_hour_fires_once_per_real_hour_all_year(zone):
+    fires = fire_times(parse_rule(every="1h"), datetime(2026, 1, 1, tzinfo=zone), 365 * 24)
+    instants = [t.astimezone(timezone.utc) for t in fires]
+    assert {b - a for a, b in zip(instants, instants[1:])} == {timedelta(hours=1)}
 
 
 def test_every_is_strictly_increasing_for_a_year_in_both_zones():
@@ -445,7 +464,7 @@ def test_machine_zone_periodic_rule_both_passes(berlin_tz):
 
 def test_machine_zone_every_rule(berlin_tz):
     fires = fire_times(parse_rule(every="100m"), datetime(2026, 3, 29, 0, 0).astimezone(), 2)
-    assert iso(fires) == ["2026-03-29T01:40+01:00", "2026-03-29T04:20+02:00"]
+    assert iso(fires) == ["2026-03-29T01:40+01:00", "2026-03-29T03:20+02:00"]
 
 
 def test_utc_and_fixed_offsets_are_used_literally(berlin_tz):

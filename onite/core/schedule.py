@@ -20,6 +20,7 @@ from onite.core.timeparse import EARLIEST, LATEST, MACHINE, Zone
 
 _DAY = timedelta(days=1)
 _MINUTE = timedelta(minutes=1)
+_HOUR = timedelta(hours=1)
 
 
 def zone_of(at: datetime, name: str) -> Zone:
@@ -33,28 +34,34 @@ def zone_of(at: datetime, name: str) -> Zone:
 
 
 def _day_fires(rule: Rule, cron: Cron | None, day: date, zone: Zone) -> list[datetime]:
-    """The fire instants (UTC, sorted, unique) that belong to the local date ``day``."""
+    """The fire instants (UTC, sorted, unique) that belong to the local date ``day``. An interval's
+    times are clock times as a cron rule's are: ``offset + k × interval`` for k = 1, 2 … up to 24:00,
+    the next midnight (so ``--every 1d`` fires once a night on a day of 23 or 25 hours too); one of
+    at most an hour is periodic, as an hourly cron rule is, and so counts real time."""
     start, end = zone.midnight(day), zone.midnight(day + _DAY)
     if cron is None:
-        first = start + rule.offset + rule.interval
-        if first > end:
-            return []
-        return [first + k * rule.interval for k in range((end - first) // rule.interval + 1)]
+        walls = [rule.offset + k * rule.interval for k in range(1, (_DAY - rule.offset) // rule.interval + 1)]
+        clock_hours, at_midnight = rule.interval > _HOUR, walls[-1] == _DAY
+        walls = walls[:-1] if at_midnight else walls
+    else:
+        walls, clock_hours, at_midnight = [m * _MINUTE for m in cron.minutes], cron.clock_hours, False
     if end - start == _DAY:  # no clock change today: wall time and elapsed time agree
-        return [start + m * _MINUTE for m in cron.minutes]
-    base = datetime.combine(day, time())
-    fires = set()
-    for m in cron.minutes:
-        wall = base + m * _MINUTE
-        if cron.clock_hours:
-            fires.add(zone.clock_instant(wall))
-            continue
-        # a periodic rule fires at every instant that reads `wall`: none in a gap, two in a repeat
-        for fold in (0, 1):
-            at = zone.instant(wall, fold)
-            if zone.wall(at) == wall:
-                fires.add(at)
-    return sorted(fires)
+        fires = [start + wall for wall in walls]
+    else:
+        base = datetime.combine(day, time())
+        found = set()
+        for offset in walls:
+            wall = base + offset
+            if clock_hours:
+                found.add(zone.clock_instant(wall))
+                continue
+            # a periodic rule fires at every instant that reads `wall`: none in a gap, two in a repeat
+            for fold in (0, 1):
+                at = zone.instant(wall, fold)
+                if zone.wall(at) == wall:
+                    found.add(at)
+        fires = sorted(found)
+    return fires + [end] if at_midnight else fires
 
 
 def _compiled(rule: Rule) -> Cron | None:
