@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from datetime import datetime, timedelta, timezone
@@ -108,6 +109,32 @@ def test_decode_any_header(data):
 @pytest.mark.attack
 def test_decode_mutated_job_files(data):
     _decodes_or_refuses(data)
+
+
+# every number a job file (or an edit, or a template) holds is written as onite writes it: int() and float() alone
+# take other digits ('\u0663', '\uff13'), signs, blanks, '_' and (in base 8) '0o', which a shell or grep reads otherwise
+NUMBERS = {"priority": r"[0-9]+", "umask": r"[0-7]+", "retries": r"[0-9]+", "attempt": r"[0-9]+",
+           "timeout": r"[0-9]+(?:\.[0-9]+)?"}
+number_texts = st.text(st.characters(whitelist_categories=("Nd", "No", "Nl", "Zs"))
+                       | st.sampled_from(list("0123456789+-_.oxe\t\u00a0\u2028")), min_size=1, max_size=8)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(NUMBERS)), number_texts)
+@example("priority", "\u0663")
+@example("umask", "0o22")
+@example("timeout", "1_0")
+@example("retries", " 2")
+@example("attempt", "+2")
+@pytest.mark.attack
+def test_a_number_in_a_job_file_is_ascii_digits_or_the_file_is_damaged(key, text):
+    line = next(line for line in HEADER_LINES if line.startswith(key.encode() + b": "))
+    data = GOOD.replace(b"\n" + line + b"\n", b"\n" + f"{key}: {text}".encode() + b"\n", 1)
+    try:
+        decode(data)
+    except JobFormatError:
+        return
+    assert re.fullmatch(NUMBERS[key], text), (key, text)
 
 
 # ---- what build_job accepts, decode reads back ------------------------------------------------
@@ -440,10 +467,15 @@ def test_heartbeats_any_text(line):
     assert Beat.from_json(data) is None or isinstance(Beat.from_json(data), Beat)
 
 
+OTHER_DIGIT = re.compile(r"(?![0-9])\d")  # a digit int() and float() take, and no shell or grep '[0-9]' does
+
+
 @FUZZ
-@given(texts | st.sampled_from(["99999999999999d", "1e5", "0.0000001", "366d", "367d", "9" * 400, "1h30m"]))
+@given(texts | st.sampled_from(["99999999999999d", "1e5", "0.0000001", "366d", "367d", "9" * 400, "1h30m",
+                                "\u0663h", "1\uff10m"]))
 @pytest.mark.attack
 def test_durations_any_text(text):
+    """A duration (a template's recur-every and recur-offset lines too) is bounded, and written in ASCII digits."""
     from onite.core.timeparse import parse_duration
 
     try:
@@ -451,11 +483,13 @@ def test_durations_any_text(text):
     except InvalidInput:
         return
     assert timedelta(0) < delta <= MAX_DURATION
+    assert not OTHER_DIGIT.search(text)
 
 
 @FUZZ
 @given(texts | st.sampled_from(["+999999999h", "+99999999999999999999d", "0001-01-01T00:00", "9999-12-31T23:59",
-                                "9999-12-31T23:59-14:00", "tomorrow 25:00", "23:59", "1900-01-01T00:00"]))
+                                "9999-12-31T23:59-14:00", "tomorrow 25:00", "23:59", "1900-01-01T00:00",
+                                "tomorrow \u0660\u0667:\u0660\u0660", "+\u0662h"]))
 @pytest.mark.attack
 def test_times_any_text(text):
     from onite.core.timeparse import parse_when
@@ -465,6 +499,7 @@ def test_times_any_text(text):
     except InvalidInput:
         return
     assert EARLIEST <= when < LATEST
+    assert not OTHER_DIGIT.search(text)
 
 
 @FUZZ

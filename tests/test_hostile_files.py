@@ -79,6 +79,14 @@ HOSTILE = {
     "retries-huge": lambda d: with_line(d, b"retries: 99999999999999999999"),
     "after-evil": lambda d: with_line(d, b"after: a\\nb"),
     "after-many": lambda d: with_line(d, b"after: nobody:a\n" * 65),  # each is looked at whenever it might start
+    # numbers int() and float() take but no shell or grep '[0-9]' does: other digits, signs, blanks, '_', '0o'
+    "priority-arabic": lambda d: with_line(d, "priority: \u0663".encode(), replace=b"priority: "),
+    "priority-plus": lambda d: with_line(d, b"priority: +3", replace=b"priority: "),
+    "umask-prefix": lambda d: with_line(d, b"umask: 0o077", replace=b"umask: "),
+    "umask-fullwidth": lambda d: with_line(d, "umask: \uff10\uff10\uff12\uff12".encode(), replace=b"umask: "),
+    "timeout-underscore": lambda d: with_line(d, b"timeout: 1_0"),
+    "timeout-exponent": lambda d: with_line(d, b"timeout: 1e3"),
+    "retries-blank": lambda d: with_line(d, "retries: 1\u00a0".encode()),
 }
 # queued files whose names are no job names
 STRAYS = [b"forged\n2026-11-22T20:00:00+01:00 vm[1] done victim user=root", b"x;$(id)", b"\x1b[31mred\x1b[0m",

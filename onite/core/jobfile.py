@@ -6,6 +6,8 @@ JobFormatError, and ``decode(encode(job)) == job``.
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -14,7 +16,7 @@ from onite.core.escaping import escape, unescape
 from onite.core.job import HEADER_KEYS, Attempt, Job, env_problem
 from onite.core.resources import format_mem, parse_cpus, parse_mem
 from onite.core.timeparse import MAX_DURATION
-from onite.core.values import loads_object
+from onite.core.values import loads_object, whole_text
 
 FORMAT = 1
 MAGIC = b"onite-job: "
@@ -111,10 +113,10 @@ def _decode_header(text: str, body: bytes) -> Job:
         raise JobFormatError(f"damaged job file: no {', '.join(missing)}", "spool the job again")
     return Job(
         name=fields["name"],
-        priority=int(fields["priority"]),
+        priority=whole_text(fields["priority"], "priority"),
         submitted=datetime.fromisoformat(fields["submitted"]),
         host=unescape(fields["host"]).decode("utf-8", "replace"),
-        umask=int(fields["umask"], 8),
+        umask=whole_text(fields["umask"], "umask", base=8),
         cwd=unescape(fields["cwd"]),
         env=dict(env),
         body=body,
@@ -125,10 +127,14 @@ def _decode_header(text: str, body: bytes) -> Job:
     )
 
 
+_SECONDS = re.compile(r"[0-9]{1,30}(?:\.[0-9]{1,30})?")  # as _seconds writes them (float() takes 1e3, 1_0, any digit)
+
+
 def _timeout(text: str) -> timedelta:
-    seconds = float(text)
+    seconds = float(text) if _SECONDS.fullmatch(text) else math.nan
     if not 0 < seconds <= MAX_DURATION.total_seconds():  # also inf, nan, 1e20
-        raise ValueError(f"timeout {text[:40]!r} is not longer than 0 and at most {MAX_DURATION.days} days")
+        raise ValueError(f"timeout {text[:40]!r} is not longer than 0 and at most {MAX_DURATION.days} days, "
+                         "in seconds (7200, 0.25)")
     return timedelta(seconds=seconds)
 
 
@@ -151,7 +157,7 @@ def _request(parse, text: str, what: str) -> int:
 _OPTIONAL = (
     ("urgent", "urgent", lambda _: "yes", lambda text: text == "yes"),
     ("timeout", "timeout", _seconds, _timeout),
-    ("retries", "retries", str, int),
+    ("retries", "retries", str, lambda text: whole_text(text, "retries")),
     ("after", "after", None, None),
     ("at", "not_before", datetime.isoformat, datetime.fromisoformat),
     ("pin", "pin", str, lambda text: text or None),
@@ -161,7 +167,7 @@ _OPTIONAL = (
     ("notify-on", "notify_on", str, lambda text: text or None),
     ("mem", "mem", format_mem, lambda text: _request(parse_mem, text, "mem")),
     ("cpus", "cpus", str, lambda text: _request(parse_cpus, text, "cpus")),
-    ("attempt", "attempt", str, int),
+    ("attempt", "attempt", str, lambda text: whole_text(text, "attempt")),
 )
 
 

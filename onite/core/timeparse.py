@@ -19,16 +19,16 @@ EARLIEST = datetime(1900, 1, 1, tzinfo=timezone.utc)  # the earliest time onite 
 LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)  # times must be before this one
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([dhms])")
 
 
 def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     """Parse ``90s``, ``2h``, ``1h30m``, ``1d`` or a bare number of seconds.
     Raises InvalidInput: the text is not a duration longer than zero and at most MAX_DURATION."""
     raw = text.strip().lower()
-    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
+    if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", raw):
         raw += "s"
-    if not re.fullmatch(r"(?:\d+(?:\.\d+)?[dhms])+", raw):
+    if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+", raw):
         raise InvalidInput(f"bad {what} {_shown(text)}", "write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
                            "is seconds)")
     seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(raw))
@@ -99,7 +99,7 @@ def parse_stamp(text: object) -> datetime | None:
 def parse_clock(text: str, *, what: str = "time") -> time:
     """Parse a wall-clock time ``HH:MM`` (24-hour), or ``HH:MM:SS``.
     Raises InvalidInput: not a valid time of day."""
-    match = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", text.strip())
+    match = re.fullmatch(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", text.strip())
     if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59 or int(match.group(3) or 0) > 59:
         raise InvalidInput(f"bad {what} {text!r}", "write it as HH:MM, e.g. 07:00")
     return time(int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
@@ -121,7 +121,7 @@ def parse_when(text: str, now: datetime) -> datetime:
         except InvalidInput:
             raise _bad_when(text) from None
         return local_time(datetime.combine((now + timedelta(days=1)).date(), clock), now)
-    if re.fullmatch(r"\d{1,2}:\d{2}", raw):
+    if re.fullmatch(r"[0-9]{1,2}:[0-9]{2}", raw):
         return next_clock(parse_clock(raw), now)
     try:
         parsed = datetime.fromisoformat(raw)

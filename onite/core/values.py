@@ -6,6 +6,7 @@ value of the right type and range, ``default`` when the key is absent, or raises
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from onite.core.timeparse import parse_stamp
@@ -30,6 +31,20 @@ def loads_object(raw: bytes | str) -> dict:
 def is_whole(value: object, low: int, high: int) -> bool:
     """Is ``value`` a whole number (not a bool) from ``low`` to ``high``?"""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+_DIGITS = {10: re.compile(r"[0-9]{1,30}"), 8: re.compile(r"[0-7]{1,30}")}  # ASCII digits: \d takes any Unicode digit
+
+
+def whole_text(text: str, what: str, *, base: int = 10) -> int:
+    """``text``, a whole number as onite writes one in a file (``base`` 8: octal), and nothing else: ASCII digits,
+    no sign, blank, ``_`` or prefix. int() alone also takes '\\u0663' and '\\uff13' (3), '+3', ' 3 ', '1_0' and, in
+    base 8, '0o17': numbers a shell or ``grep '^priority: [0-9]'`` reads otherwise, or not at all.
+    Raises ValueError naming ``what``."""
+    if not isinstance(text, str) or _DIGITS[base].fullmatch(text) is None:
+        kind = "an octal number" if base == 8 else "a whole number"
+        raise ValueError(f"{what} {_short(text)} is not {kind} (digits 0 to {base - 1} only)")
+    return int(text, base)
 
 
 def _get(data: dict, key: str, default: object) -> object:
