@@ -482,6 +482,29 @@ def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
     assert r.returncode == 2 and r.stderr.decode().startswith("onite: bad time '\\xfe'"), r
 
 
+@pytest.mark.parametrize("args, said", [
+    (["submit", "ok", "--timeout", b"\xffh"], "bad timeout '\\xffh'"),
+    (["submit", "ok", "--at", b"+\xff"], "bad delay '\\xff'"),
+    (["submit", "ok", "--mem", b"\xffG"], "invalid --mem '\\xffG'"),
+    (["submit", "ok", "--cpus", b"\xff"], "invalid --cpus '\\xff'"),
+    (["submit", "ok", "--notify", b"\xff\xe2\x80\xae"], "invalid --notify '\\xff\\u202e'"),
+    (["recur", "add", "r", "--every", b"\xffh"], "bad interval '\\xffh'"),
+    (["recur", "add", "r", "--cron", b"\xff * * * *"], "bad cron expression '\\xff * * * *': '\\xff' is not"),
+    (["run", "--until", b"\xff"], "bad --until time '\\xff'"),
+    (["report", "--since", b"\xff"], "bad --since '\\xff'"),
+    (["report", "--night", b"\xff"], "bad --night '\\xff'"),
+    (["wait", "ok", "--timeout", b"\xff"], "bad --timeout '\\xff'"),
+])
+def test_every_refusal_spells_a_byte_that_is_not_utf8_as_the_rest_do(spool, args, said):
+    """These quoted what was typed with repr(), which spells the byte 0xff '\\udcff' (and a backslash twice): the
+    one spelling is safetext's, '\\xff' as typed, whatever the terminal's encoding."""
+    argv = [os.fsdecode(a) if isinstance(a, bytes) else a for a in args]
+    for env in ({}, {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"}):
+        r = _onite(spool, *argv, stdin=b"true\n", env=env)
+        err = r.stderr.decode("ascii", "replace")
+        assert r.returncode == 2 and err.startswith(f"onite: {said}") and "udcff" not in err, (env, r)
+
+
 
 def test_a_number_option_given_something_else_says_what_was_typed(spool):
     """The parser's own words ('Invalid value for ...: '1.5' is not a valid int.') are rewritten to quote

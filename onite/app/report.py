@@ -35,7 +35,7 @@ from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
-from onite.core.safetext import printable
+from onite.core.safetext import printable, quoted
 from onite.core.schedule import next_drain
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
 
@@ -172,9 +172,10 @@ def parse_night(text: str, now: datetime) -> date:
         else:
             if EARLIEST.year <= day.year < LATEST.year - 1:  # its night must end before the last time onite takes
                 return day
-            raise InvalidInput(f"bad --night {text!r}: not between the years {EARLIEST.year} and {LATEST.year - 2}",
+            raise InvalidInput(f"bad --night {quoted(text)}: not between the years {EARLIEST.year} and "
+                               f"{LATEST.year - 2}",
                                "write a date such as 2026-11-22, today or yesterday")
-    raise InvalidInput(f"bad --night {text!r}", "write a date such as 2026-11-22, today or yesterday")
+    raise InvalidInput(f"bad --night {quoted(text)}", "write a date such as 2026-11-22, today or yesterday")
 
 
 def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> datetime:
@@ -183,7 +184,7 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
         return now - RECENT
     with contextlib.suppress(InvalidInput):
         return now - parse_duration(text, what=option)
-    bad = InvalidInput(f"bad {option} {text!r}",
+    bad = InvalidInput(f"bad {option} {quoted(text)}",
                        "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
     raw = text.strip().lower()
     if raw.startswith(("+", "tomorrow")):  # no report covers the future

@@ -14,6 +14,7 @@ from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_pro
 from onite.core.names import check_name, job_key, resolve
 from onite.core.record import Record
 from onite.core.resources import parse_cpus, parse_mem
+from onite.core.safetext import quoted
 from onite.core.timeparse import parse_duration, parse_when
 
 
@@ -99,9 +100,9 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
         raise InvalidInput(f"your environment cannot be passed to a job: {problem}",
                            "unset that variable (env -u NAME onite submit …)")
     if request.notify is not None and request.notify not in NOTIFY_HOW:
-        raise InvalidInput(f"invalid --notify {request.notify!r}", "use mail, command or none")
+        raise InvalidInput(f"invalid --notify {quoted(request.notify)}", "use mail, command or none")
     if request.notify_on is not None and request.notify_on not in NOTIFY_ON:
-        raise InvalidInput(f"invalid --notify-on {request.notify_on!r}", "use failure or always")
+        raise InvalidInput(f"invalid --notify-on {quoted(request.notify_on)}", "use failure or always")
     if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
         raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
                            "ask the admin to set notify_command (--notify mail works where this machine can send mail)")

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from onite.core.errors import InvalidInput
 from onite.core.record import Record
+from onite.core.safetext import quoted
 from onite.core.timeparse import format_duration, parse_duration
 
 _DAY = timedelta(days=1)
@@ -41,6 +42,11 @@ _PLAIN_FIELD = re.compile(r"\*|(?:0|[1-9][0-9]?)(?:,(?:0|[1-9][0-9]?))*")  # *, 
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)  # a fixed start keeps validation deterministic
 
 
+def _shown(text: str) -> str:
+    """What a user typed or wrote, quoted whole (an expression is at most MAX_CRON_LENGTH long)."""
+    return quoted(text, 2 * MAX_CRON_LENGTH)
+
+
 class Cron(Record):
     """What the day-by-day engine needs from one validated expression."""
 
@@ -59,22 +65,23 @@ def compile_cron(expr: str) -> Cron:
     if not text:
         raise InvalidInput("empty cron expression", _FIVE_FIELDS_HINT)
     if len(text) > MAX_CRON_LENGTH:
-        raise InvalidInput(f"cron expression {text[:40]!r}... is {len(text)} characters long",
+        raise InvalidInput(f"cron expression {quoted(text)} is {len(text)} characters long",
                            f"write it in at most {MAX_CRON_LENGTH}, with ranges (1-5) and steps (*/2)")
     if text.startswith("@"):
         five = _MACROS.get(text.lower())
         if five is None:
-            raise InvalidInput(f"cron expression {expr!r} is not a time", _FIVE_FIELDS_HINT)
-        raise InvalidInput(f"cron shorthand {expr!r} is not supported", f"write the five fields instead: '{five}'")
+            raise InvalidInput(f"cron expression {_shown(expr)} is not a time", _FIVE_FIELDS_HINT)
+        raise InvalidInput(f"cron shorthand {_shown(expr)} is not supported",
+                           f"write the five fields instead: '{five}'")
     fields = text.split(" ")
     if len(fields) == 6:
-        raise InvalidInput(f"cron expression {expr!r} has 6 fields: onite takes no seconds or year field",
+        raise InvalidInput(f"cron expression {_shown(expr)} has 6 fields: onite takes no seconds or year field",
                            _FIVE_FIELDS_HINT)
     if len(fields) != 5:
         count = f"{len(fields)} field" + ("" if len(fields) == 1 else "s")
-        raise InvalidInput(f"cron expression {expr!r} has {count}, not 5", _FIVE_FIELDS_HINT)
+        raise InvalidInput(f"cron expression {_shown(expr)} has {count}, not 5", _FIVE_FIELDS_HINT)
     if re.search(_RANDOM, text, re.IGNORECASE):
-        raise InvalidInput(f"cron expression {expr!r} uses R (a random value)",
+        raise InvalidInput(f"cron expression {_shown(expr)} uses R (a random value)",
                            "write the exact minutes and hours, so that fire times are predictable")
     daily = _daily(text, fields)
     if daily is not None:
@@ -85,18 +92,20 @@ def compile_cron(expr: str) -> Cron:
         for i, field in enumerate(fields):
             if not croniter.is_valid(" ".join(field if j == i else "*" for j in range(5)), strict=True):
                 raise InvalidInput(
-                    f"bad cron expression {expr!r}: {field!r} is not a valid {_FIELDS[i]} field",
+                    f"bad cron expression {_shown(expr)}: {_shown(field)} is not a valid {_FIELDS[i]} field",
                     f"the {_FIELDS[i]} field takes {_FIELD_RANGES[i]}, lists (1,5), ranges (1-5) and steps (*/2)",
                 )
         raise InvalidInput(
-            f"cron expression {expr!r} never fires: day {fields[2]!r} does not occur in month {fields[3]!r}",
+            f"cron expression {_shown(expr)} never fires: day {_shown(fields[2])} does not occur in month "
+            f"{_shown(fields[3])}",
             "pick a day that every chosen month has, or L for the month's last day",
         )
     try:
         probe = croniter(text, _PROBE_FROM, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
         probe.get_next(datetime)
     except CroniterError:
-        raise InvalidInput(f"cron expression {expr!r} fires less than once in {MAX_YEARS_BETWEEN_FIRES} years",
+        raise InvalidInput(f"cron expression {_shown(expr)} fires less than once in {MAX_YEARS_BETWEEN_FIRES} "
+                           "years",
                            "check its day-of-month, month and day-of-week fields") from None
     minute_field, hour_field = probe.expanded[0], probe.expanded[1]
     minutes = range(60) if minute_field == ["*"] else minute_field
@@ -189,18 +198,18 @@ def parse_rule(*, cron: str | None = None, every: str | None = None, offset: str
     """Build a rule from the user's ``--cron EXPR`` or ``--every DURATION [--offset DURATION]``.
     Raises InvalidInput: neither or both of cron/every, offset without every, or a bad value."""
     if cron is not None and every is not None:
-        raise InvalidInput(f"both --cron {cron!r} and --every {every!r} given",
+        raise InvalidInput(f"both --cron {_shown(cron)} and --every {_shown(every)} given",
                            "give one of them: --cron '0 20 * * *' or --every 25m [--offset 2m]")
     if cron is not None:
         if offset is not None:
-            raise InvalidInput(f"--offset {offset!r} goes with --every, not with --cron {cron!r}",
+            raise InvalidInput(f"--offset {_shown(offset)} goes with --every, not with --cron {_shown(cron)}",
                                "put the offset into the cron expression's minute field, e.g. '2-59/25 * * * *'")
         return CronRule(cron)
     if every is not None:
         interval = parse_duration(every, what="interval")
         return EveryRule(interval, _parse_offset(offset) if offset is not None else timedelta(0))
     if offset is not None:
-        raise InvalidInput(f"--offset {offset!r} needs --every", "write e.g. --every 25m --offset 2m")
+        raise InvalidInput(f"--offset {_shown(offset)} needs --every", "write e.g. --every 25m --offset 2m")
     raise InvalidInput("a recurring job needs a rule", "give --cron '0 20 * * *' or --every 25m [--offset 2m]")
 
 
@@ -208,7 +217,7 @@ def _parse_offset(text: str) -> timedelta:
     """Like parse_duration, but 0 (``0``, ``0m``) is a valid offset and a minus sign is named."""
     raw = text.strip()
     if raw.startswith("-"):
-        raise InvalidInput(f"offset {text!r} is negative", "use an offset of 0 or more, e.g. --offset 2m")
+        raise InvalidInput(f"offset {_shown(text)} is negative", "use an offset of 0 or more, e.g. --offset 2m")
     if re.fullmatch(r"(?:0+(?:\.0*)?[dhms]?)+", raw.lower()):
         return timedelta(0)
     return parse_duration(raw, what="offset")

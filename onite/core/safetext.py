@@ -45,6 +45,12 @@ def phrase(text: str) -> str:
     return re.sub(r"\s{2,}", " ", shown).strip() if "  " in shown else shown.strip()
 
 
+def quoted(text: str, limit: int = 40) -> str:
+    """``text`` in single quotes, as a message quotes what a user typed or wrote: ``printable`` (a byte that is not
+    UTF-8 is ``\\xff`` here as everywhere, never repr's ``\\udcff``), cut to ``limit`` characters with ``...``."""
+    return "'" + printable(text if len(text) <= limit else text[:limit - 3] + "...") + "'"
+
+
 def printable_output(text: str) -> str:
     """A job's output as another user's terminal may show it: ``printable``, but newlines and tabs kept."""
     return text if _is_safe(text) else re.sub(_OUTPUT_UNSAFE, _spell, text)

@@ -12,7 +12,7 @@ from datetime import date, datetime, time, timedelta, timezone, tzinfo
 
 from onite.core.errors import InvalidInput
 from onite.core.record import Record
-from onite.core.safetext import printable
+from onite.core.safetext import printable, quoted
 
 MAX_DURATION = timedelta(days=366)  # the longest duration onite takes: timeouts, delays, intervals
 EARLIEST = datetime(1900, 1, 1, tzinfo=timezone.utc)  # the earliest time onite takes
@@ -42,7 +42,7 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
 
 
 def _shown(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+    return quoted(text)
 
 
 def is_valid_time(when: object) -> bool:
@@ -101,7 +101,7 @@ def parse_clock(text: str, *, what: str = "time") -> time:
     Raises InvalidInput: not a valid time of day."""
     match = re.fullmatch(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", text.strip())
     if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59 or int(match.group(3) or 0) > 59:
-        raise InvalidInput(f"bad {what} {text!r}", "write it as HH:MM, e.g. 07:00")
+        raise InvalidInput(f"bad {what} {quoted(text)}", "write it as HH:MM, e.g. 07:00")
     return time(int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
 
 
