@@ -92,6 +92,8 @@ def test_oversized_variable_is_named():
 @pytest.mark.parametrize("line", [
     "#SBATCH --array=1-3", "#SBATCH --array 1-3", "#SBATCH -a 1-3", "#SBATCH -a1-3", "#SBATCH --wait",
     "#SBATCH -W", "#SBATCH -vW", "#SBATCH --mem=1G --wait", "#SBATCH hetjob",
+    # getopt_long takes a long option cut short: sbatch reads these as --array (--arr=zz: "Invalid job array")
+    "#SBATCH --arr=1-3", "#SBATCH --ar 1-3", "#SBATCH --arra=1-3",
 ])
 def test_directives_that_break_one_job_one_slurm_job_are_refused(line):
     problem = unsupported_directive(f"#!/bin/sh\n#SBATCH --mem=1G\n{line}\necho\n".encode())
@@ -104,6 +106,7 @@ def test_directives_that_break_one_job_one_slurm_job_are_refused(line):
     "#!/bin/sh\n# SBATCH --wait\necho\n",
     "#!/bin/sh\n#SBATCH --output=/tmp/a-W\n#SBATCH -p wait\n",
     "#!/bin/sh\n#SBATCH --time=5 # --wait in a comment\n",
+    "#!/bin/sh\n#SBATCH --wait-all-nodes=1\n#SBATCH --account=arr\n",
 ])
 def test_ordinary_directives_pass(text):
     assert unsupported_directive(text.encode()) is None

@@ -814,6 +814,16 @@ def test_refusals_become_clear_failed_results(slurm_spool, workdir):
     assert f"the job text is {len(huge)} bytes" in result(slurm_spool, "huge")["reason"]
 
 
+@needs_root
+def test_a_directive_cut_short_that_sbatch_reads_as_array_is_refused(slurm_spool, workdir):
+    """sbatch reads its #SBATCH lines with getopt_long, which takes '--arr=1-2' for '--array=1-2': onite's check
+    looked for the whole word only, and nobody's one job became a Slurm job array, which onite polls as one job."""
+    submit("arr", "#!/bin/sh\n#SBATCH --arr=1-2\necho\n", user="nobody", cwd=workdir)
+    assert drain(slurm_spool).returncode == 0
+    told = result(slurm_spool, "nobody:arr")
+    assert told["reason"].startswith("'#SBATCH --arr=1-2' is not supported") and told["external_id"] is None, told
+
+
 @pytest.mark.parametrize("command", [["run"], ["daemon", "--drain-now"]])
 def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spool, world_tmp, command):
     conf = world_tmp / "slurm.conf"  # the real config, but pointing at a port nobody listens on

@@ -90,9 +90,12 @@ def unsupported_directive(script: bytes) -> str | None:
 
 
 def _option(word: str) -> str:
-    """The option ``word`` gives (``--name``, or the first short one that is no flag: ``-vW`` → ``-W``)."""
+    """The option ``word`` gives (``--name``, or the first short one that is no flag: ``-vW`` → ``-W``). sbatch reads
+    its options with getopt_long, which takes a long one cut short (``--arr=1-3`` is ``--array=1-3``): a start of a
+    refused one is that one (sbatch takes it, or refuses it as ambiguous)."""
     if word.startswith("--"):
-        return word.split("=", 1)[0]
+        name = word.split("=", 1)[0]
+        return next((full for full in _REFUSED if len(name) > 2 and full.startswith(name)), name)
     if word.startswith("-"):
         for letter in word[1:]:
             if letter not in _FLAGS or f"-{letter}" in _REFUSED:
