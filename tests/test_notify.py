@@ -353,6 +353,25 @@ def test_a_reason_with_a_unicode_line_separator_still_reaches_the_owner_by_mail(
     assert events(spool, "notify-failed") == []
 
 
+def test_a_reason_quoting_bytes_that_are_not_utf8_keeps_them_spelt_to_the_owners_mail(spool, mailbox, world_tmp):
+    """A job whose directory or interpreter path holds the byte 0xff: its reason said '?' (the monitor's words were
+    encoded with errors="replace" on their way to the driver), so the record, the report and the mail lost which
+    path it was. It is spelt '\\xff', as onite.core.safetext spells such a byte everywhere."""
+    set_config(spool, notify="mail", sendmail=mailbox.sendmail)
+    gone = world_tmp / os.fsdecode(b"gone\xff")
+    gone.mkdir()
+    assert run_cli(["submit", "lost"], stdin=b"true\n", cwd=str(gone)).code == 0
+    gone.rmdir()
+    assert run_cli(["submit", "shebang"], stdin=b"#!/nonexistent/\xff\n", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert result(spool, "lost")["reason"] == f"its directory {world_tmp}/gone\\xff no longer exists"
+    assert result(spool, "shebang")["reason"] == "cannot start /nonexistent/\\xff: no such file"
+    subjects = sorted(msg["Subject"].strip() for _, msg in messages(mailbox))  # folded before a backslash
+    assert subjects == [f"onite: job lost failed (its directory {world_tmp}/gone\\xff no longer exists)",
+                        "onite: job shebang failed (cannot start /nonexistent/\\xff: no such file)"]
+    assert events(spool, "notify-failed") == []
+
+
 # ---- another user's job (root) -----------------------------------------------------------
 
 

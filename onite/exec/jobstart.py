@@ -68,7 +68,7 @@ def start(plan: Plan, forked=None) -> tuple[int | None, str]:
     except OSError as err:
         if stage == "exec" and not err.filename:  # it failed before the exec: dropping to the owner
             stage = "exec" if err.errno in (errno.EAGAIN, errno.ENOMEM) else "user"
-        what = os.fsdecode(plan.argv[0]) if stage == "exec" and err.filename else ""
+        what = _path_text(plan.argv[0]) if stage == "exec" and err.filename else ""
         return None, f"{stage} {err.errno or 0} {what}"
     except (ValueError, subprocess.SubprocessError) as err:  # e.g. an embedded NUL byte
         return None, f"{stage} 0 {type(err).__name__}"
@@ -140,7 +140,7 @@ def reason(report: str, plan: Plan) -> str:
     stage, _, rest = report.partition(" ")
     code_text, _, what = rest.partition(" ")
     code = int(code_text) if code_text.isdigit() else 0
-    cwd = os.fsdecode(plan.cwd)
+    cwd = _path_text(plan.cwd)
     if stage == "pam":  # onite.exec.pam: PAM's own words
         return what
     if stage == "chdir":
@@ -150,12 +150,18 @@ def reason(report: str, plan: Plan) -> str:
             return f"its directory {cwd} is not a directory"
         return f"cannot enter its directory {cwd}: {_words(code, what)}"
     if stage == "exec":
-        program = what or os.fsdecode(plan.argv[0])
+        program = what or _path_text(plan.argv[0])
         if code == errno.ENOENT:
             return f"cannot start {program}: no such file"
         return f"cannot start {program}: {_words(code, what)}"
     doing = {"cgroup": "cannot join its cgroup", "user": "cannot switch to its owner"}.get(stage, "cannot start")
     return f"{doing}: {_words(code, what)}"
+
+
+def _path_text(path: bytes) -> str:
+    """A path of the owner's in a reason: a byte that is not UTF-8 spelt ``\\xff``, as onite.core.safetext spells it
+    (os.fsdecode's surrogate became '?' on its way to the driver, and the path was lost)."""
+    return path.decode("utf-8", "backslashreplace")
 
 
 def _words(code: int, fallback: str) -> str:

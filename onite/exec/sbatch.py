@@ -183,7 +183,7 @@ def refusal(stderr: bytes, script_size: int = 0) -> str:
 def answer(code: int, stdout: bytes, stderr: bytes, *, script_size: int, cwd: bytes, owner: str) -> tuple[str | None, str]:
     """What an sbatch that ran as ``owner`` said: (its job id, ""), or (None, why it gave none)."""
     if code == CD_FAILED:
-        return None, f"its directory {os.fsdecode(cwd)} is not accessible to {owner}"
+        return None, f"its directory {cwd.decode('utf-8', 'backslashreplace')} is not accessible to {owner}"
     job_id = parse_job_id(stdout) if code == 0 else None
     if job_id is not None:
         return job_id, ""
