@@ -482,6 +482,20 @@ def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
     assert r.returncode == 2 and r.stderr.decode().startswith("onite: bad time '\\xfe'"), r
 
 
+
+@needs_root
+def test_the_log_shows_a_stray_files_byte_that_is_not_utf8_as_the_rest_do(spool, cli):
+    """A file nobody put in a queue, named with the byte 0xff: `onite log` said "stray\\udcff" (the log's spelling, which
+    gives back that very byte in --json) where every other message says '\\xff'."""
+    from test_hostile_files import write_as
+
+    write_as("nobody", os.fsencode(spool / "jobs" / "P4") + b"/stray\xff", b"x")
+    assert drain(spool).returncode == 0
+    shown = cli(["log"], user="nobody").out
+    assert '] refused "stray\\xff" owner=nobody' in shown and "udcff" not in shown, shown
+    [event] = [e for e in cli(["log", "--json"], user="nobody").json()["events"] if e.get("event") == "refused"]
+    assert event["name"] == os.fsdecode(b"stray\xff")  # the log itself keeps the byte exactly
+
 @pytest.mark.parametrize("args, said", [
     (["submit", "ok", "--timeout", b"\xffh"], "bad timeout '\\xffh'"),
     (["submit", "ok", "--at", b"+\xff"], "bad delay '\\xff'"),

@@ -87,14 +87,14 @@ def log(
     spool: SpoolOpt = None,
 ) -> None:
     """Print the last lines of the activity log."""
-    from onite.spool.log import log_json, tail
+    from onite.spool.log import log_json, readable, tail
 
     tailed = tail(open_spool(spool, reading=True).log_path, lines)
     if as_json:
         print(log_json(tailed))
         return
     for line in tailed:  # onite escapes what it logs; a line from elsewhere may not be
-        print(printable(line))
+        print(printable(readable(line)))
 
 
 @command()

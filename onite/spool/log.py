@@ -57,6 +57,18 @@ def _unquoted(text: str) -> str:
     return _ESCAPE.sub(unspell, text[1:-1])
 
 
+_BYTE = re.compile(r"\\(\\|udc[89a-f][0-9a-f])")  # an escaped backslash, or a byte that is not UTF-8 (_spell)
+
+
+def readable(line: str) -> str:
+    """A line of the log as ``onite log`` shows it: as logged, but a byte of a file name that is not UTF-8, which the
+    log spells ``\\udcff`` (``parse_line`` gives back exactly that byte, never the letter U+00FF), spelt ``\\xff``, as
+    onite.core.safetext spells it everywhere else."""
+    if "\\" not in line:
+        return line
+    return _BYTE.sub(lambda m: m.group() if m.group(1) == "\\" else "\\x" + m.group(1)[3:], line)
+
+
 def format_line(when: datetime, host: str, pid: int, event: str, name: str = "", /, **fields: object) -> str:
     """One line of the log, its newline included, whatever ``name`` and the fields hold."""
     parts = [when.isoformat(timespec="seconds"), f"{host}[{pid}]", event]
