@@ -89,8 +89,8 @@ def _decode_header(text: str, body: bytes) -> Job:
     tried: list[Attempt] = []
     extra: list[tuple[str, str]] = []
     head, sep, block = text.partition("\nenv: ")
-    env, others = _env_block("env: " + block) if sep else ({}, [])
-    for line in [*head.split("\n"), *others]:
+    env = _env_block("env: " + block) if sep else {}
+    for line in head.split("\n"):
         key, sep, value = line.partition(": ")
         if not sep:
             raise JobFormatError(f"damaged job file header line {line[:40]!r}", "spool the job again")
@@ -172,22 +172,19 @@ _OPTIONAL = (
 
 
 @lru_cache(maxsize=1)
-def _env_block(block: str) -> tuple[dict[bytes, bytes], list[str]]:
-    """The environment the ``env:`` lines of ``block`` hold, and its other lines. The jobs of a batch share
+def _env_block(block: str) -> dict[bytes, bytes]:
+    """The environment the ``env:`` lines of ``block`` hold: the header's last lines, each of them one (every
+    reader of a job file, the daemon's look at its ``at`` too, stops at the first). The jobs of a batch share
     their environment, and a driver decodes them one after another: the last block is kept (``decode``
     copies its environment into each Job).
-    Raises JobFormatError: a damaged env line, or an environment execve cannot take."""
+    Raises JobFormatError: a line that is no env line, a damaged one, or an environment execve cannot take."""
     env: dict[bytes, bytes] = {}
-    others = []
     for line in block.split("\n"):
-        if not line.startswith("env: "):
-            others.append(line)
-            continue
         name, eq, val = line[5:].partition("=")
-        if not eq:
-            raise JobFormatError(f"damaged env line {line[5:45]!r}", "spool the job again")
+        if not line.startswith("env: ") or not eq:
+            raise JobFormatError(f"damaged env line {line[:45]!r}: the env lines end the header", "spool the job again")
         env[unescape(name)] = unescape(val)
     problem = env_problem(env)
     if problem:
         raise JobFormatError(f"damaged job file: {problem}", "spool the job again")
-    return env, others
+    return env
