@@ -466,6 +466,9 @@ def test_subjects_say_how_it_ended():
     assert subject(make_result(JobState.CANCELLED, "cancelled by bob")) == "onite: job job cancelled by bob"
     # a reason built from a user's data (a directory name) cannot add a header
     assert subject(make_result(reason="its directory /tmp/a\nBcc: eve no longer exists")).count("\n") == 0
+    # and what a reader's terminal or mail client would act on is spelt, as everywhere (core.safetext)
+    spelt = subject(make_result(reason="its directory /tmp/\u202egnp.exe\u200b\x1b[2J no longer exists"))
+    assert spelt == "onite: job job failed (its directory /tmp/\\u202egnp.exe\\u200b\\e[2J no longer exists)"
 
 
 def test_mail_message_headers_and_body():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import signal
 from collections import deque
 from contextlib import suppress
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from onite.core.clock import SYSTEM, Clock
 from onite.core.names import is_valid_key, shown
+from onite.core.safetext import phrase
 from onite.core.state import JobState, Result
 from onite.spool.outputs import run_tail
 from onite.spool.results import result_record
@@ -36,7 +36,6 @@ MAX_RUNNING = 8  # notifiers at once: a burst of failures must not become a burs
 MAX_WAITING = 1000  # notices waiting for one of those; beyond that they are logged and dropped
 MAX_WAITING_PER_USER = 100  # of them one user's
 KILL_WAIT = 5.0  # seconds to wait for a killed notifier to be reaped before giving up on it
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")  # and what the email module takes for line breaks
 
 
 def find_sendmail(config) -> tuple[str | None, str]:
@@ -61,7 +60,9 @@ def wants_notice(result: Result, job_notify: str | None, job_notify_on: str | No
 
 
 def _one_line(text: str, limit: int = 120) -> str:
-    text = _CONTROL.sub(" ", text).strip()
+    """``text`` as a mail shows it: safetext.phrase (no line break the email module would fold at, no
+    invisible or reordering character), cut to ``limit``."""
+    text = phrase(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
