@@ -345,6 +345,20 @@ def test_a_full_disk_starts_nothing_and_loses_nothing(small_disk, workdir):
     assert runs_of(ledger) == {f"j{i:02d}": 1 for i in range(20)}
 
 
+def test_a_quiet_drain_on_a_full_disk_says_one_line(small_disk):
+    """``onite run -q`` on a full spool (cron's drain) said two lines on stderr: the log's own
+    ``onite: cannot write the log …`` and then the driver's error, which names that same reason.
+    The driver's error is the one line."""
+    mnt, spool = small_disk
+    submit("j", "true\n", spool=spool)
+    filler = fill(mnt / "filler")
+    proc = drain(spool, "-q")
+    filler.unlink()
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == 4, lines
+    assert len(lines) == 1 and lines[0].startswith("onite: cannot record a run"), lines
+
+
 def test_a_full_disk_stops_a_drain_of_a_long_queue_at_once(small_disk):
     """With 300 jobs queued on a full disk the driver claimed one job after another,
     failing each one's record and putting it back, and never looked at a signal: it ran for minutes,

@@ -160,9 +160,11 @@ class ActivityLog:
         self._cut = False
 
     def _cannot_write(self, err: OSError) -> None:
-        """Tell ``on_failure``, and say on stderr once a reason (stderr may be on the same full disk)."""
+        """Tell ``on_failure`` (a driver: its error names the reason), else say on stderr once a reason
+        (stderr may be on the same full disk)."""
         if self.on_failure is not None:
             self.on_failure(f"cannot write the log {self.path}: {err.strerror}")
+            return
         if err.errno in self._said:
             return
         self._said.add(err.errno)
