@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import NO_SYSTEM_CONFIG, REPO, ROOT, drain, needs_root, result, run_cli, set_config
+from conftest import NO_SYSTEM_CONFIG, REPO, ROOT, drain, init_spool_at, needs_root, result, run_cli, set_config
 
 
 def submit(name, body="true\n", *args):
@@ -140,6 +140,17 @@ def test_cron_lines(spool, cli):
     assert entries[1].startswith("30 23 * * 1-5 ")
     set_config(spool, schedule=["61 20 * * *"])
     assert cli(["cron"]).code == 2
+
+
+@pytest.mark.parametrize("odd", ["a\nb", "50%"])
+def test_cron_lines_of_a_spool_no_crontab_can_hold_are_refused(world_tmp, cli, odd):
+    """``onite cron`` printed (exit 0) lines for a spool whose path holds a newline or a % (which cron
+    reads as a newline): a crontab that cron rejects, or a command it cuts short. It is refused,
+    as --install refuses it."""
+    spool = init_spool_at(world_tmp / odd)
+    r = cli(["cron", "--spool", str(spool)])
+    assert r.code == 2 and r.out == "", r
+    assert len(r.err.splitlines()) == 1 and "cannot be written in a crontab" in r.err, r
 
 
 def test_status_json(spool, cli):

@@ -80,6 +80,7 @@ def _crontab(text: str | None = None) -> str:
 def cron_lines(spool: str | None) -> str:
     """``onite cron``: root crontab lines that start this onite at the times of the spool's ``schedule``."""
     target = open_spool(spool)
+    _check_writable(target.root)
     entries = crontab_entries(target.root, target.config.schedule, command_prefix())
     return "\n".join([
         f"# onite: drain the spool {target.root} at the times of `schedule` in its onite.toml",
@@ -119,9 +120,7 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
     if not schedule:
         raise InvalidInput("schedule in onite.toml is empty: there is no time to start a drain at",
                            "set schedule (e.g. schedule = [\"0 20 * * *\"]), then run onite cron --install again")
-    if any(ord(c) < 32 or c == "\x7f" or c == "%" for c in str(root)):
-        raise InvalidInput(f"the spool's path {str(root)!r} cannot be written in a crontab "
-                           "(control characters or %)", "use a spool path without them")
+    _check_writable(root)
     command = command_prefix()
     entries = crontab_entries(root, schedule, command)
     kept, replaced = without_block(_crontab(), root)
@@ -138,6 +137,14 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
         lines.append(f"next drain {when_text(upcoming, now)} by cron on host {host}; "
                      "onite status and onite submit tell every user so")
     return lines, kept
+
+
+def _check_writable(root: Path) -> None:
+    """InvalidInput if the spool's path cannot stand in a crontab line (cron ends a line at a newline, and
+    a command at a %)."""
+    if any(ord(c) < 32 or c == "\x7f" or c == "%" for c in str(root)):
+        raise InvalidInput(f"the spool's path {str(root)!r} cannot be written in a crontab "
+                           "(control characters or %)", "use a spool path without them")
 
 
 def _uninstall(spool, host: str) -> tuple[list[str], list[str]]:
