@@ -1,6 +1,8 @@
 """onite submit: capture, validation, policy, atomicity (real CLI in a forked child, real files)."""
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -8,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, drain, result, run_cli, set_config
+from conftest import REPO, drain, result, run_cli, set_config, wait_for
 from onite.core.jobfile import decode
 
 ENV = {
@@ -108,6 +110,40 @@ def test_huge_input_within_limit_is_kept_exactly(spool, cli):
     body = b"#!/bin/sh\nexit 0\n" + os.urandom(3 * 1024 * 1024)
     assert cli(["submit", "huge"], stdin=body).code == 0
     assert decode((spool / "jobs" / "P4" / "root:huge").read_bytes()).body == body
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to stop a submit between its check and its write")
+@pytest.mark.parametrize("args, synced, key, after", [
+    ([], "fsync", "race", ""),
+    (["--lines"], "syncfs", "race-00001", " (none of the 1 jobs was spooled)")])
+def test_a_name_another_submit_takes_while_this_one_writes_is_said_as_a_taken_name(spool, cli, tmp_path, args,
+                                                                                   synced, key, after):
+    """Two submits of one name: the second passes the check while the name is free, and the first
+    spools it before the second names its file. The loser said the spool's inner path
+    (``onite: /var/spool/onite/jobs/P4/root:race already exists``); it says what a taken name says."""
+    text, said = tmp_path / "loser.sh", tmp_path / "strace.out"
+    text.write_bytes(b"echo loser\n")
+    env = dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO))
+    # strace stops the submit once its job file is written and synced, before it is named
+    traced = subprocess.Popen([shutil.which("strace"), "-f", "-qq", "-o", str(said), "-e", f"trace={synced}",
+                               "-e", f"inject={synced}:signal=STOP:when=1", sys.executable, "-m", "onite", "submit",
+                               "race", *args], env=env, stdin=text.open("rb"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = wait_for(lambda: next((x for x in said.read_text().splitlines() if "stopped by SIGSTOP" in x), None),
+                        what="the submit to stop before naming its file")
+        assert cli(["submit", key], stdin=b"echo winner\n").code == 0
+        os.kill(int(line.split()[0]), signal.SIGCONT)
+        _, err = traced.communicate(timeout=60)
+    finally:
+        if traced.poll() is None:
+            traced.kill()
+            traced.wait()
+    lines = err.decode().splitlines()
+    assert traced.returncode == 3, lines
+    assert lines == [f"onite: a job named {key!r} is already queued (P4, root){after} — pick another name, "
+                     "or use --unique"]
+    assert decode((spool / "jobs" / "P4" / f"root:{key}").read_bytes()).body == b"echo winner\n"
+    assert not list((spool / "jobs").rglob(".*"))
 
 
 def test_file_size_limit_leaves_nothing_behind(spool, cli):

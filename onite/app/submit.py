@@ -68,8 +68,10 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
     markers = prepare_holds(spool, [job.name], caller, [job.name] if hold else [], owner=owner)
     try:
         create_file(spool.folder_for(job.priority, job.urgent), job.name, encode(job), owner=owner)
-    except OniteError:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
+    except OniteError as err:  # nothing was spooled (on an interrupt it may have been: a marker too many is safe)
         undo_holds(markers)
+        if isinstance(err, Refused):  # taken since the check (a concurrent submit): said as a taken name
+            refuse_taken(spool, [job.name], caller.uid if owner is None else owner[0])
         raise
 
 
@@ -234,12 +236,17 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
         created = getattr(err, "created", 0)
         unspooled = set(names[created:])
         undo_holds([m for m in markers if m.name.partition("@")[0] in unspooled])
+        if isinstance(err, Refused):  # taken since the check (a concurrent submit): said as a taken name
+            try:
+                refuse_taken(spool, names[created:created + 1], caller.uid)
+            except Refused as taken:
+                err = taken
         if created:
             err.what += (f" (the first {created} of the {len(jobs)} jobs were spooled: {requests[0].name} to "
                          f"{requests[created - 1].name})")
         else:
             err.what += f" (none of the {len(jobs)} jobs was spooled)"
-        raise
+        raise err from None
     return [r.name for r in requests]
 
 
