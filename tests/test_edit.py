@@ -363,6 +363,31 @@ def test_an_edit_that_a_cancel_overtakes_says_the_job_was_cancelled_not_started(
     assert result(spool, "racing")["state"] == "cancelled"
 
 
+@needs_root
+@pytest.mark.parametrize("change, patched", [(["--mem", "20M"], "onite.app.edit.add_edit"),
+                                             (["-p", "2"], "onite.spool.edits.rename_exchange")])
+def test_an_edit_that_its_owners_withdrawal_overtakes_says_the_job_was_cancelled(spool, monkeypatch, change, patched):
+    """nobody cancels its queued job as root edits it: the job is withdrawn into cancel/, and no result says so
+    until a driver files it. The edit said `started just now … onite restart` (no driver runs). It says the
+    job was cancelled."""
+    import importlib
+
+    module, _, attr = patched.rpartition(".")
+    original = getattr(importlib.import_module(module), attr)
+
+    def withdraw_first(*args, **kwargs):  # the owner's cancel comes just before the edit's own write
+        assert run_cli(["cancel", "racing"], user="nobody", cwd="/tmp").code == 0
+        return original(*args, **kwargs)
+
+    assert run_cli(["submit", "racing"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    monkeypatch.setattr(patched, withdraw_first)
+    r = run_cli(["edit", "nobody:racing", *change])
+    monkeypatch.undo()
+    assert r.code == 3 and r.err.startswith("onite: job 'nobody:racing' was cancelled just now: ") and \
+        r.err.endswith(" — see onite list --all\n"), r
+    assert [p.name.partition("@")[0] for p in (spool / "cancel").iterdir()] == ["nobody:racing"]
+
+
 @pytest.mark.parametrize("command", ["edit", "restart"])
 def test_the_help_of_edit_and_restart_says_an_option_left_out_keeps_the_jobs_value(spool, command):
     """``onite edit --help`` said of -p ``default from onite.toml`` and of --mem and --cpus ``default:

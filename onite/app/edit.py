@@ -22,7 +22,7 @@ from onite.spool.filecheck import BadFile, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, find_running, read_markers
+from onite.spool.scan import find_queued, find_running, read_markers, withdrawn_entries
 
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
@@ -36,7 +36,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     try:
         job, st = read_job_file(entry.path, spool.config.max_job_size)
     except FileNotFoundError:
-        raise _left(text, "it cannot be edited any more", _cancelled(spool, name, None)) from None
+        raise _left(text, "it cannot be edited any more", _cancelled(spool, name, None, entry.ino)) from None
     except (BadFile, JobFormatError) as err:
         raise Refused(f"job {text!r} cannot be edited: {getattr(err, 'what', err)}",
                       "cancel it and spool it anew") from None
@@ -63,7 +63,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
         if done == "started" and marker is not None and not withdraw_edit(marker):
             done = "changed"
         if done == "changed":
-            if _cancelled(spool, name, job):
+            if _cancelled(spool, name, job, st.st_ino):
                 raise _left(text, "nothing left to change", cancelled=True)
             return f"{label(new.name)}: changed as it started (in its old priority)"
         if done != "started":
@@ -82,14 +82,20 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
             _withdraw_older(spool, name, marker)
             return f"{label(name)}: changed; it keeps its place"
         if not withdraw_edit(marker):  # the driver took it as it claimed the job, or a cancel took it
-            if _cancelled(spool, name, job):
+            if _cancelled(spool, name, job, st.st_ino):
                 raise _left(text, "nothing left to change", cancelled=True)
             return f"{label(name)}: changed as it started"
-    raise _left(text, "nothing changed", _cancelled(spool, name, job))
+    raise _left(text, "nothing changed", _cancelled(spool, name, job, st.st_ino))
 
 
-def _cancelled(spool: SpoolDir, name: str, job) -> bool:
-    """Was this queued job (``job``: as read; None: not read) cancelled before it started? Its result says so."""
+def _cancelled(spool: SpoolDir, name: str, job, ino: int = 0) -> bool:
+    """Was this queued job (``job``: as read; None: not read; ``ino``: its file's inode, 0 if not known) cancelled
+    before it started? Its result says so, or, withdrawn by its owner and not filed yet, its file in cancel/."""
+    try:
+        if any(e.name == name and (not ino or e.ino == ino) for e in withdrawn_entries(spool)):
+            return True
+    except SpoolIOError:
+        pass
     try:
         record = read_result(spool, name)
     except (DamagedRecord, SpoolIOError):

@@ -187,7 +187,7 @@ def live_entries(spool: SpoolDir, name: str, *,
 
 def cancel_inbox(spool: SpoolDir) -> list[Entry]:
     """cancel/: withdrawn jobs (non-empty files) and cancel requests (empty ones). Raises SpoolIOError."""
-    return [Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size)
+    return [Entry(name, Path(entry.path), st.st_uid, st.st_mode, st.st_ctime_ns, size=st.st_size, ino=st.st_ino)
             for name, entry, st in token_entries(spool.cancel_dir)]
 
 
