@@ -157,6 +157,25 @@ def test_locate_order(tmp_path):
     assert (default.path, default.source) == (Path("/var/spool/onite"), "system")  # no system config
 
 
+@needs_root
+def test_an_account_whose_home_cannot_hold_a_personal_spool_is_told_how_to_get_one(system, world_tmp, workdir):
+    """No system spool yet, and an account whose home it cannot write (nobody's /nonexistent, a service
+    account's /usr/sbin): every command said `creating /nonexistent/.local/state: Permission denied — you lack
+    the permission; ask the spool's administrator`, an administrator of no spool. It says which spool it wanted
+    and the ways to one: --spool DIR, ONITE_SPOOL, or root's onite init."""
+    env = nobody_env(os.environ["ONITE_SYSTEM_CONFIG"], world_tmp / "nonexistent", workdir)
+    del env["XDG_STATE_HOME"]
+    for args in (["list"], ["submit", "x"]):
+        r = run_cli(args, stdin=b"true\n", user="nobody", env=env, cwd=workdir)
+        lines = r.err.splitlines()
+        assert r.code == 4 and len(lines) == 1, r
+        assert lines[0].startswith(f"onite: there is no system spool at {system}, and your personal spool "
+                                   f"{world_tmp / 'nonexistent' / '.local' / 'state' / 'onite'} cannot be made "), r
+        assert "give --spool DIR (or set ONITE_SPOOL), or ask root to set up the system spool: sudo onite init" in \
+            lines[0], r
+    assert not (world_tmp / "nonexistent").exists()
+
+
 # ---- 2. submit says what it did and when the job will run ---------------------------------------------------
 
 

@@ -22,9 +22,15 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     if reading:
         target.config_faults = []
     if where.personal_default and not target.exists():
+        from onite.core.errors import SpoolError, SpoolIOError
         from onite.spool.skeleton import init_spool  # once per user: not on every submit's path
 
-        init_spool(where.path, None, system=False)
+        try:
+            init_spool(where.path, None, system=False)
+        except SpoolIOError as err:  # a home it cannot write (nobody's /nonexistent): no administrator to ask
+            raise SpoolError(f"{where.reason.removeprefix('default: ')}, and your personal spool {where.path} "
+                             f"cannot be made ({err.what})", "give --spool DIR (or set ONITE_SPOOL), or ask root "
+                             "to set up the system spool: sudo onite init") from None
     target.check()
     return target
 
