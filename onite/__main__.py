@@ -191,9 +191,25 @@ def _watch_stdout() -> None:
         raw = _StdoutFile(stream.fileno(), "w", closefd=False)
     except (AttributeError, ValueError, OSError):  # no stdout, or not a file descriptor: left as it is
         return
-    errors = "backslashreplace" if stream.errors == "strict" else stream.errors
+    errors = {"strict": "backslashreplace", "surrogateescape": _KEEP_BYTES}.get(stream.errors, stream.errors)
+    if errors == _KEEP_BYTES:  # the C locale's ASCII (PYTHONUTF8=0): a path's bytes as they are, a '—' escaped
+        import codecs
+
+        codecs.register_error(_KEEP_BYTES, _keep_bytes_escape_the_rest)
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=errors,
                                   line_buffering=stream.line_buffering, write_through=stream.write_through)
+
+
+_KEEP_BYTES = "onite-surrogateescape-or-backslashreplace"
+
+
+def _keep_bytes_escape_the_rest(err: UnicodeError) -> tuple[str | bytes, int]:
+    """An encoding error handler: a byte that surrogateescape smuggled in is written as it was, any other
+    character the encoding cannot hold is escaped (``\\u2014``)."""
+    char = err.object[err.start]
+    if isinstance(err, UnicodeEncodeError) and 0xDC80 <= ord(char) <= 0xDCFF:
+        return bytes([ord(char) - 0xDC00]), err.start + 1
+    return char.encode("ascii", "backslashreplace").decode("ascii"), err.start + 1
 
 
 def _say(line: str, *, spelt: bool = True) -> None:

@@ -891,6 +891,25 @@ def test_the_report_on_an_ascii_stdout_escapes_what_it_cannot_write(spool):
     assert b"one" in proc.stdout and b"\\u" in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize("command", [["report"], ["status"]])
+def test_a_c_locale_without_utf8_mode_escapes_what_it_cannot_write(world_tmp, command):
+    """``LC_ALL=C PYTHONUTF8=0 onite status``: stdout is ASCII with surrogateescape (Python's choice for the C
+    locale), which the escaping of PYTHONIOENCODING=ascii left as it was: a '—' ended in a UnicodeEncodeError
+    traceback, exit 1. What it cannot hold is written escaped, on a spool whose path is not UTF-8 too."""
+    spool = Path(os.fsdecode(bytes(world_tmp) + b"/sp\xff"))
+
+    def onite(*args: str, stdin: bytes = b"", **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "onite", *args], input=stdin, capture_output=True, timeout=60,
+                              env=dict(os.environ, ONITE_SPOOL=str(spool), PYTHONPATH=str(REPO), **env))
+
+    assert onite("init").returncode == 0
+    assert onite("submit", "one", stdin=b"true\n").returncode == 0
+    assert drain(spool).returncode == 0
+    proc = onite(*command, LC_ALL="C", PYTHONUTF8="0")
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    assert b"\\u" in proc.stdout and bytes(world_tmp) + b"/sp" in proc.stdout, proc.stdout
+
+
 def test_a_damaged_record_is_told_as_damaged_not_as_pruned(spool):
     """A torn result record (a crash, a bad disk, a hand edit) was counted in the
     headline as ``1 earlier results pruned (keep = 50)`` and told as ``its record and output were
