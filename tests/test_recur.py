@@ -208,6 +208,32 @@ def test_add_stores_a_private_template_and_refuses_a_duplicate(spool, cli, workd
     assert decode(path.read_bytes()) == job
 
 
+def test_an_add_whose_name_was_taken_and_freed_as_it_wrote_adds_it(spool, monkeypatch):
+    """20 concurrent ``recur add rc`` and ``recur remove rc``: an add found the name taken by another add, which a
+    remove then freed before the add looked whose it was: `a recurring job named 'rc' already exists (?)`, exit
+    3, of a name nothing held. It adds the template."""
+    import onite.app.recur as recur
+
+    original = recur.create_file
+    calls = []
+
+    def taken_then_freed(folder, name, data, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:  # another add takes the name, a remove frees it, then this one's write is refused
+            original(folder, name, b"x", **kwargs)
+            os.unlink(folder / name)
+            from onite.core.errors import Refused
+
+            raise Refused(f"{folder / name} already exists", "pick another name (or use --unique)")
+        return original(folder, name, data, **kwargs)
+
+    monkeypatch.setattr(recur, "create_file", taken_then_freed)
+    r = run_cli(["recur", "add", "rc", "--every", "1h"], stdin=b"true\n")
+    monkeypatch.undo()
+    assert r.code == 0 and "(?)" not in r.err, r
+    assert decode((spool / "recur" / "root:rc").read_bytes()).body == b"true\n"
+
+
 def test_urgent_templates_need_an_admin(spool):
     if os.geteuid() != 0:
         r = run_cli(["recur", "add", "u", "--every", "1h", "--urgent"], stdin=b"true\n")

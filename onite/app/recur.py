@@ -60,12 +60,16 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
                            f"{config.max_templates} "
                            f"(max_templates)", "remove one first (onite recur remove NAME), "
                            "or ask the admin to raise max_templates")
-    try:
-        create_file(spool.recur_dir, job.name, encode(job), mode=0o600)
-    except Refused:
-        owner = _owner_of(spool.recur_dir / job.name)
-        raise Refused(f"a recurring job named {request.name!r} already exists ({owner})",
-                      f"pick another name, or remove it first: onite recur remove {label(job.name)}") from None
+    for last in (False, True):  # a name taken and freed again (a concurrent add, then a remove) is tried twice
+        try:
+            create_file(spool.recur_dir, job.name, encode(job), mode=0o600)
+            break
+        except Refused:
+            owner = _owner_of(spool.recur_dir / job.name)
+            if owner == "?" and not last:
+                continue
+            raise Refused(f"a recurring job named {request.name!r} already exists ({owner})",
+                          f"pick another name, or remove it first: onite recur remove {label(job.name)}") from None
     return job, rule
 
 
