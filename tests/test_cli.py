@@ -41,6 +41,11 @@ def test_init_is_idempotent_and_keeps_a_changed_config(world_tmp, cli):
     assert (fresh / "jobs" / "P9").is_dir() and "priorities = 9" in (fresh / "onite.toml").read_text()
 
 
+def test_init_spells_a_spool_path_a_terminal_would_act_on(world_tmp, cli):
+    r = cli(["init", "--spool", str(world_tmp / "odd\nname\x1b[2J")])
+    assert r.code == 0 and len(r.out.splitlines()) == 1 and "odd\\nname\\e[2J: " in r.out, r
+
+
 def test_personal_default_spool_is_created_on_first_use(world_tmp):
     home = world_tmp / "home"
     home.mkdir()

@@ -321,6 +321,7 @@ def test_a_command_after_dashes_that_cannot_be_a_job(spool, cli, argv, message):
     (["/nonexistent/cmd", "x"], "warning: '/nonexistent/cmd' is not a file you may run now"),
     (["no-such-command-here"], "warning: no command 'no-such-command-here' in PATH now"),
     (["./not-here.sh"], "warning: './not-here.sh' is not a file you may run now"),
+    (["/nonexistent/\udcff"], "warning: '/nonexistent/\\xff' is not a file you may run now"),  # a byte as typed
     (["true"], None), (["cd", "/tmp"], None), ([sys.executable, "-c", "pass"], None),
 ])
 def test_a_command_after_dashes_found_nowhere_is_spooled_with_a_warning(spool, cli, command, warning):

@@ -13,6 +13,7 @@ from onite.core.errors import InvalidInput, SpoolIOError
 from onite.core.job import Job
 from onite.core.names import MAX_NAME, SUFFIX_LEN, check_name, job_key, split_key, unique_name
 from onite.core.request import SubmitRequest, build_job
+from onite.core.safetext import quoted
 from onite.exec import identity
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import name_taken
@@ -40,10 +41,10 @@ def missing_command(argv: list[str]) -> str | None:
     if shutil.which(command) is not None:
         return None
     if "/" in command:
-        return f"warning: {command!r} is not a file you may run now: the job fails at night unless it is by then"
+        return f"warning: {quoted(command, 200)} is not a file you may run now: the job fails at night unless it is by then"
     if _shell_has(command):
         return None
-    return f"warning: no command {command!r} in PATH now: the job fails at night unless it is there by then"
+    return f"warning: no command {quoted(command, 200)} in PATH now: the job fails at night unless it is there by then"
 
 
 def _shell_has(word: str) -> bool:

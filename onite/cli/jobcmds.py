@@ -32,9 +32,9 @@ def init(
     report = init_spool(where.path, priorities, system=root)
     kind = "system spool (multi-user modes)" if root else "personal spool"
     made = SpoolDir(report.root)
-    print(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}")
+    print(printable(f"{report.root}: {kind}; created {', '.join(report.created) or 'nothing new'}"))
     if report.config_kept:
-        print(f"{made.config_path}: kept as you changed it")
+        print(f"{printable(str(made.config_path))}: kept as you changed it")
     if root and where.source == Source.SYSTEM and made.config.pam != "off":
         print(install_pam_service(Path(os.environ.get("ONITE_PAM_DIR") or PAM_DIR), made.config.pam_service))
 
