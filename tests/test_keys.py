@@ -125,3 +125,26 @@ def test_names_are_shown_as_the_reader_writes_them(spool):
     assert r.code == 0 and "nobody:mine" in r.out, r
     daemon = pwd.getpwnam("daemon")
     assert daemon.pw_name == "daemon"  # the account the other tests act as exists
+
+
+def test_a_dependencys_name_in_a_reason_is_shown_as_the_reader_writes_it(spool):
+    """nobody's ``fdep`` waited for nobody's ``fb``, daemon's ``fdep`` for ``nobody:fb``; both ``fb`` failed. The
+    driver words each reason as the job's owner writes it (``dependency fb failed`` is nobody's ``fb``): another
+    reader sees that dependency by its key, and daemon's ``fdep`` names nobody's ``fb`` as nobody writes it, never
+    as a name the reader would read as a job of their own (daemon's ``fb`` failed too)."""
+    for user in ("nobody", "daemon"):
+        submit("fb", "exit 3\n", user=user)
+    submit("fdep", "true\n", "--after", "fb", user="nobody")
+    submit("fdep", "true\n", "--after", "nobody:fb", user="daemon")
+    assert drain(spool).returncode == 0
+    reasons = {user: {name: job["reason"] for name, job in listed(user).items() if "fdep" in name}
+               for user in ("nobody", "daemon", "root")}
+    assert reasons == {
+        "nobody": {"fdep": "dependency fb failed", "daemon:fdep": "dependency fb failed"},
+        "daemon": {"fdep": "dependency nobody:fb failed", "nobody:fdep": "dependency nobody:fb failed"},
+        "root": {"nobody:fdep": "dependency nobody:fb failed", "daemon:fdep": "dependency nobody:fb failed"},
+    }, reasons
+    r = run_cli(["report", "--plain"], user="daemon", cwd="/tmp")
+    assert r.code == 0 and "dependency fb failed" not in r.out, r
+    r = run_cli(["wait", "nobody:fdep"], user="daemon", cwd="/tmp")
+    assert r.code == 5 and r.out == "nobody:fdep: failed (dependency nobody:fb failed)\n", r

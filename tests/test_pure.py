@@ -477,3 +477,19 @@ def test_a_job_key_is_user_colon_name_and_a_command_resolves_a_name_to_it():
         with pytest.raises(InvalidInput):
             resolve(bad, "alice")
     assert shown("alice:build", "alice") == "build" and shown("alice:build", "bob") == "alice:build"
+
+
+def test_a_reason_names_its_jobs_as_its_reader_writes_them():
+    from onite.core.queue import cycle_reason, reason_as_read
+
+    assert reason_as_read("dependency build failed", "alice", "bob") == "dependency alice:build failed"
+    assert reason_as_read("dependency bob:build was cancelled", "alice", "bob") == "dependency build was cancelled"
+    assert reason_as_read("dependency build failed", "alice", "alice") == "dependency build failed"
+    assert reason_as_read("dependency build failed", "alice", None) == "dependency build failed"
+    damaged = "the result record of dependency b is damaged: whether it succeeded is unknown"
+    assert reason_as_read(damaged, "alice", "root") == damaged.replace(" b ", " alice:b ")
+    cycle = cycle_reason(["alice:a", "bob:b", "alice:a"], "alice")
+    assert cycle == "dependency cycle: a → bob:b → a (none of them could ever run)"
+    assert reason_as_read(cycle, "alice", "bob") == "dependency cycle: alice:a → b → alice:a (none of them could ever run)"
+    for other in ("exit 3", "timeout", "cannot enter its directory /x: no such file", "dependency cycle: x"):
+        assert reason_as_read(other, "alice", "bob") == other

@@ -126,7 +126,7 @@ def list_jobs(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
     (results, and cancelled jobs not yet filed; damaged records' names go to ``damaged``)."""
     views = queued_views(spool, now)
     if include_all:
-        finished = [result_view(r) for r in read_results(spool, damaged)]
+        finished = [result_view(r, me()) for r in read_results(spool, damaged)]
         views = running_views(spool) + views + finished + [withdrawn_view(e) for e in withdrawn_entries(spool)]
     return views
 

@@ -18,7 +18,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from types import MappingProxyType
 
 from onite.app import drains as dr
-from onite.app.common import label
+from onite.app.common import label, me
 from onite.app.listing import running_views
 from onite.core.record import Record
 from onite.drain.heartbeat import draining_hosts, live_beats
@@ -35,6 +35,7 @@ from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.errors import InvalidInput
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
+from onite.core.queue import reason_as_read
 from onite.core.safetext import printable, quoted
 from onite.core.schedule import next_drain
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
@@ -234,7 +235,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     damaged: list[str] = []
     results = [r for r in read_results(spool, damaged) if in_window(r)] if records else []
     recorded_runs = {(r.name, r.user) for r in results}
-    views = [result_view(r) for r in results if wanted(r.user)]
+    views = [result_view(r, me()) for r in results if wanted(r.user)]
     # a job the log tells of and no record does: by name and owner
     pruned = [log_view(final, told.starts.get(key)) for key, final in told.finals.items() if key not in recorded_runs]
     pruned = [view for view in pruned if wanted(view.user)]
@@ -322,7 +323,7 @@ def log_view(final, start) -> JobView:
             finished = start.when + timedelta(seconds=seconds)
     priority = start.fields.get("priority") if start is not None else None
     user = fields.get("user") or (start.fields.get("user") if start is not None else "") or "?"
-    reason = fields.get("reason", "")
+    reason = reason_as_read(fields.get("reason", ""), user, me())
     if final.event == "cancelled" and not reason:
         reason = f"cancelled by {fields.get('by', '?')}"
     uid = key_uid(user)  # -1: no such account now

@@ -17,7 +17,7 @@ from onite.spool.scan import key_uid, live_entries, stat_entry, withdrawn_entrie
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.core.jobview import JobView, outcome_counts, result_view
-from onite.app.common import key_for, label
+from onite.app.common import key_for, label, me
 from onite.core.state import Result
 from onite.core.clock import SYSTEM, Clock
 
@@ -104,7 +104,7 @@ def judge(watch: Watch, seen: Seen) -> tuple[Watch, Final | None]:
     filed = seen.filed is not None and seen.filed in watch.files
     candidates: list[tuple[datetime, Final]] = []
     if seen.result is not None and (not watch.seen_live or record_key(seen.result) != watch.stale or filed):
-        view = result_view(seen.result)
+        view = result_view(seen.result, me())
         candidates.append((seen.result.finished, Final(seen.name, view.state, view, view.reason)))
     if seen.withdrawn is not None:
         candidates.append((seen.withdrawn.finished, Final(seen.name, "cancelled", seen.withdrawn,
@@ -287,7 +287,7 @@ def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock =
         busy = draining(spool, clock.now())
         since = min([since, *busy.values()])  # a driver that started meanwhile joins the wait
         hosts = sorted(set(hosts) | set(busy))
-    jobs = [result_view(r) for r in read_results(spool) if r.finished >= since]
+    jobs = [result_view(r, me()) for r in read_results(spool) if r.finished >= since]
     return DrainsWaited(hosts, since, jobs, [])
 
 

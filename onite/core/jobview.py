@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
+from onite.core.queue import reason_as_read
 from onite.core.record import Record
 from onite.core.resources import format_mem, human_bytes
 from onite.core.state import Result, json_fields
@@ -60,13 +61,14 @@ _JSON_KEYS = ("name", "user", "uid", "state", "priority", "urgent", "position", 
               "waiting_kind", "mem", "cpus", "peak_mem", "cpu_time")
 
 
-def result_view(result: Result) -> JobView:
+def result_view(result: Result, reader: str | None = None) -> JobView:
+    """A finished job as ``reader`` (None: its owner) reads it: a reason names jobs as they write them."""
     return JobView(
         name=result.name, uid=result.uid, user=result.user, state=str(result.state),
         priority=result.priority or None, urgent=result.urgent, submitted=result.submitted,
         host=result.host or None, started=result.started, finished=result.finished,
-        exit_code=result.exit_code, signal=result.signal, reason=result.reason, attempt=result.attempt,
-        external_id=result.external_id, stderr=result.stderr, mem=result.mem, cpus=result.cpus,
+        exit_code=result.exit_code, signal=result.signal, reason=reason_as_read(result.reason, result.user, reader),
+        attempt=result.attempt, external_id=result.external_id, stderr=result.stderr, mem=result.mem, cpus=result.cpus,
         peak_mem=result.peak_mem, cpu_time=result.cpu_time,
     )
 

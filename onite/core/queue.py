@@ -9,6 +9,7 @@ running when a dependency cannot succeed any more.
 from __future__ import annotations
 
 import heapq
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -16,7 +17,7 @@ from enum import Enum
 from operator import itemgetter
 from typing import TypeVar
 
-from onite.core.names import shown
+from onite.core.names import KEY_SEP, is_valid_key, job_key, shown
 from onite.core.record import Record
 
 T = TypeVar("T")
@@ -77,6 +78,35 @@ _FAILS = {
     DepState.MISSING: "dependency {} no longer exists (cancelled or removed)",
     DepState.DAMAGED: "the result record of dependency {} is damaged: whether it succeeded is unknown",
 }
+
+
+_CYCLE, _CYCLE_END, _ARROW = "dependency cycle: ", " (none of them could ever run)", " → "
+_NAMED = re.compile(r"(the result record of )?dependency (\S+) ")
+
+
+def cycle_reason(cycle: Iterable[str], owner: str) -> str:
+    """Why each job of a dependency ``cycle`` (keys) fails, naming them as ``owner`` writes them."""
+    return _CYCLE + _ARROW.join(shown(key, owner) for key in cycle) + _CYCLE_END
+
+
+def reason_as_read(reason: str, owner: str, reader: str | None) -> str:
+    """A reason the driver wrote for ``owner``'s job (a dependency's, ``cycle_reason``), which names jobs as
+    ``owner`` writes them, worded for ``reader``: NAME for the reader's own jobs, USER:NAME for another user's
+    (None: as written)."""
+    if reader is None or reader == owner:
+        return reason
+
+    def as_read(name: str) -> str:
+        key = name if KEY_SEP in name else job_key(owner, name)
+        return shown(key, reader) if is_valid_key(key) else name
+
+    if reason.startswith(_CYCLE) and reason.endswith(_CYCLE_END):
+        names = reason[len(_CYCLE):-len(_CYCLE_END)].split(_ARROW)
+        return _CYCLE + _ARROW.join(map(as_read, names)) + _CYCLE_END
+    named = _NAMED.match(reason)
+    if named is None:
+        return reason
+    return reason[:named.start(2)] + as_read(named[2]) + reason[named.end(2):]
 
 
 def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,

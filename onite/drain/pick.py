@@ -21,9 +21,9 @@ from enum import StrEnum
 
 from onite.core.admission import Admission, Admit, Busy, Head, Room, admit, latest_end, room
 from onite.core.errors import JobFormatError, Refused
-from onite.core.names import shown, split_key
+from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
-from onite.core.queue import READY, DepState, Fail, Meta, Wait, cycles, evaluate, fair_order
+from onite.core.queue import READY, DepState, Fail, Meta, Wait, cycle_reason, cycles, evaluate, fair_order
 from onite.core.record import Record
 from onite.core.resources import Need, host_capacity, request_of
 from onite.core.state import JobState
@@ -156,8 +156,7 @@ class Picker:
         for key, cycle in found.items():
             cand, seen = waiting[key]
             owner = split_key(key)[0]
-            self.finisher.fail_unstarted(cand, seen.st, "dependency cycle: " + " → ".join(
-                shown(dep, owner) for dep in cycle) + " (none of them could ever run)")
+            self.finisher.fail_unstarted(cand, seen.st, cycle_reason(cycle, owner))
         return bool(found)
 
     def capacity(self) -> Need:
