@@ -473,9 +473,13 @@ def test_a_job_key_is_user_colon_name_and_a_command_resolves_a_name_to_it():
                 "x" * 33 + ":b", "alice:b@run"):
         assert not is_valid_key(bad), bad
     assert resolve("build", "alice") == "alice:build" and resolve("bob:build", "alice") == "bob:build"
-    for bad in ("", "a b", "bob:", ":x", "9x:build", "bob:a/b"):
+    for bad in ("", "a b", "bob:", ":x", "-x:build", ".x:build", "bob:a/b"):
         with pytest.raises(InvalidInput):
             resolve(bad, "alice")
+    # an account useradd makes by default and POSIX allows may start with a digit: its jobs have keys too
+    for account in ("9x", "1u", "123", "u-1", "a.b", "m$"):
+        assert is_valid_key(f"{account}:build") and resolve(f"{account}:build", "alice") == f"{account}:build"
+        assert resolve("build", account) == f"{account}:build" and shown(f"{account}:build", account) == "build"
     assert shown("alice:build", "alice") == "build" and shown("alice:build", "bob") == "alice:build"
 
 

@@ -18,8 +18,9 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_NAME = 100
 SIDE = "@"  # separates a job name from the kind of a spool side file
 KEY_SEP = ":"  # separates a key's user from its name
-# a user name as useradd and POSIX allow it (no KEY_SEP)
-USER_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+# a user name as useradd and POSIX allow it (no KEY_SEP): portable characters, not led by "-" or "."; a digit
+# may lead (useradd makes 1u and 123)
+USER_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
 KEY_PATTERN = re.compile(rf"(?:{USER_PATTERN.pattern}){KEY_SEP}(?:{NAME_PATTERN.pattern})")
 SUFFIX_LEN = 7  # "-" and six characters
 
