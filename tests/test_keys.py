@@ -148,3 +148,22 @@ def test_a_dependencys_name_in_a_reason_is_shown_as_the_reader_writes_it(spool):
     assert r.code == 0 and "dependency fb failed" not in r.out, r
     r = run_cli(["wait", "nobody:fdep"], user="daemon", cwd="/tmp")
     assert r.code == 5 and r.out == "nobody:fdep: failed (dependency nobody:fb failed)\n", r
+
+
+def test_completion_offers_a_users_own_jobs_as_they_may_type_them(spool):
+    """nobody completes its own jobs by NAME, and by its key ``nobody:NAME`` once it has typed ``nobody:`` (a
+    name every command takes); never daemon's, whichever way it types."""
+    for user in ("nobody", "daemon"):
+        submit("zeta", "true\n", "--hold", user=user)
+
+    def complete(line: str) -> list[str]:
+        env = dict(os.environ, ONITE_SPOOL=str(spool), _ONITE_COMPLETE="complete_bash", COMP_WORDS=line,
+                   COMP_CWORD=str(len(line.split(" ")) - 1))
+        r = run_cli([], user="nobody", env=env, cwd="/tmp")
+        assert r.code == 0 and r.err == "", r
+        return r.out.split()
+
+    assert complete("onite release ze") == ["zeta"]
+    assert complete("onite release nobody:ze") == ["nobody:zeta"]
+    assert complete("onite release nobody:") == ["nobody:zeta"]
+    assert complete("onite release daemon:") == []

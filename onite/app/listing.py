@@ -158,10 +158,13 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
 
 def completion_names(spool: SpoolDir, prefix: str, *, finished: bool) -> list[str]:
     """The sorted names, as the caller types them, of their queued, running and, with ``finished``, kept
-    jobs that start with ``prefix`` (root: everyone's, as USER:NAME)."""
+    jobs that start with ``prefix`` (root: everyone's, as USER:NAME; a user typing ``USER:``: their keys)."""
     keys = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
     if finished:
         keys.update(result_names(spool))  # names only: no record is read
     own = f"{me()}:"
-    names = (label(k) for k in keys if os.geteuid() == 0 or k.startswith(own))
+    if os.geteuid() == 0:
+        names = (label(k) for k in keys)
+    else:  # their own jobs, by NAME, or by key once they type their own ``USER:``
+        names = (k if prefix.startswith(own) else label(k) for k in keys if k.startswith(own))
     return sorted(n for n in names if n.startswith(prefix))
