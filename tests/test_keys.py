@@ -148,6 +148,21 @@ def test_a_dependencys_name_in_a_reason_is_shown_as_the_reader_writes_it(spool):
     assert r.code == 0 and "dependency fb failed" not in r.out, r
     r = run_cli(["wait", "nobody:fdep"], user="daemon", cwd="/tmp")
     assert r.code == 5 and r.out == "nobody:fdep: failed (dependency nobody:fb failed)\n", r
+    r = run_cli(["output", "daemon:fdep"], user="nobody", cwd="/tmp")
+    assert r.code == 1 and "job 'daemon:fdep' did not run: dependency fb failed" in r.err, r
+
+
+def test_another_users_queued_job_has_no_output_for_you_to_wait_for(spool):
+    """nobody asks for the output of daemon's queued job: it is daemon's (exit 3), as ``output -f`` says; it was
+    told the job had no output yet and to wait for it with ``onite output daemon:qq -f``, which is refused."""
+    submit("qq", "echo private\n", "--hold", user="daemon")
+    for args in (["output", "daemon:qq"], ["output", "daemon:qq", "-f"], ["output", "daemon:qq", "--stderr"]):
+        r = run_cli(args, user="nobody", cwd="/tmp")
+        assert r.code == 3 and "belongs to daemon" in r.err and "-f waits" not in r.err, (args, r)
+    r = run_cli(["output", "qq"], user="daemon", cwd="/tmp")
+    assert r.code == 1 and "onite output qq -f waits for it" in r.err, r
+    r = run_cli(["output", "daemon:qq"], cwd="/tmp")  # root
+    assert r.code == 1 and "onite output daemon:qq -f waits for it" in r.err, r
 
 
 def test_completion_offers_a_users_own_jobs_as_they_may_type_them(spool):

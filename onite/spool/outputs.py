@@ -17,10 +17,11 @@ from typing import BinaryIO
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.core.names import shown
 from onite.core.policy import owner_or_root
+from onite.core.queue import reason_as_read
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
-from onite.spool.scan import find_queued, is_live
+from onite.spool.scan import find_queued, is_live, key_uid
 
 
 def run_tail(path: Path, uid: int, started: datetime | None, finished: datetime, *, max_bytes: int,
@@ -120,7 +121,7 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
     except FileNotFoundError:
         if stderr:
             _no_stderr(spool, name, caller_uid)
-        raise _no_output(spool, name) from None
+        raise _no_output(spool, name, caller_uid) from None
     except PermissionError:
         raise _not_yours(name, os.lstat(path).st_uid) from None
     except BlockingIOError:
@@ -133,7 +134,7 @@ def open_job_output(spool: SpoolDir, name: str, caller_uid: int, *, stderr: bool
         os.close(fd)  # readable by mode, but output is private to its owner
         raise _not_yours(name, st.st_uid)
     if st.st_size == 0:  # made before the job's start, which may have failed: say so rather than print nothing
-        never = _no_output(spool, name, empty=True)
+        never = _no_output(spool, name, caller_uid, empty=True)
         if never is not None:
             os.close(fd)
             raise never
@@ -172,20 +173,25 @@ def _leased(name: str, path: Path) -> OniteError:
                       f"try again once {holder} lets it go")
 
 
-def _no_output(spool: SpoolDir, name: str, *, empty: bool = False) -> NotFound | None:
-    """Why ``name`` has no output: queued or starting, never ran (its result says why), or no such job.
-    ``empty``: its output file is there but empty; only a run that never started is told, else None."""
+def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = False) -> OniteError | None:
+    """Why ``name`` has no output: queued or starting (another user's: not the caller's to read), never ran
+    (its result says why), or no such job. ``empty``: its output file is there but empty; only a run that never
+    started is told, else None."""
     from onite.spool.results import read_result  # not at import: only a missing output needs it
 
     try:
         if is_live(spool, name):  # a new run: its output is empty so far, the result is an earlier run's
+            owner = key_uid(name)
+            if not empty and owner is not None and not owner_or_root(caller_uid, owner):
+                return _not_yours(name, owner)  # as ``output -f`` says: it would never be theirs to read
             return None if empty else NotFound(f"job {_said(name)!r} has no output yet",
                                                f"it has not started; onite output {_said(name)} -f waits for it")
         result = read_result(spool, name)
     except OniteError:  # damaged or unreadable: no reason to give
         result = None
     if result is not None and result.started is None and result.reason:
-        return NotFound(f"job {_said(name)!r} did not run: {result.reason}", "see onite list --all")
+        reason = reason_as_read(result.reason, result.user, user_name(os.geteuid()))
+        return NotFound(f"job {_said(name)!r} did not run: {reason}", "see onite list --all")
     if empty:
         return None
     if result is None and not spool.done_dir.joinpath(name).exists():
