@@ -261,3 +261,19 @@ def test_on_an_80_column_terminal_a_long_line_folds_between_words_under_its_labe
         assert all(len(line.rstrip()) <= 80 for line in lines), lines
         assert lines[at + 1].startswith(" " * 10 + lines[at + 1].strip()) and lines[at + 1].strip(), lines
         assert " ".join(line.strip() for line in lines[at:at + 2]).endswith("onite cron --install"), lines
+
+
+def test_last_night_counts_a_refused_job_file_as_the_report_does(spool):
+    """A damaged job file the driver refuses is filed as a failure ("never ran: refused: …"), and the report
+    counts it so: status's "last night" is the same session and says the same counts (it read onite.log
+    alone, where the refusal is no ``failed`` line, and said one failure fewer than the report)."""
+    submit("fine", "true\n")
+    submit("broke", "exit 3\n")
+    (spool / "jobs" / "P4" / "root:damaged").write_bytes(b"garbage\x00 not a job\n")
+    assert drain(spool).returncode == 0
+    report = run_cli(["report", "--json"]).json()
+    assert report["counts"] == {"done": 1, "failed": 2, "cancelled": 0}
+    day = run_cli(["status", "--json"]).json()["last_night"]
+    assert day["counts"] == report["counts"]
+    assert sorted(day["failed"]) == ["broke", "damaged"]
+    assert "last night 1 done, 2 failed (" in run_cli(["status"]).out

@@ -27,12 +27,13 @@ from onite.spool import runrecords
 from onite.spool.log import CANNOT_RECORD
 from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
-from onite.spool.results import read_results
+from onite.spool.results import read_result, read_results
 from onite.spool.accounts import user_name
 from onite.spool.scan import key_uid, queued_stats
 from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
-from onite.core.errors import InvalidInput
+from onite.core.errors import InvalidInput, OniteError
+from onite.core.names import is_valid_key
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
 from onite.core.queue import reason_as_read
@@ -203,7 +204,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
           until: str | None = None, user: str | None = None, records: bool = True) -> ReportData:
     """The report of a window (the last drain session, the ``night`` of a date, or ``since`` to ``until``), of
     one ``user``'s jobs or everyone's, as this process's user reads it. Without ``records``: every job as
-    onite.log tells it, no result record read, no output, nothing unfinished (far cheaper)."""
+    onite.log tells it, no result record read but those of refused files, no output, nothing unfinished (far
+    cheaper)."""
     if user is not None and not user.strip():
         raise InvalidInput("--user is empty", "name a user, e.g. --user alice, or leave it out for everyone's jobs")
     if night is not None and (since is not None or until is not None):
@@ -220,9 +222,9 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
 
     # a drain that started in the second an earlier one filed a job: that job is in the window only
     # if the window's own lines tell of its run (a job that never ran, e.g. a cancel the driver files as it
-    # starts, has no run id: by its name and owner)
-    told_runs = {e.fields.get("run") or (e.name, e.fields.get("user", "")) for e in events
-                 if e.event in ("start", *dr.FINAL) and e.when == start} if kind == "drain" else set()
+    # starts or a file it refuses, has no run id: by its name and owner)
+    told_runs = {e.fields.get("run") or (e.name, e.fields.get("user", e.fields.get("owner", ""))) for e in events
+                 if e.event in ("start", "refused", *dr.FINAL) and e.when == start} if kind == "drain" else set()
 
     def in_window(record) -> bool:
         if kind == "drain" and record.finished < start + timedelta(seconds=1):
@@ -233,7 +235,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         return user is None or owner == user
 
     damaged: list[str] = []
-    results = [r for r in read_results(spool, damaged) if in_window(r)] if records else []
+    results = [r for r in read_results(spool, damaged) if in_window(r)] if records else \
+        [r for r in refused_results(spool, told.refused) if in_window(r)]
     recorded_runs = {(r.name, r.user) for r in results}
     views = [result_view(r, me()) for r in results if wanted(r.user)]
     # a job the log tells of and no record does: by name and owner
@@ -269,6 +272,21 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         data = unfinished(data, spool, refused)
     return data
+
+
+def refused_results(spool: SpoolDir, refused: Sequence) -> list:
+    """The result records of the files the log says were refused, where the driver filed one (a regular file
+    of its key's owner: a failure, "never ran: refused"; the log's line does not say whether it did). A report
+    read from the log alone reads these few, so that it counts such a failure as the full report does."""
+    found = []
+    for event in refused:
+        if not is_valid_key(event.name):
+            continue
+        with contextlib.suppress(OniteError):
+            record = read_result(spool, event.name)
+            if record is not None and record.reason.startswith("refused: "):
+                found.append(record)
+    return found
 
 
 def _window(spool: SpoolDir, now: datetime, since: str | None, night: str | None, until: str | None):
