@@ -1009,3 +1009,24 @@ def test_a_cancel_the_driver_files_as_it_starts_is_not_counted_as_pruned(spool):
     data = json.loads(run_cli(["report", "--json"]).out)
     assert data["pruned"] == 0 and data["counts"]["cancelled"] == 2, data["counts"]
     assert [j["pruned"] for j in data["jobs"] if j["state"] == "cancelled"] == [False, False]
+
+
+def test_a_driver_killed_mid_night_is_told_in_the_first_line(spool, workdir):
+    """A driver killed with kill -9 and the drain started again: the report covers both drains, counts the job
+    the killed one had started once, and its first line says that a driver died (it said "the last 2 drains"
+    as if both had ended well; only --json's drains told of it)."""
+    from conftest import kill_driver_mid_job
+
+    set_config(spool, schedule=["* * * * *"])  # a night that opened at noon: both drains are of it, whatever the hour
+    assert run_cli(["submit", "first"], stdin=b"true\n").code == 0
+    kill_driver_mid_job(spool, workdir, "longjob", machine_dies=True)
+    assert drain(spool).returncode == 0
+    doc = run_cli(["report", "--json"]).json()
+    [dead] = [d for d in doc["drains"] if d["reason"] == "died"]
+    assert len(doc["drains"]) == 2 and doc["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
+    assert sorted(job["name"] for job in doc["jobs"]) == ["first", "longjob"]
+    first = run_cli(["report", "--plain"]).out.splitlines()[0]
+    assert f"a driver died without finishing ({dead['host']}, pid {dead['pid']})" in first, first
+    page = workdir / "night.html"
+    assert run_cli(["report", "--html", str(page)]).code == 0
+    assert f"a driver died without finishing ({dead['host']}, pid {dead['pid']})" in html.unescape(page.read_text())

@@ -30,17 +30,29 @@ def window_text(data: ReportData) -> str:
         start, end = data.since.astimezone(), data.until.astimezone()
         what = "the last drain" if len(data.drains) == 1 else f"the last {len(data.drains)} drains"
         if data.draining:
-            return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}"
+            return f"{what}, running since {start:%Y-%m-%d %H:%M} on {hosts}" + died_text(data)
         clock = "%H:%M" if end - start >= timedelta(hours=1) else "%H:%M:%S"  # a short drain: to the second
         to = f"{end:{clock}}" if end.date() == start.date() else f"{end:%Y-%m-%d {clock}}"
         stopped = [printable(d.host) for d in data.drains if d.reason == CANNOT_RECORD]
         return f"{what}, {start:%Y-%m-%d {clock}} to {to} on {hosts}" + (
             f"; stopped: it could not record a run on {', '.join(dict.fromkeys(stopped))} (a full disk?): "
-            f"onite.log says what" if stopped else "")
+            f"onite.log says what" if stopped else "") + died_text(data)
     text = f"jobs finished since {data.since.astimezone():%Y-%m-%d %H:%M}"
     if data.until < data.now:
         text += f" until {data.until.astimezone():%Y-%m-%d %H:%M}"
     return text
+
+
+def died_text(data: ReportData) -> str:
+    """``; a driver died without finishing (vm, pid 812): …``: a drain of the window that never said it ended
+    (kill -9, the OOM killer, a power cut), whose jobs the next driver of its host recovers."""
+    died = [f"{printable(d.host)}, pid {d.pid}" for d in data.drains if d.reason == "died"]
+    if not died:
+        return ""
+    who = "a driver" if len(died) == 1 else f"{len(died)} drivers"
+    whose = "its" if len(died) == 1 else "their"
+    return (f"; {who} died without finishing ({'; '.join(died)}): {whose} jobs are recovered by the next driver "
+            f"of {whose} host (onite log says how)")
 
 
 def headline_parts(data: ReportData) -> list[tuple[str, str]]:
