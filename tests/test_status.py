@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import drain, needs_root, run_cli, start_driver, wait_for
+from conftest import drain, needs_root, run_cli, set_config, start_driver, wait_for
 from onite.app import status as st
 
 HOST = os.uname().nodename.split(".")[0]
@@ -277,3 +277,20 @@ def test_last_night_counts_a_refused_job_file_as_the_report_does(spool):
     assert day["counts"] == report["counts"]
     assert sorted(day["failed"]) == ["broke", "damaged"]
     assert "last night 1 done, 2 failed (" in run_cli(["status"]).out
+
+
+def test_next_says_when_it_shows_only_some_of_your_failures_steps(spool):
+    """status shows the commands that run the first three of your failures again; a fourth is not dropped
+    without a word (a timeout's step, with its longer --timeout, was simply missing): it says how many more,
+    and where they are."""
+    for name in ("bad-1", "bad-2", "bad-3"):
+        submit(name, "exit 3\n", "-p", "2")
+    submit("slow", "sleep 30\n", "-p", "3", "--timeout", "1s")
+    set_config(spool, kill_grace="1s")
+    assert drain(spool).returncode == 0
+    day = run_cli(["status", "--json"]).json()["last_night"]
+    assert len(day["next"]) == 4 and any(step.startswith("onite restart slow --timeout ") for step in day["next"])
+    text = run_cli(["status", "--plain"]).out
+    shown = [step for step in day["next"] if step in text]
+    assert len(shown) == 3
+    assert "… and 1 more: onite report" in text

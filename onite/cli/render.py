@@ -352,6 +352,8 @@ def print_status(console, info, *, plain: bool = False) -> None:
         (f"{c['failed']} failed", "red"), f"{failed}, {c['cancelled']} cancelled ({command})")
     for i, step in enumerate(day["next"][:3]):
         say("next      " if i == 0 else "          ", (esc(step), "cyan"))
+    if len(day["next"]) > 3:
+        say(f"          … and {len(day['next']) - 3} more: {command}")
     if info.running:
         say(f"running   {len(info.running)}")
         print_table(console, job_table(info.running, info.now, detailed=True), plain=plain)
