@@ -661,3 +661,19 @@ def test_a_v1_group_with_a_process_in_it_is_populated():
         proc.wait()
         os.rmdir(path)
     assert not contain.is_populated(path)
+
+
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no memory controller to hold a job to its --mem")
+def test_a_job_killed_for_its_memory_is_told_to_ask_for_more(spool, workdir):
+    """The report's (and status's) next step for a job killed at its --mem asks for twice as much, as a timeout's
+    asks for a longer --timeout: `onite restart hog` alone was killed at the same size again."""
+    (workdir / "hog.py").write_text("blocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n")
+    submit("hog", f"exec python3 {workdir}/hog.py\n", "--mem", "64M")
+    assert drain(spool).returncode == 0
+    assert result(spool, "hog")["reason"].startswith("out of memory (asked 64M")
+    [failure] = run_cli(["report", "--json"]).json()["failures"]
+    assert failure["next"] == "onite restart hog --mem 128M"
+    assert run_cli(["status", "--json"]).json()["last_night"]["next"] == ["onite restart hog --mem 128M"]
+    assert run_cli(failure["next"].split()[1:]).code == 0
+    assert decode((spool / "jobs" / "P4" / "root:hog").read_bytes()).mem == 128

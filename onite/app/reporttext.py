@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timedelta
 
 from onite.app.common import label
@@ -15,7 +16,9 @@ from onite.core.names import split_key
 from onite.core.jobview import JobView
 from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
 from onite.core.safetext import phrase, printable
-from onite.core.state import OUTPUT_STOPPED, signal_name
+from onite.core.errors import InvalidInput
+from onite.core.resources import format_mem, parse_mem
+from onite.core.state import OUT_OF_MEMORY, OUTPUT_STOPPED, signal_name
 from onite.core.timeparse import format_duration, longer_limit
 from onite.spool.log import CANNOT_RECORD
 
@@ -174,14 +177,32 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
 
 def next_step(data: ReportData, job: JobView) -> str:
     """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
-    rounded up), ``onite restart etl`` after another failure (once its output is read); "" where a restart would
+    rounded up), ``onite restart big --mem 8G`` after it was killed for its memory (twice what it asked),
+    ``onite restart etl`` after another failure (once its output is read); "" where a restart would
     not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran; it was stopped at
     max_output: run as it was, it writes as much again)."""
     if data.from_log(job) or job.reason == OUTPUT_STOPPED:
         return ""
     if is_timeout(job):
         return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"
+    asked = asked_mem(job)
+    if asked:  # run as it was, it is killed at the same size again
+        return f"onite restart {label(job.name)} --mem {format_mem(asked * 2)}"
     return f"onite restart {label(job.name)}"
+
+
+def asked_mem(job: JobView) -> int | None:
+    """The MiB a job killed for its memory had asked for: its record's, else (told by the log alone) what its
+    reason says, ``out of memory (asked 4G, peaked 4.0G)``; None for any other job."""
+    if not job.reason.startswith(OUT_OF_MEMORY):
+        return None
+    if job.mem:
+        return job.mem
+    said = re.match(re.escape(OUT_OF_MEMORY) + r" \(asked ([0-9]+[KMGT]?)[,)]", job.reason)
+    try:
+        return parse_mem(said.group(1)) if said else None
+    except InvalidInput:
+        return None
 
 
 def output_command(job: JobView) -> str:

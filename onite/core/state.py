@@ -106,6 +106,7 @@ class Stop(StrEnum):
 
 
 OUTPUT_STOPPED = "stopped: it wrote more output than max_output"  # the reason of a run stopped for it
+OUT_OF_MEMORY = "out of memory"  # how the reason of a run the kernel killed for its --mem begins
 
 
 def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | None) -> Outcome | None:
@@ -255,4 +256,4 @@ def memory_outcome(ended: Outcome, usage: dict | None, need: Need | None) -> Out
     peak = used.get("peak_mem")
     peaked = f", peaked {human_bytes(peak)}" if isinstance(peak, int) else ""
     return Outcome(exit_code=ended.exit_code, signal=ended.signal,
-                   reason=f"out of memory (asked {format_mem(need.mem)}{peaked})")
+                   reason=f"{OUT_OF_MEMORY} (asked {format_mem(need.mem)}{peaked})")
