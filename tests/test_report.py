@@ -1030,3 +1030,15 @@ def test_a_driver_killed_mid_night_is_told_in_the_first_line(spool, workdir):
     page = workdir / "night.html"
     assert run_cli(["report", "--html", str(page)]).code == 0
     assert f"a driver died without finishing ({dead['host']}, pid {dead['pid']})" in html.unescape(page.read_text())
+
+
+def test_a_job_left_running_by_a_dead_driver_says_when_it_started(spool, workdir):
+    """While the driver that started a job is dead, the report says when the job started and that no driver
+    files it (it said "started on vm since 18:16", which is no sentence)."""
+    from conftest import kill_driver_mid_job
+
+    kill_driver_mid_job(spool, workdir, "orphaned")
+    [row] = run_cli(["report", "--json"]).json()["waiting"]
+    assert row["state"] == "running"
+    assert re.fullmatch(r"started on \S+ at \d\d:\d\d, not filed: no driver runs on \S+; the next drain there files it",
+                        row["reason"]), row["reason"]

@@ -458,7 +458,8 @@ def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
     if record is not None and record.ended and record.ended_at:
         with contextlib.suppress(ValueError):
             ended = datetime.fromisoformat(record.ended_at).astimezone()
-    what = f"ended at {ended:%H:%M}" if ended else f"started on {view.host}{since}"
+    at = f" at {view.started.astimezone():%H:%M}" if view.started else ""
+    what = f"ended at {ended:%H:%M}" if ended else f"started on {view.host}{at}"
     last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
     why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT_RECORD else ""
     return f"{what}, not filed: no driver runs on {view.host}{why}; the next drain there files it"
