@@ -294,3 +294,19 @@ def test_next_says_when_it_shows_only_some_of_your_failures_steps(spool):
     shown = [step for step in day["next"] if step in text]
     assert len(shown) == 3
     assert "… and 1 more: onite report" in text
+
+
+def test_a_failure_restarted_since_is_not_told_to_be_restarted(spool):
+    """Once a failed job is restarted (queued again), neither status nor the report offers `onite restart NAME` as
+    its next step: they did, and that command is refused while the job is queued."""
+    submit("broke", "exit 3\n")
+    submit("also", "exit 3\n")
+    assert drain(spool).returncode == 0
+    assert sorted(run_cli(["status", "--json"]).json()["last_night"]["next"]) == ["onite restart also",
+                                                                                 "onite restart broke"]
+    assert run_cli(["restart", "broke"]).code == 0
+    assert run_cli(["restart", "broke"]).code != 0  # what the next step would have said
+    assert run_cli(["status", "--json"]).json()["last_night"]["next"] == ["onite restart also"]
+    failures = {f["name"]: f for f in run_cli(["report", "--json"]).json()["failures"]}
+    assert (failures["broke"]["next"], failures["also"]["next"]) == (None, "onite restart also")
+    assert "next: onite restart broke" not in run_cli(["report", "--plain"]).out

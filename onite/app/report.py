@@ -29,7 +29,7 @@ from onite.spool.outputs import run_tail
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
 from onite.spool.accounts import user_name
-from onite.spool.scan import key_uid, queued_stats
+from onite.spool.scan import find_queued, find_running, key_uid, queued_stats
 from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.errors import InvalidInput, OniteError
@@ -73,6 +73,7 @@ class ReportData(Record):
     reruns: Mapping = EMPTY  # (name, user) -> the runs of the window before the one shown
     tries: Mapping[str, int] = EMPTY  # attempts a retried job was allowed
     tails: Mapping = EMPTY  # Tail of the failures told in full, by run_key
+    again: frozenset = frozenset()  # names of the failures told in full that are queued or running again now
     keep: int = 0
     current: bool = False  # no drain started after the window: the queue now is what it left
     waiting: Sequence[dict] = ()  # jobs not finished: running, queued, held, refused
@@ -261,6 +262,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
                       keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier},
                       reruns=reruns, unrun=unrun, current=not any(d.started > end for d in every_drain))
+    # a failure restarted (or spooled anew) since is queued or running again: no restart is its next step
+    data = data._replace(again=frozenset(job.name for job in data.failures[:SHOWN_FAILURES] if queued_again(spool, job)))
     if not records:
         return data
     failures = data.failures
@@ -272,6 +275,16 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         refused = [e for e in told.refused if e.name not in recorded and wanted(e.fields.get("owner", ""))]
         data = unfinished(data, spool, refused)
     return data
+
+
+def queued_again(spool: SpoolDir, job: JobView) -> bool:
+    """Is a job of ``job``'s name queued or running now (restarted, or spooled anew, since it ended)?"""
+    if not is_valid_key(job.name):
+        return False
+    try:
+        return bool(find_queued(spool, job.name) or find_running(spool, job.name))
+    except OniteError:  # a folder that cannot be read: as before, the restart is offered
+        return False
 
 
 def refused_results(spool: SpoolDir, refused: Sequence) -> list:
