@@ -1078,6 +1078,10 @@ def test_a_drain_a_users_output_stopped_on_a_full_disk_is_told_as_it_is(small_di
     assert "stopped: it could not record" in text, text
     status = run_cli(["status", "--json"], user="daemon", cwd="/tmp").json()
     assert any("file system" in w and "full" in w for w in status["warnings"]), status["warnings"]
+    # list --all: payroll is still claimed, and its time stops where it ended (it kept counting, as if it ran)
+    listed = {j["name"]: j for j in run_cli(["list", "--all", "--json"], user="daemon", cwd="/tmp").json()["jobs"]}
+    assert listed["payroll"]["state"] == "running" and listed["payroll"]["reason"] == "ended, not filed yet", listed
+    assert listed["payroll"]["finished"] is not None, listed
     (spool / "stdout" / "nobody:hog").unlink()  # root makes room
     assert drain(spool).returncode == 0
     assert ledger.read_text() == "start\nend\n"

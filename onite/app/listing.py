@@ -100,7 +100,12 @@ def drain_usage(spool: SpoolDir) -> dict[str, float] | None:
     return used
 
 
+ENDED_NOT_FILED = "ended, not filed yet"  # a running job's reason once its monitor recorded its end
+
+
 def running_views(spool: SpoolDir) -> list[JobView]:
+    """The claimed jobs; one whose run ended (its run record says so) and that no driver has filed yet (its
+    driver died, or is about to) with when it ended: its time stops there."""
     views = []
     for entry in running_entries(spool):
         info = _runinfo(spool, entry.host, entry.name)
@@ -109,7 +114,8 @@ def running_views(spool: SpoolDir) -> list[JobView]:
                              priority=rank or None, urgent=rank == 0,
                              submitted=info.get("queued") or _when(entry.ctime_ns), host=entry.host,
                              started=info.get("started"), attempt=info.get("attempt"),
-                             external_id=info.get("external_id")))
+                             external_id=info.get("external_id"), finished=info.get("ended"),
+                             reason=ENDED_NOT_FILED if info.get("ended") else ""))
     return views
 
 
@@ -141,13 +147,15 @@ def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
 
 def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
-    ``queued`` and ``started`` as datetimes; a field missing or damaged is left out, an unreadable
-    record gives {}."""
+    ``queued``, ``started`` and (once its end is recorded) ``ended`` as datetimes; a field missing or damaged
+    is left out, an unreadable record gives {}."""
     record = runrecords.read(spool.run_record_path(host, name))
     if record is None:
         return {}
     data = record.info
     info: dict = {"queued": parse_stamp(data.get("queued")), "started": parse_stamp(data.get("started"))}
+    if record.ended:
+        info["ended"] = parse_stamp(record.ended_at)
     for key, read in (("rank", lambda: v.integer(data, "rank", 0, MAX_PRIORITIES)),
                       ("attempt", lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
                       ("external_id", lambda: v.optional_text(data, "external_id"))):
