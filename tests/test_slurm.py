@@ -367,6 +367,34 @@ def test_cancel_of_a_running_job_scancels_it(slurm_spool, workdir):
     assert slurm_state(job_id) == "CANCELLED"
 
 
+@needs_root
+def test_cancel_of_a_job_still_pending_in_slurm_records_no_start(slurm_spool, workdir):
+    """Slurm sets the StartTime of a job cancelled while pending to its cancel: onite logged
+    'slurm-start … waited=6.1s' and filed a start and a duration for a job that never ran."""
+    gate, blocked = workdir / "gate", workdir / "blocked"
+    gate.touch()
+    exclusive = "#!/bin/sh\n#SBATCH --exclusive\n"
+    submit("blocker", f"{exclusive}touch {blocked}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(blocked.exists, timeout=30, what="the blocker to run")
+        submit("waiting", f"{exclusive}echo ran\n", user="nobody", cwd=workdir)
+        wait_for(lambda: runinfo(slurm_spool, "nobody:waiting").get("external_id"), timeout=30, what="it in Slurm")
+        job_id = runinfo(slurm_spool, "nobody:waiting")["external_id"]
+        assert slurm_state(job_id) == "PENDING"
+        r = run_cli(["cancel", "waiting"], user="nobody")
+        assert r.code == 0, r
+        wait_for(lambda: (slurm_spool / "jobsdone" / "nobody:waiting@result").exists(), timeout=30, what="it filed")
+        gate.unlink()
+        assert finish(driver, 60) == 0
+    finally:
+        stop(driver)
+    rec = result(slurm_spool, "nobody:waiting")
+    assert rec["state"] == "cancelled" and rec["reason"] == "cancelled by nobody", rec
+    assert rec["started"] is None, rec
+    assert not [line for line in log_lines(slurm_spool) if "slurm-start nobody:waiting" in line]
+
+
 def test_timeout_is_enforced_at_the_exact_deadline(slurm_spool, workdir):
     marker = workdir / "started"
     submit("slow", f"touch {marker}; sleep 300\n", "--timeout", "3s")

@@ -27,9 +27,9 @@ def test_a_search_by_name_reads_ids_states_and_comments():
 
 
 def test_parse_lines_as_squeue_prints_them():
-    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|1000|30000|\n"
-            "29|PENDING|0|Priority|2026-11-22T09:00:00|alice(1000)|0|\n"
-            "30|RUNNING|0|None|2026-11-22T04:50:01|0|-5|\n"
+    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|1000|30000|vm|\n"
+            "29|PENDING|0|Priority|2026-11-22T09:00:00|alice(1000)|0||\n"
+            "30|RUNNING|0|None|2026-11-22T04:50:01|0|-5|vm|\n"
             "garbage\n\n")
     got = parse(text)
     assert set(got) == {"28", "29", "30"}
@@ -49,16 +49,16 @@ def test_what_a_jobs_owner_writes_is_never_asked_for_and_a_forged_line_is_never_
     the driver. The query asks for no field a user can write, a field must look as Slurm writes it,
     and an id told twice is not taken at all."""
     assert "Name" not in query_argv("squeue", ["1"])[-1] and "Comment" not in query_argv("squeue", ["1"])[-1]
-    assert parse("31|RUNNING|\u00b2|None|N/A|1|0|\n") == {}
-    assert parse("\u0661|RUNNING|0|None|N/A|1|0|\n") == {}  # an Arabic-Indic one is a digit to str.isdigit
-    assert parse("5|RUNNING|0|None|N/A|1|0|\n5|FAILED|256|None|N/A|1|0|\n") == {}
-    assert parse("7|running|0|None|N/A|1|0|\n7 x|RUNNING|0|None|N/A|1|0|\n") == {}
+    assert parse("31|RUNNING|\u00b2|None|N/A|1|0|vm|\n") == {}
+    assert parse("\u0661|RUNNING|0|None|N/A|1|0|vm|\n") == {}  # an Arabic-Indic one is a digit to str.isdigit
+    assert parse("5|RUNNING|0|None|N/A|1|0|vm|\n5|FAILED|256|None|N/A|1|0|vm|\n") == {}
+    assert parse("7|running|0|None|N/A|1|0|vm|\n7 x|RUNNING|0|None|N/A|1|0|vm|\n") == {}
 
 
 def test_unparsable_start_time_is_none():
-    assert parse("5|FAILED|4021|JobLaunchFailure||1000|0|\n")["5"].start is None
-    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|\n")["5"].start is None
-    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|\n")["5"].nice is None  # no nice is no reason to lose a job
+    assert parse("5|FAILED|4021|JobLaunchFailure||1000|0|vm|\n")["5"].start is None
+    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|vm|\n")["5"].start is None
+    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|vm|\n")["5"].nice is None  # no nice is no reason to lose a job
 
 
 def test_unknown_ids_are_told_apart_from_an_unreachable_controller():
@@ -110,6 +110,20 @@ def test_cluster_failures_name_the_slurm_state(state):
 def test_a_job_that_ended_on_its_own_is_recorded_as_it_ended_even_if_cancel_raced():
     assert outcome(status("COMPLETED"), stopping="cancel", cancelled_by="bob").describe() == ""
     assert outcome(status("FAILED", 256), stopping="timeout", cancelled_by=None).describe() == "exit 1"
+
+
+def test_a_job_cancelled_before_slurm_gave_it_a_node_never_started():
+    """Slurm sets the StartTime of a job cancelled while pending to the moment of its cancel: onite
+    recorded that as its start ('slurm-start … waited=6.1s', STARTED and TOOK in list) though it never
+    ran. Such a job has no node: no start, and its result none."""
+    got = parse("9|CANCELLED|0|None|2026-11-22T04:49:19|1000|30000||\n"
+                "10|CANCELLED|15|None|2026-11-22T04:49:19|1000|30000|vm|\n")
+    assert got["9"].start is None and not got["9"].allocated
+    assert got["10"].start == datetime(2026, 11, 22, 4, 49, 19).astimezone() and got["10"].allocated
+    pending_cancel = outcome(got["9"], stopping="cancel", cancelled_by="alice")
+    assert pending_cancel.describe() == "cancelled by alice" and pending_cancel.never_started
+    assert not outcome(got["10"], stopping="cancel", cancelled_by="alice").never_started
+    assert parse("11|PENDING|0|Priority|2026-11-22T09:00:00|1000|0||\n")["11"].allocated  # in flight: not over
 
 
 def test_lost_names_the_job():

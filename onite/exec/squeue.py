@@ -14,8 +14,10 @@ from datetime import datetime
 
 from onite.core.state import Outcome, stopped_outcome
 
-# none its owner can write, but Nice, which they may lower (Slurm lets them) and is read to see if they did
-FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId", "Nice")
+# none its owner can write, but Nice, which they may lower (Slurm lets them) and is read to see if they did;
+# NodeList is empty for a job that ended without ever being given a node (cancelled while pending), whose
+# StartTime Slurm sets to its end
+FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId", "Nice", "NodeList")
 FORMAT = ",".join(f"{field}:|" for field in FIELDS)  # ":|" = natural width, then a "|" separator
 
 #: States in which a job will run no more; all others (COMPLETING too: it may still have processes) are in flight.
@@ -44,6 +46,7 @@ class JobStatus:
     uid: int | None  # its owner's (squeue prints the number, or NAME(NUMBER))
     start: datetime | None  # only once the job has really started
     nice: int | None = None
+    allocated: bool = True  # False: it ended without ever being given a node (it never ran)
 
     @property
     def is_final(self) -> bool:
@@ -88,16 +91,17 @@ def parse(text: str) -> dict[str, JobStatus]:
     (no answer of Slurm's holds one job twice) is left out."""
     found: dict[str, JobStatus] = {}
     twice: set[str] = set()
-    for job_id, state, status, reason, start, user, nice in _rows(text, len(FIELDS)):
+    for job_id, state, status, reason, start, user, nice, nodes in _rows(text, len(FIELDS)):
         owner = _UID.fullmatch(user)
         if owner is None or not (status == "" or _DIGITS.fullmatch(status)):
             continue
         if job_id in found:
             twice.add(job_id)
+        allocated = state not in FINAL or nodes not in ("", "(null)")
         found[job_id] = JobStatus(
             job_id=job_id, state=state, status=int(status) if status else None, reason=reason,
-            uid=int(owner.group(1)), start=_when(start) if state in STARTED else None,
-            nice=int(nice) if _NICE.fullmatch(nice) else None,
+            uid=int(owner.group(1)), start=_when(start) if state in STARTED and allocated else None,
+            nice=int(nice) if _NICE.fullmatch(nice) else None, allocated=allocated,
         )
     for job_id in twice:
         del found[job_id]
@@ -143,8 +147,10 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
     if state == "TIMEOUT":
         return Outcome(exit_code=exit_code, signal=signal, timed_out=True)
     if state == "CANCELLED":
-        return (stopped_outcome(Outcome(exit_code=exit_code, signal=signal), stopping, cancelled_by)
-                or Outcome(exit_code=exit_code, signal=signal, cancelled_by="scancel, outside onite"))
+        ended = (stopped_outcome(Outcome(exit_code=exit_code, signal=signal), stopping, cancelled_by)
+                 or Outcome(exit_code=exit_code, signal=signal, cancelled_by="scancel, outside onite"))
+        # cancelled while it waited for a node: it never ran, and its result has no start
+        return ended if job.allocated else ended._replace(never_started=True)
     detail = f" ({job.reason})" if job.reason and job.reason != "None" else ""
     return Outcome(exit_code=exit_code, signal=signal, reason=f"ended by Slurm: {state}{detail}",
                    retryable=state in RETRYABLE)
