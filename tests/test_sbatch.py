@@ -94,6 +94,9 @@ def test_oversized_variable_is_named():
     "#SBATCH -W", "#SBATCH -vW", "#SBATCH --mem=1G --wait", "#SBATCH hetjob",
     # getopt_long takes a long option cut short: sbatch reads these as --array (--arr=zz: "Invalid job array")
     "#SBATCH --arr=1-3", "#SBATCH --ar 1-3", "#SBATCH --arra=1-3",
+    # sbatch submits nothing, exits 0 and says "Job 2396 to start at …" on stderr: onite filed that as
+    # "sbatch did not accept it: Job 2396 to start at …", naming a job that does not exist
+    "#SBATCH --test-only", "#SBATCH --test",
 ])
 def test_directives_that_break_one_job_one_slurm_job_are_refused(line):
     problem = unsupported_directive(f"#!/bin/sh\n#SBATCH --mem=1G\n{line}\necho\n".encode())

@@ -64,7 +64,9 @@ _FLAGS = set("hHkOQsuvV")
 _ARRAY = "one onite job must be one Slurm job (no job arrays)"
 _WAIT = "sbatch must return at once (onite polls the job)"
 _HETJOB = "one onite job must be one Slurm job (no heterogeneous jobs)"
-_REFUSED = {"--array": _ARRAY, "-a": _ARRAY, "--wait": _WAIT, "-W": _WAIT, "hetjob": _HETJOB, "packjob": _HETJOB}
+_TEST_ONLY = "sbatch must submit the job (with it, sbatch only says when Slurm would start it)"
+_REFUSED = {"--array": _ARRAY, "-a": _ARRAY, "--wait": _WAIT, "-W": _WAIT, "hetjob": _HETJOB, "packjob": _HETJOB,
+            "--test-only": _TEST_ONLY}
 
 
 def unsupported_directive(script: bytes) -> str | None:
