@@ -395,6 +395,17 @@ def test_cancel_of_a_job_still_pending_in_slurm_records_no_start(slurm_spool, wo
     assert not [line for line in log_lines(slurm_spool) if "slurm-start nobody:waiting" in line]
 
 
+def test_a_job_slurm_ends_at_its_deadline_before_it_ran_records_no_start(slurm_spool):
+    """An #SBATCH --deadline its time limit cannot meet: Slurm ends it DEADLINE without ever giving it a
+    node. onite filed it with a start (the hand-over) and a duration, as if it had run."""
+    submit("late", "#!/bin/sh\n#SBATCH --deadline=now+1minute\necho ran\n", "--timeout", "5m")
+    proc = drain(slurm_spool)
+    assert proc.returncode == 0, proc.stderr
+    rec = result(slurm_spool, "late")
+    assert rec["state"] == "failed" and rec["reason"] == "ended by Slurm: DEADLINE (DeadLine)", rec
+    assert rec["started"] is None, rec
+
+
 def test_timeout_is_enforced_at_the_exact_deadline(slurm_spool, workdir):
     marker = workdir / "started"
     submit("slow", f"touch {marker}; sleep 300\n", "--timeout", "3s")

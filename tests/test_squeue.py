@@ -112,7 +112,7 @@ def test_a_job_that_ended_on_its_own_is_recorded_as_it_ended_even_if_cancel_race
     assert outcome(status("FAILED", 256), stopping="timeout", cancelled_by=None).describe() == "exit 1"
 
 
-def test_a_job_cancelled_before_slurm_gave_it_a_node_never_started():
+def test_a_job_that_ended_before_slurm_gave_it_a_node_never_started():
     """Slurm sets the StartTime of a job cancelled while pending to the moment of its cancel: onite
     recorded that as its start ('slurm-start … waited=6.1s', STARTED and TOOK in list) though it never
     ran. Such a job has no node: no start, and its result none."""
@@ -124,6 +124,10 @@ def test_a_job_cancelled_before_slurm_gave_it_a_node_never_started():
     assert pending_cancel.describe() == "cancelled by alice" and pending_cancel.never_started
     assert not outcome(got["10"], stopping="cancel", cancelled_by="alice").never_started
     assert parse("11|PENDING|0|Priority|2026-11-22T09:00:00|1000|0||\n")["11"].allocated  # in flight: not over
+    # an #SBATCH --deadline it could not meet: DEADLINE before it ever had a node (it was filed with a start)
+    deadline = outcome(parse("12|DEADLINE|0|DeadLine|2026-11-22T04:49:19|1000|0||\n")["12"], stopping=None,
+                       cancelled_by=None)
+    assert deadline.describe() == "ended by Slurm: DEADLINE (DeadLine)" and deadline.never_started
 
 
 def test_lost_names_the_job():

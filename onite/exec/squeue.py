@@ -132,7 +132,13 @@ def decode_status(status: int | None) -> tuple[int | None, int | None]:
 
 def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
     """How a finished Slurm job ended; ``stopping``: why onite cancelled it (a state other than
-    CANCELLED: it ended on its own first, and that is recorded)."""
+    CANCELLED: it ended on its own first, and that is recorded). One that ended before Slurm gave it
+    a node (cancelled while pending, past its --deadline) never ran: its result has no start."""
+    ended = _outcome(job, stopping=stopping, cancelled_by=cancelled_by)
+    return ended if job.allocated else ended._replace(never_started=True)
+
+
+def _outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -> Outcome:
     exit_code, signal = decode_status(job.status)
     state = job.state
     if state == "COMPLETED":
@@ -147,10 +153,8 @@ def outcome(job: JobStatus, *, stopping: str | None, cancelled_by: str | None) -
     if state == "TIMEOUT":
         return Outcome(exit_code=exit_code, signal=signal, timed_out=True)
     if state == "CANCELLED":
-        ended = (stopped_outcome(Outcome(exit_code=exit_code, signal=signal), stopping, cancelled_by)
-                 or Outcome(exit_code=exit_code, signal=signal, cancelled_by="scancel, outside onite"))
-        # cancelled while it waited for a node: it never ran, and its result has no start
-        return ended if job.allocated else ended._replace(never_started=True)
+        return (stopped_outcome(Outcome(exit_code=exit_code, signal=signal), stopping, cancelled_by)
+                or Outcome(exit_code=exit_code, signal=signal, cancelled_by="scancel, outside onite"))
     detail = f" ({job.reason})" if job.reason and job.reason != "None" else ""
     return Outcome(exit_code=exit_code, signal=signal, reason=f"ended by Slurm: {state}{detail}",
                    retryable=state in RETRYABLE)
