@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 from onite.core.config import SlurmConfig
-from onite.exec.sbatch import (CD_FAILED, CUT, MAX_ENV_STRING, UNSENT, as_owner_in, export_file, lost_controller,
+from onite.exec.sbatch import (CD_FAILED, CD_GONE, CUT, MAX_ENV_STRING, UNSENT, as_owner_in, export_file, lost_controller,
                           nice_for, output_pattern, oversized_variable, parse_job_id, refusal, run_comment, run_of_comment, sbatch_argv, script_text,
                           time_limit_minutes, unsupported_directive)
 
@@ -119,7 +119,7 @@ def test_wrapper_enters_the_directory_as_the_owner_then_execs_sbatch():
     wrapped = as_owner_in(b"/home/x y", [b"/usr/bin/sbatch", b"--parsable"])
     assert wrapped[:2] == [b"/bin/sh", b"-c"] and wrapped[3:] == [b"onite-sbatch", b"/home/x y", b"/usr/bin/sbatch",
                                                                   b"--parsable"]
-    assert str(CD_FAILED).encode() in wrapped[2]
+    assert str(CD_FAILED).encode() in wrapped[2] and str(CD_GONE).encode() in wrapped[2]
 
 
 def test_parse_job_id():

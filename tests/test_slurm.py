@@ -854,6 +854,19 @@ def test_refusals_become_clear_failed_results(slurm_spool, workdir):
 
 
 @needs_root
+def test_a_job_whose_directory_was_removed_says_it_no_longer_exists(slurm_spool, workdir):
+    """The local executor says 'no longer exists' for a removed directory (docs/slurm.md promises the
+    same); the slurm executor said 'is not accessible to nobody', as for a directory closed to its owner."""
+    gone = workdir / "gone" / "deeper"
+    gone.mkdir(parents=True)
+    os.chown(gone, pwd.getpwnam("nobody").pw_uid, -1)
+    submit("no-dir", "echo hi\n", user="nobody", cwd=gone)
+    shutil.rmtree(workdir / "gone")
+    assert drain(slurm_spool).returncode == 0
+    assert result(slurm_spool, "nobody:no-dir")["reason"] == f"its directory {gone} no longer exists"
+
+
+@needs_root
 def test_a_directive_cut_short_that_sbatch_reads_as_array_is_refused(slurm_spool, workdir):
     """sbatch reads its #SBATCH lines with getopt_long, which takes '--arr=1-2' for '--array=1-2': onite's check
     looked for the whole word only, and nobody's one job became a Slurm job array, which onite polls as one job."""

@@ -20,7 +20,12 @@ from onite.core.names import job_label
 MAX_ENV_STRING = 128 * 1024  # the kernel's MAX_ARG_STRLEN for one "NAME=value": past it slurmstepd fails late
 
 CD_FAILED = 121  # the wrapper's exit status when the owner cannot enter the job's directory
-_CD_WRAPPER = 'cd -- "$1" 2>/dev/null || exit %d; shift; exec "$@"' % CD_FAILED
+CD_GONE = 122  # ... when it does not exist: a directory above it the owner may enter lacks the path below
+# sh's cd tells no errno: the wrapper walks up from the directory to the first one that exists (as the
+# owner sees it); if the owner may enter the one above the first missing name, that name is gone
+_CD_WRAPPER = ('cd -- "$1" 2>/dev/null || { p=$1; while [ ! -e "$p" ]; do q=${p%%/*}; '
+               'cd -- "${q:-/}" 2>/dev/null && exit %d; [ -n "$q" ] || break; p=$q; done; exit %d; }; '
+               'shift; exec "$@"' % (CD_GONE, CD_FAILED))
 
 
 def script_text(body: bytes, shell: str) -> bytes:
@@ -186,6 +191,8 @@ def answer(code: int, stdout: bytes, stderr: bytes, *, script_size: int, cwd: by
     """What an sbatch that ran as ``owner`` said: (its job id, ""), or (None, why it gave none)."""
     if code == CD_FAILED:
         return None, f"its directory {cwd.decode('utf-8', 'backslashreplace')} is not accessible to {owner}"
+    if code == CD_GONE:
+        return None, f"its directory {cwd.decode('utf-8', 'backslashreplace')} no longer exists"
     job_id = parse_job_id(stdout) if code == 0 else None
     if job_id is not None:
         return job_id, ""
