@@ -513,6 +513,25 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
 
 
+def test_a_job_that_ended_while_no_driver_watched_is_filed_as_ending_when_slurm_says(slurm_spool, workdir):
+    """A job that ended while its driver was dead was filed as finished when the next driver came: an
+    8-second job showed TOOK 16s (and the report's timeline ran it until the recovery)."""
+    from datetime import datetime
+
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit("ends-unwatched", f"echo start >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
+    job_id = runinfo(slurm_spool, "ends-unwatched")["external_id"]
+    gate.unlink()
+    wait_for(lambda: slurm_state(job_id) == "COMPLETED", timeout=30, what="the job to end while no driver runs")
+    seen_over = datetime.now().astimezone()
+    assert drain(slurm_spool).returncode == 0
+    rec = result(slurm_spool, "ends-unwatched")
+    assert rec["state"] == "done" and rec["external_id"] == job_id, rec
+    assert datetime.fromisoformat(rec["started"]) <= datetime.fromisoformat(rec["finished"]) <= seen_over, rec
+
+
 @needs_root
 def test_a_slurm_job_onite_stopped_is_filed_as_stopped_after_its_driver_died(slurm_spool, workdir):
     """A driver killed after it cancelled nobody's Slurm jobs (one at its time limit, one at nobody's

@@ -387,7 +387,7 @@ class Recovery:
                 self.requeue(name, path, info, what, rerun=True)
                 return True
         night.log.event("recovered", name, action="filed: it ended while no driver watched it", slurm=run.external_id)
-        self.finisher.record(run, ended, night.clock.now())
+        self.finisher.record(run, ended, run.ended or night.clock.now())
         return True
 
     def _fail(self, name: str, path: Path, info: dict, what: str) -> None:

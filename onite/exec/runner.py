@@ -61,6 +61,7 @@ class Run:
     unrecorded: str | None = None  # local: why its monitor could not record itself (it started nothing)
     unavailable: str | None = None  # slurm: why the controller did not take it (nothing was submitted)
     nice: int | None = None  # slurm: the --nice it was submitted with (its place among the jobs waiting in Slurm)
+    ended: datetime | None = None  # slurm: when it ended, for one that ended while no driver watched it
 
     @property
     def mem(self) -> int | None:

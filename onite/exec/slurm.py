@@ -478,6 +478,8 @@ class SlurmRunner(Runner):
             return None
         if status.start is not None:
             run.started = status.start
+        if status.end is not None:  # filed when it ended, not when a driver came to see it
+            run.ended = max(status.end, run.started)
         return squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
