@@ -513,18 +513,25 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
     assert result(slurm_spool, "ends-meanwhile")["exit_code"] == 5
 
 
+def _ended_while_no_driver_ran(spool, workdir, name: str, first_line: str) -> str:
+    """Spool ``name`` (it writes ``first_line`` to workdir/starts, then waits for a gate), kill the driver once
+    it runs in Slurm, and let it end while no driver runs; its Slurm job id."""
+    starts, gate = workdir / "starts", workdir / "gate"
+    gate.touch()
+    submit(name, f"echo {first_line} >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    kill_driver_when(spool, starts.exists, "the job to run in Slurm")
+    job_id = runinfo(spool, name)["external_id"]
+    gate.unlink()
+    wait_for(lambda: slurm_state(job_id) == "COMPLETED", timeout=30, what="the job to end while no driver runs")
+    return job_id
+
+
 def test_a_job_that_ended_while_no_driver_watched_is_filed_as_ending_when_slurm_says(slurm_spool, workdir):
     """A job that ended while its driver was dead was filed as finished when the next driver came: an
     8-second job showed TOOK 16s (and the report's timeline ran it until the recovery)."""
     from datetime import datetime
 
-    starts, gate = workdir / "starts", workdir / "gate"
-    gate.touch()
-    submit("ends-unwatched", f"echo start >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
-    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
-    job_id = runinfo(slurm_spool, "ends-unwatched")["external_id"]
-    gate.unlink()
-    wait_for(lambda: slurm_state(job_id) == "COMPLETED", timeout=30, what="the job to end while no driver runs")
+    job_id = _ended_while_no_driver_ran(slurm_spool, workdir, "ends-unwatched", "start")
     seen_over = datetime.now().astimezone()
     assert drain(slurm_spool).returncode == 0
     rec = result(slurm_spool, "ends-unwatched")
@@ -568,13 +575,8 @@ def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slur
     """A driver killed while its Slurm job ran, and the next driver started after Slurm
     had forgotten the finished job (MinJobAge; the next night's driver always does): the job was
     requeued and run a second time. sbatch took it, so it may have run: it is now filed as lost."""
-    starts, gate = workdir / "starts", workdir / "gate"
-    gate.touch()
-    submit("forgotten", f"echo $SLURM_JOB_ID >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
-    kill_driver_when(slurm_spool, starts.exists, "the job to run in Slurm")
-    job_id = runinfo(slurm_spool, "forgotten")["external_id"]
-    gate.unlink()
-    wait_for(lambda: slurm_state(job_id) == "COMPLETED", timeout=30, what="the job to end while no driver runs")
+    starts = workdir / "starts"
+    job_id = _ended_while_no_driver_ran(slurm_spool, workdir, "forgotten", "$SLURM_JOB_ID")
     [record] = (slurm_spool / "running").glob("*/root:forgotten@run")
     gone = str(int(job_id) + 5_000_000)  # an id Slurm never had: as the record reads once Slurm forgot the job
     record.write_bytes(record.read_bytes().replace(f'"{job_id}"'.encode(), f'"{gone}"'.encode()))
