@@ -9,6 +9,7 @@ cancel at the exact deadline, never by waiting for Slurm's minute limits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -263,26 +264,37 @@ def test_requests_reach_slurm_as_mem_and_cpus_per_task(slurm_spool, cluster_cpus
 
 # ---- order ---------------------------------------------------------------------------
 
+EXCLUSIVE = "#!/bin/sh\n#SBATCH --exclusive\n"  # the user's own line: each job takes the whole node, one at a time
+
+
+@contextlib.contextmanager
+def node_held(spool, workdir):
+    """A driver of ``spool`` whose P1 blocker holds the whole node until the gate goes: yields the driver and
+    the gate (removed, and the driver stopped, at the end)."""
+    gate, blocked = workdir / "gate", workdir / "blocked"
+    gate.touch()
+    submit("blocker", f"{EXCLUSIVE}touch {blocked}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
+    driver = start_driver(spool)
+    try:
+        wait_for(blocked.exists, timeout=30, what="the blocker to run")
+        yield driver, gate
+    finally:
+        gate.unlink(missing_ok=True)
+        stop(driver)
+
+
 
 def test_priority_order_when_the_cluster_is_full(slurm_spool, workdir):
     """Jobs wait in Slurm behind a blocker; Slurm then starts them in onite's order (--nice)."""
-    trace, gate, blocked = workdir / "trace", workdir / "gate", workdir / "blocked"
-    gate.touch()
-    # --exclusive (the user's own #SBATCH line) makes each job take the whole node: one at a time
-    exclusive = "#!/bin/sh\n#SBATCH --exclusive\n"
-    submit("blocker", f"{exclusive}touch {blocked}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(blocked.exists, timeout=30, what="the blocker to run")
+    trace = workdir / "trace"
+    with node_held(slurm_spool, workdir) as (driver, gate):
         for name, prio in (("p3", 3), ("p1", 1), ("p2", 2)):
-            submit(name, f"{exclusive}echo {name} >> {trace}\n", "-p", str(prio))
+            submit(name, f"{EXCLUSIVE}echo {name} >> {trace}\n", "-p", str(prio))
         wait_for(lambda: all(runinfo(slurm_spool, n).get("external_id") for n in ("p1", "p2", "p3")), timeout=30,
                  what="all three in Slurm")
         assert all(slurm_state(runinfo(slurm_spool, n)["external_id"]) == "PENDING" for n in ("p1", "p2", "p3"))
         gate.unlink()
         assert finish(driver, 60) == 0
-    finally:
-        stop(driver)
     assert trace.read_text().split() == ["p1", "p2", "p3"]
 
 
@@ -293,17 +305,12 @@ def test_a_user_who_lowers_their_slurm_jobs_nice_does_not_pass_another_users_job
     lower to 0 (`scontrol update jobid=J nice=0`): nobody's P7 job, waiting behind a blocker with
     daemon's P2 job, started first once the node was free. The driver now reads each job's nice as
     it polls, and cancels a job whose nice is below the one it was submitted with."""
-    trace, gate, blocked = workdir / "trace", workdir / "gate", workdir / "blocked"
-    gate.touch()
+    trace = workdir / "trace"
     trace.touch(mode=0o666)
     trace.chmod(0o666)  # both users' jobs add to it
-    exclusive = "#!/bin/sh\n#SBATCH --exclusive\n"  # one job at a time on the node
-    submit("blocker", f"{exclusive}touch {blocked}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(blocked.exists, timeout=30, what="the blocker to run")
-        submit("first", f"{exclusive}echo daemon >> {trace}\n", "-p", "2", user="daemon", cwd="/tmp")
-        submit("jumper", f"{exclusive}echo nobody >> {trace}\n", "-p", "7", user="nobody", cwd="/tmp")
+    with node_held(slurm_spool, workdir) as (driver, gate):
+        submit("first", f"{EXCLUSIVE}echo daemon >> {trace}\n", "-p", "2", user="daemon", cwd="/tmp")
+        submit("jumper", f"{EXCLUSIVE}echo nobody >> {trace}\n", "-p", "7", user="nobody", cwd="/tmp")
         jumper = wait_for(lambda: runinfo(slurm_spool, "nobody:jumper").get("external_id"), timeout=30,
                           what="nobody's job in Slurm")
         wait_for(lambda: runinfo(slurm_spool, "daemon:first").get("external_id"), timeout=30, what="daemon's job in Slurm")
@@ -313,9 +320,6 @@ def test_a_user_who_lowers_their_slurm_jobs_nice_does_not_pass_another_users_job
         wait_for(lambda: slurm_state(jumper) == "CANCELLED", timeout=30, what="the driver to cancel nobody's job")
         gate.unlink()
         assert finish(driver, 60) == 0
-    finally:
-        gate.unlink(missing_ok=True)
-        stop(driver)
     assert trace.read_text().split() == ["daemon"]
     jumped = result(slurm_spool, "nobody:jumper")
     assert jumped["state"] == "cancelled" and "its nice in Slurm was lowered from 60000 to 0" in jumped["reason"], jumped
@@ -371,14 +375,8 @@ def test_cancel_of_a_running_job_scancels_it(slurm_spool, workdir):
 def test_cancel_of_a_job_still_pending_in_slurm_records_no_start(slurm_spool, workdir):
     """Slurm sets the StartTime of a job cancelled while pending to its cancel: onite logged
     'slurm-start … waited=6.1s' and filed a start and a duration for a job that never ran."""
-    gate, blocked = workdir / "gate", workdir / "blocked"
-    gate.touch()
-    exclusive = "#!/bin/sh\n#SBATCH --exclusive\n"
-    submit("blocker", f"{exclusive}touch {blocked}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "1")
-    driver = start_driver(slurm_spool)
-    try:
-        wait_for(blocked.exists, timeout=30, what="the blocker to run")
-        submit("waiting", f"{exclusive}echo ran\n", user="nobody", cwd=workdir)
+    with node_held(slurm_spool, workdir) as (driver, gate):
+        submit("waiting", f"{EXCLUSIVE}echo ran\n", user="nobody", cwd=workdir)
         wait_for(lambda: runinfo(slurm_spool, "nobody:waiting").get("external_id"), timeout=30, what="it in Slurm")
         job_id = runinfo(slurm_spool, "nobody:waiting")["external_id"]
         assert slurm_state(job_id) == "PENDING"
@@ -387,8 +385,6 @@ def test_cancel_of_a_job_still_pending_in_slurm_records_no_start(slurm_spool, wo
         wait_for(lambda: (slurm_spool / "jobsdone" / "nobody:waiting@result").exists(), timeout=30, what="it filed")
         gate.unlink()
         assert finish(driver, 60) == 0
-    finally:
-        stop(driver)
     rec = result(slurm_spool, "nobody:waiting")
     assert rec["state"] == "cancelled" and rec["reason"] == "cancelled by nobody", rec
     assert rec["started"] is None, rec
