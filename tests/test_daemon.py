@@ -284,6 +284,28 @@ def test_a_missed_night_is_caught_up_once(spool, workdir, daemons):
     assert again.stop() == 0
 
 
+def test_during_a_scheduled_drain_users_are_told_the_next_one(spool, workdir, daemons):
+    """The heartbeat of a daemon draining a schedule time names the following one: status and submit
+    said "no drain is scheduled" (and "the daemon has no schedule") for the whole night."""
+    now = datetime.now().astimezone()
+    fire = (now - timedelta(minutes=5)).replace(second=0, microsecond=0)
+    set_config(spool, schedule=[daily_at(fire)])
+    write_state(spool, now - timedelta(days=1, hours=1))
+    submit("long", f"touch {workdir}/started; while [ ! -e {workdir}/go ]; do sleep 0.1; done\n")
+    d = daemons(spool)
+    wait_for(lambda: (workdir / "started").exists(), what="the scheduled drain to start the job")
+    status = run_cli(["status", "--json"]).json()
+    assert status["drivers"][0]["state"] == "draining"
+    assert status["next_drain"] is not None, status
+    assert datetime.fromisoformat(status["next_drain"]) == fire + timedelta(days=1)
+    assert "no schedule" not in " ".join(status["warnings"])
+    r = submit("later", "true\n")
+    assert "no drain is scheduled" not in r.out + r.err, r
+    (workdir / "go").touch()
+    wait_for(lambda: (spool / "jobsdone" / "root:later@result").exists(), what="the drain to end")
+    assert d.stop() == 0
+
+
 def test_a_missed_night_whose_window_closed_is_skipped(spool, workdir, daemons):
     now = datetime.now().astimezone()
     fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)

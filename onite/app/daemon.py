@@ -172,9 +172,13 @@ class Daemon:
 
     def _plan_next(self) -> None:
         # before the lock is taken (a reload while waiting for it) no schedule time is handled yet: nothing to plan
-        self.next_scheduled = next_drain(self.schedule, self.last) if self.schedule and self.last else None
+        self._set_next(next_drain(self.schedule, self.last) if self.schedule and self.last else None)
+
+    def _set_next(self, when: datetime | None) -> None:
+        """The next scheduled drain, as the heartbeat tells it to users."""
+        self.next_scheduled = when
         if self.heartbeat is not None:
-            self.heartbeat.beat(next_drain=self.next_scheduled, next_by="daemon" if self.next_scheduled else None)
+            self.heartbeat.beat(next_drain=when, next_by="daemon" if when else None)
 
     def _scheduled(self, now: datetime) -> bool:
         """Handle a schedule time that has come: drain (True), or log a missed night."""
@@ -184,6 +188,7 @@ class Daemon:
         late = (now - step.drain).total_seconds() > LATE
         self.log.event("catch-up" if late else "scheduled", fire=step.drain.isoformat(timespec="minutes"),
                        note="missed while the daemon was not running; draining once" if late else None)
+        self._set_next(step.next)  # the heartbeat tells users the drain after this one, not this one's past time
         if self._drain(only_timed=False):
             self._handled(step.drain)
         return True
@@ -255,7 +260,7 @@ class Daemon:
                                note="during a drain of timed jobs")
                 driver.open_window(now)
                 self._pending_fire = step.drain
-                self.next_scheduled = step.next
+                self._set_next(step.next)
         nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.night.only_timed else None) if t]
         return min(nxt, default=None)
 
