@@ -181,6 +181,28 @@ def test_the_daemon_holds_the_lock_and_an_onite_run_hands_it_the_drain(spool, da
     assert json.loads((spool / f"driver.{HOST}.state").read_text())["state"] == "exited"
 
 
+def test_a_restarted_daemon_recovers_what_the_killed_one_left_at_once(spool, workdir, daemons):
+    """kill -9 mid-job, started again: the job is adopted and filed once, then, not at the next scheduled
+    drain (status showed it running, its end unfiled, until then)."""
+    set_config(spool, schedule=[FAR])
+    submit("long", f"echo start >> {workdir}/ledger; while [ ! -e {workdir}/go ]; do sleep 0.1; done; "
+           f"echo end >> {workdir}/ledger\n")
+    first = daemons(spool, "--drain-now")
+    wait_for(lambda: (workdir / "ledger").exists() and any(
+        p.name == "root:long@run" for p in (spool / "running").glob("*/*")), what="the job to start")
+    os.kill(first.proc.pid, signal.SIGKILL)  # the daemon only: the job and its monitor go on
+    first.proc.wait()
+    again = daemons(spool)
+    again.started()
+    wait_for(lambda: any("root:long" in line and "adopted" in line for line in again.logged("recovered", mine=True)),
+             what="the job to be adopted")
+    (workdir / "go").touch()
+    wait_for(lambda: (spool / "jobsdone" / "root:long@result").exists(), what="the adopted job to be filed")
+    assert result(spool, "long")["state"] == "done"
+    assert (workdir / "ledger").read_text() == "start\nend\n"
+    assert again.stop() == 0
+
+
 def test_invalid_schedule_is_refused_at_start(spool, daemons):
     set_config(spool, schedule=["0 25 * * *"])
     d = daemons(spool)

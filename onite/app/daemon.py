@@ -31,6 +31,7 @@ from onite.spool.files import replace_file
 from onite.spool.locks import take_wake
 from onite.spool.log import ActivityLog
 from onite.spool.paths import DAEMON_STATE, SpoolDir
+from onite.spool.scan import listing
 from onite.spool.settings import default_host
 from onite.spool.watch import TimedWatch
 
@@ -142,6 +143,11 @@ class Daemon:
         if self.drain_now and not drained:
             self.log.event("drain-now", note="draining once at start, then following the schedule")
             self._drain(only_timed=False)
+        elif not drained and self._left_running():
+            # what a dead driver of this host left is recovered now (adopted, filed or requeued), not at
+            # the next scheduled drain: until then its jobs would show as running, ended or not
+            self.log.event("recovering", note="a driver of this host left jobs in running/; recovering them now")
+            self._drain(only_timed=True)
         while not self.stopping:
             self._handle_signals()
             if self.stopping:
@@ -164,6 +170,13 @@ class Daemon:
                        default=None)
             timeout = POLL if wake is None else min(POLL, max((wake - now).total_seconds(), 0.0))
             self._sleep(timeout)
+
+    def _left_running(self) -> bool:
+        """Is anything left in running/HOST/ (claims, run records) for recovery to decide?"""
+        try:
+            return any(True for _ in listing(self.spool.running_dir(self.host)))
+        except OniteError:
+            return True  # the drain's recovery says what is wrong
 
     def _plan_fields(self) -> dict:
         """The schedule, the --until time and the next scheduled drain, as the log says them."""
