@@ -371,6 +371,21 @@ def test_hup_reloads_the_schedule(spool, daemons):
     assert d.stop() == 0
 
 
+def test_status_with_a_bad_schedule_still_shows_while_the_daemon_keeps_its_old_one(spool, daemons):
+    """A typo in schedule made `onite status` exit 2 with no status at all, while the daemon (and submit)
+    went on with the previous schedule."""
+    set_config(spool, schedule=["0 4 * * *"])
+    d = daemons(spool)
+    d.started()
+    set_config(spool, schedule=["0 25 * * *"])
+    r = run_cli(["status", "--json"])
+    assert r.code == 0, r
+    status = r.json()
+    assert status["drivers"][0]["role"] == "daemon" and "T04:00" in status["next_drain"]
+    assert any("bad cron expression '0 25 * * *'" in w for w in status["warnings"]), status["warnings"]
+    assert d.stop() == 0
+
+
 # ---- onite run --scheduled ---------------------------------------------------------------------
 
 
