@@ -203,6 +203,17 @@ def test_a_restarted_daemon_recovers_what_the_killed_one_left_at_once(spool, wor
     assert again.stop() == 0
 
 
+def test_after_the_daemon_died_users_are_told_to_start_it_again_not_to_install_cron(spool, daemons):
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    d.kill()  # kill -9: its heartbeat says idle, not exited
+    out = run_cli(["status"]).out
+    assert "no drain is scheduled" in out and "the daemon died" in out and "cron --install" not in out, out
+    r = submit("after", "true\n")
+    assert "the daemon died" in r.err and "cron --install" not in r.err, r
+
+
 def test_invalid_schedule_is_refused_at_start(spool, daemons):
     set_config(spool, schedule=["0 25 * * *"])
     d = daemons(spool)

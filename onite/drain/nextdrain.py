@@ -150,14 +150,23 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
         owner = os.stat(spool.root).st_uid
     except OSError:
         owner = 0
-    return DrainPlan(tuple(starters), draining, tuple(problems), fix_command(spool, config, cron_dead=cron_dead),
+    # a daemon that died (kill -9, a crash) rather than exited: starting it again is the fix, not cron
+    daemon_dead = next((b.host for b in beats if b.role == hb.Role.DAEMON and b.state != hb.BeatState.EXITED
+                        and b not in live), None)
+    return DrainPlan(tuple(starters), draining, tuple(problems),
+                     fix_command(spool, config, cron_dead=cron_dead, daemon_dead=daemon_dead),
                      by_hand=owner != 0 and owner == os.geteuid())
 
 
-def fix_command(spool, config, *, cron_dead: bool = False) -> str:
+def fix_command(spool, config, *, cron_dead: bool = False, daemon_dead: str | None = None) -> str:
     """The one command that schedules drains of ``spool``, said to whoever asks (``cron_dead``: its
-    entry is in a crontab here, but no cron daemon runs to read it)."""
+    entry is in a crontab here, but no cron daemon runs to read it; ``daemon_dead``: the host whose
+    daemon died without exiting)."""
     own = os.access(spool.root, os.W_OK)
+    if daemon_dead is not None:
+        where = "" if daemon_dead == default_host(config) else f" on host {daemon_dead}"
+        return (f"the daemon{where} died: start it again (systemctl start onite, or onite daemon)" if own
+                else f"the daemon{where} died: ask root to start it again (systemctl start onite)")
     if cron_dead:
         return ("start the cron daemon (e.g. service cron start), or run: onite daemon" if own
                 else "ask root to start the cron daemon (or to run: onite daemon)")
