@@ -339,6 +339,30 @@ def test_during_a_scheduled_drain_users_are_told_the_next_one(spool, workdir, da
     assert d.stop() == 0
 
 
+@pytest.mark.slow
+def test_a_job_running_past_until_holds_no_timed_job_back(spool, workdir, daemons):
+    """The window closes while a job of the scheduled drain still runs: the daemon stayed in that drain,
+    starting nothing, so an --at job (or a recurring run) due meanwhile waited for the long job to end."""
+    now = datetime.now().astimezone()
+    fire = (now - timedelta(minutes=5)).replace(second=0, microsecond=0)
+    until = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)  # the window closes within a minute
+    set_config(spool, schedule=[daily_at(fire)], until=until.strftime("%H:%M"), slots=2)
+    write_state(spool, now - timedelta(days=1, hours=1))
+    submit("long", f"touch {workdir}/started; while [ ! -e {workdir}/go ]; do sleep 0.1; done\n")
+    d = daemons(spool)
+    wait_for(lambda: (workdir / "started").exists(), what="the scheduled drain to start the job")
+    wait_for(lambda: d.logged("window-closed", mine=True), timeout=90, what="the window to close")
+    submit("untimed", "true\n")
+    submit("timed", "true\n", "--at", "now")
+    wait_for(lambda: (spool / "jobsdone" / "root:timed@result").exists(), what="the timed job to run")
+    assert not (workdir / "go").exists() and queued(spool) == ["root:untimed"]
+    (workdir / "go").touch()
+    wait_for(lambda: (spool / "jobsdone" / "root:long@result").exists(), what="the long job to end")
+    d.round_trip()
+    assert queued(spool) == ["root:untimed"]  # it waits for the next night
+    assert d.stop() == 0
+
+
 def test_a_missed_night_whose_window_closed_is_skipped(spool, workdir, daemons):
     now = datetime.now().astimezone()
     fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)

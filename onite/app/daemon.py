@@ -262,6 +262,8 @@ class Daemon:
         """Called by the driver on every turn: spool recurring jobs; widen a timed drain when a schedule
         time comes. Returns when it next has something to do."""
         self._spool_recurring(now)
+        if driver.night.window_closed and not driver.night.only_timed and driver.night.running:
+            driver.narrow_to_timed(now)  # a job running past until holds no --at or recurring job back
         if driver.night.only_timed and self._take_wake():
             self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
             driver.open_window(now)

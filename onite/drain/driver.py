@@ -76,6 +76,7 @@ class Driver:
                            notifier=Notifier(spool, self.log, clock=clock), runner=runner, slots=0,
                            window_end=None, only_timed=only_timed)
         night = self.night
+        self.window_from = self.started_at  # when this drain's window opened (open_window, narrow_to_timed move it)
         night.window_end = window_end(self.started_at, self.until)  # until is read from the night's settings
         self.finisher = Finisher(night)
         self.picker = Picker(night, self.finisher)
@@ -138,7 +139,7 @@ class Driver:
         night.index.set_folders(self.spool.queue_folders())
         night.runner.reload(config)
         night.slots = self.slots
-        night.window_end = window_end(self.started_at, self.until)
+        night.window_end = window_end(self.window_from, self.until)
         night.log.event("reloaded", slots=night.slots, priorities=config.priorities)
 
     def run(self, *, scheduled: bool = False, leaving: bool = False) -> int:
@@ -420,11 +421,22 @@ class Driver:
             queued, note = None, f"nothing was started (the queue could not be read: {err})"
         self.log.event("nothing-due", queued=queued, note=note)
 
+    def narrow_to_timed(self, now: datetime) -> None:
+        """The window closed during a daemon's full drain that still waits for running jobs: from now on start
+        the timed jobs that come due (--at, recurring runs, retries), as a drain of timed jobs would."""
+        night = self.night
+        night.only_timed = True
+        self.window_from = now
+        night.window_end = window_end(now, self.until)
+        self.log.event("timed-only", note="the window closed while jobs still run; until they end, only jobs "
+                       "whose --at or recurring time comes are started")
+
     def open_window(self, now: datetime) -> None:
         """A scheduled drain time came during a timed-only drain: from now on run every job."""
         night = self.night
         night.only_timed = False
         night.window_closed = False
+        self.window_from = now
         night.window_end = window_end(now, self.until)
         self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
                        note="a scheduled drain time came; every queued job may run now")
