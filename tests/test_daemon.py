@@ -214,6 +214,18 @@ def test_after_the_daemon_died_users_are_told_to_start_it_again_not_to_install_c
     assert "the daemon died" in r.err and "cron --install" not in r.err, r
 
 
+@needs_root
+def test_a_user_is_told_that_wake_is_roots(spool, daemons):
+    """nobody's `onite daemon --wake` was refused with the locks' message: "run the driver as the spool's owner"."""
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    r = run_cli(["daemon", "--wake"], user="nobody")
+    assert r.code == 3 and "--wake is for root" in r.err and "sudo onite daemon --wake" in r.err, r
+    assert not d.logged("drain-now") and not (spool / "locks" / f"wake.{HOST}").exists()
+    assert d.stop() == 0
+
+
 def test_invalid_schedule_is_refused_at_start(spool, daemons):
     set_config(spool, schedule=["0 25 * * *"])
     d = daemons(spool)

@@ -105,6 +105,9 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
     if host:
         check_name(host, what="host name")
     target = open_spool(spool)
+    if os.geteuid() != 0 and not os.access(target.running_root, os.W_OK):  # a personal spool's owner may
+        raise Refused("onite daemon --wake is for root: the locks of this spool are its owner's",
+                      "ask root to run: sudo onite daemon --wake")
     host = host or default_host(target.config)
     beat = hb.read(target, host)
     if beat is None or beat.role != hb.Role.DAEMON or not hb.is_alive(beat, now):
