@@ -375,6 +375,29 @@ def test_a_job_running_past_until_holds_no_timed_job_back(spool, workdir, daemon
     assert d.stop() == 0
 
 
+@pytest.mark.slow
+def test_a_schedule_reloaded_during_a_drain_of_timed_jobs_is_followed(spool, workdir, daemons):
+    """HUP with a new schedule while a timed job runs: the drain kept the old schedule until it ended, so a
+    new time that came meanwhile neither widened it nor showed in status."""
+    set_config(spool, schedule=[FAR], slots=2)
+    d = daemons(spool)
+    d.started()
+    submit("timed", f"touch {workdir}/started; while [ ! -e {workdir}/go ]; do sleep 0.1; done\n", "--at", "now")
+    wait_for(lambda: (workdir / "started").exists(), what="the timed drain to start the job")
+    submit("untimed", "true\n")
+    soon = (datetime.now().astimezone() + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    set_config(spool, schedule=[daily_at(soon)], slots=2)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.logged("reloaded"), what="the reload")
+    wait_for(lambda: run_cli(["status", "--json"]).json()["next_drain"] == soon.isoformat(),
+             what="status to show the new schedule")
+    wait_for(lambda: (spool / "jobsdone" / "root:untimed@result").exists(), timeout=120,
+             what="the new schedule time to widen the drain")
+    assert not (workdir / "go").exists()
+    (workdir / "go").touch()
+    assert d.stop() == 0
+
+
 def test_a_missed_night_whose_window_closed_is_skipped(spool, workdir, daemons):
     now = datetime.now().astimezone()
     fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)

@@ -60,6 +60,7 @@ class Daemon:
         self.recur = RecurScheduler(spool, self.log, clock=self.clock, read_budget=READ_BUDGET)
         self.watch = TimedWatch(spool.queue_folders(), self.host, spool.hold_dir)
         self.schedule: tuple[str, ...] = ()
+        self._refused_schedule = None  # the last schedule in onite.toml found not valid (logged once)
         self.last: datetime | None = None  # the last schedule time handled
         self.next_scheduled: datetime | None = None
         self.timed_mark: datetime | None = None  # when the last drain started (onite.spool.watch)
@@ -264,6 +265,8 @@ class Daemon:
         self._spool_recurring(now)
         if driver.night.window_closed and not driver.night.only_timed and driver.night.running:
             driver.narrow_to_timed(now)  # a job running past until holds no --at or recurring job back
+        if driver.night.only_timed and not driver.night.window_closed:
+            self._sync_schedule()  # a HUP's new schedule (the driver re-read onite.toml) is followed, as when idle
         if driver.night.only_timed and self._take_wake():
             self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
             driver.open_window(now)
@@ -322,13 +325,15 @@ class Daemon:
 
     def _sync_schedule(self) -> None:
         wanted = self.spool.config.schedule
-        if wanted == self.schedule:
+        if wanted == self.schedule or wanted == self._refused_schedule:
             return
         try:
             self.schedule = validate_schedule(tuple(wanted))
         except InvalidInput as err:
+            self._refused_schedule = wanted  # logged once, not at every turn of a drain
             self.log.event("reload-failed", error=str(err), note="keeping the previous schedule")
             return
+        self._refused_schedule = None
         self._plan_next()
 
     def _take_wake(self) -> bool:
