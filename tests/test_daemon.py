@@ -398,6 +398,25 @@ def test_a_schedule_reloaded_during_a_drain_of_timed_jobs_is_followed(spool, wor
     assert d.stop() == 0
 
 
+def test_a_wake_during_a_drain_of_timed_jobs_widens_it(spool, workdir, daemons):
+    """`onite daemon --wake` while a timed job ran said "is draining already" and left no request (the docs
+    say it widens that drain); submit told an untimed job "a drain is running now", a drain that never
+    starts it."""
+    set_config(spool, schedule=[FAR], slots=2)
+    d = daemons(spool)
+    d.started()
+    submit("timed", f"touch {workdir}/started; while [ ! -e {workdir}/go ]; do sleep 0.1; done\n", "--at", "now")
+    wait_for(lambda: (workdir / "started").exists(), what="the timed drain to start the job")
+    r = submit("untimed", "true\n")
+    assert "a drain is running now" not in r.err, r
+    r = run_cli(["daemon", "--wake"])
+    assert r.code == 0 and "told the daemon" in r.out, r
+    wait_for(lambda: (spool / "jobsdone" / "root:untimed@result").exists(), what="the widened drain")
+    assert not (workdir / "go").exists()
+    (workdir / "go").touch()
+    assert d.stop() == 0
+
+
 def test_a_missed_night_whose_window_closed_is_skipped(spool, workdir, daemons):
     now = datetime.now().astimezone()
     fire, until = now - timedelta(minutes=10), now - timedelta(minutes=5)

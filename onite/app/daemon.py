@@ -243,7 +243,7 @@ class Daemon:
         driver = Driver(self.spool, host=self.host, slots=self.slots, until=self._until_override, echo=self.echo,
                         only_timed=only_timed, linger=False, tick=self._tick, signals=self.signals,
                         lock_fd=self._lock_fd, heartbeat=self.heartbeat, clock=self.clock)
-        self.heartbeat.beat(state=BeatState.DRAINING)
+        self.heartbeat.beat(state=BeatState.TIMED if only_timed else BeatState.DRAINING)
         try:
             self._spool_recurring(self.timed_mark)
             driver.drain()
@@ -265,11 +265,13 @@ class Daemon:
         self._spool_recurring(now)
         if driver.night.window_closed and not driver.night.only_timed and driver.night.running:
             driver.narrow_to_timed(now)  # a job running past until holds no --at or recurring job back
+            self.heartbeat.beat(state=BeatState.TIMED)
         if driver.night.only_timed and not driver.night.window_closed:
             self._sync_schedule()  # a HUP's new schedule (the driver re-read onite.toml) is followed, as when idle
         if driver.night.only_timed and self._take_wake():
             self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
             driver.open_window(now)
+            self.heartbeat.beat(state=BeatState.DRAINING)
         if driver.night.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
             self._sync_schedule()
             step = self._due(now)
@@ -277,6 +279,7 @@ class Daemon:
                 self.log.event("scheduled", fire=step.drain.isoformat(timespec="minutes"),
                                note="during a drain of timed jobs")
                 driver.open_window(now)
+                self.heartbeat.beat(state=BeatState.DRAINING)
                 self._pending_fire = step.drain
                 self._set_next(step.next)
         nxt = [t for t in (self._next_recurring(), self.next_scheduled if driver.night.only_timed else None) if t]

@@ -123,6 +123,7 @@ def _ended_badly(spool: SpoolDir, job: Job) -> str:
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
     """``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``: what was spooled
     where, and when it is expected to run (onite.drain.nextdrain, which promises no drain nothing starts)."""
+    from onite.drain.heartbeat import BeatState
     from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
 
     what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]}"
@@ -140,7 +141,9 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
         parts.append(f"only on host {job.pin}")
     drain = plan(spool, now)
     fits = drain.starters_for(job.pin)
-    draining = [d for d in drain.draining if not job.pin or d.host == job.pin]
+    # a daemon's drain of timed jobs starts no untimed job: that one waits for the next drain
+    draining = [d for d in drain.draining if (not job.pin or d.host == job.pin)
+                and (d.state != BeatState.TIMED or job.not_before is not None)]
     daemons = [s for s in fits if s.by == "daemon"]
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")

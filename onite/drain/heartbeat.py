@@ -42,6 +42,7 @@ class BeatState(StrEnum):
     """What the lock holder is doing."""
 
     DRAINING = "draining"  #: a drain runs
+    TIMED = "draining timed jobs"  #: a daemon's drain of only the jobs whose --at or recurring time came
     IDLE = "idle"  #: a daemon between drains
     EXITED = "exited"  #: it let the lock go
 

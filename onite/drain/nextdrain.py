@@ -145,7 +145,7 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
         if when is not None:
             starters.append(Starter("cron", record.host, when, f"{record.user}'s crontab"))
     starters.sort(key=lambda s: s.when)
-    draining = tuple(b for b in live if b.state == hb.BeatState.DRAINING)
+    draining = tuple(b for b in live if b.state in (hb.BeatState.DRAINING, hb.BeatState.TIMED))
     try:  # a personal spool: its (non-root) owner drains it by hand, as nothing is set up to
         owner = os.stat(spool.root).st_uid
     except OSError:
