@@ -413,6 +413,7 @@ def test_a_wake_during_a_drain_of_timed_jobs_widens_it(spool, workdir, daemons):
     assert r.code == 0 and "told the daemon" in r.out, r
     wait_for(lambda: (spool / "jobsdone" / "root:untimed@result").exists(), what="the widened drain")
     assert not (workdir / "go").exists()
+    assert all("a scheduled drain time came" not in line for line in d.logged("window-opened")), d.logged("window-opened")
     (workdir / "go").touch()
     assert d.stop() == 0
 

@@ -270,7 +270,7 @@ class Daemon:
             self._sync_schedule()  # a HUP's new schedule (the driver re-read onite.toml) is followed, as when idle
         if driver.night.only_timed and self._take_wake():
             self.log.event("drain-now", note="told to drain now, during a drain of timed jobs")
-            driver.open_window(now)
+            driver.open_window(now, why="told to drain now")
             self.heartbeat.beat(state=BeatState.DRAINING)
         if driver.night.only_timed and self.next_scheduled is not None and now >= self.next_scheduled:
             self._sync_schedule()

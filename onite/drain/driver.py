@@ -431,15 +431,15 @@ class Driver:
         self.log.event("timed-only", note="the window closed while jobs still run; until they end, only jobs "
                        "whose --at or recurring time comes are started")
 
-    def open_window(self, now: datetime) -> None:
-        """A scheduled drain time came during a timed-only drain: from now on run every job."""
+    def open_window(self, now: datetime, *, why: str = "a scheduled drain time came") -> None:
+        """A scheduled drain time came (or a wake, ``why``) during a timed-only drain: from now on run every job."""
         night = self.night
         night.only_timed = False
         night.window_closed = False
         self.window_from = now
         night.window_end = window_end(now, self.until)
         self.log.event("window-opened", until=self.until.strftime("%H:%M") if self.until else None,
-                       note="a scheduled drain time came; every queued job may run now")
+                       note=f"{why}; every queued job may run now")
 
 
 def check_capacity(config, host: str) -> None:
