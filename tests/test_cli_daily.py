@@ -93,7 +93,7 @@ def test_a_bad_key_in_onite_toml_stops_the_driver_not_a_user_reading_the_queue(s
                 code, err = done.code, done.err
             assert code == 0, (args, user, err)
             assert err.count("\n") == 1 and err.startswith("onite: warning: ") and "unknown key 'slot'" in err, err
-            assert "a drain refuses the file until it is fixed" in err
+            assert "until it is fixed a new drain refuses the file and a running daemon keeps its previous" in err
             assert ("ask root" in err) == (user == "nobody"), err
     assert json.loads(onite(spool, "list", "--json").stdout)["jobs"][0]["name"] == "waiting"
     for args in (["run", "-q"], ["cron", "--install"], ["submit", "more"]):

@@ -157,8 +157,8 @@ def open_spool(spool: str | None, *, reading: bool = False):
     target = open_target(spool_of(spool), reading=reading)
     if reading and target.reload_config() and target.config_faults:  # now: said before anything else
         first, more = target.config_faults[0], len(target.config_faults) - 1
-        say(f"onite: warning: {first}{f' (and {more} more)' if more else ''}; read as if left out here, but a "
-            "drain refuses the file until it is fixed")
+        say(f"onite: warning: {first}{f' (and {more} more)' if more else ''}; read as if left out here, but until "
+            "it is fixed a new drain refuses the file and a running daemon keeps its previous settings")
     return target
 
 
