@@ -22,6 +22,7 @@ from onite.app.common import label, me
 from onite.app.listing import running_views
 from onite.core.record import Record
 from onite.drain.heartbeat import draining_hosts, live_beats
+from onite.drain.nextdrain import plan
 from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool import runrecords
 from onite.spool.log import CANNOT_RECORD
@@ -455,10 +456,9 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
         waiting.append({"name": label(event.name), "user": event.fields.get("owner", "?"), "uid": None,
                         "priority": None, "urgent": False, "state": "refused", "kind": "refused",
                         "reason": event.fields.get("reason", ""), "command": None})
-    drain = None
-    with contextlib.suppress(InvalidInput):
-        drain = next_drain(spool.config.schedule, data.now)
-    return data._replace(left=left, waiting=waiting, next_drain=drain)
+    # only a drain something will start (a daemon, the timer, an installed cron entry), as status says
+    starter = plan(spool, data.now).next
+    return data._replace(left=left, waiting=waiting, next_drain=starter.when if starter else None)
 
 
 def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
