@@ -44,6 +44,20 @@ def test_an_edit_of_limits_keeps_the_job_in_its_place_and_the_driver_runs_it_edi
     assert not list((spool / "edit").iterdir())  # the driver took them
 
 
+@pytest.mark.parametrize("filed", [False, True])
+def test_a_job_edited_then_cancelled_while_queued_restarts_as_edited(spool, cli, filed):
+    """Its edits were never taken by a driver (it was never claimed): a restart, before or after a driver filed
+    the cancel, reran the job as first spooled, its edited time limit and retries lost."""
+    submit("e")
+    assert cli(["edit", "e", "--timeout", "7m", "--retries", "2"]).code == 0
+    assert cli(["cancel", "e"]).code == 0
+    if filed:
+        assert drain(spool).returncode == 0
+    assert cli(["restart", "e", "-q"]).code == 0
+    job = decode((spool / "jobs" / "P4" / "root:e").read_bytes())
+    assert (job.timeout.total_seconds(), job.retries) == (420, 2)
+
+
 def test_a_new_priority_moves_the_job_to_the_end_of_its_new_folder(spool, cli):
     submit("x", "-p", "2")
     for name in ("a", "b"):

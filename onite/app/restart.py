@@ -16,7 +16,8 @@ from onite.exec import identity
 from onite.spool.filecheck import BadFile, file_problem, read_job_file
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
-from onite.spool.scan import is_live, withdrawn_entries
+from onite.spool.edits import edited, trusted
+from onite.spool.scan import is_live, read_markers, withdrawn_entries
 from onite.core.errors import InvalidInput, JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.identity import Identity
 from onite.core.job import Job
@@ -85,6 +86,9 @@ def read_finished(spool: SpoolDir, name: str, caller_uid: int):
         opened, max_size=spool.config.max_job_size, resolve_uid=identity.resolve, may_settle=False)
     if problem:
         raise Refused(f"{path} cannot be restarted: {problem}", "spool the job anew with onite submit")
+    # a job cancelled while queued was never claimed, so its edits (onite edit) are still beside it in edit/:
+    # it reruns as edited, as a job that ran does (its driver wrote them into its file)
+    job = edited(job, trusted(read_markers(spool.edit_dir), name), spool.config.max_job_size)[0]
     return job, opened
 
 
