@@ -243,6 +243,7 @@ def test_a_job_bigger_than_the_host_is_refused_at_submit_and_failed_by_the_drive
     _capacity(spool, "1G", 2)
     r = run_cli(["submit", "big", "--mem", "2G"], stdin=b"true\n")
     assert r.code == 3 and r.err.count("\n") == 1 and "2G memory" in r.err, r
+    assert r.err.startswith("onite: job 'big' can never run"), r  # the caller's own job, by its NAME
     submit("fits", "true\n", "--mem", "1G")
     toml = spool / "onite.toml"  # the admin shrinks the host after it was spooled
     toml.write_text(toml.read_text().replace('mem = "1G"', 'mem = "512M"'))

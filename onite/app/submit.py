@@ -289,7 +289,9 @@ def check_capacity(config: Config, job: Job) -> None:
             return
     if len(hosts) == 1:
         problem += f" (host {hosts[0]})"
-    raise Refused(f"job {job.name!r} can never run: {problem}",
+    from onite.app.common import label
+
+    raise Refused(f"job {label(job.name)!r} can never run: {problem}",
                   "ask for less (--mem, --cpus), or ask the admin about the host's capacity")
 
 
