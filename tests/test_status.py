@@ -72,6 +72,18 @@ def test_a_dependency_that_failed_says_the_job_will_fail(spool):
     assert (row["kind"], row["reason"]) == ("will_fail", "will fail: dependency broke failed")
 
 
+def test_a_timed_job_whose_dependency_failed_says_it_will_fail_when_its_time_comes(spool):
+    """It waits for its time first (its dependency may yet run again), but it said only ``not before …``,
+    and its owner learned it was doomed from the morning's failure."""
+    submit("broke", "exit 1\n")
+    assert drain(spool).returncode == 0
+    submit("publish", "true\n", "--after", "broke", "--at", "tomorrow 05:00")
+    row = by_name(run_cli(["status", "--json"]).json())["publish"]
+    assert row["kind"] == "not_before" and row["reason"].startswith("not before "), row
+    assert row["reason"].endswith("; then will fail: dependency broke failed"), row
+    assert "then will fail: dependency broke failed" in run_cli(["list", "--plain"]).out
+
+
 def test_last_night(spool):
     """Last night is the night of yesterday, noon to noon, whatever the time of day the test runs; its jobs are
     those onite.log tells of (their result records are not read), each as its final line says."""

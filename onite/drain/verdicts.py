@@ -87,6 +87,10 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             row["kind"] = "retry" if meta.retrying else "not_before"
             if meta.retrying:
                 row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
+            doomed = evaluate(meta._replace(not_before=None), held=False, now=now, host=host, dependency=dependency,
+                              owner=reader) if job.after else READY
+            if isinstance(doomed, Fail):  # the driver fails it once its time comes, unless the dependency reruns
+                row["reason"] += f"; then will fail: {doomed.reason}"
         elif asked and asked[-1][1] is DepState.PENDING:
             dep = asked[-1][0]
             if holds is None:
