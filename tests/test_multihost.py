@@ -202,3 +202,23 @@ def test_a_copy_of_a_job_whose_run_on_another_host_ended_runs(spool, workdir):
     assert claimed.exists() and record.exists()  # alpha's to file
     assert start_driver(spool, "--host", "alpha").wait(60) == 0
     assert not claimed.exists() and not record.exists()
+
+
+def test_recover_leaves_a_job_whose_monitor_still_runs_here_and_says_so(spool, workdir, cli):
+    """alpha's driver is killed -9 but its machine (this one) lives: the job runs on under its monitor. onite recover
+    --host alpha cannot wait for it, so it must not claim to have recovered it: it leaves the claim to alpha's next
+    driver (which adopts it) and says so."""
+    gate = workdir / "gate"
+    gate.touch()
+    cli(["submit", "lives"], stdin=f"echo $$ >> {workdir}/starts; while [ -e {gate} ]; do sleep 0.05; done\n".encode())
+    alpha = start_driver(spool, "--host", "alpha")
+    wait_for(lambda: (workdir / "starts").exists(), what="the job to start")
+    os.kill(alpha.pid, signal.SIGKILL)
+    alpha.wait()
+    r = cli(["recover", "--host", "alpha", "--force"])
+    assert r.code == 0 and "recovered 1 job(s)" not in r.out, r
+    assert "lives" in r.out and "still running" in r.out and "onite run --host alpha" in r.out, r
+    assert (spool / "running" / "alpha" / "root:lives").exists()
+    gate.unlink()
+    assert start_driver(spool, "--host", "alpha").wait(60) == 0
+    assert result(spool, "lives")["state"] == "done" and len((workdir / "starts").read_text().split()) == 1

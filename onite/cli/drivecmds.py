@@ -89,8 +89,12 @@ def recover(
             "requeue them? [y/N] "):
         print("nothing changed")
         return
-    done = Driver(target, host=host).recover_host()  # requeued (or failed, per on_interrupt)
-    print(f"recovered {len(done)} job(s) of host {host}: {', '.join(map(label, done))}")
+    done, left = Driver(target, host=host).recover_host()  # requeued (or failed, per on_interrupt)
+    if done or not left:
+        print(f"recovered {len(done)} job(s) of host {host}: {', '.join(map(label, done))}")
+    if left:
+        print(f"left {len(left)} job(s) of host {host} still running under their monitors on this machine: "
+              f"{', '.join(map(label, left))} — its next driver adopts them: onite run --host {host}")
 
 
 @command()

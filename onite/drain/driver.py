@@ -176,8 +176,9 @@ class Driver:
                     self.log.close()
         return EXIT_FAILURE if self.night.cannot_record else 0
 
-    def recover_host(self) -> list[str]:
-        """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go; their names.
+    def recover_host(self) -> tuple[list[str], list[str]]:
+        """``onite recover --host NAME``: take NAME's lock, requeue (or fail) its claims, let go; the names of those
+        recovered, and of those left because their runs go on under live monitors on this machine.
         Raises Refused: a driver of that host holds its lock (it is alive)."""
         night = self.night
         lock = take_host_lock(self.spool, self.host,
@@ -193,8 +194,10 @@ class Driver:
             self.log.event("recover-host", host=self.host, by=f"uid {night.euid}", claims=len(claims))
             # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
             self.recovery.may_reattach = False
+            self.recovery.may_adopt = False  # nothing here would wait for an adopted run: its host's next driver does
             self.recovery.recover()
-            return claims
+            left = self.recovery.left
+            return [c for c in claims if c not in left], left
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed
             night.metrics.flush()

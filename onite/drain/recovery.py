@@ -53,6 +53,8 @@ class Recovery:
         self.limiter = limiter
         self.make_runner = make_runner  # an executor of another kind, for a run the configured one did not start
         self.may_reattach = True  # may take back runs that outlived their driver (Slurm)
+        self.may_adopt = True  # may take over runs whose monitor lives (not onite recover: it does not wait for them)
+        self.left: list[str] = []  # claims left as they are: their runs go on under their monitors here
 
     def recover(self) -> None:
         """Deal with every claim in running/HOST/."""
@@ -246,6 +248,11 @@ class Recovery:
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
         """Take over a run whose monitor is alive, as if started here."""
         night = self.night
+        if not self.may_adopt and self.monitor_alive(rec):
+            self.left.append(name)
+            night.log.event("left", name, note="still running under its monitor here; this host's next driver adopts it",
+                            monitor=rec.monitor_pid, pid=rec.job_pid)
+            return True
         try:
             run = self._run_of(name, path, rec.info)
         except (OSError, OniteError, BadFile):
