@@ -222,3 +222,18 @@ def test_recover_leaves_a_job_whose_monitor_still_runs_here_and_says_so(spool, w
     gate.unlink()
     assert start_driver(spool, "--host", "alpha").wait(60) == 0
     assert result(spool, "lives")["state"] == "done" and len((workdir / "starts").read_text().split()) == 1
+
+
+def test_a_small_host_leaves_a_job_that_fits_another_host_queued(spool, workdir, cli):
+    """alpha is small ([hosts.alpha] mem = "1G"), beta big (4G): submit takes --mem 2G, for beta can run it. alpha's
+    driver must leave it queued for beta, not fail it as a job that 'can never run'."""
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write('\n[hosts.alpha]\nmem = "1G"\ncpus = 1\n\n[hosts.beta]\nmem = "4G"\ncpus = 2\n')
+    assert cli(["submit", "big", "--mem", "2G"], stdin=f"echo big > {workdir}/big\n".encode()).code == 0
+    assert cli(["submit", "small", "--mem", "500M"], stdin=b"true\n").code == 0
+    assert start_driver(spool, "--host", "alpha").wait(60) == 0
+    assert result(spool, "small")["host"] == "alpha"
+    assert (spool / "jobs" / "P4" / "root:big").exists(), [line for line in log_lines(spool) if " big" in line]
+    assert start_driver(spool, "--host", "beta").wait(60) == 0
+    assert result(spool, "big")["host"] == "beta" and result(spool, "big")["state"] == "done"
+    assert (workdir / "big").read_text() == "big\n"
