@@ -237,3 +237,20 @@ def test_a_small_host_leaves_a_job_that_fits_another_host_queued(spool, workdir,
     assert start_driver(spool, "--host", "beta").wait(60) == 0
     assert result(spool, "big")["host"] == "beta" and result(spool, "big")["state"] == "done"
     assert (workdir / "big").read_text() == "big\n"
+
+
+def test_wait_says_when_the_job_it_waits_for_runs_on_a_host_whose_driver_died(spool, workdir, cli):
+    """alpha's driver is killed -9 mid-job: nothing files the job until a driver starts on alpha. onite wait said
+    only 'waiting for stuck (running)…' and blocked; it says why it may wait for ever, and what starts it."""
+    gate = workdir / "gate"
+    gate.touch()
+    cli(["submit", "stuck"], stdin=f"touch {workdir}/started; while [ -e {gate} ]; do sleep 0.05; done\n".encode())
+    alpha = start_driver(spool, "--host", "alpha")
+    wait_for(lambda: (workdir / "started").exists(), what="the job to start")
+    os.kill(alpha.pid, signal.SIGKILL)
+    alpha.wait()
+    gate.unlink()
+    r = cli(["wait", "stuck", "--timeout", "1"])
+    assert r.code == 6 and "host alpha" in r.err and "no live driver" in r.err, r
+    assert start_driver(spool, "--host", "alpha").wait(60) == 0
+    assert cli(["wait", "stuck"]).code == 0

@@ -13,7 +13,7 @@ from datetime import datetime
 from onite.core.record import Record
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import key_uid, live_entries, stat_entry, withdrawn_entries
+from onite.spool.scan import find_running, key_uid, live_entries, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound
 from onite.core.jobview import JobView, outcome_counts, result_view
@@ -205,6 +205,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
         if announce is not None and delay == POLL_FIRST:
             left = [n for n in order if n not in finals]
             note = undrained(spool, clock.now()) if any(watches[n].live == "queued" for n in left) else ""
+            note += stranded(spool, [watches[n].name for n in left if watches[n].live == "running"], clock.now())
             announce(note + "waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})" for n in left))
         delay = _pause(clock, delay, deadline)
 
@@ -215,6 +216,23 @@ def undrained(spool: SpoolDir, now: datetime) -> str:
 
     drain = plan(spool, now)
     return "" if drain.starters or drain.draining else f"{no_drain_text(drain)}; "
+
+
+def stranded(spool: SpoolDir, keys: list[str], now: datetime) -> str:
+    """``NAME runs on host H with no live driver there: …; `` for each of the running ``keys`` whose host's driver
+    is dead (nothing files them until one starts there), else ''."""
+    if not keys:
+        return ""
+    from onite.drain.heartbeat import live_beats
+
+    live = {beat.host for beat in live_beats(spool, now)}
+    notes = []
+    for key in keys:
+        for entry in find_running(spool, key):
+            if entry.host not in live:
+                notes.append(f"{label(key)} runs on host {entry.host} with no live driver there: nothing files it "
+                             f"until a driver starts on {entry.host} (root: onite run --host {entry.host}); ")
+    return "".join(notes)
 
 
 def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
