@@ -139,6 +139,27 @@ def live_beats(spool: SpoolDir, now: datetime) -> list[Beat]:
     return [b for b in beats(spool) if is_alive(b, now, machine=machine, boot=boot)]
 
 
+def fits_another_host(spool: SpoolDir, config, host: str, need) -> bool:
+    """Could a host of the spool other than ``host`` ever run a job of ``need`` (an unpinned one too big for
+    ``host``)? One with ``[hosts.NAME]`` in onite.toml, or one whose driver has drained the spool (its heartbeat):
+    a host on this machine has the machine's capacity, one elsewhere what onite.toml says (unbounded where it
+    says nothing), as submit judges it."""
+    from onite.core.errors import ConfigError
+    from onite.core.resources import host_capacity, too_big
+    from onite.exec.limits import machine
+
+    machines = {beat.host: beat.machine for beat in beats(spool)}
+    for other in {*config.hosts, *machines} - {host}:
+        try:
+            capacity = host_capacity(config, other, machine() if machines.get(other) == os.uname().nodename
+                                     else (None, None))
+        except ConfigError:
+            continue
+        if not too_big(need, capacity):
+            return True
+    return False
+
+
 def draining_hosts(spool: SpoolDir, now: datetime) -> list[str]:
     """Hosts where a driver is draining at ``now`` (a daemon between drains is not)."""
     return [beat.host for beat in live_beats(spool, now) if beat.state != BeatState.IDLE]

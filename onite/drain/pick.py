@@ -20,12 +20,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from onite.core.admission import Admission, Admit, Busy, Head, Room, admit, latest_end, room
-from onite.core.errors import ConfigError, JobFormatError, Refused
+from onite.core.errors import JobFormatError, Refused
 from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, cycle_reason, cycles, evaluate, fair_order
 from onite.core.record import Record
-from onite.core.resources import Need, host_capacity, request_of, too_big
+from onite.core.resources import Need, host_capacity, request_of
 from onite.core.state import JobState
 from onite.drain import heartbeat as hb
 from onite.drain.finish import Finisher
@@ -110,7 +110,7 @@ class Picker:
                             continue  # a copy of a job running on another host: it waits, as on this one
                         return Picked(cand, seen.st, need, said.verdict is Admit.BACKFILL, seen.meta)
                     if said.verdict is Admit.NEVER:
-                        if seen.meta.pin is None and self._fits_another_host(need):
+                        if seen.meta.pin is None and hb.fits_another_host(night.spool, night.config, night.host, need):
                             continue  # too big for this host only: left queued for a host of the spool that fits it
                         self.finisher.fail_unstarted(cand, seen.st, said.reason)
                     elif not night.config.backfill:
@@ -132,22 +132,6 @@ class Picker:
         if seen is None:
             night.forget(cand)
         return seen
-
-    def _fits_another_host(self, need: Need) -> bool:
-        """Could another host of the spool ever run a job of ``need``: one with ``[hosts.NAME]`` in onite.toml, or
-        one whose driver has drained it (its heartbeat)? A host on this machine has the machine's capacity,
-        one elsewhere what onite.toml says (unbounded where it says nothing), as submit judges it."""
-        night = self.night
-        machines = {beat.host: beat.machine for beat in hb.beats(night.spool)}
-        for host in {*night.config.hosts, *machines} - {night.host}:
-            here = machines.get(host) == night.machine
-            try:
-                capacity = host_capacity(night.config, host, machine() if here else (None, None))
-            except ConfigError:
-                continue
-            if not too_big(need, capacity):
-                return True
-        return False
 
     def _claimed_elsewhere(self, name: str) -> bool:
         """Is ``name`` claimed on another host by a run that has not ended, as its run record (root's) says? Its

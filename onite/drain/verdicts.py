@@ -15,6 +15,7 @@ from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, request_of
+from onite.drain.heartbeat import fits_another_host
 from onite.exec.limits import machine
 from onite.spool.deps import dependency_state
 from onite.spool.edits import edited, trusted
@@ -70,7 +71,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=reader)
         if verdict is READY:
-            kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout)
+            kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout, pinned=job.pin is not None)
             if reason and room.head is not None:
                 reason = reason.replace(room.head.name, shown(room.head.name, reader))
             if reason:
@@ -123,7 +124,7 @@ class _Room:
                                  slots=slots)
         return room(self.host, capacity, running)
 
-    def verdict(self, name: str, mem: int | None, cpus: int | None, timeout) -> tuple[str, str]:
+    def verdict(self, name: str, mem: int | None, cpus: int | None, timeout, *, pinned: bool = False) -> tuple[str, str]:
         """Why a job that may start as far as the queue goes waits for room (``kind``, ``reason``), or
         ("", "") if the driver would start it."""
         config = self.spool.config
@@ -138,6 +139,9 @@ class _Room:
         need, ends = request_of(mem, cpus), latest_end(self.now, timeout, config.kill_grace)
         said = admit(name, need, ends, self.room, self.head, backfill=config.backfill)
         if said.verdict is Admit.NEVER:
+            if not pinned and fits_another_host(self.spool, config, self.host, need):  # as the driver leaves it
+                why = said.reason.partition(": it can never")[0]
+                return "resources", f"waits for another host: {why} (host {self.host})"
             return "will_fail", f"will fail: {said.reason}"
         self.head = said.head
         if said.verdict in (Admit.START, Admit.BACKFILL):
