@@ -83,6 +83,8 @@ class Picker:
         self._capacity: Need | None = None
         self._room: Room | None = None  # what the running jobs leave, measured once per pick
         self._head: Head | None = None  # the first job of this pick that waits for room
+        self._elsewhere: dict[Need, bool] = {}  # need → may another host run it, asked once per pick (a flood of
+        # jobs too big for this host costs one look at the heartbeats, not one each)
         self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._reported_foreign: set[str] = set()
         self.withdrawn = Withdrawn(night.spool)  # cancel/ by name, listed again once it changed
@@ -98,6 +100,7 @@ class Picker:
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             self._room = self._head = None  # measured when the first ready job asks
+            self._elsewhere = {}
             for cand in self._in_order(night.index.candidates()):
                 seen = self._look(cand)
                 if seen is None:
@@ -110,7 +113,7 @@ class Picker:
                             continue  # a copy of a job running on another host: it waits, as on this one
                         return Picked(cand, seen.st, need, said.verdict is Admit.BACKFILL, seen.meta)
                     if said.verdict is Admit.NEVER:
-                        if seen.meta.pin is None and hb.fits_another_host(night.spool, night.config, night.host, need):
+                        if seen.meta.pin is None and self._fits_elsewhere(need):
                             continue  # too big for this host only: left queued for a host of the spool that fits it
                         self.finisher.fail_unstarted(cand, seen.st, said.reason)
                     elif not night.config.backfill:
@@ -161,6 +164,12 @@ class Picker:
             owner = split_key(key)[0]
             self.finisher.fail_unstarted(cand, seen.st, cycle_reason(cycle, owner))
         return bool(found)
+
+    def _fits_elsewhere(self, need: Need) -> bool:
+        if need not in self._elsewhere:
+            night = self.night
+            self._elsewhere[need] = hb.fits_another_host(night.spool, night.config, night.host, need)
+        return self._elsewhere[need]
 
     def capacity(self) -> Need:
         """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.
