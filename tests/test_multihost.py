@@ -204,17 +204,24 @@ def test_a_copy_of_a_job_whose_run_on_another_host_ended_runs(spool, workdir):
     assert not claimed.exists() and not record.exists()
 
 
-def test_recover_leaves_a_job_whose_monitor_still_runs_here_and_says_so(spool, workdir, cli):
-    """alpha's driver is killed -9 but its machine (this one) lives: the job runs on under its monitor. onite recover
-    --host alpha cannot wait for it, so it must not claim to have recovered it: it leaves the claim to alpha's next
-    driver (which adopts it) and says so."""
+def _alpha_killed_mid_job(spool, workdir, cli, name: str):
+    """Spool ``name`` (it writes its pid to workdir/starts, then runs until the gate goes), let alpha's driver start
+    it, and kill that driver -9 (its monitor lives on); the gate."""
     gate = workdir / "gate"
     gate.touch()
-    cli(["submit", "lives"], stdin=f"echo $$ >> {workdir}/starts; while [ -e {gate} ]; do sleep 0.05; done\n".encode())
+    cli(["submit", name], stdin=f"echo $$ >> {workdir}/starts; while [ -e {gate} ]; do sleep 0.05; done\n".encode())
     alpha = start_driver(spool, "--host", "alpha")
     wait_for(lambda: (workdir / "starts").exists(), what="the job to start")
     os.kill(alpha.pid, signal.SIGKILL)
     alpha.wait()
+    return gate
+
+
+def test_recover_leaves_a_job_whose_monitor_still_runs_here_and_says_so(spool, workdir, cli):
+    """alpha's driver is killed -9 but its machine (this one) lives: the job runs on under its monitor. onite recover
+    --host alpha cannot wait for it, so it must not claim to have recovered it: it leaves the claim to alpha's next
+    driver (which adopts it) and says so."""
+    gate = _alpha_killed_mid_job(spool, workdir, cli, "lives")
     r = cli(["recover", "--host", "alpha", "--force"])
     assert r.code == 0 and "recovered 1 job(s)" not in r.out, r
     assert "lives" in r.out and "still running" in r.out and "onite run --host alpha" in r.out, r
@@ -246,14 +253,7 @@ def test_a_small_host_leaves_a_job_that_fits_another_host_queued(spool, workdir,
 def test_wait_says_when_the_job_it_waits_for_runs_on_a_host_whose_driver_died(spool, workdir, cli):
     """alpha's driver is killed -9 mid-job: nothing files the job until a driver starts on alpha. onite wait said
     only 'waiting for stuck (running)…' and blocked; it says why it may wait for ever, and what starts it."""
-    gate = workdir / "gate"
-    gate.touch()
-    cli(["submit", "stuck"], stdin=f"touch {workdir}/started; while [ -e {gate} ]; do sleep 0.05; done\n".encode())
-    alpha = start_driver(spool, "--host", "alpha")
-    wait_for(lambda: (workdir / "started").exists(), what="the job to start")
-    os.kill(alpha.pid, signal.SIGKILL)
-    alpha.wait()
-    gate.unlink()
+    _alpha_killed_mid_job(spool, workdir, cli, "stuck").unlink()
     r = cli(["wait", "stuck", "--timeout", "1"])
     assert r.code == 6 and "host alpha" in r.err and "no live driver" in r.err, r
     assert start_driver(spool, "--host", "alpha").wait(60) == 0
