@@ -17,7 +17,6 @@ from typing import BinaryIO
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.core.names import shown
 from onite.core.policy import owner_or_root
-from onite.core.queue import reason_as_read
 from onite.spool.files import discard
 from onite.spool.paths import SpoolDir
 from onite.spool.accounts import user_name
@@ -190,6 +189,8 @@ def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = Fal
     except OniteError:  # damaged or unreadable: no reason to give
         result = None
     if result is not None and result.started is None and result.reason:
+        from onite.core.queue import reason_as_read  # only for a job that never ran: output imports no queue rules
+
         reason = reason_as_read(result.reason, result.user, user_name(os.geteuid()))
         return NotFound(f"job {_said(name)!r} did not run: {reason}", "see onite list --all")
     if empty:
