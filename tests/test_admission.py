@@ -19,7 +19,7 @@ from onite.core.config import parse_config
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.jobfile import decode, encode
 from onite.core.admission import Admit, Busy, admit, room
-from onite.core.resources import MAX_CPUS, Need, host_capacity, parse_cpus
+from onite.core.resources import MAX_CPUS, Need, host_capacity, never_fits, parse_cpus
 from onite.core.runrecord import admitted_need, parse
 
 HOST = os.uname().nodename.split(".")[0]
@@ -79,6 +79,19 @@ def test_a_reserve_that_leaves_nothing_is_a_config_error_on_this_machine_only():
     # an admin's own amount is what counts, whatever the reserve
     config = parse_config('reserve_mem = "32G"\n[hosts.vm]\nmem = "4G"\ncpus = 1\n')
     assert host_capacity(config, "vm", (16384, 1)) == Need(4096, 1, 1)
+
+
+def test_a_job_never_fits_only_when_no_host_of_the_spool_could_run_it():
+    """The one rule of submit, the driver and list: some host fits, or why none does."""
+    config = parse_config('reserve_mem = "1G"\n[hosts.small]\nmem = "1G"\ncpus = 1\n')
+    need = Need(2048, 1)
+    assert never_fits(config, need, {"small": (None, None), "far": (None, None)}) == ""  # far: unknown, unbounded
+    assert never_fits(config, need, {"small": (None, None)}) == "it asks for 2G memory, but the host has 1G (host small)"
+    assert never_fits(config, need, {"small": (None, None), "here": (2048, 4)}).endswith("but the host has 1G")
+    assert never_fits(config, need, {"here": (1024, 4), "far": (None, None)}) == ""
+    with pytest.raises(ConfigError, match="reserve_mem = 1G leaves no memory for jobs on host here"):
+        never_fits(config, need, {"here": (1024, 4), "small": (None, None)})
+    assert never_fits(config, need, {}) == "no host of the spool can run it"
 
 
 @pytest.mark.parametrize("text", ['[hosts.a]\nmem = "0"', "[hosts.a]\nmem = 0", "[hosts.a]\ncpus = 0"])

@@ -250,6 +250,32 @@ def test_a_small_host_leaves_a_job_that_fits_another_host_queued(spool, workdir,
     assert (workdir / "big").read_text() == "big\n"
 
 
+def test_a_job_too_big_for_this_host_is_taken_for_a_host_known_by_its_heartbeat(spool, workdir, cli):
+    """Submit judged a job by the hosts onite.toml names, while the driver and list also count a host whose driver
+    has drained the spool from another machine: a --mem 2G job was refused here, though the big host runs it. One
+    rule now (onite.core.resources.never_fits over the spool's hosts): submit takes it, this host's driver leaves
+    it queued, and list says it waits for another host."""
+    import json
+    from datetime import datetime
+
+    from onite.drain import heartbeat as hb
+    from onite.spool.paths import SpoolDir
+
+    here = os.uname().nodename.split(".")[0]
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write(f'\n[hosts.{here}]\nmem = "1G"\ncpus = 1\n')
+    assert "can never run" in cli(["submit", "big", "--mem", "2G"], stdin=b"true\n").err
+    now = datetime.now().astimezone()
+    beat = hb.Beat(host="far", pid=1, start_ticks=None, boot_id="other", machine="far.example", role=hb.Role.RUN,
+                   started_by="cron", since=now, state=hb.BeatState.EXITED, updated=now, ended=now)
+    SpoolDir(spool).state_path(hb.HEARTBEAT, "far").write_text(json.dumps(beat.to_json()))
+    assert cli(["submit", "big", "--mem", "2G"], stdin=b"true\n").code == 0
+    assert "can never run" in cli(["submit", "pinned", "--mem", "2G", "--host", here], stdin=b"true\n").err
+    assert "waits for another host" in cli(["list"]).out
+    assert start_driver(spool).wait(60) == 0
+    assert (spool / "jobs" / "P4" / "root:big").exists(), [line for line in log_lines(spool) if " big" in line]
+
+
 def test_wait_says_when_the_job_it_waits_for_runs_on_a_host_whose_driver_died(spool, workdir, cli):
     """alpha's driver is killed -9 mid-job: nothing files the job until a driver starts on alpha. onite wait said
     only 'waiting for stuck (running)…' and blocked; it says why it may wait for ever, and what starts it."""

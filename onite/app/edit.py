@@ -46,7 +46,7 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
     current, _ = edited(job, trusted(read_markers(spool.edit_dir), name), spool.config.max_job_size)
     new = changes.apply(current, spool.config, now, user_name(caller_uid))
     if changes.mem is not None or changes.cpus is not None:
-        check_capacity(spool.config, new)
+        check_capacity(spool, new)
     if changes.after is not None:
         check_after(spool, [new])
     if new.priority != job.priority:  # the job, edited, at the end of its new folder

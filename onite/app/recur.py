@@ -46,7 +46,7 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     rule = parse_rule(cron=cron, every=every, offset=offset)
     config = spool.config
     job = build_job(request, captured, config, caller.name)
-    check_capacity(config, job)
+    check_capacity(spool, job)
     job = job._replace(extra=job.extra + rule_fields(rule))
     check_mail(request.notify, config)
     spool.check()

@@ -38,7 +38,7 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
     job, st = read_finished(spool, name, caller.uid)
     job = changes.apply(job, spool.config, now, caller.name)
     if changes.mem is not None or changes.cpus is not None:
-        check_capacity(spool.config, job)
+        check_capacity(spool, job)
     check_policy(spool, SubmitRequest(name=new, body=job.body, urgent=job.urgent), now, caller)
     target = job_key(user, uniqname(spool, new, user) if unique else new)
     try:

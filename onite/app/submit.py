@@ -49,7 +49,7 @@ def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, calle
     config = spool.config
     (check_base if request.unique else check_name)(request.name)
     job = build_job(request, captured, config, caller.name)
-    check_capacity(config, job)
+    check_capacity(spool, job)
     check_mail(request.notify, config)
     spool.check()
     check_policy(spool, request, captured.now, caller)
@@ -219,7 +219,7 @@ def submit_many(spool: SpoolDir, requests: Sequence[SubmitRequest], captured: Ca
                                "fix its first line: #!/path/to/interpreter [one argument]")
         jobs.append(templates[key]._replace(name=job_key(caller.name, request.name), body=request.body))
     for job in templates.values():
-        check_capacity(config, job)
+        check_capacity(spool, job)
     check_mail(requests[0].notify, config)  # --notify is the same for every job of a batch
     spool.check()
     for request in {r.urgent: r for r in requests}.values():
@@ -270,29 +270,23 @@ def check_policy(spool: SpoolDir, request: SubmitRequest, now: datetime, caller:
                           "submit again when it has finished (see onite status)")
 
 
-def check_capacity(config: Config, job: Job) -> None:
-    """Refuse (Refused) now a job bigger than any local host it may run on (onite.core.resources); Slurm
-    says its own."""
-    from onite.core.resources import host_capacity, request_of, too_big
+def check_capacity(spool: SpoolDir, job: Job) -> None:
+    """Refuse (Refused) now a job that no local host it may run on could ever run (its pin, else any host of
+    the spool: onite.core.resources.never_fits); Slurm says its own."""
+    from onite.core.resources import never_fits, request_of
 
     need = request_of(job.mem, job.cpus)  # the spool's defaults are in the job already (onite.core.request)
-    if config.executor != "local" or not (need.mem or need.cpus):
+    if spool.config.executor != "local" or not (need.mem or need.cpus):
         return
-    from onite.exec.limits import machine
-    from onite.spool.settings import default_host
+    from onite.drain.heartbeat import spool_hosts
 
-    here = default_host(config)
-    hosts = [job.pin] if job.pin else list(dict.fromkeys([here, *config.hosts]))
-    for host in hosts:
-        problem = too_big(need, host_capacity(config, host, machine() if host == here else (None, None)))
-        if not problem:
-            return
-    if len(hosts) == 1:
-        problem += f" (host {hosts[0]})"
-    from onite.app.common import label
+    hosts = spool_hosts(spool)
+    problem = never_fits(spool.config, need, {job.pin: hosts.get(job.pin, (None, None))} if job.pin else hosts)
+    if problem:
+        from onite.app.common import label
 
-    raise Refused(f"job {label(job.name)!r} can never run: {problem}",
-                  "ask for less (--mem, --cpus), or ask the admin about the host's capacity")
+        raise Refused(f"job {label(job.name)!r} can never run: {problem}",
+                      "ask for less (--mem, --cpus), or ask the admin about the host's capacity")
 
 
 def check_mail(notify: str | None, config: Config) -> None:

@@ -8,6 +8,7 @@ set, else the machine's (onite.exec.limits) minus a reserve.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from onite.core.errors import ConfigError, InvalidInput
 from onite.core.record import Record
@@ -130,6 +131,28 @@ def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, 
                           f"whose machine has {cpus_text(machine_cpus or 0)}",
                           f"lower reserve_cpus, or set cpus under [hosts.{host}]")
     return Need(mem, cpus, slots)
+
+
+def never_fits(config, need: Need, hosts: Mapping[str, tuple[int | None, int | None]]) -> str:
+    """Why no host of ``hosts`` (each name with its machine's memory and CPUs; (None, None) for another
+    machine's host) could ever run a job of ``need`` under ``config``, "" if one could: the one rule of
+    submit, the driver and list.
+    Raises ConfigError: no host fits, and a host's reserve leaves its machine nothing for jobs (the config
+    stops the job, not its request)."""
+    problem, broken = "no host of the spool can run it", None
+    for host, machine in hosts.items():
+        try:
+            problem = too_big(need, host_capacity(config, host, machine))
+        except ConfigError as err:
+            broken = broken or err
+            continue
+        if not problem:
+            return ""
+        if len(hosts) == 1:
+            problem += f" (host {host})"
+    if broken:
+        raise broken
+    return problem
 
 
 def too_big(need: Need, capacity: Need) -> str:

@@ -139,25 +139,17 @@ def live_beats(spool: SpoolDir, now: datetime) -> list[Beat]:
     return [b for b in beats(spool) if is_alive(b, now, machine=machine, boot=boot)]
 
 
-def fits_another_host(spool: SpoolDir, config, host: str, need) -> bool:
-    """Could a host of the spool other than ``host`` ever run a job of ``need`` (an unpinned one too big for
-    ``host``)? One with ``[hosts.NAME]`` in onite.toml, or one whose driver has drained the spool (its heartbeat):
-    a host on this machine has the machine's capacity, one elsewhere what onite.toml says (unbounded where it
-    says nothing), as submit judges it."""
-    from onite.core.errors import ConfigError
-    from onite.core.resources import host_capacity, too_big
+def spool_hosts(spool: SpoolDir, *, but: str | None = None) -> dict[str, tuple[int | None, int | None]]:
+    """Every host of the spool (``but`` that one), each with its machine's memory and CPUs ((None, None): another machine's,
+    unknown here), for onite.core.resources.never_fits: this machine's own host, each named by
+    ``[hosts.NAME]`` in onite.toml, and each whose driver has drained the spool (its heartbeat)."""
     from onite.exec.limits import machine
+    from onite.spool.settings import default_host
 
-    machines = {beat.host: beat.machine for beat in beats(spool)}
-    for other in {*config.hosts, *machines} - {host}:
-        try:
-            capacity = host_capacity(config, other, machine() if machines.get(other) == os.uname().nodename
-                                     else (None, None))
-        except ConfigError:
-            continue
-        if not too_big(need, capacity):
-            return True
-    return False
+    here = os.uname().nodename
+    on = {default_host(spool.config): here} | {beat.host: beat.machine for beat in beats(spool)}
+    return {host: machine() if on.get(host) == here else (None, None)
+            for host in dict.fromkeys([*on, *spool.config.hosts]) if host != but}
 
 
 def draining_hosts(spool: SpoolDir, now: datetime) -> list[str]:

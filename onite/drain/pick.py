@@ -20,12 +20,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from onite.core.admission import Admission, Admit, Busy, Head, Room, admit, latest_end, room
-from onite.core.errors import JobFormatError, Refused
+from onite.core.errors import ConfigError, JobFormatError, Refused
 from onite.core.names import split_key
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.queue import READY, DepState, Fail, Meta, Wait, cycle_reason, cycles, evaluate, fair_order
 from onite.core.record import Record
-from onite.core.resources import Need, host_capacity, request_of
+from onite.core.resources import Need, host_capacity, never_fits, request_of
 from onite.core.state import JobState
 from onite.drain import heartbeat as hb
 from onite.drain.finish import Finisher
@@ -166,9 +166,14 @@ class Picker:
         return bool(found)
 
     def _fits_elsewhere(self, need: Need) -> bool:
+        """Could another host of the spool run a job of ``need``? (Where onite.toml leaves no host that fits
+        anything, the config stops the job, not its request: it stays queued.)"""
         if need not in self._elsewhere:
             night = self.night
-            self._elsewhere[need] = hb.fits_another_host(night.spool, night.config, night.host, need)
+            try:
+                self._elsewhere[need] = not never_fits(night.config, need, hb.spool_hosts(night.spool, but=night.host))
+            except ConfigError:
+                self._elsewhere[need] = True
         return self._elsewhere[need]
 
     def capacity(self) -> Need:

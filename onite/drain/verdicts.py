@@ -14,7 +14,7 @@ from onite.core.errors import ConfigError, JobFormatError
 from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
-from onite.core.resources import Need, host_capacity, request_of
+from onite.core.resources import Need, host_capacity, never_fits, request_of
 from onite.exec.limits import machine
 from onite.spool.deps import dependency_state
 from onite.spool.edits import edited, trusted
@@ -138,9 +138,13 @@ class _Room:
         need, ends = request_of(mem, cpus), latest_end(self.now, timeout, config.kill_grace)
         said = admit(name, need, ends, self.room, self.head, backfill=config.backfill)
         if said.verdict is Admit.NEVER:
-            from onite.drain.heartbeat import fits_another_host  # only here: list imports no heartbeat code
+            from onite.drain.heartbeat import spool_hosts  # only here: list imports no heartbeat code
 
-            if not pinned and fits_another_host(self.spool, config, self.host, need):  # as the driver leaves it
+            try:
+                elsewhere = not pinned and not never_fits(config, need, spool_hosts(self.spool, but=self.host))
+            except ConfigError as err:  # as the driver does: the config stops the job, not its request
+                return "resources", f"waits: {err.what}"
+            if elsewhere:
                 why = said.reason.partition(": it can never")[0]
                 return "resources", f"waits for another host: {why} (host {self.host})"
             return "will_fail", f"will fail: {said.reason}"
