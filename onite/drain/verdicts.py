@@ -14,7 +14,7 @@ from onite.core.errors import ConfigError, JobFormatError
 from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.core.queue import READY, DepState, Fail, Meta, evaluate
-from onite.core.resources import Need, host_capacity, never_fits, request_of
+from onite.core.resources import Need, host_capacity, never_fits, request_of, too_big
 from onite.exec.limits import machine
 from onite.spool.deps import dependency_state
 from onite.spool.edits import edited, trusted
@@ -145,7 +145,7 @@ class _Room:
             except ConfigError as err:  # as the driver does: the config stops the job, not its request
                 return "resources", f"waits: {err.what}"
             if elsewhere:
-                why = said.reason.partition(": it can never")[0]
+                why = too_big(need, self.room.capacity)
                 return "resources", f"waits for another host: {why} (host {self.host})"
             return "will_fail", f"will fail: {said.reason}"
         self.head = said.head
