@@ -322,3 +322,13 @@ def test_a_failure_restarted_since_is_not_told_to_be_restarted(spool):
     failures = {f["name"]: f for f in run_cli(["report", "--json"]).json()["failures"]}
     assert (failures["broke"]["next"], failures["also"]["next"]) == (None, "onite restart also")
     assert "next: onite restart broke" not in run_cli(["report", "--plain"]).out
+
+
+def test_a_bad_schedule_is_fixed_in_onite_toml_before_cron_is_installed(spool):
+    """A schedule onite.toml cannot hold is read as if left out, so status told the admin to run
+    `onite cron --install`, which refuses the file until it is fixed: the fix comes first."""
+    set_config(spool, schedule=["25:99"])
+    r = run_cli(["status", "--plain"])
+    assert r.code == 0 and "schedule = '25:99' is not valid" in r.err, r
+    [line] = [line for line in r.out.splitlines() if line.startswith("next run")]
+    assert "fix onite.toml (see the warning), then run: onite cron --install" in line, line

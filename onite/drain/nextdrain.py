@@ -170,8 +170,13 @@ def fix_command(spool, config, *, cron_dead: bool = False, daemon_dead: str | No
     if cron_dead:
         return ("start the cron daemon (e.g. service cron start), or run: onite daemon" if own
                 else "ask root to start the cron daemon (or to run: onite daemon)")
-    command = "onite cron --install" if config.schedule else "set schedule in onite.toml, then run: onite cron --install"
-    return command if own else f"ask root to run: {command}"
+    if spool.config_faults:  # cron --install refuses the file until it is fixed
+        first = "fix onite.toml (see the warning)"
+    elif not config.schedule:
+        first = "set schedule in onite.toml"
+    else:
+        return "onite cron --install" if own else "ask root to run: onite cron --install"
+    return f"{first}, then run: onite cron --install" if own else f"ask root to {first} and run onite cron --install"
 
 
 def no_drain_text(drain: DrainPlan, *, for_job: bool = False) -> str:
