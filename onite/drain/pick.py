@@ -83,8 +83,8 @@ class Picker:
         self._capacity: Need | None = None
         self._room: Room | None = None  # what the running jobs leave, measured once per pick
         self._head: Head | None = None  # the first job of this pick that waits for room
-        self._elsewhere: dict[Need, bool] = {}  # need → may another host run it, asked once per pick (a flood of
-        # jobs too big for this host costs one look at the heartbeats, not one each)
+        self._others: dict | None = None  # the spool's other hosts, read once per pick (a flood of jobs too big
+        # for this host, each of its own size, costs one look at the heartbeats, not one per size)
         self._settling: dict[tuple[int, int], float] = {}  # (dev, ino) of a file with two links → first seen
         self._reported_foreign: set[str] = set()
         self.withdrawn = Withdrawn(night.spool)  # cancel/ by name, listed again once it changed
@@ -100,7 +100,7 @@ class Picker:
         for _ in range(3):  # a file that moved in the order makes us look again, from the top
             moved = False
             self._room = self._head = None  # measured when the first ready job asks
-            self._elsewhere = {}
+            self._others = None
             for cand in self._in_order(night.index.candidates()):
                 seen = self._look(cand)
                 if seen is None:
@@ -168,13 +168,13 @@ class Picker:
     def _fits_elsewhere(self, need: Need) -> bool:
         """Could another host of the spool run a job of ``need``? (Where onite.toml leaves no host that fits
         anything, the config stops the job, not its request: it stays queued.)"""
-        if need not in self._elsewhere:
-            night = self.night
-            try:
-                self._elsewhere[need] = not never_fits(night.config, need, hb.spool_hosts(night.spool, but=night.host))
-            except ConfigError:
-                self._elsewhere[need] = True
-        return self._elsewhere[need]
+        night = self.night
+        if self._others is None:
+            self._others = hb.spool_hosts(night.spool, but=night.host)
+        try:
+            return not never_fits(night.config, need, self._others)
+        except ConfigError:
+            return True
 
     def capacity(self) -> Need:
         """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.

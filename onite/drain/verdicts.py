@@ -114,6 +114,7 @@ class _Room:
         self.room = None  # onite.core.admission.Room, measured when the first ready job asks
         self.head = None  # the first job that waits for room (onite.core.admission.Head)
         self.problem = ""  # why no driver can start on this host (its capacity is empty)
+        self.others = None  # the spool's other hosts (heartbeat.spool_hosts), read when a job too big here asks
 
     def _measure(self):
         config = self.spool.config
@@ -140,8 +141,10 @@ class _Room:
         if said.verdict is Admit.NEVER:
             from onite.drain.heartbeat import spool_hosts  # only here: list imports no heartbeat code
 
+            if self.others is None:
+                self.others = spool_hosts(self.spool, but=self.host)  # once: not one look per job
             try:
-                elsewhere = not pinned and not never_fits(config, need, spool_hosts(self.spool, but=self.host))
+                elsewhere = not pinned and not never_fits(config, need, self.others)
             except ConfigError as err:  # as the driver does: the config stops the job, not its request
                 return "resources", f"waits: {err.what}"
             if elsewhere:
