@@ -284,3 +284,41 @@ def test_wait_says_when_the_job_it_waits_for_runs_on_a_host_whose_driver_died(sp
     assert r.code == 6 and "host alpha" in r.err and "no live driver" in r.err, r
     assert start_driver(spool, "--host", "alpha").wait(60) == 0
     assert cli(["wait", "stuck"]).code == 0
+
+
+COUNT_BEATS = """
+import atexit, os
+import onite.drain.heartbeat as hb
+_calls, _beats = [0], hb.beats
+def beats(spool):
+    _calls[0] += 1
+    return _beats(spool)
+hb.beats = beats
+atexit.register(lambda: open(os.environ["BEATS_COUNT"], "a").write(f"{_calls[0]}\\n"))
+"""
+
+
+@pytest.mark.attack
+def test_a_flood_of_jobs_too_big_for_this_host_each_of_its_own_size_costs_one_look_at_the_heartbeats(
+        spool, workdir, cli):
+    """nobody spools 40 jobs too big for alpha (1G) that beta (64G) fits, each asking for its own size: alpha's
+    driver leaves them queued, and must read the spool's heartbeats once per pick, not once per size at every
+    pick (40 reads of every driver.HOST.state before each of root's jobs starts)."""
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write('\n[hosts.alpha]\nmem = "1G"\ncpus = 1\n\n[hosts.beta]\nmem = "64G"\ncpus = 2\n')
+    flood = 40
+    for i in range(flood):
+        assert cli(["submit", f"big{i}", "--mem", f"{2000 + i}M"], stdin=b"true\n", user="nobody",
+                   cwd="/tmp").code == 0
+    for i in range(3):
+        assert cli(["submit", f"small{i}", "--mem", "10M"], stdin=b"true\n").code == 0
+    shim, count = workdir / "count-beats", workdir / "beats-count"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(COUNT_BEATS)
+    driver = start_driver(spool, "--host", "alpha",
+                          env=dict(os.environ, PYTHONPATH=str(shim), BEATS_COUNT=str(count)))
+    assert driver.wait(120) == 0, driver.stderr.read()
+    assert all(result(spool, f"small{i}")["state"] == "done" for i in range(3))
+    assert len(list((spool / "jobs").glob("*/nobody:big*"))) == flood  # left queued for beta, none failed
+    reads = sum(int(line) for line in count.read_text().split())
+    assert 0 < reads < flood, f"{reads} reads of the heartbeats for {flood} sizes"
