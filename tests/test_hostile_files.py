@@ -87,6 +87,9 @@ HOSTILE = {
     "timeout-underscore": lambda d: with_line(d, b"timeout: 1_0"),
     "timeout-exponent": lambda d: with_line(d, b"timeout: 1e3"),
     "retries-blank": lambda d: with_line(d, "retries: 1\u00a0".encode()),
+    # an at: or pin: past the 64 KiB the daemon's watch reads: it and the driver disagreed on when and where it was due
+    "at-past-the-watch": lambda d: with_line(d, b"x-pad: " + b"a" * (64 << 10) + b"\nat: 2020-01-01T00:00:00+00:00"),
+    "pin-past-the-watch": lambda d: with_line(d, b"x-pad: " + b"a" * (64 << 10) + b"\npin: elsewhere"),
 }
 # queued files whose names are no job names
 STRAYS = [b"forged\n2026-11-22T20:00:00+01:00 vm[1] done victim user=root", b"x;$(id)", b"\x1b[31mred\x1b[0m",

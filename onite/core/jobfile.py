@@ -20,6 +20,8 @@ from onite.core.values import loads_object, whole_text
 
 FORMAT = 1
 MAGIC = b"onite-job: "
+WATCHED_HEAD = 64 << 10  # the daemon's watch of timed jobs reads a file's at: and pin: lines in this many bytes
+# (onite.spool.watch, one bounded read); onite writes them within the first ~30 KiB, before env:, tried: and unknown lines
 
 
 def env_text(env: dict[bytes, bytes]) -> str:
@@ -75,10 +77,24 @@ def decode(data: bytes) -> Job:
         text = data[:end].decode("utf-8")
     except UnicodeDecodeError:
         raise JobFormatError("damaged job file: the header is not UTF-8", "spool the job again") from None
+    _check_watched(data, end)
     try:
         return _decode_header(text, data[end + 2:])
     except (ValueError, TypeError, OverflowError, RecursionError, KeyError) as err:
         raise JobFormatError(f"damaged job file: {str(err)[:200]}", "spool the job again") from None
+
+
+def _check_watched(data: bytes, end: int) -> None:
+    """The last ``at:`` and ``pin:`` lines before the env lines must end within WATCHED_HEAD bytes, where the
+    daemon's watch reads them: past it, the watch and the driver would disagree on when and where the job is due.
+    Raises JobFormatError."""
+    env = data.find(b"\nenv: ", 0, end)
+    stop = end if env < 0 else env
+    for key in (b"\nat: ", b"\npin: "):
+        line = data.rfind(key, 0, stop)
+        if line >= 0 and data.find(b"\n", line + 1) > WATCHED_HEAD:
+            raise JobFormatError(f"damaged job file: its {key[1:-2].decode()}: line ends past the header's first "
+                                 f"{WATCHED_HEAD >> 10} KiB", "spool the job again")
 
 
 def _decode_header(text: str, body: bytes) -> Job:

@@ -16,11 +16,12 @@ import stat
 from datetime import datetime
 from pathlib import Path
 
+from onite.core.jobfile import WATCHED_HEAD
 from onite.core.record import Record
 from onite.core.timeparse import parse_stamp
 from onite.spool.index import QueueIndex
 
-HEADER_LIMIT = 64 << 10  # submit writes at: and pin: within a job's first ~30 KiB (before env:, tried: and unknown lines)
+HEADER_LIMIT = WATCHED_HEAD  # a job file whose at: or pin: line ends past it is damaged (onite.core.jobfile)
 
 
 class _Seen(Record):
