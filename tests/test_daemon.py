@@ -257,6 +257,21 @@ def test_a_timed_job_runs_when_due_while_untimed_jobs_wait(spool, workdir, daemo
     assert d.stop() == 0
 
 
+def test_a_timed_job_edited_to_an_earlier_time_runs_then(spool, workdir, daemons):
+    """onite edit --at moves a queued job's time without touching its file (an edit beside it): the daemon's
+    watch read only the file, so a job spooled --at +2h and edited to --at +3s waited the two hours, while
+    list and the driver said +3s."""
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    submit("moved", f"touch {workdir}/moved\n", "--at", "+2h")
+    d.round_trip()  # the watch has seen it, due in two hours
+    assert run_cli(["edit", "moved", "--at", "+3s"]).code == 0
+    wait_for(lambda: (spool / "jobsdone" / "root:moved@result").exists(), what="the edited job to run at its new time")
+    assert result(spool, "moved")["state"] == "done" and (workdir / "moved").exists()
+    assert d.stop() == 0
+
+
 def test_a_timed_job_spooled_late_still_runs(spool, workdir, daemons):
     """A not-before time already past when the job is spooled: due at once."""
     set_config(spool, schedule=[FAR])

@@ -2,7 +2,9 @@
 
 ``TimedWatch`` keeps each queued job's ctime and its ``at:`` and ``pin:`` fields: a folder is
 listed again only when it changed (onite.spool.index), a header is read once per new name, with
-one bounded read, and holds are asked of hold/'s markers, never of the job file. A job is due at
+one bounded read, and holds are asked of hold/'s markers, never of the job file. A job edited
+(``onite edit --at``) goes by its newest edit of it, as the driver does (onite.spool.edits): an
+edit's header is read once, the same way. A job is due at
 max(not-before, ctime). ``next_due(mark)`` ignores jobs due at or before ``mark``, the start of
 the last drain, which looked at them and left them: they wait for the next drain rather than
 wake the daemon again and again.
@@ -19,6 +21,7 @@ from pathlib import Path
 from onite.core.jobfile import WATCHED_HEAD
 from onite.core.record import Record
 from onite.core.timeparse import parse_stamp
+from onite.spool.edits import EDITS_READ
 from onite.spool.index import QueueIndex
 
 HEADER_LIMIT = WATCHED_HEAD  # a job file whose at: or pin: line ends past it is damaged (onite.core.jobfile)
@@ -26,20 +29,24 @@ HEADER_LIMIT = WATCHED_HEAD  # a job file whose at: or pin: line ends past it is
 
 class _Seen(Record):
     ctime_ns: int
-    not_before: datetime | None = None
+    not_before: datetime | None = None  # as its newest edit says it, else as its file does
     pin: str | None = None
     uid: int = -1
+    file_at: datetime | None = None  # its file's own at:
+    submitted: str | None = None  # its file's submitted: (an edit names it)
+    edits: tuple = ()  # (path, ctime_ns) of the edits its not_before was read from
 
 
 class TimedWatch:
     """Not-before times of the queued jobs this host may run, kept current cheaply."""
 
-    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path) -> None:
-        self.index = QueueIndex(folders, hold_dir=hold_dir)
+    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path, edit_dir: Path | None = None) -> None:
+        self.index = QueueIndex(folders, hold_dir=hold_dir, edit_dir=edit_dir)
         self.host = host
         self.jobs: dict[tuple[int, str], _Seen] = {}
         self.header_reads = 0
         self._listings = -1
+        self._edits: dict | None = None  # edit/'s markers as last looked at
 
     def set_folders(self, folders: list[tuple[int, Path]]) -> None:
         self.index.set_folders(folders)
@@ -47,15 +54,38 @@ class TimedWatch:
 
     def refresh(self) -> None:
         self.index.refresh()
-        if self.index.listings != self._listings:
-            self._listings = self.index.listings
+        edits = self.index.edits.found
+        if self.index.listings != self._listings or edits is not self._edits:
+            self._listings, self._edits = self.index.listings, edits
             present = set()
             for cand in self.index.candidates():
                 key = (cand.rank, cand.name)
                 present.add(key)
                 if key not in self.jobs:
                     self._look(key, cand.path)
+                if key in self.jobs and (edits or self.jobs[key].edits):
+                    self._edited(key)
             self.jobs = {key: seen for key, seen in self.jobs.items() if key in present}
+
+    def _edited(self, key: tuple[int, str]) -> None:
+        """Its not-before time as its newest edit of this job says it (``onite edit --at``), as the driver
+        takes it (onite.spool.edits): an edit is of this job if it names the job's submit time."""
+        seen = self.jobs[key]
+        newest = self.index.edits.of(key[1])[-EDITS_READ:]
+        mark = tuple((edit.path, edit.ctime_ns) for edit in newest)
+        if mark == seen.edits:
+            return
+        not_before = seen.file_at
+        for edit in reversed(newest):
+            try:
+                fields = _header_fields(edit.path, os.lstat(edit.path), keys=(b"at", b"submitted"))
+            except OSError:
+                continue
+            self.header_reads += 1
+            if seen.submitted is not None and fields.get("submitted") == seen.submitted:
+                not_before = parse_stamp(fields.get("at"))
+                break
+        self.jobs[key] = seen._replace(not_before=not_before, edits=mark)
 
     def _look(self, key: tuple[int, str], path: Path) -> None:
         try:
@@ -68,7 +98,8 @@ class TimedWatch:
             fields = _header_fields(path, st)
             self.header_reads += 1
             # a time the job file cannot hold makes it damaged: the driver refuses it
-            self.jobs[key] = _Seen(st.st_ctime_ns, parse_stamp(fields.get("at")), fields.get("pin"), st.st_uid)
+            at = parse_stamp(fields.get("at"))
+            self.jobs[key] = _Seen(st.st_ctime_ns, at, fields.get("pin"), st.st_uid, at, fields.get("submitted"))
 
     def next_due(self, mark: datetime | None) -> datetime | None:
         """The earliest due time after ``mark`` of a timed job this host may run."""
@@ -85,8 +116,8 @@ class TimedWatch:
         return sum(1 for s in self.jobs.values() if s.not_before is not None)
 
 
-def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
-    """``at`` and ``pin`` from a job file's header, read no further than its first env: line."""
+def _header_fields(path: Path, st: os.stat_result, keys=(b"at", b"pin", b"submitted")) -> dict[str, str]:
+    """``keys`` (``at``, ``pin``, ``submitted``) from a job file's header, read no further than its first env: line."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
@@ -107,6 +138,6 @@ def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
         if line.startswith(b"env: "):
             break
         key, sep, value = line.partition(b": ")
-        if sep and key in (b"at", b"pin"):
+        if sep and key in keys:
             fields[key.decode()] = value.decode("utf-8", "replace")
     return fields
