@@ -58,7 +58,8 @@ class Daemon:
         self.signals: list[int] = []
         self.stopping = False
         self.recur = RecurScheduler(spool, self.log, clock=self.clock, read_budget=READ_BUDGET)
-        self.watch = TimedWatch(spool.queue_folders(), self.host, spool.hold_dir, spool.edit_dir)
+        self.watch = TimedWatch(spool.queue_folders(), self.host, spool.hold_dir, spool.edit_dir,
+                                spool.config.max_job_size)
         self.schedule: tuple[str, ...] = ()
         self._refused_schedule = None  # the last schedule in onite.toml found not valid (logged once)
         self.last: datetime | None = None  # the last schedule time handled

@@ -3,8 +3,8 @@
 ``TimedWatch`` keeps each queued job's ctime and its ``at:`` and ``pin:`` fields: a folder is
 listed again only when it changed (onite.spool.index), a header is read once per new name, with
 one bounded read, and holds are asked of hold/'s markers, never of the job file. A job edited
-(``onite edit --at``) goes by its newest edit of it, as the driver does (onite.spool.edits): an
-edit's header is read once, the same way. A job is due at
+(``onite edit --at``) goes by its newest edit of it, read as the driver reads it
+(onite.spool.edits.read_edited) whenever its edits change. A job is due at
 max(not-before, ctime). ``next_due(mark)`` ignores jobs due at or before ``mark``, the start of
 the last drain, which looked at them and left them: they wait for the next drain rather than
 wake the daemon again and again.
@@ -21,7 +21,7 @@ from pathlib import Path
 from onite.core.jobfile import WATCHED_HEAD
 from onite.core.record import Record
 from onite.core.timeparse import parse_stamp
-from onite.spool.edits import EDITS_READ
+from onite.spool.edits import EDITS_READ, read_edited
 from onite.spool.index import QueueIndex
 
 HEADER_LIMIT = WATCHED_HEAD  # a job file whose at: or pin: line ends past it is damaged (onite.core.jobfile)
@@ -33,16 +33,16 @@ class _Seen(Record):
     pin: str | None = None
     uid: int = -1
     file_at: datetime | None = None  # its file's own at:
-    submitted: str | None = None  # its file's submitted: (an edit names it)
     edits: tuple = ()  # (path, ctime_ns) of the edits its not_before was read from
 
 
 class TimedWatch:
     """Not-before times of the queued jobs this host may run, kept current cheaply."""
 
-    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path, edit_dir: Path | None = None) -> None:
+    def __init__(self, folders: list[tuple[int, Path]], host: str, hold_dir: Path, edit_dir: Path | None = None,
+                 max_size: int = 0) -> None:
         self.index = QueueIndex(folders, hold_dir=hold_dir, edit_dir=edit_dir)
-        self.host = host
+        self.host, self.max_size = host, max_size  # max_job_size: an edit is read as the driver reads it
         self.jobs: dict[tuple[int, str], _Seen] = {}
         self.header_reads = 0
         self._listings = -1
@@ -64,28 +64,20 @@ class TimedWatch:
                 if key not in self.jobs:
                     self._look(key, cand.path)
                 if key in self.jobs and (edits or self.jobs[key].edits):
-                    self._edited(key)
+                    self._edited(key, cand.path)
             self.jobs = {key: seen for key, seen in self.jobs.items() if key in present}
 
-    def _edited(self, key: tuple[int, str]) -> None:
-        """Its not-before time as its newest edit of this job says it (``onite edit --at``), as the driver
-        takes it (onite.spool.edits): an edit is of this job if it names the job's submit time."""
+    def _edited(self, key: tuple[int, str], path: Path) -> None:
+        """Its not-before time as the driver takes it, with its newest edit of it (onite.spool.edits.read_edited),
+        read again only when its edits change."""
         seen = self.jobs[key]
-        newest = self.index.edits.of(key[1])[-EDITS_READ:]
-        mark = tuple((edit.path, edit.ctime_ns) for edit in newest)
+        edits = self.index.edits.of(key[1])
+        mark = tuple((edit.path, edit.ctime_ns) for edit in edits[-EDITS_READ:])
         if mark == seen.edits:
             return
-        not_before = seen.file_at
-        for edit in reversed(newest):
-            try:
-                fields = _header_fields(edit.path, os.lstat(edit.path), keys=(b"at", b"submitted"))
-            except OSError:
-                continue
-            self.header_reads += 1
-            if seen.submitted is not None and fields.get("submitted") == seen.submitted:
-                not_before = parse_stamp(fields.get("at"))
-                break
-        self.jobs[key] = seen._replace(not_before=not_before, edits=mark)
+        job = read_edited(path, key[1], seen.uid, {key[1]: edits}, self.max_size) if mark else None
+        self.header_reads += len(mark)
+        self.jobs[key] = seen._replace(not_before=job.not_before if job is not None else seen.file_at, edits=mark)
 
     def _look(self, key: tuple[int, str], path: Path) -> None:
         try:
@@ -99,7 +91,7 @@ class TimedWatch:
             self.header_reads += 1
             # a time the job file cannot hold makes it damaged: the driver refuses it
             at = parse_stamp(fields.get("at"))
-            self.jobs[key] = _Seen(st.st_ctime_ns, at, fields.get("pin"), st.st_uid, at, fields.get("submitted"))
+            self.jobs[key] = _Seen(st.st_ctime_ns, at, fields.get("pin"), st.st_uid, at)
 
     def next_due(self, mark: datetime | None) -> datetime | None:
         """The earliest due time after ``mark`` of a timed job this host may run."""
@@ -116,8 +108,8 @@ class TimedWatch:
         return sum(1 for s in self.jobs.values() if s.not_before is not None)
 
 
-def _header_fields(path: Path, st: os.stat_result, keys=(b"at", b"pin", b"submitted")) -> dict[str, str]:
-    """``keys`` (``at``, ``pin``, ``submitted``) from a job file's header, read no further than its first env: line."""
+def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
+    """``at`` and ``pin`` from a job file's header, read no further than its first env: line."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
@@ -138,6 +130,6 @@ def _header_fields(path: Path, st: os.stat_result, keys=(b"at", b"pin", b"submit
         if line.startswith(b"env: "):
             break
         key, sep, value = line.partition(b": ")
-        if sep and key in keys:
+        if sep and key in (b"at", b"pin"):
             fields[key.decode()] = value.decode("utf-8", "replace")
     return fields
