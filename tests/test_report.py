@@ -1033,6 +1033,26 @@ def test_a_driver_killed_mid_night_is_told_in_the_first_line(spool, workdir):
     assert f"a driver died without finishing ({dead['host']}, pid {dead['pid']})" in html.unescape(page.read_text())
 
 
+def test_a_hand_started_driver_killed_before_the_night_opened_is_part_of_the_night(spool, workdir):
+    """Drains started by hand, with no night open (no schedule): one killed with kill -9 mid-job, the next
+    recovering its job. Status's and the report's last night left the killed drain out, with the job it had
+    filed and the word that a driver died (a cron-started one, after the night opened, was counted)."""
+    from conftest import kill_driver_mid_job
+
+    set_config(spool, schedule=[])
+    assert run_cli(["submit", "first"], stdin=b"true\n").code == 0
+    kill_driver_mid_job(spool, workdir, "longjob", machine_dies=True)
+    assert drain(spool).returncode == 0
+    doc = run_cli(["report", "--json"]).json()
+    assert [d["reason"] for d in doc["drains"]] == ["died", "drained"], doc["drains"]
+    assert doc["counts"] == {"done": 2, "failed": 0, "cancelled": 0}, doc["counts"]
+    dead = doc["drains"][0]
+    first = run_cli(["report", "--plain"]).out.splitlines()[0]
+    assert f"a driver died without finishing ({dead['host']}, pid {dead['pid']})" in first, first
+    status = run_cli(["status", "--json"]).json()
+    assert status["last_night"]["counts"] == doc["counts"], status["last_night"]
+
+
 def test_a_job_left_running_by_a_dead_driver_says_when_it_started(spool, workdir):
     """While the driver that started a job is dead, the report says when the job started and that no driver
     files it (it said "started on vm since 18:16", which is no sentence)."""

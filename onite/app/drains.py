@@ -193,7 +193,8 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
     """Last night: the latest drain that ran a job (else the latest), with the drains of its night since the
     night opened (``night_opened``: the night's first schedule time, None for a drain before it), and those
     that ran at the same time as it (other hosts'); None: no drain. A drain of the afternoon before the
-    night opened (a test, a drain by hand) is no part of the night."""
+    night opened (a test, a drain by hand) is no part of the night, unless it died and the night's next drain
+    of its host recovered its jobs."""
     if not drains:
         return None
     latest = max((d for d in drains if d.ran), key=lambda d: (d.started, d.at), default=None) \
@@ -201,6 +202,15 @@ def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], dat
     opened = night_opened(latest.started)
     chosen = [d for d in drains if d is latest or d in latest.beside or (
         opened is not None and d.started >= opened and night_opened(d.started) == opened)]
+    # a driver that died is part of the night of the drain of its host after it, which recovered its jobs,
+    # whoever started either (by hand before the night opened too)
+    after: dict[str, Drain] = {}
+    for drain in sorted(drains, key=lambda d: (d.started, d.at), reverse=True):
+        later = after.get(drain.host)
+        if drain.reason == "died" and drain not in chosen and later is not None and later in chosen:
+            chosen.append(drain)
+        after[drain.host] = drain
+    chosen.sort(key=lambda d: (d.started, d.at))
     end = None if any(d.ended is None for d in chosen) else max(d.ended for d in chosen)
     return Session(min(d.started for d in chosen), end, tuple(chosen))
 
