@@ -376,3 +376,22 @@ def test_user_colon_name_errors(spool):
     assert r.code == 1 and "no user 'no-such-user-x'" in r.err and r.err.count("\n") == 1, r
     r = run_cli(["wait", "bad user:build"])
     assert r.code == 2 and "invalid user name" in r.err, r
+
+
+def test_a_run_that_ended_while_no_driver_runs_is_said_at_once(spool, workdir):
+    """The driver killed with kill -9 mid-job, the job then ends: its run record says how, but nothing files it
+    until a driver starts. wait waited for that driver (until --timeout, exit 6); it says how the run ended,
+    that it is not filed yet, and exits as a filed result would (5: the run failed)."""
+    import signal
+
+    marker = workdir / "bad.started"
+    assert run_cli(["submit", "bad"], stdin=f"touch {marker}; sleep 1; exit 3\n".encode()).code == 0
+    driver = start_driver(spool)
+    wait_for(marker.exists, what="the job to start")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    wait_for(lambda: any('"ended"' in p.read_text() for p in (spool / "running").glob("*/root:bad@run")),
+             what="the monitor to record the end")
+    r = run_cli(["wait", "bad", "--timeout", "60"])
+    assert r.code == 5, (r.code, r.out, r.err)
+    assert r.out.startswith("bad: failed (exit 3; not filed yet: no driver runs on "), r.out

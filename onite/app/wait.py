@@ -128,10 +128,10 @@ def job_line(final: Final) -> str:
     """``build: done``, ``build: failed (exit 3)``, ``build: cancelled by alice``, ``build: unknown (…)``."""
     name = label(final.name)
     if final.state == "done":
-        return f"{name}: done"
+        return f"{name}: done" + (f" ({final.reason})" if final.view is None and final.reason else "")
     if final.state == "cancelled":
         return f"{name}: {final.reason or 'cancelled'}"
-    why = outcome_text(final.view) if final.state == "failed" else final.reason
+    why = outcome_text(final.view) if final.state == "failed" and final.view is not None else final.reason
     return f"{name}: {final.state}" + (f" ({why})" if why else "")
 
 
@@ -195,6 +195,8 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
                 continue
             watch = watches[name]
             watches[name], final = judge(watch, look(spool, watch.name, with_result=not watch.seen_live))
+            if final is PENDING and watches[name].live == "running":
+                final = unfiled(spool, watch.name, clock.now())
             if final is not PENDING:
                 finals[name] = final._replace(name=name)  # said as it was asked for (daemon:build)
         if len(finals) == len(order):
@@ -208,6 +210,32 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             note += stranded(spool, [watches[n].name for n in left if watches[n].live == "running"], clock.now())
             announce(note + "waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})" for n in left))
         delay = _pause(clock, delay, deadline)
+
+
+def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
+    """How a running job ended, when its run has ended (its run record says how) while no driver runs on its
+    host to file it: the exit status is known, the result is not filed yet (the next drain there files it, or
+    runs a failed one again if it has retries left). None: it still runs, or a live driver files it soon."""
+    from onite.drain.heartbeat import live_beats
+    from onite.spool import runrecords
+
+    entries = find_running(spool, key)
+    if not entries:
+        return None
+    live = {beat.host for beat in live_beats(spool, now)}
+    for entry in entries:
+        if entry.host in live:
+            continue
+        record = runrecords.read(spool.run_record_path(entry.host, key))
+        outcome = record.outcome(record.need) if record is not None and record.ended else None
+        if outcome is None:
+            continue
+        state = str(outcome.state)
+        again = "" if state == "done" else ", or runs it again if it has retries left"
+        note = (f"not filed yet: no driver runs on {entry.host}; the next drain there files it{again}")
+        why = outcome.describe()
+        return Final(key, state, None, f"{why}; {note}" if why else note)
+    return None
 
 
 def undrained(spool: SpoolDir, now: datetime) -> str:
