@@ -124,3 +124,16 @@ def test_no_color_and_verbose_on_a_terminal(spool):
     submit("logged", "true\n")
     code, screen = run_on_pty(spool, "-v")
     assert code == 0 and " done root:logged " in screen and "driver-exit" in screen and "▶" not in screen
+
+
+def test_the_end_line_counts_each_job_once_by_its_latest_run_as_the_report_does():
+    """A job cancelled while it ran and restarted in the same drain, where it succeeded: the end line said
+    "2 done, 0 failed, 1 cancelled", the report of the same drain "2 done, 0 failed" (each job once, by its
+    latest run)."""
+    when = datetime(2026, 11, 30, 21, 0, tzinfo=timezone.utc)
+    state = DrainState()
+    for event, name in (("start", "k"), ("start", "z"), ("cancelled", "k"), ("done", "z"), ("start", "k"),
+                        ("done", "k"), ("done", "other")):
+        state.apply(when, event, name, {"user": "nobody"} if name != "other" else {"user": "bob"})
+    assert state.counts == {"done": 3, "failed": 0, "cancelled": 0}, state.counts
+    assert summary_line(state, 7).startswith("onite run: 3 done, 0 failed, 0 cancelled in "), summary_line(state, 7)

@@ -47,6 +47,7 @@ class DrainState:
     slots: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "failed": 0, "cancelled": 0})
     running: dict[str, Running] = field(default_factory=dict)
+    last: dict[tuple[str, str], str] = field(default_factory=dict)  # each job's latest final event
     queued: int = 0
     note: str = ""
     idle: bool = False  # the run did nothing, for the reason in ``note``
@@ -61,6 +62,10 @@ class DrainState:
             self.running[name] = Running(name, str(user), priority_text(priority == "urgent", priority), when,
                                          int(fields.get("attempt") or 1))
         elif event in FINAL:
+            key = (name, str(user))  # each job once, by its latest run, as the report counts it
+            if key in self.last:
+                self.counts[self.last[key]] -= 1
+            self.last[key] = event
             self.counts[event] += 1
             return finished_line(event, name, fields, self.running.pop(name, None))
         elif event == "retry":
