@@ -378,20 +378,32 @@ def test_user_colon_name_errors(spool):
     assert r.code == 2 and "invalid user name" in r.err, r
 
 
-def test_a_run_that_ended_while_no_driver_runs_is_said_at_once(spool, workdir):
-    """The driver killed with kill -9 mid-job, the job then ends: its run record says how, but nothing files it
-    until a driver starts. wait waited for that driver (until --timeout, exit 6); it says how the run ended,
-    that it is not filed yet, and exits as a filed result would (5: the run failed)."""
+def _ended_while_no_driver_runs(spool, workdir, name, *options):
+    """Job ``name`` (exit 3) started, its driver killed with kill -9, then its run ended: nothing files it."""
     import signal
 
-    marker = workdir / "bad.started"
-    assert run_cli(["submit", "bad"], stdin=f"touch {marker}; sleep 1; exit 3\n".encode()).code == 0
+    marker = workdir / f"{name}.started"
+    assert run_cli(["submit", name, *options], stdin=f"touch {marker}; sleep 1; exit 3\n".encode()).code == 0
     driver = start_driver(spool)
     wait_for(marker.exists, what="the job to start")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    wait_for(lambda: any('"ended"' in p.read_text() for p in (spool / "running").glob("*/root:bad@run")),
+    wait_for(lambda: any('"ended"' in p.read_text() for p in (spool / "running").glob(f"*/root:{name}@run")),
              what="the monitor to record the end")
+
+
+def test_a_run_that_ended_while_no_driver_runs_is_said_at_once(spool, workdir):
+    """The driver killed with kill -9 mid-job, the job then ends: its run record says how, but nothing files it
+    until a driver starts. wait waited for that driver (until --timeout, exit 6); it says how the run ended,
+    that it is not filed yet, and exits as a filed result would (5: the run failed)."""
+    _ended_while_no_driver_runs(spool, workdir, "bad")
     r = run_cli(["wait", "bad", "--timeout", "60"])
     assert r.code == 5, (r.code, r.out, r.err)
     assert r.out.startswith("bad: failed (exit 3; not filed yet: no driver runs on "), r.out
+
+
+def test_a_failed_run_with_retries_left_is_waited_for_while_no_driver_runs(spool, workdir):
+    """Its next drain runs it again (onite.core.state.Outcome.retried, the driver's rule): it has not failed yet."""
+    _ended_while_no_driver_runs(spool, workdir, "again", "--retries", "1")
+    r = run_cli(["wait", "again", "--timeout", "1"])
+    assert r.code == 6 and "not filed yet" not in r.out, (r.code, r.out, r.err)

@@ -15,7 +15,7 @@ from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
 from onite.spool.scan import find_running, key_uid, live_entries, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
-from onite.core.errors import EXIT_OK, NotFound
+from onite.core.errors import EXIT_OK, NotFound, OniteError
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.app.common import key_for, label, me
 from onite.core.state import Result
@@ -214,10 +214,11 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
 
 def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
     """How a running job ended, when its run has ended (its run record says how) while no driver runs on its
-    host to file it: the exit status is known, the result is not filed yet (the next drain there files it, or
-    runs a failed one again if it has retries left). None: it still runs, or a live driver files it soon."""
+    host to file it: the exit status is known, the result is not filed yet (the next drain there files it).
+    None: it still runs, a live driver files it soon, or the next drain runs it again (retries left)."""
     from onite.drain.heartbeat import live_beats
     from onite.spool import runrecords
+    from onite.spool.filecheck import BadFile, read_job_head
 
     entries = find_running(spool, key)
     if not entries:
@@ -230,11 +231,15 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
         outcome = record.outcome(record.need) if record is not None and record.ended else None
         if outcome is None:
             continue
-        state = str(outcome.state)
-        again = "" if state == "done" else ", or runs it again if it has retries left"
-        note = (f"not filed yet: no driver runs on {entry.host}; the next drain there files it{again}")
+        try:
+            job, _ = read_job_head(entry.path, spool.config.max_job_size)
+        except (OSError, BadFile, OniteError):
+            continue
+        if outcome.retried(job.attempt, job.retries):
+            continue  # the next drain there runs it again: it has not ended yet
+        note = f"not filed yet: no driver runs on {entry.host}; the next drain there files it"
         why = outcome.describe()
-        return Final(key, state, None, f"{why}; {note}" if why else note)
+        return Final(key, str(outcome.state), None, f"{why}; {note}" if why else note)
     return None
 
 

@@ -69,6 +69,11 @@ class Outcome(Record):
             return JobState.CANCELLED
         return JobState.DONE if self.ok else JobState.FAILED
 
+    def retried(self, attempt: int, retries: int) -> bool:
+        """Is a run that ended so, attempt ``attempt`` of a job allowed ``retries``, spooled again (rather than
+        filed)? A failure of the job's own, or of the machinery that may pass, while retries are left."""
+        return self.state is JobState.FAILED and (not self.reason or self.retryable) and attempt <= retries
+
     def describe(self) -> str:
         """The reason shown in lists and reports: ``exit 3``, ``timeout``, ``signal 9 (SIGKILL)``."""
         if self.cancelled_by is not None:

@@ -119,9 +119,7 @@ class Finisher:
         night, job = self.night, run.job
         attempt = Attempt(attempt=job.attempt, started=run.started, finished=now, host=night.host,
                           exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.describe())
-        retryable = (outcome.state is JobState.FAILED and (not outcome.reason or outcome.retryable)
-                     and job.attempt <= job.retries)
-        if retryable and self._requeue_retry(run, attempt, now):
+        if outcome.retried(job.attempt, job.retries) and self._requeue_retry(run, attempt, now):
             return
         result = Result(
             name=run.name, uid=run.owner.uid, user=run.owner.name, priority=run.rank or job.priority,
