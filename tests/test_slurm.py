@@ -391,6 +391,51 @@ def test_cancel_of_a_job_still_pending_in_slurm_records_no_start(slurm_spool, wo
     assert not [line for line in log_lines(slurm_spool) if "slurm-start nobody:waiting" in line]
 
 
+def _running_view(name: str, user: str) -> tuple[dict, dict]:
+    """``name``'s entry in the owner's ``onite list --all --json`` and in ``onite status --json``'s running."""
+    listed, status = run_cli(["list", "--all", "--json"], user=user), run_cli(["status", "--json"], user=user)
+    assert listed.code == 0 and status.code == 0, (listed, status)
+    return ([j for j in listed.json()["jobs"] if j["name"] == name] or [{}])[0], \
+        ([j for j in status.json()["running"] if j["name"] == name] or [{}])[0]
+
+
+def test_a_job_pending_or_held_in_slurm_is_not_shown_as_started(slurm_spool, workdir):
+    """A job onite handed to Slurm that waits there (the node full, or its owner's scontrol hold) showed in list
+    and status as running since the hand-over, its time counting: it has not started, and they say why."""
+    with node_held(slurm_spool, workdir) as (driver, gate):
+        submit("waiting", f"{EXCLUSIVE}echo ran\n", user="nobody", cwd=workdir)
+        wait_for(lambda: runinfo(slurm_spool, "nobody:waiting").get("external_id"), timeout=30, what="it in Slurm")
+        job_id = runinfo(slurm_spool, "nobody:waiting")["external_id"]
+        assert slurm_state(job_id) == "PENDING"
+        wait_for(lambda: _running_view("waiting", "nobody")[0].get("reason", "").startswith("pending in Slurm"),
+                 timeout=30, what="list to say it is pending in Slurm")
+        listed, running = _running_view("waiting", "nobody")
+        assert listed["state"] == "running" and listed["started"] is None and listed["external_id"] == job_id, listed
+        assert running["started"] is None and running["elapsed"] is None, running
+        assert running["reason"].startswith("pending in Slurm ("), running
+        table = run_cli(["list", "--all"], user="nobody", env=dict(os.environ, COLUMNS="250"))
+        assert "pending in Slurm" in table.out, table
+        held = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", "hold", job_id], capture_output=True,
+                              text=True, timeout=SQUEUE_TIMEOUT)
+        assert held.returncode == 0, held
+        wait_for(lambda: "JobHeldUser" in _running_view("waiting", "nobody")[0].get("reason", ""), timeout=30,
+                 what="list to say its owner holds it in Slurm")
+        assert _running_view("waiting", "nobody")[0]["started"] is None
+        released = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", "release", job_id],
+                                  capture_output=True, text=True, timeout=SQUEUE_TIMEOUT)
+        assert released.returncode == 0, released
+        gate.unlink()
+        wait_for(lambda: _running_view("waiting", "nobody")[0].get("started") or result_exists(slurm_spool),
+                 timeout=60, what="it to start in Slurm")
+        assert finish(driver, 60) == 0
+    rec = result(slurm_spool, "nobody:waiting")
+    assert rec["state"] == "done" and rec["started"] is not None, rec
+
+
+def result_exists(spool: Path) -> bool:
+    return (spool / "jobsdone" / "nobody:waiting@result").exists()
+
+
 def test_a_job_slurm_ends_at_its_deadline_before_it_ran_records_no_start(slurm_spool):
     """An #SBATCH --deadline its time limit cannot meet: Slurm ends it DEADLINE without ever giving it a
     node. onite filed it with a start (the hand-over) and a duration, as if it had run."""

@@ -115,7 +115,7 @@ def running_views(spool: SpoolDir) -> list[JobView]:
                              submitted=info.get("queued") or _when(entry.ctime_ns), host=entry.host,
                              started=info.get("started"), attempt=info.get("attempt"),
                              external_id=info.get("external_id"), finished=info.get("ended"),
-                             reason=ENDED_NOT_FILED if info.get("ended") else ""))
+                             reason=ENDED_NOT_FILED if info.get("ended") else info.get("waiting", "")))
     return views
 
 
@@ -145,9 +145,15 @@ def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
                                                                          for v in views]}, indent=1)
 
 
+def slurm_waiting(state: str, reason: str | None) -> str:
+    """A running job's reason while its Slurm job has not started: ``pending in Slurm (Resources)``."""
+    return f"{state.lower()} in Slurm" + (f" ({reason})" if reason and reason != "None" else "")
+
+
 def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
-    ``queued``, ``started`` and (once its end is recorded) ``ended`` as datetimes; a field missing or damaged
+    ``queued``, ``started`` and (once its end is recorded) ``ended`` as datetimes; a Slurm job's start in Slurm
+    (None, and ``waiting`` saying why, while it has not started there); a field missing or damaged
     is left out, an unreadable record gives {}."""
     record = runrecords.read(spool.run_record_path(host, name))
     if record is None:
@@ -156,6 +162,10 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     info: dict = {"queued": parse_stamp(data.get("queued")), "started": parse_stamp(data.get("started"))}
     if record.ended:
         info["ended"] = parse_stamp(record.ended_at)
+    if record.slurm_state is not None:  # handed to Slurm: it started when Slurm says, if it has
+        info["started"] = parse_stamp(record.slurm_started)
+        if info["started"] is None:
+            info["waiting"] = slurm_waiting(record.slurm_state, record.slurm_reason)
     for key, read in (("rank", lambda: v.integer(data, "rank", 0, MAX_PRIORITIES)),
                       ("attempt", lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
                       ("external_id", lambda: v.optional_text(data, "external_id"))):

@@ -2,7 +2,8 @@
 
 JSON lines, each one O_APPEND write(2): the driver's first line, then the monitor's (``monitor`` before
 the fork, ``job``, ``ended`` or ``failed``), a ``stop`` line before the end of a run onite stopped (its
-monitor for a time limit, a driver for a cancel or a hard stop), or Slurm's ``submitted``; a partial last
+monitor for a time limit, a driver for a cancel or a hard stop), or Slurm's ``submitted`` and ``slurm`` (its
+job's state, reason and start in Slurm, each time they change: the last one counts); a partial last
 line is ignored. The monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 
@@ -36,6 +37,9 @@ class RunRecord(Record):
     stop: Stop | None = None  # why it was stopped, if a stop line came before its end
     stopped_by: str | None = None  # who cancelled it
     damaged: bool = False  # a whole line of it cannot be read: what it lost cannot be known
+    slurm_state: str | None = None  # slurm: its job's state as the driver last saw it (PENDING, RUNNING, ...)
+    slurm_reason: str | None = None  # and squeue's reason then (Resources, Priority, JobHeldUser, ...)
+    slurm_started: str | None = None  # ISO 8601: its start in Slurm, once it really started (null: it has not)
 
     @property
     def started_job(self) -> bool:
@@ -129,6 +133,10 @@ def parse(data: bytes) -> RunRecord | None:
             said.update(stop=Stop(event["why"]), stopped_by=by if isinstance(by, str) else None)
         elif kind == "failed":
             said.update(failed=str(event.get("reason") or "it could not be started"), ended_at=at)
+        elif kind == "slurm" and isinstance(event.get("state"), str):
+            reason, began = event.get("reason"), event.get("started")
+            said.update(slurm_state=event["state"], slurm_reason=reason if isinstance(reason, str) else None,
+                        slurm_started=began if isinstance(began, str) else None)
         elif kind == "submitted" and isinstance(event.get("external_id"), str) and not first.get("external_id"):
             first = {**first, "external_id": event["external_id"]}
     return RunRecord(info=first, **said)

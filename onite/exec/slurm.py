@@ -8,6 +8,7 @@ in the job's comment, among its owner's jobs only (a comment is its owner's to w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -35,6 +36,7 @@ TOOL_PATH = "/usr/local/bin:/usr/bin:/bin"
 SBATCH_GONE_WAIT = 10.0  # seconds a killed sbatch is waited for
 SUBMISSION_SETTLE = 1.0  # seconds the controller is given to take a submission its dying sbatch sent
 CANCEL_WAIT = 60.0  # seconds a cancelled job is waited for at least: past Slurm's KillWait (default 30 s)
+STATE_LINES = 64  # "slurm" lines a run's record gets at most (its owner may hold and release their job at will)
 OUTPUT_LIMIT = 1 << 20  # bytes of sbatch's stdout or stderr read back (it says a line or two)
 FILE_LIMIT = 4 << 20  # bytes it may write to a file: its output files are memory, which a user tracing it must not fill
 
@@ -106,6 +108,7 @@ class SlurmRunner(Runner):
         self.runs: list[Run] = []
         self._next_poll: float | None = None
         self._started: set[str] = set()  # job ids whose real start has been seen
+        self._noted: dict[str, tuple[tuple, int]] = {}  # job id → (state, reason, start) last written to its record, lines
         self._unreachable = False
         self._submitting: dict[str, Submission] = {}  # by run id
         self._unsure: dict[str, Unsure] = {}  # by run id
@@ -338,6 +341,8 @@ class SlurmRunner(Runner):
                 finished.append((run, squeue.lost(run.external_id)))
                 continue
             self._note_start(run, status)
+            if not status.is_final:
+                self._note_state(run, status)
             if status.is_final:
                 if status.state != "CANCELLED" and run.stopping in (Stop.SHUTDOWN, Stop.CANCEL):
                     run.stopping = None  # it ended on its own first: record what it did, do not requeue
@@ -353,6 +358,8 @@ class SlurmRunner(Runner):
             done = {id(run) for run, _ in finished}
             self.runs = [run for run in self.runs if id(run) not in done]
             self._started.difference_update(run.external_id for run, _ in finished)
+            for run, _ in finished:
+                self._noted.pop(run.external_id, None)
         return finished
 
     def _note_start(self, run: Run, status: squeue.JobStatus) -> None:
@@ -371,6 +378,18 @@ class SlurmRunner(Runner):
             run.timeout_at = self.clock.monotonic() - elapsed + run.job.timeout.total_seconds()
         if self.log is not None:
             self.log.event("slurm-start", run.name, slurm=run.external_id, waited=f"{max(waited, 0):.1f}s")
+
+    def _note_state(self, run: Run, status: squeue.JobStatus) -> None:
+        """Its job's state, reason and start in Slurm into its record when they change, for list and status:
+        a job pending (or held, or requeued) in Slurm has not started."""
+        now = (status.state, status.reason[:200], status.start.isoformat() if status.start else None)
+        last, lines = self._noted.get(run.external_id, (None, 0))
+        if now == last or lines >= STATE_LINES or not run.record_path:
+            return
+        self._noted[run.external_id] = (now, lines + 1)
+        with contextlib.suppress(runrecords.RecordError):  # a view's detail: the run goes on without it
+            runrecords.add_event(run.record_path, {"event": "slurm", "state": now[0], "reason": now[1],
+                                                   "started": now[2]})
 
     def _job_uid(self, owner: int | None) -> int:
         """Whose Slurm jobs a run's are: its owner's, or the driver's where jobs are not run as their owners."""
