@@ -415,6 +415,14 @@ def test_a_job_pending_or_held_in_slurm_is_not_shown_as_started(slurm_spool, wor
         assert running["reason"].startswith("pending in Slurm ("), running
         table = run_cli(["list", "--all"], user="nobody", env=dict(os.environ, COLUMNS="250"))
         assert "pending in Slurm" in table.out, table
+        waited = run_cli(["wait", "waiting", "--timeout", "1s", "--json"], user="nobody")
+        assert waited.json()["jobs"][0]["reason"].startswith("pending in Slurm ("), waited
+        waited = run_cli(["wait", "waiting", "--timeout", "1s"], user="nobody")
+        assert "waiting: still running (pending in Slurm (" in waited.out, waited
+        report = run_cli(["report", "--json"], user="nobody")
+        assert report.code == 0, report
+        rows = [row for row in report.json()["waiting"] or [] if row["name"] == "waiting"]
+        assert rows and rows[0]["reason"].startswith("pending in Slurm ("), report.json()
         held = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", "hold", job_id], capture_output=True,
                               text=True, timeout=SQUEUE_TIMEOUT)
         assert held.returncode == 0, held

@@ -145,6 +145,23 @@ def list_json(spool: SpoolDir, *, include_all: bool = False, now: datetime | Non
                                                                          for v in views]}, indent=1)
 
 
+def waits_in_slurm(view: JobView) -> bool:
+    """Is this running view a job handed to Slurm that has not started there (its reason says why)?"""
+    return view.state == "running" and view.started is None and bool(view.reason) and view.reason != ENDED_NOT_FILED
+
+
+def slurm_wait_of(spool: SpoolDir, key: str) -> str:
+    """Why running job ``key`` has not started in Slurm (``pending in Slurm (Resources)``), from its run record;
+    "" if it has (or is no Slurm job)."""
+    from onite.spool.scan import find_running
+
+    for entry in find_running(spool, key):
+        info = _runinfo(spool, entry.host, key)
+        if info.get("waiting") and not info.get("ended"):
+            return info["waiting"]
+    return ""
+
+
 def slurm_waiting(state: str, reason: str | None) -> str:
     """A running job's reason while its Slurm job has not started: ``pending in Slurm (Resources)``."""
     return f"{state.lower()} in Slurm" + (f" ({reason})" if reason and reason != "None" else "")

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from onite.app import drains as dr
 from onite.app.common import label, me
-from onite.app.listing import running_views
+from onite.app.listing import running_views, waits_in_slurm
 from onite.core.record import Record
 from onite.drain.heartbeat import draining_hosts, live_beats
 from onite.drain.nextdrain import plan
@@ -464,6 +464,8 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
 def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
     """``running on vm since 20:14``; for a claim no live driver watches, what its run record says of it."""
     since = f" since {view.started.astimezone():%H:%M}" if view.started else ""
+    if alive and waits_in_slurm(view):
+        return f"{view.reason}, handed over by {view.host}"
     if alive:
         return f"running on {view.host}{since}"
     record = runrecords.read(spool.run_record_path(view.host, view.name))
@@ -472,7 +474,8 @@ def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
         with contextlib.suppress(ValueError):
             ended = datetime.fromisoformat(record.ended_at).astimezone()
     at = f" at {view.started.astimezone():%H:%M}" if view.started else ""
-    what = f"ended at {ended:%H:%M}" if ended else f"started on {view.host}{at}"
+    what = f"ended at {ended:%H:%M}" if ended else f"handed to Slurm by {view.host}, {view.reason} when it last looked" \
+        if waits_in_slurm(view) else f"started on {view.host}{at}"
     last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
     why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT_RECORD else ""
     return f"{what}, not filed: no driver runs on {view.host}{why}; the next drain there files it"

@@ -148,13 +148,15 @@ class JobsWaited(Record):
     finals: dict[str, Final]
     still: dict[str, str]  # name → "queued", "held", "running" (or "finishing": left, no record yet) at the timeout
     timed_out: bool = False
+    why: dict[str, str] = {}  # name → why a running one has not started (in Slurm), at the timeout
 
     @property
     def exit_code(self) -> int:
         return exit_status(list(self.finals.values()), timed_out=self.timed_out)
 
     def lines(self) -> list[str]:
-        return [job_line(self.finals[n]) if n in self.finals else f"{n}: still {self.still[n]}" for n in self.names]
+        return [job_line(self.finals[n]) if n in self.finals else f"{n}: still {self.still[n]}"
+                + (f" ({self.why[n]})" if n in self.why else "") for n in self.names]
 
 
 def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
@@ -203,6 +205,11 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             return JobsWaited(order, finals, {})
         if deadline is not None and clock.monotonic() >= deadline:
             still = {n: watches[n].live or "finishing" for n in order if n not in finals}
+            if "running" in still.values():
+                from onite.app.listing import slurm_wait_of  # a timeout with jobs running: rare
+
+                why = {n: slurm_wait_of(spool, watches[n].name) for n, live in still.items() if live == "running"}
+                return JobsWaited(order, finals, still, timed_out=True, why={n: w for n, w in why.items() if w})
             return JobsWaited(order, finals, still, timed_out=True)
         if announce is not None and delay == POLL_FIRST:
             left = [n for n in order if n not in finals]
@@ -349,7 +356,8 @@ def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
     if isinstance(waited, JobsWaited):
         doc["waited"] = "jobs"
         doc["jobs"] = [waited.finals[n].to_json() if n in waited.finals
-                       else {"name": label(n), "state": waited.still[n], "reason": "not finished"}
+                       else {"name": label(n), "state": waited.still[n],
+                          "reason": waited.why.get(n) or "not finished"}
                        for n in waited.names]
     else:
         doc.update({"waited": "drain", "drivers": waited.hosts,
