@@ -444,6 +444,30 @@ def result_exists(spool: Path) -> bool:
     return (spool / "jobsdone" / "nobody:waiting@result").exists()
 
 
+@pytest.mark.attack
+def test_a_job_its_owner_has_slurm_requeue_is_cancelled_not_run_twice_nor_timed_out_while_pending(slurm_spool, workdir):
+    """--no-requeue is its owner's to undo (scontrol update requeue=1, then scontrol requeue): the job went back
+    to pending and would have run a second time behind onite's back; onite kept its first start's deadline, so
+    it filed 'timeout' for a job that had run seconds and then waited, with no start at all."""
+    trace = workdir / "trace"
+    submit("again", f"#!/bin/sh\necho start >> {trace}\nsleep 60\n", "--timeout", "1m", user="nobody", cwd=workdir)
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(trace.exists, timeout=30, what="it to run")
+        job_id = runinfo(slurm_spool, "nobody:again")["external_id"]
+        for args in (["update", f"jobid={job_id}", "requeue=1"], ["requeue", job_id]):
+            done = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", *args], capture_output=True,
+                                  text=True, timeout=SQUEUE_TIMEOUT)
+            assert done.returncode == 0, done
+        assert finish(driver, 90) == 0
+    finally:
+        stop(driver)
+    rec = result(slurm_spool, "nobody:again")
+    assert rec["state"] == "cancelled" and "requeued" in rec["reason"], rec
+    assert rec["started"] is not None, rec
+    assert trace.read_text().split() == ["start"]
+
+
 def test_a_job_slurm_ends_at_its_deadline_before_it_ran_records_no_start(slurm_spool):
     """An #SBATCH --deadline its time limit cannot meet: Slurm ends it DEADLINE without ever giving it a
     node. onite filed it with a start (the hand-over) and a duration, as if it had run."""
