@@ -867,8 +867,9 @@ def test_a_slurm_job_whose_driver_died_as_sbatch_ran_is_taken_back_by_its_run_id
     [record] = (slurm_spool / "running").glob("*/nobody:halfway@run")
     job_id = runinfo(slurm_spool, "nobody:halfway")["external_id"]
     lines = record.read_bytes().splitlines(keepends=True)
-    assert b'"submitted"' in lines[-1]
-    record.write_bytes(b"".join(lines[:-1]))  # as if the driver had died before sbatch said the id
+    said = [i for i, line in enumerate(lines) if b'"submitted"' in line]
+    assert said, lines
+    record.write_bytes(b"".join(lines[:said[0]]))  # as if the driver had died before sbatch said the id (and polled)
     assert not runinfo(slurm_spool, "nobody:halfway").get("external_id")
     empty = workdir / "empty-slurm.conf"  # Slurm's commands refuse it at once (a missing one costs a minute of
     empty.write_text("")                  # looking for the configuration elsewhere first)
