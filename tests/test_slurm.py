@@ -448,17 +448,23 @@ def result_exists(spool: Path) -> bool:
 def test_a_job_its_owner_has_slurm_requeue_is_cancelled_not_run_twice_nor_timed_out_while_pending(slurm_spool, workdir):
     """--no-requeue is its owner's to undo (scontrol update requeue=1, then scontrol requeue): the job went back
     to pending and would have run a second time behind onite's back; onite kept its first start's deadline, so
-    it filed 'timeout' for a job that had run seconds and then waited, with no start at all."""
+    it filed 'timeout' for a job that had run seconds and then waited, with no start at all. Slurm's RestartCnt
+    tells, even where the driver never saw it running (stopped here from the hand-over to the requeue)."""
     trace = workdir / "trace"
     submit("again", f"#!/bin/sh\necho start >> {trace}\nsleep 60\n", "--timeout", "1m", user="nobody", cwd=workdir)
     driver = start_driver(slurm_spool)
     try:
-        wait_for(trace.exists, timeout=30, what="it to run")
+        wait_for(lambda: runinfo(slurm_spool, "nobody:again").get("external_id"), timeout=30, what="the hand-over")
         job_id = runinfo(slurm_spool, "nobody:again")["external_id"]
-        for args in (["update", f"jobid={job_id}", "requeue=1"], ["requeue", job_id]):
-            done = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", *args], capture_output=True,
-                                  text=True, timeout=SQUEUE_TIMEOUT)
-            assert done.returncode == 0, done
+        driver.send_signal(signal.SIGSTOP)  # the driver never sees it running: only Slurm's count tells
+        try:
+            wait_for(trace.exists, timeout=30, what="it to run")
+            for args in (["update", f"jobid={job_id}", "requeue=1"], ["requeue", job_id]):
+                done = subprocess.run(["runuser", "-u", "nobody", "--", "scontrol", *args], capture_output=True,
+                                      text=True, timeout=SQUEUE_TIMEOUT)
+                assert done.returncode == 0, done
+        finally:
+            driver.send_signal(signal.SIGCONT)
         assert finish(driver, 90) == 0
     finally:
         stop(driver)

@@ -27,9 +27,9 @@ def test_a_search_by_name_reads_ids_states_and_comments():
 
 
 def test_parse_lines_as_squeue_prints_them():
-    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|1000|30000|vm|2026-11-22T04:50:00|\n"
-            "29|PENDING|0|Priority|2026-11-22T09:00:00|alice(1000)|0||Unknown|\n"
-            "30|RUNNING|0|None|2026-11-22T04:50:01|0|-5|vm|Unknown|\n"
+    text = ("28|FAILED|768|NonZeroExitCode|2026-11-22T04:49:19|1000|30000|vm|2026-11-22T04:50:00|0|\n"
+            "29|PENDING|0|Priority|2026-11-22T09:00:00|alice(1000)|0||Unknown|0|\n"
+            "30|RUNNING|0|None|2026-11-22T04:50:01|0|-5|vm|Unknown|0|\n"
             "garbage\n\n")
     got = parse(text)
     assert set(got) == {"28", "29", "30"}
@@ -50,17 +50,17 @@ def test_what_a_jobs_owner_writes_is_never_asked_for_and_a_forged_line_is_never_
     the driver. The query asks for no field a user can write, a field must look as Slurm writes it,
     and an id told twice is not taken at all."""
     assert "Name" not in query_argv("squeue", ["1"])[-1] and "Comment" not in query_argv("squeue", ["1"])[-1]
-    assert parse("31|RUNNING|\u00b2|None|N/A|1|0|vm|Unknown|\n") == {}
-    assert parse("\u0661|RUNNING|0|None|N/A|1|0|vm|Unknown|\n") == {}  # an Arabic-Indic digit to str.isdigit
-    assert parse("5|RUNNING|0|None|N/A|1|0|vm|Unknown|\n5|FAILED|256|None|N/A|1|0|vm|Unknown|\n") == {}
-    assert parse("7|running|0|None|N/A|1|0|vm|Unknown|\n7 x|RUNNING|0|None|N/A|1|0|vm|Unknown|\n") == {}
+    assert parse("31|RUNNING|\u00b2|None|N/A|1|0|vm|Unknown|0|\n") == {}
+    assert parse("\u0661|RUNNING|0|None|N/A|1|0|vm|Unknown|0|\n") == {}  # an Arabic-Indic digit to str.isdigit
+    assert parse("5|RUNNING|0|None|N/A|1|0|vm|Unknown|0|\n5|FAILED|256|None|N/A|1|0|vm|Unknown|0|\n") == {}
+    assert parse("7|running|0|None|N/A|1|0|vm|Unknown|0|\n7 x|RUNNING|0|None|N/A|1|0|vm|Unknown|0|\n") == {}
 
 
 def test_unparsable_start_time_is_none():
-    assert parse("5|FAILED|4021|JobLaunchFailure||1000|0|vm|Unknown|\n")["5"].start is None
-    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|vm|Unknown|\n")["5"].start is None
+    assert parse("5|FAILED|4021|JobLaunchFailure||1000|0|vm|Unknown|0|\n")["5"].start is None
+    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|vm|Unknown|0|\n")["5"].start is None
     # no nice is no reason to lose a job
-    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|vm|Unknown|\n")["5"].nice is None
+    assert parse("5|COMPLETED|0|None|N/A|1000|\u00b2|vm|Unknown|0|\n")["5"].nice is None
 
 
 def test_unknown_ids_are_told_apart_from_an_unreachable_controller():
@@ -118,16 +118,18 @@ def test_a_job_that_ended_before_slurm_gave_it_a_node_never_started():
     """Slurm sets the StartTime of a job cancelled while pending to the moment of its cancel: onite
     recorded that as its start ('slurm-start … waited=6.1s', STARTED and TOOK in list) though it never
     ran. Such a job has no node: no start, and its result none."""
-    got = parse("9|CANCELLED|0|None|2026-11-22T04:49:19|1000|30000||Unknown|\n"
-                "10|CANCELLED|15|None|2026-11-22T04:49:19|1000|30000|vm|Unknown|\n")
+    got = parse("9|CANCELLED|0|None|2026-11-22T04:49:19|1000|30000||Unknown|0|\n"
+                "10|CANCELLED|15|None|2026-11-22T04:49:19|1000|30000|vm|Unknown|0|\n")
     assert got["9"].start is None and not got["9"].allocated
     assert got["10"].start == datetime(2026, 11, 22, 4, 49, 19).astimezone() and got["10"].allocated
     pending_cancel = outcome(got["9"], stopping="cancel", cancelled_by="alice")
     assert pending_cancel.describe() == "cancelled by alice" and pending_cancel.never_started
     assert not outcome(got["10"], stopping="cancel", cancelled_by="alice").never_started
-    assert parse("11|PENDING|0|Priority|2026-11-22T09:00:00|1000|0||Unknown|\n")["11"].allocated  # in flight
+    assert parse("11|PENDING|0|Priority|2026-11-22T09:00:00|1000|0||Unknown|0|\n")["11"].allocated  # in flight
+    assert parse("13|PENDING|0|BeginTime|N/A|1000|0||Unknown|1|\n")["13"].restarts == 1  # requeued once
+    assert parse("13|PENDING|0|BeginTime|N/A|1000|0||Unknown|N/A|\n")["13"].restarts == 0
     # an #SBATCH --deadline it could not meet: DEADLINE before it ever had a node (it was filed with a start)
-    deadline = outcome(parse("12|DEADLINE|0|DeadLine|2026-11-22T04:49:19|1000|0||Unknown|\n")["12"],
+    deadline = outcome(parse("12|DEADLINE|0|DeadLine|2026-11-22T04:49:19|1000|0||Unknown|0|\n")["12"],
                        stopping=None, cancelled_by=None)
     assert deadline.describe() == "ended by Slurm: DEADLINE (DeadLine)" and deadline.never_started
 

@@ -347,11 +347,11 @@ class SlurmRunner(Runner):
                 if status.state != "CANCELLED" and run.stopping in (Stop.SHUTDOWN, Stop.CANCEL):
                     run.stopping = None  # it ended on its own first: record what it did, do not requeue
                 ended = squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)
-                if run.external_id in self._started and ended.never_started:  # it ran, then Slurm requeued it
+                if status.restarts and ended.never_started:  # it ran, then Slurm requeued it
                     ended = ended._replace(never_started=False)
                 finished.append((run, ended))
-            elif run.stopping is None and status.start is None and run.external_id in self._started:
-                # started, and back in Slurm's queue (its owner may undo --no-requeue): it would run a second time
+            elif run.stopping is None and status.restarts:
+                # started, and put back in Slurm's queue (its owner may undo --no-requeue): it would run again
                 self.stop(run, Stop.CANCEL, by=f"onite: Slurm requeued it ({status.state}, {status.reason}) after "
                                                "it had started, and onite runs a job once")
             elif run.stopping is None and None not in (status.nice, run.nice) and status.nice < run.nice:

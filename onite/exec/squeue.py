@@ -16,8 +16,8 @@ from onite.core.state import Outcome, stopped_outcome
 
 # none its owner can write, but Nice, which they may lower (Slurm lets them) and is read to see if they did;
 # NodeList is empty for a job that ended without ever being given a node (cancelled while pending), whose
-# StartTime Slurm sets to its end
-FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId", "Nice", "NodeList", "EndTime")
+# StartTime Slurm sets to its end; RestartCnt counts the times it was put back in the queue (requeued)
+FIELDS = ("JobID", "State", "exit_code", "Reason", "StartTime", "UserId", "Nice", "NodeList", "EndTime", "RestartCnt")
 FORMAT = ",".join(f"{field}:|" for field in FIELDS)  # ":|" = natural width, then a "|" separator
 
 #: States in which a job will run no more; all others (COMPLETING too: it may still have processes) are in flight.
@@ -48,6 +48,7 @@ class JobStatus:
     nice: int | None = None
     allocated: bool = True  # False: it ended without ever being given a node (it never ran)
     end: datetime | None = None  # once it is over
+    restarts: int = 0  # times Slurm put it back in its queue, after it started or while it ran
 
     @property
     def is_final(self) -> bool:
@@ -92,7 +93,7 @@ def parse(text: str) -> dict[str, JobStatus]:
     (no answer of Slurm's holds one job twice) is left out."""
     found: dict[str, JobStatus] = {}
     twice: set[str] = set()
-    for job_id, state, status, reason, start, user, nice, nodes, end in _rows(text, len(FIELDS)):
+    for job_id, state, status, reason, start, user, nice, nodes, end, restarts in _rows(text, len(FIELDS)):
         owner = _UID.fullmatch(user)
         if owner is None or not (status == "" or _DIGITS.fullmatch(status)):
             continue
@@ -103,7 +104,7 @@ def parse(text: str) -> dict[str, JobStatus]:
             job_id=job_id, state=state, status=int(status) if status else None, reason=reason,
             uid=int(owner.group(1)), start=_when(start) if state in STARTED and allocated else None,
             nice=int(nice) if _NICE.fullmatch(nice) else None, allocated=allocated,
-            end=_when(end) if state in FINAL else None,
+            end=_when(end) if state in FINAL else None, restarts=int(restarts) if _DIGITS.fullmatch(restarts) else 0,
         )
     for job_id in twice:
         del found[job_id]
