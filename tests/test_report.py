@@ -952,6 +952,42 @@ def test_a_name_run_again_in_the_night_is_shown_once_with_its_earlier_failure_no
     assert json.loads(run_cli(["report", "--json"]).out)["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
 
 
+def test_a_job_cancelled_while_it_ran_then_restarted_and_done_tells_the_cancel(spool, workdir):
+    """``etl`` was cancelled by its owner while it ran, restarted and done in the same drain: the headline said
+    ``2 done, 0 failed`` and nothing of the cancelled run (an earlier failure is told: ``1 run again after a
+    failure``). It says ``1 run again after a cancel``, in text, HTML and JSON alike; the driver's log line
+    counts the runs it filed (done=2 cancelled=1), the report each job once."""
+    set_config(spool, slots=2)
+    schedule_now(spool)
+    gate = workdir / "gate"
+    gate.touch()
+    body = f"cd {workdir}; [ -e etl.1 ] && exit 0; touch etl.1; sleep 60\n".encode()
+    assert run_cli(["submit", "etl"], stdin=body, user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "other"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode()).code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(" start nobody:etl " in line for line in log_lines(spool)), what="etl to start")
+        assert run_cli(["cancel", "etl"], user="nobody", cwd="/tmp").code == 0
+        wait_for(lambda: any(" cancelled nobody:etl " in line for line in log_lines(spool)), what="etl's cancel")
+        assert run_cli(["restart", "etl"], user="nobody", cwd="/tmp").code == 0
+        wait_for(lambda: any(" done nobody:etl " in line for line in log_lines(spool)), what="etl's second run")
+    finally:
+        gate.unlink()
+        driver.communicate(timeout=60)
+    assert driver.returncode == 0
+    [exit_line] = [line for line in log_lines(spool) if " driver-exit " in line]
+    assert " done=2 failed=0 cancelled=1 " in exit_line, exit_line
+    for who in ("nobody", "daemon", None):
+        r = run_cli(["report", "--plain"], env=wide_env(), **({"user": who, "cwd": "/tmp"} if who else {}))
+        assert r.code == 0 and "2 done, 0 failed, 1 run again after a cancel\n" in r.out, (who, r.out)
+    data = json.loads(run_cli(["report", "--json"]).out)
+    assert data["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
+    assert data["headline"] == "2 done, 0 failed, 1 run again after a cancel"
+    page = workdir / "r.html"
+    assert run_cli(["report", "--html", str(page)]).code == 0
+    assert "<span class=cancelled>1 run again after a cancel</span>" in page.read_text()
+
+
 def test_status_during_a_drain_is_not_last_night_and_names_each_failure_once(spool, workdir):
     """While a drain runs, ``status`` tells it ``so far``, never as ``last night``; a job that failed twice
     in the night (restarted) is named once, with the next step for it."""

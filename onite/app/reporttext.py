@@ -69,6 +69,9 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     rerun = sum(any(view.state == "failed" for view in before) for before in data.reruns.values())
     if rerun:
         parts.append(("failed", f"{rerun} run again after a failure"))
+    recancelled = sum(any(view.state == "cancelled" for view in before) for before in data.reruns.values())
+    if recancelled:
+        parts.append(("cancelled", f"{recancelled} run again after a cancel"))
     if data.pruned:
         parts.append(("pruned", f"{len(data.pruned)} earlier results pruned (keep = {data.keep})"))
     return parts
