@@ -988,6 +988,31 @@ def test_a_job_cancelled_while_it_ran_then_restarted_and_done_tells_the_cancel(s
     assert "<span class=cancelled>1 run again after a cancel</span>" in page.read_text()
 
 
+def test_a_retry_cancelled_as_it_waited_tells_the_attempt_that_ran(spool, workdir):
+    """``flaky`` (--retries 2) failed with exit 5, and its owner cancelled it while its retry waited out its
+    back-off: the report's row said only ``cancelled by nobody``, never ran, as if no process of it had
+    started (``list --all`` shows that start). It says ``cancelled by nobody (after attempt 1: exit 5)``, to
+    its owner and to another user alike, on the terminal and on the page."""
+    set_config(spool, retry_delay="1h")
+    body = b"echo boom; exit 5\n"
+    assert run_cli(["submit", "flaky", "--retries", "2"], stdin=body, user="nobody", cwd="/tmp").code == 0
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: any(" retry nobody:flaky " in line for line in log_lines(spool)), what="the retry")
+        assert run_cli(["cancel", "flaky"], user="nobody", cwd="/tmp").code == 0
+        wait_for(lambda: any(" cancelled nobody:flaky " in line for line in log_lines(spool)), what="the cancel")
+    finally:
+        driver.terminate()
+        driver.communicate(timeout=60)
+    for who in ("nobody", "daemon"):
+        r = run_cli(["report", "--plain"], env=wide_env(), user=who, cwd="/tmp")
+        [row] = [line for line in r.out.splitlines() if line.startswith("cancelled ")]
+        assert row.endswith("  2/3    -     cancelled by nobody (after attempt 1: exit 5)"), (who, r.out)
+    page = workdir / "r.html"
+    assert run_cli(["report", "--html", str(page)]).code == 0
+    assert "cancelled by nobody (after attempt 1: exit 5)" in html.unescape(page.read_text())
+
+
 def test_status_during_a_drain_is_not_last_night_and_names_each_failure_once(spool, workdir):
     """While a drain runs, ``status`` tells it ``so far``, never as ``last night``; a job that failed twice
     in the night (restarted) is named once, with the next step for it."""

@@ -72,6 +72,8 @@ class ReportData(Record):
     earlier: set[tuple] = frozenset()  # ... for a later run of the name replaced their record
     unrun: set[tuple] = frozenset()  # runs that never started a process: every job with no start is one
     reruns: Mapping = EMPTY  # (name, user) -> the runs of the window before the one shown
+    # run_key -> the attempts that ran of a job whose latest attempt never started (a retry cancelled as it waited)
+    tried: Mapping = EMPTY
     tries: Mapping[str, int] = EMPTY  # attempts a retried job was allowed
     tails: Mapping = EMPTY  # Tail of the failures told in full, by run_key
     again: frozenset = frozenset()  # names of the failures told in full that are queued or running again now
@@ -258,11 +260,14 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
         jobs.sort(key=lambda job: job.uid != reader)
     unrun = {run_key(job) for job in views + pruned if never_ran(job, told)}
     unrun |= {run_key(job) for job in earlier if job.started is None}  # its own start line, if any
+    # (a record of a start that failed holds that attempt itself: only those before the latest are earlier)
+    tried = {key: earlier_tries for r in results if (key := (r.name, r.user, r.finished)) in unrun
+             and (earlier_tries := tuple(a for a in r.attempts if a.attempt < r.attempt))}
     # a damaged record's job is rebuilt from the log too, but was not pruned: its output may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
                       keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier},
-                      reruns=reruns, unrun=unrun, current=not any(d.started > end for d in every_drain))
+                      reruns=reruns, unrun=unrun, tried=tried, current=not any(d.started > end for d in every_drain))
     # a failure restarted (or spooled anew) since is queued or running again: no restart is its next step
     data = data._replace(again=frozenset(job.name for job in data.failures[:SHOWN_FAILURES] if queued_again(spool, job)))
     if not records:

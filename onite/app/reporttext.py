@@ -125,7 +125,7 @@ def failure_what(data: ReportData, job: JobView) -> str:
     else:
         what = f"failed: {phrase(job.reason) or 'failed'}" + (f" after {took}" if took else "")
     tries = attempts_text(data, job)
-    rerun = rerun_note(data, job)
+    rerun = "; ".join(x for x in (tried_note(data, job), rerun_note(data, job)) if x)
     return what + (f", attempt {tries}" if tries else "") + (f" ({rerun})" if rerun else "")
 
 
@@ -136,6 +136,17 @@ def rerun_note(data: ReportData, job: JobView) -> str:
         return ""
     words = ", ".join(phrase(view.reason) or view.state for view in before)
     return f"after {'an earlier run' if len(before) == 1 else f'{len(before)} earlier runs'}: {words}"
+
+
+def tried_note(data: ReportData, job: JobView) -> str:
+    """``after attempt 1: exit 5``: the attempts that ran of a job whose latest attempt never started (a retry
+    cancelled while it waited out its back-off)."""
+    tried = data.tried.get(run_key(job)) if data.never_ran(job) else None
+    if not tried:
+        return ""
+    which = ", ".join(str(a.attempt) for a in tried)
+    return f"after attempt{'s' if len(tried) > 1 else ''} {which}: " + ", ".join(
+        phrase(a.reason) or "failed" for a in tried)
 
 
 def told_failures(data: ReportData) -> tuple[list[JobView], dict[str, list[str]]]:
@@ -241,7 +252,7 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
     for job in data.jobs:
         never = data.never_ran(job)
         started = "" if never else job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
-        word, rerun = state_word(job), rerun_note(data, job)
+        word, rerun = state_word(job), "; ".join(x for x in (tried_note(data, job), rerun_note(data, job)) if x)
         code = str(job.exit_code) if job.exit_code is not None else \
             signal_name(job.signal) if job.signal is not None else "-"
         out.append([MARK.get(word, word) if marks else word, label(job.name), printable(job.user), priority_label(job),
