@@ -125,8 +125,13 @@ def failure_what(data: ReportData, job: JobView) -> str:
     else:
         what = f"failed: {phrase(job.reason) or 'failed'}" + (f" after {took}" if took else "")
     tries = attempts_text(data, job)
-    rerun = "; ".join(x for x in (tried_note(data, job), rerun_note(data, job)) if x)
+    rerun = earlier_note(data, job)
     return what + (f", attempt {tries}" if tries else "") + (f" ({rerun})" if rerun else "")
+
+
+def earlier_note(data: ReportData, job: JobView) -> str:
+    """What ran of a job before the run shown: its attempts (tried_note), its runs before a restart (rerun_note)."""
+    return "; ".join(note for note in (tried_note(data, job), rerun_note(data, job)) if note)
 
 
 def rerun_note(data: ReportData, job: JobView) -> str:
@@ -252,7 +257,7 @@ def rows(data: ReportData, *, marks: bool = False) -> list[list[str]]:
     for job in data.jobs:
         never = data.never_ran(job)
         started = "" if never else job.started.astimezone().strftime("%H:%M:%S" if day_long else "%Y-%m-%dT%H:%M")
-        word, rerun = state_word(job), "; ".join(x for x in (tried_note(data, job), rerun_note(data, job)) if x)
+        word, rerun = state_word(job), earlier_note(data, job)
         code = str(job.exit_code) if job.exit_code is not None else \
             signal_name(job.signal) if job.signal is not None else "-"
         out.append([MARK.get(word, word) if marks else word, label(job.name), printable(job.user), priority_label(job),
