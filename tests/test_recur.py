@@ -723,3 +723,46 @@ def test_status_says_no_wait_for_a_run_of_a_later_fire_as_the_driver_waits_for_n
     assert rec["waits_for"] is None, rec
     [rec] = run_cli(["status", "--json"], user="nobody", cwd="/tmp").json()["recurring"]
     assert rec["waits_for"] is None, rec
+
+
+@needs_root
+def test_recur_list_says_a_templates_next_fire_waits_for_its_run_still_queued(spool):
+    """While a template's last run is queued its next fires are skipped; ``onite status`` said so, but ``onite recur
+    list`` showed ``NEXT 15:00  IN 20m`` and an empty NOTE, as if a run would come then. Its NOTE says it."""
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    class Log:
+        def event(self, *args, **fields):
+            pass
+
+    assert run_cli(["recur", "add", "hourly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    hour = (datetime.now().astimezone() + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    assert RecurScheduler(SpoolDir(spool), Log(), euid=0).spool_due(hour + timedelta(minutes=1)) \
+        == [f"nobody:hourly-{hour:%Y%m%dT%H%M}"]  # queued: no driver runs it here
+    for user, run in (("nobody", f"hourly-{hour:%Y%m%dT%H%M}"), (None, f"nobody:hourly-{hour:%Y%m%dT%H%M}")):
+        r = run_cli(["recur", "list", "--plain"], user=user, cwd="/tmp")
+        assert r.code == 0 and f"skipped while its run {run} is queued or running" in r.out, r
+
+
+@needs_root
+def test_recur_list_says_a_template_whose_owners_account_is_gone_is_not_used(spool):
+    """A user adds a template, then the account is deleted: the driver refuses the template at every run
+    (recur-refused: its owner has no account), but ``recur list`` and ``status`` showed its next fire, as if it
+    would run. recur list says why it is not used, and neither shows a next fire."""
+    user = f"onq{os.getpid() % 100000}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", user], check=True)
+    try:
+        r = run_cli(["recur", "add", "ghost", "--every", "1m"], stdin=b"true\n", user=user, cwd="/tmp")
+        assert r.code == 0, r
+    finally:
+        subprocess.run(["userdel", user], check=False)
+    uid = (spool / "recur" / f"{user}:ghost").stat().st_uid
+    [rec] = run_cli(["recur", "list", "--json"]).json()["recurring"]
+    assert rec["next"] is None and f"its owner uid {uid} has no account" in rec["problem"], rec
+    r = run_cli(["recur", "list", "--plain"])
+    assert r.code == 0 and "has no account on this machine; it is not used" in r.out, r
+    assert "recurring " not in run_cli(["status"]).out
+    finished = drain(spool)
+    assert finished.returncode == 0 and b"Traceback" not in finished.stderr, finished.stderr.decode()
+    assert any("recur-refused" in line and "has no account" in line for line in log_lines(spool))

@@ -151,12 +151,20 @@ RECUR_COLUMNS = (("NAME", False), ("USER", False), ("RULE", False), ("NEXT", Fal
 
 
 def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False) -> None:
-    """``onite recur list``: name, owner, rule, next fire, how soon, priority, what is wrong (in red)."""
+    """``onite recur list``: name, owner, rule, next fire, how soon, priority, what is wrong (in red) or what its
+    next fire waits for."""
     rows = [[printable(name_label(view.name)), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
-             priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or "")] for view in views]
-    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), lambda i: {"NOTE": "bold red"},
-                               ("PRI", "IN", "USER", "RULE")), plain=plain)
+             priority_text(view.urgent, view.priority, unknown="?"), printable(_recur_note(view))] for view in views]
+    styles = lambda i: {"NOTE": "bold red" if views[i].problem else ""}  # noqa: E731
+    print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), styles, ("PRI", "IN", "USER", "RULE")), plain=plain)
+
+
+def _recur_note(view) -> str:
+    """What is wrong with a template (its problem), else what holds its next fire back (its run still in flight)."""
+    if view.problem:
+        return view.problem
+    return f"skipped while its run {view.waits_for} is queued or running" if view.waits_for else ""
 
 
 def report_table(data, rows: list[list[str]]) -> TableSpec:
