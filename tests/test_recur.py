@@ -766,3 +766,20 @@ def test_recur_list_says_a_template_whose_owners_account_is_gone_is_not_used(spo
     finished = drain(spool)
     assert finished.returncode == 0 and b"Traceback" not in finished.stderr, finished.stderr.decode()
     assert any("recur-refused" in line and "has no account" in line for line in log_lines(spool))
+
+
+@needs_root
+def test_recur_add_after_one_of_your_recurring_jobs_is_refused(spool, workdir):
+    """``recur add deploy --after build`` where build is the user's recurring job was taken, and every run of
+    deploy failed at once with 'dependency build no longer exists (cancelled or removed)': --after names a job
+    literally, and build's runs are build-YYYYMMDDTHHMM, so no job build ever existed. It is refused (exit 2,
+    one line saying why), and nothing is written; --after a job that is no template is taken as before."""
+    assert run_cli(["recur", "add", "build", "--every", "1m"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["recur", "add", "deploy", "--every", "1m", "--after", "build"], stdin=b"true\n", user="nobody",
+                cwd="/tmp")
+    assert r.code == 2 and "--after build names a recurring job" in r.err and "build-YYYYMMDDTHHMM" in r.err, r
+    assert len(r.err.strip().splitlines()) == 1, r
+    assert sorted(os.listdir(spool / "recur")) == ["nobody:build"]
+    r = run_cli(["recur", "add", "deploy", "--every", "1m", "--after", "compile"], stdin=b"true\n", user="nobody",
+                cwd="/tmp")
+    assert r.code == 0, r

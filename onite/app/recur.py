@@ -53,6 +53,11 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     job = job._replace(extra=job.extra + rule_fields(rule))
     check_mail(request.notify, config)
     spool.check()
+    for dep in job.after:  # a template is no job: its runs are NAME-STAMP, and a run waiting for NAME always failed
+        if os.path.lexists(spool.recur_dir / dep):
+            raise InvalidInput(f"--after {label(dep)} names a recurring job: --after waits for a job of that exact "
+                               f"name, and {label(dep)}'s runs are named {label(dep)}-YYYYMMDDTHHMM",
+                               "put both steps in one recurring job, or give this one a later time")
     if request.urgent:
         check_urgent(caller, config.admins, "add urgent recurring jobs")
     # a file of several links may be another user's link to one of the caller's (used_templates)
