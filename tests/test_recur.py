@@ -783,3 +783,28 @@ def test_recur_add_after_one_of_your_recurring_jobs_is_refused(spool, workdir):
     r = run_cli(["recur", "add", "deploy", "--every", "1m", "--after", "compile"], stdin=b"true\n", user="nobody",
                 cwd="/tmp")
     assert r.code == 0, r
+
+
+@needs_root
+def test_recur_remove_says_the_templates_run_still_queued_goes_on(spool):
+    """A user removes a recurring job (as one deletes a crontab line) while its run is queued: ``recur remove`` said
+    only 'hourly: removed', and the run then ran. It names the run that goes on and how to cancel it."""
+    from onite.drain.instances import RecurScheduler
+    from onite.spool.paths import SpoolDir
+
+    class Log:
+        def event(self, *args, **fields):
+            pass
+
+    for name in ("hourly", "other"):
+        r = run_cli(["recur", "add", name, "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp")
+        assert r.code == 0, r
+    hour = (datetime.now().astimezone() + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    run = f"hourly-{hour:%Y%m%dT%H%M}"
+    assert f"nobody:{run}" in RecurScheduler(SpoolDir(spool), Log(), euid=0).spool_due(hour + timedelta(minutes=1))
+    r = run_cli(["recur", "remove", "hourly"], user="nobody", cwd="/tmp")
+    assert r.code == 0 and r.out == (f"hourly: removed; its run {run} is still queued or running and goes on "
+                                     f"(cancel it: onite cancel {run})\n"), r
+    assert run_cli(["cancel", f"other-{hour:%Y%m%dT%H%M}"], user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["recur", "remove", "other"], user="nobody", cwd="/tmp")
+    assert r.code == 0 and r.out == "other: removed\n", r

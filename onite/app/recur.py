@@ -96,8 +96,9 @@ def spooled_when(spool: SpoolDir, job: Job, now: datetime) -> str:
     return f"{name}: {no_drain_text(drain, for_job=True)}"
 
 
-def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
-    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs); its owner or root only."""
+def remove(spool: SpoolDir, name: str, caller_uid: int) -> list[str]:
+    """Remove the template ``name`` (instances already spooled stay: cancel them as jobs); its owner or root only.
+    Its runs still queued or running (``runs_in_flight``), which will go on: the caller is told of them."""
     name = key_for(name, what="recurring job name")
     path = spool.recur_dir / name
     try:
@@ -109,6 +110,7 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> None:
                       "you may remove only your own recurring jobs")
     if not remove_file(path):
         raise NotFound(f"no recurring job {label(name)!r}", "see onite recur list")
+    return sorted(runs_in_flight(spool, {name: st.st_uid}).get(name, ()))
 
 
 class TemplateView(Record):

@@ -86,12 +86,14 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
 @command("remove", group="recur")
 def recur_remove(names: Annotated[list[str], Arg(metavar="NAME")], spool: SpoolOpt = None) -> None:
     """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
+    from onite.app.common import label
     from onite.app.recur import remove
 
     target = open_spool(spool)
     for name in names:
-        remove(target, name, os.geteuid())
-        print(f"{name}: removed")
+        runs = [label(run) for run in remove(target, name, os.geteuid())]
+        print(f"{name}: removed" + (f"; its run {', '.join(runs)} is still queued or running and goes on "
+                                    f"(cancel it: onite cancel {' '.join(runs)})" if runs else ""))
 
 
 @command("next", group="recur")
