@@ -808,3 +808,17 @@ def test_recur_remove_says_the_templates_run_still_queued_goes_on(spool):
     assert run_cli(["cancel", f"other-{hour:%Y%m%dT%H%M}"], user="nobody", cwd="/tmp").code == 0
     r = run_cli(["recur", "remove", "other"], user="nobody", cwd="/tmp")
     assert r.code == 0 and r.out == "other: removed\n", r
+
+
+@needs_root
+def test_cancel_or_hold_of_a_recurring_jobs_name_says_how_to_stop_it(spool):
+    """A user stops a recurring job as a job: ``onite cancel nightly`` (or hold) said 'no job 'nightly' is queued or
+    running — see onite list', with no word that nightly is a recurring job whose runs have other names. It says
+    so, and how to stop its fires; a name that is no recurring job gets the same message as before."""
+    assert run_cli(["recur", "add", "nightly", "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    for args in (["cancel", "nightly"], ["hold", "nightly"]):
+        r = run_cli(args, user="nobody", cwd="/tmp")
+        assert r.code == 1 and "nightly is a recurring job: onite recur remove nightly stops its fires" in r.err, r
+        assert "nightly-YYYYMMDDTHHMM" in r.err and len(r.err.strip().splitlines()) == 1, r
+        r = run_cli([args[0], "nosuch"], user="nobody", cwd="/tmp")
+        assert r.code == 1 and "recurring" not in r.err and "see onite list" in r.err, r

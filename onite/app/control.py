@@ -34,6 +34,14 @@ class CancelReport(Record):
     waitable: bool = True  # a live driver will act on the request soon (await_cancel may wait for it)
 
 
+def _not_a_job_hint(spool: SpoolDir, name: str, text: str) -> str:
+    """What to do about a name that is no queued job: a recurring job's name is no job (its runs are NAME-STAMP)."""
+    if os.path.lexists(spool.recur_dir / name):
+        return (f"{text} is a recurring job: onite recur remove {text} stops its fires; its runs are "
+                f"{text}-YYYYMMDDTHHMM (see onite list)")
+    return "see onite list"
+
+
 def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> CancelReport:
     """Cancel the queued or running job ``text`` (NAME: the caller's; USER:NAME); Refused where own_only forbids it."""
     name = key_for(text)
@@ -42,7 +50,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
     if not running and not queued:
         queued = find_queued(spool, name)
     if not running and not queued:
-        raise NotFound(f"no job {text!r} is queued or running", "see onite list")
+        raise NotFound(f"no job {text!r} is queued or running", _not_a_job_hint(spool, name, text))
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
     if not allowed:
         owner = user_name((running + queued)[0].uid)
@@ -175,7 +183,7 @@ def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> None:
     if not entries:
         if find_running(spool, name):
             raise Refused(f"job {text!r} is already running", f"use onite cancel {text} to stop it")
-        raise NotFound(f"no job {text!r} is queued", "see onite list")
+        raise NotFound(f"no job {text!r} is queued", _not_a_job_hint(spool, name, text))
     mine = [entry for entry in entries if owner_or_root(caller_uid, entry.uid)]
     if not mine:
         raise Refused(f"job {text!r} belongs to {user_name(entries[0].uid)}",
