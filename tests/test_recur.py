@@ -822,3 +822,19 @@ def test_cancel_or_hold_of_a_recurring_jobs_name_says_how_to_stop_it(spool):
         assert "nightly-YYYYMMDDTHHMM" in r.err and len(r.err.strip().splitlines()) == 1, r
         r = run_cli([args[0], "nosuch"], user="nobody", cwd="/tmp")
         assert r.code == 1 and "recurring" not in r.err and "see onite list" in r.err, r
+
+
+@needs_root
+def test_recur_remove_of_several_goes_on_past_one_that_fails(spool):
+    """``onite recur remove gone a b`` stopped at the first name it could not remove: a and b were left firing,
+    and the one error line did not say so. As ``onite cancel`` and rm(1): each name that fails is said in one line,
+    the others are still removed, and the exit code is the first failure's."""
+    for name in ("a", "b"):
+        assert run_cli(["recur", "add", name, "--every", "1h"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["recur", "add", "theirs", "--every", "1h"], stdin=b"true\n", cwd="/tmp").code == 0
+    r = run_cli(["recur", "remove", "gone", "a", "root:theirs", "b"], user="nobody", cwd="/tmp")
+    assert r.code == 1 and r.out == "a: removed\nb: removed\n", r
+    assert r.err.splitlines() == ["onite: no recurring job 'gone' — see onite recur list",
+                                  "onite: recurring job 'root:theirs' belongs to root — you may remove only your own "
+                                  "recurring jobs"], r
+    assert sorted(os.listdir(spool / "recur")) == ["root:theirs"]

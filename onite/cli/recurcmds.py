@@ -84,16 +84,20 @@ def recur_list(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOp
 
 
 @command("remove", group="recur")
-def recur_remove(names: Annotated[list[str], Arg(metavar="NAME")], spool: SpoolOpt = None) -> None:
+def recur_remove(names: Annotated[list[str], Arg(metavar="NAME")], spool: SpoolOpt = None) -> int | None:
     """Remove recurring jobs (your own, unless you are root). Instances already spooled stay."""
     from onite.app.common import label
     from onite.app.recur import remove
+    from onite.cli.jobcmds import _each
 
     target = open_spool(spool)
-    for name in names:
+
+    def remove_one(name: str) -> None:
         runs = [label(run) for run in remove(target, name, os.geteuid())]
         print(f"{name}: removed" + (f"; its run {', '.join(runs)} is still queued or running and goes on "
                                     f"(cancel it: onite cancel {' '.join(runs)})" if runs else ""))
+
+    return _each(names, remove_one)  # as rm(1): one that fails is said, the others are still removed
 
 
 @command("next", group="recur")
