@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import stat
 from datetime import datetime
 from pathlib import Path
@@ -31,9 +30,8 @@ from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
-from onite.spool.recurstate import load_state, runs_in_flight, template_files, used_templates
-from onite.spool.scan import key_uid
-from onite.core.names import split_key
+from onite.exec.identity import resolve
+from onite.spool.recurstate import load_state, runs_in_flight, template_files, template_problem, used_templates
 
 if TYPE_CHECKING:
     from onite.core.identity import Identity
@@ -146,7 +144,8 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
         set_aside.update(aside)
     for name, path, st in used:
         known = state.get(name, {}) if state.get(name, {}).get("uid") == st.st_uid else {}
-        problem = _refused_by_driver(name, st.st_uid)
+        problem = template_problem(name, st, spool.config.max_job_size, resolve)  # as the driver refuses it
+        problem = f"{problem}; it is not used" if problem else ""
         try:  # its header only: a body may be a hole of max_job_size, costing its owner no disk
             job, rule = _read_template(spool, path, st, head=True)
             priority, urgent = job.priority, job.urgent
@@ -164,18 +163,6 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
                                   next=upcoming_fire, last=parse_stamp(known.get("last")), problem=problem,
                                   waits_for=label(min(waits)) if waits else ""))
     return views
-
-
-def _refused_by_driver(name: str, uid: int) -> str:
-    """Why the driver refuses the template ``name`` owned by ``uid`` whatever it holds (its owner's account is gone, or
-    its file is not its key's user's: drain.instances), as its log says; "" if it does not."""
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return f"its owner uid {uid} has no account on this machine; it is not used"
-    if key_uid(name) != uid:
-        return f"a forgery: named as {split_key(name)[0]}'s recurring job, but {user_name(uid)}'s file; it is not used"
-    return ""
 
 
 def _next_fire(rule, now: datetime) -> datetime | None:

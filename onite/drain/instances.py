@@ -24,19 +24,19 @@ from onite.core.jobfile import encode
 from onite.core.policy import may_be_urgent, owner_or_root, urgent_refusal
 from onite.core.names import split_key
 from onite.core.queue import DepState
-from onite.core.recurring import check_template_name, instance_job, instance_name, rule_fields, rule_of
+from onite.core.recurring import instance_job, instance_name, rule_fields, rule_of
 from onite.core.rules import describe
 from onite.core.schedule import fires_after, last_fire, next_fire
 from onite.core.timeparse import parse_stamp
 from onite.exec.identity import resolve
 from onite.spool.deps import dependency_state
-from onite.spool.filecheck import SETTLING, BadFile, file_problem, is_settling, read_job_file, read_job_head
+from onite.spool.filecheck import SETTLING, BadFile, is_settling, read_job_file, read_job_head
 from onite.spool.files import create_displacing, move_file
 from onite.spool.paths import SpoolDir
 from onite.spool.recurstate import (load_state, runs_in_flight, save_state, set_aside_text, state_lock, template_files,
-                                    used_templates)
+                                    template_problem, used_templates)
 from onite.spool.accounts import user_name
-from onite.spool.scan import Withdrawn, key_uid
+from onite.spool.scan import Withdrawn
 
 REFRESH_EVERY = 2.0  # seconds between looks at recur/ while the daemon runs
 RETRY_AFTER = timedelta(minutes=1)  # after an instance could not be written (full disk, ...), or while one runs
@@ -125,18 +125,10 @@ class RecurScheduler:
         hole of max_job_size); None if it is refused (logged once per version), settling or replaced meanwhile."""
         config = self.spool.config
         key = (st.st_ino, st.st_ctime_ns, st.st_size)
-        problem = file_problem(st, max_size=config.max_job_size, resolve_uid=resolve,
-                               may_settle=is_settling(st, time.time_ns()))
+        problem = template_problem(name, st, config.max_job_size, resolve, may_settle=is_settling(st, time.time_ns()))
         if problem is SETTLING:
             self._refreshed = float("-inf")  # look again at the next chance
             return None
-        if not problem:
-            try:  # recur add's own limit: a longer name (a file put in recur/ by hand) leaves its runs no valid name
-                check_template_name(split_key(name)[1])
-            except OniteError as err:
-                problem = str(err)
-        if not problem and key_uid(name) != st.st_uid:
-            problem = f"a forgery: named as {split_key(name)[0]}'s recurring job, but {user_name(st.st_uid)}'s file"
         if not problem and not owner_or_root(self.euid, st.st_uid):
             problem = (f"owned by {user_name(st.st_uid)}; this driver runs as {user_name(self.euid)} "
                        "and spools only its own recurring jobs")

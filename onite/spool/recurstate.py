@@ -9,21 +9,39 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from onite.core.errors import SpoolError, SpoolIOError
-from onite.core.names import is_valid_key
-from onite.core.recurring import template_of
+from onite.core.errors import OniteError, SpoolError, SpoolIOError
+from onite.core.names import is_valid_key, split_key
+from onite.core.recurring import check_template_name, template_of
 from onite.core.values import loads_object
 from onite.spool import locks
+from onite.spool.accounts import user_name
+from onite.spool.filecheck import file_problem
 from onite.spool.files import replace_file
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import key_stats, key_uid, listing
 
 STATE_FORMAT = 1
 RECUR_LOCK_WAIT = 10.0  # seconds a driver waits for recur.lock (held by another host's driver for a moment)
+
+
+def template_problem(name: str, st: os.stat_result, max_size: int, resolve_uid: Callable[[int], object], *,
+                     may_settle: bool = False):
+    """Why a driver refuses the template ``name`` as ``st`` finds it, whatever it holds (its file: its owner's
+    account, links, size; its name; whose file it is), SETTLING (look again soon), or "": the one rule of the
+    driver and ``recur list``. ``resolve_uid`` raises Refused for a uid with no account (onite.exec.identity)."""
+    problem = file_problem(st, max_size=max_size, resolve_uid=resolve_uid, may_settle=may_settle)
+    if not problem:
+        try:  # recur add's own limit: a longer name (a file put in recur/ by hand) leaves its runs no valid name
+            check_template_name(split_key(name)[1])
+        except OniteError as err:
+            problem = str(err)
+    if not problem and key_uid(name) != st.st_uid:
+        problem = f"a forgery: named as {split_key(name)[0]}'s recurring job, but {user_name(st.st_uid)}'s file"
+    return problem
 
 
 def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
