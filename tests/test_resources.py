@@ -319,6 +319,27 @@ def test_a_job_past_its_memory_is_killed_and_recorded_as_out_of_memory(spool, wo
     assert result(spool, "fine")["state"] == "done"
 
 
+@needs_root
+@pytest.mark.skipif(not _has_v1_memory(), reason="no memory controller to hold a job to its --mem")
+def test_a_job_whose_small_processes_the_kernel_killed_for_its_memory_is_out_of_memory_though_it_exits_0(spool):
+    """nobody's job starts 20 processes of 8M each under --mem 64M and exits 0 whatever became of them: the kernel
+    killed most of them, yet the job was filed done, exit 0, with no word of its memory. It is filed as out of
+    memory, as Slurm files such a job OUT_OF_MEMORY, and not retried."""
+    child = "import time; x = bytearray(8 << 20); [x.__setitem__(i, 1) for i in range(0, len(x), 4096)]; time.sleep(1)"
+    body = (f"ps=''; for i in $(seq 1 20); do python3 -c '{child}' & ps=\"$ps $!\"; done\n"
+            "k=0; for p in $ps; do wait $p || k=$((k+1)); done; echo \"$k killed\"; exit 0\n")
+    r = run_cli(["submit", "many", "--mem", "64M", "--retries", "1"], stdin=body.encode(), user="nobody", cwd="/tmp")
+    assert r.code == 0, r
+    assert drain(spool).returncode == 0
+    killed = int((spool / "stdout" / "nobody:many").read_text().split()[-2])
+    assert killed > 0
+    res = result(spool, "nobody:many")
+    assert (res["state"], res["exit_code"], res["attempt"]) == ("failed", 0, 1), res
+    assert res["reason"].startswith("out of memory (asked 64M, peaked "), res
+    listed = run_cli(["list", "--all"]).out
+    assert "out of memory (asked 64M" in listed, listed
+
+
 def _run_groups(spool, name):
     """The cgroup v1 groups a run's monitor gave its job (its line in the run record)."""
     from onite.spool import runrecords

@@ -252,11 +252,12 @@ def unrun_result(*, name: str, uid: int, user: str, state: JobState, reason: str
 
 
 def memory_outcome(ended: Outcome, usage: dict | None, need: Need | None) -> Outcome:
-    """``ended``, or, if the job failed after the kernel killed one of its processes for its memory limit,
-    an out-of-memory outcome saying what it asked for and its peak."""
+    """``ended``, or, if the kernel killed one of the job's processes for its memory limit, an out-of-memory
+    outcome saying what it asked for and its peak: failed even if its leader exited 0 (a script that did not
+    check the children the kernel killed did not do its work), as Slurm's OUT_OF_MEMORY is."""
     used = usage or {}
     oom = used.get("oom")
-    if ended.ok or not isinstance(oom, int) or oom < 1 or need is None or not need.mem:
+    if not isinstance(oom, int) or oom < 1 or need is None or not need.mem:
         return ended
     peak = used.get("peak_mem")
     peaked = f", peaked {human_bytes(peak)}" if isinstance(peak, int) else ""
