@@ -1147,25 +1147,58 @@ def test_a_jobs_leader_keeps_its_pid_until_what_it_left_is_ended(spool, workdir)
     (so that the clean-up lasts kill_grace) and had the next pid handed out be its leader's got the
     next job, another user's, started under that number and SIGKILLed (found by an audit,
     2026-11-24). The leader now stays an unreaped zombie of its monitor's until the clean-up is done:
-    no other process can be given its pid meanwhile."""
+    no other process can be given its pid meanwhile; and the next job starts only once it is done."""
     set_config(spool, kill_grace="3s")
-    leader, straggler = workdir / "leader", workdir / "straggler"
+    leader, straggler, began = workdir / "leader", workdir / "straggler", workdir / "began"
     body = (f"echo $$ > {leader}\n"
             f"setsid sh -c 'trap \"\" TERM; echo $$ > {straggler}; sleep 30' &\n"
             f"while [ ! -s {straggler} ]; do sleep 0.01; done\n")
     submit("leaver", body, user="nobody")
-    submit("next", "true\n", user="daemon")
+    submit("next", f"echo $$ > {began}\n", user="daemon")
     driver = start_driver(spool)
-    wait_for(lambda: (spool / "jobsdone" / "daemon:next@result").exists(), what="the next job to be filed")
-    pid = int(leader.read_text())
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        fields = handle.read().rsplit(b")", 1)[1].split()
-    assert fields[0] == b"Z", fields  # the leader: a zombie, its pid still taken
+
+    def leader_is_a_zombie() -> bool:
+        if not leader.exists() or not leader.read_text().strip():
+            return False
+        with open(f"/proc/{int(leader.read_text())}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+
+    wait_for(leader_is_a_zombie, what="the leader to end")  # its pid still taken
     assert alive(int(straggler.read_text()))  # while what it left is still being ended
+    assert not began.exists()  # and the next job waits for it
     assert driver.wait(timeout=60) == 0
     assert not alive(int(straggler.read_text()))
-    assert not os.path.exists(f"/proc/{pid}") or b"onite" not in open(f"/proc/{pid}/cmdline", "rb").read()
+    assert int(began.read_text()) != int(leader.read_text())
     assert result(spool, "leaver")["state"] == "done" and result(spool, "next")["state"] == "done"
+
+
+LEAVES_A_WRITER = """\
+sh -c 'trap "" TERM; echo $$ > {pid}; while :; do head -c 65536 /dev/zero; sleep 0.01; done' &
+while [ ! -s {pid} ]; do sleep 0.01; done
+exit 0
+"""
+
+
+def test_what_a_job_leaves_running_is_gone_before_it_is_filed_and_the_next_job_starts(spool, workdir):
+    """nobody's job leaves a process that ignores TERM and writes without end, and exits 0 at once: it was filed
+    `done` at once, while what it left ran on through the clean-up (kill_grace) beside the next job, another
+    user's, on the night's one slot, and wrote past max_output unchecked (1.5 GB in 3 s from `yes`, with
+    max_output 1M). Now its monitor ends what it left before it records the end: the run is filed, and the
+    next job starts, only once every process of it is gone, and one writing past max_output is killed at
+    once and the run filed as stopped for it."""
+    set_config(spool, max_output="1M", kill_grace="30s", slots=1)
+    pid, seen = workdir / "writer", workdir / "seen"
+    submit("leaves", LEAVES_A_WRITER.format(pid=pid), "-p", "1", user="nobody")
+    submit("next", f"[ -d /proc/$(cat {pid}) ] && echo alive > {seen} || echo gone > {seen}\n", "-p", "2",
+           user="daemon")
+    assert drain(spool).returncode == 0
+    assert seen.read_text() == "gone\n"
+    assert not alive(int(pid.read_text()))
+    leaves = result(spool, "nobody:leaves")
+    assert (leaves["state"], leaves["reason"]) == ("failed", "stopped: it wrote more output than max_output"), leaves
+    assert leaves["exit_code"] == 0
+    assert result(spool, "daemon:next")["state"] == "done"
+    assert (spool / "stdout" / "nobody:leaves").stat().st_size < 1 << 30
 
 
 # ---- 14. the key rules cannot be turned against another user's job -----------------------------

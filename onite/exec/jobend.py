@@ -89,9 +89,10 @@ def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
     return pinned and contain.group_has_others(job)
 
 
-def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
-    """End what the job left running (TERM, then KILL after kill_grace) and remove its cgroups;
-    False if something of it could not be ended."""
+def clean_up(plan: Plan, job: int, *, pinned: bool, over=None, keep_groups: bool = False) -> bool:
+    """End what the job left running (TERM, then KILL after kill_grace, at once once ``over()`` says it
+    wrote past max_output) and remove its cgroups (unless ``keep_groups``: its use is read from them
+    next); False if something of it could not be ended."""
     def alive() -> bool:
         return left_running(plan, job, pinned=pinned)
 
@@ -99,7 +100,7 @@ def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
     if alive():
         signal_all(plan, job, signal.SIGTERM, pinned=pinned)
         deadline = time.monotonic() + plan.kill_grace
-        while alive() and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline and not (over is not None and over()):
             time.sleep(0.02)
         tries = 0
         while alive() and tries < 500:  # a fork bomb is caught on a later round
@@ -107,7 +108,8 @@ def clean_up(plan: Plan, job: int, *, pinned: bool) -> bool:
             time.sleep(0.01)
             tries += 1
         left = alive()
-    remove_groups(plan)
+    if not keep_groups:
+        remove_groups(plan)
     return not left
 
 

@@ -4,8 +4,8 @@ The monitor, not the driver, is the job's parent, so how a job ended outlives th
 fresh interpreter (``python -E -S``) kept by onite.exec.local, serving one Plan after another. It
 writes its ``monitor`` line into the run record before it starts the job, holding the driver lock
 until then (a claim without that line never started); it enforces the time limit and the stops
-written into the record (then SIGUSR2); it records ``ended`` before it tells the driver, retrying on
-a full disk, and only then ends what the job left and says ``idle``. Messages to the driver are
+written into the record (then SIGUSR2); it ends what the job left (its slot is the job's until then),
+then records ``ended`` before it tells the driver, retrying on a full disk, and says ``idle``. Messages to the driver are
 lines of one datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``,
 ``unrecorded``, ``idle``.
 """
@@ -169,7 +169,10 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         _close_session(plan)
         return 0 if jobend.clean_up(plan, job, pinned=False) else 1
     reaped = False
-    left = jobend.left_running(plan, job, pinned=True)
+    ended_all = True
+    if jobend.left_running(plan, job, pinned=True):  # ended before the run's end is told: its slot is held till then
+        ended_all = jobend.clean_up(plan, job, pinned=True, over=_hurry(plan, sock, outputs), keep_groups=True)
+    left = not ended_all
     used = limits.usage(plan.usage_reads)  # read before its cgroups go
     source = "cgroup"
     if "peak_mem" not in used or "cpu" not in used:
@@ -186,10 +189,8 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
                 "usage " + json.dumps(used, separators=(",", ":")), f"ended {status}")
     _close_session(plan)
     try:
-        if not left:
-            jobend.remove_groups(plan)
-            return 0
-        return 0 if jobend.clean_up(plan, job, pinned=True) else 1
+        jobend.remove_groups(plan)
+        return 0 if ended_all else 1
     finally:
         if not reaped:
             jobend.reap_leader(job)  # only now: its pid, group and session were the job's until here
@@ -208,6 +209,26 @@ def _start(plan: Plan) -> tuple[int | None, str, list[str]]:
     if plan.pam_user is None:
         return fork_job()
     return pam.start(plan.pam_service, plan.pam_user, fork_job, lambda: jobstart.leave(list(plan.joined[0])))
+
+
+def _hurry(plan: Plan, sock: socket.socket, outputs: dict[int, int]):
+    """For the clean-up of what a job left running: kill it at once rather than after kill_grace? Once it has
+    written past max_output (the first time, the stop is recorded and told: the run is filed as stopped for
+    it), or a driver asked a hard stop."""
+    hurried: list[bool] = []
+
+    def hurry() -> bool:
+        if not hurried and outputs and _written(outputs) > plan.max_output:
+            hurried.append(True)
+            if _asked_stop(plan) is None:  # a run already stopped (its time limit, a cancel) keeps that reason
+                _record(plan, {"event": "stop", "why": "output", "by": None})
+                _tell(sock, "stop output")
+        if not hurried and _ASKED:
+            _ASKED.clear()
+            if _asked_stop(plan) == "shutdown":
+                hurried.append(True)
+        return bool(hurried)
+    return hurry
 
 
 def _close_session(plan: Plan) -> None:
