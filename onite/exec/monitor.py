@@ -163,7 +163,7 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         jobend.signal_all(plan, job, signal.SIGKILL)
     _tell(sock, *(["unenforced " + ",".join(missed_memory + missed)] if missed or missed_memory else []),
           f"started {job}")
-    status = _watch(plan, sock, job, outputs)
+    status, kill_at = _watch(plan, sock, job, outputs)
     if status is None:
         _record_end(plan, sock, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
         _close_session(plan)
@@ -171,7 +171,9 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     reaped = False
     ended_all = True
     if jobend.left_running(plan, job, pinned=True):  # ended before the run's end is told: its slot is held till then
-        ended_all = jobend.clean_up(plan, job, pinned=True, over=_hurry(plan, sock, outputs), keep_groups=True)
+        grace = None if kill_at is None else max(kill_at - time.monotonic(), 0.0)  # a stop's KILL keeps its time
+        ended_all = jobend.clean_up(plan, job, pinned=True, over=_hurry(plan, sock, outputs), keep_groups=True,
+                                    grace=grace)
     left = not ended_all
     used = limits.usage(plan.usage_reads)  # read before its cgroups go
     source = "cgroup"
@@ -246,7 +248,8 @@ def _written(outputs: dict[int, int]) -> int:
 
 
 def _watch(plan: Plan, sock: socket.socket, job: int, outputs: dict[int, int]):
-    """Wait for the job's leader to exit (its wait status; None if its status is lost). At its time limit,
+    """Wait for the job's leader to exit: its wait status (None if its status is lost), and when a stop under
+    way KILLs what is left (time.monotonic(); None if none is). At its time limit,
     past max_output (``outputs``: the output files and their sizes at its start; looked at every OUTPUT_CHECK)
     or at a driver's SIGUSR2 the reason is in the run record first, then TERM to every process of the job,
     KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
@@ -256,7 +259,7 @@ def _watch(plan: Plan, sock: socket.socket, job: int, outputs: dict[int, int]):
     while True:
         status = jobend.leader_exit(job)
         if status is not jobend.RUNNING:
-            return status
+            return status, kill_at
         now = time.monotonic()
         if stopping is None and _ASKED:
             _ASKED.clear()
