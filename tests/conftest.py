@@ -615,6 +615,11 @@ def log_lines(spool: Path) -> list[str]:
     return (spool / "onite.log").read_text().splitlines()
 
 
+def wait_logged(spool: Path, event: str, key: str) -> None:
+    """Wait until the activity log has an ``event`` line of job ``key`` (``start``, ``done``, ``retry`` …)."""
+    wait_for(lambda: any(f" {event} {key} " in line for line in log_lines(spool)), what=f"{key}'s {event} line")
+
+
 def set_config(spool: Path, **values) -> None:
     """Append settings to onite.toml (later keys would be duplicates: replace existing lines)."""
     path = spool / "onite.toml"

@@ -39,7 +39,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import REPO, drain, log_lines, needs_root, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, drain, log_lines, needs_root, run_cli, set_config, start_driver, wait_for, wait_logged
 from pngread import read_png, solid_blocks
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
@@ -952,6 +952,13 @@ def test_a_name_run_again_in_the_night_is_shown_once_with_its_earlier_failure_no
     assert json.loads(run_cli(["report", "--json"]).out)["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
 
 
+def _nobody_cancels_after(spool, event: str, name: str) -> None:
+    """nobody cancels its job ``name`` once the log has the job's ``event`` line, and waits for the cancel's."""
+    wait_logged(spool, event, f"nobody:{name}")
+    assert run_cli(["cancel", name], user="nobody", cwd="/tmp").code == 0
+    wait_logged(spool, "cancelled", f"nobody:{name}")
+
+
 def test_a_job_cancelled_while_it_ran_then_restarted_and_done_tells_the_cancel(spool, workdir):
     """``etl`` was cancelled by its owner while it ran, restarted and done in the same drain: the headline said
     ``2 done, 0 failed`` and nothing of the cancelled run (an earlier failure is told: ``1 run again after a
@@ -966,11 +973,9 @@ def test_a_job_cancelled_while_it_ran_then_restarted_and_done_tells_the_cancel(s
     assert run_cli(["submit", "other"], stdin=f"while [ -e {gate} ]; do sleep 0.05; done\n".encode()).code == 0
     driver = start_driver(spool)
     try:
-        wait_for(lambda: any(" start nobody:etl " in line for line in log_lines(spool)), what="etl to start")
-        assert run_cli(["cancel", "etl"], user="nobody", cwd="/tmp").code == 0
-        wait_for(lambda: any(" cancelled nobody:etl " in line for line in log_lines(spool)), what="etl's cancel")
+        _nobody_cancels_after(spool, "start", "etl")
         assert run_cli(["restart", "etl"], user="nobody", cwd="/tmp").code == 0
-        wait_for(lambda: any(" done nobody:etl " in line for line in log_lines(spool)), what="etl's second run")
+        wait_logged(spool, "done", "nobody:etl")
     finally:
         gate.unlink()
         driver.communicate(timeout=60)
@@ -998,9 +1003,7 @@ def test_a_retry_cancelled_as_it_waited_tells_the_attempt_that_ran(spool, workdi
     assert run_cli(["submit", "flaky", "--retries", "2"], stdin=body, user="nobody", cwd="/tmp").code == 0
     driver = start_driver(spool)
     try:
-        wait_for(lambda: any(" retry nobody:flaky " in line for line in log_lines(spool)), what="the retry")
-        assert run_cli(["cancel", "flaky"], user="nobody", cwd="/tmp").code == 0
-        wait_for(lambda: any(" cancelled nobody:flaky " in line for line in log_lines(spool)), what="the cancel")
+        _nobody_cancels_after(spool, "retry", "flaky")
     finally:
         driver.terminate()
         driver.communicate(timeout=60)
