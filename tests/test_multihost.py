@@ -278,12 +278,17 @@ def test_a_job_too_big_for_this_host_is_taken_for_a_host_known_by_its_heartbeat(
 
 def test_wait_says_when_the_job_it_waits_for_runs_on_a_host_whose_driver_died(spool, workdir, cli):
     """alpha's driver is killed -9 mid-job: nothing files the job until a driver starts on alpha. onite wait said
-    only 'waiting for stuck (running)…' and blocked; it says why it may wait for ever, and what starts it."""
-    _alpha_killed_mid_job(spool, workdir, cli, "stuck").unlink()
+    only 'waiting for stuck (running)…' and blocked; it says why it may wait for ever, and what starts it. Once the
+    job has ended there, wait says so at once: not filed yet, until a driver starts on alpha."""
+    gate = _alpha_killed_mid_job(spool, workdir, cli, "stuck")
     r = cli(["wait", "stuck", "--timeout", "1"])
     assert r.code == 6 and "host alpha" in r.err and "no live driver" in r.err, r
+    gate.unlink()
+    wait_for(lambda: '"ended"' in (spool / "running" / "alpha" / "root:stuck@run").read_text(), what="the job's end")
+    r = cli(["wait", "stuck"])
+    assert r.code == 0 and "not filed yet: no driver runs on alpha" in r.out, r
     assert start_driver(spool, "--host", "alpha").wait(60) == 0
-    assert cli(["wait", "stuck"]).code == 0
+    assert cli(["wait", "stuck"]).code == 0 and (spool / "jobsdone" / "root:stuck@result").exists()
 
 
 COUNT_BEATS = """
