@@ -80,3 +80,12 @@ def test_hardening_leaves_jobs_their_powers(name):
         assert forbidden not in keys, forbidden
     # stop = TERM to the driver only, so running jobs may finish
     assert keys["KillMode"] == "mixed" and keys["KillSignal"] == "SIGTERM"
+
+
+def test_no_unit_suggests_an_onite_other_users_cannot_run():
+    # onite.service offered /root/.local/bin/onite (pipx as root) for ExecStart, but each job's monitor runs
+    # that onite's Python as the job's owner, who cannot enter /root: every job would fail to start.
+    # The admin guide's install (/opt/onite/venv, linked from /usr/local/bin) is what the units name.
+    for name in NAMES:
+        text = (UNITS / name).read_text()
+        assert "/root/" not in text and "pipx" not in text, name
