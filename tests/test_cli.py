@@ -46,6 +46,25 @@ def test_init_spells_a_spool_path_a_terminal_would_act_on(world_tmp, cli):
     assert r.code == 0 and len(r.out.splitlines()) == 1 and "odd\\nname\\e[2J: " in r.out, r
 
 
+def test_init_through_a_trusted_symlink_sets_up_the_folder_it_leads_to(world_tmp, cli):
+    # An admin's /var/spool/onite -> /srv/onite: the driver, submit and status follow such a link (docs/security.md),
+    # but onite init refused it ("exists and is not a folder — move it away"), even run again after an upgrade.
+    real, link = world_tmp / "srv-onite", world_tmp / "spool-link"
+    real.mkdir()
+    link.symlink_to(real)
+    for _ in range(2):
+        r = cli(["init", "--spool", str(link)])
+        assert r.code == 0 and r.out.startswith(f"{real}: "), r
+    assert (real / "jobs" / "P7").is_dir() and (real / "onite.toml").is_file() and link.is_symlink()
+    # a link anyone could repoint is refused, saying why and what to give instead
+    open_dir = world_tmp / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    (open_dir / "link").symlink_to(real)
+    r = cli(["init", "--spool", str(open_dir / "link")])
+    assert r.code == 3 and "will not trust" in r.err and "give the spool's real path" in r.err, r
+
+
 def test_personal_default_spool_is_created_on_first_use(world_tmp):
     home = world_tmp / "home"
     home.mkdir()

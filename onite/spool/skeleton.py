@@ -63,6 +63,8 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     and disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
     created: list[str] = []
     skel = skeleton_config()
+    if root.is_symlink():  # /var/spool/onite -> /srv/onite: the folder it leads to, if a driver would follow it
+        root = trust.resolve(root, os.geteuid(), "onite init")
     foreign = trust.problems(root, os.geteuid(), modes=False)
     if foreign:
         raise Refused(f"onite init will not adopt {root}: {foreign[0]}",
