@@ -192,6 +192,43 @@ def test_config_errors_name_key_and_fix(text, message):
         parse_config(text)
 
 
+def test_a_key_set_twice_names_the_key_and_both_lines():
+    # The shipped onite.toml sets every key, so an admin who appends "slots = 2" at its end sets it twice:
+    # tomllib says only "Cannot overwrite a value", at "end of document" when the file has no last newline.
+    for text in ("priorities = 7\nslots = 1\nkeep = 5\nslots = 2", "slots = 1\n\nslots = 2\n"):
+        with pytest.raises(ConfigError) as caught:
+            parse_config(text, "/srv/onite/onite.toml")
+        first, second = [n + 1 for n, line in enumerate(text.splitlines()) if line.startswith("slots")]
+        assert str(caught.value) == (f"/srv/onite/onite.toml: line {second}: slots is set twice (also at line "
+                                     f"{first}) — keep one of the two lines")
+    with pytest.raises(ConfigError, match=r"line 4: \[slurm\] is set twice \(also at line 1\)"):
+        parse_config('[slurm]\npartition = "a"\n\n[slurm]\naccount = "b"\n')
+    with pytest.raises(ConfigError, match=r"line 3: \[hosts.node1\] slots is set twice \(also at line 2\)"):
+        parse_config("[hosts.node1]\nslots = 1\nslots = 2\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[hosts.node1]\nslots = 4\nuntil = "07:00"\n',
+     "line 3: until is a top-level key, but it is inside [hosts.node1] — move it above the first [table] line"),
+    ('[slurm]\npartition = "b"\n\nslots = 2\n',
+     "line 4: slots is a top-level key, but it is inside [slurm] — move it above the first [table] line"),
+])
+def test_a_top_level_key_below_a_table_says_so(text, message):
+    # A key written after a [table] line belongs to that table: appended at the end of a file whose
+    # [hosts.NAME] or [slurm] table was uncommented, it was refused as a bad [hosts] table or a
+    # "slurm.until" key, and nothing said where it had to go.
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert message in str(caught.value)
+
+
+def test_a_schedule_that_is_no_list_shows_a_schedule():
+    with pytest.raises(ConfigError) as caught:
+        parse_config('schedule = "0 20 * * *"')
+    assert str(caught.value) == ("onite.toml: schedule = '0 20 * * *' is not valid — write a list of cron "
+                                 'expressions, e.g. ["0 20 * * *", "0 23 * * *"]')
+
+
 def test_pam_and_pids_keys():
     config = parse_config('max_pids = 0\npam = "required"\npam_service = "cron"\n')
     assert (config.max_pids, config.pam, config.pam_service) == (0, "required", "cron")

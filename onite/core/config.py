@@ -6,6 +6,7 @@ error naming the key and what to write: a typo never falls back to a default.
 
 from __future__ import annotations
 
+import re
 import shlex
 import tomllib
 from collections.abc import Mapping
@@ -109,12 +110,13 @@ def parse_config(text: str, source: str = "onite.toml", skipped: list[ConfigErro
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        return _refused(ConfigError(f"{source} is not valid TOML: {err}", "fix the line it names"), skipped)
+        return _refused(_set_twice(text, source) or ConfigError(f"{source} is not valid TOML: {err}",
+                                                                "fix the line it names"), skipped)
     except RecursionError:  # tomllib recurses into nested arrays and tables: "a = [[[[…"
         return _refused(ConfigError(f"{source} nests arrays or tables too deeply", "flatten it"), skipped)
     while True:
         try:
-            return _config_of(data, source)
+            return _config_of(data, source, text)
         except ConfigError as err:
             if skipped is None or err.key not in data:
                 return _refused(err, skipped)
@@ -130,8 +132,39 @@ def _refused(err: ConfigError, skipped: list[ConfigError] | None) -> Config:
     return DEFAULTS
 
 
-def _config_of(data: dict, source: str) -> Config:
-    reader = _Reader(data, source, DEFAULTS)
+_BARE_KEY = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*=")
+_TABLE_LINE = re.compile(r"\s*\[\s*([A-Za-z0-9_.\s-]+?)\s*\]\s*(#.*)?$")
+
+
+def _assignments(text: str):
+    """(line number, table, key) of each ``key = …`` line with a bare key, and (line number, table, None) of
+    each ``[table]`` line: a plain reading of the lines, only to say where a fault tomllib found is."""
+    table = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _TABLE_LINE.match(line)
+        if header:
+            table = "".join(header.group(1).split())
+            yield number, table, None
+        elif assign := _BARE_KEY.match(line):
+            yield number, table, assign.group(1)
+
+
+def _set_twice(text: str, source: str) -> ConfigError | None:
+    """A key (or a [table]) set twice, named with both its lines; None where none is found. tomllib says only
+    "Cannot overwrite a value", at "end of document" when the file lacks a last newline: and the shipped
+    onite.toml sets every key, so a key appended to it is set twice."""
+    seen: dict[str, int] = {}
+    for number, table, key in _assignments(text):
+        name = f"[{table}]" if key is None else f"[{table}] {key}" if table else key
+        if name in seen:
+            return ConfigError(f"{source}: line {number}: {name} is set twice (also at line {seen[name]})",
+                               "keep one of the two lines")
+        seen[name] = number
+    return None
+
+
+def _config_of(data: dict, source: str, text: str = "") -> Config:
+    reader = _Reader(data, source, DEFAULTS, text=text)
     priorities = reader.integer("priorities", low=1, high=MAX_PRIORITIES)
     config = Config(
         priorities=priorities,
@@ -187,8 +220,10 @@ class _Reader:
     """Typed access to the parsed TOML: a key left out takes its value from ``defaults`` (a Config,
     SlurmConfig or HostConfig), and a bad value is a ConfigError."""
 
-    def __init__(self, data: dict[str, object], source: str, defaults: object, within: str | None = None) -> None:
+    def __init__(self, data: dict[str, object], source: str, defaults: object, within: str | None = None,
+                 text: str = "") -> None:
         self.data = data
+        self.text = text  # the file's text, to say on which line a key is
         self.source = source
         self.defaults = defaults
         self.within = within  # the top-level key of the table read, if it is one: where its faults are
@@ -245,7 +280,9 @@ class _Reader:
                                    'a list of strings, e.g. ["alice", "%wheel"]'))
 
     def schedule(self, key: str) -> tuple[str, ...]:
-        exprs = self.strings(key)
+        exprs = tuple(self._checked(key, lambda value: isinstance(value, (list, tuple))
+                                    and all(isinstance(v, str) and v for v in value),
+                                    'a list of cron expressions, e.g. ["0 20 * * *", "0 23 * * *"]'))
         for expr in exprs:
             if len(expr.split()) != 5:
                 raise self._bad(key, expr, 'cron expressions of five fields, e.g. ["0 20 * * *"]')
@@ -272,12 +309,23 @@ class _Reader:
             raise self._bad(key, self.data[key], want)
         return size
 
+    def _misplaced(self, table: str, entry: object, own: frozenset[str]) -> None:
+        """A top-level key written below a [table] line belongs to that table: say so, and where it is."""
+        stray = sorted(set(entry) & (_TOP_KEYS - own)) if isinstance(entry, dict) else []
+        if stray:
+            line = next((f"line {number}: " for number, where, key in _assignments(self.text)
+                         if where == table and key == stray[0]), "")
+            raise ConfigError(f"{self.source}: {line}{stray[0]} is a top-level key, but it is inside [{table}]",
+                              "move it above the first [table] line (a key below a [table] line belongs to it)",
+                              table.split(".")[0])
+
     def hosts(self, key: str) -> dict[str, HostConfig]:
         table = self.data.get(key, {})
         if not isinstance(table, dict):
             raise self._bad(key, table, "tables like [hosts.node1] with slots = 4")
         result = {}
         for name, entry in table.items():
+            self._misplaced(f"{key}.{name}", entry, frozenset({"slots"}))
             if not isinstance(entry, dict) or set(entry) - {"slots", "mem", "cpus"}:
                 raise self._bad(f"hosts.{name}", entry, 'a table holding slots = N, mem = "64G", cpus = N')
             sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig(), key)
@@ -302,6 +350,7 @@ class _Reader:
         table = self.data.get(key, {})
         if not isinstance(table, dict):
             raise self._bad(key, table, "a [slurm] table")
+        self._misplaced(key, table, _SLURM_KEYS)
         unknown = set(table) - _SLURM_KEYS
         if unknown:
             raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
