@@ -229,6 +229,20 @@ def test_a_schedule_that_is_no_list_shows_a_schedule():
                                  'expressions, e.g. ["0 20 * * *", "0 23 * * *"]')
 
 
+@pytest.mark.parametrize("text, message", [
+    ('timeout = "400d"', "timeout = '400d' is not valid — write a duration longer than zero and at most \"366d\""),
+    ('kill_grace = "0s"', "kill_grace = '0s' is not valid — write a duration longer than zero and at most \"366d\""),
+    ("reserve_mem = false", "reserve_mem = False is not valid"),
+    ("reserve_cpus = false", "reserve_cpus = False is not valid"),
+])
+def test_an_out_of_range_duration_or_a_boolean_reserve_says_what_is_wrong(text, message):
+    # A duration out of range was told only 'write a duration such as "90s"', which "400d" is; and
+    # reserve_mem = false and reserve_cpus = false were taken as 0 (False == 0 in Python), a wrong type let by.
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert message in str(caught.value)
+
+
 def test_pam_and_pids_keys():
     config = parse_config('max_pids = 0\npam = "required"\npam_service = "cron"\n')
     assert (config.max_pids, config.pam, config.pam_service) == (0, "required", "cron")

@@ -17,7 +17,7 @@ from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name
 from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, parse_mem, parse_size
-from onite.core.timeparse import parse_clock, parse_duration
+from onite.core.timeparse import MAX_DURATION, format_duration, parse_clock, parse_duration
 from onite.core.values import is_whole
 
 DEFAULT_SCHEDULE = ("0 20 * * *", "0 23 * * *")
@@ -252,7 +252,7 @@ class _Reader:
         """``parse(value)``, or the default where the key is left out or ``unset``; a ConfigError saying
         ``want`` where ``parse`` refuses it."""
         value = self.data.get(key)
-        if key not in self.data or value in unset:
+        if key not in self.data or (value in unset and not isinstance(value, bool)):  # False == 0: no reserve
             return self._default(key)
         try:
             return parse(value)
@@ -265,7 +265,8 @@ class _Reader:
 
     def duration(self, key: str) -> timedelta | None:
         return self._parsed(key, lambda value: parse_duration(str(value), what=key),
-                            'a duration such as "90s", "30m" or "2h"')
+                            f'a duration longer than zero and at most "{format_duration(MAX_DURATION)}", such as '
+                            '"90s", "30m" or "2h" (a bare number is seconds)')
 
     def path(self, key: str, example: str = "/bin/sh", *, unset: bool = False) -> str | None:
         """An absolute path; ``unset``: leaving it out (or "") means none."""
@@ -342,7 +343,7 @@ class _Reader:
 
     def cpus(self, key: str, *, zero: bool = False) -> int | None:
         """A CPU count; ``zero``: 0 is allowed too."""
-        if key not in self.data or (zero and self.data[key] == 0):
+        if key not in self.data or (zero and self.data[key] == 0 and not isinstance(self.data[key], bool)):
             return self._default(key)
         return self.integer(key, low=0 if zero else 1, high=MAX_CPUS)
 
