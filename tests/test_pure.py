@@ -243,6 +243,21 @@ def test_an_out_of_range_duration_or_a_boolean_reserve_says_what_is_wrong(text, 
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("[slurm]\nmax_jobs = 0", "onite.toml [slurm]: max_jobs = 0 is not valid — write a whole number from 1 to 1000000"),
+    ('[slurm]\nsbatch_args = "--mem=1G"',
+     """onite.toml [slurm]: sbatch_args = '--mem=1G' is not valid — write a list of sbatch options, e.g. ["--qos=night"]"""),
+    ('[hosts.node1]\nmemory = "4G"',
+     "onite.toml: unknown key hosts.node1.memory — the [hosts.NAME] keys are slots, mem and cpus"),
+])
+def test_a_fault_in_a_table_names_the_table_and_its_own_example(text, message):
+    # [slurm] max_jobs = 0 was told as a top-level "max_jobs", sbatch_args showed admins' ["alice", "%wheel"],
+    # and a misspelt key in [hosts.NAME] was shown as the whole table "is not valid".
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert str(caught.value) == message
+
+
 def test_pam_and_pids_keys():
     config = parse_config('max_pids = 0\npam = "required"\npam_service = "cron"\n')
     assert (config.max_pids, config.pam, config.pam_service) == (0, "required", "cron")

@@ -275,10 +275,10 @@ class _Reader:
         return self._checked(key, lambda value: isinstance(value, str) and value.startswith("/") and "\0" not in value,
                              f'an absolute path such as "{example}"')
 
-    def strings(self, key: str) -> tuple[str, ...]:
+    def strings(self, key: str, example: str = '["alice", "%wheel"]', what: str = "strings") -> tuple[str, ...]:
         return tuple(self._checked(key, lambda value: isinstance(value, (list, tuple))
                                    and all(isinstance(v, str) and v for v in value),
-                                   'a list of strings, e.g. ["alice", "%wheel"]'))
+                                   f"a list of {what}, e.g. {example}"))
 
     def schedule(self, key: str) -> tuple[str, ...]:
         exprs = tuple(self._checked(key, lambda value: isinstance(value, (list, tuple))
@@ -327,7 +327,11 @@ class _Reader:
         result = {}
         for name, entry in table.items():
             self._misplaced(f"{key}.{name}", entry, frozenset({"slots"}))
-            if not isinstance(entry, dict) or set(entry) - {"slots", "mem", "cpus"}:
+            unknown = sorted(set(entry) - {"slots", "mem", "cpus"}) if isinstance(entry, dict) else []
+            if unknown:
+                raise ConfigError(f"{self.source}: unknown key {key}.{name}.{unknown[0]}",
+                                  "the [hosts.NAME] keys are slots, mem and cpus", key)
+            if not isinstance(entry, dict):
                 raise self._bad(f"hosts.{name}", entry, 'a table holding slots = N, mem = "64G", cpus = N')
             sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig(), key)
             host = HostConfig(slots=sub.integer("slots", low=1, high=MAX_SLOTS) if "slots" in entry else None,
@@ -357,14 +361,14 @@ class _Reader:
             raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
                               "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step",
                               key)
-        sub = _Reader(table, self.source, SlurmConfig(), key)
+        sub = _Reader(table, f"{self.source} [slurm]", SlurmConfig(), key)
         for optional in ("partition", "account"):
             if optional in table and not isinstance(table[optional], str):
                 raise self._bad(f"slurm.{optional}", table[optional], "a string")
         return SlurmConfig(
             partition=table.get("partition") or None,  # "" is unset, as left out
             account=table.get("account") or None,
-            sbatch_args=sub.strings("sbatch_args"),
+            sbatch_args=sub.strings("sbatch_args", '["--qos=night"]', "sbatch options"),
             max_jobs=sub.integer("max_jobs", low=1, high=1_000_000),
             poll=sub.duration("poll"),
             # 98 steps (P99) must stay below Slurm's largest nice, 2147483645
