@@ -35,6 +35,19 @@ def test_command_prefix_is_an_absolute_path_cron_can_run(monkeypatch, tmp_path):
     assert crontab.command_prefix() == shlex.quote(str(script))  # no argv[0]: "onite", looked up
 
 
+def test_cron_refuses_an_onite_whose_own_path_no_crontab_can_hold(monkeypatch, tmp_path, spool):
+    """crontab(5): a % in a command ends it (the rest goes to its stdin). An onite installed under a folder
+    with a % was written into the lines as it is, so cron would run the part before the % and never drain;
+    the spool's path was refused for the same reason, onite's own path was not."""
+    script = tmp_path / "onite%2" / "onite"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "cron"])
+    with pytest.raises(InvalidInput, match=r"the path of this onite .*onite%2/onite cannot be written in a crontab"):
+        crontab.cron_lines(str(spool))
+
+
 def test_install_problem_of_a_command_not_on_path_ends():
     """``command_prefix`` gives a bare name when onite is not on PATH: its folders end at ``.``, not in a loop."""
     problem = crontab.install_problem("onite-not-on-path")

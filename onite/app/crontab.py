@@ -140,11 +140,14 @@ def _install(spool, host: str, now: datetime) -> tuple[list[str], list[str]]:
 
 
 def _check_writable(root: Path) -> None:
-    """InvalidInput if the spool's path cannot stand in a crontab line (cron ends a line at a newline, and
-    a command at a %)."""
-    if any(ord(c) < 32 or c == "\x7f" or c == "%" for c in str(root)):
-        raise InvalidInput(f"the spool's path {str(root)!r} cannot be written in a crontab "
-                           "(control characters or %)", "use a spool path without them")
+    """InvalidInput if the spool's path, or this onite's, cannot stand in a crontab line (cron ends a line at a
+    newline, and a command at a %: crontab(5))."""
+    onite = command_prefix()  # shell-quoted already
+    for what, path, shown, hint in (
+            ("the spool's path", str(root), repr(str(root)), "use a spool path without them"),
+            ("the path of this onite", onite, onite, "install onite where its path has none (docs/admin-guide.md)")):
+        if any(ord(c) < 32 or c == "\x7f" or c == "%" for c in path):
+            raise InvalidInput(f"{what} {shown} cannot be written in a crontab (control characters or %)", hint)
 
 
 def _uninstall(spool, host: str) -> tuple[list[str], list[str]]:
