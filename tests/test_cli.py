@@ -65,6 +65,15 @@ def test_init_through_a_trusted_symlink_sets_up_the_folder_it_leads_to(world_tmp
     assert r.code == 3 and "will not trust" in r.err and "give the spool's real path" in r.err, r
 
 
+def test_init_on_a_file_of_ones_own_does_not_blame_someone_else(world_tmp, cli):
+    # onite init --spool FILE said "someone else made it: move it away (or chown it)" of the caller's own file.
+    path = world_tmp / "spool"
+    path.write_text("notes\n")
+    r = cli(["init", "--spool", str(path)])
+    assert r.code == 3 and f"{path} is not a folder — move it away, then run onite init again" in r.err, r
+    assert "someone else" not in r.err and path.read_text() == "notes\n"
+
+
 def test_personal_default_spool_is_created_on_first_use(world_tmp):
     home = world_tmp / "home"
     home.mkdir()
