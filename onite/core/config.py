@@ -317,7 +317,7 @@ class _Reader:
             line = next((f"line {number}: " for number, where, key in _assignments(self.text)
                          if where == table and key == stray[0]), "")
             raise ConfigError(f"{self.source}: {line}{stray[0]} is a top-level key, but it is inside [{table}]",
-                              "move it above the first [table] line (a key below a [table] line belongs to it)",
+                              "move it above the first [table] line: a key below one belongs to that table",
                               table.split(".")[0])
 
     def hosts(self, key: str) -> dict[str, HostConfig]:
