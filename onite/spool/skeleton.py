@@ -63,7 +63,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     and disagrees with ``priorities``, or another user made part of the spool; SpoolIOError."""
     created: list[str] = []
     skel = skeleton_config()
-    if root.is_symlink():  # /var/spool/onite -> /srv/onite: the folder it leads to, if a driver would follow it
+    if os.path.islink(root):  # /var/spool/onite -> /srv/onite: the folder it leads to, if a driver would follow it
         root = trust.resolve(root, os.geteuid(), "onite init")
     foreign = trust.problems(root, os.geteuid(), modes=False)
     if foreign:
