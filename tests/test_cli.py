@@ -70,7 +70,7 @@ def test_init_on_a_file_of_ones_own_does_not_blame_someone_else(world_tmp, cli):
     path = world_tmp / "spool"
     path.write_text("notes\n")
     r = cli(["init", "--spool", str(path)])
-    assert r.code == 3 and f"{path} is not a folder — move it away, then run onite init again" in r.err, r
+    assert r.code == 3 and f"{path} is not a folder — move it away (or, if another user made it, chown it)" in r.err, r
     assert "someone else" not in r.err and path.read_text() == "notes\n"
 
 

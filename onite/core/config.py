@@ -281,9 +281,7 @@ class _Reader:
                                    f"a list of {what}, e.g. {example}"))
 
     def schedule(self, key: str) -> tuple[str, ...]:
-        exprs = tuple(self._checked(key, lambda value: isinstance(value, (list, tuple))
-                                    and all(isinstance(v, str) and v for v in value),
-                                    'a list of cron expressions, e.g. ["0 20 * * *", "0 23 * * *"]'))
+        exprs = self.strings(key, '["0 20 * * *", "0 23 * * *"]', "cron expressions")
         for expr in exprs:
             if len(expr.split()) != 5:
                 raise self._bad(key, expr, 'cron expressions of five fields, e.g. ["0 20 * * *"]')

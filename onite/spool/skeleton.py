@@ -68,8 +68,7 @@ def init_spool(root: Path, priorities: int | None, *, system: bool) -> InitRepor
     foreign = trust.problems(root, os.geteuid(), modes=False)
     if foreign:
         raise Refused(f"onite init will not adopt {root}: {foreign[0]}",
-                      "someone else made it: move it away (or chown it), then run onite init again"
-                      if " belongs to uid " in foreign[0] else "move it away, then run onite init again")
+                      "move it away (or, if another user made it, chown it), then run onite init again")
     if not os.path.exists(root.parent):  # e.g. ~/.local/state on a fresh account (False too where it cannot be seen)
         mask = os.umask(0o022 if system else 0o077)  # not the caller's: umask 0777 left a d--------- ~/.local
         try:
