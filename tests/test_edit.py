@@ -413,3 +413,24 @@ def test_the_help_of_edit_and_restart_says_an_option_left_out_keeps_the_jobs_val
     assert "onite.toml" not in text.split("--spool")[0], r.out
     for option in ("--priority N", "--mem SIZE", "--cpus N"):
         assert "not given: as it was" in text.split(option)[1].split(" --")[0], r.out
+
+
+def test_an_edit_after_a_failed_or_cancelled_job_says_the_job_will_fail_as_submit_and_restart_do(spool, cli):
+    """``onite edit x --after bad`` (bad failed) said only 'x: changed; it keeps its place', although x was now
+    bound to fail at the drain; submit and restart with that --after say so at once."""
+    submit("bad", body=b"false\n", user="nobody")
+    assert drain(spool).returncode == 0
+    for name in ("gone", "x"):
+        submit(name, user="nobody")
+    assert run_cli(["cancel", "gone"], user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["edit", "x", "--after", "bad"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "x: changed; it keeps its place; waits for bad, which failed: it will fail too, "
+                                  "unless bad runs again first (onite restart bad)\n"), r
+    r = run_cli(["edit", "x", "--after", "gone", "-p", "2"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "x: changed; moved to P2, after the jobs there; waits for gone, which was "
+                                  "cancelled: it will fail too, unless gone runs again first (onite restart gone)\n"), r
+    r = cli(["edit", "nobody:x", "--after", "nobody:bad"])  # root, for nobody's x
+    assert (r.code, r.out) == (0, "nobody:x: changed; it keeps its place; waits for nobody:bad, which failed: it will "
+                                  "fail too, unless nobody:bad runs again first (onite restart nobody:bad)\n"), r
+    r = run_cli(["edit", "x", "--timeout", "1h"], user="nobody", cwd="/tmp")  # no --after: nothing said of it
+    assert (r.code, r.out) == (0, "x: changed; it keeps its place\n"), r

@@ -27,8 +27,20 @@ from onite.spool.scan import find_queued, find_running, read_markers, withdrawn_
 
 def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges) -> str:
     """Change queued job ``text`` (NAME: the caller's; USER:NAME) as ``changes`` say (``--after NAME`` is the
-    caller's job, as in submit); what became of it, in words. Refused: another's job, one running or finished,
+    caller's job, as in submit); what became of it, in words (with a new --after on a job that failed or was
+    cancelled, that the job will fail too, as submit says it). Refused: another's job, one running or finished,
     or one that started while being changed (nothing changed)."""
+    said, new = _edit(spool, text, caller_uid, now, changes)
+    if changes.after is None:
+        return said
+    from onite.app.submitline import ended_badly
+
+    doomed = ended_badly(spool, new)  # ", which failed: it will fail too, unless …"
+    return f"{said}; waits for {', '.join(map(label, new.after))}{doomed}" if doomed else said  # as submit says it
+
+
+def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: JobChanges):
+    """``edit``'s work: its words, and the job as edited."""
     name = key_for(text)
     if not changes:
         raise InvalidInput("nothing to change", "give one of --timeout, -p, --retries, --mem, --cpus, --at, --after")
@@ -65,11 +77,11 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
         if done == "changed":
             if _cancelled(spool, name, job, st.st_ino):
                 raise _left(text, "nothing left to change", cancelled=True)
-            return f"{label(new.name)}: changed as it started (in its old priority)"
+            return f"{label(new.name)}: changed as it started (in its old priority)", new
         if done != "started":
             if marker is not None:
                 _withdraw_older(spool, name, marker)
-            return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there"
+            return f"{label(new.name)}: changed; moved to P{new.priority}, after the jobs there", new
     else:
         if not os.path.isdir(spool.edit_dir):
             raise Refused(f"this spool has no {spool.edit_dir} folder yet", "ask root to run onite init")
@@ -80,11 +92,11 @@ def edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: Jo
             there = None
         if there is not None and there.st_ino == st.st_ino:
             _withdraw_older(spool, name, marker)
-            return f"{label(name)}: changed; it keeps its place"
+            return f"{label(name)}: changed; it keeps its place", new
         if not withdraw_edit(marker):  # the driver took it as it claimed the job, or a cancel took it
             if _cancelled(spool, name, job, st.st_ino):
                 raise _left(text, "nothing left to change", cancelled=True)
-            return f"{label(name)}: changed as it started"
+            return f"{label(name)}: changed as it started", new
     raise _left(text, "nothing changed", _cancelled(spool, name, job, st.st_ino))
 
 

@@ -102,7 +102,7 @@ def submit_lines(request: SubmitRequest, target: SpoolDir, now: datetime) -> lis
     return submit_many(target, requests, capture(now), caller)
 
 
-def _ended_badly(spool: SpoolDir, job: Job) -> str:
+def ended_badly(spool: SpoolDir, job: Job) -> str:
     """``, which failed: it will fail too, unless … (onite restart build)``: said now, not found in the morning."""
     from onite.core.queue import DepState
     from onite.spool.deps import dependency_state
@@ -134,7 +134,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     later = job.not_before is not None and job.not_before > now
     parts = []
     if job.after:
-        parts.append(f"waits for {', '.join(map(label, job.after))}" + _ended_badly(spool, job))
+        parts.append(f"waits for {', '.join(map(label, job.after))}" + ended_badly(spool, job))
     if later:
         parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
     if job.pin:
