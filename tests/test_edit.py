@@ -434,3 +434,24 @@ def test_an_edit_after_a_failed_or_cancelled_job_says_the_job_will_fail_as_submi
                                   "fail too, unless nobody:bad runs again first (onite restart nobody:bad)\n"), r
     r = run_cli(["edit", "x", "--timeout", "1h"], user="nobody", cwd="/tmp")  # no --after: nothing said of it
     assert (r.code, r.out) == (0, "x: changed; it keeps its place\n"), r
+
+
+def test_fewer_retries_for_a_queued_retry_are_refused_in_words_and_enough_stop_it_after_this_attempt(spool, cli):
+    """``onite edit r --retries 0`` of a job queued for its attempt 2 (a retry in back-off) was refused with the
+    job model's own check: 'cannot change job 'nobody:r': attempt 2 is not 1 to retries + 1 (1) — check its
+    options'. It says now what is wrong and what to do, in the owner's names."""
+    from conftest import set_config
+
+    set_config(spool, retry_delay="1h")
+    submit("r", "--retries", "3", body=b"false\n", user="nobody")
+    driver = start_driver(spool, "-q")
+    try:
+        wait_for(lambda: any(line.split()[2] == "retry" for line in log_lines(spool)), what="the retry")
+    finally:
+        driver.terminate()
+        driver.communicate(timeout=60)
+    r = run_cli(["edit", "r", "--retries", "0"], user="nobody", cwd="/tmp")
+    assert (r.code, r.err) == (2, "onite: job 'r' is queued for its attempt 2, a retry: --retries 0 would leave it "
+                                  "none — give --retries 1 or more (then it stops after this attempt), or cancel it\n"), r
+    r = run_cli(["edit", "r", "--retries", "1"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "r: changed; it keeps its place\n"), r

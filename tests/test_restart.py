@@ -169,3 +169,19 @@ def test_restart_with_an_empty_new_name_is_refused_not_spooled_under_the_old_one
     r = cli(["restart", "old", "--name", "", *extra])
     assert (r.code, r.err) == (2, message), r
     assert cli(["find", "old"]).code == 1
+
+
+def test_a_job_filed_after_its_retries_restarts_with_fewer_retries(spool, cli):
+    """A job filed on its attempt 3 (--retries 2) kept that attempt in its file; ``restart r --retries 0`` checked
+    the new retry count against it, before the attempt count was set back to 1, and was refused: 'cannot change
+    job 'nobody:r': attempt 3 is not 1 to retries + 1 (1)'. A restart starts at attempt 1, with any --retries."""
+    from conftest import set_config
+
+    set_config(spool, retry_delay="0.05")
+    assert run_cli(["submit", "r", "--retries", "2"], stdin=b"false\n", user="nobody", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    assert result(spool, "nobody:r")["attempt"] == 3
+    r = run_cli(["restart", "r", "--retries", "0", "-q"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "r\n"), r
+    job = decode(queued_file(spool, "nobody:r").read_bytes())
+    assert (job.attempt, job.retries, job.tried) == (1, 0, ())

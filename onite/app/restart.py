@@ -36,7 +36,7 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
     new = plain if new_name is None else new_name  # --name "" is a bad name, not no --name
     (check_base if unique else check_name)(new)
     job, st = read_finished(spool, name, caller.uid)
-    job = changes.apply(job, spool.config, now, caller.name)
+    job = changes.apply(job._replace(attempt=1, tried=()), spool.config, now, caller.name)  # a rerun starts at 1
     if changes.mem is not None or changes.cpus is not None:
         check_capacity(spool, job)
     check_policy(spool, SubmitRequest(name=new, body=job.body, urgent=job.urgent), now, caller)

@@ -11,7 +11,7 @@ from datetime import datetime
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
 from onite.core.errors import InvalidInput
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
-from onite.core.names import check_name, job_key, resolve
+from onite.core.names import check_name, job_key, resolve, shown
 from onite.core.record import Record
 from onite.core.resources import parse_cpus, parse_mem
 from onite.core.safetext import quoted
@@ -173,8 +173,15 @@ class JobChanges(Record):
         return changed
 
     def apply(self, job: Job, config: Config, now: datetime, user: str) -> Job:
-        """``job`` with these changes. Raises InvalidInput: as ``parsed``, or a value out of a job's range."""
+        """``job`` with these changes. Raises InvalidInput: as ``parsed``, fewer retries than a queued retry
+        (attempt N) has had, or a value out of a job's range."""
+        changed = self.parsed(config, now, user)
+        if changed.get("retries", job.attempt - 1) < job.attempt - 1:
+            raise InvalidInput(f"job {shown(job.name, user)!r} is queued for its attempt {job.attempt}, a retry: "
+                               f"--retries {changed['retries']} would leave it none",
+                               f"give --retries {job.attempt - 1} or more (then it stops after this attempt), "
+                               "or cancel it")
         try:
-            return job._replace(**self.parsed(config, now, user))
+            return job._replace(**changed)
         except ValueError as err:
-            raise InvalidInput(f"cannot change job {job.name!r}: {err}", "check its options") from None
+            raise InvalidInput(f"cannot change job {shown(job.name, user)!r}: {err}", "check its options") from None
