@@ -375,3 +375,27 @@ def test_a_cancel_that_looks_as_a_killed_drivers_claim_is_requeued_finds_it_queu
         _let_go(driver)  # its claim finds x gone
     assert out == "x: cancelled\n", err
     assert not ledger.exists() and result(spool, "x")["state"] == "cancelled"
+
+
+@needs_root
+@pytest.mark.parametrize("how", [["b*"], ["b1", "b2", "b3"]])
+def test_a_cancel_of_a_running_job_and_queued_ones_lets_none_of_the_queued_ones_start(spool, how):
+    """``onite cancel 'b*'`` (or ``cancel b1 b2 b3``) with b1 running and b2, b3 queued waited for b1 to end
+    before it withdrew b2: the driver, freed by b1's end, started b2, which the command then cancelled running,
+    and so b3 (each ran for a moment, as cancelled while running). Every job is now withdrawn or asked to stop
+    before any is waited for: b2 and b3 never start."""
+    from conftest import set_config
+
+    set_config(spool, kill_grace="1s")
+    for name in ("b1", "b2", "b3"):
+        submit(name, user="nobody", body=b"sleep 30\n")
+    driver = start_driver(spool, "-q")
+    try:
+        wait_for(lambda: any(line.split()[2] == "start" for line in log_lines(spool)), what="b1 to start")
+        r = run_cli(["cancel", *how], user="nobody", cwd="/tmp")
+        assert r.code == 0, r
+        assert r.out.splitlines()[:3] == ["b1: cancelled (cancelled by nobody)", "b2: cancelled", "b3: cancelled"], r
+    finally:
+        driver.communicate(timeout=60)
+    assert [line.split()[3] for line in log_lines(spool) if line.split()[2] == "start"] == ["nobody:b1"]
+    assert [result(spool, f"nobody:{n}")["started"] is None for n in ("b1", "b2", "b3")] == [False, True, True]

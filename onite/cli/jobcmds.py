@@ -262,27 +262,32 @@ def _each(names: list[str], act) -> int | None:
 
 def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int, int | None]:
     """Cancel each job, saying how it went (``_each``); how many were, and the exit code. A job in ``matched``
-    (by a pattern) that ended or started since it was matched is said and skipped, not an error."""
+    (by a pattern) that ended or started since it was matched is said and skipped, not an error. Every job is
+    withdrawn or asked to stop before any is waited for: a driver that a running one's end frees finds none of
+    the queued ones left to start."""
     from onite.app.common import label
     from onite.app.control import await_cancel, cancel as cancel_job
 
     done = 0
+    reports: list = []  # (name, its CancelReport, or why it was not cancelled), in order
 
     def cancel_one(name: str) -> None:
-        nonlocal done
         try:
-            report = cancel_job(target, name, os.geteuid(), SYSTEM.now())
+            reports.append((name, cancel_job(target, name, os.geteuid(), SYSTEM.now()), ""))
         except NotFound as err:
             if name not in matched:
                 raise
-            print(printable(f"{label(name)}: not cancelled ({err.what})"))
-            return
+            reports.append((name, None, err.what))
+
+    failed = _each(names, cancel_one)
+    for name, report, gone in reports:
+        if report is None:
+            print(printable(f"{label(name)}: not cancelled ({gone})"))
+            continue
         if report.action == "requested":
             report = await_cancel(target, report)
         print(printable(f"{label(name)}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
         done += report.action in ("cancelled", "requested")  # not a job that ended on its own meanwhile
-
-    failed = _each(names, cancel_one)
     return done, failed
 
 
