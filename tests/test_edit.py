@@ -455,3 +455,15 @@ def test_fewer_retries_for_a_queued_retry_are_refused_in_words_and_enough_stop_i
                                   "none — give --retries 1 or more (then it stops after this attempt), or cancel it\n"), r
     r = run_cli(["edit", "r", "--retries", "1"], user="nobody", cwd="/tmp")
     assert (r.code, r.out) == (0, "r: changed; it keeps its place\n"), r
+
+
+def test_a_job_its_owner_cancelled_while_queued_is_finished_to_edit_not_unknown(spool, cli):
+    """A job its owner (not root) cancelled while queued waits in cancel/ until a driver files it; ``onite edit``
+    of it said 'no queued job 'c' — see onite list', as if there were no such job, while ``onite restart c``
+    takes it: it says now, as for a filed one, to restart it with the new options."""
+    submit("c", user="nobody")
+    assert run_cli(["cancel", "c"], user="nobody", cwd="/tmp").code == 0
+    assert not list((spool / "jobsdone").glob("nobody:c*"))  # nobody cannot file it: withdrawn, not filed
+    r = run_cli(["edit", "c", "--timeout", "1h"], user="nobody", cwd="/tmp")
+    assert (r.code, r.err) == (3, "onite: job 'c' has finished: it cannot be edited — spool it again with the new "
+                                  "options: onite restart c …\n"), r

@@ -148,7 +148,7 @@ def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
         finished = read_result(spool, name) is not None
     except DamagedRecord:  # it finished all the same
         finished = True
-    if finished:
+    if finished or _cancelled(spool, name, None):  # withdrawn by its owner, not filed yet: restart takes it too
         raise Refused(f"job {text!r} has finished: it cannot be edited",
                       f"spool it again with the new options: onite restart {text} …")
     raise NotFound(f"no queued job {text!r}", "see onite list")
