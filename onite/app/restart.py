@@ -52,8 +52,7 @@ def restart(spool: SpoolDir, text: str, caller: Identity, now: datetime, *, new_
                           f"restart it as another job: onite restart {text} --name NEW, or --unique")
         refuse_taken(spool, [target], st.st_uid)
     not_before = job.not_before if job.not_before is not None and job.not_before > now else None
-    job = job._replace(name=target, submitted=now, host=os.uname().nodename, attempt=1, tried=(),
-                       not_before=not_before)
+    job = job._replace(name=target, submitted=now, host=os.uname().nodename, not_before=not_before)
     write_job(spool, job, caller, hold=hold, owner=None if st.st_uid == caller.uid else (st.st_uid, st.st_gid))
     return job
 
