@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import drain, needs_root, run_cli, set_config, start_driver, wait_for
+from conftest import drain, needs_root, result, run_cli, set_config, start_driver, wait_for
 from onite.app import status as st
 
 HOST = os.uname().nodename.split(".")[0]
@@ -82,6 +82,39 @@ def test_a_timed_job_whose_dependency_failed_says_it_will_fail_when_its_time_com
     assert row["kind"] == "not_before" and row["reason"].startswith("not before "), row
     assert row["reason"].endswith("; then will fail: dependency broke failed"), row
     assert "then will fail: dependency broke failed" in run_cli(["list", "--plain"]).out
+
+
+@needs_root
+def test_a_job_whose_dependency_is_itself_doomed_says_it_will_fail_with_the_chains_reason(spool):
+    """n2 waits for n1, which waits for n0, which nobody cancelled: the driver fails n1, then n2, then n3 in a
+    chain, and ``cancel 'n0*'`` would have named them all, but list said ``after n1 (queued)`` for n2 and n3. A
+    job another user cannot read (daemon's d1, whose d0 daemon cancelled) is judged only for daemon and root."""
+    for name, after in [("n0", ()), ("n1", ("n0",)), ("n2", ("n1",)), ("n3", ("n2",))]:
+        submit(name, "true\n", *[f"--after={dep}" for dep in after], user="nobody", cwd="/tmp")
+    submit("n4", "true\n", "--after", "n3", "--at", "tomorrow 05:00", user="nobody", cwd="/tmp")
+    submit("d0", "true\n", user="daemon", cwd="/tmp")
+    submit("d1", "true\n", "--after", "d0", user="daemon", cwd="/tmp")
+    submit("nd", "true\n", "--after", "daemon:d1", user="nobody", cwd="/tmp")
+    assert run_cli(["cancel", "n0"], user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["cancel", "d0"], user="daemon", cwd="/tmp").code == 0
+    rows = by_name(run_cli(["status", "--json"], user="nobody", cwd="/tmp").json())
+    said = {name: (row["kind"], row["reason"]) for name, row in rows.items()}
+    chain = "(dependency n0 was cancelled)"
+    assert said["n1"] == ("will_fail", "will fail: dependency n0 was cancelled"), said
+    assert said["n2"] == ("will_fail", f"will fail: dependency n1 will fail {chain}"), said
+    assert said["n3"] == ("will_fail", f"will fail: dependency n2 will fail {chain}"), said
+    assert said["n4"][0] == "not_before", said
+    assert said["n4"][1].endswith(f"; then will fail: dependency n3 will fail {chain}"), said
+    assert said["nd"] == ("after", "after daemon:d1 (queued)"), said  # daemon's file is daemon's to read
+    listed = run_cli(["list", "--plain"], user="nobody", cwd="/tmp").out
+    assert f"will fail: dependency n2 will fail {chain}" in listed, listed
+    rows = by_name(run_cli(["status", "--json"]).json())
+    assert rows["nobody:nd"]["reason"] == "will fail: dependency daemon:d1 will fail (dependency daemon:d0 was " \
+                                          "cancelled)", rows["nobody:nd"]
+    assert drain(spool).returncode == 0  # the driver fails them, as said
+    for key, dep in [("nobody:n1", "n0"), ("nobody:n2", "n1"), ("nobody:n3", "n2"), ("nobody:nd", "daemon:d1")]:
+        filed = result(spool, key)
+        assert filed["state"] == "failed" and filed["reason"].startswith(f"dependency {dep} "), filed
 
 
 def test_last_night(spool):

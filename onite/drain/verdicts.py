@@ -22,7 +22,7 @@ from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.paths import SpoolDir
 from onite.spool.runrecords import host_records
 from onite.spool.accounts import user_name
-from onite.spool.scan import Withdrawn, live_entries, queued_stats, read_markers
+from onite.spool.scan import Withdrawn, find_queued, live_entries, queued_stats, read_markers
 from onite.spool.settings import default_host
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
@@ -37,10 +37,9 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
     users: dict[int, str] = {}
     found = []
     room = _Room(spool, host, now)
-    # cancel/ and hold/ are listed once for the whole look: anyone may fill them
+    # cancel/, hold/ and edit/ (doomed's) are listed once for the whole look: anyone may fill them
     withdrawn = Withdrawn(spool)
-    holds: dict | None = None
-    edits: dict | None = None  # edit/, listed once if one of the jobs is the asker's
+    doomed = _Doomed(spool, withdrawn, now, host, euid, reader)
     for position, (rank, ctime_ns, name, uid, held) in enumerate(head, 1):
         user = users.get(uid) or users.setdefault(uid, user_name(uid))
         row = {"name": name, "user": user, "uid": uid, "priority": rank or None, "urgent": rank == 0,
@@ -57,18 +56,19 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         except (OSError, BadFile, JobFormatError) as err:
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
-        if edits is None:
-            edits = read_markers(spool.edit_dir)
-        job, _ = edited(job, trusted(edits, name), spool.config.max_job_size)  # as the driver sees it
+        job, _ = edited(job, trusted(doomed.edit_markers(), name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
 
         def dependency(dep: str) -> DepState:
             state = dependency_state(spool, dep, withdrawn)
             asked.append((dep, state))
+            if state is DepState.PENDING and doomed(dep):
+                return DepState.FAILED  # queued, but the driver fails it when it picks it: so this one too
             return state
 
         meta = Meta(after=job.after, not_before=job.not_before, pin=job.pin, retrying=job.attempt > 1)
         verdict = evaluate(meta, held=held, now=now, host=host, dependency=dependency, owner=reader)
+        verdict = chained(verdict, asked, doomed, reader)
         if verdict is READY:
             kind, reason = room.verdict(name, job.mem, job.cpus, job.timeout, pinned=job.pin is not None)
             if reason and room.head is not None:
@@ -87,21 +87,85 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             row["kind"] = "retry" if meta.retrying else "not_before"
             if meta.retrying:
                 row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
-            doomed = evaluate(meta._replace(not_before=None), held=False, now=now, host=host, dependency=dependency,
-                              owner=reader) if job.after else READY
-            if isinstance(doomed, Fail):  # the driver fails it once its time comes, unless the dependency reruns
-                row["reason"] += f"; then will fail: {doomed.reason}"
+            then = evaluate(meta._replace(not_before=None), held=False, now=now, host=host, dependency=dependency,
+                            owner=reader) if job.after else READY
+            then = chained(then, asked, doomed, reader)
+            if isinstance(then, Fail):  # the driver fails it once its time comes, unless the dependency reruns
+                row["reason"] += f"; then will fail: {then.reason}"
         elif asked and asked[-1][1] is DepState.PENDING:
             dep = asked[-1][0]
-            if holds is None:
-                holds = read_markers(spool.hold_dir)
-            dep_state = live_entries(spool, dep, holds=holds)[0] or "finishing"
+            dep_state = live_entries(spool, dep, holds=doomed.holds())[0] or "finishing"
             row.update(kind="after", dependency={"name": shown(dep, reader), "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:
             row["kind"] = "pinned"
         found.append(row)
     return found
+
+
+def chained(verdict, asked: list[tuple[str, DepState]], doomed: "_Doomed", reader: str):
+    """``verdict``, its reason saying why, where it fails for a queued dependency the driver will fail first."""
+    if isinstance(verdict, Fail) and asked and asked[-1][1] is DepState.PENDING:
+        dep = asked[-1][0]
+        return Fail(f"dependency {shown(dep, reader)} will fail ({doomed(dep)})")
+    return verdict
+
+
+class _Doomed:
+    """Why a queued job (a key) that a dependant waits for will fail when the driver picks it ("" if it need
+    not): the driver's own rule (onite.core.queue.evaluate) for that job, as if its time had come, held or
+    pinned as it may be, followed down a chain of such jobs to the first that fails by itself. Only a job the
+    asker may read (their own; root: all) is judged; a chain that comes back on itself is not followed round."""
+
+    def __init__(self, spool: SpoolDir, withdrawn: Withdrawn, now: datetime, host: str, euid: int,
+                 reader: str) -> None:
+        self.spool, self.withdrawn, self.now, self.host, self.euid, self.reader = (spool, withdrawn, now, host,
+                                                                                   euid, reader)
+        self.known: dict[str, str] = {}
+        self.edits: dict | None = None  # edit/ and hold/, each listed once, if asked
+        self.marks: dict | None = None
+
+    def edit_markers(self) -> dict:
+        if self.edits is None:
+            self.edits = read_markers(self.spool.edit_dir)
+        return self.edits
+
+    def holds(self) -> dict:
+        if self.marks is None:
+            self.marks = read_markers(self.spool.hold_dir)
+        return self.marks
+
+    def __call__(self, key: str) -> str:
+        if key not in self.known:
+            self.known[key] = ""  # while it is judged: a cycle is the driver's to fail (onite.drain.pick)
+            self.known[key] = self._judge(key)
+        return self.known[key]
+
+    def _judge(self, key: str) -> str:
+        entries = [entry for entry in find_queued(self.spool, key, self.holds()) if owner_or_root(self.euid, entry.uid)]
+        if not entries:
+            return ""  # running, or not the asker's to read: it may yet succeed
+        try:
+            job, _ = read_job_head(entries[0].path, self.spool.config.max_job_size, one_link=True)
+        except (OSError, BadFile, JobFormatError):
+            return ""  # gone meanwhile, or its driver sets it aside and says why
+        job, _ = edited(job, trusted(self.edit_markers(), key), self.spool.config.max_job_size)
+        if not job.after:
+            return ""
+        asked: list[tuple[str, DepState]] = []
+
+        def dependency(dep: str) -> DepState:
+            state = dependency_state(self.spool, dep, self.withdrawn)
+            asked.append((dep, state))
+            return DepState.FAILED if state is DepState.PENDING and self(dep) else state
+
+        verdict = evaluate(Meta(after=job.after), held=False, now=self.now, host=self.host, dependency=dependency,
+                           owner=self.reader)
+        if not isinstance(verdict, Fail):
+            return ""
+        if asked and asked[-1][1] is DepState.PENDING:
+            return self(asked[-1][0])  # the chain's first reason
+        return verdict.reason
 
 
 class _Room:
