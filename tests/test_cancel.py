@@ -238,6 +238,27 @@ def test_a_pattern_cancel_names_the_jobs_it_dooms_for_users_and_root(spool):
 
 
 @needs_root
+def test_a_cancel_by_name_names_the_jobs_it_dooms_as_a_pattern_does(spool):
+    """``cancel b2`` said only ``b2: cancelled``, while ``cancel 'b2*'`` went on to say that load and sum will now
+    fail: by name it says them too, its own user's (daemon's job waiting for b2 is daemon's to learn), and root's
+    cancel of a user's job names theirs."""
+    for name in ("b1", "b2"):
+        submit(name, user="nobody")
+    assert run_cli(["submit", "load", "--after", "b2"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "sum", "--after", "load"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    assert run_cli(["submit", "theirs", "--after", "nobody:b2"], stdin=b"true\n", user="daemon",
+                   cwd="/tmp").code == 0
+    r = run_cli(["cancel", "b2"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "b2: cancelled\nwill fail: load (waits for b2)\nwill fail: sum (waits for load)\n"), r
+    r = run_cli(["cancel", "b1"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "b1: cancelled\n"), r  # nothing waits for b1
+    submit("b3", user="nobody")
+    assert run_cli(["submit", "c", "--after", "b3"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    r = run_cli(["cancel", "nobody:b3"])
+    assert (r.code, r.out) == (0, "nobody:b3: cancelled\nwill fail: nobody:c (waits for nobody:b3)\n"), r
+
+
+@needs_root
 @pytest.mark.attack
 def test_a_forgery_waiting_for_a_cancelled_job_is_not_named_doomed(spool, cli):
     """Only a job at its own user's key counts as a dependent: a file nobody put at root's key is a forgery,
@@ -293,7 +314,7 @@ def test_a_job_waiting_for_a_cancelled_job_fails_though_an_earlier_run_of_that_n
     # its result written, the driver is held before it moves e's claim into jobsdone/
     wait_for((spool / "jobsdone" / "nobody:e@result").exists, what="the driver to file e")
     r = run_cli(["cancel", "x"], user="nobody", cwd="/tmp")
-    assert (r.code, r.out) == (0, "x: cancelled\n"), r
+    assert (r.code, r.out) == (0, "x: cancelled\nwill fail: d (waits for x)\n"), r
     [driver] = traced_driver(traced.pid)
     traced.kill()  # strace lets the driver go on
     traced.wait(timeout=30)

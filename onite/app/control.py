@@ -129,7 +129,7 @@ def select_jobs(spool: SpoolDir, patterns: list[str], caller_uid: int, *, every:
 
 def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[str, str]]:
     """The queued jobs the caller may read (their own; root: all) that can no longer run once ``cancelled``
-    (JobViews) are, as (its key, the key it waits for), in queue order. A job file that cannot be read is left
+    (JobViews, or CancelReports: each a key as ``name``) are, as (its key, the key it waits for), in queue order. A job file that cannot be read is left
     out (its driver says why); a forgery is never read (job_stats leaves it out)."""
     from onite.spool.edits import read_edited
 
