@@ -8,6 +8,7 @@ Real spools, real drivers, real users (``nobody`` when root).
 import os
 import shutil
 import stat
+import subprocess
 
 import pytest
 
@@ -175,6 +176,25 @@ def test_a_pattern_given_to_hold_or_release_is_said_to_be_one(spool, cli, comman
     assert r.err == (f"onite: 'tick-*' is a pattern, and onite {command} takes job names — name each job "
                      "(onite list shows them); only onite cancel takes patterns\n"), r
     assert r.out == "", r  # not tick-1 before it
+
+
+@needs_root
+def test_a_release_of_a_job_no_hold_holds_says_it_was_not_held(spool, cli):
+    """``onite release x`` of a queued job that was not held said ``x: released``, as if it had let it go. It says
+    it was not held (exit 0: nothing was left to do), also where the only marker is one another user (daemon) dropped,
+    which holds nothing; a held job in the same command is released as before."""
+    submit("free", user="nobody")
+    submit("kept", user="nobody")
+    assert run_cli(["hold", "kept"], user="nobody", cwd="/tmp").code == 0
+    # daemon's marker on nobody's job holds nothing (only its owner's or root's do)
+    marker = spool / "hold" / "nobody:free@x1"
+    assert subprocess.run(["runuser", "-u", "daemon", "--", "touch", str(marker)]).returncode == 0
+    assert listed(user="nobody") == [("free", "queued"), ("kept", "held")]
+    r = run_cli(["release", "free", "kept"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out, r.err) == (0, "free: not held: nothing to release\nkept: released\n", ""), r
+    r = run_cli(["release", "kept"], user="nobody", cwd="/tmp")
+    assert (r.code, r.out) == (0, "kept: not held: nothing to release\n"), r
+    assert listed(user="nobody") == [("free", "queued"), ("kept", "queued")]
 
 
 def test_each_name_is_held_released_or_cancelled_though_one_before_it_fails(spool, cli):

@@ -175,9 +175,10 @@ def file_cancelled(spool: SpoolDir, filed: Filed, by: str, name: str) -> None:
         log.close()
 
 
-def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> None:
-    """Hold (or release: the markers the caller may remove) a queued job, keeping its place. Refused: another's
-    job, one that started as it was held, or a hold of root's left on it."""
+def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> bool:
+    """Hold (or release: the markers the caller may remove) a queued job, keeping its place; False: a release of a
+    job that no marker held (nothing was done). Refused: another's job, one that started as it was held, or a hold
+    of root's left on it."""
     name = key_for(text)
     entries = find_queued(spool, name)
     if not entries:
@@ -196,9 +197,11 @@ def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> None:
             remove_file(marker)
             raise Refused(f"job {text!r} started running as you held it", f"use onite cancel {text} to stop it")
     elif not held:
-        remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
+        removed = remove_holds(spool, name, {owner, caller_uid} if caller_uid == 0 else {caller_uid})
         if any(e.held for e in find_queued(spool, name)):
             raise Refused(f"job {text!r} is still held by a hold of root's", "ask root to release it")
+        return bool(removed) or any(e.held for e in mine)
+    return True
 
 
 def _gid_of(entry: Entry) -> int:

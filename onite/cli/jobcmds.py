@@ -340,7 +340,7 @@ def _set_hold(names: list[str], spool: str | None, *, held: bool) -> int | None:
     target = open_spool(spool)
 
     def set_one(name: str) -> None:
-        set_hold(target, name, os.geteuid(), held)
-        print(f"{name}: {'held' if held else 'released'}")
+        changed = set_hold(target, name, os.geteuid(), held)
+        print(f"{name}: {'held' if held else 'released' if changed else 'not held: nothing to release'}")
 
     return _each(names, set_one)
