@@ -85,6 +85,20 @@ def test_a_timed_job_whose_dependency_failed_says_it_will_fail_when_its_time_com
 
 
 @needs_root
+def test_a_chain_of_any_length_is_followed_to_its_doomed_end(spool):
+    """c0 (listed first: P1) waits for c1, which waits for c2 … c400, cancelled: list follows the chain one link
+    at a time (a recursion through 400 jobs ended in RecursionError, and list said nothing at all)."""
+    from onite.api import Spool
+
+    api, last = Spool(str(spool)), 400
+    api.submit(f"c{last}", "true\n")
+    for i in range(last - 1, -1, -1):
+        api.submit(f"c{i}", "true\n", after=[f"c{i + 1}"], priority=1 if i == 0 else 4)
+    assert run_cli(["cancel", f"c{last}"]).code == 0
+    r = run_cli(["list"])
+    assert r.code == 0 and f"will fail: dependency c1 will fail (dependency c{last} was cancelled)" in r.out, r
+
+
 def test_a_job_whose_dependency_is_itself_doomed_says_it_will_fail_with_the_chains_reason(spool):
     """n2 waits for n1, which waits for n0, which nobody cancelled: the driver fails n1, then n2, then n3 in a
     chain, and ``cancel 'n0*'`` would have named them all, but list said ``after n1 (queued)`` for n2 and n3. A

@@ -136,36 +136,45 @@ class _Doomed:
         return self.marks
 
     def __call__(self, key: str) -> str:
-        if key not in self.known:
+        path: list[str] = []  # followed one link at a time, not by recursion: a chain may be any length
+        while key not in self.known:
             self.known[key] = ""  # while it is judged: a cycle is the driver's to fail (onite.drain.pick)
-            self.known[key] = self._judge(key)
-        return self.known[key]
+            path.append(key)
+            reason, waits_for = self._judge(key)
+            if waits_for is None:
+                break
+            key = waits_for
+        else:
+            reason = self.known[key]
+        for judged in path:  # each job of the chain fails for the reason its end fails
+            self.known[judged] = reason
+        return reason
 
-    def _judge(self, key: str) -> str:
+    def _judge(self, key: str) -> tuple[str, str | None]:
+        """Why queued job ``key`` fails by itself (its own dependency failed), or the queued dependency it waits
+        for first, whose fate is its own; ("", None): it need not fail."""
         entries = [entry for entry in find_queued(self.spool, key, self.holds()) if owner_or_root(self.euid, entry.uid)]
         if not entries:
-            return ""  # running, or not the asker's to read: it may yet succeed
+            return "", None  # running, or not the asker's to read: it may yet succeed
         try:
             job, _ = read_job_head(entries[0].path, self.spool.config.max_job_size, one_link=True)
         except (OSError, BadFile, JobFormatError):
-            return ""  # gone meanwhile, or its driver sets it aside and says why
+            return "", None  # gone meanwhile, or its driver sets it aside and says why
         job, _ = edited(job, trusted(self.edit_markers(), key), self.spool.config.max_job_size)
-        if not job.after:
-            return ""
         asked: list[tuple[str, DepState]] = []
 
         def dependency(dep: str) -> DepState:
             state = dependency_state(self.spool, dep, self.withdrawn)
             asked.append((dep, state))
-            return DepState.FAILED if state is DepState.PENDING and self(dep) else state
+            return state
 
         verdict = evaluate(Meta(after=job.after), held=False, now=self.now, host=self.host, dependency=dependency,
                            owner=self.reader)
-        if not isinstance(verdict, Fail):
-            return ""
+        if isinstance(verdict, Fail):
+            return verdict.reason, None
         if asked and asked[-1][1] is DepState.PENDING:
-            return self(asked[-1][0])  # the chain's first reason
-        return verdict.reason
+            return "", asked[-1][0]
+        return "", None
 
 
 class _Room:
