@@ -207,6 +207,20 @@ def test_a_key_set_twice_names_the_key_and_both_lines():
         parse_config("[hosts.node1]\nslots = 1\nslots = 2\n")
 
 
+def test_reading_the_lines_for_a_fault_takes_no_time_on_a_long_line():
+    # The line reading that says where a fault is (_assignments) matched a [table] line with runs of spaces that
+    # could overlap: "[" and 4000 spaces took 40 s, and every onite command reads onite.toml. Run apart, so
+    # that the old reading fails here by the bound rather than by running for hours.
+    import subprocess
+    import sys
+
+    code = ("from onite.core.config import parse_config\n"
+            "for text in ('[' + ' ' * 30000 + '\\n', '[' + '\\t' * 30000 + 'x =\\n', 'a = 1\\n' + ' ' * 30000):\n"
+            "    try:\n        parse_config(text)\n    except Exception as err:\n        print(type(err).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["ConfigError"] * 3, done.stderr
+
+
 @pytest.mark.parametrize("text, message", [
     ('[hosts.node1]\nslots = 4\nuntil = "07:00"\n',
      "line 3: until is a top-level key, but it is inside [hosts.node1] — move it above the first [table] line"),
