@@ -786,6 +786,21 @@ def test_recur_add_after_one_of_your_recurring_jobs_is_refused(spool, workdir):
 
 
 @needs_root
+@pytest.mark.attack
+def test_a_planted_file_in_recur_cannot_refuse_another_users_after(spool, workdir):
+    """nobody makes recur/daemon:build by hand (recur/ is sticky: anyone adds), a file of nobody's named as daemon's
+    recurring job build, which no driver uses (a forgery). daemon's ``recur add deploy --after build``, for daemon's
+    plain job build, was refused as naming a recurring job: any user could refuse anyone's --after of any name.
+    Only the name's user's own template counts."""
+    planted = spool / "recur" / "daemon:build"
+    assert as_user(lambda: planted.write_bytes(b"x") and None) == ("ok", None)
+    r = run_cli(["recur", "add", "deploy", "--every", "1m", "--after", "build"], stdin=b"true\n", user="daemon",
+                cwd="/tmp")
+    assert r.code == 0, r
+    assert (spool / "recur" / "daemon:deploy").stat().st_uid == pwd.getpwnam("daemon").pw_uid
+
+
+@needs_root
 def test_recur_remove_says_the_templates_run_still_queued_goes_on(spool):
     """A user removes a recurring job (as one deletes a crontab line) while its run is queued: ``recur remove`` said
     only 'hourly: removed', and the run then ran. It names the run that goes on and how to cancel it."""

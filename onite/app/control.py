@@ -17,6 +17,7 @@ from onite.spool.cancels import Filed, file_withdrawn, request_cancel, withdraw
 from onite.spool.files import remove_file
 from onite.spool.holds import add_hold, remove_holds
 from onite.spool.paths import SpoolDir
+from onite.spool.recurstate import is_template
 from onite.spool.results import read_result
 from onite.spool.accounts import user_name
 from onite.spool.scan import Entry, find_queued, find_running, job_stats, read_markers
@@ -36,7 +37,7 @@ class CancelReport(Record):
 
 def _not_a_job_hint(spool: SpoolDir, name: str, text: str) -> str:
     """What to do about a name that is no queued job: a recurring job's name is no job (its runs are NAME-STAMP)."""
-    if os.path.lexists(spool.recur_dir / name):
+    if is_template(spool, name):  # its user's own, not a file anyone put in recur/ under that key
         return (f"{text} is a recurring job: onite recur remove {text} stops its fires; its runs are "
                 f"{text}-YYYYMMDDTHHMM (see onite list)")
     return "see onite list"

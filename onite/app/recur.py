@@ -31,7 +31,8 @@ from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
 from onite.exec.identity import resolve
-from onite.spool.recurstate import load_state, runs_in_flight, template_files, template_problem, used_templates
+from onite.spool.recurstate import (is_template, load_state, runs_in_flight, template_files, template_problem,
+                                   used_templates)
 
 if TYPE_CHECKING:
     from onite.core.identity import Identity
@@ -52,7 +53,7 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     check_mail(request.notify, config)
     spool.check()
     for dep in job.after:  # a template is no job: its runs are NAME-STAMP, and a run waiting for NAME always failed
-        if os.path.lexists(spool.recur_dir / dep):
+        if is_template(spool, dep):  # the user's own: anyone may put a file in recur/ under another's key
             raise InvalidInput(f"--after {label(dep)} names a recurring job: --after waits for a job of that exact "
                                f"name, and {label(dep)}'s runs are named {label(dep)}-YYYYMMDDTHHMM",
                                "put both steps in one recurring job, or give this one a later time")

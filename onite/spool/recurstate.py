@@ -44,6 +44,15 @@ def template_problem(name: str, st: os.stat_result, max_size: int, resolve_uid: 
     return problem
 
 
+def is_template(spool: SpoolDir, key: str) -> bool:
+    """Is there a recurring job ``key`` (USER:NAME) of its user's own? recur/ is sticky, so anyone may put a file
+    there under another user's key: a forgery is no one's recurring job (the driver refuses it)."""
+    try:
+        return os.lstat(spool.recur_dir / key).st_uid == key_uid(key)
+    except (OSError, ValueError):
+        return False
+
+
 def template_files(spool: SpoolDir) -> Iterator[tuple[str, Path, os.stat_result]]:
     """The templates in recur/, by key, each with its lstat. Raises SpoolIOError."""
     for entry, st in sorted(key_stats(spool.recur_dir), key=lambda found: found[0].name):
