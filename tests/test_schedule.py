@@ -601,3 +601,11 @@ def test_a_plain_daily_expression_compiles_as_croniter_compiles_it(expr, monkeyp
     plain = compiled()
     monkeypatch.setattr(rules, "_daily", lambda text, fields: None)
     assert plain == compiled()
+
+
+@pytest.mark.parametrize("expr, minutes", [("*,5 0 * * *", 60), ("0 *,*/1 * * *", 24), ("0,30 *,3 * * 1", 48)])
+def test_a_star_in_a_list_is_every_value(expr, minutes):
+    """croniter expands '*,5' to ['*', 5]: compile_cron added '*' to a number (TypeError), so that
+    `onite recur add --cron '*,5 0 * * *'` crashed; now it fires every minute (hour) the field allows."""
+    assert len(compile_cron(expr).minutes) == minutes
+    assert len(fire_times(CronRule(expr), MONDAY, minutes)) == minutes

@@ -108,8 +108,9 @@ def compile_cron(expr: str) -> Cron:
                            "years",
                            "check its day-of-month, month and day-of-week fields") from None
     minute_field, hour_field = probe.expanded[0], probe.expanded[1]
-    minutes = range(60) if minute_field == ["*"] else minute_field
-    hours = range(24) if hour_field == ["*"] else hour_field
+    # "*,5": croniter keeps the "*" in the list it expands
+    minutes = range(60) if "*" in minute_field else minute_field
+    hours = range(24) if "*" in hour_field else hour_field
     return Cron(
         expr=text,
         minutes=tuple(sorted({h * 60 + m for h in hours for m in minutes})),
