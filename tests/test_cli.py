@@ -294,15 +294,20 @@ def test_a_spool_without_running_is_to_repair_not_to_run_as_root(spool, cli):
     assert cli(["init", "--spool", str(spool)]).code == 0 and cli(["run"]).code == 0
 
 
-def test_a_bad_schedule_is_named_as_onite_toml_by_every_command_that_reads_it(spool, cli):
+def test_a_bad_schedule_is_a_bad_value_of_onite_toml_to_every_command(spool, cli):
+    """'0 25 * * *' has five fields, so onite.toml's check let it pass: submit took jobs ("no drain is
+    scheduled"), and only cron, run --scheduled and the daemon refused it. It is refused as any bad key is."""
     set_config(spool, schedule=["0 25 * * *"])
-    for command in (["cron"], ["run", "--scheduled"], ["daemon"]):
-        r = cli(command)
-        assert r.code == 2 and r.err.startswith("onite: onite.toml: schedule: bad cron expression '0 25 * * *'"), r
+    said = f"onite: {spool}/onite.toml: schedule: bad cron expression '0 25 * * *': '25' is not a valid hour field"
+    for command in (["cron"], ["run", "--scheduled"], ["run"], ["daemon"], ["submit", "late"]):
+        r = cli(command, stdin=b"true\n")
+        assert r.code == 2 and r.err.startswith(said), r
         assert r.err.count("\n") == 1
+    assert not list(spool.glob("jobs/P*/*late*"))
     # status only reads: it says so as a warning and shows the rest (docs/configuration.md)
     r = cli(["status"])
-    assert r.code == 0 and "warning   onite.toml: schedule: bad cron expression '0 25 * * *'" in r.out, r
+    assert r.code == 0 and r.err.startswith(f"onite: warning: {spool}/onite.toml: schedule: bad cron expression "
+                                            "'0 25 * * *'"), r
 
 
 def test_shell_completion(spool, cli):

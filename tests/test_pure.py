@@ -174,7 +174,7 @@ def test_seed_defaults():
     ("slot = 2", "unknown key 'slot' — did you mean 'slots'?"),
     ('cutoff = "25:00"', "cutoff = '25:00' is not valid"),
     ("default_priority = 9", "default_priority = 9 is not valid — write a whole number from 1 to 7"),
-    ('schedule = ["0 20 * *"]', "cron expressions of five fields"),
+    ('schedule = ["0 20 * *"]', "schedule: cron expression '0 20 * *' has 4 fields, not 5 — write five fields"),
     ('on_interrupt = "retry"', 'write "requeue" or "fail"'),
     ("priorities = [", "not valid TOML"),
     ("check_lock = 1", "write true or false"),
@@ -234,6 +234,40 @@ def test_a_top_level_key_below_a_table_says_so(text, message):
     with pytest.raises(ConfigError) as caught:
         parse_config(text)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("0 25 * * *", "schedule: bad cron expression '0 25 * * *': '25' is not a valid hour field — the hour field "
+                   "takes 0-23"),
+    ("0 0 31 2 *", "schedule: cron expression '0 0 31 2 *' never fires: day '31' does not occur in month '2'"),
+    ("0 0 30 feb mon", "never fires: day '30' does not occur in month 'feb'"),
+    ("0 20 * * 8", "'8' is not a valid day-of-week field"),
+    ("@daily", "cron shorthand '@daily' is not supported"),
+])
+def test_a_schedule_that_cannot_fire_is_a_bad_value_of_onite_toml(expr, message):
+    """'0 25 * * *' passed the file's check (five fields): submit took jobs, and only cron, run --scheduled and
+    the daemon refused it. It is refused as the file is read, as every bad key is; a reader goes on without it."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f'schedule = ["0 20 * * *", "{expr}"]', "/srv/onite/onite.toml")
+    assert str(caught.value).startswith("/srv/onite/onite.toml: ") and message in str(caught.value)
+    assert caught.value.key == "schedule" and "\n" not in str(caught.value)
+    skipped: list = []
+    assert parse_config(f'schedule = ["{expr}"]\nslots = 2', skipped=skipped) == Config(slots=2)
+    assert [err.key for err in skipped] == ["schedule"]
+
+
+@pytest.mark.parametrize("expr", ["0 20 * * *", "0 20 * * 1-5", "30 21 * * mon-fri", "*/15 8-18/2 1,15 jan-jun,dec 0-7",
+                                  "0 0 29 2 *", "0 0 31 */2 *"])
+def test_reading_a_plain_schedule_needs_no_croniter(expr, monkeypatch):
+    """Every command reads onite.toml: its schedule is checked without compile_cron, the one way to croniter
+    (a fifth of `onite status`), unless it is not plain."""
+    from onite.core import rules
+
+    def no_croniter(expr):
+        raise AssertionError(f"compile_cron({expr!r})")
+
+    monkeypatch.setattr(rules, "compile_cron", no_croniter)
+    assert parse_config(f'schedule = ["{expr}"]').schedule == (expr,)
 
 
 def test_a_schedule_that_is_no_list_shows_a_schedule():

@@ -83,10 +83,10 @@ class Daemon:
     def run(self) -> int:
         """Lock, catch up a missed night if its window is open, then wake and drain until stopped (the process
         ends with it). Refused: the spool is not this user's to drain, or another daemon runs for this host;
-        InvalidInput: a bad schedule; ConfigError: the reserve leaves nothing for jobs (after a reload, each
+        ConfigError: the reserve leaves nothing for jobs (after a reload, each
         drain logs that instead)."""
         trust.check_drainable(self.spool, "onite daemon")
-        self.schedule = validate_schedule(tuple(self.spool.config.schedule))
+        self.schedule = tuple(self.spool.config.schedule)  # checked as onite.toml was read
         check_capacity(self.spool.config, self.host)
         with SignalCatcher(self.signals, leaving=True) as wakeup_fd:
             self._wakeup_fd = wakeup_fd

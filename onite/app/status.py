@@ -21,7 +21,7 @@ from onite.spool.log import parse_line, tail
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import queued_folder_stats, running_entries
 from onite.spool.settings import default_host
-from onite.core.errors import InvalidInput, SpoolIOError
+from onite.core.errors import SpoolIOError
 from onite.core.jobview import JobView
 from onite.core.schedule import next_drain
 
@@ -89,11 +89,7 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
         held += sum(row[3] for row in rows)
         head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
     drain = plan(spool, now, host=this_host)
-    try:
-        schedule_next = next_drain(config.schedule, now)
-    except InvalidInput as err:  # a typo root just made: a daemon keeps its old schedule, status still shows
-        schedule_next = None
-        warnings.append(f"{err} (a running daemon keeps its previous schedule)")
+    schedule_next = next_drain(config.schedule, now)  # onite.toml's check refused a bad one (a warning above)
     return StatusInfo(
         spool=str(spool.root), now=now, drivers=drivers, queue=queue, held=held, running=running,
         schedule=config.schedule,

@@ -17,6 +17,7 @@ from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name
 from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, parse_mem, parse_size
+from onite.core.rules import check_cron
 from onite.core.timeparse import MAX_DURATION, format_duration, parse_clock, parse_duration
 from onite.core.values import is_whole
 
@@ -285,8 +286,10 @@ class _Reader:
     def schedule(self, key: str) -> tuple[str, ...]:
         exprs = self.strings(key, '["0 20 * * *", "0 23 * * *"]', "cron expressions")
         for expr in exprs:
-            if len(expr.split()) != 5:
-                raise self._bad(key, expr, 'cron expressions of five fields, e.g. ["0 20 * * *"]')
+            try:
+                check_cron(expr)  # one that cannot parse, or never fires, is refused here, not first at night
+            except InvalidInput as err:
+                raise ConfigError(f"{self.source}: {key}: {err.what}", err.hint, key) from None
         return exprs
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
