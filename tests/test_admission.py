@@ -25,6 +25,7 @@ from onite.core.runrecord import admitted_need, parse
 HOST = os.uname().nodename.split(".")[0]
 NOW = datetime(2026, 11, 24, 20, 0, tzinfo=timezone.utc)
 CAP = Need(mem=1024, cpus=4, slots=4)
+TOML = "/srv/onite/onite.toml"  # the file a config was read from, which capacity errors name
 
 
 # ---- the rule, pure ---------------------------------------------------------------------------
@@ -69,29 +70,29 @@ def test_backfill_says_why_a_job_that_fits_now_is_held():
 def test_a_reserve_that_leaves_nothing_is_a_config_error_on_this_machine_only():
     config = parse_config('reserve_mem = "32G"\nreserve_cpus = 2\n')
     with pytest.raises(ConfigError) as err:
-        host_capacity(config, "vm", (16384, 8))
-    assert err.value.exit_code == 2 and "reserve_mem = 32G leaves no memory for jobs on host vm" in str(err.value)
+        host_capacity(config, "vm", (16384, 8), source=TOML)
+    assert err.value.exit_code == 2 and str(err.value).startswith(f"{TOML}: reserve_mem = 32G leaves no memory for jobs on host vm")
     assert "whose machine has 16G" in str(err.value) and "[hosts.vm]" in str(err.value)
     with pytest.raises(ConfigError, match="reserve_cpus = 2 leaves no CPU for jobs on host vm, whose machine has 2 CPUs"):
-        host_capacity(config, "vm", (65536, 2))
+        host_capacity(config, "vm", (65536, 2), source=TOML)
     # another host's machine is not known here: only its own driver can tell
-    assert host_capacity(config, "far", (None, None)).mem > 0
+    assert host_capacity(config, "far", (None, None), source=TOML).mem > 0
     # an admin's own amount is what counts, whatever the reserve
     config = parse_config('reserve_mem = "32G"\n[hosts.vm]\nmem = "4G"\ncpus = 1\n')
-    assert host_capacity(config, "vm", (16384, 1)) == Need(4096, 1, 1)
+    assert host_capacity(config, "vm", (16384, 1), source=TOML) == Need(4096, 1, 1)
 
 
 def test_a_job_never_fits_only_when_no_host_of_the_spool_could_run_it():
     """The one rule of submit, the driver and list: some host fits, or why none does."""
     config = parse_config('reserve_mem = "1G"\n[hosts.small]\nmem = "1G"\ncpus = 1\n')
     need = Need(2048, 1)
-    assert never_fits(config, need, {"small": (None, None), "far": (None, None)}) == ""  # far: unknown, unbounded
-    assert never_fits(config, need, {"small": (None, None)}) == "it asks for 2G memory, but the host has 1G (host small)"
-    assert never_fits(config, need, {"small": (None, None), "here": (2048, 4)}).endswith("but the host has 1G")
-    assert never_fits(config, need, {"here": (1024, 4), "far": (None, None)}) == ""
+    assert never_fits(config, need, {"small": (None, None), "far": (None, None)}, source=TOML) == ""  # far: unknown, unbounded
+    assert never_fits(config, need, {"small": (None, None)}, source=TOML) == "it asks for 2G memory, but the host has 1G (host small)"
+    assert never_fits(config, need, {"small": (None, None), "here": (2048, 4)}, source=TOML).endswith("but the host has 1G")
+    assert never_fits(config, need, {"here": (1024, 4), "far": (None, None)}, source=TOML) == ""
     with pytest.raises(ConfigError, match="reserve_mem = 1G leaves no memory for jobs on host here"):
-        never_fits(config, need, {"here": (1024, 4), "small": (None, None)})
-    assert never_fits(config, need, {}) == "no host of the spool can run it"
+        never_fits(config, need, {"here": (1024, 4), "small": (None, None)}, source=TOML)
+    assert never_fits(config, need, {}, source=TOML) == "no host of the spool can run it"
 
 
 @pytest.mark.parametrize("text", ['[hosts.a]\nmem = "0"', "[hosts.a]\nmem = 0", "[hosts.a]\ncpus = 0"])
@@ -101,20 +102,21 @@ def test_a_host_amount_of_zero_is_refused_when_onite_toml_is_read(text):
 
 
 def test_a_reserve_larger_than_the_machine_stops_the_driver_not_the_queue(spool, workdir):
+    """Its errors name onite.toml's full path, as every other error of the file does (they said onite.toml:)."""
     assert run_cli(["submit", "asks", "--mem", "64M"], stdin=b"true\n").code == 0
     assert run_cli(["submit", "plain"], stdin=b"true\n").code == 0
     set_config(spool, reserve_mem="1024T")
     proc = drain(spool)
     err = proc.stderr.decode()
-    assert proc.returncode == 2 and err.count("\n") == 1 and err.startswith("onite: onite.toml: reserve_mem = 1024T"), err
+    assert proc.returncode == 2 and err.count("\n") == 1 and err.startswith(f"onite: {spool}/onite.toml: reserve_mem = 1024T"), err
     assert "lower reserve_mem" in err
     listed = {j["name"]: j for j in run_cli(["list", "--json"]).json()["jobs"]}
     assert set(listed) == {"asks", "plain"}  # nothing failed, nothing ran
-    assert listed["asks"]["waiting"].startswith("waits: onite.toml: reserve_mem = 1024T"), listed
+    assert listed["asks"]["waiting"].startswith(f"waits: {spool}/onite.toml: reserve_mem = 1024T"), listed
     r = run_cli(["submit", "more", "--mem", "64M"], stdin=b"true\n")
-    assert r.code == 2 and r.err.count("\n") == 1 and "reserve_mem" in r.err, r
+    assert r.code == 2 and r.err.count("\n") == 1 and f"{spool}/onite.toml: reserve_mem = 1024T" in r.err, r
     r = run_cli(["daemon"], timeout=30)
-    assert r.code == 2 and r.err.startswith("onite: onite.toml: reserve_mem = 1024T"), r
+    assert r.code == 2 and r.err.startswith(f"onite: {spool}/onite.toml: reserve_mem = 1024T"), r
 
 
 def test_a_drain_under_a_reloaded_reserve_that_leaves_nothing_logs_it_and_touches_no_job(spool):
@@ -127,7 +129,7 @@ def test_a_drain_under_a_reloaded_reserve_that_leaves_nothing_logs_it_and_touche
     Driver(SpoolDir(spool)).drain()
     assert [j["name"] for j in run_cli(["list", "--json"]).json()["jobs"]] == ["asks"]
     errors = [line for line in log_lines(spool) if " error " in line]
-    assert len(errors) == 1 and f"reserve_cpus = {MAX_CPUS} leaves no CPU" in errors[0], errors
+    assert len(errors) == 1 and f"{spool}/onite.toml: reserve_cpus = {MAX_CPUS} leaves no CPU" in errors[0], errors
     assert not any(" driver-start " in line or " failed " in line for line in log_lines(spool))
 
 

@@ -87,7 +87,7 @@ class Daemon:
         drain logs that instead)."""
         trust.check_drainable(self.spool, "onite daemon")
         self.schedule = tuple(self.spool.config.schedule)  # checked as onite.toml was read
-        check_capacity(self.spool.config, self.host)
+        check_capacity(self.spool.config, self.host, str(self.spool.config_path))
         with SignalCatcher(self.signals, leaving=True) as wakeup_fd:
             self._wakeup_fd = wakeup_fd
             lock = self._lock()

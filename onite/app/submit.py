@@ -281,7 +281,8 @@ def check_capacity(spool: SpoolDir, job: Job) -> None:
     from onite.drain.heartbeat import spool_hosts
 
     hosts = spool_hosts(spool)
-    problem = never_fits(spool.config, need, {job.pin: hosts.get(job.pin, (None, None))} if job.pin else hosts)
+    problem = never_fits(spool.config, need, {job.pin: hosts.get(job.pin, (None, None))} if job.pin else hosts,
+                         source=str(spool.config_path))
     if problem:
         from onite.app.common import label
 

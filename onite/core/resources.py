@@ -111,10 +111,11 @@ def request_of(mem: int | None, cpus: int | None) -> Need:
     return Need(mem=mem or 0, cpus=cpus or 0)
 
 
-def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, slots: int = 1) -> Need:
-    """``host``'s capacity under ``config``: its ``[hosts.NAME] mem, cpus``, else ``machine``'s memory and
-    CPUs (None: unknown, unbounded; another machine's host) less the reserve. The one place the driver,
-    submit and status work it out.
+def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, source: str,
+                  slots: int = 1) -> Need:
+    """``host``'s capacity under ``config`` (read from ``source``, the file its errors name): its
+    ``[hosts.NAME] mem, cpus``, else ``machine``'s memory and CPUs (None: unknown, unbounded; another machine's
+    host) less the reserve. The one place the driver, submit and status work it out.
     Raises ConfigError: the reserve leaves nothing of the machine for jobs."""
     override = config.hosts.get(host)
     set_mem, set_cpus = (override.mem, override.cpus) if override else (None, None)
@@ -123,26 +124,27 @@ def host_capacity(config, host: str, machine: tuple[int | None, int | None], *, 
     cpus = set_cpus if set_cpus is not None else (
         max(machine_cpus - config.reserve_cpus, 0) if machine_cpus else MAX_CPUS)
     if mem <= 0:
-        raise ConfigError(f"onite.toml: reserve_mem = {format_mem(config.reserve_mem)} leaves no memory for jobs on "
+        raise ConfigError(f"{source}: reserve_mem = {format_mem(config.reserve_mem)} leaves no memory for jobs on "
                           f"host {host}, whose machine has {format_mem(machine_mem or 0)}",
                           f"lower reserve_mem, or set mem under [hosts.{host}]")
     if cpus <= 0:
-        raise ConfigError(f"onite.toml: reserve_cpus = {config.reserve_cpus} leaves no CPU for jobs on host {host}, "
+        raise ConfigError(f"{source}: reserve_cpus = {config.reserve_cpus} leaves no CPU for jobs on host {host}, "
                           f"whose machine has {cpus_text(machine_cpus or 0)}",
                           f"lower reserve_cpus, or set cpus under [hosts.{host}]")
     return Need(mem, cpus, slots)
 
 
-def never_fits(config, need: Need, hosts: Mapping[str, tuple[int | None, int | None]]) -> str:
+def never_fits(config, need: Need, hosts: Mapping[str, tuple[int | None, int | None]], *,
+               source: str) -> str:
     """Why no host of ``hosts`` (each name with its machine's memory and CPUs; (None, None) for another
     machine's host) could ever run a job of ``need`` under ``config``, "" if one could: the one rule of
     submit, the driver and list.
     Raises ConfigError: no host fits, and a host's reserve leaves its machine nothing for jobs (the config
-    stops the job, not its request)."""
+    stops the job, not its request); it names ``source``, the file ``config`` was read from."""
     problem, broken = "no host of the spool can run it", None
     for host, machine in hosts.items():
         try:
-            problem = too_big(need, host_capacity(config, host, machine))
+            problem = too_big(need, host_capacity(config, host, machine, source=source))
         except ConfigError as err:
             broken = broken or err
             continue

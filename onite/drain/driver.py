@@ -149,7 +149,7 @@ class Driver:
         Raises SpoolError, Refused: the spool may not be drained by this user; ConfigError: the
         reserve leaves nothing of this machine for jobs."""
         trust.check_drainable(self.spool, "onite run")
-        check_capacity(self.config, self.host)
+        check_capacity(self.config, self.host, str(self.spool.config_path))
         with signals.SignalCatcher(self.signals, leaving=leaving) as wakeup_fd:
             self.wakeup_fd = wakeup_fd
             lock = take_host_lock(self.spool, self.host,
@@ -260,7 +260,8 @@ class Driver:
             self.finisher.note_cannot_record(str(err))
             return
         try:
-            check_capacity(self.config, self.host)  # a daemon's onite.toml may have been reloaded since
+            # a daemon's onite.toml may have been reloaded since
+            check_capacity(self.config, self.host, str(self.spool.config_path))
         except ConfigError as err:
             self.log.event("error", host=self.host, error=str(err), note="nothing is drained until it is fixed")
             return
@@ -445,12 +446,12 @@ class Driver:
                        note=f"{why}; every queued job may run now")
 
 
-def check_capacity(config, host: str) -> None:
+def check_capacity(config, host: str, source: str) -> None:
     """Refuse to drain ``host`` (this machine's) where its capacity is empty, before anything is
     claimed: every job with a request would otherwise be failed as too big.
     Raises ConfigError: the reserve leaves nothing of this machine for jobs."""
     if config.executor == "local":
-        host_capacity(config, host, machine())
+        host_capacity(config, host, machine(), source=source)
 
 
 def take_host_lock(spool: SpoolDir, host: str, holder: str) -> locks.Lock | None:

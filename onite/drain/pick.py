@@ -172,7 +172,7 @@ class Picker:
         if self._others is None:
             self._others = hb.spool_hosts(night.spool, but=night.host)
         try:
-            return not never_fits(night.config, need, self._others)
+            return not never_fits(night.config, need, self._others, source=str(night.spool.config_path))
         except ConfigError:
             return True
 
@@ -180,7 +180,8 @@ class Picker:
         """This host's capacity: ``[hosts.NAME] mem, cpus``, else the machine's minus the reserve; slots.
         Raises ConfigError: the reserve leaves nothing of this machine for jobs."""
         if self._capacity is None:
-            self._capacity = host_capacity(self.night.config, self.night.host, machine(), slots=self.night.slots)
+            self._capacity = host_capacity(self.night.config, self.night.host, machine(), slots=self.night.slots,
+                                           source=str(self.night.spool.config_path))
         return Need(self._capacity.mem, self._capacity.cpus, self.night.slots)  # slots may change on a reload
 
     def _admit(self, name: str, need: Need, timeout: timedelta | None, now: datetime) -> Admission:

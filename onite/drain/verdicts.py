@@ -194,7 +194,7 @@ class _Room:
         running = [Busy(rec.need, rec.latest_end()) for rec in host_records(self.spool, self.host)]
         slots = max(config.slots_for(self.host), len(running) + 1)
         capacity = host_capacity(config, self.host, machine() if self.host == default_host(config) else (None, None),
-                                 slots=slots)
+                                 slots=slots, source=str(self.spool.config_path))
         return room(self.host, capacity, running)
 
     def verdict(self, name: str, mem: int | None, cpus: int | None, timeout, *, pinned: bool = False) -> tuple[str, str]:
@@ -217,7 +217,8 @@ class _Room:
             if self.others is None:
                 self.others = spool_hosts(self.spool, but=self.host)  # once: not one look per job
             try:
-                elsewhere = not pinned and not never_fits(config, need, self.others)
+                elsewhere = not pinned and not never_fits(config, need, self.others,
+                                                          source=str(self.spool.config_path))
             except ConfigError as err:  # as the driver does: the config stops the job, not its request
                 return "resources", f"waits: {err.what}"
             if elsewhere:
