@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from onite.core.errors import ConfigError, DamagedRecord, InvalidInput, JobFormatError
@@ -683,72 +683,3 @@ def test_the_report_and_status_read_any_drain_log(scratch_spool, lines):
         json.loads(reporttext.to_json(data))
         reporttext.rows(data)
     status.last_night(scratch_spool, now)
-
-
-
-
-def _cron_field(i: int, *, in_range: bool):
-    """A field of check_cron's plain grammar: *, */S, N, N-M, N-M/S, lists; names for months and days."""
-    low, high = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))[i]
-    names = {3: ["jan", "feb", "apr", "jun", "sep", "dec"], 4: ["sun", "mon", "fri", "sat"]}.get(i, [])
-    number = st.integers(low, high).map(str) if in_range else st.integers(0, 99).map(str)
-    value = st.one_of(number, st.sampled_from(names)) if names else number
-    step = st.integers(1, 99 if not in_range else high + 1).map(lambda s: f"/{s}")
-    if in_range:
-        ranged = st.tuples(st.integers(low, high), st.integers(low, high)).map(
-            lambda ab: f"{min(ab)}-{max(ab)}")
-    else:
-        ranged = st.tuples(value, value).map("-".join)
-    element = st.one_of(st.just("*"), step.map("*".__add__), value, ranged,
-                        st.tuples(ranged, step).map("".join))
-    return st.lists(element, min_size=1, max_size=3).map(",".join)
-
-
-def _cron(in_range: bool):
-    return st.tuples(*(_cron_field(i, in_range=in_range) for i in range(5))).map(" ".join)
-
-
-@FUZZ
-@given(st.one_of(_cron(True), _cron(False)))
-@example("0 0 30 feb *")
-@example("0 0 29,30 2 *")
-@example("0 0 31 2-4/2 *")
-@example("0 0 30 feb mon")
-@example("5-2 0 * * *")
-@example("* * *,30 2 *")
-def test_check_cron_says_what_compile_cron_says(expr):
-    """onite.toml's schedule is checked without croniter (check_cron): it refuses exactly what compile_cron,
-    croniter's reading, refuses, and with the same message."""
-    from onite.core.rules import check_cron, compile_cron
-
-    def outcome(check):
-        try:
-            check(expr)
-        except InvalidInput as err:
-            return str(err)
-        return None
-
-    assert outcome(check_cron) == outcome(compile_cron.__wrapped__)
-
-
-@FUZZ
-@given(_cron(True))
-def test_check_cron_asks_croniter_only_about_a_refused_expression(expr):
-    """In the plain grammar, with every value in its field's range, check_cron decides alone (no croniter),
-    except where the expression is refused (croniter then says why), or a field lists "*" with more ("*,5")."""
-    from onite.core import rules
-
-    assume(not any("*" in field.split(",") and "," in field for field in expr.split()))
-
-    asked = []
-    original = rules.compile_cron
-    rules.compile_cron = lambda e: asked.append(e) or original(e)
-    try:
-        try:
-            rules.check_cron(expr)
-            refused = False
-        except InvalidInput:
-            refused = True
-    finally:
-        rules.compile_cron = original
-    assert not asked or refused

@@ -17,7 +17,7 @@ from onite.core.errors import ConfigError, InvalidInput
 from onite.core.names import check_name
 from onite.core.record import Record
 from onite.core.resources import MAX_CPUS, parse_mem, parse_size
-from onite.core.rules import check_cron
+from onite.core.rules import compile_cron
 from onite.core.timeparse import MAX_DURATION, format_duration, parse_clock, parse_duration
 from onite.core.values import is_whole
 
@@ -287,7 +287,7 @@ class _Reader:
         exprs = self.strings(key, '["0 20 * * *", "0 23 * * *"]', "cron expressions")
         for expr in exprs:
             try:
-                check_cron(expr)  # one that cannot parse, or never fires, is refused here, not first at night
+                compile_cron(expr)  # one that cannot parse, or never fires, is refused here, not first at night
             except InvalidInput as err:
                 raise ConfigError(f"{self.source}: {key}: {err.what}", err.hint, key) from None
         return exprs

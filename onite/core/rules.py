@@ -40,13 +40,6 @@ _MACROS = {
 _RANDOM = r"(?<![a-z])r(?![a-z])"  # croniter's R, a random value: fire times must be the same every time
 _PLAIN_FIELD = re.compile(r"\*|(?:0|[1-9][0-9]?)(?:,(?:0|[1-9][0-9]?))*")  # *, 5 or 0,30
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=timezone.utc)  # a fixed start keeps validation deterministic
-# check_cron's plain fields, read without croniter: *, */S, N, N-M, N-M/S (N a number or a name)
-_ELEMENT = re.compile(r"\*(?:/([1-9][0-9]?))?|(0|[1-9][0-9]?|[a-z]{3})(?:-(0|[1-9][0-9]?|[a-z]{3})(?:/([1-9][0-9]?))?)?")
-_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-_NAMES = ({}, {}, {},
-          {name: str(n) for n, name in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)},
-          {name: str(n) for n, name in enumerate("sun mon tue wed thu fri sat".split())})
-_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # croniter's strict check: a day some year has
 
 
 def _shown(text: str) -> str:
@@ -132,41 +125,6 @@ def _five_fields(expr: str) -> tuple[str, list[str]]:
         raise InvalidInput(f"cron expression {_shown(expr)} uses R (a random value)",
                            "write the exact minutes and hours, so that fire times are predictable")
     return text, fields
-
-
-def check_cron(expr: str) -> None:
-    """Check ``expr`` as compile_cron does, without importing croniter (a fifth of every command, and every
-    command reads onite.toml's schedule) where each field is plain: ``*``, N, N-M, ``*/S``, N-M/S, lists of
-    them, month and day names. Any other form, or a value croniter would refuse, goes to compile_cron, which
-    says what is wrong.
-    Raises InvalidInput: as compile_cron."""
-    _, fields = _five_fields(expr)
-    values = [_plain_values(field, i) for i, field in enumerate(fields)]
-    if any(v is None for v in values) or min(values[2]) > max(_MONTH_DAYS[m - 1] for m in values[3]):
-        compile_cron(expr)
-
-
-def _plain_values(field: str, i: int) -> set[int] | None:
-    """The values of field ``i`` if it is written in plain elements, all within its range; None: any other."""
-    low, high = _BOUNDS[i]
-    values: set[int] = set()
-    elements = field.lower().split(",")
-    for element in elements:
-        match = _ELEMENT.fullmatch(element)
-        if match is None or (element == "*" and len(elements) > 1):  # croniter reads "*,30" its own way
-            return None
-        star_step, first, last, step = match.groups()
-        if first is None:
-            start, end, by = low, high, int(star_step or 1)
-        else:
-            names = _NAMES[i]
-            start, end, by = names.get(first, first), names.get(last or first, last or first), int(step or 1)
-            if not (start.isdigit() and end.isdigit() and low <= int(start) <= int(end) <= high):
-                return None
-            start, end = int(start), int(end)
-        values.update(range(start, end + 1, by))
-    return values
-
 
 
 def _daily(text: str, fields: list[str]) -> Cron | None:
