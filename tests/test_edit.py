@@ -467,3 +467,17 @@ def test_a_job_its_owner_cancelled_while_queued_is_finished_to_edit_not_unknown(
     r = run_cli(["edit", "c", "--timeout", "1h"], user="nobody", cwd="/tmp")
     assert (r.code, r.err) == (3, "onite: job 'c' has finished: it cannot be edited — spool it again with the new "
                                   "options: onite restart c …\n"), r
+
+
+@needs_root
+def test_roots_refusal_of_a_cycle_in_another_users_jobs_names_them_as_root_reads_them(spool, cli):
+    """root's `edit nobody:x --after nobody:x` was refused as "job 'x' cannot wait for itself", a job of root's
+    by that name as root reads it: the refusals name jobs as their reader writes them (USER:NAME for another's)."""
+    for name, after in (("x", []), ("y", ["--after", "x"])):
+        assert cli(["submit", name, *after], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
+    r = cli(["edit", "nobody:x", "--after", "nobody:x"])
+    assert (r.code, r.err.partition(" — ")[0]) == (2, "onite: job 'nobody:x' cannot wait for itself"), r
+    r = cli(["edit", "nobody:x", "--after", "nobody:y"])
+    assert r.code == 2 and "job 'nobody:x' would wait for itself: nobody:x → nobody:y → nobody:x," in r.err, r
+    r = cli(["edit", "x", "--after", "y"], user="nobody", cwd="/tmp")  # as its owner reads them: bare
+    assert r.code == 2 and "job 'x' would wait for itself: x → y → x," in r.err, r

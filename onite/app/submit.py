@@ -21,7 +21,8 @@ from onite.core.identity import Identity
 from onite.core.job import Job, shebang_problem
 from onite.core.jobfile import encode, env_text
 from onite.core.request import Captured, SubmitRequest, build_job
-from onite.core.names import check_base, check_name, job_key, shown, split_key, unique_name
+from onite.app.common import label
+from onite.core.names import check_base, check_name, job_key, split_key, unique_name
 from onite.core.policy import check_urgent, cutoff_state
 
 
@@ -84,10 +85,10 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
     for i, job in enumerate(jobs):
         for dep in job.after:
             if dep == job.name and not unique:
-                raise InvalidInput(f"job {split_key(dep)[1]!r} cannot wait for itself", "drop that --after")
+                raise InvalidInput(f"job {label(dep)!r} cannot wait for itself", "drop that --after")
             if dep in position:
                 if position[dep] > i:
-                    raise InvalidInput(f"job {split_key(job.name)[1]!r} waits for {split_key(dep)[1]!r}, which comes "
+                    raise InvalidInput(f"job {label(job.name)!r} waits for {label(dep)!r}, which comes "
                                        "later in the batch", "put the jobs in the order they depend on each other")
             elif dep not in known:
                 from onite.core.queue import DepState  # not at import, nor for a job without --after:
@@ -110,9 +111,8 @@ def _refuse_cycle(job: Job, after_of) -> None:
 
     cycle = dependency_cycle(job.name, job.after, after_of)
     if cycle is not None:
-        owner = split_key(job.name)[0]
-        raise InvalidInput(f"job {split_key(job.name)[1]!r} would wait for itself: "
-                           f"{' → '.join(shown(key, owner) for key in cycle)}, and none of them would ever run",
+        raise InvalidInput(f"job {label(job.name)!r} would wait for itself: "
+                           f"{' → '.join(map(label, cycle))}, and none of them would ever run",
                            "drop that --after, or first change what the others wait for (onite edit NAME --after …)")
 
 
@@ -284,8 +284,6 @@ def check_capacity(spool: SpoolDir, job: Job) -> None:
     problem = never_fits(spool.config, need, {job.pin: hosts.get(job.pin, (None, None))} if job.pin else hosts,
                          source=str(spool.config_path))
     if problem:
-        from onite.app.common import label
-
         raise Refused(f"job {label(job.name)!r} can never run: {problem}",
                       "ask for less (--mem, --cpus), or ask the admin about the host's capacity")
 
