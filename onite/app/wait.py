@@ -223,20 +223,17 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
     """How a running job ended, when its run has ended (its run record says how) while no driver runs on its
     host to file it: the exit status is known, the result is not filed yet (the next drain there files it).
     None: it still runs, a live driver files it soon, or the next drain runs it again (retries left)."""
-    from onite.drain.heartbeat import live_beats
     from onite.spool import runrecords
     from onite.spool.filecheck import BadFile, read_job_head
 
-    entries = find_running(spool, key)
-    if not entries:
-        return None
-    live = {beat.host for beat in live_beats(spool, now)}
-    for entry in entries:
-        if entry.host in live:
-            continue
+    live = None  # the hosts with a live driver: read only once a run has ended (each poll of a running job)
+    for entry in find_running(spool, key):
         record = runrecords.read(spool.run_record_path(entry.host, key))
         outcome = record.outcome(record.need) if record is not None and record.ended else None
         if outcome is None:
+            continue
+        live = _live_hosts(spool, now) if live is None else live
+        if entry.host in live:
             continue
         try:
             job, _ = read_job_head(entry.path, spool.config.max_job_size)
@@ -248,6 +245,13 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
         why = outcome.describe()
         return Final(key, str(outcome.state), None, f"{why}; {note}" if why else note)
     return None
+
+
+def _live_hosts(spool: SpoolDir, now: datetime) -> set[str]:
+    """The hosts whose driver is alive at ``now``: a run claimed on another has nothing to file it."""
+    from onite.drain.heartbeat import live_beats
+
+    return {beat.host for beat in live_beats(spool, now)}
 
 
 def undrained(spool: SpoolDir, now: datetime) -> str:
@@ -263,9 +267,7 @@ def stranded(spool: SpoolDir, keys: list[str], now: datetime) -> str:
     is dead (nothing files them until one starts there), else ''."""
     if not keys:
         return ""
-    from onite.drain.heartbeat import live_beats
-
-    live = {beat.host for beat in live_beats(spool, now)}
+    live = _live_hosts(spool, now)
     notes = []
     for key in keys:
         for entry in find_running(spool, key):
