@@ -355,10 +355,11 @@ def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
     """nobody's files, each with a 1 MiB header line of NULs (a sparse hole)
     after its ``at:``: the daemon's watch read each up to 1 MiB, searching what it had read again
     after every 16 KiB (30-90 ms a file, inline in its loop), and 3,000 of them started daemon's
-    timed job a minute and a half late. Now one read of at most HEADER_LIMIT bytes a file, counted
+    timed job a minute and a half late. Now one read of at most WATCHED_HEAD bytes a file, counted
     here by the kernel (/proc/self/io), and a real job's ``at:`` is still found."""
     from onite.spool.paths import SpoolDir
-    from onite.spool.watch import HEADER_LIMIT, TimedWatch
+    from onite.core.jobfile import WATCHED_HEAD
+    from onite.spool.watch import TimedWatch
 
     queue = spool / "jobs" / "P4"
     at = b"at: 2099-01-01T02:00:00+00:00"
@@ -373,8 +374,8 @@ def test_the_daemons_watch_reads_a_bounded_head_of_each_file(spool, workdir):
     watch = TimedWatch(SpoolDir(spool).queue_folders(), "h1", SpoolDir(spool).hold_dir)
     before = read_bytes()
     watch.refresh()
-    assert read_bytes() - before < 20 * HEADER_LIMIT + (1 << 20)  # the folders' listings aside
-    assert HEADER_LIMIT <= 64 << 10
+    assert read_bytes() - before < 20 * WATCHED_HEAD + (1 << 20)  # the folders' listings aside
+    assert WATCHED_HEAD <= 64 << 10
     assert watch.timed() == 20
 
 

@@ -24,8 +24,6 @@ from onite.core.timeparse import parse_stamp
 from onite.spool.edits import EDITS_READ, read_edited
 from onite.spool.index import QueueIndex
 
-HEADER_LIMIT = WATCHED_HEAD  # a job file whose at: or pin: line ends past it is damaged (onite.core.jobfile)
-
 
 class _Seen(Record):
     ctime_ns: int
@@ -122,7 +120,7 @@ def _header_fields(path: Path, st: os.stat_result) -> dict[str, str]:
         if not stat.S_ISREG(fst.st_mode) or fst.st_ino != st.st_ino:
             return {}
         # one bounded read: a user's file of one long header line (a sparse hole) costs no more than any other
-        data = os.read(fd, HEADER_LIMIT)
+        data = os.read(fd, WATCHED_HEAD)  # where a job file's at: and pin: lines end (onite.core.jobfile)
     finally:
         os.close(fd)
     fields = {}
