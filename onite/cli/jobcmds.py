@@ -219,7 +219,7 @@ def cancel(
     target, names = open_spool(spool), names or []
     patterns = [n for n in names if is_pattern(n)]
     if not all_ and not patterns:
-        _, failed, cancelled = _cancel_each(target, names or _pick_one(target), [])
+        failed, cancelled = _cancel_each(target, names or _pick_one(target), [])
         for name, dep in doomed_by(target, cancelled, os.geteuid()) if cancelled else ():  # as after a pattern's summary
             print(printable(f"will fail: {label(name)} (waits for {label(dep)})"))
         return failed
@@ -242,8 +242,8 @@ def cancel(
         return
     named = [n for n in names if n not in patterns]
     matched = [label(v.name) for v in picked.chosen if label(v.name) not in named]
-    done, failed, _ = _cancel_each(target, named + matched, matched)
-    print(f"cancelled {done} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
+    failed, cancelled = _cancel_each(target, named + matched, matched)
+    print(f"cancelled {len(cancelled)} job(s)" + (f"; skipped {len(picked.skipped)} of other users' ({others}): you may "
                                         "cancel only yours" if picked.skipped else ""))
     for line in doomed:
         print(line)
@@ -263,15 +263,15 @@ def _each(names: list[str], act) -> int | None:
     return failed
 
 
-def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int, int | None, list]:
-    """Cancel each job, saying how it went (``_each``); how many were, the exit code, and their CancelReports. A job in ``matched``
-    (by a pattern) that ended or started since it was matched is said and skipped, not an error. Every job is
+def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int | None, list]:
+    """Cancel each job, saying how it went (``_each``); the exit code, and the CancelReports of those cancelled (or
+    asked to stop). A job in ``matched`` (by a pattern) that ended or started since it was matched is said and skipped, not an error. Every job is
     withdrawn or asked to stop before any is waited for: a driver that a running one's end frees finds none of
     the queued ones left to start."""
     from onite.app.common import label
     from onite.app.control import await_cancel, cancel as cancel_job
 
-    done, cancelled = 0, []
+    cancelled: list = []
     reports: list = []  # (name, its CancelReport, or why it was not cancelled), in order
 
     def cancel_one(name: str) -> None:
@@ -291,9 +291,8 @@ def _cancel_each(target, names: list[str], matched: list[str]) -> tuple[int, int
             report = await_cancel(target, report)
         print(printable(f"{label(name)}: {report.action}" + (f" ({report.detail})" if report.detail else "")))
         if report.action in ("cancelled", "requested"):  # not a job that ended on its own meanwhile
-            done += 1
             cancelled.append(report)
-    return done, failed, cancelled
+    return failed, cancelled
 
 
 def _pick_one(target) -> list[str]:
