@@ -481,3 +481,20 @@ def test_roots_refusal_of_a_cycle_in_another_users_jobs_names_them_as_root_reads
     assert r.code == 2 and "job 'nobody:x' would wait for itself: nobody:x → nobody:y → nobody:x," in r.err, r
     r = cli(["edit", "x", "--after", "y"], user="nobody", cwd="/tmp")  # as its owner reads them: bare
     assert r.code == 2 and "job 'x' would wait for itself: x → y → x," in r.err, r
+
+
+def test_edit_after_empty_clears_the_dependencies_and_the_job_keeps_its_place(spool, cli):
+    """``onite edit b --after ''`` was refused (``invalid dependency name ''``): a job spooled ``--after a`` by
+    mistake had to be cancelled and spooled anew, at the end of the queue. ``--after ''`` now means none."""
+    submit("a", "--hold")
+    submit("b", "--after", "a")
+    submit("c")
+    before = order(cli)
+    r = cli(["edit", "b", "--after", ""])
+    assert (r.code, r.out) == (0, "b: changed; it keeps its place\n"), r
+    assert order(cli) == before
+    assert [row["waiting"] for row in cli(["list", "--json"]).json()["jobs"]][1] == ""
+    assert drain(spool).returncode == 0
+    assert ran(spool) == ["root:b", "root:c"]  # a still held: b no longer waits for it, and runs in its place
+    assert decode((spool / "jobsdone" / "root:b").read_bytes()).after == ()
+    assert "--after '' clears them" in " ".join(run_cli(["edit", "--help"]).out.split())

@@ -186,7 +186,7 @@ def edit(
     spool: SpoolOpt = None,
 ) -> None:
     """Change a queued job: it keeps its place unless -p moves it (to the end of its new priority);
-    --after replaces its dependencies."""
+    --after replaces its dependencies, and --after '' clears them."""
     from onite.app.edit import edit as edit_job
     from onite.exec import identity
 

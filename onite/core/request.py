@@ -131,7 +131,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
 class JobChanges(Record):
     """Submit's options that set a job's priority and limits, as typed (None: not given): what ``restart`` and
     ``edit`` may change of a spooled job, whose text, environment and directory stay. ``after`` replaces the
-    dependencies."""
+    dependencies; ``("",)`` (``--after ''``) clears them."""
 
     priority: int | None = None
     retries: int | None = None
@@ -157,7 +157,9 @@ class JobChanges(Record):
             if not 0 <= self.retries <= MAX_RETRIES:
                 raise InvalidInput(f"invalid retry count {self.retries}", f"use 0 to {MAX_RETRIES}")
             changed["retries"] = self.retries
-        if self.after is not None:
+        if self.after == ("",):  # --after '' alone: no dependencies (a name is never empty)
+            changed["after"] = ()
+        elif self.after is not None:
             if len(set(self.after)) > MAX_AFTER:
                 raise InvalidInput(f"the job waits for {len(set(self.after))} jobs (--after)",
                                    f"give at most {MAX_AFTER}; for more, have one job wait for them and this one for it")
