@@ -696,6 +696,9 @@ def test_a_job_killed_for_its_memory_is_told_to_ask_for_more(spool, workdir):
     assert result(spool, "hog")["reason"].startswith("out of memory (asked 64M")
     [failure] = run_cli(["report", "--json"]).json()["failures"]
     assert failure["next"] == "onite restart hog --mem 128M"
+    # status reads the log alone: the memory asked is the filed line's mem=, not parsed out of its reason
     assert run_cli(["status", "--json"]).json()["last_night"]["next"] == ["onite restart hog --mem 128M"]
+    [filed] = [line for line in log_lines(spool) if line.split()[2] == "failed"]
+    assert " mem=64 " in f"{filed} ", filed
     assert run_cli(failure["next"].split()[1:]).code == 0
     assert decode((spool / "jobs" / "P4" / "root:hog").read_bytes()).mem == 128

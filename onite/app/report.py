@@ -33,6 +33,7 @@ from onite.spool.accounts import user_name
 from onite.spool.scan import find_queued, find_running, key_uid, queued_stats
 from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
+from onite.core.resources import MAX_MEM
 from onite.core.errors import InvalidInput, OniteError
 from onite.core.names import is_valid_key
 from onite.core.jobview import JobView, outcome_counts, result_view
@@ -368,7 +369,7 @@ def log_view(final, start) -> JobView:
                    priority=_whole(priority, MAX_PRIORITIES), urgent=priority == "urgent",
                    submitted=started or final.when, host=final.host, started=started, finished=finished,
                    exit_code=dr.integer(fields.get("exit")), reason=reason,
-                   attempt=_whole(fields.get("attempt"), MAX_RETRIES + 1))
+                   attempt=_whole(fields.get("attempt"), MAX_RETRIES + 1), mem=_whole(fields.get("mem"), MAX_MEM))
 
 
 def _whole(text: str | None, most: int) -> int | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import datetime, timedelta
 
 from onite.app.common import label
@@ -16,8 +15,7 @@ from onite.core.names import split_key
 from onite.core.jobview import JobView
 from onite.app.report import SHOWN_FAILURES, ReportData, is_timeout, run_key
 from onite.core.safetext import phrase, printable
-from onite.core.errors import InvalidInput
-from onite.core.resources import format_mem, parse_mem
+from onite.core.resources import format_mem
 from onite.core.state import OUT_OF_MEMORY, OUTPUT_STOPPED, signal_name
 from onite.core.timeparse import format_duration, longer_limit
 from onite.spool.log import CANNOT_RECORD
@@ -212,17 +210,9 @@ def next_step(data: ReportData, job: JobView) -> str:
 
 
 def asked_mem(job: JobView) -> int | None:
-    """The MiB a job killed for its memory had asked for: its record's, else (told by the log alone) what its
-    reason says, ``out of memory (asked 4G, peaked 4.0G)``; None for any other job."""
-    if not job.reason.startswith(OUT_OF_MEMORY):
-        return None
-    if job.mem:
-        return job.mem
-    said = re.match(re.escape(OUT_OF_MEMORY) + r" \(asked ([0-9]+[KMGT]?)[,)]", job.reason)
-    try:
-        return parse_mem(said.group(1)) if said else None
-    except InvalidInput:
-        return None
+    """The MiB a job killed for its memory had asked for: its ``mem``, from its record or (a view from the log
+    alone, as status reads it) the ``mem=`` of the line that filed it; None for any other job, or a line without it."""
+    return job.mem if job.reason.startswith(OUT_OF_MEMORY) and job.mem else None
 
 
 def output_command(job: JobView) -> str:

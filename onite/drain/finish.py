@@ -141,7 +141,7 @@ class Finisher:
         # logged before the record goes: recovery logs it for a record left only if the log lacks its run id
         night.log.event(str(result.state), run.name, user=run.owner.name, reason=result.reason or None,
                     exit=outcome.exit_code, seconds=f"{result.duration:.3f}" if result.duration is not None else None,
-                    attempt=job.attempt, run=run.run_id)
+                    attempt=job.attempt, run=run.run_id, mem=result.mem)
         remove_file(night.spool.run_record_path(night.host, run.name))
         night.notifier.notify(result, job, night.config)
         self._since_prune += 1

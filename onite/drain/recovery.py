@@ -215,7 +215,7 @@ class Recovery:
     def _log_result(self, result: Result) -> None:
         """The line a driver logs as it files a job, for one whose driver died before it could."""
         self.night.log.event(str(result.state), result.name, user=result.user, reason=result.reason or None,
-                         exit=result.exit_code, attempt=result.attempt, run=result.run_id or None,
+                         exit=result.exit_code, attempt=result.attempt, run=result.run_id or None, mem=result.mem,
                          note="logged by recovery: its driver died as it filed the job")
 
     def _run_of(self, name: str, path: Path, info: dict) -> Run:
