@@ -185,3 +185,13 @@ def test_a_job_filed_after_its_retries_restarts_with_fewer_retries(spool, cli):
     assert (r.code, r.out) == (0, "r\n"), r
     job = decode(queued_file(spool, "nobody:r").read_bytes())
     assert (job.attempt, job.retries, job.tried) == (1, 0, ())
+
+
+def test_restart_with_after_empty_spools_the_job_without_its_dependencies(spool):
+    """``--after ''`` means no dependencies for restart as for edit (onite.core.request.JobChanges)."""
+    assert run_cli(["submit", "a"], stdin=b"true\n", cwd="/tmp").code == 0
+    assert run_cli(["submit", "b", "--after", "a"], stdin=b"true\n", cwd="/tmp").code == 0
+    assert drain(spool).returncode == 0
+    r = run_cli(["restart", "b", "--after", ""], cwd="/tmp")
+    assert r.code == 0, r
+    assert decode(queued_file(spool, "b").read_bytes()).after == ()
