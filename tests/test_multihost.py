@@ -276,6 +276,44 @@ def test_a_job_too_big_for_this_host_is_taken_for_a_host_known_by_its_heartbeat(
     assert (spool / "jobs" / "P4" / "root:big").exists(), [line for line in log_lines(spool) if " big" in line]
 
 
+def test_a_host_whose_heartbeat_is_weeks_old_runs_no_job_unless_onite_toml_names_it(spool, workdir, cli):
+    """A machine that drained the spool once and was retired left its heartbeat, which counted for ever as a host of
+    unknown size: a --mem 2G job too big for this host was taken at submit, list said it waited for another host, and
+    it waited for ever. A heartbeat not updated for RETIRED_AFTER is no host now, by the one rule (spool_hosts):
+    submit refuses, list says the queued job will fail, the driver fails it; [hosts.far] in onite.toml still counts."""
+    import json
+    from datetime import datetime, timedelta
+
+    from onite.drain import heartbeat as hb
+    from onite.spool.paths import SpoolDir
+
+    here = os.uname().nodename.split(".")[0]
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write(f'\n[hosts.{here}]\nmem = "1G"\ncpus = 1\n')
+    path = SpoolDir(spool).state_path(hb.HEARTBEAT, "far")
+
+    def far_beat(age: timedelta) -> None:
+        then = datetime.now().astimezone() - age
+        path.write_text(json.dumps(hb.Beat(host="far", pid=1, start_ticks=None, boot_id="other", machine="far.example",
+                                           role=hb.Role.RUN, started_by="cron", since=then, state=hb.BeatState.EXITED,
+                                           updated=then, ended=then).to_json()))
+
+    far_beat(timedelta(days=1))
+    assert cli(["submit", "big", "--mem", "2G"], stdin=b"true\n").code == 0  # far drained yesterday: it may run it
+    far_beat(timedelta(days=30))
+    assert "far" not in hb.spool_hosts(SpoolDir(spool), datetime.now().astimezone())
+    r = cli(["submit", "bigger", "--mem", "2G"], stdin=b"true\n")
+    assert r.code == 3 and "can never run" in r.err, r
+    listed = cli(["list"]).out
+    assert "will fail" in listed and "waits for another host" not in listed, listed
+    assert start_driver(spool).wait(60) == 0
+    assert result(spool, "big")["state"] == "failed" and "2G memory" in result(spool, "big")["reason"]
+    with open(spool / "onite.toml", "a") as handle:  # the admin's word outranks a stale file
+        handle.write("\n[hosts.far]\nslots = 1\n")
+    assert cli(["submit", "bigger", "--mem", "2G"], stdin=b"true\n").code == 0
+    assert "waits for another host" in cli(["list"]).out
+
+
 def test_wait_says_when_the_job_it_waits_for_runs_on_a_host_whose_driver_died(spool, workdir, cli):
     """alpha's driver is killed -9 mid-job: nothing files the job until a driver starts on alpha. onite wait said
     only 'waiting for stuck (running)…' and blocked; it says why it may wait for ever, and what starts it. Once the

@@ -278,9 +278,10 @@ def check_capacity(spool: SpoolDir, job: Job) -> None:
     need = request_of(job.mem, job.cpus)  # the spool's defaults are in the job already (onite.core.request)
     if spool.config.executor != "local" or not (need.mem or need.cpus):
         return
+    from onite.core.clock import SYSTEM
     from onite.drain.heartbeat import spool_hosts
 
-    hosts = spool_hosts(spool)
+    hosts = spool_hosts(spool, SYSTEM.now())
     problem = never_fits(spool.config, need, {job.pin: hosts.get(job.pin, (None, None))} if job.pin else hosts,
                          source=str(spool.config_path))
     if problem:

@@ -29,6 +29,10 @@ from onite.spool.paths import HEARTBEAT, SpoolDir
 FORMAT = 1
 BEAT_EVERY = 30.0  # seconds between rewrites while nothing changes
 STALE_AFTER = 120.0  # a heartbeat from another machine not updated for this long is a dead driver
+# a heartbeat not updated for this long is a host gone for good, no longer one that may run a job (spool_hosts):
+# every drain rewrites it, so a host drained at least weekly (cron's coarsest schedule short of monthly) keeps
+# counting; one drained more rarely, or down longer for repairs, counts while onite.toml names it in [hosts.NAME]
+RETIRED_AFTER = 8 * 86400.0
 
 
 class Role(StrEnum):
@@ -139,17 +143,19 @@ def live_beats(spool: SpoolDir, now: datetime) -> list[Beat]:
     return [b for b in beats(spool) if is_alive(b, now, machine=machine, boot=boot)]
 
 
-def spool_hosts(spool: SpoolDir, *, but: str | None = None) -> dict[str, tuple[int | None, int | None]]:
-    """Every host of the spool (``but`` that one), each with its machine's memory and CPUs ((None, None): another machine's,
-    unknown here), for onite.core.resources.never_fits: this machine's own host, each named by
-    ``[hosts.NAME]`` in onite.toml, and each whose driver has drained the spool (its heartbeat)."""
+def spool_hosts(spool: SpoolDir, now: datetime, *, but: str | None = None) -> dict[str, tuple[int | None, int | None]]:
+    """Every host of the spool at ``now`` (``but`` that one), each with its machine's memory and CPUs ((None, None):
+    another machine's, unknown here), for onite.core.resources.never_fits: this machine's own host, each named by
+    ``[hosts.NAME]`` in onite.toml, and each whose driver has drained the spool (its heartbeat) within RETIRED_AFTER."""
     from onite.exec.limits import machine
     from onite.spool.settings import default_host
 
-    here = os.uname().nodename
-    on = {default_host(spool.config): here} | {beat.host: beat.machine for beat in beats(spool)}
+    here, named = os.uname().nodename, spool.config.hosts
+    on = {default_host(spool.config): here} | {
+        beat.host: beat.machine for beat in beats(spool)
+        if beat.host in named or (now - beat.updated).total_seconds() <= RETIRED_AFTER}
     return {host: machine() if on.get(host) == here else (None, None)
-            for host in dict.fromkeys([*on, *spool.config.hosts]) if host != but}
+            for host in dict.fromkeys([*on, *named]) if host != but}
 
 
 def draining_hosts(spool: SpoolDir, now: datetime) -> list[str]:

@@ -170,7 +170,7 @@ class Picker:
         anything, the config stops the job, not its request: it stays queued.)"""
         night = self.night
         if self._others is None:
-            self._others = hb.spool_hosts(night.spool, but=night.host)
+            self._others = hb.spool_hosts(night.spool, night.clock.now(), but=night.host)
         try:
             return not never_fits(night.config, need, self._others, source=str(night.spool.config_path))
         except ConfigError:

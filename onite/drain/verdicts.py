@@ -215,7 +215,7 @@ class _Room:
             from onite.drain.heartbeat import spool_hosts  # only here: list imports no heartbeat code
 
             if self.others is None and not pinned:
-                self.others = spool_hosts(self.spool, but=self.host)  # once: not one look per job
+                self.others = spool_hosts(self.spool, self.now, but=self.host)  # once: not one look per job
             try:
                 elsewhere = not pinned and not never_fits(config, need, self.others,
                                                           source=str(self.spool.config_path))
