@@ -1,10 +1,10 @@
 """The run record ``running/HOST/NAME@run`` (docs/spool-format.md): its model, pure.
 
 JSON lines, each one O_APPEND write(2): the driver's first line, then the monitor's (``monitor`` before
-the fork, ``job``, ``ended`` or ``failed``), a ``stop`` line before the end of a run onite stopped (its
-monitor for a time limit, a driver for a cancel or a hard stop), or Slurm's ``submitted`` and ``slurm`` (its
-job's state, reason and start in Slurm, each time they change: the last one counts); a partial last
-line is ignored. The monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
+the fork, ``job``, ``exited`` once its leader exited, ``ended`` or ``failed``), a ``stop`` line before the
+end of a run onite stopped (its monitor for a time limit, a driver for a cancel or a hard stop), or Slurm's
+``submitted`` and ``slurm`` (its job's state, reason and start in Slurm, each time they change: the last one
+counts); a partial last line is ignored. The monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class RunRecord(Record):
     groups: tuple[str, ...] = ()  # the job's cgroup v1 groups, likewise
     job_pid: int | None = None
     status: int | None = None  # the job's wait status, once it ended
+    exited: int | None = None  # its leader's wait status, said (``exited``) before its monitor ends what it left
+    exited_at: str | None = None  # ISO 8601, when the monitor saw its leader exit
     failed: str | None = None  # why it could not be started
     ended_at: str | None = None  # ISO 8601, when the monitor saw it end
     usage: dict | None = None  # what the job used (peak_mem bytes, cpu seconds, oom), said with ``ended``
@@ -49,6 +51,13 @@ class RunRecord(Record):
     @property
     def ended(self) -> bool:
         return self.status is not None or self.failed is not None
+
+    def kept(self) -> RunRecord:
+        """A record whose monitor died ending what its job left, after its leader's ``exited``, before ``ended``:
+        as if it had ended with that status (its usage unknown)."""
+        if self.ended or self.exited is None:
+            return self
+        return self._replace(status=self.exited, ended_at=self.exited_at, usage=None)
 
     def get(self, key: str, default=None):
         return self.info.get(key, default)
@@ -125,6 +134,8 @@ def parse(data: bytes) -> RunRecord | None:
                         groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else ())
         elif kind == "job":
             said["job_pid"] = _int(event.get("pid"))
+        elif kind == "exited" and _int(event.get("status")) is not None:
+            said.update(exited=_int(event.get("status")), exited_at=at)
         elif kind == "ended" and _int(event.get("status")) is not None:
             usage = event.get("usage")
             said.update(status=_int(event.get("status")), ended_at=at, usage=usage if isinstance(usage, dict) else None)

@@ -4,10 +4,11 @@ The starting driver holds the host's lock and decides each claim from its run re
 (docs/job-control.md, "Exactly once"): a run that ended is filed as recorded, one whose monitor
 lives is adopted, one that never started is requeued, a Slurm job is taken back; one whose record
 is damaged, or whose monitor died without an end, has what is left of it stopped and is run
-again (or failed): the one case of a rerun. One damaged claim never stops the night. What belongs
-to a run is told without trusting anything a user controls: its cgroup and v1 groups as its record
-names them, its process group where a process carries its ONITE_RUN_ID; a Slurm job is cancelled
-through Slurm, whichever executor is configured now.
+again (or failed): the one case of a rerun; one whose monitor died after its job's leader ``exited``
+(as it ended what the job left) is filed with that status once what is left of it is stopped. One
+damaged claim never stops the night. What belongs to a run is told without trusting anything a user
+controls: its cgroup and v1 groups as its record names them, its process group where a process carries
+its ONITE_RUN_ID; a Slurm job is cancelled through Slurm, whichever executor is configured now.
 """
 
 from __future__ import annotations
@@ -128,6 +129,9 @@ class Recovery:
             self._file(name, path, rec)
             return
         what = self.stop_orphans(rec)
+        if rec.exited is not None:  # killed ending what its job left: its leader's status was kept
+            self._file(name, path, rec.kept())
+            return
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 
     def _damaged(self, name: str, path: Path, record_path: Path, rec: RunRecord | None) -> None:

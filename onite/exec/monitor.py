@@ -4,8 +4,8 @@ The monitor, not the driver, is the job's parent, so how a job ended outlives th
 fresh interpreter (``python -E -S``) kept by onite.exec.local, serving one Plan after another. It
 writes its ``monitor`` line into the run record before it starts the job, holding the driver lock
 until then (a claim without that line never started); it enforces the time limit and the stops
-written into the record (then SIGUSR2); it ends what the job left (its slot is the job's until then),
-then records ``ended`` before it tells the driver, retrying on a full disk, and says ``idle``. Messages to the driver are
+written into the record (then SIGUSR2); it records ``exited`` as soon as the job's leader has
+exited, ends what the job left (its slot is the job's until then), then records ``ended`` before it tells the driver, retrying on a full disk, and says ``idle``. Messages to the driver are
 lines of one datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``,
 ``unrecorded``, ``idle``.
 """
@@ -168,6 +168,7 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
         _record_end(plan, sock, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
         _close_session(plan)
         return 0 if jobend.clean_up(plan, job, pinned=False) else 1
+    _record(plan, {"event": "exited", "status": status, "at": _now()})  # kept should this process die cleaning up
     reaped = False
     ended_all = True
     if jobend.left_running(plan, job, pinned=True):  # ended before the run's end is told: its slot is held till then
