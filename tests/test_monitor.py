@@ -286,6 +286,36 @@ def test_a_monitor_killed_while_it_ends_what_its_job_left_keeps_the_jobs_exit_st
             pass
 
 
+def test_a_monitor_killed_while_it_ends_what_its_job_left_under_a_live_driver_keeps_the_status(spool, workdir):
+    """As above, with its driver alive: the driver hears the monitor's socket end, kills the leftover child
+    and files the job as done, exit 0, from the ``exited`` line; it is not failed nor retried."""
+    set_config(spool, kill_grace="10m")
+    gate, ledger, leftover = workdir / "live.gate", workdir / "live.ledger", workdir / "live.leftover"
+    gate.touch()
+    body = (f"[ -e {ledger} ] || {{ (trap '' TERM; while :; do sleep 1; done) & echo $! > {leftover}; }}\n"
+            f"echo start >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done; exit 0\n")
+    assert run_cli(["submit", "live", "--retries", "1"], stdin=body.encode()).code == 0
+    driver = start_driver(spool)
+    monitor = monitor_pid(spool, "live")
+    child = int(wait_for(lambda: leftover.read_text().strip(), what="the job's leftover child"))
+    gate.unlink()
+    [record] = list((spool / "running").glob("*/root:live@run"))
+    try:
+        wait_for(lambda: '"event":"exited"' in record.read_text(), what="the monitor to record its job's exit")
+        os.kill(monitor, signal.SIGKILL)
+        _, err = driver.communicate(timeout=120)
+        assert driver.returncode == 0 and b"Traceback" not in err, err
+        res = result(spool, "live")
+        assert res["state"] == "done" and res["exit_code"] == 0 and res["attempt"] == 1, res
+        assert ledger.read_text().split() == ["start"]
+        wait_for(lambda: not Path(f"/proc/{child}").exists() or is_zombie(child), what="the leftover to be killed")
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @needs_root
 def test_a_monitor_that_cannot_be_started_fails_its_run_and_the_night_goes_on(spool, tmp_path):
     """No monitor can be started (the machine's process table is full: here a pids cgroup holds the

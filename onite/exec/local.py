@@ -337,6 +337,9 @@ class LocalRunner(Runner):
                            retryable=True, never_started=True)
         # nobody watches what may still run of it, and a retry may follow at once: it is stopped now
         stop_leftovers(rec, self.containment, self.limiter, run.spool, run.name, run.run_id, run.pgid)
+        if rec is not None and rec.exited is not None:  # killed ending what its job left: the status was kept
+            run.usage, run.stopping = None, None
+            return rec.kept().outcome(run.need)
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:
