@@ -5,8 +5,9 @@ fresh interpreter (``python -E -S``) kept by onite.exec.local, serving one Plan 
 writes its ``monitor`` line into the run record before it starts the job, holding the driver lock
 until then (a claim without that line never started); it enforces the time limit and the stops
 written into the record (then SIGUSR2); it records ``exited`` as soon as the job's leader has
-exited, ends what the job left (its slot is the job's until then), then records ``ended`` before it tells the driver, retrying on a full disk, and says ``idle``. Messages to the driver are
-lines of one datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``,
+exited, ends what the job left (its slot is the job's until then), then records ``ended`` before it
+tells the driver, retrying on a full disk, and says ``idle``. Messages to the driver are lines of one
+datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``,
 ``unrecorded``, ``idle``.
 """
 
