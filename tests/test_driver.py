@@ -135,6 +135,38 @@ def test_retention_keeps_the_last_n(spool, cli):
                                                                                            "root:job5"]
 
 
+def test_retention_runs_as_the_drain_goes_on_and_keeps_the_last_n(spool):
+    """Past 50 filed jobs the drain prunes as it goes on, then once more at its end: every job runs, and the last
+    ``keep`` are what is left."""
+    set_config(spool, keep=3)
+    submit("n", "".join(f"echo {i}\n" for i in range(60)), "--lines")
+    drain(spool)
+    kept = sorted(p.name for p in (spool / "jobsdone").iterdir() if p.name.endswith("@result"))
+    assert kept == ["root:n-00058@result", "root:n-00059@result", "root:n-00060@result"]
+    assert sorted(p.name for p in (spool / "stdout").iterdir()) == ["root:n-00058", "root:n-00059", "root:n-00060"]
+    lines = log_lines(spool)
+    assert sum(" done " in line for line in lines) == 60
+    pruned = [line for line in lines if " pruned " in line]
+    assert len(pruned) == 2, pruned  # one as it went on (after the 50th), one at its end: 57 in all
+    assert sum(int(line.split("removed=")[1].split()[0]) for line in pruned) == 57
+
+
+def test_retention_leaves_every_file_of_a_name_queued_again(spool):
+    """A job spooled again under the name of a result beyond ``keep`` keeps that result, its job file and its
+    output until it is filed anew: another host's driver may be filing it as this one prunes."""
+    set_config(spool, keep=1)
+    submit("again", "echo first\n")
+    drain(spool)
+    submit("again", "echo second\n", "--hold")
+    submit("x", "true\n")
+    submit("y", "true\n")
+    drain(spool)
+    done = spool / "jobsdone"
+    assert (done / "root:again@result").exists() and (done / "root:again").exists()
+    assert (spool / "stdout" / "root:again").read_bytes() == b"first\n"
+    assert not (done / "root:x@result").exists() and (done / "root:y@result").exists()
+
+
 def test_vanished_directory_fails_with_a_clear_reason(spool, world_tmp):
     gone = world_tmp / "gone"
     gone.mkdir()

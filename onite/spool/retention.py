@@ -2,8 +2,8 @@
 
 "Last" is by the result record's mtime, "each user's" by the uid it names: counted over the whole
 spool, one user's jobs (or files dropped in a queue, each filed as theirs) would push everyone
-else's out. The output of a queued or running job is never removed; stdout/NAME@stderr goes with
-stdout/NAME.
+else's out. Nothing of a name queued or running again is removed (its old result, job file and
+output stay until it is filed anew); stdout/NAME@stderr goes with stdout/NAME.
 """
 
 from __future__ import annotations
@@ -40,16 +40,18 @@ def prune(spool: SpoolDir, keep: int, *, protect: set[str] = frozenset(), strays
     records.sort(reverse=True)
     kept, beyond = _split_by_owner(spool, records, keep)
     hosts = spool.hosts()  # listed once, not once per record removed
+    removed = 0
     for _, name in beyond:
-        result, job, output, stderr = spool.finished_files(name)
-        remove_file(result)
-        remove_file(job)
-        if name not in protect and not is_live(spool, name, hosts):
-            remove_file(output)
-            remove_file(stderr)
+        # a job of that name queued or running again keeps all of it until it is filed: looked at just before its
+        # files go, for another host's driver may be filing it as this one prunes
+        if name in protect or is_live(spool, name, hosts):
+            continue
+        for path in spool.finished_files(name):
+            remove_file(path)
+        removed += 1
     if strays:
         _remove_strays(spool, {n for _, n in kept} | protect, kept[-1][0] if kept else None)
-    return len(beyond)
+    return removed
 
 
 def _split_by_owner(spool: SpoolDir, records: list[tuple[int, str, int]],
