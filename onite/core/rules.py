@@ -121,7 +121,7 @@ def _five_fields(expr: str) -> tuple[str, list[str]]:
     if len(fields) != 5:
         count = f"{len(fields)} field" + ("" if len(fields) == 1 else "s")
         raise InvalidInput(f"cron expression {_shown(expr)} has {count}, not 5", _FIVE_FIELDS_HINT)
-    if re.search(_RANDOM, text, re.IGNORECASE):
+    if "r" in text.lower() and re.search(_RANDOM, text, re.IGNORECASE):  # the regex compiled only where it may match
         raise InvalidInput(f"cron expression {_shown(expr)} uses R (a random value)",
                            "write the exact minutes and hours, so that fire times are predictable")
     return text, fields
