@@ -7,7 +7,6 @@ error naming the key and what to write: a typo never falls back to a default.
 from __future__ import annotations
 
 import re
-import shlex
 import tomllib
 from collections.abc import Mapping
 from datetime import time, timedelta
@@ -381,13 +380,17 @@ class _Reader:
     def notify(self) -> dict:
         """``notify`` and ``notify_command``, checked together: "command" needs a command."""
         how = self.choice("notify", NOTIFY_HOW)
-        command = self.data.get("notify_command", shlex.join(self._default("notify_command")))
+        command = self.data.get("notify_command", "")  # the default: none (DEFAULTS.notify_command, ())
         if not isinstance(command, str):
             raise self._bad("notify_command", command, 'a command line such as "/usr/local/bin/onite-hook --chat"')
-        try:
-            argv = tuple(shlex.split(command))
-        except ValueError as err:
-            raise self._bad("notify_command", command, f"a command line with balanced quotes ({err})") from None
+        argv = ()
+        if command:  # shlex only for a hook set: it imports string, whose Template compiles a regex at import
+            import shlex
+
+            try:
+                argv = tuple(shlex.split(command))
+            except ValueError as err:
+                raise self._bad("notify_command", command, f"a command line with balanced quotes ({err})") from None
         if argv and not argv[0].startswith("/"):
             raise self._bad("notify_command", command, 'an absolute path first, e.g. "/usr/local/bin/onite-hook"')
         if how == "command" and not argv:
