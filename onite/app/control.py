@@ -132,16 +132,16 @@ def doomed_by(spool: SpoolDir, cancelled: list, caller_uid: int) -> list[tuple[s
     """The queued jobs the caller may read (their own; root: all) that can no longer run once ``cancelled``
     (JobViews, or CancelReports: each a key as ``name``) are, as (its key, the key it waits for), in queue order. A job file that cannot be read is left
     out (its driver says why); a forgery is never read (job_stats leaves it out)."""
-    from onite.spool.edits import read_edited
+    from onite.spool.edits import waits_for
 
     gone = {view.name for view in cancelled}
     waiting, edits, limit = [], read_markers(spool.edit_dir), spool.config.max_job_size
     for _, folder in spool.queue_folders():
         for entry, st in job_stats(folder):
             if entry.name not in gone and owner_or_root(caller_uid, st.st_uid):
-                job = read_edited(entry.path, entry.name, st.st_uid, edits, limit)
-                if job is not None and job.after:
-                    waiting.append((entry.name, job.after))
+                after = waits_for(entry.path, entry.name, st.st_uid, edits, limit)
+                if after:
+                    waiting.append((entry.name, after))
     doomed: list[tuple[str, str]] = []
     changed = True
     while changed:  # a job that waits for a doomed one is doomed too

@@ -84,6 +84,12 @@ def decode(data: bytes) -> Job:
         raise JobFormatError(f"damaged job file: {str(err)[:200]}", "spool the job again") from None
 
 
+def waits_for_nothing(data: bytes) -> bool:
+    """True only where ``decode(data)``, if it decodes, waits for no job: a dependency is an ``after:`` line, which
+    never starts the file (MAGIC does). False says nothing: decode it (a text may hold the words too)."""
+    return b"\nafter: " not in data
+
+
 def _check_watched(data: bytes, end: int) -> None:
     """The last ``at:`` and ``pin:`` lines before the env lines must end within WATCHED_HEAD bytes, where the
     daemon's watch reads them: past it, the watch and the driver would disagree on when and where the job is due.

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from onite.core.errors import JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.job import Job, with_limits
-from onite.core.jobfile import encode
+from onite.core.jobfile import decode, encode, waits_for_nothing
 from onite.core.names import SIDE
 from onite.core.policy import owner_or_root
-from onite.spool.filecheck import BadFile, read_job_head
+from onite.spool.filecheck import BadFile, read_head_bytes, read_job_head
 from onite.spool.files import (create_file, discard, fsync_dir, move_file, rename_exchange, rename_noreplace, token,
                                write_unnamed)
 from onite.spool.scan import Marker, key_uid
@@ -74,6 +74,24 @@ def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Ma
     except (OSError, BadFile, JobFormatError):  # anyone may put a file in a queue: it stops no reader
         return None
     return edited(job, trusted(markers, key), max_size)[0] if st.st_uid == uid else None
+
+
+def waits_for(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int) -> tuple[str, ...]:
+    """The keys the queued job ``key`` at ``path`` waits for, as read_edited judges it (its edits applied); () for a
+    file not to read as well. A job with no trusted edit and no ``after:`` line is not decoded (waits_for_nothing):
+    ``onite cancel`` asks this of every queued job, which nearly all wait for nothing."""
+    try:
+        data, st = read_head_bytes(path, max_size, one_link=True)
+    except (OSError, BadFile):
+        return ()
+    mine = trusted(markers, key)
+    if st.st_uid != uid or (not mine and waits_for_nothing(data)):
+        return ()
+    try:
+        job = decode(data)
+    except JobFormatError:
+        return ()
+    return edited(job, mine, max_size)[0].after
 
 
 def take(edits: list[Marker], job: Job, max_size: int, kept: Path) -> tuple[Job, bool]:

@@ -88,6 +88,13 @@ def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple
     which costs its owner no disk and would cost each reader a read of it. A header longer than HEAD_LIMIT (a
     large environment), or with a NUL byte, is read whole: it is judged as read_job_file judges it. Raises as
     read_job_file."""
+    data, st = read_head_bytes(path, max_size, one_link=one_link)
+    return decode(data), st
+
+
+def read_head_bytes(path: Path, max_size: int, *, one_link: bool = False) -> tuple[bytes, os.stat_result]:
+    """The bytes read_job_head decodes, undecoded (for a reader that may need none of the header: see
+    onite.core.jobfile.waits_for_nothing). Raises BadFile, OSError."""
     fd, st = _open_checked(path, one_link)
     try:
         if st.st_size > max_size + SLACK:
@@ -101,11 +108,11 @@ def read_job_head(path: Path, max_size: int, *, one_link: bool = False) -> tuple
         end = data.find(b"\n\n")
         header = data if end < 0 else data[:end]
         if (end < 0 and len(data) >= HEAD_LIMIT) or b"\0" in header:  # judged whole, as read_job_file judges it
-            return decode(_read_rest(fd, data, max_size)), st
+            return _read_rest(fd, data, max_size), st
     finally:
         os.close(fd)
     line = data.find(b"\n", end + 2) if end >= 0 else -1
-    return decode(data if line < 0 else data[:line + 1]), st
+    return (data if line < 0 else data[:line + 1]), st
 
 
 def _read_rest(fd: int, data: bytes, max_size: int) -> bytes:
