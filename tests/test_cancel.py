@@ -291,6 +291,16 @@ def test_a_pattern_cancel_judges_dependants_as_edited_and_steps_over_a_file_that
     assert (r.code, r.out) == (0, "new: cancelled\ncancelled 1 job(s)\nwill fail: dep (waits for new)\n"), r
 
 
+def test_a_job_whose_only_dependency_is_an_edits_is_named_doomed(spool, cli):
+    """A job spooled waiting for nothing (its file has no after: line) that an edit made wait for a job: cancelling
+    that job names it, though doomed_by decodes only the files that may wait for something (edits.waits_for)."""
+    submit("new")
+    submit("dep")
+    assert cli(["edit", "dep", "--after", "new"]).code == 0
+    r = cli(["cancel", "new"])
+    assert (r.code, r.out) == (0, "new: cancelled\nwill fail: dep (waits for new)\n"), r
+
+
 @needs_root
 def test_a_job_waiting_for_a_cancelled_job_fails_though_an_earlier_run_of_that_name_is_done(spool, workdir):
     """nobody's `x` ran and is done; it is spooled again (held), `d` waits for it, and nobody cancels it while the
