@@ -132,22 +132,23 @@ def _refused(err: ConfigError, skipped: list[ConfigError] | None) -> Config:
     return DEFAULTS
 
 
-_BARE_KEY = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*=")
+# patterns, compiled (re's own cache) only when a fault is located: every command reads onite.toml, few read a bad one
+_BARE_KEY = r"\s*([A-Za-z0-9_.-]+)\s*="
 # each part is matched one way only (no two overlapping runs of spaces): a line of many spaces is read in linear
 # time, where "[" and 4000 spaces took the nested \s* 40 s
-_TABLE_LINE = re.compile(r"[ \t]*\[([ \t]*[A-Za-z0-9_.-][A-Za-z0-9_. \t-]*)\][ \t]*(#.*)?$")
+_TABLE_LINE = r"[ \t]*\[([ \t]*[A-Za-z0-9_.-][A-Za-z0-9_. \t-]*)\][ \t]*(#.*)?$"
 
 
 def _assignments(text: str):
     """(line number, table, key) of each ``key = …`` line with a bare key, and (line number, table, None) of
     each ``[table]`` line: a plain reading of the lines, only to say where a fault tomllib found is."""
-    table = ""
+    table, table_line, bare_key = "", re.compile(_TABLE_LINE), re.compile(_BARE_KEY)
     for number, line in enumerate(text.splitlines(), 1):
-        header = _TABLE_LINE.match(line)
+        header = table_line.match(line)
         if header:
             table = "".join(header.group(1).split())
             yield number, table, None
-        elif assign := _BARE_KEY.match(line):
+        elif assign := bare_key.match(line):
             yield number, table, assign.group(1)
 
 
