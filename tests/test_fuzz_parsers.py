@@ -624,7 +624,7 @@ def test_counters_any_bytes(data):
         counters = parse_counters(data, "vm")
     except DamagedRecord:
         return
-    assert parse_counters(json.dumps(counters.to_json()).encode(), "vm") == counters
+    assert parse_counters(json.dumps(counters.to_json()).encode(), "vm").to_json() == counters.to_json()
 
 
 def test_counters_round_trip():

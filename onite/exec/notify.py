@@ -13,7 +13,6 @@ import pwd
 import signal
 from collections import deque
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,17 +109,16 @@ def mail_message(result: Result, output: bytes | None, spool_root: Path | str) -
     return msg.as_bytes()
 
 
-@dataclass
 class _Pending:
     """A notifier that was started and has not been reaped yet."""
 
-    name: str
-    how: str
-    popen: subprocess.Popen
-    deadline: float  # monotonic: killed if still running then; once killed, given up on if still there
-    stderr_fd: int | None
-    stderr: bytearray = field(default_factory=bytearray)
-    killed: str | None = None  # why it was killed ("timeout", "driver stopped")
+    def __init__(self, *, name: str, how: str, popen: subprocess.Popen, deadline: float,
+                 stderr_fd: int | None) -> None:
+        self.name, self.how, self.popen = name, how, popen
+        self.deadline = deadline  # monotonic: killed if still running then; once killed, given up on if still there
+        self.stderr_fd = stderr_fd
+        self.stderr = bytearray()
+        self.killed: str | None = None  # why it was killed ("timeout", "driver stopped")
 
     def read_stderr(self) -> None:
         """Keep the last STDERR_KEEP bytes of what it wrote to stderr so far."""

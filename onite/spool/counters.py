@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from onite.core import values
@@ -44,22 +43,25 @@ def _priority(text: object) -> str:
     raise ValueError(f"finished: {str(text)[:40]!r} is no priority")
 
 
-@dataclass(kw_only=True)
 class Counters:
-    """One host's counts since its file was made (all zero at first)."""
+    """One host's counts since its file was made (all zero at first). A plain class, not a dataclass: cancel
+    files through it, and dataclasses imports inspect (most of that command's imports)."""
 
-    host: str
-    finished: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (outcome, priority, user) → jobs
-    attempts: int = 0  # runs of the finished jobs, retries included
-    retries: int = 0
-    run_buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))  # the last: beyond BUCKETS
-    run_sum: float = 0.0  # seconds
-    refused: int = 0  # files set aside in refused/
-    cannot_record: int = 0  # drains that stopped starting jobs for a record they could not write
-    drain_started: datetime | None = None  # the last drain's
-    drain_ended: datetime | None = None
-    drain_exit: int | None = None  # its exit status: 0, or 4 (cannot record)
-    completed: datetime | None = None  # the end of the last drain that ran to its end (drained, or its window closed)
+    def __init__(self, *, host: str, finished: dict[tuple[str, str, str], int] | None = None, attempts: int = 0,
+                 retries: int = 0, run_buckets: list[int] | None = None, run_sum: float = 0.0, refused: int = 0,
+                 cannot_record: int = 0, drain_started: datetime | None = None, drain_ended: datetime | None = None,
+                 drain_exit: int | None = None, completed: datetime | None = None) -> None:
+        self.host = host
+        self.finished = {} if finished is None else finished  # (outcome, priority, user) → jobs
+        self.attempts = attempts  # runs of the finished jobs, retries included
+        self.retries = retries
+        self.run_buckets = [0] * (len(BUCKETS) + 1) if run_buckets is None else run_buckets  # last: beyond BUCKETS
+        self.run_sum = run_sum  # seconds
+        self.refused = refused  # files set aside in refused/
+        self.cannot_record = cannot_record  # drains that stopped starting jobs for a record they could not write
+        self.drain_started, self.drain_ended = drain_started, drain_ended  # the last drain's
+        self.drain_exit = drain_exit  # its exit status: 0, or 4 (cannot record)
+        self.completed = completed  # the end of the last drain that ran to its end (drained, or its window closed)
 
     def file(self, result: Result) -> None:
         """Count a finished job."""
