@@ -358,7 +358,8 @@ def test_log_json_reads_the_lines_back(spool, cli):
 
 @pytest.mark.parametrize("argv", [["--help"], ["status", "--json"], ["list", "--json"], ["list", "--json", "--all"],
                                   ["find", "queued"], ["submit", "new"], ["submit", "more", "--lines"], ["list"],
-                                  ["list", "--all"], ["status"], ["recur", "list"]], ids=" ".join)
+                                  ["list", "--all"], ["status"], ["recur", "list"], ["cancel", "queued"]],
+                         ids=" ".join)
 def test_commands_scripts_run_often_do_not_import_rich(spool, argv):
     """rich is a twentieth of a second of start-up (DESIGN.md: import it only where a command draws: a
     pipe gets plain lines), and pydantic, which typer 0.29 parses options with, more than that; typer itself
