@@ -683,3 +683,31 @@ def test_the_report_and_status_read_any_drain_log(scratch_spool, lines):
         json.loads(reporttext.to_json(data))
         reporttext.rows(data)
     status.last_night(scratch_spool, now)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutated_job_files() | st.binary(max_size=300).map(lambda b: b"onite-job: 1\n" + b)
+       | valid_jobs().map(encode),
+       st.lists(st.tuples(st.integers(0, 1 << 16),
+                          st.sampled_from([b"\r", b"\r\n", b"\0", b"\x85", b"\xe2\x80\xa8", b"\x0b", b"\x1c",
+                                           b"\nenv: A=b", b"\n\n", b"after: a:b\n", b" after: a:b", b"\tafter: a:b"])),
+                max_size=3))
+@example(b"onite-job: 1\nname: a:b\npriority: 1\nsubmitted: 2026-01-01T00:00:00+00:00\nhost: h\numask: 0022\n"
+         b"cwd: /\r\nafter: a:c\n\n", [])
+@pytest.mark.attack
+def test_a_job_file_cancel_does_not_decode_waits_for_nothing(data, inserts):
+    """onite cancel decodes no queued job whose bytes have no ``\\nafter: `` (jobfile.waits_for_nothing): for any
+    bytes (CRLF, a NUL, a header split at ``\\nenv: ``), such a file decodes to a job that waits for nothing, or
+    not at all, so no job the driver reads as waiting for X is left out of what cancelling X dooms."""
+    from onite.core.jobfile import waits_for_nothing
+
+    for at, piece in inserts:
+        at %= len(data) + 1
+        data = data[:at] + piece + data[at:]
+    if not waits_for_nothing(data):
+        return
+    try:
+        job = decode(data)
+    except JobFormatError:
+        return
+    assert job.after == ()
