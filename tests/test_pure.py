@@ -180,7 +180,7 @@ def test_seed_defaults():
     ("check_lock = 1", "write true or false"),
     ('stderr_separate = "yes"', "write true or false"),
     ("max_pids = -1", "max_pids = -1 is not valid — write a whole number from 0 to 4194304"),
-    ("max_pids = true", "max_pids = True is not valid"),
+    ("max_pids = true", "max_pids = true is not valid"),
     ("max_templates = 0", "max_templates = 0 is not valid — write a whole number from 1 to 10000000"),
     ('max_templates = "50"', "max_templates = '50' is not valid"),
     ('pam = "yes"', 'write "auto" or "required" or "off"'),
@@ -276,8 +276,8 @@ def test_a_schedule_that_is_no_list_shows_a_schedule():
 @pytest.mark.parametrize("text, message", [
     ('timeout = "400d"', "timeout = '400d' is not valid — write a duration longer than zero and at most \"366d\""),
     ('kill_grace = "0s"', "kill_grace = '0s' is not valid — write a duration longer than zero and at most \"366d\""),
-    ("reserve_mem = false", "reserve_mem = False is not valid"),
-    ("reserve_cpus = false", "reserve_cpus = False is not valid"),
+    ("reserve_mem = false", "reserve_mem = false is not valid"),
+    ("reserve_cpus = false", "reserve_cpus = false is not valid"),
 ])
 def test_an_out_of_range_duration_or_a_boolean_reserve_says_what_is_wrong(text, message):
     # A duration out of range was told only 'write a duration such as "90s"', which "400d" is; and

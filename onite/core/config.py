@@ -235,7 +235,9 @@ class _Reader:
         return getattr(self.defaults, key)
 
     def _bad(self, key: str, value: object, want: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {key} = {value!r} is not valid", f"write {want}",
+        # a boolean as the file spells it (reserve_mem = false), not as Python does (False)
+        shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+        return ConfigError(f"{self.source}: {key} = {shown} is not valid", f"write {want}",
                            self.within or key.split(".")[0])
 
     def _checked(self, key: str, ok, want: str):
