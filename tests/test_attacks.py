@@ -706,6 +706,21 @@ def test_another_users_files_prune_none_of_a_users_results(spool):
     assert any(" pruned " in line for line in log_lines(spool))
 
 
+def test_another_users_queued_dependants_keep_none_of_a_users_results_past_keep(spool):
+    """Retention keeps a result a queued job waits for, so that a done dependency stays done: nobody queues held
+    jobs ``--after daemon:build`` to keep daemon's results and outputs on disk past daemon's ``keep`` for ever.
+    Only a job of the result's own owner keeps it."""
+    set_config(spool, keep=1)
+    submit("build", "echo big\n", user="daemon")
+    assert drain(spool).returncode == 0
+    submit("watcher", "true\n", "--after", "daemon:build", "--hold", user="nobody")
+    submit("next", "true\n", user="daemon")
+    submit("later", "true\n", user="daemon")
+    assert drain(spool).returncode == 0
+    assert not (spool / "jobsdone" / "daemon:build@result").exists()
+    assert not (spool / "stdout" / "daemon:build").exists()
+
+
 def test_a_hard_link_to_another_users_file_files_no_result_for_them(spool, world_tmp):
     """nobody hard-links a file of daemon's it may write (a shared 0666 log) into a
     queue at the key of daemon's finished ``build`` (the link is daemon's file): the link was refused, and filed as daemon's

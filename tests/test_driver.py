@@ -167,6 +167,26 @@ def test_retention_leaves_every_file_of_a_name_queued_again(spool):
     assert not (done / "root:x@result").exists() and (done / "root:y@result").exists()
 
 
+def test_retention_keeps_a_result_a_queued_job_of_its_owner_waits_for(spool):
+    """``publish --after build`` waits behind a hold while its owner's later jobs push ``build`` past ``keep``:
+    build's result is kept while publish waits (it failed 'dependency build no longer exists'), and publish runs
+    once released; then build's result goes like any other."""
+    set_config(spool, keep=1)
+    submit("build", "echo built\n")
+    drain(spool)
+    submit("publish", "true\n", "--after", "build", "--hold")
+    submit("x", "true\n")
+    submit("y", "true\n")
+    drain(spool)
+    done = spool / "jobsdone"
+    assert (done / "root:build@result").exists() and (spool / "stdout" / "root:build").read_bytes() == b"built\n"
+    assert not (done / "root:x@result").exists()
+    assert run_cli(["release", "publish"]).code == 0
+    drain(spool)
+    assert result(spool, "publish")["state"] == "done"
+    assert not (done / "root:build@result").exists()
+
+
 def test_vanished_directory_fails_with_a_clear_reason(spool, world_tmp):
     gone = world_tmp / "gone"
     gone.mkdir()

@@ -19,20 +19,21 @@ from pathlib import Path
 from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
 from onite.core.job import Attempt
 from onite.core.jobfile import encode
-from onite.core.names import is_valid_key
+from onite.core.names import is_valid_key, split_key
 from onite.core.queue import retry_delay
 from onite.core.state import JobState, Outcome, Result, Stop, unrun_result
 from onite.core.values import is_whole
 from onite.drain.night import Night
 from onite.exec.runner import Run
 from onite.spool.cancels import finish_filings
+from onite.spool.edits import waits_for
 from onite.spool.filecheck import read_job_file
 from onite.spool.files import change_state, create_displacing, move_file, remove_file
 from onite.spool.index import Candidate
 from onite.spool.results import write_result
 from onite.spool.retention import prune, remove_temp_files
 from onite.spool.accounts import user_name
-from onite.spool.scan import key_uid
+from onite.spool.scan import key_uid, read_markers
 
 PAUSE_FIRST, PAUSE_MAX = 15.0, 300.0  # seconds to start nothing after the executor could not take a job
 
@@ -53,6 +54,7 @@ class Finisher:
     def __init__(self, night: Night) -> None:
         self.night = night
         self._since_prune = 0
+        self._waits: dict[tuple[str, int], tuple[str, ...]] = {}  # (name, ctime) → whose results it waits for
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Log the starts the runner saw, and take each run that ended out of those running. A run that
@@ -147,6 +149,23 @@ class Finisher:
         self._since_prune += 1
         if self._since_prune >= max(50, night.config.keep // 10):
             self.prune(strays=False)
+
+    def _waited_for(self) -> set[str]:
+        """The keys queued jobs wait for (``--after``) of their owner's own jobs: retention keeps those results,
+        for a done dependency counts only while its result is kept (another user's job cannot keep one's results
+        past ``keep``). Each file is read once (onite.spool.edits.waits_for), one with an edit each time."""
+        night = self.night
+        edits, waits = read_markers(night.spool.edit_dir), {}
+        for cand in night.index.every():
+            key = (cand.name, cand.ctime_ns)
+            after = self._waits.get(key) if cand.name not in edits else None
+            if after is None:
+                owner = split_key(cand.name)[0]
+                after = tuple(dep for dep in waits_for(cand.path, cand.name, key_uid(cand.name), edits,
+                                                       night.jobs.max_size) if split_key(dep)[0] == owner)
+            waits[key] = after
+        self._waits = waits
+        return {dep for after in waits.values() for dep in after}
 
     def _requeue_retry(self, run: Run, attempt: Attempt, now: datetime) -> bool:
         night = self.night
@@ -332,7 +351,8 @@ class Finisher:
         night = self.night
         self._since_prune = 0
         try:
-            removed = prune(night.spool, night.config.keep, protect=set(night.running), strays=strays)
+            removed = prune(night.spool, night.config.keep, protect=set(night.running) | self._waited_for(),
+                            strays=strays)
         except OniteError as err:
             night.log.event("error", error=str(err), note="retention")
             return

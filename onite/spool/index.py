@@ -231,6 +231,13 @@ class QueueIndex:
                 folder.strays.clear()
         return found
 
+    def every(self) -> Iterator[Candidate]:
+        """Every queued job as last seen, parked ones too, in no particular order."""
+        for folder in self.folders:
+            for names in (folder.names, folder.parked):
+                for name, ctime_ns in names.items():
+                    yield Candidate(folder.rank, name, folder.path / name, ctime_ns)
+
     def paths(self, name: str) -> list[str]:
         """Where a job ``name`` is queued, as last seen."""
         return [f"{folder.path}/{name}" for folder in self.folders if name in folder.names or name in folder.parked]
