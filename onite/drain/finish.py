@@ -155,13 +155,13 @@ class Finisher:
         for a done dependency counts only while its result is kept (another user's job cannot keep one's results
         past ``keep``). Each file is read once (onite.spool.edits.waits_for), one with an edit each time."""
         night = self.night
-        edits, waits = read_markers(night.spool.edit_dir), {}
-        for cand in night.index.every():
-            key = (cand.name, cand.ctime_ns)
-            after = self._waits.get(key) if cand.name not in edits else None
+        edits, known, waits = read_markers(night.spool.edit_dir), self._waits, {}
+        for folder, name, ctime_ns in night.index.every():
+            key = (name, ctime_ns)
+            after = known.get(key) if name not in edits else None
             if after is None:
-                owner = split_key(cand.name)[0]
-                after = tuple(dep for dep in waits_for(cand.path, cand.name, key_uid(cand.name), edits,
+                owner = split_key(name)[0]
+                after = tuple(dep for dep in waits_for(f"{folder}/{name}", name, key_uid(name), edits,
                                                        night.jobs.max_size) if split_key(dep)[0] == owner)
             waits[key] = after
         self._waits = waits
