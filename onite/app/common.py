@@ -7,6 +7,7 @@ import os
 import sys
 
 from onite.core.errors import InvalidInput
+from onite.core.names import shown
 from onite.spool.paths import SpoolDir
 
 
@@ -88,6 +89,4 @@ def _account(uid: int) -> str:
 
 def label(key: str) -> str:
     """How job ``key`` is shown to the caller: NAME for their own, USER:NAME for another user's."""
-    from onite.core.names import shown
-
     return shown(key, me())
