@@ -26,16 +26,15 @@ from onite.app.common import key_for, label
 from onite.core.policy import check_urgent, owner_or_root
 from onite.core.recurring import (check_template_name, instance_name, known_priority, rule_fields, rule_from_state,
                                   rule_of)
-from onite.core.request import SubmitRequest, build_job
 from onite.core.rules import describe, parse_rule
 from onite.core.schedule import next_fire
 from onite.core.timeparse import parse_stamp
-from onite.exec.identity import resolve
 from onite.spool.recurstate import (is_template, load_state, runs_in_flight, template_files, template_problem,
                                    used_templates)
 
 if TYPE_CHECKING:
     from onite.core.identity import Identity
+    from onite.core.request import SubmitRequest
 
 
 def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, cron: str | None = None,
@@ -43,6 +42,7 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     """Store a template of the jobs ``request`` asks for, spooled by the rule ``cron``, or ``every`` with its
     ``offset`` (mode 0600, owned by the caller); return it and its rule (Refused: the name is taken)."""
     from onite.app.submit import check_capacity, check_mail
+    from onite.core.request import build_job  # not at import: onite status lists templates, it adds none
 
     check_template_name(request.name)
     rule = parse_rule(cron=cron, every=every, offset=offset)
@@ -140,6 +140,8 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
     state = load_state(spool)
     views = []
     used, aside = used_templates(spool)
+    if used:  # owners are looked up (grp, the account database) as the driver does: status with none imports neither
+        from onite.exec.identity import resolve
     runs = runs_in_flight(spool, {name: st.st_uid for name, _, st in used})
     if set_aside is not None:
         set_aside.update(aside)
