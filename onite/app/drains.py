@@ -20,6 +20,7 @@ from onite.spool.log import lines_back, parse_line
 WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
                     "refused"})
 FINAL = ("done", "failed", "cancelled")
+JOB_LINES = frozenset(("start", *FINAL))  # made once: ``in ("start", *FINAL)`` made that tuple again at each line
 SKEW = timedelta(minutes=10)  # read this much further back: hosts' clocks differ, their lines interleave
 LOOKBACK = timedelta(days=45)  # no drain that ran a job in this long: there is no last session
 
@@ -41,7 +42,7 @@ class Event:
                 parsed = parse_line(self._text)
                 self._fields = parsed["fields"] if parsed else {}
             else:
-                self._fields = dict(word.split("=", 1) for word in self._text.split() if "=" in word[1:])
+                self._fields = dict([word.split("=", 1) for word in self._text.split() if "=" in word[1:]])
         return self._fields
 
 
@@ -121,7 +122,7 @@ def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[
             break
         found.append(event)
         key = (event.host, event.pid)
-        if event.event in ("start", *FINAL):
+        if event.event in JOB_LINES:
             busy.add(key)
         elif event.event == "driver-start" and start is None and key in busy:
             start = boundary(event.when)
@@ -159,7 +160,7 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
             drain.ended, drain.reason = event.when, event.fields.get("reason", "")
             drain.left = integer(event.fields.get("left"))
             del open_[key]
-        elif event.event in ("start", *FINAL):
+        elif event.event in JOB_LINES:
             drain.ran += 1
         elif event.event == "window-closed":
             drain.until = _clock(event.fields.get("until")) or drain.until

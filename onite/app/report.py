@@ -229,7 +229,7 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     # if the window's own lines tell of its run (a job that never ran, e.g. a cancel the driver files as it
     # starts or a file it refuses, has no run id: by its name and owner)
     told_runs = {e.fields.get("run") or (e.name, e.fields.get("user", e.fields.get("owner", ""))) for e in events
-                 if e.event in ("start", "refused", *dr.FINAL) and e.when == start} if kind == "drain" else set()
+                 if (e.event in dr.JOB_LINES or e.event == "refused") and e.when == start} if kind == "drain" else set()
 
     def in_window(record) -> bool:
         if kind == "drain" and record.finished < start + timedelta(seconds=1):
