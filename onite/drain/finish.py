@@ -147,7 +147,8 @@ class Finisher:
         remove_file(night.spool.run_record_path(night.host, run.name))
         night.notifier.notify(result, job, night.config)
         self._since_prune += 1
-        if self._since_prune >= max(50, night.config.keep // 10):
+        # as often as what a prune reads allows: jobsdone/ (keep) and every queued job's name (_waited_for)
+        if self._since_prune >= max(50, night.config.keep // 10, len(night.index) // 100):
             self.prune(strays=False)
 
     def _waited_for(self) -> set[str]:
