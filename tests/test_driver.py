@@ -167,14 +167,19 @@ def test_retention_leaves_every_file_of_a_name_queued_again(spool):
     assert not (done / "root:x@result").exists() and (done / "root:y@result").exists()
 
 
-def test_retention_keeps_a_result_a_queued_job_of_its_owner_waits_for(spool):
-    """``publish --after build`` waits behind a hold while its owner's later jobs push ``build`` past ``keep``:
-    build's result is kept while publish waits (it failed 'dependency build no longer exists'), and publish runs
-    once released; then build's result goes like any other."""
+@pytest.mark.parametrize("edited", [False, True], ids=["spooled", "edited"])
+def test_retention_keeps_a_result_a_queued_job_of_its_owner_waits_for(spool, edited):
+    """``publish --after build`` (spooled so, or given it by ``onite edit``) waits behind a hold while its owner's
+    later jobs push ``build`` past ``keep``: build's result is kept while publish waits (it failed 'dependency
+    build no longer exists'), and publish runs once released; then build's result goes like any other."""
     set_config(spool, keep=1)
     submit("build", "echo built\n")
     drain(spool)
-    submit("publish", "true\n", "--after", "build", "--hold")
+    if edited:
+        submit("publish", "true\n", "--hold")
+        assert run_cli(["edit", "publish", "--after", "build"]).code == 0
+    else:
+        submit("publish", "true\n", "--after", "build", "--hold")
     submit("x", "true\n")
     submit("y", "true\n")
     drain(spool)
