@@ -54,7 +54,7 @@ class Finisher:
     def __init__(self, night: Night) -> None:
         self.night = night
         self._since_prune = 0
-        self._waits: dict[tuple[str, int], tuple[str, ...]] = {}  # (name, ctime) → whose results it waits for
+        self._waits: dict[tuple, tuple[str, ...]] = {}  # (name, ctime, its edits) → the keys it waits for
 
     def reap(self) -> list[tuple[Run, Outcome]]:
         """Log the starts the runner saw, and take each run that ended out of those running. A run that
@@ -154,12 +154,13 @@ class Finisher:
     def _waited_for(self) -> set[str]:
         """The keys queued jobs wait for (``--after``) of their owner's own jobs: retention keeps those results,
         for a done dependency counts only while its result is kept (another user's job cannot keep one's results
-        past ``keep``). Each file is read once (onite.spool.edits.waits_for), one with an edit each time."""
+        past ``keep``). A file is read (onite.spool.edits.waits_for) once for each version of it and its edits, as
+        the pick reads it."""
         night = self.night
         edits, known, waits = read_markers(night.spool.edit_dir), self._waits, {}
         for folder, name, ctime_ns in night.index.every():
-            key = (name, ctime_ns)
-            after = known.get(key) if name not in edits else None
+            key = (name, ctime_ns, tuple(edits.get(name, ())))
+            after = known.get(key)
             if after is None:
                 owner = split_key(name)[0]
                 after = tuple(dep for dep in waits_for(f"{folder}/{name}", name, key_uid(name), edits,
