@@ -17,7 +17,7 @@ from onite.core.queue import READY, DepState, Fail, Meta, evaluate
 from onite.core.resources import Need, host_capacity, never_fits, request_of, too_big
 from onite.exec.limits import machine
 from onite.spool.deps import dependency_state
-from onite.spool.edits import edited, trusted
+from onite.spool.edits import edited, read_edited, trusted
 from onite.spool.filecheck import BadFile, read_job_head
 from onite.spool.paths import SpoolDir
 from onite.spool.runrecords import host_records
@@ -158,11 +158,9 @@ class _Doomed:
         entries = [entry for entry in find_queued(self.spool, key, self.holds()) if owner_or_root(self.euid, entry.uid)]
         if not entries:
             return "", None  # running, or not the asker's to read: it may yet succeed
-        try:
-            job, _ = read_job_head(entries[0].path, self.spool.config.max_job_size, one_link=True)
-        except (OSError, BadFile, JobFormatError):
+        job = read_edited(entries[0].path, key, entries[0].uid, self.edit_markers(), self.spool.config.max_job_size)
+        if job is None:
             return "", None  # gone meanwhile, or its driver sets it aside and says why
-        job, _ = edited(job, trusted(self.edit_markers(), key), self.spool.config.max_job_size)
         asked: list[tuple[str, DepState]] = []
 
         def dependency(dep: str) -> DepState:
