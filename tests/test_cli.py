@@ -224,7 +224,7 @@ def test_broken_pipe_is_quiet(spool):
 def test_version_and_help(cli):
     from onite import __version__
 
-    from onite.cli.commands import every_command
+    from onite.cli.options import every_command
     from onite.cli.typerapp import ORDER
 
     r = cli(["--help"], env=dict(os.environ, COLUMNS="80"))

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onite.cli import fastpath, options
-from onite.cli.commands import every_command
+from onite.cli.options import every_command
 from onite.cli.typerapp import command_for
 
 COMMANDS = every_command()

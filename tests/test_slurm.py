@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 # Loaded before run_cli forks: as nobody the child may not be able to read a Python installed under /root.
-import onite.cli.commands  # noqa: F401
+import onite.cli.options  # noqa: F401
 import onite.app.control  # noqa: F401
 import onite.app.submit  # noqa: F401
 from conftest import REPO, ROOT, as_user, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for

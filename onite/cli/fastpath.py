@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Union, get_args, get_origin
 
-from onite.cli.commands import top_command
-from onite.cli.options import Arg, Opt, set_parsed
+from onite.cli.options import Arg, Opt, set_parsed, top_command
 
 UNDERSTOOD = {"metavar", "help", "min", "max", "show_default", "autocompletion"}  # settings that change no parse
 _MISSING = object()

@@ -1,4 +1,4 @@
-"""What onite's commands share: how they declare their options, the spool, the terminal.
+"""What onite's commands share: how they declare their options and are found, the spool, the terminal.
 
 A command is a function registered with ``@command``, whose parameters are annotated with ``Opt`` and ``Arg``,
 which take what ``typer.Option`` and ``typer.Argument`` take. That is its one declaration: onite.cli.typerapp
@@ -9,6 +9,7 @@ These modules do not use ``from __future__ import annotations``: typer reads eve
 each time it builds the command line, and as strings each one is compiled and evaluated again (30 ms).
 """
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -51,6 +52,25 @@ def command(name: str | None = None, *, group: str | None = None, after_dashes: 
         COMMANDS[(group, name or func.__name__.lower().replace("_", "-"))] = Command(func, after_dashes)
         return func
     return register
+
+
+MODULES = ("jobcmds", "infocmds", "drivecmds", "recurcmds")  # the command modules, the most typed first
+
+
+def top_command(name: str) -> Command | None:
+    """The command ``name`` (not a group's), importing command modules only until it is registered."""
+    for module in MODULES:
+        if (None, name) in COMMANDS:
+            break
+        importlib.import_module(f"onite.cli.{module}")
+    return COMMANDS.get((None, name))
+
+
+def every_command() -> dict[tuple[str | None, str], Command]:
+    """Every command, by (group, name)."""
+    for module in MODULES:
+        importlib.import_module(f"onite.cli.{module}")
+    return COMMANDS
 
 
 _GLOBAL: dict[str, Optional[object]] = {"spool": None, "command": None}  # what the parser saw beside the options

@@ -11,8 +11,7 @@ from typing import Annotated, Optional, get_args, get_origin
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from onite.cli.commands import every_command
-from onite.cli.options import COMPLETE_VAR, GROUPS, Arg, Opt, SpoolOpt, set_parsed
+from onite.cli.options import COMPLETE_VAR, GROUPS, Arg, Opt, SpoolOpt, every_command, set_parsed
 from onite.core.errors import InvalidInput, OniteError
 
 SHELLS = ("bash", "zsh", "fish")
