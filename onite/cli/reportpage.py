@@ -146,10 +146,9 @@ def _section(key: str, title: str, items: list[str], after: str) -> str:
 
 def to_html(data) -> str:
     """The page: the headline, the failures, what is not finished, the timeline, the table."""
-    esc = _esc
     title = f"the night of {data.night.isoformat()}" if data.night else f"{data.now.astimezone():%Y-%m-%d %H:%M}"
-    who = f"user <b>{esc(data.user)}</b>: " if data.user is not None else ""
-    headline = ", ".join(f"<span class={key}>{esc(text)}</span>" for key, text in headline_parts(data))
+    who = f"user <b>{_esc(data.user)}</b>: " if data.user is not None else ""
+    headline = ", ".join(f"<span class={key}>{_esc(text)}</span>" for key, text in headline_parts(data))
     sections = []
     failures, others = told_failures(data)
     if failures or others:
@@ -157,7 +156,7 @@ def to_html(data) -> str:
         sections.append(_section("failures", f"Failed ({len(data.failures)})",
                                  [_failure_item(data, job) for job in failures[:SHOWN_FAILURES]],
                                  (f"<p>… and {more} more in the table below.</p>" if more > 0 else "")
-                                 + (f"<p>{esc(others_failures_text(others))}</p>" if others else "")))
+                                 + (f"<p>{_esc(others_failures_text(others))}</p>" if others else "")))
     if data.current and data.waiting:
         items = [_waiting_item(row) for row in data.waiting[:SHOWN_WAITING]]
         more = sum(data.left.values()) - len(items)
@@ -166,14 +165,14 @@ def to_html(data) -> str:
                                  (f"<p>… and {more} more: <code>onite list</code></p>" if more > 0 else "")
                                  + "<p>Why each waits, as it changes: <code>onite status</code></p>"))
     if data.jobs:
-        head = "".join(f"<th>{esc(name)}</th>" for name, _ in COLUMNS)
+        head = "".join(f"<th>{_esc(name)}</th>" for name, _ in COLUMNS)
         body = []
         for job, cells in zip(data.jobs, rows(data)):
             word = state_word(job)
-            tds = [f'<td class={name.lower()} data-label="{name}">{esc(cell)}</td>'
+            tds = [f'<td class={name.lower()} data-label="{name}">{_esc(cell)}</td>'
                    for (name, _), cell in zip(COLUMNS, cells)]
-            tds[0] = f'<td class="state {word}" data-label="STATE">{esc(cells[0])}</td>'
-            tds[-1] = f'<td class="reason {word}" data-label="REASON">{esc(cells[-1])}</td>'
+            tds[0] = f'<td class="state {word}" data-label="STATE">{_esc(cells[0])}</td>'
+            tds[-1] = f'<td class="reason {word}" data-label="REASON">{_esc(cells[-1])}</td>'
             body.append(f"<tr class=job>{''.join(tds)}</tr>")
         sections.append(f"<section id=timeline><h2>Timeline</h2>\n{gantt_svg(data)}</section>")
         sections.append(f"<section id=jobs><h2>All jobs ({len(data.jobs)})</h2>\n<table class=jobs>\n"
@@ -184,13 +183,13 @@ def to_html(data) -> str:
     return f"""<!doctype html>
 <html lang=en><head><meta charset=utf-8>
 <meta name=viewport content="width=device-width,initial-scale=1">
-<title>onite report, {esc(title)}</title>
+<title>onite report, {_esc(title)}</title>
 <style>
 {_CSS}
 </style></head><body>
 <header>
 <h1>onite report</h1>
-<p class=window>Spool <code>{esc(data.spool)}</code>: {esc(window_text(data))}.</p>
+<p class=window>Spool <code>{_esc(data.spool)}</code>: {_esc(window_text(data))}.</p>
 <p class=headline>{who}{headline}</p>
 </header>
 {newline.join(sections)}
