@@ -59,11 +59,9 @@ class OniteGroup(TyperGroup):
         return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
 
     def format_commands(self, ctx, formatter) -> None:
-        rows = [(name, _first_sentence(self.commands[name].help or "")) for name in self.list_commands(ctx)
-                if not self.commands[name].hidden]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        rows = [(name, _first_sentence(self.commands[name].help or "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def _first_sentence(text: str) -> str:
@@ -77,22 +75,18 @@ SETTINGS = dict(cls=OniteGroup, add_completion=False, context_settings={"help_op
                 rich_markup_mode=None, pretty_exceptions_enable=False)
 
 
-def call(func: Callable, kwargs: dict):
-    """Run a command function with what the parser made of its parameters."""
-    return func(**kwargs)
-
-
-def command_for(args: list[str], *, everything: bool = False, run: Callable = call):
+def command_for(args: list[str], *, everything: bool = False, run: Callable | None = None):
     """The click command that runs ``args``: the group with only the command ``args`` name, for building every
     command's parameters costs more than running most of them; every command for help, completion (``everything``),
-    and a name that is no command's (click's error then suggests one). ``run`` runs the command's function."""
+    and a name that is no command's (click's error then suggests one). ``run(func, kwargs)``, if given, runs the
+    command's function instead of calling it."""
     name = _command_name(args)
     commands = every_command()
     chosen = {key: value for key, value in commands.items() if name == (key[0] or key[1])}  # key: (group, name)
     if everything or not chosen:
         chosen = commands
     app = typer.Typer(**SETTINGS)
-    app.callback(invoke_without_command=True)(_typer_function(_options, call))
+    app.callback(invoke_without_command=True)(_typer_function(_options))
     groups = {}
     for (group, command_name), command in chosen.items():
         if group is not None and group not in groups:
@@ -116,10 +110,10 @@ def _command_name(args: list[str]) -> str | None:
     return None
 
 
-def _typer_function(func: Callable, run: Callable) -> Callable:
-    """``func`` as typer reads a command: its Opt and Arg annotations made typer's, run by ``run``."""
+def _typer_function(func: Callable, run: Callable | None = None) -> Callable:
+    """``func`` as typer reads a command: its Opt and Arg annotations made typer's (``run``: command_for's)."""
     def typed(**kwargs):
-        return run(func, kwargs)
+        return func(**kwargs) if run is None else run(func, kwargs)
 
     functools.update_wrapper(typed, func)
     params = [param.replace(annotation=_typer_annotation(param.annotation))
