@@ -155,16 +155,15 @@ def print_recur_list(views: Sequence, now: datetime, *, out, plain: bool = False
     next fire waits for."""
     rows = [[printable(name_label(view.name)), printable(view.user), printable(view.rule), short_time(view.next, now),
              human_duration((view.next - now).total_seconds()) if view.next else "",
-             priority_text(view.urgent, view.priority, unknown="?"), printable(_recur_note(view))] for view in views]
+             priority_text(view.urgent, view.priority, unknown="?"), printable(view.problem or _skipped(view.waits_for))]
+            for view in views]
     styles = lambda i: {"NOTE": "bold red" if views[i].problem else ""}  # noqa: E731
     print_table(out, TableSpec(RECUR_COLUMNS, rows, ("NOTE",), styles, ("PRI", "IN", "USER", "RULE")), plain=plain)
 
 
-def _recur_note(view) -> str:
-    """What is wrong with a template (its problem), else what holds its next fire back (its run still in flight)."""
-    if view.problem:
-        return view.problem
-    return f"skipped while its run {view.waits_for} is queued or running" if view.waits_for else ""
+def _skipped(run: str | None) -> str:
+    """What holds a template's next fire back, in recur list and status: its run still queued or running."""
+    return f"skipped while its run {run} is queued or running" if run else ""
 
 
 def report_table(data, rows: list[list[str]]) -> TableSpec:
@@ -370,4 +369,4 @@ def print_status(console, info, *, plain: bool = False) -> None:
         say(f"recurring {esc(rec['name'])} ({esc(rec['user'])}, "
             f"{priority_text(rec.get('urgent'), rec.get('priority'), unknown='?')}, {esc(rec['rule'])}) "
             f"next {when:%Y-%m-%d %H:%M} (in {until(when)})"
-            + (f"; skipped while its run {esc(rec['waits_for'])} is queued or running" if rec.get("waits_for") else ""))
+            + (f"; {_skipped(esc(rec['waits_for']))}" if rec.get("waits_for") else ""))
