@@ -136,12 +136,13 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
     hosts = sorted({view.host or "" for view in views}) if by_host else [None]
     for host in hosts:
         some = views if host is None else [view for view in views if (view.host or "") == host]
-        if host is not None and plain:
-            write_lines(out, [host or "queued (no host yet)"])
-        elif host is not None:
+        title = printable(host) or "queued (no host yet)" if host is not None else None  # a title escaped as its column
+        if title is not None and plain:
+            write_lines(out, [title])
+        elif title is not None:
             from rich.text import Text
 
-            out.print(Text(host or "queued (no host yet)", style="bold"))
+            out.print(Text(title, style="bold"))
         spec = job_table(some, now, detailed=detailed or by_host, waiting=any(view.waiting for view in some))
         print_table(out, spec, plain=plain)
 
