@@ -216,7 +216,6 @@ def _config_of(data: dict, source: str, text: str = "") -> Config:
 
 MAX_SIZE = 1024**4  # 1T: max_job_size beyond this is a typo, not a job
 _TOP_KEYS = frozenset(Config._fields)  # every key of onite.toml is a field of Config
-_SLURM_KEYS = frozenset(SlurmConfig._fields)
 
 
 class _Reader:
@@ -315,15 +314,22 @@ class _Reader:
             raise self._bad(key, self.data[key], want)
         return size
 
-    def _misplaced(self, table: str, entry: object, own: frozenset[str]) -> None:
-        """A top-level key written below a [table] line belongs to that table: say so, and where it is."""
-        stray = sorted(set(entry) & (_TOP_KEYS - own)) if isinstance(entry, dict) else []
+    def _table(self, table: str, label: str, entry: object, keys: tuple[str, ...], want: str) -> None:
+        """Raises ConfigError: ``entry``, the table [``table``], is no table (``want``), or holds a key not of
+        ``keys``: a top-level key written below its [table] line is said to be one, with its line."""
+        if not isinstance(entry, dict):
+            raise self._bad(table, entry, want)
+        stray = sorted(set(entry) & (_TOP_KEYS - set(keys)))
         if stray:
             line = next((f"line {number}: " for number, where, key in _assignments(self.text)
                          if where == table and key == stray[0]), "")
             raise ConfigError(f"{self.source}: {line}{stray[0]} is a top-level key, but it is inside [{table}]",
                               "move it above the first [table] line: a key below one belongs to that table",
                               table.split(".")[0])
+        unknown = sorted(set(entry) - set(keys))
+        if unknown:
+            raise ConfigError(f"{self.source}: unknown key {table}.{unknown[0]}",
+                              f"the [{label}] keys are {', '.join(keys[:-1])} and {keys[-1]}", table.split(".")[0])
 
     def hosts(self, key: str) -> dict[str, HostConfig]:
         table = self.data.get(key, {})
@@ -331,13 +337,8 @@ class _Reader:
             raise self._bad(key, table, "tables like [hosts.node1] with slots = 4")
         result = {}
         for name, entry in table.items():
-            self._misplaced(f"{key}.{name}", entry, frozenset({"slots"}))
-            unknown = sorted(set(entry) - {"slots", "mem", "cpus"}) if isinstance(entry, dict) else []
-            if unknown:
-                raise ConfigError(f"{self.source}: unknown key {key}.{name}.{unknown[0]}",
-                                  "the [hosts.NAME] keys are slots, mem and cpus", key)
-            if not isinstance(entry, dict):
-                raise self._bad(f"hosts.{name}", entry, 'a table holding slots = N, mem = "64G", cpus = N')
+            self._table(f"{key}.{name}", "hosts.NAME", entry, HostConfig._fields,
+                        'a table holding slots = N, mem = "64G", cpus = N')
             sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig(), key)
             host = HostConfig(slots=sub.integer("slots", low=1, high=MAX_SLOTS) if "slots" in entry else None,
                               mem=sub.mem("mem"), cpus=sub.cpus("cpus"))
@@ -358,14 +359,7 @@ class _Reader:
 
     def slurm(self, key: str) -> SlurmConfig:
         table = self.data.get(key, {})
-        if not isinstance(table, dict):
-            raise self._bad(key, table, "a [slurm] table")
-        self._misplaced(key, table, _SLURM_KEYS)
-        unknown = set(table) - _SLURM_KEYS
-        if unknown:
-            raise ConfigError(f"{self.source}: unknown key slurm.{sorted(unknown)[0]}",
-                              "the [slurm] keys are partition, account, sbatch_args, max_jobs, poll and nice_step",
-                              key)
+        self._table(key, key, table, SlurmConfig._fields, "a [slurm] table")
         sub = _Reader(table, f"{self.source} [slurm]", SlurmConfig(), key)
         for optional in ("partition", "account"):
             if optional in table and not isinstance(table[optional], str):
