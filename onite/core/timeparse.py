@@ -29,20 +29,16 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", raw):
         raw += "s"
     if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+", raw):
-        raise InvalidInput(f"bad {what} {_shown(text)}", "write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
+        raise InvalidInput(f"bad {what} {quoted(text)}", "write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
                            "is seconds)")
     seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(raw))
     if not seconds <= MAX_DURATION.total_seconds():  # also inf, from a number of 400 digits
-        raise InvalidInput(f"bad {what} {_shown(text)}: it is longer than {format_duration(MAX_DURATION)}",
+        raise InvalidInput(f"bad {what} {quoted(text)}: it is longer than {format_duration(MAX_DURATION)}",
                            f"write at most {format_duration(MAX_DURATION)}")
     delta = timedelta(seconds=seconds)
     if delta <= timedelta(0):  # also a fraction of a microsecond, which rounds to zero
-        raise InvalidInput(f"bad {what} {_shown(text)}: it must be longer than zero", "write it like 90s or 2h")
+        raise InvalidInput(f"bad {what} {quoted(text)}: it must be longer than zero", "write it like 90s or 2h")
     return delta
-
-
-def _shown(text: str) -> str:
-    return quoted(text)
 
 
 def is_valid_time(when: object) -> bool:
@@ -53,7 +49,7 @@ def is_valid_time(when: object) -> bool:
 
 def _bounded(when: datetime, text: str) -> datetime:
     if not is_valid_time(when):
-        raise InvalidInput(f"bad time {_shown(text)}: it is not between the years {EARLIEST.year} and "
+        raise InvalidInput(f"bad time {quoted(text)}: it is not between the years {EARLIEST.year} and "
                            f"{LATEST.year - 1}", "give a time in those years, e.g. 2026-11-23T02:00")
     return when
 
