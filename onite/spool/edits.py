@@ -66,32 +66,31 @@ def _apply(edit: Marker, job: Job, max_size: int) -> Job | None:
         return None
 
 
-def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int) -> Job | None:
+def read_edited(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int, *,
+                waiting: bool = False) -> Job | None:
     """The queued job ``key`` at ``path`` (``uid``'s file) as the driver judges it, with its trusted edits among
-    ``markers`` (edit/); None for a file not to read: gone, private, no job, a second link, or swapped since."""
-    try:
-        job, st = read_job_head(path, max_size, one_link=True)
-    except (OSError, BadFile, JobFormatError):  # anyone may put a file in a queue: it stops no reader
-        return None
-    return edited(job, trusted(markers, key), max_size)[0] if st.st_uid == uid else None
-
-
-def waits_for(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int) -> tuple[str, ...]:
-    """The keys the queued job ``key`` at ``path`` waits for, as read_edited judges it (its edits applied); () for a
-    file not to read as well. A job with no trusted edit and no ``after:`` line is not decoded (waits_for_nothing):
-    ``onite cancel`` asks this of every queued job, which nearly all wait for nothing."""
+    ``markers`` (edit/); None for a file not to read: gone, private, no job, a second link, or swapped since.
+    ``waiting``: None too for a job with no trusted edit and no ``after:`` line, which is not decoded
+    (waits_for_nothing)."""
     try:
         data, st = read_head_bytes(path, max_size, one_link=True)
-    except (OSError, BadFile):
-        return ()
+    except (OSError, BadFile):  # anyone may put a file in a queue: it stops no reader
+        return None
     mine = trusted(markers, key)
-    if st.st_uid != uid or (not mine and waits_for_nothing(data)):
-        return ()
+    if st.st_uid != uid or (waiting and not mine and waits_for_nothing(data)):
+        return None
     try:
         job = decode(data)
     except JobFormatError:
-        return ()
-    return edited(job, mine, max_size)[0].after
+        return None
+    return edited(job, mine, max_size)[0]
+
+
+def waits_for(path: Path | str, key: str, uid: int, markers: dict[str, list[Marker]], max_size: int) -> tuple[str, ...]:
+    """The keys the queued job ``key`` at ``path`` waits for, as read_edited judges it; () for a file not to read
+    as well. ``onite cancel`` asks this of every queued job, which nearly all wait for nothing."""
+    job = read_edited(path, key, uid, markers, max_size, waiting=True)
+    return () if job is None else job.after
 
 
 def take(edits: list[Marker], job: Job, max_size: int, kept: Path) -> tuple[Job, bool]:
