@@ -458,5 +458,4 @@ def take_host_lock(spool: SpoolDir, host: str, holder: str) -> locks.Lock | None
     """flock ``host``'s driver lock (in the spool's root-only locks/ folder) with ``holder`` written into
     it; None if another process holds it after half a second.
     Raises Refused, SpoolError, SpoolIOError: the lock cannot be opened (onite.spool.locks)."""
-    locks.ensure_dir(spool)
     return locks.take(spool.lock_path(host), timeout=0.5, holder=holder)

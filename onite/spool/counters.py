@@ -158,7 +158,6 @@ def update_counters(spool: SpoolDir, host: str, change) -> tuple[Counters, str |
     """``change(counters)`` applied to ``host``'s counters and saved, under their lock: the counters
     as saved, and why the file was started afresh (it was damaged), or None.
     Raises SpoolIOError, SpoolError: the lock or the file cannot be read or written."""
-    locks.ensure_dir(spool)
     lock = locks.take(spool.metrics_lock_path(host), timeout=10.0)
     if lock is None:
         raise SpoolIOError(spool.metrics_lock_path(host), "locking", TimeoutError("held for 10 s"))

@@ -22,12 +22,12 @@ from onite.spool.paths import SpoolDir
 _OWNERS_ONLY = "run the driver as the spool's owner (root: sudo onite run)"
 
 
-def ensure_dir(spool: SpoolDir) -> None:
-    """SPOOL/locks/, made if missing: a folder of this user's, closed to others (a wider mode is narrowed).
+def ensure_dir(path: Path) -> None:
+    """SPOOL/locks/ at ``path``, made if missing: a folder of this user's, closed to others (a wider mode is
+    narrowed).
 
     Raises Refused: it is not this user's (the spool is root's); SpoolError: it is not a folder, or
     root's spool has one of another user's; SpoolIOError."""
-    path = spool.locks_dir
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -74,12 +74,13 @@ class Lock:
 
 
 def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
-    """flock the lock file ``path`` (made if missing: a regular file of this user's, 0600) exclusively,
-    trying for at most ``timeout`` seconds; None if another holds it. ``holder`` is written into the
-    file, for root's eyes.
+    """flock the lock file ``path`` in SPOOL/locks/ (``ensure_dir``; the file made if missing: a regular file of
+    this user's, 0600) exclusively, trying for at most ``timeout`` seconds; None if another holds it. ``holder``
+    is written into the file, for root's eyes.
 
     Raises Refused: this user may not open it (the spool is root's); SpoolError: it is not a regular
-    file of this user's; SpoolIOError."""
+    file of this user's; as ensure_dir; SpoolIOError."""
+    ensure_dir(path.parent)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except PermissionError:
@@ -126,7 +127,7 @@ def take(path: Path, *, timeout: float, holder: str = "") -> Lock | None:
 def leave_wake(spool: SpoolDir, host: str) -> bool:
     """Leave the request ``locks/wake.HOST`` that HOST's idle daemon drain now; False if it cannot be left.
     Raises as ``ensure_dir``."""
-    ensure_dir(spool)
+    ensure_dir(spool.locks_dir)
     try:
         os.close(os.open(spool.wake_path(host), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     except OSError:

@@ -125,7 +125,6 @@ def save_state(spool: SpoolDir, state: dict[str, dict]) -> None:
 def state_lock(spool: SpoolDir):
     """One read-modify-write of recur.state at a time, among the drivers of several hosts.
     Raises SpoolError: another driver held it for RECUR_LOCK_WAIT seconds. Refused, SpoolIOError: as locks.take."""
-    locks.ensure_dir(spool)
     held = locks.take(spool.recur_lock_path(), timeout=RECUR_LOCK_WAIT)
     if held is None:
         raise SpoolError(f"another driver held {spool.recur_lock_path()} for {RECUR_LOCK_WAIT:.0f} s",
