@@ -93,13 +93,12 @@ def file_withdrawn(spool: SpoolDir, pending: Path, *, by: str, now: datetime, ra
         _set_aside(spool, pending, name, "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file", now)
     try:
         job = decode(data)
-        priority, urgent, submitted = job.priority, job.urgent, job.submitted
-    except JobFormatError:  # a damaged file is still filed: the cancel must not fail on it
-        job, priority, urgent, submitted = None, rank or 0, rank == 0, now
+    except JobFormatError:  # a damaged file is still filed (its folder's rank its priority): the cancel must not fail
+        job = None
     forged = st.st_uid != key_uid(name)
     result = None if forged else unrun_result(
         name=name, uid=st.st_uid, user=user_name(st.st_uid), state=JobState.CANCELLED, reason=f"cancelled by {by}",
-        host="", now=now, job=job, priority=priority, urgent=urgent, submitted=submitted)
+        host="", now=now, job=job, priority=rank or 0, urgent=job.urgent if job else rank == 0)
     if result is not None:  # before the job leaves cancel/: a filer killed at any step after leaves its result
         write_result(spool, result)
     staged = spool.done_dir / f".{name}{STAGED}{os.getpid()}.{os.urandom(3).hex()}.tmp"
