@@ -14,7 +14,7 @@ import time
 from onite.core.errors import OniteError, SpoolIOError
 from onite.core.policy import may_touch
 from onite.core.state import Stop
-from onite.spool.cancels import Filed, NotAJob, file_withdrawn, tell_filed, withdraw
+from onite.spool.cancels import NotAJob, file_withdrawn, tell_filed, withdraw
 from onite.spool.files import remove_file
 from onite.spool.accounts import user_name
 from onite.spool.scan import Entry, cancel_inbox, find_queued, find_running
@@ -72,15 +72,9 @@ class CancelInbox:
                 night.log.event("error", entry.name, error=str(err))
                 return
             if filed is not None:
-                self._filed(entry.name, requester, filed)
+                tell_filed(filed, entry.name, requester, night.log, night.count, night.notifier, night.config)
             return
         self._honour(entry, requester)
-
-    def _filed(self, name: str, requester: str, filed: Filed) -> None:
-        """A queued job filed as cancelled: count, log, tell its owner. One not filed (it would have
-        replaced another user's kept result) is logged as refused, not as that user's job cancelled."""
-        night = self.night
-        tell_filed(filed, name, requester, night.log, night.count, night.notifier, night.config)
 
     def _honour(self, request: Entry, requester: str) -> None:
         """An empty cancel/NAME@TOKEN: cancel NAME if the requester may (docs/security.md)."""
@@ -109,7 +103,7 @@ class CancelInbox:
             except OniteError:
                 continue
             if filed is not None:
-                self._filed(name, requester, filed)
+                tell_filed(filed, name, requester, night.log, night.count, night.notifier, night.config)
         # a claim here that no run holds has ended, unfiled yet: the request came too late and goes with it
         if any(entry.host != night.host for entry in find_running(night.spool, name)) \
                 and time.time_ns() - request.ctime_ns < REQUEST_KEPT_NS:

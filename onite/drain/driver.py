@@ -192,9 +192,9 @@ class Driver:
             running_dir = night.running_dir
             claims = sorted(n for n in (os.listdir(running_dir) if running_dir.is_dir() else ()) if is_valid_key(n))
             self.log.event("recover-host", host=self.host, by=f"uid {night.euid}", claims=len(claims))
-            # nothing here would watch a re-attached Slurm job: its claim is requeued (and the job cancelled)
-            self.recovery.may_reattach = False
-            self.recovery.may_adopt = False  # nothing here would wait for an adopted run: its host's next driver does
+            # nothing here would watch a run: a Slurm job's claim is requeued (and the job cancelled); a run
+            # whose monitor lives is left for its host's next driver to adopt
+            self.recovery.watches = False
             self.recovery.recover()
             left = self.recovery.left
             return [c for c in claims if c not in left], left
@@ -210,12 +210,12 @@ class Driver:
         beat = hb.read(self.spool, self.host)
         if beat is None or not hb.is_alive(beat, self.clock.now()):
             holder = {"holder": "unknown (no heartbeat)"}
+        elif (hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE
+              and hb.request_wake(self.spool, self.host, beat)):
+            self.log.event("drain-handed", host=self.host, daemon=beat.pid,
+                           note="the daemon of this host was idle: it drains now")
+            return
         else:
-            if hand_over and beat.role == hb.Role.DAEMON and beat.state == hb.BeatState.IDLE:
-                if hb.request_wake(self.spool, self.host, beat):
-                    self.log.event("drain-handed", host=self.host, daemon=beat.pid,
-                                   note="the daemon of this host was idle: it drains now")
-                    return
             holder = {"pid": beat.pid, "role": beat.kind, "since": beat.since.isoformat(timespec="seconds"),
                       "started_by": beat.started_by, "state": beat.state if beat.role == hb.Role.DAEMON else None}
         self.log.event("driver-busy", host=self.host, **holder,

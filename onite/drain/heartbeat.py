@@ -170,9 +170,8 @@ def request_wake(spool: SpoolDir, host: str, beat: Beat) -> bool:
     Raises Refused, SpoolError, SpoolIOError: the spool's locks/ folder is not this user's."""
     if not leave_wake(spool, host):
         return False
-    same_process = beat.machine == os.uname().nodename and (
-        beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks)
-    if same_process:
+    if beat.machine == os.uname().nodename and (
+            beat.start_ticks is None or process_start_ticks(beat.pid) == beat.start_ticks):
         with suppress(OSError):  # it polls for the request every few seconds anyway
             os.kill(beat.pid, signal.SIGUSR2)
     return True

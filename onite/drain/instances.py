@@ -168,15 +168,11 @@ class RecurScheduler:
         wait for it, one at most spooled once it ends (coalesced), never piled up behind or beside it. Found by
         name in the queues and running/, so also one a driver killed before it saved recur.state spooled; one
         spooled for a later fire (a clock set ahead since) holds nothing back, as in ``_baseline``."""
-        latest = instance_name(name, fire)
-        runs = [run for run in self._runs_there().get(name, ()) if run <= latest]
-        return min(runs) if runs else None
-
-    def _runs_there(self) -> dict[str, list[str]]:
-        """``runs_in_flight`` of the templates, listed once a look."""
-        if self._queued_runs is None:
+        if self._queued_runs is None:  # listed once a look
             self._queued_runs = runs_in_flight(self.spool, {name: tpl.uid for name, tpl in self.templates.items()})
-        return self._queued_runs
+        latest = instance_name(name, fire)
+        runs = [run for run in self._queued_runs.get(name, ()) if run <= latest]
+        return min(runs) if runs else None
 
     def try_spool_due(self, now: datetime) -> bool:
         """``spool_due``, an error logged rather than raised (what users put in recur/ must never stop

@@ -76,7 +76,7 @@ def collector(spool: SpoolDir, now: datetime, *, euid: int, host: str, counters:
             oldest[key[:1]] = min(oldest.get(key[:1], ctime_ns), ctime_ns)
     for row in waiting_jobs(spool, stats[:EXAMINE], now, euid=euid, host=host):
         if row["kind"] in WAITS:
-            waiting[("urgent" if row["urgent"] else str(row["priority"]), *((row["user"],) if users else ()))] += 1
+            waiting[(_rank_label(row["priority"] or 0), *who(row["uid"]))] += 1
     running = Counter((entry.host, *who(entry.uid)) for entry in running_entries(spool))
     alive = {beat.host for beat in hb.live_beats(spool, now)} - {leaving}
     up = {(h,): float(h in alive) for h in {*counters, *(beat.host for beat in hb.beats(spool))}}

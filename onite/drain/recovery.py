@@ -53,8 +53,8 @@ class Recovery:
         self.containment = containment
         self.limiter = limiter
         self.make_runner = make_runner  # an executor of another kind, for a run the configured one did not start
-        self.may_reattach = True  # may take back runs that outlived their driver (Slurm)
-        self.may_adopt = True  # may take over runs whose monitor lives (not onite recover: it does not wait for them)
+        # re-attaches Slurm runs and adopts runs whose monitor lives: not onite recover, which waits for none
+        self.watches = True
         self.left: list[str] = []  # claims left as they are: their runs go on under their monitors here
 
     def recover(self) -> None:
@@ -252,7 +252,7 @@ class Recovery:
     def _adopt(self, name: str, path: Path, rec: RunRecord) -> bool:
         """Take over a run whose monitor is alive, as if started here."""
         night = self.night
-        if not self.may_adopt and self.monitor_alive(rec):
+        if not self.watches and self.monitor_alive(rec):
             self.left.append(name)
             night.log.event("left", name, note="still running under its monitor here; this host's next driver adopts it",
                             monitor=rec.monitor_pid, pid=rec.job_pid)
@@ -383,10 +383,10 @@ class Recovery:
         try:
             ended = runner.unwatched_end(run)
         except Unavailable:
-            if not self.may_reattach:
+            if not self.watches:
                 raise
             ended = None  # a driver that watches keeps it, and asks again
-        if ended is None and self.may_reattach and night.runner.reattach(run):
+        if ended is None and self.watches and night.runner.reattach(run):
             night.running[name] = run
             night.log.event("recovered", name, action="re-attached", slurm=run.external_id)
             return True

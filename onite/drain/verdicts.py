@@ -8,6 +8,7 @@ EXAMINE in queue order; another user's job is shown only if held (its marker is 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cached_property
 
 from onite.core.admission import Admit, Busy, admit, head_of, latest_end, room
 from onite.core.errors import ConfigError, JobFormatError
@@ -58,7 +59,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
         except (OSError, BadFile, JobFormatError) as err:
             found.append({**row, "kind": "unreadable", "reason": f"cannot be read: {err}"})
             continue
-        job, _ = edited(job, trusted(doomed.edit_markers(), name), spool.config.max_job_size)  # as the driver sees it
+        job, _ = edited(job, trusted(doomed.edit_markers, name), spool.config.max_job_size)  # as the driver sees it
         asked: list[tuple[str, DepState]] = []  # (after: a key, its state)
 
         def dependency(dep: str) -> DepState:
@@ -96,7 +97,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
                 row["reason"] += f"; then will fail: {then.reason}"
         elif asked and asked[-1][1] is DepState.PENDING:
             dep = asked[-1][0]
-            dep_state = live_entries(spool, dep, holds=doomed.holds())[0] or "finishing"
+            dep_state = live_entries(spool, dep, holds=doomed.holds)[0] or "finishing"
             row.update(kind="after", dependency={"name": shown(dep, reader), "state": dep_state},
                        reason=f"{verdict.reason} ({dep_state})")
         else:
@@ -124,18 +125,16 @@ class _Doomed:
         self.spool, self.withdrawn, self.now, self.host, self.euid, self.reader = (spool, withdrawn, now, host,
                                                                                    euid, reader)
         self.known: dict[str, str] = {}
-        self.edits: dict | None = None  # edit/ and hold/, each listed once, if asked
-        self.marks: dict | None = None
 
+    @cached_property
     def edit_markers(self) -> dict:
-        if self.edits is None:
-            self.edits = read_markers(self.spool.edit_dir)
-        return self.edits
+        """edit/, listed once, if asked."""
+        return read_markers(self.spool.edit_dir)
 
+    @cached_property
     def holds(self) -> dict:
-        if self.marks is None:
-            self.marks = read_markers(self.spool.hold_dir)
-        return self.marks
+        """hold/, listed once, if asked."""
+        return read_markers(self.spool.hold_dir)
 
     def __call__(self, key: str) -> str:
         path: list[str] = []  # followed one link at a time, not by recursion: a chain may be any length
@@ -155,10 +154,10 @@ class _Doomed:
     def _judge(self, key: str) -> tuple[str, str | None]:
         """Why queued job ``key`` fails by itself (its own dependency failed), or the queued dependency it waits
         for first, whose fate is its own; ("", None): it need not fail."""
-        entries = [entry for entry in find_queued(self.spool, key, self.holds()) if owner_or_root(self.euid, entry.uid)]
+        entries = [entry for entry in find_queued(self.spool, key, self.holds) if owner_or_root(self.euid, entry.uid)]
         if not entries:
             return "", None  # running, or not the asker's to read: it may yet succeed
-        job = read_edited(entries[0].path, key, entries[0].uid, self.edit_markers(), self.spool.config.max_job_size)
+        job = read_edited(entries[0].path, key, entries[0].uid, self.edit_markers, self.spool.config.max_job_size)
         if job is None:
             return "", None  # gone meanwhile, or its driver sets it aside and says why
         asked: list[tuple[str, DepState]] = []
