@@ -122,15 +122,12 @@ class Recovery:
             return
         if self._adopt(name, path, rec):
             return
-        # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer)
-        rec = runrecords.read(record_path) or rec  # it may have ended just now
-        if rec.ended:
-            self.stop_orphans(rec)
-            self._file(name, path, rec)
-            return
+        # its monitor is gone and recorded no end: it was killed (kill -9, the OOM killer). It may have ended
+        # just now, or been killed ending what its job left: its leader's status was kept
+        rec = (runrecords.read(record_path) or rec).kept()
         what = self.stop_orphans(rec)
-        if rec.exited is not None:  # killed ending what its job left: its leader's status was kept
-            self._file(name, path, rec.kept())
+        if rec.ended:
+            self._file(name, path, rec)
             return
         self.requeue(name, path, info, f"its monitor was killed and recorded no end ({what})", rerun=True)
 

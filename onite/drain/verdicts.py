@@ -81,13 +81,11 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
             continue
         row["reason"] = verdict.reason
         if isinstance(verdict, Fail):
-            row["kind"] = "will_fail"
-            row["reason"] = f"will fail: {verdict.reason}"
+            row.update(kind="will_fail", reason=f"will fail: {verdict.reason}")
         elif verdict.reason == "held":
             row["kind"] = "held"
         elif verdict.until is not None:
-            row["until"] = verdict.until.isoformat()
-            row["kind"] = "retry" if meta.retrying else "not_before"
+            row.update(until=verdict.until.isoformat(), kind="retry" if meta.retrying else "not_before")
             if meta.retrying:
                 row["reason"] = f"retry back-off: attempt {job.attempt} {verdict.reason}"
             then = evaluate(meta._replace(not_before=None), held=False, now=now, host=host, dependency=dependency,
