@@ -183,16 +183,15 @@ HAND_NAMES = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "tcsh", "csh",
               "screen")
 
 
-def started_by(role: Role, environ=None) -> str:
+def started_by(role: Role) -> str:
     """What started this process: ``cron``, ``timer`` (onite-driver.timer), ``systemd`` (another unit),
     ``hand`` (a terminal, or a shell's command), or ``program NAME`` (the parent's name)."""
-    environ = os.environ if environ is None else environ
     if role == Role.DAEMON:
-        return "systemd" if environ.get("INVOCATION_ID") else _typed_or_program(comm(os.getppid()))
-    said = environ.get("ONITE_STARTED_BY", "")
+        return "systemd" if os.environ.get("INVOCATION_ID") else _typed_or_program(comm(os.getppid()))
+    said = os.environ.get("ONITE_STARTED_BY", "")
     if said in ("cron", "timer", "hand", "systemd"):
         return said
-    if environ.get("INVOCATION_ID"):
+    if os.environ.get("INVOCATION_ID"):
         try:
             with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
                 own = f.read(4096)
