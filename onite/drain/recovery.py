@@ -146,7 +146,11 @@ class Recovery:
             what = f"its run record was damaged (kept in refused/ as {target.name})" if target else \
                 "its run record was damaged"
         stopped = self.stop_orphans(rec) if rec is not None else ""
-        found = self.stop_unrecorded(name)
+        # with no run record, what the run started carries a run id of this host (whose lock we hold: no live
+        # driver has one) and this spool's path; the executor looks for that
+        found = night.runner.recover_unrecorded(name, str(night.spool.root),
+                                                lambda run_id: run_id_host(run_id) == night.host,
+                                                night.config.kill_grace.total_seconds(), owner=_owner(path))
         self.requeue(name, path, rec.info if rec is not None else {}, "; ".join(filter(None, (what, stopped, found))),
                      rerun=True)
 
@@ -425,15 +429,6 @@ class Recovery:
         killed = stop_leftovers(rec, self.containment, self.limiter, str(self.night.spool.root),
                                 str(rec.get("name") or ""), str(rec.get("run_id") or ""))
         return "its processes were killed" if killed else "none of its processes was running"
-
-    def stop_unrecorded(self, name: str) -> str:
-        """A claim with no run record: what the run started carries a run id of this host (whose lock
-        we hold: no live driver has one) and this spool's path; the executor looks for that."""
-        night = self.night
-        ours = lambda run_id: run_id_host(run_id) == night.host  # noqa: E731
-        return night.runner.recover_unrecorded(name, str(night.spool.root), ours,
-                                               night.config.kill_grace.total_seconds(),
-                                               owner=_owner(night.running_dir / name))
 
     def runner_of(self, info: dict) -> Runner:
         """The executor that started the run (after a change of ``executor`` a Slurm job must still be cancelled)."""
