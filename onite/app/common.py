@@ -7,7 +7,7 @@ import os
 import sys
 
 from onite.core.errors import InvalidInput
-from onite.core.names import shown
+from onite.core.names import resolve, shown
 from onite.spool.paths import SpoolDir
 
 
@@ -69,8 +69,6 @@ def read_job_text(limit: int) -> bytes:
 def key_for(text: str, *, what: str = "job name") -> str:
     """A command's job argument as a key: ``NAME`` is the caller's job, ``USER:NAME`` USER's.
     Raises InvalidInput: neither."""
-    from onite.core.names import resolve
-
     return resolve(text, me(), what=what)
 
 
