@@ -20,7 +20,7 @@ from onite.spool.log import lines_back, parse_line
 WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
                     "refused"})
 FINAL = ("done", "failed", "cancelled")
-JOB_LINES = frozenset(("start", *FINAL))  # made once: ``in ("start", *FINAL)`` made that tuple again at each line
+JOB_LINES = frozenset(("start", *FINAL))
 SKEW = timedelta(minutes=10)  # read this much further back: hosts' clocks differ, their lines interleave
 LOOKBACK = timedelta(days=45)  # no drain that ran a job in this long: there is no last session
 
@@ -88,27 +88,22 @@ _when = functools.lru_cache(maxsize=1024)(datetime.fromisoformat)
 def read_back(paths: Iterable[Path]) -> Iterator[Event]:
     """The wanted events of the log, newest first, across ``paths`` (newest file first)."""
     for path in paths:
-        for line in _lines_back(path):
-            head = line.split(" ", 3)
-            if len(head) < 3 or head[2] not in WANTED:
-                continue
-            host, _, pid = head[1].rpartition("[")
-            if not host or not pid.endswith("]"):
-                continue
-            try:
-                when, number = _when(head[0]), int(pid[:-1])
-            except ValueError:
-                continue
-            rest = head[3] if len(head) > 3 else ""
-            first = rest.split(" ", 1)[0]
-            name = first if first and "=" not in first else ""  # a job name has no "="
-            yield Event(when, host, number, head[2], name, line if '"' in rest else rest)
-
-
-def _lines_back(path: Path) -> Iterator[str]:
-    """``lines_back``; none from a log file that cannot be read."""
-    with contextlib.suppress(SpoolIOError):
-        yield from lines_back(path)
+        with contextlib.suppress(SpoolIOError):  # a log file that cannot be read has no lines
+            for line in lines_back(path):
+                head = line.split(" ", 3)
+                if len(head) < 3 or head[2] not in WANTED:
+                    continue
+                host, _, pid = head[1].rpartition("[")
+                if not host or not pid.endswith("]"):
+                    continue
+                try:
+                    when, number = _when(head[0]), int(pid[:-1])
+                except ValueError:
+                    continue
+                rest = head[3] if len(head) > 3 else ""
+                first = rest.split(" ", 1)[0]
+                name = first if first and "=" not in first else ""  # a job name has no "="
+                yield Event(when, host, number, head[2], name, line if '"' in rest else rest)
 
 
 def collect(events: Iterator[Event], start: datetime | None, boundary: Callable[[datetime], datetime],
