@@ -64,12 +64,10 @@ def headline_parts(data: ReportData) -> list[tuple[str, str]]:
     if counts["cancelled"]:
         parts.append(("cancelled", f"{counts['cancelled']} cancelled"))
     parts += left_parts(data)
-    rerun = sum(any(view.state == "failed" for view in before) for before in data.reruns.values())
-    if rerun:
-        parts.append(("failed", f"{rerun} run again after a failure"))
-    recancelled = sum(any(view.state == "cancelled" for view in before) for before in data.reruns.values())
-    if recancelled:
-        parts.append(("cancelled", f"{recancelled} run again after a cancel"))
+    for state, what in (("failed", "a failure"), ("cancelled", "a cancel")):
+        rerun = sum(any(view.state == state for view in before) for before in data.reruns.values())
+        if rerun:
+            parts.append((state, f"{rerun} run again after {what}"))
     if data.pruned:
         parts.append(("pruned", f"{len(data.pruned)} earlier results pruned (keep = {data.keep})"))
     return parts
@@ -203,16 +201,11 @@ def next_step(data: ReportData, job: JobView) -> str:
         return ""
     if is_timeout(job):
         return f"onite restart {label(job.name)} --timeout {format_duration(longer_limit(job.duration or 0))}"
-    asked = asked_mem(job)
-    if asked:  # run as it was, it is killed at the same size again
-        return f"onite restart {label(job.name)} --mem {format_mem(asked * 2)}"
+    # killed for its memory, run as it was, it is killed at the same size again; ``mem`` (MiB) is from its record
+    # or (a view from the log alone, as status reads it) the ``mem=`` of the line that filed it
+    if job.reason.startswith(OUT_OF_MEMORY) and job.mem:
+        return f"onite restart {label(job.name)} --mem {format_mem(job.mem * 2)}"
     return f"onite restart {label(job.name)}"
-
-
-def asked_mem(job: JobView) -> int | None:
-    """The MiB a job killed for its memory had asked for: its ``mem``, from its record or (a view from the log
-    alone, as status reads it) the ``mem=`` of the line that filed it; None for any other job, or a line without it."""
-    return job.mem if job.reason.startswith(OUT_OF_MEMORY) and job.mem else None
 
 
 def output_command(job: JobView) -> str:
