@@ -162,11 +162,6 @@ def slurm_wait_of(spool: SpoolDir, key: str) -> str:
     return ""
 
 
-def slurm_waiting(state: str, reason: str | None) -> str:
-    """A running job's reason while its Slurm job has not started: ``pending in Slurm (Resources)``."""
-    return f"{state.lower()} in Slurm" + (f" ({reason})" if reason and reason != "None" else "")
-
-
 def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
     ``queued``, ``started`` and (once its end is recorded) ``ended`` as datetimes; a Slurm job's start in Slurm
@@ -181,8 +176,9 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
         info["ended"] = parse_stamp(record.ended_at)
     if record.slurm_state is not None:  # handed to Slurm: it started when Slurm says, if it has
         info["started"] = parse_stamp(record.slurm_started)
-        if info["started"] is None:
-            info["waiting"] = slurm_waiting(record.slurm_state, record.slurm_reason)
+        if info["started"] is None:  # ``pending in Slurm (Resources)``
+            reason = record.slurm_reason
+            info["waiting"] = f"{record.slurm_state.lower()} in Slurm" + (f" ({reason})" if reason and reason != "None" else "")
     for key, read in (("rank", lambda: v.integer(data, "rank", 0, MAX_PRIORITIES)),
                       ("attempt", lambda: v.integer(data, "attempt", 1, MAX_RETRIES + 1)),
                       ("external_id", lambda: v.optional_text(data, "external_id"))):
