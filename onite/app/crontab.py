@@ -182,7 +182,8 @@ def install_problem(command: str) -> str | None:
         home = next((home for home in homes if path.startswith(home + "/")), None)
         if home is not None:
             return f"{path} is in the home directory {home}"
-        checkout = next((folder for folder in _folders(path)[:-1] if _is_checkout(folder)), None)
+        checkout = next((folder for folder in _folders(path)[:-1]
+                         if any(os.path.exists(os.path.join(folder, mark)) for mark in (".git", "pyproject.toml"))), None)
         if checkout is not None:
             return f"{path} is in the checkout {checkout}"
     return None
@@ -191,10 +192,6 @@ def install_problem(command: str) -> str | None:
 def _folders(path: str) -> list[str]:
     """The folders ``path`` is in, nearest first, ``/`` (or ``.``, for a relative path) last."""
     return [str(folder) for folder in PurePosixPath(path).parents]
-
-
-def _is_checkout(folder: str) -> bool:
-    return any(os.path.exists(os.path.join(folder, mark)) for mark in (".git", "pyproject.toml"))
 
 
 def _mode(path: str) -> int:
