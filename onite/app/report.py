@@ -41,7 +41,7 @@ from onite.core.policy import owner_or_root
 from onite.core.queue import reason_as_read
 from onite.core.safetext import printable, quoted
 from onite.core.schedule import next_drain
-from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_when
+from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_stamp, parse_when
 
 SHOWN_FAILURES = 20  # failures told in full (reason, output, command); the table has every one
 SHOWN_WAITING = 10  # jobs not finished listed on a terminal; JSON has the first verdicts.EXAMINE
@@ -290,7 +290,7 @@ def queued_again(spool: SpoolDir, job: JobView) -> bool:
         return False
     try:
         return bool(find_queued(spool, job.name) or find_running(spool, job.name))
-    except OniteError:  # a folder that cannot be read: as before, the restart is offered
+    except OniteError:  # a folder that cannot be read: the restart is offered
         return False
 
 
@@ -475,12 +475,9 @@ def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
     if alive:
         return f"running on {view.host}{since}"
     record = runrecords.read(spool.run_record_path(view.host, view.name))
-    ended = None
-    if record is not None and record.ended and record.ended_at:
-        with contextlib.suppress(ValueError):
-            ended = datetime.fromisoformat(record.ended_at).astimezone()
+    ended = parse_stamp(record.ended_at) if record is not None and record.ended else None  # as list reads it
     at = f" at {view.started.astimezone():%H:%M}" if view.started else ""
-    what = f"ended at {ended:%H:%M}" if ended else f"handed to Slurm by {view.host}, {view.reason} when it last looked" \
+    what = f"ended at {ended.astimezone():%H:%M}" if ended else f"handed to Slurm by {view.host}, {view.reason} when it last looked" \
         if waits_in_slurm(view) else f"started on {view.host}{at}"
     last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
     why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT_RECORD else ""
