@@ -205,12 +205,13 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             return JobsWaited(order, finals, {})
         if deadline is not None and clock.monotonic() >= deadline:
             still = {n: watches[n].live or "finishing" for n in order if n not in finals}
+            why = {}
             if "running" in still.values():
                 from onite.app.listing import slurm_wait_of  # a timeout with jobs running: rare
 
-                why = {n: slurm_wait_of(spool, watches[n].name) for n, live in still.items() if live == "running"}
-                return JobsWaited(order, finals, still, timed_out=True, why={n: w for n, w in why.items() if w})
-            return JobsWaited(order, finals, still, timed_out=True)
+                why = {n: w for n, live in still.items()
+                       if live == "running" and (w := slurm_wait_of(spool, watches[n].name))}
+            return JobsWaited(order, finals, still, timed_out=True, why=why)
         if announce is not None and delay == POLL_FIRST:
             left = [n for n in order if n not in finals]
             note = undrained(spool, clock.now()) if any(watches[n].live == "queued" for n in left) else ""
