@@ -103,11 +103,11 @@ def remove(spool: SpoolDir, name: str, caller_uid: int) -> list[str]:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise NotFound(f"no recurring job {label(name)!r}", "see onite recur list") from None
-    if not owner_or_root(caller_uid, st.st_uid):
+        st = None
+    if st is not None and not owner_or_root(caller_uid, st.st_uid):
         raise Refused(f"recurring job {label(name)!r} belongs to {user_name(st.st_uid)}",
                       "you may remove only your own recurring jobs")
-    if not remove_file(path):
+    if st is None or not remove_file(path):  # not there, or removed meanwhile
         raise NotFound(f"no recurring job {label(name)!r}", "see onite recur list")
     return sorted(runs_in_flight(spool, {name: st.st_uid}).get(name, ()))
 
