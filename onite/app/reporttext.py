@@ -193,10 +193,9 @@ def failure_notes(data: ReportData, job: JobView) -> tuple[tuple[str, ...], str]
 def next_step(data: ReportData, job: JobView) -> str:
     """What to do about a failed job: ``onite restart slow --timeout 2h`` after a timeout (twice the time it ran,
     rounded up), ``onite restart big --mem 8G`` after it was killed for its memory (twice what it asked),
-    ``onite restart etl`` after another failure (once its output is read); "" where it is queued or running
-    again (restarted already: a restart would be refused), where a restart would
-    not rerun that run (its record pruned, replaced or damaged) or cannot help (it never ran; it was stopped at
-    max_output: run as it was, it writes as much again)."""
+    ``onite restart etl`` after another failure; "" where it is queued or running again (a restart would be
+    refused), where a restart would not rerun that run (told by the log alone) or cannot help (stopped at
+    max_output, it writes as much again)."""
     if data.from_log(job) or job.reason == OUTPUT_STOPPED or job.name in data.again:
         return ""
     if is_timeout(job):
