@@ -101,19 +101,15 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                                        "check the name with onite list --all")
                 known.add(dep)
         if job.after and not unique:  # a name made unique is new: no job waits for it yet
+            from onite.core.queue import dependency_cycle
+
             after_of = after_of or _waits_for(spool)
-            _refuse_cycle(job, after_of)
-
-
-def _refuse_cycle(job: Job, after_of) -> None:
-    """InvalidInput if ``job`` would wait for itself (A after B, B after A: neither would ever run)."""
-    from onite.core.queue import dependency_cycle
-
-    cycle = dependency_cycle(job.name, job.after, after_of)
-    if cycle is not None:
-        raise InvalidInput(f"job {label(job.name)!r} would wait for itself: "
-                           f"{' → '.join(map(label, cycle))}, and none of them would ever run",
-                           "drop that --after, or first change what the others wait for (onite edit NAME --after …)")
+            cycle = dependency_cycle(job.name, job.after, after_of)  # A after B, B after A: neither would ever run
+            if cycle is not None:
+                raise InvalidInput(f"job {label(job.name)!r} would wait for itself: "
+                                   f"{' → '.join(map(label, cycle))}, and none of them would ever run",
+                                   "drop that --after, or first change what the others wait for "
+                                   "(onite edit NAME --after …)")
 
 
 def _waits_for(spool: SpoolDir):
