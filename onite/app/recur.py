@@ -7,6 +7,7 @@ templates cannot be read: their rules are shown from recur.state, which the driv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -157,7 +158,10 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
             priority, urgent = known_priority(known)
         except (OSError, BadFile, OniteError) as err:
             rule, priority, urgent, problem = None, None, False, str(err)
-        upcoming_fire = _next_fire(rule, now) if rule is not None and not problem else None
+        upcoming_fire = None
+        if rule is not None and not problem:
+            with contextlib.suppress(InvalidInput):  # a cron rule that stops firing, or one past onite's last time
+                upcoming_fire = next_fire(rule, now)
         # as the driver will look at that fire: a run spooled for a later one holds nothing back
         waits = [run for run in runs.get(name, ())
                  if upcoming_fire is None or run <= instance_name(name, upcoming_fire)]
@@ -166,14 +170,6 @@ def templates(spool: SpoolDir, now: datetime, set_aside: dict[int, int] | None =
                                   next=upcoming_fire, last=parse_stamp(known.get("last")), problem=problem,
                                   waits_for=label(min(waits)) if waits else ""))
     return views
-
-
-def _next_fire(rule, now: datetime) -> datetime | None:
-    """The rule's next fire after ``now``, or None if it has none."""
-    try:
-        return next_fire(rule, now)
-    except InvalidInput:  # a cron rule that stops firing, or one past the last time onite takes
-        return None
 
 
 def templates_json(views: list[TemplateView], now: datetime) -> str:
