@@ -32,8 +32,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = os.geteuid() == 0
+# no time limit per example: a test never asserts a timing, and a loaded machine makes any limit a flake
+settings.register_profile("onite", deadline=None)
+settings.load_profile("onite")
 REPO = Path(__file__).resolve().parent.parent
 
 # No test depends on this machine's /etc/onite.toml or /var/spool/onite: every test's system spool is one
