@@ -89,29 +89,24 @@ def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
     return pinned and contain.group_has_others(job)
 
 
-def clean_up(plan: Plan, job: int, *, pinned: bool, over=None, keep_groups: bool = False,
-             grace: float | None = None) -> bool:
+def clean_up(plan: Plan, job: int, *, pinned: bool, over=None, grace: float | None = None) -> bool:
     """End what the job left running (TERM, then KILL after ``grace``, default kill_grace, at once once
-    ``over()`` says so) and remove its cgroups (unless ``keep_groups``: its use is read from them next);
-    False if something of it could not be ended."""
+    ``over()`` says so); False if something of it could not be ended. Its cgroups stay (remove_groups)."""
     def alive() -> bool:
         return left_running(plan, job, pinned=pinned)
 
-    left = False
-    if alive():
-        signal_all(plan, job, signal.SIGTERM, pinned=pinned)
-        deadline = time.monotonic() + (plan.kill_grace if grace is None else grace)
-        while alive() and time.monotonic() < deadline and not (over is not None and over()):
-            time.sleep(0.02)
-        tries = 0
-        while alive() and tries < 500:  # a fork bomb is caught on a later round
-            signal_all(plan, job, signal.SIGKILL, pinned=pinned)
-            time.sleep(0.01)
-            tries += 1
-        left = alive()
-    if not keep_groups:
-        remove_groups(plan)
-    return not left
+    if not alive():
+        return True
+    signal_all(plan, job, signal.SIGTERM, pinned=pinned)
+    deadline = time.monotonic() + (plan.kill_grace if grace is None else grace)
+    while alive() and time.monotonic() < deadline and not (over is not None and over()):
+        time.sleep(0.02)
+    tries = 0
+    while alive() and tries < 500:  # a fork bomb is caught on a later round
+        signal_all(plan, job, signal.SIGKILL, pinned=pinned)
+        time.sleep(0.01)
+        tries += 1
+    return not alive()
 
 
 def end_unreported(plan: Plan) -> bool:

@@ -168,20 +168,20 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
     if status is None:
         _record_end(plan, sock, {"event": "failed", "reason": LOST, "at": _now()}, f"failed {LOST}")
         _close_session(plan)
-        return 0 if jobend.clean_up(plan, job, pinned=False) else 1
+        ended = jobend.clean_up(plan, job, pinned=False)
+        jobend.remove_groups(plan)
+        return 0 if ended else 1
     _record(plan, {"event": "exited", "status": status, "at": _now()})  # kept should this process die cleaning up
     reaped = False
     ended_all = True
     if jobend.left_running(plan, job, pinned=True):  # ended before the run's end is told: its slot is held till then
         grace = None if kill_at is None else max(kill_at - time.monotonic(), 0.0)  # a stop's KILL keeps its time
-        ended_all = jobend.clean_up(plan, job, pinned=True, over=_hurry(plan, sock, outputs), keep_groups=True,
-                                    grace=grace)
-    left = not ended_all
+        ended_all = jobend.clean_up(plan, job, pinned=True, over=_hurry(plan, sock, outputs), grace=grace)
     used = limits.usage(plan.usage_reads)  # read before its cgroups go
     source = "cgroup"
     if "peak_mem" not in used or "cpu" not in used:
         source = "rusage" if not plan.limit_groups else "cgroup+rusage"
-        if not left:  # only the rusage of its leader (and the children it waited for) says the rest: reaped now
+        if ended_all:  # only the rusage of its leader (and the children it waited for) says the rest: reaped now
             rusage, reaped = jobend.reap_leader(job), True
             if rusage is not None:
                 used.setdefault("peak_mem", int(rusage.ru_maxrss) * 1024)
@@ -263,23 +263,21 @@ def _watch(plan: Plan, sock: socket.socket, job: int, outputs: dict[int, int]):
         if status is not jobend.RUNNING:
             return status, kill_at
         now = time.monotonic()
+        ours = None  # a stop this process decides, which it records (a driver's is in the record already)
         if stopping is None and _ASKED:
             _ASKED.clear()
             stopping = _asked_stop(plan)
-            if stopping is not None:
-                _tell(sock, f"stop {stopping}")
-                jobend.signal_all(plan, job, signal.SIGKILL if stopping == "shutdown" else signal.SIGTERM)
-                kill_at = now if stopping == "shutdown" else now + plan.kill_grace
         if stopping is None and deadline is not None and now >= deadline:
-            stopping = "timeout"
+            stopping = ours = "timeout"
         if stopping is None and look_at_output is not None and now >= look_at_output:
             look_at_output = now + OUTPUT_CHECK
-            stopping = "output" if _written(outputs) > plan.max_output else None
-        if stopping in ("timeout", "output") and kill_at is None:
-            kill_at = now + plan.kill_grace
-            _record(plan, {"event": "stop", "why": stopping, "by": None})
+            stopping = ours = "output" if _written(outputs) > plan.max_output else None
+        if stopping is not None and kill_at is None:
+            if ours is not None:
+                _record(plan, {"event": "stop", "why": ours, "by": None})
             _tell(sock, f"stop {stopping}")
-            jobend.signal_all(plan, job, signal.SIGTERM)
+            jobend.signal_all(plan, job, signal.SIGKILL if stopping == "shutdown" else signal.SIGTERM)
+            kill_at = now if stopping == "shutdown" else now + plan.kill_grace
         if kill_at is not None and now >= kill_at:
             jobend.signal_all(plan, job, signal.SIGKILL)
             kill_at = now + KILL_AGAIN  # a fork bomb is caught on a later round
