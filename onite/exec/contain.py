@@ -163,7 +163,7 @@ def is_populated(path: str) -> bool:
     try:
         events = read_file(f"{path}/cgroup.events")
     except OSError:  # gone, or a cgroup v1 group, which has no cgroup.events
-        return bool(cgroup_pids(path))
+        events = b""
     for line in events.splitlines():
         if line.startswith(b"populated "):
             return line.split()[1] != b"0"

@@ -25,9 +25,9 @@ def interpreter(body: bytes, shell: str) -> tuple[bytes, ...]:
     if body.startswith(b"#!"):
         line = body[2:].split(b"\n", 1)[0].strip(b" \t\r")
         if line:
-            parts = line.replace(b"\t", b" ").split(b" ", 1)
-            arg = parts[1].strip(b" ") if len(parts) > 1 else b""
-            return (parts[0],) + ((arg,) if arg else ()) + (SCRIPT,)
+            program, _, arg = line.replace(b"\t", b" ").partition(b" ")
+            arg = arg.strip(b" ")
+            return (program, *((arg,) if arg else ()), SCRIPT)
     return (os.fsencode(shell), SCRIPT)
 
 

@@ -121,9 +121,7 @@ class Limiter:
     def groups_of(self, groups: tuple[str, ...]) -> tuple[str, ...]:
         """The v1 groups a dead run's record names that are this driver's to touch: a run's own group
         right under one of its folders (a record is root's, but it is checked all the same)."""
-        bases = tuple(f"{base}/" for base in self.v1.values())
-        return tuple(g for g in groups if g.startswith(bases) and "/" not in
-                     g[len(next(b for b in bases if g.startswith(b))):] and ".." not in g)
+        return tuple(g for g in groups if g.rpartition("/")[0] in self.v1.values() and ".." not in g)
 
     def remove_folders(self) -> None:
         """As the driver ends: remove its empty v1 folders (a driver that finds one gone makes it again)."""

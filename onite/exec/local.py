@@ -244,9 +244,8 @@ class LocalRunner(Runner):
                     # own first, so it is filed, not rerun
                     run.stopping = None
                 finished.append((run, stopped_outcome(outcome, run.stopping, run.cancelled_by) or outcome))
-        if finished:
-            done = {id(run) for run, _ in finished}
-            self.runs = [run for run in self.runs if id(run) not in done]
+        done = {run for run, _ in finished}  # a Run is hashed by its identity
+        self.runs = [run for run in self.runs if run not in done]
         lingering, self._lingering = self._lingering, []
         for mon in lingering:
             mon.messages()
@@ -365,7 +364,6 @@ class LocalRunner(Runner):
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """A claim with no run record: its processes, if any, are found by their environment."""
-        killed = stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace)
-        if killed:
+        if killed := stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace):
             return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
         return "no run record, and none of its processes was running"

@@ -49,18 +49,17 @@ def discover(mode: str, service: str, root: bool) -> Pam:
 _LOADED: list = []  # a handle of the service, never ended: its modules stay loaded in the monitor
 
 
-def load(path: str, service: str) -> str:
+def load(path: str, service: str) -> None:
     """Import pamela from ``path`` and load ``service``'s modules (ahead of a monitor's first run: a
-    session then costs a millisecond, not ten); "" or why it cannot be."""
+    session then costs a millisecond, not ten); a failure here is the first run's to report."""
     if path not in sys.path:
         sys.path.append(path)
     try:
         import pamela
 
         _LOADED.append(pamela.pam_start(service, "root"))
-    except Exception as err:
-        return f"PAM cannot be loaded: {type(err).__name__}: {err}"
-    return ""
+    except Exception:
+        pass
 
 
 def start(service: str, user: str, fork_job, leave) -> tuple[int | None, str, list]:

@@ -90,8 +90,7 @@ def unsupported_directive(script: bytes) -> str | None:
         except ValueError:
             continue  # sbatch itself will complain about the quoting
         for word in words:
-            what = _REFUSED.get(_option(word))
-            if what:
+            if what := _REFUSED.get(_option(word)):
                 return f"'#SBATCH {word}' is not supported: {what}"
     return None
 

@@ -127,11 +127,9 @@ class SlurmRunner(Runner):
         job = run.job
         env = job_environment(run, switch_user=self.switch_user)
         script = sbatch.script_text(job.body, self.config.shell)
-        problem = sbatch.unsupported_directive(script)
-        if problem:
+        if problem := sbatch.unsupported_directive(script):
             raise SpawnError(problem)
-        too_big = sbatch.oversized_variable(env)
-        if too_big:
+        if too_big := sbatch.oversized_variable(env):
             raise SpawnError(f"its environment variable {too_big} exceeds the kernel's 128 KiB limit for one variable")
         # its directory is entered as the owner, by the wrapper sbatch runs behind (as_owner_in): a look
         # as root first would tell a user about directories they may not enter
@@ -341,8 +339,6 @@ class SlurmRunner(Runner):
                 finished.append((run, squeue.lost(run.external_id)))
                 continue
             self._note_start(run, status)
-            if not status.is_final:
-                self._note_state(run, status)
             if status.is_final:
                 if status.state != "CANCELLED" and run.stopping in (Stop.SHUTDOWN, Stop.CANCEL):
                     run.stopping = None  # it ended on its own first: record what it did, do not requeue
@@ -350,7 +346,9 @@ class SlurmRunner(Runner):
                 if status.restarts and ended.never_started:  # it ran, then Slurm requeued it
                     ended = ended._replace(never_started=False)
                 finished.append((run, ended))
-            elif run.stopping is None and status.restarts:
+                continue
+            self._note_state(run, status)
+            if run.stopping is None and status.restarts:
                 # started, and put back in Slurm's queue (its owner may undo --no-requeue): it would run again
                 self.stop(run, Stop.CANCEL, by=f"onite: Slurm requeued it ({status.state}, {status.reason}) after "
                                                "it had started, and onite runs a job once")
@@ -361,12 +359,11 @@ class SlurmRunner(Runner):
         return self._done(finished)
 
     def _done(self, finished: list[tuple[Run, Outcome]]) -> list[tuple[Run, Outcome]]:
-        if finished:
-            done = {id(run) for run, _ in finished}
-            self.runs = [run for run in self.runs if id(run) not in done]
-            self._started.difference_update(run.external_id for run, _ in finished)
-            for run, _ in finished:
-                self._noted.pop(run.external_id, None)
+        done = {run for run, _ in finished}  # a Run is hashed by its identity
+        self.runs = [run for run in self.runs if run not in done]
+        for run in done:
+            self._started.discard(run.external_id)
+            self._noted.pop(run.external_id, None)
         return finished
 
     def _note_start(self, run: Run, status: squeue.JobStatus) -> None:
