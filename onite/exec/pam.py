@@ -87,10 +87,9 @@ def start(service: str, user: str, fork_job, leave) -> tuple[int | None, str, li
         os.close(read)
         os.waitpid(child, 0)  # once it is reaped, the job is this monitor's child
     try:
-        job, report, missed = json.loads(data)
+        return tuple(json.loads(data))  # what the child wrote: empty or cut short if it died
     except ValueError:
         return None, f"pam 0 its PAM session for {user} could not be opened: the process opening it died", []
-    return job, report, missed
 
 
 def _open(service: str, user: str) -> str:

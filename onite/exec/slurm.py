@@ -60,9 +60,9 @@ class Submission:
     out_fd: int
     err_fd: int
     deadline: float  # on the driver's monotonic clock: killed if still running then
-    pidfd: int | None = None  # readable once it has exited (None: it is polled)
-    record_fd: int | None = None  # its run's record (O_APPEND), where its job's id goes; closed with it
-    script_size: int = 0
+    pidfd: int | None  # readable once it has exited (None: it is polled)
+    record_fd: int | None  # its run's record (O_APPEND), where its job's id goes; closed with it (None: an Unsure's)
+    script_size: int
 
     def close(self) -> None:
         for fd in (self.out_fd, self.err_fd, self.pidfd, self.record_fd):
@@ -78,11 +78,10 @@ class Unsure:
     at: float  # on the driver's monotonic clock
     fails_with: str  # the run's reason if Slurm answers and has no job of it
     unsent: str | None  # sbatch said it never reached the controller: the Unavailable reason if Slurm cannot be asked
-    record_fd: int | None  # its run's record, where the id goes once found
+    record_fd: int  # its run's record, where the id goes once found
 
     def close(self) -> None:
-        if self.record_fd is not None:
-            os.close(self.record_fd)
+        os.close(self.record_fd)
 
 
 def _limit_files() -> None:
@@ -140,16 +139,16 @@ class SlurmRunner(Runner):
         error = stderr_file if job.stderr_separate else None
         record_fd = os.dup(record_fd)
         try:
-            sub = self._launch(run, script, env, output, error)
+            sub = self._launch(run, script, env, output, error, record_fd)
         except BaseException:
             os.close(record_fd)
             raise
-        sub.record_fd, sub.script_size = record_fd, len(script)
         run.nice = self._nice(run)
         self._submitting[run.run_id] = sub
         self.runs.append(run)
 
-    def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None):
+    def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None,
+                record_fd: int) -> Submission:
         """Start sbatch with ``script`` on its stdin, as the run's owner (when switching users), in ``/``."""
         job = run.job
         env_fd = memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
@@ -183,8 +182,8 @@ class SlurmRunner(Runner):
             pidfd = os.pidfd_open(proc.pid)
         except OSError:
             pidfd = None  # polled instead
-        return Submission(proc=proc, out_fd=fds[1], err_fd=fds[2], pidfd=pidfd,
-                          deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
+        return Submission(proc=proc, out_fd=fds[1], err_fd=fds[2], pidfd=pidfd, record_fd=record_fd,
+                          script_size=len(script), deadline=self.clock.monotonic() + SBATCH_TIMEOUT)
 
     def _took(self, run: Run, sub: Submission) -> Outcome | None:
         """An sbatch that is over: None once its job id is taken (or Slurm is to be asked for it), else why not."""
@@ -212,15 +211,14 @@ class SlurmRunner(Runner):
         self._taken(run, job_id, sub.record_fd)
         return None
 
-    def _taken(self, run: Run, job_id: str, record_fd: int | None) -> None:
+    def _taken(self, run: Run, job_id: str, record_fd: int) -> None:
         """``run`` is Slurm's job ``job_id``: it is recorded, and watched from now on."""
         run.external_id = job_id
-        if record_fd is not None:
-            try:
-                runrecords.append(record_fd, {"event": "submitted", "external_id": job_id})
-            except OSError as error:  # recovery finds it by the run's id in its comment all the same
-                if self.log is not None:
-                    self.log.event("warning", run.name, error=f"cannot record its Slurm job id: {error.strerror}")
+        try:
+            runrecords.append(record_fd, {"event": "submitted", "external_id": job_id})
+        except OSError as error:  # recovery finds it by the run's id in its comment all the same
+            if self.log is not None:
+                self.log.event("warning", run.name, error=f"cannot record its Slurm job id: {error.strerror}")
         run.announced = True
         if run.stopping is not None:  # stopped while sbatch ran: now there is a job to cancel
             self._cancel(run)
