@@ -86,7 +86,7 @@ def stop_leftovers(rec: RunRecord | None, containment: contain.Containment, limi
     cgroup, groups = (rec.cgroup, limiter.groups_of(rec.groups)) if rec is not None else (None, ())
     pgid = (rec.job_pid if rec is not None else None) or pgid
     ours = lambda found: found == run_id  # noqa: E731
-    if cgroup and base and cgroup.startswith(f"{base}/") and "/" not in cgroup[len(base) + 1:]:
+    if cgroup and base and cgroup.rpartition("/")[0] == base:
         killed = contain.is_populated(cgroup)
         if killed:
             contain.kill_cgroup(cgroup)
