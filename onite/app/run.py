@@ -15,6 +15,7 @@ from onite.core.safetext import printable
 from onite.drain import heartbeat as hb
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
+from onite.spool.trust import may_drive
 
 # `run --detach` waits for its background driver's word; this bound only keeps a driver that never
 # gets to say it (a machine stalled for minutes) from holding the command line forever
@@ -105,7 +106,7 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
     if host:
         check_name(host, what="host name")
     target = open_spool(spool)
-    if os.geteuid() != 0 and not os.access(target.running_root, os.W_OK):  # a personal spool's owner may
+    if not may_drive(target):
         raise Refused("onite daemon --wake is for root: the locks of this spool are its owner's",
                       "ask root to run: sudo onite daemon --wake")
     host = host or default_host(target.config)
@@ -127,7 +128,7 @@ def host_claims(spool: str | None, host: str) -> tuple[SpoolDir, list[str]]:
 
     check_name(host, what="host name")
     target = open_spool(spool)
-    if os.geteuid() != 0 and not os.access(target.running_root, os.W_OK):  # a personal spool's owner may
+    if not may_drive(target):
         raise Refused("onite recover is for root", "run it with sudo")
     return target, [entry.name for entry in running_entries(target, host)]
 

@@ -36,6 +36,12 @@ def problems(root: Path, owner: int, *, modes: bool = True) -> list[str]:
     return found
 
 
+def may_drive(spool: SpoolDir) -> bool:
+    """May this process drive ``spool`` (drain it, wake its daemon, recover a host's claims): root, or the owner
+    of a personal spool, the one user who may write its running/ (check_drainable says, in full, why one may not)."""
+    return os.geteuid() == 0 or os.access(spool.running_root, os.W_OK)
+
+
 def check_drainable(spool: SpoolDir, command: str) -> None:
     """May this process drain ``spool`` (``command``: what to run as root, for the hint)?
 
@@ -44,7 +50,7 @@ def check_drainable(spool: SpoolDir, command: str) -> None:
     spool.check()
     if not spool.running_root.is_dir():
         raise SpoolError(f"no running/ folder in {spool.root}", "run onite init to repair the spool")
-    if not os.access(spool.running_root, os.W_OK):
+    if not os.access(spool.running_root, os.W_OK):  # root too, on a read-only file system
         if _read_only(spool.running_root):  # no user could: not a matter of whose spool it is
             raise SpoolError(f"cannot write {spool.running_root}: the spool's file system is read-only",
                              "remount it read-write, then drain it")
