@@ -413,6 +413,29 @@ def test_a_damaged_run_record_is_read_as_damage(spool, workdir, damage):
     assert all(f"kept in refused/ as {path.name})" in recovered for path in kept), recovered  # its very name
 
 
+def test_a_record_line_a_full_disk_cut_short_is_no_damage_to_the_lines_after_it(spool, workdir):
+    """A full disk cut a line of a running job's record short (the driver's stop line, say); the monitor's lines
+    were appended to it. Recovery read that as a damaged record and ran the job again; the line after the cut
+    is read whole, and the job is filed once, as it ended."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    gate.touch()
+    submit("cut", f"echo run >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / "root:cut@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    with open(record, "ab") as handle:
+        handle.write(b'{"event":"stop","why":"cance')
+    gate.unlink()
+    wait_for(lambda: '"event":"ended"' in record.read_text(), what="its monitor to record the end")
+    assert b'"cance{"event":"exited"' in record.read_bytes()
+    assert drain(spool).returncode == 0
+    assert result(spool, "cut")["state"] == "done"
+    assert ledger.read_text().split() == ["run"]
+    assert not list((spool / "refused").glob("root:cut@run@*"))
+
+
 def test_a_run_whose_claimed_file_was_deleted_is_filed_as_lost(spool, workdir):
     """The claimed job file is deleted while no driver runs (an admin's rm): its run record says a run
     was started; recovery files the job as lost, with a result and a log line, never silently."""

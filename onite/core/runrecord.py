@@ -112,7 +112,8 @@ def line(data: dict) -> bytes:
 
 def parse(data: bytes) -> RunRecord | None:
     """The record ``data`` holds; None if its first line is not the driver's. A partial last line (being
-    written) is skipped, and a damaged one marks the record ``damaged``."""
+    written) is skipped, a line cut short by a full disk yields to the whole one written after it (each starts
+    ``{"event":``, which no JSON string holds unescaped), and a damaged one marks the record ``damaged``."""
     if not data.endswith(b"\n") and b"\n" in data:
         data = data[: data.rindex(b"\n") + 1]
     lines = data.split(b"\n")
@@ -122,6 +123,8 @@ def parse(data: bytes) -> RunRecord | None:
     said: dict = {}
     for raw in lines[1:]:
         event = _object(raw)
+        if event is None and raw.rfind(b'{"event":') > 0:  # a line a full disk cut short, the next written after it
+            event = _object(raw[raw.rfind(b'{"event":'):])
         if event is None:
             said["damaged"] = said.get("damaged", False) or bool(raw.strip())
             continue

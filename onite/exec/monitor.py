@@ -311,9 +311,12 @@ def _asked_stop(plan: Plan) -> str | None:
 
 
 def _record(plan: Plan, event: dict) -> str | None:
-    """Append ``event`` to the run record; None, or why it could not be written."""
+    """Append ``event`` to the run record; None once its whole line is written, else why not (a reader passes
+    over a line a full disk cut short, to the one written after it)."""
+    data = memoryview((json.dumps(event, separators=(",", ":")) + "\n").encode())
     try:
-        os.write(plan.record_fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+        while data:
+            data = data[os.write(plan.record_fd, data):]  # after a short write, the next says why (ENOSPC)
         return None
     except OSError as err:
         return err.strerror or str(err)
