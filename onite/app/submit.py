@@ -79,6 +79,11 @@ def write_job(spool: SpoolDir, job: Job, caller: Identity, *, hold: bool,
 def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> None:
     """Each of ``jobs`` (in order, keyed) waits only for an earlier one or a spooled job, not itself, even through
     queued jobs (else InvalidInput). ``unique``: each name is a base, to be made unique."""
+    if not any(job.after for job in jobs):
+        return
+    from onite.core.queue import DepState  # not at import, nor for jobs without --after: a submit loads no queue order
+    from onite.spool.deps import dependency_state
+
     position = {} if unique else {job.name: i for i, job in enumerate(jobs)}
     known: set[str] = set()
     after_of = None
@@ -91,16 +96,14 @@ def check_after(spool: SpoolDir, jobs: list[Job], *, unique: bool = False) -> No
                     raise InvalidInput(f"job {label(job.name)!r} waits for {label(dep)!r}, which comes "
                                        "later in the batch", "put the jobs in the order they depend on each other")
             elif dep not in known:
-                from onite.core.queue import DepState  # not at import, nor for a job without --after:
-                from onite.spool.deps import dependency_state  # a submit loads no queue order
-
                 user, name = split_key(dep)
                 if dependency_state(spool, dep) is DepState.MISSING:
                     of = "" if user == split_key(job.name)[0] else f" of {user}'s"
                     raise InvalidInput(f"no job {name!r}{of} is queued, running or finished",
                                        "check the name with onite list --all")
                 known.add(dep)
-        if job.after and not unique:  # a name made unique is new: no job waits for it yet
+        # a name made unique is new, as is one that left no trace: no job waits for it (an --after needs one)
+        if job.after and not unique and dependency_state(spool, job.name) is not DepState.MISSING:
             from onite.core.queue import dependency_cycle
 
             after_of = after_of or _waits_for(spool)
