@@ -1072,7 +1072,7 @@ def test_a_drain_a_users_output_stopped_on_a_full_disk_is_told_as_it_is(small_di
             driver.wait()
     report = run_cli(["report", "--json"], user="daemon", cwd="/tmp").json()
     said = {row["name"]: row["reason"] for row in report["waiting"]}
-    assert said["payroll"].startswith("ended at ") and "not filed" in said["payroll"], said
+    assert said["payroll"].startswith("ended at ") and "has no live driver: the next driver there" in said["payroll"], said
     assert "could not record" in said["later"], said
     text = run_cli(["report"], user="daemon", cwd="/tmp").out
     assert "stopped: it could not record" in text, text

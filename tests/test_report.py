@@ -1125,5 +1125,6 @@ def test_a_job_left_running_by_a_dead_driver_says_when_it_started(spool, workdir
     kill_driver_mid_job(spool, workdir, "orphaned")
     [row] = run_cli(["report", "--json"]).json()["waiting"]
     assert row["state"] == "running"
-    assert re.fullmatch(r"started on \S+ at \d\d:\d\d, not filed: no driver runs on \S+; the next drain there files it",
+    assert re.fullmatch(r"started on (\S+) at \d\d:\d\d, not filed; its host \1 has no live driver: the next driver "
+                        r"there, or onite recover --host \1, recovers it",
                         row["reason"]), row["reason"]

@@ -489,13 +489,32 @@ def test_a_killed_driver_is_no_driver_and_its_jobs_are_warned_about(spool, workd
     kill_driver_mid_job(spool, workdir, "orphan")
     doc = run_cli(["status", "--json"]).json()
     assert doc["drivers"] == [] and doc["last_driver"]["died"] is True
-    assert any(w.startswith(f"recorded as running on host {HOST} with no live driver there: orphan") for w in doc["warnings"])
+    gone = f"its host {HOST} has no live driver: the next driver there, or onite recover --host {HOST}, recovers it"
+    assert f"orphan is running, but {gone}" in doc["warnings"], doc["warnings"]
     assert any("died without finishing" in w for w in doc["warnings"])
     r = run_cli(["cancel", "orphan"])
-    assert r.code == 0 and r.out.startswith(f"orphan: requested (running on {HOST}, but no driver is alive there (it died)")
-    assert "root can start one now: onite run" in r.out
+    assert r.code == 0 and r.out.startswith(f"orphan: requested (running, but {gone}; the cancel is honoured then)"), r
     proc = drain(spool)  # the next driver recovers the job and honours the request
     assert proc.returncode == 0 and result(spool, "orphan")["state"] == "cancelled"
+
+
+def test_status_wait_report_and_cancel_say_one_phrase_for_a_job_whose_driver_is_gone(spool, workdir):
+    """A job claimed on a host whose driver was killed -9 and whose heartbeat then went stale (as another machine's
+    does): status, wait, report and cancel each said it in their own words; they say heartbeat.driver_gone's."""
+    kill_driver_mid_job(spool, workdir, "stuck")
+    path = spool / f"driver.{HOST}.state"
+    then = (datetime.now().astimezone() - timedelta(minutes=10)).isoformat()
+    path.write_text(json.dumps({**json.loads(path.read_text()), "machine": "elsewhere.example", "updated": then}))
+    gone = f"its host {HOST} has no live driver: the next driver there, or onite recover --host {HOST}, recovers it"
+    assert f"stuck is running, but {gone}" in run_cli(["status", "--json"]).json()["warnings"]
+    assert f"stuck is running, but {gone}" in " ".join(run_cli(["status"]).out.split())
+    r = run_cli(["wait", "stuck", "--timeout", "1"])
+    assert r.code == 6 and f"stuck is running, but {gone}; " in r.err, r
+    [row] = run_cli(["report", "--json"]).json()["waiting"]
+    assert row["name"] == "stuck" and row["reason"].endswith(f", not filed; {gone}"), row
+    r = run_cli(["cancel", "stuck"])
+    assert r.code == 0 and f"stuck: requested (running, but {gone}; the cancel is honoured then)" in r.out, r
+    assert drain(spool).returncode == 0 and result(spool, "stuck")["state"] == "cancelled"
 
 
 # ---- 5. onite run says why it did nothing ------------------------------------------------------------------------

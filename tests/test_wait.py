@@ -399,7 +399,8 @@ def test_a_run_that_ended_while_no_driver_runs_is_said_at_once(spool, workdir):
     _ended_while_no_driver_runs(spool, workdir, "bad")
     r = run_cli(["wait", "bad", "--timeout", "60"])
     assert r.code == 5, (r.code, r.out, r.err)
-    assert r.out.startswith("bad: failed (exit 3; not filed yet: no driver runs on "), r.out
+    assert r.out.startswith("bad: failed (exit 3; not filed yet, as its host "), r.out
+    assert "has no live driver: the next driver there, or onite recover --host " in r.out, r.out
 
 
 def test_a_failed_run_with_retries_left_is_waited_for_while_no_driver_runs(spool, workdir):

@@ -57,14 +57,12 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
         owner = user_name((running + queued)[0].uid)
         raise Refused(f"job {text!r} belongs to {owner}", "you may cancel only your own jobs (own_only = true)")
     if any(entry in allowed for entry in running):
-        from onite.drain.heartbeat import live_beats
+        from onite.drain.heartbeat import driver_gone
 
         request_cancel(spool, name)
         host = next(entry for entry in running if entry in allowed).host
-        if not any(beat.host == host for beat in live_beats(spool, now)):
-            return CancelReport(name, "requested", f"running on {host}, but no driver is alive there (it died): the "
-                                f"job is stopped when a driver next starts on {host} — root can start one now: onite "
-                                f"run on {host} (onite recover --host {host} if that host is gone)", waitable=False)
+        if gone := driver_gone(spool, host, now):
+            return CancelReport(name, "requested", f"running, but {gone}; the cancel is honoured then", waitable=False)
         return CancelReport(name, "requested", f"running on {host}; its driver stops it within a second")
     for entry in allowed:
         if not owner_or_root(caller_uid, entry.uid):

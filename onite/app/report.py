@@ -21,7 +21,7 @@ from onite.app import drains as dr
 from onite.app.common import label, me
 from onite.app.listing import running_views, waits_in_slurm
 from onite.core.record import Record
-from onite.drain.heartbeat import draining_hosts, live_beats
+from onite.drain.heartbeat import draining_hosts, driver_gone
 from onite.drain.nextdrain import plan
 from onite.drain.verdicts import EXAMINE, waiting_jobs
 from onite.spool import runrecords
@@ -436,11 +436,11 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
     left = {"queued": len(queue) - held - since, "since": since, "held": held, "running": len(running),
             "refused": len(refused)}
     waiting = []
-    live = {beat.host for beat in live_beats(spool, data.now)}
+    gone = functools.cache(lambda host: driver_gone(spool, host, data.now))
     for view in running:
         waiting.append({"name": label(view.name), "user": view.user, "uid": view.uid, "priority": view.priority,
                         "urgent": view.urgent, "state": "running", "kind": "running",
-                        "reason": running_reason(spool, view, view.host in live, data.drains), "command": None})
+                        "reason": running_reason(spool, view, gone(view.host), data.drains), "command": None})
     head = queue[:EXAMINE]
     why = {row["name"]: row for row in waiting_jobs(spool, head, data.now, euid=data.reader,
                                                      host=default_host(spool.config))}
@@ -467,21 +467,20 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
     return data._replace(left=left, waiting=waiting, next_drain=starter.when if starter else None)
 
 
-def running_reason(spool: SpoolDir, view, alive: bool, drains) -> str:
-    """``running on vm since 20:14``; for a claim no live driver watches, what its run record says of it."""
-    since = f" since {view.started.astimezone():%H:%M}" if view.started else ""
-    if alive and waits_in_slurm(view):
-        return f"{view.reason}, handed over by {view.host}"
-    if alive:
-        return f"running on {view.host}{since}"
+def running_reason(spool: SpoolDir, view, gone: str, drains) -> str:
+    """``running on vm since 20:14``; for a claim no live driver watches (``gone``: heartbeat.driver_gone's words),
+    what its run record says of it, and ``gone``."""
+    if not gone:
+        since = f" since {view.started.astimezone():%H:%M}" if view.started else ""
+        return f"{view.reason}, handed over by {view.host}" if waits_in_slurm(view) else f"running on {view.host}{since}"
     record = runrecords.read(spool.run_record_path(view.host, view.name))
     ended = parse_stamp(record.ended_at) if record is not None and record.ended else None  # as list reads it
     at = f" at {view.started.astimezone():%H:%M}" if view.started else ""
     what = f"ended at {ended.astimezone():%H:%M}" if ended else f"handed to Slurm by {view.host}, {view.reason} when it last looked" \
         if waits_in_slurm(view) else f"started on {view.host}{at}"
     last = max((d for d in drains if d.host == view.host), key=lambda d: d.started, default=None)
-    why = ": the drain stopped, as it could not record a run" if last is not None and last.reason == CANNOT_RECORD else ""
-    return f"{what}, not filed: no driver runs on {view.host}{why}; the next drain there files it"
+    why = " (the drain stopped, as it could not record a run)" if last is not None and last.reason == CANNOT_RECORD else ""
+    return f"{what}, not filed{why}; {gone}"
 
 
 def left_reason(last, spooled_after: bool, *, ready: bool) -> str:

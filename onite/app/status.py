@@ -70,17 +70,11 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
     last_driver = last and {"host": last.host, "pid": last.pid, "role": last.kind, "started_by": last.started_by,
                             "since": last.since.isoformat(), "ended": last.ended.isoformat() if last.ended else None,
                             "died": last.state != "exited", "updated": last.updated.isoformat()}
-    orphans = [v for v in running if v.host not in live]
-    for where in sorted({v.host for v in orphans}):
-        # a driver that filed its job and exited since the listing is no dead one: only jobs still there count
-        still = {e.name for e in running_entries(spool, where)}
-        names = ", ".join(label(v.name) for v in orphans if v.host == where and v.name in still)
-        if names:
-            fix = "onite run" if where == this_host else \
-                f"onite run on {where}, or onite recover --host {where} if it is gone"
-            warnings.append(f"recorded as running on host {where} with no live driver there: {names} — nothing "
-                            f"finishes or cancels them until a driver starts on {where} and recovers them "
-                            f"(root: {fix})")
+    for where in sorted({v.host for v in running}):
+        if gone := hb.driver_gone(spool, where, now):
+            # a driver that filed its job and exited since the listing is no dead one: only jobs still there count
+            still = {e.name for e in running_entries(spool, where)}
+            warnings += [f"{label(v.name)} is running, but {gone}" for v in running if v.host == where and v.name in still]
     queue: dict[str, int] = {"urgent": 0, **{f"P{p}": 0 for p in range(1, config.priorities + 1)}}
     held = 0
     head: list[tuple[int, int, str, int, bool]] = []  # (rank, ctime_ns, name, uid, held) of the first EXAMINE

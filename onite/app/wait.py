@@ -222,19 +222,19 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
 
 def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
     """How a running job ended, when its run has ended (its run record says how) while no driver runs on its
-    host to file it: the exit status is known, the result is not filed yet (the next drain there files it).
+    host to file it: the exit status is known, the result is not filed yet (heartbeat.driver_gone says by what).
     None: it still runs, a live driver files it soon, or the next drain runs it again (retries left)."""
+    from onite.drain.heartbeat import driver_gone
     from onite.spool import runrecords
     from onite.spool.filecheck import BadFile, read_job_head
 
-    live = None  # the hosts with a live driver: read only once a run has ended (each poll of a running job)
     for entry in find_running(spool, key):
         record = runrecords.read(spool.run_record_path(entry.host, key))
         outcome = record.outcome(record.need) if record is not None and record.ended else None
         if outcome is None:
             continue
-        live = _live_hosts(spool, now) if live is None else live
-        if entry.host in live:
+        gone = driver_gone(spool, entry.host, now)  # read only once a run has ended (each poll of a running job)
+        if not gone:
             continue
         try:
             job, _ = read_job_head(entry.path, spool.config.max_job_size)
@@ -242,17 +242,10 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
             continue
         if outcome.retried(job.attempt, job.retries):
             continue  # the next drain there runs it again: it has not ended yet
-        note = f"not filed yet: no driver runs on {entry.host}; the next drain there files it"
+        note = f"not filed yet, as {gone}"
         why = outcome.describe()
         return Final(key, str(outcome.state), None, f"{why}; {note}" if why else note)
     return None
-
-
-def _live_hosts(spool: SpoolDir, now: datetime) -> set[str]:
-    """The hosts whose driver is alive at ``now``: a run claimed on another has nothing to file it."""
-    from onite.drain.heartbeat import live_beats
-
-    return {beat.host for beat in live_beats(spool, now)}
 
 
 def undrained(spool: SpoolDir, now: datetime) -> str:
@@ -264,18 +257,12 @@ def undrained(spool: SpoolDir, now: datetime) -> str:
 
 
 def stranded(spool: SpoolDir, keys: list[str], now: datetime) -> str:
-    """``NAME runs on host H with no live driver there: …; `` for each of the running ``keys`` whose host's driver
-    is dead (nothing files them until one starts there), else ''."""
-    if not keys:
-        return ""
-    live = _live_hosts(spool, now)
-    notes = []
-    for key in keys:
-        for entry in find_running(spool, key):
-            if entry.host not in live:
-                notes.append(f"{label(key)} runs on host {entry.host} with no live driver there: nothing files it "
-                             f"until a driver starts on {entry.host} (root: onite run --host {entry.host}); ")
-    return "".join(notes)
+    """``NAME is running, but its host H has no live driver: …; `` for each of the running ``keys`` whose host's
+    driver is gone (waited for all the same: it ends once recovered), else ''."""
+    from onite.drain.heartbeat import driver_gone
+
+    return "".join(f"{label(key)} is running, but {gone}; " for key in keys for entry in find_running(spool, key)
+                   if (gone := driver_gone(spool, entry.host, now)))
 
 
 def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:

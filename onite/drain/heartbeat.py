@@ -143,6 +143,15 @@ def live_beats(spool: SpoolDir, now: datetime) -> list[Beat]:
     return [b for b in beats(spool) if is_alive(b, now, machine=machine, boot=boot)]
 
 
+def driver_gone(spool: SpoolDir, host: str, now: datetime) -> str:
+    """"" while ``host``'s driver is alive at ``now`` (is_alive); else what that means for a job claimed there, and
+    what recovers it: the one wording of status, wait, report and cancel (each says its job's name before it)."""
+    beat = read(spool, host)
+    if beat is not None and beat.host == host and is_alive(beat, now):
+        return ""
+    return f"its host {host} has no live driver: the next driver there, or onite recover --host {host}, recovers it"
+
+
 def spool_hosts(spool: SpoolDir, now: datetime, *, but: str | None = None) -> dict[str, tuple[int | None, int | None]]:
     """Every host of the spool at ``now`` (``but`` that one), each with its machine's memory and CPUs ((None, None):
     another machine's, unknown here), for onite.core.resources.never_fits: this machine's own host, each named by
