@@ -15,7 +15,8 @@ import pytest
 from conftest import kill_run, REPO, log_lines, result, run_cli, start_driver, wait_for
 
 HOSTS = ["alpha", "beta", "gamma"]
-GONE_ALPHA = "its host alpha has no live driver: the next driver there, or onite recover --host alpha, recovers it"
+GONE_ALPHA = ("its host alpha has no live driver: the next driver there, or onite recover --host alpha if alpha is "
+              "gone for good, recovers it")
 
 BULK = """
 import os, sys

@@ -1126,5 +1126,5 @@ def test_a_job_left_running_by_a_dead_driver_says_when_it_started(spool, workdir
     [row] = run_cli(["report", "--json"]).json()["waiting"]
     assert row["state"] == "running"
     assert re.fullmatch(r"started on (\S+) at \d\d:\d\d, not filed; its host \1 has no live driver: the next driver "
-                        r"there, or onite recover --host \1, recovers it",
+                        r"there, or onite recover --host \1 if \1 is gone for good, recovers it",
                         row["reason"]), row["reason"]

@@ -25,6 +25,8 @@ from conftest import (REPO, drain, kill_driver_mid_job, log_lines, needs_root, n
 from onite.drain import heartbeat as hb
 
 HOST = os.uname().nodename.split(".")[0]
+GONE = (f"its host {HOST} has no live driver: the next driver there, or onite recover --host {HOST} if {HOST} is gone "
+        "for good, recovers it")  # onite.drain.heartbeat.driver_gone: a job claimed there
 FAR = "0 3 29 2 *"  # a schedule that does not fire during a test
 
 
@@ -489,11 +491,10 @@ def test_a_killed_driver_is_no_driver_and_its_jobs_are_warned_about(spool, workd
     kill_driver_mid_job(spool, workdir, "orphan")
     doc = run_cli(["status", "--json"]).json()
     assert doc["drivers"] == [] and doc["last_driver"]["died"] is True
-    gone = f"its host {HOST} has no live driver: the next driver there, or onite recover --host {HOST}, recovers it"
-    assert f"orphan is running, but {gone}" in doc["warnings"], doc["warnings"]
+    assert f"orphan is running, but {GONE}" in doc["warnings"], doc["warnings"]
     assert any("died without finishing" in w for w in doc["warnings"])
     r = run_cli(["cancel", "orphan"])
-    assert r.code == 0 and r.out.startswith(f"orphan: requested (running, but {gone}; the cancel is honoured then)"), r
+    assert r.code == 0 and r.out.startswith(f"orphan: requested (running, but {GONE}; the cancel is honoured then)"), r
     proc = drain(spool)  # the next driver recovers the job and honours the request
     assert proc.returncode == 0 and result(spool, "orphan")["state"] == "cancelled"
 
@@ -505,15 +506,14 @@ def test_status_wait_report_and_cancel_say_one_phrase_for_a_job_whose_driver_is_
     path = spool / f"driver.{HOST}.state"
     then = (datetime.now().astimezone() - timedelta(minutes=10)).isoformat()
     path.write_text(json.dumps({**json.loads(path.read_text()), "machine": "elsewhere.example", "updated": then}))
-    gone = f"its host {HOST} has no live driver: the next driver there, or onite recover --host {HOST}, recovers it"
-    assert f"stuck is running, but {gone}" in run_cli(["status", "--json"]).json()["warnings"]
-    assert f"stuck is running, but {gone}" in " ".join(run_cli(["status"]).out.split())
+    assert f"stuck is running, but {GONE}" in run_cli(["status", "--json"]).json()["warnings"]
+    assert f"stuck is running, but {GONE}" in " ".join(run_cli(["status"]).out.split())
     r = run_cli(["wait", "stuck", "--timeout", "1"])
-    assert r.code == 6 and f"stuck is running, but {gone}; " in r.err, r
+    assert r.code == 6 and f"stuck is running, but {GONE}; " in r.err, r
     [row] = run_cli(["report", "--json"]).json()["waiting"]
-    assert row["name"] == "stuck" and row["reason"].endswith(f", not filed; {gone}"), row
+    assert row["name"] == "stuck" and row["reason"].endswith(f", not filed; {GONE}"), row
     r = run_cli(["cancel", "stuck"])
-    assert r.code == 0 and f"stuck: requested (running, but {gone}; the cancel is honoured then)" in r.out, r
+    assert r.code == 0 and f"stuck: requested (running, but {GONE}; the cancel is honoured then)" in r.out, r
     assert drain(spool).returncode == 0 and result(spool, "stuck")["state"] == "cancelled"
 
 

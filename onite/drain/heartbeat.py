@@ -149,7 +149,8 @@ def driver_gone(spool: SpoolDir, host: str, now: datetime) -> str:
     beat = read(spool, host)
     if beat is not None and beat.host == host and is_alive(beat, now):
         return ""
-    return f"its host {host} has no live driver: the next driver there, or onite recover --host {host}, recovers it"
+    return (f"its host {host} has no live driver: the next driver there, or onite recover --host {host} if {host} is "
+            f"gone for good, recovers it")
 
 
 def spool_hosts(spool: SpoolDir, now: datetime, *, but: str | None = None) -> dict[str, tuple[int | None, int | None]]:
