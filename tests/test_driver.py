@@ -382,20 +382,27 @@ def test_a_retry_that_cannot_be_written_is_kept_for_the_next_driver(spool, workd
     assert res["state"] == "done" and res["attempt"] == 2 and len(res["attempts"]) == 2, res
 
 
+def orphaned_run(spool: Path, workdir: Path, name: str) -> tuple[Path, Path, Path]:
+    """Spool ``name``, a job that counts its runs in a ledger and runs until its gate is removed; start a driver and
+    kill it -9 once the job runs: its monitor goes on. The ledger, the gate and the run's record."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    gate.touch()
+    submit(name, f"echo run >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done\n")
+    driver = start_driver(spool)
+    record = spool / "running" / HOST / f"root:{name}@run"
+    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    return ledger, gate, record
+
+
 @pytest.mark.parametrize("damage", ["cut", "garbled", "zeroed", "deleted"])
 def test_a_damaged_run_record_is_read_as_damage(spool, workdir, damage):
     """The run record of a running job is damaged while no driver runs (cut in half, garbled, zeroed,
     deleted): recovery cannot know whether the job ran, so it stops what runs of it, keeps what is
     left of the record in refused/, and runs the job again saying why (``rerun``), never as a job that
     had not started (``requeued``)."""
-    ledger, gate = workdir / "ledger", workdir / "gate"
-    gate.touch()
-    submit("hurt", f"echo run >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done\n")
-    driver = start_driver(spool)
-    record = spool / "running" / HOST / "root:hurt@run"
-    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
+    ledger, gate, record = orphaned_run(spool, workdir, "hurt")
     data = record.read_bytes()
     if damage == "deleted":
         record.unlink()
@@ -417,14 +424,7 @@ def test_a_record_line_a_full_disk_cut_short_is_no_damage_to_the_lines_after_it(
     """A full disk cut a line of a running job's record short (the driver's stop line, say); the monitor's lines
     were appended to it. Recovery read that as a damaged record and ran the job again; the line after the cut
     is read whole, and the job is filed once, as it ended."""
-    ledger, gate = workdir / "ledger", workdir / "gate"
-    gate.touch()
-    submit("cut", f"echo run >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done\n")
-    driver = start_driver(spool)
-    record = spool / "running" / HOST / "root:cut@run"
-    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
+    ledger, gate, record = orphaned_run(spool, workdir, "cut")
     with open(record, "ab") as handle:
         handle.write(b'{"event":"stop","why":"cance')
     gate.unlink()
@@ -439,14 +439,7 @@ def test_a_record_line_a_full_disk_cut_short_is_no_damage_to_the_lines_after_it(
 def test_a_run_whose_claimed_file_was_deleted_is_filed_as_lost(spool, workdir):
     """The claimed job file is deleted while no driver runs (an admin's rm): its run record says a run
     was started; recovery files the job as lost, with a result and a log line, never silently."""
-    gate = workdir / "gate"
-    gate.touch()
-    submit("gone", f"while [ -e {gate} ]; do sleep 0.05; done\n")
-    driver = start_driver(spool)
-    record = spool / "running" / HOST / "root:gone@run"
-    wait_for(lambda: record.exists() and '"event":"job"' in record.read_text(), what="its record's job line")
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
+    _, gate, record = orphaned_run(spool, workdir, "gone")
     (spool / "running" / HOST / "root:gone").unlink()
     gate.unlink()
     wait_for(lambda: '"event":"ended"' in record.read_text(), what="its monitor to record the end")
