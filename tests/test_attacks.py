@@ -14,6 +14,8 @@ import os
 import random
 import signal
 import stat
+import subprocess
+import sys
 import time
 import pwd
 from datetime import datetime, timedelta
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (as_user, drain, init_spool_at, log_lines, needs_root, next_ctime_tick, nobody, read_so_far,
+from conftest import (REPO, as_user, drain, init_spool_at, log_lines, needs_root, next_ctime_tick, nobody, read_so_far,
                       result, run_cli, set_config, sparse_templates, start_driver, wait_for)
 from onite.core.job import Attempt, Job
 from onite.core.jobfile import encode
@@ -439,6 +441,35 @@ def test_a_timed_out_job_leaves_nothing_running(spool, workdir):
     for pid in escapees(pids):
         wait_for(lambda: not alive(pid), what=f"escaped pid {pid} to end")
     assert result(spool, "stuck")["reason"] == "timeout"
+
+
+def test_a_record_line_a_full_disk_cut_short_hides_no_later_stop_from_the_monitor(spool, workdir):
+    """nobody's job fills the disk as root cancels it: root's stop line is cut short (a full disk's short write,
+    made here as it leaves one), so the job runs on. Root's next stop (its shutdown, a cancel) is written whole
+    after the cut: runrecord.parse reads it, but the monitor took the merged line for damage and never stopped
+    the job, which escaped every stop but its time limit. The monitor reads such a line as parse does."""
+    ledger, gate = workdir / "ledger", workdir / "gate"
+    gate.touch()
+    submit("runaway", f"echo start >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done; echo escaped >> {ledger}\n",
+           user="nobody")
+    driver = start_driver(spool, "-q")
+    cancel = None
+    try:
+        record = wait_for(lambda: next((spool / "running").glob("*/nobody:runaway@run"), None), what="its record")
+        wait_for(lambda: '"event":"job"' in record.read_text(), what="the job to start")
+        with open(record, "ab") as handle:
+            handle.write(b'{"event":"stop","why":"cance')
+        cancel = subprocess.Popen([sys.executable, "-m", "onite", "cancel", "nobody:runaway"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=dict(os.environ, ONITE_SPOOL=str(spool),
+                                                                   PYTHONPATH=str(REPO)))
+        wait_for(lambda: not record.exists() or '"event":"ended"' in record.read_text(), what="the cancelled job to end")
+    finally:
+        gate.unlink(missing_ok=True)
+        assert driver.wait(timeout=60) == 0
+        if cancel is not None:
+            cancel.communicate(timeout=60)
+    assert result(spool, "runaway")["state"] == "cancelled"
+    assert ledger.read_text().split() == ["start"]
 
 
 def test_the_subreaper_contains_jobs_where_there_is_no_cgroup(spool, workdir):

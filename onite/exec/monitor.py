@@ -303,8 +303,11 @@ def _asked_stop(plan: Plan) -> str | None:
         if b'"stop"' in raw:
             try:
                 event = json.loads(raw)
-            except ValueError:
-                continue
+            except ValueError:  # a line a full disk cut short is read as the next written after it (runrecord.parse)
+                try:
+                    event = json.loads(raw[raw.rfind(b'{"event":'):]) if raw.rfind(b'{"event":') > 0 else None
+                except ValueError:
+                    continue
             if isinstance(event, dict) and event.get("event") == "stop" and event.get("why") in STOPS:
                 return event["why"]
     return None
