@@ -122,9 +122,7 @@ def parse(data: bytes) -> RunRecord | None:
         return None
     said: dict = {}
     for raw in lines[1:]:
-        event = _object(raw)
-        if event is None and raw.rfind(b'{"event":') > 0:  # a line a full disk cut short, the next written after it
-            event = _object(raw[raw.rfind(b'{"event":'):])
+        event = _object(raw[max(raw.rfind(b'{"event":'), 0):])  # a line a full disk cut short: the next after it
         if event is None:
             said["damaged"] = said.get("damaged", False) or bool(raw.strip())
             continue

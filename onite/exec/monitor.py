@@ -301,13 +301,10 @@ def _asked_stop(plan: Plan) -> str | None:
         return None
     for raw in data.split(b"\n"):
         if b'"stop"' in raw:
-            try:
-                event = json.loads(raw)
-            except ValueError:  # a line a full disk cut short is read as the next written after it (runrecord.parse)
-                try:
-                    event = json.loads(raw[raw.rfind(b'{"event":'):]) if raw.rfind(b'{"event":') > 0 else None
-                except ValueError:
-                    continue
+            try:  # from the line's last event: past a line a full disk cut short, as onite.core.runrecord.parse
+                event = json.loads(raw[max(raw.rfind(b'{"event":'), 0):])
+            except ValueError:
+                continue
             if isinstance(event, dict) and event.get("event") == "stop" and event.get("why") in STOPS:
                 return event["why"]
     return None
