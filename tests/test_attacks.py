@@ -1787,3 +1787,35 @@ def test_templates_beyond_max_templates_cost_status_and_recur_list_no_read(spool
     assert r.code == 0 and len(r.json()["recurring"]) == 4 and "2 of nobody's" in r.err, r
     r = run_cli(["status"], timeout=15)
     assert r.code == 0 and "recurring nobody:t" in r.out and "t3" not in r.out and "t4" not in r.out, r
+
+
+def test_roots_wake_of_a_users_spool_signals_no_process_its_heartbeat_names(world_tmp):
+    """nobody's own spool holds a heartbeat nobody wrote, naming a process of root's (a `sleep`, which SIGUSR2
+    ends) as its daemon, on this machine, and no locks/ folder: root's `onite daemon --wake --spool` on it (to
+    help) made locks/, left its request there and sent that process SIGUSR2. Root's wake is refused on a spool someone else could have changed, as its drain is."""
+    from onite.drain.heartbeat import HEARTBEAT, Beat, BeatState, Role
+    from onite.exec.contain import boot_id
+    from onite.spool.paths import SpoolDir
+
+    home = world_tmp / "nobody"
+    home.mkdir()
+    os.chown(home, nobody().pw_uid, nobody().pw_gid)
+    spool = home / "spool"
+    assert run_cli(["init", "--spool", str(spool)], user="nobody", cwd="/tmp").code == 0
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        now = datetime.now().astimezone()
+        beat = Beat(host=HOST, pid=victim.pid, start_ticks=None, boot_id=boot_id(), machine=os.uname().nodename,
+                    role=Role.DAEMON, started_by="hand", since=now, state=BeatState.IDLE, updated=now)
+        path = SpoolDir(spool).state_path(HEARTBEAT, HOST)
+        as_user(lambda: path.write_text(json.dumps(beat.to_json())))
+        as_user(lambda: (spool / "locks").rmdir())  # root makes it anew, its own, to leave its request in
+        r = run_cli(["daemon", "--wake", "--spool", str(spool)])
+        assert r.code == 3 and r.err.startswith("onite: onite daemon --wake ") and "\n" not in r.err.rstrip(), r
+        status = Path(f"/proc/{victim.pid}/status").read_text()
+        pending = [int(line.split()[1], 16) for line in status.splitlines() if line.startswith(("SigPnd:", "ShdPnd:"))]
+        aimed = (1 << (signal.SIGUSR2 - 1)) | (1 << (signal.SIGKILL - 1))  # a fatal signal is pending as a KILL
+        assert victim.poll() is None and not any(mask & aimed for mask in pending), status
+    finally:
+        victim.kill()
+        victim.wait()

@@ -15,7 +15,7 @@ from onite.core.safetext import printable
 from onite.drain import heartbeat as hb
 from onite.spool.paths import SpoolDir
 from onite.spool.settings import default_host
-from onite.spool.trust import may_drive
+from onite.spool import trust
 
 # `run --detach` waits for its background driver's word; this bound only keeps a driver that never
 # gets to say it (a machine stalled for minutes) from holding the command line forever
@@ -31,7 +31,6 @@ def driver_target(spool: str | None, until: str | None, host: str | None,
     """``onite run``'s and ``onite daemon``'s common options, checked: the spool (its real path: no way to it
     through a link another user could change, else Refused) and the --until time."""
     from onite.core.timeparse import parse_clock
-    from onite.spool import trust
 
     target = open_spool(spool)
     real = trust.resolve(target.root, os.geteuid(), command)  # from here on, the spool's real path
@@ -106,9 +105,11 @@ def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
     if host:
         check_name(host, what="host name")
     target = open_spool(spool)
-    if not may_drive(target):
+    if not trust.may_drive(target):
         raise Refused("onite daemon --wake is for root: the locks of this spool are its owner's",
                       "ask root to run: sudo onite daemon --wake")
+    # its heartbeat names the process to signal: a spool someone else could have changed names any process
+    trust.check(target.root, os.geteuid(), "onite daemon --wake")
     host = host or default_host(target.config)
     beat = hb.read(target, host)
     if beat is None or beat.role != hb.Role.DAEMON or not hb.is_alive(beat, now):
@@ -128,7 +129,7 @@ def host_claims(spool: str | None, host: str) -> tuple[SpoolDir, list[str]]:
 
     check_name(host, what="host name")
     target = open_spool(spool)
-    if not may_drive(target):
+    if not trust.may_drive(target):
         raise Refused("onite recover is for root", "run it with sudo")
     return target, [entry.name for entry in running_entries(target, host)]
 
