@@ -786,6 +786,17 @@ def test_recur_add_after_one_of_your_recurring_jobs_is_refused(spool, workdir):
 
 
 @needs_root
+def test_recur_add_after_itself_is_refused(spool, workdir):
+    """``recur add r --every 1h --after r`` was taken (exit 0): the check for a recurring job named by --after
+    looked in recur/ before r was written there, so every run of r (named r-YYYYMMDDTHHMM) would wait for a job r
+    that never comes and fail. It is refused as any other recurring job is (exit 2, one line), nothing written."""
+    r = run_cli(["recur", "add", "r", "--every", "1h", "--after", "r"], stdin=b"true\n", user="nobody", cwd="/tmp")
+    assert r.code == 2 and "--after r names a recurring job" in r.err, r
+    assert len(r.err.strip().splitlines()) == 1, r
+    assert "nobody:r" not in os.listdir(spool / "recur")
+
+
+@needs_root
 @pytest.mark.attack
 def test_a_planted_file_in_recur_cannot_refuse_another_users_after(spool, workdir):
     """nobody makes recur/daemon:build by hand (recur/ is sticky: anyone adds), a file of nobody's named as daemon's

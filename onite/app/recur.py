@@ -54,7 +54,8 @@ def add(spool: SpoolDir, request: SubmitRequest, captured, caller: Identity, *, 
     check_mail(request.notify, config)
     spool.check()
     for dep in job.after:  # a template is no job: its runs are NAME-STAMP, and a run waiting for NAME always failed
-        if is_template(spool, dep):  # the user's own: anyone may put a file in recur/ under another's key
+        # itself (not in recur/ yet), or the user's own: anyone may put a file in recur/ under another's key
+        if dep == job.name or is_template(spool, dep):
             raise InvalidInput(f"--after {label(dep)} names a recurring job: --after waits for a job of that exact "
                                f"name, and {label(dep)}'s runs are named {label(dep)}-YYYYMMDDTHHMM",
                                "put both steps in one recurring job, or give this one a later time")
