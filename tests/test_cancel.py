@@ -430,3 +430,23 @@ def test_a_cancel_of_a_running_job_and_queued_ones_lets_none_of_the_queued_ones_
         driver.communicate(timeout=60)
     assert [line.split()[3] for line in log_lines(spool) if line.split()[2] == "start"] == ["nobody:b1"]
     assert [result(spool, f"nobody:{n}")["started"] is None for n in ("b1", "b2", "b3")] == [False, True, True]
+
+
+def test_a_cancel_that_loses_the_race_to_another_cancel_says_so(spool):
+    """Two ``onite cancel x`` at once (no driver anywhere): the one whose rename into cancel/ found the job
+    gone said 'job x started running as you cancelled it — run onite cancel x again to stop it', and nothing
+    was running. It says that another cancel took it (or it ran and ended), not that it runs."""
+    from onite.core.errors import NotFound
+    from onite.spool.cancels import withdraw
+    from onite.spool.paths import SpoolDir
+    from onite.spool.scan import find_queued
+
+    assert run_cli(["submit", "x"], stdin=b"true\n").code == 0
+    sd = SpoolDir(spool)
+    import pwd
+
+    [entry] = find_queued(sd, f"{pwd.getpwuid(os.geteuid()).pw_name}:x")
+    withdraw(sd, entry)  # the other cancel's rename
+    with pytest.raises(NotFound) as err:
+        withdraw(sd, entry)
+    assert "started running" not in str(err.value) and "another cancel took it" in str(err.value), err.value
