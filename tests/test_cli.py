@@ -286,6 +286,17 @@ def test_list_by_host_shows_the_jobs_each_host_ran(spool, cli):
     assert host in out.splitlines() and "ran" in out and "queued (no host yet)" in out and "waits" in out
 
 
+def test_list_by_host_does_not_call_a_cancelled_job_queued(spool, cli):
+    """A job cancelled while queued never had a host: ``list --by-host`` put it under the heading 'queued (no host
+    yet)', beside the queued jobs, though it will never run. The heading says it holds jobs that never ran."""
+    submit("gone")
+    assert cli(["cancel", "gone"]).code == 0
+    submit("waits")
+    out = cli(["list", "--by-host", "--plain"]).out
+    assert "queued (no host yet)" not in out and "no host: queued, or never ran" in out, out
+    assert "gone" in out and "cancelled" in out and "waits" in out
+
+
 def test_a_spool_without_running_is_to_repair_not_to_run_as_root(spool, cli):
     (spool / "running").rmdir()
     for command in (["run"], ["daemon"]):

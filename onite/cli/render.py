@@ -136,7 +136,9 @@ def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, b
     hosts = sorted({view.host or "" for view in views}) if by_host else [None]
     for host in hosts:
         some = views if host is None else [view for view in views if (view.host or "") == host]
-        title = printable(host) or "queued (no host yet)" if host is not None else None  # a title escaped as its column
+        unrun = "queued (no host yet)" if all(view.state in ("queued", "held") for view in some) \
+            else "no host: queued, or never ran"  # a job cancelled while queued never had one
+        title = printable(host) or unrun if host is not None else None  # a title escaped as its column
         if title is not None and plain:
             write_lines(out, [title])
         elif title is not None:
