@@ -150,3 +150,22 @@ def test_follow_stderr_of_a_job_that_keeps_it_with_stdout_says_so(spool, cli):
     assert drain(spool).returncode == 0
     r = cli(["output", "merged", "-f", "--stderr"])  # finished: its result says so
     assert (r.code, r.err) == (1, said)
+
+
+def test_follow_ends_when_the_run_ended_while_no_driver_runs(spool, workdir):
+    """The driver killed with kill -9 mid-job, then the job ends: its run record says how, and ``onite wait`` says
+    so at once (not filed yet). ``output -f`` followed it for ever, until a driver started; it prints the output
+    and ends as wait does (5: the run failed, exit 3), saying the result is not filed yet."""
+    import signal
+
+    marker = workdir / "lost.started"
+    assert run_cli(["submit", "lost"], stdin=f"echo first; touch {marker}; sleep 1; exit 3\n".encode()).code == 0
+    driver = start_driver(spool)
+    wait_for(marker.exists, what="the job to start")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    wait_for(lambda: any('"ended"' in p.read_text() for p in (spool / "running").glob("*/root:lost@run")),
+             what="the monitor to record the end")
+    r = run_cli(["output", "lost", "-f"], timeout=30)
+    assert r.code == 5 and r.out == "first\n" and "not filed yet" in r.err, (r.code, r.out, r.err)
+    assert r.err.startswith("onite: lost: failed (exit 3; not filed yet"), r.err

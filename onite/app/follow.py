@@ -23,7 +23,7 @@ from onite.spool.accounts import user_name
 from onite.spool.scan import find_queued, find_running, key_uid
 from onite.core.policy import owner_or_root
 from onite.app.common import label
-from onite.app.wait import PENDING, Final, judge, look, start, undrained
+from onite.app.wait import PENDING, Final, judge, look, start, undrained, unfiled
 from onite.core.clock import SYSTEM
 
 POLL = 0.2  # seconds between looks while the output does not grow
@@ -52,6 +52,8 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
             if final is not PENDING:
                 return final
             watch, final = judge(watch, look(spool, name, with_result=not watch.seen_live))
+            if final is PENDING and watch.live == "running":  # ended, its driver dead: nothing files it soon
+                final = unfiled(spool, name, SYSTEM.now())
             key = _key(path)
             if key is not None and key != earlier and (handle is None or key[0] != os.fstat(handle.fileno()).st_ino):
                 if handle is not None:  # a new run replaced the file: the rest of the old one first
