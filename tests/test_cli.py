@@ -115,6 +115,18 @@ def test_errors_are_one_line_with_exit_codes(spool, cli, world_tmp):
         assert "Traceback" not in r.err
 
 
+def test_an_empty_driver_host_is_refused_as_submit_and_recover_refuse_it(spool, cli):
+    """``onite run --host ''`` (a script's ``--host "$NODE"`` with NODE unset) drained as this machine's host, and
+    ``daemon --wake --host ''`` woke this host's daemon, where ``submit --host ''`` and ``recover --host ''``
+    refuse an empty host name: it is refused (exit 2, one line) and nothing is drained."""
+    submit("kept")
+    for args in (["run", "--host", ""], ["daemon", "--wake", "--host", ""], ["daemon", "--host", ""]):
+        r = cli(args)
+        assert r.code == 2 and r.err == "onite: invalid host name '': it is empty — use e.g. node1 or build-02\n", \
+            (args, r)
+    assert (spool / "jobs" / "P4" / f"{pwd.getpwuid(os.geteuid()).pw_name}:kept").exists()
+
+
 def test_bad_config_is_one_line(spool, cli):
     set_config(spool, slots=0)
     r = cli(["cancel", "x"])

@@ -38,7 +38,7 @@ def driver_target(spool: str | None, until: str | None, host: str | None,
         location, target = target.location, SpoolDir(real)
         target.location = location
     until_time = parse_clock(until, what="--until time") if until else None
-    if host:
+    if host is not None:  # --host '' is no host: refused, as submit and recover refuse it
         check_name(host, what="host name")
     return target, until_time
 
@@ -102,7 +102,7 @@ def run_daemon(spool: str | None, *, drain_now: bool = False, slots: int | None 
 
 def wake_daemon(spool: str | None, host: str | None, now: datetime) -> str:
     """``onite daemon --wake``: tell this host's daemon to drain now; the line to print (NotFound: none alive)."""
-    if host:
+    if host is not None:  # --host '' is no host: refused, as submit and recover refuse it
         check_name(host, what="host name")
     target = open_spool(spool)
     if not trust.may_drive(target):
