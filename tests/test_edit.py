@@ -498,3 +498,30 @@ def test_edit_after_empty_clears_the_dependencies_and_the_job_keeps_its_place(sp
     assert ran(spool) == ["root:b", "root:c"]  # a still held: b no longer waits for it, and runs in its place
     assert decode((spool / "jobsdone" / "root:b").read_bytes()).after == ()
     assert "--after '' clears them" in " ".join(run_cli(["edit", "--help"]).out.split())
+
+
+def test_an_edit_that_another_edit_moved_the_job_under_says_so_not_that_it_started(spool, monkeypatch):
+    """Two ``onite edit`` of one job at once, no driver anywhere: ``edit x -p 1`` moves x to P1 while
+    ``edit x --timeout 1h`` writes its edit. The second said 'job x started just now: nothing changed — change it
+    for its next run: onite restart x …', and nothing had started. It says another edit moved it, nothing changed."""
+    import pwd
+
+    import onite.app.edit as app_edit
+    from onite.core.errors import Refused
+    from onite.core.request import JobChanges
+    from onite.spool.paths import SpoolDir
+
+    assert run_cli(["submit", "x"], stdin=b"true\n").code == 0
+    key = f"{pwd.getpwuid(os.geteuid()).pw_name}:x"
+    real_add_edit = app_edit.add_edit
+
+    def add_edit_as_another_edit_moves_it(folder, job, owner):
+        marker = real_add_edit(folder, job, owner)
+        os.rename(spool / "jobs" / "P4" / key, spool / "jobs" / "P1" / key)  # the other edit's move (-p 1)
+        return marker
+
+    monkeypatch.setattr(app_edit, "add_edit", add_edit_as_another_edit_moves_it)
+    with pytest.raises(Refused) as err:
+        app_edit.edit(SpoolDir(spool), "x", os.geteuid(), datetime.now().astimezone(), JobChanges(timeout="1h"))
+    assert "started" not in str(err.value) and "another onite edit" in str(err.value), err.value
+    assert (spool / "jobs" / "P1" / key).exists() and not os.listdir(spool / "edit")

@@ -48,7 +48,8 @@ def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: J
     try:
         job, st = read_job_file(entry.path, spool.config.max_job_size)
     except FileNotFoundError:
-        raise _left(text, "it cannot be edited any more", _cancelled(spool, name, None, entry.ino)) from None
+        raise _left(text, "it cannot be edited any more", _cancelled(spool, name, None, entry.ino),
+                    _moved(spool, name)) from None
     except (BadFile, JobFormatError) as err:
         raise Refused(f"job {text!r} cannot be edited: {getattr(err, 'what', err)}",
                       "cancel it and spool it anew") from None
@@ -97,7 +98,7 @@ def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: J
             if _cancelled(spool, name, job, st.st_ino):
                 raise _left(text, "nothing left to change", cancelled=True)
             return f"{label(name)}: changed as it started", new
-    raise _left(text, "nothing changed", _cancelled(spool, name, job, st.st_ino))
+    raise _left(text, "nothing changed", _cancelled(spool, name, job, st.st_ino), _moved(spool, name))
 
 
 def _cancelled(spool: SpoolDir, name: str, job, ino: int = 0) -> bool:
@@ -116,11 +117,19 @@ def _cancelled(spool: SpoolDir, name: str, job, ino: int = 0) -> bool:
             and (job is None or record.submitted == job.submitted))
 
 
-def _left(text: str, what: str, cancelled: bool) -> Refused:
+def _moved(spool: SpoolDir, name: str) -> bool:
+    """Is job ``name`` still queued and not running: another ``onite edit`` moved its file (a new priority)?"""
+    return bool(find_queued(spool, name)) and not find_running(spool, name)
+
+
+def _left(text: str, what: str, cancelled: bool, moved: bool = False) -> Refused:
     """The job left its queue as it was being edited: a cancel took it (``cancelled``, as ``_cancelled`` says:
-    not told to have started), else a driver claimed it."""
+    not told to have started), another edit moved it (``moved``), else a driver claimed it."""
     if cancelled:
         return Refused(f"job {text!r} was cancelled just now: {what}", "see onite list --all")
+    if moved:
+        return Refused(f"job {text!r} was moved by another onite edit just now: {what}",
+                       f"see onite list, then edit it again: onite edit {text} …")
     return Refused(f"job {text!r} started just now: {what}", f"change it for its next run: onite restart {text} …")
 
 
