@@ -525,3 +525,30 @@ def test_an_edit_that_another_edit_moved_the_job_under_says_so_not_that_it_start
         app_edit.edit(SpoolDir(spool), "x", os.geteuid(), datetime.now().astimezone(), JobChanges(timeout="1h"))
     assert "started" not in str(err.value) and "another onite edit" in str(err.value), err.value
     assert (spool / "jobs" / "P1" / key).exists() and not os.listdir(spool / "edit")
+
+
+def test_a_priority_edit_whose_job_another_edit_moved_first_says_so_not_that_it_started(spool, monkeypatch):
+    """``edit x -p 1`` swapped its edited file in, and before it could move it ``edit x -p 2`` moved the job to P2,
+    no driver anywhere: the first said 'changed as it started (in its old priority)', though nothing started and
+    its change may be lost. It says another edit moved the job."""
+    import pwd
+
+    import onite.app.edit as app_edit
+    import onite.spool.edits as spool_edits
+    from onite.core.errors import Refused
+    from onite.core.request import JobChanges
+    from onite.spool.paths import SpoolDir
+
+    assert run_cli(["submit", "x"], stdin=b"true\n").code == 0
+    key = f"{pwd.getpwuid(os.geteuid()).pw_name}:x"
+    real_rename = spool_edits.rename_noreplace
+
+    def rename_after_another_edit_moved_it(src, dst):
+        os.rename(spool / "jobs" / "P4" / key, spool / "jobs" / "P2" / key)  # the other edit's move (-p 2)
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(spool_edits, "rename_noreplace", rename_after_another_edit_moved_it)
+    with pytest.raises(Refused) as err:
+        app_edit.edit(SpoolDir(spool), "x", os.geteuid(), datetime.now().astimezone(), JobChanges(priority=1))
+    assert "started" not in str(err.value) and "another onite edit" in str(err.value), err.value
+    assert (spool / "jobs" / "P2" / key).exists()

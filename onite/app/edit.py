@@ -78,6 +78,8 @@ def _edit(spool: SpoolDir, text: str, caller_uid: int, now: datetime, changes: J
         if done == "changed":
             if _cancelled(spool, name, job, st.st_ino):
                 raise _left(text, "nothing left to change", cancelled=True)
+            if _moved(spool, name):  # no claim took it: another edit moved it, from the file it read
+                raise _left(text, "your change may not be in it", False, moved=True)
             return f"{label(new.name)}: changed as it started (in its old priority)", new
         if done != "started":
             if marker is not None:
