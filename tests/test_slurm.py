@@ -977,6 +977,15 @@ def test_a_directive_cut_short_that_sbatch_reads_as_array_is_refused(slurm_spool
     assert told["reason"].startswith("'#SBATCH --arr=1-2' is not supported") and told["external_id"] is None, told
 
 
+@needs_root
+def test_a_pbs_array_line_is_refused_not_run_as_a_slurm_job_array(slurm_spool, workdir):
+    """sbatch honours '#PBS -t 1-3' as --array=1-3: nobody's one job ran three times in Slurm, filed as one done job."""
+    submit("pbs", "#!/bin/sh\n#PBS -t 1-3\necho ran\n", user="nobody", cwd=workdir)
+    assert drain(slurm_spool).returncode == 0
+    told = result(slurm_spool, "nobody:pbs")
+    assert told["reason"].startswith("'#PBS -t' is not supported") and told["external_id"] is None, told
+
+
 @pytest.mark.parametrize("command", [["run"], ["daemon", "--drain-now"]])
 def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spool, world_tmp, command):
     conf = world_tmp / "slurm.conf"  # the real config, but pointing at a port nobody listens on

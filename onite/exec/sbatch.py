@@ -72,6 +72,10 @@ _HETJOB = "one onite job must be one Slurm job (no heterogeneous jobs)"
 _TEST_ONLY = "sbatch must submit the job (with it, sbatch only says when Slurm would start it)"
 _REFUSED = {"--array": _ARRAY, "-a": _ARRAY, "--wait": _WAIT, "-W": _WAIT, "hetjob": _HETJOB, "packjob": _HETJOB,
             "--test-only": _TEST_ONLY}
+# sbatch also honours #PBS lines (unless --ignore-pbs): Torque's -t and PBS Pro's -J are its --array; h, I, V, z
+# take no argument there.
+_PBS_FLAGS = set("hIVz")
+_PBS_REFUSED = {"-t": _ARRAY, "-J": _ARRAY}
 
 
 def unsupported_directive(script: bytes) -> str | None:
@@ -83,28 +87,33 @@ def unsupported_directive(script: bytes) -> str | None:
             continue
         if not line.startswith(b"#"):
             break
-        if not line.startswith(b"#SBATCH"):
+        magic = next((m for m in (b"#SBATCH", b"#PBS") if line.startswith(m)), None)
+        if magic is None:
             continue
         try:
-            words = shlex.split(line[len(b"#SBATCH"):].decode("utf-8", "replace"), comments=True)
+            words = shlex.split(line[len(magic):].decode("utf-8", "replace"), comments=True)
         except ValueError:
             continue  # sbatch itself will complain about the quoting
         for word in words:
-            if what := _REFUSED.get(_option(word)):
-                return f"'#SBATCH {word}' is not supported: {what}"
+            if magic == b"#PBS":
+                what = _PBS_REFUSED.get(_option(word, _PBS_FLAGS, _PBS_REFUSED))
+            else:
+                what = _REFUSED.get(_option(word))
+            if what:
+                return f"'{magic.decode()} {word}' is not supported: {what}"
     return None
 
 
-def _option(word: str) -> str:
+def _option(word: str, flags: set[str] = _FLAGS, refused: dict[str, str] = _REFUSED) -> str:
     """The option ``word`` gives (``--name``, or the first short one that is no flag: ``-vW`` → ``-W``). sbatch reads
     its options with getopt_long, which takes a long one cut short (``--arr=1-3`` is ``--array=1-3``): a start of a
     refused one is that one (sbatch takes it, or refuses it as ambiguous)."""
     if word.startswith("--"):
         name = word.split("=", 1)[0]
-        return next((full for full in _REFUSED if len(name) > 2 and full.startswith(name)), name)
+        return next((full for full in refused if len(name) > 2 and full.startswith(name)), name)
     if word.startswith("-"):
         for letter in word[1:]:
-            if letter not in _FLAGS or f"-{letter}" in _REFUSED:
+            if letter not in flags or f"-{letter}" in refused:
                 return f"-{letter}"  # the rest is this option's argument
     return word
 
