@@ -986,6 +986,17 @@ def test_a_pbs_array_line_is_refused_not_run_as_a_slurm_job_array(slurm_spool, w
     assert told["reason"].startswith("'#PBS -t' is not supported") and told["external_id"] is None, told
 
 
+@pytest.mark.parametrize("option", ["--array=1-2", "--wait", "--test-only"])
+def test_sbatch_args_that_break_one_job_one_slurm_job_stop_the_driver_in_one_line(slurm_spool, option):
+    """The refused #SBATCH options were taken from [slurm] sbatch_args: every job became an array (run twice), or
+    its sbatch waited for it, or submitted nothing and the job failed with 'sbatch did not accept it: Job N to start…'."""
+    configure(slurm_spool, slurm={"sbatch_args": [option]})
+    submit("one", "echo ran\n")
+    r = drain(slurm_spool)
+    assert r.returncode == 2 and b"sbatch_args" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r
+    assert (slurm_spool / "jobs/P4/root:one").exists() and not list(slurm_spool.rglob("*@result"))
+
+
 @pytest.mark.parametrize("command", [["run"], ["daemon", "--drain-now"]])
 def test_controller_down_puts_the_job_back_and_the_driver_waits_for_it(slurm_spool, world_tmp, command):
     conf = world_tmp / "slurm.conf"  # the real config, but pointing at a port nobody listens on

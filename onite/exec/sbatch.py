@@ -104,6 +104,14 @@ def unsupported_directive(script: bytes) -> str | None:
     return None
 
 
+def unsupported_args(args: tuple[str, ...]) -> str | None:
+    """Why an option of [slurm] sbatch_args cannot be used (the #SBATCH lines refused, given by the admin), or None."""
+    for word in args:
+        if what := _REFUSED.get(_option(word)):
+            return f"{word!r} is not supported: {what}"
+    return None
+
+
 def _option(word: str, flags: set[str] = _FLAGS, refused: dict[str, str] = _REFUSED) -> str:
     """The option ``word`` gives (``--name``, or the first short one that is no flag: ``-vW`` → ``-W``). sbatch reads
     its options with getopt_long, which takes a long one cut short (``--arr=1-3`` is ``--array=1-3``): a start of a

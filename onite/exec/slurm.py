@@ -95,6 +95,8 @@ class SlurmRunner(Runner):
     executor = "slurm"
 
     def __init__(self, config: Config, *, switch_user: bool, log=None, clock: Clock = SYSTEM) -> None:
+        if problem := sbatch.unsupported_args(config.slurm.sbatch_args):
+            raise ConfigError(f"[slurm] sbatch_args: {problem}", "remove it from onite.toml")
         self.clock = clock  # the driver's: polls, time limits and cancel retries are read on it
         self.config = config
         self.switch_user = switch_user
@@ -117,7 +119,13 @@ class SlurmRunner(Runner):
         return max(self.config.slurm.poll.total_seconds(), 0.05)
 
     def reload(self, config: Config) -> None:
-        """New settings (SIGHUP); runs already in Slurm keep what they were submitted with."""
+        """New settings (SIGHUP); runs already in Slurm keep what they were submitted with. sbatch_args
+        that would break one job one Slurm job keep the settings before."""
+        if problem := sbatch.unsupported_args(config.slurm.sbatch_args):
+            if self.log is not None:
+                self.log.event("reload-failed", error=f"[slurm] sbatch_args: {problem}",
+                               note="keeping the previous Slurm settings")
+            return
         self.config = config
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path, record_fd: int) -> None:
