@@ -929,6 +929,42 @@ def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_
     assert (slurm_spool / "jobs" / "P3" / "root:orphan").exists()
 
 
+def _listed_first(folder: Path, first: str, then: str) -> bool:
+    """Does a folder on ``folder``'s file system list a file ``first`` made before ``then`` ahead of it (ext4 lists
+    by a hash of the name)?"""
+    probe = folder / ".probe"
+    probe.mkdir()
+    try:
+        (probe / first).touch()
+        (probe / then).touch()
+        return os.listdir(probe).index(first) < os.listdir(probe).index(then)
+    finally:
+        shutil.rmtree(probe)
+
+
+@needs_root
+def test_recover_host_cancels_a_job_pending_in_slurm_before_the_room_of_another_cancel_starts_it(slurm_spool, workdir):
+    """recover --host cancelled the dead host's Slurm jobs one after the other, each waited for: the job that held
+    the node went first, and the one pending behind it started on the room, ran unwatched and was cut short by
+    its own cancel and requeued: it ran twice. Each is sent its cancel before any is waited for."""
+    names = next((a, b) for a, b in (("big", "small"), ("hold", "pend"), ("a1", "b1"), ("x", "y"), ("p", "q"))
+                 if _listed_first(slurm_spool / "running", f"root:{a}", f"root:{b}"))
+    started, ran = workdir / "started", workdir / "ran"
+    submit(names[0], f"{EXCLUSIVE}touch {started}; sleep 300\n", "-p", "1")
+    submit(names[1], f"{EXCLUSIVE}touch {ran}; sleep 300\n", "-p", "2")
+    from onite.spool import runrecords
+
+    def handed_over() -> bool:
+        record = runrecords.read(slurm_spool / "running" / "gone" / f"root:{names[1]}@run")
+        return started.exists() and record is not None and bool(record.info.get("external_id"))
+
+    kill_driver_when(slurm_spool, handed_over, "one job to run in Slurm and one to wait there", "--host", "gone")
+    r = run_cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0, r
+    assert not ran.exists()  # it never started: requeued, to run once
+    assert (slurm_spool / "jobs" / "P2" / f"root:{names[1]}").exists()
+
+
 # ---- refusals --------------------------------------------------------------------------------
 
 

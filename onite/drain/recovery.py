@@ -56,6 +56,7 @@ class Recovery:
         # re-attaches Slurm runs and adopts runs whose monitor lives: not onite recover, which waits for none
         self.watches = True
         self.left: list[str] = []  # claims left as they are: their runs go on under their monitors here
+        self._cancelled_ahead: set[str] = set()  # claims whose Slurm job recover --host cancelled in flight
 
     def recover(self) -> None:
         """Deal with every claim in running/HOST/."""
@@ -72,6 +73,9 @@ class Recovery:
             night.log.event("error", error=str(SpoolIOError(night.running_dir, "listing", err)), note="recovery skipped")
             return
         jobs = [n for n in names if is_valid_key(n)]
+        self._cancelled_ahead = set()
+        if not self.watches:  # recover --host: nothing re-attaches, so every Slurm job of the host is cancelled
+            self._cancel_ahead(jobs)
         for name in jobs:
             try:
                 self._claim(name)
@@ -88,6 +92,23 @@ class Recovery:
                 remove_file(night.running_dir / name)  # a run record a dead driver was writing (we hold the lock)
             elif name.endswith(TAKEN_EDIT) and not os.path.lexists(night.running_dir / name[: -len(TAKEN_EDIT)]):
                 remove_file(night.running_dir / name)  # its claim was dealt with (``requeue`` puts an edit back)
+
+    def _cancel_ahead(self, jobs: list[str]) -> None:
+        """Send each Slurm job of the claims its cancel before any is waited for: one pending in Slurm would
+        start on the room the cancel of another frees, run unwatched, and be cut short by its own and run again."""
+        night = self.night
+        for unstarted in (True, False):  # those still pending in Slurm first, then those that free room
+            for name in jobs:
+                rec = runrecords.read(night.spool.run_record_path(night.host, name))
+                if name in self._cancelled_ahead or rec is None or rec.damaged or rec.ended \
+                        or rec.info.get("executor") != "slurm":
+                    continue
+                try:
+                    if self.runner_of(rec.info).cancel_ahead(rec.info, owner=_owner(night.running_dir / name),
+                                                             unstarted=unstarted):
+                        self._cancelled_ahead.add(name)
+                except OniteError:
+                    continue  # its own recovery says why
 
     def _claim(self, name: str) -> None:
         night = self.night
@@ -391,7 +412,7 @@ class Recovery:
             night.running[name] = run
             night.log.event("recovered", name, action="re-attached", slurm=run.external_id)
             return True
-        if ended is None:  # nothing here will watch it: stop it, then see how it ended
+        if ended is None or name in self._cancelled_ahead:  # nothing here will watch it: stop it, see how it ended
             what = runner.recover(info, night.config.kill_grace.total_seconds(), owner=run.owner.uid)
             ended = runner.unwatched_end(run)
             # cancelled by this recovery (or outside onite), not by an `onite cancel` its record holds: run again

@@ -119,6 +119,11 @@ class Runner(Protocol):
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """The same for a claim of ``spool`` with no run record, found by the job's environment."""
 
+    def cancel_ahead(self, info: dict, *, owner: int | None = None, unstarted: bool = False) -> bool:
+        """Send a dead driver's run (a Slurm job) in flight (``unstarted``: only if it has not started) its cancel
+        now, not waited for (``recover`` waits for it); whether it was sent."""
+        return False
+
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
         """The executor's id of the job of a run whose driver died as it handed the job over."""
         return None

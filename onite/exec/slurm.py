@@ -526,6 +526,19 @@ class SlurmRunner(Runner):
             return f"Slurm job {job_id} had ended ({status.state})"
         return self._cancel_and_wait(job_id, self._job_uid(owner), grace)
 
+    def cancel_ahead(self, info: dict, *, owner: int | None = None, unstarted: bool = False) -> bool:
+        """``recover --host``: every job of the dead host in flight is sent its cancel before ``recover`` waits for
+        any, so that none pending in Slurm starts on the room another's cancel frees (and is cut short, and run
+        again); whether this one was."""
+        job_id = info.get("external_id")
+        if not job_id:
+            return False
+        asked, status = self._ours(str(job_id), owner)
+        if not asked or status is None or status.is_final or unstarted and status.start is not None:
+            return False
+        self._scancel(str(job_id), self._job_uid(owner))
+        return True
+
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """A claim with no run record: a job its killed driver's sbatch submitted is found among its
         owner's by its name and comment, and cancelled."""
