@@ -440,6 +440,24 @@ def test_a_job_pending_or_held_in_slurm_is_not_shown_as_started(slurm_spool, wor
     assert rec["state"] == "done" and rec["started"] is not None, rec
 
 
+def test_a_running_slurm_job_is_shown_started_when_its_result_will_say(slurm_spool, workdir):
+    """Slurm gives a start to the second: list showed that second, before the hand-over (a job running longer
+    than it had been queued), where the result takes the hand-over, the later of the two."""
+    marker = workdir / "running"
+    submit("now", f"touch {marker}; sleep 300\n", user="nobody", cwd=workdir)
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: marker.exists() and _running_view("now", "nobody")[0].get("started"), timeout=30,
+                 what="list to show it started in Slurm")
+        from datetime import datetime
+
+        handed_over = datetime.fromisoformat(runinfo(slurm_spool, "nobody:now")["started"])
+        listed = _running_view("now", "nobody")[0]
+        assert datetime.fromisoformat(listed["started"]) >= handed_over, (listed, handed_over)
+    finally:
+        stop(driver)
+
+
 def result_exists(spool: Path) -> bool:
     return (spool / "jobsdone" / "nobody:waiting@result").exists()
 

@@ -175,7 +175,9 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     if record.ended:
         info["ended"] = parse_stamp(record.ended_at)
     if record.slurm_state is not None:  # handed to Slurm: it started when Slurm says, if it has
-        info["started"] = parse_stamp(record.slurm_started)
+        # Slurm's start is cut to the second: the hand-over, if later, as the result will say (SlurmRunner)
+        began, handed_over = parse_stamp(record.slurm_started), info["started"]
+        info["started"] = max(began, handed_over) if began is not None and handed_over is not None else began
         if info["started"] is None:  # ``pending in Slurm (Resources)``
             reason = record.slurm_reason
             info["waiting"] = f"{record.slurm_state.lower()} in Slurm" + (f" ({reason})" if reason and reason != "None" else "")
