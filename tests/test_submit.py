@@ -188,6 +188,19 @@ def test_cutoff_refuses_and_says_when(spool, cli):
     assert queued_files(spool) == []
 
 
+@pytest.mark.parametrize("values", [{"cutoff": "00:00"}, {"cutoff": "19:30", "until": "19:30"}])
+def test_cutoff_that_never_reopens_is_a_bad_value(spool, cli, values):
+    # cutoff at the time spooling reopens (until, else midnight) closed spooling for good, every day, while each
+    # refusal said it would open again tomorrow; it is a bad value, said once, naming the key
+    set_config(spool, **values)
+    r = cli(["submit", "late"], stdin=b"true\n", user="nobody")
+    assert r.code == 2 and "cutoff" in r.err and "never open" in r.err and len(r.err.strip().splitlines()) == 1
+    assert queued_files(spool) == []
+    assert cli(["run", "-q"]).code == 2
+    listed = cli(["list"], user="nobody")  # a reading command warns and goes on
+    assert listed.code == 0 and "warning" in listed.err and "cutoff" in listed.err
+
+
 def test_check_lock_refuses_while_a_driver_runs(spool, cli, workdir):
     from conftest import start_driver, wait_for
 

@@ -211,6 +211,13 @@ def _config_of(data: dict, source: str, text: str = "") -> Config:
         notify_on=reader.choice("notify_on", NOTIFY_ON),
     )
     reader.no_unknown_keys()
+    if config.cutoff is not None and config.cutoff == (config.until or time(0, 0)):
+        # closed from the cutoff until the next such time: a whole day, every day
+        reopen = f'until = "{config.until:%H:%M}"' if config.until else "midnight (until is unset)"
+        raise ConfigError(f'{source}: cutoff = "{config.cutoff:%H:%M}" is when spooling would open again, '
+                          f"at {reopen}, so it would never open",
+                          "set cutoff before until (e.g. cutoff = \"19:30\", until = \"07:00\"), or leave it out",
+                          "cutoff")
     return config
 
 
