@@ -136,6 +136,16 @@ def test_bad_config_is_one_line(spool, cli):
     assert r.err.count("\n") == 1
 
 
+def test_config_that_is_not_utf8_says_so_not_permissions(spool, cli):
+    # a Latin-1 comment or a stray byte in onite.toml: the error blamed the file's permissions
+    with (spool / "onite.toml").open("ab") as f:
+        f.write(b"# caf\xe9\n")
+    r = cli(["run", "-q"])
+    assert r.code == 2 and "not UTF-8" in r.err and "permissions" not in r.err and r.err.count("\n") == 1, r
+    r = cli(["list"], user="nobody")
+    assert r.code == 0 and "not UTF-8" in r.err and "permissions" not in r.err and r.err.count("\n") == 1, r
+
+
 def test_spool_option_before_or_after_the_command(spool, cli):
     submit("j")
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}

@@ -19,7 +19,12 @@ def load_config(path: Path, skipped: list[ConfigError] | None = None) -> Config:
         config = parse_config(path.read_text(encoding="utf-8"), str(path), faults)
     except FileNotFoundError:
         return Config()
-    except (OSError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        line = err.object.count(b"\n", 0, err.start) + 1
+        faults.append(ConfigError(f"{path} is not UTF-8 text (byte {err.object[err.start]:#04x} on line {line})",
+                                  "write it in UTF-8 (iconv -f latin1 -t utf-8 converts a Latin-1 file)"))
+        config = Config()
+    except OSError as err:
         faults.append(ConfigError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}",
                                   "check its permissions"))
         config = Config()
