@@ -146,6 +146,22 @@ def test_config_that_is_not_utf8_says_so_not_permissions(spool, cli):
     assert r.code == 0 and "not UTF-8" in r.err and "permissions" not in r.err and r.err.count("\n") == 1, r
 
 
+def test_jobs_queued_beyond_lowered_priorities_are_still_seen_and_run(spool, cli):
+    # the admin lowers priorities from 7 to 3: a job queued at P7 was invisible to list and status, the driver
+    # said "the queue is empty", and it never ran
+    r = cli(["submit", "low", "-p", "7"], stdin=b"echo low\n", user="nobody")
+    assert r.code == 0, r
+    set_config(spool, priorities=3, default_priority=2)
+    listed = cli(["list", "--json"], user="nobody").json()
+    assert [j["name"] for j in listed["jobs"]] == ["low"], listed
+    assert cli(["status", "--json"]).json()["queue"].get("P7") == 1
+    again = cli(["submit", "low"], stdin=b"true\n", user="nobody")  # its name is still taken
+    assert again.code == 3, again
+    assert drain(spool).returncode == 0
+    assert result(spool, "nobody:low")["state"] == "done"
+    assert cli(["output", "low"], user="nobody").out == "low\n"
+
+
 def test_spool_option_before_or_after_the_command(spool, cli):
     submit("j")
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}

@@ -79,7 +79,9 @@ def gather(spool: SpoolDir, now: datetime) -> StatusInfo:
     held = 0
     head: list[tuple[int, int, str, int, bool]] = []  # (rank, ctime_ns, name, uid, held) of the first EXAMINE
     for rank, rows in queued_folder_stats(spool):  # counts need no JobView (100,000 queued)
-        queue["urgent" if rank == 0 else f"P{rank}"] += len(rows)
+        key = "urgent" if rank == 0 else f"P{rank}"
+        if rows or key in queue:  # a folder beyond priorities (lowered since) is shown only while it holds jobs
+            queue[key] = queue.get(key, 0) + len(rows)
         held += sum(row[3] for row in rows)
         head.extend((rank, *row) for row in rows[:EXAMINE - len(head)])
     drain = plan(spool, now, host=this_host)

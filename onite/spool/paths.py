@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from onite.core.config import Config
+from onite.core.config import MAX_PRIORITIES, Config
 from onite.core.errors import SpoolError, SpoolIOError
 from onite.core.names import SIDE, is_valid_name
 from onite.spool.settings import load_config
@@ -121,8 +121,14 @@ class SpoolDir:
         return self._config
 
     def queue_folders(self) -> list[tuple[int, Path]]:
-        """(rank, folder) in run order: urgent first (rank 0), then P1 … Pn."""
-        return [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, self.config.priorities + 1)]
+        """(rank, folder) in run order: urgent first (rank 0), then P1 … Pn, then the folders beyond Pn that are
+        left from before ``priorities`` was lowered (their jobs run last, and a requeue puts them in Pn)."""
+        last = self.config.priorities
+        folders = [(0, self.urgent_dir)] + [(p, self.queue_dir(p)) for p in range(1, last + 1)]
+        while last < MAX_PRIORITIES and os.path.isdir(self.queue_dir(last + 1)):  # one stat where none is left
+            last += 1
+            folders.append((last, self.queue_dir(last)))
+        return folders
 
     def folder_for(self, priority: int, urgent: bool) -> Path:
         """The queue folder of a job; a priority beyond ``priorities`` (lowered since) is the last."""
