@@ -162,6 +162,18 @@ def test_jobs_queued_beyond_lowered_priorities_are_still_seen_and_run(spool, cli
     assert cli(["output", "low"], user="nobody").out == "low\n"
 
 
+def test_hosts_table_with_an_invalid_host_name_is_a_bad_value(spool, cli):
+    # [hosts."node 2"] (a space no host name can hold) was taken silently: its slots applied nowhere, and a job
+    # asking for its memory was accepted and kept waiting for a host that can never drain
+    with (spool / "onite.toml").open("a") as f:
+        f.write('\n[hosts."node 2"]\nmem = "100T"\n')
+    r = cli(["submit", "big", "--mem", "50T"], stdin=b"true\n", user="nobody")
+    assert r.code == 2 and "invalid host name 'node 2'" in r.err and r.err.count("\n") == 1, r
+    assert cli(["run", "-q"]).code == 2
+    listed = cli(["list"], user="nobody")
+    assert listed.code == 0 and "invalid host name" in listed.err and listed.err.count("\n") == 1, listed
+
+
 def test_spool_option_before_or_after_the_command(spool, cli):
     submit("j")
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}

@@ -344,6 +344,10 @@ class _Reader:
             raise self._bad(key, table, "tables like [hosts.node1] with slots = 4")
         result = {}
         for name, entry in table.items():
+            try:  # a table no driver's host name can match would set nothing, or keep a job waiting for it
+                check_name(name, what="host name")
+            except InvalidInput as err:
+                raise ConfigError(f"{self.source}: a [hosts.NAME] table has an {err.what}", err.hint, key) from None
             self._table(f"{key}.{name}", "hosts.NAME", entry, HostConfig._fields,
                         'a table holding slots = N, mem = "64G", cpus = N')
             sub = _Reader(entry, f"{self.source} [hosts.{name}]", HostConfig(), key)
