@@ -460,6 +460,20 @@ def test_first_start_catches_nothing_up(spool, daemons):
     assert d.stop() == 0
 
 
+def test_a_host_changed_in_onite_toml_is_said_to_wait_for_a_restart(spool, daemons):
+    """HUP after onite.toml's `host` changed: the daemon logged `reloaded` and went on as the old host, saying
+    nothing (a second daemon then started as the new one). It goes on as the old host and says so."""
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    set_config(spool, schedule=[FAR], host="renamed")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.logged("reloaded"), what="the reload")
+    assert f"host renamed takes effect when onite daemon restarts; it drains as {HOST} until then" in \
+        d.logged("reloaded")[0], d.logged("reloaded")
+    assert d.stop() == 0
+
+
 def test_hup_reloads_the_schedule(spool, daemons):
     set_config(spool, schedule=[FAR])
     d = daemons(spool)

@@ -50,6 +50,7 @@ class Daemon:
         self.spool = spool
         self.clock = SYSTEM
         self.host = host or default_host(spool.config)
+        self._host_named = host is not None  # else onite.toml's, which a reload may change
         self.slots = slots
         self._until_override = until
         self.drain_now = drain_now
@@ -320,7 +321,10 @@ class Daemon:
             self.log.event("reload-failed", error=str(err), note="keeping the previous settings")
             return
         self._after_reload()
-        self.log.event("reloaded", **self._plan_fields())
+        fields, host = self._plan_fields(), default_host(self.spool.config)
+        if not self._host_named and host != self.host:  # its lock, heartbeat and claims are the host's it started as
+            fields["note"] = f"host {host} takes effect when onite daemon restarts; it drains as {self.host} until then"
+        self.log.event("reloaded", **fields)
 
     def _after_reload(self) -> None:
         """The driver may have re-read onite.toml on HUP: follow its schedule and folders."""
