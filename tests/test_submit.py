@@ -446,3 +446,17 @@ def test_a_job_spooled_after_one_that_failed_is_told_it_will_fail_too(spool):
         in r.err, r.err
     r = run_cli(["submit", "dep3", "--after", "fine"], stdin=b"true\n", cwd="/tmp")
     assert r.code == 0 and "waits for fine;" in r.err and "fail" not in r.err, r.err
+
+
+def test_at_confirmation_says_the_wall_time_of_the_other_dst_half(spool, cli, berlin_tz):
+    """``--at`` a time whose UTC offset is not today's (summer from winter, or winter from summer): the
+    confirmation says the wall time typed, not that instant at today's offset (an hour off)."""
+    year = datetime.now().year + 1
+    for stamp in (f"{year}-01-15T12:00", f"{year}-07-15T12:00"):
+        r = cli(["submit", f"dst{stamp[5:7]}", "--at", stamp], stdin=b"true\n")
+        assert r.code == 0, r
+        assert f"not before {year}-{stamp[5:7]}-15 12:00;" in r.err, r
+    # a time the clocks skip is the jump (docs/scheduling.md, DST): 02:30 on the last Sunday of March is 03:00
+    march = max(datetime(year, 3, day) for day in range(25, 32) if datetime(year, 3, day).weekday() == 6)
+    r = cli(["submit", "gap", "--at", f"{march:%Y-%m-%d}T02:30"], stdin=b"true\n")
+    assert r.code == 0 and f"not before {march:%Y-%m-%d} 03:00;" in r.err, r

@@ -136,7 +136,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     if job.after:
         parts.append(f"waits for {', '.join(map(label, job.after))}" + ended_badly(spool, job))
     if later:
-        parts.append(f"not before {when_text(job.not_before.astimezone(now.tzinfo), now)}")
+        parts.append(f"not before {when_text(job.not_before.astimezone(), now)}")
     if job.pin:
         parts.append(f"only on host {job.pin}")
     drain = plan(spool, now)
