@@ -206,3 +206,22 @@ def test_list_all_at_80_columns_keeps_every_name_whole_and_each_row_on_one_line(
     for name in names + ["queued-after-night-job-with-long-name", "its-dependant"]:
         assert sum(name in line for line in lines) == 1, text
     assert any(line.endswith("timeout") for line in lines) and any(" root " in line for line in lines[1:]), text
+
+
+def test_a_not_before_time_typed_in_another_zone_is_listed_in_the_viewers_local_time(spool, monkeypatch):
+    """A job spooled ``--at 03:00`` by a user in New York waits until 08:00 UTC: a viewer whose zone is UTC
+    sees 08:00, not the submitter's wall time without its zone."""
+    import time as time_module
+
+    monkeypatch.setenv("TZ", "UTC")
+    time_module.tzset()
+    year = datetime.now().year + 1
+    r = run_cli(["submit", "ny", "--at", f"{year}-01-10T03:00-05:00"], stdin=b"true\n",
+                user="nobody" if ROOT else None, cwd="/tmp")
+    assert r.code == 0, r
+    try:
+        out = run_cli(["list", "--plain"]).out
+        assert f"not before {year}-01-10 08:00" in out and "03:00" not in out, out
+    finally:
+        monkeypatch.undo()
+        time_module.tzset()

@@ -118,7 +118,7 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
     if meta.pin and meta.pin != host:
         return Wait(f"pinned to host {meta.pin}")
     if meta.not_before is not None and meta.not_before > now:
-        return Wait(f"not before {meta.not_before:%Y-%m-%d %H:%M}", meta.not_before)
+        return Wait(f"not before {meta.not_before.astimezone():%Y-%m-%d %H:%M}", meta.not_before)
     for dep in meta.after:
         state = dependency(dep)
         if state is DepState.PENDING:
