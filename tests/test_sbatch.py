@@ -111,17 +111,29 @@ def test_directives_that_break_one_job_one_slurm_job_are_refused(line):
     "#!/bin/sh\n#SBATCH --time=5 # --wait in a comment\n",
     "#!/bin/sh\n#SBATCH --wait-all-nodes=1\n#SBATCH --account=arr\n",
     "#!/bin/sh\n#PBS -N t -l walltime=1:00 -A acct\n#PBS -o out-t\n",
+    "#!/bin/sh\n#PBS -N \"x -t 1-3\"\n#SBATCH -J 'y --array=1-2'\n",  # one quoted word (sbatch: no array)
+    "#!/bin/sh\n#PBS -N x#y -t 1-3\n",  # sbatch's comment starts mid-word (its job name is x, no array)
 ])
 def test_ordinary_directives_pass(text):
     assert unsupported_directive(text.encode()) is None
 
 
-@pytest.mark.parametrize("line", ["#PBS -t 1-3", "#PBS -J 1-3", "#PBS -t1-3", "#PBS -N x -t 1-3", "#PBS -ht 1-3"])
+@pytest.mark.parametrize("line", ["#PBS -t 1-3", "#PBS -J 1-3", "#PBS -t1-3", "#PBS -N x -t 1-3", "#PBS -ht 1-3",
+                                  "#PBS --array=1-3", "#PBS --job_array=1-3", "#PBS --job_a=1-3", "#PBS --arr 1-3",
+                                  "#PBS -N x\\ -t 1-3", "#PBS  -t 1-3"])
 def test_pbs_lines_that_sbatch_reads_as_a_job_array_are_refused(line):
     """sbatch honours #PBS lines too, and takes Torque's -t and PBS Pro's -J for --array: one onite job ran as a
     Slurm job array (three runs of it for -t 1-3), filed as one done job."""
     problem = unsupported_directive(f"#!/bin/sh\n#PBS -l walltime=1:00\n{line}\necho\n".encode())
     assert problem is not None and problem.startswith("'#PBS "), problem
+
+
+@pytest.mark.parametrize("line", ["#SBATCH -J x\\ --array=1-2", "#SBATCH --comment=a\\ -W", "#SBATCH -J 'a'\\ --wait"])
+def test_a_backslash_before_a_space_joins_no_words_as_sbatch_splits_them(line):
+    """sbatch's backslash takes the next character literally but a space still ends the word: 'x\\ --array=1-2' is
+    two words to it (an array), one to a shell's splitting, which onite used, and which let it through."""
+    problem = unsupported_directive(f"#!/bin/sh\n{line}\necho\n".encode())
+    assert problem is not None and problem.startswith("'#SBATCH -"), problem
 
 
 def test_wrapper_enters_the_directory_as_the_owner_then_execs_sbatch():

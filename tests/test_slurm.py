@@ -1040,6 +1040,19 @@ def test_a_pbs_array_line_is_refused_not_run_as_a_slurm_job_array(slurm_spool, w
     assert told["reason"].startswith("'#PBS -t' is not supported") and told["external_id"] is None, told
 
 
+@needs_root
+@pytest.mark.attack
+@pytest.mark.parametrize("line", ["#PBS --job_array=1-3", "#PBS -N x\\ -t 1-3"])
+def test_a_pbs_array_spelt_another_way_is_refused_not_run_as_a_slurm_job_array(slurm_spool, workdir, line):
+    """sbatch reads '#PBS --job_array=1-3' (its long form of -J) and '-N x\\ -t 1-3' (its backslash joins no words)
+    as --array=1-3: onite's check knew neither, and nobody's one job ran three times in Slurm, filed as one."""
+    submit("pbs2", f"#!/bin/sh\n{line}\necho ran\n", user="nobody", cwd=workdir)
+    assert drain(slurm_spool).returncode == 0
+    told = result(slurm_spool, "nobody:pbs2")
+    assert told["reason"].startswith("'#PBS -") and "no job arrays" in told["reason"], told
+    assert told["external_id"] is None, told
+
+
 @pytest.mark.parametrize("option", ["--array=1-2", "--wait", "--test-only"])
 def test_sbatch_args_that_break_one_job_one_slurm_job_stop_the_driver_in_one_line(slurm_spool, option):
     """The refused #SBATCH options were taken from [slurm] sbatch_args: every job became an array (run twice), or

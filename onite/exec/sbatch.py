@@ -11,7 +11,6 @@ import hashlib
 import math
 import os
 import re
-import shlex
 from datetime import timedelta
 
 from onite.core.config import SlurmConfig
@@ -72,10 +71,11 @@ _HETJOB = "one onite job must be one Slurm job (no heterogeneous jobs)"
 _TEST_ONLY = "sbatch must submit the job (with it, sbatch only says when Slurm would start it)"
 _REFUSED = {"--array": _ARRAY, "-a": _ARRAY, "--wait": _WAIT, "-W": _WAIT, "hetjob": _HETJOB, "packjob": _HETJOB,
             "--test-only": _TEST_ONLY}
-# sbatch also honours #PBS lines (unless --ignore-pbs): Torque's -t and PBS Pro's -J are its --array; h, I, V, z
-# take no argument there.
+# sbatch also honours #PBS lines (unless --ignore-pbs): Torque's -t and PBS Pro's -J are its --array, and so are
+# their long forms --array and --job_array (getopt_long again: --job_a=1-3 too); h, I, V, z take no argument there.
 _PBS_FLAGS = set("hIVz")
-_PBS_REFUSED = {"-t": _ARRAY, "-J": _ARRAY}
+_PBS_REFUSED = {"-t": _ARRAY, "-J": _ARRAY, "--array": _ARRAY, "--job_array": _ARRAY}
+_SPACE = b" \t\n\v\f\r"  # C's isspace
 
 
 def unsupported_directive(script: bytes) -> str | None:
@@ -90,11 +90,7 @@ def unsupported_directive(script: bytes) -> str | None:
         magic = next((m for m in (b"#SBATCH", b"#PBS") if line.startswith(m)), None)
         if magic is None:
             continue
-        try:
-            words = shlex.split(line[len(magic):].decode("utf-8", "replace"), comments=True)
-        except ValueError:
-            continue  # sbatch itself will complain about the quoting
-        for word in words:
+        for word in _directive_words(line[len(magic):]):
             if magic == b"#PBS":
                 what = _PBS_REFUSED.get(_option(word, _PBS_FLAGS, _PBS_REFUSED))
             else:
@@ -102,6 +98,42 @@ def unsupported_directive(script: bytes) -> str | None:
             if what:
                 return f"'{magic.decode()} {word}' is not supported: {what}"
     return None
+
+
+def _directive_words(text: bytes) -> list[str]:
+    """The words of a directive line as sbatch splits it (its _get_argument), not as a shell would: a backslash
+    takes the next character literally but never joins two words (``x\\ --array=1-2`` is two), a quote ' or "
+    holds spaces until its like, and a ``#`` neither quoted nor escaped ends the line."""
+    words: list[str] = []
+    word, quote, escaped, i = bytearray(), 0, False, 0
+    while i <= len(text):
+        c = text[i] if i < len(text) else None
+        if c is None or (not quote and c in _SPACE):
+            if word:
+                words.append(word.decode("utf-8", "replace"))
+            word, escaped = bytearray(), False
+            if c is None:
+                break
+        elif escaped:
+            escaped = False
+            word.append(c)
+        elif c == 0x5C:  # backslash
+            escaped = True
+        elif quote:
+            if c == quote:
+                quote = 0
+            else:
+                word.append(c)
+        elif c in b"'\"":
+            quote = c
+        elif c == 0x23:  # '#': the rest is a comment
+            if word:
+                words.append(word.decode("utf-8", "replace"))
+            break
+        else:
+            word.append(c)
+        i += 1
+    return words
 
 
 def unsupported_args(args: tuple[str, ...]) -> str | None:
