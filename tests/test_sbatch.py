@@ -136,6 +136,13 @@ def test_a_backslash_before_a_space_joins_no_words_as_sbatch_splits_them(line):
     assert problem is not None and problem.startswith("'#SBATCH -"), problem
 
 
+@pytest.mark.parametrize("line", ["#SBATCH HetJob", "#SBATCH HETJOB", "#SBATCH PackJob"])
+def test_a_hetjob_separator_in_any_case_is_refused(line):
+    """sbatch reads 'hetjob' in any case as the separator of a heterogeneous job: '#SBATCH HetJob' passed."""
+    problem = unsupported_directive(f"#!/bin/sh\n#SBATCH -n1\n{line}\n#SBATCH -n1\necho\n".encode())
+    assert problem is not None and "heterogeneous" in problem, problem
+
+
 def test_wrapper_enters_the_directory_as_the_owner_then_execs_sbatch():
     wrapped = as_owner_in(b"/home/x y", [b"/usr/bin/sbatch", b"--parsable"])
     assert wrapped[:2] == [b"/bin/sh", b"-c"] and wrapped[3:] == [b"onite-sbatch", b"/home/x y", b"/usr/bin/sbatch",

@@ -1053,6 +1053,17 @@ def test_a_pbs_array_spelt_another_way_is_refused_not_run_as_a_slurm_job_array(s
     assert told["external_id"] is None, told
 
 
+@needs_root
+def test_a_hetjob_separator_in_capitals_is_refused_with_the_reason_hetjob_has(slurm_spool, workdir):
+    """sbatch splits a job at '#SBATCH HetJob' as at 'hetjob' (the case is not looked at): onite refused only the
+    word in lower case, so the job went to sbatch as a heterogeneous job and failed with sbatch's cryptic 'Could not
+    open user environment file 9' (its components cannot share the export file)."""
+    submit("het", "#!/bin/sh\n#SBATCH -n1\n#SBATCH HetJob\n#SBATCH -n1\necho ran\n", user="nobody", cwd=workdir)
+    assert drain(slurm_spool).returncode == 0
+    told = result(slurm_spool, "nobody:het")
+    assert told["reason"].startswith("'#SBATCH HetJob' is not supported") and told["external_id"] is None, told
+
+
 @pytest.mark.parametrize("option", ["--array=1-2", "--wait", "--test-only"])
 def test_sbatch_args_that_break_one_job_one_slurm_job_stop_the_driver_in_one_line(slurm_spool, option):
     """The refused #SBATCH options were taken from [slurm] sbatch_args: every job became an array (run twice), or

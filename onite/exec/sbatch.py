@@ -93,8 +93,8 @@ def unsupported_directive(script: bytes) -> str | None:
         for word in _directive_words(line[len(magic):]):
             if magic == b"#PBS":
                 what = _PBS_REFUSED.get(_option(word, _PBS_FLAGS, _PBS_REFUSED))
-            else:
-                what = _REFUSED.get(_option(word))
+            else:  # sbatch takes the separator in any case: '#SBATCH HetJob' splits the job as 'hetjob' does
+                what = _REFUSED.get(_option(word)) or (_HETJOB if word.lower() in ("hetjob", "packjob") else None)
             if what:
                 return f"'{magic.decode()} {word}' is not supported: {what}"
     return None
