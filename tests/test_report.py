@@ -328,6 +328,16 @@ def test_output_is_shown_to_its_owner_and_root_only(real_night):
         ["nobody's secret"]
 
 
+@needs_root
+def test_json_next_step_is_only_for_failures_the_reader_may_restart(real_night):
+    """A user's --json names no restart of another user's failure (theirs to act on: it would be refused,
+    exit 3), as the terminal tells others' failures by name only; root's names every one."""
+    mine = {f["name"]: f for f in report_json(real_night, user="nobody")["failures"]}
+    assert mine["root:head"]["next"] is None and mine["nb-fail"]["next"] == "onite restart nb-fail"
+    roots = {f["name"]: f for f in report_json(real_night)["failures"]}
+    assert roots["nobody:nb-fail"]["next"] == "onite restart nobody:nb-fail" and roots["head"]["next"]
+
+
 def test_user_filter(real_night):
     doc = report_json(real_night, "--user", "nobody")
     assert doc["user"] == "nobody" and sorted(j["name"] for j in doc["jobs"]) == ["nobody:nb-fail", "nobody:nb-ok"]

@@ -300,7 +300,8 @@ def to_json(data: ReportData) -> str:
                          "output": list(lines) if tail and tail.kept and not tail.private else None,
                          "private": bool(tail and tail.private),
                          "command": note if note.startswith("onite output ") else None,
-                         "next": next_step(data, view) or None})
+                         # another user's restart would be refused: theirs to act on, as the terminal tells it
+                         "next": (next_step(data, view) or None) if data.reader in (0, view.uid) else None})
     return json.dumps({"version": 1, "spool": data.spool, "window": data.kind, "since": data.since.isoformat(),
                    "until": data.until.isoformat(), "now": data.now.isoformat(),
                    "night": data.night.isoformat() if data.night else None, "user": data.user,
