@@ -408,3 +408,24 @@ def test_a_failed_run_with_retries_left_is_waited_for_while_no_driver_runs(spool
     _ended_while_no_driver_runs(spool, workdir, "again", "--retries", "1")
     r = run_cli(["wait", "again", "--timeout", "1"])
     assert r.code == 6 and "not filed yet" not in r.out, (r.code, r.out, r.err)
+
+
+def test_a_drain_whose_driver_died_mid_job_is_not_said_finished(spool, gate, procs):
+    """kill -9 of the driver while `onite wait` (no NAME) waits for its drain: its job is left claimed with no
+    live driver to file it. wait said `drain finished: 0 done` and exit 0; it names the job left so, in
+    status's words, and exits 5 (a job of the drain left no record of how it ended)."""
+    import signal
+
+    submit("long", gated(gate))
+    procs.append(driver := start_driver(spool))
+    wait_for(lambda: running(spool, "root:long"), what="long to start")
+    procs.append(waiter := start_wait(spool))
+    assert waiter.stderr.readline().startswith("onite: waiting for the drain on ")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    rc, out, err = finish(waiter)
+    assert rc == 5 and len(out.splitlines()) == 1, (rc, out, err)
+    assert out.startswith("drain finished: 0 done; long is running, but its host "), out
+    assert "has no live driver: the next driver there, or onite recover --host " in out, out
+    doc = run_cli(["wait", "--json"]).json()  # no drain runs now: nothing to wait for, as before
+    assert doc["exit_code"] == 0

@@ -292,6 +292,8 @@ class DrainsWaited(Record):
     jobs: list[JobView]
     still: list[str]  # hosts still draining at the timeout
     timed_out: bool = False
+    unfiled: list[str] = []  # jobs of the drain left claimed on a host with no live driver (killed -9)
+    unfiled_text: str = ""  # ``long is running, but its host vm has no live driver: …`` (status's words)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -299,6 +301,8 @@ class DrainsWaited(Record):
 
     @property
     def exit_code(self) -> int:
+        if self.unfiled and not self.timed_out:
+            return EXIT_FAILED  # a job of the drain left no record of how it ended
         return exit_status(self.jobs, timed_out=self.timed_out)
 
     def summary(self) -> str:
@@ -313,7 +317,7 @@ class DrainsWaited(Record):
             if names:
                 more = f", … {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
                 parts.append(f"{len(names)} {state} ({', '.join(names[:SHOWN_NAMES])}{more})")
-        return f"drain finished: {', '.join(parts)}"
+        return f"drain finished: {', '.join(parts)}" + (f"; {self.unfiled_text}" if self.unfiled_text else "")
 
 
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
@@ -336,7 +340,14 @@ def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock =
         since = min([since, *busy.values()])  # a driver that started meanwhile joins the wait
         hosts = sorted(set(hosts) | set(busy))
     jobs = [result_view(r, me()) for r in read_results(spool) if r.finished >= since]
-    return DrainsWaited(hosts, since, jobs, [])
+    # a driver killed mid-job ends its drain too: what it left claimed waits for the next driver of its host
+    from onite.app.listing import running_views
+    from onite.drain.heartbeat import driver_gone
+
+    now = clock.now()
+    unfiled = [v.name for v in running_views(spool) if v.host in hosts and driver_gone(spool, v.host, now)]
+    text = stranded(spool, unfiled, now).removesuffix("; ")
+    return DrainsWaited(hosts, since, jobs, [], unfiled=unfiled, unfiled_text=text)
 
 
 def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
@@ -353,5 +364,6 @@ def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
         doc.update({"waited": "drain", "drivers": waited.hosts,
                     "since": waited.since.isoformat() if waited.since else None, "still": waited.still,
                     "counts": waited.counts, "summary": waited.summary(),
+                    "unfiled": [label(key) for key in waited.unfiled],
                     "jobs": [{**j.to_json(), "name": label(j.name)} for j in waited.jobs]})
     return json.dumps(doc, indent=1)
