@@ -379,3 +379,28 @@ def test_a_bad_schedule_is_fixed_in_onite_toml_before_cron_is_installed(spool):
     assert r.code == 0 and "schedule: cron expression '25:99' has 1 field, not 5" in r.err, r
     [line] = [line for line in r.out.splitlines() if line.startswith("next run")]
     assert "fix onite.toml (see the warning), then run: onite cron --install" in line, line
+
+
+def test_a_driver_killed_but_not_yet_reaped_is_not_running(spool, workdir):
+    """kill -9 of a driver whose parent has not reaped it yet (a zombie: its pid and start time are still in
+    /proc) was 'driver running on HOST', and `onite wait` waited for its drain until the parent reaped it."""
+    import signal
+
+    gate = workdir / "gate"
+    gate.touch()
+    submit("base", f"while [ -e {gate} ]; do sleep 0.02; done\n")
+    driver = start_driver(spool)
+    try:
+        wait_for(lambda: (spool / "running" / HOST / "root:base").exists(), what="base to start")
+        os.kill(driver.pid, signal.SIGKILL)
+        wait_for(lambda: open(f"/proc/{driver.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+                 what="the driver to be a zombie")
+        doc = run_cli(["status", "--json"]).json()
+        assert doc["drivers"] == [], doc["drivers"]
+        waited = run_cli(["wait", "--json", "--timeout", "30"]).json()
+        assert not waited["timed_out"] and waited["drivers"] == [], waited  # no drain runs: it waits for none
+    finally:
+        gate.unlink(missing_ok=True)
+        driver.wait()
+    drain(spool)
+    assert result(spool, "base")["state"] == "done"

@@ -21,7 +21,7 @@ from onite.core import values
 from onite.core.clock import SYSTEM, Clock
 from onite.core.errors import OniteError
 from onite.core.record import Record
-from onite.exec.contain import boot_id, process_start_ticks
+from onite.exec.contain import boot_id, is_zombie, process_start_ticks
 from onite.spool.files import remove_file, replace_file
 from onite.spool.locks import leave_wake
 from onite.spool.paths import HEARTBEAT, SpoolDir
@@ -116,8 +116,8 @@ def is_alive(beat: Beat, now: datetime, *, machine: str | None = None, boot: str
         if beat.boot_id and boot and beat.boot_id != boot:
             return False  # written before the machine last started
         ticks = process_start_ticks(beat.pid)
-        if ticks is not None:
-            return beat.start_ticks is None or ticks == beat.start_ticks
+        if ticks is not None:  # a zombie (killed, its parent has not reaped it yet) drains nothing
+            return (beat.start_ticks is None or ticks == beat.start_ticks) and not is_zombie(beat.pid)
         if _proc_shows_others() or beat.pid == os.getpid():
             return False
     return (now - beat.updated).total_seconds() <= STALE_AFTER
