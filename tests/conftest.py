@@ -553,6 +553,18 @@ def start_driver(spool: Path, *args: str, env: dict | None = None) -> subprocess
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
+def draining(spool: Path, workdir: Path, name: str) -> tuple[Path, subprocess.Popen]:
+    """Spool root's ``name``, a job that runs until its gate is removed, and start a driver: the gate and the
+    driver, once the job is claimed on this host."""
+    gate = workdir / "gate"
+    gate.touch()
+    assert run_cli(["submit", name], stdin=f"while [ -e {gate} ]; do sleep 0.02; done\n".encode()).code == 0
+    driver = start_driver(spool)
+    host = os.uname().nodename.split(".")[0]
+    wait_for(lambda: (spool / "running" / host / f"root:{name}").exists(), what=f"{name} to start")
+    return gate, driver
+
+
 def kill_driver_mid_job(spool: Path, workdir: Path, name: str, *, machine_dies: bool = False) -> None:
     """Spool root's ``name`` (a job that would sleep a minute), start a driver, and kill -9 it once the job runs
     and its monitor has recorded it (what recovery reads). ``machine_dies``: the job and its monitor

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (REPO, drain, kill_driver_mid_job, log_lines, needs_root, nobody, result, run_cli, set_config,
+from conftest import (REPO, drain, draining, kill_driver_mid_job, log_lines, needs_root, nobody, result, run_cli, set_config,
                       start_driver, wait_for)
 from onite.drain import heartbeat as hb
 
@@ -203,12 +203,8 @@ def test_submit_line_on_stderr_and_quiet(spool):
 
 
 def test_submit_line_while_a_driver_drains(spool, workdir):
-    gate = workdir / "gate"
-    gate.touch()
-    submit("blocker", f"while [ -e {gate} ]; do sleep 0.02; done\n")
-    driver = start_driver(spool)
+    gate, driver = draining(spool, workdir, "blocker")
     try:
-        wait_for(lambda: (spool / "running" / HOST / "root:blocker").exists(), what="the driver to drain")
         r = submit("next")
         assert r.err == f"spooled next (P4) in {spool}; a drain is running now on host {HOST}\n"
         r = submit("timed", "true\n", "--at", "+3h")  # (it read as "it runs now")

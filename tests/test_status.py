@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import drain, needs_root, result, run_cli, set_config, start_driver, wait_for
+from conftest import drain, draining, needs_root, result, run_cli, set_config, start_driver, wait_for
 from onite.app import status as st
 
 HOST = os.uname().nodename.split(".")[0]
@@ -386,12 +386,8 @@ def test_a_driver_killed_but_not_yet_reaped_is_not_running(spool, workdir):
     /proc) was 'driver running on HOST', and `onite wait` waited for its drain until the parent reaped it."""
     import signal
 
-    gate = workdir / "gate"
-    gate.touch()
-    submit("base", f"while [ -e {gate} ]; do sleep 0.02; done\n")
-    driver = start_driver(spool)
+    gate, driver = draining(spool, workdir, "base")
     try:
-        wait_for(lambda: (spool / "running" / HOST / "root:base").exists(), what="base to start")
         os.kill(driver.pid, signal.SIGKILL)
         wait_for(lambda: open(f"/proc/{driver.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
                  what="the driver to be a zombie")
