@@ -262,7 +262,8 @@ def test_a_monitor_killed_while_it_ends_what_its_job_left_keeps_the_jobs_exit_st
     set_config(spool, kill_grace="10m")
     gate, ledger, leftover = workdir / "kept.gate", workdir / "kept.ledger", workdir / "kept.leftover"
     gate.touch()
-    body = (f"[ -e {ledger} ] || {{ (trap '' TERM; while :; do sleep 1; done) & echo $! > {leftover}; }}\n"
+    # the child says its pid once it ignores TERM: a TERM before its trap (a loaded machine) would end it
+    body = (f"[ -e {ledger} ] || {{ sh -c 'trap \"\" TERM; echo $$ > {leftover}; while :; do sleep 1; done' & }}\n"
             f"echo start >> {ledger}; while [ -e {gate} ]; do sleep 0.05; done; exit 0\n")
     assert run_cli(["submit", "kept", "--retries", "1"], stdin=body.encode()).code == 0
     driver = start_driver(spool)
