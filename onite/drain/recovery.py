@@ -97,11 +97,12 @@ class Recovery:
         """Send each Slurm job of the claims its cancel before any is waited for: one pending in Slurm would
         start on the room the cancel of another frees, run unwatched, and be cut short by its own and run again."""
         night = self.night
+        records = {name: runrecords.read(night.spool.run_record_path(night.host, name)) for name in jobs}
+        in_flight = {name: rec for name, rec in records.items()
+                     if rec is not None and not rec.damaged and not rec.ended and rec.info.get("executor") == "slurm"}
         for unstarted in (True, False):  # those still pending in Slurm first, then those that free room
-            for name in jobs:
-                rec = runrecords.read(night.spool.run_record_path(night.host, name))
-                if name in self._cancelled_ahead or rec is None or rec.damaged or rec.ended \
-                        or rec.info.get("executor") != "slurm":
+            for name, rec in in_flight.items():
+                if name in self._cancelled_ahead:
                     continue
                 try:
                     if self.runner_of(rec.info).cancel_ahead(rec.info, owner=_owner(night.running_dir / name),

@@ -39,11 +39,11 @@ def withdraw(spool: SpoolDir, entry: Entry) -> Path:
         change_state(entry.name, JobState.HELD if entry.held else JobState.QUEUED, JobState.CANCELLED,
                      entry.path, target, "cancelling")
     except NotFound:
-        if not find_running(spool, entry.name) and not find_queued(spool, entry.name):  # another cancel took it
+        running = bool(find_running(spool, entry.name))
+        if not running and not find_queued(spool, entry.name):  # another cancel took it
             raise NotFound(f"job {entry.name!r} left its queue as you cancelled it: another cancel took it, or "
                            "it ran and ended", "see onite list --all") from None
-        raise NotFound(f"job {entry.name!r} {'started running' if find_running(spool, entry.name) else 'moved'} "
-                       "as you cancelled it",
+        raise NotFound(f"job {entry.name!r} {'started running' if running else 'moved'} as you cancelled it",
                        f"run onite cancel {entry.name} again to stop it") from None
     if entry.held:  # its hold markers would hold the next job of that name
         remove_holds(spool, entry.name, {entry.uid, 0} if os.geteuid() == 0 else {os.geteuid()})
