@@ -605,6 +605,37 @@ def test_a_job_whose_exit_status_was_lost_keeps_its_start(spool, workdir):
     assert "did not run" not in r.err, r
 
 
+@needs_strace
+def test_a_job_a_hard_stop_ended_goes_back_to_its_queue_when_its_driver_dies_before_putting_it_back(spool, workdir):
+    """A hard stop (SIGQUIT) ended a job, and its driver was killed (strace, at the rename that puts the job back)
+    before it put it back: the next driver filed the run as failed, "interrupted", where the live driver would have
+    queued it again. It goes back to its queue, and runs again."""
+    ledger, started = workdir / "ledger", workdir / "started"
+    submit("cut", f"echo 'cut start' >> {ledger}; [ -e {started} ] && exit 0; touch {started}; sleep 300\n", "-p", "4")
+    driver = subprocess.Popen(driver_argv(), env=driver_env(spool), start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(started.exists, what="the job to start")
+        back = spool / "jobs" / "P4" / "root:cut"  # strace kills the driver at the rename that would put it there
+        tracer = subprocess.Popen([STRACE, "-qq", "-o", "/dev/null", "-P", str(back), "-e", "inject=all:signal=KILL",
+                                   "-p", str(driver.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: traced(driver.pid), what="strace to attach")
+            os.kill(driver.pid, signal.SIGQUIT)
+            assert driver.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            tracer.kill()
+            tracer.wait()
+    finally:
+        driver.kill()
+        driver.wait()
+    assert (spool / "running" / HOST / "root:cut").exists()  # killed before it put it back
+    drain(spool)
+    assert any(" recovered root:cut " in line and "rerun: requeued" in line for line in log_lines(spool))
+    assert result(spool, "cut")["state"] == "done"
+    assert runs_of(ledger) == {"cut": 2}
+
+
 def test_status_and_reload_signals_never_kill_a_driver_starting_or_ending(spool, workdir):
     """USR1 and HUP sent as soon as the driver's pid can be read (its lock), and on until it has
     exited: it logs a status line and reloads; it never dies of them."""

@@ -947,6 +947,30 @@ def test_recover_host_cancels_the_dead_hosts_slurm_jobs_and_requeues_them(slurm_
     assert (slurm_spool / "jobs" / "P3" / "root:orphan").exists()
 
 
+def test_a_recover_host_killed_after_its_cancels_leaves_the_next_to_run_the_job_again(slurm_spool, workdir):
+    """recover --host sent the dead host's Slurm jobs their cancels before writing anything: killed just after, it left
+    the next recover a job Slurm says was CANCELLED and a record with no stop line, which it filed as cancelled
+    outside onite (a result, never run again). The cancel is recorded first, as a hard stop's."""
+    marker = workdir / "started"
+    submit("orphan", f"touch {marker}; sleep 300\n", "-p", "3")
+    kill_driver_when(slurm_spool, marker.exists, "the job to run in Slurm", "--host", "gone")
+    from onite.spool import runrecords
+
+    job_id = runrecords.read(slurm_spool / "running" / "gone" / "root:orphan@run").info["external_id"]
+    tools = workdir / "tools"
+    tools.mkdir()
+    (tools / "scancel").write_text(f'#!/bin/sh\n{shutil.which("scancel")} "$@"\nkill -9 $PPID\n')  # its recover dies
+    (tools / "scancel").chmod(0o755)
+    killed = run_cli(["recover", "--host", "gone", "--force"], env=dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}"))
+    assert killed.code == -signal.SIGKILL, killed
+    wait_for(lambda: slurm_state(job_id) == "CANCELLED", timeout=60, what="the cancel to take effect in Slurm")
+    r = run_cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0, r
+    assert (slurm_spool / "jobs" / "P3" / "root:orphan").exists()  # back in its queue, to run again
+    assert not (slurm_spool / "jobsdone" / "root:orphan@result").exists()
+    assert any(" recovered root:orphan " in line and "rerun: requeued" in line for line in log_lines(slurm_spool))
+
+
 def _listed_first(folder: Path, first: str, then: str) -> bool:
     """Does a folder on ``folder``'s file system list a file ``first`` made before ``then`` ahead of it (ext4 lists
     by a hash of the name)?"""

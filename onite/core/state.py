@@ -111,6 +111,7 @@ class Stop(StrEnum):
 
 
 OUTPUT_STOPPED = "stopped: it wrote more output than max_output"  # the reason of a run stopped for it
+HARD_STOPPED = "interrupted: the driver was stopped"  # the reason of a run a hard stop ended: it goes back to its queue
 OUT_OF_MEMORY = "out of memory"  # how the reason of a run the kernel killed for its --mem begins
 
 
@@ -118,7 +119,7 @@ def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | N
     """How an attempt that onite stopped (``stopping``: why) is recorded, keeping the exit code or signal it
     ended with; None if onite did not stop it."""
     why = {Stop.TIMEOUT: {"timed_out": True}, Stop.CANCEL: {"cancelled_by": cancelled_by or "?"},
-           Stop.SHUTDOWN: {"reason": "interrupted: the driver was stopped"},
+           Stop.SHUTDOWN: {"reason": HARD_STOPPED},
            Stop.OUTPUT: {"reason": OUTPUT_STOPPED}}.get(stopping)
     return None if why is None else Outcome(exit_code=ended.exit_code, signal=ended.signal, **why)
 

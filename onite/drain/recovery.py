@@ -23,7 +23,7 @@ from onite.core.errors import DamagedRecord, JobFormatError, OniteError, SpoolIO
 from onite.core.job import MAX_RETRIES, Job
 from onite.core.names import is_valid_key, run_id_host
 from onite.core.runrecord import RunRecord, admitted_need
-from onite.core.state import JobState, Result, Stop, unrun_result
+from onite.core.state import HARD_STOPPED, JobState, Result, Stop, unrun_result
 from onite.core.timeparse import parse_stamp
 from onite.core.values import is_whole
 from onite.drain.finish import Finisher
@@ -105,7 +105,8 @@ class Recovery:
                 if name in self._cancelled_ahead:
                     continue
                 try:
-                    if self.runner_of(rec.info).cancel_ahead(rec.info, owner=_owner(night.running_dir / name),
+                    if self.runner_of(rec.info).cancel_ahead(rec.info, night.spool.run_record_path(night.host, name),
+                                                             owner=_owner(night.running_dir / name),
                                                              unstarted=unstarted):
                         self._cancelled_ahead.add(name)
                 except OniteError:
@@ -302,6 +303,10 @@ class Recovery:
             return
         run.usage = rec.usage
         outcome = rec.outcome(run.need)  # as a live driver files it: stopped, out of memory, or as it ended
+        if outcome.reason == HARD_STOPPED:  # and, as a live driver does, a hard stop puts it back
+            self.requeue(name, path, rec.info, "a hard stop ended it, and its driver died before it put it back",
+                         rerun=True)
+            return
         night.log.event("recovered", name, action="filed how it ended while no driver was running",
                         outcome=outcome.describe() or "exit 0")
         self.finisher.record(run, outcome, parse_stamp(rec.ended_at) or night.clock.now())
@@ -413,13 +418,15 @@ class Recovery:
             night.running[name] = run
             night.log.event("recovered", name, action="re-attached", slurm=run.external_id)
             return True
+        what = f"Slurm job {run.external_id} was cancelled by a hard stop or a recover whose driver died"
         if ended is None or name in self._cancelled_ahead:  # nothing here will watch it: stop it, see how it ended
             what = runner.recover(info, night.config.kill_grace.total_seconds(), owner=run.owner.uid)
             ended = runner.unwatched_end(run)
-            # cancelled by this recovery (or outside onite), not by an `onite cancel` its record holds: run again
-            if ended is None or ended.cancelled_by is not None and run.stopping != Stop.CANCEL:
-                self.requeue(name, path, info, what, rerun=True)
-                return True
+        # cancelled by a recovery (this one, or one killed after its cancel: its stop line is a hard stop's), by a
+        # hard stop or outside onite, not by an `onite cancel` its record holds: run again
+        if ended is None or ended.reason == HARD_STOPPED or ended.cancelled_by is not None and run.stopping != Stop.CANCEL:
+            self.requeue(name, path, info, what, rerun=True)
+            return True
         night.log.event("recovered", name, action="filed: it ended while no driver watched it", slurm=run.external_id)
         self.finisher.record(run, ended, run.ended or night.clock.now())
         return True

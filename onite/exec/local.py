@@ -228,7 +228,7 @@ class LocalRunner(Runner):
         if run.stopping is not None and not (why == Stop.SHUTDOWN and run.stopping != Stop.SHUTDOWN):
             return
         run.stopping, run.cancelled_by = why, by if why == Stop.CANCEL else run.cancelled_by
-        record_stop(run, why, by)  # the monitor reads it there
+        record_stop(run.record_path, why, by)  # the monitor reads it there
         if run.monitor is not None and not run.monitor.gone:
             contain.signal_pid(run.monitor.pid, signal.SIGUSR2)
 

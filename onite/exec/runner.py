@@ -77,12 +77,12 @@ class Run:
         return self.job.attempt
 
 
-def record_stop(run: Run, why: Stop, by: str | None) -> None:
-    """Write why onite stops ``run`` into its record, before the stop: whoever files the run (the next
+def record_stop(record_path: Path | None, why: Stop, by: str | None) -> None:
+    """Write why onite stops a run into its record, before the stop: whoever files the run (the next
     driver too, if this one dies first) files it as stopped. One that cannot be written stops nothing."""
-    if run.record_path:
+    if record_path:
         with suppress(runrecords.RecordError):  # the driver that stops it still knows
-            runrecords.add_event(run.record_path, {"event": "stop", "why": str(why), "by": by})
+            runrecords.add_event(record_path, {"event": "stop", "why": str(why), "by": by})
 
 
 class Runner(Protocol):
@@ -119,9 +119,10 @@ class Runner(Protocol):
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
         """The same for a claim of ``spool`` with no run record, found by the job's environment."""
 
-    def cancel_ahead(self, info: dict, *, owner: int | None = None, unstarted: bool = False) -> bool:
+    def cancel_ahead(self, info: dict, record_path: Path, *, owner: int | None = None, unstarted: bool = False) -> bool:
         """Send a dead driver's run (a Slurm job) in flight (``unstarted``: only if it has not started) its cancel
-        now, not waited for (``recover`` waits for it); whether it was sent."""
+        now, not waited for (``recover`` waits for it), a hard stop's line written into its record first; whether
+        it was sent."""
         return False
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:

@@ -305,7 +305,7 @@ class SlurmRunner(Runner):
         if run.stopping is None:
             run.stopping = why
             run.cancelled_by = by
-            record_stop(run, why, by)  # a driver that dies before Slurm confirms leaves why to the next
+            record_stop(run.record_path, why, by)  # a driver that dies before Slurm confirms leaves why to the next
         if run.kill_at is None:
             self._cancel(run)
 
@@ -526,16 +526,18 @@ class SlurmRunner(Runner):
             return f"Slurm job {job_id} had ended ({status.state})"
         return self._cancel_and_wait(job_id, self._job_uid(owner), grace)
 
-    def cancel_ahead(self, info: dict, *, owner: int | None = None, unstarted: bool = False) -> bool:
+    def cancel_ahead(self, info: dict, record_path: Path, *, owner: int | None = None, unstarted: bool = False) -> bool:
         """``recover --host``: every job of the dead host in flight is sent its cancel before ``recover`` waits for
         any, so that none pending in Slurm starts on the room another's cancel frees (and is cut short, and run
-        again); whether this one was."""
+        again); whether this one was. The stop goes into its record first, as a hard stop's: a recover killed
+        after the cancel leaves the next one to run the job again, not to file it as cancelled outside onite."""
         job_id = info.get("external_id")
         if not job_id:
             return False
         asked, status = self._ours(str(job_id), owner)
         if not asked or status is None or status.is_final or unstarted and status.start is not None:
             return False
+        record_stop(record_path, Stop.SHUTDOWN, "onite recover --host")
         self._scancel(str(job_id), self._job_uid(owner))
         return True
 
