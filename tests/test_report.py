@@ -1138,3 +1138,17 @@ def test_a_job_left_running_by_a_dead_driver_says_when_it_started(spool, workdir
     assert re.fullmatch(r"started on (\S+) at \d\d:\d\d, not filed; its host \1 has no live driver: the next driver "
                         r"there, or onite recover --host \1 if \1 is gone for good, recovers it",
                         row["reason"]), row["reason"]
+
+
+def test_pruned_says_the_keep_that_pruned_not_the_one_set_since(spool):
+    """``keep = 1`` pruned ``first``; keep raised to 50 since. The report said ``(keep = 50)``, which would
+    have kept it: it says the keep the driver's ``pruned`` line recorded."""
+    set_config(spool, keep=1)
+    for name, body in (("first", b"exit 3\n"), ("second", b"true\n")):
+        assert run_cli(["submit", name], stdin=body).code == 0
+    assert drain(spool).returncode == 0
+    set_config(spool, keep=50)
+    r = run_cli(["report", "--plain"])
+    assert r.code == 0 and "1 done, 1 failed, 1 earlier results pruned (keep = 1)" in r.out, r.out
+    assert "its record and output were pruned (keep = 1)" in r.out, r.out
+    assert json.loads(run_cli(["report", "--json"]).out)["keep"] == 1

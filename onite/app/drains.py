@@ -18,7 +18,7 @@ from onite.spool.log import lines_back, parse_line
 
 # the events a report reads; any other line is skipped before it is parsed
 WANTED = frozenset({"driver-start", "driver-exit", "window-closed", "start", "done", "failed", "cancelled", "retry",
-                    "refused"})
+                    "refused", "pruned"})
 FINAL = ("done", "failed", "cancelled")
 JOB_LINES = frozenset(("start", *FINAL))
 SKEW = timedelta(minutes=10)  # read this much further back: hosts' clocks differ, their lines interleave
@@ -183,6 +183,13 @@ def integer(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+def pruned_keep(events: Iterable[Event]) -> int | None:
+    """The ``keep`` the first ``pruned`` line of ``events`` that records one was pruned with (a line of temporary
+    files records none); None: no such line."""
+    return next((keep for e in events if e.event == "pruned" and (keep := integer(e.fields.get("keep"))) is not None),
+                None)
 
 
 def last_session(drains: Sequence[Drain], night_opened: Callable[[datetime], datetime | None]) -> Session | None:

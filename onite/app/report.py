@@ -78,7 +78,7 @@ class ReportData(Record):
     tries: Mapping[str, int] = EMPTY  # attempts a retried job was allowed
     tails: Mapping = EMPTY  # Tail of the failures told in full, by run_key
     again: frozenset = frozenset()  # names of the failures told in full that are queued or running again now
-    keep: int = 0
+    keep: int = 0  # what pruned: the log's last `pruned` line from the window's start says, else onite.toml's
     current: bool = False  # no drain started after the window: the queue now is what it left
     waiting: Sequence[dict] = ()  # jobs not finished: running, queued, held, refused
     left: Mapping[str, int] = EMPTY  # how many: queued, since, held, running, refused
@@ -267,7 +267,8 @@ def build(spool: SpoolDir, now: datetime, since: str | None = None, *, night: st
     # a damaged record's job is rebuilt from the log too, but was not pruned: its output may well be kept
     data = ReportData(str(spool.root), start, end, now, jobs, night=day, user=user, kind=kind, drains=drains,
                       pruned={run_key(v) for v in pruned if v.name not in damaged}, tries=told.tries,
-                      keep=spool.config.keep, reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier},
+                      keep=dr.pruned_keep(e for e in reversed(events) if e.when >= start) or spool.config.keep,
+                      reader=reader, damaged=damaged, earlier={run_key(v) for v in earlier},
                       reruns=reruns, unrun=unrun, tried=tried, current=not any(d.started > end for d in every_drain))
     # a failure restarted (or spooled anew) since is queued or running again: no restart is its next step
     data = data._replace(again=frozenset(job.name for job in data.failures[:SHOWN_FAILURES] if queued_again(spool, job)))
