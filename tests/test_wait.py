@@ -3,6 +3,7 @@ file the test removes. Exit statuses: 0 done, 1 unknown, 2 usage, 5 failed/cance
 6 timeout. Nothing asserts a timing."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -429,3 +430,29 @@ def test_a_drain_whose_driver_died_mid_job_is_not_said_finished(spool, gate, pro
     assert "has no live driver: the next driver there, or onite recover --host " in out, out
     doc = run_cli(["wait", "--json"]).json()  # no drain runs now: nothing to wait for, as before
     assert doc["exit_code"] == 0
+
+
+def test_a_job_whose_record_was_pruned_is_told_from_the_log(spool, workdir):
+    """``keep = 1``: the first two jobs' records are pruned. wait said they were never queued, running or
+    finished (exit 1); the log tells how each ended, and its exit status is theirs. Results are no secret
+    from other users (the log is world-readable, as a kept record is): nobody learns the same."""
+    from conftest import set_config
+
+    set_config(spool, keep=1)
+    submit("first", "exit 3\n")
+    submit("second", "true\n")
+    submit("third", "true\n")
+    assert drain(spool).returncode == 0
+    assert not (spool / "jobsdone" / "root:first@result").exists()
+    r = run_cli(["wait", "second"])
+    assert r.code == 0 and r.err == "", r
+    assert re.fullmatch(r"second: done \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d; its record and output were pruned "
+                        r"\(keep = 1\)\)\n", r.out), r
+    r = run_cli(["wait", "first", "third"])
+    assert r.code == 5, r
+    first, third = r.out.splitlines()
+    assert first.startswith("first: failed (exit 3 at ") and first.endswith("(keep = 1))") and third == "third: done"
+    r = run_cli(["wait", "root:first"], user="nobody", cwd=workdir)
+    assert (r.code, r.out) == (5, first.replace("first", "root:first", 1) + "\n"), r
+    r = run_cli(["wait", "never"])
+    assert r.code == 1 and "no job 'never' is queued, running or finished" in r.err, r

@@ -34,8 +34,9 @@ from onite.spool.scan import find_queued, find_running, key_uid, queued_stats
 from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.resources import MAX_MEM
-from onite.core.errors import InvalidInput, OniteError
-from onite.core.names import is_valid_key
+from onite.core.errors import InvalidInput, NotFound, OniteError, Refused
+from onite.core.names import is_valid_key, shown
+from onite.core.cells import outcome_text
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
 from onite.core.queue import reason_as_read
@@ -371,6 +372,41 @@ def log_view(final, start) -> JobView:
                    submitted=started or final.when, host=final.host, started=started, finished=finished,
                    exit_code=dr.integer(fields.get("exit")), reason=reason,
                    attempt=_whole(fields.get("attempt"), MAX_RETRIES + 1), mem=_whole(fields.get("mem"), MAX_MEM))
+
+
+def pruned_run(spool: SpoolDir, key: str) -> tuple[JobView, int | None] | None:
+    """Job ``key``'s last run as the log tells it (its final line: no start line is looked for), with the ``keep``
+    the log's last prune recorded (None: no line says), for a job no record of which is kept (retention pruned
+    it); None: the log (with its rotated file) tells no end of it. Read from the log's end, only this far."""
+    prunes = []
+    for event in dr.read_back(dr.log_paths(spool.log_path)):
+        if event.event == "pruned":
+            prunes.append(event)
+        elif event.name == key and event.event in dr.FINAL:
+            return log_view(event, None), dr.pruned_keep(prunes)
+    return None
+
+
+def pruned_reason(view: JobView, keep: int | None) -> str:
+    """How and when a run whose record was pruned ended, as wait says it after the state:
+    ``exit 3 at 2026-12-01 04:46:50; its record and output were pruned (keep = 50)``."""
+    why = outcome_text(view) if view.state != "done" else ""
+    pruned = "its record and output were pruned" + (f" (keep = {keep})" if keep else "")
+    return f"{why + ' ' if why else ''}at {view.finished.astimezone():%Y-%m-%d %H:%M:%S}; {pruned}"
+
+
+def pruned_output(spool: SpoolDir, key: str, reader: int) -> OniteError | None:
+    """Why ``onite output`` has nothing of job ``key``, which is neither queued, running nor kept: retention
+    pruned it, and how it ended, as the log tells it (another user is refused, as for a kept output); None: the
+    log tells no end of it."""
+    told = pruned_run(spool, key)
+    if told is None:
+        return None
+    said = shown(key, user_name(reader))
+    if not owner_or_root(reader, told[0].uid):
+        return Refused(f"the output of {said!r} belongs to {told[0].user}", "only its owner and root may read it")
+    return NotFound(f"no output of job {said!r} is kept: {told[0].state} ({pruned_reason(*told)})",
+                    "jobsdone/ keeps each user's last keep finished jobs (onite.toml); onite log tells the rest")
 
 
 def _whole(text: str | None, most: int) -> int | None:

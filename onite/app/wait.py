@@ -159,10 +159,11 @@ class JobsWaited(Record):
                 + (f" ({self.why[n]})" if n in self.why else "") for n in self.names]
 
 
-def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
+def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch | Final]:
     """The first look at each name, ``NAME`` (the caller's job) or ``USER:NAME`` (USER's), by its key (two looks
-    for one found nowhere: a requeue passes through nowhere); NotFound for a user that does not exist, else one
-    naming every name never queued, running or finished."""
+    for one found nowhere: a requeue passes through nowhere); a name found nowhere whose end the log tells (its
+    record pruned) has finished: its Final. NotFound for a user that does not exist, else one naming every name
+    never queued, running or finished (nor told by the log)."""
     watches, unknown = {n: Watch(key_for(n)) for n in names}, []
     for name, watch in watches.items():
         if key_uid(watch.name) is None:
@@ -176,6 +177,13 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch]:
             unknown.append(name)
             continue
         watches[name] = judge(watch, seen)[0] if seen.live else watch
+    for name in list(unknown):  # none kept: the log may tell how it ended, before retention pruned its record
+        from onite.app.report import pruned_reason, pruned_run
+
+        told = pruned_run(spool, watches[name].name)
+        if told is not None:
+            unknown.remove(name)
+            watches[name] = Final(name, told[0].state, None, pruned_reason(*told))
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1
@@ -189,7 +197,7 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
     watches = start(spool, names)
     order = list(watches)
     deadline = None if timeout is None else clock.monotonic() + timeout
-    finals: dict[str, Final] = {}
+    finals = {name: final for name, final in watches.items() if isinstance(final, Final)}
     delay = POLL_FIRST
     while True:
         for name in order:

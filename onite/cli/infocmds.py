@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 from onite.cli.options import (Arg, JsonOpt, Opt, PlainOpt, SpoolOpt, command, complete_name, console, is_plain,
                                open_spool, say, spool_of, terminal, warn_damaged)
 from onite.core.clock import SYSTEM
+from onite.core.errors import NoTrace
 from onite.core.safetext import printable, printable_output
 
 
@@ -43,7 +44,13 @@ def output(
             sink.finish()
         say(f"onite: {job_line(final)}")
         return exit_status([final])
-    with open_job_output(target, name, os.geteuid(), stderr=stderr) as handle:
+    try:
+        handle = open_job_output(target, name, os.geteuid(), stderr=stderr)
+    except NoTrace as err:
+        from onite.app.report import pruned_output
+
+        raise pruned_output(target, name, os.geteuid()) or err from None
+    with handle:
         owner = os.fstat(handle.fileno()).st_uid
         note = newer_run_note(target, name, owner)
         if note is not None:

@@ -33,6 +33,11 @@ class NotFound(OniteError):
     exit_code = EXIT_NOT_FOUND
 
 
+class NoTrace(NotFound):
+    """No job of the name is queued, running or kept finished: it never was, or retention pruned its result
+    (the log may still tell how it ended)."""
+
+
 class InvalidInput(OniteError):
     """The user gave a bad name, priority, time, duration, option or file."""
 

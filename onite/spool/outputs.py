@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from onite.core.errors import NotFound, OniteError, Refused, SpoolIOError
+from onite.core.errors import NoTrace, NotFound, OniteError, Refused, SpoolIOError
 from onite.core.names import shown
 from onite.core.policy import owner_or_root
 from onite.spool.files import discard
@@ -196,7 +196,7 @@ def _no_output(spool: SpoolDir, name: str, caller_uid: int, *, empty: bool = Fal
     if empty:
         return None
     if result is None and not spool.done_dir.joinpath(name).exists():
-        return NotFound(f"no job {_said(name)!r} is queued, running or finished", "check the name with onite list --all")
+        return NoTrace(f"no job {_said(name)!r} is queued, running or finished", "check the name with onite list --all")
     return NotFound(f"no output kept for job {_said(name)!r}", "retention removed it (see onite list --all)")
 
 
