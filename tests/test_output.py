@@ -423,16 +423,17 @@ def test_output_of_a_pruned_job_says_it_was_pruned_and_how_it_ended(spool):
     submit("first", b"echo hi; exit 3\n", user="nobody")
     submit("second", b"true\n", user="nobody")
     assert drain(spool).returncode == 0
-    for user, name in ((None, "nobody:first"), ("nobody", "first")):
-        r = run_cli(["output", name], user=user, cwd="/tmp")
+    for user, name, follow in ((None, "nobody:first", []), ("nobody", "first", []), ("nobody", "first", ["-f"])):
+        r = run_cli(["output", name, *follow], user=user, cwd="/tmp")
         assert r.code == 1 and r.out == "" and r.err.count("\n") == 1, r
         assert re.match(rf"onite: no output of job '{name}' is kept: failed \(exit 3 at "
                         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d; its record and output were pruned \(keep = 1\)\) — ", r.err), r
     submit("mine", b"true\n")
     submit("mine2", b"true\n")
     assert drain(spool).returncode == 0
-    r = run_cli(["output", "root:mine"], user="nobody", cwd="/tmp")
-    assert r.code == 3 and r.err == "onite: the output of 'root:mine' belongs to root — only its owner and root " \
-        "may read it\n", r
+    for follow in ([], ["-f"]):
+        r = run_cli(["output", "root:mine", *follow], user="nobody", cwd="/tmp")
+        assert r.code == 3 and r.err == "onite: the output of 'root:mine' belongs to root — only its owner and root " \
+            "may read it\n", r
     r = run_cli(["output", "never"])
     assert r.code == 1 and "no job 'never' is queued, running or finished" in r.err, r

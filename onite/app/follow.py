@@ -35,6 +35,10 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
     not started yet. Only an output file of the job's owner (its key's user) is copied; Refused: another's job."""
     shown = label(name)  # as the caller writes it: NAME for their own job
     watch = start(spool, [shown])[shown]
+    if isinstance(watch, Final):  # its record pruned: no output is kept, as onite output says
+        from onite.app.report import pruned_output
+
+        raise pruned_output(spool, name, os.geteuid()) or NotFound(f"no output of job {shown!r} is kept")
     entries = find_queued(spool, name) + find_running(spool, name)
     if entries and not owner_or_root(os.geteuid(), entries[0].uid):
         raise Refused(f"the output of {shown!r} belongs to {user_name(entries[0].uid)}",
