@@ -557,6 +557,63 @@ def test_graceful_stop_lets_slurm_jobs_finish_and_hard_stop_requeues(slurm_spool
     assert any(" requeued root:interrupted " in line for line in log_lines(slurm_spool))
 
 
+def test_a_job_slurm_can_never_start_fails_at_once_and_is_not_retried(slurm_spool, workdir, cluster_cpus):
+    """A job asking for more than the cluster has (64 CPUs on a 4-CPU node: PartitionConfig; two nodes in a
+    one-node partition: PartitionConfig, then PartitionNodeLimit) waited in Slurm all night, holding its slot (the job behind it never
+    ran with max_jobs = 1) and the drain's end. It is cancelled and failed with Slurm's reason, not retried."""
+    configure(slurm_spool, slurm={"max_jobs": 1})
+    ran = workdir / "ran"
+    submit("too-wide", "true\n", "--cpus", str(cluster_cpus * 16), "--retries", "2", "-p", "1")
+    submit("two-nodes", "#!/bin/sh\n#SBATCH --nodes=2\ntrue\n", "-p", "1")
+    submit("after", f"touch {ran}\n", "-p", "2")
+    driver = start_driver(slurm_spool)
+    try:
+        assert finish(driver, 90) == 0
+    finally:
+        stop(driver)
+    wide, nodes = result(slurm_spool, "too-wide"), result(slurm_spool, "two-nodes")
+    assert wide["state"] == "failed" and wide["reason"] == (
+        f"Slurm can never start it: PartitionConfig (it asks for {cluster_cpus * 16} CPUs on 1 node; "
+        "it violates a limit of its partition)"), wide
+    assert wide["attempt"] == 1 and wide["started"] is None, wide  # not retried: it would fail again
+    # Slurm says PartitionConfig at first, PartitionNodeLimit once its scheduler has looked at it
+    assert nodes["state"] == "failed" and nodes["reason"].startswith("Slurm can never start it: Partition"), nodes
+    assert "on 2 nodes;" in nodes["reason"], nodes
+    for rec in (wide, nodes):
+        assert slurm_state(rec["external_id"]) == "CANCELLED"
+    assert ran.exists() and result(slurm_spool, "after")["state"] == "done"
+
+
+def test_a_job_held_in_slurm_waits_but_a_graceful_stop_puts_it_back_in_its_queue(slurm_spool, workdir):
+    """A job its owner holds in Slurm (#SBATCH --hold: JobHeldUser) is theirs to release, and waits; but a graceful
+    stop (SIGTERM) waited for it all night. A job still pending in Slurm at a graceful stop is cancelled and goes
+    back to its queue, as at a hard stop; one running finishes."""
+    marker, gate = workdir / "running", workdir / "gate"
+    gate.touch()
+    submit("held", "#!/bin/sh\n#SBATCH --hold\ntrue\n", "-p", "1", user="nobody", cwd=workdir)
+    submit("runs", f"touch {marker}; while [ -e {gate} ]; do sleep 0.05; done\n", "-p", "2")
+    record = slurm_spool / "running" / HOST / "nobody:held@run"
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: record.exists() and "JobHeldUser" in record.read_text(), timeout=30,
+                 what="Slurm to say its owner holds it")
+        wait_for(marker.exists, timeout=30, what="the other job to run")
+        job_id = runinfo(slurm_spool, "nobody:held")["external_id"]
+        assert slurm_state(job_id) == "PENDING" and driver.poll() is None  # held: not onite's to cancel
+        driver.send_signal(signal.SIGTERM)
+        wait_for(lambda: slurm_state(job_id) == "CANCELLED", timeout=30, what="the held job's cancel")
+        assert driver.poll() is None  # the running job finishes
+        gate.unlink()
+        assert finish(driver, 60) == 0
+    finally:
+        gate.unlink(missing_ok=True)
+        stop(driver)
+    assert (slurm_spool / "jobs" / "P1" / "nobody:held").exists()  # back in its queue for the next night
+    assert not (slurm_spool / "jobsdone" / "nobody:held@result").exists()
+    assert any(" requeued nobody:held " in line for line in log_lines(slurm_spool))
+    assert result(slurm_spool, "runs")["state"] == "done"
+
+
 @needs_root
 def test_node_failure_is_recorded_and_retried(slurm_spool, workdir):
     """--no-requeue: Slurm does not rerun the job behind onite's back; onite's own --retries does."""

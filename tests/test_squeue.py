@@ -4,8 +4,8 @@ from datetime import datetime
 
 import pytest
 
-from onite.exec.squeue import (JobStatus, decode_status, is_unknown_ids, lost, outcome, parse, parse_search, query_argv,
-                          search_argv)
+from onite.exec.squeue import (JobStatus, decode_status, is_unknown_ids, lost, never_reason, never_starts, outcome, parse,
+                          parse_search, query_argv, search_argv)
 
 
 def status(state, raw=0, reason="None", start=None):
@@ -136,3 +136,19 @@ def test_a_job_that_ended_before_slurm_gave_it_a_node_never_started():
 
 def test_lost_names_the_job():
     assert lost("77").describe() == "lost: Slurm forgot job 77"
+
+
+def test_only_a_reason_that_means_never_makes_a_pending_job_unstartable():
+    """PartitionConfig and its kin mean Slurm can never start the job as the cluster is; Resources, Priority,
+    a hold, a QOS limit or a node down (ReqNodeNotAvail) end as things change, and the job waits."""
+    assert never_starts(status("PENDING", reason="PartitionConfig"))
+    assert never_starts(status("PENDING", reason="BadConstraints"))
+    for reason in ("Resources", "Priority", "Dependency", "JobHeldUser", "JobHeldAdmin", "QOSMaxCpuPerUserLimit",
+                   "ReqNodeNotAvail, UnavailableNodes:vm", "PartitionDown", "None"):
+        assert not never_starts(status("PENDING", reason=reason)), reason
+    assert not never_starts(status("CANCELLED", reason="PartitionConfig"))
+    job = status("PENDING", reason="PartitionConfig")
+    assert never_reason(job, "64|1|\n") == ("Slurm can never start it: PartitionConfig (it asks for 64 CPUs on "
+                                            "1 node; it violates a limit of its partition)")
+    assert never_reason(job, "") == "Slurm can never start it: PartitionConfig (it violates a limit of its partition)"
+    assert never_reason(job, "6\n4|x\n") == never_reason(job, "")  # not as Slurm writes it: no detail

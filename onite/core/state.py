@@ -108,6 +108,7 @@ class Stop(StrEnum):
     CANCEL = "cancel"  #: someone cancelled it
     SHUTDOWN = "shutdown"  #: the driver was stopped hard; the job goes back to its queue
     OUTPUT = "output"  #: it wrote more output than max_output
+    NEVER = "never"  #: Slurm can never start it (the stop's ``by`` says why); it fails
 
 
 OUTPUT_STOPPED = "stopped: it wrote more output than max_output"  # the reason of a run stopped for it
@@ -120,7 +121,8 @@ def stopped_outcome(ended: Outcome, stopping: Stop | None, cancelled_by: str | N
     ended with; None if onite did not stop it."""
     why = {Stop.TIMEOUT: {"timed_out": True}, Stop.CANCEL: {"cancelled_by": cancelled_by or "?"},
            Stop.SHUTDOWN: {"reason": HARD_STOPPED},
-           Stop.OUTPUT: {"reason": OUTPUT_STOPPED}}.get(stopping)
+           Stop.OUTPUT: {"reason": OUTPUT_STOPPED},
+           Stop.NEVER: {"reason": cancelled_by or "Slurm can never start it"}}.get(stopping)
     return None if why is None else Outcome(exit_code=ended.exit_code, signal=ended.signal, **why)
 
 

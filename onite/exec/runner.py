@@ -62,6 +62,7 @@ class Run:
     unavailable: str | None = None  # slurm: why the controller did not take it (nothing was submitted)
     nice: int | None = None  # slurm: the --nice it was submitted with (its place among the jobs waiting in Slurm)
     ended: datetime | None = None  # slurm: when it ended, for one that ended while no driver watched it
+    pending: bool = False  # slurm: its job was last seen waiting in Slurm's queue, never started
 
     @property
     def mem(self) -> int | None:

@@ -354,7 +354,13 @@ class SlurmRunner(Runner):
                 finished.append((run, ended))
                 continue
             self._note_state(run, status)
-            if run.stopping is None and status.restarts:
+            run.pending = status.state == "PENDING" and not status.restarts and run.external_id not in self._started
+            if run.stopping is None and squeue.never_starts(status):
+                # it would hold its slot all night (and a graceful stop would wait for it): it fails
+                ask = self._run_tool(squeue.ask_argv(self.squeue, run.external_id))
+                self.stop(run, Stop.NEVER, by=squeue.never_reason(
+                    status, ask.stdout.decode("utf-8", "replace") if ask and ask.returncode == 0 else ""))
+            elif run.stopping is None and status.restarts:
                 # started, and put back in Slurm's queue (its owner may undo --no-requeue): it would run again
                 self.stop(run, Stop.CANCEL, by=f"onite: Slurm requeued it ({status.state}, {status.reason}) after "
                                                "it had started, and onite runs a job once")

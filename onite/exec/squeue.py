@@ -31,6 +31,20 @@ STARTED = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING
 #: Endings caused by the cluster, not the job: a job spooled with --retries is tried again.
 RETRYABLE = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 
+#: Reasons a pending job has that mean Slurm can never start it as its cluster is configured (Slurm's words
+#: for each, from its list of job reason codes): such a job would hold its slot all night. Waits that end as
+#: things change (Resources, Priority, Dependency, QOS and association limits, a held job, ReqNodeNotAvail for
+#: a node down or drained, PartitionDown) are not among them.
+NEVER = {
+    "BadConstraints": "its requirements cannot be satisfied",
+    "PartitionConfig": "it violates a limit of its partition",
+    "PartitionNodeLimit": "the nodes it asks for are outside its partition's limits",
+    "PartitionTimeLimit": "its time limit exceeds its partition's",
+    "DependencyNeverSatisfied": "it depends on a job that will never be satisfied",
+}
+#: What a job asks for, read once for the reason of one Slurm can never start (numbers only).
+ASK_FIELDS = "NumCPUs:|,NumNodes:|"
+
 # Slurm reports a launch failure (an output file the node cannot open) as FAILED with a real-time signal ("0:53").
 _LAST_ORDINARY_SIGNAL = 31
 
@@ -57,6 +71,24 @@ class JobStatus:
 
 def query_argv(squeue: str, job_ids: list[str]) -> list[str]:
     return [squeue, "-h", "-t", "all", "-j", ",".join(job_ids), "-O", FORMAT]
+
+
+def ask_argv(squeue: str, job_id: str) -> list[str]:
+    return [squeue, "-h", "-j", job_id, "-O", ASK_FIELDS]
+
+
+def never_starts(job: JobStatus) -> bool:
+    """Slurm can never start ``job``, as its cluster is configured: it is pending for a reason in NEVER."""
+    return job.state == "PENDING" and job.reason in NEVER
+
+
+def never_reason(job: JobStatus, ask: str) -> str:
+    """Why Slurm can never start ``job`` (never_starts), in one line; ``ask``: ask_argv's answer, told as
+    what the job asks for when it reads as Slurm writes it."""
+    cpus, nodes = ([*ask.strip().removesuffix("|").split("|"), "", ""])[:2]
+    asks = (f"it asks for {cpus} CPU{'s' * (cpus != '1')} on {nodes} node{'s' * (nodes != '1')}; "
+            if _DIGITS.fullmatch(cpus) and _DIGITS.fullmatch(nodes) else "")
+    return f"Slurm can never start it: {job.reason} ({asks}{NEVER[job.reason]})"
 
 
 def search_argv(squeue: str, name: str, uid: int, *, every: bool = False) -> list[str]:
