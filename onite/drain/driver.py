@@ -315,9 +315,9 @@ class Driver:
                     if run.stopping != Stop.SHUTDOWN:
                         night.runner.stop(run, Stop.SHUTDOWN)
             elif night.stopping:  # start nothing: a job still waiting in Slurm, never started, goes back to its queue
-                for run in list(night.running.values()):
-                    if run.pending and run.stopping is None:
-                        night.runner.stop(run, Stop.SHUTDOWN)
+                waiting = [run for run in night.running.values() if run.pending and run.stopping is None]
+                for run in night.runner.unstarted(waiting) if waiting else ():
+                    night.runner.stop(run, Stop.SHUTDOWN)
             if self.heartbeat is not None:
                 self.heartbeat.tick()
             night.metrics.tick()  # what the last turn filed; the last turn's is written by drain_ended

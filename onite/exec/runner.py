@@ -130,6 +130,11 @@ class Runner(Protocol):
         """The executor's id of the job of a run whose driver died as it handed the job over."""
         return None
 
+    def unstarted(self, runs: list[Run]) -> list[Run]:
+        """Of ``runs`` (each ``pending`` at the last look), those that still wait in the executor's queue, never
+        started, as it says now."""
+        return []
+
     def busy(self) -> bool:
         """Work still in flight: the driver waits for it before it exits."""
         return bool(self.runs)

@@ -354,7 +354,7 @@ class SlurmRunner(Runner):
                 finished.append((run, ended))
                 continue
             self._note_state(run, status)
-            run.pending = status.state == "PENDING" and not status.restarts and run.external_id not in self._started
+            run.pending = self._pending(run, status)
             if run.stopping is None and squeue.never_starts(status):
                 # it would hold its slot all night (and a graceful stop would wait for it): it fails
                 ask = self._run_tool(squeue.ask_argv(self.squeue, run.external_id))
@@ -377,6 +377,21 @@ class SlurmRunner(Runner):
             self._started.discard(run.external_id)
             self._noted.pop(run.external_id, None)
         return finished
+
+    def _pending(self, run: Run, status: squeue.JobStatus) -> bool:
+        """Its job waits in Slurm's queue and has never started."""
+        return status.state == "PENDING" and not status.restarts and run.external_id not in self._started
+
+    def unstarted(self, runs: list[Run]) -> list[Run]:
+        """Of ``runs`` (each with its job's id), those whose job Slurm holds in its queue, never started, as
+        Slurm says now: the last poll's answer is up to a poll old, and a job may have started since."""
+        answer = self._query([run.external_id for run in runs])
+        if answer is None:
+            return []
+        for run in runs:
+            status = self._owned(answer, run.external_id, run.owner.uid)
+            run.pending = status is not None and self._pending(run, status)
+        return [run for run in runs if run.pending]
 
     def _note_start(self, run: Run, status: squeue.JobStatus) -> None:
         """The first sight of a real start: the run's start time and its exact deadline come from it."""
