@@ -386,9 +386,10 @@ class SlurmRunner(Runner):
         """Of ``runs`` (each with its job's id), those whose job Slurm holds in its queue, never started, as
         Slurm says now: the last poll's answer is up to a poll old, and a job may have started since."""
         answer = self._query([run.external_id for run in runs])
-        if answer is None:
-            return []
         for run in runs:
+            if answer is None:  # asked again once the next poll has seen it pending: not on every turn of the loop
+                run.pending = False
+                continue
             status = self._owned(answer, run.external_id, run.owner.uid)
             run.pending = status is not None and self._pending(run, status)
         return [run for run in runs if run.pending]
