@@ -460,3 +460,19 @@ def test_at_confirmation_says_the_wall_time_of_the_other_dst_half(spool, cli, be
     march = max(datetime(year, 3, day) for day in range(25, 32) if datetime(year, 3, day).weekday() == 6)
     r = cli(["submit", "gap", "--at", f"{march:%Y-%m-%d}T02:30"], stdin=b"true\n")
     assert r.code == 0 and f"not before {march:%Y-%m-%d} 03:00;" in r.err, r
+
+
+def test_a_not_before_time_within_a_minute_is_shown_with_its_seconds(spool, cli):
+    """``--at +90s`` is not before a time with seconds: submit, list and status say them (``not before
+    04:55:55``), not the minute it falls in (``04:55``), which a user reads as passed while the job still waits."""
+    before = datetime.now().astimezone()
+    r = cli(["submit", "soon", "--at", "+90s"], stdin=b"true\n")
+    assert r.code == 0, r
+    due = before + timedelta(seconds=89)
+    shown = r.err.split("not before ", 1)[1].split(";", 1)[0]
+    assert shown in (f"{due:%H:%M:%S}", f"{due + timedelta(seconds=1):%H:%M:%S}",
+                     f"tomorrow {due:%H:%M:%S}", f"tomorrow {due + timedelta(seconds=1):%H:%M:%S}"), r.err
+    for command in (["list", "--plain"], ["status"]):
+        assert f"not before {due:%Y-%m-%d} {shown.split()[-1]}" in cli(command).out, cli(command).out
+    r = cli(["submit", "whole", "--at", "tomorrow 05:00"], stdin=b"true\n")
+    assert "not before tomorrow 05:00;" in r.err, r.err  # a whole minute stays HH:MM

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from onite.core.names import KEY_SEP, is_valid_key, job_key, shown
 from onite.core.record import Record
+from onite.core.timeparse import clock_text
 
 T = TypeVar("T")
 
@@ -118,7 +119,8 @@ def evaluate(meta: Meta, *, held: bool, now: datetime, host: str,
     if meta.pin and meta.pin != host:
         return Wait(f"pinned to host {meta.pin}")
     if meta.not_before is not None and meta.not_before > now:
-        return Wait(f"not before {meta.not_before.astimezone():%Y-%m-%d %H:%M}", meta.not_before)
+        when = meta.not_before.astimezone()
+        return Wait(f"not before {when:%Y-%m-%d} {clock_text(when)}", meta.not_before)
     for dep in meta.after:
         state = dependency(dep)
         if state is DepState.PENDING:

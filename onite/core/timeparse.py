@@ -79,6 +79,12 @@ def format_duration(delta: timedelta) -> str:
     return "".join(parts) or "0s"
 
 
+def clock_text(when: datetime) -> str:
+    """``05:00``, or ``04:55:55`` for a time within a minute (``--at +90s``): the minute alone would read as
+    passed while the job still waits for its second."""
+    return f"{when:%H:%M:%S}" if when.second or when.microsecond else f"{when:%H:%M}"
+
+
 def parse_stamp(text: object) -> datetime | None:
     """A time onite wrote in ISO 8601, or None if absent, unreadable, naive or out of bounds: one bad
     field of a half-written or damaged file must not stop a listing.

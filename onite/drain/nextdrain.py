@@ -13,6 +13,7 @@ from pathlib import Path
 
 from onite.core.errors import OniteError
 from onite.core.record import Record
+from onite.core.timeparse import clock_text
 from onite.drain import heartbeat as hb
 from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others, comm
 from onite.spool.cronrecords import read_records
@@ -57,15 +58,16 @@ class DrainPlan(Record):
 
 
 def when_text(when: datetime, now: datetime) -> str:
-    """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00``."""
+    """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00`` (with
+    seconds for a time within a minute: clock_text)."""
     days = (when.date() - now.date()).days
     if days == 0:
-        return f"{when:%H:%M}"
+        return clock_text(when)
     if days == 1:
-        return f"tomorrow {when:%H:%M}"
+        return f"tomorrow {clock_text(when)}"
     if 1 < days < 7:
-        return f"{when:%a %H:%M}"
-    return f"{when:%Y-%m-%d %H:%M}"
+        return f"{when:%a} {clock_text(when)}"
+    return f"{when:%Y-%m-%d} {clock_text(when)}"
 
 
 def starter_text(starter: Starter, now: datetime) -> str:
