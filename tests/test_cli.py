@@ -397,6 +397,12 @@ def test_shell_completion(spool, cli):
     submit("zeta-queued")
     assert complete("onite cancel zeta") == ["zeta-queued"]  # queued and running jobs only
     assert complete("onite output zeta-") == ["zeta-one", "zeta-queued", "zeta-ran", "zeta-two"]  # finished too
+    # the other places a job's name goes: wait and --after take finished jobs too; --notify its choices
+    assert complete("onite wait zeta-") == ["zeta-one", "zeta-queued", "zeta-ran", "zeta-two"]
+    assert complete("onite submit next --after zeta-r") == ["zeta-ran"]
+    assert complete("onite edit zeta-queued --after zeta-r") == ["zeta-ran"]
+    assert complete("onite submit next --notify ") == ["mail", "command", "none"]
+    assert complete("onite submit next --notify-on a") == ["always"]
 
 
 def test_log_json_reads_the_lines_back(spool, cli):

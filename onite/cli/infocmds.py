@@ -145,8 +145,8 @@ def status(as_json: JsonOpt = False, plain: PlainOpt = False, spool: SpoolOpt = 
 
 @command()
 def wait(
-    names: Annotated[Optional[list[str]], Arg(metavar="NAME", help="Jobs to wait for; none: the drains "
-                                              "running now.")] = None,
+    names: Annotated[Optional[list[str]], Arg(metavar="NAME", autocompletion=complete_name,
+                                              help="Jobs to wait for; none: the drains running now.")] = None,
     timeout: Annotated[Optional[str], Opt("--timeout", metavar="DUR", help="Give up after this long "
                                           "(exit 6): 90s, 45m, 2h (a bare number is seconds).")] = None,
     as_json: JsonOpt = False,

@@ -100,15 +100,28 @@ def _spool_help() -> str:
 
 
 def complete_name(ctx, incomplete: str) -> list[str]:
-    """Shell completion of a job's name: a queued or running one, or (output, restart) a finished one too."""
+    """Shell completion of a job's name: a queued or running one, or (output, restart, wait) a finished one too."""
+    return _names(incomplete, finished=ctx.command.name in ("output", "restart", "wait"))
+
+
+def complete_after(incomplete: str) -> list[str]:
+    """Shell completion of --after's job: a queued, running or finished one (a done job lets it run)."""
+    return _names(incomplete, finished=True)
+
+
+def _names(incomplete: str, *, finished: bool) -> list[str]:
     from onite.app.listing import completion_names
     from onite.spool.paths import SpoolDir
 
     try:
-        return completion_names(SpoolDir(locate_spool(None).path), incomplete,
-                                finished=ctx.command.name in ("output", "restart"))
+        return completion_names(SpoolDir(locate_spool(None).path), incomplete, finished=finished)
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
+
+
+def choices(*words: str) -> Callable[[str], list[str]]:
+    """Shell completion of an option that takes one of ``words``."""
+    return lambda incomplete: [w for w in words if w.startswith(incomplete)]
 
 
 SpoolOpt = Annotated[Optional[str], Opt("--spool", metavar="DIR", help=_spool_help, show_default=False)]
@@ -121,7 +134,8 @@ PriorityOpt = Annotated[Optional[int], Opt("-p", "--priority", metavar="N",
                                            help="1 runs first; default from onite.toml.")]
 UrgentOpt = Annotated[bool, Opt("--urgent", help="Run before every priority (root and admins only).")]
 AfterOpt = Annotated[Optional[list[str]], Opt(
-    "--after", metavar="NAME", help="Wait until this job has finished successfully (repeatable).")]
+    "--after", metavar="NAME", autocompletion=complete_after,
+    help="Wait until this job has finished successfully (repeatable).")]
 AtOpt = Annotated[Optional[str], Opt("--at", metavar="WHEN", help="Not before this time: now, HH:MM, "
                                      "YYYY-MM-DDTHH:MM, 'tomorrow HH:MM', +2h.")]
 TimeoutOpt = Annotated[Optional[str], Opt("--timeout", metavar="DUR", help="Time limit: 90s, 45m, 2h, 1h30m "
@@ -136,9 +150,9 @@ StderrOpt = Annotated[Optional[bool], Opt(
     "--stderr-separate/--stderr-merged", show_default=False, help="Keep stderr apart from stdout (read it with onite "
     "output NAME --stderr), or with it; default: stderr_separate in onite.toml.")]
 NotifyOpt = Annotated[Optional[str], Opt(
-    "--notify", metavar="mail|command|none", help="How to tell you it finished; default: notify in onite.toml.")]
+    "--notify", metavar="mail|command|none", autocompletion=choices("mail", "command", "none"), help="How to tell you it finished; default: notify in onite.toml.")]
 NotifyOnOpt = Annotated[Optional[str], Opt(
-    "--notify-on", metavar="failure|always", help="When to tell you; default: notify_on in onite.toml.")]
+    "--notify-on", metavar="failure|always", autocompletion=choices("failure", "always"), help="When to tell you; default: notify_on in onite.toml.")]
 MEM_HELP = ("Memory it needs, as Slurm writes it: 4G, 512M (a bare number is megabytes); held by the kernel where it "
             "can; ")
 MemOpt = Annotated[Optional[str], Opt("--mem", metavar="SIZE", help=MEM_HELP + "default: default_mem in onite.toml.")]
