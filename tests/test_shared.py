@@ -343,6 +343,8 @@ def test_status_shows_the_daemons_next_drain_and_who_started_each_driver(spool, 
         # a daemon runs --at jobs at their time
         at = (datetime.now() + timedelta(hours=2)).strftime("%H:%M")
         assert f"; the daemon on host {HOST} starts it then" in submit("timed", "true\n", "--at", at).err
+        # and a job due already (--at now) at once, not at its next scheduled drain
+        assert submit("now", "true\n", "--at", "now").err.endswith(f"; the daemon on host {HOST} starts it now\n")
     finally:
         assert d.stop() == 0
     doc = run_cli(["status", "--json"]).json()
