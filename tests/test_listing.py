@@ -208,6 +208,27 @@ def test_list_all_at_80_columns_keeps_every_name_whole_and_each_row_on_one_line(
     assert any(line.endswith("timeout") for line in lines) and any(" root " in line for line in lines[1:]), text
 
 
+def test_at_80_columns_list_all_leaves_out_when_and_where_before_it_cuts_how_a_job_ended(spool, monkeypatch):
+    """``list --all`` at 80 columns: the start, memory and age go before the RESULT is cut (it was cut to
+    ``dependency bu…`` beside them); the position, user, priority and duration stay."""
+    import re
+
+    from conftest import OnTerminal
+
+    api = Spool(spool)
+    api.submit("build-step-one", "exit 3\n")
+    api.submit("its-dependant", "true\n", after=["build-step-one"])
+    assert drain(spool).returncode == 0
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, seen = OnTerminal(spool, ["list", "--all"], columns=80).finish()
+    assert code == 0, seen
+    text = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode())
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").splitlines()]
+    assert all(len(line) <= 80 for line in lines), text
+    assert any(line.endswith("dependency build-step-one failed") for line in lines), text
+    assert lines[0].split() == ["#", "NAME", "USER", "PRI", "STATE", "TOOK", "RESULT"], text
+
+
 def test_a_not_before_time_typed_in_another_zone_is_listed_in_the_viewers_local_time(spool, monkeypatch):
     """A job spooled ``--at 03:00`` by a user in New York waits until 08:00 UTC: a viewer whose zone is UTC
     sees 08:00, not the submitter's wall time without its zone."""

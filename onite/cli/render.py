@@ -30,6 +30,7 @@ class TableSpec(Record):
     cut: tuple[str, ...]
     styles: Callable[[int], dict[str, str]]  # row index -> {column title: style}
     drops: tuple[str, ...] = ()
+    spare: tuple[str, ...] = ()  # the first of ``drops``, left out (in their order) rather than cut the free text
     widths: tuple[tuple[str, int], ...] = ()  # (title, width) of the free text that ``fit`` cut to the terminal
 
 
@@ -39,8 +40,9 @@ CUT_MIN = 10  # a column of free text narrower than this on the terminal is left
 
 def fit(spec: TableSpec, width: int) -> TableSpec | None:
     """``spec`` with the columns that fit ``width``: whole cells, in one line each, the free text (``cut``) ending
-    in … at the edge; a column of ``drops`` left out at a time, then the free text, until they fit; None if even
-    that does not fit (plain lines, which the terminal folds: nothing is ever left out of a name)."""
+    in … at the edge; a column of ``drops`` left out at a time, then the free text, until they fit, and the
+    ``spare`` ones until the free text is whole too; None if even that does not fit (plain lines, which the
+    terminal folds: nothing is ever left out of a name)."""
     from rich.cells import cell_len
 
     keep = list(range(len(spec.columns)))
@@ -55,6 +57,8 @@ def fit(spec: TableSpec, width: int) -> TableSpec | None:
     while need(keep) > width:
         if not drops:
             return None
+        keep.remove(drops.pop(0))
+    while drops and titles[drops[0]] in spec.spare and sum(natural[i] for i in keep) + GAP * (len(keep) - 1) > width:
         keep.remove(drops.pop(0))
     # the free text shares what the other columns leave, the shortest first, each up to its natural width: rich,
     # given a table too wide, would narrow every column alike, cutting names and users
@@ -106,6 +110,7 @@ def print_table(out, spec: TableSpec, *, plain: bool) -> None:
 # the columns ``onite list`` leaves out on a narrow terminal, first to last: where and how much before when and
 # whose; the name, the state and why it waits or how it ended stay
 LIST_DROPS = ("HOST", "CPU", "MEM", "STARTED", "AGE", "PRI", "#", "TOOK", "USER")
+LIST_SPARE = LIST_DROPS[:6]  # those that go before why a job waits or how it ended is cut
 
 
 def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waiting: bool = False) -> TableSpec:
@@ -127,7 +132,7 @@ def job_table(views: Sequence[JobView], now: datetime, *, detailed: bool, waitin
                     human_duration(view.cpu_time) if view.cpu_time is not None else "", printable(outcome_text(view))]
         rows.append(row)
     return TableSpec(columns, rows, ("WAITING", "RESULT"),
-                     lambda i: {"STATE": STATE_STYLE.get(rows[i][5], ""), "WAITING": "yellow"}, LIST_DROPS)
+                     lambda i: {"STATE": STATE_STYLE.get(rows[i][5], ""), "WAITING": "yellow"}, LIST_DROPS, LIST_SPARE)
 
 
 def print_job_list(views: Sequence[JobView], now: datetime, *, detailed: bool, by_host: bool, out,
