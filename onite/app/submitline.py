@@ -150,7 +150,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     elif draining:
         parts.append(f"a drain is running now on host {draining[0].host}"
                      + (" (it starts it then, if it is still draining)" if later else ""))
-    elif job.not_before is not None and daemons:  # due already (--at now): the daemon's wake starts it at once
+    elif job.not_before is not None and daemons and not job.after:  # due (--at now): the daemon's wake starts it at once
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it now")
     elif fits:
         parts.append(starter_text(fits[0], now))
