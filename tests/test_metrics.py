@@ -233,3 +233,13 @@ def test_bad_metrics_settings_are_one_line(line, want):
         parse_config(line)
     assert want in err.value.hint
     assert parse_config('metrics_file = ""').metrics_file is None
+
+
+def test_metrics_of_a_spool_with_a_bad_onite_toml_are_printed_with_a_warning(spool):
+    """A typo in onite.toml stopped `onite metrics` (a scrape's script) while every other reading command went
+    on with a warning: the metrics are read from the spool's files, and a new drain is what refuses the file."""
+    run_cli(["submit", "queued"], stdin=b"true\n")
+    (spool / "onite.toml").write_text((spool / "onite.toml").read_text() + "\nslot = 2\n")
+    r = run_cli(["metrics"])
+    assert r.code == 0, r
+    assert "onite_queued_jobs{" in r.out and "unknown key 'slot'" in r.err and len(r.err.splitlines()) == 1

@@ -125,7 +125,7 @@ def metrics(spool: SpoolOpt = None) -> None:
     """Print the spool's Prometheus metrics (text format), from its files: queue, outcomes, drains."""
     from onite.drain.metrics import metrics_text
 
-    print(metrics_text(open_spool(spool), SYSTEM.now()), end="")
+    print(metrics_text(open_spool(spool, reading=True), SYSTEM.now()), end="")
 
 
 @command()
