@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -27,7 +28,7 @@ import pytest
 import onite.cli.options  # noqa: F401
 import onite.app.control  # noqa: F401
 import onite.app.submit  # noqa: F401
-from conftest import REPO, ROOT, as_user, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
+from conftest import REPO, ROOT, OnTerminal, as_user, drain, log_lines, needs_root, result, run_cli, set_config, start_driver, wait_for
 
 pytestmark = pytest.mark.slurm
 HOST = os.uname().nodename.split(".")[0]
@@ -458,6 +459,40 @@ def test_a_running_slurm_job_is_shown_started_when_its_result_will_say(slurm_spo
         stop(driver)
 
 
+def test_the_node_slurm_runs_a_job_on_is_shown_where_it_runs_and_kept_in_its_result(slurm_spool, workdir, monkeypatch):
+    """list, status, report and the result said HOST = the driver's host that handed the job over; a Slurm user
+    debugging a job wants the node it runs on, as squeue and sacct say it."""
+    node = _node()
+    marker, gate = workdir / "running", workdir / "gate"
+    gate.touch()
+    monkeypatch.delenv("COLUMNS", raising=False)  # the terminal's own width
+    submit("where", f"touch {marker}; while [ -e {gate} ]; do sleep 0.05; done\n", user="nobody", cwd=workdir)
+    driver = start_driver(slurm_spool)
+    try:
+        wait_for(lambda: marker.exists() and _running_view("where", "nobody")[0].get("nodes"), timeout=30,
+                 what="list to show its node")
+        listed, running = _running_view("where", "nobody")
+        assert listed["nodes"] == node and running["nodes"] == node and listed["host"] == HOST, listed
+        code, seen = OnTerminal(slurm_spool, ["list", "--all"], columns=80).finish()
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).replace("\r\n", "\n").splitlines()
+        assert code == 0 and all(len(line.rstrip()) <= 80 for line in lines), lines
+        assert [line for line in lines if line.rstrip().endswith(f"running in Slurm on node {node}")], lines
+        said = f"running in Slurm on node {node} since "
+        report = run_cli(["report", "--json"], user="nobody")
+        rows = [row for row in report.json()["waiting"] or [] if row["name"] == "where"]
+        assert rows and rows[0]["reason"].startswith(said) and rows[0]["reason"].endswith(f", handed over by {HOST}")
+        assert said in run_cli(["report"], user="nobody", env=dict(os.environ, COLUMNS="250")).out
+        gate.unlink()
+        wait_for(lambda: (slurm_spool / "jobsdone" / "nobody:where@result").exists(), timeout=60, what="it filed")
+    finally:
+        gate.unlink(missing_ok=True)
+        stop(driver)
+    rec = result(slurm_spool, "nobody:where")
+    assert rec["state"] == "done" and rec["nodes"] == node and rec["host"] == HOST, rec
+    listed = [j for j in run_cli(["list", "--all", "--json"], user="nobody").json()["jobs"] if j["name"] == "where"]
+    assert listed and listed[0]["nodes"] == node, listed
+
+
 def result_exists(spool: Path) -> bool:
     return (spool / "jobsdone" / "nobody:waiting@result").exists()
 
@@ -669,15 +704,29 @@ def test_kill_9_of_the_driver_then_reattach_without_rerunning(slurm_spool, workd
 
 def _ended_while_no_driver_ran(spool, workdir, name: str, first_line: str) -> str:
     """Spool ``name`` (it writes ``first_line`` to workdir/starts, then waits for a gate), kill the driver once
-    it runs in Slurm, and let it end while no driver runs; its Slurm job id."""
+    it runs in Slurm and the driver has recorded its node, and let it end while no driver runs; its Slurm job id."""
     starts, gate = workdir / "starts", workdir / "gate"
     gate.touch()
     submit(name, f"echo {first_line} >> {starts}; while [ -e {gate} ]; do sleep 0.05; done\n")
-    kill_driver_when(spool, starts.exists, "the job to run in Slurm")
+    kill_driver_when(spool, lambda: starts.exists() and _recorded_node(spool, name), "the job to run in Slurm")
     job_id = runinfo(spool, name)["external_id"]
     gate.unlink()
     wait_for(lambda: slurm_state(job_id) == "COMPLETED", timeout=30, what="the job to end while no driver runs")
     return job_id
+
+
+def _recorded_node(spool: Path, name: str) -> str | None:
+    """The node its run record says Slurm runs root's job ``name`` on."""
+    from onite.spool import runrecords
+
+    record = runrecords.read(spool / "running" / HOST / f"root:{name}@run")
+    return record.slurm_nodes if record is not None else None
+
+
+def _node() -> str:
+    """The test cluster's node."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout
+    return out.split()[0]
 
 
 def test_a_job_that_ended_while_no_driver_watched_is_filed_as_ending_when_slurm_says(slurm_spool, workdir):
@@ -689,7 +738,7 @@ def test_a_job_that_ended_while_no_driver_watched_is_filed_as_ending_when_slurm_
     seen_over = datetime.now().astimezone()
     assert drain(slurm_spool).returncode == 0
     rec = result(slurm_spool, "ends-unwatched")
-    assert rec["state"] == "done" and rec["external_id"] == job_id, rec
+    assert rec["state"] == "done" and rec["external_id"] == job_id and rec["nodes"] == _node(), rec
     assert datetime.fromisoformat(rec["started"]) <= datetime.fromisoformat(rec["finished"]) <= seen_over, rec
 
 
@@ -738,7 +787,7 @@ def test_a_job_slurm_forgot_while_no_driver_ran_is_filed_lost_not_run_again(slur
     assert finish(start_driver(slurm_spool), 60) == 0
     assert starts.read_text().split() == [job_id]  # it ran once
     rec = result(slurm_spool, "forgotten")
-    assert rec["state"] == "failed" and rec["external_id"] == gone, rec
+    assert rec["state"] == "failed" and rec["external_id"] == gone and rec["nodes"] == _node(), rec  # as recorded
     assert rec["reason"].startswith(f"lost: Slurm forgot job {gone} while no driver watched it"), rec
     assert any(" recovered root:forgotten " in line and "ended while no driver watched it" in line
                for line in log_lines(slurm_spool))

@@ -152,3 +152,17 @@ def test_only_a_reason_that_means_never_makes_a_pending_job_unstartable():
                                             "1 node; it violates a limit of its partition)")
     assert never_reason(job, "") == "Slurm can never start it: PartitionConfig (it violates a limit of its partition)"
     assert never_reason(job, "6\n4|x\n") == never_reason(job, "")  # not as Slurm writes it: no detail
+
+
+def test_a_started_jobs_nodes_are_taken_only_as_slurm_writes_a_node_list():
+    """list and report show where Slurm runs a job: its NodeList, once it started, if it is a node list."""
+    def nodes(state, text):
+        return parse(f"9|{state}|0|None|2026-11-22T04:50:01|1000|0|{text}|Unknown|0|\n")["9"].nodes
+
+    assert nodes("RUNNING", "vm") == "vm"
+    assert nodes("COMPLETED", "n[01-04,07],gpu-2.a_b") == "n[01-04,07],gpu-2.a_b"
+    assert nodes("PENDING", "n1") is None  # a pending job's node is only the scheduler's plan
+    assert nodes("CANCELLED", "(null)") is None
+    for text in ("\x1b[2Jvm", "n1 n2", "n1;id", "n\u00b9", "(null)", "n" * 201):
+        assert nodes("RUNNING", text) is None, text
+    assert nodes("RUNNING", "n" * 200) == "n" * 200

@@ -114,7 +114,7 @@ def running_views(spool: SpoolDir) -> list[JobView]:
                              priority=rank or None, urgent=rank == 0,
                              submitted=info.get("queued") or _when(entry.ctime_ns), host=entry.host,
                              started=info.get("started"), attempt=info.get("attempt"),
-                             external_id=info.get("external_id"), finished=info.get("ended"),
+                             external_id=info.get("external_id"), nodes=info.get("nodes"), finished=info.get("ended"),
                              reason=ENDED_NOT_FILED if info.get("ended") else info.get("waiting", "")))
     return views
 
@@ -165,7 +165,7 @@ def slurm_wait_of(spool: SpoolDir, key: str) -> str:
 def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     """What a listing shows of a running job's run record: ``rank``, ``attempt``, ``external_id``, and
     ``queued``, ``started`` and (once its end is recorded) ``ended`` as datetimes; a Slurm job's start in Slurm
-    (None, and ``waiting`` saying why, while it has not started there); a field missing or damaged
+    (None, and ``waiting`` saying why, while it has not started there) and ``nodes``; a field missing or damaged
     is left out, an unreadable record gives {}."""
     record = runrecords.read(spool.run_record_path(host, name))
     if record is None:
@@ -178,6 +178,7 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
         # Slurm's start is cut to the second: the hand-over, if later, as the result will say (SlurmRunner)
         began, handed_over = parse_stamp(record.slurm_started), info["started"]
         info["started"] = max(began, handed_over) if began is not None and handed_over is not None else began
+        info["nodes"] = record.slurm_nodes
         if info["started"] is None:  # ``pending in Slurm (Resources)``
             reason = record.slurm_reason
             info["waiting"] = f"{record.slurm_state.lower()} in Slurm" + (f" ({reason})" if reason and reason != "None" else "")

@@ -36,7 +36,7 @@ from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.resources import MAX_MEM
 from onite.core.errors import InvalidInput, NotFound, OniteError, Refused
 from onite.core.names import is_valid_key, shown
-from onite.core.cells import outcome_text
+from onite.core.cells import nodes_text, outcome_text
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
 from onite.core.queue import reason_as_read
@@ -505,11 +505,15 @@ def unfinished(data: ReportData, spool: SpoolDir, refused: list) -> ReportData:
 
 
 def running_reason(spool: SpoolDir, view, gone: str, drains) -> str:
-    """``running on vm since 20:14``; for a claim no live driver watches (``gone``: heartbeat.driver_gone's words),
-    what its run record says of it, and ``gone``."""
+    """``running on vm since 20:14``, ``running in Slurm on node n1 since 20:14, handed over by vm``; for a claim
+    no live driver watches (``gone``: heartbeat.driver_gone's words), what its run record says of it, and ``gone``."""
     if not gone:
         since = f" since {view.started.astimezone():%H:%M}" if view.started else ""
-        return f"{view.reason}, handed over by {view.host}" if waits_in_slurm(view) else f"running on {view.host}{since}"
+        if waits_in_slurm(view):
+            return f"{view.reason}, handed over by {view.host}"
+        if view.nodes:
+            return f"running in Slurm on {nodes_text(view.nodes)}{since}, handed over by {view.host}"
+        return f"running on {view.host}{since}"
     record = runrecords.read(spool.run_record_path(view.host, view.name))
     ended = parse_stamp(record.ended_at) if record is not None and record.ended else None  # as list reads it
     at = f" at {view.started.astimezone():%H:%M}" if view.started else ""

@@ -46,8 +46,16 @@ def priority_label(view: JobView) -> str:
 
 
 def outcome_text(view: JobView) -> str:
-    """Why it ended (or waits), else its exit status."""
+    """Why it ended (or waits), else its exit status; a job running in Slurm, on which nodes (as squeue's
+    NODELIST(REASON) says one or the other)."""
+    if not view.reason and view.state == "running" and view.nodes:
+        return f"running in Slurm on {nodes_text(view.nodes)}"
     return view.reason or (f"exit {view.exit_code}" if view.exit_code is not None else "")
+
+
+def nodes_text(nodes: str) -> str:
+    """``node n1``, ``nodes n[01-04]``: the nodes Slurm gave a job, as Slurm writes them."""
+    return f"node{'s' * any(c in nodes for c in ',[')} {nodes}"
 
 
 def plain_table(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> Iterator[str]:

@@ -33,6 +33,7 @@ class JobView(Record):
     reason: str = ""
     attempt: int | None = None
     external_id: str | None = None
+    nodes: str | None = None  # the nodes Slurm runs or ran it on (vm, n[01-04]); None: not in Slurm, or not yet
     stderr: str | None = None  # finished jobs: "separate" or "merged" (from the result record)
     waiting: str | None = None  # queued jobs: why it cannot start now, "" if it may; None: not looked up
     # held, after, not_before, retry, pinned, resources, will_fail, unreadable; "" may start
@@ -57,8 +58,8 @@ class JobView(Record):
 
 # docs/json.md's fields of a job, in order: their names are stable
 _JSON_KEYS = ("name", "user", "uid", "state", "priority", "urgent", "position", "submitted", "host", "started",
-              "finished", "duration", "exit_code", "signal", "reason", "attempt", "external_id", "stderr", "waiting",
-              "waiting_kind", "mem", "cpus", "peak_mem", "cpu_time")
+              "finished", "duration", "exit_code", "signal", "reason", "attempt", "external_id", "nodes", "stderr",
+              "waiting", "waiting_kind", "mem", "cpus", "peak_mem", "cpu_time")
 
 
 def result_view(result: Result, reader: str | None = None) -> JobView:
@@ -68,8 +69,8 @@ def result_view(result: Result, reader: str | None = None) -> JobView:
         priority=result.priority or None, urgent=result.urgent, submitted=result.submitted,
         host=result.host or None, started=result.started, finished=result.finished,
         exit_code=result.exit_code, signal=result.signal, reason=reason_as_read(result.reason, result.user, reader),
-        attempt=result.attempt, external_id=result.external_id, stderr=result.stderr, mem=result.mem, cpus=result.cpus,
-        peak_mem=result.peak_mem, cpu_time=result.cpu_time,
+        attempt=result.attempt, external_id=result.external_id, nodes=result.nodes, stderr=result.stderr,
+        mem=result.mem, cpus=result.cpus, peak_mem=result.peak_mem, cpu_time=result.cpu_time,
     )
 
 

@@ -3,7 +3,7 @@
 JSON lines, each one O_APPEND write(2): the driver's first line, then the monitor's (``monitor`` before
 the fork, ``job``, ``exited`` once its leader exited, ``ended`` or ``failed``), a ``stop`` line before the
 end of a run onite stopped (its monitor for a time limit, a driver for a cancel or a hard stop), or Slurm's
-``submitted`` and ``slurm`` (its job's state, reason and start in Slurm, each time they change: the last one
+``submitted`` and ``slurm`` (its job's state, reason, start and nodes in Slurm, each time they change: the last one
 counts); a partial last line is ignored. The monitor writes its lines as ``line`` does (tests/test_pure.py checks it).
 """
 
@@ -42,6 +42,7 @@ class RunRecord(Record):
     slurm_state: str | None = None  # slurm: its job's state as the driver last saw it (PENDING, RUNNING, ...)
     slurm_reason: str | None = None  # and squeue's reason then (Resources, Priority, JobHeldUser, ...)
     slurm_started: str | None = None  # ISO 8601: its start in Slurm, once it really started (null: it has not)
+    slurm_nodes: str | None = None  # the nodes Slurm gave it (vm, n[01-04]), once it started
 
     @property
     def started_job(self) -> bool:
@@ -146,9 +147,10 @@ def parse(data: bytes) -> RunRecord | None:
         elif kind == "failed":
             said.update(failed=str(event.get("reason") or "it could not be started"), ended_at=at)
         elif kind == "slurm" and isinstance(event.get("state"), str):
-            reason, began = event.get("reason"), event.get("started")
+            reason, began, nodes = event.get("reason"), event.get("started"), event.get("nodes")
             said.update(slurm_state=event["state"], slurm_reason=reason if isinstance(reason, str) else None,
-                        slurm_started=began if isinstance(began, str) else None)
+                        slurm_started=began if isinstance(began, str) else None,
+                        slurm_nodes=nodes if isinstance(nodes, str) else said.get("slurm_nodes"))
         elif kind == "submitted" and isinstance(event.get("external_id"), str) and not first.get("external_id"):
             first = {**first, "external_id": event["external_id"]}
     return RunRecord(info=first, **said)

@@ -148,6 +148,7 @@ class Result(Record):
     run_id: str = ""
     executor: str = "local"
     external_id: str | None = None  # e.g. the Slurm job id
+    nodes: str | None = None  # the nodes Slurm ran it on, as Slurm writes them (vm, n[01-04]); no field if none
     recur: str | None = None
     stderr: str = "merged"  # "separate": its stderr is in stdout/NAME@stderr; "merged": with its stdout
     mem: int | None = None  # MiB it asked for (onite.core.resources), the spool's default applied
@@ -208,6 +209,7 @@ class Result(Record):
                 run_id=v.text(data, "run_id", ""),
                 executor=v.text(data, "executor", "local"),
                 external_id=v.optional_text(data, "external_id"),
+                nodes=v.optional_text(data, "nodes"),
                 recur=recur,
                 stderr=stderr,
                 mem=v.optional_integer(data, "mem", 0, MAX_MEM),
@@ -223,12 +225,13 @@ class Result(Record):
 # a result record's fields (docs/spool-format.md), in order, after "format"
 _RESULT_KEYS = ("name", "uid", "user", "priority", "urgent", "state", "reason", "exit_code", "signal", "host",
                 "submitted", "queued", "started", "finished", "duration", "attempt", "attempts", "run_id", "executor",
-                "external_id", "recur", "stderr", "mem", "cpus", "peak_mem", "cpu_time")
+                "external_id", "nodes", "recur", "stderr", "mem", "cpus", "peak_mem", "cpu_time")
 
 
 def json_fields(record: object, keys: tuple[str, ...]) -> dict:
-    """The attributes of ``record`` named ``keys``; its times (submitted, queued, started, finished) in ISO 8601."""
-    data = {key: getattr(record, key) for key in keys}
+    """The attributes of ``record`` named ``keys``; its times (submitted, queued, started, finished) in ISO 8601.
+    ``nodes`` only where it has some: a job no Slurm node ran has no such field."""
+    data = {key: getattr(record, key) for key in keys if key != "nodes" or record.nodes is not None}
     for key in ("submitted", "queued", "started", "finished"):
         value = data.get(key)
         if value is not None:

@@ -129,7 +129,7 @@ class Finisher:
             signal=outcome.signal, host=night.host, submitted=job.submitted, queued=run.queued_at,
             started=None if outcome.never_started else run.started, finished=now, attempt=job.attempt,
             attempts=job.tried + (attempt,), run_id=run.run_id, executor=night.runner.executor,
-            external_id=run.external_id, recur=job.recur, stderr=job.stderr_mode, **_use(run),
+            external_id=run.external_id, nodes=run.nodes, recur=job.recur, stderr=job.stderr_mode, **_use(run),
         )
         try:
             write_result(night.spool, result)

@@ -404,6 +404,7 @@ class Recovery:
             return False
         run.external_id = str(info["external_id"])
         run.stopping, run.cancelled_by = rec.stop, rec.stopped_by
+        run.nodes = rec.slurm_nodes  # where it ran, if Slurm has forgotten it by now
         run.nice = info["slurm_nice"] if is_whole(info.get("slurm_nice"), 0, 1 << 31) else None
         if self._dropped_if_retried(name, path, run):
             return True

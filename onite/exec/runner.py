@@ -63,6 +63,7 @@ class Run:
     nice: int | None = None  # slurm: the --nice it was submitted with (its place among the jobs waiting in Slurm)
     ended: datetime | None = None  # slurm: when it ended, for one that ended while no driver watched it
     pending: bool = False  # slurm: its job was last seen waiting in Slurm's queue, never started
+    nodes: str | None = None  # slurm: the nodes Slurm gave its job, once it started (squeue's NodeList)
 
     @property
     def mem(self) -> int | None:

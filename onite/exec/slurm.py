@@ -399,6 +399,7 @@ class SlurmRunner(Runner):
         if status.start is None or run.external_id in self._started:
             return
         self._started.add(run.external_id)
+        run.nodes = status.nodes or run.nodes
         waited = (status.start - run.started).total_seconds()
         if waited >= 0:
             run.started = status.start
@@ -412,16 +413,16 @@ class SlurmRunner(Runner):
             self.log.event("slurm-start", run.name, slurm=run.external_id, waited=f"{max(waited, 0):.1f}s")
 
     def _note_state(self, run: Run, status: squeue.JobStatus) -> None:
-        """Its job's state, reason and start in Slurm into its record when they change, for list and status:
-        a job pending (or held, or requeued) in Slurm has not started."""
-        now = (status.state, status.reason[:200], status.start.isoformat() if status.start else None)
+        """Its job's state, reason, start and nodes in Slurm into its record when they change, for list and
+        status (a job pending, held or requeued in Slurm has not started), and for recovery's filing."""
+        now = (status.state, status.reason[:200], status.start.isoformat() if status.start else None, status.nodes)
         last, lines = self._noted.get(run.external_id, (None, 0))
         if now == last or lines >= STATE_LINES or not run.record_path:
             return
         self._noted[run.external_id] = (now, lines + 1)
         with contextlib.suppress(runrecords.RecordError):  # a view's detail: the run goes on without it
             runrecords.add_event(run.record_path, {"event": "slurm", "state": now[0], "reason": now[1],
-                                                   "started": now[2]})
+                                                   "started": now[2], "nodes": now[3]})
 
     def _job_uid(self, owner: int | None) -> int:
         """Whose Slurm jobs a run's are: its owner's, or the driver's where jobs are not run as their owners."""
@@ -528,7 +529,7 @@ class SlurmRunner(Runner):
         if not status.is_final:
             return None
         if status.start is not None:
-            run.started = status.start
+            run.started, run.nodes = status.start, status.nodes or run.nodes
         if status.end is not None:  # filed when it ended, not when a driver came to see it
             run.ended = max(status.end, run.started)
         return squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)

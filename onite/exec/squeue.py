@@ -63,6 +63,7 @@ class JobStatus:
     allocated: bool = True  # False: it ended without ever being given a node (it never ran)
     end: datetime | None = None  # once it is over
     restarts: int = 0  # times Slurm put it back in its queue, after it started or while it ran
+    nodes: str | None = None  # the nodes Slurm gave it once it started, as Slurm writes them (vm, n[01-04])
 
     @property
     def is_final(self) -> bool:
@@ -107,6 +108,8 @@ _STATE = re.compile(r"[A-Z_]+", re.ASCII)
 _DIGITS = re.compile(r"[0-9]{1,12}", re.ASCII)  # str.isdigit would take "²", which int() refuses
 _UID = re.compile(r"(?:[^()|]*\()?([0-9]{1,10})\)?", re.ASCII)
 _NICE = re.compile(r"-?[0-9]{1,10}", re.ASCII)
+# a node list as Slurm writes one (vm, n[01-04,07], a.b-c_1): shown in list and report, so nothing else is taken
+_NODES = re.compile(r"[A-Za-z0-9._\-\[\],]{1,200}", re.ASCII)
 
 
 def _rows(text: str, count: int):
@@ -132,11 +135,13 @@ def parse(text: str) -> dict[str, JobStatus]:
         if job_id in found:
             twice.add(job_id)
         allocated = state not in FINAL or nodes not in ("", "(null)")
+        began = state in STARTED and allocated
         found[job_id] = JobStatus(
             job_id=job_id, state=state, status=int(status) if status else None, reason=reason,
-            uid=int(owner.group(1)), start=_when(start) if state in STARTED and allocated else None,
+            uid=int(owner.group(1)), start=_when(start) if began else None,
             nice=int(nice) if _NICE.fullmatch(nice) else None, allocated=allocated,
             end=_when(end) if state in FINAL else None, restarts=int(restarts) if _DIGITS.fullmatch(restarts) else 0,
+            nodes=nodes if began and _NODES.fullmatch(nodes) else None,
         )
     for job_id in twice:
         del found[job_id]
