@@ -85,12 +85,12 @@ def test_output_and_records_of_a_finished_job(spool, cli):
                 "signal", "reason", "attempt", "attempts", "run_id"):
         assert key in rec
     assert rec["host"] == HOST and rec["priority"] == 3 and rec["exit_code"] == 0
-    assert "nodes" not in rec  # no Slurm node ran it
+    assert rec["nodes"] is None  # no Slurm node ran it
     assert (spool / "jobsdone" / "root:report").exists() and not list((spool / "running").rglob("root:report*"))
     listed = cli(["list", "--all", "--json"]).json()
     job = next(j for j in listed["jobs"] if j["name"] == "report")
     assert job["state"] == "done" and job["host"] == HOST and job["exit_code"] == 0 and job["duration"] is not None
-    assert "nodes" not in job
+    assert job["nodes"] is None
 
 
 def test_a_finished_name_can_be_spooled_again(spool, cli):

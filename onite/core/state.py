@@ -229,9 +229,8 @@ _RESULT_KEYS = ("name", "uid", "user", "priority", "urgent", "state", "reason", 
 
 
 def json_fields(record: object, keys: tuple[str, ...]) -> dict:
-    """The attributes of ``record`` named ``keys``; its times (submitted, queued, started, finished) in ISO 8601.
-    ``nodes`` only where it has some: a job no Slurm node ran has no such field."""
-    data = {key: getattr(record, key) for key in keys if key != "nodes" or record.nodes is not None}
+    """The attributes of ``record`` named ``keys``; its times (submitted, queued, started, finished) in ISO 8601."""
+    data = {key: getattr(record, key) for key in keys}
     for key in ("submitted", "queued", "started", "finished"):
         value = data.get(key)
         if value is not None:
