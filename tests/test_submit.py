@@ -91,6 +91,15 @@ def test_bad_options_exit_2_with_one_line(spool, cli, args, message):
     assert all_files(spool) == []
 
 
+@pytest.mark.parametrize("args", [["--timeout", "5x"], ["--mem", "4Q"], ["-p", "9"], ["--cpus", "0"], ["--at", "soon"],
+                                  ["--retries", "101"], ["--notify", "fax"], ["--host", "a b"]])
+@pytest.mark.parametrize("stdin", [b"", None])
+@pytest.mark.parametrize("lines", [[], ["--lines"]])
+def test_bad_options_are_told_before_stdin_is_read(spool, cli, args, stdin, lines):
+    r = cli(["submit", "job", *lines, *args], stdin=stdin)
+    assert r.code == 2 and "stdin" not in r.err and r.err.count("\n") == 1, r
+
+
 def test_empty_or_missing_stdin(spool, cli):
     r = cli(["submit", "empty"], stdin=b"")
     assert r.code == 2 and "the job text on stdin is empty" in r.err

@@ -63,6 +63,7 @@ def submit_command(request: SubmitRequest, spool: str | None, *, lines: bool, no
     """``onite submit`` once parsed: spool stdin (or a command after ``--``) as one job, or with ``lines`` a job a
     line; the line for stdout, and the ``confirmation``."""
     target = open_spool(spool)
+    request.limits(target.config, now, me())  # a bad option is told before stdin is read
     if lines:
         names = submit_lines(request, target, now)
         said = None

@@ -58,6 +58,23 @@ class SubmitRequest(Record):
             given["mem"] = str(given["mem"])
         return cls(name=name, body=body, after=(after,) if isinstance(after, str) else tuple(after), **given)
 
+    def limits(self, config: Config, now: datetime, user: str) -> dict:
+        """The Job fields its options set, each checked: what ``submit`` checks before it reads the job text, so a
+        bad option is told at once, not after the text. Raises InvalidInput: as ``build_job``, but for the text."""
+        limits = JobChanges(priority=config.default_priority if self.priority is None else self.priority,
+                            retries=self.retries, after=self.after, mem=self.mem, cpus=self.cpus,
+                            timeout=self.timeout, at=self.at).parsed(config, now, user)
+        if self.host is not None:
+            check_name(self.host, what="host name")
+        if self.notify is not None and self.notify not in NOTIFY_HOW:
+            raise InvalidInput(f"invalid --notify {quoted(self.notify)}", "use mail, command or none")
+        if self.notify_on is not None and self.notify_on not in NOTIFY_ON:
+            raise InvalidInput(f"invalid --notify-on {quoted(self.notify_on)}", "use failure or always")
+        if self.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
+            raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
+                               "ask the admin to set notify_command (--notify mail works where this machine can send mail)")
+        return limits
+
 
 OPTIONS = frozenset(SubmitRequest._fields) - {"name", "body"}  # submit's options
 
@@ -80,11 +97,7 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
     Raises InvalidInput: a bad priority, time, duration, retry count, size, CPU count, host, dependency name or
     notice; ``--notify command`` where onite.toml has no notify_command; a ``#!`` line that can never run; an
     environment variable execve cannot pass."""
-    limits = JobChanges(priority=config.default_priority if request.priority is None else request.priority,
-                        retries=request.retries, after=request.after, mem=request.mem, cpus=request.cpus,
-                        timeout=request.timeout, at=request.at).parsed(config, captured.now, user)
-    if request.host is not None:
-        check_name(request.host, what="host name")
+    limits = request.limits(config, captured.now, user)
     if not request.body:
         raise InvalidInput(f"the text of job {request.name!r} is empty", "give the job a command")
     problem = shebang_problem(request.body)
@@ -99,13 +112,6 @@ def build_job(request: SubmitRequest, captured: Captured, config: Config, user: 
     if problem:
         raise InvalidInput(f"your environment cannot be passed to a job: {problem}",
                            "unset that variable (env -u NAME onite submit …)")
-    if request.notify is not None and request.notify not in NOTIFY_HOW:
-        raise InvalidInput(f"invalid --notify {quoted(request.notify)}", "use mail, command or none")
-    if request.notify_on is not None and request.notify_on not in NOTIFY_ON:
-        raise InvalidInput(f"invalid --notify-on {quoted(request.notify_on)}", "use failure or always")
-    if request.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
-        raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
-                           "ask the admin to set notify_command (--notify mail works where this machine can send mail)")
     defaults = {"timeout": config.timeout, "mem": config.default_mem, "cpus": config.default_cpus}
     try:
         return Job(
