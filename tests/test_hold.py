@@ -211,3 +211,14 @@ def test_each_name_is_held_released_or_cancelled_though_one_before_it_fails(spoo
     assert (r.code, r.out) == (1, "a: cancelled\nb: cancelled\n"), r
     assert r.err == "onite: no job 'nosuch' is queued or running — see onite list\n", r
     assert cli(["list", "--json"]).json()["jobs"] == []
+
+
+def test_hold_release_edit_and_cancel_of_a_finished_job_say_the_same_and_to_restart_it(spool, cli):
+    """`onite edit a1` of a finished job said it had finished, `onite hold a1` that no job 'a1' was queued: each of
+    the four says it has finished, and that onite restart spools it again."""
+    submit("a1")
+    assert drain(spool).returncode == 0
+    for command, done in (("hold", "held"), ("release", "released"), ("edit", "edited"), ("cancel", "cancelled")):
+        r = cli([command, "a1", *(["--timeout", "1h"] if command == "edit" else [])])
+        assert (r.code, r.err) == (3, f"onite: job 'a1' has finished: it cannot be {done} — spool it again: "
+                                      "onite restart a1\n"), r

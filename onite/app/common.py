@@ -36,6 +36,26 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     return target
 
 
+def refuse_finished(spool: SpoolDir, name: str, text: str, done: str) -> None:
+    """Raise Refused if job ``name`` (a key; ``text`` as typed) has finished, or was cancelled by its owner while
+    queued and is not filed yet: what hold, release, edit and cancel (``done``: "held" …) say alike of a job no longer
+    queued or running, with what to do about it (restart takes it)."""
+    from onite.core.errors import DamagedRecord, Refused, SpoolIOError
+    from onite.spool.results import read_result
+    from onite.spool.scan import withdrawn_entries
+
+    try:
+        finished = read_result(spool, name) is not None
+    except DamagedRecord:  # it finished all the same
+        finished = True
+    try:
+        finished = finished or any(entry.name == name for entry in withdrawn_entries(spool))
+    except SpoolIOError:
+        pass
+    if finished:
+        raise Refused(f"job {text!r} has finished: it cannot be {done}", f"spool it again: onite restart {text}")
+
+
 def read_stdin(limit: int) -> bytes:
     """The job text, at most ``limit`` bytes. A terminal on stdin is a mistake (InvalidInput), not an
     invitation to type."""

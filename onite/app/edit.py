@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from onite.app.common import key_for, label
+from onite.app.common import key_for, label, refuse_finished
 from onite.app.submit import check_after, check_capacity
 from onite.core.errors import DamagedRecord, InvalidInput, JobFormatError, NotFound, Refused, SpoolIOError
 from onite.core.policy import owner_or_root
@@ -155,12 +155,6 @@ def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
     if find_running(spool, name):
         raise Refused(f"job {text!r} is running: a running job cannot be edited",
                       f"cancel it, or change it for its next run: onite restart {text} … once it has finished")
-    try:
-        finished = read_result(spool, name) is not None
-    except DamagedRecord:  # it finished all the same
-        finished = True
-    if finished or _cancelled(spool, name, None):  # withdrawn by its owner, not filed yet: restart takes it too
-        raise Refused(f"job {text!r} has finished: it cannot be edited",
-                      f"spool it again with the new options: onite restart {text} …")
+    refuse_finished(spool, name, text, "edited")
     raise NotFound(f"no queued job {text!r}", "see onite list")
 
