@@ -391,6 +391,9 @@ def test_shell_completion(spool, cli):
     assert "--slots" in complete("onite run --sl")
     assert complete("onite cancel zeta") == ["zeta-one", "zeta-two"]
     assert complete("onite hold al") == ["alpha"]
+    assert run_cli(["hold", "zeta-two"]).code == 0  # release offers held jobs only, hold unheld queued ones only
+    assert (complete("onite release "), complete("onite hold zeta")) == (["zeta-two"], ["zeta-one"])
+    assert complete("onite edit zeta") == ["zeta-one", "zeta-two"]
     assert run_cli(["cancel", "alpha", "zeta-one", "zeta-two"]).code == 0
     submit("zeta-ran")
     assert drain(spool).returncode == 0

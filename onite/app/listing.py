@@ -190,10 +190,13 @@ def _runinfo(spool: SpoolDir, host: str, name: str) -> dict:
     return info
 
 
-def completion_names(spool: SpoolDir, prefix: str, *, finished: bool) -> list[str]:
+def completion_names(spool: SpoolDir, prefix: str, *, finished: bool = False, held: bool | None = None) -> list[str]:
     """The sorted names, as the caller types them, of their queued, running and, with ``finished``, kept
-    jobs that start with ``prefix`` (root: everyone's, as USER:NAME; a user typing ``USER:``: their keys)."""
-    keys = {name for _, _, name, _, _ in queued_stats(spool)} | {e.name for e in running_entries(spool)}
+    jobs that start with ``prefix`` (root: everyone's, as USER:NAME; a user typing ``USER:``: their keys).
+    ``held`` True: only the queued jobs a hold holds (what release takes); False: only those none holds (hold's)."""
+    keys = {name for _, _, name, _, is_held in queued_stats(spool) if held is None or is_held == held}
+    if held is None:
+        keys.update(e.name for e in running_entries(spool))
     if finished:
         keys.update(result_names(spool))  # names only: no record is read
     own = f"{me()}:"

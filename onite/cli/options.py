@@ -100,8 +100,11 @@ def _spool_help() -> str:
 
 
 def complete_name(ctx, incomplete: str) -> list[str]:
-    """Shell completion of a job's name: a queued or running one, or (output, restart, wait) a finished one too."""
-    return _names(incomplete, finished=ctx.command.name in ("output", "restart", "wait"))
+    """Shell completion of a job's name: a queued or running one, or (output, restart, wait) a finished one too;
+    after hold a queued one no hold holds, after release a held one (what each can act on)."""
+    command = ctx.command.name
+    return _names(incomplete, finished=command in ("output", "restart", "wait"),
+                  held={"hold": False, "release": True}.get(command))
 
 
 def complete_after(incomplete: str) -> list[str]:
@@ -109,12 +112,12 @@ def complete_after(incomplete: str) -> list[str]:
     return _names(incomplete, finished=True)
 
 
-def _names(incomplete: str, *, finished: bool) -> list[str]:
+def _names(incomplete: str, *, finished: bool, held: bool | None = None) -> list[str]:
     from onite.app.listing import completion_names
     from onite.spool.paths import SpoolDir
 
     try:
-        return completion_names(SpoolDir(locate_spool(None).path), incomplete, finished=finished)
+        return completion_names(SpoolDir(locate_spool(None).path), incomplete, finished=finished, held=held)
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
 
