@@ -1095,9 +1095,16 @@ def test_a_driver_killed_mid_night_is_told_in_the_first_line(spool, workdir):
     set_config(spool, schedule=["* * * * *"])  # a night that opened at noon: both drains are of it, whatever the hour
     assert run_cli(["submit", "first"], stdin=b"true\n").code == 0
     kill_driver_mid_job(spool, workdir, "longjob", machine_dies=True)
+    first = run_cli(["report", "--plain"]).out.splitlines()[0]
+    assert "its jobs are recovered by the next driver of its host" in first, first  # not yet: its claim waits
     assert drain(spool).returncode == 0
     doc = run_cli(["report", "--json"]).json()
     [dead] = [d for d in doc["drains"] if d["reason"] == "died"]
+    recovered = datetime.fromisoformat(dead["recovered"]).astimezone()  # the next driver's start, which recovered it
+    assert recovered == datetime.fromisoformat(doc["drains"][1]["started"]), doc["drains"]
+    first = run_cli(["report", "--plain"]).out.splitlines()[0]  # said once recovered as if it still waited: no more
+    assert f"its jobs were recovered by the next driver of its host at {recovered:%H:%M}" in first, first
+    assert "are recovered by" not in first, first
     assert len(doc["drains"]) == 2 and doc["counts"] == {"done": 2, "failed": 0, "cancelled": 0}
     assert sorted(job["name"] for job in doc["jobs"]) == ["first", "longjob"]
     first = run_cli(["report", "--plain"]).out.splitlines()[0]

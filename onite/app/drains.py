@@ -48,24 +48,28 @@ class Event:
 
 class Drain:
     """One driver's run. ``ended`` None: still running (its host's lock is held) or cut off by the
-    window; ``reason`` as driver-exit says (``drained``, ``window closed``, ``stopped``) or ``died``;
+    window; ``reason`` as driver-exit says (``drained``, ``window closed``, ``stopped``) or ``died``; ``recovered``: for
+    one that died, when the next driver of its host started (it recovers the claims a dead one left first), else None;
     ``left``: the jobs its queue still held when it ended; ``until``: when its window closed (its --until,
     or until in onite.toml), HH:MM[:SS]; ``ran``: the jobs it started or filed; ``beside``: the drains of
     other hosts that ran at the same time, by the log's order (its times are whole seconds); ``at``: its
     driver-start line's place among the events read, the log's order, finer than its times."""
 
-    __slots__ = ("host", "pid", "started", "ended", "reason", "left", "until", "ran", "last_seen", "beside", "at")
+    __slots__ = ("host", "pid", "started", "ended", "reason", "left", "until", "ran", "last_seen", "beside", "at",
+                 "recovered")
 
     def __init__(self, host: str, pid: int, started: datetime, *, until: str | None, beside: list[Drain],
                  at: int) -> None:
         self.host, self.pid, self.started, self.until, self.beside, self.at = host, pid, started, until, beside, at
         self.ended: datetime | None = None
+        self.recovered: datetime | None = None
         self.reason, self.left, self.ran, self.last_seen = "", None, 0, started
 
     def to_json(self) -> dict:
         return {"host": self.host, "pid": self.pid, "started": self.started.isoformat(),
                 "ended": self.ended.isoformat() if self.ended else None, "reason": self.reason or None,
-                "left": self.left, "until": self.until}
+                "left": self.left, "until": self.until,
+                "recovered": self.recovered.isoformat() if self.recovered else None}
 
 
 class Session(Record):
@@ -137,8 +141,9 @@ def drains_of(events: Sequence[Event], running_hosts: Iterable[str]) -> list[Dra
         key = (event.host, event.pid)
         if event.event == "driver-start":
             for other_key, other in list(open_.items()):
-                if other_key[0] == event.host:  # one driver per host: the one before died
+                if other_key[0] == event.host:  # one driver per host: the one before died, and this one recovers it
                     _died(other)
+                    other.recovered = event.when
                     del open_[other_key]
             drain = Drain(event.host, event.pid, event.when, until=_clock(event.fields.get("until")),
                           beside=list(open_.values()), at=at)

@@ -46,14 +46,21 @@ def window_text(data: ReportData) -> str:
 
 def died_text(data: ReportData) -> str:
     """``; a driver died without finishing (vm, pid 812): …``: a drain of the window that never said it ended
-    (kill -9, the OOM killer, a power cut), whose jobs the next driver of its host recovers."""
-    died = [f"{printable(d.host)}, pid {d.pid}" for d in data.drains if d.reason == "died"]
-    if not died:
-        return ""
-    who = "a driver" if len(died) == 1 else f"{len(died)} drivers"
-    whose = "its" if len(died) == 1 else "their"
-    return (f"; {who} died without finishing ({'; '.join(died)}): {whose} jobs are recovered by the next driver "
-            f"of {whose} host (onite log says how)")
+    (kill -9, the OOM killer, a power cut), whose jobs the next driver of its host recovers as it starts: said to
+    come while none has started, else with when it came."""
+    died = [d for d in data.drains if d.reason == "died"]
+    said = []
+    for waits in (True, False):
+        these = [d for d in died if (d.recovered is None) == waits]
+        if not these:
+            continue
+        who, whose = ("a driver", "its") if len(these) == 1 else (f"{len(these)} drivers", "their")
+        named = "; ".join(f"{printable(d.host)}, pid {d.pid}" for d in these)
+        when = ", ".join(dict.fromkeys(f"{d.recovered.astimezone():%H:%M}" for d in these if d.recovered))
+        said.append(f"; {who} died without finishing ({named}): {whose} jobs "
+                    + ("are recovered by the next driver" if waits else "were recovered by the next driver")
+                    + f" of {whose} host" + ("" if waits else f" at {when}") + " (onite log says how)")
+    return "".join(said)
 
 
 def headline_parts(data: ReportData) -> list[tuple[str, str]]:
