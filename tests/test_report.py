@@ -610,6 +610,36 @@ def test_the_page_in_chromium(real_night, world_tmp, width, screen):
         assert name[1] <= chart[0] + 1, (width, row)  # the names' column, left of the chart
 
 
+@needs_chromium
+def test_a_cross_at_either_end_of_the_timeline_is_drawn_whole_on_a_phone(spool, world_tmp):
+    """At 390 pixels wide, the × of a job that never ran at the timeline's first moment, or at its last, was cut in
+    half by the chart's edge: each is drawn whole, as much of it left of its middle as right of it."""
+    from onite.cli.reportpage import HTML_COLOUR
+
+    write(spool, "vanish", local(2026, 11, 22, 20, 0), state="failed", reason="its directory /gone no longer exists")
+    write(spool, "bad", local(2026, 11, 22, 21, 0), local(2026, 11, 22, 20, 0), state="failed", reason="exit 1")
+    write(spool, "dep", local(2026, 11, 22, 21, 0), state="failed", reason="dependency bad failed")
+    page = world_tmp / "report.html"
+    assert run_cli(["report", "--night", "2026-11-22", "--html", str(page)]).code == 0
+    found = layout(page, 390, 1600)
+    crosses = {row["name"]: row["mark"] for row in found["names"] if row["name"] in ("vanish", "dep")}
+    assert len(crosses) == 2, found["names"]
+    shot = world_tmp / "shot.png"
+    frame, window = framed(page, 390, 1600)
+    assert chromium(f"--screenshot={shot}", f"--window-size={window}", frame.as_uri()).returncode == 0
+    image = read_png(shot.read_bytes())
+    red = rgb(HTML_COLOUR["failed"])
+
+    def inked(x0: float, x1: float, top: float, bottom: float) -> int:  # pixels near the ×'s colour
+        return sum(max(abs(a - b) for a, b in zip(pixel(image, x, y), red)) < 60
+                   for x in range(int(x0), int(x1)) for y in range(int(top), int(bottom) + 1))
+
+    for name, (left, right, top, bottom) in crosses.items():
+        middle = (left + right) / 2
+        halves = inked(left, middle, top, bottom), inked(middle, right + 1, top, bottom)
+        assert min(halves) >= max(halves) / 2 > 0, (name, halves, crosses[name], found["chart"])
+
+
 # ---- windows ------------------------------------------------------------------------------------
 
 

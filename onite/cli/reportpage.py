@@ -40,8 +40,8 @@ ul.list li{padding:.3rem .5rem;margin:.2rem 0;border-left:4px solid #ccc;backgro
 li .name{font-weight:600} li .state{font-weight:600} li .note{display:block;color:#555;font-size:.9em}
 .gantt{display:grid;grid-template-columns:fit-content(40%) 1fr;column-gap:.5rem;align-items:stretch;width:100%}
 .gantt .label{font-size:12px;align-self:center;overflow-wrap:anywhere;line-height:1.2}
-.gantt svg{display:block;width:100%;height:100%;min-height:""" + str(_ROW) + """px;overflow:hidden}
-.gantt svg.axis{min-height:""" + str(_TOP) + """px}
+.gantt svg{display:block;width:100%;height:100%;min-height:""" + str(_ROW) + """px;overflow:visible}
+.gantt svg.axis{min-height:""" + str(_TOP) + """px;overflow:hidden}
 .gantt text{font-family:system-ui,sans-serif;fill:#222;font-size:12px} .gantt .axis text{fill:#666;font-size:11px}
 .gantt line{stroke:#ddd;stroke-width:1}
 .gantt .never{font-size:16px;font-weight:700}
@@ -76,7 +76,7 @@ def _pct(value: float) -> str:
 def gantt_svg(data) -> str:
     """The timeline as wide as the page: a grid of two columns, each job's name (whole, wrapped if it must)
     beside its row of the chart, a bar or a × centred on the name's line (at least a few pixels wide, however
-    short the job); a time axis on top, each label within the chart (the first starts at its tick, the last ends
+    short the job; a × at either end of the chart drawn whole, its outer half in the column gap or the margin); a time axis on top, each label within the chart (the first starts at its tick, the last ends
     at it); the ticks' lines down every row."""
     start, end, ticks, bars = timeline(data, 6)
     span = _RIGHT - _LEFT
