@@ -339,7 +339,7 @@ def test_recur_add_stores_the_request_and_its_instances_carry_it(spool):
     instance = instance_job(template, "root:nightly", NOW, NOW, priorities=7)
     assert (instance.mem, instance.cpus) == (1536, 1)
     r = run_cli(["recur", "add", "bad", "--every", "1h", "--cpus", "0"], stdin=b"true\n")
-    assert r.code == 2 and r.err == f"onite: invalid --cpus '0' — ask for 1 to {MAX_CPUS} CPUs\n", r
+    assert r.code == 2 and r.err == f"onite: --cpus '0': expected a number of CPUs from 1 to {MAX_CPUS}\n", r
 
 
 # ---- small ones ----------------------------------------------------------------------------------
@@ -351,7 +351,7 @@ def test_the_cpu_count_parser_reads_the_whole_value(text):
     try:
         count = parse_cpus(text)
     except InvalidInput as err:
-        assert str(err).endswith(f"ask for 1 to {MAX_CPUS} CPUs")
+        assert str(err).endswith(f"expected a number of CPUs from 1 to {MAX_CPUS}")
         assert not (text.strip().isascii() and text.strip().isdigit() and 1 <= int(text.strip()) <= MAX_CPUS)
         return
     assert 1 <= count <= MAX_CPUS and count == int(text.strip())

@@ -91,7 +91,7 @@ def test_the_api_raises_the_one_error_class_the_user_guide_names(spool):
 
 @pytest.mark.parametrize("args, stdin, message", [
     (["submit", "d", "--lines"], b"\n \n\t\n", "no job on stdin"),
-    (["submit", "d", "--lines", "-p", "0"], b"true\n", "invalid priority 0"),
+    (["submit", "d", "--lines", "-p", "0"], b"true\n", "-p '0': expected a priority from 1"),
     (["submit", "d", "--lines", "--after", "nosuch"], b"true\n", "no job 'nosuch'"),
     (["submit", "d" * 95, "--lines"], b"true\n", "too long to be numbered"),
     (["submit", "../d", "--lines"], b"true\n", "invalid name base"),

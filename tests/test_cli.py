@@ -105,7 +105,7 @@ def test_errors_are_one_line_with_exit_codes(spool, cli, world_tmp):
           for cmd in (["hold", "x"], ["release", "x"], ["output", "x"], ["uniqname", "x"], ["cron"], ["status"],
                       ["find", "x"], ["cancel", "x"], ["report"], ["recur", "list"], ["daemon"])],
         (["frobnicate"], 2, "No such command"),
-        (["run", "--until", "25:00"], 2, "bad --until time"),
+        (["run", "--until", "25:00"], 2, "--until '25:00': expected"),
         (["run", "--host", "../x"], 2, "invalid host name"),
     ]
     for args, code, message in cases:
@@ -602,7 +602,7 @@ def test_bytes_that_are_not_utf8_are_shown_as_typed_in_a_refusal(spool):
     r = _onite(spool, "submit", os.fsdecode(b"job\xff"), stdin=b"true\n")
     assert r.returncode == 2 and r.stderr.decode().startswith("onite: invalid job name 'job\\xff':"), r
     r = _onite(spool, "submit", "ok", "--at", os.fsdecode(b"\xfe"), stdin=b"true\n")
-    assert r.returncode == 2 and r.stderr.decode().startswith("onite: bad time '\\xfe'"), r
+    assert r.returncode == 2 and r.stderr.decode().startswith("onite: --at '\\xfe': expected"), r
 
 
 
@@ -619,18 +619,51 @@ def test_the_log_shows_a_stray_files_byte_that_is_not_utf8_as_the_rest_do(spool,
     [event] = [e for e in cli(["log", "--json"], user="nobody").json()["events"] if e.get("event") == "refused"]
     assert event["name"] == os.fsdecode(b"stray\xff")  # the log itself keeps the byte exactly
 
+DURATION = "a duration such as 90s, 45m, 2h, 1h30m or 1d (a bare number is seconds)"
+
+
 @pytest.mark.parametrize("args, said", [
-    (["submit", "ok", "--timeout", b"\xffh"], "bad timeout '\\xffh'"),
-    (["submit", "ok", "--at", b"+\xff"], "bad delay '\\xff'"),
-    (["submit", "ok", "--mem", b"\xffG"], "invalid --mem '\\xffG'"),
-    (["submit", "ok", "--cpus", b"\xff"], "invalid --cpus '\\xff'"),
-    (["submit", "ok", "--notify", b"\xff\xe2\x80\xae"], "invalid --notify '\\xff\\u202e'"),
-    (["recur", "add", "r", "--every", b"\xffh"], "bad interval '\\xffh'"),
+    (["submit", "x", "--timeout", "5x"], f"--timeout '5x': expected {DURATION}"),
+    (["submit", "x", "--timeout", "0"], "--timeout '0': expected a duration longer than zero, such as 90s or 2h"),
+    (["submit", "x", "--mem", "4Q"], "--mem '4Q': expected a whole number and a unit, such as 4G or 512M"),
+    (["submit", "x", "-p", "9"], "-p '9': expected a priority from 1 (first) to 7 (last)"),
+    (["submit", "x", "--cpus", "0"], "--cpus '0': expected a number of CPUs from 1 to 4096"),
+    (["submit", "x", "--at", "whenever"], "--at 'whenever': expected now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, "
+                                          "'tomorrow HH:MM' or +DURATION (e.g. +2h)"),
+    (["submit", "x", "--at", "25:00"], "--at '25:00': expected a time of day as HH:MM, e.g. 07:00"),
+    (["submit", "x", "--at", "+5x"], "--at '+5x': expected now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, "
+                                     "'tomorrow HH:MM' or +DURATION (e.g. +2h)"),
+    (["submit", "x", "--notify", "fax"], "--notify 'fax': expected mail, command or none"),
+    (["submit", "x", "--notify-on", "never"], "--notify-on 'never': expected failure or always"),
+    (["edit", "x", "--timeout", "5x"], f"--timeout '5x': expected {DURATION}"),
+    (["recur", "add", "r", "--every", "soon"], f"--every 'soon': expected {DURATION}"),
+    (["run", "--until", "25:00"], "--until '25:00': expected a time of day as HH:MM, e.g. 07:00"),
+    (["report", "--night", "x"], "--night 'x': expected a date such as 2026-11-22, today or yesterday"),
+    (["report", "--since", "x"], "--since 'x': expected a duration such as 12h, a time such as 19:00, or a "
+                                 "date-time such as 2026-11-21T19:00"),
+    (["wait", "x", "--timeout", "5x"], f"--timeout '5x': expected {DURATION}"),
+])
+def test_a_bad_option_value_is_said_one_way(spool, cli, args, said):
+    """"bad timeout '5x'", "invalid --mem '4Q'", "invalid priority 9": one kind of mistake said three ways. Each
+    names the option as typed, the value, and the form expected (onite.core.errors.bad_value)."""
+    if args[0] == "edit":
+        assert cli(["submit", "x", "--hold"], stdin=b"true\n").code == 0
+    r = cli(args, stdin=b"true\n")
+    assert (r.code, r.err) == (2, f"onite: {said}\n"), r
+
+
+@pytest.mark.parametrize("args, said", [
+    (["submit", "ok", "--timeout", b"\xffh"], "--timeout '\\xffh'"),
+    (["submit", "ok", "--at", b"+\xff"], "--at '+\\xff'"),
+    (["submit", "ok", "--mem", b"\xffG"], "--mem '\\xffG'"),
+    (["submit", "ok", "--cpus", b"\xff"], "--cpus '\\xff'"),
+    (["submit", "ok", "--notify", b"\xff\xe2\x80\xae"], "--notify '\\xff\\u202e'"),
+    (["recur", "add", "r", "--every", b"\xffh"], "--every '\\xffh'"),
     (["recur", "add", "r", "--cron", b"\xff * * * *"], "bad cron expression '\\xff * * * *': '\\xff' is not"),
-    (["run", "--until", b"\xff"], "bad --until time '\\xff'"),
-    (["report", "--since", b"\xff"], "bad --since '\\xff'"),
-    (["report", "--night", b"\xff"], "bad --night '\\xff'"),
-    (["wait", "ok", "--timeout", b"\xff"], "bad --timeout '\\xff'"),
+    (["run", "--until", b"\xff"], "--until '\\xff'"),
+    (["report", "--since", b"\xff"], "--since '\\xff'"),
+    (["report", "--night", b"\xff"], "--night '\\xff'"),
+    (["wait", "ok", "--timeout", b"\xff"], "--timeout '\\xff'"),
 ])
 def test_every_refusal_spells_a_byte_that_is_not_utf8_as_the_rest_do(spool, args, said):
     """These quoted what was typed with repr(), which spells the byte 0xff '\\udcff' (and a backslash twice): the

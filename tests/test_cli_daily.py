@@ -65,7 +65,7 @@ def test_a_time_of_day_onite_cannot_read_is_answered_with_the_forms_it_can(spool
         done = onite(spool, "submit", "late", "--at", when, stdin=b"true\n")
         err = done.stderr.decode()
         assert done.returncode == 2 and err.count("\n") == 1, err
-        assert f"bad time '{when}'" in err and "HH:MM" in err and "'tomorrow HH:MM'" in err and "+2h" in err, err
+        assert f"--at '{when}': expected" in err and "HH:MM" in err and "'tomorrow HH:MM'" in err and "+2h" in err, err
 
 
 def test_submit_lines_prints_each_name_on_its_own_line(spool):

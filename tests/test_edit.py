@@ -72,9 +72,9 @@ def test_a_new_priority_moves_the_job_to_the_end_of_its_new_folder(spool, cli):
 @pytest.mark.parametrize("argv, code, message", [
     (["edit", "a"], 2, "onite: nothing to change — give one of --timeout, -p, --retries, --mem, --cpus, --at, "
                        "--after\n"),
-    (["edit", "a", "--timeout", "soon"], 2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d "
-                                            "(a bare number is seconds)\n"),
-    (["edit", "a", "-p", "9"], 2, "onite: invalid priority 9 — use 1 (first) to 7 (last)\n"),
+    (["edit", "a", "--timeout", "soon"], 2, "onite: --timeout 'soon': expected a duration such as 90s, 45m, 2h, "
+                                            "1h30m or 1d (a bare number is seconds)\n"),
+    (["edit", "a", "-p", "9"], 2, "onite: -p '9': expected a priority from 1 (first) to 7 (last)\n"),
     (["edit", "a", "--after", "a"], 2, "onite: job 'a' cannot wait for itself — drop that --after\n"),
     (["edit", "nosuch", "--retries", "1"], 1, "onite: no queued job 'nosuch' — see onite list\n"),
 ])

@@ -158,7 +158,7 @@ def test_a_template_whose_rule_overflows_is_refused_and_the_night_goes_on(spool,
     assert finished.returncode == 0 and b"Traceback" not in finished.stderr, finished.stderr.decode()
     assert marker.exists()
     events = [parse_line(line) for line in log_lines(spool)]
-    assert any(e["event"] == "recur-refused" and e["name"] == "nobody:overflow" and "longer than 366d" in e["fields"]["reason"]
+    assert any(e["event"] == "recur-refused" and e["name"] == "nobody:overflow" and "at most 366d" in e["fields"]["reason"]
                for e in events if e)
     for args in (["status"], ["recur", "list"], ["recur", "list", "--json"]):
         r = cli(args)

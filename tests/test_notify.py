@@ -394,8 +394,8 @@ def test_a_job_of_nobody_is_told_by_root_run_notifiers(spool, notices, mailbox, 
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--notify", "x"], "onite: invalid --notify 'x' — use mail, command or none\n"),
-    (["--notify-on", "never"], "onite: invalid --notify-on 'never' — use failure or always\n"),
+    (["--notify", "x"], "onite: --notify 'x': expected mail, command or none\n"),
+    (["--notify-on", "never"], "onite: --notify-on 'never': expected failure or always\n"),
     (["--notify", "command"], "onite: --notify command: this spool has no notify_command in onite.toml — "
                               "ask the admin to set notify_command (--notify mail works where this machine can send mail)\n"),
 ])
@@ -428,7 +428,7 @@ def test_recur_add_takes_notify(spool, notices):
     assert r.code == 0, r
     assert "notify: command\nnotify-on: always\n" in (spool / "recur" / "root:nightly").read_text()
     r = run_cli(["recur", "add", "other", "--cron", "0 3 * * *", "--notify", "sms"], stdin=b"true\n")
-    assert r.code == 2 and "invalid --notify 'sms'" in r.err
+    assert r.code == 2 and "--notify 'sms': expected" in r.err
 
 
 # ---- pure ----------------------------------------------------------------------------------------

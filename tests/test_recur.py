@@ -166,11 +166,11 @@ def test_recur_next_of_a_template_and_usage_errors(spool, cli):
     (["--every", "30s"], "interval 30s is too short"),
     (["--every", "2d"], "longer than a day"),
     (["--every", "5m", "--offset", "5m"], "offset 5m is not shorter than the interval 5m"),
-    (["--every", "soon"], "bad interval 'soon'"),
+    (["--every", "soon"], "--every 'soon': expected"),
     (["--cron", "0 20 * * *", "--every", "1h"], "both --cron"),
     (["--cron", "0 20 * * *", "--offset", "2m"], "goes with --every"),
     ([], "a recurring job needs a rule"),
-    (["--every", "1h", "-p", "9"], "invalid priority 9"),
+    (["--every", "1h", "-p", "9"], "-p '9': expected a priority from 1 (first) to 7 (last)"),
 ])
 def test_invalid_rules_are_refused_at_add_time(spool, cli, args, message):
     r = cli(["recur", "add", "nightly", *args], stdin=b"true\n")

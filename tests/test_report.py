@@ -789,14 +789,14 @@ def test_night_window_has_each_noons_own_offset(berlin_tz):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--night", "x"], "onite: bad --night 'x' — write a date such as 2026-11-22, today or yesterday\n"),
-    (["--night", "2026-02-30"], "onite: bad --night '2026-02-30' — write a date such as 2026-11-22, today or "
+    (["--night", "x"], "onite: --night 'x': expected a date such as 2026-11-22, today or yesterday\n"),
+    (["--night", "2026-02-30"], "onite: --night '2026-02-30': expected a date such as 2026-11-22, today or "
                                 "yesterday\n"),
     (["--night", "today", "--since", "12h"], "onite: --night and --since cannot be used together — use --night "
                                              "DATE for a night (noon to noon), or --since/--until for a time range\n"),
     (["--night", "today", "--until", "1h"], "onite: --night and --until cannot be used together — use --night "
                                             "DATE for a night (noon to noon), or --since/--until for a time range\n"),
-    (["--until", "+2h"], "onite: bad --until '+2h' — write a duration such as 12h, a time such as 19:00, or a "
+    (["--until", "+2h"], "onite: --until '+2h': expected a duration such as 12h, a time such as 19:00, or a "
                          "date-time such as 2026-11-21T19:00\n"),
     (["--user", " "], "onite: --user is empty — name a user, e.g. --user alice, or leave it out for everyone's jobs\n"),
 ])

@@ -135,8 +135,8 @@ def test_a_timed_out_job_is_restarted_with_a_longer_limit_as_the_report_says(spo
     assert (job.timeout.total_seconds(), job.retries, job.mem, job.cpus, job.after) == (5, 1, 64, 1, ("root:bad",))
     assert job.not_before is not None
     r = cli(["restart", "bad", "--timeout", "soon"])
-    assert (r.code, r.err) == (2, "onite: bad timeout 'soon' — write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
-                                  "is seconds)\n"), r
+    assert (r.code, r.err) == (2, "onite: --timeout 'soon': expected a duration such as 90s, 45m, 2h, 1h30m or 1d "
+                                  "(a bare number is seconds)\n"), r
     assert not list((spool / "jobs").rglob("root:bad"))  # nothing spooled
 
 

@@ -80,8 +80,8 @@ def test_hostile_names_write_nothing(spool, cli, name):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-p", "0"], "invalid priority 0"), (["-p", "8"], "invalid priority 8"), (["-p", "x"], "'x' is not a"),
-    (["--timeout", "soon"], "bad timeout"), (["--at", "whenever"], "bad time"), (["--retries", "-1"], ""),
+    (["-p", "0"], "-p '0': expected"), (["-p", "8"], "-p '8': expected"), (["-p", "x"], "'x' is not a"),
+    (["--timeout", "soon"], "--timeout 'soon': expected"), (["--at", "whenever"], "--at 'whenever': expected"), (["--retries", "-1"], ""),
     (["--after", "nosuchjob"], "no job 'nosuchjob' is queued, running or finished"), (["--bogus"], "No such option"),
 ])
 def test_bad_options_exit_2_with_one_line(spool, cli, args, message):
@@ -387,9 +387,10 @@ def test_a_job_waits_for_at_most_64_others(spool, cli):
 
 
 @pytest.mark.parametrize("option, message", [
-    ("--at", "onite: bad time '' — write now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION "
+    ("--at", "onite: --at '': expected now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION "
              "(e.g. +2h)\n"),
-    ("--timeout", "onite: bad timeout '' — write it like 90s, 45m, 2h, 1h30m or 1d (a bare number is seconds)\n"),
+    ("--timeout", "onite: --timeout '': expected a duration such as 90s, 45m, 2h, 1h30m or 1d (a bare number is "
+                  "seconds)\n"),
 ])
 @pytest.mark.parametrize("extra", [[], ["--urgent", "--hold"]])
 def test_an_empty_at_or_timeout_is_refused_not_dropped(spool, cli, option, message, extra):

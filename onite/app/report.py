@@ -34,13 +34,13 @@ from onite.spool.scan import find_queued, find_running, key_uid, queued_stats
 from onite.spool.settings import default_host
 from onite.core.config import MAX_PRIORITIES, MAX_RETRIES
 from onite.core.resources import MAX_MEM
-from onite.core.errors import InvalidInput, NotFound, OniteError, Refused
+from onite.core.errors import InvalidInput, NotFound, OniteError, Refused, bad_value
 from onite.core.names import is_valid_key, shown
 from onite.core.cells import nodes_text, outcome_text
 from onite.core.jobview import JobView, outcome_counts, result_view
 from onite.core.policy import owner_or_root
 from onite.core.queue import reason_as_read
-from onite.core.safetext import printable, quoted
+from onite.core.safetext import printable
 from onite.core.schedule import next_drain
 from onite.core.timeparse import EARLIEST, LATEST, local_time, parse_duration, parse_stamp, parse_when
 
@@ -180,10 +180,8 @@ def parse_night(text: str, now: datetime) -> date:
         else:
             if EARLIEST.year <= day.year < LATEST.year - 1:  # its night must end before the last time onite takes
                 return day
-            raise InvalidInput(f"bad --night {quoted(text)}: not between the years {EARLIEST.year} and "
-                               f"{LATEST.year - 2}",
-                               "write a date such as 2026-11-22, today or yesterday")
-    raise InvalidInput(f"bad --night {quoted(text)}", "write a date such as 2026-11-22, today or yesterday")
+            raise bad_value("--night", text, f"a date between the years {EARLIEST.year} and {LATEST.year - 2}")
+    raise bad_value("--night", text, "a date such as 2026-11-22, today or yesterday")
 
 
 def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> datetime:
@@ -192,8 +190,7 @@ def parse_since(text: str | None, now: datetime, *, option: str = "--since") -> 
         return now - RECENT
     with contextlib.suppress(InvalidInput):
         return now - parse_duration(text, what=option)
-    bad = InvalidInput(f"bad {option} {quoted(text)}",
-                       "write a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
+    bad = bad_value(option, text, "a duration such as 12h, a time such as 19:00, or a date-time such as 2026-11-21T19:00")
     raw = text.strip().lower()
     if raw.startswith(("+", "tomorrow")):  # no report covers the future
         raise bad

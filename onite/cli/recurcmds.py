@@ -124,7 +124,7 @@ def recur_next(
                            "e.g. onite recur next nightly, or onite recur next --every 25m --offset 2m")
     rule = parse_rule(cron=cron_expr, every=every, offset=offset) if name is None else None
     when = SYSTEM.now()
-    start_at = parse_when(start, when) if start else when
+    start_at = parse_when(start, when, what="--from") if start else when
     if name is not None:
         rule = template_rule(open_spool(spool, reading=True), name)
     for fire in fire_times(rule, start_at, count):

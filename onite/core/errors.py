@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 
+from onite.core.safetext import quoted
+
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
@@ -42,6 +44,12 @@ class InvalidInput(OniteError):
     """The user gave a bad name, priority, time, duration, option or file."""
 
     exit_code = EXIT_USAGE
+
+
+def bad_value(option: str, value: object, expected: str) -> InvalidInput:
+    """The one wording of a bad option value, whatever its parser: the option as typed, the value, and the form
+    expected (``--timeout '5x': expected a duration such as 90s, 45m, 2h``)."""
+    return InvalidInput(f"{option} {quoted(str(value))}: expected {expected}")
 
 
 class Refused(OniteError):

@@ -9,12 +9,11 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from onite.core.config import NOTIFY_HOW, NOTIFY_ON, Config
-from onite.core.errors import InvalidInput
+from onite.core.errors import InvalidInput, bad_value
 from onite.core.job import MAX_AFTER, MAX_RETRIES, Job, env_problem, shebang_problem
 from onite.core.names import check_name, job_key, resolve, shown
 from onite.core.record import Record
 from onite.core.resources import parse_cpus, parse_mem
-from onite.core.safetext import quoted
 from onite.core.timeparse import parse_duration, parse_when
 
 
@@ -67,9 +66,9 @@ class SubmitRequest(Record):
         if self.host is not None:
             check_name(self.host, what="host name")
         if self.notify is not None and self.notify not in NOTIFY_HOW:
-            raise InvalidInput(f"invalid --notify {quoted(self.notify)}", "use mail, command or none")
+            raise bad_value("--notify", self.notify, "mail, command or none")
         if self.notify_on is not None and self.notify_on not in NOTIFY_ON:
-            raise InvalidInput(f"invalid --notify-on {quoted(self.notify_on)}", "use failure or always")
+            raise bad_value("--notify-on", self.notify_on, "failure or always")
         if self.notify == "command" and not config.notify_command:  # the admin's hook, only where there is one
             raise InvalidInput("--notify command: this spool has no notify_command in onite.toml",
                                "ask the admin to set notify_command (--notify mail works where this machine can send mail)")
@@ -157,11 +156,11 @@ class JobChanges(Record):
         changed: dict = {}
         if self.priority is not None:
             if not 1 <= self.priority <= config.priorities:
-                raise InvalidInput(f"invalid priority {self.priority}", f"use 1 (first) to {config.priorities} (last)")
+                raise bad_value("-p", self.priority, f"a priority from 1 (first) to {config.priorities} (last)")
             changed["priority"] = self.priority
         if self.retries is not None:
             if not 0 <= self.retries <= MAX_RETRIES:
-                raise InvalidInput(f"invalid retry count {self.retries}", f"use 0 to {MAX_RETRIES}")
+                raise bad_value("--retries", self.retries, f"a count from 0 to {MAX_RETRIES}")
             changed["retries"] = self.retries
         if self.after == ("",):  # --after '' alone: no dependencies (a name is never empty)
             changed["after"] = ()
@@ -175,7 +174,7 @@ class JobChanges(Record):
         if self.cpus is not None:
             changed["cpus"] = parse_cpus(self.cpus)
         if self.timeout is not None:
-            changed["timeout"] = parse_duration(self.timeout, what="timeout")
+            changed["timeout"] = parse_duration(self.timeout, what="--timeout")
         if self.at is not None:
             changed["not_before"] = parse_when(self.at, now)
         return changed

@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from onite.core.errors import ConfigError, InvalidInput
+from onite.core.errors import ConfigError, InvalidInput, bad_value
 from onite.core.record import Record
-from onite.core.safetext import quoted
 
 MAX_MEM = 1 << 30  # MiB: a PiB; beyond it a request is a typo
 MAX_CPUS = 4096
@@ -26,7 +25,7 @@ def parse_size(text: str, *, what: str) -> int:
     Raises InvalidInput: not a whole number with an optional K, M, G or T."""
     match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
-        raise InvalidInput(f"invalid {what} {quoted(str(text))}", "write a whole number and a unit, e.g. 4G or 512M")
+        raise bad_value(what, text, "a whole number and a unit, such as 4G or 512M")
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
@@ -35,7 +34,7 @@ def parse_mem(text: str, *, what: str = "--mem") -> int:
     Raises InvalidInput: as parse_size; zero; more than MAX_MEM MiB."""
     mib = -(-parse_size(text, what=what) // MIB)
     if not 1 <= mib <= MAX_MEM:
-        raise InvalidInput(f"invalid {what} {quoted(text.strip())}", "ask for 1M to 1024T")
+        raise bad_value(what, text.strip(), "a size from 1M to 1024T")
     return mib
 
 
@@ -63,7 +62,7 @@ def parse_cpus(value: object, *, what: str = "--cpus") -> int:
     # never handed to int() when it is too long to be a count
     if not text.isascii() or not text.isdigit() or len(digits) > len(str(MAX_CPUS)) or \
             not 1 <= int(digits or "0") <= MAX_CPUS:
-        raise InvalidInput(f"invalid {what} {quoted(text)}", f"ask for 1 to {MAX_CPUS} CPUs")
+        raise bad_value(what, text, f"a number of CPUs from 1 to {MAX_CPUS}")
     return int(digits)
 
 

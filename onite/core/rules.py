@@ -214,7 +214,7 @@ def parse_rule(*, cron: str | None = None, every: str | None = None, offset: str
                                "put the offset into the cron expression's minute field, e.g. '2-59/25 * * * *'")
         return CronRule(cron)
     if every is not None:
-        interval = parse_duration(every, what="interval")
+        interval = parse_duration(every, what="--every")
         return EveryRule(interval, _parse_offset(offset) if offset is not None else timedelta(0))
     if offset is not None:
         raise InvalidInput(f"--offset {_shown(offset)} needs --every", "write e.g. --every 25m --offset 2m")
@@ -228,7 +228,7 @@ def _parse_offset(text: str) -> timedelta:
         raise InvalidInput(f"offset {_shown(text)} is negative", "use an offset of 0 or more, e.g. --offset 2m")
     if re.fullmatch(r"(?:0+(?:\.0*)?[dhms]?)+", raw.lower()):
         return timedelta(0)
-    return parse_duration(raw, what="offset")
+    return parse_duration(raw, what="--offset")
 
 
 def describe(rule: Rule) -> str:

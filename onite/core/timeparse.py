@@ -10,9 +10,8 @@ import math
 import re
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 
-from onite.core.errors import InvalidInput
+from onite.core.errors import InvalidInput, bad_value
 from onite.core.record import Record
-from onite.core.safetext import printable, quoted
 
 MAX_DURATION = timedelta(days=366)  # the longest duration onite takes: timeouts, delays, intervals
 EARLIEST = datetime(1900, 1, 1, tzinfo=timezone.utc)  # the earliest time onite takes
@@ -29,15 +28,13 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", raw):
         raw += "s"
     if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+", raw):
-        raise InvalidInput(f"bad {what} {quoted(text)}", "write it like 90s, 45m, 2h, 1h30m or 1d (a bare number "
-                           "is seconds)")
+        raise bad_value(what, text, "a duration such as 90s, 45m, 2h, 1h30m or 1d (a bare number is seconds)")
     seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION.findall(raw))
     if not seconds <= MAX_DURATION.total_seconds():  # also inf, from a number of 400 digits
-        raise InvalidInput(f"bad {what} {quoted(text)}: it is longer than {format_duration(MAX_DURATION)}",
-                           f"write at most {format_duration(MAX_DURATION)}")
+        raise bad_value(what, text, f"a duration of at most {format_duration(MAX_DURATION)}")
     delta = timedelta(seconds=seconds)
     if delta <= timedelta(0):  # also a fraction of a microsecond, which rounds to zero
-        raise InvalidInput(f"bad {what} {quoted(text)}: it must be longer than zero", "write it like 90s or 2h")
+        raise bad_value(what, text, "a duration longer than zero, such as 90s or 2h")
     return delta
 
 
@@ -47,10 +44,10 @@ def is_valid_time(when: object) -> bool:
             and EARLIEST <= when < LATEST)
 
 
-def _bounded(when: datetime, text: str) -> datetime:
+def _bounded(when: datetime, text: str, what: str) -> datetime:
     if not is_valid_time(when):
-        raise InvalidInput(f"bad time {quoted(text)}: it is not between the years {EARLIEST.year} and "
-                           f"{LATEST.year - 1}", "give a time in those years, e.g. 2026-11-23T02:00")
+        raise bad_value(what, text, f"a time between the years {EARLIEST.year} and {LATEST.year - 1}, "
+                        "e.g. 2026-11-23T02:00")
     return when
 
 
@@ -103,11 +100,11 @@ def parse_clock(text: str, *, what: str = "time") -> time:
     Raises InvalidInput: not a valid time of day."""
     match = re.fullmatch(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", text.strip())
     if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59 or int(match.group(3) or 0) > 59:
-        raise InvalidInput(f"bad {what} {quoted(text)}", "write it as HH:MM, e.g. 07:00")
+        raise bad_value(what, text, "a time of day as HH:MM, e.g. 07:00")
     return time(int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
 
 
-def parse_when(text: str, now: datetime) -> datetime:
+def parse_when(text: str, now: datetime, *, what: str = "--at") -> datetime:
     """A not-before time: ``now``, ``HH:MM`` (the next such time after ``now``), an ISO date-time
     (``2026-11-23T02:00``, ``2026-11-23 02:00``, optionally with an offset), ``+2h`` (a duration from
     now), or ``tomorrow HH:MM``. Naive inputs are local (TZ) times.
@@ -116,27 +113,30 @@ def parse_when(text: str, now: datetime) -> datetime:
     if raw.lower() == "now":  # a timed job that is due at once: a daemon runs it when it next looks
         return now
     if raw.startswith("+"):
-        return _bounded(now + parse_duration(raw[1:], what="delay"), text)
+        try:
+            delay = parse_duration(raw[1:])
+        except InvalidInput:
+            raise _bad_when(text, what) from None
+        return _bounded(now + delay, text, what)
     if raw.lower().startswith("tomorrow"):
         try:
             clock = parse_clock(raw[len("tomorrow"):].strip() or "00:00")
         except InvalidInput:
-            raise _bad_when(text) from None
+            raise _bad_when(text, what) from None
         return local_time(datetime.combine((now + timedelta(days=1)).date(), clock), now)
     if re.fullmatch(r"[0-9]{1,2}:[0-9]{2}", raw):
-        return next_clock(parse_clock(raw), now)
+        return next_clock(parse_clock(raw, what=what), now)
     try:
         parsed = datetime.fromisoformat(raw)
     except ValueError:
-        raise _bad_when(text) from None
+        raise _bad_when(text, what) from None
     if parsed.tzinfo is None and EARLIEST.year <= parsed.year < LATEST.year:  # year 1 or 9999 may not convert
         parsed = local_time(parsed, now)
-    return _bounded(parsed, text)
+    return _bounded(parsed, text, what)
 
 
-def _bad_when(text: str) -> InvalidInput:
-    return InvalidInput(f"bad time '{printable(text)}'", "write now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, "
-                        "'tomorrow HH:MM' or +DURATION (e.g. +2h)")
+def _bad_when(text: str, what: str) -> InvalidInput:
+    return bad_value(what, text, "now, HH:MM (24-hour), YYYY-MM-DDTHH:MM, 'tomorrow HH:MM' or +DURATION (e.g. +2h)")
 
 
 class Zone(Record):
