@@ -88,7 +88,11 @@ def test_a_job_never_fits_only_when_no_host_of_the_spool_could_run_it():
     need = Need(2048, 1)
     assert never_fits(config, need, {"small": (None, None), "far": (None, None)}, source=TOML) == ""  # far: unknown, unbounded
     assert never_fits(config, need, {"small": (None, None)}, source=TOML) == "it asks for 2G memory, but the host has 1G (host small)"
-    assert never_fits(config, need, {"small": (None, None), "here": (2048, 4)}, source=TOML).endswith("but the host has 1G")
+    # several hosts: each one's size, never one host's alone as if it were the spool's
+    assert never_fits(config, need, {"small": (None, None), "here": (2048, 4)}, source=TOML) == \
+        "it asks for 2G memory, and no host of the spool has that much (small: 1G; here: 1G)"
+    assert never_fits(config, Need(2048, 2), {"small": (None, None), "here": (4096, 1)}, source=TOML) == \
+        "it asks for 2G memory and 2 CPUs, and no host of the spool has that much (small: 1G, 1 CPU; here: 3G, 1 CPU)"
     assert never_fits(config, need, {"here": (1024, 4), "far": (None, None)}, source=TOML) == ""
     with pytest.raises(ConfigError, match="reserve_mem = 1G leaves no memory for jobs on host here"):
         never_fits(config, need, {"here": (1024, 4), "small": (None, None)}, source=TOML)

@@ -140,19 +140,25 @@ def never_fits(config, need: Need, hosts: Mapping[str, tuple[int | None, int | N
     submit, the driver and list.
     Raises ConfigError: no host fits, and a host's reserve leaves its machine nothing for jobs (the config
     stops the job, not its request); it names ``source``, the file ``config`` was read from."""
-    problem, broken = "no host of the spool can run it", None
+    problem, broken, sizes = "no host of the spool can run it", None, {}
     for host, machine in hosts.items():
         try:
-            problem = too_big(need, host_capacity(config, host, machine, source=source))
+            sizes[host] = host_capacity(config, host, machine, source=source)
         except ConfigError as err:
             broken = broken or err
             continue
+        problem = too_big(need, sizes[host])
         if not problem:
             return ""
-        if len(hosts) == 1:
-            problem += f" (host {host})"
+        problem += f" (host {host})"
     if broken:
         raise broken
+    if len(sizes) > 1:  # one host's size alone would read as the spool's: say each one's, of what it lacks
+        mem, cpus = (any(need.mem > c.mem for c in sizes.values()), any(need.cpus > c.cpus for c in sizes.values()))
+        asked = " and ".join([f"{format_mem(need.mem)} memory"] * mem + [cpus_text(need.cpus)] * cpus)
+        each = "; ".join(f"{host}: " + ", ".join([format_mem(c.mem)] * mem + [cpus_text(c.cpus)] * cpus)
+                         for host, c in sizes.items())
+        return f"it asks for {asked}, and no host of the spool has that much ({each})"
     return problem
 
 
