@@ -367,3 +367,28 @@ def test_a_flood_of_jobs_too_big_for_this_host_each_of_its_own_size_costs_one_lo
     assert len(list((spool / "jobs").glob("*/nobody:big*"))) == flood  # left queued for beta, none failed
     reads = sum(int(line) for line in count.read_text().split())
     assert 0 < reads < flood, f"{reads} reads of the heartbeats for {flood} sizes"
+
+
+def test_submit_pinned_to_a_host_without_drains_says_so_of_that_host(spool, cli):
+    """alpha's daemon (on another machine) drains the spool; gamma has none and beta never drained it. A job
+    pinned to gamma was told 'no drain is scheduled, so nothing will run it — onite cron --install': false of the
+    spool (alpha's daemon drains it), and the fix scheduled this machine, whose drains skip a job pinned to gamma."""
+    import json
+    from datetime import datetime, timedelta
+
+    from onite.drain import heartbeat as hb
+    from onite.spool.paths import SpoolDir
+
+    now = datetime.now().astimezone()
+    beat = hb.Beat(host="alpha", pid=1, start_ticks=None, boot_id="other", machine="alpha.example",
+                   role=hb.Role.DAEMON, started_by="systemd", since=now, state=hb.BeatState.IDLE, updated=now,
+                   next_drain=now + timedelta(hours=1), next_by="daemon")
+    SpoolDir(spool).state_path(hb.HEARTBEAT, "alpha").write_text(json.dumps(beat.to_json()))
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write("\n[hosts.gamma]\nslots = 1\n")
+    assert "by the daemon on host alpha" in cli(["submit", "free"], stdin=b"true\n").err
+    said = cli(["submit", "pinned", "--host", "gamma"], stdin=b"true\n").err
+    assert "only on host gamma; no drain is scheduled on host gamma, so nothing will run it" in said, said
+    assert "onite cron --install on host gamma" in said, said
+    said = cli(["submit", "typo", "--host", "gama"], stdin=b"true\n").err
+    assert "(none of the spool's hosts " in said and "is gama: is it right?)" in said, said

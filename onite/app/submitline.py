@@ -17,6 +17,7 @@ from onite.core.safetext import quoted
 from onite.exec import identity
 from onite.spool.paths import SpoolDir
 from onite.spool.scan import name_taken
+from onite.spool.settings import default_host
 
 
 def command_text(argv: list[str], *, lines: bool = False) -> bytes:
@@ -155,6 +156,13 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it now")
     elif fits:
         parts.append(starter_text(fits[0], now))
+    elif job.pin and job.pin != default_host(spool.config):  # this machine's fix would schedule drains that skip it
+        from onite.drain.heartbeat import spool_hosts
+
+        hosts = spool_hosts(spool, now)
+        odd = "" if job.pin in hosts else f" (none of the spool's hosts {', '.join(hosts)} is {job.pin}: is it right?)"
+        parts.append(f"no drain is scheduled on host {job.pin}{odd}, so nothing will run it — schedule drains there "
+                     f"(onite cron --install on host {job.pin}), or spool it without --host")
     else:
         problems = f" ({'; '.join(drain.problems)})" if drain.problems else ""
         parts.append(no_drain_text(drain, for_job=True).replace(" — ", f"{problems} — ", 1))
