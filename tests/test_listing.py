@@ -103,7 +103,8 @@ def test_list_says_why_each_queued_job_waits_in_its_table_and_json(spool, cli):
         assert run_cli(["submit", "theirs-held", "--hold"], stdin=b"true\n", user="nobody", cwd="/tmp").code == 0
     jobs = {j["name"]: (j["waiting_kind"], j["waiting"]) for j in cli(["list", "--json"]).json()["jobs"]}
     expected = {"ready": ("", ""), "first": ("", ""), "later": ("not_before", "not before 2099-01-02 03:04"),
-                "after-it": ("after", "after first (queued)"), "elsewhere": ("pinned", "pinned to host node-zz"),
+                "after-it": ("after", "after first (queued)"),
+                "elsewhere": ("pinned", "pinned to host node-zz, which no driver drains (none has in 8 days)"),
                 "held": ("held", "held")}
     if ROOT:  # root reads every job; nobody sees root's jobs (as root:NAME) as they see theirs
         expected.update({"nobody:theirs": ("not_before", "not before 2099-01-01 00:00"),

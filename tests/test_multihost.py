@@ -392,3 +392,16 @@ def test_submit_pinned_to_a_host_without_drains_says_so_of_that_host(spool, cli)
     assert "onite cron --install on host gamma" in said, said
     said = cli(["submit", "typo", "--host", "gama"], stdin=b"true\n").err
     assert "(none of the spool's hosts " in said and "is gama: is it right?)" in said, said
+
+
+def test_list_says_a_job_pinned_to_no_host_of_the_spool_waits_for_a_driver_none_runs(spool, cli):
+    """A job pinned to a misspelt host (or one renamed, or gone for 8 days) waited for ever, list and status saying
+    only 'pinned to host gama', as of a job whose host drains tonight."""
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write("\n[hosts.gamma]\nslots = 1\n")
+    assert cli(["submit", "typo", "--host", "gama"], stdin=b"true\n").code == 0
+    assert cli(["submit", "fine", "--host", "gamma"], stdin=b"true\n").code == 0
+    listed = cli(["list", "--plain"]).out
+    assert "pinned to host gama, which no driver drains (none has in 8 days)" in listed, listed
+    assert "pinned to host gamma\n" in listed or "pinned to host gamma " in listed, listed
+    assert "pinned to host gama, which no driver drains" in cli(["status"]).out

@@ -50,7 +50,8 @@ def test_running_driver_and_waiting_jobs(spool, workdir):
         assert waiting["child"]["dependency"] == {"name": "base", "state": "running"}
         assert waiting["later"]["kind"] == "not_before" and waiting["later"]["reason"].startswith("not before ")
         assert datetime.fromisoformat(waiting["later"]["until"]) > datetime.fromisoformat(doc["now"])
-        assert (waiting["elsewhere"]["kind"], waiting["elsewhere"]["reason"]) == ("pinned", "pinned to host not-this-host")
+        assert (waiting["elsewhere"]["kind"], waiting["elsewhere"]["reason"]) == (
+            "pinned", "pinned to host not-this-host, which no driver drains (none has in 8 days)")
         assert (waiting["parked"]["kind"], waiting["parked"]["state"]) == ("held", "held")
         assert doc["not_examined"] == 0 and doc["held"] == 1
         text = run_cli(["status"]).out

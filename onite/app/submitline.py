@@ -160,7 +160,8 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
         from onite.drain.heartbeat import spool_hosts
 
         hosts = spool_hosts(spool, now)
-        odd = "" if job.pin in hosts else f" (none of the spool's hosts {', '.join(hosts)} is {job.pin}: is it right?)"
+        odd = "" if job.pin in hosts else (f" (none of the spool's hosts {', '.join(hosts)} is {job.pin}: "
+                                           "is it right?)")
         parts.append(f"no drain is scheduled on host {job.pin}{odd}, so nothing will run it — schedule drains there "
                      f"(onite cron --install on host {job.pin}), or spool it without --host")
     else:

@@ -100,6 +100,7 @@ def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], no
                        reason=f"{verdict.reason} ({dep_state})")
         else:
             row["kind"] = "pinned"
+            row["reason"] += room.unknown(job.pin)
         found.append(row)
     return found
 
@@ -185,6 +186,7 @@ class _Room:
         self.head = None  # the first job that waits for room (onite.core.admission.Head)
         self.problem = ""  # why no driver can start on this host (its capacity is empty)
         self.others = None  # the spool's other hosts (heartbeat.spool_hosts), read when a job too big here asks
+        self.hosts = None  # all the spool's hosts, read when a job pinned elsewhere asks
 
     def _measure(self):
         config = self.spool.config
@@ -193,6 +195,15 @@ class _Room:
         capacity = host_capacity(config, self.host, machine() if self.host == default_host(config) else (None, None),
                                  slots=slots, source=str(self.spool.config_path))
         return room(self.host, capacity, running)
+
+    def unknown(self, pin: str) -> str:
+        """"" if ``pin`` is a host of the spool (heartbeat.spool_hosts), else what that means for a job pinned to it:
+        no driver drains as it, and none will unless one is started there (a misspelt, renamed or retired host)."""
+        from onite.drain.heartbeat import RETIRED_AFTER, spool_hosts  # only here: list imports no heartbeat code
+
+        if self.hosts is None:
+            self.hosts = spool_hosts(self.spool, self.now)
+        return "" if pin in self.hosts else f", which no driver drains (none has in {RETIRED_AFTER / 86400:.0f} days)"
 
     def verdict(self, name: str, mem: int | None, cpus: int | None, timeout, *, pinned: bool = False) -> tuple[str, str]:
         """Why a job that may start as far as the queue goes waits for room (``kind``, ``reason``), or
