@@ -405,3 +405,24 @@ def test_list_says_a_job_pinned_to_no_host_of_the_spool_waits_for_a_driver_none_
     assert "pinned to host gama, which no driver drains (none has in 8 days)" in listed, listed
     assert "pinned to host gamma\n" in listed or "pinned to host gamma " in listed, listed
     assert "pinned to host gama, which no driver drains" in cli(["status"]).out
+
+
+def test_submit_promises_no_drain_on_a_host_too_small_for_the_job(spool, cli):
+    """alpha (1G) has a daemon, beta (4G) nothing scheduled. A --mem 2G job was told 'next drain … by the daemon on
+    host alpha', whose drains leave it queued for another host: it would wait for ever under that promise."""
+    import json
+    from datetime import datetime, timedelta
+
+    from onite.drain import heartbeat as hb
+    from onite.spool.paths import SpoolDir
+
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write('\n[hosts.alpha]\nmem = "1G"\ncpus = 1\n\n[hosts.beta]\nmem = "4G"\ncpus = 2\n')
+    now = datetime.now().astimezone()
+    beat = hb.Beat(host="alpha", pid=1, start_ticks=None, boot_id="other", machine="alpha.example",
+                   role=hb.Role.DAEMON, started_by="systemd", since=now, state=hb.BeatState.IDLE, updated=now,
+                   next_drain=now + timedelta(hours=1), next_by="daemon")
+    SpoolDir(spool).state_path(hb.HEARTBEAT, "alpha").write_text(json.dumps(beat.to_json()))
+    assert "by the daemon on host alpha" in cli(["submit", "small", "--mem", "512M"], stdin=b"true\n").err
+    said = cli(["submit", "big", "--mem", "2G", "--cpus", "1"], stdin=b"true\n").err
+    assert "host alpha" not in said and "no drain is scheduled on a host that can give it what it asks for" in said, said

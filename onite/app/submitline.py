@@ -122,6 +122,27 @@ def ended_badly(spool: SpoolDir, job: Job) -> str:
     return ""
 
 
+def can_run(spool: SpoolDir, job: Job, now: datetime):
+    """Whether a host of the spool could ever run ``job``'s request (onite.core.resources.never_fits, the rule of
+    submit, the driver and list), as a function of the host's name: a drain on a host too small starts it never."""
+    from onite.core.errors import ConfigError
+    from onite.core.resources import never_fits, request_of
+    from onite.drain.heartbeat import spool_hosts
+
+    need = request_of(job.mem, job.cpus)
+    if spool.config.executor != "local" or not (need.mem or need.cpus):
+        return lambda host: True
+    sizes = spool_hosts(spool, now)
+
+    def runs_on(host: str) -> bool:
+        try:
+            return not never_fits(spool.config, need, {host: sizes.get(host, (None, None))},
+                                  source=str(spool.config_path))
+        except ConfigError:  # its driver refuses to start there
+            return False
+    return runs_on
+
+
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
     """``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``: what was spooled
     where, and when it is expected to run (onite.drain.nextdrain, which promises no drain nothing starts)."""
@@ -142,9 +163,10 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     if job.pin:
         parts.append(f"only on host {job.pin}")
     drain = plan(spool, now)
-    fits = drain.starters_for(job.pin)
+    runs_on = can_run(spool, job, now)
+    fits = [s for s in drain.starters_for(job.pin) if runs_on(s.host)]
     # a daemon's drain of timed jobs starts no untimed job: that one waits for the next drain
-    draining = [d for d in drain.draining if (not job.pin or d.host == job.pin)
+    draining = [d for d in drain.draining if (not job.pin or d.host == job.pin) and runs_on(d.host)
                 and (d.state != BeatState.TIMED or job.not_before is not None)]
     daemons = [s for s in fits if s.by == "daemon"]
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
@@ -164,6 +186,9 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
                                            "is it right?)")
         parts.append(f"no drain is scheduled on host {job.pin}{odd}, so nothing will run it — schedule drains there "
                      f"(onite cron --install on host {job.pin}), or spool it without --host")
+    elif drain.starters and not job.pin:  # drains are scheduled, on hosts too small for it
+        parts.append("no drain is scheduled on a host that can give it what it asks for, so nothing will run it — "
+                     "schedule drains on one that can (onite cron --install there; onite status shows the hosts)")
     else:
         problems = f" ({'; '.join(drain.problems)})" if drain.problems else ""
         parts.append(no_drain_text(drain, for_job=True).replace(" — ", f"{problems} — ", 1))
