@@ -426,3 +426,14 @@ def test_submit_promises_no_drain_on_a_host_too_small_for_the_job(spool, cli):
     assert "by the daemon on host alpha" in cli(["submit", "small", "--mem", "512M"], stdin=b"true\n").err
     said = cli(["submit", "big", "--mem", "2G", "--cpus", "1"], stdin=b"true\n").err
     assert "host alpha" not in said and "no drain is scheduled on a host that can give it what it asks for" in said, said
+
+
+def test_a_drain_logs_a_job_too_big_for_its_host_as_waiting_for_another_host(spool, cli):
+    """alpha (1G) drains while a --mem 2G job waits for beta (4G): its nothing-due line said the job 'waits for room
+    (memory or CPUs)', as if alpha would start it once its jobs ended."""
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write('\n[hosts.alpha]\nmem = "1G"\ncpus = 1\n\n[hosts.beta]\nmem = "4G"\ncpus = 2\n')
+    assert cli(["submit", "big", "--mem", "2G"], stdin=b"true\n").code == 0
+    assert start_driver(spool, "--host", "alpha").wait(60) == 0
+    idle = [line for line in log_lines(spool) if " nothing-due " in line]
+    assert len(idle) == 1 and "root:big: waits for another host)" in idle[0], idle

@@ -27,6 +27,7 @@ from onite.spool.scan import Withdrawn, find_queued, live_entries, queued_stats,
 from onite.spool.settings import default_host
 
 EXAMINE = 200  # queued jobs, from the head of the queue, whose reason for waiting is looked up
+ELSEWHERE = "waits for another host"  # a job too big for this host: no room freed here starts it
 
 
 def waiting_jobs(spool: SpoolDir, head: list[tuple[int, int, str, int, int]], now: datetime, *, euid: int,
@@ -231,7 +232,7 @@ class _Room:
                 return "resources", f"waits: {err.what}"
             if elsewhere:
                 why = too_big(need, self.room.capacity)
-                return "resources", f"waits for another host: {why} (host {self.host})"
+                return "resources", f"{ELSEWHERE}: {why} (host {self.host})"
             return "will_fail", f"will fail: {said.reason}"
         self.head = said.head
         if said.verdict in (Admit.START, Admit.BACKFILL):
@@ -261,7 +262,8 @@ def idle_summary(spool: SpoolDir, now: datetime, *, euid: int, host: str) -> tup
     if not total:
         return 0, "nothing is due: the queue is empty"
     rows = waiting_jobs(spool, stats[:EXAMINE], now, euid=euid, host=host)
-    parts = [f"{row['name']}: {PUBLIC_REASONS.get(row['kind'], 'cannot start yet')}" for row in rows[:SHOWN_IDLE]]
+    parts = [f"{row['name']}: " + (ELSEWHERE if row["reason"].startswith(ELSEWHERE)
+                                   else PUBLIC_REASONS.get(row["kind"], "cannot start yet")) for row in rows[:SHOWN_IDLE]]
     more = total - len(parts)
     return total, (f"nothing is due: {total} queued, none can start now ("
                    + "; ".join(parts + ([f"{more} more"] if more else [])) + ")")
