@@ -437,3 +437,27 @@ def test_a_drain_logs_a_job_too_big_for_its_host_as_waiting_for_another_host(spo
     assert start_driver(spool, "--host", "alpha").wait(60) == 0
     idle = [line for line in log_lines(spool) if " nothing-due " in line]
     assert len(idle) == 1 and "root:big: waits for another host)" in idle[0], idle
+
+
+def test_wait_says_when_no_scheduled_drain_may_run_the_job(spool, cli):
+    """alpha's daemon (1G) drains the spool. onite wait for a job pinned to gamma, or asking 2G, said only
+    'waiting for it (queued)…' and waited for ever, as if alpha's drain would start it."""
+    import json
+    from datetime import datetime, timedelta
+
+    from onite.drain import heartbeat as hb
+    from onite.spool.paths import SpoolDir
+
+    with open(spool / "onite.toml", "a") as handle:
+        handle.write('\n[hosts.alpha]\nmem = "1G"\ncpus = 1\n\n[hosts.beta]\nmem = "4G"\ncpus = 2\n')
+    now = datetime.now().astimezone()
+    beat = hb.Beat(host="alpha", pid=1, start_ticks=None, boot_id="other", machine="alpha.example",
+                   role=hb.Role.DAEMON, started_by="systemd", since=now, state=hb.BeatState.IDLE, updated=now,
+                   next_drain=now + timedelta(hours=1), next_by="daemon")
+    SpoolDir(spool).state_path(hb.HEARTBEAT, "alpha").write_text(json.dumps(beat.to_json()))
+    for name, options in (("pinned", ["--host", "gamma"]), ("big", ["--mem", "2G"]), ("small", [])):
+        assert cli(["submit", name, *options], stdin=b"true\n").code == 0
+    said = cli(["wait", "pinned", "big", "small", "--timeout", "1"]).err
+    assert "no drain is scheduled on a host that may run pinned (only host gamma)" in said, said
+    assert "no drain is scheduled on a host that may run big (one that can give what it asks for)" in said, said
+    assert "may run small" not in said, said

@@ -71,7 +71,7 @@ def follow(spool: SpoolDir, name: str, out: BinaryIO, *, stderr: bool, announce:
                 continue
             if not told and watch.live in ("queued", "held"):
                 told = True
-                note = undrained(spool, SYSTEM.now()) if watch.live == "queued" else ""
+                note = undrained(spool, [watch.name], SYSTEM.now()) if watch.live == "queued" else ""
                 announce(f"{note}{shown} is {watch.live}; waiting for it to start")
             time.sleep(POLL)
     finally:

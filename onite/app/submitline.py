@@ -122,32 +122,11 @@ def ended_badly(spool: SpoolDir, job: Job) -> str:
     return ""
 
 
-def can_run(spool: SpoolDir, job: Job, now: datetime):
-    """Whether a host of the spool could ever run ``job``'s request (onite.core.resources.never_fits, the rule of
-    submit, the driver and list), as a function of the host's name: a drain on a host too small starts it never."""
-    from onite.core.errors import ConfigError
-    from onite.core.resources import never_fits, request_of
-    from onite.drain.heartbeat import spool_hosts
-
-    need = request_of(job.mem, job.cpus)
-    if spool.config.executor != "local" or not (need.mem or need.cpus):
-        return lambda host: True
-    sizes = spool_hosts(spool, now)
-
-    def runs_on(host: str) -> bool:
-        try:
-            return not never_fits(spool.config, need, {host: sizes.get(host, (None, None))},
-                                  source=str(spool.config_path))
-        except ConfigError:  # its driver refuses to start there
-            return False
-    return runs_on
-
-
 def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool, now: datetime) -> str:
     """``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``: what was spooled
     where, and when it is expected to run (onite.drain.nextdrain, which promises no drain nothing starts)."""
     from onite.drain.heartbeat import BeatState
-    from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
+    from onite.drain.nextdrain import LABEL, can_run, no_drain_text, plan, starter_text, when_text
 
     what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]}"
     head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"

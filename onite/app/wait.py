@@ -13,7 +13,7 @@ from datetime import datetime
 from onite.core.record import Record
 from onite.spool.paths import SpoolDir
 from onite.spool.results import read_result, read_results
-from onite.spool.scan import find_running, key_uid, live_entries, stat_entry, withdrawn_entries
+from onite.spool.scan import find_queued, find_running, key_uid, live_entries, stat_entry, withdrawn_entries
 from onite.core.cells import outcome_text
 from onite.core.errors import EXIT_OK, NotFound, OniteError
 from onite.core.jobview import JobView, outcome_counts, result_view
@@ -222,7 +222,8 @@ def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None
             return JobsWaited(order, finals, still, timed_out=True, why=why)
         if announce is not None and delay == POLL_FIRST:
             left = [n for n in order if n not in finals]
-            note = undrained(spool, clock.now()) if any(watches[n].live == "queued" for n in left) else ""
+            queued = [watches[n].name for n in left if watches[n].live == "queued"]
+            note = undrained(spool, queued, clock.now()) if queued else ""
             note += stranded(spool, [watches[n].name for n in left if watches[n].live == "running"], clock.now())
             announce(note + "waiting for " + ", ".join(f"{n} ({watches[n].live or 'finishing'})" for n in left))
         delay = _pause(clock, delay, deadline)
@@ -256,12 +257,30 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
     return None
 
 
-def undrained(spool: SpoolDir, now: datetime) -> str:
-    """``no drain is scheduled, so nothing will start one — FIX; `` if nothing will drain the spool, else ''."""
-    from onite.drain.nextdrain import no_drain_text, plan
+def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
+    """``no drain is scheduled, so nothing will start one — FIX; `` if nothing will drain the spool; else, for each
+    of the queued ``keys`` whose file the caller may read and that no scheduled or running drain may run (its pin
+    elsewhere, or a host too small: nextdrain.can_run), ``no drain is scheduled on a host that may run NAME …; ``."""
+    from onite.drain.nextdrain import can_run, no_drain_text, plan
+    from onite.spool.filecheck import BadFile, read_job_head
 
     drain = plan(spool, now)
-    return "" if drain.starters or drain.draining else f"{no_drain_text(drain)}; "
+    if not (drain.starters or drain.draining):
+        return f"{no_drain_text(drain)}; "
+    said = ""
+    for key in keys:
+        for entry in find_queued(spool, key)[:1]:
+            try:
+                job, _ = read_job_head(entry.path, spool.config.max_job_size)
+            except (OSError, BadFile, OniteError):
+                continue  # another user's: the drain says
+            runs_on = can_run(spool, job, now)
+            hosts = [s.host for s in drain.starters_for(job.pin)] + [b.host for b in drain.draining]
+            if not any(runs_on(h) for h in hosts if not job.pin or h == job.pin):
+                where = f"only host {job.pin}" if job.pin else "one that can give what it asks for"
+                said += (f"no drain is scheduled on a host that may run {label(key)} ({where}), so nothing will start "
+                         "it; ")
+    return said
 
 
 def stranded(spool: SpoolDir, keys: list[str], now: datetime) -> str:

@@ -11,8 +11,9 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from onite.core.errors import OniteError
+from onite.core.errors import ConfigError, OniteError
 from onite.core.record import Record
+from onite.core.resources import never_fits, request_of
 from onite.core.timeparse import clock_text
 from onite.drain import heartbeat as hb
 from onite.drain.heartbeat import CRON_NAMES, _proc_shows_others, comm
@@ -179,6 +180,24 @@ def fix_command(spool, config, *, cron_dead: bool = False, daemon_dead: str | No
     else:
         return "onite cron --install" if own else "ask root to run: onite cron --install"
     return f"{first}, then run: onite cron --install" if own else f"ask root to {first} and run onite cron --install"
+
+
+def can_run(spool, job, now: datetime):
+    """Whether a host of the spool could ever run ``job``'s request (onite.core.resources.never_fits, the rule of
+    submit, the driver and list), as a function of the host's name: a drain on a host too small never starts it
+    (submit and wait say so)."""
+    need = request_of(job.mem, job.cpus)
+    if spool.config.executor != "local" or not (need.mem or need.cpus):
+        return lambda host: True
+    sizes = hb.spool_hosts(spool, now)
+
+    def runs_on(host: str) -> bool:
+        try:
+            return not never_fits(spool.config, need, {host: sizes.get(host, (None, None))},
+                                  source=str(spool.config_path))
+        except ConfigError:  # its driver refuses to start there
+            return False
+    return runs_on
 
 
 def no_drain_text(drain: DrainPlan, *, for_job: bool = False) -> str:
