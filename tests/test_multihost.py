@@ -461,3 +461,19 @@ def test_wait_says_when_no_scheduled_drain_may_run_the_job(spool, cli):
     assert "no drain is scheduled on a host that may run pinned (only host gamma)" in said, said
     assert "no drain is scheduled on a host that may run big (one that can give what it asks for)" in said, said
     assert "may run small" not in said, said
+
+
+def test_status_no_longer_says_a_recovered_hosts_driver_died(spool, workdir, cli):
+    """After onite recover --host (the host is gone for good), status still warned that its driver 'died without
+    finishing', for ever (and, of a daemon, told to start it again): the admin had done what it asked."""
+    pidfile = workdir / "pid"
+    cli(["submit", "stranded"], stdin=f"echo $$ > {pidfile}; sleep 120\n".encode())
+    dead = start_driver(spool, "--host", "deadhost")
+    wait_for(pidfile.exists, what="the job to start")
+    os.kill(dead.pid, signal.SIGKILL)
+    dead.wait()
+    assert "the driver of host deadhost (pid" in cli(["status"]).out
+    kill_run(spool / "running" / "deadhost" / "root:stranded@run")  # the machine "died" with its processes
+    assert cli(["recover", "--host", "deadhost", "--force"]).code == 0
+    said = cli(["status"]).out
+    assert "the driver of host deadhost (pid" not in said and "died" not in said, said

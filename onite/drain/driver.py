@@ -197,6 +197,8 @@ class Driver:
             self.recovery.watches = False
             self.recovery.recover()
             left = self.recovery.left
+            if not left:
+                hb.recovered(self.spool, self.host, self.clock.now())
             return [c for c in claims if c not in left], left
         finally:
             night.notifier.finish()  # on_interrupt = fail notifies the owners of what it failed

@@ -143,6 +143,17 @@ def live_beats(spool: SpoolDir, now: datetime) -> list[Beat]:
     return [b for b in beats(spool) if is_alive(b, now, machine=machine, boot=boot)]
 
 
+def recovered(spool: SpoolDir, host: str, now: datetime) -> None:
+    """``onite recover --host HOST`` has recovered every claim HOST's dead driver left: its heartbeat says it exited
+    (``ended`` now; ``updated`` kept, so HOST stays a host of the spool as long as before: spool_hosts), so that
+    status stops warning that it died and naming starting it again as the fix."""
+    beat = read(spool, host)
+    if beat is not None and beat.host == host and beat.state != BeatState.EXITED and not is_alive(beat, now):
+        replace_file(spool.state_path(HEARTBEAT, host),
+                     (json.dumps(beat._replace(state=BeatState.EXITED, ended=now).to_json(), indent=1) + "\n").encode(),
+                     mode=0o644)
+
+
 def driver_gone(spool: SpoolDir, host: str, now: datetime) -> str:
     """"" while ``host``'s driver is alive at ``now`` (is_alive); else what that means for a job claimed there, and
     what recovers it: the one wording of status, wait, report and cancel (each says its job's name before it)."""
