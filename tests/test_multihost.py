@@ -477,3 +477,23 @@ def test_status_no_longer_says_a_recovered_hosts_driver_died(spool, workdir, cli
     assert cli(["recover", "--host", "deadhost", "--force"]).code == 0
     said = cli(["status"]).out
     assert "the driver of host deadhost (pid" not in said and "died" not in said, said
+
+
+def test_recover_of_a_dead_daemons_host_without_claims_ends_the_warning(spool, cli):
+    """gone's daemon (another machine) died idle, with no job claimed. status said to start it again; recover --host
+    gone said 'no claimed jobs' and left status saying so for ever."""
+    import json
+    from datetime import datetime, timedelta
+
+    from onite.drain import heartbeat as hb
+    from onite.spool.paths import SpoolDir
+
+    then = datetime.now().astimezone() - timedelta(minutes=10)
+    beat = hb.Beat(host="gone", pid=1, start_ticks=None, boot_id="other", machine="gone.example",
+                   role=hb.Role.DAEMON, started_by="systemd", since=then, state=hb.BeatState.IDLE, updated=then)
+    SpoolDir(spool).state_path(hb.HEARTBEAT, "gone").write_text(json.dumps(beat.to_json()))
+    assert "the daemon on host gone died" in cli(["status"]).out
+    r = cli(["recover", "--host", "gone", "--force"])
+    assert r.code == 0 and r.out.startswith("host gone has no claimed jobs"), r
+    said = cli(["status"]).out
+    assert "died" not in said, said

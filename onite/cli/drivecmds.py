@@ -79,8 +79,12 @@ def recover(
     from onite.app.common import label
     from onite.drain.driver import Driver
 
+    from onite.core.errors import Refused
+
     target, claims = run_app.host_claims(spool_of(spool), host)
     if not claims:
+        with contextlib.suppress(Refused):  # its driver lives: nothing to do
+            Driver(target, host=host).recover_host()  # under its lock: a dead driver's heartbeat is marked exited
         print(f"host {host} has no claimed jobs")
         return
     if not force and not confirm("recover", "--force", [
