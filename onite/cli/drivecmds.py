@@ -77,9 +77,8 @@ def recover(
     """Requeue (or fail, per on_interrupt) the jobs a dead host had claimed (root)."""
     from onite.app import run as run_app
     from onite.app.common import label
-    from onite.drain.driver import Driver
-
     from onite.core.errors import Refused
+    from onite.drain.driver import Driver
 
     target, claims = run_app.host_claims(spool_of(spool), host)
     if not claims:
