@@ -169,26 +169,33 @@ def start(spool: SpoolDir, names: list[str]) -> dict[str, Watch | Final]:
         if key_uid(watch.name) is None:
             raise NotFound(f"no user {watch.name.partition(':')[0]!r} (onite wait {name})", "see onite list --all")
     for name, watch in watches.items():
-        for _ in range(2):
-            seen = look(spool, watch.name, with_result=True)
-            if seen.live or seen.result is not None or seen.withdrawn is not None:
-                break
+        seen, told = _found(spool, watch.name, looks=2), None
+        if seen is None:  # none kept: the log may tell how it ended, before retention pruned its record
+            from onite.app.report import pruned_reason, pruned_run
+
+            told = pruned_run(spool, watch.name)
+            seen = _found(spool, watch.name, looks=1)  # a look after the log's: one in a move was not pruned
+        if seen is not None:
+            watches[name] = judge(watch, seen)[0] if seen.live else watch
+        elif told is not None:
+            watches[name] = Final(name, told[0].state, None, pruned_reason(*told))
         else:
             unknown.append(name)
-            continue
-        watches[name] = judge(watch, seen)[0] if seen.live else watch
-    for name in list(unknown):  # none kept: the log may tell how it ended, before retention pruned its record
-        from onite.app.report import pruned_reason, pruned_run
-
-        told = pruned_run(spool, watches[name].name)
-        if told is not None:
-            unknown.remove(name)
-            watches[name] = Final(name, told[0].state, None, pruned_reason(*told))
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)
         raise NotFound(f"no job {listed} is queued, running or finished" if len(unknown) == 1
                        else f"no jobs {listed} are queued, running or finished", "see onite list --all")
     return watches
+
+
+def _found(spool: SpoolDir, key: str, *, looks: int):
+    """What a look at ``key`` sees, if it finds the job queued, running, kept or withdrawn in one of ``looks``
+    looks (a requeue passes through nowhere); else None."""
+    for _ in range(looks):
+        seen = look(spool, key, with_result=True)
+        if seen.live or seen.result is not None or seen.withdrawn is not None:
+            return seen
+    return None
 
 
 def wait_jobs(spool: SpoolDir, names: list[str], *, timeout: float | None = None, clock: Clock = SYSTEM,
