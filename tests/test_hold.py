@@ -222,3 +222,14 @@ def test_hold_release_edit_and_cancel_of_a_finished_job_say_the_same_and_to_rest
         r = cli([command, "a1", *(["--timeout", "1h"] if command == "edit" else [])])
         assert (r.code, r.err) == (3, f"onite: job 'a1' has finished: it cannot be {done} — spool it again: "
                                       "onite restart a1\n"), r
+
+
+@needs_root
+def test_another_users_finished_job_is_not_theirs_to_restart(spool, workdir):
+    """Told that root's finished job cannot be held, nobody was told to `onite restart` it, which only its owner or
+    root may."""
+    submit("a1")
+    assert drain(spool).returncode == 0
+    r = run_cli(["hold", "root:a1"], user="nobody", cwd=workdir)
+    assert (r.code, r.err) == (3, "onite: job 'root:a1' has finished: it cannot be held — only its owner or root may "
+                                  "spool it again\n"), r

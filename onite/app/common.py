@@ -36,13 +36,14 @@ def open_spool(spool: str | None, *, reading: bool = False) -> SpoolDir:
     return target
 
 
-def refuse_finished(spool: SpoolDir, name: str, text: str, done: str) -> None:
+def refuse_finished(spool: SpoolDir, name: str, text: str, done: str, caller_uid: int) -> None:
     """Raise Refused if job ``name`` (a key; ``text`` as typed) has finished, or was cancelled by its owner while
     queued and is not filed yet: what hold, release, edit and cancel (``done``: "held" …) say alike of a job no longer
-    queued or running, with what to do about it (restart takes it)."""
+    queued or running, with what its owner (or root) may do about it (restart takes it)."""
     from onite.core.errors import DamagedRecord, Refused, SpoolIOError
+    from onite.core.policy import owner_or_root
     from onite.spool.results import read_result
-    from onite.spool.scan import withdrawn_entries
+    from onite.spool.scan import key_uid, withdrawn_entries
 
     try:
         finished = read_result(spool, name) is not None
@@ -53,7 +54,10 @@ def refuse_finished(spool: SpoolDir, name: str, text: str, done: str) -> None:
     except SpoolIOError:
         pass
     if finished:
-        raise Refused(f"job {text!r} has finished: it cannot be {done}", f"spool it again: onite restart {text}")
+        owner = key_uid(name)
+        raise Refused(f"job {text!r} has finished: it cannot be {done}",
+                      f"spool it again: onite restart {text}" if owner is not None and owner_or_root(caller_uid, owner)
+                      else "only its owner or root may spool it again")
 
 
 def read_stdin(limit: int) -> bytes:

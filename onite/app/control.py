@@ -51,7 +51,7 @@ def cancel(spool: SpoolDir, text: str, caller_uid: int, now: datetime) -> Cancel
     if not running and not queued:
         queued = find_queued(spool, name)
     if not running and not queued:
-        refuse_finished(spool, name, text, "cancelled")
+        refuse_finished(spool, name, text, "cancelled", caller_uid)
         raise NotFound(f"no job {text!r} is queued or running", _not_a_job_hint(spool, name, text))
     allowed = [entry for entry in running + queued if may_touch(caller_uid, entry.uid, spool.config.own_only)]
     if not allowed:
@@ -184,7 +184,7 @@ def set_hold(spool: SpoolDir, text: str, caller_uid: int, held: bool) -> bool:
     if not entries:
         if find_running(spool, name):
             raise Refused(f"job {text!r} is already running", f"use onite cancel {text} to stop it")
-        refuse_finished(spool, name, text, "held" if held else "released")
+        refuse_finished(spool, name, text, "held" if held else "released", caller_uid)
         raise NotFound(f"no job {text!r} is queued", _not_a_job_hint(spool, name, text))
     mine = [entry for entry in entries if owner_or_root(caller_uid, entry.uid)]
     if not mine:

@@ -155,6 +155,6 @@ def _queued(spool: SpoolDir, name: str, text: str, caller_uid: int):
     if find_running(spool, name):
         raise Refused(f"job {text!r} is running: a running job cannot be edited",
                       f"cancel it, or change it for its next run: onite restart {text} … once it has finished")
-    refuse_finished(spool, name, text, "edited")
+    refuse_finished(spool, name, text, "edited", caller_uid)
     raise NotFound(f"no queued job {text!r}", "see onite list")
 
