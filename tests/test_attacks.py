@@ -1191,9 +1191,8 @@ def test_a_jobs_leader_keeps_its_pid_until_what_it_left_is_ended(spool, workdir)
     """The monitor ends what a job left running by signalling its process group, named by the
     leader's pid. Reaped at once, that pid was free: a job that left a setsid'd child ignoring TERM
     (so that the clean-up lasts kill_grace) and had the next pid handed out be its leader's got the
-    next job, another user's, started under that number and SIGKILLed (found by an audit,
-    2026-11-24). The leader now stays an unreaped zombie of its monitor's until the clean-up is done:
-    no other process can be given its pid meanwhile; and the next job starts only once it is done."""
+    next job, another user's, started under that number and SIGKILLed. The leader now stays an
+    unreaped zombie of its monitor's until the clean-up is done: no other process can be given its pid meanwhile; and the next job starts only once it is done."""
     set_config(spool, kill_grace="3s")
     leader, straggler, began = workdir / "leader", workdir / "straggler", workdir / "began"
     body = (f"echo $$ > {leader}\n"
@@ -1381,7 +1380,7 @@ def test_a_job_its_owner_stops_before_its_exec_cannot_hang_its_monitor(spool, wo
     """Between its drop to the owner and its exec, a job's process is its owner's to signal, while its
     monitor waits for the exec (subprocess's pipe). nobody SIGSTOPs each new child of the monitors as
     soon as it may: one in ten or so was caught before its exec, and its monitor waited for ever: its
-    time limit unenforced, its run never ended, the drain never over (found by an audit, 2026-11-30).
+    time limit unenforced, its run never ended, the drain never over.
     A child stopped there is now killed, and its run ends as killed. A round catches none now and then (the
     stop must land in a window of microseconds): rounds go on until one has."""
     set_config(spool, kill_grace="1s")
@@ -1465,7 +1464,7 @@ def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_the_driver(spool
     (fcntl F_SETLEASE: the owner of a file may). nobody took a read lease on stdout/nobody:leasy
     once its first attempt ended: root's driver, opening it for the retry, waited until the kernel
     broke the lease (lease-break-time, 45 s by default), starting nothing for anyone meanwhile, and
-    again at every retry of every such job (found by an audit, 2026-11-30). The open no longer waits:
+    again at every retry of every such job. The open no longer waits:
     a file its owner holds so is replaced by a new one, as another user's would be."""
     set_config(spool, retry_delay="0.5")
     tried, done, said, leased = workdir / "tried", workdir / "done", workdir / "said", workdir / "leased"
@@ -1514,8 +1513,7 @@ def test_a_jobs_leader_its_owner_traces_from_outside_still_ends_at_its_time_limi
     """nobody ptraces its own job's leader from a process of its own outside the job (PTRACE_SEIZE,
     as its owner may) and never waits for it: a traced zombie is seen by its tracer only, so when
     the time limit killed the job, root's monitor never saw its leader exit and sent SIGKILL every
-    50 ms for ever: the run never ended, its slot stayed taken and the drain never ended (found by
-    an audit, 2026-11-30). A leader that is a zombie its monitor cannot wait for has ended."""
+    50 ms for ever: the run never ended, its slot stayed taken and the drain never ended. A leader that is a zombie its monitor cannot wait for has ended."""
     set_config(spool, kill_grace="1s")
     leader, done, said = workdir / "leader", workdir / "done", workdir / "said"
     submit("traced", f"echo $$ > {leader}; sleep 300\n", "--timeout", "3s", user="nobody")
@@ -1549,8 +1547,7 @@ def test_a_lease_its_owner_holds_on_a_queued_file_stops_no_daemon(spool, workdir
     """The owner of a file may take a lease on it (fcntl F_SETLEASE), and then root's non-blocking open
     fails with EAGAIN (a blocking one would wait lease-break-time, 45 s). nobody writes a job file,
     leases it and names it in a queue: the daemon's watch of timed jobs let the error escape, and root's
-    daemon died with a traceback (the driver set it aside as "please report this"; found by an audit,
-    2026-11-30). A leased file is no job file to read: the night goes on."""
+    daemon died with a traceback (the driver set it aside as "please report this"). A leased file is no job file to read: the night goes on."""
     import subprocess
     import sys
 
@@ -1626,7 +1623,7 @@ def hold_lease(path: Path, held: Path, done: Path) -> int:
 def test_a_lease_its_owner_holds_on_its_output_does_not_hold_up_roots_output_command(spool, workdir):
     """nobody takes a write lease on the output file of its finished job (its own file, which no one
     else has open): root's ``onite output nobody:leasy`` (and ``-f``) blocked in open() until the
-    kernel broke the lease, lease-break-time (45 s) later (found by an audit, 2026-12-01). Root's
+    kernel broke the lease, lease-break-time (45 s) later. Root's
     command does not wait on a user's lease: it says in one line that the owner holds the file."""
     submit("leasy", "echo hello\n", user="nobody")
     assert drain(spool).returncode == 0 and result(spool, "nobody:leasy")["state"] == "done"
