@@ -1192,7 +1192,8 @@ def test_a_jobs_leader_keeps_its_pid_until_what_it_left_is_ended(spool, workdir)
     leader's pid. Reaped at once, that pid was free: a job that left a setsid'd child ignoring TERM
     (so that the clean-up lasts kill_grace) and had the next pid handed out be its leader's got the
     next job, another user's, started under that number and SIGKILLed. The leader now stays an
-    unreaped zombie of its monitor's until the clean-up is done: no other process can be given its pid meanwhile; and the next job starts only once it is done."""
+    unreaped zombie of its monitor's until the clean-up is done: no other process can be given its pid
+    meanwhile; and the next job starts only once it is done."""
     set_config(spool, kill_grace="3s")
     leader, straggler, began = workdir / "leader", workdir / "straggler", workdir / "began"
     body = (f"echo $$ > {leader}\n"
@@ -1513,7 +1514,8 @@ def test_a_jobs_leader_its_owner_traces_from_outside_still_ends_at_its_time_limi
     """nobody ptraces its own job's leader from a process of its own outside the job (PTRACE_SEIZE,
     as its owner may) and never waits for it: a traced zombie is seen by its tracer only, so when
     the time limit killed the job, root's monitor never saw its leader exit and sent SIGKILL every
-    50 ms for ever: the run never ended, its slot stayed taken and the drain never ended. A leader that is a zombie its monitor cannot wait for has ended."""
+    50 ms for ever: the run never ended, its slot stayed taken and the drain never ended. A leader that is a
+    zombie its monitor cannot wait for has ended."""
     set_config(spool, kill_grace="1s")
     leader, done, said = workdir / "leader", workdir / "done", workdir / "said"
     submit("traced", f"echo $$ > {leader}; sleep 300\n", "--timeout", "3s", user="nobody")
@@ -1547,7 +1549,8 @@ def test_a_lease_its_owner_holds_on_a_queued_file_stops_no_daemon(spool, workdir
     """The owner of a file may take a lease on it (fcntl F_SETLEASE), and then root's non-blocking open
     fails with EAGAIN (a blocking one would wait lease-break-time, 45 s). nobody writes a job file,
     leases it and names it in a queue: the daemon's watch of timed jobs let the error escape, and root's
-    daemon died with a traceback (the driver set it aside as "please report this"). A leased file is no job file to read: the night goes on."""
+    daemon died with a traceback (the driver set it aside as "please report this"). A leased file is no job
+    file to read: the night goes on."""
     import subprocess
     import sys
 
