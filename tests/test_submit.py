@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, drain, result, run_cli, set_config, wait_for
+from conftest import REPO, drain, needs_root, result, run_cli, set_config, wait_for
 from onite.core.jobfile import decode
 
 ENV = {
@@ -59,6 +59,27 @@ def test_non_utf8_environment_and_odd_names_round_trip(spool, workdir):
     for key, value in env.items():
         if key not in login:
             assert got[key] == value, key
+
+
+@needs_root
+def test_a_c_locale_reaches_the_job_as_the_user_has_it_not_as_python_coerced_it(spool, workdir):
+    """Where the locale is C or POSIX, Python's start-up puts LC_CTYPE=C.UTF-8 in its own environment (PEP
+    538): the job gets the user's locale, as `env` by hand shows it (grep of Latin-1 text in a UTF-8
+    LC_CTYPE says "binary file matches")."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": f"{REPO}:{REPO / 'tests'}", "ONITE_SPOOL": str(spool)}
+    by_hand = subprocess.run(["env"], env=env, capture_output=True, check=True).stdout
+    submit = ("import ctypes, os, sys, conftest; from onite.__main__ import main; "
+              "os.setgroups([]); os.setgid(conftest.nobody().pw_gid); os.setuid(conftest.nobody().pw_uid); "
+              "ctypes.CDLL(None).prctl(4, 1); "  # PR_SET_DUMPABLE: its /proc/self its own, as if nobody started it
+              "os.chdir(sys.argv[1]); sys.exit(main(['submit', 'ctype']))")
+    assert subprocess.run([sys.executable, "-c", submit, str(workdir)], input=b"env\n", env=env).returncode == 0
+    drain(spool)
+    night = (spool / "stdout" / "nobody:ctype").read_bytes()
+
+    def locale(out: bytes) -> list[bytes]:
+        return sorted(line for line in out.splitlines() if line.startswith((b"LC_", b"LANG")))
+
+    assert locale(night) == locale(by_hand) == [b"LANG=C"], night
 
 
 def test_job_text_bytes_and_shebang(spool, workdir, cli):

@@ -27,6 +27,7 @@ from onite.core.policy import check_urgent, cutoff_state
 
 
 CYCLE_LOOKS = 200  # queued jobs read, at most, to find whether a job would wait for itself
+COERCED = (b"C.UTF-8", b"C.utf8", b"UTF-8")  # what Python's start-up sets LC_CTYPE to in a C locale (PEP 538)
 
 
 def capture(now: datetime, *, env: dict[bytes, bytes] | None = None, cwd: bytes | None = None) -> Captured:
@@ -40,8 +41,29 @@ def capture(now: datetime, *, env: dict[bytes, bytes] | None = None, cwd: bytes 
         except FileNotFoundError:
             raise InvalidInput("your current directory no longer exists",
                                "cd to an existing directory and submit again") from None
-    return Captured(env=dict(os.environb) if env is None else env, cwd=cwd, umask=mask, host=os.uname().nodename,
+    return Captured(env=own_environment() if env is None else env, cwd=cwd, umask=mask, host=os.uname().nodename,
                     now=now)
+
+
+def own_environment() -> dict[bytes, bytes]:
+    """This process's environment as its user set it: where their locale is C or POSIX, Python's start-up
+    sets LC_CTYPE to a UTF-8 one (PEP 538), which their shell and so their job would not have; the LC_CTYPE
+    the process started with (/proc/self/environ), or none, is kept instead."""
+    env = dict(os.environb)
+    if env.get(b"LC_CTYPE") not in COERCED:
+        return env
+    try:
+        with open("/proc/self/environ", "rb") as file:
+            start = dict(item.partition(b"=")[::2] for item in file.read().split(b"\0") if item)
+    except OSError:
+        return env
+    if start.get(b"LC_ALL") or start.get(b"LC_CTYPE") == env[b"LC_CTYPE"]:  # Python left it as it was
+        return env
+    if b"LC_CTYPE" in start:
+        env[b"LC_CTYPE"] = start[b"LC_CTYPE"]
+    else:
+        del env[b"LC_CTYPE"]
+    return env
 
 
 def spool_job(spool: SpoolDir, request: SubmitRequest, captured: Captured, caller: Identity) -> Job:
