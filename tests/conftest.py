@@ -341,8 +341,9 @@ class CliResult:
 
 def run_cli(args, *, stdin: bytes | None = b"", user: str | None = None, env: dict | None = None,
             cwd: str | os.PathLike | None = None, umask: int | None = None, rlimit_fsize: int | None = None,
-            timeout: float = 60) -> CliResult:
-    """onite's command line in a forked child (as ``user`` if given)."""
+            timeout: float = 60, group: int | None = None) -> CliResult:
+    """onite's command line in a forked child (as ``user`` if given, with ``group`` as its gid, as after
+    newgrp, if given)."""
     import resource
     import select
 
@@ -367,7 +368,7 @@ def run_cli(args, *, stdin: bytes | None = b"", user: str | None = None, env: di
             if user is not None:
                 entry = pwd.getpwnam(user)
                 os.setgroups(os.getgrouplist(entry.pw_name, entry.pw_gid))
-                os.setgid(entry.pw_gid)
+                os.setgid(entry.pw_gid if group is None else group)
                 os.setuid(entry.pw_uid)
                 if env is None:
                     os.environ["HOME"] = entry.pw_dir

@@ -1,6 +1,8 @@
 """onite submit: capture, validation, policy, atomicity (real CLI in a forked child, real files)."""
 
+import grp
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -80,6 +82,32 @@ def test_a_c_locale_reaches_the_job_as_the_user_has_it_not_as_python_coerced_it(
         return sorted(line for line in out.splitlines() if line.startswith((b"LC_", b"LANG")))
 
     assert locale(night) == locale(by_hand) == [b"LANG=C"], night
+
+
+@needs_root
+def test_a_job_spooled_after_newgrp_runs_with_that_group_while_its_owner_is_in_it(spool, workdir):
+    """`newgrp proj` then `onite submit`: by hand the script's files would be group proj, as at(1) and sbatch
+    keep the submitting group; the job runs with it while its owner is still in that group, and with the
+    account's own group once they have left it. A user made for the test: nobody's groups stay as they are."""
+    user, group = f"ong{os.getpid() % 100000}", f"ongp{os.getpid() % 100000}"
+    subprocess.run(["groupadd", group], check=True)
+    try:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", group, user], check=True)
+        try:
+            gid = grp.getgrnam(group).gr_gid
+            for name in ("proj", "left"):
+                body = f"id -g; touch {name}.out; stat -c %g {name}.out\n".encode()
+                assert run_cli(["submit", name], stdin=body, user=user, group=gid, cwd=workdir).code == 0
+                if name == "left":
+                    subprocess.run(["gpasswd", "-d", user, group], check=True, capture_output=True)
+                assert drain(spool).returncode == 0
+            own = pwd.getpwnam(user).pw_gid
+            assert (spool / "stdout" / f"{user}:proj").read_text().split() == [str(gid)] * 2
+            assert (spool / "stdout" / f"{user}:left").read_text().split() == [str(own)] * 2
+        finally:
+            subprocess.run(["userdel", user], check=False)
+    finally:
+        subprocess.run(["groupdel", group], check=False)
 
 
 def test_job_text_bytes_and_shebang(spool, workdir, cli):

@@ -23,6 +23,11 @@ class Identity(Record):
     #: the names of ``groups``, looked up only when called (only a ``%group`` in ``admins`` needs them)
     group_names: Callable[[], Iterable[str]] = tuple
 
+    def in_group(self, gid: int) -> Identity:
+        """This account with ``gid`` as its group where it is one of its groups now (a job spooled after newgrp
+        or sg: its file has the submitter's group, and at(1) and sbatch keep it too), else as it is."""
+        return self._replace(gid=gid) if gid in self.groups else self
+
     def login_env(self) -> dict[bytes, bytes]:
         """What a login sets from the passwd entry; it overrides the captured environment."""
         name = os.fsencode(self.name)

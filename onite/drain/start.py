@@ -59,7 +59,7 @@ class Starter:
         now = night.clock.now()
         self._seq += 1
         run = Run(name=cand.name, job=self._as_admitted(cand.name, job, picked, log=False),
-                  owner=night.jobs.owner(picked.st.st_uid), rank=cand.rank,
+                  owner=night.jobs.owner(picked.st.st_uid).in_group(picked.st.st_gid), rank=cand.rank,
                   run_id=make_run_id(now, night.host, night.pid, self._seq), started=now,
                   started_mono=night.clock.monotonic(), spool=str(night.spool.root), need=picked.need,
                   backfilled=picked.backfilled, queued_at=datetime.fromtimestamp(cand.ctime_ns / 1e9).astimezone(),
