@@ -100,12 +100,15 @@ def test_killed_host_recovers_only_its_own_claim(spool, workdir):
 
 
 def test_recover_a_host_that_never_comes_back(spool, workdir, cli):
+    """A host gone for good is recovered from another; then status no longer warns that the host's driver died (it did, for ever: the admin
+    had done what it asked)."""
     pidfile = workdir / "pid"
     cli(["submit", "stranded"], stdin=f"echo $$ > {pidfile}; sleep 120\n".encode())
     dead = start_driver(spool, "--host", "deadhost")
     wait_for(pidfile.exists, what="the job to start")
     os.kill(dead.pid, signal.SIGKILL)
     dead.wait()
+    assert "the driver of host deadhost (pid" in cli(["status"]).out
     kill_run(spool / "running" / "deadhost" / "root:stranded@run")  # the machine "died" with its processes
     r = cli(["recover", "--host", "deadhost"], stdin=b"")
     assert r.code == 2 and "--force" in r.err
@@ -113,6 +116,8 @@ def test_recover_a_host_that_never_comes_back(spool, workdir, cli):
     assert r.code == 0 and "recovered 1 job(s) of host deadhost: stranded" in r.out, r
     assert (spool / "jobs" / "P4" / "root:stranded").exists()
     assert cli(["recover", "--host", "deadhost", "--force"]).out.startswith("host deadhost has no claimed jobs")
+    said = cli(["status"]).out
+    assert "the driver of host deadhost (pid" not in said and "died" not in said, said
 
 
 def test_recover_refuses_while_that_hosts_driver_lives(spool, workdir, cli):
@@ -407,9 +412,9 @@ def test_list_says_a_job_pinned_to_no_host_of_the_spool_waits_for_a_driver_none_
     assert "pinned to host gama, which no driver drains" in cli(["status"]).out
 
 
-def test_submit_promises_no_drain_on_a_host_too_small_for_the_job(spool, cli):
-    """alpha (1G) has a daemon, beta (4G) nothing scheduled. A --mem 2G job was told 'next drain … by the daemon on
-    host alpha', whose drains leave it queued for another host: it would wait for ever under that promise."""
+def small_daemon_and_big_host(spool) -> None:
+    """Hosts alpha (1G, 1 CPU), whose daemon's heartbeat says it drains within the hour, and beta (4G, 2 CPUs), with
+    nothing scheduled."""
     import json
     from datetime import datetime, timedelta
 
@@ -423,6 +428,12 @@ def test_submit_promises_no_drain_on_a_host_too_small_for_the_job(spool, cli):
                    role=hb.Role.DAEMON, started_by="systemd", since=now, state=hb.BeatState.IDLE, updated=now,
                    next_drain=now + timedelta(hours=1), next_by="daemon")
     SpoolDir(spool).state_path(hb.HEARTBEAT, "alpha").write_text(json.dumps(beat.to_json()))
+
+
+def test_submit_promises_no_drain_on_a_host_too_small_for_the_job(spool, cli):
+    """alpha (1G) has a daemon, beta (4G) nothing scheduled. A --mem 2G job was told 'next drain … by the daemon on
+    host alpha', whose drains leave it queued for another host: it would wait for ever under that promise."""
+    small_daemon_and_big_host(spool)
     assert "by the daemon on host alpha" in cli(["submit", "small", "--mem", "512M"], stdin=b"true\n").err
     said = cli(["submit", "big", "--mem", "2G", "--cpus", "1"], stdin=b"true\n").err
     assert "host alpha" not in said and "no drain is scheduled on a host that can give it what it asks for" in said, said
@@ -442,41 +453,13 @@ def test_a_drain_logs_a_job_too_big_for_its_host_as_waiting_for_another_host(spo
 def test_wait_says_when_no_scheduled_drain_may_run_the_job(spool, cli):
     """alpha's daemon (1G) drains the spool. onite wait for a job pinned to gamma, or asking 2G, said only
     'waiting for it (queued)…' and waited for ever, as if alpha's drain would start it."""
-    import json
-    from datetime import datetime, timedelta
-
-    from onite.drain import heartbeat as hb
-    from onite.spool.paths import SpoolDir
-
-    with open(spool / "onite.toml", "a") as handle:
-        handle.write('\n[hosts.alpha]\nmem = "1G"\ncpus = 1\n\n[hosts.beta]\nmem = "4G"\ncpus = 2\n')
-    now = datetime.now().astimezone()
-    beat = hb.Beat(host="alpha", pid=1, start_ticks=None, boot_id="other", machine="alpha.example",
-                   role=hb.Role.DAEMON, started_by="systemd", since=now, state=hb.BeatState.IDLE, updated=now,
-                   next_drain=now + timedelta(hours=1), next_by="daemon")
-    SpoolDir(spool).state_path(hb.HEARTBEAT, "alpha").write_text(json.dumps(beat.to_json()))
+    small_daemon_and_big_host(spool)
     for name, options in (("pinned", ["--host", "gamma"]), ("big", ["--mem", "2G"]), ("small", [])):
         assert cli(["submit", name, *options], stdin=b"true\n").code == 0
     said = cli(["wait", "pinned", "big", "small", "--timeout", "1"]).err
     assert "no drain is scheduled on a host that may run pinned (only host gamma)" in said, said
     assert "no drain is scheduled on a host that may run big (one that can give what it asks for)" in said, said
     assert "may run small" not in said, said
-
-
-def test_status_no_longer_says_a_recovered_hosts_driver_died(spool, workdir, cli):
-    """After onite recover --host (the host is gone for good), status still warned that its driver 'died without
-    finishing', for ever (and, of a daemon, told to start it again): the admin had done what it asked."""
-    pidfile = workdir / "pid"
-    cli(["submit", "stranded"], stdin=f"echo $$ > {pidfile}; sleep 120\n".encode())
-    dead = start_driver(spool, "--host", "deadhost")
-    wait_for(pidfile.exists, what="the job to start")
-    os.kill(dead.pid, signal.SIGKILL)
-    dead.wait()
-    assert "the driver of host deadhost (pid" in cli(["status"]).out
-    kill_run(spool / "running" / "deadhost" / "root:stranded@run")  # the machine "died" with its processes
-    assert cli(["recover", "--host", "deadhost", "--force"]).code == 0
-    said = cli(["status"]).out
-    assert "the driver of host deadhost (pid" not in said and "died" not in said, said
 
 
 def test_recover_of_a_dead_daemons_host_without_claims_ends_the_warning(spool, cli):
