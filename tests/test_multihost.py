@@ -100,8 +100,8 @@ def test_killed_host_recovers_only_its_own_claim(spool, workdir):
 
 
 def test_recover_a_host_that_never_comes_back(spool, workdir, cli):
-    """A host gone for good is recovered from another; then status no longer warns that the host's driver died (it did, for ever: the admin
-    had done what it asked)."""
+    """A host gone for good is recovered from another; then status no longer warns that the host's driver died
+    (it did, for ever: the admin had done what it asked)."""
     pidfile = workdir / "pid"
     cli(["submit", "stranded"], stdin=f"echo $$ > {pidfile}; sleep 120\n".encode())
     dead = start_driver(spool, "--host", "deadhost")
