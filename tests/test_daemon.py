@@ -505,6 +505,25 @@ def test_status_with_a_bad_schedule_still_shows_while_the_daemon_keeps_its_old_o
     assert d.stop() == 0
 
 
+def test_a_drain_the_daemon_has_not_yet_rewritten_its_heartbeat_for_is_due_not_missing(spool, daemons):
+    """Between a schedule time and the daemon's heartbeat naming the next one (a turn of its loop; minutes while
+    the spool's disk is full and the heartbeat cannot be written), the heartbeat names a time now past. Status
+    said the daemon had no schedule and no drain was scheduled at all; the drain is due."""
+    from onite.drain import heartbeat as hb
+    from onite.drain.nextdrain import plan
+    from onite.spool.paths import SpoolDir
+
+    set_config(spool, schedule=[FAR])
+    d = daemons(spool)
+    d.started()
+    due = hb.read(SpoolDir(spool), HOST).next_drain
+    later = due + timedelta(minutes=1)
+    drains = plan(SpoolDir(spool), later)
+    assert not drains.problems, drains.problems
+    assert [(s.by, s.when) for s in drains.starters] == [("daemon", later)]
+    assert d.stop() == 0
+
+
 # ---- onite run --scheduled ---------------------------------------------------------------------
 
 

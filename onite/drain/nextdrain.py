@@ -119,8 +119,8 @@ def plan(spool, now: datetime, *, host: str | None = None, exclude_pid: int | No
     for beat in live:
         if beat.role != hb.Role.DAEMON:
             continue
-        if beat.next_drain is not None and beat.next_drain > now:
-            starters.append(Starter("daemon", beat.host, beat.next_drain, f"pid {beat.pid}"))
+        if beat.next_drain is not None:  # a time past is due now: the daemon has not yet written the one after it
+            starters.append(Starter("daemon", beat.host, max(beat.next_drain, now), f"pid {beat.pid}"))
         else:
             problems.append(f"the daemon on host {beat.host} has no schedule: it runs only --at and recurring jobs")
     timer_enabled = (SYSTEMD_UNITS / "timers.target.wants" / TIMER).exists()
