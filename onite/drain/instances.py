@@ -118,6 +118,8 @@ class RecurScheduler:
             del self.templates[name]
         for name in set(self._refused) - seen:
             del self._refused[name]
+        for name in set(self._waiting) - seen:  # removed: a daemon of weeks keeps no name of a template gone
+            del self._waiting[name]
 
     def _load(self, name: str, path: Path, st: os.stat_result, *, whole: bool = False) -> tuple[_Template, Job] | None:
         """Read and check the template ``name`` (at ``path``, as ``st`` found it), and keep it with its next
