@@ -97,7 +97,8 @@ class Recovery:
         """Send each Slurm job of the claims its cancel before any is waited for: one pending in Slurm would
         start on the room the cancel of another frees, run unwatched, and be cut short by its own and run again."""
         night = self.night
-        records = {name: runrecords.read(night.spool.run_record_path(night.host, name)) for name in jobs}
+        paths = {name: night.spool.run_record_path(night.host, name) for name in jobs}
+        records = {name: runrecords.read(path) for name, path in paths.items()}
         in_flight = {name: rec for name, rec in records.items()
                      if rec is not None and not rec.damaged and not rec.ended and rec.info.get("executor") == "slurm"}
         for unstarted in (True, False):  # those still pending in Slurm first, then those that free room
@@ -105,7 +106,7 @@ class Recovery:
                 if name in self._cancelled_ahead:
                     continue
                 try:
-                    if self.runner_of(rec.info).cancel_ahead(rec.info, night.spool.run_record_path(night.host, name),
+                    if self.runner_of(rec.info).cancel_ahead(rec.info, paths[name],
                                                              owner=_owner(night.running_dir / name),
                                                              unstarted=unstarted):
                         self._cancelled_ahead.add(name)
