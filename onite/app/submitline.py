@@ -126,7 +126,7 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     """``spooled nightly (P3) in /var/spool/onite; next drain 20:00 by cron on host vm``: what was spooled
     where, and when it is expected to run (onite.drain.nextdrain, which promises no drain nothing starts)."""
     from onite.drain.heartbeat import BeatState
-    from onite.drain.nextdrain import LABEL, can_run, no_drain_text, plan, starter_text, when_text
+    from onite.drain.nextdrain import LABEL, no_drain_text, plan, starter_text, when_text
 
     what = names[0] if len(names) == 1 else f"{len(names)} jobs, {names[0]} to {names[-1]}"
     head = f"spooled {what} ({'urgent' if job.urgent else f'P{job.priority}'}) in {spool.root}"
@@ -142,11 +142,9 @@ def confirmation(spool: SpoolDir, names: Sequence[str], job: Job, *, held: bool,
     if job.pin:
         parts.append(f"only on host {job.pin}")
     drain = plan(spool, now)
-    runs_on = can_run(spool, job, now)
-    fits = [s for s in drain.starters_for(job.pin) if runs_on(s.host)]
+    fits, draining = drain.for_job(spool, job, now)
     # a daemon's drain of timed jobs starts no untimed job: that one waits for the next drain
-    draining = [d for d in drain.draining if (not job.pin or d.host == job.pin) and runs_on(d.host)
-                and (d.state != BeatState.TIMED or job.not_before is not None)]
+    draining = [d for d in draining if d.state != BeatState.TIMED or job.not_before is not None]
     daemons = [s for s in fits if s.by == "daemon"]
     if later and daemons:  # the daemon draining now is not what starts it: its wake at that time is
         parts.append(f"{LABEL['daemon']} on host {daemons[0].host} starts it then")

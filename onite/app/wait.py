@@ -267,8 +267,8 @@ def unfiled(spool: SpoolDir, key: str, now: datetime) -> Final | None:
 def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
     """``no drain is scheduled, so nothing will start one — FIX; `` if nothing will drain the spool; else, for each
     of the queued ``keys`` whose file the caller may read and that no scheduled or running drain may run (its pin
-    elsewhere, or a host too small: nextdrain.can_run), ``no drain is scheduled on a host that may run NAME …; ``."""
-    from onite.drain.nextdrain import can_run, no_drain_text, plan
+    elsewhere, or a host too small: DrainPlan.for_job), ``no drain is scheduled on a host that may run NAME …; ``."""
+    from onite.drain.nextdrain import no_drain_text, plan
     from onite.spool.filecheck import BadFile, read_job_head
 
     drain = plan(spool, now)
@@ -281,9 +281,8 @@ def undrained(spool: SpoolDir, keys: list[str], now: datetime) -> str:
                 job, _ = read_job_head(entry.path, spool.config.max_job_size)
             except (OSError, BadFile, OniteError):
                 continue  # another user's: the drain says
-            runs_on = can_run(spool, job, now)
-            hosts = [s.host for s in drain.starters_for(job.pin)] + [b.host for b in drain.draining]
-            if not any(runs_on(h) for h in hosts if not job.pin or h == job.pin):
+            starters, draining = drain.for_job(spool, job, now)
+            if not starters and not draining:
                 where = f"only host {job.pin}" if job.pin else "one that can give what it asks for"
                 said += (f"no drain is scheduled on a host that may run {label(key)} ({where}), so nothing will start "
                          "it; ")

@@ -57,6 +57,13 @@ class DrainPlan(Record):
         """The starters whose drains may run a job pinned to host ``pin`` (any, unpinned)."""
         return [s for s in self.starters if not pin or s.host == pin]
 
+    def for_job(self, spool, job, now: datetime) -> tuple[list[Starter], list]:
+        """The starters, and the drivers draining now, that may run ``job``: on the host it is pinned to, if any,
+        and one that can give what it asks for (can_run)."""
+        runs_on = can_run(spool, job, now)
+        return ([s for s in self.starters_for(job.pin) if runs_on(s.host)],
+                [d for d in self.draining if (not job.pin or d.host == job.pin) and runs_on(d.host)])
+
 
 def when_text(when: datetime, now: datetime) -> str:
     """``20:00`` today, ``tomorrow 20:00``, ``Mon 20:00`` within a week, else ``2026-12-01 20:00`` (with
