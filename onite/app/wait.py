@@ -294,8 +294,12 @@ def stranded(spool: SpoolDir, keys: list[str], now: datetime) -> str:
     driver is gone (waited for all the same: it ends once recovered), else ''."""
     from onite.drain.heartbeat import driver_gone
 
-    return "".join(f"{label(key)} is running, but {gone}; " for key in keys for entry in find_running(spool, key)
+    return "".join(f"{_stranded_text(key, gone)}; " for key in keys for entry in find_running(spool, key)
                    if (gone := driver_gone(spool, entry.host, now)))
+
+
+def _stranded_text(key: str, gone: str) -> str:
+    return f"{label(key)} is running, but {gone}"
 
 
 def draining(spool: SpoolDir, now: datetime) -> dict[str, datetime]:
@@ -325,8 +329,7 @@ class DrainsWaited(Record):
     jobs: list[JobView]
     still: list[str]  # hosts still draining at the timeout
     timed_out: bool = False
-    unfiled: list[str] = []  # jobs of the drain left claimed on a host with no live driver (killed -9)
-    unfiled_text: str = ""  # ``long is running, but its host vm has no live driver: …`` (status's words)
+    unfiled: dict[str, str] = {}  # job of the drain left claimed on a host with no live driver (killed -9) → why
 
     @property
     def counts(self) -> dict[str, int]:
@@ -350,7 +353,8 @@ class DrainsWaited(Record):
             if names:
                 more = f", … {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
                 parts.append(f"{len(names)} {state} ({', '.join(names[:SHOWN_NAMES])}{more})")
-        return f"drain finished: {', '.join(parts)}" + (f"; {self.unfiled_text}" if self.unfiled_text else "")
+        return "; ".join([f"drain finished: {', '.join(parts)}",
+                          *(_stranded_text(key, gone) for key, gone in self.unfiled.items())])
 
 
 def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock = SYSTEM,
@@ -378,9 +382,9 @@ def wait_drains(spool: SpoolDir, *, timeout: float | None = None, clock: Clock =
     from onite.drain.heartbeat import driver_gone
 
     now = clock.now()
-    unfiled = [v.name for v in running_views(spool) if v.host in hosts and driver_gone(spool, v.host, now)]
-    text = stranded(spool, unfiled, now).removesuffix("; ")
-    return DrainsWaited(hosts, since, jobs, [], unfiled=unfiled, unfiled_text=text)
+    unfiled = {v.name: gone for v in running_views(spool)
+               if v.host in hosts and (gone := driver_gone(spool, v.host, now))}
+    return DrainsWaited(hosts, since, jobs, [], unfiled=unfiled)
 
 
 def wait_json(spool: SpoolDir, waited: JobsWaited | DrainsWaited) -> str:
