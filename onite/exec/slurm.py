@@ -52,9 +52,8 @@ def find_tool(name: str) -> str:
 
 @dataclass
 class Submission:
-    """An ``sbatch`` in flight, as the job's owner, who may stop or trace it: the loop never blocks on
-    it (its script, output and errors are memory files, its end is seen through its pidfd), and it is
-    killed at its deadline."""
+    """An ``sbatch`` in flight as the job's owner, who may stop or trace it: never blocked on (its files are
+    memory, its end is seen through its pidfd), killed at its deadline."""
 
     proc: subprocess.Popen
     out_fd: int
@@ -72,8 +71,8 @@ class Submission:
 
 @dataclass
 class Unsure:
-    """A run whose sbatch ended without a job id it can be held to (it lost the controller, or hung and was
-    killed), and may have submitted the job all the same: Slurm is asked for it at ``at``."""
+    """A run whose sbatch ended without a job id it can be held to, yet may have submitted the job: Slurm is
+    asked for it at ``at``."""
 
     at: float  # on the driver's monotonic clock
     fails_with: str  # the run's reason if Slurm answers and has no job of it
@@ -119,8 +118,7 @@ class SlurmRunner(Runner):
         return max(self.config.slurm.poll.total_seconds(), 0.05)
 
     def reload(self, config: Config) -> None:
-        """New settings (SIGHUP); runs already in Slurm keep what they were submitted with. sbatch_args
-        that would break one job one Slurm job keep the settings before."""
+        """New settings (SIGHUP), unless their sbatch_args are refused; runs in Slurm keep theirs."""
         if problem := sbatch.unsupported_args(config.slurm.sbatch_args):
             if self.log is not None:
                 self.log.event("reload-failed", error=f"[slurm] sbatch_args: {problem}",
@@ -129,8 +127,8 @@ class SlurmRunner(Runner):
         self.config = config
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path, record_fd: int) -> None:
-        """Start ``run``'s sbatch as its owner and return; its job id goes into the run's record
-        (``record_fd``, dup'ed) once sbatch says it, and ``reap`` tells a failure. SpawnError: why not."""
+        """Start ``run``'s sbatch as its owner and return; its job id goes into the run's record once sbatch
+        says it, and ``reap`` tells a failure. SpawnError: why not."""
         job = run.job
         env = job_environment(run, switch_user=self.switch_user)
         script = sbatch.script_text(job.body, self.config.shell)
@@ -157,7 +155,7 @@ class SlurmRunner(Runner):
 
     def _launch(self, run: Run, script: bytes, env: dict[bytes, bytes], output: Path, error: Path | None,
                 record_fd: int) -> Submission:
-        """Start sbatch with ``script`` on its stdin, as the run's owner (when switching users), in ``/``."""
+        """Start sbatch with ``script`` on its stdin, as the run's owner (when switching users)."""
         job = run.job
         env_fd = memory_file(f"onite-env:{run.name}", sbatch.export_file(env))
         fds: list[int] = []  # its stdin, stdout and stderr
@@ -220,7 +218,7 @@ class SlurmRunner(Runner):
         return None
 
     def _taken(self, run: Run, job_id: str, record_fd: int) -> None:
-        """``run`` is Slurm's job ``job_id``: it is recorded, and watched from now on."""
+        """``run`` is Slurm's job ``job_id``: recorded, and watched from now on."""
         run.external_id = job_id
         try:
             runrecords.append(record_fd, {"event": "submitted", "external_id": job_id})
@@ -234,17 +232,16 @@ class SlurmRunner(Runner):
             self._next_poll = self.clock.monotonic() + self.poll_interval
 
     def _doubt(self, run: Run, sub: Submission, fails_with: str, unsent: str | None) -> None:
-        """sbatch's word cannot settle whether it submitted the job (its owner may make it say anything):
-        Slurm is asked for the run's job, at once if sbatch says it sent nothing (it tried to connect for
-        MessageTimeout first), else once the controller has had a moment to take what it may have been sent."""
+        """sbatch's word (its owner's to forge) cannot settle whether it submitted the job: Slurm is asked, at
+        once if sbatch says it sent nothing, else once the controller had a moment to take what it was sent."""
         settle = 0.0 if unsent else SUBMISSION_SETTLE
         self._unsure[run.run_id] = Unsure(at=self.clock.monotonic() + settle, fails_with=fails_with,
                                           unsent=unsent, record_fd=sub.record_fd)
         sub.record_fd = None  # the Unsure's now
 
     def _settle(self, run: Run, unsure: Unsure) -> Outcome | None:
-        """An unsure run, once Slurm answers: its one job in Slurm (its owner's, with its run's comment) is
-        taken, else it fails; while Slurm cannot be asked it waits (Unavailable if sbatch never reached it)."""
+        """An unsure run: its one job in Slurm (its owner's, with its run's comment) is taken, else it fails;
+        while Slurm cannot be asked it waits (or is unavailable, if sbatch never reached it)."""
         found = self._jobs_of_run(run.name, run.run_id, run.spool, self._job_uid(run.owner.uid))
         if found is None and unsure.unsent is None:
             unsure.at = self.clock.monotonic() + self.poll_interval  # it may be in Slurm: ask again
@@ -267,8 +264,7 @@ class SlurmRunner(Runner):
             unsure.close()
 
     def _collect_submissions(self) -> list[tuple[Run, Outcome]]:
-        """The submissions that are over (or past their deadline: killed), and the unsure runs Slurm is to be
-        asked about now, each settled."""
+        """Settle the submissions that are over (or past their deadline: killed) and the unsure runs due now."""
         failed = []
         now = self.clock.monotonic()
         for run in [r for r in self.runs if r.run_id in self._submitting or r.run_id in self._unsure]:
@@ -383,8 +379,7 @@ class SlurmRunner(Runner):
         return status.state == "PENDING" and not status.restarts and run.external_id not in self._started
 
     def unstarted(self, runs: list[Run]) -> list[Run]:
-        """Of ``runs`` (each with its job's id), those whose job Slurm holds in its queue, never started, as
-        Slurm says now: the last poll's answer is up to a poll old, and a job may have started since."""
+        """Of ``runs``, those whose job Slurm holds in its queue, never started, asked now (not the last poll's)."""
         answer = self._query([run.external_id for run in runs])
         for run in runs:
             if answer is None:  # asked again once the next poll has seen it pending: not on every turn of the loop
@@ -413,8 +408,8 @@ class SlurmRunner(Runner):
             self.log.event("slurm-start", run.name, slurm=run.external_id, waited=f"{max(waited, 0):.1f}s")
 
     def _note_state(self, run: Run, status: squeue.JobStatus) -> None:
-        """Its job's state, reason, start and nodes in Slurm into its record when they change, for list and
-        status (a job pending, held or requeued in Slurm has not started), and for recovery's filing."""
+        """Its job's state, reason, start and nodes in Slurm into its record when they change (for list,
+        status and recovery)."""
         now = (status.state, status.reason[:200], status.start.isoformat() if status.start else None, status.nodes)
         last, lines = self._noted.get(run.external_id, (None, 0))
         if now == last or lines >= STATE_LINES or not run.record_path:
@@ -434,8 +429,8 @@ class SlurmRunner(Runner):
         return status if status is not None and status.uid == self._job_uid(owner) else None
 
     def _ours(self, job_id: str, owner: int | None) -> tuple[bool, squeue.JobStatus | None]:
-        """Slurm asked for ``job_id``: (False, None) if it could not be asked (each caller says what that
-        means for it), else (True, its status if it is ``owner``'s job, or None: Slurm knows no such job of theirs)."""
+        """(False, None) if Slurm could not be asked for ``job_id``, else (True, its status if it is
+        ``owner``'s job, or None)."""
         answer = self._query([job_id])
         return (False, None) if answer is None else (True, self._owned(answer, job_id, owner))
 
@@ -484,7 +479,7 @@ class SlurmRunner(Runner):
             return None
 
     def next_deadline(self) -> float | None:
-        """The next poll, time limit, cancel retry or sbatch deadline (soon, where it has no pidfd)."""
+        """The next poll, time limit, cancel retry or sbatch deadline."""
         times = [t for run in self.runs
                  for t in (run.timeout_at if run.stopping is None else None, run.kill_at) if t is not None]
         if self.runs and self._next_poll is not None:
@@ -495,7 +490,6 @@ class SlurmRunner(Runner):
         return min(times) if times else None
 
     def wait_fds(self) -> list[int]:
-        """The pidfds of the sbatch processes still running."""
         return [sub.pidfd for sub in self._submitting.values() if sub.pidfd is not None]
 
     def record_info(self, run: Run) -> dict:
@@ -519,8 +513,8 @@ class SlurmRunner(Runner):
         return True
 
     def unwatched_end(self, run: Run) -> Outcome | None:
-        """How a run a dead driver left in Slurm ended unwatched: as Slurm says, or lost if Slurm forgot
-        it (it may have run: it is not run again); None: still in flight. Unavailable: Slurm cannot say."""
+        """How a run a dead driver left in Slurm ended: as Slurm says, or lost (not run again) if Slurm forgot
+        it; None: still in flight. Unavailable: Slurm cannot say."""
         asked, status = self._ours(run.external_id, run.owner.uid)
         if not asked:
             raise Unavailable("Slurm could not be asked how the job ended")
@@ -535,8 +529,8 @@ class SlurmRunner(Runner):
         return squeue.outcome(status, stopping=run.stopping, cancelled_by=run.cancelled_by)
 
     def recover(self, info: dict, grace: float, *, owner: int | None = None) -> str:
-        """A run that could not be re-attached: make sure no Slurm job of it (``owner``'s) is left.
-        Unavailable: Slurm cannot be asked, or the job is still in flight after its cancel."""
+        """Make sure no Slurm job (``owner``'s) of a run that could not be re-attached is left. Unavailable: Slurm
+        cannot be asked, or the job is still in flight after its cancel."""
         job_id = info.get("external_id")
         if not job_id:
             return "no Slurm job of it is in flight"
@@ -550,9 +544,8 @@ class SlurmRunner(Runner):
         return self._cancel_and_wait(job_id, self._job_uid(owner), grace)
 
     def cancel_ahead(self, info: dict, record_path: Path, *, owner: int | None = None, unstarted: bool = False) -> bool:
-        """``recover --host``: every job of the dead host in flight is sent its cancel before ``recover`` waits for
-        any, so that none pending in Slurm starts on the room another's cancel frees (and is cut short, and run
-        again); whether this one was. The stop goes into its record first, as a hard stop's: a recover killed
+        """``recover --host`` cancels every job of the dead host before it waits for any, so that none pending
+        starts on the room another's cancel frees. The hard stop goes into its record first: a recover killed
         after the cancel leaves the next one to run the job again, not to file it as cancelled outside onite."""
         job_id = info.get("external_id")
         if not job_id:
@@ -565,8 +558,7 @@ class SlurmRunner(Runner):
         return True
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        """A claim with no run record: a job its killed driver's sbatch submitted is found among its
-        owner's by its name and comment, and cancelled."""
+        """A claim with no run record: a job its driver's sbatch submitted, found by name and comment, is cancelled."""
         uid = self._job_uid(owner)
         jobs = self._search(name, uid)
         if jobs is None:
@@ -578,8 +570,8 @@ class SlurmRunner(Runner):
         return "no run record; " + "; ".join(self._cancel_and_wait(job_id, uid, grace) for job_id in found)
 
     def _cancel_and_wait(self, job_id: str, uid: int, grace: float) -> str:
-        """Cancel the job and wait (past Slurm's KillWait) until Slurm says it is over: a job run again
-        must not overlap with its predecessor. Unavailable: still in flight (or unknown) at the end."""
+        """Cancel the job and wait (past Slurm's KillWait) until it is over: a job run again must not overlap
+        its predecessor. Unavailable: still in flight (or unknown) at the end."""
         self._scancel(job_id, uid)
         deadline = time.monotonic() + max(grace, CANCEL_WAIT)
         while True:
@@ -595,9 +587,8 @@ class SlurmRunner(Runner):
             time.sleep(0.2)
 
     def job_of(self, info: dict, spool: str, owner: int | None) -> str | None:
-        """The one job of ``owner`` named for a run whose driver died as sbatch ran and whose comment
-        names its run id, else None: none, or several (each then cancelled, and over). Unavailable: Slurm
-        cannot be asked, or a copy is still in flight after its cancel (nothing may be decided)."""
+        """The one job of ``owner`` whose comment names the run of a driver that died as sbatch ran, else None
+        (none, or several: each cancelled). Unavailable: Slurm cannot be asked, or a copy outlives its cancel."""
         if not info.get("run_id") or not info.get("name"):
             return None
         uid = self._job_uid(owner)
@@ -612,15 +603,15 @@ class SlurmRunner(Runner):
         return found[0] if found else None
 
     def _jobs_of_run(self, name: str, run_id: str, spool: str, uid: int) -> list[str] | None:
-        """The ids of ``uid``'s jobs named for ``name`` whose comment names run ``run_id`` of ``spool``, in
-        flight or ended within MinJobAge; None if Slurm could not be asked."""
+        """The ids of ``uid``'s jobs of ``name`` whose comment names run ``run_id``, in flight or ended within
+        MinJobAge; None if Slurm could not be asked."""
         jobs = self._search(name, uid, every=True)
         return None if jobs is None else [job_id for job_id, _, comment in jobs
                                           if sbatch.run_of_comment(comment, spool) == run_id]
 
     def _stop_left_sbatch(self, run_id: str, spool: str, uid: int) -> None:
-        """Kill an sbatch of the run that outlived its driver (it could submit after the search), and give
-        the controller a moment to take what it sent as it died. Unavailable: it is still there after SIGKILL."""
+        """Kill an sbatch of the run that outlived its driver (it could submit after the search), then give the
+        controller a moment to take what it sent. Unavailable: it is still there after SIGKILL."""
         argument = f"--comment={sbatch.run_comment(run_id, spool)}".encode()
         left = processes.with_argument(argument, uid)
         if not left:
