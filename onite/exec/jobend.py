@@ -1,10 +1,8 @@
 """How a job's monitor waits for the job's end and ends what the job left running.
 
-The job's leader is waited for without being reaped (``leader_exit``): until it is, its zombie
-keeps its pid, process group and session, so signals to the group by that number reach only the
-job's processes. It is reaped once what it left is ended. Its other processes come back to the
-monitor (a subreaper) as orphans and are reaped as they end. Runs in the monitor: imports only
-os, signal, time and onite's exec modules.
+The job's leader is waited for unreaped (``leader_exit``): its zombie keeps its pid, process group and
+session, so signals to the group reach only the job's processes; it is reaped once what it left is
+ended. Its other processes come back to the monitor (a subreaper) as orphans. Runs in the monitor.
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ def remove_groups(plan: Plan) -> None:
 
 
 def leader_exit(job: int):
-    """Reap the job's orphans that have exited; the leader's wait status (as ``waitpid`` gives it) once it
-    has exited (left unreaped), RUNNING until then, None if it is no child of this process (its status is
-    lost)."""
+    """Reap the job's orphans that have exited; the leader's wait status once it has exited (left unreaped),
+    RUNNING until then, None if it is no child of this process (its status is lost)."""
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
@@ -47,9 +44,8 @@ def leader_exit(job: int):
 
 
 def _traced_exit(job: int) -> int | None:
-    """The leader's wait status (from /proc) if it is a zombie that ``waitid`` does not show this process: a
-    traced zombie is seen by its tracer only (its owner may trace it from outside the job) and comes
-    back to this process when the tracer lets it go. None while any thread of it runs."""
+    """The leader's wait status from /proc if it is a zombie only its tracer sees (its owner may trace it
+    from outside the job); None while any thread of it runs."""
     fields = contain.stat_fields(job)
     try:
         if fields is None or fields[0] != b"Z" or len(fields) < 50 or os.listdir(f"/proc/{job}/task") != [str(job)]:
@@ -60,7 +56,7 @@ def _traced_exit(job: int) -> int | None:
 
 
 def _wait_status(info) -> int:
-    """The wait status (as ``waitpid`` gives it) that a waitid siginfo describes."""
+    """The wait status (as ``waitpid`` gives it) of a waitid siginfo."""
     if info.si_code == os.CLD_EXITED:
         return (info.si_status & 0xFF) << 8
     if info.si_code == os.CLD_DUMPED:
@@ -69,8 +65,7 @@ def _wait_status(info) -> int:
 
 
 def reap_leader(job: int):
-    """Reap the job's leader (a zombie by now); its rusage, or None if it is gone already or a tracer
-    holds it (it is reaped as an orphan once it comes back)."""
+    """Reap the job's leader: its rusage, or None if it is gone or a tracer holds it (reaped as an orphan)."""
     try:
         pid, _, rusage = os.wait4(job, os.WNOHANG)
     except ChildProcessError:
@@ -90,8 +85,8 @@ def left_running(plan: Plan, job: int, *, pinned: bool) -> bool:
 
 
 def clean_up(plan: Plan, job: int, *, pinned: bool, over=None, grace: float | None = None) -> bool:
-    """End what the job left running (TERM, then KILL after ``grace``, default kill_grace, at once once
-    ``over()`` says so); False if something of it could not be ended. Its cgroups stay (remove_groups)."""
+    """End what the job left running (TERM, then KILL after ``grace`` or kill_grace, or once ``over()``);
+    False if something of it could not be ended. Its cgroups stay (remove_groups)."""
     def alive() -> bool:
         return left_running(plan, job, pinned=pinned)
 
@@ -110,8 +105,8 @@ def clean_up(plan: Plan, job: int, *, pinned: bool, over=None, grace: float | No
 
 
 def end_unreported(plan: Plan) -> bool:
-    """Kill a job whose start was never reported (the child that opened its PAM session died after
-    forking it: the job is this monitor's only child) with what it left; False if something stays."""
+    """Kill a job whose start was never reported (its PAM child died after forking it) with what it left;
+    False if something stays."""
     ended = True
     for orphan in children():
         try:
@@ -126,8 +121,8 @@ def end_unreported(plan: Plan) -> bool:
 
 
 def signal_all(plan: Plan, job: int, sig: int, *, pinned: bool = True) -> None:
-    """Send ``sig`` to the job's process group (only while ``pinned``), its cgroup, and every
-    descendant of this subreaper, each checked to be the process that was listed; SIGKILL also to its v1 groups."""
+    """Send ``sig`` to the job's process group (only while ``pinned``), its cgroup (SIGKILL: its v1 groups
+    too), and every descendant of this subreaper, each checked to be the process that was listed."""
     if pinned:
         contain.signal_group(job, sig)
     if plan.cgroup:

@@ -13,8 +13,8 @@ import subprocess
 from onite.exec.plan import Plan
 
 def join(paths, joined: tuple[list[str], str] = ((), "")) -> tuple[list[str], str]:
-    """Move this monitor into the cgroups ``paths`` (but those ``joined`` has), so that the process it
-    forks next is born in them; the groups it is in, and ``cgroup ERRNO `` if one could not be joined."""
+    """Move this monitor into the cgroups ``paths`` (but those ``joined`` has), so that the process it forks
+    next is born in them; the groups it is in, and ``cgroup ERRNO `` if one could not be joined."""
     done, failed = list(joined[0]), joined[1]
     try:
         for path in paths:
@@ -35,15 +35,13 @@ def leave(joined: list[str]) -> None:
 
 
 def start(plan: Plan, forked=None) -> tuple[int | None, str]:
-    """Start the job's process; its pid, or None and ``STAGE ERRNO WHAT`` for ``reason``; ``forked()``
-    runs once it does, before this monitor leaves its cgroups.
+    """Start the job's process: its pid, or None and ``STAGE ERRNO WHAT`` for ``reason``; ``forked()`` runs
+    once it does, before this monitor leaves its cgroups.
 
-    subprocess's C code forks and executes, running no Python in the child, so the rest is done here
-    around the fork: this monitor joins the job's cgroups (so that the job is born in them) and
-    enters its directory with the owner's effective ids (real and saved stay root's, so the owner
-    cannot signal or trace it meanwhile): nothing is entered as root on the owner's behalf. The
-    child starts a new session, drops to the owner (groups, gid, uid: real, effective and saved) and
-    executes the interpreter with every descriptor closed but its script's."""
+    subprocess forks and executes in C, so the rest is done here around the fork: this monitor joins the
+    job's cgroups and enters its directory with the owner's effective ids (real and saved stay root's, so
+    the owner cannot signal or trace it meanwhile); the child starts a new session, drops to the owner
+    and executes the interpreter with every descriptor closed but its script's."""
     groups, failed = join(((plan.cgroup,) if plan.cgroup else ()) + tuple(plan.limit_groups), plan.joined)
     if failed:
         leave(groups)
@@ -84,9 +82,8 @@ def start(plan: Plan, forked=None) -> tuple[int | None, str]:
 
 
 def _kill_stopped(signum, frame) -> None:
-    """SIGCHLD while ``start`` waits for the exec: a child stopped between its drop to the owner and its
-    exec (the owner may signal it from then on) would keep this monitor waiting for ever, its time limit
-    unenforced and its run never ended. It is killed: its run ends as killed by signal 9."""
+    """SIGCHLD while ``start`` waits for the exec: a child the owner stopped between its drop and its exec
+    would keep this monitor waiting for ever, so it is killed (its run ends by signal 9)."""
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WSTOPPED | os.WNOHANG)
@@ -101,8 +98,7 @@ def _kill_stopped(signum, frame) -> None:
 
 
 def _move_here(cgroup: str) -> bool:
-    """Move this process into ``cgroup``; False if it is gone (the subreaper still contains the job),
-    OSError if it cannot be joined."""
+    """Move this process into ``cgroup``; False if it is gone, OSError if it cannot be joined."""
     try:
         fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -135,8 +131,8 @@ def _enter_as_owner(plan: Plan) -> None:
 
 
 def reason(report: str, plan: Plan) -> str:
-    """The reason recorded for a job whose process failed before its interpreter ran. Every check
-    behind it was made with the owner's rights: it is no oracle for paths the owner may not see."""
+    """The reason recorded for a job that failed before its interpreter ran; every check behind it was made
+    with the owner's rights: no oracle for paths the owner may not see."""
     stage, _, rest = report.partition(" ")
     code_text, _, what = rest.partition(" ")
     code = int(code_text) if code_text.isdigit() else 0
@@ -159,8 +155,7 @@ def reason(report: str, plan: Plan) -> str:
 
 
 def _path_text(path: bytes) -> str:
-    """A path of the owner's in a reason: a byte that is not UTF-8 spelt ``\\xff``, as onite.core.safetext spells it
-    (os.fsdecode's surrogate became '?' on its way to the driver, and the path was lost)."""
+    """A path in a reason, a byte that is not UTF-8 spelt ``\\xff`` (as onite.core.safetext spells it)."""
     return path.decode("utf-8", "backslashreplace")
 
 

@@ -1,7 +1,5 @@
-"""The local executor: each job under a monitor process (onite.exec.monitor), on this machine.
-
-A run's output files are opened here and its Plan sent to a waiting monitor of the pool, which tells
-how it went on its socket; one adopted from a dead driver is watched by its pidfd.
+"""The local executor: each job under a monitor process (onite.exec.monitor), which tells how it went on
+its socket; a run adopted from a dead driver is watched by its monitor's pidfd.
 """
 
 from __future__ import annotations
@@ -42,12 +40,11 @@ class Monitor:
         self.gone = False  # exited (its socket's end closed), or the adopted one's process ended
 
     def fileno(self) -> int | None:
-        """What the driver waits on: readable when it says something or is gone (None once gone)."""
+        """Readable when it says something or is gone (None once gone)."""
         return self.sock.fileno() if self.sock is not None else self.pidfd
 
     def messages(self) -> list[str]:
-        """The lines it said since the last call, but ``idle`` (which sets ``self.idle``). A datagram holds
-        whole lines (onite.exec.monitor._tell)."""
+        """The lines it said since the last call, but ``idle`` (which sets ``self.idle``)."""
         said: list[str] = []
         while self.sock is not None:
             try:
@@ -67,7 +64,7 @@ class Monitor:
         return said
 
     def is_done(self) -> bool:
-        """Done with its run: it said ``idle`` (as ``messages`` read), or it is gone."""
+        """Done with its run: it said ``idle``, or it is gone."""
         if self.sock is None and self.pidfd is not None and select.select([self.pidfd], [], [], 0)[0]:
             self.gone = True
             self.close()
@@ -93,8 +90,8 @@ class MonitorPool:
         self.procs: list[subprocess.Popen] = []  # those started, until reaped
 
     def send(self, plan: Plan) -> Monitor:
-        """Hand ``plan`` to a waiting monitor, or one started for it (onite.exec.plan: whole or not at
-        all). NoRecord: the plan cannot be written; OSError: no monitor could be started and sent it."""
+        """Hand ``plan`` to a waiting monitor, or one started for it. NoRecord: the plan cannot be written;
+        OSError: no monitor could be started and sent it."""
         data, fds = plan.encode()
         try:
             data_fd = memory_file("onite-plan", data)
@@ -120,7 +117,7 @@ class MonitorPool:
         return mon
 
     def release(self, mon: Monitor) -> None:
-        """A monitor done with its run: kept waiting if it said ``idle`` (and not too many wait)."""
+        """A monitor done with its run: kept waiting if it said ``idle`` and not too many wait."""
         if mon.sock is not None and mon.idle and len(self.waiting) < MAX_WAITING:
             self.waiting.append(mon)
         else:
@@ -154,8 +151,7 @@ class MonitorPool:
 
 
 class LocalRunner(Runner):
-    """Starts each job under a monitor (which enforces its time limit and stops, and ends what it
-    left) and reports how jobs ended."""
+    """Starts each job under a monitor and reports how jobs ended."""
 
     executor = "local"
 
@@ -189,14 +185,13 @@ class LocalRunner(Runner):
         self.max_output = config.max_output
 
     def record_info(self, run: Run) -> dict:
-        """The machine's boot, the containment and the time limit's end, for recovery (the monitor adds its cgroups)."""
+        """For recovery: the machine's boot, the containment and the time limit's end."""
         deadline = (run.started + run.job.timeout).isoformat() if run.job.timeout is not None else None
         return {"boot": self._boot, "contain": self.containment.kind, "deadline": deadline,
                 "kill_grace": self.kill_grace}
 
     def start(self, run: Run, output_path: Path, *, append: bool, stderr_path: Path, record_fd: int) -> None:
-        """Send ``run`` to a monitor and return (the monitor says when the job started). SpawnError: its
-        old stderr file cannot be removed, or no monitor started; NoRecord: nothing could be written."""
+        """Send ``run`` to a monitor and return (the monitor says when the job started)."""
         # switching to the ids the driver has already changes nothing
         ident = None if not self.switch_user or credentials(run.owner) == self._credentials else run.owner
         with run_outputs(run, output_path, stderr_path, ident, append=append) as (out, err):
@@ -223,8 +218,8 @@ class LocalRunner(Runner):
         self.runs.append(run)
 
     def stop(self, run: Run, why: Stop, *, by: str | None = None) -> None:
-        """Ask ``run``'s monitor to stop its job: the reason goes into the run record first (whoever files
-        the run files it as stopped), then SIGUSR2 tells the monitor."""
+        """The reason goes into the run record first (whoever files the run files it as stopped), then SIGUSR2
+        tells the monitor."""
         if run.stopping is not None and not (why == Stop.SHUTDOWN and run.stopping != Stop.SHUTDOWN):
             return
         run.stopping, run.cancelled_by = why, by if why == Stop.CANCEL else run.cancelled_by
@@ -233,7 +228,6 @@ class LocalRunner(Runner):
             contain.signal_pid(run.monitor.pid, signal.SIGUSR2)
 
     def reap(self) -> list[tuple[Run, Outcome]]:
-        """Runs whose job has ended (or could not start), with their outcomes."""
         finished = []
         for run in self.runs:
             outcome = self._hear(run)
@@ -254,9 +248,8 @@ class LocalRunner(Runner):
 
     @staticmethod
     def _first_stop(run: Run) -> None:
-        """A run stopped twice (its monitor's time limit or max_output, or a cancel, then a hard stop) ended for
-        the first: its record's first stop line, which a recovering driver files it by. Not put back in its
-        queue as interrupted, to run (and write) again."""
+        """A run stopped twice (a time limit, max_output or a cancel, then a hard stop) ended for the first, as a
+        recovering driver would file it: not put back in its queue to run (and write) again."""
         if run.stopping is None or not run.record_path:
             return
         rec = runrecords.read(run.record_path)
@@ -314,7 +307,6 @@ class LocalRunner(Runner):
             run.announced = True
 
     def busy(self) -> bool:
-        """Runs, or monitors still ending what their job left behind."""
         return bool(self.runs or self._lingering)
 
     def wait_fds(self) -> list[int]:
@@ -322,7 +314,7 @@ class LocalRunner(Runner):
         return [fd for fd in (mon.fileno() for mon in mons) if fd is not None]
 
     def outcome_from_record(self, run: Run) -> Outcome:
-        """How a run whose monitor is done with it without a word ended, as its run record says."""
+        """How a run ended whose monitor is done with it without a word, as its run record says."""
         rec = runrecords.read(run.record_path) if run.record_path else None
         if rec is not None and rec.job_pid is not None:
             self._note_start(run, rec.job_pid)
@@ -342,8 +334,7 @@ class LocalRunner(Runner):
         return Outcome(reason="onite's monitor of this job was killed: how the job ended is unknown", retryable=True)
 
     def adopt(self, run: Run, rec: RunRecord) -> bool:
-        """Watch a run whose monitor outlived its driver by its pidfd (stopped through its record); False if
-        the monitor is not that process."""
+        """Watch a run whose monitor outlived its driver by its pidfd; False if the monitor is not that process."""
         pid, ticks = rec.monitor_pid, rec.monitor_ticks
         if pid is None:
             return False
@@ -363,7 +354,6 @@ class LocalRunner(Runner):
         return True
 
     def recover_unrecorded(self, name: str, spool: str, run_id_ok, grace: float, *, owner: int | None = None) -> str:
-        """A claim with no run record: its processes, if any, are found by their environment."""
         if killed := stop_processes(lambda: find_run_processes(spool, name, run_id_ok), grace):
             return f"no run record; {killed} of its processes, found by ONITE_RUN_ID, were stopped"
         return "no run record, and none of its processes was running"

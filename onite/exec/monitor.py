@@ -1,14 +1,9 @@
 """A job's monitor: the process that starts a job, waits for it and records how it ended.
 
-The monitor, not the driver, is the job's parent, so how a job ended outlives the driver. It is a
-fresh interpreter (``python -E -S``) kept by onite.exec.local, serving one Plan after another. It
-writes its ``monitor`` line into the run record before it starts the job, holding the driver lock
-until then (a claim without that line never started); it enforces the time limit and the stops
-written into the record (then SIGUSR2); it records ``exited`` as soon as the job's leader has
-exited, ends what the job left (its slot is the job's until then), then records ``ended`` before it
-tells the driver, retrying on a full disk, and says ``idle``. Messages to the driver are lines of one
-datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``,
-``unrecorded``, ``idle``.
+The monitor, not the driver, is the job's parent, so how a job ended outlives the driver: a fresh
+interpreter (``python -E -S``) kept by onite.exec.local, serving one Plan after another (the order of
+its record lines: docs/internals.md, "Exactly once"). Its messages to the driver are the lines of one
+datagram: ``started``, ``unenforced``, ``stop``, ``usage``, ``ended``, ``failed``, ``unrecorded``, ``idle``.
 """
 
 from __future__ import annotations
@@ -34,9 +29,8 @@ LOST = "its exit status was lost (it was reaped by another process)"
 
 
 def serve(fd: int, setup: dict) -> None:
-    """Run each Plan the driver sends on socket ``fd``, saying ``idle`` after each, until the driver's
-    end is closed or a run left something it could not end. ``setup``: how jobs are contained and
-    limited (onite.exec.local.LocalRunner), and where pamela is imported from for PAM sessions."""
+    """Run each Plan the driver sends on socket ``fd``, saying ``idle`` after each, until the driver's end
+    is closed or a run left something it could not end. ``setup``: from onite.exec.local.LocalRunner."""
     sock = socket.socket(fileno=fd)
     prepare(setup["contain"] != contain.OFF or bool(setup["pam"]))  # a job started in a PAM session is an orphan
     if setup["pam"]:
@@ -55,9 +49,8 @@ def serve(fd: int, setup: dict) -> None:
 
 
 class Slot:
-    """The cgroups of this monitor's next job (``monitor-PID-N``), made and joined while it waits: a
-    join waits for an RCU grace period (milliseconds), kept off the path from one job's end to the
-    next one's start. A group only one job asks for (a CPU limit's) is joined as that job starts."""
+    """The cgroups of this monitor's next job, made and joined while it waits: a join waits for an RCU grace
+    period (milliseconds), kept off the path from one job's end to the next one's start."""
 
     count = 0
 
@@ -81,7 +74,7 @@ class Slot:
                        memory_steps=lim.memory_steps(name, cgroup, plan.mem), usage_reads=lim.reads(name, cgroup))
 
     def release(self) -> None:
-        """This monitor ends: out of the slot's cgroups, and they go."""
+        """As this monitor ends: out of the slot's cgroups, and they go."""
         paths, _ = self.joined
         jobstart.leave(paths)
         for path in reversed(paths):
@@ -89,8 +82,7 @@ class Slot:
 
 
 def prepare(contained: bool) -> None:
-    """Drop the driver's signals, and (``contained``) reap the job's orphans; MonitorPool started this
-    process in a session of its own: a Ctrl-C at the driver's terminal is not for the jobs."""
+    """Drop the driver's signals, and (``contained``) reap the job's orphans."""
     # caught and dropped, not ignored: an ignored signal would stay ignored across the job's exec
     for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGUSR2}:
         try:
@@ -201,9 +193,8 @@ def _monitor(plan: Plan, sock: socket.socket, held: set[int]) -> int:
 
 
 def _start(plan: Plan) -> tuple[int | None, str, list[str]]:
-    """Start the job, in its owner's PAM session where it has one; its pid or None, the report, and
-    the limits left unset. Its pids limit comes down to its own before this monitor (or the child
-    that opened the session) leaves its groups: at no moment may the job have more processes."""
+    """Start the job, in its owner's PAM session if any: its pid or None, the report, the limits left unset.
+    Its pids limit comes down to its own before this monitor (or the PAM child) leaves its groups."""
     missed: list[str] = []
 
     def fork_job():
@@ -216,9 +207,8 @@ def _start(plan: Plan) -> tuple[int | None, str, list[str]]:
 
 
 def _hurry(plan: Plan, sock: socket.socket, outputs: dict[int, int]):
-    """For the clean-up of what a job left running: kill it at once rather than after kill_grace? Once it has
-    written past max_output (the first time, the stop is recorded and told: the run is filed as stopped for
-    it), or a driver asked a hard stop."""
+    """For the clean-up of what a job left: kill it at once rather than after kill_grace? Once it has written
+    past max_output (the stop then recorded and told), or a driver asked a hard stop."""
     hurried: list[bool] = []
 
     def hurry() -> bool:
@@ -236,7 +226,7 @@ def _hurry(plan: Plan, sock: socket.socket, outputs: dict[int, int]):
 
 
 def _close_session(plan: Plan) -> None:
-    """The job's leader has ended and the driver knows: its owner's PAM session, if any, is closed."""
+    """Close the owner's PAM session, if any, once the driver knows the job's leader ended."""
     if plan.pam_user is not None:
         pam.close(plan.pam_service, plan.pam_user)
 
@@ -250,11 +240,10 @@ def _written(outputs: dict[int, int]) -> int:
 
 
 def _watch(plan: Plan, sock: socket.socket, job: int, outputs: dict[int, int]):
-    """Wait for the job's leader to exit: its wait status (None if its status is lost), and when a stop under
-    way KILLs what is left (time.monotonic(); None if none is). At its time limit,
-    past max_output (``outputs``: the output files and their sizes at its start; looked at every OUTPUT_CHECK)
-    or at a driver's SIGUSR2 the reason is in the run record first, then TERM to every process of the job,
-    KILL after ``kill_grace`` (at once for a hard stop), again until it is gone."""
+    """Wait for the job's leader to exit: its wait status (None if lost), and when a stop under way KILLs what
+    is left (None if none is). At its time limit, past max_output (``outputs``: the files and their sizes at
+    its start) or at a driver's SIGUSR2 the reason is recorded first, then TERM, KILL after ``kill_grace``
+    (at once for a hard stop), again until it is gone."""
     deadline = None if plan.deadline is None else time.monotonic() + plan.deadline - time.time()
     look_at_output = time.monotonic() + OUTPUT_CHECK if outputs else None
     stopping, kill_at = None, None
@@ -311,8 +300,7 @@ def _asked_stop(plan: Plan) -> str | None:
 
 
 def _record(plan: Plan, event: dict) -> str | None:
-    """Append ``event`` to the run record; None once its whole line is written, else why not (a reader passes
-    over a line a full disk cut short, to the one written after it)."""
+    """Append ``event`` to the run record; None once its whole line is written, else why not."""
     data = memoryview((json.dumps(event, separators=(",", ":")) + "\n").encode())
     try:
         while data:
@@ -323,8 +311,8 @@ def _record(plan: Plan, event: dict) -> str | None:
 
 
 def _record_end(plan: Plan, sock: socket.socket, event: dict, *message: str) -> None:
-    """Record how the job ended, then tell the driver. On a full disk retry each second until written
-    or the record is unlinked (filed): until then only this process keeps the job's exit status."""
+    """Record how the job ended, then tell the driver; on a full disk retry each second until written or the
+    record is unlinked (filed): until then only this process keeps the job's exit status."""
     written = _record(plan, event) is None
     _tell(sock, *message)
     while not written:
@@ -351,7 +339,6 @@ def _now() -> str:
 
 
 def _close_all_but(keep: set[int]) -> None:
-    """Close every descriptor from 3 up but ``keep``."""
     low = 3
     for fd in sorted(keep):
         if fd > low:
